@@ -1,0 +1,108 @@
+/* smelt — LLM inference runtime for MLX-format checkpoints.
+ *
+ * Public C API. All functions return a smelt_status (SMELT_OK = 0) unless noted;
+ * on failure smelt_last_error() gives a message (per thread, valid until the next call).
+ * Ownership: objects returned through `**out` belong to the caller and are released
+ * with the matching *_free function; strings passed in are copied unless noted. */
+#ifndef SMELT_H
+#define SMELT_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SMELT_VERSION "0.1.0"
+
+typedef enum {
+  SMELT_OK = 0,
+  SMELT_ERR_IO,          /* file missing/unreadable */
+  SMELT_ERR_FORMAT,      /* corrupt or inconsistent file */
+  SMELT_ERR_UNSUPPORTED, /* valid but not supported (model family, dtype, ...) */
+  SMELT_ERR_OOM,
+  SMELT_ERR_INVALID,     /* bad argument */
+  SMELT_ERR_BACKEND,     /* device/backend failure */
+  SMELT_ERR_NOT_FOUND,
+  SMELT_ERR_LIMIT,       /* context or size limit exceeded */
+  SMELT_ERR_CANCELLED,
+} smelt_status;
+
+const char *smelt_last_error(void);
+const char *smelt_status_str(smelt_status s);
+
+/* ---- tokenizer ---- */
+typedef struct smelt_tokenizer smelt_tokenizer;
+
+/* Load tokenizer.json (+ tokenizer_config.json if present) from a model directory. */
+smelt_status smelt_tokenizer_load(const char *model_dir, smelt_tokenizer **out);
+void smelt_tokenizer_free(smelt_tokenizer *t);
+/* Encode UTF-8 text. add_special: apply the post-processor (e.g. BOS).
+ * *ids is malloc'd (caller frees), *n_ids its length. */
+smelt_status smelt_tokenize(const smelt_tokenizer *t, const char *text, size_t len, bool add_special,
+                            int32_t **ids, size_t *n_ids);
+/* Decode ids to a malloc'd NUL-terminated UTF-8 string. skip_special drops special tokens. */
+smelt_status smelt_detokenize(const smelt_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
+                              char **text);
+int32_t smelt_tokenizer_vocab_size(const smelt_tokenizer *t);
+
+/* ---- model ---- */
+typedef struct smelt_model smelt_model;
+
+typedef enum { SMELT_DEVICE_AUTO = 0, SMELT_DEVICE_CPU, SMELT_DEVICE_CUDA } smelt_device;
+
+typedef struct {
+  smelt_device device; /* AUTO: CUDA when built and a GPU is present, else CPU */
+  int n_threads;       /* CPU threads; 0 = all cores */
+  int max_context;     /* 0 = model's max_position_embeddings (capped at 8192) */
+  int max_seqs;        /* concurrent sequences the KV cache is sized for; 0 = 1 */
+} smelt_model_params;
+
+void smelt_model_params_default(smelt_model_params *p);
+/* Load an MLX-format model directory (config.json, *.safetensors, tokenizer files). */
+smelt_status smelt_model_load(const char *dir, const smelt_model_params *p, smelt_model **out);
+void smelt_model_free(smelt_model *m);
+/* Borrowed pointer, owned by the model; NULL if the directory had no tokenizer. */
+const smelt_tokenizer *smelt_model_tokenizer(const smelt_model *m);
+int32_t smelt_model_vocab_size(const smelt_model *m);
+const char *smelt_model_arch(const smelt_model *m); /* config model_type, e.g. "llama" */
+
+/* ---- sampling & generation ---- */
+typedef struct {
+  float temperature;        /* 0 = greedy */
+  int top_k;                /* 0 = off */
+  float top_p;              /* 1 = off */
+  float min_p;              /* 0 = off */
+  float repetition_penalty; /* 1 = off (HF/llama.cpp style, divides positive logits) */
+  float frequency_penalty;  /* 0 = off (OpenAI style) */
+  float presence_penalty;   /* 0 = off */
+  int penalty_last_n;       /* window for penalties; 0 = whole context */
+  uint64_t seed;            /* 0 = random */
+} smelt_sampling;
+
+void smelt_sampling_default(smelt_sampling *s);
+
+typedef struct {
+  int n_prompt, n_generated;
+  double prefill_s, decode_s; /* wall seconds */
+  size_t peak_rss;            /* bytes */
+  int stop_reason;            /* 0 = length, 1 = eos/stop */
+} smelt_stats;
+
+/* Called with each newly decoded UTF-8 piece (never splits a character).
+ * Return false to stop generation. */
+typedef bool (*smelt_piece_cb)(const char *piece, size_t len, void *user);
+
+/* Single-sequence generation from raw prompt text (no chat template applied). */
+smelt_status smelt_generate(smelt_model *m, const char *prompt, int max_tokens, const smelt_sampling *s,
+                            smelt_piece_cb cb, void *user, smelt_stats *stats);
+
+/* Forward a token sequence from position 0 and return logits of every position
+ * (n * vocab floats, malloc'd, caller frees). For tests and evaluation. */
+smelt_status smelt_eval_logits(smelt_model *m, const int32_t *ids, int n, float **logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install build dependencies (Debian), the node test references, and build smelt into ./build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+PKGS="build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev nodejs npm python3 python3-numpy"
+missing=""
+for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+# node/npm may come from elsewhere (e.g. nvm); only install them if absent
+if command -v node >/dev/null && command -v npm >/dev/null; then missing=$(echo "$missing" | sed 's/\bnodejs\b//; s/\bnpm\b//'); fi
+if command -v python3 >/dev/null && python3 -c 'import numpy' 2>/dev/null; then missing=$(echo "$missing" | sed 's/\bpython3-numpy\b//; s/\bpython3\b//'); fi
+if [ -n "$(echo $missing)" ]; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+fi
+if command -v npm >/dev/null; then
+  (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
+fi
+CUDA_FLAG=""
+if [ -z "${SMELT_CUDA:-}" ] && ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then CUDA_FLAG="-DSMELT_CUDA=OFF"; fi
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${SMELT_CUDA:+-DSMELT_CUDA=$SMELT_CUDA} $CUDA_FLAG >/dev/null
+cmake --build build -j"$(nproc)"

@@ -1,0 +1,123 @@
+/* Compute backend interface. The model code (src/model) is written only against this
+ * table of operations, so CPU and CUDA (and later Metal) are interchangeable.
+ *
+ * Conventions:
+ *  - Activation buffers are float32, allocated with be->alloc (device memory on GPU
+ *    backends), row-major [n_tokens][dim].
+ *  - Ops are issued in order; device backends may run them asynchronously.
+ *    be->download() and be->sync() wait for all previous ops.
+ *  - Weights are sm_weight views of the mmap'd checkpoint; prepare_weight() lets a
+ *    backend upload/repack them once (storing its handle in w->dev). */
+#ifndef SM_BACKEND_H
+#define SM_BACKEND_H
+#include "base/base.h"
+#include "format/safetensors.h"
+
+/* A 2-D weight [rows = out_features][cols = in_features] (embeddings: [vocab][hidden]).
+ * Dense: data holds rows*cols elements of dtype (F32/F16/BF16).
+ * MLX affine quantized (bits 2,3,4,5,6,8): row r is a little-endian bit stream of
+ * cols*bits bits starting at (uint8_t*)data + r*cols*bits/8; element j is bits
+ * [j*bits, (j+1)*bits). Dequantized value = scale[r][j/gs] * q + bias[r][j/gs], where
+ * scales/biases are [rows][cols/gs] of dtype (F16/BF16/F32). A row-range view of a
+ * fused weight is made by offsetting data/scales/biases (see sm_weight_rows). */
+typedef struct sm_weight {
+  int64_t rows, cols;
+  int bits;       /* 0 = dense */
+  int group_size; /* quantized only */
+  sm_dtype dtype;
+  const void *data, *scales, *biases;
+  void *dev;      /* backend-private handle; NULL until prepare_weight */
+} sm_weight;
+
+/* Sub-view of rows [r0, r0+n) of w (no copy). */
+sm_weight sm_weight_rows(const sm_weight *w, int64_t r0, int64_t n);
+/* Dequantize/convert row r into out[cols] (reference path; also used for embeddings). */
+void sm_weight_row_f32(const sm_weight *w, int64_t r, float *out);
+
+/* Paged KV cache: per layer a pool of n_blocks*block_size slots of
+ * [n_kv_heads][head_dim] floats for K and for V. */
+typedef struct {
+  int n_layers, n_kv_heads, head_dim, block_size, n_blocks;
+  void **k, **v; /* [n_layers] backend buffers of float */
+} sm_kv_cache;
+
+/* One forward step over a batch of tokens from one or more sequences.
+ * Token t belongs to sequence seq[t] at position pos[t]. Its K/V go to slot
+ *   block_table[seq[t]*max_blocks + pos[t]/block_size]*block_size + pos[t]%block_size
+ * and it attends (causally) to positions [max(0,pos[t]-window+1), pos[t]] of its sequence.
+ * out_rows lists the n_out token indices whose logits are wanted. All host memory. */
+typedef struct {
+  int n_tokens;
+  const int32_t *tokens;      /* [n_tokens] */
+  const int32_t *pos;         /* [n_tokens] */
+  const int32_t *seq;         /* [n_tokens] */
+  int n_seqs;
+  int max_blocks;             /* columns of block_table */
+  const int32_t *block_table; /* [n_seqs][max_blocks] */
+  int n_out;
+  const int32_t *out_rows;    /* [n_out] */
+} sm_batch;
+
+typedef struct sm_backend sm_backend;
+struct sm_backend {
+  const char *name; /* "cpu", "cuda" */
+  void (*destroy)(sm_backend *be);
+
+  /* memory */
+  void *(*alloc)(sm_backend *be, size_t bytes); /* NULL on OOM; contents undefined */
+  void (*free)(sm_backend *be, void *p);
+  void (*upload)(sm_backend *be, void *dst, const void *src, size_t bytes);
+  void (*download)(sm_backend *be, void *dst, const void *src, size_t bytes); /* waits */
+  void (*sync)(sm_backend *be);
+  smelt_status (*prepare_weight)(sm_backend *be, sm_weight *w);
+  void (*release_weight)(sm_backend *be, sm_weight *w);
+
+  /* Make b current: later ops that need tokens/positions/tables read it.
+   * The backend copies what it needs; b may be freed after this returns. */
+  smelt_status (*set_batch)(sm_backend *be, const sm_batch *b);
+
+  /* out[t][:] = row tokens[t] of emb (dequantized), t < n_tokens of the current batch */
+  void (*embed)(sm_backend *be, const sm_weight *emb, float *out);
+  /* y[n][w->rows] = x[n][w->cols] . W^T */
+  void (*matmul)(sm_backend *be, const sm_weight *w, const float *x, int n, float *y);
+  /* out[i][:] = x[i][:] / rms(x[i]) * (w + w_offset), i < n rows of dim; out may == x */
+  void (*rmsnorm)(sm_backend *be, float *out, const float *x, const float *w, int n, int dim,
+                  float eps, float w_offset);
+  /* Rotate-half (NeoX/HF) RoPE in place on x[n_tokens][n_heads][head_dim], first rot_dim
+   * dims of each head, angle = pos[t] * inv_freq[i] (inv_freq: rot_dim/2 floats, backend
+   * buffer); positions from the current batch. */
+  void (*rope)(sm_backend *be, float *x, int n_heads, int head_dim, int rot_dim, const float *inv_freq);
+  /* Write k,v [n_tokens][n_kv_heads*head_dim] of the current batch into layer's slots. */
+  void (*kv_store)(sm_backend *be, const sm_kv_cache *kv, int layer, const float *k, const float *v);
+  /* out[t][h*head_dim+d] = softmax(scale * q_t.K^T [+softcap]) V over the allowed positions
+   * (see sm_batch); GQA: head h reads kv head h/(n_heads/n_kv_heads).
+   * window <= 0 means unlimited; softcap <= 0 means off. */
+  void (*attention)(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer,
+                    int n_heads, float scale, int window, float softcap);
+  /* out[i] = silu(gate[i]) * up[i]  (n elements; out may alias gate) */
+  void (*silu_mul)(sm_backend *be, float *out, const float *gate, const float *up, size_t n);
+  /* out[i] = gelu_tanh(gate[i]) * up[i] */
+  void (*gelu_mul)(sm_backend *be, float *out, const float *gate, const float *up, size_t n);
+  /* y[i] += x[i] */
+  void (*add)(sm_backend *be, float *y, const float *x, size_t n);
+  /* y[r][:] += b[:], r < n rows of dim */
+  void (*add_rows)(sm_backend *be, float *y, const float *b, int n, int dim);
+  /* y[i] *= s */
+  void (*scale)(sm_backend *be, float *y, float s, size_t n);
+  /* y[i] = cap * tanh(y[i] / cap) */
+  void (*softcap)(sm_backend *be, float *y, float cap, size_t n);
+  /* dst[i][:] = src[out_rows[i]][:] for the current batch's out_rows (dim floats a row) */
+  void (*gather_out)(sm_backend *be, float *dst, const float *src, int dim);
+
+  /* Optional (may be NULL): measured streaming-read bandwidth of the memory the weights
+   * live in, bytes/s (device-to-device copy on GPUs: bytes read + written). For rooflines. */
+  double (*measure_bandwidth)(sm_backend *be);
+};
+
+sm_backend *sm_cpu_backend_create(int n_threads); /* n_threads 0 = all cores */
+#ifdef SMELT_HAVE_CUDA
+/* NULL (with sm_err set) when no usable GPU. */
+sm_backend *sm_cuda_backend_create(int device);
+#endif
+
+#endif

@@ -1,0 +1,518 @@
+/* CPU backend: implements the sm_backend op table on host memory with a persistent
+ * thread pool and run-time selected SIMD kernels (see cpu_internal.h). */
+#include "backend/cpu/cpu_internal.h"
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define GEMM_KC 256
+#define GEMM_MIN_N 4         /* n below this: one matvec per token */
+#define PAR_MIN_ELEMS (1 << 15)
+
+typedef struct {
+  sm_backend base;
+  sm_pool *pool;
+  const sm_cpu_kern *k;
+  int nth;
+  /* current batch (owned copies) */
+  sm_batch b;
+  int32_t *tokens, *pos, *seq, *table, *out_rows;
+  size_t cap_tok, cap_table, cap_out;
+  /* matvec scratch */
+  float *xp, *xsum;
+  size_t cap_x;
+  /* per-thread gemm scratch */
+  float **gscratch;
+} cpu_be;
+
+static cpu_be *CB(sm_backend *be) { return (cpu_be *)be; }
+
+/* ---------------- memory ---------------- */
+static void *be_alloc(sm_backend *be, size_t bytes) { (void)be; return sm_aligned_alloc(bytes); }
+static void be_free(sm_backend *be, void *p) { (void)be; free(p); }
+static void be_upload(sm_backend *be, void *dst, const void *src, size_t n) { (void)be; if (n && dst != src) memcpy(dst, src, n); }
+static void be_download(sm_backend *be, void *dst, const void *src, size_t n) { (void)be; if (n && dst != src) memcpy(dst, src, n); }
+static void be_sync(sm_backend *be) { (void)be; }
+
+static bool weight_ok(const sm_weight *w) {
+  if (!w || !w->data || w->rows < 0 || w->cols <= 0) return false;
+  if (w->bits == 0) return w->dtype == SM_DT_F32 || w->dtype == SM_DT_F16 || w->dtype == SM_DT_BF16;
+  if (!(w->bits == 2 || w->bits == 3 || w->bits == 4 || w->bits == 5 || w->bits == 6 || w->bits == 8)) return false;
+  if (!(w->group_size == 32 || w->group_size == 64 || w->group_size == 128)) return false;
+  if (w->cols % w->group_size) return false;
+  if (!w->scales) return false;
+  return w->dtype == SM_DT_F32 || w->dtype == SM_DT_F16 || w->dtype == SM_DT_BF16;
+}
+
+static smelt_status be_prepare_weight(sm_backend *be, sm_weight *w) {
+  (void)be;
+  if (!w) return sm_err(SMELT_ERR_INVALID, "cpu: NULL weight");
+  if (!weight_ok(w))
+    return sm_err(SMELT_ERR_UNSUPPORTED, "cpu: unsupported weight (rows %lld cols %lld bits %d group %d dtype %d)",
+                  (long long)w->rows, (long long)w->cols, w->bits, w->group_size, (int)w->dtype);
+  return SMELT_OK;
+}
+static void be_release_weight(sm_backend *be, sm_weight *w) { (void)be; (void)w; }
+
+/* ---------------- batch ---------------- */
+static void *grow(void *p, size_t *cap, size_t need, size_t es) {
+  if (need <= *cap) return p;
+  size_t c = need < 16 ? 16 : need;
+  p = sm_xrealloc(p, c * es);
+  *cap = c;
+  return p;
+}
+
+static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
+  cpu_be *c = CB(be);
+  if (!b || b->n_tokens < 0 || b->n_seqs < 0 || b->max_blocks < 0 || b->n_out < 0)
+    return sm_err(SMELT_ERR_INVALID, "cpu: bad batch");
+  int n = b->n_tokens;
+  if (n > 0 && (!b->tokens || !b->pos || !b->seq)) return sm_err(SMELT_ERR_INVALID, "cpu: batch arrays missing");
+  for (int t = 0; t < n; t++) {
+    if (b->seq[t] < 0 || b->seq[t] >= b->n_seqs) return sm_err(SMELT_ERR_INVALID, "cpu: token %d has bad seq %d", t, b->seq[t]);
+    if (b->pos[t] < 0) return sm_err(SMELT_ERR_INVALID, "cpu: token %d has negative position", t);
+  }
+  size_t nt = (size_t)b->n_seqs * (size_t)b->max_blocks;
+  if (nt && !b->block_table) return sm_err(SMELT_ERR_INVALID, "cpu: block table missing");
+  if (b->n_out > 0 && !b->out_rows) return sm_err(SMELT_ERR_INVALID, "cpu: out_rows missing");
+  for (int i = 0; i < b->n_out; i++)
+    if (b->out_rows[i] < 0 || b->out_rows[i] >= n) return sm_err(SMELT_ERR_INVALID, "cpu: out_rows[%d] out of range", i);
+  size_t ct = c->cap_tok;
+  c->tokens = grow(c->tokens, &ct, (size_t)n, 4);
+  ct = c->cap_tok;
+  c->pos = grow(c->pos, &ct, (size_t)n, 4);
+  ct = c->cap_tok;
+  c->seq = grow(c->seq, &ct, (size_t)n, 4);
+  c->cap_tok = ct;
+  c->table = grow(c->table, &c->cap_table, nt, 4);
+  c->out_rows = grow(c->out_rows, &c->cap_out, (size_t)b->n_out, 4);
+  if (n) {
+    memcpy(c->tokens, b->tokens, (size_t)n * 4);
+    memcpy(c->pos, b->pos, (size_t)n * 4);
+    memcpy(c->seq, b->seq, (size_t)n * 4);
+  }
+  if (nt) memcpy(c->table, b->block_table, nt * 4);
+  if (b->n_out) memcpy(c->out_rows, b->out_rows, (size_t)b->n_out * 4);
+  c->b = *b;
+  c->b.tokens = c->tokens;
+  c->b.pos = c->pos;
+  c->b.seq = c->seq;
+  c->b.block_table = c->table;
+  c->b.out_rows = c->out_rows;
+  return SMELT_OK;
+}
+
+/* ---------------- generic parallel-for ---------------- */
+typedef void (*range_fn)(void *ctx, size_t i0, size_t i1);
+typedef struct { range_fn fn; void *ctx; size_t n, chunk; _Atomic size_t next; } pfor_ctx;
+static void pfor_job(void *vctx, int tid, int nth) {
+  (void)tid; (void)nth;
+  pfor_ctx *p = vctx;
+  for (;;) {
+    size_t i0 = atomic_fetch_add_explicit(&p->next, p->chunk, memory_order_relaxed);
+    if (i0 >= p->n) break;
+    size_t i1 = i0 + p->chunk < p->n ? i0 + p->chunk : p->n;
+    p->fn(p->ctx, i0, i1);
+  }
+}
+/* run fn over [0,n) in chunks; single-threaded when work (n*cost) is small */
+static void pfor(cpu_be *c, size_t n, size_t cost_per_item, range_fn fn, void *ctx) {
+  if (n == 0) return;
+  if (c->nth == 1 || n == 1 || n * cost_per_item < PAR_MIN_ELEMS) { fn(ctx, 0, n); return; }
+  pfor_ctx p = {.fn = fn, .ctx = ctx, .n = n};
+  size_t chunk = n / ((size_t)c->nth * 8);
+  p.chunk = chunk ? chunk : 1;
+  atomic_init(&p.next, 0);
+  sm_pool_run(c->pool, pfor_job, &p);
+}
+
+/* ---------------- matmul ---------------- */
+typedef struct {
+  const sm_cpu_kern *k;
+  sm_mv_arg a;
+  float *y;
+} mv_ctx;
+static void mv_range(void *vctx, size_t r0, size_t r1) {
+  mv_ctx *m = vctx;
+  m->k->matvec(&m->a, (int64_t)r0, (int64_t)r1, m->y + r0);
+}
+
+typedef struct {
+  cpu_be *c;
+  const sm_weight *w;
+  const float *x;
+  int n;
+  float *y;
+  int64_t n_panels;
+  _Atomic int64_t next;
+} gemm_ctx;
+
+static void gemm_job(void *vctx, int tid, int nth) {
+  (void)nth;
+  gemm_ctx *g = vctx;
+  const sm_cpu_kern *k = g->c->k;
+  const int panel = k->panel;
+  const int64_t M = g->w->rows, K = g->w->cols;
+  float *P = g->c->gscratch[tid], *tmp = P + (size_t)panel * GEMM_KC;
+  for (;;) {
+    int64_t p = atomic_fetch_add_explicit(&g->next, 1, memory_order_relaxed);
+    if (p >= g->n_panels) break;
+    int64_t r0 = p * panel;
+    int nr = (int)(M - r0 < panel ? M - r0 : panel);
+    for (int t = 0; t < g->n; t++) memset(g->y + (size_t)t * (size_t)M + r0, 0, (size_t)nr * sizeof(float));
+    for (int64_t k0 = 0; k0 < K; k0 += GEMM_KC) {
+      int kc = (int)(K - k0 < GEMM_KC ? K - k0 : GEMM_KC);
+      k->pack_panel(g->w, r0, nr, k0, kc, P, tmp);
+      k->gemm_panel(P, kc, g->x + k0, K, g->n, g->y + r0, M, nr);
+    }
+  }
+}
+
+static void be_matmul(sm_backend *be, const sm_weight *w, const float *x, int n, float *y) {
+  cpu_be *c = CB(be);
+  if (n <= 0 || !w) return;
+  if (!weight_ok(w)) { /* unsupported: defined output instead of a crash */
+    if (w && w->rows > 0) memset(y, 0, (size_t)n * (size_t)w->rows * sizeof(float));
+    return;
+  }
+  const int64_t M = w->rows, K = w->cols;
+  if (M == 0) return;
+  if (n < GEMM_MIN_N) {
+    size_t ng = w->bits ? (size_t)(K / w->group_size) : 1;
+    if ((size_t)K + 64 > c->cap_x || ng + 16 > c->cap_x) {
+      free(c->xp);
+      free(c->xsum);
+      c->cap_x = (size_t)K + 64;
+      c->xp = sm_aligned_alloc(c->cap_x * sizeof(float));
+      c->xsum = sm_aligned_alloc(c->cap_x * sizeof(float));
+      if (!c->xp || !c->xsum) abort();
+    }
+    for (int t = 0; t < n; t++) {
+      c->k->prep_x(w, x + (size_t)t * (size_t)K, c->xp, c->xsum);
+      mv_ctx m = {.k = c->k, .a = {.w = w, .xp = c->xp, .xsum = c->xsum}, .y = y + (size_t)t * (size_t)M};
+      if (c->nth == 1 || M * K < PAR_MIN_ELEMS) { mv_range(&m, 0, (size_t)M); continue; }
+      pfor_ctx p = {.fn = mv_range, .ctx = &m, .n = (size_t)M};
+      size_t chunk = (size_t)M / ((size_t)c->nth * 16);
+      chunk = (chunk + 15) & ~(size_t)15;
+      p.chunk = chunk < 16 ? 16 : chunk;
+      atomic_init(&p.next, 0);
+      sm_pool_run(c->pool, pfor_job, &p);
+    }
+    return;
+  }
+  gemm_ctx g = {.c = c, .w = w, .x = x, .n = n, .y = y};
+  g.n_panels = (M + c->k->panel - 1) / c->k->panel;
+  atomic_init(&g.next, 0);
+  if (c->nth == 1) gemm_job(&g, 0, 1);
+  else sm_pool_run(c->pool, gemm_job, &g);
+}
+
+/* ---------------- embed ---------------- */
+typedef struct { cpu_be *c; const sm_weight *w; float *out; } emb_ctx;
+static void emb_range(void *vctx, size_t t0, size_t t1) {
+  emb_ctx *e = vctx;
+  const int64_t D = e->w->cols;
+  for (size_t t = t0; t < t1; t++) {
+    int32_t tok = e->c->b.tokens[t];
+    float *o = e->out + t * (size_t)D;
+    if (tok < 0 || tok >= e->w->rows) memset(o, 0, (size_t)D * sizeof(float));
+    else if (e->w->bits == 0 && e->w->dtype == SM_DT_F32) memcpy(o, (const float *)e->w->data + (size_t)tok * (size_t)D, (size_t)D * 4);
+    else sm_weight_row_f32(e->w, tok, o);
+  }
+}
+static void be_embed(sm_backend *be, const sm_weight *emb, float *out) {
+  cpu_be *c = CB(be);
+  if (!weight_ok(emb)) {
+    if (emb && emb->cols > 0) memset(out, 0, (size_t)c->b.n_tokens * (size_t)emb->cols * sizeof(float));
+    return;
+  }
+  emb_ctx e = {c, emb, out};
+  pfor(c, (size_t)c->b.n_tokens, (size_t)emb->cols * 4, emb_range, &e);
+}
+
+/* ---------------- rmsnorm ---------------- */
+typedef struct { const sm_cpu_kern *k; float *out; const float *x, *w; int dim; float eps, off; } rms_ctx;
+static void rms_range(void *vctx, size_t i0, size_t i1) {
+  rms_ctx *r = vctx;
+  for (size_t i = i0; i < i1; i++) {
+    const float *x = r->x + i * (size_t)r->dim;
+    float *o = r->out + i * (size_t)r->dim;
+    float ss = r->k->dot(x, x, r->dim);
+    float inv = 1.0f / sqrtf(ss / (float)r->dim + r->eps);
+    if (r->off == 0.f)
+      for (int j = 0; j < r->dim; j++) o[j] = x[j] * inv * r->w[j];
+    else
+      for (int j = 0; j < r->dim; j++) o[j] = x[j] * inv * (r->w[j] + r->off);
+  }
+}
+static void be_rmsnorm(sm_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps, float off) {
+  cpu_be *c = CB(be);
+  if (n <= 0 || dim <= 0) return;
+  rms_ctx r = {c->k, out, x, w, dim, eps, off};
+  pfor(c, (size_t)n, (size_t)dim, rms_range, &r);
+}
+
+/* ---------------- rope ---------------- */
+typedef struct { cpu_be *c; float *x; int nh, hd, rot; const float *inv; } rope_ctx;
+static void rope_range(void *vctx, size_t t0, size_t t1) {
+  rope_ctx *r = vctx;
+  int half = r->rot / 2;
+  float cs[512], sn[512];
+  for (size_t t = t0; t < t1; t++) {
+    float p = (float)r->c->b.pos[t];
+    for (int i0 = 0; i0 < half; i0 += 512) {
+      int i1 = half - i0 < 512 ? half : i0 + 512;
+      for (int i = i0; i < i1; i++) {
+        float a = p * r->inv[i];
+        cs[i - i0] = cosf(a);
+        sn[i - i0] = sinf(a);
+      }
+      for (int h = 0; h < r->nh; h++) {
+        float *v = r->x + (t * (size_t)r->nh + (size_t)h) * (size_t)r->hd;
+        for (int i = i0; i < i1; i++) {
+          float a = v[i], b = v[i + half];
+          v[i] = a * cs[i - i0] - b * sn[i - i0];
+          v[i + half] = a * sn[i - i0] + b * cs[i - i0];
+        }
+      }
+    }
+  }
+}
+static void be_rope(sm_backend *be, float *x, int n_heads, int head_dim, int rot_dim, const float *inv_freq) {
+  cpu_be *c = CB(be);
+  if (rot_dim > head_dim) rot_dim = head_dim;
+  if (rot_dim < 2 || n_heads <= 0) return;
+  rope_ctx r = {c, x, n_heads, head_dim, rot_dim & ~1, inv_freq};
+  pfor(c, (size_t)c->b.n_tokens, (size_t)n_heads * (size_t)rot_dim * 4, rope_range, &r);
+}
+
+/* ---------------- KV cache ---------------- */
+/* slot of token position pos in sequence s, or -1 if the block table doesn't map it */
+static int64_t kv_slot(const cpu_be *c, const sm_kv_cache *kv, int s, int32_t pos) {
+  if (kv->block_size <= 0) return -1;
+  int64_t bi = pos / kv->block_size;
+  if (bi >= c->b.max_blocks) return -1;
+  int32_t blk = c->b.block_table[(size_t)s * (size_t)c->b.max_blocks + (size_t)bi];
+  if (blk < 0 || blk >= kv->n_blocks) return -1;
+  return (int64_t)blk * kv->block_size + pos % kv->block_size;
+}
+
+static void be_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const float *k, const float *v) {
+  cpu_be *c = CB(be);
+  if (!kv || layer < 0 || layer >= kv->n_layers) return;
+  size_t row = (size_t)kv->n_kv_heads * (size_t)kv->head_dim;
+  float *K = kv->k[layer], *Vc = kv->v[layer];
+  for (int t = 0; t < c->b.n_tokens; t++) {
+    int64_t s = kv_slot(c, kv, c->b.seq[t], c->b.pos[t]);
+    if (s < 0) continue;
+    memcpy(K + (size_t)s * row, k + (size_t)t * row, row * sizeof(float));
+    memcpy(Vc + (size_t)s * row, v + (size_t)t * row, row * sizeof(float));
+  }
+}
+
+/* ---------------- attention ---------------- */
+#define ATT_CHUNK 64
+typedef struct {
+  cpu_be *c;
+  float *out;
+  const float *q;
+  const sm_kv_cache *kv;
+  int layer, n_heads, window;
+  float scale, softcap;
+} att_ctx;
+
+static void att_range(void *vctx, size_t i0, size_t i1) {
+  att_ctx *a = vctx;
+  const cpu_be *c = a->c;
+  const sm_cpu_kern *k = c->k;
+  const sm_kv_cache *kv = a->kv;
+  const int hd = kv->head_dim, nkv = kv->n_kv_heads, grp = a->n_heads / nkv;
+  const size_t krow = (size_t)nkv * (size_t)hd;
+  const float *Kc = kv->k[a->layer], *Vc = kv->v[a->layer];
+  float sbuf[ATT_CHUNK];
+  float accs[256];
+  float *acc = hd <= 256 ? accs : sm_xmalloc((size_t)hd * sizeof(float));
+  for (size_t it = i0; it < i1; it++) {
+    int t = (int)(it / (size_t)a->n_heads), h = (int)(it % (size_t)a->n_heads);
+    const float *q = a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
+    float *o = a->out + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
+    int kvh = h / grp, sq = c->b.seq[t];
+    int32_t pos = c->b.pos[t];
+    int32_t lo = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+    float m = -INFINITY, l = 0.f;
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int32_t p0 = lo; p0 <= pos; p0 += ATT_CHUNK) {
+      int np = pos - p0 + 1 < ATT_CHUNK ? pos - p0 + 1 : ATT_CHUNK;
+      const float *vrow[ATT_CHUNK];
+      float cm = -INFINITY;
+      for (int j = 0; j < np; j++) {
+        int64_t s = kv_slot(c, kv, sq, p0 + j);
+        if (s < 0) { sbuf[j] = -INFINITY; vrow[j] = NULL; continue; }
+        const float *kp = Kc + (size_t)s * krow + (size_t)kvh * hd;
+        vrow[j] = Vc + (size_t)s * krow + (size_t)kvh * hd;
+        float sc = k->dot(q, kp, hd) * a->scale;
+        if (a->softcap > 0.f) sc = a->softcap * tanhf(sc / a->softcap);
+        sbuf[j] = sc;
+        if (sc > cm) cm = sc;
+      }
+      if (cm == -INFINITY) continue;
+      if (cm > m) {
+        float f = m == -INFINITY ? 0.f : expf(m - cm);
+        if (f != 1.f) k->scal(acc, f, hd);
+        l *= f;
+        m = cm;
+      }
+      for (int j = 0; j < np; j++) {
+        if (!vrow[j]) continue;
+        float e = expf(sbuf[j] - m);
+        l += e;
+        k->axpy(acc, e, vrow[j], hd);
+      }
+    }
+    float inv = l > 0.f ? 1.f / l : 0.f;
+    for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+  }
+  if (acc != accs) free(acc);
+}
+
+static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
+                         float scale, int window, float softcap) {
+  cpu_be *c = CB(be);
+  int nt = c->b.n_tokens;
+  if (!kv || layer < 0 || layer >= kv->n_layers || n_heads <= 0 || kv->n_kv_heads <= 0 || kv->head_dim <= 0 ||
+      n_heads % kv->n_kv_heads) {
+    if (kv && kv->head_dim > 0 && n_heads > 0)
+      memset(out, 0, (size_t)nt * (size_t)n_heads * (size_t)kv->head_dim * sizeof(float));
+    return;
+  }
+  att_ctx a = {c, out, q, kv, layer, n_heads, window, scale, softcap};
+  /* cost estimate: average attended length * head_dim */
+  size_t cost = (size_t)kv->head_dim * 4;
+  if (nt > 0) cost *= (size_t)(c->b.pos[nt - 1] + 1);
+  pfor(c, (size_t)nt * (size_t)n_heads, cost, att_range, &a);
+}
+
+/* ---------------- elementwise ---------------- */
+typedef struct { float *out; const float *a, *b; float s; } ew_ctx;
+static void silu_range(void *v, size_t i0, size_t i1) {
+  ew_ctx *e = v;
+  for (size_t i = i0; i < i1; i++) { float g = e->a[i]; e->out[i] = g / (1.f + expf(-g)) * e->b[i]; }
+}
+static void gelu_range(void *v, size_t i0, size_t i1) {
+  ew_ctx *e = v;
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  for (size_t i = i0; i < i1; i++) {
+    float g = e->a[i];
+    e->out[i] = 0.5f * g * (1.f + tanhf(k0 * (g + k1 * g * g * g))) * e->b[i];
+  }
+}
+static void add_range(void *v, size_t i0, size_t i1) {
+  ew_ctx *e = v;
+  for (size_t i = i0; i < i1; i++) e->out[i] += e->a[i];
+}
+static void scale_range(void *v, size_t i0, size_t i1) {
+  ew_ctx *e = v;
+  for (size_t i = i0; i < i1; i++) e->out[i] *= e->s;
+}
+static void softcap_range(void *v, size_t i0, size_t i1) {
+  ew_ctx *e = v;
+  float inv = 1.f / e->s;
+  for (size_t i = i0; i < i1; i++) e->out[i] = e->s * tanhf(e->out[i] * inv);
+}
+static void be_silu_mul(sm_backend *be, float *out, const float *g, const float *u, size_t n) {
+  ew_ctx e = {out, g, u, 0};
+  pfor(CB(be), n, 16, silu_range, &e);
+}
+static void be_gelu_mul(sm_backend *be, float *out, const float *g, const float *u, size_t n) {
+  ew_ctx e = {out, g, u, 0};
+  pfor(CB(be), n, 16, gelu_range, &e);
+}
+static void be_add(sm_backend *be, float *y, const float *x, size_t n) {
+  ew_ctx e = {y, x, NULL, 0};
+  pfor(CB(be), n, 1, add_range, &e);
+}
+typedef struct { float *y; const float *b; int dim; } addrows_ctx;
+static void addrows_range(void *v, size_t r0, size_t r1) {
+  addrows_ctx *a = v;
+  for (size_t r = r0; r < r1; r++)
+    for (int j = 0; j < a->dim; j++) a->y[r * (size_t)a->dim + (size_t)j] += a->b[j];
+}
+static void be_add_rows(sm_backend *be, float *y, const float *b, int n, int dim) {
+  if (n <= 0 || dim <= 0) return;
+  addrows_ctx a = {y, b, dim};
+  pfor(CB(be), (size_t)n, (size_t)dim, addrows_range, &a);
+}
+static void be_scale(sm_backend *be, float *y, float s, size_t n) {
+  ew_ctx e = {y, NULL, NULL, s};
+  pfor(CB(be), n, 1, scale_range, &e);
+}
+static void be_softcap(sm_backend *be, float *y, float cap, size_t n) {
+  if (!(cap > 0.f)) return;
+  ew_ctx e = {y, NULL, NULL, cap};
+  pfor(CB(be), n, 16, softcap_range, &e);
+}
+static void be_gather_out(sm_backend *be, float *dst, const float *src, int dim) {
+  cpu_be *c = CB(be);
+  for (int i = 0; i < c->b.n_out; i++)
+    memmove(dst + (size_t)i * (size_t)dim, src + (size_t)c->b.out_rows[i] * (size_t)dim, (size_t)dim * sizeof(float));
+}
+
+/* ---------------- lifetime ---------------- */
+static void be_destroy(sm_backend *be) {
+  cpu_be *c = CB(be);
+  if (!c) return;
+  sm_pool_destroy(c->pool);
+  for (int i = 0; i < c->nth; i++) free(c->gscratch[i]);
+  free(c->gscratch);
+  free(c->tokens); free(c->pos); free(c->seq); free(c->table); free(c->out_rows);
+  free(c->xp); free(c->xsum);
+  free(c);
+}
+
+sm_backend *sm_cpu_backend_create(int n_threads) {
+  if (n_threads <= 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    n_threads = n > 0 ? (int)n : 1;
+  }
+  if (n_threads > 256) n_threads = 256;
+  cpu_be *c = sm_xcalloc(1, sizeof *c);
+  c->k = sm_cpu_pick_kernels();
+  c->pool = sm_pool_create(n_threads);
+  c->nth = sm_pool_size(c->pool);
+  c->gscratch = sm_xcalloc((size_t)c->nth, sizeof(float *));
+  for (int i = 0; i < c->nth; i++) {
+    c->gscratch[i] = sm_aligned_alloc((size_t)2 * 32 * GEMM_KC * sizeof(float) + 64 * 16 * sizeof(float));
+    if (!c->gscratch[i]) { be_destroy(&c->base); sm_err(SMELT_ERR_OOM, "cpu: scratch"); return NULL; }
+  }
+  sm_backend *b = &c->base;
+  b->name = "cpu";
+  b->destroy = be_destroy;
+  b->alloc = be_alloc;
+  b->free = be_free;
+  b->upload = be_upload;
+  b->download = be_download;
+  b->sync = be_sync;
+  b->prepare_weight = be_prepare_weight;
+  b->release_weight = be_release_weight;
+  b->set_batch = be_set_batch;
+  b->embed = be_embed;
+  b->matmul = be_matmul;
+  b->rmsnorm = be_rmsnorm;
+  b->rope = be_rope;
+  b->kv_store = be_kv_store;
+  b->attention = be_attention;
+  b->silu_mul = be_silu_mul;
+  b->gelu_mul = be_gelu_mul;
+  b->add = be_add;
+  b->add_rows = be_add_rows;
+  b->scale = be_scale;
+  b->softcap = be_softcap;
+  b->gather_out = be_gather_out;
+  return b;
+}
+
+/* Name of the kernel set in use ("avx512", "avx2", "scalar"); for tests and logs. */
+const char *sm_cpu_backend_isa(const sm_backend *be) { return ((const cpu_be *)be)->k->name; }

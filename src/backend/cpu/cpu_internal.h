@@ -1,0 +1,71 @@
+/* Private interface of the CPU backend: thread pool and per-ISA kernel tables. */
+#ifndef SM_CPU_INTERNAL_H
+#define SM_CPU_INTERNAL_H
+#include "backend/backend.h"
+
+/* ---- thread pool: persistent workers, the caller runs as thread 0 ---- */
+typedef struct sm_pool sm_pool;
+typedef void (*sm_pool_fn)(void *ctx, int tid, int nth);
+sm_pool *sm_pool_create(int n_threads);
+void sm_pool_destroy(sm_pool *p);
+int sm_pool_size(const sm_pool *p);
+/* Runs fn(ctx, tid, nth) on every thread (tid 0 = caller) and waits for all. */
+void sm_pool_run(sm_pool *p, sm_pool_fn fn, void *ctx);
+
+/* ---- kernels ---- */
+/* Prepared activation for a matvec: x permuted into the order the ISA's unpacker
+ * produces (per group), plus per-group sums of x (for the bias term). */
+typedef struct {
+  const sm_weight *w;
+  const float *xp;   /* [cols] permuted x (or x itself) */
+  const float *xsum; /* [cols/gs] */
+} sm_mv_arg;
+
+typedef struct {
+  const char *name;
+  int panel; /* rows per packed panel in gemm (multiple of the vector width) */
+  /* size in floats of xp / xsum scratch needed for prep_x */
+  void (*prep_x)(const sm_weight *w, const float *x, float *xp, float *xsum);
+  /* y[r - r0] = W[r] . x for r in [r0, r1) (y indexed from r0) */
+  void (*matvec)(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);
+  /* Dequantize rows [r0, r0+nr) (nr <= panel), columns [k0, k0+kc), into the packed
+   * panel layout dst[k][panel] (rows >= nr are zero). tmp: panel*kc floats of scratch. */
+  void (*pack_panel)(const sm_weight *w, int64_t r0, int nr, int64_t k0, int kc, float *dst, float *tmp);
+  /* y[t][0..nr) += sum_k x[t][k] * P[k][0..nr) for t < nt; x row stride ldx, y row stride ldy */
+  void (*gemm_panel)(const float *P, int kc, const float *x, int64_t ldx, int nt, float *y, int64_t ldy, int nr);
+  float (*dot)(const float *a, const float *b, int n);
+  void (*axpy)(float *y, float a, const float *x, int n); /* y += a*x */
+  void (*scal)(float *y, float a, int n);                 /* y *= a */
+} sm_cpu_kern;
+
+extern const sm_cpu_kern sm_cpu_kern_scalar;
+extern const sm_cpu_kern sm_cpu_kern_avx2;
+extern const sm_cpu_kern sm_cpu_kern_avx512;
+
+/* Kernel table for the best ISA of this CPU, or the one named by SMELT_CPU_ISA
+ * (scalar|avx2|avx512; unsupported requests fall back to the best available). */
+const sm_cpu_kern *sm_cpu_pick_kernels(void);
+/* Table by name if the CPU supports it, else NULL. */
+const sm_cpu_kern *sm_cpu_kernels_by_name(const char *name);
+
+/* Name of the kernel set a CPU backend uses ("avx512", "avx2", "scalar"). */
+const char *sm_cpu_backend_isa(const sm_backend *be);
+
+/* shared helpers */
+static inline float sm_cpu_ldf(const void *p, size_t i, sm_dtype t) {
+  switch (t) {
+  case SM_DT_F32: return ((const float *)p)[i];
+  case SM_DT_F16: return sm_f16_to_f32(((const uint16_t *)p)[i]);
+  case SM_DT_BF16: return sm_bf16_to_f32(((const uint16_t *)p)[i]);
+  default: return 0.f;
+  }
+}
+/* extract element j of a little-endian bit stream (bits <= 8) */
+static inline uint32_t sm_cpu_getq(const uint8_t *row, int64_t j, int bits) {
+  uint64_t bit = (uint64_t)j * (uint64_t)bits;
+  uint32_t v = row[bit >> 3];
+  if ((bit & 7) + (uint64_t)bits > 8) v |= (uint32_t)row[(bit >> 3) + 1] << 8;
+  return (v >> (bit & 7)) & ((1u << bits) - 1);
+}
+
+#endif

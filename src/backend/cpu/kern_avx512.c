@@ -1,0 +1,388 @@
+/* AVX-512 (F/BW/VL/DQ + FMA + F16C) kernels. Compiled for that target only; used after a
+ * run-time CPU check, so the binary still runs on any x86-64. */
+#if defined(__x86_64__)
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2")
+#include "backend/cpu/cpu_internal.h"
+#include <immintrin.h>
+#include <string.h>
+
+#define V 16
+
+static inline float ldsc(const void *p, size_t i, sm_dtype t) {
+  switch (t) {
+  case SM_DT_F32: return ((const float *)p)[i];
+  case SM_DT_F16: return _cvtsh_ss(((const uint16_t *)p)[i]);
+  case SM_DT_BF16: { union { uint32_t u; float f; } v; v.u = (uint32_t)((const uint16_t *)p)[i] << 16; return v.f; }
+  default: return 0.f;
+  }
+}
+
+static inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+/* ---------------- x preparation ---------------- */
+static void prep_x(const sm_weight *w, const float *x, float *xp, float *xsum) {
+  int64_t K = w->cols;
+  if (w->bits == 0) { memcpy(xp, x, (size_t)K * sizeof(float)); return; }
+  int gs = w->group_size;
+  for (int64_t g = 0; g < K / gs; g++) {
+    __m512 s = _mm512_setzero_ps();
+    for (int j = 0; j < gs; j += V) s = _mm512_add_ps(s, _mm512_loadu_ps(x + g * gs + j));
+    xsum[g] = hsum(s);
+  }
+  if (w->bits == 4) {
+    for (int64_t b = 0; b < K; b += 32)
+      for (int j = 0; j < 16; j++) { xp[b + j] = x[b + 2 * j]; xp[b + 16 + j] = x[b + 2 * j + 1]; }
+  } else if (w->bits == 2) {
+    for (int64_t b = 0; b < K; b += 32)
+      for (int j = 0; j < 8; j++)
+        for (int s = 0; s < 4; s++) xp[b + s * 8 + j] = x[b + 4 * j + s];
+  } else {
+    memcpy(xp, x, (size_t)K * sizeof(float));
+  }
+}
+
+/* generic unpack of 16 consecutive b-bit values (natural order) from p (16 readable bytes) */
+typedef struct { __m256i ctrl; __m512i shift; __m512i mask; } gen_unpack;
+static inline gen_unpack gen_init(int bits) {
+  gen_unpack u;
+  uint8_t c[32];
+  uint32_t sh[16];
+  for (int i = 0; i < 16; i++) {
+    int off = (i * bits) >> 3;
+    c[2 * i] = (uint8_t)off;
+    c[2 * i + 1] = (uint8_t)(off + 1);
+    sh[i] = (uint32_t)((i * bits) & 7);
+  }
+  u.ctrl = _mm256_loadu_si256((const __m256i *)c);
+  u.shift = _mm512_loadu_si512(sh);
+  u.mask = _mm512_set1_epi32((1 << bits) - 1);
+  return u;
+}
+static inline __m512 gen_load16(const gen_unpack *u, const uint8_t *p) {
+  __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+  __m256i w16 = _mm256_shuffle_epi8(b, u->ctrl);
+  __m512i w = _mm512_cvtepu16_epi32(w16);
+  w = _mm512_and_si512(_mm512_srlv_epi32(w, u->shift), u->mask);
+  return _mm512_cvtepi32_ps(w);
+}
+
+/* ---------------- matvec ---------------- */
+static void mv_q4(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
+  const sm_weight *w = a->w;
+  const int64_t K = w->cols, gs = w->group_size, ng = K / gs;
+  const size_t rb = (size_t)K / 2;
+  const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * rb;
+    const float *xp = a->xp;
+    __m512 tot = _mm512_setzero_ps();
+    float bsum = 0.f;
+    for (int64_t g = 0; g < ng; g++) {
+      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+      for (int j = 0; j < gs; j += 32) {
+        __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+        __m512 lo = _mm512_permutexvar_ps(b, lut);
+        __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
+        a0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xp), a0);
+        a1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xp + 16), a1);
+        q += 16;
+        xp += 32;
+      }
+      size_t si = (size_t)(r * ng + g);
+      tot = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(ldsc(w->scales, si, w->dtype)), tot);
+      if (w->biases) bsum += ldsc(w->biases, si, w->dtype) * a->xsum[g];
+    }
+    y[r - r0] = hsum(tot) + bsum;
+  }
+}
+
+static void mv_q2(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
+  const sm_weight *w = a->w;
+  const int64_t K = w->cols, gs = w->group_size, ng = K / gs;
+  const size_t rb = (size_t)K / 4;
+  const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+  const __m512i shA = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+  const __m512i shB = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6);
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * rb;
+    const float *xp = a->xp;
+    __m512 tot = _mm512_setzero_ps();
+    float bsum = 0.f;
+    for (int64_t g = 0; g < ng; g++) {
+      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+      for (int j = 0; j < gs; j += 32) {
+        uint64_t v;
+        memcpy(&v, q, 8);
+        __m512i b = _mm512_cvtepu8_epi32(_mm_set1_epi64x((long long)v));
+        a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(b, shA), lut), _mm512_loadu_ps(xp), a0);
+        a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(b, shB), lut), _mm512_loadu_ps(xp + 16), a1);
+        q += 8;
+        xp += 32;
+      }
+      size_t si = (size_t)(r * ng + g);
+      tot = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(ldsc(w->scales, si, w->dtype)), tot);
+      if (w->biases) bsum += ldsc(w->biases, si, w->dtype) * a->xsum[g];
+    }
+    y[r - r0] = hsum(tot) + bsum;
+  }
+}
+
+static void mv_q8(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
+  const sm_weight *w = a->w;
+  const int64_t K = w->cols, gs = w->group_size, ng = K / gs;
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * (size_t)K;
+    const float *xp = a->xp;
+    __m512 tot = _mm512_setzero_ps();
+    float bsum = 0.f;
+    for (int64_t g = 0; g < ng; g++) {
+      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+      for (int j = 0; j < gs; j += 32) {
+        __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q)));
+        __m512 w1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16))));
+        a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp), a0);
+        a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp + 16), a1);
+        q += 32;
+        xp += 32;
+      }
+      size_t si = (size_t)(r * ng + g);
+      tot = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(ldsc(w->scales, si, w->dtype)), tot);
+      if (w->biases) bsum += ldsc(w->biases, si, w->dtype) * a->xsum[g];
+    }
+    y[r - r0] = hsum(tot) + bsum;
+  }
+}
+
+/* 3, 5, 6 bits (and any other width): shuffle-based unpack, 16 values per step */
+static void mv_qgen(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
+  const sm_weight *w = a->w;
+  const int bits = w->bits;
+  const int64_t K = w->cols, gs = w->group_size, ng = K / gs;
+  const size_t rb = (size_t)K * (size_t)bits / 8;
+  const size_t step = 2 * (size_t)bits; /* bytes per 16 values */
+  gen_unpack u = gen_init(bits);
+  uint8_t tmp[32];
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+    const float *xp = a->xp;
+    __m512 tot = _mm512_setzero_ps();
+    float bsum = 0.f;
+    size_t off = 0;
+    for (int64_t g = 0; g < ng; g++) {
+      __m512 a0 = _mm512_setzero_ps();
+      for (int j = 0; j < gs; j += 16) {
+        const uint8_t *p = row + off;
+        if (off + 16 > rb) { memset(tmp, 0, sizeof tmp); memcpy(tmp, p, rb - off); p = tmp; }
+        a0 = _mm512_fmadd_ps(gen_load16(&u, p), _mm512_loadu_ps(xp), a0);
+        off += step;
+        xp += 16;
+      }
+      size_t si = (size_t)(r * ng + g);
+      tot = _mm512_fmadd_ps(a0, _mm512_set1_ps(ldsc(w->scales, si, w->dtype)), tot);
+      if (w->biases) bsum += ldsc(w->biases, si, w->dtype) * a->xsum[g];
+    }
+    y[r - r0] = hsum(tot) + bsum;
+  }
+}
+
+static inline __m512 ld_dense(const void *p, int64_t i, sm_dtype t) {
+  switch (t) {
+  case SM_DT_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
+  case SM_DT_BF16:
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i))), 16));
+  default: return _mm512_loadu_ps((const float *)p + i);
+  }
+}
+static inline __m512 ld_dense_mask(const void *p, int64_t i, sm_dtype t, __mmask16 m) {
+  switch (t) {
+  case SM_DT_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
+  case SM_DT_BF16:
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i)), 16));
+  default: return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+  }
+}
+
+static void mv_dense(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
+  const sm_weight *w = a->w;
+  const int64_t K = w->cols;
+  const size_t es = w->dtype == SM_DT_F32 ? 4 : 2;
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (size_t)K * es;
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) {
+      s0 = _mm512_fmadd_ps(ld_dense(row, k, w->dtype), _mm512_loadu_ps(a->xp + k), s0);
+      s1 = _mm512_fmadd_ps(ld_dense(row, k + 16, w->dtype), _mm512_loadu_ps(a->xp + k + 16), s1);
+      s2 = _mm512_fmadd_ps(ld_dense(row, k + 32, w->dtype), _mm512_loadu_ps(a->xp + k + 32), s2);
+      s3 = _mm512_fmadd_ps(ld_dense(row, k + 48, w->dtype), _mm512_loadu_ps(a->xp + k + 48), s3);
+    }
+    for (; k < K; k += 16) {
+      __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
+      s0 = _mm512_fmadd_ps(ld_dense_mask(row, k, w->dtype, m), _mm512_maskz_loadu_ps(m, a->xp + k), s0);
+    }
+    y[r - r0] = hsum(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+  }
+}
+
+static void matvec(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
+  switch (a->w->bits) {
+  case 0: mv_dense(a, r0, r1, y); break;
+  case 2: mv_q2(a, r0, r1, y); break;
+  case 4: mv_q4(a, r0, r1, y); break;
+  case 8: mv_q8(a, r0, r1, y); break;
+  default: mv_qgen(a, r0, r1, y); break;
+  }
+}
+
+/* ---------------- gemm (prefill) ---------------- */
+#define PANEL 32
+
+/* dequantize/convert row r, columns [k0, k0+kc) into out (natural order) */
+static void deq_range(const sm_weight *w, int64_t r, int64_t k0, int kc, float *out) {
+  const int64_t K = w->cols;
+  if (w->bits == 0) {
+    const size_t es = w->dtype == SM_DT_F32 ? 4 : 2;
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (size_t)K * es;
+    int k = 0;
+    for (; k + 16 <= kc; k += 16) _mm512_storeu_ps(out + k, ld_dense(row, k0 + k, w->dtype));
+    if (k < kc) {
+      __mmask16 m = (__mmask16)((1u << (kc - k)) - 1);
+      _mm512_mask_storeu_ps(out + k, m, ld_dense_mask(row, k0 + k, w->dtype, m));
+    }
+    return;
+  }
+  const int bits = w->bits, gs = w->group_size;
+  const int64_t ng = K / gs;
+  const size_t rb = (size_t)K * (size_t)bits / 8;
+  const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+  gen_unpack u = gen_init(bits);
+  uint8_t tmp[32];
+  for (int k = 0; k < kc; k += 16) {
+    int64_t kk = k0 + k;
+    size_t off = (size_t)kk * (size_t)bits / 8;
+    const uint8_t *p = row + off;
+    if (off + 16 > rb) { memset(tmp, 0, sizeof tmp); memcpy(tmp, p, rb - off); p = tmp; }
+    size_t si = (size_t)(r * ng + kk / gs);
+    float s = ldsc(w->scales, si, w->dtype), b = w->biases ? ldsc(w->biases, si, w->dtype) : 0.f;
+    _mm512_storeu_ps(out + k, _mm512_fmadd_ps(gen_load16(&u, p), _mm512_set1_ps(s), _mm512_set1_ps(b)));
+  }
+}
+
+static void pack_panel(const sm_weight *w, int64_t r0, int nr, int64_t k0, int kc, float *dst, float *tmp) {
+  int kc16 = (kc + 15) & ~15;
+  for (int rr = 0; rr < PANEL; rr++) {
+    if (rr < nr) deq_range(w, r0 + rr, k0, kc, tmp + (size_t)rr * kc16);
+    else memset(tmp + (size_t)rr * kc16, 0, (size_t)kc16 * sizeof(float));
+  }
+  /* transpose 16x16 blocks: tmp[rr][k] -> dst[k][rr] */
+  for (int k = 0; k < kc; k += 16) {
+    for (int rb = 0; rb < PANEL; rb += 16) {
+      __m512 m[16];
+      for (int i = 0; i < 16; i++) m[i] = _mm512_loadu_ps(tmp + (size_t)(rb + i) * kc16 + k);
+      /* 16x16 transpose */
+      __m512 t[16];
+      for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(m[i], m[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(m[i], m[i + 1]);
+      }
+      for (int i = 0; i < 16; i += 4) {
+        m[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        m[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        m[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        m[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+      }
+      for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(m[i], m[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(m[i], m[i + 4], 0xDD);
+        t[i + 8] = _mm512_shuffle_f32x4(m[i + 8], m[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(m[i + 8], m[i + 12], 0xDD);
+      }
+      for (int i = 0; i < 4; i++) {
+        m[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        m[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+        m[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        m[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xDD);
+      }
+      /* m[j] now holds column k+j of rows rb..rb+15 */
+      for (int j = 0; j < 16 && k + j < kc; j++) _mm512_storeu_ps(dst + (size_t)(k + j) * PANEL + rb, m[j]);
+    }
+  }
+}
+
+static inline __attribute__((always_inline)) void gemm_micro(const float *P, int kc, const float *x, int64_t ldx,
+                                                            float *y, int64_t ldy, __mmask16 m0, __mmask16 m1,
+                                                            const int NT) {
+  __m512 c0[6], c1[6];
+#pragma GCC unroll 6
+  for (int i = 0; i < NT; i++) {
+    c0[i] = _mm512_maskz_loadu_ps(m0, y + i * ldy);
+    c1[i] = _mm512_maskz_loadu_ps(m1, y + i * ldy + 16);
+  }
+  for (int k = 0; k < kc; k++) {
+    __m512 w0 = _mm512_loadu_ps(P + (size_t)k * PANEL), w1 = _mm512_loadu_ps(P + (size_t)k * PANEL + 16);
+#pragma GCC unroll 6
+    for (int i = 0; i < NT; i++) {
+      __m512 xb = _mm512_set1_ps(x[i * ldx + k]);
+      c0[i] = _mm512_fmadd_ps(w0, xb, c0[i]);
+      c1[i] = _mm512_fmadd_ps(w1, xb, c1[i]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < NT; i++) {
+    _mm512_mask_storeu_ps(y + i * ldy, m0, c0[i]);
+    _mm512_mask_storeu_ps(y + i * ldy + 16, m1, c1[i]);
+  }
+}
+
+static void gemm_panel(const float *P, int kc, const float *x, int64_t ldx, int nt, float *y, int64_t ldy, int nr) {
+  __mmask16 m0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
+  __mmask16 m1 = nr >= 32 ? (__mmask16)0xFFFF : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+  int t = 0;
+  for (; t + 6 <= nt; t += 6) gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 6);
+  switch (nt - t) {
+  case 5: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 5); break;
+  case 4: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 4); break;
+  case 3: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 3); break;
+  case 2: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 2); break;
+  case 1: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 1); break;
+  default: break;
+  }
+}
+
+/* ---------------- vector helpers ---------------- */
+static float dot(const float *a, const float *b, int n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+  }
+  for (; i < n; i += 16) {
+    __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s0);
+  }
+  return hsum(_mm512_add_ps(s0, s1));
+}
+static void axpy(float *y, float a, const float *x, int n) {
+  __m512 va = _mm512_set1_ps(a);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+static void scal(float *y, float a, int n) {
+  __m512 va = _mm512_set1_ps(a);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(va, _mm512_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] *= a;
+}
+
+const sm_cpu_kern sm_cpu_kern_avx512 = {
+  .name = "avx512", .panel = PANEL, .prep_x = prep_x, .matvec = matvec, .pack_panel = pack_panel,
+  .gemm_panel = gemm_panel, .dot = dot, .axpy = axpy, .scal = scal,
+};
+#endif

@@ -1,0 +1,248 @@
+/* smelt run (chat) and smelt generate (raw completion). */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli/cli.h"
+#include "engine/engine.h"
+#include "store/store.h"
+#include "tokenizer/chat.h"
+
+typedef struct {
+  const char *model, *prompt, *system, *device;
+  int n_predict, threads, ctx;
+  bool verbose, no_stats, raw;
+  smelt_sampling s;
+} run_opts;
+
+static void run_usage(const char *cmd, FILE *f) {
+  fprintf(f,
+          "usage: smelt %s %s[options]\n\n"
+          "  -m, --model MODEL       model directory, owner/name or name (default: built-in smelt-tiny)\n"
+          "  -p, --prompt TEXT       prompt (run: one-shot user message; generate: raw text)\n"
+          "  -s, --system TEXT       system message (run)\n"
+          "  -n, --n-predict N       max tokens to generate (default 256)\n"
+          "      --temp T            temperature (0 = greedy; default: generation_config or 0.7 for run, 0 for generate)\n"
+          "      --top-k K  --top-p P  --min-p P\n"
+          "      --repeat-penalty R  --frequency-penalty F  --presence-penalty P  --repeat-last-n N\n"
+          "      --seed S            RNG seed (default random)\n"
+          "  -t, --threads N         CPU threads (default: all cores)\n"
+          "  -c, --ctx-size N        context size (default: model max, capped at 8192)\n"
+          "      --device cpu|cuda   backend (default: cuda if available)\n"
+          "      --no-stats          do not print speed/memory to stderr\n"
+          "      --raw               run: no chat template\n",
+          cmd, !strcmp(cmd, "run") ? "[MODEL] " : "");
+}
+
+enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_REP, O_FREQ, O_PRES, O_LASTN, O_SEED, O_DEV, O_NOSTATS, O_RAW };
+
+static int parse_opts(const char *cmd, int argc, char **argv, run_opts *o, bool *temp_set) {
+  static const struct option lo[] = {
+    { "model", 1, 0, 'm' }, { "prompt", 1, 0, 'p' }, { "system", 1, 0, 's' }, { "n-predict", 1, 0, 'n' },
+    { "max-tokens", 1, 0, 'n' }, { "threads", 1, 0, 't' }, { "ctx-size", 1, 0, 'c' }, { "temp", 1, 0, O_TEMP },
+    { "temperature", 1, 0, O_TEMP }, { "top-k", 1, 0, O_TOPK }, { "top-p", 1, 0, O_TOPP }, { "min-p", 1, 0, O_MINP },
+    { "repeat-penalty", 1, 0, O_REP }, { "frequency-penalty", 1, 0, O_FREQ }, { "presence-penalty", 1, 0, O_PRES },
+    { "repeat-last-n", 1, 0, O_LASTN }, { "seed", 1, 0, O_SEED }, { "device", 1, 0, O_DEV },
+    { "no-stats", 0, 0, O_NOSTATS }, { "raw", 0, 0, O_RAW }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+  memset(o, 0, sizeof *o);
+  o->n_predict = 256;
+  smelt_sampling_default(&o->s);
+  *temp_set = false;
+  optind = 1;
+  int c;
+  char *end;
+#define NUM(dst, conv) do { dst = conv; if (end == optarg || *end) { fprintf(stderr, "smelt %s: bad number '%s'\n", cmd, optarg); return 2; } } while (0)
+  while ((c = getopt_long(argc, argv, "m:p:s:n:t:c:h", lo, NULL)) != -1) {
+    switch (c) {
+    case 'm': o->model = optarg; break;
+    case 'p': o->prompt = optarg; break;
+    case 's': o->system = optarg; break;
+    case 'n': NUM(o->n_predict, (int)strtol(optarg, &end, 10)); break;
+    case 't': NUM(o->threads, (int)strtol(optarg, &end, 10)); break;
+    case 'c': NUM(o->ctx, (int)strtol(optarg, &end, 10)); break;
+    case O_TEMP: NUM(o->s.temperature, strtof(optarg, &end)); *temp_set = true; break;
+    case O_TOPK: NUM(o->s.top_k, (int)strtol(optarg, &end, 10)); break;
+    case O_TOPP: NUM(o->s.top_p, strtof(optarg, &end)); break;
+    case O_MINP: NUM(o->s.min_p, strtof(optarg, &end)); break;
+    case O_REP: NUM(o->s.repetition_penalty, strtof(optarg, &end)); break;
+    case O_FREQ: NUM(o->s.frequency_penalty, strtof(optarg, &end)); break;
+    case O_PRES: NUM(o->s.presence_penalty, strtof(optarg, &end)); break;
+    case O_LASTN: NUM(o->s.penalty_last_n, (int)strtol(optarg, &end, 10)); break;
+    case O_SEED: NUM(o->s.seed, strtoull(optarg, &end, 10)); break;
+    case O_DEV: o->device = optarg; break;
+    case O_NOSTATS: o->no_stats = true; break;
+    case O_RAW: o->raw = true; break;
+    case 'h': run_usage(cmd, stdout); return 1;
+    default: run_usage(cmd, stderr); return 2;
+    }
+  }
+#undef NUM
+  if (optind < argc && !o->model) o->model = argv[optind++];
+  if (optind < argc) { fprintf(stderr, "smelt %s: unexpected argument '%s'\n", cmd, argv[optind]); return 2; }
+  if (o->n_predict < 0 || o->threads < 0 || o->ctx < 0 || o->s.temperature < 0 || o->s.top_p <= 0 || o->s.top_p > 1) {
+    fprintf(stderr, "smelt %s: option out of range\n", cmd);
+    return 2;
+  }
+  return 0;
+}
+
+static smelt_status load(const run_opts *o, smelt_model **m) {
+  char *dir = NULL;
+  smelt_status st = sm_store_resolve(o->model, true, &dir);
+  if (st) return st;
+  smelt_model_params p;
+  smelt_model_params_default(&p);
+  p.n_threads = o->threads;
+  p.max_context = o->ctx;
+  if (o->device) {
+    if (!strcmp(o->device, "cpu")) p.device = SMELT_DEVICE_CPU;
+    else if (!strcmp(o->device, "cuda")) p.device = SMELT_DEVICE_CUDA;
+    else { free(dir); return sm_err(SMELT_ERR_INVALID, "unknown device '%s' (cpu, cuda)", o->device); }
+  }
+  st = smelt_model_load(dir, &p, m);
+  free(dir);
+  return st;
+}
+
+static bool print_piece(const char *piece, size_t len, void *user) {
+  (void)user;
+  fwrite(piece, 1, len, stdout);
+  fflush(stdout);
+  return true;
+}
+
+static void print_stats(const smelt_stats *st) {
+  fprintf(stderr, "\n[prompt %d tokens, prefill %.1f tok/s | generated %d tokens, decode %.1f tok/s | peak memory %.1f MiB]\n",
+          st->n_prompt, st->prefill_s > 0 ? st->n_prompt / st->prefill_s : 0.0, st->n_generated,
+          st->decode_s > 0 && st->n_generated > 1 ? (st->n_generated - 1) / st->decode_s : 0.0,
+          st->peak_rss / (1024.0 * 1024.0));
+}
+
+static void apply_gen_defaults(const smelt_model *m, run_opts *o, bool temp_set, float fallback_temp) {
+  if (temp_set) return;
+  const sm_config *c = &m->cfg;
+  if (c->gen_do_sample == 0) { o->s.temperature = 0; return; }
+  o->s.temperature = c->gen_temperature > 0 ? c->gen_temperature : fallback_temp;
+  if (o->s.top_p >= 1.0f && c->gen_top_p > 0) o->s.top_p = c->gen_top_p;
+  if (o->s.top_k == 0 && c->gen_top_k > 0) o->s.top_k = c->gen_top_k;
+}
+
+int sm_cmd_generate(int argc, char **argv) {
+  run_opts o;
+  bool temp_set;
+  int r = parse_opts("generate", argc, argv, &o, &temp_set);
+  if (r) return r == 1 ? 0 : r;
+  if (!o.prompt) { fprintf(stderr, "smelt generate: -p PROMPT is required\n"); return 2; }
+  smelt_model *m = NULL;
+  smelt_status st = load(&o, &m);
+  if (st) { fprintf(stderr, "smelt generate: %s\n", smelt_last_error()); return 1; }
+  smelt_stats stats;
+  fputs(o.prompt, stdout);
+  st = smelt_generate(m, o.prompt, o.n_predict, &o.s, print_piece, NULL, &stats);
+  printf("\n");
+  if (st) { fprintf(stderr, "smelt generate: %s\n", smelt_last_error()); smelt_model_free(m); return 1; }
+  if (!o.no_stats) print_stats(&stats);
+  smelt_model_free(m);
+  return 0;
+}
+
+typedef struct { char *buf; size_t len, cap; } sbuf;
+
+/* Streams a reply to stdout and keeps a copy for the conversation history. */
+static bool collect_piece(const char *p, size_t l, void *u) {
+  sbuf *b = u;
+  if (b->len + l + 1 > b->cap) {
+    b->cap = (b->len + l + 1) * 2;
+    b->buf = sm_xrealloc(b->buf, b->cap);
+  }
+  memcpy(b->buf + b->len, p, l);
+  b->len += l;
+  b->buf[b->len] = 0;
+  fwrite(p, 1, l, stdout);
+  fflush(stdout);
+  return true;
+}
+
+/* Render the conversation and generate the assistant's reply; appends it to msgs. */
+static smelt_status chat_turn(smelt_model *m, const run_opts *o, cJSON *msgs, smelt_stats *stats) {
+  char *prompt = NULL;
+  smelt_status st;
+  bool templ = !o->raw && sm_tok_chat_template(m->tok, NULL);
+  if (templ) {
+    if ((st = sm_chat_apply(m->tok, msgs, NULL, true, NULL, &prompt))) return st;
+  } else {
+    cJSON *last = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
+    prompt = sm_xstrdup(cJSON_GetStringValue(cJSON_GetObjectItem(last, "content")));
+  }
+  int32_t *ids = NULL;
+  size_t n = 0;
+  /* a rendered chat template already contains BOS where the model wants it */
+  st = smelt_tokenize(m->tok, prompt, strlen(prompt), !templ, &ids, &n);
+  free(prompt);
+  if (st) return st;
+  sbuf reply = { 0 };
+  st = sm_generate_ids(m, ids, (int)n, o->n_predict, &o->s, collect_piece, &reply, stats);
+  free(ids);
+  cJSON *a = cJSON_CreateObject();
+  cJSON_AddStringToObject(a, "role", "assistant");
+  cJSON_AddStringToObject(a, "content", reply.buf ? reply.buf : "");
+  cJSON_AddItemToArray(msgs, a);
+  free(reply.buf);
+  return st;
+}
+
+int sm_cmd_run(int argc, char **argv) {
+  run_opts o;
+  bool temp_set;
+  int r = parse_opts("run", argc, argv, &o, &temp_set);
+  if (r) return r == 1 ? 0 : r;
+  smelt_model *m = NULL;
+  smelt_status st = load(&o, &m);
+  if (st) { fprintf(stderr, "smelt run: %s\n", smelt_last_error()); return 1; }
+  if (!m->tok) { fprintf(stderr, "smelt run: model has no tokenizer.json\n"); smelt_model_free(m); return 1; }
+  apply_gen_defaults(m, &o, temp_set, 0.7f);
+  cJSON *msgs = cJSON_CreateArray();
+  if (o.system) {
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "role", "system");
+    cJSON_AddStringToObject(s, "content", o.system);
+    cJSON_AddItemToArray(msgs, s);
+  }
+  int rc = 0;
+  bool tty = isatty(0);
+  char *line = NULL;
+  size_t cap = 0;
+  for (;;) {
+    const char *text = o.prompt;
+    if (!text) {
+      if (tty) { fprintf(stderr, ">>> "); fflush(stderr); }
+      ssize_t len = getline(&line, &cap, stdin);
+      if (len < 0) break;
+      while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+      if (!strcmp(line, "/bye") || !strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+      if (!strcmp(line, "/clear")) {
+        while (cJSON_GetArraySize(msgs) > (o.system ? 1 : 0)) cJSON_DeleteItemFromArray(msgs, cJSON_GetArraySize(msgs) - 1);
+        continue;
+      }
+      if (!len) continue;
+      text = line;
+    }
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddStringToObject(u, "role", "user");
+    cJSON_AddStringToObject(u, "content", text);
+    cJSON_AddItemToArray(msgs, u);
+    smelt_stats stats;
+    st = chat_turn(m, &o, msgs, &stats);
+    printf("\n");
+    fflush(stdout);
+    if (st) { fprintf(stderr, "smelt run: %s\n", smelt_last_error()); rc = 1; break; }
+    if (!o.no_stats && (o.prompt || tty)) print_stats(&stats);
+    if (o.prompt) break;
+  }
+  free(line);
+  cJSON_Delete(msgs);
+  smelt_model_free(m);
+  return rc;
+}

@@ -1,0 +1,270 @@
+/* smelt inspect | list | rm | arch | pull — see docs/store.md. */
+#include "cli/cli.h"
+#include "store/store.h"
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int parse_int(const char *s, int *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || v < 0 || v > 100000000) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static const char *need_arg(int argc, char **argv, int *i) {
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "smelt %s: %s needs a value\n", argv[0], argv[*i]);
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+static void print_json(cJSON *j) {
+  char *t = cJSON_Print(j);
+  puts(t);
+  free(t);
+  cJSON_Delete(j);
+}
+
+/* ---- inspect ---- */
+static void inspect_usage(FILE *f) {
+  fprintf(f, "usage: smelt inspect -m MODEL [--max-tokens N] [--kv-dtype f32|f16|q8] [--device cpu|cuda] [--json]\n"
+             "Memory estimate: weights, KV cache for N tokens, runtime headroom, available memory.\n"
+             "Exit status: 0 FITS (or available memory unknown), 1 DOES NOT FIT, 2 error.\n");
+}
+
+int sm_cmd_inspect(int argc, char **argv) {
+  const char *model = NULL, *kvd = "f32", *device = "cpu";
+  int max_tokens = 0;
+  bool json = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) { inspect_usage(stdout); return 0; }
+    else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(model = need_arg(argc, argv, &i))) return 2; }
+    else if (!strcmp(a, "--max-tokens") || !strcmp(a, "-n") || !strcmp(a, "--ctx")) {
+      if (!(v = need_arg(argc, argv, &i))) return 2;
+      if (parse_int(v, &max_tokens) || max_tokens <= 0) {
+        fprintf(stderr, "smelt inspect: bad --max-tokens '%s'\n", v);
+        return 2;
+      }
+    } else if (!strcmp(a, "--kv-dtype")) { if (!(kvd = need_arg(argc, argv, &i))) return 2; }
+    else if (!strcmp(a, "--device")) { if (!(device = need_arg(argc, argv, &i))) return 2; }
+    else if (!strcmp(a, "--json")) json = true;
+    else if (a[0] != '-' && !model) model = a;
+    else { fprintf(stderr, "smelt inspect: unknown option '%s'\n", a); inspect_usage(stderr); return 2; }
+  }
+  int kvb = sm_store_kv_dtype_bytes(kvd);
+  if (!kvb) { fprintf(stderr, "smelt inspect: --kv-dtype must be f32, f16 or q8 (got '%s')\n", kvd); return 2; }
+  bool cuda;
+  if (!strcmp(device, "cpu")) cuda = false;
+  else if (!strcmp(device, "cuda") || !strcmp(device, "gpu")) cuda = true;
+  else { fprintf(stderr, "smelt inspect: --device must be cpu or cuda (got '%s')\n", device); return 2; }
+
+  char *dir = NULL;
+  smelt_status s = sm_store_resolve(model, false, &dir);
+  if (s) { fprintf(stderr, "smelt inspect: %s\n", sm_errmsg()); return 2; }
+  sm_mem_estimate e;
+  s = sm_store_estimate(dir, max_tokens, kvb, cuda, &e);
+  if (s) { fprintf(stderr, "smelt inspect: %s\n", sm_errmsg()); free(dir); return 2; }
+  const char *verdict = !e.available_known ? "UNKNOWN" : (e.fits ? "FITS" : "DOES NOT FIT");
+  if (json) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", dir);
+    cJSON_AddStringToObject(j, "arch", e.arch);
+    cJSON_AddBoolToObject(j, "arch_supported", sm_store_arch_supported(e.arch));
+    cJSON_AddNumberToObject(j, "n_layers", e.n_layers);
+    cJSON_AddNumberToObject(j, "n_heads", e.n_heads);
+    cJSON_AddNumberToObject(j, "n_kv_heads", e.n_kv_heads);
+    cJSON_AddNumberToObject(j, "head_dim", e.head_dim);
+    cJSON_AddNumberToObject(j, "hidden_size", e.hidden);
+    cJSON_AddNumberToObject(j, "intermediate_size", e.intermediate);
+    cJSON_AddNumberToObject(j, "vocab_size", e.vocab);
+    cJSON_AddNumberToObject(j, "quant_bits", e.quant_bits);
+    cJSON_AddNumberToObject(j, "quant_group_size", e.quant_group);
+    cJSON_AddNumberToObject(j, "n_tensors", (double)e.n_tensors);
+    cJSON_AddNumberToObject(j, "n_params", (double)e.n_params);
+    cJSON_AddNumberToObject(j, "weights_bytes", (double)e.weights_bytes);
+    cJSON_AddStringToObject(j, "kv_dtype", kvd);
+    cJSON_AddNumberToObject(j, "max_tokens", e.max_tokens);
+    cJSON_AddNumberToObject(j, "kv_bytes_per_token", (double)e.kv_bytes_per_token);
+    cJSON_AddNumberToObject(j, "kv_bytes", (double)e.kv_bytes);
+    cJSON_AddNumberToObject(j, "activation_bytes", (double)e.activation_bytes);
+    cJSON_AddNumberToObject(j, "runtime_bytes", (double)e.runtime_bytes);
+    cJSON_AddNumberToObject(j, "total_bytes", (double)e.total_bytes);
+    cJSON_AddStringToObject(j, "device", cuda ? "cuda" : "cpu");
+    if (e.available_known) cJSON_AddNumberToObject(j, "available_bytes", (double)e.available_bytes);
+    else cJSON_AddNullToObject(j, "available_bytes");
+    cJSON_AddBoolToObject(j, "fits", e.fits);
+    cJSON_AddStringToObject(j, "verdict", verdict);
+    print_json(j);
+  } else {
+    char b1[32], b2[32], b3[32];
+    printf("model        %s\n", dir);
+    printf("arch         %s%s\n", e.arch[0] ? e.arch : "?", sm_store_arch_supported(e.arch) ? "" : " (not supported)");
+    printf("shape        %d layers, %d heads, %d kv heads, head dim %d, hidden %d, ffn %d, vocab %d\n", e.n_layers,
+           e.n_heads, e.n_kv_heads, e.head_dim, e.hidden, e.intermediate, e.vocab);
+    if (e.quant_bits) printf("quantization %d-bit, group size %d\n", e.quant_bits, e.quant_group);
+    else printf("quantization none\n");
+    printf("parameters   %.3f B (%llu)\n", (double)e.n_params / 1e9, (unsigned long long)e.n_params);
+    printf("weights      %s (%zu tensors)\n", sm_store_fmt_bytes(e.weights_bytes, b1, 32), e.n_tensors);
+    printf("KV cache     %s: %llu B/token x %d tokens = %s\n", kvd, (unsigned long long)e.kv_bytes_per_token,
+           e.max_tokens, sm_store_fmt_bytes(e.kv_bytes, b2, 32));
+    printf("runtime      %s (activations %s + 10%%)\n", sm_store_fmt_bytes(e.runtime_bytes, b1, 32),
+           sm_store_fmt_bytes(e.activation_bytes, b3, 32));
+    printf("total        %s\n", sm_store_fmt_bytes(e.total_bytes, b1, 32));
+    if (e.available_known)
+      printf("available    %s (%s)\n", sm_store_fmt_bytes(e.available_bytes, b2, 32),
+             getenv("SMELT_AVAILABLE_MEMORY") && *getenv("SMELT_AVAILABLE_MEMORY")
+                 ? "SMELT_AVAILABLE_MEMORY"
+                 : (cuda ? "free device memory" : "MemAvailable"));
+    else printf("available    unknown (%s)\n", cuda ? "no CUDA memory query in this build" : "no /proc/meminfo");
+    printf("verdict      %s\n", verdict);
+  }
+  free(dir);
+  return e.fits ? 0 : 1;
+}
+
+/* ---- list ---- */
+int sm_cmd_list(int argc, char **argv) {
+  bool json = false, quiet = false, verbose = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--json")) json = true;
+    else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = true;
+    else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) verbose = true;
+    else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      printf("usage: smelt list [--json | -q | -v]\nModels in the store (%s) and the Hugging Face cache.\n",
+             "$SMELT_CACHE_DIR/models");
+      return 0;
+    } else { fprintf(stderr, "smelt list: unknown option '%s'\n", a); return 2; }
+  }
+  sm_store_entry *e;
+  size_t n;
+  if (sm_store_list(&e, &n)) { fprintf(stderr, "smelt list: %s\n", sm_errmsg()); return 1; }
+  if (json) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) {
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "name", e[i].name);
+      cJSON_AddStringToObject(o, "path", e[i].path);
+      cJSON_AddStringToObject(o, "source", e[i].source);
+      cJSON_AddNumberToObject(o, "size_bytes", (double)e[i].size_bytes);
+      cJSON_AddStringToObject(o, "arch", e[i].arch);
+      cJSON_AddNumberToObject(o, "bits", e[i].bits);
+      cJSON_AddNumberToObject(o, "group_size", e[i].group_size);
+      cJSON_AddBoolToObject(o, "supported", e[i].supported);
+      cJSON_AddItemToArray(arr, o);
+    }
+    print_json(arr);
+  } else if (quiet) {
+    for (size_t i = 0; i < n; i++) puts(e[i].name);
+  } else {
+    printf("%-48s %10s  %-10s %-6s %s\n", "NAME", "SIZE", "ARCH", "QUANT", "SOURCE");
+    for (size_t i = 0; i < n; i++) {
+      char b[32], q[16];
+      if (e[i].bits) snprintf(q, sizeof q, "%d-bit", e[i].bits);
+      else snprintf(q, sizeof q, "-");
+      printf("%-48s %10s  %-10s %-6s %s%s\n", e[i].name, sm_store_fmt_bytes(e[i].size_bytes, b, 32),
+             e[i].arch[0] ? e[i].arch : "?", q, e[i].source, e[i].supported ? "" : " (unsupported arch)");
+      if (verbose) printf("    %s\n", e[i].path);
+    }
+    if (n == 0) {
+      char *root = sm_store_root(), *hf = sm_store_hf_cache();
+      fprintf(stderr, "no models in %s or %s; try `smelt pull Qwen3-0.6B-4bit`\n", root, hf);
+      free(root); free(hf);
+    }
+  }
+  sm_store_list_free(e, n);
+  return 0;
+}
+
+/* ---- rm ---- */
+int sm_cmd_rm(int argc, char **argv) {
+  bool yes = false;
+  int n_names = 0, rc = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-y") || !strcmp(argv[i], "--yes")) yes = true;
+    else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      printf("usage: smelt rm [--yes] NAME...\nRemove models from the store (never the Hugging Face cache).\n"
+             "Asks for confirmation on a terminal unless --yes.\n");
+      return 0;
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      fprintf(stderr, "smelt rm: unknown option '%s'\n", argv[i]);
+      return 2;
+    } else n_names++;
+  }
+  if (!n_names) { fprintf(stderr, "usage: smelt rm [--yes] NAME...\n"); return 2; }
+  for (int i = 1; i < argc; i++) {
+    if (argv[i][0] == '-' && argv[i][1]) continue;
+    char *dir = NULL;
+    if (sm_store_locate_removable(argv[i], &dir)) {
+      fprintf(stderr, "smelt rm: %s\n", sm_errmsg());
+      rc = 1;
+      continue;
+    }
+    if (!yes && isatty(0)) {
+      char b[32], line[64];
+      fprintf(stderr, "remove %s (%s)? [y/N] ", dir, sm_store_fmt_bytes(sm_store_dir_size(dir), b, 32));
+      fflush(stderr);
+      if (!fgets(line, sizeof line, stdin) || (line[0] != 'y' && line[0] != 'Y')) {
+        fprintf(stderr, "kept %s\n", dir);
+        free(dir);
+        continue;
+      }
+    }
+    if (sm_store_remove(dir)) { fprintf(stderr, "smelt rm: %s\n", sm_errmsg()); rc = 1; }
+    else fprintf(stderr, "removed %s\n", dir);
+    free(dir);
+  }
+  return rc;
+}
+
+/* ---- arch ---- */
+int sm_cmd_arch(int argc, char **argv) {
+  bool json = argc > 1 && !strcmp(argv[1], "--json");
+  size_t n;
+  const sm_arch_info *a = sm_store_supported_arch(&n);
+  if (json) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) {
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "model_type", a[i].model_type);
+      cJSON_AddStringToObject(o, "description", a[i].description);
+      cJSON_AddStringToObject(o, "example", a[i].example);
+      cJSON_AddItemToArray(arr, o);
+    }
+    print_json(arr);
+    return 0;
+  }
+  printf("%-10s %-62s %s\n", "ARCH", "MODELS", "EXAMPLE");
+  for (size_t i = 0; i < n; i++) printf("%-10s %-62s %s\n", a[i].model_type, a[i].description, a[i].example);
+  printf("\nWeights: MLX safetensors, dense f32/f16/bf16 or affine-quantized 2/3/4/5/6/8-bit.\n");
+  return 0;
+}
+
+/* ---- pull ---- */
+int sm_cmd_pull(int argc, char **argv) {
+  bool quiet = false;
+  const char *ref = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) quiet = true;
+    else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      printf("usage: smelt pull [-q] [owner/]name\nDownload a model from the Hugging Face hub "
+             "(HF_ENDPOINT, HF_TOKEN) into the store; bare names are mlx-community/<name>.\n"
+             "Interrupted downloads resume on the next pull. Prints the model directory.\n");
+      return 0;
+    } else if (argv[i][0] == '-') { fprintf(stderr, "smelt pull: unknown option '%s'\n", argv[i]); return 2; }
+    else if (!ref) ref = argv[i];
+    else { fprintf(stderr, "smelt pull: one model at a time\n"); return 2; }
+  }
+  if (!ref) { fprintf(stderr, "usage: smelt pull [-q] [owner/]name\n"); return 2; }
+  char *dir = NULL;
+  if (sm_store_pull(ref, !quiet, &dir)) { fprintf(stderr, "smelt pull: %s\n", sm_errmsg()); return 1; }
+  puts(dir);
+  free(dir);
+  return 0;
+}

@@ -1,0 +1,316 @@
+/* Paged KV cache, prefix cache and continuous-batch stepping. */
+#include "engine/engine.h"
+#include <stdlib.h>
+#include <string.h>
+
+struct sm_seq {
+  int32_t *tok; int n_tok, cap_tok;
+  int n_done;                 /* tokens whose K/V are in the cache */
+  int32_t *blk; int n_blk;    /* physical block ids (max_blocks capacity) */
+  uint64_t *bhash;            /* chain hash of each full, registered-or-hashed block */
+  int n_hashed;               /* full blocks whose hash has been computed */
+};
+
+struct sm_engine {
+  smelt_model *m;
+  sm_engine_params p;
+  sm_kv_cache kv;
+  int max_blocks;             /* per sequence */
+  int *ref;                   /* [n_blocks] */
+  uint64_t *hash;             /* [n_blocks] 0 = not in the prefix map */
+  uint64_t *parent;           /* [n_blocks] parent chain hash (for verification) */
+  int32_t *btok;              /* [n_blocks * block_size] tokens of registered blocks */
+  int *free_stack; int n_free;   /* ref==0, not cached */
+  int *lru_prev, *lru_next; int lru_head, lru_tail; int n_cached; /* ref==0, cached */
+  int *map; int map_cap;      /* open addressing: block id or -1 (tombstone -2) */
+  uint64_t prefix_hits;
+  /* step scratch */
+  int32_t *b_tok, *b_pos, *b_seq, *b_out, *b_table;
+  int b_cap, b_table_cap;
+};
+
+void sm_engine_params_default(sm_engine_params *p) {
+  memset(p, 0, sizeof *p);
+  p->block_size = 16;
+  p->max_seqs = 1;
+  p->max_batch_tokens = 512;
+  p->prefix_cache = true;
+}
+
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL; x ^= x >> 27; x *= 0x94d049bb133111ebULL; x ^= x >> 31;
+  return x;
+}
+static uint64_t chain_hash(uint64_t parent, const int32_t *t, int n) {
+  uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ULL);
+  for (int i = 0; i < n; i++) h = mix64(h ^ (uint32_t)t[i]) + (uint64_t)i;
+  return h ? h : 1;
+}
+
+/* ---- prefix map ---- */
+static int map_find(const sm_engine *e, uint64_t h) {
+  int mask = e->map_cap - 1;
+  for (int i = (int)(h & (uint64_t)mask), k = 0; k < e->map_cap; i = (i + 1) & mask, k++) {
+    int b = e->map[i];
+    if (b == -1) return -1;
+    if (b >= 0 && e->hash[b] == h) return b;
+  }
+  return -1;
+}
+static void map_insert(sm_engine *e, int blk, uint64_t h) {
+  int mask = e->map_cap - 1;
+  for (int i = (int)(h & (uint64_t)mask);; i = (i + 1) & mask)
+    if (e->map[i] < 0) { e->map[i] = blk; e->hash[blk] = h; return; }
+}
+static void map_remove(sm_engine *e, int blk) {
+  int mask = e->map_cap - 1;
+  uint64_t h = e->hash[blk];
+  for (int i = (int)(h & (uint64_t)mask), k = 0; k < e->map_cap; i = (i + 1) & mask, k++) {
+    if (e->map[i] == -1) break;
+    if (e->map[i] == blk) { e->map[i] = -2; break; }
+  }
+  e->hash[blk] = 0;
+}
+
+/* ---- LRU of cached free blocks ---- */
+static void lru_push(sm_engine *e, int b) {
+  e->lru_prev[b] = e->lru_tail; e->lru_next[b] = -1;
+  if (e->lru_tail >= 0) e->lru_next[e->lru_tail] = b; else e->lru_head = b;
+  e->lru_tail = b; e->n_cached++;
+}
+static void lru_unlink(sm_engine *e, int b) {
+  if (e->lru_prev[b] >= 0) e->lru_next[e->lru_prev[b]] = e->lru_next[b]; else e->lru_head = e->lru_next[b];
+  if (e->lru_next[b] >= 0) e->lru_prev[e->lru_next[b]] = e->lru_prev[b]; else e->lru_tail = e->lru_prev[b];
+  e->n_cached--;
+}
+
+static int block_alloc(sm_engine *e) {
+  int b;
+  if (e->n_free > 0) b = e->free_stack[--e->n_free];
+  else if (e->lru_head >= 0) { b = e->lru_head; lru_unlink(e, b); map_remove(e, b); }
+  else return -1;
+  e->ref[b] = 1;
+  return b;
+}
+static void block_release(sm_engine *e, int b) {
+  if (--e->ref[b] > 0) return;
+  if (e->hash[b]) lru_push(e, b); else e->free_stack[e->n_free++] = b;
+}
+static void block_retain(sm_engine *e, int b) {
+  if (e->ref[b]++ == 0 && e->hash[b]) lru_unlink(e, b);
+}
+
+smelt_status sm_engine_create(smelt_model *m, const sm_engine_params *pp, sm_engine **out) {
+  sm_engine_params p;
+  if (pp) p = *pp; else sm_engine_params_default(&p);
+  if (p.block_size <= 0) p.block_size = 16;
+  if (p.max_seqs <= 0) p.max_seqs = 1;
+  if (p.max_context <= 0) p.max_context = m->max_context;
+  if (p.max_batch_tokens <= 0) p.max_batch_tokens = 512;
+  if (p.max_batch_tokens < p.max_seqs) p.max_batch_tokens = p.max_seqs;
+  int max_blocks = (p.max_context + p.block_size - 1) / p.block_size;
+  if (p.n_blocks <= 0) p.n_blocks = max_blocks * p.max_seqs;
+  if (p.n_blocks < max_blocks) p.n_blocks = max_blocks;
+  sm_engine *e = sm_xcalloc(1, sizeof *e);
+  e->m = m; e->p = p; e->max_blocks = max_blocks;
+  smelt_status st = sm_kv_alloc(m, p.n_blocks, p.block_size, &e->kv);
+  if (st) { free(e); return st; }
+  int nb = p.n_blocks;
+  e->ref = sm_xcalloc((size_t)nb, sizeof(int));
+  e->hash = sm_xcalloc((size_t)nb, sizeof(uint64_t));
+  e->parent = sm_xcalloc((size_t)nb, sizeof(uint64_t));
+  e->btok = sm_xcalloc((size_t)nb * p.block_size, sizeof(int32_t));
+  e->free_stack = sm_xmalloc(sizeof(int) * (size_t)nb);
+  e->lru_prev = sm_xmalloc(sizeof(int) * (size_t)nb);
+  e->lru_next = sm_xmalloc(sizeof(int) * (size_t)nb);
+  for (int i = 0; i < nb; i++) e->free_stack[i] = nb - 1 - i;
+  e->n_free = nb;
+  e->lru_head = e->lru_tail = -1;
+  e->map_cap = 16;
+  while (e->map_cap < 2 * nb) e->map_cap <<= 1;
+  e->map = sm_xmalloc(sizeof(int) * (size_t)e->map_cap);
+  for (int i = 0; i < e->map_cap; i++) e->map[i] = -1;
+  if ((st = sm_model_reserve(m, p.max_batch_tokens, p.max_seqs))) { sm_engine_free(e); return st; }
+  *out = e;
+  return SMELT_OK;
+}
+
+void sm_engine_free(sm_engine *e) {
+  if (!e) return;
+  sm_kv_free(e->m, &e->kv);
+  free(e->ref); free(e->hash); free(e->parent); free(e->btok); free(e->free_stack);
+  free(e->lru_prev); free(e->lru_next); free(e->map);
+  free(e->b_tok); free(e->b_pos); free(e->b_seq); free(e->b_out); free(e->b_table);
+  free(e);
+}
+
+smelt_model *sm_engine_model(sm_engine *e) { return e->m; }
+
+sm_seq *sm_seq_new(sm_engine *e) {
+  sm_seq *s = sm_xcalloc(1, sizeof *s);
+  s->blk = sm_xmalloc(sizeof(int32_t) * (size_t)e->max_blocks);
+  s->bhash = sm_xcalloc((size_t)e->max_blocks, sizeof(uint64_t));
+  return s;
+}
+
+void sm_seq_free(sm_engine *e, sm_seq *s) {
+  if (!s) return;
+  for (int i = 0; i < s->n_blk; i++) block_release(e, s->blk[i]);
+  free(s->tok); free(s->blk); free(s->bhash); free(s);
+}
+
+smelt_status sm_seq_append(sm_engine *e, sm_seq *s, const int32_t *ids, int n) {
+  if (n < 0) return sm_err(SMELT_ERR_INVALID, "negative token count");
+  if (s->n_tok + n > e->p.max_context)
+    return sm_err(SMELT_ERR_LIMIT, "sequence of %d tokens exceeds the context size %d", s->n_tok + n, e->p.max_context);
+  int32_t V = e->m->cfg.vocab_size;
+  for (int i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= V) return sm_err(SMELT_ERR_INVALID, "token id %d out of range (vocab %d)", ids[i], V);
+  if (s->n_tok + n > s->cap_tok) {
+    s->cap_tok = SM_MAX(s->n_tok + n, s->cap_tok * 2 + 16);
+    s->tok = sm_xrealloc(s->tok, sizeof(int32_t) * (size_t)s->cap_tok);
+  }
+  memcpy(s->tok + s->n_tok, ids, sizeof(int32_t) * (size_t)n);
+  s->n_tok += n;
+  return SMELT_OK;
+}
+
+int sm_seq_len(const sm_seq *s) { return s->n_tok; }
+int sm_seq_pending(const sm_seq *s) { return s->n_tok - s->n_done; }
+const int32_t *sm_seq_tokens(const sm_seq *s) { return s->tok; }
+
+int sm_seq_use_prefix_cache(sm_engine *e, sm_seq *s) {
+  if (!e->p.prefix_cache || s->n_done > 0 || s->n_blk > 0 || s->n_tok < 2) return 0;
+  int bs = e->p.block_size, full = (s->n_tok - 1) / bs;
+  uint64_t parent = 0;
+  int i;
+  for (i = 0; i < full; i++) {
+    const int32_t *t = s->tok + (size_t)i * bs;
+    uint64_t h = chain_hash(parent, t, bs);
+    int b = map_find(e, h);
+    if (b < 0 || e->parent[b] != parent || memcmp(e->btok + (size_t)b * bs, t, sizeof(int32_t) * (size_t)bs)) break;
+    block_retain(e, b);
+    s->blk[s->n_blk++] = b;
+    s->bhash[i] = h;
+    parent = h;
+  }
+  s->n_hashed = i;
+  s->n_done = i * bs;
+  e->prefix_hits += (uint64_t)s->n_done;
+  return s->n_done;
+}
+
+sm_seq *sm_seq_fork(sm_engine *e, sm_seq *s) {
+  sm_seq *c = sm_seq_new(e);
+  sm_seq_append(e, c, s->tok, s->n_tok);
+  int bs = e->p.block_size, full = s->n_done / bs;
+  if (full * bs == s->n_tok && full > 0) full--; /* keep the last token to recompute for logits */
+  for (int i = 0; i < full; i++) {
+    block_retain(e, s->blk[i]);
+    c->blk[c->n_blk++] = s->blk[i];
+    c->bhash[i] = s->bhash[i];
+  }
+  c->n_hashed = SM_MIN(full, s->n_hashed);
+  c->n_done = full * bs;
+  return c;
+}
+
+/* After computing, hash & register newly full blocks of s. */
+static void register_full(sm_engine *e, sm_seq *s) {
+  int bs = e->p.block_size, full = s->n_done / bs;
+  while (s->n_hashed < full) {
+    int i = s->n_hashed;
+    uint64_t parent = i ? s->bhash[i - 1] : 0;
+    const int32_t *t = s->tok + (size_t)i * bs;
+    uint64_t h = chain_hash(parent, t, bs);
+    s->bhash[i] = h;
+    int b = s->blk[i];
+    if (e->p.prefix_cache && !e->hash[b] && map_find(e, h) < 0) {
+      memcpy(e->btok + (size_t)b * bs, t, sizeof(int32_t) * (size_t)bs);
+      e->parent[b] = parent;
+      map_insert(e, b, h);
+    }
+    s->n_hashed++;
+  }
+}
+
+smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done) {
+  int bs = e->p.block_size, budget = e->p.max_batch_tokens;
+  if (n > e->p.max_seqs) return sm_err(SMELT_ERR_LIMIT, "%d sequences in one step, engine sized for %d", n, e->p.max_seqs);
+  int *take = sm_xcalloc((size_t)(n ? n : 1), sizeof(int));
+  /* decode tokens first (1 each), then prefill chunks with what's left */
+  int total = 0, need_blocks = 0;
+  for (int i = 0; i < n; i++) {
+    int pend = sm_seq_pending(seqs[i]);
+    if (pend > 0) { take[i] = 1; total++; }
+  }
+  if (total > budget) { free(take); return sm_err(SMELT_ERR_LIMIT, "batch budget too small"); }
+  for (int i = 0; i < n; i++) {
+    int pend = sm_seq_pending(seqs[i]);
+    int more = SM_MIN(pend - take[i], budget - total);
+    if (more > 0) { take[i] += more; total += more; }
+  }
+  for (int i = 0; i < n; i++) {
+    sm_seq *s = seqs[i];
+    int last = s->n_done + take[i];
+    int nb = (last + bs - 1) / bs;
+    if (nb > s->n_blk) need_blocks += nb - s->n_blk;
+  }
+  if (need_blocks > e->n_free + e->n_cached) {
+    free(take);
+    return sm_err(SMELT_ERR_OOM, "KV cache full: need %d blocks, %d free", need_blocks, e->n_free + e->n_cached);
+  }
+  for (int i = 0; i < n; i++) {
+    sm_seq *s = seqs[i];
+    int nb = (s->n_done + take[i] + bs - 1) / bs;
+    while (s->n_blk < nb) s->blk[s->n_blk++] = block_alloc(e);
+  }
+  if (total > e->b_cap) {
+    e->b_cap = total;
+    e->b_tok = sm_xrealloc(e->b_tok, sizeof(int32_t) * (size_t)total);
+    e->b_pos = sm_xrealloc(e->b_pos, sizeof(int32_t) * (size_t)total);
+    e->b_seq = sm_xrealloc(e->b_seq, sizeof(int32_t) * (size_t)total);
+    e->b_out = sm_xrealloc(e->b_out, sizeof(int32_t) * (size_t)total);
+  }
+  if (n * e->max_blocks > e->b_table_cap) {
+    e->b_table_cap = n * e->max_blocks;
+    e->b_table = sm_xrealloc(e->b_table, sizeof(int32_t) * (size_t)e->b_table_cap);
+  }
+  int t = 0, n_out = 0;
+  int *out_of = sm_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
+  for (int i = 0; i < n; i++) {
+    sm_seq *s = seqs[i];
+    memcpy(e->b_table + (size_t)i * e->max_blocks, s->blk, sizeof(int32_t) * (size_t)s->n_blk);
+    out_of[i] = -1;
+    for (int j = 0; j < take[i]; j++, t++) {
+      int p = s->n_done + j;
+      e->b_tok[t] = s->tok[p];
+      e->b_pos[t] = p;
+      e->b_seq[t] = i;
+    }
+    if (take[i] > 0 && s->n_done + take[i] == s->n_tok) { out_of[i] = n_out; e->b_out[n_out++] = t - 1; }
+  }
+  sm_batch b = { .n_tokens = total, .tokens = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .n_seqs = n,
+                 .max_blocks = e->max_blocks, .block_table = e->b_table, .n_out = n_out, .out_rows = e->b_out };
+  int V = e->m->cfg.vocab_size;
+  float *tmp = n_out ? sm_xmalloc(sizeof(float) * (size_t)n_out * V) : NULL;
+  smelt_status st = total ? sm_model_forward(e->m, &e->kv, &b, tmp) : SMELT_OK;
+  if (st == SMELT_OK) {
+    for (int i = 0; i < n; i++) {
+      seqs[i]->n_done += take[i];
+      register_full(e, seqs[i]);
+      done[i] = out_of[i] >= 0;
+      if (done[i]) memcpy(logits + (size_t)i * V, tmp + (size_t)out_of[i] * V, sizeof(float) * (size_t)V);
+    }
+  }
+  free(tmp); free(out_of); free(take);
+  return st;
+}
+
+void sm_engine_get_stats(const sm_engine *e, sm_engine_stats *st) {
+  st->n_blocks = e->p.n_blocks;
+  st->block_size = e->p.block_size;
+  st->blocks_used = e->p.n_blocks - e->n_free - e->n_cached;
+  st->blocks_cached = e->n_cached;
+  st->prefix_hits_tokens = e->prefix_hits;
+}

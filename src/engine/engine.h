@@ -1,0 +1,62 @@
+/* Engine: paged KV cache with a block allocator and prefix caching, sequences, and a
+ * batched step that runs the model on the pending tokens of many sequences at once
+ * (continuous batching). Not thread-safe: one engine thread drives it. */
+#ifndef SM_ENGINE_H
+#define SM_ENGINE_H
+#include "base/base.h"
+#include "model/model.h"
+
+typedef struct sm_engine sm_engine;
+typedef struct sm_seq sm_seq;
+
+typedef struct {
+  int block_size;       /* tokens per KV block (default 16) */
+  int n_blocks;         /* total KV blocks; 0 = enough for max_seqs * max_context */
+  int max_seqs;         /* sequences that may be active at once (default 1) */
+  int max_context;      /* tokens per sequence (default: model max, capped at 8192) */
+  int max_batch_tokens; /* tokens per forward step (prefill chunk), default 512 */
+  bool prefix_cache;    /* reuse full blocks of identical prefixes (default true) */
+} sm_engine_params;
+
+void sm_engine_params_default(sm_engine_params *p);
+/* The engine borrows the model (which must outlive it) and allocates the KV cache. */
+smelt_status sm_engine_create(smelt_model *m, const sm_engine_params *p, sm_engine **out);
+void sm_engine_free(sm_engine *e);
+smelt_model *sm_engine_model(sm_engine *e);
+
+/* A sequence owns its token list and its KV blocks. */
+sm_seq *sm_seq_new(sm_engine *e);
+/* Releases the sequence's blocks (full blocks stay in the prefix cache until evicted). */
+void sm_seq_free(sm_engine *e, sm_seq *s);
+/* Append tokens (prompt or sampled); they are computed by the next steps.
+ * SMELT_ERR_LIMIT when the sequence would exceed max_context. */
+smelt_status sm_seq_append(sm_engine *e, sm_seq *s, const int32_t *ids, int n);
+/* Before the first step of a new sequence: reuse cached KV for the longest prefix of
+ * full blocks already computed (never the whole prompt: the last token is always
+ * recomputed so logits exist). Returns the number of tokens reused. */
+int sm_seq_use_prefix_cache(sm_engine *e, sm_seq *s);
+int sm_seq_len(const sm_seq *s);            /* tokens appended so far */
+int sm_seq_pending(const sm_seq *s);        /* appended but not yet computed */
+const int32_t *sm_seq_tokens(const sm_seq *s);
+/* Fork: new sequence sharing all full blocks of s (copy-on-write for the partial one). */
+sm_seq *sm_seq_fork(sm_engine *e, sm_seq *s);
+
+/* Run one forward step over the pending tokens of seqs[0..n) (at most max_batch_tokens
+ * in total; a long prompt is split over several steps). For every sequence whose last
+ * pending token was computed in this step, done[i] = 1 and logits[i*vocab..] holds the
+ * logits after its last token; otherwise done[i] = 0. logits must hold n*vocab floats.
+ * SMELT_ERR_OOM when no KV block is free (free or preempt a sequence and retry). */
+smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done);
+
+/* Generate from token ids (one sequence); smelt_generate = tokenize + this. */
+smelt_status sm_generate_ids(smelt_model *m, const int32_t *ids, int n_ids, int max_tokens, const smelt_sampling *sp,
+                             smelt_piece_cb cb, void *user, smelt_stats *stats);
+
+/* Stats */
+typedef struct {
+  int n_blocks, block_size, blocks_used, blocks_cached; /* cached: free but holding a prefix */
+  uint64_t prefix_hits_tokens;                          /* tokens served from the prefix cache */
+} sm_engine_stats;
+void sm_engine_get_stats(const sm_engine *e, sm_engine_stats *st);
+
+#endif

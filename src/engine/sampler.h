@@ -1,0 +1,24 @@
+/* Token sampling: greedy, temperature, top-k, top-p, min-p, penalties, seeded RNG. */
+#ifndef SM_SAMPLER_H
+#define SM_SAMPLER_H
+#include "base/base.h"
+
+typedef struct {
+  smelt_sampling p;
+  uint64_t rng[4]; /* xoshiro256** state */
+  int vocab;
+  /* scratch */
+  float *probs;
+  int32_t *idx;
+} sm_sampler;
+
+void sm_sampler_init(sm_sampler *s, const smelt_sampling *p, int vocab);
+void sm_sampler_free(sm_sampler *s);
+/* Sample from logits (modified in place). history: previous tokens for penalties. */
+int32_t sm_sampler_sample(sm_sampler *s, float *logits, const int32_t *history, int n_history);
+/* log-softmax of logits into out (vocab floats). */
+void sm_log_softmax(const float *logits, int n, float *out);
+/* top-n (by value) indices of v, sorted descending. */
+void sm_top_n(const float *v, int n, int k, int32_t *out_idx);
+
+#endif

@@ -1,0 +1,510 @@
+/* config.json / generation_config.json parsing (see config.h). */
+#include "format/config.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Hugging Face class defaults per family (transformers' *Config __init__ defaults);
+ * used for fields a config.json leaves out. Sizes of 0 mean "required". */
+typedef struct {
+  const char *type;
+  int vocab, hidden, inter, layers, heads, kv /* 0 = heads */, head_dim /* 0 = hidden/heads */, max_pos;
+  float eps, theta;
+  const char *act;
+  bool tie, attn_bias;
+  int sw_mode; /* 0: no sliding window, 1: "sliding_window" (default below), 2: only if use_sliding_window */
+  int sliding;
+  int bos, eos; /* -1 = none */
+  float final_softcap, attn_softcap, qpas;
+  int sw_pattern;
+  float local_theta;
+  bool gemma_act; /* prefer "hidden_activation" over "hidden_act" */
+} family;
+
+static const family k_families[] = {
+  {"llama", 32000, 4096, 11008, 32, 32, 0, 0, 2048, 1e-6f, 10000.f, "silu", false, false, 0, 0, 1, 2, 0, 0, 0, 0, 0, false},
+  {"mistral", 32000, 4096, 14336, 32, 32, 8, 0, 131072, 1e-6f, 10000.f, "silu", false, false, 1, 4096, 1, 2, 0, 0, 0, 0, 0, false},
+  {"qwen2", 151936, 4096, 22016, 32, 32, 32, 0, 32768, 1e-6f, 10000.f, "silu", false, true, 2, 4096, -1, -1, 0, 0, 0, 0, 0, false},
+  {"qwen3", 151936, 4096, 22016, 32, 32, 32, 128, 32768, 1e-6f, 10000.f, "silu", false, false, 2, 4096, -1, -1, 0, 0, 0, 0, 0, false},
+  {"gemma", 256000, 3072, 24576, 28, 16, 16, 256, 8192, 1e-6f, 10000.f, "gelu_pytorch_tanh", true, false, 0, 0, 2, 1, 0, 0, 0, 0, 0, true},
+  {"gemma2", 256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6f, 10000.f, "gelu_pytorch_tanh", true, false, 1, 4096, 2, 1, 30.f, 50.f, 256.f, 2, 0, true},
+  {"gemma3_text", 262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6f, 1000000.f, "gelu_pytorch_tanh", true, false, 1, 4096, 2, 1, 0, 0, 256.f, 6, 10000.f, true},
+  {"phi3", 32064, 3072, 8192, 32, 32, 0, 0, 4096, 1e-5f, 10000.f, "silu", false, false, 1, 0, 1, 32000, 0, 0, 0, 0, 0, false},
+};
+/* unknown model types: sizes required; PretrainedConfig defaults otherwise */
+static const family k_generic = {"", 0, 0, 0, 0, 0, 0, 0, 0, 1e-6f, 10000.f, "silu", true, false, 1, 0, -1, -1, 0, 0, 0, 0, 0, false};
+
+static const family *find_family(const char *type) {
+  if (strcmp(type, "gemma3") == 0) type = "gemma3_text";
+  for (size_t i = 0; i < SM_ARRAY_LEN(k_families); i++)
+    if (strcmp(k_families[i].type, type) == 0) return &k_families[i];
+  return &k_generic;
+}
+
+/* ------------------------------------------------------------- helpers */
+
+typedef struct {
+  const cJSON *text, *root; /* lookup order */
+  const char *file;
+} src;
+
+static const cJSON *get(const src *s, const char *key) {
+  const cJSON *v = s->text ? cJSON_GetObjectItemCaseSensitive(s->text, key) : NULL;
+  if ((!v || cJSON_IsNull(v)) && s->root && s->root != s->text) v = cJSON_GetObjectItemCaseSensitive(s->root, key);
+  return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static smelt_status to_int(const cJSON *v, const char *file, const char *key, int *out) {
+  double d = v->valuedouble;
+  if (!cJSON_IsNumber(v) || !isfinite(d) || floor(d) != d || d < -2147483648.0 || d > 2147483647.0)
+    return sm_err(SMELT_ERR_FORMAT, "%s: \"%s\" must be an integer", file, key);
+  *out = (int)d;
+  return SMELT_OK;
+}
+
+static smelt_status to_float(const cJSON *v, const char *file, const char *key, float *out) {
+  double d = v->valuedouble;
+  if (!cJSON_IsNumber(v) || !isfinite(d) || fabs(d) > 3.0e38)
+    return sm_err(SMELT_ERR_FORMAT, "%s: \"%s\" must be a finite number", file, key);
+  *out = (float)d;
+  return SMELT_OK;
+}
+
+/* *out unchanged when absent/null */
+static smelt_status get_int(const src *s, const char *key, int *out) {
+  const cJSON *v = get(s, key);
+  return v ? to_int(v, s->file, key, out) : SMELT_OK;
+}
+static smelt_status get_float(const src *s, const char *key, float *out) {
+  const cJSON *v = get(s, key);
+  return v ? to_float(v, s->file, key, out) : SMELT_OK;
+}
+static smelt_status get_bool(const src *s, const char *key, bool *out) {
+  const cJSON *v = get(s, key);
+  if (!v) return SMELT_OK;
+  if (!cJSON_IsBool(v)) return sm_err(SMELT_ERR_FORMAT, "%s: \"%s\" must be true or false", s->file, key);
+  *out = cJSON_IsTrue(v);
+  return SMELT_OK;
+}
+static smelt_status get_str(const src *s, const char *key, char *out, size_t cap) {
+  const cJSON *v = get(s, key);
+  if (!v) return SMELT_OK;
+  if (!cJSON_IsString(v)) return sm_err(SMELT_ERR_FORMAT, "%s: \"%s\" must be a string", s->file, key);
+  snprintf(out, cap, "%s", v->valuestring);
+  return SMELT_OK;
+}
+
+static smelt_status add_token_ids(sm_config *c, const cJSON *v, const char *file, const char *key) {
+  if (!v) return SMELT_OK;
+  const cJSON *one = v;
+  if (cJSON_IsArray(v)) one = v->child;
+  for (; one; one = cJSON_IsArray(v) ? one->next : NULL) {
+    int id;
+    if (cJSON_IsNull(one)) continue;
+    if (to_int(one, file, key, &id) != SMELT_OK || id < 0)
+      return sm_err(SMELT_ERR_FORMAT, "%s: \"%s\" must be a token id or a list of token ids", file, key);
+    bool dup = false;
+    for (int i = 0; i < c->n_eos; i++) dup |= c->eos_ids[i] == id;
+    if (dup) continue;
+    if (c->n_eos >= (int)SM_ARRAY_LEN(c->eos_ids))
+      return sm_err(SMELT_ERR_LIMIT, "%s: more than %zu distinct eos token ids", file, SM_ARRAY_LEN(c->eos_ids));
+    c->eos_ids[c->n_eos++] = id;
+  }
+  return SMELT_OK;
+}
+
+#define TRY(x) do { smelt_status rc_ = (x); if (rc_ != SMELT_OK) return rc_; } while (0)
+
+static smelt_status check_range(const char *file, const char *key, long long v, long long lo, long long hi) {
+  if (v < lo || v > hi) return sm_err(SMELT_ERR_FORMAT, "%s: %s = %lld is out of range [%lld, %lld]", file, key, v, lo, hi);
+  return SMELT_OK;
+}
+
+/* rope_scaling (or a transformers-v5 rope_parameters entry) */
+static smelt_status parse_rope(sm_config *c, const cJSON *rs, const char *file) {
+  if (!rs || cJSON_IsNull(rs)) return SMELT_OK;
+  if (!cJSON_IsObject(rs)) return sm_err(SMELT_ERR_FORMAT, "%s: \"rope_scaling\" must be an object", file);
+  src s = {rs, NULL, file};
+  char type[32] = "";
+  const cJSON *tv = get(&s, "rope_type");
+  if (!tv) tv = get(&s, "type");
+  if (tv && !cJSON_IsString(tv)) return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling type must be a string", file);
+  if (tv) snprintf(type, sizeof type, "%s", tv->valuestring);
+  if (get(&s, "rope_theta")) TRY(get_float(&s, "rope_theta", &c->rope_theta));
+  if (!tv || !strcmp(type, "default") || !strcmp(type, "mrope")) { c->rope_type = SM_ROPE_NONE; return SMELT_OK; }
+  float factor = 0;
+  bool has_factor = get(&s, "factor") != NULL;
+  TRY(get_float(&s, "factor", &factor));
+  if (has_factor && !(factor > 0)) return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling factor must be > 0", file);
+  c->rope_factor = factor;
+  if (!strcmp(type, "linear") || !strcmp(type, "dynamic")) {
+    if (!has_factor) return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling type '%s' needs \"factor\"", file, type);
+    c->rope_type = type[0] == 'l' ? SM_ROPE_LINEAR : SM_ROPE_DYNAMIC;
+  } else if (!strcmp(type, "llama3")) {
+    const char *need[] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+    for (size_t i = 0; i < SM_ARRAY_LEN(need); i++)
+      if (!get(&s, need[i])) return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling type 'llama3' needs \"%s\"", file, need[i]);
+    c->rope_type = SM_ROPE_LLAMA3;
+    TRY(get_float(&s, "low_freq_factor", &c->rope_low_freq_factor));
+    TRY(get_float(&s, "high_freq_factor", &c->rope_high_freq_factor));
+    TRY(get_int(&s, "original_max_position_embeddings", &c->rope_original_max_pos));
+    if (!(c->rope_low_freq_factor > 0) || !(c->rope_high_freq_factor > c->rope_low_freq_factor))
+      return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling llama3 needs 0 < low_freq_factor < high_freq_factor", file);
+    TRY(check_range(file, "rope_scaling.original_max_position_embeddings", c->rope_original_max_pos, 1, 1 << 27));
+  } else if (!strcmp(type, "yarn")) {
+    if (!has_factor) return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling type 'yarn' needs \"factor\"", file);
+    c->rope_type = SM_ROPE_YARN;
+    c->rope_beta_fast = 32.f;
+    c->rope_beta_slow = 1.f;
+    TRY(get_float(&s, "beta_fast", &c->rope_beta_fast));
+    TRY(get_float(&s, "beta_slow", &c->rope_beta_slow));
+    TRY(get_float(&s, "attention_factor", &c->rope_attn_factor));
+    TRY(get_int(&s, "original_max_position_embeddings", &c->rope_original_max_pos));
+  } else if (!strcmp(type, "longrope") || !strcmp(type, "su")) {
+    c->rope_type = SM_ROPE_LONGROPE;
+    if (!cJSON_IsArray(get(&s, "short_factor")) || !cJSON_IsArray(get(&s, "long_factor")))
+      return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling type '%s' needs short_factor and long_factor lists", file, type);
+    TRY(get_int(&s, "original_max_position_embeddings", &c->rope_original_max_pos));
+  } else {
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: unsupported rope_scaling type '%s'", file, type);
+  }
+  return SMELT_OK;
+}
+
+static bool valid_bits(int b) { return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8; }
+static bool valid_group(int g) { return g == 32 || g == 64 || g == 128; }
+
+static smelt_status parse_quant(sm_config *c, const char *file) {
+  const cJSON *q = cJSON_GetObjectItemCaseSensitive(c->json, "quantization");
+  const char *qname = "quantization";
+  if (!q || cJSON_IsNull(q)) { q = cJSON_GetObjectItemCaseSensitive(c->json, "quantization_config"); qname = "quantization_config"; }
+  if ((!q || cJSON_IsNull(q)) && c->text && c->text != c->json) {
+    q = cJSON_GetObjectItemCaseSensitive(c->text, "quantization");
+    if (!q || cJSON_IsNull(q)) q = cJSON_GetObjectItemCaseSensitive(c->text, "quantization_config");
+  }
+  if (!q || cJSON_IsNull(q)) return SMELT_OK;
+  if (!cJSON_IsObject(q)) return sm_err(SMELT_ERR_FORMAT, "%s: \"%s\" must be an object", file, qname);
+  src s = {q, NULL, file};
+  char method[32] = "", mode[32] = "";
+  TRY(get_str(&s, "quant_method", method, sizeof method));
+  TRY(get_str(&s, "mode", mode, sizeof mode));
+  if (method[0] && strcmp(method, "mlx") && strcmp(method, "affine"))
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization method '%s' is not supported (only MLX affine)", file, method);
+  if (mode[0] && strcmp(mode, "affine"))
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization mode '%s' is not supported (only affine)", file, mode);
+  c->quant = (cJSON *)q;
+  c->q_bits = 4; /* mlx defaults */
+  c->q_group_size = 64;
+  TRY(get_int(&s, "bits", &c->q_bits));
+  TRY(get_int(&s, "group_size", &c->q_group_size));
+  if (!valid_bits(c->q_bits)) return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization bits %d not supported (2,3,4,5,6,8)", file, c->q_bits);
+  if (!valid_group(c->q_group_size))
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization group_size %d not supported (32,64,128)", file, c->q_group_size);
+  /* per-module overrides */
+  for (const cJSON *e = q->child; e; e = e->next) {
+    if (!e->string || !cJSON_IsObject(e)) continue;
+    src m = {e, NULL, file};
+    int b = c->q_bits, g = c->q_group_size;
+    TRY(get_int(&m, "bits", &b));
+    TRY(get_int(&m, "group_size", &g));
+    char mm[32] = "";
+    TRY(get_str(&m, "mode", mm, sizeof mm));
+    if (mm[0] && strcmp(mm, "affine"))
+      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization of '%s': mode '%s' is not supported", file, e->string, mm);
+    if (!valid_bits(b) || !valid_group(g))
+      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization of '%s': bits %d / group_size %d not supported", file, e->string, b, g);
+  }
+  return SMELT_OK;
+}
+
+static const cJSON *quant_entry(const cJSON *q, const char *name) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(q, name);
+  if (v && (cJSON_IsObject(v) || cJSON_IsBool(v))) return v;
+  return NULL;
+}
+
+void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int *group_size) {
+  int b = c ? c->q_bits : 0, g = c ? c->q_group_size : 0;
+  if (c && c->quant && module) {
+    char buf[512];
+    size_t n = strlen(module);
+    if (n >= 7 && !strcmp(module + n - 7, ".weight")) n -= 7;
+    if (n < sizeof buf - 16) {
+      memcpy(buf, module, n);
+      buf[n] = 0;
+      const cJSON *v = quant_entry(c->quant, buf);
+      /* VLM checkpoints name the LM "language_model.<...>" */
+      static const char pre[] = "language_model.";
+      if (!v && !strncmp(buf, pre, sizeof pre - 1)) v = quant_entry(c->quant, buf + sizeof pre - 1);
+      if (!v) {
+        char alt[512 + sizeof pre];
+        snprintf(alt, sizeof alt, "%s%s", pre, buf);
+        v = quant_entry(c->quant, alt);
+      }
+      if (v && cJSON_IsFalse(v)) b = g = 0;
+      else if (v && cJSON_IsObject(v)) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, "bits");
+        if (cJSON_IsNumber(x)) b = (int)x->valueint;
+        x = cJSON_GetObjectItemCaseSensitive(v, "group_size");
+        if (cJSON_IsNumber(x)) g = (int)x->valueint;
+      }
+    }
+  }
+  if (bits) *bits = b;
+  if (group_size) *group_size = b ? g : 0;
+}
+
+/* --------------------------------------------------------------- parse */
+
+static smelt_status parse_config(sm_config *c, const char *file) {
+  const cJSON *root = c->json;
+  if (!cJSON_IsObject(root)) return sm_err(SMELT_ERR_FORMAT, "%s: not a JSON object", file);
+  const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+  if (tc && !cJSON_IsNull(tc) && !cJSON_IsObject(tc)) return sm_err(SMELT_ERR_FORMAT, "%s: \"text_config\" must be an object", file);
+  c->text = (cJSON *)(cJSON_IsObject(tc) ? tc : root);
+  src s = {c->text, root, file};
+
+  /* model type: the LM's (text_config's) if given */
+  const cJSON *mt = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(tc, "model_type") : NULL;
+  if (!cJSON_IsString(mt)) mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+  if (!cJSON_IsString(mt) || !mt->valuestring[0]) return sm_err(SMELT_ERR_FORMAT, "%s: missing \"model_type\"", file);
+  if (strlen(mt->valuestring) >= sizeof c->model_type)
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: model_type '%.40s...' is too long", file, mt->valuestring);
+  snprintf(c->model_type, sizeof c->model_type, "%s", mt->valuestring);
+  if (!strcmp(c->model_type, "gemma3") && cJSON_IsObject(tc)) snprintf(c->model_type, sizeof c->model_type, "gemma3_text");
+  const family *f = find_family(c->model_type);
+
+  c->vocab_size = f->vocab;
+  c->hidden_size = f->hidden;
+  c->intermediate_size = f->inter;
+  c->num_hidden_layers = f->layers;
+  c->num_attention_heads = f->heads;
+  c->max_position_embeddings = f->max_pos;
+  TRY(get_int(&s, "vocab_size", &c->vocab_size));
+  TRY(get_int(&s, "hidden_size", &c->hidden_size));
+  TRY(get_int(&s, "intermediate_size", &c->intermediate_size));
+  TRY(get_int(&s, "num_hidden_layers", &c->num_hidden_layers));
+  TRY(get_int(&s, "num_attention_heads", &c->num_attention_heads));
+  TRY(get_int(&s, "max_position_embeddings", &c->max_position_embeddings));
+  const char *req[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                       "max_position_embeddings"};
+  int *reqv[] = {&c->vocab_size, &c->hidden_size, &c->intermediate_size, &c->num_hidden_layers, &c->num_attention_heads,
+                 &c->max_position_embeddings};
+  for (size_t i = 0; i < SM_ARRAY_LEN(req); i++)
+    if (!get(&s, req[i]) && *reqv[i] == 0) {
+      if (i == 5) c->max_position_embeddings = 2048; /* PretrainedConfig has no default; be lenient */
+      else return sm_err(SMELT_ERR_FORMAT, "%s: missing \"%s\" (model_type '%s')", file, req[i], c->model_type);
+    }
+  TRY(check_range(file, "vocab_size", c->vocab_size, 1, 1 << 24));
+  TRY(check_range(file, "hidden_size", c->hidden_size, 1, 1 << 16));
+  TRY(check_range(file, "intermediate_size", c->intermediate_size, 1, 1 << 20));
+  TRY(check_range(file, "num_hidden_layers", c->num_hidden_layers, 1, 1024));
+  TRY(check_range(file, "num_attention_heads", c->num_attention_heads, 1, 1024));
+  TRY(check_range(file, "max_position_embeddings", c->max_position_embeddings, 1, 1 << 27));
+
+  c->num_key_value_heads = f->kv ? f->kv : c->num_attention_heads;
+  if (!f->kv && f == &k_generic) c->num_key_value_heads = c->num_attention_heads;
+  TRY(get_int(&s, "num_key_value_heads", &c->num_key_value_heads));
+  TRY(check_range(file, "num_key_value_heads", c->num_key_value_heads, 1, c->num_attention_heads));
+  if (c->num_attention_heads % c->num_key_value_heads)
+    return sm_err(SMELT_ERR_FORMAT, "%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)", file,
+                  c->num_attention_heads, c->num_key_value_heads);
+
+  c->head_dim = f->head_dim;
+  TRY(get_int(&s, "head_dim", &c->head_dim));
+  if (c->head_dim == 0) {
+    if (c->hidden_size % c->num_attention_heads)
+      return sm_err(SMELT_ERR_FORMAT, "%s: hidden_size (%d) is not a multiple of num_attention_heads (%d) and no head_dim is given",
+                    file, c->hidden_size, c->num_attention_heads);
+    c->head_dim = c->hidden_size / c->num_attention_heads;
+  }
+  TRY(check_range(file, "head_dim", c->head_dim, 1, 1024));
+  if ((long long)c->head_dim * c->num_attention_heads > (1 << 17))
+    return sm_err(SMELT_ERR_FORMAT, "%s: head_dim * num_attention_heads = %lld is too large", file,
+                  (long long)c->head_dim * c->num_attention_heads);
+
+  c->rms_norm_eps = f->eps;
+  if (get(&s, "rms_norm_eps")) TRY(get_float(&s, "rms_norm_eps", &c->rms_norm_eps));
+  else if (get(&s, "layer_norm_eps")) TRY(get_float(&s, "layer_norm_eps", &c->rms_norm_eps));
+  else TRY(get_float(&s, "layer_norm_epsilon", &c->rms_norm_eps));
+  if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1)) return sm_err(SMELT_ERR_FORMAT, "%s: rms_norm_eps %g out of range (0, 1)", file, c->rms_norm_eps);
+
+  /* rope */
+  c->rope_theta = f->theta;
+  c->rope_local_theta = f->local_theta;
+  TRY(get_float(&s, "rope_theta", &c->rope_theta));
+  TRY(get_float(&s, "rope_local_base_freq", &c->rope_local_theta));
+  const cJSON *rs = get(&s, "rope_scaling");
+  const cJSON *rp = get(&s, "rope_parameters"); /* transformers >= 5 */
+  TRY(parse_rope(c, rs, file));
+  if (!rs && cJSON_IsObject(rp)) {
+    const cJSON *full = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
+    if (cJSON_IsObject(full)) {
+      TRY(parse_rope(c, full, file));
+      const cJSON *slide = cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention");
+      if (cJSON_IsObject(slide)) {
+        src ss = {slide, NULL, file};
+        TRY(get_float(&ss, "rope_theta", &c->rope_local_theta));
+      }
+    } else {
+      TRY(parse_rope(c, rp, file));
+    }
+  }
+  if (!(c->rope_theta > 0)) return sm_err(SMELT_ERR_FORMAT, "%s: rope_theta must be > 0", file);
+  if (c->rope_local_theta < 0) return sm_err(SMELT_ERR_FORMAT, "%s: rope_local_base_freq must be > 0", file);
+  if (c->rope_type == SM_ROPE_LONGROPE && c->rope_original_max_pos == 0)
+    TRY(get_int(&s, "original_max_position_embeddings", &c->rope_original_max_pos));
+  if ((c->rope_type == SM_ROPE_YARN || c->rope_type == SM_ROPE_LONGROPE) && c->rope_original_max_pos == 0)
+    c->rope_original_max_pos = c->max_position_embeddings;
+  if (c->rope_original_max_pos)
+    TRY(check_range(file, "original_max_position_embeddings", c->rope_original_max_pos, 1, 1 << 27));
+
+  float prf = 1.0f;
+  TRY(get_float(&s, "partial_rotary_factor", &prf));
+  if (!(prf > 0 && prf <= 1)) return sm_err(SMELT_ERR_FORMAT, "%s: partial_rotary_factor %g out of range (0, 1]", file, prf);
+  c->partial_rotary_dim = (int)(c->head_dim * prf);
+  if (c->partial_rotary_dim < 2 || c->partial_rotary_dim % 2)
+    return sm_err(SMELT_ERR_FORMAT, "%s: rotary dimension %d (head_dim %d * partial_rotary_factor %g) must be even and >= 2",
+                  file, c->partial_rotary_dim, c->head_dim, prf);
+
+  c->tie_word_embeddings = f->tie;
+  c->attention_bias = f->attn_bias;
+  TRY(get_bool(&s, "tie_word_embeddings", &c->tie_word_embeddings));
+  TRY(get_bool(&s, "attention_bias", &c->attention_bias));
+  TRY(get_bool(&s, "mlp_bias", &c->mlp_bias));
+
+  /* sliding window */
+  c->sliding_window = 0;
+  if (f->sw_mode) {
+    int sw = f->sliding;
+    const cJSON *v = get(&s, "sliding_window");
+    if (v) TRY(to_int(v, file, "sliding_window", &sw));
+    else if (cJSON_GetObjectItemCaseSensitive(c->text, "sliding_window")) sw = 0; /* explicit null */
+    bool use = f->sw_mode == 1;
+    TRY(get_bool(&s, "use_sliding_window", &use));
+    c->sliding_window = use ? sw : 0;
+    if (c->sliding_window < 0) return sm_err(SMELT_ERR_FORMAT, "%s: sliding_window must be >= 0", file);
+  }
+  c->sliding_window_pattern = f->sw_pattern;
+  TRY(get_int(&s, "sliding_window_pattern", &c->sliding_window_pattern));
+  TRY(check_range(file, "sliding_window_pattern", c->sliding_window_pattern, 0, 1024));
+
+  snprintf(c->hidden_act, sizeof c->hidden_act, "%s", f->act);
+  if (f->gemma_act && get(&s, "hidden_activation")) TRY(get_str(&s, "hidden_activation", c->hidden_act, sizeof c->hidden_act));
+  else TRY(get_str(&s, "hidden_act", c->hidden_act, sizeof c->hidden_act));
+
+  c->final_logit_softcapping = f->final_softcap;
+  c->attn_logit_softcapping = f->attn_softcap;
+  c->query_pre_attn_scalar = f->qpas;
+  /* explicit null disables the family default */
+  const char *capk[] = {"final_logit_softcapping", "attn_logit_softcapping"};
+  float *capv[] = {&c->final_logit_softcapping, &c->attn_logit_softcapping};
+  for (int i = 0; i < 2; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->text, capk[i]);
+    if (cJSON_IsNull(v)) *capv[i] = 0;
+    TRY(get_float(&s, capk[i], capv[i]));
+    if (*capv[i] < 0) return sm_err(SMELT_ERR_FORMAT, "%s: %s must be >= 0", file, capk[i]);
+  }
+  TRY(get_float(&s, "query_pre_attn_scalar", &c->query_pre_attn_scalar));
+  if (c->query_pre_attn_scalar < 0) return sm_err(SMELT_ERR_FORMAT, "%s: query_pre_attn_scalar must be >= 0", file);
+
+  /* special tokens */
+  c->bos_id = -1;
+  const cJSON *bos = get(&s, "bos_token_id");
+  if (cJSON_IsArray(bos)) bos = bos->child;
+  if (bos) {
+    int b;
+    if (to_int(bos, file, "bos_token_id", &b) != SMELT_OK || b < 0)
+      return sm_err(SMELT_ERR_FORMAT, "%s: \"bos_token_id\" must be a token id", file);
+    c->bos_id = b;
+  }
+  TRY(add_token_ids(c, get(&s, "eos_token_id"), file, "eos_token_id"));
+
+  return parse_quant(c, file);
+}
+
+static smelt_status parse_gen(sm_config *c, const cJSON *g, const family *f, bool cfg_has_eos, bool cfg_has_bos) {
+  const char *file = "generation_config.json";
+  if (g) {
+    if (!cJSON_IsObject(g)) return sm_err(SMELT_ERR_FORMAT, "%s: not a JSON object", file);
+    src s = {g, NULL, file};
+    TRY(get_float(&s, "temperature", &c->gen_temperature));
+    TRY(get_float(&s, "top_p", &c->gen_top_p));
+    TRY(get_int(&s, "top_k", &c->gen_top_k));
+    TRY(get_float(&s, "repetition_penalty", &c->gen_repetition_penalty));
+    bool ds = false;
+    if (get(&s, "do_sample")) { TRY(get_bool(&s, "do_sample", &ds)); c->gen_do_sample = ds; }
+    if (c->gen_temperature < 0 || c->gen_top_p < 0 || c->gen_top_p > 1 || c->gen_top_k < 0 || c->gen_repetition_penalty < 0)
+      return sm_err(SMELT_ERR_FORMAT, "%s: sampling parameter out of range", file);
+    TRY(add_token_ids(c, get(&s, "eos_token_id"), file, "eos_token_id"));
+    if (!cfg_has_bos) {
+      const cJSON *bos = get(&s, "bos_token_id");
+      if (cJSON_IsArray(bos)) bos = bos->child;
+      int b;
+      if (bos && (to_int(bos, file, "bos_token_id", &b) != SMELT_OK || b < 0))
+        return sm_err(SMELT_ERR_FORMAT, "%s: \"bos_token_id\" must be a token id", file);
+      if (bos) { c->bos_id = b; cfg_has_bos = true; }
+    }
+  }
+  (void)cfg_has_eos;
+  if (c->n_eos == 0 && f->eos >= 0) c->eos_ids[c->n_eos++] = f->eos;
+  if (!cfg_has_bos && c->bos_id < 0) c->bos_id = f->bos;
+  return SMELT_OK;
+}
+
+smelt_status sm_config_parse(const char *config_json, size_t len, const char *gen_json, size_t gen_len, sm_config *out) {
+  if (!out) return sm_err(SMELT_ERR_INVALID, "sm_config_parse: out is NULL");
+  memset(out, 0, sizeof *out);
+  out->bos_id = -1;
+  out->gen_do_sample = -1;
+  if (!config_json) return sm_err(SMELT_ERR_INVALID, "sm_config_parse: no config text");
+  out->json = cJSON_ParseWithLength(config_json, len);
+  if (!out->json) return sm_err(SMELT_ERR_FORMAT, "config.json: not valid JSON");
+  smelt_status rc = parse_config(out, "config.json");
+  cJSON *g = NULL;
+  if (rc == SMELT_OK && gen_json) {
+    g = cJSON_ParseWithLength(gen_json, gen_len);
+    if (!g) rc = sm_err(SMELT_ERR_FORMAT, "generation_config.json: not valid JSON");
+  }
+  if (rc == SMELT_OK) {
+    src s = {out->text, out->json, "config.json"};
+    rc = parse_gen(out, g, find_family(out->model_type), get(&s, "eos_token_id") != NULL, out->bos_id >= 0);
+  }
+  cJSON_Delete(g);
+  if (rc != SMELT_OK) sm_config_free(out);
+  return rc;
+}
+
+smelt_status sm_config_load(const char *model_dir, sm_config *out) {
+  if (!out) return sm_err(SMELT_ERR_INVALID, "sm_config_load: out is NULL");
+  memset(out, 0, sizeof *out);
+  if (!model_dir) return sm_err(SMELT_ERR_INVALID, "sm_config_load: model_dir is NULL");
+  char *p = sm_path_join(model_dir, "config.json");
+  char *txt = NULL, *gtxt = NULL;
+  size_t len = 0, glen = 0;
+  smelt_status rc = sm_read_file(p, &txt, &len);
+  free(p);
+  if (rc != SMELT_OK) return rc;
+  p = sm_path_join(model_dir, "generation_config.json");
+  if (sm_file_exists(p)) rc = sm_read_file(p, &gtxt, &glen);
+  free(p);
+  if (rc == SMELT_OK) {
+    rc = sm_config_parse(txt, len, gtxt, glen, out);
+    if (rc != SMELT_OK) {
+      /* prefix the directory so the message says which model */
+      char msg[768];
+      snprintf(msg, sizeof msg, "%s", sm_errmsg());
+      sm_err(rc, "%s/%s", model_dir, msg);
+    }
+  }
+  free(txt);
+  free(gtxt);
+  return rc;
+}
+
+void sm_config_free(sm_config *c) {
+  if (!c) return;
+  cJSON_Delete(c->json);
+  c->json = c->quant = c->text = NULL;
+}

@@ -1,0 +1,59 @@
+/* Model config: config.json (+ generation_config.json) of a Hugging Face / MLX model directory. */
+#ifndef SM_CONFIG_H
+#define SM_CONFIG_H
+#include "base/base.h"
+#include <cjson/cJSON.h>
+
+typedef enum {
+  SM_ROPE_NONE = 0, /* "default" / absent / "mrope" (text positions) */
+  SM_ROPE_LINEAR,   /* positions / factor */
+  SM_ROPE_LLAMA3,   /* factor, low/high_freq_factor, original_max_position_embeddings */
+  SM_ROPE_DYNAMIC,  /* dynamic NTK: factor (+ max_position_embeddings) */
+  SM_ROPE_YARN,     /* factor, original_max_pos, beta_fast/slow, attention_factor */
+  SM_ROPE_LONGROPE, /* phi3 "longrope"/"su": short/long factor lists stay in json */
+} sm_rope_type;
+
+typedef struct {
+  char model_type[32];         /* "llama","mistral","qwen2","qwen3","gemma","gemma2","gemma3_text","phi3",...
+                                  (text_config's model_type when the LM is nested under text_config) */
+  int vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads;
+  int head_dim;                /* config head_dim or hidden/heads */
+  int max_position_embeddings;
+  float rms_norm_eps, rope_theta;
+  int partial_rotary_dim;      /* rotary dims per head (== head_dim unless partial_rotary_factor) */
+  /* rope_scaling */
+  int rope_type;               /* sm_rope_type */
+  float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+  int rope_original_max_pos;
+  float rope_beta_fast, rope_beta_slow, rope_attn_factor; /* yarn (attn_factor 0 = not given) */
+  bool tie_word_embeddings;
+  bool attention_bias;         /* qwen2: true (q/k/v have biases, o_proj has none) */
+  bool mlp_bias;
+  int sliding_window;          /* 0 = none (qwen2/3 with use_sliding_window=false -> 0) */
+  int sliding_window_pattern;  /* gemma2: 2, gemma3: 6 (every Nth layer is global); 0 = n/a */
+  float rope_local_theta;      /* gemma3 rope_local_base_freq for sliding layers; 0 = n/a */
+  char hidden_act[32];         /* gemma families: hidden_activation preferred */
+  int n_eos; int32_t eos_ids[16]; int32_t bos_id; /* -1 if none; eos from config AND generation_config (union) */
+  float final_logit_softcapping, attn_logit_softcapping, query_pre_attn_scalar; /* 0 if absent */
+  /* quantization ("quantization" or "quantization_config" block): default bits/group_size (0 = unquantized) */
+  int q_bits, q_group_size;
+  cJSON *json;                 /* whole config.json, owned */
+  cJSON *quant;                /* the quantization block (borrowed from json), may be NULL */
+  cJSON *text;                 /* object the LM fields were read from (json or its text_config), borrowed */
+  /* generation_config defaults (0/absent if not given) */
+  float gen_temperature, gen_top_p; int gen_top_k; float gen_repetition_penalty;
+  int gen_do_sample;           /* -1 absent, else 0/1 */
+} sm_config;
+
+/* Load <model_dir>/config.json and, if present, <model_dir>/generation_config.json. */
+smelt_status sm_config_load(const char *model_dir, sm_config *out);
+/* Same from memory (gen_json may be NULL). Buffers need not be NUL-terminated. */
+smelt_status sm_config_parse(const char *config_json, size_t len, const char *gen_json, size_t gen_len,
+                             sm_config *out);
+void sm_config_free(sm_config *c);
+/* Quantization of one module (e.g. "model.layers.0.self_attn.q_proj"; a trailing ".weight" is ignored):
+ * per-module overrides in the quant block ({"model.layers.0.mlp.down_proj": {"bits": 8, "group_size": 64}},
+ * or false = not quantized) fall back to the defaults. *bits = 0 means not quantized. */
+void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int *group_size);
+
+#endif

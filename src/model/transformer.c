@@ -1,0 +1,90 @@
+/* The shared decoder-only transformer forward pass (llama/mistral/qwen2/qwen3). */
+#include "model/model.h"
+#include <math.h>
+#include <string.h>
+
+static smelt_status grow(smelt_model *m, float **p, size_t floats) {
+  if (*p) m->be->free(m->be, *p);
+  *p = m->be->alloc(m->be, floats * sizeof(float));
+  return *p ? SMELT_OK : sm_err(SMELT_ERR_OOM, "out of backend memory for activations");
+}
+
+smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out) {
+  const sm_config *c = &m->cfg;
+  smelt_status st;
+  if (n_tokens > m->scratch_tokens) {
+    size_t n = (size_t)n_tokens, H = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
+    size_t nq = (size_t)c->num_attention_heads * c->head_dim, nkv = (size_t)c->num_key_value_heads * c->head_dim;
+    size_t wide = SM_MAX(H, nq);
+    if ((st = grow(m, &m->x, n * H)) || (st = grow(m, &m->xb, n * wide)) || (st = grow(m, &m->xb2, n * H)) ||
+        (st = grow(m, &m->q, n * nq)) || (st = grow(m, &m->k, n * nkv)) || (st = grow(m, &m->v, n * nkv)) ||
+        (st = grow(m, &m->att, n * nq)) || (st = grow(m, &m->gate, n * F)) || (st = grow(m, &m->up, n * F)))
+      return st;
+    m->scratch_tokens = n_tokens;
+  }
+  if (n_out > m->scratch_out) {
+    if ((st = grow(m, &m->xo, (size_t)n_out * c->hidden_size)) ||
+        (st = grow(m, &m->logits, (size_t)n_out * c->vocab_size)))
+      return st;
+    m->scratch_out = n_out;
+  }
+  return SMELT_OK;
+}
+
+smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_batch *b, float *logits) {
+  const sm_config *c = &m->cfg;
+  sm_backend *be = m->be;
+  if (b->n_tokens <= 0) return SMELT_OK;
+  for (int i = 0; i < b->n_tokens; i++) {
+    if (b->tokens[i] < 0 || b->tokens[i] >= c->vocab_size)
+      return sm_err(SMELT_ERR_INVALID, "token id %d out of range (vocab %d)", b->tokens[i], c->vocab_size);
+    if (b->pos[i] < 0 || b->pos[i] >= b->max_blocks * kv->block_size)
+      return sm_err(SMELT_ERR_LIMIT, "position %d beyond the KV cache", b->pos[i]);
+  }
+  smelt_status st = sm_model_reserve(m, b->n_tokens, b->n_out);
+  if (st) return st;
+  if ((st = be->set_batch(be, b))) return st;
+  const int n = b->n_tokens, H = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+  const int nh = c->num_attention_heads, nkvh = c->num_key_value_heads;
+  const float eps = c->rms_norm_eps, wofs = m->fam->norm_w_offset;
+  const float scale = 1.0f / sqrtf((float)hd);
+  int window = 0;
+  if (c->sliding_window > 0 && !strcmp(m->fam->model_type, "mistral")) window = c->sliding_window;
+
+  be->embed(be, &m->embed, m->x);
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    const sm_layer *L = &m->layers[l];
+    be->rmsnorm(be, m->xb, m->x, L->attn_norm, n, H, eps, wofs);
+    be->matmul(be, &L->wq, m->xb, n, m->q);
+    be->matmul(be, &L->wk, m->xb, n, m->k);
+    be->matmul(be, &L->wv, m->xb, n, m->v);
+    if (L->bq) be->add_rows(be, m->q, L->bq, n, nh * hd);
+    if (L->bk) be->add_rows(be, m->k, L->bk, n, nkvh * hd);
+    if (L->bv) be->add_rows(be, m->v, L->bv, n, nkvh * hd);
+    if (L->q_norm) be->rmsnorm(be, m->q, m->q, L->q_norm, n * nh, hd, eps, wofs);
+    if (L->k_norm) be->rmsnorm(be, m->k, m->k, L->k_norm, n * nkvh, hd, eps, wofs);
+    be->rope(be, m->q, nh, hd, m->rot_dim, m->inv_freq);
+    be->rope(be, m->k, nkvh, hd, m->rot_dim, m->inv_freq);
+    be->kv_store(be, kv, l, m->k, m->v);
+    be->attention(be, m->att, m->q, kv, l, nh, scale, window, 0.0f);
+    be->matmul(be, &L->wo, m->att, n, m->xb2);
+    be->add(be, m->x, m->xb2, (size_t)n * H);
+    be->rmsnorm(be, m->xb, m->x, L->ffn_norm, n, H, eps, wofs);
+    be->matmul(be, &L->w_gate, m->xb, n, m->gate);
+    be->matmul(be, &L->w_up, m->xb, n, m->up);
+    be->silu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
+    be->matmul(be, &L->w_down, m->gate, n, m->xb2);
+    be->add(be, m->x, m->xb2, (size_t)n * H);
+  }
+  if (b->n_out > 0) {
+    be->gather_out(be, m->xo, m->x, H);
+    be->rmsnorm(be, m->xo, m->xo, m->final_norm, b->n_out, H, eps, wofs);
+    be->matmul(be, &m->lm_head, m->xo, b->n_out, m->logits);
+    if (c->final_logit_softcapping > 0)
+      be->softcap(be, m->logits, c->final_logit_softcapping, (size_t)b->n_out * c->vocab_size);
+    be->download(be, logits, m->logits, sizeof(float) * (size_t)b->n_out * c->vocab_size);
+  } else {
+    be->sync(be);
+  }
+  return SMELT_OK;
+}

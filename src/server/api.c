@@ -1,0 +1,633 @@
+/* OpenAI request parsing and validation (see api.h). */
+#include "server/api.h"
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sm_api_error_set(sm_api_error *e, int http_status, const char *type, const char *param, const char *code,
+                      const char *fmt, ...) {
+  e->http_status = http_status;
+  e->type = type ? type : "invalid_request_error";
+  snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+  e->code = code;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
+}
+
+char *sm_api_error_json(const sm_api_error *e) {
+  cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "error");
+  cJSON_AddStringToObject(o, "message", e->message);
+  cJSON_AddStringToObject(o, "type", e->type ? e->type : "invalid_request_error");
+  if (e->param[0]) cJSON_AddStringToObject(o, "param", e->param);
+  else cJSON_AddNullToObject(o, "param");
+  if (e->code) cJSON_AddStringToObject(o, "code", e->code);
+  else cJSON_AddNullToObject(o, "code");
+  char *s = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  return s;
+}
+
+void sm_api_request_free(sm_api_request *r) {
+  if (!r) return;
+  free(r->model);
+  cJSON_Delete(r->messages);
+  cJSON_Delete(r->tools);
+  cJSON_Delete(r->chat_template_kwargs);
+  free(r->prompt);
+  free(r->prompt_ids);
+  for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+  free(r->user);
+  memset(r, 0, sizeof *r);
+}
+
+#define FAIL(param, ...)                                                                  \
+  do {                                                                                    \
+    sm_api_error_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__);        \
+    return false;                                                                         \
+  } while (0)
+
+static const char *type_name(const cJSON *v) {
+  if (cJSON_IsNull(v)) return "null";
+  if (cJSON_IsBool(v)) return "boolean";
+  if (cJSON_IsNumber(v)) return "number";
+  if (cJSON_IsString(v)) return "string";
+  if (cJSON_IsArray(v)) return "array";
+  if (cJSON_IsObject(v)) return "object";
+  return "invalid";
+}
+
+/* optional number in [lo, hi]; absent or null -> untouched */
+static bool get_num(const cJSON *root, const char *key, double lo, double hi, bool integer, double *out, bool *given,
+                    sm_api_error *err) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (given) *given = false;
+  if (!v || cJSON_IsNull(v)) return true;
+  if (!cJSON_IsNumber(v)) FAIL(key, "'%s' must be a number, got %s", key, type_name(v));
+  double d = v->valuedouble;
+  if (!isfinite(d)) FAIL(key, "'%s' must be finite", key);
+  if (integer && d != floor(d)) FAIL(key, "'%s' must be an integer", key);
+  if (d < lo || d > hi) FAIL(key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
+  *out = d;
+  if (given) *given = true;
+  return true;
+}
+
+static bool get_bool(const cJSON *root, const char *key, bool *out, sm_api_error *err) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (!v || cJSON_IsNull(v)) return true;
+  if (!cJSON_IsBool(v)) FAIL(key, "'%s' must be a boolean, got %s", key, type_name(v));
+  *out = cJSON_IsTrue(v);
+  return true;
+}
+
+static bool get_str(const cJSON *root, const char *key, char **out, sm_api_error *err) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (!v || cJSON_IsNull(v)) return true;
+  if (!cJSON_IsString(v)) FAIL(key, "'%s' must be a string, got %s", key, type_name(v));
+  *out = sm_xstrdup(v->valuestring);
+  return true;
+}
+
+/* Content as string: a string, null, or an array of text parts ({type:"text"|"input_text"|
+ * "output_text", text}). *out malloc'd or NULL for null. */
+static bool content_to_string(const cJSON *c, const char *param, char **out, sm_api_error *err) {
+  *out = NULL;
+  if (!c || cJSON_IsNull(c)) return true;
+  if (cJSON_IsString(c)) { *out = sm_xstrdup(c->valuestring); return true; }
+  if (!cJSON_IsArray(c)) FAIL(param, "'content' must be a string or an array of content parts, got %s", type_name(c));
+  size_t len = 0, cap = 64;
+  char *s = sm_xmalloc(cap);
+  s[0] = 0;
+  const cJSON *part;
+  cJSON_ArrayForEach(part, c) {
+    const char *txt = NULL;
+    if (cJSON_IsString(part)) txt = part->valuestring;
+    else if (cJSON_IsObject(part)) {
+      const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
+      if (!cJSON_IsString(ty)) { free(s); FAIL(param, "content part without a string 'type'"); }
+      const char *t = ty->valuestring;
+      if (strcmp(t, "text") && strcmp(t, "input_text") && strcmp(t, "output_text")) {
+        free(s);
+        FAIL(param, "content part type '%.40s' is not supported (text only)", t);
+      }
+      const cJSON *tx = cJSON_GetObjectItemCaseSensitive(part, "text");
+      if (!cJSON_IsString(tx)) { free(s); FAIL(param, "text content part needs a string 'text'"); }
+      txt = tx->valuestring;
+    } else {
+      free(s);
+      FAIL(param, "content part must be an object, got %s", type_name(part));
+    }
+    size_t l = strlen(txt);
+    if (len + l + 1 > cap) { cap = (len + l + 1) * 2; s = sm_xrealloc(s, cap); }
+    memcpy(s + len, txt, l + 1);
+    len += l;
+  }
+  *out = s;
+  return true;
+}
+
+/* Normalize one chat message into a fresh object for the chat template. */
+static bool norm_message(const cJSON *m, int idx, cJSON *out_arr, sm_api_error *err) {
+  char param[64];
+  snprintf(param, sizeof param, "messages[%d]", idx);
+  if (!cJSON_IsObject(m)) FAIL(param, "%s must be an object, got %s", param, type_name(m));
+  const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+  if (!cJSON_IsString(role)) FAIL(param, "%s.role must be a string", param);
+  const char *r = role->valuestring;
+  if (!strcmp(r, "developer")) r = "system";
+  if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
+    FAIL(param, "%s.role '%.40s' is invalid (system, developer, user, assistant, tool)", param, role->valuestring);
+  char *content = NULL;
+  if (!content_to_string(cJSON_GetObjectItemCaseSensitive(m, "content"), param, &content, err)) return false;
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "role", r);
+  const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+  if (!content && strcmp(r, "assistant") && strcmp(r, "tool")) {
+    cJSON_Delete(o);
+    FAIL(param, "%s.content is required for role '%s'", param, r);
+  }
+  if (content) cJSON_AddStringToObject(o, "content", content);
+  else cJSON_AddStringToObject(o, "content", "");
+  free(content);
+  if (tc && !cJSON_IsNull(tc)) {
+    if (!cJSON_IsArray(tc)) { cJSON_Delete(o); FAIL(param, "%s.tool_calls must be an array", param); }
+    cJSON *arr = cJSON_AddArrayToObject(o, "tool_calls");
+    const cJSON *c;
+    cJSON_ArrayForEach(c, tc) {
+      const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+      const cJSON *name = fn ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+      if (!cJSON_IsObject(c) || !cJSON_IsObject(fn) || !cJSON_IsString(name)) {
+        cJSON_Delete(o);
+        FAIL(param, "%s.tool_calls entries need function.name", param);
+      }
+      cJSON *nc = cJSON_CreateObject();
+      const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+      if (cJSON_IsString(id)) cJSON_AddStringToObject(nc, "id", id->valuestring);
+      cJSON_AddStringToObject(nc, "type", "function");
+      cJSON *nf = cJSON_AddObjectToObject(nc, "function");
+      cJSON_AddStringToObject(nf, "name", name->valuestring);
+      /* templates expect arguments as an object: parse the OpenAI JSON string */
+      const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+      cJSON *a = NULL;
+      if (cJSON_IsString(args)) a = cJSON_Parse(args->valuestring);
+      else if (cJSON_IsObject(args)) a = cJSON_Duplicate(args, 1);
+      if (!a) a = cJSON_IsString(args) ? cJSON_CreateString(args->valuestring) : cJSON_CreateObject();
+      cJSON_AddItemToObject(nf, "arguments", a);
+      cJSON_AddItemToArray(arr, nc);
+    }
+  }
+  const cJSON *tcid = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
+  if (cJSON_IsString(tcid)) cJSON_AddStringToObject(o, "tool_call_id", tcid->valuestring);
+  const cJSON *nm = cJSON_GetObjectItemCaseSensitive(m, "name");
+  if (cJSON_IsString(nm)) cJSON_AddStringToObject(o, "name", nm->valuestring);
+  cJSON_AddItemToArray(out_arr, o);
+  return true;
+}
+
+static bool parse_stop(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "stop");
+  if (!v || cJSON_IsNull(v)) return true;
+  if (cJSON_IsString(v)) {
+    if (v->valuestring[0]) r->stop[r->n_stop++] = sm_xstrdup(v->valuestring);
+    return true;
+  }
+  if (!cJSON_IsArray(v)) FAIL("stop", "'stop' must be a string or an array of strings, got %s", type_name(v));
+  if (cJSON_GetArraySize(v) > SM_API_MAX_STOP) FAIL("stop", "at most %d stop strings are allowed", SM_API_MAX_STOP);
+  const cJSON *s;
+  cJSON_ArrayForEach(s, v) {
+    if (!cJSON_IsString(s)) FAIL("stop", "'stop' entries must be strings, got %s", type_name(s));
+    if (s->valuestring[0]) r->stop[r->n_stop++] = sm_xstrdup(s->valuestring);
+  }
+  return true;
+}
+
+static bool parse_tools(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+  const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+  const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+  if (choice && !cJSON_IsNull(choice) && !cJSON_IsString(choice) && !cJSON_IsObject(choice))
+    FAIL("tool_choice", "'tool_choice' must be a string or an object");
+  if (cJSON_IsString(choice) && strcmp(choice->valuestring, "none") && strcmp(choice->valuestring, "auto") &&
+      strcmp(choice->valuestring, "required"))
+    FAIL("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or an object");
+  if (!tools || cJSON_IsNull(tools)) return true;
+  if (!cJSON_IsArray(tools)) FAIL("tools", "'tools' must be an array, got %s", type_name(tools));
+  int i = 0;
+  const cJSON *t;
+  cJSON_ArrayForEach(t, tools) {
+    char param[32];
+    snprintf(param, sizeof param, "tools[%d]", i++);
+    if (!cJSON_IsObject(t)) FAIL(param, "%s must be an object", param);
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(t, "type");
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name"); /* responses API: flat */
+    if (cJSON_IsObject(fn)) name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+    if (ty && !(cJSON_IsString(ty) && !strcmp(ty->valuestring, "function")))
+      FAIL(param, "%s.type must be 'function'", param);
+    if (!cJSON_IsString(name)) FAIL(param, "%s.function.name must be a string", param);
+  }
+  if (cJSON_GetArraySize(tools) == 0) return true;
+  if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) return true;
+  /* normalize to the chat-completions shape {type:"function", function:{...}} */
+  r->tools = cJSON_CreateArray();
+  cJSON_ArrayForEach(t, tools) {
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+    if (cJSON_IsObject(fn)) {
+      cJSON_AddItemToArray(r->tools, cJSON_Duplicate(t, 1));
+    } else {
+      cJSON *nt = cJSON_CreateObject(), *f = cJSON_Duplicate(t, 1);
+      cJSON_DeleteItemFromObjectCaseSensitive(f, "type");
+      cJSON_AddStringToObject(nt, "type", "function");
+      cJSON_AddItemToObject(nt, "function", f);
+      cJSON_AddItemToArray(r->tools, nt);
+    }
+  }
+  return true;
+}
+
+static bool parse_response_format(const cJSON *rf, const char *param, sm_api_request *r, sm_api_error *err) {
+  if (!rf || cJSON_IsNull(rf)) return true;
+  if (!cJSON_IsObject(rf)) FAIL(param, "'%s' must be an object", param);
+  const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rf, "type");
+  if (!cJSON_IsString(ty)) FAIL(param, "'%s.type' must be a string", param);
+  if (!strcmp(ty->valuestring, "json_object") || !strcmp(ty->valuestring, "json_schema")) r->json_mode = true;
+  else if (strcmp(ty->valuestring, "text"))
+    FAIL(param, "'%s.type' must be 'text', 'json_object' or 'json_schema'", param);
+  return true;
+}
+
+static bool parse_common(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+  double d;
+  bool given;
+  smelt_sampling *s = &r->sampling;
+  if (!get_str(root, "model", &r->model, err)) return false;
+  if (!get_num(root, "temperature", 0, 2, false, &d, &r->has_temperature, err)) return false;
+  if (r->has_temperature) s->temperature = (float)d;
+  if (!get_num(root, "top_p", 0, 1, false, &d, &r->has_top_p, err)) return false;
+  if (r->has_top_p) s->top_p = d <= 0 ? 1e-6f : (float)d;
+  if (!get_num(root, "top_k", -1, 1e9, true, &d, &r->has_top_k, err)) return false;
+  if (r->has_top_k) s->top_k = d < 0 ? 0 : (int)d;
+  if (!get_num(root, "min_p", 0, 1, false, &d, &given, err)) return false;
+  if (given) s->min_p = (float)d;
+  if (!get_num(root, "frequency_penalty", -2, 2, false, &d, &given, err)) return false;
+  if (given) s->frequency_penalty = (float)d;
+  if (!get_num(root, "presence_penalty", -2, 2, false, &d, &given, err)) return false;
+  if (given) s->presence_penalty = (float)d;
+  if (!get_num(root, "repetition_penalty", 0.01, 10, false, &d, &given, err)) return false;
+  if (given) s->repetition_penalty = (float)d;
+  if (!get_num(root, "seed", -9.3e18, 1.8e19, true, &d, &r->has_seed, err)) return false;
+  if (r->has_seed) r->seed = d < 0 ? (uint64_t)(int64_t)d : (uint64_t)d;
+  if (!get_num(root, "n", 1, SM_API_MAX_N, true, &d, &given, err)) return false;
+  r->n = given ? (int)d : 1;
+  if (!get_bool(root, "stream", &r->stream, err)) return false;
+  const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+  if (so && !cJSON_IsNull(so)) {
+    if (!cJSON_IsObject(so)) FAIL("stream_options", "'stream_options' must be an object");
+    if (!get_bool(so, "include_usage", &r->include_usage, err)) return false;
+  }
+  if (!parse_stop(root, r, err)) return false;
+  if (!get_str(root, "user", &r->user, err)) return false;
+  const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+  if (kw && !cJSON_IsNull(kw)) {
+    if (!cJSON_IsObject(kw)) FAIL("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    r->chat_template_kwargs = cJSON_Duplicate(kw, 1);
+  }
+  return true;
+}
+
+static bool parse_max_tokens(const cJSON *root, const char *key, sm_api_request *r, sm_api_error *err) {
+  double d;
+  bool given;
+  if (!get_num(root, key, 1, 1e9, true, &d, &given, err)) return false;
+  if (given) r->max_tokens = (int)d;
+  return true;
+}
+
+static bool parse_chat(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+  const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+  if (!msgs) FAIL("messages", "'messages' is required");
+  if (!cJSON_IsArray(msgs)) FAIL("messages", "'messages' must be an array, got %s", type_name(msgs));
+  if (cJSON_GetArraySize(msgs) == 0) FAIL("messages", "'messages' must not be empty");
+  r->messages = cJSON_CreateArray();
+  int i = 0;
+  const cJSON *m;
+  cJSON_ArrayForEach(m, msgs) if (!norm_message(m, i++, r->messages, err)) return false;
+  if (!parse_max_tokens(root, "max_tokens", r, err)) return false;
+  if (!parse_max_tokens(root, "max_completion_tokens", r, err)) return false;
+  if (!get_bool(root, "logprobs", &r->logprobs, err)) return false;
+  double d;
+  bool given;
+  if (!get_num(root, "top_logprobs", 0, SM_API_MAX_TOP_LOGPROBS, true, &d, &given, err)) return false;
+  if (given) {
+    if (!r->logprobs) FAIL("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+    r->top_logprobs = (int)d;
+  }
+  if (!parse_response_format(cJSON_GetObjectItemCaseSensitive(root, "response_format"), "response_format", r, err))
+    return false;
+  return parse_tools(root, r, err);
+}
+
+static bool parse_completions(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+  if (!p) FAIL("prompt", "'prompt' is required");
+  if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child)) p = p->child;
+  if (cJSON_IsString(p)) {
+    r->prompt = sm_xstrdup(p->valuestring);
+  } else if (cJSON_IsArray(p)) {
+    int n = cJSON_GetArraySize(p);
+    if (n == 0) FAIL("prompt", "'prompt' must not be empty");
+    if (!cJSON_IsNumber(p->child))
+      FAIL("prompt", "'prompt' must be a string, a one-element array of strings, or an array of token ids");
+    r->prompt_ids = sm_xmalloc(sizeof(int32_t) * (size_t)n);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, p) {
+      if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
+          t->valuedouble > 2147483647.0)
+        FAIL("prompt", "token ids in 'prompt' must be non-negative integers");
+      r->prompt_ids[r->n_prompt_ids++] = (int32_t)t->valuedouble;
+    }
+  } else {
+    FAIL("prompt", "'prompt' must be a string or an array, got %s", type_name(p));
+  }
+  if (!parse_max_tokens(root, "max_tokens", r, err)) return false;
+  double d;
+  bool given;
+  if (!get_num(root, "logprobs", 0, 5, true, &d, &given, err)) return false;
+  if (given) { r->logprobs = true; r->top_logprobs = (int)d; }
+  if (!get_bool(root, "echo", &r->echo, err)) return false;
+  const cJSON *bo = cJSON_GetObjectItemCaseSensitive(root, "best_of");
+  if (cJSON_IsNumber(bo) && bo->valuedouble > 1) FAIL("best_of", "'best_of' > 1 is not supported");
+  const cJSON *suf = cJSON_GetObjectItemCaseSensitive(root, "suffix");
+  if (suf && !cJSON_IsNull(suf) && !(cJSON_IsString(suf) && !suf->valuestring[0]))
+    FAIL("suffix", "'suffix' is not supported");
+  return parse_response_format(cJSON_GetObjectItemCaseSensitive(root, "response_format"), "response_format", r, err);
+}
+
+static bool parse_responses(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+  const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "input");
+  const cJSON *ins = cJSON_GetObjectItemCaseSensitive(root, "instructions");
+  if (!in) FAIL("input", "'input' is required");
+  if (ins && !cJSON_IsNull(ins) && !cJSON_IsString(ins)) FAIL("instructions", "'instructions' must be a string");
+  r->messages = cJSON_CreateArray();
+  if (cJSON_IsString(ins)) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "system");
+    cJSON_AddStringToObject(m, "content", ins->valuestring);
+    cJSON_AddItemToArray(r->messages, m);
+  }
+  if (cJSON_IsString(in)) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "user");
+    cJSON_AddStringToObject(m, "content", in->valuestring);
+    cJSON_AddItemToArray(r->messages, m);
+  } else if (cJSON_IsArray(in)) {
+    if (cJSON_GetArraySize(in) == 0) FAIL("input", "'input' must not be empty");
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, in) {
+      const cJSON *ty = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "type") : NULL;
+      if (ty && cJSON_IsString(ty) && strcmp(ty->valuestring, "message")) {
+        char param[32];
+        snprintf(param, sizeof param, "input[%d]", i);
+        FAIL(param, "input item type '%.40s' is not supported (messages only)", ty->valuestring);
+      }
+      if (!norm_message(it, i++, r->messages, err)) {
+        /* report the Responses parameter name */
+        if (!strncmp(err->param, "messages", 8)) {
+          char p2[64];
+          snprintf(p2, sizeof p2, "input%s", err->param + 8);
+          snprintf(err->param, sizeof err->param, "%s", p2);
+        }
+        return false;
+      }
+    }
+  } else {
+    FAIL("input", "'input' must be a string or an array, got %s", type_name(in));
+  }
+  if (!parse_max_tokens(root, "max_output_tokens", r, err)) return false;
+  const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
+  if (cJSON_IsObject(text) &&
+      !parse_response_format(cJSON_GetObjectItemCaseSensitive(text, "format"), "text.format", r, err))
+    return false;
+  return parse_tools(root, r, err);
+}
+
+bool sm_api_parse(sm_ep_kind kind, const char *body, size_t len, sm_api_request *r, sm_api_error *err) {
+  memset(r, 0, sizeof *r);
+  r->kind = kind;
+  r->max_tokens = -1;
+  r->n = 1;
+  r->sampling.temperature = 1.0f;
+  r->sampling.top_p = 1.0f;
+  r->sampling.repetition_penalty = 1.0f;
+  if (!body || len == 0) {
+    sm_api_error_set(err, 400, "invalid_request_error", NULL, NULL, "request body is empty");
+    return false;
+  }
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+  if (!root) {
+    size_t off = end && end >= body ? (size_t)(end - body) : 0;
+    sm_api_error_set(err, 400, "invalid_request_error", NULL, "invalid_json",
+                     "could not parse the JSON body (error near byte %zu)", off);
+    return false;
+  }
+  bool ok;
+  if (!cJSON_IsObject(root)) {
+    sm_api_error_set(err, 400, "invalid_request_error", NULL, "invalid_json", "the JSON body must be an object");
+    ok = false;
+  } else {
+    ok = parse_common(root, r, err);
+    if (ok) {
+      if (kind == SM_EP_CHAT) ok = parse_chat(root, r, err);
+      else if (kind == SM_EP_COMPLETIONS) ok = parse_completions(root, r, err);
+      else ok = parse_responses(root, r, err);
+    }
+    if (ok && r->n > 1 && kind == SM_EP_RESPONSES) {
+      sm_api_error_set(err, 400, "invalid_request_error", "n", NULL, "'n' is not supported by /v1/responses");
+      ok = false;
+    }
+  }
+  cJSON_Delete(root);
+  if (!ok) sm_api_request_free(r);
+  return ok;
+}
+
+/* ---- stop strings ---- */
+long sm_stop_find(const char *text, size_t len, size_t from, char *const *stops, int n_stops) {
+  long best = -1;
+  for (int i = 0; i < n_stops; i++) {
+    size_t sl = strlen(stops[i]);
+    if (!sl || sl > len) continue;
+    for (size_t p = from; p + sl <= len; p++) {
+      if (best >= 0 && (long)p >= best) break;
+      if (text[p] == stops[i][0] && !memcmp(text + p, stops[i], sl)) { best = (long)p; break; }
+    }
+  }
+  return best;
+}
+
+size_t sm_stop_holdback(const char *text, size_t len, char *const *stops, int n_stops) {
+  size_t best = 0;
+  for (int i = 0; i < n_stops; i++) {
+    size_t sl = strlen(stops[i]);
+    for (size_t k = SM_MIN(sl - 1, len); k > best; k--)
+      if (!memcmp(text + len - k, stops[i], k)) { best = k; break; }
+  }
+  return best;
+}
+
+/* ---- tool calls ---- */
+static const char *skip_ws(const char *s) {
+  while (*s && isspace((unsigned char)*s)) s++;
+  return s;
+}
+
+static bool is_prefix_of(const char *s, size_t len, const char *full) {
+  size_t fl = strlen(full);
+  return !memcmp(s, full, SM_MIN(len, fl));
+}
+
+bool sm_toolcall_may_start(const char *text, size_t len) {
+  size_t i = 0;
+  while (i < len && isspace((unsigned char)text[i])) i++;
+  if (i == len) return true; /* only whitespace so far: undecided */
+  const char *s = text + i;
+  size_t l = len - i;
+  return s[0] == '{' || s[0] == '[' || is_prefix_of(s, l, "<tool_call>") || is_prefix_of(s, l, "<|python_tag|>");
+}
+
+static char *trim_dup(const char *s, size_t len) {
+  while (len && isspace((unsigned char)*s)) s++, len--;
+  while (len && isspace((unsigned char)s[len - 1])) len--;
+  if (!len) return NULL;
+  char *o = sm_xmalloc(len + 1);
+  memcpy(o, s, len);
+  o[len] = 0;
+  return o;
+}
+
+/* {"name":..., "arguments"|"parameters": obj|string} -> OpenAI call object, or NULL */
+static cJSON *call_from_json(const cJSON *j, uint64_t id_seed, int idx) {
+  if (!cJSON_IsObject(j)) return NULL;
+  const cJSON *fnobj = cJSON_GetObjectItemCaseSensitive(j, "function");
+  if (cJSON_IsObject(fnobj)) j = fnobj;
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+  if (!cJSON_IsString(name) || !name->valuestring[0]) return NULL;
+  const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
+  if (!args) args = cJSON_GetObjectItemCaseSensitive(j, "parameters");
+  char *astr;
+  if (!args || cJSON_IsNull(args)) astr = sm_xstrdup("{}");
+  else if (cJSON_IsString(args)) astr = sm_xstrdup(args->valuestring);
+  else astr = cJSON_PrintUnformatted(args);
+  cJSON *c = cJSON_CreateObject();
+  char id[48];
+  snprintf(id, sizeof id, "call_%016llx%d", (unsigned long long)id_seed, idx);
+  cJSON_AddStringToObject(c, "id", id);
+  cJSON_AddStringToObject(c, "type", "function");
+  cJSON *f = cJSON_AddObjectToObject(c, "function");
+  cJSON_AddStringToObject(f, "name", name->valuestring);
+  cJSON_AddStringToObject(f, "arguments", astr);
+  free(astr);
+  return c;
+}
+
+int sm_toolcall_parse(const char *text, uint64_t id_seed, cJSON **calls, char **content) {
+  *calls = NULL;
+  *content = NULL;
+  if (!text) return 0;
+  cJSON *arr = cJSON_CreateArray();
+  int n = 0;
+  /* Hermes / Qwen: <tool_call> ... </tool_call> */
+  const char *open = "<tool_call>", *close = "</tool_call>";
+  if (strstr(text, open)) {
+    size_t clen = 0, ccap = strlen(text) + 1;
+    char *cont = sm_xmalloc(ccap);
+    const char *p = text;
+    bool bad = false;
+    while (*p) {
+      const char *o = strstr(p, open);
+      if (!o) { size_t l = strlen(p); memcpy(cont + clen, p, l); clen += l; break; }
+      memcpy(cont + clen, p, (size_t)(o - p));
+      clen += (size_t)(o - p);
+      const char *b = o + strlen(open);
+      const char *c = strstr(b, close);
+      size_t blen = c ? (size_t)(c - b) : strlen(b); /* unterminated at EOS: take the rest */
+      cJSON *j = cJSON_ParseWithLength(b, blen);
+      cJSON *call = call_from_json(j, id_seed, n);
+      cJSON_Delete(j);
+      if (!call) { bad = true; break; }
+      cJSON_AddItemToArray(arr, call);
+      n++;
+      p = c ? c + strlen(close) : b + blen;
+    }
+    cont[clen] = 0;
+    if (!bad && n > 0) {
+      *calls = arr;
+      *content = trim_dup(cont, clen);
+      free(cont);
+      return n;
+    }
+    free(cont);
+    cJSON_Delete(arr);
+    return 0;
+  }
+  /* Llama 3: optional <|python_tag|>, then JSON object(s) separated by ';' */
+  const char *s = skip_ws(text);
+  if (!strncmp(s, "<|python_tag|>", 14)) s = skip_ws(s + 14);
+  if (*s != '{' && *s != '[') { cJSON_Delete(arr); return 0; }
+  while (*s) {
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(s, &end, 0);
+    if (!j) break;
+    if (cJSON_IsArray(j)) {
+      const cJSON *e;
+      cJSON_ArrayForEach(e, j) {
+        cJSON *call = call_from_json(e, id_seed, n);
+        if (!call) { n = -1; break; }
+        cJSON_AddItemToArray(arr, call);
+        n++;
+      }
+    } else {
+      cJSON *call = call_from_json(j, id_seed, n);
+      if (call) { cJSON_AddItemToArray(arr, call); n++; }
+      else n = -1;
+    }
+    cJSON_Delete(j);
+    if (n < 0) break;
+    s = skip_ws(end);
+    if (*s == ';') s = skip_ws(s + 1);
+    else break;
+  }
+  if (n <= 0 || *skip_ws(s)) { cJSON_Delete(arr); return 0; }
+  *calls = arr;
+  return n;
+}
+
+/* ---- JSON mode ---- */
+size_t sm_json_track_feed(sm_json_track *t, const char *s, size_t len) {
+  for (size_t i = 0; i < len; i++) {
+    if (t->complete) return i;
+    char c = s[i];
+    if (!t->started) {
+      if (c == '{') { t->started = true; t->depth = 1; }
+      continue;
+    }
+    if (t->in_str) {
+      if (t->esc) t->esc = false;
+      else if (c == '\\') t->esc = true;
+      else if (c == '"') t->in_str = false;
+      continue;
+    }
+    if (c == '"') t->in_str = true;
+    else if (c == '{' || c == '[') t->depth++;
+    else if (c == '}' || c == ']') {
+      if (--t->depth == 0) { t->complete = true; return i + 1; }
+    }
+  }
+  return len;
+}

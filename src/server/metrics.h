@@ -1,0 +1,31 @@
+/* Prometheus metrics of `smelt serve` (text exposition format 0.0.4). Thread-safe. */
+#ifndef SM_SERVER_METRICS_H
+#define SM_SERVER_METRICS_H
+#include "base/base.h"
+
+#define SM_HIST_MAX_BUCKETS 16
+typedef struct {
+  int n;                                  /* finite buckets */
+  double le[SM_HIST_MAX_BUCKETS];         /* upper bounds, ascending */
+  uint64_t count[SM_HIST_MAX_BUCKETS + 1]; /* per bucket (not cumulative); last = +Inf */
+  double sum;
+  uint64_t total;
+} sm_hist;
+
+typedef struct sm_metrics sm_metrics;
+sm_metrics *sm_metrics_new(void);
+void sm_metrics_free(sm_metrics *m);
+void sm_metrics_request(sm_metrics *m, const char *endpoint, int status);
+void sm_metrics_tokens(sm_metrics *m, uint64_t prompt, uint64_t generated, uint64_t cached);
+void sm_metrics_ttft(sm_metrics *m, double seconds);
+void sm_metrics_itl(sm_metrics *m, double seconds);
+void sm_metrics_preempt(sm_metrics *m);
+typedef struct {
+  int queued, running_seqs, running_requests;
+  int kv_blocks_used, kv_blocks_total, kv_blocks_cached, kv_block_size;
+  uint64_t prefix_hit_tokens;
+} sm_metrics_gauges;
+/* malloc'd Prometheus text */
+char *sm_metrics_render(sm_metrics *m, const sm_metrics_gauges *g);
+
+#endif

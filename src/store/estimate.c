@@ -1,0 +1,159 @@
+/* Memory estimate of a model directory: weights (safetensors headers), KV cache,
+ * runtime headroom, and a fits / does-not-fit verdict against available memory. */
+#include "store/store.h"
+#include "format/config.h"
+#include "format/safetensors.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static sm_device_mem_fn g_dev_mem;
+void sm_store_set_device_mem_query(sm_device_mem_fn fn) { g_dev_mem = fn; }
+
+bool sm_store_host_mem_available(uint64_t *bytes) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return false;
+  char line[256];
+  bool ok = false;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long kb;
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) { *bytes = (uint64_t)kb * 1024; ok = true; break; }
+  }
+  fclose(f);
+  return ok;
+}
+
+int sm_store_kv_dtype_bytes(const char *name) {
+  if (!name) return 0;
+  if (!strcmp(name, "f32") || !strcmp(name, "float32")) return 4;
+  if (!strcmp(name, "f16") || !strcmp(name, "float16") || !strcmp(name, "bf16")) return 2;
+  if (!strcmp(name, "q8") || !strcmp(name, "q8_0") || !strcmp(name, "int8")) return 1;
+  return 0;
+}
+
+/* "123", "16G", "512M", "2.5GiB" -> bytes */
+static bool parse_size(const char *s, uint64_t *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || v < 0) return false;
+  double m = 1;
+  switch (*end) {
+  case 0: break;
+  case 'k': case 'K': m = 1024.0; end++; break;
+  case 'm': case 'M': m = 1048576.0; end++; break;
+  case 'g': case 'G': m = 1073741824.0; end++; break;
+  case 't': case 'T': m = 1099511627776.0; end++; break;
+  default: return false;
+  }
+  if (*end == 'i') end++;
+  if (*end == 'B' || *end == 'b') end++;
+  if (*end) return false;
+  *out = (uint64_t)(v * m);
+  return true;
+}
+
+static bool ends_with(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+/* name with its last ".suffix" replaced by suf (buf of n bytes); false if it does not fit */
+static bool swap_suffix(const char *name, const char *old, const char *suf, char *buf, size_t n) {
+  size_t l = strlen(name), o = strlen(old);
+  if (l < o || l - o + strlen(suf) + 1 > n) return false;
+  memcpy(buf, name, l - o);
+  strcpy(buf + l - o, suf);
+  return true;
+}
+
+smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_bytes_per_elem, bool cuda,
+                               sm_mem_estimate *out) {
+  memset(out, 0, sizeof *out);
+  if (!model_dir) return sm_err(SMELT_ERR_INVALID, "no model directory");
+  if (kv_bytes_per_elem <= 0 || kv_bytes_per_elem > 8)
+    return sm_err(SMELT_ERR_INVALID, "bad KV element size %d", kv_bytes_per_elem);
+  sm_config cfg;
+  smelt_status s = sm_config_load(model_dir, &cfg);
+  if (s) return s;
+  snprintf(out->arch, sizeof out->arch, "%s", cfg.model_type);
+  out->n_layers = cfg.num_hidden_layers;
+  out->n_heads = cfg.num_attention_heads;
+  out->n_kv_heads = cfg.num_key_value_heads > 0 ? cfg.num_key_value_heads : cfg.num_attention_heads;
+  out->head_dim = cfg.head_dim > 0 ? cfg.head_dim
+                                   : (cfg.num_attention_heads > 0 ? cfg.hidden_size / cfg.num_attention_heads : 0);
+  out->hidden = cfg.hidden_size;
+  out->intermediate = cfg.intermediate_size;
+  out->vocab = cfg.vocab_size;
+  out->max_pos = cfg.max_position_embeddings;
+  out->quant_bits = cfg.q_bits;
+  out->quant_group = cfg.q_group_size;
+  if (out->n_layers <= 0 || out->n_heads <= 0 || out->head_dim <= 0 || out->n_layers > 100000 ||
+      out->n_kv_heads > 100000 || out->head_dim > 100000) {
+    sm_config_free(&cfg);
+    return sm_err(SMELT_ERR_FORMAT, "%s/config.json: missing or bad num_hidden_layers / num_attention_heads / "
+                  "head_dim", model_dir);
+  }
+
+  sm_st *st = NULL;
+  s = sm_st_open(model_dir, &st);
+  if (s) { sm_config_free(&cfg); return s; }
+  out->n_tensors = sm_st_count(st);
+  out->weights_bytes = sm_st_total_bytes(st);
+  char buf[1024];
+  for (size_t i = 0; i < out->n_tensors; i++) {
+    const sm_tensor *t = sm_st_at(st, i);
+    uint64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) numel *= (uint64_t)t->shape[d];
+    /* quantization side tables: not parameters */
+    if ((ends_with(t->name, ".scales") && swap_suffix(t->name, ".scales", ".weight", buf, sizeof buf)) ||
+        (ends_with(t->name, ".biases") && swap_suffix(t->name, ".biases", ".weight", buf, sizeof buf))) {
+      const sm_tensor *w = sm_st_find(st, buf);
+      if (w && w->dtype == SM_DT_U32) continue;
+    }
+    if (t->dtype == SM_DT_U32 && ends_with(t->name, ".weight") &&
+        swap_suffix(t->name, ".weight", ".scales", buf, sizeof buf) && sm_st_find(st, buf)) {
+      int bits = 0, gs = 0;
+      sm_config_quant_for(&cfg, t->name, &bits, &gs);
+      if (bits <= 0) bits = cfg.q_bits;
+      if (bits > 0 && bits <= 32) { out->n_params += numel * 32 / (uint64_t)bits; continue; }
+    }
+    out->n_params += numel;
+  }
+  sm_st_close(st);
+  sm_config_free(&cfg);
+
+  int n = max_tokens;
+  if (n <= 0) n = out->max_pos > 0 ? SM_MIN(out->max_pos, 8192) : 4096;
+  out->max_tokens = n;
+  out->kv_bytes_per_elem = kv_bytes_per_elem;
+  out->kv_bytes_per_token =
+      2ull * (uint64_t)out->n_layers * (uint64_t)out->n_kv_heads * (uint64_t)out->head_dim * (uint64_t)kv_bytes_per_elem;
+  out->kv_bytes = out->kv_bytes_per_token * (uint64_t)n;
+  /* scratch activations (float32) for a prefill chunk of T = min(N, 512) rows: x, xb, xb2, xo (hidden),
+   * q (heads*hd), k, v (kv_heads*hd), gate, up (intermediate), attention scores (heads * N);
+   * plus one row of logits (vocab). */
+  uint64_t T = (uint64_t)SM_MIN(n, 512);
+  uint64_t row = 4ull * (uint64_t)out->hidden + (uint64_t)out->n_heads * (uint64_t)out->head_dim +
+                 2ull * (uint64_t)out->n_kv_heads * (uint64_t)out->head_dim + 2ull * (uint64_t)out->intermediate +
+                 (uint64_t)out->n_heads * (uint64_t)n;
+  out->activation_bytes = 4ull * (T * row + (uint64_t)out->vocab);
+  out->runtime_bytes = out->activation_bytes + (out->weights_bytes + out->kv_bytes) / 10;
+  out->total_bytes = out->weights_bytes + out->kv_bytes + out->runtime_bytes;
+
+  out->cuda = cuda;
+  const char *ov = getenv("SMELT_AVAILABLE_MEMORY");
+  uint64_t avail = 0;
+  if (ov && *ov) {
+    if (!parse_size(ov, &avail)) return sm_err(SMELT_ERR_INVALID, "bad SMELT_AVAILABLE_MEMORY '%s'", ov);
+    out->available_known = true;
+  } else if (cuda) {
+    uint64_t total = 0;
+    if (g_dev_mem && g_dev_mem(&avail, &total) == SMELT_OK) out->available_known = true;
+    sm_err_clear();
+  } else {
+    out->available_known = sm_store_host_mem_available(&avail);
+  }
+  out->available_bytes = out->available_known ? avail : 0;
+  out->fits = !out->available_known || out->total_bytes <= out->available_bytes;
+  return SMELT_OK;
+}

