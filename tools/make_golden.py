@@ -28,6 +28,7 @@ import mlxq  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPT = [1, 17, 250, 33, 499, 7, 88, 120, 301, 45, 9, 410]
 N_GEN = 40
+N_SEEDS = 12
 
 BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -140,7 +141,9 @@ def random_weights(model, c, rng):
         elif name.endswith(".bias"):
             w = 0.3 * rng.standard_normal(shape)
         elif "embed_tokens" in name:
-            w = rng.standard_normal(shape)
+            # tied heads: a small embedding keeps the residual stream from being dominated by
+            # the current token's own embedding (which makes greedy decoding just repeat it)
+            w = (0.3 if c["tie_word_embeddings"] else 1.0) * rng.standard_normal(shape)
         elif name == "lm_head.weight":
             w = 2.0 * rng.standard_normal(shape) / np.sqrt(shape[1])
         elif len(shape) == 2:
@@ -157,15 +160,12 @@ def qparams_for(fx, module):
     return fx["overrides"].get(module, fx["quant"])
 
 
-def make_fixture(fx, outdir):
+def realize(fx, c, seed):
+    """Build one candidate fixture from `seed`: tensors to write, reference logits, greedy ids."""
     import torch
-    name = fx["name"]
-    d = os.path.join(outdir, name)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    c = hf_config_dict(fx)
-    torch.manual_seed(fx["seed"])
-    rng = np.random.default_rng(fx["seed"])
+    from transformers import GenerationConfig
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
     model = build_model(c)
     raw = random_weights(model, c, rng)
     tensors = {}
@@ -184,17 +184,6 @@ def make_fixture(fx, outdir):
             used[pname] = wr
     if c["tie_word_embeddings"]:
         used["lm_head.weight"] = used["model.embed_tokens.weight"]
-    mlxq.write_safetensors(os.path.join(d, "model.safetensors"), tensors, {"format": "mlx"})
-
-    cfg_out = dict(c)
-    if fx["quant"] is not None:
-        qb = dict(fx["quant"])
-        for k, v in fx["overrides"].items():
-            qb[k] = dict(v)
-        cfg_out["quantization"] = qb
-        cfg_out["quantization_config"] = qb
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg_out, f, indent=2)
 
     # load dequantized weights (float32) into the transformers model
     sd = {k: torch.tensor(v) for k, v in used.items()}
@@ -209,7 +198,6 @@ def make_fixture(fx, outdir):
     with torch.no_grad():
         logits = model(ids).logits[0].float().numpy()
         # greedy via model.generate (KV cache) ...
-        from transformers import GenerationConfig
         gc = GenerationConfig(do_sample=False, max_new_tokens=N_GEN, min_new_tokens=0,
                               eos_token_id=None, pad_token_id=0, bos_token_id=1)
         try:
@@ -230,6 +218,38 @@ def make_fixture(fx, outdir):
         gen = manual
     if gen != manual:
         print("  NOTE: generate() and manual greedy differ:", gen, manual)
+    return dict(seed=seed, tensors=tensors, logits=logits, gen=gen, margins=margins)
+
+
+def make_fixture(fx, outdir):
+    import torch
+    name = fx["name"]
+    d = os.path.join(outdir, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    c = hf_config_dict(fx)
+    # try a few seeds; keep the one whose greedy continuation is least degenerate and has
+    # the widest top-1/top-2 gap (robust comparisons for reduced-precision runtimes)
+    best, best_key = None, None
+    for k in range(N_SEEDS):
+        cand = realize(fx, c, fx["seed"] + 1000 * k)
+        distinct = len(set(cand["gen"]))
+        key = (min(distinct, 12), min(cand["margins"]))
+        if best_key is None or key > best_key:
+            best, best_key = cand, key
+    tensors, logits, gen, margins = best["tensors"], best["logits"], best["gen"], best["margins"]
+    # generate() can stop at eos_token_id; a fixture must hold the full continuation
+    assert len(gen) == N_GEN and len(margins) == N_GEN, (name, len(gen))
+    mlxq.write_safetensors(os.path.join(d, "model.safetensors"), tensors, {"format": "mlx"})
+    cfg_out = dict(c)
+    if fx["quant"] is not None:
+        qb = dict(fx["quant"])
+        for k, v in fx["overrides"].items():
+            qb[k] = dict(v)
+        cfg_out["quantization"] = qb
+        cfg_out["quantization_config"] = qb
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg_out, f, indent=2)
     logits.astype("<f4").tofile(os.path.join(d, "logits.f32"))
 
     mods = {}
@@ -239,6 +259,7 @@ def make_fixture(fx, outdir):
             mods[m] = qparams_for(fx, m)
     manifest = {
         "name": name,
+        "seed": best["seed"],
         "model_type": c["model_type"],
         "dtype": fx["dtype"],
         "tie_word_embeddings": c["tie_word_embeddings"],
@@ -267,7 +288,8 @@ def make_fixture(fx, outdir):
     with open(os.path.join(d, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
-    print("%-22s %7d bytes  min margin %.3f  gen[:8] %s" % (name, size, min(margins), gen[:8]))
+    print("%-22s %7d bytes  seed %d  min margin %.3f  distinct %d  gen[:8] %s"
+          % (name, size, best["seed"], min(margins), len(set(gen)), gen[:8]))
     assert size < 300 * 1024, size
 
 

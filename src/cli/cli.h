@@ -5,6 +5,7 @@
 int sm_cmd_run(int argc, char **argv);      /* cmd_run.c: chat REPL / one-shot */
 int sm_cmd_generate(int argc, char **argv); /* cmd_run.c */
 int sm_cmd_bench(int argc, char **argv);    /* cmd_bench.c */
+int sm_cmd_perplexity(int argc, char **argv); /* cmd_bench.c */
 int sm_cmd_serve(int argc, char **argv);    /* cmd_serve.c */
 int sm_cmd_inspect(int argc, char **argv);  /* cmd_store.c */
 int sm_cmd_list(int argc, char **argv);     /* cmd_store.c */

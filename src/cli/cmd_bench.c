@@ -175,3 +175,49 @@ int sm_cmd_bench(int argc, char **argv) {
   free(dir);
   return 0;
 }
+
+int sm_cmd_perplexity(int argc, char **argv) {
+  static const struct option lo[] = { { "model", 1, 0, 'm' }, { "file", 1, 0, 'f' }, { "ctx", 1, 0, 'c' },
+                                      { "threads", 1, 0, 't' }, { "device", 1, 0, 'd' }, { "help", 0, 0, 'h' },
+                                      { 0, 0, 0, 0 } };
+  const char *model = NULL, *file = NULL, *device = NULL;
+  int ctx = 256, threads = 0, c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "m:f:c:t:d:h", lo, NULL)) != -1) {
+    switch (c) {
+    case 'm': model = optarg; break;
+    case 'f': file = optarg; break;
+    case 'c': ctx = atoi(optarg); break;
+    case 't': threads = atoi(optarg); break;
+    case 'd': device = optarg; break;
+    case 'h': printf("usage: smelt perplexity [-m MODEL] -f TEXTFILE [-c WINDOW=256] [-t THREADS] [--device cpu|cuda]\n"); return 0;
+    default: return 2;
+    }
+  }
+  if (!file || ctx < 2) { fprintf(stderr, "smelt perplexity: -f FILE required (and -c >= 2)\n"); return 2; }
+  char *text = NULL, *dir = NULL;
+  if (sm_read_file(file, &text, NULL) || sm_store_resolve(model, true, &dir)) {
+    fprintf(stderr, "smelt perplexity: %s\n", smelt_last_error());
+    free(text);
+    return 1;
+  }
+  smelt_model_params mp;
+  smelt_model_params_default(&mp);
+  mp.n_threads = threads;
+  mp.max_context = ctx;
+  if (device) mp.device = !strcmp(device, "cuda") ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
+  smelt_model *m = NULL;
+  int32_t *ids = NULL;
+  size_t n = 0;
+  double ppl = 0;
+  int scored = 0;
+  smelt_status st = smelt_model_load(dir, &mp, &m);
+  if (!st && !m->tok) st = sm_err(SMELT_ERR_INVALID, "model has no tokenizer");
+  if (!st) st = smelt_tokenize(m->tok, text, strlen(text), true, &ids, &n);
+  if (!st) st = sm_perplexity(m, ids, (int)n, ctx, &ppl, &scored);
+  if (st) fprintf(stderr, "smelt perplexity: %s\n", smelt_last_error());
+  else printf("perplexity %.4f over %d tokens (window %d)\n", ppl, scored, ctx);
+  free(ids); free(text); free(dir);
+  smelt_model_free(m);
+  return st ? 1 : 0;
+}

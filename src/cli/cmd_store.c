@@ -109,7 +109,8 @@ int sm_cmd_inspect(int argc, char **argv) {
            e.n_heads, e.n_kv_heads, e.head_dim, e.hidden, e.intermediate, e.vocab);
     if (e.quant_bits) printf("quantization %d-bit, group size %d\n", e.quant_bits, e.quant_group);
     else printf("quantization none\n");
-    printf("parameters   %.3f B (%llu)\n", (double)e.n_params / 1e9, (unsigned long long)e.n_params);
+    if (e.n_params >= 1000000000ull) printf("parameters   %.2f B (%llu)\n", (double)e.n_params / 1e9, (unsigned long long)e.n_params);
+    else printf("parameters   %.2f M (%llu)\n", (double)e.n_params / 1e6, (unsigned long long)e.n_params);
     printf("weights      %s (%zu tensors)\n", sm_store_fmt_bytes(e.weights_bytes, b1, 32), e.n_tensors);
     printf("KV cache     %s: %llu B/token x %d tokens = %s\n", kvd, (unsigned long long)e.kv_bytes_per_token,
            e.max_tokens, sm_store_fmt_bytes(e.kv_bytes, b2, 32));

@@ -13,6 +13,7 @@ static void usage(FILE *f) {
           "  generate -m MODEL -p TEXT raw text completion, prints speed and peak memory\n"
           "  serve -m MODEL            OpenAI-compatible HTTP server (also installed as smelt-server)\n"
           "  bench                     prefill/decode speed and memory-bandwidth roofline\n"
+          "  perplexity -m MODEL -f F  perplexity of a text file\n"
           "  inspect -m MODEL          memory estimate: weights, KV cache, fits or not\n"
           "  list | rm | pull | arch   manage the model store / list supported architectures\n\n"
           "MODEL is a directory, owner/name, or a bare name (-> mlx-community/<name>).\n"
@@ -32,7 +33,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) { printf("smelt %s\n", SMELT_VERSION); return 0; }
   static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
-    { "run", sm_cmd_run }, { "generate", sm_cmd_generate }, { "serve", sm_cmd_serve }, { "bench", sm_cmd_bench },
+    { "run", sm_cmd_run }, { "generate", sm_cmd_generate }, { "serve", sm_cmd_serve }, { "bench", sm_cmd_bench }, { "perplexity", sm_cmd_perplexity },
     { "inspect", sm_cmd_inspect }, { "list", sm_cmd_list }, { "ls", sm_cmd_list }, { "rm", sm_cmd_rm },
     { "arch", sm_cmd_arch }, { "pull", sm_cmd_pull },
   };

@@ -52,6 +52,10 @@ smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, u
 smelt_status sm_generate_ids(smelt_model *m, const int32_t *ids, int n_ids, int max_tokens, const smelt_sampling *sp,
                              smelt_piece_cb cb, void *user, smelt_stats *stats);
 
+/* Perplexity of ids, scored in non-overlapping windows of ctx tokens (each window's
+ * first token is context only). */
+smelt_status sm_perplexity(smelt_model *m, const int32_t *ids, int n, int ctx, double *ppl, int *n_scored);
+
 /* Stats */
 typedef struct {
   int n_blocks, block_size, blocks_used, blocks_cached; /* cached: free but holding a prefix */

@@ -51,9 +51,9 @@ void sm_log_softmax(const float *x, int n, float *out) {
   for (int i = 0; i < n; i++) out[i] = x[i] - lse;
 }
 
-static const float *g_sort_v;
-static int cmp_desc(const void *a, const void *b) {
-  float x = g_sort_v[*(const int32_t *)a], y = g_sort_v[*(const int32_t *)b];
+static int cmp_desc(const void *a, const void *b, void *ctx) {
+  const float *v = ctx;
+  float x = v[*(const int32_t *)a], y = v[*(const int32_t *)b];
   if (x > y) return -1;
   if (x < y) return 1;
   return *(const int32_t *)a - *(const int32_t *)b;
@@ -119,7 +119,7 @@ int32_t sm_sampler_sample(sm_sampler *s, float *logits, const int32_t *hist, int
     n = V;
     for (int i = 0; i < V; i++) s->idx[i] = i;
     bool need_sort = p->top_p < 1.0f;
-    if (need_sort) { g_sort_v = logits; qsort(s->idx, (size_t)V, sizeof(int32_t), cmp_desc); }
+    if (need_sort) qsort_r(s->idx, (size_t)V, sizeof(int32_t), cmp_desc, logits);
   }
   float mx = -INFINITY;
   for (int i = 0; i < n; i++) if (logits[s->idx[i]] > mx) mx = logits[s->idx[i]];

@@ -304,7 +304,6 @@ static smelt_status parse_config(sm_config *c, const char *file) {
   TRY(check_range(file, "max_position_embeddings", c->max_position_embeddings, 1, 1 << 27));
 
   c->num_key_value_heads = f->kv ? f->kv : c->num_attention_heads;
-  if (!f->kv && f == &k_generic) c->num_key_value_heads = c->num_attention_heads;
   TRY(get_int(&s, "num_key_value_heads", &c->num_key_value_heads));
   TRY(check_range(file, "num_key_value_heads", c->num_key_value_heads, 1, c->num_attention_heads));
   if (c->num_attention_heads % c->num_key_value_heads)
@@ -391,7 +390,8 @@ static smelt_status parse_config(sm_config *c, const char *file) {
   TRY(check_range(file, "sliding_window_pattern", c->sliding_window_pattern, 0, 1024));
 
   snprintf(c->hidden_act, sizeof c->hidden_act, "%s", f->act);
-  if (f->gemma_act && get(&s, "hidden_activation")) TRY(get_str(&s, "hidden_activation", c->hidden_act, sizeof c->hidden_act));
+  /* Gemma modules use hidden_activation (falling back to gelu_pytorch_tanh), never hidden_act */
+  if (f->gemma_act) TRY(get_str(&s, "hidden_activation", c->hidden_act, sizeof c->hidden_act));
   else TRY(get_str(&s, "hidden_act", c->hidden_act, sizeof c->hidden_act));
 
   c->final_logit_softcapping = f->final_softcap;

@@ -248,7 +248,7 @@ static smelt_status parse_image(sm_st *st, const uint8_t *data, size_t size, int
   }
 
   /* overlaps: sort by begin; each range must start at or after the previous end */
-  qsort(rg, nr, sizeof *rg, cmp_range);
+  if (nr) qsort(rg, nr, sizeof *rg, cmp_range);
   for (size_t i = 1; i < nr; i++)
     if (rg[i].begin < rg[i - 1].end) {
       rc = sm_err(SMELT_ERR_FORMAT, "%s: tensors '%s' and '%s' have overlapping data ranges", fname,
@@ -395,7 +395,7 @@ static smelt_status open_dir_glob(sm_st *st, const char *dir) {
   closedir(d);
   smelt_status rc = SMELT_OK;
   if (n == 0) rc = sm_err(SMELT_ERR_NOT_FOUND, "%s: no *.safetensors files and no model.safetensors.index.json", dir);
-  qsort(names, n, sizeof *names, cmp_str);
+  if (n) qsort(names, n, sizeof *names, cmp_str);
   for (size_t i = 0; i < n && rc == SMELT_OK; i++) {
     char *p = sm_path_join(dir, names[i]);
     if (sm_file_exists(p)) rc = add_file(st, p);

@@ -8,7 +8,7 @@
 #include "model/model.h"
 
 static const sm_synth_shape g_shapes[] = {
-  { "test", 64, 2, 4, 2, 160, 512, false },
+  { "test", 64, 2, 4, 2, 256, 512, false },
   { "tiny", 256, 4, 8, 4, 768, 4096, true },
   { "1b", 2048, 16, 32, 8, 8192, 128256, true },   /* Llama-3.2-1B */
   { "3b", 3072, 28, 24, 8, 8192, 128256, true },   /* Llama-3.2-3B */
@@ -64,6 +64,10 @@ static void add_linear(sm_st_writer *w, fill_ctx *fc, const char *prefix, int64_
 smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const char *dir, bool verbose) {
   char *cfgp = sm_path_join(dir, "config.json"), *stp = sm_path_join(dir, "model.safetensors");
   smelt_status st = SMELT_OK;
+  if (bits && (sh->hidden % gs || sh->ffn % gs)) {
+    st = sm_err(SMELT_ERR_INVALID, "group size %d does not divide the %s shape", gs, sh->name);
+    goto out;
+  }
   if (sm_file_exists(cfgp) && sm_file_exists(stp)) goto out;
   mkdir(dir, 0755);
   if (verbose) fprintf(stderr, "smelt: writing synthetic %s model (%d-bit) to %s ...\n", sh->name, bits, dir);

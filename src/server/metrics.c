@@ -12,7 +12,7 @@ struct sm_metrics {
   pthread_mutex_t mu;
   req_series req[MAX_SERIES];
   int n_req;
-  uint64_t prompt_tokens, gen_tokens, cached_tokens, preemptions;
+  uint64_t prompt_tokens, gen_tokens, cached_tokens, preemptions, cancelled;
   sm_hist ttft, itl;
 };
 
@@ -75,6 +75,11 @@ void sm_metrics_itl(sm_metrics *m, double s) {
   hist_add(&m->itl, s);
   pthread_mutex_unlock(&m->mu);
 }
+void sm_metrics_cancel(sm_metrics *m) {
+  pthread_mutex_lock(&m->mu);
+  m->cancelled++;
+  pthread_mutex_unlock(&m->mu);
+}
 void sm_metrics_preempt(sm_metrics *m) {
   pthread_mutex_lock(&m->mu);
   m->preemptions++;
@@ -124,9 +129,12 @@ char *sm_metrics_render(sm_metrics *m, const sm_metrics_gauges *g) {
             "# HELP smelt_prompt_cached_tokens_total Prompt tokens reported as cached to clients.\n"
             "# TYPE smelt_prompt_cached_tokens_total counter\nsmelt_prompt_cached_tokens_total %llu\n"
             "# HELP smelt_preemptions_total Sequences preempted (requeued) on KV cache exhaustion.\n"
-            "# TYPE smelt_preemptions_total counter\nsmelt_preemptions_total %llu\n",
+            "# TYPE smelt_preemptions_total counter\nsmelt_preemptions_total %llu\n"
+            "# HELP smelt_requests_cancelled_total Requests cancelled by client disconnect.\n"
+            "# TYPE smelt_requests_cancelled_total counter\nsmelt_requests_cancelled_total %llu\n",
             (unsigned long long)m->prompt_tokens, (unsigned long long)m->gen_tokens,
-            (unsigned long long)m->cached_tokens, (unsigned long long)m->preemptions);
+            (unsigned long long)m->cached_tokens, (unsigned long long)m->preemptions,
+            (unsigned long long)m->cancelled);
   render_hist(&b, "smelt_time_to_first_token_seconds", "Time from request arrival to the first generated token.",
               &m->ttft);
   render_hist(&b, "smelt_inter_token_latency_seconds", "Time between consecutive generated tokens of a sequence.",

@@ -20,6 +20,7 @@ void sm_metrics_tokens(sm_metrics *m, uint64_t prompt, uint64_t generated, uint6
 void sm_metrics_ttft(sm_metrics *m, double seconds);
 void sm_metrics_itl(sm_metrics *m, double seconds);
 void sm_metrics_preempt(sm_metrics *m);
+void sm_metrics_cancel(sm_metrics *m);
 typedef struct {
   int queued, running_seqs, running_requests;
   int kv_blocks_used, kv_blocks_total, kv_blocks_cached, kv_block_size;

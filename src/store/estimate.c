@@ -157,3 +157,25 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   out->fits = !out->available_known || out->total_bytes <= out->available_bytes;
   return SMELT_OK;
 }
+
+smelt_status sm_store_check_fits(const char *model_dir, int max_tokens, int kv_bytes_per_elem, bool cuda, bool force,
+                                 bool verbose) {
+  sm_mem_estimate e;
+  smelt_status s = sm_store_estimate(model_dir, max_tokens, kv_bytes_per_elem, cuda, &e);
+  if (s) return s;
+  char t[32], a[32], w[32], k[32];
+  sm_store_fmt_bytes(e.total_bytes, t, sizeof t);
+  sm_store_fmt_bytes(e.available_bytes, a, sizeof a);
+  sm_store_fmt_bytes(e.weights_bytes, w, sizeof w);
+  sm_store_fmt_bytes(e.kv_bytes, k, sizeof k);
+  if (verbose || !e.fits)
+    fprintf(stderr, "memory estimate: %s (weights %s + KV %s for %d tokens + runtime) of %s %s: %s\n", t, w, k,
+            e.max_tokens, e.available_known ? a : "unknown", cuda ? "free device memory" : "available",
+            !e.available_known ? "UNKNOWN" : (e.fits ? "FITS" : "DOES NOT FIT"));
+  if (!e.fits && !force)
+    return sm_err(SMELT_ERR_LIMIT, "model needs about %s but only %s is available (lower --max-tokens / use a "
+                  "smaller KV dtype or a more quantized model, or pass --force)", t, a);
+  return SMELT_OK;
+}
+
+bool sm_store_has_device_mem_query(void) { return g_dev_mem != NULL; }

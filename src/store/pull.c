@@ -78,7 +78,6 @@ static void curl_common(CURL *c, struct curl_slist *hdr, char *errbuf) {
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);   /* abort a stalled transfer ... */
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);   /* ... after 60 s without data */
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   errbuf[0] = 0;
 }
 
@@ -203,6 +202,7 @@ static smelt_status fetch_listing(const char *ep, const char *repo, const char *
   membuf mb = {0};
   smelt_status s = SMELT_OK;
   for (int attempt = 0; attempt < 3; attempt++) {
+    if (attempt) { struct timespec ts = {0, 300000000L}; nanosleep(&ts, NULL); }
     free(mb.p); mb.p = NULL; mb.n = 0;
     curl_easy_reset(c);
     curl_common(c, hdr, errbuf);
@@ -237,7 +237,9 @@ static smelt_status fetch_listing(const char *ep, const char *repo, const char *
 /* ---- progress ---- */
 typedef struct {
   bool on;
-  uint64_t total, done; /* done: bytes of finished files + the current file's start */
+  bool verbose;         /* progress requested (messages even without a TTY) */
+  uint64_t total, done; /* done: bytes of finished files */
+  uint64_t session;     /* bytes received in this run (for the rate) */
   double t0, last;
   const char *file;
 } progress;
@@ -255,7 +257,7 @@ static void draw(progress *p, uint64_t now_bytes, bool final) {
   for (int i = 0; i < w; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
   bar[w] = 0;
   char a[32], b[32];
-  double rate = (t - p->t0) > 0 ? (double)now_bytes / (t - p->t0) : 0;
+  double rate = (t - p->t0) > 0 ? (double)p->session / (t - p->t0) : 0;
   fprintf(stderr, "\r[%s] %3d%% %s / %s %6.1f MiB/s %-28.28s", bar, (int)(frac * 100), sm_store_fmt_bytes(cur, a, 32),
           sm_store_fmt_bytes(p->total, b, 32), rate / 1048576.0, p->file ? p->file : "");
   if (final) fputc('\n', stderr);
@@ -294,6 +296,7 @@ static size_t file_write(char *d, size_t sz, size_t nm, void *u) {
   if (fwrite(d, 1, n, x->fp) != n) return 0;
   sm_sha256_update(&x->sha, d, n);
   x->have += n;
+  x->pg->session += n;
   return n;
 }
 
@@ -367,7 +370,7 @@ static smelt_status download_file(CURL *c, const char *url, struct curl_slist *h
       char range[48];
       if (x.have > 0) {
         snprintf(range, sizeof range, "%llu-", (unsigned long long)x.have);
-        (void)range;
+        curl_easy_setopt(c, CURLOPT_RANGE, range);
       }
       rc = curl_easy_perform(c);
       curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
@@ -391,6 +394,10 @@ static smelt_status download_file(CURL *c, const char *url, struct curl_slist *h
         s = sm_err(SMELT_ERR_IO, "download of %s interrupted after %llu bytes: %s", f->path,
                    (unsigned long long)x.have, errbuf[0] ? errbuf : curl_easy_strerror(rc));
       else s = sm_err(SMELT_ERR_IO, "download of %s failed: HTTP %ld", f->path, code);
+      if (pg->verbose && attempt < retries) {
+        if (pg->on) fputc('\n', stderr);
+        fprintf(stderr, "%s; retrying (%d/%d)\n", sm_errmsg(), attempt + 1, retries);
+      }
       continue; /* retry, resuming from what we have */
     }
     if (f->has_size && x.have != f->size) {
@@ -494,7 +501,7 @@ smelt_status sm_store_pull(const char *ref, bool show_progress, char **dir) {
     goto done;
   }
   if (!mkdir_p(tmp)) { s = sm_err(SMELT_ERR_IO, "cannot create %s: %s", tmp, strerror(errno)); goto done; }
-  progress pg = {.on = show_progress && isatty(2), .t0 = sm_now()};
+  progress pg = {.on = show_progress && isatty(2), .verbose = show_progress, .t0 = sm_now()};
   for (size_t i = 0; i < nf; i++) pg.total += files[i].size;
   if (show_progress) {
     char b[32];

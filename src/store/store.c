@@ -222,7 +222,7 @@ smelt_status sm_store_resolve(const char *ref, bool allow_download, char **dir) 
 }
 
 /* ---- sizes and listing ---- */
-static uint64_t g_du;
+static _Thread_local uint64_t g_du;
 static int du_cb(const char *p, const struct stat *st, int flag, struct FTW *f) {
   (void)p; (void)f;
   if (flag == FTW_F) g_du += (uint64_t)st->st_size;

@@ -90,6 +90,12 @@ typedef struct {
  * overrides the available amount. */
 smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_bytes_per_elem, bool cuda,
                                sm_mem_estimate *out);
+/* For generate/serve --estimate-memory: estimate, print a one-line summary to stderr (always when
+ * verbose, else only when it does not fit) and return SMELT_ERR_LIMIT when the model will not fit
+ * and !force. */
+smelt_status sm_store_check_fits(const char *model_dir, int max_tokens, int kv_bytes_per_elem, bool cuda, bool force,
+                                 bool verbose);
+bool sm_store_has_device_mem_query(void);
 /* Device memory query hook for CUDA (e.g. a wrapper of cudaMemGetInfo); NULL clears. */
 typedef smelt_status (*sm_device_mem_fn)(uint64_t *free_bytes, uint64_t *total_bytes);
 void sm_store_set_device_mem_query(sm_device_mem_fn fn);

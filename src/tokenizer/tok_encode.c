@@ -90,7 +90,8 @@ static void find_pred(cpred f, uint32_t arg, const char *s, size_t n, rvec *out)
 static void split_by(const char *s, size_t n, bool first, const rvec *m, int behavior, bool invert, plist *out) {
   /* segments covering the string: (start, end, is_match) */
   size_t cap = 2 * m->n + 2, ns = 0;
-  struct seg { size_t s, e; bool m; } *sg = sm_xmalloc(cap * sizeof *sg);
+  struct seg { size_t s, e; bool m; } sbuf1[64], sbuf2[64];
+  struct seg *sg = cap <= 64 ? sbuf1 : sm_xmalloc(cap * sizeof *sg);
   size_t prev = 0;
   for (size_t i = 0; i < m->n; i++) {
     if (m->v[i].s > prev) sg[ns++] = (struct seg){prev, m->v[i].s, false};
@@ -100,7 +101,7 @@ static void split_by(const char *s, size_t n, bool first, const rvec *m, int beh
   if (prev < n || ns == 0) sg[ns++] = (struct seg){prev, n, false};
   if (invert) for (size_t i = 0; i < ns; i++) sg[i].m = !sg[i].m;
   /* result: (s, e, remove) */
-  struct seg *r = sm_xmalloc(cap * sizeof *r);
+  struct seg *r = cap <= 64 ? sbuf2 : sm_xmalloc(cap * sizeof *r);
   size_t nr = 0;
   bool pm = false;
   switch (behavior) {
@@ -133,7 +134,8 @@ static void split_by(const char *s, size_t n, bool first, const rvec *m, int beh
     if (r[i].m || r[i].e <= r[i].s) continue;
     pl_add_str(out, s + r[i].s, r[i].e - r[i].s, first && r[i].s == 0);
   }
-  free(sg); free(r);
+  if (sg != sbuf1) free(sg);
+  if (r != sbuf2) free(r);
 }
 
 /* ---- normalizers ---- */
@@ -233,7 +235,8 @@ static void normalize_rec(const sm_norm *nm, const char *s, size_t n, sm_sbuf *o
     size_t i = 0;
     while (i < n) {
       uint32_t cp; int l = sm_utf8_dec(s + i, n - i, &cp);
-      if (cp < 0x300 || utf8proc_category((utf8proc_int32_t)cp) != UTF8PROC_CATEGORY_MN) sm_sb_put(out, s + i, (size_t)l);
+      utf8proc_category_t k = cp < 0x300 ? UTF8PROC_CATEGORY_LL : utf8proc_category((utf8proc_int32_t)cp);
+      if (k != UTF8PROC_CATEGORY_MN && k != UTF8PROC_CATEGORY_MC && k != UTF8PROC_CATEGORY_ME) sm_sb_put(out, s + i, (size_t)l);
       i += (size_t)l;
     }
     return;
@@ -389,27 +392,30 @@ static void pretok_piece(const sm_pretok *p, ctx *c, const char *s, size_t n, bo
       b->n = 0; sm_sb_putc(b, ' '); sm_sb_put(b, s, n);
       src = b->p; sn = b->n;
     }
-    plist tmp = {0};
     plist *dst = out;
+    rng whole = {0, sn};
+    const rng *rs = &whole; size_t nr = sn ? 1 : 0;
     if (p->use_regex) {
       size_t i = 0, ms, me;
       while (i < sn && sm_re_find(gpt2_re, c->md, src, sn, i, &ms, &me)) {
         if (me == ms) { i = ms + clen_at(src, sn, ms); continue; }
+        if (ms > i) rv_add(&m, i, ms);
         rv_add(&m, ms, me); i = me;
       }
-      split_by(src, sn, first, &m, SPLIT_ISOLATED, false, &tmp);
-    } else if (sn) pl_add_str(&tmp, src, sn, first);
-    for (size_t k = 0; k < tmp.n; k++) {
-      const uint8_t *q = (const uint8_t *)tmp.buf.p + tmp.v[k].off;
+      if (i < sn) rv_add(&m, i, sn);
+      rs = m.v; nr = m.n;
+    }
+    for (size_t k = 0; k < nr; k++) {
+      const uint8_t *q = (const uint8_t *)src + rs[k].s;
+      size_t ln = rs[k].e - rs[k].s;
       size_t off = dst->buf.n;
-      sm_sb_reserve(&dst->buf, tmp.v[k].len * 2);
-      for (size_t j = 0; j < tmp.v[k].len; j++) {
-        memcpy(dst->buf.p + dst->buf.n, sm_bl_enc[q[j]], sm_bl_enc_len[q[j]]);
+      sm_sb_reserve(&dst->buf, ln * 2);
+      for (size_t j = 0; j < ln; j++) {
+        memcpy(dst->buf.p + dst->buf.n, sm_bl_enc[q[j]], 2);
         dst->buf.n += sm_bl_enc_len[q[j]];
       }
-      pl_add(dst, off, dst->buf.n - off, -1, tmp.v[k].first);
+      pl_add(dst, off, dst->buf.n - off, -1, first && rs[k].s == 0);
     }
-    pl_free(&tmp);
     break;
   }
   case PT_SEQ: {
@@ -464,8 +470,8 @@ static hent heap_pop(ctx *c, size_t *hn) {
   return top;
 }
 
-static void bpe_word(const smelt_tokenizer *t, ctx *c, const char *w, size_t n, ivec *out) {
-  if (t->ignore_merges) {
+static void bpe_word(const smelt_tokenizer *t, ctx *c, const char *w, size_t n, ivec *out, bool shortcut) {
+  if (shortcut && t->ignore_merges) {
     int32_t id = sm_smap_get(&t->vocab, w, n);
     if (id >= 0) { iv_push(out, id); return; }
   }
@@ -575,6 +581,27 @@ static void bpe_word(const smelt_tokenizer *t, ctx *c, const char *w, size_t n, 
   }
 }
 
+static bool ms_blocked(const smelt_tokenizer *t, uint32_t c) {
+  for (int i = 0; i < t->n_ms_prev; i++) if (t->ms_prev[i] == c) return true;
+  return false;
+}
+/* BPE of one pre-tokenized word; long SentencePiece-style words are cut at boundaries no merge can cross */
+static void model_word(const smelt_tokenizer *t, ctx *c, const char *w, size_t n, ivec *out) {
+  if (!t->ms_chunk || n < 8) { bpe_word(t, c, w, n, out, true); return; }
+  if (t->ignore_merges) {
+    int32_t id = sm_smap_get(&t->vocab, w, n);
+    if (id >= 0) { iv_push(out, id); return; }
+  }
+  size_t a = 0;
+  uint32_t prev = 0x2581;
+  for (size_t i = 0; i < n;) {
+    uint32_t cp; int l = sm_utf8_dec(w + i, n - i, &cp);
+    if (cp == 0x2581 && i > a && !ms_blocked(t, prev)) { bpe_word(t, c, w + a, i - a, out, false); a = i; }
+    prev = cp; i += (size_t)l;
+  }
+  bpe_word(t, c, w + a, n - a, out, a == 0);
+}
+
 static void post_apply(const sm_post *p, ivec *body, ivec *res) {
   switch (p->type) {
   case POST_TEMPLATE: case POST_BERT:
@@ -629,7 +656,7 @@ smelt_status sm_tok_encode(const smelt_tokenizer *t, const char *text, size_t le
   for (size_t k = 0; k < words->n; k++) {
     piece pc = words->v[k];
     if (pc.id >= 0) { iv_push(&body, pc.id); continue; }
-    if (pc.len) bpe_word(t, &c, words->buf.p + pc.off, pc.len, &body);
+    if (pc.len) model_word(t, &c, words->buf.p + pc.off, pc.len, &body);
   }
   /* 5. post-process */
   ivec res = {0};

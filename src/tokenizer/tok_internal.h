@@ -121,7 +121,11 @@ struct smelt_tokenizer {
   sm_pretok *pretok;
   sm_post *post;
   sm_decoder *decoder;
-  bool uses_bytelevel; /* a ByteLevel pre-tokenizer is present */
+  bool uses_bytelevel;
+  bool dec_bytefallback;
+  /* Exact chunking of long SentencePiece-style words: a boundary "c▁" can be split when no vocab
+   * token contains "c▁" (then no merge can cross it). ms_prev: those c, sorted. */
+  bool ms_chunk; uint32_t *ms_prev; int n_ms_prev; /* the decoder has a ByteFallback step */ /* a ByteLevel pre-tokenizer is present */
   /* tokenizer_config */
   char *bos_token, *eos_token;
   char *chat_template;               /* default */

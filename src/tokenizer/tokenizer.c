@@ -1,4 +1,5 @@
 /* Hugging Face tokenizer.json loader, decoder, streaming detokenizer and public API. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
@@ -180,6 +181,11 @@ static smelt_status parse_decoder(const cJSON *j, sm_decoder *d) {
   } else return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: unsupported decoder type '%s'", ty);
   return SMELT_OK;
 }
+static bool has_bytefallback(const sm_decoder *d) {
+  if (d->type == DEC_BYTEFALLBACK) return true;
+  for (int i = 0; i < d->nkids; i++) if (has_bytefallback(&d->kids[i])) return true;
+  return false;
+}
 static void free_decoder(sm_decoder *d) {
   for (int i = 0; i < d->nkids; i++) free_decoder(&d->kids[i]);
   free(d->kids); free(d->str); sm_pattern_free(&d->pat);
@@ -220,7 +226,7 @@ static smelt_status parse_post(const smelt_tokenizer *t, const cJSON *j, sm_post
       }
     }
   } else if (!strcmp(ty, "BertProcessing") || !strcmp(ty, "RobertaProcessing")) {
-    int32_t cls, sep; smelt_status st;
+    int32_t cls = 0, sep = 0; smelt_status st;
     p->type = POST_BERT;
     if ((st = special_pair(t, cJSON_GetObjectItemCaseSensitive(j, "cls"), &cls))) return st;
     if ((st = special_pair(t, cJSON_GetObjectItemCaseSensitive(j, "sep"), &sep))) return st;
@@ -359,6 +365,22 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
     sm_smap_put(&t->vocab, k, kl, id);
     t->id_tok[id] = k; t->id_len[id] = (uint32_t)kl;
   }
+  /* chars c such that "c\u2581" occurs inside a vocab token */
+  for (size_t i = 0; i < t->n_vkeys; i++) {
+    const char *k = t->vkeys[i]; size_t kl = strlen(k);
+    if (kl >= 3 && !memcmp(k, "\xE2\x96\x81", 3)) t->ms_chunk = true;
+    for (size_t p = 1; p + 3 <= kl; p++) {
+      if (memcmp(k + p, "\xE2\x96\x81", 3)) continue;
+      size_t q = p - 1; while (q > 0 && ((uint8_t)k[q] & 0xC0) == 0x80) q--;
+      uint32_t c; sm_utf8_dec(k + q, kl - q, &c);
+      int j = 0; while (j < t->n_ms_prev && t->ms_prev[j] != c) j++;
+      if (j == t->n_ms_prev) {
+        if (t->n_ms_prev >= 4096) { t->ms_chunk = false; break; }
+        t->ms_prev = sm_xrealloc(t->ms_prev, (size_t)(t->n_ms_prev + 1) * sizeof(uint32_t));
+        t->ms_prev[t->n_ms_prev++] = c;
+      }
+    }
+  }
   /* BPE options */
   t->byte_fallback = jbool(model, "byte_fallback", false);
   t->fuse_unk = jbool(model, "fuse_unk", false);
@@ -414,16 +436,25 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
   if ((j = cJSON_GetObjectItemCaseSensitive(root, "decoder")) && !cJSON_IsNull(j)) {
     t->decoder = sm_xcalloc(1, sizeof(sm_decoder));
     if ((st = parse_decoder(j, t->decoder))) return st;
+    t->dec_bytefallback = has_bytefallback(t->decoder);
   }
   /* added tokens */
   memset(t->trie_raw.root, 0xff, sizeof t->trie_raw.root);
   memset(t->trie_norm.root, 0xff, sizeof t->trie_norm.root);
   t->added = sm_xcalloc((size_t)cJSON_GetArraySize(added) + 1, sizeof(sm_added));
+  /* HF re-derives added-token ids on load (AddedVocabulary::add_tokens): a content already known
+   * keeps its id, a new one gets the next id after the model vocab / the largest added id */
+  int64_t max_added = -1;
   cJSON_ArrayForEach(it, added) {
     sm_added *a = &t->added[t->n_added];
     a->content = sm_xstrdup(jstr(it, "content"));
     a->len = strlen(a->content);
-    a->id = (int32_t)jnum(it, "id", 0);
+    int32_t known = sm_smap_get(&t->added_map, a->content, a->len);
+    if (known < 0) known = sm_smap_get(&t->vocab, a->content, a->len);
+    if (known >= 0) a->id = known;
+    else a->id = (int32_t)((max_added >= (int64_t)nv || nv == 0) ? max_added + 1 : (int64_t)nv);
+    if (a->id >= t->n_ids) { free(a->content); return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: added token ids are inconsistent"); }
+    if (a->id > max_added) max_added = a->id;
     a->special = jbool(it, "special", false);
     a->single_word = jbool(it, "single_word", false);
     a->lstrip = jbool(it, "lstrip", false);
@@ -478,6 +509,7 @@ smelt_status sm_tok_load_files(const char *tokenizer_json, const char *tokenizer
 
 smelt_status smelt_tokenizer_load(const char *model_dir, smelt_tokenizer **out) {
   if (!model_dir || !out) return sm_err(SMELT_ERR_INVALID, "smelt_tokenizer_load: NULL argument");
+  *out = NULL;
   char *tj = sm_path_join(model_dir, "tokenizer.json");
   char *tc = sm_path_join(model_dir, "tokenizer_config.json");
   smelt_status st;
@@ -492,7 +524,7 @@ void smelt_tokenizer_free(smelt_tokenizer *t) {
   for (size_t i = 0; i < t->n_vkeys; i++) free(t->vkeys[i]);
   free(t->vkeys); free(t->id_tok); free(t->id_len); free(t->id_special);
   sm_smap_free(&t->vocab); sm_smap_free(&t->added_map); sm_pmap_free(&t->merges);
-  free(t->cont_prefix); free(t->eow_suffix);
+  free(t->cont_prefix); free(t->eow_suffix); free(t->ms_prev);
   for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
   free(t->added);
   free(t->trie_raw.nodes); free(t->trie_norm.nodes);
@@ -702,6 +734,13 @@ smelt_status smelt_detokenize(const smelt_tokenizer *t, const int32_t *ids, size
   return SMELT_OK;
 }
 
+smelt_status sm_tok_decode(const smelt_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text,
+                           size_t *len) {
+  if (!t || !text || !len || (!ids && n)) return sm_err(SMELT_ERR_INVALID, "sm_tok_decode: NULL argument");
+  *text = decode_ids(t, ids, n, skip_special, len);
+  return SMELT_OK;
+}
+
 /* ---------------- streaming detokenizer ----------------
  * Like HF DecodeStream: decode a window ids[prefix..] and emit the part beyond the text of
  * ids[prefix..read]; hold while the window's text ends in U+FFFD (incomplete bytes).
@@ -730,6 +769,18 @@ size_t sm_detok_push(sm_detok *d, int32_t id, char **out) {
   if (!d || !out) return 0;
   if (d->n == d->cap) { d->cap = d->cap ? d->cap * 2 : 64; d->ids = sm_xrealloc(d->ids, d->cap * sizeof(int32_t)); }
   d->ids[d->n++] = id;
+  /* ByteFallback turns a whole run of <0xXX> tokens into U+FFFDs when the run is invalid, so
+   * text that ends in such a run may still change: hold it */
+  if (d->t->dec_bytefallback) {
+    const smelt_tokenizer *t = d->t;
+    for (size_t i = d->n; i-- > d->prefix;) {
+      int32_t x = d->ids[i];
+      if (x < 0 || x >= t->n_ids || !t->id_tok[x] || (d->skip && t->id_special[x])) continue;
+      const char *s = t->id_tok[x];
+      if (t->id_len[x] == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>') { *out = sm_xstrdup(""); return 0; }
+      break;
+    }
+  }
   size_t plen, nlen;
   char *prev = decode_ids(d->t, d->ids + d->prefix, d->read - d->prefix, d->skip, &plen);
   char *cur = decode_ids(d->t, d->ids + d->prefix, d->n - d->prefix, d->skip, &nlen);

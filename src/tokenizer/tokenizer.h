@@ -21,6 +21,10 @@ const char *sm_tok_chat_template(const smelt_tokenizer *t, const char *name);
 /* Whether the post-processor adds a BOS (for chat prompts that already contain it). */
 bool sm_tok_adds_bos(const smelt_tokenizer *t);
 
+/* Like smelt_detokenize, also giving the length (the text may contain NUL bytes). */
+smelt_status sm_tok_decode(const smelt_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text,
+                           size_t *len);
+
 /* Streaming detokenizer: push ids one at a time, get back only complete UTF-8 text
  * (partial byte sequences are held until completed; output equals
  * smelt_detokenize of all ids so far). */

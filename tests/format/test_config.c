@@ -306,6 +306,26 @@ static void test_gemma2_phi(void) {
   CHECK(has_eos(&c, 107));
   sm_config_free(&c);
 
+  /* google/gemma-2b: hidden_act "gelu" is ignored by GemmaMLP (uses hidden_activation, default gelu_pytorch_tanh) */
+  const char *g1 =
+    "{\"architectures\": [\"GemmaForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+    " \"bos_token_id\": 2, \"eos_token_id\": 1, \"head_dim\": 256, \"hidden_act\": \"gelu\","
+    " \"hidden_activation\": null, \"hidden_size\": 2048, \"initializer_range\": 0.02, \"intermediate_size\": 16384,"
+    " \"max_position_embeddings\": 8192, \"model_type\": \"gemma\", \"num_attention_heads\": 8,"
+    " \"num_hidden_layers\": 18, \"num_key_value_heads\": 1, \"pad_token_id\": 0, \"rms_norm_eps\": 1e-06,"
+    " \"rope_scaling\": null, \"rope_theta\": 10000.0, \"torch_dtype\": \"bfloat16\","
+    " \"transformers_version\": \"4.38.0.dev0\", \"use_cache\": true, \"vocab_size\": 256000}";
+  CHECK_EQ_I(load("gemma1", g1, NULL, &c), SMELT_OK);
+  CHECK_STR(c.hidden_act, "gelu_pytorch_tanh");
+  CHECK_EQ_I(c.head_dim, 256);
+  CHECK_EQ_I(c.num_key_value_heads, 1);
+  CHECK(c.tie_word_embeddings);
+  CHECK_EQ_I(c.sliding_window, 0);
+  CHECK_EQ_F(c.final_logit_softcapping, 0);
+  CHECK_EQ_I(c.bos_id, 2);
+  CHECK_EQ_I(c.eos_ids[0], 1);
+  sm_config_free(&c);
+
   /* microsoft/Phi-4-mini-instruct style: partial rotary + longrope */
   char p4[4096];
   char sf[1024] = "", lf[1024] = "";

@@ -16,7 +16,7 @@
 static volatile unsigned g_fuzz_sink;
 
 /* parse a safetensors image and walk every tensor */
-static void fuzz_safetensors_one(const uint8_t *data, size_t size) {
+__attribute__((unused)) static void fuzz_safetensors_one(const uint8_t *data, size_t size) {
   sm_st *st = NULL;
   smelt_status rc = sm_st_parse_buffer(data, size, &st);
   if (rc != SMELT_OK) {
@@ -47,7 +47,7 @@ static void fuzz_safetensors_one(const uint8_t *data, size_t size) {
 }
 
 /* input: config.json text, optionally followed by a NUL byte and generation_config.json text */
-static void fuzz_config_one(const uint8_t *data, size_t size) {
+__attribute__((unused)) static void fuzz_config_one(const uint8_t *data, size_t size) {
   const char *cfg = (const char *)data, *gen = NULL;
   size_t clen = size, glen = 0;
   const char *z = memchr(data, 0, size);

@@ -245,15 +245,43 @@ def main():
     rc, out, err = run("pull", "acme/tiny")
     check(rc == 0 and len([e for e in LOG if "/resolve/" in e[0]]) == n0, "re-pull is a no-op: %s" % err)
 
+    # a new revision on the hub replaces the stored copy atomically
+    old_sha = REPOS["acme/tiny"].sha
+    REPOS["acme/tiny"].sha = hashlib.sha1(b"rev2").hexdigest()
+    REPOS["acme/tiny"].files = dict(MODEL_FILES, **{"merges.txt": b"#version: 0.3\n"})
+    rc, out, err = run("pull", "acme/tiny")
+    check(rc == 0, "pull of a new revision: %s" % err)
+    d = os.path.join(store, "acme/tiny")
+    check(open(os.path.join(d, "merges.txt"), "rb").read() == b"#version: 0.3\n", "new revision content")
+    check(json.load(open(os.path.join(d, ".smelt-pull.json")))["revision"] == REPOS["acme/tiny"].sha,
+          "new revision recorded")
+    check(not os.path.exists(os.path.join(store, ".tmp")), "no temp dir left after an update")
+    REPOS["acme/tiny"].files = MODEL_FILES
+    REPOS["acme/tiny"].sha = old_sha
+    rc, out, err = run("pull", "-q", "acme/tiny")
+    check(rc == 0 and open(os.path.join(d, "merges.txt"), "rb").read() == MODEL_FILES["merges.txt"], "back to rev 1")
+
     # bare name -> mlx-community/<name>
     rc, out, err = run("pull", "-q", "bare")
     check(rc == 0 and out.strip() == os.path.join(store, "mlx-community/bare"), "bare name pull: %s %s" % (out, err))
     check(err == "", "quiet pull prints nothing on stderr: %r" % err)
 
+    # auto-download on first use (sm_store_resolve with allow_download), then local
+    REPOS["acme/auto"] = Repo(MODEL_FILES)
+    rc, out, err = run("resolve", "acme/auto")
+    check(rc == 0 and out.strip() == os.path.join(store, "acme/auto"), "resolve downloads: %s %s" % (out, err))
+    n1 = len(LOG)
+    rc, out, err = run("resolve", "acme/auto")
+    check(rc == 0 and len(LOG) == n1, "second resolve is local (no hub request)")
+    rc, out, err = run("resolve", "acme/nope")
+    check(rc != 0 and "not found" in err, "resolve of a missing repo: %s" % err)
+    shutil.rmtree(os.path.join(store, "acme/auto"))
+
     # 2. resume within one run: the server drops the connection at 40% the first time
     size = len(MODEL_FILES["model.safetensors"])
     rc, out, err = run("pull", "acme/cut")
     check(rc == 0, "pull acme/cut rc=%d err=%s" % (rc, err))
+    check("retrying" in err, "the retry is reported: %r" % err)
     check_model("acme/cut")
     dl = downloads("acme/cut", "model.safetensors")
     check(len(dl) == 2, "two requests for the cut file: %s" % [(e[1], e[3]) for e in dl])
@@ -389,4 +417,8 @@ def main():
 
 
 if __name__ == "__main__":
+    if CLI == "--serve":  # manual testing: run only the fake hub
+        srv = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2]) if len(sys.argv) > 2 else 0), Hub)
+        print("fake hub on http://127.0.0.1:%d" % srv.server_address[1], flush=True)
+        srv.serve_forever()
     sys.exit(main())

@@ -2,6 +2,7 @@
  * layout, listing, removal safety, and the memory estimate on a hand-made fixture
  * model whose expected numbers are computed by hand below. */
 #include "store/store.h"
+#include "model/model.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,6 +377,13 @@ static void test_arch(void) {
   CHECK(!sm_store_arch_supported("gpt2"));
   CHECK(!sm_store_arch_supported(NULL));
   CHECK(a[0].model_type && a[0].description);
+  /* the table agrees with the families the runtime implements (src/model/family.c) */
+  const char *const *fam = sm_family_names();
+  size_t nf = 0;
+  for (; fam[nf]; nf++)
+    if (!sm_store_arch_supported(fam[nf])) { fprintf(stderr, "FAIL: family %s missing from the arch table\n", fam[nf]); g_fail++; }
+  CHECK_EQ_U(nf, n);
+  for (size_t i = 0; i < n; i++) CHECK(sm_family_find(a[i].model_type) != NULL);
 }
 
 int main(void) {

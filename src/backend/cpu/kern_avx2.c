@@ -4,6 +4,9 @@
 #include "backend/cpu/cpu_internal.h"
 #include <immintrin.h>
 #include <string.h>
+#ifndef SM_PF_DIST
+#define SM_PF_DIST 2048
+#endif
 
 static inline float ldsc(const void *p, size_t i, sm_dtype t) {
   switch (t) {
@@ -79,6 +82,7 @@ static void mv_q4(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
     __m256 tot = _mm256_setzero_ps();
     float bsum = 0.f;
     for (int64_t g = 0; g < ng; g++) {
+      _mm_prefetch((const char *)q + SM_PF_DIST, _MM_HINT_T0);
       __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
       for (int j = 0; j < gs; j += 16) {
         __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q));
@@ -134,6 +138,7 @@ static void mv_q8(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
     __m256 tot = _mm256_setzero_ps();
     float bsum = 0.f;
     for (int64_t g = 0; g < ng; g++) {
+      for (int j = 0; j < gs; j += 64) _mm_prefetch((const char *)q + j + SM_PF_DIST, _MM_HINT_T0);
       __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
       for (int j = 0; j < gs; j += 16) {
         a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q))), _mm256_loadu_ps(xp), a0);

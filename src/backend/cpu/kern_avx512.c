@@ -7,6 +7,9 @@
 #include <string.h>
 
 #define V 16
+#ifndef SM_PF_DIST
+#define SM_PF_DIST 2048 /* software prefetch distance (bytes) for streamed weights */
+#endif
 
 static inline float ldsc(const void *p, size_t i, sm_dtype t) {
   switch (t) {
@@ -67,32 +70,95 @@ static inline __m512 gen_load16(const gen_unpack *u, const uint8_t *p) {
 }
 
 /* ---------------- matvec ---------------- */
-static void mv_q4(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
+/* 4-bit: two rows per pass (x loads shared), group size and scale dtype as constants */
+static inline __attribute__((always_inline)) float ldsc_c(const void *p, size_t i, const int DT) {
+  if (DT == SM_DT_F32) return ((const float *)p)[i];
+  if (DT == SM_DT_F16) return _cvtsh_ss(((const uint16_t *)p)[i]);
+  union { uint32_t u; float f; } v; v.u = (uint32_t)((const uint16_t *)p)[i] << 16; return v.f;
+}
+static inline __attribute__((always_inline)) void mv_q4_t(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y,
+                                                          const int GS, const int DT) {
   const sm_weight *w = a->w;
-  const int64_t K = w->cols, gs = w->group_size, ng = K / gs;
+  const int64_t K = w->cols, ng = K / GS;
   const size_t rb = (size_t)K / 2;
   const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  for (int64_t r = r0; r < r1; r++) {
+  const void *S = w->scales, *B = w->biases;
+  int64_t r = r0;
+  for (; r + 2 <= r1; r += 2) {
+    const uint8_t *q0 = (const uint8_t *)w->data + (size_t)r * rb, *q1 = q0 + rb;
+    const float *xp = a->xp;
+    __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
+    __m512 bs = _mm512_setzero_ps();
+    size_t si0 = (size_t)r * (size_t)ng, si1 = si0 + (size_t)ng;
+    for (int64_t g = 0; g < ng; g++) {
+      if (GS >= 64 || (g & 1) == 0) { /* one prefetch per 64-byte line and row */
+        _mm_prefetch((const char *)q0 + SM_PF_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)q1 + SM_PF_DIST, _MM_HINT_T0);
+      }
+      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (int j = 0; j < GS; j += 32) {
+        __m512i u0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q0));
+        __m512i u1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q1));
+        __m512 xl = _mm512_loadu_ps(xp), xh = _mm512_loadu_ps(xp + 16);
+        a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, lut), xl, a0);
+        a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(u0, 4), lut), xh, a1);
+        b0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, lut), xl, b0);
+        b1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(u1, 4), lut), xh, b1);
+        q0 += 16;
+        q1 += 16;
+        xp += 32;
+      }
+      t0 = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(ldsc_c(S, si0 + (size_t)g, DT)), t0);
+      t1 = _mm512_fmadd_ps(_mm512_add_ps(b0, b1), _mm512_set1_ps(ldsc_c(S, si1 + (size_t)g, DT)), t1);
+      if (B) {
+        float xs = a->xsum[g];
+        bs = _mm512_fmadd_ps(_mm512_setr_ps(ldsc_c(B, si0 + (size_t)g, DT), ldsc_c(B, si1 + (size_t)g, DT), 0, 0, 0, 0, 0, 0,
+                                            0, 0, 0, 0, 0, 0, 0, 0), _mm512_set1_ps(xs), bs);
+      }
+    }
+    float bb[16];
+    _mm512_storeu_ps(bb, bs);
+    y[r - r0] = hsum(t0) + bb[0];
+    y[r + 1 - r0] = hsum(t1) + bb[1];
+  }
+  for (; r < r1; r++) {
     const uint8_t *q = (const uint8_t *)w->data + (size_t)r * rb;
     const float *xp = a->xp;
     __m512 tot = _mm512_setzero_ps();
     float bsum = 0.f;
     for (int64_t g = 0; g < ng; g++) {
       __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-      for (int j = 0; j < gs; j += 32) {
+      for (int j = 0; j < GS; j += 32) {
         __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
-        __m512 lo = _mm512_permutexvar_ps(b, lut);
-        __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
-        a0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xp), a0);
-        a1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xp + 16), a1);
+        a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(b, lut), _mm512_loadu_ps(xp), a0);
+        a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut), _mm512_loadu_ps(xp + 16), a1);
         q += 16;
         xp += 32;
       }
       size_t si = (size_t)(r * ng + g);
-      tot = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(ldsc(w->scales, si, w->dtype)), tot);
-      if (w->biases) bsum += ldsc(w->biases, si, w->dtype) * a->xsum[g];
+      tot = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(ldsc_c(S, si, DT)), tot);
+      if (B) bsum += ldsc_c(B, si, DT) * a->xsum[g];
     }
     y[r - r0] = hsum(tot) + bsum;
+  }
+}
+#define MV_Q4_DT(GS)                                                                              \
+  static void mv_q4_g##GS(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {                \
+    switch (a->w->dtype) {                                                                        \
+    case SM_DT_F16: mv_q4_t(a, r0, r1, y, GS, SM_DT_F16); break;                                  \
+    case SM_DT_BF16: mv_q4_t(a, r0, r1, y, GS, SM_DT_BF16); break;                                \
+    default: mv_q4_t(a, r0, r1, y, GS, SM_DT_F32); break;                                         \
+    }                                                                                             \
+  }
+MV_Q4_DT(32)
+MV_Q4_DT(64)
+MV_Q4_DT(128)
+static void mv_q4(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
+  switch (a->w->group_size) {
+  case 32: mv_q4_g32(a, r0, r1, y); break;
+  case 64: mv_q4_g64(a, r0, r1, y); break;
+  default: mv_q4_g128(a, r0, r1, y); break;
   }
 }
 
@@ -109,6 +175,7 @@ static void mv_q2(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
     __m512 tot = _mm512_setzero_ps();
     float bsum = 0.f;
     for (int64_t g = 0; g < ng; g++) {
+      _mm_prefetch((const char *)q + SM_PF_DIST, _MM_HINT_T0);
       __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
       for (int j = 0; j < gs; j += 32) {
         uint64_t v;
@@ -136,6 +203,7 @@ static void mv_q8(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
     __m512 tot = _mm512_setzero_ps();
     float bsum = 0.f;
     for (int64_t g = 0; g < ng; g++) {
+      for (int j = 0; j < gs; j += 64) _mm_prefetch((const char *)q + j + SM_PF_DIST, _MM_HINT_T0);
       __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
       for (int j = 0; j < gs; j += 32) {
         __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q)));
@@ -169,6 +237,8 @@ static void mv_qgen(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
     float bsum = 0.f;
     size_t off = 0;
     for (int64_t g = 0; g < ng; g++) {
+      _mm_prefetch((const char *)row + off + SM_PF_DIST, _MM_HINT_T0);
+      if (gs * bits > 512) _mm_prefetch((const char *)row + off + 64 + SM_PF_DIST, _MM_HINT_T0);
       __m512 a0 = _mm512_setzero_ps();
       for (int j = 0; j < gs; j += 16) {
         const uint8_t *p = row + off;
@@ -213,6 +283,12 @@ static void mv_dense(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 64 <= K; k += 64) {
+      _mm_prefetch((const char *)row + (size_t)k * es + SM_PF_DIST, _MM_HINT_T0);
+      _mm_prefetch((const char *)row + (size_t)k * es + 64 + SM_PF_DIST, _MM_HINT_T0);
+      if (es == 4) {
+        _mm_prefetch((const char *)row + (size_t)k * es + 128 + SM_PF_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)row + (size_t)k * es + 192 + SM_PF_DIST, _MM_HINT_T0);
+      }
       s0 = _mm512_fmadd_ps(ld_dense(row, k, w->dtype), _mm512_loadu_ps(a->xp + k), s0);
       s1 = _mm512_fmadd_ps(ld_dense(row, k + 16, w->dtype), _mm512_loadu_ps(a->xp + k + 16), s1);
       s2 = _mm512_fmadd_ps(ld_dense(row, k + 32, w->dtype), _mm512_loadu_ps(a->xp + k + 32), s2);

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -39,7 +40,7 @@ static void *worker(void *arg) {
   worker_arg wa = *(worker_arg *)arg;
   free(arg);
   sm_pool *p = wa.p;
-  uint64_t seen = atomic_load(&p->gen);
+  uint64_t seen = 0; /* gen starts at 0 and only the dispatcher bumps it */
   for (;;) {
     uint64_t g;
     uint64_t t0 = 0;
@@ -48,6 +49,7 @@ static void *worker(void *arg) {
       SM_PAUSE();
       if (++spins == 1024) {
         spins = 0;
+        sched_yield();
         uint64_t t = now_ns();
         if (!t0) t0 = t;
         else if (t - t0 > SPIN_NS) {
@@ -120,5 +122,9 @@ void sm_pool_run(sm_pool *p, sm_pool_fn fn, void *ctx) {
   atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes fn/ctx, ordered before n_sleeping read */
   wake(p);
   fn(ctx, 0, p->n);
-  while (atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - 1) SM_PAUSE();
+  /* spin; yield now and then so an oversubscribed machine can run the late worker */
+  for (unsigned spins = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - 1;) {
+    SM_PAUSE();
+    if (++spins % 4096 == 0) sched_yield();
+  }
 }

@@ -1,0 +1,29 @@
+#!/bin/bash
+# Build on the GPU machine and run the CUDA tests and benchmarks.
+# usage (repo root): bash bench/cuda/device_run.sh [test] [b1] [b8q4] [b8bf16] ...
+# Needs the Debian packages in build-cudadeps/debs (see device_env.sh). Logs go to $OUT.
+set -o pipefail
+export SMELT_CUDA_STATS=1
+OUT=${OUT:-/tmp/out}; mkdir -p $OUT
+source bench/cuda/device_env.sh
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee $OUT/gpu.txt
+B=build-dev
+if [ ! -x $B/smelt ]; then
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >$OUT/cmake.log 2>&1 || { tail -30 $OUT/cmake.log; exit 1; }
+fi
+t0=$(date +%s)
+cmake --build $B -j16 --target smelt test_cuda_backend >$OUT/build.log 2>&1 || { grep -E "error|Error" $OUT/build.log | head -40; tail -20 $OUT/build.log; exit 1; }
+echo "build $(( $(date +%s) - t0 )) s"
+for stage in "$@"; do
+  case $stage in
+    test) (cd $B && timeout 300 ctest -R cuda --output-on-failure 2>&1 | tee $OUT/ctest.log | tail -40) ;;
+    b1) timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
+    b8q4) timeout 400 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
+    b8bf16) timeout 500 $B/smelt bench --synthetic 8b --bits 0 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
+    b8q8) timeout 400 $B/smelt bench --synthetic 8b --bits 8 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
+    p1) SMELT_CUDA_PROFILE=1 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 32 2>&1 | tee -a $OUT/prof.txt ;;
+    p8) SMELT_CUDA_PROFILE=1 timeout 300 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 32 2>&1 | tee -a $OUT/prof.txt ;;
+    nograph) SMELT_CUDA_GRAPHS=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+done

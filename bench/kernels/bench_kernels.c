@@ -1,0 +1,143 @@
+/* CPU kernel benchmark: DRAM read bandwidth, quantized matvec bandwidth, prefill GFLOP/s.
+ * usage: bench_kernels [n_threads]   (env SMELT_CPU_ISA=scalar|avx2|avx512 picks the kernels) */
+#include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+typedef struct { const uint8_t *buf; size_t n; uint64_t sum[64]; } bw_ctx;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint8_t *p, size_t n) {
+  __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+  for (size_t i = 0; i + 128 <= n; i += 128) {
+    a = _mm256_add_epi64(a, _mm256_load_si256((const __m256i *)(p + i)));
+    b = _mm256_add_epi64(b, _mm256_load_si256((const __m256i *)(p + i + 32)));
+    c = _mm256_add_epi64(c, _mm256_load_si256((const __m256i *)(p + i + 64)));
+    d = _mm256_add_epi64(d, _mm256_load_si256((const __m256i *)(p + i + 96)));
+  }
+  a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
+  uint64_t t[4];
+  _mm256_storeu_si256((__m256i *)t, a);
+  return t[0] + t[1] + t[2] + t[3];
+}
+#endif
+static uint64_t sum_plain(const uint8_t *p, size_t n) {
+  const uint64_t *q = (const uint64_t *)p;
+  uint64_t s0 = 0, s1 = 0;
+  for (size_t i = 0; i + 2 <= n / 8; i += 2) { s0 += q[i]; s1 += q[i + 1]; }
+  return s0 + s1;
+}
+static void bw_job(void *v, int tid, int nth) {
+  bw_ctx *c = v;
+  size_t per = (c->n / (size_t)nth) & ~(size_t)127;
+  const uint8_t *p = c->buf + per * (size_t)tid;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) { c->sum[tid] = sum_avx2(p, per); return; }
+#endif
+  c->sum[tid] = sum_plain(p, per);
+}
+
+static uint16_t rnd16(void) { return (uint16_t)rand(); }
+
+static double g_bw;
+
+static void bench_matvec(sm_backend *be, int64_t M, int64_t K, int bits, int gs) {
+  size_t wbytes = (size_t)M * (size_t)K * (size_t)bits / 8, ng = (size_t)M * (size_t)(K / gs);
+  size_t per = wbytes + 2 * ng * 2; /* packed + f16 scales + f16 biases */
+  int copies = (int)((512ull << 20) / per) + 1; /* > 512 MB in total: never L3-resident */
+  if (copies > 64) copies = 64;
+  sm_weight *w = calloc((size_t)copies, sizeof *w);
+  for (int c = 0; c < copies; c++) {
+    uint8_t *d = sm_aligned_alloc(wbytes);
+    uint16_t *s = sm_aligned_alloc(ng * 2), *b = sm_aligned_alloc(ng * 2);
+    for (size_t i = 0; i < wbytes; i++) d[i] = (uint8_t)rand();
+    for (size_t i = 0; i < ng; i++) { s[i] = sm_f32_to_f16(0.01f + (rnd16() & 255) * 1e-4f); b[i] = sm_f32_to_f16(-0.05f); }
+    w[c] = (sm_weight){.rows = M, .cols = K, .bits = bits, .group_size = gs, .dtype = SM_DT_F16, .data = d, .scales = s, .biases = b};
+  }
+  float *x = sm_aligned_alloc((size_t)K * 4), *y = sm_aligned_alloc((size_t)M * 4);
+  for (int64_t i = 0; i < K; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+  int iters = (int)((4ull << 30) / per);
+  if (iters < 2 * copies) iters = 2 * copies;
+  if (iters > 4000) iters = 4000;
+  for (int c = 0; c < copies; c++) be->matmul(be, &w[c], x, 1, y); /* warm up / fault in */
+  double t0 = sm_now();
+  for (int i = 0; i < iters; i++) be->matmul(be, &w[i % copies], x, 1, y);
+  double dt = sm_now() - t0;
+  double gbs = (double)per * iters / dt / 1e9;
+  /* hot: the same matrix again and again (L3-resident when it fits) */
+  int hot_iters = iters;
+  t0 = sm_now();
+  for (int i = 0; i < hot_iters; i++) be->matmul(be, &w[0], x, 1, y);
+  double dth = sm_now() - t0;
+  printf("matvec q%d g%d %6lldx%-5lld  %7.1f us  %6.2f GB/s  = %3.0f%% of DRAM bw   (hot/L3: %7.1f us, %6.2f GB/s)\n", bits, gs,
+         (long long)M, (long long)K, dt / iters * 1e6, gbs, 100 * gbs / g_bw, dth / hot_iters * 1e6,
+         (double)per * hot_iters / dth / 1e9);
+  for (int c = 0; c < copies; c++) { free((void *)w[c].data); free((void *)w[c].scales); free((void *)w[c].biases); }
+  free(w); free(x); free(y);
+}
+
+static void bench_gemm(sm_backend *be, int64_t M, int64_t K, int bits, int gs, int n) {
+  size_t wbytes = (size_t)M * (size_t)K * (size_t)bits / 8, ng = (size_t)M * (size_t)(K / gs);
+  uint8_t *d = sm_aligned_alloc(wbytes);
+  uint16_t *s = sm_aligned_alloc(ng * 2), *b = sm_aligned_alloc(ng * 2);
+  for (size_t i = 0; i < wbytes; i++) d[i] = (uint8_t)rand();
+  for (size_t i = 0; i < ng; i++) { s[i] = sm_f32_to_f16(0.01f); b[i] = sm_f32_to_f16(-0.05f); }
+  sm_weight w = {.rows = M, .cols = K, .bits = bits, .group_size = gs, .dtype = SM_DT_F16, .data = d, .scales = s, .biases = b};
+  float *x = sm_aligned_alloc((size_t)n * K * 4), *y = sm_aligned_alloc((size_t)n * M * 4);
+  for (int64_t i = 0; i < n * K; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+  be->matmul(be, &w, x, n, y);
+  int iters = 0;
+  double t0 = sm_now(), dt;
+  do { be->matmul(be, &w, x, n, y); iters++; dt = sm_now() - t0; } while (dt < 1.0);
+  double gf = 2.0 * n * M * K * iters / dt / 1e9;
+  printf("gemm   q%d g%d %6lldx%-5lld n=%-4d %8.2f ms  %7.1f GFLOP/s\n", bits, gs, (long long)M, (long long)K, n,
+         dt / iters * 1e3, gf);
+  free(d); free(s); free(b); free(x); free(y);
+}
+
+int main(int argc, char **argv) {
+  int nth = argc > 1 ? atoi(argv[1]) : 0;
+  sm_backend *be = sm_cpu_backend_create(nth);
+  sm_cpu_backend_isa(be);
+  /* the backend owns its pool; use a pool of the same size for the bandwidth probe */
+  sm_pool *pool = sm_pool_create(nth > 0 ? nth : (int)sysconf(_SC_NPROCESSORS_ONLN));
+  printf("kernels: %s, threads: %d\n", sm_cpu_backend_isa(be), sm_pool_size(pool));
+  bw_ctx c = {.n = 1ull << 30};
+  uint8_t *buf = sm_aligned_alloc(c.n);
+  memset(buf, 1, c.n);
+  c.buf = buf;
+  double best = 0;
+  for (int r = 0; r < 5; r++) {
+    double t0 = sm_now();
+    sm_pool_run(pool, bw_job, &c);
+    double dt = sm_now() - t0;
+    double gbs = (double)c.n / dt / 1e9;
+    if (gbs > best) best = gbs;
+  }
+  free(buf);
+  sm_pool_destroy(pool);
+  g_bw = best;
+  printf("DRAM read bandwidth (1 GiB sum, best of 5): %.2f GB/s\n", best);
+  bench_matvec(be, 2048, 2048, 4, 64);
+  bench_matvec(be, 8192, 2048, 4, 64);
+  bench_matvec(be, 2048, 8192, 4, 64);
+  bench_matvec(be, 128256, 2048, 4, 64);
+  bench_matvec(be, 4096, 4096, 4, 64);
+  bench_matvec(be, 14336, 4096, 4, 64);
+  bench_matvec(be, 4096, 14336, 4, 64);
+  bench_matvec(be, 8192, 2048, 8, 64);
+  bench_matvec(be, 8192, 2048, 3, 64);
+  bench_matvec(be, 8192, 2048, 6, 64);
+  bench_gemm(be, 2048, 2048, 4, 64, 64);
+  bench_gemm(be, 2048, 2048, 4, 64, 512);
+  bench_gemm(be, 8192, 2048, 4, 64, 64);
+  bench_gemm(be, 8192, 2048, 4, 64, 512);
+  be->destroy(be);
+  return 0;
+}

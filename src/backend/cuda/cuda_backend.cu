@@ -1,0 +1,1162 @@
+/* CUDA backend: implements the sm_backend op table (backend.h) on one NVIDIA GPU.
+ *
+ * - Weights are uploaded once in prepare_weight (2/4/8-bit repacked for 16-byte lane loads,
+ *   scales+biases interleaved; see cuda_internal.h).
+ * - Decode matmuls (n <= 8) use the matvec kernels in cuda_mv.cu; larger n dequantizes
+ *   tiles of the weight to bf16 and runs a cuBLAS GEMM.
+ * - Every op is issued on one stream. For small batches (decode steps) the ops of a
+ *   forward are recorded between set_batch and the next download/sync and replayed as a
+ *   CUDA graph once the same op sequence has been seen twice; the batch metadata lives
+ *   in fixed device buffers that set_batch refreshes with one async copy from pinned
+ *   memory, so a replay reads the new tokens/positions. No model-code hooks are needed. */
+#include "backend/cuda/cuda_internal.h"
+#include <cublas_v2.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ATT_TQ 16           /* batch tokens per attention tile */
+#define GRAPH_MAX_TOKENS 64 /* batches up to this size are recorded for graph replay */
+#define N_GRAPHS 8
+#define N_SEEN 16
+#define DEQ_BYTES ((size_t)128 << 20)
+
+enum {
+  OP_EMBED, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_KVSTORE, OP_ATTN, OP_SILU, OP_GELU, OP_ADD, OP_ADDROWS,
+  OP_SCALE, OP_SOFTCAP, OP_GATHER
+};
+
+typedef struct {
+  int type, n;
+  int i0, i1, i2, i3, i4;
+  float f0, f1, f2;
+  const void *p0, *p1, *p2, *p3, *p4;
+  size_t sz;
+} cu_op;
+
+typedef struct {
+  uint64_t hash;
+  int n_ops;
+  cu_op *ops;
+  cudaGraphExec_t exec;
+  uint64_t last_use;
+} cu_graph;
+
+typedef struct {
+  sm_backend base;
+  int dev, n_sm;
+  size_t smem_optin;
+  cudaStream_t s;
+  cublasHandle_t blas;
+  void *blas_ws;
+  /* host copy of the current batch */
+  int n_tokens, n_seqs, max_blocks, n_out, n_tiles;
+  int32_t *h_meta; /* pinned: tokens, pos, seq, out_rows, tiles, table */
+  int32_t *d_meta;
+  size_t meta_cap; /* int32 elements */
+  int32_t *d_tokens, *d_pos, *d_seq, *d_out, *d_tiles, *d_table;
+  int32_t *h_pos, *h_tiles; /* views into h_meta */
+  cudaEvent_t meta_ev;
+  bool meta_ev_live;
+  /* scratch */
+  float *part; size_t part_cap;       /* attention partials (floats) */
+  void *x16; size_t x16_cap;          /* activations as bf16/f16 (bytes) */
+  void *deq; size_t deq_cap;          /* dequantized weight tile (bytes) */
+  /* recording / graphs */
+  bool rec;
+  cu_op *ops; int n_ops, cap_ops;
+  cu_graph graphs[N_GRAPHS];
+  uint64_t seen[N_SEEN]; int n_seen_next;
+  uint64_t tick;
+  bool graphs_on;
+  bool failed;
+  /* SMELT_CUDA_PROFILE=1: graphs off, every op timed with events, table printed at destroy */
+  int prof;
+  cudaEvent_t pe0, pe1;
+  struct { char label[64]; double ms; long count; } pt[96];
+  int n_pt;
+  long st_graph_launch, st_capture, st_eager_fwd;
+} cuda_be;
+
+static cuda_be *CB(sm_backend *be) { return (cuda_be *)be; }
+
+static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
+static void prof_end(cuda_be *c, const char *label) {
+  if (!c->prof) return;
+  cudaEventRecord(c->pe1, c->s);
+  cudaEventSynchronize(c->pe1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, c->pe0, c->pe1);
+  int i;
+  for (i = 0; i < c->n_pt; i++) if (!strcmp(c->pt[i].label, label)) break;
+  if (i == c->n_pt) {
+    if (c->n_pt == 96) return;
+    snprintf(c->pt[c->n_pt++].label, sizeof c->pt[0].label, "%s", label);
+  }
+  c->pt[i].ms += ms;
+  c->pt[i].count++;
+}
+static void prof_print(cuda_be *c) {
+  if (c->prof) {
+    double tot = 0;
+    for (int i = 0; i < c->n_pt; i++) tot += c->pt[i].ms;
+    fprintf(stderr, "cuda profile (ms total, calls, us/call):\n");
+    for (int i = 0; i < c->n_pt; i++) {
+      int b = i;
+      for (int j = i + 1; j < c->n_pt; j++) if (c->pt[j].ms > c->pt[b].ms) b = j;
+      if (b != i) { auto t = c->pt[i]; c->pt[i] = c->pt[b]; c->pt[b] = t; }
+      fprintf(stderr, "  %-44s %9.2f %7ld %9.1f  %4.1f%%\n", c->pt[i].label, c->pt[i].ms, c->pt[i].count,
+              1000.0 * c->pt[i].ms / (double)c->pt[i].count, 100.0 * c->pt[i].ms / (tot > 0 ? tot : 1));
+    }
+  }
+  if (c->prof || getenv("SMELT_CUDA_STATS"))
+    fprintf(stderr, "cuda stats: graph launches %ld, captures %ld, eager recorded forwards %ld\n", c->st_graph_launch,
+            c->st_capture, c->st_eager_fwd);
+}
+
+static bool ck(cuda_be *c, cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return true;
+  if (!c->failed) fprintf(stderr, "smelt cuda: %s: %s\n", what, cudaGetErrorString(e));
+  c->failed = true;
+  sm_err(SMELT_ERR_BACKEND, "cuda: %s: %s", what, cudaGetErrorString(e));
+  return false;
+}
+
+/* ================= kernels ================= */
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+static __device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__global__ void k_rmsnorm(float *out, const float *x, const float *w, int dim, float eps, float off) {
+  const float *xr = x + (int64_t)blockIdx.x * dim;
+  float *o = out + (int64_t)blockIdx.x * dim;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) ss = fmaf(xr[j], xr[j], ss);
+  __shared__ float red[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) red[0] = v;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(red[0] / (float)dim + eps);
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) o[j] = xr[j] * inv * (w[j] + off);
+}
+
+/* x += a (residual add), then out = rmsnorm(x): one block per row */
+__global__ void k_add_rmsnorm(float *out, float *x, const float *a, const float *w, int dim, float eps, float off) {
+  float *xr = x + (int64_t)blockIdx.x * dim;
+  const float *ar = a + (int64_t)blockIdx.x * dim;
+  float *o = out + (int64_t)blockIdx.x * dim;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+    float v = xr[j] + ar[j];
+    xr[j] = v;
+    ss = fmaf(v, v, ss);
+  }
+  __shared__ float red[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) red[0] = v;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(red[0] / (float)dim + eps);
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) o[j] = xr[j] * inv * (w[j] + off);
+}
+
+__global__ void k_rope(float *x, const int32_t *pos, const float *inv, int n_tokens, int nh, int hd, int half) {
+  int64_t total = (int64_t)n_tokens * nh * half;
+  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * blockDim.x) {
+    int i = (int)(idx % half);
+    int64_t th = idx / half;
+    int t = (int)(th / nh);
+    float a = (float)pos[t] * inv[i], sn, cs;
+    sincosf(a, &sn, &cs);
+    float *v = x + th * hd;
+    float x0 = v[i], x1 = v[i + half];
+    v[i] = x0 * cs - x1 * sn;
+    v[i + half] = x0 * sn + x1 * cs;
+  }
+}
+
+static __device__ __forceinline__ int64_t kv_slot(const int32_t *table, int max_blocks, int bs, int nblocks, int s,
+                                                  int p) {
+  if (p < 0) return -1;
+  int bi = p / bs;
+  if (bi >= max_blocks) return -1;
+  int blk = table[(int64_t)s * max_blocks + bi];
+  if (blk < 0 || blk >= nblocks) return -1;
+  return (int64_t)blk * bs + p % bs;
+}
+
+__global__ void k_kv_store(float *K, float *V, const float *k, const float *v, const int32_t *pos, const int32_t *seq,
+                           const int32_t *table, int n_tokens, int row, int max_blocks, int bs, int nblocks) {
+  int64_t total = (int64_t)n_tokens * row;
+  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * blockDim.x) {
+    int t = (int)(idx / row), e = (int)(idx % row);
+    int64_t sl = kv_slot(table, max_blocks, bs, nblocks, seq[t], pos[t]);
+    if (sl < 0) continue;
+    K[sl * row + e] = k[idx];
+    V[sl * row + e] = v[idx];
+  }
+}
+
+/* Tiled attention: block = (tile of <= ATT_TQ consecutive same-sequence tokens, kv head,
+ * split z of the key range). Keys/values of 32 positions at a time are staged in shared
+ * memory and shared by all rows (token x query head of the group) of the tile. */
+template <int NDIM, int RMAX>
+__global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const float *__restrict__ q,
+                       const float *__restrict__ Kc, const float *__restrict__ Vc, const int32_t *__restrict__ pos,
+                       const int32_t *__restrict__ seq, const int32_t *__restrict__ table,
+                       const int32_t *__restrict__ tiles, int max_blocks, int bs, int nblocks, int n_heads, int nkv,
+                       int hd, float scale, int window, float softcap, int S) {
+  extern __shared__ float4 sm4[];
+  float *sm = (float *)sm4;
+  const int tile = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
+  const int t0 = tiles[tile], t1 = tiles[tile + 1];
+  const int G = n_heads / nkv, rows = (t1 - t0) * G, rows_max = ATT_TQ * G;
+  const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int hdp = hd + 4, row_stride = nkv * hd;
+  float *Ks = sm, *Vs = Ks + 32 * hdp, *Qs = Vs + 32 * hd, *Ps = Qs + rows_max * hd;
+  int *slots = (int *)(Ps + nw * 32);
+  const int sq = seq[t0];
+  int lo = 0x7fffffff, hi = -1;
+  for (int t = t0; t < t1; t++) {
+    int p = pos[t], l = window > 0 ? max(0, p - window + 1) : 0;
+    lo = min(lo, l);
+    hi = max(hi, p);
+  }
+  const int nblk = (hi - lo + 32) / 32, per = (nblk + S - 1) / S;
+  const int kb0 = z * per, kb1 = min(nblk, kb0 + per);
+  for (int idx = threadIdx.x; idx < rows * hd; idx += blockDim.x) {
+    int r = idx / hd, d = idx % hd;
+    int t = t0 + r / G, h = kvh * G + r % G;
+    Qs[idx] = q[((int64_t)t * n_heads + h) * hd + d] * scale;
+  }
+  const int per_pass = nw * RMAX;
+  __syncthreads();
+  for (int rbase = 0; rbase < rows; rbase += per_pass) {
+  float acc[RMAX][NDIM], m[RMAX], l[RMAX];
+  int rlo[RMAX], rhi[RMAX];
+#pragma unroll
+  for (int k = 0; k < RMAX; k++) {
+    m[k] = -INFINITY;
+    l[k] = 0.f;
+#pragma unroll
+    for (int i = 0; i < NDIM; i++) acc[k][i] = 0.f;
+    int r = rbase + warp + k * nw;
+    rlo[k] = 0;
+    rhi[k] = -1;
+    if (r < rows) {
+      int p = pos[t0 + r / G];
+      rhi[k] = p;
+      rlo[k] = window > 0 ? max(0, p - window + 1) : 0;
+    }
+  }
+  const int hd4 = hd >> 2;
+  for (int kb = kb0; kb < kb1; kb++) {
+    const int p0 = lo + kb * 32;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      int p = p0 + threadIdx.x;
+      slots[threadIdx.x] = p <= hi ? (int)kv_slot(table, max_blocks, bs, nblocks, sq, p) : -1;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < 32 * hd4; idx += blockDim.x) {
+      int j = idx / hd4, d4 = idx % hd4;
+      int sl = slots[j];
+      float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
+      if (sl >= 0) {
+        int64_t o = (int64_t)sl * row_stride + (int64_t)kvh * hd + 4 * d4;
+        kv = __ldg((const float4 *)(Kc + o));
+        vv = __ldg((const float4 *)(Vc + o));
+      }
+      *(float4 *)(Ks + j * hdp + 4 * d4) = kv;
+      *(float4 *)(Vs + j * hd + 4 * d4) = vv;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < RMAX; k++) {
+      const int r = rbase + warp + k * nw;
+      if (r < rows && p0 <= rhi[k] && p0 + 31 >= rlo[k]) {
+        const int p = p0 + lane;
+        const bool valid = slots[lane] >= 0 && p >= rlo[k] && p <= rhi[k];
+        const float4 *qr = (const float4 *)(Qs + r * hd), *kr = (const float4 *)(Ks + lane * hdp);
+        float s = 0.f;
+        for (int d4 = 0; d4 < hd4; d4++) {
+          float4 a = qr[d4], b = kr[d4];
+          s = fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, fmaf(a.w, b.w, s))));
+        }
+        if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+        s = valid ? s : -INFINITY;
+        const float mx = warp_max(s);
+        if (mx != -INFINITY) {
+          const float mn = fmaxf(m[k], mx);
+          const float corr = m[k] == -INFINITY ? 0.f : expf(m[k] - mn);
+          const float pe = valid ? expf(s - mn) : 0.f;
+          l[k] = l[k] * corr + warp_sum(pe);
+          m[k] = mn;
+          Ps[warp * 32 + lane] = pe;
+          __syncwarp();
+          float a[NDIM];
+#pragma unroll
+          for (int i = 0; i < NDIM; i++) a[i] = acc[k][i] * corr;
+          for (int j = 0; j < 32; j++) {
+            const float pj = Ps[warp * 32 + j];
+            const float *vr = Vs + j * hd;
+#pragma unroll
+            for (int i = 0; i < NDIM; i++) {
+              const int d = lane + 32 * i;
+              if (d < hd) a[i] = fmaf(pj, vr[d], a[i]);
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < NDIM; i++) acc[k][i] = a[i];
+          __syncwarp();
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < RMAX; k++) {
+    const int r = rbase + warp + k * nw;
+    if (r < rows) {
+      const int t = t0 + r / G, h = kvh * G + r % G;
+      if (S == 1) {
+        const float inv = l[k] > 0.f ? 1.f / l[k] : 0.f;
+        float *o = out + ((int64_t)t * n_heads + h) * hd;
+#pragma unroll
+        for (int i = 0; i < NDIM; i++) {
+          int d = lane + 32 * i;
+          if (d < hd) o[d] = acc[k][i] * inv;
+        }
+      } else {
+        float *pp = part + (((int64_t)t * n_heads + h) * S + z) * (hd + 2);
+        if (lane == 0) { pp[0] = m[k]; pp[1] = l[k]; }
+#pragma unroll
+        for (int i = 0; i < NDIM; i++) {
+          int d = lane + 32 * i;
+          if (d < hd) pp[2 + d] = acc[k][i];
+        }
+      }
+    }
+  }
+  }
+}
+
+__global__ void k_attn_combine(float *out, const float *part, int S, int hd) {
+  const float *pp = part + (int64_t)blockIdx.x * S * (hd + 2);
+  float M = -INFINITY;
+  for (int z = 0; z < S; z++) M = fmaxf(M, pp[z * (hd + 2)]);
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float L = 0.f, o = 0.f;
+    for (int z = 0; z < S; z++) {
+      float mz = pp[z * (hd + 2)];
+      if (mz == -INFINITY) continue;
+      float wz = expf(mz - M);
+      L += pp[z * (hd + 2) + 1] * wz;
+      o += pp[z * (hd + 2) + 2 + d] * wz;
+    }
+    out[(int64_t)blockIdx.x * hd + d] = L > 0.f ? o / L : 0.f;
+  }
+}
+
+#define GRID_STRIDE(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+__global__ void k_silu_mul(float *o, const float *g, const float *u, size_t n) {
+  GRID_STRIDE(i, n) { float a = g[i]; o[i] = a / (1.f + expf(-a)) * u[i]; }
+}
+__global__ void k_gelu_mul(float *o, const float *g, const float *u, size_t n) {
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  GRID_STRIDE(i, n) { float a = g[i]; o[i] = 0.5f * a * (1.f + tanhf(k0 * (a + k1 * a * a * a))) * u[i]; }
+}
+__global__ void k_add(float *y, const float *x, size_t n) { GRID_STRIDE(i, n) y[i] += x[i]; }
+__global__ void k_add_rows(float *y, const float *b, size_t n, int dim) { GRID_STRIDE(i, n) y[i] += b[i % dim]; }
+__global__ void k_scale(float *y, float s, size_t n) { GRID_STRIDE(i, n) y[i] *= s; }
+__global__ void k_softcap(float *y, float cap, size_t n) {
+  float inv = 1.f / cap;
+  GRID_STRIDE(i, n) y[i] = cap * tanhf(y[i] * inv);
+}
+__global__ void k_gather(float *dst, const float *src, const int32_t *rows, int n_out, int dim) {
+  size_t n = (size_t)n_out * dim;
+  GRID_STRIDE(i, n) {
+    size_t r = i / dim, j = i % dim;
+    dst[i] = src[(size_t)rows[r] * dim + j];
+  }
+}
+__global__ void k_to_bf16(__nv_bfloat16 *o, const float *x, size_t n) { GRID_STRIDE(i, n) o[i] = __float2bfloat16(x[i]); }
+__global__ void k_to_f16(__half *o, const float *x, size_t n) {
+  GRID_STRIDE(i, n) o[i] = __float2half(fminf(fmaxf(x[i], -65504.f), 65504.f));
+}
+/* upload helpers: natural -> fast word order, and (scale, bias) interleave */
+__global__ void k_permute_words(uint32_t *dst, const uint32_t *src, int64_t rows, int64_t W) {
+  int64_t total = rows * W;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = i / W, u = i % W;
+    dst[r * W + cu_qfast_store_index(u, W)] = src[i];
+  }
+}
+__global__ void k_pair16(uint32_t *dst, const uint16_t *s, const uint16_t *b, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = (uint32_t)s[i] | ((uint32_t)(b ? b[i] : 0) << 16);
+}
+__global__ void k_pair32(float2 *dst, const float *s, const float *b, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = make_float2(s[i], b ? b[i] : 0.f);
+}
+
+static unsigned ew_blocks(size_t n) {
+  size_t b = (n + 255) / 256;
+  if (b > 8192) b = 8192;
+  return b ? (unsigned)b : 1;
+}
+
+/* ================= scratch / graphs ================= */
+static void graphs_clear(cuda_be *c) {
+  bool any = false;
+  for (int i = 0; i < N_GRAPHS; i++) any |= c->graphs[i].exec != NULL;
+  if (!any) return;
+  cudaStreamSynchronize(c->s);
+  for (int i = 0; i < N_GRAPHS; i++) {
+    if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
+    free(c->graphs[i].ops);
+    memset(&c->graphs[i], 0, sizeof c->graphs[i]);
+  }
+}
+
+static bool ensure_buf(cuda_be *c, void **p, size_t *cap, size_t need) {
+  if (need <= *cap) return true;
+  graphs_clear(c);
+  if (*p) cudaFree(*p);
+  *p = NULL;
+  *cap = 0;
+  size_t n = need + need / 4;
+  if (!ck(c, cudaMalloc(p, n), "scratch alloc")) { *p = NULL; return false; }
+  *cap = n;
+  return true;
+}
+
+/* ================= ops (execution) ================= */
+static void x_matmul(cuda_be *c, const sm_weight *w, const float *x, int n, float *y) {
+  const cu_weight *cw = (const cu_weight *)w->dev;
+  if (n <= CU_MAX_N) { cu_matvec(cw, x, n, y, c->s, c->n_sm); return; }
+  const int64_t M = cw->rows, K = cw->cols;
+  const float one = 1.f, zero = 0.f;
+  if (cw->kind == CW_DENSE && cw->dtype == SM_DT_F32) {
+    cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, n, (int)K, &one, cw->q, CUDA_R_32F, (int)K, x, CUDA_R_32F,
+                 (int)K, &zero, y, CUDA_R_32F, (int)M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return;
+  }
+  const bool f16 = cw->kind == CW_DENSE && cw->dtype == SM_DT_F16;
+  const cudaDataType dt = f16 ? CUDA_R_16F : CUDA_R_16BF;
+  size_t nx = (size_t)n * K;
+  if (f16) k_to_f16<<<ew_blocks(nx), 256, 0, c->s>>>((__half *)c->x16, x, nx);
+  else k_to_bf16<<<ew_blocks(nx), 256, 0, c->s>>>((__nv_bfloat16 *)c->x16, x, nx);
+  if (cw->kind == CW_DENSE) {
+    cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, n, (int)K, &one, cw->q, dt, (int)K, c->x16, dt, (int)K,
+                 &zero, y, CUDA_R_32F, (int)M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return;
+  }
+  int64_t chunk = (int64_t)(c->deq_cap / ((size_t)K * 2));
+  if (chunk > M) chunk = M;
+  if (chunk >= 128) chunk &= ~(int64_t)127;
+  for (int64_t r0 = 0; r0 < M; r0 += chunk) {
+    int64_t nr = M - r0 < chunk ? M - r0 : chunk;
+    cu_dequant_rows(cw, r0, nr, c->deq, false, c->s);
+    cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)K, &one, c->deq, CUDA_R_16BF, (int)K, c->x16,
+                 CUDA_R_16BF, (int)K, &zero, y + r0, CUDA_R_32F, (int)M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  }
+}
+
+static int att_splits(const cuda_be *c, int nkv) {
+  int units = c->n_tiles * nkv;
+  if (units <= 0) return 1;
+  int want = 2 * c->n_sm / units, S = 1;
+  while (S * 2 <= want && S < 64) S *= 2;
+  return S;
+}
+
+static int g_att_maxthr[4] = { 1024, 1024, 1024, 1024 };
+template <int NDIM, int RMAX> static void set_attn_smem(size_t bytes, int slot) {
+  cudaFuncSetAttribute(k_attn<NDIM, RMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+  cudaFuncAttributes a;
+  if (cudaFuncGetAttributes(&a, k_attn<NDIM, RMAX>) == cudaSuccess && a.maxThreadsPerBlock >= 32)
+    g_att_maxthr[slot] = a.maxThreadsPerBlock & ~31;
+}
+
+static size_t att_smem(int hd, int G, int nw) {
+  return ((size_t)32 * (hd + 4) + (size_t)32 * hd + (size_t)ATT_TQ * G * hd + (size_t)nw * 32 + 32) * sizeof(float);
+}
+static int att_ndim(int hd) { return hd <= 32 ? 1 : hd <= 64 ? 2 : hd <= 128 ? 4 : 8; }
+static int att_warps(int hd, int G) {
+  int nd = att_ndim(hd), rmax = nd >= 8 ? 8 : 16, rows = ATT_TQ * G;
+  int nw = (rows + rmax - 1) / rmax, slot = nd == 1 ? 0 : nd == 2 ? 1 : nd == 4 ? 2 : 3;
+  int cap = g_att_maxthr[slot] / 32; /* rows beyond nw*RMAX are done in further passes */
+  if (nw > cap) nw = cap;
+  return nw < 4 ? 4 : nw;
+}
+
+static void x_attention(cuda_be *c, const cu_op *o) {
+  float *out = (float *)o->p0;
+  const float *q = (const float *)o->p1, *K = (const float *)o->p2, *V = (const float *)o->p3;
+  const int n_heads = o->i0, nkv = o->i1, hd = o->i2, bs = o->i3, nblocks = o->i4, window = o->n;
+  const float scale = o->f0, softcap = o->f1;
+  const int G = n_heads / nkv, S = att_splits(c, nkv), nw = att_warps(hd, G);
+  const size_t smem = att_smem(hd, G, nw);
+  dim3 grid((unsigned)c->n_tiles, (unsigned)nkv, (unsigned)S);
+#define ATT_ARGS out, c->part, q, K, V, c->d_pos, c->d_seq, c->d_table, c->d_tiles, c->max_blocks, bs, nblocks, n_heads, \
+                 nkv, hd, scale, window, softcap, S
+  switch (att_ndim(hd)) {
+  case 1: k_attn<1, 16><<<grid, nw * 32, smem, c->s>>>(ATT_ARGS); break;
+  case 2: k_attn<2, 16><<<grid, nw * 32, smem, c->s>>>(ATT_ARGS); break;
+  case 4: k_attn<4, 16><<<grid, nw * 32, smem, c->s>>>(ATT_ARGS); break;
+  default: k_attn<8, 8><<<grid, nw * 32, smem, c->s>>>(ATT_ARGS); break;
+  }
+#undef ATT_ARGS
+  if (S > 1) k_attn_combine<<<c->n_tokens * n_heads, hd < 128 ? 128 : (hd > 256 ? 256 : hd), 0, c->s>>>(out, c->part, S, hd);
+}
+
+static void exec_op_(cuda_be *c, const cu_op *o);
+static const char *op_names[] = { "embed", "matmul", "rmsnorm", "rope", "kv_store", "attention", "silu_mul",
+                                  "gelu_mul", "add", "add_rows", "scale", "softcap", "gather_out" };
+static void exec_op(cuda_be *c, const cu_op *o) {
+  if (!c->prof) { exec_op_(c, o); return; }
+  char lab[64];
+  if (o->type == OP_MATMUL) {
+    const cu_weight *w = (const cu_weight *)o->p3;
+    snprintf(lab, sizeof lab, "matmul %s%d %lldx%lld n%s", w->bits ? "q" : "dense", w->bits ? w->bits : (int)w->dtype,
+             (long long)w->rows, (long long)w->cols, o->n == 1 ? "=1" : o->n <= CU_MAX_N ? "<=8" : ">8");
+  } else if (o->type == OP_ATTN) snprintf(lab, sizeof lab, "attention n%s", c->n_tokens == 1 ? "=1" : ">1");
+  else snprintf(lab, sizeof lab, "%s", op_names[o->type]);
+  prof_begin(c);
+  exec_op_(c, o);
+  prof_end(c, lab);
+}
+static void exec_op_(cuda_be *c, const cu_op *o) {
+  const int nt = c->n_tokens;
+  switch (o->type) {
+  case OP_EMBED: cu_embed((const cu_weight *)((const sm_weight *)o->p0)->dev, c->d_tokens, nt, (float *)o->p1, c->s); break;
+  case OP_MATMUL: x_matmul(c, (const sm_weight *)o->p0, (const float *)o->p1, o->n, (float *)o->p2); break;
+  case OP_RMSNORM: {
+    int dim = o->i0, th = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 64 ? 64 : 32;
+    k_rmsnorm<<<o->n, th, 0, c->s>>>((float *)o->p0, (const float *)o->p1, (const float *)o->p2, dim, o->f0, o->f1);
+    break;
+  }
+  case OP_ROPE: {
+    int64_t total = (int64_t)nt * o->i0 * (o->i2 / 2);
+    k_rope<<<ew_blocks((size_t)total), 256, 0, c->s>>>((float *)o->p0, c->d_pos, (const float *)o->p1, nt, o->i0,
+                                                       o->i1, o->i2 / 2);
+    break;
+  }
+  case OP_KVSTORE: {
+    size_t total = (size_t)nt * o->i0;
+    k_kv_store<<<ew_blocks(total), 256, 0, c->s>>>((float *)o->p0, (float *)o->p1, (const float *)o->p2,
+                                                   (const float *)o->p3, c->d_pos, c->d_seq, c->d_table, nt, o->i0,
+                                                   c->max_blocks, o->i1, o->i2);
+    break;
+  }
+  case OP_ATTN: x_attention(c, o); break;
+  case OP_SILU: k_silu_mul<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, (const float *)o->p1, (const float *)o->p2, o->sz); break;
+  case OP_GELU: k_gelu_mul<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, (const float *)o->p1, (const float *)o->p2, o->sz); break;
+  case OP_ADD: k_add<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, (const float *)o->p1, o->sz); break;
+  case OP_ADDROWS: k_add_rows<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, (const float *)o->p1, o->sz, o->i0); break;
+  case OP_SCALE: k_scale<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, o->f0, o->sz); break;
+  case OP_SOFTCAP: k_softcap<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, o->f0, o->sz); break;
+  case OP_GATHER: {
+    size_t n = (size_t)c->n_out * o->i0;
+    if (n) k_gather<<<ew_blocks(n), 256, 0, c->s>>>((float *)o->p0, (const float *)o->p1, c->d_out, c->n_out, o->i0);
+    break;
+  }
+  }
+}
+
+/* Run the recorded ops, fusing runs of matvecs that read the same x (q/k/v, gate/up). */
+static void exec_ops(cuda_be *c) {
+  for (int i = 0; i < c->n_ops;) {
+    const cu_op *o = &c->ops[i];
+    if (o->type == OP_MATMUL && o->n <= CU_MAX_N) {
+      const cu_weight *ws[3] = { (const cu_weight *)o->p3 };
+      float *ys[3] = { (float *)o->p2 };
+      int nw = 1;
+      while (nw < 3 && i + nw < c->n_ops) {
+        const cu_op *p = &c->ops[i + nw];
+        if (p->type != OP_MATMUL || p->p1 != o->p1 || p->n != o->n || p->p2 == o->p1) break;
+        const cu_weight *pw = (const cu_weight *)p->p3;
+        if (!cu_matvec_compatible(ws[0], pw)) break;
+        bool alias = false;
+        for (int k = 0; k < nw; k++) alias |= ys[k] == (float *)p->p2;
+        if (alias) break;
+        ws[nw] = pw;
+        ys[nw] = (float *)p->p2;
+        nw++;
+      }
+      if (nw > 1) {
+        prof_begin(c);
+        cu_matvec_multi(ws, ys, nw, (const float *)o->p1, o->n, c->s, c->n_sm);
+        if (c->prof) {
+          char lab[64];
+          snprintf(lab, sizeof lab, "fused matvec x%d %lldx%lld n%d", nw, (long long)ws[0]->rows, (long long)ws[0]->cols, o->n);
+          prof_end(c, lab);
+        }
+        i += nw;
+        continue;
+      }
+    }
+    if (o->type == OP_ADD && i + 1 < c->n_ops) {
+      const cu_op *p = &c->ops[i + 1];
+      if (p->type == OP_RMSNORM && p->p1 == o->p0 && (size_t)p->n * (size_t)p->i0 == o->sz && p->p0 != o->p0 &&
+          p->p0 != o->p1) {
+        int dim = p->i0, th = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 64 ? 64 : 32;
+        prof_begin(c);
+        k_add_rmsnorm<<<p->n, th, 0, c->s>>>((float *)p->p0, (float *)o->p0, (const float *)o->p1,
+                                             (const float *)p->p2, dim, p->f0, p->f1);
+        prof_end(c, "add+rmsnorm");
+        i += 2;
+        continue;
+      }
+    }
+    exec_op(c, o);
+    i++;
+  }
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const uint8_t *b = (const uint8_t *)p;
+  for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 0x100000001b3ULL; }
+  return h;
+}
+
+static void flush(cuda_be *c) {
+  if (!c->rec) return;
+  c->rec = false;
+  if (c->n_ops == 0) return;
+  int dims[5] = { c->n_tokens, c->n_seqs, c->max_blocks, c->n_out, c->n_tiles };
+  uint64_t h = fnv(0xcbf29ce484222325ULL, dims, sizeof dims);
+  h = fnv(h, c->h_tiles, sizeof(int32_t) * (size_t)(c->n_tiles + 1));
+  h = fnv(h, c->ops, sizeof(cu_op) * (size_t)c->n_ops);
+  c->tick++;
+  for (int i = 0; i < N_GRAPHS; i++) {
+    cu_graph *g = &c->graphs[i];
+    if (g->exec && g->hash == h && g->n_ops == c->n_ops && !memcmp(g->ops, c->ops, sizeof(cu_op) * (size_t)c->n_ops)) {
+      g->last_use = c->tick;
+      c->st_graph_launch++;
+      ck(c, cudaGraphLaunch(g->exec, c->s), "graph launch");
+      return;
+    }
+  }
+  bool seen = false;
+  for (int i = 0; i < N_SEEN; i++) seen |= c->seen[i] == h;
+  if (!seen || !c->graphs_on) {
+    if (!seen) { c->seen[c->n_seen_next] = h; c->n_seen_next = (c->n_seen_next + 1) % N_SEEN; }
+    c->st_eager_fwd++;
+    exec_ops(c);
+    return;
+  }
+  /* second sighting: capture */
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  cudaError_t e = cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal);
+  if (e == cudaSuccess) {
+    exec_ops(c);
+    e = cudaStreamEndCapture(c->s, &graph);
+  }
+  if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+  if (graph) cudaGraphDestroy(graph);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    c->graphs_on = false; /* capture unsupported here: run eagerly from now on */
+    exec_ops(c);
+    return;
+  }
+  int slot = 0;
+  for (int i = 0; i < N_GRAPHS; i++) {
+    if (!c->graphs[i].exec) { slot = i; break; }
+    if (c->graphs[i].last_use < c->graphs[slot].last_use) slot = i;
+  }
+  cu_graph *g = &c->graphs[slot];
+  if (g->exec) { cudaStreamSynchronize(c->s); cudaGraphExecDestroy(g->exec); }
+  free(g->ops);
+  g->exec = exec;
+  g->hash = h;
+  g->n_ops = c->n_ops;
+  g->ops = (cu_op *)malloc(sizeof(cu_op) * (size_t)c->n_ops);
+  memcpy(g->ops, c->ops, sizeof(cu_op) * (size_t)c->n_ops);
+  g->last_use = c->tick;
+  c->st_capture++;
+  ck(c, cudaGraphLaunch(exec, c->s), "graph launch");
+}
+
+static void submit(cuda_be *c, const cu_op *o) {
+  if (!c->rec) { exec_op(c, o); return; }
+  if (c->n_ops == c->cap_ops) {
+    c->cap_ops = c->cap_ops ? 2 * c->cap_ops : 1024;
+    c->ops = (cu_op *)sm_xrealloc(c->ops, sizeof(cu_op) * (size_t)c->cap_ops);
+  }
+  c->ops[c->n_ops++] = *o;
+}
+
+/* ================= sm_backend entry points ================= */
+static void *be_alloc(sm_backend *be, size_t bytes) {
+  cuda_be *c = CB(be);
+  void *p = NULL;
+  if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) { cudaGetLastError(); return NULL; }
+  (void)c;
+  return p;
+}
+static void be_free(sm_backend *be, void *p) {
+  cuda_be *c = CB(be);
+  if (!p) return;
+  flush(c);
+  graphs_clear(c);
+  cudaFree(p);
+}
+static void be_upload(sm_backend *be, void *dst, const void *src, size_t n) {
+  cuda_be *c = CB(be);
+  if (!n) return;
+  flush(c);
+  ck(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->s), "upload");
+}
+static void be_download(sm_backend *be, void *dst, const void *src, size_t n) {
+  cuda_be *c = CB(be);
+  flush(c);
+  if (n) ck(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->s), "download");
+  ck(c, cudaStreamSynchronize(c->s), "sync");
+}
+static void be_sync(sm_backend *be) {
+  cuda_be *c = CB(be);
+  flush(c);
+  ck(c, cudaStreamSynchronize(c->s), "sync");
+}
+
+static bool weight_ok(const sm_weight *w) {
+  if (!w || !w->data || w->rows <= 0 || w->cols <= 0 || w->rows > INT32_MAX || w->cols > INT32_MAX) return false;
+  if (w->bits == 0) return w->dtype == SM_DT_F32 || w->dtype == SM_DT_F16 || w->dtype == SM_DT_BF16;
+  if (!(w->bits == 2 || w->bits == 3 || w->bits == 4 || w->bits == 5 || w->bits == 6 || w->bits == 8)) return false;
+  if (!(w->group_size == 32 || w->group_size == 64 || w->group_size == 128)) return false;
+  if (w->cols % w->group_size || !w->scales) return false;
+  return w->dtype == SM_DT_F32 || w->dtype == SM_DT_F16 || w->dtype == SM_DT_BF16;
+}
+
+static void release_cw(cu_weight *cw) {
+  if (!cw) return;
+  if (cw->q) cudaFree(cw->q);
+  if (cw->sb) cudaFree(cw->sb);
+  free(cw);
+}
+
+static smelt_status be_prepare_weight(sm_backend *be, sm_weight *w) {
+  cuda_be *c = CB(be);
+  if (!w) return sm_err(SMELT_ERR_INVALID, "cuda: NULL weight");
+  if (!weight_ok(w))
+    return sm_err(SMELT_ERR_UNSUPPORTED, "cuda: unsupported weight (rows %lld cols %lld bits %d group %d dtype %d)",
+                  (long long)w->rows, (long long)w->cols, w->bits, w->group_size, (int)w->dtype);
+  flush(c);
+  cu_weight *cw = (cu_weight *)sm_xcalloc(1, sizeof *cw);
+  cw->rows = w->rows; cw->cols = w->cols; cw->bits = w->bits; cw->gs = w->group_size; cw->dtype = w->dtype;
+  cw->sbk = w->dtype == SM_DT_F32 ? SBK_F32 : w->dtype == SM_DT_F16 ? SBK_F16 : SBK_BF16;
+  const size_t es = sm_dtype_size(w->dtype);
+  void *tmp = NULL, *ts = NULL, *tb = NULL;
+  smelt_status st = SMELT_OK;
+  if (w->bits == 0) {
+    size_t bytes = (size_t)w->rows * (size_t)w->cols * es;
+    cw->kind = CW_DENSE;
+    if (cudaMalloc(&cw->q, bytes) != cudaSuccess) goto oom;
+    if (!ck(c, cudaMemcpy(cw->q, w->data, bytes, cudaMemcpyHostToDevice), "weight upload")) goto fail;
+  } else {
+    const size_t bytes = (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8;
+    const int64_t G = w->cols / w->group_size, nsb = w->rows * G;
+    cw->kind = (w->bits == 2 || w->bits == 4 || w->bits == 8) ? CW_QFAST : CW_QGEN;
+    if (cudaMalloc(&cw->q, bytes) != cudaSuccess) goto oom;
+    if (cw->kind == CW_QFAST) {
+      if (cudaMalloc(&tmp, bytes) != cudaSuccess) goto oom;
+      if (!ck(c, cudaMemcpy(tmp, w->data, bytes, cudaMemcpyHostToDevice), "weight upload")) goto fail;
+      const int64_t W = w->cols * w->bits / 32;
+      k_permute_words<<<ew_blocks(bytes / 4), 256, 0, c->s>>>((uint32_t *)cw->q, (const uint32_t *)tmp, w->rows, W);
+    } else if (!ck(c, cudaMemcpy(cw->q, w->data, bytes, cudaMemcpyHostToDevice), "weight upload")) goto fail;
+    const size_t sbytes = (size_t)nsb * es;
+    if (cudaMalloc(&cw->sb, (size_t)nsb * (cw->sbk == SBK_F32 ? 8 : 4)) != cudaSuccess) goto oom;
+    if (cudaMalloc(&ts, sbytes) != cudaSuccess) goto oom;
+    if (w->biases && cudaMalloc(&tb, sbytes) != cudaSuccess) goto oom;
+    if (!ck(c, cudaMemcpy(ts, w->scales, sbytes, cudaMemcpyHostToDevice), "scales upload")) goto fail;
+    if (tb && !ck(c, cudaMemcpy(tb, w->biases, sbytes, cudaMemcpyHostToDevice), "biases upload")) goto fail;
+    if (cw->sbk == SBK_F32)
+      k_pair32<<<ew_blocks((size_t)nsb), 256, 0, c->s>>>((float2 *)cw->sb, (const float *)ts, (const float *)tb, nsb);
+    else
+      k_pair16<<<ew_blocks((size_t)nsb), 256, 0, c->s>>>((uint32_t *)cw->sb, (const uint16_t *)ts, (const uint16_t *)tb, nsb);
+    if (!ck(c, cudaStreamSynchronize(c->s), "weight repack")) goto fail;
+  }
+  if (tmp) cudaFree(tmp);
+  if (ts) cudaFree(ts);
+  if (tb) cudaFree(tb);
+  w->dev = cw;
+  return SMELT_OK;
+oom:
+  cudaGetLastError();
+  st = sm_err(SMELT_ERR_OOM, "cuda: out of device memory for a %lldx%lld weight", (long long)w->rows, (long long)w->cols);
+  goto cleanup;
+fail:
+  st = SMELT_ERR_BACKEND;
+cleanup:
+  if (tmp) cudaFree(tmp);
+  if (ts) cudaFree(ts);
+  if (tb) cudaFree(tb);
+  release_cw(cw);
+  return st;
+}
+
+static void be_release_weight(sm_backend *be, sm_weight *w) {
+  cuda_be *c = CB(be);
+  if (!w || !w->dev) return;
+  flush(c);
+  graphs_clear(c);
+  cudaStreamSynchronize(c->s);
+  release_cw((cu_weight *)w->dev);
+  w->dev = NULL;
+}
+
+static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
+  cuda_be *c = CB(be);
+  flush(c);
+  if (c->failed) return sm_err(SMELT_ERR_BACKEND, "cuda: an earlier device error occurred");
+  if (!b || b->n_tokens < 0 || b->n_seqs < 0 || b->max_blocks < 0 || b->n_out < 0)
+    return sm_err(SMELT_ERR_INVALID, "cuda: bad batch");
+  const int n = b->n_tokens;
+  if (n > 0 && (!b->tokens || !b->pos || !b->seq)) return sm_err(SMELT_ERR_INVALID, "cuda: batch arrays missing");
+  for (int t = 0; t < n; t++) {
+    if (b->seq[t] < 0 || b->seq[t] >= b->n_seqs) return sm_err(SMELT_ERR_INVALID, "cuda: token %d has bad seq %d", t, b->seq[t]);
+    if (b->pos[t] < 0) return sm_err(SMELT_ERR_INVALID, "cuda: token %d has negative position", t);
+  }
+  const size_t nt = (size_t)b->n_seqs * (size_t)b->max_blocks;
+  if (nt && !b->block_table) return sm_err(SMELT_ERR_INVALID, "cuda: block table missing");
+  if (b->n_out > 0 && !b->out_rows) return sm_err(SMELT_ERR_INVALID, "cuda: out_rows missing");
+  for (int i = 0; i < b->n_out; i++)
+    if (b->out_rows[i] < 0 || b->out_rows[i] >= n) return sm_err(SMELT_ERR_INVALID, "cuda: out_rows[%d] out of range", i);
+  /* layout: 8 equal sections: tokens, pos, seq, out_rows, tiles, then table in the last 3;
+   * offsets depend only on the capacity so device pointers stay fixed across steps */
+  size_t sec_need = SM_MAX((size_t)n + 1, (size_t)b->n_out);
+  sec_need = SM_MAX(sec_need, (nt + 2) / 3);
+  if (c->meta_ev_live) cudaEventSynchronize(c->meta_ev); /* staging buffer free again */
+  if (sec_need * 8 > c->meta_cap) {
+    graphs_clear(c);
+    cudaStreamSynchronize(c->s);
+    if (c->d_meta) cudaFree(c->d_meta);
+    if (c->h_meta) cudaFreeHost(c->h_meta);
+    c->d_meta = NULL; c->h_meta = NULL; c->meta_cap = 0;
+    size_t cap = SM_MAX(sec_need * 16, (size_t)4096);
+    if (cudaMalloc(&c->d_meta, cap * 4) != cudaSuccess || cudaMallocHost(&c->h_meta, cap * 4) != cudaSuccess) {
+      cudaGetLastError();
+      return sm_err(SMELT_ERR_OOM, "cuda: batch metadata");
+    }
+    c->meta_cap = cap;
+  }
+  const size_t sec = c->meta_cap / 8;
+  const size_t o_tok = 0, o_pos = sec, o_seq = 2 * sec, o_out = 3 * sec, o_tiles = 4 * sec, o_table = 5 * sec;
+  int32_t *h = c->h_meta;
+  if (n) {
+    memcpy(h + o_tok, b->tokens, (size_t)n * 4);
+    memcpy(h + o_pos, b->pos, (size_t)n * 4);
+    memcpy(h + o_seq, b->seq, (size_t)n * 4);
+  }
+  if (b->n_out) memcpy(h + o_out, b->out_rows, (size_t)b->n_out * 4);
+  if (nt) memcpy(h + o_table, b->block_table, nt * 4);
+  int32_t *tiles = h + o_tiles;
+  int n_tiles = 0;
+  for (int t = 0; t < n;) {
+    int t1 = t + 1;
+    while (t1 < n && t1 - t < ATT_TQ && b->seq[t1] == b->seq[t]) t1++;
+    tiles[n_tiles++] = t;
+    t = t1;
+  }
+  tiles[n_tiles] = n;
+  c->n_tokens = n; c->n_seqs = b->n_seqs; c->max_blocks = b->max_blocks; c->n_out = b->n_out; c->n_tiles = n_tiles;
+  c->h_pos = h + o_pos;
+  c->h_tiles = tiles;
+  c->d_tokens = c->d_meta + o_tok; c->d_pos = c->d_meta + o_pos; c->d_seq = c->d_meta + o_seq;
+  c->d_out = c->d_meta + o_out; c->d_tiles = c->d_meta + o_tiles; c->d_table = c->d_meta + o_table;
+  /* one copy covering everything used */
+  size_t used = nt ? o_table + nt : o_tiles + (size_t)n_tiles + 1;
+  if (!ck(c, cudaMemcpyAsync(c->d_meta, h, used * 4, cudaMemcpyHostToDevice, c->s), "batch upload"))
+    return SMELT_ERR_BACKEND;
+  cudaEventRecord(c->meta_ev, c->s);
+  c->meta_ev_live = true;
+  c->n_ops = 0;
+  c->rec = c->graphs_on && n > 0 && n <= GRAPH_MAX_TOKENS;
+  return SMELT_OK;
+}
+
+static bool w_ready(cuda_be *c, const sm_weight *w) {
+  if (w && w->dev) return true;
+  sm_err(SMELT_ERR_INVALID, "cuda: weight used before prepare_weight");
+  return false;
+}
+
+static void be_embed(sm_backend *be, const sm_weight *emb, float *out) {
+  cuda_be *c = CB(be);
+  if (!w_ready(c, emb)) {
+    if (emb && emb->cols > 0) cudaMemsetAsync(out, 0, (size_t)c->n_tokens * emb->cols * 4, c->s);
+    return;
+  }
+  cu_op o; memset(&o, 0, sizeof o);
+  o.type = OP_EMBED; o.p0 = emb; o.p1 = out;
+  submit(c, &o);
+}
+
+static void be_matmul(sm_backend *be, const sm_weight *w, const float *x, int n, float *y) {
+  cuda_be *c = CB(be);
+  if (n <= 0 || !w || w->rows <= 0) return;
+  if (!w_ready(c, w)) { cudaMemsetAsync(y, 0, (size_t)n * w->rows * 4, c->s); return; }
+  const cu_weight *cw = (const cu_weight *)w->dev;
+  if (n > CU_MAX_N && !(cw->kind == CW_DENSE && cw->dtype == SM_DT_F32)) {
+    if (!ensure_buf(c, &c->x16, &c->x16_cap, (size_t)n * cw->cols * 2)) return;
+    if (cw->kind != CW_DENSE) {
+      size_t want = (size_t)cw->rows * cw->cols * 2;
+      size_t minb = (size_t)cw->cols * 2 * 128;
+      if (want > DEQ_BYTES) want = DEQ_BYTES > minb ? DEQ_BYTES : minb;
+      if (!ensure_buf(c, &c->deq, &c->deq_cap, want)) return;
+    }
+  }
+  cu_op o; memset(&o, 0, sizeof o);
+  o.type = OP_MATMUL; o.p0 = w; o.p1 = x; o.p2 = y; o.n = n;
+  o.p3 = cw; /* a re-prepared weight changes the op (graph key) */
+  submit(c, &o);
+}
+
+static void be_rmsnorm(sm_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps, float off) {
+  cuda_be *c = CB(be);
+  if (n <= 0 || dim <= 0) return;
+  cu_op o; memset(&o, 0, sizeof o);
+  o.type = OP_RMSNORM; o.p0 = out; o.p1 = x; o.p2 = w; o.n = n; o.i0 = dim; o.f0 = eps; o.f1 = off;
+  submit(c, &o);
+}
+
+static void be_rope(sm_backend *be, float *x, int n_heads, int head_dim, int rot_dim, const float *inv_freq) {
+  cuda_be *c = CB(be);
+  if (rot_dim > head_dim) rot_dim = head_dim;
+  rot_dim &= ~1;
+  if (rot_dim < 2 || n_heads <= 0 || c->n_tokens <= 0) return;
+  cu_op o; memset(&o, 0, sizeof o);
+  o.type = OP_ROPE; o.p0 = x; o.p1 = inv_freq; o.i0 = n_heads; o.i1 = head_dim; o.i2 = rot_dim;
+  submit(c, &o);
+}
+
+static void be_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const float *k, const float *v) {
+  cuda_be *c = CB(be);
+  if (!kv || layer < 0 || layer >= kv->n_layers || kv->block_size <= 0 || c->n_tokens <= 0) return;
+  cu_op o; memset(&o, 0, sizeof o);
+  o.type = OP_KVSTORE; o.p0 = kv->k[layer]; o.p1 = kv->v[layer]; o.p2 = k; o.p3 = v;
+  o.i0 = kv->n_kv_heads * kv->head_dim; o.i1 = kv->block_size; o.i2 = kv->n_blocks;
+  submit(c, &o);
+}
+
+static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
+                         float scale, int window, float softcap) {
+  cuda_be *c = CB(be);
+  const int nt = c->n_tokens;
+  if (nt <= 0) return;
+  bool ok = kv && layer >= 0 && layer < kv->n_layers && n_heads > 0 && kv->n_kv_heads > 0 && kv->head_dim > 0 &&
+            n_heads % kv->n_kv_heads == 0 && kv->head_dim % 4 == 0 && kv->head_dim <= 256 && kv->block_size > 0;
+  if (ok) {
+    int G = n_heads / kv->n_kv_heads, hd = kv->head_dim, nw = att_warps(hd, G);
+    ok = nw <= 32 && att_smem(hd, G, nw) <= c->smem_optin;
+  }
+  if (!ok) {
+    sm_err(SMELT_ERR_UNSUPPORTED, "cuda: attention shape not supported");
+    if (kv && kv->head_dim > 0 && n_heads > 0) cudaMemsetAsync(out, 0, (size_t)nt * n_heads * kv->head_dim * 4, c->s);
+    return;
+  }
+  const int S = att_splits(c, kv->n_kv_heads);
+  if (S > 1 && !ensure_buf(c, (void **)&c->part, &c->part_cap, sizeof(float) * (size_t)nt * n_heads * S * (kv->head_dim + 2)))
+    return;
+  cu_op o; memset(&o, 0, sizeof o);
+  o.type = OP_ATTN; o.p0 = out; o.p1 = q; o.p2 = kv->k[layer]; o.p3 = kv->v[layer];
+  o.i0 = n_heads; o.i1 = kv->n_kv_heads; o.i2 = kv->head_dim; o.i3 = kv->block_size; o.i4 = kv->n_blocks;
+  o.n = window > 0 ? window : 0; o.f0 = scale; o.f1 = softcap > 0.f ? softcap : 0.f;
+  submit(c, &o);
+}
+
+static void ew(cuda_be *c, int type, float *y, const float *a, const float *b, float s, size_t n, int dim) {
+  if (!n) return;
+  cu_op o; memset(&o, 0, sizeof o);
+  o.type = type; o.p0 = y; o.p1 = a; o.p2 = b; o.f0 = s; o.sz = n; o.i0 = dim;
+  submit(c, &o);
+}
+static void be_silu_mul(sm_backend *be, float *out, const float *g, const float *u, size_t n) { ew(CB(be), OP_SILU, out, g, u, 0, n, 0); }
+static void be_gelu_mul(sm_backend *be, float *out, const float *g, const float *u, size_t n) { ew(CB(be), OP_GELU, out, g, u, 0, n, 0); }
+static void be_add(sm_backend *be, float *y, const float *x, size_t n) { ew(CB(be), OP_ADD, y, x, NULL, 0, n, 0); }
+static void be_add_rows(sm_backend *be, float *y, const float *b, int n, int dim) {
+  if (n <= 0 || dim <= 0) return;
+  ew(CB(be), OP_ADDROWS, y, b, NULL, 0, (size_t)n * dim, dim);
+}
+static void be_scale(sm_backend *be, float *y, float s, size_t n) { ew(CB(be), OP_SCALE, y, NULL, NULL, s, n, 0); }
+static void be_softcap(sm_backend *be, float *y, float cap, size_t n) {
+  if (!(cap > 0.f)) return;
+  ew(CB(be), OP_SOFTCAP, y, NULL, NULL, cap, n, 0);
+}
+static void be_gather_out(sm_backend *be, float *dst, const float *src, int dim) {
+  cuda_be *c = CB(be);
+  if (dim <= 0 || c->n_out <= 0) return;
+  ew(c, OP_GATHER, dst, src, NULL, 0, 1, dim);
+}
+
+static double be_measure_bandwidth(sm_backend *be) {
+  cuda_be *c = CB(be);
+  flush(c);
+  cudaStreamSynchronize(c->s);
+  size_t bytes = (size_t)512 << 20;
+  void *a = NULL, *b = NULL;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    if (a) cudaFree(a);
+    return 0;
+  }
+  cudaMemsetAsync(a, 1, bytes, c->s);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  double best = 0;
+  for (int rep = 0; rep < 5; rep++) {
+    cudaEventRecord(e0, c->s);
+    for (int i = 0; i < 4; i++) cudaMemcpyAsync(i & 1 ? a : b, i & 1 ? b : a, bytes, cudaMemcpyDeviceToDevice, c->s);
+    cudaEventRecord(e1, c->s);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    double bw = ms > 0 ? 2.0 * bytes * 4 / (ms * 1e-3) : 0;
+    if (rep > 0 && bw > best) best = bw;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return best;
+}
+
+static void be_destroy(sm_backend *be) {
+  cuda_be *c = CB(be);
+  if (!c) return;
+  flush(c);
+  cudaStreamSynchronize(c->s);
+  prof_print(c);
+  if (c->pe0) cudaEventDestroy(c->pe0);
+  if (c->pe1) cudaEventDestroy(c->pe1);
+  graphs_clear(c);
+  for (int i = 0; i < N_GRAPHS; i++) free(c->graphs[i].ops);
+  free(c->ops);
+  if (c->part) cudaFree(c->part);
+  if (c->x16) cudaFree(c->x16);
+  if (c->deq) cudaFree(c->deq);
+  if (c->d_meta) cudaFree(c->d_meta);
+  if (c->h_meta) cudaFreeHost(c->h_meta);
+  if (c->blas) cublasDestroy(c->blas);
+  if (c->blas_ws) cudaFree(c->blas_ws);
+  if (c->meta_ev) cudaEventDestroy(c->meta_ev);
+  if (c->s) cudaStreamDestroy(c->s);
+  free(c);
+}
+
+extern "C" sm_backend *sm_cuda_backend_create(int device) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count <= 0) {
+    cudaGetLastError();
+    sm_err(SMELT_ERR_BACKEND, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return NULL;
+  }
+  if (device < 0 || device >= count) {
+    sm_err(SMELT_ERR_INVALID, "CUDA device %d does not exist (%d found)", device, count);
+    return NULL;
+  }
+  if ((e = cudaSetDevice(device)) != cudaSuccess) {
+    sm_err(SMELT_ERR_BACKEND, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
+    return NULL;
+  }
+  cudaDeviceProp prop;
+  if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess) {
+    sm_err(SMELT_ERR_BACKEND, "cudaGetDeviceProperties: %s", cudaGetErrorString(e));
+    return NULL;
+  }
+  cuda_be *c = (cuda_be *)sm_xcalloc(1, sizeof *c);
+  c->dev = device;
+  c->n_sm = prop.multiProcessorCount;
+  c->smem_optin = prop.sharedMemPerBlockOptin;
+  c->graphs_on = true;
+  const char *g = getenv("SMELT_CUDA_GRAPHS");
+  if (g && !strcmp(g, "0")) c->graphs_on = false;
+  const char *pr = getenv("SMELT_CUDA_PROFILE");
+  if (pr && strcmp(pr, "0")) {
+    c->prof = 1;
+    c->graphs_on = false;
+    cudaEventCreate(&c->pe0);
+    cudaEventCreate(&c->pe1);
+  }
+  if (cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaEventCreateWithFlags(&c->meta_ev, cudaEventDisableTiming) != cudaSuccess) {
+    sm_err(SMELT_ERR_BACKEND, "cuda: stream creation failed");
+    be_destroy(&c->base);
+    return NULL;
+  }
+  if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
+    sm_err(SMELT_ERR_BACKEND, "cuda: cublasCreate failed");
+    c->blas = NULL;
+    be_destroy(&c->base);
+    return NULL;
+  }
+  cublasSetStream(c->blas, c->s);
+  size_t ws = (size_t)32 << 20;
+  if (cudaMalloc(&c->blas_ws, ws) == cudaSuccess) cublasSetWorkspace(c->blas, c->blas_ws, ws);
+  else { cudaGetLastError(); c->blas_ws = NULL; }
+  size_t optin = c->smem_optin;
+  set_attn_smem<1, 16>(optin, 0);
+  set_attn_smem<2, 16>(optin, 1);
+  set_attn_smem<4, 16>(optin, 2);
+  set_attn_smem<8, 8>(optin, 3);
+  cudaGetLastError();
+  sm_backend *b = &c->base;
+  b->name = "cuda";
+  b->destroy = be_destroy;
+  b->alloc = be_alloc;
+  b->free = be_free;
+  b->upload = be_upload;
+  b->download = be_download;
+  b->sync = be_sync;
+  b->prepare_weight = be_prepare_weight;
+  b->release_weight = be_release_weight;
+  b->set_batch = be_set_batch;
+  b->embed = be_embed;
+  b->matmul = be_matmul;
+  b->rmsnorm = be_rmsnorm;
+  b->rope = be_rope;
+  b->kv_store = be_kv_store;
+  b->attention = be_attention;
+  b->silu_mul = be_silu_mul;
+  b->gelu_mul = be_gelu_mul;
+  b->add = be_add;
+  b->add_rows = be_add_rows;
+  b->scale = be_scale;
+  b->softcap = be_softcap;
+  b->gather_out = be_gather_out;
+  b->measure_bandwidth = be_measure_bandwidth;
+  return b;
+}
+
+/* Name of the device in use (for benchmarks and logs). */
+extern "C" const char *sm_cuda_device_name(sm_backend *be, char *buf, size_t n) {
+  cudaDeviceProp p;
+  if (!be || cudaGetDeviceProperties(&p, CB(be)->dev) != cudaSuccess) { snprintf(buf, n, "?"); return buf; }
+  snprintf(buf, n, "%s", p.name);
+  return buf;
+}

@@ -1,0 +1,49 @@
+/* CUDA backend internals shared by the .cu files (C++ side only). */
+#ifndef SM_CUDA_INTERNAL_H
+#define SM_CUDA_INTERNAL_H
+extern "C" {
+#include "backend/backend.h"
+}
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+/* Device copy of one weight (w->dev points at this). */
+enum { CW_DENSE = 0, CW_QFAST = 1, CW_QGEN = 2 };
+enum { SBK_BF16 = 0, SBK_F16 = 1, SBK_F32 = 2 };
+typedef struct {
+  int kind;            /* CW_* */
+  int64_t rows, cols;
+  int bits, gs;
+  sm_dtype dtype;      /* dense element type, or scale/bias type */
+  int sbk;             /* SBK_* */
+  void *q;             /* dense data, or packed quantized words */
+  void *sb;            /* [rows][cols/gs] (scale,bias) pairs: uint32 (2x16-bit) or float2 */
+} cu_weight;
+
+/* Quantized "fast" layout (bits 2/4/8): each row is W = cols*bits/32 32-bit words (a word
+ * holds E = 32/bits whole elements). Full chunks of 128 words are permuted so that lane l
+ * of a warp loads one 16-byte vector holding natural words {l, l+32, l+64, l+96}:
+ * natural word u = c*128 + j*32 + l is stored at c*128 + l*4 + j. The tail (W % 128 words)
+ * keeps natural order. */
+__host__ __device__ static inline int64_t cu_qfast_store_index(int64_t u, int64_t W) {
+  int64_t C = W / 128;
+  if (u >= C * 128) return u;
+  int64_t c = u / 128, r = u % 128;
+  return c * 128 + (r % 32) * 4 + r / 32;
+}
+
+/* matvec launchers (cuda_mv.cu): y[n][rows] = x[n][cols] . W^T for 1 <= n <= 8 */
+void cu_matvec(const cu_weight *w, const float *x, int n, float *y, cudaStream_t s, int n_sm);
+/* several weights with the same x (one launch); compatible: same kind/cols/bits/gs/dtype */
+void cu_matvec_multi(const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n, cudaStream_t s, int n_sm);
+bool cu_matvec_compatible(const cu_weight *a, const cu_weight *b);
+/* dequantize/convert rows [r0, r0+nr) of w to bf16 [nr][cols] (or to f16 when to_f16) */
+void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s);
+/* one row (token) of an embedding, dequantized to float */
+void cu_embed(const cu_weight *w, const int32_t *tokens, int n_tokens, float *out, cudaStream_t s);
+
+#define CU_MAX_N 8
+
+#endif

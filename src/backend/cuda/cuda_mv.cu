@@ -1,0 +1,483 @@
+/* CUDA matrix-vector kernels (decode, n <= 8 columns), weight dequantization for the
+ * GEMM path, and embedding rows. See cuda_internal.h for the weight layouts. */
+#include "backend/cuda/cuda_internal.h"
+#include <string.h>
+
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* streaming 16-byte load that skips L1 (weights are read once; keep L1 for x) */
+static __device__ __forceinline__ uint4 ld_stream(const void *p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+
+template <int SBK> static __device__ __forceinline__ float2 load_sb(const void *sb, int64_t idx) {
+  if (SBK == SBK_F32) return __ldg((const float2 *)sb + idx);
+  uint32_t v = __ldg((const uint32_t *)sb + idx);
+  if (SBK == SBK_BF16) return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+  __half2 h = *reinterpret_cast<__half2 *>(&v);
+  return __half22float2(h);
+}
+static __device__ __forceinline__ float2 load_sb_rt(const void *sb, int64_t idx, int sbk) {
+  if (sbk == SBK_F32) return load_sb<SBK_F32>(sb, idx);
+  if (sbk == SBK_F16) return load_sb<SBK_F16>(sb, idx);
+  return load_sb<SBK_BF16>(sb, idx);
+}
+
+/* Decode the E = 32/BITS elements of word w into floats f such that
+ * sum_e q_e x_e = A * sum_e f_e x_e - B0 * sum_e x_e  (A = 64, B0 = 128 for 2/4-bit;
+ * A = 1, B0 = 0 for 8-bit). For 2/4-bit, f = 2 + q/64 built with one byte permute. */
+template <int BITS> static __device__ __forceinline__ void decode_word(uint32_t w, float *f) {
+  if (BITS == 4) {
+    uint32_t w0 = w & 0x0F0F0F0Fu, w1 = (w >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      f[2 * i] = __uint_as_float(__byte_perm(w0, 0x40000000u, 0x7044u | (i << 8)));
+      f[2 * i + 1] = __uint_as_float(__byte_perm(w1, 0x40000000u, 0x7044u | (i << 8)));
+    }
+  } else if (BITS == 2) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      uint32_t wk = (w >> (2 * k)) & 0x03030303u;
+#pragma unroll
+      for (int i = 0; i < 4; i++) f[4 * i + k] = __uint_as_float(__byte_perm(wk, 0x40000000u, 0x7044u | (i << 8)));
+    }
+  } else { /* 8 */
+#pragma unroll
+    for (int i = 0; i < 4; i++) f[i] = __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | i)) - 8388608.f;
+  }
+}
+
+/* up to 3 weights sharing x (fused q/k/v or gate/up); block ranges select the weight */
+struct mv_args {
+  const void *q[3];
+  const void *sb[3];
+  float *y[3];
+  int M[3];
+  int bstart[4];
+};
+
+template <int BITS, int R, int N, int SBK>
+static __device__ __forceinline__ void mv_word(const uint32_t (&wd)[R], int u, const int64_t (&rows)[R],
+                                             const void *__restrict__ sb, int G, int gs,
+                                             const float *__restrict__ x, int K, int n, float (&acc)[R][N]) {
+  constexpr int E = 32 / BITS;
+  constexpr float A = BITS == 8 ? 1.f : 64.f, B0 = BITS == 8 ? 0.f : 128.f;
+  const int g = (u * E) / gs;
+  float sc[R], bb[R], f[R][E];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    float2 p = load_sb<SBK>(sb, rows[r] * G + g);
+    sc[r] = A * p.x;
+    bb[r] = p.y - B0 * p.x;
+    decode_word<BITS>(wd[r], f[r]);
+  }
+#pragma unroll
+  for (int c = 0; c < N; c++) {
+    const int col = c < n ? c : n - 1;
+    const float4 *xp = reinterpret_cast<const float4 *>(x + (int64_t)col * K + (int64_t)u * E);
+    float xv[E];
+#pragma unroll
+    for (int e = 0; e < E / 4; e++) {
+      float4 t = __ldg(xp + e);
+      xv[4 * e] = t.x; xv[4 * e + 1] = t.y; xv[4 * e + 2] = t.z; xv[4 * e + 3] = t.w;
+    }
+    float xs = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; e++) xs += xv[e];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      float d = 0.f;
+#pragma unroll
+      for (int e = 0; e < E; e++) d = fmaf(f[r][e], xv[e], d);
+      acc[r][c] = fmaf(sc[r], d, fmaf(bb[r], xs, acc[r][c]));
+    }
+  }
+  }
+
+template <int BITS, int R, int N, int SBK>
+__global__ void __launch_bounds__(128) k_mv_qfast(const mv_args a, const float *__restrict__ x, int K, int gs, int n) {
+  constexpr int E = 32 / BITS;
+  constexpr float A = BITS == 8 ? 1.f : 64.f, B0 = BITS == 8 ? 0.f : 128.f;
+  const int wi = (int)blockIdx.x >= a.bstart[2] ? 2 : (int)blockIdx.x >= a.bstart[1] ? 1 : 0;
+  const uint32_t *__restrict__ q = (const uint32_t *)a.q[wi];
+  const void *__restrict__ sb = a.sb[wi];
+  float *__restrict__ y = a.y[wi];
+  const int M = a.M[wi];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row0 = (((int)blockIdx.x - a.bstart[wi]) * 4 + warp) * R;
+  if (row0 >= M) return;
+  const int W = K / E, C = W / 128, G = K / gs;
+  int64_t rows[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rows[r] = row0 + r < M ? row0 + r : M - 1;
+  float acc[R][N];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int c = 0; c < N; c++) acc[r][c] = 0.f;
+
+#pragma unroll 2
+  for (int c = 0; c < C; c++) {
+    uint4 v[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) v[r] = ld_stream(q + rows[r] * W + (int64_t)c * 128 + lane * 4);
+    uint32_t wd[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) wd[r] = v[r].x;
+    mv_word<BITS, R, N, SBK>(wd, c * 128 + lane, rows, sb, G, gs, x, K, n, acc);
+#pragma unroll
+    for (int r = 0; r < R; r++) wd[r] = v[r].y;
+    mv_word<BITS, R, N, SBK>(wd, c * 128 + 32 + lane, rows, sb, G, gs, x, K, n, acc);
+#pragma unroll
+    for (int r = 0; r < R; r++) wd[r] = v[r].z;
+    mv_word<BITS, R, N, SBK>(wd, c * 128 + 64 + lane, rows, sb, G, gs, x, K, n, acc);
+#pragma unroll
+    for (int r = 0; r < R; r++) wd[r] = v[r].w;
+    mv_word<BITS, R, N, SBK>(wd, c * 128 + 96 + lane, rows, sb, G, gs, x, K, n, acc);
+  }
+  for (int u = C * 128 + lane; u < W; u += 32) {
+    uint32_t wd[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) wd[r] = __ldg(q + rows[r] * W + u);
+    mv_word<BITS, R, N, SBK>(wd, u, rows, sb, G, gs, x, K, n, acc);
+  }
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int c = 0; c < N; c++) {
+      float v = warp_sum(acc[r][c]);
+      if (lane == 0 && row0 + r < M && c < n) y[(int64_t)c * M + row0 + r] = v;
+    }
+}
+
+/* Generic MLX-layout quantized matvec (any bits): a warp per row, a lane per 32-element
+ * unit (BITS words). */
+template <int BITS>
+__global__ void __launch_bounds__(128) k_mv_qgen(const uint32_t *__restrict__ q, const void *__restrict__ sb, int sbk,
+                                                 const float *__restrict__ x, float *__restrict__ y, int M, int K,
+                                                 int gs, int n) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row = blockIdx.x * 4 + warp;
+  if (row >= M) return;
+  const int U = K / 32, G = K / gs;
+  const uint32_t *qr = q + (int64_t)row * U * BITS;
+  constexpr uint32_t mask = (1u << BITS) - 1;
+  float acc[CU_MAX_N];
+#pragma unroll
+  for (int c = 0; c < CU_MAX_N; c++) acc[c] = 0.f;
+  for (int t = lane; t < U; t += 32) {
+    uint32_t wd[BITS + 1];
+#pragma unroll
+    for (int i = 0; i < BITS; i++) wd[i] = __ldg(qr + t * BITS + i);
+    wd[BITS] = 0;
+    float f[32];
+#pragma unroll
+    for (int e = 0; e < 32; e++) {
+      const int bit = e * BITS, wi = bit / 32, off = bit % 32;
+      uint32_t v = wd[wi] >> off;
+      if (off + BITS > 32) v |= wd[wi + 1] << (32 - off);
+      f[e] = (float)(v & mask);
+    }
+    float2 p = load_sb_rt(sb, (int64_t)row * G + (t * 32) / gs, sbk);
+#pragma unroll
+    for (int c = 0; c < CU_MAX_N; c++) {
+      if (c >= n) break;
+      const float *xp = x + (int64_t)c * K + t * 32;
+      float d = 0.f, xs = 0.f;
+#pragma unroll
+      for (int e = 0; e < 32; e++) {
+        float xv = __ldg(xp + e);
+        d = fmaf(f[e], xv, d);
+        xs += xv;
+      }
+      acc[c] += p.x * d + p.y * xs;
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < CU_MAX_N; c++) {
+    if (c >= n) break;
+    float v = warp_sum(acc[c]);
+    if (lane == 0) y[(int64_t)c * M + row] = v;
+  }
+}
+
+template <typename T> static __device__ __forceinline__ float to_f(T v);
+template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+
+template <typename T> static __device__ __forceinline__ float h16_to_f(unsigned short u);
+template <> __device__ __forceinline__ float h16_to_f<__nv_bfloat16>(unsigned short u) { return __uint_as_float((uint32_t)u << 16); }
+template <> __device__ __forceinline__ float h16_to_f<__half>(unsigned short u) { return __half2float(__ushort_as_half(u)); }
+template <> __device__ __forceinline__ float h16_to_f<float>(unsigned short u) { return 0.f; }
+
+/* unpack a 16-byte vector of T into floats */
+template <typename T> static __device__ __forceinline__ void unpack16(uint4 v, float *f) {
+  if (sizeof(T) == 4) {
+    f[0] = __uint_as_float(v.x); f[1] = __uint_as_float(v.y); f[2] = __uint_as_float(v.z); f[3] = __uint_as_float(v.w);
+  } else {
+    uint32_t a[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      f[2 * i] = h16_to_f<T>((unsigned short)(a[i] & 0xffff));
+      f[2 * i + 1] = h16_to_f<T>((unsigned short)(a[i] >> 16));
+    }
+  }
+}
+
+/* Dense matvec: lane loads 16 bytes (VE elements), a warp covers 32*VE contiguous elements. */
+template <typename T, int R, int N>
+__global__ void __launch_bounds__(128) k_mv_dense(const mv_args a, const float *__restrict__ x, int K, int n, int vec) {
+  constexpr int VE = 16 / sizeof(T);
+  const int wi = (int)blockIdx.x >= a.bstart[2] ? 2 : (int)blockIdx.x >= a.bstart[1] ? 1 : 0;
+  const T *__restrict__ w = (const T *)a.q[wi];
+  float *__restrict__ y = a.y[wi];
+  const int M = a.M[wi];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row0 = (((int)blockIdx.x - a.bstart[wi]) * 4 + warp) * R;
+  if (row0 >= M) return;
+  int64_t rows[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rows[r] = row0 + r < M ? row0 + r : M - 1;
+  float acc[R][N];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int c = 0; c < N; c++) acc[r][c] = 0.f;
+  const int C = vec ? K / (32 * VE) : 0;
+#pragma unroll 2
+  for (int ch = 0; ch < C; ch++) {
+    const int k0 = ch * 32 * VE + lane * VE;
+    float f[R][VE];
+#pragma unroll
+    for (int r = 0; r < R; r++) unpack16<T>(ld_stream(w + rows[r] * K + k0), f[r]);
+#pragma unroll
+    for (int c = 0; c < N; c++) {
+      const int col = c < n ? c : n - 1;
+      const float4 *xp = reinterpret_cast<const float4 *>(x + (int64_t)col * K + k0);
+      float xv[VE];
+#pragma unroll
+      for (int e = 0; e < VE / 4; e++) {
+        float4 t = __ldg(xp + e);
+        xv[4 * e] = t.x; xv[4 * e + 1] = t.y; xv[4 * e + 2] = t.z; xv[4 * e + 3] = t.w;
+      }
+#pragma unroll
+      for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int e = 0; e < VE; e++) acc[r][c] = fmaf(f[r][e], xv[e], acc[r][c]);
+    }
+  }
+  for (int k = C * 32 * VE + lane; k < K; k += 32) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      float wv = to_f<T>(w[rows[r] * K + k]);
+#pragma unroll
+      for (int c = 0; c < N; c++) {
+        const int col = c < n ? c : n - 1;
+        acc[r][c] = fmaf(wv, __ldg(x + (int64_t)col * K + k), acc[r][c]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int c = 0; c < N; c++) {
+      float v = warp_sum(acc[r][c]);
+      if (lane == 0 && row0 + r < M && c < n) y[(int64_t)c * M + row0 + r] = v;
+    }
+}
+
+/* ---------------- dispatch ---------------- */
+static mv_args make_args(const cu_weight *const *ws, float *const *ys, int nw, int R, unsigned *blocks) {
+  mv_args a;
+  memset(&a, 0, sizeof a);
+  int b = 0;
+  for (int i = 0; i < 3; i++) {
+    a.bstart[i] = i < nw ? b : 0x7fffffff;
+    if (i < nw) {
+      a.q[i] = ws[i]->q; a.sb[i] = ws[i]->sb; a.y[i] = ys[i]; a.M[i] = (int)ws[i]->rows;
+      b += (int)((ws[i]->rows + 4 * R - 1) / (4 * R));
+    }
+  }
+  a.bstart[3] = 0x7fffffff;
+  *blocks = (unsigned)b;
+  return a;
+}
+template <int BITS, int R, int N>
+static void launch_qfast(const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n, cudaStream_t s) {
+  unsigned blocks;
+  mv_args a = make_args(ws, ys, nw, R, &blocks);
+  const int K = (int)ws[0]->cols, gs = ws[0]->gs;
+  switch (ws[0]->sbk) {
+  case SBK_F16: k_mv_qfast<BITS, R, N, SBK_F16><<<blocks, 128, 0, s>>>(a, x, K, gs, n); break;
+  case SBK_F32: k_mv_qfast<BITS, R, N, SBK_F32><<<blocks, 128, 0, s>>>(a, x, K, gs, n); break;
+  default: k_mv_qfast<BITS, R, N, SBK_BF16><<<blocks, 128, 0, s>>>(a, x, K, gs, n); break;
+  }
+}
+template <int BITS, int R>
+static void launch_qfast_n(const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n, cudaStream_t s) {
+  if (n == 1) launch_qfast<BITS, R, 1>(ws, ys, nw, x, n, s);
+  else if (n == 2) launch_qfast<BITS, R, 2>(ws, ys, nw, x, n, s);
+  else if (n <= 4) launch_qfast<BITS, R, 4>(ws, ys, nw, x, n, s);
+  else launch_qfast<BITS, R, 8>(ws, ys, nw, x, n, s);
+}
+template <typename T, int R>
+static void launch_dense_n(const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n, cudaStream_t s) {
+  unsigned blocks;
+  mv_args a = make_args(ws, ys, nw, R, &blocks);
+  const int K = (int)ws[0]->cols;
+  const int vec = (K % (16 / (int)sizeof(T))) == 0;
+  if (n == 1) k_mv_dense<T, R, 1><<<blocks, 128, 0, s>>>(a, x, K, n, vec);
+  else if (n == 2) k_mv_dense<T, R, 2><<<blocks, 128, 0, s>>>(a, x, K, n, vec);
+  else if (n <= 4) k_mv_dense<T, R, 4><<<blocks, 128, 0, s>>>(a, x, K, n, vec);
+  else k_mv_dense<T, R, 8><<<blocks, 128, 0, s>>>(a, x, K, n, vec);
+}
+
+bool cu_matvec_compatible(const cu_weight *a, const cu_weight *b) {
+  return a->kind == b->kind && a->kind != CW_QGEN && a->cols == b->cols && a->bits == b->bits && a->gs == b->gs &&
+         a->dtype == b->dtype && a->sbk == b->sbk;
+}
+
+void cu_matvec_multi(const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n, cudaStream_t s,
+                     int n_sm) {
+  int64_t M = 0;
+  for (int i = 0; i < nw; i++) M += ws[i]->rows;
+  /* two rows per warp when there are enough rows to fill the chip */
+  const bool r2 = M >= (int64_t)n_sm * 16;
+  const cu_weight *w = ws[0];
+  if (w->kind == CW_DENSE) {
+    switch (w->dtype) {
+    case SM_DT_BF16: r2 ? launch_dense_n<__nv_bfloat16, 2>(ws, ys, nw, x, n, s) : launch_dense_n<__nv_bfloat16, 1>(ws, ys, nw, x, n, s); break;
+    case SM_DT_F16: r2 ? launch_dense_n<__half, 2>(ws, ys, nw, x, n, s) : launch_dense_n<__half, 1>(ws, ys, nw, x, n, s); break;
+    default: r2 ? launch_dense_n<float, 2>(ws, ys, nw, x, n, s) : launch_dense_n<float, 1>(ws, ys, nw, x, n, s); break;
+    }
+    return;
+  }
+  if (w->kind == CW_QFAST) {
+    switch (w->bits) {
+    case 2: r2 ? launch_qfast_n<2, 2>(ws, ys, nw, x, n, s) : launch_qfast_n<2, 1>(ws, ys, nw, x, n, s); break;
+    case 8: r2 ? launch_qfast_n<8, 2>(ws, ys, nw, x, n, s) : launch_qfast_n<8, 1>(ws, ys, nw, x, n, s); break;
+    default: r2 ? launch_qfast_n<4, 2>(ws, ys, nw, x, n, s) : launch_qfast_n<4, 1>(ws, ys, nw, x, n, s); break;
+    }
+    return;
+  }
+  for (int i = 0; i < nw; i++) {
+    w = ws[i];
+    float *y = ys[i];
+    dim3 grid((unsigned)((w->rows + 3) / 4));
+    const uint32_t *q = (const uint32_t *)w->q;
+    const int Mi = (int)w->rows, K = (int)w->cols;
+    switch (w->bits) {
+    case 3: k_mv_qgen<3><<<grid, 128, 0, s>>>(q, w->sb, w->sbk, x, y, Mi, K, w->gs, n); break;
+    case 5: k_mv_qgen<5><<<grid, 128, 0, s>>>(q, w->sb, w->sbk, x, y, Mi, K, w->gs, n); break;
+    case 6: k_mv_qgen<6><<<grid, 128, 0, s>>>(q, w->sb, w->sbk, x, y, Mi, K, w->gs, n); break;
+    case 2: k_mv_qgen<2><<<grid, 128, 0, s>>>(q, w->sb, w->sbk, x, y, Mi, K, w->gs, n); break;
+    case 4: k_mv_qgen<4><<<grid, 128, 0, s>>>(q, w->sb, w->sbk, x, y, Mi, K, w->gs, n); break;
+    default: k_mv_qgen<8><<<grid, 128, 0, s>>>(q, w->sb, w->sbk, x, y, Mi, K, w->gs, n); break;
+    }
+  }
+}
+
+void cu_matvec(const cu_weight *w, const float *x, int n, float *y, cudaStream_t s, int n_sm) {
+  cu_matvec_multi(&w, &y, 1, x, n, s, n_sm);
+}
+
+/* ---------------- dequantization ---------------- */
+/* element j of row r (any layout), as float */
+static __device__ __forceinline__ float dq_elem(const cu_weight &w, int64_t r, int64_t j) {
+  if (w.kind == CW_DENSE) {
+    int64_t i = r * w.cols + j;
+    if (w.dtype == SM_DT_BF16) return __bfloat162float(((const __nv_bfloat16 *)w.q)[i]);
+    if (w.dtype == SM_DT_F16) return __half2float(((const __half *)w.q)[i]);
+    return ((const float *)w.q)[i];
+  }
+  const int bits = w.bits;
+  const int64_t G = w.cols / w.gs;
+  float2 p = load_sb_rt(w.sb, r * G + j / w.gs, w.sbk);
+  uint32_t qv;
+  if (w.kind == CW_QFAST) {
+    const int E = 32 / bits;
+    const int64_t W = w.cols / E;
+    uint32_t wd = ((const uint32_t *)w.q)[r * W + cu_qfast_store_index(j / E, W)];
+    qv = (wd >> ((j % E) * bits)) & ((1u << bits) - 1);
+  } else {
+    const uint8_t *row = (const uint8_t *)w.q + r * (w.cols * bits / 8);
+    uint64_t bit = (uint64_t)j * bits;
+    uint32_t v = row[bit >> 3];
+    if ((bit & 7) + bits > 8) v |= (uint32_t)row[(bit >> 3) + 1] << 8;
+    qv = (v >> (bit & 7)) & ((1u << bits) - 1);
+  }
+  return p.x * (float)qv + p.y;
+}
+
+/* fast path: one thread per natural word of a QFAST weight */
+template <int BITS, typename O>
+__global__ void k_dequant_qfast(cu_weight w, int64_t r0, int64_t nr, O *__restrict__ out) {
+  constexpr int E = 32 / BITS;
+  const int64_t W = w.cols / E, G = w.cols / w.gs;
+  const int64_t total = nr * W;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t rr = i / W, u = i % W, r = r0 + rr;
+    uint32_t wd = __ldg((const uint32_t *)w.q + r * W + cu_qfast_store_index(u, W));
+    float2 p = load_sb_rt(w.sb, r * G + (u * E) / w.gs, w.sbk);
+    O o[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+      float v = p.x * (float)((wd >> (e * BITS)) & ((1u << BITS) - 1)) + p.y;
+      o[e] = (O)v;
+    }
+    O *dst = out + rr * w.cols + u * E;
+    if (E * sizeof(O) % 16 == 0) {
+#pragma unroll
+      for (int k = 0; k < (int)(E * sizeof(O) / 16); k++) ((uint4 *)dst)[k] = ((const uint4 *)o)[k];
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; e++) dst[e] = o[e];
+    }
+  }
+}
+template <typename O>
+__global__ void k_dequant_gen(cu_weight w, int64_t r0, int64_t nr, O *__restrict__ out) {
+  const int64_t total = nr * w.cols;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t rr = i / w.cols, j = i % w.cols;
+    out[i] = (O)dq_elem(w, r0 + rr, j);
+  }
+}
+
+void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s) {
+  if (nr <= 0) return;
+  const int threads = 256;
+  int64_t work = w->kind == CW_QFAST ? nr * (w->cols * w->bits / 32) : nr * w->cols;
+  int64_t blocks = (work + threads - 1) / threads;
+  if (blocks > 65536) blocks = 65536;
+  if (w->kind == CW_QFAST && !to_f16) {
+    __nv_bfloat16 *o = (__nv_bfloat16 *)out;
+    if (w->bits == 4) k_dequant_qfast<4, __nv_bfloat16><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, o);
+    else if (w->bits == 8) k_dequant_qfast<8, __nv_bfloat16><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, o);
+    else k_dequant_qfast<2, __nv_bfloat16><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, o);
+    return;
+  }
+  if (to_f16) k_dequant_gen<__half><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, (__half *)out);
+  else k_dequant_gen<__nv_bfloat16><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, (__nv_bfloat16 *)out);
+}
+
+__global__ void k_embed(cu_weight w, const int32_t *__restrict__ tokens, float *__restrict__ out) {
+  const int t = blockIdx.x;
+  const int32_t tok = tokens[t];
+  float *o = out + (int64_t)t * w.cols;
+  for (int64_t j = threadIdx.x; j < w.cols; j += blockDim.x)
+    o[j] = (tok < 0 || tok >= w.rows) ? 0.f : dq_elem(w, tok, j);
+}
+
+void cu_embed(const cu_weight *w, const int32_t *tokens, int n_tokens, float *out, cudaStream_t s) {
+  if (n_tokens <= 0) return;
+  k_embed<<<n_tokens, 256, 0, s>>>(*w, tokens, out);
+}

@@ -1,0 +1,145 @@
+/* smelt serve / smelt-server: OpenAI-compatible HTTP server (llama-server compatible flags). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli/cli.h"
+#include "server/server.h"
+#include "store/store.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: smelt serve [MODEL] [options]\n"
+          "  -m, --model REF          model directory or hub name (default: the built-in model)\n"
+          "      --host HOST          address to listen on (default 127.0.0.1)\n"
+          "      --port N             port (default 8080; 0 = any free port)\n"
+          "  -c, --ctx-size N         context tokens per sequence (default: model's, capped at 8192)\n"
+          "  -np, --parallel N        concurrent sequences (default 4)\n"
+          "      --max-queue N        requests waiting for a slot before 429 (default 64)\n"
+          "      --max-body BYTES     request body limit (default 1048576; larger -> 413)\n"
+          "      --api-key KEY        require 'Authorization: Bearer KEY'\n"
+          "      --allowed-origins L  CORS: comma-separated origins or '*' (default: none)\n"
+          "  -a, --alias NAME         model id reported by the API (also --served-model-name)\n"
+          "  -t, --threads N          CPU threads (default: all cores)\n"
+          "      --device D           auto|cpu|cuda\n"
+          "      --kv-blocks N        KV cache blocks (default: parallel * ctx / block size)\n"
+          "      --block-size N       tokens per KV block (default 16)\n"
+          "  -b, --batch-size N       tokens per forward step (prefill chunk, default 512)\n"
+          "      --no-prefix-cache    disable prefix caching\n"
+          "      --offline            never download the model\n"
+          "  -v, --verbose            log requests\n"
+          "Environment (overridden by flags): LLAMA_ARG_HOST, LLAMA_ARG_PORT, LLAMA_ARG_MODEL,\n"
+          "  LLAMA_ARG_CTX_SIZE, LLAMA_ARG_N_PARALLEL, LLAMA_ARG_API_KEY, LLAMA_ARG_THREADS, LLAMA_ARG_ALIAS\n");
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out) {
+  if (!s || !*s) return false;
+  char *e;
+  long v = strtol(s, &e, 10);
+  if (*e || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+int sm_cmd_serve(int argc, char **argv) {
+  sm_server_params p;
+  sm_server_params_default(&p);
+  const char *model = NULL;
+  bool offline = false;
+  long v;
+  /* environment first, flags override */
+  const char *e;
+  if ((e = getenv("LLAMA_ARG_HOST")) && *e) p.host = e;
+  if ((e = getenv("LLAMA_ARG_MODEL")) && *e) model = e;
+  if ((e = getenv("LLAMA_ARG_API_KEY")) && *e) p.api_key = e;
+  if ((e = getenv("LLAMA_ARG_ALIAS")) && *e) p.alias = e;
+  struct { const char *name; long lo, hi; int *dst; } envi[] = {
+      {"LLAMA_ARG_PORT", 0, 65535, &p.port},
+      {"LLAMA_ARG_CTX_SIZE", 0, 1 << 24, &p.ctx_size},
+      {"LLAMA_ARG_N_PARALLEL", 1, 1024, &p.parallel},
+      {"LLAMA_ARG_THREADS", -1, 4096, &p.threads},
+  };
+  for (size_t i = 0; i < sizeof envi / sizeof envi[0]; i++) {
+    if (!(e = getenv(envi[i].name)) || !*e) continue;
+    if (!parse_int(e, envi[i].lo, envi[i].hi, &v)) {
+      fprintf(stderr, "smelt serve: invalid %s='%s'\n", envi[i].name, e);
+      return 2;
+    }
+    *envi[i].dst = (int)v;
+  }
+  for (int i = 1; i < argc; i++) {
+    char *a = argv[i], *val = NULL;
+    char name[64];
+    snprintf(name, sizeof name, "%s", a);
+    char *eq = a[0] == '-' && a[1] == '-' ? strchr(name, '=') : NULL;
+    if (eq) { *eq = 0; val = a + (eq - name) + 1; }
+#define IS(x) (!strcmp(name, x))
+#define NEEDVAL()                                                                 \
+  do {                                                                            \
+    if (!val) {                                                                   \
+      if (i + 1 >= argc) {                                                        \
+        fprintf(stderr, "smelt serve: %s needs a value\n", name);                 \
+        return 2;                                                                 \
+      }                                                                           \
+      val = argv[++i];                                                            \
+    }                                                                             \
+  } while (0)
+#define INTVAL(lo, hi, dst)                                                       \
+  do {                                                                            \
+    NEEDVAL();                                                                    \
+    if (!parse_int(val, lo, hi, &v)) {                                            \
+      fprintf(stderr, "smelt serve: invalid value for %s: '%s'\n", name, val);    \
+      return 2;                                                                   \
+    }                                                                             \
+    dst = (int)v;                                                                 \
+  } while (0)
+    if (IS("-h") || IS("--help")) { usage(stdout); return 0; }
+    else if (IS("-m") || IS("--model")) { NEEDVAL(); model = val; }
+    else if (IS("--host")) { NEEDVAL(); p.host = val; }
+    else if (IS("--port")) INTVAL(0, 65535, p.port);
+    else if (IS("-c") || IS("--ctx-size")) INTVAL(0, 1 << 24, p.ctx_size);
+    else if (IS("-np") || IS("--parallel")) INTVAL(1, 1024, p.parallel);
+    else if (IS("--max-queue")) INTVAL(0, 1 << 20, p.max_queue);
+    else if (IS("--max-body")) {
+      long mb;
+      NEEDVAL();
+      if (!parse_int(val, 1, 1L << 40, &mb)) { fprintf(stderr, "smelt serve: invalid --max-body '%s'\n", val); return 2; }
+      p.max_body = (size_t)mb;
+    }
+    else if (IS("--api-key")) { NEEDVAL(); p.api_key = val; }
+    else if (IS("--allowed-origins") || IS("--cors")) { NEEDVAL(); p.allowed_origins = val; }
+    else if (IS("-a") || IS("--alias") || IS("--served-model-name")) { NEEDVAL(); p.alias = val; }
+    else if (IS("-t") || IS("--threads")) INTVAL(-1, 4096, p.threads);
+    else if (IS("--kv-blocks")) INTVAL(1, 1 << 24, p.kv_blocks);
+    else if (IS("--block-size")) INTVAL(1, 4096, p.block_size);
+    else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) INTVAL(1, 1 << 20, p.max_batch_tokens);
+    else if (IS("--no-prefix-cache")) p.no_prefix_cache = true;
+    else if (IS("--offline")) offline = true;
+    else if (IS("-v") || IS("--verbose")) p.verbose = true;
+    else if (IS("--device")) {
+      NEEDVAL();
+      if (!strcmp(val, "auto")) p.device = SMELT_DEVICE_AUTO;
+      else if (!strcmp(val, "cpu")) p.device = SMELT_DEVICE_CPU;
+      else if (!strcmp(val, "cuda") || !strcmp(val, "gpu")) p.device = SMELT_DEVICE_CUDA;
+      else { fprintf(stderr, "smelt serve: --device must be auto, cpu or cuda\n"); return 2; }
+    }
+    else if (a[0] != '-' && !model) model = a;
+    else {
+      fprintf(stderr, "smelt serve: unknown option '%s'\n", a);
+      usage(stderr);
+      return 2;
+    }
+#undef IS
+#undef NEEDVAL
+#undef INTVAL
+  }
+  if (p.threads < 0) p.threads = 0;
+  char *dir = NULL;
+  if (sm_store_resolve(model, !offline, &dir) != SMELT_OK || !dir) {
+    fprintf(stderr, "smelt serve: cannot find model '%s': %s\n", model ? model : "(default)", smelt_last_error());
+    return 1;
+  }
+  p.model_dir = dir;
+  int rc = sm_server_run(&p);
+  free(dir);
+  return rc;
+}

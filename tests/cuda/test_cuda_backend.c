@@ -1,0 +1,321 @@
+/* CUDA backend vs the CPU backend (the reference implementation of backend.h):
+ * every op on random data, all bit widths, n = 1 and n > 1, then a whole synthetic
+ * model (prefill logits and decode steps, which exercise CUDA-graph replay).
+ * Exits 77 (ctest SKIP) when the build has no CUDA or no GPU is present. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "../test_util.h"
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "model/model.h"
+
+#ifndef SMELT_HAVE_CUDA
+int main(void) {
+  printf("SKIP: built without CUDA\n");
+  return 77;
+}
+#else
+
+static uint64_t g_rng = 0x1234567;
+static uint64_t rnd(void) { uint64_t x = g_rng; x ^= x << 13; x ^= x >> 7; x ^= x << 17; return g_rng = x; }
+static float frand(void) { return (float)((rnd() >> 11) * (1.0 / 9007199254740992.0)) * 2.f - 1.f; }
+static void fill(float *p, size_t n, float a) { for (size_t i = 0; i < n; i++) p[i] = a * frand(); }
+
+static sm_backend *G, *C; /* gpu, cpu */
+
+static float *dup_dev(const float *h, size_t n) {
+  float *d = G->alloc(G, n * 4);
+  G->upload(G, d, h, n * 4);
+  return d;
+}
+static float *get(const float *d, size_t n) {
+  float *h = malloc(n * 4);
+  G->download(G, h, d, n * 4);
+  return h;
+}
+static double rel_l2(const float *a, const float *b, size_t n) {
+  double num = 0, den = 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)a[i] - b[i];
+    if (d != d) return INFINITY;
+    num += d * d;
+    den += (double)b[i] * b[i];
+  }
+  return sqrt(num / den);
+}
+
+static uint16_t to_dt16(float v, sm_dtype dt) { return dt == SM_DT_F16 ? sm_f32_to_f16(v) : sm_f32_to_bf16(v); }
+
+/* random weight of the given format; buffers freed by free_w */
+typedef struct { sm_weight w; void *d, *s, *b; } tw;
+static tw make_w(int64_t rows, int64_t cols, int bits, int gs, sm_dtype dt) {
+  tw t;
+  memset(&t, 0, sizeof t);
+  t.w.rows = rows; t.w.cols = cols; t.w.bits = bits; t.w.group_size = bits ? gs : 0; t.w.dtype = dt;
+  size_t es = dt == SM_DT_F32 ? 4 : 2;
+  if (bits == 0) {
+    t.d = malloc((size_t)rows * cols * es);
+    for (size_t i = 0; i < (size_t)rows * cols; i++) {
+      float v = 0.05f * frand();
+      if (dt == SM_DT_F32) ((float *)t.d)[i] = v; else ((uint16_t *)t.d)[i] = to_dt16(v, dt);
+    }
+  } else {
+    size_t nb = (size_t)rows * cols * bits / 8, ng = (size_t)rows * (cols / gs);
+    t.d = malloc(nb);
+    for (size_t i = 0; i < nb; i++) ((uint8_t *)t.d)[i] = (uint8_t)rnd();
+    t.s = malloc(ng * es);
+    t.b = malloc(ng * es);
+    for (size_t i = 0; i < ng; i++) {
+      float s = 0.01f * (1.f + frand()) / (float)((1 << bits) - 1), b = -s * ((1 << bits) - 1) / 2 + 0.002f * frand();
+      if (dt == SM_DT_F32) { ((float *)t.s)[i] = s; ((float *)t.b)[i] = b; }
+      else { ((uint16_t *)t.s)[i] = to_dt16(s, dt); ((uint16_t *)t.b)[i] = to_dt16(b, dt); }
+    }
+  }
+  t.w.data = t.d; t.w.scales = t.s; t.w.biases = t.b;
+  return t;
+}
+static void free_w(tw *t) { free(t->d); free(t->s); free(t->b); }
+
+static void test_matmul(void) {
+  const int bits_list[] = { 0, 2, 3, 4, 5, 6, 8 };
+  const sm_dtype dts[] = { SM_DT_BF16, SM_DT_F16, SM_DT_F32 };
+  const int64_t shapes[][2] = { { 37, 256 }, { 300, 1280 }, { 2304, 2048 } };
+  const int ns[] = { 1, 2, 3, 8, 12, 40 };
+  int combo = 0;
+  for (size_t bi = 0; bi < SM_ARRAY_LEN(bits_list); bi++)
+    for (size_t di = 0; di < SM_ARRAY_LEN(dts); di++)
+      for (size_t si = 0; si < SM_ARRAY_LEN(shapes); si++) {
+        int bits = bits_list[bi], gs = (int[]){ 32, 64, 128 }[(combo++) % 3];
+        int64_t M = shapes[si][0], K = shapes[si][1];
+        tw t = make_w(M, K, bits, gs, dts[di]);
+        sm_weight wc = t.w, wg = t.w;
+        CHECK(C->prepare_weight(C, &wc) == SMELT_OK, "cpu prepare");
+        CHECK(G->prepare_weight(G, &wg) == SMELT_OK, "cuda prepare bits %d: %s", bits, smelt_last_error());
+        for (size_t ni = 0; ni < SM_ARRAY_LEN(ns); ni++) {
+          int n = ns[ni];
+          float *x = malloc((size_t)n * K * 4), *yc = malloc((size_t)n * M * 4);
+          fill(x, (size_t)n * K, 1.f);
+          C->matmul(C, &wc, x, n, yc);
+          float *dx = dup_dev(x, (size_t)n * K), *dy = G->alloc(G, (size_t)n * M * 4);
+          G->matmul(G, &wg, dx, n, dy);
+          float *yg = get(dy, (size_t)n * M);
+          double e = rel_l2(yg, yc, (size_t)n * M);
+          /* n <= 8: fp32 matvec; n > 8: bf16 tensor-core GEMM (f32 weights stay fp32) */
+          double tol = n <= 8 || (bits == 0 && dts[di] == SM_DT_F32) ? 2e-5 : 1.5e-2;
+          CHECK(e < tol, "matmul bits %d gs %d dt %d M %lld K %lld n %d: rel err %g", bits, gs, (int)dts[di],
+                (long long)M, (long long)K, n, e);
+          G->free(G, dx); G->free(G, dy);
+          free(x); free(yc); free(yg);
+        }
+        /* embedding rows through the same weight */
+        {
+          int32_t toks[3] = { 0, (int32_t)(M - 1), (int32_t)(M / 2) }, pos[3] = { 0, 1, 2 }, seq[3] = { 0, 0, 0 };
+          int32_t table[1] = { 0 };
+          sm_batch b = { .n_tokens = 3, .tokens = toks, .pos = pos, .seq = seq, .n_seqs = 1, .max_blocks = 1,
+                         .block_table = table };
+          C->set_batch(C, &b);
+          G->set_batch(G, &b);
+          float *ec = malloc(3 * K * 4), *de = G->alloc(G, 3 * K * 4);
+          C->embed(C, &wc, ec);
+          G->embed(G, &wg, de);
+          float *eg = get(de, 3 * K);
+          CHECK(rel_l2(eg, ec, 3 * K) < 1e-6, "embed bits %d dt %d", bits, (int)dts[di]);
+          G->free(G, de); free(ec); free(eg);
+        }
+        G->release_weight(G, &wg);
+        C->release_weight(C, &wc);
+        free_w(&t);
+      }
+}
+
+static void test_elementwise(void) {
+  const int n = 5, dim = 4096 + 64;
+  size_t N = (size_t)n * dim;
+  float *x = malloc(N * 4), *u = malloc(N * 4), *w = malloc(dim * 4), *r = malloc(N * 4);
+  fill(x, N, 3.f); fill(u, N, 2.f); fill(w, dim, 1.f);
+  float *dx = dup_dev(x, N), *du = dup_dev(u, N), *dw = dup_dev(w, dim), *dr = G->alloc(G, N * 4);
+  float *h;
+  /* rmsnorm with an offset, into another buffer */
+  C->rmsnorm(C, r, x, w, n, dim, 1e-5f, 1.0f);
+  G->rmsnorm(G, dr, dx, dw, n, dim, 1e-5f, 1.0f);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "rmsnorm"); free(h);
+  /* per-head rmsnorm in place */
+  memcpy(r, x, N * 4);
+  C->rmsnorm(C, r, r, w, n * dim / 64, 64, 1e-6f, 0.f);
+  G->upload(G, dr, x, N * 4);
+  G->rmsnorm(G, dr, dr, dw, n * dim / 64, 64, 1e-6f, 0.f);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "rmsnorm in place"); free(h);
+  C->silu_mul(C, r, x, u, N);
+  G->silu_mul(G, dr, dx, du, N);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "silu_mul"); free(h);
+  C->gelu_mul(C, r, x, u, N);
+  G->gelu_mul(G, dr, dx, du, N);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "gelu_mul"); free(h);
+  memcpy(r, x, N * 4); G->upload(G, dr, x, N * 4);
+  C->add(C, r, u, N); G->add(G, dr, du, N);
+  C->add_rows(C, r, w, n, dim); G->add_rows(G, dr, dw, n, dim);
+  C->scale(C, r, 0.37f, N); G->scale(G, dr, 0.37f, N);
+  C->softcap(C, r, 2.5f, N); G->softcap(G, dr, 2.5f, N);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "add/add_rows/scale/softcap"); free(h);
+  G->free(G, dx); G->free(G, du); G->free(G, dw); G->free(G, dr);
+  free(x); free(u); free(w); free(r);
+}
+
+/* attention, rope, kv_store, gather_out over a paged cache with two sequences:
+ * seq 0 prefills n0 tokens at positions [p0, p0+n0), seq 1 decodes one token at pos p1. */
+static void test_attention_case(int n_heads, int nkv, int hd, int window, float softcap, int n0, int p0, int p1) {
+  const int bs = 16, max_blocks = 64, n_blocks = 160, L = 2, layer = 1;
+  const int n = n0 + 1, row = nkv * hd;
+  int32_t *tok = malloc(n * 4), *pos = malloc(n * 4), *seq = malloc(n * 4), table[2 * 64];
+  /* shuffled distinct blocks for both sequences */
+  int perm[160];
+  for (int i = 0; i < n_blocks; i++) perm[i] = i;
+  for (int i = n_blocks - 1; i > 0; i--) { int j = (int)(rnd() % (uint64_t)(i + 1)), t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+  for (int i = 0; i < 2 * max_blocks; i++) table[i] = perm[i];
+  table[5] = -1; /* an unmapped block of seq 0: skipped by both backends */
+  for (int t = 0; t < n0; t++) { tok[t] = t; pos[t] = p0 + t; seq[t] = 0; }
+  tok[n0] = 7; pos[n0] = p1; seq[n0] = 1;
+  int32_t out_rows[2] = { n0 - 1, n0 };
+  sm_batch b = { .n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 2, .max_blocks = max_blocks,
+                 .block_table = table, .n_out = 2, .out_rows = out_rows };
+  size_t cache = (size_t)n_blocks * bs * row;
+  float *kc = malloc(cache * 4), *vc = malloc(cache * 4);
+  fill(kc, cache, 1.f); fill(vc, cache, 1.f);
+  sm_kv_cache kvc = { .n_layers = L, .n_kv_heads = nkv, .head_dim = hd, .block_size = bs, .n_blocks = n_blocks };
+  sm_kv_cache kvg = kvc;
+  void *ck[2], *cv[2], *gk[2], *gv[2];
+  for (int l = 0; l < L; l++) {
+    ck[l] = malloc(cache * 4); cv[l] = malloc(cache * 4);
+    memcpy(ck[l], kc, cache * 4); memcpy(cv[l], vc, cache * 4);
+    gk[l] = dup_dev(kc, cache); gv[l] = dup_dev(vc, cache);
+  }
+  kvc.k = ck; kvc.v = cv; kvg.k = gk; kvg.v = gv;
+  size_t nq = (size_t)n * n_heads * hd, nk = (size_t)n * row;
+  float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *inv = malloc(hd / 2 * 4), *o = malloc(nq * 4);
+  fill(q, nq, 2.f); fill(k, nk, 1.f); fill(v, nk, 1.f);
+  for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.f, -2.f * i / hd);
+  float *dq = dup_dev(q, nq), *dk = dup_dev(k, nk), *dv = dup_dev(v, nk), *dinv = dup_dev(inv, hd / 2);
+  float *dout = G->alloc(G, nq * 4);
+  CHECK(C->set_batch(C, &b) == SMELT_OK, "cpu set_batch");
+  CHECK(G->set_batch(G, &b) == SMELT_OK, "cuda set_batch: %s", smelt_last_error());
+  C->rope(C, q, n_heads, hd, hd, inv); G->rope(G, dq, n_heads, hd, hd, dinv);
+  C->rope(C, k, nkv, hd, hd - 4, inv); G->rope(G, dk, nkv, hd, hd - 4, dinv);
+  float *h = get(dq, nq);
+  CHECK(rel_l2(h, q, nq) < 1e-5, "rope q"); free(h);
+  C->kv_store(C, &kvc, layer, k, v); G->kv_store(G, &kvg, layer, dk, dv);
+  float scale = 1.f / sqrtf((float)hd);
+  C->attention(C, o, q, &kvc, layer, n_heads, scale, window, softcap);
+  G->attention(G, dout, dq, &kvg, layer, n_heads, scale, window, softcap);
+  h = get(dout, nq);
+  double e = rel_l2(h, o, nq);
+  CHECK(e < 1e-5, "attention heads %d/%d hd %d window %d softcap %g n0 %d p0 %d p1 %d: rel err %g", n_heads, nkv, hd,
+        window, softcap, n0, p0, p1, e);
+  free(h);
+  h = get(gk[layer], cache);
+  CHECK(rel_l2(h, ck[layer], cache) < 1e-5, "kv_store K");
+  free(h);
+  /* gather_out */
+  float *go = malloc(2 * (size_t)n_heads * hd * 4), *dgo = G->alloc(G, 2 * (size_t)n_heads * hd * 4);
+  C->gather_out(C, go, o, n_heads * hd);
+  G->gather_out(G, dgo, dout, n_heads * hd);
+  h = get(dgo, 2 * (size_t)n_heads * hd);
+  CHECK(rel_l2(h, go, 2 * (size_t)n_heads * hd) < 1e-5, "gather_out");
+  free(h);
+  free(go); G->free(G, dgo);
+  for (int l = 0; l < L; l++) { free(ck[l]); free(cv[l]); G->free(G, gk[l]); G->free(G, gv[l]); }
+  G->free(G, dq); G->free(G, dk); G->free(G, dv); G->free(G, dinv); G->free(G, dout);
+  free(q); free(k); free(v); free(inv); free(o); free(kc); free(vc); free(tok); free(pos); free(seq);
+}
+
+static void test_attention(void) {
+  test_attention_case(32, 8, 128, 0, 0.f, 40, 0, 300);    /* llama-8B shape: prefill + decode */
+  test_attention_case(8, 8, 64, 0, 0.f, 1, 100, 1000);    /* decode-only, MHA */
+  test_attention_case(16, 2, 64, 50, 0.f, 70, 20, 90);    /* sliding window, chunked prefill */
+  test_attention_case(8, 1, 256, 0, 30.f, 17, 3, 5);      /* softcap, hd 256 */
+  test_attention_case(4, 2, 16, 0, 0.f, 33, 0, 0);        /* tiny head dim (test model) */
+}
+
+/* whole synthetic model: CPU vs CUDA */
+static void test_model(int bits) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "/tmp/smelt-cuda-test-%d-%d", (int)getpid(), bits);
+  const sm_synth_shape *sh = sm_synth_find("test");
+  CHECK(sh && sm_make_synthetic(sh, bits, 32, dir, false) == SMELT_OK, "synthetic model: %s", smelt_last_error());
+  smelt_model_params p;
+  smelt_model_params_default(&p);
+  smelt_model *mc = NULL, *mg = NULL;
+  p.device = SMELT_DEVICE_CPU;
+  CHECK(smelt_model_load(dir, &p, &mc) == SMELT_OK, "cpu load: %s", smelt_last_error());
+  p.device = SMELT_DEVICE_CUDA;
+  CHECK(smelt_model_load(dir, &p, &mg) == SMELT_OK, "cuda load: %s", smelt_last_error());
+  if (!mc || !mg) goto out;
+  CHECK(!strcmp(mg->be->name, "cuda"), "model uses the cuda backend");
+  int V = smelt_model_vocab_size(mc);
+  int32_t ids[24];
+  for (int i = 0; i < 24; i++) ids[i] = (int32_t)(rnd() % (uint64_t)V);
+  float *lc = NULL, *lg = NULL;
+  CHECK(smelt_eval_logits(mc, ids, 24, &lc) == SMELT_OK, "cpu eval");
+  CHECK(smelt_eval_logits(mg, ids, 24, &lg) == SMELT_OK, "cuda eval: %s", smelt_last_error());
+  if (lc && lg) {
+    double e = rel_l2(lg, lc, (size_t)24 * V);
+    CHECK(e < 3e-2, "model bits %d prefill logits rel err %g", bits, e);
+  }
+  free(lc); free(lg);
+  /* decode steps through the engine: steps 2.. replay a captured CUDA graph */
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  ep.max_context = 128;
+  sm_engine *ec = NULL, *eg = NULL;
+  CHECK(sm_engine_create(mc, &ep, &ec) == SMELT_OK, "cpu engine");
+  CHECK(sm_engine_create(mg, &ep, &eg) == SMELT_OK, "cuda engine");
+  if (ec && eg) {
+    sm_seq *sc = sm_seq_new(ec), *sg = sm_seq_new(eg);
+    sm_seq_append(ec, sc, ids, 5);
+    sm_seq_append(eg, sg, ids, 5);
+    float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
+    double worst = 0;
+    for (int step = 0; step < 12; step++) {
+      uint8_t dc = 0, dg = 0;
+      smelt_status s1 = sm_engine_step(ec, &sc, 1, a, &dc), s2 = sm_engine_step(eg, &sg, 1, b, &dg);
+      CHECK(s1 == SMELT_OK && s2 == SMELT_OK && dc && dg, "engine step %d: %s", step, smelt_last_error());
+      double e = rel_l2(b, a, (size_t)V);
+      if (e > worst) worst = e;
+      int32_t t = ids[(step + 5) % 24];
+      sm_seq_append(ec, sc, &t, 1);
+      sm_seq_append(eg, sg, &t, 1);
+    }
+    CHECK(worst < 1e-3, "model bits %d decode logits rel err %g", bits, worst);
+    free(a); free(b);
+    sm_seq_free(ec, sc); sm_seq_free(eg, sg);
+  }
+  if (ec) sm_engine_free(ec);
+  if (eg) sm_engine_free(eg);
+out:
+  if (mc) smelt_model_free(mc);
+  if (mg) smelt_model_free(mg);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd)) {}
+}
+
+int main(void) {
+  G = sm_cuda_backend_create(0);
+  if (!G) {
+    printf("SKIP: no usable CUDA device (%s)\n", smelt_last_error());
+    return 77;
+  }
+  C = sm_cpu_backend_create(0);
+  test_elementwise();
+  test_attention();
+  test_matmul();
+  test_model(4);
+  test_model(0);
+  test_model(3);
+  C->destroy(C);
+  G->destroy(G);
+  TEST_END();
+}
+#endif

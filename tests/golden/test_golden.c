@@ -1,0 +1,120 @@
+/* Golden tests: smelt's logits and greedy tokens vs Hugging Face transformers on tiny
+ * random models of each family (fixtures made by tools/make_golden.py). */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <string.h>
+#include "engine/engine.h"
+#include "../test_util.h"
+
+static double num(const cJSON *o, const char *k, double def) {
+  const cJSON *v = cJSON_GetObjectItem(o, k);
+  return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+static void check_fixture(const char *dir) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  char *js = NULL;
+  if (sm_read_file(path, &js, NULL)) { CHECK(0, "%s: %s", dir, smelt_last_error()); return; }
+  cJSON *man = cJSON_Parse(js);
+  free(js);
+  const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(man, "name"));
+  const cJSON *pids = cJSON_GetObjectItem(man, "prompt_ids"), *gids = cJSON_GetObjectItem(man, "greedy_ids");
+  const cJSON *margins = cJSON_GetObjectItem(man, "greedy_top2_margins");
+  const cJSON *tol = cJSON_GetObjectItem(man, "tolerances");
+  double max_abs_tol = num(cJSON_GetObjectItem(tol, "f32"), "max_abs", 2e-3);
+  double rel_l2_tol = num(cJSON_GetObjectItem(tol, "f32"), "rel_l2", 1e-4);
+  double margin_min = num(tol, "greedy_margin_min", 0.05);
+  int np = cJSON_GetArraySize(pids), ng = cJSON_GetArraySize(gids);
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(np + ng));
+  for (int i = 0; i < np; i++) ids[i] = cJSON_GetArrayItem(pids, i)->valueint;
+
+  smelt_model_params mp;
+  smelt_model_params_default(&mp);
+  mp.device = getenv("SMELT_GOLDEN_DEVICE") && !strcmp(getenv("SMELT_GOLDEN_DEVICE"), "cuda") ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
+  smelt_model *m = NULL;
+  if (smelt_model_load(dir, &mp, &m)) { CHECK(0, "%s: load: %s", name, smelt_last_error()); goto out; }
+  int V = smelt_model_vocab_size(m);
+  /* 1. logits of every prompt position */
+  float *lg = NULL;
+  if (smelt_eval_logits(m, ids, np, &lg)) { CHECK(0, "%s: eval: %s", name, smelt_last_error()); goto out; }
+  snprintf(path, sizeof path, "%s/logits.f32", dir);
+  char *ref = NULL;
+  size_t rl = 0;
+  double max_abs_seen = -1;
+  sm_read_file(path, &ref, &rl);
+  CHECK(rl == sizeof(float) * (size_t)np * V, "%s: logits file size %zu", name, rl);
+  if (rl == sizeof(float) * (size_t)np * V) {
+    const float *r = (const float *)ref;
+    double max_abs = 0, d2 = 0, r2 = 0;
+    for (size_t i = 0; i < (size_t)np * V; i++) {
+      double d = fabs((double)lg[i] - r[i]);
+      if (d > max_abs || d != d) max_abs = d != d ? INFINITY : d;
+      d2 += d * d;
+      r2 += (double)r[i] * r[i];
+    }
+    double rel = sqrt(d2 / r2);
+    max_abs_seen = max_abs;
+    printf("%-24s logits max_abs %.2e (tol %.0e)  rel_l2 %.2e (tol %.0e)\n", name, max_abs, max_abs_tol, rel, rel_l2_tol);
+    CHECK(max_abs <= max_abs_tol && rel <= rel_l2_tol, "%s: logits differ from transformers", name);
+  }
+  free(ref);
+  free(lg);
+  /* A near-tie can flip only if our logit error reaches half the top-2 margin; with the
+   * error measured above, steps with margin > 20x that error must match exactly. The
+   * manifest's greedy_margin_min is for reduced-precision backends. */
+  if (max_abs_seen >= 0 && 20 * max_abs_seen < margin_min) margin_min = fmax(20 * max_abs_seen, 1e-3);
+  /* 2. greedy decoding through the engine (prefill + one token at a time) */
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  ep.max_context = np + ng + 1;
+  sm_engine *e = NULL;
+  if (sm_engine_create(m, &ep, &e)) { CHECK(0, "%s: engine: %s", name, smelt_last_error()); goto out; }
+  sm_seq *s = sm_seq_new(e);
+  sm_seq_append(e, s, ids, np);
+  float *l1 = malloc(sizeof(float) * V);
+  int same = 0, checked = 0;
+  bool diverged = false;
+  for (int k = 0; k < ng; k++) {
+    uint8_t done = 0;
+    while (!done) if (sm_engine_step(e, &s, 1, l1, &done)) { CHECK(0, "step: %s", smelt_last_error()); break; }
+    int32_t t = 0;
+    for (int j = 1; j < V; j++) if (l1[j] > l1[t]) t = j;
+    int32_t want = cJSON_GetArrayItem(gids, k)->valueint;
+    const cJSON *mv = cJSON_GetArrayItem(margins, k);
+    double mg = cJSON_IsNumber(mv) ? mv->valuedouble : 1.0;
+    if (mg < margin_min) break; /* a near-tie: further tokens are not meaningful to compare */
+    checked++;
+    if (t == want) same++;
+    else { diverged = true; fprintf(stderr, "%s: step %d: smelt %d, transformers %d\n", name, k, t, want); break; }
+    sm_seq_append(e, s, &want, 1);
+  }
+  printf("%-24s greedy: %d/%d tokens identical\n", name, same, checked);
+  CHECK(!diverged && checked >= 32, "%s: greedy tokens (identical %d of %d checked; need >= 32)", name, same, checked);
+  free(l1);
+  sm_seq_free(e, s);
+  sm_engine_free(e);
+out:
+  smelt_model_free(m);
+  free(ids);
+  cJSON_Delete(man);
+}
+
+int main(int argc, char **argv) {
+  const char *root = argc > 1 ? argv[1] : "tests/golden/fixtures";
+  DIR *d = opendir(root);
+  if (!d) { fprintf(stderr, "no fixtures at %s\n", root); return 1; }
+  struct dirent *de;
+  char *names[64];
+  int n = 0;
+  while ((de = readdir(d)) && n < 64) {
+    if (de->d_name[0] == '.') continue;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s/manifest.json", root, de->d_name);
+    if (sm_file_exists(p)) names[n++] = sm_path_join(root, de->d_name);
+  }
+  closedir(d);
+  CHECK(n >= 4, "expected fixtures for >= 4 families, found %d", n);
+  for (int i = 0; i < n; i++) { check_fixture(names[i]); free(names[i]); }
+  TEST_END();
+}
