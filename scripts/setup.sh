@@ -8,7 +8,7 @@ missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 # node/npm may come from elsewhere (e.g. nvm); only install them if absent
 if command -v node >/dev/null && command -v npm >/dev/null; then missing=$(echo "$missing" | sed 's/\bnodejs\b//; s/\bnpm\b//'); fi
-if command -v python3 >/dev/null && python3 -c 'import numpy' 2>/dev/null; then missing=$(echo "$missing" | sed 's/\bpython3-numpy\b//; s/\bpython3\b//'); fi
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import numpy" 2>/dev/null; then missing=$(echo "$missing" | sed 's/\bpython3-numpy\b//; s/\bpython3\b//'); fi
 if [ -n "$(echo $missing)" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing

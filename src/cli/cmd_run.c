@@ -13,7 +13,7 @@
 typedef struct {
   const char *model, *prompt, *system, *device;
   int n_predict, threads, ctx;
-  bool verbose, no_stats, raw;
+  bool verbose, no_stats, raw, estimate, force;
   smelt_sampling s;
 } run_opts;
 
@@ -32,11 +32,12 @@ static void run_usage(const char *cmd, FILE *f) {
           "  -c, --ctx-size N        context size (default: model max, capped at 8192)\n"
           "      --device cpu|cuda   backend (default: cuda if available)\n"
           "      --no-stats          do not print speed/memory to stderr\n"
-          "      --raw               run: no chat template\n",
+          "      --raw               run: no chat template\n"
+          "      --estimate-memory   check that weights + KV cache fit before loading (--force: go on anyway)\n",
           cmd, !strcmp(cmd, "run") ? "[MODEL] " : "");
 }
 
-enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_REP, O_FREQ, O_PRES, O_LASTN, O_SEED, O_DEV, O_NOSTATS, O_RAW };
+enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_REP, O_FREQ, O_PRES, O_LASTN, O_SEED, O_DEV, O_NOSTATS, O_RAW, O_EST, O_FORCE };
 
 static int parse_opts(const char *cmd, int argc, char **argv, run_opts *o, bool *temp_set) {
   static const struct option lo[] = {
@@ -45,7 +46,7 @@ static int parse_opts(const char *cmd, int argc, char **argv, run_opts *o, bool 
     { "temperature", 1, 0, O_TEMP }, { "top-k", 1, 0, O_TOPK }, { "top-p", 1, 0, O_TOPP }, { "min-p", 1, 0, O_MINP },
     { "repeat-penalty", 1, 0, O_REP }, { "frequency-penalty", 1, 0, O_FREQ }, { "presence-penalty", 1, 0, O_PRES },
     { "repeat-last-n", 1, 0, O_LASTN }, { "seed", 1, 0, O_SEED }, { "device", 1, 0, O_DEV },
-    { "no-stats", 0, 0, O_NOSTATS }, { "raw", 0, 0, O_RAW }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+    { "no-stats", 0, 0, O_NOSTATS }, { "raw", 0, 0, O_RAW }, { "estimate-memory", 0, 0, O_EST }, { "force", 0, 0, O_FORCE }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
   memset(o, 0, sizeof *o);
   o->n_predict = 256;
   smelt_sampling_default(&o->s);
@@ -74,6 +75,8 @@ static int parse_opts(const char *cmd, int argc, char **argv, run_opts *o, bool 
     case O_DEV: o->device = optarg; break;
     case O_NOSTATS: o->no_stats = true; break;
     case O_RAW: o->raw = true; break;
+    case O_EST: o->estimate = true; break;
+    case O_FORCE: o->force = true; break;
     case 'h': run_usage(cmd, stdout); return 1;
     default: run_usage(cmd, stderr); return 2;
     }
@@ -92,6 +95,10 @@ static smelt_status load(const run_opts *o, smelt_model **m) {
   char *dir = NULL;
   smelt_status st = sm_store_resolve(o->model, true, &dir);
   if (st) return st;
+  if (o->estimate) {
+    bool cuda = o->device && !strcmp(o->device, "cuda");
+    if ((st = sm_store_check_fits(dir, o->ctx, 4, cuda, o->force, true))) { free(dir); return st; }
+  }
   smelt_model_params p;
   smelt_model_params_default(&p);
   p.n_threads = o->threads;

@@ -21,6 +21,7 @@ static void usage(FILE *f) {
           "  -a, --alias NAME         model id reported by the API (also --served-model-name)\n"
           "  -t, --threads N          CPU threads (default: all cores)\n"
           "      --device D           auto|cpu|cuda\n"
+          "      --estimate-memory    check that weights + KV cache fit in memory before loading (--force: go on anyway)\n"
           "      --kv-blocks N        KV cache blocks (default: parallel * ctx / block size)\n"
           "      --block-size N       tokens per KV block (default 16)\n"
           "  -b, --batch-size N       tokens per forward step (prefill chunk, default 512)\n"
@@ -44,7 +45,7 @@ int sm_cmd_serve(int argc, char **argv) {
   sm_server_params p;
   sm_server_params_default(&p);
   const char *model = NULL;
-  bool offline = false;
+  bool offline = false, estimate = false, force = false;
   long v;
   /* environment first, flags override */
   const char *e;
@@ -114,6 +115,8 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) INTVAL(1, 1 << 20, p.max_batch_tokens);
     else if (IS("--no-prefix-cache")) p.no_prefix_cache = true;
     else if (IS("--offline")) offline = true;
+    else if (IS("--estimate-memory")) estimate = true;
+    else if (IS("--force")) force = true;
     else if (IS("-v") || IS("--verbose")) p.verbose = true;
     else if (IS("--device")) {
       NEEDVAL();
@@ -137,6 +140,14 @@ int sm_cmd_serve(int argc, char **argv) {
   if (sm_store_resolve(model, !offline, &dir) != SMELT_OK || !dir) {
     fprintf(stderr, "smelt serve: cannot find model '%s': %s\n", model ? model : "(default)", smelt_last_error());
     return 1;
+  }
+  if (estimate) {
+    int ctx_total = p.ctx_size > 0 ? p.ctx_size * (p.parallel > 0 ? p.parallel : 1) : 0;
+    if (sm_store_check_fits(dir, ctx_total, 4, p.device == SMELT_DEVICE_CUDA, force, true) != SMELT_OK) {
+      fprintf(stderr, "smelt serve: %s\n", smelt_last_error());
+      free(dir);
+      return 1;
+    }
   }
   p.model_dir = dir;
   int rc = sm_server_run(&p);

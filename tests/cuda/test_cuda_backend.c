@@ -122,7 +122,7 @@ static void test_matmul(void) {
           C->embed(C, &wc, ec);
           G->embed(G, &wg, de);
           float *eg = get(de, 3 * K);
-          CHECK(rel_l2(eg, ec, 3 * K) < 1e-6, "embed bits %d dt %d", bits, (int)dts[di]);
+          CHECK(rel_l2(eg, ec, 3 * K) < 1e-6, "embed bits %d gs %d dt %d M %lld K %lld: rel err %g", bits, gs, (int)dts[di], (long long)M, (long long)K, rel_l2(eg, ec, 3 * K));
           G->free(G, de); free(ec); free(eg);
         }
         G->release_weight(G, &wg);

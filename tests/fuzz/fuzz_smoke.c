@@ -1,5 +1,6 @@
 /* fuzz_smoke: a plain (no libFuzzer) replay of the fuzz targets, run by ctest.
- *  1. every file of the seed corpus (tests/fuzz/corpus/{safetensors,config}) through the parsers;
+ *  1. every file of the seed corpus (tests/fuzz/corpus/{safetensors,config}: hand-written seeds plus
+ *     lf_* inputs kept from libFuzzer runs, minimized with -merge=1) through the parsers;
  *  2. randomly generated valid safetensors images, which must be accepted with exactly the
  *     generated tensors (names, dtypes, shapes, byte ranges);
  *  3. ~20,000 random mutations of valid safetensors images and ~20,000 of valid configs.
@@ -266,7 +267,8 @@ static int run_corpus_dir(const char *dir, void (*fn)(const uint8_t *, size_t), 
     fclose(f);
     fn((const uint8_t *)(b.p ? b.p : ""), b.n);
     n++;
-    if (keep && *nkeep < 32) keep[(*nkeep)++] = b;
+    /* hand-written seeds (not the lf_* inputs libFuzzer found) are the bases for mutation */
+    if (keep && *nkeep < 32 && strncmp(de->d_name, "lf_", 3) != 0) keep[(*nkeep)++] = b;
     else free(b.p);
   }
   closedir(d);
@@ -286,7 +288,7 @@ int main(int argc, char **argv) {
   int n1 = run_corpus_dir(p, run_st, NULL, NULL);
   snprintf(p, sizeof p, "%s/config", argv[1]);
   int n2 = run_corpus_dir(p, run_cfg, cfgs, &ncfg);
-  if (n1 <= 0 || n2 <= 0) { fprintf(stderr, "empty corpus\n"); return 2; }
+  if (n1 <= 0 || n2 <= 0 || ncfg == 0) { fprintf(stderr, "empty corpus\n"); return 2; }
   printf("corpus: %d safetensors, %d config files\n", n1, n2);
 
   /* safetensors: valid images, then mutations */

@@ -106,12 +106,14 @@ __global__ void __launch_bounds__(128) k_mv_qfast(const mv_args a, const float *
   constexpr int E = 32 / BITS;
   constexpr float A = BITS == 8 ? 1.f : 64.f, B0 = BITS == 8 ? 0.f : 128.f;
   const int wi = (int)blockIdx.x >= a.bstart[2] ? 2 : (int)blockIdx.x >= a.bstart[1] ? 1 : 0;
-  const uint32_t *__restrict__ q = (const uint32_t *)a.q[wi];
-  const void *__restrict__ sb = a.sb[wi];
-  float *__restrict__ y = a.y[wi];
-  const int M = a.M[wi];
+  /* selects, not indexing: a dynamically indexed parameter array would go to local memory */
+  const uint32_t *__restrict__ q = (const uint32_t *)(wi == 0 ? a.q[0] : wi == 1 ? a.q[1] : a.q[2]);
+  const void *__restrict__ sb = wi == 0 ? a.sb[0] : wi == 1 ? a.sb[1] : a.sb[2];
+  float *__restrict__ y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
+  const int M = wi == 0 ? a.M[0] : wi == 1 ? a.M[1] : a.M[2];
+  const int bst = wi == 0 ? a.bstart[0] : wi == 1 ? a.bstart[1] : a.bstart[2];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row0 = (((int)blockIdx.x - a.bstart[wi]) * 4 + warp) * R;
+  const int row0 = (((int)blockIdx.x - bst) * 4 + warp) * R;
   if (row0 >= M) return;
   const int W = K / E, C = W / 128, G = K / gs;
   int64_t rows[R];
@@ -237,11 +239,12 @@ template <typename T, int R, int N>
 __global__ void __launch_bounds__(128) k_mv_dense(const mv_args a, const float *__restrict__ x, int K, int n, int vec) {
   constexpr int VE = 16 / sizeof(T);
   const int wi = (int)blockIdx.x >= a.bstart[2] ? 2 : (int)blockIdx.x >= a.bstart[1] ? 1 : 0;
-  const T *__restrict__ w = (const T *)a.q[wi];
-  float *__restrict__ y = a.y[wi];
-  const int M = a.M[wi];
+  const T *__restrict__ w = (const T *)(wi == 0 ? a.q[0] : wi == 1 ? a.q[1] : a.q[2]);
+  float *__restrict__ y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
+  const int M = wi == 0 ? a.M[0] : wi == 1 ? a.M[1] : a.M[2];
+  const int bst = wi == 0 ? a.bstart[0] : wi == 1 ? a.bstart[1] : a.bstart[2];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row0 = (((int)blockIdx.x - a.bstart[wi]) * 4 + warp) * R;
+  const int row0 = (((int)blockIdx.x - bst) * 4 + warp) * R;
   if (row0 >= M) return;
   int64_t rows[R];
 #pragma unroll
