@@ -104,7 +104,6 @@ static __device__ __forceinline__ void mv_word(const uint32_t (&wd)[R], int u, c
 template <int BITS, int R, int N, int SBK>
 __global__ void __launch_bounds__(128) k_mv_qfast(const mv_args a, const float *__restrict__ x, int K, int gs, int n) {
   constexpr int E = 32 / BITS;
-  constexpr float A = BITS == 8 ? 1.f : 64.f, B0 = BITS == 8 ? 0.f : 128.f;
   const int wi = (int)blockIdx.x >= a.bstart[2] ? 2 : (int)blockIdx.x >= a.bstart[1] ? 1 : 0;
   /* selects, not indexing: a dynamically indexed parameter array would go to local memory */
   const uint32_t *__restrict__ q = (const uint32_t *)(wi == 0 ? a.q[0] : wi == 1 ? a.q[1] : a.q[2]);
