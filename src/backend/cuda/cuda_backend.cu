@@ -769,13 +769,16 @@ static smelt_status be_prepare_weight(sm_backend *be, sm_weight *w) {
   cw->rows = w->rows; cw->cols = w->cols; cw->bits = w->bits; cw->gs = w->group_size; cw->dtype = w->dtype;
   cw->sbk = w->dtype == SM_DT_F32 ? SBK_F32 : w->dtype == SM_DT_F16 ? SBK_F16 : SBK_BF16;
   const size_t es = sm_dtype_size(w->dtype);
+  /* All uploads go through c->s: a plain cudaMemcpy from pageable memory may return before
+   * its DMA lands, and c->s (non-blocking) does not wait for the legacy stream. */
   void *tmp = NULL, *ts = NULL, *tb = NULL;
   smelt_status st = SMELT_OK;
   if (w->bits == 0) {
     size_t bytes = (size_t)w->rows * (size_t)w->cols * es;
     cw->kind = CW_DENSE;
     if (cudaMalloc(&cw->q, bytes) != cudaSuccess) goto oom;
-    if (!ck(c, cudaMemcpy(cw->q, w->data, bytes, cudaMemcpyHostToDevice), "weight upload")) goto fail;
+    if (!ck(c, cudaMemcpyAsync(cw->q, w->data, bytes, cudaMemcpyHostToDevice, c->s), "weight upload")) goto fail;
+    if (!ck(c, cudaStreamSynchronize(c->s), "weight upload")) goto fail;
   } else {
     const size_t bytes = (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8;
     const int64_t G = w->cols / w->group_size, nsb = w->rows * G;
@@ -783,16 +786,16 @@ static smelt_status be_prepare_weight(sm_backend *be, sm_weight *w) {
     if (cudaMalloc(&cw->q, bytes) != cudaSuccess) goto oom;
     if (cw->kind == CW_QFAST) {
       if (cudaMalloc(&tmp, bytes) != cudaSuccess) goto oom;
-      if (!ck(c, cudaMemcpy(tmp, w->data, bytes, cudaMemcpyHostToDevice), "weight upload")) goto fail;
+      if (!ck(c, cudaMemcpyAsync(tmp, w->data, bytes, cudaMemcpyHostToDevice, c->s), "weight upload")) goto fail;
       const int64_t W = w->cols * w->bits / 32;
       k_permute_words<<<ew_blocks(bytes / 4), 256, 0, c->s>>>((uint32_t *)cw->q, (const uint32_t *)tmp, w->rows, W);
-    } else if (!ck(c, cudaMemcpy(cw->q, w->data, bytes, cudaMemcpyHostToDevice), "weight upload")) goto fail;
+    } else if (!ck(c, cudaMemcpyAsync(cw->q, w->data, bytes, cudaMemcpyHostToDevice, c->s), "weight upload")) goto fail;
     const size_t sbytes = (size_t)nsb * es;
     if (cudaMalloc(&cw->sb, (size_t)nsb * (cw->sbk == SBK_F32 ? 8 : 4)) != cudaSuccess) goto oom;
     if (cudaMalloc(&ts, sbytes) != cudaSuccess) goto oom;
     if (w->biases && cudaMalloc(&tb, sbytes) != cudaSuccess) goto oom;
-    if (!ck(c, cudaMemcpy(ts, w->scales, sbytes, cudaMemcpyHostToDevice), "scales upload")) goto fail;
-    if (tb && !ck(c, cudaMemcpy(tb, w->biases, sbytes, cudaMemcpyHostToDevice), "biases upload")) goto fail;
+    if (!ck(c, cudaMemcpyAsync(ts, w->scales, sbytes, cudaMemcpyHostToDevice, c->s), "scales upload")) goto fail;
+    if (tb && !ck(c, cudaMemcpyAsync(tb, w->biases, sbytes, cudaMemcpyHostToDevice, c->s), "biases upload")) goto fail;
     if (cw->sbk == SBK_F32)
       k_pair32<<<ew_blocks((size_t)nsb), 256, 0, c->s>>>((float2 *)cw->sb, (const float *)ts, (const float *)tb, nsb);
     else
