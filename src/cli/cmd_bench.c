@@ -119,10 +119,17 @@ int sm_cmd_bench(int argc, char **argv) {
   for (int i = 0; i < P; i++) prompt[i] = (int32_t)(rng_next(&s) % (uint64_t)V);
   float *logits = sm_xmalloc(sizeof(float) * (size_t)V);
   uint8_t done = 0;
-  /* warm-up (weights paged in / uploaded, kernels loaded) */
+  /* warm-up with the same shapes as the timed run (weights paged in / uploaded, GPU
+   * libraries' kernels loaded, decode graph captured) */
   sm_seq *w = sm_seq_new(e);
-  sm_seq_append(e, w, prompt, SM_MIN(P, 16));
+  sm_seq_append(e, w, prompt, P);
   while (!st && !done) st = sm_engine_step(e, &w, 1, logits, &done);
+  for (int i = 0; !st && i < 3; i++) {
+    int32_t tok = prompt[i];
+    sm_seq_append(e, w, &tok, 1);
+    done = 0;
+    st = sm_engine_step(e, &w, 1, logits, &done);
+  }
   sm_seq_free(e, w);
   sm_seq *q = sm_seq_new(e);
   sm_seq_append(e, q, prompt, P);
