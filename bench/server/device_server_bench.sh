@@ -1,0 +1,18 @@
+#!/bin/bash
+# On the GPU machine (repo root): serve a random-weight Llama-3.2-1B-shaped 4-bit model on CUDA
+# (with the built-in model's tokenizer, so text round-trips) and measure throughput vs concurrency.
+# Needs build-cudadeps/debs (see bench/cuda/device_env.sh). usage: bash bench/server/device_server_bench.sh [LEVELS]
+set -o pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p $OUT
+source bench/cuda/device_env.sh
+B=build-dev
+[ -f $B/build.ninja ] || cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >$OUT/cmake-srv.log 2>&1
+cmake --build $B -j16 --target smelt bench_server_load >$OUT/build-srv.log 2>&1 || { tail -30 $OUT/build-srv.log; exit 1; }
+M=/tmp/smelt-bench-1b-q4-g64
+$B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 16 -n 2 >/dev/null 2>&1
+cp models/smelt-tiny/tokenizer.json models/smelt-tiny/tokenizer_config.json $M/
+$B/smelt serve -m $M --device cuda -np 64 -c 1024 --port 18080 >$OUT/serve.log 2>&1 &
+SP=$!
+for i in $(seq 1 120); do (echo > /dev/tcp/127.0.0.1/18080) 2>/dev/null && break; sleep 0.5; done
+$B/bench/server/bench_server_load --url http://127.0.0.1:18080 --concurrency ${1:-1,4,16,64} --max-tokens 128 --prompt-words 64 | tee $OUT/server_bench.txt
+kill $SP; wait $SP 2>/dev/null
