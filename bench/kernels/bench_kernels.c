@@ -124,6 +124,7 @@ int main(int argc, char **argv) {
   sm_pool_destroy(pool);
   g_bw = best;
   printf("DRAM read bandwidth (1 GiB sum, best of 5): %.2f GB/s\n", best);
+  bench_matvec(be, 512, 2048, 4, 64);
   bench_matvec(be, 2048, 2048, 4, 64);
   bench_matvec(be, 8192, 2048, 4, 64);
   bench_matvec(be, 2048, 8192, 4, 64);

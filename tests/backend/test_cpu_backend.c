@@ -7,6 +7,12 @@
  *
  * Error bounds (checked):
  *   matmul / embed: |y - ref| <= 1e-5 * sum_k |x_k * w_rk| + 1e-30     (float accumulation)
+ *   matmul on the int8-activation decode path (n < 4 tokens, VNNI kernels; off with
+ *   SMELT_CPU_EXACT=1): x is rounded per weight group g to xs_g * xq with
+ *   xs_g = max_{k in g} |x_k| / 127 and integer xq, so |x_k - xs_g xq_k| <= xs_g / 2; the
+ *   weight part scale*q is exact and the bias term uses exact float sums of x, hence
+ *     |y_r - ref_r| <= sum_g xs_g/2 * sum_{k in g} |w_rk - bias_rg|  (= |scale_rg| q_rk)
+ *                      + 1e-5 * sum_k |x_k| (|w_rk - bias_rg| + |bias_rg|)   (float rounding)
  *   rmsnorm, rope, elementwise: |y - ref| <= 1e-5 * max(1, |ref|)
  *   attention: |y - ref| <= 1e-5 * max(1, max|V|) */
 #include "backend/backend.h"
@@ -99,22 +105,60 @@ static void make_dense(tw *t, int64_t rows, int64_t cols, sm_dtype dt) {
 }
 static void free_tw(tw *t) { free(t->data); free(t->scales); free(t->biases); free(t->deq); }
 
-static double g_worst_mm = 0;
+static double g_worst_mm = 0, g_worst_i8 = 0, g_worst_i8_rel = 0;
+static int g_n_i8 = 0;
 static void check_matmul(sm_backend *be, tw *t, int n, const char *what) {
   int64_t M = t->w.rows, K = t->w.cols;
   float *x = malloc(sizeof(float) * n * K), *y = malloc(sizeof(float) * n * M);
-  for (int64_t i = 0; i < n * K; i++) x[i] = frand(-1.f, 1.f);
+  for (int64_t i = 0; i < n * K; i++) x[i] = frand(-1.f, 1.f) * (i % 13 == 0 ? 4.f : 1.f);
   for (int64_t i = 0; i < n * M; i++) y[i] = NAN;
   CHECK(be->prepare_weight(be, &t->w) == SMELT_OK, "prepare %s: %s", what, sm_errmsg());
   be->matmul(be, &t->w, x, n, y);
-  double worst = 0;
+  const bool i8 = n < 4 && sm_cpu_backend_uses_i8(be, &t->w);
+  const int gs = t->w.bits ? t->w.group_size : (int)K;
+  double worst = 0, worst_b = 0;
   for (int i = 0; i < n; i++)
     for (int64_t r = 0; r < M; r++) {
-      double ref = 0, mag = 0;
+      double ref = 0, mag = 0, bound = 0, mag2 = 0;
       for (int64_t k = 0; k < K; k++) { double p = (double)x[i * K + k] * t->deq[r * K + k]; ref += p; mag += fabs(p); }
+      if (i8) {
+        /* ref8: the int8 arithmetic as specified in cpu_internal.h, in double from the
+         * float-rounded xq (float inv = 127/max, xq = rint(x*inv)): the kernel must match
+         * it to float rounding, and ref8 must be within the rounding bound of ref */
+        double ref8 = 0;
+        for (int64_t g = 0; g < K / gs; g++) {
+          size_t si = (size_t)(r * (K / gs) + g);
+          double sq = 0, sc = ld_f(t->w.scales, si, t->w.dtype), b = t->w.biases ? ld_f(t->w.biases, si, t->w.dtype) : 0;
+          float mxf = 0.f;
+          for (int j = 0; j < gs; j++) mxf = fmaxf(mxf, fabsf(x[i * K + g * gs + j]));
+          float inv = mxf > 0.f ? 127.f / mxf : 0.f;
+          double xsg = (double)(mxf / 127.f), dq = 0, xsum = 0;
+          for (int j = 0; j < gs; j++) {
+            float xf = x[i * K + g * gs + j];
+            double wq = fabs(t->deq[r * K + g * gs + j] - b), qv = rint((t->deq[r * K + g * gs + j] - b) / sc);
+            dq += qv * rintf(xf * inv);
+            xsum += xf;
+            sq += wq;
+            mag2 += fabs(xf) * (wq + fabs(b));
+          }
+          ref8 += sc * xsg * dq + b * xsum;
+          bound += xsg / 2.0 * sq;
+        }
+        double e = fabs(y[i * M + r] - ref), b = bound * (1 + 1e-4) + 1e-5 * mag2 + 1e-30;
+        double e8 = fabs(y[i * M + r] - ref8), b8 = 1e-5 * mag2 + 1e-30;
+        if (!(e <= b)) { worst_b = INFINITY; CHECK(0, "matmul %s n=%d row %lld: int8 err %.3g > bound %.3g", what, n, (long long)r, e, b); }
+        else if (e / b > worst_b) worst_b = e / b;
+        if (!(e8 <= b8)) CHECK(0, "matmul %s n=%d row %lld: differs from the int8 arithmetic by %.3g > %.3g", what, n, (long long)r, e8, b8);
+        if (e / (mag + 1e-30) > g_worst_i8_rel) g_worst_i8_rel = e / (mag + 1e-30);
+        continue;
+      }
       double e = fabs(y[i * M + r] - ref) / (mag + 1e-30);
       if (!(e <= worst)) worst = isnan(e) ? INFINITY : (e > worst ? e : worst);
     }
+  if (i8) {
+    g_n_i8++;
+    if (worst_b > g_worst_i8) g_worst_i8 = worst_b;
+  }
   if (worst > g_worst_mm) g_worst_mm = worst;
   CHECK(worst <= 1e-5, "matmul %s n=%d: rel err %.3g", what, n, worst);
   be->release_weight(be, &t->w);
@@ -155,6 +199,20 @@ static void test_matmul(sm_backend *be) {
     check_matmul(be, &t, 1, "q4 300x2048");
     check_matmul(be, &t, 20, "q4 300x2048");
     free_tw(&t);
+  }
+  /* int8 path shapes: odd numbers of 128-blocks, a partial 16-group window, odd rows */
+  {
+    static const int64_t sh[][4] = {{4, 896, 64, 3}, {8, 1152, 32, 7}, {4, 2176, 128, 5}, {8, 640, 64, 9},
+                                    {8, 1088, 32, 11}, {8, 1280, 128, 6}, {4, 1536, 32, 4}};
+    static const sm_dtype sdt[] = {SM_DT_F16, SM_DT_BF16, SM_DT_F32};
+    for (int s = 0; s < 7; s++) {
+      tw t;
+      make_quant(&t, sh[s][3], sh[s][1], (int)sh[s][0], (int)sh[s][2], sdt[s % 3]);
+      snprintf(what, sizeof what, "q%d g%d %lldx%lld", (int)sh[s][0], (int)sh[s][2], (long long)sh[s][3], (long long)sh[s][1]);
+      check_matmul(be, &t, 1, what);
+      check_matmul(be, &t, 3, what);
+      free_tw(&t);
+    }
   }
   /* dense, odd sizes */
   static const int64_t dshape[][2] = {{3, 37}, {17, 300}, {40, 513}, {65, 16}};
@@ -197,7 +255,7 @@ static void test_elementwise(sm_backend *be) {
   float *a = malloc(n * 4), *b = malloc(n * 4), *y = malloc(n * 4);
   for (int round = 0; round < 2; round++) {
     size_t m = round ? n : 37;
-    for (size_t i = 0; i < m; i++) { a[i] = frand(-8, 8); b[i] = frand(-2, 2); }
+    for (size_t i = 0; i < m; i++) { a[i] = frand(-8, 8) * (i % 97 == 3 ? 15.f : 1.f); b[i] = frand(-2, 2); } /* some in +-120 */
     double w = 0;
     be->silu_mul(be, y, a, b, m);
     for (size_t i = 0; i < m; i++) { double g = a[i], r = g / (1 + exp(-g)) * b[i]; w = fmax(w, fabs(y[i] - r) / fmax(1, fabs(r))); }
@@ -418,21 +476,32 @@ int main(void) {
   for (int i = 0; i < 3; i++) {
     if (!sm_cpu_kernels_by_name(isas[i])) { printf("skip %s (not supported by this CPU)\n", isas[i]); continue; }
     setenv("SMELT_CPU_ISA", isas[i], 1);
-    for (int nth = 1; nth <= 2; nth++) {
-      sm_backend *be = sm_cpu_backend_create(nth);
-      CHECK(be != NULL, "create");
-      if (!be) continue;
-      CHECK(!strcmp(sm_cpu_backend_isa(be), isas[i]), "isa %s selected %s", isas[i], sm_cpu_backend_isa(be));
-      int f0 = g_fail;
-      g_worst_mm = 0;
-      test_matmul(be);
-      test_elementwise(be);
-      test_rope_embed_gather(be);
-      test_attention(be);
-      printf("%-6s threads=%d: %s (worst matmul rel err %.2g)\n", isas[i], nth, g_fail == f0 ? "ok" : "FAILED", g_worst_mm);
-      be->destroy(be);
-      ran++;
-    }
+    const bool has_i8 = sm_cpu_kernels_by_name(isas[i])->i8_ok != NULL;
+    for (int exact = 0; exact <= (has_i8 ? 1 : 0); exact++)
+      for (int nth = 1; nth <= 2; nth++) {
+        if (exact) setenv("SMELT_CPU_EXACT", "1", 1);
+        else unsetenv("SMELT_CPU_EXACT");
+        sm_backend *be = sm_cpu_backend_create(nth);
+        CHECK(be != NULL, "create");
+        if (!be) continue;
+        CHECK(!strcmp(sm_cpu_backend_isa(be), isas[i]), "isa %s selected %s", isas[i], sm_cpu_backend_isa(be));
+        int f0 = g_fail;
+        g_worst_mm = g_worst_i8 = g_worst_i8_rel = 0;
+        g_n_i8 = 0;
+        test_matmul(be);
+        if (exact) CHECK(g_n_i8 == 0, "SMELT_CPU_EXACT=1 still used the int8 path");
+        test_elementwise(be);
+        test_rope_embed_gather(be);
+        test_attention(be);
+        printf("%-6s threads=%d%s: %s (worst matmul rel err %.2g", isas[i], nth, exact ? " exact" : "",
+               g_fail == f0 ? "ok" : "FAILED", g_worst_mm);
+        if (g_n_i8)
+          printf("; int8 path: %d matmuls, worst err/bound %.3f, worst err/sum|x w| %.2g", g_n_i8, g_worst_i8, g_worst_i8_rel);
+        printf(")\n");
+        be->destroy(be);
+        ran++;
+      }
+    unsetenv("SMELT_CPU_EXACT");
   }
   unsetenv("SMELT_CPU_ISA");
   sm_backend *be = sm_cpu_backend_create(0);

@@ -19,6 +19,9 @@ typedef struct {
   const sm_weight *w;
   const float *xp;   /* [cols] permuted x (or x itself) */
   const float *xsum; /* [cols/gs] */
+  /* int8 path (see matvec_i8): x quantized per weight group, x ~= xs[g] * xq[k] */
+  const int8_t *xq; /* [cols] in the kernel's order */
+  const float *xs;  /* [cols/gs] */
 } sm_mv_arg;
 
 typedef struct {
@@ -36,7 +39,27 @@ typedef struct {
   float (*dot)(const float *a, const float *b, int n);
   void (*axpy)(float *y, float a, const float *x, int n); /* y += a*x */
   void (*scal)(float *y, float a, int n);                 /* y *= a */
+  /* elementwise (out may alias g or y): out = silu(g)*u, gelu_tanh(g)*u, y = cap*tanh(y/cap) */
+  void (*silu_mul)(float *out, const float *g, const float *u, size_t n);
+  void (*gelu_mul)(float *out, const float *g, const float *u, size_t n);
+  void (*softcap)(float *y, float cap, size_t n);
+  /* Optional int8-activation matvec (decode). i8_ok(w): this CPU and weight shape are
+   * supported (NULL: never). prep_xq quantizes x per weight group g to int8 with
+   * xs[g] = max|x_g| / 127, xq = rint(x * (127 / max|x_g|)) (float arithmetic, |xq| <= 127;
+   * xq = 0 for an all-zero group), stores xq in the
+   * kernel's order and the exact float group sums in xsum. matvec_i8 then computes
+   * y[r] = sum_g scale[r,g] * xs[g] * (sum_j q_rj xq_j) + bias[r,g] * xsum[g]
+   * in the integer domain, so |y - W.x| <= sum_g |scale[r,g]| * xs[g]/2 * sum_j q_rj
+   * (+ float rounding). */
+  bool (*i8_ok)(const sm_weight *w);
+  void (*prep_xq)(const sm_weight *w, const float *x, int8_t *xq, float *xs, float *xsum);
+  void (*matvec_i8)(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);
 } sm_cpu_kern;
+
+/* AVX-512 VNNI int8 kernels (kern_avx512vnni.c); i8 functions of the avx512 table. */
+bool sm_avx512vnni_i8_ok(const sm_weight *w);
+void sm_avx512vnni_prep_xq(const sm_weight *w, const float *x, int8_t *xq, float *xs, float *xsum);
+void sm_avx512vnni_matvec_i8(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);
 
 extern const sm_cpu_kern sm_cpu_kern_scalar;
 extern const sm_cpu_kern sm_cpu_kern_avx2;
@@ -50,6 +73,9 @@ const sm_cpu_kern *sm_cpu_kernels_by_name(const char *name);
 
 /* Name of the kernel set a CPU backend uses ("avx512", "avx2", "scalar"). */
 const char *sm_cpu_backend_isa(const sm_backend *be);
+/* Whether a decode matvec (n < 4 tokens) with w runs on the int8-activation path
+ * (off with env SMELT_CPU_EXACT=1 at backend creation, or where no kernel exists). */
+bool sm_cpu_backend_uses_i8(const sm_backend *be, const sm_weight *w);
 
 /* shared helpers */
 static inline float sm_cpu_ldf(const void *p, size_t i, sm_dtype t) {

@@ -326,8 +326,67 @@ static void scal(float *y, float a, int n) {
   for (; i < n; i++) y[i] *= a;
 }
 
+/* ---------------- elementwise (vector exp; rel. error ~2e-7) ---------------- */
+static inline __m256 vexp(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+  __m256 p = _mm256_set1_ps(1.f / 5040.f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 720.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+static inline __m256 vtanh(__m256 x) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 ax = _mm256_andnot_ps(sign, x);
+  __m256 t = _mm256_sub_ps(_mm256_set1_ps(1.f), _mm256_div_ps(_mm256_set1_ps(2.f), _mm256_add_ps(vexp(_mm256_add_ps(ax, ax)), _mm256_set1_ps(1.f))));
+  return _mm256_or_ps(t, _mm256_and_ps(x, sign));
+}
+static inline __m256 ld_n(const float *p, size_t n) { /* n < 8 lanes, rest 0 */
+  float t[8] = {0};
+  memcpy(t, p, n * sizeof(float));
+  return _mm256_loadu_ps(t);
+}
+static inline void st_n(float *p, __m256 v, size_t n) {
+  float t[8];
+  _mm256_storeu_ps(t, v);
+  memcpy(p, t, n * sizeof(float));
+}
+static inline __m256 silu8(__m256 v, __m256 u) {
+  return _mm256_mul_ps(_mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.f), vexp(_mm256_sub_ps(_mm256_setzero_ps(), v)))), u);
+}
+static inline __m256 gelu8(__m256 v, __m256 u) {
+  const __m256 k0 = _mm256_set1_ps(0.7978845608028654f), k1 = _mm256_set1_ps(0.044715f), h = _mm256_set1_ps(0.5f);
+  __m256 in = _mm256_mul_ps(k0, _mm256_fmadd_ps(_mm256_mul_ps(k1, v), _mm256_mul_ps(v, v), v));
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(h, v), _mm256_add_ps(_mm256_set1_ps(1.f), vtanh(in))), u);
+}
+static void silu_mul(float *out, const float *g, const float *u, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, silu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+  if (i < n) st_n(out + i, silu8(ld_n(g + i, n - i), ld_n(u + i, n - i)), n - i);
+}
+static void gelu_mul(float *out, const float *g, const float *u, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, gelu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+  if (i < n) st_n(out + i, gelu8(ld_n(g + i, n - i), ld_n(u + i, n - i)), n - i);
+}
+static void softcap(float *y, float cap, size_t n) {
+  const __m256 c = _mm256_set1_ps(cap), inv = _mm256_set1_ps(1.f / cap);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(c, vtanh(_mm256_mul_ps(_mm256_loadu_ps(y + i), inv))));
+  if (i < n) st_n(y + i, _mm256_mul_ps(c, vtanh(_mm256_mul_ps(ld_n(y + i, n - i), inv))), n - i);
+}
+
 const sm_cpu_kern sm_cpu_kern_avx2 = {
   .name = "avx2", .panel = PANEL, .prep_x = prep_x, .matvec = matvec, .pack_panel = pack_panel,
   .gemm_panel = gemm_panel, .dot = dot, .axpy = axpy, .scal = scal,
+  .silu_mul = silu_mul, .gelu_mul = gelu_mul, .softcap = softcap,
 };
 #endif

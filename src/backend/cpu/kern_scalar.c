@@ -1,5 +1,6 @@
 /* Portable scalar kernels (fallback and reference path). */
 #include "backend/cpu/cpu_internal.h"
+#include <math.h>
 #include <string.h>
 
 #define PANEL 8
@@ -109,9 +110,22 @@ static void scal(float *y, float a, int n) {
   for (int i = 0; i < n; i++) y[i] *= a;
 }
 
+static void silu_mul(float *out, const float *g, const float *u, size_t n) {
+  for (size_t i = 0; i < n; i++) { float v = g[i]; out[i] = v / (1.f + expf(-v)) * u[i]; }
+}
+static void gelu_mul(float *out, const float *g, const float *u, size_t n) {
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  for (size_t i = 0; i < n; i++) { float v = g[i]; out[i] = 0.5f * v * (1.f + tanhf(k0 * (v + k1 * v * v * v))) * u[i]; }
+}
+static void softcap(float *y, float cap, size_t n) {
+  float inv = 1.f / cap;
+  for (size_t i = 0; i < n; i++) y[i] = cap * tanhf(y[i] * inv);
+}
+
 const sm_cpu_kern sm_cpu_kern_scalar = {
   .name = "scalar", .panel = PANEL, .prep_x = prep_x, .matvec = matvec, .pack_panel = pack_panel,
   .gemm_panel = gemm_panel, .dot = dot, .axpy = axpy, .scal = scal,
+  .silu_mul = silu_mul, .gelu_mul = gelu_mul, .softcap = softcap,
 };
 
 #if defined(__x86_64__)

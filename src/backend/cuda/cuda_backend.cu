@@ -216,6 +216,46 @@ __global__ void k_kv_store(float *K, float *V, const float *k, const float *v, c
   }
 }
 
+
+/* rope(q) + rope(k) + kv_store(k, v) of one decode/prefill step in one launch (same math
+ * as k_rope and k_kv_store). Index space: q rotation pairs, then every k/v element. */
+__global__ void k_rope_qk_store(float *q, float *k, const float *v, float *Kc, float *Vc, const int32_t *pos,
+                                const int32_t *seq, const int32_t *table, const float *invq, const float *invk,
+                                int n_tokens, int nh, int nkv, int hd, int halfq, int halfk, int max_blocks, int bs,
+                                int nblocks) {
+  const int64_t nq = (int64_t)n_tokens * nh * halfq, row = (int64_t)nkv * hd;
+  const int64_t total = nq + (int64_t)n_tokens * row;
+  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * blockDim.x) {
+    if (idx < nq) {
+      int i = (int)(idx % halfq);
+      int64_t th = idx / halfq;
+      int t = (int)(th / nh);
+      float a = (float)pos[t] * invq[i], sn, cs;
+      sincosf(a, &sn, &cs);
+      float *x = q + th * hd;
+      float x0 = x[i], x1 = x[i + halfq];
+      x[i] = x0 * cs - x1 * sn;
+      x[i + halfq] = x0 * sn + x1 * cs;
+      continue;
+    }
+    const int64_t j = idx - nq;
+    const int t = (int)(j / row), e = (int)(j % row), d = e % hd;
+    const int64_t sl = kv_slot(table, max_blocks, bs, nblocks, seq[t], pos[t]);
+    if (sl >= 0) Vc[sl * row + e] = v[j];
+    if (d < halfk) {
+      float a = (float)pos[t] * invk[d], sn, cs;
+      sincosf(a, &sn, &cs);
+      float x0 = k[j], x1 = k[j + halfk];
+      float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
+      k[j] = r0;
+      k[j + halfk] = r1;
+      if (sl >= 0) { Kc[sl * row + e] = r0; Kc[sl * row + e + halfk] = r1; }
+    } else if (d >= 2 * halfk) {
+      if (sl >= 0) Kc[sl * row + e] = k[j];
+    }
+  }
+}
+
 /* Tiled attention: block = (tile of <= ATT_TQ consecutive same-sequence tokens, kv head,
  * split z of the key range). Keys/values of 32 positions at a time are staged in shared
  * memory and shared by all rows (token x query head of the group) of the tile. */
@@ -584,10 +624,62 @@ static void exec_op_(cuda_be *c, const cu_op *o) {
   }
 }
 
+/* Is buffer p dead after op i: the next op that names it overwrites it (a matmul output
+ * that does not also read it)? Conservative: false when no later op names it. */
+static bool dead_after(const cuda_be *c, int i, const void *p) {
+  for (int j = i + 1; j < c->n_ops; j++) {
+    const cu_op *o = &c->ops[j];
+    if (o->type == OP_MATMUL) {
+      if (o->p1 == p) return false;
+      if (o->p2 == p) return true;
+      continue;
+    }
+    if (o->p0 == p || o->p1 == p || o->p2 == p || o->p3 == p || o->p4 == p) return false;
+  }
+  return false;
+}
+
 /* Run the recorded ops, fusing runs of matvecs that read the same x (q/k/v, gate/up). */
 static void exec_ops(cuda_be *c) {
   for (int i = 0; i < c->n_ops;) {
     const cu_op *o = &c->ops[i];
+    /* silu_mul whose output only feeds the next (decode) matmul: fuse into its x load */
+    if (o->type == OP_SILU && i + 1 < c->n_ops && c->ops[i + 1].type == OP_MATMUL && c->ops[i + 1].n == 1 &&
+        c->ops[i + 1].p1 == o->p0 && c->ops[i + 1].p2 != o->p1 && c->ops[i + 1].p2 != o->p2 &&
+        c->ops[i + 1].p2 != o->p0) {
+      const cu_op *m = &c->ops[i + 1];
+      const cu_weight *cw = (const cu_weight *)m->p3;
+      if (o->sz == (size_t)cw->cols && dead_after(c, i + 1, o->p0)) {
+        prof_begin(c);
+        bool done = cu_matvec_silu(cw, (const float *)o->p1, (const float *)o->p2, 1, (float *)m->p2, c->s, c->n_sm);
+        if (done) {
+          if (c->prof) {
+            char lab[64];
+            snprintf(lab, sizeof lab, "silu+matvec %lldx%lld", (long long)cw->rows, (long long)cw->cols);
+            prof_end(c, lab);
+          }
+          i += 2;
+          continue;
+        }
+      }
+    }
+    /* rope(q), rope(k), kv_store(k, v): one kernel */
+    if (o->type == OP_ROPE && i + 2 < c->n_ops && c->ops[i + 1].type == OP_ROPE && c->ops[i + 2].type == OP_KVSTORE) {
+      const cu_op *rk = &c->ops[i + 1], *kv = &c->ops[i + 2];
+      if (kv->p2 == rk->p0 && o->i1 == rk->i1 && rk->i0 * rk->i1 == kv->i0 && o->p0 != rk->p0 && o->p0 != kv->p3 &&
+          rk->p0 != kv->p3) {
+        const int nt = c->n_tokens;
+        const size_t total = (size_t)nt * o->i0 * (o->i2 / 2) + (size_t)nt * kv->i0;
+        prof_begin(c);
+        k_rope_qk_store<<<ew_blocks(total), 256, 0, c->s>>>(
+            (float *)o->p0, (float *)rk->p0, (const float *)kv->p3, (float *)kv->p0, (float *)kv->p1, c->d_pos,
+            c->d_seq, c->d_table, (const float *)o->p1, (const float *)rk->p1, nt, o->i0, rk->i0, o->i1, o->i2 / 2,
+            rk->i2 / 2, c->max_blocks, kv->i1, kv->i2);
+        prof_end(c, "rope q+k+kv_store");
+        i += 3;
+        continue;
+      }
+    }
     if (o->type == OP_MATMUL && o->n <= CU_MAX_N) {
       const cu_weight *ws[3] = { (const cu_weight *)o->p3 };
       float *ys[3] = { (float *)o->p2 };
@@ -897,7 +989,7 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
   cudaEventRecord(c->meta_ev, c->s);
   c->meta_ev_live = true;
   c->n_ops = 0;
-  c->rec = c->graphs_on && n > 0 && n <= GRAPH_MAX_TOKENS;
+  c->rec = (c->graphs_on || c->prof) && n > 0 && n <= GRAPH_MAX_TOKENS; /* profile: record, run eagerly */
   return SMELT_OK;
 }
 

@@ -38,6 +38,9 @@ __host__ __device__ static inline int64_t cu_qfast_store_index(int64_t u, int64_
 void cu_matvec(const cu_weight *w, const float *x, int n, float *y, cudaStream_t s, int n_sm);
 /* several weights with the same x (one launch); compatible: same kind/cols/bits/gs/dtype */
 void cu_matvec_multi(const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n, cudaStream_t s, int n_sm);
+/* y[n][rows] = (silu(g) * u)[n][cols] . W^T without materializing silu(g)*u; false when no
+ * fused kernel applies (caller then runs silu_mul + matvec) */
+bool cu_matvec_silu(const cu_weight *w, const float *g, const float *u, int n, float *y, cudaStream_t s, int n_sm);
 bool cu_matvec_compatible(const cu_weight *a, const cu_weight *b);
 /* dequantize/convert rows [r0, r0+nr) of w to bf16 [nr][cols] (or to f16 when to_f16) */
 void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s);

@@ -296,6 +296,178 @@ __global__ void __launch_bounds__(128) k_mv_dense(const mv_args a, const float *
     }
 }
 
+/* ---------------- decode matvec (16-byte vectors, several rows per thread) ----------------
+ * Thread tt of a row group (tpr = 32/64/128 threads) owns the 16-byte vectors v = tt,
+ * tt+tpr, ... of each row; it streams RB rows at once (RB independent 16-byte loads in
+ * flight), reads its x slice once per vector for all RB rows (L1), and for quantized
+ * weights loads one (scale, bias) pair per row and vector. Partial sums are reduced in the
+ * warp and, for tpr > 32, across the group's warps through shared memory. With SILU the x
+ * operand is silu(x) * xu, computed on the fly (fused silu_mul + down projection). */
+template <int EPV, bool SILU>
+static __device__ __forceinline__ void load_x(float (&xv)[EPV], const float *__restrict__ x,
+                                              const float *__restrict__ xu, int64_t off) {
+  const float4 *xp = reinterpret_cast<const float4 *>(x + off);
+#pragma unroll
+  for (int e = 0; e < EPV / 4; e++) {
+    float4 t = __ldg(xp + e);
+    if (SILU) {
+      const float4 u = __ldg(reinterpret_cast<const float4 *>(xu + off) + e);
+      t.x = t.x / (1.f + expf(-t.x)) * u.x;
+      t.y = t.y / (1.f + expf(-t.y)) * u.y;
+      t.z = t.z / (1.f + expf(-t.z)) * u.z;
+      t.w = t.w / (1.f + expf(-t.w)) * u.w;
+    }
+    xv[4 * e] = t.x; xv[4 * e + 1] = t.y; xv[4 * e + 2] = t.z; xv[4 * e + 3] = t.w;
+  }
+}
+
+/* padded shared-memory index of x element e (4 floats of padding per 32: conflict-free
+ * 16-byte reads when consecutive lanes read consecutive 16..128-byte slices) */
+static __device__ __forceinline__ int xs_idx(int e) { return (e >> 5) * 36 + (e & 31); }
+
+template <int BITS, typename T, int N, int RB, bool SILU>
+__global__ void __launch_bounds__(128, N == 1 ? 3 : 1) k_mv2(const mv_args a, const float *__restrict__ x,
+                                                            const float *__restrict__ xu, int K, int gs, int sbk,
+                                                            int n, int tl, int n_tiles, int smx) {
+  constexpr int EPV = BITS ? 128 / BITS : 16 / (int)sizeof(T); /* elements per 16-byte vector */
+  constexpr int WE = BITS ? 32 / BITS : 1;                      /* elements per 32-bit word */
+  constexpr float A = BITS == 8 ? 1.f : 64.f, B0 = BITS == 8 ? 0.f : 128.f;
+  __shared__ float red[4][RB * N];
+  extern __shared__ float4 xs4[];
+  float *xs = (float *)xs4;
+  if (N == 1 && smx) { /* stage x (or silu(x)*xu) once per block */
+    for (int e = threadIdx.x * 4; e < K; e += 128 * 4) {
+      float4 t = __ldg(reinterpret_cast<const float4 *>(x + e));
+      if (SILU) {
+        const float4 u = __ldg(reinterpret_cast<const float4 *>(xu + e));
+        t.x = t.x / (1.f + expf(-t.x)) * u.x;
+        t.y = t.y / (1.f + expf(-t.y)) * u.y;
+        t.z = t.z / (1.f + expf(-t.z)) * u.z;
+        t.w = t.w / (1.f + expf(-t.w)) * u.w;
+      }
+      *reinterpret_cast<float4 *>(xs + xs_idx(e)) = t;
+    }
+    __syncthreads();
+  }
+  const int tpr = 1 << tl, grp = threadIdx.x >> tl, tt = threadIdx.x & (tpr - 1);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rpb = (128 >> tl) * RB;
+  const int V = K / EPV, G = BITS ? K / gs : 1;
+  const bool two = BITS && EPV > gs; /* 2-bit, group 32: two groups per vector */
+  for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+  const int wi = tile >= a.bstart[2] ? 2 : tile >= a.bstart[1] ? 1 : 0;
+  const uint4 *__restrict__ q = (const uint4 *)(wi == 0 ? a.q[0] : wi == 1 ? a.q[1] : a.q[2]);
+  const void *__restrict__ sb = wi == 0 ? a.sb[0] : wi == 1 ? a.sb[1] : a.sb[2];
+  float *__restrict__ y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
+  const int M = wi == 0 ? a.M[0] : wi == 1 ? a.M[1] : a.M[2];
+  const int bst = wi == 0 ? a.bstart[0] : wi == 1 ? a.bstart[1] : a.bstart[2];
+  const int rowb = (tile - bst) * rpb;
+  const int row0 = rowb + grp * RB;
+  int64_t rows[RB];
+#pragma unroll
+  for (int r = 0; r < RB; r++) rows[r] = row0 + r < M ? row0 + r : M - 1;
+  float acc[RB][N];
+#pragma unroll
+  for (int r = 0; r < RB; r++)
+#pragma unroll
+    for (int c = 0; c < N; c++) acc[r][c] = 0.f;
+
+  for (int v = tt; v < V; v += tpr) {
+    uint4 raw[RB];
+#pragma unroll
+    for (int r = 0; r < RB; r++) raw[r] = ld_stream(q + rows[r] * V + v);
+    float sc0[RB], bb0[RB], sc1[RB], bb1[RB];
+    if (BITS) {
+      const int g0 = (v * EPV) / gs;
+#pragma unroll
+      for (int r = 0; r < RB; r++) {
+        float2 p = load_sb_rt(sb, rows[r] * G + g0, sbk);
+        sc0[r] = A * p.x; bb0[r] = p.y - B0 * p.x;
+        if (two) p = load_sb_rt(sb, rows[r] * G + g0 + 1, sbk);
+        sc1[r] = A * p.x; bb1[r] = p.y - B0 * p.x;
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < N; c++) {
+      const int col = c < n ? c : n - 1;
+      float xv[EPV];
+      if (N == 1 && smx) {
+#pragma unroll
+        for (int e = 0; e < EPV / 4; e++) {
+          const float4 t = *reinterpret_cast<const float4 *>(xs + xs_idx(v * EPV + 4 * e));
+          xv[4 * e] = t.x; xv[4 * e + 1] = t.y; xv[4 * e + 2] = t.z; xv[4 * e + 3] = t.w;
+        }
+      } else {
+        load_x<EPV, SILU>(xv, x, xu, (int64_t)col * K + (int64_t)v * EPV);
+      }
+      if (BITS) {
+        float X0 = 0.f, X1 = 0.f;
+#pragma unroll
+        for (int e = 0; e < EPV / 2; e++) { X0 += xv[e]; X1 += xv[EPV / 2 + e]; }
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+          const uint32_t wd[4] = { raw[r].x, raw[r].y, raw[r].z, raw[r].w };
+          float D0 = 0.f, D1 = 0.f;
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
+            float f[WE];
+            decode_word<BITS == 0 ? 8 : BITS>(wd[j], f);
+#pragma unroll
+            for (int e = 0; e < WE; e++) {
+              if (j < 2) D0 = fmaf(f[e], xv[j * WE + e], D0);
+              else D1 = fmaf(f[e], xv[j * WE + e], D1);
+            }
+          }
+          acc[r][c] = fmaf(sc0[r], D0, fmaf(bb0[r], X0, fmaf(sc1[r], D1, fmaf(bb1[r], X1, acc[r][c]))));
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+          float f[EPV];
+          unpack16<T>(raw[r], f);
+          float D0 = 0.f, D1 = 0.f;
+#pragma unroll
+          for (int e = 0; e < EPV / 2; e++) {
+            D0 = fmaf(f[e], xv[e], D0);
+            D1 = fmaf(f[EPV / 2 + e], xv[EPV / 2 + e], D1);
+          }
+          acc[r][c] += D0 + D1;
+        }
+      }
+    }
+  }
+  float vals[RB * N];
+#pragma unroll
+  for (int r = 0; r < RB; r++)
+#pragma unroll
+    for (int c = 0; c < N; c++) vals[r * N + c] = warp_sum(acc[r][c]);
+  if (tl == 5) {
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < RB; r++)
+#pragma unroll
+        for (int c = 0; c < N; c++)
+          if (row0 + r < M && c < n) y[(int64_t)c * M + row0 + r] = vals[r * N + c];
+    }
+    continue;
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < RB * N; i++) red[warp][i] = vals[i];
+  }
+  __syncthreads();
+  const int wpg = tpr >> 5;
+  for (int i = threadIdx.x; i < (128 >> tl) * RB * N; i += 128) {
+    const int gi = i / (RB * N), k = i % (RB * N);
+    float sum = 0.f;
+    for (int w = 0; w < wpg; w++) sum += red[gi * wpg + w][k];
+    const int r = k / N, c = k % N, row = rowb + gi * RB + r;
+    if (row < M && c < n) y[(int64_t)c * M + row] = sum;
+  }
+  __syncthreads();
+  }
+}
+
 /* ---------------- dispatch ---------------- */
 static mv_args make_args(const cu_weight *const *ws, float *const *ys, int nw, int R, unsigned *blocks) {
   mv_args a;
@@ -342,6 +514,63 @@ static void launch_dense_n(const cu_weight *const *ws, float *const *ys, int nw,
   else k_mv_dense<T, R, 8><<<blocks, 128, 0, s>>>(a, x, K, n, vec);
 }
 
+static bool mv2_ok(const cu_weight *w, const float *x) {
+  if (((uintptr_t)x & 15) || w->cols > INT32_MAX / 2) return false;
+  if (w->kind == CW_DENSE) return w->cols % (16 / (int64_t)sm_dtype_size(w->dtype)) == 0;
+  if (w->kind == CW_QFAST) return (w->cols * w->bits) % 128 == 0;
+  return false;
+}
+
+template <int BITS, typename T, int N, int RB, bool SILU>
+static void launch_mv2(const mv_args &a, unsigned tiles, const float *x, const float *xu, int K, int gs, int sbk, int n,
+                       int tl, cudaStream_t s, int n_sm) {
+  (void)n_sm;
+  const size_t smem = 0;
+  const int smx = 0;          /* x read through L1 (staging x in shared memory measured slower) */
+  const unsigned grid = tiles; /* one block per row tile */
+  k_mv2<BITS, T, N, RB, SILU><<<grid, 128, smem, s>>>(a, x, xu, K, gs, sbk, n, tl, (int)tiles, smx);
+}
+
+/* rows-per-thread choice and launch for one (bits, type) */
+template <int BITS, typename T>
+static void mv2_dispatch(const cu_weight *const *ws, float *const *ys, int nw, const float *x, const float *xu, int n,
+                         cudaStream_t s, int n_sm) {
+  const int K = (int)ws[0]->cols;
+  const int EPV = BITS ? 128 / BITS : 16 / (int)sizeof(T);
+  const int V = K / EPV;
+  const int tl = V <= 32 ? 5 : V <= 64 ? 6 : 7;
+  const int gs = ws[0]->gs, sbk = ws[0]->sbk;
+  int RB = 4;
+  if (n == 1) {
+    unsigned b8;
+    make_args(ws, ys, nw, (128 >> tl) * 8 / 4, &b8);
+    RB = b8 >= (unsigned)(2 * n_sm) ? 8 : 4;
+  }
+  unsigned blocks;
+  mv_args a = make_args(ws, ys, nw, (128 >> tl) * RB / 4, &blocks);
+  if (xu) {
+    if (RB == 8) launch_mv2<BITS, T, 1, 8, true>(a, blocks, x, xu, K, gs, sbk, n, tl, s, n_sm);
+    else launch_mv2<BITS, T, 1, 4, true>(a, blocks, x, xu, K, gs, sbk, n, tl, s, n_sm);
+    return;
+  }
+  if (n == 1) {
+    if (RB == 8) launch_mv2<BITS, T, 1, 8, false>(a, blocks, x, xu, K, gs, sbk, n, tl, s, n_sm);
+    else launch_mv2<BITS, T, 1, 4, false>(a, blocks, x, xu, K, gs, sbk, n, tl, s, n_sm);
+  } else if (n == 2) launch_mv2<BITS, T, 2, 4, false>(a, blocks, x, xu, K, gs, sbk, n, tl, s, n_sm);
+  else if (n <= 4) launch_mv2<BITS, T, 4, 4, false>(a, blocks, x, xu, K, gs, sbk, n, tl, s, n_sm);
+  else launch_mv2<BITS, T, 8, 4, false>(a, blocks, x, xu, K, gs, sbk, n, tl, s, n_sm);
+}
+
+bool cu_matvec_silu(const cu_weight *w, const float *g, const float *u, int n, float *y, cudaStream_t s, int n_sm) {
+  if (n != 1 || w->kind != CW_DENSE || !mv2_ok(w, g) || ((uintptr_t)u & 15)) return false;
+  switch (w->dtype) {
+  case SM_DT_BF16: mv2_dispatch<0, __nv_bfloat16>(&w, &y, 1, g, u, n, s, n_sm); break;
+  case SM_DT_F16: mv2_dispatch<0, __half>(&w, &y, 1, g, u, n, s, n_sm); break;
+  default: mv2_dispatch<0, float>(&w, &y, 1, g, u, n, s, n_sm); break;
+  }
+  return true;
+}
+
 bool cu_matvec_compatible(const cu_weight *a, const cu_weight *b) {
   return a->kind == b->kind && a->kind != CW_QGEN && a->cols == b->cols && a->bits == b->bits && a->gs == b->gs &&
          a->dtype == b->dtype && a->sbk == b->sbk;
@@ -354,6 +583,16 @@ void cu_matvec_multi(const cu_weight *const *ws, float *const *ys, int nw, const
   /* two rows per warp when there are enough rows to fill the chip */
   const bool r2 = M >= (int64_t)n_sm * 16;
   const cu_weight *w = ws[0];
+  bool fast = w->kind == CW_DENSE;
+  for (int i = 0; i < nw; i++) fast &= mv2_ok(ws[i], x);
+  if (fast) { /* 16-byte dense matvec, several rows per thread */
+    switch (w->dtype) {
+    case SM_DT_BF16: mv2_dispatch<0, __nv_bfloat16>(ws, ys, nw, x, NULL, n, s, n_sm); break;
+    case SM_DT_F16: mv2_dispatch<0, __half>(ws, ys, nw, x, NULL, n, s, n_sm); break;
+    default: mv2_dispatch<0, float>(ws, ys, nw, x, NULL, n, s, n_sm); break;
+    }
+    return;
+  }
   if (w->kind == CW_DENSE) {
     switch (w->dtype) {
     case SM_DT_BF16: r2 ? launch_dense_n<__nv_bfloat16, 2>(ws, ys, nw, x, n, s) : launch_dense_n<__nv_bfloat16, 1>(ws, ys, nw, x, n, s); break;
