@@ -11,8 +11,8 @@
 #include "tokenizer/chat.h"
 
 typedef struct {
-  const char *model, *prompt, *system, *device;
-  int n_predict, threads, ctx;
+  const char *model, *prompt, *system, *device, *draft;
+  int n_predict, threads, ctx, draft_n;
   bool verbose, no_stats, raw, estimate, force;
   smelt_sampling s;
 } run_opts;
@@ -33,11 +33,13 @@ static void run_usage(const char *cmd, FILE *f) {
           "      --device cpu|cuda   backend (default: cuda if available)\n"
           "      --no-stats          do not print speed/memory to stderr\n"
           "      --raw               run: no chat template\n"
+          "  -md, --model-draft M    draft model for speculative decoding (same tokenizer), e.g. smelt-tiny-draft\n"
+          "      --draft-max N       tokens proposed by the draft per step (default 4)\n"
           "      --estimate-memory   check that weights + KV cache fit before loading (--force: go on anyway)\n",
           cmd, !strcmp(cmd, "run") ? "[MODEL] " : "");
 }
 
-enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_REP, O_FREQ, O_PRES, O_LASTN, O_SEED, O_DEV, O_NOSTATS, O_RAW, O_EST, O_FORCE };
+enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_REP, O_FREQ, O_PRES, O_LASTN, O_SEED, O_DEV, O_NOSTATS, O_RAW, O_EST, O_FORCE, O_DRAFT, O_DRAFTN };
 
 static int parse_opts(const char *cmd, int argc, char **argv, run_opts *o, bool *temp_set) {
   static const struct option lo[] = {
@@ -46,11 +48,14 @@ static int parse_opts(const char *cmd, int argc, char **argv, run_opts *o, bool 
     { "temperature", 1, 0, O_TEMP }, { "top-k", 1, 0, O_TOPK }, { "top-p", 1, 0, O_TOPP }, { "min-p", 1, 0, O_MINP },
     { "repeat-penalty", 1, 0, O_REP }, { "frequency-penalty", 1, 0, O_FREQ }, { "presence-penalty", 1, 0, O_PRES },
     { "repeat-last-n", 1, 0, O_LASTN }, { "seed", 1, 0, O_SEED }, { "device", 1, 0, O_DEV },
-    { "no-stats", 0, 0, O_NOSTATS }, { "raw", 0, 0, O_RAW }, { "estimate-memory", 0, 0, O_EST }, { "force", 0, 0, O_FORCE }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+    { "no-stats", 0, 0, O_NOSTATS }, { "raw", 0, 0, O_RAW }, { "estimate-memory", 0, 0, O_EST }, { "force", 0, 0, O_FORCE },
+    { "model-draft", 1, 0, O_DRAFT }, { "draft", 1, 0, O_DRAFT }, { "draft-max", 1, 0, O_DRAFTN }, { "draft-n", 1, 0, O_DRAFTN }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
   memset(o, 0, sizeof *o);
   o->n_predict = 256;
+  o->draft_n = 4;
   smelt_sampling_default(&o->s);
   *temp_set = false;
+  for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "-md")) argv[i] = "--model-draft"; /* llama.cpp spelling */
   optind = 1;
   int c;
   char *end;
@@ -77,6 +82,8 @@ static int parse_opts(const char *cmd, int argc, char **argv, run_opts *o, bool 
     case O_RAW: o->raw = true; break;
     case O_EST: o->estimate = true; break;
     case O_FORCE: o->force = true; break;
+    case O_DRAFT: o->draft = optarg; break;
+    case O_DRAFTN: NUM(o->draft_n, (int)strtol(optarg, &end, 10)); break;
     case 'h': run_usage(cmd, stdout); return 1;
     default: run_usage(cmd, stderr); return 2;
     }
@@ -84,6 +91,7 @@ static int parse_opts(const char *cmd, int argc, char **argv, run_opts *o, bool 
 #undef NUM
   if (optind < argc && !o->model) o->model = argv[optind++];
   if (optind < argc) { fprintf(stderr, "smelt %s: unexpected argument '%s'\n", cmd, argv[optind]); return 2; }
+  if (o->draft_n < 1 || o->draft_n > 32) { fprintf(stderr, "smelt %s: --draft-max must be 1..32\n", cmd); return 2; }
   if (o->n_predict < 0 || o->threads < 0 || o->ctx < 0 || o->s.temperature < 0 || o->s.top_p <= 0 || o->s.top_p > 1) {
     fprintf(stderr, "smelt %s: option out of range\n", cmd);
     return 2;
@@ -91,9 +99,9 @@ static int parse_opts(const char *cmd, int argc, char **argv, run_opts *o, bool 
   return 0;
 }
 
-static smelt_status load(const run_opts *o, smelt_model **m) {
+static smelt_status load_ref(const run_opts *o, const char *ref, smelt_model **m) {
   char *dir = NULL;
-  smelt_status st = sm_store_resolve(o->model, true, &dir);
+  smelt_status st = sm_store_resolve(ref, true, &dir);
   if (st) return st;
   if (o->estimate) {
     bool cuda = o->device && !strcmp(o->device, "cuda");
@@ -110,6 +118,31 @@ static smelt_status load(const run_opts *o, smelt_model **m) {
   }
   st = smelt_model_load(dir, &p, m);
   free(dir);
+  return st;
+}
+
+/* Target model, and the draft model when --model-draft is given. */
+static smelt_status load(const run_opts *o, smelt_model **m, smelt_model **draft) {
+  *draft = NULL;
+  smelt_status st = load_ref(o, o->model, m);
+  if (st || !o->draft) return st;
+  if ((st = load_ref(o, o->draft, draft))) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "draft model: %s", smelt_last_error());
+    smelt_model_free(*m);
+    *m = NULL;
+    return sm_err(st, "%s", msg);
+  }
+  return SMELT_OK;
+}
+
+static smelt_status gen(smelt_model *m, smelt_model *draft, const run_opts *o, const int32_t *ids, int n,
+                        smelt_piece_cb cb, void *user, smelt_stats *stats) {
+  if (!draft) return sm_generate_ids(m, ids, n, o->n_predict, &o->s, cb, user, stats);
+  int acc = 0;
+  smelt_status st = sm_generate_speculative(m, draft, o->draft_n, ids, n, o->n_predict, &o->s, cb, user, stats, &acc);
+  if (!st && !o->no_stats)
+    fprintf(stderr, "\n[speculative: %d of %d generated tokens came from the draft model]", acc, stats->n_generated);
   return st;
 }
 
@@ -142,17 +175,23 @@ int sm_cmd_generate(int argc, char **argv) {
   int r = parse_opts("generate", argc, argv, &o, &temp_set);
   if (r) return r == 1 ? 0 : r;
   if (!o.prompt) { fprintf(stderr, "smelt generate: -p PROMPT is required\n"); return 2; }
-  smelt_model *m = NULL;
-  smelt_status st = load(&o, &m);
+  smelt_model *m = NULL, *draft = NULL;
+  smelt_status st = load(&o, &m, &draft);
   if (st) { fprintf(stderr, "smelt generate: %s\n", smelt_last_error()); return 1; }
+  if (!m->tok) { fprintf(stderr, "smelt generate: model has no tokenizer.json\n"); smelt_model_free(m); smelt_model_free(draft); return 1; }
   smelt_stats stats;
+  int32_t *ids = NULL;
+  size_t n = 0;
   fputs(o.prompt, stdout);
-  st = smelt_generate(m, o.prompt, o.n_predict, &o.s, print_piece, NULL, &stats);
+  st = smelt_tokenize(m->tok, o.prompt, strlen(o.prompt), true, &ids, &n);
+  if (!st) st = gen(m, draft, &o, ids, (int)n, print_piece, NULL, &stats);
+  free(ids);
   printf("\n");
-  if (st) { fprintf(stderr, "smelt generate: %s\n", smelt_last_error()); smelt_model_free(m); return 1; }
-  if (!o.no_stats) print_stats(&stats);
+  if (!st && !o.no_stats) print_stats(&stats);
+  if (st) fprintf(stderr, "smelt generate: %s\n", smelt_last_error());
   smelt_model_free(m);
-  return 0;
+  smelt_model_free(draft);
+  return st ? 1 : 0;
 }
 
 typedef struct { char *buf; size_t len, cap; } sbuf;
@@ -173,7 +212,7 @@ static bool collect_piece(const char *p, size_t l, void *u) {
 }
 
 /* Render the conversation and generate the assistant's reply; appends it to msgs. */
-static smelt_status chat_turn(smelt_model *m, const run_opts *o, cJSON *msgs, smelt_stats *stats) {
+static smelt_status chat_turn(smelt_model *m, smelt_model *draft, const run_opts *o, cJSON *msgs, smelt_stats *stats) {
   char *prompt = NULL;
   smelt_status st;
   bool templ = !o->raw && sm_tok_chat_template(m->tok, NULL);
@@ -190,7 +229,7 @@ static smelt_status chat_turn(smelt_model *m, const run_opts *o, cJSON *msgs, sm
   free(prompt);
   if (st) return st;
   sbuf reply = { 0 };
-  st = sm_generate_ids(m, ids, (int)n, o->n_predict, &o->s, collect_piece, &reply, stats);
+  st = gen(m, draft, o, ids, (int)n, collect_piece, &reply, stats);
   free(ids);
   cJSON *a = cJSON_CreateObject();
   cJSON_AddStringToObject(a, "role", "assistant");
@@ -205,8 +244,8 @@ int sm_cmd_run(int argc, char **argv) {
   bool temp_set;
   int r = parse_opts("run", argc, argv, &o, &temp_set);
   if (r) return r == 1 ? 0 : r;
-  smelt_model *m = NULL;
-  smelt_status st = load(&o, &m);
+  smelt_model *m = NULL, *draft = NULL;
+  smelt_status st = load(&o, &m, &draft);
   if (st) { fprintf(stderr, "smelt run: %s\n", smelt_last_error()); return 1; }
   if (!m->tok) { fprintf(stderr, "smelt run: model has no tokenizer.json\n"); smelt_model_free(m); return 1; }
   apply_gen_defaults(m, &o, temp_set, 0.7f);
@@ -241,7 +280,7 @@ int sm_cmd_run(int argc, char **argv) {
     cJSON_AddStringToObject(u, "content", text);
     cJSON_AddItemToArray(msgs, u);
     smelt_stats stats;
-    st = chat_turn(m, &o, msgs, &stats);
+    st = chat_turn(m, draft, &o, msgs, &stats);
     printf("\n");
     fflush(stdout);
     if (st) { fprintf(stderr, "smelt run: %s\n", smelt_last_error()); rc = 1; break; }
@@ -251,5 +290,6 @@ int sm_cmd_run(int argc, char **argv) {
   free(line);
   cJSON_Delete(msgs);
   smelt_model_free(m);
+  smelt_model_free(draft);
   return rc;
 }

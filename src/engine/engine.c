@@ -234,7 +234,43 @@ static void register_full(sm_engine *e, sm_seq *s) {
   }
 }
 
+static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, float *all_logits);
+
 smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done) {
+  return step(e, seqs, n, logits, done, NULL);
+}
+
+smelt_status sm_engine_step_all(sm_engine *e, sm_seq *s, float *logits, int *n_rows) {
+  int pend = sm_seq_pending(s);
+  *n_rows = 0;
+  if (pend <= 0) return SMELT_OK;
+  if (pend > e->p.max_batch_tokens)
+    return sm_err(SMELT_ERR_LIMIT, "%d pending tokens exceed the step budget %d", pend, e->p.max_batch_tokens);
+  uint8_t done = 0;
+  smelt_status st = step(e, &s, 1, NULL, &done, logits);
+  if (!st) *n_rows = pend;
+  return st;
+}
+
+smelt_status sm_seq_truncate(sm_engine *e, sm_seq *s, int len) {
+  if (len < 0 || len > s->n_tok) return sm_err(SMELT_ERR_INVALID, "cannot truncate %d tokens to %d", s->n_tok, len);
+  int bs = e->p.block_size;
+  s->n_tok = len;
+  if (s->n_done > len) s->n_done = len;
+  int keep = (len + bs - 1) / bs;
+  while (s->n_blk > keep) block_release(e, s->blk[--s->n_blk]);
+  int full = s->n_done / bs;
+  if (s->n_hashed > full) s->n_hashed = full;
+  /* the partial last block will be written again: it must not stay a shared prefix entry */
+  if (len % bs && s->n_blk > 0) {
+    int b = s->blk[s->n_blk - 1];
+    if (e->ref[b] > 1) return sm_err(SMELT_ERR_UNSUPPORTED, "truncating into a shared KV block");
+    if (e->hash[b]) map_remove(e, b);
+  }
+  return SMELT_OK;
+}
+
+static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, float *all_logits) {
   int bs = e->p.block_size, budget = e->p.max_batch_tokens;
   if (n > e->p.max_seqs) return sm_err(SMELT_ERR_LIMIT, "%d sequences in one step, engine sized for %d", n, e->p.max_seqs);
   int *take = sm_xcalloc((size_t)(n ? n : 1), sizeof(int));
@@ -288,22 +324,24 @@ smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, u
       e->b_pos[t] = p;
       e->b_seq[t] = i;
     }
-    if (take[i] > 0 && s->n_done + take[i] == s->n_tok) { out_of[i] = n_out; e->b_out[n_out++] = t - 1; }
+    if (all_logits) { for (int j = 0; j < take[i]; j++) e->b_out[n_out++] = t - take[i] + j; }
+    else if (take[i] > 0 && s->n_done + take[i] == s->n_tok) { out_of[i] = n_out; e->b_out[n_out++] = t - 1; }
   }
   sm_batch b = { .n_tokens = total, .tokens = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .n_seqs = n,
                  .max_blocks = e->max_blocks, .block_table = e->b_table, .n_out = n_out, .out_rows = e->b_out };
   int V = e->m->cfg.vocab_size;
-  float *tmp = n_out ? sm_xmalloc(sizeof(float) * (size_t)n_out * V) : NULL;
+  float *tmp = all_logits ? all_logits : n_out ? sm_xmalloc(sizeof(float) * (size_t)n_out * V) : NULL;
   smelt_status st = total ? sm_model_forward(e->m, &e->kv, &b, tmp) : SMELT_OK;
   if (st == SMELT_OK) {
     for (int i = 0; i < n; i++) {
       seqs[i]->n_done += take[i];
       register_full(e, seqs[i]);
       done[i] = out_of[i] >= 0;
-      if (done[i]) memcpy(logits + (size_t)i * V, tmp + (size_t)out_of[i] * V, sizeof(float) * (size_t)V);
+      if (done[i] && !all_logits) memcpy(logits + (size_t)i * V, tmp + (size_t)out_of[i] * V, sizeof(float) * (size_t)V);
     }
   }
-  free(tmp); free(out_of); free(take);
+  if (!all_logits) free(tmp);
+  free(out_of); free(take);
   return st;
 }
 

@@ -56,6 +56,21 @@ smelt_status sm_generate_ids(smelt_model *m, const int32_t *ids, int n_ids, int 
  * first token is context only). */
 smelt_status sm_perplexity(smelt_model *m, const int32_t *ids, int n, int ctx, double *ppl, int *n_scored);
 
+/* One sequence: compute all its pending tokens (at most max_batch_tokens) in one step and
+ * return the logits after each of them: logits[j*vocab..] for j < *n_rows = pending. */
+smelt_status sm_engine_step_all(sm_engine *e, sm_seq *s, float *logits, int *n_rows);
+/* Drop tokens after the first len (speculative decoding rollback); frees their blocks. */
+smelt_status sm_seq_truncate(sm_engine *e, sm_seq *s, int len);
+
+/* Speculative decoding: like sm_generate_ids, with a draft model proposing n_draft tokens
+ * per step that the target verifies in one batched step. Every emitted token is sampled
+ * from the target's distribution (a draft token is kept only when it equals the target's
+ * sample), so the output follows the target model exactly. *accepted (may be NULL)
+ * receives the number of draft tokens accepted. */
+smelt_status sm_generate_speculative(smelt_model *m, smelt_model *draft, int n_draft, const int32_t *ids, int n_ids,
+                                     int max_tokens, const smelt_sampling *sp, smelt_piece_cb cb, void *user,
+                                     smelt_stats *stats, int *accepted);
+
 /* Stats */
 typedef struct {
   int n_blocks, block_size, blocks_used, blocks_cached; /* cached: free but holding a prefix */

@@ -108,3 +108,113 @@ smelt_status smelt_eval_logits(smelt_model *m, const int32_t *ids, int n, float 
   *out = logits;
   return SMELT_OK;
 }
+
+static int32_t argmax(const float *l, int n) {
+  int32_t b = 0;
+  for (int i = 1; i < n; i++) if (l[i] > l[b]) b = i;
+  return b;
+}
+
+smelt_status sm_generate_speculative(smelt_model *m, smelt_model *dm, int n_draft, const int32_t *ids, int n_ids,
+                                     int max_tokens, const smelt_sampling *sp, smelt_piece_cb cb, void *user,
+                                     smelt_stats *stats, int *accepted) {
+  if (!m->tok) return sm_err(SMELT_ERR_INVALID, "model has no tokenizer.json; cannot detokenize");
+  if (dm->cfg.vocab_size > m->cfg.vocab_size)
+    return sm_err(SMELT_ERR_INVALID, "draft vocabulary (%d) is larger than the model's (%d)", dm->cfg.vocab_size,
+                  m->cfg.vocab_size);
+  if (n_draft < 1 || n_draft > 32) return sm_err(SMELT_ERR_INVALID, "draft length must be 1..32");
+  smelt_stats local;
+  if (!stats) stats = &local;
+  memset(stats, 0, sizeof *stats);
+  if (accepted) *accepted = 0;
+  if (n_ids <= 0) return sm_err(SMELT_ERR_INVALID, "empty prompt");
+  int ctx = SM_MIN(m->max_context, dm->max_context);
+  if (n_ids >= ctx) return sm_err(SMELT_ERR_LIMIT, "prompt of %d tokens does not fit the context size %d", n_ids, ctx);
+  if (max_tokens < 0 || n_ids + max_tokens > ctx) max_tokens = ctx - n_ids;
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  ep.max_context = SM_MIN(ctx, n_ids + max_tokens + n_draft + 2);
+  ep.prefix_cache = false;
+  ep.max_batch_tokens = SM_MAX(512, n_draft + 2);
+  sm_engine *e = NULL, *de = NULL;
+  smelt_status st = sm_engine_create(m, &ep, &e);
+  if (!st) st = sm_engine_create(dm, &ep, &de);
+  if (st) { sm_engine_free(e); return st; }
+  int V = m->cfg.vocab_size, DV = dm->cfg.vocab_size;
+  sm_seq *s = sm_seq_new(e), *d = sm_seq_new(de);
+  sm_sampler smp;
+  sm_sampler_init(&smp, sp, V);
+  sm_detok *dt = sm_detok_new(m->tok, true);
+  float *lg = sm_xmalloc(sizeof(float) * (size_t)V * (size_t)(n_draft + 1)), *dl = sm_xmalloc(sizeof(float) * (size_t)DV);
+  int32_t *prop = sm_xmalloc(sizeof(int32_t) * (size_t)(n_draft + 1));
+  stats->n_prompt = n_ids;
+  double t0 = sm_now(), t1 = 0;
+  bool stop = false, cb_stop = false;
+  /* prefill both; the target's last-position logits give the first token */
+  if (!(st = sm_seq_append(e, s, ids, n_ids)) && !(st = sm_seq_append(de, d, ids, n_ids))) {
+    uint8_t done = 0;
+    while (!st && !done) st = sm_engine_step(e, &s, 1, lg, &done);
+  }
+  int nrows = 1; /* rows of lg holding valid logits, starting at row 0 */
+  int n_prop = 0;
+  while (!st && !stop) {
+    /* sample along the verified rows: row j follows prop[0..j-1] */
+    int j = 0;
+    int32_t tok = -1;
+    for (; j < nrows; j++) {
+      tok = sm_sampler_sample(&smp, lg + (size_t)j * V, sm_seq_tokens(s), sm_seq_len(s) - (nrows - 1) + j);
+      if (!t1) t1 = sm_now();
+      if (j < n_prop && tok == prop[j]) continue; /* draft token confirmed */
+      break;
+    }
+    int kept = SM_MIN(j, n_prop); /* draft tokens accepted this round */
+    if (accepted) *accepted += kept;
+    /* emit the accepted draft tokens and the target's own token */
+    int base = sm_seq_len(s) - n_prop; /* length before the proposals */
+    for (int k = 0; k <= kept && !stop; k++) {
+      int32_t t = k < kept ? prop[k] : tok;
+      stats->n_generated++;
+      if (is_eos(m, t)) { stats->stop_reason = 1; stop = true; break; }
+      char *piece = NULL;
+      size_t len = sm_detok_push(dt, t, &piece);
+      if (len && cb && !cb(piece, len, user)) { stats->stop_reason = 1; stop = cb_stop = true; }
+      free(piece);
+      if (stats->n_generated >= max_tokens) stop = true;
+    }
+    if (stop) break;
+    /* roll both sequences back to the accepted prefix and append the target's token */
+    if ((st = sm_seq_truncate(e, s, base + kept)) || (st = sm_seq_append(e, s, &tok, 1))) break;
+    if ((st = sm_seq_truncate(de, d, base + kept)) || (st = sm_seq_append(de, d, &tok, 1))) break;
+    /* draft proposes n_draft tokens greedily */
+    n_prop = SM_MAX(0, SM_MIN(n_draft, max_tokens - stats->n_generated - 1));
+    if (sm_seq_len(s) + n_prop + 1 >= ep.max_context) n_prop = SM_MAX(0, ep.max_context - sm_seq_len(s) - 2);
+    for (int k = 0; k < n_prop && !st; k++) {
+      uint8_t done = 0;
+      while (!st && !done) st = sm_engine_step(de, &d, 1, dl, &done);
+      if (st) break;
+      prop[k] = argmax(dl, DV);
+      st = sm_seq_append(de, d, &prop[k], 1);
+    }
+    if (st) break;
+    /* target verifies [tok, prop...] in one step */
+    if ((st = sm_seq_append(e, s, prop, n_prop))) break;
+    if ((st = sm_engine_step_all(e, s, lg, &nrows))) break;
+  }
+  char *rest = NULL;
+  size_t len = sm_detok_flush(dt, &rest);
+  if (len && cb && !cb_stop) cb(rest, len, user);
+  free(rest);
+  double t2 = sm_now();
+  if (!t1) t1 = t2;
+  stats->prefill_s = t1 - t0;
+  stats->decode_s = t2 - t1;
+  stats->peak_rss = sm_peak_rss();
+  free(lg); free(dl); free(prop);
+  sm_detok_free(dt);
+  sm_sampler_free(&smp);
+  sm_seq_free(e, s);
+  sm_seq_free(de, d);
+  sm_engine_free(e);
+  sm_engine_free(de);
+  return st;
+}

@@ -63,6 +63,7 @@ typedef struct {
   float *part; size_t part_cap;       /* attention partials (floats) */
   void *x16; size_t x16_cap;          /* activations as bf16/f16 (bytes) */
   void *deq; size_t deq_cap;          /* dequantized weight tile (bytes) */
+  void *xq; size_t xq_cap;            /* int8-quantized activations for CW_Q4 matvecs (bytes) */
   /* recording / graphs */
   bool rec;
   cu_op *ops; int n_ops, cap_ops;
@@ -73,6 +74,7 @@ typedef struct {
   bool failed;
   /* SMELT_CUDA_PROFILE=1: graphs off, every op timed with events, table printed at destroy */
   int prof;
+  bool q4; /* 4-bit weights use CW_Q4 (default; SMELT_CUDA_Q4=0 keeps the permuted fp32 path) */
   cudaEvent_t pe0, pe1;
   struct { char label[64]; double ms; long count; } pt[96];
   int n_pt;
@@ -493,7 +495,7 @@ static bool ensure_buf(cuda_be *c, void **p, size_t *cap, size_t need) {
 /* ================= ops (execution) ================= */
 static void x_matmul(cuda_be *c, const sm_weight *w, const float *x, int n, float *y) {
   const cu_weight *cw = (const cu_weight *)w->dev;
-  if (n <= CU_MAX_N) { cu_matvec(cw, x, n, y, c->s, c->n_sm); return; }
+  if (cu_use_matvec(cw, n)) { cu_matvec(cw, x, n, y, c->xq, c->s, c->n_sm); return; }
   const int64_t M = cw->rows, K = cw->cols;
   const float one = 1.f, zero = 0.f;
   if (cw->kind == CW_DENSE && cw->dtype == SM_DT_F32) {
@@ -651,7 +653,7 @@ static void exec_ops(cuda_be *c) {
       const cu_weight *cw = (const cu_weight *)m->p3;
       if (o->sz == (size_t)cw->cols && dead_after(c, i + 1, o->p0)) {
         prof_begin(c);
-        bool done = cu_matvec_silu(cw, (const float *)o->p1, (const float *)o->p2, 1, (float *)m->p2, c->s, c->n_sm);
+        bool done = cu_matvec_silu(cw, (const float *)o->p1, (const float *)o->p2, 1, (float *)m->p2, c->xq, c->s, c->n_sm);
         if (done) {
           if (c->prof) {
             char lab[64];
@@ -680,7 +682,7 @@ static void exec_ops(cuda_be *c) {
         continue;
       }
     }
-    if (o->type == OP_MATMUL && o->n <= CU_MAX_N) {
+    if (o->type == OP_MATMUL && cu_use_matvec((const cu_weight *)o->p3, o->n)) {
       const cu_weight *ws[3] = { (const cu_weight *)o->p3 };
       float *ys[3] = { (float *)o->p2 };
       int nw = 1;
@@ -698,7 +700,7 @@ static void exec_ops(cuda_be *c) {
       }
       if (nw > 1) {
         prof_begin(c);
-        cu_matvec_multi(ws, ys, nw, (const float *)o->p1, o->n, c->s, c->n_sm);
+        cu_matvec_multi(ws, ys, nw, (const float *)o->p1, o->n, c->xq, c->s, c->n_sm);
         if (c->prof) {
           char lab[64];
           snprintf(lab, sizeof lab, "fused matvec x%d %lldx%lld n%d", nw, (long long)ws[0]->rows, (long long)ws[0]->cols, o->n);
@@ -875,6 +877,8 @@ static smelt_status be_prepare_weight(sm_backend *be, sm_weight *w) {
     const size_t bytes = (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8;
     const int64_t G = w->cols / w->group_size, nsb = w->rows * G;
     cw->kind = (w->bits == 2 || w->bits == 4 || w->bits == 8) ? CW_QFAST : CW_QGEN;
+    /* 4-bit: natural order for the int8-activation dp4a kernels (SMELT_CUDA_Q4=0: old kernels) */
+    if (w->bits == 4 && c->q4) cw->kind = CW_Q4;
     if (cudaMalloc(&cw->q, bytes) != cudaSuccess) goto oom;
     if (cw->kind == CW_QFAST) {
       if (cudaMalloc(&tmp, bytes) != cudaSuccess) goto oom;
@@ -1015,7 +1019,10 @@ static void be_matmul(sm_backend *be, const sm_weight *w, const float *x, int n,
   if (n <= 0 || !w || w->rows <= 0) return;
   if (!w_ready(c, w)) { cudaMemsetAsync(y, 0, (size_t)n * w->rows * 4, c->s); return; }
   const cu_weight *cw = (const cu_weight *)w->dev;
-  if (n > CU_MAX_N && !(cw->kind == CW_DENSE && cw->dtype == SM_DT_F32)) {
+  if (cw->kind == CW_Q4 && cu_use_matvec(cw, n) &&
+      !ensure_buf(c, &c->xq, &c->xq_cap, cu_q4_scratch_bytes(n, cw->cols)))
+    return;
+  if (!cu_use_matvec(cw, n) && !(cw->kind == CW_DENSE && cw->dtype == SM_DT_F32)) {
     if (!ensure_buf(c, &c->x16, &c->x16_cap, (size_t)n * cw->cols * 2)) return;
     if (cw->kind != CW_DENSE) {
       size_t want = (size_t)cw->rows * cw->cols * 2;
@@ -1153,6 +1160,7 @@ static void be_destroy(sm_backend *be) {
   free(c->ops);
   if (c->part) cudaFree(c->part);
   if (c->x16) cudaFree(c->x16);
+  if (c->xq) cudaFree(c->xq);
   if (c->deq) cudaFree(c->deq);
   if (c->d_meta) cudaFree(c->d_meta);
   if (c->h_meta) cudaFreeHost(c->h_meta);
@@ -1191,6 +1199,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   c->graphs_on = true;
   const char *g = getenv("SMELT_CUDA_GRAPHS");
   if (g && !strcmp(g, "0")) c->graphs_on = false;
+  const char *q4e = getenv("SMELT_CUDA_Q4");
+  c->q4 = !(q4e && q4e[0] == '0');
   const char *pr = getenv("SMELT_CUDA_PROFILE");
   if (pr && strcmp(pr, "0")) {
     c->prof = 1;

@@ -10,7 +10,9 @@ extern "C" {
 #include <stdint.h>
 
 /* Device copy of one weight (w->dev points at this). */
-enum { CW_DENSE = 0, CW_QFAST = 1, CW_QGEN = 2 };
+/* CW_Q4: 4-bit, natural MLX word order (16-byte vector v of a row = elements 32v..32v+31),
+ * used by the int8-activation dp4a kernels (k_mvq4) for 1 <= n <= CU_Q4_MAX_N. */
+enum { CW_DENSE = 0, CW_QFAST = 1, CW_QGEN = 2, CW_Q4 = 3 };
 enum { SBK_BF16 = 0, SBK_F16 = 1, SBK_F32 = 2 };
 typedef struct {
   int kind;            /* CW_* */
@@ -34,19 +36,34 @@ __host__ __device__ static inline int64_t cu_qfast_store_index(int64_t u, int64_
   return c * 128 + (r % 32) * 4 + r / 32;
 }
 
-/* matvec launchers (cuda_mv.cu): y[n][rows] = x[n][cols] . W^T for 1 <= n <= 8 */
-void cu_matvec(const cu_weight *w, const float *x, int n, float *y, cudaStream_t s, int n_sm);
+#define CU_MAX_N 8
+#define CU_Q4_MAX_N 64
+/* true when matvec kernels (not dequant + cuBLAS) handle n columns of w */
+static inline bool cu_use_matvec(const cu_weight *w, int n) {
+  return n <= CU_MAX_N || (w->kind == CW_Q4 && n <= CU_Q4_MAX_N);
+}
+/* bytes of scratch (xq argument below) the CW_Q4 kernels need for n columns of K values:
+ * x quantized to int8 per 32 values (K bytes a column) + (scale, exact sum) per 32 */
+static inline size_t cu_q4_scratch_bytes(int n, int64_t K) { return (size_t)n * (size_t)K + (size_t)n * (size_t)(K / 32) * 8; }
+
+/* matvec launchers (cuda_mv.cu): y[n][rows] = x[n][cols] . W^T for cu_use_matvec(w, n);
+ * xq: device scratch of cu_q4_scratch_bytes(n, cols) (used by CW_Q4 weights only) */
+void cu_matvec(const cu_weight *w, const float *x, int n, float *y, void *xq, cudaStream_t s, int n_sm);
 /* several weights with the same x (one launch); compatible: same kind/cols/bits/gs/dtype */
-void cu_matvec_multi(const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n, cudaStream_t s, int n_sm);
+void cu_matvec_multi(const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n, void *xq,
+                     cudaStream_t s, int n_sm);
 /* y[n][rows] = (silu(g) * u)[n][cols] . W^T without materializing silu(g)*u; false when no
  * fused kernel applies (caller then runs silu_mul + matvec) */
-bool cu_matvec_silu(const cu_weight *w, const float *g, const float *u, int n, float *y, cudaStream_t s, int n_sm);
+bool cu_matvec_silu(const cu_weight *w, const float *g, const float *u, int n, float *y, void *xq, cudaStream_t s,
+                    int n_sm);
+/* CW_Q4 launcher with explicit tiling (microbenchmark): rb rows per thread (4 or 8), tl = log2
+ * threads per row (5..7); 0 = automatic */
+void cu_q4_matvec_cfg(const cu_weight *const *ws, float *const *ys, int nw, const float *x, const float *xu, int n,
+                      void *xq, cudaStream_t s, int n_sm, int rb, int tl);
 bool cu_matvec_compatible(const cu_weight *a, const cu_weight *b);
 /* dequantize/convert rows [r0, r0+nr) of w to bf16 [nr][cols] (or to f16 when to_f16) */
 void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s);
 /* one row (token) of an embedding, dequantized to float */
 void cu_embed(const cu_weight *w, const int32_t *tokens, int n_tokens, float *out, cudaStream_t s);
-
-#define CU_MAX_N 8
 
 #endif

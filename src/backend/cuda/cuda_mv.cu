@@ -468,6 +468,117 @@ __global__ void __launch_bounds__(128, N == 1 ? 3 : 1) k_mv2(const mv_args a, co
   }
 }
 
+
+/* ---------------- 4-bit x int8 dp4a matvec (CW_Q4, 1 <= n <= 64) ----------------
+ * x is quantized once per call (k_quant_x): per 32 values d = max|x|/127, q = rint(x/d),
+ * plus the exact float sum S of the 32 values. The int8s are stored in the order the weight
+ * nibbles unpack to: for each 8-value word j of the block, the int32s
+ * [x0 x2 x4 x6] and [x1 x3 x5 x7], so that  w & 0x0F0F0F0F  (nibbles 0,2,4,6) and
+ * (w >> 4) & 0x0F0F0F0F  (nibbles 1,3,5,7) feed dp4a directly. Per 32-value block of a row:
+ *   y += scale * d * dot(q_w, q_x) + bias * S
+ * (the bias term is exact; the error is the int8 rounding of x: |x - d q_x| <= d/2). */
+__global__ void __launch_bounds__(256) k_quant_x(const float *__restrict__ x, const float *__restrict__ xu,
+                                                 int64_t nblk, uint8_t *__restrict__ xq, float2 *__restrict__ xs) {
+  const int lane = threadIdx.x & 31;
+  const int64_t b = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+  if (b >= nblk) return;
+  float v = x[b * 32 + lane];
+  if (xu) v = v / (1.f + expf(-v)) * xu[b * 32 + lane];
+  float a = fabsf(v), sum = v;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  }
+  int qi = a > 0.f ? __float2int_rn(v * (127.f / a)) : 0;
+  qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+  const int j = lane >> 3, e = lane & 7;
+  xq[b * 32 + (2 * j + (e & 1)) * 4 + (e >> 1)] = (uint8_t)(int8_t)qi;
+  if (lane == 0) xs[b] = make_float2(a * (1.f / 127.f), sum);
+}
+
+template <int N, int RB>
+__global__ void __launch_bounds__(128) k_mvq4(const mv_args a, const uint4 *__restrict__ xq,
+                                              const float2 *__restrict__ xs, int K, int lg, int sbk, int n, int tl,
+                                              int nch) {
+  __shared__ float red[4][RB * N];
+  const int tile = (int)blockIdx.x / nch, c0 = ((int)blockIdx.x % nch) * N;
+  const int wi = tile >= a.bstart[2] ? 2 : tile >= a.bstart[1] ? 1 : 0;
+  const uint4 *__restrict__ q = (const uint4 *)(wi == 0 ? a.q[0] : wi == 1 ? a.q[1] : a.q[2]);
+  const void *__restrict__ sb = wi == 0 ? a.sb[0] : wi == 1 ? a.sb[1] : a.sb[2];
+  float *__restrict__ y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
+  const int M = wi == 0 ? a.M[0] : wi == 1 ? a.M[1] : a.M[2];
+  const int bst = wi == 0 ? a.bstart[0] : wi == 1 ? a.bstart[1] : a.bstart[2];
+  const int tpr = 1 << tl, grp = threadIdx.x >> tl, tt = threadIdx.x & (tpr - 1);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rowb = (tile - bst) * ((128 >> tl) * RB), row0 = rowb + grp * RB;
+  const int V = K >> 5, G = V >> lg;
+  int64_t rows[RB];
+#pragma unroll
+  for (int r = 0; r < RB; r++) rows[r] = row0 + r < M ? row0 + r : M - 1;
+  float acc[RB][N];
+#pragma unroll
+  for (int r = 0; r < RB; r++)
+#pragma unroll
+    for (int c = 0; c < N; c++) acc[r][c] = 0.f;
+  constexpr int MK = 0x0F0F0F0F;
+  for (int v = tt; v < V; v += tpr) {
+    uint4 raw[RB];
+#pragma unroll
+    for (int r = 0; r < RB; r++) raw[r] = ld_stream(q + rows[r] * V + v);
+    float2 p[RB];
+#pragma unroll
+    for (int r = 0; r < RB; r++) p[r] = load_sb_rt(sb, rows[r] * G + (v >> lg), sbk);
+#pragma unroll
+    for (int c = 0; c < N; c++) {
+      const int col = c0 + c < n ? c0 + c : n - 1;
+      const int64_t xi = (int64_t)col * V + v;
+      const uint4 x0 = __ldg(xq + 2 * xi), x1 = __ldg(xq + 2 * xi + 1);
+      const float2 xd = __ldg(xs + xi);
+#pragma unroll
+      for (int r = 0; r < RB; r++) {
+        int d = __dp4a((int)(raw[r].x & MK), (int)x0.x, 0);
+        d = __dp4a((int)((raw[r].x >> 4) & MK), (int)x0.y, d);
+        d = __dp4a((int)(raw[r].y & MK), (int)x0.z, d);
+        d = __dp4a((int)((raw[r].y >> 4) & MK), (int)x0.w, d);
+        d = __dp4a((int)(raw[r].z & MK), (int)x1.x, d);
+        d = __dp4a((int)((raw[r].z >> 4) & MK), (int)x1.y, d);
+        d = __dp4a((int)(raw[r].w & MK), (int)x1.z, d);
+        d = __dp4a((int)((raw[r].w >> 4) & MK), (int)x1.w, d);
+        acc[r][c] = fmaf(p[r].x, (float)d * xd.x, fmaf(p[r].y, xd.y, acc[r][c]));
+      }
+    }
+  }
+  float vals[RB * N];
+#pragma unroll
+  for (int r = 0; r < RB; r++)
+#pragma unroll
+    for (int c = 0; c < N; c++) vals[r * N + c] = warp_sum(acc[r][c]);
+  if (tl == 5) {
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < RB; r++)
+#pragma unroll
+        for (int c = 0; c < N; c++)
+          if (row0 + r < M && c0 + c < n) y[(int64_t)(c0 + c) * M + row0 + r] = vals[r * N + c];
+    }
+    return;
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < RB * N; i++) red[warp][i] = vals[i];
+  }
+  __syncthreads();
+  const int wpg = tpr >> 5;
+  for (int i = threadIdx.x; i < (128 >> tl) * RB * N; i += 128) {
+    const int gi = i / (RB * N), k = i % (RB * N);
+    float sum = 0.f;
+    for (int w = 0; w < wpg; w++) sum += red[gi * wpg + w][k];
+    const int r = k / N, c = k % N, row = rowb + gi * RB + r;
+    if (row < M && c0 + c < n) y[(int64_t)(c0 + c) * M + row] = sum;
+  }
+}
+
 /* ---------------- dispatch ---------------- */
 static mv_args make_args(const cu_weight *const *ws, float *const *ys, int nw, int R, unsigned *blocks) {
   mv_args a;
@@ -561,7 +672,50 @@ static void mv2_dispatch(const cu_weight *const *ws, float *const *ys, int nw, c
   else launch_mv2<BITS, T, 8, 4, false>(a, blocks, x, xu, K, gs, sbk, n, tl, s, n_sm);
 }
 
-bool cu_matvec_silu(const cu_weight *w, const float *g, const float *u, int n, float *y, cudaStream_t s, int n_sm) {
+
+/* ---------------- CW_Q4 dispatch ---------------- */
+template <int N, int RB>
+static void launch_q4(const cu_weight *const *ws, float *const *ys, int nw, const uint4 *xq, const float2 *xs, int n,
+                      int tl, cudaStream_t s) {
+  unsigned tiles;
+  mv_args a = make_args(ws, ys, nw, (128 >> tl) * RB / 4, &tiles);
+  const int nch = (n + N - 1) / N;
+  const int gs = ws[0]->gs, lg = gs == 32 ? 0 : gs == 64 ? 1 : 2;
+  k_mvq4<N, RB><<<tiles * (unsigned)nch, 128, 0, s>>>(a, xq, xs, (int)ws[0]->cols, lg, ws[0]->sbk, n, tl, nch);
+}
+
+void cu_q4_matvec_cfg(const cu_weight *const *ws, float *const *ys, int nw, const float *x, const float *xu, int n,
+                      void *xqv, cudaStream_t s, int n_sm, int rb, int tl) {
+  const int64_t K = ws[0]->cols;
+  const int64_t nblk = (int64_t)n * (K / 32);
+  uint8_t *xq = (uint8_t *)xqv;
+  float2 *xs = (float2 *)(xq + (size_t)n * (size_t)K);
+  k_quant_x<<<(unsigned)((nblk + 7) / 8), 256, 0, s>>>(x, xu, nblk, xq, xs);
+  const int V = (int)(K / 32);
+  if (!tl) tl = V <= 32 ? 5 : V <= 64 ? 6 : 7;
+  if (!rb) {
+    rb = 4;
+    if (n == 1) {
+      unsigned b8;
+      make_args(ws, ys, nw, (128 >> tl) * 8 / 4, &b8);
+      rb = b8 >= (unsigned)(4 * n_sm) ? 8 : 4;
+    }
+  }
+  const uint4 *q4 = (const uint4 *)xq;
+  if (n == 1) {
+    if (rb == 8) launch_q4<1, 8>(ws, ys, nw, q4, xs, n, tl, s);
+    else launch_q4<1, 4>(ws, ys, nw, q4, xs, n, tl, s);
+  } else if (n == 2) launch_q4<2, 4>(ws, ys, nw, q4, xs, n, tl, s);
+  else if (n <= 4) launch_q4<4, 4>(ws, ys, nw, q4, xs, n, tl, s);
+  else launch_q4<8, 4>(ws, ys, nw, q4, xs, n, tl, s);
+}
+
+bool cu_matvec_silu(const cu_weight *w, const float *g, const float *u, int n, float *y, void *xq, cudaStream_t s,
+                    int n_sm) {
+  if (w->kind == CW_Q4 && xq && n >= 1 && n <= CU_Q4_MAX_N) {
+    cu_q4_matvec_cfg(&w, &y, 1, g, u, n, xq, s, n_sm, 0, 0);
+    return true;
+  }
   if (n != 1 || w->kind != CW_DENSE || !mv2_ok(w, g) || ((uintptr_t)u & 15)) return false;
   switch (w->dtype) {
   case SM_DT_BF16: mv2_dispatch<0, __nv_bfloat16>(&w, &y, 1, g, u, n, s, n_sm); break;
@@ -576,8 +730,12 @@ bool cu_matvec_compatible(const cu_weight *a, const cu_weight *b) {
          a->dtype == b->dtype && a->sbk == b->sbk;
 }
 
-void cu_matvec_multi(const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n, cudaStream_t s,
-                     int n_sm) {
+void cu_matvec_multi(const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n, void *xq,
+                     cudaStream_t s, int n_sm) {
+  if (ws[0]->kind == CW_Q4) {
+    cu_q4_matvec_cfg(ws, ys, nw, x, NULL, n, xq, s, n_sm, 0, 0);
+    return;
+  }
   int64_t M = 0;
   for (int i = 0; i < nw; i++) M += ws[i]->rows;
   /* two rows per warp when there are enough rows to fill the chip */
@@ -626,8 +784,8 @@ void cu_matvec_multi(const cu_weight *const *ws, float *const *ys, int nw, const
   }
 }
 
-void cu_matvec(const cu_weight *w, const float *x, int n, float *y, cudaStream_t s, int n_sm) {
-  cu_matvec_multi(&w, &y, 1, x, n, s, n_sm);
+void cu_matvec(const cu_weight *w, const float *x, int n, float *y, void *xq, cudaStream_t s, int n_sm) {
+  cu_matvec_multi(&w, &y, 1, x, n, xq, s, n_sm);
 }
 
 /* ---------------- dequantization ---------------- */
@@ -643,10 +801,10 @@ static __device__ __forceinline__ float dq_elem(const cu_weight &w, int64_t r, i
   const int64_t G = w.cols / w.gs;
   float2 p = load_sb_rt(w.sb, r * G + j / w.gs, w.sbk);
   uint32_t qv;
-  if (w.kind == CW_QFAST) {
+  if (w.kind == CW_QFAST || w.kind == CW_Q4) {
     const int E = 32 / bits;
     const int64_t W = w.cols / E;
-    uint32_t wd = ((const uint32_t *)w.q)[r * W + cu_qfast_store_index(j / E, W)];
+    uint32_t wd = ((const uint32_t *)w.q)[r * W + (w.kind == CW_Q4 ? j / E : cu_qfast_store_index(j / E, W))];
     qv = (wd >> ((j % E) * bits)) & ((1u << bits) - 1);
   } else {
     const uint8_t *row = (const uint8_t *)w.q + r * (w.cols * bits / 8);
@@ -659,14 +817,14 @@ static __device__ __forceinline__ float dq_elem(const cu_weight &w, int64_t r, i
 }
 
 /* fast path: one thread per natural word of a QFAST weight */
-template <int BITS, typename O>
+template <int BITS, typename O, bool PERM>
 __global__ void k_dequant_qfast(cu_weight w, int64_t r0, int64_t nr, O *__restrict__ out) {
   constexpr int E = 32 / BITS;
   const int64_t W = w.cols / E, G = w.cols / w.gs;
   const int64_t total = nr * W;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t rr = i / W, u = i % W, r = r0 + rr;
-    uint32_t wd = __ldg((const uint32_t *)w.q + r * W + cu_qfast_store_index(u, W));
+    uint32_t wd = __ldg((const uint32_t *)w.q + r * W + (PERM ? cu_qfast_store_index(u, W) : u));
     float2 p = load_sb_rt(w.sb, r * G + (u * E) / w.gs, w.sbk);
     O o[E];
 #pragma unroll
@@ -696,14 +854,19 @@ __global__ void k_dequant_gen(cu_weight w, int64_t r0, int64_t nr, O *__restrict
 void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s) {
   if (nr <= 0) return;
   const int threads = 256;
-  int64_t work = w->kind == CW_QFAST ? nr * (w->cols * w->bits / 32) : nr * w->cols;
+  const bool qf = w->kind == CW_QFAST || w->kind == CW_Q4;
+  int64_t work = qf ? nr * (w->cols * w->bits / 32) : nr * w->cols;
   int64_t blocks = (work + threads - 1) / threads;
   if (blocks > 65536) blocks = 65536;
+  if (w->kind == CW_Q4 && !to_f16) {
+    k_dequant_qfast<4, __nv_bfloat16, false><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, (__nv_bfloat16 *)out);
+    return;
+  }
   if (w->kind == CW_QFAST && !to_f16) {
     __nv_bfloat16 *o = (__nv_bfloat16 *)out;
-    if (w->bits == 4) k_dequant_qfast<4, __nv_bfloat16><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, o);
-    else if (w->bits == 8) k_dequant_qfast<8, __nv_bfloat16><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, o);
-    else k_dequant_qfast<2, __nv_bfloat16><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, o);
+    if (w->bits == 4) k_dequant_qfast<4, __nv_bfloat16, true><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, o);
+    else if (w->bits == 8) k_dequant_qfast<8, __nv_bfloat16, true><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, o);
+    else k_dequant_qfast<2, __nv_bfloat16, true><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, o);
     return;
   }
   if (to_f16) k_dequant_gen<__half><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, (__half *)out);
