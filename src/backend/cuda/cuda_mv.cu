@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(256) k_quant_x(const float *__restrict__ x, co
 }
 
 template <int N, int RB>
-__global__ void __launch_bounds__(128) k_mvq4(const mv_args a, const uint4 *__restrict__ xq,
+__global__ void __launch_bounds__(128, N >= 4 ? 4 : 1) k_mvq4(const mv_args a, const uint4 *__restrict__ xq,
                                               const float2 *__restrict__ xs, int K, int lg, int sbk, int n, int tl,
                                               int nch) {
   __shared__ float red[4][RB * N];
@@ -522,6 +522,7 @@ __global__ void __launch_bounds__(128) k_mvq4(const mv_args a, const uint4 *__re
 #pragma unroll
     for (int c = 0; c < N; c++) acc[r][c] = 0.f;
   constexpr int MK = 0x0F0F0F0F;
+#pragma unroll 1
   for (int v = tt; v < V; v += tpr) {
     uint4 raw[RB];
 #pragma unroll
