@@ -1,6 +1,7 @@
 #!/bin/bash
 # Build on the GPU machine and run the CUDA tests and benchmarks.
-# usage (repo root): bash bench/cuda/device_run.sh [test] [b1] [b8q4] [b8bf16] ...
+# usage (repo root): bash bench/cuda/device_run.sh [test] [mv] [b1] [b8q4] [b8bf16] ...
+# (mv: quantized matvec microbenchmark; b1old/b8q4old: the same benches with SMELT_CUDA_Q4=0)
 # Needs the Debian packages in build-cudadeps/debs (see device_env.sh). Logs go to $OUT.
 set -o pipefail
 export SMELT_CUDA_STATS=1
@@ -12,11 +13,14 @@ if [ ! -x $B/smelt ]; then
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >$OUT/cmake.log 2>&1 || { tail -30 $OUT/cmake.log; exit 1; }
 fi
 t0=$(date +%s)
-cmake --build $B -j16 --target smelt test_cuda_backend >$OUT/build.log 2>&1 || { grep -E "error|Error" $OUT/build.log | head -40; tail -20 $OUT/build.log; exit 1; }
+cmake --build $B -j16 --target smelt test_cuda_backend cuda_mvbench >$OUT/build.log 2>&1 || { grep -E "error|Error" $OUT/build.log | head -40; tail -20 $OUT/build.log; exit 1; }
 echo "build $(( $(date +%s) - t0 )) s"
 for stage in "$@"; do
   case $stage in
     test) (cd $B && timeout 300 ctest -R cuda --output-on-failure 2>&1 | tee $OUT/ctest.log | tail -40) ;;
+    mv) timeout 240 $B/tests/cuda/cuda_mvbench 64 2>&1 | tee -a $OUT/mvbench.txt ;;
+    b1old) SMELT_CUDA_Q4=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[Q4=0] /' | tee -a $OUT/bench.txt ;;
+    b8q4old) SMELT_CUDA_Q4=0 timeout 400 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[Q4=0] /' | tee -a $OUT/bench.txt ;;
     b1) timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
     b8q4) timeout 400 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
     b8bf16) timeout 500 $B/smelt bench --synthetic 8b --bits 0 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;

@@ -2,8 +2,9 @@
  *
  * - Weights are uploaded once in prepare_weight (2/4/8-bit repacked for 16-byte lane loads,
  *   scales+biases interleaved; see cuda_internal.h).
- * - Decode matmuls (n <= 8) use the matvec kernels in cuda_mv.cu; larger n dequantizes
- *   tiles of the weight to bf16 and runs a cuBLAS GEMM.
+ * - Decode matmuls (n <= 8; n <= 16 for large 4-bit weights, which run int8-activation dp4a
+ *   kernels) use the matvec kernels in cuda_mv.cu; larger n dequantizes tiles of the weight
+ *   to bf16 and runs a cuBLAS GEMM.
  * - Every op is issued on one stream. For small batches (decode steps) the ops of a
  *   forward are recorded between set_batch and the next download/sync and replayed as a
  *   CUDA graph once the same op sequence has been seen twice; the batch metadata lives
@@ -74,7 +75,7 @@ typedef struct {
   bool failed;
   /* SMELT_CUDA_PROFILE=1: graphs off, every op timed with events, table printed at destroy */
   int prof;
-  bool q4; /* 4-bit weights use CW_Q4 (default; SMELT_CUDA_Q4=0 keeps the permuted fp32 path) */
+  int q4; /* CW_Q4 for 4-bit weights: 0 never, 1 large ones (default), 2 all (SMELT_CUDA_Q4=0/1) */
   cudaEvent_t pe0, pe1;
   struct { char label[64]; double ms; long count; } pt[96];
   int n_pt;
@@ -877,8 +878,11 @@ static smelt_status be_prepare_weight(sm_backend *be, sm_weight *w) {
     const size_t bytes = (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8;
     const int64_t G = w->cols / w->group_size, nsb = w->rows * G;
     cw->kind = (w->bits == 2 || w->bits == 4 || w->bits == 8) ? CW_QFAST : CW_QGEN;
-    /* 4-bit: natural order for the int8-activation dp4a kernels (SMELT_CUDA_Q4=0: old kernels) */
-    if (w->bits == 4 && c->q4) cw->kind = CW_Q4;
+    /* 4-bit: natural word order for the int8-activation dp4a kernels (cuda_mv.cu k_mvq4) when
+     * the weight is large (>= 32Mi elements: gate/up/down/lm_head of an 8B model); smaller ones
+     * keep the permuted fp32 kernel, faster at n = 1 there (bench/cuda/mvbench.cu, benchmarks.md).
+     * SMELT_CUDA_Q4=0: never, =1: every 4-bit weight. */
+    if (w->bits == 4 && (c->q4 == 2 || (c->q4 == 1 && w->rows * w->cols >= ((int64_t)32 << 20)))) cw->kind = CW_Q4;
     if (cudaMalloc(&cw->q, bytes) != cudaSuccess) goto oom;
     if (cw->kind == CW_QFAST) {
       if (cudaMalloc(&tmp, bytes) != cudaSuccess) goto oom;
@@ -1200,7 +1204,7 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   const char *g = getenv("SMELT_CUDA_GRAPHS");
   if (g && !strcmp(g, "0")) c->graphs_on = false;
   const char *q4e = getenv("SMELT_CUDA_Q4");
-  c->q4 = !(q4e && q4e[0] == '0');
+  c->q4 = q4e && q4e[0] == '0' ? 0 : q4e && q4e[0] == '1' ? 2 : 1;
   const char *pr = getenv("SMELT_CUDA_PROFILE");
   if (pr && strcmp(pr, "0")) {
     c->prof = 1;

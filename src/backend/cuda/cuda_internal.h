@@ -37,7 +37,7 @@ __host__ __device__ static inline int64_t cu_qfast_store_index(int64_t u, int64_
 }
 
 #define CU_MAX_N 8
-#define CU_Q4_MAX_N 64
+#define CU_Q4_MAX_N 16 /* above: dequant + cuBLAS measured faster (bench/cuda/mvbench.cu) */
 /* true when matvec kernels (not dequant + cuBLAS) handle n columns of w */
 static inline bool cu_use_matvec(const cu_weight *w, int n) {
   return n <= CU_MAX_N || (w->kind == CW_Q4 && n <= CU_Q4_MAX_N);

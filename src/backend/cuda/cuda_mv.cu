@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(256) k_quant_x(const float *__restrict__ x, co
 }
 
 template <int N, int RB>
-__global__ void __launch_bounds__(128, N >= 4 ? 4 : 1) k_mvq4(const mv_args a, const uint4 *__restrict__ xq,
+__global__ void __launch_bounds__(128) k_mvq4(const mv_args a, const uint4 *__restrict__ xq,
                                               const float2 *__restrict__ xs, int K, int lg, int sbk, int n, int tl,
                                               int nch) {
   __shared__ float red[4][RB * N];
@@ -522,7 +522,6 @@ __global__ void __launch_bounds__(128, N >= 4 ? 4 : 1) k_mvq4(const mv_args a, c
 #pragma unroll
     for (int c = 0; c < N; c++) acc[r][c] = 0.f;
   constexpr int MK = 0x0F0F0F0F;
-#pragma unroll 1
   for (int v = tt; v < V; v += tpr) {
     uint4 raw[RB];
 #pragma unroll
@@ -579,6 +578,7 @@ __global__ void __launch_bounds__(128, N >= 4 ? 4 : 1) k_mvq4(const mv_args a, c
     if (row < M && c0 + c < n) y[(int64_t)(c0 + c) * M + row] = sum;
   }
 }
+
 
 /* ---------------- dispatch ---------------- */
 static mv_args make_args(const cu_weight *const *ws, float *const *ys, int nw, int R, unsigned *blocks) {
@@ -688,20 +688,19 @@ static void launch_q4(const cu_weight *const *ws, float *const *ys, int nw, cons
 void cu_q4_matvec_cfg(const cu_weight *const *ws, float *const *ys, int nw, const float *x, const float *xu, int n,
                       void *xqv, cudaStream_t s, int n_sm, int rb, int tl) {
   const int64_t K = ws[0]->cols;
-  const int64_t nblk = (int64_t)n * (K / 32);
+  const int V = (int)(K / 32);
+  int64_t M = 0;
+  for (int i = 0; i < nw; i++) M += ws[i]->rows;
+  if (!tl) { /* fewest threads per row that still give >= 2000 warps (loads in flight) */
+    tl = 5;
+    while (tl < 7 && (M / 4) * (1 << (tl - 5)) < 2000 && (1 << (tl + 1)) <= V) tl++;
+  }
+  if (rb < 0) rb = -rb;
+  if (!rb) rb = 4;
+  const int64_t nblk = (int64_t)n * V;
   uint8_t *xq = (uint8_t *)xqv;
   float2 *xs = (float2 *)(xq + (size_t)n * (size_t)K);
   k_quant_x<<<(unsigned)((nblk + 7) / 8), 256, 0, s>>>(x, xu, nblk, xq, xs);
-  const int V = (int)(K / 32);
-  if (!tl) tl = V <= 32 ? 5 : V <= 64 ? 6 : 7;
-  if (!rb) {
-    rb = 4;
-    if (n == 1) {
-      unsigned b8;
-      make_args(ws, ys, nw, (128 >> tl) * 8 / 4, &b8);
-      rb = b8 >= (unsigned)(4 * n_sm) ? 8 : 4;
-    }
-  }
   const uint4 *q4 = (const uint4 *)xq;
   if (n == 1) {
     if (rb == 8) launch_q4<1, 8>(ws, ys, nw, q4, xs, n, tl, s);
