@@ -21,6 +21,10 @@ for stage in "$@"; do
     mv) timeout 240 $B/tests/cuda/cuda_mvbench 64 2>&1 | tee -a $OUT/mvbench.txt ;;
     b1old) SMELT_CUDA_Q4=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[Q4=0] /' | tee -a $OUT/bench.txt ;;
     b8q4old) SMELT_CUDA_Q4=0 timeout 400 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[Q4=0] /' | tee -a $OUT/bench.txt ;;
+    b1all) SMELT_CUDA_Q4=1 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[Q4=1] /' | tee -a $OUT/bench.txt ;;
+    b8q4all) SMELT_CUDA_Q4=1 timeout 400 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[Q4=1] /' | tee -a $OUT/bench.txt ;;
+    b8dec) SMELT_CUDA_ATTN_DEC=1 timeout 400 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[attn_dec] /' | tee -a $OUT/bench.txt ;;
+    b8nodec) SMELT_CUDA_ATTN_DEC=0 SMELT_CUDA_NORMQ=0 timeout 400 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[old attn+norm] /' | tee -a $OUT/bench.txt ;;
     b1) timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
     b8q4) timeout 400 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
     b8bf16) timeout 500 $B/smelt bench --synthetic 8b --bits 0 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;

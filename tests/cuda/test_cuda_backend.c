@@ -298,6 +298,13 @@ static void test_attention(void) {
   test_attention_case(16, 2, 64, 50, 0.f, 70, 20, 90);    /* sliding window, chunked prefill */
   test_attention_case(8, 1, 256, 0, 30.f, 17, 3, 5);      /* softcap, hd 256 */
   test_attention_case(4, 2, 16, 0, 0.f, 33, 0, 0);        /* tiny head dim (test model) */
+  /* one token per sequence (the decode kernel k_attn_dec, split over the key range when long) */
+  test_attention_case(32, 8, 128, 0, 0.f, 1, 600, 700);   /* llama-8B decode, splits */
+  test_attention_case(32, 8, 64, 0, 0.f, 1, 5, 1000);     /* llama-1B shape */
+  test_attention_case(16, 2, 64, 50, 0.f, 1, 20, 900);    /* sliding window */
+  test_attention_case(8, 1, 256, 0, 30.f, 1, 300, 2);     /* softcap, hd 256 */
+  test_attention_case(28, 4, 96, 0, 0.f, 1, 130, 33);     /* G 7, hd 96 */
+  test_attention_case(4, 2, 16, 0, 0.f, 1, 0, 64);        /* tiny head dim */
 }
 
 /* whole synthetic model: CPU vs CUDA */
@@ -383,10 +390,12 @@ int main(void) {
    * >= 32Mi elements use them, larger than these tests) */
   G->destroy(G);
   setenv("SMELT_CUDA_Q4", "1", 1);
+  setenv("SMELT_CUDA_ATTN_DEC", "1", 1); /* the one-token decode attention kernel (opt-in) */
   G = sm_cuda_backend_create(0);
   g_q4 = true;
   CHECK(G != NULL, "cuda backend with SMELT_CUDA_Q4=1: %s", smelt_last_error());
   if (G) {
+    test_attention();
     test_matmul(4);
     test_model(4);
     G->destroy(G);

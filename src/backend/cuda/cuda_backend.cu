@@ -62,6 +62,7 @@ typedef struct {
   bool meta_ev_live;
   /* scratch */
   float *part; size_t part_cap;       /* attention partials (floats) */
+  int *att_cnt; size_t att_cnt_cap;   /* decode attention split counters (zero between launches) */
   void *x16; size_t x16_cap;          /* activations as bf16/f16 (bytes) */
   void *deq; size_t deq_cap;          /* dequantized weight tile (bytes) */
   void *xq; size_t xq_cap;            /* int8-quantized activations for CW_Q4 matvecs (bytes) */
@@ -75,6 +76,9 @@ typedef struct {
   bool failed;
   /* SMELT_CUDA_PROFILE=1: graphs off, every op timed with events, table printed at destroy */
   int prof;
+  int att_dec; /* SMELT_CUDA_ATTN_DEC=1: k_attn_dec for one-token-per-sequence batches (off by default:
+                  measured slower than k_attn in graph replay, see docs/benchmarks.md) */
+  int q4_fuse; /* norm kernels write the int8 x of a following CW_Q4 matvec (SMELT_CUDA_NORMQ=0: off) */
   int q4; /* CW_Q4 for 4-bit weights: 0 never, 1 large ones (default), 2 all (SMELT_CUDA_Q4=0/1) */
   cudaEvent_t pe0, pe1;
   struct { char label[64]; double ms; long count; } pt[96];
@@ -402,6 +406,191 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
   }
 }
 
+/* Decode attention: every token is alone in its tile (n_tiles == n_tokens: one token per
+ * sequence). Block = (token, kv head, split z of the key range); 128 threads handle all G
+ * query heads of the group, so each K/V row is read once (16-byte loads). Per tile of
+ * AD_TP positions: scores by 8-thread groups (one position each, G dots), online softmax by
+ * one warp per head, then P.V with one float4 of d per thread. With S > 1 splits the last
+ * block of a (token, kv head) (atomic counter, reset by it) combines the partials, so the
+ * op is one kernel. Limits: G <= AD_GMAX, hd % 4 == 0, hd <= 256. */
+#define AD_TP 32
+#define AD_GMAX 8
+/* KC: float4 chunks of a K row per score thread (hd/4 <= 8*KC); VJ: positions per thread in
+ * the P.V phase (AD_TP / (128 / (8*KC))) */
+template <int KC, int VJ>
+__global__ void __launch_bounds__(128) k_attn_dec(float *__restrict__ out, float *__restrict__ part, int *__restrict__ cnt,
+                                                  const float *__restrict__ q, const float *__restrict__ Kc,
+                                                  const float *__restrict__ Vc, const int32_t *__restrict__ pos,
+                                                  const int32_t *__restrict__ seq, const int32_t *__restrict__ table,
+                                                  int max_blocks, int bs, int nblocks, int n_heads, int nkv, int hd,
+                                                  float scale, int window, float softcap, int S) {
+  extern __shared__ float4 sm4[];
+  float *sm = (float *)sm4;
+  const int t = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
+  const int G = n_heads / nkv, hd4 = hd >> 2, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int PG = 128 / hd4; /* position groups of the P.V phase */
+  float *Qs = sm;                    /* [G][hd] */
+  float *Ps = Qs + G * hd;           /* [G][AD_TP] */
+  float *Ms = Ps + G * AD_TP;        /* [AD_GMAX] running max, sum, correction */
+  float *Ls = Ms + AD_GMAX, *Cs = Ls + AD_GMAX;
+  float *Red = Cs + AD_GMAX;         /* [PG][G][hd] */
+  __shared__ int last;
+  const int64_t row = (int64_t)nkv * hd;
+  const int p = pos[t], sq = seq[t];
+  const int lo = window > 0 ? max(0, p - window + 1) : 0;
+  const int len = p - lo + 1, per = (len + S - 1) / S;
+  const int a0 = lo + z * per, a1 = min(p + 1, a0 + per);
+  const float *qg = q + ((int64_t)t * n_heads + (int64_t)kvh * G) * hd;
+  for (int i = tid; i < G * hd; i += 128) Qs[i] = qg[i] * scale;
+  if (tid < AD_GMAX) { Ms[tid] = -INFINITY; Ls[tid] = 0.f; }
+  float4 acc[AD_GMAX];
+#pragma unroll
+  for (int g = 0; g < AD_GMAX; g++) acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
+  const int sub = tid & 7, pr = tid >> 3;          /* score phase: 16 positions per pass */
+  const int d4 = tid % hd4, pg = tid / hd4;        /* P.V phase */
+  const int64_t koff = (int64_t)kvh * hd;
+  for (int b0 = a0; b0 < a1; b0 += AD_TP) {
+    __syncthreads(); /* Qs ready / previous tile's Ps consumed */
+    /* issue K and V loads of this tile */
+    float4 kr[2][KC];
+    int kval[2];
+#pragma unroll
+    for (int ps = 0; ps < 2; ps++) {
+      const int pp = b0 + ps * 16 + pr;
+      const int64_t sl = pp < a1 ? kv_slot(table, max_blocks, bs, nblocks, sq, pp) : -1;
+      kval[ps] = sl >= 0;
+      const float4 *kp = (const float4 *)(Kc + (sl >= 0 ? sl : 0) * row + koff);
+#pragma unroll
+      for (int c = 0; c < KC; c++) {
+        const int ch = sub + 8 * c;
+        kr[ps][c] = (sl >= 0 && ch < hd4) ? __ldg(kp + ch) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+    float4 vr[VJ];
+    bool vv[VJ];
+#pragma unroll
+    for (int k = 0; k < VJ; k++) {
+      const int j = pg + k * PG, pp = b0 + j;
+      int64_t sl = -1;
+      if (pg < PG && j < AD_TP && pp < a1) sl = kv_slot(table, max_blocks, bs, nblocks, sq, pp);
+      vv[k] = sl >= 0;
+      vr[k] = sl >= 0 ? __ldg((const float4 *)(Vc + sl * row + koff) + d4) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    /* scores */
+#pragma unroll
+    for (int ps = 0; ps < 2; ps++) {
+      const int j = ps * 16 + pr;
+#pragma unroll
+      for (int g = 0; g < AD_GMAX; g++) {
+        if (g < G) {
+          const float4 *qr = (const float4 *)(Qs + g * hd);
+          float s = 0.f;
+#pragma unroll
+          for (int c = 0; c < KC; c++) {
+            const int ch = sub + 8 * c;
+            if (ch < hd4) {
+              const float4 a = qr[ch], b = kr[ps][c];
+              s = fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, fmaf(a.w, b.w, s))));
+            }
+          }
+          s += __shfl_xor_sync(0xffffffffu, s, 4);
+          s += __shfl_xor_sync(0xffffffffu, s, 2);
+          s += __shfl_xor_sync(0xffffffffu, s, 1);
+          if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+          if (sub == 0) Ps[g * AD_TP + j] = kval[ps] ? s : -INFINITY;
+        }
+      }
+    }
+    __syncthreads();
+    /* online softmax, one warp per head */
+    for (int g = warp; g < G; g += 4) {
+      const float s = Ps[g * AD_TP + lane];
+      const float mx = warp_max(s), mo = Ms[g];
+      const float mn = fmaxf(mo, mx);
+      float corr = 1.f, pe = 0.f;
+      if (mn != -INFINITY) {
+        corr = mo == -INFINITY ? 0.f : expf(mo - mn);
+        pe = s == -INFINITY ? 0.f : expf(s - mn);
+      }
+      const float ps = warp_sum(pe);
+      Ps[g * AD_TP + lane] = pe;
+      if (lane == 0) { Ms[g] = mn; Ls[g] = Ls[g] * corr + ps; Cs[g] = corr; }
+    }
+    __syncthreads();
+    if (pg < PG) {
+#pragma unroll
+      for (int g = 0; g < AD_GMAX; g++) {
+        if (g < G) {
+          const float cr = Cs[g];
+          float4 a = acc[g];
+          a.x *= cr; a.y *= cr; a.z *= cr; a.w *= cr;
+#pragma unroll
+          for (int k = 0; k < VJ; k++) {
+            const int j = pg + k * PG;
+            if (vv[k]) {
+              const float pj = Ps[g * AD_TP + j];
+              a.x = fmaf(pj, vr[k].x, a.x); a.y = fmaf(pj, vr[k].y, a.y);
+              a.z = fmaf(pj, vr[k].z, a.z); a.w = fmaf(pj, vr[k].w, a.w);
+            }
+          }
+          acc[g] = a;
+        }
+      }
+    }
+  }
+  /* reduce the position groups */
+  __syncthreads();
+  if (pg < PG) {
+#pragma unroll
+    for (int g = 0; g < AD_GMAX; g++)
+      if (g < G) *(float4 *)(Red + ((int64_t)pg * G + g) * hd + 4 * d4) = acc[g];
+  }
+  __syncthreads();
+  for (int i = tid; i < G * hd; i += 128) {
+    const int g = i / hd, d = i % hd;
+    float o = 0.f;
+    for (int k = 0; k < PG; k++) o += Red[((int64_t)k * G + g) * hd + d];
+    const int h = kvh * G + g;
+    if (S == 1) {
+      const float L = Ls[g];
+      out[((int64_t)t * n_heads + h) * hd + d] = L > 0.f ? o / L : 0.f;
+    } else {
+      float *pp = part + (((int64_t)t * n_heads + h) * S + z) * (hd + 2);
+      if (d == 0) { pp[0] = Ms[g]; pp[1] = Ls[g]; }
+      pp[2 + d] = o;
+    }
+  }
+  if (S == 1) return;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(cnt + (int64_t)t * nkv + kvh, 1) == S - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = tid; i < G * hd; i += 128) {
+    const int g = i / hd, d = i % hd, h = kvh * G + g;
+    const float *pp = part + ((int64_t)t * n_heads + h) * S * (hd + 2);
+    float M = -INFINITY;
+    for (int zz = 0; zz < S; zz++) M = fmaxf(M, __ldcg(pp + zz * (hd + 2)));
+    float L = 0.f, o = 0.f;
+    if (M != -INFINITY) {
+      for (int zz = 0; zz < S; zz++) {
+        const float mz = __ldcg(pp + zz * (hd + 2));
+        if (mz == -INFINITY) continue;
+        const float wz = expf(mz - M);
+        L += __ldcg(pp + zz * (hd + 2) + 1) * wz;
+        o += __ldcg(pp + zz * (hd + 2) + 2 + d) * wz;
+      }
+    }
+    out[((int64_t)t * n_heads + h) * hd + d] = L > 0.f ? o / L : 0.f;
+  }
+  if (tid == 0) cnt[(int64_t)t * nkv + kvh] = 0;
+}
+static size_t att_dec_smem(int hd, int G) {
+  const int PG = 128 / (hd / 4);
+  return sizeof(float) * ((size_t)G * hd + (size_t)G * AD_TP + 3 * AD_GMAX + (size_t)PG * G * hd);
+}
+
 __global__ void k_attn_combine(float *out, const float *part, int S, int hd) {
   const float *pp = part + (int64_t)blockIdx.x * S * (hd + 2);
   float M = -INFINITY;
@@ -558,6 +747,19 @@ static void x_attention(cuda_be *c, const cu_op *o) {
   const float *q = (const float *)o->p1, *K = (const float *)o->p2, *V = (const float *)o->p3;
   const int n_heads = o->i0, nkv = o->i1, hd = o->i2, bs = o->i3, nblocks = o->i4, window = o->n;
   const float scale = o->f0, softcap = o->f1;
+  if (o->sz) { /* decode kernel, o->sz splits */
+    const int S = (int)o->sz, G = n_heads / nkv, hd4 = hd / 4;
+    dim3 grid((unsigned)c->n_tokens, (unsigned)nkv, (unsigned)S);
+    const size_t smem = att_dec_smem(hd, G);
+#define ATD_ARGS out, c->part, c->att_cnt, q, K, V, c->d_pos, c->d_seq, c->d_table, c->max_blocks, bs, nblocks, n_heads, \
+                 nkv, hd, scale, window, softcap, S
+    if (hd4 <= 8) k_attn_dec<1, 2><<<grid, 128, smem, c->s>>>(ATD_ARGS);
+    else if (hd4 <= 16) k_attn_dec<2, 4><<<grid, 128, smem, c->s>>>(ATD_ARGS);
+    else if (hd4 <= 32) k_attn_dec<4, 8><<<grid, 128, smem, c->s>>>(ATD_ARGS);
+    else k_attn_dec<8, 16><<<grid, 128, smem, c->s>>>(ATD_ARGS);
+#undef ATD_ARGS
+    return;
+  }
   const int G = n_heads / nkv, S = att_splits(c, nkv), nw = att_warps(hd, G);
   const size_t smem = att_smem(hd, G, nw);
   dim3 grid((unsigned)c->n_tiles, (unsigned)nkv, (unsigned)S);
@@ -643,9 +845,36 @@ static bool dead_after(const cuda_be *c, int i, const void *p) {
 }
 
 /* Run the recorded ops, fusing runs of matvecs that read the same x (q/k/v, gate/up). */
+/* The op after the rmsnorm at index i is a CW_Q4 matvec of its output with the same rows:
+ * then the norm kernel also writes the int8 x (c->xq) for it. */
+static bool norm_feeds_q4(const cuda_be *c, int i) {
+  if (c->q4_fuse == 0 || i + 1 >= c->n_ops) return false;
+  const cu_op *r = &c->ops[i], *m = &c->ops[i + 1];
+  if (m->type != OP_MATMUL || m->p1 != r->p0 || m->n != r->n) return false;
+  const cu_weight *w = (const cu_weight *)m->p3;
+  return w->kind == CW_Q4 && cu_use_matvec(w, m->n) && w->cols == r->i0 && c->xq &&
+         c->xq_cap >= cu_q4_scratch_bytes(m->n, w->cols);
+}
+
 static void exec_ops(cuda_be *c) {
+  const void *preq = NULL; /* buffer whose int8 quantization the previous kernel left in c->xq */
+  int preq_n = 0;
   for (int i = 0; i < c->n_ops;) {
     const cu_op *o = &c->ops[i];
+    const void *pre = preq;
+    const int pre_n = preq_n;
+    preq = NULL;
+    if (o->type == OP_RMSNORM) {
+      const bool q = norm_feeds_q4(c, i);
+      prof_begin(c);
+      if (cu_norm_q((float *)o->p0, (float *)o->p1, NULL, (const float *)o->p2, o->n, o->i0, o->f0, o->f1,
+                    q ? c->xq : NULL, c->s)) {
+        prof_end(c, q ? "rmsnorm+quant" : "rmsnorm");
+        if (q) { preq = o->p0; preq_n = o->n; }
+        i++;
+        continue;
+      }
+    }
     /* silu_mul whose output only feeds the next (decode) matmul: fuse into its x load */
     if (o->type == OP_SILU && i + 1 < c->n_ops && c->ops[i + 1].type == OP_MATMUL && c->ops[i + 1].n == 1 &&
         c->ops[i + 1].p1 == o->p0 && c->ops[i + 1].p2 != o->p1 && c->ops[i + 1].p2 != o->p2 &&
@@ -684,6 +913,7 @@ static void exec_ops(cuda_be *c) {
       }
     }
     if (o->type == OP_MATMUL && cu_use_matvec((const cu_weight *)o->p3, o->n)) {
+      const bool pq = pre == o->p1 && pre_n == o->n && ((const cu_weight *)o->p3)->kind == CW_Q4;
       const cu_weight *ws[3] = { (const cu_weight *)o->p3 };
       float *ys[3] = { (float *)o->p2 };
       int nw = 1;
@@ -699,12 +929,14 @@ static void exec_ops(cuda_be *c) {
         ys[nw] = (float *)p->p2;
         nw++;
       }
-      if (nw > 1) {
+      if (nw > 1 || pq) {
         prof_begin(c);
-        cu_matvec_multi(ws, ys, nw, (const float *)o->p1, o->n, c->xq, c->s, c->n_sm);
+        if (pq) cu_q4_matvec_preq(ws, ys, nw, o->n, c->xq, c->s);
+        else cu_matvec_multi(ws, ys, nw, (const float *)o->p1, o->n, c->xq, c->s, c->n_sm);
         if (c->prof) {
           char lab[64];
-          snprintf(lab, sizeof lab, "fused matvec x%d %lldx%lld n%d", nw, (long long)ws[0]->rows, (long long)ws[0]->cols, o->n);
+          snprintf(lab, sizeof lab, "%s matvec x%d %lldx%lld n%d", pq ? "preq" : "fused", nw, (long long)ws[0]->rows,
+                   (long long)ws[0]->cols, o->n);
           prof_end(c, lab);
         }
         i += nw;
@@ -716,10 +948,16 @@ static void exec_ops(cuda_be *c) {
       if (p->type == OP_RMSNORM && p->p1 == o->p0 && (size_t)p->n * (size_t)p->i0 == o->sz && p->p0 != o->p0 &&
           p->p0 != o->p1) {
         int dim = p->i0, th = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 64 ? 64 : 32;
+        const bool q = norm_feeds_q4(c, i + 1);
         prof_begin(c);
-        k_add_rmsnorm<<<p->n, th, 0, c->s>>>((float *)p->p0, (float *)o->p0, (const float *)o->p1,
-                                             (const float *)p->p2, dim, p->f0, p->f1);
-        prof_end(c, "add+rmsnorm");
+        if (cu_norm_q((float *)p->p0, (float *)o->p0, (const float *)o->p1, (const float *)p->p2, p->n, dim, p->f0,
+                      p->f1, q ? c->xq : NULL, c->s)) {
+          if (q) { preq = p->p0; preq_n = p->n; }
+        } else {
+          k_add_rmsnorm<<<p->n, th, 0, c->s>>>((float *)p->p0, (float *)o->p0, (const float *)o->p1,
+                                               (const float *)p->p2, dim, p->f0, p->f1);
+        }
+        prof_end(c, q ? "add+rmsnorm+quant" : "add+rmsnorm");
         i += 2;
         continue;
       }
@@ -1084,13 +1322,33 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
     if (kv && kv->head_dim > 0 && n_heads > 0) cudaMemsetAsync(out, 0, (size_t)nt * n_heads * kv->head_dim * 4, c->s);
     return;
   }
-  const int S = att_splits(c, kv->n_kv_heads);
+  const int G = n_heads / kv->n_kv_heads;
+  int Sd = 0; /* > 0: one-token-per-sequence decode kernel with Sd splits */
+  if (c->n_tiles == nt && G <= AD_GMAX && kv->head_dim <= 256 && c->att_dec &&
+      att_dec_smem(kv->head_dim, G) <= 48 * 1024) {
+    int maxlen = 1;
+    for (int t = 0; t < nt; t++) {
+      int len = c->h_pos[t] + 1;
+      if (window > 0 && len > window) len = window;
+      if (len > maxlen) maxlen = len;
+    }
+    const int units = nt * kv->n_kv_heads;
+    Sd = 1;
+    while (Sd < 64 && units * Sd * 2 <= c->n_sm && Sd * 2 * AD_TP <= maxlen) Sd *= 2;
+    if (Sd > 1) {
+      size_t need = sizeof(int) * (size_t)nt * kv->n_kv_heads, old = c->att_cnt_cap;
+      if (!ensure_buf(c, (void **)&c->att_cnt, &c->att_cnt_cap, need)) return;
+      if (c->att_cnt_cap != old && !ck(c, cudaMemset(c->att_cnt, 0, c->att_cnt_cap), "attention counters")) return;
+    }
+  }
+  const int S = Sd ? Sd : att_splits(c, kv->n_kv_heads);
   if (S > 1 && !ensure_buf(c, (void **)&c->part, &c->part_cap, sizeof(float) * (size_t)nt * n_heads * S * (kv->head_dim + 2)))
     return;
   cu_op o; memset(&o, 0, sizeof o);
   o.type = OP_ATTN; o.p0 = out; o.p1 = q; o.p2 = kv->k[layer]; o.p3 = kv->v[layer];
   o.i0 = n_heads; o.i1 = kv->n_kv_heads; o.i2 = kv->head_dim; o.i3 = kv->block_size; o.i4 = kv->n_blocks;
   o.n = window > 0 ? window : 0; o.f0 = scale; o.f1 = softcap > 0.f ? softcap : 0.f;
+  o.sz = (size_t)Sd;
   submit(c, &o);
 }
 
@@ -1163,6 +1421,7 @@ static void be_destroy(sm_backend *be) {
   for (int i = 0; i < N_GRAPHS; i++) free(c->graphs[i].ops);
   free(c->ops);
   if (c->part) cudaFree(c->part);
+  if (c->att_cnt) cudaFree(c->att_cnt);
   if (c->x16) cudaFree(c->x16);
   if (c->xq) cudaFree(c->xq);
   if (c->deq) cudaFree(c->deq);
@@ -1205,6 +1464,10 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   if (g && !strcmp(g, "0")) c->graphs_on = false;
   const char *q4e = getenv("SMELT_CUDA_Q4");
   c->q4 = q4e && q4e[0] == '0' ? 0 : q4e && q4e[0] == '1' ? 2 : 1;
+  const char *nq = getenv("SMELT_CUDA_NORMQ");
+  c->q4_fuse = !(nq && nq[0] == '0');
+  const char *ad = getenv("SMELT_CUDA_ATTN_DEC");
+  c->att_dec = ad && ad[0] == '1';
   const char *pr = getenv("SMELT_CUDA_PROFILE");
   if (pr && strcmp(pr, "0")) {
     c->prof = 1;

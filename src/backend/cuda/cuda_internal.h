@@ -61,6 +61,13 @@ bool cu_matvec_silu(const cu_weight *w, const float *g, const float *u, int n, f
 void cu_q4_matvec_cfg(const cu_weight *const *ws, float *const *ys, int nw, const float *x, const float *xu, int n,
                       void *xq, cudaStream_t s, int n_sm, int rb, int tl);
 bool cu_matvec_compatible(const cu_weight *a, const cu_weight *b);
+/* out[r] = rmsnorm(x[r] (+= a[r] when a)) * (w + off) for n rows of dim, one block a row; with xq
+ * also the CW_Q4 int8 x (cu_q4_scratch_bytes(n, dim)) of out. false (nothing launched) when the
+ * shape/alignment is not supported */
+bool cu_norm_q(float *out, float *x, const float *a, const float *w, int n, int dim, float eps, float off, void *xq,
+               cudaStream_t s);
+/* CW_Q4 matvec with x already quantized into xq (by cu_norm_q) */
+void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xq, cudaStream_t s);
 /* dequantize/convert rows [r0, r0+nr) of w to bf16 [nr][cols] (or to f16 when to_f16) */
 void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s);
 /* one row (token) of an embedding, dequantized to float */

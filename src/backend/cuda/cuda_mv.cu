@@ -885,3 +885,117 @@ void cu_embed(const cu_weight *w, const int32_t *tokens, int n_tokens, float *ou
   if (n_tokens <= 0) return;
   k_embed<<<n_tokens, 256, 0, s>>>(*w, tokens, out);
 }
+
+/* ---------------- fused (residual add +) rmsnorm (+ int8 x quantization) ----------------
+ * One block per row, one float4 per thread and pass (values stay in registers: one read of
+ * x and a). With xq: also writes the CW_Q4 x layout of k_quant_x (per 32 values: int8 in
+ * nibble order, (max|v|/127, exact sum)) so the next dp4a matvec needs no quantize launch. */
+template <int VPT>
+__global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
+                                                 const float *__restrict__ a, const float *__restrict__ w, int dim,
+                                                 float eps, float off, uint8_t *__restrict__ xq,
+                                                 float2 *__restrict__ xs) {
+  const int dim4 = dim >> 2, row = blockIdx.x;
+  float4 *xr = (float4 *)(x + (int64_t)row * dim);
+  const float4 *ar = a ? (const float4 *)(a + (int64_t)row * dim) : NULL;
+  float4 v[VPT];
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < VPT; i++) {
+    const int idx = threadIdx.x + i * blockDim.x;
+    v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (idx < dim4) {
+      v[i] = xr[idx];
+      if (ar) {
+        const float4 b = ar[idx];
+        v[i].x += b.x; v[i].y += b.y; v[i].z += b.z; v[i].w += b.w;
+        xr[idx] = v[i];
+      }
+      ss = fmaf(v[i].x, v[i].x, fmaf(v[i].y, v[i].y, fmaf(v[i].z, v[i].z, fmaf(v[i].w, v[i].w, ss))));
+    }
+  }
+  __shared__ float red[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    t = warp_sum(t);
+    if (threadIdx.x == 0) red[0] = t;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(red[0] / (float)dim + eps);
+  float4 *o4 = (float4 *)(out + (int64_t)row * dim);
+  const float4 *w4 = (const float4 *)w;
+#pragma unroll
+  for (int i = 0; i < VPT; i++) {
+    const int idx = threadIdx.x + i * blockDim.x;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (idx < dim4) {
+      const float4 g = w4[idx];
+      o.x = v[i].x * inv * (g.x + off); o.y = v[i].y * inv * (g.y + off);
+      o.z = v[i].z * inv * (g.z + off); o.w = v[i].w * inv * (g.w + off);
+      o4[idx] = o;
+    }
+    if (xq && i * blockDim.x < dim4) { /* whole warps: dim4 % 8 == 0 keeps 8-lane groups together */
+      float am = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+      float sum = (o.x + o.y) + (o.z + o.w);
+#pragma unroll
+      for (int m = 4; m > 0; m >>= 1) {
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, m));
+        sum += __shfl_xor_sync(0xffffffffu, sum, m);
+      }
+      if (idx < dim4) {
+        const float sc = am > 0.f ? 127.f / am : 0.f;
+        int q0 = __float2int_rn(o.x * sc), q1 = __float2int_rn(o.y * sc), q2 = __float2int_rn(o.z * sc),
+            q3 = __float2int_rn(o.w * sc);
+        q0 = max(-127, min(127, q0)); q1 = max(-127, min(127, q1));
+        q2 = max(-127, min(127, q2)); q3 = max(-127, min(127, q3));
+        const int sub = idx & 7, j = sub >> 1;
+        const int64_t b = (int64_t)row * (dim >> 5) + (idx >> 3);
+        uint8_t *blk = xq + b * 32;
+        /* values 4sub+u: u = 0,2 -> word 2j bytes 2(sub&1)+{0,1}; u = 1,3 -> word 2j+1 */
+        const int byte = 2 * (sub & 1);
+        *(uint16_t *)(blk + (2 * j) * 4 + byte) = (uint16_t)((q0 & 0xff) | ((q2 & 0xff) << 8));
+        *(uint16_t *)(blk + (2 * j + 1) * 4 + byte) = (uint16_t)((q1 & 0xff) | ((q3 & 0xff) << 8));
+        if (sub == 0) xs[b] = make_float2(am * (1.f / 127.f), sum);
+      }
+    }
+  }
+}
+
+bool cu_norm_q(float *out, float *x, const float *a, const float *w, int n, int dim, float eps, float off, void *xqv,
+               cudaStream_t s) {
+  if (n <= 0 || dim <= 0 || dim % 4 || (xqv && dim % 32) || (((uintptr_t)out | (uintptr_t)x | (uintptr_t)a |
+      (uintptr_t)w) & 15))
+    return false;
+  const int dim4 = dim / 4;
+  int th = ((dim4 + 31) / 32) * 32, vpt = 1;
+  while (th > 1024) { vpt *= 2; th = ((dim4 + vpt - 1) / vpt + 31) / 32 * 32; }
+  if (vpt > 8) return false;
+  if (th < 64) th = 64;
+  uint8_t *xq = (uint8_t *)xqv;
+  float2 *xs = xq ? (float2 *)(xq + (size_t)n * (size_t)dim) : NULL;
+  switch (vpt) {
+  case 1: k_norm_q<1><<<n, th, 0, s>>>(out, x, a, w, dim, eps, off, xq, xs); break;
+  case 2: k_norm_q<2><<<n, th, 0, s>>>(out, x, a, w, dim, eps, off, xq, xs); break;
+  case 4: k_norm_q<4><<<n, th, 0, s>>>(out, x, a, w, dim, eps, off, xq, xs); break;
+  default: k_norm_q<8><<<n, th, 0, s>>>(out, x, a, w, dim, eps, off, xq, xs); break;
+  }
+  return true;
+}
+
+void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xqv, cudaStream_t s) {
+  const int64_t K = ws[0]->cols;
+  const int V = (int)(K / 32);
+  int64_t M = 0;
+  for (int i = 0; i < nw; i++) M += ws[i]->rows;
+  int tl = 5;
+  while (tl < 7 && (M / 4) * (1 << (tl - 5)) < 2000 && (1 << (tl + 1)) <= V) tl++;
+  const uint4 *q4 = (const uint4 *)xqv;
+  const float2 *xs = (const float2 *)((const uint8_t *)xqv + (size_t)n * (size_t)K);
+  if (n == 1) launch_q4<1, 4>(ws, ys, nw, q4, xs, n, tl, s);
+  else if (n == 2) launch_q4<2, 4>(ws, ys, nw, q4, xs, n, tl, s);
+  else if (n <= 4) launch_q4<4, 4>(ws, ys, nw, q4, xs, n, tl, s);
+  else launch_q4<8, 4>(ws, ys, nw, q4, xs, n, tl, s);
+}
