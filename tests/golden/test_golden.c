@@ -6,6 +6,8 @@
 #include "engine/engine.h"
 #include "../test_util.h"
 
+static bool g_cuda; /* SMELT_GOLDEN_DEVICE=cuda */
+
 static double num(const cJSON *o, const char *k, double def) {
   const cJSON *v = cJSON_GetObjectItem(o, k);
   return cJSON_IsNumber(v) ? v->valuedouble : def;
@@ -22,8 +24,11 @@ static void check_fixture(const char *dir) {
   const cJSON *pids = cJSON_GetObjectItem(man, "prompt_ids"), *gids = cJSON_GetObjectItem(man, "greedy_ids");
   const cJSON *margins = cJSON_GetObjectItem(man, "greedy_top2_margins");
   const cJSON *tol = cJSON_GetObjectItem(man, "tolerances");
-  double max_abs_tol = num(cJSON_GetObjectItem(tol, "f32"), "max_abs", 2e-3);
-  double rel_l2_tol = num(cJSON_GetObjectItem(tol, "f32"), "rel_l2", 1e-4);
+  /* The CPU backend computes prefill in float32; the CUDA backend's batched (n > 8) matmuls
+   * run on bf16 tensor cores, for which the fixtures state the "reduced" tolerance. */
+  const char *tkey = g_cuda ? "reduced" : "f32";
+  double max_abs_tol = num(cJSON_GetObjectItem(tol, tkey), "max_abs", g_cuda ? 0.25 : 2e-3);
+  double rel_l2_tol = num(cJSON_GetObjectItem(tol, tkey), "rel_l2", g_cuda ? 3e-2 : 1e-4);
   double margin_min = num(tol, "greedy_margin_min", 0.05);
   int np = cJSON_GetArraySize(pids), ng = cJSON_GetArraySize(gids);
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)(np + ng));
@@ -31,7 +36,7 @@ static void check_fixture(const char *dir) {
 
   smelt_model_params mp;
   smelt_model_params_default(&mp);
-  mp.device = getenv("SMELT_GOLDEN_DEVICE") && !strcmp(getenv("SMELT_GOLDEN_DEVICE"), "cuda") ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
+  mp.device = g_cuda ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
   smelt_model *m = NULL;
   if (smelt_model_load(dir, &mp, &m)) { CHECK(0, "%s: load: %s", name, smelt_last_error()); goto out; }
   int V = smelt_model_vocab_size(m);
@@ -153,6 +158,16 @@ out:
 
 int main(int argc, char **argv) {
   const char *root = argc > 1 ? argv[1] : "tests/golden/fixtures";
+  g_cuda = getenv("SMELT_GOLDEN_DEVICE") && !strcmp(getenv("SMELT_GOLDEN_DEVICE"), "cuda");
+#ifdef SMELT_HAVE_CUDA
+  if (g_cuda) {
+    sm_backend *be = sm_cuda_backend_create(0);
+    if (!be) { printf("no usable GPU (%s): skipping\n", smelt_last_error()); return 77; }
+    be->destroy(be);
+  }
+#else
+  if (g_cuda) { printf("built without CUDA: skipping\n"); return 77; }
+#endif
   DIR *d = opendir(root);
   if (!d) { fprintf(stderr, "no fixtures at %s\n", root); return 1; }
   struct dirent *de;
