@@ -1,5 +1,6 @@
-/* CPU kernel benchmark: DRAM read bandwidth, quantized matvec bandwidth, prefill GFLOP/s.
- * usage: bench_kernels [n_threads]   (env SMELT_CPU_ISA=scalar|avx2|avx512 picks the kernels) */
+/* CPU kernel benchmark: DRAM read bandwidth, quantized matvec bandwidth, prefill GFLOP/s, attention.
+ * usage: bench_kernels [n_threads] [all|q4|lowbit|gemm|att]
+ *   (env SMELT_CPU_ISA=scalar|avx2|avx512 picks the kernels, SMELT_CPU_EXACT=1 the float path) */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
 #include <stdio.h>
@@ -101,6 +102,42 @@ static void bench_gemm(sm_backend *be, int64_t M, int64_t K, int bits, int gs, i
   free(d); free(s); free(b); free(x); free(y);
 }
 
+
+/* GQA attention over a long context: decode (1 token) and a prefill chunk of nt tokens at the
+ * end of a ctx-position sequence. Reports time and the K/V bytes one pass over the cache reads. */
+static void bench_att(sm_backend *be, int nh, int nkv, int hd, int ctx, int nt) {
+  const int BS = 16, nb = (ctx + BS - 1) / BS;
+  size_t row = (size_t)nkv * (size_t)hd, slots = (size_t)nb * BS;
+  float *K = sm_aligned_alloc(slots * row * 4), *V = sm_aligned_alloc(slots * row * 4);
+  for (size_t i = 0; i < slots * row; i++) { K[i] = (float)rand() / RAND_MAX - 0.5f; V[i] = (float)rand() / RAND_MAX - 0.5f; }
+  void *kk[1] = {K}, *vv[1] = {V};
+  sm_kv_cache kv = {.n_layers = 1, .n_kv_heads = nkv, .head_dim = hd, .block_size = BS, .n_blocks = nb, .k = kk, .v = vv};
+  int32_t *table = malloc((size_t)nb * 4), *tok = calloc((size_t)nt, 4), *pos = malloc((size_t)nt * 4), *seq = calloc((size_t)nt, 4);
+  for (int i = 0; i < nb; i++) table[i] = nb - 1 - i; /* scattered blocks */
+  for (int t = 0; t < nt; t++) pos[t] = ctx - nt + t;
+  sm_batch b = {.n_tokens = nt, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 1, .max_blocks = nb, .block_table = table};
+  be->set_batch(be, &b);
+  float *q = sm_aligned_alloc((size_t)nt * nh * hd * 4), *o = sm_aligned_alloc((size_t)nt * nh * hd * 4);
+  for (size_t i = 0; i < (size_t)nt * nh * hd; i++) q[i] = (float)rand() / RAND_MAX - 0.5f;
+  be->attention(be, o, q, &kv, 0, nh, 1.f / 8.f, 0, 0.f);
+  double best = 1e30, tot = 0;
+  int iters = 0;
+  double t0 = sm_now();
+  do {
+    double t1 = sm_now();
+    be->attention(be, o, q, &kv, 0, nh, 1.f / 8.f, 0, 0.f);
+    double dt = sm_now() - t1;
+    if (dt < best) best = dt;
+    tot += dt;
+    iters++;
+  } while (sm_now() - t0 < 1.0 && iters < 10000);
+  double kvb = (double)ctx * (double)row * 8;
+  double fl = 4.0 * nh * hd * ((double)nt * ctx - (double)nt * (nt - 1) / 2);
+  printf("attn   %2dq/%dkv hd%-3d ctx %-5d n=%-4d %9.1f us best %9.1f us mean  %6.2f GB/s of K/V  %6.1f GFLOP/s\n", nh, nkv,
+         hd, ctx, nt, best * 1e6, tot / iters * 1e6, kvb / best / 1e9, fl / best / 1e9);
+  free(K); free(V); free(table); free(tok); free(pos); free(seq); free(q); free(o);
+}
+
 int main(int argc, char **argv) {
   int nth = argc > 1 ? atoi(argv[1]) : 0;
   sm_backend *be = sm_cpu_backend_create(nth);
@@ -109,6 +146,8 @@ int main(int argc, char **argv) {
   sm_pool *pool = sm_pool_create(nth > 0 ? nth : (int)sysconf(_SC_NPROCESSORS_ONLN));
   printf("kernels: %s, threads: %d\n", sm_cpu_backend_isa(be), sm_pool_size(pool));
   bw_ctx c = {.n = 1ull << 30};
+  const bool need_bw = !(argc > 2 && (!strcmp(argv[2], "gemm") || !strncmp(argv[2], "att", 3)));
+  if (!need_bw) c.n = 1ull << 24;
   uint8_t *buf = sm_aligned_alloc(c.n);
   memset(buf, 1, c.n);
   c.buf = buf;
@@ -123,22 +162,49 @@ int main(int argc, char **argv) {
   free(buf);
   sm_pool_destroy(pool);
   g_bw = best;
-  printf("DRAM read bandwidth (1 GiB sum, best of 5): %.2f GB/s\n", best);
-  bench_matvec(be, 512, 2048, 4, 64);
-  bench_matvec(be, 2048, 2048, 4, 64);
-  bench_matvec(be, 8192, 2048, 4, 64);
-  bench_matvec(be, 2048, 8192, 4, 64);
-  bench_matvec(be, 128256, 2048, 4, 64);
-  bench_matvec(be, 4096, 4096, 4, 64);
-  bench_matvec(be, 14336, 4096, 4, 64);
-  bench_matvec(be, 4096, 14336, 4, 64);
-  bench_matvec(be, 8192, 2048, 8, 64);
-  bench_matvec(be, 8192, 2048, 3, 64);
-  bench_matvec(be, 8192, 2048, 6, 64);
-  bench_gemm(be, 2048, 2048, 4, 64, 64);
-  bench_gemm(be, 2048, 2048, 4, 64, 512);
-  bench_gemm(be, 8192, 2048, 4, 64, 64);
-  bench_gemm(be, 8192, 2048, 4, 64, 512);
+  if (need_bw) printf("DRAM read bandwidth (1 GiB sum, best of 5): %.2f GB/s\n", best);
+  const char *sel = argc > 2 ? argv[2] : "all";
+  const bool all = !strcmp(sel, "all");
+  if (all || !strcmp(sel, "q4")) {
+    bench_matvec(be, 512, 2048, 4, 64);
+    bench_matvec(be, 2048, 2048, 4, 64);
+    bench_matvec(be, 8192, 2048, 4, 64);
+    bench_matvec(be, 2048, 8192, 4, 64);
+    bench_matvec(be, 128256, 2048, 4, 64);
+    bench_matvec(be, 4096, 4096, 4, 64);
+    bench_matvec(be, 14336, 4096, 4, 64);
+    bench_matvec(be, 4096, 14336, 4, 64);
+  }
+  if (all || !strcmp(sel, "lowbit")) {
+    static const int bv[] = {4, 8, 2, 3, 5, 6};
+    for (int i = 0; i < 6; i++) bench_matvec(be, 8192, 2048, bv[i], 64);
+    bench_matvec(be, 8192, 2048, 3, 32);
+    bench_matvec(be, 8192, 2048, 6, 128);
+    bench_matvec(be, 2048, 8192, 6, 64);
+    bench_matvec(be, 2048, 8192, 3, 64);
+  }
+  if (all || !strcmp(sel, "gemm")) {
+    bench_gemm(be, 2048, 2048, 4, 64, 64);
+    bench_gemm(be, 2048, 2048, 4, 64, 512);
+    bench_gemm(be, 8192, 2048, 4, 64, 64);
+    bench_gemm(be, 8192, 2048, 4, 64, 512);
+    static const int bv[] = {2, 3, 5, 6, 8};
+    bench_gemm(be, 8192, 2048, 4, 64, 64);
+    for (int i = 0; i < 5; i++) bench_gemm(be, 8192, 2048, bv[i], 64, 64);
+    for (int i = 0; i < 5; i++) bench_gemm(be, 8192, 2048, bv[i], 64, 8);
+    bench_gemm(be, 8192, 2048, 4, 64, 8);
+    bench_gemm(be, 8192, 2048, 6, 64, 512);
+    bench_gemm(be, 8192, 2048, 3, 64, 512);
+  }
+  if (all || !strncmp(sel, "att", 3)) { /* "attd": decode only */
+    bench_att(be, 32, 8, 64, 4096, 1);
+    bench_att(be, 32, 8, 128, 4096, 1);
+    bench_att(be, 32, 8, 128, 512, 1); /* K/V in cache */
+    if (strcmp(sel, "attd")) {
+      bench_att(be, 32, 8, 64, 4096, 64);
+      bench_att(be, 32, 8, 128, 4096, 64);
+    }
+  }
   be->destroy(be);
   return 0;
 }

@@ -214,6 +214,29 @@ static void test_matmul(sm_backend *be) {
       free_tw(&t);
     }
   }
+  /* every bit width x group size x scale dtype at int8-path sizes (cols >= 512): odd row
+   * counts (NR-row tails), odd numbers of 64-element blocks, partial 16-group windows;
+   * n = 1, 2 (decode, int8 path where supported) and 7 (gemm) */
+  {
+    static const int64_t colsv[] = {576, 1088, 2176, 704, 1216, 640};
+    static const int rowsv8[] = {1, 3, 6, 9, 13, 5, 2};
+    int si = 0;
+    for (int bi = 0; bi < 6; bi++)
+      for (int gi = 0; gi < 3; gi++)
+        for (int di = 0; di < 3; di++, si++) {
+          int gs = gsv[gi];
+          int64_t cols = colsv[si % 6];
+          if (cols % gs) cols += gs - cols % gs;
+          int64_t rows = rowsv8[si % 7];
+          tw t;
+          make_quant(&t, rows, cols, bitsv[bi], gs, dtv[di]);
+          snprintf(what, sizeof what, "i8 q%d g%d dt%d %lldx%lld", bitsv[bi], gs, (int)dtv[di], (long long)rows, (long long)cols);
+          check_matmul(be, &t, 1, what);
+          check_matmul(be, &t, 2, what);
+          if (si % 3 == 0) check_matmul(be, &t, 7, what);
+          free_tw(&t);
+        }
+  }
   /* dense, odd sizes */
   static const int64_t dshape[][2] = {{3, 37}, {17, 300}, {40, 513}, {65, 16}};
   for (int di = 0; di < 3; di++)
@@ -396,13 +419,16 @@ static void test_rope_embed_gather(sm_backend *be) {
 }
 
 /* Paged attention: two sequences with shuffled blocks, GQA, causal, window, softcap. */
-static void test_attention(sm_backend *be) {
-  enum { NKV = 2, NH = 8, HD = 64, BS = 16, NB = 40, MAXB = 20, L = 2 };
+/* nh query heads over nkv KV heads of head_dim hd (GQA groups, MQA with > 16 heads per KV
+ * head, head_dim not a multiple of 16); a prefill of P0 tokens then a mixed batch */
+static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, const int HD) {
+  enum { BS = 16, NB = 40, MAXB = 20, L = 2 };
+  const int KW = NKV * HD;
   sm_kv_cache kv = {.n_layers = L, .n_kv_heads = NKV, .head_dim = HD, .block_size = BS, .n_blocks = NB};
   void *kk[L], *vv[L];
   for (int l = 0; l < L; l++) {
-    kk[l] = be->alloc(be, sizeof(float) * NB * BS * NKV * HD);
-    vv[l] = be->alloc(be, sizeof(float) * NB * BS * NKV * HD);
+    kk[l] = be->alloc(be, sizeof(float) * NB * BS * KW);
+    vv[l] = be->alloc(be, sizeof(float) * NB * BS * KW);
   }
   kv.k = kk; kv.v = vv;
   int32_t table[2 * MAXB];
@@ -411,10 +437,11 @@ static void test_attention(sm_backend *be) {
   for (int i = NB - 1; i > 0; i--) { int j = (int)(urand() * (i + 1)); int t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
   for (int i = 0; i < 2 * MAXB; i++) table[i] = perm[i];
   /* logical history */
-  enum { P0 = 300, P1 = 5 };
-  static float K0[P0 + 1][NKV * HD], V0[P0 + 1][NKV * HD], K1[P1][NKV * HD], V1[P1][NKV * HD];
-  for (int p = 0; p <= P0; p++) for (int i = 0; i < NKV * HD; i++) { K0[p][i] = frand(-1, 1); V0[p][i] = frand(-1, 1); }
-  for (int p = 0; p < P1; p++) for (int i = 0; i < NKV * HD; i++) { K1[p][i] = frand(-1, 1); V1[p][i] = frand(-1, 1); }
+  enum { P0 = 300, P1 = 21 };
+  float *K0 = malloc(sizeof(float) * (P0 + 1) * KW), *V0 = malloc(sizeof(float) * (P0 + 1) * KW);
+  float *K1 = malloc(sizeof(float) * P1 * KW), *V1 = malloc(sizeof(float) * P1 * KW);
+  for (int i = 0; i < (P0 + 1) * KW; i++) { K0[i] = frand(-1, 1); V0[i] = frand(-1, 1); }
+  for (int i = 0; i < P1 * KW; i++) { K1[i] = frand(-1, 1); V1[i] = frand(-1, 1); }
   const int layer = 1;
   /* batch 1: prefill seq 0 positions [0, P0) */
   {
@@ -422,7 +449,7 @@ static void test_attention(sm_backend *be) {
     for (int p = 0; p < P0; p++) pos[p] = p;
     sm_batch b = mk_batch(P0, tok, pos, seq, 2, MAXB, table, 0, NULL);
     CHECK(be->set_batch(be, &b) == SMELT_OK, "set_batch 1");
-    be->kv_store(be, &kv, layer, &K0[0][0], &V0[0][0]);
+    be->kv_store(be, &kv, layer, K0, V0);
     free(tok); free(pos); free(seq);
   }
   /* batch 2: seq 0 decodes position P0, seq 1 prefills [0, P1) */
@@ -430,44 +457,54 @@ static void test_attention(sm_backend *be) {
   int32_t tok[NT] = {0}, pos[NT], seq[NT];
   pos[0] = P0; seq[0] = 0;
   for (int p = 0; p < P1; p++) { pos[1 + p] = p; seq[1 + p] = 1; }
-  float kb[NT][NKV * HD], vb[NT][NKV * HD];
-  memcpy(kb[0], K0[P0], sizeof kb[0]); memcpy(vb[0], V0[P0], sizeof vb[0]);
-  for (int p = 0; p < P1; p++) { memcpy(kb[1 + p], K1[p], sizeof kb[0]); memcpy(vb[1 + p], V1[p], sizeof vb[0]); }
+  float *kb = malloc(sizeof(float) * NT * KW), *vb = malloc(sizeof(float) * NT * KW);
+  memcpy(kb, K0 + (size_t)P0 * KW, sizeof(float) * KW); memcpy(vb, V0 + (size_t)P0 * KW, sizeof(float) * KW);
+  memcpy(kb + KW, K1, sizeof(float) * P1 * KW); memcpy(vb + KW, V1, sizeof(float) * P1 * KW);
   sm_batch b = mk_batch(NT, tok, pos, seq, 2, MAXB, table, 0, NULL);
   CHECK(be->set_batch(be, &b) == SMELT_OK, "set_batch 2");
-  be->kv_store(be, &kv, layer, &kb[0][0], &vb[0][0]);
-  static float q[NT][NH * HD], out[NT][NH * HD];
-  for (int t = 0; t < NT; t++) for (int i = 0; i < NH * HD; i++) q[t][i] = frand(-1, 1);
+  be->kv_store(be, &kv, layer, kb, vb);
+  float *q = malloc(sizeof(float) * NT * NH * HD), *out = malloc(sizeof(float) * NT * NH * HD);
+  for (int i = 0; i < NT * NH * HD; i++) q[i] = frand(-1, 1);
   struct { int window; float softcap; } cfg[] = {{0, 0}, {64, 0}, {0, 5.0f}, {3, 2.0f}};
+  double *o = malloc(sizeof(double) * HD), *sc = malloc(sizeof(double) * (P0 + 1));
   for (int c = 0; c < 4; c++) {
     float scale = 1.0f / sqrtf(HD) * 2.0f;
-    be->attention(be, &out[0][0], &q[0][0], &kv, layer, NH, scale, cfg[c].window, cfg[c].softcap);
+    be->attention(be, out, q, &kv, layer, NH, scale, cfg[c].window, cfg[c].softcap);
     double w = 0;
     for (int t = 0; t < NT; t++)
       for (int h = 0; h < NH; h++) {
         int kvh = h / (NH / NKV), ps = pos[t];
         int lo = cfg[c].window > 0 ? (ps - cfg[c].window + 1 > 0 ? ps - cfg[c].window + 1 : 0) : 0;
-        double sc[P0 + 1], m = -1e300, l = 0, o[HD] = {0};
+        double m = -1e300, l = 0;
+        for (int d = 0; d < HD; d++) o[d] = 0;
         for (int p = lo; p <= ps; p++) {
-          const float *kr = seq[t] == 0 ? K0[p] : K1[p];
+          const float *kr = (seq[t] == 0 ? K0 : K1) + (size_t)p * KW;
           double s = 0;
-          for (int d = 0; d < HD; d++) s += (double)q[t][h * HD + d] * kr[kvh * HD + d];
+          for (int d = 0; d < HD; d++) s += (double)q[((size_t)t * NH + h) * HD + d] * kr[kvh * HD + d];
           s *= scale;
           if (cfg[c].softcap > 0) s = cfg[c].softcap * tanh(s / cfg[c].softcap);
           sc[p] = s;
           if (s > m) m = s;
         }
         for (int p = lo; p <= ps; p++) {
-          const float *vr = seq[t] == 0 ? V0[p] : V1[p];
+          const float *vr = (seq[t] == 0 ? V0 : V1) + (size_t)p * KW;
           double e = exp(sc[p] - m);
           l += e;
           for (int d = 0; d < HD; d++) o[d] += e * vr[kvh * HD + d];
         }
-        for (int d = 0; d < HD; d++) w = fmax(w, fabs(out[t][h * HD + d] - o[d] / l));
+        for (int d = 0; d < HD; d++) w = fmax(w, fabs(out[((size_t)t * NH + h) * HD + d] - o[d] / l));
       }
-    CHECK(w < 1e-5, "attention cfg %d (window %d softcap %g) err %g", c, cfg[c].window, cfg[c].softcap, w);
+    CHECK(w < 1e-5, "attention %dq/%dkv hd%d cfg %d (window %d softcap %g) err %g", NH, NKV, HD, c, cfg[c].window,
+          cfg[c].softcap, w);
   }
   for (int l = 0; l < L; l++) { be->free(be, kk[l]); be->free(be, vv[l]); }
+  free(K0); free(V0); free(K1); free(V1); free(kb); free(vb); free(q); free(out); free(o); free(sc);
+}
+static void test_attention(sm_backend *be) {
+  test_attention_cfg(be, 8, 2, 64);  /* GQA 4 */
+  test_attention_cfg(be, 6, 6, 40);  /* MHA, head_dim % 16 != 0 */
+  test_attention_cfg(be, 20, 1, 32); /* MQA: 20 heads on one KV head (two row sub-groups) */
+  test_attention_cfg(be, 16, 2, 128);
 }
 
 int main(void) {

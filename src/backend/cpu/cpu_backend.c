@@ -324,8 +324,28 @@ static void be_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const 
   }
 }
 
+/* slots of positions [p0, p0+np) of sequence s (-1 where unmapped): one division per block */
+static void kv_slots(const cpu_be *c, const sm_kv_cache *kv, int s, int32_t p0, int np, int64_t *out) {
+  const int bs = kv->block_size;
+  for (int j = 0; j < np;) {
+    int32_t p = p0 + j;
+    int64_t bi = bs > 0 ? p / bs : 0;
+    int off = bs > 0 ? (int)(p % bs) : 0, run = bs - off < np - j ? bs - off : np - j;
+    int32_t blk = -1;
+    if (bs > 0 && bi < c->b.max_blocks) blk = c->b.block_table[(size_t)s * (size_t)c->b.max_blocks + (size_t)bi];
+    if (bs <= 0) run = np - j;
+    for (int u = 0; u < run; u++)
+      out[j + u] = blk >= 0 && blk < kv->n_blocks ? (int64_t)blk * bs + off + u : -1;
+    j += run;
+  }
+}
+
 /* ---------------- attention ---------------- */
+/* Work item = (tile of consecutive tokens of one sequence, KV head, sub-group of <= ATT_ROWS/...
+ * query heads): its query rows (tokens x heads that share the KV head) are processed together,
+ * so each K/V row is loaded once per item instead of once per query head and token. */
 #define ATT_CHUNK 64
+#define ATT_ROWS 16 /* query rows per item */
 typedef struct {
   cpu_be *c;
   float *out;
@@ -333,7 +353,20 @@ typedef struct {
   const sm_kv_cache *kv;
   int layer, n_heads, window;
   float scale, softcap;
+  const int32_t *tile0; /* [n_tiles+1] first token of each tile */
+  int n_tiles, hsub, n_hsub;
 } att_ctx;
+
+static void gen_scores(const sm_cpu_kern *k, const float *q, int ldq, int nq, const float *const *kr, int np, int hd,
+                       float *s, int lds) {
+  for (int i = 0; i < nq; i++)
+    for (int j = 0; j < np; j++) s[(size_t)i * lds + j] = k->dot(q + (size_t)i * ldq, kr[j], hd);
+}
+static void gen_pv(const sm_cpu_kern *k, const float *p, int ldp, int nq, const float *const *vr, int np, int hd, float *acc) {
+  for (int i = 0; i < nq; i++)
+    for (int j = 0; j < np; j++)
+      if (p[(size_t)i * ldp + j] != 0.f) k->axpy(acc + (size_t)i * hd, p[(size_t)i * ldp + j], vr[j], hd);
+}
 
 static void att_range(void *vctx, size_t i0, size_t i1) {
   att_ctx *a = vctx;
@@ -343,50 +376,95 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
   const int hd = kv->head_dim, nkv = kv->n_kv_heads, grp = a->n_heads / nkv;
   const size_t krow = (size_t)nkv * (size_t)hd;
   const float *Kc = kv->k[a->layer], *Vc = kv->v[a->layer];
-  float sbuf[ATT_CHUNK];
-  float accs[256];
-  float *acc = hd <= 256 ? accs : sm_xmalloc((size_t)hd * sizeof(float));
+  float *Q = sm_xmalloc((size_t)ATT_ROWS * (size_t)hd * sizeof(float) * 2), *acc = Q + (size_t)ATT_ROWS * hd;
+  float S[ATT_ROWS * ATT_CHUNK], m[ATT_ROWS], l[ATT_ROWS];
+  int32_t lo[ATT_ROWS], hi[ATT_ROWS];
+  const float *kr[ATT_CHUNK], *vr[ATT_CHUNK];
+  int32_t pp[ATT_CHUNK];
   for (size_t it = i0; it < i1; it++) {
-    int t = (int)(it / (size_t)a->n_heads), h = (int)(it % (size_t)a->n_heads);
-    const float *q = a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
-    float *o = a->out + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
-    int kvh = h / grp, sq = c->b.seq[t];
-    int32_t pos = c->b.pos[t];
-    int32_t lo = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
-    float m = -INFINITY, l = 0.f;
-    memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int32_t p0 = lo; p0 <= pos; p0 += ATT_CHUNK) {
-      int np = pos - p0 + 1 < ATT_CHUNK ? pos - p0 + 1 : ATT_CHUNK;
-      const float *vrow[ATT_CHUNK];
-      float cm = -INFINITY;
-      for (int j = 0; j < np; j++) {
-        int64_t s = kv_slot(c, kv, sq, p0 + j);
-        if (s < 0) { sbuf[j] = -INFINITY; vrow[j] = NULL; continue; }
-        const float *kp = Kc + (size_t)s * krow + (size_t)kvh * hd;
-        vrow[j] = Vc + (size_t)s * krow + (size_t)kvh * hd;
-        float sc = k->dot(q, kp, hd) * a->scale;
-        if (a->softcap > 0.f) sc = a->softcap * tanhf(sc / a->softcap);
-        sbuf[j] = sc;
-        if (sc > cm) cm = sc;
-      }
-      if (cm == -INFINITY) continue;
-      if (cm > m) {
-        float f = m == -INFINITY ? 0.f : expf(m - cm);
-        if (f != 1.f) k->scal(acc, f, hd);
-        l *= f;
-        m = cm;
-      }
-      for (int j = 0; j < np; j++) {
-        if (!vrow[j]) continue;
-        float e = expf(sbuf[j] - m);
-        l += e;
-        k->axpy(acc, e, vrow[j], hd);
-      }
+    const int hs = (int)(it % (size_t)a->n_hsub);
+    const int kvh = (int)(it / (size_t)a->n_hsub % (size_t)nkv);
+    const int tile = (int)(it / ((size_t)a->n_hsub * (size_t)nkv));
+    const int t0 = a->tile0[tile], ntt = a->tile0[tile + 1] - t0;
+    const int h0 = kvh * grp + hs * a->hsub, nh = grp - hs * a->hsub < a->hsub ? grp - hs * a->hsub : a->hsub;
+    const int R = ntt * nh, sq = c->b.seq[t0];
+    int32_t plo = INT32_MAX, phi = -1;
+    for (int i = 0; i < R; i++) {
+      int t = t0 + i / nh, h = h0 + i % nh;
+      memcpy(Q + (size_t)i * hd, a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd, (size_t)hd * sizeof(float));
+      int32_t pos = c->b.pos[t];
+      hi[i] = pos;
+      lo[i] = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+      if (lo[i] < plo) plo = lo[i];
+      if (hi[i] > phi) phi = hi[i];
+      m[i] = -INFINITY;
+      l[i] = 0.f;
     }
-    float inv = l > 0.f ? 1.f / l : 0.f;
-    for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+    memset(acc, 0, (size_t)R * (size_t)hd * sizeof(float));
+    int64_t slb[2][ATT_CHUNK], *sl = slb[0], *sln = slb[1];
+    if (plo <= phi) kv_slots(c, kv, sq, plo, phi - plo + 1 < ATT_CHUNK ? phi - plo + 1 : ATT_CHUNK, sl);
+    for (int32_t p0 = plo; p0 <= phi; p0 += ATT_CHUNK) {
+      int np = phi - p0 + 1 < ATT_CHUNK ? phi - p0 + 1 : ATT_CHUNK, nv = 0;
+      for (int j = 0; j < np; j++) {
+        int64_t s = sl[j];
+        if (s < 0) continue;
+        kr[nv] = Kc + (size_t)s * krow + (size_t)kvh * hd;
+        vr[nv] = Vc + (size_t)s * krow + (size_t)kvh * hd;
+        pp[nv++] = p0 + j;
+      }
+      /* K/V rows of one head are short pieces (hd floats) spread over the cache blocks with a
+       * stride of n_kv_heads*hd: prefetch the next chunk's rows while this one is computed */
+      const int32_t p1 = p0 + ATT_CHUNK;
+      if (p1 <= phi) {
+        const int np1 = phi - p1 + 1 < ATT_CHUNK ? phi - p1 + 1 : ATT_CHUNK;
+        kv_slots(c, kv, sq, p1, np1, sln);
+        for (int j = 0; j < np1; j++) {
+          if (sln[j] < 0) continue;
+          const char *kp = (const char *)(Kc + (size_t)sln[j] * krow + (size_t)kvh * hd);
+          const char *vp = (const char *)(Vc + (size_t)sln[j] * krow + (size_t)kvh * hd);
+          for (size_t o = 0; o < (size_t)hd * sizeof(float); o += 64) {
+            __builtin_prefetch(kp + o, 0, 2);
+            __builtin_prefetch(vp + o, 0, 2);
+          }
+        }
+      }
+      { int64_t *t = sl; sl = sln; sln = t; }
+      if (!nv) continue;
+      if (k->att_scores) k->att_scores(Q, hd, R, kr, nv, hd, S, ATT_CHUNK);
+      else gen_scores(k, Q, hd, R, kr, nv, hd, S, ATT_CHUNK);
+      for (int i = 0; i < R; i++) {
+        float *sr = S + (size_t)i * ATT_CHUNK, cm = -INFINITY;
+        for (int j = 0; j < nv; j++) {
+          if (pp[j] < lo[i] || pp[j] > hi[i]) { sr[j] = -INFINITY; continue; }
+          float sc = sr[j] * a->scale;
+          if (a->softcap > 0.f) sc = a->softcap * tanhf(sc / a->softcap);
+          sr[j] = sc;
+          if (sc > cm) cm = sc;
+        }
+        if (cm == -INFINITY) { memset(sr, 0, (size_t)nv * sizeof(float)); continue; }
+        if (cm > m[i]) {
+          float f = m[i] == -INFINITY ? 0.f : expf(m[i] - cm);
+          if (f != 1.f) k->scal(acc + (size_t)i * hd, f, hd);
+          l[i] *= f;
+          m[i] = cm;
+        }
+        for (int j = 0; j < nv; j++) {
+          float e = sr[j] == -INFINITY ? 0.f : expf(sr[j] - m[i]);
+          sr[j] = e;
+          l[i] += e;
+        }
+      }
+      if (k->att_pv) k->att_pv(S, ATT_CHUNK, R, vr, nv, hd, acc);
+      else gen_pv(k, S, ATT_CHUNK, R, vr, nv, hd, acc);
+    }
+    for (int i = 0; i < R; i++) {
+      int t = t0 + i / nh, h = h0 + i % nh;
+      float *o = a->out + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
+      float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+      for (int d = 0; d < hd; d++) o[d] = acc[(size_t)i * hd + d] * inv;
+    }
   }
-  if (acc != accs) free(acc);
+  free(Q);
 }
 
 static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
@@ -399,11 +477,30 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
       memset(out, 0, (size_t)nt * (size_t)n_heads * (size_t)kv->head_dim * sizeof(float));
     return;
   }
-  att_ctx a = {c, out, q, kv, layer, n_heads, window, scale, softcap};
-  /* cost estimate: average attended length * head_dim */
-  size_t cost = (size_t)kv->head_dim * 4;
-  if (nt > 0) cost *= (size_t)(c->b.pos[nt - 1] + 1);
-  pfor(c, (size_t)nt * (size_t)n_heads, cost, att_range, &a);
+  if (nt <= 0) return;
+  const int grp = n_heads / kv->n_kv_heads;
+  att_ctx a = {.c = c, .out = out, .q = q, .kv = kv, .layer = layer, .n_heads = n_heads, .window = window,
+               .scale = scale, .softcap = softcap};
+  a.hsub = grp < ATT_ROWS ? grp : ATT_ROWS;
+  a.n_hsub = (grp + a.hsub - 1) / a.hsub;
+  /* tiles: runs of consecutive positions of one sequence, at most ATT_ROWS/hsub tokens */
+  const int tt = ATT_ROWS / a.hsub;
+  int32_t *tile0 = sm_xmalloc(((size_t)nt + 1) * sizeof(int32_t));
+  int n_tiles = 0;
+  for (int t = 0; t < nt;) {
+    int e = t + 1;
+    while (e < nt && e - t < tt && c->b.seq[e] == c->b.seq[t] && c->b.pos[e] == c->b.pos[e - 1] + 1) e++;
+    tile0[n_tiles++] = t;
+    t = e;
+  }
+  tile0[n_tiles] = nt;
+  a.tile0 = tile0;
+  a.n_tiles = n_tiles;
+  /* cost estimate per item: rows * attended length * head_dim */
+  size_t cost = (size_t)kv->head_dim * 4 * (size_t)a.hsub * (size_t)(nt < tt ? nt : tt);
+  cost *= (size_t)(c->b.pos[nt - 1] + 1);
+  pfor(c, (size_t)n_tiles * (size_t)kv->n_kv_heads * (size_t)a.n_hsub, cost, att_range, &a);
+  free(tile0);
 }
 
 /* ---------------- elementwise ---------------- */

@@ -51,6 +51,14 @@ typedef struct {
    * y[r] = sum_g scale[r,g] * xs[g] * (sum_j q_rj xq_j) + bias[r,g] * xsum[g]
    * in the integer domain, so |y - W.x| <= sum_g |scale[r,g]| * xs[g]/2 * sum_j q_rj
    * (+ float rounding). */
+  /* Optional attention tiles (NULL: loops over dot/axpy). Rows i < nq of q (row stride ldq),
+   * key/value rows kr[j], vr[j] (j < np) of head_dim hd:
+   *   att_scores: s[i*lds + j] = q_i . k_j
+   *   att_pv:     acc[i*hd + d] += sum_j p[i*ldp + j] * v_j[d]
+   * Each K/V row is loaded once per call and used for all nq rows (GQA heads sharing a KV
+   * head and the tokens of a prefill tile). */
+  void (*att_scores)(const float *q, int ldq, int nq, const float *const *kr, int np, int hd, float *s, int lds);
+  void (*att_pv)(const float *p, int ldp, int nq, const float *const *vr, int np, int hd, float *acc);
   bool (*i8_ok)(const sm_weight *w);
   void (*prep_xq)(const sm_weight *w, const float *x, int8_t *xq, float *xs, float *xsum);
   void (*matvec_i8)(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);
@@ -60,6 +68,10 @@ typedef struct {
 bool sm_avx512vnni_i8_ok(const sm_weight *w);
 void sm_avx512vnni_prep_xq(const sm_weight *w, const float *x, int8_t *xq, float *xs, float *xsum);
 void sm_avx512vnni_matvec_i8(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);
+/* AVX-512 VBMI int8 kernels for 2/3/5/6-bit weights (kern_avx512vbmi.c), called by
+ * sm_avx512vnni_matvec_i8 where sm_avx512vbmi_ok() (cols % 64 == 0, x in natural order). */
+bool sm_avx512vbmi_ok(void);
+void sm_avx512vbmi_matvec_i8(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);
 
 extern const sm_cpu_kern sm_cpu_kern_scalar;
 extern const sm_cpu_kern sm_cpu_kern_avx2;

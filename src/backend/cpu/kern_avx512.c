@@ -457,6 +457,144 @@ static void scal(float *y, float a, int n) {
   for (; i < n; i++) y[i] *= a;
 }
 
+/* ---------------- attention tiles ---------------- */
+static inline __attribute__((always_inline)) void sc_tile(const float *q, int ldq, const float *const *kr, int np, int hd,
+                                                          float *s, int lds, const int NQ) {
+  int j = 0;
+  for (; j + 2 <= np; j += 2) {
+    __m512 a[NQ], b[NQ];
+    #pragma GCC unroll 8
+    for (int i = 0; i < NQ; i++) a[i] = b[i] = _mm512_setzero_ps();
+    const float *k0 = kr[j], *k1 = kr[j + 1];
+    for (int d = 0; d < hd; d += 16) {
+      __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1);
+      __m512 v0 = _mm512_maskz_loadu_ps(m, k0 + d), v1 = _mm512_maskz_loadu_ps(m, k1 + d);
+      #pragma GCC unroll 8
+      for (int i = 0; i < NQ; i++) {
+        __m512 qv = _mm512_maskz_loadu_ps(m, q + (size_t)i * ldq + d);
+        a[i] = _mm512_fmadd_ps(qv, v0, a[i]);
+        b[i] = _mm512_fmadd_ps(qv, v1, b[i]);
+      }
+    }
+    #pragma GCC unroll 8
+    for (int i = 0; i < NQ; i++) {
+      s[(size_t)i * lds + j] = hsum(a[i]);
+      s[(size_t)i * lds + j + 1] = hsum(b[i]);
+    }
+  }
+  for (; j < np; j++) {
+    __m512 a[NQ];
+    #pragma GCC unroll 8
+    for (int i = 0; i < NQ; i++) a[i] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d += 16) {
+      __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1);
+      __m512 v0 = _mm512_maskz_loadu_ps(m, kr[j] + d);
+      #pragma GCC unroll 8
+      for (int i = 0; i < NQ; i++) a[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + (size_t)i * ldq + d), v0, a[i]);
+    }
+    #pragma GCC unroll 8
+    for (int i = 0; i < NQ; i++) s[(size_t)i * lds + j] = hsum(a[i]);
+  }
+}
+/* in-register 16x16 transpose: m[i][j] -> m[j][i] */
+static inline __attribute__((always_inline)) void tr16(__m512 m[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(m[i], m[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(m[i], m[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    m[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    m[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    m[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    m[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; i++) {
+    t[i] = _mm512_shuffle_f32x4(m[i], m[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(m[i], m[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_f32x4(m[i + 8], m[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(m[i + 8], m[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 4; i++) {
+    m[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    m[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    m[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+    m[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xDD);
+  }
+}
+/* scores as a small GEMM against the transposed key chunk KT[d][64] (built once per call,
+ * shared by all nq rows): no horizontal sums */
+static inline __attribute__((always_inline)) void sct_tile(const float *q, int ldq, const float *KT, int hd, int np,
+                                                           float *s, int lds, const int NQ) {
+  __m512 a[NQ][4];
+  #pragma GCC unroll 8
+  for (int i = 0; i < NQ; i++)
+    #pragma GCC unroll 8
+    for (int v = 0; v < 4; v++) a[i][v] = _mm512_setzero_ps();
+  for (int d = 0; d < hd; d++) {
+    const float *kt = KT + (size_t)d * 64;
+    __m512 k0 = _mm512_load_ps(kt), k1 = _mm512_load_ps(kt + 16), k2 = _mm512_load_ps(kt + 32), k3 = _mm512_load_ps(kt + 48);
+    #pragma GCC unroll 8
+    for (int i = 0; i < NQ; i++) {
+      __m512 qb = _mm512_set1_ps(q[(size_t)i * ldq + d]);
+      a[i][0] = _mm512_fmadd_ps(qb, k0, a[i][0]);
+      a[i][1] = _mm512_fmadd_ps(qb, k1, a[i][1]);
+      a[i][2] = _mm512_fmadd_ps(qb, k2, a[i][2]);
+      a[i][3] = _mm512_fmadd_ps(qb, k3, a[i][3]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int i = 0; i < NQ; i++)
+    #pragma GCC unroll 8
+    for (int v = 0; v < 4; v++) {
+      int n = np - 16 * v;
+      if (n <= 0) break;
+      __mmask16 m = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+      _mm512_mask_storeu_ps(s + (size_t)i * lds + 16 * v, m, a[i][v]);
+    }
+}
+static void att_scores(const float *q, int ldq, int nq, const float *const *kr, int np, int hd, float *s, int lds) {
+  if (hd % 16 == 0 && hd <= 256 && np <= 64 && nq >= 2) {
+    float KT[256 * 64] __attribute__((aligned(64)));
+    for (int j0 = 0; j0 < 64; j0 += 16)
+      for (int d0 = 0; d0 < hd; d0 += 16) {
+        __m512 m[16];
+        for (int j = 0; j < 16; j++) m[j] = j0 + j < np ? _mm512_loadu_ps(kr[j0 + j] + d0) : _mm512_setzero_ps();
+        tr16(m); /* m[dd] = positions j0..j0+15 of dimension d0+dd */
+        for (int dd = 0; dd < 16; dd++) _mm512_store_ps(KT + (size_t)(d0 + dd) * 64 + j0, m[dd]);
+      }
+    int i = 0;
+    for (; i + 4 <= nq; i += 4) sct_tile(q + (size_t)i * ldq, ldq, KT, hd, np, s + (size_t)i * lds, lds, 4);
+    for (; i < nq; i++) sct_tile(q + (size_t)i * ldq, ldq, KT, hd, np, s + (size_t)i * lds, lds, 1);
+    return;
+  }
+  int i = 0;
+  for (; i + 4 <= nq; i += 4) sc_tile(q + (size_t)i * ldq, ldq, kr, np, hd, s + (size_t)i * lds, lds, 4);
+  for (; i < nq; i++) sc_tile(q + (size_t)i * ldq, ldq, kr, np, hd, s + (size_t)i * lds, lds, 1);
+}
+static inline __attribute__((always_inline)) void pv_tile(const float *p, int ldp, const float *const *vr, int np, int d,
+                                                          __mmask16 m, float *acc, int hd, const int NQ) {
+  __m512 a[NQ];
+  #pragma GCC unroll 8
+  for (int i = 0; i < NQ; i++) a[i] = _mm512_maskz_loadu_ps(m, acc + (size_t)i * hd + d);
+  for (int j = 0; j < np; j++) {
+    __m512 v = _mm512_maskz_loadu_ps(m, vr[j] + d);
+    #pragma GCC unroll 8
+    for (int i = 0; i < NQ; i++) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[(size_t)i * ldp + j]), v, a[i]);
+  }
+  #pragma GCC unroll 8
+  for (int i = 0; i < NQ; i++) _mm512_mask_storeu_ps(acc + (size_t)i * hd + d, m, a[i]);
+}
+static void att_pv(const float *p, int ldp, int nq, const float *const *vr, int np, int hd, float *acc) {
+  for (int d = 0; d < hd; d += 16) {
+    __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1);
+    int i = 0;
+    for (; i + 8 <= nq; i += 8) pv_tile(p + (size_t)i * ldp, ldp, vr, np, d, m, acc + (size_t)i * hd, hd, 8);
+    for (; i + 4 <= nq; i += 4) pv_tile(p + (size_t)i * ldp, ldp, vr, np, d, m, acc + (size_t)i * hd, hd, 4);
+    for (; i < nq; i++) pv_tile(p + (size_t)i * ldp, ldp, vr, np, d, m, acc + (size_t)i * hd, hd, 1);
+  }
+}
+
 /* ---------------- elementwise (vector exp; rel. error ~2e-7) ---------------- */
 static inline __m512 vexp(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.f)), _mm512_set1_ps(88.f));
@@ -511,7 +649,7 @@ static void softcap(float *y, float cap, size_t n) {
 const sm_cpu_kern sm_cpu_kern_avx512 = {
   .name = "avx512", .panel = PANEL, .prep_x = prep_x, .matvec = matvec, .pack_panel = pack_panel,
   .gemm_panel = gemm_panel, .dot = dot, .axpy = axpy, .scal = scal,
-  .silu_mul = silu_mul, .gelu_mul = gelu_mul, .softcap = softcap,
+  .silu_mul = silu_mul, .gelu_mul = gelu_mul, .softcap = softcap, .att_scores = att_scores, .att_pv = att_pv,
   .i8_ok = sm_avx512vnni_i8_ok, .prep_xq = sm_avx512vnni_prep_xq, .matvec_i8 = sm_avx512vnni_matvec_i8,
 };
 #endif

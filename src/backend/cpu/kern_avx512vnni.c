@@ -1,4 +1,5 @@
-/* AVX-512 VNNI int8-activation matvec for 4- and 8-bit weights (decode path).
+/* AVX-512 VNNI int8-activation matvec for 4- and 8-bit weights (decode path; 2/3/5/6 bits:
+ * kern_avx512vbmi.c).
  *
  * x is quantized once per call, per weight group g: xs[g] = max|x_g|/127, xq = round(x/xs[g]).
  * The unsigned weight codes q (0..15 or 0..255) are dotted with xq by vpdpbusd (u8 x s8,
@@ -37,6 +38,7 @@ bool sm_avx512vnni_i8_ok(const sm_weight *w) {
   if (!have || !w) return false;
   if (w->bits == 4) return w->cols % 128 == 0;
   if (w->bits == 8) return w->cols % 64 == 0;
+  if (w->bits == 2 || w->bits == 3 || w->bits == 5 || w->bits == 6) return w->cols % 64 == 0 && sm_avx512vbmi_ok();
   return false;
 }
 
@@ -73,8 +75,24 @@ void sm_avx512vnni_prep_xq(const sm_weight *w, const float *x, int8_t *xq, float
         _mm_storeu_si128((__m128i *)(xq + blk + off), q16(_mm512_permutex2var_ps(a, ev, b), inv));
         _mm_storeu_si128((__m128i *)(xq + blk + 64 + off), q16(_mm512_permutex2var_ps(a, od, b), inv));
       }
-    } else {
+    } else if (w->bits == 8 || (g * gs) / 128 == K / 128) { /* natural order (also the 64-element tail) */
       for (int j = 0; j < gs; j += 16) _mm_storeu_si128((__m128i *)(xq + g * gs + j), q16(_mm512_loadu_ps(xg + j), inv));
+    } else {
+      /* 2/3/5/6 bits (kern_avx512vbmi.c): per 128-element chunk, the runs of 8 elements are
+       * split in two 64-byte halves A, B so that lane l of A and of B belong to one group:
+       * with R = gs/8 runs per group, run r goes to half (r % R >= R/2) at slot
+       * (r / R) * (R/2) + r % (R/2) */
+      const int R = gs / 8, hr = R / 2;
+      for (int j = 0; j < gs; j += 16) {
+        int64_t k = g * gs + j, blk = k & ~(int64_t)127;
+        uint64_t v[2];
+        _mm_storeu_si128((__m128i *)v, q16(_mm512_loadu_ps(xg + j), inv));
+        for (int u = 0; u < 2; u++) {
+          int run = (int)((k & 127) / 8) + u;
+          int slot = (run / R) * hr + run % hr;
+          memcpy(xq + blk + (run % R >= hr ? 64 : 0) + 8 * slot, &v[u], 8);
+        }
+      }
     }
   }
 }
@@ -185,7 +203,9 @@ MV_DT(8, 128, 0, )
 
 void sm_avx512vnni_matvec_i8(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
   const int gs = a->w->group_size;
-  if (a->w->bits == 4 && g_gfni) {
+  if (a->w->bits != 4 && a->w->bits != 8) {
+    sm_avx512vbmi_matvec_i8(a, r0, r1, y);
+  } else if (a->w->bits == 4 && g_gfni) {
     if (gs == 32) mv_q4_g32_1(a, r0, r1, y);
     else if (gs == 64) mv_q4_g64_1(a, r0, r1, y);
     else mv_q4_g128_1(a, r0, r1, y);
