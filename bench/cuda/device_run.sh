@@ -13,11 +13,11 @@ if [ ! -x $B/smelt ]; then
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >$OUT/cmake.log 2>&1 || { tail -30 $OUT/cmake.log; exit 1; }
 fi
 t0=$(date +%s)
-cmake --build $B -j16 --target smelt test_cuda_backend cuda_mvbench >$OUT/build.log 2>&1 || { grep -E "error|Error" $OUT/build.log | head -40; tail -20 $OUT/build.log; exit 1; }
+cmake --build $B -j16 --target smelt test_cuda_backend cuda_mvbench test_golden test_sample_op >$OUT/build.log 2>&1 || { grep -E "error|Error" $OUT/build.log | head -40; tail -20 $OUT/build.log; exit 1; }
 echo "build $(( $(date +%s) - t0 )) s"
 for stage in "$@"; do
   case $stage in
-    test) (cd $B && timeout 300 ctest -R cuda --output-on-failure 2>&1 | tee $OUT/ctest.log | tail -40) ;;
+    test) (cd $B && timeout 300 ctest -R "cuda|sample_op" --output-on-failure 2>&1 | tee $OUT/ctest.log | grep -v "cuda stats" | tail -40) ;;
     mv) timeout 240 $B/tests/cuda/cuda_mvbench 64 2>&1 | tee -a $OUT/mvbench.txt ;;
     b1old) SMELT_CUDA_Q4=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[Q4=0] /' | tee -a $OUT/bench.txt ;;
     b8q4old) SMELT_CUDA_Q4=0 timeout 400 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[Q4=0] /' | tee -a $OUT/bench.txt ;;
@@ -31,6 +31,15 @@ for stage in "$@"; do
     b8q8) timeout 400 $B/smelt bench --synthetic 8b --bits 8 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
     p1) SMELT_CUDA_PROFILE=1 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 32 2>&1 | tee -a $OUT/prof.txt ;;
     p8) SMELT_CUDA_PROFILE=1 timeout 300 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 32 2>&1 | tee -a $OUT/prof.txt ;;
+    n8|n1) # per-kernel GPU time of graph-replayed decode steps (ncu, one metric, no cache flush)
+      sh=8b; [ $stage = n1 ] && sh=1b
+      timeout 400 ncu --graph-profiling node --cache-control none --clock-control none --metrics gpu__time_duration.sum \
+        --csv --launch-skip ${NCU_SKIP:-1500} --launch-count ${NCU_COUNT:-700} \
+        $B/smelt bench --synthetic $sh --bits ${NCU_BITS:-4} --device cuda --dir /tmp -p 1 -n 8 >$OUT/ncu-$sh.csv 2>$OUT/ncu-$sh.err
+      echo "ncu $sh rc=$? $(wc -l < $OUT/ncu-$sh.csv) lines"; tail -3 $OUT/ncu-$sh.err ;;
+    b8nopdl) SMELT_CUDA_PDL=0 timeout 400 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[PDL=0] /' | tee -a $OUT/bench.txt ;;
+    b1nopdl) SMELT_CUDA_PDL=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[PDL=0] /' | tee -a $OUT/bench.txt ;;
+    b8cfg) for cfg in ${Q4CFGS:-14 24 44 18 28}; do SMELT_CUDA_Q4CFG=$cfg timeout 300 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep decode | sed "s/^/[Q4CFG=$cfg] /" | tee -a $OUT/bench.txt; done ;;
     nograph) SMELT_CUDA_GRAPHS=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
     *) echo "unknown stage $stage" ;;
   esac

@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
              K, n, tq, bytes / (tq * 1e-6) / 1e9, 100.0 * bytes / (tq * 1e-6) / copy_bw, oname, to,
              bytes / (to * 1e-6) / 1e9, to / tq);
       if (n == 1) {
-        for (int rb : { 4, 8 })
+        for (int rb : { 14, 24, 44, 12, 22, 42, 18, 28 })
           for (int tl = 5; tl <= 7; tl++) {
             if ((K / 32) < (1 << tl) && tl > 5) continue;
             double t = timeit([&](int i) {

@@ -58,6 +58,42 @@ typedef struct {
   const int32_t *out_rows;    /* [n_out] */
 } sm_batch;
 
+/* One token to sample from a row of logits (see sm_sample_row for the exact rule). The host
+ * prepares it (sm_sampler_prepare: penalty counts over the history window, the uniform draw
+ * from the request's seeded generator), so a backend only needs the logits it already holds. */
+typedef struct { int32_t token, count; } sm_tok_count;
+typedef struct {
+  int row;                  /* logits row to sample from */
+  float temperature;        /* <= 0 (or NaN): greedy */
+  int top_k;                /* <= 0 or >= vocab: off */
+  float top_p;              /* < 1: candidates sorted; cut only when 0 < top_p < 1 */
+  float min_p;              /* <= 0: off */
+  float repetition_penalty; /* applied to pen[] tokens when > 0 and != 1 */
+  float frequency_penalty, presence_penalty;
+  int n_pen;                /* distinct token ids in [0, vocab) with their counts */
+  const sm_tok_count *pen;  /* host memory */
+  double u;                 /* uniform in [0, 1) drawn by the host (unused when greedy) */
+} sm_sample_req;
+
+/* Reference sampler, shared by the host sampler and the CPU backend; every backend's
+ * sample op returns exactly this token for the same logits and request:
+ *  1. penalties on pen[] tokens; every logit l becomes its key (NaN -> -inf, +inf -> FLT_MAX,
+ *     -0 -> +0);
+ *  2. greedy: the first index of the maximum key;
+ *  3. otherwise candidates: the top_k keys (top_k on) or all, in the order "key desc, index
+ *     asc" when sorted (top_k on, or top_p < 1), else in natural order; mx = their max (all
+ *     -inf: the first candidate is returned); e_i = sm_sample_exp((key_i - mx) / T) and
+ *     weights q_i = floor(e_i * 2^100) summed exactly (sample_math.h);
+ *  4. top_p (0 < top_p < 1): keep the shortest prefix whose cumulative weight C satisfies
+ *     double(C) >= top_p * double(total);
+ *  5. min_p (> 0): drop candidates with e_i < min(min_p, 1) (e of the max is 1);
+ *  6. r = u * double(kept total); the first kept candidate with r < double(cumulative kept
+ *     weight) (fallback: the last kept one of non-zero weight).
+ * row (vocab floats) is overwritten; e (vocab floats) and idx (vocab ints) are scratch. */
+int32_t sm_sample_row(const sm_sample_req *r, float *row, int vocab, float *e, int32_t *idx);
+/* Argument checks for a sample op (rows, penalty tokens); SMELT_ERR_INVALID with a message. */
+smelt_status sm_sample_check(const sm_sample_req *req, int n_req, int n_rows, int vocab);
+
 typedef struct sm_backend sm_backend;
 struct sm_backend {
   const char *name; /* "cpu", "cuda" */
@@ -108,6 +144,13 @@ struct sm_backend {
   void (*softcap)(sm_backend *be, float *y, float cap, size_t n);
   /* dst[i][:] = src[out_rows[i]][:] for the current batch's out_rows (dim floats a row) */
   void (*gather_out)(sm_backend *be, float *dst, const float *src, int dim);
+
+  /* Optional (NULL: the engine downloads the logits and samples on the host): for each of
+   * n_req requests, out_tokens[i] = sm_sample_row(req[i], row req[i].row of logits), where
+   * logits is a backend buffer of n_rows x vocab floats (left unchanged). out_tokens is host
+   * memory; waits for all previous ops. */
+  smelt_status (*sample)(sm_backend *be, const float *logits, int n_rows, int vocab, const sm_sample_req *req,
+                         int n_req, int32_t *out_tokens);
 
   /* Optional (may be NULL): measured streaming-read bandwidth of the memory the weights
    * live in, bytes/s (device-to-device copy on GPUs: bytes read + written). For rooflines. */

@@ -1,5 +1,6 @@
 /* Paged KV cache, prefix cache and continuous-batch stepping. */
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,7 @@ struct sm_engine {
   int *lru_prev, *lru_next; int lru_head, lru_tail; int n_cached; /* ref==0, cached */
   int *map; int map_cap;      /* open addressing: block id or -1 (tombstone -2) */
   uint64_t prefix_hits;
+  bool host_sample;           /* SMELT_HOST_SAMPLE=1: sample on the host even if the backend could */
   /* step scratch */
   int32_t *b_tok, *b_pos, *b_seq, *b_out, *b_table;
   int b_cap, b_table_cap;
@@ -113,6 +115,8 @@ smelt_status sm_engine_create(smelt_model *m, const sm_engine_params *pp, sm_eng
   if (p.n_blocks < max_blocks) p.n_blocks = max_blocks;
   sm_engine *e = sm_xcalloc(1, sizeof *e);
   e->m = m; e->p = p; e->max_blocks = max_blocks;
+  const char *hs = getenv("SMELT_HOST_SAMPLE");
+  e->host_sample = hs && *hs && strcmp(hs, "0") != 0;
   smelt_status st = sm_kv_alloc(m, p.n_blocks, p.block_size, &e->kv);
   if (st) { free(e); return st; }
   int nb = p.n_blocks;
@@ -234,10 +238,19 @@ static void register_full(sm_engine *e, sm_seq *s) {
   }
 }
 
-static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, float *all_logits);
+static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, float *all_logits,
+                         sm_sampler **smp, int32_t *tokens);
 
 smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done) {
-  return step(e, seqs, n, logits, done, NULL);
+  return step(e, seqs, n, logits, done, NULL, NULL, NULL);
+}
+
+smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, int32_t *tokens,
+                                   float *logits, uint8_t *done) {
+  if (n > 0 && (!smp || !tokens)) return sm_err(SMELT_ERR_INVALID, "step_sample: samplers and tokens required");
+  for (int i = 0; i < n; i++)
+    if (!smp[i] && !logits) return sm_err(SMELT_ERR_INVALID, "step_sample: sequence %d needs a logits buffer", i);
+  return step(e, seqs, n, logits, done, NULL, smp, tokens);
 }
 
 smelt_status sm_engine_step_all(sm_engine *e, sm_seq *s, float *logits, int *n_rows) {
@@ -247,7 +260,7 @@ smelt_status sm_engine_step_all(sm_engine *e, sm_seq *s, float *logits, int *n_r
   if (pend > e->p.max_batch_tokens)
     return sm_err(SMELT_ERR_LIMIT, "%d pending tokens exceed the step budget %d", pend, e->p.max_batch_tokens);
   uint8_t done = 0;
-  smelt_status st = step(e, &s, 1, NULL, &done, logits);
+  smelt_status st = step(e, &s, 1, NULL, &done, logits, NULL, NULL);
   if (!st) *n_rows = pend;
   return st;
 }
@@ -270,7 +283,50 @@ smelt_status sm_seq_truncate(sm_engine *e, sm_seq *s, int len) {
   return SMELT_OK;
 }
 
-static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, float *all_logits) {
+/* Sampling mode (tokens != NULL): the rows of sequences with a sampler are sampled by the
+ * backend's sample op (or on the host from downloaded logits when it has none, or with
+ * SMELT_HOST_SAMPLE=1); only the other rows are downloaded, into logits. */
+static smelt_status sample_rows(sm_engine *e, sm_seq **seqs, int n, const int *out_of, int n_out, sm_sampler **smp,
+                                int32_t *tokens, float *logits) {
+  smelt_model *m = e->m;
+  sm_backend *be = m->be;
+  const int V = m->cfg.vocab_size;
+  sm_sample_req *req = sm_xmalloc(sizeof(sm_sample_req) * (size_t)(n ? n : 1));
+  int32_t *tok = sm_xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+  int *req_of = sm_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
+  int nreq = 0;
+  for (int i = 0; i < n; i++) {
+    if (out_of[i] < 0 || !smp[i]) continue;
+    sm_sampler_prepare(smp[i], sm_seq_tokens(seqs[i]), sm_seq_len(seqs[i]), &req[nreq]);
+    req[nreq].row = out_of[i];
+    req_of[nreq++] = i;
+  }
+  smelt_status st = SMELT_OK;
+  float *host = NULL; /* all rows on the host (fallback) */
+  if (nreq && be->sample && !e->host_sample) {
+    st = be->sample(be, m->logits, n_out, V, req, nreq, tok);
+  } else if (n_out) {
+    host = malloc(sizeof(float) * (size_t)n_out * V);
+    if (!host) st = sm_err(SMELT_ERR_OOM, "logits of %d rows", n_out);
+    else be->download(be, host, m->logits, sizeof(float) * (size_t)n_out * V);
+    for (int k = 0; !st && k < nreq; k++) {
+      sm_sampler *s = smp[req_of[k]];
+      tok[k] = sm_sample_row(&req[k], host + (size_t)req[k].row * V, V, s->probs, s->idx);
+    }
+  }
+  for (int k = 0; !st && k < nreq; k++) tokens[req_of[k]] = tok[k];
+  for (int i = 0; !st && i < n; i++) {
+    if (out_of[i] < 0 || smp[i]) continue;
+    float *dst = logits + (size_t)i * V;
+    if (host) memcpy(dst, host + (size_t)out_of[i] * V, sizeof(float) * (size_t)V);
+    else be->download(be, dst, m->logits + (size_t)out_of[i] * V, sizeof(float) * (size_t)V);
+  }
+  free(host); free(req); free(tok); free(req_of);
+  return st;
+}
+
+static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, float *all_logits,
+                         sm_sampler **smp, int32_t *tokens) {
   int bs = e->p.block_size, budget = e->p.max_batch_tokens;
   if (n > e->p.max_seqs) return sm_err(SMELT_ERR_LIMIT, "%d sequences in one step, engine sized for %d", n, e->p.max_seqs);
   int *take = sm_xcalloc((size_t)(n ? n : 1), sizeof(int));
@@ -330,15 +386,18 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
   sm_batch b = { .n_tokens = total, .tokens = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .n_seqs = n,
                  .max_blocks = e->max_blocks, .block_table = e->b_table, .n_out = n_out, .out_rows = e->b_out };
   int V = e->m->cfg.vocab_size;
-  float *tmp = all_logits ? all_logits : n_out ? sm_xmalloc(sizeof(float) * (size_t)n_out * V) : NULL;
+  bool sampling = tokens != NULL;
+  float *tmp = all_logits ? all_logits : n_out && !sampling ? sm_xmalloc(sizeof(float) * (size_t)n_out * V) : NULL;
   smelt_status st = total ? sm_model_forward(e->m, &e->kv, &b, tmp) : SMELT_OK;
   if (st == SMELT_OK) {
     for (int i = 0; i < n; i++) {
       seqs[i]->n_done += take[i];
       register_full(e, seqs[i]);
       done[i] = out_of[i] >= 0;
-      if (done[i] && !all_logits) memcpy(logits + (size_t)i * V, tmp + (size_t)out_of[i] * V, sizeof(float) * (size_t)V);
+      if (done[i] && !all_logits && !sampling)
+        memcpy(logits + (size_t)i * V, tmp + (size_t)out_of[i] * V, sizeof(float) * (size_t)V);
     }
+    if (sampling && total) st = sample_rows(e, seqs, n, out_of, n_out, smp, tokens, logits);
   }
   if (!all_logits) free(tmp);
   free(out_of); free(take);

@@ -5,6 +5,7 @@
 #define SM_ENGINE_H
 #include "base/base.h"
 #include "model/model.h"
+#include "engine/sampler.h"
 
 typedef struct sm_engine sm_engine;
 typedef struct sm_seq sm_seq;
@@ -47,6 +48,17 @@ sm_seq *sm_seq_fork(sm_engine *e, sm_seq *s);
  * logits after its last token; otherwise done[i] = 0. logits must hold n*vocab floats.
  * SMELT_ERR_OOM when no KV block is free (free or preempt a sequence and retry). */
 smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done);
+
+/* Like sm_engine_step, with the sampling done where the logits are (the backend's sample op,
+ * see backend.h): for every sequence whose logits were computed (done[i] = 1), tokens[i] =
+ * the token its sampler smp[i] draws (history: the sequence's tokens), exactly the token
+ * sm_sampler_sample would give, consuming the sampler's generator the same way; only for
+ * smp[i] == NULL (logprobs, ...) the full row is downloaded into logits[i*vocab..] (logits
+ * may be NULL when every smp[i] is set). The samplers must be distinct. Nothing is appended:
+ * the caller appends the tokens it keeps. Backends without a sample op (or with
+ * SMELT_HOST_SAMPLE=1) download the logits and sample on the host, with the same result. */
+smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, int32_t *tokens,
+                                   float *logits, uint8_t *done);
 
 /* Generate from token ids (one sequence); smelt_generate = tokenize + this. */
 smelt_status sm_generate_ids(smelt_model *m, const int32_t *ids, int n_ids, int max_tokens, const smelt_sampling *sp,

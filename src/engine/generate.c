@@ -43,18 +43,19 @@ smelt_status sm_generate_ids(smelt_model *m, const int32_t *ids, int n_ids, int 
   sm_sampler smp;
   sm_sampler_init(&smp, sp, m->cfg.vocab_size);
   sm_detok *dt = sm_detok_new(m->tok, true);
-  float *logits = sm_xmalloc(sizeof(float) * (size_t)m->cfg.vocab_size);
+  sm_sampler *psmp = &smp;
   stats->n_prompt = n_ids;
   double t0 = sm_now(), t1 = t0;
   st = sm_seq_append(e, s, ids, n_ids);
   bool stop = false;
   while (!st && !stop) {
     uint8_t done = 0;
-    if ((st = sm_engine_step(e, &s, 1, logits, &done))) break;
+    int32_t tok = -1;
+    /* sampled where the logits are (sm_engine_step_sample): only the token id comes back */
+    if ((st = sm_engine_step_sample(e, &s, 1, &psmp, &tok, NULL, &done))) break;
     if (!done) continue;
     if (stats->n_generated == 0 && t1 == t0) t1 = sm_now();
     if (stats->n_generated >= max_tokens) break;
-    int32_t tok = sm_sampler_sample(&smp, logits, sm_seq_tokens(s), sm_seq_len(s));
     stats->n_generated++;
     if (is_eos(m, tok)) { stats->stop_reason = 1; break; }
     char *piece = NULL;
@@ -72,7 +73,6 @@ smelt_status sm_generate_ids(smelt_model *m, const int32_t *ids, int n_ids, int 
   stats->prefill_s = t1 - t0;
   stats->decode_s = t2 - t1;
   stats->peak_rss = sm_peak_rss();
-  free(logits);
   sm_detok_free(dt);
   sm_sampler_free(&smp);
   sm_seq_free(e, s);

@@ -1,4 +1,5 @@
 #include "engine/sampler.h"
+#include "backend/sample_math.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,11 @@ void sm_sampler_init(sm_sampler *s, const smelt_sampling *p, int vocab) {
   s->idx = sm_xmalloc(sizeof(int32_t) * (size_t)vocab);
 }
 
-void sm_sampler_free(sm_sampler *s) { free(s->probs); free(s->idx); s->probs = NULL; s->idx = NULL; }
+void sm_sampler_free(sm_sampler *s) {
+  free(s->probs); free(s->idx); free(s->pen); free(s->hkey); free(s->hcnt);
+  s->probs = NULL; s->idx = NULL; s->pen = NULL; s->hkey = NULL; s->hcnt = NULL;
+  s->pen_cap = s->hcap = 0;
+}
 
 void sm_log_softmax(const float *x, int n, float *out) {
   float mx = -INFINITY;
@@ -49,14 +54,6 @@ void sm_log_softmax(const float *x, int n, float *out) {
   for (int i = 0; i < n; i++) sum += exp((double)x[i] - mx);
   float lse = mx + (float)log(sum);
   for (int i = 0; i < n; i++) out[i] = x[i] - lse;
-}
-
-static int cmp_desc(const void *a, const void *b, void *ctx) {
-  const float *v = ctx;
-  float x = v[*(const int32_t *)a], y = v[*(const int32_t *)b];
-  if (x > y) return -1;
-  if (x < y) return 1;
-  return *(const int32_t *)a - *(const int32_t *)b;
 }
 
 /* partial selection: top k of v into out_idx sorted desc (k small) */
@@ -72,81 +69,62 @@ void sm_top_n(const float *v, int n, int k, int32_t *out_idx) {
   }
 }
 
-static void apply_penalties(const smelt_sampling *p, float *logits, int V, const int32_t *hist, int nh) {
+/* (token, count) over the penalty window of hist, when a penalty is on */
+static int count_penalties(sm_sampler *s, const int32_t *hist, int nh) {
+  const smelt_sampling *p = &s->p;
   bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1.0f;
   bool fp = p->frequency_penalty != 0 || p->presence_penalty != 0;
-  if (!(rep || fp) || nh <= 0) return;
+  if (!(rep || fp) || nh <= 0 || !hist) return 0;
   int start = (p->penalty_last_n > 0 && nh > p->penalty_last_n) ? nh - p->penalty_last_n : 0;
   /* count occurrences with a small open-addressing table */
   int cap = 64;
   while (cap < 2 * (nh - start)) cap <<= 1;
-  int32_t *keys = sm_xmalloc(sizeof(int32_t) * (size_t)cap);
-  int *cnt = sm_xcalloc((size_t)cap, sizeof(int));
-  for (int i = 0; i < cap; i++) keys[i] = -1;
+  if (cap > s->hcap) {
+    s->hcap = cap;
+    s->hkey = sm_xrealloc(s->hkey, sizeof(int32_t) * (size_t)cap);
+    s->hcnt = sm_xrealloc(s->hcnt, sizeof(int) * (size_t)cap);
+  }
+  int32_t *keys = s->hkey;
+  int *cnt = s->hcnt;
+  for (int i = 0; i < cap; i++) { keys[i] = -1; cnt[i] = 0; }
+  int n = 0;
   for (int i = start; i < nh; i++) {
     int32_t t = hist[i];
-    if (t < 0 || t >= V) continue;
+    if (t < 0 || t >= s->vocab) continue;
     unsigned h = ((uint32_t)t * 2654435761u) & (unsigned)(cap - 1);
     while (keys[h] != -1 && keys[h] != t) h = (h + 1) & (unsigned)(cap - 1);
+    if (keys[h] == -1) n++;
     keys[h] = t;
     cnt[h]++;
   }
-  for (int i = 0; i < cap; i++) {
-    if (keys[i] < 0) continue;
-    float *l = &logits[keys[i]];
-    if (rep) *l = *l > 0 ? *l / p->repetition_penalty : *l * p->repetition_penalty;
-    *l -= p->frequency_penalty * (float)cnt[i] + p->presence_penalty;
+  if (n > s->pen_cap) {
+    s->pen_cap = n;
+    s->pen = sm_xrealloc(s->pen, sizeof(sm_tok_count) * (size_t)n);
   }
-  free(keys);
-  free(cnt);
+  int k = 0;
+  for (int i = 0; i < cap; i++)
+    if (keys[i] >= 0) { s->pen[k].token = keys[i]; s->pen[k].count = cnt[i]; k++; }
+  return k;
+}
+
+void sm_sampler_prepare(sm_sampler *s, const int32_t *hist, int nh, sm_sample_req *r) {
+  const smelt_sampling *p = &s->p;
+  memset(r, 0, sizeof *r);
+  r->temperature = p->temperature;
+  r->top_k = p->top_k;
+  r->top_p = p->top_p;
+  r->min_p = p->min_p;
+  r->repetition_penalty = p->repetition_penalty;
+  r->frequency_penalty = p->frequency_penalty;
+  r->presence_penalty = p->presence_penalty;
+  r->n_pen = count_penalties(s, hist, nh);
+  r->pen = r->n_pen ? s->pen : NULL;
+  int n;
+  r->u = sm_sample_plan(p->temperature, p->top_k, p->top_p, s->vocab, &n) == SM_SAMPLE_GREEDY ? 0.0 : next_unit(s->rng);
 }
 
 int32_t sm_sampler_sample(sm_sampler *s, float *logits, const int32_t *hist, int nh) {
-  const smelt_sampling *p = &s->p;
-  int V = s->vocab;
-  apply_penalties(p, logits, V, hist, nh);
-  if (p->temperature <= 0) {
-    int32_t best = 0;
-    for (int i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
-    return best;
-  }
-  /* candidate set: top_k (or all) sorted by logit */
-  int n;
-  if (p->top_k > 0 && p->top_k < V) {
-    n = p->top_k;
-    sm_top_n(logits, V, n, s->idx);
-  } else {
-    n = V;
-    for (int i = 0; i < V; i++) s->idx[i] = i;
-    bool need_sort = p->top_p < 1.0f;
-    if (need_sort) qsort_r(s->idx, (size_t)V, sizeof(int32_t), cmp_desc, logits);
-  }
-  float mx = -INFINITY;
-  for (int i = 0; i < n; i++) if (logits[s->idx[i]] > mx) mx = logits[s->idx[i]];
-  double sum = 0;
-  for (int i = 0; i < n; i++) {
-    float e = expf((logits[s->idx[i]] - mx) / p->temperature);
-    s->probs[i] = e;
-    sum += e;
-  }
-  for (int i = 0; i < n; i++) s->probs[i] = (float)(s->probs[i] / sum);
-  if (p->top_p > 0 && p->top_p < 1.0f) { /* idx sorted descending here */
-    double c = 0;
-    int keep = n;
-    for (int i = 0; i < n; i++) { c += s->probs[i]; if (c >= p->top_p) { keep = i + 1; break; } }
-    n = keep;
-  }
-  if (p->min_p > 0) {
-    float pmax = 0;
-    for (int i = 0; i < n; i++) if (s->probs[i] > pmax) pmax = s->probs[i];
-    int k = 0;
-    for (int i = 0; i < n; i++)
-      if (s->probs[i] >= p->min_p * pmax) { s->probs[k] = s->probs[i]; s->idx[k] = s->idx[i]; k++; }
-    n = k;
-  }
-  double tot = 0;
-  for (int i = 0; i < n; i++) tot += s->probs[i];
-  double r = next_unit(s->rng) * tot, c = 0;
-  for (int i = 0; i < n; i++) { c += s->probs[i]; if (r < c) return s->idx[i]; }
-  return s->idx[n - 1];
+  sm_sample_req r;
+  sm_sampler_prepare(s, hist, nh, &r);
+  return sm_sample_row(&r, logits, s->vocab, s->probs, s->idx);
 }

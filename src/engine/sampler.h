@@ -3,6 +3,8 @@
 #define SM_SAMPLER_H
 #include "base/base.h"
 
+#include "backend/backend.h"
+
 typedef struct {
   smelt_sampling p;
   uint64_t rng[4]; /* xoshiro256** state */
@@ -10,12 +12,20 @@ typedef struct {
   /* scratch */
   float *probs;
   int32_t *idx;
+  sm_tok_count *pen; int pen_cap; /* penalty counts of the last prepare */
+  int32_t *hkey; int *hcnt; int hcap;
 } sm_sampler;
 
 void sm_sampler_init(sm_sampler *s, const smelt_sampling *p, int vocab);
 void sm_sampler_free(sm_sampler *s);
-/* Sample from logits (modified in place). history: previous tokens for penalties. */
+/* Sample from logits (modified in place). history: previous tokens for penalties.
+ * = sm_sampler_prepare + sm_sample_row (backend.h) on the host. */
 int32_t sm_sampler_sample(sm_sampler *s, float *logits, const int32_t *history, int n_history);
+/* The host's part of sampling one token, for a backend's sample op: req gets the parameters,
+ * the (token, count) pairs of the penalty window of history (req->pen points into s, valid
+ * until the next prepare) and, unless greedy, one uniform draw from s's generator, so the
+ * seeded stream advances exactly as in sm_sampler_sample. req->row is set to 0. */
+void sm_sampler_prepare(sm_sampler *s, const int32_t *history, int n_history, sm_sample_req *req);
 /* log-softmax of logits into out (vocab floats). */
 void sm_log_softmax(const float *logits, int n, float *out);
 /* top-n (by value) indices of v, sorted descending. */

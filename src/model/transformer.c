@@ -82,7 +82,9 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     be->matmul(be, &m->lm_head, m->xo, b->n_out, m->logits);
     if (c->final_logit_softcapping > 0)
       be->softcap(be, m->logits, c->final_logit_softcapping, (size_t)b->n_out * c->vocab_size);
-    be->download(be, logits, m->logits, sizeof(float) * (size_t)b->n_out * c->vocab_size);
+    /* logits == NULL: they stay in m->logits on the backend, for its sample op (the engine's
+     * sm_engine_step_sample); the caller then issues that op (or a download/sync) */
+    if (logits) be->download(be, logits, m->logits, sizeof(float) * (size_t)b->n_out * c->vocab_size);
   } else {
     be->sync(be);
   }

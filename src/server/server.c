@@ -295,15 +295,16 @@ static void preempt_newest(sm_server *s) {
   sm_metrics_preempt(s->metrics);
 }
 
-/* Sample one token for choice ci of job j from logits row (modified). Engine thread, mu NOT held. */
-static void process_token(sm_server *s, job *j, int ci, float *row, float *lpbuf, int32_t *topbuf) {
+/* Sample one token for choice ci of job j from logits row (modified), or, when row is NULL, take
+ * tok, already sampled on the backend (sm_engine_step_sample). Engine thread, mu NOT held. */
+static void process_token(sm_server *s, job *j, int ci, float *row, int32_t tok, float *lpbuf, int32_t *topbuf) {
   choice *c = &j->ch[ci];
   tokrec rec = {0};
-  if (j->req.logprobs) sm_log_softmax(row, s->vocab, lpbuf);
-  int32_t tok = sm_sampler_sample(&c->sampler, row, sm_seq_tokens(c->seq), sm_seq_len(c->seq));
+  if (row && j->req.logprobs) sm_log_softmax(row, s->vocab, lpbuf);
+  if (row) tok = sm_sampler_sample(&c->sampler, row, sm_seq_tokens(c->seq), sm_seq_len(c->seq));
   if (tok < 0 || tok >= s->vocab) tok = s->n_eos ? s->eos[0] : 0;
   rec.id = tok;
-  if (j->req.logprobs) {
+  if (row && j->req.logprobs) {
     rec.lp = lpbuf[tok];
     int k = j->req.top_logprobs;
     if (k > 0) {
@@ -403,6 +404,8 @@ static void *engine_main(void *arg) {
   job **bjob = sm_xmalloc(sizeof(job *) * (size_t)cap);
   int *bci = sm_xmalloc(sizeof(int) * (size_t)cap);
   uint8_t *done = sm_xmalloc((size_t)cap);
+  sm_sampler **bsmp = sm_xmalloc(sizeof(sm_sampler *) * (size_t)cap); /* NULL: full logits row needed */
+  int32_t *btok = sm_xmalloc(sizeof(int32_t) * (size_t)cap);
 
   pthread_mutex_lock(&s->mu);
   while (!s->stopping) {
@@ -454,7 +457,13 @@ static void *engine_main(void *arg) {
     for (int a = 0; a < s->n_active; a++) {
       job *j = s->active[a];
       for (int i = 0; i < j->n && n < cap; i++)
-        if (j->ch[i].seq && !j->ch[i].finish) { seqs[n] = j->ch[i].seq; bjob[n] = j; bci[n] = i; n++; }
+        if (j->ch[i].seq && !j->ch[i].finish) {
+          seqs[n] = j->ch[i].seq; bjob[n] = j; bci[n] = i;
+          /* sampled on the backend unless the host needs the whole row: logprobs, or the
+           * prompt row that the other choices of an n > 1 request are forked from */
+          bsmp[n] = j->req.logprobs || (i == 0 && j->fork_pending) ? NULL : &j->ch[i].sampler;
+          n++;
+        }
     }
     /* jobs without running sequences (all finished) leave */
     for (int a = 0; a < s->n_active;) {
@@ -467,7 +476,7 @@ static void *engine_main(void *arg) {
     if (n == 0) continue;
     pthread_mutex_unlock(&s->mu);
     memset(done, 0, (size_t)n);
-    smelt_status st = sm_engine_step(s->eng, seqs, n, logits, done);
+    smelt_status st = sm_engine_step_sample(s->eng, seqs, n, bsmp, btok, logits, done);
     if (st == SMELT_ERR_OOM) {
       pthread_mutex_lock(&s->mu);
       preempt_newest(s);
@@ -484,6 +493,7 @@ static void *engine_main(void *arg) {
     for (int k = 0; k < n; k++) {
       if (!done[k]) continue;
       job *j = bjob[k];
+      if (bsmp[k]) { process_token(s, j, bci[k], NULL, btok[k], lpbuf, topbuf); continue; }
       float *row = logits + (size_t)k * (size_t)s->vocab;
       if (bci[k] == 0 && j->fork_pending) {
         /* n > 1: the prompt was computed once; fork it for the other choices */
@@ -493,7 +503,7 @@ static void *engine_main(void *arg) {
           c->seq = sm_seq_fork(s->eng, j->ch[0].seq);
           if (c->seq) {
             memcpy(tmp, row, sizeof(float) * (size_t)s->vocab);
-            process_token(s, j, i, tmp, lpbuf, topbuf);
+            process_token(s, j, i, tmp, -1, lpbuf, topbuf);
           } else {
             c->seq = sm_seq_new(s->eng); /* fallback: recompute (prefix cache helps) */
             if (c->seq) {
@@ -508,7 +518,7 @@ static void *engine_main(void *arg) {
           }
         }
       }
-      process_token(s, j, bci[k], row, lpbuf, topbuf);
+      process_token(s, j, bci[k], row, -1, lpbuf, topbuf);
     }
     pthread_mutex_lock(&s->mu);
     /* free the KV of finished choices right away */
@@ -541,6 +551,7 @@ static void *engine_main(void *arg) {
   }
   pthread_mutex_unlock(&s->mu);
   free(logits); free(tmp); free(lpbuf); free(topbuf); free(seqs); free(bjob); free(bci); free(done);
+  free(bsmp); free(btok);
   return NULL;
 }
 

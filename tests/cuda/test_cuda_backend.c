@@ -308,10 +308,11 @@ static void test_attention(void) {
 }
 
 /* whole synthetic model: CPU vs CUDA */
+static const char *g_shape = "test"; /* "tiny" has head dim 32: the attention -> int8 x fusion applies */
 static void test_model(int bits) {
   char dir[256];
   snprintf(dir, sizeof dir, "/tmp/smelt-cuda-test-%d-%d", (int)getpid(), bits);
-  const sm_synth_shape *sh = sm_synth_find("test");
+  const sm_synth_shape *sh = sm_synth_find(g_shape);
   CHECK(sh && sm_make_synthetic(sh, bits, 32, dir, false) == SMELT_OK, "synthetic model: %s", smelt_last_error());
   smelt_model_params p;
   smelt_model_params_default(&p);
@@ -386,17 +387,29 @@ int main(void) {
   test_model(4);
   test_model(0);
   test_model(3);
-  /* again with every 4-bit weight on the int8-activation kernels (by default only weights of
-   * >= 32Mi elements use them, larger than these tests) */
+  /* every 4-bit weight on the int8-activation kernels (by default only weights of >= 32Mi
+   * elements, larger than these tests), norm and decode attention writing the int8 x */
   G->destroy(G);
   setenv("SMELT_CUDA_Q4", "1", 1);
-  setenv("SMELT_CUDA_ATTN_DEC", "1", 1); /* the one-token decode attention kernel (opt-in) */
   G = sm_cuda_backend_create(0);
   g_q4 = true;
   CHECK(G != NULL, "cuda backend with SMELT_CUDA_Q4=1: %s", smelt_last_error());
   if (G) {
-    test_attention();
     test_matmul(4);
+    test_model(4);
+    g_shape = "tiny";
+    test_model(4);
+    g_shape = "test";
+    G->destroy(G);
+  }
+  /* one-token batches on the tiled attention kernel (the fallback for G > 8) */
+  setenv("SMELT_CUDA_ATTN_DEC", "0", 1);
+  unsetenv("SMELT_CUDA_Q4");
+  g_q4 = false;
+  G = sm_cuda_backend_create(0);
+  CHECK(G != NULL, "cuda backend with SMELT_CUDA_ATTN_DEC=0: %s", smelt_last_error());
+  if (G) {
+    test_attention();
     test_model(4);
     G->destroy(G);
   }

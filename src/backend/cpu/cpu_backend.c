@@ -563,6 +563,27 @@ static void be_gather_out(sm_backend *be, float *dst, const float *src, int dim)
     memmove(dst + (size_t)i * (size_t)dim, src + (size_t)c->b.out_rows[i] * (size_t)dim, (size_t)dim * sizeof(float));
 }
 
+/* ---------------- sampling ---------------- */
+/* The reference sampler (sample.c) on a copy of each row: logits stay unchanged. */
+static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, int vocab, const sm_sample_req *req,
+                              int n_req, int32_t *out) {
+  (void)be;
+  smelt_status st = sm_sample_check(req, n_req, n_rows, vocab);
+  if (st) return st;
+  if (n_req == 0) return SMELT_OK;
+  if (!logits || !out) return sm_err(SMELT_ERR_INVALID, "sample: missing buffers");
+  float *row = malloc(sizeof(float) * 2 * (size_t)vocab);
+  int32_t *idx = malloc(sizeof(int32_t) * (size_t)vocab);
+  if (!row || !idx) { free(row); free(idx); return sm_err(SMELT_ERR_OOM, "sample: scratch of %d floats", vocab); }
+  for (int i = 0; i < n_req; i++) {
+    memcpy(row, logits + (size_t)req[i].row * (size_t)vocab, sizeof(float) * (size_t)vocab);
+    out[i] = sm_sample_row(&req[i], row, vocab, row + vocab, idx);
+  }
+  free(row);
+  free(idx);
+  return SMELT_OK;
+}
+
 /* ---------------- lifetime ---------------- */
 static void be_destroy(sm_backend *be) {
   cpu_be *c = CB(be);
@@ -616,6 +637,7 @@ sm_backend *sm_cpu_backend_create(int n_threads) {
   b->scale = be_scale;
   b->softcap = be_softcap;
   b->gather_out = be_gather_out;
+  b->sample = be_sample;
   return b;
 }
 

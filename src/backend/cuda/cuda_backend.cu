@@ -76,17 +76,27 @@ typedef struct {
   bool failed;
   /* SMELT_CUDA_PROFILE=1: graphs off, every op timed with events, table printed at destroy */
   int prof;
-  int att_dec; /* SMELT_CUDA_ATTN_DEC=1: k_attn_dec for one-token-per-sequence batches (off by default:
-                  measured slower than k_attn in graph replay, see docs/benchmarks.md) */
+  int att_dec; /* one-token-per-sequence batches: 1 (default) k_attn_dec2 (cuda_attn.cu), 2 the older
+                  k_attn_dec, 0 the tiled k_attn (SMELT_CUDA_ATTN_DEC=0/2) */
   int q4_fuse; /* norm kernels write the int8 x of a following CW_Q4 matvec (SMELT_CUDA_NORMQ=0: off) */
   int q4; /* CW_Q4 for 4-bit weights: 0 never, 1 large ones (default), 2 all (SMELT_CUDA_Q4=0/1) */
   cudaEvent_t pe0, pe1;
   struct { char label[64]; double ms; long count; } pt[96];
   int n_pt;
   long st_graph_launch, st_capture, st_eager_fwd;
+  /* SMELT_CUDA_STATS=1: GPU time of graph replays and of the download after them, host time in flush */
+  int stats;
+  cudaEvent_t se0, se1, se2;
+  int st_pending; /* 1: se0/se1 around a graph launch, 2: also se2 after the download */
+  double st_graph_ms, st_dl_ms, st_flush_us;
+  double t_ret, t_setb, st_outside_us, st_rec_us, st_wait_us; /* host: after a sync, at set_batch */
+  long st_steps;
+  long st_timed;
 } cuda_be;
 
 static cuda_be *CB(sm_backend *be) { return (cuda_be *)be; }
+int g_cu_pdl = 1;
+extern int g_cu_q4cfg;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
 static void prof_end(cuda_be *c, const char *label) {
@@ -117,6 +127,14 @@ static void prof_print(cuda_be *c) {
               1000.0 * c->pt[i].ms / (double)c->pt[i].count, 100.0 * c->pt[i].ms / (tot > 0 ? tot : 1));
     }
   }
+  if (c->prof || getenv("SMELT_CUDA_STATS"))
+    fprintf(stderr, "cuda stats: graph replays timed %ld: GPU %.3f ms/replay, download after it %.3f ms, host flush %.1f us\n",
+            c->st_timed, c->st_timed ? c->st_graph_ms / c->st_timed : 0.0, c->st_timed ? c->st_dl_ms / c->st_timed : 0.0,
+            c->st_graph_launch ? c->st_flush_us / c->st_graph_launch : 0.0);
+  if (c->stats && c->st_steps)
+    fprintf(stderr, "cuda stats: %ld steps, host us/step: outside the backend %.1f, set_batch..flush %.1f, "
+            "set_batch..sync return %.1f\n", c->st_steps, c->st_outside_us / c->st_steps, c->st_rec_us / c->st_steps,
+            c->st_wait_us / c->st_steps);
   if (c->prof || getenv("SMELT_CUDA_STATS"))
     fprintf(stderr, "cuda stats: graph launches %ld, captures %ld, eager recorded forwards %ld\n", c->st_graph_launch,
             c->st_capture, c->st_eager_fwd);
@@ -232,6 +250,8 @@ __global__ void k_rope_qk_store(float *q, float *k, const float *v, float *Kc, f
                                 int nblocks) {
   const int64_t nq = (int64_t)n_tokens * nh * halfq, row = (int64_t)nkv * hd;
   const int64_t total = nq + (int64_t)n_tokens * row;
+  pdl_trigger();
+  pdl_wait();
   for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * blockDim.x) {
     if (idx < nq) {
       int i = (int)(idx % halfq);
@@ -748,16 +768,21 @@ static void x_attention(cuda_be *c, const cu_op *o) {
   const int n_heads = o->i0, nkv = o->i1, hd = o->i2, bs = o->i3, nblocks = o->i4, window = o->n;
   const float scale = o->f0, softcap = o->f1;
   if (o->sz) { /* decode kernel, o->sz splits */
-    const int S = (int)o->sz, G = n_heads / nkv, hd4 = hd / 4;
-    dim3 grid((unsigned)c->n_tokens, (unsigned)nkv, (unsigned)S);
-    const size_t smem = att_dec_smem(hd, G);
+    if (c->att_dec == 2) {
+      const int S = (int)o->sz, G = n_heads / nkv, hd4 = hd / 4;
+      dim3 grid((unsigned)c->n_tokens, (unsigned)nkv, (unsigned)S);
+      const size_t smem = att_dec_smem(hd, G);
 #define ATD_ARGS out, c->part, c->att_cnt, q, K, V, c->d_pos, c->d_seq, c->d_table, c->max_blocks, bs, nblocks, n_heads, \
                  nkv, hd, scale, window, softcap, S
-    if (hd4 <= 8) k_attn_dec<1, 2><<<grid, 128, smem, c->s>>>(ATD_ARGS);
-    else if (hd4 <= 16) k_attn_dec<2, 4><<<grid, 128, smem, c->s>>>(ATD_ARGS);
-    else if (hd4 <= 32) k_attn_dec<4, 8><<<grid, 128, smem, c->s>>>(ATD_ARGS);
-    else k_attn_dec<8, 16><<<grid, 128, smem, c->s>>>(ATD_ARGS);
+      if (hd4 <= 8) k_attn_dec<1, 2><<<grid, 128, smem, c->s>>>(ATD_ARGS);
+      else if (hd4 <= 16) k_attn_dec<2, 4><<<grid, 128, smem, c->s>>>(ATD_ARGS);
+      else if (hd4 <= 32) k_attn_dec<4, 8><<<grid, 128, smem, c->s>>>(ATD_ARGS);
+      else k_attn_dec<8, 16><<<grid, 128, smem, c->s>>>(ATD_ARGS);
 #undef ATD_ARGS
+      return;
+    }
+    cu_attn_decode(out, NULL, c->part, c->att_cnt, q, K, V, c->d_pos, c->d_seq, c->d_table, c->max_blocks, bs, nblocks,
+                   c->n_tokens, n_heads, nkv, hd, scale, window, softcap, (int)o->sz, c->s);
     return;
   }
   const int G = n_heads / nkv, S = att_splits(c, nkv), nw = att_warps(hd, G);
@@ -895,6 +920,23 @@ static void exec_ops(cuda_be *c) {
         }
       }
     }
+    /* decode attention whose output feeds a CW_Q4 matvec (o projection): it also writes the int8 x */
+    if (o->type == OP_ATTN && o->sz && c->att_dec == 1 && o->i2 % 32 == 0 && i + 1 < c->n_ops) {
+      const cu_op *m = &c->ops[i + 1];
+      const cu_weight *w = m->type == OP_MATMUL ? (const cu_weight *)m->p3 : NULL;
+      if (w && c->q4_fuse && m->p1 == o->p0 && m->n == c->n_tokens && w->kind == CW_Q4 && cu_use_matvec(w, m->n) &&
+          w->cols == (int64_t)o->i0 * o->i2 && c->xq && c->xq_cap >= cu_q4_scratch_bytes(m->n, w->cols)) {
+        prof_begin(c);
+        cu_attn_decode((float *)o->p0, c->xq, c->part, c->att_cnt, (const float *)o->p1, (const float *)o->p2,
+                       (const float *)o->p3, c->d_pos, c->d_seq, c->d_table, c->max_blocks, o->i3, o->i4, c->n_tokens,
+                       o->i0, o->i1, o->i2, o->f0, o->n, o->f1, (int)o->sz, c->s);
+        prof_end(c, "attention n=1 +quant");
+        preq = o->p0;
+        preq_n = m->n;
+        i++;
+        continue;
+      }
+    }
     /* rope(q), rope(k), kv_store(k, v): one kernel */
     if (o->type == OP_ROPE && i + 2 < c->n_ops && c->ops[i + 1].type == OP_ROPE && c->ops[i + 2].type == OP_KVSTORE) {
       const cu_op *rk = &c->ops[i + 1], *kv = &c->ops[i + 2];
@@ -903,7 +945,7 @@ static void exec_ops(cuda_be *c) {
         const int nt = c->n_tokens;
         const size_t total = (size_t)nt * o->i0 * (o->i2 / 2) + (size_t)nt * kv->i0;
         prof_begin(c);
-        k_rope_qk_store<<<ew_blocks(total), 256, 0, c->s>>>(
+        cu_launch(k_rope_qk_store, dim3(ew_blocks(total)), dim3(256), 0, c->s,
             (float *)o->p0, (float *)rk->p0, (const float *)kv->p3, (float *)kv->p0, (float *)kv->p1, c->d_pos,
             c->d_seq, c->d_table, (const float *)o->p1, (const float *)rk->p1, nt, o->i0, rk->i0, o->i1, o->i2 / 2,
             rk->i2 / 2, c->max_blocks, kv->i1, kv->i2);
@@ -977,6 +1019,8 @@ static void flush(cuda_be *c) {
   if (!c->rec) return;
   c->rec = false;
   if (c->n_ops == 0) return;
+  const double t_flush = c->stats ? sm_now() : 0;
+  if (c->stats && c->t_setb > 0) c->st_rec_us += (t_flush - c->t_setb) * 1e6;
   int dims[5] = { c->n_tokens, c->n_seqs, c->max_blocks, c->n_out, c->n_tiles };
   uint64_t h = fnv(0xcbf29ce484222325ULL, dims, sizeof dims);
   h = fnv(h, c->h_tiles, sizeof(int32_t) * (size_t)(c->n_tiles + 1));
@@ -987,7 +1031,13 @@ static void flush(cuda_be *c) {
     if (g->exec && g->hash == h && g->n_ops == c->n_ops && !memcmp(g->ops, c->ops, sizeof(cu_op) * (size_t)c->n_ops)) {
       g->last_use = c->tick;
       c->st_graph_launch++;
+      if (c->stats) cudaEventRecord(c->se0, c->s);
       ck(c, cudaGraphLaunch(g->exec, c->s), "graph launch");
+      if (c->stats) {
+        cudaEventRecord(c->se1, c->s);
+        c->st_pending = 1;
+        c->st_flush_us += (sm_now() - t_flush) * 1e6;
+      }
       return;
     }
   }
@@ -1063,17 +1113,50 @@ static void be_upload(sm_backend *be, void *dst, const void *src, size_t n) {
   flush(c);
   ck(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->s), "upload");
 }
+/* after a sync: add the timed graph replay (and download) to the stats */
+static void stats_collect(cuda_be *c) {
+  if (c->stats) {
+    const double now = sm_now();
+    if (c->t_setb > 0) { c->st_wait_us += (now - c->t_setb) * 1e6; c->st_steps++; c->t_setb = 0; }
+    c->t_ret = now;
+  }
+  if (!c->st_pending) return;
+  float a = 0, b = 0;
+  if (cudaEventElapsedTime(&a, c->se0, c->se1) == cudaSuccess) {
+    c->st_graph_ms += a;
+    c->st_timed++;
+    if (c->st_pending == 2 && cudaEventElapsedTime(&b, c->se1, c->se2) == cudaSuccess) c->st_dl_ms += b;
+  }
+  cudaGetLastError();
+  c->st_pending = 0;
+}
 static void be_download(sm_backend *be, void *dst, const void *src, size_t n) {
   cuda_be *c = CB(be);
   flush(c);
   if (n) ck(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->s), "download");
+  if (c->st_pending) { cudaEventRecord(c->se2, c->s); c->st_pending = 2; }
   ck(c, cudaStreamSynchronize(c->s), "sync");
+  stats_collect(c);
 }
 static void be_sync(sm_backend *be) {
   cuda_be *c = CB(be);
   flush(c);
   ck(c, cudaStreamSynchronize(c->s), "sync");
+  stats_collect(c);
 }
+
+/* ===== sample op (device sampling; kernels in cuda_sample.cu) ===== */
+/* Runs the recorded forward (flush), then samples on the stream from the logits it left on the
+ * device; only the token ids are copied back. */
+static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, int vocab, const sm_sample_req *req,
+                              int n_req, int32_t *out_tokens) {
+  cuda_be *c = CB(be);
+  flush(c);
+  smelt_status st = cu_sample(logits, n_rows, vocab, req, n_req, out_tokens, c->s, c->dev);
+  stats_collect(c); /* the step ends here, as at a download */
+  return st;
+}
+/* ===== end of the sample op ===== */
 
 static bool weight_ok(const sm_weight *w) {
   if (!w || !w->data || w->rows <= 0 || w->cols <= 0 || w->rows > INT32_MAX || w->cols > INT32_MAX) return false;
@@ -1172,6 +1255,10 @@ static void be_release_weight(sm_backend *be, sm_weight *w) {
 static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
   cuda_be *c = CB(be);
   flush(c);
+  if (c->stats) {
+    c->t_setb = sm_now();
+    if (c->t_ret > 0) c->st_outside_us += (c->t_setb - c->t_ret) * 1e6;
+  }
   if (c->failed) return sm_err(SMELT_ERR_BACKEND, "cuda: an earlier device error occurred");
   if (!b || b->n_tokens < 0 || b->n_seqs < 0 || b->max_blocks < 0 || b->n_out < 0)
     return sm_err(SMELT_ERR_INVALID, "cuda: bad batch");
@@ -1324,8 +1411,11 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   }
   const int G = n_heads / kv->n_kv_heads;
   int Sd = 0; /* > 0: one-token-per-sequence decode kernel with Sd splits */
-  if (c->n_tiles == nt && G <= AD_GMAX && kv->head_dim <= 256 && c->att_dec &&
-      att_dec_smem(kv->head_dim, G) <= 48 * 1024) {
+  if (c->n_tiles == nt && c->att_dec == 1 && cu_attn_dec_ok(kv->head_dim, G)) {
+    Sd = cu_attn_dec_splits(nt, kv->n_kv_heads, c->n_sm);
+    if (cu_attn_dec_smem(kv->head_dim, G, Sd) > c->smem_optin) Sd = 0;
+  } else if (c->n_tiles == nt && c->att_dec == 2 && G <= AD_GMAX && kv->head_dim <= 256 &&
+             att_dec_smem(kv->head_dim, G) <= 48 * 1024) { /* the previous decode kernel (SMELT_CUDA_ATTN_DEC=2) */
     int maxlen = 1;
     for (int t = 0; t < nt; t++) {
       int len = c->h_pos[t] + 1;
@@ -1335,11 +1425,11 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
     const int units = nt * kv->n_kv_heads;
     Sd = 1;
     while (Sd < 64 && units * Sd * 2 <= c->n_sm && Sd * 2 * AD_TP <= maxlen) Sd *= 2;
-    if (Sd > 1) {
-      size_t need = sizeof(int) * (size_t)nt * kv->n_kv_heads, old = c->att_cnt_cap;
-      if (!ensure_buf(c, (void **)&c->att_cnt, &c->att_cnt_cap, need)) return;
-      if (c->att_cnt_cap != old && !ck(c, cudaMemset(c->att_cnt, 0, c->att_cnt_cap), "attention counters")) return;
-    }
+  }
+  if (Sd > 1) {
+    size_t need = sizeof(int) * (size_t)nt * kv->n_kv_heads, old = c->att_cnt_cap;
+    if (!ensure_buf(c, (void **)&c->att_cnt, &c->att_cnt_cap, need)) return;
+    if (c->att_cnt_cap != old && !ck(c, cudaMemset(c->att_cnt, 0, c->att_cnt_cap), "attention counters")) return;
   }
   const int S = Sd ? Sd : att_splits(c, kv->n_kv_heads);
   if (S > 1 && !ensure_buf(c, (void **)&c->part, &c->part_cap, sizeof(float) * (size_t)nt * n_heads * S * (kv->head_dim + 2)))
@@ -1417,6 +1507,7 @@ static void be_destroy(sm_backend *be) {
   prof_print(c);
   if (c->pe0) cudaEventDestroy(c->pe0);
   if (c->pe1) cudaEventDestroy(c->pe1);
+  if (c->se0) { cudaEventDestroy(c->se0); cudaEventDestroy(c->se1); cudaEventDestroy(c->se2); }
   graphs_clear(c);
   for (int i = 0; i < N_GRAPHS; i++) free(c->graphs[i].ops);
   free(c->ops);
@@ -1464,16 +1555,27 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   if (g && !strcmp(g, "0")) c->graphs_on = false;
   const char *q4e = getenv("SMELT_CUDA_Q4");
   c->q4 = q4e && q4e[0] == '0' ? 0 : q4e && q4e[0] == '1' ? 2 : 1;
+  const char *qc = getenv("SMELT_CUDA_Q4CFG");
+  g_cu_q4cfg = qc ? atoi(qc) : 0;
   const char *nq = getenv("SMELT_CUDA_NORMQ");
   c->q4_fuse = !(nq && nq[0] == '0');
   const char *ad = getenv("SMELT_CUDA_ATTN_DEC");
-  c->att_dec = ad && ad[0] == '1';
+  c->att_dec = ad && ad[0] == '0' ? 0 : ad && ad[0] == '2' ? 2 : 1;
   const char *pr = getenv("SMELT_CUDA_PROFILE");
   if (pr && strcmp(pr, "0")) {
     c->prof = 1;
     c->graphs_on = false;
     cudaEventCreate(&c->pe0);
     cudaEventCreate(&c->pe1);
+  }
+  const char *pd = getenv("SMELT_CUDA_PDL");
+  g_cu_pdl = !(pd && pd[0] == '0');
+  const char *se = getenv("SMELT_CUDA_STATS");
+  if (se && strcmp(se, "0")) {
+    c->stats = 1;
+    cudaEventCreate(&c->se0);
+    cudaEventCreate(&c->se1);
+    cudaEventCreate(&c->se2);
   }
   if (cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking) != cudaSuccess ||
       cudaEventCreateWithFlags(&c->meta_ev, cudaEventDisableTiming) != cudaSuccess) {
@@ -1522,6 +1624,7 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   b->softcap = be_softcap;
   b->gather_out = be_gather_out;
   b->measure_bandwidth = be_measure_bandwidth;
+  b->sample = be_sample; /* device sampling (cuda_sample.cu) */
   return b;
 }
 

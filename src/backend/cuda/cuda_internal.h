@@ -9,6 +9,39 @@ extern "C" {
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+/* Programmatic dependent launch (Hopper): kernels launched with cu_launch() may start while the
+ * previous kernel of the stream is still running. Such a kernel may only read constant data
+ * (weights) before pdl_wait(), which returns once the previous kernel has completed and its
+ * writes are visible; every read of activations and every write comes after it. pdl_trigger()
+ * lets the next kernel launch early (once every block of this one has called it or exited).
+ * Both are no-ops when the kernel was launched without the attribute (or below sm_90). */
+static __device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+extern int g_cu_pdl; /* launch with the programmatic-serialization attribute (SMELT_CUDA_PDL=0: off) */
+template <typename... KArgs, typename... Args>
+static inline void cu_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                             Args... args) {
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg;
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = at;
+  cfg.numAttrs = g_cu_pdl ? 1 : 0;
+  cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
+}
+
 /* Device copy of one weight (w->dev points at this). */
 /* CW_Q4: 4-bit, natural MLX word order (16-byte vector v of a row = elements 32v..32v+31),
  * used by the int8-activation dp4a kernels (k_mvq4) for 1 <= n <= CU_Q4_MAX_N. */
@@ -56,8 +89,8 @@ void cu_matvec_multi(const cu_weight *const *ws, float *const *ys, int nw, const
  * fused kernel applies (caller then runs silu_mul + matvec) */
 bool cu_matvec_silu(const cu_weight *w, const float *g, const float *u, int n, float *y, void *xq, cudaStream_t s,
                     int n_sm);
-/* CW_Q4 launcher with explicit tiling (microbenchmark): rb rows per thread (4 or 8), tl = log2
- * threads per row (5..7); 0 = automatic */
+/* CW_Q4 launcher with explicit tiling (microbenchmark): for n = 1 rb = rows per thread (2/4/8) +
+ * 10 * vectors per row per load round (1/2/4), e.g. 14; tl = log2 threads per row (5..7); 0 = automatic */
 void cu_q4_matvec_cfg(const cu_weight *const *ws, float *const *ys, int nw, const float *x, const float *xu, int n,
                       void *xq, cudaStream_t s, int n_sm, int rb, int tl);
 bool cu_matvec_compatible(const cu_weight *a, const cu_weight *b);
@@ -72,5 +105,22 @@ void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int
 void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s);
 /* one row (token) of an embedding, dequantized to float */
 void cu_embed(const cu_weight *w, const int32_t *tokens, int n_tokens, float *out, cudaStream_t s);
+
+/* decode attention (cuda_attn.cu): every token alone in its sequence; grid (token, kv head, S).
+ * part: nt*n_heads*S*(hd+2) floats when S > 1; cnt: nt*nkv ints, zero (left zero) */
+bool cu_attn_dec_ok(int hd, int G);
+int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm);
+size_t cu_attn_dec_smem(int hd, int G, int S);
+/* xq (may be NULL; hd % 32 == 0): also write the CW_Q4 int8 layout of out (cu_q4_scratch_bytes) */
+void cu_attn_decode(float *out, void *xq, float *part, int *cnt, const float *q, const float *K, const float *V,
+                    const int32_t *pos, const int32_t *seq, const int32_t *table, int max_blocks, int bs, int nblocks,
+                    int n_tokens, int n_heads, int nkv, int hd, float scale, int window, float softcap, int S,
+                    cudaStream_t s);
+
+/* sample op (cuda_sample.cu): out_tokens[i] = sm_sample_row(req[i], row req[i].row of the device
+ * logits [n_rows][vocab]) (backend.h), bit-exact with the host; issued on s after the work
+ * already queued there, then waits for s. Scratch is kept per device (dev). */
+smelt_status cu_sample(const float *logits, int n_rows, int vocab, const sm_sample_req *req, int n_req,
+                       int32_t *out_tokens, cudaStream_t s, int dev);
 
 #endif

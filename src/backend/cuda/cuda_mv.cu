@@ -124,11 +124,13 @@ __global__ void __launch_bounds__(128) k_mv_qfast(const mv_args a, const float *
 #pragma unroll
     for (int c = 0; c < N; c++) acc[r][c] = 0.f;
 
+  pdl_trigger();
 #pragma unroll 2
   for (int c = 0; c < C; c++) {
     uint4 v[R];
 #pragma unroll
     for (int r = 0; r < R; r++) v[r] = ld_stream(q + rows[r] * W + (int64_t)c * 128 + lane * 4);
+    if (c == 0) pdl_wait(); /* weights of the first chunk are requested before waiting for x */
     uint32_t wd[R];
 #pragma unroll
     for (int r = 0; r < R; r++) wd[r] = v[r].x;
@@ -143,6 +145,7 @@ __global__ void __launch_bounds__(128) k_mv_qfast(const mv_args a, const float *
     for (int r = 0; r < R; r++) wd[r] = v[r].w;
     mv_word<BITS, R, N, SBK>(wd, c * 128 + 96 + lane, rows, sb, G, gs, x, K, n, acc);
   }
+  pdl_wait();
   for (int u = C * 128 + lane; u < W; u += 32) {
     uint32_t wd[R];
 #pragma unroll
@@ -335,6 +338,8 @@ __global__ void __launch_bounds__(128, N == 1 ? 3 : 1) k_mv2(const mv_args a, co
   __shared__ float red[4][RB * N];
   extern __shared__ float4 xs4[];
   float *xs = (float *)xs4;
+  pdl_trigger();
+  if (N == 1 && smx) pdl_wait();
   if (N == 1 && smx) { /* stage x (or silu(x)*xu) once per block */
     for (int e = threadIdx.x * 4; e < K; e += 128 * 4) {
       float4 t = __ldg(reinterpret_cast<const float4 *>(x + e));
@@ -376,6 +381,7 @@ __global__ void __launch_bounds__(128, N == 1 ? 3 : 1) k_mv2(const mv_args a, co
     uint4 raw[RB];
 #pragma unroll
     for (int r = 0; r < RB; r++) raw[r] = ld_stream(q + rows[r] * V + v);
+    if (v == tt) pdl_wait(); /* the first weight loads are issued before waiting for x */
     float sc0[RB], bb0[RB], sc1[RB], bb1[RB];
     if (BITS) {
       const int g0 = (v * EPV) / gs;
@@ -436,6 +442,7 @@ __global__ void __launch_bounds__(128, N == 1 ? 3 : 1) k_mv2(const mv_args a, co
       }
     }
   }
+  pdl_wait();
   float vals[RB * N];
 #pragma unroll
   for (int r = 0; r < RB; r++)
@@ -481,6 +488,8 @@ __global__ void __launch_bounds__(256) k_quant_x(const float *__restrict__ x, co
                                                  int64_t nblk, uint8_t *__restrict__ xq, float2 *__restrict__ xs) {
   const int lane = threadIdx.x & 31;
   const int64_t b = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+  pdl_trigger();
+  pdl_wait();
   if (b >= nblk) return;
   float v = x[b * 32 + lane];
   if (xu) v = v / (1.f + expf(-v)) * xu[b * 32 + lane];
@@ -497,7 +506,10 @@ __global__ void __launch_bounds__(256) k_quant_x(const float *__restrict__ x, co
   if (lane == 0) xs[b] = make_float2(a * (1.f / 127.f), sum);
 }
 
-template <int N, int RB>
+/* UNR vectors of each of the RB rows are loaded before any is used (UNR*RB independent
+ * 16-byte loads in flight per thread); threads per row (tpr) are chosen so that one or two
+ * such rounds cover a row */
+template <int N, int RB, int UNR>
 __global__ void __launch_bounds__(128) k_mvq4(const mv_args a, const uint4 *__restrict__ xq,
                                               const float2 *__restrict__ xs, int K, int lg, int sbk, int n, int tl,
                                               int nch) {
@@ -522,33 +534,50 @@ __global__ void __launch_bounds__(128) k_mvq4(const mv_args a, const uint4 *__re
 #pragma unroll
     for (int c = 0; c < N; c++) acc[r][c] = 0.f;
   constexpr int MK = 0x0F0F0F0F;
-  for (int v = tt; v < V; v += tpr) {
-    uint4 raw[RB];
+  pdl_trigger();
+  uint4 raw[UNR][RB];
+  float2 p[UNR][RB];
+  /* the first round of weight loads is issued before waiting for the previous kernel */
+  for (int v0 = tt, first = 1; v0 < V; v0 += UNR * tpr, first = 0) {
 #pragma unroll
-    for (int r = 0; r < RB; r++) raw[r] = ld_stream(q + rows[r] * V + v);
-    float2 p[RB];
+    for (int u = 0; u < UNR; u++) {
+      const int v = v0 + u * tpr;
 #pragma unroll
-    for (int r = 0; r < RB; r++) p[r] = load_sb_rt(sb, rows[r] * G + (v >> lg), sbk);
+      for (int r = 0; r < RB; r++) raw[u][r] = v < V ? ld_stream(q + rows[r] * V + v) : make_uint4(0, 0, 0, 0);
+    }
 #pragma unroll
-    for (int c = 0; c < N; c++) {
-      const int col = c0 + c < n ? c0 + c : n - 1;
-      const int64_t xi = (int64_t)col * V + v;
-      const uint4 x0 = __ldg(xq + 2 * xi), x1 = __ldg(xq + 2 * xi + 1);
-      const float2 xd = __ldg(xs + xi);
+    for (int u = 0; u < UNR; u++) {
+      const int v = v0 + u * tpr;
 #pragma unroll
-      for (int r = 0; r < RB; r++) {
-        int d = __dp4a((int)(raw[r].x & MK), (int)x0.x, 0);
-        d = __dp4a((int)((raw[r].x >> 4) & MK), (int)x0.y, d);
-        d = __dp4a((int)(raw[r].y & MK), (int)x0.z, d);
-        d = __dp4a((int)((raw[r].y >> 4) & MK), (int)x0.w, d);
-        d = __dp4a((int)(raw[r].z & MK), (int)x1.x, d);
-        d = __dp4a((int)((raw[r].z >> 4) & MK), (int)x1.y, d);
-        d = __dp4a((int)(raw[r].w & MK), (int)x1.z, d);
-        d = __dp4a((int)((raw[r].w >> 4) & MK), (int)x1.w, d);
-        acc[r][c] = fmaf(p[r].x, (float)d * xd.x, fmaf(p[r].y, xd.y, acc[r][c]));
+      for (int r = 0; r < RB; r++) p[u][r] = v < V ? load_sb_rt(sb, rows[r] * G + (v >> lg), sbk) : make_float2(0.f, 0.f);
+    }
+    if (first) pdl_wait();
+#pragma unroll
+    for (int u = 0; u < UNR; u++) {
+      const int v = v0 + u * tpr;
+      if (v >= V) break;
+#pragma unroll
+      for (int c = 0; c < N; c++) {
+        const int col = c0 + c < n ? c0 + c : n - 1;
+        const int64_t xi = (int64_t)col * V + v;
+        const uint4 x0 = __ldg(xq + 2 * xi), x1 = __ldg(xq + 2 * xi + 1);
+        const float2 xd = __ldg(xs + xi);
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+          int d = __dp4a((int)(raw[u][r].x & MK), (int)x0.x, 0);
+          d = __dp4a((int)((raw[u][r].x >> 4) & MK), (int)x0.y, d);
+          d = __dp4a((int)(raw[u][r].y & MK), (int)x0.z, d);
+          d = __dp4a((int)((raw[u][r].y >> 4) & MK), (int)x0.w, d);
+          d = __dp4a((int)(raw[u][r].z & MK), (int)x1.x, d);
+          d = __dp4a((int)((raw[u][r].z >> 4) & MK), (int)x1.y, d);
+          d = __dp4a((int)(raw[u][r].w & MK), (int)x1.z, d);
+          d = __dp4a((int)((raw[u][r].w >> 4) & MK), (int)x1.w, d);
+          acc[r][c] = fmaf(p[u][r].x, (float)d * xd.x, fmaf(p[u][r].y, xd.y, acc[r][c]));
+        }
       }
     }
   }
+  pdl_wait(); /* threads without a vector still write y below */
   float vals[RB * N];
 #pragma unroll
   for (int r = 0; r < RB; r++)
@@ -581,7 +610,8 @@ __global__ void __launch_bounds__(128) k_mvq4(const mv_args a, const uint4 *__re
 
 
 /* ---------------- dispatch ---------------- */
-static mv_args make_args(const cu_weight *const *ws, float *const *ys, int nw, int R, unsigned *blocks) {
+/* rpb: rows per block */
+static mv_args make_args(const cu_weight *const *ws, float *const *ys, int nw, int rpb, unsigned *blocks) {
   mv_args a;
   memset(&a, 0, sizeof a);
   int b = 0;
@@ -589,7 +619,7 @@ static mv_args make_args(const cu_weight *const *ws, float *const *ys, int nw, i
     a.bstart[i] = i < nw ? b : 0x7fffffff;
     if (i < nw) {
       a.q[i] = ws[i]->q; a.sb[i] = ws[i]->sb; a.y[i] = ys[i]; a.M[i] = (int)ws[i]->rows;
-      b += (int)((ws[i]->rows + 4 * R - 1) / (4 * R));
+      b += (int)((ws[i]->rows + rpb - 1) / rpb);
     }
   }
   a.bstart[3] = 0x7fffffff;
@@ -599,12 +629,12 @@ static mv_args make_args(const cu_weight *const *ws, float *const *ys, int nw, i
 template <int BITS, int R, int N>
 static void launch_qfast(const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n, cudaStream_t s) {
   unsigned blocks;
-  mv_args a = make_args(ws, ys, nw, R, &blocks);
+  mv_args a = make_args(ws, ys, nw, 4 * R, &blocks);
   const int K = (int)ws[0]->cols, gs = ws[0]->gs;
   switch (ws[0]->sbk) {
-  case SBK_F16: k_mv_qfast<BITS, R, N, SBK_F16><<<blocks, 128, 0, s>>>(a, x, K, gs, n); break;
-  case SBK_F32: k_mv_qfast<BITS, R, N, SBK_F32><<<blocks, 128, 0, s>>>(a, x, K, gs, n); break;
-  default: k_mv_qfast<BITS, R, N, SBK_BF16><<<blocks, 128, 0, s>>>(a, x, K, gs, n); break;
+  case SBK_F16: cu_launch(k_mv_qfast<BITS, R, N, SBK_F16>, dim3(blocks), dim3(128), 0, s, a, x, K, gs, n); break;
+  case SBK_F32: cu_launch(k_mv_qfast<BITS, R, N, SBK_F32>, dim3(blocks), dim3(128), 0, s, a, x, K, gs, n); break;
+  default: cu_launch(k_mv_qfast<BITS, R, N, SBK_BF16>, dim3(blocks), dim3(128), 0, s, a, x, K, gs, n); break;
   }
 }
 template <int BITS, int R>
@@ -617,7 +647,7 @@ static void launch_qfast_n(const cu_weight *const *ws, float *const *ys, int nw,
 template <typename T, int R>
 static void launch_dense_n(const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n, cudaStream_t s) {
   unsigned blocks;
-  mv_args a = make_args(ws, ys, nw, R, &blocks);
+  mv_args a = make_args(ws, ys, nw, 4 * R, &blocks);
   const int K = (int)ws[0]->cols;
   const int vec = (K % (16 / (int)sizeof(T))) == 0;
   if (n == 1) k_mv_dense<T, R, 1><<<blocks, 128, 0, s>>>(a, x, K, n, vec);
@@ -640,7 +670,7 @@ static void launch_mv2(const mv_args &a, unsigned tiles, const float *x, const f
   const size_t smem = 0;
   const int smx = 0;          /* x read through L1 (staging x in shared memory measured slower) */
   const unsigned grid = tiles; /* one block per row tile */
-  k_mv2<BITS, T, N, RB, SILU><<<grid, 128, smem, s>>>(a, x, xu, K, gs, sbk, n, tl, (int)tiles, smx);
+  cu_launch(k_mv2<BITS, T, N, RB, SILU>, dim3(grid), dim3(128), smem, s, a, x, xu, K, gs, sbk, n, tl, (int)tiles, smx);
 }
 
 /* rows-per-thread choice and launch for one (bits, type) */
@@ -655,11 +685,11 @@ static void mv2_dispatch(const cu_weight *const *ws, float *const *ys, int nw, c
   int RB = 4;
   if (n == 1) {
     unsigned b8;
-    make_args(ws, ys, nw, (128 >> tl) * 8 / 4, &b8);
+    make_args(ws, ys, nw, (128 >> tl) * 8, &b8);
     RB = b8 >= (unsigned)(2 * n_sm) ? 8 : 4;
   }
   unsigned blocks;
-  mv_args a = make_args(ws, ys, nw, (128 >> tl) * RB / 4, &blocks);
+  mv_args a = make_args(ws, ys, nw, (128 >> tl) * RB, &blocks);
   if (xu) {
     if (RB == 8) launch_mv2<BITS, T, 1, 8, true>(a, blocks, x, xu, K, gs, sbk, n, tl, s, n_sm);
     else launch_mv2<BITS, T, 1, 4, true>(a, blocks, x, xu, K, gs, sbk, n, tl, s, n_sm);
@@ -675,39 +705,61 @@ static void mv2_dispatch(const cu_weight *const *ws, float *const *ys, int nw, c
 
 
 /* ---------------- CW_Q4 dispatch ---------------- */
-template <int N, int RB>
+template <int N, int RB, int UNR>
 static void launch_q4(const cu_weight *const *ws, float *const *ys, int nw, const uint4 *xq, const float2 *xs, int n,
                       int tl, cudaStream_t s) {
   unsigned tiles;
-  mv_args a = make_args(ws, ys, nw, (128 >> tl) * RB / 4, &tiles);
+  mv_args a = make_args(ws, ys, nw, (128 >> tl) * RB, &tiles);
   const int nch = (n + N - 1) / N;
   const int gs = ws[0]->gs, lg = gs == 32 ? 0 : gs == 64 ? 1 : 2;
-  k_mvq4<N, RB><<<tiles * (unsigned)nch, 128, 0, s>>>(a, xq, xs, (int)ws[0]->cols, lg, ws[0]->sbk, n, tl, nch);
+  cu_launch(k_mvq4<N, RB, UNR>, dim3(tiles * (unsigned)nch), dim3(128), 0, s, a, xq, xs, (int)ws[0]->cols, lg,
+            ws[0]->sbk, n, tl, nch);
+}
+/* threads per row (log2): n = 1 loads 4 vectors of a row per round, n > 1 two; as few
+ * threads as cover a row in one round (32..128) */
+static int q4_unr(int n, int rb) { return n > 1 ? 2 : rb / 10; }
+int g_cu_q4cfg = 0; /* SMELT_CUDA_Q4CFG: n = 1 CW_Q4 variant (q4_launch_n; 0 = automatic) */
+static int q4_rb(int n) { return n > 1 ? 4 : g_cu_q4cfg ? g_cu_q4cfg : 14; }
+static int q4_tl(int V, int n, int rb, int64_t M) {
+  const int unr = q4_unr(n, rb);
+  int tl = 5;
+  if (unr == 1) /* fewest threads per row that still give >= 2000 warps (loads in flight) */
+    while (tl < 7 && (M / 4) * (1 << (tl - 5)) < 2000 && (1 << (tl + 1)) <= V) tl++;
+  else /* as few threads as cover a row in one round */
+    while (tl < 7 && (1 << tl) * unr < V) tl++;
+  return tl;
+}
+static void q4_launch_n(const cu_weight *const *ws, float *const *ys, int nw, const uint4 *q4, const float2 *xs, int n,
+                        int tl, int rb, cudaStream_t s) {
+  if (n == 1) {
+    switch (rb) {
+    case 12: launch_q4<1, 2, 1>(ws, ys, nw, q4, xs, n, tl, s); break;
+    case 22: launch_q4<1, 2, 2>(ws, ys, nw, q4, xs, n, tl, s); break;
+    case 42: launch_q4<1, 2, 4>(ws, ys, nw, q4, xs, n, tl, s); break;
+    case 14: launch_q4<1, 4, 1>(ws, ys, nw, q4, xs, n, tl, s); break;
+    case 24: launch_q4<1, 4, 2>(ws, ys, nw, q4, xs, n, tl, s); break;
+    case 44: launch_q4<1, 4, 4>(ws, ys, nw, q4, xs, n, tl, s); break;
+    case 18: launch_q4<1, 8, 1>(ws, ys, nw, q4, xs, n, tl, s); break;
+    default: launch_q4<1, 8, 2>(ws, ys, nw, q4, xs, n, tl, s); break;
+    }
+  } else if (n == 2) launch_q4<2, 4, 2>(ws, ys, nw, q4, xs, n, tl, s);
+  else if (n <= 4) launch_q4<4, 4, 2>(ws, ys, nw, q4, xs, n, tl, s);
+  else launch_q4<8, 4, 2>(ws, ys, nw, q4, xs, n, tl, s);
 }
 
 void cu_q4_matvec_cfg(const cu_weight *const *ws, float *const *ys, int nw, const float *x, const float *xu, int n,
                       void *xqv, cudaStream_t s, int n_sm, int rb, int tl) {
   const int64_t K = ws[0]->cols;
   const int V = (int)(K / 32);
+  if (rb <= 0) rb = q4_rb(n);
   int64_t M = 0;
   for (int i = 0; i < nw; i++) M += ws[i]->rows;
-  if (!tl) { /* fewest threads per row that still give >= 2000 warps (loads in flight) */
-    tl = 5;
-    while (tl < 7 && (M / 4) * (1 << (tl - 5)) < 2000 && (1 << (tl + 1)) <= V) tl++;
-  }
-  if (rb < 0) rb = -rb;
-  if (!rb) rb = 4;
+  if (!tl) tl = q4_tl(V, n, rb, M);
   const int64_t nblk = (int64_t)n * V;
   uint8_t *xq = (uint8_t *)xqv;
   float2 *xs = (float2 *)(xq + (size_t)n * (size_t)K);
-  k_quant_x<<<(unsigned)((nblk + 7) / 8), 256, 0, s>>>(x, xu, nblk, xq, xs);
-  const uint4 *q4 = (const uint4 *)xq;
-  if (n == 1) {
-    if (rb == 8) launch_q4<1, 8>(ws, ys, nw, q4, xs, n, tl, s);
-    else launch_q4<1, 4>(ws, ys, nw, q4, xs, n, tl, s);
-  } else if (n == 2) launch_q4<2, 4>(ws, ys, nw, q4, xs, n, tl, s);
-  else if (n <= 4) launch_q4<4, 4>(ws, ys, nw, q4, xs, n, tl, s);
-  else launch_q4<8, 4>(ws, ys, nw, q4, xs, n, tl, s);
+  cu_launch(k_quant_x, dim3((unsigned)((nblk + 7) / 8)), dim3(256), 0, s, x, xu, nblk, xq, xs);
+  q4_launch_n(ws, ys, nw, (const uint4 *)xq, xs, n, tl, rb, s);
 }
 
 bool cu_matvec_silu(const cu_weight *w, const float *g, const float *u, int n, float *y, void *xq, cudaStream_t s,
@@ -875,6 +927,8 @@ void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool
 
 __global__ void k_embed(cu_weight w, const int32_t *__restrict__ tokens, float *__restrict__ out) {
   const int t = blockIdx.x;
+  pdl_trigger();
+  pdl_wait();
   const int32_t tok = tokens[t];
   float *o = out + (int64_t)t * w.cols;
   for (int64_t j = threadIdx.x; j < w.cols; j += blockDim.x)
@@ -883,7 +937,7 @@ __global__ void k_embed(cu_weight w, const int32_t *__restrict__ tokens, float *
 
 void cu_embed(const cu_weight *w, const int32_t *tokens, int n_tokens, float *out, cudaStream_t s) {
   if (n_tokens <= 0) return;
-  k_embed<<<n_tokens, 256, 0, s>>>(*w, tokens, out);
+  cu_launch(k_embed, dim3(n_tokens), dim3(256), 0, s, *w, tokens, out);
 }
 
 /* ---------------- fused (residual add +) rmsnorm (+ int8 x quantization) ----------------
@@ -896,6 +950,8 @@ __global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
                                                  float eps, float off, uint8_t *__restrict__ xq,
                                                  float2 *__restrict__ xs) {
   const int dim4 = dim >> 2, row = blockIdx.x;
+  pdl_trigger();
+  pdl_wait();
   float4 *xr = (float4 *)(x + (int64_t)row * dim);
   const float4 *ar = a ? (const float4 *)(a + (int64_t)row * dim) : NULL;
   float4 v[VPT];
@@ -977,10 +1033,10 @@ bool cu_norm_q(float *out, float *x, const float *a, const float *w, int n, int 
   uint8_t *xq = (uint8_t *)xqv;
   float2 *xs = xq ? (float2 *)(xq + (size_t)n * (size_t)dim) : NULL;
   switch (vpt) {
-  case 1: k_norm_q<1><<<n, th, 0, s>>>(out, x, a, w, dim, eps, off, xq, xs); break;
-  case 2: k_norm_q<2><<<n, th, 0, s>>>(out, x, a, w, dim, eps, off, xq, xs); break;
-  case 4: k_norm_q<4><<<n, th, 0, s>>>(out, x, a, w, dim, eps, off, xq, xs); break;
-  default: k_norm_q<8><<<n, th, 0, s>>>(out, x, a, w, dim, eps, off, xq, xs); break;
+  case 1: cu_launch(k_norm_q<1>, dim3(n), dim3(th), 0, s, out, x, a, w, dim, eps, off, xq, xs); break;
+  case 2: cu_launch(k_norm_q<2>, dim3(n), dim3(th), 0, s, out, x, a, w, dim, eps, off, xq, xs); break;
+  case 4: cu_launch(k_norm_q<4>, dim3(n), dim3(th), 0, s, out, x, a, w, dim, eps, off, xq, xs); break;
+  default: cu_launch(k_norm_q<8>, dim3(n), dim3(th), 0, s, out, x, a, w, dim, eps, off, xq, xs); break;
   }
   return true;
 }
@@ -988,14 +1044,10 @@ bool cu_norm_q(float *out, float *x, const float *a, const float *w, int n, int 
 void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xqv, cudaStream_t s) {
   const int64_t K = ws[0]->cols;
   const int V = (int)(K / 32);
-  int64_t M = 0;
-  for (int i = 0; i < nw; i++) M += ws[i]->rows;
-  int tl = 5;
-  while (tl < 7 && (M / 4) * (1 << (tl - 5)) < 2000 && (1 << (tl + 1)) <= V) tl++;
   const uint4 *q4 = (const uint4 *)xqv;
   const float2 *xs = (const float2 *)((const uint8_t *)xqv + (size_t)n * (size_t)K);
-  if (n == 1) launch_q4<1, 4>(ws, ys, nw, q4, xs, n, tl, s);
-  else if (n == 2) launch_q4<2, 4>(ws, ys, nw, q4, xs, n, tl, s);
-  else if (n <= 4) launch_q4<4, 4>(ws, ys, nw, q4, xs, n, tl, s);
-  else launch_q4<8, 4>(ws, ys, nw, q4, xs, n, tl, s);
+  const int rb = q4_rb(n);
+  int64_t M = 0;
+  for (int i = 0; i < nw; i++) M += ws[i]->rows;
+  q4_launch_n(ws, ys, nw, q4, xs, n, q4_tl(V, n, rb, M), rb, s);
 }

@@ -1,0 +1,287 @@
+/* Decode attention (flash-decoding): every token of the batch is the only one of its sequence
+ * (n_tiles == n_tokens). Grid = (token, kv head, split z); 128 threads = 4 warps. The split's
+ * positions are dealt round-robin to the warps; a warp streams K and V rows of B positions at a
+ * time (lane = one or two float4 of the head dim, so a row is one coalesced load), keeps its own
+ * online softmax (max, sum, P.V accumulator) for all G query heads of the kv head in registers:
+ * no block barrier inside the loop. The 4 warps merge through shared memory at the end. With
+ * S > 1 splits each block writes (max, sum, unnormalized output) and the last block of a
+ * (token, kv head) (atomic counter, reset by it) combines them with per-split weights computed
+ * once in shared memory. The split count depends only on the batch shape (not on the context
+ * length), so a decode graph stays valid as the context grows. */
+#include "backend/cuda/cuda_internal.h"
+#include <math.h>
+
+/* with xq: the output row of each token (n_heads*hd values) is also written in the int8 layout
+ * of the CW_Q4 matvec (see k_quant_x in cuda_mv.cu): per 32 values int8 in nibble order and
+ * (max|v|/127, exact sum); needs hd % 32 == 0. Called by a whole warp for 32 consecutive
+ * outputs (b = block index). */
+static __device__ __forceinline__ void at_quant_store(float v, int lane, int64_t b, uint8_t *xq, float2 *xs) {
+  float a = fabsf(v), sum = v;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  }
+  int qi = a > 0.f ? __float2int_rn(v * (127.f / a)) : 0;
+  qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+  const int j = lane >> 3, e = lane & 7;
+  xq[b * 32 + (2 * j + (e & 1)) * 4 + (e >> 1)] = (uint8_t)(int8_t)qi;
+  if (lane == 0) xs[b] = make_float2(a * (1.f / 127.f), sum);
+}
+
+static __device__ __forceinline__ int64_t at_slot(const int32_t *table, int max_blocks, int bs, int nblocks, int s,
+                                                  int p) {
+  const int bi = p / bs;
+  if (p < 0 || bi >= max_blocks) return -1;
+  const int blk = __ldg(table + (int64_t)s * max_blocks + bi);
+  if (blk < 0 || blk >= nblocks) return -1;
+  return (int64_t)blk * bs + p % bs;
+}
+
+static __device__ __forceinline__ float4 f4z() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+static __device__ __forceinline__ float dot4(float4 a, float4 b, float s) {
+  return fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, fmaf(a.w, b.w, s))));
+}
+
+/* GM: max query heads per kv head (G <= GM); NJ: float4 chunks of the head dim per lane
+ * (hd/4 <= 32*NJ) */
+template <int GM, int NJ, int AT_B>
+__global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint8_t *__restrict__ xq,
+                                                   float2 *__restrict__ xs, float *__restrict__ part,
+                                                   int *__restrict__ cnt, const float *__restrict__ q,
+                                                   const float *__restrict__ Kc, const float *__restrict__ Vc,
+                                                   const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
+                                                   const int32_t *__restrict__ table, int max_blocks, int bs,
+                                                   int nblocks, int n_heads, int nkv, int hd, float scale, int window,
+                                                   float softcap, int S) {
+  extern __shared__ float4 sm4[];
+  float *sm = (float *)sm4;
+  const int t = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
+  const int G = n_heads / nkv, hd4 = hd >> 2, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float *Qs = sm;                        /* [G][hd] (scaled q) */
+  float *Ws = Qs + G * hd;               /* [4 warps][G][hd] accumulators, then [G][S] weights */
+  float *Ml = Ws + 4 * G * hd;           /* [4 warps][G][2] (max, sum) */
+  __shared__ int last;
+  const int64_t row = (int64_t)nkv * hd, koff = (int64_t)kvh * hd;
+  const int p = pos[t], sq = seq[t];
+  const int lo = window > 0 ? max(0, p - window + 1) : 0;
+  const int len = p - lo + 1, per = (len + S - 1) / S;
+  const int a0 = lo + z * per, a1 = min(p + 1, a0 + per);
+  const float *qg = q + ((int64_t)t * n_heads + (int64_t)kvh * G) * hd;
+  pdl_trigger();
+  pdl_wait();
+  for (int i = tid; i < G * hd; i += 128) Qs[i] = qg[i] * scale;
+  __syncthreads();
+  float4 qr[GM][NJ];
+#pragma unroll
+  for (int g = 0; g < GM; g++)
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+      const int ch = lane + 32 * j;
+      qr[g][j] = (g < G && ch < hd4) ? *(const float4 *)(Qs + g * hd + 4 * ch) : f4z();
+    }
+  float m[GM], l[GM];
+  float4 acc[GM][NJ];
+#pragma unroll
+  for (int g = 0; g < GM; g++) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) acc[g][j] = f4z();
+  }
+  /* this warp's positions: a0 + warp + 4 i; slots of 32 of them at a time, one per lane */
+  for (int base = a0 + warp; base < a1; base += 4 * 32) {
+    const int pl = base + 4 * lane;
+    const int64_t my_slot = pl < a1 ? at_slot(table, max_blocks, bs, nblocks, sq, pl) : -1;
+    const int nb = min(32, (a1 - base + 3) / 4);
+    for (int i0 = 0; i0 < nb; i0 += AT_B) {
+      float4 kr[AT_B][NJ], vr[AT_B][NJ];
+      bool ok[AT_B];
+#pragma unroll
+      for (int b = 0; b < AT_B; b++) {
+        const int64_t sl = __shfl_sync(0xffffffffu, my_slot, (i0 + b) & 31);
+        ok[b] = i0 + b < nb && sl >= 0;
+        const float4 *kp = (const float4 *)(Kc + (ok[b] ? sl : 0) * row + koff);
+        const float4 *vp = (const float4 *)(Vc + (ok[b] ? sl : 0) * row + koff);
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+          const int ch = lane + 32 * j;
+          const bool in = ok[b] && ch < hd4;
+          kr[b][j] = in ? __ldg(kp + ch) : f4z();
+          vr[b][j] = in ? __ldg(vp + ch) : f4z();
+        }
+      }
+      float s[GM][AT_B];
+#pragma unroll
+      for (int g = 0; g < GM; g++)
+#pragma unroll
+        for (int b = 0; b < AT_B; b++) {
+          float d = 0.f;
+#pragma unroll
+          for (int j = 0; j < NJ; j++) d = dot4(qr[g][j], kr[b][j], d);
+          s[g][b] = d;
+        }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int g = 0; g < GM; g++)
+#pragma unroll
+          for (int b = 0; b < AT_B; b++) s[g][b] += __shfl_xor_sync(0xffffffffu, s[g][b], o);
+#pragma unroll
+      for (int g = 0; g < GM; g++) {
+        if (g >= G) break;
+        float mx = m[g];
+#pragma unroll
+        for (int b = 0; b < AT_B; b++) {
+          if (softcap > 0.f) s[g][b] = softcap * tanhf(s[g][b] / softcap);
+          if (!ok[b]) s[g][b] = -INFINITY;
+          mx = fmaxf(mx, s[g][b]);
+        }
+        if (mx == -INFINITY) continue;
+        const float corr = m[g] == -INFINITY ? 0.f : expf(m[g] - mx);
+        m[g] = mx;
+        float pb[AT_B], ps = 0.f;
+#pragma unroll
+        for (int b = 0; b < AT_B; b++) { pb[b] = ok[b] ? expf(s[g][b] - mx) : 0.f; ps += pb[b]; }
+        l[g] = l[g] * corr + ps;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+          float4 a = acc[g][j];
+          a.x *= corr; a.y *= corr; a.z *= corr; a.w *= corr;
+#pragma unroll
+          for (int b = 0; b < AT_B; b++) {
+            a.x = fmaf(pb[b], vr[b][j].x, a.x); a.y = fmaf(pb[b], vr[b][j].y, a.y);
+            a.z = fmaf(pb[b], vr[b][j].z, a.z); a.w = fmaf(pb[b], vr[b][j].w, a.w);
+          }
+          acc[g][j] = a;
+        }
+      }
+    }
+  }
+  /* merge the 4 warps */
+#pragma unroll
+  for (int g = 0; g < GM; g++) {
+    if (g >= G) break;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+      const int ch = lane + 32 * j;
+      if (ch < hd4) *(float4 *)(Ws + ((int64_t)warp * G + g) * hd + 4 * ch) = acc[g][j];
+    }
+    if (lane == 0) { Ml[(warp * G + g) * 2] = m[g]; Ml[(warp * G + g) * 2 + 1] = l[g]; }
+  }
+  __syncthreads();
+  for (int i = tid; i < G * hd; i += 128) {
+    const int g = i / hd, d = i % hd, h = kvh * G + g;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < 4; w++) M = fmaxf(M, Ml[(w * G + g) * 2]);
+    float o = 0.f, L = 0.f;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < 4; w++) {
+        const float mw = Ml[(w * G + g) * 2];
+        const float f = mw == -INFINITY ? 0.f : expf(mw - M);
+        L = fmaf(Ml[(w * G + g) * 2 + 1], f, L);
+        o = fmaf(Ws[((int64_t)w * G + g) * hd + d], f, o);
+      }
+    }
+    if (S == 1) {
+      const float v = L > 0.f ? o / L : 0.f;
+      out[((int64_t)t * n_heads + h) * hd + d] = v;
+      if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
+    } else {
+      float *pp = part + (((int64_t)t * n_heads + h) * S + z) * (hd + 2);
+      if (d == 0) { pp[0] = M; pp[1] = L; }
+      pp[2 + d] = o;
+    }
+  }
+  if (S == 1) return;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(cnt + (int64_t)t * nkv + kvh, 1) == S - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  /* combine: per (head, split) weight exp(m_z - M) / L once, then one load per split and output */
+  float *Wz = Ws; /* [G][S] (the accumulators are consumed) */
+  for (int g = warp; g < G; g += 4) {
+    const float *pp = part + ((int64_t)t * n_heads + kvh * G + g) * S * (hd + 2);
+    float M = -INFINITY;
+    for (int zz = lane; zz < S; zz += 32) M = fmaxf(M, __ldcg(pp + (int64_t)zz * (hd + 2)));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float L = 0.f;
+    for (int zz = lane; zz < S; zz += 32) {
+      const float mz = __ldcg(pp + (int64_t)zz * (hd + 2));
+      const float wz = (M == -INFINITY || mz == -INFINITY) ? 0.f : expf(mz - M);
+      L = fmaf(__ldcg(pp + (int64_t)zz * (hd + 2) + 1), wz, L);
+      Wz[g * S + zz] = wz;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    __syncwarp();
+    for (int zz = lane; zz < S; zz += 32) Wz[g * S + zz] *= inv;
+  }
+  __syncthreads();
+  for (int i = tid; i < G * hd; i += 128) {
+    const int g = i / hd, d = i % hd, h = kvh * G + g;
+    const float *pp = part + ((int64_t)t * n_heads + h) * S * (hd + 2) + 2 + d;
+    float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
+    int zz = 0;
+    for (; zz + 4 <= S; zz += 4) {
+      o0 = fmaf(__ldcg(pp + (int64_t)zz * (hd + 2)), Wz[g * S + zz], o0);
+      o1 = fmaf(__ldcg(pp + (int64_t)(zz + 1) * (hd + 2)), Wz[g * S + zz + 1], o1);
+      o2 = fmaf(__ldcg(pp + (int64_t)(zz + 2) * (hd + 2)), Wz[g * S + zz + 2], o2);
+      o3 = fmaf(__ldcg(pp + (int64_t)(zz + 3) * (hd + 2)), Wz[g * S + zz + 3], o3);
+    }
+    for (; zz < S; zz++) o0 = fmaf(__ldcg(pp + (int64_t)zz * (hd + 2)), Wz[g * S + zz], o0);
+    const float v = (o0 + o1) + (o2 + o3);
+    out[((int64_t)t * n_heads + h) * hd + d] = v;
+    if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
+  }
+  if (tid == 0) cnt[(int64_t)t * nkv + kvh] = 0;
+}
+
+size_t cu_attn_dec_smem(int hd, int G, int S) {
+  size_t acc = (size_t)4 * G * hd, wz = (size_t)G * S;
+  return sizeof(float) * ((size_t)G * hd + (acc > wz ? acc : wz) + (size_t)8 * G);
+}
+
+bool cu_attn_dec_ok(int hd, int G) { return hd % 4 == 0 && hd <= 256 && G >= 1 && G <= 8; }
+
+int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {
+  const int units = n_tokens * nkv;
+  int S = 1;
+  while (S < 64 && units * S * 2 <= n_sm) S *= 2;
+  return S;
+}
+
+template <int GM, int NJ, int B> static void set_smem(size_t smem) {
+  static size_t done = 0;
+  if (smem > 48 * 1024 && smem > done) {
+    cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    done = smem;
+  }
+}
+
+void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q, const float *K, const float *V,
+                    const int32_t *pos, const int32_t *seq, const int32_t *table, int max_blocks, int bs, int nblocks,
+                    int n_tokens, int n_heads, int nkv, int hd, float scale, int window, float softcap, int S,
+                    cudaStream_t s) {
+  const int G = n_heads / nkv, hd4 = hd / 4;
+  dim3 grid((unsigned)n_tokens, (unsigned)nkv, (unsigned)S);
+  const size_t smem = cu_attn_dec_smem(hd, G, S);
+  uint8_t *xq = (uint8_t *)xqv;
+  float2 *xs = xq ? (float2 *)(xq + (size_t)n_tokens * n_heads * hd) : NULL;
+#define AD2_ARGS out, xq, xs, part, cnt, q, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
+                 softcap, S
+  if (G <= 4) {
+    if (hd4 <= 32) { set_smem<4, 1, 8>(smem); cu_launch(k_attn_dec2<4, 1, 8>, grid, dim3(128), smem, s, AD2_ARGS); }
+    else { set_smem<4, 2, 4>(smem); cu_launch(k_attn_dec2<4, 2, 4>, grid, dim3(128), smem, s, AD2_ARGS); }
+  } else {
+    if (hd4 <= 32) { set_smem<8, 1, 4>(smem); cu_launch(k_attn_dec2<8, 1, 4>, grid, dim3(128), smem, s, AD2_ARGS); }
+    else { set_smem<8, 2, 2>(smem); cu_launch(k_attn_dec2<8, 2, 2>, grid, dim3(128), smem, s, AD2_ARGS); }
+  }
+#undef AD2_ARGS
+}

@@ -1,0 +1,411 @@
+/* Sampling on the GPU: the CUDA backend's sample op (backend.h). For each request only the
+ * token id comes back (4 bytes instead of a vocab-sized logits row), and it is exactly the
+ * token of the host reference sm_sample_row (src/backend/sample.c): both use the arithmetic
+ * of sample_math.h (one rounding per operation, our own exp, 128-bit fixed-point weights whose
+ * sums do not depend on the order), so the parallel reductions/scans here reproduce the
+ * sequential host loops bit for bit.
+ *
+ * Per call, on the backend's stream:
+ *  - requests with penalties: copy their row (D2D) and penalize the (token, count) pairs;
+ *  - greedy requests: k_argmax, a grid of blocks per row (key = sm_sample_key(logit), first
+ *    max index); the last block of a row (atomic counter) reduces the partial results;
+ *  - sorted requests (top_k, or top_p < 1): keys + ids -> cub::DeviceRadixSort (descending,
+ *    stable, so equal keys keep index order: the host's "key desc, index asc");
+ *  - non-greedy requests: k_walk, one block per request: max, e = exp((key - max) / T) and
+ *    weights with block scans for the total, the top_p cut, the min_p filter and the draw;
+ *  - the token ids are copied to pinned memory and the stream is synchronized.
+ * Scratch lives in one context per device (grown on demand, kept until exit). */
+#include "backend/cuda/cuda_internal.h"
+#include "backend/sample_math.h"
+#include <cub/cub.cuh>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ARG_T 256          /* threads of an argmax block */
+#define ARG_CHUNK 4096     /* logits per argmax block (before clamping the split count) */
+#define ARG_MAX_SPLIT 128  /* argmax blocks per row at most */
+#define WALK_T 512         /* threads of a walk block */
+
+/* one request as the kernels see it */
+typedef struct {
+  double u;
+  const float *src;   /* logits row (or its penalized copy) */
+  const float *keys;  /* sorted keys (NULL: src in natural order) */
+  const int32_t *idx; /* token ids of the sorted keys */
+  float *e;           /* scratch: e of each candidate */
+  float T, top_p, min_p, rep, freq, pres;
+  int mode, n;
+} dreq;
+
+typedef struct { int32_t req, token, count; } dpen;
+
+/* ---------------- kernels ---------------- */
+static __global__ void k_penalize(const dpen *p, int n, const dreq *rq) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  dpen a = p[i];
+  const dreq *r = &rq[a.req];
+  float *x = (float *)r->src;
+  x[a.token] = sm_sample_penalize(x[a.token], a.count, r->rep, r->freq, r->pres);
+}
+
+static __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+  return v > bv || (v == bv && i < bi);
+}
+static __device__ __forceinline__ void warp_best(float &bv, int &bi) {
+  for (int o = 16; o > 0; o >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+  }
+}
+
+/* grid (nsplit, n_req): block b of row r covers [b*chunk, (b+1)*chunk) (chunk % 4 == 0) */
+static __global__ void __launch_bounds__(ARG_T) k_argmax(const dreq *rq, int V, int nsplit, int chunk, float *pv,
+                                                         int *pi, unsigned *cnt, int32_t *out) {
+  const int r = blockIdx.y;
+  if (rq[r].mode != SM_SAMPLE_GREEDY) return;
+  const float *x = rq[r].src;
+  const int lo = blockIdx.x * chunk, hi = min(V, lo + chunk);
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  if ((V & 3) == 0 && ((uintptr_t)x & 15) == 0) {
+    const float4 *x4 = (const float4 *)x;
+    for (int j = (lo >> 2) + threadIdx.x; j < (hi >> 2); j += blockDim.x) {
+      float4 v = x4[j];
+      int i = j << 2;
+      float a;
+      a = sm_sample_key(v.x); if (better(a, i, bv, bi)) { bv = a; bi = i; }
+      a = sm_sample_key(v.y); if (better(a, i + 1, bv, bi)) { bv = a; bi = i + 1; }
+      a = sm_sample_key(v.z); if (better(a, i + 2, bv, bi)) { bv = a; bi = i + 2; }
+      a = sm_sample_key(v.w); if (better(a, i + 3, bv, bi)) { bv = a; bi = i + 3; }
+    }
+  } else {
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      float a = sm_sample_key(x[i]);
+      if (better(a, i, bv, bi)) { bv = a; bi = i; }
+    }
+  }
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  __shared__ bool last;
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+  warp_best(bv, bi);
+  if (l == 0) { sv[w] = bv; si[w] = bi; }
+  __syncthreads();
+  if (w == 0) {
+    bv = l < nw ? sv[l] : -INFINITY;
+    bi = l < nw ? si[l] : INT_MAX;
+    warp_best(bv, bi);
+    if (l == 0) {
+      pv[r * nsplit + blockIdx.x] = bv;
+      pi[r * nsplit + blockIdx.x] = bi;
+      __threadfence();
+      last = atomicAdd(&cnt[r], 1u) == (unsigned)nsplit - 1;
+    }
+  }
+  __syncthreads();
+  if (!last || w != 0) return;
+  __threadfence();
+  bv = -INFINITY;
+  bi = INT_MAX;
+  for (int k = l; k < nsplit; k += 32) {
+    float v = __ldcg(&pv[r * nsplit + k]);
+    int i = __ldcg(&pi[r * nsplit + k]);
+    if (better(v, i, bv, bi)) { bv = v; bi = i; }
+  }
+  warp_best(bv, bi);
+  if (l == 0) {
+    out[r] = bi == INT_MAX ? 0 : bi;
+    cnt[r] = 0; /* ready for the next call */
+  }
+}
+
+static __global__ void k_sort_prep(const float *src, int V, float *keys, int32_t *ids) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < V; i += gridDim.x * blockDim.x) {
+    keys[i] = sm_sample_key(src[i]);
+    ids[i] = i;
+  }
+}
+
+/* exclusive block scan of v (WALK_T threads); *total = the sum over the block */
+static __device__ sm_u128 scan_excl(sm_u128 v, sm_u128 *sh, sm_u128 *total) {
+  const int t = threadIdx.x;
+  sh[t] = v;
+  __syncthreads();
+  for (int off = 1; off < WALK_T; off <<= 1) {
+    sm_u128 a = t >= off ? sh[t - off] : (sm_u128)0;
+    __syncthreads();
+    sh[t] += a;
+    __syncthreads();
+  }
+  sm_u128 incl = sh[t];
+  *total = sh[WALK_T - 1];
+  __syncthreads();
+  return incl - v;
+}
+
+static __device__ float block_max(float m, float *sh) {
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  if (l == 0) sh[w] = m;
+  __syncthreads();
+  if (w == 0) {
+    m = l < WALK_T / 32 ? sh[l] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (l == 0) sh[0] = m;
+  }
+  __syncthreads();
+  m = sh[0];
+  __syncthreads();
+  return m;
+}
+
+/* one block per request; thread t owns the contiguous candidates [lo, hi) so that block
+ * scans of per-thread sums give every candidate's cumulative weight */
+static __global__ void __launch_bounds__(WALK_T) k_walk(const dreq *rq, int32_t *out) {
+  const dreq q = rq[blockIdx.x];
+  if (q.mode == SM_SAMPLE_GREEDY) return;
+  __shared__ sm_u128 sh[WALK_T];
+  __shared__ float shm[32];
+  __shared__ int s_min, s_max;
+  const int t = threadIdx.x, n = q.n;
+  const float *keys = q.keys ? q.keys : q.src;
+  const int cs = (n + WALK_T - 1) / WALK_T;
+  const int lo = min(n, t * cs), hi = min(n, lo + cs);
+  float m = -INFINITY;
+  for (int i = lo; i < hi; i++) m = fmaxf(m, sm_sample_key(keys[i]));
+  m = block_max(m, shm);
+  if (m == -INFINITY) {
+    if (t == 0) out[blockIdx.x] = q.idx ? q.idx[0] : 0;
+    return;
+  }
+  sm_u128 s = 0;
+  for (int i = lo; i < hi; i++) {
+    float e = sm_sample_exp(SM_FDIV(SM_FSUB(sm_sample_key(keys[i]), m), q.T));
+    q.e[i] = e;
+    s += sm_sample_weight(e);
+  }
+  sm_u128 total;
+  sm_u128 c = scan_excl(s, sh, &total);
+  int keep = n;
+  if (q.top_p > 0 && q.top_p < 1.0f) {
+    const double thr = SM_DMUL((double)q.top_p, sm_sample_u128_to_double(total));
+    if (t == 0) s_min = INT_MAX;
+    __syncthreads();
+    for (int i = lo; i < hi; i++) {
+      c += sm_sample_weight(q.e[i]);
+      if (sm_sample_u128_to_double(c) >= thr) { atomicMin(&s_min, i); break; }
+    }
+    __syncthreads();
+    if (s_min != INT_MAX) keep = s_min + 1;
+    __syncthreads();
+  }
+  const bool use_mp = q.min_p > 0;
+  const float mp = q.min_p > 1.0f ? 1.0f : q.min_p;
+  const int khi = min(hi, keep);
+  sm_u128 w = 0;
+  for (int i = lo; i < khi; i++) {
+    float e = q.e[i];
+    if (!use_mp || e >= mp) w += sm_sample_weight(e);
+  }
+  sm_u128 kept;
+  c = scan_excl(w, sh, &kept);
+  const double x = SM_DMUL(q.u, sm_sample_u128_to_double(kept));
+  if (t == 0) { s_min = INT_MAX; s_max = -1; }
+  __syncthreads();
+  int last = -1;
+  for (int i = lo; i < khi; i++) {
+    float e = q.e[i];
+    if (use_mp && !(e >= mp)) continue;
+    sm_u128 wi = sm_sample_weight(e);
+    if (!wi) continue;
+    c += wi;
+    last = i;
+    if (x < sm_sample_u128_to_double(c)) { atomicMin(&s_min, i); break; }
+  }
+  if (last >= 0) atomicMax(&s_max, last);
+  __syncthreads();
+  if (t == 0) {
+    int pick = s_min != INT_MAX ? s_min : s_max >= 0 ? s_max : 0;
+    out[blockIdx.x] = q.idx ? q.idx[pick] : pick;
+  }
+}
+
+/* ---------------- host side ---------------- */
+typedef struct { void *p; size_t cap; } dbuf;
+typedef struct {
+  pthread_mutex_t mu;
+  dbuf h_stage;       /* pinned: dreq[n_req], then dpen[] */
+  dbuf d_stage;
+  dbuf rows;          /* penalized row copies */
+  dbuf e;             /* e scratch of the walk */
+  dbuf kin, iin;      /* sort input */
+  dbuf kout, iout;    /* sorted keys / ids, one row per sorted request */
+  dbuf tmp;           /* CUB temporary storage */
+  dbuf pv, pi;        /* argmax partials */
+  dbuf cnt;           /* argmax block counters (zero between calls) */
+  dbuf d_out, h_out;  /* token ids (h_out pinned) */
+} samp_ctx;
+
+#define MAX_DEV 64
+static samp_ctx g_ctx[MAX_DEV];
+static bool g_init[MAX_DEV];
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static bool dgrow(dbuf *b, size_t need) {
+  if (need <= b->cap) return true;
+  if (b->p) cudaFree(b->p);
+  b->p = NULL;
+  b->cap = 0;
+  size_t n = need + need / 4;
+  if (cudaMalloc(&b->p, n) != cudaSuccess) { cudaGetLastError(); b->p = NULL; return false; }
+  b->cap = n;
+  return true;
+}
+static bool hgrow(dbuf *b, size_t need) {
+  if (need <= b->cap) return true;
+  if (b->p) cudaFreeHost(b->p);
+  b->p = NULL;
+  b->cap = 0;
+  size_t n = need + need / 4;
+  if (cudaMallocHost(&b->p, n) != cudaSuccess) { cudaGetLastError(); b->p = NULL; return false; }
+  b->cap = n;
+  return true;
+}
+
+static smelt_status cuerr(cudaError_t e, const char *what) {
+  cudaGetLastError();
+  return sm_err(SMELT_ERR_BACKEND, "cuda sample: %s: %s", what, cudaGetErrorString(e));
+}
+
+static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample_req *req, int n_req, int32_t *out,
+                        cudaStream_t s) {
+  int n_pen_req = 0, n_sorted = 0, n_walk = 0, n_greedy = 0;
+  size_t total_pen = 0;
+  for (int i = 0; i < n_req; i++) {
+    int n;
+    int mode = sm_sample_plan(req[i].temperature, req[i].top_k, req[i].top_p, V, &n);
+    n_greedy += mode == SM_SAMPLE_GREEDY;
+    n_walk += mode != SM_SAMPLE_GREEDY;
+    n_sorted += mode == SM_SAMPLE_SORTED;
+    if (req[i].n_pen > 0) { n_pen_req++; total_pen += (size_t)req[i].n_pen; }
+  }
+  const size_t Vz = (size_t)V;
+  const size_t pen_off = (sizeof(dreq) * (size_t)n_req + 15) & ~(size_t)15;
+  const size_t stage = pen_off + sizeof(dpen) * total_pen;
+  size_t tmp_need = 0;
+  cudaError_t ce;
+  if (n_sorted) {
+    ce = cub::DeviceRadixSort::SortPairsDescending((void *)NULL, tmp_need, (const float *)NULL, (float *)NULL,
+                                                   (const int32_t *)NULL, (int32_t *)NULL, V, 0, 32, s);
+    if (ce != cudaSuccess) return cuerr(ce, "sort size");
+  }
+  const size_t cnt_before = x->cnt.cap;
+  if (!hgrow(&x->h_stage, stage) || !dgrow(&x->d_stage, stage) ||
+      !dgrow(&x->rows, sizeof(float) * Vz * (size_t)n_pen_req) || !dgrow(&x->e, sizeof(float) * Vz * (size_t)n_walk) ||
+      !dgrow(&x->kin, n_sorted ? sizeof(float) * Vz : 0) || !dgrow(&x->iin, n_sorted ? sizeof(int32_t) * Vz : 0) ||
+      !dgrow(&x->kout, sizeof(float) * Vz * (size_t)n_sorted) ||
+      !dgrow(&x->iout, sizeof(int32_t) * Vz * (size_t)n_sorted) || !dgrow(&x->tmp, n_sorted ? SM_MAX(tmp_need, (size_t)256) : 0) || /* never NULL: CUB reads NULL as a size query */
+      !dgrow(&x->pv, sizeof(float) * ARG_MAX_SPLIT * (size_t)n_req) ||
+      !dgrow(&x->pi, sizeof(int) * ARG_MAX_SPLIT * (size_t)n_req) || !dgrow(&x->cnt, sizeof(unsigned) * (size_t)n_req) ||
+      !dgrow(&x->d_out, sizeof(int32_t) * (size_t)n_req) || !hgrow(&x->h_out, sizeof(int32_t) * (size_t)n_req))
+    return sm_err(SMELT_ERR_OOM, "cuda sample: out of memory for scratch (%d requests, vocab %d)", n_req, V);
+  if (x->cnt.cap != cnt_before && (ce = cudaMemsetAsync(x->cnt.p, 0, x->cnt.cap, s)) != cudaSuccess)
+    return cuerr(ce, "memset");
+  /* requests as the kernels see them */
+  dreq *h = (dreq *)x->h_stage.p;
+  dpen *hp = (dpen *)((char *)x->h_stage.p + pen_off);
+  float *rows = (float *)x->rows.p, *ebuf = (float *)x->e.p, *kout = (float *)x->kout.p;
+  int32_t *iout = (int32_t *)x->iout.p;
+  int i_pen = 0, i_walk = 0, i_sort = 0;
+  size_t np = 0;
+  for (int i = 0; i < n_req; i++) {
+    const sm_sample_req *r = &req[i];
+    dreq *d = &h[i];
+    memset(d, 0, sizeof *d);
+    d->mode = sm_sample_plan(r->temperature, r->top_k, r->top_p, V, &d->n);
+    d->u = r->u;
+    d->T = r->temperature;
+    d->top_p = r->top_p;
+    d->min_p = r->min_p;
+    d->rep = r->repetition_penalty;
+    d->freq = r->frequency_penalty;
+    d->pres = r->presence_penalty;
+    d->src = logits + (size_t)r->row * Vz;
+    if (r->n_pen > 0) {
+      float *copy = rows + (size_t)i_pen++ * Vz;
+      if ((ce = cudaMemcpyAsync(copy, d->src, sizeof(float) * Vz, cudaMemcpyDeviceToDevice, s)) != cudaSuccess)
+        return cuerr(ce, "row copy");
+      d->src = copy;
+      for (int k = 0; k < r->n_pen; k++, np++) {
+        hp[np].req = i;
+        hp[np].token = r->pen[k].token;
+        hp[np].count = r->pen[k].count;
+      }
+    }
+    if (d->mode != SM_SAMPLE_GREEDY) d->e = ebuf + (size_t)i_walk++ * Vz;
+    if (d->mode == SM_SAMPLE_SORTED) {
+      d->keys = kout + (size_t)i_sort * Vz;
+      d->idx = iout + (size_t)i_sort * Vz;
+      i_sort++;
+    }
+  }
+  if ((ce = cudaMemcpyAsync(x->d_stage.p, x->h_stage.p, stage, cudaMemcpyHostToDevice, s)) != cudaSuccess)
+    return cuerr(ce, "upload");
+  const dreq *dq = (const dreq *)x->d_stage.p;
+  if (total_pen) {
+    unsigned nb = (unsigned)((total_pen + 255) / 256);
+    k_penalize<<<nb, 256, 0, s>>>((const dpen *)((char *)x->d_stage.p + pen_off), (int)total_pen, dq);
+  }
+  int32_t *d_out = (int32_t *)x->d_out.p;
+  if (n_greedy) {
+    int nsplit = SM_MIN(ARG_MAX_SPLIT, SM_MAX(1, (V + ARG_CHUNK - 1) / ARG_CHUNK));
+    int chunk = (((V + nsplit - 1) / nsplit) + 3) & ~3;
+    nsplit = (V + chunk - 1) / chunk;
+    k_argmax<<<dim3((unsigned)nsplit, (unsigned)n_req), ARG_T, 0, s>>>(dq, V, nsplit, chunk, (float *)x->pv.p,
+                                                                        (int *)x->pi.p, (unsigned *)x->cnt.p, d_out);
+  }
+  for (int i = 0; i < n_req; i++) {
+    if (h[i].mode != SM_SAMPLE_SORTED) continue;
+    unsigned nb = (unsigned)SM_MIN((size_t)1024, (Vz + 255) / 256);
+    k_sort_prep<<<nb, 256, 0, s>>>(h[i].src, V, (float *)x->kin.p, (int32_t *)x->iin.p);
+    size_t tb = x->tmp.cap;
+    ce = cub::DeviceRadixSort::SortPairsDescending(x->tmp.p, tb, (const float *)x->kin.p, (float *)h[i].keys,
+                                                   (const int32_t *)x->iin.p, (int32_t *)h[i].idx, V, 0, 32, s);
+    if (ce != cudaSuccess) return cuerr(ce, "sort");
+  }
+  if (n_walk) k_walk<<<(unsigned)n_req, WALK_T, 0, s>>>(dq, d_out);
+  if ((ce = cudaGetLastError()) != cudaSuccess) return cuerr(ce, "launch");
+  if ((ce = cudaMemcpyAsync(x->h_out.p, d_out, sizeof(int32_t) * (size_t)n_req, cudaMemcpyDeviceToHost, s)) !=
+      cudaSuccess)
+    return cuerr(ce, "download");
+  if ((ce = cudaStreamSynchronize(s)) != cudaSuccess) return cuerr(ce, "sync");
+  memcpy(out, x->h_out.p, sizeof(int32_t) * (size_t)n_req);
+  return SMELT_OK;
+}
+
+smelt_status cu_sample(const float *logits, int n_rows, int vocab, const sm_sample_req *req, int n_req,
+                       int32_t *out_tokens, cudaStream_t s, int dev) {
+  smelt_status st = sm_sample_check(req, n_req, n_rows, vocab);
+  if (st) return st;
+  if (n_req == 0) return SMELT_OK;
+  if (!logits || !out_tokens) return sm_err(SMELT_ERR_INVALID, "cuda sample: missing buffers");
+  if ((size_t)n_rows * (size_t)vocab > (size_t)INT_MAX * 4)
+    return sm_err(SMELT_ERR_LIMIT, "cuda sample: %d rows of %d logits", n_rows, vocab);
+  if (dev < 0 || dev >= MAX_DEV) return sm_err(SMELT_ERR_INVALID, "cuda sample: device %d", dev);
+  pthread_mutex_lock(&g_mu);
+  if (!g_init[dev]) {
+    memset(&g_ctx[dev], 0, sizeof g_ctx[dev]);
+    pthread_mutex_init(&g_ctx[dev].mu, NULL);
+    g_init[dev] = true;
+  }
+  pthread_mutex_unlock(&g_mu);
+  samp_ctx *x = &g_ctx[dev];
+  pthread_mutex_lock(&x->mu);
+  st = run(x, logits, vocab, req, n_req, out_tokens, s);
+  pthread_mutex_unlock(&x->mu);
+  return st;
+}
