@@ -375,6 +375,9 @@ out:
 }
 
 int main(void) {
+  /* first pass: the exact fp32-activation kernels for every 4-bit weight (by default weights of
+   * >= 1Mi elements, like the largest test shape, use int8 activations: second pass) */
+  setenv("SMELT_CUDA_Q4", "0", 1);
   G = sm_cuda_backend_create(0);
   if (!G) {
     printf("SKIP: no usable CUDA device (%s)\n", smelt_last_error());

@@ -66,6 +66,8 @@ typedef struct {
   void *x16; size_t x16_cap;          /* activations as bf16/f16 (bytes) */
   void *deq; size_t deq_cap;          /* dequantized weight tile (bytes) */
   void *xq; size_t xq_cap;            /* int8-quantized activations for CW_Q4 matvecs (bytes) */
+  void *xq2; size_t xq2_cap;          /* second one: silu(gate)*up written by the gate/up kernel */
+  int *glu_cnt; size_t glu_cnt_cap;   /* gate/up chunk counters (zero between launches) */
   /* recording / graphs */
   bool rec;
   cu_op *ops; int n_ops, cap_ops;
@@ -971,6 +973,29 @@ static void exec_ops(cuda_be *c) {
         ys[nw] = (float *)p->p2;
         nw++;
       }
+      /* gate/up pair whose silu(gate)*up only feeds the next (CW_Q4) matvec: the gate/up kernel
+       * writes it quantized (c->xq2) and the down projection reads that */
+      if (pq && nw == 2 && i + 3 < c->n_ops && c->ops[i + 2].type == OP_SILU && c->ops[i + 3].type == OP_MATMUL) {
+        const cu_op *sl = &c->ops[i + 2], *dn = &c->ops[i + 3];
+        const cu_weight *dw = (const cu_weight *)dn->p3;
+        const bool order = sl->p1 == ys[0] && sl->p2 == ys[1], swapped = sl->p1 == ys[1] && sl->p2 == ys[0];
+        if ((order || swapped) && sl->sz == (size_t)o->n * (size_t)ws[0]->rows && dn->p1 == sl->p0 && dn->n == o->n &&
+            dw->kind == CW_Q4 && cu_use_matvec(dw, dn->n) && dw->cols == ws[0]->rows && dn->p2 != sl->p0 &&
+            dead_after(c, i + 3, sl->p0) && cu_q4_glu_ok(ws[0], ws[1], o->n) && c->xq2 &&
+            c->xq2_cap >= cu_q4_scratch_bytes(o->n, dw->cols) && c->glu_cnt &&
+            c->glu_cnt_cap >= sizeof(int) * (size_t)(ws[0]->rows / 32)) {
+          const cu_weight *gu[2] = { order ? ws[0] : ws[1], order ? ws[1] : ws[0] };
+          float *gy[2] = { order ? ys[0] : ys[1], order ? ys[1] : ys[0] };
+          prof_begin(c);
+          cu_q4_matvec_preq(gu, gy, 2, o->n, c->xq, c->s, c->glu_cnt, c->xq2);
+          prof_end(c, "gate/up + silu quant");
+          prof_begin(c);
+          cu_q4_matvec_preq(&dw, (float *const *)&dn->p2, 1, dn->n, c->xq2, c->s);
+          prof_end(c, "down (preq)");
+          i += 4;
+          continue;
+        }
+      }
       if (nw > 1 || pq) {
         prof_begin(c);
         if (pq) cu_q4_matvec_preq(ws, ys, nw, o->n, c->xq, c->s);
@@ -1009,9 +1034,18 @@ static void exec_ops(cuda_be *c) {
   }
 }
 
+/* hash of the recorded ops (a key for the graph cache; matches are confirmed with memcmp):
+ * 8 bytes at a time */
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
   const uint8_t *b = (const uint8_t *)p;
-  for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 0x100000001b3ULL; }
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, b + i, 8);
+    h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+    h ^= h >> 29;
+  }
+  for (; i < n; i++) { h ^= b[i]; h *= 0x100000001b3ULL; }
   return h;
 }
 
@@ -1203,7 +1237,7 @@ static smelt_status be_prepare_weight(sm_backend *be, sm_weight *w) {
      * the weight is large (>= 32Mi elements: gate/up/down/lm_head of an 8B model); smaller ones
      * keep the permuted fp32 kernel, faster at n = 1 there (bench/cuda/mvbench.cu, benchmarks.md).
      * SMELT_CUDA_Q4=0: never, =1: every 4-bit weight. */
-    if (w->bits == 4 && (c->q4 == 2 || (c->q4 == 1 && w->rows * w->cols >= ((int64_t)32 << 20)))) cw->kind = CW_Q4;
+    if (w->bits == 4 && (c->q4 == 2 || (c->q4 == 1 && w->rows * w->cols >= ((int64_t)1 << 20)))) cw->kind = CW_Q4;
     if (cudaMalloc(&cw->q, bytes) != cudaSuccess) goto oom;
     if (cw->kind == CW_QFAST) {
       if (cudaMalloc(&tmp, bytes) != cudaSuccess) goto oom;
@@ -1348,9 +1382,14 @@ static void be_matmul(sm_backend *be, const sm_weight *w, const float *x, int n,
   if (n <= 0 || !w || w->rows <= 0) return;
   if (!w_ready(c, w)) { cudaMemsetAsync(y, 0, (size_t)n * w->rows * 4, c->s); return; }
   const cu_weight *cw = (const cu_weight *)w->dev;
-  if (cw->kind == CW_Q4 && cu_use_matvec(cw, n) &&
-      !ensure_buf(c, &c->xq, &c->xq_cap, cu_q4_scratch_bytes(n, cw->cols)))
-    return;
+  if (cw->kind == CW_Q4 && cu_use_matvec(cw, n)) {
+    const size_t old = c->glu_cnt_cap;
+    if (!ensure_buf(c, &c->xq, &c->xq_cap, cu_q4_scratch_bytes(n, cw->cols)) ||
+        !ensure_buf(c, &c->xq2, &c->xq2_cap, cu_q4_scratch_bytes(n, cw->cols)) ||
+        !ensure_buf(c, (void **)&c->glu_cnt, &c->glu_cnt_cap, sizeof(int) * (size_t)(cw->rows / 32 + 1)))
+      return;
+    if (c->glu_cnt_cap != old && !ck(c, cudaMemset(c->glu_cnt, 0, c->glu_cnt_cap), "gate/up counters")) return;
+  }
   if (!cu_use_matvec(cw, n) && !(cw->kind == CW_DENSE && cw->dtype == SM_DT_F32)) {
     if (!ensure_buf(c, &c->x16, &c->x16_cap, (size_t)n * cw->cols * 2)) return;
     if (cw->kind != CW_DENSE) {
@@ -1515,6 +1554,8 @@ static void be_destroy(sm_backend *be) {
   if (c->att_cnt) cudaFree(c->att_cnt);
   if (c->x16) cudaFree(c->x16);
   if (c->xq) cudaFree(c->xq);
+  if (c->xq2) cudaFree(c->xq2);
+  if (c->glu_cnt) cudaFree(c->glu_cnt);
   if (c->deq) cudaFree(c->deq);
   if (c->d_meta) cudaFree(c->d_meta);
   if (c->h_meta) cudaFreeHost(c->h_meta);

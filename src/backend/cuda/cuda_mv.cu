@@ -509,10 +509,54 @@ __global__ void __launch_bounds__(256) k_quant_x(const float *__restrict__ x, co
 /* UNR vectors of each of the RB rows are loaded before any is used (UNR*RB independent
  * 16-byte loads in flight per thread); threads per row (tpr) are chosen so that one or two
  * such rounds cover a row */
+/* GLU epilogue (gate/up pair, glu.cnt != NULL): weights 0 and 1 are gate and up with M rows
+ * each (M % 32 == 0, rows per block divide 32); the last block to finish a 32-row chunk of
+ * both (atomic counter per chunk, reset by it) writes silu(gate) * up of the chunk in the
+ * int8 x layout (k_quant_x) for the down projection. */
+struct glu_args {
+  int *cnt;
+  uint8_t *hq;
+  float2 *hs;
+};
+static __device__ __forceinline__ void glu_finish(const mv_args &a, const glu_args &glu, int rowb, int rpb, int n,
+                                                  int nch) {
+  __shared__ int last;
+  const int M = a.M[0], chunk = rowb >> 5;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int need = 2 * (32 / rpb) * nch;
+    last = atomicAdd(glu.cnt + chunk, 1) == need - 1;
+    if (last) glu.cnt[chunk] = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int V = M >> 5;
+  for (int c = warp; c < n; c += 4) {
+    const int64_t i = (int64_t)c * M + chunk * 32 + lane;
+    const float g = __ldcg(a.y[0] + i), u = __ldcg(a.y[1] + i);
+    float v = g / (1.f + expf(-g)) * u;
+    float am = fabsf(v), sum = v;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+      sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+    int qi = am > 0.f ? __float2int_rn(v * (127.f / am)) : 0;
+    qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+    const int64_t b = (int64_t)c * V + chunk;
+    const int j = lane >> 3, e = lane & 7;
+    glu.hq[b * 32 + (2 * j + (e & 1)) * 4 + (e >> 1)] = (uint8_t)(int8_t)qi;
+    if (lane == 0) glu.hs[b] = make_float2(am * (1.f / 127.f), sum);
+  }
+}
+
 template <int N, int RB, int UNR>
 __global__ void __launch_bounds__(128) k_mvq4(const mv_args a, const uint4 *__restrict__ xq,
                                               const float2 *__restrict__ xs, int K, int lg, int sbk, int n, int tl,
-                                              int nch) {
+                                              int nch, const glu_args glu) {
   __shared__ float red[4][RB * N];
   const int tile = (int)blockIdx.x / nch, c0 = ((int)blockIdx.x % nch) * N;
   const int wi = tile >= a.bstart[2] ? 2 : tile >= a.bstart[1] ? 1 : 0;
@@ -591,21 +635,22 @@ __global__ void __launch_bounds__(128) k_mvq4(const mv_args a, const uint4 *__re
         for (int c = 0; c < N; c++)
           if (row0 + r < M && c0 + c < n) y[(int64_t)(c0 + c) * M + row0 + r] = vals[r * N + c];
     }
-    return;
-  }
-  if (lane == 0) {
+  } else {
+    if (lane == 0) {
 #pragma unroll
-    for (int i = 0; i < RB * N; i++) red[warp][i] = vals[i];
+      for (int i = 0; i < RB * N; i++) red[warp][i] = vals[i];
+    }
+    __syncthreads();
+    const int wpg = tpr >> 5;
+    for (int i = threadIdx.x; i < (128 >> tl) * RB * N; i += 128) {
+      const int gi = i / (RB * N), k = i % (RB * N);
+      float sum = 0.f;
+      for (int w = 0; w < wpg; w++) sum += red[gi * wpg + w][k];
+      const int r = k / N, c = k % N, row = rowb + gi * RB + r;
+      if (row < M && c0 + c < n) y[(int64_t)(c0 + c) * M + row] = sum;
+    }
   }
-  __syncthreads();
-  const int wpg = tpr >> 5;
-  for (int i = threadIdx.x; i < (128 >> tl) * RB * N; i += 128) {
-    const int gi = i / (RB * N), k = i % (RB * N);
-    float sum = 0.f;
-    for (int w = 0; w < wpg; w++) sum += red[gi * wpg + w][k];
-    const int r = k / N, c = k % N, row = rowb + gi * RB + r;
-    if (row < M && c0 + c < n) y[(int64_t)(c0 + c) * M + row] = sum;
-  }
+  if (glu.cnt) glu_finish(a, glu, rowb, (128 >> tl) * RB, n, nch);
 }
 
 
@@ -707,44 +752,44 @@ static void mv2_dispatch(const cu_weight *const *ws, float *const *ys, int nw, c
 /* ---------------- CW_Q4 dispatch ---------------- */
 template <int N, int RB, int UNR>
 static void launch_q4(const cu_weight *const *ws, float *const *ys, int nw, const uint4 *xq, const float2 *xs, int n,
-                      int tl, cudaStream_t s) {
+                      int tl, cudaStream_t s, const glu_args &glu) {
   unsigned tiles;
   mv_args a = make_args(ws, ys, nw, (128 >> tl) * RB, &tiles);
   const int nch = (n + N - 1) / N;
   const int gs = ws[0]->gs, lg = gs == 32 ? 0 : gs == 64 ? 1 : 2;
   cu_launch(k_mvq4<N, RB, UNR>, dim3(tiles * (unsigned)nch), dim3(128), 0, s, a, xq, xs, (int)ws[0]->cols, lg,
-            ws[0]->sbk, n, tl, nch);
+            ws[0]->sbk, n, tl, nch, glu);
 }
 /* threads per row (log2): n = 1 loads 4 vectors of a row per round, n > 1 two; as few
  * threads as cover a row in one round (32..128) */
 static int q4_unr(int n, int rb) { return n > 1 ? 2 : rb / 10; }
 int g_cu_q4cfg = 0; /* SMELT_CUDA_Q4CFG: n = 1 CW_Q4 variant (q4_launch_n; 0 = automatic) */
-static int q4_rb(int n) { return n > 1 ? 4 : g_cu_q4cfg ? g_cu_q4cfg : 14; }
+static int q4_rb(int n) { return n > 1 ? 4 : g_cu_q4cfg ? g_cu_q4cfg : 12; }
 static int q4_tl(int V, int n, int rb, int64_t M) {
   const int unr = q4_unr(n, rb);
   int tl = 5;
-  if (unr == 1) /* fewest threads per row that still give >= 2000 warps (loads in flight) */
-    while (tl < 7 && (M / 4) * (1 << (tl - 5)) < 2000 && (1 << (tl + 1)) <= V) tl++;
+  if (unr == 1) /* fewest threads per row that still give >= 4000 warps (loads in flight) */
+    while (tl < 7 && (M / (rb % 10)) * (1 << (tl - 5)) < 4000 && (1 << (tl + 1)) <= V) tl++;
   else /* as few threads as cover a row in one round */
     while (tl < 7 && (1 << tl) * unr < V) tl++;
   return tl;
 }
 static void q4_launch_n(const cu_weight *const *ws, float *const *ys, int nw, const uint4 *q4, const float2 *xs, int n,
-                        int tl, int rb, cudaStream_t s) {
+                        int tl, int rb, cudaStream_t s, const glu_args &g = glu_args{ NULL, NULL, NULL }) {
   if (n == 1) {
     switch (rb) {
-    case 12: launch_q4<1, 2, 1>(ws, ys, nw, q4, xs, n, tl, s); break;
-    case 22: launch_q4<1, 2, 2>(ws, ys, nw, q4, xs, n, tl, s); break;
-    case 42: launch_q4<1, 2, 4>(ws, ys, nw, q4, xs, n, tl, s); break;
-    case 14: launch_q4<1, 4, 1>(ws, ys, nw, q4, xs, n, tl, s); break;
-    case 24: launch_q4<1, 4, 2>(ws, ys, nw, q4, xs, n, tl, s); break;
-    case 44: launch_q4<1, 4, 4>(ws, ys, nw, q4, xs, n, tl, s); break;
-    case 18: launch_q4<1, 8, 1>(ws, ys, nw, q4, xs, n, tl, s); break;
-    default: launch_q4<1, 8, 2>(ws, ys, nw, q4, xs, n, tl, s); break;
+    case 12: launch_q4<1, 2, 1>(ws, ys, nw, q4, xs, n, tl, s, g); break;
+    case 22: launch_q4<1, 2, 2>(ws, ys, nw, q4, xs, n, tl, s, g); break;
+    case 42: launch_q4<1, 2, 4>(ws, ys, nw, q4, xs, n, tl, s, g); break;
+    case 14: launch_q4<1, 4, 1>(ws, ys, nw, q4, xs, n, tl, s, g); break;
+    case 24: launch_q4<1, 4, 2>(ws, ys, nw, q4, xs, n, tl, s, g); break;
+    case 44: launch_q4<1, 4, 4>(ws, ys, nw, q4, xs, n, tl, s, g); break;
+    case 18: launch_q4<1, 8, 1>(ws, ys, nw, q4, xs, n, tl, s, g); break;
+    default: launch_q4<1, 8, 2>(ws, ys, nw, q4, xs, n, tl, s, g); break;
     }
-  } else if (n == 2) launch_q4<2, 4, 2>(ws, ys, nw, q4, xs, n, tl, s);
-  else if (n <= 4) launch_q4<4, 4, 2>(ws, ys, nw, q4, xs, n, tl, s);
-  else launch_q4<8, 4, 2>(ws, ys, nw, q4, xs, n, tl, s);
+  } else if (n == 2) launch_q4<2, 4, 2>(ws, ys, nw, q4, xs, n, tl, s, g);
+  else if (n <= 4) launch_q4<4, 4, 2>(ws, ys, nw, q4, xs, n, tl, s, g);
+  else launch_q4<8, 4, 2>(ws, ys, nw, q4, xs, n, tl, s, g);
 }
 
 void cu_q4_matvec_cfg(const cu_weight *const *ws, float *const *ys, int nw, const float *x, const float *xu, int n,
@@ -1041,7 +1086,8 @@ bool cu_norm_q(float *out, float *x, const float *a, const float *w, int n, int 
   return true;
 }
 
-void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xqv, cudaStream_t s) {
+void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xqv, cudaStream_t s,
+                       int *glu_cnt, void *hq) {
   const int64_t K = ws[0]->cols;
   const int V = (int)(K / 32);
   const uint4 *q4 = (const uint4 *)xqv;
@@ -1049,5 +1095,20 @@ void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int
   const int rb = q4_rb(n);
   int64_t M = 0;
   for (int i = 0; i < nw; i++) M += ws[i]->rows;
-  q4_launch_n(ws, ys, nw, q4, xs, n, q4_tl(V, n, rb, M), rb, s);
+  glu_args g = { NULL, NULL, NULL };
+  if (glu_cnt) {
+    g.cnt = glu_cnt;
+    g.hq = (uint8_t *)hq;
+    g.hs = (float2 *)(g.hq + (size_t)n * (size_t)ws[0]->rows);
+  }
+  q4_launch_n(ws, ys, nw, q4, xs, n, q4_tl(V, n, rb, M), rb, s, g);
+}
+
+bool cu_q4_glu_ok(const cu_weight *g, const cu_weight *u, int n) {
+  if (g->kind != CW_Q4 || !cu_matvec_compatible(g, u) || g->rows != u->rows || g->rows % 32 || n < 1 ||
+      n > CU_Q4_MAX_N)
+    return false;
+  const int rb = q4_rb(n);
+  const int tl = q4_tl((int)(g->cols / 32), n, rb, 2 * g->rows);
+  return 32 % ((128 >> tl) * (rb % 10)) == 0;
 }
