@@ -45,11 +45,19 @@ static __device__ __forceinline__ float dot4(float4 a, float4 b, float s) {
 
 /* GM: max query heads per kv head (G <= GM); NJ: float4 chunks of the head dim per lane
  * (hd/4 <= 32*NJ) */
+/* rope fused in (rp.halfq > 0 or rp.k != NULL): q is the un-rotated projection; q is rotated
+ * in shared memory, and the block whose split holds the token's own position rotates k and
+ * writes k and v into the cache (K/V rows are then read through L2, not the read-only path) */
+struct at_rope {
+  const float *k, *v, *invq, *invk;
+  int halfq, halfk;
+};
+
 template <int GM, int NJ, int AT_B>
 __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint8_t *__restrict__ xq,
                                                    float2 *__restrict__ xs, float *__restrict__ part,
-                                                   int *__restrict__ cnt, const float *__restrict__ q,
-                                                   const float *__restrict__ Kc, const float *__restrict__ Vc,
+                                                   int *__restrict__ cnt, const float *__restrict__ q, const at_rope rp,
+                                                   float *__restrict__ Kc, float *__restrict__ Vc,
                                                    const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
                                                    const int32_t *__restrict__ table, int max_blocks, int bs,
                                                    int nblocks, int n_heads, int nkv, int hd, float scale, int window,
@@ -68,9 +76,76 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
   const int len = p - lo + 1, per = (len + S - 1) / S;
   const int a0 = lo + z * per, a1 = min(p + 1, a0 + per);
   const float *qg = q + ((int64_t)t * n_heads + (int64_t)kvh * G) * hd;
+  const bool fused = rp.k != NULL;
+  float *Kp = Ml + 8 * G, *Vp = Kp + hd; /* the new position's k (rotated) and v */
   pdl_trigger();
+  /* This warp's positions are a0 + warp + 4 i (i < npos), AT_B per batch; lane l holds the cache
+   * slot of i = 32 c + l for the current chunk c of 32. The slots (batch metadata) and the K/V
+   * rows of older positions do not depend on the previous kernel: the first batch is loaded
+   * before waiting for it. The token's own position p is written by the previous kernel (or by
+   * this one, rope fused) and is read after the wait. */
+  const int npos = a1 > a0 + warp ? (a1 - a0 - warp + 3) / 4 : 0;
+  int64_t my_slot = lane < npos ? at_slot(table, max_blocks, bs, nblocks, sq, a0 + warp + 4 * lane) : -1;
+  float4 kr[AT_B][NJ], vr[AT_B][NJ];
+  bool ok[AT_B], own[AT_B];
+  auto load_batch = [&](int i0) {
+#pragma unroll
+    for (int b = 0; b < AT_B; b++) {
+      const int i = i0 + b;
+      const int64_t sl = __shfl_sync(0xffffffffu, my_slot, i & 31);
+      own[b] = i < npos && a0 + warp + 4 * i == p;
+      ok[b] = i < npos && sl >= 0;
+      const bool ld = ok[b] && !own[b];
+      const float4 *kp = (const float4 *)(Kc + (ld ? sl : 0) * row + koff);
+      const float4 *vp = (const float4 *)(Vc + (ld ? sl : 0) * row + koff);
+#pragma unroll
+      for (int j = 0; j < NJ; j++) {
+        const int ch = lane + 32 * j;
+        const bool in = ld && ch < hd4;
+        kr[b][j] = in ? __ldcg(kp + ch) : f4z();
+        vr[b][j] = in ? __ldcg(vp + ch) : f4z();
+      }
+    }
+  };
+  load_batch(0);
   pdl_wait();
-  for (int i = tid; i < G * hd; i += 128) Qs[i] = qg[i] * scale;
+  if (!fused) {
+    for (int i = tid; i < G * hd; i += 128) Qs[i] = qg[i] * scale;
+  } else {
+    for (int i = tid; i < G * hd; i += 128) {
+      const int d = i % hd;
+      float v = qg[i];
+      if (d < 2 * rp.halfq) {
+        const int j = d < rp.halfq ? d : d - rp.halfq;
+        float sn, cs;
+        sincosf((float)p * rp.invq[j], &sn, &cs);
+        const float x0 = qg[i - d + j], x1 = qg[i - d + j + rp.halfq];
+        v = d < rp.halfq ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
+      }
+      Qs[i] = v * scale;
+    }
+  }
+  if (a0 <= p && p < a1) { /* this block's range holds the new position */
+    const int64_t sl = at_slot(table, max_blocks, bs, nblocks, sq, p);
+    const float *kt = fused ? rp.k + ((int64_t)t * nkv + kvh) * hd : Kc + (sl >= 0 ? sl : 0) * row + koff;
+    const float *vt = fused ? rp.v + ((int64_t)t * nkv + kvh) * hd : Vc + (sl >= 0 ? sl : 0) * row + koff;
+    for (int d = tid; d < hd; d += 128) {
+      float v = kt[d];
+      if (fused && d < 2 * rp.halfk) {
+        const int j = d < rp.halfk ? d : d - rp.halfk;
+        float sn, cs;
+        sincosf((float)p * rp.invk[j], &sn, &cs);
+        const float x0 = kt[j], x1 = kt[j + rp.halfk];
+        v = d < rp.halfk ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
+      }
+      Kp[d] = v;
+      Vp[d] = vt[d];
+      if (fused && sl >= 0) {
+        Kc[sl * row + koff + d] = v;
+        Vc[sl * row + koff + d] = vt[d];
+      }
+    }
+  }
   __syncthreads();
   float4 qr[GM][NJ];
 #pragma unroll
@@ -89,26 +164,21 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
 #pragma unroll
     for (int j = 0; j < NJ; j++) acc[g][j] = f4z();
   }
-  /* this warp's positions: a0 + warp + 4 i; slots of 32 of them at a time, one per lane */
-  for (int base = a0 + warp; base < a1; base += 4 * 32) {
-    const int pl = base + 4 * lane;
-    const int64_t my_slot = pl < a1 ? at_slot(table, max_blocks, bs, nblocks, sq, pl) : -1;
-    const int nb = min(32, (a1 - base + 3) / 4);
-    for (int i0 = 0; i0 < nb; i0 += AT_B) {
-      float4 kr[AT_B][NJ], vr[AT_B][NJ];
-      bool ok[AT_B];
+  for (int i0 = 0; i0 < npos; i0 += AT_B) {
+    if (i0) {
+      if ((i0 & 31) == 0) {
+        const int i = i0 + lane;
+        my_slot = i < npos ? at_slot(table, max_blocks, bs, nblocks, sq, a0 + warp + 4 * i) : -1;
+      }
+      load_batch(i0);
+    }
 #pragma unroll
-      for (int b = 0; b < AT_B; b++) {
-        const int64_t sl = __shfl_sync(0xffffffffu, my_slot, (i0 + b) & 31);
-        ok[b] = i0 + b < nb && sl >= 0;
-        const float4 *kp = (const float4 *)(Kc + (ok[b] ? sl : 0) * row + koff);
-        const float4 *vp = (const float4 *)(Vc + (ok[b] ? sl : 0) * row + koff);
+    for (int b = 0; b < AT_B; b++)
+      if (own[b] && ok[b]) {
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
           const int ch = lane + 32 * j;
-          const bool in = ok[b] && ch < hd4;
-          kr[b][j] = in ? __ldg(kp + ch) : f4z();
-          vr[b][j] = in ? __ldg(vp + ch) : f4z();
+          if (ch < hd4) { kr[b][j] = *(const float4 *)(Kp + 4 * ch); vr[b][j] = *(const float4 *)(Vp + 4 * ch); }
         }
       }
       float s[GM][AT_B];
@@ -156,7 +226,6 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
           acc[g][j] = a;
         }
       }
-    }
   }
   /* merge the 4 warps */
 #pragma unroll
@@ -245,7 +314,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
 
 size_t cu_attn_dec_smem(int hd, int G, int S) {
   size_t acc = (size_t)4 * G * hd, wz = (size_t)G * S;
-  return sizeof(float) * ((size_t)G * hd + (acc > wz ? acc : wz) + (size_t)8 * G);
+  return sizeof(float) * ((size_t)G * hd + (acc > wz ? acc : wz) + (size_t)8 * G + 2 * (size_t)hd);
 }
 
 bool cu_attn_dec_ok(int hd, int G) { return hd % 4 == 0 && hd <= 256 && G >= 1 && G <= 8; }
@@ -265,7 +334,8 @@ template <int GM, int NJ, int B> static void set_smem(size_t smem) {
   }
 }
 
-void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q, const float *K, const float *V,
+void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q, const float *kraw, const float *vraw,
+                    const float *invq, const float *invk, int halfq, int halfk, float *K, float *V,
                     const int32_t *pos, const int32_t *seq, const int32_t *table, int max_blocks, int bs, int nblocks,
                     int n_tokens, int n_heads, int nkv, int hd, float scale, int window, float softcap, int S,
                     cudaStream_t s) {
@@ -274,7 +344,8 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
   const size_t smem = cu_attn_dec_smem(hd, G, S);
   uint8_t *xq = (uint8_t *)xqv;
   float2 *xs = xq ? (float2 *)(xq + (size_t)n_tokens * n_heads * hd) : NULL;
-#define AD2_ARGS out, xq, xs, part, cnt, q, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
+  const at_rope rp = { kraw, vraw, invq, invk, halfq, halfk };
+#define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
                  softcap, S
   if (G <= 4) {
     if (hd4 <= 32) { set_smem<4, 1, 8>(smem); cu_launch(k_attn_dec2<4, 1, 8>, grid, dim3(128), smem, s, AD2_ARGS); }

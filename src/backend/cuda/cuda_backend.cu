@@ -783,7 +783,7 @@ static void x_attention(cuda_be *c, const cu_op *o) {
 #undef ATD_ARGS
       return;
     }
-    cu_attn_decode(out, NULL, c->part, c->att_cnt, q, K, V, c->d_pos, c->d_seq, c->d_table, c->max_blocks, bs, nblocks,
+    cu_attn_decode(out, NULL, c->part, c->att_cnt, q, NULL, NULL, NULL, NULL, 0, 0, (float *)K, (float *)V, c->d_pos, c->d_seq, c->d_table, c->max_blocks, bs, nblocks,
                    c->n_tokens, n_heads, nkv, hd, scale, window, softcap, (int)o->sz, c->s);
     return;
   }
@@ -857,7 +857,8 @@ static void exec_op_(cuda_be *c, const cu_op *o) {
 }
 
 /* Is buffer p dead after op i: the next op that names it overwrites it (a matmul output
- * that does not also read it)? Conservative: false when no later op names it. */
+ * that does not also read it)? Conservative: false when no later op names it (the caller may
+ * still download it). */
 static bool dead_after(const cuda_be *c, int i, const void *p) {
   for (int j = i + 1; j < c->n_ops; j++) {
     const cu_op *o = &c->ops[j];
@@ -929,13 +930,41 @@ static void exec_ops(cuda_be *c) {
       if (w && c->q4_fuse && m->p1 == o->p0 && m->n == c->n_tokens && w->kind == CW_Q4 && cu_use_matvec(w, m->n) &&
           w->cols == (int64_t)o->i0 * o->i2 && c->xq && c->xq_cap >= cu_q4_scratch_bytes(m->n, w->cols)) {
         prof_begin(c);
-        cu_attn_decode((float *)o->p0, c->xq, c->part, c->att_cnt, (const float *)o->p1, (const float *)o->p2,
-                       (const float *)o->p3, c->d_pos, c->d_seq, c->d_table, c->max_blocks, o->i3, o->i4, c->n_tokens,
+        cu_attn_decode((float *)o->p0, c->xq, c->part, c->att_cnt, (const float *)o->p1, NULL, NULL, NULL, NULL, 0,
+                       0, (float *)o->p2, (float *)o->p3, c->d_pos, c->d_seq, c->d_table, c->max_blocks, o->i3, o->i4, c->n_tokens,
                        o->i0, o->i1, o->i2, o->f0, o->n, o->f1, (int)o->sz, c->s);
         prof_end(c, "attention n=1 +quant");
         preq = o->p0;
         preq_n = m->n;
         i++;
+        continue;
+      }
+    }
+    /* rope(q), rope(k), kv_store(k, v), decode attention (and the int8 x of a following CW_Q4
+     * o projection): one kernel, when the rotated q and k are not read afterwards */
+    if (o->type == OP_ROPE && c->att_dec == 1 && i + 3 < c->n_ops && c->ops[i + 1].type == OP_ROPE &&
+        c->ops[i + 2].type == OP_KVSTORE && c->ops[i + 3].type == OP_ATTN && c->ops[i + 3].sz) {
+      const cu_op *rk = &c->ops[i + 1], *kv = &c->ops[i + 2], *at = &c->ops[i + 3];
+      const int hd = at->i2;
+      if (kv->p2 == rk->p0 && at->p1 == o->p0 && at->p2 == kv->p0 && at->p3 == kv->p1 && o->i1 == hd &&
+          kv->i1 == at->i3 && kv->i2 == at->i4 &&
+          rk->i1 == hd && o->i0 == at->i0 && rk->i0 == at->i1 && rk->i0 * rk->i1 == kv->i0 && o->p0 != rk->p0 &&
+          o->p0 != kv->p3 && rk->p0 != kv->p3 && at->p0 != o->p0 && at->p0 != rk->p0 && at->p0 != kv->p3 &&
+          dead_after(c, i + 3, o->p0) && dead_after(c, i + 3, rk->p0)) {
+        const cu_op *m = i + 4 < c->n_ops && c->ops[i + 4].type == OP_MATMUL ? &c->ops[i + 4] : NULL;
+        const cu_weight *w = m ? (const cu_weight *)m->p3 : NULL;
+        const bool xq = w && hd % 32 == 0 && c->q4_fuse && m->p1 == at->p0 && m->n == c->n_tokens &&
+                        w->kind == CW_Q4 && cu_use_matvec(w, m->n) && w->cols == (int64_t)at->i0 * hd && c->xq &&
+                        c->xq_cap >= cu_q4_scratch_bytes(m->n, w->cols);
+        prof_begin(c);
+        cu_attn_decode((float *)at->p0, xq ? c->xq : NULL, c->part, c->att_cnt, (const float *)o->p0,
+                       (const float *)rk->p0, (const float *)kv->p3, (const float *)o->p1, (const float *)rk->p1,
+                       o->i2 / 2, rk->i2 / 2, (float *)kv->p0, (float *)kv->p1, c->d_pos, c->d_seq, c->d_table,
+                       c->max_blocks, at->i3, at->i4, c->n_tokens, at->i0, at->i1, hd, at->f0, at->n, at->f1,
+                       (int)at->sz, c->s);
+        prof_end(c, xq ? "rope+kv_store+attention n=1 +quant" : "rope+kv_store+attention n=1");
+        if (xq) { preq = at->p0; preq_n = m->n; }
+        i += 4;
         continue;
       }
     }

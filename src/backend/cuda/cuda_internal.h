@@ -115,8 +115,12 @@ void cu_embed(const cu_weight *w, const int32_t *tokens, int n_tokens, float *ou
 bool cu_attn_dec_ok(int hd, int G);
 int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm);
 size_t cu_attn_dec_smem(int hd, int G, int S);
-/* xq (may be NULL; hd % 32 == 0): also write the CW_Q4 int8 layout of out (cu_q4_scratch_bytes) */
-void cu_attn_decode(float *out, void *xq, float *part, int *cnt, const float *q, const float *K, const float *V,
+/* xq (may be NULL; hd % 32 == 0): also write the CW_Q4 int8 layout of out (cu_q4_scratch_bytes).
+ * kraw != NULL: rope + kv_store fused in: q, kraw, vraw are the projections before rotation
+ * (rotated with invq/halfq, invk/halfk as k_rope_qk_store does) and the new k, v are written to
+ * K, V here */
+void cu_attn_decode(float *out, void *xq, float *part, int *cnt, const float *q, const float *kraw, const float *vraw,
+                    const float *invq, const float *invk, int halfq, int halfk, float *K, float *V,
                     const int32_t *pos, const int32_t *seq, const int32_t *table, int max_blocks, int bs, int nblocks,
                     int n_tokens, int n_heads, int nkv, int hd, float scale, int window, float softcap, int S,
                     cudaStream_t s);
