@@ -271,41 +271,50 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
   __syncthreads();
   if (!last) return;
   __threadfence();
-  /* combine: per (head, split) weight exp(m_z - M) / L once, then one load per split and output */
+  /* combine: per (head, split) weight exp(m_z - M) / L once (one (m, l) load per split), then
+   * the S partials of an output loaded together (16 at a time) */
   float *Wz = Ws; /* [G][S] (the accumulators are consumed) */
   for (int g = warp; g < G; g += 4) {
     const float *pp = part + ((int64_t)t * n_heads + kvh * G + g) * S * (hd + 2);
-    float M = -INFINITY;
-    for (int zz = lane; zz < S; zz += 32) M = fmaxf(M, __ldcg(pp + (int64_t)zz * (hd + 2)));
+    float mz[2], lz[2];
+#pragma unroll
+    for (int k = 0; k < 2; k++) { /* S <= 64 */
+      const int zz = lane + 32 * k;
+      mz[k] = -INFINITY;
+      lz[k] = 0.f;
+      if (zz < S) { mz[k] = __ldcg(pp + (int64_t)zz * (hd + 2)); lz[k] = __ldcg(pp + (int64_t)zz * (hd + 2) + 1); }
+    }
+    float M = fmaxf(mz[0], mz[1]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    float L = 0.f;
-    for (int zz = lane; zz < S; zz += 32) {
-      const float mz = __ldcg(pp + (int64_t)zz * (hd + 2));
-      const float wz = (M == -INFINITY || mz == -INFINITY) ? 0.f : expf(mz - M);
-      L = fmaf(__ldcg(pp + (int64_t)zz * (hd + 2) + 1), wz, L);
-      Wz[g * S + zz] = wz;
+    float wz[2], L = 0.f;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      wz[k] = (M == -INFINITY || mz[k] == -INFINITY) ? 0.f : expf(mz[k] - M);
+      L = fmaf(lz[k], wz[k], L);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
     const float inv = L > 0.f ? 1.f / L : 0.f;
-    __syncwarp();
-    for (int zz = lane; zz < S; zz += 32) Wz[g * S + zz] *= inv;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int zz = lane + 32 * k;
+      if (zz < S) Wz[g * S + zz] = wz[k] * inv;
+    }
   }
   __syncthreads();
   for (int i = tid; i < G * hd; i += 128) {
     const int g = i / hd, d = i % hd, h = kvh * G + g;
     const float *pp = part + ((int64_t)t * n_heads + h) * S * (hd + 2) + 2 + d;
-    float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
-    int zz = 0;
-    for (; zz + 4 <= S; zz += 4) {
-      o0 = fmaf(__ldcg(pp + (int64_t)zz * (hd + 2)), Wz[g * S + zz], o0);
-      o1 = fmaf(__ldcg(pp + (int64_t)(zz + 1) * (hd + 2)), Wz[g * S + zz + 1], o1);
-      o2 = fmaf(__ldcg(pp + (int64_t)(zz + 2) * (hd + 2)), Wz[g * S + zz + 2], o2);
-      o3 = fmaf(__ldcg(pp + (int64_t)(zz + 3) * (hd + 2)), Wz[g * S + zz + 3], o3);
+    float o = 0.f;
+    for (int z0 = 0; z0 < S; z0 += 16) {
+      float v[16];
+#pragma unroll
+      for (int k = 0; k < 16; k++) v[k] = z0 + k < S ? __ldcg(pp + (int64_t)(z0 + k) * (hd + 2)) : 0.f;
+#pragma unroll
+      for (int k = 0; k < 16; k++) o = z0 + k < S ? fmaf(v[k], Wz[g * S + z0 + k], o) : o;
     }
-    for (; zz < S; zz++) o0 = fmaf(__ldcg(pp + (int64_t)zz * (hd + 2)), Wz[g * S + zz], o0);
-    const float v = (o0 + o1) + (o2 + o3);
+    const float v = o;
     out[((int64_t)t * n_heads + h) * hd + d] = v;
     if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
   }

@@ -718,6 +718,9 @@ static void launch_mv2(const mv_args &a, unsigned tiles, const float *x, const f
   cu_launch(k_mv2<BITS, T, N, RB, SILU>, dim3(grid), dim3(128), smem, s, a, x, xu, K, gs, sbk, n, tl, (int)tiles, smx);
 }
 
+/* SMELT_CUDA_MV2=RB,TL: rows per thread (4/8) and log2 threads per row (5..7) of the n = 1
+ * 16-byte matvec (0: automatic) */
+int g_cu_mv2_rb = 0, g_cu_mv2_tl = 0;
 /* rows-per-thread choice and launch for one (bits, type) */
 template <int BITS, typename T>
 static void mv2_dispatch(const cu_weight *const *ws, float *const *ys, int nw, const float *x, const float *xu, int n,
@@ -725,13 +728,15 @@ static void mv2_dispatch(const cu_weight *const *ws, float *const *ys, int nw, c
   const int K = (int)ws[0]->cols;
   const int EPV = BITS ? 128 / BITS : 16 / (int)sizeof(T);
   const int V = K / EPV;
-  const int tl = V <= 32 ? 5 : V <= 64 ? 6 : 7;
+  int tl = V <= 32 ? 5 : V <= 64 ? 6 : 7;
+  if (n == 1 && g_cu_mv2_tl >= 5 && g_cu_mv2_tl <= 7 && (1 << g_cu_mv2_tl) <= V) tl = g_cu_mv2_tl;
   const int gs = ws[0]->gs, sbk = ws[0]->sbk;
   int RB = 4;
   if (n == 1) {
     unsigned b8;
     make_args(ws, ys, nw, (128 >> tl) * 8, &b8);
     RB = b8 >= (unsigned)(2 * n_sm) ? 8 : 4;
+    if (g_cu_mv2_rb == 4 || g_cu_mv2_rb == 8) RB = g_cu_mv2_rb;
   }
   unsigned blocks;
   mv_args a = make_args(ws, ys, nw, (128 >> tl) * RB, &blocks);

@@ -63,11 +63,12 @@ static __device__ __forceinline__ void warp_best(float &bv, int &bi) {
 }
 
 /* grid (nsplit, n_req): block b of row r covers [b*chunk, (b+1)*chunk) (chunk % 4 == 0) */
-static __global__ void __launch_bounds__(ARG_T) k_argmax(const dreq *rq, int V, int nsplit, int chunk, float *pv,
-                                                         int *pi, unsigned *cnt, int32_t *out) {
+/* direct != NULL: one greedy row without penalties, given by pointer (no request upload) */
+static __global__ void __launch_bounds__(ARG_T) k_argmax(const dreq *rq, const float *direct, int V, int nsplit,
+                                                         int chunk, float *pv, int *pi, unsigned *cnt, int32_t *out) {
   const int r = blockIdx.y;
-  if (rq[r].mode != SM_SAMPLE_GREEDY) return;
-  const float *x = rq[r].src;
+  if (!direct && rq[r].mode != SM_SAMPLE_GREEDY) return;
+  const float *x = direct ? direct : rq[r].src;
   const int lo = blockIdx.x * chunk, hi = min(V, lo + chunk);
   float bv = -INFINITY;
   int bi = INT_MAX;
@@ -315,6 +316,20 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
     return sm_err(SMELT_ERR_OOM, "cuda sample: out of memory for scratch (%d requests, vocab %d)", n_req, V);
   if (x->cnt.cap != cnt_before && (ce = cudaMemsetAsync(x->cnt.p, 0, x->cnt.cap, s)) != cudaSuccess)
     return cuerr(ce, "memset");
+  if (n_req == 1 && n_greedy == 1 && total_pen == 0) { /* one greedy row: no request upload */
+    int nsplit = SM_MIN(ARG_MAX_SPLIT, SM_MAX(1, (V + ARG_CHUNK - 1) / ARG_CHUNK));
+    int chunk = (((V + nsplit - 1) / nsplit) + 3) & ~3;
+    nsplit = (V + chunk - 1) / chunk;
+    k_argmax<<<dim3((unsigned)nsplit, 1u), ARG_T, 0, s>>>(NULL, logits + (size_t)req[0].row * Vz, V, nsplit, chunk,
+                                                          (float *)x->pv.p, (int *)x->pi.p, (unsigned *)x->cnt.p,
+                                                          (int32_t *)x->d_out.p);
+    if ((ce = cudaGetLastError()) != cudaSuccess) return cuerr(ce, "launch");
+    if ((ce = cudaMemcpyAsync(x->h_out.p, x->d_out.p, sizeof(int32_t), cudaMemcpyDeviceToHost, s)) != cudaSuccess)
+      return cuerr(ce, "download");
+    if ((ce = cudaStreamSynchronize(s)) != cudaSuccess) return cuerr(ce, "sync");
+    memcpy(out, x->h_out.p, sizeof(int32_t));
+    return SMELT_OK;
+  }
   /* requests as the kernels see them */
   dreq *h = (dreq *)x->h_stage.p;
   dpen *hp = (dpen *)((char *)x->h_stage.p + pen_off);
@@ -365,7 +380,7 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
     int nsplit = SM_MIN(ARG_MAX_SPLIT, SM_MAX(1, (V + ARG_CHUNK - 1) / ARG_CHUNK));
     int chunk = (((V + nsplit - 1) / nsplit) + 3) & ~3;
     nsplit = (V + chunk - 1) / chunk;
-    k_argmax<<<dim3((unsigned)nsplit, (unsigned)n_req), ARG_T, 0, s>>>(dq, V, nsplit, chunk, (float *)x->pv.p,
+    k_argmax<<<dim3((unsigned)nsplit, (unsigned)n_req), ARG_T, 0, s>>>(dq, NULL, V, nsplit, chunk, (float *)x->pv.p,
                                                                         (int *)x->pi.p, (unsigned *)x->cnt.p, d_out);
   }
   for (int i = 0; i < n_req; i++) {
