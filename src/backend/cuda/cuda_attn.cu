@@ -328,10 +328,12 @@ size_t cu_attn_dec_smem(int hd, int G, int S) {
 
 bool cu_attn_dec_ok(int hd, int G) { return hd % 4 == 0 && hd <= 256 && G >= 1 && G <= 8; }
 
+int g_cu_attn_s = 0; /* SMELT_CUDA_ATTN_S: fixed split count (0: automatic) */
 int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {
+  if (g_cu_attn_s >= 1 && g_cu_attn_s <= 64) return g_cu_attn_s;
   const int units = n_tokens * nkv;
   int S = 1;
-  while (S < 64 && units * S * 2 <= n_sm) S *= 2;
+  while (S < 64 && units * S * 2 <= 2 * n_sm) S *= 2;
   return S;
 }
 

@@ -769,7 +769,13 @@ static void launch_q4(const cu_weight *const *ws, float *const *ys, int nw, cons
  * threads as cover a row in one round (32..128) */
 static int q4_unr(int n, int rb) { return n > 1 ? 2 : rb / 10; }
 int g_cu_q4cfg = 0; /* SMELT_CUDA_Q4CFG: n = 1 CW_Q4 variant (q4_launch_n; 0 = automatic) */
-static int q4_rb(int n) { return n > 1 ? 4 : g_cu_q4cfg ? g_cu_q4cfg : 12; }
+/* n = 1 default, measured on the H100 (docs/benchmarks.md): two vectors of a row per round for
+ * K = 2048 and 8192 (Llama-3.2-1B), one for K = 4096 and 14336 (Llama-3.1-8B); other K follow
+ * the nearest (g_cu_q4long: SMELT_CUDA_Q4LONG for K > 8192) */
+int g_cu_q4long = 12;
+static int q4_rb(int n, int V) {
+  return n > 1 ? 4 : g_cu_q4cfg ? g_cu_q4cfg : V <= 64 ? 22 : V <= 128 ? 12 : V <= 256 ? 22 : g_cu_q4long;
+}
 static int q4_tl(int V, int n, int rb, int64_t M) {
   const int unr = q4_unr(n, rb);
   int tl = 5;
@@ -801,7 +807,7 @@ void cu_q4_matvec_cfg(const cu_weight *const *ws, float *const *ys, int nw, cons
                       void *xqv, cudaStream_t s, int n_sm, int rb, int tl) {
   const int64_t K = ws[0]->cols;
   const int V = (int)(K / 32);
-  if (rb <= 0) rb = q4_rb(n);
+  if (rb <= 0) rb = q4_rb(n, V);
   int64_t M = 0;
   for (int i = 0; i < nw; i++) M += ws[i]->rows;
   if (!tl) tl = q4_tl(V, n, rb, M);
@@ -1097,7 +1103,7 @@ void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int
   const int V = (int)(K / 32);
   const uint4 *q4 = (const uint4 *)xqv;
   const float2 *xs = (const float2 *)((const uint8_t *)xqv + (size_t)n * (size_t)K);
-  const int rb = q4_rb(n);
+  const int rb = q4_rb(n, V);
   int64_t M = 0;
   for (int i = 0; i < nw; i++) M += ws[i]->rows;
   glu_args g = { NULL, NULL, NULL };
@@ -1113,7 +1119,7 @@ bool cu_q4_glu_ok(const cu_weight *g, const cu_weight *u, int n) {
   if (g->kind != CW_Q4 || !cu_matvec_compatible(g, u) || g->rows != u->rows || g->rows % 32 || n < 1 ||
       n > CU_Q4_MAX_N)
     return false;
-  const int rb = q4_rb(n);
+  const int rb = q4_rb(n, (int)(g->cols / 32));
   const int tl = q4_tl((int)(g->cols / 32), n, rb, 2 * g->rows);
   return 32 % ((128 >> tl) * (rb % 10)) == 0;
 }
