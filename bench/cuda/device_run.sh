@@ -44,6 +44,7 @@ for stage in "$@"; do
     b1cfg) for cfg in ${Q4CFGS1:-12 14 22 24 18}; do SMELT_CUDA_Q4CFG=$cfg timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep "decode " | sed "s/^/[1b Q4CFG=$cfg] /" | tee -a $OUT/bench.txt; done ;;
     b8attn) for sp in ${ATTN_SS:-8 16 32}; do SMELT_CUDA_ATTN_S=$sp timeout 300 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep "decode " | sed "s/^/[8b ATTN_S=$sp] /" | tee -a $OUT/bench.txt; done ;;
     qlong) for cfg in ${QLONGS:-22 12}; do for sh in 1b 8b; do SMELT_CUDA_Q4LONG=$cfg timeout 300 $B/smelt bench --synthetic $sh --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep "decode " | sed "s/^/[$sh Q4LONG=$cfg] /" | tee -a $OUT/bench.txt; done; done ;;
+    qwarps) for w in ${QWARPS:-4000 8000 16000 2000}; do for sh in 1b 8b; do SMELT_CUDA_Q4WARPS=$w timeout 300 $B/smelt bench --synthetic $sh --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep "decode " | sed "s/^/[$sh Q4WARPS=$w] /" | tee -a $OUT/bench.txt; done; done ;;
     nograph) SMELT_CUDA_GRAPHS=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
     *) echo "unknown stage $stage" ;;
   esac

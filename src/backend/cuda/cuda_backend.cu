@@ -98,7 +98,7 @@ typedef struct {
 
 static cuda_be *CB(sm_backend *be) { return (cuda_be *)be; }
 int g_cu_pdl = 1;
-extern int g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long;
+extern int g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
 static void prof_end(cuda_be *c, const char *label) {
@@ -1627,6 +1627,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   c->q4 = q4e && q4e[0] == '0' ? 0 : q4e && q4e[0] == '1' ? 2 : 1;
   const char *qc = getenv("SMELT_CUDA_Q4CFG");
   g_cu_q4cfg = qc ? atoi(qc) : 0;
+  const char *qw = getenv("SMELT_CUDA_Q4WARPS");
+  if (qw && atoi(qw) > 0) g_cu_q4warps = atoi(qw);
   const char *ql = getenv("SMELT_CUDA_Q4LONG");
   if (ql && atoi(ql) > 0) g_cu_q4long = atoi(ql);
   const char *as = getenv("SMELT_CUDA_ATTN_S");

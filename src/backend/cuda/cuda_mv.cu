@@ -773,14 +773,15 @@ int g_cu_q4cfg = 0; /* SMELT_CUDA_Q4CFG: n = 1 CW_Q4 variant (q4_launch_n; 0 = a
  * K = 2048 and 8192 (Llama-3.2-1B), one for K = 4096 and 14336 (Llama-3.1-8B); other K follow
  * the nearest (g_cu_q4long: SMELT_CUDA_Q4LONG for K > 8192) */
 int g_cu_q4long = 12;
+int g_cu_q4warps = 4000; /* SMELT_CUDA_Q4WARPS */
 static int q4_rb(int n, int V) {
   return n > 1 ? 4 : g_cu_q4cfg ? g_cu_q4cfg : V <= 64 ? 22 : V <= 128 ? 12 : V <= 256 ? 22 : g_cu_q4long;
 }
 static int q4_tl(int V, int n, int rb, int64_t M) {
   const int unr = q4_unr(n, rb);
   int tl = 5;
-  if (unr == 1) /* fewest threads per row that still give >= 4000 warps (loads in flight) */
-    while (tl < 7 && (M / (rb % 10)) * (1 << (tl - 5)) < 4000 && (1 << (tl + 1)) <= V) tl++;
+  if (unr == 1) /* fewest threads per row that still give >= g_cu_q4warps warps (loads in flight) */
+    while (tl < 7 && (M / (rb % 10)) * (1 << (tl - 5)) < g_cu_q4warps && (1 << (tl + 1)) <= V) tl++;
   else /* as few threads as cover a row in one round */
     while (tl < 7 && (1 << tl) * unr < V) tl++;
   return tl;

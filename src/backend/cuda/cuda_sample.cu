@@ -24,7 +24,7 @@
 #include <string.h>
 
 #define ARG_T 256          /* threads of an argmax block */
-#define ARG_CHUNK 4096     /* logits per argmax block (before clamping the split count) */
+#define ARG_CHUNK 1024     /* logits per argmax block (before clamping the split count) */
 #define ARG_MAX_SPLIT 128  /* argmax blocks per row at most */
 #define WALK_T 512         /* threads of a walk block */
 
