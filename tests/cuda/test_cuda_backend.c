@@ -338,6 +338,7 @@ static void test_model(int bits) {
   sm_engine_params ep;
   sm_engine_params_default(&ep);
   ep.max_context = 128;
+  ep.max_seqs = 4;
   sm_engine *ec = NULL, *eg = NULL;
   CHECK(sm_engine_create(mc, &ep, &ec) == SMELT_OK, "cpu engine");
   CHECK(sm_engine_create(mg, &ep, &eg) == SMELT_OK, "cuda engine");
@@ -363,6 +364,37 @@ static void test_model(int bits) {
     CHECK(worst < dtol, "model bits %d decode logits rel err %g", bits, worst);
     free(a); free(b);
     sm_seq_free(ec, sc); sm_seq_free(eg, sg);
+    /* three sequences decoding in the same steps (server batching): the n > 1 decode kernels
+     * (attention with one token per sequence, int8 matvecs with several columns, gate/up with
+     * silu quantization) against the CPU, row by row */
+    enum { NS = 3 };
+    sm_seq *cs[NS], *gs[NS];
+    for (int k = 0; k < NS; k++) {
+      cs[k] = sm_seq_new(ec);
+      gs[k] = sm_seq_new(eg);
+      /* different lengths (positions); 6 prompt tokens in all: the first step stays on the fp32
+       * matvec kernels (<= 8 tokens) as the single-sequence case does */
+      sm_seq_append(ec, cs[k], ids + 2 * k, 1 + k);
+      sm_seq_append(eg, gs[k], ids + 2 * k, 1 + k);
+    }
+    float *ab = malloc((size_t)NS * V * 4), *bb = malloc((size_t)NS * V * 4);
+    double worst_b = 0;
+    for (int step = 0; step < 8; step++) {
+      uint8_t dc[NS] = { 0 }, dg[NS] = { 0 };
+      smelt_status s1 = sm_engine_step(ec, cs, NS, ab, dc), s2 = sm_engine_step(eg, gs, NS, bb, dg);
+      CHECK(s1 == SMELT_OK && s2 == SMELT_OK, "batched engine step %d: %s", step, smelt_last_error());
+      for (int k = 0; k < NS; k++) {
+        CHECK(dc[k] && dg[k], "batched step %d seq %d done", step, k);
+        double e = rel_l2(bb + (size_t)k * V, ab + (size_t)k * V, (size_t)V);
+        if (e > worst_b) worst_b = e;
+        int32_t t = ids[(step + 7 * k) % 24];
+        sm_seq_append(ec, cs[k], &t, 1);
+        sm_seq_append(eg, gs[k], &t, 1);
+      }
+    }
+    CHECK(worst_b < dtol, "model bits %d batched decode (%d sequences) logits rel err %g", bits, NS, worst_b);
+    free(ab); free(bb);
+    for (int k = 0; k < NS; k++) { sm_seq_free(ec, cs[k]); sm_seq_free(eg, gs[k]); }
   }
   if (ec) sm_engine_free(ec);
   if (eg) sm_engine_free(eg);
