@@ -29,6 +29,8 @@ struct sm_engine {
   /* step scratch */
   int32_t *b_tok, *b_pos, *b_seq, *b_out, *b_table;
   int b_cap, b_table_cap;
+  float *lg_tmp;   /* logits rows of a step before they are copied out (kept between steps) */
+  size_t lg_cap;   /* floats */
 };
 
 void sm_engine_params_default(sm_engine_params *p) {
@@ -144,7 +146,7 @@ void sm_engine_free(sm_engine *e) {
   sm_kv_free(e->m, &e->kv);
   free(e->ref); free(e->hash); free(e->parent); free(e->btok); free(e->free_stack);
   free(e->lru_prev); free(e->lru_next); free(e->map);
-  free(e->b_tok); free(e->b_pos); free(e->b_seq); free(e->b_out); free(e->b_table);
+  free(e->b_tok); free(e->b_pos); free(e->b_seq); free(e->b_out); free(e->b_table); free(e->lg_tmp);
   free(e);
 }
 
@@ -387,7 +389,16 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
                  .max_blocks = e->max_blocks, .block_table = e->b_table, .n_out = n_out, .out_rows = e->b_out };
   int V = e->m->cfg.vocab_size;
   bool sampling = tokens != NULL;
-  float *tmp = all_logits ? all_logits : n_out && !sampling ? sm_xmalloc(sizeof(float) * (size_t)n_out * V) : NULL;
+  float *tmp = all_logits;
+  if (!tmp && n_out && !sampling) {
+    const size_t need = (size_t)n_out * (size_t)V;
+    if (need > e->lg_cap) {
+      free(e->lg_tmp);
+      e->lg_tmp = sm_xmalloc(sizeof(float) * need);
+      e->lg_cap = need;
+    }
+    tmp = e->lg_tmp;
+  }
   smelt_status st = total ? sm_model_forward(e->m, &e->kv, &b, tmp) : SMELT_OK;
   if (st == SMELT_OK) {
     for (int i = 0; i < n; i++) {
@@ -399,7 +410,6 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
     }
     if (sampling && total) st = sample_rows(e, seqs, n, out_of, n_out, smp, tokens, logits);
   }
-  if (!all_logits) free(tmp);
   free(out_of); free(take);
   return st;
 }
