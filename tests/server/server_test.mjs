@@ -327,8 +327,14 @@ async function main() {
       .then((r) => r.choices[0].text);
     const alone = [];
     for (let i = 0; i < 4; i++) alone.push(await req(i));
-    const together = await Promise.all([0, 1, 2, 3].map(req));
-    assert.deepEqual(together, alone);
+    /* whether the four overlap enough to exhaust the cache depends on arrival timing (the
+     * model generates fast): repeat the concurrent round (outputs checked every time) until
+     * a preemption has happened, at most 5 times */
+    for (let round = 0; round < 5; round++) {
+      const together = await Promise.all([0, 1, 2, 3].map(req));
+      assert.deepEqual(together, alone);
+      if ((await metric(C.url, 'smelt_preemptions_total')) > 0) break;
+    }
     assert.ok((await metric(C.url, 'smelt_preemptions_total')) > 0, 'preemption happened');
     assert.equal(await metric(C.url, 'smelt_kv_cache_blocks_used'), 0);
   });
