@@ -110,16 +110,16 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
   load_batch(0);
   pdl_wait();
   if (!fused) {
-    for (int i = tid; i < G * hd; i += 128) Qs[i] = qg[i] * scale;
+    for (int i = tid; i < G * hd; i += 128) Qs[i] = __ldca(qg + i) * scale;
   } else {
     for (int i = tid; i < G * hd; i += 128) {
       const int d = i % hd;
-      float v = qg[i];
+      float v = __ldca(qg + i);
       if (d < 2 * rp.halfq) {
         const int j = d < rp.halfq ? d : d - rp.halfq;
         float sn, cs;
         sincosf((float)p * rp.invq[j], &sn, &cs);
-        const float x0 = qg[i - d + j], x1 = qg[i - d + j + rp.halfq];
+        const float x0 = __ldca(qg + i - d + j), x1 = __ldca(qg + i - d + j + rp.halfq);
         v = d < rp.halfq ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
       }
       Qs[i] = v * scale;

@@ -86,7 +86,7 @@ static __device__ __forceinline__ void mv_word(const uint32_t (&wd)[R], int u, c
     float xv[E];
 #pragma unroll
     for (int e = 0; e < E / 4; e++) {
-      float4 t = __ldg(xp + e);
+      float4 t = __ldca(xp + e);
       xv[4 * e] = t.x; xv[4 * e + 1] = t.y; xv[4 * e + 2] = t.z; xv[4 * e + 3] = t.w;
     }
     float xs = 0.f;
@@ -313,9 +313,9 @@ static __device__ __forceinline__ void load_x(float (&xv)[EPV], const float *__r
   const float4 *xp = reinterpret_cast<const float4 *>(x + off);
 #pragma unroll
   for (int e = 0; e < EPV / 4; e++) {
-    float4 t = __ldg(xp + e);
+    float4 t = __ldca(xp + e);
     if (SILU) {
-      const float4 u = __ldg(reinterpret_cast<const float4 *>(xu + off) + e);
+      const float4 u = __ldca(reinterpret_cast<const float4 *>(xu + off) + e);
       t.x = t.x / (1.f + expf(-t.x)) * u.x;
       t.y = t.y / (1.f + expf(-t.y)) * u.y;
       t.z = t.z / (1.f + expf(-t.z)) * u.z;
@@ -343,9 +343,9 @@ __global__ void __launch_bounds__(128, N == 1 ? 3 : 1) k_mv2(const mv_args a, co
   if (N == 1 && smx) pdl_wait();
   if (N == 1 && smx) { /* stage x (or silu(x)*xu) once per block */
     for (int e = threadIdx.x * 4; e < K; e += 128 * 4) {
-      float4 t = __ldg(reinterpret_cast<const float4 *>(x + e));
+      float4 t = __ldca(reinterpret_cast<const float4 *>(x + e));
       if (SILU) {
-        const float4 u = __ldg(reinterpret_cast<const float4 *>(xu + e));
+        const float4 u = __ldca(reinterpret_cast<const float4 *>(xu + e));
         t.x = t.x / (1.f + expf(-t.x)) * u.x;
         t.y = t.y / (1.f + expf(-t.y)) * u.y;
         t.z = t.z / (1.f + expf(-t.z)) * u.z;
@@ -492,8 +492,8 @@ __global__ void __launch_bounds__(256) k_quant_x(const float *__restrict__ x, co
   pdl_trigger();
   pdl_wait();
   if (b >= nblk) return;
-  float v = x[b * 32 + lane];
-  if (xu) v = v / (1.f + expf(-v)) * xu[b * 32 + lane];
+  float v = __ldca(x + b * 32 + lane);
+  if (xu) v = v / (1.f + expf(-v)) * __ldca(xu + b * 32 + lane);
   float a = fabsf(v), sum = v;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -605,8 +605,8 @@ __global__ void __launch_bounds__(128) k_mvq4(const mv_args a, const uint4 *__re
       for (int c = 0; c < N; c++) {
         const int col = c0 + c < n ? c0 + c : n - 1;
         const int64_t xi = (int64_t)col * V + v;
-        const uint4 x0 = __ldg(xq + 2 * xi), x1 = __ldg(xq + 2 * xi + 1);
-        const float2 xd = __ldg(xs + xi);
+        const uint4 x0 = __ldca(xq + 2 * xi), x1 = __ldca(xq + 2 * xi + 1);
+        const float2 xd = __ldca(xs + xi);
 #pragma unroll
         for (int r = 0; r < RB; r++) {
           int d = __dp4a((int)(raw[u][r].x & MK), (int)x0.x, 0);
@@ -1023,7 +1023,7 @@ __global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
     if (idx < dim4) {
       v[i] = xr[idx];
       if (ar) {
-        const float4 b = ar[idx];
+        const float4 b = __ldca(ar + idx);
         v[i].x += b.x; v[i].y += b.y; v[i].z += b.z; v[i].w += b.w;
         xr[idx] = v[i];
       }
