@@ -14,7 +14,10 @@ extern "C" {
  * (weights) before pdl_wait(), which returns once the previous kernel has completed and its
  * writes are visible; every read of activations and every write comes after it. pdl_trigger()
  * lets the next kernel launch early (once every block of this one has called it or exited).
- * Both are no-ops when the kernel was launched without the attribute (or below sm_90). */
+ * Both are no-ops when the kernel was launched without the attribute (or below sm_90).
+ * Such kernels must not read data that other kernels write through the read-only path
+ * (__ldg, or a const __restrict__ pointer the compiler turns into ld.global.nc): that data may
+ * change while the kernel is already running; use __ldca / __ldcg. */
 static __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
