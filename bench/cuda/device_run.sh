@@ -1,7 +1,10 @@
 #!/bin/bash
 # Build on the GPU machine and run the CUDA tests and benchmarks.
 # usage (repo root): bash bench/cuda/device_run.sh [test] [mv] [b1] [b8q4] [b8bf16] ...
-# (mv: quantized matvec microbenchmark; b1old/b8q4old: the same benches with SMELT_CUDA_Q4=0)
+# (mv: quantized matvec microbenchmark; b1old/b8q4old: the same benches with SMELT_CUDA_Q4=0;
+#  n8/n1: ncu per-kernel times of decode steps (NCU_SKIP/NCU_COUNT, summarize with
+#  bench/cuda/ncu_summary.py); b1cfg/b8cfg/qlong/qwarps/b8attn/bfcfg: sweeps of the tuning
+#  variables SMELT_CUDA_Q4CFG/Q4LONG/Q4WARPS/ATTN_S/MV2; b8nopdl/b1nopdl: SMELT_CUDA_PDL=0)
 # Needs the Debian packages in build-cudadeps/debs (see device_env.sh). Logs go to $OUT.
 set -o pipefail
 export SMELT_CUDA_STATS=1
