@@ -56,6 +56,8 @@ typedef struct {
   const int32_t *block_table; /* [n_seqs][max_blocks] */
   int n_out;
   const int32_t *out_rows;    /* [n_out] */
+  int feed_token;             /* 1: tokens[0] is replaced, on the device, by the token of the last
+                               * sample_async (pipelined decode; backends with sample_async) */
 } sm_batch;
 
 /* One token to sample from a row of logits (see sm_sample_row for the exact rule). The host
@@ -151,6 +153,13 @@ struct sm_backend {
    * memory; waits for all previous ops. */
   smelt_status (*sample)(sm_backend *be, const float *logits, int n_rows, int vocab, const sm_sample_req *req,
                          int n_req, int32_t *out_tokens);
+  /* Optional (NULL: no pipelined decode): the sample op for one request without waiting. The
+   * token stays on the device for the next set_batch with feed_token; sample_wait(slot) waits
+   * for it and returns it. *slot is 0 or 1: at most two may be outstanding (the caller waits for
+   * the older before issuing a third). */
+  smelt_status (*sample_async)(sm_backend *be, const float *logits, int n_rows, int vocab, const sm_sample_req *req,
+                               int *slot);
+  smelt_status (*sample_wait)(sm_backend *be, int slot, int32_t *token);
 
   /* Optional (may be NULL): measured streaming-read bandwidth of the memory the weights
    * live in, bytes/s (device-to-device copy on GPUs: bytes read + written). For rooflines. */

@@ -60,6 +60,16 @@ smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, u
 smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, int32_t *tokens,
                                    float *logits, uint8_t *done);
 
+/* Decode after s: s has no pending tokens and `first` is the token sampled after it (not yet
+ * appended). Appends first, then produces up to max_new tokens with smp, calling emit for each
+ * in order until it returns false; every produced token except the last is appended (the state
+ * the stepwise loop "step, emit, append" leaves). *n_new (may be NULL): tokens produced. With a
+ * backend that has sample_async, a sampler without penalties and no prefix cache, step k+1 runs
+ * on the device (its input fed from step k's sample there) while token k is read back
+ * (SMELT_PIPELINE=0: one step at a time); the tokens are the same either way. */
+smelt_status sm_engine_decode(sm_engine *e, sm_seq *s, sm_sampler *smp, int32_t first, int max_new,
+                              bool (*emit)(void *ud, int32_t tok), void *ud, int *n_new);
+
 /* Generate from token ids (one sequence); smelt_generate = tokenize + this. */
 smelt_status sm_generate_ids(smelt_model *m, const int32_t *ids, int n_ids, int max_tokens, const smelt_sampling *sp,
                              smelt_piece_cb cb, void *user, smelt_stats *stats);

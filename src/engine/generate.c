@@ -22,6 +22,29 @@ smelt_status smelt_generate(smelt_model *m, const char *prompt, int max_tokens, 
   return st;
 }
 
+typedef struct {
+  const smelt_model *m;
+  sm_detok *dt;
+  smelt_piece_cb cb;
+  void *user;
+  smelt_stats *stats;
+  int max_tokens;
+  bool stop; /* the callback asked to stop */
+} gen_emit;
+
+/* one generated token: counts it, stops at EOS / the callback's request, streams its text */
+static bool emit_piece(void *ud, int32_t tok) {
+  gen_emit *g = ud;
+  g->stats->n_generated++;
+  if (is_eos(g->m, tok)) { g->stats->stop_reason = 1; return false; }
+  char *piece = NULL;
+  size_t len = sm_detok_push(g->dt, tok, &piece);
+  bool go = true;
+  if (len && g->cb && !g->cb(piece, len, g->user)) { g->stats->stop_reason = 1; g->stop = true; go = false; }
+  free(piece);
+  return go && g->stats->n_generated < g->max_tokens;
+}
+
 smelt_status sm_generate_ids(smelt_model *m, const int32_t *ids, int n_ids, int max_tokens, const smelt_sampling *sp,
                              smelt_piece_cb cb, void *user, smelt_stats *stats) {
   if (!m->tok) return sm_err(SMELT_ERR_INVALID, "model has no tokenizer.json; cannot detokenize");
@@ -47,24 +70,15 @@ smelt_status sm_generate_ids(smelt_model *m, const int32_t *ids, int n_ids, int 
   stats->n_prompt = n_ids;
   double t0 = sm_now(), t1 = t0;
   st = sm_seq_append(e, s, ids, n_ids);
-  bool stop = false;
-  while (!st && !stop) {
-    uint8_t done = 0;
-    int32_t tok = -1;
-    /* sampled where the logits are (sm_engine_step_sample): only the token id comes back */
-    if ((st = sm_engine_step_sample(e, &s, 1, &psmp, &tok, NULL, &done))) break;
-    if (!done) continue;
-    if (stats->n_generated == 0 && t1 == t0) t1 = sm_now();
-    if (stats->n_generated >= max_tokens) break;
-    stats->n_generated++;
-    if (is_eos(m, tok)) { stats->stop_reason = 1; break; }
-    char *piece = NULL;
-    size_t len = sm_detok_push(dt, tok, &piece);
-    if (len && cb && !cb(piece, len, user)) { stats->stop_reason = 1; stop = true; }
-    free(piece);
-    if (stats->n_generated >= max_tokens) break;
-    st = sm_seq_append(e, s, &tok, 1);
-  }
+  gen_emit ge = { m, dt, cb, user, stats, max_tokens, false };
+  int32_t tok = -1;
+  uint8_t done = 0;
+  /* the prompt (sampled where the logits are: only the token id comes back) */
+  while (!st && !done) st = sm_engine_step_sample(e, &s, 1, &psmp, &tok, NULL, &done);
+  t1 = sm_now();
+  /* then one token a step, the next step already queued on the device (sm_engine_decode) */
+  if (!st && max_tokens > 0 && emit_piece(&ge, tok)) st = sm_engine_decode(e, s, psmp, tok, max_tokens - 1, emit_piece, &ge, NULL);
+  bool stop = ge.stop;
   char *rest = NULL;
   size_t len = sm_detok_flush(dt, &rest);
   if (len && cb && !stop) cb(rest, len, user);

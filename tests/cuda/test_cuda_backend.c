@@ -307,6 +307,94 @@ static void test_attention(void) {
   test_attention_case(4, 2, 16, 0, 0.f, 1, 0, 64);        /* tiny head dim */
 }
 
+/* pipelined decode (sm_engine_decode: step k+1 queued before token k is read, its token fed on
+ * the device) against the same engine one step at a time: the same tokens and sequence state,
+ * for greedy and seeded sampling, with a stop in the middle and a continuation after it */
+typedef struct { int32_t tok[64]; int n, stop_at; } dec_rec;
+static bool dec_emit(void *ud, int32_t t) {
+  dec_rec *r = ud;
+  if (r->n < 64) r->tok[r->n] = t;
+  r->n++;
+  return r->n != r->stop_at;
+}
+static void decode_run(smelt_model *m, const int32_t *ids, int n_ids, float temp, bool pipe, dec_rec *r, dec_rec *r2,
+                       int32_t *final_tok, int *final_len) {
+  if (pipe) unsetenv("SMELT_PIPELINE");
+  else setenv("SMELT_PIPELINE", "0", 1);
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  ep.max_context = 128;
+  ep.prefix_cache = false;
+  sm_engine *e = NULL;
+  CHECK(sm_engine_create(m, &ep, &e) == SMELT_OK, "engine: %s", smelt_last_error());
+  if (!e) return;
+  smelt_sampling sp;
+  smelt_sampling_default(&sp);
+  sp.temperature = temp;
+  sp.seed = 7;
+  sm_sampler smp;
+  sm_sampler_init(&smp, &sp, smelt_model_vocab_size(m));
+  sm_sampler *ps = &smp;
+  sm_seq *q = sm_seq_new(e);
+  sm_seq_append(e, q, ids, n_ids);
+  uint8_t done = 0;
+  int32_t tok = -1;
+  smelt_status st = SMELT_OK;
+  while (!st && !done) st = sm_engine_step_sample(e, &q, 1, &ps, &tok, NULL, &done);
+  CHECK(st == SMELT_OK, "prompt step: %s", smelt_last_error());
+  int nn = 0;
+  CHECK(sm_engine_decode(e, q, ps, tok, 30, dec_emit, r, &nn) == SMELT_OK, "decode: %s", smelt_last_error());
+  CHECK(nn == r->n, "decode count %d vs %d emitted", nn, r->n);
+  /* continue after the stop: the last emitted token is the next input */
+  if (r->n > 0) CHECK(sm_engine_decode(e, q, ps, r->tok[r->n - 1], 12, dec_emit, r2, NULL) == SMELT_OK, "decode 2");
+  *final_len = sm_seq_len(q);
+  memcpy(final_tok, sm_seq_tokens(q), sizeof(int32_t) * (size_t)SM_MIN(*final_len, 128));
+  sm_seq_free(e, q);
+  sm_sampler_free(&smp);
+  sm_engine_free(e);
+  unsetenv("SMELT_PIPELINE");
+}
+static void test_pipelined_decode(void) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "/tmp/smelt-cuda-pipe-%d", (int)getpid());
+  const sm_synth_shape *sh = sm_synth_find("test");
+  CHECK(sh && sm_make_synthetic(sh, 4, 32, dir, false) == SMELT_OK, "synthetic model: %s", smelt_last_error());
+  smelt_model_params p;
+  smelt_model_params_default(&p);
+  p.device = SMELT_DEVICE_CUDA;
+  smelt_model *m = NULL;
+  CHECK(smelt_model_load(dir, &p, &m) == SMELT_OK, "cuda load: %s", smelt_last_error());
+  CHECK(m && m->be->sample_async, "the cuda backend has sample_async");
+  if (m && m->be->sample_async) {
+    int32_t ids[6];
+    for (int i = 0; i < 6; i++) ids[i] = (int32_t)(rnd() % (uint64_t)smelt_model_vocab_size(m));
+    const float temps[] = { 0.f, 0.9f };
+    const int stops[] = { 0, 7, 1 }; /* 0: run to max_new; 7: emit returns false at the 7th; 1: at the first */
+    for (int ti = 0; ti < 2; ti++)
+      for (int si = 0; si < 3; si++) {
+        dec_rec a = { .stop_at = stops[si] }, b = { .stop_at = stops[si] }, a2 = { 0 }, b2 = { 0 };
+        int32_t fa[128], fb[128];
+        int la = 0, lb = 0;
+        decode_run(m, ids, 6, temps[ti], true, &a, &a2, fa, &la);
+        decode_run(m, ids, 6, temps[ti], false, &b, &b2, fb, &lb);
+        CHECK(a.n == b.n && !memcmp(a.tok, b.tok, sizeof(int32_t) * (size_t)SM_MIN(a.n, 64)),
+              "pipelined decode T %g stop %d: %d tokens vs %d stepwise, or different", temps[ti], stops[si], a.n, b.n);
+        CHECK(a2.n == b2.n && !memcmp(a2.tok, b2.tok, sizeof(int32_t) * (size_t)SM_MIN(a2.n, 64)),
+              "pipelined decode continuation T %g stop %d differs", temps[ti], stops[si]);
+        CHECK(la == lb && !memcmp(fa, fb, sizeof(int32_t) * (size_t)SM_MIN(la, 128)),
+              "pipelined decode T %g stop %d: sequence state %d vs %d tokens", temps[ti], stops[si], la, lb);
+        CHECK(a.n == (stops[si] ? stops[si] : 30) && a2.n == 12, "decode counts %d / %d", a.n, a2.n);
+        CHECK(la == 6 + 1 + a.n - 1 + 1 + a2.n - 1, "sequence length %d after %d + %d tokens", la, a.n, a2.n);
+      }
+    /* the stepwise path really is the other one: a backend without sample_async is covered by
+     * the CPU tests; here SMELT_PIPELINE=0 forces it */
+  }
+  if (m) smelt_model_free(m);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd)) {}
+}
+
 /* whole synthetic model: CPU vs CUDA */
 static const char *g_shape = "test"; /* "tiny" has head dim 32: the attention -> int8 x fusion applies */
 static void test_model(int bits) {
@@ -338,7 +426,7 @@ static void test_model(int bits) {
   sm_engine_params ep;
   sm_engine_params_default(&ep);
   ep.max_context = 128;
-  ep.max_seqs = 4;
+  ep.max_seqs = 8;
   sm_engine *ec = NULL, *eg = NULL;
   CHECK(sm_engine_create(mc, &ep, &ec) == SMELT_OK, "cpu engine");
   CHECK(sm_engine_create(mg, &ep, &eg) == SMELT_OK, "cuda engine");
@@ -358,9 +446,10 @@ static void test_model(int bits) {
       sm_seq_append(ec, sc, &t, 1);
       sm_seq_append(eg, sg, &t, 1);
     }
-    /* 4-bit decode uses int8 activations (~0.3% relative error a matvec, see q4_bound_ratio);
-     * other widths are fp32 matvecs */
-    double dtol = bits == 4 && g_q4 ? 3e-2 : 1e-3;
+    /* 4-bit decode uses int8 activations (~0.3% relative error a matvec, see q4_bound_ratio),
+     * amplified by the random tiny models: measured 1.6e-2 .. 4.6e-2 on the H100 depending on the
+     * token ids (also for sequences decoded one at a time); other widths are fp32 matvecs */
+    double dtol = bits == 4 && g_q4 ? 6e-2 : 1e-3;
     CHECK(worst < dtol, "model bits %d decode logits rel err %g", bits, worst);
     free(a); free(b);
     sm_seq_free(ec, sc); sm_seq_free(eg, sg);
@@ -368,33 +457,49 @@ static void test_model(int bits) {
      * (attention with one token per sequence, int8 matvecs with several columns, gate/up with
      * silu quantization) against the CPU, row by row */
     enum { NS = 3 };
-    sm_seq *cs[NS], *gs[NS];
+    sm_seq *cs[NS], *gs[NS], *g1[NS]; /* g1: the same sequences on the GPU, one per step */
     for (int k = 0; k < NS; k++) {
       cs[k] = sm_seq_new(ec);
       gs[k] = sm_seq_new(eg);
+      g1[k] = sm_seq_new(eg);
+      sm_seq_append(eg, g1[k], ids + 2 * k, 1 + k);
       /* different lengths (positions); 6 prompt tokens in all: the first step stays on the fp32
        * matvec kernels (<= 8 tokens) as the single-sequence case does */
       sm_seq_append(ec, cs[k], ids + 2 * k, 1 + k);
       sm_seq_append(eg, gs[k], ids + 2 * k, 1 + k);
     }
-    float *ab = malloc((size_t)NS * V * 4), *bb = malloc((size_t)NS * V * 4);
-    double worst_b = 0;
+    float *ab = malloc((size_t)NS * V * 4), *bb = malloc((size_t)NS * V * 4), *b1 = malloc((size_t)V * 4);
+    double worst_b = 0, worst_1 = 0, worst_s = 0;
     for (int step = 0; step < 8; step++) {
       uint8_t dc[NS] = { 0 }, dg[NS] = { 0 };
       smelt_status s1 = sm_engine_step(ec, cs, NS, ab, dc), s2 = sm_engine_step(eg, gs, NS, bb, dg);
       CHECK(s1 == SMELT_OK && s2 == SMELT_OK, "batched engine step %d: %s", step, smelt_last_error());
       for (int k = 0; k < NS; k++) {
+        uint8_t d1 = 0;
+        CHECK(sm_engine_step(eg, &g1[k], 1, b1, &d1) == SMELT_OK && d1, "single step %d seq %d", step, k);
         CHECK(dc[k] && dg[k], "batched step %d seq %d done", step, k);
         double e = rel_l2(bb + (size_t)k * V, ab + (size_t)k * V, (size_t)V);
+        double e1 = rel_l2(bb + (size_t)k * V, b1, (size_t)V), es = rel_l2(b1, ab + (size_t)k * V, (size_t)V);
         if (e > worst_b) worst_b = e;
+        if (e1 > worst_1) worst_1 = e1;
+        if (es > worst_s) worst_s = es;
         int32_t t = ids[(step + 7 * k) % 24];
         sm_seq_append(ec, cs[k], &t, 1);
         sm_seq_append(eg, gs[k], &t, 1);
+        sm_seq_append(eg, g1[k], &t, 1);
       }
     }
+    printf("model %s bits %d: batched decode vs cpu %.3g, vs single-sequence gpu %.3g; single vs cpu %.3g\n",
+           g_shape, bits, worst_b, worst_1, worst_s);
+    /* the batched kernels against the same sequences decoded one at a time on the GPU: the same
+     * int8 quantization of x, only the summation order differs */
+    CHECK(worst_1 < 2e-3, "model bits %d batched decode (%d sequences) vs single-sequence rel err %g", bits, NS,
+          worst_1);
+    /* vs the fp32 CPU: int8 rounding noise only (dtol above) */
+    CHECK(worst_s < dtol, "model bits %d single-sequence decode logits rel err %g", bits, worst_s);
     CHECK(worst_b < dtol, "model bits %d batched decode (%d sequences) logits rel err %g", bits, NS, worst_b);
-    free(ab); free(bb);
-    for (int k = 0; k < NS; k++) { sm_seq_free(ec, cs[k]); sm_seq_free(eg, gs[k]); }
+    free(ab); free(bb); free(b1);
+    for (int k = 0; k < NS; k++) { sm_seq_free(ec, cs[k]); sm_seq_free(eg, gs[k]); sm_seq_free(eg, g1[k]); }
   }
   if (ec) sm_engine_free(ec);
   if (eg) sm_engine_free(eg);
@@ -448,6 +553,8 @@ int main(void) {
     test_model(4);
     G->destroy(G);
   }
+  unsetenv("SMELT_CUDA_ATTN_DEC");
+  test_pipelined_decode();
   C->destroy(C);
   TEST_END();
 }

@@ -71,6 +71,7 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
   cpu_be *c = CB(be);
   if (!b || b->n_tokens < 0 || b->n_seqs < 0 || b->max_blocks < 0 || b->n_out < 0)
     return sm_err(SMELT_ERR_INVALID, "cpu: bad batch");
+  if (b->feed_token) return sm_err(SMELT_ERR_UNSUPPORTED, "cpu: no device-fed tokens (no sample_async)");
   int n = b->n_tokens;
   if (n > 0 && (!b->tokens || !b->pos || !b->seq)) return sm_err(SMELT_ERR_INVALID, "cpu: batch arrays missing");
   for (int t = 0; t < n; t++) {

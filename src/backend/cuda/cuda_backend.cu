@@ -60,6 +60,13 @@ typedef struct {
   int32_t *h_pos, *h_tiles; /* views into h_meta */
   cudaEvent_t meta_ev;
   bool meta_ev_live;
+  /* pipelined decode (be_sample_async): the sampled token is written straight into the token
+   * slot of the batch metadata (d_feed = d_meta when it was issued); its two host copies
+   * (pinned) and their events */
+  int32_t *d_feed, *h_feed;
+  cudaEvent_t feed_ev[2];
+  bool feed_live[2];
+  int feed_next;
   /* scratch */
   float *part; size_t part_cap;       /* attention partials (floats) */
   int *att_cnt; size_t att_cnt_cap;   /* decode attention split counters (zero between launches) */
@@ -1219,6 +1226,43 @@ static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, i
   stats_collect(c); /* the step ends here, as at a download */
   return st;
 }
+static smelt_status be_sample_async(sm_backend *be, const float *logits, int n_rows, int vocab,
+                                    const sm_sample_req *req, int *slot) {
+  cuda_be *c = CB(be);
+  if (!c->h_feed) {
+    if (cudaMallocHost(&c->h_feed, 16) != cudaSuccess ||
+        cudaEventCreateWithFlags(&c->feed_ev[0], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&c->feed_ev[1], cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      if (c->h_feed) cudaFreeHost(c->h_feed);
+      c->h_feed = NULL;
+      return sm_err(SMELT_ERR_BACKEND, "cuda: pipelined sampling buffers");
+    }
+  }
+  const int k = c->feed_next;
+  if (c->feed_live[k]) return sm_err(SMELT_ERR_INVALID, "cuda: two sample_async results not waited for");
+  if (!c->d_meta) return sm_err(SMELT_ERR_INVALID, "cuda: sample_async before any batch");
+  flush(c);
+  /* the token slot of the batch metadata (section 0, see be_set_batch): the next step's input */
+  c->d_feed = c->d_meta;
+  smelt_status st = cu_sample(logits, n_rows, vocab, req, 1, NULL, c->s, c->dev, c->d_feed);
+  if (st) return st;
+  if (!ck(c, cudaMemcpyAsync(c->h_feed + k, c->d_feed, 4, cudaMemcpyDeviceToHost, c->s), "token download") ||
+      !ck(c, cudaEventRecord(c->feed_ev[k], c->s), "event"))
+    return SMELT_ERR_BACKEND;
+  c->feed_live[k] = true;
+  c->feed_next = 1 - k;
+  *slot = k;
+  return SMELT_OK;
+}
+static smelt_status be_sample_wait(sm_backend *be, int slot, int32_t *token) {
+  cuda_be *c = CB(be);
+  if (slot < 0 || slot > 1 || !c->feed_live[slot]) return sm_err(SMELT_ERR_INVALID, "cuda: no sample in slot %d", slot);
+  c->feed_live[slot] = false;
+  if (!ck(c, cudaEventSynchronize(c->feed_ev[slot]), "sample wait")) return SMELT_ERR_BACKEND;
+  *token = c->h_feed[slot];
+  return SMELT_OK;
+}
 /* ===== end of the sample op ===== */
 
 static bool weight_ok(const sm_weight *w) {
@@ -1380,7 +1424,14 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
   c->d_out = c->d_meta + o_out; c->d_tiles = c->d_meta + o_tiles; c->d_table = c->d_meta + o_table;
   /* one copy covering everything used */
   size_t used = nt ? o_table + nt : o_tiles + (size_t)n_tiles + 1;
-  if (!ck(c, cudaMemcpyAsync(c->d_meta, h, used * 4, cudaMemcpyHostToDevice, c->s), "batch upload"))
+  /* fed token: token 0 is already in place (written there by the last sample_async, queued
+   * before), the upload skips the token section */
+  const bool feed = b->feed_token && n > 0;
+  if (feed && (c->d_feed != c->d_meta || n != 1))
+    return sm_err(SMELT_ERR_INVALID, "cuda: feed_token needs a one-token batch after a sample_async");
+  const size_t from = feed ? o_pos : 0;
+  if (!ck(c, cudaMemcpyAsync(c->d_meta + from, h + from, (used - from) * 4, cudaMemcpyHostToDevice, c->s),
+          "batch upload"))
     return SMELT_ERR_BACKEND;
   cudaEventRecord(c->meta_ev, c->s);
   c->meta_ev_live = true;
@@ -1591,6 +1642,11 @@ static void be_destroy(sm_backend *be) {
   if (c->blas) cublasDestroy(c->blas);
   if (c->blas_ws) cudaFree(c->blas_ws);
   if (c->meta_ev) cudaEventDestroy(c->meta_ev);
+  if (c->h_feed) {
+    cudaFreeHost(c->h_feed);
+    cudaEventDestroy(c->feed_ev[0]);
+    cudaEventDestroy(c->feed_ev[1]);
+  }
   if (c->s) cudaStreamDestroy(c->s);
   free(c);
 }
@@ -1703,6 +1759,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   b->gather_out = be_gather_out;
   b->measure_bandwidth = be_measure_bandwidth;
   b->sample = be_sample; /* device sampling (cuda_sample.cu) */
+  b->sample_async = be_sample_async;
+  b->sample_wait = be_sample_wait;
   return b;
 }
 

@@ -130,8 +130,9 @@ void cu_attn_decode(float *out, void *xq, float *part, int *cnt, const float *q,
 
 /* sample op (cuda_sample.cu): out_tokens[i] = sm_sample_row(req[i], row req[i].row of the device
  * logits [n_rows][vocab]) (backend.h), bit-exact with the host; issued on s after the work
- * already queued there, then waits for s. Scratch is kept per device (dev). */
+ * already queued there, then waits for s. With dev_dst (device memory, n_req ints) the tokens
+ * are written there instead and it returns without waiting. Scratch is kept per device (dev). */
 smelt_status cu_sample(const float *logits, int n_rows, int vocab, const sm_sample_req *req, int n_req,
-                       int32_t *out_tokens, cudaStream_t s, int dev);
+                       int32_t *out_tokens, cudaStream_t s, int dev, int32_t *dev_dst = NULL);
 
 #endif

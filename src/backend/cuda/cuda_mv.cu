@@ -716,9 +716,7 @@ static void launch_mv2(const mv_args &a, unsigned tiles, const float *x, const f
   const size_t smem = 0;
   const int smx = 0;          /* x read through L1 (staging x in shared memory measured slower) */
   const unsigned grid = tiles; /* one block per row tile */
-  /* launched without programmatic dependent launch: with it, batched (n > 1) bf16 decode gave
-   * wrong logits in tests/cuda (cause not found; see docs/benchmarks.md) */
-  k_mv2<BITS, T, N, RB, SILU><<<grid, 128, smem, s>>>(a, x, xu, K, gs, sbk, n, tl, (int)tiles, smx);
+  cu_launch(k_mv2<BITS, T, N, RB, SILU>, dim3(grid), dim3(128), smem, s, a, x, xu, K, gs, sbk, n, tl, (int)tiles, smx);
 }
 
 /* SMELT_CUDA_MV2=RB,TL: rows per thread (4/8) and log2 threads per row (5..7) of the n = 1

@@ -249,6 +249,8 @@ typedef struct {
   dbuf pv, pi;        /* argmax partials */
   dbuf cnt;           /* argmax block counters (zero between calls) */
   dbuf d_out, h_out;  /* token ids (h_out pinned) */
+  cudaEvent_t stage_ev; /* after the upload of h_stage (rewritten only once it is done) */
+  bool stage_ev_ok, stage_live;
 } samp_ctx;
 
 #define MAX_DEV 64
@@ -282,8 +284,10 @@ static smelt_status cuerr(cudaError_t e, const char *what) {
   return sm_err(SMELT_ERR_BACKEND, "cuda sample: %s: %s", what, cudaGetErrorString(e));
 }
 
+/* out: host tokens (waits), or with dev_dst the tokens are copied there on the device and the call
+ * returns without waiting */
 static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample_req *req, int n_req, int32_t *out,
-                        cudaStream_t s) {
+                        cudaStream_t s, int32_t *dev_dst) {
   int n_pen_req = 0, n_sorted = 0, n_walk = 0, n_greedy = 0;
   size_t total_pen = 0;
   for (int i = 0; i < n_req; i++) {
@@ -322,15 +326,18 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
     nsplit = (V + chunk - 1) / chunk;
     k_argmax<<<dim3((unsigned)nsplit, 1u), ARG_T, 0, s>>>(NULL, logits + (size_t)req[0].row * Vz, V, nsplit, chunk,
                                                           (float *)x->pv.p, (int *)x->pi.p, (unsigned *)x->cnt.p,
-                                                          (int32_t *)x->d_out.p);
+                                                          dev_dst ? dev_dst : (int32_t *)x->d_out.p);
     if ((ce = cudaGetLastError()) != cudaSuccess) return cuerr(ce, "launch");
+    if (dev_dst) return SMELT_OK;
     if ((ce = cudaMemcpyAsync(x->h_out.p, x->d_out.p, sizeof(int32_t), cudaMemcpyDeviceToHost, s)) != cudaSuccess)
       return cuerr(ce, "download");
     if ((ce = cudaStreamSynchronize(s)) != cudaSuccess) return cuerr(ce, "sync");
     memcpy(out, x->h_out.p, sizeof(int32_t));
     return SMELT_OK;
   }
-  /* requests as the kernels see them */
+  /* requests as the kernels see them (the previous call's upload may still be queued) */
+  if (x->stage_live) cudaEventSynchronize(x->stage_ev);
+  x->stage_live = false;
   dreq *h = (dreq *)x->h_stage.p;
   dpen *hp = (dpen *)((char *)x->h_stage.p + pen_off);
   float *rows = (float *)x->rows.p, *ebuf = (float *)x->e.p, *kout = (float *)x->kout.p;
@@ -370,12 +377,15 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
   }
   if ((ce = cudaMemcpyAsync(x->d_stage.p, x->h_stage.p, stage, cudaMemcpyHostToDevice, s)) != cudaSuccess)
     return cuerr(ce, "upload");
+  if (!x->stage_ev_ok) x->stage_ev_ok = cudaEventCreateWithFlags(&x->stage_ev, cudaEventDisableTiming) == cudaSuccess;
+  if (x->stage_ev_ok && cudaEventRecord(x->stage_ev, s) == cudaSuccess) x->stage_live = true;
+  else if ((ce = cudaStreamSynchronize(s)) != cudaSuccess) return cuerr(ce, "sync");
   const dreq *dq = (const dreq *)x->d_stage.p;
   if (total_pen) {
     unsigned nb = (unsigned)((total_pen + 255) / 256);
     k_penalize<<<nb, 256, 0, s>>>((const dpen *)((char *)x->d_stage.p + pen_off), (int)total_pen, dq);
   }
-  int32_t *d_out = (int32_t *)x->d_out.p;
+  int32_t *d_out = dev_dst ? dev_dst : (int32_t *)x->d_out.p;
   if (n_greedy) {
     int nsplit = SM_MIN(ARG_MAX_SPLIT, SM_MAX(1, (V + ARG_CHUNK - 1) / ARG_CHUNK));
     int chunk = (((V + nsplit - 1) / nsplit) + 3) & ~3;
@@ -394,6 +404,7 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
   }
   if (n_walk) k_walk<<<(unsigned)n_req, WALK_T, 0, s>>>(dq, d_out);
   if ((ce = cudaGetLastError()) != cudaSuccess) return cuerr(ce, "launch");
+  if (dev_dst) return SMELT_OK;
   if ((ce = cudaMemcpyAsync(x->h_out.p, d_out, sizeof(int32_t) * (size_t)n_req, cudaMemcpyDeviceToHost, s)) !=
       cudaSuccess)
     return cuerr(ce, "download");
@@ -403,11 +414,11 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
 }
 
 smelt_status cu_sample(const float *logits, int n_rows, int vocab, const sm_sample_req *req, int n_req,
-                       int32_t *out_tokens, cudaStream_t s, int dev) {
+                       int32_t *out_tokens, cudaStream_t s, int dev, int32_t *dev_dst) {
   smelt_status st = sm_sample_check(req, n_req, n_rows, vocab);
   if (st) return st;
   if (n_req == 0) return SMELT_OK;
-  if (!logits || !out_tokens) return sm_err(SMELT_ERR_INVALID, "cuda sample: missing buffers");
+  if (!logits || (!out_tokens && !dev_dst)) return sm_err(SMELT_ERR_INVALID, "cuda sample: missing buffers");
   if ((size_t)n_rows * (size_t)vocab > (size_t)INT_MAX * 4)
     return sm_err(SMELT_ERR_LIMIT, "cuda sample: %d rows of %d logits", n_rows, vocab);
   if (dev < 0 || dev >= MAX_DEV) return sm_err(SMELT_ERR_INVALID, "cuda sample: device %d", dev);
@@ -420,7 +431,7 @@ smelt_status cu_sample(const float *logits, int n_rows, int vocab, const sm_samp
   pthread_mutex_unlock(&g_mu);
   samp_ctx *x = &g_ctx[dev];
   pthread_mutex_lock(&x->mu);
-  st = run(x, logits, vocab, req, n_req, out_tokens, s);
+  st = run(x, logits, vocab, req, n_req, out_tokens, s, dev_dst);
   pthread_mutex_unlock(&x->mu);
   return st;
 }
