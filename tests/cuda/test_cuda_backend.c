@@ -554,6 +554,17 @@ int main(void) {
     G->destroy(G);
   }
   unsetenv("SMELT_CUDA_ATTN_DEC");
+  /* the decode attention's split combine through global memory (the default combines the
+   * splits of a cluster through distributed shared memory on sm_90) */
+  setenv("SMELT_CUDA_ATTN_CL", "0", 1);
+  G = sm_cuda_backend_create(0);
+  CHECK(G != NULL, "cuda backend with SMELT_CUDA_ATTN_CL=0: %s", smelt_last_error());
+  if (G) {
+    test_attention();
+    test_model(4);
+    G->destroy(G);
+  }
+  unsetenv("SMELT_CUDA_ATTN_CL");
   test_pipelined_decode();
   C->destroy(C);
   TEST_END();

@@ -9,7 +9,9 @@
  * once in shared memory. The split count depends only on the batch shape (not on the context
  * length), so a decode graph stays valid as the context grows. */
 #include "backend/cuda/cuda_internal.h"
+#include <cooperative_groups.h>
 #include <math.h>
+namespace cg = cooperative_groups;
 
 /* with xq: the output row of each token (n_heads*hd values) is also written in the int8 layout
  * of the CW_Q4 matvec (see k_quant_x in cuda_mv.cu): per 32 values int8 in nibble order and
@@ -61,7 +63,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
                                                    const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
                                                    const int32_t *__restrict__ table, int max_blocks, int bs,
                                                    int nblocks, int n_heads, int nkv, int hd, float scale, int window,
-                                                   float softcap, int S) {
+                                                   float softcap, int S, int cl) {
   extern __shared__ float4 sm4[];
   float *sm = (float *)sm4;
   const int t = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
@@ -258,6 +260,9 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
       const float v = L > 0.f ? o / L : 0.f;
       out[((int64_t)t * n_heads + h) * hd + d] = v;
       if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
+    } else if (cl) { /* kept in shared memory for the cluster combine (q and the new k/v are consumed) */
+      Qs[i] = o;
+      if (d == 0) { Kp[2 * g] = M; Kp[2 * g + 1] = L; }
     } else {
       float *pp = part + (((int64_t)t * n_heads + h) * S + z) * (hd + 2);
       if (d == 0) { pp[0] = M; pp[1] = L; }
@@ -265,6 +270,35 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
     }
   }
   if (S == 1) return;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (cl) {
+    /* the S blocks of (token, kv head) are one cluster: combine their (max, sum, output) through
+     * distributed shared memory; block z does the 32-output chunks z, z + S, ... (a warp each) */
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const int nout = G * hd, nch = (nout + 31) / 32;
+    for (int ch = z + S * warp; ch < nch; ch += 4 * S) {
+      const int i = ch * 32 + lane, ii = i < nout ? i : nout - 1;
+      const int g = ii / hd, d = ii % hd, h = kvh * G + g;
+      float M = -INFINITY;
+      for (int k = 0; k < S; k++) M = fmaxf(M, cluster.map_shared_rank(Kp, k)[2 * g]);
+      float o = 0.f, L = 0.f;
+      if (M != -INFINITY)
+        for (int k = 0; k < S; k++) {
+          const float *rk = cluster.map_shared_rank(Kp, k);
+          const float mk = rk[2 * g];
+          const float f = mk == -INFINITY ? 0.f : expf(mk - M);
+          L = fmaf(rk[2 * g + 1], f, L);
+          o = fmaf(cluster.map_shared_rank(Qs, k)[ii], f, o);
+        }
+      const float v = L > 0.f ? o / L : 0.f;
+      if (i < nout) out[((int64_t)t * n_heads + h) * hd + d] = v;
+      if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
+    }
+    cluster.sync(); /* the other blocks' shared memory stays readable until all are done */
+    return;
+  }
+#endif
   __threadfence();
   __syncthreads();
   if (tid == 0) last = atomicAdd(cnt + (int64_t)t * nkv + kvh, 1) == S - 1;
@@ -329,6 +363,9 @@ size_t cu_attn_dec_smem(int hd, int G, int S) {
 bool cu_attn_dec_ok(int hd, int G) { return hd % 4 == 0 && hd <= 256 && G >= 1 && G <= 8; }
 
 int g_cu_attn_s = 0; /* SMELT_CUDA_ATTN_S: fixed split count (0: automatic) */
+/* SMELT_CUDA_ATTN_CL: largest cluster for the split combine (0: the global-memory combine; set by
+ * the backend to 0 below sm_90); more splits than this are cut down to it */
+int g_cu_attn_cl = 16;
 int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {
   if (g_cu_attn_s >= 1 && g_cu_attn_s <= 64) return g_cu_attn_s;
   const int units = n_tokens * nkv;
@@ -339,10 +376,41 @@ int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {
 
 template <int GM, int NJ, int B> static void set_smem(size_t smem) {
   static size_t done = 0;
+  static bool np = false;
   if (smem > 48 * 1024 && smem > done) {
     cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     done = smem;
   }
+  if (!np && g_cu_attn_cl > 8) {
+    cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    np = true;
+  }
+}
+/* launch with programmatic dependent launch (when on) and, for cl, a cluster of the S splits */
+template <typename... KArgs, typename... Args>
+static void attn_launch(void (*kern)(KArgs...), dim3 grid, size_t smem, cudaStream_t s, bool cl, Args... args) {
+  cudaLaunchAttribute at[2];
+  int na = 0;
+  if (cl) {
+    at[na].id = cudaLaunchAttributeClusterDimension;
+    at[na].val.clusterDim.x = 1;
+    at[na].val.clusterDim.y = 1;
+    at[na].val.clusterDim.z = grid.z;
+    na++;
+  }
+  if (g_cu_pdl) {
+    at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[na].val.programmaticStreamSerializationAllowed = 1;
+    na++;
+  }
+  cudaLaunchConfig_t cfg;
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(128);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = at;
+  cfg.numAttrs = na;
+  cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
 }
 
 void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q, const float *kraw, const float *vraw,
@@ -351,19 +419,21 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
                     int n_tokens, int n_heads, int nkv, int hd, float scale, int window, float softcap, int S,
                     cudaStream_t s) {
   const int G = n_heads / nkv, hd4 = hd / 4;
+  const bool cl = g_cu_attn_cl >= 2 && S > 1;
+  if (cl && S > g_cu_attn_cl) S = g_cu_attn_cl;
   dim3 grid((unsigned)n_tokens, (unsigned)nkv, (unsigned)S);
   const size_t smem = cu_attn_dec_smem(hd, G, S);
   uint8_t *xq = (uint8_t *)xqv;
   float2 *xs = xq ? (float2 *)(xq + (size_t)n_tokens * n_heads * hd) : NULL;
   const at_rope rp = { kraw, vraw, invq, invk, halfq, halfk };
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
-                 softcap, S
+                 softcap, S, (int)cl
   if (G <= 4) {
-    if (hd4 <= 32) { set_smem<4, 1, 8>(smem); cu_launch(k_attn_dec2<4, 1, 8>, grid, dim3(128), smem, s, AD2_ARGS); }
-    else { set_smem<4, 2, 4>(smem); cu_launch(k_attn_dec2<4, 2, 4>, grid, dim3(128), smem, s, AD2_ARGS); }
+    if (hd4 <= 32) { set_smem<4, 1, 8>(smem); attn_launch(k_attn_dec2<4, 1, 8>, grid, smem, s, cl, AD2_ARGS); }
+    else { set_smem<4, 2, 4>(smem); attn_launch(k_attn_dec2<4, 2, 4>, grid, smem, s, cl, AD2_ARGS); }
   } else {
-    if (hd4 <= 32) { set_smem<8, 1, 4>(smem); cu_launch(k_attn_dec2<8, 1, 4>, grid, dim3(128), smem, s, AD2_ARGS); }
-    else { set_smem<8, 2, 2>(smem); cu_launch(k_attn_dec2<8, 2, 2>, grid, dim3(128), smem, s, AD2_ARGS); }
+    if (hd4 <= 32) { set_smem<8, 1, 4>(smem); attn_launch(k_attn_dec2<8, 1, 4>, grid, smem, s, cl, AD2_ARGS); }
+    else { set_smem<8, 2, 2>(smem); attn_launch(k_attn_dec2<8, 2, 2>, grid, smem, s, cl, AD2_ARGS); }
   }
 #undef AD2_ARGS
 }
