@@ -46,7 +46,8 @@ static __device__ __forceinline__ float dot4(float4 a, float4 b, float s) {
 }
 
 /* GM: max query heads per kv head (G <= GM); NJ: float4 chunks of the head dim per lane
- * (hd/4 <= 32*NJ) */
+ * (hd/4 <= 32*NJ); HW (hd <= 64): each half-warp takes its own positions (2 * AT_B a batch), the
+ * halves share the running max and sum and add their accumulators at the end */
 /* rope fused in (rp.halfq > 0 or rp.k != NULL): q is the un-rotated projection; q is rotated
  * in shared memory, and the block whose split holds the token's own position rotates k and
  * writes k and v into the cache (K/V rows are then read through L2, not the read-only path) */
@@ -55,7 +56,7 @@ struct at_rope {
   int halfq, halfk;
 };
 
-template <int GM, int NJ, int AT_B>
+template <int GM, int NJ, int AT_B, bool HW>
 __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint8_t *__restrict__ xq,
                                                    float2 *__restrict__ xs, float *__restrict__ part,
                                                    int *__restrict__ cnt, const float *__restrict__ q, const at_rope rp,
@@ -93,7 +94,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
   auto load_batch = [&](int i0) {
 #pragma unroll
     for (int b = 0; b < AT_B; b++) {
-      const int i = i0 + b;
+      const int i = i0 + (HW ? 2 * b + (lane >> 4) : b);
       const int64_t sl = __shfl_sync(0xffffffffu, my_slot, i & 31);
       own[b] = i < npos && a0 + warp + 4 * i == p;
       ok[b] = i < npos && sl >= 0;
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
       const float4 *vp = (const float4 *)(Vc + (ld ? sl : 0) * row + koff);
 #pragma unroll
       for (int j = 0; j < NJ; j++) {
-        const int ch = lane + 32 * j;
+        const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
         const bool in = ld && ch < hd4;
         kr[b][j] = in ? __ldcg(kp + ch) : f4z();
         vr[b][j] = in ? __ldcg(vp + ch) : f4z();
@@ -154,7 +155,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
   for (int g = 0; g < GM; g++)
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
-      const int ch = lane + 32 * j;
+      const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
       qr[g][j] = (g < G && ch < hd4) ? *(const float4 *)(Qs + g * hd + 4 * ch) : f4z();
     }
   float m[GM], l[GM];
@@ -166,7 +167,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
 #pragma unroll
     for (int j = 0; j < NJ; j++) acc[g][j] = f4z();
   }
-  for (int i0 = 0; i0 < npos; i0 += AT_B) {
+  for (int i0 = 0; i0 < npos; i0 += (HW ? 2 : 1) * AT_B) {
     if (i0) {
       if ((i0 & 31) == 0) {
         const int i = i0 + lane;
@@ -179,7 +180,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
       if (own[b] && ok[b]) {
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
-          const int ch = lane + 32 * j;
+          const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
           if (ch < hd4) { kr[b][j] = *(const float4 *)(Kp + 4 * ch); vr[b][j] = *(const float4 *)(Vp + 4 * ch); }
         }
       }
@@ -194,7 +195,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
           s[g][b] = d;
         }
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1)
+      for (int o = HW ? 8 : 16; o > 0; o >>= 1)
 #pragma unroll
         for (int g = 0; g < GM; g++)
 #pragma unroll
@@ -209,12 +210,14 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
           if (!ok[b]) s[g][b] = -INFINITY;
           mx = fmaxf(mx, s[g][b]);
         }
+        if (HW) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16)); /* both halves' positions */
         if (mx == -INFINITY) continue;
         const float corr = m[g] == -INFINITY ? 0.f : expf(m[g] - mx);
         m[g] = mx;
         float pb[AT_B], ps = 0.f;
 #pragma unroll
         for (int b = 0; b < AT_B; b++) { pb[b] = ok[b] ? expf(s[g][b] - mx) : 0.f; ps += pb[b]; }
+        if (HW) ps += __shfl_xor_sync(0xffffffffu, ps, 16);
         l[g] = l[g] * corr + ps;
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
@@ -229,14 +232,24 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
         }
       }
   }
+  if (HW) /* each half-warp accumulated its own positions (same max and sum): add the halves */
+#pragma unroll
+    for (int g = 0; g < GM; g++)
+#pragma unroll
+      for (int j = 0; j < NJ; j++) {
+        acc[g][j].x += __shfl_xor_sync(0xffffffffu, acc[g][j].x, 16);
+        acc[g][j].y += __shfl_xor_sync(0xffffffffu, acc[g][j].y, 16);
+        acc[g][j].z += __shfl_xor_sync(0xffffffffu, acc[g][j].z, 16);
+        acc[g][j].w += __shfl_xor_sync(0xffffffffu, acc[g][j].w, 16);
+      }
   /* merge the 4 warps */
 #pragma unroll
   for (int g = 0; g < GM; g++) {
     if (g >= G) break;
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
-      const int ch = lane + 32 * j;
-      if (ch < hd4) *(float4 *)(Ws + ((int64_t)warp * G + g) * hd + 4 * ch) = acc[g][j];
+      const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
+      if ((!HW || lane < 16) && ch < hd4) *(float4 *)(Ws + ((int64_t)warp * G + g) * hd + 4 * ch) = acc[g][j];
     }
     if (lane == 0) { Ml[(warp * G + g) * 2] = m[g]; Ml[(warp * G + g) * 2 + 1] = l[g]; }
   }
@@ -366,6 +379,7 @@ int g_cu_attn_s = 0; /* SMELT_CUDA_ATTN_S: fixed split count (0: automatic) */
 /* SMELT_CUDA_ATTN_CL: largest cluster for the split combine (0: the global-memory combine; set by
  * the backend to 0 below sm_90); more splits than this are cut down to it */
 int g_cu_attn_cl = 16;
+int g_cu_attn_hw = 1; /* SMELT_CUDA_ATTN_HW=0: whole warps a position also for hd <= 64 */
 int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {
   if (g_cu_attn_s >= 1 && g_cu_attn_s <= 64) return g_cu_attn_s;
   const int units = n_tokens * nkv;
@@ -374,15 +388,15 @@ int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {
   return S;
 }
 
-template <int GM, int NJ, int B> static void set_smem(size_t smem) {
+template <int GM, int NJ, int B, bool HW> static void set_smem(size_t smem) {
   static size_t done = 0;
   static bool np = false;
   if (smem > 48 * 1024 && smem > done) {
-    cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B, HW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     done = smem;
   }
   if (!np && g_cu_attn_cl > 8) {
-    cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B, HW>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     np = true;
   }
 }
@@ -428,12 +442,15 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
   const at_rope rp = { kraw, vraw, invq, invk, halfq, halfk };
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
                  softcap, S, (int)cl
+  const bool hw = hd4 <= 16 && g_cu_attn_hw;
   if (G <= 4) {
-    if (hd4 <= 32) { set_smem<4, 1, 8>(smem); attn_launch(k_attn_dec2<4, 1, 8>, grid, smem, s, cl, AD2_ARGS); }
-    else { set_smem<4, 2, 4>(smem); attn_launch(k_attn_dec2<4, 2, 4>, grid, smem, s, cl, AD2_ARGS); }
+    if (hw) { set_smem<4, 1, 8, true>(smem); attn_launch(k_attn_dec2<4, 1, 8, true>, grid, smem, s, cl, AD2_ARGS); }
+    else if (hd4 <= 32) { set_smem<4, 1, 8, false>(smem); attn_launch(k_attn_dec2<4, 1, 8, false>, grid, smem, s, cl, AD2_ARGS); }
+    else { set_smem<4, 2, 4, false>(smem); attn_launch(k_attn_dec2<4, 2, 4, false>, grid, smem, s, cl, AD2_ARGS); }
   } else {
-    if (hd4 <= 32) { set_smem<8, 1, 4>(smem); attn_launch(k_attn_dec2<8, 1, 4>, grid, smem, s, cl, AD2_ARGS); }
-    else { set_smem<8, 2, 2>(smem); attn_launch(k_attn_dec2<8, 2, 2>, grid, smem, s, cl, AD2_ARGS); }
+    if (hw) { set_smem<8, 1, 4, true>(smem); attn_launch(k_attn_dec2<8, 1, 4, true>, grid, smem, s, cl, AD2_ARGS); }
+    else if (hd4 <= 32) { set_smem<8, 1, 4, false>(smem); attn_launch(k_attn_dec2<8, 1, 4, false>, grid, smem, s, cl, AD2_ARGS); }
+    else { set_smem<8, 2, 2, false>(smem); attn_launch(k_attn_dec2<8, 2, 2, false>, grid, smem, s, cl, AD2_ARGS); }
   }
 #undef AD2_ARGS
 }

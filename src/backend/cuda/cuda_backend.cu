@@ -105,7 +105,7 @@ typedef struct {
 
 static cuda_be *CB(sm_backend *be) { return (cuda_be *)be; }
 int g_cu_pdl = 1;
-extern int g_cu_attn_cl, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
+extern int g_cu_attn_cl, g_cu_attn_hw, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
 static void prof_end(cuda_be *c, const char *label) {
@@ -1689,6 +1689,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   if (ql && atoi(ql) > 0) g_cu_q4long = atoi(ql);
   const char *as = getenv("SMELT_CUDA_ATTN_S");
   g_cu_attn_s = as ? atoi(as) : 0;
+  const char *ahw = getenv("SMELT_CUDA_ATTN_HW");
+  g_cu_attn_hw = !(ahw && ahw[0] == '0');
   const char *acl = getenv("SMELT_CUDA_ATTN_CL");
   g_cu_attn_cl = prop.major < 9 ? 0 : acl ? atoi(acl) : 16;
   if (g_cu_attn_cl != 0 && g_cu_attn_cl != 2 && g_cu_attn_cl != 4 && g_cu_attn_cl != 8 && g_cu_attn_cl != 16)
