@@ -3,7 +3,7 @@
 # usage (repo root): bash bench/cuda/device_run.sh [test] [mv] [b1] [b8q4] [b8bf16] ...
 # (mv: quantized matvec microbenchmark; b1old/b8q4old: the same benches with SMELT_CUDA_Q4=0;
 #  n8/n1: ncu per-kernel times of decode steps (NCU_SKIP/NCU_COUNT, summarize with
-#  bench/cuda/ncu_summary.py); clab: SMELT_CUDA_ATTN_CL A/B; hwab: SMELT_CUDA_ATTN_HW A/B; b1cfg/b8cfg/qlong/qwarps/b8attn/b1attn/bfcfg: sweeps of the tuning
+#  bench/cuda/ncu_summary.py); clab: SMELT_CUDA_ATTN_CL A/B; hwab: SMELT_CUDA_ATTN_HW A/B; bab: SMELT_CUDA_ATTN_B sweep; b1cfg/b8cfg/qlong/qwarps/b8attn/b1attn/bfcfg: sweeps of the tuning
 #  variables SMELT_CUDA_Q4CFG/Q4LONG/Q4WARPS/ATTN_S/MV2; b8nopdl/b1nopdl: SMELT_CUDA_PDL=0)
 # Needs the Debian packages in build-cudadeps/debs (see device_env.sh). Logs go to $OUT.
 set -o pipefail
@@ -53,6 +53,8 @@ for stage in "$@"; do
       for i in 1 2; do for cl in 16 8 0; do for sh in 1b 8b; do SMELT_CUDA_ATTN_CL=$cl timeout 300 $B/smelt bench --synthetic $sh --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep "decode " | sed "s/^/[$sh ATTN_CL=$cl] /" | tee -a $OUT/bench.txt; done; done; done ;;
     hwab) # decode attention for hd <= 64: half-warp positions on / off (SMELT_CUDA_ATTN_HW), 1B
       for i in 1 2; do for hw in 1 0; do SMELT_CUDA_ATTN_HW=$hw timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep "decode " | sed "s/^/[1b ATTN_HW=$hw] /" | tee -a $OUT/bench.txt; done; done ;;
+    bab) # decode attention positions a batch (SMELT_CUDA_ATTN_B 8 / 12 / 16), 8B 4-bit and bf16
+      for b in 12 8 16; do for bits in 4 0; do SMELT_CUDA_ATTN_B=$b timeout 300 $B/smelt bench --synthetic 8b --bits $bits --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep -E "decode " | sed "s/^/[8b bits $bits ATTN_B=$b] /" | tee -a $OUT/bench.txt; done; done ;;
     nograph) SMELT_CUDA_GRAPHS=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
     *) echo "unknown stage $stage" ;;
   esac

@@ -1,9 +1,9 @@
 /* Decode attention (flash-decoding): every token of the batch is the only one of its sequence
- * (n_tiles == n_tokens). Grid = (token, kv head, split z); 128 threads = 4 warps. The split's
+ * (n_tiles == n_tokens). Grid = (token, kv head, split z); NW = 4 warps a block. The split's
  * positions are dealt round-robin to the warps; a warp streams K and V rows of B positions at a
  * time (lane = one or two float4 of the head dim, so a row is one coalesced load), keeps its own
  * online softmax (max, sum, P.V accumulator) for all G query heads of the kv head in registers:
- * no block barrier inside the loop. The 4 warps merge through shared memory at the end. With
+ * no block barrier inside the loop. The warps merge through shared memory at the end. With
  * S > 1 splits each block writes (max, sum, unnormalized output) and the last block of a
  * (token, kv head) (atomic counter, reset by it) combines them with per-split weights computed
  * once in shared memory. The split count depends only on the batch shape (not on the context
@@ -56,8 +56,8 @@ struct at_rope {
   int halfq, halfk;
 };
 
-template <int GM, int NJ, int AT_B, bool HW>
-__global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint8_t *__restrict__ xq,
+template <int GM, int NJ, int AT_B, bool HW, int NW>
+__global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, uint8_t *__restrict__ xq,
                                                    float2 *__restrict__ xs, float *__restrict__ part,
                                                    int *__restrict__ cnt, const float *__restrict__ q, const at_rope rp,
                                                    float *__restrict__ Kc, float *__restrict__ Vc,
@@ -70,8 +70,8 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
   const int t = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
   const int G = n_heads / nkv, hd4 = hd >> 2, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   float *Qs = sm;                        /* [G][hd] (scaled q) */
-  float *Ws = Qs + G * hd;               /* [4 warps][G][hd] accumulators, then [G][S] weights */
-  float *Ml = Ws + 4 * G * hd;           /* [4 warps][G][2] (max, sum) */
+  float *Ws = Qs + G * hd;               /* [NW warps][G][hd] accumulators, then [G][S] weights */
+  float *Ml = Ws + NW * G * hd;          /* [NW warps][G][2] (max, sum) */
   __shared__ int last;
   const int64_t row = (int64_t)nkv * hd, koff = (int64_t)kvh * hd;
   const int p = pos[t], sq = seq[t];
@@ -80,15 +80,15 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
   const int a0 = lo + z * per, a1 = min(p + 1, a0 + per);
   const float *qg = q + ((int64_t)t * n_heads + (int64_t)kvh * G) * hd;
   const bool fused = rp.k != NULL;
-  float *Kp = Ml + 8 * G, *Vp = Kp + hd; /* the new position's k (rotated) and v */
+  float *Kp = Ml + 2 * NW * G, *Vp = Kp + hd; /* the new position's k (rotated) and v */
   pdl_trigger();
-  /* This warp's positions are a0 + warp + 4 i (i < npos), AT_B per batch; lane l holds the cache
+  /* This warp's positions are a0 + warp + NW i (i < npos), AT_B per batch; lane l holds the cache
    * slot of i = 32 c + l for the current chunk c of 32. The slots (batch metadata) and the K/V
    * rows of older positions do not depend on the previous kernel: the first batch is loaded
    * before waiting for it. The token's own position p is written by the previous kernel (or by
    * this one, rope fused) and is read after the wait. */
-  const int npos = a1 > a0 + warp ? (a1 - a0 - warp + 3) / 4 : 0;
-  int64_t my_slot = lane < npos ? at_slot(table, max_blocks, bs, nblocks, sq, a0 + warp + 4 * lane) : -1;
+  const int npos = a1 > a0 + warp ? (a1 - a0 - warp + NW - 1) / NW : 0;
+  int64_t my_slot = lane < npos ? at_slot(table, max_blocks, bs, nblocks, sq, a0 + warp + NW * lane) : -1;
   float4 kr[AT_B][NJ], vr[AT_B][NJ];
   bool ok[AT_B], own[AT_B];
   auto load_batch = [&](int i0) {
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
     for (int b = 0; b < AT_B; b++) {
       const int i = i0 + (HW ? 2 * b + (lane >> 4) : b);
       const int64_t sl = __shfl_sync(0xffffffffu, my_slot, i & 31);
-      own[b] = i < npos && a0 + warp + 4 * i == p;
+      own[b] = i < npos && a0 + warp + NW * i == p;
       ok[b] = i < npos && sl >= 0;
       const bool ld = ok[b] && !own[b];
       const float4 *kp = (const float4 *)(Kc + (ld ? sl : 0) * row + koff);
@@ -113,9 +113,9 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
   load_batch(0);
   pdl_wait();
   if (!fused) {
-    for (int i = tid; i < G * hd; i += 128) Qs[i] = __ldca(qg + i) * scale;
+    for (int i = tid; i < G * hd; i += NW * 32) Qs[i] = __ldca(qg + i) * scale;
   } else {
-    for (int i = tid; i < G * hd; i += 128) {
+    for (int i = tid; i < G * hd; i += NW * 32) {
       const int d = i % hd;
       float v = __ldca(qg + i);
       if (d < 2 * rp.halfq) {
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
     const int64_t sl = at_slot(table, max_blocks, bs, nblocks, sq, p);
     const float *kt = fused ? rp.k + ((int64_t)t * nkv + kvh) * hd : Kc + (sl >= 0 ? sl : 0) * row + koff;
     const float *vt = fused ? rp.v + ((int64_t)t * nkv + kvh) * hd : Vc + (sl >= 0 ? sl : 0) * row + koff;
-    for (int d = tid; d < hd; d += 128) {
+    for (int d = tid; d < hd; d += NW * 32) {
       float v = kt[d];
       if (fused && d < 2 * rp.halfk) {
         const int j = d < rp.halfk ? d : d - rp.halfk;
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
     if (i0) {
       if ((i0 & 31) == 0) {
         const int i = i0 + lane;
-        my_slot = i < npos ? at_slot(table, max_blocks, bs, nblocks, sq, a0 + warp + 4 * i) : -1;
+        my_slot = i < npos ? at_slot(table, max_blocks, bs, nblocks, sq, a0 + warp + NW * i) : -1;
       }
       load_batch(i0);
     }
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
         acc[g][j].z += __shfl_xor_sync(0xffffffffu, acc[g][j].z, 16);
         acc[g][j].w += __shfl_xor_sync(0xffffffffu, acc[g][j].w, 16);
       }
-  /* merge the 4 warps */
+  /* merge the NW warps */
 #pragma unroll
   for (int g = 0; g < GM; g++) {
     if (g >= G) break;
@@ -254,15 +254,15 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
     if (lane == 0) { Ml[(warp * G + g) * 2] = m[g]; Ml[(warp * G + g) * 2 + 1] = l[g]; }
   }
   __syncthreads();
-  for (int i = tid; i < G * hd; i += 128) {
+  for (int i = tid; i < G * hd; i += NW * 32) {
     const int g = i / hd, d = i % hd, h = kvh * G + g;
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < 4; w++) M = fmaxf(M, Ml[(w * G + g) * 2]);
+    for (int w = 0; w < NW; w++) M = fmaxf(M, Ml[(w * G + g) * 2]);
     float o = 0.f, L = 0.f;
     if (M != -INFINITY) {
 #pragma unroll
-      for (int w = 0; w < 4; w++) {
+      for (int w = 0; w < NW; w++) {
         const float mw = Ml[(w * G + g) * 2];
         const float f = mw == -INFINITY ? 0.f : expf(mw - M);
         L = fmaf(Ml[(w * G + g) * 2 + 1], f, L);
@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
     const int nout = G * hd, nch = (nout + 31) / 32;
-    for (int ch = z + S * warp; ch < nch; ch += 4 * S) {
+    for (int ch = z + S * warp; ch < nch; ch += NW * S) {
       const int i = ch * 32 + lane, ii = i < nout ? i : nout - 1;
       const int g = ii / hd, d = ii % hd, h = kvh * G + g;
       float M = -INFINITY;
@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
   /* combine: per (head, split) weight exp(m_z - M) / L once (one (m, l) load per split), then
    * the S partials of an output loaded together (16 at a time) */
   float *Wz = Ws; /* [G][S] (the accumulators are consumed) */
-  for (int g = warp; g < G; g += 4) {
+  for (int g = warp; g < G; g += NW) {
     const float *pp = part + ((int64_t)t * n_heads + kvh * G + g) * S * (hd + 2);
     float mz[2], lz[2];
 #pragma unroll
@@ -350,7 +350,7 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
     }
   }
   __syncthreads();
-  for (int i = tid; i < G * hd; i += 128) {
+  for (int i = tid; i < G * hd; i += NW * 32) {
     const int g = i / hd, d = i % hd, h = kvh * G + g;
     const float *pp = part + ((int64_t)t * n_heads + h) * S * (hd + 2) + 2 + d;
     float o = 0.f;
@@ -368,9 +368,9 @@ __global__ void __launch_bounds__(128) k_attn_dec2(float *__restrict__ out, uint
   if (tid == 0) cnt[(int64_t)t * nkv + kvh] = 0;
 }
 
-size_t cu_attn_dec_smem(int hd, int G, int S) {
-  size_t acc = (size_t)4 * G * hd, wz = (size_t)G * S;
-  return sizeof(float) * ((size_t)G * hd + (acc > wz ? acc : wz) + (size_t)8 * G + 2 * (size_t)hd);
+size_t cu_attn_dec_smem(int hd, int G, int S, int nw) {
+  size_t acc = (size_t)nw * G * hd, wz = (size_t)G * S;
+  return sizeof(float) * ((size_t)G * hd + (acc > wz ? acc : wz) + (size_t)2 * nw * G + 2 * (size_t)hd);
 }
 
 bool cu_attn_dec_ok(int hd, int G) { return hd % 4 == 0 && hd <= 256 && G >= 1 && G <= 8; }
@@ -379,6 +379,7 @@ int g_cu_attn_s = 0; /* SMELT_CUDA_ATTN_S: fixed split count (0: automatic) */
 /* SMELT_CUDA_ATTN_CL: largest cluster for the split combine (0: the global-memory combine; set by
  * the backend to 0 below sm_90); more splits than this are cut down to it */
 int g_cu_attn_cl = 16;
+int g_cu_attn_b = 12; /* SMELT_CUDA_ATTN_B: positions a warp loads at once (hd <= 128, G <= 4: 8, 12, 16) */
 int g_cu_attn_hw = 1; /* SMELT_CUDA_ATTN_HW=0: whole warps a position also for hd <= 64 */
 int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {
   if (g_cu_attn_s >= 1 && g_cu_attn_s <= 64) return g_cu_attn_s;
@@ -388,21 +389,22 @@ int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {
   return S;
 }
 
-template <int GM, int NJ, int B, bool HW> static void set_smem(size_t smem) {
+template <int GM, int NJ, int B, bool HW, int NW> static void set_smem(size_t smem) {
   static size_t done = 0;
   static bool np = false;
   if (smem > 48 * 1024 && smem > done) {
-    cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B, HW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B, HW, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     done = smem;
   }
   if (!np && g_cu_attn_cl > 8) {
-    cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B, HW>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B, HW, NW>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     np = true;
   }
 }
 /* launch with programmatic dependent launch (when on) and, for cl, a cluster of the S splits */
 template <typename... KArgs, typename... Args>
-static void attn_launch(void (*kern)(KArgs...), dim3 grid, size_t smem, cudaStream_t s, bool cl, Args... args) {
+static void attn_launch(void (*kern)(KArgs...), dim3 grid, int nthreads, size_t smem, cudaStream_t s, bool cl,
+                        Args... args) {
   cudaLaunchAttribute at[2];
   int na = 0;
   if (cl) {
@@ -419,7 +421,7 @@ static void attn_launch(void (*kern)(KArgs...), dim3 grid, size_t smem, cudaStre
   }
   cudaLaunchConfig_t cfg;
   cfg.gridDim = grid;
-  cfg.blockDim = dim3(128);
+  cfg.blockDim = dim3(nthreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = at;
@@ -436,21 +438,30 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
   const bool cl = g_cu_attn_cl >= 2 && S > 1;
   if (cl && S > g_cu_attn_cl) S = g_cu_attn_cl;
   dim3 grid((unsigned)n_tokens, (unsigned)nkv, (unsigned)S);
-  const size_t smem = cu_attn_dec_smem(hd, G, S);
   uint8_t *xq = (uint8_t *)xqv;
   float2 *xs = xq ? (float2 *)(xq + (size_t)n_tokens * n_heads * hd) : NULL;
   const at_rope rp = { kraw, vraw, invq, invk, halfq, halfk };
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
                  softcap, S, (int)cl
   const bool hw = hd4 <= 16 && g_cu_attn_hw;
+  const size_t sm = cu_attn_dec_smem(hd, G, S, 4);
+  /* NW = 4 warps a block: 8 measured slower on the H100 (8B 357 vs 386 tok/s, bf16 86.7 vs 89.6%) */
+#define AD2_L(GM, NJ, B, HW)                                                        \
+  do {                                                                            \
+    set_smem<GM, NJ, B, HW, 4>(sm);                                               \
+    attn_launch(k_attn_dec2<GM, NJ, B, HW, 4>, grid, 128, sm, s, cl, AD2_ARGS);   \
+  } while (0)
   if (G <= 4) {
-    if (hw) { set_smem<4, 1, 8, true>(smem); attn_launch(k_attn_dec2<4, 1, 8, true>, grid, smem, s, cl, AD2_ARGS); }
-    else if (hd4 <= 32) { set_smem<4, 1, 8, false>(smem); attn_launch(k_attn_dec2<4, 1, 8, false>, grid, smem, s, cl, AD2_ARGS); }
-    else { set_smem<4, 2, 4, false>(smem); attn_launch(k_attn_dec2<4, 2, 4, false>, grid, smem, s, cl, AD2_ARGS); }
+    if (hw) AD2_L(4, 1, 8, true);
+    else if (hd4 <= 32 && g_cu_attn_b == 16) AD2_L(4, 1, 16, false);
+    else if (hd4 <= 32 && g_cu_attn_b == 12) AD2_L(4, 1, 12, false);
+    else if (hd4 <= 32) AD2_L(4, 1, 8, false);
+    else AD2_L(4, 2, 4, false);
   } else {
-    if (hw) { set_smem<8, 1, 4, true>(smem); attn_launch(k_attn_dec2<8, 1, 4, true>, grid, smem, s, cl, AD2_ARGS); }
-    else if (hd4 <= 32) { set_smem<8, 1, 4, false>(smem); attn_launch(k_attn_dec2<8, 1, 4, false>, grid, smem, s, cl, AD2_ARGS); }
-    else { set_smem<8, 2, 2, false>(smem); attn_launch(k_attn_dec2<8, 2, 2, false>, grid, smem, s, cl, AD2_ARGS); }
+    if (hw) AD2_L(8, 1, 4, true);
+    else if (hd4 <= 32) AD2_L(8, 1, 4, false);
+    else AD2_L(8, 2, 2, false);
   }
+#undef AD2_L
 #undef AD2_ARGS
 }

@@ -105,7 +105,7 @@ typedef struct {
 
 static cuda_be *CB(sm_backend *be) { return (cuda_be *)be; }
 int g_cu_pdl = 1;
-extern int g_cu_attn_cl, g_cu_attn_hw, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
+extern int g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
 static void prof_end(cuda_be *c, const char *label) {
@@ -1532,7 +1532,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   int Sd = 0; /* > 0: one-token-per-sequence decode kernel with Sd splits */
   if (c->n_tiles == nt && c->att_dec == 1 && cu_attn_dec_ok(kv->head_dim, G)) {
     Sd = cu_attn_dec_splits(nt, kv->n_kv_heads, c->n_sm);
-    if (cu_attn_dec_smem(kv->head_dim, G, Sd) > c->smem_optin) Sd = 0;
+    if (cu_attn_dec_smem(kv->head_dim, G, Sd, 4) > c->smem_optin) Sd = 0;
   } else if (c->n_tiles == nt && c->att_dec == 2 && G <= AD_GMAX && kv->head_dim <= 256 &&
              att_dec_smem(kv->head_dim, G) <= 48 * 1024) { /* the previous decode kernel (SMELT_CUDA_ATTN_DEC=2) */
     int maxlen = 1;
@@ -1689,6 +1689,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   if (ql && atoi(ql) > 0) g_cu_q4long = atoi(ql);
   const char *as = getenv("SMELT_CUDA_ATTN_S");
   g_cu_attn_s = as ? atoi(as) : 0;
+  const char *ab = getenv("SMELT_CUDA_ATTN_B");
+  g_cu_attn_b = ab && (atoi(ab) == 8 || atoi(ab) == 16) ? atoi(ab) : 12;
   const char *ahw = getenv("SMELT_CUDA_ATTN_HW");
   g_cu_attn_hw = !(ahw && ahw[0] == '0');
   const char *acl = getenv("SMELT_CUDA_ATTN_CL");
