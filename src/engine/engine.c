@@ -453,7 +453,8 @@ static smelt_status launch_async(sm_engine *e, sm_seq *s, sm_sampler *smp, bool 
   /* the history's last token may be the placeholder: only samplers without penalties get here */
   sm_sampler_prepare(smp, s->tok, s->n_tok, &req);
   sm_backend *be = e->m->be;
-  return be->sample_async(be, e->m->logits, 1, e->m->cfg.vocab_size, &req, slot);
+  if ((st = be->sample_async(be, e->m->logits, 1, e->m->cfg.vocab_size, &req, slot))) s->n_done--;
+  return st;
 }
 
 static bool pipeline_ok(const sm_engine *e, const sm_sampler *smp) {
