@@ -3,6 +3,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "engine/engine.h"
+#include "engine/sampler.h"
+#include "backend/backend.h"
 #include "../test_util.h"
 
 static smelt_model *M;
@@ -18,6 +20,58 @@ static float *ref_logits(const int32_t *ids, int n) {
 
 static void fill(int32_t *t, int n, uint64_t seed) {
   for (int i = 0; i < n; i++) { seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; t[i] = (int32_t)((seed >> 33) % (uint64_t)V); }
+}
+
+/* sm_engine_decode against the loop it replaces (step, emit, append), on a fresh engine each */
+typedef struct { int32_t tok[64]; int n, stop_at; } rec_t;
+static bool rec_emit(void *ud, int32_t t) {
+  rec_t *r = ud;
+  if (r->n < 64) r->tok[r->n] = t;
+  r->n++;
+  return r->n != r->stop_at;
+}
+static void decode_case(const int32_t *prompt, int np, float temp, int max_new, int stop_at, bool use_decode, rec_t *r,
+                        int32_t *state, int *state_len) {
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  ep.max_context = 128;
+  ep.prefix_cache = false;
+  sm_engine *e = NULL;
+  CHECK(sm_engine_create(M, &ep, &e) == SMELT_OK, "engine: %s", smelt_last_error());
+  if (!e) return;
+  smelt_sampling sp;
+  smelt_sampling_default(&sp);
+  sp.temperature = temp;
+  sp.seed = 11;
+  sm_sampler smp;
+  sm_sampler_init(&smp, &sp, V);
+  sm_sampler *ps = &smp;
+  sm_seq *q = sm_seq_new(e);
+  sm_seq_append(e, q, prompt, np);
+  uint8_t done = 0;
+  int32_t tok = -1;
+  while (!done) CHECK(sm_engine_step_sample(e, &q, 1, &ps, &tok, NULL, &done) == SMELT_OK, "prompt step");
+  r->n = 0;
+  r->stop_at = stop_at;
+  if (use_decode) {
+    int nn = -1;
+    CHECK(sm_engine_decode(e, q, ps, tok, max_new, rec_emit, r, &nn) == SMELT_OK, "decode: %s", smelt_last_error());
+    CHECK(nn == r->n, "decode reports %d tokens, emitted %d", nn, r->n);
+  } else {
+    sm_seq_append(e, q, &tok, 1);
+    for (int n = 0; n < max_new;) {
+      done = 0;
+      while (!done) CHECK(sm_engine_step_sample(e, &q, 1, &ps, &tok, NULL, &done) == SMELT_OK, "step");
+      n++;
+      if (!rec_emit(r, tok) || n == max_new) break;
+      sm_seq_append(e, q, &tok, 1);
+    }
+  }
+  *state_len = sm_seq_len(q);
+  memcpy(state, sm_seq_tokens(q), sizeof(int32_t) * (size_t)(*state_len < 128 ? *state_len : 128));
+  sm_seq_free(e, q);
+  sm_sampler_free(&smp);
+  sm_engine_free(e);
 }
 
 int main(int argc, char **argv) {
@@ -173,6 +227,39 @@ int main(int argc, char **argv) {
   CHECK(sm_seq_append(e, x1, &badtok, 1) == SMELT_ERR_INVALID, "out-of-vocab token rejected");
   CHECK(sm_seq_append(e, x1, a, 4) == SMELT_OK && sm_seq_append(e, x1, a, 1) == SMELT_ERR_LIMIT, "context limit enforced");
   sm_seq_free(e, x1);
+  /* 6. sm_engine_decode (one step at a time on the CPU: no sample_async) == the stepwise loop,
+   * greedy and seeded sampling, run to max_new or stopped by the callback */
+  CHECK(M->be->sample_async == NULL, "the cpu backend has no sample_async (pipelined path is tested in tests/cuda)");
+  {
+    sm_seq *pq = sm_seq_new(e);
+    sm_seq_append(e, pq, a, 3);
+    CHECK(sm_engine_decode(e, pq, NULL, a[0], 4, rec_emit, NULL, NULL) == SMELT_ERR_INVALID,
+          "decode refuses a sequence with pending tokens");
+    sm_seq_free(e, pq);
+  }
+  const float temps[] = { 0.f, 0.9f };
+  const int stops[] = { 0, 5, 1 };
+  for (int ti = 0; ti < 2; ti++)
+    for (int si = 0; si < 3; si++) {
+      rec_t r1, r2;
+      int32_t s1[128], s2[128];
+      int l1 = 0, l2 = 0;
+      decode_case(b, 9, temps[ti], 12, stops[si], true, &r1, s1, &l1);
+      decode_case(b, 9, temps[ti], 12, stops[si], false, &r2, s2, &l2);
+      CHECK(r1.n == r2.n && r1.n == (stops[si] ? stops[si] : 12), "decode T %g stop %d: %d vs %d tokens", temps[ti],
+            stops[si], r1.n, r2.n);
+      CHECK(!memcmp(r1.tok, r2.tok, sizeof(int32_t) * (size_t)r1.n), "decode T %g stop %d: different tokens",
+            temps[ti], stops[si]);
+      CHECK(l1 == l2 && l1 == 9 + r1.n && !memcmp(s1, s2, sizeof(int32_t) * (size_t)l1),
+            "decode T %g stop %d: sequence state %d vs %d tokens", temps[ti], stops[si], l1, l2);
+    }
+  /* a fed token is a device-side feature: the CPU backend rejects it */
+  {
+    int32_t t0 = 1, p0 = 0, s0 = 0, tb = 0, o0 = 0;
+    sm_batch fb = { .n_tokens = 1, .tokens = &t0, .pos = &p0, .seq = &s0, .n_seqs = 1, .max_blocks = 1,
+                    .block_table = &tb, .n_out = 1, .out_rows = &o0, .feed_token = 1 };
+    CHECK(M->be->set_batch(M->be, &fb) == SMELT_ERR_UNSUPPORTED, "cpu set_batch rejects feed_token");
+  }
   sm_engine_free(e);
   free(lg); free(ra); free(rb); free(rc);
   smelt_model_free(M);
