@@ -55,6 +55,10 @@ for stage in "$@"; do
       for i in 1 2; do for hw in 1 0; do SMELT_CUDA_ATTN_HW=$hw timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep "decode " | sed "s/^/[1b ATTN_HW=$hw] /" | tee -a $OUT/bench.txt; done; done ;;
     bab) # decode attention positions a batch (SMELT_CUDA_ATTN_B 8 / 12 / 16), 8B 4-bit and bf16
       for b in 12 8 16; do for bits in 4 0; do SMELT_CUDA_ATTN_B=$b timeout 300 $B/smelt bench --synthetic 8b --bits $bits --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep -E "decode " | sed "s/^/[8b bits $bits ATTN_B=$b] /" | tee -a $OUT/bench.txt; done; done ;;
+    sw8|sw1) # SW="ENV=v ENV2=w|ENV=x|..." : one 8B (sw8) / 1B (sw1) 4-bit decode bench per entry
+      sh=8b; [ $stage = sw1 ] && sh=1b
+      IFS='|' read -ra ents <<< "${SW:-SMELT_CUDA_SKIP=0}"
+      for ent in "${ents[@]}"; do env $ent timeout 300 $B/smelt bench --synthetic $sh --bits ${SW_BITS:-4} --device cuda --dir /tmp -p ${SW_P:-512} -n 128 2>&1 | grep -E "decode |GPU" | sed "s/^/[$sh $ent] /" | tee -a $OUT/bench.txt; done ;;
     nograph) SMELT_CUDA_GRAPHS=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
     *) echo "unknown stage $stage" ;;
   esac

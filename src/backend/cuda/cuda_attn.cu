@@ -113,8 +113,10 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
   load_batch(0);
   pdl_wait();
   if (!fused) {
+#pragma unroll 4
     for (int i = tid; i < G * hd; i += NW * 32) Qs[i] = __ldca(qg + i) * scale;
   } else {
+#pragma unroll 4
     for (int i = tid; i < G * hd; i += NW * 32) {
       const int d = i % hd;
       float v = __ldca(qg + i);
@@ -293,16 +295,24 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
     for (int ch = z + S * warp; ch < nch; ch += NW * S) {
       const int i = ch * 32 + lane, ii = i < nout ? i : nout - 1;
       const int g = ii / hd, d = ii % hd, h = kvh * G + g;
+      /* S <= 16: every remote (max, sum) and output is requested before any is used */
+      float2 ml[16];
+      float ov[16];
+#pragma unroll
+      for (int k = 0; k < 16; k++) {
+        ml[k] = k < S ? *(const float2 *)(cluster.map_shared_rank(Kp, k) + 2 * g) : make_float2(-INFINITY, 0.f);
+        ov[k] = k < S ? cluster.map_shared_rank(Qs, k)[ii] : 0.f;
+      }
       float M = -INFINITY;
-      for (int k = 0; k < S; k++) M = fmaxf(M, cluster.map_shared_rank(Kp, k)[2 * g]);
+#pragma unroll
+      for (int k = 0; k < 16; k++) M = fmaxf(M, ml[k].x);
       float o = 0.f, L = 0.f;
       if (M != -INFINITY)
-        for (int k = 0; k < S; k++) {
-          const float *rk = cluster.map_shared_rank(Kp, k);
-          const float mk = rk[2 * g];
-          const float f = mk == -INFINITY ? 0.f : expf(mk - M);
-          L = fmaf(rk[2 * g + 1], f, L);
-          o = fmaf(cluster.map_shared_rank(Qs, k)[ii], f, o);
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+          const float f = ml[k].x == -INFINITY ? 0.f : expf(ml[k].x - M);
+          L = fmaf(ml[k].y, f, L);
+          o = fmaf(ov[k], f, o);
         }
       const float v = L > 0.f ? o / L : 0.f;
       if (i < nout) out[((int64_t)t * n_heads + h) * hd + d] = v;

@@ -105,7 +105,12 @@ typedef struct {
 
 static cuda_be *CB(sm_backend *be) { return (cuda_be *)be; }
 int g_cu_pdl = 1;
-extern int g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
+/* SMELT_CUDA_SKIP (diagnostic, wrong results): bit mask of decode kernels not launched, to measure
+ * what each costs inside the graph: 1 norms, 2 attention, 4 q/k/v, 8 o, 16 gate/up, 32 down, 64 lm_head,
+ * 128 the silu(gate)*up epilogue of gate/up */
+static int g_cu_skip = 0;
+extern int g_cu_q4role_rb[CU_Q4_ROLES], g_cu_q4role_tl[CU_Q4_ROLES];
+extern int g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
 static void prof_end(cuda_be *c, const char *label) {
@@ -874,9 +879,28 @@ static bool dead_after(const cuda_be *c, int i, const void *p) {
       if (o->p2 == p) return true;
       continue;
     }
+    if (o->type == OP_RMSNORM && o->p0 == p && o->p1 != p && o->p2 != p) return true;
     if (o->p0 == p || o->p1 == p || o->p2 == p || o->p3 == p || o->p4 == p) return false;
   }
   return false;
+}
+
+/* The norm at op i writes the int8 x of the CW_Q4 matvecs right after it (norm_feeds_q4): is its
+ * float output out read by nothing else, so that the norm need not write it? The matvecs reading
+ * out must all be in the one launch that reads the int8 x (as exec_ops groups them). */
+static int g_cu_normout = 0; /* SMELT_CUDA_NORMOUT=1: always write it */
+static bool norm_out_dead(const cuda_be *c, int i, const void *out) {
+  if (g_cu_normout) return false;
+  int j = i + 1;
+  const cu_weight *w0 = NULL;
+  while (j < c->n_ops && c->ops[j].type == OP_MATMUL && c->ops[j].p1 == out) {
+    const cu_weight *w = (const cu_weight *)c->ops[j].p3;
+    if (j - i > 3 || w->kind != CW_Q4 || c->ops[j].p2 == out || (w0 && !cu_matvec_compatible(w0, w))) return false;
+    for (int k = i + 1; k < j; k++) if (c->ops[k].p2 == c->ops[j].p2) return false;
+    w0 = w0 ? w0 : w;
+    j++;
+  }
+  return w0 && dead_after(c, j - 1, out);
 }
 
 /* Run the recorded ops, fusing runs of matvecs that read the same x (q/k/v, gate/up). */
@@ -902,7 +926,7 @@ static void exec_ops(cuda_be *c) {
     if (o->type == OP_RMSNORM) {
       const bool q = norm_feeds_q4(c, i);
       prof_begin(c);
-      if (cu_norm_q((float *)o->p0, (float *)o->p1, NULL, (const float *)o->p2, o->n, o->i0, o->f0, o->f1,
+      if ((g_cu_skip & 1) || cu_norm_q(q && norm_out_dead(c, i, o->p0) ? NULL : (float *)o->p0, (float *)o->p1, NULL, (const float *)o->p2, o->n, o->i0, o->f0, o->f1,
                     q ? c->xq : NULL, c->s)) {
         prof_end(c, q ? "rmsnorm+quant" : "rmsnorm");
         if (q) { preq = o->p0; preq_n = o->n; }
@@ -937,7 +961,7 @@ static void exec_ops(cuda_be *c) {
       if (w && c->q4_fuse && m->p1 == o->p0 && m->n == c->n_tokens && w->kind == CW_Q4 && cu_use_matvec(w, m->n) &&
           w->cols == (int64_t)o->i0 * o->i2 && c->xq && c->xq_cap >= cu_q4_scratch_bytes(m->n, w->cols)) {
         prof_begin(c);
-        cu_attn_decode((float *)o->p0, c->xq, c->part, c->att_cnt, (const float *)o->p1, NULL, NULL, NULL, NULL, 0,
+        if (!(g_cu_skip & 2)) cu_attn_decode((float *)o->p0, c->xq, c->part, c->att_cnt, (const float *)o->p1, NULL, NULL, NULL, NULL, 0,
                        0, (float *)o->p2, (float *)o->p3, c->d_pos, c->d_seq, c->d_table, c->max_blocks, o->i3, o->i4, c->n_tokens,
                        o->i0, o->i1, o->i2, o->f0, o->n, o->f1, (int)o->sz, c->s);
         prof_end(c, "attention n=1 +quant");
@@ -964,7 +988,7 @@ static void exec_ops(cuda_be *c) {
                         w->kind == CW_Q4 && cu_use_matvec(w, m->n) && w->cols == (int64_t)at->i0 * hd && c->xq &&
                         c->xq_cap >= cu_q4_scratch_bytes(m->n, w->cols);
         prof_begin(c);
-        cu_attn_decode((float *)at->p0, xq ? c->xq : NULL, c->part, c->att_cnt, (const float *)o->p0,
+        if (!(g_cu_skip & 2)) cu_attn_decode((float *)at->p0, xq ? c->xq : NULL, c->part, c->att_cnt, (const float *)o->p0,
                        (const float *)rk->p0, (const float *)kv->p3, (const float *)o->p1, (const float *)rk->p1,
                        o->i2 / 2, rk->i2 / 2, (float *)kv->p0, (float *)kv->p1, c->d_pos, c->d_seq, c->d_table,
                        c->max_blocks, at->i3, at->i4, c->n_tokens, at->i0, at->i1, hd, at->f0, at->n, at->f1,
@@ -1023,10 +1047,11 @@ static void exec_ops(cuda_be *c) {
           const cu_weight *gu[2] = { order ? ws[0] : ws[1], order ? ws[1] : ws[0] };
           float *gy[2] = { order ? ys[0] : ys[1], order ? ys[1] : ys[0] };
           prof_begin(c);
-          cu_q4_matvec_preq(gu, gy, 2, o->n, c->xq, c->s, c->glu_cnt, c->xq2);
+          if (!(g_cu_skip & 16))
+            cu_q4_matvec_preq(gu, gy, 2, o->n, c->xq, c->s, (g_cu_skip & 128) ? NULL : c->glu_cnt, c->xq2, CU_Q4_GU);
           prof_end(c, "gate/up + silu quant");
           prof_begin(c);
-          cu_q4_matvec_preq(&dw, (float *const *)&dn->p2, 1, dn->n, c->xq2, c->s);
+          if (!(g_cu_skip & 32)) cu_q4_matvec_preq(&dw, (float *const *)&dn->p2, 1, dn->n, c->xq2, c->s, NULL, NULL, CU_Q4_DN);
           prof_end(c, "down (preq)");
           i += 4;
           continue;
@@ -1034,7 +1059,10 @@ static void exec_ops(cuda_be *c) {
       }
       if (nw > 1 || pq) {
         prof_begin(c);
-        if (pq) cu_q4_matvec_preq(ws, ys, nw, o->n, c->xq, c->s);
+        const int role = nw == 3 ? CU_Q4_QKV : nw == 1 && ws[0]->rows >= 32768 ? CU_Q4_LM : nw == 1 ? CU_Q4_O : -1;
+        const int sk = role == CU_Q4_QKV ? 4 : role == CU_Q4_O ? 8 : role == CU_Q4_LM ? 64 : 0;
+        if (pq && (g_cu_skip & sk)) { /* diagnostic: not launched */ }
+        else if (pq) cu_q4_matvec_preq(ws, ys, nw, o->n, c->xq, c->s, NULL, NULL, role);
         else cu_matvec_multi(ws, ys, nw, (const float *)o->p1, o->n, c->xq, c->s, c->n_sm);
         if (c->prof) {
           char lab[64];
@@ -1053,7 +1081,7 @@ static void exec_ops(cuda_be *c) {
         int dim = p->i0, th = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 64 ? 64 : 32;
         const bool q = norm_feeds_q4(c, i + 1);
         prof_begin(c);
-        if (cu_norm_q((float *)p->p0, (float *)o->p0, (const float *)o->p1, (const float *)p->p2, p->n, dim, p->f0,
+        if ((g_cu_skip & 1) || cu_norm_q(q && norm_out_dead(c, i + 1, p->p0) ? NULL : (float *)p->p0, (float *)o->p0, (const float *)o->p1, (const float *)p->p2, p->n, dim, p->f0,
                       p->f1, q ? c->xq : NULL, c->s)) {
           if (q) { preq = p->p0; preq_n = p->n; }
         } else {
@@ -1695,6 +1723,9 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_attn_hw = !(ahw && ahw[0] == '0');
   const char *acl = getenv("SMELT_CUDA_ATTN_CL");
   g_cu_attn_cl = prop.major < 9 ? 0 : acl ? atoi(acl) : 16;
+  const char *mb = getenv("SMELT_CUDA_Q4MINB");
+  g_cu_q4minb = mb ? atoi(mb) : 0;
+
   if (g_cu_attn_cl != 0 && g_cu_attn_cl != 2 && g_cu_attn_cl != 4 && g_cu_attn_cl != 8 && g_cu_attn_cl != 16)
     g_cu_attn_cl = 16;
   const char *m2 = getenv("SMELT_CUDA_MV2");
@@ -1709,6 +1740,27 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
     c->graphs_on = false;
     cudaEventCreate(&c->pe0);
     cudaEventCreate(&c->pe1);
+  }
+  const char *no = getenv("SMELT_CUDA_NORMOUT");
+  g_cu_normout = no && no[0] == '1';
+  const char *sk = getenv("SMELT_CUDA_SKIP");
+  g_cu_skip = sk ? (int)strtol(sk, NULL, 0) : 0;
+  const char *qr = getenv("SMELT_CUDA_Q4ROLE");
+  if (qr) { /* "qkv=RB[:TL],o=..,gu=..,dn=..,lm=.." */
+    static const char *names[CU_Q4_ROLES] = { "qkv", "o", "gu", "dn", "lm" };
+    for (const char *p = qr; *p;) {
+      for (int r = 0; r < CU_Q4_ROLES; r++) {
+        size_t l = strlen(names[r]);
+        if (!strncmp(p, names[r], l) && p[l] == '=') {
+          int rb = 0, tl = 0;
+          sscanf(p + l + 1, "%d:%d", &rb, &tl);
+          g_cu_q4role_rb[r] = rb; g_cu_q4role_tl[r] = tl;
+        }
+      }
+      const char *cm = strchr(p, ',');
+      if (!cm) break;
+      p = cm + 1;
+    }
   }
   const char *pd = getenv("SMELT_CUDA_PDL");
   g_cu_pdl = !(pd && pd[0] == '0');

@@ -105,8 +105,10 @@ bool cu_norm_q(float *out, float *x, const float *a, const float *w, int n, int 
 /* CW_Q4 matvec with x already quantized into xq (by cu_norm_q). With glu_cnt (ws = {gate, up},
  * cu_q4_glu_ok): also writes silu(gate)*up quantized into hq (cu_q4_scratch_bytes(n, rows));
  * glu_cnt: rows/32 ints, zero (left zero) */
+/* role: CU_Q4_* (selects a SMELT_CUDA_Q4ROLE override), -1 none */
+enum { CU_Q4_QKV, CU_Q4_O, CU_Q4_GU, CU_Q4_DN, CU_Q4_LM, CU_Q4_ROLES };
 void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xq, cudaStream_t s,
-                       int *glu_cnt = NULL, void *hq = NULL);
+                       int *glu_cnt = NULL, void *hq = NULL, int role = -1);
 bool cu_q4_glu_ok(const cu_weight *gate, const cu_weight *up, int n);
 /* dequantize/convert rows [r0, r0+nr) of w to bf16 [nr][cols] (or to f16 when to_f16) */
 void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s);

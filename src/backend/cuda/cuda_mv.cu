@@ -523,16 +523,21 @@ static __device__ __forceinline__ void glu_finish(const mv_args &a, const glu_ar
                                                   int nch) {
   __shared__ int last;
   const int M = a.M[0], chunk = rowb >> 5;
-  __threadfence();
+  const int need = 2 * (32 / rpb) * nch;
+  /* the barrier orders the block's y writes before thread 0's fence + atomic (a release, which is
+   * cumulative); thread 0's fence after it and the second barrier order the other blocks' writes
+   * before the reads below (measured: 8B 2.48 vs 2.51 ms a step against a fence in every thread) */
   __syncthreads();
   if (threadIdx.x == 0) {
-    const int need = 2 * (32 / rpb) * nch;
+    __threadfence(); /* release: fence + relaxed atomic */
     last = atomicAdd(glu.cnt + chunk, 1) == need - 1;
-    if (last) glu.cnt[chunk] = 0;
+    if (last) {
+      __threadfence(); /* acquire */
+      glu.cnt[chunk] = 0;
+    }
   }
   __syncthreads();
   if (!last) return;
-  __threadfence();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int V = M >> 5;
   for (int c = warp; c < n; c += 4) {
@@ -554,8 +559,8 @@ static __device__ __forceinline__ void glu_finish(const mv_args &a, const glu_ar
   }
 }
 
-template <int N, int RB, int UNR>
-__global__ void __launch_bounds__(128) k_mvq4(const mv_args a, const uint4 *__restrict__ xq,
+template <int N, int RB, int UNR, int MINB = 1>
+__global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4 *__restrict__ xq,
                                               const float2 *__restrict__ xs, int K, int lg, int sbk, int n, int tl,
                                               int nch, const glu_args glu) {
   __shared__ float red[4][RB * N];
@@ -756,14 +761,18 @@ static void mv2_dispatch(const cu_weight *const *ws, float *const *ys, int nw, c
 
 
 /* ---------------- CW_Q4 dispatch ---------------- */
-template <int N, int RB, int UNR>
+/* SMELT_CUDA_Q4MINB (tuning): minimum resident blocks an SM asked of the compiler (which caps the
+ * registers) for the n = 1 kernels with two rows a thread: 1 (no cap), 9, 10, 12; 0 = the defaults
+ * below (measured on the H100, docs/benchmarks.md) */
+int g_cu_q4minb = 0;
+template <int N, int RB, int UNR, int MINB = 1>
 static void launch_q4(const cu_weight *const *ws, float *const *ys, int nw, const uint4 *xq, const float2 *xs, int n,
                       int tl, cudaStream_t s, const glu_args &glu) {
   unsigned tiles;
   mv_args a = make_args(ws, ys, nw, (128 >> tl) * RB, &tiles);
   const int nch = (n + N - 1) / N;
   const int gs = ws[0]->gs, lg = gs == 32 ? 0 : gs == 64 ? 1 : 2;
-  cu_launch(k_mvq4<N, RB, UNR>, dim3(tiles * (unsigned)nch), dim3(128), 0, s, a, xq, xs, (int)ws[0]->cols, lg,
+  cu_launch(k_mvq4<N, RB, UNR, MINB>, dim3(tiles * (unsigned)nch), dim3(128), 0, s, a, xq, xs, (int)ws[0]->cols, lg,
             ws[0]->sbk, n, tl, nch, glu);
 }
 /* threads per row (log2): n = 1 loads 4 vectors of a row per round, n > 1 two; as few
@@ -775,10 +784,17 @@ int g_cu_q4cfg = 0; /* SMELT_CUDA_Q4CFG: n = 1 CW_Q4 variant (q4_launch_n; 0 = a
  * the nearest (g_cu_q4long: SMELT_CUDA_Q4LONG for K > 8192) */
 int g_cu_q4long = 12;
 int g_cu_q4warps = 4000; /* SMELT_CUDA_Q4WARPS */
-static int q4_rb(int n, int V) {
+/* SMELT_CUDA_Q4ROLE (tuning): per-role n = 1 override "qkv=RB[:TL],o=..,gu=..,dn=..,lm=.." (RB as
+ * SMELT_CUDA_Q4CFG, TL log2 threads per row; 0 = automatic) */
+int g_cu_q4role_rb[CU_Q4_ROLES], g_cu_q4role_tl[CU_Q4_ROLES];
+static int q4_rb(int n, int V, int role = -1) {
+  if (n == 1 && role >= 0 && role < CU_Q4_ROLES && g_cu_q4role_rb[role]) return g_cu_q4role_rb[role];
   return n > 1 ? 4 : g_cu_q4cfg ? g_cu_q4cfg : V <= 64 ? 22 : V <= 128 ? 12 : V <= 256 ? 22 : g_cu_q4long;
 }
-static int q4_tl(int V, int n, int rb, int64_t M) {
+static int q4_tl(int V, int n, int rb, int64_t M, int role = -1) {
+  if (n == 1 && role >= 0 && role < CU_Q4_ROLES && g_cu_q4role_tl[role] >= 5 && g_cu_q4role_tl[role] <= 7 &&
+      (1 << g_cu_q4role_tl[role]) <= V)
+    return g_cu_q4role_tl[role];
   const int unr = q4_unr(n, rb);
   int tl = 5;
   if (unr == 1) /* fewest threads per row that still give >= g_cu_q4warps warps (loads in flight) */
@@ -791,8 +807,21 @@ static void q4_launch_n(const cu_weight *const *ws, float *const *ys, int nw, co
                         int tl, int rb, cudaStream_t s, const glu_args &g = glu_args{ NULL, NULL, NULL }) {
   if (n == 1) {
     switch (rb) {
-    case 12: launch_q4<1, 2, 1>(ws, ys, nw, q4, xs, n, tl, s, g); break;
-    case 22: launch_q4<1, 2, 2>(ws, ys, nw, q4, xs, n, tl, s, g); break;
+    case 11: launch_q4<1, 1, 1>(ws, ys, nw, q4, xs, n, tl, s, g); break;
+    case 21: launch_q4<1, 1, 2>(ws, ys, nw, q4, xs, n, tl, s, g); break;
+    case 41: launch_q4<1, 1, 4>(ws, ys, nw, q4, xs, n, tl, s, g); break;
+    case 12: /* default 12 blocks an SM (<= 40 registers) */
+      if (g_cu_q4minb == 1) launch_q4<1, 2, 1, 1>(ws, ys, nw, q4, xs, n, tl, s, g);
+      else if (g_cu_q4minb == 9) launch_q4<1, 2, 1, 9>(ws, ys, nw, q4, xs, n, tl, s, g);
+      else if (g_cu_q4minb == 10) launch_q4<1, 2, 1, 10>(ws, ys, nw, q4, xs, n, tl, s, g);
+      else launch_q4<1, 2, 1, 12>(ws, ys, nw, q4, xs, n, tl, s, g);
+      break;
+    case 22: /* default 9 blocks an SM (<= 56 registers) */
+      if (g_cu_q4minb == 1) launch_q4<1, 2, 2, 1>(ws, ys, nw, q4, xs, n, tl, s, g);
+      else if (g_cu_q4minb == 10) launch_q4<1, 2, 2, 10>(ws, ys, nw, q4, xs, n, tl, s, g);
+      else if (g_cu_q4minb == 12) launch_q4<1, 2, 2, 12>(ws, ys, nw, q4, xs, n, tl, s, g);
+      else launch_q4<1, 2, 2, 9>(ws, ys, nw, q4, xs, n, tl, s, g);
+      break;
     case 42: launch_q4<1, 2, 4>(ws, ys, nw, q4, xs, n, tl, s, g); break;
     case 14: launch_q4<1, 4, 1>(ws, ys, nw, q4, xs, n, tl, s, g); break;
     case 24: launch_q4<1, 4, 2>(ws, ys, nw, q4, xs, n, tl, s, g); break;
@@ -1039,7 +1068,7 @@ __global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
   }
   __syncthreads();
   const float inv = 1.0f / sqrtf(red[0] / (float)dim + eps);
-  float4 *o4 = (float4 *)(out + (int64_t)row * dim);
+  float4 *o4 = out ? (float4 *)(out + (int64_t)row * dim) : NULL;
   const float4 *w4 = (const float4 *)w;
 #pragma unroll
   for (int i = 0; i < VPT; i++) {
@@ -1049,7 +1078,7 @@ __global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
       const float4 g = w4[idx];
       o.x = v[i].x * inv * (g.x + off); o.y = v[i].y * inv * (g.y + off);
       o.z = v[i].z * inv * (g.z + off); o.w = v[i].w * inv * (g.w + off);
-      o4[idx] = o;
+      if (out) o4[idx] = o;
     }
     if (xq && i * blockDim.x < dim4) { /* whole warps: dim4 % 8 == 0 keeps 8-lane groups together */
       float am = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
@@ -1100,12 +1129,12 @@ bool cu_norm_q(float *out, float *x, const float *a, const float *w, int n, int 
 }
 
 void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xqv, cudaStream_t s,
-                       int *glu_cnt, void *hq) {
+                       int *glu_cnt, void *hq, int role) {
   const int64_t K = ws[0]->cols;
   const int V = (int)(K / 32);
   const uint4 *q4 = (const uint4 *)xqv;
   const float2 *xs = (const float2 *)((const uint8_t *)xqv + (size_t)n * (size_t)K);
-  const int rb = q4_rb(n, V);
+  const int rb = q4_rb(n, V, role);
   int64_t M = 0;
   for (int i = 0; i < nw; i++) M += ws[i]->rows;
   glu_args g = { NULL, NULL, NULL };
@@ -1114,14 +1143,14 @@ void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int
     g.hq = (uint8_t *)hq;
     g.hs = (float2 *)(g.hq + (size_t)n * (size_t)ws[0]->rows);
   }
-  q4_launch_n(ws, ys, nw, q4, xs, n, q4_tl(V, n, rb, M), rb, s, g);
+  q4_launch_n(ws, ys, nw, q4, xs, n, q4_tl(V, n, rb, M, role), rb, s, g);
 }
 
 bool cu_q4_glu_ok(const cu_weight *g, const cu_weight *u, int n) {
   if (g->kind != CW_Q4 || !cu_matvec_compatible(g, u) || g->rows != u->rows || g->rows % 32 || n < 1 ||
       n > CU_Q4_MAX_N)
     return false;
-  const int rb = q4_rb(n, (int)(g->cols / 32));
-  const int tl = q4_tl((int)(g->cols / 32), n, rb, 2 * g->rows);
+  const int rb = q4_rb(n, (int)(g->cols / 32), CU_Q4_GU);
+  const int tl = q4_tl((int)(g->cols / 32), n, rb, 2 * g->rows, CU_Q4_GU);
   return 32 % ((128 >> tl) * (rb % 10)) == 0;
 }
