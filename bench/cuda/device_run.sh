@@ -59,6 +59,11 @@ for stage in "$@"; do
       sh=8b; [ $stage = sw1 ] && sh=1b
       IFS='|' read -ra ents <<< "${SW:-SMELT_CUDA_SKIP=0}"
       for ent in "${ents[@]}"; do env $ent timeout 300 $B/smelt bench --synthetic $sh --bits ${SW_BITS:-4} --device cuda --dir /tmp -p ${SW_P:-512} -n 128 2>&1 | grep -E "decode |GPU" | sed "s/^/[$sh $ent] /" | tee -a $OUT/bench.txt; done ;;
+    trace) # timeline of one 8B decode layer around attention (SMELT_CUDA_TRACE build in build-trace; SW entries as sw8)
+      [ -x build-trace/smelt ] || cmake -S . -B build-trace -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_FLAGS=-DSMELT_CUDA_TRACE >$OUT/cmake-trace.log 2>&1
+      cmake --build build-trace -j16 --target smelt >$OUT/build-trace.log 2>&1 || { grep -E "error" $OUT/build-trace.log | head; tail -5 $OUT/build-trace.log; }
+      IFS='|' read -ra ents <<< "${SW:-SMELT_CUDA_TRACE_L=2000}"
+      for ent in "${ents[@]}"; do env $ent timeout 300 build-trace/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p ${SW_P:-512} -n 128 2>&1 | grep -E "decode |GPU|trace|^  " | sed "s/^/[trace $ent] /" | tee -a $OUT/trace.txt; done ;;
     nograph) SMELT_CUDA_GRAPHS=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
     *) echo "unknown stage $stage" ;;
   esac

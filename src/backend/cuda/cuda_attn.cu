@@ -54,7 +54,52 @@ static __device__ __forceinline__ float dot4(float4 a, float4 b, float s) {
 struct at_rope {
   const float *k, *v, *invq, *invk;
   int halfq, halfk;
+  const char *pf[2]; /* weights of a later kernel to prefetch into L2 once K/V are consumed (may be NULL) */
+  long long pfn[2];  /* bytes (multiples of 16) */
 };
+
+/* the blocks of the grid split regions pf[0..1] and each prefetches its share into L2 */
+static __device__ __forceinline__ void at_prefetch(const at_rope &rp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x >= 2 || !rp.pf[threadIdx.x]) return;
+  const long long n = rp.pfn[threadIdx.x];
+  const long long nb = (long long)gridDim.x * gridDim.y * gridDim.z;
+  const long long b = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  const long long per = ((n + nb - 1) / nb + 15) & ~15LL;
+  long long o = b * per;
+  const long long e = o + per < n ? o + per : n;
+  for (; o < e; o += 1 << 20) {
+    const long long len = e - o < (1 << 20) ? e - o : (1 << 20);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(rp.pf[threadIdx.x] + o), "r"((unsigned)len) : "memory");
+  }
+#else
+  (void)rp;
+#endif
+}
+
+#ifdef SMELT_CUDA_TRACE
+__device__ unsigned long long *tr_a;
+/* buffer: [0] attention launches, [1] target launch index, [2] last q/k/v block exit (max),
+ * [3] last attention block exit (max), [16..24] block (0,0,0) of the target launch, [40] [2] read
+ * after its wait */
+#define TRA_BEGIN                                                                                  \
+  const unsigned long long tr_t0 = tr_a ? tr_now() : 0;                                           \
+  bool tr0 = tr_a && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0;   \
+  if (tr0) { tr0 = atomicAdd(tr_a, 1ull) == tr_a[1]; if (tr0) tr_a[16] = tr_t0; }
+#define TRA(k) do { if (tr0) tr_a[16 + (k)] = tr_now(); } while (0)
+#define TRA_END do { if (tr_a && threadIdx.x == 0) atomicMax(tr_a + 3, tr_now()); } while (0)
+#else
+#define TRA_BEGIN
+#define TRA(k) do { } while (0)
+#define TRA_END do { } while (0)
+#endif
+void cu_attn_set_trace(unsigned long long *buf) {
+#ifdef SMELT_CUDA_TRACE
+  cudaMemcpyToSymbol(tr_a, &buf, sizeof buf);
+#else
+  (void)buf;
+#endif
+}
 
 template <int GM, int NJ, int AT_B, bool HW, int NW>
 __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, uint8_t *__restrict__ xq,
@@ -81,6 +126,7 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
   const float *qg = q + ((int64_t)t * n_heads + (int64_t)kvh * G) * hd;
   const bool fused = rp.k != NULL;
   float *Kp = Ml + 2 * NW * G, *Vp = Kp + hd; /* the new position's k (rotated) and v */
+  TRA_BEGIN
   pdl_trigger();
   /* This warp's positions are a0 + warp + NW i (i < npos), AT_B per batch; lane l holds the cache
    * slot of i = 32 c + l for the current chunk c of 32. The slots (batch metadata) and the K/V
@@ -111,7 +157,12 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
     }
   };
   load_batch(0);
+  TRA(1);
   pdl_wait();
+  TRA(2);
+#ifdef SMELT_CUDA_TRACE
+  if (tr0) tr_a[40] = *(volatile unsigned long long *)(tr_a + 2);
+#endif
   if (!fused) {
 #pragma unroll 4
     for (int i = tid; i < G * hd; i += NW * 32) Qs[i] = __ldca(qg + i) * scale;
@@ -152,6 +203,7 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
     }
   }
   __syncthreads();
+  TRA(3);
   float4 qr[GM][NJ];
 #pragma unroll
   for (int g = 0; g < GM; g++)
@@ -234,6 +286,8 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
         }
       }
   }
+  TRA(4);
+  at_prefetch(rp);
   if (HW) /* each half-warp accumulated its own positions (same max and sum): add the halves */
 #pragma unroll
     for (int g = 0; g < GM; g++)
@@ -290,35 +344,52 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
     /* the S blocks of (token, kv head) are one cluster: combine their (max, sum, output) through
      * distributed shared memory; block z does the 32-output chunks z, z + S, ... (a warp each) */
     cg::cluster_group cluster = cg::this_cluster();
+    TRA(5);
     cluster.sync();
+    TRA(6);
     const int nout = G * hd, nch = (nout + 31) / 32;
     for (int ch = z + S * warp; ch < nch; ch += NW * S) {
       const int i = ch * 32 + lane, ii = i < nout ? i : nout - 1;
       const int g = ii / hd, d = ii % hd, h = kvh * G + g;
-      /* S <= 16: every remote (max, sum) and output is requested before any is used */
-      float2 ml[16];
-      float ov[16];
-#pragma unroll
-      for (int k = 0; k < 16; k++) {
-        ml[k] = k < S ? *(const float2 *)(cluster.map_shared_rank(Kp, k) + 2 * g) : make_float2(-INFINITY, 0.f);
-        ov[k] = k < S ? cluster.map_shared_rank(Qs, k)[ii] : 0.f;
-      }
-      float M = -INFINITY;
-#pragma unroll
-      for (int k = 0; k < 16; k++) M = fmaxf(M, ml[k].x);
       float o = 0.f, L = 0.f;
-      if (M != -INFINITY)
+      if (cl == 2) { /* S <= 16: every remote (max, sum) and output is requested before any is used */
+        float2 ml[16];
+        float ov[16];
 #pragma unroll
         for (int k = 0; k < 16; k++) {
-          const float f = ml[k].x == -INFINITY ? 0.f : expf(ml[k].x - M);
-          L = fmaf(ml[k].y, f, L);
-          o = fmaf(ov[k], f, o);
+          ml[k] = k < S ? *(const float2 *)(cluster.map_shared_rank(Kp, k) + 2 * g) : make_float2(-INFINITY, 0.f);
+          ov[k] = k < S ? cluster.map_shared_rank(Qs, k)[ii] : 0.f;
         }
+        float M = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < 16; k++) M = fmaxf(M, ml[k].x);
+        if (M != -INFINITY)
+#pragma unroll
+          for (int k = 0; k < 16; k++) {
+            const float f = ml[k].x == -INFINITY ? 0.f : expf(ml[k].x - M);
+            L = fmaf(ml[k].y, f, L);
+            o = fmaf(ov[k], f, o);
+          }
+      } else {
+        float M = -INFINITY;
+        for (int k = 0; k < S; k++) M = fmaxf(M, cluster.map_shared_rank(Kp, k)[2 * g]);
+        if (M != -INFINITY)
+          for (int k = 0; k < S; k++) {
+            const float *rk = cluster.map_shared_rank(Kp, k);
+            const float mk = rk[2 * g];
+            const float f = mk == -INFINITY ? 0.f : expf(mk - M);
+            L = fmaf(rk[2 * g + 1], f, L);
+            o = fmaf(cluster.map_shared_rank(Qs, k)[ii], f, o);
+          }
+      }
       const float v = L > 0.f ? o / L : 0.f;
       if (i < nout) out[((int64_t)t * n_heads + h) * hd + d] = v;
       if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
     }
+    TRA(7);
     cluster.sync(); /* the other blocks' shared memory stays readable until all are done */
+    TRA(8);
+    TRA_END;
     return;
   }
 #endif
@@ -390,7 +461,8 @@ int g_cu_attn_s = 0; /* SMELT_CUDA_ATTN_S: fixed split count (0: automatic) */
  * the backend to 0 below sm_90); more splits than this are cut down to it */
 int g_cu_attn_cl = 16;
 int g_cu_attn_b = 12; /* SMELT_CUDA_ATTN_B: positions a warp loads at once (hd <= 128, G <= 4: 8, 12, 16) */
-int g_cu_attn_hw = 1; /* SMELT_CUDA_ATTN_HW=0: whole warps a position also for hd <= 64 */
+int g_cu_attn_hw = 1;
+int g_cu_attn_unr = 1; /* SMELT_CUDA_ATTN_UNR=0: the cluster combine loads remote values one split at a time */ /* SMELT_CUDA_ATTN_HW=0: whole warps a position also for hd <= 64 */
 int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {
   if (g_cu_attn_s >= 1 && g_cu_attn_s <= 64) return g_cu_attn_s;
   const int units = n_tokens * nkv;
@@ -439,6 +511,14 @@ static void attn_launch(void (*kern)(KArgs...), dim3 grid, int nthreads, size_t 
   cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
 }
 
+static const void *g_pf[2];
+static size_t g_pfn[2];
+void cu_attn_set_prefetch(const void *a, size_t an, const void *b, size_t bn) {
+  g_pf[0] = an >= 16 ? a : NULL;
+  g_pfn[0] = an >= 16 ? an & ~(size_t)15 : 0;
+  g_pf[1] = bn >= 16 ? b : NULL;
+  g_pfn[1] = bn >= 16 ? bn & ~(size_t)15 : 0;
+}
 void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q, const float *kraw, const float *vraw,
                     const float *invq, const float *invk, int halfq, int halfk, float *K, float *V,
                     const int32_t *pos, const int32_t *seq, const int32_t *table, int max_blocks, int bs, int nblocks,
@@ -450,9 +530,12 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
   dim3 grid((unsigned)n_tokens, (unsigned)nkv, (unsigned)S);
   uint8_t *xq = (uint8_t *)xqv;
   float2 *xs = xq ? (float2 *)(xq + (size_t)n_tokens * n_heads * hd) : NULL;
-  const at_rope rp = { kraw, vraw, invq, invk, halfq, halfk };
+  const at_rope rp = { kraw, vraw, invq, invk, halfq, halfk, { (const char *)g_pf[0], (const char *)g_pf[1] },
+                      { (long long)g_pfn[0], (long long)g_pfn[1] } };
+  g_pf[0] = g_pf[1] = NULL;
+  g_pfn[0] = g_pfn[1] = 0;
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
-                 softcap, S, (int)cl
+                 softcap, S, cl ? (g_cu_attn_unr ? 2 : 1) : 0
   const bool hw = hd4 <= 16 && g_cu_attn_hw;
   const size_t sm = cu_attn_dec_smem(hd, G, S, 4);
   /* NW = 4 warps a block: 8 measured slower on the H100 (8B 357 vs 386 tok/s, bf16 86.7 vs 89.6%) */

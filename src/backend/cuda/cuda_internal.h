@@ -28,6 +28,17 @@ static __device__ __forceinline__ void pdl_trigger() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+/* SMELT_CUDA_TRACE builds (diagnostic, -DSMELT_CUDA_TRACE): kernels stamp %globaltimer into a
+ * device buffer (layout in cuda_backend.cu trace_dump); each .cu keeps its own pointer to it */
+#ifdef SMELT_CUDA_TRACE
+static __device__ __forceinline__ unsigned long long tr_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#endif
+void cu_attn_set_trace(unsigned long long *buf);
+void cu_mv_set_trace(unsigned long long *buf);
 extern int g_cu_pdl; /* launch with the programmatic-serialization attribute (SMELT_CUDA_PDL=0: off) */
 template <typename... KArgs, typename... Args>
 static inline void cu_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
@@ -124,6 +135,9 @@ size_t cu_attn_dec_smem(int hd, int G, int S, int nw); /* nw: warps a block (4) 
  * kraw != NULL: rope + kv_store fused in: q, kraw, vraw are the projections before rotation
  * (rotated with invq/halfq, invk/halfk as k_rope_qk_store does) and the new k, v are written to
  * K, V here */
+/* regions (device pointers, 16-byte aligned) the next cu_attn_decode launch prefetches into L2
+ * after its blocks have read K and V */
+void cu_attn_set_prefetch(const void *a, size_t an, const void *b, size_t bn);
 void cu_attn_decode(float *out, void *xq, float *part, int *cnt, const float *q, const float *kraw, const float *vraw,
                     const float *invq, const float *invk, int halfq, int halfk, float *K, float *V,
                     const int32_t *pos, const int32_t *seq, const int32_t *table, int max_blocks, int bs, int nblocks,

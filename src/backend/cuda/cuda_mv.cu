@@ -559,6 +559,20 @@ static __device__ __forceinline__ void glu_finish(const mv_args &a, const glu_ar
   }
 }
 
+#ifdef SMELT_CUDA_TRACE
+__device__ unsigned long long *tr_m;
+/* k_mvq4 launches with one weight of 4096 x 4096 (o projection of the 8B shape): [4] launches,
+ * [32..35] block 0 of the target launch ([1]), [5] last block exit (max); q/k/v launches (3
+ * weights) keep [2] = last block exit */
+#endif
+void cu_mv_set_trace(unsigned long long *buf) {
+#ifdef SMELT_CUDA_TRACE
+  cudaMemcpyToSymbol(tr_m, &buf, sizeof buf);
+#else
+  (void)buf;
+#endif
+}
+
 template <int N, int RB, int UNR, int MINB = 1>
 __global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4 *__restrict__ xq,
                                               const float2 *__restrict__ xs, int K, int lg, int sbk, int n, int tl,
@@ -584,6 +598,16 @@ __global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4
 #pragma unroll
     for (int c = 0; c < N; c++) acc[r][c] = 0.f;
   constexpr int MK = 0x0F0F0F0F;
+#ifdef SMELT_CUDA_TRACE
+  const bool tro = tr_m && N == 1 && a.bstart[1] == 0x7fffffff && a.M[0] == 4096 && K == 4096;
+  const bool trq = tr_m && N == 1 && a.bstart[2] != 0x7fffffff;
+  bool trk = false;
+  if (tro && blockIdx.x == 0 && threadIdx.x == 0) {
+    const unsigned long long t0 = tr_now();
+    trk = atomicAdd(tr_m + 4, 1ull) == tr_m[1];
+    if (trk) tr_m[32] = t0;
+  }
+#endif
   pdl_trigger();
   uint4 raw[UNR][RB];
   float2 p[UNR][RB];
@@ -601,7 +625,15 @@ __global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4
 #pragma unroll
       for (int r = 0; r < RB; r++) p[u][r] = v < V ? load_sb_rt(sb, rows[r] * G + (v >> lg), sbk) : make_float2(0.f, 0.f);
     }
-    if (first) pdl_wait();
+    if (first) {
+      pdl_wait();
+#ifdef SMELT_CUDA_TRACE
+      if (trk) {
+        tr_m[33] = tr_now();
+        tr_m[34] = *(volatile unsigned long long *)(tr_m + 3);
+      }
+#endif
+    }
 #pragma unroll
     for (int u = 0; u < UNR; u++) {
       const int v = v0 + u * tpr;
@@ -656,6 +688,15 @@ __global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4
       if (row < M && c0 + c < n) y[(int64_t)(c0 + c) * M + row] = sum;
     }
   }
+#ifdef SMELT_CUDA_TRACE
+  if (threadIdx.x == 0) {
+    if (trq) atomicMax(tr_m + 2, tr_now());
+    if (tro) {
+      atomicMax(tr_m + 5, tr_now());
+      if (trk) tr_m[35] = tr_now();
+    }
+  }
+#endif
   if (glu.cnt) glu_finish(a, glu, rowb, (128 >> tl) * RB, n, nch);
 }
 
