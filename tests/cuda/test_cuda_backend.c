@@ -531,7 +531,9 @@ int main(void) {
    * elements, larger than these tests), norm and decode attention writing the int8 x */
   G->destroy(G);
   setenv("SMELT_CUDA_Q4", "1", 1);
+  setenv("SMELT_CUDA_PF_MIN", "0", 1); /* the attention's L2 prefetch of the gate weight also for these */
   G = sm_cuda_backend_create(0);
+  unsetenv("SMELT_CUDA_PF_MIN");
   g_q4 = true;
   CHECK(G != NULL, "cuda backend with SMELT_CUDA_Q4=1: %s", smelt_last_error());
   if (G) {

@@ -113,6 +113,7 @@ static int g_cu_skip = 0;
  * it) into L2 after reading K/V, while the memory is otherwise idle (8B 4-bit: 2.42 vs 2.45 ms a step
  * with 8 MB on the H100; 0 = off) */
 static size_t g_cu_pf_bytes = (size_t)8 << 20;
+static size_t g_cu_pf_min = (size_t)32 << 20; /* SMELT_CUDA_PF_MIN (MB): smallest gate weight it is used for */
 extern int g_cu_q4role_rb[CU_Q4_ROLES], g_cu_q4role_tl[CU_Q4_ROLES];
 extern int g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
@@ -1004,7 +1005,7 @@ static void exec_ops(cuda_be *c) {
             const size_t qb = (size_t)gw->rows * (size_t)gw->cols * (dn ? sm_dtype_size(gw->dtype) : 1) / (dn ? 1 : 2);
             const size_t sbb = dn ? 0 : (size_t)gw->rows * (size_t)(gw->cols / gw->gs) * 4;
             const size_t want = g_cu_pf_bytes < qb / 2 ? g_cu_pf_bytes : qb / 2;
-            if (qb >= ((size_t)32 << 20)) /* measured to pay on the 8B shape, not on the 1B one */
+            if (qb >= g_cu_pf_min) /* measured to pay on the 8B shape, not on the 1B one */
               cu_attn_set_prefetch(gw->q, want, gw->sb, (size_t)((double)sbb * want / qb));
             break;
           }
@@ -1800,10 +1801,14 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   const char *au = getenv("SMELT_CUDA_ATTN_UNR");
   g_cu_attn_unr = !(au && au[0] == '0');
   const char *pfe = getenv("SMELT_CUDA_PF");
-  if (pfe) g_cu_pf_bytes = (size_t)(atof(pfe) * 1048576.0);
+  g_cu_pf_bytes = pfe ? (size_t)(atof(pfe) * 1048576.0) : (size_t)8 << 20;
+  const char *pfm = getenv("SMELT_CUDA_PF_MIN");
+  g_cu_pf_min = pfm ? (size_t)(atof(pfm) * 1048576.0) : (size_t)32 << 20;
   const char *sk = getenv("SMELT_CUDA_SKIP");
   g_cu_skip = sk ? (int)strtol(sk, NULL, 0) : 0;
   const char *qr = getenv("SMELT_CUDA_Q4ROLE");
+  memset(g_cu_q4role_rb, 0, sizeof g_cu_q4role_rb);
+  memset(g_cu_q4role_tl, 0, sizeof g_cu_q4role_tl);
   if (qr) { /* "qkv=RB[:TL],o=..,gu=..,dn=..,lm=.." */
     static const char *names[CU_Q4_ROLES] = { "qkv", "o", "gu", "dn", "lm" };
     for (const char *p = qr; *p;) {
