@@ -4,7 +4,10 @@
 # (mv: quantized matvec microbenchmark; b1old/b8q4old: the same benches with SMELT_CUDA_Q4=0;
 #  n8/n1: ncu per-kernel times of decode steps (NCU_SKIP/NCU_COUNT, summarize with
 #  bench/cuda/ncu_summary.py); clab: SMELT_CUDA_ATTN_CL A/B; hwab: SMELT_CUDA_ATTN_HW A/B; bab: SMELT_CUDA_ATTN_B sweep; b1cfg/b8cfg/qlong/qwarps/b8attn/b1attn/bfcfg: sweeps of the tuning
-#  variables SMELT_CUDA_Q4CFG/Q4LONG/Q4WARPS/ATTN_S/MV2; b8nopdl/b1nopdl: SMELT_CUDA_PDL=0)
+#  variables SMELT_CUDA_Q4CFG/Q4LONG/Q4WARPS/ATTN_S/MV2; b8nopdl/b1nopdl: SMELT_CUDA_PDL=0;
+#  sw8/sw1: one 8B/1B decode bench per entry of SW="ENV=v ENV2=w|ENV=x" (SW_BITS, SW_P), e.g.
+#  SW="SMELT_CUDA_SKIP=0|SMELT_CUDA_SKIP=2" for the in-graph cost of attention;
+#  trace: the -DSMELT_CUDA_TRACE build's timeline of one 8B attention launch (SW as above))
 # Needs the Debian packages in build-cudadeps/debs (see device_env.sh). Logs go to $OUT.
 set -o pipefail
 export SMELT_CUDA_STATS=1
