@@ -156,9 +156,39 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
       }
     }
   };
+  /* the block whose range holds the new position: its cache slot (batch metadata) and rotation
+   * frequencies are read before the wait, its k/v rows right after it, with q (one round trip) */
+  const bool ownb = a0 <= p && p < a1, hoist = ownb && (cl & 4);
+  int64_t own_sl = -1;
+  float hk[2] = { 0.f, 0.f }, hk0[2] = { 0.f, 0.f }, hk1[2] = { 0.f, 0.f }, hv[2] = { 0.f, 0.f }, hf[2] = { 0.f, 0.f };
+  if (hoist) {
+    own_sl = at_slot(table, max_blocks, bs, nblocks, sq, p);
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+      const int d = tid + NW * 32 * u;
+      if (fused && d < 2 * rp.halfk) hf[u] = rp.invk[d < rp.halfk ? d : d - rp.halfk];
+    }
+  }
   load_batch(0);
   TRA(1);
   pdl_wait();
+  if (hoist) {
+    const float *kt = fused ? rp.k + ((int64_t)t * nkv + kvh) * hd : Kc + (own_sl >= 0 ? own_sl : 0) * row + koff;
+    const float *vt = fused ? rp.v + ((int64_t)t * nkv + kvh) * hd : Vc + (own_sl >= 0 ? own_sl : 0) * row + koff;
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+      const int d = tid + NW * 32 * u;
+      if (d < hd) {
+        hk[u] = kt[d];
+        hv[u] = vt[d];
+        if (fused && d < 2 * rp.halfk) {
+          const int j = d < rp.halfk ? d : d - rp.halfk;
+          hk0[u] = kt[j];
+          hk1[u] = kt[j + rp.halfk];
+        }
+      }
+    }
+  }
   TRA(2);
 #ifdef SMELT_CUDA_TRACE
   if (tr0) tr_a[40] = *(volatile unsigned long long *)(tr_a + 2);
@@ -181,7 +211,25 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
       Qs[i] = v * scale;
     }
   }
-  if (a0 <= p && p < a1) { /* this block's range holds the new position */
+  if (hoist) {
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+      const int d = tid + NW * 32 * u;
+      if (d >= hd) continue;
+      float v = hk[u];
+      if (fused && d < 2 * rp.halfk) {
+        float sn, cs;
+        sincosf((float)p * hf[u], &sn, &cs);
+        v = d < rp.halfk ? hk0[u] * cs - hk1[u] * sn : hk0[u] * sn + hk1[u] * cs;
+      }
+      Kp[d] = v;
+      Vp[d] = hv[u];
+      if (fused && own_sl >= 0) {
+        Kc[own_sl * row + koff + d] = v;
+        Vc[own_sl * row + koff + d] = hv[u];
+      }
+    }
+  } else if (ownb) { /* this block's range holds the new position */
     const int64_t sl = at_slot(table, max_blocks, bs, nblocks, sq, p);
     const float *kt = fused ? rp.k + ((int64_t)t * nkv + kvh) * hd : Kc + (sl >= 0 ? sl : 0) * row + koff;
     const float *vt = fused ? rp.v + ((int64_t)t * nkv + kvh) * hd : Vc + (sl >= 0 ? sl : 0) * row + koff;
@@ -329,7 +377,7 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
       const float v = L > 0.f ? o / L : 0.f;
       out[((int64_t)t * n_heads + h) * hd + d] = v;
       if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
-    } else if (cl) { /* kept in shared memory for the cluster combine (q and the new k/v are consumed) */
+    } else if (cl & 3) { /* kept in shared memory for the cluster combine (q and the new k/v are consumed) */
       Qs[i] = o;
       if (d == 0) { Kp[2 * g] = M; Kp[2 * g + 1] = L; }
     } else {
@@ -340,7 +388,7 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
   }
   if (S == 1) return;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (cl) {
+  if (cl & 3) {
     /* the S blocks of (token, kv head) are one cluster: combine their (max, sum, output) through
      * distributed shared memory; block z does the 32-output chunks z, z + S, ... (a warp each) */
     cg::cluster_group cluster = cg::this_cluster();
@@ -352,7 +400,7 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
       const int i = ch * 32 + lane, ii = i < nout ? i : nout - 1;
       const int g = ii / hd, d = ii % hd, h = kvh * G + g;
       float o = 0.f, L = 0.f;
-      if (cl == 2) { /* S <= 16: every remote (max, sum) and output is requested before any is used */
+      if ((cl & 3) == 2) { /* S <= 16: every remote (max, sum) and output is requested before any is used */
         float2 ml[16];
         float ov[16];
 #pragma unroll
@@ -462,6 +510,7 @@ int g_cu_attn_s = 0; /* SMELT_CUDA_ATTN_S: fixed split count (0: automatic) */
 int g_cu_attn_cl = 16;
 int g_cu_attn_b = 12; /* SMELT_CUDA_ATTN_B: positions a warp loads at once (hd <= 128, G <= 4: 8, 12, 16) */
 int g_cu_attn_hw = 1;
+int g_cu_attn_hoist = 1; /* SMELT_CUDA_ATTN_HOIST=0: the new position's slot and k/v rows read after q */
 int g_cu_attn_unr = 1; /* SMELT_CUDA_ATTN_UNR=0: the cluster combine loads remote values one split at a time */ /* SMELT_CUDA_ATTN_HW=0: whole warps a position also for hd <= 64 */
 int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {
   if (g_cu_attn_s >= 1 && g_cu_attn_s <= 64) return g_cu_attn_s;
@@ -535,7 +584,7 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
   g_pf[0] = g_pf[1] = NULL;
   g_pfn[0] = g_pfn[1] = 0;
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
-                 softcap, S, cl ? (g_cu_attn_unr ? 2 : 1) : 0
+                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0)
   const bool hw = hd4 <= 16 && g_cu_attn_hw;
   const size_t sm = cu_attn_dec_smem(hd, G, S, 4);
   /* NW = 4 warps a block: 8 measured slower on the H100 (8B 357 vs 386 tok/s, bf16 86.7 vs 89.6%) */

@@ -115,7 +115,7 @@ static int g_cu_skip = 0;
 static size_t g_cu_pf_bytes = (size_t)8 << 20;
 static size_t g_cu_pf_min = (size_t)32 << 20; /* SMELT_CUDA_PF_MIN (MB): smallest gate weight it is used for */
 extern int g_cu_q4role_rb[CU_Q4_ROLES], g_cu_q4role_tl[CU_Q4_ROLES];
-extern int g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
+extern int g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
 static void prof_end(cuda_be *c, const char *label) {
@@ -1798,6 +1798,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
 #endif
   const char *no = getenv("SMELT_CUDA_NORMOUT");
   g_cu_normout = no && no[0] == '1';
+  const char *ah = getenv("SMELT_CUDA_ATTN_HOIST");
+  g_cu_attn_hoist = !(ah && ah[0] == '0');
   const char *au = getenv("SMELT_CUDA_ATTN_UNR");
   g_cu_attn_unr = !(au && au[0] == '0');
   const char *pfe = getenv("SMELT_CUDA_PF");
