@@ -567,6 +567,22 @@ int main(void) {
     G->destroy(G);
   }
   unsetenv("SMELT_CUDA_ATTN_CL");
+  /* int8 kernels with four rows a thread for gate/up (SMELT_CUDA_Q4ROLE; the default is two) */
+  setenv("SMELT_CUDA_Q4", "1", 1);
+  setenv("SMELT_CUDA_Q4ROLE", "gu=14", 1);
+  G = sm_cuda_backend_create(0);
+  g_q4 = true;
+  CHECK(G != NULL, "cuda backend with SMELT_CUDA_Q4ROLE=gu=14: %s", smelt_last_error());
+  if (G) {
+    test_model(4);
+    g_shape = "tiny";
+    test_model(4);
+    g_shape = "test";
+    G->destroy(G);
+  }
+  g_q4 = false;
+  unsetenv("SMELT_CUDA_Q4");
+  unsetenv("SMELT_CUDA_Q4ROLE");
   test_pipelined_decode();
   C->destroy(C);
   TEST_END();

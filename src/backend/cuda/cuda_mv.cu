@@ -864,7 +864,10 @@ static void q4_launch_n(const cu_weight *const *ws, float *const *ys, int nw, co
       else launch_q4<1, 2, 2, 9>(ws, ys, nw, q4, xs, n, tl, s, g);
       break;
     case 42: launch_q4<1, 2, 4>(ws, ys, nw, q4, xs, n, tl, s, g); break;
-    case 14: launch_q4<1, 4, 1>(ws, ys, nw, q4, xs, n, tl, s, g); break;
+    case 14: /* 10 blocks an SM (<= 48 registers) */
+      if (g_cu_q4minb == 1) launch_q4<1, 4, 1, 1>(ws, ys, nw, q4, xs, n, tl, s, g);
+      else launch_q4<1, 4, 1, 10>(ws, ys, nw, q4, xs, n, tl, s, g);
+      break;
     case 24: launch_q4<1, 4, 2>(ws, ys, nw, q4, xs, n, tl, s, g); break;
     case 44: launch_q4<1, 4, 4>(ws, ys, nw, q4, xs, n, tl, s, g); break;
     case 18: launch_q4<1, 8, 1>(ws, ys, nw, q4, xs, n, tl, s, g); break;
