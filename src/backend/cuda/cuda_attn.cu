@@ -1,5 +1,5 @@
 /* Decode attention (flash-decoding): every token of the batch is the only one of its sequence
- * (n_tiles == n_tokens). Grid = (token, kv head, split z); NW = 4 warps a block. The split's
+ * (n_tiles == n_tokens). Grid = (token, kv head, split z); NW = 8 (or 4) warps a block. The split's
  * positions are dealt round-robin to the warps; a warp streams K and V rows of B positions at a
  * time (lane = one or two float4 of the head dim, so a row is one coalesced load), keeps its own
  * online softmax (max, sum, P.V accumulator) for all G query heads of the kv head in registers:
@@ -102,7 +102,7 @@ void cu_attn_set_trace(unsigned long long *buf) {
 }
 
 template <int GM, int NJ, int AT_B, bool HW, int NW>
-__global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, uint8_t *__restrict__ xq,
+__global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *__restrict__ out, uint8_t *__restrict__ xq,
                                                    float2 *__restrict__ xs, float *__restrict__ part,
                                                    int *__restrict__ cnt, const float *__restrict__ q, const at_rope rp,
                                                    float *__restrict__ Kc, float *__restrict__ Vc,
@@ -127,21 +127,42 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
   const bool fused = rp.k != NULL;
   float *Kp = Ml + 2 * NW * G, *Vp = Kp + hd; /* the new position's k (rotated) and v */
   TRA_BEGIN
-  pdl_trigger();
+  const int trig = (cl >> 3) & 3; /* where the next kernel may launch: 0 here, 1 after the first K/V loads, 2 after the loop */
+  if (trig == 0) pdl_trigger();
   /* This warp's positions are a0 + warp + NW i (i < npos), AT_B per batch; lane l holds the cache
    * slot of i = 32 c + l for the current chunk c of 32. The slots (batch metadata) and the K/V
    * rows of older positions do not depend on the previous kernel: the first batch is loaded
    * before waiting for it. The token's own position p is written by the previous kernel (or by
    * this one, rope fused) and is read after the wait. */
   const int npos = a1 > a0 + warp ? (a1 - a0 - warp + NW - 1) / NW : 0;
-  int64_t my_slot = lane < npos ? at_slot(table, max_blocks, bs, nblocks, sq, a0 + warp + NW * lane) : -1;
+  /* slots of this warp's positions 32 c .. 32 c + 31 (lane l: 32 c + l); a batch spans at most
+   * two such chunks: my_slot holds chunk cur, my_slot2 chunk cur + 1 */
+  auto chunk_slots = [&](int c) -> int64_t {
+    const int i = 32 * c + lane;
+    return i < npos ? at_slot(table, max_blocks, bs, nblocks, sq, a0 + warp + NW * i) : -1;
+  };
+  int cur = 0;
+  int64_t my_slot = chunk_slots(0), my_slot2 = -1;
+  bool have2 = false;
   float4 kr[AT_B][NJ], vr[AT_B][NJ];
   bool ok[AT_B], own[AT_B];
+  constexpr int SPAN = (HW ? 2 : 1) * AT_B; /* positions a batch (<= 32) */
+  static_assert(SPAN <= 32, "a batch spans at most two chunks of 32 positions");
   auto load_batch = [&](int i0) {
+    if ((i0 >> 5) != cur) { /* the batch starts in the next chunk */
+      my_slot = have2 ? my_slot2 : chunk_slots(i0 >> 5);
+      cur = i0 >> 5;
+      have2 = false;
+    }
+    if (((i0 + SPAN - 1) >> 5) != cur && !have2 && 32 * (cur + 1) < npos) { /* it ends in the next one */
+      my_slot2 = chunk_slots(cur + 1);
+      have2 = true;
+    }
 #pragma unroll
     for (int b = 0; b < AT_B; b++) {
       const int i = i0 + (HW ? 2 * b + (lane >> 4) : b);
-      const int64_t sl = __shfl_sync(0xffffffffu, my_slot, i & 31);
+      const int64_t s1 = __shfl_sync(0xffffffffu, my_slot, i & 31), s2 = __shfl_sync(0xffffffffu, my_slot2, i & 31);
+      const int64_t sl = (i >> 5) == cur ? s1 : s2;
       own[b] = i < npos && a0 + warp + NW * i == p;
       ok[b] = i < npos && sl >= 0;
       const bool ld = ok[b] && !own[b];
@@ -170,6 +191,7 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
     }
   }
   load_batch(0);
+  if (trig == 1) pdl_trigger();
   TRA(1);
   pdl_wait();
   if (hoist) {
@@ -270,13 +292,7 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
     for (int j = 0; j < NJ; j++) acc[g][j] = f4z();
   }
   for (int i0 = 0; i0 < npos; i0 += (HW ? 2 : 1) * AT_B) {
-    if (i0) {
-      if ((i0 & 31) == 0) {
-        const int i = i0 + lane;
-        my_slot = i < npos ? at_slot(table, max_blocks, bs, nblocks, sq, a0 + warp + NW * i) : -1;
-      }
-      load_batch(i0);
-    }
+    if (i0) load_batch(i0);
 #pragma unroll
     for (int b = 0; b < AT_B; b++)
       if (own[b] && ok[b]) {
@@ -335,6 +351,7 @@ __global__ void __launch_bounds__(NW * 32) k_attn_dec2(float *__restrict__ out, 
       }
   }
   TRA(4);
+  if (trig == 2) pdl_trigger();
   at_prefetch(rp);
   if (HW) /* each half-warp accumulated its own positions (same max and sum): add the halves */
 #pragma unroll
@@ -508,10 +525,16 @@ int g_cu_attn_s = 0; /* SMELT_CUDA_ATTN_S: fixed split count (0: automatic) */
 /* SMELT_CUDA_ATTN_CL: largest cluster for the split combine (0: the global-memory combine; set by
  * the backend to 0 below sm_90); more splits than this are cut down to it */
 int g_cu_attn_cl = 16;
-int g_cu_attn_b = 12; /* SMELT_CUDA_ATTN_B: positions a warp loads at once (hd <= 128, G <= 4: 8, 12, 16) */
-int g_cu_attn_hw = 1;
+/* SMELT_CUDA_ATTN_NW: warps a decode attention block for G <= 4, hd <= 128 (4, 8, 16; others
+ * always 4). The position loop is latency-bound (ncu: ~1 eligible warp a scheduler at 4 warps and
+ * 255 registers); 8 warps capped at 128 registers, 4 positions a batch, measured fastest on the
+ * H100 (docs/benchmarks.md) */
+int g_cu_attn_nw = 8;
+int g_cu_attn_b = 12; /* SMELT_CUDA_ATTN_B: positions a warp loads at once (4 warps: 8, 12, 16; 8 warps: 4, 6, 8) */
+int g_cu_attn_hw = 1; /* SMELT_CUDA_ATTN_HW=0: whole warps a position also for hd <= 64 */
 int g_cu_attn_hoist = 1; /* SMELT_CUDA_ATTN_HOIST=0: the new position's slot and k/v rows read after q */
-int g_cu_attn_unr = 1; /* SMELT_CUDA_ATTN_UNR=0: the cluster combine loads remote values one split at a time */ /* SMELT_CUDA_ATTN_HW=0: whole warps a position also for hd <= 64 */
+int g_cu_attn_trig = 0; /* SMELT_CUDA_ATTN_TRIG: where the o projection may launch (0 start, 1 after the first K/V loads, 2 after the position loop) */
+int g_cu_attn_unr = 1; /* SMELT_CUDA_ATTN_UNR=0: the cluster combine loads remote values one split at a time */
 int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {
   if (g_cu_attn_s >= 1 && g_cu_attn_s <= 64) return g_cu_attn_s;
   const int units = n_tokens * nkv;
@@ -584,16 +607,26 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
   g_pf[0] = g_pf[1] = NULL;
   g_pfn[0] = g_pfn[1] = 0;
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
-                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0)
+                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3)
   const bool hw = hd4 <= 16 && g_cu_attn_hw;
-  const size_t sm = cu_attn_dec_smem(hd, G, S, 4);
-  /* NW = 4 warps a block: 8 measured slower on the H100 (8B 357 vs 386 tok/s, bf16 86.7 vs 89.6%) */
-#define AD2_L(GM, NJ, B, HW)                                                        \
-  do {                                                                            \
-    set_smem<GM, NJ, B, HW, 4>(sm);                                               \
-    attn_launch(k_attn_dec2<GM, NJ, B, HW, 4>, grid, 128, sm, s, cl, AD2_ARGS);   \
+  const int nw = g_cu_attn_nw >= 8 && G <= 4 && hd4 <= 32 ? g_cu_attn_nw : 4;
+  const size_t sm = cu_attn_dec_smem(hd, G, S, nw);
+#define AD2_LW(GM, NJ, B, HW, NW)                                                         \
+  do {                                                                                  \
+    set_smem<GM, NJ, B, HW, NW>(sm);                                                    \
+    attn_launch(k_attn_dec2<GM, NJ, B, HW, NW>, grid, NW * 32, sm, s, cl, AD2_ARGS);    \
   } while (0)
-  if (G <= 4) {
+#define AD2_L(GM, NJ, B, HW) AD2_LW(GM, NJ, B, HW, 4)
+  if (nw == 16) {
+    if (hw) AD2_LW(4, 1, 2, true, 16);
+    else if (g_cu_attn_b == 4) AD2_LW(4, 1, 4, false, 16);
+    else AD2_LW(4, 1, 2, false, 16);
+  } else if (nw == 8) { /* the default: 8 warps of 4 positions a batch (128 registers) */
+    if (hw) { if (g_cu_attn_b == 8) AD2_LW(4, 1, 8, true, 8); else AD2_LW(4, 1, 4, true, 8); }
+    else if (g_cu_attn_b == 8) AD2_LW(4, 1, 8, false, 8);
+    else if (g_cu_attn_b == 6) AD2_LW(4, 1, 6, false, 8);
+    else AD2_LW(4, 1, 4, false, 8);
+  } else if (G <= 4) {
     if (hw) AD2_L(4, 1, 8, true);
     else if (hd4 <= 32 && g_cu_attn_b == 16) AD2_L(4, 1, 16, false);
     else if (hd4 <= 32 && g_cu_attn_b == 12) AD2_L(4, 1, 12, false);
@@ -605,5 +638,6 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
     else AD2_L(8, 2, 2, false);
   }
 #undef AD2_L
+#undef AD2_LW
 #undef AD2_ARGS
 }

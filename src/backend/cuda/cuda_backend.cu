@@ -114,8 +114,12 @@ static int g_cu_skip = 0;
  * with 8 MB on the H100; 0 = off) */
 static size_t g_cu_pf_bytes = (size_t)8 << 20;
 static size_t g_cu_pf_min = (size_t)32 << 20; /* SMELT_CUDA_PF_MIN (MB): smallest gate weight it is used for */
-extern int g_cu_q4role_rb[CU_Q4_ROLES], g_cu_q4role_tl[CU_Q4_ROLES];
-extern int g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
+extern int g_cu_q4role_rb[CU_Q4_ROLES], g_cu_q4role_tl[CU_Q4_ROLES], g_cu_q4role_pf[CU_Q4_ROLES];
+/* SMELT_CUDA_GLU=1: the gate/up kernel also writes silu(gate)*up quantized (per-chunk counter
+ * epilogue); default: a separate quantization kernel before the down projection (measured faster
+ * on the H100, docs/benchmarks.md) */
+static int g_cu_glu = 0;
+extern int g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
 static void prof_end(cuda_be *c, const char *label) {
@@ -1057,7 +1061,7 @@ static void exec_ops(cuda_be *c) {
       }
       /* gate/up pair whose silu(gate)*up only feeds the next (CW_Q4) matvec: the gate/up kernel
        * writes it quantized (c->xq2) and the down projection reads that */
-      if (pq && nw == 2 && i + 3 < c->n_ops && c->ops[i + 2].type == OP_SILU && c->ops[i + 3].type == OP_MATMUL) {
+      if (g_cu_glu && pq && nw == 2 && i + 3 < c->n_ops && c->ops[i + 2].type == OP_SILU && c->ops[i + 3].type == OP_MATMUL) {
         const cu_op *sl = &c->ops[i + 2], *dn = &c->ops[i + 3];
         const cu_weight *dw = (const cu_weight *)dn->p3;
         const bool order = sl->p1 == ys[0] && sl->p2 == ys[1], swapped = sl->p1 == ys[1] && sl->p2 == ys[0];
@@ -1081,8 +1085,8 @@ static void exec_ops(cuda_be *c) {
       }
       if (nw > 1 || pq) {
         prof_begin(c);
-        const int role = nw == 3 ? CU_Q4_QKV : nw == 1 && ws[0]->rows >= 32768 ? CU_Q4_LM : nw == 1 ? CU_Q4_O : -1;
-        const int sk = role == CU_Q4_QKV ? 4 : role == CU_Q4_O ? 8 : role == CU_Q4_LM ? 64 : 0;
+        const int role = nw == 3 ? CU_Q4_QKV : nw == 2 ? CU_Q4_GU : nw == 1 && ws[0]->rows >= 32768 ? CU_Q4_LM : nw == 1 ? CU_Q4_O : -1;
+        const int sk = role == CU_Q4_QKV ? 4 : role == CU_Q4_O ? 8 : role == CU_Q4_GU ? 16 : role == CU_Q4_LM ? 64 : 0;
         if (pq && (g_cu_skip & sk)) { /* diagnostic: not launched */ }
         else if (pq) cu_q4_matvec_preq(ws, ys, nw, o->n, c->xq, c->s, NULL, NULL, role);
         else cu_matvec_multi(ws, ys, nw, (const float *)o->p1, o->n, c->xq, c->s, c->n_sm);
@@ -1763,7 +1767,9 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   const char *as = getenv("SMELT_CUDA_ATTN_S");
   g_cu_attn_s = as ? atoi(as) : 0;
   const char *ab = getenv("SMELT_CUDA_ATTN_B");
-  g_cu_attn_b = ab && (atoi(ab) == 8 || atoi(ab) == 16) ? atoi(ab) : 12;
+  g_cu_attn_b = ab && (atoi(ab) == 2 || atoi(ab) == 4 || atoi(ab) == 6 || atoi(ab) == 8 || atoi(ab) == 16) ? atoi(ab) : 12;
+  const char *anw = getenv("SMELT_CUDA_ATTN_NW");
+  g_cu_attn_nw = anw && (atoi(anw) == 4 || atoi(anw) == 16) ? atoi(anw) : 8;
   const char *ahw = getenv("SMELT_CUDA_ATTN_HW");
   g_cu_attn_hw = !(ahw && ahw[0] == '0');
   const char *acl = getenv("SMELT_CUDA_ATTN_CL");
@@ -1800,6 +1806,10 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_normout = no && no[0] == '1';
   const char *ah = getenv("SMELT_CUDA_ATTN_HOIST");
   g_cu_attn_hoist = !(ah && ah[0] == '0');
+  const char *qh = getenv("SMELT_CUDA_Q4HINT");
+  g_cu_q4hint = qh ? atoi(qh) & 3 : 1;
+  const char *atr = getenv("SMELT_CUDA_ATTN_TRIG");
+  g_cu_attn_trig = atr ? atoi(atr) & 3 : 0;
   const char *au = getenv("SMELT_CUDA_ATTN_UNR");
   g_cu_attn_unr = !(au && au[0] == '0');
   const char *pfe = getenv("SMELT_CUDA_PF");
@@ -1811,15 +1821,19 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   const char *qr = getenv("SMELT_CUDA_Q4ROLE");
   memset(g_cu_q4role_rb, 0, sizeof g_cu_q4role_rb);
   memset(g_cu_q4role_tl, 0, sizeof g_cu_q4role_tl);
-  if (qr) { /* "qkv=RB[:TL],o=..,gu=..,dn=..,lm=.." */
+  memset(g_cu_q4role_pf, 0, sizeof g_cu_q4role_pf);
+  const char *gl = getenv("SMELT_CUDA_GLU");
+  g_cu_glu = gl && gl[0] == '1';
+  if (qr) { /* "qkv=RB[:TL[:PF]],o=..,gu=..,dn=..,lm=.." (PF: KB, -1 all) */
     static const char *names[CU_Q4_ROLES] = { "qkv", "o", "gu", "dn", "lm" };
     for (const char *p = qr; *p;) {
       for (int r = 0; r < CU_Q4_ROLES; r++) {
         size_t l = strlen(names[r]);
         if (!strncmp(p, names[r], l) && p[l] == '=') {
-          int rb = 0, tl = 0;
-          sscanf(p + l + 1, "%d:%d", &rb, &tl);
+          int rb = 0, tl = 0, pf = 0;
+          sscanf(p + l + 1, "%d:%d:%d", &rb, &tl, &pf);
           g_cu_q4role_rb[r] = rb; g_cu_q4role_tl[r] = tl;
+          g_cu_q4role_pf[r] = pf < 0 ? -1 : pf > (1 << 20) ? 1 << 30 : pf * 1024;
         }
       }
       const char *cm = strchr(p, ',');

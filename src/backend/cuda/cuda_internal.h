@@ -103,10 +103,13 @@ void cu_matvec_multi(const cu_weight *const *ws, float *const *ys, int nw, const
  * fused kernel applies (caller then runs silu_mul + matvec) */
 bool cu_matvec_silu(const cu_weight *w, const float *g, const float *u, int n, float *y, void *xq, cudaStream_t s,
                     int n_sm);
+/* matvec roles in a decode layer: select SMELT_CUDA_Q4ROLE overrides */
+enum { CU_Q4_QKV, CU_Q4_O, CU_Q4_GU, CU_Q4_DN, CU_Q4_LM, CU_Q4_ROLES };
 /* CW_Q4 launcher with explicit tiling (microbenchmark): for n = 1 rb = rows per thread (2/4/8) +
- * 10 * vectors per row per load round (1/2/4), e.g. 14; tl = log2 threads per row (5..7); 0 = automatic */
+ * 10 * vectors per row per load round (1/2/4), e.g. 14; tl = log2 threads per row (5..7); 0 = automatic;
+ * role: CU_Q4_* or -1 */
 void cu_q4_matvec_cfg(const cu_weight *const *ws, float *const *ys, int nw, const float *x, const float *xu, int n,
-                      void *xq, cudaStream_t s, int n_sm, int rb, int tl);
+                      void *xq, cudaStream_t s, int n_sm, int rb, int tl, int role = -1);
 bool cu_matvec_compatible(const cu_weight *a, const cu_weight *b);
 /* out[r] = rmsnorm(x[r] (+= a[r] when a)) * (w + off) for n rows of dim, one block a row; with xq
  * also the CW_Q4 int8 x (cu_q4_scratch_bytes(n, dim)) of out. false (nothing launched) when the
@@ -117,7 +120,6 @@ bool cu_norm_q(float *out, float *x, const float *a, const float *w, int n, int 
  * cu_q4_glu_ok): also writes silu(gate)*up quantized into hq (cu_q4_scratch_bytes(n, rows));
  * glu_cnt: rows/32 ints, zero (left zero) */
 /* role: CU_Q4_* (selects a SMELT_CUDA_Q4ROLE override), -1 none */
-enum { CU_Q4_QKV, CU_Q4_O, CU_Q4_GU, CU_Q4_DN, CU_Q4_LM, CU_Q4_ROLES };
 void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xq, cudaStream_t s,
                        int *glu_cnt = NULL, void *hq = NULL, int role = -1);
 bool cu_q4_glu_ok(const cu_weight *gate, const cu_weight *up, int n);

@@ -18,6 +18,23 @@ static __device__ __forceinline__ uint4 ld_stream(const void *p) {
   return r;
 }
 
+/* the same with an L2 prefetch-size hint (h = 1: 128 bytes, 2: 256 bytes) or (3) evict-first */
+static __device__ __forceinline__ uint4 ld_stream_h(const void *p, int h, uint64_t pol) {
+  uint4 r;
+  if (h == 2)
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  else if (h == 1)
+    asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  else if (h == 3)
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
+  else
+    r = ld_stream(p);
+  return r;
+}
+
 template <int SBK> static __device__ __forceinline__ float2 load_sb(const void *sb, int64_t idx) {
   if (SBK == SBK_F32) return __ldg((const float2 *)sb + idx);
   uint32_t v = __ldg((const uint32_t *)sb + idx);
@@ -62,6 +79,8 @@ struct mv_args {
   float *y[3];
   int M[3];
   int bstart[4];
+  int pf; /* k_mvq4, n = 1: bytes of its weight rows a block prefetches into L2 before the wait (-1: all) */
+  int hint; /* k_mvq4 weight loads: ld_stream_h's h */
 };
 
 template <int BITS, int R, int N, int SBK>
@@ -609,15 +628,35 @@ __global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4
   }
 #endif
   pdl_trigger();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  /* weights do not depend on the previous kernel: while it finishes, this block's rows (contiguous
+   * in memory) are requested into L2, so that memory is busy across the kernel boundary */
+  if (N == 1 && a.pf && threadIdx.x == 0 && rowb < M) {
+    const int nr = min((128 >> tl) * RB, M - rowb);
+    long long qn = (long long)nr * V * 16, sn = (long long)nr * G * (sbk == SBK_F32 ? 8 : 4);
+    if (a.pf > 0 && qn > a.pf) qn = a.pf;
+    if (a.pf > 0 && sn > a.pf / 8) sn = a.pf / 8;
+    const char *qa = (const char *)(q + (int64_t)rowb * V);
+    const char *sa = (const char *)sb + (int64_t)rowb * G * (sbk == SBK_F32 ? 8 : 4);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(qa), "r"((unsigned)qn) : "memory");
+    sn &= ~15LL;
+    if (!((uintptr_t)sa & 15) && sn > 0)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(sa), "r"((unsigned)sn) : "memory");
+  }
+#endif
   uint4 raw[UNR][RB];
   float2 p[UNR][RB];
+  uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (a.hint == 3) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#endif
   /* the first round of weight loads is issued before waiting for the previous kernel */
   for (int v0 = tt, first = 1; v0 < V; v0 += UNR * tpr, first = 0) {
 #pragma unroll
     for (int u = 0; u < UNR; u++) {
       const int v = v0 + u * tpr;
 #pragma unroll
-      for (int r = 0; r < RB; r++) raw[u][r] = v < V ? ld_stream(q + rows[r] * V + v) : make_uint4(0, 0, 0, 0);
+      for (int r = 0; r < RB; r++) raw[u][r] = v < V ? ld_stream_h(q + rows[r] * V + v, a.hint, pol) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < UNR; u++) {
@@ -806,11 +845,15 @@ static void mv2_dispatch(const cu_weight *const *ws, float *const *ys, int nw, c
  * registers) for the n = 1 kernels with two rows a thread: 1 (no cap), 9, 10, 12; 0 = the defaults
  * below (measured on the H100, docs/benchmarks.md) */
 int g_cu_q4minb = 0;
+int g_cu_q4hint = 1; /* SMELT_CUDA_Q4HINT: k_mvq4 weight load hint (ld_stream_h; 1 measured best on the H100) */
+static int s_q4_pf; /* mv_args.pf of the next launch_q4 (set by the role-aware launchers) */
 template <int N, int RB, int UNR, int MINB = 1>
 static void launch_q4(const cu_weight *const *ws, float *const *ys, int nw, const uint4 *xq, const float2 *xs, int n,
                       int tl, cudaStream_t s, const glu_args &glu) {
   unsigned tiles;
   mv_args a = make_args(ws, ys, nw, (128 >> tl) * RB, &tiles);
+  a.pf = N == 1 ? s_q4_pf : 0;
+  a.hint = g_cu_q4hint;
   const int nch = (n + N - 1) / N;
   const int gs = ws[0]->gs, lg = gs == 32 ? 0 : gs == 64 ? 1 : 2;
   cu_launch(k_mvq4<N, RB, UNR, MINB>, dim3(tiles * (unsigned)nch), dim3(128), 0, s, a, xq, xs, (int)ws[0]->cols, lg,
@@ -828,6 +871,10 @@ int g_cu_q4warps = 4000; /* SMELT_CUDA_Q4WARPS */
 /* SMELT_CUDA_Q4ROLE (tuning): per-role n = 1 override "qkv=RB[:TL],o=..,gu=..,dn=..,lm=.." (RB as
  * SMELT_CUDA_Q4CFG, TL log2 threads per row; 0 = automatic) */
 int g_cu_q4role_rb[CU_Q4_ROLES], g_cu_q4role_tl[CU_Q4_ROLES];
+/* bytes of its weight rows each block prefetches into L2 before waiting for the previous kernel
+ * (k_mvq4, n = 1; -1: all of them, 0: none), per role (SMELT_CUDA_Q4ROLE third field, in KB) */
+int g_cu_q4role_pf[CU_Q4_ROLES];
+
 static int q4_rb(int n, int V, int role = -1) {
   if (n == 1 && role >= 0 && role < CU_Q4_ROLES && g_cu_q4role_rb[role]) return g_cu_q4role_rb[role];
   return n > 1 ? 4 : g_cu_q4cfg ? g_cu_q4cfg : V <= 64 ? 22 : V <= 128 ? 12 : V <= 256 ? 22 : g_cu_q4long;
@@ -879,24 +926,26 @@ static void q4_launch_n(const cu_weight *const *ws, float *const *ys, int nw, co
 }
 
 void cu_q4_matvec_cfg(const cu_weight *const *ws, float *const *ys, int nw, const float *x, const float *xu, int n,
-                      void *xqv, cudaStream_t s, int n_sm, int rb, int tl) {
+                      void *xqv, cudaStream_t s, int n_sm, int rb, int tl, int role) {
   const int64_t K = ws[0]->cols;
   const int V = (int)(K / 32);
-  if (rb <= 0) rb = q4_rb(n, V);
+  if (rb <= 0) rb = q4_rb(n, V, role);
   int64_t M = 0;
   for (int i = 0; i < nw; i++) M += ws[i]->rows;
-  if (!tl) tl = q4_tl(V, n, rb, M);
+  if (!tl) tl = q4_tl(V, n, rb, M, role);
   const int64_t nblk = (int64_t)n * V;
   uint8_t *xq = (uint8_t *)xqv;
   float2 *xs = (float2 *)(xq + (size_t)n * (size_t)K);
   cu_launch(k_quant_x, dim3((unsigned)((nblk + 7) / 8)), dim3(256), 0, s, x, xu, nblk, xq, xs);
+  s_q4_pf = role >= 0 && role < CU_Q4_ROLES ? g_cu_q4role_pf[role] : 0;
   q4_launch_n(ws, ys, nw, (const uint4 *)xq, xs, n, tl, rb, s);
+  s_q4_pf = 0;
 }
 
 bool cu_matvec_silu(const cu_weight *w, const float *g, const float *u, int n, float *y, void *xq, cudaStream_t s,
                     int n_sm) {
   if (w->kind == CW_Q4 && xq && n >= 1 && n <= CU_Q4_MAX_N) {
-    cu_q4_matvec_cfg(&w, &y, 1, g, u, n, xq, s, n_sm, 0, 0);
+    cu_q4_matvec_cfg(&w, &y, 1, g, u, n, xq, s, n_sm, 0, 0, CU_Q4_DN);
     return true;
   }
   if (n != 1 || w->kind != CW_DENSE || !mv2_ok(w, g) || ((uintptr_t)u & 15)) return false;
@@ -1082,20 +1131,34 @@ __global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
                                                  float2 *__restrict__ xs) {
   const int dim4 = dim >> 2, row = blockIdx.x;
   pdl_trigger();
-  pdl_wait();
-  float4 *xr = (float4 *)(x + (int64_t)row * dim);
-  const float4 *ar = a ? (const float4 *)(a + (int64_t)row * dim) : NULL;
-  float4 v[VPT];
-  float ss = 0.f;
+  float4 gw[VPT]; /* the norm weight does not depend on the previous kernel: read before the wait */
+  const float4 *w4 = (const float4 *)w;
 #pragma unroll
   for (int i = 0; i < VPT; i++) {
     const int idx = threadIdx.x + i * blockDim.x;
-    v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    gw[i] = idx < dim4 ? w4[idx] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  pdl_wait();
+  float4 *xr = (float4 *)(x + (int64_t)row * dim);
+  const float4 *ar = a ? (const float4 *)(a + (int64_t)row * dim) : NULL;
+  float4 v[VPT], b[VPT];
+  float ss = 0.f;
+  /* every load is issued before the first store (x and a may alias as far as the compiler knows) */
+#pragma unroll
+  for (int i = 0; i < VPT; i++) {
+    const int idx = threadIdx.x + i * blockDim.x;
+    v[i] = b[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (idx < dim4) {
       v[i] = xr[idx];
+      if (ar) b[i] = __ldca(ar + idx);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < VPT; i++) {
+    const int idx = threadIdx.x + i * blockDim.x;
+    if (idx < dim4) {
       if (ar) {
-        const float4 b = __ldca(ar + idx);
-        v[i].x += b.x; v[i].y += b.y; v[i].z += b.z; v[i].w += b.w;
+        v[i].x += b[i].x; v[i].y += b[i].y; v[i].z += b[i].z; v[i].w += b[i].w;
         xr[idx] = v[i];
       }
       ss = fmaf(v[i].x, v[i].x, fmaf(v[i].y, v[i].y, fmaf(v[i].z, v[i].z, fmaf(v[i].w, v[i].w, ss))));
@@ -1113,13 +1176,12 @@ __global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
   __syncthreads();
   const float inv = 1.0f / sqrtf(red[0] / (float)dim + eps);
   float4 *o4 = out ? (float4 *)(out + (int64_t)row * dim) : NULL;
-  const float4 *w4 = (const float4 *)w;
 #pragma unroll
   for (int i = 0; i < VPT; i++) {
     const int idx = threadIdx.x + i * blockDim.x;
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
     if (idx < dim4) {
-      const float4 g = w4[idx];
+      const float4 g = gw[i];
       o.x = v[i].x * inv * (g.x + off); o.y = v[i].y * inv * (g.y + off);
       o.z = v[i].z * inv * (g.z + off); o.w = v[i].w * inv * (g.w + off);
       if (out) o4[idx] = o;
@@ -1187,7 +1249,9 @@ void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int
     g.hq = (uint8_t *)hq;
     g.hs = (float2 *)(g.hq + (size_t)n * (size_t)ws[0]->rows);
   }
+  s_q4_pf = role >= 0 && role < CU_Q4_ROLES ? g_cu_q4role_pf[role] : 0;
   q4_launch_n(ws, ys, nw, q4, xs, n, q4_tl(V, n, rb, M, role), rb, s, g);
+  s_q4_pf = 0;
 }
 
 bool cu_q4_glu_ok(const cu_weight *g, const cu_weight *u, int n) {
