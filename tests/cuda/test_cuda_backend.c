@@ -577,12 +577,14 @@ int main(void) {
   }
   unsetenv("SMELT_CUDA_ATTN_CL");
   /* fewer decode attention splits (as for batches of many sequences): long ranges a warp; with
-   * 4 warps of 12 positions a batch (SMELT_CUDA_ATTN_NW=4) and the default 8 warps of 4 */
+   * 4 warps of 12 positions a batch (SMELT_CUDA_ATTN_NW=4) and the default 8 warps of 4 without
+   * the reduce-scatter of the scores (SMELT_CUDA_ATTN_RS=0) */
   const char *splits[] = { "2", "4" };
   for (int k = 0; k < 2; k++) {
     setenv("SMELT_CUDA_ATTN_S", splits[k], 1);
     if (k == 0) setenv("SMELT_CUDA_ATTN_NW", "4", 1);
     else unsetenv("SMELT_CUDA_ATTN_NW");
+    if (k == 1) setenv("SMELT_CUDA_ATTN_RS", "0", 1); /* scores all-reduced in every lane */
     G = sm_cuda_backend_create(0);
     CHECK(G != NULL, "cuda backend with SMELT_CUDA_ATTN_S=%s: %s", splits[k], smelt_last_error());
     if (G) {
@@ -591,6 +593,7 @@ int main(void) {
     }
   }
   unsetenv("SMELT_CUDA_ATTN_S");
+  unsetenv("SMELT_CUDA_ATTN_RS");
   /* int8 kernels with four rows a thread for gate/up (SMELT_CUDA_Q4ROLE; the default is two) */
   setenv("SMELT_CUDA_Q4", "1", 1);
   setenv("SMELT_CUDA_Q4ROLE", "gu=14", 1);

@@ -282,6 +282,11 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
       qr[g][j] = (g < G && ch < hd4) ? *(const float4 *)(Qs + g * hd + 4 * ch) : f4z();
     }
+  /* RS (whole warps a position, GM * AT_B == 16 scores a batch): the 16 partial dot products are
+   * reduced by a reduce-scatter (16 shuffles instead of 80); lane L then holds score
+   * k = (L >> 1) & 15 = g * AT_B + b and does that score's softmax step alone (one exp), keeping
+   * the running max / sum of its own head g in m[0] / l[0] */
+  constexpr bool RS = !HW && GM * AT_B == 16;
   float m[GM], l[GM];
   float4 acc[GM][NJ];
 #pragma unroll
@@ -312,6 +317,58 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
           for (int j = 0; j < NJ; j++) d = dot4(qr[g][j], kr[b][j], d);
           s[g][b] = d;
         }
+      if (RS && !(cl & 64)) {
+        float v[16];
+#pragma unroll
+        for (int g = 0; g < GM; g++)
+#pragma unroll
+          for (int b = 0; b < AT_B; b++) v[g * AT_B + b] = s[g][b];
+#pragma unroll
+        for (int h = 8; h >= 1; h >>= 1) { /* offset 2h: keep the half of the h * 2 values selected by lane bit */
+          const bool up = lane & (2 * h);
+#pragma unroll
+          for (int k = 0; k < h; k++) {
+            const float keep = up ? v[k + h] : v[k], send = up ? v[k] : v[k + h];
+            v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 2 * h);
+          }
+        }
+        float sc = v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
+        const int k = (lane >> 1) & 15, gk = k / AT_B, bk = k % AT_B;
+        bool okk = false;
+#pragma unroll
+        for (int b = 0; b < AT_B; b++) okk = bk == b ? ok[b] : okk;
+        if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
+        if (!okk || gk >= G) sc = -INFINITY;
+        float mx = sc; /* max over the batch's positions of head gk: lanes differing in b's bits */
+#pragma unroll
+        for (int o = 2; o < 2 * AT_B; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        mx = fmaxf(mx, m[0]);
+        const float corr = mx == -INFINITY || m[0] == -INFINITY ? (mx == -INFINITY ? 1.f : 0.f) : expf(m[0] - mx);
+        const float pk = sc == -INFINITY ? 0.f : expf(sc - mx);
+        float ps = pk;
+#pragma unroll
+        for (int o = 2; o < 2 * AT_B; o <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+        m[0] = mx;
+        l[0] = l[0] * corr + ps;
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+          const float cg = __shfl_sync(0xffffffffu, corr, 2 * g * AT_B);
+          float pb[AT_B];
+#pragma unroll
+          for (int b = 0; b < AT_B; b++) pb[b] = __shfl_sync(0xffffffffu, pk, 2 * (g * AT_B + b));
+#pragma unroll
+          for (int j = 0; j < NJ; j++) {
+            float4 a = acc[g][j];
+            a.x *= cg; a.y *= cg; a.z *= cg; a.w *= cg;
+#pragma unroll
+            for (int b = 0; b < AT_B; b++) {
+              a.x = fmaf(pb[b], vr[b][j].x, a.x); a.y = fmaf(pb[b], vr[b][j].y, a.y);
+              a.z = fmaf(pb[b], vr[b][j].z, a.z); a.w = fmaf(pb[b], vr[b][j].w, a.w);
+            }
+            acc[g][j] = a;
+          }
+        }
+      } else {
 #pragma unroll
       for (int o = HW ? 8 : 16; o > 0; o >>= 1)
 #pragma unroll
@@ -349,6 +406,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
           acc[g][j] = a;
         }
       }
+      }
   }
   TRA(4);
   if (trig == 2) pdl_trigger();
@@ -372,7 +430,10 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
       if ((!HW || lane < 16) && ch < hd4) *(float4 *)(Ws + ((int64_t)warp * G + g) * hd + 4 * ch) = acc[g][j];
     }
-    if (lane == 0) { Ml[(warp * G + g) * 2] = m[g]; Ml[(warp * G + g) * 2 + 1] = l[g]; }
+    if (RS && !(cl & 64)) {
+      const float mg = __shfl_sync(0xffffffffu, m[0], 2 * g * AT_B), lg = __shfl_sync(0xffffffffu, l[0], 2 * g * AT_B);
+      if (lane == 0) { Ml[(warp * G + g) * 2] = mg; Ml[(warp * G + g) * 2 + 1] = lg; }
+    } else if (lane == 0) { Ml[(warp * G + g) * 2] = m[g]; Ml[(warp * G + g) * 2 + 1] = l[g]; }
   }
   __syncthreads();
   for (int i = tid; i < G * hd; i += NW * 32) {
@@ -531,6 +592,7 @@ int g_cu_attn_cl = 16;
  * H100 (docs/benchmarks.md) */
 int g_cu_attn_nw = 8;
 int g_cu_attn_b = 12; /* SMELT_CUDA_ATTN_B: positions a warp loads at once (4 warps: 8, 12, 16; 8 warps: 4, 6, 8) */
+int g_cu_attn_rs = 1; /* SMELT_CUDA_ATTN_RS=0: scores all-reduced in every lane (no reduce-scatter) */
 int g_cu_attn_hw = 1; /* SMELT_CUDA_ATTN_HW=0: whole warps a position also for hd <= 64 */
 int g_cu_attn_hoist = 1; /* SMELT_CUDA_ATTN_HOIST=0: the new position's slot and k/v rows read after q */
 int g_cu_attn_trig = 0; /* SMELT_CUDA_ATTN_TRIG: where the o projection may launch (0 start, 1 after the first K/V loads, 2 after the position loop) */
@@ -607,7 +669,7 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
   g_pf[0] = g_pf[1] = NULL;
   g_pfn[0] = g_pfn[1] = 0;
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
-                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3)
+                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64)
   const bool hw = hd4 <= 16 && g_cu_attn_hw;
   const int nw = g_cu_attn_nw >= 8 && G <= 4 && hd4 <= 32 ? g_cu_attn_nw : 4;
   const size_t sm = cu_attn_dec_smem(hd, G, S, nw);

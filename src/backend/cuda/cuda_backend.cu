@@ -119,7 +119,7 @@ extern int g_cu_q4role_rb[CU_Q4_ROLES], g_cu_q4role_tl[CU_Q4_ROLES], g_cu_q4role
  * epilogue); default: a separate quantization kernel before the down projection (measured faster
  * on the H100, docs/benchmarks.md) */
 static int g_cu_glu = 0;
-extern int g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
+extern int g_cu_attn_rs, g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
 static void prof_end(cuda_be *c, const char *label) {
@@ -1768,6 +1768,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_attn_s = as ? atoi(as) : 0;
   const char *ab = getenv("SMELT_CUDA_ATTN_B");
   g_cu_attn_b = ab && (atoi(ab) == 2 || atoi(ab) == 4 || atoi(ab) == 6 || atoi(ab) == 8 || atoi(ab) == 16) ? atoi(ab) : 12;
+  const char *ars = getenv("SMELT_CUDA_ATTN_RS");
+  g_cu_attn_rs = !(ars && ars[0] == '0');
   const char *anw = getenv("SMELT_CUDA_ATTN_NW");
   g_cu_attn_nw = anw && (atoi(anw) == 4 || atoi(anw) == 16) ? atoi(anw) : 8;
   const char *ahw = getenv("SMELT_CUDA_ATTN_HW");
