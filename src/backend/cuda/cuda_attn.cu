@@ -597,6 +597,7 @@ int g_cu_attn_hw = 1; /* SMELT_CUDA_ATTN_HW=0: whole warps a position also for h
 int g_cu_attn_hoist = 1; /* SMELT_CUDA_ATTN_HOIST=0: the new position's slot and k/v rows read after q */
 int g_cu_attn_trig = 0; /* SMELT_CUDA_ATTN_TRIG: where the o projection may launch (0 start, 1 after the first K/V loads, 2 after the position loop) */
 int g_cu_attn_unr = 1; /* SMELT_CUDA_ATTN_UNR=0: the cluster combine loads remote values one split at a time */
+int cu_attn_dec_warps(int hd, int G) { return g_cu_attn_nw >= 8 && G <= 4 && hd <= 128 ? g_cu_attn_nw : 4; }
 int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {
   if (g_cu_attn_s >= 1 && g_cu_attn_s <= 64) return g_cu_attn_s;
   const int units = n_tokens * nkv;
@@ -671,7 +672,7 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
                  softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64)
   const bool hw = hd4 <= 16 && g_cu_attn_hw;
-  const int nw = g_cu_attn_nw >= 8 && G <= 4 && hd4 <= 32 ? g_cu_attn_nw : 4;
+  const int nw = cu_attn_dec_warps(hd, G);
   const size_t sm = cu_attn_dec_smem(hd, G, S, nw);
 #define AD2_LW(GM, NJ, B, HW, NW)                                                         \
   do {                                                                                  \

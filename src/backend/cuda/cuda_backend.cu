@@ -1586,7 +1586,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   int Sd = 0; /* > 0: one-token-per-sequence decode kernel with Sd splits */
   if (c->n_tiles == nt && c->att_dec == 1 && cu_attn_dec_ok(kv->head_dim, G)) {
     Sd = cu_attn_dec_splits(nt, kv->n_kv_heads, c->n_sm);
-    if (cu_attn_dec_smem(kv->head_dim, G, Sd, 4) > c->smem_optin) Sd = 0;
+    if (cu_attn_dec_smem(kv->head_dim, G, Sd, cu_attn_dec_warps(kv->head_dim, G)) > c->smem_optin) Sd = 0;
   } else if (c->n_tiles == nt && c->att_dec == 2 && G <= AD_GMAX && kv->head_dim <= 256 &&
              att_dec_smem(kv->head_dim, G) <= 48 * 1024) { /* the previous decode kernel (SMELT_CUDA_ATTN_DEC=2) */
     int maxlen = 1;

@@ -21,6 +21,10 @@ static __device__ __forceinline__ uint4 ld_stream(const void *p) {
 /* the same with an L2 prefetch-size hint (h = 1: 128 bytes, 2: 256 bytes) or (3) evict-first */
 static __device__ __forceinline__ uint4 ld_stream_h(const void *p, int h, uint64_t pol) {
   uint4 r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  (void)h; (void)pol;
+  r = ld_stream(p);
+#else
   if (h == 2)
     asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
         : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
@@ -32,6 +36,7 @@ static __device__ __forceinline__ uint4 ld_stream_h(const void *p, int h, uint64
         : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
   else
     r = ld_stream(p);
+#endif
   return r;
 }
 
