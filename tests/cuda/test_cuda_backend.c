@@ -584,6 +584,8 @@ int main(void) {
     setenv("SMELT_CUDA_ATTN_S", splits[k], 1);
     if (k == 0) setenv("SMELT_CUDA_ATTN_NW", "4", 1);
     else unsetenv("SMELT_CUDA_ATTN_NW");
+    if (k == 0) setenv("SMELT_CUDA_ATTN_LONG", "0", 1); /* the cluster combine also at 2,000+ positions */
+    else unsetenv("SMELT_CUDA_ATTN_LONG");
     if (k == 1) setenv("SMELT_CUDA_ATTN_RS", "0", 1); /* scores all-reduced in every lane */
     G = sm_cuda_backend_create(0);
     CHECK(G != NULL, "cuda backend with SMELT_CUDA_ATTN_S=%s: %s", splits[k], smelt_last_error());

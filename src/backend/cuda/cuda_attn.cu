@@ -660,7 +660,9 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
                     int n_tokens, int n_heads, int nkv, int hd, float scale, int window, float softcap, int S,
                     cudaStream_t s) {
   const int G = n_heads / nkv, hd4 = hd / 4;
-  const bool cl = g_cu_attn_cl >= 2 && S > 1;
+  const bool gc = (S & CU_ATTN_GLOBAL_COMBINE) != 0;
+  S &= 0xffff;
+  const bool cl = !gc && g_cu_attn_cl >= 2 && S > 1;
   if (cl && S > g_cu_attn_cl) S = g_cu_attn_cl;
   dim3 grid((unsigned)n_tokens, (unsigned)nkv, (unsigned)S);
   uint8_t *xq = (uint8_t *)xqv;

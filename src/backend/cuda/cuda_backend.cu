@@ -115,6 +115,10 @@ static int g_cu_skip = 0;
 static size_t g_cu_pf_bytes = (size_t)8 << 20;
 static size_t g_cu_pf_min = (size_t)32 << 20; /* SMELT_CUDA_PF_MIN (MB): smallest gate weight it is used for */
 extern int g_cu_q4role_rb[CU_Q4_ROLES], g_cu_q4role_tl[CU_Q4_ROLES], g_cu_q4role_pf[CU_Q4_ROLES];
+/* SMELT_CUDA_ATTN_LONG: from this many positions on (longest sequence of the batch), decode
+ * attention combines its splits through global memory instead of a cluster (measured faster from
+ * ~2,000 on the H100, docs/benchmarks.md; 0: never) */
+static int g_cu_attn_long = 2048;
 /* SMELT_CUDA_GLU=1: the gate/up kernel also writes silu(gate)*up quantized (per-chunk counter
  * epilogue); default: a separate quantization kernel before the down projection (measured faster
  * on the H100, docs/benchmarks.md) */
@@ -1584,9 +1588,19 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   }
   const int G = n_heads / kv->n_kv_heads;
   int Sd = 0; /* > 0: one-token-per-sequence decode kernel with Sd splits */
+  bool glong = false;
   if (c->n_tiles == nt && c->att_dec == 1 && cu_attn_dec_ok(kv->head_dim, G)) {
     Sd = cu_attn_dec_splits(nt, kv->n_kv_heads, c->n_sm);
     if (cu_attn_dec_smem(kv->head_dim, G, Sd, cu_attn_dec_warps(kv->head_dim, G)) > c->smem_optin) Sd = 0;
+    if (Sd > 1 && g_cu_attn_long > 0) { /* long contexts: the global-memory split combine (a new graph) */
+      int maxlen = 1;
+      for (int t = 0; t < nt; t++) {
+        int len = c->h_pos[t] + 1;
+        if (window > 0 && len > window) len = window;
+        if (len > maxlen) maxlen = len;
+      }
+      if (maxlen >= g_cu_attn_long) glong = true;
+    }
   } else if (c->n_tiles == nt && c->att_dec == 2 && G <= AD_GMAX && kv->head_dim <= 256 &&
              att_dec_smem(kv->head_dim, G) <= 48 * 1024) { /* the previous decode kernel (SMELT_CUDA_ATTN_DEC=2) */
     int maxlen = 1;
@@ -1611,7 +1625,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   o.type = OP_ATTN; o.p0 = out; o.p1 = q; o.p2 = kv->k[layer]; o.p3 = kv->v[layer];
   o.i0 = n_heads; o.i1 = kv->n_kv_heads; o.i2 = kv->head_dim; o.i3 = kv->block_size; o.i4 = kv->n_blocks;
   o.n = window > 0 ? window : 0; o.f0 = scale; o.f1 = softcap > 0.f ? softcap : 0.f;
-  o.sz = (size_t)Sd;
+  o.sz = (size_t)Sd | (glong ? CU_ATTN_GLOBAL_COMBINE : 0);
   submit(c, &o);
 }
 
@@ -1768,6 +1782,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_attn_s = as ? atoi(as) : 0;
   const char *ab = getenv("SMELT_CUDA_ATTN_B");
   g_cu_attn_b = ab && (atoi(ab) == 2 || atoi(ab) == 4 || atoi(ab) == 6 || atoi(ab) == 8 || atoi(ab) == 16) ? atoi(ab) : 12;
+  const char *alg = getenv("SMELT_CUDA_ATTN_LONG");
+  g_cu_attn_long = alg ? atoi(alg) : 2048;
   const char *ars = getenv("SMELT_CUDA_ATTN_RS");
   g_cu_attn_rs = !(ars && ars[0] == '0');
   const char *anw = getenv("SMELT_CUDA_ATTN_NW");

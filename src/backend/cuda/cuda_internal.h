@@ -134,6 +134,9 @@ bool cu_attn_dec_ok(int hd, int G);
 int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm);
 size_t cu_attn_dec_smem(int hd, int G, int S, int nw); /* nw: warps a block (cu_attn_dec_warps) */
 int cu_attn_dec_warps(int hd, int G);
+/* or'ed into cu_attn_decode's S: combine the splits through global memory, not a cluster
+ * (chosen for long contexts, where it measured faster) */
+#define CU_ATTN_GLOBAL_COMBINE (1 << 16)
 /* xq (may be NULL; hd % 32 == 0): also write the CW_Q4 int8 layout of out (cu_q4_scratch_bytes).
  * kraw != NULL: rope + kv_store fused in: q, kraw, vraw are the projections before rotation
  * (rotated with invq/halfq, invk/halfk as k_rope_qk_store does) and the new k, v are written to
