@@ -587,6 +587,7 @@ int main(void) {
     if (k == 0) setenv("SMELT_CUDA_ATTN_LONG", "0", 1); /* the cluster combine also at 2,000+ positions */
     else unsetenv("SMELT_CUDA_ATTN_LONG");
     if (k == 1) setenv("SMELT_CUDA_ATTN_RS", "0", 1); /* scores all-reduced in every lane */
+    if (k == 1) setenv("SMELT_CUDA_ATTN_OLDM", "1", 1); /* merge / combine weights per output */
     G = sm_cuda_backend_create(0);
     CHECK(G != NULL, "cuda backend with SMELT_CUDA_ATTN_S=%s: %s", splits[k], smelt_last_error());
     if (G) {
@@ -596,6 +597,7 @@ int main(void) {
   }
   unsetenv("SMELT_CUDA_ATTN_S");
   unsetenv("SMELT_CUDA_ATTN_RS");
+  unsetenv("SMELT_CUDA_ATTN_OLDM");
   /* int8 kernels with four rows a thread for gate/up (SMELT_CUDA_Q4ROLE; the default is two) */
   setenv("SMELT_CUDA_Q4", "1", 1);
   setenv("SMELT_CUDA_Q4ROLE", "gu=14", 1);

@@ -436,19 +436,43 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     } else if (lane == 0) { Ml[(warp * G + g) * 2] = m[g]; Ml[(warp * G + g) * 2 + 1] = l[g]; }
   }
   __syncthreads();
+  /* the warps' weights exp(m_w - M) of each head, once (thread g) */
+  float *Fw = Vp + hd, *FM = Fw + NW * G, *FL = FM + G; /* [NW][G] weights, [G] max, [G] sum */
+  const bool oldm = cl & 128; /* SMELT_CUDA_ATTN_OLDM=1: weights recomputed for every output (A/B) */
+  if (tid < G && !oldm) {
+    float M = -INFINITY, L = 0.f;
+#pragma unroll
+    for (int w = 0; w < NW; w++) M = fmaxf(M, Ml[(w * G + tid) * 2]);
+#pragma unroll
+    for (int w = 0; w < NW; w++) {
+      const float mw = Ml[(w * G + tid) * 2];
+      const float f = M == -INFINITY || mw == -INFINITY ? 0.f : expf(mw - M);
+      L = fmaf(Ml[(w * G + tid) * 2 + 1], f, L);
+      Fw[w * G + tid] = f;
+    }
+    FM[tid] = M;
+    FL[tid] = L;
+  }
+  __syncthreads();
   for (int i = tid; i < G * hd; i += NW * 32) {
     const int g = i / hd, d = i % hd, h = kvh * G + g;
-    float M = -INFINITY;
+    float M = FM[g], L = FL[g], o = 0.f;
+    if (!oldm) {
 #pragma unroll
-    for (int w = 0; w < NW; w++) M = fmaxf(M, Ml[(w * G + g) * 2]);
-    float o = 0.f, L = 0.f;
-    if (M != -INFINITY) {
+      for (int w = 0; w < NW; w++) o = fmaf(Ws[((int64_t)w * G + g) * hd + d], Fw[w * G + g], o);
+    } else {
+      M = -INFINITY;
+      L = 0.f;
 #pragma unroll
-      for (int w = 0; w < NW; w++) {
-        const float mw = Ml[(w * G + g) * 2];
-        const float f = mw == -INFINITY ? 0.f : expf(mw - M);
-        L = fmaf(Ml[(w * G + g) * 2 + 1], f, L);
-        o = fmaf(Ws[((int64_t)w * G + g) * hd + d], f, o);
+      for (int w = 0; w < NW; w++) M = fmaxf(M, Ml[(w * G + g) * 2]);
+      if (M != -INFINITY) {
+#pragma unroll
+        for (int w = 0; w < NW; w++) {
+          const float mw = Ml[(w * G + g) * 2];
+          const float f = mw == -INFINITY ? 0.f : expf(mw - M);
+          L = fmaf(Ml[(w * G + g) * 2 + 1], f, L);
+          o = fmaf(Ws[((int64_t)w * G + g) * hd + d], f, o);
+        }
       }
     }
     if (S == 1) {
@@ -478,7 +502,24 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       const int i = ch * 32 + lane, ii = i < nout ? i : nout - 1;
       const int g = ii / hd, d = ii % hd, h = kvh * G + g;
       float o = 0.f, L = 0.f;
-      if ((cl & 3) == 2) { /* S <= 16: every remote (max, sum) and output is requested before any is used */
+      if ((cl & 3) == 2 && hd % 32 == 0 && !(cl & 128)) {
+        /* S <= 16; the chunk's 32 outputs are of one head g: lane k < S reads split k's (max, sum)
+         * and computes its weight once; every remote output is requested before any is used */
+        const float2 mlk = lane < S ? *(const float2 *)(cluster.map_shared_rank(Kp, lane) + 2 * g)
+                                    : make_float2(-INFINITY, 0.f);
+        float ov[16];
+#pragma unroll
+        for (int k = 0; k < 16; k++) ov[k] = k < S ? cluster.map_shared_rank(Qs, k)[ii] : 0.f;
+        float M = mlk.x;
+#pragma unroll
+        for (int o2 = 16; o2 > 0; o2 >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o2));
+        const float fk = M == -INFINITY || mlk.x == -INFINITY ? 0.f : expf(mlk.x - M);
+        L = mlk.y * fk;
+#pragma unroll
+        for (int o2 = 16; o2 > 0; o2 >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o2);
+#pragma unroll
+        for (int k = 0; k < 16; k++) o = fmaf(ov[k], __shfl_sync(0xffffffffu, fk, k), o);
+      } else if ((cl & 3) == 2) { /* S <= 16: every remote (max, sum) and output is requested before any is used */
         float2 ml[16];
         float ov[16];
 #pragma unroll
@@ -577,7 +618,8 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
 
 size_t cu_attn_dec_smem(int hd, int G, int S, int nw) {
   size_t acc = (size_t)nw * G * hd, wz = (size_t)G * S;
-  return sizeof(float) * ((size_t)G * hd + (acc > wz ? acc : wz) + (size_t)2 * nw * G + 2 * (size_t)hd);
+  return sizeof(float) * ((size_t)G * hd + (acc > wz ? acc : wz) + (size_t)2 * nw * G + 2 * (size_t)hd +
+                          (size_t)nw * G + 2 * (size_t)G);
 }
 
 bool cu_attn_dec_ok(int hd, int G) { return hd % 4 == 0 && hd <= 256 && G >= 1 && G <= 8; }
@@ -592,6 +634,7 @@ int g_cu_attn_cl = 16;
  * H100 (docs/benchmarks.md) */
 int g_cu_attn_nw = 8;
 int g_cu_attn_b = 12; /* SMELT_CUDA_ATTN_B: positions a warp loads at once (4 warps: 8, 12, 16; 8 warps: 4, 6, 8) */
+int g_cu_attn_oldm = 0; /* SMELT_CUDA_ATTN_OLDM=1: merge / combine weights per output (A/B) */
 int g_cu_attn_rs = 1; /* SMELT_CUDA_ATTN_RS=0: scores all-reduced in every lane (no reduce-scatter) */
 int g_cu_attn_hw = 1; /* SMELT_CUDA_ATTN_HW=0: whole warps a position also for hd <= 64 */
 int g_cu_attn_hoist = 1; /* SMELT_CUDA_ATTN_HOIST=0: the new position's slot and k/v rows read after q */
@@ -672,7 +715,7 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
   g_pf[0] = g_pf[1] = NULL;
   g_pfn[0] = g_pfn[1] = 0;
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
-                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64)
+                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64) | (g_cu_attn_oldm ? 128 : 0)
   const bool hw = hd4 <= 16 && g_cu_attn_hw;
   const int nw = cu_attn_dec_warps(hd, G);
   const size_t sm = cu_attn_dec_smem(hd, G, S, nw);

@@ -123,7 +123,7 @@ static int g_cu_attn_long = 2048;
  * epilogue); default: a separate quantization kernel before the down projection (measured faster
  * on the H100, docs/benchmarks.md) */
 static int g_cu_glu = 0;
-extern int g_cu_attn_rs, g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
+extern int g_cu_attn_oldm, g_cu_attn_rs, g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
 static void prof_end(cuda_be *c, const char *label) {
@@ -1784,6 +1784,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_attn_b = ab && (atoi(ab) == 2 || atoi(ab) == 4 || atoi(ab) == 6 || atoi(ab) == 8 || atoi(ab) == 16) ? atoi(ab) : 12;
   const char *alg = getenv("SMELT_CUDA_ATTN_LONG");
   g_cu_attn_long = alg ? atoi(alg) : 2048;
+  const char *aom = getenv("SMELT_CUDA_ATTN_OLDM");
+  g_cu_attn_oldm = aom && aom[0] == '1';
   const char *ars = getenv("SMELT_CUDA_ATTN_RS");
   g_cu_attn_rs = !(ars && ars[0] == '0');
   const char *anw = getenv("SMELT_CUDA_ATTN_NW");
