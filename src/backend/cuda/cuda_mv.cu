@@ -873,8 +873,8 @@ int g_cu_q4cfg = 0; /* SMELT_CUDA_Q4CFG: n = 1 CW_Q4 variant (q4_launch_n; 0 = a
  * the nearest (g_cu_q4long: SMELT_CUDA_Q4LONG for K > 8192) */
 int g_cu_q4long = 12;
 int g_cu_q4warps = 4000; /* SMELT_CUDA_Q4WARPS */
-/* SMELT_CUDA_Q4ROLE (tuning): per-role n = 1 override "qkv=RB[:TL],o=..,gu=..,dn=..,lm=.." (RB as
- * SMELT_CUDA_Q4CFG, TL log2 threads per row; 0 = automatic) */
+/* SMELT_CUDA_Q4ROLE (tuning): per-role n = 1 override "qkv=RB[:TL[:PF]],o=..,gu=..,dn=..,lm=.." (RB as
+ * SMELT_CUDA_Q4CFG, TL log2 threads per row, 0 = automatic; PF below) */
 int g_cu_q4role_rb[CU_Q4_ROLES], g_cu_q4role_tl[CU_Q4_ROLES];
 /* bytes of its weight rows each block prefetches into L2 before waiting for the previous kernel
  * (k_mvq4, n = 1; -1: all of them, 0: none), per role (SMELT_CUDA_Q4ROLE third field, in KB) */
