@@ -7,6 +7,7 @@
 #  variables SMELT_CUDA_Q4CFG/Q4LONG/Q4WARPS/ATTN_S/MV2; b8nopdl/b1nopdl: SMELT_CUDA_PDL=0;
 #  sw8/sw1: one 8B/1B decode bench per entry of SW="ENV=v ENV2=w|ENV=x" (SW_BITS, SW_P), e.g.
 #  SW="SMELT_CUDA_SKIP=0|SMELT_CUDA_SKIP=2" for the in-graph cost of attention;
+#  mvq: n = 1 matvec microbenchmark per SW entry;
 #  trace: the -DSMELT_CUDA_TRACE build's timeline of one 8B attention launch (SW as above))
 # Needs the Debian packages in build-cudadeps/debs (see device_env.sh). Logs go to $OUT.
 set -o pipefail
@@ -19,12 +20,15 @@ if [ ! -x $B/smelt ]; then
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >$OUT/cmake.log 2>&1 || { tail -30 $OUT/cmake.log; exit 1; }
 fi
 t0=$(date +%s)
-cmake --build $B -j16 --target smelt test_cuda_backend cuda_mvbench test_golden test_sample_op >$OUT/build.log 2>&1 || { grep -E "error|Error" $OUT/build.log | head -40; tail -20 $OUT/build.log; exit 1; }
+cmake --build $B -j16 --target smelt test_cuda_backend test_cuda_kernels cuda_mvbench test_golden test_sample_op >$OUT/build.log 2>&1 || { grep -E "error|Error" $OUT/build.log | head -40; tail -20 $OUT/build.log; exit 1; }
 echo "build $(( $(date +%s) - t0 )) s"
 for stage in "$@"; do
   case $stage in
     test) (cd $B && timeout 300 ctest -R "cuda|sample_op" --output-on-failure 2>&1 | tee $OUT/ctest.log | grep -v "cuda stats" | tail -40) ;;
     mv) timeout 240 $B/tests/cuda/cuda_mvbench 64 2>&1 | tee -a $OUT/mvbench.txt ;;
+    mvq) # n = 1 matvec microbenchmark per entry of SW (as sw8), e.g. SW="SMELT_CUDA_MVT=0|SMELT_CUDA_MVT=1"
+      IFS='|' read -ra ents <<< "${SW:-SMELT_CUDA_MVT=1}"
+      for ent in "${ents[@]}"; do env $ent MVB_QUICK=1 timeout 120 $B/tests/cuda/cuda_mvbench 64 2>&1 | grep -v "^device" | sed "s/^/[mvq $ent] /" | tee -a $OUT/mvq.txt; done ;;
     b1old) SMELT_CUDA_Q4=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[Q4=0] /' | tee -a $OUT/bench.txt ;;
     b8q4old) SMELT_CUDA_Q4=0 timeout 400 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[Q4=0] /' | tee -a $OUT/bench.txt ;;
     b1all) SMELT_CUDA_Q4=1 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | sed 's/^/[Q4=1] /' | tee -a $OUT/bench.txt ;;

@@ -36,8 +36,19 @@ __global__ void k_tobf(__nv_bfloat16 *o, const float *x, size_t n) {
     o[i] = __float2bfloat16(x[i]);
 }
 
+extern int g_cu_mvt, g_cu_mvt_kb, g_cu_mvt_bps, g_cu_mvt_nw, g_cu_mvt_r, g_cu_mvt_stage;
+static int env_int(const char *k, int d) { const char *v = getenv(k); return v ? atoi(v) : d; }
+
 int main(int argc, char **argv) {
   const int gs = argc > 1 ? atoi(argv[1]) : 64;
+  /* MVB_QUICK=1: n = 1 only, the default q4 path (the SMELT_CUDA_MVT* variables apply) */
+  const bool quick = env_int("MVB_QUICK", 0) != 0;
+  g_cu_mvt = env_int("SMELT_CUDA_MVT", g_cu_mvt);
+  g_cu_mvt_kb = env_int("SMELT_CUDA_MVT_KB", g_cu_mvt_kb);
+  g_cu_mvt_bps = env_int("SMELT_CUDA_MVT_BPS", g_cu_mvt_bps);
+  g_cu_mvt_nw = env_int("SMELT_CUDA_MVT_NW", g_cu_mvt_nw);
+  g_cu_mvt_r = env_int("SMELT_CUDA_MVT_R", g_cu_mvt_r);
+  g_cu_mvt_stage = env_int("SMELT_CUDA_MVT_STAGE", g_cu_mvt_stage);
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const int n_sm = prop.multiProcessorCount;
@@ -101,6 +112,7 @@ int main(int argc, char **argv) {
     CK(cudaStreamSynchronize(s));
     for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
       const int n = ns[ni];
+      if (quick && n != 1) continue;
       const int iters = 2 * copies > 40 ? 2 * copies : 40;
       auto timeit = [&](auto &&fn) {
         for (int i = 0; i < 3; i++) fn(i % copies);
@@ -113,6 +125,11 @@ int main(int argc, char **argv) {
         return (double)ms * 1e3 / iters;
       };
       double tq = timeit([&](int i) { cu_matvec(&w4[i], x, n, y, xq, s, n_sm); });
+      if (quick) {
+        printf("%6dx%-5d n=1  q4 %8.1f us %7.0f GB/s (%4.1f%% of copy)\n", M, K, tq, bytes / (tq * 1e-6) / 1e9,
+               100.0 * bytes / (tq * 1e-6) / copy_bw);
+        continue;
+      }
       double to;
       const char *oname;
       if (n <= CU_MAX_N) {

@@ -598,19 +598,62 @@ int main(void) {
   unsetenv("SMELT_CUDA_ATTN_S");
   unsetenv("SMELT_CUDA_ATTN_RS");
   unsetenv("SMELT_CUDA_ATTN_OLDM");
-  /* int8 kernels with four rows a thread for gate/up (SMELT_CUDA_Q4ROLE; the default is two) */
+  /* the bulk-copy int8 matvec (k_mvt, sm_90, SMELT_CUDA_MVT=63: every role) with its default
+   * stages, then with 4 warps a block, 2 blocks an SM (a small stage budget) and groups of rows
+   * claimed from a counter (SMELT_CUDA_MVT_DYN); on older GPUs these run k_mvq4 */
   setenv("SMELT_CUDA_Q4", "1", 1);
+  setenv("SMELT_CUDA_MVT", "63", 1);
+  for (int k = 0; k < 2; k++) {
+    if (k == 1) {
+      setenv("SMELT_CUDA_MVT_DYN", "1", 1);
+      setenv("SMELT_CUDA_MVT_KB", "16", 1);
+      setenv("SMELT_CUDA_MVT_BPS", "2", 1);
+    }
+    G = sm_cuda_backend_create(0);
+    g_q4 = true;
+    CHECK(G != NULL, "cuda backend with SMELT_CUDA_MVT=63 (pass %d): %s", k, smelt_last_error());
+    if (G) {
+      test_matmul(4);
+      test_model(4);
+      g_shape = "tiny";
+      test_model(4);
+      g_shape = "test";
+      G->destroy(G);
+    }
+  }
+  unsetenv("SMELT_CUDA_MVT");
+  unsetenv("SMELT_CUDA_MVT_KB");
+  unsetenv("SMELT_CUDA_MVT_BPS");
+  unsetenv("SMELT_CUDA_MVT_DYN");
+  /* int8 kernels with four rows a thread for gate/up (SMELT_CUDA_Q4ROLE; the default is two) */
   setenv("SMELT_CUDA_Q4ROLE", "gu=14", 1);
   G = sm_cuda_backend_create(0);
-  g_q4 = true;
   CHECK(G != NULL, "cuda backend with SMELT_CUDA_Q4ROLE=gu=14: %s", smelt_last_error());
   if (G) {
+    test_matmul(4);
     test_model(4);
     g_shape = "tiny";
     test_model(4);
     g_shape = "test";
     G->destroy(G);
   }
+  /* one-token gate/up with silu(gate)*up quantized by the same kernel (SMELT_CUDA_GUQ: tilings;
+   * the default uses it for large gate weights only; the "tiny" shape has K % 256 == 0, "test"
+   * falls back to the separate kernels) */
+  const char *guq[] = { "1", "2", "4" };
+  for (int k = 0; k < 3; k++) {
+    setenv("SMELT_CUDA_GUQ", guq[k], 1);
+    G = sm_cuda_backend_create(0);
+    CHECK(G != NULL, "cuda backend with SMELT_CUDA_GUQ=%s: %s", guq[k], smelt_last_error());
+    if (G) {
+      g_shape = "tiny";
+      test_model(4);
+      g_shape = "test";
+      test_model(4);
+      G->destroy(G);
+    }
+  }
+  unsetenv("SMELT_CUDA_GUQ");
   /* gate/up with the silu(gate)*up epilogue (SMELT_CUDA_GLU=1; the default quantizes it in a
    * separate kernel), every matvec role prefetching its weight rows into L2 before its wait
    * (whole rows, or 4 KB of them for o), evict-first weight loads */

@@ -123,6 +123,7 @@ static int g_cu_attn_long = 2048;
  * epilogue); default: a separate quantization kernel before the down projection (measured faster
  * on the H100, docs/benchmarks.md) */
 static int g_cu_glu = 0;
+extern int g_cu_guq, g_cu_mvt_dyn, g_cu_mvt, g_cu_mvt_kb, g_cu_mvt_bps, g_cu_mvt_nw, g_cu_mvt_r, g_cu_mvt_stage;
 extern int g_cu_attn_oldm, g_cu_attn_rs, g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
@@ -1065,7 +1066,7 @@ static void exec_ops(cuda_be *c) {
       }
       /* gate/up pair whose silu(gate)*up only feeds the next (CW_Q4) matvec: the gate/up kernel
        * writes it quantized (c->xq2) and the down projection reads that */
-      if (g_cu_glu && pq && nw == 2 && i + 3 < c->n_ops && c->ops[i + 2].type == OP_SILU && c->ops[i + 3].type == OP_MATMUL) {
+      if (pq && nw == 2 && (g_cu_glu || cu_q4_guq_ok(ws[0], ws[1], o->n)) && i + 3 < c->n_ops && c->ops[i + 2].type == OP_SILU && c->ops[i + 3].type == OP_MATMUL) {
         const cu_op *sl = &c->ops[i + 2], *dn = &c->ops[i + 3];
         const cu_weight *dw = (const cu_weight *)dn->p3;
         const bool order = sl->p1 == ys[0] && sl->p2 == ys[1], swapped = sl->p1 == ys[1] && sl->p2 == ys[0];
@@ -1826,6 +1827,19 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_normout = no && no[0] == '1';
   const char *ah = getenv("SMELT_CUDA_ATTN_HOIST");
   g_cu_attn_hoist = !(ah && ah[0] == '0');
+  const char *mvt = getenv("SMELT_CUDA_MVT"), *mvtkb = getenv("SMELT_CUDA_MVT_KB"), *mvtb = getenv("SMELT_CUDA_MVT_BPS");
+  g_cu_mvt = mvt ? atoi(mvt) : 0;
+  g_cu_mvt_kb = mvtkb ? atoi(mvtkb) : 96;
+  g_cu_mvt_bps = mvtb ? atoi(mvtb) : 1;
+  const char *guq = getenv("SMELT_CUDA_GUQ");
+  g_cu_guq = guq ? atoi(guq) : -1;
+  const char *mdyn = getenv("SMELT_CUDA_MVT_DYN");
+  g_cu_mvt_dyn = mdyn ? atoi(mdyn) : 0;
+  cu_mv_init(device);
+  const char *mvtn = getenv("SMELT_CUDA_MVT_NW"), *mvtr = getenv("SMELT_CUDA_MVT_R"), *mvts = getenv("SMELT_CUDA_MVT_STAGE");
+  g_cu_mvt_nw = mvtn ? atoi(mvtn) : 0;
+  g_cu_mvt_r = mvtr ? atoi(mvtr) : 0;
+  g_cu_mvt_stage = mvts ? atoi(mvts) : 10;
   const char *qh = getenv("SMELT_CUDA_Q4HINT");
   g_cu_q4hint = qh ? atoi(qh) & 3 : 1;
   const char *atr = getenv("SMELT_CUDA_ATTN_TRIG");

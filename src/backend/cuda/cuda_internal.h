@@ -39,6 +39,7 @@ static __device__ __forceinline__ unsigned long long tr_now() {
 #endif
 void cu_attn_set_trace(unsigned long long *buf);
 void cu_mv_set_trace(unsigned long long *buf);
+void cu_mv_init(int dev); /* per-device state of the matvec kernels (backend creation, on dev) */
 extern int g_cu_pdl; /* launch with the programmatic-serialization attribute (SMELT_CUDA_PDL=0: off) */
 template <typename... KArgs, typename... Args>
 static inline void cu_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
@@ -123,6 +124,9 @@ bool cu_norm_q(float *out, float *x, const float *a, const float *w, int n, int 
 void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xq, cudaStream_t s,
                        int *glu_cnt = NULL, void *hq = NULL, int role = -1);
 bool cu_q4_glu_ok(const cu_weight *gate, const cu_weight *up, int n);
+/* true when that is one kernel for one token (k_gu_q4, SMELT_CUDA_GUQ; the default for large
+ * gate weights) rather than k_mvq4 with chunk counters (SMELT_CUDA_GLU=1) */
+bool cu_q4_guq_ok(const cu_weight *gate, const cu_weight *up, int n);
 /* dequantize/convert rows [r0, r0+nr) of w to bf16 [nr][cols] (or to f16 when to_f16) */
 void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s);
 /* one row (token) of an embedding, dequantized to float */

@@ -2,6 +2,7 @@
  * GEMM path, and embedding rows. See cuda_internal.h for the weight layouts. */
 #include "backend/cuda/cuda_internal.h"
 #include <string.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static __device__ __forceinline__ float warp_sum(float v) {
@@ -745,6 +746,398 @@ __global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4
 }
 
 
+/* ---------------- 4-bit x int8 matvec, rows streamed by the bulk-copy engine (n = 1) ----------------
+ * Opt-in (SMELT_CUDA_MVT; measured slower than k_mvq4 in the decode graph, docs/benchmarks.md).
+ * Same arithmetic as k_mvq4 (int8 x from k_quant_x / k_norm_q, one lane a 16-byte vector of a
+ * row), but each warp owns groups of R consecutive rows and keeps S of them in flight in shared
+ * memory: lane 0 requests a group (packed words + scale/bias pairs, each contiguous) with two
+ * cp.async.bulk copies completing on the stage's mbarrier, and requests the next group into the
+ * stage once the warp has consumed it. Every block requests its first NW * S groups before
+ * waiting for the previous kernel. Groups are split statically over the grid (SMELT_CUDA_MVT_BPS
+ * blocks an SM, 0: one-shot blocks of NW * S groups) or claimed from a per-launch counter
+ * (SMELT_CUDA_MVT_DYN). Shared memory: x (int8 halves xa/xb, scales xd), NW * S stages, their
+ * mbarriers, the group each stage holds. */
+int g_cu_mvt = 0;     /* SMELT_CUDA_MVT: bit mask of CU_Q4_* roles (bit 5: no role) that use it for n = 1 */
+int g_cu_mvt_kb = 96; /* SMELT_CUDA_MVT_KB: shared memory budget of the row stages a block */
+int g_cu_mvt_bps = 1; /* SMELT_CUDA_MVT_BPS: blocks an SM */
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+static __device__ __forceinline__ void mvt_issue(uint64_t *bar, void *dst, const void *q, uint32_t qn, const void *sb,
+                                                 uint32_t sn) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(qn + sn) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_u32(dst)),
+               "l"(q), "r"(qn), "r"(smem_u32(bar))
+               : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_u32((char *)dst + qn)),
+               "l"(sb), "r"(sn), "r"(smem_u32(bar))
+               : "memory");
+#else
+  (void)bar; (void)dst; (void)q; (void)qn; (void)sb; (void)sn;
+#endif
+}
+static __device__ __forceinline__ void mvt_wait(uint64_t *bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t ok;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(ok)
+                 : "r"(smem_u32(bar)), "r"(parity)
+                 : "memory");
+  } while (!ok);
+#else
+  (void)bar; (void)parity;
+#endif
+}
+
+/* a group: up to R consecutive rows of one weight (one stage); groups are numbered weight by
+ * weight, ng[i] groups of weight i */
+struct mvt_grp {
+  const char *q, *sb;
+  float *y;
+  int nr;
+  int64_t row;
+};
+template <int R>
+static __device__ __forceinline__ mvt_grp mvt_group(const mv_args &a, int64_t g, uint32_t qn, uint32_t sn) {
+  const int64_t n0 = ((int64_t)a.M[0] + R - 1) / R, n1 = a.bstart[1] != 0x7fffffff ? ((int64_t)a.M[1] + R - 1) / R : 0;
+  const int wi = g >= n0 + n1 ? 2 : g >= n0 ? 1 : 0;
+  const int64_t lg = g - (wi == 2 ? n0 + n1 : wi == 1 ? n0 : 0);
+  const int M = wi == 0 ? a.M[0] : wi == 1 ? a.M[1] : a.M[2];
+  mvt_grp r;
+  r.row = lg * R;
+  r.nr = M - r.row < R ? (int)(M - r.row) : R;
+  r.q = (const char *)(wi == 0 ? a.q[0] : wi == 1 ? a.q[1] : a.q[2]) + r.row * qn;
+  r.sb = (const char *)(wi == 0 ? a.sb[0] : wi == 1 ? a.sb[1] : a.sb[2]) + r.row * sn;
+  r.y = (wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2]) + r.row;
+  return r;
+}
+
+template <int NW, int R>
+__global__ void __launch_bounds__(NW * 32, 32 / NW) k_mvt(const mv_args a, const uint4 *__restrict__ xq,
+                                                         const float2 *__restrict__ xs, int K, int lg, int sbk, int S,
+                                                         int64_t T, int *__restrict__ ctr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(16) unsigned char mvt_sm[];
+  const int V = K >> 5, G = V >> lg;
+  const uint32_t qn = (uint32_t)K >> 1, sn = (uint32_t)G * (sbk == SBK_F32 ? 8u : 4u);
+  const uint32_t rs = R * (qn + sn); /* stage bytes: R rows of words, then their R scale/bias rows */
+  uint4 *xa = (uint4 *)mvt_sm, *xb = xa + V;
+  float2 *xd = (float2 *)(xb + V);
+  unsigned char *stg = (unsigned char *)(xd + V); /* V * 40 bytes: 16-aligned when V is even */
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint64_t *bar = (uint64_t *)(stg + (size_t)NW * S * rs) + warp * S;
+  volatile int *sg = (volatile int *)((uint64_t *)(stg + (size_t)NW * S * rs) + NW * S) + warp * S; /* group a stage holds, -1 none */
+  unsigned char *my = stg + (size_t)warp * S * rs;
+  const int64_t g0 = T * blockIdx.x / gridDim.x, g1 = T * (blockIdx.x + 1) / gridDim.x;
+  const int ngr = g1 - g0 > warp ? (int)((g1 - g0 - warp + NW - 1) / NW) : 0; /* groups of this warp */
+  pdl_trigger();
+  if (lane == 0) {
+    for (int s = 0; s < S; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar + s)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    /* groups: static (g0 + warp + NW i) or, with ctr, claimed from a counter (S at once here,
+     * one a refill), so that blocks that became resident early do the work of late ones */
+    const int base = ctr ? atomicAdd(ctr, S) : 0;
+    for (int i = 0; i < S; i++) { /* weights only: before the wait */
+      const int64_t g = ctr ? (int64_t)base + i : (i < ngr ? g0 + warp + (int64_t)NW * i : T);
+      sg[i] = g < T ? (int)g : -1;
+      if (g >= T) continue;
+      const mvt_grp gr = mvt_group<R>(a, g, qn, sn);
+      mvt_issue(bar + i, my + (size_t)i * rs, gr.q, gr.nr * qn, gr.sb, gr.nr * sn);
+    }
+  }
+  __syncwarp();
+  pdl_wait();
+  for (int v = threadIdx.x; v < V; v += NW * 32) {
+    xa[v] = __ldcg(xq + 2 * v);
+    xb[v] = __ldcg(xq + 2 * v + 1);
+    xd[v] = __ldcg(xs + v);
+  }
+  __syncthreads();
+  constexpr int MK = 0x0F0F0F0F;
+  /* stages are consumed round-robin; one without a group stays without (its parity then only
+   * counts valid uses); the loop ends after S empty stages in a row */
+  for (int i = 0, empty = 0; empty < S; i++) {
+    const int s = i % S;
+    __syncwarp();
+    const int gi = sg[s];
+    if (gi < 0) { empty++; continue; }
+    empty = 0;
+    mvt_wait(bar + s, (uint32_t)(i / S) & 1u);
+    const unsigned char *st = my + (size_t)s * rs;
+    const mvt_grp gr = mvt_group<R>(a, gi, qn, sn);
+    const unsigned char *sbs = st + (size_t)gr.nr * qn; /* scale/bias rows follow the nr word rows */
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    /* rows r >= gr.nr of a partial group read stage bytes that are not theirs (never stored) */
+    constexpr int UV = R >= 8 ? 1 : R >= 4 ? 2 : 4;
+#pragma unroll UV
+    for (int v = lane; v < V; v += 32) {
+      const uint4 x0 = xa[v], x1 = xb[v];
+      const float2 d2 = xd[v];
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const uint4 w = ((const uint4 *)(st + (size_t)r * qn))[v];
+        float2 p;
+        if (sbk == SBK_F32) p = ((const float2 *)(sbs + (size_t)r * sn))[v >> lg];
+        else {
+          const uint32_t u = ((const uint32_t *)(sbs + (size_t)r * sn))[v >> lg];
+          if (sbk == SBK_BF16) p = make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+          else p = __half22float2(*reinterpret_cast<const __half2 *>(&u));
+        }
+        int d = __dp4a((int)(w.x & MK), (int)x0.x, 0), e = __dp4a((int)(w.z & MK), (int)x1.x, 0);
+        d = __dp4a((int)((w.x >> 4) & MK), (int)x0.y, d);
+        e = __dp4a((int)((w.z >> 4) & MK), (int)x1.y, e);
+        d = __dp4a((int)(w.y & MK), (int)x0.z, d);
+        e = __dp4a((int)(w.w & MK), (int)x1.z, e);
+        d = __dp4a((int)((w.y >> 4) & MK), (int)x0.w, d);
+        e = __dp4a((int)((w.w >> 4) & MK), (int)x1.w, e);
+        acc[r] = fmaf(p.x, (float)(d + e) * d2.x, fmaf(p.y, d2.y, acc[r]));
+      }
+    }
+    __syncwarp();
+    if (lane == 0) { /* the stage is consumed: request the next group into it */
+      const int64_t g = ctr ? (int64_t)atomicAdd(ctr, 1) : (i + S < ngr ? g0 + warp + (int64_t)NW * (i + S) : T);
+      sg[s] = g < T ? (int)g : -1;
+      if (g < T) {
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        const mvt_grp gn = mvt_group<R>(a, g, qn, sn);
+        mvt_issue(bar + s, (void *)st, gn.q, gn.nr * qn, gn.sb, gn.nr * sn);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const float t = warp_sum(acc[r]);
+      if (lane == r && r < gr.nr) gr.y[r] = t;
+    }
+  }
+  /* the last warp of the launch resets the claim counter ([0]) and the warp count ([1]) for the
+   * next launch that uses them (a later graph replay) */
+  if (ctr && lane == 0 && atomicAdd(ctr + 1, 1) == (int)gridDim.x * NW - 1) {
+    ctr[0] = 0;
+    ctr[1] = 0;
+  }
+#else
+  (void)a; (void)xq; (void)xs; (void)K; (void)lg; (void)sbk; (void)S; (void)T; (void)ctr;
+#endif
+}
+
+/* bytes of one row stage (packed words + scale/bias pairs); 0 when k_mvt cannot run w */
+static uint32_t mvt_row_bytes(const cu_weight *w) {
+  if (w->kind != CW_Q4 || w->cols % 64 || w->cols > (1 << 20)) return 0;
+  const int64_t G = w->cols / w->gs;
+  const int64_t rs = w->cols / 2 + G * (w->sbk == SBK_F32 ? 8 : 4);
+  if (rs % 16 || ((uintptr_t)w->q & 15) || ((uintptr_t)w->sb & 15)) return 0;
+  return (uint32_t)rs;
+}
+static int mvt_n_sm() {
+  static int n = 0;
+  if (!n) {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    n = major >= 9 && v > 0 ? v : -1; /* bulk copies and mbarrier transaction counts: sm_90 */
+  }
+  return n;
+}
+/* launches k_mvt when it applies (n = 1, sm_90, layout), else returns false */
+int g_cu_mvt_nw = 0, g_cu_mvt_r = 0; /* SMELT_CUDA_MVT_NW (4/8), SMELT_CUDA_MVT_R (rows a stage): 0 automatic */
+int g_cu_mvt_stage = 10; /* SMELT_CUDA_MVT_STAGE: KB of one stage (R = rows that fit, at most 8) */
+template <int NW, int R>
+static void mvt_go(const mv_args &a, const uint4 *xq, const float2 *xs, int K, int lg, int sbk, int S, int64_t T,
+                   unsigned grid, size_t smem, cudaStream_t s, int *ctr) {
+  static size_t set = 0; /* dynamic shared memory limit already raised to */
+  if (smem > set) {
+    cudaFuncSetAttribute(k_mvt<NW, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    set = smem;
+  }
+  cu_launch(k_mvt<NW, R>, dim3(grid), dim3(NW * 32), smem, s, a, xq, xs, K, lg, sbk, S, T, ctr);
+}
+template <int NW>
+static void mvt_go_r(int R, const mv_args &a, const uint4 *xq, const float2 *xs, int K, int lg, int sbk, int S,
+                     int64_t T, unsigned grid, size_t smem, cudaStream_t s, int *ctr) {
+  switch (R) {
+  case 1: mvt_go<NW, 1>(a, xq, xs, K, lg, sbk, S, T, grid, smem, s, ctr); break;
+  case 2: mvt_go<NW, 2>(a, xq, xs, K, lg, sbk, S, T, grid, smem, s, ctr); break;
+  case 4: mvt_go<NW, 4>(a, xq, xs, K, lg, sbk, S, T, grid, smem, s, ctr); break;
+  default: mvt_go<NW, 8>(a, xq, xs, K, lg, sbk, S, T, grid, smem, s, ctr); break;
+  }
+}
+/* claim counters of the dynamic mode (SMELT_CUDA_MVT_DYN): pairs of zeroed ints per device, one
+ * pair a launch (recorded launches keep theirs), reused round-robin */
+int g_cu_mvt_dyn = 0;
+#define MVT_CTR_PAIRS 4096
+static int *s_mvt_ctr[16];
+static unsigned s_mvt_next[16];
+void cu_mv_init(int dev) {
+  if (dev < 0 || dev >= 16 || s_mvt_ctr[dev]) return;
+  if (cudaMalloc(&s_mvt_ctr[dev], MVT_CTR_PAIRS * 2 * sizeof(int)) != cudaSuccess) { s_mvt_ctr[dev] = NULL; return; }
+  cudaMemset(s_mvt_ctr[dev], 0, MVT_CTR_PAIRS * 2 * sizeof(int));
+  cudaDeviceSynchronize();
+}
+static int *mvt_ctr() {
+  if (!g_cu_mvt_dyn) return NULL;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < 0 || dev >= 16 || !s_mvt_ctr[dev]) return NULL;
+  return s_mvt_ctr[dev] + 2 * (s_mvt_next[dev]++ % MVT_CTR_PAIRS);
+}
+static bool mvt_launch(const cu_weight *const *ws, float *const *ys, int nw, const uint4 *xq, const float2 *xs,
+                       cudaStream_t s) {
+  if (!g_cu_mvt || nw < 1 || nw > 3) return false;
+  const int n_sm = mvt_n_sm();
+  if (n_sm <= 0) return false;
+  const uint32_t rs = mvt_row_bytes(ws[0]);
+  if (!rs) return false;
+  for (int i = 0; i < nw; i++)
+    if (mvt_row_bytes(ws[i]) != rs || ws[i]->cols != ws[0]->cols || ws[i]->sbk != ws[0]->sbk || ws[i]->gs != ws[0]->gs ||
+        ws[i]->rows > INT32_MAX)
+      return false;
+  int R = 1;
+  while (R < 8 && (size_t)(2 * R) * rs <= ((size_t)g_cu_mvt_stage << 10)) R *= 2;
+  if (g_cu_mvt_r == 1 || g_cu_mvt_r == 2 || g_cu_mvt_r == 4 || g_cu_mvt_r == 8) R = g_cu_mvt_r;
+  int64_t T = 0;
+  for (int i = 0; i < nw; i++) T += (ws[i]->rows + R - 1) / R;
+  const size_t stage = (size_t)R * rs;
+  const int K = (int)ws[0]->cols, V = K / 32;
+  const size_t xbytes = (size_t)V * 40;
+  const size_t budget = (size_t)(g_cu_mvt_kb > 8 ? g_cu_mvt_kb : 8) << 10;
+  int NW = g_cu_mvt_nw == 4 || g_cu_mvt_nw == 8 ? g_cu_mvt_nw : 8;
+  int S = (int)(budget / ((size_t)NW * stage));
+  int64_t grid;
+  if (g_cu_mvt_bps == 0) { /* one-shot blocks: S groups a warp, all requested before the wait */
+    if (!g_cu_mvt_nw) NW = 4;
+    S = (int)(budget / ((size_t)NW * stage));
+    if (S < 1) S = 1;
+    if (S > 16) S = 16;
+    grid = (T + (int64_t)NW * S - 1) / ((int64_t)NW * S);
+  } else {
+    if (S < 2 && !g_cu_mvt_nw) { NW = 4; S = (int)(budget / ((size_t)NW * stage)); }
+    if (S < 2) S = 2;
+    const int bps = g_cu_mvt_bps >= 1 && g_cu_mvt_bps <= 4 ? g_cu_mvt_bps : 1;
+    const int64_t need = (T + NW - 1) / NW;
+    grid = (int64_t)n_sm * bps;
+    if (grid > need) grid = need;
+    const int64_t gpw = (T + grid * NW - 1) / (grid * NW); /* groups of the busiest warp */
+    if (S > gpw) S = (int)gpw;
+    if (S > 16) S = 16;
+  }
+  const size_t smem = xbytes + (size_t)NW * S * (stage + 8 + 4);
+  if (smem > 220 * 1024) return false;
+  mv_args a;
+  memset(&a, 0, sizeof a);
+  for (int i = 0; i < 3; i++) {
+    a.bstart[i] = i < nw ? 0 : 0x7fffffff;
+    if (i < nw) { a.q[i] = ws[i]->q; a.sb[i] = ws[i]->sb; a.y[i] = ys[i]; a.M[i] = (int)ws[i]->rows; }
+  }
+  a.bstart[3] = 0x7fffffff;
+  const int lg = ws[0]->gs == 32 ? 0 : ws[0]->gs == 64 ? 1 : 2;
+  int *ctr = mvt_ctr();
+  if (NW == 8) mvt_go_r<8>(R, a, xq, xs, K, lg, ws[0]->sbk, S, T, (unsigned)grid, smem, s, ctr);
+  else mvt_go_r<4>(R, a, xq, xs, K, lg, ws[0]->sbk, S, T, (unsigned)grid, smem, s, ctr);
+  return true;
+}
+
+/* ---------------- gate/up + silu(gate)*up quantized, one token (n = 1) ----------------
+ * A block of 256 threads owns 32 consecutive rows of both gate and up (8 threads a row, each
+ * UNR 16-byte vectors of both rows a round, the first round requested before the wait), so it
+ * holds a whole 32-value chunk of h = silu(gate) * up and quantizes it itself into the int8 x
+ * layout of k_quant_x (same formulas) for the down projection: no counter, no extra kernel.
+ * Also writes gate and up. Needs rows % 32 == 0 and K % 256 == 0. */
+/* SMELT_CUDA_GUQ: UNR (1/2/4), 0 off; -1 (default): 1 for gate weights of >= 32 Mi elements
+ * (measured on the H100: faster for the 8B shape, not for the 1B one; 4 threads a row, tried,
+ * was slower) */
+int g_cu_guq = -1;
+template <int UNR>
+__global__ void __launch_bounds__(256, 4) k_gu_q4(const mv_args a, const uint4 *__restrict__ xq,
+                                                  const float2 *__restrict__ xs, int K, int lg, int sbk,
+                                                  uint8_t *__restrict__ hq, float2 *__restrict__ hs) {
+  __shared__ float hsm[32];
+  constexpr int TPR = 8;
+  const int j = threadIdx.x / TPR, sub = threadIdx.x % TPR;
+  const int64_t row = (int64_t)blockIdx.x * 32 + j;
+  const int V = K >> 5, G = V >> lg;
+  const uint4 *__restrict__ gq = (const uint4 *)a.q[0] + row * V;
+  const uint4 *__restrict__ uq = (const uint4 *)a.q[1] + row * V;
+  constexpr int MK = 0x0F0F0F0F;
+  pdl_trigger();
+  float ag = 0.f, au = 0.f;
+  uint4 rg[UNR], ru[UNR];
+  float2 pg[UNR], pu[UNR];
+  for (int v0 = sub, first = 1; v0 < V; v0 += UNR * TPR, first = 0) {
+#pragma unroll
+    for (int u = 0; u < UNR; u++) {
+      const int v = v0 + u * TPR;
+      rg[u] = v < V ? ld_stream_h(gq + v, 1, 0) : make_uint4(0, 0, 0, 0);
+      ru[u] = v < V ? ld_stream_h(uq + v, 1, 0) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < UNR; u++) {
+      const int v = v0 + u * TPR;
+      pg[u] = v < V ? load_sb_rt(a.sb[0], row * G + (v >> lg), sbk) : make_float2(0.f, 0.f);
+      pu[u] = v < V ? load_sb_rt(a.sb[1], row * G + (v >> lg), sbk) : make_float2(0.f, 0.f);
+    }
+    if (first) pdl_wait();
+#pragma unroll
+    for (int u = 0; u < UNR; u++) {
+      const int v = v0 + u * TPR;
+      if (v >= V) break;
+      const uint4 x0 = __ldca(xq + 2 * v), x1 = __ldca(xq + 2 * v + 1);
+      const float2 xd = __ldca(xs + v);
+      int d = __dp4a((int)(rg[u].x & MK), (int)x0.x, 0), e = __dp4a((int)(ru[u].x & MK), (int)x0.x, 0);
+      d = __dp4a((int)((rg[u].x >> 4) & MK), (int)x0.y, d); e = __dp4a((int)((ru[u].x >> 4) & MK), (int)x0.y, e);
+      d = __dp4a((int)(rg[u].y & MK), (int)x0.z, d);        e = __dp4a((int)(ru[u].y & MK), (int)x0.z, e);
+      d = __dp4a((int)((rg[u].y >> 4) & MK), (int)x0.w, d); e = __dp4a((int)((ru[u].y >> 4) & MK), (int)x0.w, e);
+      d = __dp4a((int)(rg[u].z & MK), (int)x1.x, d);        e = __dp4a((int)(ru[u].z & MK), (int)x1.x, e);
+      d = __dp4a((int)((rg[u].z >> 4) & MK), (int)x1.y, d); e = __dp4a((int)((ru[u].z >> 4) & MK), (int)x1.y, e);
+      d = __dp4a((int)(rg[u].w & MK), (int)x1.z, d);        e = __dp4a((int)(ru[u].w & MK), (int)x1.z, e);
+      d = __dp4a((int)((rg[u].w >> 4) & MK), (int)x1.w, d); e = __dp4a((int)((ru[u].w >> 4) & MK), (int)x1.w, e);
+      ag = fmaf(pg[u].x, (float)d * xd.x, fmaf(pg[u].y, xd.y, ag));
+      au = fmaf(pu[u].x, (float)e * xd.x, fmaf(pu[u].y, xd.y, au));
+    }
+  }
+  pdl_wait(); /* threads without a vector */
+#pragma unroll
+  for (int o = TPR / 2; o > 0; o >>= 1) {
+    ag += __shfl_xor_sync(0xffffffffu, ag, o);
+    au += __shfl_xor_sync(0xffffffffu, au, o);
+  }
+  if (sub == 0) {
+    a.y[0][row] = ag;
+    a.y[1][row] = au;
+    hsm[j] = ag / (1.f + expf(-ag)) * au;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) { /* the chunk's quantization, as k_quant_x */
+    const int lane = threadIdx.x;
+    const float v = hsm[lane];
+    float am = fabsf(v), sum = v;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+      sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+    int qi = am > 0.f ? __float2int_rn(v * (127.f / am)) : 0;
+    qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+    const int jj = lane >> 3, e = lane & 7;
+    const int64_t b = blockIdx.x;
+    hq[b * 32 + (2 * jj + (e & 1)) * 4 + (e >> 1)] = (uint8_t)(int8_t)qi;
+    if (lane == 0) hs[b] = make_float2(am * (1.f / 127.f), sum);
+  }
+}
+static int guq_cfg(const cu_weight *g) {
+  return g_cu_guq >= 0 ? g_cu_guq : g->rows * g->cols >= ((int64_t)32 << 20) ? 1 : 0;
+}
+static bool guq_ok(const cu_weight *g, const cu_weight *u) {
+  return guq_cfg(g) && g->kind == CW_Q4 && cu_matvec_compatible(g, u) && g->rows == u->rows && g->rows % 32 == 0 &&
+         g->cols % 256 == 0 && g->rows / 32 <= INT32_MAX;
+}
+
 /* ---------------- dispatch ---------------- */
 /* rpb: rows per block */
 static mv_args make_args(const cu_weight *const *ws, float *const *ys, int nw, int rpb, unsigned *blocks) {
@@ -851,6 +1244,8 @@ static void mv2_dispatch(const cu_weight *const *ws, float *const *ys, int nw, c
  * below (measured on the H100, docs/benchmarks.md) */
 int g_cu_q4minb = 0;
 int g_cu_q4hint = 1; /* SMELT_CUDA_Q4HINT: k_mvq4 weight load hint (ld_stream_h; 1 measured best on the H100) */
+static bool s_no_mvt; /* the next q4_launch_n runs k_mvq4 for n = 1 too */
+static int s_role = -1; /* CU_Q4_* role of the next q4_launch_n (-1 none) */
 static int s_q4_pf; /* mv_args.pf of the next launch_q4 (set by the role-aware launchers) */
 template <int N, int RB, int UNR, int MINB = 1>
 static void launch_q4(const cu_weight *const *ws, float *const *ys, int nw, const uint4 *xq, const float2 *xs, int n,
@@ -898,6 +1293,9 @@ static int q4_tl(int V, int n, int rb, int64_t M, int role = -1) {
 }
 static void q4_launch_n(const cu_weight *const *ws, float *const *ys, int nw, const uint4 *q4, const float2 *xs, int n,
                         int tl, int rb, cudaStream_t s, const glu_args &g = glu_args{ NULL, NULL, NULL }) {
+  if (n == 1 && !g.cnt && !s_no_mvt && (g_cu_mvt >> (s_role >= 0 ? s_role : CU_Q4_ROLES) & 1) &&
+      mvt_launch(ws, ys, nw, q4, xs, s))
+    return;
   if (n == 1) {
     switch (rb) {
     case 11: launch_q4<1, 1, 1>(ws, ys, nw, q4, xs, n, tl, s, g); break;
@@ -934,6 +1332,7 @@ void cu_q4_matvec_cfg(const cu_weight *const *ws, float *const *ys, int nw, cons
                       void *xqv, cudaStream_t s, int n_sm, int rb, int tl, int role) {
   const int64_t K = ws[0]->cols;
   const int V = (int)(K / 32);
+  s_no_mvt = rb > 0; /* an explicit tiling names a k_mvq4 variant */
   if (rb <= 0) rb = q4_rb(n, V, role);
   int64_t M = 0;
   for (int i = 0; i < nw; i++) M += ws[i]->rows;
@@ -943,8 +1342,11 @@ void cu_q4_matvec_cfg(const cu_weight *const *ws, float *const *ys, int nw, cons
   float2 *xs = (float2 *)(xq + (size_t)n * (size_t)K);
   cu_launch(k_quant_x, dim3((unsigned)((nblk + 7) / 8)), dim3(256), 0, s, x, xu, nblk, xq, xs);
   s_q4_pf = role >= 0 && role < CU_Q4_ROLES ? g_cu_q4role_pf[role] : 0;
+  s_role = role >= 0 && role < CU_Q4_ROLES ? role : -1;
   q4_launch_n(ws, ys, nw, (const uint4 *)xq, xs, n, tl, rb, s);
+  s_role = -1;
   s_q4_pf = 0;
+  s_no_mvt = false;
 }
 
 bool cu_matvec_silu(const cu_weight *w, const float *g, const float *u, int n, float *y, void *xq, cudaStream_t s,
@@ -1253,13 +1655,32 @@ void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int
     g.cnt = glu_cnt;
     g.hq = (uint8_t *)hq;
     g.hs = (float2 *)(g.hq + (size_t)n * (size_t)ws[0]->rows);
+    if (n == 1 && nw == 2 && guq_ok(ws[0], ws[1])) { /* one kernel, no counters */
+      mv_args a;
+      memset(&a, 0, sizeof a);
+      for (int i = 0; i < 2; i++) { a.q[i] = ws[i]->q; a.sb[i] = ws[i]->sb; a.y[i] = ys[i]; a.M[i] = (int)ws[i]->rows; }
+      const int lg = ws[0]->gs == 32 ? 0 : ws[0]->gs == 64 ? 1 : 2;
+      const dim3 grid((unsigned)(ws[0]->rows / 32));
+      switch (guq_cfg(ws[0])) {
+#define GUQ_GO(U) cu_launch(k_gu_q4<U>, grid, dim3(256), 0, s, a, q4, xs, (int)K, lg, ws[0]->sbk, g.hq, g.hs)
+      case 2: GUQ_GO(2); break;
+      case 4: GUQ_GO(4); break;
+      default: GUQ_GO(1); break;
+#undef GUQ_GO
+      }
+      return;
+    }
   }
   s_q4_pf = role >= 0 && role < CU_Q4_ROLES ? g_cu_q4role_pf[role] : 0;
+  s_role = role >= 0 && role < CU_Q4_ROLES ? role : -1;
   q4_launch_n(ws, ys, nw, q4, xs, n, q4_tl(V, n, rb, M, role), rb, s, g);
+  s_role = -1;
   s_q4_pf = 0;
 }
 
+bool cu_q4_guq_ok(const cu_weight *g, const cu_weight *u, int n) { return n == 1 && guq_ok(g, u); }
 bool cu_q4_glu_ok(const cu_weight *g, const cu_weight *u, int n) {
+  if (n == 1 && guq_ok(g, u)) return true;
   if (g->kind != CW_Q4 || !cu_matvec_compatible(g, u) || g->rows != u->rows || g->rows % 32 || n < 1 ||
       n > CU_Q4_MAX_N)
     return false;
