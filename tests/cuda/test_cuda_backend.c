@@ -639,10 +639,14 @@ int main(void) {
   }
   /* one-token gate/up with silu(gate)*up quantized by the same kernel (SMELT_CUDA_GUQ: tilings;
    * the default uses it for large gate weights only; the "tiny" shape has K % 256 == 0, "test"
-   * falls back to the separate kernels) */
-  const char *guq[] = { "1", "2", "4" };
-  for (int k = 0; k < 3; k++) {
+   * falls back to the separate kernels), with the residual add + rmsnorm before it folded in
+   * (SMELT_CUDA_GUQ_NORM=1, replaying k_norm_q exactly: batched vs one-token decode stay
+   * comparable), then without (the default) */
+  const char *guq[] = { "1", "2", "4", "1" };
+  for (int k = 0; k < 4; k++) {
     setenv("SMELT_CUDA_GUQ", guq[k], 1);
+    if (k < 3) setenv("SMELT_CUDA_GUQ_NORM", "1", 1);
+    else unsetenv("SMELT_CUDA_GUQ_NORM"); /* the default: the add + rmsnorm as its own kernel */
     G = sm_cuda_backend_create(0);
     CHECK(G != NULL, "cuda backend with SMELT_CUDA_GUQ=%s: %s", guq[k], smelt_last_error());
     if (G) {
@@ -654,6 +658,7 @@ int main(void) {
     }
   }
   unsetenv("SMELT_CUDA_GUQ");
+  unsetenv("SMELT_CUDA_GUQ_NORM");
   /* gate/up with the silu(gate)*up epilogue (SMELT_CUDA_GLU=1; the default quantizes it in a
    * separate kernel), every matvec role prefetching its weight rows into L2 before its wait
    * (whole rows, or 4 KB of them for o), evict-first weight loads */

@@ -1,6 +1,7 @@
 /* One-token decode kernels at Llama-3.1-8B shapes, against the default kernels (no CPU model):
  *  - k_gu_q4 (gate/up + silu(gate)*up quantized in one kernel, SMELT_CUDA_GUQ 1/2/4): gate and
- *    up against k_mvq4 (summation order only), the int8 h against silu(gate)*up of those;
+ *    up against k_mvq4 (summation order only), the int8 h against silu(gate)*up of those; with the
+ *    add + rmsnorm folded in, bitwise against k_norm_q followed by the same kernel;
  *  - k_mvt (bulk-copy matvec, SMELT_CUDA_MVT, static and counter-claimed groups) against k_mvq4
  *    for the q/k/v, o and down shapes (several groups a warp: the stage refills run).
  * Exits 77 (ctest SKIP) without a usable sm_90 GPU. */
@@ -11,7 +12,7 @@
 #include <string.h>
 #include <vector>
 
-extern int g_cu_guq, g_cu_mvt, g_cu_mvt_dyn, g_cu_mvt_kb;
+extern int g_cu_guq, g_cu_guq_norm, g_cu_mvt, g_cu_mvt_dyn, g_cu_mvt_kb;
 static int fails, checks;
 #define CHECK(c, ...) do { checks++; if (!(c)) { fails++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -109,6 +110,49 @@ static void test_guq(int64_t M, int64_t K, cudaStream_t s) {
     /* |q d - h| <= d/2 plus the difference of gate/up (summation order) */
     CHECK(worst <= 0.51, "gu_q4<%d> %lldx%lld: int8 h off by %g steps", unr, (long long)M, (long long)K, worst);
     CHECK(worst_sum < 1e-4, "gu_q4<%d> chunk sums off by %g", unr, worst_sum);
+  }
+  /* the add + rmsnorm inside it (cu_gu_norm) against k_norm_q + the same kernel: bitwise equal */
+  if (K <= 4096) {
+    std::vector<float> xr((size_t)K), ad((size_t)K), nw((size_t)K);
+    for (int64_t i = 0; i < K; i++) { xr[i] = 2.f * frnd() - 1.f; ad[i] = frnd() - 0.5f; nw[i] = 0.5f + frnd(); }
+    float *rx, *ra, *rw, *hout, *rx2;
+    CK(cudaMalloc(&rx, K * 4)); CK(cudaMalloc(&ra, K * 4)); CK(cudaMalloc(&rw, K * 4));
+    CK(cudaMalloc(&hout, K * 4)); CK(cudaMalloc(&rx2, K * 4));
+    CK(cudaMemcpy(rx, xr.data(), K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(rx2, xr.data(), K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ra, ad.data(), K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(rw, nw.data(), K * 4, cudaMemcpyHostToDevice));
+    g_cu_guq_norm = 1;
+    for (int unr : { 1, 2, 4 }) {
+      g_cu_guq = unr;
+      CHECK(cu_q4_guq_norm_ok(&g, &u, 1), "guq_norm_ok %lldx%lld", (long long)M, (long long)K);
+      /* reference: k_norm_q (x += a in a copy of x) then the plain kernel */
+      CK(cudaMemcpy(rx2, xr.data(), K * 4, cudaMemcpyHostToDevice));
+      CHECK(cu_norm_q(NULL, rx2, ra, rw, 1, (int)K, 1e-5f, 0.f, xq, s), "cu_norm_q");
+      float *ys[2] = { ry[0], ry[1] };
+      cu_q4_matvec_preq(ws, ys, 2, 1, xq, s, cnt, hq, CU_Q4_GU);
+      CK(cudaStreamSynchronize(s));
+      std::vector<float> g0 = get(ry[0], M), u0 = get(ry[1], M), h0 = get(rx2, K);
+      std::vector<uint8_t> q0(cu_q4_scratch_bytes(1, M));
+      CK(cudaMemcpy(q0.data(), hq, q0.size(), cudaMemcpyDeviceToHost));
+      cu_gu_norm nm = { rx, ra, rw, 0.f, 1e-5f, hout };
+      float *ys2[2] = { gy, uy };
+      CK(cudaMemset(hq, 0xff, cu_q4_scratch_bytes(1, M)));
+      cu_q4_matvec_preq(ws, ys2, 2, 1, xq, s, cnt, hq, CU_Q4_GU, &nm);
+      CK(cudaStreamSynchronize(s));
+      CK(cudaGetLastError());
+      std::vector<float> g1 = get(gy, M), u1 = get(uy, M), h1 = get(hout, K), x1 = get(rx, K);
+      std::vector<uint8_t> q1(q0.size());
+      CK(cudaMemcpy(q1.data(), hq, q1.size(), cudaMemcpyDeviceToHost));
+      CHECK(memcmp(g0.data(), g1.data(), M * 4) == 0 && memcmp(u0.data(), u1.data(), M * 4) == 0,
+            "gu_q4<%d> with the norm %lldx%lld: gate/up differ from k_norm_q + gu_q4 (%g)", unr, (long long)M,
+            (long long)K, rel_max(g1, g0));
+      CHECK(memcmp(q0.data(), q1.data(), q0.size()) == 0, "gu_q4<%d> with the norm: quantized h differs", unr);
+      CHECK(memcmp(h0.data(), h1.data(), K * 4) == 0, "gu_q4<%d> with the norm: x + a differs", unr);
+      CHECK(memcmp(x1.data(), xr.data(), K * 4) == 0, "gu_q4<%d> with the norm wrote x", unr);
+    }
+    g_cu_guq_norm = 0;
+    cudaFree(rx); cudaFree(ra); cudaFree(rw); cudaFree(hout); cudaFree(rx2);
   }
   g_cu_guq = -1;
   cudaFree(dx); cudaFree(gy); cudaFree(uy); cudaFree(ry[0]); cudaFree(ry[1]); cudaFree(xq); cudaFree(hq); cudaFree(cnt);

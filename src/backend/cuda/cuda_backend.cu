@@ -123,7 +123,7 @@ static int g_cu_attn_long = 2048;
  * epilogue); default: a separate quantization kernel before the down projection (measured faster
  * on the H100, docs/benchmarks.md) */
 static int g_cu_glu = 0;
-extern int g_cu_guq, g_cu_mvt_dyn, g_cu_mvt, g_cu_mvt_kb, g_cu_mvt_bps, g_cu_mvt_nw, g_cu_mvt_r, g_cu_mvt_stage;
+extern int g_cu_guq, g_cu_guq_norm, g_cu_mvt_dyn, g_cu_mvt, g_cu_mvt_kb, g_cu_mvt_bps, g_cu_mvt_nw, g_cu_mvt_r, g_cu_mvt_stage;
 extern int g_cu_attn_oldm, g_cu_attn_rs, g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
@@ -929,9 +929,42 @@ static bool norm_feeds_q4(const cuda_be *c, int i) {
          c->xq_cap >= cu_q4_scratch_bytes(m->n, w->cols);
 }
 
+/* ops i.. are: x += a; out = rmsnorm(x) feeding gate/up; silu*mul; down (-> b); x += b; rmsnorm(x),
+ * for one token: then the first add + rmsnorm can run inside the gate/up kernel (k_gu_q4), which
+ * leaves x + a in out (dead otherwise) for the second add to read */
+static bool gu_norm_fusable(const cuda_be *c, int i) {
+  if (g_cu_skip || i + 7 >= c->n_ops || !c->xq || !c->xq2 || !c->glu_cnt) return false;
+  const cu_op *ad = &c->ops[i], *nr = &c->ops[i + 1], *g = &c->ops[i + 2], *u = &c->ops[i + 3], *sl = &c->ops[i + 4],
+              *dn = &c->ops[i + 5], *ad2 = &c->ops[i + 6], *nr2 = &c->ops[i + 7];
+  if (ad->type != OP_ADD || nr->type != OP_RMSNORM || g->type != OP_MATMUL || u->type != OP_MATMUL ||
+      sl->type != OP_SILU || dn->type != OP_MATMUL || ad2->type != OP_ADD || nr2->type != OP_RMSNORM)
+    return false;
+  const void *x = ad->p0, *a = ad->p1, *out = nr->p0, *b = dn->p2;
+  const int dim = nr->i0;
+  if (nr->n != 1 || nr->p1 != x || (size_t)dim != ad->sz || out == x || out == a || out == b || g->p1 != out ||
+      u->p1 != out || g->n != 1 || u->n != 1 || dn->n != 1 || g->p2 == u->p2 || g->p2 == out || u->p2 == out)
+    return false;
+  const cu_weight *gw = (const cu_weight *)g->p3, *uw = (const cu_weight *)u->p3, *dw = (const cu_weight *)dn->p3;
+  const bool order = sl->p1 == g->p2 && sl->p2 == u->p2, swapped = sl->p1 == u->p2 && sl->p2 == g->p2;
+  if (!(order || swapped) || !cu_q4_guq_norm_ok(order ? gw : uw, order ? uw : gw, 1) || gw->cols != dim ||
+      sl->sz != (size_t)gw->rows || dn->p1 != sl->p0 || dw->kind != CW_Q4 || !cu_use_matvec(dw, 1) ||
+      dw->cols != gw->rows || b == sl->p0 || b == x || b == out || !dead_after(c, i + 5, sl->p0) ||
+      c->xq2_cap < cu_q4_scratch_bytes(1, dw->cols) || c->glu_cnt_cap < sizeof(int) * (size_t)(gw->rows / 32))
+    return false;
+  /* out holds x + a until the second add: nothing else reads or writes it before */
+  if (!norm_out_dead(c, i + 1, out)) return false;
+  if (ad2->p0 != x || ad2->p1 != b || ad2->sz != (size_t)dim || nr2->p1 != x || nr2->n != 1 || nr2->i0 != dim ||
+      nr2->p0 == x || nr2->p0 == b)
+    return false;
+  return ((uintptr_t)x | (uintptr_t)a | (uintptr_t)out | (uintptr_t)b | (uintptr_t)nr->p2 | (uintptr_t)nr2->p2 |
+          (uintptr_t)nr2->p0) % 16 == 0 && dim % 32 == 0;
+}
+
 static void exec_ops(cuda_be *c) {
   const void *preq = NULL; /* buffer whose int8 quantization the previous kernel left in c->xq */
   int preq_n = 0;
+  const void *redir_x = NULL; /* gu_norm_fusable: x + a of the residual redir_x is in redir_src */
+  const float *redir_src = NULL;
   for (int i = 0; i < c->n_ops;) {
     const cu_op *o = &c->ops[i];
     const void *pre = preq;
@@ -1105,6 +1138,25 @@ static void exec_ops(cuda_be *c) {
         continue;
       }
     }
+    if (g_cu_guq_norm && gu_norm_fusable(c, i)) {
+      const cu_op *nr = &c->ops[i + 1], *g = &c->ops[i + 2], *u = &c->ops[i + 3], *sl = &c->ops[i + 4],
+                  *dn = &c->ops[i + 5];
+      const bool order = sl->p1 == g->p2;
+      const cu_weight *gu[2] = { (const cu_weight *)(order ? g : u)->p3, (const cu_weight *)(order ? u : g)->p3 };
+      float *gy[2] = { (float *)(order ? g : u)->p2, (float *)(order ? u : g)->p2 };
+      const cu_weight *dw = (const cu_weight *)dn->p3;
+      cu_gu_norm nm = { (const float *)o->p0, (const float *)o->p1, (const float *)nr->p2, nr->f1, nr->f0, (float *)nr->p0 };
+      prof_begin(c);
+      cu_q4_matvec_preq(gu, gy, 2, 1, c->xq, c->s, c->glu_cnt, c->xq2, CU_Q4_GU, &nm);
+      prof_end(c, "add+rmsnorm+gate/up+silu quant");
+      prof_begin(c);
+      cu_q4_matvec_preq(&dw, (float *const *)&dn->p2, 1, 1, c->xq2, c->s, NULL, NULL, CU_Q4_DN);
+      prof_end(c, "down (preq)");
+      redir_x = o->p0;
+      redir_src = (const float *)nr->p0;
+      i += 6;
+      continue;
+    }
     if (o->type == OP_ADD && i + 1 < c->n_ops) {
       const cu_op *p = &c->ops[i + 1];
       if (p->type == OP_RMSNORM && p->p1 == o->p0 && (size_t)p->n * (size_t)p->i0 == o->sz && p->p0 != o->p0 &&
@@ -1112,8 +1164,10 @@ static void exec_ops(cuda_be *c) {
         int dim = p->i0, th = dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 64 ? 64 : 32;
         const bool q = norm_feeds_q4(c, i + 1);
         prof_begin(c);
+        const float *src = redir_x == o->p0 ? redir_src : NULL; /* set: this cu_norm_q was checked to run */
+        redir_x = NULL;
         if ((g_cu_skip & 1) || cu_norm_q(q && norm_out_dead(c, i + 1, p->p0) ? NULL : (float *)p->p0, (float *)o->p0, (const float *)o->p1, (const float *)p->p2, p->n, dim, p->f0,
-                      p->f1, q ? c->xq : NULL, c->s)) {
+                      p->f1, q ? c->xq : NULL, c->s, src)) {
           if (q) { preq = p->p0; preq_n = p->n; }
         } else {
           k_add_rmsnorm<<<p->n, th, 0, c->s>>>((float *)p->p0, (float *)o->p0, (const float *)o->p1,
@@ -1831,8 +1885,9 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_mvt = mvt ? atoi(mvt) : 0;
   g_cu_mvt_kb = mvtkb ? atoi(mvtkb) : 96;
   g_cu_mvt_bps = mvtb ? atoi(mvtb) : 1;
-  const char *guq = getenv("SMELT_CUDA_GUQ");
+  const char *guq = getenv("SMELT_CUDA_GUQ"), *guqn = getenv("SMELT_CUDA_GUQ_NORM");
   g_cu_guq = guq ? atoi(guq) : -1;
+  g_cu_guq_norm = guqn ? atoi(guqn) : 0;
   const char *mdyn = getenv("SMELT_CUDA_MVT_DYN");
   g_cu_mvt_dyn = mdyn ? atoi(mdyn) : 0;
   cu_mv_init(device);

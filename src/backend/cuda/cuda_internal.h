@@ -115,18 +115,27 @@ bool cu_matvec_compatible(const cu_weight *a, const cu_weight *b);
 /* out[r] = rmsnorm(x[r] (+= a[r] when a)) * (w + off) for n rows of dim, one block a row; with xq
  * also the CW_Q4 int8 x (cu_q4_scratch_bytes(n, dim)) of out. false (nothing launched) when the
  * shape/alignment is not supported */
+/* xsrc (may be NULL): x is set to xsrc (+ a) instead of x (+ a) */
 bool cu_norm_q(float *out, float *x, const float *a, const float *w, int n, int dim, float eps, float off, void *xq,
-               cudaStream_t s);
+               cudaStream_t s, const float *xsrc = NULL);
 /* CW_Q4 matvec with x already quantized into xq (by cu_norm_q). With glu_cnt (ws = {gate, up},
  * cu_q4_glu_ok): also writes silu(gate)*up quantized into hq (cu_q4_scratch_bytes(n, rows));
  * glu_cnt: rows/32 ints, zero (left zero) */
 /* role: CU_Q4_* (selects a SMELT_CUDA_Q4ROLE override), -1 none */
+/* norm (one token, cu_q4_guq_norm_ok): the gate/up input is rmsnorm(x + a) * (w + off), computed
+ * by the gate/up kernel itself (xq unused); hout (may be NULL) receives x + a (x is not written) */
+struct cu_gu_norm {
+  const float *x, *a, *w;
+  float off, eps;
+  float *hout;
+};
 void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xq, cudaStream_t s,
-                       int *glu_cnt = NULL, void *hq = NULL, int role = -1);
+                       int *glu_cnt = NULL, void *hq = NULL, int role = -1, const cu_gu_norm *norm = NULL);
 bool cu_q4_glu_ok(const cu_weight *gate, const cu_weight *up, int n);
 /* true when that is one kernel for one token (k_gu_q4, SMELT_CUDA_GUQ; the default for large
  * gate weights) rather than k_mvq4 with chunk counters (SMELT_CUDA_GLU=1) */
 bool cu_q4_guq_ok(const cu_weight *gate, const cu_weight *up, int n);
+bool cu_q4_guq_norm_ok(const cu_weight *gate, const cu_weight *up, int n); /* and with a cu_gu_norm */
 /* dequantize/convert rows [r0, r0+nr) of w to bf16 [nr][cols] (or to f16 when to_f16) */
 void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s);
 /* one row (token) of an embedding, dequantized to float */

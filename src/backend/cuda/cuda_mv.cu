@@ -1053,10 +1053,21 @@ static bool mvt_launch(const cu_weight *const *ws, float *const *ys, int nw, con
  * (measured on the H100: faster for the 8B shape, not for the 1B one; 4 threads a row, tried,
  * was slower) */
 int g_cu_guq = -1;
-template <int UNR>
+/* SMELT_CUDA_GUQ_NORM=1: the residual add + rmsnorm before it folded into it (opt-in: measured
+ * 2.340-2.355 vs 2.334-2.339 ms a step on the 8B shape, docs/benchmarks.md) */
+int g_cu_guq_norm = 0;
+/* gate/up input from a fused residual add + rmsnorm (NORM; K % 256 == 0, K <= 4096): every block
+ * computes h = x + a and its int8 rmsnorm into shared memory exactly as k_norm_q<1> does (its 1024 /
+ * 512 / ... thread reduction tree replayed by 256 threads), block 0 stores h in hout */
+struct gu_norm {
+  const float *x, *a, *w;
+  float off, eps;
+  float *hout;
+};
+template <int UNR, bool NORM>
 __global__ void __launch_bounds__(256, 4) k_gu_q4(const mv_args a, const uint4 *__restrict__ xq,
                                                   const float2 *__restrict__ xs, int K, int lg, int sbk,
-                                                  uint8_t *__restrict__ hq, float2 *__restrict__ hs) {
+                                                  uint8_t *__restrict__ hq, float2 *__restrict__ hs, const gu_norm nm) {
   __shared__ float hsm[32];
   constexpr int TPR = 8;
   const int j = threadIdx.x / TPR, sub = threadIdx.x % TPR;
@@ -1069,6 +1080,20 @@ __global__ void __launch_bounds__(256, 4) k_gu_q4(const mv_args a, const uint4 *
   float ag = 0.f, au = 0.f;
   uint4 rg[UNR], ru[UNR];
   float2 pg[UNR], pu[UNR];
+  /* NORM: virtual warp W = warp + 8k (k < 4) of k_norm_q's block; its norm weights before the wait */
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, dim4 = K >> 2;
+  const int nvw = (dim4 < 64 ? 64 : dim4) >> 5;
+  float4 gw[4];
+  if (NORM) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      const int idx = 32 * (warp + 8 * k) + lane;
+      gw[k] = idx < dim4 ? ((const float4 *)nm.w)[idx] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  __shared__ uint4 sxq[NORM ? 4096 / 16 : 1];
+  __shared__ float2 sxs[NORM ? 4096 / 32 : 1];
+  __shared__ float red[NORM ? 32 : 1];
   for (int v0 = sub, first = 1; v0 < V; v0 += UNR * TPR, first = 0) {
 #pragma unroll
     for (int u = 0; u < UNR; u++) {
@@ -1083,12 +1108,72 @@ __global__ void __launch_bounds__(256, 4) k_gu_q4(const mv_args a, const uint4 *
       pu[u] = v < V ? load_sb_rt(a.sb[1], row * G + (v >> lg), sbk) : make_float2(0.f, 0.f);
     }
     if (first) pdl_wait();
+    if (NORM && first) { /* every thread has a vector (V % 8 == 0): the barriers are uniform */
+      float4 hv[4];
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const int W = warp + 8 * k, idx = 32 * W + lane;
+        hv[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (W >= nvw) continue;
+        float ss = 0.f;
+        if (idx < dim4) {
+          float4 v = __ldcg((const float4 *)nm.x + idx);
+          const float4 b = __ldcg((const float4 *)nm.a + idx);
+          v.x += b.x; v.y += b.y; v.z += b.z; v.w += b.w;
+          if (blockIdx.x == 0 && nm.hout) ((float4 *)nm.hout)[idx] = v;
+          ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
+          hv[k] = v;
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) red[W] = ss;
+      }
+      __syncthreads();
+      if (threadIdx.x < 32) {
+        float t = threadIdx.x < nvw ? red[threadIdx.x] : 0.f;
+        t = warp_sum(t);
+        if (threadIdx.x == 0) red[0] = t;
+      }
+      __syncthreads();
+      const float inv = 1.0f / sqrtf(red[0] / (float)K + nm.eps), off = nm.off;
+      uint8_t *sx8 = (uint8_t *)sxq;
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const int W = warp + 8 * k, idx = 32 * W + lane;
+        if (W >= nvw) continue;
+        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (idx < dim4) {
+          const float4 g = gw[k];
+          o.x = hv[k].x * inv * (g.x + off); o.y = hv[k].y * inv * (g.y + off);
+          o.z = hv[k].z * inv * (g.z + off); o.w = hv[k].w * inv * (g.w + off);
+        }
+        float am = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+        float sum = (o.x + o.y) + (o.z + o.w);
+#pragma unroll
+        for (int m = 4; m > 0; m >>= 1) {
+          am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, m));
+          sum += __shfl_xor_sync(0xffffffffu, sum, m);
+        }
+        if (idx < dim4) {
+          const float sc = am > 0.f ? 127.f / am : 0.f;
+          int q0 = __float2int_rn(o.x * sc), q1 = __float2int_rn(o.y * sc), q2 = __float2int_rn(o.z * sc),
+              q3 = __float2int_rn(o.w * sc);
+          q0 = max(-127, min(127, q0)); q1 = max(-127, min(127, q1));
+          q2 = max(-127, min(127, q2)); q3 = max(-127, min(127, q3));
+          const int sub = idx & 7, j = sub >> 1, b = idx >> 3, byte = 2 * (sub & 1);
+          uint8_t *blk = sx8 + b * 32;
+          *(uint16_t *)(blk + (2 * j) * 4 + byte) = (uint16_t)((q0 & 0xff) | ((q2 & 0xff) << 8));
+          *(uint16_t *)(blk + (2 * j + 1) * 4 + byte) = (uint16_t)((q1 & 0xff) | ((q3 & 0xff) << 8));
+          if (sub == 0) sxs[b] = make_float2(am * (1.f / 127.f), sum);
+        }
+      }
+      __syncthreads();
+    }
 #pragma unroll
     for (int u = 0; u < UNR; u++) {
       const int v = v0 + u * TPR;
       if (v >= V) break;
-      const uint4 x0 = __ldca(xq + 2 * v), x1 = __ldca(xq + 2 * v + 1);
-      const float2 xd = __ldca(xs + v);
+      const uint4 x0 = NORM ? sxq[2 * v] : __ldca(xq + 2 * v), x1 = NORM ? sxq[2 * v + 1] : __ldca(xq + 2 * v + 1);
+      const float2 xd = NORM ? sxs[v] : __ldca(xs + v);
       int d = __dp4a((int)(rg[u].x & MK), (int)x0.x, 0), e = __dp4a((int)(ru[u].x & MK), (int)x0.x, 0);
       d = __dp4a((int)((rg[u].x >> 4) & MK), (int)x0.y, d); e = __dp4a((int)((ru[u].x >> 4) & MK), (int)x0.y, e);
       d = __dp4a((int)(rg[u].y & MK), (int)x0.z, d);        e = __dp4a((int)(ru[u].y & MK), (int)x0.z, e);
@@ -1535,7 +1620,7 @@ template <int VPT>
 __global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
                                                  const float *__restrict__ a, const float *__restrict__ w, int dim,
                                                  float eps, float off, uint8_t *__restrict__ xq,
-                                                 float2 *__restrict__ xs) {
+                                                 float2 *__restrict__ xs, const float *xsrc) {
   const int dim4 = dim >> 2, row = blockIdx.x;
   pdl_trigger();
   float4 gw[VPT]; /* the norm weight does not depend on the previous kernel: read before the wait */
@@ -1547,6 +1632,7 @@ __global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
   }
   pdl_wait();
   float4 *xr = (float4 *)(x + (int64_t)row * dim);
+  const float4 *sr = xsrc ? (const float4 *)(xsrc + (int64_t)row * dim) : xr;
   const float4 *ar = a ? (const float4 *)(a + (int64_t)row * dim) : NULL;
   float4 v[VPT], b[VPT];
   float ss = 0.f;
@@ -1556,7 +1642,7 @@ __global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
     const int idx = threadIdx.x + i * blockDim.x;
     v[i] = b[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (idx < dim4) {
-      v[i] = xr[idx];
+      v[i] = sr[idx];
       if (ar) b[i] = __ldca(ar + idx);
     }
   }
@@ -1566,8 +1652,8 @@ __global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
     if (idx < dim4) {
       if (ar) {
         v[i].x += b[i].x; v[i].y += b[i].y; v[i].z += b[i].z; v[i].w += b[i].w;
-        xr[idx] = v[i];
       }
+      if (ar || xsrc) xr[idx] = v[i];
       ss = fmaf(v[i].x, v[i].x, fmaf(v[i].y, v[i].y, fmaf(v[i].z, v[i].z, fmaf(v[i].w, v[i].w, ss))));
     }
   }
@@ -1621,9 +1707,9 @@ __global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
 }
 
 bool cu_norm_q(float *out, float *x, const float *a, const float *w, int n, int dim, float eps, float off, void *xqv,
-               cudaStream_t s) {
+               cudaStream_t s, const float *xsrc) {
   if (n <= 0 || dim <= 0 || dim % 4 || (xqv && dim % 32) || (((uintptr_t)out | (uintptr_t)x | (uintptr_t)a |
-      (uintptr_t)w) & 15))
+      (uintptr_t)w | (uintptr_t)xsrc) & 15))
     return false;
   const int dim4 = dim / 4;
   int th = ((dim4 + 31) / 32) * 32, vpt = 1;
@@ -1633,16 +1719,16 @@ bool cu_norm_q(float *out, float *x, const float *a, const float *w, int n, int 
   uint8_t *xq = (uint8_t *)xqv;
   float2 *xs = xq ? (float2 *)(xq + (size_t)n * (size_t)dim) : NULL;
   switch (vpt) {
-  case 1: cu_launch(k_norm_q<1>, dim3(n), dim3(th), 0, s, out, x, a, w, dim, eps, off, xq, xs); break;
-  case 2: cu_launch(k_norm_q<2>, dim3(n), dim3(th), 0, s, out, x, a, w, dim, eps, off, xq, xs); break;
-  case 4: cu_launch(k_norm_q<4>, dim3(n), dim3(th), 0, s, out, x, a, w, dim, eps, off, xq, xs); break;
-  default: cu_launch(k_norm_q<8>, dim3(n), dim3(th), 0, s, out, x, a, w, dim, eps, off, xq, xs); break;
+  case 1: cu_launch(k_norm_q<1>, dim3(n), dim3(th), 0, s, out, x, a, w, dim, eps, off, xq, xs, xsrc); break;
+  case 2: cu_launch(k_norm_q<2>, dim3(n), dim3(th), 0, s, out, x, a, w, dim, eps, off, xq, xs, xsrc); break;
+  case 4: cu_launch(k_norm_q<4>, dim3(n), dim3(th), 0, s, out, x, a, w, dim, eps, off, xq, xs, xsrc); break;
+  default: cu_launch(k_norm_q<8>, dim3(n), dim3(th), 0, s, out, x, a, w, dim, eps, off, xq, xs, xsrc); break;
   }
   return true;
 }
 
 void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xqv, cudaStream_t s,
-                       int *glu_cnt, void *hq, int role) {
+                       int *glu_cnt, void *hq, int role, const cu_gu_norm *norm) {
   const int64_t K = ws[0]->cols;
   const int V = (int)(K / 32);
   const uint4 *q4 = (const uint4 *)xqv;
@@ -1661,11 +1747,16 @@ void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int
       for (int i = 0; i < 2; i++) { a.q[i] = ws[i]->q; a.sb[i] = ws[i]->sb; a.y[i] = ys[i]; a.M[i] = (int)ws[i]->rows; }
       const int lg = ws[0]->gs == 32 ? 0 : ws[0]->gs == 64 ? 1 : 2;
       const dim3 grid((unsigned)(ws[0]->rows / 32));
-      switch (guq_cfg(ws[0])) {
-#define GUQ_GO(U) cu_launch(k_gu_q4<U>, grid, dim3(256), 0, s, a, q4, xs, (int)K, lg, ws[0]->sbk, g.hq, g.hs)
-      case 2: GUQ_GO(2); break;
-      case 4: GUQ_GO(4); break;
-      default: GUQ_GO(1); break;
+      gu_norm gn = { NULL, NULL, NULL, 0.f, 0.f, NULL };
+      if (norm) gn = gu_norm{ norm->x, norm->a, norm->w, norm->off, norm->eps, norm->hout };
+      switch (guq_cfg(ws[0]) * 2 + (norm != NULL)) {
+#define GUQ_GO(U, N) cu_launch(k_gu_q4<U, N>, grid, dim3(256), 0, s, a, q4, xs, (int)K, lg, ws[0]->sbk, g.hq, g.hs, gn)
+      case 4: GUQ_GO(2, false); break;
+      case 5: GUQ_GO(2, true); break;
+      case 8: GUQ_GO(4, false); break;
+      case 9: GUQ_GO(4, true); break;
+      case 3: GUQ_GO(1, true); break;
+      default: GUQ_GO(1, false); break;
 #undef GUQ_GO
       }
       return;
@@ -1679,6 +1770,9 @@ void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int
 }
 
 bool cu_q4_guq_ok(const cu_weight *g, const cu_weight *u, int n) { return n == 1 && guq_ok(g, u); }
+bool cu_q4_guq_norm_ok(const cu_weight *g, const cu_weight *u, int n) {
+  return g_cu_guq_norm && cu_q4_guq_ok(g, u, n) && g->cols <= 4096;
+}
 bool cu_q4_glu_ok(const cu_weight *g, const cu_weight *u, int n) {
   if (n == 1 && guq_ok(g, u)) return true;
   if (g->kind != CW_Q4 || !cu_matvec_compatible(g, u) || g->rows != u->rows || g->rows % 32 || n < 1 ||
