@@ -36,6 +36,7 @@ __global__ void k_tobf(__nv_bfloat16 *o, const float *x, size_t n) {
     o[i] = __float2bfloat16(x[i]);
 }
 
+extern int g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt;
 extern int g_cu_mvt, g_cu_mvt_kb, g_cu_mvt_bps, g_cu_mvt_nw, g_cu_mvt_r, g_cu_mvt_stage;
 static int env_int(const char *k, int d) { const char *v = getenv(k); return v ? atoi(v) : d; }
 
@@ -44,6 +45,9 @@ int main(int argc, char **argv) {
   /* MVB_QUICK=1: n = 1 only, the default q4 path (the SMELT_CUDA_MVT* variables apply) */
   const bool quick = env_int("MVB_QUICK", 0) != 0;
   g_cu_mvt = env_int("SMELT_CUDA_MVT", g_cu_mvt);
+  g_cu_mvr = env_int("SMELT_CUDA_MVR", g_cu_mvr);
+  g_cu_mvr_nw = env_int("SMELT_CUDA_MVR_NW", g_cu_mvr_nw);
+  g_cu_mvr_rt = env_int("SMELT_CUDA_MVR_RT", g_cu_mvr_rt);
   g_cu_mvt_kb = env_int("SMELT_CUDA_MVT_KB", g_cu_mvt_kb);
   g_cu_mvt_bps = env_int("SMELT_CUDA_MVT_BPS", g_cu_mvt_bps);
   g_cu_mvt_nw = env_int("SMELT_CUDA_MVT_NW", g_cu_mvt_nw);
@@ -128,6 +132,14 @@ int main(int argc, char **argv) {
       if (quick) {
         printf("%6dx%-5d n=1  q4 %8.1f us %7.0f GB/s (%4.1f%% of copy)\n", M, K, tq, bytes / (tq * 1e-6) / 1e9,
                100.0 * bytes / (tq * 1e-6) / copy_bw);
+        /* x already quantized, as the o projection (role O: k_mvr when SMELT_CUDA_MVR allows it) */
+        const double tp = timeit([&](int i) {
+          const cu_weight *pw = &w4[i];
+          float *py = y;
+          cu_q4_matvec_preq(&pw, &py, 1, 1, xq, s, NULL, NULL, CU_Q4_O);
+        });
+        printf("%6dx%-5d n=1  preq(o role) %8.1f us %7.0f GB/s (%4.1f%% of copy)\n", M, K, tp,
+               bytes / (tp * 1e-6) / 1e9, 100.0 * bytes / (tp * 1e-6) / copy_bw);
         continue;
       }
       double to;

@@ -1,9 +1,12 @@
 /* One-token decode kernels at Llama-3.1-8B shapes, against the default kernels (no CPU model):
  *  - k_gu_q4 (gate/up + silu(gate)*up quantized in one kernel, SMELT_CUDA_GUQ 1/2/4): gate and
  *    up against k_mvq4 (summation order only), the int8 h against silu(gate)*up of those; with the
- *    add + rmsnorm folded in, bitwise against k_norm_q followed by the same kernel;
+ *    add + rmsnorm folded in, bitwise against k_norm_q followed by the same kernel; the same checks
+ *    for k_mvr<GLU> (gate/up with the weights in registers, SMELT_CUDA_MVR);
  *  - k_mvt (bulk-copy matvec, SMELT_CUDA_MVT, static and counter-claimed groups) against k_mvq4
- *    for the q/k/v, o and down shapes (several groups a warp: the stage refills run).
+ *    for the q/k/v, o and down shapes (several groups a warp: the stage refills run);
+ *  - k_mvr (weights held in registers, SMELT_CUDA_MVR) against k_mvq4 for the q/k/v, o and down
+ *    shapes of both models, every tiling, partial blocks.
  * Exits 77 (ctest SKIP) without a usable sm_90 GPU. */
 #include "backend/cuda/cuda_internal.h"
 #include <math.h>
@@ -12,7 +15,7 @@
 #include <string.h>
 #include <vector>
 
-extern int g_cu_guq, g_cu_guq_norm, g_cu_mvt, g_cu_mvt_dyn, g_cu_mvt_kb;
+extern int g_cu_guq, g_cu_guq_norm, g_cu_mvt, g_cu_mvt_dyn, g_cu_mvt_kb, g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt, g_cu_mvr_count;
 static int fails, checks;
 #define CHECK(c, ...) do { checks++; if (!(c)) { fails++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -51,6 +54,7 @@ static void quantize_x(const cu_weight *w, const float *dx, void *xq, float *dy,
   cu_q4_matvec_cfg(&w, &dy, 1, dx, NULL, 1, xq, s, 132, 0, 0);
 }
 
+extern int g_cu_mvr, g_cu_mvr_rt, g_cu_mvr_count, g_cu_mvr_glu;
 static void test_guq(int64_t M, int64_t K, cudaStream_t s) {
   cu_weight g = make_w(M, K), u = make_w(M, K);
   std::vector<float> x((size_t)K);
@@ -69,20 +73,31 @@ static void test_guq(int64_t M, int64_t K, cudaStream_t s) {
   quantize_x(&g, dx, xq, ry[0], s);
   const cu_weight *ws[2] = { &g, &u };
   g_cu_guq = 0; /* reference: k_mvq4, gate and up */
+  g_cu_mvr = 0;
   cu_q4_matvec_preq(ws, ry, 2, 1, xq, s, NULL, NULL, CU_Q4_GU);
   CK(cudaStreamSynchronize(s));
   std::vector<float> rg = get(ry[0], M), ru = get(ry[1], M);
-  for (int unr : { 1, 2, 4 }) {
-    g_cu_guq = unr;
+  /* k_gu_q4 (UNR 1, 2, 4), then k_mvr<GLU> (both tilings) where the shape has one */
+  const bool mvr_shape = K == 4096 || K == 2048;
+  for (int cfg : { 1, 2, 4, 10, 11 }) {
+    if (cfg >= 10 && !mvr_shape) continue;
+    const int unr = cfg < 10 ? cfg : 1;
+    g_cu_guq = cfg < 10 ? unr : 0;
+    g_cu_mvr = cfg < 10 ? 0 : 1 << CU_Q4_GU;
+    g_cu_mvr_glu = cfg >= 10;
+    g_cu_mvr_rt = cfg == 11 ? (K == 4096 ? 2 : 4) : 0;
     CHECK(cu_q4_guq_ok(&g, &u, 1), "guq_ok %lldx%lld", (long long)M, (long long)K);
     float *ys[2] = { gy, uy };
     CK(cudaMemset(hq, 0xff, cu_q4_scratch_bytes(1, M)));
+    CK(cudaMemset(gy, 0xff, M * 4));
+    const int c0 = g_cu_mvr_count;
     cu_q4_matvec_preq(ws, ys, 2, 1, xq, s, cnt, hq, CU_Q4_GU);
     CK(cudaStreamSynchronize(s));
     CK(cudaGetLastError());
+    CHECK(g_cu_mvr_count == c0 + (cfg >= 10), "cfg %d: k_mvr<GLU> launches %d", cfg, g_cu_mvr_count - c0);
     std::vector<float> yg = get(gy, M), yu = get(uy, M);
     const double eg = rel_max(yg, rg), eu = rel_max(yu, ru);
-    CHECK(eg < 1e-5 && eu < 1e-5, "gu_q4<%d> %lldx%lld gate/up vs k_mvq4: %g %g", unr, (long long)M, (long long)K, eg, eu);
+    CHECK(eg < 1e-5 && eu < 1e-5, "gu cfg %d %lldx%lld gate/up vs k_mvq4: %g %g", cfg, (long long)M, (long long)K, eg, eu);
     /* h: int8 q per 32 values (layout of k_quant_x) with (d, exact sum) */
     std::vector<int8_t> hqi((size_t)M);
     std::vector<float> hs((size_t)(M / 32) * 2);
@@ -100,7 +115,7 @@ static void test_guq(int64_t M, int64_t K, cudaStream_t s) {
       }
       const float d = hs[2 * b];
       worst_sum = fmax(worst_sum, fabs(hs[2 * b + 1] - sum) / (am * 32 + 1e-30));
-      CHECK(fabs(d - am / 127.0) <= 1e-4 * am / 127.0 + 1e-30, "gu_q4<%d> chunk %lld scale %g vs %g", unr, (long long)b, d, am / 127.0);
+      CHECK(fabs(d - am / 127.0) <= 1e-4 * am / 127.0 + 1e-30, "gu cfg %d chunk %lld scale %g vs %g", cfg, (long long)b, d, am / 127.0);
       for (int i = 0; i < 32; i++) { /* value i of the chunk: word 2(i/8) + (i&1), byte (i%8)/2 */
         const int e = i & 7, jj = i >> 3;
         const int qv = hqi[b * 32 + (2 * jj + (e & 1)) * 4 + (e >> 1)];
@@ -108,8 +123,28 @@ static void test_guq(int64_t M, int64_t K, cudaStream_t s) {
       }
     }
     /* |q d - h| <= d/2 plus the difference of gate/up (summation order) */
-    CHECK(worst <= 0.51, "gu_q4<%d> %lldx%lld: int8 h off by %g steps", unr, (long long)M, (long long)K, worst);
-    CHECK(worst_sum < 1e-4, "gu_q4<%d> chunk sums off by %g", unr, worst_sum);
+    CHECK(worst <= 0.51, "gu cfg %d %lldx%lld: int8 h off by %g steps", cfg, (long long)M, (long long)K, worst);
+    CHECK(worst_sum < 1e-4, "gu cfg %d chunk sums off by %g", cfg, worst_sum);
+  }
+  g_cu_mvr = 0; g_cu_mvr_rt = 0; g_cu_mvr_glu = 0;
+  /* the automatic choice: k_mvr without the epilogue for gate weights of >= 32 Mi elements, k_mvq4
+   * below that; neither is the fused gate/up kernel (silu(gate)*up is quantized separately) */
+  {
+    g_cu_mvr = -1;
+    g_cu_guq = -1;
+    const bool big = M * K >= ((int64_t)32 << 20);
+    CHECK(!cu_q4_guq_ok(&g, &u, 1), "default gate/up choice %lldx%lld: fused", (long long)M, (long long)K);
+    float *ys[2] = { gy, uy };
+    CK(cudaMemset(gy, 0xff, M * 4)); CK(cudaMemset(uy, 0xff, M * 4));
+    const int c0 = g_cu_mvr_count;
+    cu_q4_matvec_preq(ws, ys, 2, 1, xq, s, NULL, NULL, CU_Q4_GU);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGetLastError());
+    CHECK(g_cu_mvr_count == c0 + (big && (K == 4096 || K == 2048 || K == 1024)), "default gate/up k_mvr launches %d",
+          g_cu_mvr_count - c0);
+    const double eg = rel_max(get(gy, M), rg), eu = rel_max(get(uy, M), ru);
+    CHECK(eg < 1e-5 && eu < 1e-5, "default gate/up %lldx%lld vs k_mvq4: %g %g", (long long)M, (long long)K, eg, eu);
+    g_cu_mvr = 0;
   }
   /* the add + rmsnorm inside it (cu_gu_norm) against k_norm_q + the same kernel: bitwise equal */
   if (K <= 4096) {
@@ -155,6 +190,7 @@ static void test_guq(int64_t M, int64_t K, cudaStream_t s) {
     cudaFree(rx); cudaFree(ra); cudaFree(rw); cudaFree(hout); cudaFree(rx2);
   }
   g_cu_guq = -1;
+  g_cu_mvr = -1;
   cudaFree(dx); cudaFree(gy); cudaFree(uy); cudaFree(ry[0]); cudaFree(ry[1]); cudaFree(xq); cudaFree(hq); cudaFree(cnt);
   cudaFree(g.q); cudaFree(g.sb); cudaFree(u.q); cudaFree(u.sb);
 }
@@ -179,6 +215,7 @@ static void test_mvt(const int64_t *rows, int nw, int64_t K, int role, cudaStrea
   CK(cudaMemcpy(dx, x.data(), K * 4, cudaMemcpyHostToDevice));
   quantize_x(&w[0], dx, xq, r[0], s);
   g_cu_mvt = 0;
+  g_cu_mvr = 0;
   cu_q4_matvec_preq(ws, r, nw, 1, xq, s, NULL, NULL, role);
   CK(cudaStreamSynchronize(s));
   for (int mode = 0; mode < 3; mode++) { /* static, static with a small budget, claimed */
@@ -196,7 +233,67 @@ static void test_mvt(const int64_t *rows, int nw, int64_t K, int role, cudaStrea
       }
     }
   }
-  g_cu_mvt = 0; g_cu_mvt_dyn = 0; g_cu_mvt_kb = 96;
+  g_cu_mvt = 0; g_cu_mvt_dyn = 0; g_cu_mvt_kb = 96; g_cu_mvr = -1;
+  for (int i = 0; i < nw; i++) { cudaFree(w[i].q); cudaFree(w[i].sb); cudaFree(y[i]); cudaFree(r[i]); }
+  cudaFree(dx); cudaFree(xq);
+}
+
+/* k_mvr: nw weights of rows[i] x K sharing x, every tiling, against k_mvq4 */
+static void test_mvr(const int64_t *rows, int nw, int64_t K, int role, cudaStream_t s) {
+  cu_weight w[3];
+  const cu_weight *ws[3];
+  float *y[3], *r[3];
+  for (int i = 0; i < nw; i++) {
+    w[i] = make_w(rows[i], K);
+    ws[i] = &w[i];
+    CK(cudaMalloc(&y[i], rows[i] * 4));
+    CK(cudaMalloc(&r[i], rows[i] * 4));
+  }
+  std::vector<float> x((size_t)K);
+  for (auto &v : x) v = 2.f * frnd() - 1.f;
+  float *dx;
+  void *xq;
+  CK(cudaMalloc(&dx, K * 4));
+  CK(cudaMalloc(&xq, cu_q4_scratch_bytes(1, K)));
+  CK(cudaMemcpy(dx, x.data(), K * 4, cudaMemcpyHostToDevice));
+  quantize_x(&w[0], dx, xq, r[0], s);
+  g_cu_mvr = 0;
+  cu_q4_matvec_preq(ws, r, nw, 1, xq, s, NULL, NULL, role);
+  CK(cudaStreamSynchronize(s));
+  for (int nwp : { 8, 4 })
+    for (int rt : { 0, 2, 4, 8 }) {
+      g_cu_mvr = 1 << role;
+      g_cu_mvr_nw = nwp;
+      g_cu_mvr_rt = rt;
+      for (int i = 0; i < nw; i++) CK(cudaMemset(y[i], 0xff, rows[i] * 4));
+      const int c0 = g_cu_mvr_count;
+      cu_q4_matvec_preq(ws, y, nw, 1, xq, s, NULL, NULL, role);
+      CK(cudaStreamSynchronize(s));
+      CK(cudaGetLastError());
+      CHECK(g_cu_mvr_count == c0 + 1, "mvr nw %d rt %d K %lld: not launched", nwp, rt, (long long)K);
+      for (int i = 0; i < nw; i++) {
+        const double e = rel_max(get(y[i], rows[i]), get(r[i], rows[i]));
+        CHECK(e < 1e-5, "mvr nw %d rt %d weight %d %lldx%lld: %g vs k_mvq4", nwp, rt, i, (long long)rows[i], (long long)K, e);
+      }
+    }
+  /* roles outside the mask, and the automatic default (lm_head only at these shapes) */
+  g_cu_mvr = -1; g_cu_mvr_nw = 8; g_cu_mvr_rt = 0;
+  int c0 = g_cu_mvr_count;
+  cu_q4_matvec_preq(ws, y, nw, 1, xq, s, NULL, NULL, CU_Q4_DN);
+  CHECK(g_cu_mvr_count == c0, "mvr used for the down role by default");
+  c0 = g_cu_mvr_count;
+  cu_q4_matvec_preq(ws, y, nw, 1, xq, s, NULL, NULL, role);
+  CHECK(g_cu_mvr_count == c0, "mvr used by default for role %d", role);
+  for (int i = 0; i < nw; i++) CK(cudaMemset(y[i], 0xff, rows[i] * 4));
+  c0 = g_cu_mvr_count;
+  cu_q4_matvec_preq(ws, y, nw, 1, xq, s, NULL, NULL, CU_Q4_LM); /* lm_head: k_mvr by default */
+  CK(cudaStreamSynchronize(s));
+  CHECK(g_cu_mvr_count == c0 + 1, "mvr not used by default for lm_head");
+  for (int i = 0; i < nw; i++) {
+    const double e = rel_max(get(y[i], rows[i]), get(r[i], rows[i]));
+    CHECK(e < 1e-5, "mvr as lm_head weight %d %lldx%lld: %g vs k_mvq4", i, (long long)rows[i], (long long)K, e);
+  }
+  CK(cudaStreamSynchronize(s));
   for (int i = 0; i < nw; i++) { cudaFree(w[i].q); cudaFree(w[i].sb); cudaFree(y[i]); cudaFree(r[i]); }
   cudaFree(dx); cudaFree(xq);
 }
@@ -218,6 +315,18 @@ int main() {
     test_mvt(o, 1, 4096, CU_Q4_O, s);
     test_mvt(dn, 1, 14336, CU_Q4_DN, s);
     test_mvt(odd, 2, 1024, -1, s); /* partial groups, rows not a multiple of 4 */
+  }
+  {
+    const int64_t qkv8[3] = { 4096, 1024, 1024 }, o8[1] = { 4096 }, qkv1[3] = { 2048, 512, 512 }, o1[1] = { 2048 };
+    const int64_t odd[3] = { 300, 37, 64 }, q3[1] = { 3072 };
+    test_mvr(qkv8, 3, 4096, CU_Q4_QKV, s); /* Llama-3.1-8B */
+    test_mvr(o8, 1, 4096, CU_Q4_O, s);
+    test_mvr(qkv1, 3, 2048, CU_Q4_QKV, s); /* Llama-3.2-1B */
+    test_mvr(o1, 1, 2048, CU_Q4_O, s);
+    test_mvr(odd, 3, 1024, CU_Q4_QKV, s); /* partial blocks and warps */
+    test_mvr(q3, 1, 3072, CU_Q4_O, s);    /* three vectors a lane */
+    test_mvr(o8, 1, 14336, CU_Q4_DN, s);  /* down projections (opt-in role) */
+    test_mvr(o1, 1, 8192, CU_Q4_DN, s);
   }
   printf("%d checks, %d failed\n", checks, fails);
   return fails ? 1 : 0;

@@ -123,6 +123,7 @@ static int g_cu_attn_long = 2048;
  * epilogue); default: a separate quantization kernel before the down projection (measured faster
  * on the H100, docs/benchmarks.md) */
 static int g_cu_glu = 0;
+extern int g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt, g_cu_mvr_glu;
 extern int g_cu_guq, g_cu_guq_norm, g_cu_mvt_dyn, g_cu_mvt, g_cu_mvt_kb, g_cu_mvt_bps, g_cu_mvt_nw, g_cu_mvt_r, g_cu_mvt_stage;
 extern int g_cu_attn_oldm, g_cu_attn_rs, g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
@@ -1758,6 +1759,9 @@ static void trace_dump(void) {
   fprintf(stderr, "  %-28s %8.2f\n", "o after pdl_wait", ((double)t[33] - a0) / 1e3);
   fprintf(stderr, "  %-28s %8.2f\n", "attn last block exit", ((double)t[34] - a0) / 1e3);
   fprintf(stderr, "  %-28s %8.2f\n", "o block0 exit", ((double)t[35] - a0) / 1e3);
+  if (t[36]) fprintf(stderr, "  %-28s %8.2f\n", "o (k_mvr) last block entry", ((double)t[36] - a0) / 1e3);
+  if (t[37]) fprintf(stderr, "  %-28s %8.2f\n", "o (k_mvr) last weights in", ((double)t[37] - a0) / 1e3);
+  if (t[38]) fprintf(stderr, "  %-28s %8.2f\n", "o (k_mvr) last block exit", ((double)t[38] - a0) / 1e3);
 }
 #endif
 
@@ -1885,6 +1889,12 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_mvt = mvt ? atoi(mvt) : 0;
   g_cu_mvt_kb = mvtkb ? atoi(mvtkb) : 96;
   g_cu_mvt_bps = mvtb ? atoi(mvtb) : 1;
+  const char *mvr = getenv("SMELT_CUDA_MVR"), *mvrn = getenv("SMELT_CUDA_MVR_NW"), *mvrr = getenv("SMELT_CUDA_MVR_RT");
+  g_cu_mvr = mvr ? atoi(mvr) : -1;
+  g_cu_mvr_nw = mvrn ? atoi(mvrn) : 8;
+  g_cu_mvr_rt = mvrr ? atoi(mvrr) : 0;
+  const char *mvrg = getenv("SMELT_CUDA_MVR_GLU");
+  g_cu_mvr_glu = mvrg ? atoi(mvrg) : 0;
   const char *guq = getenv("SMELT_CUDA_GUQ"), *guqn = getenv("SMELT_CUDA_GUQ_NORM");
   g_cu_guq = guq ? atoi(guq) : -1;
   g_cu_guq_norm = guqn ? atoi(guqn) : 0;

@@ -1043,6 +1043,261 @@ static bool mvt_launch(const cu_weight *const *ws, float *const *ys, int nw, con
   return true;
 }
 
+/* ---------------- one-token matvec with the block's weights held in registers (k_mvr) ----------------
+ * Warp w of a block owns RT consecutive rows, lane l the 16-byte vectors l + 32 k (k < VT) of
+ * each row (and their scale/bias words): every weight load of the block is issued before the
+ * wait, so a matvec queued behind a latency-bound kernel (decode attention, a norm) has its whole
+ * weight slice in flight while that kernel runs, and after the wait only x (staged once in shared
+ * memory) and the dot products remain. Same arithmetic as k_mvq4. Needs V = K/32 <= 32 VT and
+ * 16-bit scales; VT = ceil(V / 32) in 1..4, 8, 14. SMELT_CUDA_MVR: bit mask of CU_Q4_* roles that use it (n = 1). */
+int g_cu_mvr = -1;   /* -1: automatic (mvr_on) */
+int g_cu_mvr_glu = 0; /* SMELT_CUDA_MVR_GLU=1: gate/up with silu(gate)*up quantized in it (k_mvr<GLU>) */
+int g_cu_mvr_nw = 8; /* SMELT_CUDA_MVR_NW: warps a block (4 or 8) */
+int g_cu_mvr_rt = 0; /* SMELT_CUDA_MVR_RT: rows a warp (0: 16 / VT vectors a thread) */
+int g_cu_mvr_count = 0; /* k_mvr launches (tests) */
+/* GLU (gate/up, weights 0 and 1 with the same rows): block c owns the 32-row chunk c of both
+ * (the first NW / 2 warps gate, the others up; NW / 2 * RT == 32), writes gate and up, and
+ * quantizes h = silu(gate) * up of the chunk into hq/hs in the layout of k_quant_x (same
+ * formulas) for the down projection */
+template <int VT, int RT, int NW, bool GLU>
+__global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32)) /* <= 128 registers */
+    k_mvr(const mv_args a, const uint4 *__restrict__ xq, const float2 *__restrict__ xs, int K, int lg, int sbk,
+          uint8_t *__restrict__ hq, float2 *__restrict__ hs) {
+  static_assert(!GLU || (NW / 2) * RT == 32, "a GLU block owns 32 rows of gate and of up");
+  __shared__ uint4 xa[32 * VT], xb[32 * VT];
+  __shared__ float2 xd[32 * VT];
+  __shared__ float hsm[GLU ? 64 : 1];
+  const int tile = GLU ? (int)(threadIdx.x >> 5) / (NW / 2) : blockIdx.x;
+  const int wi = tile >= a.bstart[2] ? 2 : tile >= a.bstart[1] ? 1 : 0;
+  const uint4 *__restrict__ q = (const uint4 *)(wi == 0 ? a.q[0] : wi == 1 ? a.q[1] : a.q[2]);
+  const uint32_t *__restrict__ sb = (const uint32_t *)(wi == 0 ? a.sb[0] : wi == 1 ? a.sb[1] : a.sb[2]);
+  float *__restrict__ y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
+  const int M = wi == 0 ? a.M[0] : wi == 1 ? a.M[1] : a.M[2];
+  const int bst = wi == 0 ? a.bstart[0] : wi == 1 ? a.bstart[1] : a.bstart[2];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int V = K >> 5, G = V >> lg;
+  const int row0 = GLU ? (int)blockIdx.x * 32 + (warp % (NW / 2)) * RT : (tile - bst) * (NW * RT) + warp * RT;
+#ifdef SMELT_CUDA_TRACE
+  const bool tro = tr_m && a.bstart[1] == 0x7fffffff && a.M[0] == 4096 && K == 4096;
+  const bool trq = tr_m && a.bstart[2] != 0x7fffffff;
+  const unsigned long long tr_t0 = tr_m ? tr_now() : 0;
+  unsigned long long tr_ld = 0;
+  bool trk = false;
+  if (tro && threadIdx.x == 0) {
+    if (blockIdx.x == 0) {
+      trk = atomicAdd(tr_m + 4, 1ull) == tr_m[1];
+      if (trk) tr_m[32] = tr_t0;
+    }
+  }
+#endif
+  pdl_trigger();
+  uint4 w[RT][VT];
+  uint32_t p[RT][VT];
+#pragma unroll
+  for (int r = 0; r < RT; r++) {
+    const int64_t row = row0 + r < M ? row0 + r : M - 1;
+#pragma unroll
+    for (int k = 0; k < VT; k++) {
+      const int v = lane + 32 * k;
+      w[r][k] = v < V ? ld_stream(q + row * V + v) : make_uint4(0, 0, 0, 0);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RT; r++) {
+    const int64_t row = row0 + r < M ? row0 + r : M - 1;
+#pragma unroll
+    for (int k = 0; k < VT; k++) {
+      const int v = lane + 32 * k;
+      p[r][k] = v < V ? __ldg(sb + row * G + (v >> lg)) : 0u;
+    }
+  }
+#ifdef SMELT_CUDA_TRACE
+  if (tro) { /* diagnostic: wait for this block's weights, record when the last block had them */
+    uint32_t z = 0;
+#pragma unroll
+    for (int r = 0; r < RT; r++)
+#pragma unroll
+      for (int k = 0; k < VT; k++) z |= w[r][k].x | p[r][k];
+    __syncthreads();
+    if (z != 0x9e3779b9u) tr_ld = tr_now();
+  }
+#endif
+  pdl_wait();
+#ifdef SMELT_CUDA_TRACE
+  if (trk) {
+    tr_m[33] = tr_now();
+    tr_m[34] = *(volatile unsigned long long *)(tr_m + 3);
+  }
+  /* blocks of the o launch of the traced layer: entered within 50 us of its attention's block 0 */
+  const unsigned long long ta = tro ? *(volatile unsigned long long *)(tr_m + 16) : 0;
+  const bool tgt = tro && ta && tr_t0 >= ta && tr_t0 < ta + 50000;
+  if (tgt && threadIdx.x == 0) {
+    atomicMax(tr_m + 36, tr_t0);
+    atomicMax(tr_m + 37, tr_ld);
+  }
+#endif
+  for (int v = threadIdx.x; v < V; v += NW * 32) {
+    xa[v] = __ldcg(xq + 2 * v);
+    xb[v] = __ldcg(xq + 2 * v + 1);
+    xd[v] = __ldcg(xs + v);
+  }
+  __syncthreads();
+  constexpr int MK = 0x0F0F0F0F;
+  float acc[RT];
+#pragma unroll
+  for (int r = 0; r < RT; r++) acc[r] = 0.f;
+#pragma unroll
+  for (int k = 0; k < VT; k++) {
+    const int v = lane + 32 * k;
+    if (v >= V) break;
+    const uint4 x0 = xa[v], x1 = xb[v];
+    const float2 d2 = xd[v];
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+      const uint4 u = w[r][k];
+      int d = __dp4a((int)(u.x & MK), (int)x0.x, 0);
+      d = __dp4a((int)((u.x >> 4) & MK), (int)x0.y, d);
+      d = __dp4a((int)(u.y & MK), (int)x0.z, d);
+      d = __dp4a((int)((u.y >> 4) & MK), (int)x0.w, d);
+      d = __dp4a((int)(u.z & MK), (int)x1.x, d);
+      d = __dp4a((int)((u.z >> 4) & MK), (int)x1.y, d);
+      d = __dp4a((int)(u.w & MK), (int)x1.z, d);
+      d = __dp4a((int)((u.w >> 4) & MK), (int)x1.w, d);
+      const uint32_t s = p[r][k];
+      float2 pp;
+      if (sbk == SBK_BF16) pp = make_float2(__uint_as_float(s << 16), __uint_as_float(s & 0xffff0000u));
+      else pp = __half22float2(*reinterpret_cast<const __half2 *>(&s));
+      acc[r] = fmaf(pp.x, (float)d * d2.x, fmaf(pp.y, d2.y, acc[r]));
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RT; r++) {
+    const float t = warp_sum(acc[r]);
+    if (lane == r && row0 + r < M) y[row0 + r] = t;
+    if (GLU && lane == r) hsm[wi * 32 + (warp % (NW / 2)) * RT + r] = t;
+  }
+  if (GLU) {
+    __syncthreads();
+    if (threadIdx.x < 32) { /* the chunk's quantization, as k_quant_x */
+      const float g = hsm[lane], v = g / (1.f + expf(-g)) * hsm[32 + lane];
+      float am = fabsf(v), sum = v;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      }
+      int qi = am > 0.f ? __float2int_rn(v * (127.f / am)) : 0;
+      qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+      const int jj = lane >> 3, e = lane & 7;
+      const int64_t b = blockIdx.x;
+      hq[b * 32 + (2 * jj + (e & 1)) * 4 + (e >> 1)] = (uint8_t)(int8_t)qi;
+      if (lane == 0) hs[b] = make_float2(am * (1.f / 127.f), sum);
+    }
+  }
+#ifdef SMELT_CUDA_TRACE
+  if (threadIdx.x == 0) {
+    if (trq) atomicMax(tr_m + 2, tr_now());
+    if (tro) {
+      if (tgt) atomicMax(tr_m + 38, tr_now());
+      if (trk) tr_m[35] = tr_now();
+    }
+  }
+#endif
+}
+
+/* launches k_mvr for n = 1 when it applies (layout, role mask), else returns false */
+/* automatic choice, from in-graph A/Bs on the H100 (docs/benchmarks.md): lm_head (1B 0.546 vs
+ * 0.569-0.573 ms a step, 8B equal) and gate/up of >= 32 Mi elements (8B 2.301 vs 2.325-2.334 ms
+ * with k_gu_q4); q/k/v (8B 2.396 vs 2.33), o (equal) and down (2.352) measured slower */
+static bool mvr_on(int role, const cu_weight *w) {
+  if (g_cu_mvr >= 0) return (g_cu_mvr >> role) & 1;
+  if (role == CU_Q4_LM) return true;
+  return role == CU_Q4_GU && w->rows * w->cols >= ((int64_t)32 << 20);
+}
+static bool mvr_launch(const cu_weight *const *ws, float *const *ys, int nw, const uint4 *xq, const float2 *xs,
+                       int role, cudaStream_t s) {
+  if (role < 0 || role >= CU_Q4_ROLES || nw < 1 || nw > 3 || !mvr_on(role, ws[0])) return false;
+  const cu_weight *w0 = ws[0];
+  if (w0->kind != CW_Q4 || w0->sbk == SBK_F32 || w0->cols % 64 || w0->cols > 16384 || w0->cols < 1024) return false;
+  for (int i = 0; i < nw; i++)
+    if (ws[i]->kind != CW_Q4 || ws[i]->cols != w0->cols || ws[i]->sbk != w0->sbk || ws[i]->gs != w0->gs ||
+        ws[i]->rows > INT32_MAX)
+      return false;
+  const int K = (int)w0->cols, V = K / 32, VT = (V + 31) / 32;
+  const int NW = g_cu_mvr_nw == 4 ? 4 : 8;
+  if (VT > 4 && VT != 8 && VT != 14) return false;
+  int RT = VT >= 14 ? 1 : VT >= 8 ? 2 : VT >= 3 ? 4 : 8;
+  if (VT <= 8 && (g_cu_mvr_rt == 1 || g_cu_mvr_rt == 2 || (g_cu_mvr_rt == 4 && VT <= 4) || (g_cu_mvr_rt == 8 && VT <= 2)))
+    RT = g_cu_mvr_rt;
+  mv_args a;
+  memset(&a, 0, sizeof a);
+  int nb = 0;
+  for (int i = 0; i < 3; i++) {
+    a.bstart[i] = i < nw ? nb : 0x7fffffff;
+    if (i < nw) {
+      a.q[i] = ws[i]->q; a.sb[i] = ws[i]->sb; a.y[i] = ys[i]; a.M[i] = (int)ws[i]->rows;
+      nb += (int)((ws[i]->rows + NW * RT - 1) / (NW * RT));
+    }
+  }
+  a.bstart[3] = 0x7fffffff;
+  const int lg = w0->gs == 32 ? 0 : w0->gs == 64 ? 1 : 2;
+  const int sbk = w0->sbk;
+#define MVR_GO(VT_, RT_, NW_) \
+  cu_launch(k_mvr<VT_, RT_, NW_, false>, dim3(nb), dim3(NW_ * 32), 0, s, a, xq, xs, K, lg, sbk, (uint8_t *)NULL, (float2 *)NULL)
+#define MVR_NW(VT_, RT_) do { if (NW == 4) MVR_GO(VT_, RT_, 4); else MVR_GO(VT_, RT_, 8); } while (0)
+  switch (VT * 10 + RT) {
+  case 44: MVR_NW(4, 4); break;
+  case 42: MVR_NW(4, 2); break;
+  case 34: MVR_NW(3, 4); break;
+  case 32: MVR_NW(3, 2); break;
+  case 28: MVR_NW(2, 8); break;
+  case 24: MVR_NW(2, 4); break;
+  case 22: MVR_NW(2, 2); break;
+  case 141: MVR_NW(14, 1); break;
+  case 82: MVR_NW(8, 2); break;
+  case 81: MVR_NW(8, 1); break;
+  case 41: MVR_NW(4, 1); break;
+  case 21: MVR_NW(2, 1); break;
+  case 18: MVR_NW(1, 8); break;
+  case 14: MVR_NW(1, 4); break;
+  case 12: MVR_NW(1, 2); break;
+  default: return false;
+  }
+#undef MVR_NW
+#undef MVR_GO
+  g_cu_mvr_count++;
+  return true;
+}
+
+/* gate/up (+ silu(gate)*up quantized into hq) by k_mvr<GLU>: false when no variant applies */
+static bool mvr_glu_launch(const cu_weight *const *ws, float *const *ys, const uint4 *xq, const float2 *xs, uint8_t *hq,
+                           float2 *hs, cudaStream_t s, bool dry = false) {
+  const cu_weight *g = ws[0], *u = ws[1];
+  if (!g_cu_mvr_glu || !mvr_on(CU_Q4_GU, g)) return false;
+  if (g->kind != CW_Q4 || u->kind != CW_Q4 || g->sbk == SBK_F32 || g->sbk != u->sbk || g->gs != u->gs ||
+      g->cols != u->cols || g->rows != u->rows || g->rows % 32 || g->rows / 32 > INT32_MAX || g->cols % 64)
+    return false;
+  const int K = (int)g->cols, V = K / 32;
+  if (V != 128 && V != 64) return false;
+  if (dry) return true;
+  mv_args a;
+  memset(&a, 0, sizeof a);
+  for (int i = 0; i < 2; i++) { a.q[i] = ws[i]->q; a.sb[i] = ws[i]->sb; a.y[i] = ys[i]; a.M[i] = (int)ws[i]->rows; }
+  a.bstart[0] = 0; a.bstart[1] = 1; a.bstart[2] = a.bstart[3] = 0x7fffffff; /* "tile" = warp half */
+  const int lg = g->gs == 32 ? 0 : g->gs == 64 ? 1 : 2, sbk = g->sbk;
+  const dim3 grid((unsigned)(g->rows / 32));
+#define MVRG_GO(VT_, RT_) \
+  cu_launch(k_mvr<VT_, RT_, 64 / RT_, true>, grid, dim3(64 / RT_ * 32), 0, s, a, xq, xs, K, lg, sbk, hq, hs)
+  if (V == 128 && g_cu_mvr_rt == 2) MVRG_GO(4, 2);
+  else if (V == 128) MVRG_GO(4, 4);
+  else if (V == 64 && g_cu_mvr_rt == 4) MVRG_GO(2, 4);
+  else if (V == 64) MVRG_GO(2, 8);
+  else return false;
+#undef MVRG_GO
+  g_cu_mvr_count++;
+  return true;
+}
+
 /* ---------------- gate/up + silu(gate)*up quantized, one token (n = 1) ----------------
  * A block of 256 threads owns 32 consecutive rows of both gate and up (8 threads a row, each
  * UNR 16-byte vectors of both rows a round, the first round requested before the wait), so it
@@ -1741,6 +1996,7 @@ void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int
     g.cnt = glu_cnt;
     g.hq = (uint8_t *)hq;
     g.hs = (float2 *)(g.hq + (size_t)n * (size_t)ws[0]->rows);
+    if (n == 1 && nw == 2 && !norm && mvr_glu_launch(ws, ys, q4, xs, g.hq, g.hs, s)) return;
     if (n == 1 && nw == 2 && guq_ok(ws[0], ws[1])) { /* one kernel, no counters */
       mv_args a;
       memset(&a, 0, sizeof a);
@@ -1762,6 +2018,7 @@ void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int
       return;
     }
   }
+  if (n == 1 && !glu_cnt && mvr_launch(ws, ys, nw, q4, xs, role, s)) return;
   s_q4_pf = role >= 0 && role < CU_Q4_ROLES ? g_cu_q4role_pf[role] : 0;
   s_role = role >= 0 && role < CU_Q4_ROLES ? role : -1;
   q4_launch_n(ws, ys, nw, q4, xs, n, q4_tl(V, n, rb, M, role), rb, s, g);
@@ -1769,12 +2026,22 @@ void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int
   s_q4_pf = 0;
 }
 
-bool cu_q4_guq_ok(const cu_weight *g, const cu_weight *u, int n) { return n == 1 && guq_ok(g, u); }
+static bool mvr_glu_ok(const cu_weight *g, const cu_weight *u) {
+  const cu_weight *ws[2] = { g, u };
+  float *ys[2] = { NULL, NULL };
+  return mvr_glu_launch(ws, ys, NULL, NULL, NULL, NULL, 0, true);
+}
+/* k_mvr (without the GLU epilogue) takes gate/up where mvr_on unless SMELT_CUDA_GUQ asks for
+ * k_gu_q4: silu(gate)*up is then quantized by k_quant_x before the down projection (measured
+ * faster than k_gu_q4 for the 8B shape) */
+bool cu_q4_guq_ok(const cu_weight *g, const cu_weight *u, int n) {
+  return n == 1 && (mvr_glu_ok(g, u) || (guq_ok(g, u) && (g_cu_guq > 0 || !mvr_on(CU_Q4_GU, g))));
+}
 bool cu_q4_guq_norm_ok(const cu_weight *g, const cu_weight *u, int n) {
-  return g_cu_guq_norm && cu_q4_guq_ok(g, u, n) && g->cols <= 4096;
+  return g_cu_guq_norm && n == 1 && guq_ok(g, u) && g->cols <= 4096;
 }
 bool cu_q4_glu_ok(const cu_weight *g, const cu_weight *u, int n) {
-  if (n == 1 && guq_ok(g, u)) return true;
+  if (n == 1 && (mvr_glu_ok(g, u) || guq_ok(g, u))) return true;
   if (g->kind != CW_Q4 || !cu_matvec_compatible(g, u) || g->rows != u->rows || g->rows % 32 || n < 1 ||
       n > CU_Q4_MAX_N)
     return false;
