@@ -16,7 +16,7 @@
 #include <vector>
 
 extern int g_cu_guq, g_cu_guq_norm, g_cu_mvt, g_cu_mvt_dyn, g_cu_mvt_kb, g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt, g_cu_mvr_count;
-static int fails, checks;
+static int fails, checks, g_major;
 #define CHECK(c, ...) do { checks++; if (!(c)) { fails++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
@@ -77,14 +77,15 @@ static void test_guq(int64_t M, int64_t K, cudaStream_t s) {
   cu_q4_matvec_preq(ws, ry, 2, 1, xq, s, NULL, NULL, CU_Q4_GU);
   CK(cudaStreamSynchronize(s));
   std::vector<float> rg = get(ry[0], M), ru = get(ry[1], M);
-  /* k_gu_q4 (UNR 1, 2, 4), then k_mvr<GLU> (both tilings) where the shape has one */
+  /* k_gu_q4 (UNR 1, 2, 4), then k_mvr<GLU> (one block: both tilings; a cluster pair) where the
+   * shape has one */
   const bool mvr_shape = K == 4096 || K == 2048;
-  for (int cfg : { 1, 2, 4, 10, 11 }) {
-    if (cfg >= 10 && !mvr_shape) continue;
+  for (int cfg : { 1, 2, 4, 10, 11, 12 }) {
+    if ((cfg >= 10 && !mvr_shape) || (cfg == 12 && g_major < 9)) continue;
     const int unr = cfg < 10 ? cfg : 1;
     g_cu_guq = cfg < 10 ? unr : 0;
     g_cu_mvr = cfg < 10 ? 0 : 1 << CU_Q4_GU;
-    g_cu_mvr_glu = cfg >= 10;
+    g_cu_mvr_glu = cfg == 12 ? 2 : cfg >= 10; /* 12: the cluster pair (sm_90; the test needs it) */
     g_cu_mvr_rt = cfg == 11 ? (K == 4096 ? 2 : 4) : 0;
     CHECK(cu_q4_guq_ok(&g, &u, 1), "guq_ok %lldx%lld", (long long)M, (long long)K);
     float *ys[2] = { gy, uy };
@@ -303,6 +304,7 @@ int main() {
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP: no CUDA device\n"); return 77; }
   CK(cudaSetDevice(0));
   CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  g_major = major;
   cu_mv_init(0);
   cudaStream_t s;
   CK(cudaStreamCreate(&s));

@@ -1,6 +1,7 @@
 /* CUDA matrix-vector kernels (decode, n <= 8 columns), weight dequantization for the
  * GEMM path, and embedding rows. See cuda_internal.h for the weight layouts. */
 #include "backend/cuda/cuda_internal.h"
+#include <cooperative_groups.h>
 #include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1051,23 +1052,26 @@ static bool mvt_launch(const cu_weight *const *ws, float *const *ys, int nw, con
  * memory) and the dot products remain. Same arithmetic as k_mvq4. Needs V = K/32 <= 32 VT and
  * 16-bit scales; VT = ceil(V / 32) in 1..4, 8, 14. SMELT_CUDA_MVR: bit mask of CU_Q4_* roles that use it (n = 1). */
 int g_cu_mvr = -1;   /* -1: automatic (mvr_on) */
-int g_cu_mvr_glu = 0; /* SMELT_CUDA_MVR_GLU=1: gate/up with silu(gate)*up quantized in it (k_mvr<GLU>) */
+int g_cu_mvr_glu = 0; /* SMELT_CUDA_MVR_GLU 1 / 2: gate/up with silu(gate)*up quantized in it (k_mvr<GLU>) */
 int g_cu_mvr_nw = 8; /* SMELT_CUDA_MVR_NW: warps a block (4 or 8) */
 int g_cu_mvr_rt = 0; /* SMELT_CUDA_MVR_RT: rows a warp (0: 16 / VT vectors a thread) */
 int g_cu_mvr_count = 0; /* k_mvr launches (tests) */
-/* GLU (gate/up, weights 0 and 1 with the same rows): block c owns the 32-row chunk c of both
- * (the first NW / 2 warps gate, the others up; NW / 2 * RT == 32), writes gate and up, and
- * quantizes h = silu(gate) * up of the chunk into hq/hs in the layout of k_quant_x (same
- * formulas) for the down projection */
-template <int VT, int RT, int NW, bool GLU>
+/* GLU (gate/up, weights 0 and 1 with the same rows; the chunk's gate and up are written too and
+ * h = silu(gate) * up of the chunk is quantized into hq/hs in the layout of k_quant_x, same
+ * formulas, for the down projection):
+ *   1: block c owns the 32-row chunk c of both (the first NW / 2 warps gate, the others up);
+ *   2: a cluster of two blocks per chunk (block 2c gate, 2c + 1 up, NW * RT == 32): the up block
+ *      writes its 32 values into the gate block's shared memory (sm_90) */
+template <int VT, int RT, int NW, int GLU>
 __global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32)) /* <= 128 registers */
     k_mvr(const mv_args a, const uint4 *__restrict__ xq, const float2 *__restrict__ xs, int K, int lg, int sbk,
           uint8_t *__restrict__ hq, float2 *__restrict__ hs) {
-  static_assert(!GLU || (NW / 2) * RT == 32, "a GLU block owns 32 rows of gate and of up");
+  static_assert(GLU != 1 || (NW / 2) * RT == 32, "a GLU block owns 32 rows of gate and of up");
+  static_assert(GLU != 2 || NW * RT == 32, "a GLU cluster block owns 32 rows of gate or of up");
   __shared__ uint4 xa[32 * VT], xb[32 * VT];
   __shared__ float2 xd[32 * VT];
   __shared__ float hsm[GLU ? 64 : 1];
-  const int tile = GLU ? (int)(threadIdx.x >> 5) / (NW / 2) : blockIdx.x;
+  const int tile = GLU == 1 ? (int)(threadIdx.x >> 5) / (NW / 2) : GLU == 2 ? (int)(blockIdx.x & 1) : blockIdx.x;
   const int wi = tile >= a.bstart[2] ? 2 : tile >= a.bstart[1] ? 1 : 0;
   const uint4 *__restrict__ q = (const uint4 *)(wi == 0 ? a.q[0] : wi == 1 ? a.q[1] : a.q[2]);
   const uint32_t *__restrict__ sb = (const uint32_t *)(wi == 0 ? a.sb[0] : wi == 1 ? a.sb[1] : a.sb[2]);
@@ -1076,7 +1080,8 @@ __global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32))
   const int bst = wi == 0 ? a.bstart[0] : wi == 1 ? a.bstart[1] : a.bstart[2];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int V = K >> 5, G = V >> lg;
-  const int row0 = GLU ? (int)blockIdx.x * 32 + (warp % (NW / 2)) * RT : (tile - bst) * (NW * RT) + warp * RT;
+  const int row0 = GLU == 1 ? (int)blockIdx.x * 32 + (warp % (NW / 2)) * RT
+                 : GLU == 2 ? (int)(blockIdx.x >> 1) * 32 + warp * RT : (tile - bst) * (NW * RT) + warp * RT;
 #ifdef SMELT_CUDA_TRACE
   const bool tro = tr_m && a.bstart[1] == 0x7fffffff && a.M[0] == 4096 && K == 4096;
   const bool trq = tr_m && a.bstart[2] != 0x7fffffff;
@@ -1174,10 +1179,21 @@ __global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32))
   for (int r = 0; r < RT; r++) {
     const float t = warp_sum(acc[r]);
     if (lane == r && row0 + r < M) y[row0 + r] = t;
-    if (GLU && lane == r) hsm[wi * 32 + (warp % (NW / 2)) * RT + r] = t;
+    if (GLU == 1 && lane == r) hsm[wi * 32 + (warp % (NW / 2)) * RT + r] = t;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (GLU == 2 && lane == r) /* gate: own shared memory; up: the gate block's */
+      *cooperative_groups::this_cluster().map_shared_rank(hsm + wi * 32 + warp * RT + r, 0) = t;
+#endif
   }
-  if (GLU) {
-    __syncthreads();
+  bool quant = GLU == 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (GLU == 2) {
+    cooperative_groups::this_cluster().sync(); /* the up block's values are in the gate block */
+    quant = wi == 0;
+  }
+#endif
+  if (GLU == 1) __syncthreads();
+  if (quant) {
     if (threadIdx.x < 32) { /* the chunk's quantization, as k_quant_x */
       const float g = hsm[lane], v = g / (1.f + expf(-g)) * hsm[32 + lane];
       float am = fabsf(v), sum = v;
@@ -1189,7 +1205,7 @@ __global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32))
       int qi = am > 0.f ? __float2int_rn(v * (127.f / am)) : 0;
       qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
       const int jj = lane >> 3, e = lane & 7;
-      const int64_t b = blockIdx.x;
+      const int64_t b = GLU == 2 ? blockIdx.x >> 1 : blockIdx.x;
       hq[b * 32 + (2 * jj + (e & 1)) * 4 + (e >> 1)] = (uint8_t)(int8_t)qi;
       if (lane == 0) hs[b] = make_float2(am * (1.f / 127.f), sum);
     }
@@ -1243,7 +1259,7 @@ static bool mvr_launch(const cu_weight *const *ws, float *const *ys, int nw, con
   const int lg = w0->gs == 32 ? 0 : w0->gs == 64 ? 1 : 2;
   const int sbk = w0->sbk;
 #define MVR_GO(VT_, RT_, NW_) \
-  cu_launch(k_mvr<VT_, RT_, NW_, false>, dim3(nb), dim3(NW_ * 32), 0, s, a, xq, xs, K, lg, sbk, (uint8_t *)NULL, (float2 *)NULL)
+  cu_launch(k_mvr<VT_, RT_, NW_, 0>, dim3(nb), dim3(NW_ * 32), 0, s, a, xq, xs, K, lg, sbk, (uint8_t *)NULL, (float2 *)NULL)
 #define MVR_NW(VT_, RT_) do { if (NW == 4) MVR_GO(VT_, RT_, 4); else MVR_GO(VT_, RT_, 8); } while (0)
   switch (VT * 10 + RT) {
   case 44: MVR_NW(4, 4); break;
@@ -1269,7 +1285,27 @@ static bool mvr_launch(const cu_weight *const *ws, float *const *ys, int nw, con
   return true;
 }
 
-/* gate/up (+ silu(gate)*up quantized into hq) by k_mvr<GLU>: false when no variant applies */
+/* launch with a cluster of two blocks (and programmatic dependent launch when on) */
+template <typename... KArgs, typename... Args>
+static void mvr_cluster2(void (*kern)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, Args... args) {
+  cudaLaunchAttribute at[2];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = 2;
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg;
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = s;
+  cfg.attrs = at;
+  cfg.numAttrs = g_cu_pdl ? 2 : 1;
+  cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
+}
+/* gate/up (+ silu(gate)*up quantized into hq) by k_mvr<GLU> (SMELT_CUDA_MVR_GLU 1 or 2): false when
+ * no variant applies */
 static bool mvr_glu_launch(const cu_weight *const *ws, float *const *ys, const uint4 *xq, const float2 *xs, uint8_t *hq,
                            float2 *hs, cudaStream_t s, bool dry = false) {
   const cu_weight *g = ws[0], *u = ws[1];
@@ -1279,6 +1315,7 @@ static bool mvr_glu_launch(const cu_weight *const *ws, float *const *ys, const u
     return false;
   const int K = (int)g->cols, V = K / 32;
   if (V != 128 && V != 64) return false;
+  if (g_cu_mvr_glu == 2 && mvt_n_sm() <= 0) return false; /* clusters: sm_90 */
   if (dry) return true;
   mv_args a;
   memset(&a, 0, sizeof a);
@@ -1287,13 +1324,19 @@ static bool mvr_glu_launch(const cu_weight *const *ws, float *const *ys, const u
   const int lg = g->gs == 32 ? 0 : g->gs == 64 ? 1 : 2, sbk = g->sbk;
   const dim3 grid((unsigned)(g->rows / 32));
 #define MVRG_GO(VT_, RT_) \
-  cu_launch(k_mvr<VT_, RT_, 64 / RT_, true>, grid, dim3(64 / RT_ * 32), 0, s, a, xq, xs, K, lg, sbk, hq, hs)
-  if (V == 128 && g_cu_mvr_rt == 2) MVRG_GO(4, 2);
+  cu_launch(k_mvr<VT_, RT_, 64 / RT_, 1>, grid, dim3(64 / RT_ * 32), 0, s, a, xq, xs, K, lg, sbk, hq, hs)
+#define MVRC_GO(VT_, RT_) \
+  mvr_cluster2(k_mvr<VT_, RT_, 32 / RT_, 2>, dim3(2 * grid.x), dim3(32 / RT_ * 32), s, a, xq, xs, K, lg, sbk, hq, hs)
+  if (g_cu_mvr_glu == 2) {
+    if (V == 128) MVRC_GO(4, 4);
+    else MVRC_GO(2, 8);
+  } else if (V == 128 && g_cu_mvr_rt == 2) MVRG_GO(4, 2);
   else if (V == 128) MVRG_GO(4, 4);
   else if (V == 64 && g_cu_mvr_rt == 4) MVRG_GO(2, 4);
   else if (V == 64) MVRG_GO(2, 8);
   else return false;
 #undef MVRG_GO
+#undef MVRC_GO
   g_cu_mvr_count++;
   return true;
 }
