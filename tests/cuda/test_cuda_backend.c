@@ -520,6 +520,75 @@ out:
   if (system(cmd)) {}
 }
 
+/* the one-token MLP variants in the decode graph at the Llama-3.2-1B layer shape (two layers):
+ * k_mlp1 (SMELT_CUDA_MLP=1), k_mvr gate/up with the silu(gate)*up quantization in one block or a
+ * cluster pair (SMELT_CUDA_MVR_GLU=1 / 2) or without it (SMELT_CUDA_MVR=20), each against the
+ * default kernels: the same int8 x, only summation orders (and so a few int8 roundings of h) differ */
+static void mlp_decode(const char *dir, const char *env, float *logits, int steps, int V) {
+  const char *vars[] = { "SMELT_CUDA_MLP", "SMELT_CUDA_MVR", "SMELT_CUDA_MVR_GLU" };
+  for (int i = 0; i < 3; i++) unsetenv(vars[i]);
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", env);
+  for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+    char *eq = strchr(tok, '=');
+    if (eq) { *eq = 0; setenv(tok, eq + 1, 1); }
+  }
+  smelt_model_params p;
+  smelt_model_params_default(&p);
+  p.device = SMELT_DEVICE_CUDA;
+  smelt_model *m = NULL;
+  CHECK(smelt_model_load(dir, &p, &m) == SMELT_OK, "cuda load (%s): %s", env, smelt_last_error());
+  for (int i = 0; i < 3; i++) unsetenv(vars[i]);
+  if (!m) return;
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  ep.max_context = 64;
+  sm_engine *e = NULL;
+  CHECK(sm_engine_create(m, &ep, &e) == SMELT_OK, "engine (%s)", env);
+  if (e) {
+    sm_seq *q = sm_seq_new(e);
+    int32_t ids[5] = { 3, 141, 59, 265, 358 };
+    sm_seq_append(e, q, ids, 5);
+    for (int step = 0; step < steps; step++) {
+      uint8_t d = 0;
+      CHECK(sm_engine_step(e, &q, 1, logits + (size_t)step * V, &d) == SMELT_OK && d, "step %d (%s): %s", step, env,
+            smelt_last_error());
+      int32_t t = (int32_t)((step * 97 + 11) % V);
+      sm_seq_append(e, q, &t, 1);
+    }
+    sm_seq_free(e, q);
+    sm_engine_free(e);
+  }
+  smelt_model_free(m);
+}
+static void test_mlp_paths(void) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "/tmp/smelt-cuda-mlp-%d", (int)getpid());
+  const sm_synth_shape *sh = sm_synth_find("test1b");
+  CHECK(sh && sm_make_synthetic(sh, 4, 64, dir, false) == SMELT_OK, "synthetic model: %s", smelt_last_error());
+  enum { STEPS = 8, V = 1024 };
+  CHECK(sh && sh->vocab == V, "test1b vocab");
+  float *ref = malloc(sizeof(float) * STEPS * V), *got = malloc(sizeof(float) * STEPS * V);
+  mlp_decode(dir, "SMELT_CUDA_MVR=0", ref, STEPS, V);
+  const char *envs[] = { "SMELT_CUDA_MLP=1", "SMELT_CUDA_MVR=20 SMELT_CUDA_MVR_GLU=1", "SMELT_CUDA_MVR=20 SMELT_CUDA_MVR_GLU=2",
+                         "SMELT_CUDA_MVR=20" };
+  for (size_t k = 0; k < SM_ARRAY_LEN(envs); k++) {
+    memset(got, 0, sizeof(float) * STEPS * V);
+    mlp_decode(dir, envs[k], got, STEPS, V);
+    double worst = 0;
+    for (int s = 0; s < STEPS; s++) {
+      double e = rel_l2(got + (size_t)s * V, ref + (size_t)s * V, V);
+      if (e > worst) worst = e;
+    }
+    printf("test1b decode, %s vs the default kernels: rel err %.3g\n", envs[k], worst);
+    CHECK(worst < 5e-3, "test1b decode with %s: logits rel err %g vs the default kernels", envs[k], worst);
+  }
+  free(ref); free(got);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd)) {}
+}
+
 int main(void) {
   /* first pass: the exact fp32-activation kernels for every 4-bit weight (by default weights of
    * >= 1Mi elements, like the largest test shape, use int8 activations: second pass) */
@@ -679,6 +748,7 @@ int main(void) {
   g_q4 = false;
   unsetenv("SMELT_CUDA_Q4");
   unsetenv("SMELT_CUDA_Q4ROLE");
+  test_mlp_paths();
   test_pipelined_decode();
   C->destroy(C);
   TEST_END();

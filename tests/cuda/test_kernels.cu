@@ -6,7 +6,9 @@
  *  - k_mvt (bulk-copy matvec, SMELT_CUDA_MVT, static and counter-claimed groups) against k_mvq4
  *    for the q/k/v, o and down shapes (several groups a warp: the stage refills run);
  *  - k_mvr (weights held in registers, SMELT_CUDA_MVR) against k_mvq4 for the q/k/v, o and down
- *    shapes of both models, every tiling, partial blocks.
+ *    shapes of both models, every tiling, partial blocks;
+ *  - k_mlp1 (gate/up + silu quantization + down in one persistent kernel, SMELT_CUDA_MLP) against
+ *    the separate kernels at both models' shapes, three launches in a row.
  * Exits 77 (ctest SKIP) without a usable sm_90 GPU. */
 #include "backend/cuda/cuda_internal.h"
 #include <math.h>
@@ -299,6 +301,65 @@ static void test_mvr(const int64_t *rows, int nw, int64_t K, int role, cudaStrea
   cudaFree(dx); cudaFree(xq);
 }
 
+/* k_mlp1 (SMELT_CUDA_MLP): gate/up + quantized silu(gate)*up + down in one persistent kernel, against
+ * k_mvq4 gate/up, k_quant_x (silu) and k_mvq4 down; two different x one after the other (the grid
+ * barrier's counters must be reset by the first launch for the second to wait) */
+extern int g_cu_mlp;
+static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
+  cu_weight g = make_w(F, K), u = make_w(F, K), d = make_w(K, F);
+  float *dx, *gy, *uy, *y, *rg, *ru, *ry;
+  void *xq, *hq, *hq2;
+  CK(cudaMalloc(&dx, K * 4));
+  CK(cudaMalloc(&gy, F * 4)); CK(cudaMalloc(&uy, F * 4)); CK(cudaMalloc(&y, K * 4));
+  CK(cudaMalloc(&rg, F * 4)); CK(cudaMalloc(&ru, F * 4)); CK(cudaMalloc(&ry, K * 4));
+  CK(cudaMalloc(&xq, cu_q4_scratch_bytes(1, K)));
+  CK(cudaMalloc(&hq, cu_q4_scratch_bytes(1, F)));
+  CK(cudaMalloc(&hq2, cu_q4_scratch_bytes(1, F)));
+  const cu_weight *ws[2] = { &g, &u };
+  g_cu_mlp = 0;
+  CHECK(!cu_q4_mlp_ok(&g, &u, &d, 1), "mlp_ok while off");
+  g_cu_mlp = 1;
+  CHECK(cu_q4_mlp_ok(&g, &u, &d, 1), "mlp_ok %lldx%lld", (long long)F, (long long)K);
+  CHECK(!cu_q4_mlp_ok(&g, &u, &d, 2) && !cu_q4_mlp_ok(&g, &u, &g, 1), "mlp_ok for n = 2 / a wrong down shape");
+  for (int rep = 0; rep < 3; rep++) {
+    std::vector<float> x((size_t)K);
+    for (auto &v : x) v = (2.f * frnd() - 1.f) * (rep + 1);
+    CK(cudaMemcpy(dx, x.data(), K * 4, cudaMemcpyHostToDevice));
+    quantize_x(&g, dx, xq, rg, s);
+    /* reference: k_mvq4 gate/up, then down of silu(gate)*up quantized by k_quant_x */
+    g_cu_mvr = 0;
+    float *rys[2] = { rg, ru };
+    cu_q4_matvec_preq(ws, rys, 2, 1, xq, s, NULL, NULL, CU_Q4_GU);
+    const cu_weight *dp = &d;
+    cu_q4_matvec_cfg(&dp, &ry, 1, rg, ru, 1, hq2, s, 132, 0, 0, CU_Q4_DN);
+    g_cu_mvr = -1;
+    CK(cudaMemset(y, 0xff, K * 4)); CK(cudaMemset(gy, 0xff, F * 4)); CK(cudaMemset(hq, 0xff, cu_q4_scratch_bytes(1, F)));
+    CHECK(cu_q4_mlp(&g, &u, &d, gy, uy, y, xq, hq, s), "cu_q4_mlp launch");
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGetLastError());
+    const std::vector<float> rgh = get(rg, F), ruh = get(ru, F), ryh = get(ry, K);
+    const double eg = rel_max(get(gy, F), rgh), eu = rel_max(get(uy, F), ruh), ey = rel_max(get(y, K), ryh);
+    CHECK(eg < 1e-5 && eu < 1e-5, "mlp %lldx%lld rep %d gate/up vs k_mvq4: %g %g", (long long)F, (long long)K, rep, eg, eu);
+    /* h: the same quantization of (nearly) the same values; an int8 step may flip where gate/up
+     * differ in the last bits, so y is compared with a bound of a few steps of h */
+    std::vector<uint8_t> q0(cu_q4_scratch_bytes(1, F)), q1(q0.size());
+    CK(cudaMemcpy(q0.data(), hq2, q0.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(q1.data(), hq, q1.size(), cudaMemcpyDeviceToHost));
+    int flips = 0, far = 0;
+    for (int64_t i = 0; i < F; i++) {
+      const int a = (int8_t)q0[i], b = (int8_t)q1[i];
+      flips += a != b;
+      far += abs(a - b) > 1;
+    }
+    CHECK(far == 0 && flips <= F / 100, "mlp rep %d: int8 h differs in %d values (%d by more than one step)", rep, flips, far);
+    CHECK(ey < 2e-3, "mlp %lldx%lld rep %d down vs reference: %g (%d int8 flips in h)", (long long)F, (long long)K, rep, ey, flips);
+  }
+  g_cu_mlp = 0;
+  cudaFree(dx); cudaFree(gy); cudaFree(uy); cudaFree(y); cudaFree(rg); cudaFree(ru); cudaFree(ry);
+  cudaFree(xq); cudaFree(hq); cudaFree(hq2);
+  cudaFree(g.q); cudaFree(g.sb); cudaFree(u.q); cudaFree(u.sb); cudaFree(d.q); cudaFree(d.sb);
+}
+
 int main() {
   int n = 0, major = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP: no CUDA device\n"); return 77; }
@@ -329,6 +390,10 @@ int main() {
     test_mvr(q3, 1, 3072, CU_Q4_O, s);    /* three vectors a lane */
     test_mvr(o8, 1, 14336, CU_Q4_DN, s);  /* down projections (opt-in role) */
     test_mvr(o1, 1, 8192, CU_Q4_DN, s);
+  }
+  if (major >= 9) { /* k_mlp1: sm_90 */
+    test_mlp(14336, 4096, s); /* Llama-3.1-8B */
+    test_mlp(8192, 2048, s);  /* Llama-3.2-1B */
   }
   printf("%d checks, %d failed\n", checks, fails);
   return fails ? 1 : 0;

@@ -123,7 +123,7 @@ static int g_cu_attn_long = 2048;
  * epilogue); default: a separate quantization kernel before the down projection (measured faster
  * on the H100, docs/benchmarks.md) */
 static int g_cu_glu = 0;
-extern int g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt, g_cu_mvr_glu;
+extern int g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt, g_cu_mvr_glu, g_cu_mlp;
 extern int g_cu_guq, g_cu_guq_norm, g_cu_mvt_dyn, g_cu_mvt, g_cu_mvt_kb, g_cu_mvt_bps, g_cu_mvt_nw, g_cu_mvt_r, g_cu_mvt_stage;
 extern int g_cu_attn_oldm, g_cu_attn_rs, g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
@@ -1100,17 +1100,28 @@ static void exec_ops(cuda_be *c) {
       }
       /* gate/up pair whose silu(gate)*up only feeds the next (CW_Q4) matvec: the gate/up kernel
        * writes it quantized (c->xq2) and the down projection reads that */
-      if (pq && nw == 2 && (g_cu_glu || cu_q4_guq_ok(ws[0], ws[1], o->n)) && i + 3 < c->n_ops && c->ops[i + 2].type == OP_SILU && c->ops[i + 3].type == OP_MATMUL) {
+      const bool mlp = pq && nw == 2 && i + 3 < c->n_ops && c->ops[i + 3].type == OP_MATMUL &&
+                       cu_q4_mlp_ok(ws[0], ws[1], (const cu_weight *)c->ops[i + 3].p3, o->n);
+      if (pq && nw == 2 && (g_cu_glu || mlp || cu_q4_guq_ok(ws[0], ws[1], o->n)) && i + 3 < c->n_ops && c->ops[i + 2].type == OP_SILU && c->ops[i + 3].type == OP_MATMUL) {
         const cu_op *sl = &c->ops[i + 2], *dn = &c->ops[i + 3];
         const cu_weight *dw = (const cu_weight *)dn->p3;
         const bool order = sl->p1 == ys[0] && sl->p2 == ys[1], swapped = sl->p1 == ys[1] && sl->p2 == ys[0];
         if ((order || swapped) && sl->sz == (size_t)o->n * (size_t)ws[0]->rows && dn->p1 == sl->p0 && dn->n == o->n &&
             dw->kind == CW_Q4 && cu_use_matvec(dw, dn->n) && dw->cols == ws[0]->rows && dn->p2 != sl->p0 &&
-            dead_after(c, i + 3, sl->p0) && cu_q4_glu_ok(ws[0], ws[1], o->n) && c->xq2 &&
+            dead_after(c, i + 3, sl->p0) && (mlp || cu_q4_glu_ok(ws[0], ws[1], o->n)) && c->xq2 &&
             c->xq2_cap >= cu_q4_scratch_bytes(o->n, dw->cols) && c->glu_cnt &&
             c->glu_cnt_cap >= sizeof(int) * (size_t)(ws[0]->rows / 32)) {
           const cu_weight *gu[2] = { order ? ws[0] : ws[1], order ? ws[1] : ws[0] };
           float *gy[2] = { order ? ys[0] : ys[1], order ? ys[1] : ys[0] };
+          if (mlp && !g_cu_skip) { /* gate/up, the quantization of h and down in one persistent kernel */
+            prof_begin(c);
+            const bool ran = cu_q4_mlp(gu[0], gu[1], dw, gy[0], gy[1], (float *)dn->p2, c->xq, c->xq2, c->s);
+            prof_end(c, "fused mlp (gate/up + silu quant + down)");
+            if (ran) {
+              i += 4;
+              continue;
+            }
+          }
           prof_begin(c);
           if (!(g_cu_skip & 16))
             cu_q4_matvec_preq(gu, gy, 2, o->n, c->xq, c->s, (g_cu_skip & 128) ? NULL : c->glu_cnt, c->xq2, CU_Q4_GU);
@@ -1895,6 +1906,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_mvr_rt = mvrr ? atoi(mvrr) : 0;
   const char *mvrg = getenv("SMELT_CUDA_MVR_GLU");
   g_cu_mvr_glu = mvrg ? atoi(mvrg) : 0;
+  const char *mlpe = getenv("SMELT_CUDA_MLP");
+  g_cu_mlp = mlpe ? atoi(mlpe) : 0;
   const char *guq = getenv("SMELT_CUDA_GUQ"), *guqn = getenv("SMELT_CUDA_GUQ_NORM");
   g_cu_guq = guq ? atoi(guq) : -1;
   g_cu_guq_norm = guqn ? atoi(guqn) : 0;

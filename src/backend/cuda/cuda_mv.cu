@@ -975,7 +975,9 @@ int g_cu_mvt_dyn = 0;
 #define MVT_CTR_PAIRS 4096
 static int *s_mvt_ctr[16];
 static unsigned s_mvt_next[16];
+static void mlp_init();
 void cu_mv_init(int dev) {
+  mlp_init(); /* occupancy queries outside any stream capture */
   if (dev < 0 || dev >= 16 || s_mvt_ctr[dev]) return;
   if (cudaMalloc(&s_mvt_ctr[dev], MVT_CTR_PAIRS * 2 * sizeof(int)) != cudaSuccess) { s_mvt_ctr[dev] = NULL; return; }
   cudaMemset(s_mvt_ctr[dev], 0, MVT_CTR_PAIRS * 2 * sizeof(int));
@@ -1338,6 +1340,238 @@ static bool mvr_glu_launch(const cu_weight *const *ws, float *const *ys, const u
 #undef MVRG_GO
 #undef MVRC_GO
   g_cu_mvr_count++;
+  return true;
+}
+
+/* ---------------- fused one-token MLP: gate/up, silu(gate)*up quantized, down (k_mlp1) ----------------
+ * Opt-in (SMELT_CUDA_MLP=1; not measured yet). A persistent kernel, one block of 16 warps an SM
+ * (grid = the blocks that fit at once): the blocks take the 32-row chunks of gate and up in turn
+ * (k_mvr's register layout: warps 0-7 gate, 8-15 up, 4 rows a warp; the next chunk's weights are
+ * requested as the current one's are consumed), write gate and up, quantize h = silu(gate) * up of
+ * each chunk into hq/hs (k_quant_x's layout and formulas), request their first down rows, meet at
+ * a grid barrier (a counter pair per launch, zero, left zero), stage h in shared memory and take
+ * 16-row items of the down projection (a warp a row, pipelined the same way). One launch instead
+ * of gate/up, the quantization of h and down. Needs K = 1024 VG, F = 1024 VD, 16-bit scales. */
+int g_cu_mlp = 0; /* SMELT_CUDA_MLP=1 */
+struct mlp_args {
+  const uint4 *gq, *uq, *dq;
+  const uint32_t *gsb, *usb, *dsb;
+  float *gy, *uy, *y;
+  uint8_t *hq;
+  float2 *hs;
+  int K, F, lg, sbk;
+  unsigned *bar;
+};
+static __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned *p) {
+  unsigned v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#else
+  v = *(const volatile unsigned *)p;
+#endif
+  return v;
+}
+static __device__ __forceinline__ float2 sb_pair(uint32_t s, int sbk) {
+  if (sbk == SBK_BF16) return make_float2(__uint_as_float(s << 16), __uint_as_float(s & 0xffff0000u));
+  return __half22float2(*reinterpret_cast<const __half2 *>(&s));
+}
+static __device__ __forceinline__ int dot_q4(const uint4 u, const uint4 x0, const uint4 x1) {
+  constexpr int MK = 0x0F0F0F0F;
+  int d = __dp4a((int)(u.x & MK), (int)x0.x, 0);
+  d = __dp4a((int)((u.x >> 4) & MK), (int)x0.y, d);
+  d = __dp4a((int)(u.y & MK), (int)x0.z, d);
+  d = __dp4a((int)((u.y >> 4) & MK), (int)x0.w, d);
+  d = __dp4a((int)(u.z & MK), (int)x1.x, d);
+  d = __dp4a((int)((u.z >> 4) & MK), (int)x1.y, d);
+  d = __dp4a((int)(u.w & MK), (int)x1.z, d);
+  return __dp4a((int)((u.w >> 4) & MK), (int)x1.w, d);
+}
+template <int VG, int VD>
+__global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *__restrict__ xq,
+                                                const float2 *__restrict__ xs) {
+  __shared__ uint4 xa[32 * (VD > VG ? VD : VG)], xb[32 * (VD > VG ? VD : VG)];
+  __shared__ float2 xd[32 * (VD > VG ? VD : VG)];
+  __shared__ float hsm[2][64];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, half = warp >> 3, wr = warp & 7;
+  const int V = 32 * VG, VF = 32 * VD, lg = m.lg, sbk = m.sbk;
+  const int G = V >> lg, GF = VF >> lg, nch = m.F >> 5, ndn = m.K >> 4;
+  const uint4 *__restrict__ wq = half ? m.uq : m.gq;
+  const uint32_t *__restrict__ wsb = half ? m.usb : m.gsb;
+  float *__restrict__ wy = half ? m.uy : m.gy;
+  pdl_trigger();
+  uint4 w[4][VG];
+  uint32_t p[4][VG];
+  int c = blockIdx.x;
+  if (c < nch) {
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      const int64_t row = (int64_t)c * 32 + wr * 4 + r;
+#pragma unroll
+      for (int k = 0; k < VG; k++) w[r][k] = ld_stream(wq + row * V + lane + 32 * k);
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      const int64_t row = (int64_t)c * 32 + wr * 4 + r;
+#pragma unroll
+      for (int k = 0; k < VG; k++) p[r][k] = __ldg(wsb + row * G + ((lane + 32 * k) >> lg));
+    }
+  }
+  pdl_wait();
+  for (int v = threadIdx.x; v < V; v += 512) {
+    xa[v] = __ldcg(xq + 2 * v);
+    xb[v] = __ldcg(xq + 2 * v + 1);
+    xd[v] = __ldcg(xs + v);
+  }
+  __syncthreads();
+  for (int it = 0; c < nch; c += gridDim.x, it++) {
+    const int cn = c + gridDim.x;
+    float acc[4] = { 0.f, 0.f, 0.f, 0.f };
+#pragma unroll
+    for (int k = 0; k < VG; k++) {
+      const int v = lane + 32 * k;
+      const uint4 x0 = xa[v], x1 = xb[v];
+      const float2 d2 = xd[v];
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const float2 pp = sb_pair(p[r][k], sbk);
+        acc[r] = fmaf(pp.x, (float)dot_q4(w[r][k], x0, x1) * d2.x, fmaf(pp.y, d2.y, acc[r]));
+        if (cn < nch) { /* the next chunk's vector into the consumed registers */
+          const int64_t row = (int64_t)cn * 32 + wr * 4 + r;
+          w[r][k] = ld_stream(wq + row * V + v);
+          p[r][k] = __ldg(wsb + row * G + (v >> lg));
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      const float t = warp_sum(acc[r]);
+      if (lane == r) {
+        wy[(int64_t)c * 32 + wr * 4 + r] = t;
+        hsm[it & 1][half * 32 + wr * 4 + r] = t;
+      }
+    }
+    __syncthreads(); /* hsm[it & 1] is complete; hsm[(it + 1) & 1] was read by warp 0 before this */
+    if (warp == 0) { /* the chunk's quantization, as k_quant_x */
+      const float g = hsm[it & 1][lane], hv = g / (1.f + expf(-g)) * hsm[it & 1][32 + lane];
+      float am = fabsf(hv), sum = hv;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      }
+      int qi = am > 0.f ? __float2int_rn(hv * (127.f / am)) : 0;
+      qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+      const int jj = lane >> 3, e = lane & 7;
+      m.hq[(int64_t)c * 32 + (2 * jj + (e & 1)) * 4 + (e >> 1)] = (uint8_t)(int8_t)qi;
+      if (lane == 0) m.hs[c] = make_float2(am * (1.f / 127.f), sum);
+    }
+  }
+  /* the first down rows do not depend on h: requested before the barrier */
+  uint4 wd[VD];
+  uint32_t pd[VD];
+  int e = blockIdx.x;
+  if (e < ndn) {
+    const int64_t row = (int64_t)e * 16 + warp;
+#pragma unroll
+    for (int k = 0; k < VD; k++) wd[k] = ld_stream(m.dq + row * VF + lane + 32 * k);
+#pragma unroll
+    for (int k = 0; k < VD; k++) pd[k] = __ldg(m.dsb + row * GF + ((lane + 32 * k) >> lg));
+  }
+  /* grid barrier: every block's chunks of h are written (all blocks are resident: the grid is the
+   * number that fits at once, and the previous kernel has completed) */
+  __threadfence(); /* this thread's h stores, before the block's arrival */
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    atomicAdd(m.bar, 1u);
+    while (ld_acquire_u32(m.bar) < gridDim.x) { }
+    __threadfence();
+  }
+  __syncthreads();
+  for (int v = threadIdx.x; v < VF; v += 512) {
+    xa[v] = __ldcg((const uint4 *)m.hq + 2 * v);
+    xb[v] = __ldcg((const uint4 *)m.hq + 2 * v + 1);
+    xd[v] = __ldcg(m.hs + v);
+  }
+  __syncthreads();
+  for (; e < ndn; e += gridDim.x) {
+    const int en = e + gridDim.x;
+    float acc = 0.f;
+#pragma unroll
+    for (int k = 0; k < VD; k++) {
+      const int v = lane + 32 * k;
+      const uint4 x0 = xa[v], x1 = xb[v];
+      const float2 d2 = xd[v];
+      const float2 pp = sb_pair(pd[k], sbk);
+      acc = fmaf(pp.x, (float)dot_q4(wd[k], x0, x1) * d2.x, fmaf(pp.y, d2.y, acc));
+      if (en < ndn) {
+        const int64_t row = (int64_t)en * 16 + warp;
+        wd[k] = ld_stream(m.dq + row * VF + v);
+        pd[k] = __ldg(m.dsb + row * GF + (v >> lg));
+      }
+    }
+    const float t = warp_sum(acc);
+    if (lane == 0) m.y[(int64_t)e * 16 + warp] = t;
+  }
+  /* the last block out resets the barrier for the next launch (a later graph replay) */
+  if (threadIdx.x == 0 && atomicAdd(m.bar + 1, 1u) == gridDim.x - 1) {
+    m.bar[0] = 0;
+    m.bar[1] = 0;
+  }
+}
+
+/* shapes k_mlp1 has a variant for (gate/up K x F, down F x K) */
+static bool mlp_shape(const cu_weight *g, const cu_weight *u, const cu_weight *d) {
+  if (g->kind != CW_Q4 || u->kind != CW_Q4 || d->kind != CW_Q4 || g->sbk == SBK_F32 || u->sbk != g->sbk ||
+      d->sbk != g->sbk || u->gs != g->gs || d->gs != g->gs || g->rows != u->rows || g->cols != u->cols ||
+      d->cols != g->rows || d->rows != g->cols || (g->gs != 32 && g->gs != 64 && g->gs != 128))
+    return false;
+  const int64_t K = g->cols, F = g->rows;
+  return (K == 4096 && F == 14336) || (K == 2048 && F == 8192);
+}
+template <int VG, int VD> static int mlp_grid() {
+  static int grid = -1;
+  if (grid < 0) {
+    int nb = 0, dev = 0, nsm = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mlp1<VG, VD>, 512, 0) != cudaSuccess) nb = 0;
+    grid = nb * nsm;
+  }
+  return grid;
+}
+static void mlp_init() {
+  mlp_grid<4, 14>();
+  mlp_grid<2, 8>();
+}
+/* cu_q4_mlp launches exactly when this is true */
+bool cu_q4_mlp_ok(const cu_weight *g, const cu_weight *u, const cu_weight *d, int n) {
+  if (!g_cu_mlp || n != 1 || !mlp_shape(g, u, d) || mvt_n_sm() <= 0) return false;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < 0 || dev >= 16 || !s_mvt_ctr[dev]) return false; /* barrier counters (cu_mv_init) */
+  return (g->cols == 4096 ? mlp_grid<4, 14>() : mlp_grid<2, 8>()) > 0;
+}
+bool cu_q4_mlp(const cu_weight *g, const cu_weight *u, const cu_weight *d, float *gy, float *uy, float *y,
+               const void *xqv, void *hqv, cudaStream_t s) {
+  if (!cu_q4_mlp_ok(g, u, d, 1)) return false;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const bool big = g->cols == 4096;
+  const int grid = big ? mlp_grid<4, 14>() : mlp_grid<2, 8>();
+  mlp_args m;
+  m.gq = (const uint4 *)g->q; m.uq = (const uint4 *)u->q; m.dq = (const uint4 *)d->q;
+  m.gsb = (const uint32_t *)g->sb; m.usb = (const uint32_t *)u->sb; m.dsb = (const uint32_t *)d->sb;
+  m.gy = gy; m.uy = uy; m.y = y;
+  m.hq = (uint8_t *)hqv;
+  m.hs = (float2 *)(m.hq + (size_t)g->rows);
+  m.K = (int)g->cols; m.F = (int)g->rows;
+  m.lg = g->gs == 32 ? 0 : g->gs == 64 ? 1 : 2;
+  m.sbk = g->sbk;
+  m.bar = (unsigned *)(s_mvt_ctr[dev] + 2 * (s_mvt_next[dev]++ % MVT_CTR_PAIRS));
+  const uint4 *xq = (const uint4 *)xqv;
+  const float2 *xs = (const float2 *)((const uint8_t *)xqv + (size_t)g->cols);
+  if (big) cu_launch(k_mlp1<4, 14>, dim3(grid), dim3(512), 0, s, m, xq, xs);
+  else cu_launch(k_mlp1<2, 8>, dim3(grid), dim3(512), 0, s, m, xq, xs);
   return true;
 }
 
