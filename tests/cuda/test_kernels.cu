@@ -354,6 +354,37 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
     CHECK(far == 0 && flips <= F / 100, "mlp rep %d: int8 h differs in %d values (%d by more than one step)", rep, flips, far);
     CHECK(ey < 2e-3, "mlp %lldx%lld rep %d down vs reference: %g (%d int8 flips in h)", (long long)F, (long long)K, rep, ey, flips);
   }
+  /* the residual add + rmsnorm inside it: bitwise the same as cu_norm_q followed by it */
+  {
+    std::vector<float> xr((size_t)K), ad((size_t)K), nw((size_t)K);
+    for (int64_t i = 0; i < K; i++) { xr[i] = 2.f * frnd() - 1.f; ad[i] = frnd() - 0.5f; nw[i] = 0.5f + frnd(); }
+    float *rx, *ra, *rw, *hout, *rx2;
+    CK(cudaMalloc(&rx, K * 4)); CK(cudaMalloc(&ra, K * 4)); CK(cudaMalloc(&rw, K * 4));
+    CK(cudaMalloc(&hout, K * 4)); CK(cudaMalloc(&rx2, K * 4));
+    CK(cudaMemcpy(rx, xr.data(), K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(rx2, xr.data(), K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ra, ad.data(), K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(rw, nw.data(), K * 4, cudaMemcpyHostToDevice));
+    CHECK(cu_norm_q(NULL, rx2, ra, rw, 1, (int)K, 1e-5f, 0.f, xq, s), "cu_norm_q");
+    CHECK(cu_q4_mlp(&g, &u, &d, rg, ru, ry, xq, hq2, s), "cu_q4_mlp (reference)");
+    cu_gu_norm nm = { rx, ra, rw, 0.f, 1e-5f, hout };
+    CK(cudaMemset(hq, 0xff, cu_q4_scratch_bytes(1, F)));
+    CHECK(cu_q4_mlp(&g, &u, &d, gy, uy, y, NULL, hq, s, &nm), "cu_q4_mlp with the norm");
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGetLastError());
+    std::vector<uint8_t> q0(cu_q4_scratch_bytes(1, F)), q1(q0.size());
+    CK(cudaMemcpy(q0.data(), hq2, q0.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(q1.data(), hq, q1.size(), cudaMemcpyDeviceToHost));
+    const std::vector<float> g0 = get(rg, F), g1 = get(gy, F), u0 = get(ru, F), u1 = get(uy, F), y0 = get(ry, K),
+                             y1 = get(y, K), h0 = get(rx2, K), h1 = get(hout, K), x1 = get(rx, K);
+    CHECK(!memcmp(g0.data(), g1.data(), F * 4) && !memcmp(u0.data(), u1.data(), F * 4),
+          "mlp with the norm %lldx%lld: gate/up differ from cu_norm_q + mlp (%g)", (long long)F, (long long)K, rel_max(g1, g0));
+    CHECK(!memcmp(q0.data(), q1.data(), q0.size()), "mlp with the norm: quantized h differs");
+    CHECK(!memcmp(y0.data(), y1.data(), K * 4), "mlp with the norm: down differs (%g)", rel_max(y1, y0));
+    CHECK(!memcmp(h0.data(), h1.data(), K * 4), "mlp with the norm: x + a differs");
+    CHECK(!memcmp(x1.data(), xr.data(), K * 4), "mlp with the norm wrote x");
+    cudaFree(rx); cudaFree(ra); cudaFree(rw); cudaFree(hout); cudaFree(rx2);
+  }
   g_cu_mlp = 0;
   cudaFree(dx); cudaFree(gy); cudaFree(uy); cudaFree(y); cudaFree(rg); cudaFree(ru); cudaFree(ry);
   cudaFree(xq); cudaFree(hq); cudaFree(hq2);

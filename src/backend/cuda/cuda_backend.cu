@@ -933,7 +933,8 @@ static bool norm_feeds_q4(const cuda_be *c, int i) {
 /* ops i.. are: x += a; out = rmsnorm(x) feeding gate/up; silu*mul; down (-> b); x += b; rmsnorm(x),
  * for one token: then the first add + rmsnorm can run inside the gate/up kernel (k_gu_q4), which
  * leaves x + a in out (dead otherwise) for the second add to read */
-static bool gu_norm_fusable(const cuda_be *c, int i) {
+/* mlp: the same for k_mlp1 (gate/up, silu quantization and down in one kernel, cu_q4_mlp) */
+static bool gu_norm_fusable(const cuda_be *c, int i, bool mlp = false) {
   if (g_cu_skip || i + 7 >= c->n_ops || !c->xq || !c->xq2 || !c->glu_cnt) return false;
   const cu_op *ad = &c->ops[i], *nr = &c->ops[i + 1], *g = &c->ops[i + 2], *u = &c->ops[i + 3], *sl = &c->ops[i + 4],
               *dn = &c->ops[i + 5], *ad2 = &c->ops[i + 6], *nr2 = &c->ops[i + 7];
@@ -947,7 +948,9 @@ static bool gu_norm_fusable(const cuda_be *c, int i) {
     return false;
   const cu_weight *gw = (const cu_weight *)g->p3, *uw = (const cu_weight *)u->p3, *dw = (const cu_weight *)dn->p3;
   const bool order = sl->p1 == g->p2 && sl->p2 == u->p2, swapped = sl->p1 == u->p2 && sl->p2 == g->p2;
-  if (!(order || swapped) || !cu_q4_guq_norm_ok(order ? gw : uw, order ? uw : gw, 1) || gw->cols != dim ||
+  if (!(order || swapped) ||
+      !(mlp ? cu_q4_mlp_ok(gw, uw, (const cu_weight *)dn->p3, 1) : cu_q4_guq_norm_ok(order ? gw : uw, order ? uw : gw, 1)) ||
+      gw->cols != dim ||
       sl->sz != (size_t)gw->rows || dn->p1 != sl->p0 || dw->kind != CW_Q4 || !cu_use_matvec(dw, 1) ||
       dw->cols != gw->rows || b == sl->p0 || b == x || b == out || !dead_after(c, i + 5, sl->p0) ||
       c->xq2_cap < cu_q4_scratch_bytes(1, dw->cols) || c->glu_cnt_cap < sizeof(int) * (size_t)(gw->rows / 32))
@@ -1147,6 +1150,23 @@ static void exec_ops(cuda_be *c) {
           prof_end(c, lab);
         }
         i += nw;
+        continue;
+      }
+    }
+    if (g_cu_mlp == 2 && gu_norm_fusable(c, i, true)) { /* add + rmsnorm + the whole MLP: one kernel */
+      const cu_op *nr = &c->ops[i + 1], *g = &c->ops[i + 2], *u = &c->ops[i + 3], *sl = &c->ops[i + 4],
+                  *dn = &c->ops[i + 5];
+      const bool order = sl->p1 == g->p2;
+      const cu_op *go = order ? g : u, *uo = order ? u : g;
+      cu_gu_norm nm = { (const float *)o->p0, (const float *)o->p1, (const float *)nr->p2, nr->f1, nr->f0, (float *)nr->p0 };
+      prof_begin(c);
+      const bool ran = cu_q4_mlp((const cu_weight *)go->p3, (const cu_weight *)uo->p3, (const cu_weight *)dn->p3,
+                                 (float *)go->p2, (float *)uo->p2, (float *)dn->p2, NULL, c->xq2, c->s, &nm);
+      prof_end(c, "fused add+rmsnorm+mlp");
+      if (ran) {
+        redir_x = o->p0;
+        redir_src = (const float *)nr->p0;
+        i += 6;
         continue;
       }
     }

@@ -138,10 +138,12 @@ bool cu_q4_guq_ok(const cu_weight *gate, const cu_weight *up, int n);
 bool cu_q4_guq_norm_ok(const cu_weight *gate, const cu_weight *up, int n); /* and with a cu_gu_norm */
 /* one-token MLP in one persistent kernel (k_mlp1, SMELT_CUDA_MLP=1): gate/up of x (quantized in
  * xq), h = silu(gate) * up quantized into hq (cu_q4_scratch_bytes(1, gate rows)), y = down(h);
- * gy/uy receive gate and up. false (nothing launched) when off or no variant fits the shapes */
+ * gy/uy receive gate and up. With norm (SMELT_CUDA_MLP=2 in the decode graph) x is rmsnorm(x + a)
+ * computed by the kernel itself as cu_norm_q would (xq unused; hout receives x + a).
+ * false (nothing launched) when off or no variant fits the shapes */
 bool cu_q4_mlp_ok(const cu_weight *gate, const cu_weight *up, const cu_weight *down, int n);
 bool cu_q4_mlp(const cu_weight *gate, const cu_weight *up, const cu_weight *down, float *gy, float *uy, float *y,
-               const void *xq, void *hq, cudaStream_t s);
+               const void *xq, void *hq, cudaStream_t s, const cu_gu_norm *norm = NULL);
 /* dequantize/convert rows [r0, r0+nr) of w to bf16 [nr][cols] (or to f16 when to_f16) */
 void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s);
 /* one row (token) of an embedding, dequantized to float */

@@ -1361,6 +1361,11 @@ struct mlp_args {
   float2 *hs;
   int K, F, lg, sbk;
   unsigned *bar;
+  /* NORM: x is rmsnorm(nx + na) * (nw + off), computed by every block as k_norm_q does (bitwise);
+   * block 0 writes nx + na to hout */
+  const float *nx, *na, *nw;
+  float off, eps;
+  float *hout;
 };
 static __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned *p) {
   unsigned v;
@@ -1386,7 +1391,7 @@ static __device__ __forceinline__ int dot_q4(const uint4 u, const uint4 x0, cons
   d = __dp4a((int)(u.w & MK), (int)x1.z, d);
   return __dp4a((int)((u.w >> 4) & MK), (int)x1.w, d);
 }
-template <int VG, int VD>
+template <int VG, int VD, bool NORM>
 __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *__restrict__ xq,
                                                 const float2 *__restrict__ xs) {
   __shared__ uint4 xa[32 * (VD > VG ? VD : VG)], xb[32 * (VD > VG ? VD : VG)];
@@ -1416,11 +1421,82 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
       for (int k = 0; k < VG; k++) p[r][k] = __ldg(wsb + row * G + ((lane + 32 * k) >> lg));
     }
   }
+  /* NORM: thread t holds float4 t + 512 k (k < 2) of the row, i.e. lane of k_norm_q's warp
+   * W = warp + 16 k (its block has max(dim / 4, 64) threads, one float4 each) */
+  const int dim4 = V * 8, nvw = (dim4 < 64 ? 64 : dim4) >> 5;
+  float4 gw[2];
+  if (NORM) {
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int idx = threadIdx.x + 512 * k;
+      gw[k] = idx < dim4 ? ((const float4 *)m.nw)[idx] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
   pdl_wait();
-  for (int v = threadIdx.x; v < V; v += 512) {
-    xa[v] = __ldcg(xq + 2 * v);
-    xb[v] = __ldcg(xq + 2 * v + 1);
-    xd[v] = __ldcg(xs + v);
+  if (!NORM) {
+    for (int v = threadIdx.x; v < V; v += 512) {
+      xa[v] = __ldcg(xq + 2 * v);
+      xb[v] = __ldcg(xq + 2 * v + 1);
+      xd[v] = __ldcg(xs + v);
+    }
+  } else {
+    float4 hv[2];
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int W = warp + 16 * k, idx = threadIdx.x + 512 * k;
+      hv[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (W >= nvw) continue;
+      float ss = 0.f;
+      if (idx < dim4) {
+        float4 v = __ldcg((const float4 *)m.nx + idx);
+        const float4 b = __ldcg((const float4 *)m.na + idx);
+        v.x += b.x; v.y += b.y; v.z += b.z; v.w += b.w;
+        if (blockIdx.x == 0 && m.hout) ((float4 *)m.hout)[idx] = v;
+        ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
+        hv[k] = v;
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) hsm[0][W] = ss; /* 32 partial sums (hsm is free until the first chunk) */
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      float t = threadIdx.x < nvw ? hsm[0][threadIdx.x] : 0.f;
+      t = warp_sum(t);
+      if (threadIdx.x == 0) hsm[1][0] = t;
+    }
+    __syncthreads();
+    const float inv = 1.0f / sqrtf(hsm[1][0] / (float)(4 * dim4) + m.eps), off = m.off;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int W = warp + 16 * k, idx = threadIdx.x + 512 * k;
+      if (W >= nvw) continue;
+      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (idx < dim4) {
+        const float4 g = gw[k];
+        o.x = hv[k].x * inv * (g.x + off); o.y = hv[k].y * inv * (g.y + off);
+        o.z = hv[k].z * inv * (g.z + off); o.w = hv[k].w * inv * (g.w + off);
+      }
+      float am = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+      float sum = (o.x + o.y) + (o.z + o.w);
+#pragma unroll
+      for (int mm = 4; mm > 0; mm >>= 1) {
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, mm));
+        sum += __shfl_xor_sync(0xffffffffu, sum, mm);
+      }
+      if (idx < dim4) { /* k_norm_q's int8 layout; bytes 0-15 of a 32-value block in xa, 16-31 in xb */
+        const float sc = am > 0.f ? 127.f / am : 0.f;
+        int q0 = __float2int_rn(o.x * sc), q1 = __float2int_rn(o.y * sc), q2 = __float2int_rn(o.z * sc),
+            q3 = __float2int_rn(o.w * sc);
+        q0 = max(-127, min(127, q0)); q1 = max(-127, min(127, q1));
+        q2 = max(-127, min(127, q2)); q3 = max(-127, min(127, q3));
+        const int sub = idx & 7, j = sub >> 1, b = idx >> 3, byte = 2 * (sub & 1);
+        const int o0 = (2 * j) * 4 + byte, o1 = (2 * j + 1) * 4 + byte;
+        uint8_t *pa = (uint8_t *)(xa + b), *pb = (uint8_t *)(xb + b);
+        *(uint16_t *)(o0 < 16 ? pa + o0 : pb + o0 - 16) = (uint16_t)((q0 & 0xff) | ((q2 & 0xff) << 8));
+        *(uint16_t *)(o1 < 16 ? pa + o1 : pb + o1 - 16) = (uint16_t)((q1 & 0xff) | ((q3 & 0xff) << 8));
+        if (sub == 0) xd[b] = make_float2(am * (1.f / 127.f), sum);
+      }
+    }
   }
   __syncthreads();
   for (int it = 0; c < nch; c += gridDim.x, it++) {
@@ -1531,11 +1607,12 @@ static bool mlp_shape(const cu_weight *g, const cu_weight *u, const cu_weight *d
 template <int VG, int VD> static int mlp_grid() {
   static int grid = -1;
   if (grid < 0) {
-    int nb = 0, dev = 0, nsm = 0;
+    int nb = 0, nb2 = 0, dev = 0, nsm = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mlp1<VG, VD>, 512, 0) != cudaSuccess) nb = 0;
-    grid = nb * nsm;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mlp1<VG, VD, false>, 512, 0) != cudaSuccess) nb = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb2, k_mlp1<VG, VD, true>, 512, 0) != cudaSuccess) nb2 = 0;
+    grid = (nb < nb2 ? nb : nb2) * nsm; /* the same grid for both: every block must be resident at once */
   }
   return grid;
 }
@@ -1552,8 +1629,9 @@ bool cu_q4_mlp_ok(const cu_weight *g, const cu_weight *u, const cu_weight *d, in
   return (g->cols == 4096 ? mlp_grid<4, 14>() : mlp_grid<2, 8>()) > 0;
 }
 bool cu_q4_mlp(const cu_weight *g, const cu_weight *u, const cu_weight *d, float *gy, float *uy, float *y,
-               const void *xqv, void *hqv, cudaStream_t s) {
+               const void *xqv, void *hqv, cudaStream_t s, const cu_gu_norm *norm) {
   if (!cu_q4_mlp_ok(g, u, d, 1)) return false;
+  if (norm && (((uintptr_t)norm->x | (uintptr_t)norm->a | (uintptr_t)norm->w | (uintptr_t)norm->hout) & 15)) return false;
   int dev = 0;
   cudaGetDevice(&dev);
   const bool big = g->cols == 4096;
@@ -1568,10 +1646,17 @@ bool cu_q4_mlp(const cu_weight *g, const cu_weight *u, const cu_weight *d, float
   m.lg = g->gs == 32 ? 0 : g->gs == 64 ? 1 : 2;
   m.sbk = g->sbk;
   m.bar = (unsigned *)(s_mvt_ctr[dev] + 2 * (s_mvt_next[dev]++ % MVT_CTR_PAIRS));
+  m.nx = norm ? norm->x : NULL; m.na = norm ? norm->a : NULL; m.nw = norm ? norm->w : NULL;
+  m.off = norm ? norm->off : 0.f; m.eps = norm ? norm->eps : 0.f; m.hout = norm ? norm->hout : NULL;
   const uint4 *xq = (const uint4 *)xqv;
-  const float2 *xs = (const float2 *)((const uint8_t *)xqv + (size_t)g->cols);
-  if (big) cu_launch(k_mlp1<4, 14>, dim3(grid), dim3(512), 0, s, m, xq, xs);
-  else cu_launch(k_mlp1<2, 8>, dim3(grid), dim3(512), 0, s, m, xq, xs);
+  const float2 *xs = xqv ? (const float2 *)((const uint8_t *)xqv + (size_t)g->cols) : NULL;
+  if (big) {
+    if (norm) cu_launch(k_mlp1<4, 14, true>, dim3(grid), dim3(512), 0, s, m, xq, xs);
+    else cu_launch(k_mlp1<4, 14, false>, dim3(grid), dim3(512), 0, s, m, xq, xs);
+  } else {
+    if (norm) cu_launch(k_mlp1<2, 8, true>, dim3(grid), dim3(512), 0, s, m, xq, xs);
+    else cu_launch(k_mlp1<2, 8, false>, dim3(grid), dim3(512), 0, s, m, xq, xs);
+  }
   return true;
 }
 
