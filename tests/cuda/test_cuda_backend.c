@@ -561,6 +561,7 @@ static void mlp_decode(const char *dir, const char *env, float *logits, int step
   }
   smelt_model_free(m);
 }
+extern int g_cu_mvr_count, g_cu_mlp_count; /* launches of k_mvr / k_mlp1 (cuda_mv.cu) */
 static void test_mlp_paths(void) {
   char dir[256];
   snprintf(dir, sizeof dir, "/tmp/smelt-cuda-mlp-%d", (int)getpid());
@@ -574,7 +575,11 @@ static void test_mlp_paths(void) {
                          "SMELT_CUDA_MVR=20" };
   for (size_t k = 0; k < SM_ARRAY_LEN(envs); k++) {
     memset(got, 0, sizeof(float) * STEPS * V);
+    const int c_mvr = g_cu_mvr_count, c_mlp = g_cu_mlp_count;
     mlp_decode(dir, envs[k], got, STEPS, V);
+    /* the variant ran: k_mlp1 for SMELT_CUDA_MLP, k_mvr otherwise (a captured graph launches once) */
+    const bool is_mlp = !strncmp(envs[k], "SMELT_CUDA_MLP", 14);
+    CHECK(is_mlp ? g_cu_mlp_count > c_mlp : g_cu_mvr_count > c_mvr, "%s: the variant's kernel was not launched", envs[k]);
     double worst = 0;
     for (int s = 0; s < STEPS; s++) {
       double e = rel_l2(got + (size_t)s * V, ref + (size_t)s * V, V);

@@ -27,13 +27,19 @@ static uint32_t rnd() { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; ret
 static float frnd() { return (float)(rnd() & 0xffffff) / 16777216.f; }
 static uint16_t bf16(float f) { uint32_t u; memcpy(&u, &f, 4); return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16); }
 
-static cu_weight make_w(int64_t rows, int64_t cols) {
+static uint16_t f16(float f) { const __half h = __float2half_rn(f); uint16_t u; memcpy(&u, &h, 2); return u; }
+/* random 4-bit weight; gs = group size, half = f16 scales/biases (else bf16) */
+static cu_weight make_w(int64_t rows, int64_t cols, int gs = 64, bool half = false) {
   cu_weight w;
   memset(&w, 0, sizeof w);
-  w.kind = CW_Q4; w.rows = rows; w.cols = cols; w.bits = 4; w.gs = 64; w.dtype = SM_DT_BF16; w.sbk = SBK_BF16;
-  std::vector<uint32_t> q((size_t)(rows * cols / 8)), sb((size_t)(rows * cols / 64));
+  w.kind = CW_Q4; w.rows = rows; w.cols = cols; w.bits = 4; w.gs = gs;
+  w.dtype = half ? SM_DT_F16 : SM_DT_BF16; w.sbk = half ? SBK_F16 : SBK_BF16;
+  std::vector<uint32_t> q((size_t)(rows * cols / 8)), sb((size_t)(rows * cols / gs));
   for (auto &v : q) v = rnd() ^ (rnd() << 16);
-  for (auto &v : sb) v = (uint32_t)bf16(0.004f + 0.016f * frnd()) | ((uint32_t)bf16(-0.12f * frnd()) << 16);
+  for (auto &v : sb) {
+    const float sc = 0.004f + 0.016f * frnd(), bi = -0.12f * frnd();
+    v = half ? (uint32_t)f16(sc) | ((uint32_t)f16(bi) << 16) : (uint32_t)bf16(sc) | ((uint32_t)bf16(bi) << 16);
+  }
   CK(cudaMalloc(&w.q, q.size() * 4));
   CK(cudaMalloc(&w.sb, sb.size() * 4));
   CK(cudaMemcpy(w.q, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
@@ -93,6 +99,7 @@ static void test_guq(int64_t M, int64_t K, cudaStream_t s) {
     float *ys[2] = { gy, uy };
     CK(cudaMemset(hq, 0xff, cu_q4_scratch_bytes(1, M)));
     CK(cudaMemset(gy, 0xff, M * 4));
+    CK(cudaMemset(uy, 0xff, M * 4));
     const int c0 = g_cu_mvr_count;
     cu_q4_matvec_preq(ws, ys, 2, 1, xq, s, cnt, hq, CU_Q4_GU);
     CK(cudaStreamSynchronize(s));
@@ -242,12 +249,12 @@ static void test_mvt(const int64_t *rows, int nw, int64_t K, int role, cudaStrea
 }
 
 /* k_mvr: nw weights of rows[i] x K sharing x, every tiling, against k_mvq4 */
-static void test_mvr(const int64_t *rows, int nw, int64_t K, int role, cudaStream_t s) {
+static void test_mvr(const int64_t *rows, int nw, int64_t K, int role, cudaStream_t s, int gs = 64, bool half = false) {
   cu_weight w[3];
   const cu_weight *ws[3];
   float *y[3], *r[3];
   for (int i = 0; i < nw; i++) {
-    w[i] = make_w(rows[i], K);
+    w[i] = make_w(rows[i], K, gs, half);
     ws[i] = &w[i];
     CK(cudaMalloc(&y[i], rows[i] * 4));
     CK(cudaMalloc(&r[i], rows[i] * 4));
@@ -264,7 +271,7 @@ static void test_mvr(const int64_t *rows, int nw, int64_t K, int role, cudaStrea
   cu_q4_matvec_preq(ws, r, nw, 1, xq, s, NULL, NULL, role);
   CK(cudaStreamSynchronize(s));
   for (int nwp : { 8, 4 })
-    for (int rt : { 0, 2, 4, 8 }) {
+    for (int rt : { 0, 1, 2, 4, 8 }) {
       g_cu_mvr = 1 << role;
       g_cu_mvr_nw = nwp;
       g_cu_mvr_rt = rt;
@@ -302,8 +309,8 @@ static void test_mvr(const int64_t *rows, int nw, int64_t K, int role, cudaStrea
 }
 
 /* k_mlp1 (SMELT_CUDA_MLP): gate/up + quantized silu(gate)*up + down in one persistent kernel, against
- * k_mvq4 gate/up, k_quant_x (silu) and k_mvq4 down; two different x one after the other (the grid
- * barrier's counters must be reset by the first launch for the second to wait) */
+ * k_mvq4 gate/up, k_quant_x (silu) and k_mvq4 down; several launches with different x, then one
+ * launch captured in a graph and replayed (its grid barrier's counters are reused) */
 extern int g_cu_mlp;
 static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
   cu_weight g = make_w(F, K), u = make_w(F, K), d = make_w(K, F);
@@ -353,6 +360,37 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
     }
     CHECK(far == 0 && flips <= F / 100, "mlp rep %d: int8 h differs in %d values (%d by more than one step)", rep, flips, far);
     CHECK(ey < 2e-3, "mlp %lldx%lld rep %d down vs reference: %g (%d int8 flips in h)", (long long)F, (long long)K, rep, ey, flips);
+  }
+  /* one launch captured in a graph and replayed with different x: the same barrier counters every
+   * replay (the last block out must reset them for the next replay to wait) */
+  {
+    cudaGraph_t gr;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    const bool cap = cu_q4_mlp(&g, &u, &d, gy, uy, y, xq, hq, s);
+    CK(cudaStreamEndCapture(s, &gr));
+    CHECK(cap, "cu_q4_mlp (captured)");
+    CK(cudaGraphInstantiate(&ge, gr, 0));
+    for (int rep = 0; rep < 4; rep++) {
+      std::vector<float> x((size_t)K);
+      for (auto &v : x) v = (2.f * frnd() - 1.f) * (rep % 2 ? 3.f : 0.5f);
+      CK(cudaMemcpy(dx, x.data(), K * 4, cudaMemcpyHostToDevice));
+      quantize_x(&g, dx, xq, rg, s);
+      g_cu_mvr = 0;
+      float *rys[2] = { rg, ru };
+      cu_q4_matvec_preq(ws, rys, 2, 1, xq, s, NULL, NULL, CU_Q4_GU);
+      const cu_weight *dp = &d;
+      cu_q4_matvec_cfg(&dp, &ry, 1, rg, ru, 1, hq2, s, 132, 0, 0, CU_Q4_DN);
+      g_cu_mvr = -1;
+      CK(cudaMemset(y, 0xff, K * 4));
+      CK(cudaGraphLaunch(ge, s));
+      CK(cudaStreamSynchronize(s));
+      CK(cudaGetLastError());
+      const double ey = rel_max(get(y, K), get(ry, K));
+      CHECK(ey < 2e-3, "mlp graph replay %d %lldx%lld: down vs reference %g", rep, (long long)F, (long long)K, ey);
+    }
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(gr);
   }
   /* the residual add + rmsnorm inside it: bitwise the same as cu_norm_q followed by it */
   {
@@ -421,6 +459,8 @@ int main() {
     test_mvr(q3, 1, 3072, CU_Q4_O, s);    /* three vectors a lane */
     test_mvr(o8, 1, 14336, CU_Q4_DN, s);  /* down projections (opt-in role) */
     test_mvr(o1, 1, 8192, CU_Q4_DN, s);
+    test_mvr(qkv1, 3, 2048, CU_Q4_QKV, s, 32, true); /* group size 32, f16 scales */
+    test_mvr(o8, 1, 4096, CU_Q4_O, s, 128, false);   /* group size 128 */
   }
   if (major >= 9) { /* k_mlp1: sm_90 */
     test_mlp(14336, 4096, s); /* Llama-3.1-8B */

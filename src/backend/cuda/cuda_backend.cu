@@ -944,7 +944,8 @@ static bool gu_norm_fusable(const cuda_be *c, int i, bool mlp = false) {
   const void *x = ad->p0, *a = ad->p1, *out = nr->p0, *b = dn->p2;
   const int dim = nr->i0;
   if (nr->n != 1 || nr->p1 != x || (size_t)dim != ad->sz || out == x || out == a || out == b || g->p1 != out ||
-      u->p1 != out || g->n != 1 || u->n != 1 || dn->n != 1 || g->p2 == u->p2 || g->p2 == out || u->p2 == out)
+      u->p1 != out || g->n != 1 || u->n != 1 || dn->n != 1 || g->p2 == u->p2 || g->p2 == out || u->p2 == out ||
+      g->p2 == x || g->p2 == a || u->p2 == x || u->p2 == a)
     return false;
   const cu_weight *gw = (const cu_weight *)g->p3, *uw = (const cu_weight *)u->p3, *dw = (const cu_weight *)dn->p3;
   const bool order = sl->p1 == g->p2 && sl->p2 == u->p2, swapped = sl->p1 == u->p2 && sl->p2 == g->p2;
@@ -1103,7 +1104,7 @@ static void exec_ops(cuda_be *c) {
       }
       /* gate/up pair whose silu(gate)*up only feeds the next (CW_Q4) matvec: the gate/up kernel
        * writes it quantized (c->xq2) and the down projection reads that */
-      const bool mlp = pq && nw == 2 && i + 3 < c->n_ops && c->ops[i + 3].type == OP_MATMUL &&
+      const bool mlp = pq && nw == 2 && !g_cu_skip && i + 3 < c->n_ops && c->ops[i + 3].type == OP_MATMUL &&
                        cu_q4_mlp_ok(ws[0], ws[1], (const cu_weight *)c->ops[i + 3].p3, o->n);
       if (pq && nw == 2 && (g_cu_glu || mlp || cu_q4_guq_ok(ws[0], ws[1], o->n)) && i + 3 < c->n_ops && c->ops[i + 2].type == OP_SILU && c->ops[i + 3].type == OP_MATMUL) {
         const cu_op *sl = &c->ops[i + 2], *dn = &c->ops[i + 3];
@@ -1116,7 +1117,7 @@ static void exec_ops(cuda_be *c) {
             c->glu_cnt_cap >= sizeof(int) * (size_t)(ws[0]->rows / 32)) {
           const cu_weight *gu[2] = { order ? ws[0] : ws[1], order ? ws[1] : ws[0] };
           float *gy[2] = { order ? ys[0] : ys[1], order ? ys[1] : ys[0] };
-          if (mlp && !g_cu_skip) { /* gate/up, the quantization of h and down in one persistent kernel */
+          if (mlp) { /* gate/up, the quantization of h and down in one persistent kernel */
             prof_begin(c);
             const bool ran = cu_q4_mlp(gu[0], gu[1], dw, gy[0], gy[1], (float *)dn->p2, c->xq, c->xq2, c->s);
             prof_end(c, "fused mlp (gate/up + silu quant + down)");

@@ -140,7 +140,9 @@ bool cu_q4_guq_norm_ok(const cu_weight *gate, const cu_weight *up, int n); /* an
  * xq), h = silu(gate) * up quantized into hq (cu_q4_scratch_bytes(1, gate rows)), y = down(h);
  * gy/uy receive gate and up. With norm (SMELT_CUDA_MLP=2 in the decode graph) x is rmsnorm(x + a)
  * computed by the kernel itself as cu_norm_q would (xq unused; hout receives x + a).
- * false (nothing launched) when off or no variant fits the shapes */
+ * false (nothing launched) when off or no variant fits the shapes. Its grid barrier needs every
+ * block resident at once and takes its counters from a per-device pool: one stream of such
+ * launches per device at a time (two concurrent ones could wait for each other) */
 bool cu_q4_mlp_ok(const cu_weight *gate, const cu_weight *up, const cu_weight *down, int n);
 bool cu_q4_mlp(const cu_weight *gate, const cu_weight *up, const cu_weight *down, float *gy, float *uy, float *y,
                const void *xq, void *hq, cudaStream_t s, const cu_gu_norm *norm = NULL);

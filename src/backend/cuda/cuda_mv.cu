@@ -1098,6 +1098,11 @@ __global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32))
   }
 #endif
   pdl_trigger();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  /* GLU 2: the pair's blocks must both have started before the up block writes into the gate
+   * block's shared memory (arrive here, wait before that store) */
+  if (GLU == 2) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
   uint4 w[RT][VT];
   uint32_t p[RT][VT];
 #pragma unroll
@@ -1177,6 +1182,9 @@ __global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32))
       acc[r] = fmaf(pp.x, (float)d * d2.x, fmaf(pp.y, d2.y, acc[r]));
     }
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (GLU == 2) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#endif
 #pragma unroll
   for (int r = 0; r < RT; r++) {
     const float t = warp_sum(acc[r]);
@@ -1233,7 +1241,7 @@ static bool mvr_on(int role, const cu_weight *w) {
   return role == CU_Q4_GU && w->rows * w->cols >= ((int64_t)32 << 20);
 }
 static bool mvr_launch(const cu_weight *const *ws, float *const *ys, int nw, const uint4 *xq, const float2 *xs,
-                       int role, cudaStream_t s) {
+                       int role, cudaStream_t s, bool dry = false) {
   if (role < 0 || role >= CU_Q4_ROLES || nw < 1 || nw > 3 || !mvr_on(role, ws[0])) return false;
   const cu_weight *w0 = ws[0];
   if (w0->kind != CW_Q4 || w0->sbk == SBK_F32 || w0->cols % 64 || w0->cols > 16384 || w0->cols < 1024) return false;
@@ -1244,9 +1252,14 @@ static bool mvr_launch(const cu_weight *const *ws, float *const *ys, int nw, con
   const int K = (int)w0->cols, V = K / 32, VT = (V + 31) / 32;
   const int NW = g_cu_mvr_nw == 4 ? 4 : 8;
   if (VT > 4 && VT != 8 && VT != 14) return false;
+  if (w0->gs != 32 && w0->gs != 64 && w0->gs != 128) return false;
   int RT = VT >= 14 ? 1 : VT >= 8 ? 2 : VT >= 3 ? 4 : 8;
-  if (VT <= 8 && (g_cu_mvr_rt == 1 || g_cu_mvr_rt == 2 || (g_cu_mvr_rt == 4 && VT <= 4) || (g_cu_mvr_rt == 8 && VT <= 2)))
-    RT = g_cu_mvr_rt;
+  /* SMELT_CUDA_MVR_RT: only the instantiated (VT, RT) pairs of the switch below */
+  const int rt = g_cu_mvr_rt;
+  if ((rt == 1 && (VT == 2 || VT == 4 || VT == 8)) || (rt == 2 && VT <= 8) || (rt == 4 && VT <= 4) ||
+      (rt == 8 && VT <= 2))
+    RT = rt;
+  if (dry) return true;
   mv_args a;
   memset(&a, 0, sizeof a);
   int nb = 0;
@@ -1313,10 +1326,11 @@ static bool mvr_glu_launch(const cu_weight *const *ws, float *const *ys, const u
   const cu_weight *g = ws[0], *u = ws[1];
   if (!g_cu_mvr_glu || !mvr_on(CU_Q4_GU, g)) return false;
   if (g->kind != CW_Q4 || u->kind != CW_Q4 || g->sbk == SBK_F32 || g->sbk != u->sbk || g->gs != u->gs ||
-      g->cols != u->cols || g->rows != u->rows || g->rows % 32 || g->rows / 32 > INT32_MAX || g->cols % 64)
+      g->cols != u->cols || g->rows != u->rows || g->rows % 32 || g->rows > INT32_MAX || g->cols % 64)
     return false;
   const int K = (int)g->cols, V = K / 32;
   if (V != 128 && V != 64) return false;
+  if (g->gs != 32 && g->gs != 64 && g->gs != 128) return false;
   if (g_cu_mvr_glu == 2 && mvt_n_sm() <= 0) return false; /* clusters: sm_90 */
   if (dry) return true;
   mv_args a;
@@ -1353,6 +1367,7 @@ static bool mvr_glu_launch(const cu_weight *const *ws, float *const *ys, const u
  * 16-row items of the down projection (a warp a row, pipelined the same way). One launch instead
  * of gate/up, the quantization of h and down. Needs K = 1024 VG, F = 1024 VD, 16-bit scales. */
 int g_cu_mlp = 0; /* SMELT_CUDA_MLP=1 */
+int g_cu_mlp_count = 0; /* k_mlp1 launches (tests) */
 struct mlp_args {
   const uint4 *gq, *uq, *dq;
   const uint32_t *gsb, *usb, *dsb;
@@ -1558,6 +1573,7 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
   __threadfence(); /* this thread's h stores, before the block's arrival */
   __syncthreads();
   if (threadIdx.x == 0) {
+    __threadfence(); /* release: the block's stores (ordered before by the block barrier) */
     atomicAdd(m.bar, 1u);
     while (ld_acquire_u32(m.bar) < gridDim.x) { }
     __threadfence();
@@ -1657,6 +1673,7 @@ bool cu_q4_mlp(const cu_weight *g, const cu_weight *u, const cu_weight *d, float
     if (norm) cu_launch(k_mlp1<2, 8, true>, dim3(grid), dim3(512), 0, s, m, xq, xs);
     else cu_launch(k_mlp1<2, 8, false>, dim3(grid), dim3(512), 0, s, m, xq, xs);
   }
+  g_cu_mlp_count++;
   return true;
 }
 
@@ -2397,7 +2414,10 @@ static bool mvr_glu_ok(const cu_weight *g, const cu_weight *u) {
  * k_gu_q4: silu(gate)*up is then quantized by k_quant_x before the down projection (measured
  * faster than k_gu_q4 for the 8B shape) */
 bool cu_q4_guq_ok(const cu_weight *g, const cu_weight *u, int n) {
-  return n == 1 && (mvr_glu_ok(g, u) || (guq_ok(g, u) && (g_cu_guq > 0 || !mvr_on(CU_Q4_GU, g))));
+  if (n != 1) return false;
+  if (mvr_glu_ok(g, u)) return true;
+  const cu_weight *ws[2] = { g, u };
+  return guq_ok(g, u) && (g_cu_guq > 0 || !mvr_launch(ws, NULL, 2, NULL, NULL, CU_Q4_GU, 0, true));
 }
 bool cu_q4_guq_norm_ok(const cu_weight *g, const cu_weight *u, int n) {
   return g_cu_guq_norm && n == 1 && guq_ok(g, u) && g->cols <= 4096;
