@@ -73,10 +73,10 @@ for stage in "$@"; do
       for ent in "${ents[@]}"; do env $ent timeout 300 build-trace/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p ${SW_P:-512} -n 128 2>&1 | grep -E "decode |GPU|trace|^  " | sed "s/^/[trace $ent] /" | tee -a $OUT/trace.txt; done ;;
     mvrab) # k_mvr defaults vs the sixth session's kernels vs the opt-in GLU epilogue, 8B and 1B, interleaved
       for i in 1 2; do
-        for ent in "SMELT_CUDA_MVR=-1" "SMELT_CUDA_MVR=0" "SMELT_CUDA_MVR_GLU=1" "SMELT_CUDA_MVR_GLU=2" "SMELT_CUDA_MVR_GLU=1 SMELT_CUDA_MVR_RT=2" "SMELT_CUDA_MVR=28 SMELT_CUDA_MVR_NW=4" "SMELT_CUDA_MLP=1" "SMELT_CUDA_MLP=2"; do
+        for ent in "SMELT_CUDA_MVR=-1" "SMELT_CUDA_MVR=0" "SMELT_CUDA_MVR_GLU=1" "SMELT_CUDA_MVR_GLU=2" "SMELT_CUDA_MVR_GLU=1 SMELT_CUDA_MVR_RT=2" "SMELT_CUDA_MVR=28 SMELT_CUDA_MVR_NW=4" "SMELT_CUDA_MLP=1" "SMELT_CUDA_MLP=2" "SMELT_CUDA_MLP=3"; do
           env $ent timeout 300 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep -E "decode |GPU" | sed "s/^/[8b $ent] /" | tee -a $OUT/bench.txt
         done
-        for ent in "SMELT_CUDA_MVR=-1" "SMELT_CUDA_MVR=0" "SMELT_CUDA_MVR=20" "SMELT_CUDA_MVR=20 SMELT_CUDA_MVR_GLU=1" "SMELT_CUDA_MVR=20 SMELT_CUDA_MVR_GLU=2" "SMELT_CUDA_MLP=1" "SMELT_CUDA_MLP=2"; do
+        for ent in "SMELT_CUDA_MVR=-1" "SMELT_CUDA_MVR=0" "SMELT_CUDA_MVR=20" "SMELT_CUDA_MVR=20 SMELT_CUDA_MVR_GLU=1" "SMELT_CUDA_MVR=20 SMELT_CUDA_MVR_GLU=2" "SMELT_CUDA_MLP=1" "SMELT_CUDA_MLP=2" "SMELT_CUDA_MLP=3"; do
           env $ent timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep -E "decode |GPU" | sed "s/^/[1b $ent] /" | tee -a $OUT/bench.txt
         done
       done ;;

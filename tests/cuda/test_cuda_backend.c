@@ -521,7 +521,8 @@ out:
 }
 
 /* the one-token MLP variants in the decode graph at the Llama-3.2-1B layer shape (two layers):
- * k_mlp1 (SMELT_CUDA_MLP=1, and =2 with the add + rmsnorm before it), k_mvr gate/up with the silu(gate)*up quantization in one block or a
+ * k_mlp1 (SMELT_CUDA_MLP=1; =2 with the add + rmsnorm before it; =3 also the add + rmsnorm after it
+ * and the next layer's q/k/v), k_mvr gate/up with the silu(gate)*up quantization in one block or a
  * cluster pair (SMELT_CUDA_MVR_GLU=1 / 2) or without it (SMELT_CUDA_MVR=20), each against the
  * default kernels: the same int8 x, only summation orders (and so a few int8 roundings of h) differ */
 static void mlp_decode(const char *dir, const char *env, float *logits, int steps, int V) {
@@ -571,7 +572,7 @@ static void test_mlp_paths(void) {
   CHECK(sh && sh->vocab == V, "test1b vocab");
   float *ref = malloc(sizeof(float) * STEPS * V), *got = malloc(sizeof(float) * STEPS * V);
   mlp_decode(dir, "SMELT_CUDA_MVR=0", ref, STEPS, V);
-  const char *envs[] = { "SMELT_CUDA_MLP=1", "SMELT_CUDA_MLP=2", "SMELT_CUDA_MVR=20 SMELT_CUDA_MVR_GLU=1", "SMELT_CUDA_MVR=20 SMELT_CUDA_MVR_GLU=2",
+  const char *envs[] = { "SMELT_CUDA_MLP=1", "SMELT_CUDA_MLP=2", "SMELT_CUDA_MLP=3", "SMELT_CUDA_MVR=20 SMELT_CUDA_MVR_GLU=1", "SMELT_CUDA_MVR=20 SMELT_CUDA_MVR_GLU=2",
                          "SMELT_CUDA_MVR=20" };
   for (size_t k = 0; k < SM_ARRAY_LEN(envs); k++) {
     memset(got, 0, sizeof(float) * STEPS * V);

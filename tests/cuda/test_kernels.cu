@@ -421,6 +421,50 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
     CHECK(!memcmp(y0.data(), y1.data(), K * 4), "mlp with the norm: down differs (%g)", rel_max(y1, y0));
     CHECK(!memcmp(h0.data(), h1.data(), K * 4), "mlp with the norm: x + a differs");
     CHECK(!memcmp(x1.data(), xr.data(), K * 4), "mlp with the norm wrote x");
+    /* and with the second add + rmsnorm and the next layer's q/k/v (cu_mlp_qkv): against
+     * cu_norm_q(x + a, down) + k_mvq4 q/k/v */
+    {
+      const int64_t qr[3] = { K, K / 4, K / 4 };
+      cu_weight qw[3];
+      const cu_weight *qws[3];
+      float *qy[3], *qref[3];
+      for (int i = 0; i < 3; i++) {
+        qw[i] = make_w(qr[i], K);
+        qws[i] = &qw[i];
+        CK(cudaMalloc(&qy[i], qr[i] * 4));
+        CK(cudaMalloc(&qref[i], qr[i] * 4));
+      }
+      std::vector<float> n1((size_t)K);
+      for (auto &v : n1) v = 0.5f + frnd();
+      float *rn1, *xn;
+      CK(cudaMalloc(&rn1, K * 4)); CK(cudaMalloc(&xn, K * 4));
+      CK(cudaMemcpy(rn1, n1.data(), K * 4, cudaMemcpyHostToDevice));
+      CHECK(cu_q4_mlp_qkv_ok(&g, qws), "mlp_qkv_ok");
+      /* reference: x + a (h1) plus down (y1) normed by cu_norm_q, then q/k/v */
+      CK(cudaMemcpy(xn, h1.data(), K * 4, cudaMemcpyHostToDevice));
+      CHECK(cu_norm_q(NULL, xn, y, rn1, 1, (int)K, 1e-5f, 0.f, xq, s), "cu_norm_q 2");
+      g_cu_mvr = 0;
+      cu_q4_matvec_preq(qws, qref, 3, 1, xq, s, NULL, NULL, CU_Q4_QKV);
+      g_cu_mvr = -1;
+      CK(cudaStreamSynchronize(s));
+      const std::vector<float> xref = get(xn, K);
+      cu_mlp_qkv qk;
+      for (int i = 0; i < 3; i++) { qk.w[i] = qws[i]; qk.y[i] = qy[i]; }
+      qk.xres = rx; qk.nw = rn1; qk.off = 0.f; qk.eps = 1e-5f;
+      CK(cudaMemset(y, 0xff, K * 4));
+      for (int i = 0; i < 3; i++) CK(cudaMemset(qy[i], 0xff, qr[i] * 4));
+      CHECK(cu_q4_mlp(&g, &u, &d, gy, uy, y, NULL, hq, s, &nm, &qk), "cu_q4_mlp with q/k/v");
+      CK(cudaStreamSynchronize(s));
+      CK(cudaGetLastError());
+      CHECK(!memcmp(get(y, K).data(), y1.data(), K * 4), "mlp with q/k/v: down differs from the norm-only kernel");
+      CHECK(!memcmp(get(rx, K).data(), xref.data(), K * 4), "mlp with q/k/v: x + a + down differs from cu_norm_q's");
+      for (int i = 0; i < 3; i++) {
+        const double e = rel_max(get(qy[i], qr[i]), get(qref[i], qr[i]));
+        CHECK(e < 1e-5, "mlp with q/k/v %lldx%lld: weight %d vs k_mvq4 %g", (long long)F, (long long)K, i, e);
+        cudaFree(qy[i]); cudaFree(qref[i]); cudaFree(qw[i].q); cudaFree(qw[i].sb);
+      }
+      cudaFree(rn1); cudaFree(xn);
+    }
     cudaFree(rx); cudaFree(ra); cudaFree(rw); cudaFree(hout); cudaFree(rx2);
   }
   g_cu_mlp = 0;

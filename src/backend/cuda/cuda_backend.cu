@@ -965,6 +965,27 @@ static bool gu_norm_fusable(const cuda_be *c, int i, bool mlp = false) {
           (uintptr_t)nr2->p0) % 16 == 0 && dim % 32 == 0;
 }
 
+/* ops i.. as gu_norm_fusable (k_mlp1), then the next layer's q/k/v matvecs of the second norm's
+ * output: all of it in one k_mlp1 launch (SMELT_CUDA_MLP=3) */
+static bool mlp_qkv_fusable(const cuda_be *c, int i) {
+  if (!gu_norm_fusable(c, i, true) || i + 10 >= c->n_ops) return false;
+  const cu_op *ad = &c->ops[i], *g = &c->ops[i + 2], *u = &c->ops[i + 3], *dn = &c->ops[i + 5], *nr = &c->ops[i + 1],
+              *nr2 = &c->ops[i + 7];
+  const void *avoid[] = { ad->p0, ad->p1, nr->p0, dn->p2, nr2->p0, g->p2, u->p2 };
+  const cu_weight *ws[3];
+  for (int k = 0; k < 3; k++) {
+    const cu_op *m = &c->ops[i + 8 + k];
+    if (m->type != OP_MATMUL || m->p1 != nr2->p0 || m->n != 1) return false;
+    for (size_t a = 0; a < SM_ARRAY_LEN(avoid); a++)
+      if (m->p2 == avoid[a]) return false;
+    for (int j = 0; j < k; j++)
+      if (c->ops[i + 8 + j].p2 == m->p2) return false;
+    ws[k] = (const cu_weight *)m->p3;
+  }
+  return cu_q4_mlp_qkv_ok((const cu_weight *)g->p3, ws) && norm_out_dead(c, i + 7, nr2->p0) &&
+         (i + 11 >= c->n_ops || c->ops[i + 11].type != OP_MATMUL || c->ops[i + 11].p1 != nr2->p0);
+}
+
 static void exec_ops(cuda_be *c) {
   const void *preq = NULL; /* buffer whose int8 quantization the previous kernel left in c->xq */
   int preq_n = 0;
@@ -1154,7 +1175,31 @@ static void exec_ops(cuda_be *c) {
         continue;
       }
     }
-    if (g_cu_mlp == 2 && gu_norm_fusable(c, i, true)) { /* add + rmsnorm + the whole MLP: one kernel */
+    if (g_cu_mlp == 3 && mlp_qkv_fusable(c, i)) { /* add + rmsnorm + MLP + add + rmsnorm + q/k/v: one kernel */
+      const cu_op *nr = &c->ops[i + 1], *g = &c->ops[i + 2], *u = &c->ops[i + 3], *sl = &c->ops[i + 4],
+                  *dn = &c->ops[i + 5], *nr2 = &c->ops[i + 7];
+      const bool order = sl->p1 == g->p2;
+      const cu_op *go = order ? g : u, *uo = order ? u : g;
+      cu_gu_norm nm = { (const float *)o->p0, (const float *)o->p1, (const float *)nr->p2, nr->f1, nr->f0, (float *)nr->p0 };
+      cu_mlp_qkv qk;
+      for (int k = 0; k < 3; k++) {
+        qk.w[k] = (const cu_weight *)c->ops[i + 8 + k].p3;
+        qk.y[k] = (float *)c->ops[i + 8 + k].p2;
+      }
+      qk.xres = (float *)o->p0;
+      qk.nw = (const float *)nr2->p2;
+      qk.off = nr2->f1;
+      qk.eps = nr2->f0;
+      prof_begin(c);
+      const bool ran = cu_q4_mlp((const cu_weight *)go->p3, (const cu_weight *)uo->p3, (const cu_weight *)dn->p3,
+                                 (float *)go->p2, (float *)uo->p2, (float *)dn->p2, NULL, c->xq2, c->s, &nm, &qk);
+      prof_end(c, "fused add+rmsnorm+mlp+add+rmsnorm+qkv");
+      if (ran) {
+        i += 11;
+        continue;
+      }
+    }
+    if (g_cu_mlp >= 2 && gu_norm_fusable(c, i, true)) { /* add + rmsnorm + the whole MLP: one kernel */
       const cu_op *nr = &c->ops[i + 1], *g = &c->ops[i + 2], *u = &c->ops[i + 3], *sl = &c->ops[i + 4],
                   *dn = &c->ops[i + 5];
       const bool order = sl->p1 == g->p2;

@@ -143,9 +143,20 @@ bool cu_q4_guq_norm_ok(const cu_weight *gate, const cu_weight *up, int n); /* an
  * false (nothing launched) when off or no variant fits the shapes. Its grid barrier needs every
  * block resident at once and takes its counters from a per-device pool: one stream of such
  * launches per device at a time (two concurrent ones could wait for each other) */
+/* qkv (with norm; SMELT_CUDA_MLP=3 in the decode graph): also the residual add + rmsnorm after
+ * down and the next layer's q/k/v: xres receives x = (x + a) + y, y3[i] = w[i] . quant(rmsnorm(x) *
+ * (nw + off)); the weights like gate's (kind, scales, group size, cols), rows % 64 == 0 */
+struct cu_mlp_qkv {
+  const cu_weight *w[3];
+  float *y[3];
+  float *xres;
+  const float *nw;
+  float off, eps;
+};
 bool cu_q4_mlp_ok(const cu_weight *gate, const cu_weight *up, const cu_weight *down, int n);
+bool cu_q4_mlp_qkv_ok(const cu_weight *gate, const cu_weight *const *qkv);
 bool cu_q4_mlp(const cu_weight *gate, const cu_weight *up, const cu_weight *down, float *gy, float *uy, float *y,
-               const void *xq, void *hq, cudaStream_t s, const cu_gu_norm *norm = NULL);
+               const void *xq, void *hq, cudaStream_t s, const cu_gu_norm *norm = NULL, const cu_mlp_qkv *qkv = NULL);
 /* dequantize/convert rows [r0, r0+nr) of w to bf16 [nr][cols] (or to f16 when to_f16) */
 void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s);
 /* one row (token) of an embedding, dequantized to float */

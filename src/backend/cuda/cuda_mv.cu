@@ -1381,6 +1381,16 @@ struct mlp_args {
   const float *nx, *na, *nw;
   float off, eps;
   float *hout;
+  /* QKV (with NORM): after down, a second grid barrier (bar2), then x = hout + y is written to xres,
+   * x1 = rmsnorm(x) * (nw1 + off1) quantized, and the three weights q/k/v (64-row items) of x1 */
+  unsigned *bar2;
+  float *xres;
+  const float *nw1;
+  float off1, eps1;
+  const uint4 *qq[3];
+  const uint32_t *qsb[3];
+  float *qy[3];
+  int qitems[3]; /* 64-row items of each (rows / 64) */
 };
 static __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned *p) {
   unsigned v;
@@ -1406,7 +1416,88 @@ static __device__ __forceinline__ int dot_q4(const uint4 u, const uint4 x0, cons
   d = __dp4a((int)(u.w & MK), (int)x1.z, d);
   return __dp4a((int)((u.w >> 4) & MK), (int)x1.w, d);
 }
-template <int VG, int VD, bool NORM>
+/* k_mlp1's rmsnorm of v = src + add (dim4 float4s) into the int8 x layout in xa / xb / xd, as
+ * k_norm_q computes it (bitwise): thread t holds float4 t + 512 k (k < 2), i.e. a lane of k_norm_q's
+ * warp W = warp + 16 k (its block has max(dim4, 64) threads). gw: the norm weight's float4s of
+ * this thread; block 0 writes v to vout (may be NULL); red: 33 floats of shared scratch. Ends with
+ * a block barrier. */
+static __device__ __forceinline__ void mlp_norm_q(const float *src, const float *add, const float4 (&gw)[2],
+                                                  float off, float eps, float *vout, int dim4, uint4 *xa, uint4 *xb,
+                                                  float2 *xd, float *red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nvw = (dim4 < 64 ? 64 : dim4) >> 5;
+  float4 hv[2];
+#pragma unroll
+  for (int k = 0; k < 2; k++) {
+    const int W = warp + 16 * k, idx = threadIdx.x + 512 * k;
+    hv[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (W >= nvw) continue;
+    float ss = 0.f;
+    if (idx < dim4) {
+      float4 v = __ldcg((const float4 *)src + idx);
+      const float4 b = __ldcg((const float4 *)add + idx);
+      v.x += b.x; v.y += b.y; v.z += b.z; v.w += b.w;
+      if (blockIdx.x == 0 && vout) ((float4 *)vout)[idx] = v;
+      ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
+      hv[k] = v;
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) red[W] = ss;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = threadIdx.x < nvw ? red[threadIdx.x] : 0.f;
+    t = warp_sum(t);
+    if (threadIdx.x == 0) red[32] = t;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(red[32] / (float)(4 * dim4) + eps);
+#pragma unroll
+  for (int k = 0; k < 2; k++) {
+    const int W = warp + 16 * k, idx = threadIdx.x + 512 * k;
+    if (W >= nvw) continue;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (idx < dim4) {
+      const float4 g = gw[k];
+      o.x = hv[k].x * inv * (g.x + off); o.y = hv[k].y * inv * (g.y + off);
+      o.z = hv[k].z * inv * (g.z + off); o.w = hv[k].w * inv * (g.w + off);
+    }
+    float am = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+    float sum = (o.x + o.y) + (o.z + o.w);
+#pragma unroll
+    for (int mm = 4; mm > 0; mm >>= 1) {
+      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, mm));
+      sum += __shfl_xor_sync(0xffffffffu, sum, mm);
+    }
+    if (idx < dim4) { /* k_norm_q's int8 layout; bytes 0-15 of a 32-value block in xa, 16-31 in xb */
+      const float sc = am > 0.f ? 127.f / am : 0.f;
+      int q0 = __float2int_rn(o.x * sc), q1 = __float2int_rn(o.y * sc), q2 = __float2int_rn(o.z * sc),
+          q3 = __float2int_rn(o.w * sc);
+      q0 = max(-127, min(127, q0)); q1 = max(-127, min(127, q1));
+      q2 = max(-127, min(127, q2)); q3 = max(-127, min(127, q3));
+      const int sub = idx & 7, j = sub >> 1, b = idx >> 3, byte = 2 * (sub & 1);
+      const int o0 = (2 * j) * 4 + byte, o1 = (2 * j + 1) * 4 + byte;
+      uint8_t *pa = (uint8_t *)(xa + b), *pb = (uint8_t *)(xb + b);
+      *(uint16_t *)(o0 < 16 ? pa + o0 : pb + o0 - 16) = (uint16_t)((q0 & 0xff) | ((q2 & 0xff) << 8));
+      *(uint16_t *)(o1 < 16 ? pa + o1 : pb + o1 - 16) = (uint16_t)((q1 & 0xff) | ((q3 & 0xff) << 8));
+      if (sub == 0) xd[b] = make_float2(am * (1.f / 127.f), sum);
+    }
+  }
+  __syncthreads();
+}
+/* grid barrier on bar[0] (every block of the launch resident: see k_mlp1) */
+static __device__ __forceinline__ void mlp_grid_sync(unsigned *bar) {
+  __threadfence(); /* this thread's stores, before the block's arrival */
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence(); /* release: the block's stores (ordered before by the block barrier) */
+    atomicAdd(bar, 1u);
+    while (ld_acquire_u32(bar) < gridDim.x) { }
+    __threadfence();
+  }
+  __syncthreads();
+}
+template <int VG, int VD, bool NORM, bool QKV>
 __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *__restrict__ xq,
                                                 const float2 *__restrict__ xs) {
   __shared__ uint4 xa[32 * (VD > VG ? VD : VG)], xb[32 * (VD > VG ? VD : VG)];
@@ -1436,9 +1527,8 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
       for (int k = 0; k < VG; k++) p[r][k] = __ldg(wsb + row * G + ((lane + 32 * k) >> lg));
     }
   }
-  /* NORM: thread t holds float4 t + 512 k (k < 2) of the row, i.e. lane of k_norm_q's warp
-   * W = warp + 16 k (its block has max(dim / 4, 64) threads, one float4 each) */
-  const int dim4 = V * 8, nvw = (dim4 < 64 ? 64 : dim4) >> 5;
+  /* NORM: the norm weight does not depend on the previous kernel: read before the wait */
+  const int dim4 = V * 8;
   float4 gw[2];
   if (NORM) {
 #pragma unroll
@@ -1455,63 +1545,7 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
       xd[v] = __ldcg(xs + v);
     }
   } else {
-    float4 hv[2];
-#pragma unroll
-    for (int k = 0; k < 2; k++) {
-      const int W = warp + 16 * k, idx = threadIdx.x + 512 * k;
-      hv[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (W >= nvw) continue;
-      float ss = 0.f;
-      if (idx < dim4) {
-        float4 v = __ldcg((const float4 *)m.nx + idx);
-        const float4 b = __ldcg((const float4 *)m.na + idx);
-        v.x += b.x; v.y += b.y; v.z += b.z; v.w += b.w;
-        if (blockIdx.x == 0 && m.hout) ((float4 *)m.hout)[idx] = v;
-        ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
-        hv[k] = v;
-      }
-      ss = warp_sum(ss);
-      if (lane == 0) hsm[0][W] = ss; /* 32 partial sums (hsm is free until the first chunk) */
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      float t = threadIdx.x < nvw ? hsm[0][threadIdx.x] : 0.f;
-      t = warp_sum(t);
-      if (threadIdx.x == 0) hsm[1][0] = t;
-    }
-    __syncthreads();
-    const float inv = 1.0f / sqrtf(hsm[1][0] / (float)(4 * dim4) + m.eps), off = m.off;
-#pragma unroll
-    for (int k = 0; k < 2; k++) {
-      const int W = warp + 16 * k, idx = threadIdx.x + 512 * k;
-      if (W >= nvw) continue;
-      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (idx < dim4) {
-        const float4 g = gw[k];
-        o.x = hv[k].x * inv * (g.x + off); o.y = hv[k].y * inv * (g.y + off);
-        o.z = hv[k].z * inv * (g.z + off); o.w = hv[k].w * inv * (g.w + off);
-      }
-      float am = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
-      float sum = (o.x + o.y) + (o.z + o.w);
-#pragma unroll
-      for (int mm = 4; mm > 0; mm >>= 1) {
-        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, mm));
-        sum += __shfl_xor_sync(0xffffffffu, sum, mm);
-      }
-      if (idx < dim4) { /* k_norm_q's int8 layout; bytes 0-15 of a 32-value block in xa, 16-31 in xb */
-        const float sc = am > 0.f ? 127.f / am : 0.f;
-        int q0 = __float2int_rn(o.x * sc), q1 = __float2int_rn(o.y * sc), q2 = __float2int_rn(o.z * sc),
-            q3 = __float2int_rn(o.w * sc);
-        q0 = max(-127, min(127, q0)); q1 = max(-127, min(127, q1));
-        q2 = max(-127, min(127, q2)); q3 = max(-127, min(127, q3));
-        const int sub = idx & 7, j = sub >> 1, b = idx >> 3, byte = 2 * (sub & 1);
-        const int o0 = (2 * j) * 4 + byte, o1 = (2 * j + 1) * 4 + byte;
-        uint8_t *pa = (uint8_t *)(xa + b), *pb = (uint8_t *)(xb + b);
-        *(uint16_t *)(o0 < 16 ? pa + o0 : pb + o0 - 16) = (uint16_t)((q0 & 0xff) | ((q2 & 0xff) << 8));
-        *(uint16_t *)(o1 < 16 ? pa + o1 : pb + o1 - 16) = (uint16_t)((q1 & 0xff) | ((q3 & 0xff) << 8));
-        if (sub == 0) xd[b] = make_float2(am * (1.f / 127.f), sum);
-      }
-    }
+    mlp_norm_q(m.nx, m.na, gw, m.off, m.eps, m.hout, dim4, xa, xb, xd, &hsm[0][0]); /* hsm is free until the first chunk */
   }
   __syncthreads();
   for (int it = 0; c < nch; c += gridDim.x, it++) {
@@ -1570,15 +1604,7 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
   }
   /* grid barrier: every block's chunks of h are written (all blocks are resident: the grid is the
    * number that fits at once, and the previous kernel has completed) */
-  __threadfence(); /* this thread's h stores, before the block's arrival */
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence(); /* release: the block's stores (ordered before by the block barrier) */
-    atomicAdd(m.bar, 1u);
-    while (ld_acquire_u32(m.bar) < gridDim.x) { }
-    __threadfence();
-  }
-  __syncthreads();
+  mlp_grid_sync(m.bar);
   for (int v = threadIdx.x; v < VF; v += 512) {
     xa[v] = __ldcg((const uint4 *)m.hq + 2 * v);
     xb[v] = __ldcg((const uint4 *)m.hq + 2 * v + 1);
@@ -1604,10 +1630,76 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
     const float t = warp_sum(acc);
     if (lane == 0) m.y[(int64_t)e * 16 + warp] = t;
   }
-  /* the last block out resets the barrier for the next launch (a later graph replay) */
+  if (QKV) {
+    /* the next layer's q/k/v: 64-row items (4 rows a warp), their first weights before barrier 2 */
+    const int n0 = m.qitems[0], n01 = n0 + m.qitems[1], nit = n01 + m.qitems[2];
+    uint4 wv[4][VG];
+    uint32_t pv[4][VG];
+    int f = blockIdx.x;
+    auto item = [&](int i, int &wi, int64_t &row) {
+      wi = i >= n01 ? 2 : i >= n0 ? 1 : 0;
+      row = (int64_t)(i - (wi == 2 ? n01 : wi == 1 ? n0 : 0)) * 64 + warp * 4;
+    };
+    if (f < nit) {
+      int wi;
+      int64_t row;
+      item(f, wi, row);
+      const uint4 *qw = m.qq[wi];
+      const uint32_t *qs = m.qsb[wi];
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int k = 0; k < VG; k++) wv[r][k] = ld_stream(qw + (row + r) * V + lane + 32 * k);
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int k = 0; k < VG; k++) pv[r][k] = __ldg(qs + (row + r) * G + ((lane + 32 * k) >> lg));
+    }
+    mlp_grid_sync(m.bar2); /* every block's down rows are written */
+    float4 gw1[2];
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int idx = threadIdx.x + 512 * k;
+      gw1[k] = idx < dim4 ? ((const float4 *)m.nw1)[idx] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    /* x = (x + a) + down, as the add + rmsnorm kernel after down would compute it */
+    mlp_norm_q(m.hout, m.y, gw1, m.off1, m.eps1, m.xres, dim4, xa, xb, xd, &hsm[0][0]);
+    for (; f < nit; f += gridDim.x) {
+      const int fn = f + gridDim.x;
+      int wi, win = 0;
+      int64_t row, rown = 0;
+      item(f, wi, row);
+      if (fn < nit) item(fn, win, rown);
+      const uint4 *qwn = m.qq[win];
+      const uint32_t *qsn = m.qsb[win];
+      float acc[4] = { 0.f, 0.f, 0.f, 0.f };
+#pragma unroll
+      for (int k = 0; k < VG; k++) {
+        const int v = lane + 32 * k;
+        const uint4 x0 = xa[v], x1 = xb[v];
+        const float2 d2 = xd[v];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+          const float2 pp = sb_pair(pv[r][k], sbk);
+          acc[r] = fmaf(pp.x, (float)dot_q4(wv[r][k], x0, x1) * d2.x, fmaf(pp.y, d2.y, acc[r]));
+          if (fn < nit) {
+            wv[r][k] = ld_stream(qwn + (rown + r) * V + v);
+            pv[r][k] = __ldg(qsn + (rown + r) * G + (v >> lg));
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const float t = warp_sum(acc[r]);
+        if (lane == r) m.qy[wi][row + r] = t;
+      }
+    }
+  }
+  /* the last block out resets the barriers for the next launch (a later graph replay) */
   if (threadIdx.x == 0 && atomicAdd(m.bar + 1, 1u) == gridDim.x - 1) {
     m.bar[0] = 0;
     m.bar[1] = 0;
+    if (QKV) m.bar2[0] = 0;
   }
 }
 
@@ -1626,9 +1718,13 @@ template <int VG, int VD> static int mlp_grid() {
     int nb = 0, nb2 = 0, dev = 0, nsm = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mlp1<VG, VD, false>, 512, 0) != cudaSuccess) nb = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb2, k_mlp1<VG, VD, true>, 512, 0) != cudaSuccess) nb2 = 0;
-    grid = (nb < nb2 ? nb : nb2) * nsm; /* the same grid for both: every block must be resident at once */
+    int nb3 = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mlp1<VG, VD, false, false>, 512, 0) != cudaSuccess) nb = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb2, k_mlp1<VG, VD, true, false>, 512, 0) != cudaSuccess) nb2 = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb3, k_mlp1<VG, VD, true, true>, 512, 0) != cudaSuccess) nb3 = 0;
+    nb = nb < nb2 ? nb : nb2;
+    nb = nb < nb3 ? nb : nb3;
+    grid = nb * nsm; /* the same grid for all: every block must be resident at once */
   }
   return grid;
 }
@@ -1644,10 +1740,21 @@ bool cu_q4_mlp_ok(const cu_weight *g, const cu_weight *u, const cu_weight *d, in
   if (dev < 0 || dev >= 16 || !s_mvt_ctr[dev]) return false; /* barrier counters (cu_mv_init) */
   return (g->cols == 4096 ? mlp_grid<4, 14>() : mlp_grid<2, 8>()) > 0;
 }
+bool cu_q4_mlp_qkv_ok(const cu_weight *g, const cu_weight *const *qkv) {
+  for (int i = 0; i < 3; i++) {
+    const cu_weight *w = qkv[i];
+    if (w->kind != CW_Q4 || w->sbk != g->sbk || w->gs != g->gs || w->cols != g->cols || w->rows % 64 ||
+        w->rows > INT32_MAX)
+      return false;
+  }
+  return true;
+}
 bool cu_q4_mlp(const cu_weight *g, const cu_weight *u, const cu_weight *d, float *gy, float *uy, float *y,
-               const void *xqv, void *hqv, cudaStream_t s, const cu_gu_norm *norm) {
+               const void *xqv, void *hqv, cudaStream_t s, const cu_gu_norm *norm, const cu_mlp_qkv *qkv) {
   if (!cu_q4_mlp_ok(g, u, d, 1)) return false;
   if (norm && (((uintptr_t)norm->x | (uintptr_t)norm->a | (uintptr_t)norm->w | (uintptr_t)norm->hout) & 15)) return false;
+  if (qkv && (!norm || !norm->hout || !cu_q4_mlp_qkv_ok(g, qkv->w) || (((uintptr_t)qkv->xres | (uintptr_t)qkv->nw) & 15)))
+    return false;
   int dev = 0;
   cudaGetDevice(&dev);
   const bool big = g->cols == 4096;
@@ -1664,15 +1771,29 @@ bool cu_q4_mlp(const cu_weight *g, const cu_weight *u, const cu_weight *d, float
   m.bar = (unsigned *)(s_mvt_ctr[dev] + 2 * (s_mvt_next[dev]++ % MVT_CTR_PAIRS));
   m.nx = norm ? norm->x : NULL; m.na = norm ? norm->a : NULL; m.nw = norm ? norm->w : NULL;
   m.off = norm ? norm->off : 0.f; m.eps = norm ? norm->eps : 0.f; m.hout = norm ? norm->hout : NULL;
+  m.bar2 = NULL; m.xres = NULL; m.nw1 = NULL; m.off1 = m.eps1 = 0.f;
+  for (int i = 0; i < 3; i++) { m.qq[i] = NULL; m.qsb[i] = NULL; m.qy[i] = NULL; m.qitems[i] = 0; }
+  if (qkv) {
+    m.bar2 = (unsigned *)(s_mvt_ctr[dev] + 2 * (s_mvt_next[dev]++ % MVT_CTR_PAIRS));
+    m.xres = qkv->xres; m.nw1 = qkv->nw; m.off1 = qkv->off; m.eps1 = qkv->eps;
+    for (int i = 0; i < 3; i++) {
+      m.qq[i] = (const uint4 *)qkv->w[i]->q;
+      m.qsb[i] = (const uint32_t *)qkv->w[i]->sb;
+      m.qy[i] = qkv->y[i];
+      m.qitems[i] = (int)(qkv->w[i]->rows / 64);
+    }
+  }
   const uint4 *xq = (const uint4 *)xqv;
   const float2 *xs = xqv ? (const float2 *)((const uint8_t *)xqv + (size_t)g->cols) : NULL;
-  if (big) {
-    if (norm) cu_launch(k_mlp1<4, 14, true>, dim3(grid), dim3(512), 0, s, m, xq, xs);
-    else cu_launch(k_mlp1<4, 14, false>, dim3(grid), dim3(512), 0, s, m, xq, xs);
-  } else {
-    if (norm) cu_launch(k_mlp1<2, 8, true>, dim3(grid), dim3(512), 0, s, m, xq, xs);
-    else cu_launch(k_mlp1<2, 8, false>, dim3(grid), dim3(512), 0, s, m, xq, xs);
-  }
+#define MLP_GO(VG_, VD_)                                                                              \
+  do {                                                                                                \
+    if (qkv) cu_launch(k_mlp1<VG_, VD_, true, true>, dim3(grid), dim3(512), 0, s, m, xq, xs);          \
+    else if (norm) cu_launch(k_mlp1<VG_, VD_, true, false>, dim3(grid), dim3(512), 0, s, m, xq, xs);   \
+    else cu_launch(k_mlp1<VG_, VD_, false, false>, dim3(grid), dim3(512), 0, s, m, xq, xs);            \
+  } while (0)
+  if (big) MLP_GO(4, 14);
+  else MLP_GO(2, 8);
+#undef MLP_GO
   g_cu_mlp_count++;
   return true;
 }
