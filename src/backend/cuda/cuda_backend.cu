@@ -1126,7 +1126,7 @@ static void exec_ops(cuda_be *c) {
       /* gate/up pair whose silu(gate)*up only feeds the next (CW_Q4) matvec: the gate/up kernel
        * writes it quantized (c->xq2) and the down projection reads that */
       const bool mlp = pq && nw == 2 && !g_cu_skip && i + 3 < c->n_ops && c->ops[i + 3].type == OP_MATMUL &&
-                       cu_q4_mlp_ok(ws[0], ws[1], (const cu_weight *)c->ops[i + 3].p3, o->n);
+                       cu_q4_mlp_ok(ws[0], ws[1], (const cu_weight *)c->ops[i + 3].p3, o->n) && cu_mlp_claim(c->s);
       if (pq && nw == 2 && (g_cu_glu || mlp || cu_q4_guq_ok(ws[0], ws[1], o->n)) && i + 3 < c->n_ops && c->ops[i + 2].type == OP_SILU && c->ops[i + 3].type == OP_MATMUL) {
         const cu_op *sl = &c->ops[i + 2], *dn = &c->ops[i + 3];
         const cu_weight *dw = (const cu_weight *)dn->p3;
@@ -1175,7 +1175,7 @@ static void exec_ops(cuda_be *c) {
         continue;
       }
     }
-    if (g_cu_mlp == 3 && mlp_qkv_fusable(c, i)) { /* add + rmsnorm + MLP + add + rmsnorm + q/k/v: one kernel */
+    if (g_cu_mlp == 3 && redir_x != o->p0 && mlp_qkv_fusable(c, i) && cu_mlp_claim(c->s)) { /* add + rmsnorm + MLP + add + rmsnorm + q/k/v: one kernel */
       const cu_op *nr = &c->ops[i + 1], *g = &c->ops[i + 2], *u = &c->ops[i + 3], *sl = &c->ops[i + 4],
                   *dn = &c->ops[i + 5], *nr2 = &c->ops[i + 7];
       const bool order = sl->p1 == g->p2;
@@ -1199,7 +1199,7 @@ static void exec_ops(cuda_be *c) {
         continue;
       }
     }
-    if (g_cu_mlp >= 2 && gu_norm_fusable(c, i, true)) { /* add + rmsnorm + the whole MLP: one kernel */
+    if (g_cu_mlp >= 2 && redir_x != o->p0 && gu_norm_fusable(c, i, true) && cu_mlp_claim(c->s)) { /* add + rmsnorm + the whole MLP: one kernel */
       const cu_op *nr = &c->ops[i + 1], *g = &c->ops[i + 2], *u = &c->ops[i + 3], *sl = &c->ops[i + 4],
                   *dn = &c->ops[i + 5];
       const bool order = sl->p1 == g->p2;
@@ -1847,6 +1847,7 @@ static void be_destroy(sm_backend *be) {
   if (!c) return;
   flush(c);
   cudaStreamSynchronize(c->s);
+  cu_mlp_release(c->s);
   prof_print(c);
 #ifdef SMELT_CUDA_TRACE
   trace_dump();
@@ -1973,7 +1974,7 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   const char *mvrg = getenv("SMELT_CUDA_MVR_GLU");
   g_cu_mvr_glu = mvrg ? atoi(mvrg) : 0;
   const char *mlpe = getenv("SMELT_CUDA_MLP");
-  g_cu_mlp = mlpe ? atoi(mlpe) : 0;
+  g_cu_mlp = mlpe ? atoi(mlpe) : 2;
   const char *guq = getenv("SMELT_CUDA_GUQ"), *guqn = getenv("SMELT_CUDA_GUQ_NORM");
   g_cu_guq = guq ? atoi(guq) : -1;
   g_cu_guq_norm = guqn ? atoi(guqn) : 0;

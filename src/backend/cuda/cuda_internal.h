@@ -142,7 +142,7 @@ bool cu_q4_guq_norm_ok(const cu_weight *gate, const cu_weight *up, int n); /* an
  * computed by the kernel itself as cu_norm_q would (xq unused; hout receives x + a).
  * false (nothing launched) when off or no variant fits the shapes. Its grid barrier needs every
  * block resident at once and takes its counters from a per-device pool: one stream of such
- * launches per device at a time (two concurrent ones could wait for each other) */
+ * launches per device at a time (cu_mlp_claim; two concurrent ones could wait for each other) */
 /* qkv (with norm; SMELT_CUDA_MLP=3 in the decode graph): also the residual add + rmsnorm after
  * down and the next layer's q/k/v: xres receives x = (x + a) + y, y3[i] = w[i] . quant(rmsnorm(x) *
  * (nw + off)); the weights like gate's (kind, scales, group size, cols), rows % 64 == 0 */
@@ -153,6 +153,11 @@ struct cu_mlp_qkv {
   const float *nw;
   float off, eps;
 };
+/* Buffers: x, a, hout, y, gy, uy, xres and the y3 are distinct (xres may be x), 16-byte aligned.
+ * cu_mlp_claim: whether stream s may launch k_mlp1 on the current device (the first stream that
+ * asks, until cu_mlp_release(s)) */
+bool cu_mlp_claim(cudaStream_t s);
+void cu_mlp_release(cudaStream_t s);
 bool cu_q4_mlp_ok(const cu_weight *gate, const cu_weight *up, const cu_weight *down, int n);
 bool cu_q4_mlp_qkv_ok(const cu_weight *gate, const cu_weight *const *qkv);
 bool cu_q4_mlp(const cu_weight *gate, const cu_weight *up, const cu_weight *down, float *gy, float *uy, float *y,

@@ -1366,8 +1366,8 @@ static bool mvr_glu_launch(const cu_weight *const *ws, float *const *ys, const u
  * a grid barrier (a counter pair per launch, zero, left zero), stage h in shared memory and take
  * 16-row items of the down projection (a warp a row, pipelined the same way). One launch instead
  * of gate/up, the quantization of h and down. Needs K = 1024 VG, F = 1024 VD, 16-bit scales. */
-int g_cu_mlp = 0; /* SMELT_CUDA_MLP=1 */
-int g_cu_mlp_count = 0; /* k_mlp1 launches (tests) */
+int g_cu_mlp = 2; /* SMELT_CUDA_MLP: 0 off, 1, 2 (default: with the add + rmsnorm before it), 3 */
+int g_cu_mlp_count = 0, g_cu_mlp_qkv_count = 0; /* k_mlp1 launches, those with q/k/v (tests) */
 struct mlp_args {
   const uint4 *gq, *uq, *dq;
   const uint32_t *gsb, *usb, *dsb;
@@ -1732,6 +1732,28 @@ static void mlp_init() {
   mlp_grid<4, 14>();
   mlp_grid<2, 8>();
 }
+/* one stream a device may use k_mlp1 (two persistent kernels on two streams could each wait for
+ * the other's SMs): the first that asks, until it releases */
+#include <mutex>
+static std::mutex s_mlp_mu;
+static cudaStream_t s_mlp_owner[16];
+static bool s_mlp_owned[16];
+bool cu_mlp_claim(cudaStream_t s) {
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < 0 || dev >= 16) return false;
+  std::lock_guard<std::mutex> lk(s_mlp_mu);
+  if (!s_mlp_owned[dev]) {
+    s_mlp_owned[dev] = true;
+    s_mlp_owner[dev] = s;
+  }
+  return s_mlp_owner[dev] == s;
+}
+void cu_mlp_release(cudaStream_t s) {
+  std::lock_guard<std::mutex> lk(s_mlp_mu);
+  for (int d = 0; d < 16; d++)
+    if (s_mlp_owned[d] && s_mlp_owner[d] == s) s_mlp_owned[d] = false;
+}
 /* cu_q4_mlp launches exactly when this is true */
 bool cu_q4_mlp_ok(const cu_weight *g, const cu_weight *u, const cu_weight *d, int n) {
   if (!g_cu_mlp || n != 1 || !mlp_shape(g, u, d) || mvt_n_sm() <= 0) return false;
@@ -1795,6 +1817,7 @@ bool cu_q4_mlp(const cu_weight *g, const cu_weight *u, const cu_weight *d, float
   else MLP_GO(2, 8);
 #undef MLP_GO
   g_cu_mlp_count++;
+  if (qkv) g_cu_mlp_qkv_count++;
   return true;
 }
 
