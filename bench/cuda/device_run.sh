@@ -8,7 +8,8 @@
 #  sw8/sw1: one 8B/1B decode bench per entry of SW="ENV=v ENV2=w|ENV=x" (SW_BITS, SW_P), e.g.
 #  SW="SMELT_CUDA_SKIP=0|SMELT_CUDA_SKIP=2" for the in-graph cost of attention;
 #  mvq: n = 1 matvec microbenchmark per SW entry; mvrab: SMELT_CUDA_MVR / _MVR_GLU / _MLP A/B (8B, 1B);
-#  trace: the -DSMELT_CUDA_TRACE build's timeline of one 8B attention launch (SW as above))
+#  trace: the -DSMELT_CUDA_TRACE build's timeline of one 8B attention launch (SW as above);
+#  kern: ctest cuda_kernels' binary alone)
 # Needs the Debian packages in build-cudadeps/debs (see device_env.sh). Logs go to $OUT.
 set -o pipefail
 export SMELT_CUDA_STATS=1
@@ -80,6 +81,7 @@ for stage in "$@"; do
           env $ent timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep -E "decode |GPU" | sed "s/^/[1b $ent] /" | tee -a $OUT/bench.txt
         done
       done ;;
+    kern) (timeout 240 $B/tests/cuda/test_cuda_kernels 2>&1 | tee $OUT/kern.log | grep -E "FAIL|checks" | tail -40) ;;
     nograph) SMELT_CUDA_GRAPHS=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
     *) echo "unknown stage $stage" ;;
   esac

@@ -9,36 +9,10 @@
  * once in shared memory. The split count depends only on the batch shape (not on the context
  * length), so a decode graph stays valid as the context grows. */
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_q4dev.cuh"
 #include <cooperative_groups.h>
 #include <math.h>
 namespace cg = cooperative_groups;
-
-/* with xq: the output row of each token (n_heads*hd values) is also written in the int8 layout
- * of the CW_Q4 matvec (see k_quant_x in cuda_mv.cu): per 32 values int8 in nibble order and
- * (max|v|/127, exact sum); needs hd % 32 == 0. Called by a whole warp for 32 consecutive
- * outputs (b = block index). */
-static __device__ __forceinline__ void at_quant_store(float v, int lane, int64_t b, uint8_t *xq, float2 *xs) {
-  float a = fabsf(v), sum = v;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-    sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  }
-  int qi = a > 0.f ? __float2int_rn(v * (127.f / a)) : 0;
-  qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
-  const int j = lane >> 3, e = lane & 7;
-  xq[b * 32 + (2 * j + (e & 1)) * 4 + (e >> 1)] = (uint8_t)(int8_t)qi;
-  if (lane == 0) xs[b] = make_float2(a * (1.f / 127.f), sum);
-}
-
-static __device__ __forceinline__ int64_t at_slot(const int32_t *table, int max_blocks, int bs, int nblocks, int s,
-                                                  int p) {
-  const int bi = p / bs;
-  if (p < 0 || bi >= max_blocks) return -1;
-  const int blk = __ldg(table + (int64_t)s * max_blocks + bi);
-  if (blk < 0 || blk >= nblocks) return -1;
-  return (int64_t)blk * bs + p % bs;
-}
 
 static __device__ __forceinline__ float4 f4z() { return make_float4(0.f, 0.f, 0.f, 0.f); }
 static __device__ __forceinline__ float dot4(float4 a, float4 b, float s) {

@@ -1,16 +1,12 @@
 /* CUDA matrix-vector kernels (decode, n <= 8 columns), weight dequantization for the
  * GEMM path, and embedding rows. See cuda_internal.h for the weight layouts. */
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_q4dev.cuh"
 #include <cooperative_groups.h>
 #include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-static __device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 /* streaming 16-byte load that skips L1 (weights are read once; keep L1 for x) */
 static __device__ __forceinline__ uint4 ld_stream(const void *p) {
@@ -1393,111 +1389,6 @@ struct mlp_args {
   float *qy[3];
   int qitems[3]; /* 64-row items of each (rows / 64) */
 };
-static __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned *p) {
-  unsigned v;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-#else
-  v = *(const volatile unsigned *)p;
-#endif
-  return v;
-}
-static __device__ __forceinline__ float2 sb_pair(uint32_t s, int sbk) {
-  if (sbk == SBK_BF16) return make_float2(__uint_as_float(s << 16), __uint_as_float(s & 0xffff0000u));
-  return __half22float2(*reinterpret_cast<const __half2 *>(&s));
-}
-static __device__ __forceinline__ int dot_q4(const uint4 u, const uint4 x0, const uint4 x1) {
-  constexpr int MK = 0x0F0F0F0F;
-  int d = __dp4a((int)(u.x & MK), (int)x0.x, 0);
-  d = __dp4a((int)((u.x >> 4) & MK), (int)x0.y, d);
-  d = __dp4a((int)(u.y & MK), (int)x0.z, d);
-  d = __dp4a((int)((u.y >> 4) & MK), (int)x0.w, d);
-  d = __dp4a((int)(u.z & MK), (int)x1.x, d);
-  d = __dp4a((int)((u.z >> 4) & MK), (int)x1.y, d);
-  d = __dp4a((int)(u.w & MK), (int)x1.z, d);
-  return __dp4a((int)((u.w >> 4) & MK), (int)x1.w, d);
-}
-/* k_mlp1's rmsnorm of v = src + add (dim4 float4s) into the int8 x layout in xa / xb / xd, as
- * k_norm_q computes it (bitwise): thread t holds float4 t + 512 k (k < 2), i.e. a lane of k_norm_q's
- * warp W = warp + 16 k (its block has max(dim4, 64) threads). gw: the norm weight's float4s of
- * this thread; block 0 writes v to vout (may be NULL); red: 33 floats of shared scratch. Ends with
- * a block barrier. */
-static __device__ __forceinline__ void mlp_norm_q(const float *src, const float *add, const float4 (&gw)[2],
-                                                  float off, float eps, float *vout, int dim4, uint4 *xa, uint4 *xb,
-                                                  float2 *xd, float *red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int nvw = (dim4 < 64 ? 64 : dim4) >> 5;
-  float4 hv[2];
-#pragma unroll
-  for (int k = 0; k < 2; k++) {
-    const int W = warp + 16 * k, idx = threadIdx.x + 512 * k;
-    hv[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (W >= nvw) continue;
-    float ss = 0.f;
-    if (idx < dim4) {
-      float4 v = __ldcg((const float4 *)src + idx);
-      const float4 b = __ldcg((const float4 *)add + idx);
-      v.x += b.x; v.y += b.y; v.z += b.z; v.w += b.w;
-      if (blockIdx.x == 0 && vout) ((float4 *)vout)[idx] = v;
-      ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
-      hv[k] = v;
-    }
-    ss = warp_sum(ss);
-    if (lane == 0) red[W] = ss;
-  }
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float t = threadIdx.x < nvw ? red[threadIdx.x] : 0.f;
-    t = warp_sum(t);
-    if (threadIdx.x == 0) red[32] = t;
-  }
-  __syncthreads();
-  const float inv = 1.0f / sqrtf(red[32] / (float)(4 * dim4) + eps);
-#pragma unroll
-  for (int k = 0; k < 2; k++) {
-    const int W = warp + 16 * k, idx = threadIdx.x + 512 * k;
-    if (W >= nvw) continue;
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (idx < dim4) {
-      const float4 g = gw[k];
-      o.x = hv[k].x * inv * (g.x + off); o.y = hv[k].y * inv * (g.y + off);
-      o.z = hv[k].z * inv * (g.z + off); o.w = hv[k].w * inv * (g.w + off);
-    }
-    float am = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
-    float sum = (o.x + o.y) + (o.z + o.w);
-#pragma unroll
-    for (int mm = 4; mm > 0; mm >>= 1) {
-      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, mm));
-      sum += __shfl_xor_sync(0xffffffffu, sum, mm);
-    }
-    if (idx < dim4) { /* k_norm_q's int8 layout; bytes 0-15 of a 32-value block in xa, 16-31 in xb */
-      const float sc = am > 0.f ? 127.f / am : 0.f;
-      int q0 = __float2int_rn(o.x * sc), q1 = __float2int_rn(o.y * sc), q2 = __float2int_rn(o.z * sc),
-          q3 = __float2int_rn(o.w * sc);
-      q0 = max(-127, min(127, q0)); q1 = max(-127, min(127, q1));
-      q2 = max(-127, min(127, q2)); q3 = max(-127, min(127, q3));
-      const int sub = idx & 7, j = sub >> 1, b = idx >> 3, byte = 2 * (sub & 1);
-      const int o0 = (2 * j) * 4 + byte, o1 = (2 * j + 1) * 4 + byte;
-      uint8_t *pa = (uint8_t *)(xa + b), *pb = (uint8_t *)(xb + b);
-      *(uint16_t *)(o0 < 16 ? pa + o0 : pb + o0 - 16) = (uint16_t)((q0 & 0xff) | ((q2 & 0xff) << 8));
-      *(uint16_t *)(o1 < 16 ? pa + o1 : pb + o1 - 16) = (uint16_t)((q1 & 0xff) | ((q3 & 0xff) << 8));
-      if (sub == 0) xd[b] = make_float2(am * (1.f / 127.f), sum);
-    }
-  }
-  __syncthreads();
-}
-/* grid barrier on bar[0] (every block of the launch resident: see k_mlp1) */
-static __device__ __forceinline__ void mlp_grid_sync(unsigned *bar) {
-  __threadfence(); /* this thread's stores, before the block's arrival */
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence(); /* release: the block's stores (ordered before by the block barrier) */
-    atomicAdd(bar, 1u);
-    while (ld_acquire_u32(bar) < gridDim.x) { }
-    __threadfence();
-  }
-  __syncthreads();
-}
 template <int VG, int VD, bool NORM, bool QKV>
 __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *__restrict__ xq,
                                                 const float2 *__restrict__ xs) {
