@@ -8,8 +8,8 @@
 #  sw8/sw1: one 8B/1B decode bench per entry of SW="ENV=v ENV2=w|ENV=x" (SW_BITS, SW_P), e.g.
 #  SW="SMELT_CUDA_SKIP=0|SMELT_CUDA_SKIP=2" for the in-graph cost of attention;
 #  mvq: n = 1 matvec microbenchmark per SW entry; mvrab: SMELT_CUDA_MVR / _MVR_GLU / _MLP A/B (8B, 1B);
-#  trace: the -DSMELT_CUDA_TRACE build's timeline of one 8B attention launch (SW as above);
-#  kern: ctest cuda_kernels' binary alone)
+#  trace: the -DSMELT_CUDA_TRACE build's timeline of one 8B attention launch and one MLP launch (SW as above);
+#  kern: ctest cuda_kernels' binary alone; SW_TO / KERN_TO: per-run timeouts in s)
 # Needs the Debian packages in build-cudadeps/debs (see device_env.sh). Logs go to $OUT.
 set -o pipefail
 export SMELT_CUDA_STATS=1
@@ -66,12 +66,12 @@ for stage in "$@"; do
     sw8|sw1) # SW="ENV=v ENV2=w|ENV=x|..." : one 8B (sw8) / 1B (sw1) 4-bit decode bench per entry
       sh=8b; [ $stage = sw1 ] && sh=1b
       IFS='|' read -ra ents <<< "${SW:-SMELT_CUDA_SKIP=0}"
-      for ent in "${ents[@]}"; do env $ent timeout 300 $B/smelt bench --synthetic $sh --bits ${SW_BITS:-4} --device cuda --dir /tmp -p ${SW_P:-512} -n 128 2>&1 | grep -E "decode |GPU" | sed "s/^/[$sh $ent] /" | tee -a $OUT/bench.txt; done ;;
+      for ent in "${ents[@]}"; do env $ent timeout ${SW_TO:-300} $B/smelt bench --synthetic $sh --bits ${SW_BITS:-4} --device cuda --dir /tmp -p ${SW_P:-512} -n 128 2>&1 | grep -E "decode |GPU" | sed "s/^/[$sh $ent] /" | tee -a $OUT/bench.txt; done ;;
     trace) # timeline of one 8B decode layer around attention (SMELT_CUDA_TRACE build in build-trace; SW entries as sw8)
       [ -x build-trace/smelt ] || cmake -S . -B build-trace -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_FLAGS=-DSMELT_CUDA_TRACE >$OUT/cmake-trace.log 2>&1
       cmake --build build-trace -j16 --target smelt >$OUT/build-trace.log 2>&1 || { grep -E "error" $OUT/build-trace.log | head; tail -5 $OUT/build-trace.log; }
       IFS='|' read -ra ents <<< "${SW:-SMELT_CUDA_TRACE_L=2000}"
-      for ent in "${ents[@]}"; do env $ent timeout 300 build-trace/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p ${SW_P:-512} -n 128 2>&1 | grep -E "decode |GPU|trace|^  " | sed "s/^/[trace $ent] /" | tee -a $OUT/trace.txt; done ;;
+      for ent in "${ents[@]}"; do env $ent timeout 300 build-trace/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p ${SW_P:-512} -n 128 2>&1 | grep -E "decode |GPU|trace|mlp|^  " | sed "s/^/[trace $ent] /" | tee -a $OUT/trace.txt; done ;;
     mvrab) # k_mvr defaults vs the sixth session's kernels vs the opt-in GLU epilogue, 8B and 1B, interleaved
       for i in 1 2; do
         for ent in "SMELT_CUDA_MVR=-1" "SMELT_CUDA_MVR=0" "SMELT_CUDA_MVR_GLU=1" "SMELT_CUDA_MVR_GLU=2" "SMELT_CUDA_MVR_GLU=1 SMELT_CUDA_MVR_RT=2" "SMELT_CUDA_MVR=28 SMELT_CUDA_MVR_NW=4" "SMELT_CUDA_MLP=1" "SMELT_CUDA_MLP=2" "SMELT_CUDA_MLP=3"; do
@@ -81,7 +81,7 @@ for stage in "$@"; do
           env $ent timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep -E "decode |GPU" | sed "s/^/[1b $ent] /" | tee -a $OUT/bench.txt
         done
       done ;;
-    kern) (timeout 240 $B/tests/cuda/test_cuda_kernels 2>&1 | tee $OUT/kern.log | grep -E "FAIL|checks" | tail -40) ;;
+    kern) (timeout ${KERN_TO:-240} $B/tests/cuda/test_cuda_kernels 2>&1 | tee $OUT/kern.log | grep -E "FAIL|checks" | tail -40) ;;
     nograph) SMELT_CUDA_GRAPHS=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
     *) echo "unknown stage $stage" ;;
   esac

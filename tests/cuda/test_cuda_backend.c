@@ -522,12 +522,13 @@ out:
 
 /* the one-token MLP variants in the decode graph at the Llama-3.2-1B layer shape (two layers):
  * k_mlp1 (SMELT_CUDA_MLP=1; =2 with the add + rmsnorm before it; =3 also the add + rmsnorm after it
- * and the next layer's q/k/v), k_mvr gate/up with the silu(gate)*up quantization in one block or a
+ * and the next layer's q/k/v; SMELT_CUDA_MLP_BAR=0: its grid barriers as one blocks_sync), k_mvr gate/up with the silu(gate)*up quantization in one block or a
  * cluster pair (SMELT_CUDA_MVR_GLU=1 / 2) or without it (SMELT_CUDA_MVR=20), each against the
  * default kernels: the same int8 x, only summation orders (and so a few int8 roundings of h) differ */
 static void mlp_decode(const char *dir, const char *env, float *logits, int steps, int V, bool cpu) {
-  const char *vars[] = { "SMELT_CUDA_MLP", "SMELT_CUDA_MVR", "SMELT_CUDA_MVR_GLU", "SMELT_CUDA_Q4ROLE" };
-  for (int i = 0; i < 4; i++) unsetenv(vars[i]);
+  const char *vars[] = { "SMELT_CUDA_MLP", "SMELT_CUDA_MVR", "SMELT_CUDA_MVR_GLU", "SMELT_CUDA_Q4ROLE",
+                         "SMELT_CUDA_MLP_BAR" };
+  for (size_t i = 0; i < SM_ARRAY_LEN(vars); i++) unsetenv(vars[i]);
   char buf[128];
   snprintf(buf, sizeof buf, "%s", env);
   for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
@@ -539,7 +540,7 @@ static void mlp_decode(const char *dir, const char *env, float *logits, int step
   p.device = cpu ? SMELT_DEVICE_CPU : SMELT_DEVICE_CUDA;
   smelt_model *m = NULL;
   CHECK(smelt_model_load(dir, &p, &m) == SMELT_OK, "load (%s): %s", env, smelt_last_error());
-  for (int i = 0; i < 4; i++) unsetenv(vars[i]);
+  for (size_t i = 0; i < SM_ARRAY_LEN(vars); i++) unsetenv(vars[i]);
   if (!m) return;
   sm_engine_params ep;
   sm_engine_params_default(&ep);
@@ -592,6 +593,7 @@ static void test_mlp_paths(void) {
   printf("test1b decode, down with another summation order vs the default kernels: rel err %.3g\n", e_ord);
   CHECK(e_ord > 0 && e_ord < 5e-2, "test1b decode: another summation order of down moves the logits by %g", e_ord);
   const char *envs[] = { "SMELT_CUDA_MLP=1", "SMELT_CUDA_MLP=2", "SMELT_CUDA_MLP=3",
+                         "SMELT_CUDA_MLP=2 SMELT_CUDA_MLP_BAR=0", "SMELT_CUDA_MLP=3 SMELT_CUDA_MLP_BAR=0",
                          "SMELT_CUDA_MLP=0 SMELT_CUDA_MVR=20 SMELT_CUDA_MVR_GLU=1",
                          "SMELT_CUDA_MLP=0 SMELT_CUDA_MVR=20 SMELT_CUDA_MVR_GLU=2", "SMELT_CUDA_MLP=0 SMELT_CUDA_MVR=20" };
   for (size_t k = 0; k < SM_ARRAY_LEN(envs); k++) {
@@ -601,7 +603,7 @@ static void test_mlp_paths(void) {
     /* the variant ran: k_mlp1 for SMELT_CUDA_MLP, k_mvr otherwise (a captured graph launches once) */
     const bool is_mlp = !strncmp(envs[k], "SMELT_CUDA_MLP", 14) && strncmp(envs[k], "SMELT_CUDA_MLP=0", 16);
     CHECK(is_mlp ? g_cu_mlp_count > c_mlp : g_cu_mvr_count > c_mvr, "%s: the variant's kernel was not launched", envs[k]);
-    if (!strcmp(envs[k], "SMELT_CUDA_MLP=3")) CHECK(g_cu_mlp_qkv_count > c_qkv, "%s: no launch with q/k/v", envs[k]);
+    if (!strncmp(envs[k], "SMELT_CUDA_MLP=3", 16)) CHECK(g_cu_mlp_qkv_count > c_qkv, "%s: no launch with q/k/v", envs[k]);
     double worst = 0, wc = 0;
     for (int s = 0; s < STEPS; s++) {
       double e = rel_l2(got + (size_t)s * V, ref + (size_t)s * V, V), ec = rel_l2(got + (size_t)s * V, cpu + (size_t)s * V, V);

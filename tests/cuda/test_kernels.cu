@@ -8,7 +8,8 @@
  *  - k_mvr (weights held in registers, SMELT_CUDA_MVR) against k_mvq4 for the q/k/v, o and down
  *    shapes of both models, every tiling, partial blocks;
  *  - k_mlp1 (gate/up + silu quantization + down in one persistent kernel, SMELT_CUDA_MLP) against
- *    the separate kernels at both models' shapes, three launches in a row.
+ *    the separate kernels at both models' shapes, three launches in a row, with its grid barriers
+ *    split around the weight prefetch (the default) and as one blocks_sync (SMELT_CUDA_MLP_BAR=0).
  * Exits 77 (ctest SKIP) without a usable sm_90 GPU. */
 #include "backend/cuda/cuda_internal.h"
 #include <math.h>
@@ -315,8 +316,9 @@ static void test_mvr(const int64_t *rows, int nw, int64_t K, int role, cudaStrea
 /* k_mlp1 (SMELT_CUDA_MLP): gate/up + quantized silu(gate)*up + down in one persistent kernel, against
  * k_mvq4 gate/up, k_quant_x (silu) and k_mvq4 down; several launches with different x, then one
  * launch captured in a graph and replayed (its grid barrier's counters are reused) */
-extern int g_cu_mlp;
-static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
+extern int g_cu_mlp, g_cu_mlp_bar;
+/* bar: k_mlp1's grid barriers split around the weight prefetch (SMELT_CUDA_MLP_BAR) */
+static void test_mlp(int64_t F, int64_t K, cudaStream_t s, int bar) {
   cu_weight g = make_w(F, K), u = make_w(F, K), d = make_w(K, F);
   float *dx, *gy, *uy, *y, *rg, *ru, *ry;
   void *xq, *hq, *hq2;
@@ -330,6 +332,7 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
   g_cu_mlp = 0;
   CHECK(!cu_q4_mlp_ok(&g, &u, &d, 1), "mlp_ok while off");
   g_cu_mlp = 1;
+  g_cu_mlp_bar = bar;
   CHECK(cu_q4_mlp_ok(&g, &u, &d, 1), "mlp_ok %lldx%lld", (long long)F, (long long)K);
   CHECK(!cu_q4_mlp_ok(&g, &u, &d, 2) && !cu_q4_mlp_ok(&g, &u, &g, 1), "mlp_ok for n = 2 / a wrong down shape");
   for (int rep = 0; rep < 3; rep++) {
@@ -472,6 +475,7 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
     cudaFree(rx); cudaFree(ra); cudaFree(rw); cudaFree(hout); cudaFree(rx2);
   }
   g_cu_mlp = 2;
+  g_cu_mlp_bar = 1;
   cudaFree(dx); cudaFree(gy); cudaFree(uy); cudaFree(y); cudaFree(rg); cudaFree(ru); cudaFree(ry);
   cudaFree(xq); cudaFree(hq); cudaFree(hq2);
   cudaFree(g.q); cudaFree(g.sb); cudaFree(u.q); cudaFree(u.sb); cudaFree(d.q); cudaFree(d.sb);
@@ -511,8 +515,10 @@ int main() {
     test_mvr(o8, 1, 4096, CU_Q4_O, s, 128, false);   /* group size 128 */
   }
   if (major >= 9) { /* k_mlp1: sm_90 */
-    test_mlp(14336, 4096, s); /* Llama-3.1-8B */
-    test_mlp(8192, 2048, s);  /* Llama-3.2-1B */
+    test_mlp(14336, 4096, s, 1); /* Llama-3.1-8B */
+    test_mlp(8192, 2048, s, 1);  /* Llama-3.2-1B */
+    test_mlp(14336, 4096, s, 0); /* one blocks_sync a barrier (SMELT_CUDA_MLP_BAR=0) */
+    test_mlp(8192, 2048, s, 0);
   }
   printf("%d checks, %d failed\n", checks, fails);
   return fails ? 1 : 0;

@@ -123,7 +123,7 @@ static int g_cu_attn_long = 2048;
  * epilogue); default: a separate quantization kernel before the down projection (measured faster
  * on the H100, docs/benchmarks.md) */
 static int g_cu_glu = 0;
-extern int g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt, g_cu_mvr_glu, g_cu_mlp;
+extern int g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt, g_cu_mvr_glu, g_cu_mlp, g_cu_mlp_bar;
 extern int g_cu_guq, g_cu_guq_norm, g_cu_mvt_dyn, g_cu_mvt, g_cu_mvt_kb, g_cu_mvt_bps, g_cu_mvt_nw, g_cu_mvt_r, g_cu_mvt_stage;
 extern int g_cu_attn_oldm, g_cu_attn_rs, g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
@@ -1823,7 +1823,7 @@ static double be_measure_bandwidth(sm_backend *be) {
 static unsigned long long *g_trace_buf;
 static void trace_dump(void) {
   if (!g_trace_buf) return;
-  unsigned long long t[64];
+  unsigned long long t[128];
   cudaMemcpy(t, g_trace_buf, sizeof t, cudaMemcpyDeviceToHost);
   const double a0 = (double)t[16];
   const char *nm[] = { "attn block0 entry", "attn K/V batch issued", "attn after pdl_wait", "attn q ready",
@@ -1839,6 +1839,15 @@ static void trace_dump(void) {
   if (t[36]) fprintf(stderr, "  %-28s %8.2f\n", "o (k_mvr) last block entry", ((double)t[36] - a0) / 1e3);
   if (t[37]) fprintf(stderr, "  %-28s %8.2f\n", "o (k_mvr) last weights in", ((double)t[37] - a0) / 1e3);
   if (t[38]) fprintf(stderr, "  %-28s %8.2f\n", "o (k_mvr) last block exit", ((double)t[38] - a0) / 1e3);
+  /* the MLP kernel (k_mlp1) launch [65]: first / last block of each event, us from its first entry */
+  const char *mn[] = { "entry", "after pdl_wait", "x ready (norm)", "gate/up done", "grid barrier out", "down done" };
+  if (t[66] != ~0ull) {
+    const double m0 = (double)t[66];
+    fprintf(stderr, "mlp launch %llu (%llu block arrivals), us from its first block's entry (first / last block):\n", t[65], t[64]);
+    for (int k = 0; k < 6; k++)
+      if (t[66 + 2 * k] != ~0ull)
+        fprintf(stderr, "  mlp %-24s %8.2f %8.2f\n", mn[k], ((double)t[66 + 2 * k] - m0) / 1e3, ((double)t[67 + 2 * k] - m0) / 1e3);
+  }
 }
 #endif
 
@@ -1950,10 +1959,12 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
     cudaEventCreate(&c->pe1);
   }
 #ifdef SMELT_CUDA_TRACE
-  if (!g_trace_buf && cudaMalloc(&g_trace_buf, 64 * sizeof(unsigned long long)) == cudaSuccess) {
-    unsigned long long init[64] = { 0 };
+  if (!g_trace_buf && cudaMalloc(&g_trace_buf, 128 * sizeof(unsigned long long)) == cudaSuccess) {
+    unsigned long long init[128] = { 0 };
     const char *tl = getenv("SMELT_CUDA_TRACE_L");
     init[1] = tl ? strtoull(tl, NULL, 10) : 325;
+    init[65] = init[1]; /* the MLP launch traced ([64..]: see cuda_mv.cu) */
+    for (int k = 66; k < 78; k += 2) init[k] = ~0ull;
     cudaMemcpy(g_trace_buf, init, sizeof init, cudaMemcpyHostToDevice);
     cu_attn_set_trace(g_trace_buf);
     cu_mv_set_trace(g_trace_buf);
@@ -1975,6 +1986,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_mvr_glu = mvrg ? atoi(mvrg) : 0;
   const char *mlpe = getenv("SMELT_CUDA_MLP");
   g_cu_mlp = mlpe ? atoi(mlpe) : 2;
+  const char *mlpb = getenv("SMELT_CUDA_MLP_BAR");
+  g_cu_mlp_bar = mlpb ? atoi(mlpb) : 1;
   const char *guq = getenv("SMELT_CUDA_GUQ"), *guqn = getenv("SMELT_CUDA_GUQ_NORM");
   g_cu_guq = guq ? atoi(guq) : -1;
   g_cu_guq_norm = guqn ? atoi(guqn) : 0;

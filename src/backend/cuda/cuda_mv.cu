@@ -1359,10 +1359,26 @@ static bool mvr_glu_launch(const cu_weight *const *ws, float *const *ys, const u
  * (grid = the blocks that fit at once): the blocks take the 32-row chunks of gate and up in turn
  * (k_mvr's register layout: warps 0-7 gate, 8-15 up, 4 rows a warp; the next chunk's weights are
  * requested as the current one's are consumed), write gate and up, quantize h = silu(gate) * up of
- * each chunk into hq/hs (k_quant_x's layout and formulas), request their first down rows, meet at
- * a grid barrier (a counter pair per launch, zero, left zero), stage h in shared memory and take
+ * each chunk into hq/hs (k_quant_x's layout and formulas), arrive at a grid barrier (a counter
+ * pair per launch, zero, left zero), request their first down rows, wait at the barrier (split so
+ * that the arrival's fences do not wait for those loads: SMELT_CUDA_MLP_BAR), stage h in shared memory and take
  * 16-row items of the down projection (a warp a row, pipelined the same way). One launch instead
  * of gate/up, the quantization of h and down. Needs K = 1024 VG, F = 1024 VD, 16-bit scales. */
+#ifdef SMELT_CUDA_TRACE
+/* MLP launches: [64] block arrivals (launch = arrivals / grid), [65] the launch traced, [66 + 2k] /
+ * [67 + 2k] first / last block at event k (TRM(k)) */
+#define TRM_BEGIN                                                                                  \
+  __shared__ int trm_s;                                                                            \
+  const unsigned long long trm_t0 = tr_now();                                                      \
+  if (threadIdx.x == 0) trm_s = tr_m && atomicAdd(tr_m + 64, 1ull) / gridDim.x == tr_m[65];        \
+  __syncthreads();                                                                                 \
+  const bool trm = trm_s;                                                                          \
+  if (trm && threadIdx.x == 0) { atomicMin(tr_m + 66, trm_t0); atomicMax(tr_m + 67, trm_t0); }
+#define TRM(k) do { if (trm) { const unsigned long long t_ = tr_now(); atomicMin(tr_m + 66 + 2 * (k), t_); atomicMax(tr_m + 67 + 2 * (k), t_); } } while (0)
+#else
+#define TRM_BEGIN
+#define TRM(k) do { } while (0)
+#endif
 int g_cu_mlp = 2; /* SMELT_CUDA_MLP: 0 off, 1, 2 (default: with the add + rmsnorm before it), 3 */
 int g_cu_mlp_count = 0, g_cu_mlp_qkv_count = 0; /* k_mlp1 launches, those with q/k/v (tests) */
 struct mlp_args {
@@ -1372,6 +1388,7 @@ struct mlp_args {
   uint8_t *hq;
   float2 *hs;
   int K, F, lg, sbk;
+  int split; /* the grid barriers as blocks_arrive / blocks_wait around the weight prefetch (SMELT_CUDA_MLP_BAR) */
   unsigned *bar;
   /* NORM: x is rmsnorm(nx + na) * (nw + off), computed by every block as k_norm_q does (bitwise);
    * block 0 writes nx + na to hout */
@@ -1401,6 +1418,7 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
   const uint4 *__restrict__ wq = half ? m.uq : m.gq;
   const uint32_t *__restrict__ wsb = half ? m.usb : m.gsb;
   float *__restrict__ wy = half ? m.uy : m.gy;
+  TRM_BEGIN
   pdl_trigger();
   uint4 w[4][VG];
   uint32_t p[4][VG];
@@ -1430,6 +1448,7 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
     }
   }
   pdl_wait();
+  if (threadIdx.x == 0) TRM(1);
   if (!NORM) {
     for (int v = threadIdx.x; v < V; v += 512) {
       xa[v] = __ldcg(xq + 2 * v);
@@ -1440,6 +1459,7 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
     mlp_norm_q(m.nx, m.na, gw, m.off, m.eps, m.hout, dim4, xa, xb, xd, &hsm[0][0]); /* hsm is free until the first chunk */
   }
   __syncthreads();
+  if (threadIdx.x == 0) TRM(2);
   for (int it = 0; c < nch; c += gridDim.x, it++) {
     const int cn = c + gridDim.x;
     float acc[4] = { 0.f, 0.f, 0.f, 0.f };
@@ -1483,7 +1503,10 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
       if (lane == 0) m.hs[c] = make_float2(am * (1.f / 127.f), sum);
     }
   }
-  /* the first down rows do not depend on h: requested before the barrier */
+  if (threadIdx.x == 0) TRM(3);
+  /* the first down rows do not depend on h: requested before the barrier (m.split: after this
+   * block's arrival, so that the arrival's fences do not wait for them) */
+  if (m.split) blocks_arrive(m.bar);
   uint4 wd[VD];
   uint32_t pd[VD];
   int e = blockIdx.x;
@@ -1496,7 +1519,9 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
   }
   /* grid barrier: every block's chunks of h are written (all blocks are resident: the grid is the
    * number that fits at once, and the previous kernel has completed) */
-  mlp_grid_sync(m.bar);
+  if (m.split) blocks_wait(m.bar, gridDim.x);
+  else mlp_grid_sync(m.bar);
+  if (threadIdx.x == 0) TRM(4);
   for (int v = threadIdx.x; v < VF; v += 512) {
     xa[v] = __ldcg((const uint4 *)m.hq + 2 * v);
     xb[v] = __ldcg((const uint4 *)m.hq + 2 * v + 1);
@@ -1522,12 +1547,14 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
     const float t = warp_sum(acc);
     if (lane == 0) m.y[(int64_t)e * 16 + warp] = t;
   }
+  if (threadIdx.x == 0) TRM(5);
   if (QKV) {
     /* the next layer's q/k/v: 64-row items (4 rows a warp), their first weights before barrier 2 */
     const int n0 = m.qitems[0], n01 = n0 + m.qitems[1], nit = n01 + m.qitems[2];
     uint4 wv[4][VG];
     uint32_t pv[4][VG];
     int f = blockIdx.x;
+    if (m.split) blocks_arrive(m.bar2);
     auto item = [&](int i, int &wi, int64_t &row) {
       wi = i >= n01 ? 2 : i >= n0 ? 1 : 0;
       row = (int64_t)(i - (wi == 2 ? n01 : wi == 1 ? n0 : 0)) * 64 + warp * 4;
@@ -1547,7 +1574,8 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
 #pragma unroll
         for (int k = 0; k < VG; k++) pv[r][k] = __ldg(qs + (row + r) * G + ((lane + 32 * k) >> lg));
     }
-    mlp_grid_sync(m.bar2); /* every block's down rows are written */
+    if (m.split) blocks_wait(m.bar2, gridDim.x); /* every block's down rows are written */
+    else mlp_grid_sync(m.bar2);
     float4 gw1[2];
 #pragma unroll
     for (int k = 0; k < 2; k++) {
@@ -1594,6 +1622,9 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
     if (QKV) m.bar2[0] = 0;
   }
 }
+
+int g_cu_mlp_bar = 1; /* SMELT_CUDA_MLP_BAR (default 1): k_mlp1's grid barriers split around the weight prefetch
+                       * after them (8B 2.18-2.20 vs 2.23 ms a step on the H100; 0: one blocks_sync) */
 
 /* shapes k_mlp1 has a variant for (gate/up K x F, down F x K) */
 static bool mlp_shape(const cu_weight *g, const cu_weight *u, const cu_weight *d) {
@@ -1683,6 +1714,7 @@ bool cu_q4_mlp(const cu_weight *g, const cu_weight *u, const cu_weight *d, float
   m.lg = g->gs == 32 ? 0 : g->gs == 64 ? 1 : 2;
   m.sbk = g->sbk;
   m.bar = (unsigned *)(s_mvt_ctr[dev] + 2 * (s_mvt_next[dev]++ % MVT_CTR_PAIRS));
+  m.split = g_cu_mlp_bar;
   m.nx = norm ? norm->x : NULL; m.na = norm ? norm->a : NULL; m.nw = norm ? norm->w : NULL;
   m.off = norm ? norm->off : 0.f; m.eps = norm ? norm->eps : 0.f; m.hout = norm ? norm->hout : NULL;
   m.bar2 = NULL; m.xres = NULL; m.nw1 = NULL; m.off1 = m.eps1 = 0.f;

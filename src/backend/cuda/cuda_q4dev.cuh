@@ -118,6 +118,23 @@ static __device__ __forceinline__ void blocks_sync(unsigned *bar, unsigned n) {
   }
   __syncthreads();
 }
+/* blocks_sync in two halves: loads issued between them (weights that do not depend on the other
+ * blocks) do not hold up the arrival, whose fences wait for every earlier access of the thread.
+ * blocks_wait: thread 0's acquire load, then the block barrier, orders the other blocks' stores
+ * before every thread's later loads (no trailing fence: it would wait for those weight loads) */
+static __device__ __forceinline__ void blocks_arrive(unsigned *bar) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(bar, 1u);
+  }
+}
+static __device__ __forceinline__ void blocks_wait(unsigned *bar, unsigned n) {
+  if (threadIdx.x == 0)
+    while (ld_acquire_u32(bar) < n) { }
+  __syncthreads();
+}
 /* grid barrier on bar[0] (every block of the launch resident: see k_mlp1) */
 static __device__ __forceinline__ void mlp_grid_sync(unsigned *bar) { blocks_sync(bar, gridDim.x); }
 
