@@ -245,9 +245,10 @@ static void test_attention_case(int n_heads, int nkv, int hd, int window, float 
   table[5] = -1; /* an unmapped block of seq 0: skipped by both backends */
   for (int t = 0; t < n0; t++) { tok[t] = t; pos[t] = p0 + t; seq[t] = 0; }
   tok[n0] = 7; pos[n0] = p1; seq[n0] = 1;
-  int32_t out_rows[2] = { n0 - 1, n0 };
+  const int nout = n0 > 0 ? 2 : 1; /* n0 == 0: one token of seq 1 alone */
+  int32_t out_rows[2] = { n0 > 0 ? n0 - 1 : 0, n0 };
   sm_batch b = { .n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 2, .max_blocks = max_blocks,
-                 .block_table = table, .n_out = 2, .out_rows = out_rows };
+                 .block_table = table, .n_out = nout, .out_rows = out_rows };
   size_t cache = (size_t)n_blocks * bs * row;
   float *kc = malloc(cache * 4), *vc = malloc(cache * 4);
   fill(kc, cache, 1.f); fill(vc, cache, 1.f);
@@ -285,11 +286,11 @@ static void test_attention_case(int n_heads, int nkv, int hd, int window, float 
   CHECK(rel_l2(h, ck[layer], cache) < 1e-5, "kv_store K");
   free(h);
   /* gather_out */
-  float *go = malloc(2 * (size_t)n_heads * hd * 4), *dgo = G->alloc(G, 2 * (size_t)n_heads * hd * 4);
+  float *go = malloc(nout * (size_t)n_heads * hd * 4), *dgo = G->alloc(G, nout * (size_t)n_heads * hd * 4);
   C->gather_out(C, go, o, n_heads * hd);
   G->gather_out(G, dgo, dout, n_heads * hd);
-  h = get(dgo, 2 * (size_t)n_heads * hd);
-  CHECK(rel_l2(h, go, 2 * (size_t)n_heads * hd) < 1e-5, "gather_out");
+  h = get(dgo, nout * (size_t)n_heads * hd);
+  CHECK(rel_l2(h, go, nout * (size_t)n_heads * hd) < 1e-5, "gather_out");
   free(h);
   free(go); G->free(G, dgo);
   for (int l = 0; l < L; l++) { free(ck[l]); free(cv[l]); G->free(G, gk[l]); G->free(G, gv[l]); }
@@ -310,6 +311,10 @@ static void test_attention(void) {
   test_attention_case(8, 1, 256, 0, 30.f, 1, 300, 2);     /* softcap, hd 256 */
   test_attention_case(28, 4, 96, 0, 0.f, 1, 130, 33);     /* G 7, hd 96 */
   test_attention_case(4, 2, 16, 0, 0.f, 1, 0, 64);        /* tiny head dim */
+  /* one sequence decoding alone (16 splits at these shapes) */
+  test_attention_case(32, 8, 128, 0, 0.f, 0, 0, 700);     /* llama-8B */
+  test_attention_case(32, 8, 64, 0, 0.f, 0, 0, 5);        /* llama-1B, splits without positions */
+  test_attention_case(8, 4, 32, 0, 0.f, 0, 0, 300);       /* the tiny model (hd 32, G 2) */
   /* long contexts: more than 32 positions a warp (the slots of a warp's positions are read 32 at
    * a time; batches of 12 positions straddle those chunks) */
   test_attention_case(32, 8, 128, 0, 0.f, 1, 2400, 2100);  /* llama-8B decode, 16 splits */
@@ -683,10 +688,15 @@ int main(void) {
   unsetenv("SMELT_CUDA_ATTN_CL");
   /* fewer decode attention splits (as for batches of many sequences): long ranges a warp; with
    * 4 warps of 12 positions a batch (SMELT_CUDA_ATTN_NW=4) and the default 8 warps of 4 without
-   * the reduce-scatter of the scores (SMELT_CUDA_ATTN_RS=0) */
-  const char *splits[] = { "2", "4" };
-  for (int k = 0; k < 2; k++) {
-    setenv("SMELT_CUDA_ATTN_S", splits[k], 1);
+   * the reduce-scatter of the scores (SMELT_CUDA_ATTN_RS=0); 8 splits (the per-warp partials sent
+   * to the chunk owners, SMELT_CUDA_ATTN_RSC, where 8 blocks own all 32-output chunks: hd 64, G 4);
+   * the default split counts with the warps merged in the block first (SMELT_CUDA_ATTN_RSC=0) */
+  const char *splits[] = { "2", "4", "8", "0" };
+  for (int k = 0; k < 4; k++) {
+    if (k == 3) unsetenv("SMELT_CUDA_ATTN_S");
+    else setenv("SMELT_CUDA_ATTN_S", splits[k], 1);
+    if (k == 2) { unsetenv("SMELT_CUDA_ATTN_RS"); unsetenv("SMELT_CUDA_ATTN_OLDM"); }
+    if (k == 3) setenv("SMELT_CUDA_ATTN_RSC", "0", 1);
     if (k == 0) setenv("SMELT_CUDA_ATTN_NW", "4", 1);
     else unsetenv("SMELT_CUDA_ATTN_NW");
     if (k == 0) setenv("SMELT_CUDA_ATTN_LONG", "0", 1); /* the cluster combine also at 2,000+ positions */
@@ -703,6 +713,7 @@ int main(void) {
   unsetenv("SMELT_CUDA_ATTN_S");
   unsetenv("SMELT_CUDA_ATTN_RS");
   unsetenv("SMELT_CUDA_ATTN_OLDM");
+  unsetenv("SMELT_CUDA_ATTN_RSC");
   /* the bulk-copy int8 matvec (k_mvt, sm_90, SMELT_CUDA_MVT=63: every role) with its default
    * stages, then with 4 warps a block, 2 blocks an SM (a small stage budget) and groups of rows
    * claimed from a counter (SMELT_CUDA_MVT_DYN); on older GPUs these run k_mvq4 */

@@ -3,9 +3,12 @@
  * positions are dealt round-robin to the warps; a warp streams K and V rows of B positions at a
  * time (lane = one or two float4 of the head dim, so a row is one coalesced load), keeps its own
  * online softmax (max, sum, P.V accumulator) for all G query heads of the kv head in registers:
- * no block barrier inside the loop. The warps merge through shared memory at the end. With
- * S > 1 splits each block writes (max, sum, unnormalized output) and the last block of a
- * (token, kv head) (atomic counter, reset by it) combines them with per-split weights computed
+ * no block barrier inside the loop. With S > 1 splits in a cluster (the default for short
+ * contexts) every warp sends its (max, sum, accumulator) straight to the block that owns the
+ * 32-output chunk (RSC), which combines the S * NW partials after one cluster barrier; otherwise
+ * the warps merge through shared memory and the splits combine through the cluster's shared
+ * memory, or (long contexts) each block writes (max, sum, unnormalized output) and the last block
+ * of a (token, kv head) (atomic counter, reset by it) combines them with per-split weights computed
  * once in shared memory. The split count depends only on the batch shape (not on the context
  * length), so a decode graph stays valid as the context grows. */
 #include "backend/cuda/cuda_internal.h"
@@ -49,6 +52,13 @@ static __device__ __forceinline__ void at_prefetch(const at_rope &rp) {
 #else
   (void)rp;
 #endif
+}
+
+/* byte offset of RSC's receive buffers in the dynamic shared memory (after the base layout) */
+static __device__ __forceinline__ size_t at_rsc_off(int hd, int G, int S, int nw) {
+  const size_t acc = (size_t)nw * G * hd, wz = (size_t)G * S;
+  const size_t f = (size_t)G * hd + (acc > wz ? acc : wz) + (size_t)2 * nw * G + 2 * (size_t)hd + (size_t)nw * G + 2 * (size_t)G;
+  return (f * sizeof(float) + 15) & ~(size_t)15;
 }
 
 #ifdef SMELT_CUDA_TRACE
@@ -101,6 +111,9 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   const bool fused = rp.k != NULL;
   float *Kp = Ml + 2 * NW * G, *Vp = Kp + hd; /* the new position's k (rotated) and v */
   TRA_BEGIN
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (cl & 256) __cluster_barrier_arrive_relaxed(); /* RSC: waited for before the first remote store */
+#endif
   const int trig = (cl >> 3) & 3; /* where the next kernel may launch: 0 here, 1 after the first K/V loads, 2 after the loop */
   if (trig == 0) pdl_trigger();
   /* This warp's positions are a0 + warp + NW i (i < npos), AT_B per batch; lane l holds the cache
@@ -395,6 +408,69 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
         acc[g][j].z += __shfl_xor_sync(0xffffffffu, acc[g][j].z, 16);
         acc[g][j].w += __shfl_xor_sync(0xffffffffu, acc[g][j].w, 16);
       }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (NJ == 1 && (cl & 256)) {
+    /* RSC (SMELT_CUDA_ATTN_RSC, S > 1, hd % 32 == 0, G hd / 32 <= S): no merge of the warps in the
+     * block: every warp's (max, sum, accumulator) of each head goes straight into the shared
+     * memory of the cluster block that owns the 32-output chunk (rank c = g hd / 32 + d / 32), one
+     * cluster barrier, then that block combines the S NW partials of its chunk alone (nothing is
+     * read remotely: no barrier before exiting) */
+    cg::cluster_group cluster = cg::this_cluster();
+    const int P = S * NW, nq = hd >> 5, pi = z * NW + warp;
+    float *Ra = (float *)((char *)sm4 + at_rsc_off(hd, G, S, NW)); /* [P][32] accumulators */
+    float2 *Rm = (float2 *)(Ra + (size_t)P * 32);                  /* [P] (max, sum) */
+    float *Rw = (float *)(Rm + P);                                 /* [P] weights */
+    TRA(5);
+    __cluster_barrier_wait(); /* every block of the cluster has started */
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+      if (g >= G) break;
+      const float mg = RS && !(cl & 64) ? __shfl_sync(0xffffffffu, m[0], 2 * g * AT_B) : m[g];
+      const float lg = RS && !(cl & 64) ? __shfl_sync(0xffffffffu, l[0], 2 * g * AT_B) : l[g];
+      const int ch = HW ? (lane & 15) : lane;
+      if ((!HW || lane < 16) && ch < hd4)
+        *(float4 *)(cluster.map_shared_rank(Ra, g * nq + (ch >> 3)) + pi * 32 + (ch & 7) * 4) = acc[g][0];
+      if (lane < nq) cluster.map_shared_rank(Rm, g * nq + lane)[pi] = make_float2(mg, lg);
+    }
+    __cluster_barrier_arrive(); /* release: the stores above */
+    __cluster_barrier_wait();   /* acquire: every partial of this block's chunk */
+    TRA(6);
+    if (warp == 0 && z < G * nq) {
+      const int g = z / nq, d = (z % nq) * 32 + lane, h = kvh * G + g;
+      float2 ml[4];
+      float M = -INFINITY, L = 0.f;
+#pragma unroll
+      for (int k = 0; k < 4; k++) { /* P <= 128 */
+        const int q = lane + 32 * k;
+        ml[k] = q < P ? Rm[q] : make_float2(-INFINITY, 0.f);
+        M = fmaxf(M, ml[k].x);
+      }
+#pragma unroll
+      for (int o2 = 16; o2 > 0; o2 >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o2));
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const int q = lane + 32 * k;
+        const float w = M == -INFINITY || ml[k].x == -INFINITY ? 0.f : expf(ml[k].x - M);
+        L = fmaf(ml[k].y, w, L);
+        if (q < P) Rw[q] = w;
+      }
+#pragma unroll
+      for (int o2 = 16; o2 > 0; o2 >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o2);
+      __syncwarp();
+      float o4[4] = { 0.f, 0.f, 0.f, 0.f };
+      for (int q = 0; q < P; q += 4)
+#pragma unroll
+        for (int u = 0; u < 4; u++) o4[u] = fmaf(Ra[(q + u) * 32 + lane], Rw[q + u], o4[u]);
+      const float o = (o4[0] + o4[1]) + (o4[2] + o4[3]);
+      const float v = L > 0.f ? o / L : 0.f;
+      out[((int64_t)t * n_heads + h) * hd + d] = v;
+      if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
+    }
+    TRA(7);
+    TRA_END;
+    return;
+  }
+#endif
   /* merge the NW warps */
 #pragma unroll
   for (int g = 0; g < GM; g++) {
@@ -590,10 +666,21 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   if (tid == 0) cnt[(int64_t)t * nkv + kvh] = 0;
 }
 
-size_t cu_attn_dec_smem(int hd, int G, int S, int nw) {
+static size_t at_base_smem(int hd, int G, int S, int nw) {
   size_t acc = (size_t)nw * G * hd, wz = (size_t)G * S;
   return sizeof(float) * ((size_t)G * hd + (acc > wz ? acc : wz) + (size_t)2 * nw * G + 2 * (size_t)hd +
                           (size_t)nw * G + 2 * (size_t)G);
+}
+extern int g_cu_attn_unr, g_cu_attn_oldm;
+int g_cu_attn_rsc = 1; /* SMELT_CUDA_ATTN_RSC=0: the warps merged in the block, then the splits through the cluster */
+/* RSC applies: 8 warps, the cluster combine of S (clamped) splits, every 32-output chunk owned by a block */
+static bool at_rsc(int hd, int G, int S, int nw, bool cl) {
+  return g_cu_attn_rsc && cl && S > 1 && S <= 16 && nw == 8 && hd % 32 == 0 && hd <= 128 && G <= 4 &&
+         G * (hd / 32) <= S && g_cu_attn_unr && !g_cu_attn_oldm;
+}
+size_t cu_attn_dec_smem(int hd, int G, int S, int nw) {
+  const int Sc = S < 16 ? S : 16;
+  return at_base_smem(hd, G, S, nw) + (at_rsc(hd, G, Sc, nw, true) ? 16 + (size_t)Sc * nw * 35 * sizeof(float) : 0);
 }
 
 bool cu_attn_dec_ok(int hd, int G) { return hd % 4 == 0 && hd <= 256 && G >= 1 && G <= 8; }
@@ -689,10 +776,11 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
   g_pf[0] = g_pf[1] = NULL;
   g_pfn[0] = g_pfn[1] = 0;
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
-                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64) | (g_cu_attn_oldm ? 128 : 0)
+                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64) | (g_cu_attn_oldm ? 128 : 0) | (rsc ? 256 : 0)
   const bool hw = hd4 <= 16 && g_cu_attn_hw;
   const int nw = cu_attn_dec_warps(hd, G);
-  const size_t sm = cu_attn_dec_smem(hd, G, S, nw);
+  const bool rsc = at_rsc(hd, G, S, nw, cl);
+  const size_t sm = at_base_smem(hd, G, S, nw) + (rsc ? 16 + (size_t)S * nw * 35 * sizeof(float) : 0);
 #define AD2_LW(GM, NJ, B, HW, NW)                                                         \
   do {                                                                                  \
     set_smem<GM, NJ, B, HW, NW>(sm);                                                    \

@@ -109,6 +109,9 @@ int g_cu_pdl = 1;
  * what each costs inside the graph: 1 norms, 2 attention, 4 q/k/v, 8 o, 16 gate/up, 32 down, 64 lm_head,
  * 128 the silu(gate)*up epilogue of gate/up */
 static int g_cu_skip = 0;
+/* SMELT_CUDA_SKIP2 (diagnostic, wrong results; fusions stay on): 1 the add + rmsnorm after k_mlp1,
+ * 2 the q/k/v matvec, 4 decode attention (rope-fused), 8 the o matvec */
+static int g_sk2 = 0;
 /* SMELT_CUDA_PF (MB): decode attention prefetches that much of the next gate weight (at most half of
  * it) into L2 after reading K/V, while the memory is otherwise idle (8B 4-bit: 2.42 vs 2.45 ms a step
  * with 8 MB on the H100; 0 = off) */
@@ -125,6 +128,7 @@ static int g_cu_attn_long = 2048;
 static int g_cu_glu = 0;
 extern int g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt, g_cu_mvr_glu, g_cu_mlp, g_cu_mlp_bar;
 extern int g_cu_guq, g_cu_guq_norm, g_cu_mvt_dyn, g_cu_mvt, g_cu_mvt_kb, g_cu_mvt_bps, g_cu_mvt_nw, g_cu_mvt_r, g_cu_mvt_stage;
+extern int g_cu_attn_rsc;
 extern int g_cu_attn_oldm, g_cu_attn_rs, g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
@@ -1078,7 +1082,7 @@ static void exec_ops(cuda_be *c) {
             break;
           }
         }
-        if (!(g_cu_skip & 2)) cu_attn_decode((float *)at->p0, xq ? c->xq : NULL, c->part, c->att_cnt, (const float *)o->p0,
+        if (!(g_cu_skip & 2) && !(g_sk2 & 4)) cu_attn_decode((float *)at->p0, xq ? c->xq : NULL, c->part, c->att_cnt, (const float *)o->p0,
                        (const float *)rk->p0, (const float *)kv->p3, (const float *)o->p1, (const float *)rk->p1,
                        o->i2 / 2, rk->i2 / 2, (float *)kv->p0, (float *)kv->p1, c->d_pos, c->d_seq, c->d_table,
                        c->max_blocks, at->i3, at->i4, c->n_tokens, at->i0, at->i1, hd, at->f0, at->n, at->f1,
@@ -1162,7 +1166,7 @@ static void exec_ops(cuda_be *c) {
         prof_begin(c);
         const int role = nw == 3 ? CU_Q4_QKV : nw == 2 ? CU_Q4_GU : nw == 1 && ws[0]->rows >= 32768 ? CU_Q4_LM : nw == 1 ? CU_Q4_O : -1;
         const int sk = role == CU_Q4_QKV ? 4 : role == CU_Q4_O ? 8 : role == CU_Q4_GU ? 16 : role == CU_Q4_LM ? 64 : 0;
-        if (pq && (g_cu_skip & sk)) { /* diagnostic: not launched */ }
+        if (pq && ((g_cu_skip & sk) || ((g_sk2 & 2) && role == CU_Q4_QKV) || ((g_sk2 & 8) && role == CU_Q4_O))) { /* diagnostic: not launched */ }
         else if (pq) cu_q4_matvec_preq(ws, ys, nw, o->n, c->xq, c->s, NULL, NULL, role);
         else cu_matvec_multi(ws, ys, nw, (const float *)o->p1, o->n, c->xq, c->s, c->n_sm);
         if (c->prof) {
@@ -1244,7 +1248,7 @@ static void exec_ops(cuda_be *c) {
         prof_begin(c);
         const float *src = redir_x == o->p0 ? redir_src : NULL; /* set: this cu_norm_q was checked to run */
         redir_x = NULL;
-        if ((g_cu_skip & 1) || cu_norm_q(q && norm_out_dead(c, i + 1, p->p0) ? NULL : (float *)p->p0, (float *)o->p0, (const float *)o->p1, (const float *)p->p2, p->n, dim, p->f0,
+        if ((g_cu_skip & 1) || ((g_sk2 & 1) && src) || cu_norm_q(q && norm_out_dead(c, i + 1, p->p0) ? NULL : (float *)p->p0, (float *)o->p0, (const float *)o->p1, (const float *)p->p2, p->n, dim, p->f0,
                       p->f1, q ? c->xq : NULL, c->s, src)) {
           if (q) { preq = p->p0; preq_n = p->n; }
         } else {
@@ -2002,6 +2006,10 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_q4hint = qh ? atoi(qh) & 3 : 1;
   const char *atr = getenv("SMELT_CUDA_ATTN_TRIG");
   g_cu_attn_trig = atr ? atoi(atr) & 3 : 0;
+  const char *sk2 = getenv("SMELT_CUDA_SKIP2");
+  g_sk2 = sk2 ? atoi(sk2) : 0;
+  const char *arsc = getenv("SMELT_CUDA_ATTN_RSC");
+  g_cu_attn_rsc = !(arsc && arsc[0] == '0');
   const char *au = getenv("SMELT_CUDA_ATTN_UNR");
   g_cu_attn_unr = !(au && au[0] == '0');
   const char *pfe = getenv("SMELT_CUDA_PF");
