@@ -6,7 +6,8 @@
 #  bench/cuda/ncu_summary.py); clab: SMELT_CUDA_ATTN_CL A/B; hwab: SMELT_CUDA_ATTN_HW A/B; bab: SMELT_CUDA_ATTN_B sweep; b1cfg/b8cfg/qlong/qwarps/b8attn/b1attn/bfcfg: sweeps of the tuning
 #  variables SMELT_CUDA_Q4CFG/Q4LONG/Q4WARPS/ATTN_S/MV2; b8nopdl/b1nopdl: SMELT_CUDA_PDL=0;
 #  sw8/sw1: one 8B/1B decode bench per entry of SW="ENV=v ENV2=w|ENV=x" (SW_BITS, SW_P), e.g.
-#  SW="SMELT_CUDA_SKIP=0|SMELT_CUDA_SKIP=2" for the in-graph cost of attention;
+#  SW="SMELT_CUDA_SKIP=0|SMELT_CUDA_SKIP=2" for the in-graph cost of attention (SMELT_CUDA_SKIP2: the
+#  same with the fusions kept on, see docs/benchmarks.md);
 #  mvq: n = 1 matvec microbenchmark per SW entry; mvrab: SMELT_CUDA_MVR / _MVR_GLU / _MLP A/B (8B, 1B);
 #  trace: the -DSMELT_CUDA_TRACE build's timeline of one 8B attention launch and one MLP launch (SW as above);
 #  kern: ctest cuda_kernels' binary alone; SW_TO / KERN_TO: per-run timeouts in s)
