@@ -59,7 +59,7 @@ void sm_kv_free(smelt_model *m, sm_kv_cache *kv);
 
 /* Synthetic checkpoints: random weights with the shape of a known model. */
 typedef struct { const char *name; int hidden, layers, heads, kv_heads, ffn, vocab; bool tied; } sm_synth_shape;
-const sm_synth_shape *sm_synth_find(const char *name); /* "test", "tiny", "test1b", "1b", "3b", "8b"; NULL if unknown */
+const sm_synth_shape *sm_synth_find(const char *name); /* "test", "tiny", "test1b", "test8b", "1b", "3b", "8b"; NULL if unknown */
 /* Write config.json + model.safetensors (bits 0 = bf16) into dir unless both exist. */
 smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const char *dir, bool verbose);
 

@@ -11,6 +11,7 @@ static const sm_synth_shape g_shapes[] = {
   { "test", 64, 2, 4, 2, 256, 512, false },
   { "tiny", 256, 4, 8, 4, 768, 4096, true },
   { "test1b", 2048, 2, 32, 8, 8192, 1024, true },   /* two Llama-3.2-1B layers, small vocab (tests) */
+  { "test8b", 4096, 2, 32, 8, 14336, 1024, true },  /* two Llama-3.1-8B layers, small vocab (tests) */
   { "1b", 2048, 16, 32, 8, 8192, 128256, true },   /* Llama-3.2-1B */
   { "3b", 3072, 28, 24, 8, 8192, 128256, true },   /* Llama-3.2-3B */
   { "8b", 4096, 32, 32, 8, 14336, 128256, false }, /* Llama-3.1-8B */

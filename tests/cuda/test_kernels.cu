@@ -468,6 +468,54 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s, int bar) {
       for (int i = 0; i < 3; i++) {
         const double e = rel_max(get(qy[i], qr[i]), get(qref[i], qr[i]));
         CHECK(e < 1e-5, "mlp with q/k/v %lldx%lld: weight %d vs k_mvq4 %g", (long long)F, (long long)K, i, e);
+      }
+      /* the second add + rmsnorm deferred (cu_mlp_dnorm: x written, its int8 x not divided by the
+       * rms, partial sums of squares), the rms applied by the q/k/v k_mvq4 (cu_q4_set_dnorm):
+       * against cu_norm_q + k_mvq4 (only rounding differs: x * w vs x / rms * w quantized) */
+      const bool dn_ok = cu_q4_mlp_dnorm_ok(&g, &u, &d);
+      CHECK(dn_ok == (K == 4096), "mlp_dnorm_ok %lldx%lld: %d (the down items pair up in as many rounds for the 8B shape)",
+            (long long)F, (long long)K, (int)dn_ok);
+      if (dn_ok) {
+        float *ssp;
+        void *xq2;
+        CK(cudaMalloc(&ssp, K / 32 * 4));
+        CK(cudaMalloc(&xq2, cu_q4_scratch_bytes(1, K)));
+        CK(cudaMemcpy(rx, xr.data(), K * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemset(y, 0xff, K * 4));
+        CK(cudaMemset(ssp, 0xff, K / 32 * 4));
+        for (int i = 0; i < 3; i++) CK(cudaMemset(qy[i], 0xff, qr[i] * 4));
+        cu_mlp_dnorm dz = { rx, rn1, 0.25f, xq2, ssp };
+        CHECK(cu_q4_mlp(&g, &u, &d, gy, uy, y, NULL, hq, s, &nm, NULL, &dz), "cu_q4_mlp with the deferred norm");
+        const cu_weight *q3[3] = { qws[0], qws[1], qws[2] };
+        g_cu_mvr = 0;
+        CHECK(cu_q4_dnorm_ok(q3, 3, CU_Q4_QKV), "dnorm_ok for k_mvq4 q/k/v");
+        cu_q4_set_dnorm(ssp, (int)(K / 32), 1e-6f, (int)K);
+        cu_q4_matvec_preq(q3, qy, 3, 1, xq2, s, NULL, NULL, CU_Q4_QKV);
+        g_cu_mvr = -1;
+        CK(cudaStreamSynchronize(s));
+        CK(cudaGetLastError());
+        CHECK(!memcmp(get(y, K).data(), y1.data(), K * 4), "mlp with the deferred norm: down differs");
+        const std::vector<float> xd = get(rx, K), sp = get(ssp, K / 32);
+        CHECK(!memcmp(xd.data(), xref.data(), K * 4), "mlp with the deferred norm: x + a + down differs from cu_norm_q's");
+        double ss = 0, sg = 0;
+        for (int64_t i = 0; i < K; i++) ss += (double)xref[i] * xref[i];
+        for (int64_t i = 0; i < K / 32; i++) sg += sp[i];
+        CHECK(fabs(sg - ss) <= 1e-5 * ss, "mlp with the deferred norm: sum of squares %g vs %g", sg, ss);
+        for (int i = 0; i < 3; i++) {
+          const double e = rel_max(get(qy[i], qr[i]), get(qref[i], qr[i]));
+          printf("deferred norm %lldx%lld: q/k/v weight %d vs cu_norm_q + k_mvq4: %.3g\n", (long long)F, (long long)K, i, e);
+          CHECK(e < 2e-3, "mlp with the deferred norm %lldx%lld: weight %d vs cu_norm_q + k_mvq4 %g", (long long)F,
+                (long long)K, i, e);
+        }
+        /* the next k_mvq4 launch without cu_q4_set_dnorm does not scale */
+        g_cu_mvr = 0;
+        cu_q4_matvec_preq(q3, qy, 3, 1, xq, s, NULL, NULL, CU_Q4_QKV);
+        g_cu_mvr = -1;
+        CK(cudaStreamSynchronize(s));
+        CHECK(rel_max(get(qy[0], qr[0]), get(qref[0], qr[0])) < 1e-6, "k_mvq4 after a deferred-norm launch");
+        cudaFree(ssp); cudaFree(xq2);
+      }
+      for (int i = 0; i < 3; i++) {
         cudaFree(qy[i]); cudaFree(qref[i]); cudaFree(qw[i].q); cudaFree(qw[i].sb);
       }
       cudaFree(rn1); cudaFree(xn);

@@ -55,10 +55,21 @@ static __device__ __forceinline__ void at_prefetch(const at_rope &rp) {
 }
 
 /* byte offset of RSC's receive buffers in the dynamic shared memory (after the base layout) */
-static __device__ __forceinline__ size_t at_rsc_off(int hd, int G, int S, int nw) {
+static __host__ __device__ __forceinline__ size_t at_rsc_off(int hd, int G, int S, int nw) {
   const size_t acc = (size_t)nw * G * hd, wz = (size_t)G * S;
   const size_t f = (size_t)G * hd + (acc > wz ? acc : wz) + (size_t)2 * nw * G + 2 * (size_t)hd + (size_t)nw * G + 2 * (size_t)G;
   return (f * sizeof(float) + 15) & ~(size_t)15;
+}
+/* RSC's receive buffers: bytes */
+static __host__ __device__ __forceinline__ size_t at_rsc_bytes(int S, int nw) {
+  return (16 + (size_t)S * nw * 35 * sizeof(float) + 15) & ~(size_t)15;
+}
+/* staged K/V (SMELT_CUDA_ATTN_STG): after the RSC buffers (when used); [NW][nstg * B][2][hd] floats */
+static __host__ __device__ __forceinline__ size_t at_stg_off(int hd, int G, int S, int nw, bool rsc) {
+  return at_rsc_off(hd, G, S, nw) + (rsc ? at_rsc_bytes(S, nw) : 0);
+}
+static __host__ __device__ __forceinline__ size_t at_stg_bytes(int hd, int nw, int nstg, int B) {
+  return (size_t)nw * nstg * B * 2 * hd * sizeof(float);
 }
 
 #ifdef SMELT_CUDA_TRACE
@@ -178,6 +189,24 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     }
   }
   load_batch(0);
+  /* STG: the K/V rows of this warp's next nstg batches do not depend on the previous kernel
+   * either: copied into shared memory (cp.async) before the wait, so that the position loop's
+   * later batches need no memory round trip (whole-warp positions, one float4 a lane) */
+  const int nstg = (!HW && NJ == 1) ? (cl >> 9) & 3 : 0;
+  float *St = (float *)((char *)sm4 + at_stg_off(hd, G, S, NW, (cl & 256) != 0)) + (size_t)warp * nstg * AT_B * 2 * hd;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (nstg) {
+    for (int i = AT_B; i < AT_B * (1 + nstg) && i < npos; i++) { /* i < 32: chunk 0, in my_slot */
+      const int64_t sl = __shfl_sync(0xffffffffu, my_slot, i & 31);
+      if (sl < 0 || a0 + warp + NW * i == p || lane >= hd4) continue;
+      float *d = St + (size_t)(i - AT_B) * 2 * hd + 4 * lane;
+      const unsigned dk = (unsigned)__cvta_generic_to_shared(d), dv = (unsigned)__cvta_generic_to_shared(d + hd);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+#endif
   if (trig == 1) pdl_trigger();
   TRA(1);
   pdl_wait();
@@ -284,7 +313,22 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     for (int j = 0; j < NJ; j++) acc[g][j] = f4z();
   }
   for (int i0 = 0; i0 < npos; i0 += (HW ? 2 : 1) * AT_B) {
-    if (i0) load_batch(i0);
+    if (i0 && i0 < AT_B * (1 + nstg)) { /* staged: read back what this lane copied */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+      asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+#pragma unroll
+      for (int b = 0; b < AT_B; b++) {
+        const int i = i0 + b;
+        const int64_t sl = __shfl_sync(0xffffffffu, my_slot, i & 31);
+        own[b] = i < npos && a0 + warp + NW * i == p;
+        ok[b] = i < npos && sl >= 0;
+        const bool in = ok[b] && !own[b] && lane < hd4;
+        const float *sp = St + (size_t)(i - AT_B) * 2 * hd + 4 * lane;
+        kr[b][0] = in ? *(const float4 *)sp : f4z();
+        vr[b][0] = in ? *(const float4 *)(sp + hd) : f4z();
+      }
+    } else if (i0) load_batch(i0);
 #pragma unroll
     for (int b = 0; b < AT_B; b++)
       if (own[b] && ok[b]) {
@@ -678,9 +722,20 @@ static bool at_rsc(int hd, int G, int S, int nw, bool cl) {
   return g_cu_attn_rsc && cl && S > 1 && S <= 16 && nw == 8 && hd % 32 == 0 && hd <= 128 && G <= 4 &&
          G * (hd / 32) <= S && g_cu_attn_unr && !g_cu_attn_oldm;
 }
+extern int g_cu_attn_hw, g_cu_attn_b;
+int g_cu_attn_stg = 1; /* SMELT_CUDA_ATTN_STG: batches of K/V a warp copies into shared memory before its wait (0-2) */
+/* the staging applies to the default kernel (8 warps, whole-warp positions, 4 a batch) */
+static int at_nstg(int hd, int nw) {
+  return nw == 8 && !(hd <= 64 && g_cu_attn_hw) && g_cu_attn_b != 8 && g_cu_attn_b != 6 && hd <= 128 ? g_cu_attn_stg : 0;
+}
+static size_t at_smem(int hd, int G, int S, int nw, bool rsc) {
+  const int ns = at_nstg(hd, nw);
+  return ns ? at_stg_off(hd, G, S, nw, rsc) + at_stg_bytes(hd, nw, ns, 4)
+            : at_base_smem(hd, G, S, nw) + (rsc ? at_rsc_bytes(S, nw) : 0);
+}
 size_t cu_attn_dec_smem(int hd, int G, int S, int nw) {
   const int Sc = S < 16 ? S : 16;
-  return at_base_smem(hd, G, S, nw) + (at_rsc(hd, G, Sc, nw, true) ? 16 + (size_t)Sc * nw * 35 * sizeof(float) : 0);
+  return at_smem(hd, G, Sc, nw, at_rsc(hd, G, Sc, nw, true));
 }
 
 bool cu_attn_dec_ok(int hd, int G) { return hd % 4 == 0 && hd <= 256 && G >= 1 && G <= 8; }
@@ -776,11 +831,12 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
   g_pf[0] = g_pf[1] = NULL;
   g_pfn[0] = g_pfn[1] = 0;
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
-                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64) | (g_cu_attn_oldm ? 128 : 0) | (rsc ? 256 : 0)
+                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64) | (g_cu_attn_oldm ? 128 : 0) | (rsc ? 256 : 0) | (nstg << 9)
   const bool hw = hd4 <= 16 && g_cu_attn_hw;
   const int nw = cu_attn_dec_warps(hd, G);
   const bool rsc = at_rsc(hd, G, S, nw, cl);
-  const size_t sm = at_base_smem(hd, G, S, nw) + (rsc ? 16 + (size_t)S * nw * 35 * sizeof(float) : 0);
+  const size_t sm = at_smem(hd, G, S, nw, rsc);
+  const int nstg = at_nstg(hd, nw);
 #define AD2_LW(GM, NJ, B, HW, NW)                                                         \
   do {                                                                                  \
     set_smem<GM, NJ, B, HW, NW>(sm);                                                    \

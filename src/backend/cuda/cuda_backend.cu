@@ -11,6 +11,7 @@
  *   in fixed device buffers that set_batch refreshes with one async copy from pinned
  *   memory, so a replay reads the new tokens/positions. No model-code hooks are needed. */
 #include "backend/cuda/cuda_internal.h"
+#include "backend/sample_math.h"
 #include <cublas_v2.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@
 
 enum {
   OP_EMBED, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_KVSTORE, OP_ATTN, OP_SILU, OP_GELU, OP_ADD, OP_ADDROWS,
-  OP_SCALE, OP_SOFTCAP, OP_GATHER
+  OP_SCALE, OP_SOFTCAP, OP_GATHER, OP_ARGMAX
 };
 
 typedef struct {
@@ -75,6 +76,9 @@ typedef struct {
   void *xq; size_t xq_cap;            /* int8-quantized activations for CW_Q4 matvecs (bytes) */
   void *xq2; size_t xq2_cap;          /* second one: silu(gate)*up written by the gate/up kernel */
   int *glu_cnt; size_t glu_cnt_cap;   /* gate/up chunk counters (zero between launches) */
+  float *ssp; size_t ssp_cap;         /* deferred rmsnorm: partial sums of squares (cu_mlp_dnorm) */
+  /* greedy sample_async inside the decode graph (OP_ARGMAX, SMELT_CUDA_GSAMPLE): cu_argmax1's scratch */
+  float *am_pv; int *am_pi; unsigned *am_cnt;
   /* recording / graphs */
   bool rec;
   cu_op *ops; int n_ops, cap_ops;
@@ -100,6 +104,15 @@ typedef struct {
   double st_graph_ms, st_dl_ms, st_flush_us;
   double t_ret, t_setb, st_outside_us, st_rec_us, st_wait_us; /* host: after a sync, at set_batch */
   long st_steps;
+  /* SMELT_CUDA_TL=1 (diagnostic): GPU timeline of pipelined decode steps, events per feed slot:
+   * 0 before the batch upload, 1 after it, 2 / 3 around the graph, 4 after sampling, 5 after the
+   * token download; tl_sum: upload, gap to the graph, graph, sampling, download, step period (ms) */
+  int gsample; /* SMELT_CUDA_GSAMPLE=0: greedy sample_async as its own launch and a download */
+  int tl;
+  cudaEvent_t tle[2][6];
+  bool tl_rec[2][6];
+  double tl_sum[6];
+  long tl_n;
   long st_timed;
 } cuda_be;
 
@@ -126,10 +139,10 @@ static int g_cu_attn_long = 2048;
  * epilogue); default: a separate quantization kernel before the down projection (measured faster
  * on the H100, docs/benchmarks.md) */
 static int g_cu_glu = 0;
-extern int g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt, g_cu_mvr_glu, g_cu_mlp, g_cu_mlp_bar;
+extern int g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt, g_cu_mvr_glu, g_cu_mlp, g_cu_mlp_bar, g_cu_dnorm;
 extern int g_cu_guq, g_cu_guq_norm, g_cu_mvt_dyn, g_cu_mvt, g_cu_mvt_kb, g_cu_mvt_bps, g_cu_mvt_nw, g_cu_mvt_r, g_cu_mvt_stage;
 extern int g_cu_attn_rsc;
-extern int g_cu_attn_oldm, g_cu_attn_rs, g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
+extern int g_cu_attn_oldm, g_cu_attn_rs, g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_stg, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
 static void prof_end(cuda_be *c, const char *label) {
@@ -168,6 +181,11 @@ static void prof_print(cuda_be *c) {
     fprintf(stderr, "cuda stats: %ld steps, host us/step: outside the backend %.1f, set_batch..flush %.1f, "
             "set_batch..sync return %.1f\n", c->st_steps, c->st_outside_us / c->st_steps, c->st_rec_us / c->st_steps,
             c->st_wait_us / c->st_steps);
+  if (c->tl && c->tl_n)
+    fprintf(stderr, "cuda timeline: %ld pipelined steps, GPU us/step: upload %.1f, to graph start %.1f, graph %.1f, "
+            "sampling %.1f, token download %.1f; step period %.1f\n", c->tl_n, 1e3 * c->tl_sum[0] / c->tl_n,
+            1e3 * c->tl_sum[1] / c->tl_n, 1e3 * c->tl_sum[2] / c->tl_n, 1e3 * c->tl_sum[3] / c->tl_n,
+            1e3 * c->tl_sum[4] / c->tl_n, 1e3 * c->tl_sum[5] / c->tl_n);
   if (c->prof || getenv("SMELT_CUDA_STATS"))
     fprintf(stderr, "cuda stats: graph launches %ld, captures %ld, eager recorded forwards %ld\n", c->st_graph_launch,
             c->st_capture, c->st_eager_fwd);
@@ -879,6 +897,9 @@ static void exec_op_(cuda_be *c, const cu_op *o) {
   case OP_ADDROWS: k_add_rows<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, (const float *)o->p1, o->sz, o->i0); break;
   case OP_SCALE: k_scale<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, o->f0, o->sz); break;
   case OP_SOFTCAP: k_softcap<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, o->f0, o->sz); break;
+  case OP_ARGMAX: /* p0 logits row, p1 device token, p2 mapped host token, i0 vocab */
+    cu_argmax1((const float *)o->p0, o->i0, c->am_pv, c->am_pi, c->am_cnt, (int32_t *)o->p1, (int32_t *)o->p2, c->s);
+    break;
   case OP_GATHER: {
     size_t n = (size_t)c->n_out * o->i0;
     if (n) k_gather<<<ew_blocks(n), 256, 0, c->s>>>((float *)o->p0, (const float *)o->p1, c->d_out, c->n_out, o->i0);
@@ -990,16 +1011,61 @@ static bool mlp_qkv_fusable(const cuda_be *c, int i) {
          (i + 11 >= c->n_ops || c->ops[i + 11].type != OP_MATMUL || c->ops[i + 11].p1 != nr2->p0);
 }
 
+/* the matvecs exec_ops runs as one launch from op i: consecutive matmuls of the same x and n with
+ * compatible weights (q/k/v, gate/up), up to 3; their weights in ws, outputs in ys */
+static int mm_group(const cuda_be *c, int i, const cu_weight **ws, float **ys) {
+  const cu_op *o = &c->ops[i];
+  ws[0] = (const cu_weight *)o->p3;
+  ys[0] = (float *)o->p2;
+  int nw = 1;
+  while (nw < 3 && i + nw < c->n_ops) {
+    const cu_op *p = &c->ops[i + nw];
+    if (p->type != OP_MATMUL || p->p1 != o->p1 || p->n != o->n || p->p2 == o->p1) break;
+    const cu_weight *pw = (const cu_weight *)p->p3;
+    if (!cu_matvec_compatible(ws[0], pw)) break;
+    bool alias = false;
+    for (int k = 0; k < nw; k++) alias |= ys[k] == (float *)p->p2;
+    if (alias) break;
+    ws[nw] = pw;
+    ys[nw] = (float *)p->p2;
+    nw++;
+  }
+  return nw;
+}
+static int mm_role(const cu_weight *const *ws, int nw) {
+  return nw == 3 ? CU_Q4_QKV : nw == 2 ? CU_Q4_GU : nw == 1 && ws[0]->rows >= 32768 ? CU_Q4_LM : nw == 1 ? CU_Q4_O : -1;
+}
+/* ops i.. as gu_norm_fusable (k_mlp1), and the second rmsnorm (i + 7) only feeds one k_mvq4 launch of
+ * 3 matvecs (q/k/v): k_mlp1 can do the add before it and leave its int8 x un-normalized
+ * (cu_mlp_dnorm), that launch applying the rms */
+static bool mlp_dnorm_fusable(const cuda_be *c, int i) {
+  if (g_sk2 || g_cu_skip || i + 8 >= c->n_ops || !c->ssp) return false;
+  const cu_op *g = &c->ops[i + 2], *u = &c->ops[i + 3], *dn = &c->ops[i + 5], *nr2 = &c->ops[i + 7];
+  if (!cu_q4_mlp_dnorm_ok((const cu_weight *)g->p3, (const cu_weight *)u->p3, (const cu_weight *)dn->p3) ||
+      !norm_feeds_q4(c, i + 7) || !norm_out_dead(c, i + 7, nr2->p0) ||
+      c->ssp_cap < sizeof(float) * (size_t)(nr2->i0 / 32) || nr2->i0 % 32 || ((uintptr_t)nr2->p2 & 15))
+    return false;
+  const cu_weight *ws[3];
+  float *ys[3];
+  const int nw = mm_group(c, i + 8, ws, ys);
+  return nw == 3 && c->ops[i + 8].n == 1 && cu_q4_dnorm_ok(ws, nw, mm_role(ws, nw));
+}
+
 static void exec_ops(cuda_be *c) {
   const void *preq = NULL; /* buffer whose int8 quantization the previous kernel left in c->xq */
   int preq_n = 0;
   const void *redir_x = NULL; /* gu_norm_fusable: x + a of the residual redir_x is in redir_src */
   const float *redir_src = NULL;
+  bool predn = false; /* c->xq is un-normalized (cu_mlp_dnorm): the rms of dn_dim, dn_eps is applied by its reader */
+  int dn_dim = 0;
+  float dn_eps = 0.f;
   for (int i = 0; i < c->n_ops;) {
     const cu_op *o = &c->ops[i];
     const void *pre = preq;
     const int pre_n = preq_n;
+    const bool pre_dn = predn;
     preq = NULL;
+    predn = false;
     if (o->type == OP_RMSNORM) {
       const bool q = norm_feeds_q4(c, i);
       prof_begin(c);
@@ -1112,21 +1178,9 @@ static void exec_ops(cuda_be *c) {
     }
     if (o->type == OP_MATMUL && cu_use_matvec((const cu_weight *)o->p3, o->n)) {
       const bool pq = pre == o->p1 && pre_n == o->n && ((const cu_weight *)o->p3)->kind == CW_Q4;
-      const cu_weight *ws[3] = { (const cu_weight *)o->p3 };
-      float *ys[3] = { (float *)o->p2 };
-      int nw = 1;
-      while (nw < 3 && i + nw < c->n_ops) {
-        const cu_op *p = &c->ops[i + nw];
-        if (p->type != OP_MATMUL || p->p1 != o->p1 || p->n != o->n || p->p2 == o->p1) break;
-        const cu_weight *pw = (const cu_weight *)p->p3;
-        if (!cu_matvec_compatible(ws[0], pw)) break;
-        bool alias = false;
-        for (int k = 0; k < nw; k++) alias |= ys[k] == (float *)p->p2;
-        if (alias) break;
-        ws[nw] = pw;
-        ys[nw] = (float *)p->p2;
-        nw++;
-      }
+      const cu_weight *ws[3];
+      float *ys[3];
+      const int nw = mm_group(c, i, ws, ys);
       /* gate/up pair whose silu(gate)*up only feeds the next (CW_Q4) matvec: the gate/up kernel
        * writes it quantized (c->xq2) and the down projection reads that */
       const bool mlp = pq && nw == 2 && !g_cu_skip && i + 3 < c->n_ops && c->ops[i + 3].type == OP_MATMUL &&
@@ -1164,10 +1218,13 @@ static void exec_ops(cuda_be *c) {
       }
       if (nw > 1 || pq) {
         prof_begin(c);
-        const int role = nw == 3 ? CU_Q4_QKV : nw == 2 ? CU_Q4_GU : nw == 1 && ws[0]->rows >= 32768 ? CU_Q4_LM : nw == 1 ? CU_Q4_O : -1;
+        const int role = mm_role(ws, nw);
         const int sk = role == CU_Q4_QKV ? 4 : role == CU_Q4_O ? 8 : role == CU_Q4_GU ? 16 : role == CU_Q4_LM ? 64 : 0;
         if (pq && ((g_cu_skip & sk) || ((g_sk2 & 2) && role == CU_Q4_QKV) || ((g_sk2 & 8) && role == CU_Q4_O))) { /* diagnostic: not launched */ }
-        else if (pq) cu_q4_matvec_preq(ws, ys, nw, o->n, c->xq, c->s, NULL, NULL, role);
+        else if (pq) {
+          if (pre_dn) cu_q4_set_dnorm(c->ssp, dn_dim / 32, dn_eps, dn_dim); /* mlp_dnorm_fusable: k_mvq4 */
+          cu_q4_matvec_preq(ws, ys, nw, o->n, c->xq, c->s, NULL, NULL, role);
+        }
         else cu_matvec_multi(ws, ys, nw, (const float *)o->p1, o->n, c->xq, c->s, c->n_sm);
         if (c->prof) {
           char lab[64];
@@ -1209,6 +1266,23 @@ static void exec_ops(cuda_be *c) {
       const bool order = sl->p1 == g->p2;
       const cu_op *go = order ? g : u, *uo = order ? u : g;
       cu_gu_norm nm = { (const float *)o->p0, (const float *)o->p1, (const float *)nr->p2, nr->f1, nr->f0, (float *)nr->p0 };
+      if (mlp_dnorm_fusable(c, i)) { /* and the add + rmsnorm after it, the rms applied by q/k/v */
+        const cu_op *nr2 = &c->ops[i + 7];
+        cu_mlp_dnorm dz = { (float *)o->p0, (const float *)nr2->p2, nr2->f1, c->xq, c->ssp };
+        prof_begin(c);
+        const bool ran = cu_q4_mlp((const cu_weight *)go->p3, (const cu_weight *)uo->p3, (const cu_weight *)dn->p3,
+                                   (float *)go->p2, (float *)uo->p2, (float *)dn->p2, NULL, c->xq2, c->s, &nm, NULL, &dz);
+        prof_end(c, "fused add+rmsnorm+mlp+add+quant");
+        if (ran) {
+          preq = nr2->p0;
+          preq_n = 1;
+          predn = true;
+          dn_dim = nr2->i0;
+          dn_eps = nr2->f0;
+          i += 8;
+          continue;
+        }
+      }
       prof_begin(c);
       const bool ran = cu_q4_mlp((const cu_weight *)go->p3, (const cu_weight *)uo->p3, (const cu_weight *)dn->p3,
                                  (float *)go->p2, (float *)uo->p2, (float *)dn->p2, NULL, c->xq2, c->s, &nm);
@@ -1280,6 +1354,30 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
+static void tl_mark(cuda_be *c, int e) {
+  if (!c->tl) return;
+  const int k = c->feed_next;
+  if (e == 0)
+    for (int i = 0; i < 6; i++) c->tl_rec[k][i] = false;
+  cudaEventRecord(c->tle[k][e], c->s);
+  c->tl_rec[k][e] = true;
+}
+/* after the token of slot k is in: add its step's segments; the period runs to the next step's
+ * upload (recorded before this wait) */
+static void tl_collect(cuda_be *c, int k) {
+  if (!c->tl) return;
+  for (int i = 0; i < 6; i++)
+    if (!c->tl_rec[k][i]) return;
+  if (!c->tl_rec[1 - k][0]) return;
+  float t[6];
+  for (int i = 0; i < 5; i++)
+    if (cudaEventElapsedTime(&t[i], c->tle[k][i], c->tle[k][i + 1]) != cudaSuccess) { cudaGetLastError(); return; }
+  cudaEventSynchronize(c->tle[1 - k][0]);
+  if (cudaEventElapsedTime(&t[5], c->tle[k][0], c->tle[1 - k][0]) != cudaSuccess || t[5] <= 0) { cudaGetLastError(); return; }
+  for (int i = 0; i < 6; i++) c->tl_sum[i] += t[i];
+  c->tl_n++;
+}
+
 static void flush(cuda_be *c) {
   if (!c->rec) return;
   c->rec = false;
@@ -1297,7 +1395,9 @@ static void flush(cuda_be *c) {
       g->last_use = c->tick;
       c->st_graph_launch++;
       if (c->stats) cudaEventRecord(c->se0, c->s);
+      tl_mark(c, 2);
       ck(c, cudaGraphLaunch(g->exec, c->s), "graph launch");
+      tl_mark(c, 3);
       if (c->stats) {
         cudaEventRecord(c->se1, c->s);
         c->st_pending = 1;
@@ -1421,6 +1521,7 @@ static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, i
   stats_collect(c); /* the step ends here, as at a download */
   return st;
 }
+int g_cu_gsample_count = 0; /* greedy sample_async calls that took the in-graph argmax (tests) */
 static smelt_status be_sample_async(sm_backend *be, const float *logits, int n_rows, int vocab,
                                     const sm_sample_req *req, int *slot) {
   cuda_be *c = CB(be);
@@ -1437,14 +1538,47 @@ static smelt_status be_sample_async(sm_backend *be, const float *logits, int n_r
   const int k = c->feed_next;
   if (c->feed_live[k]) return sm_err(SMELT_ERR_INVALID, "cuda: two sample_async results not waited for");
   if (!c->d_meta) return sm_err(SMELT_ERR_INVALID, "cuda: sample_async before any batch");
-  flush(c);
   /* the token slot of the batch metadata (section 0, see be_set_batch): the next step's input */
   c->d_feed = c->d_meta;
+  int ncand = 0;
+  if (c->gsample && c->rec && n_rows >= 1 && req->row >= 0 && req->row < n_rows && req->n_pen == 0 &&
+      sm_sample_plan(req->temperature, req->top_k, req->top_p, vocab, &ncand) == SM_SAMPLE_GREEDY) {
+    /* greedy: the argmax joins the recorded forward (one graph with it), the token is written to
+     * the next step's input and to the mapped pinned slot: no separate launch, no download */
+    if (!c->am_cnt) {
+      if (cudaMalloc(&c->am_pv, sizeof(float) * CU_ARGMAX_SCRATCH) != cudaSuccess ||
+          cudaMalloc(&c->am_pi, sizeof(int) * CU_ARGMAX_SCRATCH) != cudaSuccess ||
+          cudaMalloc(&c->am_cnt, sizeof(unsigned)) != cudaSuccess || cudaMemset(c->am_cnt, 0, sizeof(unsigned)) != cudaSuccess) {
+        cudaGetLastError();
+        return sm_err(SMELT_ERR_OOM, "cuda: argmax scratch");
+      }
+    }
+    cu_op o;
+    memset(&o, 0, sizeof o);
+    o.type = OP_ARGMAX;
+    o.p0 = logits + (size_t)req->row * (size_t)vocab;
+    o.p1 = c->d_feed;
+    o.p2 = c->h_feed + k;
+    o.i0 = vocab;
+    submit(c, &o);
+    flush(c);
+    g_cu_gsample_count++;
+    tl_mark(c, 4);
+    if (!ck(c, cudaEventRecord(c->feed_ev[k], c->s), "event")) return SMELT_ERR_BACKEND;
+    tl_mark(c, 5);
+    c->feed_live[k] = true;
+    c->feed_next = 1 - k;
+    *slot = k;
+    return SMELT_OK;
+  }
+  flush(c);
   smelt_status st = cu_sample(logits, n_rows, vocab, req, 1, NULL, c->s, c->dev, c->d_feed);
   if (st) return st;
+  tl_mark(c, 4);
   if (!ck(c, cudaMemcpyAsync(c->h_feed + k, c->d_feed, 4, cudaMemcpyDeviceToHost, c->s), "token download") ||
       !ck(c, cudaEventRecord(c->feed_ev[k], c->s), "event"))
     return SMELT_ERR_BACKEND;
+  tl_mark(c, 5);
   c->feed_live[k] = true;
   c->feed_next = 1 - k;
   *slot = k;
@@ -1456,6 +1590,7 @@ static smelt_status be_sample_wait(sm_backend *be, int slot, int32_t *token) {
   c->feed_live[slot] = false;
   if (!ck(c, cudaEventSynchronize(c->feed_ev[slot]), "sample wait")) return SMELT_ERR_BACKEND;
   *token = c->h_feed[slot];
+  tl_collect(c, slot);
   return SMELT_OK;
 }
 /* ===== end of the sample op ===== */
@@ -1625,11 +1760,13 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
   if (feed && (c->d_feed != c->d_meta || n != 1))
     return sm_err(SMELT_ERR_INVALID, "cuda: feed_token needs a one-token batch after a sample_async");
   const size_t from = feed ? o_pos : 0;
+  tl_mark(c, 0);
   if (!ck(c, cudaMemcpyAsync(c->d_meta + from, h + from, (used - from) * 4, cudaMemcpyHostToDevice, c->s),
           "batch upload"))
     return SMELT_ERR_BACKEND;
   cudaEventRecord(c->meta_ev, c->s);
   c->meta_ev_live = true;
+  tl_mark(c, 1);
   c->n_ops = 0;
   c->rec = (c->graphs_on || c->prof) && n > 0 && n <= GRAPH_MAX_TOKENS; /* profile: record, run eagerly */
   return SMELT_OK;
@@ -1661,7 +1798,8 @@ static void be_matmul(sm_backend *be, const sm_weight *w, const float *x, int n,
     const size_t old = c->glu_cnt_cap;
     if (!ensure_buf(c, &c->xq, &c->xq_cap, cu_q4_scratch_bytes(n, cw->cols)) ||
         !ensure_buf(c, &c->xq2, &c->xq2_cap, cu_q4_scratch_bytes(n, cw->cols)) ||
-        !ensure_buf(c, (void **)&c->glu_cnt, &c->glu_cnt_cap, sizeof(int) * (size_t)(cw->rows / 32 + 1)))
+        !ensure_buf(c, (void **)&c->glu_cnt, &c->glu_cnt_cap, sizeof(int) * (size_t)(cw->rows / 32 + 1)) ||
+        !ensure_buf(c, (void **)&c->ssp, &c->ssp_cap, sizeof(float) * (size_t)(cw->cols / 32 + 1)))
       return;
     if (c->glu_cnt_cap != old && !ck(c, cudaMemset(c->glu_cnt, 0, c->glu_cnt_cap), "gate/up counters")) return;
   }
@@ -1877,12 +2015,17 @@ static void be_destroy(sm_backend *be) {
   if (c->xq) cudaFree(c->xq);
   if (c->xq2) cudaFree(c->xq2);
   if (c->glu_cnt) cudaFree(c->glu_cnt);
+  if (c->ssp) cudaFree(c->ssp);
   if (c->deq) cudaFree(c->deq);
   if (c->d_meta) cudaFree(c->d_meta);
   if (c->h_meta) cudaFreeHost(c->h_meta);
   if (c->blas) cublasDestroy(c->blas);
   if (c->blas_ws) cudaFree(c->blas_ws);
   if (c->meta_ev) cudaEventDestroy(c->meta_ev);
+  if (c->am_cnt) { cudaFree(c->am_pv); cudaFree(c->am_pi); cudaFree(c->am_cnt); }
+  if (c->tl)
+    for (int k = 0; k < 2; k++)
+      for (int i = 0; i < 6; i++) cudaEventDestroy(c->tle[k][i]);
   if (c->h_feed) {
     cudaFreeHost(c->h_feed);
     cudaEventDestroy(c->feed_ev[0]);
@@ -1976,6 +2119,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
 #endif
   const char *no = getenv("SMELT_CUDA_NORMOUT");
   g_cu_normout = no && no[0] == '1';
+  const char *ast = getenv("SMELT_CUDA_ATTN_STG");
+  if (ast) g_cu_attn_stg = atoi(ast) < 0 ? 0 : atoi(ast) > 2 ? 2 : atoi(ast);
   const char *ah = getenv("SMELT_CUDA_ATTN_HOIST");
   g_cu_attn_hoist = !(ah && ah[0] == '0');
   const char *mvt = getenv("SMELT_CUDA_MVT"), *mvtkb = getenv("SMELT_CUDA_MVT_KB"), *mvtb = getenv("SMELT_CUDA_MVT_BPS");
@@ -1992,6 +2137,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_mlp = mlpe ? atoi(mlpe) : 2;
   const char *mlpb = getenv("SMELT_CUDA_MLP_BAR");
   g_cu_mlp_bar = mlpb ? atoi(mlpb) : 1;
+  const char *dnz = getenv("SMELT_CUDA_DNORM");
+  g_cu_dnorm = !(dnz && dnz[0] == '0');
   const char *guq = getenv("SMELT_CUDA_GUQ"), *guqn = getenv("SMELT_CUDA_GUQ_NORM");
   g_cu_guq = guq ? atoi(guq) : -1;
   g_cu_guq_norm = guqn ? atoi(guqn) : 0;
@@ -2043,6 +2190,14 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   }
   const char *pd = getenv("SMELT_CUDA_PDL");
   g_cu_pdl = !(pd && pd[0] == '0');
+  const char *gs = getenv("SMELT_CUDA_GSAMPLE");
+  c->gsample = !(gs && gs[0] == '0');
+  const char *tle = getenv("SMELT_CUDA_TL");
+  if (tle && tle[0] == '1') {
+    c->tl = 1;
+    for (int k = 0; k < 2; k++)
+      for (int i = 0; i < 6; i++) cudaEventCreate(&c->tle[k][i]);
+  }
   const char *se = getenv("SMELT_CUDA_STATS");
   if (se && strcmp(se, "0")) {
     c->stats = 1;

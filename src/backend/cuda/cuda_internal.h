@@ -153,6 +153,21 @@ struct cu_mlp_qkv {
   const float *nw;
   float off, eps;
 };
+/* dnorm (with norm, without qkv; SMELT_CUDA_DNORM, default on where cu_q4_mlp_dnorm_ok): the residual
+ * add and the next rmsnorm after down, deferred: xres receives x = (x + a) + y, xq (cu_q4_scratch_bytes(1,
+ * K)) the int8 x of x * (w + off) NOT divided by its rms, ssp[0 .. K / 32) partial sums of x^2; a
+ * k_mvq4 launch of that xq after cu_q4_set_dnorm(ssp, K / 32, eps, K) applies 1 / rms to its outputs
+ * (cu_q4_dnorm_ok: the matvecs run on k_mvq4) */
+struct cu_mlp_dnorm {
+  float *xres;
+  const float *w;
+  float off;
+  void *xq;
+  float *ssp;
+};
+bool cu_q4_mlp_dnorm_ok(const cu_weight *g, const cu_weight *u, const cu_weight *d);
+void cu_q4_set_dnorm(const float *ssp, int nss, float eps, int dim); /* for the next k_mvq4 launch (n = 1) */
+bool cu_q4_dnorm_ok(const cu_weight *const *ws, int nw, int role);
 /* Buffers: x, a, hout, y, gy, uy, xres and the y3 are distinct (xres may be x), 16-byte aligned.
  * cu_mlp_claim: whether stream s may launch k_mlp1 on the current device (the first stream that
  * asks, until cu_mlp_release(s)) */
@@ -161,7 +176,8 @@ void cu_mlp_release(cudaStream_t s);
 bool cu_q4_mlp_ok(const cu_weight *gate, const cu_weight *up, const cu_weight *down, int n);
 bool cu_q4_mlp_qkv_ok(const cu_weight *gate, const cu_weight *const *qkv);
 bool cu_q4_mlp(const cu_weight *gate, const cu_weight *up, const cu_weight *down, float *gy, float *uy, float *y,
-               const void *xq, void *hq, cudaStream_t s, const cu_gu_norm *norm = NULL, const cu_mlp_qkv *qkv = NULL);
+               const void *xq, void *hq, cudaStream_t s, const cu_gu_norm *norm = NULL, const cu_mlp_qkv *qkv = NULL,
+               const cu_mlp_dnorm *dn = NULL);
 /* dequantize/convert rows [r0, r0+nr) of w to bf16 [nr][cols] (or to f16 when to_f16) */
 void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s);
 /* one row (token) of an embedding, dequantized to float */
@@ -195,5 +211,12 @@ void cu_attn_decode(float *out, void *xq, float *part, int *cnt, const float *q,
  * are written there instead and it returns without waiting. Scratch is kept per device (dev). */
 smelt_status cu_sample(const float *logits, int n_rows, int vocab, const sm_sample_req *req, int n_req,
                        int32_t *out_tokens, cudaStream_t s, int dev, int32_t *dev_dst = NULL);
+/* The greedy token of one logits row (as cu_sample for a greedy request without penalties) in one
+ * launch, so that a decode graph can hold it: written to dev_dst[0] and, when not NULL, host_dst[0]
+ * (mapped pinned memory). Scratch owned by the caller, fixed while a graph refers to it: pv / pi of
+ * CU_ARGMAX_SCRATCH floats / ints, cnt one unsigned zeroed once (left zero). */
+#define CU_ARGMAX_SCRATCH 128
+void cu_argmax1(const float *logits, int V, float *pv, int *pi, unsigned *cnt, int32_t *dev_dst, int32_t *host_dst,
+                cudaStream_t s);
 
 #endif

@@ -84,6 +84,11 @@ struct mv_args {
   int bstart[4];
   int pf; /* k_mvq4, n = 1: bytes of its weight rows a block prefetches into L2 before the wait (-1: all) */
   int hint; /* k_mvq4 weight loads: ld_stream_h's h */
+  /* k_mvq4, n = 1, deferred rmsnorm (cu_q4_set_dnorm): x was quantized un-normalized and ssp[0..nss)
+   * hold partial sums of its squares: every output is scaled by 1 / sqrt(sum / dim + eps) */
+  const float *ssp;
+  int nss;
+  float dn_eps, dn_dim;
 };
 
 template <int BITS, int R, int N, int SBK>
@@ -649,6 +654,7 @@ __global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4
 #endif
   uint4 raw[UNR][RB];
   float2 p[UNR][RB];
+  float4 dn_v = make_float4(0.f, 0.f, 0.f, 0.f); /* deferred rmsnorm: this lane's share of the partial sums of squares */
   uint64_t pol = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if (a.hint == 3) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
@@ -669,6 +675,7 @@ __global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4
     }
     if (first) {
       pdl_wait();
+      if (N == 1 && a.ssp) dn_v = dn_load(a.ssp, a.nss, lane);
 #ifdef SMELT_CUDA_TRACE
       if (trk) {
         tr_m[33] = tr_now();
@@ -707,6 +714,12 @@ __global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4
   for (int r = 0; r < RB; r++)
 #pragma unroll
     for (int c = 0; c < N; c++) vals[r * N + c] = warp_sum(acc[r][c]);
+  if (N == 1 && a.ssp) { /* deferred rmsnorm: the same inverse as k_norm_q's in every warp */
+    if (tt >= V) dn_v = dn_load(a.ssp, a.nss, lane); /* lanes that had no vector */
+    const float inv = 1.0f / sqrtf(warp_sum(dn_sum(dn_v)) / a.dn_dim + a.dn_eps);
+#pragma unroll
+    for (int i = 0; i < RB * N; i++) vals[i] *= inv;
+  }
   if (tl == 5) {
     if (lane == 0) {
 #pragma unroll
@@ -1380,7 +1393,7 @@ static bool mvr_glu_launch(const cu_weight *const *ws, float *const *ys, const u
 #define TRM(k) do { } while (0)
 #endif
 int g_cu_mlp = 2; /* SMELT_CUDA_MLP: 0 off, 1, 2 (default: with the add + rmsnorm before it), 3 */
-int g_cu_mlp_count = 0, g_cu_mlp_qkv_count = 0; /* k_mlp1 launches, those with q/k/v (tests) */
+int g_cu_mlp_count = 0, g_cu_mlp_qkv_count = 0, g_cu_dnorm_count = 0; /* k_mlp1 launches, those with q/k/v, deferred norm (tests) */
 struct mlp_args {
   const uint4 *gq, *uq, *dq;
   const uint32_t *gsb, *usb, *dsb;
@@ -1405,6 +1418,16 @@ struct mlp_args {
   const uint32_t *qsb[3];
   float *qy[3];
   int qitems[3]; /* 64-row items of each (rows / 64) */
+  /* DNORM (with NORM, not QKV; dx != NULL): the residual add after down and the next norm's int8
+   * x, deferred: block b takes the down items 2b, 2b + 1 (rows 32b .. 32b + 31), then writes
+   * dx = hout + y for them, dq8 / dxs = their int8 quantization of dx * (dw + doff) (not divided by
+   * the rms) and dssp[b] = the sum of dx^2; the consumer scales by the rms (cu_q4_set_dnorm) */
+  float *dx;
+  const float *dw;
+  float doff;
+  uint8_t *dq8;
+  float2 *dxs;
+  float *dssp;
 };
 template <int VG, int VD, bool NORM, bool QKV>
 __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *__restrict__ xq,
@@ -1509,7 +1532,8 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
   if (m.split) blocks_arrive(m.bar);
   uint4 wd[VD];
   uint32_t pd[VD];
-  int e = blockIdx.x;
+  const bool dn = !QKV && m.dx != NULL;
+  int e = dn ? 2 * (int)blockIdx.x : (int)blockIdx.x;
   if (e < ndn) {
     const int64_t row = (int64_t)e * 16 + warp;
 #pragma unroll
@@ -1528,8 +1552,14 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
     xd[v] = __ldcg(m.hs + v);
   }
   __syncthreads();
-  for (; e < ndn; e += gridDim.x) {
-    const int en = e + gridDim.x;
+  float dh = 0.f, dwt = 0.f; /* DNORM, warp 0: x + a and the norm weight of the current pair's row lane */
+  for (int pi = 0; e < ndn; pi++) {
+    const int en = dn ? ((e & 1) ? e - 1 + 2 * (int)gridDim.x : e + 1) : e + (int)gridDim.x;
+    if (dn && !(e & 1) && warp == 0) {
+      const int r = 16 * e + lane;
+      dh = __ldcg(m.hout + r); /* used after the pair: the loads stay in flight */
+      dwt = __ldg(m.dw + r);
+    }
     float acc = 0.f;
 #pragma unroll
     for (int k = 0; k < VD; k++) {
@@ -1546,6 +1576,34 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
     }
     const float t = warp_sum(acc);
     if (lane == 0) m.y[(int64_t)e * 16 + warp] = t;
+    if (dn) {
+      float *hb = &hsm[(pi >> 1) & 1][0]; /* alternate pairs: warp 0 may still read the last one */
+      if (lane == 0) hb[(e & 1) * 16 + warp] = t;
+      if (e & 1) {
+        __syncthreads();
+        if (warp == 0) { /* the pair's 32 rows: as the add + k_norm_q would, without 1 / rms */
+          const int j = e >> 1;
+          const float v = dh + hb[lane], tv = v * (dwt + m.doff);
+          m.dx[32 * j + lane] = v;
+          float am = fabsf(tv), sum = tv, ss = v * v;
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) {
+            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+          }
+          int qi = am > 0.f ? __float2int_rn(tv * (127.f / am)) : 0;
+          qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+          const int jj = lane >> 3, e8 = lane & 7;
+          m.dq8[(int64_t)j * 32 + (2 * jj + (e8 & 1)) * 4 + (e8 >> 1)] = (uint8_t)(int8_t)qi;
+          if (lane == 0) {
+            m.dxs[j] = make_float2(am * (1.f / 127.f), sum);
+            m.dssp[j] = ss;
+          }
+        }
+      }
+    }
+    e = en;
   }
   if (threadIdx.x == 0) TRM(5);
   if (QKV) {
@@ -1694,9 +1752,19 @@ bool cu_q4_mlp_qkv_ok(const cu_weight *g, const cu_weight *const *qkv) {
   }
   return true;
 }
+int g_cu_dnorm = 1; /* SMELT_CUDA_DNORM=0: the add + rmsnorm after k_mlp1 as its own kernel */
+bool cu_q4_mlp_dnorm_ok(const cu_weight *g, const cu_weight *u, const cu_weight *d) {
+  if (!g_cu_dnorm || !cu_q4_mlp_ok(g, u, d, 1)) return false;
+  const int grid = g->cols == 4096 ? mlp_grid<4, 14>() : mlp_grid<2, 8>();
+  const int ndn = (int)(g->cols / 16);
+  /* the pairs of down items take no more rounds of the grid than single items */
+  return grid > 0 && ndn % 2 == 0 && 2 * ((ndn / 2 + grid - 1) / grid) == (ndn + grid - 1) / grid;
+}
 bool cu_q4_mlp(const cu_weight *g, const cu_weight *u, const cu_weight *d, float *gy, float *uy, float *y,
-               const void *xqv, void *hqv, cudaStream_t s, const cu_gu_norm *norm, const cu_mlp_qkv *qkv) {
+               const void *xqv, void *hqv, cudaStream_t s, const cu_gu_norm *norm, const cu_mlp_qkv *qkv,
+               const cu_mlp_dnorm *dnm) {
   if (!cu_q4_mlp_ok(g, u, d, 1)) return false;
+  if (dnm && (qkv || !norm || !norm->hout || !cu_q4_mlp_dnorm_ok(g, u, d))) return false;
   if (norm && (((uintptr_t)norm->x | (uintptr_t)norm->a | (uintptr_t)norm->w | (uintptr_t)norm->hout) & 15)) return false;
   if (qkv && (!norm || !norm->hout || !cu_q4_mlp_qkv_ok(g, qkv->w) || (((uintptr_t)qkv->xres | (uintptr_t)qkv->nw) & 15)))
     return false;
@@ -1719,6 +1787,12 @@ bool cu_q4_mlp(const cu_weight *g, const cu_weight *u, const cu_weight *d, float
   m.off = norm ? norm->off : 0.f; m.eps = norm ? norm->eps : 0.f; m.hout = norm ? norm->hout : NULL;
   m.bar2 = NULL; m.xres = NULL; m.nw1 = NULL; m.off1 = m.eps1 = 0.f;
   for (int i = 0; i < 3; i++) { m.qq[i] = NULL; m.qsb[i] = NULL; m.qy[i] = NULL; m.qitems[i] = 0; }
+  m.dx = dnm ? dnm->xres : NULL;
+  m.dw = dnm ? dnm->w : NULL;
+  m.doff = dnm ? dnm->off : 0.f;
+  m.dq8 = dnm ? (uint8_t *)dnm->xq : NULL;
+  m.dxs = dnm ? (float2 *)((uint8_t *)dnm->xq + (size_t)g->cols) : NULL;
+  m.dssp = dnm ? dnm->ssp : NULL;
   if (qkv) {
     m.bar2 = (unsigned *)(s_mvt_ctr[dev] + 2 * (s_mvt_next[dev]++ % MVT_CTR_PAIRS));
     m.xres = qkv->xres; m.nw1 = qkv->nw; m.off1 = qkv->off; m.eps1 = qkv->eps;
@@ -1742,6 +1816,7 @@ bool cu_q4_mlp(const cu_weight *g, const cu_weight *u, const cu_weight *d, float
 #undef MLP_GO
   g_cu_mlp_count++;
   if (qkv) g_cu_mlp_qkv_count++;
+  if (dnm) g_cu_dnorm_count++;
   return true;
 }
 
@@ -2034,6 +2109,9 @@ int g_cu_q4hint = 1; /* SMELT_CUDA_Q4HINT: k_mvq4 weight load hint (ld_stream_h;
 static bool s_no_mvt; /* the next q4_launch_n runs k_mvq4 for n = 1 too */
 static int s_role = -1; /* CU_Q4_* role of the next q4_launch_n (-1 none) */
 static int s_q4_pf; /* mv_args.pf of the next launch_q4 (set by the role-aware launchers) */
+static const float *s_dn_ssp; /* deferred rmsnorm of the next launch_q4 (cu_q4_set_dnorm) */
+static int s_dn_nss;
+static float s_dn_eps, s_dn_dim;
 template <int N, int RB, int UNR, int MINB = 1>
 static void launch_q4(const cu_weight *const *ws, float *const *ys, int nw, const uint4 *xq, const float2 *xs, int n,
                       int tl, cudaStream_t s, const glu_args &glu) {
@@ -2041,6 +2119,13 @@ static void launch_q4(const cu_weight *const *ws, float *const *ys, int nw, cons
   mv_args a = make_args(ws, ys, nw, (128 >> tl) * RB, &tiles);
   a.pf = N == 1 ? s_q4_pf : 0;
   a.hint = g_cu_q4hint;
+  if (N == 1 && s_dn_ssp) {
+    a.ssp = s_dn_ssp;
+    a.nss = s_dn_nss;
+    a.dn_eps = s_dn_eps;
+    a.dn_dim = s_dn_dim;
+  }
+  s_dn_ssp = NULL;
   const int nch = (n + N - 1) / N;
   const int gs = ws[0]->gs, lg = gs == 32 ? 0 : gs == 64 ? 1 : 2;
   cu_launch(k_mvq4<N, RB, UNR, MINB>, dim3(tiles * (unsigned)nch), dim3(128), 0, s, a, xq, xs, (int)ws[0]->cols, lg,
@@ -2471,6 +2556,19 @@ void cu_q4_matvec_preq(const cu_weight *const *ws, float *const *ys, int nw, int
   q4_launch_n(ws, ys, nw, q4, xs, n, q4_tl(V, n, rb, M, role), rb, s, g);
   s_role = -1;
   s_q4_pf = 0;
+}
+
+void cu_q4_set_dnorm(const float *ssp, int nss, float eps, int dim) {
+  s_dn_ssp = ssp;
+  s_dn_nss = nss;
+  s_dn_eps = eps;
+  s_dn_dim = (float)dim;
+}
+bool cu_q4_dnorm_ok(const cu_weight *const *ws, int nw, int role) {
+  if (nw < 1 || nw > 3 || ws[0]->kind != CW_Q4 || ws[0]->cols > 4096 || ws[0]->cols % 128) return false; /* dn_load */
+  if (mvr_launch(ws, NULL, nw, NULL, NULL, role, 0, true)) return false;
+  const int r = role >= 0 && role < CU_Q4_ROLES ? role : CU_Q4_ROLES;
+  return !((g_cu_mvt >> r) & 1);
 }
 
 static bool mvr_glu_ok(const cu_weight *g, const cu_weight *u) {

@@ -10,6 +10,14 @@ static __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+/* deferred rmsnorm: this lane's share of the n (<= 128, n % 4 == 0) partial sums of squares, one
+ * float4; requested right after a wait and summed (dn_sum) only where used, so that the load stays
+ * in flight meanwhile. warp_sum(dn_sum) is the same in every warp and lane */
+static __device__ __forceinline__ float4 dn_load(const float *__restrict__ ssp, int n, int lane) {
+  return 4 * lane < n ? __ldcg((const float4 *)ssp + lane) : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+static __device__ __forceinline__ float dn_sum(const float4 v) { return (v.x + v.y) + (v.z + v.w); }
+
 static __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned *p) {
   unsigned v;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700

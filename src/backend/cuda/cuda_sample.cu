@@ -64,8 +64,11 @@ static __device__ __forceinline__ void warp_best(float &bv, int &bi) {
 
 /* grid (nsplit, n_req): block b of row r covers [b*chunk, (b+1)*chunk) (chunk % 4 == 0) */
 /* direct != NULL: one greedy row without penalties, given by pointer (no request upload) */
+/* out2 != NULL: the token is also stored there (mapped pinned host memory; one row) */
 static __global__ void __launch_bounds__(ARG_T) k_argmax(const dreq *rq, const float *direct, int V, int nsplit,
-                                                         int chunk, float *pv, int *pi, unsigned *cnt, int32_t *out) {
+                                                         int chunk, float *pv, int *pi, unsigned *cnt, int32_t *out,
+                                                         int32_t *out2) {
+  pdl_wait(); /* launched with cu_launch (cu_argmax1): the logits come from the previous kernel */
   const int r = blockIdx.y;
   if (!direct && rq[r].mode != SM_SAMPLE_GREEDY) return;
   const float *x = direct ? direct : rq[r].src;
@@ -120,6 +123,7 @@ static __global__ void __launch_bounds__(ARG_T) k_argmax(const dreq *rq, const f
   warp_best(bv, bi);
   if (l == 0) {
     out[r] = bi == INT_MAX ? 0 : bi;
+    if (out2) out2[r] = bi == INT_MAX ? 0 : bi;
     cnt[r] = 0; /* ready for the next call */
   }
 }
@@ -326,7 +330,7 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
     nsplit = (V + chunk - 1) / chunk;
     k_argmax<<<dim3((unsigned)nsplit, 1u), ARG_T, 0, s>>>(NULL, logits + (size_t)req[0].row * Vz, V, nsplit, chunk,
                                                           (float *)x->pv.p, (int *)x->pi.p, (unsigned *)x->cnt.p,
-                                                          dev_dst ? dev_dst : (int32_t *)x->d_out.p);
+                                                          dev_dst ? dev_dst : (int32_t *)x->d_out.p, (int32_t *)NULL);
     if ((ce = cudaGetLastError()) != cudaSuccess) return cuerr(ce, "launch");
     if (dev_dst) return SMELT_OK;
     if ((ce = cudaMemcpyAsync(x->h_out.p, x->d_out.p, sizeof(int32_t), cudaMemcpyDeviceToHost, s)) != cudaSuccess)
@@ -391,7 +395,7 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
     int chunk = (((V + nsplit - 1) / nsplit) + 3) & ~3;
     nsplit = (V + chunk - 1) / chunk;
     k_argmax<<<dim3((unsigned)nsplit, (unsigned)n_req), ARG_T, 0, s>>>(dq, NULL, V, nsplit, chunk, (float *)x->pv.p,
-                                                                        (int *)x->pi.p, (unsigned *)x->cnt.p, d_out);
+                                                                        (int *)x->pi.p, (unsigned *)x->cnt.p, d_out, (int32_t *)NULL);
   }
   for (int i = 0; i < n_req; i++) {
     if (h[i].mode != SM_SAMPLE_SORTED) continue;
@@ -434,4 +438,19 @@ smelt_status cu_sample(const float *logits, int n_rows, int vocab, const sm_samp
   st = run(x, logits, vocab, req, n_req, out_tokens, s, dev_dst);
   pthread_mutex_unlock(&x->mu);
   return st;
+}
+
+/* one greedy row without penalties in one kernel, for a decode graph (cu_argmax1 in cuda_internal.h) */
+static_assert(CU_ARGMAX_SCRATCH >= ARG_MAX_SPLIT, "argmax scratch");
+int cu_argmax_split(int V, int *chunk) {
+  int nsplit = SM_MIN(ARG_MAX_SPLIT, SM_MAX(1, (V + ARG_CHUNK - 1) / ARG_CHUNK));
+  *chunk = (((V + nsplit - 1) / nsplit) + 3) & ~3;
+  return (V + *chunk - 1) / *chunk;
+}
+void cu_argmax1(const float *logits, int V, float *pv, int *pi, unsigned *cnt, int32_t *dev_dst, int32_t *host_dst,
+                cudaStream_t s) {
+  int chunk = 0;
+  const int nsplit = cu_argmax_split(V, &chunk);
+  cu_launch(k_argmax, dim3((unsigned)nsplit, 1u), dim3(ARG_T), 0, s, (const dreq *)NULL, logits, V, nsplit, chunk, pv,
+            pi, cnt, dev_dst, host_dst);
 }
