@@ -368,7 +368,7 @@ static void decode_run(smelt_model *m, const int32_t *ids, int n_ids, float temp
   sm_engine_free(e);
   unsetenv("SMELT_PIPELINE");
 }
-extern int g_cu_gsample_count;
+extern int g_cu_gsample_count, g_cu_gmeta_count;
 static void test_pipelined_decode(void) {
   char dir[256];
   snprintf(dir, sizeof dir, "/tmp/smelt-cuda-pipe-%d", (int)getpid());
@@ -390,8 +390,10 @@ static void test_pipelined_decode(void) {
         dec_rec a = { .stop_at = stops[si] }, b = { .stop_at = stops[si] }, a2 = { 0 }, b2 = { 0 };
         int32_t fa[128], fb[128];
         int la = 0, lb = 0;
-        const int gs0 = g_cu_gsample_count;
+        const int gs0 = g_cu_gsample_count, gm0 = g_cu_gmeta_count;
         decode_run(m, ids, 6, temps[ti], true, &a, &a2, fa, &la);
+        /* fed steps pass their batch metadata as kernel parameters of the graph (OP_META) */
+        CHECK(g_cu_gmeta_count > gm0, "T %g: no OP_META step", temps[ti]);
         /* greedy pipelined steps sample inside the decode graph (OP_ARGMAX, mapped token slot) */
         CHECK((g_cu_gsample_count > gs0) == (temps[ti] == 0.f), "T %g: in-graph argmax used %d times", temps[ti],
               g_cu_gsample_count - gs0);

@@ -26,8 +26,16 @@
 
 enum {
   OP_EMBED, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_KVSTORE, OP_ATTN, OP_SILU, OP_GELU, OP_ADD, OP_ADDROWS,
-  OP_SCALE, OP_SOFTCAP, OP_GATHER, OP_ARGMAX
+  OP_SCALE, OP_SOFTCAP, OP_GATHER, OP_ARGMAX, OP_META
 };
+
+/* OP_META: the batch metadata of a fed one-token step as kernel parameters (no upload): cnt[k]
+ * values to dst + off[k], taken in order from v */
+#define META_MAXV 960
+typedef struct {
+  int32_t off[5], cnt[5];
+  int32_t v[META_MAXV];
+} cu_meta_blob;
 
 typedef struct {
   int type, n;
@@ -43,6 +51,8 @@ typedef struct {
   cu_op *ops;
   cudaGraphExec_t exec;
   uint64_t last_use;
+  cudaGraph_t graph;          /* kept while meta_node refers to it */
+  cudaGraphNode_t meta_node;  /* its OP_META kernel, whose parameters each replay sets */
 } cu_graph;
 
 typedef struct {
@@ -108,6 +118,8 @@ typedef struct {
    * 0 before the batch upload, 1 after it, 2 / 3 around the graph, 4 after sampling, 5 after the
    * token download; tl_sum: upload, gap to the graph, graph, sampling, download, step period (ms) */
   int gsample; /* SMELT_CUDA_GSAMPLE=0: greedy sample_async as its own launch and a download */
+  int gmeta;   /* SMELT_CUDA_GMETA=0: fed steps upload their metadata instead of OP_META */
+  cu_meta_blob meta_blob; /* the current fed step's (OP_META) */
   int tl;
   cudaEvent_t tle[2][6];
   bool tl_rec[2][6];
@@ -209,6 +221,17 @@ static __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+/* no early trigger: kernels of the step read batch metadata before their own wait, so the next
+ * kernel starts only once this one has completed */
+__global__ void k_meta_set(int32_t *__restrict__ dst, const cu_meta_blob b) {
+  int base = 0;
+#pragma unroll
+  for (int k = 0; k < 5; k++) {
+    for (int i = threadIdx.x; i < b.cnt[k]; i += blockDim.x) dst[b.off[k] + i] = b.v[base + i];
+    base += b.cnt[k];
+  }
 }
 
 __global__ void k_rmsnorm(float *out, const float *x, const float *w, int dim, float eps, float off) {
@@ -736,6 +759,7 @@ static void graphs_clear(cuda_be *c) {
   cudaStreamSynchronize(c->s);
   for (int i = 0; i < N_GRAPHS; i++) {
     if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
+    if (c->graphs[i].graph) cudaGraphDestroy(c->graphs[i].graph);
     free(c->graphs[i].ops);
     memset(&c->graphs[i], 0, sizeof c->graphs[i]);
   }
@@ -897,6 +921,9 @@ static void exec_op_(cuda_be *c, const cu_op *o) {
   case OP_ADDROWS: k_add_rows<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, (const float *)o->p1, o->sz, o->i0); break;
   case OP_SCALE: k_scale<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, o->f0, o->sz); break;
   case OP_SOFTCAP: k_softcap<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, o->f0, o->sz); break;
+  case OP_META: /* p0 device metadata; the values are c->meta_blob (set per step, also in replays) */
+    k_meta_set<<<1, 256, 0, c->s>>>((int32_t *)o->p0, c->meta_blob);
+    break;
   case OP_ARGMAX: /* p0 logits row, p1 device token, p2 mapped host token, i0 vocab */
     cu_argmax1((const float *)o->p0, o->i0, c->am_pv, c->am_pi, c->am_cnt, (int32_t *)o->p1, (int32_t *)o->p2, c->s);
     break;
@@ -1394,6 +1421,16 @@ static void flush(cuda_be *c) {
     if (g->exec && g->hash == h && g->n_ops == c->n_ops && !memcmp(g->ops, c->ops, sizeof(cu_op) * (size_t)c->n_ops)) {
       g->last_use = c->tick;
       c->st_graph_launch++;
+      if (g->meta_node) { /* this step's metadata into the graph's OP_META kernel */
+        int32_t *dm = (int32_t *)c->ops[0].p0;
+        void *args[2] = { &dm, &c->meta_blob };
+        cudaKernelNodeParams kp = {};
+        kp.func = (void *)k_meta_set;
+        kp.gridDim = dim3(1);
+        kp.blockDim = dim3(256);
+        kp.kernelParams = args;
+        ck(c, cudaGraphExecKernelNodeSetParams(g->exec, g->meta_node, &kp), "metadata node");
+      }
       if (c->stats) cudaEventRecord(c->se0, c->s);
       tl_mark(c, 2);
       ck(c, cudaGraphLaunch(g->exec, c->s), "graph launch");
@@ -1423,7 +1460,24 @@ static void flush(cuda_be *c) {
     e = cudaStreamEndCapture(c->s, &graph);
   }
   if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
-  if (graph) cudaGraphDestroy(graph);
+  cudaGraphNode_t meta_node = NULL;
+  if (e == cudaSuccess && c->ops[0].type == OP_META) { /* find its kernel node (the graph is kept) */
+    size_t nn = 0;
+    cudaGraphGetNodes(graph, NULL, &nn);
+    cudaGraphNode_t *nodes = (cudaGraphNode_t *)calloc(nn ? nn : 1, sizeof *nodes);
+    if (nodes && cudaGraphGetNodes(graph, nodes, &nn) == cudaSuccess)
+      for (size_t i = 0; i < nn && !meta_node; i++) {
+        cudaGraphNodeType t;
+        cudaKernelNodeParams kp;
+        if (cudaGraphNodeGetType(nodes[i], &t) == cudaSuccess && t == cudaGraphNodeTypeKernel &&
+            cudaGraphKernelNodeGetParams(nodes[i], &kp) == cudaSuccess && kp.func == (void *)k_meta_set)
+          meta_node = nodes[i];
+      }
+    free(nodes);
+    cudaGetLastError();
+    if (!meta_node && exec) { cudaGraphExecDestroy(exec); exec = NULL; e = cudaErrorUnknown; }
+  }
+  if (graph && !meta_node) { cudaGraphDestroy(graph); graph = NULL; }
   if (e != cudaSuccess) {
     cudaGetLastError();
     c->graphs_on = false; /* capture unsupported here: run eagerly from now on */
@@ -1437,7 +1491,10 @@ static void flush(cuda_be *c) {
   }
   cu_graph *g = &c->graphs[slot];
   if (g->exec) { cudaStreamSynchronize(c->s); cudaGraphExecDestroy(g->exec); }
+  if (g->graph) cudaGraphDestroy(g->graph);
   free(g->ops);
+  g->graph = graph;
+  g->meta_node = meta_node;
   g->exec = exec;
   g->hash = h;
   g->n_ops = c->n_ops;
@@ -1689,6 +1746,7 @@ static void be_release_weight(sm_backend *be, sm_weight *w) {
   w->dev = NULL;
 }
 
+int g_cu_gmeta_count = 0; /* fed steps whose metadata went as OP_META parameters (tests) */
 static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
   cuda_be *c = CB(be);
   flush(c);
@@ -1761,14 +1819,36 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
     return sm_err(SMELT_ERR_INVALID, "cuda: feed_token needs a one-token batch after a sample_async");
   const size_t from = feed ? o_pos : 0;
   tl_mark(c, 0);
-  if (!ck(c, cudaMemcpyAsync(c->d_meta + from, h + from, (used - from) * 4, cudaMemcpyHostToDevice, c->s),
-          "batch upload"))
-    return SMELT_ERR_BACKEND;
-  cudaEventRecord(c->meta_ev, c->s);
-  c->meta_ev_live = true;
-  tl_mark(c, 1);
   c->n_ops = 0;
   c->rec = (c->graphs_on || c->prof) && n > 0 && n <= GRAPH_MAX_TOKENS; /* profile: record, run eagerly */
+  if (feed && c->gmeta && c->graphs_on && !c->prof && c->rec && (size_t)b->n_out + (size_t)n_tiles + 3 + nt <= META_MAXV) {
+    /* the values ride as kernel parameters of the step's first op (set again in each replay) */
+    cu_meta_blob *mb = &c->meta_blob;
+    const size_t offs[5] = { o_pos, o_seq, o_out, o_tiles, o_table };
+    const size_t cnts[5] = { 1, 1, (size_t)b->n_out, (size_t)n_tiles + 1, nt };
+    int k = 0;
+    for (int j = 0; j < 5; j++) {
+      mb->off[j] = (int32_t)offs[j];
+      mb->cnt[j] = (int32_t)cnts[j];
+      memcpy(mb->v + k, h + offs[j], cnts[j] * 4);
+      k += (int)cnts[j];
+    }
+    cu_op o;
+    memset(&o, 0, sizeof o);
+    o.type = OP_META;
+    o.p0 = c->d_meta;
+    o.i0 = b->n_out; o.i1 = n_tiles; o.i2 = (int)nt;
+    o.sz = sec;
+    submit(c, &o);
+    g_cu_gmeta_count++;
+  } else {
+    if (!ck(c, cudaMemcpyAsync(c->d_meta + from, h + from, (used - from) * 4, cudaMemcpyHostToDevice, c->s),
+            "batch upload"))
+      return SMELT_ERR_BACKEND;
+    cudaEventRecord(c->meta_ev, c->s);
+    c->meta_ev_live = true;
+  }
+  tl_mark(c, 1);
   return SMELT_OK;
 }
 
@@ -2190,6 +2270,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   }
   const char *pd = getenv("SMELT_CUDA_PDL");
   g_cu_pdl = !(pd && pd[0] == '0');
+  const char *gm = getenv("SMELT_CUDA_GMETA");
+  c->gmeta = !(gm && gm[0] == '0');
   const char *gs = getenv("SMELT_CUDA_GSAMPLE");
   c->gsample = !(gs && gs[0] == '0');
   const char *tle = getenv("SMELT_CUDA_TL");
