@@ -10,7 +10,8 @@
 #  same with the fusions kept on, see docs/benchmarks.md);
 #  mvq: n = 1 matvec microbenchmark per SW entry; mvrab: SMELT_CUDA_MVR / _MVR_GLU / _MLP A/B (8B, 1B);
 #  trace: the -DSMELT_CUDA_TRACE build's timeline of one 8B attention launch and one MLP launch (SW as above);
-#  kern: ctest cuda_kernels' binary alone; SW_TO / KERN_TO: per-run timeouts in s)
+#  kern: ctest cuda_kernels' binary alone; tl: SMELT_CUDA_TL step timelines of 8B / 1B 4-bit and 8B bf16;
+#  SW_TO / KERN_TO: per-run timeouts in s)
 # Needs the Debian packages in build-cudadeps/debs (see device_env.sh). Logs go to $OUT.
 set -o pipefail
 export SMELT_CUDA_STATS=1
@@ -82,6 +83,8 @@ for stage in "$@"; do
           env $ent timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | grep -E "decode |GPU" | sed "s/^/[1b $ent] /" | tee -a $OUT/bench.txt
         done
       done ;;
+    tl) # GPU timeline of the pipelined decode steps (SMELT_CUDA_TL=1): upload, graph, sampling, period
+      for sh in "8b 4" "1b 4" "8b 0"; do set -- $sh; SMELT_CUDA_TL=1 timeout 500 $B/smelt bench --synthetic $1 --bits $2 --device cuda --dir /tmp -p ${SW_P:-512} -n 128 2>&1 | grep -E "timeline|decode " | sed "s/^/[tl $1 bits $2] /" | tee -a $OUT/bench.txt; done ;;
     kern) (timeout ${KERN_TO:-240} $B/tests/cuda/test_cuda_kernels 2>&1 | tee $OUT/kern.log | grep -E "FAIL|checks" | tail -40) ;;
     nograph) SMELT_CUDA_GRAPHS=0 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 128 2>&1 | tee -a $OUT/bench.txt ;;
     *) echo "unknown stage $stage" ;;
