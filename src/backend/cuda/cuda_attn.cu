@@ -479,9 +479,11 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     __cluster_barrier_arrive(); /* release: the stores above */
     __cluster_barrier_wait();   /* acquire: every partial of this block's chunk */
     TRA(6);
-    if (warp == 0 && z < G * nq) {
+    const int cw = (cl & 2048) ? 4 : 1; /* warps that combine (SMELT_CUDA_ATTN_CW): a quarter of the partials each */
+    if (warp < cw && z < G * nq) {
       const int g = z / nq, d = (z % nq) * 32 + lane, h = kvh * G + g;
       float2 ml[4];
+      float wk[4];
       float M = -INFINITY, L = 0.f;
 #pragma unroll
       for (int k = 0; k < 4; k++) { /* P <= 128 */
@@ -496,16 +498,37 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
         const int q = lane + 32 * k;
         const float w = M == -INFINITY || ml[k].x == -INFINITY ? 0.f : expf(ml[k].x - M);
         L = fmaf(ml[k].y, w, L);
-        if (q < P) Rw[q] = w;
+        wk[k] = w;
+        if (cw == 1 && q < P) Rw[q] = w;
       }
 #pragma unroll
       for (int o2 = 16; o2 > 0; o2 >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o2);
-      __syncwarp();
       float o4[4] = { 0.f, 0.f, 0.f, 0.f };
-      for (int q = 0; q < P; q += 4)
+      if (cw == 1) {
+        __syncwarp();
+        for (int q = 0; q < P; q += 4)
 #pragma unroll
-        for (int u = 0; u < 4; u++) o4[u] = fmaf(Ra[(q + u) * 32 + lane], Rw[q + u], o4[u]);
-      const float o = (o4[0] + o4[1]) + (o4[2] + o4[3]);
+          for (int u = 0; u < 4; u++) o4[u] = fmaf(Ra[(q + u) * 32 + lane], Rw[q + u], o4[u]);
+      } else { /* this warp's 32 partials, their weights from lane q's register */
+        float wq = wk[0];
+#pragma unroll
+        for (int k = 1; k < 4; k++) wq = warp == k ? wk[k] : wq;
+#pragma unroll
+        for (int j = 0; j < 32; j += 4)
+#pragma unroll
+          for (int u = 0; u < 4; u++) {
+            const int q = 32 * warp + j + u;
+            const float wv = __shfl_sync(0xffffffffu, wq, j + u);
+            o4[u] = q < P ? fmaf(Ra[q * 32 + lane], wv, o4[u]) : o4[u];
+          }
+      }
+      float o = (o4[0] + o4[1]) + (o4[2] + o4[3]);
+      if (cw > 1) { /* the warps' sums meet in Qs (q is in registers by now) */
+        Qs[warp * 32 + lane] = o;
+        asm volatile("bar.sync 1, 128;" ::: "memory");
+        if (warp) return;
+        o = (Qs[lane] + Qs[32 + lane]) + (Qs[64 + lane] + Qs[96 + lane]);
+      }
       const float v = L > 0.f ? o / L : 0.f;
       out[((int64_t)t * n_heads + h) * hd + d] = v;
       if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
@@ -723,6 +746,7 @@ static bool at_rsc(int hd, int G, int S, int nw, bool cl) {
          G * (hd / 32) <= S && g_cu_attn_unr && !g_cu_attn_oldm;
 }
 extern int g_cu_attn_hw, g_cu_attn_b;
+int g_cu_attn_cw = 1; /* SMELT_CUDA_ATTN_CW=0: one warp combines the RSC partials of a chunk (default: four) */
 int g_cu_attn_stg = 1; /* SMELT_CUDA_ATTN_STG: batches of K/V a warp copies into shared memory before its wait (0-2) */
 /* the staging applies to the default kernel (8 warps, whole-warp positions, 4 a batch) */
 static int at_nstg(int hd, int nw) {
@@ -831,7 +855,7 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
   g_pf[0] = g_pf[1] = NULL;
   g_pfn[0] = g_pfn[1] = 0;
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
-                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64) | (g_cu_attn_oldm ? 128 : 0) | (rsc ? 256 : 0) | (nstg << 9)
+                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64) | (g_cu_attn_oldm ? 128 : 0) | (rsc ? 256 : 0) | (nstg << 9) | (g_cu_attn_cw ? 2048 : 0)
   const bool hw = hd4 <= 16 && g_cu_attn_hw;
   const int nw = cu_attn_dec_warps(hd, G);
   const bool rsc = at_rsc(hd, G, S, nw, cl);
