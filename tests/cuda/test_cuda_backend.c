@@ -539,7 +539,7 @@ out:
  * default kernels: the same int8 x, only summation orders (and so a few int8 roundings of h) differ */
 static void mlp_decode(const char *dir, const char *env, float *logits, int steps, int V, bool cpu) {
   const char *vars[] = { "SMELT_CUDA_MLP", "SMELT_CUDA_MVR", "SMELT_CUDA_MVR_GLU", "SMELT_CUDA_Q4ROLE",
-                         "SMELT_CUDA_MLP_BAR", "SMELT_CUDA_DNORM" };
+                         "SMELT_CUDA_MLP_BAR", "SMELT_CUDA_DNORM", "SMELT_CUDA_WEF", "SMELT_CUDA_CARVE" };
   for (size_t i = 0; i < SM_ARRAY_LEN(vars); i++) unsetenv(vars[i]);
   char buf[128];
   snprintf(buf, sizeof buf, "%s", env);
@@ -576,6 +576,36 @@ static void mlp_decode(const char *dir, const char *env, float *logits, int step
   smelt_model_free(m);
 }
 extern int g_cu_mvr_count, g_cu_mlp_count, g_cu_mlp_qkv_count, g_cu_dnorm_count; /* launches (cuda_mv.cu) */
+extern int g_cu_wef, g_cu_carve; /* SMELT_CUDA_WEF / SMELT_CUDA_CARVE as the last backend read them */
+/* the L2 evict-first policy of the weight streams and the one shared-memory carveout change where
+ * data is cached and how an SM is split, never a result: graph-replayed decode logits bitwise
+ * equal with both off, and each setting reached the backend */
+static void test_cache_policy(const char *shape) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "/tmp/smelt-cuda-wef-%s-%d", shape, (int)getpid());
+  const sm_synth_shape *sh = sm_synth_find(shape);
+  CHECK(sh && sm_make_synthetic(sh, 4, 64, dir, false) == SMELT_OK, "synthetic model: %s", smelt_last_error());
+  enum { STEPS = 6, V = 1024 };
+  float *a = calloc((size_t)STEPS * V, sizeof(float)), *b = calloc((size_t)STEPS * V, sizeof(float));
+  const char *offs[] = { "SMELT_CUDA_WEF=0 SMELT_CUDA_CARVE=-1", "SMELT_CUDA_WEF=0", "SMELT_CUDA_CARVE=100" };
+  mlp_decode(dir, "", a, STEPS, V, false);
+  CHECK(g_cu_wef == 63 && g_cu_carve == 72, "%s: defaults WEF %d CARVE %d", shape, g_cu_wef, g_cu_carve);
+  for (size_t k = 0; k < SM_ARRAY_LEN(offs); k++) {
+    memset(b, 0, sizeof(float) * STEPS * V);
+    mlp_decode(dir, offs[k], b, STEPS, V, false);
+    CHECK(strstr(offs[k], "WEF=0") ? g_cu_wef == 0 : g_cu_carve == 100, "%s: %s not applied", shape, offs[k]);
+    size_t nd = 0;
+    for (size_t i = 0; i < (size_t)STEPS * V; i++) nd += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    CHECK(nd == 0 && isfinite(a[0]) && a[0] != 0.f, "%s decode with %s: %zu logits differ from the defaults", shape,
+          offs[k], nd);
+  }
+  mlp_decode(dir, "", b, 1, V, false); /* back to the defaults for later tests */
+  free(a);
+  free(b);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd)) {}
+}
 /* base: the kernels the variants are compared with; order: base with another summation order (how
  * far one-ulp differences carry through this random model's int8 roundings) */
 static void test_mlp_paths(const char *shape, const char *base, const char *order, double ord_max,
@@ -836,6 +866,8 @@ int main(void) {
     test_mlp_paths("test8b", "SMELT_CUDA_DNORM=0", "SMELT_CUDA_DNORM=0 SMELT_CUDA_Q4ROLE=qkv=22:7", 0.1, e8,
                    SM_ARRAY_LEN(e8));
   }
+  test_cache_policy("test1b");
+  test_cache_policy("test8b");
   test_pipelined_decode();
   C->destroy(C);
   TEST_END();

@@ -826,6 +826,7 @@ static void attn_launch(void (*kern)(KArgs...), dim3 grid, int nthreads, size_t 
   cfg.stream = s;
   cfg.attrs = at;
   cfg.numAttrs = na;
+  cu_carve((const void *)kern);
   cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
 }
 

@@ -103,6 +103,9 @@ typedef struct {
                   k_attn_dec, 0 the tiled k_attn (SMELT_CUDA_ATTN_DEC=0/2) */
   int q4_fuse; /* norm kernels write the int8 x of a following CW_Q4 matvec (SMELT_CUDA_NORMQ=0: off) */
   int q4; /* CW_Q4 for 4-bit weights: 0 never, 1 large ones (default), 2 all (SMELT_CUDA_Q4=0/1) */
+  int carve; /* g_cu_carve while this backend's ops launch: SMELT_CUDA_CARVE, else 72 once a CW_Q4 weight is
+              * uploaded (the one-token int8 kernels), else -1 (bf16 models: the per-kernel defaults measured faster) */
+  bool carve_env;
   cudaEvent_t pe0, pe1;
   struct { char label[64]; double ms; long count; } pt[96];
   int n_pt;
@@ -154,6 +157,7 @@ static int g_cu_glu = 0;
 extern int g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt, g_cu_mvr_glu, g_cu_mlp, g_cu_mlp_bar, g_cu_dnorm;
 extern int g_cu_guq, g_cu_guq_norm, g_cu_mvt_dyn, g_cu_mvt, g_cu_mvt_kb, g_cu_mvt_bps, g_cu_mvt_nw, g_cu_mvt_r, g_cu_mvt_stage;
 extern int g_cu_attn_rsc;
+extern int g_cu_wef;
 extern int g_cu_attn_oldm, g_cu_attn_rs, g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_stg, g_cu_attn_cw, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
@@ -922,6 +926,7 @@ static void exec_op_(cuda_be *c, const cu_op *o) {
   case OP_SCALE: k_scale<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, o->f0, o->sz); break;
   case OP_SOFTCAP: k_softcap<<<ew_blocks(o->sz), 256, 0, c->s>>>((float *)o->p0, o->f0, o->sz); break;
   case OP_META: /* p0 device metadata; the values are c->meta_blob (set per step, also in replays) */
+    cu_carve((const void *)k_meta_set);
     k_meta_set<<<1, 256, 0, c->s>>>((int32_t *)o->p0, c->meta_blob);
     break;
   case OP_ARGMAX: /* p0 logits row, p1 device token, p2 mapped host token, i0 vocab */
@@ -1086,6 +1091,7 @@ static void exec_ops(cuda_be *c) {
   bool predn = false; /* c->xq is un-normalized (cu_mlp_dnorm): the rms of dn_dim, dn_eps is applied by its reader */
   int dn_dim = 0;
   float dn_eps = 0.f;
+  g_cu_carve = c->carve;
   for (int i = 0; i < c->n_ops;) {
     const cu_op *o = &c->ops[i];
     const void *pre = preq;
@@ -1698,6 +1704,7 @@ static smelt_status be_prepare_weight(sm_backend *be, sm_weight *w) {
      * keep the permuted fp32 kernel, faster at n = 1 there (bench/cuda/mvbench.cu, benchmarks.md).
      * SMELT_CUDA_Q4=0: never, =1: every 4-bit weight. */
     if (w->bits == 4 && (c->q4 == 2 || (c->q4 == 1 && w->rows * w->cols >= ((int64_t)1 << 20)))) cw->kind = CW_Q4;
+    if (cw->kind == CW_Q4 && !c->carve_env) c->carve = 72;
     if (cudaMalloc(&cw->q, bytes) != cudaSuccess) goto oom;
     if (cw->kind == CW_QFAST) {
       if (cudaMalloc(&tmp, bytes) != cudaSuccess) goto oom;
@@ -2145,6 +2152,9 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   if (g && !strcmp(g, "0")) c->graphs_on = false;
   const char *q4e = getenv("SMELT_CUDA_Q4");
   c->q4 = q4e && q4e[0] == '0' ? 0 : q4e && q4e[0] == '1' ? 2 : 1;
+  const char *carve = getenv("SMELT_CUDA_CARVE");
+  c->carve_env = carve != NULL;
+  c->carve = carve ? atoi(carve) : -1;
   const char *qc = getenv("SMELT_CUDA_Q4CFG");
   g_cu_q4cfg = qc ? atoi(qc) : 0;
   const char *qw = getenv("SMELT_CUDA_Q4WARPS");
@@ -2203,6 +2213,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_attn_cw = !(acw && acw[0] == '0');
   const char *ast = getenv("SMELT_CUDA_ATTN_STG");
   if (ast) g_cu_attn_stg = atoi(ast) < 0 ? 0 : atoi(ast) > 2 ? 2 : atoi(ast);
+  const char *wef = getenv("SMELT_CUDA_WEF");
+  g_cu_wef = wef ? atoi(wef) : 63;
   const char *ah = getenv("SMELT_CUDA_ATTN_HOIST");
   g_cu_attn_hoist = !(ah && ah[0] == '0');
   const char *mvt = getenv("SMELT_CUDA_MVT"), *mvtkb = getenv("SMELT_CUDA_MVT_KB"), *mvtb = getenv("SMELT_CUDA_MVT_BPS");

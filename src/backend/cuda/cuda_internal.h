@@ -41,6 +41,15 @@ void cu_attn_set_trace(unsigned long long *buf);
 void cu_mv_set_trace(unsigned long long *buf);
 void cu_mv_init(int dev); /* per-device state of the matvec kernels (backend creation, on dev) */
 extern int g_cu_pdl; /* launch with the programmatic-serialization attribute (SMELT_CUDA_PDL=0: off) */
+/* The preferred shared-memory carveout of every kernel launched through cu_launch or decode
+ * attention's launcher (g_cu_carve, percent of the largest; -1: the driver's choice per kernel),
+ * set when a kernel is first launched under a new value. The backend sets 72 for models with
+ * CW_Q4 weights (SMELT_CUDA_CARVE overrides): one value for all measured faster there than the
+ * per-kernel defaults, a carveout on some kernels only slower (docs/benchmarks.md), presumably
+ * because an SM changes its L1 / shared-memory split only when idle, so neighbouring kernels with
+ * different splits do not overlap. bf16 models keep the defaults (faster for them). */
+extern int g_cu_carve;
+void cu_carve(const void *kern);
 template <typename... KArgs, typename... Args>
 static inline void cu_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                              Args... args) {
@@ -54,6 +63,7 @@ static inline void cu_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size
   cfg.stream = s;
   cfg.attrs = at;
   cfg.numAttrs = g_cu_pdl ? 1 : 0;
+  cu_carve((const void *)kern);
   cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
 }
 

@@ -8,6 +8,11 @@
 #include <stdlib.h>
 
 
+/* SMELT_CUDA_WEF: weight streams of the one-token kernels read with the L2 evict-first policy, a
+ * bit mask (default 63): 1 / 2 k_mlp1's weights / scales, 4 / 8 k_mvq4's, 16 / 32 k_mvr's. Other
+ * data (activations, K/V, the gate weight prefetched by attention) then stays in L2 */
+extern int g_cu_wef;
+
 /* streaming 16-byte load that skips L1 (weights are read once; keep L1 for x) */
 static __device__ __forceinline__ uint4 ld_stream(const void *p) {
   uint4 r;
@@ -16,7 +21,31 @@ static __device__ __forceinline__ uint4 ld_stream(const void *p) {
   return r;
 }
 
-/* the same with an L2 prefetch-size hint (h = 1: 128 bytes, 2: 256 bytes) or (3) evict-first */
+/* the same with an L2 cache policy (createpolicy), and a 4-byte read-only load with one */
+static __device__ __forceinline__ uint4 ld_stream_p(const void *p, uint64_t pol) {
+  uint4 r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
+#else
+  (void)pol;
+  r = ld_stream(p);
+#endif
+  return r;
+}
+static __device__ __forceinline__ uint32_t ldg_p(const uint32_t *p, uint64_t pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t r;
+  asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r) : "l"(p), "l"(pol));
+  return r;
+#else
+  (void)pol;
+  return __ldg(p);
+#endif
+}
+
+/* the same with an L2 prefetch-size hint (h = 1: 128 bytes, 2: 256 bytes), (3) evict-first (pol) or
+ * (4) both evict-first and 128 bytes */
 static __device__ __forceinline__ uint4 ld_stream_h(const void *p, int h, uint64_t pol) {
   uint4 r;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -32,6 +61,9 @@ static __device__ __forceinline__ uint4 ld_stream_h(const void *p, int h, uint64
   else if (h == 3)
     asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
         : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
+  else if (h == 4)
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
   else
     r = ld_stream(p);
 #endif
@@ -42,6 +74,15 @@ template <int SBK> static __device__ __forceinline__ float2 load_sb(const void *
   if (SBK == SBK_F32) return __ldg((const float2 *)sb + idx);
   uint32_t v = __ldg((const uint32_t *)sb + idx);
   if (SBK == SBK_BF16) return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+  __half2 h = *reinterpret_cast<__half2 *>(&v);
+  return __half22float2(h);
+}
+static __device__ __forceinline__ uint32_t ldg_p(const uint32_t *p, uint64_t pol);
+/* 16-bit scales read with an L2 policy when ef (else load_sb) */
+static __device__ __forceinline__ float2 load_sb_p(const void *sb, int64_t idx, int sbk, bool ef, uint64_t pol) {
+  if (sbk == SBK_F32 || !ef) return sbk == SBK_F32 ? load_sb<SBK_F32>(sb, idx) : sbk == SBK_F16 ? load_sb<SBK_F16>(sb, idx) : load_sb<SBK_BF16>(sb, idx);
+  uint32_t v = ldg_p((const uint32_t *)sb + idx, pol);
+  if (sbk == SBK_BF16) return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
   __half2 h = *reinterpret_cast<__half2 *>(&v);
   return __half22float2(h);
 }
@@ -84,6 +125,7 @@ struct mv_args {
   int bstart[4];
   int pf; /* k_mvq4, n = 1: bytes of its weight rows a block prefetches into L2 before the wait (-1: all) */
   int hint; /* k_mvq4 weight loads: ld_stream_h's h */
+  int ef;   /* n = 1 (g_cu_wef): 1 the weights, 2 the scales read with the L2 evict-first policy */
   /* k_mvq4, n = 1, deferred rmsnorm (cu_q4_set_dnorm): x was quantized un-normalized and ssp[0..nss)
    * hold partial sums of its squares: every output is scaled by 1 / sqrt(sum / dim + eps) */
   const float *ssp;
@@ -657,21 +699,23 @@ __global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4
   float4 dn_v = make_float4(0.f, 0.f, 0.f, 0.f); /* deferred rmsnorm: this lane's share of the partial sums of squares */
   uint64_t pol = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if (a.hint == 3) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  if (a.hint >= 3 || a.ef) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 #endif
+  const int hint = (a.ef & 1) && a.hint < 3 ? (a.hint == 1 ? 4 : 3) : a.hint;
+  const bool efs = a.ef & 2;
   /* the first round of weight loads is issued before waiting for the previous kernel */
   for (int v0 = tt, first = 1; v0 < V; v0 += UNR * tpr, first = 0) {
 #pragma unroll
     for (int u = 0; u < UNR; u++) {
       const int v = v0 + u * tpr;
 #pragma unroll
-      for (int r = 0; r < RB; r++) raw[u][r] = v < V ? ld_stream_h(q + rows[r] * V + v, a.hint, pol) : make_uint4(0, 0, 0, 0);
+      for (int r = 0; r < RB; r++) raw[u][r] = v < V ? ld_stream_h(q + rows[r] * V + v, hint, pol) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < UNR; u++) {
       const int v = v0 + u * tpr;
 #pragma unroll
-      for (int r = 0; r < RB; r++) p[u][r] = v < V ? load_sb_rt(sb, rows[r] * G + (v >> lg), sbk) : make_float2(0.f, 0.f);
+      for (int r = 0; r < RB; r++) p[u][r] = v < V ? load_sb_p(sb, rows[r] * G + (v >> lg), sbk, efs, pol) : make_float2(0.f, 0.f);
     }
     if (first) {
       pdl_wait();
@@ -1114,13 +1158,17 @@ __global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32))
 #endif
   uint4 w[RT][VT];
   uint32_t p[RT][VT];
+  uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (a.ef) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#endif
 #pragma unroll
   for (int r = 0; r < RT; r++) {
     const int64_t row = row0 + r < M ? row0 + r : M - 1;
 #pragma unroll
     for (int k = 0; k < VT; k++) {
       const int v = lane + 32 * k;
-      w[r][k] = v < V ? ld_stream(q + row * V + v) : make_uint4(0, 0, 0, 0);
+      w[r][k] = v < V ? ((a.ef & 1) ? ld_stream_p(q + row * V + v, pol) : ld_stream(q + row * V + v)) : make_uint4(0, 0, 0, 0);
     }
   }
 #pragma unroll
@@ -1129,7 +1177,7 @@ __global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32))
 #pragma unroll
     for (int k = 0; k < VT; k++) {
       const int v = lane + 32 * k;
-      p[r][k] = v < V ? __ldg(sb + row * G + (v >> lg)) : 0u;
+      p[r][k] = v < V ? ((a.ef & 2) ? ldg_p(sb + row * G + (v >> lg), pol) : __ldg(sb + row * G + (v >> lg))) : 0u;
     }
   }
 #ifdef SMELT_CUDA_TRACE
@@ -1271,6 +1319,7 @@ static bool mvr_launch(const cu_weight *const *ws, float *const *ys, int nw, con
   if (dry) return true;
   mv_args a;
   memset(&a, 0, sizeof a);
+  a.ef = (g_cu_wef >> 4) & 3;
   int nb = 0;
   for (int i = 0; i < 3; i++) {
     a.bstart[i] = i < nw ? nb : 0x7fffffff;
@@ -1428,6 +1477,7 @@ struct mlp_args {
   uint8_t *dq8;
   float2 *dxs;
   float *dssp;
+  int ef; /* g_cu_wef & 3: 1 the weights, 2 their scales read with the L2 evict-first policy */
 };
 template <int VG, int VD, bool NORM, bool QKV>
 __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *__restrict__ xq,
@@ -1443,6 +1493,13 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
   float *__restrict__ wy = half ? m.uy : m.gy;
   TRM_BEGIN
   pdl_trigger();
+  uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (m.ef) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  const bool efw = m.ef & 1, efs = m.ef & 2;
+#define MLP_LDW(ptr) (efw ? ld_stream_p((ptr), pol) : ld_stream(ptr))
+#define MLP_LDS(ptr) (efs ? ldg_p((ptr), pol) : __ldg(ptr))
   uint4 w[4][VG];
   uint32_t p[4][VG];
   int c = blockIdx.x;
@@ -1451,13 +1508,13 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
     for (int r = 0; r < 4; r++) {
       const int64_t row = (int64_t)c * 32 + wr * 4 + r;
 #pragma unroll
-      for (int k = 0; k < VG; k++) w[r][k] = ld_stream(wq + row * V + lane + 32 * k);
+      for (int k = 0; k < VG; k++) w[r][k] = MLP_LDW(wq + row * V + lane + 32 * k);
     }
 #pragma unroll
     for (int r = 0; r < 4; r++) {
       const int64_t row = (int64_t)c * 32 + wr * 4 + r;
 #pragma unroll
-      for (int k = 0; k < VG; k++) p[r][k] = __ldg(wsb + row * G + ((lane + 32 * k) >> lg));
+      for (int k = 0; k < VG; k++) p[r][k] = MLP_LDS(wsb + row * G + ((lane + 32 * k) >> lg));
     }
   }
   /* NORM: the norm weight does not depend on the previous kernel: read before the wait */
@@ -1497,8 +1554,8 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
         acc[r] = fmaf(pp.x, (float)dot_q4(w[r][k], x0, x1) * d2.x, fmaf(pp.y, d2.y, acc[r]));
         if (cn < nch) { /* the next chunk's vector into the consumed registers */
           const int64_t row = (int64_t)cn * 32 + wr * 4 + r;
-          w[r][k] = ld_stream(wq + row * V + v);
-          p[r][k] = __ldg(wsb + row * G + (v >> lg));
+          w[r][k] = MLP_LDW(wq + row * V + v);
+          p[r][k] = MLP_LDS(wsb + row * G + (v >> lg));
         }
       }
     }
@@ -1537,9 +1594,9 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
   if (e < ndn) {
     const int64_t row = (int64_t)e * 16 + warp;
 #pragma unroll
-    for (int k = 0; k < VD; k++) wd[k] = ld_stream(m.dq + row * VF + lane + 32 * k);
+    for (int k = 0; k < VD; k++) wd[k] = MLP_LDW(m.dq + row * VF + lane + 32 * k);
 #pragma unroll
-    for (int k = 0; k < VD; k++) pd[k] = __ldg(m.dsb + row * GF + ((lane + 32 * k) >> lg));
+    for (int k = 0; k < VD; k++) pd[k] = MLP_LDS(m.dsb + row * GF + ((lane + 32 * k) >> lg));
   }
   /* grid barrier: every block's chunks of h are written (all blocks are resident: the grid is the
    * number that fits at once, and the previous kernel has completed) */
@@ -1570,8 +1627,8 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
       acc = fmaf(pp.x, (float)dot_q4(wd[k], x0, x1) * d2.x, fmaf(pp.y, d2.y, acc));
       if (en < ndn) {
         const int64_t row = (int64_t)en * 16 + warp;
-        wd[k] = ld_stream(m.dq + row * VF + v);
-        pd[k] = __ldg(m.dsb + row * GF + (v >> lg));
+        wd[k] = MLP_LDW(m.dq + row * VF + v);
+        pd[k] = MLP_LDS(m.dsb + row * GF + (v >> lg));
       }
     }
     const float t = warp_sum(acc);
@@ -1681,6 +1738,23 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
   }
 }
 
+#undef MLP_LDW
+#undef MLP_LDS
+int g_cu_wef = 63; /* SMELT_CUDA_WEF (mv_args::ef, mlp_args::ef) */
+int g_cu_carve = -1; /* cu_carve's value: set by the backend (cuda_be::carve) before its launches */
+#include <mutex>
+void cu_carve(const void *kern) {
+  static std::mutex mu;
+  static const void *done[1024];
+  static int nd = 0, val = -2;
+  if (g_cu_carve < 0 && val == -2) return;
+  std::lock_guard<std::mutex> lk(mu);
+  if (val != g_cu_carve) { nd = 0; val = g_cu_carve; } /* changed (tests): set every kernel again */
+  for (int i = 0; i < nd; i++)
+    if (done[i] == kern) return;
+  cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, val < 0 ? -1 : val);
+  if (nd < 1024) done[nd++] = kern;
+}
 int g_cu_mlp_bar = 1; /* SMELT_CUDA_MLP_BAR (default 1): k_mlp1's grid barriers split around the weight prefetch
                        * after them (8B 2.18-2.20 vs 2.23 ms a step on the H100; 0: one blocks_sync) */
 
@@ -1783,6 +1857,7 @@ bool cu_q4_mlp(const cu_weight *g, const cu_weight *u, const cu_weight *d, float
   m.sbk = g->sbk;
   m.bar = (unsigned *)(s_mvt_ctr[dev] + 2 * (s_mvt_next[dev]++ % MVT_CTR_PAIRS));
   m.split = g_cu_mlp_bar;
+  m.ef = g_cu_wef;
   m.nx = norm ? norm->x : NULL; m.na = norm ? norm->a : NULL; m.nw = norm ? norm->w : NULL;
   m.off = norm ? norm->off : 0.f; m.eps = norm ? norm->eps : 0.f; m.hout = norm ? norm->hout : NULL;
   m.bar2 = NULL; m.xres = NULL; m.nw1 = NULL; m.off1 = m.eps1 = 0.f;
@@ -2119,6 +2194,7 @@ static void launch_q4(const cu_weight *const *ws, float *const *ys, int nw, cons
   mv_args a = make_args(ws, ys, nw, (128 >> tl) * RB, &tiles);
   a.pf = N == 1 ? s_q4_pf : 0;
   a.hint = g_cu_q4hint;
+  a.ef = N == 1 ? (g_cu_wef >> 2) & 3 : 0;
   if (N == 1 && s_dn_ssp) {
     a.ssp = s_dn_ssp;
     a.nss = s_dn_nss;
