@@ -778,7 +778,7 @@ int g_cu_attn_oldm = 0; /* SMELT_CUDA_ATTN_OLDM=1: merge / combine weights per o
 int g_cu_attn_rs = 1; /* SMELT_CUDA_ATTN_RS=0: scores all-reduced in every lane (no reduce-scatter) */
 int g_cu_attn_hw = 1; /* SMELT_CUDA_ATTN_HW=0: whole warps a position also for hd <= 64 */
 int g_cu_attn_hoist = 1; /* SMELT_CUDA_ATTN_HOIST=0: the new position's slot and k/v rows read after q */
-int g_cu_attn_trig = 0; /* SMELT_CUDA_ATTN_TRIG: where the o projection may launch (0 start, 1 after the first K/V loads, 2 after the position loop) */
+int g_cu_attn_trig = 2; /* SMELT_CUDA_ATTN_TRIG: where the o projection may launch (0 start, 1 after the first K/V loads, 2 after the position loop: the default, measured fastest with the evict-first weights and one carveout) */
 int g_cu_attn_unr = 1; /* SMELT_CUDA_ATTN_UNR=0: the cluster combine loads remote values one split at a time */
 int cu_attn_dec_warps(int hd, int G) { return g_cu_attn_nw >= 8 && G <= 4 && hd <= 128 ? g_cu_attn_nw : 4; }
 int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {

@@ -2224,7 +2224,7 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   const char *mvr = getenv("SMELT_CUDA_MVR"), *mvrn = getenv("SMELT_CUDA_MVR_NW"), *mvrr = getenv("SMELT_CUDA_MVR_RT");
   g_cu_mvr = mvr ? atoi(mvr) : -1;
   g_cu_mvr_nw = mvrn ? atoi(mvrn) : 8;
-  g_cu_mvr_rt = mvrr ? atoi(mvrr) : 0;
+  g_cu_mvr_rt = mvrr ? atoi(mvrr) : -1;
   const char *mvrg = getenv("SMELT_CUDA_MVR_GLU");
   g_cu_mvr_glu = mvrg ? atoi(mvrg) : 0;
   const char *mlpe = getenv("SMELT_CUDA_MLP");
@@ -2246,7 +2246,7 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   const char *qh = getenv("SMELT_CUDA_Q4HINT");
   g_cu_q4hint = qh ? atoi(qh) & 3 : 1;
   const char *atr = getenv("SMELT_CUDA_ATTN_TRIG");
-  g_cu_attn_trig = atr ? atoi(atr) & 3 : 0;
+  g_cu_attn_trig = atr ? atoi(atr) & 3 : 2;
   const char *sk2 = getenv("SMELT_CUDA_SKIP2");
   g_sk2 = sk2 ? atoi(sk2) : 0;
   const char *arsc = getenv("SMELT_CUDA_ATTN_RSC");

@@ -1109,7 +1109,7 @@ static bool mvt_launch(const cu_weight *const *ws, float *const *ys, int nw, con
 int g_cu_mvr = -1;   /* -1: automatic (mvr_on) */
 int g_cu_mvr_glu = 0; /* SMELT_CUDA_MVR_GLU 1 / 2: gate/up with silu(gate)*up quantized in it (k_mvr<GLU>) */
 int g_cu_mvr_nw = 8; /* SMELT_CUDA_MVR_NW: warps a block (4 or 8) */
-int g_cu_mvr_rt = 0; /* SMELT_CUDA_MVR_RT: rows a warp (0: 16 / VT vectors a thread) */
+int g_cu_mvr_rt = -1; /* SMELT_CUDA_MVR_RT: rows a warp (0: 16 / VT vectors a thread; -1, the default: 2 for K = 4096, else 0) */
 int g_cu_mvr_count = 0; /* k_mvr launches (tests) */
 /* GLU (gate/up, weights 0 and 1 with the same rows; the chunk's gate and up are written too and
  * h = silu(gate) * up of the chunk is quantized into hq/hs in the layout of k_quant_x, same
@@ -1312,7 +1312,7 @@ static bool mvr_launch(const cu_weight *const *ws, float *const *ys, int nw, con
   if (w0->gs != 32 && w0->gs != 64 && w0->gs != 128) return false;
   int RT = VT >= 14 ? 1 : VT >= 8 ? 2 : VT >= 3 ? 4 : 8;
   /* SMELT_CUDA_MVR_RT: only the instantiated (VT, RT) pairs of the switch below */
-  const int rt = g_cu_mvr_rt;
+  const int rt = g_cu_mvr_rt >= 0 ? g_cu_mvr_rt : VT == 4 ? 2 : 0; /* 2: 8B lm_head 481-484 vs 480 tok/s; 1B (VT 2) slower */
   if ((rt == 1 && (VT == 2 || VT == 4 || VT == 8)) || (rt == 2 && VT <= 8) || (rt == 4 && VT <= 4) ||
       (rt == 8 && VT <= 2))
     RT = rt;
