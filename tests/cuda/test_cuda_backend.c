@@ -539,7 +539,8 @@ out:
  * default kernels: the same int8 x, only summation orders (and so a few int8 roundings of h) differ */
 static void mlp_decode(const char *dir, const char *env, float *logits, int steps, int V, bool cpu) {
   const char *vars[] = { "SMELT_CUDA_MLP", "SMELT_CUDA_MVR", "SMELT_CUDA_MVR_GLU", "SMELT_CUDA_Q4ROLE",
-                         "SMELT_CUDA_MLP_BAR", "SMELT_CUDA_DNORM", "SMELT_CUDA_WEF", "SMELT_CUDA_CARVE" };
+                         "SMELT_CUDA_MLP_BAR", "SMELT_CUDA_DNORM", "SMELT_CUDA_WEF", "SMELT_CUDA_CARVE",
+                         "SMELT_CUDA_ATTN_KVEF" };
   for (size_t i = 0; i < SM_ARRAY_LEN(vars); i++) unsetenv(vars[i]);
   char buf[128];
   snprintf(buf, sizeof buf, "%s", env);
@@ -576,8 +577,8 @@ static void mlp_decode(const char *dir, const char *env, float *logits, int step
   smelt_model_free(m);
 }
 extern int g_cu_mvr_count, g_cu_mlp_count, g_cu_mlp_qkv_count, g_cu_dnorm_count; /* launches (cuda_mv.cu) */
-extern int g_cu_wef, g_cu_carve; /* SMELT_CUDA_WEF / SMELT_CUDA_CARVE as the last backend read them */
-/* the L2 evict-first policy of the weight streams and the one shared-memory carveout change where
+extern int g_cu_wef, g_cu_carve, g_cu_attn_kvef; /* SMELT_CUDA_WEF / _CARVE / _ATTN_KVEF as the last backend set them */
+/* the L2 evict-first policy of the weight streams and K/V reads and the one carveout change where
  * data is cached and how an SM is split, never a result: graph-replayed decode logits bitwise
  * equal with both off, and each setting reached the backend */
 static void test_cache_policy(const char *shape) {
@@ -587,13 +588,16 @@ static void test_cache_policy(const char *shape) {
   CHECK(sh && sm_make_synthetic(sh, 4, 64, dir, false) == SMELT_OK, "synthetic model: %s", smelt_last_error());
   enum { STEPS = 6, V = 1024 };
   float *a = calloc((size_t)STEPS * V, sizeof(float)), *b = calloc((size_t)STEPS * V, sizeof(float));
-  const char *offs[] = { "SMELT_CUDA_WEF=0 SMELT_CUDA_CARVE=-1", "SMELT_CUDA_WEF=0", "SMELT_CUDA_CARVE=100" };
+  const char *offs[] = { "SMELT_CUDA_WEF=0 SMELT_CUDA_CARVE=-1 SMELT_CUDA_ATTN_KVEF=0", "SMELT_CUDA_WEF=0",
+                         "SMELT_CUDA_CARVE=100", "SMELT_CUDA_ATTN_KVEF=0" };
   mlp_decode(dir, "", a, STEPS, V, false);
-  CHECK(g_cu_wef == 63 && g_cu_carve == 72, "%s: defaults WEF %d CARVE %d", shape, g_cu_wef, g_cu_carve);
+  CHECK(g_cu_wef == 63 && g_cu_carve == 72 && g_cu_attn_kvef == 1, "%s: defaults WEF %d CARVE %d KVEF %d", shape,
+        g_cu_wef, g_cu_carve, g_cu_attn_kvef);
   for (size_t k = 0; k < SM_ARRAY_LEN(offs); k++) {
     memset(b, 0, sizeof(float) * STEPS * V);
     mlp_decode(dir, offs[k], b, STEPS, V, false);
-    CHECK(strstr(offs[k], "WEF=0") ? g_cu_wef == 0 : g_cu_carve == 100, "%s: %s not applied", shape, offs[k]);
+    CHECK(strstr(offs[k], "KVEF=0") ? g_cu_attn_kvef == 0
+          : strstr(offs[k], "WEF=0") ? g_cu_wef == 0 : g_cu_carve == 100, "%s: %s not applied", shape, offs[k]);
     size_t nd = 0;
     for (size_t i = 0; i < (size_t)STEPS * V; i++) nd += memcmp(&a[i], &b[i], sizeof(float)) != 0;
     CHECK(nd == 0 && isfinite(a[0]) && a[0] != 0.f, "%s decode with %s: %zu logits differ from the defaults", shape,

@@ -139,6 +139,24 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     const int i = 32 * c + lane;
     return i < npos ? at_slot(table, max_blocks, bs, nblocks, sq, a0 + warp + NW * i) : -1;
   };
+  /* K/V rows read with the L2 evict-first policy (cl & 4096, SMELT_CUDA_ATTN_KVEF): each is read once a
+   * step and not again before ~4 GB more have passed through L2 */
+  const bool kvef = (cl & 4096) != 0;
+  uint64_t kvpol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (kvef) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(kvpol));
+#endif
+  auto ld_kv = [&](const float4 *p) -> float4 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if (kvef) {
+      float4 r;
+      asm volatile("ld.global.cg.L2::cache_hint.v4.f32 {%0,%1,%2,%3}, [%4], %5;"
+                   : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p), "l"(kvpol));
+      return r;
+    }
+#endif
+    return __ldcg(p);
+  };
   int cur = 0;
   int64_t my_slot = chunk_slots(0), my_slot2 = -1;
   bool have2 = false;
@@ -170,8 +188,8 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       for (int j = 0; j < NJ; j++) {
         const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
         const bool in = ld && ch < hd4;
-        kr[b][j] = in ? __ldcg(kp + ch) : f4z();
-        vr[b][j] = in ? __ldcg(vp + ch) : f4z();
+        kr[b][j] = in ? ld_kv(kp + ch) : f4z();
+        vr[b][j] = in ? ld_kv(vp + ch) : f4z();
       }
     }
   };
@@ -201,8 +219,13 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       if (sl < 0 || a0 + warp + NW * i == p || lane >= hd4) continue;
       float *d = St + (size_t)(i - AT_B) * 2 * hd + 4 * lane;
       const unsigned dk = (unsigned)__cvta_generic_to_shared(d), dv = (unsigned)__cvta_generic_to_shared(d + hd);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane) : "memory");
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane) : "memory");
+      if (kvef) {
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane), "l"(kvpol) : "memory");
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane), "l"(kvpol) : "memory");
+      } else {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane) : "memory");
+      }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
   }
@@ -747,6 +770,7 @@ static bool at_rsc(int hd, int G, int S, int nw, bool cl) {
 }
 extern int g_cu_attn_hw, g_cu_attn_b;
 int g_cu_attn_cw = 1; /* SMELT_CUDA_ATTN_CW=0: one warp combines the RSC partials of a chunk (default: four) */
+int g_cu_attn_kvef = 1; /* SMELT_CUDA_ATTN_KVEF=0: K/V rows read with the normal L2 policy (default: evict-first) */
 int g_cu_attn_stg = 1; /* SMELT_CUDA_ATTN_STG: batches of K/V a warp copies into shared memory before its wait (0-2) */
 /* the staging applies to the default kernel (8 warps, whole-warp positions, 4 a batch) */
 static int at_nstg(int hd, int nw) {
@@ -856,7 +880,7 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
   g_pf[0] = g_pf[1] = NULL;
   g_pfn[0] = g_pfn[1] = 0;
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
-                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64) | (g_cu_attn_oldm ? 128 : 0) | (rsc ? 256 : 0) | (nstg << 9) | (g_cu_attn_cw ? 2048 : 0)
+                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64) | (g_cu_attn_oldm ? 128 : 0) | (rsc ? 256 : 0) | (nstg << 9) | (g_cu_attn_cw ? 2048 : 0) | (g_cu_attn_kvef ? 4096 : 0)
   const bool hw = hd4 <= 16 && g_cu_attn_hw;
   const int nw = cu_attn_dec_warps(hd, G);
   const bool rsc = at_rsc(hd, G, S, nw, cl);

@@ -157,7 +157,7 @@ static int g_cu_glu = 0;
 extern int g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt, g_cu_mvr_glu, g_cu_mlp, g_cu_mlp_bar, g_cu_dnorm;
 extern int g_cu_guq, g_cu_guq_norm, g_cu_mvt_dyn, g_cu_mvt, g_cu_mvt_kb, g_cu_mvt_bps, g_cu_mvt_nw, g_cu_mvt_r, g_cu_mvt_stage;
 extern int g_cu_attn_rsc;
-extern int g_cu_wef;
+extern int g_cu_wef, g_cu_attn_kvef;
 extern int g_cu_attn_oldm, g_cu_attn_rs, g_cu_attn_nw, g_cu_q4hint, g_cu_attn_trig, g_cu_attn_hoist, g_cu_attn_stg, g_cu_attn_cw, g_cu_attn_unr, g_cu_q4minb, g_cu_attn_cl, g_cu_attn_hw, g_cu_attn_b, g_cu_q4cfg, g_cu_mv2_rb, g_cu_mv2_tl, g_cu_attn_s, g_cu_q4long, g_cu_q4warps;
 
 static void prof_begin(cuda_be *c) { if (c->prof) cudaEventRecord(c->pe0, c->s); }
@@ -2213,6 +2213,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_attn_cw = !(acw && acw[0] == '0');
   const char *ast = getenv("SMELT_CUDA_ATTN_STG");
   if (ast) g_cu_attn_stg = atoi(ast) < 0 ? 0 : atoi(ast) > 2 ? 2 : atoi(ast);
+  const char *kvef = getenv("SMELT_CUDA_ATTN_KVEF");
+  g_cu_attn_kvef = kvef ? atoi(kvef) : 1;
   const char *wef = getenv("SMELT_CUDA_WEF");
   g_cu_wef = wef ? atoi(wef) : 63;
   const char *ah = getenv("SMELT_CUDA_ATTN_HOIST");
