@@ -765,7 +765,7 @@ int main(void) {
   unsetenv("SMELT_CUDA_ATTN_OLDM");
   unsetenv("SMELT_CUDA_ATTN_RSC");
   unsetenv("SMELT_CUDA_ATTN_STG");
-  /* the RSC partials of a chunk combined by one warp instead of four (SMELT_CUDA_ATTN_CW=0) */
+  /* the RSC partials of a chunk combined by one warp instead of eight (SMELT_CUDA_ATTN_CW=0) */
   setenv("SMELT_CUDA_ATTN_CW", "0", 1);
   G = sm_cuda_backend_create(0);
   CHECK(G != NULL, "cuda backend with SMELT_CUDA_ATTN_CW=0: %s", smelt_last_error());
@@ -774,6 +774,19 @@ int main(void) {
     G->destroy(G);
   }
   unsetenv("SMELT_CUDA_ATTN_CW");
+  /* the RSC partials through a cluster barrier instead of st.async + an mbarrier
+   * (SMELT_CUDA_ATTN_STA=0), and combined by four warps of the owner instead of all eight (SMELT_CUDA_ATTN_CW=4) */
+  const char *rscv[2][2] = { { "SMELT_CUDA_ATTN_STA", "0" }, { "SMELT_CUDA_ATTN_CW", "4" } };
+  for (int k = 0; k < 2; k++) {
+    setenv(rscv[k][0], rscv[k][1], 1);
+    G = sm_cuda_backend_create(0);
+    CHECK(G != NULL, "cuda backend with %s=%s: %s", rscv[k][0], rscv[k][1], smelt_last_error());
+    if (G) {
+      test_attention();
+      G->destroy(G);
+    }
+    unsetenv(rscv[k][0]);
+  }
   /* the bulk-copy int8 matvec (k_mvt, sm_90, SMELT_CUDA_MVT=63: every role) with its default
    * stages, then with 4 warps a block, 2 blocks an SM (a small stage budget) and groups of rows
    * claimed from a counter (SMELT_CUDA_MVT_DYN); on older GPUs these run k_mvq4 */

@@ -38,8 +38,11 @@ struct at_rope {
 /* the blocks of the grid split regions pf[0..1] and each prefetches its share into L2 */
 static __device__ __forceinline__ void at_prefetch(const at_rope &rp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (threadIdx.x >= 2 || !rp.pf[threadIdx.x]) return;
-  const long long n = rp.pfn[threadIdx.x];
+  if (threadIdx.x >= 2) return;
+  const bool r1 = threadIdx.x == 1; /* selected, not indexed: an indexed parameter array goes to local memory */
+  const char *pf = r1 ? rp.pf[1] : rp.pf[0];
+  const long long n = r1 ? rp.pfn[1] : rp.pfn[0];
+  if (!pf) return;
   const long long nb = (long long)gridDim.x * gridDim.y * gridDim.z;
   const long long b = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   const long long per = ((n + nb - 1) / nb + 15) & ~15LL;
@@ -47,11 +50,22 @@ static __device__ __forceinline__ void at_prefetch(const at_rope &rp) {
   const long long e = o + per < n ? o + per : n;
   for (; o < e; o += 1 << 20) {
     const long long len = e - o < (1 << 20) ? e - o : (1 << 20);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(rp.pf[threadIdx.x] + o), "r"((unsigned)len) : "memory");
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pf + o), "r"((unsigned)len) : "memory");
   }
 #else
   (void)rp;
 #endif
+}
+
+/* one level of the scores' reduce-scatter (offset 2H): keep the half of the 2H values selected by
+ * the lane bit, add the partner's */
+template <int H> static __device__ __forceinline__ void at_rs_level(float (&v)[16], int lane) {
+  const bool up = lane & (2 * H);
+#pragma unroll
+  for (int k = 0; k < H; k++) {
+    const float keep = up ? v[k + H] : v[k], send = up ? v[k] : v[k + H];
+    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 2 * H);
+  }
 }
 
 /* byte offset of RSC's receive buffers in the dynamic shared memory (after the base layout) */
@@ -123,6 +137,19 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   float *Kp = Ml + 2 * NW * G, *Vp = Kp + hd; /* the new position's k (rotated) and v */
   TRA_BEGIN
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  /* RSC with st.async (cl & 8192, SMELT_CUDA_ATTN_STA): the partials of this block's chunk arrive
+   * through st.async and complete the transaction count of an mbarrier, armed here with their
+   * bytes (P (32 + 2) floats), so that the owner waits for its own partials, without a cluster
+   * barrier and its GPU-scope fence */
+  __shared__ __align__(8) unsigned long long rsc_mb;
+  const bool sta = (cl & 8448) == 8448 && z < (n_heads / nkv) * (hd >> 5);
+  if (sta && threadIdx.x == 0) {
+    const unsigned mb = (unsigned)__cvta_generic_to_shared(&rsc_mb);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mb) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mb),
+                 "r"((unsigned)(S * NW * 34 * 4)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
   if (cl & 256) __cluster_barrier_arrive_relaxed(); /* RSC: waited for before the first remote store */
 #endif
   const int trig = (cl >> 3) & 3; /* where the next kernel may launch: 0 here, 1 after the first K/V loads, 2 after the loop */
@@ -142,6 +169,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   /* K/V rows read with the L2 evict-first policy (cl & 4096, SMELT_CUDA_ATTN_KVEF): each is read once a
    * step and not again before ~4 GB more have passed through L2 */
   const bool kvef = (cl & 4096) != 0;
+  const int kdiag = (cl >> 15) & 31;
   uint64_t kvpol = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if (kvef) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(kvpol));
@@ -181,7 +209,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       const int64_t sl = (i >> 5) == cur ? s1 : s2;
       own[b] = i < npos && a0 + warp + NW * i == p;
       ok[b] = i < npos && sl >= 0;
-      const bool ld = ok[b] && !own[b];
+      const bool ld = ok[b] && !own[b] && !(kdiag & 16) && !((kdiag & 8) && lane >= 16);
       const float4 *kp = (const float4 *)(Kc + (ld ? sl : 0) * row + koff);
       const float4 *vp = (const float4 *)(Vc + (ld ? sl : 0) * row + koff);
 #pragma unroll
@@ -197,13 +225,14 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
    * frequencies are read before the wait, its k/v rows right after it, with q (one round trip) */
   const bool ownb = a0 <= p && p < a1, hoist = ownb && (cl & 4);
   int64_t own_sl = -1;
-  float hk[2] = { 0.f, 0.f }, hk0[2] = { 0.f, 0.f }, hk1[2] = { 0.f, 0.f }, hv[2] = { 0.f, 0.f }, hf[2] = { 0.f, 0.f };
+  float hk[2] = { 0.f, 0.f }, hk0[2] = { 0.f, 0.f }, hk1[2] = { 0.f, 0.f }, hv[2] = { 0.f, 0.f };
+  float hc[2] = { 1.f, 1.f }, hs[2] = { 0.f, 0.f }; /* cos / sin of the new k's rotation (known before the wait) */
   if (hoist) {
     own_sl = at_slot(table, max_blocks, bs, nblocks, sq, p);
 #pragma unroll
     for (int u = 0; u < 2; u++) {
       const int d = tid + NW * 32 * u;
-      if (fused && d < 2 * rp.halfk) hf[u] = rp.invk[d < rp.halfk ? d : d - rp.halfk];
+      if (fused && d < 2 * rp.halfk) sincosf((float)p * rp.invk[d < rp.halfk ? d : d - rp.halfk], &hs[u], &hc[u]);
     }
   }
   load_batch(0);
@@ -216,7 +245,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   if (nstg) {
     for (int i = AT_B; i < AT_B * (1 + nstg) && i < npos; i++) { /* i < 32: chunk 0, in my_slot */
       const int64_t sl = __shfl_sync(0xffffffffu, my_slot, i & 31);
-      if (sl < 0 || a0 + warp + NW * i == p || lane >= hd4) continue;
+      if (sl < 0 || a0 + warp + NW * i == p || lane >= hd4 || (kdiag & 16) || ((kdiag & 8) && lane >= 16)) continue;
       float *d = St + (size_t)(i - AT_B) * 2 * hd + 4 * lane;
       const unsigned dk = (unsigned)__cvta_generic_to_shared(d), dv = (unsigned)__cvta_generic_to_shared(d + hd);
       if (kvef) {
@@ -230,9 +259,34 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     asm volatile("cp.async.commit_group;" ::: "memory");
   }
 #endif
+  /* q's rotation (rope fused): this thread's QU elements i = tid + NW 32 u of q are
+   * q[i] * qa[u] + q[partner] * qb[u] (the rotation's cos / -+sin, times scale); the offsets and
+   * coefficients do not depend on the previous kernel: computed before the wait, after it only the
+   * loads (all issued before any is used) */
+  constexpr int QU = (GM * (HW ? 64 : 128 * NJ) + NW * 32 - 1) / (NW * 32); /* hd <= 64 with HW */
+  constexpr bool QPRE = QU <= 2;
+  float qa[QPRE ? QU : 1], qb[QPRE ? QU : 1];
+  int qpo[QPRE ? QU : 1]; /* partner offset from i (0: not rotated) */
+  if (QPRE && fused) {
+#pragma unroll
+    for (int u = 0; u < (QPRE ? QU : 1); u++) {
+      const int i = tid + NW * 32 * u, d = i % hd;
+      qa[u] = scale;
+      qb[u] = 0.f;
+      qpo[u] = 0;
+      if (i < G * hd && d < 2 * rp.halfq) {
+        float sn, cs;
+        sincosf((float)p * rp.invq[d < rp.halfq ? d : d - rp.halfq], &sn, &cs);
+        qa[u] = cs * scale;
+        qb[u] = (d < rp.halfq ? -sn : sn) * scale;
+        qpo[u] = d < rp.halfq ? rp.halfq : -rp.halfq;
+      }
+    }
+  }
   if (trig == 1) pdl_trigger();
   TRA(1);
   pdl_wait();
+  const int diag = (cl >> 15) & 31;
   if (hoist) {
     const float *kt = fused ? rp.k + ((int64_t)t * nkv + kvh) * hd : Kc + (own_sl >= 0 ? own_sl : 0) * row + koff;
     const float *vt = fused ? rp.v + ((int64_t)t * nkv + kvh) * hd : Vc + (own_sl >= 0 ? own_sl : 0) * row + koff;
@@ -254,9 +308,24 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
 #ifdef SMELT_CUDA_TRACE
   if (tr0) tr_a[40] = *(volatile unsigned long long *)(tr_a + 2);
 #endif
-  if (!fused) {
+  if (diag & 4) {
+    for (int i = tid; i < G * hd; i += NW * 32) Qs[i] = scale;
+  } else if (!fused) {
 #pragma unroll 4
     for (int i = tid; i < G * hd; i += NW * 32) Qs[i] = __ldca(qg + i) * scale;
+  } else if (QPRE) { /* the loop below's values, the scale folded into the coefficients */
+    float qo[QPRE ? QU : 1], qp[QPRE ? QU : 1];
+#pragma unroll
+    for (int u = 0; u < (QPRE ? QU : 1); u++) {
+      const int i = tid + NW * 32 * u;
+      qo[u] = i < G * hd ? __ldca(qg + i) : 0.f;
+      qp[u] = qpo[u] ? __ldca(qg + i + qpo[u]) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < (QPRE ? QU : 1); u++) {
+      const int i = tid + NW * 32 * u;
+      if (i < G * hd) Qs[i] = fmaf(qo[u], qa[u], qp[u] * qb[u]);
+    }
   } else {
 #pragma unroll 4
     for (int i = tid; i < G * hd; i += NW * 32) {
@@ -279,8 +348,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       if (d >= hd) continue;
       float v = hk[u];
       if (fused && d < 2 * rp.halfk) {
-        float sn, cs;
-        sincosf((float)p * hf[u], &sn, &cs);
+        const float sn = hs[u], cs = hc[u];
         v = d < rp.halfk ? hk0[u] * cs - hk1[u] * sn : hk0[u] * sn + hk1[u] * cs;
       }
       Kp[d] = v;
@@ -335,7 +403,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
 #pragma unroll
     for (int j = 0; j < NJ; j++) acc[g][j] = f4z();
   }
-  for (int i0 = 0; i0 < npos; i0 += (HW ? 2 : 1) * AT_B) {
+  for (int i0 = 0; i0 < ((diag & 1) ? 0 : npos); i0 += (HW ? 2 : 1) * AT_B) {
     if (i0 && i0 < AT_B * (1 + nstg)) { /* staged: read back what this lane copied */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
       asm volatile("cp.async.wait_all;" ::: "memory");
@@ -377,15 +445,10 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
         for (int g = 0; g < GM; g++)
 #pragma unroll
           for (int b = 0; b < AT_B; b++) v[g * AT_B + b] = s[g][b];
-#pragma unroll
-        for (int h = 8; h >= 1; h >>= 1) { /* offset 2h: keep the half of the h * 2 values selected by lane bit */
-          const bool up = lane & (2 * h);
-#pragma unroll
-          for (int k = 0; k < h; k++) {
-            const float keep = up ? v[k + h] : v[k], send = up ? v[k] : v[k + h];
-            v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 2 * h);
-          }
-        }
+        at_rs_level<8>(v, lane); /* explicit levels: as a loop nvcc kept v[] in local memory */
+        at_rs_level<4>(v, lane);
+        at_rs_level<2>(v, lane);
+        at_rs_level<1>(v, lane);
         float sc = v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
         const int k = (lane >> 1) & 15, gk = k / AT_B, bk = k % AT_B;
         bool okk = false;
@@ -463,6 +526,9 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       }
   }
   TRA(4);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (diag & 1) asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
   if (trig == 2) pdl_trigger();
   at_prefetch(rp);
   if (HW) /* each half-warp accumulated its own positions (same max and sum): add the halves */
@@ -495,14 +561,49 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       const float mg = RS && !(cl & 64) ? __shfl_sync(0xffffffffu, m[0], 2 * g * AT_B) : m[g];
       const float lg = RS && !(cl & 64) ? __shfl_sync(0xffffffffu, l[0], 2 * g * AT_B) : l[g];
       const int ch = HW ? (lane & 15) : lane;
+      if (diag & 2) break;
+      if (cl & 8192) { /* st.async into the owner's buffers, completing bytes of its mbarrier */
+        const unsigned mb = (unsigned)__cvta_generic_to_shared(&rsc_mb);
+        if ((!HW || lane < 16) && ch < hd4) {
+          const unsigned r = (unsigned)(g * nq + (ch >> 3));
+          unsigned ra, rb;
+          asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra)
+                       : "r"((unsigned)__cvta_generic_to_shared(Ra + pi * 32 + (ch & 7) * 4)), "r"(r));
+          asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(mb), "r"(r));
+          asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
+                       ::"r"(ra), "f"(acc[g][0].x), "f"(acc[g][0].y), "f"(acc[g][0].z), "f"(acc[g][0].w), "r"(rb)
+                       : "memory");
+        }
+        if (lane < nq) {
+          const unsigned r = (unsigned)(g * nq + lane);
+          unsigned ra, rb;
+          asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra)
+                       : "r"((unsigned)__cvta_generic_to_shared(Rm + pi)), "r"(r));
+          asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(mb), "r"(r));
+          asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+                       ::"r"(ra), "f"(mg), "f"(lg), "r"(rb) : "memory");
+        }
+        continue;
+      }
       if ((!HW || lane < 16) && ch < hd4)
         *(float4 *)(cluster.map_shared_rank(Ra, g * nq + (ch >> 3)) + pi * 32 + (ch & 7) * 4) = acc[g][0];
       if (lane < nq) cluster.map_shared_rank(Rm, g * nq + lane)[pi] = make_float2(mg, lg);
     }
-    __cluster_barrier_arrive(); /* release: the stores above */
-    __cluster_barrier_wait();   /* acquire: every partial of this block's chunk */
+    if (cl & 8192) { /* the owner's combining warps wait for its partials (phase 0 of its mbarrier) */
+      if (sta && warp < ((cl & 2048) ? ((cl & 16384) && NW == 8 ? 8 : 4) : 1) && !(diag & 2)) {
+        const unsigned mb = (unsigned)__cvta_generic_to_shared(&rsc_mb);
+        unsigned done = 0;
+        while (!done)
+          asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                       : "=r"(done) : "r"(mb), "r"(0u) : "memory");
+      }
+    } else if (!(diag & 2)) {
+      __cluster_barrier_arrive(); /* release: the stores above */
+      __cluster_barrier_wait();   /* acquire: every partial of this block's chunk */
+    }
     TRA(6);
-    const int cw = (cl & 2048) ? 4 : 1; /* warps that combine (SMELT_CUDA_ATTN_CW): a quarter of the partials each */
+    /* warps that combine (SMELT_CUDA_ATTN_CW): 1, 4 (a quarter of the partials each) or all 8 */
+    const int cw = (cl & 2048) ? ((cl & 16384) && NW == 8 ? 8 : 4) : 1;
     if (warp < cw && z < G * nq) {
       const int g = z / nq, d = (z % nq) * 32 + lane, h = kvh * G + g;
       float2 ml[4];
@@ -532,25 +633,30 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
         for (int q = 0; q < P; q += 4)
 #pragma unroll
           for (int u = 0; u < 4; u++) o4[u] = fmaf(Ra[(q + u) * 32 + lane], Rw[q + u], o4[u]);
-      } else { /* this warp's 32 partials, their weights from lane q's register */
+      } else { /* this warp's PW partials q = PW warp + j, the weight of q from lane q % 32's wk[q / 32] */
+        const int PW = 128 / cw, q0 = PW * warp;
+        const int kk = cw == 8 ? warp >> 1 : warp; /* q0 / 32 */
         float wq = wk[0];
 #pragma unroll
-        for (int k = 1; k < 4; k++) wq = warp == k ? wk[k] : wq;
+        for (int k = 1; k < 4; k++) wq = kk == k ? wk[k] : wq;
 #pragma unroll
-        for (int j = 0; j < 32; j += 4)
+        for (int j = 0; j < 32; j += 4) {
+          if (j >= PW) break;
 #pragma unroll
           for (int u = 0; u < 4; u++) {
-            const int q = 32 * warp + j + u;
-            const float wv = __shfl_sync(0xffffffffu, wq, j + u);
+            const int q = q0 + j + u;
+            const float wv = __shfl_sync(0xffffffffu, wq, (q0 & 31) + j + u);
             o4[u] = q < P ? fmaf(Ra[q * 32 + lane], wv, o4[u]) : o4[u];
           }
+        }
       }
       float o = (o4[0] + o4[1]) + (o4[2] + o4[3]);
       if (cw > 1) { /* the warps' sums meet in Qs (q is in registers by now) */
         Qs[warp * 32 + lane] = o;
-        asm volatile("bar.sync 1, 128;" ::: "memory");
+        asm volatile("bar.sync 1, %0;" ::"r"(cw * 32) : "memory");
         if (warp) return;
         o = (Qs[lane] + Qs[32 + lane]) + (Qs[64 + lane] + Qs[96 + lane]);
+        if (cw == 8) o += (Qs[128 + lane] + Qs[160 + lane]) + (Qs[192 + lane] + Qs[224 + lane]);
       }
       const float v = L > 0.f ? o / L : 0.f;
       out[((int64_t)t * n_heads + h) * hd + d] = v;
@@ -769,7 +875,7 @@ static bool at_rsc(int hd, int G, int S, int nw, bool cl) {
          G * (hd / 32) <= S && g_cu_attn_unr && !g_cu_attn_oldm;
 }
 extern int g_cu_attn_hw, g_cu_attn_b;
-int g_cu_attn_cw = 1; /* SMELT_CUDA_ATTN_CW=0: one warp combines the RSC partials of a chunk (default: four) */
+int g_cu_attn_cw = 8; /* SMELT_CUDA_ATTN_CW: warps that combine the RSC partials of a chunk: 0 one, 4 four, 8 (default) all eight (of 8) */
 int g_cu_attn_kvef = 1; /* SMELT_CUDA_ATTN_KVEF=0: K/V rows read with the normal L2 policy (default: evict-first) */
 int g_cu_attn_stg = 1; /* SMELT_CUDA_ATTN_STG: batches of K/V a warp copies into shared memory before its wait (0-2) */
 /* the staging applies to the default kernel (8 warps, whole-warp positions, 4 a batch) */
@@ -802,6 +908,8 @@ int g_cu_attn_oldm = 0; /* SMELT_CUDA_ATTN_OLDM=1: merge / combine weights per o
 int g_cu_attn_rs = 1; /* SMELT_CUDA_ATTN_RS=0: scores all-reduced in every lane (no reduce-scatter) */
 int g_cu_attn_hw = 1; /* SMELT_CUDA_ATTN_HW=0: whole warps a position also for hd <= 64 */
 int g_cu_attn_hoist = 1; /* SMELT_CUDA_ATTN_HOIST=0: the new position's slot and k/v rows read after q */
+int g_cu_attn_sta = 1; /* SMELT_CUDA_ATTN_STA (default 1): RSC's partials sent with st.async + an mbarrier instead of a cluster barrier */
+int g_cu_attn_diag = 0; /* SMELT_CUDA_ATTN_DIAG (diagnostic, wrong results): 1 no position loop, 2 no partials exchanged (RSC), 4 no q load, 8 half the K/V bytes, 16 no K/V loads */
 int g_cu_attn_trig = 2; /* SMELT_CUDA_ATTN_TRIG: where the o projection may launch (0 start, 1 after the first K/V loads, 2 after the position loop: the default, measured fastest with the evict-first weights and one carveout) */
 int g_cu_attn_unr = 1; /* SMELT_CUDA_ATTN_UNR=0: the cluster combine loads remote values one split at a time */
 int cu_attn_dec_warps(int hd, int G) { return g_cu_attn_nw >= 8 && G <= 4 && hd <= 128 ? g_cu_attn_nw : 4; }
@@ -880,7 +988,7 @@ void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q
   g_pf[0] = g_pf[1] = NULL;
   g_pfn[0] = g_pfn[1] = 0;
 #define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
-                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64) | (g_cu_attn_oldm ? 128 : 0) | (rsc ? 256 : 0) | (nstg << 9) | (g_cu_attn_cw ? 2048 : 0) | (g_cu_attn_kvef ? 4096 : 0)
+                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64) | (g_cu_attn_oldm ? 128 : 0) | (rsc ? 256 : 0) | (nstg << 9) | (g_cu_attn_cw ? 2048 : 0) | (g_cu_attn_cw == 8 ? 16384 : 0) | (g_cu_attn_kvef ? 4096 : 0) | (g_cu_attn_sta ? 8192 : 0) | ((g_cu_attn_diag & 31) << 15)
   const bool hw = hd4 <= 16 && g_cu_attn_hw;
   const int nw = cu_attn_dec_warps(hd, G);
   const bool rsc = at_rsc(hd, G, S, nw, cl);

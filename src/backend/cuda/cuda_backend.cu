@@ -2210,7 +2210,7 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   const char *no = getenv("SMELT_CUDA_NORMOUT");
   g_cu_normout = no && no[0] == '1';
   const char *acw = getenv("SMELT_CUDA_ATTN_CW");
-  g_cu_attn_cw = !(acw && acw[0] == '0');
+  g_cu_attn_cw = acw ? atoi(acw) : 8;
   const char *ast = getenv("SMELT_CUDA_ATTN_STG");
   if (ast) g_cu_attn_stg = atoi(ast) < 0 ? 0 : atoi(ast) > 2 ? 2 : atoi(ast);
   const char *kvef = getenv("SMELT_CUDA_ATTN_KVEF");
@@ -2257,6 +2257,10 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   g_cu_attn_unr = !(au && au[0] == '0');
   const char *pfe = getenv("SMELT_CUDA_PF");
   g_cu_pf_bytes = pfe ? (size_t)(atof(pfe) * 1048576.0) : (size_t)8 << 20;
+  const char *asta = getenv("SMELT_CUDA_ATTN_STA");
+  g_cu_attn_sta = asta ? atoi(asta) != 0 : 1;
+  const char *adg = getenv("SMELT_CUDA_ATTN_DIAG");
+  g_cu_attn_diag = adg ? atoi(adg) & 31 : 0;
   const char *pfm = getenv("SMELT_CUDA_PF_MIN");
   g_cu_pf_min = pfm ? (size_t)(atof(pfm) * 1048576.0) : (size_t)32 << 20;
   const char *sk = getenv("SMELT_CUDA_SKIP");

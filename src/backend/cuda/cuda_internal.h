@@ -209,6 +209,7 @@ int cu_attn_dec_warps(int hd, int G);
 /* regions (device pointers, 16-byte aligned) the next cu_attn_decode launch prefetches into L2
  * after its blocks have read K and V */
 void cu_attn_set_prefetch(const void *a, size_t an, const void *b, size_t bn);
+extern int g_cu_attn_diag, g_cu_attn_sta;
 void cu_attn_decode(float *out, void *xq, float *part, int *cnt, const float *q, const float *kraw, const float *vraw,
                     const float *invq, const float *invk, int halfq, int halfk, float *K, float *V,
                     const int32_t *pos, const int32_t *seq, const int32_t *table, int max_blocks, int bs, int nblocks,
