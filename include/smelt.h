@@ -68,6 +68,23 @@ const smelt_tokenizer *smelt_model_tokenizer(const smelt_model *m);
 int32_t smelt_model_vocab_size(const smelt_model *m);
 const char *smelt_model_arch(const smelt_model *m); /* config model_type, e.g. "llama" */
 
+/* What a loaded model is and where it runs (pointers borrowed from the model). */
+typedef struct {
+  const char *arch;        /* config model_type */
+  const char *backend;     /* "cpu", "cuda" */
+  int n_layers, hidden, vocab, n_heads, n_kv_heads, head_dim;
+  int max_context;         /* the context size it was loaded for */
+  size_t weight_bytes;     /* all weights */
+  size_t decode_bytes;     /* weight bytes one decode step reads (an untied embedding table counts as one row) */
+  int n_eos;               /* end-of-sequence ids from config.json and generation_config.json */
+  const int32_t *eos_ids;
+  int32_t bos_id;          /* -1 when none */
+} smelt_model_info;
+void smelt_model_get_info(const smelt_model *m, smelt_model_info *info);
+/* Measured streaming-read bandwidth of the memory the model's weights live in, bytes/s, with the
+ * threads the backend computes with (the decode roofline is this over decode_bytes); 0 if unknown. */
+double smelt_model_bandwidth(smelt_model *m);
+
 /* ---- sampling & generation ---- */
 typedef struct {
   float temperature;        /* 0 = greedy */

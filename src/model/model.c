@@ -288,6 +288,37 @@ const smelt_tokenizer *smelt_model_tokenizer(const smelt_model *m) { return m->t
 int32_t smelt_model_vocab_size(const smelt_model *m) { return m->cfg.vocab_size; }
 const char *smelt_model_arch(const smelt_model *m) { return m->cfg.model_type; }
 
+static size_t weight_nbytes(const sm_weight *w) {
+  if (!w->data) return 0;
+  if (!w->bits) return (size_t)w->rows * (size_t)w->cols * sm_dtype_size(w->dtype);
+  return (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8 +
+         2 * (size_t)w->rows * (size_t)(w->cols / w->group_size) * sm_dtype_size(w->dtype);
+}
+
+void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
+  const sm_config *c = &m->cfg;
+  memset(info, 0, sizeof *info);
+  info->arch = c->model_type;
+  info->backend = m->be ? m->be->name : "";
+  info->n_layers = c->num_hidden_layers;
+  info->hidden = c->hidden_size;
+  info->vocab = c->vocab_size;
+  info->n_heads = c->num_attention_heads;
+  info->n_kv_heads = c->num_key_value_heads;
+  info->head_dim = c->head_dim;
+  info->max_context = m->max_context;
+  info->weight_bytes = m->weight_bytes;
+  size_t emb = m->embed.data != m->lm_head.data ? weight_nbytes(&m->embed) : 0;
+  info->decode_bytes = m->weight_bytes > emb ? m->weight_bytes - emb : m->weight_bytes;
+  info->n_eos = c->n_eos;
+  info->eos_ids = c->eos_ids;
+  info->bos_id = c->bos_id;
+}
+
+double smelt_model_bandwidth(smelt_model *m) {
+  return m->be && m->be->measure_bandwidth ? m->be->measure_bandwidth(m->be) : 0;
+}
+
 smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, sm_kv_cache *kv) {
   memset(kv, 0, sizeof *kv);
   kv->n_layers = m->cfg.num_hidden_layers;
