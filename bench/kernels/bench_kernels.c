@@ -66,15 +66,15 @@ static void bench_matvec(sm_backend *be, int64_t M, int64_t K, int bits, int gs)
   int iters = (int)((4ull << 30) / per);
   if (iters < 2 * copies) iters = 2 * copies;
   if (iters > 4000) iters = 4000;
-  for (int c = 0; c < copies; c++) be->matmul(be, &w[c], x, 1, y); /* warm up / fault in */
+  for (int c = 0; c < copies; c++) be->matmul(be, SM_MM_OTHER, &w[c], x, 1, y); /* warm up / fault in */
   double t0 = sm_now();
-  for (int i = 0; i < iters; i++) be->matmul(be, &w[i % copies], x, 1, y);
+  for (int i = 0; i < iters; i++) be->matmul(be, SM_MM_OTHER, &w[i % copies], x, 1, y);
   double dt = sm_now() - t0;
   double gbs = (double)per * iters / dt / 1e9;
   /* hot: the same matrix again and again (L3-resident when it fits) */
   int hot_iters = iters;
   t0 = sm_now();
-  for (int i = 0; i < hot_iters; i++) be->matmul(be, &w[0], x, 1, y);
+  for (int i = 0; i < hot_iters; i++) be->matmul(be, SM_MM_OTHER, &w[0], x, 1, y);
   double dth = sm_now() - t0;
   printf("matvec q%d g%d %6lldx%-5lld  %7.1f us  %6.2f GB/s  = %3.0f%% of DRAM bw   (hot/L3: %7.1f us, %6.2f GB/s)\n", bits, gs,
          (long long)M, (long long)K, dt / iters * 1e6, gbs, 100 * gbs / g_bw, dth / hot_iters * 1e6,
@@ -92,10 +92,10 @@ static void bench_gemm(sm_backend *be, int64_t M, int64_t K, int bits, int gs, i
   sm_weight w = {.rows = M, .cols = K, .bits = bits, .group_size = gs, .dtype = SM_DT_F16, .data = d, .scales = s, .biases = b};
   float *x = sm_aligned_alloc((size_t)n * K * 4), *y = sm_aligned_alloc((size_t)n * M * 4);
   for (int64_t i = 0; i < n * K; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
-  be->matmul(be, &w, x, n, y);
+  be->matmul(be, SM_MM_OTHER, &w, x, n, y);
   int iters = 0;
   double t0 = sm_now(), dt;
-  do { be->matmul(be, &w, x, n, y); iters++; dt = sm_now() - t0; } while (dt < 1.0);
+  do { be->matmul(be, SM_MM_OTHER, &w, x, n, y); iters++; dt = sm_now() - t0; } while (dt < 1.0);
   double gf = 2.0 * n * M * K * iters / dt / 1e9;
   printf("gemm   q%d g%d %6lldx%-5lld n=%-4d %8.2f ms  %7.1f GFLOP/s\n", bits, gs, (long long)M, (long long)K, n,
          dt / iters * 1e3, gf);

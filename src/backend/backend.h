@@ -96,6 +96,17 @@ int32_t sm_sample_row(const sm_sample_req *r, float *row, int vocab, float *e, i
 /* Argument checks for a sample op (rows, penalty tokens); SMELT_ERR_INVALID with a message. */
 smelt_status sm_sample_check(const sm_sample_req *req, int n_req, int n_rows, int vocab);
 
+/* What a matmul computes in the model. The model states it with every matmul; backends use it to
+ * pick kernels and fusions and never infer it from shapes. */
+typedef enum {
+  SM_MM_OTHER = 0,
+  SM_MM_Q, SM_MM_K, SM_MM_V, SM_MM_O,     /* attention projections */
+  SM_MM_GATE, SM_MM_UP, SM_MM_DOWN,       /* MLP */
+  SM_MM_LM_HEAD,                          /* vocabulary logits */
+  SM_MM_ROLES
+} sm_mm_role;
+const char *sm_mm_role_name(sm_mm_role r);
+
 typedef struct sm_backend sm_backend;
 struct sm_backend {
   const char *name; /* "cpu", "cuda" */
@@ -116,8 +127,8 @@ struct sm_backend {
 
   /* out[t][:] = row tokens[t] of emb (dequantized), t < n_tokens of the current batch */
   void (*embed)(sm_backend *be, const sm_weight *emb, float *out);
-  /* y[n][w->rows] = x[n][w->cols] . W^T */
-  void (*matmul)(sm_backend *be, const sm_weight *w, const float *x, int n, float *y);
+  /* y[n][w->rows] = x[n][w->cols] . W^T; role: what it is in the model */
+  void (*matmul)(sm_backend *be, sm_mm_role role, const sm_weight *w, const float *x, int n, float *y);
   /* out[i][:] = x[i][:] / rms(x[i]) * (w + w_offset), i < n rows of dim; out may == x */
   void (*rmsnorm)(sm_backend *be, float *out, const float *x, const float *w, int n, int dim,
                   float eps, float w_offset);
@@ -165,6 +176,11 @@ struct sm_backend {
    * live in, bytes/s (device-to-device copy on GPUs: bytes read + written). For rooflines. */
   double (*measure_bandwidth)(sm_backend *be);
 };
+
+/* The backend registry (registry.c): a backend for a device kind. AUTO takes the first available
+ * of CUDA (when built and a GPU is present) and CPU. index: the device ordinal (GPUs); threads: CPU
+ * threads (0 = all cores). NULL with sm_err set when it cannot be made. */
+sm_backend *sm_backend_create(smelt_device dev, int index, int threads);
 
 sm_backend *sm_cpu_backend_create(int n_threads); /* n_threads 0 = all cores */
 #ifdef SMELT_HAVE_CUDA

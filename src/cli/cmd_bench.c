@@ -154,7 +154,7 @@ int sm_cmd_bench(int argc, char **argv) {
   }
   size_t per_tok = m->weight_bytes - emb;
   double bw = m->be->measure_bandwidth ? m->be->measure_bandwidth(m->be) : 0;
-  if (bw <= 0 && !strcmp(m->be->name, "cpu")) bw = host_read_bandwidth(m->n_threads > 0 ? m->n_threads : 2);
+  if (bw <= 0 && !strcmp(m->be->name, "cpu")) bw = host_read_bandwidth(threads > 0 ? threads : 2);
   double prefill = P / (t1 - t0), decode = N / (t2 - t1), roof = bw > 0 ? bw / per_tok : 0;
   if (json) {
     printf("{\"model\":\"%s\",\"backend\":\"%s\",\"prompt_tokens\":%d,\"gen_tokens\":%d,\"load_s\":%.3f,"

@@ -1,5 +1,6 @@
 /* smelt inspect | list | rm | arch | pull — see docs/store.md. */
 #include "cli/cli.h"
+#include "model/family.h"
 #include "store/store.h"
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -75,7 +76,7 @@ int sm_cmd_inspect(int argc, char **argv) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", dir);
     cJSON_AddStringToObject(j, "arch", e.arch);
-    cJSON_AddBoolToObject(j, "arch_supported", sm_store_arch_supported(e.arch));
+    cJSON_AddBoolToObject(j, "arch_supported", (sm_family_runnable(e.arch) != NULL));
     cJSON_AddNumberToObject(j, "n_layers", e.n_layers);
     cJSON_AddNumberToObject(j, "n_heads", e.n_heads);
     cJSON_AddNumberToObject(j, "n_kv_heads", e.n_kv_heads);
@@ -104,7 +105,7 @@ int sm_cmd_inspect(int argc, char **argv) {
   } else {
     char b1[32], b2[32], b3[32];
     printf("model        %s\n", dir);
-    printf("arch         %s%s\n", e.arch[0] ? e.arch : "?", sm_store_arch_supported(e.arch) ? "" : " (not supported)");
+    printf("arch         %s%s\n", e.arch[0] ? e.arch : "?", (sm_family_runnable(e.arch) != NULL) ? "" : " (not supported)");
     printf("shape        %d layers, %d heads, %d kv heads, head dim %d, hidden %d, ffn %d, vocab %d\n", e.n_layers,
            e.n_heads, e.n_kv_heads, e.head_dim, e.hidden, e.intermediate, e.vocab);
     if (e.quant_bits) printf("quantization %d-bit, group size %d\n", e.quant_bits, e.quant_group);
@@ -228,22 +229,37 @@ int sm_cmd_rm(int argc, char **argv) {
 int sm_cmd_arch(int argc, char **argv) {
   bool json = argc > 1 && !strcmp(argv[1], "--json");
   size_t n;
-  const sm_arch_info *a = sm_store_supported_arch(&n);
+  const sm_family *const *fams = sm_family_all(&n);
+#ifdef SMELT_HAVE_CUDA
+  const bool cuda = true;
+#else
+  const bool cuda = false;
+#endif
   if (json) {
     cJSON *arr = cJSON_CreateArray();
     for (size_t i = 0; i < n; i++) {
+      if (!fams[i]->recipe) continue;
       cJSON *o = cJSON_CreateObject();
-      cJSON_AddStringToObject(o, "model_type", a[i].model_type);
-      cJSON_AddStringToObject(o, "description", a[i].description);
-      cJSON_AddStringToObject(o, "example", a[i].example);
+      cJSON_AddStringToObject(o, "model_type", fams[i]->model_type);
+      cJSON_AddStringToObject(o, "description", fams[i]->description);
+      cJSON_AddStringToObject(o, "example", fams[i]->example ? fams[i]->example : "");
+      cJSON_AddBoolToObject(o, "cpu", true);
+      cJSON_AddBoolToObject(o, "cuda", cuda);
+      cJSON *q = cJSON_AddArrayToObject(o, "quantization");
+      cJSON_AddItemToArray(q, cJSON_CreateString("dense f32/f16/bf16"));
+      cJSON_AddItemToArray(q, cJSON_CreateString("affine 2/3/4/5/6/8-bit"));
       cJSON_AddItemToArray(arr, o);
     }
     print_json(arr);
     return 0;
   }
-  printf("%-10s %-62s %s\n", "ARCH", "MODELS", "EXAMPLE");
-  for (size_t i = 0; i < n; i++) printf("%-10s %-62s %s\n", a[i].model_type, a[i].description, a[i].example);
-  printf("\nWeights: MLX safetensors, dense f32/f16/bf16 or affine-quantized 2/3/4/5/6/8-bit.\n");
+  printf("%-10s %-62s %-4s %-5s %s\n", "ARCH", "MODELS", "CPU", "CUDA", "EXAMPLE");
+  for (size_t i = 0; i < n; i++)
+    if (fams[i]->recipe)
+      printf("%-10s %-62s %-4s %-5s %s\n", fams[i]->model_type, fams[i]->description, "yes", cuda ? "yes" : "no*",
+             fams[i]->example ? fams[i]->example : "");
+  printf("\nWeights: MLX safetensors, dense f32/f16/bf16 or affine-quantized 2/3/4/5/6/8-bit (group 32/64/128).\n");
+  if (!cuda) printf("* this smelt was built without CUDA.\n");
   return 0;
 }
 

@@ -5,41 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Hugging Face class defaults per family (transformers' *Config __init__ defaults);
- * used for fields a config.json leaves out. Sizes of 0 mean "required". */
-typedef struct {
-  const char *type;
-  int vocab, hidden, inter, layers, heads, kv /* 0 = heads */, head_dim /* 0 = hidden/heads */, max_pos;
-  float eps, theta;
-  const char *act;
-  bool tie, attn_bias;
-  int sw_mode; /* 0: no sliding window, 1: "sliding_window" (default below), 2: only if use_sliding_window */
-  int sliding;
-  int bos, eos; /* -1 = none */
-  float final_softcap, attn_softcap, qpas;
-  int sw_pattern;
-  float local_theta;
-  bool gemma_act; /* prefer "hidden_activation" over "hidden_act" */
-} family;
+typedef sm_config_defaults family;
 
-static const family k_families[] = {
-  {"llama", 32000, 4096, 11008, 32, 32, 0, 0, 2048, 1e-6f, 10000.f, "silu", false, false, 0, 0, 1, 2, 0, 0, 0, 0, 0, false},
-  {"mistral", 32000, 4096, 14336, 32, 32, 8, 0, 131072, 1e-6f, 10000.f, "silu", false, false, 1, 4096, 1, 2, 0, 0, 0, 0, 0, false},
-  {"qwen2", 151936, 4096, 22016, 32, 32, 32, 0, 32768, 1e-6f, 10000.f, "silu", false, true, 2, 4096, -1, -1, 0, 0, 0, 0, 0, false},
-  {"qwen3", 151936, 4096, 22016, 32, 32, 32, 128, 32768, 1e-6f, 10000.f, "silu", false, false, 2, 4096, -1, -1, 0, 0, 0, 0, 0, false},
-  {"gemma", 256000, 3072, 24576, 28, 16, 16, 256, 8192, 1e-6f, 10000.f, "gelu_pytorch_tanh", true, false, 0, 0, 2, 1, 0, 0, 0, 0, 0, true},
-  {"gemma2", 256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6f, 10000.f, "gelu_pytorch_tanh", true, false, 1, 4096, 2, 1, 30.f, 50.f, 256.f, 2, 0, true},
-  {"gemma3_text", 262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6f, 1000000.f, "gelu_pytorch_tanh", true, false, 1, 4096, 2, 1, 0, 0, 256.f, 6, 10000.f, true},
-  {"phi3", 32064, 3072, 8192, 32, 32, 0, 0, 4096, 1e-5f, 10000.f, "silu", false, false, 1, 0, 1, 32000, 0, 0, 0, 0, 0, false},
-};
 /* unknown model types: sizes required; PretrainedConfig defaults otherwise */
-static const family k_generic = {"", 0, 0, 0, 0, 0, 0, 0, 0, 1e-6f, 10000.f, "silu", true, false, 1, 0, -1, -1, 0, 0, 0, 0, 0, false};
+static const family k_generic = {.type = "", .eps = 1e-6f, .theta = 10000.f, .act = "silu", .tie = true,
+                                 .sw_mode = 1, .bos = -1, .eos = -1};
 
-static const family *find_family(const char *type) {
-  if (strcmp(type, "gemma3") == 0) type = "gemma3_text";
-  for (size_t i = 0; i < SM_ARRAY_LEN(k_families); i++)
-    if (strcmp(k_families[i].type, type) == 0) return &k_families[i];
-  return &k_generic;
+static const family *find_family(sm_config_defaults_fn lookup, const char *type) {
+  const family *f = lookup ? lookup(type) : NULL;
+  return f ? f : &k_generic;
 }
 
 /* ------------------------------------------------------------- helpers */
@@ -257,7 +231,7 @@ void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int 
 
 /* --------------------------------------------------------------- parse */
 
-static smelt_status parse_config(sm_config *c, const char *file) {
+static smelt_status parse_config(sm_config *c, const char *file, sm_config_defaults_fn lookup) {
   const cJSON *root = c->json;
   if (!cJSON_IsObject(root)) return sm_err(SMELT_ERR_FORMAT, "%s: not a JSON object", file);
   const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
@@ -273,7 +247,7 @@ static smelt_status parse_config(sm_config *c, const char *file) {
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: model_type '%.40s...' is too long", file, mt->valuestring);
   snprintf(c->model_type, sizeof c->model_type, "%s", mt->valuestring);
   if (!strcmp(c->model_type, "gemma3") && cJSON_IsObject(tc)) snprintf(c->model_type, sizeof c->model_type, "gemma3_text");
-  const family *f = find_family(c->model_type);
+  const family *f = find_family(lookup, c->model_type);
 
   c->vocab_size = f->vocab;
   c->hidden_size = f->hidden;
@@ -453,7 +427,8 @@ static smelt_status parse_gen(sm_config *c, const cJSON *g, const family *f, boo
   return SMELT_OK;
 }
 
-smelt_status sm_config_parse(const char *config_json, size_t len, const char *gen_json, size_t gen_len, sm_config *out) {
+smelt_status sm_config_parse(const char *config_json, size_t len, const char *gen_json, size_t gen_len,
+                             sm_config_defaults_fn lookup, sm_config *out) {
   if (!out) return sm_err(SMELT_ERR_INVALID, "sm_config_parse: out is NULL");
   memset(out, 0, sizeof *out);
   out->bos_id = -1;
@@ -461,7 +436,7 @@ smelt_status sm_config_parse(const char *config_json, size_t len, const char *ge
   if (!config_json) return sm_err(SMELT_ERR_INVALID, "sm_config_parse: no config text");
   out->json = cJSON_ParseWithLength(config_json, len);
   if (!out->json) return sm_err(SMELT_ERR_FORMAT, "config.json: not valid JSON");
-  smelt_status rc = parse_config(out, "config.json");
+  smelt_status rc = parse_config(out, "config.json", lookup);
   cJSON *g = NULL;
   if (rc == SMELT_OK && gen_json) {
     g = cJSON_ParseWithLength(gen_json, gen_len);
@@ -469,14 +444,14 @@ smelt_status sm_config_parse(const char *config_json, size_t len, const char *ge
   }
   if (rc == SMELT_OK) {
     src s = {out->text, out->json, "config.json"};
-    rc = parse_gen(out, g, find_family(out->model_type), get(&s, "eos_token_id") != NULL, out->bos_id >= 0);
+    rc = parse_gen(out, g, find_family(lookup, out->model_type), get(&s, "eos_token_id") != NULL, out->bos_id >= 0);
   }
   cJSON_Delete(g);
   if (rc != SMELT_OK) sm_config_free(out);
   return rc;
 }
 
-smelt_status sm_config_load(const char *model_dir, sm_config *out) {
+smelt_status sm_config_load(const char *model_dir, sm_config_defaults_fn lookup, sm_config *out) {
   if (!out) return sm_err(SMELT_ERR_INVALID, "sm_config_load: out is NULL");
   memset(out, 0, sizeof *out);
   if (!model_dir) return sm_err(SMELT_ERR_INVALID, "sm_config_load: model_dir is NULL");
@@ -490,7 +465,7 @@ smelt_status sm_config_load(const char *model_dir, sm_config *out) {
   if (sm_file_exists(p)) rc = sm_read_file(p, &gtxt, &glen);
   free(p);
   if (rc == SMELT_OK) {
-    rc = sm_config_parse(txt, len, gtxt, glen, out);
+    rc = sm_config_parse(txt, len, gtxt, glen, lookup, out);
     if (rc != SMELT_OK) {
       /* prefix the directory so the message says which model */
       char msg[768];

@@ -45,11 +45,32 @@ typedef struct {
   int gen_do_sample;           /* -1 absent, else 0/1 */
 } sm_config;
 
-/* Load <model_dir>/config.json and, if present, <model_dir>/generation_config.json. */
-smelt_status sm_config_load(const char *model_dir, sm_config *out);
+/* Hugging Face class defaults of one model family (its *Config __init__ defaults), for the fields a
+ * config.json leaves out. They belong to the family registry (src/model/family.h); the parser
+ * asks for them through a lookup function. Sizes of 0 mean "required". */
+typedef struct {
+  const char *type;
+  int vocab, hidden, inter, layers, heads, kv /* 0 = heads */, head_dim /* 0 = hidden/heads */, max_pos;
+  float eps, theta;
+  const char *act;
+  bool tie, attn_bias;
+  int sw_mode;          /* 0: no sliding window, 1: "sliding_window" (default below), 2: only if use_sliding_window */
+  int sliding;
+  int bos, eos;         /* -1 = none */
+  float final_softcap, attn_softcap, qpas;
+  int sw_pattern;
+  float local_theta;
+  bool gemma_act;       /* prefer "hidden_activation" over "hidden_act" */
+} sm_config_defaults;
+/* the defaults of a model_type, NULL when unknown (generic PretrainedConfig defaults then apply) */
+typedef const sm_config_defaults *(*sm_config_defaults_fn)(const char *model_type);
+
+/* Load <model_dir>/config.json and, if present, <model_dir>/generation_config.json. lookup (may be
+ * NULL) gives the family defaults; the model layer's sm_family_config_load passes the registry's. */
+smelt_status sm_config_load(const char *model_dir, sm_config_defaults_fn lookup, sm_config *out);
 /* Same from memory (gen_json may be NULL). Buffers need not be NUL-terminated. */
 smelt_status sm_config_parse(const char *config_json, size_t len, const char *gen_json, size_t gen_len,
-                             sm_config *out);
+                             sm_config_defaults_fn lookup, sm_config *out);
 void sm_config_free(sm_config *c);
 /* Quantization of one module (e.g. "model.layers.0.self_attn.q_proj"; a trailing ".weight" is ignored):
  * per-module overrides in the quant block ({"model.layers.0.mlp.down_proj": {"bits": 8, "group_size": 64}},

@@ -1,29 +1,20 @@
-/* Transformer models: loading MLX-format checkpoints into backend weights and the
- * batched forward pass. One file per family (llama.c, mistral.c, qwen2.c, qwen3.c)
- * describes its quirks; transformer.c holds the shared decoder-only forward. */
+/* Transformer models: loading MLX-format checkpoints into backend weights (loader.c), the
+ * batched forward pass (transformer.c) and the public model API (model.c). What differs between
+ * families is data in the family registry (family.h), not code here. */
 #ifndef SM_MODEL_H
 #define SM_MODEL_H
 #include "backend/backend.h"
 #include "format/config.h"
 #include "format/safetensors.h"
+#include "model/family.h"
 
-/* What differs between families. */
-typedef struct sm_family {
-  const char *model_type;  /* config.json model_type */
-  bool qkv_bias;           /* q/k/v projections have biases (qwen2) */
-  bool qk_norm;            /* RMSNorm on q and k per head (qwen3) */
-  float norm_w_offset;     /* RMSNorm weight offset: 0, or 1 for gemma's (1+w) */
-} sm_family;
-
-const sm_family *sm_family_find(const char *model_type); /* NULL if unsupported */
-/* NULL-terminated list of supported model_type names */
-const char *const *sm_family_names(void);
-
+/* One decoder layer's tensors, by slot (family.h). Matrices in w[], 1-D tensors (norm weights)
+ * in vec[], projection biases in bias[]; unused slots are empty (data / pointer NULL). */
 typedef struct {
-  float *attn_norm, *ffn_norm; /* backend buffers [hidden] */
-  float *q_norm, *k_norm;      /* [head_dim] (qk_norm) */
-  float *bq, *bk, *bv;         /* biases (qkv_bias) */
-  sm_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+  sm_weight w[SM_T_LAYER_COUNT];
+  float *vec[SM_T_LAYER_COUNT];  /* backend buffers */
+  float *bias[SM_T_LAYER_COUNT]; /* backend buffers */
+  sm_layer_spec spec;
 } sm_layer;
 
 struct smelt_model {
@@ -39,14 +30,16 @@ struct smelt_model {
   float *inv_freq; /* backend buffer, rot_dim/2 */
   int rot_dim;
   int max_context;
-  int n_threads;
   size_t weight_bytes;
   /* scratch activations, sized for scratch_tokens rows */
   int scratch_tokens, scratch_out;
   float *x, *xb, *xb2, *q, *k, *v, *att, *gate, *up, *xo, *logits;
-  /* small host buffers made for weights (converted norms/biases), freed with the model */
+  /* backend buffers made for weights (converted norms/biases, rope table), freed with the model */
   void **owned; int n_owned;
 };
+
+/* Load a model onto a given backend (the model takes ownership of be, also on failure). */
+smelt_status sm_model_load_on(const char *dir, const smelt_model_params *p, sm_backend *be, smelt_model **out);
 
 /* Run the model over batch b (see backend.h), writing logits of b->out_rows into
  * host logits[n_out][vocab]. The caller (engine) owns the KV cache. */
@@ -57,8 +50,18 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out);
 smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, sm_kv_cache *kv);
 void sm_kv_free(smelt_model *m, sm_kv_cache *kv);
 
-/* Synthetic checkpoints: random weights with the shape of a known model. */
-typedef struct { const char *name; int hidden, layers, heads, kv_heads, ffn, vocab; bool tied; } sm_synth_shape;
+/* loader.c: the checkpoint's tensors into m (family names, recipe), uploaded to m->be; the rope table */
+smelt_status sm_model_load_weights(smelt_model *m);
+smelt_status sm_model_setup_rope(smelt_model *m);
+void sm_model_release_weights(smelt_model *m);
+
+/* Synthetic checkpoints: random weights with the shape of a known model, in a family's layout. */
+typedef struct {
+  const char *name;
+  int hidden, layers, heads, kv_heads, ffn, vocab;
+  bool tied;
+  const char *family; /* model_type; NULL = "llama" */
+} sm_synth_shape;
 const sm_synth_shape *sm_synth_find(const char *name); /* "test", "tiny", "test1b", "test8b", "1b", "3b", "8b"; NULL if unknown */
 /* Write config.json + model.safetensors (bits 0 = bf16) into dir unless both exist. */
 smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const char *dir, bool verbose);

@@ -1,4 +1,5 @@
-/* Synthetic random-weight MLX-format llama checkpoints of known shapes (benchmarks, tests). */
+/* Synthetic random-weight MLX-format checkpoints of known shapes (benchmarks, tests), in the tensor
+ * layout of a registered family (llama by default). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,13 +9,13 @@
 #include "model/model.h"
 
 static const sm_synth_shape g_shapes[] = {
-  { "test", 64, 2, 4, 2, 256, 512, false },
-  { "tiny", 256, 4, 8, 4, 768, 4096, true },
-  { "test1b", 2048, 2, 32, 8, 8192, 1024, true },   /* two Llama-3.2-1B layers, small vocab (tests) */
-  { "test8b", 4096, 2, 32, 8, 14336, 1024, true },  /* two Llama-3.1-8B layers, small vocab (tests) */
-  { "1b", 2048, 16, 32, 8, 8192, 128256, true },   /* Llama-3.2-1B */
-  { "3b", 3072, 28, 24, 8, 8192, 128256, true },   /* Llama-3.2-3B */
-  { "8b", 4096, 32, 32, 8, 14336, 128256, false }, /* Llama-3.1-8B */
+  { "test", 64, 2, 4, 2, 256, 512, false, NULL },
+  { "tiny", 256, 4, 8, 4, 768, 4096, true, NULL },
+  { "test1b", 2048, 2, 32, 8, 8192, 1024, true, NULL },   /* two Llama-3.2-1B layers, small vocab (tests) */
+  { "test8b", 4096, 2, 32, 8, 14336, 1024, true, NULL },  /* two Llama-3.1-8B layers, small vocab (tests) */
+  { "1b", 2048, 16, 32, 8, 8192, 128256, true, NULL },   /* Llama-3.2-1B */
+  { "3b", 3072, 28, 24, 8, 8192, 128256, true, NULL },   /* Llama-3.2-3B */
+  { "8b", 4096, 32, 32, 8, 14336, 128256, false, NULL }, /* Llama-3.1-8B */
 };
 
 static uint64_t rng_next(uint64_t *s) { uint64_t x = *s; x ^= x << 13; x ^= x >> 7; x ^= x << 17; return *s = x; }
@@ -32,6 +33,9 @@ static void fill_random(void *user, void *dst, size_t n, const char *name) {
       float sc = 0.02f / levels * (1.0f + (float)(rng_next(&s) % 100) / 200.0f);
       h[i] = sm_f32_to_bf16(!strcmp(dot, ".scales") ? sc : -sc * levels / 2);
     }
+  } else if (dot && !strcmp(dot, ".bias")) {
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(((float)(rng_next(&s) % 2001) - 1000.0f) * 1e-4f);
   } else if (strstr(name, "norm")) {
     uint16_t *h = dst;
     for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(1.0f);
@@ -64,6 +68,10 @@ static void add_linear(sm_st_writer *w, fill_ctx *fc, const char *prefix, int64_
 
 /* Write a random-weight MLX-format llama checkpoint into dir (skipped if it exists). */
 smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const char *dir, bool verbose) {
+  const char *ftype = sh->family ? sh->family : "llama";
+  const sm_family *fam = sm_family_runnable(ftype);
+  if (!fam) return sm_err(SMELT_ERR_INVALID, "synthetic models: unknown family '%s'", ftype);
+  const bool llama3_rope = !strcmp(fam->model_type, "llama");
   char *cfgp = sm_path_join(dir, "config.json"), *stp = sm_path_join(dir, "model.safetensors");
   smelt_status st = SMELT_OK;
   if (bits && (sh->hidden % gs || sh->ffn % gs)) {
@@ -74,7 +82,7 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   mkdir(dir, 0755);
   if (verbose) fprintf(stderr, "smelt: writing synthetic %s model (%d-bit) to %s ...\n", sh->name, bits, dir);
   cJSON *c = cJSON_CreateObject();
-  cJSON_AddStringToObject(c, "model_type", "llama");
+  cJSON_AddStringToObject(c, "model_type", fam->model_type);
   cJSON_AddNumberToObject(c, "hidden_size", sh->hidden);
   cJSON_AddNumberToObject(c, "num_hidden_layers", sh->layers);
   cJSON_AddNumberToObject(c, "num_attention_heads", sh->heads);
@@ -85,12 +93,16 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-5);
   cJSON_AddNumberToObject(c, "rope_theta", 500000);
   cJSON_AddBoolToObject(c, "tie_word_embeddings", sh->tied);
-  cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
-  cJSON_AddStringToObject(rs, "rope_type", "llama3");
-  cJSON_AddNumberToObject(rs, "factor", 32.0);
-  cJSON_AddNumberToObject(rs, "low_freq_factor", 1.0);
-  cJSON_AddNumberToObject(rs, "high_freq_factor", 4.0);
-  cJSON_AddNumberToObject(rs, "original_max_position_embeddings", 8192);
+  cJSON_AddNumberToObject(c, "head_dim", sh->hidden / sh->heads);
+  cJSON_AddBoolToObject(c, "attention_bias", fam->recipe->qkv_bias);
+  if (llama3_rope) {
+    cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
+    cJSON_AddStringToObject(rs, "rope_type", "llama3");
+    cJSON_AddNumberToObject(rs, "factor", 32.0);
+    cJSON_AddNumberToObject(rs, "low_freq_factor", 1.0);
+    cJSON_AddNumberToObject(rs, "high_freq_factor", 4.0);
+    cJSON_AddNumberToObject(rs, "original_max_position_embeddings", 8192);
+  }
   if (bits) {
     cJSON *q = cJSON_AddObjectToObject(c, "quantization");
     cJSON_AddNumberToObject(q, "group_size", gs);
@@ -105,27 +117,37 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   free(js);
   sm_st_writer *w = sm_stw_new();
   fill_ctx fc = { bits, 12345 };
-  int64_t H = sh->hidden, hd = sh->hidden / sh->heads;
-  add_linear(w, &fc, "model.embed_tokens", sh->vocab, H, bits, gs);
-  if (!sh->tied) add_linear(w, &fc, "lm_head", sh->vocab, H, bits, gs);
-  int64_t vs[1] = { H };
-  sm_stw_add(w, "model.norm.weight", SM_DT_BF16, 1, vs, NULL, fill_random, &fc);
-  char p[128], n[192];
+  const sm_tensor_names *nm = fam->names;
+  const int64_t H = sh->hidden, hd = sh->hidden / sh->heads, F = sh->ffn;
+  const int64_t nq = sh->heads * hd, nkv = sh->kv_heads * hd;
+  char n[256];
+  snprintf(n, sizeof n, "%s%s", nm->root, nm->embed);
+  add_linear(w, &fc, n, sh->vocab, H, bits, gs);
+  if (!sh->tied) add_linear(w, &fc, nm->lm_head, sh->vocab, H, bits, gs);
+  int64_t vs[1] = { H }, hs[1] = { hd };
+  snprintf(n, sizeof n, "%s%s.weight", nm->root, nm->final_norm);
+  sm_stw_add(w, n, SM_DT_BF16, 1, vs, NULL, fill_random, &fc);
   for (int l = 0; l < sh->layers; l++) {
-    snprintf(p, sizeof p, "model.layers.%d", l);
-#define L(sub, r, cc) do { snprintf(n, sizeof n, "%s.%s", p, sub); add_linear(w, &fc, n, r, cc, bits, gs); } while (0)
-    L("self_attn.q_proj", sh->heads * hd, H);
-    L("self_attn.k_proj", sh->kv_heads * hd, H);
-    L("self_attn.v_proj", sh->kv_heads * hd, H);
-    L("self_attn.o_proj", H, sh->heads * hd);
-    L("mlp.gate_proj", sh->ffn, H);
-    L("mlp.up_proj", sh->ffn, H);
-    L("mlp.down_proj", H, sh->ffn);
-#undef L
-    snprintf(n, sizeof n, "%s.input_layernorm.weight", p);
-    sm_stw_add(w, n, SM_DT_BF16, 1, vs, NULL, fill_random, &fc);
-    snprintf(n, sizeof n, "%s.post_attention_layernorm.weight", p);
-    sm_stw_add(w, n, SM_DT_BF16, 1, vs, NULL, fill_random, &fc);
+    const struct { sm_layer_tensor t; int64_t rows, cols; } mats[] = {
+      { SM_T_Q, nq, H }, { SM_T_K, nkv, H }, { SM_T_V, nkv, H }, { SM_T_O, H, nq },
+      { SM_T_GATE, F, H }, { SM_T_UP, F, H }, { SM_T_DOWN, H, F },
+    };
+    for (size_t i = 0; i < SM_ARRAY_LEN(mats); i++) {
+      snprintf(n, sizeof n, "%s%s.%d.%s", nm->root, nm->layers, l, nm->t[mats[i].t]);
+      add_linear(w, &fc, n, mats[i].rows, mats[i].cols, bits, gs);
+      if (fam->recipe->qkv_bias && mats[i].t <= SM_T_V) {
+        int64_t bs[1] = { mats[i].rows };
+        snprintf(n, sizeof n, "%s%s.%d.%s.bias", nm->root, nm->layers, l, nm->t[mats[i].t]);
+        sm_stw_add(w, n, SM_DT_BF16, 1, bs, NULL, fill_random, &fc);
+      }
+    }
+    const sm_layer_tensor norms[] = { SM_T_ATTN_NORM, SM_T_FFN_NORM, SM_T_Q_NORM, SM_T_K_NORM };
+    for (size_t i = 0; i < SM_ARRAY_LEN(norms); i++) {
+      const bool per_head = norms[i] == SM_T_Q_NORM || norms[i] == SM_T_K_NORM;
+      if (per_head && !fam->recipe->qk_norm) continue;
+      snprintf(n, sizeof n, "%s%s.%d.%s.weight", nm->root, nm->layers, l, nm->t[norms[i]]);
+      sm_stw_add(w, n, SM_DT_BF16, 1, per_head ? hs : vs, NULL, fill_random, &fc);
+    }
   }
   st = sm_stw_write(w, stp);
   sm_stw_free(w);

@@ -1,4 +1,4 @@
-/* The shared decoder-only transformer forward pass (llama/mistral/qwen2/qwen3). */
+/* The shared decoder-only transformer forward pass: one layer recipe (family.h) for every family. */
 #include "model/model.h"
 #include <math.h>
 #include <string.h>
@@ -44,42 +44,45 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
   smelt_status st = sm_model_reserve(m, b->n_tokens, b->n_out);
   if (st) return st;
   if ((st = be->set_batch(be, b))) return st;
+  const sm_recipe *r = m->fam->recipe;
   const int n = b->n_tokens, H = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
   const int nh = c->num_attention_heads, nkvh = c->num_key_value_heads;
-  const float eps = c->rms_norm_eps, wofs = m->fam->norm_w_offset;
+  const float eps = c->rms_norm_eps, wofs = r->norm_offset;
   const float scale = 1.0f / sqrtf((float)hd);
-  int window = 0;
-  if (c->sliding_window > 0 && !strcmp(m->fam->model_type, "mistral")) window = c->sliding_window;
 
+  /* The order of these calls is what backends fuse (the CUDA fusion table, cuda_fuse.cu); tests/model
+   * test_op_sequence pins it per family. */
   be->embed(be, &m->embed, m->x);
   for (int l = 0; l < c->num_hidden_layers; l++) {
     const sm_layer *L = &m->layers[l];
-    be->rmsnorm(be, m->xb, m->x, L->attn_norm, n, H, eps, wofs);
-    be->matmul(be, &L->wq, m->xb, n, m->q);
-    be->matmul(be, &L->wk, m->xb, n, m->k);
-    be->matmul(be, &L->wv, m->xb, n, m->v);
-    if (L->bq) be->add_rows(be, m->q, L->bq, n, nh * hd);
-    if (L->bk) be->add_rows(be, m->k, L->bk, n, nkvh * hd);
-    if (L->bv) be->add_rows(be, m->v, L->bv, n, nkvh * hd);
-    if (L->q_norm) be->rmsnorm(be, m->q, m->q, L->q_norm, n * nh, hd, eps, wofs);
-    if (L->k_norm) be->rmsnorm(be, m->k, m->k, L->k_norm, n * nkvh, hd, eps, wofs);
+    be->rmsnorm(be, m->xb, m->x, L->vec[SM_T_ATTN_NORM], n, H, eps, wofs);
+    be->matmul(be, SM_MM_Q, &L->w[SM_T_Q], m->xb, n, m->q);
+    be->matmul(be, SM_MM_K, &L->w[SM_T_K], m->xb, n, m->k);
+    be->matmul(be, SM_MM_V, &L->w[SM_T_V], m->xb, n, m->v);
+    if (L->bias[SM_T_Q]) be->add_rows(be, m->q, L->bias[SM_T_Q], n, nh * hd);
+    if (L->bias[SM_T_K]) be->add_rows(be, m->k, L->bias[SM_T_K], n, nkvh * hd);
+    if (L->bias[SM_T_V]) be->add_rows(be, m->v, L->bias[SM_T_V], n, nkvh * hd);
+    if (r->qk_norm) {
+      be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n * nh, hd, eps, wofs);
+      be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n * nkvh, hd, eps, wofs);
+    }
     be->rope(be, m->q, nh, hd, m->rot_dim, m->inv_freq);
     be->rope(be, m->k, nkvh, hd, m->rot_dim, m->inv_freq);
     be->kv_store(be, kv, l, m->k, m->v);
-    be->attention(be, m->att, m->q, kv, l, nh, scale, window, 0.0f);
-    be->matmul(be, &L->wo, m->att, n, m->xb2);
+    be->attention(be, m->att, m->q, kv, l, nh, scale, L->spec.window, 0.0f);
+    be->matmul(be, SM_MM_O, &L->w[SM_T_O], m->att, n, m->xb2);
     be->add(be, m->x, m->xb2, (size_t)n * H);
-    be->rmsnorm(be, m->xb, m->x, L->ffn_norm, n, H, eps, wofs);
-    be->matmul(be, &L->w_gate, m->xb, n, m->gate);
-    be->matmul(be, &L->w_up, m->xb, n, m->up);
+    be->rmsnorm(be, m->xb, m->x, L->vec[SM_T_FFN_NORM], n, H, eps, wofs);
+    be->matmul(be, SM_MM_GATE, &L->w[SM_T_GATE], m->xb, n, m->gate);
+    be->matmul(be, SM_MM_UP, &L->w[SM_T_UP], m->xb, n, m->up);
     be->silu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
-    be->matmul(be, &L->w_down, m->gate, n, m->xb2);
+    be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->gate, n, m->xb2);
     be->add(be, m->x, m->xb2, (size_t)n * H);
   }
   if (b->n_out > 0) {
     be->gather_out(be, m->xo, m->x, H);
     be->rmsnorm(be, m->xo, m->xo, m->final_norm, b->n_out, H, eps, wofs);
-    be->matmul(be, &m->lm_head, m->xo, b->n_out, m->logits);
+    be->matmul(be, SM_MM_LM_HEAD, &m->lm_head, m->xo, b->n_out, m->logits);
     if (c->final_logit_softcapping > 0)
       be->softcap(be, m->logits, c->final_logit_softcapping, (size_t)b->n_out * c->vocab_size);
     /* logits == NULL: they stay in m->logits on the backend, for its sample op (the engine's

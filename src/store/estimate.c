@@ -1,6 +1,7 @@
 /* Memory estimate of a model directory: weights (safetensors headers), KV cache,
  * runtime headroom, and a fits / does-not-fit verdict against available memory. */
 #include "store/store.h"
+#include "model/family.h"
 #include "format/config.h"
 #include "format/safetensors.h"
 #include <stdio.h>
@@ -73,7 +74,7 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   if (kv_bytes_per_elem <= 0 || kv_bytes_per_elem > 8)
     return sm_err(SMELT_ERR_INVALID, "bad KV element size %d", kv_bytes_per_elem);
   sm_config cfg;
-  smelt_status s = sm_config_load(model_dir, &cfg);
+  smelt_status s = sm_family_config_load(model_dir, &cfg);
   if (s) return s;
   snprintf(out->arch, sizeof out->arch, "%s", cfg.model_type);
   out->n_layers = cfg.num_hidden_layers;

@@ -1,5 +1,6 @@
-/* Model store: reference resolution, HF cache lookup, listing, removal, arch table. */
+/* Model store: reference resolution, HF cache lookup, listing, removal. */
 #include "store/store.h"
+#include "model/family.h"
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -10,26 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* ---- supported architectures: the one table (keep in sync with src/model/family.c) ---- */
-static const sm_arch_info g_arch[] = {
-  {"llama", "Llama 2/3.x, SmolLM, TinyLlama and other Llama-style decoders", "mlx-community/Llama-3.2-1B-Instruct-4bit"},
-  {"mistral", "Mistral 7B and Mistral-style decoders (sliding window)", "mlx-community/Mistral-7B-Instruct-v0.3-4bit"},
-  {"qwen2", "Qwen2 / Qwen2.5 (q/k/v biases)", "mlx-community/Qwen2.5-0.5B-Instruct-4bit"},
-  {"qwen3", "Qwen3 dense (q/k RMSNorm)", "mlx-community/Qwen3-0.6B-4bit"},
-};
-
-const sm_arch_info *sm_store_supported_arch(size_t *n) {
-  if (n) *n = SM_ARRAY_LEN(g_arch);
-  return g_arch;
-}
-
-bool sm_store_arch_supported(const char *model_type) {
-  if (!model_type) return false;
-  for (size_t i = 0; i < SM_ARRAY_LEN(g_arch); i++)
-    if (strcmp(g_arch[i].model_type, model_type) == 0) return true;
-  return false;
-}
 
 /* ---- paths ---- */
 static char *home_join(const char *rel) {
@@ -257,7 +238,7 @@ static void read_config_meta(const char *dir, sm_store_entry *e) {
   }
   sm_err_clear();
   free(p);
-  e->supported = sm_store_arch_supported(e->arch);
+  e->supported = sm_family_runnable(e->arch) != NULL;
 }
 
 typedef struct { sm_store_entry *v; size_t n, cap; } entry_vec;

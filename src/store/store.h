@@ -29,15 +29,6 @@ char *sm_store_hf_cache(void);
  * snapshot with a config.json); NULL if absent. malloc'd. */
 char *sm_store_hf_snapshot(const char *owner, const char *name);
 
-/* ---- supported architectures (the one table; extend it in store.c) ---- */
-typedef struct {
-  const char *model_type;  /* config.json "model_type" */
-  const char *description;
-  const char *example;     /* an example hub repo */
-} sm_arch_info;
-const sm_arch_info *sm_store_supported_arch(size_t *n);
-bool sm_store_arch_supported(const char *model_type);
-
 /* ---- listing ---- */
 typedef struct {
   char *name;       /* owner/name */
@@ -47,7 +38,7 @@ typedef struct {
   char *arch;       /* config model_type, "" if unknown */
   int bits;         /* quantization bits, 0 = not quantized */
   int group_size;
-  bool supported;
+  bool supported;   /* the family registry runs this arch (src/model/family.h) */
 } sm_store_entry;
 /* Models in the store and the HF cache, sorted by name (store first on ties). */
 smelt_status sm_store_list(sm_store_entry **out, size_t *n);

@@ -113,7 +113,7 @@ static void check_matmul(sm_backend *be, tw *t, int n, const char *what) {
   for (int64_t i = 0; i < n * K; i++) x[i] = frand(-1.f, 1.f) * (i % 13 == 0 ? 4.f : 1.f);
   for (int64_t i = 0; i < n * M; i++) y[i] = NAN;
   CHECK(be->prepare_weight(be, &t->w) == SMELT_OK, "prepare %s: %s", what, sm_errmsg());
-  be->matmul(be, &t->w, x, n, y);
+  be->matmul(be, SM_MM_OTHER, &t->w, x, n, y);
   const bool i8 = n < 4 && sm_cpu_backend_uses_i8(be, &t->w);
   const int gs = t->w.bits ? t->w.group_size : (int)K;
   double worst = 0, worst_b = 0;

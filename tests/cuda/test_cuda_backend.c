@@ -155,9 +155,9 @@ static void test_matmul(int only_bits) {
           int n = ns[ni];
           float *x = malloc((size_t)n * K * 4), *yc = malloc((size_t)n * M * 4);
           fill(x, (size_t)n * K, 1.f);
-          C->matmul(C, &wc, x, n, yc);
+          C->matmul(C, SM_MM_OTHER, &wc, x, n, yc);
           float *dx = dup_dev(x, (size_t)n * K), *dy = G->alloc(G, (size_t)n * M * 4);
-          G->matmul(G, &wg, dx, n, dy);
+          G->matmul(G, SM_MM_OTHER, &wg, dx, n, dy);
           float *yg = get(dy, (size_t)n * M);
           double e = rel_l2(yg, yc, (size_t)n * M);
           /* n <= 8: fp32 matvec; n > 8: bf16 tensor-core GEMM (f32 weights stay fp32). The 2/4-bit

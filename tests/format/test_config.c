@@ -2,6 +2,7 @@
  * Hugging Face configs of the named models; expected values come from those files
  * and the transformers *Config class defaults. */
 #include "format/config.h"
+#include "model/family.h"
 #include "check.h"
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -25,7 +26,7 @@ static smelt_status load(const char *name, const char *cfg, const char *gen, sm_
   mkdir(d, 0755);
   write_file(d, "config.json", cfg);
   if (gen) write_file(d, "generation_config.json", gen);
-  smelt_status rc = sm_config_load(d, c);
+  smelt_status rc = sm_family_config_load(d, c);
   if (rc != SMELT_OK) fprintf(stderr, "[%s] %s\n", name, sm_errmsg());
   return rc;
 }
@@ -372,7 +373,7 @@ static void test_parse_buffer(void) {
   const char *cfg = "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,"
                     "\"intermediate_size\":128,\"vocab_size\":100,\"eos_token_id\":7}XXXX";
   sm_config c;
-  CHECK_EQ_I(sm_config_parse(cfg, strlen(cfg) - 4, NULL, 0, &c), SMELT_OK);
+  CHECK_EQ_I(sm_config_parse(cfg, strlen(cfg) - 4, NULL, 0, sm_family_defaults, &c), SMELT_OK);
   CHECK_EQ_I(c.head_dim, 16);
   CHECK_EQ_I(c.num_key_value_heads, 4);
   CHECK_EQ_I(c.eos_ids[0], 7);
@@ -386,7 +387,7 @@ static void test_parse_buffer(void) {
 /* configs that must be rejected; message must mention `needle` */
 static void expect_bad(const char *cfg, const char *gen, smelt_status want, const char *needle, int line) {
   sm_config c;
-  smelt_status rc = sm_config_parse(cfg, strlen(cfg), gen, gen ? strlen(gen) : 0, &c);
+  smelt_status rc = sm_config_parse(cfg, strlen(cfg), gen, gen ? strlen(gen) : 0, sm_family_defaults, &c);
   g_checks++;
   if (rc == SMELT_OK || rc != want || (needle && !strstr(sm_errmsg(), needle)) || c.json != NULL) {
     g_fail++;
@@ -455,14 +456,14 @@ static void test_errors(void) {
 
   /* missing directory / file */
   sm_config c;
-  CHECK(sm_config_load("/nonexistent/smelt/model", &c) == SMELT_ERR_IO);
+  CHECK(sm_family_config_load("/nonexistent/smelt/model", &c) == SMELT_ERR_IO);
   CHECK(strstr(sm_errmsg(), "config.json") != NULL);
   /* sm_config_load error names the directory */
   char d[512];
   snprintf(d, sizeof d, "%s/badcfg", g_tmp);
   mkdir(d, 0755);
   write_file(d, "config.json", "{\"model_type\":\"llama\",\"hidden_size\":-1}");
-  CHECK(sm_config_load(d, &c) == SMELT_ERR_FORMAT && strstr(sm_errmsg(), "badcfg") && strstr(sm_errmsg(), "hidden_size"));
+  CHECK(sm_family_config_load(d, &c) == SMELT_ERR_FORMAT && strstr(sm_errmsg(), "badcfg") && strstr(sm_errmsg(), "hidden_size"));
 }
 
 int main(void) {

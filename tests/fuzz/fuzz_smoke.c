@@ -327,7 +327,7 @@ int main(int argc, char **argv) {
     g_cur = (const uint8_t *)c.p;
     g_cur_len = c.n;
     sm_config cc;
-    if (sm_config_parse(c.p, c.n, NULL, 0, &cc) == SMELT_OK) { cfg_ok++; sm_config_free(&cc); }
+    if (sm_config_parse(c.p, c.n, NULL, 0, sm_family_defaults, &cc) == SMELT_OK) { cfg_ok++; sm_config_free(&cc); }
     fuzz_config_one((const uint8_t *)c.p, c.n);
   }
   printf("config: %d mutated configs, %d still accepted\n", iters, cfg_ok);

@@ -4,6 +4,7 @@
 #ifndef SM_FUZZ_TARGETS_H
 #define SM_FUZZ_TARGETS_H
 #include "format/config.h"
+#include "model/family.h"
 #include "format/safetensors.h"
 #include <stdint.h>
 #include <stdio.h>
@@ -57,7 +58,7 @@ __attribute__((unused)) static void fuzz_config_one(const uint8_t *data, size_t 
     glen = size - clen - 1;
   }
   sm_config c;
-  smelt_status rc = sm_config_parse(cfg, clen, gen, glen, &c);
+  smelt_status rc = sm_config_parse(cfg, clen, gen, glen, sm_family_defaults, &c);
   if (rc != SMELT_OK) {
     if (c.json) FUZZ_FAIL("failed parse kept json");
     if (!sm_errmsg()[0]) FUZZ_FAIL("failed parse without a message");

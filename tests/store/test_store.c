@@ -2,6 +2,7 @@
  * layout, listing, removal safety, and the memory estimate on a hand-made fixture
  * model whose expected numbers are computed by hand below. */
 #include "store/store.h"
+#include "model/family.h"
 #include "model/model.h"
 #include <errno.h>
 #include <stdio.h>
@@ -369,21 +370,26 @@ static void test_estimate(void) {
 }
 
 static void test_arch(void) {
-  size_t n;
-  const sm_arch_info *a = sm_store_supported_arch(&n);
-  CHECK(n >= 4);
+  /* the store's notion of "supported" is the family registry's */
   const char *want[] = {"llama", "mistral", "qwen2", "qwen3"};
-  for (size_t i = 0; i < 4; i++) CHECK(sm_store_arch_supported(want[i]));
-  CHECK(!sm_store_arch_supported("gpt2"));
-  CHECK(!sm_store_arch_supported(NULL));
-  CHECK(a[0].model_type && a[0].description);
-  /* the table agrees with the families the runtime implements (src/model/family.c) */
-  const char *const *fam = sm_family_names();
-  size_t nf = 0;
-  for (; fam[nf]; nf++)
-    if (!sm_store_arch_supported(fam[nf])) { fprintf(stderr, "FAIL: family %s missing from the arch table\n", fam[nf]); g_fail++; }
-  CHECK_EQ_U(nf, n);
-  for (size_t i = 0; i < n; i++) CHECK(sm_family_find(a[i].model_type) != NULL);
+  for (size_t i = 0; i < 4; i++) CHECK(sm_family_runnable(want[i]) != NULL);
+  CHECK(sm_family_runnable("gpt2") == NULL);
+  CHECK(sm_family_runnable(NULL) == NULL);
+  /* known configs that do not run are found but not runnable */
+  CHECK(sm_family_find("gemma2") != NULL && sm_family_runnable("gemma2") == NULL);
+  CHECK(sm_family_find("gemma3") == sm_family_find("gemma3_text")); /* alias */
+  size_t n;
+  const sm_family *const *all = sm_family_all(&n);
+  size_t runnable = 0;
+  for (size_t i = 0; i < n; i++) {
+    CHECK(all[i]->model_type && all[i]->description && all[i]->defaults);
+    if (all[i]->recipe) {
+      runnable++;
+      CHECK(all[i]->names && all[i]->example);
+      CHECK(sm_family_runnable(all[i]->model_type) == all[i]);
+    }
+  }
+  CHECK(runnable >= 4);
 }
 
 int main(void) {

@@ -176,7 +176,7 @@ static void gemm_job(void *vctx, int tid, int nth) {
   }
 }
 
-static void be_matmul(sm_backend *be, const sm_weight *w, const float *x, int n, float *y) {
+static void be_matmul(sm_backend *be, sm_mm_role role, const sm_weight *w, const float *x, int n, float *y) {
   cpu_be *c = CB(be);
   if (n <= 0 || !w) return;
   if (!weight_ok(w)) { /* unsupported: defined output instead of a crash */

@@ -1876,7 +1876,7 @@ static void be_embed(sm_backend *be, const sm_weight *emb, float *out) {
   submit(c, &o);
 }
 
-static void be_matmul(sm_backend *be, const sm_weight *w, const float *x, int n, float *y) {
+static void be_matmul(sm_backend *be, sm_mm_role role, const sm_weight *w, const float *x, int n, float *y) {
   cuda_be *c = CB(be);
   if (n <= 0 || !w || w->rows <= 0) return;
   if (!w_ready(c, w)) { cudaMemsetAsync(y, 0, (size_t)n * w->rows * 4, c->s); return; }

@@ -1,0 +1,35 @@
+/* The backend registry: which backends this build has and how to make one (backend.h). */
+#include <string.h>
+#include "backend/backend.h"
+
+const char *sm_mm_role_name(sm_mm_role r) {
+  static const char *const names[SM_MM_ROLES] = { "other", "q", "k", "v", "o", "gate", "up", "down", "lm_head" };
+  return (unsigned)r < SM_MM_ROLES ? names[r] : "?";
+}
+
+sm_backend *sm_backend_create(smelt_device dev, int index, int threads) {
+  switch (dev) {
+  case SMELT_DEVICE_CUDA:
+#ifdef SMELT_HAVE_CUDA
+    return sm_cuda_backend_create(index);
+#else
+    sm_err(SMELT_ERR_UNSUPPORTED, "this smelt was built without CUDA");
+    return NULL;
+#endif
+  case SMELT_DEVICE_AUTO:
+#ifdef SMELT_HAVE_CUDA
+    {
+      sm_backend *be = sm_cuda_backend_create(index);
+      if (be) return be;
+    }
+#endif
+    /* fall through */
+  case SMELT_DEVICE_CPU: {
+    sm_backend *be = sm_cpu_backend_create(threads);
+    if (!be) sm_err(SMELT_ERR_BACKEND, "cannot create the CPU backend");
+    return be;
+  }
+  }
+  sm_err(SMELT_ERR_INVALID, "unknown device kind %d", (int)dev);
+  return NULL;
+}
