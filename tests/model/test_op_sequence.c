@@ -1,0 +1,194 @@
+/* The op sequence each family's forward issues, pinned per family.
+ *
+ * Backends fuse runs of ops (the CUDA fusion table matches the order of calls in
+ * src/model/transformer.c and the matmul roles). An edit to the forward or to a family's recipe
+ * that changes what a decode step issues must fail here, so that whoever makes it also checks
+ * the fused paths (tests/cuda test_fusions counts what fires on a GPU). A recording backend wraps
+ * the CPU backend: it logs every op (matmuls with their role) and then runs it, so the logits are
+ * also compared with the plain CPU backend's. */
+#include <string.h>
+#include <sys/stat.h>
+#include "backend/backend.h"
+#include "base/strbuf.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "../test_util.h"
+
+typedef struct {
+  sm_backend base;
+  sm_backend *in;
+  sm_buf log;
+} rec_be;
+static rec_be *R(sm_backend *b) { return (rec_be *)b; }
+static void note(sm_backend *b, const char *op) {
+  rec_be *r = R(b);
+  if (r->log.n) sm_buf_putc(&r->log, ' ');
+  sm_buf_puts(&r->log, op);
+}
+
+static void r_destroy(sm_backend *b) {
+  rec_be *r = R(b);
+  r->in->destroy(r->in);
+  sm_buf_free(&r->log);
+  free(r);
+}
+static void *r_alloc(sm_backend *b, size_t n) { return R(b)->in->alloc(R(b)->in, n); }
+static void r_free(sm_backend *b, void *p) { R(b)->in->free(R(b)->in, p); }
+static void r_upload(sm_backend *b, void *d, const void *s, size_t n) { R(b)->in->upload(R(b)->in, d, s, n); }
+static void r_download(sm_backend *b, void *d, const void *s, size_t n) { R(b)->in->download(R(b)->in, d, s, n); }
+static void r_sync(sm_backend *b) { R(b)->in->sync(R(b)->in); }
+static smelt_status r_prepare(sm_backend *b, sm_weight *w) { return R(b)->in->prepare_weight(R(b)->in, w); }
+static void r_release(sm_backend *b, sm_weight *w) { R(b)->in->release_weight(R(b)->in, w); }
+static smelt_status r_set_batch(sm_backend *b, const sm_batch *bt) {
+  sm_buf_clear(&R(b)->log); /* the log holds the current step */
+  return R(b)->in->set_batch(R(b)->in, bt);
+}
+static void r_embed(sm_backend *b, const sm_weight *e, float *o) { note(b, "embed"); R(b)->in->embed(R(b)->in, e, o); }
+static void r_matmul(sm_backend *b, sm_mm_role role, const sm_weight *w, const float *x, int n, float *y) {
+  char t[32];
+  snprintf(t, sizeof t, "mm:%s", sm_mm_role_name(role));
+  note(b, t);
+  R(b)->in->matmul(R(b)->in, role, w, x, n, y);
+}
+static void r_rmsnorm(sm_backend *b, float *o, const float *x, const float *w, int n, int d, float e, float off) {
+  note(b, "rmsnorm");
+  R(b)->in->rmsnorm(R(b)->in, o, x, w, n, d, e, off);
+}
+static void r_rope(sm_backend *b, float *x, int nh, int hd, int rd, const float *f) {
+  note(b, "rope");
+  R(b)->in->rope(R(b)->in, x, nh, hd, rd, f);
+}
+static void r_kv_store(sm_backend *b, const sm_kv_cache *kv, int l, const float *k, const float *v) {
+  note(b, "kv_store");
+  R(b)->in->kv_store(R(b)->in, kv, l, k, v);
+}
+static void r_attention(sm_backend *b, float *o, const float *q, const sm_kv_cache *kv, int l, int nh, float sc, int win,
+                        float cap) {
+  note(b, win > 0 ? "attention:window" : "attention");
+  R(b)->in->attention(R(b)->in, o, q, kv, l, nh, sc, win, cap);
+}
+static void r_silu_mul(sm_backend *b, float *o, const float *g, const float *u, size_t n) {
+  note(b, "silu_mul");
+  R(b)->in->silu_mul(R(b)->in, o, g, u, n);
+}
+static void r_gelu_mul(sm_backend *b, float *o, const float *g, const float *u, size_t n) {
+  note(b, "gelu_mul");
+  R(b)->in->gelu_mul(R(b)->in, o, g, u, n);
+}
+static void r_add(sm_backend *b, float *y, const float *x, size_t n) { note(b, "add"); R(b)->in->add(R(b)->in, y, x, n); }
+static void r_add_rows(sm_backend *b, float *y, const float *x, int n, int d) {
+  note(b, "add_rows");
+  R(b)->in->add_rows(R(b)->in, y, x, n, d);
+}
+static void r_scale(sm_backend *b, float *y, float s, size_t n) { note(b, "scale"); R(b)->in->scale(R(b)->in, y, s, n); }
+static void r_softcap(sm_backend *b, float *y, float c, size_t n) {
+  note(b, "softcap");
+  R(b)->in->softcap(R(b)->in, y, c, n);
+}
+static void r_gather(sm_backend *b, float *d, const float *s, int dim) {
+  note(b, "gather_out");
+  R(b)->in->gather_out(R(b)->in, d, s, dim);
+}
+
+static sm_backend *rec_create(void) {
+  rec_be *r = calloc(1, sizeof *r);
+  r->in = sm_cpu_backend_create(1);
+  sm_backend *b = &r->base;
+  b->name = "rec";
+  b->destroy = r_destroy; b->alloc = r_alloc; b->free = r_free; b->upload = r_upload; b->download = r_download;
+  b->sync = r_sync; b->prepare_weight = r_prepare; b->release_weight = r_release; b->set_batch = r_set_batch;
+  b->embed = r_embed; b->matmul = r_matmul; b->rmsnorm = r_rmsnorm; b->rope = r_rope; b->kv_store = r_kv_store;
+  b->attention = r_attention; b->silu_mul = r_silu_mul; b->gelu_mul = r_gelu_mul; b->add = r_add;
+  b->add_rows = r_add_rows; b->scale = r_scale; b->softcap = r_softcap; b->gather_out = r_gather;
+  return b; /* no sample ops: the engine samples on the host */
+}
+
+/* expected decode-step sequences: one layer's ops, and the head after the last layer */
+#define ATTN_IN "rmsnorm mm:q mm:k mm:v"
+#define ATTN_OUT "rope rope kv_store attention mm:o add"
+#define MLP "rmsnorm mm:gate mm:up silu_mul mm:down add"
+#define HEAD "gather_out rmsnorm mm:lm_head"
+static const struct {
+  const char *family, *layer;
+  int window;
+} k_cases[] = {
+  { "llama", ATTN_IN " " ATTN_OUT " " MLP, 0 },
+  { "mistral", ATTN_IN " rope rope kv_store attention:window mm:o add " MLP, 8 },
+  { "qwen2", ATTN_IN " add_rows add_rows add_rows " ATTN_OUT " " MLP, 0 },
+  { "qwen3", ATTN_IN " rmsnorm rmsnorm " ATTN_OUT " " MLP, 0 },
+};
+
+static void run_case(int ci, const char *root) {
+  const char *fam = k_cases[ci].family;
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/%s", root, fam);
+  sm_synth_shape sh = { "opseq", 64, 2, 4, 2, 128, 300, false, fam };
+  CHECK(sm_make_synthetic(&sh, 4, 32, dir, false) == SMELT_OK, "%s: synthetic: %s", fam, smelt_last_error());
+  if (k_cases[ci].window) { /* a window shorter than the prompt, so that it matters */
+    char cfg[600];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    char *txt = NULL;
+    size_t len = 0;
+    CHECK(sm_read_file(cfg, &txt, &len) == SMELT_OK, "read config");
+    char *p = strrchr(txt, '}');
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "%.*s, \"sliding_window\": %d}\n", (int)(p - txt), txt, k_cases[ci].window);
+    fclose(f);
+    free(txt);
+  }
+  smelt_model_params mp;
+  smelt_model_params_default(&mp);
+  mp.device = SMELT_DEVICE_CPU;
+  mp.n_threads = 1;
+  mp.max_context = 64;
+  smelt_model *rm = NULL, *cm = NULL;
+  CHECK(sm_model_load_on(dir, &mp, rec_create(), &rm) == SMELT_OK, "%s: load: %s", fam, smelt_last_error());
+  CHECK(smelt_model_load(dir, &mp, &cm) == SMELT_OK, "%s: load cpu: %s", fam, smelt_last_error());
+  if (!rm || !cm) { smelt_model_free(rm); smelt_model_free(cm); return; }
+  rec_be *r = R(rm->be);
+  int32_t ids[20];
+  for (int i = 0; i < 20; i++) ids[i] = (int32_t)((i * 37 + 11) % 300);
+  /* 19 tokens prefill then one decode step, through the engine */
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  ep.max_context = 64;
+  ep.prefix_cache = false;
+  sm_engine *e = NULL;
+  CHECK(sm_engine_create(rm, &ep, &e) == SMELT_OK, "engine: %s", smelt_last_error());
+  sm_seq *q = sm_seq_new(e);
+  sm_seq_append(e, q, ids, 19);
+  float *lg = malloc(sizeof(float) * 300);
+  uint8_t done = 0;
+  while (!done) CHECK(sm_engine_step(e, &q, 1, lg, &done) == SMELT_OK, "prefill: %s", smelt_last_error());
+  sm_seq_append(e, q, ids + 19, 1);
+  done = 0;
+  CHECK(sm_engine_step(e, &q, 1, lg, &done) == SMELT_OK && done, "decode step: %s", smelt_last_error());
+  /* the decode step's log: embed, layers, head */
+  sm_buf want = SM_BUF_INIT;
+  sm_buf_puts(&want, "embed");
+  for (int l = 0; l < 2; l++) sm_buf_printf(&want, " %s", k_cases[ci].layer);
+  sm_buf_puts(&want, " " HEAD);
+  CHECK(!strcmp(sm_buf_str(&r->log), sm_buf_str(&want)), "%s decode step ops:\n  got  %s\n  want %s", fam,
+        sm_buf_str(&r->log), sm_buf_str(&want));
+  sm_buf_free(&want);
+  /* the recorded model computes what the plain CPU backend computes */
+  float *ref = NULL;
+  CHECK(smelt_eval_logits(cm, ids, 20, &ref) == SMELT_OK, "eval: %s", smelt_last_error());
+  if (ref) CHECK(t_max_rel(lg, ref + 19 * 300, 300, 1e-3) < 2e-3, "%s: logits differ from the CPU backend's", fam);
+  free(ref);
+  free(lg);
+  sm_seq_free(e, q);
+  sm_engine_free(e);
+  smelt_model_free(rm);
+  smelt_model_free(cm);
+}
+
+int main(void) {
+  char root[] = "/tmp/smelt-opseq-XXXXXX";
+  if (!mkdtemp(root)) { perror("mkdtemp"); return 1; }
+  for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) run_case((int)i, root);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  if (system(cmd)) fprintf(stderr, "warning: could not remove %s\n", root);
+  TEST_END();
+}
