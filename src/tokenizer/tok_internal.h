@@ -4,21 +4,14 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <pthread.h>
+#include "base/strbuf.h"
 #include "tokenizer/tokenizer.h"
-
-/* ---- growable byte buffer ---- */
-typedef struct { char *p; size_t n, cap; } sm_sbuf;
-void sm_sb_reserve(sm_sbuf *b, size_t extra);
-void sm_sb_put(sm_sbuf *b, const void *s, size_t n);
-static inline void sm_sb_putc(sm_sbuf *b, char c) { sm_sb_reserve(b, 1); b->p[b->n++] = c; }
-void sm_sb_put_cp(sm_sbuf *b, uint32_t cp); /* UTF-8 encode */
-void sm_sb_free(sm_sbuf *b);
 
 /* ---- UTF-8 ---- */
 /* Decode one code point of *valid* UTF-8 at s (n bytes left); returns its length. */
 int sm_utf8_dec(const char *s, size_t n, uint32_t *cp);
 /* Append s to out, replacing invalid sequences by U+FFFD like Rust's String::from_utf8_lossy. */
-void sm_utf8_lossy(sm_sbuf *out, const char *s, size_t n);
+void sm_utf8_lossy(sm_buf *out, const char *s, size_t n);
 bool sm_utf8_valid(const char *s, size_t n);
 bool sm_uc_is_whitespace(uint32_t c); /* Rust char::is_whitespace */
 bool sm_uc_is_numeric(uint32_t c);    /* Rust char::is_numeric */
@@ -148,6 +141,6 @@ smelt_status sm_tok_encode(const smelt_tokenizer *t, const char *text, size_t le
 bool sm_re_find(pcre2_code *re, pcre2_match_data *md, const char *s, size_t n, size_t start, size_t *ms, size_t *me);
 void sm_pattern_free(sm_pattern *p);
 /* normalize s into out (appends) */
-void sm_normalize(const sm_norm *nm, const char *s, size_t n, sm_sbuf *out);
+void sm_normalize(const sm_norm *nm, const char *s, size_t n, sm_buf *out);
 
 #endif

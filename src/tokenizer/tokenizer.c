@@ -119,8 +119,8 @@ static smelt_status parse_pretok(const cJSON *j, sm_pretok *p, bool *bytelevel) 
     const char *r = jstr(j, "replacement");
     p->type = PT_METASPACE;
     p->repl = r ? first_cp(r) : 0x2581;
-    sm_sbuf b = {0}; sm_sb_put_cp(&b, p->repl);
-    memcpy(p->repl_s, b.p, b.n); p->repl_len = (int)b.n; sm_sb_free(&b);
+    sm_buf b = {0}; sm_buf_put_cp(&b, p->repl);
+    memcpy(p->repl_s, b.p, b.n); p->repl_len = (int)b.n; sm_buf_free(&b);
     p->prepend_scheme = prepend_scheme(j);
     p->split = jbool(j, "split", true);
   } else if (!strcmp(ty, "Digits")) {
@@ -396,7 +396,7 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
   }
   /* merges */
   int32_t rank = 0;
-  sm_sbuf tmp = {0};
+  sm_buf tmp = {0};
   cJSON_ArrayForEach(it, merges) {
     const char *a, *b; size_t al, bl;
     if (cJSON_IsString(it)) {
@@ -410,15 +410,15 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
       al = strlen(a); bl = strlen(b);
     } else return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d has a bad format", rank);
     int32_t ia = sm_smap_get(&t->vocab, a, al), ib = sm_smap_get(&t->vocab, b, bl);
-    tmp.n = 0; sm_sb_put(&tmp, a, al);
+    sm_buf_clear(&tmp); sm_buf_put(&tmp, a, al);
     size_t skip = (t->cont_prefix_len && bl >= t->cont_prefix_len && !memcmp(b, t->cont_prefix, t->cont_prefix_len)) ? t->cont_prefix_len : 0;
-    sm_sb_put(&tmp, b + skip, bl - skip);
+    sm_buf_put(&tmp, b + skip, bl - skip);
     int32_t in = sm_smap_get(&t->vocab, tmp.p, tmp.n);
-    if (ia < 0 || ib < 0 || in < 0) { sm_sb_free(&tmp); return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d refers to tokens not in the vocab", rank); }
+    if (ia < 0 || ib < 0 || in < 0) { sm_buf_free(&tmp); return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d refers to tokens not in the vocab", rank); }
     if (!sm_pmap_get(&t->merges, ia, ib)) sm_pmap_put(&t->merges, ia, ib, rank, in);
     rank++;
   }
-  sm_sb_free(&tmp);
+  sm_buf_free(&tmp);
   /* normalizer (needed before the added tokens) */
   const cJSON *j;
   if ((j = cJSON_GetObjectItemCaseSensitive(root, "normalizer")) && !cJSON_IsNull(j)) {
@@ -464,10 +464,10 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
     t->id_special[a->id] = a->special;
     sm_smap_put(&t->added_map, a->content, a->len, a->id);
     if (a->normalized && t->normalizer) {
-      sm_sbuf nb = {0};
+      sm_buf nb = {0};
       sm_normalize(t->normalizer, a->content, a->len, &nb);
       trie_insert(&t->trie_norm, nb.p ? nb.p : "", nb.n, t->n_added);
-      sm_sb_free(&nb);
+      sm_buf_free(&nb);
     } else trie_insert(a->normalized ? &t->trie_norm : &t->trie_raw, a->content, a->len, t->n_added);
     t->n_added++;
   }
@@ -579,13 +579,13 @@ static bool post_adds_prefix(const sm_post *p) {
 bool sm_tok_adds_bos(const smelt_tokenizer *t) { return t && post_adds_prefix(t->post); }
 
 /* ---------------- decoding ---------------- */
-typedef struct { sm_sbuf *v; size_t n; } slist;
-static void sl_free(slist *l) { for (size_t i = 0; i < l->n; i++) sm_sb_free(&l->v[i]); free(l->v); l->v = NULL; l->n = 0; }
+typedef struct { sm_buf *v; size_t n; } slist;
+static void sl_free(slist *l) { for (size_t i = 0; i < l->n; i++) sm_buf_free(&l->v[i]); free(l->v); l->v = NULL; l->n = 0; }
 
 static void dec_apply(const sm_decoder *d, slist *l) {
   switch (d->type) {
   case DEC_BYTELEVEL: {
-    sm_sbuf raw = {0};
+    sm_buf raw = {0};
     for (size_t i = 0; i < l->n; i++) {
       const char *s = l->v[i].p ? l->v[i].p : ""; size_t n = l->v[i].n;
       size_t mark = raw.n; bool ok = true;
@@ -593,27 +593,27 @@ static void dec_apply(const sm_decoder *d, slist *l) {
         uint32_t cp; int cl = sm_utf8_dec(s + k, n - k, &cp);
         int b = sm_bl_dec(cp);
         if (b < 0) { ok = false; break; }
-        sm_sb_putc(&raw, (char)b); k += (size_t)cl;
+        sm_buf_putc(&raw, (char)b); k += (size_t)cl;
       }
-      if (!ok) { raw.n = mark; sm_sb_put(&raw, s, n); }
+      if (!ok) { raw.n = mark; sm_buf_put(&raw, s, n); }
     }
     sl_free(l);
-    l->v = sm_xcalloc(1, sizeof(sm_sbuf)); l->n = 1;
+    l->v = sm_xcalloc(1, sizeof(sm_buf)); l->n = 1;
     sm_utf8_lossy(&l->v[0], raw.p ? raw.p : "", raw.n);
-    sm_sb_free(&raw);
+    sm_buf_free(&raw);
     return;
   }
   case DEC_FUSE: {
-    sm_sbuf all = {0};
-    for (size_t i = 0; i < l->n; i++) sm_sb_put(&all, l->v[i].p ? l->v[i].p : "", l->v[i].n);
+    sm_buf all = {0};
+    for (size_t i = 0; i < l->n; i++) sm_buf_put(&all, l->v[i].p ? l->v[i].p : "", l->v[i].n);
     sl_free(l);
-    l->v = sm_xcalloc(1, sizeof(sm_sbuf)); l->n = 1; l->v[0] = all;
+    l->v = sm_xcalloc(1, sizeof(sm_buf)); l->n = 1; l->v[0] = all;
     return;
   }
   case DEC_BYTEFALLBACK: {
-    sm_sbuf *nv = sm_xcalloc(l->n + 1, sizeof(sm_sbuf));
+    sm_buf *nv = sm_xcalloc(l->n + 1, sizeof(sm_buf));
     size_t nn = 0;
-    sm_sbuf bytes = {0}; size_t nbytes = 0;
+    sm_buf bytes = {0}; size_t nbytes = 0;
     for (size_t i = 0; i <= l->n; i++) {
       int byte = -1;
       if (i < l->n) {
@@ -626,18 +626,18 @@ static void dec_apply(const sm_decoder *d, slist *l) {
           if (hex && *e == 0) byte = (int)v;
         }
       }
-      if (byte >= 0) { sm_sb_putc(&bytes, (char)byte); nbytes++; continue; }
+      if (byte >= 0) { sm_buf_putc(&bytes, (char)byte); nbytes++; continue; }
       if (nbytes) {
-        if (sm_utf8_valid(bytes.p, bytes.n)) { nv[nn] = (sm_sbuf){0}; sm_sb_put(&nv[nn], bytes.p, bytes.n); nn++; }
+        if (sm_utf8_valid(bytes.p, bytes.n)) { nv[nn] = (sm_buf){0}; sm_buf_put(&nv[nn], bytes.p, bytes.n); nn++; }
         else {
-          nv = sm_xrealloc(nv, (l->n + 1 + nbytes) * sizeof(sm_sbuf));
-          for (size_t k = 0; k < nbytes; k++) { nv[nn] = (sm_sbuf){0}; sm_sb_put(&nv[nn], "\xEF\xBF\xBD", 3); nn++; }
+          nv = sm_xrealloc(nv, (l->n + 1 + nbytes) * sizeof(sm_buf));
+          for (size_t k = 0; k < nbytes; k++) { nv[nn] = (sm_buf){0}; sm_buf_put(&nv[nn], "\xEF\xBF\xBD", 3); nn++; }
         }
-        bytes.n = 0; nbytes = 0;
+        sm_buf_clear(&bytes); nbytes = 0;
       }
-      if (i < l->n) { nv[nn++] = l->v[i]; l->v[i] = (sm_sbuf){0}; }
+      if (i < l->n) { nv[nn++] = l->v[i]; l->v[i] = (sm_buf){0}; }
     }
-    sm_sb_free(&bytes);
+    sm_buf_free(&bytes);
     sl_free(l);
     l->v = nv; l->n = nn;
     return;
@@ -645,9 +645,9 @@ static void dec_apply(const sm_decoder *d, slist *l) {
   case DEC_METASPACE: case DEC_STRIP: case DEC_REPLACE: {
     for (size_t i = 0; i < l->n; i++) {
       const char *s = l->v[i].p ? l->v[i].p : ""; size_t n = l->v[i].n;
-      sm_sbuf o = {0};
+      sm_buf o = {0};
       if (d->type == DEC_REPLACE) {
-        sm_sbuf in = l->v[i];
+        sm_buf in = l->v[i];
         pcre2_match_data *md = d->pat.kind == PAT_REGEX ? pcre2_match_data_create(4, NULL) : NULL;
         size_t k = 0, last = 0;
         if (d->pat.kind == PAT_STRING) {
@@ -655,28 +655,28 @@ static void dec_apply(const sm_decoder *d, slist *l) {
             const char *f = memmem(s + k, n - k, d->pat.lit, d->pat.litlen);
             if (!f) break;
             size_t st = (size_t)(f - s);
-            sm_sb_put(&o, s + last, st - last); sm_sb_put(&o, d->str, d->slen);
+            sm_buf_put(&o, s + last, st - last); sm_buf_put(&o, d->str, d->slen);
             k = last = st + d->pat.litlen;
           }
         } else {
           size_t ms, me;
           while (k <= n && sm_re_find(d->pat.re, md, s, n, k, &ms, &me)) {
             if (me == ms) { if (ms >= n) break; k = ms + 1; while (k < n && ((uint8_t)s[k] & 0xC0) == 0x80) k++; continue; }
-            sm_sb_put(&o, s + last, ms - last); sm_sb_put(&o, d->str, d->slen);
+            sm_buf_put(&o, s + last, ms - last); sm_buf_put(&o, d->str, d->slen);
             k = last = me;
           }
         }
-        sm_sb_put(&o, s + last, n - last);
+        sm_buf_put(&o, s + last, n - last);
         if (md) pcre2_match_data_free(md);
-        sm_sb_free(&in);
+        sm_buf_free(&in);
       } else if (d->type == DEC_METASPACE) {
         for (size_t k = 0; k < n;) {
           uint32_t cp; int cl = sm_utf8_dec(s + k, n - k, &cp);
-          if (cp == d->repl) { if (!(i == 0 && d->prepend_scheme != PREPEND_NEVER)) sm_sb_putc(&o, ' '); }
-          else sm_sb_put(&o, s + k, (size_t)cl);
+          if (cp == d->repl) { if (!(i == 0 && d->prepend_scheme != PREPEND_NEVER)) sm_buf_putc(&o, ' '); }
+          else sm_buf_put(&o, s + k, (size_t)cl);
           k += (size_t)cl;
         }
-        sm_sb_free(&l->v[i]);
+        sm_buf_free(&l->v[i]);
       } else { /* Strip */
         size_t a = 0, b = n;
         for (int c = 0; c < d->start && a < b; c++) {
@@ -690,8 +690,8 @@ static void dec_apply(const sm_decoder *d, slist *l) {
           if (cp != d->ch) break;
           b = k;
         }
-        sm_sb_put(&o, s + a, b - a);
-        sm_sb_free(&l->v[i]);
+        sm_buf_put(&o, s + a, b - a);
+        sm_buf_free(&l->v[i]);
       }
       l->v[i] = o;
     }
@@ -705,27 +705,25 @@ static void dec_apply(const sm_decoder *d, slist *l) {
 
 static char *decode_ids(const smelt_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, size_t *out_len) {
   slist l = {0};
-  l.v = sm_xcalloc(n + 1, sizeof(sm_sbuf));
+  l.v = sm_xcalloc(n + 1, sizeof(sm_buf));
   for (size_t i = 0; i < n; i++) {
     int32_t id = ids[i];
     if (id < 0 || id >= t->n_ids || !t->id_tok[id]) continue;
     if (skip_special && t->id_special[id]) continue;
-    sm_sbuf b = {0};
-    sm_sb_put(&b, t->id_tok[id], t->id_len[id]);
+    sm_buf b = {0};
+    sm_buf_put(&b, t->id_tok[id], t->id_len[id]);
     l.v[l.n++] = b;
   }
-  sm_sbuf res = {0};
+  sm_buf res = {0};
   if (t->decoder) {
     dec_apply(t->decoder, &l);
-    for (size_t i = 0; i < l.n; i++) sm_sb_put(&res, l.v[i].p ? l.v[i].p : "", l.v[i].n);
+    for (size_t i = 0; i < l.n; i++) sm_buf_put(&res, l.v[i].p ? l.v[i].p : "", l.v[i].n);
   } else {
-    for (size_t i = 0; i < l.n; i++) { if (i) sm_sb_putc(&res, ' '); sm_sb_put(&res, l.v[i].p ? l.v[i].p : "", l.v[i].n); }
+    for (size_t i = 0; i < l.n; i++) { if (i) sm_buf_putc(&res, ' '); sm_buf_put(&res, l.v[i].p ? l.v[i].p : "", l.v[i].n); }
   }
   sl_free(&l);
-  sm_sb_reserve(&res, 1);
-  res.p[res.n] = 0;
   if (out_len) *out_len = res.n;
-  return res.p;
+  return sm_buf_take(&res);
 }
 
 smelt_status smelt_detokenize(const smelt_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text) {
@@ -750,7 +748,7 @@ struct sm_detok {
   bool skip;
   int32_t *ids; size_t n, cap;
   size_t prefix, read;
-  sm_sbuf emitted;
+  sm_buf emitted;
 };
 sm_detok *sm_detok_new(const smelt_tokenizer *t, bool skip_special) {
   if (!t) return NULL;
@@ -761,7 +759,7 @@ sm_detok *sm_detok_new(const smelt_tokenizer *t, bool skip_special) {
 static size_t emit(sm_detok *d, const char *s, size_t n, char **out) {
   char *o = sm_xmalloc(n + 1);
   memcpy(o, s, n); o[n] = 0;
-  sm_sb_put(&d->emitted, s, n);
+  sm_buf_put(&d->emitted, s, n);
   *out = o;
   return n;
 }
@@ -807,5 +805,5 @@ size_t sm_detok_flush(sm_detok *d, char **out) {
 }
 void sm_detok_free(sm_detok *d) {
   if (!d) return;
-  free(d->ids); sm_sb_free(&d->emitted); free(d);
+  free(d->ids); sm_buf_free(&d->emitted); free(d);
 }
