@@ -3,6 +3,7 @@
 #include <string.h>
 #include <utf8proc.h>
 #include "tokenizer/tok_internal.h"
+#include "tokenizer/unicode_props.h"
 
 typedef struct { size_t off, len; int32_t id; bool first; } piece; /* id >= 0: an added token */
 typedef struct { piece *v; size_t n, cap; sm_buf buf; } plist;
@@ -325,7 +326,10 @@ static pcre2_code *gpt2_re, *ws_re;
 static pthread_once_t re_once = PTHREAD_ONCE_INIT;
 static pcre2_code *compile_re(const char *pat) {
   int err; PCRE2_SIZE eo;
-  pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &eo, NULL);
+  sm_buf tr = SM_BUF_INIT;
+  sm_uc_translate_regex(pat, &tr);
+  pcre2_code *re = pcre2_compile((PCRE2_SPTR)sm_buf_str(&tr), tr.n, PCRE2_UTF | PCRE2_UCP, &err, &eo, NULL);
+  sm_buf_free(&tr);
   if (re) pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
   return re;
 }

@@ -14,8 +14,8 @@ int sm_utf8_dec(const char *s, size_t n, uint32_t *cp);
 void sm_utf8_lossy(sm_buf *out, const char *s, size_t n);
 bool sm_utf8_valid(const char *s, size_t n);
 bool sm_uc_is_whitespace(uint32_t c); /* Rust char::is_whitespace */
-bool sm_uc_is_numeric(uint32_t c);    /* Rust char::is_numeric */
-bool sm_uc_is_alnum(uint32_t c);
+bool sm_uc_is_numeric(uint32_t c);    /* Rust char::is_numeric (unicode_props.h) */
+bool sm_uc_is_alnum(uint32_t c);      /* Rust char::is_alphanumeric */
 
 /* ---- string -> int32 hash map (keys are not copied; they must outlive the map) ---- */
 typedef struct { const char *k; uint32_t klen; int32_t v; } sm_smap_ent;

@@ -1,8 +1,8 @@
 /* Tokenizer utilities: UTF-8, hash maps, byte-level alphabet. */
 #include <stdlib.h>
 #include <string.h>
-#include <utf8proc.h>
 #include "tokenizer/tok_internal.h"
+#include "tokenizer/unicode_props.h"
 
 int sm_utf8_dec(const char *s, size_t n, uint32_t *cp) {
   const uint8_t *u = (const uint8_t *)s;
@@ -73,17 +73,8 @@ bool sm_uc_is_whitespace(uint32_t c) {
   default: return c >= 0x2000 && c <= 0x200A;
   }
 }
-bool sm_uc_is_numeric(uint32_t c) {
-  if (c < 0x80) return c >= '0' && c <= '9';
-  utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
-  return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
-}
-bool sm_uc_is_alnum(uint32_t c) {
-  if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
-  utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
-  return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || k == UTF8PROC_CATEGORY_ND ||
-         k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
-}
+bool sm_uc_is_numeric(uint32_t c) { return sm_uc_rust_is_numeric(c); }
+bool sm_uc_is_alnum(uint32_t c) { return sm_uc_rust_is_alphanumeric(c); }
 
 /* ---- hashing / maps ---- */
 uint64_t sm_hash_bytes(const void *p, size_t n) {

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "tokenizer/tok_internal.h"
+#include "tokenizer/unicode_props.h"
 
 /* ---------------- loading ---------------- */
 static const char *jstr(const cJSON *o, const char *key) {
@@ -35,11 +36,14 @@ static smelt_status parse_pattern(const cJSON *j, sm_pattern *p, const char *whe
   if ((s = jstr(j, "Regex"))) {
     int err; PCRE2_SIZE eo;
     p->kind = PAT_REGEX;
-    p->re = pcre2_compile((PCRE2_SPTR)s, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &eo, NULL);
+    sm_buf tr = SM_BUF_INIT;
+    sm_uc_translate_regex(s, &tr);
+    p->re = pcre2_compile((PCRE2_SPTR)sm_buf_str(&tr), tr.n, PCRE2_UTF | PCRE2_UCP, &err, &eo, NULL);
+    sm_buf_free(&tr);
     if (!p->re) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof msg);
-      return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: %s: regex error at %zu: %s", where, (size_t)eo, (char *)msg);
+      return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: %s: regex \"%.120s\" not supported: %s", where, s, (char *)msg);
     }
     pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE);
     return SMELT_OK;
