@@ -97,6 +97,8 @@ struct smelt_tokenizer {
   int32_t n_ids;
   char **id_tok; uint32_t *id_len; /* borrowed: point into vkeys or added[].content */
   char **vkeys; size_t n_vkeys;     /* owned model vocab strings */
+  uint32_t *vkey_len;               /* their lengths (they may contain NUL bytes) */
+  uint32_t nul_cp;                  /* stand-in for NUL while parsing tokenizer.json (0: none) */
   uint8_t *id_special;
   sm_smap vocab;       /* model vocab */
   sm_smap added_map;   /* added token content -> id */

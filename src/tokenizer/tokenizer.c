@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <cjson/cJSON.h>
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/unicode_props.h"
@@ -280,6 +281,54 @@ static void trie_insert(sm_trie *tr, const char *s, size_t n, int32_t tok) {
   tr->nodes[node].tok = tok;
 }
 
+/* ---- NUL bytes in token strings ----
+ * cJSON returns C strings, so a "\u0000" escape would cut a string short. Before parsing, each
+ * such escape is replaced by one of a noncharacter (U+FDD0..U+FDEF) that the file does not
+ * contain in any form; token strings taken from the tree turn it back into a NUL byte and are
+ * length-counted from then on. */
+static smelt_status nul_sentinel(char *buf, size_t len, uint32_t *cp) {
+  *cp = 0;
+  bool any = false;
+  for (size_t i = 0; i + 5 < len; i++) {
+    if (buf[i] != '\\') continue;
+    if (buf[i + 1] == 'u' && !memcmp(buf + i + 2, "0000", 4)) { any = true; break; }
+    i++; /* skip the escaped character */
+  }
+  if (!any) return SMELT_OK;
+  for (uint32_t c = 0xFDD0; c <= 0xFDEF; c++) {
+    char u8[3] = {(char)0xEF, (char)(0x80 | ((c >> 6) & 0x3F)), (char)(0x80 | (c & 0x3F))}, esc[8];
+    snprintf(esc, sizeof esc, "%04x", c);
+    bool used = false;
+    for (size_t i = 0; i + 2 < len && !used; i++) {
+      if (!memcmp(buf + i, u8, 3)) used = true;
+      else if (buf[i] == '\\' && i + 5 < len && buf[i + 1] == 'u' && !strncasecmp(buf + i + 2, esc, 4)) used = true;
+    }
+    if (used) continue;
+    for (size_t i = 0; i + 5 < len; i++) {
+      if (buf[i] != '\\') continue;
+      if (buf[i + 1] == 'u' && !memcmp(buf + i + 2, "0000", 4)) memcpy(buf + i + 2, esc, 4);
+      i++;
+    }
+    *cp = c;
+    return SMELT_OK;
+  }
+  return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: NUL bytes in strings, and every U+FDD0..U+FDEF also used");
+}
+/* copy of a token string with the sentinel turned back into NUL bytes; *n = its length */
+static char *tok_str(const smelt_tokenizer *t, const char *s, size_t *n) {
+  size_t l = strlen(s);
+  char *o = sm_xmalloc(l + 1);
+  size_t k = 0;
+  char u8[3] = {(char)0xEF, (char)(0x80 | ((t->nul_cp >> 6) & 0x3F)), (char)(0x80 | (t->nul_cp & 0x3F))};
+  for (size_t i = 0; i < l;) {
+    if (t->nul_cp && i + 3 <= l && !memcmp(s + i, u8, 3)) { o[k++] = 0; i += 3; }
+    else o[k++] = s[i++];
+  }
+  o[k] = 0;
+  *n = k;
+  return o;
+}
+
 static char *dup_token_field(const cJSON *v) {
   if (cJSON_IsString(v)) return sm_xstrdup(v->valuestring);
   if (cJSON_IsObject(v)) { const char *c = jstr(v, "content"); return c ? sm_xstrdup(c) : NULL; }
@@ -361,17 +410,19 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
   t->id_len = sm_xcalloc((size_t)t->n_ids + 1, sizeof(uint32_t));
   t->id_special = sm_xcalloc((size_t)t->n_ids + 1, 1);
   t->vkeys = sm_xcalloc(nv + 1, sizeof(char *));
+  t->vkey_len = sm_xcalloc(nv + 1, sizeof(uint32_t));
   cJSON_ArrayForEach(it, vocab) {
-    char *k = sm_xstrdup(it->string ? it->string : "");
+    size_t kl;
+    char *k = tok_str(t, it->string ? it->string : "", &kl);
     int32_t id = (int32_t)it->valuedouble;
+    t->vkey_len[t->n_vkeys] = (uint32_t)kl;
     t->vkeys[t->n_vkeys++] = k;
-    size_t kl = strlen(k);
     sm_smap_put(&t->vocab, k, kl, id);
     t->id_tok[id] = k; t->id_len[id] = (uint32_t)kl;
   }
   /* chars c such that "c\u2581" occurs inside a vocab token */
   for (size_t i = 0; i < t->n_vkeys; i++) {
-    const char *k = t->vkeys[i]; size_t kl = strlen(k);
+    const char *k = t->vkeys[i]; size_t kl = t->vkey_len[i];
     if (kl >= 3 && !memcmp(k, "\xE2\x96\x81", 3)) t->ms_chunk = true;
     for (size_t p = 1; p + 3 <= kl; p++) {
       if (memcmp(k + p, "\xE2\x96\x81", 3)) continue;
@@ -390,7 +441,13 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
   t->fuse_unk = jbool(model, "fuse_unk", false);
   t->ignore_merges = jbool(model, "ignore_merges", false);
   const char *unk = jstr(model, "unk_token");
-  t->unk_id = unk ? sm_smap_get(&t->vocab, unk, strlen(unk)) : -1;
+  t->unk_id = -1;
+  if (unk) {
+    size_t ul;
+    char *u = tok_str(t, unk, &ul);
+    t->unk_id = sm_smap_get(&t->vocab, u, ul);
+    free(u);
+  }
   const char *cp = jstr(model, "continuing_subword_prefix"), *ew = jstr(model, "end_of_word_suffix");
   if (cp && *cp) { t->cont_prefix = sm_xstrdup(cp); t->cont_prefix_len = strlen(cp); }
   if (ew && *ew) { t->eow_suffix = sm_xstrdup(ew); t->eow_suffix_len = strlen(ew); }
@@ -401,27 +458,31 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
   /* merges */
   int32_t rank = 0;
   sm_buf tmp = {0};
+  char *ma = NULL, *mb = NULL;
   cJSON_ArrayForEach(it, merges) {
     const char *a, *b; size_t al, bl;
+    free(ma); free(mb); ma = mb = NULL;
     if (cJSON_IsString(it)) {
-      a = it->valuestring;
-      const char *sp = strchr(a, ' ');
-      if (!sp) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d is not 'a b'", rank);
-      al = (size_t)(sp - a); b = sp + 1; bl = strlen(b);
+      size_t ml;
+      ma = tok_str(t, it->valuestring, &ml);
+      const char *sp = memchr(ma, ' ', ml);
+      if (!sp) { free(ma); return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d is not 'a b'", rank); }
+      a = ma; al = (size_t)(sp - a); b = sp + 1; bl = ml - al - 1;
     } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
                cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
-      a = cJSON_GetArrayItem(it, 0)->valuestring; b = cJSON_GetArrayItem(it, 1)->valuestring;
-      al = strlen(a); bl = strlen(b);
+      a = ma = tok_str(t, cJSON_GetArrayItem(it, 0)->valuestring, &al);
+      b = mb = tok_str(t, cJSON_GetArrayItem(it, 1)->valuestring, &bl);
     } else return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d has a bad format", rank);
     int32_t ia = sm_smap_get(&t->vocab, a, al), ib = sm_smap_get(&t->vocab, b, bl);
     sm_buf_clear(&tmp); sm_buf_put(&tmp, a, al);
     size_t skip = (t->cont_prefix_len && bl >= t->cont_prefix_len && !memcmp(b, t->cont_prefix, t->cont_prefix_len)) ? t->cont_prefix_len : 0;
     sm_buf_put(&tmp, b + skip, bl - skip);
     int32_t in = sm_smap_get(&t->vocab, tmp.p, tmp.n);
-    if (ia < 0 || ib < 0 || in < 0) { sm_buf_free(&tmp); return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d refers to tokens not in the vocab", rank); }
+    if (ia < 0 || ib < 0 || in < 0) { sm_buf_free(&tmp); free(ma); free(mb); return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d refers to tokens not in the vocab", rank); }
     if (!sm_pmap_get(&t->merges, ia, ib)) sm_pmap_put(&t->merges, ia, ib, rank, in);
     rank++;
   }
+  free(ma); free(mb);
   sm_buf_free(&tmp);
   /* normalizer (needed before the added tokens) */
   const cJSON *j;
@@ -451,8 +512,7 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
   int64_t max_added = -1;
   cJSON_ArrayForEach(it, added) {
     sm_added *a = &t->added[t->n_added];
-    a->content = sm_xstrdup(jstr(it, "content"));
-    a->len = strlen(a->content);
+    a->content = tok_str(t, jstr(it, "content"), &a->len);
     int32_t known = sm_smap_get(&t->added_map, a->content, a->len);
     if (known < 0) known = sm_smap_get(&t->vocab, a->content, a->len);
     if (known >= 0) a->id = known;
@@ -486,6 +546,8 @@ smelt_status sm_tok_load_files(const char *tokenizer_json, const char *tokenizer
   char *buf; size_t len;
   smelt_status st = sm_read_file(tokenizer_json, &buf, &len);
   if (st) return st;
+  uint32_t nul = 0;
+  if ((st = nul_sentinel(buf, len, &nul))) { free(buf); return st; }
   cJSON *root = cJSON_ParseWithLength(buf, len);
   free(buf);
   if (!root || !cJSON_IsObject(root)) {
@@ -493,6 +555,7 @@ smelt_status sm_tok_load_files(const char *tokenizer_json, const char *tokenizer
     return sm_err(SMELT_ERR_FORMAT, "%s: invalid JSON", tokenizer_json);
   }
   smelt_tokenizer *t = sm_xcalloc(1, sizeof *t);
+  t->nul_cp = nul;
   pthread_mutex_init(&t->cache_mu, NULL);
   t->cache = sm_xcalloc(SM_CACHE_SLOTS, sizeof(sm_cache_ent));
   st = load_json(t, root);
@@ -526,7 +589,7 @@ smelt_status smelt_tokenizer_load(const char *model_dir, smelt_tokenizer **out) 
 void smelt_tokenizer_free(smelt_tokenizer *t) {
   if (!t) return;
   for (size_t i = 0; i < t->n_vkeys; i++) free(t->vkeys[i]);
-  free(t->vkeys); free(t->id_tok); free(t->id_len); free(t->id_special);
+  free(t->vkeys); free(t->vkey_len); free(t->id_tok); free(t->id_len); free(t->id_special);
   sm_smap_free(&t->vocab); sm_smap_free(&t->added_map); sm_pmap_free(&t->merges);
   free(t->cont_prefix); free(t->eow_suffix); free(t->ms_prev);
   for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
@@ -563,6 +626,11 @@ int32_t sm_tok_token_id(const smelt_tokenizer *t, const char *token) {
 }
 const char *sm_tok_id_to_token(const smelt_tokenizer *t, int32_t id) {
   return (t && id >= 0 && id < t->n_ids) ? t->id_tok[id] : NULL;
+}
+const char *sm_tok_id_token(const smelt_tokenizer *t, int32_t id, size_t *len) {
+  if (!t || id < 0 || id >= t->n_ids || !t->id_tok[id]) { if (len) *len = 0; return NULL; }
+  if (len) *len = t->id_len[id];
+  return t->id_tok[id];
 }
 bool sm_tok_is_special(const smelt_tokenizer *t, int32_t id) {
   return t && id >= 0 && id < t->n_ids && t->id_special[id];

@@ -169,6 +169,13 @@ function variants() {
       { type: 'Split', pattern: { Regex: '[.,!?]' }, behavior: 'MergedWithPrevious', invert: false },
       { type: 'Split', pattern: { Regex: '\\p{Han}+' }, behavior: 'Isolated', invert: true },
       { type: 'Split', pattern: { String: '#' }, behavior: 'Removed', invert: false }] } })]);
+  // NUL bytes in token strings (as internlm2's vocab has): a vocab entry, merges and an added token
+  const nul = ms({});
+  nul.model.vocab['\u0000'] = 32000; nul.model.vocab['a\u0000'] = 32001; nul.model.vocab['a\u0000b'] = 32002;
+  nul.model.vocab['\u0000\u0000'] = 32003;
+  nul.model.merges = ['a \u0000', 'a\u0000 b', '\u0000 \u0000', ...nul.model.merges];
+  nul.added_tokens = [...nul.added_tokens, { id: 32004, content: '<n\u0000l>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }];
+  out.push(['v_nul_bytes', nul]);
   const q = load('qwen3');
   const qv = JSON.parse(JSON.stringify(q));
   qv.normalizer = { type: 'Sequence', normalizers: [{ type: 'NFKD' }, { type: 'Lowercase' }, { type: 'NFC' }] };
