@@ -140,13 +140,13 @@ static jv *binop(jj_rt *r, const jj_node *n, jj_env *env) {
     if (rt->t == V_UNDEF && (op == OP_IN || op == OP_NOTIN)) return jj_bool(r, op == OP_NOTIN);
     jj_fail(r, "Cannot perform operation on undefined values");
   }
-  if (l->t == V_NONE || rt->t == V_NONE) jj_fail(r, "Cannot perform operation on null values");
   if (op == OP_TILDE) {
     sm_buf *b = jj_buf(r);
     jj_raw_str(r, b, l);
     jj_raw_str(r, b, rt);
     return jj_buf_value(r, b);
   }
+  if (l->t == V_NONE || rt->t == V_NONE) jj_fail(r, "Cannot perform operation on null values");
   bool ln = jj_is_num(l) || l->t == V_BOOL, rn = jj_is_num(rt) || rt->t == V_BOOL;
   if (op == OP_POW && ln && rn) {
     double a = jj_num_of(l), b = jj_num_of(rt);
@@ -202,6 +202,8 @@ static jv *binop(jj_rt *r, const jj_node *n, jj_env *env) {
     for (size_t i = 0; i < rt->u.l->n && !m; i++) m = jj_strict_eq(rt->u.l->v[i], l);
     return jj_bool(r, op == OP_IN ? m : !m);
   }
+  if ((l->t == V_STR) != (rt->t == V_STR) && op == OP_ADD) /* Python: no implicit str() */
+    jj_fail(r, "unsupported operand type(s) for +: %s and %s", jj_tname(l), jj_tname(rt));
   if ((l->t == V_STR || rt->t == V_STR) && op == OP_ADD) {
     sm_buf *b = jj_buf(r);
     jj_raw_str(r, b, l);
@@ -268,6 +270,7 @@ static void bind_params(jj_rt *r, const jj_node *def, const jj_nodes *params, jv
     jj_fail(r, "macro %s takes no keyword argument '%.*s'", disp, (int)rest->u.d->k[0].n, rest->u.d->k[0].s);
   if (def->i & 2) {
     jv *va = jj_list_new(r);
+    va->tuple = 1;
     for (size_t i = np; i < na; i++) jj_list_push(r, va, args->u.l->v[i]);
     jj_env_set(r, scope, van, va);
   } else if (na > np)
@@ -516,7 +519,7 @@ static void exec_stmt(jj_rt *r, const jj_node *n, jj_env *env, sm_buf *out) {
       jstr cn = {"caller", 6};
       jj_env_set(r, ne, cn, caller);
       jv *res = jj_call(r, fn, args, kwargs, ne);
-      if (res->t != V_NONE && res->t != V_UNDEF) jj_to_str(r, out, res);
+      if (res->t != V_UNDEF) jj_to_str(r, out, res);
       return;
     }
     case N_FILTERBLOCK: {
@@ -526,7 +529,7 @@ static void exec_stmt(jj_rt *r, const jj_node *n, jj_env *env, sm_buf *out) {
       if (n->has_args) eval_args(r, &n->l2, env, &args, &kwargs);
       r->line = n->line;
       jv *res = jj_filter(r, jj_buf_value(r, b), n->s, args, kwargs, env);
-      if (res->t != V_NONE && res->t != V_UNDEF) jj_to_str(r, out, res);
+      if (res->t != V_UNDEF) jj_to_str(r, out, res);
       return;
     }
     case N_BREAK: r->ctl = CTL_BREAK; return;
@@ -534,7 +537,7 @@ static void exec_stmt(jj_rt *r, const jj_node *n, jj_env *env, sm_buf *out) {
     case N_COMMENT: return;
     default: {
       jv *v = eval(r, n, env);
-      if (v->t != V_NONE && v->t != V_UNDEF) jj_to_str(r, out, v);
+      if (v->t != V_UNDEF) jj_to_str(r, out, v); /* Python prints None */
     }
   }
 }

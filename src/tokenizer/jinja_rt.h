@@ -70,6 +70,8 @@ void jj_to_json(jj_rt *r, sm_buf *b, const jv *v, const json_opts *o, int depth)
 void jj_to_str(jj_rt *r, sm_buf *b, const jv *v);  /* what {{ }} prints */
 void jj_raw_str(jj_rt *r, sm_buf *b, const jv *v); /* what ~, + and join concatenate */
 jv *jj_str_of(jj_rt *r, const jv *v, bool raw);
+void jj_py_float(double d, char *out, size_t outn); /* Python repr of a float */
+bool jj_py_printable(uint32_t cp);                  /* Python str.isprintable of a non-ASCII code point */
 bool jj_truthy(const jv *v);
 static inline bool jj_is_num(const jv *v) { return v->t == V_INT || v->t == V_FLOAT; }
 static inline double jj_num_of(const jv *v) {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "base/base.h"
 #include "tokenizer/jinja_rt.h"
+#include "tokenizer/unicode_props.h"
 
 void jj_fail(jj_rt *r, const char *fmt, ...) {
   char msg[400];
@@ -203,68 +204,11 @@ jv *jj_from_json(jj_rt *r, const cJSON *j, int depth) {
 }
 
 /* ---------------- number formatting (JavaScript Number#toString) ---------------- */
-static void jj_js_num(double d, char *out, size_t outn) {
-  if (isnan(d)) {
-    snprintf(out, outn, "NaN");
-    return;
-  }
-  if (isinf(d)) {
-    snprintf(out, outn, d < 0 ? "-Infinity" : "Infinity");
-    return;
-  }
-  if (d == 0) {
-    snprintf(out, outn, "0");
-    return;
-  }
-  char tmp[64];
-  int p;
-  for (p = 1; p <= 17; p++) {
-    snprintf(tmp, sizeof tmp, "%.*e", p - 1, d);
-    if (strtod(tmp, NULL) == d) break;
-  }
-  if (p > 17) p = 17, snprintf(tmp, sizeof tmp, "%.*e", 16, d);
-  char digits[32];
-  int k = 0;
-  const char *q = tmp;
-  bool neg = false;
-  if (*q == '-') neg = true, q++;
-  for (; *q && *q != 'e'; q++)
-    if (*q >= '0' && *q <= '9') digits[k++] = *q;
-  digits[k] = 0;
-  int e = atoi(q + 1);
-  while (k > 1 && digits[k - 1] == '0') digits[--k] = 0;
-  int n = e + 1;
-  char buf[64];
-  int o = 0;
-  if (neg) buf[o++] = '-';
-  if (k <= n && n <= 21) {
-    for (int i = 0; i < k; i++) buf[o++] = digits[i];
-    for (int i = 0; i < n - k; i++) buf[o++] = '0';
-  } else if (0 < n && n <= 21) {
-    for (int i = 0; i < n; i++) buf[o++] = digits[i];
-    buf[o++] = '.';
-    for (int i = n; i < k; i++) buf[o++] = digits[i];
-  } else if (-6 < n && n <= 0) {
-    buf[o++] = '0';
-    buf[o++] = '.';
-    for (int i = 0; i < -n; i++) buf[o++] = '0';
-    for (int i = 0; i < k; i++) buf[o++] = digits[i];
-  } else {
-    buf[o++] = digits[0];
-    if (k > 1) {
-      buf[o++] = '.';
-      for (int i = 1; i < k; i++) buf[o++] = digits[i];
-    }
-    o += snprintf(buf + o, sizeof buf - (size_t)o, "e%c%d", n - 1 >= 0 ? '+' : '-', abs(n - 1));
-  }
-  buf[o] = 0;
-  snprintf(out, outn, "%s", buf);
-}
-
-static void jj_float_str(double d, char *out, size_t outn) {
-  if (d == 0 && signbit(d)) snprintf(out, outn, "-0.0");
-  else if (isfinite(d) && d == trunc(d) && fabs(d) < 1e21) snprintf(out, outn, "%.1f", d);
-  else jj_js_num(d, out, outn);
+/* Python's str.isprintable() for one non-ASCII code point */
+bool jj_py_printable(uint32_t cp) {
+  int gc = sm_uc_gc(cp);
+  return !(gc == SM_GC_Cc || gc == SM_GC_Cf || gc == SM_GC_Cs || gc == SM_GC_Co || gc == SM_GC_Cn || gc == SM_GC_Zl ||
+           gc == SM_GC_Zp || gc == SM_GC_Zs);
 }
 
 /* ---------------- string conversions ---------------- */
@@ -310,8 +254,9 @@ void jj_to_json(jj_rt *r, sm_buf *b, const jv *v, const json_opts *o, int depth)
     case V_BOOL: sm_buf_puts(b, v->u.b ? "true" : "false"); return;
     case V_INT: snprintf(num, sizeof num, "%lld", (long long)v->u.i); sm_buf_puts(b, num); return;
     case V_FLOAT:
-      if (!isfinite(v->u.f)) sm_buf_puts(b, "null");
-      else jj_js_num(v->u.f, num, sizeof num), sm_buf_puts(b, num);
+      if (isnan(v->u.f)) sm_buf_puts(b, "NaN");
+      else if (isinf(v->u.f)) sm_buf_puts(b, v->u.f < 0 ? "-Infinity" : "Infinity");
+      else jj_py_float(v->u.f, num, sizeof num), sm_buf_puts(b, num);
       return;
     case V_STR: jj_json_str(b, v->u.s.s, v->u.s.n, o->ensure_ascii); return;
     case V_LIST:
@@ -370,45 +315,129 @@ void jj_to_json(jj_rt *r, sm_buf *b, const jv *v, const json_opts *o, int depth)
 }
 
 /* RuntimeValue#toString (what {{ }} prints) */
-void jj_to_str(jj_rt *r, sm_buf *b, const jv *v) {
-  char num[64];
-  switch (v->t) {
-    case V_UNDEF: sm_buf_puts(b, "undefined"); return;
-    case V_NONE: sm_buf_puts(b, "null"); return;
-    case V_BOOL: sm_buf_puts(b, v->u.b ? "true" : "false"); return;
-    case V_INT: snprintf(num, sizeof num, "%lld", (long long)v->u.i); sm_buf_puts(b, num); return;
-    case V_FLOAT: jj_float_str(v->u.f, num, sizeof num); sm_buf_puts(b, num); return;
-    case V_STR: sm_buf_put(b, v->u.s.s, v->u.s.n); return;
-    case V_LIST:
-    case V_DICT:
-    case V_NS: {
-      json_opts o = {0};
-      jj_to_json(r, b, v, &o, 0);
-      return;
-    }
-    case V_FUNC: sm_buf_puts(b, "[function]"); return;
+/* Python's repr() of a float (shortest round-trip digits; exponent form below 1e-4 and from 1e16) */
+void jj_py_float(double d, char *out, size_t outn) {
+  if (isnan(d)) { snprintf(out, outn, "nan"); return; }
+  if (isinf(d)) { snprintf(out, outn, d < 0 ? "-inf" : "inf"); return; }
+  if (d == 0) { snprintf(out, outn, signbit(d) ? "-0.0" : "0.0"); return; }
+  char tmp[64];
+  int p;
+  for (p = 1; p <= 17; p++) {
+    snprintf(tmp, sizeof tmp, "%.*e", p - 1, d);
+    if (strtod(tmp, NULL) == d) break;
   }
+  if (p > 17) snprintf(tmp, sizeof tmp, "%.16e", d);
+  char digits[32];
+  int k = 0;
+  const char *q = tmp;
+  bool neg = *q == '-';
+  if (neg) q++;
+  for (; *q && *q != 'e'; q++)
+    if (*q >= '0' && *q <= '9') digits[k++] = *q;
+  digits[k] = 0;
+  int e = atoi(q + 1); /* value = 0.d1d2... * 10^(e+1) */
+  while (k > 1 && digits[k - 1] == '0') digits[--k] = 0;
+  char buf[64];
+  int o = 0;
+  if (neg) buf[o++] = '-';
+  if (e >= -4 && e < 16) {
+    if (e < 0) {
+      buf[o++] = '0', buf[o++] = '.';
+      for (int i = 0; i < -e - 1; i++) buf[o++] = '0';
+      for (int i = 0; i < k; i++) buf[o++] = digits[i];
+    } else {
+      for (int i = 0; i <= e; i++) buf[o++] = i < k ? digits[i] : '0';
+      buf[o++] = '.';
+      if (k > e + 1) for (int i = e + 1; i < k; i++) buf[o++] = digits[i];
+      else buf[o++] = '0';
+    }
+  } else {
+    buf[o++] = digits[0];
+    if (k > 1) {
+      buf[o++] = '.';
+      for (int i = 1; i < k; i++) buf[o++] = digits[i];
+    }
+    o += snprintf(buf + o, sizeof buf - (size_t)o, "e%c%02d", e < 0 ? '-' : '+', abs(e));
+  }
+  buf[o] = 0;
+  snprintf(out, outn, "%s", buf);
 }
 
-/* JavaScript `value.toString()` of the raw value (used by ~, + and join) */
-void jj_raw_str(jj_rt *r, sm_buf *b, const jv *v) {
-  char num[64];
+/* Python's repr() of a string */
+static void py_repr_str(sm_buf *b, const char *s, size_t n) {
+  bool sq = memchr(s, '\'', n) != NULL, dq = memchr(s, '"', n) != NULL;
+  char qc = sq && !dq ? '"' : '\'';
+  sm_buf_putc(b, qc);
+  for (size_t i = 0; i < n;) {
+    int32_t cp;
+    size_t l = jj_utf8_next(s, n, i, &cp);
+    if (cp == qc || cp == '\\') sm_buf_putc(b, '\\'), sm_buf_putc(b, (char)cp);
+    else if (cp == '\n') sm_buf_puts(b, "\\n");
+    else if (cp == '\r') sm_buf_puts(b, "\\r");
+    else if (cp == '\t') sm_buf_puts(b, "\\t");
+    else if (cp < 0x20 || cp == 0x7f) sm_buf_printf(b, "\\x%02x", (unsigned)cp);
+    else if (cp >= 0x80 && !jj_py_printable((uint32_t)cp)) {
+      if (cp < 0x100) sm_buf_printf(b, "\\x%02x", (unsigned)cp);
+      else if (cp < 0x10000) sm_buf_printf(b, "\\u%04x", (unsigned)cp);
+      else sm_buf_printf(b, "\\U%08x", (unsigned)cp);
+    } else
+      sm_buf_put(b, s + i, l);
+    i += l;
+  }
+  sm_buf_putc(b, qc);
+}
+
+/* Python's repr() (containers print their items this way) */
+static void py_repr(jj_rt *r, sm_buf *b, const jv *v, int depth) {
+  if (depth > 500) jj_fail(r, "value nested too deeply");
   switch (v->t) {
-    case V_UNDEF:
-    case V_NONE: return; /* Array#join renders null/undefined as "" */
-    case V_INT: snprintf(num, sizeof num, "%lld", (long long)v->u.i); sm_buf_puts(b, num); return;
-    case V_FLOAT: jj_js_num(v->u.f, num, sizeof num); sm_buf_puts(b, num); return;
+    case V_STR: py_repr_str(b, v->u.s.s, v->u.s.n); return;
+    case V_UNDEF: sm_buf_puts(b, "Undefined"); return;
     case V_LIST:
+      sm_buf_putc(b, v->tuple ? '(' : '[');
       for (size_t i = 0; i < v->u.l->n; i++) {
-        if (i) sm_buf_putc(b, ',');
-        jj_to_str(r, b, v->u.l->v[i]);
+        if (i) sm_buf_puts(b, ", ");
+        py_repr(r, b, v->u.l->v[i], depth + 1);
       }
+      if (v->tuple && v->u.l->n == 1) sm_buf_putc(b, ',');
+      sm_buf_putc(b, v->tuple ? ')' : ']');
       return;
     case V_DICT:
-    case V_NS: sm_buf_puts(b, "[object Map]"); return;
+    case V_NS:
+      if (v->t == V_NS) sm_buf_puts(b, "<Namespace ");
+      sm_buf_putc(b, '{');
+      for (size_t i = 0; i < v->u.d->n; i++) {
+        if (i) sm_buf_puts(b, ", ");
+        py_repr_str(b, v->u.d->k[i].s, v->u.d->k[i].n);
+        sm_buf_puts(b, ": ");
+        py_repr(r, b, v->u.d->v[i], depth + 1);
+      }
+      sm_buf_putc(b, '}');
+      if (v->t == V_NS) sm_buf_putc(b, '>');
+      return;
     default: jj_to_str(r, b, v);
   }
 }
+
+/* Python's str(): what {{ }} prints, |string and ~ give (undefined prints nothing) */
+void jj_to_str(jj_rt *r, sm_buf *b, const jv *v) {
+  char num[64];
+  switch (v->t) {
+    case V_UNDEF: return;
+    case V_NONE: sm_buf_puts(b, "None"); return;
+    case V_BOOL: sm_buf_puts(b, v->u.b ? "True" : "False"); return;
+    case V_INT: snprintf(num, sizeof num, "%lld", (long long)v->u.i); sm_buf_puts(b, num); return;
+    case V_FLOAT: jj_py_float(v->u.f, num, sizeof num); sm_buf_puts(b, num); return;
+    case V_STR: sm_buf_put(b, v->u.s.s, v->u.s.n); return;
+    case V_LIST:
+    case V_DICT:
+    case V_NS: py_repr(r, b, v, 0); return;
+    case V_FUNC: sm_buf_puts(b, "<function>"); return;
+  }
+}
+
+/* the same (kept as a separate entry point for the concatenating operators and join) */
+void jj_raw_str(jj_rt *r, sm_buf *b, const jv *v) { jj_to_str(r, b, v); }
 
 jv *jj_str_of(jj_rt *r, const jv *v, bool raw) {
   if (v->t == V_STR) return (jv *)v;
@@ -453,56 +482,31 @@ bool jj_strict_eq(const jv *a, const jv *b) {
   }
 }
 
-/* JS Number(string) */
-static double js_to_number(const char *s, size_t n) {
-  size_t i = 0, l;
-  while (i < n && jj_is_space_at(s, n, i, &l)) i += l;
-  size_t e = n;
-  while (e > i) {
-    size_t st = e - 1;
-    while (st > i && ((unsigned char)s[st] & 0xc0) == 0x80) st--;
-    if (jj_is_space_at(s, n, st, &l) && st + l == e) e = st;
-    else break;
-  }
-  if (i == e) return 0;
-  char buf[128];
-  size_t m = e - i;
-  if (m >= sizeof buf) return NAN;
-  memcpy(buf, s + i, m);
-  buf[m] = 0;
-  if (!strcmp(buf, "Infinity") || !strcmp(buf, "+Infinity")) return INFINITY;
-  if (!strcmp(buf, "-Infinity")) return -INFINITY;
-  for (size_t k = 0; k < m; k++)
-    if (!strchr("0123456789+-.eE", buf[k]) && !(k == 1 && (buf[k] == 'x' || buf[k] == 'X'))) return NAN;
-  char *end;
-  double d = strtod(buf, &end);
-  if (*end) return NAN;
-  return d;
-}
 
 /* JS loose `==` on the raw values */
+/* Python's == (numbers and booleans compare by value, containers item by item, no coercion) */
 bool jj_loose_eq(jj_rt *r, const jv *a, const jv *b) {
-  bool an = a->t == V_NONE || a->t == V_UNDEF, bn = b->t == V_NONE || b->t == V_UNDEF;
-  if (an || bn) return an && bn;
-  if (a->t == b->t || (jj_is_num(a) && jj_is_num(b))) return jj_strict_eq(a, b);
-  if (a->t == V_BOOL) {
-    jv t = {.t = V_INT};
-    t.u.i = a->u.b;
-    return jj_loose_eq(r, &t, b);
+  bool an = jj_is_num(a) || a->t == V_BOOL, bn = jj_is_num(b) || b->t == V_BOOL;
+  if (an && bn) {
+    if (a->t != V_FLOAT && b->t != V_FLOAT)
+      return (a->t == V_BOOL ? a->u.b : a->u.i) == (b->t == V_BOOL ? b->u.b : b->u.i);
+    return jj_num_of(a) == jj_num_of(b);
   }
-  if (b->t == V_BOOL) {
-    jv t = {.t = V_INT};
-    t.u.i = b->u.b;
-    return jj_loose_eq(r, a, &t);
+  if (a->t == V_LIST && b->t == V_LIST) {
+    if (a->u.l->n != b->u.l->n || a->tuple != b->tuple) return false;
+    for (size_t i = 0; i < a->u.l->n; i++)
+      if (!jj_loose_eq(r, a->u.l->v[i], b->u.l->v[i])) return false;
+    return true;
   }
-  if (jj_is_num(a) && b->t == V_STR) return jj_num_of(a) == js_to_number(b->u.s.s, b->u.s.n);
-  if (jj_is_num(b) && a->t == V_STR) return jj_num_of(b) == js_to_number(a->u.s.s, a->u.s.n);
-  bool ac = a->t == V_LIST || a->t == V_DICT || a->t == V_NS || a->t == V_FUNC;
-  bool bc = b->t == V_LIST || b->t == V_DICT || b->t == V_NS || b->t == V_FUNC;
-  if (ac && bc) return false; /* different container types */
-  if (ac) return jj_loose_eq(r, jj_str_of(r, a, true), b);
-  if (bc) return jj_loose_eq(r, a, jj_str_of(r, b, true));
-  return false;
+  if ((a->t == V_DICT && b->t == V_DICT)) {
+    if (a->u.d->n != b->u.d->n) return false;
+    for (size_t i = 0; i < a->u.d->n; i++) {
+      jv *o = jj_dict_get(b->u.d, a->u.d->k[i].s, a->u.d->k[i].n);
+      if (!o || !jj_loose_eq(r, a->u.d->v[i], o)) return false;
+    }
+    return true;
+  }
+  return jj_strict_eq(a, b);
 }
 
 /* ---------------- comparisons & sorting ---------------- */
