@@ -3,12 +3,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-PKGS="build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev nodejs npm python3 python3-numpy"
+PKGS="build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev nodejs npm python3 python3-numpy python3-jinja2"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 # node/npm may come from elsewhere (e.g. nvm); only install them if absent
 if command -v node >/dev/null && command -v npm >/dev/null; then missing=$(echo "$missing" | sed 's/\bnodejs\b//; s/\bnpm\b//'); fi
-if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import numpy" 2>/dev/null; then missing=$(echo "$missing" | sed 's/\bpython3-numpy\b//; s/\bpython3\b//'); fi
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import numpy" 2>/dev/null; then missing=$(echo " $missing " | sed 's/ python3-numpy / /; s/ python3 / /'); fi
 if [ -n "$(echo $missing)" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing

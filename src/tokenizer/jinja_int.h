@@ -136,18 +136,6 @@ struct jj_env {
   jj_dict vars;
 };
 
-/* string builder (arena-backed) */
-typedef struct {
-  jj_arena *a;
-  char *p;
-  size_t n, cap;
-} jj_sb;
-void jj_sb_init(jj_sb *b, jj_arena *a);
-void jj_sb_add(jj_sb *b, const char *s, size_t n);
-static inline void jj_sb_adds(jj_sb *b, const char *s) { jj_sb_add(b, s, __builtin_strlen(s)); }
-void jj_sb_addc(jj_sb *b, char c);
-jstr jj_sb_str(jj_sb *b);
-
 /* compiled template */
 struct sm_jinja {
   jj_arena arena;

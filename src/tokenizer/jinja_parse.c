@@ -6,6 +6,7 @@
 #include <string.h>
 #include "tokenizer/jinja_int.h"
 #include "base/base.h"
+#include "base/strbuf.h"
 
 /* ---------------- arena ---------------- */
 struct jj_chunk {
@@ -60,33 +61,6 @@ void jj_arena_free(jj_arena *a) {
   a->total = 0;
 }
 
-void jj_sb_init(jj_sb *b, jj_arena *a) {
-  b->a = a;
-  b->p = NULL;
-  b->n = b->cap = 0;
-}
-static void sb_grow(jj_sb *b, size_t need) {
-  if (b->n + need + 1 <= b->cap) return;
-  size_t cap = b->cap ? b->cap * 2 : 64;
-  while (cap < b->n + need + 1) cap *= 2;
-  char *p = jj_alloc(b->a, cap);
-  if (b->n) memcpy(p, b->p, b->n);
-  b->p = p;
-  b->cap = cap;
-}
-void jj_sb_add(jj_sb *b, const char *s, size_t n) {
-  if (!n) return;
-  sb_grow(b, n);
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
-void jj_sb_addc(jj_sb *b, char c) { jj_sb_add(b, &c, 1); }
-jstr jj_sb_str(jj_sb *b) {
-  jstr s = {b->p ? b->p : "", b->n};
-  return s;
-}
-
 /* ---------------- text helpers ---------------- */
 size_t jj_utf8_next(const char *s, size_t n, size_t i, int32_t *cp) {
   const unsigned char *u = (const unsigned char *)s;
@@ -123,27 +97,28 @@ bool jj_is_space_at(const char *s, size_t n, size_t i, size_t *len) {
 
 /* ---------------- preprocessing (with a line number per byte) ---------------- */
 typedef struct {
-  char *s;
-  int *ln;
-  size_t n, cap;
+  sm_buf s; /* the text */
+  int *ln;  /* line of each byte (+ 4 padding entries after pb_finish) */
+  size_t lcap;
 } pbuf;
 
 static void pb_put(pbuf *b, char c, int ln) {
-  if (b->n + 1 >= b->cap) {
-    b->cap = b->cap ? b->cap * 2 : 256;
-    b->s = sm_xrealloc(b->s, b->cap + 4);
-    b->ln = sm_xrealloc(b->ln, (b->cap + 4) * sizeof(int));
+  if (b->s.n + 5 > b->lcap) {
+    b->lcap = b->lcap ? b->lcap * 2 : 256;
+    b->ln = sm_xrealloc(b->ln, b->lcap * sizeof(int));
   }
-  b->s[b->n] = c;
-  b->ln[b->n] = ln;
-  b->n++;
+  sm_buf_putc(&b->s, c);
+  b->ln[b->s.n - 1] = ln;
 }
+/* four NUL bytes (and line numbers) after the end, so that the lexer may look ahead */
 static void pb_finish(pbuf *b) {
-  if (!b->s) pb_put(b, 0, 1), b->n = 0;
-  for (int k = 0; k < 4; k++) b->s[b->n + k] = 0, b->ln[b->n + k] = b->n ? b->ln[b->n - 1] : 1;
+  size_t n = b->s.n;
+  if (!b->ln) b->ln = sm_xcalloc(b->lcap = 8, sizeof(int));
+  sm_buf_reserve(&b->s, 4);
+  for (int k = 0; k < 4; k++) b->s.p[n + k] = 0, b->ln[n + k] = n ? b->ln[n - 1] : 1;
 }
 static void pb_free(pbuf *b) {
-  free(b->s);
+  sm_buf_free(&b->s);
   free(b->ln);
   memset(b, 0, sizeof *b);
 }
@@ -156,38 +131,38 @@ static void preprocess(const char *src, pbuf *out) {
     pb_put(&a, src[i], line);
     if (src[i] == '\n') line++;
   }
-  if (a.n && a.s[a.n - 1] == '\n') a.n--;
+  if (a.s.n && a.s.p[a.s.n - 1] == '\n') a.s.n--;
   pb_finish(&a);
   /* lstrip_blocks: /^[ \t]*({[#%-])/gm -> "$1" */
   pbuf b = {0};
-  for (size_t i = 0; i < a.n;) {
-    bool bol = i == 0 || a.s[i - 1] == '\n' || a.s[i - 1] == '\r';
+  for (size_t i = 0; i < a.s.n;) {
+    bool bol = i == 0 || a.s.p[i - 1] == '\n' || a.s.p[i - 1] == '\r';
     if (bol) {
       size_t j = i;
-      while (j < a.n && (a.s[j] == ' ' || a.s[j] == '\t')) j++;
-      if (j + 1 < a.n && a.s[j] == '{' && (a.s[j + 1] == '#' || a.s[j + 1] == '%' || a.s[j + 1] == '-')) {
-        pb_put(&b, a.s[j], a.ln[j]);
-        pb_put(&b, a.s[j + 1], a.ln[j + 1]);
+      while (j < a.s.n && (a.s.p[j] == ' ' || a.s.p[j] == '\t')) j++;
+      if (j + 1 < a.s.n && a.s.p[j] == '{' && (a.s.p[j + 1] == '#' || a.s.p[j + 1] == '%' || a.s.p[j + 1] == '-')) {
+        pb_put(&b, a.s.p[j], a.ln[j]);
+        pb_put(&b, a.s.p[j + 1], a.ln[j + 1]);
         i = j + 2;
         continue;
       }
     }
-    pb_put(&b, a.s[i], a.ln[i]);
+    pb_put(&b, a.s.p[i], a.ln[i]);
     i++;
   }
   pb_finish(&b);
   pb_free(&a);
   /* trim_blocks: /([#%-]})\n/g -> "$1" */
   pbuf c = {0};
-  for (size_t i = 0; i < b.n;) {
-    if (i + 2 < b.n && (b.s[i] == '#' || b.s[i] == '%' || b.s[i] == '-') && b.s[i + 1] == '}' &&
-        b.s[i + 2] == '\n') {
-      pb_put(&c, b.s[i], b.ln[i]);
-      pb_put(&c, b.s[i + 1], b.ln[i + 1]);
+  for (size_t i = 0; i < b.s.n;) {
+    if (i + 2 < b.s.n && (b.s.p[i] == '#' || b.s.p[i] == '%' || b.s.p[i] == '-') && b.s.p[i + 1] == '}' &&
+        b.s.p[i + 2] == '\n') {
+      pb_put(&c, b.s.p[i], b.ln[i]);
+      pb_put(&c, b.s.p[i + 1], b.ln[i + 1]);
       i += 3;
       continue;
     }
-    pb_put(&c, b.s[i], b.ln[i]);
+    pb_put(&c, b.s.p[i], b.ln[i]);
     i++;
   }
   pb_finish(&c);
@@ -195,46 +170,46 @@ static void preprocess(const char *src, pbuf *out) {
   /* {% generation %} / {% endgeneration %} tags are removed (with optional - stripping) */
   pbuf d = {0};
   size_t last_end = 0; /* output position where the previous match ended */
-  for (size_t i = 0; i < c.n;) {
-    if (c.s[i] == '{' && c.s[i + 1] == '%') {
+  for (size_t i = 0; i < c.s.n;) {
+    if (c.s.p[i] == '{' && c.s.p[i + 1] == '%') {
       size_t j = i + 2, l;
       bool lstrip = false, rstrip = false;
-      if (c.s[j] == '-') lstrip = true, j++;
-      while (jj_is_space_at(c.s, c.n, j, &l)) j += l;
-      if (!strncmp(c.s + j, "end", 3) && !strncmp(c.s + j + 3, "generation", 10)) j += 3;
-      if (!strncmp(c.s + j, "generation", 10)) {
+      if (c.s.p[j] == '-') lstrip = true, j++;
+      while (jj_is_space_at(c.s.p, c.s.n, j, &l)) j += l;
+      if (!strncmp(c.s.p + j, "end", 3) && !strncmp(c.s.p + j + 3, "generation", 10)) j += 3;
+      if (!strncmp(c.s.p + j, "generation", 10)) {
         j += 10;
-        while (jj_is_space_at(c.s, c.n, j, &l)) j += l;
-        if (c.s[j] == '-') rstrip = true, j++;
-        if (c.s[j] == '%' && c.s[j + 1] == '}') {
+        while (jj_is_space_at(c.s.p, c.s.n, j, &l)) j += l;
+        if (c.s.p[j] == '-') rstrip = true, j++;
+        if (c.s.p[j] == '%' && c.s.p[j + 1] == '}') {
           j += 2;
           if (lstrip) {
             /* drop whitespace emitted since the previous match */
             for (;;) {
-              size_t k = d.n;
+              size_t k = d.s.n;
               if (k <= last_end) break;
               /* find start of last UTF-8 char */
               size_t st = k - 1;
-              while (st > last_end && ((unsigned char)d.s[st] & 0xc0) == 0x80) st--;
+              while (st > last_end && ((unsigned char)d.s.p[st] & 0xc0) == 0x80) st--;
               size_t ll;
-              if (jj_is_space_at(d.s, d.n, st, &ll) && st + ll == k) d.n = st;
+              if (jj_is_space_at(d.s.p, d.s.n, st, &ll) && st + ll == k) d.s.n = st;
               else break;
             }
           }
           if (rstrip)
-            while (jj_is_space_at(c.s, c.n, j, &l)) j += l;
+            while (jj_is_space_at(c.s.p, c.s.n, j, &l)) j += l;
           else
-            while (jj_is_space_at(c.s, c.n, j, &l)) {
-              for (size_t q = 0; q < l; q++) pb_put(&d, c.s[j + q], c.ln[j + q]);
+            while (jj_is_space_at(c.s.p, c.s.n, j, &l)) {
+              for (size_t q = 0; q < l; q++) pb_put(&d, c.s.p[j + q], c.ln[j + q]);
               j += l;
             }
-          last_end = d.n;
+          last_end = d.s.n;
           i = j;
           continue;
         }
       }
     }
-    pb_put(&d, c.s[i], c.ln[i]);
+    pb_put(&d, c.s.p[i], c.ln[i]);
     i++;
   }
   pb_finish(&d);
@@ -253,6 +228,7 @@ typedef struct {
   jmp_buf *jmp;
   char *err;
   size_t errn;
+  sm_buf *scratch; /* string literal being decoded */
 } lexer;
 
 __attribute__((format(printf, 3, 4))) static void lex_fail(lexer *L, int line, const char *fmt, ...) {
@@ -308,29 +284,6 @@ static bool is_word(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '_';
 }
 
-static void put_utf8(jj_sb *b, uint32_t cp) {
-  char o[4];
-  if (cp < 0x80) {
-    o[0] = (char)cp;
-    jj_sb_add(b, o, 1);
-  } else if (cp < 0x800) {
-    o[0] = (char)(0xc0 | (cp >> 6));
-    o[1] = (char)(0x80 | (cp & 0x3f));
-    jj_sb_add(b, o, 2);
-  } else if (cp < 0x10000) {
-    o[0] = (char)(0xe0 | (cp >> 12));
-    o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    o[2] = (char)(0x80 | (cp & 0x3f));
-    jj_sb_add(b, o, 3);
-  } else {
-    o[0] = (char)(0xf0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (char)(0x80 | (cp & 0x3f));
-    jj_sb_add(b, o, 4);
-  }
-}
-
 static int hexval(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -339,8 +292,8 @@ static int hexval(char c) {
 }
 
 static void lex_string(lexer *L, char q, int line) {
-  jj_sb b;
-  jj_sb_init(&b, L->arena);
+  sm_buf *b = L->scratch;
+  sm_buf_clear(b);
   L->pos++; /* opening quote */
   uint32_t pending_hi = 0;
   while (L->pos < L->len && L->src[L->pos] != q) {
@@ -359,19 +312,19 @@ static void lex_string(lexer *L, char q, int line) {
         }
         L->pos += (size_t)len;
         if (v >= 0xd800 && v < 0xdc00) {
-          if (pending_hi) put_utf8(&b, 0xfffd);
+          if (pending_hi) sm_buf_put_cp(b, 0xfffd);
           pending_hi = v;
         } else if (v >= 0xdc00 && v < 0xe000 && pending_hi) {
-          put_utf8(&b, 0x10000 + ((pending_hi - 0xd800) << 10) + (v - 0xdc00));
+          sm_buf_put_cp(b, 0x10000 + ((pending_hi - 0xd800) << 10) + (v - 0xdc00));
           pending_hi = 0;
         } else {
-          if (pending_hi) put_utf8(&b, 0xfffd), pending_hi = 0;
-          put_utf8(&b, (v >= 0xd800 && v < 0xe000) ? 0xfffd : v);
+          if (pending_hi) sm_buf_put_cp(b, 0xfffd), pending_hi = 0;
+          sm_buf_put_cp(b, (v >= 0xd800 && v < 0xe000) ? 0xfffd : v);
         }
         if (L->pos >= L->len) lex_fail(L, line, "Unexpected end of input");
         continue;
       }
-      if (pending_hi) put_utf8(&b, 0xfffd), pending_hi = 0;
+      if (pending_hi) sm_buf_put_cp(b, 0xfffd), pending_hi = 0;
       char u;
       switch (e) {
         case 'n': u = '\n'; break;
@@ -385,20 +338,21 @@ static void lex_string(lexer *L, char q, int line) {
         case '\\': u = '\\'; break;
         default: lex_fail(L, line, "Unexpected escaped character: %c", e); u = 0;
       }
-      jj_sb_addc(&b, u);
+      sm_buf_putc(b, u);
       if (L->pos >= L->len) lex_fail(L, line, "Unexpected end of input");
       continue;
     }
-    if (pending_hi) put_utf8(&b, 0xfffd), pending_hi = 0;
-    jj_sb_addc(&b, c);
+    if (pending_hi) sm_buf_put_cp(b, 0xfffd), pending_hi = 0;
+    sm_buf_putc(b, c);
     L->pos++;
     if (L->pos >= L->len) lex_fail(L, line, "Unexpected end of input");
   }
-  if (pending_hi) put_utf8(&b, 0xfffd);
+  if (pending_hi) sm_buf_put_cp(b, 0xfffd);
   if (L->pos >= L->len) lex_fail(L, line, "Unexpected end of input");
   L->pos++; /* closing quote */
-  jstr s = jj_sb_str(&b);
-  push_tok(L, T_STR, s.s, s.n, line);
+  char *s = jj_alloc(L->arena, b->n + 1);
+  memcpy(s, sm_buf_str(b), b->n + 1);
+  push_tok(L, T_STR, s, b->n, line);
 }
 
 static void lex_digits(lexer *L) {
@@ -560,6 +514,7 @@ typedef struct {
   jmp_buf *jmp;
   char *err;
   size_t errn;
+  sm_buf *scratch; /* adjacent string literals being joined */
 } parser;
 
 __attribute__((format(printf, 3, 4))) static void pfail(parser *P, int line, const char *fmt, ...) {
@@ -1182,14 +1137,17 @@ static jj_node *parse_primary(parser *P) {
       r = mk(P, N_STR, t->line);
       r->s = t->v;
       if (tk(P)->type == T_STR) {
-        jj_sb b;
-        jj_sb_init(&b, P->arena);
-        jj_sb_add(&b, t->v.s, t->v.n);
+        sm_buf *b = P->scratch;
+        sm_buf_clear(b);
+        sm_buf_put(b, t->v.s, t->v.n);
         while (tk(P)->type == T_STR) {
-          jj_sb_add(&b, tk(P)->v.s, tk(P)->v.n);
+          sm_buf_put(b, tk(P)->v.s, tk(P)->v.n);
           P->cur++;
         }
-        r->s = jj_sb_str(&b);
+        char *cat = jj_alloc(P->arena, b->n + 1);
+        memcpy(cat, b->p, b->n + 1);
+        r->s.s = cat;
+        r->s.n = b->n;
       }
       break;
     }
@@ -1238,18 +1196,22 @@ int jj_parse(const char *src, struct sm_jinja *tpl, char *err, size_t errn) {
   jmp_buf jb;
   pbuf pp = {0};
   preprocess(src, &pp);
+  sm_buf *scratch = sm_xcalloc(1, sizeof *scratch); /* heap: still valid after a longjmp */
   lexer L = {0};
   L.arena = &tpl->arena;
-  char *copy = jj_alloc(&tpl->arena, pp.n + 4);
-  memcpy(copy, pp.s, pp.n + 4);
+  char *copy = jj_alloc(&tpl->arena, pp.s.n + 4);
+  memcpy(copy, pp.s.p, pp.s.n + 4);
   L.src = copy;
   L.ln = pp.ln;
-  L.len = pp.n;
+  L.len = pp.s.n;
   L.jmp = &jb;
   L.err = err;
   L.errn = errn;
+  L.scratch = scratch;
   if (setjmp(jb)) {
     pb_free(&pp);
+    sm_buf_free(scratch);
+    free(scratch);
     return -1;
   }
   tokenize(&L);
@@ -1260,9 +1222,12 @@ int jj_parse(const char *src, struct sm_jinja *tpl, char *err, size_t errn) {
   P.jmp = &jb;
   P.err = err;
   P.errn = errn;
+  P.scratch = scratch;
   nvec body = {0};
   while (P.t[P.cur].type != T_EOF) nv_push(&P, &body, parse_any(&P));
   tpl->body = nv_done(&body);
   pb_free(&pp);
+  sm_buf_free(scratch);
+  free(scratch);
   return 0;
 }

@@ -3,9 +3,10 @@
 #include <string.h>
 #include <utf8proc.h>
 #include "tokenizer/tok_internal.h"
+#include "tokenizer/unicode_props.h"
 
 typedef struct { size_t off, len; int32_t id; bool first; } piece; /* id >= 0: an added token */
-typedef struct { piece *v; size_t n, cap; sm_sbuf buf; } plist;
+typedef struct { piece *v; size_t n, cap; sm_buf buf; } plist;
 typedef struct { int32_t *v; size_t n, cap; } ivec;
 typedef struct { int32_t rank, pos, id; } hent;
 
@@ -14,7 +15,7 @@ typedef struct {
   /* BPE scratch */
   int32_t *sid, *slen, *sprev, *snext; size_t scap;
   hent *heap; size_t hcap;
-  sm_sbuf tmp, tmp2;
+  sm_buf tmp, tmp2;
 } ctx;
 
 static void pl_add(plist *l, size_t off, size_t len, int32_t id, bool first) {
@@ -23,11 +24,11 @@ static void pl_add(plist *l, size_t off, size_t len, int32_t id, bool first) {
 }
 static void pl_add_str(plist *l, const char *s, size_t len, bool first) {
   size_t off = l->buf.n;
-  sm_sb_put(&l->buf, s, len);
+  sm_buf_put(&l->buf, s, len);
   pl_add(l, off, len, -1, first);
 }
-static void pl_free(plist *l) { free(l->v); sm_sb_free(&l->buf); memset(l, 0, sizeof *l); }
-static void pl_reset(plist *l) { l->n = 0; l->buf.n = 0; }
+static void pl_free(plist *l) { free(l->v); sm_buf_free(&l->buf); memset(l, 0, sizeof *l); }
+static void pl_reset(plist *l) { l->n = 0; sm_buf_clear(&l->buf); }
 static void iv_push(ivec *v, int32_t x) {
   if (v->n == v->cap) { v->cap = v->cap ? v->cap * 2 : 256; v->v = sm_xrealloc(v->v, v->cap * sizeof(int32_t)); }
   v->v[v->n++] = x;
@@ -139,40 +140,40 @@ static void split_by(const char *s, size_t n, bool first, const rvec *m, int beh
 }
 
 /* ---- normalizers ---- */
-static void norm_replace(const sm_pattern *p, const char *content, size_t clen, const char *s, size_t n, sm_sbuf *out,
+static void norm_replace(const sm_pattern *p, const char *content, size_t clen, const char *s, size_t n, sm_buf *out,
                          pcre2_match_data *md) {
   size_t i = 0, last = 0;
   if (p->kind == PAT_STRING) {
-    if (!p->litlen) { sm_sb_put(out, s, n); return; }
+    if (!p->litlen) { sm_buf_put(out, s, n); return; }
     while (i + p->litlen <= n) {
       const char *f = memmem(s + i, n - i, p->lit, p->litlen);
       if (!f) break;
       size_t st = (size_t)(f - s);
-      sm_sb_put(out, s + last, st - last);
-      sm_sb_put(out, content, clen);
+      sm_buf_put(out, s + last, st - last);
+      sm_buf_put(out, content, clen);
       i = last = st + p->litlen;
     }
   } else {
     size_t ms, me;
     while (i <= n && sm_re_find(p->re, md, s, n, i, &ms, &me)) {
       if (me == ms) { if (ms >= n) break; i = ms + clen_at(s, n, ms); continue; }
-      sm_sb_put(out, s + last, ms - last);
-      sm_sb_put(out, content, clen);
+      sm_buf_put(out, s + last, ms - last);
+      sm_buf_put(out, content, clen);
       i = last = me;
     }
   }
-  sm_sb_put(out, s + last, n - last);
+  sm_buf_put(out, s + last, n - last);
 }
 static bool is_cased(uint32_t c) {
   utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
   return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
 }
-static void norm_lower(const char *s, size_t n, sm_sbuf *out) {
+static void norm_lower(const char *s, size_t n, sm_buf *out) {
   size_t i = 0;
   while (i < n) {
     uint32_t cp; int l = sm_utf8_dec(s + i, n - i, &cp);
-    if (cp < 0x80) { sm_sb_putc(out, (char)((cp >= 'A' && cp <= 'Z') ? cp + 32 : cp)); i += (size_t)l; continue; }
-    if (cp == 0x130) { sm_sb_put_cp(out, 'i'); sm_sb_put_cp(out, 0x307); }
+    if (cp < 0x80) { sm_buf_putc(out, (char)((cp >= 'A' && cp <= 'Z') ? cp + 32 : cp)); i += (size_t)l; continue; }
+    if (cp == 0x130) { sm_buf_put_cp(out, 'i'); sm_buf_put_cp(out, 0x307); }
     else if (cp == 0x3A3) { /* final sigma rule */
       bool before = false, after = false;
       for (size_t j = i; j > 0;) {
@@ -192,12 +193,12 @@ static void norm_lower(const char *s, size_t n, sm_sbuf *out) {
               cat == UTF8PROC_CATEGORY_LM || cat == UTF8PROC_CATEGORY_SK || c2 == '\'' || c2 == 0x2019)) break;
         j += (size_t)l2;
       }
-      sm_sb_put_cp(out, (before && !after) ? 0x3C2 : 0x3C3);
-    } else sm_sb_put_cp(out, (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp));
+      sm_buf_put_cp(out, (before && !after) ? 0x3C2 : 0x3C3);
+    } else sm_buf_put_cp(out, (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp));
     i += (size_t)l;
   }
 }
-static void norm_unicode(int type, const char *s, size_t n, sm_sbuf *out) {
+static void norm_unicode(int type, const char *s, size_t n, sm_buf *out) {
   int opt = UTF8PROC_STABLE;
   if (type == NORM_NFC) opt |= UTF8PROC_COMPOSE;
   else if (type == NORM_NFD) opt |= UTF8PROC_DECOMPOSE;
@@ -206,14 +207,14 @@ static void norm_unicode(int type, const char *s, size_t n, sm_sbuf *out) {
   /* fast path: ASCII is invariant under all four forms */
   size_t i = 0;
   while (i < n && (uint8_t)s[i] < 0x80) i++;
-  if (i == n) { sm_sb_put(out, s, n); return; }
+  if (i == n) { sm_buf_put(out, s, n); return; }
   utf8proc_uint8_t *res = NULL;
   utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &res, (utf8proc_option_t)opt);
-  if (r < 0) { sm_sb_put(out, s, n); return; }
-  sm_sb_put(out, res, (size_t)r);
+  if (r < 0) { sm_buf_put(out, s, n); return; }
+  sm_buf_put(out, res, (size_t)r);
   free(res);
 }
-static void normalize_rec(const sm_norm *nm, const char *s, size_t n, sm_sbuf *out, pcre2_match_data *md) {
+static void normalize_rec(const sm_norm *nm, const char *s, size_t n, sm_buf *out, pcre2_match_data *md) {
   switch (nm->type) {
   case NORM_NFC: case NORM_NFD: case NORM_NFKC: case NORM_NFKD: norm_unicode(nm->type, s, n, out); return;
   case NORM_LOWER: norm_lower(s, n, out); return;
@@ -226,37 +227,37 @@ static void normalize_rec(const sm_norm *nm, const char *s, size_t n, sm_sbuf *o
       if (!sm_uc_is_whitespace(cp)) break;
       b = k;
     }
-    sm_sb_put(out, s + a, b - a);
+    sm_buf_put(out, s + a, b - a);
     return;
   }
   case NORM_REPLACE: norm_replace(&nm->pat, nm->str, nm->slen, s, n, out, md); return;
-  case NORM_PREPEND: if (n) sm_sb_put(out, nm->str, nm->slen); sm_sb_put(out, s, n); return;
+  case NORM_PREPEND: if (n) sm_buf_put(out, nm->str, nm->slen); sm_buf_put(out, s, n); return;
   case NORM_STRIP_ACCENTS: {
     size_t i = 0;
     while (i < n) {
       uint32_t cp; int l = sm_utf8_dec(s + i, n - i, &cp);
       utf8proc_category_t k = cp < 0x300 ? UTF8PROC_CATEGORY_LL : utf8proc_category((utf8proc_int32_t)cp);
-      if (k != UTF8PROC_CATEGORY_MN && k != UTF8PROC_CATEGORY_MC && k != UTF8PROC_CATEGORY_ME) sm_sb_put(out, s + i, (size_t)l);
+      if (k != UTF8PROC_CATEGORY_MN && k != UTF8PROC_CATEGORY_MC && k != UTF8PROC_CATEGORY_ME) sm_buf_put(out, s + i, (size_t)l);
       i += (size_t)l;
     }
     return;
   }
   case NORM_SEQ: {
-    sm_sbuf a = {0}, b = {0};
-    sm_sb_put(&a, s, n);
+    sm_buf a = {0}, b = {0};
+    sm_buf_put(&a, s, n);
     for (int k = 0; k < nm->nkids; k++) {
-      b.n = 0;
+      sm_buf_clear(&b);
       normalize_rec(&nm->kids[k], a.p ? a.p : "", a.n, &b, md);
-      sm_sbuf t = a; a = b; b = t;
+      sm_buf t = a; a = b; b = t;
     }
-    sm_sb_put(out, a.p ? a.p : "", a.n);
-    sm_sb_free(&a); sm_sb_free(&b);
+    sm_buf_put(out, a.p ? a.p : "", a.n);
+    sm_buf_free(&a); sm_buf_free(&b);
     return;
   }
-  default: sm_sb_put(out, s, n);
+  default: sm_buf_put(out, s, n);
   }
 }
-void sm_normalize(const sm_norm *nm, const char *s, size_t n, sm_sbuf *out) {
+void sm_normalize(const sm_norm *nm, const char *s, size_t n, sm_buf *out) {
   pcre2_match_data *md = pcre2_match_data_create(4, NULL);
   normalize_rec(nm, s, n, out, md);
   pcre2_match_data_free(md);
@@ -325,7 +326,10 @@ static pcre2_code *gpt2_re, *ws_re;
 static pthread_once_t re_once = PTHREAD_ONCE_INIT;
 static pcre2_code *compile_re(const char *pat) {
   int err; PCRE2_SIZE eo;
-  pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &eo, NULL);
+  sm_buf tr = SM_BUF_INIT;
+  sm_uc_translate_regex(pat, &tr);
+  pcre2_code *re = pcre2_compile((PCRE2_SPTR)sm_buf_str(&tr), tr.n, PCRE2_UTF | PCRE2_UCP, &err, &eo, NULL);
+  sm_buf_free(&tr);
   if (re) pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
   return re;
 }
@@ -365,20 +369,20 @@ static void pretok_piece(const sm_pretok *p, ctx *c, const char *s, size_t n, bo
   case PT_CHAR_DELIM: find_pred(pred_eq, p->repl, s, n, &m); split_by(s, n, first, &m, SPLIT_REMOVED, false, out); break;
   case PT_PUNCT: find_pred(pred_punct, 0, s, n, &m); split_by(s, n, first, &m, p->behavior, false, out); break;
   case PT_METASPACE: {
-    sm_sbuf *b = &c->tmp2; b->n = 0;
+    sm_buf *b = &c->tmp2; sm_buf_clear(b);
     bool starts = false;
     for (size_t i = 0; i < n; i++) if (s[i] == ' ') { starts = true; break; }
     (void)starts;
     /* replace ' ' by the replacement */
-    sm_sbuf r = {0};
+    sm_buf r = {0};
     for (size_t i = 0; i < n; i++) {
-      if (s[i] == ' ') sm_sb_put(&r, p->repl_s, (size_t)p->repl_len); else sm_sb_putc(&r, s[i]);
+      if (s[i] == ' ') sm_buf_put(&r, p->repl_s, (size_t)p->repl_len); else sm_buf_putc(&r, s[i]);
     }
     bool has = r.n >= (size_t)p->repl_len && memcmp(r.p, p->repl_s, (size_t)p->repl_len) == 0;
     if ((p->prepend_scheme == PREPEND_ALWAYS && !has) || (p->prepend_scheme == PREPEND_FIRST && !has && first))
-      sm_sb_put(b, p->repl_s, (size_t)p->repl_len);
-    sm_sb_put(b, r.p ? r.p : "", r.n);
-    sm_sb_free(&r);
+      sm_buf_put(b, p->repl_s, (size_t)p->repl_len);
+    sm_buf_put(b, r.p ? r.p : "", r.n);
+    sm_buf_free(&r);
     if (p->split) {
       find_pred(pred_eq, p->repl, b->p, b->n, &m);
       split_by(b->p, b->n, first, &m, SPLIT_MERGED_NEXT, false, out);
@@ -387,9 +391,9 @@ static void pretok_piece(const sm_pretok *p, ctx *c, const char *s, size_t n, bo
   }
   case PT_BYTELEVEL: {
     const char *src = s; size_t sn = n;
-    sm_sbuf *b = &c->tmp2;
+    sm_buf *b = &c->tmp2;
     if (p->add_prefix_space && !(n && s[0] == ' ')) {
-      b->n = 0; sm_sb_putc(b, ' '); sm_sb_put(b, s, n);
+      sm_buf_clear(b); sm_buf_putc(b, ' '); sm_buf_put(b, s, n);
       src = b->p; sn = b->n;
     }
     plist *dst = out;
@@ -409,11 +413,12 @@ static void pretok_piece(const sm_pretok *p, ctx *c, const char *s, size_t n, bo
       const uint8_t *q = (const uint8_t *)src + rs[k].s;
       size_t ln = rs[k].e - rs[k].s;
       size_t off = dst->buf.n;
-      sm_sb_reserve(&dst->buf, ln * 2);
+      sm_buf_reserve(&dst->buf, ln * 2);
       for (size_t j = 0; j < ln; j++) {
         memcpy(dst->buf.p + dst->buf.n, sm_bl_enc[q[j]], 2);
         dst->buf.n += sm_bl_enc_len[q[j]];
       }
+      dst->buf.p[dst->buf.n] = 0; /* keep sm_buf's terminator */
       pl_add(dst, off, dst->buf.n - off, -1, first && rs[k].s == 0);
     }
     break;
@@ -501,10 +506,10 @@ static void bpe_word(const smelt_tokenizer *t, ctx *c, const char *w, size_t n, 
     size_t l = clen_at(w, n, i);
     const char *key = w + i; size_t klen = l;
     if (affix) {
-      sm_sbuf *b = &c->tmp; b->n = 0;
-      if (i > 0 && t->cont_prefix_len) sm_sb_put(b, t->cont_prefix, t->cont_prefix_len);
-      sm_sb_put(b, w + i, l);
-      if (i + l == n && t->eow_suffix_len) sm_sb_put(b, t->eow_suffix, t->eow_suffix_len);
+      sm_buf *b = &c->tmp; sm_buf_clear(b);
+      if (i > 0 && t->cont_prefix_len) sm_buf_put(b, t->cont_prefix, t->cont_prefix_len);
+      sm_buf_put(b, w + i, l);
+      if (i + l == n && t->eow_suffix_len) sm_buf_put(b, t->eow_suffix, t->eow_suffix_len);
       key = b->p; klen = b->n;
     }
     int32_t id = sm_smap_get(&t->vocab, key, klen);
@@ -632,22 +637,22 @@ smelt_status sm_tok_encode(const smelt_tokenizer *t, const char *text, size_t le
   if (!gpt2_re || !ws_re) return sm_err(SMELT_ERR_BACKEND, "tokenizer: failed to compile built-in regexes");
   ctx c = {0};
   c.md = pcre2_match_data_create(4, NULL);
-  sm_sbuf clean = {0};
+  sm_buf clean = {0};
   if (!sm_utf8_valid(text, len)) { sm_utf8_lossy(&clean, text, len); text = clean.p; len = clean.n; }
   plist a = {0}, b = {0};
   /* 1. split out non-normalized added tokens on the raw text */
   split_added(t, &t->trie_raw, text ? text : "", len, true, &a);
   /* 2. normalize each remaining piece, then split out normalized added tokens */
-  sm_sbuf nb = {0};
+  sm_buf nb = {0};
   for (size_t k = 0; k < a.n; k++) {
     piece pc = a.v[k];
     if (pc.id >= 0) { pl_add(&b, 0, 0, pc.id, false); continue; }
     const char *s = a.buf.p + pc.off; size_t n = pc.len;
-    if (t->normalizer) { nb.n = 0; normalize_rec(t->normalizer, s, n, &nb, c.md); s = nb.p ? nb.p : ""; n = nb.n; }
+    if (t->normalizer) { sm_buf_clear(&nb); normalize_rec(t->normalizer, s, n, &nb, c.md); s = nb.p ? nb.p : ""; n = nb.n; }
     if (!n) continue;
     split_added(t, &t->trie_norm, s, n, pc.first, &b);
   }
-  sm_sb_free(&nb);
+  sm_buf_free(&nb);
   /* 3. pre-tokenize */
   plist *words = &b;
   if (t->pretok) { pl_reset(&a); pretok_apply(t->pretok, &c, &b, &a); words = &a; }
@@ -662,10 +667,10 @@ smelt_status sm_tok_encode(const smelt_tokenizer *t, const char *text, size_t le
   ivec res = {0};
   if (add_special && t->post) { post_apply(t->post, &body, &res); free(body.v); }
   else res = body;
-  pl_free(&a); pl_free(&b); sm_sb_free(&clean);
+  pl_free(&a); pl_free(&b); sm_buf_free(&clean);
   pcre2_match_data_free(c.md);
   free(c.sid); free(c.slen); free(c.sprev); free(c.snext); free(c.heap);
-  sm_sb_free(&c.tmp); sm_sb_free(&c.tmp2);
+  sm_buf_free(&c.tmp); sm_buf_free(&c.tmp2);
   if (!res.v) res.v = sm_xmalloc(sizeof(int32_t));
   *ids = res.v; *n_ids = res.n;
   return SMELT_OK;

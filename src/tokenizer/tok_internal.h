@@ -4,25 +4,18 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <pthread.h>
+#include "base/strbuf.h"
 #include "tokenizer/tokenizer.h"
-
-/* ---- growable byte buffer ---- */
-typedef struct { char *p; size_t n, cap; } sm_sbuf;
-void sm_sb_reserve(sm_sbuf *b, size_t extra);
-void sm_sb_put(sm_sbuf *b, const void *s, size_t n);
-static inline void sm_sb_putc(sm_sbuf *b, char c) { sm_sb_reserve(b, 1); b->p[b->n++] = c; }
-void sm_sb_put_cp(sm_sbuf *b, uint32_t cp); /* UTF-8 encode */
-void sm_sb_free(sm_sbuf *b);
 
 /* ---- UTF-8 ---- */
 /* Decode one code point of *valid* UTF-8 at s (n bytes left); returns its length. */
 int sm_utf8_dec(const char *s, size_t n, uint32_t *cp);
 /* Append s to out, replacing invalid sequences by U+FFFD like Rust's String::from_utf8_lossy. */
-void sm_utf8_lossy(sm_sbuf *out, const char *s, size_t n);
+void sm_utf8_lossy(sm_buf *out, const char *s, size_t n);
 bool sm_utf8_valid(const char *s, size_t n);
 bool sm_uc_is_whitespace(uint32_t c); /* Rust char::is_whitespace */
-bool sm_uc_is_numeric(uint32_t c);    /* Rust char::is_numeric */
-bool sm_uc_is_alnum(uint32_t c);
+bool sm_uc_is_numeric(uint32_t c);    /* Rust char::is_numeric (unicode_props.h) */
+bool sm_uc_is_alnum(uint32_t c);      /* Rust char::is_alphanumeric */
 
 /* ---- string -> int32 hash map (keys are not copied; they must outlive the map) ---- */
 typedef struct { const char *k; uint32_t klen; int32_t v; } sm_smap_ent;
@@ -104,6 +97,8 @@ struct smelt_tokenizer {
   int32_t n_ids;
   char **id_tok; uint32_t *id_len; /* borrowed: point into vkeys or added[].content */
   char **vkeys; size_t n_vkeys;     /* owned model vocab strings */
+  uint32_t *vkey_len;               /* their lengths (they may contain NUL bytes) */
+  uint32_t nul_cp;                  /* stand-in for NUL while parsing tokenizer.json (0: none) */
   uint8_t *id_special;
   sm_smap vocab;       /* model vocab */
   sm_smap added_map;   /* added token content -> id */
@@ -148,6 +143,6 @@ smelt_status sm_tok_encode(const smelt_tokenizer *t, const char *text, size_t le
 bool sm_re_find(pcre2_code *re, pcre2_match_data *md, const char *s, size_t n, size_t start, size_t *ms, size_t *me);
 void sm_pattern_free(sm_pattern *p);
 /* normalize s into out (appends) */
-void sm_normalize(const sm_norm *nm, const char *s, size_t n, sm_sbuf *out);
+void sm_normalize(const sm_norm *nm, const char *s, size_t n, sm_buf *out);
 
 #endif

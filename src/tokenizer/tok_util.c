@@ -1,34 +1,8 @@
-/* Tokenizer utilities: buffers, UTF-8, hash maps, byte-level alphabet. */
+/* Tokenizer utilities: UTF-8, hash maps, byte-level alphabet. */
 #include <stdlib.h>
 #include <string.h>
-#include <utf8proc.h>
 #include "tokenizer/tok_internal.h"
-
-void sm_sb_reserve(sm_sbuf *b, size_t extra) {
-  if (b->n + extra + 1 <= b->cap) return;
-  size_t nc = b->cap ? b->cap * 2 : 64;
-  while (nc < b->n + extra + 1) nc *= 2;
-  b->p = sm_xrealloc(b->p, nc);
-  b->cap = nc;
-}
-void sm_sb_put(sm_sbuf *b, const void *s, size_t n) {
-  sm_sb_reserve(b, n);
-  if (n) memcpy(b->p + b->n, s, n);
-  b->n += n;
-}
-void sm_sb_put_cp(sm_sbuf *b, uint32_t c) {
-  sm_sb_reserve(b, 4);
-  char *p = b->p + b->n;
-  if (c < 0x80) { p[0] = (char)c; b->n += 1; }
-  else if (c < 0x800) { p[0] = (char)(0xC0 | (c >> 6)); p[1] = (char)(0x80 | (c & 0x3F)); b->n += 2; }
-  else if (c < 0x10000) {
-    p[0] = (char)(0xE0 | (c >> 12)); p[1] = (char)(0x80 | ((c >> 6) & 0x3F)); p[2] = (char)(0x80 | (c & 0x3F)); b->n += 3;
-  } else {
-    p[0] = (char)(0xF0 | (c >> 18)); p[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    p[2] = (char)(0x80 | ((c >> 6) & 0x3F)); p[3] = (char)(0x80 | (c & 0x3F)); b->n += 4;
-  }
-}
-void sm_sb_free(sm_sbuf *b) { free(b->p); b->p = NULL; b->n = b->cap = 0; }
+#include "tokenizer/unicode_props.h"
 
 int sm_utf8_dec(const char *s, size_t n, uint32_t *cp) {
   const uint8_t *u = (const uint8_t *)s;
@@ -75,20 +49,20 @@ bool sm_utf8_valid(const char *s, size_t n) {
   }
   return true;
 }
-void sm_utf8_lossy(sm_sbuf *out, const char *s, size_t n) {
+void sm_utf8_lossy(sm_buf *out, const char *s, size_t n) {
   const uint8_t *u = (const uint8_t *)s;
   size_t i = 0, run = 0;
-  sm_sb_reserve(out, n);
+  sm_buf_reserve(out, n);
   while (i < n) {
     if (u[i] < 0x80) { i++; continue; }
     int k = utf8_check(u + i, n - i);
     if (k > 0) { i += (size_t)k; continue; }
-    sm_sb_put(out, s + run, i - run);
-    sm_sb_put(out, "\xEF\xBF\xBD", 3);
+    sm_buf_put(out, s + run, i - run);
+    sm_buf_put(out, "\xEF\xBF\xBD", 3);
     i += (size_t)(-k);
     run = i;
   }
-  sm_sb_put(out, s + run, n - run);
+  sm_buf_put(out, s + run, n - run);
 }
 
 bool sm_uc_is_whitespace(uint32_t c) {
@@ -99,17 +73,8 @@ bool sm_uc_is_whitespace(uint32_t c) {
   default: return c >= 0x2000 && c <= 0x200A;
   }
 }
-bool sm_uc_is_numeric(uint32_t c) {
-  if (c < 0x80) return c >= '0' && c <= '9';
-  utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
-  return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
-}
-bool sm_uc_is_alnum(uint32_t c) {
-  if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
-  utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
-  return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || k == UTF8PROC_CATEGORY_ND ||
-         k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
-}
+bool sm_uc_is_numeric(uint32_t c) { return sm_uc_rust_is_numeric(c); }
+bool sm_uc_is_alnum(uint32_t c) { return sm_uc_rust_is_alphanumeric(c); }
 
 /* ---- hashing / maps ---- */
 uint64_t sm_hash_bytes(const void *p, size_t n) {

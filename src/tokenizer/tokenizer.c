@@ -2,8 +2,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <cjson/cJSON.h>
 #include "tokenizer/tok_internal.h"
+#include "tokenizer/unicode_props.h"
 
 /* ---------------- loading ---------------- */
 static const char *jstr(const cJSON *o, const char *key) {
@@ -35,11 +37,14 @@ static smelt_status parse_pattern(const cJSON *j, sm_pattern *p, const char *whe
   if ((s = jstr(j, "Regex"))) {
     int err; PCRE2_SIZE eo;
     p->kind = PAT_REGEX;
-    p->re = pcre2_compile((PCRE2_SPTR)s, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &eo, NULL);
+    sm_buf tr = SM_BUF_INIT;
+    sm_uc_translate_regex(s, &tr);
+    p->re = pcre2_compile((PCRE2_SPTR)sm_buf_str(&tr), tr.n, PCRE2_UTF | PCRE2_UCP, &err, &eo, NULL);
+    sm_buf_free(&tr);
     if (!p->re) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof msg);
-      return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: %s: regex error at %zu: %s", where, (size_t)eo, (char *)msg);
+      return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: %s: regex \"%.120s\" not supported: %s", where, s, (char *)msg);
     }
     pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE);
     return SMELT_OK;
@@ -119,8 +124,8 @@ static smelt_status parse_pretok(const cJSON *j, sm_pretok *p, bool *bytelevel) 
     const char *r = jstr(j, "replacement");
     p->type = PT_METASPACE;
     p->repl = r ? first_cp(r) : 0x2581;
-    sm_sbuf b = {0}; sm_sb_put_cp(&b, p->repl);
-    memcpy(p->repl_s, b.p, b.n); p->repl_len = (int)b.n; sm_sb_free(&b);
+    sm_buf b = {0}; sm_buf_put_cp(&b, p->repl);
+    memcpy(p->repl_s, b.p, b.n); p->repl_len = (int)b.n; sm_buf_free(&b);
     p->prepend_scheme = prepend_scheme(j);
     p->split = jbool(j, "split", true);
   } else if (!strcmp(ty, "Digits")) {
@@ -276,6 +281,54 @@ static void trie_insert(sm_trie *tr, const char *s, size_t n, int32_t tok) {
   tr->nodes[node].tok = tok;
 }
 
+/* ---- NUL bytes in token strings ----
+ * cJSON returns C strings, so a "\u0000" escape would cut a string short. Before parsing, each
+ * such escape is replaced by one of a noncharacter (U+FDD0..U+FDEF) that the file does not
+ * contain in any form; token strings taken from the tree turn it back into a NUL byte and are
+ * length-counted from then on. */
+static smelt_status nul_sentinel(char *buf, size_t len, uint32_t *cp) {
+  *cp = 0;
+  bool any = false;
+  for (size_t i = 0; i + 5 < len; i++) {
+    if (buf[i] != '\\') continue;
+    if (buf[i + 1] == 'u' && !memcmp(buf + i + 2, "0000", 4)) { any = true; break; }
+    i++; /* skip the escaped character */
+  }
+  if (!any) return SMELT_OK;
+  for (uint32_t c = 0xFDD0; c <= 0xFDEF; c++) {
+    char u8[3] = {(char)0xEF, (char)(0x80 | ((c >> 6) & 0x3F)), (char)(0x80 | (c & 0x3F))}, esc[8];
+    snprintf(esc, sizeof esc, "%04x", c);
+    bool used = false;
+    for (size_t i = 0; i + 2 < len && !used; i++) {
+      if (!memcmp(buf + i, u8, 3)) used = true;
+      else if (buf[i] == '\\' && i + 5 < len && buf[i + 1] == 'u' && !strncasecmp(buf + i + 2, esc, 4)) used = true;
+    }
+    if (used) continue;
+    for (size_t i = 0; i + 5 < len; i++) {
+      if (buf[i] != '\\') continue;
+      if (buf[i + 1] == 'u' && !memcmp(buf + i + 2, "0000", 4)) memcpy(buf + i + 2, esc, 4);
+      i++;
+    }
+    *cp = c;
+    return SMELT_OK;
+  }
+  return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: NUL bytes in strings, and every U+FDD0..U+FDEF also used");
+}
+/* copy of a token string with the sentinel turned back into NUL bytes; *n = its length */
+static char *tok_str(const smelt_tokenizer *t, const char *s, size_t *n) {
+  size_t l = strlen(s);
+  char *o = sm_xmalloc(l + 1);
+  size_t k = 0;
+  char u8[3] = {(char)0xEF, (char)(0x80 | ((t->nul_cp >> 6) & 0x3F)), (char)(0x80 | (t->nul_cp & 0x3F))};
+  for (size_t i = 0; i < l;) {
+    if (t->nul_cp && i + 3 <= l && !memcmp(s + i, u8, 3)) { o[k++] = 0; i += 3; }
+    else o[k++] = s[i++];
+  }
+  o[k] = 0;
+  *n = k;
+  return o;
+}
+
 static char *dup_token_field(const cJSON *v) {
   if (cJSON_IsString(v)) return sm_xstrdup(v->valuestring);
   if (cJSON_IsObject(v)) { const char *c = jstr(v, "content"); return c ? sm_xstrdup(c) : NULL; }
@@ -357,17 +410,19 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
   t->id_len = sm_xcalloc((size_t)t->n_ids + 1, sizeof(uint32_t));
   t->id_special = sm_xcalloc((size_t)t->n_ids + 1, 1);
   t->vkeys = sm_xcalloc(nv + 1, sizeof(char *));
+  t->vkey_len = sm_xcalloc(nv + 1, sizeof(uint32_t));
   cJSON_ArrayForEach(it, vocab) {
-    char *k = sm_xstrdup(it->string ? it->string : "");
+    size_t kl;
+    char *k = tok_str(t, it->string ? it->string : "", &kl);
     int32_t id = (int32_t)it->valuedouble;
+    t->vkey_len[t->n_vkeys] = (uint32_t)kl;
     t->vkeys[t->n_vkeys++] = k;
-    size_t kl = strlen(k);
     sm_smap_put(&t->vocab, k, kl, id);
     t->id_tok[id] = k; t->id_len[id] = (uint32_t)kl;
   }
   /* chars c such that "c\u2581" occurs inside a vocab token */
   for (size_t i = 0; i < t->n_vkeys; i++) {
-    const char *k = t->vkeys[i]; size_t kl = strlen(k);
+    const char *k = t->vkeys[i]; size_t kl = t->vkey_len[i];
     if (kl >= 3 && !memcmp(k, "\xE2\x96\x81", 3)) t->ms_chunk = true;
     for (size_t p = 1; p + 3 <= kl; p++) {
       if (memcmp(k + p, "\xE2\x96\x81", 3)) continue;
@@ -386,7 +441,13 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
   t->fuse_unk = jbool(model, "fuse_unk", false);
   t->ignore_merges = jbool(model, "ignore_merges", false);
   const char *unk = jstr(model, "unk_token");
-  t->unk_id = unk ? sm_smap_get(&t->vocab, unk, strlen(unk)) : -1;
+  t->unk_id = -1;
+  if (unk) {
+    size_t ul;
+    char *u = tok_str(t, unk, &ul);
+    t->unk_id = sm_smap_get(&t->vocab, u, ul);
+    free(u);
+  }
   const char *cp = jstr(model, "continuing_subword_prefix"), *ew = jstr(model, "end_of_word_suffix");
   if (cp && *cp) { t->cont_prefix = sm_xstrdup(cp); t->cont_prefix_len = strlen(cp); }
   if (ew && *ew) { t->eow_suffix = sm_xstrdup(ew); t->eow_suffix_len = strlen(ew); }
@@ -396,29 +457,33 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
   }
   /* merges */
   int32_t rank = 0;
-  sm_sbuf tmp = {0};
+  sm_buf tmp = {0};
+  char *ma = NULL, *mb = NULL;
   cJSON_ArrayForEach(it, merges) {
     const char *a, *b; size_t al, bl;
+    free(ma); free(mb); ma = mb = NULL;
     if (cJSON_IsString(it)) {
-      a = it->valuestring;
-      const char *sp = strchr(a, ' ');
-      if (!sp) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d is not 'a b'", rank);
-      al = (size_t)(sp - a); b = sp + 1; bl = strlen(b);
+      size_t ml;
+      ma = tok_str(t, it->valuestring, &ml);
+      const char *sp = memchr(ma, ' ', ml);
+      if (!sp) { free(ma); return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d is not 'a b'", rank); }
+      a = ma; al = (size_t)(sp - a); b = sp + 1; bl = ml - al - 1;
     } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
                cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
-      a = cJSON_GetArrayItem(it, 0)->valuestring; b = cJSON_GetArrayItem(it, 1)->valuestring;
-      al = strlen(a); bl = strlen(b);
+      a = ma = tok_str(t, cJSON_GetArrayItem(it, 0)->valuestring, &al);
+      b = mb = tok_str(t, cJSON_GetArrayItem(it, 1)->valuestring, &bl);
     } else return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d has a bad format", rank);
     int32_t ia = sm_smap_get(&t->vocab, a, al), ib = sm_smap_get(&t->vocab, b, bl);
-    tmp.n = 0; sm_sb_put(&tmp, a, al);
+    sm_buf_clear(&tmp); sm_buf_put(&tmp, a, al);
     size_t skip = (t->cont_prefix_len && bl >= t->cont_prefix_len && !memcmp(b, t->cont_prefix, t->cont_prefix_len)) ? t->cont_prefix_len : 0;
-    sm_sb_put(&tmp, b + skip, bl - skip);
+    sm_buf_put(&tmp, b + skip, bl - skip);
     int32_t in = sm_smap_get(&t->vocab, tmp.p, tmp.n);
-    if (ia < 0 || ib < 0 || in < 0) { sm_sb_free(&tmp); return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d refers to tokens not in the vocab", rank); }
+    if (ia < 0 || ib < 0 || in < 0) { sm_buf_free(&tmp); free(ma); free(mb); return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d refers to tokens not in the vocab", rank); }
     if (!sm_pmap_get(&t->merges, ia, ib)) sm_pmap_put(&t->merges, ia, ib, rank, in);
     rank++;
   }
-  sm_sb_free(&tmp);
+  free(ma); free(mb);
+  sm_buf_free(&tmp);
   /* normalizer (needed before the added tokens) */
   const cJSON *j;
   if ((j = cJSON_GetObjectItemCaseSensitive(root, "normalizer")) && !cJSON_IsNull(j)) {
@@ -447,8 +512,7 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
   int64_t max_added = -1;
   cJSON_ArrayForEach(it, added) {
     sm_added *a = &t->added[t->n_added];
-    a->content = sm_xstrdup(jstr(it, "content"));
-    a->len = strlen(a->content);
+    a->content = tok_str(t, jstr(it, "content"), &a->len);
     int32_t known = sm_smap_get(&t->added_map, a->content, a->len);
     if (known < 0) known = sm_smap_get(&t->vocab, a->content, a->len);
     if (known >= 0) a->id = known;
@@ -464,10 +528,10 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
     t->id_special[a->id] = a->special;
     sm_smap_put(&t->added_map, a->content, a->len, a->id);
     if (a->normalized && t->normalizer) {
-      sm_sbuf nb = {0};
+      sm_buf nb = {0};
       sm_normalize(t->normalizer, a->content, a->len, &nb);
       trie_insert(&t->trie_norm, nb.p ? nb.p : "", nb.n, t->n_added);
-      sm_sb_free(&nb);
+      sm_buf_free(&nb);
     } else trie_insert(a->normalized ? &t->trie_norm : &t->trie_raw, a->content, a->len, t->n_added);
     t->n_added++;
   }
@@ -482,6 +546,8 @@ smelt_status sm_tok_load_files(const char *tokenizer_json, const char *tokenizer
   char *buf; size_t len;
   smelt_status st = sm_read_file(tokenizer_json, &buf, &len);
   if (st) return st;
+  uint32_t nul = 0;
+  if ((st = nul_sentinel(buf, len, &nul))) { free(buf); return st; }
   cJSON *root = cJSON_ParseWithLength(buf, len);
   free(buf);
   if (!root || !cJSON_IsObject(root)) {
@@ -489,6 +555,7 @@ smelt_status sm_tok_load_files(const char *tokenizer_json, const char *tokenizer
     return sm_err(SMELT_ERR_FORMAT, "%s: invalid JSON", tokenizer_json);
   }
   smelt_tokenizer *t = sm_xcalloc(1, sizeof *t);
+  t->nul_cp = nul;
   pthread_mutex_init(&t->cache_mu, NULL);
   t->cache = sm_xcalloc(SM_CACHE_SLOTS, sizeof(sm_cache_ent));
   st = load_json(t, root);
@@ -522,7 +589,7 @@ smelt_status smelt_tokenizer_load(const char *model_dir, smelt_tokenizer **out) 
 void smelt_tokenizer_free(smelt_tokenizer *t) {
   if (!t) return;
   for (size_t i = 0; i < t->n_vkeys; i++) free(t->vkeys[i]);
-  free(t->vkeys); free(t->id_tok); free(t->id_len); free(t->id_special);
+  free(t->vkeys); free(t->vkey_len); free(t->id_tok); free(t->id_len); free(t->id_special);
   sm_smap_free(&t->vocab); sm_smap_free(&t->added_map); sm_pmap_free(&t->merges);
   free(t->cont_prefix); free(t->eow_suffix); free(t->ms_prev);
   for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
@@ -560,6 +627,11 @@ int32_t sm_tok_token_id(const smelt_tokenizer *t, const char *token) {
 const char *sm_tok_id_to_token(const smelt_tokenizer *t, int32_t id) {
   return (t && id >= 0 && id < t->n_ids) ? t->id_tok[id] : NULL;
 }
+const char *sm_tok_id_token(const smelt_tokenizer *t, int32_t id, size_t *len) {
+  if (!t || id < 0 || id >= t->n_ids || !t->id_tok[id]) { if (len) *len = 0; return NULL; }
+  if (len) *len = t->id_len[id];
+  return t->id_tok[id];
+}
 bool sm_tok_is_special(const smelt_tokenizer *t, int32_t id) {
   return t && id >= 0 && id < t->n_ids && t->id_special[id];
 }
@@ -579,13 +651,13 @@ static bool post_adds_prefix(const sm_post *p) {
 bool sm_tok_adds_bos(const smelt_tokenizer *t) { return t && post_adds_prefix(t->post); }
 
 /* ---------------- decoding ---------------- */
-typedef struct { sm_sbuf *v; size_t n; } slist;
-static void sl_free(slist *l) { for (size_t i = 0; i < l->n; i++) sm_sb_free(&l->v[i]); free(l->v); l->v = NULL; l->n = 0; }
+typedef struct { sm_buf *v; size_t n; } slist;
+static void sl_free(slist *l) { for (size_t i = 0; i < l->n; i++) sm_buf_free(&l->v[i]); free(l->v); l->v = NULL; l->n = 0; }
 
 static void dec_apply(const sm_decoder *d, slist *l) {
   switch (d->type) {
   case DEC_BYTELEVEL: {
-    sm_sbuf raw = {0};
+    sm_buf raw = {0};
     for (size_t i = 0; i < l->n; i++) {
       const char *s = l->v[i].p ? l->v[i].p : ""; size_t n = l->v[i].n;
       size_t mark = raw.n; bool ok = true;
@@ -593,27 +665,27 @@ static void dec_apply(const sm_decoder *d, slist *l) {
         uint32_t cp; int cl = sm_utf8_dec(s + k, n - k, &cp);
         int b = sm_bl_dec(cp);
         if (b < 0) { ok = false; break; }
-        sm_sb_putc(&raw, (char)b); k += (size_t)cl;
+        sm_buf_putc(&raw, (char)b); k += (size_t)cl;
       }
-      if (!ok) { raw.n = mark; sm_sb_put(&raw, s, n); }
+      if (!ok) { raw.n = mark; sm_buf_put(&raw, s, n); }
     }
     sl_free(l);
-    l->v = sm_xcalloc(1, sizeof(sm_sbuf)); l->n = 1;
+    l->v = sm_xcalloc(1, sizeof(sm_buf)); l->n = 1;
     sm_utf8_lossy(&l->v[0], raw.p ? raw.p : "", raw.n);
-    sm_sb_free(&raw);
+    sm_buf_free(&raw);
     return;
   }
   case DEC_FUSE: {
-    sm_sbuf all = {0};
-    for (size_t i = 0; i < l->n; i++) sm_sb_put(&all, l->v[i].p ? l->v[i].p : "", l->v[i].n);
+    sm_buf all = {0};
+    for (size_t i = 0; i < l->n; i++) sm_buf_put(&all, l->v[i].p ? l->v[i].p : "", l->v[i].n);
     sl_free(l);
-    l->v = sm_xcalloc(1, sizeof(sm_sbuf)); l->n = 1; l->v[0] = all;
+    l->v = sm_xcalloc(1, sizeof(sm_buf)); l->n = 1; l->v[0] = all;
     return;
   }
   case DEC_BYTEFALLBACK: {
-    sm_sbuf *nv = sm_xcalloc(l->n + 1, sizeof(sm_sbuf));
+    sm_buf *nv = sm_xcalloc(l->n + 1, sizeof(sm_buf));
     size_t nn = 0;
-    sm_sbuf bytes = {0}; size_t nbytes = 0;
+    sm_buf bytes = {0}; size_t nbytes = 0;
     for (size_t i = 0; i <= l->n; i++) {
       int byte = -1;
       if (i < l->n) {
@@ -626,18 +698,18 @@ static void dec_apply(const sm_decoder *d, slist *l) {
           if (hex && *e == 0) byte = (int)v;
         }
       }
-      if (byte >= 0) { sm_sb_putc(&bytes, (char)byte); nbytes++; continue; }
+      if (byte >= 0) { sm_buf_putc(&bytes, (char)byte); nbytes++; continue; }
       if (nbytes) {
-        if (sm_utf8_valid(bytes.p, bytes.n)) { nv[nn] = (sm_sbuf){0}; sm_sb_put(&nv[nn], bytes.p, bytes.n); nn++; }
+        if (sm_utf8_valid(bytes.p, bytes.n)) { nv[nn] = (sm_buf){0}; sm_buf_put(&nv[nn], bytes.p, bytes.n); nn++; }
         else {
-          nv = sm_xrealloc(nv, (l->n + 1 + nbytes) * sizeof(sm_sbuf));
-          for (size_t k = 0; k < nbytes; k++) { nv[nn] = (sm_sbuf){0}; sm_sb_put(&nv[nn], "\xEF\xBF\xBD", 3); nn++; }
+          nv = sm_xrealloc(nv, (l->n + 1 + nbytes) * sizeof(sm_buf));
+          for (size_t k = 0; k < nbytes; k++) { nv[nn] = (sm_buf){0}; sm_buf_put(&nv[nn], "\xEF\xBF\xBD", 3); nn++; }
         }
-        bytes.n = 0; nbytes = 0;
+        sm_buf_clear(&bytes); nbytes = 0;
       }
-      if (i < l->n) { nv[nn++] = l->v[i]; l->v[i] = (sm_sbuf){0}; }
+      if (i < l->n) { nv[nn++] = l->v[i]; l->v[i] = (sm_buf){0}; }
     }
-    sm_sb_free(&bytes);
+    sm_buf_free(&bytes);
     sl_free(l);
     l->v = nv; l->n = nn;
     return;
@@ -645,9 +717,9 @@ static void dec_apply(const sm_decoder *d, slist *l) {
   case DEC_METASPACE: case DEC_STRIP: case DEC_REPLACE: {
     for (size_t i = 0; i < l->n; i++) {
       const char *s = l->v[i].p ? l->v[i].p : ""; size_t n = l->v[i].n;
-      sm_sbuf o = {0};
+      sm_buf o = {0};
       if (d->type == DEC_REPLACE) {
-        sm_sbuf in = l->v[i];
+        sm_buf in = l->v[i];
         pcre2_match_data *md = d->pat.kind == PAT_REGEX ? pcre2_match_data_create(4, NULL) : NULL;
         size_t k = 0, last = 0;
         if (d->pat.kind == PAT_STRING) {
@@ -655,28 +727,28 @@ static void dec_apply(const sm_decoder *d, slist *l) {
             const char *f = memmem(s + k, n - k, d->pat.lit, d->pat.litlen);
             if (!f) break;
             size_t st = (size_t)(f - s);
-            sm_sb_put(&o, s + last, st - last); sm_sb_put(&o, d->str, d->slen);
+            sm_buf_put(&o, s + last, st - last); sm_buf_put(&o, d->str, d->slen);
             k = last = st + d->pat.litlen;
           }
         } else {
           size_t ms, me;
           while (k <= n && sm_re_find(d->pat.re, md, s, n, k, &ms, &me)) {
             if (me == ms) { if (ms >= n) break; k = ms + 1; while (k < n && ((uint8_t)s[k] & 0xC0) == 0x80) k++; continue; }
-            sm_sb_put(&o, s + last, ms - last); sm_sb_put(&o, d->str, d->slen);
+            sm_buf_put(&o, s + last, ms - last); sm_buf_put(&o, d->str, d->slen);
             k = last = me;
           }
         }
-        sm_sb_put(&o, s + last, n - last);
+        sm_buf_put(&o, s + last, n - last);
         if (md) pcre2_match_data_free(md);
-        sm_sb_free(&in);
+        sm_buf_free(&in);
       } else if (d->type == DEC_METASPACE) {
         for (size_t k = 0; k < n;) {
           uint32_t cp; int cl = sm_utf8_dec(s + k, n - k, &cp);
-          if (cp == d->repl) { if (!(i == 0 && d->prepend_scheme != PREPEND_NEVER)) sm_sb_putc(&o, ' '); }
-          else sm_sb_put(&o, s + k, (size_t)cl);
+          if (cp == d->repl) { if (!(i == 0 && d->prepend_scheme != PREPEND_NEVER)) sm_buf_putc(&o, ' '); }
+          else sm_buf_put(&o, s + k, (size_t)cl);
           k += (size_t)cl;
         }
-        sm_sb_free(&l->v[i]);
+        sm_buf_free(&l->v[i]);
       } else { /* Strip */
         size_t a = 0, b = n;
         for (int c = 0; c < d->start && a < b; c++) {
@@ -690,8 +762,8 @@ static void dec_apply(const sm_decoder *d, slist *l) {
           if (cp != d->ch) break;
           b = k;
         }
-        sm_sb_put(&o, s + a, b - a);
-        sm_sb_free(&l->v[i]);
+        sm_buf_put(&o, s + a, b - a);
+        sm_buf_free(&l->v[i]);
       }
       l->v[i] = o;
     }
@@ -705,27 +777,25 @@ static void dec_apply(const sm_decoder *d, slist *l) {
 
 static char *decode_ids(const smelt_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, size_t *out_len) {
   slist l = {0};
-  l.v = sm_xcalloc(n + 1, sizeof(sm_sbuf));
+  l.v = sm_xcalloc(n + 1, sizeof(sm_buf));
   for (size_t i = 0; i < n; i++) {
     int32_t id = ids[i];
     if (id < 0 || id >= t->n_ids || !t->id_tok[id]) continue;
     if (skip_special && t->id_special[id]) continue;
-    sm_sbuf b = {0};
-    sm_sb_put(&b, t->id_tok[id], t->id_len[id]);
+    sm_buf b = {0};
+    sm_buf_put(&b, t->id_tok[id], t->id_len[id]);
     l.v[l.n++] = b;
   }
-  sm_sbuf res = {0};
+  sm_buf res = {0};
   if (t->decoder) {
     dec_apply(t->decoder, &l);
-    for (size_t i = 0; i < l.n; i++) sm_sb_put(&res, l.v[i].p ? l.v[i].p : "", l.v[i].n);
+    for (size_t i = 0; i < l.n; i++) sm_buf_put(&res, l.v[i].p ? l.v[i].p : "", l.v[i].n);
   } else {
-    for (size_t i = 0; i < l.n; i++) { if (i) sm_sb_putc(&res, ' '); sm_sb_put(&res, l.v[i].p ? l.v[i].p : "", l.v[i].n); }
+    for (size_t i = 0; i < l.n; i++) { if (i) sm_buf_putc(&res, ' '); sm_buf_put(&res, l.v[i].p ? l.v[i].p : "", l.v[i].n); }
   }
   sl_free(&l);
-  sm_sb_reserve(&res, 1);
-  res.p[res.n] = 0;
   if (out_len) *out_len = res.n;
-  return res.p;
+  return sm_buf_take(&res);
 }
 
 smelt_status smelt_detokenize(const smelt_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text) {
@@ -750,7 +820,7 @@ struct sm_detok {
   bool skip;
   int32_t *ids; size_t n, cap;
   size_t prefix, read;
-  sm_sbuf emitted;
+  sm_buf emitted;
 };
 sm_detok *sm_detok_new(const smelt_tokenizer *t, bool skip_special) {
   if (!t) return NULL;
@@ -761,7 +831,7 @@ sm_detok *sm_detok_new(const smelt_tokenizer *t, bool skip_special) {
 static size_t emit(sm_detok *d, const char *s, size_t n, char **out) {
   char *o = sm_xmalloc(n + 1);
   memcpy(o, s, n); o[n] = 0;
-  sm_sb_put(&d->emitted, s, n);
+  sm_buf_put(&d->emitted, s, n);
   *out = o;
   return n;
 }
@@ -807,5 +877,5 @@ size_t sm_detok_flush(sm_detok *d, char **out) {
 }
 void sm_detok_free(sm_detok *d) {
   if (!d) return;
-  free(d->ids); sm_sb_free(&d->emitted); free(d);
+  free(d->ids); sm_buf_free(&d->emitted); free(d);
 }

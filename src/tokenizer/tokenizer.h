@@ -11,6 +11,8 @@ smelt_status sm_tok_load_files(const char *tokenizer_json, const char *tokenizer
 int32_t sm_tok_token_id(const smelt_tokenizer *t, const char *token);
 /* Raw vocab string of id (as in tokenizer.json), NULL if out of range. Borrowed. */
 const char *sm_tok_id_to_token(const smelt_tokenizer *t, int32_t id);
+/* the token's bytes and their count (a token may contain NUL bytes); NULL for an unknown id */
+const char *sm_tok_id_token(const smelt_tokenizer *t, int32_t id, size_t *len);
 bool sm_tok_is_special(const smelt_tokenizer *t, int32_t id);
 /* From tokenizer_config.json (NULL if not given). Borrowed. */
 const char *sm_tok_bos_token(const smelt_tokenizer *t);

@@ -182,11 +182,12 @@ function addModelCases(name, cfg, tpl, modelDir, toolsSupported) {
           name: `${name}/${cname}/agp=${agp}${sfx}`,
           model_dir: modelDir,
           template: modelDir ? undefined : tpl,
+          py_template: modelDir ? tpl : undefined,
           messages: conv,
           tools,
           add_generation_prompt: agp,
           extra,
-          context: modelDir ? undefined : ctx,
+          context: ctx,
           ...r,
         });
       }
@@ -208,6 +209,36 @@ const llamaCfg = { bos_token: "<|begin_of_text|>", eos_token: "<|eot_id|>" };
 addModelCases("tools_llama31_style", llamaCfg, fs.readFileSync(path.join(here, "templates/tools_llama31_style.jinja"), "utf8"), null, true);
 addModelCases("chatml_macros", { eos_token: "<|im_end|>" }, fs.readFileSync(path.join(here, "templates/chatml_macros.jinja"), "utf8"), null, true);
 
+// ---------------- real chat templates of many families (@huggingface/ollama-utils ships the GGUF
+// templates of ~100 Ollama library models: llama 2/3/3.1/3.2/4, mistral, mixtral, qwen 1.5/2/2.5/3,
+// gemma 2/3, phi 3/3.5/4, granite 3.x/4, glm4, command-r, deepseek, internlm2, smollm2, olmo2, ...)
+const ouPath = path.join(mods, "@huggingface/ollama-utils/dist/index.js");
+let nOllama = 0;
+if (fs.existsSync(ouPath)) {
+  const src = fs.readFileSync(ouPath, "utf8");
+  const a = src.indexOf("var OLLAMA_CHAT_TEMPLATE_MAPPING = [");
+  const b = src.indexOf("\n];", a);
+  if (a >= 0 && b > a) {
+    const entries = new Function("return " + src.slice(a + "var OLLAMA_CHAT_TEMPLATE_MAPPING = ".length, b + 3))();
+    const seen = new Set();
+    for (const e of entries) {
+      if (!e.gguf || seen.has(e.gguf)) continue;
+      seen.add(e.gguf);
+      const name = "ollama_" + e.model.replace(/^library\//, "").replace(/[^A-Za-z0-9.]+/g, "_");
+      const cfg = { bos_token: "<|bos|>", eos_token: "<|eos|>" };
+      const tools = /tools/.test(e.gguf);
+      const convs = tools ? { ...CONVS, ...TOOL_CONVS } : CONVS;
+      for (const [cname, conv] of Object.entries(convs))
+        for (const agp of [false, true]) {
+          const t = tools && TOOL_CONVS[cname] ? TOOLS : null;
+          const ctx = ctxFor(cfg, conv, t, agp);
+          cases.push({ kind: "tpl", name: `${name}/${cname}/agp=${agp}`, template: e.gguf, context: ctx, ...render(e.gguf, ctx) });
+        }
+      nOllama++;
+    }
+  }
+}
+
 // ---------------- targeted feature & error cases ----------------
 for (const c of FEATURE_CASES) {
   const [name, tpl, ctx] = c;
@@ -221,4 +252,4 @@ for (const c of ERROR_CASES) {
 
 fs.writeFileSync(out, JSON.stringify({ have_models: haveModels, cases }, null, 1));
 const nerr = cases.filter((c) => c.error !== undefined).length;
-console.log(`wrote ${cases.length} cases (${nerr} expected errors) to ${out}`);
+console.log(`wrote ${cases.length} cases (${nerr} expected errors, ${nOllama} ollama templates) to ${out}`);

@@ -1,6 +1,8 @@
-/* Compares smelt's chat-template rendering with reference outputs produced by
- * @huggingface/jinja (gen_reference.mjs) and Python Jinja2 (gen_python.py).
- * usage: test_chat_ref <refs.json>... ; prints per-group counts, exits 1 on any mismatch. */
+/* Compares smelt's chat-template rendering with the reference outputs of Python Jinja2 as
+ * transformers configures it (gen_python.py, which also records where @huggingface/jinja agrees).
+ * usage: test_chat_ref [--known known_differences.txt] <refs.json>...
+ * Prints per-group counts; exits 1 on any mismatch not listed as known, or a listed one that matches. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +12,7 @@ typedef struct {
   char name[64];
   int pass, fail;
 } group;
-static group groups[64];
+static group groups[256];
 static int ngroups;
 
 static group *grp(const char *case_name) {
@@ -21,7 +23,7 @@ static group *grp(const char *case_name) {
   g[n] = 0;
   for (int i = 0; i < ngroups; i++)
     if (!strcmp(groups[i].name, g)) return &groups[i];
-  if (ngroups == 64) return &groups[63];
+  if (ngroups == 256) return &groups[255];
   snprintf(groups[ngroups].name, sizeof groups[ngroups].name, "%s", g);
   return &groups[ngroups++];
 }
@@ -126,13 +128,31 @@ static int run_case(const cJSON *c) {
   return ok;
 }
 
+static char *known_txt;
+static bool is_known(const char *name) {
+  if (!known_txt) return false;
+  size_t n = strlen(name);
+  for (const char *p = known_txt; (p = strstr(p, name)); p += n)
+    if ((p == known_txt || p[-1] == '\n') && (p[n] == '\n' || p[n] == 0)) return true;
+  return false;
+}
+
 int main(int argc, char **argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: %s refs.json...\n", argv[0]);
+  int a0 = 1;
+  if (argc > 2 && !strcmp(argv[1], "--known")) {
+    size_t kl;
+    if (sm_read_file(argv[2], &known_txt, &kl) != SMELT_OK) {
+      fprintf(stderr, "cannot read %s\n", argv[2]);
+      return 1;
+    }
+    a0 = 3;
+  }
+  if (argc <= a0) {
+    fprintf(stderr, "usage: %s [--known file] refs.json...\n", argv[0]);
     return 2;
   }
-  int total = 0, failed = 0;
-  for (int a = 1; a < argc; a++) {
+  int total = 0, failed = 0, known = 0, known_pass = 0, hf_differs = 0;
+  for (int a = a0; a < argc; a++) {
     char *txt = NULL;
     size_t len;
     if (sm_read_file(argv[a], &txt, &len) != SMELT_OK) {
@@ -150,16 +170,25 @@ int main(int argc, char **argv) {
     cJSON_ArrayForEach(c, cases) {
       int r = run_case(c);
       if (r == -2) continue;
-      group *g = grp(cJSON_GetStringValue(cJSON_GetObjectItem(c, "name")));
+      const char *nm = cJSON_GetStringValue(cJSON_GetObjectItem(c, "name"));
+      group *g = grp(nm);
       total++;
+      if (cJSON_IsFalse(cJSON_GetObjectItem(c, "hf_agrees"))) hf_differs++;
       if (r == 1) g->pass++;
-      else g->fail++, failed++;
+      else g->fail++;
+      if (is_known(nm)) {
+        if (r == 1) known_pass++, fprintf(stderr, "FAIL %s: listed as a known difference but matches: remove it\n", nm);
+        else known++;
+      } else if (r != 1)
+        failed++;
     }
     cJSON_Delete(root);
   }
   for (int i = 0; i < ngroups; i++)
     printf("%-22s %4d/%-4d identical\n", groups[i].name, groups[i].pass, groups[i].pass + groups[i].fail);
-  printf("total: %d/%d cases match the references\n", total - failed, total);
+  printf("total: %d/%d cases match Python Jinja2 (%d known differences, listed); @huggingface/jinja differs from it on %d\n",
+         total - failed - known - known_pass, total, known, hf_differs);
   for (int i = 0; i < ntoks; i++) smelt_tokenizer_free(toks[i].tok), free(toks[i].dir);
-  return failed ? 1 : 0;
+  free(known_txt);
+  return failed || known_pass ? 1 : 0;
 }
