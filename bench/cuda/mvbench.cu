@@ -7,7 +7,9 @@
  *   old  : n <= 8: the permuted-layout fp32 kernel (CW_QFAST); n > 8: dequant to bf16 + cuBLAS
  * and for n = 1 every (rows per thread, threads per row) variant of q4.
  * GB/s counts the 4-bit weights + (scale, bias) pairs read once per call. */
-#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_mv.cuh"
+#include "backend/cuda/cuda_q4.cuh"
+#include "backend/cuda/cuda_weights.cuh"
 #include <cublas_v2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,28 +38,20 @@ __global__ void k_tobf(__nv_bfloat16 *o, const float *x, size_t n) {
     o[i] = __float2bfloat16(x[i]);
 }
 
-extern int g_cu_mvr, g_cu_mvr_nw, g_cu_mvr_rt;
-extern int g_cu_mvt, g_cu_mvt_kb, g_cu_mvt_bps, g_cu_mvt_nw, g_cu_mvt_r, g_cu_mvt_stage;
 static int env_int(const char *k, int d) { const char *v = getenv(k); return v ? atoi(v) : d; }
 
 int main(int argc, char **argv) {
   const int gs = argc > 1 ? atoi(argv[1]) : 64;
-  /* MVB_QUICK=1: n = 1 only, the default q4 path (the SMELT_CUDA_MVT* variables apply) */
+  /* MVB_QUICK=1: n = 1 only, the default q4 path (the SMELT_CUDA_* tuning variables apply) */
   const bool quick = env_int("MVB_QUICK", 0) != 0;
-  g_cu_mvt = env_int("SMELT_CUDA_MVT", g_cu_mvt);
-  g_cu_mvr = env_int("SMELT_CUDA_MVR", g_cu_mvr);
-  g_cu_mvr_nw = env_int("SMELT_CUDA_MVR_NW", g_cu_mvr_nw);
-  g_cu_mvr_rt = env_int("SMELT_CUDA_MVR_RT", g_cu_mvr_rt);
-  g_cu_mvt_kb = env_int("SMELT_CUDA_MVT_KB", g_cu_mvt_kb);
-  g_cu_mvt_bps = env_int("SMELT_CUDA_MVT_BPS", g_cu_mvt_bps);
-  g_cu_mvt_nw = env_int("SMELT_CUDA_MVT_NW", g_cu_mvt_nw);
-  g_cu_mvt_r = env_int("SMELT_CUDA_MVT_R", g_cu_mvt_r);
-  g_cu_mvt_stage = env_int("SMELT_CUDA_MVT_STAGE", g_cu_mvt_stage);
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const int n_sm = prop.multiProcessorCount;
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cu_tune tune;
+  if (cu_tune_read(prop.major * 10 + prop.minor, &tune)) { fprintf(stderr, "%s\n", smelt_last_error()); return 1; }
+  const cu_ctx cx = { s, &tune, -1, 0, n_sm, prop.major * 10 + prop.minor, NULL };
   cublasHandle_t blas;
   cublasCreate(&blas);
   cublasSetStream(blas, s);
@@ -128,7 +122,7 @@ int main(int argc, char **argv) {
         cudaEventElapsedTime(&ms, e0, e1);
         return (double)ms * 1e3 / iters;
       };
-      double tq = timeit([&](int i) { cu_matvec(&w4[i], x, n, y, xq, s, n_sm); });
+      double tq = timeit([&](int i) { const cu_weight *pw = &w4[i]; cu_matvec_multi(&cx, &pw, &y, 1, x, n, xq, -1); });
       if (quick) {
         printf("%6dx%-5d n=1  q4 %8.1f us %7.0f GB/s (%4.1f%% of copy)\n", M, K, tq, bytes / (tq * 1e-6) / 1e9,
                100.0 * bytes / (tq * 1e-6) / copy_bw);
@@ -136,7 +130,7 @@ int main(int argc, char **argv) {
         const double tp = timeit([&](int i) {
           const cu_weight *pw = &w4[i];
           float *py = y;
-          cu_q4_matvec_preq(&pw, &py, 1, 1, xq, s, NULL, NULL, CU_Q4_O);
+          cu_q4_matvec_preq(&cx, &pw, &py, 1, 1, xq, CU_Q4_O);
         });
         printf("%6dx%-5d n=1  preq(o role) %8.1f us %7.0f GB/s (%4.1f%% of copy)\n", M, K, tp,
                bytes / (tp * 1e-6) / 1e9, 100.0 * bytes / (tp * 1e-6) / copy_bw);
@@ -146,7 +140,7 @@ int main(int argc, char **argv) {
       const char *oname;
       if (n <= CU_MAX_N) {
         oname = "fp32 permuted";
-        to = timeit([&](int i) { cu_matvec(&wf[i], x, n, y, NULL, s, n_sm); });
+        to = timeit([&](int i) { const cu_weight *pw = &wf[i]; cu_matvec_multi(&cx, &pw, &y, 1, x, n, NULL, -1); });
       } else {
         oname = "dequant+cuBLAS";
         to = timeit([&](int i) {
@@ -174,7 +168,7 @@ int main(int argc, char **argv) {
             double t = timeit([&](int i) {
               cu_weight *pw = &w4[i];
               float *py = y;
-              cu_q4_matvec_cfg(&pw, &py, 1, x, NULL, 1, xq, s, n_sm, rb, tl);
+              cu_q4_matvec(&cx, (const cu_weight *const *)&pw, &py, 1, x, NULL, 1, xq, -1, rb, tl);
             });
             printf("      variant rb=%d tpr=%3d  %8.1f us %7.0f GB/s (%4.1f%%)\n", rb, 1 << tl, t,
                    bytes / (t * 1e-6) / 1e9, 100.0 * bytes / (t * 1e-6) / copy_bw);

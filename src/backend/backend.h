@@ -13,6 +13,10 @@
 #include "base/base.h"
 #include "format/safetensors.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* A 2-D weight [rows = out_features][cols = in_features] (embeddings: [vocab][hidden]).
  * Dense: data holds rows*cols elements of dtype (F32/F16/BF16).
  * MLX affine quantized (bits 2,3,4,5,6,8): row r is a little-endian bit stream of
@@ -188,4 +192,7 @@ sm_backend *sm_cpu_backend_create(int n_threads); /* n_threads 0 = all cores */
 sm_backend *sm_cuda_backend_create(int device);
 #endif
 
+#ifdef __cplusplus
+}
+#endif
 #endif

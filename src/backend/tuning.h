@@ -13,6 +13,9 @@
 #include <stddef.h>
 #include "base/base.h"
 #include "base/strbuf.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 enum { SM_TUNE_USER = 1, SM_TUNE_DEV = 2 };
 
@@ -40,4 +43,7 @@ bool sm_tune_dev_build(void);
  * (for benchmark headers and logs; empty when all are defaults) */
 void sm_tune_describe(const sm_tune_entry *t, size_t n, int arch, const void *vals, sm_buf *out);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -6,6 +6,10 @@
 #include <stdbool.h>
 #include "smelt.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Error reporting: functions return smelt_status; the message is kept per thread. */
 smelt_status sm_err(smelt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *sm_errmsg(void);           /* last message of this thread ("" if none) */
@@ -53,4 +57,7 @@ void sm_mmap_close(sm_mmap *m);
 #define SM_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define SM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -6,6 +6,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct {
   char *p;      /* NULL until the first put */
@@ -27,4 +30,7 @@ char *sm_buf_take(sm_buf *b);                                     /* malloc'd, N
 void sm_buf_clear(sm_buf *b);                                     /* n = 0, memory kept */
 void sm_buf_free(sm_buf *b);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -5,6 +5,10 @@
 #define SM_SAFETENSORS_H
 #include "base/base.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
   SM_DT_F32 = 0, SM_DT_F16, SM_DT_BF16, SM_DT_F64,
   SM_DT_U8, SM_DT_I8, SM_DT_U16, SM_DT_I16, SM_DT_U32, SM_DT_I32, SM_DT_U64, SM_DT_I64,
@@ -41,4 +45,7 @@ const sm_tensor *sm_st_find(const sm_st *st, const char *name); /* NULL if absen
 /* Sum of all tensor byte sizes. */
 size_t sm_st_total_bytes(const sm_st *st);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

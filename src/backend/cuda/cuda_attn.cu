@@ -10,8 +10,16 @@
  * memory, or (long contexts) each block writes (max, sum, unnormalized output) and the last block
  * of a (token, kv head) (atomic counter, reset by it) combines them with per-split weights computed
  * once in shared memory. The split count depends only on the batch shape (not on the context
- * length), so a decode graph stays valid as the context grows. */
-#include "backend/cuda/cuda_internal.h"
+ * length), so a decode graph stays valid as the context grows.
+ *
+ * The kernel takes its variants as bits of a runtime flags word (cl). The launcher sets the measured
+ * winners (AT_DEFAULT below); the losing alternatives that the bits still select (the cluster
+ * combine loading one split at a time, scores all-reduced in every lane, per-output merge weights,
+ * plain remote stores and a cluster barrier instead of st.async, one or four combining warps, the
+ * new position read after q) stay in the kernel only because compiling them out changes ptxas's
+ * register allocation at this kernel's 128-register cap: every variant measured so far spilled
+ * 8-28 bytes (docs/cuda.md). */
+#include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_q4dev.cuh"
 #include <cooperative_groups.h>
 #include <math.h>
@@ -862,80 +870,64 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   if (tid == 0) cnt[(int64_t)t * nkv + kvh] = 0;
 }
 
+/* the launcher's flag bits (see above): where the next kernel may launch (trig, 2 bits from AT_TRIG),
+ * the S splits are one cluster (AT_CL, combined loading all splits at once), RSC applies (AT_RSC), K/V
+ * batches staged before the wait (2 bits from AT_STG), K/V rows read L2 evict-first (AT_KVEF),
+ * developer diagnostics (5 bits from AT_DIAG: 1 no position loop, 2 no partial exchange, 4 no q load,
+ * 8 half the K/V bytes, 16 no K/V loads; wrong results); AT_DEFAULT: the new position's k/v read
+ * before q (4), RSC partials combined by all eight warps (2048 | 16384) and sent with st.async (8192) */
+enum { AT_CL = 2, AT_TRIG = 3, AT_RSC = 256, AT_STG = 9, AT_KVEF = 4096, AT_DIAG = 15, AT_DEFAULT = 4 | 2048 | 16384 | 8192 };
+
 static size_t at_base_smem(int hd, int G, int S, int nw) {
   size_t acc = (size_t)nw * G * hd, wz = (size_t)G * S;
   return sizeof(float) * ((size_t)G * hd + (acc > wz ? acc : wz) + (size_t)2 * nw * G + 2 * (size_t)hd +
                           (size_t)nw * G + 2 * (size_t)G);
 }
-extern int g_cu_attn_unr, g_cu_attn_oldm;
-int g_cu_attn_rsc = 1; /* SMELT_CUDA_ATTN_RSC=0: the warps merged in the block, then the splits through the cluster */
 /* RSC applies: 8 warps, the cluster combine of S (clamped) splits, every 32-output chunk owned by a block */
 static bool at_rsc(int hd, int G, int S, int nw, bool cl) {
-  return g_cu_attn_rsc && cl && S > 1 && S <= 16 && nw == 8 && hd % 32 == 0 && hd <= 128 && G <= 4 &&
-         G * (hd / 32) <= S && g_cu_attn_unr && !g_cu_attn_oldm;
+  return cl && S > 1 && S <= 16 && nw == 8 && hd % 32 == 0 && hd <= 128 && G <= 4 && G * (hd / 32) <= S;
 }
-extern int g_cu_attn_hw, g_cu_attn_b;
-int g_cu_attn_cw = 8; /* SMELT_CUDA_ATTN_CW: warps that combine the RSC partials of a chunk: 0 one, 4 four, 8 (default) all eight (of 8) */
-int g_cu_attn_kvef = 1; /* SMELT_CUDA_ATTN_KVEF=0: K/V rows read with the normal L2 policy (default: evict-first) */
-int g_cu_attn_stg = 1; /* SMELT_CUDA_ATTN_STG: batches of K/V a warp copies into shared memory before its wait (0-2) */
-/* the staging applies to the default kernel (8 warps, whole-warp positions, 4 a batch) */
-static int at_nstg(int hd, int nw) {
-  return nw == 8 && !(hd <= 64 && g_cu_attn_hw) && g_cu_attn_b != 8 && g_cu_attn_b != 6 && hd <= 128 ? g_cu_attn_stg : 0;
-}
-static size_t at_smem(int hd, int G, int S, int nw, bool rsc) {
-  const int ns = at_nstg(hd, nw);
+/* the staging applies to the 8-warp kernel with whole-warp positions (64 < hd <= 128) */
+static int at_nstg(const cu_tune *t, int hd, int nw) { return nw == 8 && hd > 64 && hd <= 128 ? t->attn_stg : 0; }
+static size_t at_smem(const cu_tune *t, int hd, int G, int S, int nw, bool rsc) {
+  const int ns = at_nstg(t, hd, nw);
   return ns ? at_stg_off(hd, G, S, nw, rsc) + at_stg_bytes(hd, nw, ns, 4)
             : at_base_smem(hd, G, S, nw) + (rsc ? at_rsc_bytes(S, nw) : 0);
 }
-size_t cu_attn_dec_smem(int hd, int G, int S, int nw) {
-  const int Sc = S < 16 ? S : 16;
-  return at_smem(hd, G, Sc, nw, at_rsc(hd, G, Sc, nw, true));
+size_t cu_attn_dec_smem(const cu_tune *t, int hd, int G, int S) {
+  const int Sc = S < 16 ? S : 16, nw = cu_attn_dec_warps(hd, G);
+  return at_smem(t, hd, G, Sc, nw, at_rsc(hd, G, Sc, nw, true));
 }
 
 bool cu_attn_dec_ok(int hd, int G) { return hd % 4 == 0 && hd <= 256 && G >= 1 && G <= 8; }
 
-int g_cu_attn_s = 0; /* SMELT_CUDA_ATTN_S: fixed split count (0: automatic) */
-/* SMELT_CUDA_ATTN_CL: largest cluster for the split combine (0: the global-memory combine; set by
- * the backend to 0 below sm_90); more splits than this are cut down to it */
-int g_cu_attn_cl = 16;
-/* SMELT_CUDA_ATTN_NW: warps a decode attention block for G <= 4, hd <= 128 (4, 8, 16; others
- * always 4). The position loop is latency-bound (ncu: ~1 eligible warp a scheduler at 4 warps and
- * 255 registers); 8 warps capped at 128 registers, 4 positions a batch, measured fastest on the
- * H100 (docs/benchmarks.md) */
-int g_cu_attn_nw = 8;
-int g_cu_attn_b = 12; /* SMELT_CUDA_ATTN_B: positions a warp loads at once (4 warps: 8, 12, 16; 8 warps: 4, 6, 8) */
-int g_cu_attn_oldm = 0; /* SMELT_CUDA_ATTN_OLDM=1: merge / combine weights per output (A/B) */
-int g_cu_attn_rs = 1; /* SMELT_CUDA_ATTN_RS=0: scores all-reduced in every lane (no reduce-scatter) */
-int g_cu_attn_hw = 1; /* SMELT_CUDA_ATTN_HW=0: whole warps a position also for hd <= 64 */
-int g_cu_attn_hoist = 1; /* SMELT_CUDA_ATTN_HOIST=0: the new position's slot and k/v rows read after q */
-int g_cu_attn_sta = 1; /* SMELT_CUDA_ATTN_STA (default 1): RSC's partials sent with st.async + an mbarrier instead of a cluster barrier */
-int g_cu_attn_diag = 0; /* SMELT_CUDA_ATTN_DIAG (diagnostic, wrong results): 1 no position loop, 2 no partials exchanged (RSC), 4 no q load, 8 half the K/V bytes, 16 no K/V loads */
-int g_cu_attn_trig = 2; /* SMELT_CUDA_ATTN_TRIG: where the o projection may launch (0 start, 1 after the first K/V loads, 2 after the position loop: the default, measured fastest with the evict-first weights and one carveout) */
-int g_cu_attn_unr = 1; /* SMELT_CUDA_ATTN_UNR=0: the cluster combine loads remote values one split at a time */
-int cu_attn_dec_warps(int hd, int G) { return g_cu_attn_nw >= 8 && G <= 4 && hd <= 128 ? g_cu_attn_nw : 4; }
-int cu_attn_dec_splits(int n_tokens, int nkv, int n_sm) {
-  if (g_cu_attn_s >= 1 && g_cu_attn_s <= 64) return g_cu_attn_s;
+/* 8 warps a block for G <= 4, hd <= 128 (the position loop is latency-bound: ncu showed ~1 eligible
+ * warp a scheduler at 4 warps and 255 registers; 8 warps capped at 128 registers, 4 positions a batch,
+ * measured fastest on the H100), else 4 */
+int cu_attn_dec_warps(int hd, int G) { return G <= 4 && hd <= 128 ? 8 : 4; }
+int cu_attn_dec_splits(const cu_tune *t, int n_tokens, int nkv, int n_sm) {
+  if (t->attn_s >= 1) return t->attn_s;
   const int units = n_tokens * nkv;
   int S = 1;
   while (S < 64 && units * S * 2 <= 2 * n_sm) S *= 2;
   return S;
 }
 
-template <int GM, int NJ, int B, bool HW, int NW> static void set_smem(size_t smem) {
+template <int GM, int NJ, int B, bool HW, int NW> static void set_smem(size_t smem, bool big_cluster) {
   static size_t done = 0;
   static bool np = false;
   if (smem > 48 * 1024 && smem > done) {
     cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B, HW, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     done = smem;
   }
-  if (!np && g_cu_attn_cl > 8) {
+  if (!np && big_cluster) {
     cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B, HW, NW>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     np = true;
   }
 }
 /* launch with programmatic dependent launch (when on) and, for cl, a cluster of the S splits */
 template <typename... KArgs, typename... Args>
-static void attn_launch(void (*kern)(KArgs...), dim3 grid, int nthreads, size_t smem, cudaStream_t s, bool cl,
+static void attn_launch(const cu_ctx *cx, void (*kern)(KArgs...), dim3 grid, int nthreads, size_t smem, bool cl,
                         Args... args) {
   cudaLaunchAttribute at[2];
   int na = 0;
@@ -946,7 +938,7 @@ static void attn_launch(void (*kern)(KArgs...), dim3 grid, int nthreads, size_t 
     at[na].val.clusterDim.z = grid.z;
     na++;
   }
-  if (g_cu_pdl) {
+  if (cx->t->pdl) {
     at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[na].val.programmaticStreamSerializationAllowed = 1;
     na++;
@@ -955,72 +947,49 @@ static void attn_launch(void (*kern)(KArgs...), dim3 grid, int nthreads, size_t 
   cfg.gridDim = grid;
   cfg.blockDim = dim3(nthreads);
   cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
+  cfg.stream = cx->s;
   cfg.attrs = at;
   cfg.numAttrs = na;
-  cu_carve((const void *)kern);
+  cu_carve((const void *)kern, cx->carve);
   cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
 }
 
-static const void *g_pf[2];
-static size_t g_pfn[2];
-void cu_attn_set_prefetch(const void *a, size_t an, const void *b, size_t bn) {
-  g_pf[0] = an >= 16 ? a : NULL;
-  g_pfn[0] = an >= 16 ? an & ~(size_t)15 : 0;
-  g_pf[1] = bn >= 16 ? b : NULL;
-  g_pfn[1] = bn >= 16 ? bn & ~(size_t)15 : 0;
-}
-void cu_attn_decode(float *out, void *xqv, float *part, int *cnt, const float *q, const float *kraw, const float *vraw,
-                    const float *invq, const float *invk, int halfq, int halfk, float *K, float *V,
-                    const int32_t *pos, const int32_t *seq, const int32_t *table, int max_blocks, int bs, int nblocks,
-                    int n_tokens, int n_heads, int nkv, int hd, float scale, int window, float softcap, int S,
-                    cudaStream_t s) {
-  const int G = n_heads / nkv, hd4 = hd / 4;
-  const bool gc = (S & CU_ATTN_GLOBAL_COMBINE) != 0;
-  S &= 0xffff;
-  const bool cl = !gc && g_cu_attn_cl >= 2 && S > 1;
-  if (cl && S > g_cu_attn_cl) S = g_cu_attn_cl;
-  dim3 grid((unsigned)n_tokens, (unsigned)nkv, (unsigned)S);
-  uint8_t *xq = (uint8_t *)xqv;
-  float2 *xs = xq ? (float2 *)(xq + (size_t)n_tokens * n_heads * hd) : NULL;
-  const at_rope rp = { kraw, vraw, invq, invk, halfq, halfk, { (const char *)g_pf[0], (const char *)g_pf[1] },
-                      { (long long)g_pfn[0], (long long)g_pfn[1] } };
-  g_pf[0] = g_pf[1] = NULL;
-  g_pfn[0] = g_pfn[1] = 0;
-#define AD2_ARGS out, xq, xs, part, cnt, q, rp, K, V, pos, seq, table, max_blocks, bs, nblocks, n_heads, nkv, hd, scale, window, \
-                 softcap, S, (cl ? (g_cu_attn_unr ? 2 : 1) : 0) | (g_cu_attn_hoist && hd <= 256 ? 4 : 0) | (g_cu_attn_trig << 3) | (g_cu_attn_rs ? 0 : 64) | (g_cu_attn_oldm ? 128 : 0) | (rsc ? 256 : 0) | (nstg << 9) | (g_cu_attn_cw ? 2048 : 0) | (g_cu_attn_cw == 8 ? 16384 : 0) | (g_cu_attn_kvef ? 4096 : 0) | (g_cu_attn_sta ? 8192 : 0) | ((g_cu_attn_diag & 31) << 15)
-  const bool hw = hd4 <= 16 && g_cu_attn_hw;
+void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
+  const cu_tune *t = cx->t;
+  const int G = x->n_heads / x->nkv, hd = x->hd, hd4 = hd / 4;
+  int S = x->S;
+  const bool cl = !x->global_combine && t->attn_cl >= 2 && S > 1;
+  if (cl && S > t->attn_cl) S = t->attn_cl;
+  dim3 grid((unsigned)x->n_tokens, (unsigned)x->nkv, (unsigned)S);
+  uint8_t *xq = (uint8_t *)x->xq;
+  float2 *xs = xq ? (float2 *)(xq + (size_t)x->n_tokens * x->n_heads * hd) : NULL;
+  at_rope rp = { x->kraw, x->vraw, x->invq, x->invk, x->halfq, x->halfk, { NULL, NULL }, { 0, 0 } };
+  for (int i = 0; i < 2; i++)
+    if (x->pf[i] && x->pfn[i] >= 16) {
+      rp.pf[i] = (const char *)x->pf[i];
+      rp.pfn[i] = (long long)(x->pfn[i] & ~(size_t)15);
+    }
+  const bool hw = hd4 <= 16; /* hd <= 64: half-warp positions */
   const int nw = cu_attn_dec_warps(hd, G);
   const bool rsc = at_rsc(hd, G, S, nw, cl);
-  const size_t sm = at_smem(hd, G, S, nw, rsc);
-  const int nstg = at_nstg(hd, nw);
-#define AD2_LW(GM, NJ, B, HW, NW)                                                         \
-  do {                                                                                  \
-    set_smem<GM, NJ, B, HW, NW>(sm);                                                    \
-    attn_launch(k_attn_dec2<GM, NJ, B, HW, NW>, grid, NW * 32, sm, s, cl, AD2_ARGS);    \
+  const size_t sm = at_smem(t, hd, G, S, nw, rsc);
+  const int nstg = at_nstg(t, hd, nw);
+  const int flags = AT_DEFAULT | (cl ? AT_CL : 0) | (t->attn_trig << AT_TRIG) | (rsc ? AT_RSC : 0) |
+                    (nstg << AT_STG) | (t->attn_kvef ? AT_KVEF : 0) | ((t->attn_diag & 31) << AT_DIAG);
+#define AD2_LW(GM, NJ, B, HW, NW)                                                                           \
+  do {                                                                                                    \
+    set_smem<GM, NJ, B, HW, NW>(sm, t->attn_cl > 8);                                                      \
+    attn_launch(cx, k_attn_dec2<GM, NJ, B, HW, NW>, grid, NW * 32, sm, cl, x->out, xq, xs, x->part, x->cnt, \
+                x->q, rp, x->K, x->V, x->pos, x->seq, x->table, x->max_blocks, x->bs, x->nblocks, x->n_heads,    \
+                x->nkv, hd, x->scale, x->window, x->softcap, S, flags);                                    \
   } while (0)
-#define AD2_L(GM, NJ, B, HW) AD2_LW(GM, NJ, B, HW, 4)
-  if (nw == 16) {
-    if (hw) AD2_LW(4, 1, 2, true, 16);
-    else if (g_cu_attn_b == 4) AD2_LW(4, 1, 4, false, 16);
-    else AD2_LW(4, 1, 2, false, 16);
-  } else if (nw == 8) { /* the default: 8 warps of 4 positions a batch (128 registers) */
-    if (hw) { if (g_cu_attn_b == 8) AD2_LW(4, 1, 8, true, 8); else AD2_LW(4, 1, 4, true, 8); }
-    else if (g_cu_attn_b == 8) AD2_LW(4, 1, 8, false, 8);
-    else if (g_cu_attn_b == 6) AD2_LW(4, 1, 6, false, 8);
+  if (nw == 8) { /* 8 warps of 4 positions a batch (128 registers) */
+    if (hw) AD2_LW(4, 1, 4, true, 8);
     else AD2_LW(4, 1, 4, false, 8);
-  } else if (G <= 4) {
-    if (hw) AD2_L(4, 1, 8, true);
-    else if (hd4 <= 32 && g_cu_attn_b == 16) AD2_L(4, 1, 16, false);
-    else if (hd4 <= 32 && g_cu_attn_b == 12) AD2_L(4, 1, 12, false);
-    else if (hd4 <= 32) AD2_L(4, 1, 8, false);
-    else AD2_L(4, 2, 4, false);
-  } else {
-    if (hw) AD2_L(8, 1, 4, true);
-    else if (hd4 <= 32) AD2_L(8, 1, 4, false);
-    else AD2_L(8, 2, 2, false);
-  }
-#undef AD2_L
+  } else if (G <= 4) AD2_LW(4, 2, 4, false, 4); /* hd > 128 */
+  else if (hw) AD2_LW(8, 1, 4, true, 4);
+  else if (hd4 <= 32) AD2_LW(8, 1, 4, false, 4);
+  else AD2_LW(8, 2, 2, false, 4);
 #undef AD2_LW
-#undef AD2_ARGS
+  cu_count(cx, CU_K_ATTN_DEC);
 }

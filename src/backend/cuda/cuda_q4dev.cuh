@@ -1,6 +1,6 @@
-/* Device helpers shared by the one-token CUDA kernels (cuda_mv.cu, cuda_attn.cu): the CW_Q4
+/* Device helpers shared by the one-token CUDA kernels (cuda_q4.cu, cuda_mlp.cu, cuda_attn.cu): the CW_Q4
  * int8-activation dot product, the int8 x layout written by norms and attention, barriers of
- * resident blocks and the paged KV-cache slot lookup. Include after cuda_internal.h. */
+ * resident blocks and the paged KV-cache slot lookup. Include after cuda_common.cuh. */
 #ifndef SM_CUDA_Q4DEV_CUH
 #define SM_CUDA_Q4DEV_CUH
 
@@ -113,20 +113,8 @@ static __device__ __forceinline__ void mlp_norm_q(const float *src, const float 
   }
   __syncthreads();
 }
-/* barrier of n blocks on the counter bar (the n blocks must be resident at once: see k_mlp1). Every
- * thread's earlier global stores are visible to the n blocks after it */
-static __device__ __forceinline__ void blocks_sync(unsigned *bar, unsigned n) {
-  __threadfence(); /* this thread's stores, before the block's arrival */
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence(); /* release: the block's stores (ordered before by the block barrier) */
-    atomicAdd(bar, 1u);
-    while (ld_acquire_u32(bar) < n) { }
-    __threadfence();
-  }
-  __syncthreads();
-}
-/* blocks_sync in two halves: loads issued between them (weights that do not depend on the other
+/* A barrier of n blocks on the counter bar (the n blocks must be resident at once: see k_mlp1), in
+ * two halves: every thread's earlier global stores are visible to the n blocks after it. Loads issued between them (weights that do not depend on the other
  * blocks) do not hold up the arrival, whose fences wait for every earlier access of the thread.
  * blocks_wait: thread 0's acquire load, then the block barrier, orders the other blocks' stores
  * before every thread's later loads (no trailing fence: it would wait for those weight loads) */
@@ -143,11 +131,9 @@ static __device__ __forceinline__ void blocks_wait(unsigned *bar, unsigned n) {
     while (ld_acquire_u32(bar) < n) { }
   __syncthreads();
 }
-/* grid barrier on bar[0] (every block of the launch resident: see k_mlp1) */
-static __device__ __forceinline__ void mlp_grid_sync(unsigned *bar) { blocks_sync(bar, gridDim.x); }
 
 /* with xq: the output row of each token (n_heads*hd values) is also written in the int8 layout
- * of the CW_Q4 matvec (see k_quant_x in cuda_mv.cu): per 32 values int8 in nibble order and
+ * of the CW_Q4 matvec (see k_quant_x in cuda_q4.cu): per 32 values int8 in nibble order and
  * (max|v|/127, exact sum); needs hd % 32 == 0. Called by a whole warp for 32 consecutive
  * outputs (b = block index). */
 static __device__ __forceinline__ void at_quant_store(float v, int lane, int64_t b, uint8_t *xq, float2 *xs) {

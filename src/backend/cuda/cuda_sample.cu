@@ -15,7 +15,7 @@
  *    weights with block scans for the total, the top_p cut, the min_p filter and the draw;
  *  - the token ids are copied to pinned memory and the stream is synchronized.
  * Scratch lives in one context per device (grown on demand, kept until exit). */
-#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_sample.cuh"
 #include "backend/sample_math.h"
 #include <cub/cub.cuh>
 #include <limits.h>
@@ -440,17 +440,17 @@ smelt_status cu_sample(const float *logits, int n_rows, int vocab, const sm_samp
   return st;
 }
 
-/* one greedy row without penalties in one kernel, for a decode graph (cu_argmax1 in cuda_internal.h) */
+/* one greedy row without penalties in one kernel, for a decode graph (cu_argmax1 in cuda_sample.cuh) */
 static_assert(CU_ARGMAX_SCRATCH >= ARG_MAX_SPLIT, "argmax scratch");
 int cu_argmax_split(int V, int *chunk) {
   int nsplit = SM_MIN(ARG_MAX_SPLIT, SM_MAX(1, (V + ARG_CHUNK - 1) / ARG_CHUNK));
   *chunk = (((V + nsplit - 1) / nsplit) + 3) & ~3;
   return (V + *chunk - 1) / *chunk;
 }
-void cu_argmax1(const float *logits, int V, float *pv, int *pi, unsigned *cnt, int32_t *dev_dst, int32_t *host_dst,
-                cudaStream_t s) {
+void cu_argmax1(const cu_ctx *cx, const float *logits, int V, float *pv, int *pi, unsigned *cnt, int32_t *dev_dst,
+                int32_t *host_dst) {
   int chunk = 0;
   const int nsplit = cu_argmax_split(V, &chunk);
-  cu_launch(k_argmax, dim3((unsigned)nsplit, 1u), dim3(ARG_T), 0, s, (const dreq *)NULL, logits, V, nsplit, chunk, pv,
+  cu_launch(cx, k_argmax, dim3((unsigned)nsplit, 1u), dim3(ARG_T), 0, (const dreq *)NULL, logits, V, nsplit, chunk, pv,
             pi, cnt, dev_dst, host_dst);
 }

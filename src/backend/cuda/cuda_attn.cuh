@@ -1,0 +1,58 @@
+/* Attention kernels: decode (one token per sequence, flash-decoding with the splits of a (token,
+ * kv head) combined in a thread-block cluster: cuda_attn.cu) and tiled prefill / mixed batches
+ * (cuda_attn_prefill.cu). */
+#ifndef SM_CUDA_ATTN_CUH
+#define SM_CUDA_ATTN_CUH
+#include "backend/cuda/cuda_common.cuh"
+
+/* one decode-attention launch: every token alone in its sequence; grid (token, kv head, S) */
+struct cu_attn_args {
+  float *out;
+  void *xq;        /* may be NULL (hd % 32 == 0): also the int8 layout of out (cu_q4_scratch_bytes) */
+  float *part;     /* n_tokens * n_heads * S * (hd + 2) floats when S > 1 */
+  int *cnt;        /* n_tokens * nkv ints, zero (left zero) */
+  const float *q;
+  /* kraw != NULL: rope + kv_store fused in: q, kraw, vraw are the projections before rotation (rotated
+   * with invq / halfq, invk / halfk) and the new k, v are written into K, V here */
+  const float *kraw, *vraw, *invq, *invk;
+  int halfq, halfk;
+  float *K, *V;
+  const int32_t *pos, *seq, *table;
+  int max_blocks, bs, nblocks;
+  int n_tokens, n_heads, nkv, hd;
+  float scale;
+  int window;
+  float softcap;
+  int S;               /* splits (cu_attn_dec_splits) */
+  bool global_combine; /* combine the splits through global memory, not a cluster (long contexts) */
+  const void *pf[2];   /* regions of a later kernel's weights to prefetch into L2 once K/V are read */
+  size_t pfn[2];       /* (bytes, 16-byte aligned; NULL / 0: none) */
+};
+
+bool cu_attn_dec_ok(int hd, int G);
+int cu_attn_dec_splits(const cu_tune *t, int n_tokens, int nkv, int n_sm);
+int cu_attn_dec_warps(int hd, int G);
+size_t cu_attn_dec_smem(const cu_tune *t, int hd, int G, int S);
+void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *a);
+void cu_attn_set_trace(unsigned long long *buf);
+
+/* tiled attention (prefill, mixed batches): tiles of <= CU_ATT_TQ consecutive tokens of one sequence */
+#define CU_ATT_TQ 16
+struct cu_attn_tiled {
+  float *out;
+  float *part; /* n_tokens * n_heads * S * (hd + 2) floats when S > 1 (cu_attn_tiled_splits) */
+  const float *q, *K, *V;
+  const int32_t *pos, *seq, *table, *tiles;
+  int n_tiles, n_tokens, max_blocks, bs, nblocks;
+  int n_heads, nkv, hd;
+  float scale;
+  int window;
+  float softcap;
+};
+int cu_attn_tiled_splits(int n_tiles, int nkv, int n_sm);
+/* false when the shape does not fit (shared memory, warps) */
+bool cu_attn_tiled_ok(int hd, int G, size_t smem_optin);
+void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a);
+void cu_attn_tiled_init(size_t smem_optin); /* per device, at backend creation */
+
+#endif

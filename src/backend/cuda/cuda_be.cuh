@@ -1,0 +1,157 @@
+/* The CUDA backend's state and the parts of it that its files share (cuda_backend.cu: the op table
+ * entry points; cuda_graph.cu: recording and graph replay; cuda_fuse.cu: the fusion table and the
+ * executor; cuda_prof.cu: profile, statistics, timeline). */
+#ifndef SM_CUDA_BE_CUH
+#define SM_CUDA_BE_CUH
+#include <cublas_v2.h>
+#include "backend/cuda/cuda_common.cuh"
+
+#define GRAPH_MAX_TOKENS 64 /* batches up to this size are recorded for graph replay */
+#define N_GRAPHS 8
+#define N_SEEN 16
+#define DEQ_BYTES ((size_t)128 << 20)
+
+/* Recorded ops: one typed struct per op of the op table (backend.h), zeroed before it is filled so
+ * that whole ops can be hashed and compared (the graph cache's key). */
+enum {
+  OP_EMBED, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_KVSTORE, OP_ATTN, OP_SILU, OP_GELU, OP_ADD, OP_ADDROWS,
+  OP_SCALE, OP_SOFTCAP, OP_GATHER, OP_ARGMAX, OP_META, OP_COUNT
+};
+typedef struct {
+  int type;
+  union {
+    struct { const sm_weight *w; const cu_weight *cw; const float *x; float *y; int n, role; } mm; /* role: sm_mm_role */
+    struct { float *out; const float *x, *w; int n, dim; float eps, off; } norm;
+    struct { float *x; const float *inv; int nh, hd, rot; } rope;
+    struct { float *K, *V; const float *k, *v; int row, bs, nblocks; } kv;
+    /* splits > 0: the decode kernel with that many splits (glong: combined in global memory); 0: tiled */
+    struct { float *out; const float *q; float *K, *V; int nh, nkv, hd, bs, nblocks, window, splits, glong; float scale, softcap; } at;
+    struct { float *y; const float *a, *b; size_t n; int dim; float s; } ew; /* SILU GELU ADD ADDROWS SCALE SOFTCAP */
+    struct { const cu_weight *cw; float *out; } emb;
+    struct { float *dst; const float *src; int dim; } gat;
+    struct { const float *logits; int32_t *dtok, *htok; int vocab; } am; /* greedy token of one row */
+    struct { int32_t *dst; } meta;
+  };
+} cu_op;
+const char *cu_op_name(int type);
+/* the buffers an op reads and writes (liveness) */
+void cu_op_io(const cu_op *o, const void *rd[4], int *nr, const void *wr[2], int *nw);
+
+/* OP_META: the batch metadata of a fed one-token step as kernel parameters (no upload): cnt[k]
+ * values to dst + off[k], taken in order from v */
+#define META_MAXV 960
+typedef struct {
+  int32_t off[5], cnt[5];
+  int32_t v[META_MAXV];
+} cu_meta_blob;
+
+typedef struct {
+  uint64_t hash;
+  int n_ops;
+  cu_op *ops;
+  cudaGraphExec_t exec;
+  uint64_t last_use;
+  cudaGraph_t graph;         /* kept while meta_node refers to it */
+  cudaGraphNode_t meta_node; /* its OP_META kernel, whose parameters each replay sets */
+  int nodes;                 /* kernel nodes (launches) of the graph */
+} cu_graph;
+
+#define CU_MAX_FUSIONS 16
+typedef struct {
+  sm_backend base;
+  int dev, n_sm, arch;
+  size_t smem_optin;
+  cu_tune t;
+  cu_ctx cx;          /* stream, &t, carve, device, &cnt */
+  cu_counters cnt;
+  cudaStream_t s;
+  cublasHandle_t blas;
+  void *blas_ws;
+  bool has_q4;        /* some weight has the CW_Q4 layout: the carveout of its kernels applies */
+  /* host copy of the current batch */
+  int n_tokens, n_seqs, max_blocks, n_out, n_tiles;
+  int32_t *h_meta; /* pinned: tokens, pos, seq, out_rows, tiles, table */
+  int32_t *d_meta;
+  size_t meta_cap; /* int32 elements */
+  int32_t *d_tokens, *d_pos, *d_seq, *d_out, *d_tiles, *d_table;
+  int32_t *h_pos, *h_tiles; /* views into h_meta */
+  cudaEvent_t meta_ev;
+  bool meta_ev_live;
+  cu_meta_blob meta_blob; /* the current fed step's (OP_META) */
+  /* pipelined decode (sample_async): the sampled token is written straight into the token slot of
+   * the batch metadata (d_feed = d_meta when it was issued); its two host copies (pinned) and events */
+  int32_t *d_feed, *h_feed;
+  cudaEvent_t feed_ev[2];
+  bool feed_live[2];
+  int feed_next;
+  /* scratch */
+  float *part; size_t part_cap;     /* attention partials (floats) */
+  int *att_cnt; size_t att_cnt_cap; /* decode attention split counters (zero between launches) */
+  void *x16; size_t x16_cap;        /* activations as bf16/f16 (bytes) */
+  void *deq; size_t deq_cap;        /* dequantized weight tile (bytes) */
+  void *xq; size_t xq_cap;          /* int8-quantized activations for CW_Q4 matvecs (bytes) */
+  void *xq2; size_t xq2_cap;        /* second one: silu(gate)*up written by the gate/up or MLP kernel */
+  float *ssp; size_t ssp_cap;       /* deferred rmsnorm: partial sums of squares (cu_mlp_dnorm) */
+  float *am_pv; int *am_pi; unsigned *am_cnt; /* greedy sampling inside the decode graph (cu_argmax1) */
+  /* recording / graphs */
+  bool rec;
+  cu_op *ops; int n_ops, cap_ops;
+  cu_graph graphs[N_GRAPHS];
+  uint64_t seen[N_SEEN]; int n_seen_next;
+  uint64_t tick;
+  bool graphs_on;
+  bool failed;
+  /* what the executor did: per fusion table entry and per unfused op type, in the last forward and in all */
+  long fused_last[CU_MAX_FUSIONS], fused_all[CU_MAX_FUSIONS];
+  long unfused_last[OP_COUNT], unfused_all[OP_COUNT];
+  int graph_nodes_last; /* kernel launches of the last captured graph */
+  long st_graph_launch, st_capture, st_eager_fwd;
+  long st_gsample, st_gmeta; /* greedy samples inside the decode graph; fed steps with OP_META */
+  /* profile (tuning profile): every op timed with events */
+  cudaEvent_t pe0, pe1;
+  struct { char label[64]; double ms; long count; } pt[96];
+  int n_pt;
+  /* stats (tuning stats): GPU time of graph replays and of the download after them, host time */
+  cudaEvent_t se0, se1, se2;
+  int st_pending; /* 1: se0/se1 around a graph launch, 2: also se2 after the download */
+  double st_graph_ms, st_dl_ms, st_flush_us;
+  double t_ret, t_setb, st_outside_us, st_rec_us, st_wait_us;
+  long st_steps, st_timed;
+  /* timeline (stats 2) of pipelined decode steps, events per feed slot: 0 before the batch upload, 1
+   * after it, 2 / 3 around the graph, 4 after sampling, 5 after the token download; tl_sum: upload,
+   * gap to the graph, graph, sampling, download, step period (ms) */
+  cudaEvent_t tle[2][6];
+  bool tl_rec[2][6];
+  double tl_sum[6];
+  long tl_n;
+} cuda_be;
+
+static inline cuda_be *CB(sm_backend *be) { return (cuda_be *)be; }
+bool cu_ck(cuda_be *c, cudaError_t e, const char *what); /* false (and the backend failed) on an error */
+bool cu_ensure_buf(cuda_be *c, void **p, size_t *cap, size_t need);
+
+/* cuda_graph.cu */
+void cu_submit(cuda_be *c, const cu_op *o); /* record (or run, when not recording) one op */
+void cu_flush(cuda_be *c);                  /* run what was recorded: a graph replay, a capture or eagerly */
+void cu_graphs_clear(cuda_be *c);
+void cu_meta_launch(cuda_be *c, int32_t *dst); /* OP_META: c->meta_blob into dst */
+
+/* cuda_fuse.cu */
+void cu_exec_ops(cuda_be *c);                /* the recorded ops, through the fusion table */
+void cu_exec_op(cuda_be *c, const cu_op *o); /* one op, unfused */
+int cu_fusion_count(void);
+const char *cu_fusion_name(int i);
+
+/* cuda_prof.cu */
+void cu_prof_begin(cuda_be *c);
+void cu_prof_end(cuda_be *c, const char *label);
+void cu_prof_init(cuda_be *c);
+void cu_prof_report(cuda_be *c); /* at destroy */
+void cu_stats_collect(cuda_be *c); /* after a sync */
+void cu_tl_mark(cuda_be *c, int e);
+void cu_tl_collect(cuda_be *c, int k);
+void cu_trace_init(const cu_tune *t);
+void cu_trace_report(void);
+void cu_prof_free(cuda_be *c);
+
+#endif

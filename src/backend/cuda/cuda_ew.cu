@@ -1,0 +1,196 @@
+/* Elementwise and row kernels of the op table: rmsnorm (with the residual add before it), RoPE,
+ * the KV-cache store (and RoPE of q and k fused with it), silu/gelu gating, adds, scaling, softcap
+ * and the gather of output rows. */
+#include <math.h>
+#include "backend/cuda/cuda_ew.cuh"
+
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void k_rmsnorm(float *out, const float *x, const float *w, int dim, float eps, float off) {
+  const float *xr = x + (int64_t)blockIdx.x * dim;
+  float *o = out + (int64_t)blockIdx.x * dim;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) ss = fmaf(xr[j], xr[j], ss);
+  __shared__ float red[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) red[0] = v;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(red[0] / (float)dim + eps);
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) o[j] = xr[j] * inv * (w[j] + off);
+}
+
+/* x += a (residual add), then out = rmsnorm(x): one block per row */
+__global__ void k_add_rmsnorm(float *out, float *x, const float *a, const float *w, int dim, float eps, float off) {
+  float *xr = x + (int64_t)blockIdx.x * dim;
+  const float *ar = a + (int64_t)blockIdx.x * dim;
+  float *o = out + (int64_t)blockIdx.x * dim;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+    float v = xr[j] + ar[j];
+    xr[j] = v;
+    ss = fmaf(v, v, ss);
+  }
+  __shared__ float red[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) red[0] = v;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(red[0] / (float)dim + eps);
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) o[j] = xr[j] * inv * (w[j] + off);
+}
+
+__global__ void k_rope(float *x, const int32_t *pos, const float *inv, int n_tokens, int nh, int hd, int half) {
+  int64_t total = (int64_t)n_tokens * nh * half;
+  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * blockDim.x) {
+    int i = (int)(idx % half);
+    int64_t th = idx / half;
+    int t = (int)(th / nh);
+    float a = (float)pos[t] * inv[i], sn, cs;
+    sincosf(a, &sn, &cs);
+    float *v = x + th * hd;
+    float x0 = v[i], x1 = v[i + half];
+    v[i] = x0 * cs - x1 * sn;
+    v[i + half] = x0 * sn + x1 * cs;
+  }
+}
+
+static __device__ __forceinline__ int64_t kv_slot(const int32_t *table, int max_blocks, int bs, int nblocks, int s,
+                                                  int p) {
+  if (p < 0) return -1;
+  int bi = p / bs;
+  if (bi >= max_blocks) return -1;
+  int blk = table[(int64_t)s * max_blocks + bi];
+  if (blk < 0 || blk >= nblocks) return -1;
+  return (int64_t)blk * bs + p % bs;
+}
+
+__global__ void k_kv_store(float *K, float *V, const float *k, const float *v, const int32_t *pos, const int32_t *seq,
+                           const int32_t *table, int n_tokens, int row, int max_blocks, int bs, int nblocks) {
+  int64_t total = (int64_t)n_tokens * row;
+  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * blockDim.x) {
+    int t = (int)(idx / row), e = (int)(idx % row);
+    int64_t sl = kv_slot(table, max_blocks, bs, nblocks, seq[t], pos[t]);
+    if (sl < 0) continue;
+    K[sl * row + e] = k[idx];
+    V[sl * row + e] = v[idx];
+  }
+}
+
+
+/* rope(q) + rope(k) + kv_store(k, v) of one decode/prefill step in one launch (same math
+ * as k_rope and k_kv_store). Index space: q rotation pairs, then every k/v element. */
+__global__ void k_rope_qk_store(float *q, float *k, const float *v, float *Kc, float *Vc, const int32_t *pos,
+                                const int32_t *seq, const int32_t *table, const float *invq, const float *invk,
+                                int n_tokens, int nh, int nkv, int hd, int halfq, int halfk, int max_blocks, int bs,
+                                int nblocks) {
+  const int64_t nq = (int64_t)n_tokens * nh * halfq, row = (int64_t)nkv * hd;
+  const int64_t total = nq + (int64_t)n_tokens * row;
+  pdl_trigger();
+  pdl_wait();
+  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * blockDim.x) {
+    if (idx < nq) {
+      int i = (int)(idx % halfq);
+      int64_t th = idx / halfq;
+      int t = (int)(th / nh);
+      float a = (float)pos[t] * invq[i], sn, cs;
+      sincosf(a, &sn, &cs);
+      float *x = q + th * hd;
+      float x0 = x[i], x1 = x[i + halfq];
+      x[i] = x0 * cs - x1 * sn;
+      x[i + halfq] = x0 * sn + x1 * cs;
+      continue;
+    }
+    const int64_t j = idx - nq;
+    const int t = (int)(j / row), e = (int)(j % row), d = e % hd;
+    const int64_t sl = kv_slot(table, max_blocks, bs, nblocks, seq[t], pos[t]);
+    if (sl >= 0) Vc[sl * row + e] = v[j];
+    if (d < halfk) {
+      float a = (float)pos[t] * invk[d], sn, cs;
+      sincosf(a, &sn, &cs);
+      float x0 = k[j], x1 = k[j + halfk];
+      float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
+      k[j] = r0;
+      k[j + halfk] = r1;
+      if (sl >= 0) { Kc[sl * row + e] = r0; Kc[sl * row + e + halfk] = r1; }
+    } else if (d >= 2 * halfk) {
+      if (sl >= 0) Kc[sl * row + e] = k[j];
+    }
+  }
+}
+
+#define GRID_STRIDE(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+__global__ void k_silu_mul(float *o, const float *g, const float *u, size_t n) {
+  GRID_STRIDE(i, n) { float a = g[i]; o[i] = a / (1.f + expf(-a)) * u[i]; }
+}
+__global__ void k_gelu_mul(float *o, const float *g, const float *u, size_t n) {
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  GRID_STRIDE(i, n) { float a = g[i]; o[i] = 0.5f * a * (1.f + tanhf(k0 * (a + k1 * a * a * a))) * u[i]; }
+}
+__global__ void k_add(float *y, const float *x, size_t n) { GRID_STRIDE(i, n) y[i] += x[i]; }
+__global__ void k_add_rows(float *y, const float *b, size_t n, int dim) { GRID_STRIDE(i, n) y[i] += b[i % dim]; }
+__global__ void k_scale(float *y, float s, size_t n) { GRID_STRIDE(i, n) y[i] *= s; }
+__global__ void k_softcap(float *y, float cap, size_t n) {
+  float inv = 1.f / cap;
+  GRID_STRIDE(i, n) y[i] = cap * tanhf(y[i] * inv);
+}
+__global__ void k_gather(float *dst, const float *src, const int32_t *rows, int n_out, int dim) {
+  size_t n = (size_t)n_out * dim;
+  GRID_STRIDE(i, n) {
+    size_t r = i / dim, j = i % dim;
+    dst[i] = src[(size_t)rows[r] * dim + j];
+  }
+}
+
+static int norm_threads(int dim) { return dim >= 1024 ? 512 : dim >= 256 ? 256 : dim >= 64 ? 64 : 32; }
+void cu_rmsnorm(const cu_ctx *cx, float *out, const float *x, const float *w, int n, int dim, float eps, float off) {
+  k_rmsnorm<<<n, norm_threads(dim), 0, cx->s>>>(out, x, w, dim, eps, off);
+}
+void cu_add_rmsnorm(const cu_ctx *cx, float *out, float *x, const float *a, const float *w, int n, int dim, float eps,
+                    float off) {
+  k_add_rmsnorm<<<n, norm_threads(dim), 0, cx->s>>>(out, x, a, w, dim, eps, off);
+}
+void cu_rope(const cu_ctx *cx, float *x, const int32_t *pos, const float *inv, int n_tokens, int nh, int hd, int rot) {
+  const int64_t total = (int64_t)n_tokens * nh * (rot / 2);
+  k_rope<<<cu_ew_blocks((size_t)total), 256, 0, cx->s>>>(x, pos, inv, n_tokens, nh, hd, rot / 2);
+}
+void cu_kv_store(const cu_ctx *cx, const cu_kv_dst *d, const float *k, const float *v, int n_tokens) {
+  const size_t total = (size_t)n_tokens * d->row;
+  k_kv_store<<<cu_ew_blocks(total), 256, 0, cx->s>>>(d->K, d->V, k, v, d->pos, d->seq, d->table, n_tokens, d->row,
+                                                     d->max_blocks, d->bs, d->nblocks);
+}
+void cu_rope_qk_store(const cu_ctx *cx, const cu_kv_dst *d, float *q, float *k, const float *v, const float *invq,
+                      const float *invk, int n_tokens, int nh, int nkv, int hd, int rotq, int rotk) {
+  const size_t total = (size_t)n_tokens * nh * (rotq / 2) + (size_t)n_tokens * d->row;
+  cu_launch(cx, k_rope_qk_store, dim3(cu_ew_blocks(total)), dim3(256), 0, q, k, v, d->K, d->V, d->pos, d->seq, d->table,
+            invq, invk, n_tokens, nh, nkv, hd, rotq / 2, rotk / 2, d->max_blocks, d->bs, d->nblocks);
+}
+void cu_ew(const cu_ctx *cx, int kind, float *y, const float *a, const float *b, float s, size_t n, int dim) {
+  const unsigned g = cu_ew_blocks(n);
+  switch (kind) {
+  case CU_EW_SILU: k_silu_mul<<<g, 256, 0, cx->s>>>(y, a, b, n); break;
+  case CU_EW_GELU: k_gelu_mul<<<g, 256, 0, cx->s>>>(y, a, b, n); break;
+  case CU_EW_ADD: k_add<<<g, 256, 0, cx->s>>>(y, a, n); break;
+  case CU_EW_ADD_ROWS: k_add_rows<<<g, 256, 0, cx->s>>>(y, a, n, dim); break;
+  case CU_EW_SCALE: k_scale<<<g, 256, 0, cx->s>>>(y, s, n); break;
+  case CU_EW_SOFTCAP: k_softcap<<<g, 256, 0, cx->s>>>(y, s, n); break;
+  }
+}
+void cu_gather(const cu_ctx *cx, float *dst, const float *src, const int32_t *rows, int n_out, int dim) {
+  const size_t n = (size_t)n_out * dim;
+  if (n) k_gather<<<cu_ew_blocks(n), 256, 0, cx->s>>>(dst, src, rows, n_out, dim);
+}

@@ -1,0 +1,30 @@
+/* Elementwise and row ops (cuda_ew.cu). */
+#ifndef SM_CUDA_EW_CUH
+#define SM_CUDA_EW_CUH
+#include "backend/cuda/cuda_common.cuh"
+
+/* where a step's new K/V rows go: layer buffers of the paged cache and the batch metadata */
+struct cu_kv_dst {
+  float *K, *V;
+  const int32_t *pos, *seq, *table;
+  int row; /* n_kv_heads * head_dim */
+  int max_blocks, bs, nblocks;
+};
+
+void cu_rmsnorm(const cu_ctx *cx, float *out, const float *x, const float *w, int n, int dim, float eps, float off);
+/* x += a, then out = rmsnorm(x) */
+void cu_add_rmsnorm(const cu_ctx *cx, float *out, float *x, const float *a, const float *w, int n, int dim, float eps,
+                    float off);
+/* rotate-half RoPE in place of the first rot dims of each head */
+void cu_rope(const cu_ctx *cx, float *x, const int32_t *pos, const float *inv, int n_tokens, int nh, int hd, int rot);
+void cu_kv_store(const cu_ctx *cx, const cu_kv_dst *d, const float *k, const float *v, int n_tokens);
+/* rope(q) + rope(k) + kv_store(k, v) in one launch */
+void cu_rope_qk_store(const cu_ctx *cx, const cu_kv_dst *d, float *q, float *k, const float *v, const float *invq,
+                      const float *invk, int n_tokens, int nh, int nkv, int hd, int rotq, int rotk);
+enum { CU_EW_SILU, CU_EW_GELU, CU_EW_ADD, CU_EW_ADD_ROWS, CU_EW_SCALE, CU_EW_SOFTCAP };
+/* SILU/GELU: y = act(a) * b; ADD: y += a; ADD_ROWS: y[i] += a[i % dim]; SCALE: y *= s; SOFTCAP: y = s tanh(y / s) */
+void cu_ew(const cu_ctx *cx, int kind, float *y, const float *a, const float *b, float s, size_t n, int dim);
+/* dst[i][:] = src[rows[i]][:] */
+void cu_gather(const cu_ctx *cx, float *dst, const float *src, const int32_t *rows, int n_out, int dim);
+
+#endif

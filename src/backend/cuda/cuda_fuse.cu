@@ -1,0 +1,564 @@
+/* The executor of recorded ops and its fusion table.
+ *
+ * A recorded step is a list of typed ops (cuda_be.cuh) in the order the model issues them
+ * (src/model/transformer.c; tests/model test_op_sequence pins it per family). The executor walks
+ * the list; at each op it tries the entries of the fusion table whose pattern (op types, and for
+ * matmuls their roles) starts there, in table order: an entry's match checks the dataflow (which
+ * buffers feed which, that intermediates are dead afterwards: dead_after, the one liveness rule) and
+ * shapes, its run launches the fused kernel and says how many ops it consumed (0: it declined). An
+ * op that no entry takes runs alone (cu_exec_op), and the counters say so (unfused_last): a family
+ * whose recipe adds an op the fused paths lack still runs correctly, and its launch count shows what
+ * it costs (tests/cuda test_fusions). Tuning fuse = 0 turns every entry off.
+ *
+ * Some entries leave state for the next op: the int8 x of a buffer written by the kernel before
+ * (preq, with the rms still to apply when k_mlp1 deferred it), or the residual x + a that k_mlp1 left
+ * in another buffer (redir). */
+#include <stdio.h>
+#include <string.h>
+#include "backend/cuda/cuda_attn.cuh"
+#include "backend/cuda/cuda_be.cuh"
+#include "backend/cuda/cuda_ew.cuh"
+#include "backend/cuda/cuda_mlp.cuh"
+#include "backend/cuda/cuda_mv.cuh"
+#include "backend/cuda/cuda_q4.cuh"
+#include "backend/cuda/cuda_sample.cuh"
+#include "backend/cuda/cuda_weights.cuh"
+
+const char *cu_op_name(int type) {
+  static const char *const names[OP_COUNT] = { "embed", "matmul", "rmsnorm", "rope", "kv_store", "attention", "silu_mul",
+                                               "gelu_mul", "add", "add_rows", "scale", "softcap", "gather_out",
+                                               "argmax", "metadata" };
+  return type >= 0 && type < OP_COUNT ? names[type] : "?";
+}
+
+void cu_op_io(const cu_op *o, const void *rd[4], int *nr, const void *wr[2], int *nw) {
+  *nr = *nw = 0;
+#define R(p) (rd[(*nr)++] = (p))
+#define W(p) (wr[(*nw)++] = (p))
+  switch (o->type) {
+  case OP_EMBED: W(o->emb.out); break;
+  case OP_MATMUL: R(o->mm.x); W(o->mm.y); break;
+  case OP_RMSNORM: R(o->norm.x); R(o->norm.w); W(o->norm.out); break;
+  case OP_ROPE: R(o->rope.x); W(o->rope.x); break;
+  case OP_KVSTORE: R(o->kv.k); R(o->kv.v); W(o->kv.K); W(o->kv.V); break;
+  case OP_ATTN: R(o->at.q); R(o->at.K); R(o->at.V); W(o->at.out); break;
+  case OP_SILU: case OP_GELU: R(o->ew.a); R(o->ew.b); W(o->ew.y); break;
+  case OP_ADD: case OP_ADDROWS: R(o->ew.y); R(o->ew.a); W(o->ew.y); break;
+  case OP_SCALE: case OP_SOFTCAP: R(o->ew.y); W(o->ew.y); break;
+  case OP_GATHER: R(o->gat.src); W(o->gat.dst); break;
+  case OP_ARGMAX: R(o->am.logits); break;
+  case OP_META: W(o->meta.dst); break;
+  }
+#undef R
+#undef W
+}
+
+/* the executor's walk over one recorded list */
+typedef struct {
+  const void *preq; /* c->xq holds the int8 x of this buffer (preq_n columns), for the next op */
+  int preq_n;
+  bool predn;       /* ... without its rms, which its reader applies (dn_dim, dn_eps) */
+  int dn_dim;
+  float dn_eps;
+} fx_pass;
+typedef struct {
+  cuda_be *c;
+  const cu_ctx *cx;
+  const cu_op *ops;
+  int n;
+  fx_pass in, out;        /* what the op before left / what this one leaves */
+  const void *redir_x;    /* k_mlp1 with the norm left x + a of the residual redir_x in redir_src */
+  const float *redir_src;
+} fx;
+
+/* Is buffer p dead after op i: the first later op that names it writes it without reading it?
+ * Conservative: false when no later op names it (the caller may still download it). */
+static bool dead_after(const fx *f, int i, const void *p) {
+  for (int j = i + 1; j < f->n; j++) {
+    const void *rd[4], *wr[2];
+    int nr, nw;
+    cu_op_io(&f->ops[j], rd, &nr, wr, &nw);
+    for (int k = 0; k < nr; k++)
+      if (rd[k] == p) return false;
+    for (int k = 0; k < nw; k++)
+      if (wr[k] == p) return true;
+  }
+  return false;
+}
+
+static const cu_op *op(const fx *f, int i) { return i < f->n ? &f->ops[i] : NULL; }
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* The op after the rmsnorm at i is a CW_Q4 matvec of its output with the same rows: then the norm
+ * kernel also writes the int8 x (c->xq) for it. */
+static bool norm_feeds_q4(const fx *f, int i) {
+  const cu_op *r = op(f, i), *m = op(f, i + 1);
+  if (!m || m->type != OP_MATMUL || m->mm.x != r->norm.out || m->mm.n != r->norm.n) return false;
+  const cu_weight *w = m->mm.cw;
+  return w->kind == CW_Q4 && cu_use_matvec(w, m->mm.n) && w->cols == r->norm.dim && f->c->xq &&
+         f->c->xq_cap >= cu_q4_scratch_bytes(m->mm.n, w->cols);
+}
+
+/* The matvecs the executor runs as one launch from op i: consecutive matmuls of the same x, n and
+ * role class (q/k/v, gate/up) with compatible weights, up to 3; their weights in ws, outputs in ys */
+static int mm_group(const fx *f, int i, const cu_weight **ws, float **ys) {
+  const cu_op *o = &f->ops[i];
+  ws[0] = o->mm.cw;
+  ys[0] = o->mm.y;
+  const int rc = cu_q4_role((sm_mm_role)o->mm.role);
+  int nw = 1;
+  while (nw < 3 && i + nw < f->n) {
+    const cu_op *p = &f->ops[i + nw];
+    if (p->type != OP_MATMUL || p->mm.x != o->mm.x || p->mm.n != o->mm.n || p->mm.y == o->mm.x ||
+        cu_q4_role((sm_mm_role)p->mm.role) != rc || rc < 0 || !cu_matvec_compatible(ws[0], p->mm.cw))
+      break;
+    bool alias = false;
+    for (int k = 0; k < nw; k++) alias |= ys[k] == p->mm.y;
+    if (alias) break;
+    ws[nw] = p->mm.cw;
+    ys[nw] = p->mm.y;
+    nw++;
+  }
+  return nw;
+}
+
+/* The norm at op i writes the int8 x of the CW_Q4 matvecs right after it (norm_feeds_q4): is its
+ * float output read by nothing else, so that the norm need not write it? The matvecs reading it
+ * must all be in the one launch that reads the int8 x (mm_group). */
+static bool norm_out_dead(const fx *f, int i, const void *out) {
+  int j = i + 1;
+  const cu_weight *w0 = NULL;
+  while (j < f->n && f->ops[j].type == OP_MATMUL && f->ops[j].mm.x == out) {
+    const cu_weight *w = f->ops[j].mm.cw;
+    if (j - i > 3 || w->kind != CW_Q4 || f->ops[j].mm.y == out || (w0 && !cu_matvec_compatible(w0, w))) return false;
+    for (int k = i + 1; k < j; k++)
+      if (f->ops[k].mm.y == f->ops[j].mm.y) return false;
+    w0 = w0 ? w0 : w;
+    j++;
+  }
+  return w0 && dead_after(f, j - 1, out);
+}
+
+/* ---------------- the entries ---------------- */
+
+/* rmsnorm, and the int8 x of a CW_Q4 matvec after it (k_norm_q) */
+static bool m_norm(const fx *f, int i) { return true; }
+static int r_norm(fx *f, int i) {
+  const cu_op *o = &f->ops[i];
+  const bool q = norm_feeds_q4(f, i);
+  float *out = q && norm_out_dead(f, i, o->norm.out) ? NULL : o->norm.out;
+  if (!cu_norm_q(f->cx, out, (float *)o->norm.x, NULL, o->norm.w, o->norm.n, o->norm.dim, o->norm.eps, o->norm.off,
+                 q ? f->c->xq : NULL))
+    return 0;
+  if (q) { f->out.preq = o->norm.out; f->out.preq_n = o->norm.n; }
+  return 1;
+}
+
+/* silu(gate) * up whose only reader is the next one-token matmul: computed in that matmul's x load
+ * (or quantized for it, CW_Q4) */
+static bool m_silu_mv(const fx *f, int i) {
+  const cu_op *o = &f->ops[i], *m = &f->ops[i + 1];
+  return m->mm.n == 1 && m->mm.x == o->ew.y && m->mm.y != o->ew.a && m->mm.y != o->ew.b && m->mm.y != o->ew.y &&
+         o->ew.n == (size_t)m->mm.cw->cols && dead_after(f, i + 1, o->ew.y);
+}
+static int r_silu_mv(fx *f, int i) {
+  const cu_op *o = &f->ops[i], *m = &f->ops[i + 1];
+  return cu_matvec_silu(f->cx, m->mm.cw, o->ew.a, o->ew.b, 1, m->mm.y, f->c->xq) ? 2 : 0;
+}
+
+static void attn_args(const fx *f, const cu_op *at, cu_attn_args *a) {
+  const cuda_be *c = f->c;
+  memset(a, 0, sizeof *a);
+  a->out = at->at.out;
+  a->part = c->part;
+  a->cnt = c->att_cnt;
+  a->q = at->at.q;
+  a->K = at->at.K;
+  a->V = at->at.V;
+  a->pos = c->d_pos; a->seq = c->d_seq; a->table = c->d_table;
+  a->max_blocks = c->max_blocks; a->bs = at->at.bs; a->nblocks = at->at.nblocks;
+  a->n_tokens = c->n_tokens; a->n_heads = at->at.nh; a->nkv = at->at.nkv; a->hd = at->at.hd;
+  a->scale = at->at.scale; a->window = at->at.window; a->softcap = at->at.softcap;
+  a->S = at->at.splits;
+  a->global_combine = at->at.glong != 0;
+}
+/* decode attention writes the int8 x of the CW_Q4 matvec after it (the o projection) */
+static bool attn_feeds_q4(const fx *f, const cu_op *at, const cu_op *m) {
+  const cu_weight *w = m && m->type == OP_MATMUL ? m->mm.cw : NULL;
+  return w && at->at.hd % 32 == 0 && m->mm.x == at->at.out && m->mm.n == f->c->n_tokens && w->kind == CW_Q4 &&
+         cu_use_matvec(w, m->mm.n) && w->cols == (int64_t)at->at.nh * at->at.hd && f->c->xq &&
+         f->c->xq_cap >= cu_q4_scratch_bytes(m->mm.n, w->cols);
+}
+static bool m_attn_q(const fx *f, int i) {
+  return f->ops[i].at.splits > 0 && attn_feeds_q4(f, &f->ops[i], op(f, i + 1));
+}
+static int r_attn_q(fx *f, int i) {
+  cu_attn_args a;
+  attn_args(f, &f->ops[i], &a);
+  a.xq = f->c->xq;
+  cu_attn_decode(f->cx, &a);
+  f->out.preq = f->ops[i].at.out;
+  f->out.preq_n = f->ops[i + 1].mm.n;
+  return 1;
+}
+
+/* rope(q), rope(k), kv_store(k, v) and decode attention (and the int8 x of the o projection) in one
+ * kernel, when the rotated q and k are not read afterwards */
+static bool m_rope_attn(const fx *f, int i) {
+  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2], *at = &f->ops[i + 3];
+  const int hd = at->at.hd;
+  return at->at.splits > 0 && kv->kv.k == rk->rope.x && at->at.q == o->rope.x && at->at.K == kv->kv.K &&
+         at->at.V == kv->kv.V && o->rope.hd == hd && kv->kv.bs == at->at.bs && kv->kv.nblocks == at->at.nblocks &&
+         rk->rope.hd == hd && o->rope.nh == at->at.nh && rk->rope.nh == at->at.nkv &&
+         rk->rope.nh * rk->rope.hd == kv->kv.row && o->rope.x != rk->rope.x && o->rope.x != kv->kv.v &&
+         rk->rope.x != kv->kv.v && at->at.out != o->rope.x && at->at.out != rk->rope.x && at->at.out != kv->kv.v &&
+         dead_after(f, i + 3, o->rope.x) && dead_after(f, i + 3, rk->rope.x);
+}
+static int r_rope_attn(fx *f, int i) {
+  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2], *at = &f->ops[i + 3];
+  const cu_tune *t = f->cx->t;
+  cu_attn_args a;
+  attn_args(f, at, &a);
+  const bool xq = attn_feeds_q4(f, at, op(f, i + 4));
+  a.xq = xq ? f->c->xq : NULL;
+  a.kraw = rk->rope.x;
+  a.vraw = kv->kv.v;
+  a.invq = o->rope.inv;
+  a.invk = rk->rope.inv;
+  a.halfq = o->rope.rot / 2;
+  a.halfk = rk->rope.rot / 2;
+  /* L2 prefetch of the first bytes of the gate weight (after the o projection) while the memory is
+   * otherwise idle: measured to pay on the 8B shape (2.42 vs 2.45 ms a step), not on the 1B one */
+  for (int j = i + 4; t->pf_kb && j < f->n && j < i + 12; j++) {
+    const cu_op *p = &f->ops[j];
+    if (p->type != OP_MATMUL || p->mm.role != SM_MM_GATE) continue;
+    const cu_weight *gw = p->mm.cw;
+    if (gw->kind != CW_Q4 && gw->kind != CW_DENSE) break;
+    const bool dn = gw->kind == CW_DENSE;
+    const size_t qb = (size_t)gw->rows * (size_t)gw->cols * (dn ? sm_dtype_size(gw->dtype) : 1) / (dn ? 1 : 2);
+    const size_t sbb = dn ? 0 : (size_t)gw->rows * (size_t)(gw->cols / gw->gs) * 4;
+    const size_t pfb = (size_t)t->pf_kb << 10, want = pfb < qb / 2 ? pfb : qb / 2;
+    if (qb >= (size_t)t->pf_min_kb << 10) {
+      a.pf[0] = gw->q;
+      a.pfn[0] = want;
+      a.pf[1] = gw->sb;
+      a.pfn[1] = (size_t)((double)sbb * want / qb);
+    }
+    break;
+  }
+  cu_attn_decode(f->cx, &a);
+  if (xq) { f->out.preq = at->at.out; f->out.preq_n = f->ops[i + 4].mm.n; }
+  return 4;
+}
+
+/* rope(q), rope(k), kv_store(k, v) in one kernel */
+static bool m_rope_kv(const fx *f, int i) {
+  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
+  return kv->kv.k == rk->rope.x && o->rope.hd == rk->rope.hd && rk->rope.nh * rk->rope.hd == kv->kv.row &&
+         o->rope.x != rk->rope.x && o->rope.x != kv->kv.v && rk->rope.x != kv->kv.v;
+}
+static int r_rope_kv(fx *f, int i) {
+  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
+  const cuda_be *c = f->c;
+  cu_kv_dst d = { kv->kv.K, kv->kv.V, c->d_pos, c->d_seq, c->d_table, kv->kv.row, c->max_blocks, kv->kv.bs,
+                  kv->kv.nblocks };
+  cu_rope_qk_store(f->cx, &d, o->rope.x, rk->rope.x, kv->kv.v, o->rope.inv, rk->rope.inv, c->n_tokens, o->rope.nh,
+                   rk->rope.nh, o->rope.hd, o->rope.rot, rk->rope.rot);
+  return 3;
+}
+
+/* gate, up (their x quantized by the kernel before), silu, down: the dataflow of the MLP */
+static bool mlp_flow(const fx *f, int i) {
+  const cu_op *g = &f->ops[i], *u = &f->ops[i + 1], *sl = &f->ops[i + 2], *dn = &f->ops[i + 3];
+  const cu_weight *gw = g->mm.cw, *uw = u->mm.cw, *dw = dn->mm.cw;
+  const int n = g->mm.n;
+  return f->in.preq == g->mm.x && f->in.preq_n == n && !f->in.predn && gw->kind == CW_Q4 && u->mm.x == g->mm.x &&
+         u->mm.n == n && g->mm.y != u->mm.y && g->mm.y != g->mm.x && u->mm.y != g->mm.x && cu_use_matvec(gw, n) &&
+         cu_matvec_compatible(gw, uw) && uw->rows == gw->rows && sl->ew.a == g->mm.y && sl->ew.b == u->mm.y &&
+         sl->ew.n == (size_t)n * (size_t)gw->rows && dn->mm.x == sl->ew.y && dn->mm.n == n && dw->kind == CW_Q4 &&
+         cu_use_matvec(dw, n) && dw->cols == gw->rows && dn->mm.y != sl->ew.y && dead_after(f, i + 3, sl->ew.y) &&
+         f->c->xq2 && f->c->xq2_cap >= cu_q4_scratch_bytes(n, dw->cols);
+}
+/* the MLP in one persistent kernel (k_mlp1) */
+static bool m_mlp(const fx *f, int i) {
+  return mlp_flow(f, i) && cu_mlp_ok(f->cx, f->ops[i].mm.cw, f->ops[i + 1].mm.cw, f->ops[i + 3].mm.cw, f->ops[i].mm.n);
+}
+static int r_mlp(fx *f, int i) {
+  const cu_op *g = &f->ops[i], *u = &f->ops[i + 1], *dn = &f->ops[i + 3];
+  if (!cu_mlp_claim(f->cx)) return 0;
+  return cu_mlp(f->cx, g->mm.cw, u->mm.cw, dn->mm.cw, g->mm.y, u->mm.y, dn->mm.y, f->c->xq, f->c->xq2) ? 4 : 0;
+}
+/* gate/up with silu(gate) * up quantized in one kernel (k_gu_q4), then down */
+static bool m_guq(const fx *f, int i) {
+  return mlp_flow(f, i) && cu_q4_guq_ok(f->cx, f->ops[i].mm.cw, f->ops[i + 1].mm.cw, f->ops[i].mm.n);
+}
+static int r_guq(fx *f, int i) {
+  const cu_op *g = &f->ops[i], *u = &f->ops[i + 1], *dn = &f->ops[i + 3];
+  cu_q4_guq(f->cx, g->mm.cw, u->mm.cw, g->mm.y, u->mm.y, f->c->xq, f->c->xq2);
+  const cu_weight *dw = dn->mm.cw;
+  float *dy = dn->mm.y;
+  cu_q4_matvec_preq(f->cx, &dw, &dy, 1, 1, f->c->xq2, CU_Q4_DN);
+  return 4;
+}
+
+/* matmuls of the same x in one launch (q/k/v, gate/up), or one matvec whose x the kernel before
+ * quantized (with the deferred rms of k_mlp1) */
+static bool m_mm_group(const fx *f, int i) {
+  const cu_op *o = &f->ops[i];
+  if (!cu_use_matvec(o->mm.cw, o->mm.n)) return false;
+  const cu_weight *ws[3];
+  float *ys[3];
+  const bool pq = f->in.preq == o->mm.x && f->in.preq_n == o->mm.n && o->mm.cw->kind == CW_Q4;
+  return mm_group(f, i, ws, ys) > 1 || pq;
+}
+static int r_mm_group(fx *f, int i) {
+  const cu_op *o = &f->ops[i];
+  const cu_weight *ws[3];
+  float *ys[3];
+  const int nw = mm_group(f, i, ws, ys), role = cu_q4_role((sm_mm_role)o->mm.role);
+  const bool pq = f->in.preq == o->mm.x && f->in.preq_n == o->mm.n && o->mm.cw->kind == CW_Q4;
+  if (pq) {
+    const cu_q4_dnorm dn = { f->c->ssp, f->in.dn_dim / 32, f->in.dn_eps, f->in.dn_dim };
+    cu_q4_matvec_preq(f->cx, ws, ys, nw, o->mm.n, f->c->xq, role, f->in.predn ? &dn : NULL);
+  } else {
+    cu_matvec_multi(f->cx, ws, ys, nw, o->mm.x, o->mm.n, f->c->xq, role);
+  }
+  return nw;
+}
+
+/* ops i..: x += a; out = rmsnorm(x) feeding gate/up; silu * mul; down (-> b); x += b; rmsnorm(x), for
+ * one token: the first add + rmsnorm and the whole MLP run in k_mlp1, which leaves x + a in out (dead
+ * otherwise) for the second add to read */
+static bool mlp_norm_flow(const fx *f, int i) {
+  const cu_op *ad = &f->ops[i], *nr = &f->ops[i + 1], *g = &f->ops[i + 2], *u = &f->ops[i + 3], *sl = &f->ops[i + 4],
+              *dn = &f->ops[i + 5], *ad2 = &f->ops[i + 6], *nr2 = &f->ops[i + 7];
+  const cuda_be *c = f->c;
+  if (f->redir_x == ad->ew.y || !c->xq || !c->xq2) return false;
+  const void *x = ad->ew.y, *a = ad->ew.a, *out = nr->norm.out, *b = dn->mm.y;
+  const int dim = nr->norm.dim;
+  if (nr->norm.n != 1 || nr->norm.x != x || (size_t)dim != ad->ew.n || out == x || out == a || out == b ||
+      g->mm.x != out || u->mm.x != out || g->mm.n != 1 || u->mm.n != 1 || dn->mm.n != 1 || g->mm.y == u->mm.y ||
+      g->mm.y == out || u->mm.y == out || g->mm.y == x || g->mm.y == a || u->mm.y == x || u->mm.y == a)
+    return false;
+  const cu_weight *gw = g->mm.cw, *uw = u->mm.cw, *dw = dn->mm.cw;
+  if (sl->ew.a != g->mm.y || sl->ew.b != u->mm.y || !cu_mlp_ok(f->cx, gw, uw, dw, 1) || gw->cols != dim ||
+      sl->ew.n != (size_t)gw->rows || dn->mm.x != sl->ew.y || b == sl->ew.y || b == x || b == out ||
+      !dead_after(f, i + 5, sl->ew.y) || c->xq2_cap < cu_q4_scratch_bytes(1, dw->cols))
+    return false;
+  /* out holds x + a until the second add: nothing else reads or writes it before */
+  if (!norm_out_dead(f, i + 1, out)) return false;
+  if (ad2->ew.y != x || ad2->ew.a != b || ad2->ew.n != (size_t)dim || nr2->norm.x != x || nr2->norm.n != 1 ||
+      nr2->norm.dim != dim || nr2->norm.out == x || nr2->norm.out == b)
+    return false;
+  return aligned16(x) && aligned16(a) && aligned16(out) && aligned16(b) && aligned16(nr->norm.w) &&
+         aligned16(nr2->norm.w) && aligned16(nr2->norm.out) && dim % 32 == 0;
+}
+static cu_mlp_norm mlp_norm_of(const fx *f, int i) {
+  const cu_op *ad = &f->ops[i], *nr = &f->ops[i + 1];
+  return cu_mlp_norm{ ad->ew.y, ad->ew.a, nr->norm.w, nr->norm.off, nr->norm.eps, nr->norm.out };
+}
+/* ... and the add + rmsnorm after it deferred: the second norm only feeds one launch of the next
+ * layer's q/k/v (k_mvq4), which applies the rms */
+static bool m_mlp_norm_dn(const fx *f, int i) {
+  if (!mlp_norm_flow(f, i)) return false;
+  const cu_op *g = &f->ops[i + 2], *u = &f->ops[i + 3], *dn = &f->ops[i + 5], *nr2 = &f->ops[i + 7];
+  const cuda_be *c = f->c;
+  if (!c->ssp || !cu_mlp_dnorm_ok(f->cx, g->mm.cw, u->mm.cw, dn->mm.cw) || !norm_feeds_q4(f, i + 7) ||
+      !norm_out_dead(f, i + 7, nr2->norm.out) || c->ssp_cap < sizeof(float) * (size_t)(nr2->norm.dim / 32) ||
+      nr2->norm.dim % 32)
+    return false;
+  const cu_weight *ws[3];
+  float *ys[3];
+  const int nw = mm_group(f, i + 8, ws, ys);
+  return nw == 3 && f->ops[i + 8].mm.n == 1 && cu_q4_dnorm_ok(f->cx, ws, nw, CU_Q4_QKV);
+}
+static int r_mlp_norm_dn(fx *f, int i) {
+  const cu_op *ad = &f->ops[i], *g = &f->ops[i + 2], *u = &f->ops[i + 3], *dn = &f->ops[i + 5], *nr2 = &f->ops[i + 7];
+  if (!cu_mlp_claim(f->cx)) return 0;
+  const cu_mlp_norm nm = mlp_norm_of(f, i);
+  const cu_mlp_dnorm dz = { ad->ew.y, nr2->norm.w, nr2->norm.off, f->c->xq, f->c->ssp };
+  if (!cu_mlp(f->cx, g->mm.cw, u->mm.cw, dn->mm.cw, g->mm.y, u->mm.y, dn->mm.y, NULL, f->c->xq2, &nm, &dz)) return 0;
+  f->out.preq = nr2->norm.out;
+  f->out.preq_n = 1;
+  f->out.predn = true;
+  f->out.dn_dim = nr2->norm.dim;
+  f->out.dn_eps = nr2->norm.eps;
+  return 8;
+}
+static bool m_mlp_norm(const fx *f, int i) { return mlp_norm_flow(f, i); }
+static int r_mlp_norm(fx *f, int i) {
+  const cu_op *g = &f->ops[i + 2], *u = &f->ops[i + 3], *dn = &f->ops[i + 5];
+  if (!cu_mlp_claim(f->cx)) return 0;
+  const cu_mlp_norm nm = mlp_norm_of(f, i);
+  if (!cu_mlp(f->cx, g->mm.cw, u->mm.cw, dn->mm.cw, g->mm.y, u->mm.y, dn->mm.y, NULL, f->c->xq2, &nm)) return 0;
+  f->redir_x = f->ops[i].ew.y;
+  f->redir_src = nm.hout;
+  return 6;
+}
+
+/* x += a; out = rmsnorm(x) (+ the int8 x of a CW_Q4 matvec after it) */
+static bool m_add_norm(const fx *f, int i) {
+  const cu_op *o = &f->ops[i], *p = &f->ops[i + 1];
+  return p->norm.x == o->ew.y && (size_t)p->norm.n * (size_t)p->norm.dim == o->ew.n && p->norm.out != o->ew.y &&
+         p->norm.out != o->ew.a;
+}
+static int r_add_norm(fx *f, int i) {
+  const cu_op *o = &f->ops[i], *p = &f->ops[i + 1];
+  const bool q = norm_feeds_q4(f, i + 1);
+  const float *src = f->redir_x == o->ew.y ? f->redir_src : NULL; /* set: this cu_norm_q was checked to run */
+  f->redir_x = NULL;
+  float *out = q && norm_out_dead(f, i + 1, p->norm.out) ? NULL : p->norm.out;
+  if (cu_norm_q(f->cx, out, o->ew.y, o->ew.a, p->norm.w, p->norm.n, p->norm.dim, p->norm.eps, p->norm.off,
+                q ? f->c->xq : NULL, src)) {
+    if (q) { f->out.preq = p->norm.out; f->out.preq_n = p->norm.n; }
+  } else {
+    cu_add_rmsnorm(f->cx, p->norm.out, o->ew.y, o->ew.a, p->norm.w, p->norm.n, p->norm.dim, p->norm.eps, p->norm.off);
+  }
+  return 2;
+}
+
+/* a pattern element: an op type, and for matmuls the role (any when omitted) */
+#define P(t) ((t) + 1)
+#define PM(r) (((OP_MATMUL) + 1) | (((r) + 1) << 8))
+#define MLP_PAT PM(SM_MM_GATE), PM(SM_MM_UP), P(OP_SILU), PM(SM_MM_DOWN)
+typedef struct {
+  const char *name;
+  uint16_t pattern[12]; /* 0-terminated */
+  bool (*match)(const fx *f, int i);
+  int (*run)(fx *f, int i); /* ops consumed, 0: declined */
+} cu_fusion;
+static const cu_fusion k_fusions[] = {
+  { "rmsnorm+quant", { P(OP_RMSNORM) }, m_norm, r_norm },
+  { "silu+matvec", { P(OP_SILU), P(OP_MATMUL) }, m_silu_mv, r_silu_mv },
+  { "attention+quant", { P(OP_ATTN), P(OP_MATMUL) }, m_attn_q, r_attn_q },
+  { "rope+kv_store+attention", { P(OP_ROPE), P(OP_ROPE), P(OP_KVSTORE), P(OP_ATTN) }, m_rope_attn, r_rope_attn },
+  { "rope+kv_store", { P(OP_ROPE), P(OP_ROPE), P(OP_KVSTORE) }, m_rope_kv, r_rope_kv },
+  { "mlp", { MLP_PAT }, m_mlp, r_mlp },
+  { "gate/up+silu quant", { MLP_PAT }, m_guq, r_guq },
+  { "matvec group", { P(OP_MATMUL) }, m_mm_group, r_mm_group },
+  { "add+rmsnorm+mlp+add+quant",
+    { P(OP_ADD), P(OP_RMSNORM), MLP_PAT, P(OP_ADD), P(OP_RMSNORM), PM(SM_MM_Q), PM(SM_MM_K), PM(SM_MM_V) },
+    m_mlp_norm_dn, r_mlp_norm_dn },
+  { "add+rmsnorm+mlp", { P(OP_ADD), P(OP_RMSNORM), MLP_PAT, P(OP_ADD), P(OP_RMSNORM) }, m_mlp_norm, r_mlp_norm },
+  { "add+rmsnorm", { P(OP_ADD), P(OP_RMSNORM) }, m_add_norm, r_add_norm },
+};
+#define N_FUSIONS ((int)(sizeof k_fusions / sizeof k_fusions[0]))
+static_assert(N_FUSIONS <= CU_MAX_FUSIONS, "fusion counters");
+
+int cu_fusion_count(void) { return N_FUSIONS; }
+const char *cu_fusion_name(int i) { return i >= 0 && i < N_FUSIONS ? k_fusions[i].name : "?"; }
+
+static bool pattern_at(const fx *f, const uint16_t *pat, int i) {
+  for (int k = 0; k < 12 && pat[k]; k++) {
+    if (i + k >= f->n) return false;
+    const cu_op *o = &f->ops[i + k];
+    if (o->type != (pat[k] & 0xff) - 1) return false;
+    if ((pat[k] >> 8) && (o->type != OP_MATMUL || o->mm.role != (pat[k] >> 8) - 1)) return false;
+  }
+  return true;
+}
+
+/* ---------------- one op, unfused ---------------- */
+static void x_matmul(cuda_be *c, const cu_op *o) {
+  const cu_weight *cw = o->mm.cw;
+  if (cu_use_matvec(cw, o->mm.n)) {
+    float *y = o->mm.y;
+    cu_matvec_multi(&c->cx, &cw, &y, 1, o->mm.x, o->mm.n, c->xq, cu_q4_role((sm_mm_role)o->mm.role));
+    return;
+  }
+  cu_gemm(&c->cx, c->blas, cw, o->mm.x, o->mm.n, o->mm.y, c->x16, c->deq, c->deq_cap);
+}
+
+static void x_attention(cuda_be *c, const cu_op *o) {
+  if (o->at.splits) { /* decode kernel */
+    fx f;
+    memset(&f, 0, sizeof f);
+    f.c = c;
+    cu_attn_args a;
+    attn_args(&f, o, &a);
+    cu_attn_decode(&c->cx, &a);
+    return;
+  }
+  cu_attn_tiled t = { o->at.out, c->part, o->at.q, o->at.K, o->at.V, c->d_pos, c->d_seq, c->d_table, c->d_tiles,
+                      c->n_tiles, c->n_tokens, c->max_blocks, o->at.bs, o->at.nblocks, o->at.nh, o->at.nkv, o->at.hd,
+                      o->at.scale, o->at.window, o->at.softcap };
+  cu_attn_tiled_run(&c->cx, &t);
+}
+
+static void exec_op_(cuda_be *c, const cu_op *o) {
+  const cu_ctx *cx = &c->cx;
+  const int nt = c->n_tokens;
+  switch (o->type) {
+  case OP_EMBED: cu_embed(cx, o->emb.cw, c->d_tokens, nt, o->emb.out); break;
+  case OP_MATMUL: x_matmul(c, o); break;
+  case OP_RMSNORM: cu_rmsnorm(cx, o->norm.out, o->norm.x, o->norm.w, o->norm.n, o->norm.dim, o->norm.eps, o->norm.off); break;
+  case OP_ROPE: cu_rope(cx, o->rope.x, c->d_pos, o->rope.inv, nt, o->rope.nh, o->rope.hd, o->rope.rot); break;
+  case OP_KVSTORE: {
+    cu_kv_dst d = { o->kv.K, o->kv.V, c->d_pos, c->d_seq, c->d_table, o->kv.row, c->max_blocks, o->kv.bs, o->kv.nblocks };
+    cu_kv_store(cx, &d, o->kv.k, o->kv.v, nt);
+    break;
+  }
+  case OP_ATTN: x_attention(c, o); break;
+  case OP_SILU: cu_ew(cx, CU_EW_SILU, o->ew.y, o->ew.a, o->ew.b, 0.f, o->ew.n, 0); break;
+  case OP_GELU: cu_ew(cx, CU_EW_GELU, o->ew.y, o->ew.a, o->ew.b, 0.f, o->ew.n, 0); break;
+  case OP_ADD: cu_ew(cx, CU_EW_ADD, o->ew.y, o->ew.a, NULL, 0.f, o->ew.n, 0); break;
+  case OP_ADDROWS: cu_ew(cx, CU_EW_ADD_ROWS, o->ew.y, o->ew.a, NULL, 0.f, o->ew.n, o->ew.dim); break;
+  case OP_SCALE: cu_ew(cx, CU_EW_SCALE, o->ew.y, NULL, NULL, o->ew.s, o->ew.n, 0); break;
+  case OP_SOFTCAP: cu_ew(cx, CU_EW_SOFTCAP, o->ew.y, NULL, NULL, o->ew.s, o->ew.n, 0); break;
+  case OP_META: cu_meta_launch(c, o->meta.dst); break;
+  case OP_ARGMAX:
+    cu_argmax1(cx, o->am.logits, o->am.vocab, c->am_pv, c->am_pi, c->am_cnt, o->am.dtok, o->am.htok);
+    cu_count(cx, CU_K_ARGMAX);
+    break;
+  case OP_GATHER: cu_gather(cx, o->gat.dst, o->gat.src, c->d_out, c->n_out, o->gat.dim); break;
+  }
+}
+
+void cu_exec_op(cuda_be *c, const cu_op *o) {
+  if (!c->t.profile) { exec_op_(c, o); return; }
+  char lab[64];
+  if (o->type == OP_MATMUL) {
+    const cu_weight *w = o->mm.cw;
+    snprintf(lab, sizeof lab, "matmul %s %s%d %lldx%lld n%s", sm_mm_role_name((sm_mm_role)o->mm.role),
+             w->bits ? "q" : "dense", w->bits ? w->bits : (int)w->dtype, (long long)w->rows, (long long)w->cols,
+             o->mm.n == 1 ? "=1" : o->mm.n <= CU_MAX_N ? "<=8" : ">8");
+  } else if (o->type == OP_ATTN) snprintf(lab, sizeof lab, "attention n%s", c->n_tokens == 1 ? "=1" : ">1");
+  else snprintf(lab, sizeof lab, "%s", cu_op_name(o->type));
+  cu_prof_begin(c);
+  exec_op_(c, o);
+  cu_prof_end(c, lab);
+}
+
+void cu_exec_ops(cuda_be *c) {
+  fx f;
+  memset(&f, 0, sizeof f);
+  f.c = c;
+  f.cx = &c->cx;
+  f.ops = c->ops;
+  f.n = c->n_ops;
+  memset(c->fused_last, 0, sizeof c->fused_last);
+  memset(c->unfused_last, 0, sizeof c->unfused_last);
+  for (int i = 0; i < f.n;) {
+    f.in = f.out;
+    memset(&f.out, 0, sizeof f.out);
+    int used = 0;
+    for (int k = 0; c->t.fuse && k < N_FUSIONS && !used; k++) {
+      const cu_fusion *e = &k_fusions[k];
+      if (!pattern_at(&f, e->pattern, i) || !e->match(&f, i)) continue;
+      cu_prof_begin(c);
+      used = e->run(&f, i);
+      if (!used) continue;
+      cu_prof_end(c, e->name);
+      c->fused_last[k]++;
+      c->fused_all[k]++;
+    }
+    if (!used) {
+      memset(&f.out, 0, sizeof f.out);
+      cu_exec_op(c, &f.ops[i]);
+      c->unfused_last[f.ops[i].type]++;
+      c->unfused_all[f.ops[i].type]++;
+      used = 1;
+    }
+    i += used;
+  }
+}

@@ -1,0 +1,39 @@
+/* Matrix products of larger batches (more tokens than the matvec kernels take): cuBLAS GEMMs, with
+ * x converted to bf16/f16 and quantized weights dequantized to bf16 a tile of rows at a time. */
+#include "backend/cuda/cuda_weights.cuh"
+
+#define GRID_STRIDE(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+__global__ void k_to_bf16(__nv_bfloat16 *o, const float *x, size_t n) { GRID_STRIDE(i, n) o[i] = __float2bfloat16(x[i]); }
+__global__ void k_to_f16(__half *o, const float *x, size_t n) {
+  GRID_STRIDE(i, n) o[i] = __float2half(fminf(fmaxf(x[i], -65504.f), 65504.f));
+}
+
+void cu_gemm(const cu_ctx *cx, cublasHandle_t blas, const cu_weight *cw, const float *x, int n, float *y, void *x16,
+             void *deq, size_t deq_bytes) {
+  const int64_t M = cw->rows, K = cw->cols;
+  const float one = 1.f, zero = 0.f;
+  if (cw->kind == CW_DENSE && cw->dtype == SM_DT_F32) {
+    cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, n, (int)K, &one, cw->q, CUDA_R_32F, (int)K, x, CUDA_R_32F,
+                 (int)K, &zero, y, CUDA_R_32F, (int)M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return;
+  }
+  const bool f16 = cw->kind == CW_DENSE && cw->dtype == SM_DT_F16;
+  const cudaDataType dt = f16 ? CUDA_R_16F : CUDA_R_16BF;
+  const size_t nx = (size_t)n * K;
+  if (f16) k_to_f16<<<cu_ew_blocks(nx), 256, 0, cx->s>>>((__half *)x16, x, nx);
+  else k_to_bf16<<<cu_ew_blocks(nx), 256, 0, cx->s>>>((__nv_bfloat16 *)x16, x, nx);
+  if (cw->kind == CW_DENSE) {
+    cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, n, (int)K, &one, cw->q, dt, (int)K, x16, dt, (int)K, &zero, y,
+                 CUDA_R_32F, (int)M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return;
+  }
+  int64_t chunk = (int64_t)(deq_bytes / ((size_t)K * 2));
+  if (chunk > M) chunk = M;
+  if (chunk >= 128) chunk &= ~(int64_t)127;
+  for (int64_t r0 = 0; r0 < M; r0 += chunk) {
+    const int64_t nr = M - r0 < chunk ? M - r0 : chunk;
+    cu_dequant_rows(cw, r0, nr, deq, false, cx->s);
+    cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)K, &one, deq, CUDA_R_16BF, (int)K, x16, CUDA_R_16BF,
+                 (int)K, &zero, y + r0, CUDA_R_32F, (int)M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  }
+}

@@ -1,0 +1,40 @@
+/* Matrix-vector products of 4-bit CW_Q4 weights with int8 activations (cuda_q4.cu). The int8
+ * layout of x (cu_q4_scratch_bytes(n, K) bytes): per 32 values, the int8s in the order the weight
+ * nibbles unpack to, then per 32 values (scale, exact sum) as float2. */
+#ifndef SM_CUDA_Q4_CUH
+#define SM_CUDA_Q4_CUH
+#include "backend/cuda/cuda_common.cuh"
+
+/* x was quantized without dividing by its rms (k_mlp1's deferred norm): ssp[0 .. nss) hold partial
+ * sums of x^2 and every output is scaled by 1 / sqrt(sum / dim + eps) */
+struct cu_q4_dnorm {
+  const float *ssp;
+  int nss;
+  float eps;
+  int dim;
+};
+
+/* ys[i] = ws[i] . x for n <= CU_Q4_MAX_N columns: x (or silu(x) * xu when xu != NULL) is quantized
+ * into xq first (k_quant_x), then k_mvq4 runs with the tiling rb (rows a thread + 10 * vectors a
+ * round) and tl (log2 threads a row), 0 = automatic. role: CU_Q4_* or -1 */
+void cu_q4_matvec(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x,
+                  const float *xu, int n, void *xq, int role, int rb = 0, int tl = 0);
+/* the same with x already quantized in xq by the kernel before; dn (may be NULL, n = 1, k_mvq4 only:
+ * cu_q4_dnorm_ok) applies a deferred rmsnorm */
+void cu_q4_matvec_preq(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xq,
+                       int role, const cu_q4_dnorm *dn = NULL);
+bool cu_q4_dnorm_ok(const cu_ctx *cx, const cu_weight *const *ws, int nw, int role);
+/* whether cu_q4_matvec_preq takes k_mvr (one token) for these weights and role */
+bool cu_q4_mvr_ok(const cu_ctx *cx, const cu_weight *const *ws, int nw, int role);
+/* gate and up of one token with h = silu(gate) * up quantized into hq (cu_q4_scratch_bytes(1, rows)) for
+ * the down projection, in one kernel (k_gu_q4): where cu_q4_guq_ok (large gate weights that k_mvr does
+ * not take) */
+bool cu_q4_guq_ok(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, int n);
+void cu_q4_guq(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, float *gy, float *uy, const void *xq, void *hq);
+/* out[r] = rmsnorm(x[r] (+= a[r] when a)) * (w + off) for n rows of dim, one block a row; with xq also
+ * the int8 layout of out; out may be NULL (only xq written); xsrc (may be NULL): x is set to xsrc (+ a)
+ * instead of x (+ a). false (nothing launched) when the shape or alignment is not supported */
+bool cu_norm_q(const cu_ctx *cx, float *out, float *x, const float *a, const float *w, int n, int dim, float eps,
+               float off, void *xq, const float *xsrc = NULL);
+
+#endif

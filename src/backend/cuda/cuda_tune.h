@@ -1,0 +1,44 @@
+/* The CUDA backend's tuning values: one struct per backend instance, read once when the backend is
+ * created from the table in cuda_tune.cu (tuning.h). The defaults are the measured winners on the
+ * H100 (docs/cuda.md); some depend on the device's compute capability. */
+#ifndef SM_CUDA_TUNE_H
+#define SM_CUDA_TUNE_H
+#include "backend/tuning.h"
+
+typedef struct {
+  /* user-facing (docs/cuda.md) */
+  int graphs;    /* SMELT_CUDA_GRAPHS: replay small steps as CUDA graphs */
+  int fuse;      /* SMELT_CUDA_FUSE: 0 runs every op as its own kernel */
+  int profile;   /* SMELT_CUDA_PROFILE: time every op (graphs off), table at exit */
+  int stats;     /* SMELT_CUDA_STATS: 1 step times, graph and fusion counts at exit; 2 also the decode timeline */
+  /* tuning */
+  int pdl;       /* programmatic dependent launch */
+  int q4;        /* 4-bit weights on the int8 kernels: 0 never, 1 >= 1 Mi elements, 2 all */
+  int carve;     /* shared-memory carveout of all kernels of models with CW_Q4 weights (-1: driver's) */
+  int wef;       /* weight streams read L2 evict-first: 1/2 k_mlp1 weights/scales, 4/8 k_mvq4's, 16/32 k_mvr's */
+  int attn_kvef; /* decode attention reads K/V rows L2 evict-first */
+  int pf_kb;     /* decode attention prefetches this many KB of the gate weight into L2 */
+  int pf_min_kb; /* ... for gate weights of at least this many KB */
+  int attn_s;    /* decode attention splits (0: automatic) */
+  int attn_long; /* from this many positions on, decode attention combines its splits in global memory */
+  int attn_cl;   /* largest thread-block cluster for the split combine (0: global memory) */
+  int attn_stg;  /* K/V batches a warp stages in shared memory before its wait (0-2) */
+  int attn_trig; /* where decode attention lets the next kernel launch: 0 start, 1 first K/V loads, 2 after the loop */
+  int mvr;       /* roles (bit mask of CU_Q4_*) that use k_mvr for one token; -1: automatic */
+  int q4cfg;     /* k_mvq4 tiling for one token (rows a thread + 10 * vectors a round; 0: automatic) */
+  int q4long;    /* ... the automatic tiling for K > 8192 */
+  int q4warps;   /* ... fewest warps for the one-vector-a-round tiling */
+  int q4hint;    /* k_mvq4 weight load L2 hint */
+  /* developer builds only (change results) */
+  int attn_diag; /* decode attention parts left out (bit mask) */
+  int trace_l;   /* SMELT_CUDA_TRACE builds: the layer launch traced */
+} cu_tune;
+
+/* the table (for docs tests and `describe`), and reading it for a device of compute capability arch
+ * (major * 10 + minor) */
+const sm_tune_entry *cu_tune_table(size_t *n);
+smelt_status cu_tune_read(int arch, cu_tune *out);
+/* the defaults without the environment (tests) */
+void cu_tune_defaults(int arch, cu_tune *out);
+
+#endif

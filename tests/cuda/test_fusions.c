@@ -1,0 +1,155 @@
+/* What the CUDA executor fuses in a decode step, per family, and how many kernels a decode layer
+ * launches: random 4-bit models of the Llama-3.2-1B layer shape (and the 8B one for llama) with two
+ * and three layers; after a few decode steps (the graph captured) the stats of the backend tell the
+ * fusion table entries that fired and the kernel nodes of the captured graph. The difference of the
+ * three- and two-layer counts is what one more layer costs. An edit that breaks a fusion (a changed
+ * op order in the forward, a role, a recipe) changes these numbers and fails here; the op order
+ * itself is pinned on the CPU by tests/model test_op_sequence.
+ * Exits 77 (ctest SKIP) without CUDA or a GPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "../test_util.h"
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "model/model.h"
+
+#ifndef SMELT_HAVE_CUDA
+int main(void) {
+  printf("SKIP: built without CUDA\n");
+  return 77;
+}
+#else
+#include "backend/cuda/cuda_api.h"
+
+typedef struct {
+  int nodes;          /* kernel launches of the captured decode graph */
+  long fused[SM_CUDA_STATS_MAX];
+  long unfused[SM_CUDA_STATS_MAX];
+  sm_cuda_stats st;
+} step_info;
+
+static bool decode(const char *family, int layers, int hidden, int ffn, step_info *out) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "/tmp/smelt-fusions-%s-%d-%d-%d", family, hidden, layers, (int)getpid());
+  sm_synth_shape sh = { "fusions", hidden, layers, 32, 8, ffn, 1024, true, family };
+  CHECK(sm_make_synthetic(&sh, 4, 64, dir, false) == SMELT_OK, "%s: synthetic: %s", family, smelt_last_error());
+  smelt_model_params p;
+  smelt_model_params_default(&p);
+  p.device = SMELT_DEVICE_CUDA;
+  p.max_context = 128;
+  smelt_model *m = NULL;
+  bool ok = smelt_model_load(dir, &p, &m) == SMELT_OK;
+  CHECK(ok, "%s: load: %s", family, smelt_last_error());
+  if (ok) {
+    sm_engine_params ep;
+    sm_engine_params_default(&ep);
+    ep.max_context = 128;
+    ep.prefix_cache = false;
+    sm_engine *e = NULL;
+    CHECK(sm_engine_create(m, &ep, &e) == SMELT_OK, "%s: engine: %s", family, smelt_last_error());
+    float *lg = malloc(sizeof(float) * 1024);
+    sm_seq *q = sm_seq_new(e);
+    int32_t ids[8] = { 3, 141, 59, 265, 358, 979, 323, 84 };
+    sm_seq_append(e, q, ids, 8);
+    for (int step = 0; step < 6 && ok; step++) {
+      uint8_t d = 0;
+      ok = sm_engine_step(e, &q, 1, lg, &d) == SMELT_OK && d;
+      CHECK(ok, "%s: step %d: %s", family, step, smelt_last_error());
+      int32_t t = (int32_t)((step * 97 + 11) % 1024);
+      sm_seq_append(e, q, &t, 1);
+    }
+    sm_cuda_get_stats(m->be, &out->st);
+    out->nodes = out->st.graph_nodes_last;
+    for (int i = 0; i < out->st.n_fusions; i++) out->fused[i] = out->st.fused_last[i];
+    for (int i = 0; i < out->st.n_op_types; i++) out->unfused[i] = out->st.unfused_last[i];
+    CHECK(out->st.captures > 0 && out->st.graph_launches > 0, "%s: no decode graph (captures %ld, replays %ld)", family,
+          out->st.captures, out->st.graph_launches);
+    free(lg);
+    sm_seq_free(e, q);
+    sm_engine_free(e);
+  }
+  smelt_model_free(m);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd)) {}
+  return ok;
+}
+
+static int fusion_index(const sm_cuda_stats *st, const char *name) {
+  for (int i = 0; i < st->n_fusions; i++)
+    if (!strcmp(st->fusion[i], name)) return i;
+  return -1;
+}
+static int op_index(const sm_cuda_stats *st, const char *name) {
+  for (int i = 0; i < st->n_op_types; i++)
+    if (!strcmp(st->op[i], name)) return i;
+  return -1;
+}
+
+/* one layer's expected launches and fusions (the difference of three and two layers) */
+typedef struct {
+  const char *family;
+  int hidden, ffn;
+  int launches;             /* kernels a decode layer launches */
+  const char *fused[6];     /* fusion entries firing once a layer */
+  const char *unfused_op;   /* an op run alone in every layer (the recipe's op the fused paths lack) */
+  int unfused_n;
+} layer_case;
+
+static void check_case(const layer_case *c) {
+  step_info a, b;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  if (!decode(c->family, 2, c->hidden, c->ffn, &a) || !decode(c->family, 3, c->hidden, c->ffn, &b)) return;
+  const int per_layer = b.nodes - a.nodes;
+  printf("%s (hidden %d): %d kernel launches a decode step with 2 layers, %d with 3: %d a layer\n", c->family, c->hidden,
+         a.nodes, b.nodes, per_layer);
+  for (int i = 0; i < b.st.n_fusions; i++)
+    if (b.fused[i] || a.fused[i])
+      printf("  %-28s %ld with 2 layers, %ld with 3\n", b.st.fusion[i], a.fused[i], b.fused[i]);
+  for (int i = 0; i < b.st.n_op_types; i++)
+    if (b.unfused[i] || a.unfused[i]) printf("  unfused %-20s %ld with 2 layers, %ld with 3\n", b.st.op[i], a.unfused[i], b.unfused[i]);
+  CHECK(per_layer == c->launches, "%s (hidden %d): %d launches a decode layer, expected %d", c->family, c->hidden,
+        per_layer, c->launches);
+  for (int k = 0; k < 6 && c->fused[k]; k++) {
+    const int i = fusion_index(&b.st, c->fused[k]);
+    CHECK(i >= 0, "no fusion named %s", c->fused[k]);
+    if (i >= 0)
+      CHECK(b.fused[i] - a.fused[i] >= 1, "%s (hidden %d): %s does not fire in every layer (%ld / %ld)", c->family,
+            c->hidden, c->fused[k], a.fused[i], b.fused[i]);
+  }
+  if (c->unfused_op) {
+    const int i = op_index(&b.st, c->unfused_op);
+    CHECK(i >= 0 && b.unfused[i] - a.unfused[i] == c->unfused_n, "%s: %s run alone %ld times a layer, expected %d",
+          c->family, c->unfused_op, i >= 0 ? b.unfused[i] - a.unfused[i] : -1, c->unfused_n);
+  }
+}
+
+int main(void) {
+  sm_backend *g = sm_cuda_backend_create(0);
+  if (!g) {
+    printf("SKIP: no usable CUDA device (%s)\n", smelt_last_error());
+    return 77;
+  }
+  char name[128];
+  sm_cuda_device_name(g, name, sizeof name);
+  g->destroy(g);
+  printf("device: %s\n", name);
+  /* the 1B shape: q/k/v, attention with rope and the KV store, o, and the MLP (k_mlp1 with the add +
+   * rmsnorm before it); the add + rmsnorm after it runs alone (its int8 x for the next q/k/v) */
+  const layer_case cases[] = {
+    { "llama", 2048, 8192, 5, { "matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "add+rmsnorm" }, NULL, 0 },
+    { "mistral", 2048, 8192, 5, { "matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "add+rmsnorm" }, NULL, 0 },
+    /* qwen2: the q/k/v biases run alone (three add_rows a layer) */
+    { "qwen2", 2048, 8192, 8, { "matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp" }, "add_rows", 3 },
+    /* qwen3: the per-head q/k norms are kernels of their own */
+    { "qwen3", 2048, 8192, 7, { "matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "rmsnorm+quant" }, NULL, 0 },
+    /* the 8B shape: k_mlp1 also does the add + rmsnorm after it, deferred to the q/k/v launch */
+    { "llama", 4096, 14336, 4, { "matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp+add+quant" }, NULL, 0 },
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
+  TEST_END();
+}
+#endif
