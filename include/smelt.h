@@ -79,6 +79,9 @@ typedef struct {
   int n_eos;               /* end-of-sequence ids from config.json and generation_config.json */
   const int32_t *eos_ids;
   int32_t bos_id;          /* -1 when none */
+  /* sampling defaults from generation_config.json: 0 when not given; do_sample -1 when not given */
+  float gen_temperature, gen_top_p;
+  int gen_top_k, gen_do_sample;
 } smelt_model_info;
 void smelt_model_get_info(const smelt_model *m, smelt_model_info *info);
 /* Measured streaming-read bandwidth of the memory the model's weights live in, bytes/s, with the

@@ -313,6 +313,10 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
   info->n_eos = c->n_eos;
   info->eos_ids = c->eos_ids;
   info->bos_id = c->bos_id;
+  info->gen_temperature = c->gen_temperature;
+  info->gen_top_p = c->gen_top_p;
+  info->gen_top_k = c->gen_top_k;
+  info->gen_do_sample = c->gen_do_sample;
 }
 
 double smelt_model_bandwidth(smelt_model *m) {

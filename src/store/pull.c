@@ -2,6 +2,7 @@
  * needs into <store>/.tmp/<owner>--<name>/ (resumable .part files, size and sha256
  * checks), then rename the folder into place. */
 #include "store/store.h"
+#include "base/strbuf.h"
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -82,15 +83,11 @@ static void curl_common(CURL *c, struct curl_slist *hdr, char *errbuf) {
 }
 
 /* ---- API listing ---- */
-typedef struct { char *p; size_t n; } membuf;
 static size_t mem_write(char *d, size_t sz, size_t nm, void *u) {
-  membuf *m = u;
+  sm_buf *m = u;
   size_t n = sz * nm;
   if (m->n + n > (64u << 20)) return 0; /* a listing is never this large */
-  m->p = sm_xrealloc(m->p, m->n + n + 1);
-  memcpy(m->p + m->n, d, n);
-  m->n += n;
-  m->p[m->n] = 0;
+  sm_buf_put(m, d, n);
   return n;
 }
 
@@ -199,11 +196,11 @@ static smelt_status fetch_listing(const char *ep, const char *repo, const char *
   snprintf(url, l, "%s/api/models/%s/revision/main?blobs=true", ep, repo);
   struct curl_slist *hdr = auth_headers(token);
   char errbuf[CURL_ERROR_SIZE];
-  membuf mb = {0};
+  sm_buf mb = SM_BUF_INIT;
   smelt_status s = SMELT_OK;
   for (int attempt = 0; attempt < 3; attempt++) {
     if (attempt) { struct timespec ts = {0, 300000000L}; nanosleep(&ts, NULL); }
-    free(mb.p); mb.p = NULL; mb.n = 0;
+    sm_buf_clear(&mb);
     curl_easy_reset(c);
     curl_common(c, hdr, errbuf);
     curl_easy_setopt(c, CURLOPT_URL, url);
@@ -224,10 +221,10 @@ static smelt_status fetch_listing(const char *ep, const char *repo, const char *
       s = http_error(code, what, repo, ep, token != NULL);
       break;
     }
-    s = parse_listing(mb.p ? mb.p : "", repo, files, n, rev);
+    s = parse_listing(sm_buf_str(&mb), repo, files, n, rev);
     break;
   }
-  free(mb.p);
+  sm_buf_free(&mb);
   curl_slist_free_all(hdr);
   curl_easy_cleanup(c);
   free(url);
