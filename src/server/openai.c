@@ -31,14 +31,14 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
     memcpy(ids, req.prompt_ids, sizeof(int32_t) * n_ids);
   } else {
     char *text = NULL;
-    bool add_special = true;
+    /* raw completions text gets the post-processor's special tokens (BOS); a rendered chat
+     * template already holds the ones the model wants and is encoded as it is, as transformers,
+     * vLLM and `smelt run` do */
+    bool add_special = kind == SM_EP_COMPLETIONS;
     if (kind == SM_EP_COMPLETIONS) {
       text = sm_xstrdup(req.prompt);
-    } else {
-      if (sm_chat_apply(o->tok, req.messages, req.tools, true, req.chat_template_kwargs, &text) != SMELT_OK)
-        REJECT(400, pparam, NULL, "could not apply the chat template: %s", sm_errmsg());
-      const char *bos = sm_tok_bos_token(o->tok);
-      if (bos && bos[0] && !strncmp(text, bos, strlen(bos))) add_special = false;
+    } else if (sm_chat_apply(o->tok, req.messages, req.tools, true, req.chat_template_kwargs, &text) != SMELT_OK) {
+      REJECT(400, pparam, NULL, "could not apply the chat template: %s", sm_errmsg());
     }
     smelt_status st = smelt_tokenize(o->tok, text, strlen(text), add_special, &ids, &n_ids);
     free(text);

@@ -3,7 +3,7 @@
 // The model is a tiny random-weight llama with a byte-level tokenizer (tests/server/make_test_model.c),
 // so the checks are consistency checks against independent paths (stream vs non-stream, batched vs
 // alone, with vs without stop strings, chat vs responses), not fixed expected strings.
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -23,7 +23,7 @@ try {
 const BIN = process.env.SMELT_BIN;
 const MODEL = process.env.SMELT_TEST_MODEL_DIR || '/tmp/smelt-srvtest-model';
 if (!BIN) { console.log('SMELT_BIN not set: skipping'); process.exit(77); }
-if (!fs.existsSync(path.join(MODEL, 'tokenizer.json'))) execFileSync(process.env.MAKE_TEST_MODEL, [MODEL]);
+execFileSync(process.env.MAKE_TEST_MODEL, [MODEL]); // always: the model's files change with the generator
 
 const servers = [];
 function startServer(args, env = {}) {
@@ -99,6 +99,24 @@ async function main() {
     assert.equal(usage.completion_tokens, r.usage.completion_tokens);
     assert.equal(usage.prompt_tokens, r.usage.prompt_tokens);
     assert.ok(chunks >= 3);
+  });
+
+  await test('chat prompt encoded like the CLI: rendered template without added special tokens', async () => {
+    // the test tokenizer's post-processor prepends <|endoftext|> to raw text (completions) ...
+    const c = await client.completions.create({ model: 'x', prompt: 'abc', max_tokens: 1, temperature: 0 });
+    assert.equal(c.usage.prompt_tokens, 1 + 3);
+    // ... but a rendered chat template is encoded as it is: one token per ChatML special, one per byte
+    const rendered = msgs.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join('') + '<|im_start|>assistant\n';
+    const specials = rendered.match(/<\|im_(start|end)\|>/g).length;
+    const bytes = Buffer.byteLength(rendered.replace(/<\|im_(start|end)\|>/g, ''));
+    const r = await client.chat.completions.create({ model: 'x', messages: msgs, max_tokens: 1, temperature: 0 });
+    assert.equal(r.usage.prompt_tokens, specials + bytes);
+    // and `smelt run` encodes the same conversation to the same number of tokens
+    const cli = spawnSync(BIN, ['run', '-m', MODEL, '-s', msgs[0].content, '-p', msgs[1].content, '-n', '1', '--temp', '0', '--device', 'cpu'],
+      { encoding: 'utf8', timeout: 30000 });
+    const m = /\[prompt (\d+) tokens/.exec(cli.stderr);
+    assert.ok(m, 'smelt run stats: ' + cli.stderr);
+    assert.equal(Number(m[1]), r.usage.prompt_tokens);
   });
 
   await test('completions non-streaming + streaming agree; logprobs', async () => {
