@@ -57,6 +57,7 @@ typedef struct {
   int n_threads;       /* CPU threads; 0 = all cores */
   int max_context;     /* 0 = model's max_position_embeddings (capped at 8192) */
   int max_seqs;        /* concurrent sequences the KV cache is sized for; 0 = 1 */
+  bool no_mmap;        /* read the weights into memory instead of mapping the files */
 } smelt_model_params;
 
 void smelt_model_params_default(smelt_model_params *p);

@@ -234,7 +234,7 @@ smelt_status smelt_model_load(const char *dir, const smelt_model_params *params,
     st = sm_err(SMELT_ERR_UNSUPPORTED, "unsupported model family '%s' (supported: %s)", m->cfg.model_type, list);
     goto fail;
   }
-  if ((st = sm_st_open(dir, &m->st))) goto fail;
+  if ((st = sm_st_open_opts(dir, params->no_mmap, &m->st))) goto fail;
   if ((st = make_backend(m, params))) goto fail;
   if ((st = load_weights(m))) goto fail;
   if ((st = setup_rope(m))) goto fail;

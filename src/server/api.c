@@ -294,6 +294,15 @@ static bool parse_common(const cJSON *root, sm_api_request *r, sm_api_error *err
   const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
   if (kw && !cJSON_IsNull(kw)) {
     if (!cJSON_IsObject(kw)) FAIL("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    /* extra template variables may not replace what the server puts in the context */
+    static const char *const reserved[] = {
+        "messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token", "unk_token",
+        "pad_token", "sep_token", "cls_token", "mask_token", "additional_special_tokens", "raise_exception",
+        "strftime_now", "range", "dict", "namespace", "cycler", "joiner", "lipsum"};
+    for (const cJSON *c = kw->child; c; c = c->next)
+      for (size_t i = 0; i < SM_ARRAY_LEN(reserved); i++)
+        if (c->string && !strcmp(c->string, reserved[i]))
+          FAIL("chat_template_kwargs", "'chat_template_kwargs' may not set '%s' (set by the server)", reserved[i]);
     r->chat_template_kwargs = cJSON_Duplicate(kw, 1);
   }
   return true;
@@ -416,6 +425,33 @@ static bool parse_responses(const cJSON *root, sm_api_request *r, sm_api_error *
   return parse_tools(root, r, err);
 }
 
+static int cmp_key(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first key that occurs twice in one object anywhere in v, or NULL. RFC 8259 leaves
+ * duplicates undefined and parsers disagree (first or last wins), so they are refused. */
+static const char *duplicate_key(const cJSON *v, const char **keys, size_t cap) {
+  if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return NULL;
+  size_t n = 0;
+  for (const cJSON *c = v->child; c; c = c->next) {
+    const char *d = duplicate_key(c, keys + n, cap - n); /* children use the space after ours */
+    if (d) return d;
+    if (cJSON_IsObject(v) && c->string) keys[n++] = c->string;
+  }
+  if (n < 2) return NULL;
+  qsort(keys, n, sizeof *keys, cmp_key);
+  for (size_t i = 1; i < n; i++)
+    if (!strcmp(keys[i - 1], keys[i])) return keys[i];
+  return NULL;
+}
+
+static size_t count_items(const cJSON *v) {
+  size_t n = 1;
+  for (const cJSON *c = v->child; c; c = c->next) n += count_items(c);
+  return n;
+}
+
 bool sm_api_parse(sm_ep_kind kind, const char *body, size_t len, sm_api_request *r, sm_api_error *err) {
   memset(r, 0, sizeof *r);
   r->kind = kind;
@@ -437,7 +473,14 @@ bool sm_api_parse(sm_ep_kind kind, const char *body, size_t len, sm_api_request 
     return false;
   }
   bool ok;
-  if (!cJSON_IsObject(root)) {
+  size_t n_items = count_items(root);
+  const char **keys = sm_xmalloc(sizeof(char *) * n_items);
+  const char *dup = duplicate_key(root, keys, n_items);
+  if (dup) {
+    sm_api_error_set(err, 400, "invalid_request_error", NULL, "invalid_json",
+                     "the JSON body has the key '%.64s' twice in one object", dup);
+    ok = false;
+  } else if (!cJSON_IsObject(root)) {
     sm_api_error_set(err, 400, "invalid_request_error", NULL, "invalid_json", "the JSON body must be an object");
     ok = false;
   } else {
@@ -452,6 +495,7 @@ bool sm_api_parse(sm_ep_kind kind, const char *body, size_t len, sm_api_request 
       ok = false;
     }
   }
+  free(keys);
   cJSON_Delete(root);
   if (!ok) sm_api_request_free(r);
   return ok;

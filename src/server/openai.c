@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 #include "tokenizer/chat.h"
 
 #define REJECT(status, param, code, ...)                                             \
@@ -329,4 +330,25 @@ cJSON *sm_oai_usage_chunk(const sm_oai *o, sm_job *j) {
   cJSON_AddArrayToObject(r, "choices");
   cJSON_AddItemToObject(r, "usage", sm_oai_usage(j, false));
   return r;
+}
+
+void sm_oai_put_utf8(sm_buf *out, const char *s, size_t n) {
+  size_t i = 0, run = 0; /* run: valid bytes not yet copied, ending at i */
+  while (i < n) {
+    if ((unsigned char)s[i] < 0x80) { i++; run++; continue; }
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+    if (k > 0) { i += (size_t)k; run += (size_t)k; continue; }
+    sm_buf_put(out, s + i - run, run);
+    run = 0;
+    sm_buf_put(out, "\xEF\xBF\xBD", 3); /* U+FFFD for the offending byte */
+    i++;
+  }
+  sm_buf_put(out, s + n - run, run);
+}
+
+void sm_oai_print(const cJSON *j, sm_buf *out) {
+  char *t = cJSON_PrintUnformatted(j);
+  sm_oai_put_utf8(out, t, strlen(t));
+  free(t);
 }

@@ -47,4 +47,9 @@ int sm_oai_toks_upto(const sm_choice *c, size_t upto, int from);
 /* GET /v1/models */
 cJSON *sm_oai_models(const sm_oai *o);
 
+/* Append JSON text to out with every invalid UTF-8 sequence replaced by U+FFFD (generated text
+ * is bytes: a model can produce any). sm_oai_print serializes j that way. */
+void sm_oai_put_utf8(sm_buf *out, const char *s, size_t n);
+void sm_oai_print(const cJSON *j, sm_buf *out);
+
 #endif

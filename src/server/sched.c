@@ -28,6 +28,12 @@ void sm_job_unref(sm_sched *s, sm_job *j) {
   if (--j->refs == 0) job_free(j);
 }
 
+/* under mu: the job's text or state changed */
+static void job_signal(sm_job *j) {
+  pthread_cond_broadcast(&j->cv);
+  if (j->notify) j->notify(j->notify_arg);
+}
+
 static bool is_eos(const sm_sched *s, int32_t t) {
   for (int i = 0; i < s->n_eos; i++)
     if (s->eos[i] == t) return true;
@@ -35,6 +41,7 @@ static bool is_eos(const sm_sched *s, int32_t t) {
 }
 
 static void job_fail(sm_sched *s, sm_job *j, int status, const char *msg);
+static void fail_all_now(sm_sched *s, int status, const char *msg);
 
 static void release_seqs(sm_sched *s, sm_job *j) {
   for (int i = 0; i < j->n; i++)
@@ -64,7 +71,7 @@ static void job_finish(sm_sched *s, sm_job *j) {
   for (int i = 0; i < j->n; i++) gen += (uint64_t)j->ch[i].n_gen;
   if (j->cancelled) sm_metrics_cancel(s->metrics);
   if (!j->failed && !j->cancelled) sm_metrics_tokens(s->metrics, (uint64_t)j->n_prompt, gen, (uint64_t)j->n_cached);
-  pthread_cond_broadcast(&j->cv);
+  job_signal(j);
   sm_job_unref(s, j); /* the engine's reference */
 }
 
@@ -249,7 +256,7 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
     else if (at_len) c->finish = SM_FIN_LENGTH;
   }
   update_safe(s, j, c);
-  pthread_cond_broadcast(&j->cv);
+  job_signal(j);
   pthread_mutex_unlock(&s->mu);
   free(piece);
   free(tail);
@@ -259,7 +266,7 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
       pthread_mutex_lock(&s->mu);
       c->finish = SM_FIN_LENGTH;
       update_safe(s, j, c);
-      pthread_cond_broadcast(&j->cv);
+      job_signal(j);
       pthread_mutex_unlock(&s->mu);
     }
   }
@@ -298,12 +305,17 @@ static void *engine_main(void *arg) {
         j->queued = false;
         j->done = true;
         sm_metrics_cancel(s->metrics);
-        pthread_cond_broadcast(&j->cv);
+        job_signal(j);
         sm_job_unref(s, j);
       } else { prev = j; pp = &j->next; }
     }
     /* admit waiting jobs while sequence slots are free */
     if (s->n_active == 0) s->admit_blocked = false;
+    if (s->fail_pending) {
+      s->fail_pending = false;
+      fail_all_now(s, s->fail_status, s->fail_msg);
+    }
+    if (s->fatal) fail_all_now(s, 500, s->fatal_msg);
     while (s->qhead && !s->admit_blocked) {
       sm_job *j = s->qhead;
       int need = 0;
@@ -362,6 +374,15 @@ static void *engine_main(void *arg) {
       while (s->n_active) job_fail(s, s->active[0], 500, msg);
       continue;
     }
+    char fmsg[sizeof ((sm_job *)0)->errmsg];
+    if (s->after_step && s->after_step(s->after_step_arg, fmsg, sizeof fmsg)) {
+      /* the step's results cannot be trusted (e.g. the weights file changed): publish nothing */
+      pthread_mutex_lock(&s->mu);
+      s->fatal = true;
+      snprintf(s->fatal_msg, sizeof s->fatal_msg, "%s", fmsg);
+      fail_all_now(s, 500, fmsg);
+      continue;
+    }
     for (int k = 0; k < n; k++) {
       if (!done[k]) continue;
       sm_job *j = bjob[k];
@@ -408,19 +429,7 @@ static void *engine_main(void *arg) {
     }
   }
   /* shutdown: fail everything still around */
-  while (s->n_active) job_fail(s, s->active[0], 503, "server is shutting down");
-  while (s->qhead) {
-    sm_job *j = s->qhead;
-    s->qhead = j->next;
-    s->n_queued--;
-    j->queued = false;
-    j->failed = true;
-    j->fail_status = 503;
-    snprintf(j->errmsg, sizeof j->errmsg, "server is shutting down");
-    j->done = true;
-    pthread_cond_broadcast(&j->cv);
-    sm_job_unref(s, j);
-  }
+  fail_all_now(s, 503, "server is shutting down");
   pthread_mutex_unlock(&s->mu);
   free(logits); free(tmp); free(lpbuf); free(topbuf); free(seqs); free(bjob); free(bci); free(done);
   free(bsmp); free(btok);
@@ -546,3 +555,34 @@ void sm_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
   ts.tv_nsec %= 1000000000L;
   pthread_cond_timedwait(cv, mu, &ts);
 }
+
+/* under mu, engine thread (or after it stopped): sequences are freed here */
+static void fail_all_now(sm_sched *s, int status, const char *msg) {
+  while (s->n_active) {
+    sm_job *j = s->active[0];
+    if (j->fork_pending) { s->active_seqs -= j->n - 1; j->fork_pending = false; }
+    job_fail(s, j, status, msg);
+  }
+  while (s->qhead) {
+    sm_job *j = s->qhead;
+    s->qhead = j->next;
+    if (!s->qhead) s->qtail = NULL;
+    s->n_queued--;
+    j->queued = false;
+    j->failed = true;
+    j->fail_status = status;
+    snprintf(j->errmsg, sizeof j->errmsg, "%s", msg);
+    j->done = true;
+    job_signal(j);
+    sm_job_unref(s, j);
+  }
+}
+
+void sm_sched_fail_all(sm_sched *s, int status, const char *msg) {
+  s->fail_pending = true;
+  s->fail_status = status;
+  snprintf(s->fail_msg, sizeof s->fail_msg, "%s", msg);
+  pthread_cond_signal(&s->cv);
+}
+
+bool sm_sched_idle(const sm_sched *s) { return s->n_active == 0 && s->n_queued == 0; }

@@ -2,7 +2,7 @@
  * queue; one engine thread admits them while sequence slots are free and steps every running
  * sequence of every admitted job together (continuous batching). Generated text is published
  * per choice under the scheduler's mutex; readers (the HTTP side) wait on the job's condition
- * variable. */
+ * variable or through its notify hook. */
 #ifndef SM_SERVER_SCHED_H
 #define SM_SERVER_SCHED_H
 #include <pthread.h>
@@ -58,6 +58,9 @@ struct sm_job {
   int fail_status;
   char errmsg[256];
   pthread_cond_t cv; /* broadcast whenever the job's text or state changes */
+  /* optional hook called (under the mutex) at the same moments; must not block */
+  void (*notify)(void *arg);
+  void *notify_arg;
   double t_arrival;
   bool first_token;
   uint64_t seq_no;
@@ -87,6 +90,15 @@ typedef struct {
   bool thread_started;
   sm_engine_stats stats;
   uint64_t next_id;
+  /* called by the engine thread after every step (mu not held): true when the step's results
+   * cannot be trusted; msg says why. Every job then fails and `fatal` is set. */
+  bool (*after_step)(void *arg, char *msg, size_t msg_size);
+  void *after_step_arg;
+  bool fatal;
+  char fatal_msg[256];
+  bool fail_pending; /* sm_sched_fail_all asked; done by the engine thread */
+  int fail_status;
+  char fail_msg[256];
 } sm_sched;
 
 static inline uint64_t sm_mix64(uint64_t x) {
@@ -112,6 +124,9 @@ int sm_sched_submit(sm_sched *s, sm_job *j);
 /* The rest: under s->mu. */
 void sm_job_unref(sm_sched *s, sm_job *j);
 void sm_job_cancel(sm_sched *s, sm_job *j);
+/* Ask the engine thread to fail every queued and running job (a drain that timed out). */
+void sm_sched_fail_all(sm_sched *s, int status, const char *msg);
+bool sm_sched_idle(const sm_sched *s); /* nothing queued or running */
 void sm_sched_gauges(sm_sched *s, sm_metrics_gauges *g);
 void sm_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms);
 

@@ -1,11 +1,16 @@
 /* `smelt serve` lifecycle: load the model, start the scheduler (sched.c) and the HTTP front end
- * (http.c), wait for a signal, shut down. */
+ * (http.c), serve until a signal, drain, shut down. */
 #include "server/server.h"
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "base/mapguard.h"
 #include "server/http.h"
 #include "server/openai.h"
 #include "server/sched.h"
@@ -17,6 +22,33 @@ void sm_server_params_default(sm_server_params *p) {
   p->parallel = 4;
   p->max_queue = 64;
   p->max_body = 1u << 20;
+  p->max_conns = 1024;
+  p->max_conns_per_ip = 256;
+  p->http_threads = 4;
+  p->header_timeout = 20;
+  p->body_timeout = 60;
+  p->timeout = 600;
+  p->max_buffered_body = (size_t)64 << 20;
+  p->shutdown_timeout = 20;
+}
+
+/* the log: stderr, or --log-file (appended; reopened on SIGHUP for log rotation) */
+static bool open_log(const char *path) {
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    fprintf(stderr, "smelt serve: cannot open the log file %s: %s\n", path, strerror(errno));
+    return false;
+  }
+  fflush(stderr);
+  bool ok = dup2(fd, 2) == 2;
+  close(fd);
+  return ok;
+}
+
+/* after every engine step: did a weights file fault or change under its mapping? */
+static bool weights_changed(void *arg, char *msg, size_t n) {
+  (void)arg;
+  return sm_mapguard_check(msg, n);
 }
 
 /* the model id the API reports: --alias, else the model directory's name */
@@ -33,10 +65,76 @@ static void model_id(const sm_server_params *p, char *out, size_t n) {
   snprintf(out, n, "%.*s", (int)(l - b), d + b);
 }
 
+/* Wait for signals; drain on SIGTERM/SIGINT or after a fatal error. Returns the exit code. */
+static int serve(const sm_server_params *p, sm_sched *sched, sm_http *http) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  int rc = SM_SERVER_EXIT_OK;
+  bool draining = false, failed_all = false;
+  double deadline = 0, grace_end = 0;
+  for (;;) {
+    struct timespec ts = {0, 100 * 1000000L};
+    int sig = sigtimedwait(&set, NULL, &ts);
+    double now = sm_now();
+    if (sig == SIGHUP) {
+      if (p->log_file && open_log(p->log_file)) fprintf(stderr, "smelt serve: SIGHUP: log file reopened\n");
+      else if (!p->log_file) fprintf(stderr, "smelt serve: SIGHUP ignored (no --log-file)\n");
+    } else if (sig == SIGTERM || sig == SIGINT) {
+      if (!draining) {
+        fprintf(stderr, "smelt serve: %s: no new requests; in-flight ones get up to %g s\n",
+                sig == SIGTERM ? "SIGTERM" : "SIGINT", p->shutdown_timeout);
+        draining = true;
+        deadline = now + p->shutdown_timeout;
+        sm_http_drain(http);
+      } else {
+        fprintf(stderr, "smelt serve: second signal: ending in-flight requests now\n");
+        deadline = now;
+      }
+    }
+    pthread_mutex_lock(&sched->mu);
+    bool fatal = sched->fatal, idle = sm_sched_idle(sched);
+    char fmsg[sizeof sched->fatal_msg];
+    snprintf(fmsg, sizeof fmsg, "%s", sched->fatal_msg);
+    if (draining && !failed_all && !idle && now >= deadline) {
+      sm_sched_fail_all(sched, 503, "the server is shutting down");
+      failed_all = true;
+    }
+    pthread_mutex_unlock(&sched->mu);
+    if (fatal && rc == SM_SERVER_EXIT_OK) {
+      fprintf(stderr, "smelt serve: fatal: %s\n", fmsg);
+      rc = SM_SERVER_EXIT_FATAL;
+      if (!draining) {
+        draining = true;
+        sm_http_drain(http);
+      }
+      deadline = now;
+    }
+    if (!draining || !idle) continue;
+    /* nothing runs: let the last answers reach their clients, briefly */
+    if (grace_end == 0) grace_end = now + 2;
+    if (sm_http_active(http) == 0 || now >= grace_end) break;
+  }
+  return rc;
+}
+
 int sm_server_run(const sm_server_params *pp) {
   sm_server_params p = *pp;
   if (p.parallel < 1) p.parallel = 1;
   if (p.max_queue < 0) p.max_queue = 0;
+  /* signals are taken synchronously by the main thread (serve); threads inherit the mask */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  if (p.log_file && !open_log(p.log_file)) return SM_SERVER_EXIT_START;
+  /* a weights file truncated under the map fails the requests instead of killing the process */
+  if (!p.no_mmap) sm_mapguard_install();
   sm_metrics *metrics = sm_metrics_new();
   smelt_model *model = NULL;
   sm_engine *eng = NULL;
@@ -44,7 +142,8 @@ int sm_server_run(const sm_server_params *pp) {
   bool sched_init = false;
   sm_http *http = NULL;
   char alias[256];
-  int rc = 1;
+  int rc = SM_SERVER_EXIT_START;
+  char fmsg[512];
 
   smelt_model_params mp;
   smelt_model_params_default(&mp);
@@ -52,9 +151,14 @@ int sm_server_run(const sm_server_params *pp) {
   mp.n_threads = p.threads;
   mp.max_context = p.ctx_size;
   mp.max_seqs = p.parallel;
-  fprintf(stderr, "smelt serve: loading %s\n", p.model_dir);
+  mp.no_mmap = p.no_mmap;
+  fprintf(stderr, "smelt serve: loading %s%s\n", p.model_dir, p.no_mmap ? " (into memory: --no-mmap)" : "");
   if (smelt_model_load(p.model_dir, &mp, &model) != SMELT_OK) {
     fprintf(stderr, "smelt serve: could not load the model: %s\n", smelt_last_error());
+    goto out;
+  }
+  if (sm_mapguard_check(fmsg, sizeof fmsg)) {
+    fprintf(stderr, "smelt serve: could not load the model: %s\n", fmsg);
     goto out;
   }
   const smelt_tokenizer *tok = smelt_model_tokenizer(model);
@@ -80,6 +184,7 @@ int sm_server_run(const sm_server_params *pp) {
   int vocab = smelt_model_vocab_size(model);
   sm_sched_init(&sched, eng, tok, metrics, vocab, p.parallel, p.max_queue);
   sched_init = true;
+  sched.after_step = weights_changed;
   for (int i = 0; i < info.n_eos; i++) sm_sched_add_eos(&sched, info.eos_ids[i]);
   const char *eos_tok = sm_tok_eos_token(tok);
   if (eos_tok) sm_sched_add_eos(&sched, sm_tok_token_id(tok, eos_tok));
@@ -100,32 +205,24 @@ int sm_server_run(const sm_server_params *pp) {
                 .gen_top_p = info.gen_top_p,
                 .gen_top_k = info.gen_top_k};
 
-  /* signals: handled synchronously by this thread */
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);
-  signal(SIGPIPE, SIG_IGN);
-
   if (!sm_sched_start(&sched)) {
     fprintf(stderr, "smelt serve: could not start the engine thread\n");
     goto out;
   }
   sm_http_cfg hc = {.p = &p, .sched = &sched, .metrics = metrics, .oai = &oai};
   http = sm_http_start(&hc);
-  if (http) {
-    fprintf(stderr, "smelt serve: model '%s' (%s), ctx %d, parallel %d, %d KV blocks of %d\n", alias, oai.arch,
-            oai.ctx, p.parallel, sched.stats.n_blocks, sched.stats.block_size);
-    fprintf(stderr, "smelt serve: listening on http://%s:%d\n", p.host, sm_http_port(http));
-    fflush(stderr);
-    int sig = 0;
-    sigwait(&set, &sig);
-    fprintf(stderr, "smelt serve: signal %d, shutting down\n", sig);
-    rc = 0;
+  if (!http) {
+    sm_sched_stop(&sched);
+    goto out;
   }
+  fprintf(stderr, "smelt serve: model '%s' (%s), ctx %d, parallel %d, %d KV blocks of %d\n", alias, oai.arch,
+          oai.ctx, p.parallel, sched.stats.n_blocks, sched.stats.block_size);
+  fprintf(stderr, "smelt serve: listening on http://%s:%d\n", p.host, sm_http_port(http));
+  fflush(stderr);
+  rc = serve(&p, &sched, http);
   sm_sched_stop(&sched);
   sm_http_stop(http);
+  fprintf(stderr, "smelt serve: stopped\n");
 out:
   if (sched_init) sm_sched_destroy(&sched);
   if (eng) sm_engine_free(eng);

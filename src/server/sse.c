@@ -5,30 +5,21 @@
 #include <string.h>
 
 static void sse_data(sm_buf *b, cJSON *j) {
-  char *t = cJSON_PrintUnformatted(j);
-  cJSON_Delete(j);
   sm_buf_puts(b, "data: ");
-  sm_buf_puts(b, t);
+  sm_oai_print(j, b);
+  cJSON_Delete(j);
   sm_buf_puts(b, "\n\n");
-  free(t);
 }
 
 static void sse_event(sm_sse *st, const char *type, cJSON *j) {
   cJSON_AddStringToObject(j, "type", type);
   cJSON_AddNumberToObject(j, "sequence_number", st->seqnum++);
-  char *t = cJSON_PrintUnformatted(j);
-  cJSON_Delete(j);
   sm_buf_puts(&st->out, "event: ");
   sm_buf_puts(&st->out, type);
   sm_buf_puts(&st->out, "\ndata: ");
-  sm_buf_puts(&st->out, t);
+  sm_oai_print(j, &st->out);
+  cJSON_Delete(j);
   sm_buf_puts(&st->out, "\n\n");
-  free(t);
-}
-
-static void chunk_choice(sm_sse *st, int i, const char *text, size_t tlen, int tfrom, int tto, const char *finish,
-                         cJSON *tool_calls, bool role) {
-  sse_data(&st->out, sm_oai_chunk(st->o, st->j, i, text, tlen, tfrom, tto, finish, tool_calls, role));
 }
 
 static void stream_err(sm_sse *st) {
@@ -37,9 +28,14 @@ static void stream_err(sm_sse *st) {
                    st->j->errmsg);
   char *b = sm_api_error_json(&e);
   sm_buf_puts(&st->out, "data: ");
-  sm_buf_puts(&st->out, b);
+  sm_oai_put_utf8(&st->out, b, strlen(b));
   sm_buf_puts(&st->out, "\n\n");
   free(b);
+}
+
+static void chunk_choice(sm_sse *st, int i, const char *text, size_t tlen, int tfrom, int tto, const char *finish,
+                         cJSON *tool_calls, bool role) {
+  sse_data(&st->out, sm_oai_chunk(st->o, st->j, i, text, tlen, tfrom, tto, finish, tool_calls, role));
 }
 
 /* under mu: append newly available events to st->out */

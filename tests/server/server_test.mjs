@@ -7,6 +7,7 @@ import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 
 const nodePath = process.env.NODE_PATH || path.resolve(path.dirname(new URL(import.meta.url).pathname), '../node/node_modules');
@@ -46,6 +47,32 @@ async function metric(url, name) {
   const t = await (await fetch(url + '/metrics')).text();
   const m = new RegExp('^' + name.replace(/[{}"=\/]/g, (c) => '\\' + c) + ' (\\S+)$', 'm').exec(t);
   return m ? Number(m[1]) : NaN;
+}
+
+// Sends raw bytes, returns the first response {status, headers, body} (or null when the server
+// closes without one); gives up after ms.
+function rawRequest(url, bytes, ms = 5000) {
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(Number(u.port), u.hostname);
+    let buf = Buffer.alloc(0), done = false;
+    const finish = (v) => { if (!done) { done = true; clearTimeout(t); sock.destroy(); resolve(v); } };
+    const t = setTimeout(() => { done = true; sock.destroy(); reject(new Error('no response within ' + ms + ' ms')); }, ms);
+    const parse = () => {
+      const i = buf.indexOf('\r\n\r\n');
+      if (i < 0) return null;
+      const head = buf.subarray(0, i).toString('latin1').split('\r\n');
+      const headers = {};
+      for (const l of head.slice(1)) { const k = l.indexOf(':'); headers[l.slice(0, k).trim().toLowerCase()] = l.slice(k + 1).trim(); }
+      const len = Number(headers['content-length'] ?? -1);
+      if (len < 0 || buf.length < i + 4 + len) return null;
+      return { status: Number(head[0].split(' ')[1]), headers, body: buf.subarray(i + 4, i + 4 + len).toString() };
+    };
+    sock.on('data', (d) => { buf = Buffer.concat([buf, d]); const r = parse(); if (r) finish(r); });
+    sock.on('error', () => finish(parse()));
+    sock.on('close', () => finish(parse()));
+    sock.write(bytes);
+  });
 }
 
 const results = [];
@@ -286,7 +313,12 @@ async function main() {
     assert.equal(big.error.code, 'context_length_exceeded');
     const over = await check(await post('/v1/completions', JSON.stringify({ prompt: 'hello', max_tokens: 4095 })), 400);
     assert.equal(over.error.code, 'context_length_exceeded');
-    await check(await post('/v1/completions', 'x'.repeat(2 << 20)), 413);
+    // too large a declared body: 413 at once, before any body byte is sent (raw socket: a client
+    // library would fail on the upload that the server refuses to read)
+    const early = await rawRequest(A.url, 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+      `Content-Length: ${2 << 20}\r\n\r\n`);
+    assert.equal(early.status, 413);
+    assert.equal(JSON.parse(early.body).error.code, 'request_too_large');
     await check(await fetch(A.url + '/v1/nope'), 404);
     await check(await fetch(A.url + '/v1/chat/completions'), 405);
     // the openai client surfaces the error
