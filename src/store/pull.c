@@ -438,9 +438,11 @@ static smelt_status download_file(CURL *c, const char *url, struct curl_slist *h
       return sm_err(SMELT_ERR_LIMIT, "%s: no size listed and more than %llu bytes sent; download stopped", f->path,
                     (unsigned long long)SM_PULL_MAX_UNLISTED);
     }
-    if (rc == CURLE_TOO_MANY_REDIRECTS || rc == CURLE_UNSUPPORTED_PROTOCOL)
+    if (rc == CURLE_TOO_MANY_REDIRECTS || rc == CURLE_UNSUPPORTED_PROTOCOL) {
+      *fatal = true;
       return sm_err(SMELT_ERR_IO, "download of %s refused: %s (redirects are followed only to https)", f->path,
                     errbuf[0] ? errbuf : curl_easy_strerror(rc));
+    }
     if (rc == CURLE_WRITE_ERROR) return sm_err(SMELT_ERR_IO, "cannot write %s: disk full?", part);
     if (rc != CURLE_OK || code >= 400) {
       if (rc != CURLE_OK)

@@ -330,6 +330,19 @@ async function main() {
     assert.match(pre.headers.get('access-control-allow-methods'), /POST/);
     const other = await fetch(A.url + '/v1/models', { headers: { Origin: 'http://evil.example' } });
     assert.equal(other.headers.get('access-control-allow-origin'), null);
+    // preflight: requested headers are answered from an allow-list, not echoed; other origins get nothing
+    const pre2 = await fetch(A.url + '/v1/chat/completions', { method: 'OPTIONS', headers: { Origin: 'http://a.example',
+      'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'x-stainless-os, x-evil, authorization' } });
+    const allowed = pre2.headers.get('access-control-allow-headers').toLowerCase();
+    assert.ok(allowed.includes('x-stainless-os') && allowed.includes('authorization') && !allowed.includes('x-evil'), allowed);
+    const pre3 = await fetch(A.url + '/v1/chat/completions', { method: 'OPTIONS', headers: { Origin: 'http://evil.example',
+      'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'authorization' } });
+    assert.equal(pre3.headers.get('access-control-allow-origin'), null);
+    assert.equal(pre3.headers.get('access-control-allow-headers'), null);
+    // duplicate keys are refused; chat_template_kwargs cannot replace the messages
+    await check(await post('/v1/completions', '{"prompt":"a","max_tokens":1,"max_tokens":2}'), 400);
+    await check(await post('/v1/chat/completions', JSON.stringify({ messages: msgs, chat_template_kwargs: { messages: [] } })),
+      400, 'chat_template_kwargs');
     // the server is still alive
     assert.equal((await client.models.list()).data[0].id, 'tiny-test');
   });
@@ -361,9 +374,14 @@ async function main() {
   });
   await test('queue full -> 429', async () => {
     const good = new OpenAI({ baseURL: B.url + '/v1', apiKey: 'sekret', maxRetries: 0 });
+    const retryAfter = [];
     const reqs = Array.from({ length: 6 }, () => good.completions.create({ model: 'x', prompt: LONG, max_tokens: 600, temperature: 0 })
-      .then(() => 200, (e) => e.status));
+      .then(() => 200, (e) => {
+        if (e.status === 429) retryAfter.push(typeof e.headers?.get === 'function' ? e.headers.get('retry-after') : e.headers?.['retry-after']);
+        return e.status;
+      }));
     const st = await Promise.all(reqs);
+    assert.ok(retryAfter.length > 0 && retryAfter.every((v) => Number(v) >= 1), 'Retry-After on 429: ' + retryAfter);
     assert.ok(st.filter((s) => s === 429).length >= 3, 'statuses ' + st);
     assert.ok(st.filter((s) => s === 200).length >= 1, 'statuses ' + st);
     assert.ok(st.every((s) => s === 200 || s === 429), 'statuses ' + st);
