@@ -170,6 +170,18 @@ smelt_status sm_read_file(const char *path, char **out, size_t *len) {
   return sm_read_file_max(path, SM_FILE_MAX, out, len);
 }
 
+smelt_status sm_regular_or_absent(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0) return SMELT_OK;
+  if (stat(path, &st) != 0) return sm_err(SMELT_ERR_IO, "%s is a broken symlink", path);
+  if (!S_ISREG(st.st_mode)) {
+    int fd = open_regular(path, &st); /* sets the error message */
+    if (fd >= 0) close(fd);
+    return SMELT_ERR_IO;
+  }
+  return SMELT_OK;
+}
+
 bool sm_file_exists(const char *path) { struct stat st; return stat(path, &st) == 0 && S_ISREG(st.st_mode); }
 bool sm_dir_exists(const char *path) { struct stat st; return stat(path, &st) == 0 && S_ISDIR(st.st_mode); }
 

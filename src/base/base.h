@@ -45,6 +45,9 @@ size_t sm_peak_rss(void);
 smelt_status sm_read_file(const char *path, char **out, size_t *len);
 smelt_status sm_read_file_max(const char *path, size_t max_bytes, char **out, size_t *len);
 bool sm_file_exists(const char *path);
+/* SMELT_OK when path does not exist or is a regular file (also through a symlink); otherwise an
+ * error naming it: an optional input that is a FIFO or a device is refused, not skipped. */
+smelt_status sm_regular_or_absent(const char *path);
 bool sm_dir_exists(const char *path);
 /* path join into a malloc'd string */
 char *sm_path_join(const char *a, const char *b);

@@ -241,7 +241,7 @@ smelt_status smelt_model_load(const char *dir, const smelt_model_params *params,
   m->max_context = params->max_context > 0 ? params->max_context : SM_MIN(m->cfg.max_position_embeddings, 8192);
   if (m->max_context <= 0) m->max_context = 2048;
   char *tj = sm_path_join(dir, "tokenizer.json");
-  if (sm_file_exists(tj)) {
+  if (sm_file_exists(tj) || sm_regular_or_absent(tj)) { /* a FIFO or device is an error, not "no tokenizer" */
     st = smelt_tokenizer_load(dir, &m->tok);
     if (st) { free(tj); goto fail; }
   }

@@ -11,7 +11,8 @@
               error, the server exits 3 (not killed by SIGBUS); with --no-mmap it keeps serving
   framing     duplicate / conflicting Content-Length, Content-Length + chunked -> 400, nothing
               smuggled through
-  loaders     config.json as a FIFO or a link to /dev/zero -> error in < 1 s
+  loaders     config.json (generation_config.json, tokenizer files) as a FIFO or a link to /dev/zero
+              -> error in < 1 s
 
 Everything talks to 127.0.0.1 only (slow clients also bind 127.0.0.2 as a second client address
 when the system allows it); every loop is bounded in count and time.
@@ -571,7 +572,7 @@ def test_framing(model):
 # ---------------------------------------------------------------- 6. loaders
 def test_loaders(model):
     for what in ("fifo", "devzero"):
-        for fname in ("config.json", "generation_config.json"):
+        for fname in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
             d = os.path.join(WORK, "loader-%s-%s" % (what, fname.split(".")[0]))
             shutil.rmtree(d, ignore_errors=True)
             shutil.copytree(model, d)
