@@ -105,9 +105,7 @@ void sm_conns_park(sm_conns *g, sm_sock *k, sm_job *j, bool until_done) {
   pthread_mutex_unlock(&g->mu);
   j->notify = sm_conns_notify;
   j->notify_arg = k;
-  MHD_suspend_connection(k->c);
-  uint64_t one = 1; /* the watchdog polls the new socket from now on */
-  if (write(g->wake_fd, &one, sizeof one) < 0) { /* counter full: the watchdog is awake anyway */ }
+  MHD_suspend_connection(k->c); /* the watchdog polls its socket from its next round on */
 }
 
 void sm_conns_unpark(sm_conns *g, sm_sock *k) {

@@ -124,6 +124,7 @@ int sm_server_run(const sm_server_params *pp) {
   sm_server_params p = *pp;
   if (p.parallel < 1) p.parallel = 1;
   if (p.max_queue < 0) p.max_queue = 0;
+  if (p.max_buffered_body < p.max_body) p.max_buffered_body = p.max_body; /* one body always fits */
   /* signals are taken synchronously by the main thread (serve); threads inherit the mask */
   sigset_t set;
   sigemptyset(&set);
