@@ -1,5 +1,6 @@
 /* OpenAI request parsing and validation (see api.h). */
 #include "server/api.h"
+#include "base/strbuf.h"
 #include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
@@ -100,34 +101,29 @@ static bool content_to_string(const cJSON *c, const char *param, char **out, sm_
   if (!c || cJSON_IsNull(c)) return true;
   if (cJSON_IsString(c)) { *out = sm_xstrdup(c->valuestring); return true; }
   if (!cJSON_IsArray(c)) FAIL(param, "'content' must be a string or an array of content parts, got %s", type_name(c));
-  size_t len = 0, cap = 64;
-  char *s = sm_xmalloc(cap);
-  s[0] = 0;
+  sm_buf s = SM_BUF_INIT;
   const cJSON *part;
   cJSON_ArrayForEach(part, c) {
     const char *txt = NULL;
     if (cJSON_IsString(part)) txt = part->valuestring;
     else if (cJSON_IsObject(part)) {
       const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
-      if (!cJSON_IsString(ty)) { free(s); FAIL(param, "content part without a string 'type'"); }
+      if (!cJSON_IsString(ty)) { sm_buf_free(&s); FAIL(param, "content part without a string 'type'"); }
       const char *t = ty->valuestring;
       if (strcmp(t, "text") && strcmp(t, "input_text") && strcmp(t, "output_text")) {
-        free(s);
+        sm_buf_free(&s);
         FAIL(param, "content part type '%.40s' is not supported (text only)", t);
       }
       const cJSON *tx = cJSON_GetObjectItemCaseSensitive(part, "text");
-      if (!cJSON_IsString(tx)) { free(s); FAIL(param, "text content part needs a string 'text'"); }
+      if (!cJSON_IsString(tx)) { sm_buf_free(&s); FAIL(param, "text content part needs a string 'text'"); }
       txt = tx->valuestring;
     } else {
-      free(s);
+      sm_buf_free(&s);
       FAIL(param, "content part must be an object, got %s", type_name(part));
     }
-    size_t l = strlen(txt);
-    if (len + l + 1 > cap) { cap = (len + l + 1) * 2; s = sm_xrealloc(s, cap); }
-    memcpy(s + len, txt, l + 1);
-    len += l;
+    sm_buf_puts(&s, txt);
   }
-  *out = s;
+  *out = sm_buf_take(&s);
   return true;
 }
 
@@ -589,15 +585,13 @@ int sm_toolcall_parse(const char *text, uint64_t id_seed, cJSON **calls, char **
   /* Hermes / Qwen: <tool_call> ... </tool_call> */
   const char *open = "<tool_call>", *close = "</tool_call>";
   if (strstr(text, open)) {
-    size_t clen = 0, ccap = strlen(text) + 1;
-    char *cont = sm_xmalloc(ccap);
+    sm_buf cont = SM_BUF_INIT; /* the text outside the blocks */
     const char *p = text;
     bool bad = false;
     while (*p) {
       const char *o = strstr(p, open);
-      if (!o) { size_t l = strlen(p); memcpy(cont + clen, p, l); clen += l; break; }
-      memcpy(cont + clen, p, (size_t)(o - p));
-      clen += (size_t)(o - p);
+      if (!o) { sm_buf_puts(&cont, p); break; }
+      sm_buf_put(&cont, p, (size_t)(o - p));
       const char *b = o + strlen(open);
       const char *c = strstr(b, close);
       size_t blen = c ? (size_t)(c - b) : strlen(b); /* unterminated at EOS: take the rest */
@@ -609,14 +603,13 @@ int sm_toolcall_parse(const char *text, uint64_t id_seed, cJSON **calls, char **
       n++;
       p = c ? c + strlen(close) : b + blen;
     }
-    cont[clen] = 0;
     if (!bad && n > 0) {
       *calls = arr;
-      *content = trim_dup(cont, clen);
-      free(cont);
+      *content = trim_dup(sm_buf_str(&cont), cont.n);
+      sm_buf_free(&cont);
       return n;
     }
-    free(cont);
+    sm_buf_free(&cont);
     cJSON_Delete(arr);
     return 0;
   }
