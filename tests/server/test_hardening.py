@@ -74,6 +74,7 @@ class Server:
                 time.sleep(0.1)
         ready.wait(30)
         if self.port is None:
+            self.stop()  # never leave a server behind
             raise RuntimeError("server did not start:\n" + "".join(self.log))
 
     def text(self):
