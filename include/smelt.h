@@ -57,6 +57,7 @@ typedef struct {
   int n_threads;       /* CPU threads; 0 = all cores */
   int max_context;     /* 0 = model's max_position_embeddings (capped at 8192) */
   int max_seqs;        /* concurrent sequences the KV cache is sized for; 0 = 1 */
+  bool no_mmap;        /* read the weights into memory instead of mapping the files */
 } smelt_model_params;
 
 void smelt_model_params_default(smelt_model_params *p);
@@ -79,6 +80,9 @@ typedef struct {
   int n_eos;               /* end-of-sequence ids from config.json and generation_config.json */
   const int32_t *eos_ids;
   int32_t bos_id;          /* -1 when none */
+  /* sampling defaults from generation_config.json: 0 when not given; do_sample -1 when not given */
+  float gen_temperature, gen_top_p;
+  int gen_top_k, gen_do_sample;
 } smelt_model_info;
 void smelt_model_get_info(const smelt_model *m, smelt_model_info *info);
 /* Measured streaming-read bandwidth of the memory the model's weights live in, bytes/s, with the

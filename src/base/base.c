@@ -1,4 +1,6 @@
+/* Base utilities: errors, allocation, half floats, time, files (see base.h). */
 #include "base/base.h"
+#include "base/mapguard.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -102,23 +104,81 @@ size_t sm_peak_rss(void) {
   return (size_t)ru.ru_maxrss * 1024;
 }
 
-smelt_status sm_read_file(const char *path, char **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return sm_err(SMELT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-  size_t cap = 1 << 16, n = 0;
-  char *buf = sm_xmalloc(cap);
-  for (;;) {
-    if (n + 1 >= cap) { cap *= 2; buf = sm_xrealloc(buf, cap); }
-    size_t r = fread(buf + n, 1, cap - n - 1, f);
-    n += r;
-    if (r == 0) break;
+/* open for reading without blocking on FIFOs; only regular files pass */
+static int open_regular(const char *path, struct stat *st) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    sm_err(SMELT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    return -1;
   }
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) { free(buf); return sm_err(SMELT_ERR_IO, "error reading %s", path); }
+  if (fstat(fd, st) != 0) {
+    sm_err(SMELT_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+    close(fd);
+    return -1;
+  }
+  if (!S_ISREG(st->st_mode)) {
+    sm_err(SMELT_ERR_IO, "%s is not a regular file (%s)", path,
+           S_ISFIFO(st->st_mode) ? "a FIFO" : S_ISCHR(st->st_mode) ? "a character device"
+           : S_ISDIR(st->st_mode) ? "a directory" : S_ISBLK(st->st_mode) ? "a block device"
+           : S_ISSOCK(st->st_mode) ? "a socket" : "not a file");
+    close(fd);
+    return -1;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
+}
+
+/* read exactly n bytes at offset 0; fails on a short file */
+static smelt_status read_all(int fd, const char *path, char *buf, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return sm_err(SMELT_ERR_IO, "error reading %s: %s", path, strerror(errno));
+    if (r == 0) return sm_err(SMELT_ERR_IO, "%s shrank while being read", path);
+    got += (size_t)r;
+  }
+  return SMELT_OK;
+}
+
+smelt_status sm_read_file_max(const char *path, size_t max_bytes, char **out, size_t *len) {
+  struct stat st;
+  int fd = open_regular(path, &st);
+  if (fd < 0) return SMELT_ERR_IO;
+  size_t n = (size_t)st.st_size;
+  if (st.st_size < 0 || n > max_bytes) {
+    close(fd);
+    return sm_err(SMELT_ERR_LIMIT, "%s is too large (%lld bytes; the limit for this file is %zu)", path,
+                  (long long)st.st_size, max_bytes);
+  }
+  char *buf = malloc(n + 1);
+  if (!buf) {
+    close(fd);
+    return sm_err(SMELT_ERR_OOM, "out of memory reading %s (%zu bytes)", path, n);
+  }
+  smelt_status rc = read_all(fd, path, buf, n);
+  close(fd);
+  if (rc != SMELT_OK) { free(buf); return rc; }
   buf[n] = 0;
   *out = buf;
   if (len) *len = n;
+  return SMELT_OK;
+}
+
+smelt_status sm_read_file(const char *path, char **out, size_t *len) {
+  return sm_read_file_max(path, SM_FILE_MAX, out, len);
+}
+
+smelt_status sm_regular_or_absent(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0) return SMELT_OK;
+  if (stat(path, &st) != 0) return sm_err(SMELT_ERR_IO, "%s is a broken symlink", path);
+  if (!S_ISREG(st.st_mode)) {
+    int fd = open_regular(path, &st); /* sets the error message */
+    if (fd >= 0) close(fd);
+    return SMELT_ERR_IO;
+  }
   return SMELT_OK;
 }
 
@@ -138,21 +198,44 @@ char *sm_path_join(const char *a, const char *b) {
 smelt_status sm_mmap_open(const char *path, sm_mmap *m) {
   memset(m, 0, sizeof *m);
   m->fd = -1;
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return sm_err(SMELT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fd, &st) != 0) { close(fd); return sm_err(SMELT_ERR_IO, "cannot stat %s", path); }
+  int fd = open_regular(path, &st);
+  if (fd < 0) return SMELT_ERR_IO;
   m->size = (size_t)st.st_size;
   if (m->size) {
     m->data = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m->data == MAP_FAILED) { close(fd); m->data = NULL; return sm_err(SMELT_ERR_IO, "cannot mmap %s: %s", path, strerror(errno)); }
+    sm_mapguard_add(m->data, m->size, fd, path);
   }
   m->fd = fd;
   return SMELT_OK;
 }
 
+smelt_status sm_mmap_read(const char *path, sm_mmap *m) {
+  memset(m, 0, sizeof *m);
+  m->fd = -1;
+  struct stat st;
+  int fd = open_regular(path, &st);
+  if (fd < 0) return SMELT_ERR_IO;
+  m->size = (size_t)st.st_size;
+  m->copied = true;
+  m->data = sm_aligned_alloc(m->size);
+  if (!m->data) {
+    close(fd);
+    return sm_err(SMELT_ERR_OOM, "out of memory reading %s into memory (%zu bytes)", path, m->size);
+  }
+  smelt_status rc = read_all(fd, path, m->data, m->size);
+  close(fd);
+  if (rc != SMELT_OK) { free(m->data); m->data = NULL; }
+  return rc;
+}
+
 void sm_mmap_close(sm_mmap *m) {
-  if (m->data) munmap(m->data, m->size);
+  if (m->copied) free(m->data);
+  else if (m->data) {
+    sm_mapguard_remove(m->data);
+    munmap(m->data, m->size);
+  }
   if (m->fd >= 0) close(m->fd);
   memset(m, 0, sizeof *m);
   m->fd = -1;

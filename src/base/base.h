@@ -41,16 +41,28 @@ double sm_now(void);
 /* peak resident set size in bytes (from getrusage) */
 size_t sm_peak_rss(void);
 
-/* Read a whole file into a NUL-terminated malloc'd buffer. */
+/* Read a whole regular file into a NUL-terminated malloc'd buffer. Anything else (a FIFO, a
+ * device, a directory; also through a symlink) is an error at once, as is a file larger than
+ * max_bytes (sm_read_file: SM_FILE_MAX). */
+#define SM_FILE_MAX ((size_t)256 << 20)      /* default cap: tokenizer.json and the like */
+#define SM_FILE_MAX_JSON ((size_t)16 << 20)  /* config.json, generation_config.json */
 smelt_status sm_read_file(const char *path, char **out, size_t *len);
+smelt_status sm_read_file_max(const char *path, size_t max_bytes, char **out, size_t *len);
 bool sm_file_exists(const char *path);
+/* SMELT_OK when path does not exist or is a regular file (also through a symlink); otherwise an
+ * error naming it: an optional input that is a FIFO or a device is refused, not skipped. */
+smelt_status sm_regular_or_absent(const char *path);
 bool sm_dir_exists(const char *path);
 /* path join into a malloc'd string */
 char *sm_path_join(const char *a, const char *b);
 
-/* Read-only memory map of a whole file. */
-typedef struct { void *data; size_t size; int fd; } sm_mmap;
+/* Read-only memory map of a whole regular file. Mappings are registered with the map guard
+ * (base/mapguard.h), which can catch faults when the file shrinks under the map. */
+typedef struct { void *data; size_t size; int fd; bool copied; } sm_mmap;
 smelt_status sm_mmap_open(const char *path, sm_mmap *m);
+/* The same, but the file is copied into (64-byte aligned) memory and closed: later changes
+ * to the file cannot reach the data. */
+smelt_status sm_mmap_read(const char *path, sm_mmap *m);
 void sm_mmap_close(sm_mmap *m);
 
 #define SM_MIN(a, b) ((a) < (b) ? (a) : (b))

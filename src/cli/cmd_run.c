@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "base/strbuf.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "store/store.h"
@@ -194,18 +195,9 @@ int sm_cmd_generate(int argc, char **argv) {
   return st ? 1 : 0;
 }
 
-typedef struct { char *buf; size_t len, cap; } sbuf;
-
 /* Streams a reply to stdout and keeps a copy for the conversation history. */
 static bool collect_piece(const char *p, size_t l, void *u) {
-  sbuf *b = u;
-  if (b->len + l + 1 > b->cap) {
-    b->cap = (b->len + l + 1) * 2;
-    b->buf = sm_xrealloc(b->buf, b->cap);
-  }
-  memcpy(b->buf + b->len, p, l);
-  b->len += l;
-  b->buf[b->len] = 0;
+  sm_buf_put(u, p, l);
   fwrite(p, 1, l, stdout);
   fflush(stdout);
   return true;
@@ -228,14 +220,14 @@ static smelt_status chat_turn(smelt_model *m, smelt_model *draft, const run_opts
   st = smelt_tokenize(m->tok, prompt, strlen(prompt), !templ, &ids, &n);
   free(prompt);
   if (st) return st;
-  sbuf reply = { 0 };
+  sm_buf reply = SM_BUF_INIT;
   st = gen(m, draft, o, ids, (int)n, collect_piece, &reply, stats);
   free(ids);
   cJSON *a = cJSON_CreateObject();
   cJSON_AddStringToObject(a, "role", "assistant");
-  cJSON_AddStringToObject(a, "content", reply.buf ? reply.buf : "");
+  cJSON_AddStringToObject(a, "content", sm_buf_str(&reply));
   cJSON_AddItemToArray(msgs, a);
-  free(reply.buf);
+  sm_buf_free(&reply);
   return st;
 }
 

@@ -26,10 +26,35 @@ static void usage(FILE *f) {
           "      --block-size N       tokens per KV block (default 16)\n"
           "  -b, --batch-size N       tokens per forward step (prefill chunk, default 512)\n"
           "      --no-prefix-cache    disable prefix caching\n"
+          "      --no-mmap            read the weights into memory instead of mapping the files\n"
           "      --offline            never download the model\n"
-          "  -v, --verbose            log requests\n"
+          "Connections:\n"
+          "      --max-conns N        open connections in all (default 1024)\n"
+          "      --max-conns-per-ip N open connections per client address (default 256; 0 = no limit)\n"
+          "      --http-threads N     HTTP worker threads (default 4)\n"
+          "      --header-timeout S   seconds for a request's line and headers to arrive, counted from the\n"
+          "                           connection's start or its previous response (default 20; then 408)\n"
+          "      --body-timeout S     seconds for a request body to arrive after its headers (default 60)\n"
+          "  -to, --timeout S         seconds without progress reading or writing a connection (default 600)\n"
+          "      --max-buffered-body BYTES  request bodies held in memory, all connections together\n"
+          "                           (default 67108864; beyond -> 503 with Retry-After)\n"
+          "      --shutdown-timeout S seconds in-flight requests get after SIGTERM/SIGINT (default 20)\n"
+          "      --log-file PATH      log there instead of stderr (appended; reopened on SIGHUP)\n"
+          "  -v, --verbose            log requests and connection-level messages\n"
+          "Signals: SIGTERM/SIGINT drain (a second one ends in-flight requests at once); SIGHUP reopens\n"
+          "  the log file. Exit status: 0 stopped by a signal, 1 could not start, 2 bad usage,\n"
+          "  3 stopped by a fatal error (a weights file changed while mapped).\n"
           "Environment (overridden by flags): LLAMA_ARG_HOST, LLAMA_ARG_PORT, LLAMA_ARG_MODEL,\n"
           "  LLAMA_ARG_CTX_SIZE, LLAMA_ARG_N_PARALLEL, LLAMA_ARG_API_KEY, LLAMA_ARG_THREADS, LLAMA_ARG_ALIAS\n");
+}
+
+static bool parse_secs(const char *s, double lo, double hi, double *out) {
+  if (!s || !*s) return false;
+  char *e;
+  double v = strtod(s, &e);
+  if (*e || !(v >= lo && v <= hi)) return false;
+  *out = v;
+  return true;
 }
 
 static bool parse_int(const char *s, long lo, long hi, long *out) {
@@ -93,6 +118,14 @@ int sm_cmd_serve(int argc, char **argv) {
     }                                                                             \
     dst = (int)v;                                                                 \
   } while (0)
+#define SECVAL(lo, hi, dst)                                                       \
+  do {                                                                            \
+    NEEDVAL();                                                                    \
+    if (!parse_secs(val, lo, hi, &dst)) {                                         \
+      fprintf(stderr, "smelt serve: invalid value for %s: '%s'\n", name, val);    \
+      return 2;                                                                   \
+    }                                                                             \
+  } while (0)
     if (IS("-h") || IS("--help")) { usage(stdout); return 0; }
     else if (IS("-m") || IS("--model")) { NEEDVAL(); model = val; }
     else if (IS("--host")) { NEEDVAL(); p.host = val; }
@@ -114,6 +147,21 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("--block-size")) INTVAL(1, 4096, p.block_size);
     else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) INTVAL(1, 1 << 20, p.max_batch_tokens);
     else if (IS("--no-prefix-cache")) p.no_prefix_cache = true;
+    else if (IS("--no-mmap")) p.no_mmap = true;
+    else if (IS("--max-conns")) INTVAL(1, 1 << 20, p.max_conns);
+    else if (IS("--max-conns-per-ip")) INTVAL(0, 1 << 20, p.max_conns_per_ip);
+    else if (IS("--http-threads")) INTVAL(1, 256, p.http_threads);
+    else if (IS("--header-timeout")) SECVAL(0.1, 86400, p.header_timeout);
+    else if (IS("--body-timeout")) SECVAL(0.1, 86400, p.body_timeout);
+    else if (IS("-to") || IS("--timeout")) INTVAL(1, 86400, p.timeout);
+    else if (IS("--max-buffered-body")) {
+      long mb;
+      NEEDVAL();
+      if (!parse_int(val, 1, 1L << 40, &mb)) { fprintf(stderr, "smelt serve: invalid --max-buffered-body '%s'\n", val); return 2; }
+      p.max_buffered_body = (size_t)mb;
+    }
+    else if (IS("--shutdown-timeout")) SECVAL(0, 86400, p.shutdown_timeout);
+    else if (IS("--log-file")) { NEEDVAL(); p.log_file = val; }
     else if (IS("--offline")) offline = true;
     else if (IS("--estimate-memory")) estimate = true;
     else if (IS("--force")) force = true;
@@ -134,6 +182,7 @@ int sm_cmd_serve(int argc, char **argv) {
 #undef IS
 #undef NEEDVAL
 #undef INTVAL
+#undef SECVAL
   }
   if (p.threads < 0) p.threads = 0;
   char *dir = NULL;

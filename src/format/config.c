@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef sm_config_defaults family;
 
@@ -458,11 +459,12 @@ smelt_status sm_config_load(const char *model_dir, sm_config_defaults_fn lookup,
   char *p = sm_path_join(model_dir, "config.json");
   char *txt = NULL, *gtxt = NULL;
   size_t len = 0, glen = 0;
-  smelt_status rc = sm_read_file(p, &txt, &len);
+  smelt_status rc = sm_read_file_max(p, SM_FILE_MAX_JSON, &txt, &len);
   free(p);
   if (rc != SMELT_OK) return rc;
   p = sm_path_join(model_dir, "generation_config.json");
-  if (sm_file_exists(p)) rc = sm_read_file(p, &gtxt, &glen);
+  struct stat gst;
+  if (stat(p, &gst) == 0) rc = sm_read_file_max(p, SM_FILE_MAX_JSON, &gtxt, &glen);
   free(p);
   if (rc == SMELT_OK) {
     rc = sm_config_parse(txt, len, gtxt, glen, lookup, out);

@@ -16,6 +16,7 @@
 
 struct sm_st {
   sm_mmap *maps; /* one per shard (empty when parsed from a caller's buffer) */
+  bool copy;     /* read the shards into memory instead of mapping them */
   char **files;  /* shard paths, for messages */
   int n_files;
   sm_tensor *t;
@@ -303,7 +304,7 @@ static smelt_status add_file(sm_st *st, const char *path) {
   st->maps = sm_xrealloc(st->maps, (st->n_files + 1) * sizeof *st->maps);
   st->files = sm_xrealloc(st->files, (st->n_files + 1) * sizeof *st->files);
   int fi = st->n_files;
-  smelt_status rc = sm_mmap_open(path, &st->maps[fi]);
+  smelt_status rc = st->copy ? sm_mmap_read(path, &st->maps[fi]) : sm_mmap_open(path, &st->maps[fi]);
   if (rc != SMELT_OK) return rc;
   st->files[fi] = sm_xstrdup(path);
   st->n_files++;
@@ -406,11 +407,14 @@ static smelt_status open_dir_glob(sm_st *st, const char *dir) {
   return rc;
 }
 
-smelt_status sm_st_open(const char *path, sm_st **out) {
+smelt_status sm_st_open(const char *path, sm_st **out) { return sm_st_open_opts(path, false, out); }
+
+smelt_status sm_st_open_opts(const char *path, bool copy, sm_st **out) {
   if (!out) return sm_err(SMELT_ERR_INVALID, "sm_st_open: out is NULL");
   *out = NULL;
   if (!path) return sm_err(SMELT_ERR_INVALID, "sm_st_open: path is NULL");
   sm_st *st = sm_xcalloc(1, sizeof *st);
+  st->copy = copy;
   smelt_status rc;
   if (sm_dir_exists(path)) {
     char *idx = sm_path_join(path, "model.safetensors.index.json");

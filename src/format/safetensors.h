@@ -35,6 +35,8 @@ typedef struct sm_st sm_st;
  * or a single .safetensors file. Validates headers: JSON syntax, dtypes, shapes vs
  * byte ranges, offsets inside the file, no overlaps, duplicate names across shards. */
 smelt_status sm_st_open(const char *path, sm_st **out);
+/* The same; copy = true reads the files into memory instead of mapping them (--no-mmap). */
+smelt_status sm_st_open_opts(const char *path, bool copy, sm_st **out);
 /* Parse one safetensors image already in memory (no copy; used by the fuzzer and tests). */
 smelt_status sm_st_parse_buffer(const void *data, size_t size, sm_st **out);
 void sm_st_close(sm_st *st);

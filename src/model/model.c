@@ -30,13 +30,13 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params,
     goto fail;
   }
   if (!be) { st = sm_err(SMELT_ERR_BACKEND, "no backend"); goto fail; }
-  if ((st = sm_st_open(dir, &m->st))) goto fail;
+  if ((st = sm_st_open_opts(dir, params->no_mmap, &m->st))) goto fail;
   if ((st = sm_model_load_weights(m))) goto fail;
   if ((st = sm_model_setup_rope(m))) goto fail;
   m->max_context = params->max_context > 0 ? params->max_context : SM_MIN(m->cfg.max_position_embeddings, 8192);
   if (m->max_context <= 0) m->max_context = 2048;
   char *tj = sm_path_join(dir, "tokenizer.json");
-  if (sm_file_exists(tj)) {
+  if (sm_file_exists(tj) || sm_regular_or_absent(tj)) { /* a FIFO or device is an error, not "no tokenizer" */
     st = smelt_tokenizer_load(dir, &m->tok);
     if (st) { free(tj); goto fail; }
   }
@@ -114,6 +114,10 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
   info->n_eos = c->n_eos;
   info->eos_ids = c->eos_ids;
   info->bos_id = c->bos_id;
+  info->gen_temperature = c->gen_temperature;
+  info->gen_top_p = c->gen_top_p;
+  info->gen_top_k = c->gen_top_k;
+  info->gen_do_sample = c->gen_do_sample;
 }
 
 double smelt_model_bandwidth(smelt_model *m) {

@@ -1,5 +1,6 @@
 /* OpenAI request parsing and validation (see api.h). */
 #include "server/api.h"
+#include "base/strbuf.h"
 #include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
@@ -100,34 +101,29 @@ static bool content_to_string(const cJSON *c, const char *param, char **out, sm_
   if (!c || cJSON_IsNull(c)) return true;
   if (cJSON_IsString(c)) { *out = sm_xstrdup(c->valuestring); return true; }
   if (!cJSON_IsArray(c)) FAIL(param, "'content' must be a string or an array of content parts, got %s", type_name(c));
-  size_t len = 0, cap = 64;
-  char *s = sm_xmalloc(cap);
-  s[0] = 0;
+  sm_buf s = SM_BUF_INIT;
   const cJSON *part;
   cJSON_ArrayForEach(part, c) {
     const char *txt = NULL;
     if (cJSON_IsString(part)) txt = part->valuestring;
     else if (cJSON_IsObject(part)) {
       const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
-      if (!cJSON_IsString(ty)) { free(s); FAIL(param, "content part without a string 'type'"); }
+      if (!cJSON_IsString(ty)) { sm_buf_free(&s); FAIL(param, "content part without a string 'type'"); }
       const char *t = ty->valuestring;
       if (strcmp(t, "text") && strcmp(t, "input_text") && strcmp(t, "output_text")) {
-        free(s);
+        sm_buf_free(&s);
         FAIL(param, "content part type '%.40s' is not supported (text only)", t);
       }
       const cJSON *tx = cJSON_GetObjectItemCaseSensitive(part, "text");
-      if (!cJSON_IsString(tx)) { free(s); FAIL(param, "text content part needs a string 'text'"); }
+      if (!cJSON_IsString(tx)) { sm_buf_free(&s); FAIL(param, "text content part needs a string 'text'"); }
       txt = tx->valuestring;
     } else {
-      free(s);
+      sm_buf_free(&s);
       FAIL(param, "content part must be an object, got %s", type_name(part));
     }
-    size_t l = strlen(txt);
-    if (len + l + 1 > cap) { cap = (len + l + 1) * 2; s = sm_xrealloc(s, cap); }
-    memcpy(s + len, txt, l + 1);
-    len += l;
+    sm_buf_puts(&s, txt);
   }
-  *out = s;
+  *out = sm_buf_take(&s);
   return true;
 }
 
@@ -294,6 +290,15 @@ static bool parse_common(const cJSON *root, sm_api_request *r, sm_api_error *err
   const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
   if (kw && !cJSON_IsNull(kw)) {
     if (!cJSON_IsObject(kw)) FAIL("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    /* extra template variables may not replace what the server puts in the context */
+    static const char *const reserved[] = {
+        "messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token", "unk_token",
+        "pad_token", "sep_token", "cls_token", "mask_token", "additional_special_tokens", "raise_exception",
+        "strftime_now", "range", "dict", "namespace", "cycler", "joiner", "lipsum"};
+    for (const cJSON *c = kw->child; c; c = c->next)
+      for (size_t i = 0; i < SM_ARRAY_LEN(reserved); i++)
+        if (c->string && !strcmp(c->string, reserved[i]))
+          FAIL("chat_template_kwargs", "'chat_template_kwargs' may not set '%s' (set by the server)", reserved[i]);
     r->chat_template_kwargs = cJSON_Duplicate(kw, 1);
   }
   return true;
@@ -416,6 +421,33 @@ static bool parse_responses(const cJSON *root, sm_api_request *r, sm_api_error *
   return parse_tools(root, r, err);
 }
 
+static int cmp_key(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first key that occurs twice in one object anywhere in v, or NULL. RFC 8259 leaves
+ * duplicates undefined and parsers disagree (first or last wins), so they are refused. */
+static const char *duplicate_key(const cJSON *v, const char **keys, size_t cap) {
+  if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return NULL;
+  size_t n = 0;
+  for (const cJSON *c = v->child; c; c = c->next) {
+    const char *d = duplicate_key(c, keys + n, cap - n); /* children use the space after ours */
+    if (d) return d;
+    if (cJSON_IsObject(v) && c->string) keys[n++] = c->string;
+  }
+  if (n < 2) return NULL;
+  qsort(keys, n, sizeof *keys, cmp_key);
+  for (size_t i = 1; i < n; i++)
+    if (!strcmp(keys[i - 1], keys[i])) return keys[i];
+  return NULL;
+}
+
+static size_t count_items(const cJSON *v) {
+  size_t n = 1;
+  for (const cJSON *c = v->child; c; c = c->next) n += count_items(c);
+  return n;
+}
+
 bool sm_api_parse(sm_ep_kind kind, const char *body, size_t len, sm_api_request *r, sm_api_error *err) {
   memset(r, 0, sizeof *r);
   r->kind = kind;
@@ -437,7 +469,14 @@ bool sm_api_parse(sm_ep_kind kind, const char *body, size_t len, sm_api_request 
     return false;
   }
   bool ok;
-  if (!cJSON_IsObject(root)) {
+  size_t n_items = count_items(root);
+  const char **keys = sm_xmalloc(sizeof(char *) * n_items);
+  const char *dup = duplicate_key(root, keys, n_items);
+  if (dup) {
+    sm_api_error_set(err, 400, "invalid_request_error", NULL, "invalid_json",
+                     "the JSON body has the key '%.64s' twice in one object", dup);
+    ok = false;
+  } else if (!cJSON_IsObject(root)) {
     sm_api_error_set(err, 400, "invalid_request_error", NULL, "invalid_json", "the JSON body must be an object");
     ok = false;
   } else {
@@ -452,6 +491,7 @@ bool sm_api_parse(sm_ep_kind kind, const char *body, size_t len, sm_api_request 
       ok = false;
     }
   }
+  free(keys);
   cJSON_Delete(root);
   if (!ok) sm_api_request_free(r);
   return ok;
@@ -545,15 +585,13 @@ int sm_toolcall_parse(const char *text, uint64_t id_seed, cJSON **calls, char **
   /* Hermes / Qwen: <tool_call> ... </tool_call> */
   const char *open = "<tool_call>", *close = "</tool_call>";
   if (strstr(text, open)) {
-    size_t clen = 0, ccap = strlen(text) + 1;
-    char *cont = sm_xmalloc(ccap);
+    sm_buf cont = SM_BUF_INIT; /* the text outside the blocks */
     const char *p = text;
     bool bad = false;
     while (*p) {
       const char *o = strstr(p, open);
-      if (!o) { size_t l = strlen(p); memcpy(cont + clen, p, l); clen += l; break; }
-      memcpy(cont + clen, p, (size_t)(o - p));
-      clen += (size_t)(o - p);
+      if (!o) { sm_buf_puts(&cont, p); break; }
+      sm_buf_put(&cont, p, (size_t)(o - p));
       const char *b = o + strlen(open);
       const char *c = strstr(b, close);
       size_t blen = c ? (size_t)(c - b) : strlen(b); /* unterminated at EOS: take the rest */
@@ -565,14 +603,13 @@ int sm_toolcall_parse(const char *text, uint64_t id_seed, cJSON **calls, char **
       n++;
       p = c ? c + strlen(close) : b + blen;
     }
-    cont[clen] = 0;
     if (!bad && n > 0) {
       *calls = arr;
-      *content = trim_dup(cont, clen);
-      free(cont);
+      *content = trim_dup(sm_buf_str(&cont), cont.n);
+      sm_buf_free(&cont);
       return n;
     }
-    free(cont);
+    sm_buf_free(&cont);
     cJSON_Delete(arr);
     return 0;
   }

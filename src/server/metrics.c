@@ -1,9 +1,10 @@
+/* Prometheus metrics of `smelt serve` (see metrics.h). */
 #include "server/metrics.h"
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/strbuf.h"
 
 #define MAX_SERIES 64
 typedef struct { char endpoint[48]; int status; uint64_t n; } req_series;
@@ -86,42 +87,28 @@ void sm_metrics_preempt(sm_metrics *m) {
   pthread_mutex_unlock(&m->mu);
 }
 
-typedef struct { char *s; size_t len, cap; } sbuf;
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    if (n >= 0 && (size_t)n < b->cap - b->len) { b->len += (size_t)n; return; }
-    b->cap = b->cap * 2 + (size_t)(n > 0 ? n : 256);
-    b->s = sm_xrealloc(b->s, b->cap);
-  }
-}
-
-static void render_hist(sbuf *b, const char *name, const char *help, const sm_hist *h) {
-  sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+static void render_hist(sm_buf *b, const char *name, const char *help, const sm_hist *h) {
+  sm_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
   uint64_t cum = 0;
   for (int i = 0; i < h->n; i++) {
     cum += h->count[i];
-    sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)cum);
+    sm_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)cum);
   }
   cum += h->count[h->n];
-  sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)cum, name, h->sum,
+  sm_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)cum, name, h->sum,
             name, (unsigned long long)h->total);
 }
 
 char *sm_metrics_render(sm_metrics *m, const sm_metrics_gauges *g) {
-  sbuf b = {sm_xmalloc(4096), 0, 4096};
-  b.s[0] = 0;
+  sm_buf b = SM_BUF_INIT;
+  sm_buf_reserve(&b, 4096);
   pthread_mutex_lock(&m->mu);
-  sb_printf(&b, "# HELP smelt_requests_total HTTP requests by endpoint and status code.\n"
+  sm_buf_printf(&b, "# HELP smelt_requests_total HTTP requests by endpoint and status code.\n"
                 "# TYPE smelt_requests_total counter\n");
   for (int i = 0; i < m->n_req; i++)
-    sb_printf(&b, "smelt_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->req[i].endpoint, m->req[i].status,
+    sm_buf_printf(&b, "smelt_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->req[i].endpoint, m->req[i].status,
               (unsigned long long)m->req[i].n);
-  sb_printf(&b,
+  sm_buf_printf(&b,
             "# HELP smelt_prompt_tokens_total Prompt tokens processed (including cached ones).\n"
             "# TYPE smelt_prompt_tokens_total counter\nsmelt_prompt_tokens_total %llu\n"
             "# HELP smelt_generation_tokens_total Tokens generated.\n"
@@ -140,7 +127,7 @@ char *sm_metrics_render(sm_metrics *m, const sm_metrics_gauges *g) {
   render_hist(&b, "smelt_inter_token_latency_seconds", "Time between consecutive generated tokens of a sequence.",
               &m->itl);
   pthread_mutex_unlock(&m->mu);
-  sb_printf(&b,
+  sm_buf_printf(&b,
             "# HELP smelt_requests_queued Requests waiting for a free sequence slot.\n"
             "# TYPE smelt_requests_queued gauge\nsmelt_requests_queued %d\n"
             "# HELP smelt_requests_running Requests being generated.\n"
@@ -159,5 +146,5 @@ char *sm_metrics_render(sm_metrics *m, const sm_metrics_gauges *g) {
             "# TYPE smelt_prefix_cache_hit_tokens_total counter\nsmelt_prefix_cache_hit_tokens_total %llu\n",
             g->queued, g->running_requests, g->running_seqs, g->kv_blocks_used, g->kv_blocks_total,
             g->kv_blocks_cached, g->kv_block_size, (unsigned long long)g->prefix_hit_tokens);
-  return b.s;
+  return sm_buf_take(&b);
 }

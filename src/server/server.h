@@ -21,12 +21,31 @@ typedef struct {
   int max_batch_tokens;        /* prefill chunk (0 = engine default) */
   bool no_prefix_cache;
   int device;                  /* smelt_device */
-  bool verbose;                /* log each request to stderr */
+  bool verbose;                /* log each request, and the HTTP library's messages, to the log */
+  bool no_mmap;                /* read the weights into memory instead of mapping them */
+  /* connections */
+  int max_conns;               /* open connections in all (default 1024) */
+  int max_conns_per_ip;        /* per client address (default 256; 0 = no limit) */
+  int http_threads;            /* HTTP worker threads (default 4) */
+  double header_timeout;       /* s to receive a request's line and headers (default 20) */
+  double body_timeout;         /* s to receive a request's body after its headers (default 60) */
+  int timeout;                 /* s of inactivity while reading or writing (default 600) */
+  size_t max_buffered_body;    /* request bodies in memory, all connections together (default 64 MiB) */
+  double shutdown_timeout;     /* s that in-flight requests get after SIGTERM/SIGINT (default 20) */
+  const char *log_file;        /* log to this file (reopened on SIGHUP) instead of stderr */
 } sm_server_params;
 
+/* Exit codes of sm_server_run */
+enum {
+  SM_SERVER_EXIT_OK = 0,    /* stopped by SIGTERM/SIGINT */
+  SM_SERVER_EXIT_START = 1, /* could not start: model, tokenizer, engine, address, log file */
+  SM_SERVER_EXIT_FATAL = 3, /* stopped by a fatal error while serving (the weights file changed) */
+};
+
 void sm_server_params_default(sm_server_params *p);
-/* Load the model, start the engine thread and the HTTP daemon; serve until SIGINT/SIGTERM.
- * Returns a process exit code. */
+/* Load the model, start the engine thread and the HTTP daemon; serve until SIGINT/SIGTERM
+ * (graceful: stop accepting, let in-flight requests finish for up to shutdown_timeout, then end
+ * them with an error). SIGHUP reopens the log file. Returns an exit code (SM_SERVER_EXIT_*). */
 int sm_server_run(const sm_server_params *p);
 
 #endif

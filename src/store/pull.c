@@ -2,6 +2,7 @@
  * needs into <store>/.tmp/<owner>--<name>/ (resumable .part files, size and sha256
  * checks), then rename the folder into place. */
 #include "store/store.h"
+#include "base/strbuf.h"
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -22,6 +23,9 @@ typedef struct {
   bool has_size;
   char sha256[65]; /* "" when the hub gave none (non-LFS files) */
 } hub_file;
+
+/* a file the listing gives no size for is not allowed to be larger than this */
+#define SM_PULL_MAX_UNLISTED ((uint64_t)64 << 20)
 
 static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
@@ -72,6 +76,9 @@ static struct curl_slist *auth_headers(const char *token) {
 static void curl_common(CURL *c, struct curl_slist *hdr, char *errbuf) {
   curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
+  /* the hub sends file downloads to its CDN: follow that, but only to https (a redirect to
+   * plain http, file:, ... fails the transfer) */
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "https");
   curl_easy_setopt(c, CURLOPT_USERAGENT, "smelt/" SMELT_VERSION);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
@@ -82,15 +89,11 @@ static void curl_common(CURL *c, struct curl_slist *hdr, char *errbuf) {
 }
 
 /* ---- API listing ---- */
-typedef struct { char *p; size_t n; } membuf;
 static size_t mem_write(char *d, size_t sz, size_t nm, void *u) {
-  membuf *m = u;
+  sm_buf *m = u;
   size_t n = sz * nm;
   if (m->n + n > (64u << 20)) return 0; /* a listing is never this large */
-  m->p = sm_xrealloc(m->p, m->n + n + 1);
-  memcpy(m->p + m->n, d, n);
-  m->n += n;
-  m->p[m->n] = 0;
+  sm_buf_put(m, d, n);
   return n;
 }
 
@@ -123,6 +126,26 @@ static bool is_hex64(const char *s) {
   return true;
 }
 
+/* A revision that may go into a URL path: a commit id (hex) or a branch / tag name made of
+ * [A-Za-z0-9._-] segments separated by '/' (refs/pr/1), no empty, '.' or '..' segment. */
+static bool safe_revision(const char *r) {
+  size_t n = strlen(r);
+  if (n == 0 || n > 128) return false;
+  const char *seg = r;
+  for (const char *p = r;; p++) {
+    if (*p == '/' || !*p) {
+      size_t l = (size_t)(p - seg);
+      if (l == 0 || (l == 1 && seg[0] == '.') || (l == 2 && seg[0] == '.' && seg[1] == '.')) return false;
+      if (!*p) return true;
+      seg = p + 1;
+      continue;
+    }
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.' ||
+          *p == '_' || *p == '-'))
+      return false;
+  }
+}
+
 /* Accepts /api/models/{repo}/revision/{rev}?blobs=true ({"sha", "siblings": [{"rfilename",
  * "size", "lfs": {"sha256", "size"}}]}) and /api/models/{repo}/tree/{rev} ([{"type", "path",
  * "size", "lfs": {"oid", "size"}}]). */
@@ -132,6 +155,15 @@ static smelt_status parse_listing(const char *txt, const char *repo, hub_file **
   cJSON *arr = cJSON_IsArray(j) ? j : cJSON_GetObjectItemCaseSensitive(j, "siblings");
   if (!cJSON_IsArray(arr)) { cJSON_Delete(j); return sm_err(SMELT_ERR_FORMAT, "hub listing of %s has no files", repo); }
   cJSON *sha = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "sha") : NULL;
+  if (cJSON_IsString(sha) && sha->valuestring[0] && !safe_revision(sha->valuestring)) {
+    char shown[80];
+    snprintf(shown, sizeof shown, "%s", sha->valuestring);
+    for (char *p = shown; *p; p++)
+      if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) *p = '?';
+    cJSON_Delete(j);
+    return sm_err(SMELT_ERR_FORMAT, "the hub listed an invalid revision '%s' for %s (expected a commit id or a "
+                  "branch name)", shown, repo);
+  }
   *rev = sm_xstrdup(cJSON_IsString(sha) ? sha->valuestring : "");
   hub_file *v = NULL;
   size_t k = 0, cap = 0;
@@ -199,11 +231,11 @@ static smelt_status fetch_listing(const char *ep, const char *repo, const char *
   snprintf(url, l, "%s/api/models/%s/revision/main?blobs=true", ep, repo);
   struct curl_slist *hdr = auth_headers(token);
   char errbuf[CURL_ERROR_SIZE];
-  membuf mb = {0};
+  sm_buf mb = SM_BUF_INIT;
   smelt_status s = SMELT_OK;
   for (int attempt = 0; attempt < 3; attempt++) {
     if (attempt) { struct timespec ts = {0, 300000000L}; nanosleep(&ts, NULL); }
-    free(mb.p); mb.p = NULL; mb.n = 0;
+    sm_buf_clear(&mb);
     curl_easy_reset(c);
     curl_common(c, hdr, errbuf);
     curl_easy_setopt(c, CURLOPT_URL, url);
@@ -224,10 +256,10 @@ static smelt_status fetch_listing(const char *ep, const char *repo, const char *
       s = http_error(code, what, repo, ep, token != NULL);
       break;
     }
-    s = parse_listing(mb.p ? mb.p : "", repo, files, n, rev);
+    s = parse_listing(sm_buf_str(&mb), repo, files, n, rev);
     break;
   }
-  free(mb.p);
+  sm_buf_free(&mb);
   curl_slist_free_all(hdr);
   curl_easy_cleanup(c);
   free(url);
@@ -270,8 +302,11 @@ typedef struct {
   CURL *c;
   sm_sha256 sha;
   uint64_t have;     /* bytes in the file */
+  uint64_t limit;    /* never more than this: the listed size */
+  uint64_t junk;     /* bytes of an error body */
   bool started, bad; /* bad: HTTP error body, not written */
   bool restart;      /* server ignored Range: file truncated */
+  bool over;         /* the server sent more than the listed size: stopped */
   progress *pg;
   uint64_t attempt_base;
 } dl_ctx;
@@ -292,7 +327,14 @@ static size_t file_write(char *d, size_t sz, size_t nm, void *u) {
       x->restart = true;
     }
   }
-  if (x->bad) return n;
+  if (x->bad) { /* an error body: ignored, and not an endless one */
+    x->junk += n;
+    return x->junk <= (1u << 20) ? n : 0;
+  }
+  if (x->have + n > x->limit) { /* more than the hub listed: stop before writing it */
+    x->over = true;
+    return 0;
+  }
   if (fwrite(d, 1, n, x->fp) != n) return 0;
   sm_sha256_update(&x->sha, d, n);
   x->have += n;
@@ -348,7 +390,7 @@ static smelt_status download_file(CURL *c, const char *url, struct curl_slist *h
     }
     FILE *fp = fopen(part, "a+b");
     if (!fp) return sm_err(SMELT_ERR_IO, "cannot write %s: %s", part, strerror(errno));
-    dl_ctx x = {.fp = fp, .c = c, .pg = pg};
+    dl_ctx x = {.fp = fp, .c = c, .pg = pg, .limit = f->has_size ? f->size : SM_PULL_MAX_UNLISTED};
     if (!hash_prefix(fp, &x.sha, &x.have)) { fclose(fp); return sm_err(SMELT_ERR_IO, "cannot read %s", part); }
     if (f->has_size && x.have > f->size) { /* garbage: start over */
       if (ftruncate(fileno(fp), 0) != 0) { fclose(fp); return sm_err(SMELT_ERR_IO, "cannot truncate %s", part); }
@@ -387,6 +429,19 @@ static smelt_status download_file(CURL *c, const char *url, struct curl_slist *h
       char what[600];
       snprintf(what, sizeof what, "file %s", url);
       return http_error(code, what, f->path, ep, token);
+    }
+    if (x.over) {
+      *fatal = true;
+      if (f->has_size)
+        return sm_err(SMELT_ERR_FORMAT, "%s: the hub sent more than the %llu bytes it lists; download stopped",
+                      f->path, (unsigned long long)f->size);
+      return sm_err(SMELT_ERR_LIMIT, "%s: no size listed and more than %llu bytes sent; download stopped", f->path,
+                    (unsigned long long)SM_PULL_MAX_UNLISTED);
+    }
+    if (rc == CURLE_TOO_MANY_REDIRECTS || rc == CURLE_UNSUPPORTED_PROTOCOL) {
+      *fatal = true;
+      return sm_err(SMELT_ERR_IO, "download of %s refused: %s (redirects are followed only to https)", f->path,
+                    errbuf[0] ? errbuf : curl_easy_strerror(rc));
     }
     if (rc == CURLE_WRITE_ERROR) return sm_err(SMELT_ERR_IO, "cannot write %s: disk full?", part);
     if (rc != CURLE_OK || code >= 400) {
@@ -523,9 +578,18 @@ smelt_status sm_store_pull(const char *ref, bool show_progress, char **dir) {
       continue;
     }
     if (stat(final, &st) == 0) rename(final, part); /* re-verify through the .part path */
-    size_t ul = strlen(ep) + strlen(repo) + strlen(f->path) + (rev ? strlen(rev) : 0) + 32;
+    size_t ul = strlen(ep) + strlen(repo) + strlen(f->path) + (rev ? 3 * strlen(rev) : 0) + 32;
     char *url = sm_xmalloc(ul);
-    snprintf(url, ul, "%s/%s/resolve/%s/%s", ep, repo, rev && *rev ? rev : "main", f->path);
+    char rev_enc[3 * 128 + 1] = "main"; /* a branch's '/' goes into the path as %2F */
+    if (rev && *rev) {
+      size_t o = 0;
+      for (const char *q = rev; *q && o + 4 < sizeof rev_enc; q++) {
+        if (*q == '/') { memcpy(rev_enc + o, "%2F", 3); o += 3; }
+        else rev_enc[o++] = *q;
+      }
+      rev_enc[o] = 0;
+    }
+    snprintf(url, ul, "%s/%s/resolve/%s/%s", ep, repo, rev_enc, f->path);
     bool fatal = false;
     s = download_file(c, url, hdr, f, part, final, &pg, ep, token != NULL, &fatal);
     free(url); free(final); free(part);

@@ -204,17 +204,44 @@ smelt_status sm_store_resolve(const char *ref, bool allow_download, char **dir) 
 
 /* ---- sizes and listing ---- */
 static _Thread_local uint64_t g_du;
+static _Thread_local const char *g_du_root; /* resolved; symlinks count only when they stay inside */
+
+static bool inside(const char *path, const char *root) {
+  size_t n = strlen(root);
+  return !strncmp(path, root, n) && (path[n] == '/' || path[n] == 0);
+}
+
 static int du_cb(const char *p, const struct stat *st, int flag, struct FTW *f) {
-  (void)p; (void)f;
+  (void)f;
   if (flag == FTW_F) g_du += (uint64_t)st->st_size;
+  else if (flag == FTW_SL) { /* the HF cache's snapshot files link into the repo's blobs/ */
+    char real[PATH_MAX];
+    struct stat ts;
+    if (realpath(p, real) && inside(real, g_du_root) && stat(real, &ts) == 0 && S_ISREG(ts.st_mode))
+      g_du += (uint64_t)ts.st_size;
+  }
   return 0;
 }
 
 uint64_t sm_store_dir_size(const char *dir) {
-  /* no FTW_PHYS: follow the HF cache's snapshot symlinks into blobs/ */
+  /* the walk stays on this tree (FTW_PHYS: symlinked directories are not entered); a symlinked
+   * file counts when it resolves inside the model's own tree: the directory itself, or for a
+   * HF cache snapshot (.../models--o--n/snapshots/rev) the repo folder with its blobs/ */
+  char root[PATH_MAX];
+  if (!realpath(dir, root)) return 0;
+  char *snap = strstr(root, "/snapshots/");
+  if (snap) *snap = 0;
   g_du = 0;
-  nftw(dir, du_cb, 16, 0);
+  g_du_root = root;
+  nftw(dir, du_cb, 16, FTW_PHYS);
+  g_du_root = NULL;
   return g_du;
+}
+
+/* a real directory (not a symlink to one: the store walk does not leave the store) */
+static bool real_dir(const char *p) {
+  struct stat st;
+  return lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 static void read_config_meta(const char *dir, sm_store_entry *e) {
@@ -270,13 +297,13 @@ smelt_status sm_store_list(sm_store_entry **out, size_t *n) {
     while ((o = readdir(d1))) {
       if (o->d_name[0] == '.') continue; /* .tmp and friends */
       char *od = sm_path_join(root, o->d_name);
-      DIR *d2 = opendir(od);
+      DIR *d2 = real_dir(od) ? opendir(od) : NULL;
       if (d2) {
         struct dirent *m;
         while ((m = readdir(d2))) {
           if (m->d_name[0] == '.') continue;
           char *md = sm_path_join(od, m->d_name);
-          if (has_config(md)) {
+          if (real_dir(md) && has_config(md)) {
             char nm[512];
             snprintf(nm, sizeof nm, "%s/%s", o->d_name, m->d_name);
             add_entry(&ev, nm, md, "store");

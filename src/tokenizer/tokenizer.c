@@ -579,9 +579,13 @@ smelt_status smelt_tokenizer_load(const char *model_dir, smelt_tokenizer **out) 
   *out = NULL;
   char *tj = sm_path_join(model_dir, "tokenizer.json");
   char *tc = sm_path_join(model_dir, "tokenizer_config.json");
+  char *jt = sm_path_join(model_dir, "chat_template.jinja");
   smelt_status st;
-  if (!sm_file_exists(tj)) st = sm_err(SMELT_ERR_IO, "no tokenizer.json in %s", model_dir);
+  if ((st = sm_regular_or_absent(tj)) || (st = sm_regular_or_absent(tc)) || (st = sm_regular_or_absent(jt))) {
+    /* a FIFO or device: refused (sm_err set) */
+  } else if (!sm_file_exists(tj)) st = sm_err(SMELT_ERR_IO, "no tokenizer.json in %s", model_dir);
   else st = sm_tok_load_files(tj, tc, out);
+  free(jt);
   free(tj); free(tc);
   return st;
 }

@@ -1,6 +1,6 @@
 /* Writes a tiny random-weight llama checkpoint with a byte-level BPE tokenizer (256 byte
- * tokens + ChatML specials) and a ChatML chat template: a fast, self-contained model for
- * the server tests.  usage: make_test_model DIR */
+ * tokens + ChatML specials; <|endoftext|> prepended by the post-processor) and a ChatML chat
+ * template: a fast, self-contained model for the server tests.  usage: make_test_model DIR */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +62,26 @@ int main(int argc, char **argv) {
   cJSON_AddBoolToObject(pre, "add_prefix_space", 0);
   cJSON_AddBoolToObject(pre, "trim_offsets", 1);
   cJSON_AddBoolToObject(pre, "use_regex", 1);
-  cJSON_AddNullToObject(t, "post_processor");
+  /* the post-processor adds <|endoftext|> in front (as Llama's adds BOS); the chat template does
+   * not write it, so a rendered chat prompt must be encoded without special tokens */
+  cJSON *post = cJSON_AddObjectToObject(t, "post_processor");
+  cJSON_AddStringToObject(post, "type", "TemplateProcessing");
+  cJSON *single = cJSON_AddArrayToObject(post, "single");
+  cJSON *it = cJSON_CreateObject(), *stok = cJSON_AddObjectToObject(it, "SpecialToken");
+  cJSON_AddStringToObject(stok, "id", "<|endoftext|>");
+  cJSON_AddNumberToObject(stok, "type_id", 0);
+  cJSON_AddItemToArray(single, it);
+  it = cJSON_CreateObject();
+  cJSON *seq = cJSON_AddObjectToObject(it, "Sequence");
+  cJSON_AddStringToObject(seq, "id", "A");
+  cJSON_AddNumberToObject(seq, "type_id", 0);
+  cJSON_AddItemToArray(single, it);
+  cJSON *sp = cJSON_AddObjectToObject(post, "special_tokens"), *eot = cJSON_AddObjectToObject(sp, "<|endoftext|>");
+  cJSON_AddStringToObject(eot, "id", "<|endoftext|>");
+  cJSON *ids = cJSON_AddArrayToObject(eot, "ids");
+  cJSON_AddItemToArray(ids, cJSON_CreateNumber(258));
+  cJSON *toks = cJSON_AddArrayToObject(eot, "tokens");
+  cJSON_AddItemToArray(toks, cJSON_CreateString("<|endoftext|>"));
   cJSON *dec = cJSON_AddObjectToObject(t, "decoder");
   cJSON_AddStringToObject(dec, "type", "ByteLevel");
   cJSON_AddBoolToObject(dec, "add_prefix_space", 1);

@@ -3,10 +3,11 @@
 // The model is a tiny random-weight llama with a byte-level tokenizer (tests/server/make_test_model.c),
 // so the checks are consistency checks against independent paths (stream vs non-stream, batched vs
 // alone, with vs without stop strings, chat vs responses), not fixed expected strings.
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 
 const nodePath = process.env.NODE_PATH || path.resolve(path.dirname(new URL(import.meta.url).pathname), '../node/node_modules');
@@ -23,7 +24,7 @@ try {
 const BIN = process.env.SMELT_BIN;
 const MODEL = process.env.SMELT_TEST_MODEL_DIR || '/tmp/smelt-srvtest-model';
 if (!BIN) { console.log('SMELT_BIN not set: skipping'); process.exit(77); }
-if (!fs.existsSync(path.join(MODEL, 'tokenizer.json'))) execFileSync(process.env.MAKE_TEST_MODEL, [MODEL]);
+execFileSync(process.env.MAKE_TEST_MODEL, [MODEL]); // always: the model's files change with the generator
 
 const servers = [];
 function startServer(args, env = {}) {
@@ -46,6 +47,32 @@ async function metric(url, name) {
   const t = await (await fetch(url + '/metrics')).text();
   const m = new RegExp('^' + name.replace(/[{}"=\/]/g, (c) => '\\' + c) + ' (\\S+)$', 'm').exec(t);
   return m ? Number(m[1]) : NaN;
+}
+
+// Sends raw bytes, returns the first response {status, headers, body} (or null when the server
+// closes without one); gives up after ms.
+function rawRequest(url, bytes, ms = 5000) {
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(Number(u.port), u.hostname);
+    let buf = Buffer.alloc(0), done = false;
+    const finish = (v) => { if (!done) { done = true; clearTimeout(t); sock.destroy(); resolve(v); } };
+    const t = setTimeout(() => { done = true; sock.destroy(); reject(new Error('no response within ' + ms + ' ms')); }, ms);
+    const parse = () => {
+      const i = buf.indexOf('\r\n\r\n');
+      if (i < 0) return null;
+      const head = buf.subarray(0, i).toString('latin1').split('\r\n');
+      const headers = {};
+      for (const l of head.slice(1)) { const k = l.indexOf(':'); headers[l.slice(0, k).trim().toLowerCase()] = l.slice(k + 1).trim(); }
+      const len = Number(headers['content-length'] ?? -1);
+      if (len < 0 || buf.length < i + 4 + len) return null;
+      return { status: Number(head[0].split(' ')[1]), headers, body: buf.subarray(i + 4, i + 4 + len).toString() };
+    };
+    sock.on('data', (d) => { buf = Buffer.concat([buf, d]); const r = parse(); if (r) finish(r); });
+    sock.on('error', () => finish(parse()));
+    sock.on('close', () => finish(parse()));
+    sock.write(bytes);
+  });
 }
 
 const results = [];
@@ -99,6 +126,24 @@ async function main() {
     assert.equal(usage.completion_tokens, r.usage.completion_tokens);
     assert.equal(usage.prompt_tokens, r.usage.prompt_tokens);
     assert.ok(chunks >= 3);
+  });
+
+  await test('chat prompt encoded like the CLI: rendered template without added special tokens', async () => {
+    // the test tokenizer's post-processor prepends <|endoftext|> to raw text (completions) ...
+    const c = await client.completions.create({ model: 'x', prompt: 'abc', max_tokens: 1, temperature: 0 });
+    assert.equal(c.usage.prompt_tokens, 1 + 3);
+    // ... but a rendered chat template is encoded as it is: one token per ChatML special, one per byte
+    const rendered = msgs.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join('') + '<|im_start|>assistant\n';
+    const specials = rendered.match(/<\|im_(start|end)\|>/g).length;
+    const bytes = Buffer.byteLength(rendered.replace(/<\|im_(start|end)\|>/g, ''));
+    const r = await client.chat.completions.create({ model: 'x', messages: msgs, max_tokens: 1, temperature: 0 });
+    assert.equal(r.usage.prompt_tokens, specials + bytes);
+    // and `smelt run` encodes the same conversation to the same number of tokens
+    const cli = spawnSync(BIN, ['run', '-m', MODEL, '-s', msgs[0].content, '-p', msgs[1].content, '-n', '1', '--temp', '0', '--device', 'cpu'],
+      { encoding: 'utf8', timeout: 30000 });
+    const m = /\[prompt (\d+) tokens/.exec(cli.stderr);
+    assert.ok(m, 'smelt run stats: ' + cli.stderr);
+    assert.equal(Number(m[1]), r.usage.prompt_tokens);
   });
 
   await test('completions non-streaming + streaming agree; logprobs', async () => {
@@ -268,7 +313,12 @@ async function main() {
     assert.equal(big.error.code, 'context_length_exceeded');
     const over = await check(await post('/v1/completions', JSON.stringify({ prompt: 'hello', max_tokens: 4095 })), 400);
     assert.equal(over.error.code, 'context_length_exceeded');
-    await check(await post('/v1/completions', 'x'.repeat(2 << 20)), 413);
+    // too large a declared body: 413 at once, before any body byte is sent (raw socket: a client
+    // library would fail on the upload that the server refuses to read)
+    const early = await rawRequest(A.url, 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+      `Content-Length: ${2 << 20}\r\n\r\n`);
+    assert.equal(early.status, 413);
+    assert.equal(JSON.parse(early.body).error.code, 'request_too_large');
     await check(await fetch(A.url + '/v1/nope'), 404);
     await check(await fetch(A.url + '/v1/chat/completions'), 405);
     // the openai client surfaces the error
@@ -280,6 +330,19 @@ async function main() {
     assert.match(pre.headers.get('access-control-allow-methods'), /POST/);
     const other = await fetch(A.url + '/v1/models', { headers: { Origin: 'http://evil.example' } });
     assert.equal(other.headers.get('access-control-allow-origin'), null);
+    // preflight: requested headers are answered from an allow-list, not echoed; other origins get nothing
+    const pre2 = await fetch(A.url + '/v1/chat/completions', { method: 'OPTIONS', headers: { Origin: 'http://a.example',
+      'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'x-stainless-os, x-evil, authorization' } });
+    const allowed = pre2.headers.get('access-control-allow-headers').toLowerCase();
+    assert.ok(allowed.includes('x-stainless-os') && allowed.includes('authorization') && !allowed.includes('x-evil'), allowed);
+    const pre3 = await fetch(A.url + '/v1/chat/completions', { method: 'OPTIONS', headers: { Origin: 'http://evil.example',
+      'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'authorization' } });
+    assert.equal(pre3.headers.get('access-control-allow-origin'), null);
+    assert.equal(pre3.headers.get('access-control-allow-headers'), null);
+    // duplicate keys are refused; chat_template_kwargs cannot replace the messages
+    await check(await post('/v1/completions', '{"prompt":"a","max_tokens":1,"max_tokens":2}'), 400);
+    await check(await post('/v1/chat/completions', JSON.stringify({ messages: msgs, chat_template_kwargs: { messages: [] } })),
+      400, 'chat_template_kwargs');
     // the server is still alive
     assert.equal((await client.models.list()).data[0].id, 'tiny-test');
   });
@@ -311,9 +374,14 @@ async function main() {
   });
   await test('queue full -> 429', async () => {
     const good = new OpenAI({ baseURL: B.url + '/v1', apiKey: 'sekret', maxRetries: 0 });
+    const retryAfter = [];
     const reqs = Array.from({ length: 6 }, () => good.completions.create({ model: 'x', prompt: LONG, max_tokens: 600, temperature: 0 })
-      .then(() => 200, (e) => e.status));
+      .then(() => 200, (e) => {
+        if (e.status === 429) retryAfter.push(typeof e.headers?.get === 'function' ? e.headers.get('retry-after') : e.headers?.['retry-after']);
+        return e.status;
+      }));
     const st = await Promise.all(reqs);
+    assert.ok(retryAfter.length > 0 && retryAfter.every((v) => Number(v) >= 1), 'Retry-After on 429: ' + retryAfter);
     assert.ok(st.filter((s) => s === 429).length >= 3, 'statuses ' + st);
     assert.ok(st.filter((s) => s === 200).length >= 1, 'statuses ' + st);
     assert.ok(st.every((s) => s === 200 || s === 429), 'statuses ' + st);

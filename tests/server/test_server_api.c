@@ -1,10 +1,12 @@
 /* Unit tests of the server's API layer: request validation against the OpenAI API rules,
- * error bodies, stop strings, tool-call parsing, JSON-mode tracking. */
+ * error bodies, stop strings, tool-call parsing, JSON-mode tracking, duplicate keys, reserved
+ * template variables, UTF-8 repair of output JSON. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "server/api.h"
 #include "server/metrics.h"
+#include "server/openai.h"
 
 static int fails = 0;
 #define CHECK(c)                                                              \
@@ -254,7 +256,69 @@ static void test_metrics(void) {
   sm_metrics_free(m);
 }
 
+/* issue 33: duplicate keys, reserved template variables, UTF-8 of output JSON */
+static void test_hardening(void) {
+  sm_api_request r;
+  /* the same key twice in one object, at any depth, is refused (parsers disagree on which wins) */
+  expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,\"max_tokens\":9}", 400,
+             "");
+  expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"role\":\"system\",\"content\":\"a\"}]}", 400, "");
+  expect_err(SM_EP_COMPLETIONS, "{\"prompt\":\"a\",\"x\":{\"y\":[{\"k\":1,\"j\":2,\"k\":3}]}}", 400, "");
+  /* equal keys in different objects are fine */
+  if (parse_ok(SM_EP_COMPLETIONS, "{\"prompt\":\"a\",\"x\":{\"k\":1},\"y\":{\"k\":2}}", &r)) sm_api_request_free(&r);
+  /* many distinct keys: refused only if one repeats (checked by sorting: fast) */
+  char *big = malloc(200000);
+  size_t o = (size_t)sprintf(big, "{\"prompt\":\"a\",\"x\":{");
+  for (int i = 0; i < 10000; i++) o += (size_t)sprintf(big + o, "%s\"k%d\":1", i ? "," : "", i);
+  strcpy(big + o, "}}");
+  if (parse_ok(SM_EP_COMPLETIONS, big, &r)) sm_api_request_free(&r);
+  strcpy(big + o, ",\"k1234\":2}}");
+  expect_err(SM_EP_COMPLETIONS, big, 400, "");
+  free(big);
+  /* chat_template_kwargs may not replace what the server sets */
+  expect_err(SM_EP_CHAT,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":{\"messages\":[]}}",
+             400, "chat_template_kwargs");
+  expect_err(SM_EP_CHAT,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":"
+             "{\"enable_thinking\":false,\"add_generation_prompt\":false}}",
+             400, "chat_template_kwargs");
+  if (parse_ok(SM_EP_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":{\"enable_thinking\":false}}",
+               &r)) {
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(r.chat_template_kwargs, "enable_thinking")));
+    sm_api_request_free(&r);
+  }
+  /* output JSON: invalid UTF-8 becomes U+FFFD, valid text is unchanged */
+  static const struct { const char *in; size_t n; const char *out; } u[] = {
+      {"abc", 3, "abc"},
+      {"\xc3\xa9t\xc3\xa9", 5, "\xc3\xa9t\xc3\xa9"},                    /* été */
+      {"\xf0\x9f\xa9\xb7", 4, "\xf0\x9f\xa9\xb7"},                        /* U+1FA77 */
+      {"a\xff" "b", 3, "a\xef\xbf\xbd" "b"},                                  /* invalid byte */
+      {"\xe2\x82", 2, "\xef\xbf\xbd\xef\xbf\xbd"},                        /* truncated sequence */
+      {"\xc0\xaf", 2, "\xef\xbf\xbd\xef\xbf\xbd"},                        /* overlong '/' */
+      {"\xed\xa0\x80x", 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx"},    /* surrogate */
+  };
+  for (size_t i = 0; i < SM_ARRAY_LEN(u); i++) {
+    sm_buf b = SM_BUF_INIT;
+    sm_oai_put_utf8(&b, u[i].in, u[i].n);
+    if (b.n != strlen(u[i].out) || memcmp(b.p, u[i].out, b.n)) {
+      fprintf(stderr, "utf8 case %zu: got %zu bytes\n", i, b.n);
+      fails++;
+    }
+    sm_buf_free(&b);
+  }
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "text", "ok \xff\xfe end");
+  sm_buf b = SM_BUF_INIT;
+  sm_oai_print(j, &b);
+  CHECK(!strcmp(sm_buf_str(&b), "{\"text\":\"ok \xef\xbf\xbd\xef\xbf\xbd end\"}"));
+  sm_buf_free(&b);
+  cJSON_Delete(j);
+}
+
 int main(void) {
+  test_hardening();
   test_parse();
   test_stop();
   test_toolcalls();

@@ -92,9 +92,11 @@ TOKEN = "hf_secret_token"
 
 
 class Repo:
-    def __init__(self, files, private=False, cut_first=None, bad_sha=False):
+    def __init__(self, files, private=False, cut_first=None, bad_sha=False, sha=None, oversize=None, redirect=None):
         self.files, self.private, self.cut_first, self.bad_sha = files, private, set(cut_first or []), bad_sha
-        self.sha = hashlib.sha1(repr(sorted(files)).encode() + os.urandom(4)).hexdigest()
+        self.sha = sha or hashlib.sha1(repr(sorted(files)).encode() + os.urandom(4)).hexdigest()
+        # hostile hubs: {file: bytes actually sent} beyond the listed size; {file: Location}
+        self.oversize, self.redirect = oversize or {}, redirect or {}
 
 
 REPOS = {
@@ -105,7 +107,14 @@ REPOS = {
     "acme/private": Repo(MODEL_FILES, private=True),
     "mlx-community/bare": Repo(MODEL_FILES),
     "acme/ggufonly": Repo({"config.json": b"{}", "model.gguf": b"GGUF"}),
+    # hostile: lists config.json at its real size, then sends 50 MB
+    "acme/liar": Repo(MODEL_FILES, oversize={"config.json": 50 << 20}),
+    # hostile: a revision that would change the URL
+    "acme/badrev": Repo(MODEL_FILES, sha="x?y=/../../config.json"),
+    # hostile: sends the download to plain http
+    "acme/redirect": Repo(MODEL_FILES, redirect={"config.json": "/redirected/config.json"}),
 }
+RAW_PATHS = []  # every request path as sent, query included
 LOG = []  # (path, range header, auth header, bytes sent)
 LOCK = threading.Lock()
 
@@ -123,6 +132,8 @@ class Hub(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
+        with LOCK:
+            RAW_PATHS.append(self.path)
         path = self.path.split("?")[0]
         rng_h = self.headers.get("Range")
         auth = self.headers.get("Authorization")
@@ -155,6 +166,26 @@ class Hub(BaseHTTPRequestHandler):
                 return self.send_json(404, {"error": "Entry not found"})
             if repo.private and auth != "Bearer " + TOKEN:
                 return self.send_json(401, {"error": "Invalid credentials"})
+            if fname in repo.redirect:
+                self.send_response(302)
+                self.send_header("Location", "http://%s:%d%s" % (self.server.server_address + (repo.redirect[fname],)))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if fname in repo.oversize:  # far more than listed, until the client hangs up
+                total = repo.oversize[fname]
+                self.send_response(200)
+                self.send_header("Content-Length", str(total))
+                self.end_headers()
+                chunk = b"{" * 65536
+                try:
+                    while entry[3] < total:
+                        self.wfile.write(chunk)
+                        entry[3] += len(chunk)
+                except OSError:
+                    pass
+                self.close_connection = True
+                return
             data = repo.files[fname]
             start = 0
             if rng_h and rng_h.startswith("bytes="):
@@ -340,6 +371,24 @@ def main():
     check(rc != 0, "bad name refused")
     check(set(files_under(cache)) == before, "failed pulls leave nothing")
 
+    # 6b. hostile hubs: nothing beyond the listed size is written, the revision is checked
+    # before it goes into a URL, redirects go only to https
+    before = set(files_under(cache))
+    rc, out, err = run("pull", "acme/liar")
+    sent = sum(e[3] for e in LOG if e[0].startswith("/acme/liar/resolve/") and e[0].endswith("/config.json"))
+    check(rc != 0 and "more than" in err and "config.json" in err, "oversized download refused: rc=%d %s" % (rc, err))
+    check(sent < 40 << 20, "oversized download stopped early: the hub got %d of %d bytes out" % (sent, 50 << 20))
+    check(set(files_under(cache)) == before, "nothing kept of the oversized download: %s"
+          % sorted(set(files_under(cache)) - before))
+    rc, out, err = run("pull", "acme/badrev")
+    check(rc != 0 and "invalid revision" in err, "bad revision refused: rc=%d %s" % (rc, err))
+    check(not [p for p in RAW_PATHS if p.startswith("/acme/badrev/resolve/") or "y=" in p],
+          "the bad revision reached no URL: %s" % [p for p in RAW_PATHS if "badrev" in p])
+    rc, out, err = run("pull", "acme/redirect")
+    check(rc != 0 and "https" in err, "redirect to http refused: rc=%d %s" % (rc, err))
+    check(not [p for p in RAW_PATHS if p.startswith("/redirected/")], "the http redirect was not followed")
+    check(set(files_under(cache)) == before, "failed hostile pulls leave nothing: %s" % sorted(set(files_under(cache)) - before))
+
     # 7. list (store + HF cache), inspect, rm
     snap = os.path.join(env["HF_HOME"], "hub/models--hfowner--cached/snapshots/0123abcd")
     os.makedirs(snap)
@@ -348,6 +397,17 @@ def main():
     os.makedirs(os.path.join(env["HF_HOME"], "hub/models--hfowner--cached/refs"))
     with open(os.path.join(env["HF_HOME"], "hub/models--hfowner--cached/refs/main"), "w") as f:
         f.write("0123abcd")
+    # symlinks out of the store are not followed by the walk (sizes, listing)
+    outside_big = os.path.join(tmp, "outside-big")
+    os.makedirs(outside_big)
+    with open(os.path.join(outside_big, "big.bin"), "wb") as f:
+        f.truncate(5 << 20)
+    os.symlink(outside_big, os.path.join(store, "acme/tiny/linked-dir"))
+    os.symlink(os.path.join(outside_big, "big.bin"), os.path.join(store, "acme/tiny/linked-file"))
+    os.makedirs(os.path.join(tmp, "outside-owner/model"))
+    with open(os.path.join(tmp, "outside-owner/model/config.json"), "w") as f:
+        f.write('{"model_type": "llama"}')
+    os.symlink(os.path.join(tmp, "outside-owner"), os.path.join(store, "linkedowner"))
     rc, out, err = run("list", "--json")
     check(rc == 0, "list --json rc")
     items = {m["name"]: m for m in json.loads(out)}
@@ -357,7 +417,8 @@ def main():
     want_size = sum(len(MODEL_FILES[f]) for f in WANTED) + os.path.getsize(
         os.path.join(store, "acme/tiny/.smelt-pull.json"))
     check(t.get("arch") == "qwen3" and t.get("bits") == 4 and t.get("source") == "store", "list entry: %s" % t)
-    check(t.get("size_bytes") == want_size, "list size %s vs %d" % (t.get("size_bytes"), want_size))
+    check(t.get("size_bytes") == want_size, "list size %s vs %d (symlinks out of the store not counted)"
+          % (t.get("size_bytes"), want_size))
     c = items.get("hfowner/cached", {})
     check(c.get("source") == "hf" and c.get("arch") == "llama" and c.get("bits") == 8, "hf cache entry: %s" % c)
     rc, out, err = run("list")
@@ -394,6 +455,8 @@ def main():
     check(rc == 1 and os.path.exists(snap), "rm refuses the HF cache")
     rc, out, err = run("rm", "--yes", "acme/tiny")
     check(rc == 0 and not os.path.exists(os.path.join(store, "acme/tiny")), "rm acme/tiny: %s" % err)
+    check(os.path.getsize(os.path.join(outside_big, "big.bin")) == 5 << 20, "rm leaves symlink targets alone")
+    os.unlink(os.path.join(store, "linkedowner"))
     check(os.path.exists(os.path.join(store, "acme/cut")), "rm leaves other models")
     rc, out, err = run("rm", os.path.join(store, "acme/cut"))  # stdin is not a TTY: no prompt
     check(rc == 0 and not os.path.exists(os.path.join(store, "acme/cut")), "rm by path inside the store")

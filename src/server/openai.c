@@ -1,0 +1,354 @@
+/* OpenAI API glue of `smelt serve`: request -> job, job -> response JSON (see openai.h). */
+#include "server/openai.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+#include "tokenizer/chat.h"
+
+#define REJECT(status, param, code, ...)                                             \
+  do {                                                                               \
+    sm_api_error_set(err, status, "invalid_request_error", param, code, __VA_ARGS__); \
+    goto fail;                                                                       \
+  } while (0)
+
+sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size_t len, sm_api_error *err) {
+  sm_api_request req;
+  int32_t *ids = NULL;
+  size_t n_ids = 0;
+  if (!sm_api_parse(kind, body, len, &req, err)) return NULL;
+  if (req.n > o->parallel) REJECT(400, "n", NULL, "'n' must not exceed the server's --parallel (%d)", o->parallel);
+  /* default sampling from generation_config when the request gives none */
+  if (!req.has_temperature && o->gen_temperature > 0) req.sampling.temperature = o->gen_temperature;
+  if (!req.has_top_p && o->gen_top_p > 0) req.sampling.top_p = o->gen_top_p;
+  if (!req.has_top_k && o->gen_top_k > 0) req.sampling.top_k = o->gen_top_k;
+  /* prompt */
+  const char *pparam = kind == SM_EP_COMPLETIONS ? "prompt" : kind == SM_EP_CHAT ? "messages" : "input";
+  if (kind == SM_EP_COMPLETIONS && req.prompt_ids) {
+    for (int i = 0; i < req.n_prompt_ids; i++)
+      if (req.prompt_ids[i] >= o->vocab) REJECT(400, "prompt", NULL, "token id out of the vocabulary");
+    n_ids = (size_t)req.n_prompt_ids;
+    ids = sm_xmalloc(sizeof(int32_t) * (n_ids ? n_ids : 1));
+    memcpy(ids, req.prompt_ids, sizeof(int32_t) * n_ids);
+  } else {
+    char *text = NULL;
+    /* raw completions text gets the post-processor's special tokens (BOS); a rendered chat
+     * template already holds the ones the model wants and is encoded as it is, as transformers,
+     * vLLM and `smelt run` do */
+    bool add_special = kind == SM_EP_COMPLETIONS;
+    if (kind == SM_EP_COMPLETIONS) {
+      text = sm_xstrdup(req.prompt);
+    } else if (sm_chat_apply(o->tok, req.messages, req.tools, true, req.chat_template_kwargs, &text) != SMELT_OK) {
+      REJECT(400, pparam, NULL, "could not apply the chat template: %s", sm_errmsg());
+    }
+    smelt_status st = smelt_tokenize(o->tok, text, strlen(text), add_special, &ids, &n_ids);
+    free(text);
+    if (st != SMELT_OK) REJECT(400, pparam, NULL, "could not tokenize the prompt: %s", sm_errmsg());
+  }
+  if (n_ids == 0) REJECT(400, pparam, NULL, "the prompt is empty");
+  int max_tokens = req.max_tokens;
+  if ((int)n_ids >= o->ctx || (max_tokens > 0 && (long)n_ids + max_tokens > o->ctx))
+    REJECT(400, pparam, "context_length_exceeded",
+           "This model's maximum context length is %d tokens. However, you requested %ld tokens (%zu in the "
+           "prompt, %d for the completion). Please reduce the prompt or the completion length.",
+           o->ctx, (long)n_ids + (max_tokens > 0 ? max_tokens : 0), n_ids, max_tokens > 0 ? max_tokens : 0);
+  if (max_tokens <= 0) max_tokens = o->ctx - (int)n_ids;
+  bool tool_mode = req.tools != NULL && kind != SM_EP_COMPLETIONS;
+  return sm_job_new(&req, ids, (int)n_ids, max_tokens, tool_mode);
+fail:
+  free(ids);
+  sm_api_request_free(&req);
+  return NULL;
+}
+
+cJSON *sm_oai_models(const sm_oai *o) {
+  cJSON *r = cJSON_CreateObject();
+  cJSON_AddStringToObject(r, "object", "list");
+  cJSON *d = cJSON_AddArrayToObject(r, "data"), *m = cJSON_CreateObject();
+  cJSON_AddStringToObject(m, "id", o->model_id);
+  cJSON_AddStringToObject(m, "object", "model");
+  cJSON_AddNumberToObject(m, "created", 0);
+  cJSON_AddStringToObject(m, "owned_by", "smelt");
+  cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+  cJSON_AddStringToObject(meta, "arch", o->arch);
+  cJSON_AddNumberToObject(meta, "n_ctx", o->ctx);
+  cJSON_AddNumberToObject(meta, "n_vocab", o->vocab);
+  cJSON_AddItemToArray(d, m);
+  return r;
+}
+
+/* ------------------------------------------------------------------ responses */
+
+static char *tok_str(const sm_oai *o, int32_t id) {
+  char *t = NULL;
+  if (smelt_detokenize(o->tok, &id, 1, false, &t) != SMELT_OK || !t) t = sm_xstrdup("");
+  return t;
+}
+
+static cJSON *bytes_arr(const char *t) {
+  cJSON *b = cJSON_CreateArray();
+  for (const unsigned char *p = (const unsigned char *)t; *p; p++) cJSON_AddItemToArray(b, cJSON_CreateNumber(*p));
+  return b;
+}
+
+/* chat logprobs content entries for toks [from, to) */
+static cJSON *chat_logprobs(const sm_oai *o, sm_job *j, sm_choice *c, int from, int to) {
+  cJSON *lp = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(lp, "content");
+  for (int k = from; k < to; k++) {
+    sm_tokrec *r = &c->toks[k];
+    cJSON *e = cJSON_CreateObject();
+    char *t = tok_str(o, r->id);
+    cJSON_AddStringToObject(e, "token", t);
+    cJSON_AddNumberToObject(e, "logprob", r->lp);
+    cJSON_AddItemToObject(e, "bytes", bytes_arr(t));
+    free(t);
+    cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+    for (int i = 0; i < r->ntop; i++) {
+      cJSON *te = cJSON_CreateObject();
+      char *tt = tok_str(o, r->top_ids[i]);
+      cJSON_AddStringToObject(te, "token", tt);
+      cJSON_AddNumberToObject(te, "logprob", r->top_lps[i]);
+      cJSON_AddItemToObject(te, "bytes", bytes_arr(tt));
+      free(tt);
+      cJSON_AddItemToArray(top, te);
+    }
+    cJSON_AddItemToArray(arr, e);
+  }
+  cJSON_AddNullToObject(lp, "refusal");
+  return lp;
+}
+
+/* completions logprobs for toks [from, to); text offsets relative to base */
+static cJSON *compl_logprobs(const sm_oai *o, sm_job *j, sm_choice *c, int from, int to, size_t base) {
+  cJSON *lp = cJSON_CreateObject();
+  cJSON *toks = cJSON_AddArrayToObject(lp, "tokens"), *tlp = cJSON_AddArrayToObject(lp, "token_logprobs");
+  cJSON *top = cJSON_AddArrayToObject(lp, "top_logprobs"), *off = cJSON_AddArrayToObject(lp, "text_offset");
+  for (int k = from; k < to; k++) {
+    sm_tokrec *r = &c->toks[k];
+    char *t = tok_str(o, r->id);
+    cJSON_AddItemToArray(toks, cJSON_CreateString(t));
+    free(t);
+    cJSON_AddItemToArray(tlp, cJSON_CreateNumber(r->lp));
+    cJSON *tops = cJSON_CreateObject();
+    for (int i = 0; i < r->ntop; i++) {
+      char *tt = tok_str(o, r->top_ids[i]);
+      if (!cJSON_GetObjectItemCaseSensitive(tops, tt)) cJSON_AddNumberToObject(tops, tt, r->top_lps[i]);
+      free(tt);
+    }
+    cJSON_AddItemToArray(top, tops);
+    size_t start = k ? c->toks[k - 1].end : 0;
+    cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(base + start)));
+  }
+  return lp;
+}
+
+int sm_oai_toks_upto(const sm_choice *c, size_t upto, int from) {
+  int k = from;
+  while (k < c->n_toks && c->toks[k].end <= upto) k++;
+  return k;
+}
+
+cJSON *sm_oai_usage(const sm_job *j, bool responses) {
+  int gen = 0;
+  for (int i = 0; i < j->n; i++) gen += j->ch[i].n_gen;
+  cJSON *u = cJSON_CreateObject();
+  cJSON_AddNumberToObject(u, responses ? "input_tokens" : "prompt_tokens", j->n_prompt);
+  cJSON_AddNumberToObject(u, responses ? "output_tokens" : "completion_tokens", gen);
+  cJSON_AddNumberToObject(u, "total_tokens", j->n_prompt + gen);
+  cJSON *d = cJSON_AddObjectToObject(u, responses ? "input_tokens_details" : "prompt_tokens_details");
+  cJSON_AddNumberToObject(d, "cached_tokens", j->n_cached);
+  if (responses) {
+    cJSON *od = cJSON_AddObjectToObject(u, "output_tokens_details");
+    cJSON_AddNumberToObject(od, "reasoning_tokens", 0);
+  }
+  return u;
+}
+
+void sm_oai_finalize(sm_job *j, int i, sm_oai_final *f) {
+  sm_choice *c = &j->ch[i];
+  f->tool_calls = NULL;
+  f->content = NULL;
+  f->finish = c->finish == SM_FIN_LENGTH ? "length" : "stop";
+  if (j->tool_mode && sm_toolcall_parse(c->text.p, sm_mix64(j->seq_no * 131 + (uint64_t)i), &f->tool_calls, &f->content) > 0) {
+    f->finish = "tool_calls";
+    return;
+  }
+  f->content = sm_xstrdup(sm_buf_str(&c->text));
+}
+
+cJSON *sm_oai_response_object(const sm_oai *o, sm_job *j, const char *status) {
+  cJSON *r = cJSON_CreateObject();
+  cJSON_AddStringToObject(r, "id", j->id);
+  cJSON_AddStringToObject(r, "object", "response");
+  cJSON_AddNumberToObject(r, "created_at", (double)j->created);
+  cJSON_AddStringToObject(r, "status", status);
+  cJSON_AddStringToObject(r, "model", o->model_id);
+  cJSON *out = cJSON_AddArrayToObject(r, "output");
+  if (!strcmp(status, "in_progress")) {
+    cJSON_AddNullToObject(r, "usage");
+    return r;
+  }
+  sm_oai_final f;
+  sm_oai_finalize(j, 0, &f);
+  if (f.finish[0] == 'l') {
+    cJSON_SetValuestring(cJSON_GetObjectItemCaseSensitive(r, "status"), "incomplete");
+    cJSON *d = cJSON_AddObjectToObject(r, "incomplete_details");
+    cJSON_AddStringToObject(d, "reason", "max_output_tokens");
+  }
+  if (f.content || !f.tool_calls) {
+    cJSON *m = cJSON_CreateObject();
+    char mid[80];
+    snprintf(mid, sizeof mid, "msg_%s", j->id + 5);
+    cJSON_AddStringToObject(m, "type", "message");
+    cJSON_AddStringToObject(m, "id", mid);
+    cJSON_AddStringToObject(m, "status", "completed");
+    cJSON_AddStringToObject(m, "role", "assistant");
+    cJSON *content = cJSON_AddArrayToObject(m, "content");
+    cJSON *part = cJSON_CreateObject();
+    cJSON_AddStringToObject(part, "type", "output_text");
+    cJSON_AddStringToObject(part, "text", f.content ? f.content : "");
+    cJSON_AddArrayToObject(part, "annotations");
+    cJSON_AddItemToArray(content, part);
+    cJSON_AddItemToArray(out, m);
+  }
+  if (f.tool_calls) {
+    cJSON *tc;
+    cJSON_ArrayForEach(tc, f.tool_calls) {
+      cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+      cJSON *it = cJSON_CreateObject();
+      const char *cid = cJSON_GetObjectItemCaseSensitive(tc, "id")->valuestring;
+      char fid[80];
+      snprintf(fid, sizeof fid, "fc_%s", cid + 5);
+      cJSON_AddStringToObject(it, "type", "function_call");
+      cJSON_AddStringToObject(it, "id", fid);
+      cJSON_AddStringToObject(it, "call_id", cid);
+      cJSON_AddStringToObject(it, "name", cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
+      cJSON_AddStringToObject(it, "arguments", cJSON_GetObjectItemCaseSensitive(fn, "arguments")->valuestring);
+      cJSON_AddStringToObject(it, "status", "completed");
+      cJSON_AddItemToArray(out, it);
+    }
+  }
+  cJSON_AddItemToObject(r, "usage", sm_oai_usage(j, true));
+  free(f.content);
+  cJSON_Delete(f.tool_calls);
+  return r;
+}
+
+cJSON *sm_oai_full_response(const sm_oai *o, sm_job *j) {
+  if (j->req.kind == SM_EP_RESPONSES) return sm_oai_response_object(o, j, "completed");
+  cJSON *r = cJSON_CreateObject();
+  bool chat = j->req.kind == SM_EP_CHAT;
+  cJSON_AddStringToObject(r, "id", j->id);
+  cJSON_AddStringToObject(r, "object", chat ? "chat.completion" : "text_completion");
+  cJSON_AddNumberToObject(r, "created", (double)j->created);
+  cJSON_AddStringToObject(r, "model", o->model_id);
+  cJSON_AddStringToObject(r, "system_fingerprint", "smelt-" SMELT_VERSION);
+  cJSON *choices = cJSON_AddArrayToObject(r, "choices");
+  for (int i = 0; i < j->n; i++) {
+    sm_choice *c = &j->ch[i];
+    sm_oai_final f;
+    sm_oai_finalize(j, i, &f);
+    cJSON *cj = cJSON_CreateObject();
+    cJSON_AddNumberToObject(cj, "index", i);
+    int nt = sm_oai_toks_upto(c, c->text.n, 0);
+    if (chat) {
+      cJSON *m = cJSON_AddObjectToObject(cj, "message");
+      cJSON_AddStringToObject(m, "role", "assistant");
+      if (f.content) cJSON_AddStringToObject(m, "content", f.content);
+      else cJSON_AddNullToObject(m, "content");
+      cJSON_AddNullToObject(m, "refusal");
+      if (f.tool_calls) { cJSON_AddItemToObject(m, "tool_calls", f.tool_calls); f.tool_calls = NULL; }
+      if (j->req.logprobs) cJSON_AddItemToObject(cj, "logprobs", chat_logprobs(o, j, c, 0, nt));
+      else cJSON_AddNullToObject(cj, "logprobs");
+    } else {
+      sm_buf t = SM_BUF_INIT;
+      if (j->req.echo && j->req.prompt) sm_buf_puts(&t, j->req.prompt);
+      sm_buf_puts(&t, f.content ? f.content : "");
+      cJSON_AddStringToObject(cj, "text", sm_buf_str(&t));
+      size_t base = j->req.echo && j->req.prompt ? strlen(j->req.prompt) : 0;
+      sm_buf_free(&t);
+      if (j->req.logprobs) cJSON_AddItemToObject(cj, "logprobs", compl_logprobs(o, j, c, 0, nt, base));
+      else cJSON_AddNullToObject(cj, "logprobs");
+    }
+    cJSON_AddStringToObject(cj, "finish_reason", f.finish);
+    cJSON_AddItemToArray(choices, cj);
+    free(f.content);
+    cJSON_Delete(f.tool_calls);
+  }
+  cJSON_AddItemToObject(r, "usage", sm_oai_usage(j, false));
+  return r;
+}
+
+static cJSON *chunk_base(const sm_oai *o, sm_job *j) {
+  cJSON *r = cJSON_CreateObject();
+  bool chat = j->req.kind == SM_EP_CHAT;
+  cJSON_AddStringToObject(r, "id", j->id);
+  cJSON_AddStringToObject(r, "object", chat ? "chat.completion.chunk" : "text_completion");
+  cJSON_AddNumberToObject(r, "created", (double)j->created);
+  cJSON_AddStringToObject(r, "model", o->model_id);
+  cJSON_AddStringToObject(r, "system_fingerprint", "smelt-" SMELT_VERSION);
+  return r;
+}
+
+cJSON *sm_oai_chunk(const sm_oai *o, sm_job *j, int i, const char *text, size_t tlen, int tfrom, int tto,
+                    const char *finish, cJSON *tool_calls, bool role) {
+  bool chat = j->req.kind == SM_EP_CHAT;
+  cJSON *r = chunk_base(o, j), *arr = cJSON_AddArrayToObject(r, "choices"), *cj = cJSON_CreateObject();
+  cJSON_AddNumberToObject(cj, "index", i);
+  char *t = sm_xmalloc(tlen + 1);
+  memcpy(t, text ? text : "", tlen);
+  t[tlen] = 0;
+  if (chat) {
+    cJSON *d = cJSON_AddObjectToObject(cj, "delta");
+    if (role) cJSON_AddStringToObject(d, "role", "assistant");
+    if (text) cJSON_AddStringToObject(d, "content", t);
+    if (tool_calls) {
+      cJSON *tc;
+      int k = 0;
+      cJSON_ArrayForEach(tc, tool_calls) cJSON_AddNumberToObject(tc, "index", k++);
+      cJSON_AddItemToObject(d, "tool_calls", tool_calls);
+    }
+    if (j->req.logprobs && tto > tfrom) cJSON_AddItemToObject(cj, "logprobs", chat_logprobs(o, j, &j->ch[i], tfrom, tto));
+    else cJSON_AddNullToObject(cj, "logprobs");
+  } else {
+    cJSON_AddStringToObject(cj, "text", t);
+    if (j->req.logprobs && tto > tfrom)
+      cJSON_AddItemToObject(cj, "logprobs", compl_logprobs(o, j, &j->ch[i], tfrom, tto, 0));
+    else cJSON_AddNullToObject(cj, "logprobs");
+  }
+  free(t);
+  if (finish) cJSON_AddStringToObject(cj, "finish_reason", finish);
+  else cJSON_AddNullToObject(cj, "finish_reason");
+  cJSON_AddItemToArray(arr, cj);
+  if (j->req.include_usage) cJSON_AddNullToObject(r, "usage");
+  return r;
+}
+
+
+cJSON *sm_oai_usage_chunk(const sm_oai *o, sm_job *j) {
+  cJSON *r = chunk_base(o, j);
+  cJSON_AddArrayToObject(r, "choices");
+  cJSON_AddItemToObject(r, "usage", sm_oai_usage(j, false));
+  return r;
+}
+
+void sm_oai_put_utf8(sm_buf *out, const char *s, size_t n) {
+  size_t i = 0, run = 0; /* run: valid bytes not yet copied, ending at i */
+  while (i < n) {
+    if ((unsigned char)s[i] < 0x80) { i++; run++; continue; }
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+    if (k > 0) { i += (size_t)k; run += (size_t)k; continue; }
+    sm_buf_put(out, s + i - run, run);
+    run = 0;
+    sm_buf_put(out, "\xEF\xBF\xBD", 3); /* U+FFFD for the offending byte */
+    i++;
+  }
+  sm_buf_put(out, s + n - run, run);
+}
+
+void sm_oai_print(const cJSON *j, sm_buf *out) {
+  char *t = cJSON_PrintUnformatted(j);
+  sm_oai_put_utf8(out, t, strlen(t));
+  free(t);
+}

@@ -1,0 +1,588 @@
+/* The scheduler of `smelt serve`: job lifecycle, admission, preemption and the engine thread
+ * (see sched.h). */
+#include "server/sched.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void job_free(sm_job *j) {
+  for (int i = 0; i < j->n; i++) {
+    sm_choice *c = &j->ch[i];
+    if (c->sampler_ok) sm_sampler_free(&c->sampler);
+    if (c->detok) sm_detok_free(c->detok);
+    free(c->gen);
+    sm_buf_free(&c->text);
+    for (int k = 0; k < c->n_toks; k++) { free(c->toks[k].top_ids); free(c->toks[k].top_lps); }
+    free(c->toks);
+  }
+  free(j->ch);
+  free(j->prompt);
+  sm_api_request_free(&j->req);
+  pthread_cond_destroy(&j->cv);
+  free(j);
+}
+
+void sm_job_unref(sm_sched *s, sm_job *j) {
+  (void)s;
+  if (--j->refs == 0) job_free(j);
+}
+
+/* under mu: the job's text or state changed */
+static void job_signal(sm_job *j) {
+  pthread_cond_broadcast(&j->cv);
+  if (j->notify) j->notify(j->notify_arg);
+}
+
+static bool is_eos(const sm_sched *s, int32_t t) {
+  for (int i = 0; i < s->n_eos; i++)
+    if (s->eos[i] == t) return true;
+  return false;
+}
+
+static void job_fail(sm_sched *s, sm_job *j, int status, const char *msg);
+static void fail_all_now(sm_sched *s, int status, const char *msg);
+
+static void release_seqs(sm_sched *s, sm_job *j) {
+  for (int i = 0; i < j->n; i++)
+    if (j->ch[i].seq) {
+      sm_seq_free(s->eng, j->ch[i].seq);
+      j->ch[i].seq = NULL;
+      s->active_seqs--;
+    }
+}
+
+static void remove_active(sm_sched *s, sm_job *j) {
+  for (int i = 0; i < s->n_active; i++)
+    if (s->active[i] == j) {
+      memmove(s->active + i, s->active + i + 1, sizeof(sm_job *) * (size_t)(s->n_active - i - 1));
+      s->n_active--;
+      break;
+    }
+  j->active = false;
+}
+
+/* under mu: the job is complete (all choices finished) or failed; leaves the engine */
+static void job_finish(sm_sched *s, sm_job *j) {
+  release_seqs(s, j);
+  if (j->active) remove_active(s, j);
+  j->done = true;
+  uint64_t gen = 0;
+  for (int i = 0; i < j->n; i++) gen += (uint64_t)j->ch[i].n_gen;
+  if (j->cancelled) sm_metrics_cancel(s->metrics);
+  if (!j->failed && !j->cancelled) sm_metrics_tokens(s->metrics, (uint64_t)j->n_prompt, gen, (uint64_t)j->n_cached);
+  job_signal(j);
+  sm_job_unref(s, j); /* the engine's reference */
+}
+
+static void job_fail(sm_sched *s, sm_job *j, int status, const char *msg) {
+  j->failed = true;
+  j->fail_status = status;
+  snprintf(j->errmsg, sizeof j->errmsg, "%s", msg);
+  job_finish(s, j);
+}
+
+static void update_safe(sm_sched *s, sm_job *j, sm_choice *c) {
+  if (c->finish) { c->safe = c->text.n; return; }
+  size_t safe = c->text.n - sm_stop_holdback(c->text.p, c->text.n, j->req.stop, j->req.n_stop);
+  if (j->tool_mode) {
+    if (sm_toolcall_may_start(c->text.p, c->text.n)) safe = 0;
+    else {
+      char *p = strstr(c->text.p, "<tool_call>");
+      if (p) safe = SM_MIN(safe, (size_t)(p - c->text.p));
+      char *mk[1] = {"<tool_call>"};
+      safe = SM_MIN(safe, c->text.n - sm_stop_holdback(c->text.p, c->text.n, mk, 1));
+    }
+  }
+  if (safe > c->safe) c->safe = safe;
+}
+
+/* under mu: start (or restart after preemption) a job's sequences */
+static bool admit(sm_sched *s, sm_job *j) {
+  sm_engine *e = s->eng;
+  if (!j->started) {
+    for (int i = 0; i < j->n; i++) {
+      sm_choice *c = &j->ch[i];
+      smelt_sampling sp = j->req.sampling;
+      sp.seed = j->req.has_seed ? (sm_mix64(j->req.seed + (uint64_t)i) | 1) : 0;
+      sm_sampler_init(&c->sampler, &sp, s->vocab);
+      c->sampler_ok = true;
+      c->detok = sm_detok_new(s->tok, true);
+    }
+    sm_seq *q = sm_seq_new(e);
+    if (!q) return false;
+    if (sm_seq_append(e, q, j->prompt, j->n_prompt) != SMELT_OK) { sm_seq_free(e, q); return false; }
+    j->n_cached = sm_seq_use_prefix_cache(e, q);
+    j->ch[0].seq = q;
+    s->active_seqs++;
+    j->fork_pending = j->n > 1;
+    if (j->fork_pending) s->active_seqs += j->n - 1; /* reserved for the forks */
+    j->started = true;
+  } else {
+    for (int i = 0; i < j->n; i++) {
+      sm_choice *c = &j->ch[i];
+      if (c->finish || c->seq) continue;
+      sm_seq *q = sm_seq_new(e);
+      if (!q) return false;
+      if (sm_seq_append(e, q, j->prompt, j->n_prompt) != SMELT_OK ||
+          (c->n_gen && sm_seq_append(e, q, c->gen, c->n_gen) != SMELT_OK)) {
+        sm_seq_free(e, q);
+        return false;
+      }
+      sm_seq_use_prefix_cache(e, q);
+      c->seq = q;
+      s->active_seqs++;
+    }
+  }
+  j->active = true;
+  s->active = sm_xrealloc(s->active, sizeof(sm_job *) * (size_t)(s->n_active + 1));
+  s->active[s->n_active++] = j;
+  return true;
+}
+
+/* under mu: requeue the newest active job (KV exhausted) */
+static void preempt_newest(sm_sched *s) {
+  sm_job *nj = NULL;
+  for (int i = 0; i < s->n_active; i++)
+    if (!nj || s->active[i]->seq_no > nj->seq_no) nj = s->active[i];
+  if (!nj) return;
+  if (s->n_active == 1) {
+    /* alone and still out of memory: the cache cannot hold this request */
+    bool any_gen = false;
+    for (int i = 0; i < nj->n; i++) any_gen |= nj->ch[i].n_gen > 0;
+    if (!any_gen) {
+      job_fail(s, nj, 400, "the prompt does not fit in the KV cache");
+      return;
+    }
+    for (int i = 0; i < nj->n; i++) {
+      sm_choice *c = &nj->ch[i];
+      if (!c->finish) { c->finish = SM_FIN_LENGTH; update_safe(s, nj, c); }
+    }
+    job_finish(s, nj);
+    return;
+  }
+  /* the reserved fork slots are given back with the sequences */
+  if (nj->fork_pending) { s->active_seqs -= nj->n - 1; nj->fork_pending = false; }
+  release_seqs(s, nj);
+  remove_active(s, nj);
+  nj->queued = true;
+  nj->next = s->qhead;
+  s->qhead = nj;
+  if (!s->qtail) s->qtail = nj;
+  s->n_queued++;
+  s->admit_blocked = true;
+  sm_metrics_preempt(s->metrics);
+}
+
+/* Sample one token for choice ci of job j from logits row (modified), or, when row is NULL, take
+ * tok, already sampled on the backend (sm_engine_step_sample). Engine thread, mu NOT held. */
+static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t tok, float *lpbuf, int32_t *topbuf) {
+  sm_choice *c = &j->ch[ci];
+  sm_tokrec rec = {0};
+  if (row && j->req.logprobs) sm_log_softmax(row, s->vocab, lpbuf);
+  if (row) tok = sm_sampler_sample(&c->sampler, row, sm_seq_tokens(c->seq), sm_seq_len(c->seq));
+  if (tok < 0 || tok >= s->vocab) tok = s->n_eos ? s->eos[0] : 0;
+  rec.id = tok;
+  if (row && j->req.logprobs) {
+    rec.lp = lpbuf[tok];
+    int k = j->req.top_logprobs;
+    if (k > 0) {
+      sm_top_n(lpbuf, s->vocab, k, topbuf);
+      rec.ntop = k;
+      rec.top_ids = sm_xmalloc(sizeof(int32_t) * (size_t)k);
+      rec.top_lps = sm_xmalloc(sizeof(float) * (size_t)k);
+      for (int i = 0; i < k; i++) { rec.top_ids[i] = topbuf[i]; rec.top_lps[i] = lpbuf[topbuf[i]]; }
+    }
+  }
+  bool eos = is_eos(s, tok);
+  char *piece = NULL, *tail = NULL;
+  size_t plen = 0, tlen = 0;
+  if (!eos) plen = sm_detok_push(c->detok, tok, &piece);
+  if (c->n_gen == c->cap_gen) {
+    c->cap_gen = c->cap_gen ? c->cap_gen * 2 : 64;
+    c->gen = sm_xrealloc(c->gen, sizeof(int32_t) * (size_t)c->cap_gen);
+  }
+  c->gen[c->n_gen++] = tok;
+  bool at_len = c->n_gen >= j->max_tokens;
+  if (eos || at_len) tlen = sm_detok_flush(c->detok, &tail);
+  double now = sm_now();
+
+  pthread_mutex_lock(&s->mu);
+  if (!j->first_token) {
+    j->first_token = true;
+    sm_metrics_ttft(s->metrics, now - j->t_arrival);
+  } else if (c->t_last > 0) {
+    sm_metrics_itl(s->metrics, now - c->t_last);
+  }
+  c->t_last = now;
+  size_t old_len = c->text.n;
+  for (int part = 0; part < 2; part++) {
+    const char *p = part ? tail : piece;
+    size_t n = part ? tlen : plen;
+    if (!p || !n || c->finish) continue;
+    if (j->req.json_mode) {
+      if (c->jt.complete) continue;
+      if (!c->jt.started) {
+        const char *b = memchr(p, '{', n);
+        if (!b) continue;
+        n -= (size_t)(b - p);
+        p = b;
+      }
+      n = sm_json_track_feed(&c->jt, p, n);
+    }
+    sm_buf_put(&c->text, p, n);
+  }
+  if (c->n_toks == c->cap_toks) {
+    c->cap_toks = c->cap_toks ? c->cap_toks * 2 : 64;
+    c->toks = sm_xrealloc(c->toks, sizeof(sm_tokrec) * (size_t)c->cap_toks);
+  }
+  rec.end = c->text.n;
+  c->toks[c->n_toks++] = rec;
+  if (j->req.n_stop) {
+    size_t maxs = 0;
+    for (int i = 0; i < j->req.n_stop; i++) maxs = SM_MAX(maxs, strlen(j->req.stop[i]));
+    size_t from = old_len + 1 > maxs ? old_len + 1 - maxs : 0;
+    long pos = sm_stop_find(c->text.p, c->text.n, from, j->req.stop, j->req.n_stop);
+    if (pos >= 0) {
+      c->text.n = (size_t)pos;
+      c->text.p[c->text.n] = 0;
+      for (int k = 0; k < c->n_toks; k++)
+        if (c->toks[k].end > c->text.n) c->toks[k].end = c->text.n;
+      c->finish = SM_FIN_STOP;
+    }
+  }
+  if (!c->finish) {
+    if (eos || (j->req.json_mode && c->jt.complete)) c->finish = SM_FIN_STOP;
+    else if (at_len) c->finish = SM_FIN_LENGTH;
+  }
+  update_safe(s, j, c);
+  job_signal(j);
+  pthread_mutex_unlock(&s->mu);
+  free(piece);
+  free(tail);
+  if (!c->finish) {
+    smelt_status st = sm_seq_append(s->eng, c->seq, &tok, 1);
+    if (st != SMELT_OK) {
+      pthread_mutex_lock(&s->mu);
+      c->finish = SM_FIN_LENGTH;
+      update_safe(s, j, c);
+      job_signal(j);
+      pthread_mutex_unlock(&s->mu);
+    }
+  }
+}
+
+static void *engine_main(void *arg) {
+  sm_sched *s = arg;
+  int cap = s->parallel;
+  float *logits = sm_xmalloc(sizeof(float) * (size_t)s->vocab * (size_t)cap);
+  float *tmp = sm_xmalloc(sizeof(float) * (size_t)s->vocab);
+  float *lpbuf = sm_xmalloc(sizeof(float) * (size_t)s->vocab);
+  int32_t *topbuf = sm_xmalloc(sizeof(int32_t) * SM_API_MAX_TOP_LOGPROBS);
+  sm_seq **seqs = sm_xmalloc(sizeof(sm_seq *) * (size_t)cap);
+  sm_job **bjob = sm_xmalloc(sizeof(sm_job *) * (size_t)cap);
+  int *bci = sm_xmalloc(sizeof(int) * (size_t)cap);
+  uint8_t *done = sm_xmalloc((size_t)cap);
+  sm_sampler **bsmp = sm_xmalloc(sizeof(sm_sampler *) * (size_t)cap); /* NULL: full logits row needed */
+  int32_t *btok = sm_xmalloc(sizeof(int32_t) * (size_t)cap);
+
+  pthread_mutex_lock(&s->mu);
+  while (!s->stopping) {
+    /* drop cancelled jobs */
+    for (int i = 0; i < s->n_active;) {
+      sm_job *j = s->active[i];
+      if (j->cancelled) {
+        if (j->fork_pending) { s->active_seqs -= j->n - 1; j->fork_pending = false; }
+        job_finish(s, j);
+      } else i++;
+    }
+    for (sm_job **pp = &s->qhead, *prev = NULL; *pp;) {
+      sm_job *j = *pp;
+      if (j->cancelled) {
+        *pp = j->next;
+        if (s->qtail == j) s->qtail = prev;
+        s->n_queued--;
+        j->queued = false;
+        j->done = true;
+        sm_metrics_cancel(s->metrics);
+        job_signal(j);
+        sm_job_unref(s, j);
+      } else { prev = j; pp = &j->next; }
+    }
+    /* admit waiting jobs while sequence slots are free */
+    if (s->n_active == 0) s->admit_blocked = false;
+    if (s->fail_pending) {
+      s->fail_pending = false;
+      fail_all_now(s, s->fail_status, s->fail_msg);
+    }
+    if (s->fatal) fail_all_now(s, 500, s->fatal_msg);
+    while (s->qhead && !s->admit_blocked) {
+      sm_job *j = s->qhead;
+      int need = 0;
+      for (int i = 0; i < j->n; i++) need += !j->ch[i].finish;
+      if (s->n_active > 0 && s->active_seqs + need > s->parallel) break;
+      s->qhead = j->next;
+      if (!s->qhead) s->qtail = NULL;
+      s->n_queued--;
+      j->queued = false;
+      j->next = NULL;
+      if (!admit(s, j)) {
+        release_seqs(s, j);
+        job_fail(s, j, 503, "could not allocate a sequence for the request");
+      }
+    }
+    sm_engine_get_stats(s->eng, &s->stats);
+    if (s->n_active == 0) {
+      pthread_cond_wait(&s->cv, &s->mu);
+      continue;
+    }
+    /* one batch: every running choice of every active sm_job */
+    int n = 0;
+    for (int a = 0; a < s->n_active; a++) {
+      sm_job *j = s->active[a];
+      for (int i = 0; i < j->n && n < cap; i++)
+        if (j->ch[i].seq && !j->ch[i].finish) {
+          seqs[n] = j->ch[i].seq; bjob[n] = j; bci[n] = i;
+          /* sampled on the backend unless the host needs the whole row: logprobs, or the
+           * prompt row that the other choices of an n > 1 request are forked from */
+          bsmp[n] = j->req.logprobs || (i == 0 && j->fork_pending) ? NULL : &j->ch[i].sampler;
+          n++;
+        }
+    }
+    /* jobs without running sequences (all finished) leave */
+    for (int a = 0; a < s->n_active;) {
+      sm_job *j = s->active[a];
+      bool any = false;
+      for (int i = 0; i < j->n; i++) any |= !j->ch[i].finish;
+      if (!any) job_finish(s, j);
+      else a++;
+    }
+    if (n == 0) continue;
+    pthread_mutex_unlock(&s->mu);
+    memset(done, 0, (size_t)n);
+    smelt_status st = sm_engine_step_sample(s->eng, seqs, n, bsmp, btok, logits, done);
+    if (st == SMELT_ERR_OOM) {
+      pthread_mutex_lock(&s->mu);
+      preempt_newest(s);
+      continue;
+    }
+    if (st != SMELT_OK) {
+      char msg[256];
+      snprintf(msg, sizeof msg, "engine step failed: %s", sm_errmsg());
+      fprintf(stderr, "smelt serve: %s\n", msg);
+      pthread_mutex_lock(&s->mu);
+      while (s->n_active) job_fail(s, s->active[0], 500, msg);
+      continue;
+    }
+    char fmsg[sizeof ((sm_job *)0)->errmsg];
+    if (s->after_step && s->after_step(s->after_step_arg, fmsg, sizeof fmsg)) {
+      /* the step's results cannot be trusted (e.g. the weights file changed): publish nothing */
+      pthread_mutex_lock(&s->mu);
+      s->fatal = true;
+      snprintf(s->fatal_msg, sizeof s->fatal_msg, "%s", fmsg);
+      fail_all_now(s, 500, fmsg);
+      continue;
+    }
+    for (int k = 0; k < n; k++) {
+      if (!done[k]) continue;
+      sm_job *j = bjob[k];
+      if (bsmp[k]) { process_token(s, j, bci[k], NULL, btok[k], lpbuf, topbuf); continue; }
+      float *row = logits + (size_t)k * (size_t)s->vocab;
+      if (bci[k] == 0 && j->fork_pending) {
+        /* n > 1: the prompt was computed once; fork it for the other choices */
+        j->fork_pending = false;
+        for (int i = 1; i < j->n; i++) {
+          sm_choice *c = &j->ch[i];
+          c->seq = sm_seq_fork(s->eng, j->ch[0].seq);
+          if (c->seq) {
+            memcpy(tmp, row, sizeof(float) * (size_t)s->vocab);
+            process_token(s, j, i, tmp, -1, lpbuf, topbuf);
+          } else {
+            c->seq = sm_seq_new(s->eng); /* fallback: recompute (prefix cache helps) */
+            if (c->seq) {
+              sm_seq_append(s->eng, c->seq, j->prompt, j->n_prompt);
+              sm_seq_use_prefix_cache(s->eng, c->seq);
+            } else {
+              pthread_mutex_lock(&s->mu);
+              c->finish = SM_FIN_LENGTH;
+              s->active_seqs--;
+              pthread_mutex_unlock(&s->mu);
+            }
+          }
+        }
+      }
+      process_token(s, j, bci[k], row, -1, lpbuf, topbuf);
+    }
+    pthread_mutex_lock(&s->mu);
+    /* free the KV of finished choices right away */
+    for (int k = 0; k < n; k++) {
+      sm_job *j = bjob[k];
+      for (int i = 0; i < j->n; i++) {
+        sm_choice *c = &j->ch[i];
+        if (c->finish && c->seq) {
+          sm_seq_free(s->eng, c->seq);
+          c->seq = NULL;
+          s->active_seqs--;
+          s->admit_blocked = false;
+        }
+      }
+    }
+  }
+  /* shutdown: fail everything still around */
+  fail_all_now(s, 503, "server is shutting down");
+  pthread_mutex_unlock(&s->mu);
+  free(logits); free(tmp); free(lpbuf); free(topbuf); free(seqs); free(bjob); free(bci); free(done);
+  free(bsmp); free(btok);
+  return NULL;
+}
+
+
+/* ------------------------------------------------------------------ public */
+
+void sm_sched_init(sm_sched *s, sm_engine *eng, const smelt_tokenizer *tok, sm_metrics *metrics, int vocab,
+                   int parallel, int max_queue) {
+  memset(s, 0, sizeof *s);
+  s->eng = eng;
+  s->tok = tok;
+  s->metrics = metrics;
+  s->vocab = vocab;
+  s->parallel = parallel;
+  s->max_queue = max_queue;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  sm_engine_get_stats(eng, &s->stats);
+}
+
+void sm_sched_add_eos(sm_sched *s, int32_t id) {
+  if (id < 0 || id >= s->vocab || s->n_eos >= (int)SM_ARRAY_LEN(s->eos) || is_eos(s, id)) return;
+  s->eos[s->n_eos++] = id;
+}
+
+bool sm_sched_start(sm_sched *s) {
+  s->thread_started = pthread_create(&s->thread, NULL, engine_main, s) == 0;
+  return s->thread_started;
+}
+
+void sm_sched_stop(sm_sched *s) {
+  if (!s->thread_started) return;
+  pthread_mutex_lock(&s->mu);
+  s->stopping = true;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  s->thread_started = false;
+}
+
+void sm_sched_destroy(sm_sched *s) {
+  free(s->active);
+  s->active = NULL;
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+}
+
+sm_job *sm_job_new(sm_api_request *req, int32_t *prompt, int n_prompt, int max_tokens, bool tool_mode) {
+  sm_job *j = sm_xcalloc(1, sizeof *j);
+  j->req = *req;
+  memset(req, 0, sizeof *req);
+  j->prompt = prompt;
+  j->n_prompt = n_prompt;
+  j->max_tokens = max_tokens;
+  j->n = j->req.n;
+  j->ch = sm_xcalloc((size_t)j->n, sizeof(sm_choice));
+  for (int i = 0; i < j->n; i++) sm_buf_reserve(&j->ch[i].text, 64);
+  j->tool_mode = tool_mode;
+  pthread_cond_init(&j->cv, NULL);
+  j->t_arrival = sm_now();
+  j->created = (long)time(NULL);
+  j->refs = 2; /* the caller + the engine */
+  return j;
+}
+
+int sm_sched_submit(sm_sched *s, sm_job *j) {
+  pthread_mutex_lock(&s->mu);
+  if (s->stopping) {
+    pthread_mutex_unlock(&s->mu);
+    job_free(j);
+    return 503;
+  }
+  /* waiting requests beyond the free sequence slots are bounded by --max-queue */
+  if (s->n_queued + 1 - SM_MAX(0, s->parallel - s->active_seqs) > s->max_queue) {
+    pthread_mutex_unlock(&s->mu);
+    job_free(j);
+    return 429;
+  }
+  sm_ep_kind kind = j->req.kind;
+  j->seq_no = ++s->next_id;
+  snprintf(j->id, sizeof j->id, "%s-%016llx%04llx",
+           kind == SM_EP_CHAT ? "chatcmpl" : kind == SM_EP_COMPLETIONS ? "cmpl" : "resp_",
+           (unsigned long long)sm_mix64((uint64_t)j->created ^ (j->seq_no << 20)),
+           (unsigned long long)(j->seq_no & 0xffff));
+  if (kind == SM_EP_RESPONSES) { /* resp_<hex> */
+    memmove(j->id + 5, j->id + 6, strlen(j->id + 6) + 1);
+  }
+  j->queued = true;
+  if (s->qtail) s->qtail->next = j;
+  else s->qhead = j;
+  s->qtail = j;
+  s->n_queued++;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+void sm_job_cancel(sm_sched *s, sm_job *j) {
+  j->cancelled = true;
+  pthread_cond_signal(&s->cv);
+}
+
+void sm_sched_gauges(sm_sched *s, sm_metrics_gauges *g) {
+  memset(g, 0, sizeof *g);
+  g->queued = s->n_queued;
+  g->running_requests = s->n_active;
+  g->running_seqs = s->active_seqs;
+  g->kv_blocks_used = s->stats.blocks_used;
+  g->kv_blocks_total = s->stats.n_blocks;
+  g->kv_blocks_cached = s->stats.blocks_cached;
+  g->kv_block_size = s->stats.block_size;
+  g->prefix_hit_tokens = s->stats.prefix_hits_tokens;
+}
+
+void sm_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += (long)ms * 1000000L;
+  ts.tv_sec += ts.tv_nsec / 1000000000L;
+  ts.tv_nsec %= 1000000000L;
+  pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* under mu, engine thread (or after it stopped): sequences are freed here */
+static void fail_all_now(sm_sched *s, int status, const char *msg) {
+  while (s->n_active) {
+    sm_job *j = s->active[0];
+    if (j->fork_pending) { s->active_seqs -= j->n - 1; j->fork_pending = false; }
+    job_fail(s, j, status, msg);
+  }
+  while (s->qhead) {
+    sm_job *j = s->qhead;
+    s->qhead = j->next;
+    if (!s->qhead) s->qtail = NULL;
+    s->n_queued--;
+    j->queued = false;
+    j->failed = true;
+    j->fail_status = status;
+    snprintf(j->errmsg, sizeof j->errmsg, "%s", msg);
+    j->done = true;
+    job_signal(j);
+    sm_job_unref(s, j);
+  }
+}
+
+void sm_sched_fail_all(sm_sched *s, int status, const char *msg) {
+  s->fail_pending = true;
+  s->fail_status = status;
+  snprintf(s->fail_msg, sizeof s->fail_msg, "%s", msg);
+  pthread_cond_signal(&s->cv);
+}
+
+bool sm_sched_idle(const sm_sched *s) { return s->n_active == 0 && s->n_queued == 0; }

@@ -1,0 +1,133 @@
+/* Scheduler of `smelt serve` (private to src/server): requests become jobs that wait in a FIFO
+ * queue; one engine thread admits them while sequence slots are free and steps every running
+ * sequence of every admitted job together (continuous batching). Generated text is published
+ * per choice under the scheduler's mutex; readers (the HTTP side) wait on the job's condition
+ * variable or through its notify hook. */
+#ifndef SM_SERVER_SCHED_H
+#define SM_SERVER_SCHED_H
+#include <pthread.h>
+#include "base/strbuf.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "server/api.h"
+#include "server/metrics.h"
+#include "tokenizer/tokenizer.h"
+
+enum { SM_FIN_NONE = 0, SM_FIN_STOP, SM_FIN_LENGTH };
+
+/* one generated token: id, logprob, text offset after it, top alternatives */
+typedef struct {
+  int32_t id;
+  float lp;
+  size_t end;
+  int ntop;
+  int32_t *top_ids;
+  float *top_lps;
+} sm_tokrec;
+
+typedef struct {
+  sm_seq *seq;
+  sm_sampler sampler;
+  bool sampler_ok;
+  sm_detok *detok;
+  int32_t *gen;
+  int n_gen, cap_gen;
+  sm_buf text; /* generated text (always allocated, NUL-terminated) */
+  size_t safe; /* bytes of text that can be sent (no stop string / tool call can start before) */
+  sm_tokrec *toks;
+  int n_toks, cap_toks;
+  int finish; /* SM_FIN_* */
+  sm_json_track jt;
+  double t_last;
+  /* streaming progress, kept by the HTTP side */
+  size_t sent;
+  int toks_sent;
+  bool end_sent;
+} sm_choice;
+
+typedef struct sm_job sm_job;
+struct sm_job {
+  int refs; /* under the scheduler's mutex */
+  sm_api_request req;
+  int32_t *prompt;
+  int n_prompt, max_tokens, n_cached;
+  sm_choice *ch;
+  int n;
+  bool tool_mode, fork_pending;
+  bool queued, active, cancelled, done, failed, started;
+  int fail_status;
+  char errmsg[256];
+  pthread_cond_t cv; /* broadcast whenever the job's text or state changes */
+  /* optional hook called (under the mutex) at the same moments; must not block */
+  void (*notify)(void *arg);
+  void *notify_arg;
+  double t_arrival;
+  bool first_token;
+  uint64_t seq_no;
+  char id[64];
+  long created;
+  sm_job *next;
+};
+
+typedef struct {
+  sm_engine *eng;
+  const smelt_tokenizer *tok;
+  sm_metrics *metrics;
+  int vocab;
+  int parallel;  /* concurrent sequences */
+  int max_queue; /* waiting requests beyond the free slots before 429 */
+  int32_t eos[48];
+  int n_eos;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* wakes the engine thread */
+  sm_job *qhead, *qtail;
+  int n_queued;
+  sm_job **active;
+  int n_active, active_seqs;
+  bool stopping;
+  bool admit_blocked; /* after a preemption: admit nothing until some sequence finishes */
+  pthread_t thread;
+  bool thread_started;
+  sm_engine_stats stats;
+  uint64_t next_id;
+  /* called by the engine thread after every step (mu not held): true when the step's results
+   * cannot be trusted; msg says why. Every job then fails and `fatal` is set. */
+  bool (*after_step)(void *arg, char *msg, size_t msg_size);
+  void *after_step_arg;
+  bool fatal;
+  char fatal_msg[256];
+  bool fail_pending; /* sm_sched_fail_all asked; done by the engine thread */
+  int fail_status;
+  char fail_msg[256];
+} sm_sched;
+
+static inline uint64_t sm_mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+void sm_sched_init(sm_sched *s, sm_engine *eng, const smelt_tokenizer *tok, sm_metrics *metrics, int vocab,
+                   int parallel, int max_queue);
+void sm_sched_add_eos(sm_sched *s, int32_t id); /* ignored when out of range or already known */
+bool sm_sched_start(sm_sched *s);               /* starts the engine thread */
+/* Stops the engine thread; jobs still queued or running fail with 503. */
+void sm_sched_stop(sm_sched *s);
+void sm_sched_destroy(sm_sched *s);
+
+/* A new job for a parsed request (moved into the job) and its prompt ids (owned by the job). */
+sm_job *sm_job_new(sm_api_request *req, int32_t *prompt, int n_prompt, int max_tokens, bool tool_mode);
+/* Queue a job. Returns 0 (queued; the caller keeps one reference, the engine holds the other),
+ * or 503 (shutting down) / 429 (queue full), in which case the job was freed. */
+int sm_sched_submit(sm_sched *s, sm_job *j);
+/* The rest: under s->mu. */
+void sm_job_unref(sm_sched *s, sm_job *j);
+void sm_job_cancel(sm_sched *s, sm_job *j);
+/* Ask the engine thread to fail every queued and running job (a drain that timed out). */
+void sm_sched_fail_all(sm_sched *s, int status, const char *msg);
+bool sm_sched_idle(const sm_sched *s); /* nothing queued or running */
+void sm_sched_gauges(sm_sched *s, sm_metrics_gauges *g);
+void sm_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms);
+
+#endif
