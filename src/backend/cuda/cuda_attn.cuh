@@ -52,7 +52,12 @@ struct cu_attn_tiled {
 int cu_attn_tiled_splits(int n_tiles, int nkv, int n_sm);
 /* false when the shape does not fit (shared memory, warps) */
 bool cu_attn_tiled_ok(int hd, int G, size_t smem_optin);
-void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a);
+void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a, size_t smem_optin);
 void cu_attn_tiled_init(size_t smem_optin); /* per device, at backend creation */
+/* the tensor-core flash-attention kernel (cuda_attn_flash.cu) for the same tiles; cu_attn_tiled_run
+ * takes it where cu_attn_flash_ok */
+bool cu_attn_flash_ok(const cu_ctx *cx, int hd, size_t smem_optin);
+void cu_attn_flash_init(size_t smem_optin);
+void cu_attn_flash_run(const cu_ctx *cx, const cu_attn_tiled *a, int S);
 
 #endif

@@ -2,7 +2,8 @@
  * tokens of one sequence for one kv head (all query heads of the group), over one split of the key
  * range; keys and values of 32 positions at a time are staged in shared memory and shared by all
  * rows of the tile (online softmax per row). With S > 1 splits a second kernel combines the
- * partials. Long prompts are the subject of a future flash-attention kernel (docs/cuda.md). */
+ * partials. Where the tensor-core kernel (cuda_attn_flash.cu) takes the shape, this one is the
+ * SMELT_CUDA_ATTN_FA=0 path and the fallback (head dims it has no instance for, pre-sm_80 devices). */
 #include <math.h>
 #include "backend/cuda/cuda_attn.cuh"
 
@@ -209,6 +210,7 @@ void cu_attn_tiled_init(size_t smem_optin) {
   set_attn_smem<4, 16>(smem_optin, 2);
   set_attn_smem<8, 8>(smem_optin, 3);
   cudaGetLastError();
+  cu_attn_flash_init(smem_optin);
 }
 
 static size_t att_smem(int hd, int G, int nw) {
@@ -227,8 +229,15 @@ bool cu_attn_tiled_ok(int hd, int G, size_t smem_optin) {
   return nw <= 32 && att_smem(hd, G, nw) <= smem_optin;
 }
 
-void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a) {
+void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a, size_t smem_optin) {
   const int G = a->n_heads / a->nkv, S = cu_attn_tiled_splits(a->n_tiles, a->nkv, cx->n_sm), nw = att_warps(a->hd, G);
+  if (cu_attn_flash_ok(cx, a->hd, smem_optin)) {
+    cu_attn_flash_run(cx, a, S);
+    if (S > 1)
+      k_attn_combine<<<a->n_tokens * a->n_heads, a->hd < 128 ? 128 : (a->hd > 256 ? 256 : a->hd), 0, cx->s>>>(a->out,
+                                                                                                          a->part, S, a->hd);
+    return;
+  }
   const size_t smem = att_smem(a->hd, G, nw);
   dim3 grid((unsigned)a->n_tiles, (unsigned)a->nkv, (unsigned)S);
 #define ATT_ARGS a->out, a->part, a->q, a->K, a->V, a->pos, a->seq, a->table, a->tiles, a->max_blocks, a->bs, a->nblocks, \
