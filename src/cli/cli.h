@@ -1,6 +1,7 @@
 /* Subcommands of the smelt binary. Each returns the process exit code. */
 #ifndef SM_CLI_H
 #define SM_CLI_H
+#include "engine/engine.h"
 
 int sm_cmd_run(int argc, char **argv);      /* cmd_run.c: chat REPL / one-shot */
 int sm_cmd_generate(int argc, char **argv); /* cmd_run.c */
@@ -13,4 +14,10 @@ int sm_cmd_rm(int argc, char **argv);       /* cmd_store.c */
 int sm_cmd_arch(int argc, char **argv);     /* cmd_store.c */
 int sm_cmd_pull(int argc, char **argv);     /* cmd_store.c */
 
+/* env.c: the environment into the library's settings (read nowhere else) */
+/* The store settings from HOME, SMELT_CACHE_DIR, HF_* ... (sm_store_configure); call once at
+ * startup. 0, or 2 after a message on stderr when a variable has a bad value. */
+int sm_cli_configure_store(void);
+/* SMELT_HOST_SAMPLE=1 -> p->host_sample, SMELT_PIPELINE=0 -> !p->pipeline (other fields untouched) */
+void sm_cli_engine_env(sm_engine_params *p);
 #endif

@@ -138,9 +138,13 @@ static smelt_status load(const run_opts *o, smelt_model **m, smelt_model **draft
 
 static smelt_status gen(smelt_model *m, smelt_model *draft, const run_opts *o, const int32_t *ids, int n,
                         smelt_piece_cb cb, void *user, smelt_stats *stats) {
-  if (!draft) return sm_generate_ids(m, ids, n, o->n_predict, &o->s, cb, user, stats);
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  sm_cli_engine_env(&ep);
+  if (!draft) return sm_generate_ids(m, &ep, ids, n, o->n_predict, &o->s, cb, user, stats);
   int acc = 0;
-  smelt_status st = sm_generate_speculative(m, draft, o->draft_n, ids, n, o->n_predict, &o->s, cb, user, stats, &acc);
+  smelt_status st =
+    sm_generate_speculative(m, draft, &ep, o->draft_n, ids, n, o->n_predict, &o->s, cb, user, stats, &acc);
   if (!st && !o->no_stats)
     fprintf(stderr, "\n[speculative: %d of %d generated tokens came from the draft model]", acc, stats->n_generated);
   return st;

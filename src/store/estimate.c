@@ -1,6 +1,7 @@
 /* Memory estimate of a model directory: weights (safetensors headers), KV cache,
  * runtime headroom, and a fits / does-not-fit verdict against available memory. */
 #include "store/store.h"
+#include "store/store_internal.h"
 #include "format/config.h"
 #include "format/safetensors.h"
 #include <stdio.h>
@@ -141,9 +142,9 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   out->total_bytes = out->weights_bytes + out->kv_bytes + out->runtime_bytes;
 
   out->cuda = cuda;
-  const char *ov = getenv("SMELT_AVAILABLE_MEMORY");
+  const char *ov = sm_store_settings_get()->available_memory;
   uint64_t avail = 0;
-  if (ov && *ov) {
+  if (ov) {
     if (!parse_size(ov, &avail)) return sm_err(SMELT_ERR_INVALID, "bad SMELT_AVAILABLE_MEMORY '%s'", ov);
     out->available_known = true;
   } else if (cuda) {
