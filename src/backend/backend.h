@@ -99,6 +99,7 @@ smelt_status sm_sample_check(const sm_sample_req *req, int n_req, int n_rows, in
 typedef struct sm_backend sm_backend;
 struct sm_backend {
   const char *name; /* "cpu", "cuda" */
+  int n_threads;    /* host threads the backend computes with (CPU: its pool; 0 where not applicable) */
   void (*destroy)(sm_backend *be);
 
   /* memory */
@@ -162,7 +163,8 @@ struct sm_backend {
   smelt_status (*sample_wait)(sm_backend *be, int slot, int32_t *token);
 
   /* Optional (may be NULL): measured streaming-read bandwidth of the memory the weights
-   * live in, bytes/s (device-to-device copy on GPUs: bytes read + written). For rooflines. */
+   * live in, bytes/s (device-to-device copy on GPUs: bytes read + written), with the threads
+   * the backend computes with. For rooflines. */
   double (*measure_bandwidth)(sm_backend *be);
 };
 

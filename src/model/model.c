@@ -158,7 +158,7 @@ static smelt_status make_backend(smelt_model *m, const smelt_model_params *p) {
   if (dev == SMELT_DEVICE_CUDA) return sm_err(SMELT_ERR_UNSUPPORTED, "this smelt was built without CUDA");
 #endif
   m->be = sm_cpu_backend_create(p->n_threads);
-  if (!m->be) return sm_err(SMELT_ERR_BACKEND, "cannot create CPU backend");
+  if (!m->be) return sm_err(SMELT_ERR_BACKEND, "cannot create CPU backend: %s", sm_errmsg());
   return SMELT_OK;
 }
 
@@ -300,6 +300,7 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
   memset(info, 0, sizeof *info);
   info->arch = c->model_type;
   info->backend = m->be ? m->be->name : "";
+  info->n_threads = m->be ? m->be->n_threads : 0;
   info->n_layers = c->num_hidden_layers;
   info->hidden = c->hidden_size;
   info->vocab = c->vocab_size;

@@ -39,7 +39,6 @@ struct smelt_model {
   float *inv_freq; /* backend buffer, rot_dim/2 */
   int rot_dim;
   int max_context;
-  int n_threads;
   size_t weight_bytes;
   /* scratch activations, sized for scratch_tokens rows */
   int scratch_tokens, scratch_out;
