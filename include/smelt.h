@@ -79,6 +79,7 @@ const char *smelt_model_arch(const smelt_model *m); /* config model_type, e.g. "
 typedef struct {
   const char *arch;        /* config model_type */
   const char *backend;     /* "cpu", "cuda" */
+  int n_threads;           /* host threads the backend computes with (CPU); 0 for GPU backends */
   int n_layers, hidden, vocab, n_heads, n_kv_heads, head_dim;
   int max_context;         /* the context size it was loaded for */
   smelt_kv_type kv_type;   /* its KV cache element type */

@@ -19,5 +19,6 @@ fi
 CUDA_FLAG=""
 if [ -z "${SMELT_CUDA:-}" ] && ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then CUDA_FLAG="-DSMELT_CUDA=OFF"; fi
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${SMELT_CUDA:+-DSMELT_CUDA=$SMELT_CUDA} $CUDA_FLAG >/dev/null
+# SMELT_CMAKE_FLAGS: extra configure flags (scripts/test.sh passes -DSMELT_WERROR=ON)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${SMELT_CUDA:+-DSMELT_CUDA=$SMELT_CUDA} $CUDA_FLAG ${SMELT_CMAKE_FLAGS:-} >/dev/null
 cmake --build build -j"$(nproc)"

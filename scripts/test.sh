@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
-# Fresh machine: install dependencies, build, run every test.
+# Fresh machine: install dependencies, build, run every test; then build everything again with
+# ASan+UBSan (CPU only, build-asan/) and run every test there. Warnings are errors in both builds.
+# SMELT_TEST_ASAN=0 skips the sanitizer pass (a quick local run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+SMELT_CMAKE_FLAGS="-DSMELT_WERROR=ON ${SMELT_CMAKE_FLAGS:-}" scripts/setup.sh
 ctest --test-dir build --output-on-failure -j2 --timeout 900
+[ "${SMELT_TEST_ASAN:-1}" = 0 ] && exit 0
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=OFF -DSMELT_SANITIZE=ON -DSMELT_WERROR=ON >/dev/null
+cmake --build build-asan -j"$(nproc)"
+# a sanitizer report ends the process with a non-zero status (-fno-sanitize-recover), so the test fails
+export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
+export UBSAN_OPTIONS="print_stacktrace=1"
+ctest --test-dir build-asan --output-on-failure -j2 --timeout 900

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int t_pass, t_fail;
+static int t_pass __attribute__((unused)), t_fail __attribute__((unused));
 #define CHECK(cond, ...) do { if (cond) t_pass++; else { t_fail++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
       fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
 #define TEST_END() do { printf("%d passed, %d failed\n", t_pass, t_fail); return t_fail ? 1 : 0; } while (0)

@@ -11,39 +11,6 @@
 #include <immintrin.h>
 #endif
 
-typedef struct { const uint8_t *buf; size_t n; uint64_t sum[64]; } bw_ctx;
-
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint8_t *p, size_t n) {
-  __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-  for (size_t i = 0; i + 128 <= n; i += 128) {
-    a = _mm256_add_epi64(a, _mm256_load_si256((const __m256i *)(p + i)));
-    b = _mm256_add_epi64(b, _mm256_load_si256((const __m256i *)(p + i + 32)));
-    c = _mm256_add_epi64(c, _mm256_load_si256((const __m256i *)(p + i + 64)));
-    d = _mm256_add_epi64(d, _mm256_load_si256((const __m256i *)(p + i + 96)));
-  }
-  a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
-  uint64_t t[4];
-  _mm256_storeu_si256((__m256i *)t, a);
-  return t[0] + t[1] + t[2] + t[3];
-}
-#endif
-static uint64_t sum_plain(const uint8_t *p, size_t n) {
-  const uint64_t *q = (const uint64_t *)p;
-  uint64_t s0 = 0, s1 = 0;
-  for (size_t i = 0; i + 2 <= n / 8; i += 2) { s0 += q[i]; s1 += q[i + 1]; }
-  return s0 + s1;
-}
-static void bw_job(void *v, int tid, int nth) {
-  bw_ctx *c = v;
-  size_t per = (c->n / (size_t)nth) & ~(size_t)127;
-  const uint8_t *p = c->buf + per * (size_t)tid;
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2")) { c->sum[tid] = sum_avx2(p, per); return; }
-#endif
-  c->sum[tid] = sum_plain(p, per);
-}
-
 static uint16_t rnd16(void) { return (uint16_t)rand(); }
 
 static double g_bw;
@@ -141,28 +108,12 @@ static void bench_att(sm_backend *be, int nh, int nkv, int hd, int ctx, int nt) 
 int main(int argc, char **argv) {
   int nth = argc > 1 ? atoi(argv[1]) : 0;
   sm_backend *be = sm_cpu_backend_create(nth);
-  sm_cpu_backend_isa(be);
-  /* the backend owns its pool; use a pool of the same size for the bandwidth probe */
-  sm_pool *pool = sm_pool_create(nth > 0 ? nth : (int)sysconf(_SC_NPROCESSORS_ONLN));
-  printf("kernels: %s, threads: %d\n", sm_cpu_backend_isa(be), sm_pool_size(pool));
-  bw_ctx c = {.n = 1ull << 30};
+  if (!be) { fprintf(stderr, "bench_kernels: %s\n", sm_errmsg()); return 1; }
+  printf("kernels: %s, threads: %d\n", sm_cpu_backend_isa(be), be->n_threads);
   const bool need_bw = !(argc > 2 && (!strcmp(argv[2], "gemm") || !strncmp(argv[2], "att", 3)));
-  if (!need_bw) c.n = 1ull << 24;
-  uint8_t *buf = sm_aligned_alloc(c.n);
-  memset(buf, 1, c.n);
-  c.buf = buf;
-  double best = 0;
-  for (int r = 0; r < 5; r++) {
-    double t0 = sm_now();
-    sm_pool_run(pool, bw_job, &c);
-    double dt = sm_now() - t0;
-    double gbs = (double)c.n / dt / 1e9;
-    if (gbs > best) best = gbs;
-  }
-  free(buf);
-  sm_pool_destroy(pool);
-  g_bw = best;
-  if (need_bw) printf("DRAM read bandwidth (1 GiB sum, best of 5): %.2f GB/s\n", best);
+  /* the backend's own probe: all its threads, a buffer well past the caches (bandwidth.c) */
+  g_bw = need_bw ? be->measure_bandwidth(be) / 1e9 : 1;
+  if (need_bw) printf("read bandwidth (the backend's probe): %.2f GB/s\n", g_bw);
   const char *sel = argc > 2 ? argv[2] : "all";
   const bool all = !strcmp(sel, "all");
   if (all || !strcmp(sel, "q4")) {

@@ -116,6 +116,7 @@ const char *sm_mm_role_name(sm_mm_role r);
 typedef struct sm_backend sm_backend;
 struct sm_backend {
   const char *name; /* "cpu", "cuda" */
+  int n_threads;    /* host threads the backend computes with (CPU: its pool; 0 where not applicable) */
   void (*destroy)(sm_backend *be);
 
   /* memory */
@@ -179,7 +180,8 @@ struct sm_backend {
   smelt_status (*sample_wait)(sm_backend *be, int slot, int32_t *token);
 
   /* Optional (may be NULL): measured streaming-read bandwidth of the memory the weights
-   * live in, bytes/s (device-to-device copy on GPUs: bytes read + written). For rooflines. */
+   * live in, bytes/s (device-to-device copy on GPUs: bytes read + written), with the threads
+   * the backend computes with. For rooflines. */
   double (*measure_bandwidth)(sm_backend *be);
 };
 

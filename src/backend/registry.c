@@ -26,7 +26,7 @@ sm_backend *sm_backend_create(smelt_device dev, int index, int threads) {
     /* fall through */
   case SMELT_DEVICE_CPU: {
     sm_backend *be = sm_cpu_backend_create(threads);
-    if (!be) sm_err(SMELT_ERR_BACKEND, "cannot create the CPU backend");
+    if (!be) sm_err(SMELT_ERR_BACKEND, "cannot create the CPU backend: %s", sm_errmsg());
     return be;
   }
   }

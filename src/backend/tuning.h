@@ -7,7 +7,8 @@
  * that). SM_TUNE_DEV marks diagnostics that change results (kernels left out, forced
  * variants): they are read only in developer builds (cmake -DSMELT_DEV=ON); a release build
  * ignores them with a one-line notice on stderr. Values outside [min, max], or that are not
- * integers, fail the backend's creation with a message naming the variable. */
+ * integers, fail the backend's creation with a message naming the variable. An entry with names
+ * also accepts those words (the value is the word's index; sm_tune_describe prints the word). */
 #ifndef SM_TUNING_H
 #define SM_TUNING_H
 #include <stddef.h>
@@ -30,6 +31,7 @@ typedef struct {
   unsigned flags;        /* SM_TUNE_* */
   const char *doc;       /* one line */
   sm_tune_arch arch[3];  /* per-device defaults */
+  const char *const *names; /* optional, NULL-terminated: names[v] is value v's word */
 } sm_tune_entry;
 
 /* Fill the struct at out from the table: the per-arch default, overridden by the environment.

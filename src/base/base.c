@@ -16,10 +16,13 @@
 static _Thread_local char g_err[1024];
 
 smelt_status sm_err(smelt_status code, const char *fmt, ...) {
+  /* formatted aside first: the arguments may point into g_err (sm_err(c, "...: %s", sm_errmsg())) */
+  char msg[sizeof g_err];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(g_err, sizeof g_err, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  memcpy(g_err, msg, sizeof g_err);
   return code;
 }
 const char *sm_errmsg(void) { return g_err; }

@@ -16,6 +16,7 @@ typedef struct {
   int n_predict, threads, ctx, draft_n;
   bool verbose, no_stats, raw, estimate, force;
   smelt_sampling s;
+  smelt_kv_type kv; /* --cache-type-k / -v */
 } run_opts;
 
 static void run_usage(const char *cmd, FILE *f) {
@@ -36,11 +37,12 @@ static void run_usage(const char *cmd, FILE *f) {
           "      --raw               run: no chat template\n"
           "  -md, --model-draft M    draft model for speculative decoding (same tokenizer), e.g. smelt-tiny-draft\n"
           "      --draft-max N       tokens proposed by the draft per step (default 4)\n"
-          "      --estimate-memory   check that weights + KV cache fit before loading (--force: go on anyway)\n",
+          "      --estimate-memory   check that weights + KV cache fit before loading (--force: go on anyway)\n"
+          SM_CLI_KV_HELP,
           cmd, !strcmp(cmd, "run") ? "[MODEL] " : "");
 }
 
-enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_REP, O_FREQ, O_PRES, O_LASTN, O_SEED, O_DEV, O_NOSTATS, O_RAW, O_EST, O_FORCE, O_DRAFT, O_DRAFTN };
+enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_REP, O_FREQ, O_PRES, O_LASTN, O_SEED, O_DEV, O_NOSTATS, O_RAW, O_EST, O_FORCE, O_DRAFT, O_DRAFTN, O_CTK, O_CTV };
 
 static int parse_opts(const char *cmd, int argc, char **argv, run_opts *o, bool *temp_set) {
   static const struct option lo[] = {
@@ -50,13 +52,16 @@ static int parse_opts(const char *cmd, int argc, char **argv, run_opts *o, bool 
     { "repeat-penalty", 1, 0, O_REP }, { "frequency-penalty", 1, 0, O_FREQ }, { "presence-penalty", 1, 0, O_PRES },
     { "repeat-last-n", 1, 0, O_LASTN }, { "seed", 1, 0, O_SEED }, { "device", 1, 0, O_DEV },
     { "no-stats", 0, 0, O_NOSTATS }, { "raw", 0, 0, O_RAW }, { "estimate-memory", 0, 0, O_EST }, { "force", 0, 0, O_FORCE },
-    { "model-draft", 1, 0, O_DRAFT }, { "draft", 1, 0, O_DRAFT }, { "draft-max", 1, 0, O_DRAFTN }, { "draft-n", 1, 0, O_DRAFTN }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+    { "model-draft", 1, 0, O_DRAFT }, { "draft", 1, 0, O_DRAFT }, { "draft-max", 1, 0, O_DRAFTN }, { "draft-n", 1, 0, O_DRAFTN },
+    { "cache-type-k", 1, 0, O_CTK }, { "cache-type-v", 1, 0, O_CTV }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+  const char *ctk = NULL, *ctv = NULL;
   memset(o, 0, sizeof *o);
   o->n_predict = 256;
   o->draft_n = 4;
   smelt_sampling_default(&o->s);
   *temp_set = false;
   for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "-md")) argv[i] = "--model-draft"; /* llama.cpp spelling */
+  sm_cli_kv_alias(argc, argv);
   optind = 1;
   int c;
   char *end;
@@ -85,6 +90,8 @@ static int parse_opts(const char *cmd, int argc, char **argv, run_opts *o, bool 
     case O_FORCE: o->force = true; break;
     case O_DRAFT: o->draft = optarg; break;
     case O_DRAFTN: NUM(o->draft_n, (int)strtol(optarg, &end, 10)); break;
+    case O_CTK: ctk = optarg; break;
+    case O_CTV: ctv = optarg; break;
     case 'h': run_usage(cmd, stdout); return 1;
     default: run_usage(cmd, stderr); return 2;
     }
@@ -92,6 +99,8 @@ static int parse_opts(const char *cmd, int argc, char **argv, run_opts *o, bool 
 #undef NUM
   if (optind < argc && !o->model) o->model = argv[optind++];
   if (optind < argc) { fprintf(stderr, "smelt %s: unexpected argument '%s'\n", cmd, argv[optind]); return 2; }
+  o->kv = SMELT_KV_F16;
+  if (sm_cli_kv_type(cmd, ctk, ctv, &o->kv)) return 2;
   if (o->draft_n < 1 || o->draft_n > 32) { fprintf(stderr, "smelt %s: --draft-max must be 1..32\n", cmd); return 2; }
   if (o->n_predict < 0 || o->threads < 0 || o->ctx < 0 || o->s.temperature < 0 || o->s.top_p <= 0 || o->s.top_p > 1) {
     fprintf(stderr, "smelt %s: option out of range\n", cmd);
@@ -106,12 +115,16 @@ static smelt_status load_ref(const run_opts *o, const char *ref, smelt_model **m
   if (st) return st;
   if (o->estimate) {
     bool cuda = o->device && !strcmp(o->device, "cuda");
-    if ((st = sm_store_check_fits(dir, o->ctx, 4, cuda, o->force, true))) { free(dir); return st; }
+    if ((st = sm_store_check_fits(dir, o->ctx, sm_store_kv_dtype_bytes(smelt_kv_type_name(o->kv)), cuda, o->force, true))) {
+      free(dir);
+      return st;
+    }
   }
   smelt_model_params p;
   smelt_model_params_default(&p);
   p.n_threads = o->threads;
   p.max_context = o->ctx;
+  p.kv_type = o->kv;
   if (o->device) {
     if (!strcmp(o->device, "cpu")) p.device = SMELT_DEVICE_CPU;
     else if (!strcmp(o->device, "cuda")) p.device = SMELT_DEVICE_CUDA;
@@ -139,9 +152,13 @@ static smelt_status load(const run_opts *o, smelt_model **m, smelt_model **draft
 
 static smelt_status gen(smelt_model *m, smelt_model *draft, const run_opts *o, const int32_t *ids, int n,
                         smelt_piece_cb cb, void *user, smelt_stats *stats) {
-  if (!draft) return sm_generate_ids(m, ids, n, o->n_predict, &o->s, cb, user, stats);
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  sm_cli_engine_env(&ep);
+  if (!draft) return sm_generate_ids(m, &ep, ids, n, o->n_predict, &o->s, cb, user, stats);
   int acc = 0;
-  smelt_status st = sm_generate_speculative(m, draft, o->draft_n, ids, n, o->n_predict, &o->s, cb, user, stats, &acc);
+  smelt_status st =
+    sm_generate_speculative(m, draft, &ep, o->draft_n, ids, n, o->n_predict, &o->s, cb, user, stats, &acc);
   if (!st && !o->no_stats)
     fprintf(stderr, "\n[speculative: %d of %d generated tokens came from the draft model]", acc, stats->n_generated);
   return st;

@@ -27,6 +27,7 @@ static void usage(FILE *f) {
           "  -b, --batch-size N       tokens per forward step (prefill chunk, default 512)\n"
           "      --no-prefix-cache    disable prefix caching\n"
           "      --no-mmap            read the weights into memory instead of mapping the files\n"
+          SM_CLI_KV_HELP
           "      --offline            never download the model\n"
           "Connections:\n"
           "      --max-conns N        open connections in all (default 1024)\n"
@@ -69,7 +70,7 @@ static bool parse_int(const char *s, long lo, long hi, long *out) {
 int sm_cmd_serve(int argc, char **argv) {
   sm_server_params p;
   sm_server_params_default(&p);
-  const char *model = NULL;
+  const char *model = NULL, *ctk = NULL, *ctv = NULL;
   bool offline = false, estimate = false, force = false;
   long v;
   /* environment first, flags override */
@@ -148,6 +149,8 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) INTVAL(1, 1 << 20, p.max_batch_tokens);
     else if (IS("--no-prefix-cache")) p.no_prefix_cache = true;
     else if (IS("--no-mmap")) p.no_mmap = true;
+    else if (IS("-ctk") || IS("--cache-type-k")) { NEEDVAL(); ctk = val; }
+    else if (IS("-ctv") || IS("--cache-type-v")) { NEEDVAL(); ctv = val; }
     else if (IS("--max-conns")) INTVAL(1, 1 << 20, p.max_conns);
     else if (IS("--max-conns-per-ip")) INTVAL(0, 1 << 20, p.max_conns_per_ip);
     else if (IS("--http-threads")) INTVAL(1, 256, p.http_threads);
@@ -185,6 +188,15 @@ int sm_cmd_serve(int argc, char **argv) {
 #undef SECVAL
   }
   if (p.threads < 0) p.threads = 0;
+  smelt_kv_type kvt = SMELT_KV_F16;
+  if (sm_cli_kv_type("serve", ctk, ctv, &kvt)) return 2;
+  p.kv_type = (int)kvt;
+  {
+    sm_engine_params ev;
+    sm_engine_params_default(&ev);
+    sm_cli_engine_env(&ev);
+    p.host_sample = ev.host_sample;
+  }
   char *dir = NULL;
   if (sm_store_resolve(model, !offline, &dir) != SMELT_OK || !dir) {
     fprintf(stderr, "smelt serve: cannot find model '%s': %s\n", model ? model : "(default)", smelt_last_error());
@@ -192,7 +204,7 @@ int sm_cmd_serve(int argc, char **argv) {
   }
   if (estimate) {
     int ctx_total = p.ctx_size > 0 ? p.ctx_size * (p.parallel > 0 ? p.parallel : 1) : 0;
-    if (sm_store_check_fits(dir, ctx_total, 4, p.device == SMELT_DEVICE_CUDA, force, true) != SMELT_OK) {
+    if (sm_store_check_fits(dir, ctx_total, sm_store_kv_dtype_bytes(smelt_kv_type_name(kvt)), p.device == SMELT_DEVICE_CUDA, force, true) != SMELT_OK) {
       fprintf(stderr, "smelt serve: %s\n", smelt_last_error());
       free(dir);
       return 1;

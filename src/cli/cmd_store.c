@@ -33,13 +33,14 @@ static void print_json(cJSON *j) {
 
 /* ---- inspect ---- */
 static void inspect_usage(FILE *f) {
-  fprintf(f, "usage: smelt inspect -m MODEL [--max-tokens N] [--kv-dtype f32|f16|q8] [--device cpu|cuda] [--json]\n"
-             "Memory estimate: weights, KV cache for N tokens, runtime headroom, available memory.\n"
+  fprintf(f, "usage: smelt inspect -m MODEL [--max-tokens N] [-ctk f16|bf16|f32] [--device cpu|cuda] [--json]\n"
+             "Memory estimate: weights, KV cache for N tokens (in the cache type of -ctk / --cache-type-k,\n"
+             "also --kv-dtype; default f16, as run and serve use), runtime headroom, available memory.\n"
              "Exit status: 0 FITS (or available memory unknown), 1 DOES NOT FIT, 2 error.\n");
 }
 
 int sm_cmd_inspect(int argc, char **argv) {
-  const char *model = NULL, *kvd = "f32", *device = "cpu";
+  const char *model = NULL, *ctk = NULL, *ctv = NULL, *device = "cpu";
   int max_tokens = 0;
   bool json = false;
   for (int i = 1; i < argc; i++) {
@@ -52,14 +53,20 @@ int sm_cmd_inspect(int argc, char **argv) {
         fprintf(stderr, "smelt inspect: bad --max-tokens '%s'\n", v);
         return 2;
       }
-    } else if (!strcmp(a, "--kv-dtype")) { if (!(kvd = need_arg(argc, argv, &i))) return 2; }
+    } else if (!strcmp(a, "--kv-dtype") || !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) {
+      if (!(ctk = need_arg(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
+      if (!(ctv = need_arg(argc, argv, &i))) return 2;
+    }
     else if (!strcmp(a, "--device")) { if (!(device = need_arg(argc, argv, &i))) return 2; }
     else if (!strcmp(a, "--json")) json = true;
     else if (a[0] != '-' && !model) model = a;
     else { fprintf(stderr, "smelt inspect: unknown option '%s'\n", a); inspect_usage(stderr); return 2; }
   }
-  int kvb = sm_store_kv_dtype_bytes(kvd);
-  if (!kvb) { fprintf(stderr, "smelt inspect: --kv-dtype must be f32, f16 or q8 (got '%s')\n", kvd); return 2; }
+  smelt_kv_type kvt = SMELT_KV_F16;
+  if (sm_cli_kv_type("inspect", ctk, ctv, &kvt)) return 2;
+  const char *kvd = smelt_kv_type_name(kvt);
+  const int kvb = sm_store_kv_dtype_bytes(kvd);
   bool cuda;
   if (!strcmp(device, "cpu")) cuda = false;
   else if (!strcmp(device, "cuda") || !strcmp(device, "gpu")) cuda = true;

@@ -22,6 +22,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  if (sm_cli_configure_store()) return 2;
   const char *base = strrchr(argv[0], '/');
   base = base ? base + 1 : argv[0];
   if (!strcmp(base, "smelt-server")) {

@@ -25,7 +25,6 @@ struct sm_engine {
   int *lru_prev, *lru_next; int lru_head, lru_tail; int n_cached; /* ref==0, cached */
   int *map; int map_cap;      /* open addressing: block id or -1 (tombstone -2) */
   uint64_t prefix_hits;
-  bool host_sample;           /* SMELT_HOST_SAMPLE=1: sample on the host even if the backend could */
   /* step scratch */
   int32_t *b_tok, *b_pos, *b_seq, *b_out, *b_table;
   int b_cap, b_table_cap;
@@ -39,6 +38,7 @@ void sm_engine_params_default(sm_engine_params *p) {
   p->max_seqs = 1;
   p->max_batch_tokens = 512;
   p->prefix_cache = true;
+  p->pipeline = true;
 }
 
 static uint64_t mix64(uint64_t x) {
@@ -117,8 +117,6 @@ smelt_status sm_engine_create(smelt_model *m, const sm_engine_params *pp, sm_eng
   if (p.n_blocks < max_blocks) p.n_blocks = max_blocks;
   sm_engine *e = sm_xcalloc(1, sizeof *e);
   e->m = m; e->p = p; e->max_blocks = max_blocks;
-  const char *hs = getenv("SMELT_HOST_SAMPLE");
-  e->host_sample = hs && *hs && strcmp(hs, "0") != 0;
   smelt_status st = sm_kv_alloc(m, p.n_blocks, p.block_size, &e->kv);
   if (st) { free(e); return st; }
   int nb = p.n_blocks;
@@ -287,7 +285,7 @@ smelt_status sm_seq_truncate(sm_engine *e, sm_seq *s, int len) {
 
 /* Sampling mode (tokens != NULL): the rows of sequences with a sampler are sampled by the
  * backend's sample op (or on the host from downloaded logits when it has none, or with
- * SMELT_HOST_SAMPLE=1); only the other rows are downloaded, into logits. */
+ * params.host_sample); only the other rows are downloaded, into logits. */
 static smelt_status sample_rows(sm_engine *e, sm_seq **seqs, int n, const int *out_of, int n_out, sm_sampler **smp,
                                 int32_t *tokens, float *logits) {
   smelt_model *m = e->m;
@@ -305,7 +303,7 @@ static smelt_status sample_rows(sm_engine *e, sm_seq **seqs, int n, const int *o
   }
   smelt_status st = SMELT_OK;
   float *host = NULL; /* all rows on the host (fallback) */
-  if (nreq && be->sample && !e->host_sample) {
+  if (nreq && be->sample && !e->p.host_sample) {
     st = be->sample(be, m->logits, n_out, V, req, nreq, tok);
   } else if (n_out) {
     host = malloc(sizeof(float) * (size_t)n_out * V);
@@ -459,12 +457,11 @@ static smelt_status launch_async(sm_engine *e, sm_seq *s, sm_sampler *smp, bool 
 
 static bool pipeline_ok(const sm_engine *e, const sm_sampler *smp) {
   const sm_backend *be = e->m->be;
-  const char *v = getenv("SMELT_PIPELINE");
-  if (v && v[0] == '0') return false;
+  if (!e->p.pipeline) return false;
   const smelt_sampling *p = &smp->p;
   const bool pen = (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) || p->frequency_penalty != 0 ||
                    p->presence_penalty != 0;
-  return be->sample_async && be->sample_wait && !e->p.prefix_cache && !e->host_sample && !pen;
+  return be->sample_async && be->sample_wait && !e->p.prefix_cache && !e->p.host_sample && !pen;
 }
 
 smelt_status sm_engine_decode(sm_engine *e, sm_seq *s, sm_sampler *smp, int32_t first, int max_new,

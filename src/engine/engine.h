@@ -17,6 +17,10 @@ typedef struct {
   int max_context;      /* tokens per sequence (default: model max, capped at 8192) */
   int max_batch_tokens; /* tokens per forward step (prefill chunk), default 512 */
   bool prefix_cache;    /* reuse full blocks of identical prefixes (default true) */
+  bool host_sample;     /* sample on the host even where the backend has a sample op (default false;
+                         * the cli and server set it from SMELT_HOST_SAMPLE=1) */
+  bool pipeline;        /* sm_engine_decode may queue step k+1 before token k is read back (default
+                         * true; SMELT_PIPELINE=0 at the edge turns it off) */
 } sm_engine_params;
 
 void sm_engine_params_default(sm_engine_params *p);
@@ -55,8 +59,8 @@ smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, u
  * sm_sampler_sample would give, consuming the sampler's generator the same way; only for
  * smp[i] == NULL (logprobs, ...) the full row is downloaded into logits[i*vocab..] (logits
  * may be NULL when every smp[i] is set). The samplers must be distinct. Nothing is appended:
- * the caller appends the tokens it keeps. Backends without a sample op (or with
- * SMELT_HOST_SAMPLE=1) download the logits and sample on the host, with the same result. */
+ * the caller appends the tokens it keeps. Backends without a sample op (or engines with
+ * host_sample) download the logits and sample on the host, with the same result. */
 smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, int32_t *tokens,
                                    float *logits, uint8_t *done);
 
@@ -64,15 +68,16 @@ smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sample
  * appended). Appends first, then produces up to max_new tokens with smp, calling emit for each
  * in order until it returns false; every produced token except the last is appended (the state
  * the stepwise loop "step, emit, append" leaves). *n_new (may be NULL): tokens produced. With a
- * backend that has sample_async, a sampler without penalties and no prefix cache, step k+1 runs
- * on the device (its input fed from step k's sample there) while token k is read back
- * (SMELT_PIPELINE=0: one step at a time); the tokens are the same either way. */
+ * backend that has sample_async, a sampler without penalties, no prefix cache and params.pipeline,
+ * step k+1 runs on the device (its input fed from step k's sample there) while token k is read
+ * back (otherwise one step at a time); the tokens are the same either way. */
 smelt_status sm_engine_decode(sm_engine *e, sm_seq *s, sm_sampler *smp, int32_t first, int max_new,
                               bool (*emit)(void *ud, int32_t tok), void *ud, int *n_new);
 
-/* Generate from token ids (one sequence); smelt_generate = tokenize + this. */
-smelt_status sm_generate_ids(smelt_model *m, const int32_t *ids, int n_ids, int max_tokens, const smelt_sampling *sp,
-                             smelt_piece_cb cb, void *user, smelt_stats *stats);
+/* Generate from token ids (one sequence); smelt_generate = tokenize + this. ep (may be NULL: the
+ * defaults) supplies the engine options host_sample and pipeline; the rest is sized here. */
+smelt_status sm_generate_ids(smelt_model *m, const sm_engine_params *ep, const int32_t *ids, int n_ids, int max_tokens,
+                             const smelt_sampling *sp, smelt_piece_cb cb, void *user, smelt_stats *stats);
 
 /* Perplexity of ids, scored in non-overlapping windows of ctx tokens (each window's
  * first token is context only). */
@@ -89,9 +94,9 @@ smelt_status sm_seq_truncate(sm_engine *e, sm_seq *s, int len);
  * from the target's distribution (a draft token is kept only when it equals the target's
  * sample), so the output follows the target model exactly. *accepted (may be NULL)
  * receives the number of draft tokens accepted. */
-smelt_status sm_generate_speculative(smelt_model *m, smelt_model *draft, int n_draft, const int32_t *ids, int n_ids,
-                                     int max_tokens, const smelt_sampling *sp, smelt_piece_cb cb, void *user,
-                                     smelt_stats *stats, int *accepted);
+smelt_status sm_generate_speculative(smelt_model *m, smelt_model *draft, const sm_engine_params *ep, int n_draft,
+                                     const int32_t *ids, int n_ids, int max_tokens, const smelt_sampling *sp,
+                                     smelt_piece_cb cb, void *user, smelt_stats *stats, int *accepted);
 
 /* Stats */
 typedef struct {

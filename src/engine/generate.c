@@ -17,7 +17,7 @@ smelt_status smelt_generate(smelt_model *m, const char *prompt, int max_tokens, 
   size_t n_ids = 0;
   smelt_status st = smelt_tokenize(m->tok, prompt, strlen(prompt), true, &ids, &n_ids);
   if (st) return st;
-  st = sm_generate_ids(m, ids, (int)n_ids, max_tokens, sp, cb, user, stats);
+  st = sm_generate_ids(m, NULL, ids, (int)n_ids, max_tokens, sp, cb, user, stats);
   free(ids);
   return st;
 }
@@ -45,8 +45,17 @@ static bool emit_piece(void *ud, int32_t tok) {
   return go && g->stats->n_generated < g->max_tokens;
 }
 
-smelt_status sm_generate_ids(smelt_model *m, const int32_t *ids, int n_ids, int max_tokens, const smelt_sampling *sp,
-                             smelt_piece_cb cb, void *user, smelt_stats *stats) {
+/* engine params for one generation: the caller's options (or the defaults) */
+static void gen_params(const sm_engine_params *base, sm_engine_params *ep) {
+  sm_engine_params_default(ep);
+  if (base) {
+    ep->host_sample = base->host_sample;
+    ep->pipeline = base->pipeline;
+  }
+}
+
+smelt_status sm_generate_ids(smelt_model *m, const sm_engine_params *base, const int32_t *ids, int n_ids, int max_tokens,
+                             const smelt_sampling *sp, smelt_piece_cb cb, void *user, smelt_stats *stats) {
   if (!m->tok) return sm_err(SMELT_ERR_INVALID, "model has no tokenizer.json; cannot detokenize");
   smelt_stats local;
   if (!stats) stats = &local;
@@ -57,7 +66,7 @@ smelt_status sm_generate_ids(smelt_model *m, const int32_t *ids, int n_ids, int 
     return sm_err(SMELT_ERR_LIMIT, "prompt of %d tokens does not fit the context size %d", n_ids, m->max_context);
   if (max_tokens < 0 || n_ids + max_tokens > m->max_context) max_tokens = m->max_context - n_ids;
   sm_engine_params ep;
-  sm_engine_params_default(&ep);
+  gen_params(base, &ep);
   ep.max_context = SM_MIN(m->max_context, n_ids + max_tokens + 1);
   ep.prefix_cache = false;
   sm_engine *e = NULL;
@@ -129,9 +138,9 @@ static int32_t argmax(const float *l, int n) {
   return b;
 }
 
-smelt_status sm_generate_speculative(smelt_model *m, smelt_model *dm, int n_draft, const int32_t *ids, int n_ids,
-                                     int max_tokens, const smelt_sampling *sp, smelt_piece_cb cb, void *user,
-                                     smelt_stats *stats, int *accepted) {
+smelt_status sm_generate_speculative(smelt_model *m, smelt_model *dm, const sm_engine_params *base, int n_draft,
+                                     const int32_t *ids, int n_ids, int max_tokens, const smelt_sampling *sp,
+                                     smelt_piece_cb cb, void *user, smelt_stats *stats, int *accepted) {
   if (!m->tok) return sm_err(SMELT_ERR_INVALID, "model has no tokenizer.json; cannot detokenize");
   if (dm->cfg.vocab_size > m->cfg.vocab_size)
     return sm_err(SMELT_ERR_INVALID, "draft vocabulary (%d) is larger than the model's (%d)", dm->cfg.vocab_size,
@@ -146,7 +155,7 @@ smelt_status sm_generate_speculative(smelt_model *m, smelt_model *dm, int n_draf
   if (n_ids >= ctx) return sm_err(SMELT_ERR_LIMIT, "prompt of %d tokens does not fit the context size %d", n_ids, ctx);
   if (max_tokens < 0 || n_ids + max_tokens > ctx) max_tokens = ctx - n_ids;
   sm_engine_params ep;
-  sm_engine_params_default(&ep);
+  gen_params(base, &ep);
   ep.max_context = SM_MIN(ctx, n_ids + max_tokens + n_draft + 2);
   ep.prefix_cache = false;
   ep.max_batch_tokens = SM_MAX(512, n_draft + 2);

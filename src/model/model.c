@@ -123,6 +123,7 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
   memset(info, 0, sizeof *info);
   info->arch = c->model_type;
   info->backend = m->be ? m->be->name : "";
+  info->n_threads = m->be ? m->be->n_threads : 0;
   info->n_layers = c->num_hidden_layers;
   info->hidden = c->hidden_size;
   info->vocab = c->vocab_size;

@@ -153,6 +153,7 @@ int sm_server_run(const sm_server_params *pp) {
   mp.max_context = p.ctx_size;
   mp.max_seqs = p.parallel;
   mp.no_mmap = p.no_mmap;
+  mp.kv_type = (smelt_kv_type)p.kv_type;
   fprintf(stderr, "smelt serve: loading %s%s\n", p.model_dir, p.no_mmap ? " (into memory: --no-mmap)" : "");
   if (smelt_model_load(p.model_dir, &mp, &model) != SMELT_OK) {
     fprintf(stderr, "smelt serve: could not load the model: %s\n", smelt_last_error());
@@ -178,6 +179,7 @@ int sm_server_run(const sm_server_params *pp) {
   if (p.block_size > 0) ep.block_size = p.block_size;
   if (p.max_batch_tokens > 0) ep.max_batch_tokens = p.max_batch_tokens;
   ep.prefix_cache = !p.no_prefix_cache;
+  ep.host_sample = p.host_sample;
   if (sm_engine_create(model, &ep, &eng) != SMELT_OK) {
     fprintf(stderr, "smelt serve: could not create the engine: %s\n", smelt_last_error());
     goto out;

@@ -23,6 +23,8 @@ typedef struct {
   int device;                  /* smelt_device */
   bool verbose;                /* log each request, and the HTTP library's messages, to the log */
   bool no_mmap;                /* read the weights into memory instead of mapping them */
+  int kv_type;                 /* smelt_kv_type of the KV cache (0: f16) */
+  bool host_sample;            /* sample on the host, not the device (SMELT_HOST_SAMPLE) */
   /* connections */
   int max_conns;               /* open connections in all (default 1024) */
   int max_conns_per_ip;        /* per client address (default 256; 0 = no limit) */

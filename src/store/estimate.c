@@ -2,6 +2,7 @@
  * runtime headroom, and a fits / does-not-fit verdict against available memory. */
 #include "store/store.h"
 #include "model/family.h"
+#include "store/store_internal.h"
 #include "format/config.h"
 #include "format/safetensors.h"
 #include <stdio.h>
@@ -27,8 +28,7 @@ bool sm_store_host_mem_available(uint64_t *bytes) {
 int sm_store_kv_dtype_bytes(const char *name) {
   if (!name) return 0;
   if (!strcmp(name, "f32") || !strcmp(name, "float32")) return 4;
-  if (!strcmp(name, "f16") || !strcmp(name, "float16") || !strcmp(name, "bf16")) return 2;
-  if (!strcmp(name, "q8") || !strcmp(name, "q8_0") || !strcmp(name, "int8")) return 1;
+  if (!strcmp(name, "f16") || !strcmp(name, "float16") || !strcmp(name, "bf16") || !strcmp(name, "bfloat16")) return 2;
   return 0;
 }
 
@@ -142,9 +142,9 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   out->total_bytes = out->weights_bytes + out->kv_bytes + out->runtime_bytes;
 
   out->cuda = cuda;
-  const char *ov = getenv("SMELT_AVAILABLE_MEMORY");
+  const char *ov = sm_store_settings_get()->available_memory;
   uint64_t avail = 0;
-  if (ov && *ov) {
+  if (ov) {
     if (!parse_size(ov, &avail)) return sm_err(SMELT_ERR_INVALID, "bad SMELT_AVAILABLE_MEMORY '%s'", ov);
     out->available_known = true;
   } else if (cuda) {

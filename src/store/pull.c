@@ -2,6 +2,7 @@
  * needs into <store>/.tmp/<owner>--<name>/ (resumable .part files, size and sha256
  * checks), then rename the folder into place. */
 #include "store/store.h"
+#include "store/store_internal.h"
 #include "base/strbuf.h"
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -31,27 +32,21 @@ static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
 static char *endpoint(void) {
-  const char *e = getenv("HF_ENDPOINT");
-  char *s = sm_xstrdup(e && *e ? e : "https://huggingface.co");
+  const char *e = sm_store_settings_get()->hf_endpoint;
+  char *s = sm_xstrdup(e ? e : "https://huggingface.co");
   size_t l = strlen(s);
   while (l && s[l - 1] == '/') s[--l] = 0;
   return s;
 }
 
-/* HF_TOKEN, else the token file `huggingface-cli login` writes. */
+/* the hf_token setting (HF_TOKEN), else the token file `huggingface-cli login` writes. */
 static char *hf_token(void) {
-  const char *t = getenv("HF_TOKEN");
-  if (t && *t) return sm_xstrdup(t);
-  t = getenv("HUGGING_FACE_HUB_TOKEN");
-  if (t && *t) return sm_xstrdup(t);
-  const char *home = getenv("HF_HOME");
+  const sm_store_settings *set = sm_store_settings_get();
+  if (set->hf_token) return sm_xstrdup(set->hf_token);
   char *p;
-  if (home && *home) p = sm_path_join(home, "token");
-  else {
-    const char *h = getenv("HOME");
-    if (!h || !*h) return NULL;
-    p = sm_path_join(h, ".cache/huggingface/token");
-  }
+  if (set->hf_home) p = sm_path_join(set->hf_home, "token");
+  else if (set->home) p = sm_path_join(set->home, ".cache/huggingface/token");
+  else return NULL;
   char *txt = NULL;
   if (sm_read_file(p, &txt, NULL) != SMELT_OK) { free(p); sm_err_clear(); return NULL; }
   free(p);
@@ -349,14 +344,6 @@ static int xferinfo(void *u, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ul
   return 0;
 }
 
-static int env_int(const char *name, int def) {
-  const char *e = getenv(name);
-  if (!e || !*e) return def;
-  char *end;
-  long v = strtol(e, &end, 10);
-  return (*end || v < 0 || v > 1000) ? def : (int)v;
-}
-
 /* Hash the bytes already in fp (a resumed .part). */
 static bool hash_prefix(FILE *fp, sm_sha256 *sha, uint64_t *have) {
   rewind(fp);
@@ -378,7 +365,7 @@ static smelt_status download_file(CURL *c, const char *url, struct curl_slist *h
                                   const char *part, const char *final, progress *pg, const char *ep, bool token,
                                   bool *fatal) {
   *fatal = false;
-  int retries = env_int("SMELT_PULL_RETRIES", 5);
+  const int retries = sm_store_settings_get()->pull_retries >= 0 ? sm_store_settings_get()->pull_retries : 5;
   smelt_status s = SMELT_OK;
   char errbuf[CURL_ERROR_SIZE];
   pg->file = f->path;
@@ -568,9 +555,10 @@ smelt_status sm_store_pull(const char *ref, bool show_progress, char **dir) {
   for (size_t i = 0; i < nf; i++) {
     const hub_file *f = &files[i];
     char *final = sm_path_join(tmp, f->path);
-    size_t pl = strlen(final) + 8;
-    char *part = sm_xmalloc(pl);
-    snprintf(part, pl, "%s.part", final);
+    sm_buf pb = SM_BUF_INIT;
+    sm_buf_puts(&pb, final);
+    sm_buf_puts(&pb, ".part");
+    char *part = sm_buf_take(&pb);
     struct stat st;
     if (stat(final, &st) == 0 && (!f->has_size || (uint64_t)st.st_size == f->size) && !f->sha256[0]) {
       pg.done += (uint64_t)st.st_size; /* finished in an earlier run (sha-less files only: re-verify the rest) */

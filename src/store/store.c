@@ -1,6 +1,7 @@
 /* Model store: reference resolution, HF cache lookup, listing, removal. */
 #include "store/store.h"
 #include "model/family.h"
+#include "store/store_internal.h"
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -12,25 +13,48 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ---- paths ---- */
-static char *home_join(const char *rel) {
-  const char *home = getenv("HOME");
-  if (!home || !*home) home = "/tmp";
-  return sm_path_join(home, rel);
+/* ---- settings ---- */
+static sm_store_settings g_set = {.pull_retries = -1}; /* strings owned (malloc'd) */
+
+void sm_store_settings_default(sm_store_settings *s) {
+  memset(s, 0, sizeof *s);
+  s->pull_retries = -1;
 }
 
+static const char *own(const char *s) { return s && *s ? sm_xstrdup(s) : NULL; }
+
+void sm_store_configure(const sm_store_settings *s) {
+  sm_store_settings d;
+  if (!s) { sm_store_settings_default(&d); s = &d; }
+  const char **old[] = {&g_set.home, &g_set.cache_dir, &g_set.hf_home, &g_set.hf_hub_cache, &g_set.default_org,
+                        &g_set.default_model, &g_set.hf_endpoint, &g_set.hf_token, &g_set.available_memory};
+  for (size_t i = 0; i < SM_ARRAY_LEN(old); i++) free((char *)*old[i]);
+  g_set.home = own(s->home);
+  g_set.cache_dir = own(s->cache_dir);
+  g_set.hf_home = own(s->hf_home);
+  g_set.hf_hub_cache = own(s->hf_hub_cache);
+  g_set.default_org = own(s->default_org);
+  g_set.default_model = own(s->default_model);
+  g_set.hf_endpoint = own(s->hf_endpoint);
+  g_set.hf_token = own(s->hf_token);
+  g_set.available_memory = own(s->available_memory);
+  g_set.pull_retries = s->pull_retries;
+}
+
+const sm_store_settings *sm_store_settings_get(void) { return &g_set; }
+
+/* ---- paths ---- */
+char *sm_store_home_join(const char *rel) { return sm_path_join(g_set.home ? g_set.home : "/tmp", rel); }
+
 char *sm_store_root(void) {
-  const char *c = getenv("SMELT_CACHE_DIR");
-  if (c && *c) return sm_path_join(c, "models");
-  return home_join(".cache/smelt/models");
+  if (g_set.cache_dir) return sm_path_join(g_set.cache_dir, "models");
+  return sm_store_home_join(".cache/smelt/models");
 }
 
 char *sm_store_hf_cache(void) {
-  const char *c = getenv("HF_HUB_CACHE");
-  if (c && *c) return sm_xstrdup(c);
-  c = getenv("HF_HOME");
-  if (c && *c) return sm_path_join(c, "hub");
-  return home_join(".cache/huggingface/hub");
+  if (g_set.hf_hub_cache) return sm_xstrdup(g_set.hf_hub_cache);
+  if (g_set.hf_home) return sm_path_join(g_set.hf_home, "hub");
+  return sm_store_home_join(".cache/huggingface/hub");
 }
 
 static bool valid_part(const char *s, size_t n) {
@@ -52,8 +76,7 @@ smelt_status sm_store_parse_ref(const char *ref, char **owner, char **name) {
   size_t on, nn;
   char *deforg = NULL;
   if (!slash) {
-    const char *d = getenv("SMELT_DEFAULT_ORG");
-    deforg = sm_xstrdup(d && *d ? d : "mlx-community");
+    deforg = sm_xstrdup(g_set.default_org ? g_set.default_org : "mlx-community");
     o = deforg; on = strlen(o); n = ref; nn = strlen(ref);
   } else {
     o = ref; on = (size_t)(slash - ref); n = slash + 1; nn = strlen(n);
@@ -122,8 +145,8 @@ char *sm_store_hf_snapshot(const char *owner, const char *name) {
 
 /* ---- default model ---- */
 char *sm_store_default_model(void) {
-  const char *e = getenv("SMELT_DEFAULT_MODEL");
-  if (e && *e) return sm_dir_exists(e) ? sm_xstrdup(e) : NULL;
+  const char *e = g_set.default_model;
+  if (e) return sm_dir_exists(e) ? sm_xstrdup(e) : NULL;
   char exe[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n > 0) {
@@ -171,7 +194,7 @@ smelt_status sm_store_resolve(const char *ref, bool allow_download, char **dir) 
   }
   if (sm_dir_exists(ref)) { *dir = sm_xstrdup(ref); return SMELT_OK; }
   if (ref[0] == '~' && ref[1] == '/') {
-    char *p = home_join(ref + 2);
+    char *p = sm_store_home_join(ref + 2);
     if (sm_dir_exists(p)) { *dir = p; return SMELT_OK; }
     free(p);
   }
@@ -363,7 +386,7 @@ smelt_status sm_store_locate_removable(const char *ref, char **dir) {
   char *candidate = NULL;
   bool is_path = looks_like_path(ref);
   if (is_path) {
-    candidate = (ref[0] == '~' && ref[1] == '/') ? home_join(ref + 2) : sm_xstrdup(ref);
+    candidate = (ref[0] == '~' && ref[1] == '/') ? sm_store_home_join(ref + 2) : sm_xstrdup(ref);
   } else {
     char *owner, *name;
     smelt_status s = sm_store_parse_ref(ref, &owner, &name);

@@ -4,18 +4,38 @@
 #define SM_STORE_H
 #include "base/base.h"
 
-/* ${SMELT_CACHE_DIR:-~/.cache/smelt}/models (malloc'd) */
+/* ---- settings: the store reads no environment; the edge (cli, server) fills this from the
+ * variables named here at startup (docs/store.md) and calls sm_store_configure ---- */
+typedef struct {
+  const char *home;             /* HOME: base of the default caches (default /tmp) */
+  const char *cache_dir;        /* SMELT_CACHE_DIR: the store is <cache_dir>/models (default ~/.cache/smelt) */
+  const char *hf_home;          /* HF_HOME (default ~/.cache/huggingface) */
+  const char *hf_hub_cache;     /* HF_HUB_CACHE (default <hf_home>/hub) */
+  const char *default_org;      /* SMELT_DEFAULT_ORG: owner of bare names (default mlx-community) */
+  const char *default_model;    /* SMELT_DEFAULT_MODEL: the model used when none is given */
+  const char *hf_endpoint;      /* HF_ENDPOINT (default https://huggingface.co) */
+  const char *hf_token;         /* HF_TOKEN or HUGGING_FACE_HUB_TOKEN (default: <hf_home>/token) */
+  const char *available_memory; /* SMELT_AVAILABLE_MEMORY: bytes[K|M|G|T], overrides the available memory */
+  int pull_retries;             /* SMELT_PULL_RETRIES: transfer retries per file (< 0: default 5) */
+} sm_store_settings;
+/* NULL or "" strings and negative numbers take the defaults. */
+void sm_store_settings_default(sm_store_settings *s);
+/* Copy s into the store's settings (NULL: back to the defaults). Call before the other store
+ * functions, not concurrently with them (once at startup). */
+void sm_store_configure(const sm_store_settings *s);
+
+/* <cache_dir>/models, default ~/.cache/smelt/models (malloc'd) */
 char *sm_store_root(void);
 /* Resolve a model reference to a local directory (malloc'd in *dir):
- *   an existing path -> itself; "owner/name" or bare "name" (-> ${SMELT_DEFAULT_ORG:-mlx-community}/name)
- *   -> the store, then the HF cache (HF_HUB_CACHE or HF_HOME/hub or ~/.cache/huggingface/hub,
- *   models--owner--name/snapshots/<rev>); if missing and allow_download, pull it.
+ *   an existing path -> itself; "owner/name" or bare "name" (-> <default_org>/name)
+ *   -> the store, then the HF cache (sm_store_hf_cache(), models--owner--name/snapshots/<rev>);
+ *   if missing and allow_download, pull it.
  * NULL/empty ref -> the embedded default model (sm_store_default_model()). */
 smelt_status sm_store_resolve(const char *ref, bool allow_download, char **dir);
-/* Path of the default model shipped with smelt (SMELT_DEFAULT_MODEL env, else the
- * installed/source models/smelt-tiny). malloc'd; NULL if not found. */
+/* Path of the default model (the default_model setting, else the installed/source
+ * models/smelt-tiny). malloc'd; NULL if not found. */
 char *sm_store_default_model(void);
-/* Download owner/name from the hub (HF_ENDPOINT, HF_TOKEN) into the store atomically.
+/* Download owner/name from the hub (hf_endpoint, hf_token settings) into the store atomically.
  * progress: draw a progress bar on stderr when it is a TTY. *dir (may be NULL) gets the
  * final directory. */
 smelt_status sm_store_pull(const char *ref, bool progress, char **dir);
@@ -23,7 +43,7 @@ smelt_status sm_store_pull(const char *ref, bool progress, char **dir);
 /* Split a hub reference into owner and name (malloc'd). "name" -> default org.
  * Rejects anything that is not [A-Za-z0-9._-]+ (optionally "owner/"), "." / ".." parts. */
 smelt_status sm_store_parse_ref(const char *ref, char **owner, char **name);
-/* The HF hub cache folder (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub); malloc'd. */
+/* The HF hub cache folder (hf_hub_cache, <hf_home>/hub, ~/.cache/huggingface/hub); malloc'd. */
 char *sm_store_hf_cache(void);
 /* Snapshot directory for owner/name in the HF cache (refs/main first, else the newest
  * snapshot with a config.json); NULL if absent. malloc'd. */
@@ -77,7 +97,7 @@ typedef struct {
 /* Estimate the memory a model needs for max_tokens of context (<= 0: the model's
  * max_position_embeddings capped at 8192) with KV elements of kv_bytes_per_elem bytes
  * (4 f32, 2 f16, 1 q8), and compare with what is available (host RAM, or device memory
- * when cuda and a query hook is set). SMELT_AVAILABLE_MEMORY (bytes, K/M/G suffix)
+ * when cuda and a query hook is set). The available_memory setting (bytes, K/M/G suffix)
  * overrides the available amount. */
 smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_bytes_per_elem, bool cuda,
                                sm_mem_estimate *out);

@@ -507,6 +507,41 @@ static void test_attention(sm_backend *be) {
   test_attention_cfg(be, 16, 2, 128);
 }
 
+/* The backend's tuning table (SMELT_CPU_*, read at creation): bad values refuse the creation with
+ * a message naming the variable; SMELT_CPU_NO_GFNI changes the 4-bit int8 kernel, not its
+ * results; the thread count is the one asked for. */
+static void test_tuning(void) {
+  static const struct { const char *var, *val; } bad[] = {
+    {"SMELT_CPU_ISA", "sse9"}, {"SMELT_CPU_ISA", "7"}, {"SMELT_CPU_EXACT", "yes"}, {"SMELT_CPU_NO_GFNI", "2"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv(bad[i].var, bad[i].val, 1);
+    sm_backend *be = sm_cpu_backend_create(1);
+    CHECK(!be && strstr(sm_errmsg(), bad[i].var), "%s=%s: created=%d, message '%s'", bad[i].var, bad[i].val, be != NULL,
+          sm_errmsg());
+    if (be) be->destroy(be);
+    unsetenv(bad[i].var);
+  }
+  sm_backend *be = sm_cpu_backend_create(2);
+  CHECK(be && be->n_threads == 2, "n_threads %d, asked for 2", be ? be->n_threads : -1);
+  if (be) be->destroy(be);
+  /* one-token 4-bit matmul on the int8 path: the same floats with and without GFNI */
+  tw t;
+  make_quant(&t, 96, 1024, 4, 64, SM_DT_BF16);
+  float x[1024], y[2][96];
+  for (int k = 0; k < 1024; k++) x[k] = frand(-1.f, 1.f);
+  for (int no_gfni = 0; no_gfni <= 1; no_gfni++) {
+    if (no_gfni) setenv("SMELT_CPU_NO_GFNI", "1", 1);
+    be = sm_cpu_backend_create(1);
+    CHECK(be != NULL, "create (SMELT_CPU_NO_GFNI=%d): %s", no_gfni, sm_errmsg());
+    if (!be) break;
+    be->matmul(be, SM_MM_OTHER, &t.w, x, 1, y[no_gfni]);
+    be->destroy(be);
+    unsetenv("SMELT_CPU_NO_GFNI");
+  }
+  CHECK(!memcmp(y[0], y[1], sizeof y[0]), "SMELT_CPU_NO_GFNI=1 changed a 4-bit matmul's result");
+  free_tw(&t);
+}
+
 int main(void) {
   static const char *isas[] = {"scalar", "avx2", "avx512"};
   int ran = 0;
@@ -541,6 +576,7 @@ int main(void) {
     unsetenv("SMELT_CPU_EXACT");
   }
   unsetenv("SMELT_CPU_ISA");
+  test_tuning();
   sm_backend *be = sm_cpu_backend_create(0);
   printf("default: %s\n", sm_cpu_backend_isa(be));
   be->destroy(be);

@@ -350,12 +350,11 @@ static bool dec_emit(void *ud, int32_t t) {
 }
 static void decode_run(smelt_model *m, const int32_t *ids, int n_ids, float temp, bool pipe, dec_rec *r, dec_rec *r2,
                        int32_t *final_tok, int *final_len) {
-  if (pipe) unsetenv("SMELT_PIPELINE");
-  else setenv("SMELT_PIPELINE", "0", 1);
   sm_engine_params ep;
   sm_engine_params_default(&ep);
   ep.max_context = 128;
   ep.prefix_cache = false;
+  ep.pipeline = pipe;
   sm_engine *e = NULL;
   CHECK(sm_engine_create(m, &ep, &e) == SMELT_OK, "engine: %s", smelt_last_error());
   if (!e) return;
@@ -383,7 +382,6 @@ static void decode_run(smelt_model *m, const int32_t *ids, int n_ids, float temp
   sm_seq_free(e, q);
   sm_sampler_free(&smp);
   sm_engine_free(e);
-  unsetenv("SMELT_PIPELINE");
 }
 static void test_pipelined_decode(void) {
   char dir[256];
@@ -426,7 +424,7 @@ static void test_pipelined_decode(void) {
         CHECK(la == 6 + 1 + a.n - 1 + 1 + a2.n - 1, "sequence length %d after %d + %d tokens", la, a.n, a2.n);
       }
     /* the stepwise path really is the other one: a backend without sample_async is covered by
-     * the CPU tests; here SMELT_PIPELINE=0 forces it */
+     * the CPU tests; here pipeline = false (SMELT_PIPELINE=0) forces it */
   }
   if (m) smelt_model_free(m);
   char cmd[300];

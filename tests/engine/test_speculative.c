@@ -40,8 +40,8 @@ int main(int argc, char **argv) {
         text a = { .len = 0 }, b = { .len = 0 };
         smelt_stats sa, sb;
         int acc = 0;
-        CHECK(sm_generate_ids(m, ids, (int)n, 48, &sp, collect, &a, &sa) == SMELT_OK, "plain generation");
-        CHECK(sm_generate_speculative(m, d, k, ids, (int)n, 48, &sp, collect, &b, &sb, &acc) == SMELT_OK,
+        CHECK(sm_generate_ids(m, NULL, ids, (int)n, 48, &sp, collect, &a, &sa) == SMELT_OK, "plain generation");
+        CHECK(sm_generate_speculative(m, d, NULL, k, ids, (int)n, 48, &sp, collect, &b, &sb, &acc) == SMELT_OK,
               "speculative: %s", smelt_last_error());
         CHECK(a.len > 0 && !strcmp(a.buf, b.buf), "prompt %d mode %d k %d: outputs differ\n  plain: %s\n  spec:  %s",
               pi, mode, k, a.buf, b.buf);
@@ -55,7 +55,8 @@ int main(int argc, char **argv) {
   CHECK(total_acc > 20, "the draft model contributed only %d tokens", total_acc);
   /* an invalid draft length is refused */
   int32_t one = 1;
-  CHECK(sm_generate_speculative(m, d, 0, &one, 1, 4, NULL, NULL, NULL, NULL, NULL) == SMELT_ERR_INVALID, "k=0 refused");
+  CHECK(sm_generate_speculative(m, d, NULL, 0, &one, 1, 4, NULL, NULL, NULL, NULL, NULL) == SMELT_ERR_INVALID,
+        "k=0 refused");
   smelt_model_free(m);
   smelt_model_free(d);
   TEST_END();

@@ -12,7 +12,7 @@
  * 3. End to end on models/smelt-tiny: sm_engine_step_sample (tokens only) == sm_engine_step +
  *    sm_sampler_sample (full logits) for greedy and seeded temperature/top_p/penalty configs,
  *    for one sequence and for a batch of sequences mixing sampled and full-logits rows; and
- *    sm_generate_ids gives the same text with the backend op and with SMELT_HOST_SAMPLE=1.
+ *    sm_generate_ids gives the same text with the backend op and with host sampling.
  * With "cuda", exits 77 (ctest SKIP) when the build has no CUDA or no GPU is present. */
 #include <stdlib.h>
 #include <string.h>
@@ -397,15 +397,15 @@ static void test_e2e(const char *src, smelt_device dev) {
   }
   sm_engine_free(e);
   batch_e2e(m, cfg, 4);
-  /* sm_generate_ids: backend op vs SMELT_HOST_SAMPLE=1 (engine reads it at creation) */
+  /* sm_generate_ids: backend op vs host sampling (the engine option SMELT_HOST_SAMPLE=1 sets) */
   for (int c = 0; c < 4; c++) {
     char *t1 = calloc(8192, 1), *t2 = calloc(8192, 1);
     smelt_stats s1, s2;
-    unsetenv("SMELT_HOST_SAMPLE");
-    smelt_status a = sm_generate_ids(m, prompt, 12, 40, &cfg[c], text_cb, t1, &s1);
-    setenv("SMELT_HOST_SAMPLE", "1", 1);
-    smelt_status b = sm_generate_ids(m, prompt, 12, 40, &cfg[c], text_cb, t2, &s2);
-    unsetenv("SMELT_HOST_SAMPLE");
+    sm_engine_params hs;
+    sm_engine_params_default(&hs);
+    hs.host_sample = true;
+    smelt_status a = sm_generate_ids(m, NULL, prompt, 12, 40, &cfg[c], text_cb, t1, &s1);
+    smelt_status b = sm_generate_ids(m, &hs, prompt, 12, 40, &cfg[c], text_cb, t2, &s2);
     CHECK(a == SMELT_OK && b == SMELT_OK, "generate: %s", smelt_last_error());
     CHECK(s1.n_generated == s2.n_generated && !strcmp(t1, t2), "config %d: sm_generate_ids same text with the op "
           "and with host sampling (%d/%d tokens)", c, s1.n_generated, s2.n_generated);

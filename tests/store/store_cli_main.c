@@ -16,6 +16,7 @@ static int cmd_resolve(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  if (sm_cli_configure_store()) return 2;
   if (argc < 2) { fprintf(stderr, "usage: store_cli inspect|list|rm|arch|pull ...\n"); return 2; }
   static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
     {"inspect", sm_cmd_inspect}, {"list", sm_cmd_list}, {"rm", sm_cmd_rm}, {"arch", sm_cmd_arch}, {"pull", sm_cmd_pull}, {"resolve", cmd_resolve},

@@ -88,6 +88,15 @@ static void test_sha256(void) {
 }
 
 /* ---------------- resolution ---------------- */
+/* the store's settings for these tests (the cli fills them from the environment); the strings
+ * are this file's copies */
+static sm_store_settings g_ss = {.pull_retries = -1};
+static void set_store(const char **field, const char *value) {
+  free((char *)*field);
+  *field = value ? strdup(value) : NULL;
+  sm_store_configure(&g_ss);
+}
+
 static void make_model_dir(const char *dir, const char *config) {
   mkdirs(dir);
   write_text(dir, "config.json", config);
@@ -95,15 +104,15 @@ static void make_model_dir(const char *dir, const char *config) {
 
 static void test_parse_ref(void) {
   char *o, *n;
-  unsetenv("SMELT_DEFAULT_ORG");
+  set_store(&g_ss.default_org, NULL);
   CHECK(sm_store_parse_ref("Qwen3-0.6B-4bit", &o, &n) == SMELT_OK);
   CHECK_STR(o, "mlx-community"); CHECK_STR(n, "Qwen3-0.6B-4bit");
   free(o); free(n);
-  setenv("SMELT_DEFAULT_ORG", "acme", 1);
+  set_store(&g_ss.default_org, "acme");
   CHECK(sm_store_parse_ref("tiny", &o, &n) == SMELT_OK);
   CHECK_STR(o, "acme"); CHECK_STR(n, "tiny");
   free(o); free(n);
-  unsetenv("SMELT_DEFAULT_ORG");
+  set_store(&g_ss.default_org, NULL);
   CHECK(sm_store_parse_ref("meta-llama/Llama-3.2-1B", &o, &n) == SMELT_OK);
   CHECK_STR(o, "meta-llama"); CHECK_STR(n, "Llama-3.2-1B");
   free(o); free(n);
@@ -116,9 +125,9 @@ static void test_parse_ref(void) {
 
 static void test_resolve(void) {
   char *cache = tmp_path("cache"), *hf = tmp_path("hf");
-  setenv("SMELT_CACHE_DIR", cache, 1);
-  setenv("HF_HUB_CACHE", hf, 1);
-  unsetenv("SMELT_DEFAULT_ORG");
+  set_store(&g_ss.cache_dir, cache);
+  set_store(&g_ss.hf_hub_cache, hf);
+  set_store(&g_ss.default_org, NULL);
   char *root = sm_store_root();
   char *want_root = tmp_path("cache/models");
   CHECK_STR(root, want_root);
@@ -167,13 +176,13 @@ static void test_resolve(void) {
   free(d);
   write_text(refs, "main", "abc123\n");
   /* HF_HOME fallback */
-  unsetenv("HF_HUB_CACHE");
+  set_store(&g_ss.hf_hub_cache, NULL);
   char *hfhome = tmp_path("hfhome");
-  setenv("HF_HOME", hfhome, 1);
+  set_store(&g_ss.hf_home, hfhome);
   char *hc = sm_store_hf_cache(), *want_hc = tmp_path("hfhome/hub");
   CHECK_STR(hc, want_hc);
   free(hc); free(want_hc); free(hfhome);
-  setenv("HF_HUB_CACHE", hf, 1);
+  set_store(&g_ss.hf_hub_cache, hf);
 
   /* list: both, sorted, with arch/bits */
   sm_store_entry *e;
@@ -225,11 +234,11 @@ static void test_resolve(void) {
   CHECK(sm_dir_exists(outside));
 
   /* default model */
-  setenv("SMELT_DEFAULT_MODEL", snap, 1);
+  set_store(&g_ss.default_model, snap);
   CHECK(sm_store_resolve(NULL, false, &d) == SMELT_OK);
   CHECK_STR(d, snap);
   free(d);
-  unsetenv("SMELT_DEFAULT_MODEL");
+  set_store(&g_ss.default_model, NULL);
 
   free(cache); free(hf); free(root); free(want_root); free(m1); free(snap); free(old); free(refs); free(rm);
   free(outside); free(ownerdir); free(evil); free(evil_link);
@@ -290,7 +299,7 @@ static void test_estimate(void) {
   write_safetensors(st, t, (int)(sizeof t / sizeof t[0]));
   free(st);
 
-  setenv("SMELT_AVAILABLE_MEMORY", "1G", 1);
+  set_store(&g_ss.available_memory, "1G");
   sm_mem_estimate e;
   smelt_status s = sm_store_estimate(dir, 100, 2, false, &e);
   if (s) fprintf(stderr, "estimate: %s\n", sm_errmsg());
@@ -320,10 +329,10 @@ static void test_estimate(void) {
   CHECK(e.fits);
 
   /* exactly enough / one byte short */
-  setenv("SMELT_AVAILABLE_MEMORY", "544793", 1);
+  set_store(&g_ss.available_memory, "544793");
   CHECK(sm_store_estimate(dir, 100, 2, false, &e) == SMELT_OK);
   CHECK(e.fits);
-  setenv("SMELT_AVAILABLE_MEMORY", "544792", 1);
+  set_store(&g_ss.available_memory, "544792");
   CHECK(sm_store_estimate(dir, 100, 2, false, &e) == SMELT_OK);
   CHECK(!e.fits);
 
@@ -334,7 +343,7 @@ static void test_estimate(void) {
   CHECK_EQ_U(e.kv_bytes, 1024 * 1024);
   CHECK(sm_store_estimate(dir, 7, 1, false, &e) == SMELT_OK);
   CHECK_EQ_U(e.kv_bytes, 256 * 7);
-  unsetenv("SMELT_AVAILABLE_MEMORY");
+  set_store(&g_ss.available_memory, NULL);
 
   /* host memory from /proc/meminfo */
   uint64_t avail = 0;
@@ -348,7 +357,8 @@ static void test_estimate(void) {
 
   CHECK_EQ_U(sm_store_kv_dtype_bytes("f32"), 4);
   CHECK_EQ_U(sm_store_kv_dtype_bytes("f16"), 2);
-  CHECK_EQ_U(sm_store_kv_dtype_bytes("q8"), 1);
+  CHECK_EQ_U(sm_store_kv_dtype_bytes("bf16"), 2);
+  CHECK_EQ_U(sm_store_kv_dtype_bytes("q8"), 0); /* no quantized cache exists */
   CHECK_EQ_U(sm_store_kv_dtype_bytes("f8"), 0);
   CHECK(sm_store_estimate(dir, 100, 0, false, &e) == SMELT_ERR_INVALID);
 

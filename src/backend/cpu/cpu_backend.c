@@ -1,11 +1,30 @@
 /* CPU backend: implements the sm_backend op table on host memory with a persistent
  * thread pool and run-time selected SIMD kernels (see cpu_internal.h). */
 #include "backend/cpu/cpu_internal.h"
+#include "backend/tuning.h"
 #include <math.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* ---------------- tuning (read once per backend instance, see tuning.h) ---------------- */
+enum { ISA_AUTO, ISA_SCALAR, ISA_AVX2, ISA_AVX512 };
+static const char *const isa_names[] = {"auto", "scalar", "avx2", "avx512", NULL};
+typedef struct {
+  int isa;     /* ISA_*: kernel set */
+  int exact;   /* 1: no int8 activations */
+  int no_gfni; /* 1: 4-bit int8 matvec without GFNI */
+} cpu_tuning;
+static const sm_tune_entry cpu_tune[] = {
+  {"SMELT_CPU_ISA", offsetof(cpu_tuning, isa), ISA_AUTO, ISA_AUTO, ISA_AVX512, 0,
+   "CPU kernel set: auto (the best this CPU supports), scalar, avx2 or avx512", {{0, 0}}, isa_names},
+  {"SMELT_CPU_EXACT", offsetof(cpu_tuning, exact), 0, 0, 1, SM_TUNE_USER,
+   "1: float activations in one-token matmuls too (batch-invariant results; slower decode)", {{0, 0}}, NULL},
+  {"SMELT_CPU_NO_GFNI", offsetof(cpu_tuning, no_gfni), 0, 0, 1, 0,
+   "1: 4-bit int8 matvec without the GFNI nibble unpack (for A/B measurements; same results)", {{0, 0}}, NULL},
+};
 
 #define GEMM_KC 256
 #define GEMM_MIN_N 4         /* n below this: one matvec per token */
@@ -24,9 +43,12 @@ typedef struct {
   float *xp, *xsum, *xs;
   int8_t *xq;
   size_t cap_x;
+  cpu_tuning tune;
   bool exact; /* SMELT_CPU_EXACT=1: no int8 activations */
+  bool gfni;  /* the 4-bit int8 matvec uses GFNI */
   /* per-thread gemm scratch */
   float **gscratch;
+  double bandwidth; /* measured read bandwidth (bytes/s), 0 until measured */
 } cpu_be;
 
 static cpu_be *CB(sm_backend *be) { return (cpu_be *)be; }
@@ -201,7 +223,7 @@ static void be_matmul(sm_backend *be, sm_mm_role role, const sm_weight *w, const
     }
     const bool i8 = sm_cpu_backend_uses_i8(be, w);
     for (int t = 0; t < n; t++) {
-      mv_ctx m = {.k = c->k, .a = {.w = w, .xp = c->xp, .xsum = c->xsum, .xq = c->xq, .xs = c->xs},
+      mv_ctx m = {.k = c->k, .a = {.w = w, .xp = c->xp, .xsum = c->xsum, .xq = c->xq, .xs = c->xs, .gfni = c->gfni},
                   .y = y + (size_t)t * (size_t)M, .i8 = i8};
       if (i8) c->k->prep_xq(w, x + (size_t)t * (size_t)K, c->xq, c->xs, c->xsum);
       else c->k->prep_x(w, x + (size_t)t * (size_t)K, c->xp, c->xsum);
@@ -612,6 +634,13 @@ static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, i
   return SMELT_OK;
 }
 
+/* ---------------- roofline ---------------- */
+static double be_measure_bandwidth(sm_backend *be) {
+  cpu_be *c = CB(be);
+  if (c->bandwidth <= 0) c->bandwidth = sm_cpu_read_bandwidth(c->pool, c->k);
+  return c->bandwidth;
+}
+
 /* ---------------- lifetime ---------------- */
 static void be_destroy(sm_backend *be) {
   cpu_be *c = CB(be);
@@ -630,10 +659,19 @@ sm_backend *sm_cpu_backend_create(int n_threads) {
     n_threads = n > 0 ? (int)n : 1;
   }
   if (n_threads > 256) n_threads = 256;
+  cpu_tuning tune;
+  if (sm_tune_read(cpu_tune, SM_ARRAY_LEN(cpu_tune), 0, &tune)) return NULL;
+  const sm_cpu_kern *k = tune.isa == ISA_AUTO ? sm_cpu_best_kernels() : sm_cpu_kernels_by_name(isa_names[tune.isa]);
+  if (!k) {
+    sm_err(SMELT_ERR_UNSUPPORTED, "SMELT_CPU_ISA=%s: this CPU does not support it (best: %s)", isa_names[tune.isa],
+           sm_cpu_best_kernels()->name);
+    return NULL;
+  }
   cpu_be *c = sm_xcalloc(1, sizeof *c);
-  c->k = sm_cpu_pick_kernels();
-  const char *ex = getenv("SMELT_CPU_EXACT");
-  c->exact = ex && *ex && strcmp(ex, "0") != 0;
+  c->tune = tune;
+  c->k = k;
+  c->exact = tune.exact;
+  c->gfni = sm_cpu_has_gfni() && !tune.no_gfni;
   c->pool = sm_pool_create(n_threads);
   c->nth = sm_pool_size(c->pool);
   c->gscratch = sm_xcalloc((size_t)c->nth, sizeof(float *));
@@ -643,6 +681,7 @@ sm_backend *sm_cpu_backend_create(int n_threads) {
   }
   sm_backend *b = &c->base;
   b->name = "cpu";
+  b->n_threads = c->nth;
   b->destroy = be_destroy;
   b->alloc = be_alloc;
   b->free = be_free;
@@ -666,6 +705,7 @@ sm_backend *sm_cpu_backend_create(int n_threads) {
   b->softcap = be_softcap;
   b->gather_out = be_gather_out;
   b->sample = be_sample;
+  b->measure_bandwidth = be_measure_bandwidth;
   return b;
 }
 

@@ -22,6 +22,7 @@ typedef struct {
   /* int8 path (see matvec_i8): x quantized per weight group, x ~= xs[g] * xq[k] */
   const int8_t *xq; /* [cols] in the kernel's order */
   const float *xs;  /* [cols/gs] */
+  bool gfni;        /* matvec_i8 of 4-bit weights may use GFNI (the backend's choice) */
 } sm_mv_arg;
 
 typedef struct {
@@ -64,6 +65,10 @@ typedef struct {
   void (*matvec_i8)(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);
 } sm_cpu_kern;
 
+/* Read bandwidth (bytes/s) with every thread of pool, on a buffer well past the caches, loads
+ * as wide as k's (bandwidth.c); 0 if the buffer cannot be allocated. Takes about a second. */
+double sm_cpu_read_bandwidth(sm_pool *pool, const sm_cpu_kern *k);
+
 /* AVX-512 VNNI int8 kernels (kern_avx512vnni.c); i8 functions of the avx512 table. */
 bool sm_avx512vnni_i8_ok(const sm_weight *w);
 void sm_avx512vnni_prep_xq(const sm_weight *w, const float *x, int8_t *xq, float *xs, float *xsum);
@@ -77,16 +82,18 @@ extern const sm_cpu_kern sm_cpu_kern_scalar;
 extern const sm_cpu_kern sm_cpu_kern_avx2;
 extern const sm_cpu_kern sm_cpu_kern_avx512;
 
-/* Kernel table for the best ISA of this CPU, or the one named by SMELT_CPU_ISA
- * (scalar|avx2|avx512; unsupported requests fall back to the best available). */
-const sm_cpu_kern *sm_cpu_pick_kernels(void);
-/* Table by name if the CPU supports it, else NULL. */
+/* Kernel table for the best ISA of this CPU (the backend's SMELT_CPU_ISA tuning entry may pick
+ * another). */
+const sm_cpu_kern *sm_cpu_best_kernels(void);
+/* Table by name ("scalar", "avx2", "avx512") if the CPU supports it, else NULL. */
 const sm_cpu_kern *sm_cpu_kernels_by_name(const char *name);
+/* Whether the CPU has GFNI (the 4-bit int8 matvec unpacks nibbles with it). */
+bool sm_cpu_has_gfni(void);
 
 /* Name of the kernel set a CPU backend uses ("avx512", "avx2", "scalar"). */
 const char *sm_cpu_backend_isa(const sm_backend *be);
 /* Whether a decode matvec (n < 4 tokens) with w runs on the int8-activation path
- * (off with env SMELT_CPU_EXACT=1 at backend creation, or where no kernel exists). */
+ * (off with SMELT_CPU_EXACT=1 at backend creation, or where no kernel exists). */
 bool sm_cpu_backend_uses_i8(const sm_backend *be, const sm_weight *w);
 
 /* shared helpers */

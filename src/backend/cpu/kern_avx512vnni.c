@@ -25,12 +25,10 @@
 #define SM_PF_HINT _MM_HINT_T1
 #endif
 
-static int g_gfni = 0; /* set by sm_avx512vnni_i8_ok (called before any matvec_i8) */
 bool sm_avx512vnni_i8_ok(const sm_weight *w) {
   static int have = -1;
   if (have < 0) {
     __builtin_cpu_init();
-    g_gfni = __builtin_cpu_supports("gfni") && !(getenv("SMELT_CPU_NO_GFNI") && *getenv("SMELT_CPU_NO_GFNI"));
     have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("avx512vnni");
@@ -205,7 +203,7 @@ void sm_avx512vnni_matvec_i8(const sm_mv_arg *a, int64_t r0, int64_t r1, float *
   const int gs = a->w->group_size;
   if (a->w->bits != 4 && a->w->bits != 8) {
     sm_avx512vbmi_matvec_i8(a, r0, r1, y);
-  } else if (a->w->bits == 4 && g_gfni) {
+  } else if (a->w->bits == 4 && a->gfni) {
     if (gs == 32) mv_q4_g32_1(a, r0, r1, y);
     else if (gs == 64) mv_q4_g64_1(a, r0, r1, y);
     else mv_q4_g128_1(a, r0, r1, y);

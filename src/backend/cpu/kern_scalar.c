@@ -129,7 +129,6 @@ const sm_cpu_kern sm_cpu_kern_scalar = {
 };
 
 #if defined(__x86_64__)
-#include <stdlib.h>
 static bool has_avx2(void) {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
@@ -146,12 +145,11 @@ const sm_cpu_kern *sm_cpu_kernels_by_name(const char *name) {
   if (!strcmp(name, "avx512")) return has_avx512() ? &sm_cpu_kern_avx512 : NULL;
   return NULL;
 }
-const sm_cpu_kern *sm_cpu_pick_kernels(void) {
-  const char *e = getenv("SMELT_CPU_ISA");
-  if (e && *e) {
-    const sm_cpu_kern *k = sm_cpu_kernels_by_name(e);
-    if (k) return k;
-  }
+bool sm_cpu_has_gfni(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("gfni");
+}
+const sm_cpu_kern *sm_cpu_best_kernels(void) {
   if (has_avx512()) return &sm_cpu_kern_avx512;
   if (has_avx2()) return &sm_cpu_kern_avx2;
   return &sm_cpu_kern_scalar;
@@ -160,5 +158,6 @@ const sm_cpu_kern *sm_cpu_pick_kernels(void) {
 const sm_cpu_kern *sm_cpu_kernels_by_name(const char *name) {
   return !strcmp(name, "scalar") ? &sm_cpu_kern_scalar : NULL;
 }
-const sm_cpu_kern *sm_cpu_pick_kernels(void) { return &sm_cpu_kern_scalar; }
+bool sm_cpu_has_gfni(void) { return false; }
+const sm_cpu_kern *sm_cpu_best_kernels(void) { return &sm_cpu_kern_scalar; }
 #endif
