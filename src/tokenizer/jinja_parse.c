@@ -1,5 +1,6 @@
 /* Chat-template interpreter: arena, preprocessing, lexer and parser.
  * A faithful port of @huggingface/jinja's lexer.ts / parser.ts (with line tracking). */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,10 +77,10 @@ size_t jj_utf8_next(const char *s, size_t n, size_t i, int32_t *cp) {
   return (size_t)len;
 }
 
-static bool is_js_space_cp(int32_t c) {
-  return c == 9 || c == 10 || c == 11 || c == 12 || c == 13 || c == 32 || c == 0xa0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
-         c == 0x3000 || c == 0xfeff;
+/* Python's str.isspace() (what Jinja2's lexer, str.strip() and str.split() take as whitespace) */
+bool jj_py_space_cp(int32_t c) {
+  return (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
 
 bool jj_is_space_at(const char *s, size_t n, size_t i, size_t *len) {
@@ -87,12 +88,12 @@ bool jj_is_space_at(const char *s, size_t n, size_t i, size_t *len) {
   unsigned char c = (unsigned char)s[i];
   if (c < 0x80) {
     if (len) *len = 1;
-    return c == 9 || c == 10 || c == 11 || c == 12 || c == 13 || c == 32;
+    return jj_py_space_cp(c);
   }
   int32_t cp;
   size_t l = jj_utf8_next(s, n, i, &cp);
   if (len) *len = l;
-  return is_js_space_cp(cp);
+  return jj_py_space_cp(cp);
 }
 
 /* ---------------- preprocessing (with a line number per byte) ---------------- */
@@ -361,6 +362,49 @@ static void lex_digits(lexer *L) {
     if (L->pos >= L->len) lex_fail(L, cur_line(L), "Unexpected end of input");
   }
 }
+/* digits with single underscores between them (Python 1_000) */
+static void lex_udigits(lexer *L) {
+  lex_digits(L);
+  while (L->src[L->pos] == '_' && is_digit(L->src[L->pos + 1])) {
+    L->pos++;
+    lex_digits(L);
+  }
+}
+/* a number literal as Jinja2's lexer reads it: 0b / 0o / 0x integers, decimal integers, and floats
+ * with a fraction and/or an exponent (1.5, 1e-07, 2.5E+3); the source is NUL-padded, so peeking
+ * one or two bytes ahead is safe */
+static void lex_number(lexer *L, bool after_dot) {
+  const char *s = L->src;
+  char p = s[L->pos + 1] | 0x20;
+  if (s[L->pos] == '0' && (p == 'x' || p == 'o' || p == 'b')) {
+    int lim = p == 'x' ? 16 : p == 'o' ? 8 : 2;
+    size_t j = L->pos + 2, st = j;
+    for (;;) { /* (_?digit)+ */
+      size_t d = s[j] == '_' ? j + 1 : j;
+      int v = hexval(s[d]);
+      if (v < 0 || v >= lim) break;
+      j = d + 1;
+    }
+    if (j > st) {
+      L->pos = j;
+      return;
+    }
+  }
+  lex_udigits(L);
+  if (after_dot) return;
+  if (s[L->pos] == '.' && is_digit(s[L->pos + 1])) {
+    L->pos++;
+    lex_udigits(L);
+  }
+  if ((s[L->pos] | 0x20) == 'e') {
+    size_t j = L->pos + 1;
+    if (s[j] == '+' || s[j] == '-') j++;
+    if (is_digit(s[j])) {
+      L->pos = j;
+      lex_udigits(L);
+    }
+  }
+}
 
 static const struct {
   const char *seq;
@@ -451,11 +495,7 @@ static void tokenize(lexer *L) {
         size_t st = L->pos;
         L->pos++;
         size_t dst = L->pos;
-        lex_digits(L);
-        if (L->pos > dst && s[L->pos] == '.' && is_digit(s[L->pos + 1])) {
-          L->pos++;
-          lex_digits(L);
-        }
+        if (is_digit(s[L->pos])) lex_number(L, false);
         if (L->pos > dst) push_tok(L, T_NUM, s + st, L->pos - st, line);
         else push_tok(L, T_UNARY, s + st, 1, line);
         continue;
@@ -482,11 +522,7 @@ static void tokenize(lexer *L) {
     }
     if (is_digit(ch)) {
       size_t st = L->pos;
-      lex_digits(L);
-      if (last_type(L) != T_DOT && s[L->pos] == '.' && is_digit(s[L->pos + 1])) {
-        L->pos++;
-        lex_digits(L);
-      }
+      lex_number(L, last_type(L) == T_DOT);
       push_tok(L, T_NUM, s + st, L->pos - st, line);
       continue;
     }
@@ -606,6 +642,8 @@ static jj_node *parse_seq(parser *P, bool primary) {
   nv_push(P, &v, first);
   while (tk(P)->type == T_COMMA) {
     P->cur++;
+    jj_toktype nt = tk(P)->type; /* a trailing comma: (1,) */
+    if (nt == T_RPAREN || nt == T_CLOSE_STMT || nt == T_CLOSE_EXPR || nt == T_EQUALS || is_ident(P, "in")) break;
     nv_push(P, &v, primary ? parse_primary(P) : parse_expression(P));
     if (tk(P)->type != T_COMMA) break;
   }
@@ -1120,11 +1158,24 @@ static jj_node *parse_primary(parser *P) {
   switch (t->type) {
     case T_NUM: {
       char buf[64];
-      size_t n = t->v.n < 63 ? t->v.n : 63;
-      memcpy(buf, t->v.s, n);
+      size_t n = 0;
+      for (size_t k = 0; k < t->v.n && n < 63; k++)
+        if (t->v.s[k] != '_') buf[n++] = t->v.s[k];
       buf[n] = 0;
+      const char *digits = buf;
+      bool neg = *digits == '-';
+      if (*digits == '-' || *digits == '+') digits++;
+      char pfx = digits[0] == '0' ? (char)(digits[1] | 0x20) : 0;
+      if (pfx == 'x' || pfx == 'o' || pfx == 'b') {
+        errno = 0;
+        unsigned long long u = strtoull(digits + 2, NULL, pfx == 'x' ? 16 : pfx == 'o' ? 8 : 2);
+        if (errno || u > (unsigned long long)INT64_MAX) pfail(P, t->line, "integer literal too large: %s", buf);
+        r = mk(P, N_INT, t->line);
+        r->i = neg ? -(int64_t)u : (int64_t)u;
+        break;
+      }
       double d = strtod(buf, NULL);
-      if (memchr(buf, '.', n) || d > 9.2e18 || d < -9.2e18) {
+      if (strpbrk(buf, ".eE") || d > 9.2e18 || d < -9.2e18) {
         r = mk(P, N_FLOAT, t->line);
         r->f = d;
       } else {
@@ -1156,6 +1207,11 @@ static jj_node *parse_primary(parser *P) {
       r->s = t->v;
       break;
     case T_LPAREN:
+      if (tk(P)->type == T_RPAREN) { /* () : the empty tuple */
+        P->cur++;
+        r = mk(P, N_TUPLE, t->line);
+        break;
+      }
       r = parse_seq(P, false);
       expect(P, T_RPAREN, "Expected closing parenthesis");
       break;
