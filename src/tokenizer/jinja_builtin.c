@@ -19,7 +19,8 @@ jv *jj_builtin_member(jj_rt *r, jv *obj, jstr name) {
              {"capitalize", M_STR_CAPITALIZE}, {"startswith", M_STR_STARTSWITH}, {"endswith", M_STR_ENDSWITH},
              {"split", M_STR_SPLIT},         {"replace", M_STR_REPLACE},   {"find", M_STR_FIND},
              {"count", M_STR_COUNT},         {"join", M_STR_JOIN},         {"isdigit", M_STR_ISDIGIT},
-             {"isalpha", M_STR_ISALPHA},     {"isspace", M_STR_ISSPACE}};
+             {"isalpha", M_STR_ISALPHA},     {"isspace", M_STR_ISSPACE},
+             {"format", M_STR_FORMAT}};
     for (size_t i = 0; i < sizeof M / sizeof M[0]; i++)
       if (jj_eqs(name, M[i].n)) return jj_func_new(r, M[i].k, obj);
     return NULL;
@@ -69,7 +70,8 @@ bool jj_test(jj_rt *r, jstr name, jv *v, jv *args, int na) {
   if (T("string")) return v->t == V_STR;
   if (T("mapping")) return v->t == V_DICT;
   /* len() and __getitem__ */
-  if (T("sequence")) return v->t == V_STR || v->t == V_DICT || v->t == V_UNDEF || (v->t == V_LIST && v->lk == LK_LIST);
+  if (T("sequence"))
+    return v->t == V_STR || v->t == V_DICT || v->t == V_UNDEF || (v->t == V_LIST && (v->lk == LK_LIST || v->lk == LK_RANGE));
   if (T("iterable")) return v->t == V_STR || v->t == V_DICT || v->t == V_UNDEF || v->t == V_LIST || v->t == V_LOOP;
   if (T("callable")) return v->t == V_FUNC || v->t == V_UNDEF || v->t == V_LOOP;
   if (T("escaped")) return false;
@@ -179,7 +181,7 @@ static jv *do_int(jj_rt *r, jv *v, jv *dflt, jv *base) {
         if (ovf) jj_fail(r, "int(): integer too large");
         return jj_int(r, i);
       }
-      if (!jj_py_float_of_str(v, &f)) return dflt;
+      if (!jj_py_float_of_str(v, &f) || !isfinite(f)) return dflt; /* int(float(s)): ValueError / OverflowError */
       break;
     }
     case V_FLOAT: f = v->u.f; break;
@@ -486,8 +488,9 @@ jv *jj_call_builtin(jj_rt *r, jv *fnv, jv *args, jv *kwargs) {
       if (na == 1) stop = a0->u.i;
       else start = a0->u.i, stop = a1->u.i;
       if (na == 3) step = args->u.l->v[2]->u.i;
-      if (step == 0) jj_fail(r, "range() step must not be zero");
-      jv *o = jj_list_new(r);
+      if (step == 0) jj_fail(r, "ValueError: range() arg 3 must not be zero");
+      jv *o = jj_seq_new(r, LK_RANGE);
+      o->u.l->range[0] = start, o->u.l->range[1] = stop, o->u.l->range[2] = step;
       for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
         if ((long)o->u.l->n >= JJ_MAX_RANGE) jj_fail(r, "range() too large");
         jj_list_push(r, o, jj_int(r, i));
@@ -546,7 +549,7 @@ jv *jj_call_builtin(jj_rt *r, jv *fnv, jv *args, jv *kwargs) {
       const char *nm = sw ? "startswith" : "endswith";
       if (!a0) jj_fail(r, "%s() requires at least one argument", nm);
       jv one = {.t = V_LIST};
-      jj_list ol = {&a0, 1, 1, 0};
+      jj_list ol = {&a0, 1, 1, 0, {0, 0, 0}};
       one.u.l = &ol;
       jv *pats = a0->t == V_STR ? &one : a0;
       if (pats->t != V_LIST) jj_fail(r, "%s() argument must be a string or tuple of strings", nm);
@@ -616,7 +619,7 @@ jv *jj_call_builtin(jj_rt *r, jv *fnv, jv *args, jv *kwargs) {
       }
       return r->vtrue;
     }
-    case M_STR_FORMAT: return self;
+    case M_STR_FORMAT: return jj_py_format(r, self, args, kwargs);
     case M_DICT_GET: {
       if (!a0) jj_fail(r, "TypeError: get expected at least 1 argument, got 0");
       jv *x = a0->t == V_STR ? jj_dict_get(self->u.d, a0->u.s.s, a0->u.s.n) : NULL;

@@ -63,7 +63,7 @@ static jv *py_item(jj_rt *r, jv *obj, jv *key) {
     if (key->t != V_STR) return NULL; /* JSON objects have string keys only */
     return jj_dict_get(obj->u.d, key->u.s.s, key->u.s.n);
   }
-  if ((obj->t == V_LIST && obj->lk == LK_LIST) || obj->t == V_STR) {
+  if ((obj->t == V_LIST && (obj->lk == LK_LIST || obj->lk == LK_RANGE)) || obj->t == V_STR) {
     if (key->t != V_INT && key->t != V_BOOL) return NULL;
     int64_t i = key->t == V_BOOL ? key->u.b : key->u.i;
     if (obj->t == V_LIST) {
@@ -253,6 +253,7 @@ static jv *binop(jj_rt *r, const jj_node *n, jj_env *env) {
       case OP_GE: return jj_bool(r, c >= 0);
     }
   }
+  if (op == OP_MOD && l->t == V_STR) return jj_py_percent(r, l, rt);
   /* list + list, tuple + tuple */
   if (op == OP_ADD && l->t == V_LIST && rt->t == V_LIST && l->lk == LK_LIST && rt->lk == LK_LIST && l->tuple == rt->tuple) {
     jv *o = jj_list_new(r);

@@ -91,14 +91,15 @@ typedef enum {
 } jj_vtype;
 
 /* what a V_LIST stands for in Python: a list (or a tuple, see jv.tuple), a one-pass iterator
- * (generator, reversed()), or a dict view (d.items(), d.keys(), d.values()) */
-enum { LK_LIST, LK_GEN, LK_REVITER, LK_ITEMS, LK_KEYS, LK_VALUES };
+ * (generator, reversed()), a dict view (d.items(), d.keys(), d.values()) or a range() */
+enum { LK_LIST, LK_GEN, LK_REVITER, LK_ITEMS, LK_KEYS, LK_VALUES, LK_RANGE };
 
 typedef struct jv jv;
 typedef struct {
   jv **v;
   size_t n, cap;
   size_t pos; /* LK_GEN / LK_REVITER: items already consumed */
+  int64_t range[3]; /* LK_RANGE: start, stop, step */
 } jj_list;
 typedef struct {
   jstr *k;

@@ -119,6 +119,8 @@ jv *jj_splitlines(jj_rt *r, const jv *v);
 jv *jj_indent(jj_rt *r, jv *s, jv *width, bool first, bool blank);
 bool jj_py_int_of_str(const jv *s, int base, int64_t *out, bool *overflow); /* false: ValueError */
 bool jj_py_float_of_str(const jv *s, double *out);
+jv *jj_py_percent(jj_rt *r, jv *fmt, jv *arg);             /* fmt % arg */
+jv *jj_py_format(jj_rt *r, jv *fmt, jv *args, jv *kwargs); /* fmt.format(...) */
 
 /* ---- builtins (jinja_builtin.c) ---- */
 jv *jj_builtin_member(jj_rt *r, jv *obj, jstr name); /* NULL if none */

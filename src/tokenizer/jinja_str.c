@@ -1,10 +1,12 @@
 /* Chat-template strings with Python's str semantics: case mapping (lower/upper with the final sigma
  * and the multi-character mappings templates meet, title, capitalize, Jinja2's title filter),
- * strip/split on Python whitespace, replace, splitlines, indent, and int()/float() of a string.
+ * strip/split on Python whitespace, replace, splitlines, indent, int()/float() of a string, and
+ * printf-style `%` and str.format() formatting.
  * Hand-written because the reference is Python's str (Jinja2 calls it), which no C library mirrors;
  * single-character case mappings and categories come from utf8proc. */
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -219,9 +221,9 @@ jv *jj_split_str(jj_rt *r, jv *s, jv *sep, int64_t maxsplit) {
     while (i < n && jj_is_space_at(p, n, i, &l)) i += l;
     while (i < n) {
       size_t st = i;
-      if (maxsplit >= 0 && (int64_t)o->u.l->n >= maxsplit) { /* the rest, less trailing whitespace */
-        jv rest = {.t = V_STR, .u.s = {p + st, n - st}};
-        jj_list_push(r, o, jj_strip(r, &rest, 2, NULL));
+      if (maxsplit >= 0 && (int64_t)o->u.l->n >= maxsplit) { /* the rest, as it is */
+        jstr rest = {p + st, n - st};
+        jj_list_push(r, o, jj_jstr(r, rest));
         return o;
       }
       while (i < n && !jj_is_space_at(p, n, i, &l)) i += jj_utf8_next(p, n, i, NULL);
@@ -391,4 +393,243 @@ bool jj_py_float_of_str(const jv *s, double *out) {
   buf[m] = 0;
   *out = strtod(buf, NULL);
   return true;
+}
+
+/* ---------------- printf-style % and str.format ---------------- */
+/* pad s to width code points; align '<', '>' or '^' */
+static void put_padded(sm_buf *b, const char *s, size_t n, int64_t width, char align, const char *fill, size_t filln) {
+  int64_t pad = width - (int64_t)jj_cp_count(s, n);
+  int64_t left = pad <= 0 ? 0 : align == '>' ? pad : align == '^' ? pad / 2 : 0, right = pad <= 0 ? 0 : pad - left;
+  for (int64_t i = 0; i < left; i++) sm_buf_put(b, fill, filln);
+  sm_buf_put(b, s, n);
+  for (int64_t i = 0; i < right; i++) sm_buf_put(b, fill, filln);
+}
+/* one conversion of a number with C printf (flags, width, precision, conversion) */
+static void put_num(jj_rt *r, sm_buf *b, const char *flags, int64_t width, int64_t prec, char conv, jv *x) {
+  if (x->t == V_UNDEF) jj_undef_fail(r, x);
+  bool isnum = x->t == V_INT || x->t == V_BOOL || x->t == V_FLOAT;
+  if (!isnum) jj_fail(r, "TypeError: %%%c format: a real number is required, not %s", conv, jj_tname(x));
+  char f[48], out[512];
+  if (width > 200 || prec > 100) jj_fail(r, "format width or precision too large");
+  if (strchr("diouxX", conv)) {
+    if (x->t == V_FLOAT && conv != 'd' && conv != 'i' && conv != 'u')
+      jj_fail(r, "TypeError: %%%c format: an integer is required, not float", conv);
+    double d = jj_num_of(x);
+    int64_t i = x->t == V_FLOAT ? (int64_t)trunc(d) : x->t == V_BOOL ? x->u.b : x->u.i;
+    char c = conv == 'u' || conv == 'i' ? 'd' : conv;
+    if (prec < 0) {
+      snprintf(f, sizeof f, "%%%s*ll%c", flags, c);
+      snprintf(out, sizeof out, f, (int)width, (long long)i);
+    } else {
+      snprintf(f, sizeof f, "%%%s*.*ll%c", flags, c);
+      snprintf(out, sizeof out, f, (int)width, (int)prec, (long long)i);
+    }
+  } else {
+    double d = jj_num_of(x);
+    snprintf(f, sizeof f, "%%%s*.*%c", flags, conv);
+    snprintf(out, sizeof out, f, (int)width, (int)(prec < 0 ? 6 : prec), d);
+  }
+  sm_buf_puts(b, out);
+}
+
+jv *jj_py_percent(jj_rt *r, jv *fmt, jv *arg) {
+  jv *items = arg->t == V_LIST && arg->tuple ? arg : NULL;
+  size_t next = 0, n = fmt->u.s.n;
+  const char *s = fmt->u.s.s;
+  bool used_map = false;
+  sm_buf *b = jj_buf(r);
+  for (size_t i = 0; i < n;) {
+    if (s[i] != '%') {
+      sm_buf_putc(b, s[i++]);
+      continue;
+    }
+    i++;
+    jv *x = NULL;
+    if (i < n && s[i] == '(') {
+      size_t e = i + 1;
+      while (e < n && s[e] != ')') e++;
+      if (e >= n) jj_fail(r, "ValueError: incomplete format key");
+      if (arg->t != V_DICT) jj_fail(r, "TypeError: format requires a mapping");
+      x = jj_dict_get(arg->u.d, s + i + 1, e - i - 1);
+      if (!x) jj_fail(r, "KeyError: '%.*s'", (int)(e - i - 1), s + i + 1);
+      used_map = true;
+      i = e + 1;
+    }
+    char flags[8];
+    int nf = 0;
+    while (i < n && strchr("-+ #0", s[i]) && nf < 7) flags[nf++] = s[i++];
+    flags[nf] = 0;
+    int64_t width = 0, prec = -1;
+    while (i < n && s[i] >= '0' && s[i] <= '9') width = width * 10 + (s[i++] - '0');
+    if (i < n && s[i] == '.') {
+      prec = 0, i++;
+      while (i < n && s[i] >= '0' && s[i] <= '9') prec = prec * 10 + (s[i++] - '0');
+    }
+    if (i >= n) jj_fail(r, "ValueError: incomplete format");
+    char conv = s[i++];
+    if (conv == '%') {
+      sm_buf_putc(b, '%');
+      continue;
+    }
+    if (!x) {
+      if (items) {
+        if (next >= items->u.l->n) jj_fail(r, "TypeError: not enough arguments for format string");
+        x = items->u.l->v[next++];
+      } else {
+        if (next++) jj_fail(r, "TypeError: not enough arguments for format string");
+        x = arg;
+      }
+    }
+    if (conv == 's' || conv == 'r' || conv == 'a') {
+      sm_buf *t = jj_buf(r);
+      if (conv == 's') jj_to_str(r, t, x);
+      else jj_repr(r, t, x);
+      jv *tv = jj_buf_value(r, t);
+      size_t len = tv->u.s.n;
+      if (prec >= 0) { /* precision counts code points */
+        size_t p = 0;
+        for (int64_t k = 0; k < prec && p < len; k++) p += jj_utf8_next(tv->u.s.s, len, p, NULL);
+        len = p;
+      }
+      put_padded(b, tv->u.s.s, len, width, strchr(flags, '-') ? '<' : '>', " ", 1);
+    } else if (strchr("diouxXeEfFgG", conv))
+      put_num(r, b, flags, width, prec, conv, x);
+    else if (conv == 'c' && x->t == V_STR && jj_cp_count(x->u.s.s, x->u.s.n) == 1)
+      sm_buf_put(b, x->u.s.s, x->u.s.n);
+    else if (conv == 'c' && x->t == V_INT && x->u.i >= 0 && x->u.i < 0x110000)
+      sm_buf_put_cp(b, (uint32_t)x->u.i);
+    else
+      jj_fail(r, "ValueError: unsupported format character '%c'", conv);
+  }
+  if (!used_map && ((items && next < items->u.l->n) || (!items && !next && arg->t != V_DICT)))
+    jj_fail(r, "TypeError: not all arguments converted during string formatting");
+  return jj_buf_value(r, b);
+}
+
+/* str.format(): {} {0} {name}, !s / !r, and a format spec [[fill]align][sign][0][width][.precision][type] */
+jv *jj_py_format(jj_rt *r, jv *fmt, jv *args, jv *kwargs) {
+  const char *s = fmt->u.s.s;
+  size_t n = fmt->u.s.n, autoi = 0;
+  sm_buf *b = jj_buf(r);
+  for (size_t i = 0; i < n;) {
+    char c = s[i];
+    if (c == '}' ) {
+      if (i + 1 < n && s[i + 1] == '}') { sm_buf_putc(b, '}'); i += 2; continue; }
+      jj_fail(r, "ValueError: Single '}' encountered in format string");
+    }
+    if (c != '{') { sm_buf_putc(b, c); i++; continue; }
+    if (i + 1 < n && s[i + 1] == '{') { sm_buf_putc(b, '{'); i += 2; continue; }
+    size_t e = i + 1;
+    while (e < n && s[e] != '}' && s[e] != '!' && s[e] != ':') e++;
+    jstr field = {s + i + 1, e - i - 1};
+    char conv = 0;
+    if (e < n && s[e] == '!') conv = e + 1 < n ? s[e + 1] : 0, e += 2;
+    jstr spec = {"", 0};
+    if (e < n && s[e] == ':') {
+      size_t st = ++e;
+      while (e < n && s[e] != '}') e++;
+      spec.s = s + st, spec.n = e - st;
+    }
+    if (e >= n) jj_fail(r, "ValueError: expected '}' before end of string");
+    i = e + 1;
+    jv *x;
+    bool digits = field.n > 0;
+    for (size_t k = 0; k < field.n; k++) digits = digits && field.s[k] >= '0' && field.s[k] <= '9';
+    if (!field.n || digits) {
+      size_t k = field.n ? (size_t)strtoul(field.s, NULL, 10) : autoi++;
+      if (k >= jj_nargs(args)) jj_fail(r, "IndexError: Replacement index %zu out of range for positional args tuple", k);
+      x = args->u.l->v[k];
+    } else {
+      x = kwargs ? jj_dict_get(kwargs->u.d, field.s, field.n) : NULL;
+      if (!x) jj_fail(r, "KeyError: '%.*s'", (int)field.n, field.s);
+    }
+    if (conv == 'r' || conv == 's' || conv == 'a') {
+      sm_buf *t = jj_buf(r);
+      if (conv == 's') jj_to_str(r, t, x);
+      else jj_repr(r, t, x);
+      x = jj_buf_value(r, t);
+    } else if (conv)
+      jj_fail(r, "ValueError: Unknown conversion specifier %c", conv);
+    /* the spec */
+    const char *p = spec.s, *pe = spec.s + spec.n;
+    char fill[5] = " ", align = 0, sign = 0, type = 0;
+    size_t filln = 1;
+    if (p < pe) {
+      size_t l = jj_utf8_next(p, (size_t)(pe - p), 0, NULL);
+      if (p + l < pe && strchr("<>^=", p[l])) memcpy(fill, p, l), filln = l, align = p[l], p += l + 1;
+      else if (strchr("<>^=", *p)) align = *p++;
+    }
+    if (p < pe && strchr("+- ", *p)) sign = *p++;
+    bool zero = p < pe && *p == '0';
+    if (zero) p++;
+    int64_t width = 0, prec = -1;
+    while (p < pe && *p >= '0' && *p <= '9') width = width * 10 + (*p++ - '0');
+    char group = p < pe && (*p == ',' || *p == '_') ? *p++ : 0;
+    if (p < pe && *p == '.') {
+      prec = 0, p++;
+      while (p < pe && *p >= '0' && *p <= '9') prec = prec * 10 + (*p++ - '0');
+    }
+    if (p < pe) type = *p++;
+    if (group && (x->t == V_FLOAT || x->t == V_STR || (type && type != 'd')))
+      jj_fail(r, "ValueError: thousands separators are supported for integers only here");
+    if (p != pe || width > 200 || prec > 100) jj_fail(r, "ValueError: Invalid format specifier");
+    sm_buf *t = jj_buf(r);
+    if (x->t == V_STR || (!type && x->t != V_INT && x->t != V_FLOAT) || type == 's') {
+      if (type && type != 's') jj_fail(r, "ValueError: Unknown format code '%c' for object of type '%s'", type, jj_tname(x));
+      if (x->t != V_STR && spec.n) jj_fail(r, "TypeError: unsupported format string passed to %s.__format__", jj_tname(x));
+      jj_to_str(r, t, x);
+      jv *tv = jj_buf_value(r, t);
+      size_t len = tv->u.s.n;
+      if (prec >= 0) {
+        size_t q = 0;
+        for (int64_t k = 0; k < prec && q < len; k++) q += jj_utf8_next(tv->u.s.s, len, q, NULL);
+        len = q;
+      }
+      put_padded(b, tv->u.s.s, len, width, align ? align : '<', fill, filln);
+      continue;
+    }
+    char flags[4] = {0};
+    if (sign == '+' || sign == ' ') flags[0] = sign;
+    if (!type) {
+      if (x->t == V_FLOAT && prec < 0) jj_to_str(r, t, x);
+      else put_num(r, t, flags, 0, prec, x->t == V_FLOAT ? 'g' : 'd', x);
+    } else if (strchr("dxXobeEfFgG%", type)) {
+      if (type == '%') {
+        jv pc = {.t = V_FLOAT, .u.f = jj_num_of(x) * 100};
+        put_num(r, t, flags, 0, prec, 'f', &pc);
+        sm_buf_putc(t, '%');
+      } else if (type == 'b') {
+        int64_t v = x->t == V_BOOL ? x->u.b : x->u.i;
+        if (x->t == V_FLOAT) jj_fail(r, "ValueError: Unknown format code 'b' for object of type 'float'");
+        char bits[72];
+        int k = 71;
+        bits[k] = 0;
+        uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+        do bits[--k] = (char)('0' + (u & 1)), u >>= 1; while (u);
+        if (v < 0) sm_buf_putc(t, '-');
+        sm_buf_puts(t, bits + k);
+      } else
+        put_num(r, t, flags, 0, prec, type, x);
+    } else
+      jj_fail(r, "ValueError: Unknown format code '%c' for object of type '%s'", type, jj_tname(x));
+    jv *tv = jj_buf_value(r, t);
+    if (group) { /* 1,234,567 */
+      size_t sg = tv->u.s.n && tv->u.s.s[0] == '-' ? 1 : 0, nd = tv->u.s.n - sg;
+      sm_buf *g = jj_buf(r);
+      sm_buf_put(g, tv->u.s.s, sg);
+      for (size_t k = 0; k < nd; k++) {
+        if (k && (nd - k) % 3 == 0) sm_buf_putc(g, group);
+        sm_buf_putc(g, tv->u.s.s[sg + k]);
+      }
+      tv = jj_buf_value(r, g);
+    }
+    if (zero && !align) { /* sign-aware zero padding */
+      size_t sg = tv->u.s.n && strchr("+- ", tv->u.s.s[0]) ? 1 : 0;
+      sm_buf_put(b, tv->u.s.s, sg);
+      for (int64_t k = (int64_t)tv->u.s.n; k < width; k++) sm_buf_putc(b, '0');
+      sm_buf_put(b, tv->u.s.s + sg, tv->u.s.n - sg);
+    } else
+      put_padded(b, tv->u.s.s, tv->u.s.n, width, align ? align : '>', fill, filln);
+  }
+  return jj_buf_value(r, b);
 }

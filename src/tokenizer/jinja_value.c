@@ -62,7 +62,7 @@ void jj_bufs_free(jj_rt *r) {
 const char *jj_tname(const jv *v) {
   static const char *n[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list", "dict", "Namespace",
                             "function", "LoopContext"};
-  static const char *lk[] = {"list", "generator", "list_reverseiterator", "dict_items", "dict_keys", "dict_values"};
+  static const char *lk[] = {"list", "generator", "list_reverseiterator", "dict_items", "dict_keys", "dict_values", "range"};
   if (v->t == V_LIST) return v->tuple ? "tuple" : lk[v->lk];
   return n[v->t];
 }
@@ -442,6 +442,11 @@ static void py_repr(jj_rt *r, sm_buf *b, const jv *v, int depth) {
     case V_LIST:
       if (v->lk == LK_GEN || v->lk == LK_REVITER) { /* Python adds the object's address */
         sm_buf_printf(b, "<%s object>", jj_tname(v));
+        return;
+      }
+      if (v->lk == LK_RANGE) {
+        const int64_t *g = v->u.l->range;
+        sm_buf_printf(b, g[2] == 1 ? "range(%lld, %lld)" : "range(%lld, %lld, %lld)", (long long)g[0], (long long)g[1], (long long)g[2]);
         return;
       }
       if (v->lk != LK_LIST) sm_buf_printf(b, "%s(", jj_tname(v));
