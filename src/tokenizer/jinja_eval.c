@@ -666,6 +666,14 @@ static void exec_stmt(jj_rt *r, const jj_node *n, jj_env *env, sm_buf *out) {
       jj_to_str(r, out, jj_filter(r, jj_buf_value(r, b), n->s, args, kwargs, env));
       return;
     }
+    case N_WITH: { /* the values are evaluated outside, then bound in a scope of the block's own */
+      jj_env *scope = jj_env_new(r, env);
+      jv **vals = jj_alloc(&r->arena, ((size_t)n->l2.n + 1) * sizeof(jv *));
+      for (int i = 0; i < n->l2.n; i++) vals[i] = eval(r, n->l2.v[i]->a, env);
+      for (int i = 0; i < n->l2.n; i++) jj_env_set(r, scope, n->l2.v[i]->s, vals[i]);
+      exec_block(r, &n->l1, scope, out);
+      return;
+    }
     case N_BREAK: r->ctl = CTL_BREAK; return;
     case N_CONTINUE: r->ctl = CTL_CONTINUE; return;
     case N_COMMENT: return;

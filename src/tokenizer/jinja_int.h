@@ -59,7 +59,8 @@ typedef enum {
   N_STR, N_INT, N_FLOAT, N_IDENT, N_LIST, N_TUPLE, N_DICT, N_MEMBER, N_SLICE, N_CALL, N_KWARG,
   N_SPREAD, N_KWSPREAD, N_BINOP, N_UNARY, N_FILTER, N_TEST, N_SELECT, N_TERNARY,
   /* statements */
-  N_IF, N_FOR, N_SET, N_MACRO, N_CALLBLOCK, N_FILTERBLOCK, N_BREAK, N_CONTINUE, N_COMMENT
+  N_IF, N_FOR, N_SET, N_MACRO, N_CALLBLOCK, N_FILTERBLOCK, N_BREAK, N_CONTINUE, N_COMMENT,
+  N_WITH /* l2: N_KWARG assignments (s = name, a = value), l1: body */
 } jj_nodekind;
 
 typedef enum {

@@ -784,6 +784,27 @@ static jj_node *parse_statement(parser *P) {
     parse_until(P, &body, "endfilter", NULL, NULL);
     r->l1 = nv_done(&body);
     parse_end(P, "endfilter");
+  } else if (is_ident(P, "with")) {
+    P->cur++;
+    r = mk(P, N_WITH, line);
+    nvec as = {0};
+    while (tk(P)->type != T_CLOSE_STMT) {
+      if (as.n) expect(P, T_COMMA, "Expected comma between with assignments");
+      jj_token *nt = tk(P);
+      if (nt->type != T_IDENT) pfail(P, nt->line, "Expected a name to assign in with");
+      P->cur++;
+      expect(P, T_EQUALS, "Expected = in with");
+      jj_node *kw = mk(P, N_KWARG, nt->line);
+      kw->s = nt->v;
+      kw->a = parse_expression(P);
+      nv_push(P, &as, kw);
+    }
+    r->l2 = nv_done(&as);
+    expect(P, T_CLOSE_STMT, "Expected closing statement token");
+    nvec body = {0};
+    parse_until(P, &body, "endwith", NULL, NULL);
+    r->l1 = nv_done(&body);
+    parse_end(P, "endwith");
   } else {
     pfail(P, t->line, "Unknown statement type: %.*s", (int)(t->v.n > 40 ? 40 : t->v.n), t->v.s);
     r = NULL;
