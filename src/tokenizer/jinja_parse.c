@@ -168,44 +168,31 @@ static void preprocess(const char *src, pbuf *out) {
   }
   pb_finish(&c);
   pb_free(&b);
-  /* {% generation %} / {% endgeneration %} tags are removed (with optional - stripping) */
+  /* {% generation %} / {% endgeneration %} (transformers' AssistantTracker, a call block: a scope of
+   * its own around its body) become {% with %} / {% endwith %} */
   pbuf d = {0};
-  size_t last_end = 0; /* output position where the previous match ended */
   for (size_t i = 0; i < c.s.n;) {
     if (c.s.p[i] == '{' && c.s.p[i + 1] == '%') {
       size_t j = i + 2, l;
-      bool lstrip = false, rstrip = false;
+      bool lstrip = false, rstrip = false, end = false;
       if (c.s.p[j] == '-') lstrip = true, j++;
       while (jj_is_space_at(c.s.p, c.s.n, j, &l)) j += l;
-      if (!strncmp(c.s.p + j, "end", 3) && !strncmp(c.s.p + j + 3, "generation", 10)) j += 3;
+      if (!strncmp(c.s.p + j, "end", 3) && !strncmp(c.s.p + j + 3, "generation", 10)) j += 3, end = true;
       if (!strncmp(c.s.p + j, "generation", 10)) {
         j += 10;
         while (jj_is_space_at(c.s.p, c.s.n, j, &l)) j += l;
         if (c.s.p[j] == '-') rstrip = true, j++;
         if (c.s.p[j] == '%' && c.s.p[j + 1] == '}') {
-          j += 2;
-          if (lstrip) {
-            /* drop whitespace emitted since the previous match */
-            for (;;) {
-              size_t k = d.s.n;
-              if (k <= last_end) break;
-              /* find start of last UTF-8 char */
-              size_t st = k - 1;
-              while (st > last_end && ((unsigned char)d.s.p[st] & 0xc0) == 0x80) st--;
-              size_t ll;
-              if (jj_is_space_at(d.s.p, d.s.n, st, &ll) && st + ll == k) d.s.n = st;
-              else break;
-            }
-          }
-          if (rstrip)
-            while (jj_is_space_at(c.s.p, c.s.n, j, &l)) j += l;
-          else
-            while (jj_is_space_at(c.s.p, c.s.n, j, &l)) {
-              for (size_t q = 0; q < l; q++) pb_put(&d, c.s.p[j + q], c.ln[j + q]);
-              j += l;
-            }
-          last_end = d.s.n;
-          i = j;
+          int ln = c.ln[i];
+          const char *tag = end ? " endwith " : " with ";
+          pb_put(&d, '{', ln);
+          pb_put(&d, '%', ln);
+          if (lstrip) pb_put(&d, '-', ln);
+          for (const char *q = tag; *q; q++) pb_put(&d, *q, ln);
+          if (rstrip) pb_put(&d, '-', ln);
+          pb_put(&d, '%', ln);
+          pb_put(&d, '}', ln);
+          i = j + 2;
           continue;
         }
       }

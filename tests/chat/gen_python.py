@@ -99,6 +99,7 @@ PY_CASES = [
     ("undefined_lenient_ops", "{{ 'x' ~ missing ~ 'y' }} {{ missing is defined }} {{ missing|length }} {{ missing|list }} [{{ missing|string }}] [{{ missing|upper }}] {{ missing == missing }} {{ 'a' in missing }} {{ missing in [1] }} {% for x in missing %}{% else %}empty{% endfor %}[{{ missing|join(',') }}{{ missing|first }}{{ missing|last }}] {{ missing|items|list }} {{ missing|sort }}", {}),
     ("string_formatting", "{{ '%s-%d' % ('a', 3) }} {{ '%5.2f|%-4s|%03d|%x|%r' % (3.14159, 'ab', 7, 255, 'q') }} {{ '%(a)s' % {'a': 1} }} {{ '%s' % [1] }} {{ '%d%%' % 5 }} {{ 'x{}y{}'.format(1, 'a') }} {{ '{0}{0}{name}'.format(1, name='n') }} {{ '{:>5}|{:<4}|{:^6}|{:05d}|{:.2f}|{:+d}|{:x}|{:,}'.format('a', 'b', 'c', 42, 3.14159, 3, 255, 1234567) }} {{ '{!r}'.format('a') }} {{ ' a b c '.split(none, 1) }} {{ '-'.join(['a', 'b']) }}", {}),
     ("with_block", "{% set a = 1 %}{% with a = 2, b = a %}{{ a }}{{ b }}{% set c = 3 %}{% endwith %}{{ a }}[{{ c }}]{% for m in ms %}{% with role = m.role %}{{ role }};{% endwith %}{% endfor %}", {"ms": [{"role": "u"}, {"role": "a"}]}),
+    ("generation_scope", "{% for m in ms %}{% generation %}{% set x = 1 %}{{ m }}{{ loop.index }}{% endgeneration %}[{{ x }}]\n  {% generation %}\n  y\n  {% endgeneration %}\n{% endfor %}", {"ms": ["a", "b"]}),
     # errors where Python raises (each must fail in smelt too)
     ("err_undefined_attr", "{{ missing.x }}", {}),
     ("err_undefined_arith", "{{ missing < 1 }}", {}),
