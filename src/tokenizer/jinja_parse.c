@@ -1,5 +1,6 @@
 /* Chat-template interpreter: arena, preprocessing, lexer and parser.
- * A faithful port of @huggingface/jinja's lexer.ts / parser.ts (with line tracking). */
+ * Structured after @huggingface/jinja's lexer.ts / parser.ts (with line tracking), with the syntax of
+ * Python Jinja2 where they differ (number and tuple literals, {% with %}, {% generation %}). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -248,7 +248,7 @@ jv *jj_from_json(jj_rt *r, const cJSON *j, int depth) {
   return r->none;
 }
 
-/* ---------------- number formatting (JavaScript Number#toString) ---------------- */
+/* ---------------- printability ---------------- */
 /* Python's str.isprintable() for one non-ASCII code point */
 bool jj_py_printable(uint32_t cp) {
   int gc = sm_uc_gc(cp);
@@ -360,7 +360,6 @@ void jj_to_json(jj_rt *r, sm_buf *b, const jv *v, const json_opts *o, int depth)
   }
 }
 
-/* RuntimeValue#toString (what {{ }} prints) */
 /* Python's repr() of a float (shortest round-trip digits; exponent form below 1e-4 and from 1e16) */
 void jj_py_float(double d, char *out, size_t outn) {
   if (isnan(d)) { snprintf(out, outn, "nan"); return; }
@@ -534,7 +533,7 @@ bool jj_truthy(const jv *v) {
 }
 
 
-/* JS `===` on the raw values */
+/* identity-like equality: same type and value, numbers by value, containers by identity */
 bool jj_strict_eq(const jv *a, const jv *b) {
   if (jj_is_num(a) && jj_is_num(b)) {
     if (a->t == V_INT && b->t == V_INT) return a->u.i == b->u.i;
@@ -555,7 +554,6 @@ bool jj_strict_eq(const jv *a, const jv *b) {
 }
 
 
-/* JS loose `==` on the raw values */
 /* Python's == (numbers and booleans compare by value, containers item by item, no coercion) */
 bool jj_loose_eq(jj_rt *r, const jv *a, const jv *b) {
   bool an = jj_is_num(a) || a->t == V_BOOL, bn = jj_is_num(b) || b->t == V_BOOL;
