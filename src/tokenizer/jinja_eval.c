@@ -9,6 +9,7 @@
 
 static jv *eval(jj_rt *r, const jj_node *n, jj_env *env);
 static void exec_block(jj_rt *r, const jj_nodes *body, jj_env *env, sm_buf *out);
+static jv *loop_call(jj_rt *r, jv *fnv, jv *args);
 
 static void check_iter(jj_rt *r) {
   if (++r->iters > JJ_MAX_ITERATIONS) jj_fail(r, "iteration limit exceeded");
@@ -46,40 +47,53 @@ static void eval_args(jj_rt *r, const jj_nodes *an, jj_env *env, jv **args, jv *
   *args = a;
   *kwargs = k;
 }
-/* positional i, else keyword name, else NULL */
 
-static jv *get_member(jj_rt *r, jv *obj, jv *prop) {
-  jv *v = NULL;
-  if (obj->t == V_DICT || obj->t == V_NS) {
-    if (prop->t != V_STR) jj_fail(r, "Cannot access property with non-string: got %s", jj_tname(prop));
-    v = jj_dict_get(obj->u.d, prop->u.s.s, prop->u.s.n);
-    if (!v && obj->t == V_DICT) v = jj_builtin_member(r, obj, prop->u.s);
-  } else if (obj->t == V_LIST || obj->t == V_STR) {
-    if (prop->t == V_INT) {
-      int64_t i = prop->u.i;
-      if (obj->t == V_LIST) {
-        int64_t n = (int64_t)obj->u.l->n;
-        if (i < 0) i += n;
-        if (i >= 0 && i < n) v = obj->u.l->v[i];
-      } else {
-        int64_t n = (int64_t)jj_cp_count(obj->u.s.s, obj->u.s.n);
-        if (i < 0) i += n;
-        if (i >= 0 && i < n) {
-          size_t p = 0;
-          for (int64_t k = 0; k < i; k++) p += jj_utf8_next(obj->u.s.s, obj->u.s.n, p, NULL);
-          size_t l = jj_utf8_next(obj->u.s.s, obj->u.s.n, p, NULL);
-          jstr s = {obj->u.s.s + p, l};
-          v = jj_jstr(r, s);
-        }
-      }
-    } else if (prop->t == V_STR)
-      v = jj_builtin_member(r, obj, prop->u.s);
-    else
-      jj_fail(r, "Cannot access property with non-string/non-number: got %s", jj_tname(prop));
-  } else {
-    if (prop->t != V_STR) jj_fail(r, "Cannot access property with non-string: got %s", jj_tname(prop));
+/* ---------------- attribute and item access (Jinja2's SandboxedEnvironment getattr/getitem) ---- */
+/* Python attributes of the value types: methods (jj_builtin_member) and namespace entries */
+static jv *py_attr(jj_rt *r, jv *obj, jstr name) {
+  if (obj->t == V_NS) return jj_dict_get(obj->u.d, name.s, name.n);
+  if (obj->t == V_LOOP) return jj_loop_attr(r, obj, name);
+  if (obj->t == V_STR || obj->t == V_DICT || (obj->t == V_LIST && obj->lk == LK_LIST)) return jj_builtin_member(r, obj, name);
+  return NULL;
+}
+
+/* obj[key] as Python does it; NULL where Python raises TypeError / LookupError */
+static jv *py_item(jj_rt *r, jv *obj, jv *key) {
+  if (obj->t == V_DICT) {
+    if (key->t != V_STR) return NULL; /* JSON objects have string keys only */
+    return jj_dict_get(obj->u.d, key->u.s.s, key->u.s.n);
   }
-  return v ? v : r->undef;
+  if ((obj->t == V_LIST && (obj->lk == LK_LIST || obj->lk == LK_RANGE)) || obj->t == V_STR) {
+    if (key->t != V_INT && key->t != V_BOOL) return NULL;
+    int64_t i = key->t == V_BOOL ? key->u.b : key->u.i;
+    if (obj->t == V_LIST) {
+      int64_t n = (int64_t)obj->u.l->n;
+      if (i < 0) i += n;
+      return i >= 0 && i < n ? obj->u.l->v[i] : NULL;
+    }
+    int64_t n = (int64_t)jj_cp_count(obj->u.s.s, obj->u.s.n);
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) return NULL;
+    size_t p = 0;
+    for (int64_t k = 0; k < i; k++) p += jj_utf8_next(obj->u.s.s, obj->u.s.n, p, NULL);
+    jstr s = {obj->u.s.s + p, jj_utf8_next(obj->u.s.s, obj->u.s.n, p, NULL)};
+    return jj_jstr(r, s);
+  }
+  return NULL;
+}
+
+jv *jj_getattr(jj_rt *r, jv *obj, jv *name) {
+  if (obj->t == V_UNDEF) jj_undef_fail(r, obj);
+  jv *v = name->t == V_STR ? py_attr(r, obj, name->u.s) : NULL;
+  if (!v) v = py_item(r, obj, name);
+  return v ? v : jj_undef_attr(r, obj, name);
+}
+
+jv *jj_getitem(jj_rt *r, jv *obj, jv *key) {
+  if (obj->t == V_UNDEF) jj_undef_fail(r, obj);
+  jv *v = py_item(r, obj, key);
+  if (!v && key->t == V_STR) v = py_attr(r, obj, key->u.s);
+  return v ? v : jj_undef_attr(r, obj, key);
 }
 
 static void slice_idx(int64_t len, bool hs, int64_t start, bool he, int64_t stop, int64_t step,
@@ -96,18 +110,22 @@ static void slice_idx(int64_t len, bool hs, int64_t start, bool he, int64_t stop
 }
 
 static jv *do_slice(jj_rt *r, jv *obj, const jj_node *sl, jj_env *env) {
-  if (obj->t != V_LIST && obj->t != V_STR) jj_fail(r, "Slice object must be an array or string");
-  jv *a = sl->a ? eval(r, sl->a, env) : r->undef;
-  jv *b = sl->b ? eval(r, sl->b, env) : r->undef;
-  jv *c = sl->c ? eval(r, sl->c, env) : r->undef;
-  if ((a->t != V_INT && a->t != V_UNDEF) || (b->t != V_INT && b->t != V_UNDEF) || (c->t != V_INT && c->t != V_UNDEF))
-    jj_fail(r, "Slice indices must be integers or undefined");
+  if (obj->t == V_UNDEF) jj_undef_fail(r, obj);
+  jv *a = sl->a ? eval(r, sl->a, env) : r->none;
+  jv *b = sl->b ? eval(r, sl->b, env) : r->none;
+  jv *c = sl->c ? eval(r, sl->c, env) : r->none;
+  if (c->t == V_INT && c->u.i == 0) jj_fail(r, "ValueError: slice step cannot be zero");
+  /* Python raises TypeError (which Jinja2 turns into an undefined value) for other objects and indices */
+  if ((obj->t != V_LIST || obj->lk != LK_LIST) && obj->t != V_STR) return jj_undef(r, "%s object has no element slice", jj_tname(obj));
+  if ((a->t != V_INT && a->t != V_NONE) || (b->t != V_INT && b->t != V_NONE) || (c->t != V_INT && c->t != V_NONE))
+    return jj_undef(r, "%s object has no element slice", jj_tname(obj));
   int64_t step = c->t == V_INT ? c->u.i : 1;
   int dir = step > 0 ? 1 : step < 0 ? -1 : 0;
   if (obj->t == V_LIST) {
     int64_t st, en, len = (int64_t)obj->u.l->n;
     slice_idx(len, a->t == V_INT, a->u.i, b->t == V_INT, b->u.i, step, &st, &en);
     jv *o = jj_list_new(r);
+    o->tuple = obj->tuple;
     if (dir)
       for (int64_t i = st; dir * i < dir * en; i += step) jj_list_push(r, o, obj->u.l->v[i]);
     return o;
@@ -127,6 +145,28 @@ static jv *do_slice(jj_rt *r, jv *obj, const jj_node *sl, jj_env *env) {
 
 /* ---------------- binary / unary operators ---------------- */
 
+/* Python's `x in c` */
+bool jj_py_in(jj_rt *r, jv *x, jv *c) {
+  switch (c->t) {
+    case V_UNDEF: return false;
+    case V_STR:
+      if (x->t != V_STR) jj_fail(r, "TypeError: 'in <string>' requires string as left operand, not %s", jj_tname(x));
+      return jj_memmem(c->u.s.s, c->u.s.n, x->u.s.s, x->u.s.n) != NULL;
+    case V_DICT: return x->t == V_STR && jj_dict_get(c->u.d, x->u.s.s, x->u.s.n) != NULL;
+    case V_LIST: {
+      if (c->lk == LK_KEYS || c->lk == LK_ITEMS || c->lk == LK_VALUES || !jj_is_iter(c)) {
+        for (size_t i = 0; i < c->u.l->n; i++)
+          if (jj_loose_eq(r, c->u.l->v[i], x)) return true;
+        return false;
+      }
+      while (c->u.l->pos < c->u.l->n) /* an iterator is consumed up to the match */
+        if (jj_loose_eq(r, c->u.l->v[c->u.l->pos++], x)) return true;
+      return false;
+    }
+    default: jj_fail(r, "TypeError: argument of type '%s' is not iterable", jj_tname(c));
+  }
+}
+
 static jv *binop(jj_rt *r, const jj_node *n, jj_env *env) {
   jv *l = eval(r, n->a, env);
   if (n->op == OP_AND) return jj_truthy(l) ? eval(r, n->b, env) : l;
@@ -136,35 +176,23 @@ static jv *binop(jj_rt *r, const jj_node *n, jj_env *env) {
   int op = n->op;
   if (op == OP_EQ) return jj_bool(r, jj_loose_eq(r, l, rt));
   if (op == OP_NE) return jj_bool(r, !jj_loose_eq(r, l, rt));
-  if (l->t == V_UNDEF || rt->t == V_UNDEF) {
-    if (rt->t == V_UNDEF && (op == OP_IN || op == OP_NOTIN)) return jj_bool(r, op == OP_NOTIN);
-    jj_fail(r, "Cannot perform operation on undefined values");
+  if (op == OP_IN || op == OP_NOTIN) {
+    bool m = jj_py_in(r, l, rt);
+    return jj_bool(r, op == OP_IN ? m : !m);
   }
-  if (op == OP_TILDE) {
+  if (op == OP_TILDE) { /* str(a) + str(b) */
     sm_buf *b = jj_buf(r);
     jj_raw_str(r, b, l);
     jj_raw_str(r, b, rt);
     return jj_buf_value(r, b);
   }
-  if (l->t == V_NONE || rt->t == V_NONE) jj_fail(r, "Cannot perform operation on null values");
-  bool ln = jj_is_num(l) || l->t == V_BOOL, rn = jj_is_num(rt) || rt->t == V_BOOL;
-  if (op == OP_POW && ln && rn) {
-    double a = jj_num_of(l), b = jj_num_of(rt);
-    if (a == 0 && b < 0) jj_fail(r, "0.0 cannot be raised to a negative power");
-    bool isf = l->t == V_FLOAT || rt->t == V_FLOAT || b < 0;
-    if (!isf) {
-      int64_t base = l->t == V_BOOL ? l->u.b : l->u.i, e = rt->t == V_BOOL ? rt->u.b : rt->u.i, res = 1;
-      for (int64_t k = 0; k < e; k++) {
-        if (__builtin_mul_overflow(res, base, &res)) jj_fail(r, "integer overflow");
-        if (res == 0 || res == 1) break;
-        if (res == -1) { res = (e - k - 1) % 2 ? -res : res; break; }
-      }
-      return jj_int(r, res);
-    }
-    double res = pow(a, b);
-    if (!isfinite(res)) jj_fail(r, "Exponentiation result is not a finite real number");
-    return jj_float(r, res);
-  }
+  if (l->t == V_UNDEF) jj_undef_fail(r, l);
+  if (rt->t == V_UNDEF) jj_undef_fail(r, rt);
+  static const char *opn[] = {"+", "-", "~", "*", "/", "//", "%", "**", "==", "!=", "<", ">", "<=", ">=", "and", "or", "in", "not in"};
+  /* bool is an int in Python */
+  jv lb, rb;
+  if (l->t == V_BOOL) lb = (jv){.t = V_INT, .u.i = l->u.b}, l = &lb;
+  if (rt->t == V_BOOL) rb = (jv){.t = V_INT, .u.i = rt->u.b}, rt = &rb;
   if (jj_is_num(l) && jj_is_num(rt)) {
     bool isf = l->t == V_FLOAT || rt->t == V_FLOAT;
     double a = jj_num_of(l), b = jj_num_of(rt);
@@ -175,47 +203,48 @@ static jv *binop(jj_rt *r, const jj_node *n, jj_env *env) {
         if (!isf) return jj_arith_int(r, op, l->u.i, rt->u.i);
         return jj_float(r, op == OP_ADD ? a + b : op == OP_SUB ? a - b : a * b);
       case OP_DIV:
-        if (b == 0) jj_fail(r, "division by zero");
+        if (b == 0) jj_fail(r, "ZeroDivisionError: division by zero");
         return jj_float(r, a / b);
       case OP_FLOORDIV:
         if (!isf) return jj_arith_int(r, op, l->u.i, rt->u.i);
-        if (b == 0) jj_fail(r, "division by zero");
+        if (b == 0) jj_fail(r, "ZeroDivisionError: float floor division by zero");
         return jj_float(r, floor(a / b));
-      case OP_MOD:
+      case OP_MOD: {
         if (!isf) return jj_arith_int(r, op, l->u.i, rt->u.i);
-        if (b == 0) jj_fail(r, "modulo by zero");
-        return jj_float(r, fmod(a, b));
+        if (b == 0) jj_fail(r, "ZeroDivisionError: float modulo");
+        double m = fmod(a, b);
+        if (m != 0 && (m < 0) != (b < 0)) m += b;
+        else if (m == 0) m = copysign(0.0, b);
+        return jj_float(r, m);
+      }
+      case OP_POW: {
+        if (a == 0 && b < 0) jj_fail(r, "ZeroDivisionError: 0.0 cannot be raised to a negative power");
+        if (!isf && rt->u.i >= 0) {
+          int64_t base = l->u.i, e = rt->u.i, res = 1;
+          for (int64_t k = 0; k < e; k++) {
+            if (__builtin_mul_overflow(res, base, &res)) jj_fail(r, "integer overflow");
+            if (res == 0 || res == 1) break;
+            if (res == -1) { res = (e - k - 1) % 2 ? -res : res; break; }
+          }
+          return jj_int(r, res);
+        }
+        double res = pow(a, b);
+        if (!isfinite(res)) jj_fail(r, "OverflowError: numerical result out of range");
+        return jj_float(r, res);
+      }
       case OP_LT: return jj_bool(r, a < b);
       case OP_GT: return jj_bool(r, a > b);
       case OP_LE: return jj_bool(r, a <= b);
       case OP_GE: return jj_bool(r, a >= b);
     }
   }
-  if (l->t == V_LIST && rt->t == V_LIST && op == OP_ADD) {
-    jv *o = jj_list_new(r);
-    for (size_t i = 0; i < l->u.l->n; i++) jj_list_push(r, o, l->u.l->v[i]);
-    for (size_t i = 0; i < rt->u.l->n; i++) jj_list_push(r, o, rt->u.l->v[i]);
-    return o;
-  }
-  if (rt->t == V_LIST && (op == OP_IN || op == OP_NOTIN)) {
-    bool m = false;
-    for (size_t i = 0; i < rt->u.l->n && !m; i++) m = jj_strict_eq(rt->u.l->v[i], l);
-    return jj_bool(r, op == OP_IN ? m : !m);
-  }
-  if ((l->t == V_STR) != (rt->t == V_STR) && op == OP_ADD) /* Python: no implicit str() */
-    jj_fail(r, "unsupported operand type(s) for +: %s and %s", jj_tname(l), jj_tname(rt));
-  if ((l->t == V_STR || rt->t == V_STR) && op == OP_ADD) {
-    sm_buf *b = jj_buf(r);
-    jj_raw_str(r, b, l);
-    jj_raw_str(r, b, rt);
-    return jj_buf_value(r, b);
-  }
   if (l->t == V_STR && rt->t == V_STR) {
-    if (op == OP_IN || op == OP_NOTIN) {
-      bool m = jj_memmem(rt->u.s.s, rt->u.s.n, l->u.s.s, l->u.s.n) != NULL;
-      return jj_bool(r, op == OP_IN ? m : !m);
+    if (op == OP_ADD) {
+      sm_buf *b = jj_buf(r);
+      sm_buf_put(b, l->u.s.s, l->u.s.n);
+      sm_buf_put(b, rt->u.s.s, rt->u.s.n);
+      return jj_buf_value(r, b);
     }
-    /* extension (Python): string ordering */
     int c = jj_cmp_str(r, l, rt, true);
     switch (op) {
       case OP_LT: return jj_bool(r, c < 0);
@@ -224,21 +253,37 @@ static jv *binop(jj_rt *r, const jj_node *n, jj_env *env) {
       case OP_GE: return jj_bool(r, c >= 0);
     }
   }
-  if (l->t == V_STR && rt->t == V_DICT && (op == OP_IN || op == OP_NOTIN)) {
-    bool m = jj_dict_get(rt->u.d, l->u.s.s, l->u.s.n) != NULL;
-    return jj_bool(r, op == OP_IN ? m : !m);
+  if (op == OP_MOD && l->t == V_STR) return jj_py_percent(r, l, rt);
+  /* list + list, tuple + tuple */
+  if (op == OP_ADD && l->t == V_LIST && rt->t == V_LIST && l->lk == LK_LIST && rt->lk == LK_LIST && l->tuple == rt->tuple) {
+    jv *o = jj_list_new(r);
+    o->tuple = l->tuple;
+    for (size_t i = 0; i < l->u.l->n; i++) jj_list_push(r, o, l->u.l->v[i]);
+    for (size_t i = 0; i < rt->u.l->n; i++) jj_list_push(r, o, rt->u.l->v[i]);
+    return o;
   }
-  /* extension (Python): sequence repetition */
-  if (op == OP_MUL && ((l->t == V_STR && rt->t == V_INT) || (l->t == V_INT && rt->t == V_STR))) {
-    jv *s = l->t == V_STR ? l : rt;
+  /* sequence repetition: str * int, list * int */
+  if (op == OP_MUL && ((l->t == V_INT) != (rt->t == V_INT))) {
+    jv *s = l->t == V_INT ? rt : l;
     int64_t k = l->t == V_INT ? l->u.i : rt->u.i;
-    if (k > 0 && (double)k * (double)s->u.s.n > 64e6) jj_fail(r, "string repetition too large");
-    sm_buf *b = jj_buf(r);
-    for (int64_t i = 0; i < k; i++) sm_buf_put(b, s->u.s.s, s->u.s.n);
-    return jj_buf_value(r, b);
+    if (s->t == V_STR) {
+      if (k > 0 && (double)k * (double)s->u.s.n > 64e6) jj_fail(r, "string repetition too large");
+      sm_buf *b = jj_buf(r);
+      for (int64_t i = 0; i < k; i++) sm_buf_put(b, s->u.s.s, s->u.s.n);
+      return jj_buf_value(r, b);
+    }
+    if (s->t == V_LIST && s->lk == LK_LIST) {
+      if (k > 0 && (double)k * (double)s->u.l->n > 1e6) jj_fail(r, "list repetition too large");
+      jv *o = jj_list_new(r);
+      o->tuple = s->tuple;
+      for (int64_t i = 0; i < k; i++)
+        for (size_t j = 0; j < s->u.l->n; j++) jj_list_push(r, o, s->u.l->v[j]);
+      return o;
+    }
   }
-  static const char *opn[] = {"+", "-", "~", "*", "/", "//", "%", "**", "==", "!=", "<", ">", "<=", ">=", "and", "or", "in", "not in"};
-  jj_fail(r, "Unknown operator \"%s\" between %s and %s", opn[op], jj_tname(l), jj_tname(rt));
+  if (op >= OP_LT && op <= OP_GE)
+    jj_fail(r, "TypeError: '%s' not supported between instances of '%s' and '%s'", opn[op], jj_tname(l), jj_tname(rt));
+  jj_fail(r, "TypeError: unsupported operand type(s) for %s: '%s' and '%s'", opn[op], jj_tname(l), jj_tname(rt));
 }
 
 static void bind_params(jj_rt *r, const jj_node *def, const jj_nodes *params, jv *args, jv *kwargs, jj_env *scope,
@@ -280,12 +325,18 @@ static void bind_params(jj_rt *r, const jj_node *def, const jj_nodes *params, jv
 }
 
 /* ---------------- calls ---------------- */
-jv *jj_call(jj_rt *r, jv *fnv, jv *args, jv *kwargs, jj_env *env) {
+/* a macro runs in a scope of its own whose parent is the scope it was defined in (a Python closure) */
+jv *jj_call(jj_rt *r, jv *fnv, jv *args, jv *kwargs, jv *caller) {
   jj_func *fn = fnv->u.fn;
+  if (fn->kind == F_LOOP_CYCLE || fn->kind == F_LOOP_CHANGED) return loop_call(r, fnv, args);
   if (fn->kind != F_MACRO && fn->kind != F_CALLER) return jj_call_builtin(r, fnv, args, kwargs);
   if (++r->depth > JJ_MAX_EVAL_DEPTH) jj_fail(r, "maximum recursion depth exceeded");
   const jj_node *def = fn->node;
-  jj_env *scope = jj_env_new(r, fn->kind == F_MACRO ? env : fn->env);
+  jj_env *scope = jj_env_new(r, fn->env);
+  if (caller) {
+    jstr cn = {"caller", 6};
+    jj_env_set(r, scope, cn, caller);
+  }
   char disp[80];
   if (fn->kind == F_MACRO) snprintf(disp, sizeof disp, "'%.*s'", (int)(def->s.n > 60 ? 60 : def->s.n), def->s.s);
   else snprintf(disp, sizeof disp, "None");
@@ -308,7 +359,7 @@ static jv *eval(jj_rt *r, const jj_node *n, jj_env *env) {
     case N_FLOAT: res = jj_float(r, n->f); break;
     case N_IDENT: {
       res = jj_env_get(env, n->s);
-      if (!res) res = r->undef;
+      if (!res) res = jj_undef(r, "'%.*s' is undefined", (int)(n->s.n > 200 ? 200 : n->s.n), n->s.s);
       break;
     }
     case N_LIST:
@@ -332,12 +383,10 @@ static jv *eval(jj_rt *r, const jj_node *n, jj_env *env) {
         res = do_slice(r, obj, n->b, env);
         break;
       }
-      jv *prop;
-      if (n->op) prop = eval(r, n->b, env);
-      else if (n->b->kind == N_INT) prop = jj_int(r, n->b->i);
-      else prop = jj_jstr(r, n->b->s);
-      r->line = n->line;
-      res = get_member(r, obj, prop);
+      /* a.b is getattr, a[b] and a.0 are getitem */
+      if (n->op) res = jj_getitem(r, obj, eval(r, n->b, env));
+      else if (n->b->kind == N_INT) res = jj_getitem(r, obj, jj_int(r, n->b->i));
+      else res = jj_getattr(r, obj, jj_jstr(r, n->b->s));
       break;
     }
     case N_CALL: {
@@ -345,8 +394,9 @@ static jv *eval(jj_rt *r, const jj_node *n, jj_env *env) {
       eval_args(r, &n->l1, env, &args, &kwargs);
       jv *fn = eval(r, n->a, env);
       r->line = n->line;
-      if (fn->t != V_FUNC) jj_fail(r, "Cannot call something that is not a function: got %s", jj_tname(fn));
-      res = jj_call(r, fn, args, kwargs, env);
+      if (fn->t == V_UNDEF) jj_undef_fail(r, fn);
+      if (fn->t != V_FUNC) jj_fail(r, "TypeError: '%s' object is not callable", jj_tname(fn));
+      res = jj_call(r, fn, args, kwargs, NULL);
       break;
     }
     case N_BINOP: res = binop(r, n, env); break;
@@ -354,6 +404,7 @@ static jv *eval(jj_rt *r, const jj_node *n, jj_env *env) {
       jv *a = eval(r, n->a, env);
       r->line = n->line;
       if (n->op == OP_NOT) res = jj_bool(r, !jj_truthy(a));
+      else if (a->t == V_UNDEF) jj_undef_fail(r, a);
       else if (a->t == V_INT || a->t == V_BOOL) {
         int64_t x = a->t == V_BOOL ? a->u.b : a->u.i;
         if (n->op == OP_NEG && x == INT64_MIN) jj_fail(r, "integer overflow");
@@ -361,7 +412,7 @@ static jv *eval(jj_rt *r, const jj_node *n, jj_env *env) {
       } else if (a->t == V_FLOAT)
         res = jj_float(r, n->op == OP_NEG ? -a->u.f : a->u.f);
       else
-        jj_fail(r, "Unknown operator \"%s\" for %s", n->op == OP_NEG ? "-" : "+", jj_tname(a));
+        jj_fail(r, "TypeError: bad operand type for unary %s: '%s'", n->op == OP_NEG ? "-" : "+", jj_tname(a));
       break;
     }
     case N_FILTER: {
@@ -381,7 +432,10 @@ static jv *eval(jj_rt *r, const jj_node *n, jj_env *env) {
       res = jj_bool(r, n->op ? !t : t);
       break;
     }
-    case N_SELECT: res = jj_truthy(eval(r, n->b, env)) ? eval(r, n->a, env) : r->undef; break;
+    case N_SELECT:
+      res = jj_truthy(eval(r, n->b, env)) ? eval(r, n->a, env)
+                                          : jj_undef(r, "the inline if-expression on line %d evaluated to false and no else section was defined.", n->line);
+      break;
     case N_TERNARY: res = jj_truthy(eval(r, n->a, env)) ? eval(r, n->b, env) : eval(r, n->c, env); break;
     case N_SLICE: jj_fail(r, "unexpected slice");
     case N_KWARG:
@@ -399,59 +453,143 @@ static void bind_target(jj_rt *r, const jj_node *target, jv *val, jj_env *env) {
     jj_env_set(r, env, target->s, val);
     return;
   }
-  if (val->t != V_LIST) jj_fail(r, "Cannot unpack non-iterable type: %s", jj_tname(val));
-  if ((size_t)target->l1.n != val->u.l->n)
-    jj_fail(r, "Too %s items to unpack", (size_t)target->l1.n > val->u.l->n ? "few" : "many");
+  val = jj_iterate(r, val);
+  if ((size_t)target->l1.n > val->u.l->n)
+    jj_fail(r, "ValueError: not enough values to unpack (expected %d, got %zu)", target->l1.n, val->u.l->n);
+  if ((size_t)target->l1.n < val->u.l->n) jj_fail(r, "ValueError: too many values to unpack (expected %d)", target->l1.n);
   for (int j = 0; j < target->l1.n; j++) {
     if (target->l1.v[j]->kind != N_IDENT) jj_fail(r, "Cannot unpack to non-identifier");
     jj_env_set(r, env, target->l1.v[j]->s, val->u.l->v[j]);
   }
 }
 
-static void exec_for(jj_rt *r, const jj_node *n, jj_env *env, sm_buf *out) {
-  jj_env *scope = jj_env_new(r, env);
-  const jj_node *test = NULL;
-  jv *it;
-  if (n->b->kind == N_SELECT) {
-    it = eval(r, n->b->a, scope);
-    test = n->b->b;
-  } else
-    it = eval(r, n->b, scope);
-  r->line = n->line;
-  if (it->t == V_DICT) it = jj_dict_keys(r, it);
-  else if (it->t == V_STR) it = jj_chars_of(r, it);
-  else if (it->t != V_LIST) jj_fail(r, "Expected iterable or object type in for loop: got %s", jj_tname(it));
-  jv *items = jj_list_new(r);
-  for (size_t i = 0; i < it->u.l->n; i++) {
-    jv *cur = it->u.l->v[i];
-    if (test) {
+/* The `loop` object, lazy like Jinja2's LoopContext: items come from the source one at a time, the
+ * loop's `if` test is evaluated as they are reached (it sees what the body did before), and only
+ * loop.last / nextitem look one item ahead and loop.length / revindex read the rest. An iterator
+ * (generator) being looped over is consumed as far as the loop read it. */
+struct jj_loop {
+  jv *src;                /* the items, a plain list */
+  jv *iter;               /* the iterator looped over, or NULL */
+  size_t iter_base, next; /* iter->pos at the start; next source index to read */
+  const jj_node *target, *test;
+  jj_env *env;            /* where the test is evaluated */
+  jv **ahead;             /* items read ahead (they passed the test) */
+  size_t nahead, cap;
+  int64_t index0;
+  jv *prev, *changed; /* changed: args of the last loop.changed() call, NULL before it */
+};
+
+static bool loop_pull(jj_rt *r, jj_loop *L, jv **out) {
+  while (L->next < L->src->u.l->n) {
+    jv *cur = L->src->u.l->v[L->next++];
+    if (L->iter) L->iter->u.l->pos = L->iter_base + L->next;
+    if (L->test) {
       check_iter(r);
-      jj_env *ls = jj_env_new(r, scope);
-      bind_target(r, n->a, cur, ls);
-      if (!jj_truthy(eval(r, test, ls))) continue;
+      jj_env *ls = jj_env_new(r, L->env);
+      bind_target(r, L->target, cur, ls);
+      if (!jj_truthy(eval(r, L->test, ls))) continue;
     }
-    jj_list_push(r, items, cur);
+    *out = cur;
+    return true;
   }
-  size_t cnt = items->u.l->n;
+  return false;
+}
+static void loop_push_ahead(jj_rt *r, jj_loop *L, jv *x) {
+  if (L->nahead == L->cap) {
+    L->cap = L->cap ? L->cap * 2 : 4;
+    jv **n = jj_alloc(&r->arena, L->cap * sizeof(jv *));
+    if (L->nahead) memcpy(n, L->ahead, L->nahead * sizeof(jv *));
+    L->ahead = n;
+  }
+  L->ahead[L->nahead++] = x;
+}
+static bool loop_next(jj_rt *r, jj_loop *L, jv **out) {
+  if (L->nahead) {
+    *out = L->ahead[0];
+    memmove(L->ahead, L->ahead + 1, --L->nahead * sizeof(jv *));
+    return true;
+  }
+  return loop_pull(r, L, out);
+}
+static jv *loop_peek(jj_rt *r, jj_loop *L) {
+  jv *x;
+  if (!L->nahead) {
+    if (!loop_pull(r, L, &x)) return NULL;
+    loop_push_ahead(r, L, x);
+  }
+  return L->ahead[0];
+}
+static int64_t loop_length(jj_rt *r, jj_loop *L) {
+  jv *x;
+  while (loop_pull(r, L, &x)) loop_push_ahead(r, L, x);
+  return L->index0 + 1 + (int64_t)L->nahead;
+}
+
+jv *jj_loop_attr(jj_rt *r, jv *lv, jstr name) {
+  jj_loop *L = lv->u.lp;
+#define A(s) jj_eqs(name, s)
+  if (A("index0")) return jj_int(r, L->index0);
+  if (A("index")) return jj_int(r, L->index0 + 1);
+  if (A("first")) return jj_bool(r, L->index0 == 0);
+  if (A("last")) return jj_bool(r, loop_peek(r, L) == NULL);
+  if (A("length")) return jj_int(r, loop_length(r, L));
+  if (A("revindex")) return jj_int(r, loop_length(r, L) - L->index0);
+  if (A("revindex0")) return jj_int(r, loop_length(r, L) - L->index0 - 1);
+  if (A("previtem")) return L->prev ? L->prev : jj_undef(r, "there is no previous item");
+  if (A("nextitem")) {
+    jv *x = loop_peek(r, L);
+    return x ? x : jj_undef(r, "there is no next item");
+  }
+  if (A("depth")) return jj_int(r, 1);
+  if (A("depth0")) return jj_int(r, 0);
+  if (A("cycle")) return jj_func_new(r, F_LOOP_CYCLE, lv);
+  if (A("changed")) return jj_func_new(r, F_LOOP_CHANGED, lv);
+#undef A
+  return NULL;
+}
+
+static jv *loop_call(jj_rt *r, jv *fnv, jv *args) {
+  jj_loop *L = fnv->u.fn->self->u.lp;
+  size_t na = jj_nargs(args);
+  if (fnv->u.fn->kind == F_LOOP_CYCLE) {
+    if (!na) jj_fail(r, "TypeError: no items for cycling given");
+    return args->u.l->v[L->index0 % (int64_t)na];
+  }
+  args->tuple = 1;
+  if (L->changed && jj_loose_eq(r, L->changed, args)) return r->vfalse;
+  L->changed = args;
+  return r->vtrue;
+}
+
+static void exec_for(jj_rt *r, const jj_node *n, jj_env *env, sm_buf *out) {
+  const jj_node *test = NULL, *seq = n->b;
+  if (seq->kind == N_SELECT) test = seq->b, seq = seq->a;
+  jv *it = eval(r, seq, env);
+  r->line = n->line;
+  jj_loop *L = jj_calloc(&r->arena, sizeof *L);
+  if (jj_is_iter(it)) { /* read as the loop goes */
+    L->src = jj_list_new(r);
+    for (size_t i = it->u.l->pos; i < it->u.l->n; i++) jj_list_push(r, L->src, it->u.l->v[i]);
+    L->iter = it;
+    L->iter_base = it->u.l->pos;
+  } else
+    L->src = jj_iterate(r, it);
+  L->target = n->a;
+  L->test = test;
+  L->env = env;
+  jv *loopv = jj_new(r, V_LOOP);
+  loopv->u.lp = L;
   bool iterated = false;
   jstr loopn = {"loop", 4};
-  for (size_t i = 0; i < cnt; i++) {
+  jv *cur;
+  for (L->index0 = 0; loop_next(r, L, &cur); L->index0++) {
     check_iter(r);
-    jv *loop = jj_dict_new(r, V_DICT);
-    jj_dict *d = loop->u.d;
-    jj_dict_set(r, d, "index", jj_int(r, (int64_t)i + 1));
-    jj_dict_set(r, d, "index0", jj_int(r, (int64_t)i));
-    jj_dict_set(r, d, "revindex", jj_int(r, (int64_t)(cnt - i)));
-    jj_dict_set(r, d, "revindex0", jj_int(r, (int64_t)(cnt - i - 1)));
-    jj_dict_set(r, d, "first", jj_bool(r, i == 0));
-    jj_dict_set(r, d, "last", jj_bool(r, i == cnt - 1));
-    jj_dict_set(r, d, "length", jj_int(r, (int64_t)cnt));
-    jj_dict_set(r, d, "previtem", i > 0 ? items->u.l->v[i - 1] : r->undef);
-    jj_dict_set(r, d, "nextitem", i + 1 < cnt ? items->u.l->v[i + 1] : r->undef);
-    jj_env_set(r, scope, loopn, loop);
+    jj_env *scope = jj_env_new(r, env); /* each pass has a scope of its own */
+    jj_env_set(r, scope, loopn, loopv);
     r->line = n->line;
-    bind_target(r, n->a, items->u.l->v[i], scope);
+    bind_target(r, n->a, cur, scope);
     exec_block(r, &n->l1, scope, out);
+    L->prev = cur;
     if (r->ctl == CTL_BREAK) {
       r->ctl = CTL_NONE;
       break;
@@ -459,7 +597,7 @@ static void exec_for(jj_rt *r, const jj_node *n, jj_env *env, sm_buf *out) {
     if (r->ctl == CTL_NONE) iterated = true; /* like Jinja: a `continue`d pass does not count */
     r->ctl = CTL_NONE;
   }
-  if (!iterated) exec_block(r, &n->l2, scope, out);
+  if (!iterated) exec_block(r, &n->l2, jj_env_new(r, env), out);
 }
 
 static void exec_stmt(jj_rt *r, const jj_node *n, jj_env *env, sm_buf *out) {
@@ -482,18 +620,17 @@ static void exec_stmt(jj_rt *r, const jj_node *n, jj_env *env, sm_buf *out) {
       if (n->b) rhs = eval(r, n->b, env);
       else {
         sm_buf *b = jj_buf(r);
-        exec_block(r, &n->l1, env, b);
+        exec_block(r, &n->l1, jj_env_new(r, env), b);
         rhs = jj_buf_value(r, b);
       }
       r->line = n->line;
       const jj_node *a = n->a;
       if (a->kind == N_IDENT || a->kind == N_TUPLE) {
-        if (a->kind == N_TUPLE && rhs->t != V_LIST) jj_fail(r, "Cannot unpack non-iterable type in set: %s", jj_tname(rhs));
         bind_target(r, a, rhs, env);
       } else if (a->kind == N_MEMBER) {
         jv *obj = eval(r, a->a, env);
         r->line = n->line;
-        if (obj->t != V_NS) jj_fail(r, "cannot assign attribute on non-namespace object");
+        if (obj->t != V_NS) jj_fail(r, "TemplateRuntimeError: cannot assign attribute on non-namespace object");
         if (a->op || a->b->kind != N_IDENT) jj_fail(r, "Cannot assign to member with non-identifier property");
         jj_dict_setj(r, obj->u.d, a->b->s, rhs);
       } else
@@ -503,6 +640,7 @@ static void exec_stmt(jj_rt *r, const jj_node *n, jj_env *env, sm_buf *out) {
     case N_MACRO: {
       jv *f = jj_func_new(r, F_MACRO, NULL);
       f->u.fn->node = n;
+      f->u.fn->env = env;
       jj_env_set(r, env, n->s, f);
       return;
     }
@@ -514,31 +652,32 @@ static void exec_stmt(jj_rt *r, const jj_node *n, jj_env *env, sm_buf *out) {
       eval_args(r, &n->a->l1, env, &args, &kwargs);
       jv *fn = eval(r, n->a->a, env);
       r->line = n->line;
-      if (fn->t != V_FUNC) jj_fail(r, "Cannot call something that is not a function: got %s", jj_tname(fn));
-      jj_env *ne = jj_env_new(r, env);
-      jstr cn = {"caller", 6};
-      jj_env_set(r, ne, cn, caller);
-      jv *res = jj_call(r, fn, args, kwargs, ne);
-      if (res->t != V_UNDEF) jj_to_str(r, out, res);
+      if (fn->t == V_UNDEF) jj_undef_fail(r, fn);
+      if (fn->t != V_FUNC) jj_fail(r, "TypeError: '%s' object is not callable", jj_tname(fn));
+      jj_to_str(r, out, jj_call(r, fn, args, kwargs, caller));
       return;
     }
     case N_FILTERBLOCK: {
       sm_buf *b = jj_buf(r);
-      exec_block(r, &n->l1, env, b);
+      exec_block(r, &n->l1, jj_env_new(r, env), b);
       jv *args = NULL, *kwargs = NULL;
       if (n->has_args) eval_args(r, &n->l2, env, &args, &kwargs);
       r->line = n->line;
-      jv *res = jj_filter(r, jj_buf_value(r, b), n->s, args, kwargs, env);
-      if (res->t != V_UNDEF) jj_to_str(r, out, res);
+      jj_to_str(r, out, jj_filter(r, jj_buf_value(r, b), n->s, args, kwargs, env));
+      return;
+    }
+    case N_WITH: { /* the values are evaluated outside, then bound in a scope of the block's own */
+      jj_env *scope = jj_env_new(r, env);
+      jv **vals = jj_alloc(&r->arena, ((size_t)n->l2.n + 1) * sizeof(jv *));
+      for (int i = 0; i < n->l2.n; i++) vals[i] = eval(r, n->l2.v[i]->a, env);
+      for (int i = 0; i < n->l2.n; i++) jj_env_set(r, scope, n->l2.v[i]->s, vals[i]);
+      exec_block(r, &n->l1, scope, out);
       return;
     }
     case N_BREAK: r->ctl = CTL_BREAK; return;
     case N_CONTINUE: r->ctl = CTL_CONTINUE; return;
     case N_COMMENT: return;
-    default: {
-      jv *v = eval(r, n, env);
-      if (v->t != V_UNDEF) jj_to_str(r, out, v); /* Python prints None */
-    }
+    default: jj_to_str(r, out, eval(r, n, env)); /* Python prints None; undefined prints nothing */
   }
 }
 

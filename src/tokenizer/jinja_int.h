@@ -1,8 +1,10 @@
 /* Internal definitions of the chat-template (Jinja2 subset) interpreter.
  *
- * Semantics follow @huggingface/jinja (the reference implementation transformers.js uses),
- * with Python-Jinja behaviour as an extension where the reference raises an error or
- * ignores arguments (e.g. str.strip(chars), select/reject, round).
+ * Semantics follow Python Jinja2 as transformers' apply_chat_template configures it
+ * (ImmutableSandboxedEnvironment, default Undefined): Python's str()/repr() of values, its
+ * scoping (a loop body is a scope of its own; macros close over where they were defined), its
+ * undefined values (printable, iterable and false, an error for anything else) and its lazy
+ * iterators (select/map/... give generators: one pass, no len()).
  *
  * Memory: the compiled template (tokens + AST) lives in one arena owned by sm_jinja; a
  * render allocates every runtime value in a per-render arena released at the end. Errors
@@ -57,7 +59,8 @@ typedef enum {
   N_STR, N_INT, N_FLOAT, N_IDENT, N_LIST, N_TUPLE, N_DICT, N_MEMBER, N_SLICE, N_CALL, N_KWARG,
   N_SPREAD, N_KWSPREAD, N_BINOP, N_UNARY, N_FILTER, N_TEST, N_SELECT, N_TERNARY,
   /* statements */
-  N_IF, N_FOR, N_SET, N_MACRO, N_CALLBLOCK, N_FILTERBLOCK, N_BREAK, N_CONTINUE, N_COMMENT
+  N_IF, N_FOR, N_SET, N_MACRO, N_CALLBLOCK, N_FILTERBLOCK, N_BREAK, N_CONTINUE, N_COMMENT,
+  N_WITH /* l2: N_KWARG assignments (s = name, a = value), l1: body */
 } jj_nodekind;
 
 typedef enum {
@@ -85,13 +88,19 @@ struct jj_node {
 
 /* ---- runtime values ---- */
 typedef enum {
-  V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_NS, V_FUNC
+  V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_NS, V_FUNC, V_LOOP
 } jj_vtype;
+
+/* what a V_LIST stands for in Python: a list (or a tuple, see jv.tuple), a one-pass iterator
+ * (generator, reversed()), a dict view (d.items(), d.keys(), d.values()) or a range() */
+enum { LK_LIST, LK_GEN, LK_REVITER, LK_ITEMS, LK_KEYS, LK_VALUES, LK_RANGE };
 
 typedef struct jv jv;
 typedef struct {
   jv **v;
   size_t n, cap;
+  size_t pos; /* LK_GEN / LK_REVITER: items already consumed */
+  int64_t range[3]; /* LK_RANGE: start, stop, step */
 } jj_list;
 typedef struct {
   jstr *k;
@@ -100,7 +109,7 @@ typedef struct {
 } jj_dict;
 
 typedef enum {
-  F_MACRO, F_CALLER, F_RANGE, F_RAISE, F_STRFTIME, F_NAMESPACE,
+  F_MACRO, F_CALLER, F_RANGE, F_RAISE, F_STRFTIME, F_NAMESPACE, F_LOOP_CYCLE, F_LOOP_CHANGED,
   /* bound methods; self = receiver */
   M_STR_UPPER, M_STR_LOWER, M_STR_STRIP, M_STR_LSTRIP, M_STR_RSTRIP, M_STR_TITLE, M_STR_CAPITALIZE,
   M_STR_STARTSWITH, M_STR_ENDSWITH, M_STR_SPLIT, M_STR_REPLACE, M_STR_FIND, M_STR_COUNT,
@@ -113,21 +122,25 @@ typedef struct {
   jj_funckind kind;
   jv *self;
   const jj_node *node; /* MACRO / CALLER definition */
-  jj_env *env;         /* CALLER: defining environment */
+  jj_env *env;         /* MACRO / CALLER: the scope it was defined in */
 } jj_func;
+
+typedef struct jj_loop jj_loop; /* the `loop` object of a for loop (jinja_eval.c) */
 
 struct jv {
   uint8_t t;     /* jj_vtype */
-  uint8_t tuple; /* LIST created from a tuple literal */
+  uint8_t tuple; /* LIST: a Python tuple */
+  uint8_t lk;    /* LIST: LK_* */
   uint8_t kwargs;/* DICT holding keyword arguments of a call */
   union {
     bool b;
     int64_t i;
     double f;
-    jstr s;
+    jstr s;     /* STR; UNDEF: the message an operation on it raises (empty: none known) */
     jj_list *l;
     jj_dict *d;
     jj_func *fn;
+    jj_loop *lp;
   } u;
 };
 
@@ -146,6 +159,7 @@ struct sm_jinja {
 int jj_parse(const char *src, struct sm_jinja *tpl, char *err, size_t errn);
 
 /* text helpers shared by lexer and runtime */
-bool jj_is_space_at(const char *s, size_t n, size_t i, size_t *len); /* JS \s at byte i */
+bool jj_is_space_at(const char *s, size_t n, size_t i, size_t *len); /* Python str.isspace() at byte i */
+bool jj_py_space_cp(int32_t c);
 size_t jj_utf8_next(const char *s, size_t n, size_t i, int32_t *cp);
 #endif

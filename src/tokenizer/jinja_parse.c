@@ -1,5 +1,7 @@
 /* Chat-template interpreter: arena, preprocessing, lexer and parser.
- * A faithful port of @huggingface/jinja's lexer.ts / parser.ts (with line tracking). */
+ * Structured after @huggingface/jinja's lexer.ts / parser.ts (with line tracking), with the syntax of
+ * Python Jinja2 where they differ (number and tuple literals, {% with %}, {% generation %}). */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,10 +78,10 @@ size_t jj_utf8_next(const char *s, size_t n, size_t i, int32_t *cp) {
   return (size_t)len;
 }
 
-static bool is_js_space_cp(int32_t c) {
-  return c == 9 || c == 10 || c == 11 || c == 12 || c == 13 || c == 32 || c == 0xa0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
-         c == 0x3000 || c == 0xfeff;
+/* Python's str.isspace() (what Jinja2's lexer, str.strip() and str.split() take as whitespace) */
+bool jj_py_space_cp(int32_t c) {
+  return (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
 
 bool jj_is_space_at(const char *s, size_t n, size_t i, size_t *len) {
@@ -87,12 +89,12 @@ bool jj_is_space_at(const char *s, size_t n, size_t i, size_t *len) {
   unsigned char c = (unsigned char)s[i];
   if (c < 0x80) {
     if (len) *len = 1;
-    return c == 9 || c == 10 || c == 11 || c == 12 || c == 13 || c == 32;
+    return jj_py_space_cp(c);
   }
   int32_t cp;
   size_t l = jj_utf8_next(s, n, i, &cp);
   if (len) *len = l;
-  return is_js_space_cp(cp);
+  return jj_py_space_cp(cp);
 }
 
 /* ---------------- preprocessing (with a line number per byte) ---------------- */
@@ -167,44 +169,31 @@ static void preprocess(const char *src, pbuf *out) {
   }
   pb_finish(&c);
   pb_free(&b);
-  /* {% generation %} / {% endgeneration %} tags are removed (with optional - stripping) */
+  /* {% generation %} / {% endgeneration %} (transformers' AssistantTracker, a call block: a scope of
+   * its own around its body) become {% with %} / {% endwith %} */
   pbuf d = {0};
-  size_t last_end = 0; /* output position where the previous match ended */
   for (size_t i = 0; i < c.s.n;) {
     if (c.s.p[i] == '{' && c.s.p[i + 1] == '%') {
       size_t j = i + 2, l;
-      bool lstrip = false, rstrip = false;
+      bool lstrip = false, rstrip = false, end = false;
       if (c.s.p[j] == '-') lstrip = true, j++;
       while (jj_is_space_at(c.s.p, c.s.n, j, &l)) j += l;
-      if (!strncmp(c.s.p + j, "end", 3) && !strncmp(c.s.p + j + 3, "generation", 10)) j += 3;
+      if (!strncmp(c.s.p + j, "end", 3) && !strncmp(c.s.p + j + 3, "generation", 10)) j += 3, end = true;
       if (!strncmp(c.s.p + j, "generation", 10)) {
         j += 10;
         while (jj_is_space_at(c.s.p, c.s.n, j, &l)) j += l;
         if (c.s.p[j] == '-') rstrip = true, j++;
         if (c.s.p[j] == '%' && c.s.p[j + 1] == '}') {
-          j += 2;
-          if (lstrip) {
-            /* drop whitespace emitted since the previous match */
-            for (;;) {
-              size_t k = d.s.n;
-              if (k <= last_end) break;
-              /* find start of last UTF-8 char */
-              size_t st = k - 1;
-              while (st > last_end && ((unsigned char)d.s.p[st] & 0xc0) == 0x80) st--;
-              size_t ll;
-              if (jj_is_space_at(d.s.p, d.s.n, st, &ll) && st + ll == k) d.s.n = st;
-              else break;
-            }
-          }
-          if (rstrip)
-            while (jj_is_space_at(c.s.p, c.s.n, j, &l)) j += l;
-          else
-            while (jj_is_space_at(c.s.p, c.s.n, j, &l)) {
-              for (size_t q = 0; q < l; q++) pb_put(&d, c.s.p[j + q], c.ln[j + q]);
-              j += l;
-            }
-          last_end = d.s.n;
-          i = j;
+          int ln = c.ln[i];
+          const char *tag = end ? " endwith " : " with ";
+          pb_put(&d, '{', ln);
+          pb_put(&d, '%', ln);
+          if (lstrip) pb_put(&d, '-', ln);
+          for (const char *q = tag; *q; q++) pb_put(&d, *q, ln);
+          if (rstrip) pb_put(&d, '-', ln);
+          pb_put(&d, '%', ln);
+          pb_put(&d, '}', ln);
+          i = j + 2;
           continue;
         }
       }
@@ -361,6 +350,49 @@ static void lex_digits(lexer *L) {
     if (L->pos >= L->len) lex_fail(L, cur_line(L), "Unexpected end of input");
   }
 }
+/* digits with single underscores between them (Python 1_000) */
+static void lex_udigits(lexer *L) {
+  lex_digits(L);
+  while (L->src[L->pos] == '_' && is_digit(L->src[L->pos + 1])) {
+    L->pos++;
+    lex_digits(L);
+  }
+}
+/* a number literal as Jinja2's lexer reads it: 0b / 0o / 0x integers, decimal integers, and floats
+ * with a fraction and/or an exponent (1.5, 1e-07, 2.5E+3); the source is NUL-padded, so peeking
+ * one or two bytes ahead is safe */
+static void lex_number(lexer *L, bool after_dot) {
+  const char *s = L->src;
+  char p = s[L->pos + 1] | 0x20;
+  if (s[L->pos] == '0' && (p == 'x' || p == 'o' || p == 'b')) {
+    int lim = p == 'x' ? 16 : p == 'o' ? 8 : 2;
+    size_t j = L->pos + 2, st = j;
+    for (;;) { /* (_?digit)+ */
+      size_t d = s[j] == '_' ? j + 1 : j;
+      int v = hexval(s[d]);
+      if (v < 0 || v >= lim) break;
+      j = d + 1;
+    }
+    if (j > st) {
+      L->pos = j;
+      return;
+    }
+  }
+  lex_udigits(L);
+  if (after_dot) return;
+  if (s[L->pos] == '.' && is_digit(s[L->pos + 1])) {
+    L->pos++;
+    lex_udigits(L);
+  }
+  if ((s[L->pos] | 0x20) == 'e') {
+    size_t j = L->pos + 1;
+    if (s[j] == '+' || s[j] == '-') j++;
+    if (is_digit(s[j])) {
+      L->pos = j;
+      lex_udigits(L);
+    }
+  }
+}
 
 static const struct {
   const char *seq;
@@ -451,11 +483,7 @@ static void tokenize(lexer *L) {
         size_t st = L->pos;
         L->pos++;
         size_t dst = L->pos;
-        lex_digits(L);
-        if (L->pos > dst && s[L->pos] == '.' && is_digit(s[L->pos + 1])) {
-          L->pos++;
-          lex_digits(L);
-        }
+        if (is_digit(s[L->pos])) lex_number(L, false);
         if (L->pos > dst) push_tok(L, T_NUM, s + st, L->pos - st, line);
         else push_tok(L, T_UNARY, s + st, 1, line);
         continue;
@@ -482,11 +510,7 @@ static void tokenize(lexer *L) {
     }
     if (is_digit(ch)) {
       size_t st = L->pos;
-      lex_digits(L);
-      if (last_type(L) != T_DOT && s[L->pos] == '.' && is_digit(s[L->pos + 1])) {
-        L->pos++;
-        lex_digits(L);
-      }
+      lex_number(L, last_type(L) == T_DOT);
       push_tok(L, T_NUM, s + st, L->pos - st, line);
       continue;
     }
@@ -606,6 +630,8 @@ static jj_node *parse_seq(parser *P, bool primary) {
   nv_push(P, &v, first);
   while (tk(P)->type == T_COMMA) {
     P->cur++;
+    jj_toktype nt = tk(P)->type; /* a trailing comma: (1,) */
+    if (nt == T_RPAREN || nt == T_CLOSE_STMT || nt == T_CLOSE_EXPR || nt == T_EQUALS || is_ident(P, "in")) break;
     nv_push(P, &v, primary ? parse_primary(P) : parse_expression(P));
     if (tk(P)->type != T_COMMA) break;
   }
@@ -746,6 +772,27 @@ static jj_node *parse_statement(parser *P) {
     parse_until(P, &body, "endfilter", NULL, NULL);
     r->l1 = nv_done(&body);
     parse_end(P, "endfilter");
+  } else if (is_ident(P, "with")) {
+    P->cur++;
+    r = mk(P, N_WITH, line);
+    nvec as = {0};
+    while (tk(P)->type != T_CLOSE_STMT) {
+      if (as.n) expect(P, T_COMMA, "Expected comma between with assignments");
+      jj_token *nt = tk(P);
+      if (nt->type != T_IDENT) pfail(P, nt->line, "Expected a name to assign in with");
+      P->cur++;
+      expect(P, T_EQUALS, "Expected = in with");
+      jj_node *kw = mk(P, N_KWARG, nt->line);
+      kw->s = nt->v;
+      kw->a = parse_expression(P);
+      nv_push(P, &as, kw);
+    }
+    r->l2 = nv_done(&as);
+    expect(P, T_CLOSE_STMT, "Expected closing statement token");
+    nvec body = {0};
+    parse_until(P, &body, "endwith", NULL, NULL);
+    r->l1 = nv_done(&body);
+    parse_end(P, "endwith");
   } else {
     pfail(P, t->line, "Unknown statement type: %.*s", (int)(t->v.n > 40 ? 40 : t->v.n), t->v.s);
     r = NULL;
@@ -1120,11 +1167,24 @@ static jj_node *parse_primary(parser *P) {
   switch (t->type) {
     case T_NUM: {
       char buf[64];
-      size_t n = t->v.n < 63 ? t->v.n : 63;
-      memcpy(buf, t->v.s, n);
+      size_t n = 0;
+      for (size_t k = 0; k < t->v.n && n < 63; k++)
+        if (t->v.s[k] != '_') buf[n++] = t->v.s[k];
       buf[n] = 0;
+      const char *digits = buf;
+      bool neg = *digits == '-';
+      if (*digits == '-' || *digits == '+') digits++;
+      char pfx = digits[0] == '0' ? (char)(digits[1] | 0x20) : 0;
+      if (pfx == 'x' || pfx == 'o' || pfx == 'b') {
+        errno = 0;
+        unsigned long long u = strtoull(digits + 2, NULL, pfx == 'x' ? 16 : pfx == 'o' ? 8 : 2);
+        if (errno || u > (unsigned long long)INT64_MAX) pfail(P, t->line, "integer literal too large: %s", buf);
+        r = mk(P, N_INT, t->line);
+        r->i = neg ? -(int64_t)u : (int64_t)u;
+        break;
+      }
       double d = strtod(buf, NULL);
-      if (memchr(buf, '.', n) || d > 9.2e18 || d < -9.2e18) {
+      if (strpbrk(buf, ".eE") || d > 9.2e18 || d < -9.2e18) {
         r = mk(P, N_FLOAT, t->line);
         r->f = d;
       } else {
@@ -1156,6 +1216,11 @@ static jj_node *parse_primary(parser *P) {
       r->s = t->v;
       break;
     case T_LPAREN:
+      if (tk(P)->type == T_RPAREN) { /* () : the empty tuple */
+        P->cur++;
+        r = mk(P, N_TUPLE, t->line);
+        break;
+      }
       r = parse_seq(P, false);
       expect(P, T_RPAREN, "Expected closing parenthesis");
       break;

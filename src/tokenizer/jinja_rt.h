@@ -25,7 +25,12 @@ typedef struct {
 enum { CTL_NONE, CTL_BREAK, CTL_CONTINUE };
 
 __attribute__((format(printf, 2, 3), noreturn)) void jj_fail(jj_rt *r, const char *fmt, ...);
-const char *jj_tname(const jv *v);
+const char *jj_tname(const jv *v); /* Python's type name: 'str', 'list', 'generator' ... */
+
+/* ---- undefined values (jinja_value.c): Jinja2's default Undefined ---- */
+__attribute__((format(printf, 2, 3))) jv *jj_undef(jj_rt *r, const char *fmt, ...); /* with the message it raises */
+jv *jj_undef_attr(jj_rt *r, const jv *obj, const jv *name);     /* "'dict object' has no attribute 'x'" */
+__attribute__((noreturn)) void jj_undef_fail(jj_rt *r, const jv *u); /* raise UndefinedError for u */
 
 /* ---- scratch buffers (jinja_value.c) ---- */
 sm_buf *jj_buf(jj_rt *r);                /* an empty buffer for building text */
@@ -42,6 +47,7 @@ jv *jj_strn(jj_rt *r, const char *s, size_t n);
 jv *jj_jstr(jj_rt *r, jstr s); /* no copy: s must live as long as the render */
 jv *jj_cstr(jj_rt *r, const char *s);
 jv *jj_list_new(jj_rt *r);
+jv *jj_seq_new(jj_rt *r, int lk); /* a V_LIST of kind LK_* */
 void jj_list_push(jj_rt *r, jv *l, jv *x);
 jv *jj_dict_new(jj_rt *r, jj_vtype t);
 static inline bool jj_eq(jstr a, const char *s, size_t n) { return a.n == n && !memcmp(a.s, s, n); }
@@ -55,6 +61,11 @@ jv *jj_dict_items(jj_rt *r, jv *d);
 jv *jj_dict_keys(jj_rt *r, jv *d);
 jv *jj_dict_values(jj_rt *r, jv *d);
 jv *jj_chars_of(jj_rt *r, jv *s);
+/* Python iter(v) run to the end: a plain list of the items (dict: keys, str: characters, undefined:
+ * none); consumes a generator; fails for what is not iterable */
+jv *jj_iterate(jj_rt *r, jv *v);
+bool jj_is_iter(const jv *v); /* a one-pass iterator (LK_GEN / LK_REVITER) */
+int64_t jj_len(jj_rt *r, const jv *v); /* Python len(); fails where Python has none */
 jj_env *jj_env_new(jj_rt *r, jj_env *parent);
 void jj_env_set(jj_rt *r, jj_env *e, jstr name, jv *v);
 jv *jj_env_get(jj_env *e, jstr name);
@@ -62,13 +73,17 @@ jv *jj_from_json(jj_rt *r, const cJSON *j, int depth);
 
 /* ---- conversions, truth, equality, ordering (jinja_value.c) ---- */
 typedef struct {
-  int indent; /* 0 = none */
-  bool ensure_ascii, sort_keys, undef_null;
+  bool pretty;            /* indent given: one item a line */
+  int indent;             /* spaces a level, or ... */
+  const char *indent_str; /* ... this string a level */
+  size_t indent_len;
+  bool ensure_ascii, sort_keys;
   const char *item_sep, *key_sep;
 } json_opts;
 void jj_to_json(jj_rt *r, sm_buf *b, const jv *v, const json_opts *o, int depth);
 void jj_to_str(jj_rt *r, sm_buf *b, const jv *v);  /* what {{ }} prints */
 void jj_raw_str(jj_rt *r, sm_buf *b, const jv *v); /* what ~, + and join concatenate */
+void jj_repr(jj_rt *r, sm_buf *b, const jv *v);    /* Python repr() */
 jv *jj_str_of(jj_rt *r, const jv *v, bool raw);
 void jj_py_float(double d, char *out, size_t outn); /* Python repr of a float */
 bool jj_py_printable(uint32_t cp);                  /* Python str.isprintable of a non-ASCII code point */
@@ -89,15 +104,34 @@ jv *jj_arith_int(jj_rt *r, int op, int64_t a, int64_t b);
 jv *jj_arg(jv *args, jv *kwargs, size_t i, const char *name); /* positional i, else keyword name, else NULL */
 static inline size_t jj_nargs(jv *args) { return args ? args->u.l->n : 0; }
 
-/* ---- builtins (jinja_builtin.c) ---- */
+/* ---- Python str semantics (jinja_str.c) ---- */
 size_t jj_cp_count(const char *s, size_t n);
 const char *jj_memmem(const char *h, size_t hn, const char *n, size_t nn);
 jv *jj_case_map(jj_rt *r, const jv *v, int mode /* 0 lower, 1 upper */);
+jv *jj_py_title(jj_rt *r, const jv *v);      /* str.title() */
+jv *jj_py_capitalize(jj_rt *r, const jv *v); /* str.capitalize() */
+jv *jj_title_filter(jj_rt *r, const jv *v);  /* Jinja2's |title */
+bool jj_py_iscase(const jv *v, bool upper);  /* str.isupper() / islower() */
+jv *jj_strip(jj_rt *r, const jv *v, int which /* bit 0 left, bit 1 right */, const jv *chars /* NULL: whitespace */);
+jv *jj_str_replace(jj_rt *r, const jv *v, const jv *old, const jv *new_, int64_t count);
+jv *jj_split_str(jj_rt *r, jv *s, jv *sep, int64_t maxsplit);
+jv *jj_splitlines(jj_rt *r, const jv *v);
+jv *jj_indent(jj_rt *r, jv *s, jv *width, bool first, bool blank);
+bool jj_py_int_of_str(const jv *s, int base, int64_t *out, bool *overflow); /* false: ValueError */
+bool jj_py_float_of_str(const jv *s, double *out);
+jv *jj_py_percent(jj_rt *r, jv *fmt, jv *arg);             /* fmt % arg */
+jv *jj_py_format(jj_rt *r, jv *fmt, jv *args, jv *kwargs); /* fmt.format(...) */
+
+/* ---- builtins (jinja_builtin.c) ---- */
 jv *jj_builtin_member(jj_rt *r, jv *obj, jstr name); /* NULL if none */
 bool jj_test(jj_rt *r, jstr name, jv *v, jv *args, int nargs);
 jv *jj_filter(jj_rt *r, jv *v, jstr name, jv *args, jv *kwargs, jj_env *env);
 jv *jj_call_builtin(jj_rt *r, jv *fn, jv *args, jv *kwargs); /* every function but macros and caller */
 
 /* ---- evaluator (jinja_eval.c) ---- */
-jv *jj_call(jj_rt *r, jv *fn, jv *args, jv *kwargs, jj_env *env);
+jv *jj_call(jj_rt *r, jv *fn, jv *args, jv *kwargs, jv *caller /* NULL: none */);
+bool jj_py_in(jj_rt *r, jv *x, jv *container); /* Python's `x in container` */
+jv *jj_loop_attr(jj_rt *r, jv *loop, jstr name); /* NULL if none */
+jv *jj_getattr(jj_rt *r, jv *obj, jv *name);     /* obj.name (Jinja2's sandboxed getattr) */
+jv *jj_getitem(jj_rt *r, jv *obj, jv *key);      /* obj[key] (Jinja2's sandboxed getitem) */
 #endif

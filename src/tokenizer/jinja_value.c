@@ -1,6 +1,6 @@
 /* Chat-template runtime values: construction, containers and scopes, JSON input, conversion to
  * text (printing, JSON), truth, equality and ordering, and the render's scratch buffers.
- * Semantics follow @huggingface/jinja's runtime.ts (see jinja_int.h). */
+ * Semantics follow Python Jinja2 (see jinja_int.h). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -60,11 +60,51 @@ void jj_bufs_free(jj_rt *r) {
 }
 
 const char *jj_tname(const jv *v) {
-  static const char *n[] = {"UndefinedValue", "NullValue", "BooleanValue", "IntegerValue", "FloatValue",
-                            "StringValue", "ArrayValue", "ObjectValue", "NamespaceValue", "FunctionValue"};
-  if (v->t == V_LIST && v->tuple) return "TupleValue";
-  if (v->t == V_DICT && v->kwargs) return "KeywordArgumentsValue";
+  static const char *n[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list", "dict", "Namespace",
+                            "function", "LoopContext"};
+  static const char *lk[] = {"list", "generator", "list_reverseiterator", "dict_items", "dict_keys", "dict_values", "range"};
+  if (v->t == V_LIST) return v->tuple ? "tuple" : lk[v->lk];
   return n[v->t];
+}
+
+/* ---------------- undefined values ---------------- */
+jv *jj_undef(jj_rt *r, const char *fmt, ...) {
+  char msg[300];
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  jv *u = jj_strn(r, msg, k < 0 ? 0 : (size_t)k < sizeof msg ? (size_t)k : sizeof msg - 1);
+  u->t = V_UNDEF;
+  return u;
+}
+/* Jinja2's object_type_repr */
+static const char *type_repr(const jv *v) { return v->t == V_NONE ? "None" : NULL; }
+jv *jj_undef_attr(jj_rt *r, const jv *obj, const jv *name) {
+  const char *tr = type_repr(obj);
+  char t[64];
+  if (!tr) snprintf(t, sizeof t, "%s object", jj_tname(obj)), tr = t;
+  if (name->t == V_STR) {
+    sm_buf *b = jj_buf(r);
+    jj_to_str(r, b, name);
+    jv *nm = jj_buf_value(r, b);
+    b = jj_buf(r);
+    sm_buf_printf(b, "'%s' has no attribute ", tr);
+    jj_repr(r, b, nm);
+    jv *u = jj_buf_value(r, b);
+    u->t = V_UNDEF;
+    return u;
+  }
+  sm_buf *b = jj_buf(r);
+  sm_buf_printf(b, "%s has no element ", tr);
+  jj_repr(r, b, name);
+  jv *u = jj_buf_value(r, b);
+  u->t = V_UNDEF;
+  return u;
+}
+void jj_undef_fail(jj_rt *r, const jv *u) {
+  if (u->t == V_UNDEF && u->u.s.n) jj_fail(r, "UndefinedError: %.*s", (int)(u->u.s.n > 300 ? 300 : u->u.s.n), u->u.s.s);
+  jj_fail(r, "UndefinedError: an undefined value was used");
 }
 
 /* ---------------- value constructors ---------------- */
@@ -101,6 +141,11 @@ jv *jj_cstr(jj_rt *r, const char *s) { return jj_strn(r, s, strlen(s)); }
 jv *jj_list_new(jj_rt *r) {
   jv *v = jj_new(r, V_LIST);
   v->u.l = jj_calloc(&r->arena, sizeof(jj_list));
+  return v;
+}
+jv *jj_seq_new(jj_rt *r, int lk) {
+  jv *v = jj_list_new(r);
+  v->lk = (uint8_t)lk;
   return v;
 }
 void jj_list_push(jj_rt *r, jv *l, jv *x) {
@@ -203,7 +248,7 @@ jv *jj_from_json(jj_rt *r, const cJSON *j, int depth) {
   return r->none;
 }
 
-/* ---------------- number formatting (JavaScript Number#toString) ---------------- */
+/* ---------------- printability ---------------- */
 /* Python's str.isprintable() for one non-ASCII code point */
 bool jj_py_printable(uint32_t cp) {
   int gc = sm_uc_gc(cp);
@@ -245,12 +290,20 @@ static void jj_json_str(sm_buf *b, const char *s, size_t n, bool ascii) {
   sm_buf_putc(b, '"');
 }
 
+static void json_newline(sm_buf *b, const json_opts *o, int depth) {
+  sm_buf_putc(b, '\n');
+  for (int k = 0; k < depth; k++)
+    if (o->indent_str) sm_buf_put(b, o->indent_str, o->indent_len);
+    else for (int j = 0; j < o->indent; j++) sm_buf_putc(b, ' ');
+}
+
 void jj_to_json(jj_rt *r, sm_buf *b, const jv *v, const json_opts *o, int depth) {
   if (depth > 500) jj_fail(r, "tojson: value nested too deeply");
   char num[64];
+  if (v->t == V_UNDEF || v->t == V_FUNC || v->t == V_LOOP || v->t == V_NS || (v->t == V_LIST && v->lk != LK_LIST))
+    jj_fail(r, "TypeError: Object of type %s is not JSON serializable", jj_tname(v));
   switch (v->t) {
     case V_NONE: sm_buf_puts(b, "null"); return;
-    case V_UNDEF: sm_buf_puts(b, o->undef_null ? "null" : "undefined"); return;
     case V_BOOL: sm_buf_puts(b, v->u.b ? "true" : "false"); return;
     case V_INT: snprintf(num, sizeof num, "%lld", (long long)v->u.i); sm_buf_puts(b, num); return;
     case V_FLOAT:
@@ -260,12 +313,11 @@ void jj_to_json(jj_rt *r, sm_buf *b, const jv *v, const json_opts *o, int depth)
       return;
     case V_STR: jj_json_str(b, v->u.s.s, v->u.s.n, o->ensure_ascii); return;
     case V_LIST:
-    case V_DICT:
-    case V_NS: {
-      const char *item_sep = o->item_sep ? o->item_sep : o->indent ? "," : ", ";
+    case V_DICT: {
+      const char *item_sep = o->item_sep ? o->item_sep : o->pretty ? "," : ", ";
       const char *key_sep = o->key_sep ? o->key_sep : ": ";
       size_t cnt = v->t == V_LIST ? v->u.l->n : v->u.d->n;
-      bool ind = o->indent > 0 && cnt > 0;
+      bool ind = o->pretty && cnt > 0;
       sm_buf_putc(b, v->t == V_LIST ? '[' : '{');
       size_t *order = NULL;
       if (v->t != V_LIST) {
@@ -291,10 +343,7 @@ void jj_to_json(jj_rt *r, sm_buf *b, const jv *v, const json_opts *o, int depth)
       }
       for (size_t i = 0; i < cnt; i++) {
         if (i) sm_buf_puts(b, item_sep);
-        if (ind) {
-          sm_buf_putc(b, '\n');
-          for (int k = 0; k < (depth + 1) * o->indent; k++) sm_buf_putc(b, ' ');
-        }
+        if (ind) json_newline(b, o, depth + 1);
         if (v->t == V_LIST) jj_to_json(r, b, v->u.l->v[i], o, depth + 1);
         else {
           jstr k = v->u.d->k[order[i]];
@@ -303,18 +352,14 @@ void jj_to_json(jj_rt *r, sm_buf *b, const jv *v, const json_opts *o, int depth)
           jj_to_json(r, b, v->u.d->v[order[i]], o, depth + 1);
         }
       }
-      if (ind) {
-        sm_buf_putc(b, '\n');
-        for (int k = 0; k < depth * o->indent; k++) sm_buf_putc(b, ' ');
-      }
+      if (ind) json_newline(b, o, depth);
       sm_buf_putc(b, v->t == V_LIST ? ']' : '}');
       return;
     }
-    case V_FUNC: jj_fail(r, "Cannot convert to JSON: FunctionValue");
+    default: return;
   }
 }
 
-/* RuntimeValue#toString (what {{ }} prints) */
 /* Python's repr() of a float (shortest round-trip digits; exponent form below 1e-4 and from 1e16) */
 void jj_py_float(double d, char *out, size_t outn) {
   if (isnan(d)) { snprintf(out, outn, "nan"); return; }
@@ -394,6 +439,16 @@ static void py_repr(jj_rt *r, sm_buf *b, const jv *v, int depth) {
     case V_STR: py_repr_str(b, v->u.s.s, v->u.s.n); return;
     case V_UNDEF: sm_buf_puts(b, "Undefined"); return;
     case V_LIST:
+      if (v->lk == LK_GEN || v->lk == LK_REVITER) { /* Python adds the object's address */
+        sm_buf_printf(b, "<%s object>", jj_tname(v));
+        return;
+      }
+      if (v->lk == LK_RANGE) {
+        const int64_t *g = v->u.l->range;
+        sm_buf_printf(b, g[2] == 1 ? "range(%lld, %lld)" : "range(%lld, %lld, %lld)", (long long)g[0], (long long)g[1], (long long)g[2]);
+        return;
+      }
+      if (v->lk != LK_LIST) sm_buf_printf(b, "%s(", jj_tname(v));
       sm_buf_putc(b, v->tuple ? '(' : '[');
       for (size_t i = 0; i < v->u.l->n; i++) {
         if (i) sm_buf_puts(b, ", ");
@@ -401,6 +456,7 @@ static void py_repr(jj_rt *r, sm_buf *b, const jv *v, int depth) {
       }
       if (v->tuple && v->u.l->n == 1) sm_buf_putc(b, ',');
       sm_buf_putc(b, v->tuple ? ')' : ']');
+      if (v->lk != LK_LIST) sm_buf_putc(b, ')');
       return;
     case V_DICT:
     case V_NS:
@@ -432,9 +488,24 @@ void jj_to_str(jj_rt *r, sm_buf *b, const jv *v) {
     case V_LIST:
     case V_DICT:
     case V_NS: py_repr(r, b, v, 0); return;
-    case V_FUNC: sm_buf_puts(b, "<function>"); return;
+    case V_FUNC:
+      if (v->u.fn->kind == F_MACRO) sm_buf_printf(b, "<Macro '%.*s'>", (int)v->u.fn->node->s.n, v->u.fn->node->s.s);
+      else if (v->u.fn->kind == F_CALLER) sm_buf_puts(b, "<Macro 'caller'>");
+      else sm_buf_puts(b, "<function>");
+      return;
+    case V_LOOP: {
+      jstr in = {"index", 5}, ln = {"length", 6};
+      sm_buf_puts(b, "<LoopContext ");
+      jj_to_str(r, b, jj_loop_attr(r, (jv *)v, in));
+      sm_buf_putc(b, '/');
+      jj_to_str(r, b, jj_loop_attr(r, (jv *)v, ln));
+      sm_buf_putc(b, '>');
+      return;
+    }
   }
 }
+
+void jj_repr(jj_rt *r, sm_buf *b, const jv *v) { py_repr(r, b, v, 0); }
 
 /* the same (kept as a separate entry point for the concatenating operators and join) */
 void jj_raw_str(jj_rt *r, sm_buf *b, const jv *v) { jj_to_str(r, b, v); }
@@ -455,14 +526,14 @@ bool jj_truthy(const jv *v) {
     case V_INT: return v->u.i != 0;
     case V_FLOAT: return v->u.f != 0 && !isnan(v->u.f);
     case V_STR: return v->u.s.n > 0;
-    case V_LIST: return v->u.l->n > 0;
+    case V_LIST: return v->lk == LK_GEN || v->lk == LK_REVITER || v->u.l->n > 0;
     case V_DICT: return v->u.d->n > 0;
     default: return true;
   }
 }
 
 
-/* JS `===` on the raw values */
+/* identity-like equality: same type and value, numbers by value, containers by identity */
 bool jj_strict_eq(const jv *a, const jv *b) {
   if (jj_is_num(a) && jj_is_num(b)) {
     if (a->t == V_INT && b->t == V_INT) return a->u.i == b->u.i;
@@ -483,7 +554,6 @@ bool jj_strict_eq(const jv *a, const jv *b) {
 }
 
 
-/* JS loose `==` on the raw values */
 /* Python's == (numbers and booleans compare by value, containers item by item, no coercion) */
 bool jj_loose_eq(jj_rt *r, const jv *a, const jv *b) {
   bool an = jj_is_num(a) || a->t == V_BOOL, bn = jj_is_num(b) || b->t == V_BOOL;
@@ -538,26 +608,23 @@ typedef struct {
   jv *attr; /* NULL, or string path */
 } sort_ctx;
 
+/* Jinja2's make_attrgetter: getitem for each dot-separated part, digits as integers */
 jv *jj_attr_path(jj_rt *r, jv *item, const char *path, size_t n) {
   jv *v = item;
   size_t i = 0;
   while (i <= n) {
     size_t j = i;
-    while (j < n && path[j] != '.') j++;
-    if (v->t == V_DICT || v->t == V_NS) {
-      v = jj_dict_get(v->u.d, path + i, j - i);
-      if (!v) return r->undef;
-    } else if (v->t == V_LIST) {
-      char buf[32];
-      size_t l = j - i < 31 ? j - i : 31;
-      memcpy(buf, path + i, l);
-      buf[l] = 0;
-      char *end;
-      long idx = strtol(buf, &end, 10);
-      if (end == buf || idx < 0 || (size_t)idx >= v->u.l->n) return r->undef;
-      v = v->u.l->v[idx];
+    bool digits = true;
+    while (j < n && path[j] != '.') digits = digits && path[j] >= '0' && path[j] <= '9', j++;
+    jv *key;
+    if (digits && j > i && j - i < 18) {
+      char buf[24];
+      memcpy(buf, path + i, j - i);
+      buf[j - i] = 0;
+      key = jj_int(r, strtoll(buf, NULL, 10));
     } else
-      return r->undef;
+      key = jj_strn(r, path + i, j - i);
+    v = jj_getitem(r, v, key);
     i = j + 1;
   }
   return v;
@@ -591,6 +658,36 @@ jv *jj_sorted(jj_rt *r, jv *l, bool rev, bool cs, jv *attr) {
   return o;
 }
 
+bool jj_is_iter(const jv *v) { return v->t == V_LIST && (v->lk == LK_GEN || v->lk == LK_REVITER); }
+
+jv *jj_iterate(jj_rt *r, jv *v) {
+  switch (v->t) {
+    case V_UNDEF: return jj_list_new(r);
+    case V_STR: return jj_chars_of(r, v);
+    case V_DICT: return jj_dict_keys(r, v);
+    case V_LIST: {
+      if (!jj_is_iter(v) && !v->tuple && v->lk == LK_LIST) return v;
+      jv *o = jj_list_new(r);
+      for (size_t i = jj_is_iter(v) ? v->u.l->pos : 0; i < v->u.l->n; i++) jj_list_push(r, o, v->u.l->v[i]);
+      if (jj_is_iter(v)) v->u.l->pos = v->u.l->n;
+      return o;
+    }
+    default: jj_fail(r, "TypeError: '%s' object is not iterable", jj_tname(v));
+  }
+}
+
+int64_t jj_len(jj_rt *r, const jv *v) {
+  switch (v->t) {
+    case V_UNDEF: return 0;
+    case V_STR: return (int64_t)jj_cp_count(v->u.s.s, v->u.s.n);
+    case V_DICT: return (int64_t)v->u.d->n;
+    case V_LIST:
+      if (!jj_is_iter(v)) return (int64_t)v->u.l->n;
+      /* fall through */
+    default: jj_fail(r, "TypeError: object of type '%s' has no len()", jj_tname(v));
+  }
+}
+
 jv *jj_chars_of(jj_rt *r, jv *s) {
   jv *l = jj_list_new(r);
   for (size_t i = 0; i < s->u.s.n;) {
@@ -606,6 +703,7 @@ jv *jj_dict_items(jj_rt *r, jv *d) {
   jv *l = jj_list_new(r);
   for (size_t i = 0; i < d->u.d->n; i++) {
     jv *p = jj_list_new(r);
+    p->tuple = 1;
     jj_list_push(r, p, jj_jstr(r, d->u.d->k[i]));
     jj_list_push(r, p, d->u.d->v[i]);
     jj_list_push(r, l, p);
@@ -643,10 +741,13 @@ jv *jj_arith_int(jj_rt *r, int op, int64_t a, int64_t b) {
       if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
       return jj_int(r, q);
     }
-    case OP_MOD:
+    case OP_MOD: { /* Python: the result has the sign of the divisor */
       if (b == 0) jj_fail(r, "modulo by zero");
       if (b == -1) return jj_int(r, 0);
-      return jj_int(r, a % b);
+      int64_t m = a % b;
+      if (m != 0 && (m < 0) != (b < 0)) m += b;
+      return jj_int(r, m);
+    }
   }
   return NULL;
 }

@@ -1,8 +1,8 @@
 /* Encoding pipeline: added tokens -> normalizer -> pre-tokenizer -> BPE -> post-processor. */
 #include <stdlib.h>
 #include <string.h>
-#include <utf8proc.h>
 #include "tokenizer/tok_internal.h"
+#include "tokenizer/unicode_norm.h"
 #include "tokenizer/unicode_props.h"
 
 typedef struct { size_t off, len; int32_t id; bool first; } piece; /* id >= 0: an added token */
@@ -164,60 +164,13 @@ static void norm_replace(const sm_pattern *p, const char *content, size_t clen, 
   }
   sm_buf_put(out, s + last, n - last);
 }
-static bool is_cased(uint32_t c) {
-  utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
-  return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
-}
-static void norm_lower(const char *s, size_t n, sm_buf *out) {
-  size_t i = 0;
-  while (i < n) {
-    uint32_t cp; int l = sm_utf8_dec(s + i, n - i, &cp);
-    if (cp < 0x80) { sm_buf_putc(out, (char)((cp >= 'A' && cp <= 'Z') ? cp + 32 : cp)); i += (size_t)l; continue; }
-    if (cp == 0x130) { sm_buf_put_cp(out, 'i'); sm_buf_put_cp(out, 0x307); }
-    else if (cp == 0x3A3) { /* final sigma rule */
-      bool before = false, after = false;
-      for (size_t j = i; j > 0;) {
-        size_t k = j - 1; while (k > 0 && ((uint8_t)s[k] & 0xC0) == 0x80) k--;
-        uint32_t c2; sm_utf8_dec(s + k, n - k, &c2);
-        if (is_cased(c2)) { before = true; break; }
-        utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)c2);
-        if (!(cat == UTF8PROC_CATEGORY_MN || cat == UTF8PROC_CATEGORY_ME || cat == UTF8PROC_CATEGORY_CF ||
-              cat == UTF8PROC_CATEGORY_LM || cat == UTF8PROC_CATEGORY_SK || c2 == '\'' || c2 == 0x2019)) break;
-        j = k;
-      }
-      for (size_t j = i + (size_t)l; j < n;) {
-        uint32_t c2; int l2 = sm_utf8_dec(s + j, n - j, &c2);
-        if (is_cased(c2)) { after = true; break; }
-        utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)c2);
-        if (!(cat == UTF8PROC_CATEGORY_MN || cat == UTF8PROC_CATEGORY_ME || cat == UTF8PROC_CATEGORY_CF ||
-              cat == UTF8PROC_CATEGORY_LM || cat == UTF8PROC_CATEGORY_SK || c2 == '\'' || c2 == 0x2019)) break;
-        j += (size_t)l2;
-      }
-      sm_buf_put_cp(out, (before && !after) ? 0x3C2 : 0x3C3);
-    } else sm_buf_put_cp(out, (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp));
-    i += (size_t)l;
-  }
-}
-static void norm_unicode(int type, const char *s, size_t n, sm_buf *out) {
-  int opt = UTF8PROC_STABLE;
-  if (type == NORM_NFC) opt |= UTF8PROC_COMPOSE;
-  else if (type == NORM_NFD) opt |= UTF8PROC_DECOMPOSE;
-  else if (type == NORM_NFKC) opt |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
-  else opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
-  /* fast path: ASCII is invariant under all four forms */
-  size_t i = 0;
-  while (i < n && (uint8_t)s[i] < 0x80) i++;
-  if (i == n) { sm_buf_put(out, s, n); return; }
-  utf8proc_uint8_t *res = NULL;
-  utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &res, (utf8proc_option_t)opt);
-  if (r < 0) { sm_buf_put(out, s, n); return; }
-  sm_buf_put(out, res, (size_t)r);
-  free(res);
-}
 static void normalize_rec(const sm_norm *nm, const char *s, size_t n, sm_buf *out, pcre2_match_data *md) {
   switch (nm->type) {
-  case NORM_NFC: case NORM_NFD: case NORM_NFKC: case NORM_NFKD: norm_unicode(nm->type, s, n, out); return;
-  case NORM_LOWER: norm_lower(s, n, out); return;
+  case NORM_NFC: sm_unorm(SM_NFC, s, n, out); return;
+  case NORM_NFD: sm_unorm(SM_NFD, s, n, out); return;
+  case NORM_NFKC: sm_unorm(SM_NFKC, s, n, out); return;
+  case NORM_NFKD: sm_unorm(SM_NFKD, s, n, out); return;
+  case NORM_LOWER: sm_unorm_lowercase(s, n, out); return;
   case NORM_STRIP: {
     size_t a = 0, b = n;
     if (nm->left) while (a < b) { uint32_t cp; int l = sm_utf8_dec(s + a, b - a, &cp); if (!sm_uc_is_whitespace(cp)) break; a += (size_t)l; }
@@ -232,16 +185,7 @@ static void normalize_rec(const sm_norm *nm, const char *s, size_t n, sm_buf *ou
   }
   case NORM_REPLACE: norm_replace(&nm->pat, nm->str, nm->slen, s, n, out, md); return;
   case NORM_PREPEND: if (n) sm_buf_put(out, nm->str, nm->slen); sm_buf_put(out, s, n); return;
-  case NORM_STRIP_ACCENTS: {
-    size_t i = 0;
-    while (i < n) {
-      uint32_t cp; int l = sm_utf8_dec(s + i, n - i, &cp);
-      utf8proc_category_t k = cp < 0x300 ? UTF8PROC_CATEGORY_LL : utf8proc_category((utf8proc_int32_t)cp);
-      if (k != UTF8PROC_CATEGORY_MN && k != UTF8PROC_CATEGORY_MC && k != UTF8PROC_CATEGORY_ME) sm_buf_put(out, s + i, (size_t)l);
-      i += (size_t)l;
-    }
-    return;
-  }
+  case NORM_STRIP_ACCENTS: sm_unorm_strip_accents(s, n, out); return;
   case NORM_SEQ: {
     sm_buf a = {0}, b = {0};
     sm_buf_put(&a, s, n);
@@ -340,12 +284,7 @@ static void re_init(void) {
 static bool pred_eq(uint32_t c, uint32_t a) { return c == a; }
 static bool pred_ws(uint32_t c, uint32_t a) { (void)a; return sm_uc_is_whitespace(c); }
 static bool pred_num(uint32_t c, uint32_t a) { (void)a; return sm_uc_is_numeric(c); }
-static bool pred_punct(uint32_t c, uint32_t a) {
-  (void)a;
-  if (c < 0x80) return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
-  utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
-  return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
-}
+static bool pred_punct(uint32_t c, uint32_t a) { (void)a; return sm_hf_is_punctuation(c); }
 
 static void pretok_apply(const sm_pretok *p, ctx *c, plist *in, plist *out);
 static void pretok_piece(const sm_pretok *p, ctx *c, const char *s, size_t n, bool first, plist *out) {

@@ -26,7 +26,10 @@ class Generation(Extension):  # transformers' AssistantTracker, without the inde
     def parse(self, parser):
         lineno = next(parser.stream).lineno
         body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return nodes.Scope(body, lineno=lineno)
+        return nodes.CallBlock(self.call_method("_generation_support"), [], [], body).set_lineno(lineno)
+
+    def _generation_support(self, caller):
+        return caller()
 
 
 def raise_exception(message):
@@ -77,6 +80,40 @@ PY_CASES = [
     ("repr_unicode", "{{ ['é', '\\u00a0', '\\t', '\\x7f', '日本'] }}", {}),
     ("namespace_repr", "{% set ns = namespace(a=1, b='x') %}{{ ns }}", {}),
     ("tuple_repr", "{{ (1,) }} {{ (1, 'a') }} {{ () }}", {}),
+    # Jinja2 scoping, lazy loops, generators, undefined values, Python str and number semantics
+    ("loop_filter_lazy", "{% set ns = namespace(s=0) %}{% for x in [1,2,3,4] if ns.s < 3 %}{% set ns.s = ns.s + x %}{{ x }}{% endfor %}|{% set ns.s = 0 %}{% for x in [1,2,3,4] if ns.s < 3 %}{% set ns.s = ns.s + x %}{{ x }}{{ loop.last }}{% endfor %}", {}),
+    ("generator_one_pass", "{% set g = [1,2,3]|select %}{% for x in g %}{{ x }}{% break %}{% endfor %}|{{ g|list }}|{% set g = [1,2,3]|select %}{% for x in g %}{{ x }}{{ loop.last }}{% break %}{% endfor %}|{{ g|list }}|{% set m = [1,2]|map('string') %}{{ m|join }}{{ m|join }}|{{ 2 in [1,2,3]|select }}", {}),
+    ("macro_closure", "{% macro f() %}[{{ i }}]{% endmacro %}{% for i in [1,2] %}{{ f() }}{% endfor %}{% set i = 5 %}{% macro g() %}{{ i }}{% endmacro %}{% set i = 6 %}{{ g() }}", {}),
+    ("loop_object", "{% for x in [1,2,3] %}{{ loop.index }}/{{ loop.length }}/{{ loop.revindex }}/{{ loop.cycle('a','b') }}/{{ loop.changed(x) }}/{{ loop.previtem }}/{{ loop.nextitem }}/{{ loop.depth }};{% endfor %}{% for x in [1,1,2] %}{{ loop.changed(x) }}{% endfor %}{% for x in [1] %}{% set y = 1 %}{% endfor %}[{{ y }}]", {}),
+    ("test_semantics", "{{ true is number }} {{ x is sequence }} {{ x is iterable }} {{ x is callable }} {{ none is iterable }} {{ {} is sequence }} {{ 'abc1' is lower }} {{ '123' is lower }} {{ 'Ab' is upper }} {{ 3.0 is odd }} {{ 1 is eq true }} {{ 1 in [1.0] }} {{ 2 is in [1, 2] }}", {}),
+    ("filters_on_non_strings", "{{ 5|upper }} {{ none|lower }} {{ [1]|title }} {{ 12|replace(1, 'x') }} {{ 3|trim }} {{ 'a b  c'|wordcount }} {{ [1,2]|join(0) }}", {}),
+    ("python_arithmetic", "{{ -7 % 3 }} {{ 7 % -3 }} {{ -7.5 % 2 }} {{ -7 // 2 }} {{ true + 1 }} {{ [1,2] * 2 }} {{ (1,) + (2,) }} {{ 2 ** 10 }} {{ 10 / 4 }}", {}),
+    ("int_float_parsing", "{{ ' 42 '|int }} {{ '1_000'|int }} {{ '0x1A'|int }} {{ '0x1A'|int(0, 16) }} {{ '1e3'|int }} {{ '-3.9'|int }} {{ -3.9|int }} {{ 'nan'|int }} {{ none|int }} {{ 'inf'|float }} {{ ' 1_0.5 '|float }} {{ '.5'|float }} {{ '5.'|float }} {{ 'x'|float(1) }} {{ 0x1F }} {{ 1_000 }} {{ 2.5E+3 }}", {}),
+    ("case_mapping", "{{ 'ǆemal ßtraße'|title }} {{ 'ǆemal ßtraße'.title() }} {{ 'ßa'|capitalize }} {{ 'ΑΣ ΑΣΑ Σ'|lower }} {{ 'İx'|lower }} {{ 'straße'|upper }} {{ \"they're bill's 1st\"|title }} {{ \"they're bill's 1st\".title() }} {{ 'a-b(c[d<e f\tg'|title }}", {}),
+    ("iterators_and_views", "{{ [1,2]|reverse|list }}|{{ 'abc'|reverse }}|{{ {'a':1}|items|list }}|{{ {'a':1}.items() }}|{{ {'a':1}.keys() }}|{{ {'a':1}.values()|list }}|{{ d|dictsort }}|{{ range(3) }} {{ range(1, 9, 3)|list }} {{ range(3)|length }}", {"d": {"b": 1, "a": 2}}),
+    ("aggregates", "{{ [3,1,2]|sort }} {{ ['b','A','a']|unique|list }} {{ ['b','A','a']|unique(true)|list }} {{ [1, 1.0, true]|unique|list }} {{ ['B','a']|min }} {{ ['B','a']|max }} [{{ []|min }}] {{ [1,2,3]|select('odd')|first }} {{ {'b':1,'a':2}|join(',') }} {{ 'abc'|first }} {{ {'x':1,'y':2}|last }} {{ [1,2]|batch(1)|list }}", {}),
+    ("attribute_paths", "{{ users|map(attribute='n', default=0)|list }} {{ pairs|sum(attribute='1') }} {{ users|selectattr('n')|list }} {{ users|selectattr('n', 'gt', 0)|list }} {{ pairs|map(attribute='0')|list }}", {"users": [{"n": 1}, {}], "pairs": [[1, 2], [3, 4]]}),
+    ("tojson_args", "{{ x|tojson(indent=0) }}|{{ x|tojson(indent='--') }}|{{ x|tojson(true) }}|{{ (1,'a')|tojson }}|{{ x|tojson(sort_keys=1) }}", {"x": {"b": [1, "é"], "a": 2}}),
+    ("indent_lines", "{{ 'a\\r\\nb\\nc\\n'|indent(2) }}|{{ 'a\\n\\nb\\n'|indent(2, blank=true) }}|{{ 'a\\nb'|indent('>>', true) }}", {}),
+    ("getattr_getitem", "{{ l[10] }}|{{ 'ab'[5] }}|{{ d.nope }}|{{ none.x }}|{{ d['items'] }}|{{ d.get('z', 3) }}|{{ d.get(1) }}|{{ [1,2,3][1:] }} {{ (1,2,3)[1:] }} {{ 'abcdef'[::2] }}|{% for a, b in {'x': 1}.items() %}{{ a }}={{ b }}{% endfor %}{% for c in 'ab' %}{{ c }}{% endfor %}", {"l": [1], "d": {"items": 7}}),
+    ("undefined_lenient_ops", "{{ 'x' ~ missing ~ 'y' }} {{ missing is defined }} {{ missing|length }} {{ missing|list }} [{{ missing|string }}] [{{ missing|upper }}] {{ missing == missing }} {{ 'a' in missing }} {{ missing in [1] }} {% for x in missing %}{% else %}empty{% endfor %}[{{ missing|join(',') }}{{ missing|first }}{{ missing|last }}] {{ missing|items|list }} {{ missing|sort }}", {}),
+    ("string_formatting", "{{ '%s-%d' % ('a', 3) }} {{ '%5.2f|%-4s|%03d|%x|%r' % (3.14159, 'ab', 7, 255, 'q') }} {{ '%(a)s' % {'a': 1} }} {{ '%s' % [1] }} {{ '%d%%' % 5 }} {{ 'x{}y{}'.format(1, 'a') }} {{ '{0}{0}{name}'.format(1, name='n') }} {{ '{:>5}|{:<4}|{:^6}|{:05d}|{:.2f}|{:+d}|{:x}|{:,}'.format('a', 'b', 'c', 42, 3.14159, 3, 255, 1234567) }} {{ '{!r}'.format('a') }} {{ ' a b c '.split(none, 1) }} {{ '-'.join(['a', 'b']) }}", {}),
+    ("with_block", "{% set a = 1 %}{% with a = 2, b = a %}{{ a }}{{ b }}{% set c = 3 %}{% endwith %}{{ a }}[{{ c }}]{% for m in ms %}{% with role = m.role %}{{ role }};{% endwith %}{% endfor %}", {"ms": [{"role": "u"}, {"role": "a"}]}),
+    ("generation_scope", "{% for m in ms %}{% generation %}{% set x = 1 %}{{ m }}{{ loop.index }}{% endgeneration %}[{{ x }}]\n  {% generation %}\n  y\n  {% endgeneration %}\n{% endfor %}", {"ms": ["a", "b"]}),
+    # errors where Python raises (each must fail in smelt too)
+    ("err_undefined_attr", "{{ missing.x }}", {}),
+    ("err_undefined_arith", "{{ missing < 1 }}", {}),
+    ("err_undefined_tojson", "{{ missing|tojson }}", {}),
+    ("err_undefined_int", "{{ missing|int }}", {}),
+    ("err_undefined_call", "{{ missing() }}", {}),
+    ("err_generator_len", "{{ [1,2]|select|length }}", {}),
+    ("err_generator_last", "{{ [1,2]|select|last }}", {}),
+    ("err_generator_add", "{{ ([1]|select) + [1] }}", {}),
+    ("err_generator_json", "{{ [1]|map('string')|tojson }}", {}),
+    ("err_str_odd", "{{ 'abc' is odd }}", {}),
+    ("err_format_args", "{{ '%s and %s' % ('a',) }}", {}),
+    ("err_join_non_str", "{{ '-'.join([1, 2]) }}", {}),
+    ("err_undefined_sum", "{{ users|sum(attribute='n') }}", {"users": [{"n": 1}, {}]}),
 ]
 
 
