@@ -26,6 +26,7 @@ typedef struct {
   float mscale;    /* on the rotated dims (rope_ext) */
   float attn_mul;  /* the attention factor folded into the attention scale */
   bool ext;        /* needs rope_ext (position rows or mscale) */
+  int pos_limit;   /* positions >= this have no row (dynamic NTK: past max_context); 0 = none */
 } sm_rope_tab;
 
 struct smelt_model {

@@ -75,6 +75,8 @@ static smelt_status model_rope(const smelt_model *m, sm_rope_tab *t, double **ro
     }
     t->n_rows = n_rows;
     t->pos0 = mp;
+    t->pos_limit = n_rows > 1 ? m->max_context : 0;
+    if (n_rows == 1) t->pos_limit = mp; /* default frequencies only up to max_position_embeddings */
     break;
   }
   case SM_ROPE_YARN: {

@@ -48,6 +48,14 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     if (b->pos[i] < 0 || b->pos[i] >= b->max_blocks * kv->block_size)
       return sm_err(SMELT_ERR_LIMIT, "position %d beyond the KV cache", b->pos[i]);
   }
+  /* a RoPE table with rows per position (dynamic NTK) covers the positions of max_context */
+  for (int k = 0; k < 2; k++) {
+    const int lim = m->ropes[k].pos_limit;
+    for (int i = 0; lim > 0 && i < b->n_tokens; i++)
+      if (b->pos[i] >= lim)
+        return sm_err(SMELT_ERR_LIMIT, "position %d is past this model's dynamic-NTK RoPE table (%d positions: load "
+                      "it with a larger max_context)", b->pos[i], lim);
+  }
   smelt_status st = sm_model_reserve(m, b->n_tokens, b->n_out);
   if (st) return st;
   if ((st = be->set_batch(be, b))) return st;

@@ -37,6 +37,9 @@ static void check_fixture(const char *dir) {
   smelt_model_params mp;
   smelt_model_params_default(&mp);
   mp.device = g_cuda ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
+  /* the context the fixtures are checked over (position-dependent RoPE tables are sized by it; more
+   * than original_max_position_embeddings so that longrope's long rows exist) */
+  mp.max_context = 256;
   smelt_model *m = NULL;
   if (smelt_model_load(dir, &mp, &m)) { CHECK(0, "%s: load: %s", name, smelt_last_error()); goto out; }
   int V = smelt_model_vocab_size(m);
