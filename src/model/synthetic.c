@@ -78,15 +78,15 @@ static void add_linear(sm_st_writer *w, fill_ctx *fc, const char *prefix, int64_
 
 /* "48x1.0" in a synthetic shape's extra config: a list of 48 numbers 1.0 (longrope factors) */
 static void expand_lists(cJSON *o) {
-  for (cJSON *e = o ? o->child : NULL; e; e = e->next) {
+  for (cJSON *e = o ? o->child : NULL, *next; e; e = next) {
+    next = e->next;
     if (cJSON_IsObject(e)) { expand_lists(e); continue; }
     int n;
     double v;
     if (!cJSON_IsString(e) || sscanf(e->valuestring, "%dx%lf", &n, &v) != 2 || n <= 0 || n > 4096) continue;
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v));
-    cJSON_ReplaceItemViaPointer(o, e, a);
-    e = a;
+    cJSON_ReplaceItemInObjectCaseSensitive(o, e->string, a);
   }
 }
 
