@@ -24,7 +24,7 @@ static const sm_recipe cohere2_recipe = {
 
 const sm_family sm_family_cohere2 = {
   .model_type = "cohere2",
-  .description = "Cohere Command R7B / Command A (LayerNorm, parallel block, NoPE full layers)",
+  .description = "Command R7B / Command A (LayerNorm, parallel block, NoPE full layers)",
   .example = "mlx-community/c4ai-command-r7b-12-2024-4bit",
   .defaults = &cohere2_defaults, .names = &cohere2_names, .recipe = &cohere2_recipe,
 };

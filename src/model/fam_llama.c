@@ -50,7 +50,7 @@ static const sm_recipe ministral3_recipe = { .window = SM_WIN_ALL, .llama4_scali
 
 const sm_family sm_family_ministral3 = {
   .model_type = "ministral3",
-  .description = "Ministral 3 (text model; Llama-4 query scaling past the original context)",
+  .description = "Ministral 3 (Llama-4 query scaling past the trained context)",
   .example = "mlx-community/Ministral-3-3B-Instruct-2512-4bit",
   .defaults = &ministral3_defaults, .names = &sm_names_llama, .recipe = &ministral3_recipe,
 };
@@ -83,7 +83,7 @@ static const sm_recipe granite_recipe = {
 
 const sm_family sm_family_granite = {
   .model_type = "granite",
-  .description = "Granite 3.x (Llama block with embedding/attention/residual/logit multipliers)",
+  .description = "Granite 3.x (Llama block with multipliers)",
   .example = "mlx-community/granite-3.3-2b-instruct-4bit",
   .defaults = &granite_defaults, .names = &sm_names_llama, .recipe = &granite_recipe,
 };

@@ -67,7 +67,7 @@ static const sm_recipe exaone4_recipe = {
 
 const sm_family sm_family_exaone4 = {
   .model_type = "exaone4",
-  .description = "EXAONE 4.0 (post-norm block, q/k RMSNorm, sliding layers with RoPE, NoPE full layers)",
+  .description = "EXAONE 4.0 (post-norm block, q/k RMSNorm, NoPE full layers)",
   .example = "mlx-community/EXAONE-4.0-1.2B-4bit",
   .defaults = &exaone4_defaults, .names = &exaone4_names, .recipe = &exaone4_recipe,
 };

@@ -20,7 +20,7 @@ static const sm_recipe phi3_recipe = { .window = SM_WIN_ALL };
 
 const sm_family sm_family_phi3 = {
   .model_type = "phi3",
-  .description = "Phi-3 / Phi-3.5 / Phi-4 / Phi-4-mini (fused qkv and gate_up, longrope, partial rotary)",
+  .description = "Phi-3 / 3.5 / 4 / 4-mini (fused qkv and gate_up, longrope)",
   .example = "mlx-community/Phi-4-mini-instruct-4bit",
   .defaults = &phi3_defaults, .names = &phi3_names, .recipe = &phi3_recipe,
   .notes = "longrope: short factors up to original_max_position_embeddings, long factors past it, per position",

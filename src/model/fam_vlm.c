@@ -15,7 +15,7 @@ const sm_vlm_packaging sm_vlm_gemma3 = {
 static const sm_config_defaults mistral3_defaults = { .type = "mistral3", .text_type = "mistral" };
 const sm_vlm_packaging sm_vlm_mistral3 = {
   .model_type = "mistral3",
-  .description = "Mistral Small 3.1/3.2, Ministral 3 vision-language checkpoints (text model: mistral, ministral3)",
+  .description = "Mistral Small 3.1/3.2, Ministral 3 (text model: mistral, ministral3)",
   .example = "mlx-community/Mistral-Small-3.2-24B-Instruct-2506-4bit", .defaults = &mistral3_defaults,
   .lm_prefix = "language_model.", .skip = vision_skip,
 };
