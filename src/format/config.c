@@ -438,6 +438,9 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
     c->sliding_window = use ? sw : 0;
     if (c->sliding_window < 0) return sm_err(SMELT_ERR_FORMAT, "%s: sliding_window must be >= 0", file);
   }
+  c->max_window_layers = f->max_window_layers;
+  TRY(get_int(&s, "max_window_layers", &c->max_window_layers));
+  TRY(check_range(file, "max_window_layers", c->max_window_layers, 0, 1 << 20));
   c->sliding_window_pattern = f->sw_pattern;
   const cJSON *swp = get(&s, "sliding_window_pattern");
   if (cJSON_IsString(swp)) { /* EXAONE 4: "LLLG", repeated over the layers (L: sliding, G: full) */

@@ -46,6 +46,7 @@ typedef struct {
   uint8_t layer_rope[SM_MAX_LAYERS];    /* no_rope_layers[l] */
   int no_rope_layer_interval;  /* SmolLM3: every Nth layer is NoPE when no_rope_layers is absent; 0 = n/a */
   bool use_sliding_window;     /* the config's use_sliding_window (families with sw_mode 2) */
+  int max_window_layers;       /* Qwen2/3: layers from this one on slide (with use_sliding_window) */
   /* Granite multipliers and Cohere's logit_scale (1 when absent) */
   float embedding_multiplier, attention_multiplier, residual_multiplier, logits_scaling, logit_scale;
   /* vision-language checkpoints: the outer model_type ("gemma3", "mistral3", "qwen2_5_vl", ...) when the LM
@@ -81,6 +82,7 @@ typedef struct {
   float local_theta;
   bool gemma_act;       /* prefer "hidden_activation" over "hidden_act" */
   int no_rope_interval; /* SmolLM3 no_rope_layer_interval */
+  int max_window_layers;/* Qwen2/3 max_window_layers default */
   float logit_scale;    /* Cohere: 0.0625; 0 = 1 */
   float partial_rotary; /* partial_rotary_factor default (GLM-4: 0.5); 0 = 1 */
   int orig_max_pos;     /* original_max_position_embeddings class default (Phi-3: 4096); 0 = none */

@@ -8,9 +8,9 @@ extern const sm_tensor_names sm_names_llama;
 static const sm_config_defaults qwen2_defaults = {
   .type = "qwen2", .vocab = 151936, .hidden = 4096, .inter = 22016, .layers = 32, .heads = 32, .kv = 32,
   .max_pos = 32768, .eps = 1e-6f, .theta = 10000.f, .act = "silu", .attn_bias = true, .sw_mode = 2, .sliding = 4096,
-  .bos = -1, .eos = -1,
+  .bos = -1, .eos = -1, .max_window_layers = 28,
 };
-static const sm_recipe qwen2_recipe = { .qkv_bias = true, .window = SM_WIN_NONE };
+static const sm_recipe qwen2_recipe = { .qkv_bias = true, .window = SM_WIN_FROM_LAYER };
 
 const sm_family sm_family_qwen2 = {
   .model_type = "qwen2",
@@ -33,9 +33,9 @@ const sm_tensor_names sm_names_qwen3 = {
 static const sm_config_defaults qwen3_defaults = {
   .type = "qwen3", .vocab = 151936, .hidden = 4096, .inter = 22016, .layers = 32, .heads = 32, .kv = 32,
   .head_dim = 128, .max_pos = 32768, .eps = 1e-6f, .theta = 10000.f, .act = "silu", .sw_mode = 2, .sliding = 4096,
-  .bos = -1, .eos = -1,
+  .bos = -1, .eos = -1, .max_window_layers = 28,
 };
-static const sm_recipe qwen3_recipe = { .attn_bias = SM_BIAS_QKVO, .qk_norm = SM_QK_NORM_HEAD, .window = SM_WIN_NONE };
+static const sm_recipe qwen3_recipe = { .attn_bias = SM_BIAS_QKVO, .qk_norm = SM_QK_NORM_HEAD, .window = SM_WIN_FROM_LAYER };
 
 const sm_family sm_family_qwen3 = {
   .model_type = "qwen3",
@@ -48,7 +48,7 @@ const sm_family sm_family_qwen3 = {
 static const sm_config_defaults qwen2_5_vl_text_defaults = {
   .type = "qwen2_5_vl_text", .vocab = 152064, .hidden = 8192, .inter = 29568, .layers = 80, .heads = 64, .kv = 8,
   .max_pos = 128000, .eps = 1e-5f, .theta = 1000000.f, .act = "silu", .attn_bias = true, .sw_mode = 2,
-  .sliding = 4096, .bos = -1, .eos = -1,
+  .sliding = 4096, .bos = -1, .eos = -1, .max_window_layers = 80,
 };
 const sm_family sm_family_qwen2_5_vl_text = {
   .model_type = "qwen2_5_vl_text",

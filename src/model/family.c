@@ -109,6 +109,10 @@ void sm_family_layer_spec(const sm_family *f, const sm_config *c, int layer, sm_
     if (c->has_layer_types) sliding = c->layer_sliding[layer];
     else sliding = c->use_sliding_window && c->sliding_window > 0 && !layer_rotates(r, c, layer, false);
     break;
+  case SM_WIN_FROM_LAYER:
+    if (c->has_layer_types) sliding = c->layer_sliding[layer];
+    else sliding = c->use_sliding_window && c->sliding_window > 0 && layer >= c->max_window_layers;
+    break;
   }
   out->sliding = sliding;
   out->window = sliding ? c->sliding_window : 0;

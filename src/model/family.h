@@ -45,6 +45,7 @@ typedef enum {
   SM_WIN_PATTERN, /* config layer_types (or EXAONE's "LLLG"); else every sliding_window_pattern-th layer
                    * (1-based) is full and the others slide (Gemma 2/3, Cohere 2, OLMo 3, EXAONE 4) */
   SM_WIN_NOPE,    /* config layer_types; else, with use_sliding_window, the NoPE layers slide (SmolLM3) */
+  SM_WIN_FROM_LAYER, /* config layer_types; else, with use_sliding_window, layers >= max_window_layers (Qwen2/3) */
 } sm_window_rule;
 
 /* which layers rotate q and k (the others are NoPE: no position encoding) */

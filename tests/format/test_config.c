@@ -477,6 +477,18 @@ static void test_layer_kinds(void) {
   CHECK_EQ_F(c.logit_scale, 0.0625); /* Cohere2Config default */
   sm_config_free(&c);
 
+  /* Qwen2 with use_sliding_window: the layers from max_window_layers on slide (Qwen2Config.layer_types) */
+  const char *qsw = "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"intermediate_size\": 128,"
+                    " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+                    " \"vocab_size\": 100, \"use_sliding_window\": true, \"sliding_window\": 32, \"max_window_layers\": 2}";
+  CHECK_EQ_I(load("qwen2sw", qsw, NULL, &c), SMELT_OK);
+  f = sm_family_runnable("qwen2");
+  sm_family_layer_spec(f, &c, 1, &sp);
+  CHECK(sp.window == 0);
+  sm_family_layer_spec(f, &c, 2, &sp);
+  CHECK(sp.window == 32 && sp.rope == 0);
+  sm_config_free(&c);
+
   /* THUDM/GLM-4-9B-0414: partial_rotary_factor 0.5 by default, q/k/v biases */
   const char *glm = "{\"model_type\": \"glm4\", \"hidden_size\": 4096, \"intermediate_size\": 13696,"
                     " \"num_hidden_layers\": 40, \"num_attention_heads\": 32, \"num_key_value_heads\": 2,"
