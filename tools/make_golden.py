@@ -20,7 +20,8 @@ Two references:
               the default mode.
 
 Usage:
-  python3 tools/make_golden.py [--numpy] [--only NAME[,NAME...]] [OUTDIR]   (default tests/golden/fixtures)
+  python3 tools/make_golden.py [--numpy [--force]] [--only NAME[,NAME...]] [OUTDIR]   (default tests/golden/fixtures)
+(--numpy keeps a fixture of OUTDIR whose reference is transformers unless --force)
 One failing fixture does not stop the others; a summary table ends the run (exit 1 if any failed).
 Seeds are fixed per fixture; each fixture stays under 300 KB.
 """
@@ -607,7 +608,8 @@ def make_fixture(fx, outdir, use_numpy):
 def main():
     args = sys.argv[1:]
     use_numpy = "--numpy" in args
-    args = [a for a in args if a != "--numpy"]
+    force = "--force" in args
+    args = [a for a in args if a not in ("--numpy", "--force")]
     only = None
     if "--only" in args:
         i = args.index("--only")
@@ -623,6 +625,15 @@ def main():
     if only and len(todo) != len(only):
         print("unknown fixture names: %s" % sorted(only - {fx["name"] for fx in todo}))
         sys.exit(2)
+    if use_numpy and not force:  # never replace a transformers reference by the numpy one
+        keep = []
+        for fx in todo:
+            mp = os.path.join(outdir, fx["name"], "manifest.json")
+            if os.path.exists(mp) and "transformers" in json.load(open(mp)).get("reference", ""):
+                print("%s: keeping its transformers reference (--force replaces it)" % fx["name"])
+            else:
+                keep.append(fx)
+        todo = keep
     results = []
     for fx in todo:
         print("== %s" % fx["name"], flush=True)
