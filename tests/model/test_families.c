@@ -228,6 +228,37 @@ static void test_dynamic_limit(void) {
   }
 }
 
+/* longrope: a second row of frequencies (the long factors) used from original_max_position_embeddings on,
+ * and the attention factor on the rotated dims of a partial rotary head */
+static void test_longrope_rows(void) {
+  char d[256];
+  snprintf(d, sizeof d, "%s/longrope", g_root);
+  sm_synth_shape sh = { "lr", 64, 2, 4, 2, 128, 200, false, "phi3", 16,
+                        "{\"partial_rotary_factor\": 0.5, \"original_max_position_embeddings\": 16, \"max_position_embeddings\": 64,"
+                        " \"rope_theta\": 10000, \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": \"4x2.0\","
+                        " \"long_factor\": \"4x8.0\"}}" };
+  CHECK(sm_make_synthetic(&sh, 0, 0, d, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
+  smelt_status st;
+  for (int ctx = 16; ctx <= 32; ctx += 16) {
+    smelt_model *m = load(d, ctx, &st);
+    CHECK(m != NULL, "load: %s", smelt_last_error());
+    if (!m) continue;
+    const sm_rope_tab *t = &m->ropes[0];
+    CHECK(t->rot == 8 && t->ext && t->n_rows == (ctx > 16 ? 2 : 1) && t->pos0 == 16, "table: rot %d rows %d pos0 %d",
+          t->rot, t->n_rows, t->pos0);
+    /* factor 64 / 16 = 4: sqrt(1 + ln 4 / ln 16) */
+    CHECK(fabs(t->mscale - sqrt(1.0 + log(4.0) / log(16.0))) < 1e-6 && t->attn_mul == 1.0f, "mscale %g", t->mscale);
+    float inv[8];
+    m->be->download(m->be, inv, t->inv, sizeof(float) * 4 * (size_t)t->n_rows);
+    for (int r = 0; r < t->n_rows; r++)
+      for (int i = 0; i < 4; i++) {
+        double want = 1.0 / ((r ? 8.0 : 2.0) * pow(10000.0, 2.0 * i / 8));
+        CHECK(fabs(inv[r * 4 + i] - want) <= 1e-6 * want, "row %d [%d] %g vs %g", r, i, inv[r * 4 + i], want);
+      }
+    smelt_model_free(m);
+  }
+}
+
 int main(void) {
   snprintf(g_root, sizeof g_root, "/tmp/smelt-families-XXXXXX");
   if (!mkdtemp(g_root)) { perror("mkdtemp"); return 1; }
@@ -235,6 +266,7 @@ int main(void) {
   test_vlm();
   test_not_runnable();
   test_dynamic_limit();
+  test_longrope_rows();
   char cmd[200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
   if (system(cmd)) fprintf(stderr, "warning: could not remove %s\n", g_root);
