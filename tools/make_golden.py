@@ -20,7 +20,8 @@ Two references:
               the default mode.
 
 Usage:
-  python3 tools/make_golden.py [--numpy [--force]] [--only NAME[,NAME...]] [OUTDIR]   (default tests/golden/fixtures)
+  python3 tools/make_golden.py [--numpy [--force]] [--only NAME[,NAME...]] [--seeds N] [OUTDIR]
+(OUTDIR: default tests/golden/fixtures; --seeds: candidate seeds per fixture, default 12)
 (--numpy keeps a fixture of OUTDIR whose reference is transformers unless --force)
 One failing fixture does not stop the others; a summary table ends the run (exit 1 if any failed).
 Seeds are fixed per fixture; each fixture stays under 300 KB.
@@ -611,6 +612,11 @@ def main():
     force = "--force" in args
     args = [a for a in args if a not in ("--numpy", "--force")]
     only = None
+    global N_SEEDS
+    if "--seeds" in args:
+        i = args.index("--seeds")
+        N_SEEDS = int(args[i + 1])
+        del args[i:i + 2]
     if "--only" in args:
         i = args.index("--only")
         only = set(args[i + 1].split(","))
