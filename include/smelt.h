@@ -91,6 +91,8 @@ typedef struct {
   /* sampling defaults from generation_config.json: 0 when not given; do_sample -1 when not given */
   float gen_temperature, gen_top_p;
   int gen_top_k, gen_do_sample;
+  const char *note;        /* what a user should know about this model, e.g. that a vision-language
+                              checkpoint runs as a text model; "" when nothing */
 } smelt_model_info;
 void smelt_model_get_info(const smelt_model *m, smelt_model_info *info);
 /* Measured streaming-read bandwidth of the memory the model's weights live in, bytes/s, with the

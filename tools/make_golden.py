@@ -1,49 +1,72 @@
 #!/usr/bin/env python3
-"""Generate golden fixtures: tiny random MLX-format checkpoints + reference outputs from
-Hugging Face transformers (PyTorch, float32, CPU).
+"""Generate golden fixtures: tiny random MLX-format checkpoints + reference outputs.
 
-For each fixture: build a small random model of a llama-family architecture with
-transformers, round its weights to the storage dtype, quantize them exactly like MLX's
-mx.quantize (tools/mlxq.py) and write an MLX checkpoint (config.json with a
-"quantization" block and per-module overrides, model.safetensors with
-.weight/.scales/.biases).  Then load the DEQUANTIZED weights back into the transformers
-model (float32) and record, for a fixed 12-token prompt:
+For each fixture: the Hugging Face state dict of a small model of the family (names and shapes
+written down here per family, and checked against transformers' own model when torch is present),
+random weights rounded to the storage dtype, quantized exactly like MLX's mx.quantize
+(tools/mlxq.py), written the way the MLX converters write them (mlx-lm's names; vision-language
+checkpoints under "language_model." next to vision_tower.* / multi_modal_projector.* tensors as
+mlx-vlm writes them). Then the reference, on the DEQUANTIZED weights in float32/64, for a fixed
+12-token prompt:
   logits.f32        float32 little-endian, [n_prompt, vocab], logits of every prompt position
-  manifest.json     prompt ids, 40 greedy ids (model.generate, do_sample=False), shapes,
-                    per-step top1-top2 margins, tolerances
+  manifest.json     prompt ids, 40 greedy ids, per-step top1-top2 margins, shapes, tolerances
 
-Usage (needs torch + transformers; run on the GPU box or anywhere with them):
-  python3 tools/make_golden.py [OUTDIR]     (default tests/golden/fixtures)
+Two references:
+  default     transformers (PyTorch, float32, CPU, eager attention): logits of one forward of the
+              prompt, greedy ids from model.generate(do_sample=False) (KV cache) and its scores.
+              Needs torch + transformers (5.x); run it on the GPU machine (CPU is enough).
+  --numpy     the float64 forward of tools/check_golden.py (no torch): for developing a family
+              locally; the manifest's "reference" says so, and such fixtures are regenerated with
+              the default mode.
+
+Usage:
+  python3 tools/make_golden.py [--numpy [--force]] [--only NAME[,NAME...]] [--seeds N] [OUTDIR]
+(OUTDIR: default tests/golden/fixtures; --seeds: candidate seeds per fixture, default 12)
+(--numpy keeps a fixture of OUTDIR whose reference is transformers unless --force)
+One failing fixture does not stop the others; a summary table ends the run (exit 1 if any failed).
+Seeds are fixed per fixture; each fixture stays under 300 KB.
 """
 import json
+import math
 import os
 import shutil
 import sys
+import traceback
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mlxq  # noqa: E402
+import check_golden  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPT = [1, 17, 250, 33, 499, 7, 88, 120, 301, 45, 9, 410]
 N_GEN = 40
 N_SEEDS = 12
+MAX_BYTES = 300 * 1024
 
 BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
             rms_norm_eps=1e-5, hidden_act="silu", bos_token_id=1, eos_token_id=2,
             initializer_range=0.02)
+GEMMA = dict(hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh", head_dim=16,
+             tie_word_embeddings=True, rms_norm_eps=1e-6)
+Q4 = {"group_size": 64, "bits": 4}
+Q4_32 = {"group_size": 32, "bits": 4}
 
+# name, model_type (the text model's), dtype, seed, cfg (the text config), quant, overrides,
+# unquantized, vlm (packaging: outer model_type and layout), hf (the transformers model_type of the
+# reference when it is not model_type), hf_vlm (the vision-language class to cross-check, optional),
+# embed_init / layer_init / head_gain (random_weights' knobs)
 FIXTURES = [
+    # ---- the original five
     dict(name="llama_q4_g64_bf16", model_type="llama", dtype="bfloat16", seed=101,
          cfg=dict(tie_word_embeddings=False, head_dim=16, rope_theta=10000.0, attention_bias=False,
                   mlp_bias=False,
                   rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
-         quant={"group_size": 64, "bits": 4},
-         overrides={"model.layers.1.mlp.down_proj": {"group_size": 32, "bits": 8},
-                    "lm_head": {"group_size": 64, "bits": 6}}),
+         quant=Q4, overrides={"model.layers.1.mlp.down_proj": {"group_size": 32, "bits": 8},
+                              "lm_head": {"group_size": 64, "bits": 6}}),
     dict(name="mistral_q8_g32_f16", model_type="mistral", dtype="float16", seed=202,
          cfg=dict(tie_word_embeddings=True, head_dim=16, rope_theta=1000000.0, sliding_window=None,
                   rms_norm_eps=1e-6),
@@ -68,204 +91,492 @@ FIXTURES = [
          cfg=dict(tie_word_embeddings=True, head_dim=16, rope_theta=500000.0, attention_bias=False,
                   mlp_bias=False),
          quant=None, overrides={}),
+    # ---- RoPE variants
+    dict(name="qwen2_yarn_q4_g64_bf16", head_gain=2.0, model_type="qwen2", dtype="bfloat16", seed=606,
+         cfg=dict(tie_word_embeddings=False, rope_theta=10000.0, use_sliding_window=False,
+                  sliding_window=None, max_window_layers=2, rms_norm_eps=1e-6,
+                  rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}),
+         quant=Q4, overrides={}),
+    # decoding runs past max_position_embeddings (20): a new base per position
+    dict(name="llama_dynamic_q4_g64_f16", head_gain=2.0, model_type="llama", dtype="float16", seed=707,
+         cfg=dict(tie_word_embeddings=False, head_dim=16, rope_theta=10000.0, max_position_embeddings=20,
+                  rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
+         quant=Q4, overrides={}),
+    # Phi-4-mini style: fused qkv/gate_up, partial rotary 0.75, longrope with an attention factor,
+    # a sliding window (Phi-3-mini-4k); the sequence stays below original_max_position_embeddings
+    dict(name="phi3_longrope_q4_g64_bf16", head_gain=2.0, model_type="phi3", dtype="bfloat16", seed=808,
+         cfg=dict(tie_word_embeddings=False, head_dim=16, rope_theta=10000.0, partial_rotary_factor=0.75,
+                  original_max_position_embeddings=64, sliding_window=9,
+                  rope_scaling={"type": "longrope",
+                                "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+                                "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 9.0]}),
+         quant=Q4, overrides={"model.layers.0.self_attn.qkv_proj": {"group_size": 32, "bits": 8}}),
+    # ---- families
+    dict(name="gemma_q4_g32_bf16", embed_init=0.7, layer_init=2.5, head_gain=4.0, model_type="gemma", dtype="bfloat16", seed=909,
+         cfg=dict(GEMMA, rope_theta=10000.0, attention_bias=False),
+         quant=Q4_32, overrides={}),
+    dict(name="gemma2_q4_g64_bf16", embed_init=0.3, layer_init=2.0, head_gain=10.0, model_type="gemma2", dtype="bfloat16", seed=1010,
+         cfg=dict(GEMMA, num_hidden_layers=3, rope_theta=10000.0, query_pre_attn_scalar=24,
+                  sliding_window=5, attn_logit_softcapping=3.0, final_logit_softcapping=15.0,
+                  attention_bias=False),
+         quant=Q4, overrides={}),
+    dict(name="gemma2_bf16", embed_init=0.3, layer_init=2.0, head_gain=10.0, model_type="gemma2", dtype="bfloat16", seed=1111,
+         cfg=dict(GEMMA, num_hidden_layers=2, rope_theta=10000.0, query_pre_attn_scalar=16,
+                  sliding_window=6, attn_logit_softcapping=4.0, final_logit_softcapping=10.0,
+                  attention_bias=False),
+         quant=None, overrides={}),
+    dict(name="gemma3_text_q8_g64_f16", embed_init=0.3, layer_init=2.0, head_gain=10.0, model_type="gemma3_text", dtype="float16", seed=1212,
+         cfg=dict(GEMMA, num_hidden_layers=3, query_pre_attn_scalar=16, sliding_window=5,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                  rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                  rope_scaling={"rope_type": "linear", "factor": 4.0},
+                  final_logit_softcapping=None, attn_logit_softcapping=None, attention_bias=False),
+         quant={"group_size": 64, "bits": 8}, overrides={"model.layers.1.mlp.down_proj": {"group_size": 64, "bits": 4}}),
+    # the vision-language packaging: text_config, vision tensors, language_model.* names
+    dict(name="gemma3_vlm_q4_g64_bf16", embed_init=0.3, layer_init=2.0, head_gain=10.0, model_type="gemma3_text", dtype="bfloat16", seed=1313,
+         cfg=dict(GEMMA, num_hidden_layers=3, query_pre_attn_scalar=16, sliding_window=4,
+                  sliding_window_pattern=2, rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                  final_logit_softcapping=None, attn_logit_softcapping=None, attention_bias=False),
+         quant=Q4, overrides={},
+         vlm=dict(model_type="gemma3", layout="text_config"), hf_vlm="gemma3"),
+    dict(name="smollm3_q4_g64_bf16", head_gain=2.0, model_type="smollm3", dtype="bfloat16", seed=1414,
+         cfg=dict(num_hidden_layers=3, head_dim=16, tie_word_embeddings=True, rope_theta=2000000.0,
+                  no_rope_layers=[1, 0, 1], use_sliding_window=False, sliding_window=None,
+                  attention_bias=False, mlp_bias=False),
+         quant=Q4, overrides={}),
+    dict(name="olmo2_q4_g64_bf16", head_gain=2.0, model_type="olmo2", dtype="bfloat16", seed=1515,
+         cfg=dict(head_dim=16, tie_word_embeddings=False, rope_theta=500000.0, attention_bias=False),
+         quant=Q4, overrides={}),
+    dict(name="olmo3_q4_g64_bf16", head_gain=2.0, model_type="olmo3", dtype="bfloat16", seed=1616,
+         cfg=dict(num_hidden_layers=3, head_dim=16, tie_word_embeddings=False, rope_theta=500000.0,
+                  sliding_window=5, attention_bias=False,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+         quant=Q4, overrides={}),
+    dict(name="granite_q4_g64_f16", embed_init=0.7, layer_init=2.5, head_gain=4.0, model_type="granite", dtype="float16", seed=1717,
+         cfg=dict(head_dim=16, tie_word_embeddings=True, rope_theta=10000.0, attention_bias=True,
+                  mlp_bias=False, embedding_multiplier=6.0, attention_multiplier=0.125,
+                  residual_multiplier=0.5, logits_scaling=2.5),
+         quant=Q4, overrides={}),
+    dict(name="glm4_q4_g64_bf16", head_gain=2.0, model_type="glm4", dtype="bfloat16", seed=1818,
+         cfg=dict(head_dim=16, tie_word_embeddings=False, rope_theta=10000.0, partial_rotary_factor=0.5,
+                  attention_bias=True, rms_norm_eps=1e-5),
+         quant=Q4, overrides={}),
+    dict(name="exaone4_q4_g64_bf16", head_gain=2.0, model_type="exaone4", dtype="bfloat16", seed=1919,
+         cfg=dict(num_hidden_layers=3, head_dim=16, tie_word_embeddings=False, rope_theta=1000000.0,
+                  sliding_window=5, sliding_window_pattern=3,
+                  layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
+         quant=Q4, overrides={}),
+    dict(name="cohere2_q4_g64_f16", head_gain=6.0, model_type="cohere2", dtype="float16", seed=2020,
+         cfg=dict(num_hidden_layers=3, tie_word_embeddings=True, rope_theta=10000.0, layer_norm_eps=1e-5,
+                  logit_scale=0.25, sliding_window=5, sliding_window_pattern=2, attention_bias=False,
+                  use_cache=True, rms_norm_eps=None),
+         quant=Q4, overrides={}),
+    # Ministral 3: YaRN (attention factor 1 from mscale == mscale_all_dim), and the Llama-4 query
+    # scaling once decoding passes original_max_position_embeddings (32)
+    dict(name="ministral3_yarn_q4_g64_bf16", head_gain=2.0, model_type="ministral3", dtype="bfloat16", seed=2121,
+         cfg=dict(head_dim=16, tie_word_embeddings=False, sliding_window=None,
+                  rope_scaling={"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32,
+                                "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                "llama_4_scaling_beta": 0.1},
+                  rope_theta=1000000.0),
+         quant=Q4, overrides={}),
+    dict(name="mistral3_vlm_q4_g64_bf16", head_gain=2.0, model_type="mistral", dtype="bfloat16", seed=2222,
+         cfg=dict(head_dim=16, tie_word_embeddings=False, rope_theta=1000000.0, sliding_window=None),
+         quant=Q4, overrides={}, vlm=dict(model_type="mistral3", layout="text_config")),
+    # Qwen2.5-VL: the LM's fields at the top level next to vision_config, mrope for text
+    dict(name="qwen2_5_vl_q4_g64_bf16", head_gain=2.0, model_type="qwen2_5_vl_text", dtype="bfloat16", seed=2323,
+         cfg=dict(tie_word_embeddings=False, rope_theta=1000000.0, use_sliding_window=False,
+                  sliding_window=None, max_window_layers=2, rms_norm_eps=1e-6,
+                  rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+         quant=Q4, overrides={}, vlm=dict(model_type="qwen2_5_vl", layout="flat"), hf="qwen2",
+         hf_vlm="qwen2_5_vl"),
+    dict(name="qwen3_vl_q4_g64_f16", head_gain=2.0, model_type="qwen3_vl_text", dtype="float16", seed=2424,
+         cfg=dict(head_dim=16, tie_word_embeddings=True, rope_theta=5000000.0, attention_bias=False,
+                  rms_norm_eps=1e-6,
+                  rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True}),
+         quant=Q4, overrides={}, vlm=dict(model_type="qwen3_vl", layout="text_config"), hf="qwen3",
+         hf_vlm="qwen3_vl"),
 ]
 
+# vision tensors next to the LM in mlx-vlm checkpoints (a few, small): smelt must skip them deliberately
+VISION_TENSORS = {
+    "gemma3": [("vision_tower.vision_model.embeddings.patch_embedding.weight", (8, 14, 14, 3)),
+               ("vision_tower.vision_model.post_layernorm.weight", (8,)),
+               ("multi_modal_projector.mm_input_projection_weight", (8, 64)),
+               ("multi_modal_projector.mm_soft_emb_norm.weight", (8,))],
+    "mistral3": [("vision_tower.patch_conv.weight", (8, 14, 14, 3)),
+                 ("vision_tower.ln_pre.weight", (8,)),
+                 ("multi_modal_projector.linear_1.weight", (64, 32)),
+                 ("multi_modal_projector.norm.weight", (8,))],
+    "qwen2_5_vl": [("vision_tower.patch_embed.proj.weight", (8, 2, 14, 14, 3)),
+                   ("vision_tower.merger.ln_q.weight", (8,))],
+    "qwen3_vl": [("vision_tower.patch_embed.proj.weight", (8, 2, 16, 16, 3)),
+                 ("vision_tower.merger.norm.weight", (8,))],
+}
+VISION_CONFIG = {
+    "gemma3": {"model_type": "siglip_vision_model", "hidden_size": 8, "image_size": 28, "patch_size": 14,
+               "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 16},
+    "mistral3": {"model_type": "pixtral", "hidden_size": 8, "image_size": 28, "patch_size": 14,
+                 "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 16, "head_dim": 8},
+    "qwen2_5_vl": {"depth": 1, "hidden_size": 8, "intermediate_size": 16, "num_heads": 1, "out_hidden_size": 64,
+                   "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_chans": 3},
+    "qwen3_vl": {"depth": 1, "hidden_size": 8, "intermediate_size": 16, "num_heads": 1, "out_hidden_size": 64,
+                 "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3,
+                 "deepstack_visual_indexes": []},
+}
 
-def hf_config_dict(fx):
+
+def text_config_dict(fx):
     c = dict(BASE)
     c.update(fx["cfg"])
+    c = {k: v for k, v in c.items() if v is not None or k in ("sliding_window", "final_logit_softcapping",
+                                                                "attn_logit_softcapping")}
     c["model_type"] = fx["model_type"]
-    c["architectures"] = [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                           "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[fx["model_type"]]]
-    c["torch_dtype"] = fx["dtype"]
-    if "head_dim" not in c:
+    if "head_dim" not in c and fx["model_type"] != "cohere2":
         c["head_dim"] = c["hidden_size"] // c["num_attention_heads"]
     c.setdefault("rope_scaling", None)
     return c
 
 
-def inv_freq_np(c):
-    """Reference RoPE inverse frequencies (HF semantics), incl. llama3 scaling."""
-    d = c["head_dim"]
-    inv = 1.0 / (c["rope_theta"] ** (np.arange(0, d, 2, dtype=np.float64) / d))
-    rs = c.get("rope_scaling")
-    if rs and rs.get("rope_type", rs.get("type")) == "llama3":
-        factor, lf, hf = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
-        old = rs["original_max_position_embeddings"]
-        low_wl, high_wl = old / lf, old / hf
-        wl = 2 * np.pi / inv
-        out = np.where(wl > low_wl, inv / factor, inv)
-        smooth = (old / wl - lf) / (hf - lf)
-        smoothed = (1 - smooth) * out / factor + smooth * out
-        mid = ~(wl < high_wl) & ~(wl > low_wl)
-        inv = np.where(mid, smoothed, out)
-    return inv
+def smelt_config(fx, c):
+    """config.json as the MLX converter writes it (vision-language: text_config or flat + vision_config)"""
+    v = fx.get("vlm")
+    if not v:
+        out = dict(c)
+    elif v["layout"] == "text_config":
+        out = {"model_type": v["model_type"], "text_config": dict(c), "vision_config": VISION_CONFIG[v["model_type"]],
+               "tie_word_embeddings": c.get("tie_word_embeddings", False)}
+    else:  # flat: the LM's fields at the top level
+        out = dict(c)
+        out["model_type"] = v["model_type"]
+        out["vision_config"] = VISION_CONFIG[v["model_type"]]
+    out["torch_dtype"] = fx["dtype"]
+    return out
 
 
-def build_model(c):
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-    kw = {k: v for k, v in c.items() if k not in ("model_type", "architectures", "torch_dtype")}
-    rs = kw.pop("rope_scaling", None)
-    rp = {"rope_type": "default", "rope_theta": c["rope_theta"]}
-    if rs:
-        rp.update(rs)
-    try:
-        cfg = AutoConfig.for_model(c["model_type"], rope_parameters=rp, **kw)
-    except Exception as e:  # older transformers
-        print("  rope_parameters not accepted (%s); using rope_scaling" % e)
-        cfg = AutoConfig.for_model(c["model_type"], rope_scaling=rs, **kw)
-    cfg._attn_implementation = "eager"
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-    model = model.float().eval()
-    # make sure the RoPE frequencies are the ones the config.json describes
-    want = inv_freq_np(c)
-    rot = model.model.rotary_emb
-    have = rot.inv_freq.detach().double().numpy()
-    if not np.allclose(have, want, rtol=1e-5, atol=0):
-        print("  WARNING: transformers inv_freq differs from reference; overriding", have, want)
-        rot.inv_freq = torch.tensor(want, dtype=torch.float32)
-        if hasattr(rot, "original_inv_freq"):
-            rot.original_inv_freq = rot.inv_freq
-    assert float(getattr(rot, "attention_scaling", 1.0)) == 1.0
-    return model
+# ------------------------------------------------------------------ the HF state dict of each family
+
+def bias_rules(mt, c):
+    ab = bool(c.get("attention_bias", False))
+    qkv = mt in ("qwen2", "qwen2_5_vl_text") or (ab and mt not in ("mistral", "ministral3", "phi3", "exaone4"))
+    o = ab and mt not in ("mistral", "ministral3", "phi3", "exaone4", "qwen2", "qwen2_5_vl_text", "glm4")
+    return qkv, o
 
 
-def random_weights(model, c, rng):
-    """Well-conditioned random weights (std ~ 1/sqrt(fan_in)) so logits are not flat."""
+def state_spec(mt, c):
+    """[(HF name, shape)] of the text CausalLM (tied heads: no lm_head)"""
+    H, F = c["hidden_size"], c["intermediate_size"]
+    nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim") or H // nh
+    if mt == "cohere2":
+        hd = H // nh
+    nq, nk = nh * hd, nkv * hd
+    qkv_b, o_b = bias_rules(mt, c)
+    block = {"gemma2": "sandwich", "gemma3_text": "sandwich", "glm4": "glm4", "olmo2": "post", "olmo3": "post",
+             "exaone4": "post", "cohere2": "parallel"}.get(mt, "pre")
+    qkn = {"qwen3": "head", "qwen3_vl_text": "head", "gemma3_text": "head", "exaone4": "head", "olmo2": "full",
+           "olmo3": "full"}.get(mt)
+    spec = [("model.embed_tokens.weight", (c["vocab_size"], H)), ("model.norm.weight", (H,))]
+    if not c.get("tie_word_embeddings", False):
+        spec.append(("lm_head.weight", (c["vocab_size"], H)))
+    for i in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+
+        def lin(name, rows, cols, bias=False):
+            spec.append((p + name + ".weight", (rows, cols)))
+            if bias:
+                spec.append((p + name + ".bias", (rows,)))
+
+        def vec(name, n=H):
+            spec.append((p + name + ".weight", (n,)))
+        if mt == "phi3":
+            lin("self_attn.qkv_proj", nq + 2 * nk, H)
+        else:
+            lin("self_attn.q_proj", nq, H, qkv_b)
+            lin("self_attn.k_proj", nk, H, qkv_b)
+            lin("self_attn.v_proj", nk, H, qkv_b)
+        lin("self_attn.o_proj", H, nq, o_b)
+        if qkn == "head":
+            vec("self_attn.q_norm", hd)
+            vec("self_attn.k_norm", hd)
+        elif qkn == "full":
+            vec("self_attn.q_norm", nq)
+            vec("self_attn.k_norm", nk)
+        if mt in ("phi3", "glm4"):
+            lin("mlp.gate_up_proj", 2 * F, H)
+        else:
+            lin("mlp.gate_proj", F, H)
+            lin("mlp.up_proj", F, H)
+        lin("mlp.down_proj", H, F)
+        if block in ("pre", "sandwich", "glm4", "parallel"):
+            vec("input_layernorm")
+        if block == "pre":
+            vec("post_attention_layernorm")
+        elif block == "sandwich":
+            vec("post_attention_layernorm")
+            vec("pre_feedforward_layernorm")
+            vec("post_feedforward_layernorm")
+        elif block == "glm4":
+            vec("post_attention_layernorm")
+            vec("post_self_attn_layernorm")
+            vec("post_mlp_layernorm")
+        elif block == "post":
+            vec("post_attention_layernorm")
+            vec("post_feedforward_layernorm")
+    return spec
+
+
+def random_weights(spec, c, rng, embed_init=1.0, layer_init=1.0, head_gain=1.0):
+    """Well-conditioned random weights (std ~ 1/sqrt(fan_in)) so logits are not flat; embed_init
+    scales the embedding and layer_init the layers' matrices (knobs against greedy decoding that repeats
+    itself); head_gain scales the final norm, i.e. the logits (wider top-2 margins)."""
     sd = {}
-    for name, p in model.state_dict().items():
-        shape = tuple(p.shape)
+    for name, shape in spec:
         if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
             w = 1.0 + 0.2 * rng.standard_normal(shape)
+            if c["model_type"] in ("gemma", "gemma2", "gemma3_text"):
+                w = 0.2 * rng.standard_normal(shape)  # Gemma's norms scale by (1 + w)
+                if name == "model.norm.weight":
+                    w = (1 + w) * head_gain - 1
+            elif name == "model.norm.weight":
+                w = w * head_gain
         elif name.endswith(".bias"):
             w = 0.3 * rng.standard_normal(shape)
         elif "embed_tokens" in name:
             # tied heads: a small embedding keeps the residual stream from being dominated by
             # the current token's own embedding (which makes greedy decoding just repeat it)
-            w = (0.3 if c["tie_word_embeddings"] else 1.0) * rng.standard_normal(shape)
+            w = (0.3 if c.get("tie_word_embeddings", False) else 1.0) * rng.standard_normal(shape)
+            if c["model_type"] in ("gemma", "gemma2", "gemma3_text"):
+                w = rng.standard_normal(shape) / math.sqrt(c["hidden_size"])  # times sqrt(hidden) on input
+            w = w * embed_init
         elif name == "lm_head.weight":
             w = 2.0 * rng.standard_normal(shape) / np.sqrt(shape[1])
-        elif len(shape) == 2:
-            w = 1.2 * rng.standard_normal(shape) / np.sqrt(shape[1])
         else:
-            continue
+            w = 1.2 * layer_init * rng.standard_normal(shape) / np.sqrt(shape[1])
         sd[name] = w.astype(np.float32)
     return sd
 
 
 def qparams_for(fx, module):
+    """quantization of a module (MLX name; overrides and unquantized are by HF name)"""
+    if module.startswith("language_model."):
+        module = module[len("language_model."):]
     if fx["quant"] is None or module in fx.get("unquantized", []):
         return None
     return fx["overrides"].get(module, fx["quant"])
 
 
-def realize(fx, c, seed):
-    """Build one candidate fixture from `seed`: tensors to write, reference logits, greedy ids."""
-    import torch
-    from transformers import GenerationConfig
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    model = build_model(c)
-    raw = random_weights(model, c, rng)
-    tensors = {}
-    used = {}
-    for pname, w in raw.items():
-        if pname == "lm_head.weight" and c["tie_word_embeddings"]:
-            continue
-        module = pname[: -len(".weight")] if pname.endswith(".weight") else None
-        is_q = module is not None and w.ndim == 2
-        if is_q:
-            used[pname] = mlxq.add_linear(tensors, module, w, fx["dtype"], qparams_for(fx, module))
+def mlx_name(fx, hf_name):
+    return ("language_model." if fx.get("vlm") else "") + hf_name
+
+
+def build_tensors(fx, c, spec, raw, rng):
+    """MLX checkpoint tensors and the float32 weights (HF names) the reference sees"""
+    tensors, used = {}, {}
+    for name, _ in spec:
+        w = raw[name]
+        module = mlx_name(fx, name[: -len(".weight")]) if name.endswith(".weight") else None
+        if module is not None and w.ndim == 2:
+            used[name] = mlxq.add_linear(tensors, module, w, fx["dtype"], qparams_for(fx, module))
         else:  # norms, biases: plain, in the model dtype
             wr = mlxq.round_to_dtype(w, fx["dtype"])
             dt, rawb = mlxq.encode_dtype(wr, fx["dtype"])
-            tensors[pname] = (dt, wr.shape, rawb)
-            used[pname] = wr
-    if c["tie_word_embeddings"]:
+            tensors[mlx_name(fx, name)] = (dt, wr.shape, rawb)
+            used[name] = wr
+    v = fx.get("vlm")
+    for name, shape in (VISION_TENSORS.get(v["model_type"], []) if v else []):
+        wr = mlxq.round_to_dtype(0.1 * rng.standard_normal(shape).astype(np.float32), fx["dtype"])
+        dt, rawb = mlxq.encode_dtype(wr, fx["dtype"])
+        tensors[name] = (dt, wr.shape, rawb)
+    if c.get("tie_word_embeddings", False):
         used["lm_head.weight"] = used["model.embed_tokens.weight"]
+    return tensors, used
 
-    # load dequantized weights (float32) into the transformers model
+
+# ------------------------------------------------------------------ references
+
+def numpy_reference(fx, c, used):
+    """check_golden's float64 forward: prompt logits, greedy ids (full recomputation, generate()'s
+    RoPE semantics) and margins"""
+    cfg = smelt_config(fx, c)
+    W = {mlx_name(fx, k): v.astype(np.float64) for k, v in used.items() if k != "lm_head.weight" or
+         not c.get("tie_word_embeddings", False)}
+    logits = check_golden.forward(cfg, W, PROMPT).astype(np.float32)
+    seq, margins = list(PROMPT), []
+    for _ in range(N_GEN):
+        lg = check_golden.forward(cfg, W, seq, len(PROMPT))[-1]
+        top2 = np.sort(lg)[-2:]
+        margins.append(float(top2[1] - top2[0]))
+        seq.append(int(np.argmax(lg)))
+    return logits, seq[len(PROMPT):], margins, "numpy float64 forward of tools/check_golden.py (not transformers)"
+
+
+def hf_config(fx, c):
+    """a transformers config of the reference model: the config.json keys, dropping the ones the
+    (strict, v5) config class rejects, which are reported"""
+    from transformers import AutoConfig
+    mt = fx.get("hf", fx["model_type"])
+    kw = {k: v for k, v in c.items() if k not in ("model_type", "architectures", "torch_dtype")}
+    if mt != fx["model_type"] and kw.get("rope_scaling", {}) and kw["rope_scaling"].get(
+            "type", kw["rope_scaling"].get("rope_type")) in ("mrope", "default"):
+        kw.pop("rope_scaling")  # the text twin of a VL model: mrope on text positions is the default RoPE
+        kw.pop("mrope_section", None)
+    dropped = []
+    for _ in range(20):
+        try:
+            cfg = AutoConfig.for_model(mt, **kw)
+            break
+        except TypeError as e:
+            msg = str(e)
+            bad = [k for k in kw if "'%s'" % k in msg]
+            if not bad:
+                raise
+            for k in bad:
+                kw.pop(k)
+                dropped.append(k)
+    else:
+        raise RuntimeError("could not build a %s config" % mt)
+    if dropped:
+        print("  config keys not accepted by transformers' %s config: %s" % (mt, dropped))
+    return cfg
+
+
+def torch_reference(fx, c, spec, used):
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+    cfg = hf_config(fx, c)
+    cfg._attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    have = {k: tuple(v.shape) for k, v in model.state_dict().items() if "rotary" not in k and "inv_freq" not in k}
+    want = dict(spec)
+    if c.get("tie_word_embeddings", False):
+        have.pop("lm_head.weight", None)
+    if have != want:
+        extra = sorted(set(have) - set(want))
+        missing = sorted(set(want) - set(have))
+        shapes = sorted(k for k in set(have) & set(want) if have[k] != want[k])
+        raise RuntimeError("state dict differs from the spec: transformers has %s, not %s; shapes differ: %s"
+                           % (extra[:6], missing[:6], shapes[:6]))
     sd = {k: torch.tensor(v) for k, v in used.items()}
     missing, unexpected = model.load_state_dict(sd, strict=False)
-    missing = [m for m in missing if "rotary" not in m]
-    assert not unexpected, unexpected
-    assert not missing, missing
-    if c["tie_word_embeddings"]:
-        assert torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)
-
+    missing = [m for m in missing if "rotary" not in m and "inv_freq" not in m]
+    assert not unexpected and not missing, (unexpected, missing)
     ids = torch.tensor([PROMPT], dtype=torch.long)
     with torch.no_grad():
         logits = model(ids).logits[0].float().numpy()
-        # greedy via model.generate (KV cache) ...
-        gc = GenerationConfig(do_sample=False, max_new_tokens=N_GEN, min_new_tokens=0,
-                              eos_token_id=None, pad_token_id=0, bos_token_id=1)
-        try:
-            gen = model.generate(ids, generation_config=gc)[0, len(PROMPT):].tolist()
-        except Exception as e:
-            print("  generate() failed (%s); manual greedy only" % e)
-            gen = None
-        # ... and by plain full recomputation, to record margins and cross-check
-        seq = list(PROMPT)
+        gc = GenerationConfig(do_sample=False, max_new_tokens=N_GEN, min_new_tokens=N_GEN, eos_token_id=None,
+                              pad_token_id=0, bos_token_id=1)
+        out = model.generate(ids, generation_config=gc, output_scores=True, return_dict_in_generate=True)
+        gen = out.sequences[0, len(PROMPT):].tolist()
         margins = []
-        for _ in range(N_GEN):
-            lg = model(torch.tensor([seq])).logits[0, -1].double().numpy()
-            top2 = np.sort(lg)[-2:]
+        for s in out.scores:
+            top2 = np.sort(s[0].double().numpy())[-2:]
             margins.append(float(top2[1] - top2[0]))
-            seq.append(int(np.argmax(lg)))
-        manual = seq[len(PROMPT):]
-    if gen is None:
-        gen = manual
-    if gen != manual:
-        print("  NOTE: generate() and manual greedy differ:", gen, manual)
-    return dict(seed=seed, tensors=tensors, logits=logits, gen=gen, margins=margins)
+        # cross-check: greedy by full recomputation (differs by design for sequence-length-dependent RoPE)
+        seq = list(PROMPT)
+        for _ in range(N_GEN):
+            seq.append(int(torch.argmax(model(torch.tensor([seq])).logits[0, -1])))
+        if seq[len(PROMPT):] != gen:
+            print("  NOTE: generate() and greedy full recomputation differ (expected for dynamic/longrope "
+                  "past their length): using generate()")
+    # the vision-language class on text only: it must give the text model's logits
+    if fx.get("hf_vlm"):
+        try:
+            vlm_crosscheck(fx, c, used, logits)
+        except Exception as e:  # informative only
+            print("  vision-language class cross-check skipped: %s: %s" % (type(e).__name__, str(e)[:200]))
+    import transformers
+    ref = "transformers %s / torch %s, float32, CPU, eager attention, dequantized weights" % (
+        transformers.__version__, torch.__version__)
+    if fx.get("hf"):
+        ref += "; reference model %s (the text model of %s)" % (fx["hf"], fx["vlm"]["model_type"])
+    return logits, gen, margins, ref
 
 
-def make_fixture(fx, outdir):
+def vlm_crosscheck(fx, c, used, logits):
     import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    v = fx["hf_vlm"]
+    tc = {k: val for k, val in c.items() if k not in ("architectures", "torch_dtype")}
+    cfg = AutoConfig.for_model(v, text_config=tc, vision_config=dict(VISION_CONFIG[v]))
+    cfg._attn_implementation = "eager"
+    model = AutoModelForImageTextToText.from_config(cfg, attn_implementation="eager").float().eval()
+    names = model.state_dict().keys()
+    sd = {}
+    for k, w in used.items():
+        cand = [n for n in names if n.endswith(k.replace("model.", "language_model.", 1)) or n == k]
+        if not cand:
+            raise RuntimeError("no parameter for %s" % k)
+        sd[cand[0]] = torch.tensor(w)
+    model.load_state_dict(sd, strict=False)
+    with torch.no_grad():
+        got = model(input_ids=torch.tensor([PROMPT])).logits[0].float().numpy()
+    print("  %s class on text: max |logits - text model| = %.2e" % (v, float(np.abs(got - logits).max())))
+
+
+# ------------------------------------------------------------------ one fixture
+
+def realize(fx, c, seed, use_numpy):
+    rng = np.random.default_rng(seed)
+    spec = state_spec(fx["model_type"], c)
+    raw = random_weights(spec, c, rng, fx.get("embed_init", 1.0), fx.get("layer_init", 1.0),
+                         fx.get("head_gain", 1.0))
+    tensors, used = build_tensors(fx, c, spec, raw, rng)
+    if use_numpy:
+        logits, gen, margins, ref = numpy_reference(fx, c, used)
+    else:
+        import torch
+        torch.manual_seed(seed)
+        logits, gen, margins, ref = torch_reference(fx, c, spec, used)
+    return dict(seed=seed, tensors=tensors, logits=logits, gen=gen, margins=margins, ref=ref)
+
+
+def make_fixture(fx, outdir, use_numpy):
     name = fx["name"]
-    d = os.path.join(outdir, name)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    c = hf_config_dict(fx)
+    c = text_config_dict(fx)
     # try a few seeds; keep the one whose greedy continuation is least degenerate and has
     # the widest top-1/top-2 gap (robust comparisons for reduced-precision runtimes)
     best, best_key = None, None
     for k in range(N_SEEDS):
-        cand = realize(fx, c, fx["seed"] + 1000 * k)
+        cand = realize(fx, c, fx["seed"] + 1000 * k, use_numpy)
         distinct = len(set(cand["gen"]))
         key = (min(distinct, 12), min(cand["margins"]))
         if best_key is None or key > best_key:
             best, best_key = cand, key
     tensors, logits, gen, margins = best["tensors"], best["logits"], best["gen"], best["margins"]
-    # generate() can stop at eos_token_id; a fixture must hold the full continuation
-    assert len(gen) == N_GEN and len(margins) == N_GEN, (name, len(gen))
-    mlxq.write_safetensors(os.path.join(d, "model.safetensors"), tensors, {"format": "mlx"})
-    cfg_out = dict(c)
+    if len(gen) != N_GEN or len(margins) != N_GEN:
+        raise RuntimeError("generation stopped after %d tokens" % len(gen))
+    d = os.path.join(outdir, name)
+    tmp = d + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    mlxq.write_safetensors(os.path.join(tmp, "model.safetensors"), tensors, {"format": "mlx"})
+    cfg_out = smelt_config(fx, c)
     if fx["quant"] is not None:
         qb = dict(fx["quant"])
         for k, v in fx["overrides"].items():
-            qb[k] = dict(v)
+            qb[mlx_name(fx, k) if fx.get("vlm") and not k.startswith("language_model.") else k] = dict(v)
         cfg_out["quantization"] = qb
         cfg_out["quantization_config"] = qb
-    with open(os.path.join(d, "config.json"), "w") as f:
+    with open(os.path.join(tmp, "config.json"), "w") as f:
         json.dump(cfg_out, f, indent=2)
-    logits.astype("<f4").tofile(os.path.join(d, "logits.f32"))
-
+    logits.astype("<f4").tofile(os.path.join(tmp, "logits.f32"))
     mods = {}
     for k in sorted(tensors):
         if k.endswith(".scales"):
             m = k[: -len(".scales")]
+            hf = m[len("language_model."):] if fx.get("vlm") else m
             mods[m] = qparams_for(fx, m)
     manifest = {
         "name": name,
         "seed": best["seed"],
-        "model_type": c["model_type"],
+        "model_type": cfg_out["model_type"],
+        "text_model_type": c["model_type"],
         "dtype": fx["dtype"],
-        "tie_word_embeddings": c["tie_word_embeddings"],
+        "tie_word_embeddings": c.get("tie_word_embeddings", False),
         "quantization": cfg_out.get("quantization"),
         "quantized_modules": mods,
-        "unquantized_linear_modules": [m for m in fx.get("unquantized", [])],
+        "unquantized_linear_modules": list(fx.get("unquantized", [])),
         "prompt_ids": PROMPT,
         "logits_file": "logits.f32",
         "logits_shape": [len(PROMPT), c["vocab_size"]],
@@ -274,8 +585,7 @@ def make_fixture(fx, outdir):
         "greedy_ids": gen,
         "greedy_top2_margins": margins,
         "greedy_min_margin": min(margins),
-        "reference": "transformers %s / torch %s, float32, CPU, eager attention, dequantized weights"
-                     % (__import__("transformers").__version__, torch.__version__),
+        "reference": best["ref"],
         "tolerances": {
             "note": "logits compared over all prompt positions; a float32 implementation should "
                     "meet 'f32'; one with bf16/f16 activations 'reduced'. Greedy ids must match exactly "
@@ -285,22 +595,68 @@ def make_fixture(fx, outdir):
             "greedy_margin_min": 0.05,
         },
     }
-    with open(os.path.join(d, "manifest.json"), "w") as f:
+    with open(os.path.join(tmp, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
-    size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
-    print("%-22s %7d bytes  seed %d  min margin %.3f  distinct %d  gen[:8] %s"
-          % (name, size, best["seed"], min(margins), len(set(gen)), gen[:8]))
-    assert size < 300 * 1024, size
+    size = sum(os.path.getsize(os.path.join(tmp, x)) for x in os.listdir(tmp))
+    if size >= MAX_BYTES:
+        shutil.rmtree(tmp)
+        raise RuntimeError("fixture is %d bytes (limit %d)" % (size, MAX_BYTES))
+    shutil.rmtree(d, ignore_errors=True)
+    os.rename(tmp, d)
+    return dict(size=size, seed=best["seed"], min_margin=min(margins), distinct=len(set(gen)))
 
 
 def main():
-    import torch
-    torch.set_num_threads(min(8, os.cpu_count() or 1))
+    args = sys.argv[1:]
+    use_numpy = "--numpy" in args
+    force = "--force" in args
+    args = [a for a in args if a not in ("--numpy", "--force")]
+    only = None
+    global N_SEEDS
+    if "--seeds" in args:
+        i = args.index("--seeds")
+        N_SEEDS = int(args[i + 1])
+        del args[i:i + 2]
+    if "--only" in args:
+        i = args.index("--only")
+        only = set(args[i + 1].split(","))
+        del args[i:i + 2]
+    outdir = args[0] if args else os.path.join(ROOT, "tests", "golden", "fixtures")
     assert mlxq.self_test()
-    outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "golden", "fixtures")
+    if not use_numpy:
+        import torch
+        torch.set_num_threads(min(8, os.cpu_count() or 1))
     os.makedirs(outdir, exist_ok=True)
-    for fx in FIXTURES:
-        make_fixture(fx, outdir)
+    todo = [fx for fx in FIXTURES if only is None or fx["name"] in only]
+    if only and len(todo) != len(only):
+        print("unknown fixture names: %s" % sorted(only - {fx["name"] for fx in todo}))
+        sys.exit(2)
+    if use_numpy and not force:  # never replace a transformers reference by the numpy one
+        keep = []
+        for fx in todo:
+            mp = os.path.join(outdir, fx["name"], "manifest.json")
+            if os.path.exists(mp) and "transformers" in json.load(open(mp)).get("reference", ""):
+                print("%s: keeping its transformers reference (--force replaces it)" % fx["name"])
+            else:
+                keep.append(fx)
+        todo = keep
+    results = []
+    for fx in todo:
+        print("== %s" % fx["name"], flush=True)
+        try:
+            r = make_fixture(fx, outdir, use_numpy)
+            results.append((fx["name"], True, "%7d bytes  seed %5d  min margin %.3f  distinct %2d" % (
+                r["size"], r["seed"], r["min_margin"], r["distinct"])))
+        except Exception as e:
+            traceback.print_exc()
+            results.append((fx["name"], False, "%s: %s" % (type(e).__name__, str(e)[:300])))
+    print("\n%-30s %-6s %s" % ("fixture", "result", "details"))
+    for name, ok, det in results:
+        print("%-30s %-6s %s" % (name, "ok" if ok else "FAILED", det))
+    n_bad = sum(1 for _, ok, _ in results if not ok)
+    print("%d fixtures written to %s, %d failed (reference: %s)" % (len(results) - n_bad, outdir, n_bad,
+                                                                     "numpy" if use_numpy else "transformers"))
+    sys.exit(1 if n_bad else 0)
 
 
 if __name__ == "__main__":

@@ -113,6 +113,23 @@ typedef enum {
 } sm_mm_role;
 const char *sm_mm_role_name(sm_mm_role r);
 
+/* RoPE whose frequencies depend on the position, and whose rotated dims are scaled: the long-context
+ * variants (longrope's short/long factors, dynamic NTK past the trained length, the YaRN/longrope
+ * attention factor with partial rotary, the Llama-4 query scaling of Ministral 3). Token t at position
+ * p = pos[t] (current batch) uses row
+ *   r = p < pos0 ? 0 : min(p - pos0 + 1, n_rows - 1)
+ * of inv_freq; dims [0, rot_dim) of each head are rotated (rotate-half) by the angles p * inv_freq[r][i]
+ * and then multiplied by mscale; when beta > 0, the whole head is then multiplied by
+ * 1 + beta * log(1 + floor(p / beta_pos)). */
+typedef struct {
+  const float *inv_freq; /* backend buffer: n_rows rows of rot_dim/2 floats */
+  int rot_dim;           /* even, <= head_dim */
+  int n_rows, pos0;      /* n_rows >= 1 */
+  float mscale;
+  float beta;            /* 0: off */
+  int beta_pos;          /* > 0 when beta > 0 */
+} sm_rope_ext;
+
 typedef struct sm_backend sm_backend;
 struct sm_backend {
   const char *name; /* "cpu", "cuda" */
@@ -139,10 +156,17 @@ struct sm_backend {
   /* out[i][:] = x[i][:] / rms(x[i]) * (w + w_offset), i < n rows of dim; out may == x */
   void (*rmsnorm)(sm_backend *be, float *out, const float *x, const float *w, int n, int dim,
                   float eps, float w_offset);
+  /* out[i][:] = (x[i][:] - mean(x[i])) / sqrt(var(x[i]) + eps) * w (+ b when b != NULL), i < n rows
+   * of dim (LayerNorm; variance over dim, not dim-1); out may == x */
+  void (*layernorm)(sm_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,
+                    float eps);
   /* Rotate-half (NeoX/HF) RoPE in place on x[n_tokens][n_heads][head_dim], first rot_dim
    * dims of each head, angle = pos[t] * inv_freq[i] (inv_freq: rot_dim/2 floats, backend
    * buffer); positions from the current batch. */
   void (*rope)(sm_backend *be, float *x, int n_heads, int head_dim, int rot_dim, const float *inv_freq);
+  /* The same on x[n_tokens][n_heads][head_dim] with position-dependent frequencies and scaling (see
+   * sm_rope_ext; r is read during the call). */
+  void (*rope_ext)(sm_backend *be, float *x, int n_heads, int head_dim, const sm_rope_ext *r);
   /* Write k,v [n_tokens][n_kv_heads*head_dim] of the current batch into layer's slots. */
   void (*kv_store)(sm_backend *be, const sm_kv_cache *kv, int layer, const float *k, const float *v);
   /* out[t][h*head_dim+d] = softmax(scale * q_t.K^T [+softcap]) V over the allowed positions

@@ -132,6 +132,11 @@ static smelt_status load_ref(const run_opts *o, const char *ref, smelt_model **m
   }
   st = smelt_model_load(dir, &p, m);
   free(dir);
+  if (!st) {
+    smelt_model_info info;
+    smelt_model_get_info(*m, &info);
+    if (info.note && info.note[0]) fprintf(stderr, "smelt: note: %s\n", info.note);
+  }
   return st;
 }
 

@@ -233,10 +233,13 @@ int sm_cmd_rm(int argc, char **argv) {
 }
 
 /* ---- arch ---- */
+/* `smelt arch`: what the family registry runs (src/model/family.h), the vision-language packagings
+ * whose text model it runs, and the known families it does not run, with the reason */
 int sm_cmd_arch(int argc, char **argv) {
   bool json = argc > 1 && !strcmp(argv[1], "--json");
-  size_t n;
+  size_t n, nv;
   const sm_family *const *fams = sm_family_all(&n);
+  const sm_vlm_packaging *const *vlms = sm_vlm_all(&nv);
 #ifdef SMELT_HAVE_CUDA
   const bool cuda = true;
 #else
@@ -245,26 +248,56 @@ int sm_cmd_arch(int argc, char **argv) {
   if (json) {
     cJSON *arr = cJSON_CreateArray();
     for (size_t i = 0; i < n; i++) {
-      if (!fams[i]->recipe) continue;
+      const bool run = fams[i]->recipe != NULL;
       cJSON *o = cJSON_CreateObject();
       cJSON_AddStringToObject(o, "model_type", fams[i]->model_type);
+      cJSON_AddStringToObject(o, "kind", "text");
       cJSON_AddStringToObject(o, "description", fams[i]->description);
       cJSON_AddStringToObject(o, "example", fams[i]->example ? fams[i]->example : "");
-      cJSON_AddBoolToObject(o, "cpu", true);
-      cJSON_AddBoolToObject(o, "cuda", cuda);
-      cJSON *q = cJSON_AddArrayToObject(o, "quantization");
-      cJSON_AddItemToArray(q, cJSON_CreateString("dense f32/f16/bf16"));
-      cJSON_AddItemToArray(q, cJSON_CreateString("affine 2/3/4/5/6/8-bit"));
+      cJSON_AddBoolToObject(o, "runnable", run);
+      cJSON_AddBoolToObject(o, "cpu", run);
+      cJSON_AddBoolToObject(o, "cuda", run && cuda);
+      cJSON *al = cJSON_AddArrayToObject(o, "aliases");
+      for (const char *const *a = fams[i]->aliases; a && *a; a++) cJSON_AddItemToArray(al, cJSON_CreateString(*a));
+      if (fams[i]->notes) cJSON_AddStringToObject(o, "notes", fams[i]->notes);
+      if (run) {
+        cJSON *q = cJSON_AddArrayToObject(o, "quantization");
+        cJSON_AddItemToArray(q, cJSON_CreateString("dense f32/f16/bf16"));
+        cJSON_AddItemToArray(q, cJSON_CreateString("affine 2/3/4/5/6/8-bit"));
+      }
+      cJSON_AddItemToArray(arr, o);
+    }
+    for (size_t i = 0; i < nv; i++) {
+      const bool run = sm_family_type_runnable(vlms[i]->model_type);
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "model_type", vlms[i]->model_type);
+      cJSON_AddStringToObject(o, "kind", "vision-language");
+      cJSON_AddStringToObject(o, "description", vlms[i]->description);
+      cJSON_AddStringToObject(o, "example", vlms[i]->example ? vlms[i]->example : "");
+      cJSON_AddBoolToObject(o, "runnable", run);
+      cJSON_AddBoolToObject(o, "cpu", run);
+      cJSON_AddBoolToObject(o, "cuda", run && cuda);
+      cJSON_AddStringToObject(o, "notes", "text model only: image input is not supported");
       cJSON_AddItemToArray(arr, o);
     }
     print_json(arr);
     return 0;
   }
-  printf("%-10s %-62s %-4s %-5s %s\n", "ARCH", "MODELS", "CPU", "CUDA", "EXAMPLE");
+  printf("%-16s %-70s %-4s %-5s %s\n", "ARCH", "MODELS", "CPU", "CUDA", "EXAMPLE");
   for (size_t i = 0; i < n; i++)
-    if (fams[i]->recipe)
-      printf("%-10s %-62s %-4s %-5s %s\n", fams[i]->model_type, fams[i]->description, "yes", cuda ? "yes" : "no*",
+    if (fams[i]->recipe) {
+      printf("%-16s %-70s %-4s %-5s %s\n", fams[i]->model_type, fams[i]->description, "yes", cuda ? "yes" : "no*",
              fams[i]->example ? fams[i]->example : "");
+      if (fams[i]->notes) printf("%-16s   note: %s\n", "", fams[i]->notes);
+    }
+  printf("\nVision-language checkpoints (the text model runs; image input is not supported):\n");
+  for (size_t i = 0; i < nv; i++)
+    if (sm_family_type_runnable(vlms[i]->model_type))
+      printf("%-16s %-70s %-4s %-5s %s\n", vlms[i]->model_type, vlms[i]->description, "yes", cuda ? "yes" : "no*",
+             vlms[i]->example ? vlms[i]->example : "");
+  printf("\nKnown, not runnable:\n");
+  for (size_t i = 0; i < n; i++)
+    if (!fams[i]->recipe) printf("%-16s %s: %s\n", fams[i]->model_type, fams[i]->description, fams[i]->notes ? fams[i]->notes : "");
   printf("\nWeights: MLX safetensors, dense f32/f16/bf16 or affine-quantized 2/3/4/5/6/8-bit (group 32/64/128).\n");
   if (!cuda) printf("* this smelt was built without CUDA.\n");
   return 0;

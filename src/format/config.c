@@ -100,6 +100,7 @@ static smelt_status check_range(const char *file, const char *key, long long v, 
 static smelt_status parse_rope(sm_config *c, const cJSON *rs, const char *file) {
   if (!rs || cJSON_IsNull(rs)) return SMELT_OK;
   if (!cJSON_IsObject(rs)) return sm_err(SMELT_ERR_FORMAT, "%s: \"rope_scaling\" must be an object", file);
+  c->rope_params = rs;
   src s = {rs, NULL, file};
   char type[32] = "";
   const cJSON *tv = get(&s, "rope_type");
@@ -107,6 +108,10 @@ static smelt_status parse_rope(sm_config *c, const cJSON *rs, const char *file) 
   if (tv && !cJSON_IsString(tv)) return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling type must be a string", file);
   if (tv) snprintf(type, sizeof type, "%s", tv->valuestring);
   if (get(&s, "rope_theta")) TRY(get_float(&s, "rope_theta", &c->rope_theta));
+  if (get(&s, "partial_rotary_factor")) TRY(get_float(&s, "partial_rotary_factor", &c->rope_partial_factor));
+  if (get(&s, "llama_4_scaling_beta")) TRY(get_float(&s, "llama_4_scaling_beta", &c->rope_llama4_beta));
+  if (!(c->rope_llama4_beta >= 0)) return sm_err(SMELT_ERR_FORMAT, "%s: llama_4_scaling_beta must be >= 0", file);
+  if (c->rope_llama4_beta > 0) TRY(get_int(&s, "original_max_position_embeddings", &c->rope_original_max_pos));
   if (!tv || !strcmp(type, "default") || !strcmp(type, "mrope")) { c->rope_type = SM_ROPE_NONE; return SMELT_OK; }
   float factor = 0;
   bool has_factor = get(&s, "factor") != NULL;
@@ -135,11 +140,17 @@ static smelt_status parse_rope(sm_config *c, const cJSON *rs, const char *file) 
     TRY(get_float(&s, "beta_fast", &c->rope_beta_fast));
     TRY(get_float(&s, "beta_slow", &c->rope_beta_slow));
     TRY(get_float(&s, "attention_factor", &c->rope_attn_factor));
+    TRY(get_float(&s, "mscale", &c->rope_mscale));
+    TRY(get_float(&s, "mscale_all_dim", &c->rope_mscale_all_dim));
+    TRY(get_bool(&s, "truncate", &c->rope_truncate));
     TRY(get_int(&s, "original_max_position_embeddings", &c->rope_original_max_pos));
+    if (!(c->rope_beta_fast > 0) || !(c->rope_beta_slow > 0))
+      return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling yarn needs beta_fast, beta_slow > 0", file);
   } else if (!strcmp(type, "longrope") || !strcmp(type, "su")) {
     c->rope_type = SM_ROPE_LONGROPE;
     if (!cJSON_IsArray(get(&s, "short_factor")) || !cJSON_IsArray(get(&s, "long_factor")))
       return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling type '%s' needs short_factor and long_factor lists", file, type);
+    TRY(get_float(&s, "attention_factor", &c->rope_attn_factor));
     TRY(get_int(&s, "original_max_position_embeddings", &c->rope_original_max_pos));
   } else {
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: unsupported rope_scaling type '%s'", file, type);
@@ -232,6 +243,47 @@ void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int 
 
 /* --------------------------------------------------------------- parse */
 
+/* "layer_types" (a kind per layer), SmolLM3's "no_rope_layers" and "no_rope_layer_interval" */
+static smelt_status parse_layer_lists(sm_config *c, const src *s, const family *f) {
+  const int nl = c->num_hidden_layers;
+  const cJSON *lt = get(s, "layer_types");
+  if (lt) {
+    if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != nl)
+      return sm_err(SMELT_ERR_FORMAT, "%s: \"layer_types\" must be a list of %d layer kinds", s->file, nl);
+    int l = 0;
+    for (const cJSON *e = lt->child; e; e = e->next, l++) {
+      if (!cJSON_IsString(e)) return sm_err(SMELT_ERR_FORMAT, "%s: layer_types[%d] must be a string", s->file, l);
+      if (!strcmp(e->valuestring, "sliding_attention")) c->layer_sliding[l] = 1;
+      else if (!strcmp(e->valuestring, "full_attention")) c->layer_sliding[l] = 0;
+      else return sm_err(SMELT_ERR_UNSUPPORTED, "%s: layer_types[%d] = '%.40s' is not supported (full_attention, "
+                         "sliding_attention)", s->file, l, e->valuestring);
+    }
+    c->has_layer_types = true;
+  }
+  c->no_rope_layer_interval = f->no_rope_interval;
+  TRY(get_int(s, "no_rope_layer_interval", &c->no_rope_layer_interval));
+  TRY(check_range(s->file, "no_rope_layer_interval", c->no_rope_layer_interval, 0, 1 << 20));
+  const cJSON *nr = get(s, "no_rope_layers");
+  if (nr) {
+    /* transformers indexes it by layer: at least one entry per layer */
+    if (!cJSON_IsArray(nr) || cJSON_GetArraySize(nr) < nl)
+      return sm_err(SMELT_ERR_FORMAT, "%s: \"no_rope_layers\" must be a list of at least %d flags", s->file, nl);
+    int l = 0;
+    for (const cJSON *e = nr->child; e && l < nl; e = e->next, l++) {
+      int v;
+      if (to_int(e, s->file, "no_rope_layers", &v) || (v != 0 && v != 1))
+        return sm_err(SMELT_ERR_FORMAT, "%s: no_rope_layers[%d] must be 0 or 1", s->file, l);
+      c->layer_rope[l] = (uint8_t)v;
+    }
+    c->has_no_rope_layers = true;
+  }
+  bool bidir = false;
+  TRY(get_bool(s, "use_bidirectional_attention", &bidir));
+  if (bidir)
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: use_bidirectional_attention (an embedding model) is not supported", s->file);
+  return SMELT_OK;
+}
+
 static smelt_status parse_config(sm_config *c, const char *file, sm_config_defaults_fn lookup) {
   const cJSON *root = c->json;
   if (!cJSON_IsObject(root)) return sm_err(SMELT_ERR_FORMAT, "%s: not a JSON object", file);
@@ -240,14 +292,24 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   c->text = (cJSON *)(cJSON_IsObject(tc) ? tc : root);
   src s = {c->text, root, file};
 
-  /* model type: the LM's (text_config's) if given */
+  /* model type: the LM's (text_config's) if given. A vision-language checkpoint (text_config, or a
+   * vision_config next to the LM's own fields) keeps its outer type in vlm_type. */
+  const cJSON *rmt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+  if (!cJSON_IsString(rmt) || !rmt->valuestring[0]) rmt = NULL;
   const cJSON *mt = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(tc, "model_type") : NULL;
-  if (!cJSON_IsString(mt)) mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-  if (!cJSON_IsString(mt) || !mt->valuestring[0]) return sm_err(SMELT_ERR_FORMAT, "%s: missing \"model_type\"", file);
-  if (strlen(mt->valuestring) >= sizeof c->model_type)
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: model_type '%.40s...' is too long", file, mt->valuestring);
-  snprintf(c->model_type, sizeof c->model_type, "%s", mt->valuestring);
-  if (!strcmp(c->model_type, "gemma3") && cJSON_IsObject(tc)) snprintf(c->model_type, sizeof c->model_type, "gemma3_text");
+  if (!cJSON_IsString(mt) || !mt->valuestring[0]) mt = NULL;
+  if (!mt && !rmt) return sm_err(SMELT_ERR_FORMAT, "%s: missing \"model_type\"", file);
+  const char *outer = rmt ? rmt->valuestring : "";
+  const sm_config_defaults *of = rmt && lookup ? lookup(outer) : NULL;
+  const cJSON *vc = cJSON_GetObjectItemCaseSensitive(root, "vision_config");
+  const bool vision = cJSON_IsObject(vc);
+  const char *type = mt ? mt->valuestring : outer;
+  /* the outer type names a packaging whose LM type is known: use it when the text config does not say */
+  if (!mt && of && of->text_type && (cJSON_IsObject(tc) || vision)) type = of->text_type;
+  if (strlen(type) >= sizeof c->model_type || strlen(outer) >= sizeof c->vlm_type)
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: model_type '%.40s...' is too long", file, strlen(type) >= sizeof c->model_type ? type : outer);
+  snprintf(c->model_type, sizeof c->model_type, "%s", type);
+  if ((cJSON_IsObject(tc) && rmt && strcmp(outer, type)) || vision) snprintf(c->vlm_type, sizeof c->vlm_type, "%s", outer);
   const family *f = find_family(lookup, c->model_type);
 
   c->vocab_size = f->vocab;
@@ -320,6 +382,13 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
       if (cJSON_IsObject(slide)) {
         src ss = {slide, NULL, file};
         TRY(get_float(&ss, "rope_theta", &c->rope_local_theta));
+        char st[32] = "default";
+        const cJSON *tv = get(&ss, "rope_type");
+        if (!tv) tv = get(&ss, "type");
+        if (tv && cJSON_IsString(tv)) snprintf(st, sizeof st, "%s", tv->valuestring);
+        if (strcmp(st, "default"))
+          return sm_err(SMELT_ERR_UNSUPPORTED, "%s: rope_parameters.sliding_attention type '%s' is not supported "
+                        "(only default)", file, st);
       }
     } else {
       TRY(parse_rope(c, rp, file));
@@ -327,15 +396,22 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   }
   if (!(c->rope_theta > 0)) return sm_err(SMELT_ERR_FORMAT, "%s: rope_theta must be > 0", file);
   if (c->rope_local_theta < 0) return sm_err(SMELT_ERR_FORMAT, "%s: rope_local_base_freq must be > 0", file);
-  if (c->rope_type == SM_ROPE_LONGROPE && c->rope_original_max_pos == 0)
-    TRY(get_int(&s, "original_max_position_embeddings", &c->rope_original_max_pos));
-  if ((c->rope_type == SM_ROPE_YARN || c->rope_type == SM_ROPE_LONGROPE) && c->rope_original_max_pos == 0)
-    c->rope_original_max_pos = c->max_position_embeddings;
+  /* original_max_position_embeddings: as transformers' standardize_rope_params, a top-level value (Phi-3's
+   * config attribute, class default 4096) takes priority over the rope dict's; else max_position_embeddings */
+  if (c->rope_type == SM_ROPE_LONGROPE || c->rope_type == SM_ROPE_YARN || c->rope_type == SM_ROPE_LLAMA3) {
+    int top = f->orig_max_pos;
+    TRY(get_int(&s, "original_max_position_embeddings", &top));
+    if (top > 0) c->rope_original_max_pos = top;
+    if (c->rope_original_max_pos == 0) c->rope_original_max_pos = c->max_position_embeddings;
+  }
+  if (c->rope_llama4_beta > 0 && c->rope_original_max_pos <= 0)
+    return sm_err(SMELT_ERR_FORMAT, "%s: llama_4_scaling_beta needs original_max_position_embeddings", file);
   if (c->rope_original_max_pos)
     TRY(check_range(file, "original_max_position_embeddings", c->rope_original_max_pos, 1, 1 << 27));
 
-  float prf = 1.0f;
+  float prf = f->partial_rotary > 0 ? f->partial_rotary : 1.0f;
   TRY(get_float(&s, "partial_rotary_factor", &prf));
+  if (c->rope_partial_factor > 0) prf = c->rope_partial_factor;
   if (!(prf > 0 && prf <= 1)) return sm_err(SMELT_ERR_FORMAT, "%s: partial_rotary_factor %g out of range (0, 1]", file, prf);
   c->partial_rotary_dim = (int)(c->head_dim * prf);
   if (c->partial_rotary_dim < 2 || c->partial_rotary_dim % 2)
@@ -349,6 +425,7 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   TRY(get_bool(&s, "mlp_bias", &c->mlp_bias));
 
   /* sliding window */
+  c->use_sliding_window = f->sw_mode == 1;
   c->sliding_window = 0;
   if (f->sw_mode) {
     int sw = f->sliding;
@@ -357,12 +434,27 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
     else if (cJSON_GetObjectItemCaseSensitive(c->text, "sliding_window")) sw = 0; /* explicit null */
     bool use = f->sw_mode == 1;
     TRY(get_bool(&s, "use_sliding_window", &use));
+    c->use_sliding_window = use;
     c->sliding_window = use ? sw : 0;
     if (c->sliding_window < 0) return sm_err(SMELT_ERR_FORMAT, "%s: sliding_window must be >= 0", file);
   }
+  c->max_window_layers = f->max_window_layers;
+  TRY(get_int(&s, "max_window_layers", &c->max_window_layers));
+  TRY(check_range(file, "max_window_layers", c->max_window_layers, 0, 1 << 20));
   c->sliding_window_pattern = f->sw_pattern;
-  TRY(get_int(&s, "sliding_window_pattern", &c->sliding_window_pattern));
+  const cJSON *swp = get(&s, "sliding_window_pattern");
+  if (cJSON_IsString(swp)) { /* EXAONE 4: "LLLG", repeated over the layers (L: sliding, G: full) */
+    size_t n = strlen(swp->valuestring);
+    if (n == 0 || strspn(swp->valuestring, "LG") != n)
+      return sm_err(SMELT_ERR_FORMAT, "%s: sliding_window_pattern '%.40s' must be a string of L and G", file, swp->valuestring);
+    c->has_layer_types = true;
+    for (int l = 0; l < c->num_hidden_layers; l++) c->layer_sliding[l] = swp->valuestring[l % n] == 'L';
+    c->sliding_window_pattern = 0;
+  } else {
+    TRY(get_int(&s, "sliding_window_pattern", &c->sliding_window_pattern));
+  }
   TRY(check_range(file, "sliding_window_pattern", c->sliding_window_pattern, 0, 1024));
+  TRY(parse_layer_lists(c, &s, f));
 
   snprintf(c->hidden_act, sizeof c->hidden_act, "%s", f->act);
   /* Gemma modules use hidden_activation (falling back to gelu_pytorch_tanh), never hidden_act */
@@ -383,6 +475,17 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   }
   TRY(get_float(&s, "query_pre_attn_scalar", &c->query_pre_attn_scalar));
   if (c->query_pre_attn_scalar < 0) return sm_err(SMELT_ERR_FORMAT, "%s: query_pre_attn_scalar must be >= 0", file);
+
+  /* multipliers (Granite) and logit_scale (Cohere) */
+  c->embedding_multiplier = c->attention_multiplier = c->residual_multiplier = c->logits_scaling = 1.0f;
+  c->logit_scale = f->logit_scale > 0 ? f->logit_scale : 1.0f;
+  const char *mk[] = {"embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling", "logit_scale"};
+  float *mv[] = {&c->embedding_multiplier, &c->attention_multiplier, &c->residual_multiplier, &c->logits_scaling,
+                 &c->logit_scale};
+  for (size_t i = 0; i < SM_ARRAY_LEN(mk); i++) {
+    TRY(get_float(&s, mk[i], mv[i]));
+    if (!(*mv[i] > 0)) return sm_err(SMELT_ERR_FORMAT, "%s: %s must be > 0", file, mk[i]);
+  }
 
   /* special tokens */
   c->bos_id = -1;
@@ -433,6 +536,7 @@ smelt_status sm_config_parse(const char *config_json, size_t len, const char *ge
   if (!out) return sm_err(SMELT_ERR_INVALID, "sm_config_parse: out is NULL");
   memset(out, 0, sizeof *out);
   out->bos_id = -1;
+  out->rope_truncate = true;
   out->gen_do_sample = -1;
   if (!config_json) return sm_err(SMELT_ERR_INVALID, "sm_config_parse: no config text");
   out->json = cJSON_ParseWithLength(config_json, len);

@@ -5,13 +5,15 @@
 #include <cjson/cJSON.h>
 
 typedef enum {
-  SM_ROPE_NONE = 0, /* "default" / absent / "mrope" (text positions) */
+  SM_ROPE_NONE = 0, /* "default" / absent / "mrope" (text positions: all three sections get the same position) */
   SM_ROPE_LINEAR,   /* positions / factor */
   SM_ROPE_LLAMA3,   /* factor, low/high_freq_factor, original_max_position_embeddings */
   SM_ROPE_DYNAMIC,  /* dynamic NTK: factor (+ max_position_embeddings) */
-  SM_ROPE_YARN,     /* factor, original_max_pos, beta_fast/slow, attention_factor */
-  SM_ROPE_LONGROPE, /* phi3 "longrope"/"su": short/long factor lists stay in json */
+  SM_ROPE_YARN,     /* factor, original_max_pos, beta_fast/slow, attention_factor, mscale(_all_dim), truncate */
+  SM_ROPE_LONGROPE, /* phi3 "longrope"/"su": short/long factor lists stay in json (rope_params) */
 } sm_rope_type;
+
+#define SM_MAX_LAYERS 1024 /* num_hidden_layers range */
 
 typedef struct {
   char model_type[32];         /* "llama","mistral","qwen2","qwen3","gemma","gemma2","gemma3_text","phi3",...
@@ -25,13 +27,31 @@ typedef struct {
   int rope_type;               /* sm_rope_type */
   float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
   int rope_original_max_pos;
-  float rope_beta_fast, rope_beta_slow, rope_attn_factor; /* yarn (attn_factor 0 = not given) */
+  float rope_beta_fast, rope_beta_slow, rope_attn_factor; /* yarn, longrope (attn_factor 0 = not given) */
+  float rope_mscale, rope_mscale_all_dim; /* yarn: 0 = not given */
+  bool rope_truncate;                     /* yarn: floor/ceil the correction range (transformers default true) */
+  float rope_partial_factor;              /* partial_rotary_factor given inside rope_parameters (v5), 0 = not given */
+  float rope_llama4_beta;                 /* llama_4_scaling_beta (Ministral 3): query scale past original_max_pos */
+  const cJSON *rope_params;               /* the rope_scaling / rope_parameters object (borrowed from json), or NULL */
   bool tie_word_embeddings;
   bool attention_bias;         /* qwen2: true (q/k/v have biases, o_proj has none) */
   bool mlp_bias;
   int sliding_window;          /* 0 = none (qwen2/3 with use_sliding_window=false -> 0) */
   int sliding_window_pattern;  /* gemma2: 2, gemma3: 6 (every Nth layer is global); 0 = n/a */
   float rope_local_theta;      /* gemma3 rope_local_base_freq for sliding layers; 0 = n/a */
+  /* per-layer kinds from config.json: "layer_types" (or EXAONE's string sliding_window_pattern, "LLLG"),
+   * and SmolLM3's "no_rope_layers" (1 = the layer rotates) */
+  bool has_layer_types, has_no_rope_layers;
+  uint8_t layer_sliding[SM_MAX_LAYERS]; /* 1: "sliding_attention", 0: "full_attention" */
+  uint8_t layer_rope[SM_MAX_LAYERS];    /* no_rope_layers[l] */
+  int no_rope_layer_interval;  /* SmolLM3: every Nth layer is NoPE when no_rope_layers is absent; 0 = n/a */
+  bool use_sliding_window;     /* the config's use_sliding_window (families with sw_mode 2) */
+  int max_window_layers;       /* Qwen2/3: layers from this one on slide (with use_sliding_window) */
+  /* Granite multipliers and Cohere's logit_scale (1 when absent) */
+  float embedding_multiplier, attention_multiplier, residual_multiplier, logits_scaling, logit_scale;
+  /* vision-language checkpoints: the outer model_type ("gemma3", "mistral3", "qwen2_5_vl", ...) when the LM
+   * is packaged next to a vision tower (text_config and/or vision_config); "" for a text model */
+  char vlm_type[32];
   char hidden_act[32];         /* gemma families: hidden_activation preferred */
   int n_eos; int32_t eos_ids[16]; int32_t bos_id; /* -1 if none; eos from config AND generation_config (union) */
   float final_logit_softcapping, attn_logit_softcapping, query_pre_attn_scalar; /* 0 if absent */
@@ -61,6 +81,14 @@ typedef struct {
   int sw_pattern;
   float local_theta;
   bool gemma_act;       /* prefer "hidden_activation" over "hidden_act" */
+  int no_rope_interval; /* SmolLM3 no_rope_layer_interval */
+  int max_window_layers;/* Qwen2/3 max_window_layers default */
+  float logit_scale;    /* Cohere: 0.0625; 0 = 1 */
+  float partial_rotary; /* partial_rotary_factor default (GLM-4: 0.5); 0 = 1 */
+  int orig_max_pos;     /* original_max_position_embeddings class default (Phi-3: 4096); 0 = none */
+  /* vision-language packagings: the model_type of the LM when text_config does not name it (or when the
+   * LM's fields sit at the top level next to a vision_config) */
+  const char *text_type;
 } sm_config_defaults;
 /* the defaults of a model_type, NULL when unknown (generic PretrainedConfig defaults then apply) */
 typedef const sm_config_defaults *(*sm_config_defaults_fn)(const char *model_type);

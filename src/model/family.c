@@ -1,15 +1,25 @@
-/* The family registry (family.h): the list of entries and lookups. Each entry is defined in its
- * fam_*.c file. */
+/* The family registry (family.h): the list of entries, lookups, and what a recipe gives each layer
+ * (window, RoPE), each slot (shape) and the activation. Each entry is defined in its fam_*.c file. */
 #include "model/family.h"
 #include <string.h>
 
-extern const sm_family sm_family_llama, sm_family_mistral, sm_family_qwen2, sm_family_qwen3;
-extern const sm_family sm_family_gemma, sm_family_gemma2, sm_family_gemma3_text, sm_family_phi3;
+extern const sm_family sm_family_llama, sm_family_mistral, sm_family_ministral3, sm_family_smollm3,
+  sm_family_granite, sm_family_qwen2, sm_family_qwen3, sm_family_qwen2_5_vl_text, sm_family_qwen3_vl_text,
+  sm_family_gemma, sm_family_gemma2, sm_family_gemma3_text, sm_family_phi3, sm_family_olmo2, sm_family_olmo3,
+  sm_family_exaone4, sm_family_glm4, sm_family_cohere2, sm_family_gemma4_text;
+extern const sm_vlm_packaging sm_vlm_gemma3, sm_vlm_mistral3, sm_vlm_qwen2_5_vl, sm_vlm_qwen3_vl, sm_vlm_gemma4;
 
 static const sm_family *const g_families[] = {
-  &sm_family_llama, &sm_family_mistral, &sm_family_qwen2, &sm_family_qwen3,
-  /* known configs, not runnable yet */
-  &sm_family_gemma, &sm_family_gemma2, &sm_family_gemma3_text, &sm_family_phi3,
+  &sm_family_llama, &sm_family_mistral, &sm_family_ministral3, &sm_family_qwen2, &sm_family_qwen3,
+  &sm_family_gemma, &sm_family_gemma2, &sm_family_gemma3_text, &sm_family_phi3, &sm_family_smollm3,
+  &sm_family_olmo2, &sm_family_olmo3, &sm_family_granite, &sm_family_glm4, &sm_family_exaone4, &sm_family_cohere2,
+  &sm_family_qwen2_5_vl_text, &sm_family_qwen3_vl_text,
+  /* known configs, not runnable */
+  &sm_family_gemma4_text,
+};
+
+static const sm_vlm_packaging *const g_vlms[] = {
+  &sm_vlm_gemma3, &sm_vlm_mistral3, &sm_vlm_qwen2_5_vl, &sm_vlm_qwen3_vl, &sm_vlm_gemma4,
 };
 
 const sm_family *sm_family_find(const char *model_type) {
@@ -28,14 +38,33 @@ const sm_family *sm_family_runnable(const char *model_type) {
   return f && f->names && f->recipe ? f : NULL;
 }
 
+bool sm_family_type_runnable(const char *model_type) {
+  if (sm_family_runnable(model_type)) return true;
+  const sm_vlm_packaging *v = sm_vlm_find(model_type);
+  return v && v->defaults && sm_family_runnable(v->defaults->text_type);
+}
+
 const sm_family *const *sm_family_all(size_t *n) {
   *n = SM_ARRAY_LEN(g_families);
   return g_families;
 }
 
+const sm_vlm_packaging *const *sm_vlm_all(size_t *n) {
+  *n = SM_ARRAY_LEN(g_vlms);
+  return g_vlms;
+}
+
+const sm_vlm_packaging *sm_vlm_find(const char *model_type) {
+  for (size_t i = 0; model_type && i < SM_ARRAY_LEN(g_vlms); i++)
+    if (!strcmp(g_vlms[i]->model_type, model_type)) return g_vlms[i];
+  return NULL;
+}
+
 const sm_config_defaults *sm_family_defaults(const char *model_type) {
   const sm_family *f = sm_family_find(model_type);
-  return f ? f->defaults : NULL;
+  if (f) return f->defaults;
+  const sm_vlm_packaging *v = sm_vlm_find(model_type);
+  return v ? v->defaults : NULL;
 }
 
 smelt_status sm_family_config_load(const char *model_dir, sm_config *out) {
@@ -53,8 +82,72 @@ const char *sm_family_runnable_list(void) {
   return list;
 }
 
+static bool layer_rotates(const sm_recipe *r, const sm_config *c, int l, bool sliding) {
+  switch (r->rope) {
+  case SM_ROPE_ALL: return true;
+  case SM_ROPE_SLIDING_ONLY: return sliding && c->sliding_window > 0;
+  case SM_ROPE_GLOBAL_NOPE: return c->sliding_window == 0 || sliding;
+  case SM_ROPE_LIST:
+    if (c->has_no_rope_layers) return c->layer_rope[l] != 0;
+    return c->no_rope_layer_interval <= 0 || (l + 1) % c->no_rope_layer_interval != 0;
+  }
+  return true;
+}
+
 void sm_family_layer_spec(const sm_family *f, const sm_config *c, int layer, sm_layer_spec *out) {
+  const sm_recipe *r = f->recipe;
   memset(out, 0, sizeof *out);
-  (void)layer;
-  if (f->recipe->window == SM_WIN_ALL) out->window = c->sliding_window;
+  bool sliding = false;
+  switch (r->window) {
+  case SM_WIN_NONE: break;
+  case SM_WIN_ALL: sliding = c->sliding_window > 0; break;
+  case SM_WIN_PATTERN:
+    if (c->has_layer_types) sliding = c->layer_sliding[layer];
+    else sliding = c->sliding_window_pattern > 0 && (layer + 1) % c->sliding_window_pattern != 0;
+    break;
+  case SM_WIN_NOPE:
+    if (c->has_layer_types) sliding = c->layer_sliding[layer];
+    else sliding = c->use_sliding_window && c->sliding_window > 0 && !layer_rotates(r, c, layer, false);
+    break;
+  case SM_WIN_FROM_LAYER:
+    if (c->has_layer_types) sliding = c->layer_sliding[layer];
+    else sliding = c->use_sliding_window && c->sliding_window > 0 && layer >= c->max_window_layers;
+    break;
+  }
+  out->sliding = sliding;
+  out->window = sliding ? c->sliding_window : 0;
+  if (!layer_rotates(r, c, layer, sliding)) out->rope = -1;
+  else out->rope = sliding && r->local_rope != SM_LOCAL_ROPE_SAME ? 1 : 0;
+}
+
+void sm_family_slot_shape(const sm_family *f, const sm_config *c, sm_layer_tensor s, int64_t *rows, int64_t *cols) {
+  const int64_t H = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+  const int64_t nq = (int64_t)c->num_attention_heads * hd, nkv = (int64_t)c->num_key_value_heads * hd;
+  const bool full = f->recipe && f->recipe->qk_norm == SM_QK_NORM_FULL;
+  *cols = 0;
+  switch (s) {
+  case SM_T_ATTN_NORM: case SM_T_FFN_NORM: case SM_T_ATTN_OUT_NORM: case SM_T_FFN_OUT_NORM: *rows = H; break;
+  case SM_T_Q_NORM: *rows = full ? nq : hd; break;
+  case SM_T_K_NORM: *rows = full ? nkv : hd; break;
+  case SM_T_Q: *rows = nq; *cols = H; break;
+  case SM_T_K: case SM_T_V: *rows = nkv; *cols = H; break;
+  case SM_T_QKV: *rows = nq + 2 * nkv; *cols = H; break;
+  case SM_T_O: *rows = H; *cols = nq; break;
+  case SM_T_GATE: case SM_T_UP: *rows = F; *cols = H; break;
+  case SM_T_GATE_UP: *rows = 2 * F; *cols = H; break;
+  case SM_T_DOWN: *rows = H; *cols = F; break;
+  case SM_T_LAYER_COUNT: *rows = 0; break;
+  }
+}
+
+smelt_status sm_family_act(const sm_family *f, const sm_config *c, sm_act *out) {
+  const char *a = c->hidden_act;
+  if (!strcmp(a, "silu") || !strcmp(a, "swish")) { *out = SM_ACT_SILU; return SMELT_OK; }
+  /* the tanh approximation of GELU, under its transformers names (ACT2FN) */
+  if (!strcmp(a, "gelu_pytorch_tanh") || !strcmp(a, "gelu_new") || !strcmp(a, "gelu_fast")) {
+    *out = SM_ACT_GELU_TANH;
+    return SMELT_OK;
+  }
+  return sm_err(SMELT_ERR_UNSUPPORTED, "activation '%s' is not supported for model family %s (silu, gelu_pytorch_tanh)",
+                a, f->model_type);
 }

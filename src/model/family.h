@@ -10,11 +10,16 @@
 /* The per-layer tensors, by slot. A family names each slot it has (sm_tensor_names.t); the
  * loader reads exactly those, and fails on any tensor of the checkpoint it did not read. */
 typedef enum {
-  SM_T_ATTN_NORM, /* RMSNorm before attention */
+  SM_T_ATTN_NORM,      /* norm before attention (absent in post-norm families: attention reads x) */
   SM_T_Q, SM_T_K, SM_T_V, SM_T_O,
-  SM_T_Q_NORM, SM_T_K_NORM, /* per-head RMSNorm of q and k (recipe qk_norm) */
-  SM_T_FFN_NORM, /* RMSNorm before the MLP */
-  SM_T_GATE, SM_T_UP, SM_T_DOWN,
+  SM_T_QKV,            /* fused q|k|v rows (Phi-3): the loader makes Q, K, V row views of it */
+  SM_T_Q_NORM, SM_T_K_NORM, /* RMSNorm of q and k (recipe qk_norm: per head or over the whole projection) */
+  SM_T_ATTN_OUT_NORM,  /* norm of the attention output before the residual add (Gemma 2/3, OLMo 2, GLM-4) */
+  SM_T_FFN_NORM,       /* norm before the MLP */
+  SM_T_GATE, SM_T_UP,
+  SM_T_GATE_UP,        /* fused gate|up rows (Phi-3, GLM-4): the loader makes GATE, UP row views of it */
+  SM_T_DOWN,
+  SM_T_FFN_OUT_NORM,   /* norm of the MLP output before the residual add */
   SM_T_LAYER_COUNT
 } sm_layer_tensor;
 
@@ -27,24 +32,68 @@ typedef struct {
   const char *t[SM_T_LAYER_COUNT]; /* NULL: the family has no such tensor */
 } sm_tensor_names;
 
-typedef enum { SM_ACT_SILU } sm_act;
+typedef enum { SM_NORM_RMS, SM_NORM_LAYER } sm_norm_kind; /* LayerNorm: mean-centred, weight only (Cohere) */
+typedef enum { SM_QK_NORM_NONE, SM_QK_NORM_HEAD, SM_QK_NORM_FULL } sm_qk_norm;
+typedef enum { SM_ACT_SILU, SM_ACT_GELU_TANH } sm_act; /* from config hidden_act / hidden_activation */
+/* the projections that have biases when config.json says attention_bias */
+typedef enum { SM_BIAS_NONE, SM_BIAS_QKV, SM_BIAS_QKVO } sm_bias_rule;
 
 /* which layers attend over a sliding window of config.sliding_window positions */
 typedef enum {
-  SM_WIN_NONE, /* none: every layer attends to the whole context (sliding_window is ignored) */
-  SM_WIN_ALL,  /* every layer, when config.json gives a sliding_window (Mistral) */
+  SM_WIN_NONE,    /* none: every layer attends to the whole context (sliding_window is ignored) */
+  SM_WIN_ALL,     /* every layer, when config.json gives a sliding_window (Mistral, Phi-3) */
+  SM_WIN_PATTERN, /* config layer_types (or EXAONE's "LLLG"); else every sliding_window_pattern-th layer
+                   * (1-based) is full and the others slide (Gemma 2/3, Cohere 2, OLMo 3, EXAONE 4) */
+  SM_WIN_NOPE,    /* config layer_types; else, with use_sliding_window, the NoPE layers slide (SmolLM3) */
+  SM_WIN_FROM_LAYER, /* config layer_types; else, with use_sliding_window, layers >= max_window_layers (Qwen2/3) */
 } sm_window_rule;
 
-/* The layer recipe: how the shared forward computes one decoder layer of this family.
- *   h   = x + o(attn(rope(qk_norm(q(n1), k(n1))), v(n1)))    n1 = rmsnorm(x) * (attn_norm + norm_offset)
- *   out = h + down(act(gate(n2)) * up(n2))                     n2 = rmsnorm(h) * (ffn_norm + norm_offset) */
+/* which layers rotate q and k (the others are NoPE: no position encoding) */
+typedef enum {
+  SM_ROPE_ALL,          /* every layer */
+  SM_ROPE_SLIDING_ONLY, /* only sliding-window layers (Cohere 2: none when config has no sliding_window) */
+  SM_ROPE_GLOBAL_NOPE,  /* full layers are NoPE when config has a sliding_window, else all rotate (EXAONE 4) */
+  SM_ROPE_LIST,         /* config no_rope_layers (1 = rotate), else every no_rope_layer_interval-th is NoPE (SmolLM3) */
+} sm_rope_rule;
+
+/* the RoPE of sliding-window layers */
+typedef enum {
+  SM_LOCAL_ROPE_SAME,     /* the model's RoPE (rope_theta, rope_scaling) */
+  SM_LOCAL_ROPE_THETA,    /* default RoPE with rope_local_base_freq (Gemma 3) */
+  SM_LOCAL_ROPE_UNSCALED, /* default RoPE with rope_theta: rope_scaling only on full layers (OLMo 3) */
+} sm_local_rope;
+
+typedef enum {
+  SM_ATTN_SCALE_HEAD_DIM,   /* 1/sqrt(head_dim) */
+  SM_ATTN_SCALE_QPAS,       /* 1/sqrt(query_pre_attn_scalar) (Gemma 2/3) */
+  SM_ATTN_SCALE_MULTIPLIER, /* config attention_multiplier (Granite) */
+} sm_attn_scale;
+
+/* The layer recipe: how the shared forward computes one decoder layer of this family. With every
+ * slot present it is
+ *   a   = attn_out_norm(o(attn(rope(qk_norm(q(n1), k(n1))), v(n1))))   n1 = attn_norm(x)
+ *   h   = x + residual_multiplier * a
+ *   out = h + residual_multiplier * ffn_out_norm(down(act(gate(n2)) * up(n2)))   n2 = ffn_norm(h)
+ * with absent norms skipped (their input passes through), or, with parallel_residual,
+ *   out = x + a + mlp(n1)
+ * A norm is RMSNorm (or LayerNorm) with scale (w + norm_offset). */
 typedef struct {
-  bool qkv_bias;          /* q/k/v projections have biases (also when config.json says attention_bias) */
-  bool o_bias_from_config;/* config.json's attention_bias also gives o_proj a bias (Llama) */
-  bool qk_norm;           /* per-head RMSNorm on q and k before RoPE */
-  float norm_offset;      /* RMSNorm scale is (w + norm_offset) */
-  sm_act act;
+  sm_norm_kind norm;
+  float norm_offset;      /* norm scale is (w + norm_offset): Gemma 1.0 */
+  bool qkv_bias;          /* q/k/v projections always have biases (Qwen2) */
+  sm_bias_rule attn_bias; /* which projections config.json's attention_bias gives biases */
+  sm_qk_norm qk_norm;
+  bool parallel_residual; /* attention and MLP both read the attention norm's output (Cohere 2) */
+  bool embed_scale_sqrt;  /* embeddings times sqrt(hidden_size) (Gemma) */
+  bool multipliers;       /* embedding/residual multipliers and logits / logits_scaling (Granite) */
+  bool logit_scale;       /* logits times config logit_scale (Cohere) */
+  bool softcaps;          /* config attn_logit_softcapping / final_logit_softcapping apply (Gemma 2/3) */
+  bool rope_interleaved;  /* RoPE rotates pairs (2i, 2i+1) (GLM-4, Cohere 2): the loader permutes q/k rows */
+  bool llama4_scaling;    /* q times 1 + beta*log(1 + floor(pos / original_max_pos)) (Ministral 3) */
+  sm_attn_scale attn_scale;
   sm_window_rule window;
+  sm_rope_rule rope;
+  sm_local_rope local_rope;
 } sm_recipe;
 
 typedef struct sm_family {
@@ -57,7 +106,19 @@ typedef struct sm_family {
    * cannot run yet */
   const sm_tensor_names *names;
   const sm_recipe *recipe;
+  const char *notes;              /* limits a user should know, for `smelt arch` (NULL: none) */
 } sm_family;
+
+/* A vision-language packaging: a checkpoint whose config has the LM under text_config (or next to a
+ * vision_config) and whose LM tensors are under lm_prefix, next to vision tensors. smelt runs the
+ * LM; the vision tensors are skipped deliberately (image input is not supported). */
+typedef struct {
+  const char *model_type;             /* the outer config model_type: "gemma3", "mistral3", ... */
+  const char *description, *example;
+  const sm_config_defaults *defaults; /* the outer type's defaults: text_type */
+  const char *lm_prefix;              /* "language_model." */
+  const char *const *skip;            /* NULL-terminated prefixes of the vision tensors */
+} sm_vlm_packaging;
 
 /* The entry for a model_type (or alias); NULL when unknown. */
 const sm_family *sm_family_find(const char *model_type);
@@ -65,6 +126,12 @@ const sm_family *sm_family_find(const char *model_type);
 const sm_family *sm_family_runnable(const char *model_type);
 /* All entries, in `smelt arch` order; *n receives the count. */
 const sm_family *const *sm_family_all(size_t *n);
+/* A config.json model_type smelt runs: a runnable family, or a vision-language packaging whose text
+ * model is one (the store's "supported"). */
+bool sm_family_type_runnable(const char *model_type);
+/* The vision-language packagings; *n receives the count. */
+const sm_vlm_packaging *const *sm_vlm_all(size_t *n);
+const sm_vlm_packaging *sm_vlm_find(const char *model_type);
 /* The config defaults of a model_type (sm_config_defaults_fn for the config parser). */
 const sm_config_defaults *sm_family_defaults(const char *model_type);
 /* config.json (+ generation_config.json) of a model directory, with the registry's defaults. */
@@ -74,8 +141,15 @@ const char *sm_family_runnable_list(void);
 
 /* What the recipe gives layer l of a model with this config. */
 typedef struct {
-  int window; /* attention window in positions; 0 = whole context */
+  int window;  /* attention window in positions; 0 = whole context */
+  bool sliding;/* a sliding-window layer (its RoPE may be the local one) */
+  int rope;    /* -1: NoPE; 0: the model's RoPE; 1: the local RoPE of sliding layers */
 } sm_layer_spec;
 void sm_family_layer_spec(const sm_family *f, const sm_config *c, int layer, sm_layer_spec *out);
+
+/* [rows, cols] of slot s of a layer (cols 0: a vector of rows floats) for this family and config. */
+void sm_family_slot_shape(const sm_family *f, const sm_config *c, sm_layer_tensor s, int64_t *rows, int64_t *cols);
+/* The activation the config selects for this family; SMELT_ERR_UNSUPPORTED (message set) if none. */
+smelt_status sm_family_act(const sm_family *f, const sm_config *c, sm_act *out);
 
 #endif

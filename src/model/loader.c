@@ -2,16 +2,28 @@
  * looked up in the safetensors, checked against the config's shapes and quantization, and handed
  * to the backend. Every tensor of the checkpoint must be read by some slot: one that is not (a
  * bias, a norm or a projection the family's recipe does not have) fails the load with its name,
- * so that a checkpoint never runs with part of its weights ignored. */
+ * so that a checkpoint never runs with part of its weights ignored. The only tensors skipped are
+ * the vision tower of a vision-language packaging (family.h sm_vlm_packaging), named by prefix, and
+ * rotary_emb.inv_freq buffers (mlx-lm's sanitize drops them too).
+ * Fused projections (qkv_proj, gate_up_proj) become row views; for families whose RoPE rotates
+ * interleaved pairs, the q/k rows of each head are permuted here so that the rotate-half RoPE of
+ * the backends computes the same scores. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "model/model.h"
 
-static void *own(smelt_model *m, void *p) {
+void *sm_model_own(smelt_model *m, void *p) {
   m->owned = sm_xrealloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1));
   m->owned[m->n_owned++] = p;
+  return p;
+}
+static void *own(smelt_model *m, void *p) { return sm_model_own(m, p); }
+
+static void *host_own(smelt_model *m, void *p) {
+  m->host_owned = sm_xrealloc(m->host_owned, sizeof(void *) * (size_t)(m->n_host_owned + 1));
+  m->host_owned[m->n_host_owned++] = p;
   return p;
 }
 
@@ -101,8 +113,10 @@ static smelt_status load_linear(smelt_model *m, taken_set *ts, const char *prefi
   return SMELT_OK;
 }
 
-/* A 1-D vector (norm weight, bias) as a float32 backend buffer. */
-static smelt_status load_vec(smelt_model *m, taken_set *ts, const char *name, int64_t n, float **out, bool optional) {
+/* A 1-D vector (norm weight, bias) as a float32 backend buffer; perm (may be NULL): element i of the
+ * result is element perm[i] of the tensor. */
+static smelt_status load_vec(smelt_model *m, taken_set *ts, const char *name, int64_t n, float **out, bool optional,
+                             const int64_t *perm) {
   const sm_tensor *t = take(m, ts, name);
   *out = NULL;
   if (!t) return optional ? SMELT_OK : sm_err(SMELT_ERR_FORMAT, "missing tensor %s", name);
@@ -117,6 +131,12 @@ static smelt_status load_vec(smelt_model *m, taken_set *ts, const char *name, in
     default: free(h); return sm_err(SMELT_ERR_UNSUPPORTED, "%s: dtype %s not supported", name, sm_dtype_name(t->dtype));
     }
   }
+  if (perm) {
+    float *p = sm_xmalloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) p[i] = h[perm[i]];
+    free(h);
+    h = p;
+  }
   float *d = m->be->alloc(m->be, sizeof(float) * (size_t)n);
   if (!d) { free(h); return sm_err(SMELT_ERR_OOM, "out of backend memory"); }
   m->be->upload(m->be, d, h, sizeof(float) * (size_t)n);
@@ -126,41 +146,125 @@ static smelt_status load_vec(smelt_model *m, taken_set *ts, const char *name, in
   return SMELT_OK;
 }
 
-/* the [rows, cols] of a layer matrix, or the length of a layer vector (cols = 0) */
-static void slot_shape(const sm_config *c, sm_layer_tensor s, int64_t *rows, int64_t *cols) {
-  const int64_t H = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-  const int64_t nq = (int64_t)c->num_attention_heads * hd, nkv = (int64_t)c->num_key_value_heads * hd;
-  *cols = 0;
-  switch (s) {
-  case SM_T_ATTN_NORM: case SM_T_FFN_NORM: *rows = H; break;
-  case SM_T_Q_NORM: case SM_T_K_NORM: *rows = hd; break;
-  case SM_T_Q: *rows = nq; *cols = H; break;
-  case SM_T_K: case SM_T_V: *rows = nkv; *cols = H; break;
-  case SM_T_O: *rows = H; *cols = nq; break;
-  case SM_T_GATE: case SM_T_UP: *rows = F; *cols = H; break;
-  case SM_T_DOWN: *rows = H; *cols = F; break;
-  case SM_T_LAYER_COUNT: *rows = 0; break;
-  }
-}
-
-/* does the recipe give this slot a bias */
+/* does the recipe (with config.json's attention_bias) give this slot a bias */
 static bool slot_bias(const smelt_model *m, sm_layer_tensor s) {
-  const bool qkv = m->fam->recipe->qkv_bias || m->cfg.attention_bias;
-  return qkv && (s == SM_T_Q || s == SM_T_K || s == SM_T_V);
+  const sm_recipe *r = m->fam->recipe;
+  const bool qkv = s == SM_T_Q || s == SM_T_K || s == SM_T_V || s == SM_T_QKV;
+  if (qkv && r->qkv_bias) return true;
+  if (!m->cfg.attention_bias) return false;
+  return (qkv && r->attn_bias != SM_BIAS_NONE) || (s == SM_T_O && r->attn_bias == SM_BIAS_QKVO);
 }
 
-static smelt_status check_recipe(const smelt_model *m) {
+static smelt_status check_recipe(smelt_model *m) {
   const sm_recipe *r = m->fam->recipe;
   const sm_tensor_names *nm = m->fam->names;
-  if (r->qk_norm && (!nm->t[SM_T_Q_NORM] || !nm->t[SM_T_K_NORM]))
+  if (r->qk_norm != SM_QK_NORM_NONE && (!nm->t[SM_T_Q_NORM] || !nm->t[SM_T_K_NORM]))
     return sm_err(SMELT_ERR_FORMAT, "family %s: qk_norm without q/k norm tensor names", m->fam->model_type);
+  if (!(nm->t[SM_T_QKV] ? 1 : 0) == !(nm->t[SM_T_Q] && nm->t[SM_T_K] && nm->t[SM_T_V]))
+    return sm_err(SMELT_ERR_FORMAT, "family %s: names need either qkv or q, k and v", m->fam->model_type);
+  if (!(nm->t[SM_T_GATE_UP] ? 1 : 0) == !(nm->t[SM_T_GATE] && nm->t[SM_T_UP]))
+    return sm_err(SMELT_ERR_FORMAT, "family %s: names need either gate_up or gate and up", m->fam->model_type);
   if (m->cfg.mlp_bias)
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: mlp_bias is not supported for model family %s", m->dir,
                   m->fam->model_type);
-  if (strcmp(m->cfg.hidden_act, "silu") && strcmp(m->cfg.hidden_act, "swish"))
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported for model family %s", m->dir,
-                  m->cfg.hidden_act, m->fam->model_type);
+  smelt_status st = sm_family_act(m->fam, &m->cfg, &m->act);
+  if (st) return sm_err(st, "%s: %s", m->dir, sm_errmsg());
+  if (r->rope_interleaved && nm->t[SM_T_QKV])
+    return sm_err(SMELT_ERR_FORMAT, "family %s: interleaved RoPE needs separate q and k", m->fam->model_type);
   return SMELT_OK;
+}
+
+/* Rows of q or k (heads of hd) in the rotate-half order of interleaved-RoPE weights: within the first
+ * rot dims of each head, dim i < rot/2 takes pair i's first element (2i), dim rot/2 + i its second. */
+static int64_t *interleave_perm(int64_t rows, int hd, int rot) {
+  int64_t *p = sm_xmalloc(sizeof(int64_t) * (size_t)rows);
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t h = r / hd;
+    const int d = (int)(r % hd), half = rot / 2;
+    p[r] = h * hd + (d >= rot ? d : d < half ? 2 * d : 2 * (d - half) + 1);
+  }
+  return p;
+}
+
+/* w's rows rearranged (row i = row perm[i] of w) into host memory the model owns */
+static void permute_weight(smelt_model *m, sm_weight *w, const int64_t *perm) {
+  const size_t es = sm_dtype_size(w->dtype);
+  const size_t rb = w->bits ? (size_t)w->cols * (size_t)w->bits / 8 : (size_t)w->cols * es;
+  const size_t gb = w->bits ? (size_t)(w->cols / w->group_size) * es : 0;
+  uint8_t *d = host_own(m, sm_xmalloc(rb * (size_t)w->rows));
+  uint8_t *sc = gb ? host_own(m, sm_xmalloc(gb * (size_t)w->rows)) : NULL;
+  uint8_t *bi = gb ? host_own(m, sm_xmalloc(gb * (size_t)w->rows)) : NULL;
+  for (int64_t i = 0; i < w->rows; i++) {
+    memcpy(d + (size_t)i * rb, (const uint8_t *)w->data + (size_t)perm[i] * rb, rb);
+    if (gb) {
+      memcpy(sc + (size_t)i * gb, (const uint8_t *)w->scales + (size_t)perm[i] * gb, gb);
+      memcpy(bi + (size_t)i * gb, (const uint8_t *)w->biases + (size_t)perm[i] * gb, gb);
+    }
+  }
+  w->data = d;
+  if (gb) { w->scales = sc; w->biases = bi; }
+}
+
+static smelt_status read_layer(smelt_model *m, taken_set *ts, int l) {
+  const sm_config *c = &m->cfg;
+  const sm_tensor_names *nm = m->fam->names;
+  const sm_recipe *r = m->fam->recipe;
+  sm_layer *L = &m->layers[l];
+  const int64_t hd = c->head_dim, nq = (int64_t)c->num_attention_heads * hd, nkv = (int64_t)c->num_key_value_heads * hd;
+  char p[256], n[320];
+  smelt_status st;
+  sm_family_layer_spec(m->fam, c, l, &L->spec);
+  snprintf(p, sizeof p, "%s%s%s.%d", m->prefix, nm->root, nm->layers, l);
+  /* interleaved RoPE: q/k rows (and their biases and norms) in rotate-half order */
+  int64_t *perm_q = NULL, *perm_k = NULL;
+  if (r->rope_interleaved) {
+    perm_q = interleave_perm(nq, (int)hd, c->partial_rotary_dim);
+    perm_k = interleave_perm(nkv, (int)hd, c->partial_rotary_dim);
+  }
+  for (int s = 0; s < SM_T_LAYER_COUNT; s++) {
+    if (!nm->t[s]) continue;
+    if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && r->qk_norm == SM_QK_NORM_NONE) continue;
+    const int64_t *perm = s == SM_T_Q || (s == SM_T_Q_NORM && r->qk_norm == SM_QK_NORM_FULL) ? perm_q
+                        : s == SM_T_K || (s == SM_T_K_NORM && r->qk_norm == SM_QK_NORM_FULL) ? perm_k
+                        : NULL;
+    if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && r->qk_norm == SM_QK_NORM_HEAD && perm_q) perm = perm_q; /* first hd */
+    int64_t rows, cols;
+    sm_family_slot_shape(m->fam, c, (sm_layer_tensor)s, &rows, &cols);
+    snprintf(n, sizeof n, "%s.%s", p, nm->t[s]);
+    if (cols) {
+      if ((st = load_linear(m, ts, n, rows, cols, &L->w[s], false))) goto out;
+      if (perm) permute_weight(m, &L->w[s], perm);
+      if (slot_bias(m, (sm_layer_tensor)s)) {
+        snprintf(n, sizeof n, "%s.%s.bias", p, nm->t[s]);
+        if ((st = load_vec(m, ts, n, rows, &L->bias[s], false, perm))) goto out;
+      }
+    } else {
+      snprintf(n, sizeof n, "%s.%s.weight", p, nm->t[s]);
+      if ((st = load_vec(m, ts, n, rows, &L->vec[s], false, perm))) goto out;
+    }
+  }
+  /* fused projections: row views (their biases: offsets into the fused bias) */
+  if (nm->t[SM_T_QKV]) {
+    const sm_weight *f = &L->w[SM_T_QKV];
+    L->w[SM_T_Q] = sm_weight_rows(f, 0, nq);
+    L->w[SM_T_K] = sm_weight_rows(f, nq, nkv);
+    L->w[SM_T_V] = sm_weight_rows(f, nq + nkv, nkv);
+    if (L->bias[SM_T_QKV]) {
+      L->bias[SM_T_Q] = L->bias[SM_T_QKV];
+      L->bias[SM_T_K] = L->bias[SM_T_QKV] + nq;
+      L->bias[SM_T_V] = L->bias[SM_T_QKV] + nq + nkv;
+    }
+  }
+  if (nm->t[SM_T_GATE_UP]) {
+    const sm_weight *f = &L->w[SM_T_GATE_UP];
+    L->w[SM_T_GATE] = sm_weight_rows(f, 0, c->intermediate_size);
+    L->w[SM_T_UP] = sm_weight_rows(f, c->intermediate_size, c->intermediate_size);
+  }
+  st = SMELT_OK;
+out:
+  free(perm_q);
+  free(perm_k);
+  return st;
 }
 
 static smelt_status read_tensors(smelt_model *m, taken_set *ts) {
@@ -169,45 +273,25 @@ static smelt_status read_tensors(smelt_model *m, taken_set *ts) {
   const int64_t H = c->hidden_size;
   smelt_status st;
   char p[256], n[320];
-  snprintf(p, sizeof p, "%s%s", nm->root, nm->embed);
+  snprintf(p, sizeof p, "%s%s%s", m->prefix, nm->root, nm->embed);
   if ((st = load_linear(m, ts, p, c->vocab_size, H, &m->embed, false))) return st;
   /* as mlx-lm: with tie_word_embeddings the embedding is the LM head, and a lm_head tensor is dropped */
+  snprintf(p, sizeof p, "%s%s", m->prefix, nm->lm_head);
   if (c->tie_word_embeddings) {
-    snprintf(n, sizeof n, "%s.weight", nm->lm_head);
-    take(m, ts, n);
-    snprintf(n, sizeof n, "%s.scales", nm->lm_head);
-    take(m, ts, n);
-    snprintf(n, sizeof n, "%s.biases", nm->lm_head);
-    take(m, ts, n);
+    const char *sfx[] = { "weight", "scales", "biases" };
+    for (size_t i = 0; i < SM_ARRAY_LEN(sfx); i++) {
+      snprintf(n, sizeof n, "%s.%s", p, sfx[i]);
+      take(m, ts, n);
+    }
   } else {
-    if ((st = load_linear(m, ts, nm->lm_head, c->vocab_size, H, &m->lm_head, true))) return st;
+    if ((st = load_linear(m, ts, p, c->vocab_size, H, &m->lm_head, true))) return st;
   }
   if (!m->lm_head.data) m->lm_head = m->embed;
-  snprintf(n, sizeof n, "%s%s.weight", nm->root, nm->final_norm);
-  if ((st = load_vec(m, ts, n, H, &m->final_norm, false))) return st;
+  snprintf(n, sizeof n, "%s%s%s.weight", m->prefix, nm->root, nm->final_norm);
+  if ((st = load_vec(m, ts, n, H, &m->final_norm, false, NULL))) return st;
   m->layers = sm_xcalloc((size_t)c->num_hidden_layers, sizeof(sm_layer));
-  for (int l = 0; l < c->num_hidden_layers; l++) {
-    sm_layer *L = &m->layers[l];
-    sm_family_layer_spec(m->fam, c, l, &L->spec);
-    snprintf(p, sizeof p, "%s%s.%d", nm->root, nm->layers, l);
-    for (int s = 0; s < SM_T_LAYER_COUNT; s++) {
-      if (!nm->t[s]) continue;
-      if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && !m->fam->recipe->qk_norm) continue;
-      int64_t rows, cols;
-      slot_shape(c, (sm_layer_tensor)s, &rows, &cols);
-      snprintf(n, sizeof n, "%s.%s", p, nm->t[s]);
-      if (cols) {
-        if ((st = load_linear(m, ts, n, rows, cols, &L->w[s], false))) return st;
-        if (slot_bias(m, (sm_layer_tensor)s)) {
-          snprintf(n, sizeof n, "%s.%s.bias", p, nm->t[s]);
-          if ((st = load_vec(m, ts, n, rows, &L->bias[s], false))) return st;
-        }
-      } else {
-        snprintf(n, sizeof n, "%s.%s.weight", p, nm->t[s]);
-        if ((st = load_vec(m, ts, n, rows, &L->vec[s], false))) return st;
-      }
-    }
-  }
+  for (int l = 0; l < c->num_hidden_layers; l++)
+    if ((st = read_layer(m, ts, l))) return st;
   return SMELT_OK;
 }
 
@@ -216,13 +300,21 @@ static bool ignorable(const char *name) {
   return strstr(name, "rotary_emb.inv_freq") != NULL;
 }
 
+/* a tensor of the vision tower that a vision-language packaging puts next to the LM */
+static bool vision_tensor(const smelt_model *m, const char *name) {
+  for (const char *const *s = m->vlm ? m->vlm->skip : NULL; s && *s; s++)
+    if (!strncmp(name, *s, strlen(*s))) return true;
+  return false;
+}
+
 static smelt_status check_all_taken(smelt_model *m, taken_set *ts) {
   qsort(ts->p, ts->n, sizeof *ts->p, ptr_cmp);
-  size_t n_left = 0;
+  size_t n_left = 0, n_vision = 0;
   const char *first = NULL;
   for (size_t i = 0; i < sm_st_count(m->st); i++) {
     const sm_tensor *t = sm_st_at(m->st, i);
     if (bsearch(&t, ts->p, ts->n, sizeof *ts->p, ptr_cmp) || ignorable(t->name)) continue;
+    if (vision_tensor(m, t->name)) { n_vision++; continue; }
     if (!first) first = t->name;
     n_left++;
   }
@@ -230,24 +322,50 @@ static smelt_status check_all_taken(smelt_model *m, taken_set *ts) {
     return sm_err(SMELT_ERR_UNSUPPORTED,
                   "%s: tensor %s (and %zu more) is not used by the %s recipe: this checkpoint has parts smelt does "
                   "not implement for this family", m->dir, first, n_left - 1, m->fam->model_type);
+  if (m->vlm)
+    snprintf(m->note, sizeof m->note, "%s is a vision-language checkpoint (%s): smelt runs its text model (%s); "
+             "image input is not supported yet (%zu vision tensors not loaded)", m->dir, m->vlm->model_type,
+             m->fam->model_type, n_vision);
+  return SMELT_OK;
+}
+
+/* vision-language packaging: the LM's tensors are under its prefix (mlx-vlm's and mlx-lm's layout) */
+static smelt_status find_packaging(smelt_model *m) {
+  m->prefix = "";
+  m->vlm = NULL;
+  if (!m->cfg.vlm_type[0]) return SMELT_OK;
+  m->vlm = sm_vlm_find(m->cfg.vlm_type);
+  if (!m->vlm)
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: '%s' is a vision-language checkpoint whose packaging smelt does not know "
+                  "(known: gemma3, mistral3, qwen2_5_vl, qwen3_vl)", m->dir, m->cfg.vlm_type);
+  char n[320];
+  snprintf(n, sizeof n, "%s%s%s.weight", m->vlm->lm_prefix, m->fam->names->root, m->fam->names->embed);
+  m->prefix = m->vlm->lm_prefix;
+  if (!sm_st_find(m->st, n)) {
+    snprintf(n, sizeof n, "%s%s.weight", m->fam->names->root, m->fam->names->embed);
+    if (sm_st_find(m->st, n)) m->prefix = ""; /* the LM's tensors at the top level */
+  }
   return SMELT_OK;
 }
 
 smelt_status sm_model_load_weights(smelt_model *m) {
   smelt_status st = check_recipe(m);
+  if (!st) st = find_packaging(m);
   if (st) return st;
   taken_set ts = { 0 };
   st = read_tensors(m, &ts);
   if (!st) st = check_all_taken(m, &ts);
   free(ts.p);
   if (st) return st;
-  /* let the backend upload / repack */
+  /* let the backend upload / repack (fused weights: their row views) */
   if ((st = m->be->prepare_weight(m->be, &m->embed))) return st;
   if (m->lm_head.data == m->embed.data) m->lm_head.dev = m->embed.dev;
   else if ((st = m->be->prepare_weight(m->be, &m->lm_head))) return st;
   for (int l = 0; l < m->cfg.num_hidden_layers; l++)
-    for (int s = 0; s < SM_T_LAYER_COUNT; s++)
+    for (int s = 0; s < SM_T_LAYER_COUNT; s++) {
+      if (s == SM_T_QKV || s == SM_T_GATE_UP) continue;
       if (m->layers[l].w[s].data && (st = m->be->prepare_weight(m->be, &m->layers[l].w[s]))) return st;
+    }
   return SMELT_OK;
 }
 
@@ -261,44 +379,6 @@ void sm_model_release_weights(smelt_model *m) {
   if (m->embed.dev) be->release_weight(be, &m->embed);
   for (int i = 0; i < m->n_owned; i++) be->free(be, m->owned[i]);
   m->n_owned = 0;
-}
-
-smelt_status sm_model_setup_rope(smelt_model *m) {
-  const sm_config *c = &m->cfg;
-  static const char *const unsupported[] = {
-    [SM_ROPE_DYNAMIC] = "dynamic", [SM_ROPE_YARN] = "yarn", [SM_ROPE_LONGROPE] = "longrope",
-  };
-  if (c->rope_type < (int)SM_ARRAY_LEN(unsupported) && unsupported[c->rope_type])
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: rope_scaling type '%s' is not supported yet", m->dir,
-                  unsupported[c->rope_type]);
-  int rot = c->partial_rotary_dim > 0 ? c->partial_rotary_dim : c->head_dim;
-  if (rot <= 0 || rot > c->head_dim || rot % 2) return sm_err(SMELT_ERR_FORMAT, "bad rotary dimension %d", rot);
-  m->rot_dim = rot;
-  int half = rot / 2;
-  float *f = sm_xmalloc(sizeof(float) * (size_t)half);
-  double theta = c->rope_theta > 0 ? c->rope_theta : 10000.0;
-  for (int i = 0; i < half; i++) {
-    /* as transformers: 1 / base^(2i/dim), computed in float32 */
-    float expo = (float)(2 * i) / (float)rot;
-    double freq = 1.0 / pow(theta, (double)expo);
-    if (c->rope_type == SM_ROPE_LINEAR && c->rope_factor > 0) freq /= c->rope_factor;
-    else if (c->rope_type == SM_ROPE_LLAMA3 && c->rope_factor > 0) {
-      double factor = c->rope_factor, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
-      double old = c->rope_original_max_pos;
-      double low_wl = old / lo, high_wl = old / hi, wl = 2 * M_PI / freq;
-      if (wl < high_wl) { /* keep */
-      } else if (wl > low_wl) freq = freq / factor;
-      else {
-        double smooth = (old / wl - lo) / (hi - lo);
-        freq = (1 - smooth) * freq / factor + smooth * freq;
-      }
-    }
-    f[i] = (float)freq;
-  }
-  m->inv_freq = m->be->alloc(m->be, sizeof(float) * (size_t)half);
-  if (!m->inv_freq) { free(f); return sm_err(SMELT_ERR_OOM, "out of backend memory"); }
-  m->be->upload(m->be, m->inv_freq, f, sizeof(float) * (size_t)half);
-  own(m, m->inv_freq);
-  free(f);
-  return SMELT_OK;
+  for (int i = 0; i < m->n_host_owned; i++) free(m->host_owned[i]);
+  m->n_host_owned = 0;
 }

@@ -29,6 +29,23 @@ static sm_dtype kv_dtype_of(smelt_kv_type t) {
   return t == SMELT_KV_F32 ? SM_DT_F32 : t == SMELT_KV_BF16 ? SM_DT_BF16 : SM_DT_F16;
 }
 
+/* the recipe's scalars: embedding scale, attention scale */
+static void setup_scales(smelt_model *m) {
+  const sm_config *c = &m->cfg;
+  const sm_recipe *r = m->fam->recipe;
+  m->embed_scale = 1.0f;
+  /* Gemma: sqrt(hidden_size), a float32 scalar in a float32 model (transformers' normalizer) */
+  if (r->embed_scale_sqrt) m->embed_scale = sqrtf((float)c->hidden_size);
+  if (r->multipliers) m->embed_scale = c->embedding_multiplier;
+  switch (r->attn_scale) {
+  case SM_ATTN_SCALE_HEAD_DIM: m->attn_scale = 1.0f / sqrtf((float)c->head_dim); break;
+  case SM_ATTN_SCALE_QPAS:
+    m->attn_scale = 1.0f / sqrtf(c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar : (float)c->head_dim);
+    break;
+  case SM_ATTN_SCALE_MULTIPLIER: m->attn_scale = c->attention_multiplier; break;
+  }
+}
+
 smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params, sm_backend *be,
                               smelt_model **out) {
   smelt_model_params defp;
@@ -42,8 +59,12 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params,
   if ((st = sm_family_config_load(dir, &m->cfg))) goto fail;
   m->fam = sm_family_runnable(m->cfg.model_type);
   if (!m->fam) {
-    st = sm_err(SMELT_ERR_UNSUPPORTED, "%s: unsupported model family '%s' (supported: %s)", dir, m->cfg.model_type,
-                sm_family_runnable_list());
+    const sm_family *known = sm_family_find(m->cfg.model_type);
+    if (known && known->notes)
+      st = sm_err(SMELT_ERR_UNSUPPORTED, "%s: model family '%s' is %s", dir, m->cfg.model_type, known->notes);
+    else
+      st = sm_err(SMELT_ERR_UNSUPPORTED, "%s: unsupported model family '%s' (supported: %s)", dir, m->cfg.model_type,
+                  sm_family_runnable_list());
     goto fail;
   }
   if (!be) { st = sm_err(SMELT_ERR_BACKEND, "no backend"); goto fail; }
@@ -54,9 +75,10 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params,
   m->kv_dtype = kv_dtype_of(params->kv_type);
   if ((st = sm_st_open_opts(dir, params->no_mmap, &m->st))) goto fail;
   if ((st = sm_model_load_weights(m))) goto fail;
-  if ((st = sm_model_setup_rope(m))) goto fail;
   m->max_context = params->max_context > 0 ? params->max_context : SM_MIN(m->cfg.max_position_embeddings, 8192);
   if (m->max_context <= 0) m->max_context = 2048;
+  if ((st = sm_model_setup_rope(m))) goto fail;
+  setup_scales(m);
   char *tj = sm_path_join(dir, "tokenizer.json");
   if (sm_file_exists(tj) || sm_regular_or_absent(tj)) { /* a FIFO or device is an error, not "no tokenizer" */
     st = smelt_tokenizer_load(dir, &m->tok);
@@ -99,6 +121,7 @@ void smelt_model_free(smelt_model *m) {
     be->destroy(be);
   }
   free(m->owned);
+  free(m->host_owned);
   free(m->layers);
   if (m->tok) smelt_tokenizer_free(m->tok);
   if (m->st) sm_st_close(m->st);
@@ -142,6 +165,7 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
   info->gen_top_p = c->gen_top_p;
   info->gen_top_k = c->gen_top_k;
   info->gen_do_sample = c->gen_do_sample;
+  info->note = m->note;
 }
 
 double smelt_model_bandwidth(smelt_model *m) {

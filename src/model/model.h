@@ -9,13 +9,25 @@
 #include "model/family.h"
 
 /* One decoder layer's tensors, by slot (family.h). Matrices in w[], 1-D tensors (norm weights)
- * in vec[], projection biases in bias[]; unused slots are empty (data / pointer NULL). */
+ * in vec[], projection biases in bias[]; unused slots are empty (data / pointer NULL). A fused
+ * weight (QKV, GATE_UP) stays in its slot, unprepared; the forward uses the row views the loader
+ * puts in Q/K/V and GATE/UP. */
 typedef struct {
   sm_weight w[SM_T_LAYER_COUNT];
   float *vec[SM_T_LAYER_COUNT];  /* backend buffers */
   float *bias[SM_T_LAYER_COUNT]; /* backend buffers */
   sm_layer_spec spec;
 } sm_layer;
+
+/* A RoPE table (rope.c): the model's, or sliding layers' local one */
+typedef struct {
+  float *inv;      /* backend buffer: n_rows x rot/2 */
+  int rot, n_rows, pos0;
+  float mscale;    /* on the rotated dims (rope_ext) */
+  float attn_mul;  /* the attention factor folded into the attention scale */
+  bool ext;        /* needs rope_ext (position rows or mscale) */
+  int pos_limit;   /* positions >= this have no row (dynamic NTK: past max_context); 0 = none */
+} sm_rope_tab;
 
 struct smelt_model {
   sm_config cfg;
@@ -27,8 +39,15 @@ struct smelt_model {
   sm_weight embed, lm_head;
   float *final_norm;
   sm_layer *layers;
-  float *inv_freq; /* backend buffer, rot_dim/2 */
-  int rot_dim;
+  sm_rope_tab ropes[2];  /* [0] the model's RoPE, [1] the local RoPE of sliding layers (layer spec.rope) */
+  float q_beta;          /* Llama-4 query scaling (rope_ext beta), 0 = off */
+  int q_beta_pos;
+  sm_act act;
+  float attn_scale;      /* before the RoPE attention factor */
+  float embed_scale;     /* 1: none */
+  const sm_vlm_packaging *vlm; /* vision-language checkpoint: its packaging (text model only), else NULL */
+  const char *prefix;    /* of every tensor name: "" or the packaging's lm_prefix */
+  char note[224];        /* what a user should know about this model ("" if nothing) */
   int max_context;
   sm_dtype kv_dtype; /* KV cache element type: SM_DT_F16, SM_DT_BF16 or SM_DT_F32 */
   size_t weight_bytes;
@@ -37,6 +56,8 @@ struct smelt_model {
   float *x, *xb, *xb2, *q, *k, *v, *att, *gate, *up, *xo, *logits;
   /* backend buffers made for weights (converted norms/biases, rope table), freed with the model */
   void **owned; int n_owned;
+  /* host copies of weights the loader rearranged (permuted q/k rows), freed with the model */
+  void **host_owned; int n_host_owned;
 };
 
 /* Load a model onto a given backend (the model takes ownership of be, also on failure). */
@@ -51,10 +72,14 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out);
 smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, sm_kv_cache *kv);
 void sm_kv_free(smelt_model *m, sm_kv_cache *kv);
 
-/* loader.c: the checkpoint's tensors into m (family names, recipe), uploaded to m->be; the rope table */
+/* loader.c: the checkpoint's tensors into m (family names, recipe), uploaded to m->be */
 smelt_status sm_model_load_weights(smelt_model *m);
-smelt_status sm_model_setup_rope(smelt_model *m);
 void sm_model_release_weights(smelt_model *m);
+void *sm_model_own(smelt_model *m, void *backend_buf); /* freed with the model */
+/* rope.c: the RoPE tables (after the weights: the layer specs say which tables are used) */
+smelt_status sm_model_setup_rope(smelt_model *m);
+/* the rope_ext parameters of table t (query: with the Llama-4 query scaling) */
+void sm_rope_ext_params(const smelt_model *m, const sm_rope_tab *t, bool query, sm_rope_ext *out);
 
 /* Synthetic checkpoints: random weights with the shape of a known model, in a family's layout. */
 typedef struct {
@@ -62,8 +87,13 @@ typedef struct {
   int hidden, layers, heads, kv_heads, ffn, vocab;
   bool tied;
   const char *family; /* model_type; NULL = "llama" */
+  int head_dim;       /* 0 = hidden / heads */
+  const char *extra;  /* more config.json members (a JSON object's text), or NULL */
 } sm_synth_shape;
-const sm_synth_shape *sm_synth_find(const char *name); /* "test", "tiny", "test1b", "test8b", "1b", "3b", "8b"; NULL if unknown */
+/* "test", "tiny", "test1b", "test8b", "1b", "3b", "8b", and shapes of other families ("gemma3-4b",
+ * "phi4-mini", "mistral-small-24b"); NULL if unknown */
+const sm_synth_shape *sm_synth_find(const char *name);
+const sm_synth_shape *sm_synth_all(size_t *n);
 /* Write config.json + model.safetensors (bits 0 = bf16) into dir unless both exist. */
 smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const char *dir, bool verbose);
 

@@ -1,5 +1,6 @@
 /* Synthetic random-weight MLX-format checkpoints of known shapes (benchmarks, tests), in the tensor
- * layout of a registered family (llama by default). */
+ * layout of any runnable registered family (llama by default): every slot the family names, with the
+ * registry's shapes. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,15 +10,24 @@
 #include "model/model.h"
 
 static const sm_synth_shape g_shapes[] = {
-  { "test", 64, 2, 4, 2, 256, 512, false, NULL },
-  { "tiny", 256, 4, 8, 4, 768, 4096, true, NULL },
-  { "test1b", 2048, 2, 32, 8, 8192, 1024, true, NULL },   /* two Llama-3.2-1B layers, small vocab (tests) */
-  { "test8b", 4096, 2, 32, 8, 14336, 1024, true, NULL },  /* two Llama-3.1-8B layers, small vocab (tests) */
-  { "1b", 2048, 16, 32, 8, 8192, 128256, true, NULL },   /* Llama-3.2-1B */
-  { "3b", 3072, 28, 24, 8, 8192, 128256, true, NULL },   /* Llama-3.2-3B */
-  { "8b", 4096, 32, 32, 8, 14336, 128256, false, NULL }, /* Llama-3.1-8B */
+  { "test", 64, 2, 4, 2, 256, 512, false, NULL, 0, NULL },
+  { "tiny", 256, 4, 8, 4, 768, 4096, true, NULL, 0, NULL },
+  { "test1b", 2048, 2, 32, 8, 8192, 1024, true, NULL, 0, NULL },   /* two Llama-3.2-1B layers, small vocab (tests) */
+  { "test8b", 4096, 2, 32, 8, 14336, 1024, true, NULL, 0, NULL },  /* two Llama-3.1-8B layers, small vocab (tests) */
+  { "1b", 2048, 16, 32, 8, 8192, 128256, true, NULL, 0, NULL },   /* Llama-3.2-1B */
+  { "3b", 3072, 28, 24, 8, 8192, 128256, true, NULL, 0, NULL },   /* Llama-3.2-3B */
+  { "8b", 4096, 32, 32, 8, 14336, 128256, false, NULL, 0, NULL }, /* Llama-3.1-8B */
+  /* other families' shapes (and the config members that change what a layer computes) */
+  { "gemma3-1b", 1152, 26, 4, 1, 6912, 262144, true, "gemma3_text", 256,
+    "{\"sliding_window\": 512, \"max_position_embeddings\": 32768, \"rope_theta\": 1000000}" },
+  { "gemma3-4b", 2560, 34, 8, 4, 10240, 262208, true, "gemma3_text", 256,
+    "{\"sliding_window\": 1024, \"rope_theta\": 1000000, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}}" },
+  { "phi4-mini", 3072, 32, 24, 8, 8192, 200064, true, "phi3", 128,
+    "{\"partial_rotary_factor\": 0.75, \"original_max_position_embeddings\": 4096, \"rope_theta\": 10000,"
+    " \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": \"48x1.0\", \"long_factor\": \"48x1.5\"}}" },
+  { "mistral-small-24b", 5120, 40, 32, 8, 32768, 131072, false, "mistral", 128,
+    "{\"rope_theta\": 1000000000, \"sliding_window\": null}" },
 };
-
 static uint64_t rng_next(uint64_t *s) { uint64_t x = *s; x ^= x << 13; x ^= x >> 7; x ^= x << 17; return *s = x; }
 
 typedef struct { int bits; uint64_t seed; } fill_ctx;
@@ -66,15 +76,31 @@ static void add_linear(sm_st_writer *w, fill_ctx *fc, const char *prefix, int64_
   sm_stw_add(w, n, SM_DT_BF16, 2, ss, NULL, fill_random, fc);
 }
 
-/* Write a random-weight MLX-format llama checkpoint into dir (skipped if it exists). */
+/* "48x1.0" in a synthetic shape's extra config: a list of 48 numbers 1.0 (longrope factors) */
+static void expand_lists(cJSON *o) {
+  for (cJSON *e = o ? o->child : NULL, *next; e; e = next) {
+    next = e->next;
+    if (cJSON_IsObject(e)) { expand_lists(e); continue; }
+    int n;
+    double v;
+    if (!cJSON_IsString(e) || sscanf(e->valuestring, "%dx%lf", &n, &v) != 2 || n <= 0 || n > 4096) continue;
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v));
+    cJSON_ReplaceItemInObjectCaseSensitive(o, e->string, a);
+  }
+}
+
+/* Write a random-weight MLX-format checkpoint of a family into dir (skipped if it exists). */
 smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const char *dir, bool verbose) {
   const char *ftype = sh->family ? sh->family : "llama";
   const sm_family *fam = sm_family_runnable(ftype);
   if (!fam) return sm_err(SMELT_ERR_INVALID, "synthetic models: unknown family '%s'", ftype);
+  const sm_recipe *r = fam->recipe;
   const bool llama3_rope = !strcmp(fam->model_type, "llama");
+  const int64_t hd = sh->head_dim > 0 ? sh->head_dim : sh->hidden / sh->heads;
   char *cfgp = sm_path_join(dir, "config.json"), *stp = sm_path_join(dir, "model.safetensors");
   smelt_status st = SMELT_OK;
-  if (bits && (sh->hidden % gs || sh->ffn % gs)) {
+  if (bits && (sh->hidden % gs || sh->ffn % gs || (sh->heads * hd) % gs)) {
     st = sm_err(SMELT_ERR_INVALID, "group size %d does not divide the %s shape", gs, sh->name);
     goto out;
   }
@@ -93,8 +119,8 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-5);
   cJSON_AddNumberToObject(c, "rope_theta", 500000);
   cJSON_AddBoolToObject(c, "tie_word_embeddings", sh->tied);
-  cJSON_AddNumberToObject(c, "head_dim", sh->hidden / sh->heads);
-  cJSON_AddBoolToObject(c, "attention_bias", fam->recipe->qkv_bias);
+  cJSON_AddNumberToObject(c, "head_dim", (double)hd);
+  cJSON_AddBoolToObject(c, "attention_bias", r->qkv_bias);
   if (llama3_rope) {
     cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
     cJSON_AddStringToObject(rs, "rope_type", "llama3");
@@ -102,6 +128,16 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
     cJSON_AddNumberToObject(rs, "low_freq_factor", 1.0);
     cJSON_AddNumberToObject(rs, "high_freq_factor", 4.0);
     cJSON_AddNumberToObject(rs, "original_max_position_embeddings", 8192);
+  }
+  if (sh->extra) {
+    cJSON *x = cJSON_Parse(sh->extra);
+    if (!x) { cJSON_Delete(c); st = sm_err(SMELT_ERR_INVALID, "synthetic %s: bad extra config", sh->name); goto out; }
+    expand_lists(x);
+    for (cJSON *e = x->child; e; e = e->next) {
+      cJSON_DeleteItemFromObjectCaseSensitive(c, e->string);
+      cJSON_AddItemToObject(c, e->string, cJSON_Duplicate(e, true));
+    }
+    cJSON_Delete(x);
   }
   if (bits) {
     cJSON *q = cJSON_AddObjectToObject(c, "quantization");
@@ -115,40 +151,43 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   fputs(js, f);
   fclose(f);
   free(js);
+  /* the slot shapes of this family and shape */
+  sm_config *sc = sm_xcalloc(1, sizeof *sc);
+  sc->hidden_size = sh->hidden;
+  sc->intermediate_size = sh->ffn;
+  sc->num_attention_heads = sh->heads;
+  sc->num_key_value_heads = sh->kv_heads;
+  sc->head_dim = (int)hd;
   sm_st_writer *w = sm_stw_new();
   fill_ctx fc = { bits, 12345 };
   const sm_tensor_names *nm = fam->names;
-  const int64_t H = sh->hidden, hd = sh->hidden / sh->heads, F = sh->ffn;
-  const int64_t nq = sh->heads * hd, nkv = sh->kv_heads * hd;
+  const int64_t H = sh->hidden;
   char n[256];
   snprintf(n, sizeof n, "%s%s", nm->root, nm->embed);
   add_linear(w, &fc, n, sh->vocab, H, bits, gs);
   if (!sh->tied) add_linear(w, &fc, nm->lm_head, sh->vocab, H, bits, gs);
-  int64_t vs[1] = { H }, hs[1] = { hd };
+  int64_t vs[1] = { H };
   snprintf(n, sizeof n, "%s%s.weight", nm->root, nm->final_norm);
   sm_stw_add(w, n, SM_DT_BF16, 1, vs, NULL, fill_random, &fc);
-  for (int l = 0; l < sh->layers; l++) {
-    const struct { sm_layer_tensor t; int64_t rows, cols; } mats[] = {
-      { SM_T_Q, nq, H }, { SM_T_K, nkv, H }, { SM_T_V, nkv, H }, { SM_T_O, H, nq },
-      { SM_T_GATE, F, H }, { SM_T_UP, F, H }, { SM_T_DOWN, H, F },
-    };
-    for (size_t i = 0; i < SM_ARRAY_LEN(mats); i++) {
-      snprintf(n, sizeof n, "%s%s.%d.%s", nm->root, nm->layers, l, nm->t[mats[i].t]);
-      add_linear(w, &fc, n, mats[i].rows, mats[i].cols, bits, gs);
-      if (fam->recipe->qkv_bias && mats[i].t <= SM_T_V) {
-        int64_t bs[1] = { mats[i].rows };
-        snprintf(n, sizeof n, "%s%s.%d.%s.bias", nm->root, nm->layers, l, nm->t[mats[i].t]);
-        sm_stw_add(w, n, SM_DT_BF16, 1, bs, NULL, fill_random, &fc);
+  for (int l = 0; l < sh->layers; l++)
+    for (int s = 0; s < SM_T_LAYER_COUNT; s++) {
+      if (!nm->t[s]) continue;
+      if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && r->qk_norm == SM_QK_NORM_NONE) continue;
+      int64_t rows, cols;
+      sm_family_slot_shape(fam, sc, (sm_layer_tensor)s, &rows, &cols);
+      snprintf(n, sizeof n, "%s%s.%d.%s", nm->root, nm->layers, l, nm->t[s]);
+      if (!cols) {
+        snprintf(n, sizeof n, "%s%s.%d.%s.weight", nm->root, nm->layers, l, nm->t[s]);
+        sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
+        continue;
+      }
+      add_linear(w, &fc, n, rows, cols, bits, gs);
+      if (r->qkv_bias && (s == SM_T_Q || s == SM_T_K || s == SM_T_V || s == SM_T_QKV)) {
+        snprintf(n, sizeof n, "%s%s.%d.%s.bias", nm->root, nm->layers, l, nm->t[s]);
+        sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
       }
     }
-    const sm_layer_tensor norms[] = { SM_T_ATTN_NORM, SM_T_FFN_NORM, SM_T_Q_NORM, SM_T_K_NORM };
-    for (size_t i = 0; i < SM_ARRAY_LEN(norms); i++) {
-      const bool per_head = norms[i] == SM_T_Q_NORM || norms[i] == SM_T_K_NORM;
-      if (per_head && !fam->recipe->qk_norm) continue;
-      snprintf(n, sizeof n, "%s%s.%d.%s.weight", nm->root, nm->layers, l, nm->t[norms[i]]);
-      sm_stw_add(w, n, SM_DT_BF16, 1, per_head ? hs : vs, NULL, fill_random, &fc);
-    }
-  }
+  free(sc);
   st = sm_stw_write(w, stp);
   sm_stw_free(w);
 out:
@@ -157,6 +196,10 @@ out:
   return st;
 }
 
+const sm_synth_shape *sm_synth_all(size_t *n) {
+  *n = SM_ARRAY_LEN(g_shapes);
+  return g_shapes;
+}
 
 const sm_synth_shape *sm_synth_find(const char *name) {
   for (size_t i = 0; i < SM_ARRAY_LEN(g_shapes); i++) if (!strcmp(g_shapes[i].name, name)) return &g_shapes[i];

@@ -31,6 +31,13 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out) {
   return SMELT_OK;
 }
 
+/* the recipe's norm: RMSNorm with (w + offset), or LayerNorm (weight only) */
+static void norm(const smelt_model *m, float *out, const float *x, const float *w, int n, int dim) {
+  const sm_recipe *r = m->fam->recipe;
+  if (r->norm == SM_NORM_LAYER) m->be->layernorm(m->be, out, x, w, NULL, n, dim, m->cfg.rms_norm_eps);
+  else m->be->rmsnorm(m->be, out, x, w, n, dim, m->cfg.rms_norm_eps, r->norm_offset);
+}
+
 smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_batch *b, float *logits) {
   const sm_config *c = &m->cfg;
   sm_backend *be = m->be;
@@ -41,6 +48,14 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     if (b->pos[i] < 0 || b->pos[i] >= b->max_blocks * kv->block_size)
       return sm_err(SMELT_ERR_LIMIT, "position %d beyond the KV cache", b->pos[i]);
   }
+  /* a RoPE table with rows per position (dynamic NTK) covers the positions of max_context */
+  for (int k = 0; k < 2; k++) {
+    const int lim = m->ropes[k].pos_limit;
+    for (int i = 0; lim > 0 && i < b->n_tokens; i++)
+      if (b->pos[i] >= lim)
+        return sm_err(SMELT_ERR_LIMIT, "position %d is past this model's dynamic-NTK RoPE table (%d positions: load "
+                      "it with a larger max_context)", b->pos[i], lim);
+  }
   smelt_status st = sm_model_reserve(m, b->n_tokens, b->n_out);
   if (st) return st;
   if ((st = be->set_batch(be, b))) return st;
@@ -48,46 +63,87 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
   const int n = b->n_tokens, H = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
   const int nh = c->num_attention_heads, nkvh = c->num_key_value_heads;
   const float eps = c->rms_norm_eps, wofs = r->norm_offset;
-  const float scale = 1.0f / sqrtf((float)hd);
+  const float softcap = r->softcaps ? c->attn_logit_softcapping : 0.0f;
+  const float resid = r->multipliers ? c->residual_multiplier : 1.0f;
 
   /* The order of these calls is what backends fuse (the CUDA fusion table, cuda_fuse.cu); tests/model
    * test_op_sequence pins it per family. */
   be->embed(be, &m->embed, m->x);
+  if (m->embed_scale != 1.0f) be->scale(be, m->x, m->embed_scale, (size_t)n * H);
   for (int l = 0; l < c->num_hidden_layers; l++) {
     const sm_layer *L = &m->layers[l];
-    be->rmsnorm(be, m->xb, m->x, L->vec[SM_T_ATTN_NORM], n, H, eps, wofs);
-    be->matmul(be, SM_MM_Q, &L->w[SM_T_Q], m->xb, n, m->q);
-    be->matmul(be, SM_MM_K, &L->w[SM_T_K], m->xb, n, m->k);
-    be->matmul(be, SM_MM_V, &L->w[SM_T_V], m->xb, n, m->v);
+    /* attention */
+    const float *ain = m->x;
+    if (L->vec[SM_T_ATTN_NORM]) {
+      norm(m, m->xb, m->x, L->vec[SM_T_ATTN_NORM], n, H);
+      ain = m->xb;
+    }
+    be->matmul(be, SM_MM_Q, &L->w[SM_T_Q], ain, n, m->q);
+    be->matmul(be, SM_MM_K, &L->w[SM_T_K], ain, n, m->k);
+    be->matmul(be, SM_MM_V, &L->w[SM_T_V], ain, n, m->v);
     if (L->bias[SM_T_Q]) be->add_rows(be, m->q, L->bias[SM_T_Q], n, nh * hd);
     if (L->bias[SM_T_K]) be->add_rows(be, m->k, L->bias[SM_T_K], n, nkvh * hd);
     if (L->bias[SM_T_V]) be->add_rows(be, m->v, L->bias[SM_T_V], n, nkvh * hd);
-    if (r->qk_norm) {
+    if (r->qk_norm == SM_QK_NORM_HEAD) {
       be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n * nh, hd, eps, wofs);
       be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n * nkvh, hd, eps, wofs);
+    } else if (r->qk_norm == SM_QK_NORM_FULL) {
+      be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n, nh * hd, eps, wofs);
+      be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n, nkvh * hd, eps, wofs);
     }
-    be->rope(be, m->q, nh, hd, m->rot_dim, m->inv_freq);
-    be->rope(be, m->k, nkvh, hd, m->rot_dim, m->inv_freq);
+    float scale = m->attn_scale;
+    if (L->spec.rope >= 0) {
+      const sm_rope_tab *t = &m->ropes[L->spec.rope];
+      if (t->ext || m->q_beta > 0) {
+        sm_rope_ext pq, pk;
+        sm_rope_ext_params(m, t, true, &pq);
+        sm_rope_ext_params(m, t, false, &pk);
+        be->rope_ext(be, m->q, nh, hd, &pq);
+        be->rope_ext(be, m->k, nkvh, hd, &pk);
+      } else {
+        be->rope(be, m->q, nh, hd, t->rot, t->inv);
+        be->rope(be, m->k, nkvh, hd, t->rot, t->inv);
+      }
+      scale *= t->attn_mul;
+    }
     be->kv_store(be, kv, l, m->k, m->v);
-    be->attention(be, m->att, m->q, kv, l, nh, scale, L->spec.window, 0.0f);
+    be->attention(be, m->att, m->q, kv, l, nh, scale, L->spec.window, softcap);
     be->matmul(be, SM_MM_O, &L->w[SM_T_O], m->att, n, m->xb2);
-    be->add(be, m->x, m->xb2, (size_t)n * H);
-    be->rmsnorm(be, m->xb, m->x, L->vec[SM_T_FFN_NORM], n, H, eps, wofs);
-    be->matmul(be, SM_MM_GATE, &L->w[SM_T_GATE], m->xb, n, m->gate);
-    be->matmul(be, SM_MM_UP, &L->w[SM_T_UP], m->xb, n, m->up);
-    be->silu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
-    be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->gate, n, m->xb2);
-    be->add(be, m->x, m->xb2, (size_t)n * H);
+    if (L->bias[SM_T_O]) be->add_rows(be, m->xb2, L->bias[SM_T_O], n, H);
+    if (L->vec[SM_T_ATTN_OUT_NORM]) norm(m, m->xb2, m->xb2, L->vec[SM_T_ATTN_OUT_NORM], n, H);
+    if (resid != 1.0f) be->scale(be, m->xb2, resid, (size_t)n * H);
+    if (!r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);
+    /* MLP */
+    const float *min = ain;
+    if (!r->parallel_residual) {
+      min = m->x;
+      if (L->vec[SM_T_FFN_NORM]) {
+        norm(m, m->xb, m->x, L->vec[SM_T_FFN_NORM], n, H);
+        min = m->xb;
+      }
+    }
+    float *mout = r->parallel_residual ? m->xb : m->xb2; /* xb is free once gate and up have read it */
+    be->matmul(be, SM_MM_GATE, &L->w[SM_T_GATE], min, n, m->gate);
+    be->matmul(be, SM_MM_UP, &L->w[SM_T_UP], min, n, m->up);
+    if (m->act == SM_ACT_GELU_TANH) be->gelu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
+    else be->silu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
+    be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->gate, n, mout);
+    if (L->vec[SM_T_FFN_OUT_NORM]) norm(m, mout, mout, L->vec[SM_T_FFN_OUT_NORM], n, H);
+    if (resid != 1.0f) be->scale(be, mout, resid, (size_t)n * H);
+    if (r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);
+    be->add(be, m->x, mout, (size_t)n * H);
   }
   if (b->n_out > 0) {
     be->gather_out(be, m->xo, m->x, H);
-    be->rmsnorm(be, m->xo, m->xo, m->final_norm, b->n_out, H, eps, wofs);
+    norm(m, m->xo, m->xo, m->final_norm, b->n_out, H);
     be->matmul(be, SM_MM_LM_HEAD, &m->lm_head, m->xo, b->n_out, m->logits);
-    if (c->final_logit_softcapping > 0)
-      be->softcap(be, m->logits, c->final_logit_softcapping, (size_t)b->n_out * c->vocab_size);
+    const size_t nl = (size_t)b->n_out * c->vocab_size;
+    if (r->multipliers && c->logits_scaling != 1.0f) be->scale(be, m->logits, 1.0f / c->logits_scaling, nl);
+    if (r->logit_scale && c->logit_scale != 1.0f) be->scale(be, m->logits, c->logit_scale, nl);
+    if (r->softcaps && c->final_logit_softcapping > 0) be->softcap(be, m->logits, c->final_logit_softcapping, nl);
     /* logits == NULL: they stay in m->logits on the backend, for its sample op (the engine's
      * sm_engine_step_sample); the caller then issues that op (or a download/sync) */
-    if (logits) be->download(be, logits, m->logits, sizeof(float) * (size_t)b->n_out * c->vocab_size);
+    if (logits) be->download(be, logits, m->logits, sizeof(float) * nl);
   } else {
     be->sync(be);
   }

@@ -170,6 +170,7 @@ int sm_server_run(const sm_server_params *pp) {
   }
   smelt_model_info info;
   smelt_model_get_info(model, &info);
+  if (info.note && info.note[0]) fprintf(stderr, "smelt serve: note: %s\n", info.note);
   sm_engine_params ep;
   sm_engine_params_default(&ep);
   ep.max_seqs = p.parallel;

@@ -288,7 +288,7 @@ static void read_config_meta(const char *dir, sm_store_entry *e) {
   }
   sm_err_clear();
   free(p);
-  e->supported = sm_family_runnable(e->arch) != NULL;
+  e->supported = sm_family_type_runnable(e->arch);
 }
 
 typedef struct { sm_store_entry *v; size_t n, cap; } entry_vec;

@@ -13,7 +13,7 @@
  *   weight part scale*q is exact and the bias term uses exact float sums of x, hence
  *     |y_r - ref_r| <= sum_g xs_g/2 * sum_{k in g} |w_rk - bias_rg|  (= |scale_rg| q_rk)
  *                      + 1e-5 * sum_k |x_k| (|w_rk - bias_rg| + |bias_rg|)   (float rounding)
- *   rmsnorm, rope, elementwise: |y - ref| <= 1e-5 * max(1, |ref|)
+ *   rmsnorm, layernorm, rope, elementwise: |y - ref| <= 1e-5 * max(1, |ref|); rope_ext 2e-5
  *   attention: |y - ref| <= 1e-5 * max(1, max|V|) */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
@@ -421,6 +421,70 @@ static void test_rope_embed_gather(sm_backend *be) {
 /* Paged attention: two sequences with shuffled blocks, GQA, causal, window, softcap. */
 /* nh query heads over nkv KV heads of head_dim hd (GQA groups, MQA with > 16 heads per KV
  * head, head_dim not a multiple of 16); a prefill of P0 tokens then a mixed batch */
+/* layernorm (with and without bias, in place) and rope_ext (position rows, mscale, the Llama-4
+ * query scaling) against double references */
+static void test_layernorm_rope_ext(sm_backend *be) {
+  enum { R = 5, D = 48 };
+  float x[R * D], w[D], bi[D], y[R * D];
+  for (int i = 0; i < R * D; i++) x[i] = frand(-2, 2) + (i % D == 3 ? 5.f : 0.f); /* a mean far from 0 */
+  for (int j = 0; j < D; j++) { w[j] = frand(0.5f, 1.5f); bi[j] = frand(-1, 1); }
+  for (int withb = 0; withb < 2; withb++) {
+    be->layernorm(be, y, x, w, withb ? bi : NULL, R, D, 1e-5f);
+    double e = 0;
+    for (int r = 0; r < R; r++) {
+      double mu = 0, var = 0;
+      for (int j = 0; j < D; j++) mu += x[r * D + j];
+      mu /= D;
+      for (int j = 0; j < D; j++) var += (x[r * D + j] - mu) * (x[r * D + j] - mu);
+      var /= D;
+      for (int j = 0; j < D; j++) {
+        double ref = (x[r * D + j] - mu) / sqrt(var + 1e-5) * w[j] + (withb ? bi[j] : 0.0);
+        e = fmax(e, fabs(y[r * D + j] - ref) / fmax(1.0, fabs(ref)));
+      }
+    }
+    CHECK(e < 1e-5, "layernorm (bias %d) err %g", withb, e);
+  }
+  memcpy(y, x, sizeof x);
+  be->layernorm(be, y, y, w, bi, R, D, 1e-5f);
+  float y2[R * D];
+  be->layernorm(be, y2, x, w, bi, R, D, 1e-5f);
+  CHECK(!memcmp(y, y2, sizeof y), "layernorm in place differs");
+
+  enum { NT = 7, NH = 2, HD = 20, ROT = 12, NROWS = 3, POS0 = 10 };
+  int32_t tok[NT] = {0}, pos[NT] = {0, 9, 10, 11, 12, 40, 95}, seq[NT] = {0}, table[1] = {0};
+  sm_batch b = mk_batch(NT, tok, pos, seq, 1, 1, table, 0, NULL);
+  CHECK(be->set_batch(be, &b) == SMELT_OK, "set_batch");
+  float inv[NROWS * ROT / 2];
+  for (int r = 0; r < NROWS; r++)
+    for (int i = 0; i < ROT / 2; i++) inv[r * ROT / 2 + i] = powf(10000.f, -2.f * i / ROT) / (1.f + r);
+  for (int variant = 0; variant < 2; variant++) {
+    sm_rope_ext e = { inv, ROT, NROWS, POS0, 1.19f, variant ? 0.1f : 0.f, variant ? 32 : 0 };
+    float v[NT * NH * HD], v0[NT * NH * HD];
+    for (int i = 0; i < NT * NH * HD; i++) v0[i] = v[i] = frand(-1, 1);
+    be->rope_ext(be, v, NH, HD, &e);
+    double err = 0;
+    for (int t = 0; t < NT; t++) {
+      const int p = pos[t], row = p < POS0 ? 0 : (p - POS0 + 1 < NROWS - 1 ? p - POS0 + 1 : NROWS - 1);
+      const double all = variant ? 1.0 + 0.1 * log(1.0 + floor(p / 32.0)) : 1.0;
+      for (int h = 0; h < NH; h++) {
+        const float *a = v0 + (t * NH + h) * HD;
+        for (int i = 0; i < HD; i++) {
+          double ref;
+          if (i < ROT) {
+            const int k = i < ROT / 2 ? i : i - ROT / 2;
+            const double ang = (double)((float)p * inv[row * ROT / 2 + k]);
+            ref = i < ROT / 2 ? a[i] * cos(ang) - a[i + ROT / 2] * sin(ang) : a[k] * sin(ang) + a[i] * cos(ang);
+            ref *= 1.19;
+          } else ref = a[i];
+          ref *= all;
+          err = fmax(err, fabs(v[(t * NH + h) * HD + i] - ref) / fmax(1.0, fabs(ref)));
+        }
+      }
+    }
+    CHECK(err < 2e-5, "rope_ext (variant %d) err %g", variant, err);
+  }
+}
+
 static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, const int HD) {
   enum { BS = 16, NB = 40, MAXB = 20, L = 2 };
   const int KW = NKV * HD;
@@ -564,6 +628,7 @@ int main(void) {
         if (exact) CHECK(g_n_i8 == 0, "SMELT_CPU_EXACT=1 still used the int8 path");
         test_elementwise(be);
         test_rope_embed_gather(be);
+        test_layernorm_rope_ext(be);
         test_attention(be);
         printf("%-6s threads=%d%s: %s (worst matmul rel err %.2g", isas[i], nth, exact ? " exact" : "",
                g_fail == f0 ? "ok" : "FAILED", g_worst_mm);

@@ -234,6 +234,51 @@ static void test_elementwise(void) {
   free(x); free(u); free(w); free(r);
 }
 
+/* layernorm (bias, in place) and rope_ext (position rows, mscale, the Llama-4 query scaling) */
+static void test_layernorm_rope_ext(void) {
+  const int n = 6, dim = 4096 + 96;
+  size_t N = (size_t)n * dim;
+  float *x = malloc(N * 4), *w = malloc(dim * 4), *b = malloc(dim * 4), *r = malloc(N * 4);
+  fill(x, N, 3.f); fill(w, dim, 1.f); fill(b, dim, 1.f);
+  for (size_t i = 0; i < N; i += 7) x[i] += 4.f; /* a mean away from 0 */
+  float *dx = dup_dev(x, N), *dw = dup_dev(w, dim), *db = dup_dev(b, dim), *dr = G->alloc(G, N * 4), *h;
+  C->layernorm(C, r, x, w, b, n, dim, 1e-5f);
+  G->layernorm(G, dr, dx, dw, db, n, dim, 1e-5f);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "layernorm"); free(h);
+  memcpy(r, x, N * 4);
+  C->layernorm(C, r, r, w, NULL, n * dim / 64, 64, 1e-5f);
+  G->layernorm(G, dx, dx, dw, NULL, n * dim / 64, 64, 1e-5f);
+  h = get(dx, N); CHECK(rel_l2(h, r, N) < 1e-6, "layernorm in place, no bias"); free(h);
+  G->free(G, dx); G->free(G, dw); G->free(G, db); G->free(G, dr);
+  free(x); free(w); free(b); free(r);
+  /* rope_ext on q-like [tokens][heads][hd] with positions on both sides of pos0 and past the rows */
+  enum { NT = 9, NH = 5, HD = 96, ROT = 72, NROWS = 4, POS0 = 100 };
+  int32_t tok[NT] = { 0 }, pos[NT] = { 0, 1, 99, 100, 101, 102, 103, 5000, 40000 }, seq[NT] = { 0 }, table[1] = { 0 };
+  sm_batch bt = { .n_tokens = NT, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 1, .max_blocks = 1,
+                  .block_table = table };
+  CHECK(C->set_batch(C, &bt) == SMELT_OK && G->set_batch(G, &bt) == SMELT_OK, "set_batch");
+  float inv[NROWS * ROT / 2];
+  for (int q = 0; q < NROWS; q++)
+    for (int i = 0; i < ROT / 2; i++) inv[q * ROT / 2 + i] = powf(10000.f, -2.f * i / ROT) / (1.f + 0.5f * q);
+  float *dinv = dup_dev(inv, NROWS * ROT / 2);
+  const size_t NV = (size_t)NT * NH * HD;
+  float *v = malloc(NV * 4);
+  for (int variant = 0; variant < 2; variant++) {
+    fill(v, NV, 2.f);
+    float *dv = dup_dev(v, NV);
+    sm_rope_ext ec = { inv, ROT, NROWS, POS0, 1.19f, variant ? 0.1f : 0.f, variant ? 2048 : 0 }, eg = ec;
+    eg.inv_freq = dinv;
+    C->rope_ext(C, v, NH, HD, &ec);
+    G->rope_ext(G, dv, NH, HD, &eg);
+    h = get(dv, NV);
+    CHECK(rel_l2(h, v, NV) < 1e-5, "rope_ext variant %d: rel err %g", variant, rel_l2(h, v, NV));
+    free(h);
+    G->free(G, dv);
+  }
+  free(v);
+  G->free(G, dinv);
+}
+
 /* attention, rope, kv_store, gather_out over a paged cache with two sequences:
  * seq 0 prefills n0 tokens at positions [p0, p0+n0), seq 1 decodes one token at pos p1. */
 static void test_attention_case(int n_heads, int nkv, int hd, int window, float softcap, int n0, int p0, int p1) {
@@ -716,7 +761,7 @@ static void pass(const char *env, int mask) {
     return;
   }
   printf("pass: %s\n", env[0] ? env : "defaults");
-  if (mask & 1) test_elementwise();
+  if (mask & 1) { test_elementwise(); test_layernorm_rope_ext(); }
   if (mask & 2) test_attention();
   if (mask & 8) test_matmul(-1);
   else if (mask & 4) test_matmul(4);

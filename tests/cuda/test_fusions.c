@@ -33,7 +33,7 @@ typedef struct {
 static bool decode(const char *family, int layers, int hidden, int ffn, step_info *out) {
   char dir[256];
   snprintf(dir, sizeof dir, "/tmp/smelt-fusions-%s-%d-%d-%d", family, hidden, layers, (int)getpid());
-  sm_synth_shape sh = { "fusions", hidden, layers, 32, 8, ffn, 1024, true, family };
+  sm_synth_shape sh = { "fusions", hidden, layers, 32, 8, ffn, 1024, true, family, 0, NULL };
   CHECK(sm_make_synthetic(&sh, 4, 64, dir, false) == SMELT_OK, "%s: synthetic: %s", family, smelt_last_error());
   smelt_model_params p;
   smelt_model_params_default(&p);

@@ -368,6 +368,204 @@ static void test_gemma2_phi(void) {
   sm_config_free(&c);
 }
 
+/* the per-layer lists, multipliers and vision-language packagings of the families added with the
+ * generic recipe (values from the published configs of the named models, abridged) */
+static void test_layer_kinds(void) {
+  sm_config c;
+  /* transformers-5 layout (google/gemma-3-270m style): rope_parameters per layer type, layer_types */
+  const char *g3 =
+    "{\"model_type\": \"gemma3_text\", \"hidden_size\": 640, \"intermediate_size\": 2048, \"num_hidden_layers\": 4,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 1, \"head_dim\": 256, \"vocab_size\": 262144,"
+    " \"max_position_embeddings\": 32768, \"sliding_window\": 512,"
+    " \"layer_types\": [\"sliding_attention\", \"sliding_attention\", \"full_attention\", \"sliding_attention\"],"
+    " \"rope_parameters\": {\"full_attention\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"},"
+    " \"sliding_attention\": {\"rope_theta\": 10000.0, \"rope_type\": \"default\"}}}";
+  CHECK_EQ_I(load("g3v5", g3, NULL, &c), SMELT_OK);
+  CHECK(c.has_layer_types && c.layer_sliding[0] && c.layer_sliding[1] && !c.layer_sliding[2] && c.layer_sliding[3]);
+  CHECK_EQ_F(c.rope_theta, 1e6);
+  CHECK_EQ_F(c.rope_local_theta, 1e4);
+  CHECK(c.vlm_type[0] == 0);
+  const sm_family *f = sm_family_runnable(c.model_type);
+  CHECK(f != NULL);
+  sm_layer_spec sp;
+  if (f) {
+    sm_family_layer_spec(f, &c, 0, &sp);
+    CHECK(sp.sliding && sp.window == 512 && sp.rope == 1); /* the local RoPE */
+    sm_family_layer_spec(f, &c, 2, &sp);
+    CHECK(!sp.sliding && sp.window == 0 && sp.rope == 0);
+  }
+  sm_config_free(&c);
+
+  /* LGAI-EXAONE/EXAONE-4.0-32B style: a string pattern; the full layers are NoPE */
+  const char *ex = "{\"model_type\": \"exaone4\", \"hidden_size\": 5120, \"intermediate_size\": 27392,"
+                   " \"num_hidden_layers\": 8, \"num_attention_heads\": 40, \"num_key_value_heads\": 8, \"head_dim\": 128,"
+                   " \"vocab_size\": 102400, \"max_position_embeddings\": 131072, \"sliding_window\": 4096,"
+                   " \"sliding_window_pattern\": \"LLLG\", \"rope_theta\": 1000000.0}";
+  CHECK_EQ_I(load("exaone4", ex, NULL, &c), SMELT_OK);
+  CHECK(c.has_layer_types && c.layer_sliding[2] && !c.layer_sliding[3] && c.layer_sliding[4] && !c.layer_sliding[7]);
+  f = sm_family_runnable("exaone4");
+  sm_family_layer_spec(f, &c, 1, &sp);
+  CHECK(sp.window == 4096 && sp.rope == 0);
+  sm_family_layer_spec(f, &c, 3, &sp);
+  CHECK(sp.window == 0 && sp.rope == -1);
+  CHECK_EQ_I(c.bos_id, 0); /* Exaone4Config defaults */
+  sm_config_free(&c);
+  /* EXAONE 4 without a sliding window: every layer rotates */
+  const char *ex2 = "{\"model_type\": \"exaone4\", \"hidden_size\": 64, \"intermediate_size\": 128,"
+                    " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"vocab_size\": 100,"
+                    " \"sliding_window\": null, \"layer_types\": [\"full_attention\", \"full_attention\","
+                    " \"full_attention\", \"full_attention\"]}";
+  CHECK_EQ_I(load("exaone4b", ex2, NULL, &c), SMELT_OK);
+  sm_family_layer_spec(f, &c, 3, &sp);
+  CHECK(sp.window == 0 && sp.rope == 0);
+  sm_config_free(&c);
+
+  /* HuggingFaceTB/SmolLM3-3B: no_rope_layers (1 = RoPE) */
+  const char *sm3 = "{\"model_type\": \"smollm3\", \"hidden_size\": 2048, \"intermediate_size\": 11008,"
+                    " \"num_hidden_layers\": 4, \"num_attention_heads\": 16, \"num_key_value_heads\": 4,"
+                    " \"vocab_size\": 128256, \"max_position_embeddings\": 65536, \"rope_theta\": 5000000.0,"
+                    " \"no_rope_layers\": [1, 1, 1, 0], \"use_sliding_window\": false, \"sliding_window\": null}";
+  CHECK_EQ_I(load("smollm3", sm3, NULL, &c), SMELT_OK);
+  f = sm_family_runnable("smollm3");
+  CHECK(c.has_no_rope_layers && c.layer_rope[0] == 1 && c.layer_rope[3] == 0);
+  sm_family_layer_spec(f, &c, 3, &sp);
+  CHECK(sp.rope == -1 && sp.window == 0);
+  sm_family_layer_spec(f, &c, 2, &sp);
+  CHECK(sp.rope == 0);
+  sm_config_free(&c);
+  /* without the list: every 4th layer is NoPE (SmolLM3Config no_rope_layer_interval) */
+  const char *sm3b = "{\"model_type\": \"smollm3\", \"hidden_size\": 64, \"intermediate_size\": 128,"
+                     " \"num_hidden_layers\": 8, \"num_attention_heads\": 4, \"vocab_size\": 100}";
+  CHECK_EQ_I(load("smollm3b", sm3b, NULL, &c), SMELT_OK);
+  sm_family_layer_spec(f, &c, 7, &sp);
+  CHECK(sp.rope == -1);
+  sm_family_layer_spec(f, &c, 6, &sp);
+  CHECK(sp.rope == 0);
+  sm_config_free(&c);
+
+  /* ibm-granite/granite-3.3-2b-instruct: multipliers */
+  const char *gr = "{\"model_type\": \"granite\", \"hidden_size\": 2048, \"intermediate_size\": 8192,"
+                   " \"num_hidden_layers\": 40, \"num_attention_heads\": 32, \"num_key_value_heads\": 8,"
+                   " \"vocab_size\": 49159, \"attention_multiplier\": 0.015625, \"embedding_multiplier\": 12.0,"
+                   " \"residual_multiplier\": 0.22, \"logits_scaling\": 8.0, \"tie_word_embeddings\": true}";
+  CHECK_EQ_I(load("granite", gr, NULL, &c), SMELT_OK);
+  CHECK_EQ_F(c.attention_multiplier, 0.015625);
+  CHECK_EQ_F(c.embedding_multiplier, 12.0);
+  CHECK_EQ_F(c.residual_multiplier, 0.22);
+  CHECK_EQ_F(c.logits_scaling, 8.0);
+  CHECK_EQ_F(c.logit_scale, 1.0);
+  sm_config_free(&c);
+
+  /* CohereLabs/c4ai-command-r7b-12-2024: layer_norm_eps, logit_scale, pattern 4 */
+  const char *co = "{\"model_type\": \"cohere2\", \"hidden_size\": 4096, \"intermediate_size\": 14336,"
+                   " \"num_hidden_layers\": 8, \"num_attention_heads\": 32, \"num_key_value_heads\": 8,"
+                   " \"vocab_size\": 256000, \"layer_norm_eps\": 1e-05, \"logit_scale\": 0.25,"
+                   " \"sliding_window\": 4096, \"sliding_window_pattern\": 4, \"rope_theta\": 50000.0}";
+  CHECK_EQ_I(load("cohere2", co, NULL, &c), SMELT_OK);
+  CHECK_EQ_F(c.logit_scale, 0.25);
+  CHECK_EQ_F(c.rms_norm_eps, 1e-5);
+  CHECK(c.tie_word_embeddings);
+  f = sm_family_runnable("cohere2");
+  sm_family_layer_spec(f, &c, 2, &sp);
+  CHECK(sp.window == 4096 && sp.rope == 0);
+  sm_family_layer_spec(f, &c, 3, &sp);
+  CHECK(sp.window == 0 && sp.rope == -1); /* global layers: NoPE */
+  sm_config_free(&c);
+  const char *co2 = "{\"model_type\": \"cohere2\", \"hidden_size\": 64, \"intermediate_size\": 128,"
+                    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100}";
+  CHECK_EQ_I(load("cohere2b", co2, NULL, &c), SMELT_OK);
+  CHECK_EQ_F(c.logit_scale, 0.0625); /* Cohere2Config default */
+  sm_config_free(&c);
+
+  /* Qwen2 with use_sliding_window: the layers from max_window_layers on slide (Qwen2Config.layer_types) */
+  const char *qsw = "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"intermediate_size\": 128,"
+                    " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+                    " \"vocab_size\": 100, \"use_sliding_window\": true, \"sliding_window\": 32, \"max_window_layers\": 2}";
+  CHECK_EQ_I(load("qwen2sw", qsw, NULL, &c), SMELT_OK);
+  f = sm_family_runnable("qwen2");
+  sm_family_layer_spec(f, &c, 1, &sp);
+  CHECK(sp.window == 0);
+  sm_family_layer_spec(f, &c, 2, &sp);
+  CHECK(sp.window == 32 && sp.rope == 0);
+  sm_config_free(&c);
+
+  /* THUDM/GLM-4-9B-0414: partial_rotary_factor 0.5 by default, q/k/v biases */
+  const char *glm = "{\"model_type\": \"glm4\", \"hidden_size\": 4096, \"intermediate_size\": 13696,"
+                    " \"num_hidden_layers\": 40, \"num_attention_heads\": 32, \"num_key_value_heads\": 2,"
+                    " \"head_dim\": 128, \"vocab_size\": 151552, \"attention_bias\": true, \"rms_norm_eps\": 1e-05}";
+  CHECK_EQ_I(load("glm4", glm, NULL, &c), SMELT_OK);
+  CHECK_EQ_I(c.partial_rotary_dim, 64);
+  CHECK(c.attention_bias);
+  sm_config_free(&c);
+}
+
+static void test_vlm_and_rope(void) {
+  sm_config c;
+  /* Qwen2.5-VL: the LM's fields at the top level next to vision_config */
+  const char *q25 = "{\"model_type\": \"qwen2_5_vl\", \"hidden_size\": 2048, \"intermediate_size\": 11008,"
+                    " \"num_hidden_layers\": 36, \"num_attention_heads\": 16, \"num_key_value_heads\": 2,"
+                    " \"vocab_size\": 151936, \"max_position_embeddings\": 128000, \"rope_theta\": 1000000.0,"
+                    " \"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [16, 24, 24]},"
+                    " \"vision_config\": {\"depth\": 32, \"hidden_size\": 1280}, \"tie_word_embeddings\": true}";
+  CHECK_EQ_I(load("q25vl", q25, NULL, &c), SMELT_OK);
+  CHECK_STR(c.model_type, "qwen2_5_vl_text");
+  CHECK_STR(c.vlm_type, "qwen2_5_vl");
+  CHECK_EQ_I(c.rope_type, SM_ROPE_NONE);
+  CHECK(c.attention_bias);
+  sm_config_free(&c);
+  /* Mistral-Small-3.1: text_config names the LM (mistral) */
+  const char *m3 = "{\"model_type\": \"mistral3\", \"text_config\": {\"model_type\": \"mistral\","
+                   " \"hidden_size\": 5120, \"intermediate_size\": 32768, \"num_hidden_layers\": 40,"
+                   " \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": 128, \"vocab_size\": 131072,"
+                   " \"rope_theta\": 1000000000.0, \"sliding_window\": null}, \"vision_config\": {\"hidden_size\": 1024}}";
+  CHECK_EQ_I(load("mistral3", m3, NULL, &c), SMELT_OK);
+  CHECK_STR(c.model_type, "mistral");
+  CHECK_STR(c.vlm_type, "mistral3");
+  CHECK_EQ_I(c.sliding_window, 0);
+  sm_config_free(&c);
+  /* text_config without a model_type: the packaging's text type */
+  const char *m3b = "{\"model_type\": \"mistral3\", \"text_config\": {\"hidden_size\": 64, \"intermediate_size\": 128,"
+                    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+                    " \"vocab_size\": 100}}";
+  CHECK_EQ_I(load("mistral3b", m3b, NULL, &c), SMELT_OK);
+  CHECK_STR(c.model_type, "mistral");
+  CHECK_STR(c.vlm_type, "mistral3");
+  sm_config_free(&c);
+  /* mistralai/Ministral-3-3B-Instruct-2512: yarn with mscale, the Llama-4 query scaling */
+  const char *mi = "{\"model_type\": \"ministral3\", \"hidden_size\": 3072, \"intermediate_size\": 9216,"
+                   " \"num_hidden_layers\": 26, \"num_attention_heads\": 32, \"num_key_value_heads\": 8,"
+                   " \"head_dim\": 128, \"vocab_size\": 131072, \"max_position_embeddings\": 262144,"
+                   " \"rope_parameters\": {\"beta_fast\": 32.0, \"beta_slow\": 1.0, \"factor\": 16.0,"
+                   " \"llama_4_scaling_beta\": 0.1, \"mscale\": 1.0, \"mscale_all_dim\": 1.0,"
+                   " \"original_max_position_embeddings\": 16384, \"rope_theta\": 1000000.0, \"rope_type\": \"yarn\","
+                   " \"truncate\": false}}";
+  CHECK_EQ_I(load("ministral3", mi, NULL, &c), SMELT_OK);
+  CHECK_EQ_I(c.rope_type, SM_ROPE_YARN);
+  CHECK_EQ_F(c.rope_mscale, 1.0);
+  CHECK_EQ_F(c.rope_mscale_all_dim, 1.0);
+  CHECK(!c.rope_truncate);
+  CHECK_EQ_F(c.rope_llama4_beta, 0.1);
+  CHECK_EQ_I(c.rope_original_max_pos, 16384);
+  CHECK_EQ_F(c.rope_theta, 1e6);
+  sm_config_free(&c);
+  /* Phi-3: the top-level original_max_position_embeddings (class default 4096) is the one used */
+  const char *phi = "{\"model_type\": \"phi3\", \"hidden_size\": 64, \"intermediate_size\": 128,"
+                    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100,"
+                    " \"max_position_embeddings\": 131072, \"rope_scaling\": {\"type\": \"longrope\","
+                    " \"short_factor\": [1, 1, 1, 1, 1, 1, 1, 1], \"long_factor\": [2, 2, 2, 2, 2, 2, 2, 2],"
+                    " \"original_max_position_embeddings\": 8192}}";
+  CHECK_EQ_I(load("phi3d", phi, NULL, &c), SMELT_OK);
+  CHECK_EQ_I(c.rope_original_max_pos, 4096);
+  sm_config_free(&c);
+  /* a Gemma 4 checkpoint: understood, named, not runnable */
+  const char *g4 = "{\"model_type\": \"gemma4\", \"text_config\": {\"hidden_size\": 64, \"intermediate_size\": 128,"
+                   " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100}, \"vision_config\": {}}";
+  CHECK_EQ_I(load("gemma4", g4, NULL, &c), SMELT_OK);
+  CHECK_STR(c.model_type, "gemma4_text");
+  CHECK(sm_family_find("gemma4_text") != NULL && sm_family_runnable("gemma4_text") == NULL);
+  sm_config_free(&c);
+}
+
 static void test_parse_buffer(void) {
   /* buffer API, not NUL-terminated */
   const char *cfg = "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,"
@@ -454,6 +652,30 @@ static void test_errors(void) {
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4}",
       "{\"eos_token_id\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", SMELT_ERR_LIMIT, "eos");
 
+  /* per-layer lists, multipliers, RoPE parameters */
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"layer_types\":[\"full_attention\"]}", NULL,
+      SMELT_ERR_FORMAT, "layer_types");
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"layer_types\":[\"full_attention\","
+      "\"chunked_attention\"]}", NULL, SMELT_ERR_UNSUPPORTED, "chunked_attention");
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"sliding_window_pattern\":\"LXG\"}", NULL,
+      SMELT_ERR_FORMAT, "sliding_window_pattern");
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"no_rope_layers\":[1,2]}", NULL, SMELT_ERR_FORMAT,
+      "no_rope_layers");
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"no_rope_layers\":[1]}", NULL, SMELT_ERR_FORMAT,
+      "no_rope_layers");
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"use_bidirectional_attention\":true}", NULL,
+      SMELT_ERR_UNSUPPORTED, "bidirectional");
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"residual_multiplier\":0}", NULL, SMELT_ERR_FORMAT,
+      "residual_multiplier");
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rope_scaling\":{\"rope_type\":\"proportional\","
+      "\"factor\":1}}", NULL, SMELT_ERR_UNSUPPORTED, "proportional");
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rope_scaling\":{\"rope_type\":\"yarn\","
+      "\"factor\":4,\"beta_fast\":0}}", NULL, SMELT_ERR_FORMAT, "beta_fast");
+  BAD("{\"model_type\":\"gemma3_text\",\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"
+      "\"hidden_size\":64,\"num_attention_heads\":4,\"rope_parameters\":{\"full_attention\":{\"rope_type\":"
+      "\"default\"},\"sliding_attention\":{\"rope_type\":\"linear\",\"factor\":2}}}", NULL, SMELT_ERR_UNSUPPORTED,
+      "sliding_attention");
+
   /* missing directory / file */
   sm_config c;
   CHECK(sm_family_config_load("/nonexistent/smelt/model", &c) == SMELT_ERR_IO);
@@ -475,6 +697,8 @@ int main(void) {
   test_mistral();
   test_gemma3();
   test_gemma2_phi();
+  test_layer_kinds();
+  test_vlm_and_rope();
   test_parse_buffer();
   test_errors();
   char cmd[300];

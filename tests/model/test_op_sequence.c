@@ -54,9 +54,17 @@ static void r_rmsnorm(sm_backend *b, float *o, const float *x, const float *w, i
   note(b, "rmsnorm");
   R(b)->in->rmsnorm(R(b)->in, o, x, w, n, d, e, off);
 }
+static void r_layernorm(sm_backend *b, float *o, const float *x, const float *w, const float *bi, int n, int d, float e) {
+  note(b, "layernorm");
+  R(b)->in->layernorm(R(b)->in, o, x, w, bi, n, d, e);
+}
 static void r_rope(sm_backend *b, float *x, int nh, int hd, int rd, const float *f) {
   note(b, "rope");
   R(b)->in->rope(R(b)->in, x, nh, hd, rd, f);
+}
+static void r_rope_ext(sm_backend *b, float *x, int nh, int hd, const sm_rope_ext *e) {
+  note(b, "rope_ext");
+  R(b)->in->rope_ext(R(b)->in, x, nh, hd, e);
 }
 static void r_kv_store(sm_backend *b, const sm_kv_cache *kv, int l, const float *k, const float *v) {
   note(b, "kv_store");
@@ -97,45 +105,96 @@ static sm_backend *rec_create(void) {
   b->name = "rec";
   b->destroy = r_destroy; b->alloc = r_alloc; b->free = r_free; b->upload = r_upload; b->download = r_download;
   b->sync = r_sync; b->prepare_weight = r_prepare; b->release_weight = r_release; b->set_batch = r_set_batch;
-  b->embed = r_embed; b->matmul = r_matmul; b->rmsnorm = r_rmsnorm; b->rope = r_rope; b->kv_store = r_kv_store;
+  b->embed = r_embed; b->matmul = r_matmul; b->rmsnorm = r_rmsnorm; b->layernorm = r_layernorm; b->rope = r_rope;
+  b->rope_ext = r_rope_ext; b->kv_store = r_kv_store;
   b->attention = r_attention; b->silu_mul = r_silu_mul; b->gelu_mul = r_gelu_mul; b->add = r_add;
   b->add_rows = r_add_rows; b->scale = r_scale; b->softcap = r_softcap; b->gather_out = r_gather;
   return b; /* no sample ops: the engine samples on the host */
 }
 
-/* expected decode-step sequences: one layer's ops, and the head after the last layer */
-#define ATTN_IN "rmsnorm mm:q mm:k mm:v"
-#define ATTN_OUT "rope rope kv_store attention mm:o add"
+/* expected decode-step sequences: the ops after embed, each layer's, and the head's. The synthetic
+ * models have 2 layers; "extra" is config.json members that give a family its per-layer kinds (a
+ * sliding window of 8, shorter than the prompt, so that it matters). */
+#define QKV "mm:q mm:k mm:v"
+#define ROPE "rope rope kv_store"
+#define ROPEX "rope_ext rope_ext kv_store"
+#define ATTN_OUT "attention mm:o add"
 #define MLP "rmsnorm mm:gate mm:up silu_mul mm:down add"
+#define GELU_MLP "rmsnorm mm:gate mm:up gelu_mul mm:down add"
 #define HEAD "gather_out rmsnorm mm:lm_head"
+#define LLAMA_LAYER "rmsnorm " QKV " " ROPE " " ATTN_OUT " " MLP
+#define POST_MLP "mm:gate mm:up silu_mul mm:down rmsnorm add" /* OLMo 2 / EXAONE 4: the MLP reads x */
+#define SANDWICH_MLP "rmsnorm mm:gate mm:up gelu_mul mm:down rmsnorm add"
 static const struct {
-  const char *family, *layer;
-  int window;
+  const char *family, *extra, *pre, *layer[2], *head;
 } k_cases[] = {
-  { "llama", ATTN_IN " " ATTN_OUT " " MLP, 0 },
-  { "mistral", ATTN_IN " rope rope kv_store attention:window mm:o add " MLP, 8 },
-  { "qwen2", ATTN_IN " add_rows add_rows add_rows " ATTN_OUT " " MLP, 0 },
-  { "qwen3", ATTN_IN " rmsnorm rmsnorm " ATTN_OUT " " MLP, 0 },
+  { "llama", NULL, "", { LLAMA_LAYER, LLAMA_LAYER }, HEAD },
+  { "mistral", "{\"sliding_window\": 8}", "",
+    { "rmsnorm " QKV " " ROPE " attention:window mm:o add " MLP, "rmsnorm " QKV " " ROPE " attention:window mm:o add " MLP },
+    HEAD },
+  /* the Llama-4 query scaling past original_max_position_embeddings: rope_ext */
+  { "ministral3", "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 8.0, \"original_max_position_embeddings\": 32,"
+                  " \"mscale\": 1.0, \"mscale_all_dim\": 1.0, \"llama_4_scaling_beta\": 0.1}}", "",
+    { "rmsnorm " QKV " " ROPEX " " ATTN_OUT " " MLP, "rmsnorm " QKV " " ROPEX " " ATTN_OUT " " MLP }, HEAD },
+  { "qwen2", NULL, "", { "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " " MLP,
+                         "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " " MLP }, HEAD },
+  { "qwen3", NULL, "", { "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP,
+                         "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP }, HEAD },
+  { "qwen2_5_vl_text", NULL, "", { "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " " MLP,
+                                   "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " " MLP }, HEAD },
+  { "qwen3_vl_text", NULL, "", { "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP,
+                                 "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP }, HEAD },
+  /* Gemma: embeddings scaled, GELU */
+  { "gemma", NULL, " scale", { "rmsnorm " QKV " " ROPE " " ATTN_OUT " " GELU_MLP, "rmsnorm " QKV " " ROPE " " ATTN_OUT " " GELU_MLP },
+    HEAD },
+  /* Gemma 2: sliding layer 0, full layer 1, norms on the sublayer outputs, final softcap */
+  { "gemma2", "{\"sliding_window\": 8}", " scale",
+    { "rmsnorm " QKV " " ROPE " attention:window mm:o rmsnorm add " SANDWICH_MLP,
+      "rmsnorm " QKV " " ROPE " attention mm:o rmsnorm add " SANDWICH_MLP }, HEAD " softcap" },
+  /* Gemma 3: q/k norms, the sliding layer with its local RoPE */
+  { "gemma3_text", "{\"sliding_window\": 8, \"sliding_window_pattern\": 2}", " scale",
+    { "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " attention:window mm:o rmsnorm add " SANDWICH_MLP,
+      "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " SANDWICH_MLP }, HEAD },
+  /* Phi-4-mini style: fused qkv / gate_up as row views, partial rotary with longrope: rope_ext */
+  { "phi3", "{\"partial_rotary_factor\": 0.75, \"original_max_position_embeddings\": 32, \"rope_scaling\":"
+            " {\"type\": \"longrope\", \"short_factor\": \"6x1.0\", \"long_factor\": \"6x2.0\"}}", "",
+    { "rmsnorm " QKV " " ROPEX " " ATTN_OUT " " MLP, "rmsnorm " QKV " " ROPEX " " ATTN_OUT " " MLP }, HEAD },
+  /* SmolLM3: layer 1 NoPE */
+  { "smollm3", "{\"no_rope_layers\": [1, 0]}", "",
+    { LLAMA_LAYER, "rmsnorm " QKV " kv_store " ATTN_OUT " " MLP }, HEAD },
+  /* OLMo 2: no pre-norms, q/k norms over the whole projection, post-norms */
+  { "olmo2", NULL, "", { QKV " rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " POST_MLP,
+                         QKV " rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " POST_MLP }, HEAD },
+  { "olmo3", "{\"sliding_window\": 8, \"layer_types\": [\"sliding_attention\", \"full_attention\"]}", "",
+    { QKV " rmsnorm rmsnorm " ROPE " attention:window mm:o rmsnorm add " POST_MLP,
+      QKV " rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " POST_MLP }, HEAD },
+  /* Granite: embedding, residual and logit multipliers */
+  { "granite", "{\"embedding_multiplier\": 12.0, \"attention_multiplier\": 0.015625, \"residual_multiplier\": 0.22,"
+               " \"logits_scaling\": 8.0}", " scale",
+    { "rmsnorm " QKV " " ROPE " attention mm:o scale add rmsnorm mm:gate mm:up silu_mul mm:down scale add",
+      "rmsnorm " QKV " " ROPE " attention mm:o scale add rmsnorm mm:gate mm:up silu_mul mm:down scale add" },
+    HEAD " scale" },
+  /* GLM-4: interleaved partial RoPE (q/k rows permuted at load: the plain rope op), four norms */
+  { "glm4", NULL, "", { "rmsnorm " QKV " " ROPE " attention mm:o rmsnorm add rmsnorm mm:gate mm:up silu_mul mm:down rmsnorm add",
+                        "rmsnorm " QKV " " ROPE " attention mm:o rmsnorm add rmsnorm mm:gate mm:up silu_mul mm:down rmsnorm add" },
+    HEAD },
+  /* EXAONE 4: q/k norms, post-norms, the full layer NoPE */
+  { "exaone4", "{\"sliding_window\": 8, \"sliding_window_pattern\": 2}", "",
+    { QKV " rmsnorm rmsnorm " ROPE " attention:window mm:o rmsnorm add " POST_MLP,
+      QKV " rmsnorm rmsnorm kv_store attention mm:o rmsnorm add " POST_MLP }, HEAD },
+  /* Cohere 2: LayerNorm, attention and MLP in parallel, RoPE on the sliding layer only, logit_scale */
+  { "cohere2", "{\"sliding_window\": 8, \"sliding_window_pattern\": 2}", "",
+    { "layernorm " QKV " " ROPE " attention:window mm:o mm:gate mm:up silu_mul mm:down add add",
+      "layernorm " QKV " kv_store attention mm:o mm:gate mm:up silu_mul mm:down add add" },
+    "gather_out layernorm mm:lm_head scale" },
 };
 
 static void run_case(int ci, const char *root) {
   const char *fam = k_cases[ci].family;
   char dir[512];
   snprintf(dir, sizeof dir, "%s/%s", root, fam);
-  sm_synth_shape sh = { "opseq", 64, 2, 4, 2, 128, 300, false, fam };
+  sm_synth_shape sh = { "opseq", 64, 2, 4, 2, 128, 300, false, fam, 16, k_cases[ci].extra };
   CHECK(sm_make_synthetic(&sh, 4, 32, dir, false) == SMELT_OK, "%s: synthetic: %s", fam, smelt_last_error());
-  if (k_cases[ci].window) { /* a window shorter than the prompt, so that it matters */
-    char cfg[600];
-    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-    char *txt = NULL;
-    size_t len = 0;
-    CHECK(sm_read_file(cfg, &txt, &len) == SMELT_OK, "read config");
-    char *p = strrchr(txt, '}');
-    FILE *f = fopen(cfg, "w");
-    fprintf(f, "%.*s, \"sliding_window\": %d}\n", (int)(p - txt), txt, k_cases[ci].window);
-    fclose(f);
-    free(txt);
-  }
   smelt_model_params mp;
   smelt_model_params_default(&mp);
   mp.device = SMELT_DEVICE_CPU;
@@ -165,9 +224,9 @@ static void run_case(int ci, const char *root) {
   CHECK(sm_engine_step(e, &q, 1, lg, &done) == SMELT_OK && done, "decode step: %s", smelt_last_error());
   /* the decode step's log: embed, layers, head */
   sm_buf want = SM_BUF_INIT;
-  sm_buf_puts(&want, "embed");
-  for (int l = 0; l < 2; l++) sm_buf_printf(&want, " %s", k_cases[ci].layer);
-  sm_buf_puts(&want, " " HEAD);
+  sm_buf_printf(&want, "embed%s", k_cases[ci].pre);
+  for (int l = 0; l < 2; l++) sm_buf_printf(&want, " %s", k_cases[ci].layer[l]);
+  sm_buf_printf(&want, " %s", k_cases[ci].head);
   CHECK(!strcmp(sm_buf_str(&r->log), sm_buf_str(&want)), "%s decode step ops:\n  got  %s\n  want %s", fam,
         sm_buf_str(&r->log), sm_buf_str(&want));
   sm_buf_free(&want);
@@ -187,6 +246,15 @@ int main(void) {
   char root[] = "/tmp/smelt-opseq-XXXXXX";
   if (!mkdtemp(root)) { perror("mkdtemp"); return 1; }
   for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) run_case((int)i, root);
+  /* every runnable family has its case */
+  size_t n;
+  const sm_family *const *all = sm_family_all(&n);
+  for (size_t i = 0; i < n; i++) {
+    if (!all[i]->recipe) continue;
+    bool found = false;
+    for (size_t j = 0; j < sizeof k_cases / sizeof k_cases[0]; j++) found |= !strcmp(k_cases[j].family, all[i]->model_type);
+    CHECK(found, "family %s has no op-sequence case", all[i]->model_type);
+  }
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   if (system(cmd)) fprintf(stderr, "warning: could not remove %s\n", root);

@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
   const char *dir = argv[1];
   static const char *specials[] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>"};
   int vocab = 256 + 4;
-  sm_synth_shape sh = {"srvtest", 64, 2, 4, 2, 160, vocab, true, NULL};
+  sm_synth_shape sh = {"srvtest", 64, 2, 4, 2, 160, vocab, true, NULL, 0, NULL};
   mkdir(dir, 0755);
   if (sm_make_synthetic(&sh, 0, 0, dir, false) != SMELT_OK) { fprintf(stderr, "%s\n", smelt_last_error()); return 1; }
   cJSON *t = cJSON_CreateObject();

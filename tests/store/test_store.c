@@ -386,8 +386,11 @@ static void test_arch(void) {
   CHECK(sm_family_runnable("gpt2") == NULL);
   CHECK(sm_family_runnable(NULL) == NULL);
   /* known configs that do not run are found but not runnable */
-  CHECK(sm_family_find("gemma2") != NULL && sm_family_runnable("gemma2") == NULL);
-  CHECK(sm_family_find("gemma3") == sm_family_find("gemma3_text")); /* alias */
+  CHECK(sm_family_find("gemma4_text") != NULL && sm_family_runnable("gemma4_text") == NULL);
+  CHECK(!sm_family_type_runnable("gemma4_text") && !sm_family_type_runnable("gemma4"));
+  /* vision-language packagings run their text model */
+  CHECK(sm_family_find("gemma3") == NULL && sm_family_type_runnable("gemma3") && sm_family_type_runnable("mistral3"));
+  CHECK(sm_family_type_runnable("gemma3_text") && !sm_family_type_runnable("gpt2"));
   size_t n;
   const sm_family *const *all = sm_family_all(&n);
   size_t runnable = 0;

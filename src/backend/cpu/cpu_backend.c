@@ -323,6 +323,62 @@ static void be_rope(sm_backend *be, float *x, int n_heads, int head_dim, int rot
   pfor(c, (size_t)c->b.n_tokens, (size_t)n_heads * (size_t)rot_dim * 4, rope_range, &r);
 }
 
+/* ---------------- rope_ext (position-dependent frequencies, scaled rotated dims) ---------------- */
+typedef struct { cpu_be *c; float *x; int nh, hd; const sm_rope_ext *r; } ropex_ctx;
+static void ropex_range(void *vctx, size_t t0, size_t t1) {
+  ropex_ctx *r = vctx;
+  const sm_rope_ext *e = r->r;
+  const int half = e->rot_dim / 2;
+  for (size_t t = t0; t < t1; t++) {
+    const int32_t p = r->c->b.pos[t];
+    const int row = p < e->pos0 ? 0 : (int)SM_MIN((int64_t)p - e->pos0 + 1, (int64_t)e->n_rows - 1);
+    const float *inv = e->inv_freq + (size_t)row * (size_t)half;
+    const float fp = (float)p;
+    const float all = e->beta > 0.f ? (float)(1.0 + e->beta * log(1.0 + floor((double)p / e->beta_pos))) : 1.f;
+    for (int h = 0; h < r->nh; h++) {
+      float *v = r->x + (t * (size_t)r->nh + (size_t)h) * (size_t)r->hd;
+      for (int i = 0; i < half; i++) {
+        float a = fp * inv[i], cs = cosf(a), sn = sinf(a);
+        float x0 = v[i], x1 = v[i + half];
+        v[i] = (x0 * cs - x1 * sn) * e->mscale;
+        v[i + half] = (x0 * sn + x1 * cs) * e->mscale;
+      }
+      if (all != 1.f)
+        for (int d = 0; d < r->hd; d++) v[d] *= all;
+    }
+  }
+}
+static void be_rope_ext(sm_backend *be, float *x, int n_heads, int head_dim, const sm_rope_ext *e) {
+  cpu_be *c = CB(be);
+  if (!e || e->rot_dim < 2 || e->rot_dim > head_dim || e->rot_dim % 2 || e->n_rows < 1 || n_heads <= 0) return;
+  if (e->beta > 0.f && e->beta_pos <= 0) return;
+  ropex_ctx r = {c, x, n_heads, head_dim, e};
+  pfor(c, (size_t)c->b.n_tokens, (size_t)n_heads * (size_t)head_dim * 4, ropex_range, &r);
+}
+
+/* ---------------- layernorm ---------------- */
+typedef struct { float *out; const float *x, *w, *b; int dim; float eps; } ln_ctx;
+static void ln_range(void *vctx, size_t i0, size_t i1) {
+  ln_ctx *l = vctx;
+  for (size_t i = i0; i < i1; i++) {
+    const float *x = l->x + i * (size_t)l->dim;
+    float *o = l->out + i * (size_t)l->dim;
+    double s = 0, ss = 0;
+    for (int j = 0; j < l->dim; j++) s += x[j];
+    const double mean = s / l->dim;
+    for (int j = 0; j < l->dim; j++) ss += (x[j] - mean) * (x[j] - mean);
+    const float mf = (float)mean, inv = (float)(1.0 / sqrt(ss / l->dim + l->eps));
+    for (int j = 0; j < l->dim; j++) o[j] = (x[j] - mf) * inv * l->w[j] + (l->b ? l->b[j] : 0.f);
+  }
+}
+static void be_layernorm(sm_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,
+                         float eps) {
+  cpu_be *c = CB(be);
+  if (n <= 0 || dim <= 0) return;
+  ln_ctx l = {out, x, w, b, dim, eps};
+  pfor(c, (size_t)n, (size_t)dim * 2, ln_range, &l);
+}
+
 /* ---------------- KV cache ---------------- */
 /* slot of token position pos in sequence s, or -1 if the block table doesn't map it */
 static int64_t kv_slot(const cpu_be *c, const sm_kv_cache *kv, int s, int32_t pos) {
@@ -695,6 +751,8 @@ sm_backend *sm_cpu_backend_create(int n_threads) {
   b->matmul = be_matmul;
   b->rmsnorm = be_rmsnorm;
   b->rope = be_rope;
+  b->rope_ext = be_rope_ext;
+  b->layernorm = be_layernorm;
   b->kv_store = be_kv_store;
   b->attention = be_attention;
   b->silu_mul = be_silu_mul;

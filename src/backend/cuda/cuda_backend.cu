@@ -364,6 +364,31 @@ static void be_rope(sm_backend *be, float *x, int n_heads, int head_dim, int rot
   cu_submit(c, &o);
 }
 
+static void be_rope_ext(sm_backend *be, float *x, int n_heads, int head_dim, const sm_rope_ext *r) {
+  cuda_be *c = CB(be);
+  if (!r || r->rot_dim < 2 || r->rot_dim > head_dim || r->rot_dim % 2 || r->n_rows < 1 || n_heads <= 0 ||
+      c->n_tokens <= 0 || (r->beta > 0.f && r->beta_pos <= 0))
+    return;
+  cu_op o;
+  memset(&o, 0, sizeof o);
+  o.type = OP_ROPEX;
+  o.rx.x = x; o.rx.inv = r->inv_freq; o.rx.nh = n_heads; o.rx.hd = head_dim; o.rx.rot = r->rot_dim;
+  o.rx.n_rows = r->n_rows; o.rx.pos0 = r->pos0; o.rx.mscale = r->mscale; o.rx.beta = r->beta > 0.f ? r->beta : 0.f;
+  o.rx.beta_pos = r->beta > 0.f ? r->beta_pos : 0;
+  cu_submit(c, &o);
+}
+
+static void be_layernorm(sm_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,
+                         float eps) {
+  cuda_be *c = CB(be);
+  if (n <= 0 || dim <= 0) return;
+  cu_op o;
+  memset(&o, 0, sizeof o);
+  o.type = OP_LAYERNORM;
+  o.ln.out = out; o.ln.x = x; o.ln.w = w; o.ln.b = b; o.ln.n = n; o.ln.dim = dim; o.ln.eps = eps;
+  cu_submit(c, &o);
+}
+
 static void be_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const float *k, const float *v) {
   cuda_be *c = CB(be);
   if (!kv || layer < 0 || layer >= kv->n_layers || kv->block_size <= 0 || c->n_tokens <= 0) return;
@@ -591,6 +616,8 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   b->matmul = be_matmul;
   b->rmsnorm = be_rmsnorm;
   b->rope = be_rope;
+  b->rope_ext = be_rope_ext;
+  b->layernorm = be_layernorm;
   b->kv_store = be_kv_store;
   b->attention = be_attention;
   b->silu_mul = be_silu_mul;

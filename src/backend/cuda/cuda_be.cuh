@@ -15,7 +15,7 @@
  * that whole ops can be hashed and compared (the graph cache's key). */
 enum {
   OP_EMBED, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_KVSTORE, OP_ATTN, OP_SILU, OP_GELU, OP_ADD, OP_ADDROWS,
-  OP_SCALE, OP_SOFTCAP, OP_GATHER, OP_ARGMAX, OP_META, OP_COUNT
+  OP_SCALE, OP_SOFTCAP, OP_GATHER, OP_ARGMAX, OP_META, OP_LAYERNORM, OP_ROPEX, OP_COUNT
 };
 typedef struct {
   int type;
@@ -23,6 +23,8 @@ typedef struct {
     struct { const sm_weight *w; const cu_weight *cw; const float *x; float *y; int n, role; } mm; /* role: sm_mm_role */
     struct { float *out; const float *x, *w; int n, dim; float eps, off; } norm;
     struct { float *x; const float *inv; int nh, hd, rot; } rope;
+    struct { float *out; const float *x, *w, *b; int n, dim; float eps; } ln;
+    struct { float *x; const float *inv; int nh, hd, rot, n_rows, pos0, beta_pos; float mscale, beta; } rx;
     struct { void *K, *V; const float *k, *v; int row, bs, nblocks, dt; } kv; /* dt: the cache's sm_dtype */
     /* splits > 0: the decode kernel with that many splits (glong: combined in global memory); 0: tiled */
     struct { float *out; const float *q; void *K, *V; int nh, nkv, hd, bs, nblocks, window, splits, glong, dt; float scale, softcap; } at;

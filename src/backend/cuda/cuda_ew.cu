@@ -1,5 +1,5 @@
-/* Elementwise and row kernels of the op table: rmsnorm (with the residual add before it), RoPE,
- * the KV-cache store (and RoPE of q and k fused with it), silu/gelu gating, adds, scaling, softcap
+/* Elementwise and row kernels of the op table: rmsnorm (with the residual add before it), layernorm,
+ * RoPE (and its position-dependent variant), the KV-cache store (and RoPE of q and k fused with it), silu/gelu gating, adds, scaling, softcap
  * and the gather of output rows. */
 #include <math.h>
 #include "backend/cuda/cuda_ew.cuh"
@@ -67,6 +67,65 @@ __global__ void k_rope(float *x, const int32_t *pos, const float *inv, int n_tok
     float x0 = v[i], x1 = v[i + half];
     v[i] = x0 * cs - x1 * sn;
     v[i + half] = x0 * sn + x1 * cs;
+  }
+}
+
+/* LayerNorm: one block per row; mean, then variance of (x - mean), in float */
+__global__ void k_layernorm(float *out, const float *x, const float *w, const float *b, int dim, float eps) {
+  const float *xr = x + (int64_t)blockIdx.x * dim;
+  float *o = out + (int64_t)blockIdx.x * dim;
+  __shared__ float red[32];
+  __shared__ float stat;
+  float s = 0.f;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) s += xr[j];
+  s = warp_sum(s);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) stat = v / (float)dim;
+  }
+  __syncthreads();
+  const float mean = stat;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) { float d = xr[j] - mean; ss = fmaf(d, d, ss); }
+  ss = warp_sum(ss);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) stat = 1.0f / sqrtf(v / (float)dim + eps);
+  }
+  __syncthreads();
+  const float inv = stat;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) o[j] = (xr[j] - mean) * inv * w[j] + (b ? b[j] : 0.f);
+}
+
+/* RoPE with a frequency row per position range, scaled rotated dims and the Llama-4 query scaling
+ * (backend.h sm_rope_ext): one thread per (token, head, pair); the whole-head scaling of the pass
+ * dims by the threads of pairs i < hd - rot */
+__global__ void k_rope_ext(float *x, const int32_t *pos, cu_rope_ext_args a, int n_tokens, int nh, int hd) {
+  const int half = a.rot / 2, npass = hd - a.rot, per = half > npass ? half : npass;
+  const int64_t total = (int64_t)n_tokens * nh * per;
+  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * blockDim.x) {
+    const int i = (int)(idx % per);
+    const int64_t th = idx / per;
+    const int t = (int)(th / nh);
+    const int p = pos[t];
+    const float all = a.beta > 0.f ? 1.f + a.beta * logf(1.f + floorf((float)p / (float)a.beta_pos)) : 1.f;
+    float *v = x + th * hd;
+    if (i < half) {
+      const int row = p < a.pos0 ? 0 : min(p - a.pos0 + 1, a.n_rows - 1);
+      float sn, cs;
+      sincosf((float)p * a.inv[(int64_t)row * half + i], &sn, &cs);
+      const float x0 = v[i], x1 = v[i + half], m = a.mscale * all;
+      v[i] = (x0 * cs - x1 * sn) * m;
+      v[i + half] = (x0 * sn + x1 * cs) * m;
+    }
+    if (i < npass && all != 1.f) v[a.rot + i] *= all;
   }
 }
 
@@ -170,6 +229,14 @@ void cu_add_rmsnorm(const cu_ctx *cx, float *out, float *x, const float *a, cons
 void cu_rope(const cu_ctx *cx, float *x, const int32_t *pos, const float *inv, int n_tokens, int nh, int hd, int rot) {
   const int64_t total = (int64_t)n_tokens * nh * (rot / 2);
   k_rope<<<cu_ew_blocks((size_t)total), 256, 0, cx->s>>>(x, pos, inv, n_tokens, nh, hd, rot / 2);
+}
+void cu_layernorm(const cu_ctx *cx, float *out, const float *x, const float *w, const float *b, int n, int dim, float eps) {
+  k_layernorm<<<n, norm_threads(dim), 0, cx->s>>>(out, x, w, b, dim, eps);
+}
+void cu_rope_ext(const cu_ctx *cx, float *x, const int32_t *pos, const cu_rope_ext_args *a, int n_tokens, int nh, int hd) {
+  const int half = a->rot / 2, npass = hd - a->rot;
+  const int64_t total = (int64_t)n_tokens * nh * (half > npass ? half : npass);
+  if (total > 0) k_rope_ext<<<cu_ew_blocks((size_t)total), 256, 0, cx->s>>>(x, pos, *a, n_tokens, nh, hd);
 }
 void cu_kv_store(const cu_ctx *cx, const cu_kv_dst *d, const float *k, const float *v, int n_tokens) {
   const size_t total = (size_t)n_tokens * d->row;

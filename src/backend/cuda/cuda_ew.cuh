@@ -18,6 +18,16 @@ void cu_add_rmsnorm(const cu_ctx *cx, float *out, float *x, const float *a, cons
                     float off);
 /* rotate-half RoPE in place of the first rot dims of each head */
 void cu_rope(const cu_ctx *cx, float *x, const int32_t *pos, const float *inv, int n_tokens, int nh, int hd, int rot);
+/* RoPE with position-dependent frequency rows and scaling (backend.h sm_rope_ext) */
+struct cu_rope_ext_args {
+  const float *inv;
+  int rot, n_rows, pos0;
+  float mscale, beta;
+  int beta_pos;
+};
+void cu_rope_ext(const cu_ctx *cx, float *x, const int32_t *pos, const cu_rope_ext_args *a, int n_tokens, int nh, int hd);
+/* LayerNorm over rows of dim (weight w, optional bias b) */
+void cu_layernorm(const cu_ctx *cx, float *out, const float *x, const float *w, const float *b, int n, int dim, float eps);
 void cu_kv_store(const cu_ctx *cx, const cu_kv_dst *d, const float *k, const float *v, int n_tokens);
 /* rope(q) + rope(k) + kv_store(k, v) in one launch */
 void cu_rope_qk_store(const cu_ctx *cx, const cu_kv_dst *d, float *q, float *k, const float *v, const float *invq,

@@ -27,7 +27,7 @@
 const char *cu_op_name(int type) {
   static const char *const names[OP_COUNT] = { "embed", "matmul", "rmsnorm", "rope", "kv_store", "attention", "silu_mul",
                                                "gelu_mul", "add", "add_rows", "scale", "softcap", "gather_out",
-                                               "argmax", "metadata" };
+                                               "argmax", "metadata", "layernorm", "rope_ext" };
   return type >= 0 && type < OP_COUNT ? names[type] : "?";
 }
 
@@ -48,6 +48,8 @@ void cu_op_io(const cu_op *o, const void *rd[4], int *nr, const void *wr[2], int
   case OP_GATHER: R(o->gat.src); W(o->gat.dst); break;
   case OP_ARGMAX: R(o->am.logits); break;
   case OP_META: W(o->meta.dst); break;
+  case OP_LAYERNORM: R(o->ln.x); R(o->ln.w); if (o->ln.b) R(o->ln.b); W(o->ln.out); break;
+  case OP_ROPEX: R(o->rx.x); W(o->rx.x); break;
   }
 #undef R
 #undef W
@@ -513,6 +515,12 @@ static void exec_op_(cuda_be *c, const cu_op *o) {
     cu_count(cx, CU_K_ARGMAX);
     break;
   case OP_GATHER: cu_gather(cx, o->gat.dst, o->gat.src, c->d_out, c->n_out, o->gat.dim); break;
+  case OP_LAYERNORM: cu_layernorm(cx, o->ln.out, o->ln.x, o->ln.w, o->ln.b, o->ln.n, o->ln.dim, o->ln.eps); break;
+  case OP_ROPEX: {
+    cu_rope_ext_args a = { o->rx.inv, o->rx.rot, o->rx.n_rows, o->rx.pos0, o->rx.mscale, o->rx.beta, o->rx.beta_pos };
+    cu_rope_ext(cx, o->rx.x, c->d_pos, &a, nt, o->rx.nh, o->rx.hd);
+    break;
+  }
   }
 }
 

@@ -1,0 +1,98 @@
+/* Gemma, Gemma 2 and Gemma 3 (text model): RMSNorm scaled by (1 + w), embeddings times
+ * sqrt(hidden_size), GELU (tanh) gating, tied head. Gemma 2 adds post-attention/post-MLP norms,
+ * logit softcapping and alternating sliding-window layers; Gemma 3 q/k norms and a local RoPE base
+ * for its sliding layers. Gemma 4 is known (config) but not runnable: see its notes. */
+#include "model/family.h"
+
+extern const sm_tensor_names sm_names_llama;
+
+static const sm_config_defaults gemma_defaults = {
+  .type = "gemma", .vocab = 256000, .hidden = 3072, .inter = 24576, .layers = 28, .heads = 16, .kv = 16,
+  .head_dim = 256, .max_pos = 8192, .eps = 1e-6f, .theta = 10000.f, .act = "gelu_pytorch_tanh", .tie = true,
+  .bos = 2, .eos = 1, .gemma_act = true,
+};
+static const sm_recipe gemma_recipe = { .norm_offset = 1.0f, .attn_bias = SM_BIAS_QKVO, .embed_scale_sqrt = true };
+
+const sm_family sm_family_gemma = {
+  .model_type = "gemma",
+  .description = "Gemma",
+  .example = "mlx-community/gemma-2b-it-4bit",
+  .defaults = &gemma_defaults, .names = &sm_names_llama, .recipe = &gemma_recipe,
+};
+
+static const sm_tensor_names gemma2_names = {
+  .root = "model.", .embed = "embed_tokens", .final_norm = "norm", .lm_head = "lm_head", .layers = "layers",
+  .t = {
+    [SM_T_ATTN_NORM] = "input_layernorm",
+    [SM_T_Q] = "self_attn.q_proj", [SM_T_K] = "self_attn.k_proj", [SM_T_V] = "self_attn.v_proj",
+    [SM_T_O] = "self_attn.o_proj",
+    [SM_T_ATTN_OUT_NORM] = "post_attention_layernorm",
+    [SM_T_FFN_NORM] = "pre_feedforward_layernorm",
+    [SM_T_GATE] = "mlp.gate_proj", [SM_T_UP] = "mlp.up_proj", [SM_T_DOWN] = "mlp.down_proj",
+    [SM_T_FFN_OUT_NORM] = "post_feedforward_layernorm",
+  },
+};
+static const sm_config_defaults gemma2_defaults = {
+  .type = "gemma2", .vocab = 256000, .hidden = 2304, .inter = 9216, .layers = 26, .heads = 8, .kv = 4,
+  .head_dim = 256, .max_pos = 8192, .eps = 1e-6f, .theta = 10000.f, .act = "gelu_pytorch_tanh", .tie = true,
+  .sw_mode = 1, .sliding = 4096, .bos = 2, .eos = 1, .final_softcap = 30.f, .attn_softcap = 50.f, .qpas = 256.f,
+  .sw_pattern = 2, .gemma_act = true,
+};
+static const sm_recipe gemma2_recipe = {
+  .norm_offset = 1.0f, .attn_bias = SM_BIAS_QKVO, .embed_scale_sqrt = true, .softcaps = true,
+  .attn_scale = SM_ATTN_SCALE_QPAS, .window = SM_WIN_PATTERN,
+};
+
+const sm_family sm_family_gemma2 = {
+  .model_type = "gemma2",
+  .description = "Gemma 2 (softcapping, alternating sliding window)",
+  .example = "mlx-community/gemma-2-2b-it-4bit",
+  .defaults = &gemma2_defaults, .names = &gemma2_names, .recipe = &gemma2_recipe,
+};
+
+static const sm_tensor_names gemma3_names = {
+  .root = "model.", .embed = "embed_tokens", .final_norm = "norm", .lm_head = "lm_head", .layers = "layers",
+  .t = {
+    [SM_T_ATTN_NORM] = "input_layernorm",
+    [SM_T_Q] = "self_attn.q_proj", [SM_T_K] = "self_attn.k_proj", [SM_T_V] = "self_attn.v_proj",
+    [SM_T_O] = "self_attn.o_proj",
+    [SM_T_Q_NORM] = "self_attn.q_norm", [SM_T_K_NORM] = "self_attn.k_norm",
+    [SM_T_ATTN_OUT_NORM] = "post_attention_layernorm",
+    [SM_T_FFN_NORM] = "pre_feedforward_layernorm",
+    [SM_T_GATE] = "mlp.gate_proj", [SM_T_UP] = "mlp.up_proj", [SM_T_DOWN] = "mlp.down_proj",
+    [SM_T_FFN_OUT_NORM] = "post_feedforward_layernorm",
+  },
+};
+static const sm_config_defaults gemma3_text_defaults = {
+  .type = "gemma3_text", .vocab = 262208, .hidden = 2304, .inter = 9216, .layers = 26, .heads = 8, .kv = 4,
+  .head_dim = 256, .max_pos = 131072, .eps = 1e-6f, .theta = 1000000.f, .act = "gelu_pytorch_tanh", .tie = true,
+  .sw_mode = 1, .sliding = 4096, .bos = 2, .eos = 1, .qpas = 256.f, .sw_pattern = 6, .local_theta = 10000.f,
+  .gemma_act = true,
+};
+static const sm_recipe gemma3_recipe = {
+  .norm_offset = 1.0f, .attn_bias = SM_BIAS_QKVO, .qk_norm = SM_QK_NORM_HEAD, .embed_scale_sqrt = true,
+  .softcaps = true, .attn_scale = SM_ATTN_SCALE_QPAS, .window = SM_WIN_PATTERN, .local_rope = SM_LOCAL_ROPE_THETA,
+};
+
+const sm_family sm_family_gemma3_text = {
+  .model_type = "gemma3_text",
+  .description = "Gemma 3 (text model; sliding/global layers with their own RoPE base)",
+  .example = "mlx-community/gemma-3-1b-it-4bit",
+  .defaults = &gemma3_text_defaults, .names = &gemma3_names, .recipe = &gemma3_recipe,
+};
+
+/* Gemma4TextConfig: known so that `inspect` and the loader name it; not runnable */
+static const sm_config_defaults gemma4_text_defaults = {
+  .type = "gemma4_text", .vocab = 262144, .hidden = 1536, .inter = 6144, .layers = 35, .heads = 8, .kv = 1,
+  .head_dim = 256, .max_pos = 131072, .eps = 1e-6f, .theta = 1000000.f, .act = "gelu_pytorch_tanh", .tie = true,
+  .sw_mode = 1, .sliding = 512, .bos = 2, .eos = 1, .final_softcap = 30.f, .sw_pattern = 5, .local_theta = 10000.f,
+  .gemma_act = true,
+};
+const sm_family sm_family_gemma4_text = {
+  .model_type = "gemma4_text",
+  .description = "Gemma 4",
+  .defaults = &gemma4_text_defaults,
+  .notes = "not runnable: global layers have their own head size (global_head_dim) and KV heads, later layers "
+           "share earlier layers' K/V (num_kv_shared_layers), small models add per-layer input embeddings, and "
+           "full layers use proportional RoPE; the recipe and KV cache have no such per-layer shapes yet",
+};
