@@ -38,3 +38,5 @@ void sm_progress_end(sm_progress *p) {
   }
   p->drawn = false;
 }
+
+void sm_progress_cb(void *p, long done, long total) { sm_progress_update(p, done, total); }

@@ -96,5 +96,6 @@ typedef struct {
 void sm_progress_start(sm_progress *p, const char *label, bool enable);
 void sm_progress_update(sm_progress *p, long done, long total);
 void sm_progress_end(sm_progress *p); /* erases the bar */
+void sm_progress_cb(void *p, long done, long total); /* sm_progress_update for callbacks */
 
 #endif
