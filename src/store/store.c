@@ -135,7 +135,8 @@ char *sm_store_builtin_dir(void) {
       char *d = sm_path_join(exe, "../share/smelt/models"), *t = sm_path_join(d, "smelt-tiny");
       bool ok = has_config(t);
       free(t);
-      if (ok) return d;
+      char real[PATH_MAX];
+      if (ok && realpath(d, real)) { free(d); return sm_xstrdup(real); }
       free(d);
     }
   }
