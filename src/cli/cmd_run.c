@@ -7,11 +7,11 @@
 #include "cli/run.h"
 
 /* the model(s) and a session for them; false on error (printed) */
-static bool setup(const char *cmd, run_opts *o, sm_chat *c, char **label, float fallback_temp) {
+static bool setup(const char *cmd, run_opts *o, sm_chat *c, char **label, float fallback_temp, int fallback_n) {
   memset(c, 0, sizeof *c);
   c->o = o;
   if (!sm_run_load(cmd, o, &c->m, &c->draft, label)) return false;
-  sm_run_gen_defaults(c->m, o, fallback_temp);
+  sm_run_gen_defaults(c->m, o, fallback_temp, fallback_n);
   if (sm_session_create(c->m, c->draft, o->draft_n, o->ctx, o->batch, &c->sess)) {
     fprintf(stderr, "smelt %s: %s\n", cmd, smelt_last_error());
     smelt_model_free(c->m);
@@ -44,7 +44,7 @@ int sm_cmd_generate(int argc, char **argv) {
   }
   sm_chat c;
   char *label = NULL;
-  if (!setup("generate", &o, &c, &label, 0.0f)) { free(prompt); return 1; }
+  if (!setup("generate", &o, &c, &label, 0.0f, 256)) { free(prompt); return 1; }
   int rc = sm_generate_text(&c, prompt);
   free(prompt);
   teardown(&c, label);
@@ -65,7 +65,7 @@ int sm_cmd_run(int argc, char **argv) {
   }
   sm_chat c;
   char *label = NULL;
-  if (!setup("run", &o, &c, &label, 0.7f)) { free(prompt); return 1; }
+  if (!setup("run", &o, &c, &label, 0.7f, -1)) { free(prompt); return 1; }
   if (!sm_conv_init(&c.conv, c.m->tok, o.chat_template, o.raw, "run")) {
     free(prompt);
     teardown(&c, label);

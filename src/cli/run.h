@@ -16,7 +16,7 @@ typedef struct {
   int n_predict, threads, ctx, draft_n, batch, ngl, overflow;
   smelt_device device;
   bool device_set, ngl_set, no_stats, raw, estimate, force, ignore_eos, no_mmap, force_ctx, prompt_cache_ro;
-  bool temp_set, top_p_set, top_k_set;
+  bool temp_set, top_p_set, top_k_set, n_predict_set, rep_set;
   smelt_sampling s;
 } run_opts;
 
@@ -26,8 +26,9 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o);
  * model; checks -c against the model's trained context and applies -ngl. Messages on stderr;
  * false on failure. *label: how to name the model to the user (malloc'd). */
 bool sm_run_load(const char *cmd, const run_opts *o, smelt_model **m, smelt_model **draft, char **label);
-/* Sampling defaults from generation_config.json where the user gave none. */
-void sm_run_gen_defaults(const smelt_model *m, run_opts *o, float fallback_temp);
+/* Defaults from generation_config.json where the user gave none: sampling, and -n from its
+ * max_new_tokens (else fallback_n). */
+void sm_run_gen_defaults(const smelt_model *m, run_opts *o, float fallback_temp, int fallback_n);
 /* The prompt from -p, a positional argument, -f FILE (- = stdin) or, when stdin is not a terminal,
  * all of stdin; NULL when none (run: the REPL). malloc'd. false on error (printed). */
 bool sm_run_prompt(const char *cmd, const run_opts *o, bool read_stdin, char **out);

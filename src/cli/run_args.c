@@ -1,5 +1,6 @@
 /* Options of smelt run / generate (llama.cpp's spellings where they mean the same), loading the
  * model and the draft model, and where the prompt comes from. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +66,6 @@ static const char k_usage_gen[] = "[MODEL] [PROMPT] [options]\n"
 
 int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
   memset(o, 0, sizeof *o);
-  o->n_predict = -2; /* not given */
   o->draft_n = 4;
   smelt_sampling_default(&o->s);
   bool run = !strcmp(cmd, "run");
@@ -76,14 +76,14 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
     { .names = "-sys|--system-prompt|--system", .kind = SM_ARG_STR, .dst = &o->system, .meta = "TEXT", .help = "system message (run)" },
     { .names = "--chat-template", .kind = SM_ARG_STR, .dst = &o->chat_template, .meta = "FILE|NAME", .help = "a Jinja chat template file, or a name: one of the tokenizer's, chatml, raw" },
     { .names = "--raw|-no-cnv|--no-conversation", .kind = SM_ARG_FLAG, .dst = &o->raw, .help = "run: no chat template, the text as it is" },
-    { .names = "-n|--n-predict|--predict|--max-tokens", .kind = SM_ARG_INT, .dst = &o->n_predict, .lo = -1, .hi = 1e9, .meta = "N", .help = "tokens to generate at most (-1: until the context is full; default 256 for generate, -1 for run)" },
+    { .names = "-n|--n-predict|--predict|--max-tokens", .kind = SM_ARG_INT, .dst = &o->n_predict, .lo = -1, .hi = 1e9, .meta = "N", .help = "tokens to generate at most, -1: until EOS or the context is full (default: generation_config.json's max_new_tokens, else -1 for run, 256 for generate)", .seen = &o->n_predict_set },
     { .names = "--ignore-eos", .kind = SM_ARG_FLAG, .dst = &o->ignore_eos, .help = "keep generating after end-of-sequence tokens" },
     { .kind = SM_ARG_SECTION, .help = "Sampling:" },
     { .names = "--temp|--temperature", .kind = SM_ARG_FLOAT, .dst = &o->s.temperature, .hi = 100, .meta = "T", .help = "temperature, 0 = greedy (default: generation_config.json, else 0.7 for run, 0 for generate)", .seen = &o->temp_set },
     { .names = "--top-k", .kind = SM_ARG_INT, .dst = &o->s.top_k, .hi = 1e9, .meta = "K", .help = "keep the K most likely tokens (0 = off)", .seen = &o->top_k_set },
     { .names = "--top-p", .kind = SM_ARG_FLOAT, .dst = &o->s.top_p, .lo = 1e-6, .hi = 1, .meta = "P", .help = "nucleus sampling (1 = off)", .seen = &o->top_p_set },
     { .names = "--min-p", .kind = SM_ARG_FLOAT, .dst = &o->s.min_p, .hi = 1, .meta = "P", .help = "drop tokens below P x the top probability (0 = off)" },
-    { .names = "--repeat-penalty", .kind = SM_ARG_FLOAT, .dst = &o->s.repetition_penalty, .lo = 1e-3, .hi = 100, .meta = "R", .help = "divide logits of recent tokens by R (1 = off)" },
+    { .names = "--repeat-penalty", .kind = SM_ARG_FLOAT, .dst = &o->s.repetition_penalty, .lo = 1e-3, .hi = 100, .meta = "R", .help = "divide logits of recent tokens by R (1 = off; default: generation_config.json)", .seen = &o->rep_set },
     { .names = "--repeat-last-n", .kind = SM_ARG_INT, .dst = &o->s.penalty_last_n, .hi = MAX_CTX, .meta = "N", .help = "tokens the penalties look back (0 = all)" },
     { .names = "--frequency-penalty", .kind = SM_ARG_FLOAT, .dst = &o->s.frequency_penalty, .lo = -2, .hi = 2, .meta = "F", .help = "OpenAI-style frequency penalty" },
     { .names = "--presence-penalty", .kind = SM_ARG_FLOAT, .dst = &o->s.presence_penalty, .lo = -2, .hi = 2, .meta = "P", .help = "OpenAI-style presence penalty" },
@@ -132,7 +132,6 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
   }
   if (k < n_pos) { fprintf(stderr, "smelt %s: unexpected argument '%s'\n", cmd, pos[k]); return 2; }
   if (o->prompt && o->file) { fprintf(stderr, "smelt %s: -p and -f both give the prompt; use one\n", cmd); return 2; }
-  if (o->n_predict == -2) o->n_predict = run ? -1 : 256;
   if (o->prompt_cache_ro && !o->prompt_cache) {
     fprintf(stderr, "smelt %s: --prompt-cache-ro needs --prompt-cache FILE\n", cmd);
     return 2;
@@ -215,7 +214,9 @@ bool sm_run_load(const char *cmd, const run_opts *o, smelt_model **m, smelt_mode
   }
   if (label) {
     sm_buf b = SM_BUF_INIT;
+    const char *def = getenv("SMELT_DEFAULT_MODEL");
     if (o->model && *o->model) sm_buf_puts(&b, o->model);
+    else if (def && *def) sm_buf_puts(&b, def);
     else sm_buf_printf(&b, "smelt-tiny (built-in)");
     *label = sm_buf_take(&b);
   }
@@ -223,9 +224,24 @@ bool sm_run_load(const char *cmd, const run_opts *o, smelt_model **m, smelt_mode
   return true;
 }
 
-void sm_run_gen_defaults(const smelt_model *m, run_opts *o, float fallback_temp) {
-  if (o->temp_set) return;
+void sm_run_gen_defaults(const smelt_model *m, run_opts *o, float fallback_temp, int fallback_n) {
   const sm_config *c = &m->cfg;
+  if (!o->n_predict_set) {
+    o->n_predict = fallback_n;
+    /* transformers' default length: generation_config.json's max_new_tokens */
+    char *p = sm_path_join(m->dir, "generation_config.json"), *text = NULL;
+    size_t len = 0;
+    if (sm_file_exists(p) && sm_read_file_max(p, SM_FILE_MAX_JSON, &text, &len) == SMELT_OK) {
+      cJSON *j = cJSON_ParseWithLength(text, len);
+      const cJSON *mnt = cJSON_GetObjectItemCaseSensitive(j, "max_new_tokens");
+      if (cJSON_IsNumber(mnt) && mnt->valuedouble >= 1 && mnt->valuedouble <= 1e9) o->n_predict = (int)mnt->valuedouble;
+      cJSON_Delete(j);
+    }
+    free(text);
+    free(p);
+  }
+  if (!o->rep_set && c->gen_repetition_penalty > 0) o->s.repetition_penalty = c->gen_repetition_penalty;
+  if (o->temp_set) return;
   if (c->gen_do_sample == 0) { o->s.temperature = 0; return; }
   o->s.temperature = c->gen_temperature > 0 ? c->gen_temperature : fallback_temp;
   if (!o->top_p_set && c->gen_top_p > 0) o->s.top_p = c->gen_top_p;
