@@ -29,7 +29,14 @@ static char *history_path(const run_opts *o) {
   if (c && *c) sm_buf_puts(&b, c);
   else if (home && *home) sm_buf_printf(&b, "%s/.cache/smelt", home);
   else return NULL;
-  mkdir(sm_buf_str(&b), 0755); /* the folder may not exist yet; failure shows when writing */
+  /* the folders may not exist yet (mkdir -p); a failure shows when the history is written */
+  for (char *p = b.p + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      mkdir(b.p, 0755);
+      *p = '/';
+    }
+  mkdir(b.p, 0755);
   sm_buf_puts(&b, "/history");
   return sm_buf_take(&b);
 }
@@ -61,7 +68,7 @@ static char *get_line(const char *prompt, bool *intr) {
     sm_interrupt_clear();
     free(l);
     *intr = true;
-    fputc('\n', stdout);
+    fputc('\n', stderr);
     return NULL;
   }
   return l;
@@ -156,6 +163,7 @@ int sm_repl(sm_chat *c, const char *label) {
   banner(c, label);
   char *hist = history_path(c->o);
   rl_readline_name = "smelt";
+  rl_outstream = stderr; /* prompts and echo with the notices: stdout carries only the replies */
   using_history();
   stifle_history(1000);
   if (hist) read_history(hist);
