@@ -51,6 +51,11 @@ int32_t smelt_tokenizer_vocab_size(const smelt_tokenizer *t);
 typedef struct smelt_model smelt_model;
 
 typedef enum { SMELT_DEVICE_AUTO = 0, SMELT_DEVICE_CPU, SMELT_DEVICE_CUDA } smelt_device;
+/* Element type of the KV cache (llama-server's --cache-type-k / --cache-type-v). f16 halves the
+ * memory and the bytes attention reads against f32; docs/kv-cache.md states each type's error. */
+typedef enum { SMELT_KV_F16 = 0, SMELT_KV_BF16, SMELT_KV_F32 } smelt_kv_type;
+const char *smelt_kv_type_name(smelt_kv_type t);        /* "f16", "bf16", "f32" */
+smelt_status smelt_kv_type_parse(const char *s, smelt_kv_type *out); /* SMELT_ERR_INVALID naming s */
 
 typedef struct {
   smelt_device device; /* AUTO: CUDA when built and a GPU is present, else CPU */
@@ -58,6 +63,7 @@ typedef struct {
   int max_context;     /* 0 = model's max_position_embeddings (capped at 8192) */
   int max_seqs;        /* concurrent sequences the KV cache is sized for; 0 = 1 */
   bool no_mmap;        /* read the weights into memory instead of mapping the files */
+  smelt_kv_type kv_type; /* KV cache element type (default f16) */
 } smelt_model_params;
 
 void smelt_model_params_default(smelt_model_params *p);
@@ -75,6 +81,7 @@ typedef struct {
   const char *backend;     /* "cpu", "cuda" */
   int n_layers, hidden, vocab, n_heads, n_kv_heads, head_dim;
   int max_context;         /* the context size it was loaded for */
+  smelt_kv_type kv_type;   /* its KV cache element type */
   size_t weight_bytes;     /* all weights */
   size_t decode_bytes;     /* weight bytes one decode step reads (an untied embedding table counts as one row) */
   int n_eos;               /* end-of-sequence ids from config.json and generation_config.json */

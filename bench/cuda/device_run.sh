@@ -4,6 +4,8 @@
 #   test    the CUDA ctests (and the golden / sampling ones on CUDA)
 #   b1 b8q4 b8q8 b8bf16   bench of the Llama-3.2-1B / 3.1-8B shapes (4-bit, 8-bit, bf16), 512-token prompt
 #   long    8B 4-bit decode after 2,200 and 4,000 prompt tokens
+#   pp      long prompts: 8B 4-bit prefill and decode at depth for PP (default 4096 16384) tokens, 1B at 16384
+#   pl      per-op GPU profile of an 8B 4-bit PL-token prefill (default 16384): attention's share
 #   tl      the GPU timeline of pipelined decode steps (SMELT_CUDA_STATS=2), 8B / 1B 4-bit and 8B bf16
 #   p1 p8   per-op GPU profile (SMELT_CUDA_PROFILE=1; graphs off)
 #   n1 n8   ncu per-kernel times of graph-replayed decode steps (NCU_SKIP / NCU_COUNT)
@@ -34,6 +36,8 @@ for stage in "$@"; do
     b8q8) bench 8b 8 512 ;;
     b8bf16) bench 8b 0 512 ;;
     long) bench 8b 4 2200; bench 8b 4 4000 ;;
+    pp) for p in ${PP:-4096 16384}; do bench 8b 4 $p; done; bench 1b 4 16384 ;;
+    pl) SMELT_CUDA_PROFILE=1 timeout 300 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p ${PL:-16384} -n 4 2>&1 | tee -a $OUT/prof-long.txt | grep -vE "^\[" | head -40 ;;
     tl) for sh in "8b 4" "1b 4" "8b 0"; do set -- $sh; SMELT_CUDA_STATS=2 bench $1 $2 ${SW_P:-512} "tl $1 bits $2"; done ;;
     p1) SMELT_CUDA_PROFILE=1 timeout 300 $B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 512 -n 32 2>&1 | tee -a $OUT/prof.txt ;;
     p8) SMELT_CUDA_PROFILE=1 timeout 300 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p 512 -n 32 2>&1 | tee -a $OUT/prof.txt ;;

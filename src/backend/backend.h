@@ -39,10 +39,12 @@ sm_weight sm_weight_rows(const sm_weight *w, int64_t r0, int64_t n);
 void sm_weight_row_f32(const sm_weight *w, int64_t r, float *out);
 
 /* Paged KV cache: per layer a pool of n_blocks*block_size slots of
- * [n_kv_heads][head_dim] floats for K and for V. */
+ * [n_kv_heads][head_dim] elements of dtype (SM_DT_F32, SM_DT_F16 or SM_DT_BF16; kv_store rounds
+ * to nearest even) for K and for V. */
 typedef struct {
   int n_layers, n_kv_heads, head_dim, block_size, n_blocks;
-  void **k, **v; /* [n_layers] backend buffers of float */
+  sm_dtype dtype; /* 0 (a zeroed struct): SM_DT_F32 */
+  void **k, **v;  /* [n_layers] backend buffers */
 } sm_kv_cache;
 
 /* One forward step over a batch of tokens from one or more sequences.

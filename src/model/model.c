@@ -10,6 +10,23 @@
 void smelt_model_params_default(smelt_model_params *p) {
   memset(p, 0, sizeof *p);
   p->device = SMELT_DEVICE_AUTO;
+  p->kv_type = SMELT_KV_F16;
+}
+
+static const char *const k_kv_names[] = { "f16", "bf16", "f32" };
+const char *smelt_kv_type_name(smelt_kv_type t) {
+  return (unsigned)t < sizeof k_kv_names / sizeof k_kv_names[0] ? k_kv_names[t] : "?";
+}
+smelt_status smelt_kv_type_parse(const char *s, smelt_kv_type *out) {
+  for (unsigned i = 0; s && i < sizeof k_kv_names / sizeof k_kv_names[0]; i++)
+    if (!strcmp(s, k_kv_names[i])) {
+      *out = (smelt_kv_type)i;
+      return SMELT_OK;
+    }
+  return sm_err(SMELT_ERR_INVALID, "KV cache type '%s': expected f16, bf16 or f32", s ? s : "(null)");
+}
+static sm_dtype kv_dtype_of(smelt_kv_type t) {
+  return t == SMELT_KV_F32 ? SM_DT_F32 : t == SMELT_KV_BF16 ? SM_DT_BF16 : SM_DT_F16;
 }
 
 smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params, sm_backend *be,
@@ -30,6 +47,11 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params,
     goto fail;
   }
   if (!be) { st = sm_err(SMELT_ERR_BACKEND, "no backend"); goto fail; }
+  if ((unsigned)params->kv_type > SMELT_KV_F32) {
+    st = sm_err(SMELT_ERR_INVALID, "KV cache type %d: expected f16, bf16 or f32", (int)params->kv_type);
+    goto fail;
+  }
+  m->kv_dtype = kv_dtype_of(params->kv_type);
   if ((st = sm_st_open_opts(dir, params->no_mmap, &m->st))) goto fail;
   if ((st = sm_model_load_weights(m))) goto fail;
   if ((st = sm_model_setup_rope(m))) goto fail;
@@ -108,6 +130,7 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
   info->n_kv_heads = c->num_key_value_heads;
   info->head_dim = c->head_dim;
   info->max_context = m->max_context;
+  info->kv_type = m->kv_dtype == SM_DT_F32 ? SMELT_KV_F32 : m->kv_dtype == SM_DT_BF16 ? SMELT_KV_BF16 : SMELT_KV_F16;
   info->weight_bytes = m->weight_bytes;
   size_t emb = m->embed.data != m->lm_head.data ? weight_nbytes(&m->embed) : 0;
   info->decode_bytes = m->weight_bytes > emb ? m->weight_bytes - emb : m->weight_bytes;
@@ -131,9 +154,10 @@ smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, sm_kv_cac
   kv->head_dim = m->cfg.head_dim;
   kv->block_size = block_size;
   kv->n_blocks = n_blocks;
+  kv->dtype = m->kv_dtype;
   kv->k = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
   kv->v = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
-  size_t bytes = (size_t)n_blocks * block_size * kv->n_kv_heads * kv->head_dim * sizeof(float);
+  size_t bytes = (size_t)n_blocks * block_size * kv->n_kv_heads * kv->head_dim * sm_dtype_size(kv->dtype);
   for (int l = 0; l < kv->n_layers; l++) {
     kv->k[l] = m->be->alloc(m->be, bytes);
     kv->v[l] = m->be->alloc(m->be, bytes);

@@ -30,6 +30,7 @@ struct smelt_model {
   float *inv_freq; /* backend buffer, rot_dim/2 */
   int rot_dim;
   int max_context;
+  sm_dtype kv_dtype; /* KV cache element type: SM_DT_F16, SM_DT_BF16 or SM_DT_F32 */
   size_t weight_bytes;
   /* scratch activations, sized for scratch_tokens rows */
   int scratch_tokens, scratch_out;
@@ -46,7 +47,7 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *p, sm_b
 smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_batch *b, float *logits);
 /* Ensure scratch buffers fit n_tokens rows / n_out logits rows. */
 smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out);
-/* KV cache allocation on the model's backend. */
+/* KV cache allocation on the model's backend, elements of m->kv_dtype. */
 smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, sm_kv_cache *kv);
 void sm_kv_free(smelt_model *m, sm_kv_cache *kv);
 

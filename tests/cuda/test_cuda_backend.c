@@ -280,21 +280,28 @@ static void test_attention_case(int n_heads, int nkv, int hd, int window, float 
   float scale = 1.f / sqrtf((float)hd);
   C->attention(C, o, q, &kvc, layer, n_heads, scale, window, softcap);
   G->attention(G, dout, dq, &kvg, layer, n_heads, scale, window, softcap);
-  h = get(dout, nq);
-  double e = rel_l2(h, o, nq);
-  CHECK(e < 1e-5, "attention heads %d/%d hd %d window %d softcap %g n0 %d p0 %d p1 %d: rel err %g", n_heads, nkv, hd,
+  float *ga = get(dout, nq);
+  double e = rel_l2(ga, o, nq);
+  /* batches that are not one token per sequence (or whose group is too large for the decode
+   * kernel) go to the tensor-core kernel (f16 q, k, v and p) unless SMELT_CUDA_ATTN_FA=0 or it has no
+   * instance for the head dim; else f32 throughout */
+  const char *fa_env = getenv("SMELT_CUDA_ATTN_FA");
+  const bool fa = (n0 >= 2 || n_heads / nkv > 8) && !(fa_env && !strcmp(fa_env, "0")) &&
+                  (hd == 64 || hd == 80 || hd == 96 || hd == 128 || hd == 256);
+  CHECK(e < (fa ? 2e-3 : 1e-5), "attention heads %d/%d hd %d window %d softcap %g n0 %d p0 %d p1 %d: rel err %g", n_heads, nkv, hd,
         window, softcap, n0, p0, p1, e);
-  free(h);
+  if (fa) printf("attention on tensor cores, heads %d/%d hd %d n0 %d: rel err %.3g\n", n_heads, nkv, hd, n0, e);
   h = get(gk[layer], cache);
   CHECK(rel_l2(h, ck[layer], cache) < 1e-5, "kv_store K");
   free(h);
-  /* gather_out */
+  /* gather_out: the rows of this attention output, exactly */
   float *go = malloc(nout * (size_t)n_heads * hd * 4), *dgo = G->alloc(G, nout * (size_t)n_heads * hd * 4);
-  C->gather_out(C, go, o, n_heads * hd);
+  C->gather_out(C, go, ga, n_heads * hd);
   G->gather_out(G, dgo, dout, n_heads * hd);
   h = get(dgo, nout * (size_t)n_heads * hd);
-  CHECK(rel_l2(h, go, nout * (size_t)n_heads * hd) < 1e-5, "gather_out");
+  CHECK(!memcmp(h, go, nout * (size_t)n_heads * hd * 4), "gather_out");
   free(h);
+  free(ga);
   free(go); G->free(G, dgo);
   for (int l = 0; l < L; l++) { free(ck[l]); free(cv[l]); G->free(G, gk[l]); G->free(G, gv[l]); }
   G->free(G, dq); G->free(G, dk); G->free(G, dv); G->free(G, dinv); G->free(G, dout);
@@ -307,6 +314,12 @@ static void test_attention(void) {
   test_attention_case(16, 2, 64, 50, 0.f, 70, 20, 90);    /* sliding window, chunked prefill */
   test_attention_case(8, 1, 256, 0, 30.f, 17, 3, 5);      /* softcap, hd 256 */
   test_attention_case(4, 2, 16, 0, 0.f, 33, 0, 0);        /* tiny head dim (test model) */
+  /* longer prefills (one split; tiles of four warps' rows, warps skipping key steps) */
+  test_attention_case(32, 8, 128, 0, 0.f, 300, 1000, 40); /* llama-8B, a prefix cached */
+  test_attention_case(28, 4, 96, 0, 0.f, 200, 0, 500);    /* G 7: rows of a tile in two chunks */
+  test_attention_case(32, 2, 64, 0, 0.f, 150, 7, 3);      /* G 16 */
+  test_attention_case(20, 20, 80, 0, 0.f, 130, 60, 9);    /* MHA, hd 80 */
+  test_attention_case(16, 8, 256, 100, 50.f, 257, 500, 80); /* sliding window + softcap, hd 256 */
   /* one token per sequence (the decode kernel k_attn_dec2, split over the key range) */
   test_attention_case(32, 8, 128, 0, 0.f, 1, 600, 700);   /* llama-8B decode, splits */
   test_attention_case(32, 8, 64, 0, 0.f, 1, 5, 1000);     /* llama-1B shape */
@@ -748,6 +761,7 @@ int main(void) {
    * cluster combine also past 2,000 positions (ATTN_LONG=0); 4 without staged K/V, 8 (the per-warp
    * partials sent to the chunk owners, RSC, where 8 blocks own all 32-output chunks: hd 64, G 4) with
    * two staged batches */
+  pass("SMELT_CUDA_ATTN_FA=0", 2); /* prefill attention on the f32 CUDA-core kernel */
   pass("SMELT_CUDA_ATTN_S=2 SMELT_CUDA_ATTN_LONG=0", 2);
   pass("SMELT_CUDA_ATTN_S=4 SMELT_CUDA_ATTN_STG=0", 2);
   pass("SMELT_CUDA_ATTN_S=8 SMELT_CUDA_ATTN_STG=2", 2);

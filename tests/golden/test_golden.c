@@ -37,6 +37,7 @@ static void check_fixture(const char *dir) {
   smelt_model_params mp;
   smelt_model_params_default(&mp);
   mp.device = g_cuda ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
+  mp.kv_type = SMELT_KV_F32; /* the half-precision caches: check_kv_types */
   smelt_model *m = NULL;
   if (smelt_model_load(dir, &mp, &m)) { CHECK(0, "%s: load: %s", name, smelt_last_error()); goto out; }
   int V = smelt_model_vocab_size(m);
@@ -156,6 +157,65 @@ out:
   cJSON_Delete(man);
 }
 
+/* The prompt's logits with an f16 and a bf16 KV cache against transformers' (float32): the error each
+ * cache type adds, bounded (docs/kv-cache.md quotes the measured values). */
+static void check_kv_types(const char *dir) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  char *js = NULL, *ref = NULL;
+  size_t rl = 0;
+  if (sm_read_file(path, &js, NULL)) { CHECK(0, "%s: %s", dir, smelt_last_error()); return; }
+  cJSON *man = cJSON_Parse(js);
+  free(js);
+  const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(man, "name"));
+  const cJSON *pids = cJSON_GetObjectItem(man, "prompt_ids");
+  const int np = cJSON_GetArraySize(pids);
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)np);
+  for (int i = 0; i < np; i++) ids[i] = cJSON_GetArrayItem(pids, i)->valueint;
+  snprintf(path, sizeof path, "%s/logits.f32", dir);
+  sm_read_file(path, &ref, &rl);
+  const smelt_kv_type types[2] = { SMELT_KV_F16, SMELT_KV_BF16 };
+  /* rel_l2 / max_abs bounds: about 3x the largest error measured over the fixtures (CPU and H100) */
+  const double rel_tol[2] = { 1.5e-3, 1e-2 }, abs_tol[2] = { 3e-2, 0.15 };
+  for (int k = 0; k < 2; k++) {
+    smelt_model_params mp;
+    smelt_model_params_default(&mp);
+    mp.device = g_cuda ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
+    mp.kv_type = types[k];
+    smelt_model *m = NULL;
+    float *lg = NULL;
+    if (smelt_model_load(dir, &mp, &m)) { CHECK(0, "%s: load: %s", name, smelt_last_error()); break; }
+    const int V = smelt_model_vocab_size(m);
+    smelt_model_info info;
+    smelt_model_get_info(m, &info);
+    CHECK(info.kv_type == types[k], "%s: the model reports KV type %s", name, smelt_kv_type_name(info.kv_type));
+    if (rl != sizeof(float) * (size_t)np * V) CHECK(0, "%s: logits file size %zu", name, rl);
+    else if (smelt_eval_logits(m, ids, np, &lg)) CHECK(0, "%s: eval: %s", name, smelt_last_error());
+    else {
+      const float *r = (const float *)ref;
+      double max_abs = 0, d2 = 0, r2 = 0;
+      for (size_t i = 0; i < (size_t)np * V; i++) {
+        double d = fabs((double)lg[i] - r[i]);
+        if (d > max_abs || d != d) max_abs = d != d ? INFINITY : d;
+        d2 += d * d;
+        r2 += (double)r[i] * r[i];
+      }
+      const double rel = sqrt(d2 / r2);
+      /* on CUDA the bf16 tensor-core matmuls' error comes on top: the device tolerance holds */
+      const double rt = g_cuda ? 3e-2 : rel_tol[k], at = g_cuda ? 0.25 : abs_tol[k];
+      printf("%-24s KV %-4s logits max_abs %.2e (tol %.2g)  rel_l2 %.2e (tol %.2g)\n", name, smelt_kv_type_name(types[k]),
+             max_abs, at, rel, rt);
+      CHECK(max_abs <= at && rel <= rt, "%s: logits with a %s KV cache differ from transformers", name,
+            smelt_kv_type_name(types[k]));
+    }
+    free(lg);
+    smelt_model_free(m);
+  }
+  free(ref);
+  free(ids);
+  cJSON_Delete(man);
+}
+
 int main(int argc, char **argv) {
   const char *root = argc > 1 ? argv[1] : "tests/golden/fixtures";
   g_cuda = getenv("SMELT_GOLDEN_DEVICE") && !strcmp(getenv("SMELT_GOLDEN_DEVICE"), "cuda");
@@ -181,6 +241,10 @@ int main(int argc, char **argv) {
   }
   closedir(d);
   CHECK(n >= 4, "expected fixtures for >= 4 families, found %d", n);
-  for (int i = 0; i < n; i++) { check_fixture(names[i]); free(names[i]); }
+  for (int i = 0; i < n; i++) {
+    check_fixture(names[i]);
+    check_kv_types(names[i]);
+    free(names[i]);
+  }
   TEST_END();
 }

@@ -312,16 +312,30 @@ static int64_t kv_slot(const cpu_be *c, const sm_kv_cache *kv, int s, int32_t po
   return (int64_t)blk * kv->block_size + pos % kv->block_size;
 }
 
+/* n floats into a cache row of dtype dt (f16 / bf16: round to nearest even) */
+static void kv_put(void *dst, sm_dtype dt, const float *x, size_t n) {
+  if (dt == SM_DT_F32) { memcpy(dst, x, n * sizeof(float)); return; }
+  uint16_t *d = dst;
+  if (dt == SM_DT_F16) for (size_t i = 0; i < n; i++) d[i] = sm_f32_to_f16(x[i]);
+  else for (size_t i = 0; i < n; i++) d[i] = sm_f32_to_bf16(x[i]);
+}
+/* n elements of a cache row of dtype dt as floats */
+static void kv_get(float *out, const void *src, sm_dtype dt, size_t n) {
+  const uint16_t *s = src;
+  if (dt == SM_DT_F16) for (size_t i = 0; i < n; i++) out[i] = sm_f16_to_f32(s[i]);
+  else for (size_t i = 0; i < n; i++) out[i] = sm_bf16_to_f32(s[i]);
+}
+
 static void be_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const float *k, const float *v) {
   cpu_be *c = CB(be);
   if (!kv || layer < 0 || layer >= kv->n_layers) return;
-  size_t row = (size_t)kv->n_kv_heads * (size_t)kv->head_dim;
-  float *K = kv->k[layer], *Vc = kv->v[layer];
+  const size_t row = (size_t)kv->n_kv_heads * (size_t)kv->head_dim, es = sm_dtype_size(kv->dtype);
+  char *K = kv->k[layer], *Vc = kv->v[layer];
   for (int t = 0; t < c->b.n_tokens; t++) {
     int64_t s = kv_slot(c, kv, c->b.seq[t], c->b.pos[t]);
     if (s < 0) continue;
-    memcpy(K + (size_t)s * row, k + (size_t)t * row, row * sizeof(float));
-    memcpy(Vc + (size_t)s * row, v + (size_t)t * row, row * sizeof(float));
+    kv_put(K + (size_t)s * row * es, kv->dtype, k + (size_t)t * row, row);
+    kv_put(Vc + (size_t)s * row * es, kv->dtype, v + (size_t)t * row, row);
   }
 }
 
@@ -375,9 +389,13 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
   const sm_cpu_kern *k = c->k;
   const sm_kv_cache *kv = a->kv;
   const int hd = kv->head_dim, nkv = kv->n_kv_heads, grp = a->n_heads / nkv;
-  const size_t krow = (size_t)nkv * (size_t)hd;
-  const float *Kc = kv->k[a->layer], *Vc = kv->v[a->layer];
+  const size_t krow = (size_t)nkv * (size_t)hd, es = sm_dtype_size(kv->dtype);
+  const char *Kc = kv->k[a->layer], *Vc = kv->v[a->layer];
+  /* a half-precision cache: a chunk's K/V rows are widened into kw / vw first (once for all rows) */
+  const bool wide = kv->dtype != SM_DT_F32;
   float *Q = sm_xmalloc((size_t)ATT_ROWS * (size_t)hd * sizeof(float) * 2), *acc = Q + (size_t)ATT_ROWS * hd;
+  float *kw = wide ? sm_xmalloc((size_t)ATT_CHUNK * 2 * (size_t)hd * sizeof(float)) : NULL;
+  float *vw = wide ? kw + (size_t)ATT_CHUNK * hd : NULL;
   float S[ATT_ROWS * ATT_CHUNK], m[ATT_ROWS], l[ATT_ROWS];
   int32_t lo[ATT_ROWS], hi[ATT_ROWS];
   const float *kr[ATT_CHUNK], *vr[ATT_CHUNK];
@@ -409,8 +427,16 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
       for (int j = 0; j < np; j++) {
         int64_t s = sl[j];
         if (s < 0) continue;
-        kr[nv] = Kc + (size_t)s * krow + (size_t)kvh * hd;
-        vr[nv] = Vc + (size_t)s * krow + (size_t)kvh * hd;
+        const char *ks = Kc + ((size_t)s * krow + (size_t)kvh * hd) * es, *vs = Vc + ((size_t)s * krow + (size_t)kvh * hd) * es;
+        if (wide) {
+          kv_get(kw + (size_t)nv * hd, ks, kv->dtype, (size_t)hd);
+          kv_get(vw + (size_t)nv * hd, vs, kv->dtype, (size_t)hd);
+          kr[nv] = kw + (size_t)nv * hd;
+          vr[nv] = vw + (size_t)nv * hd;
+        } else {
+          kr[nv] = (const float *)ks;
+          vr[nv] = (const float *)vs;
+        }
         pp[nv++] = p0 + j;
       }
       /* K/V rows of one head are short pieces (hd floats) spread over the cache blocks with a
@@ -421,9 +447,9 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
         kv_slots(c, kv, sq, p1, np1, sln);
         for (int j = 0; j < np1; j++) {
           if (sln[j] < 0) continue;
-          const char *kp = (const char *)(Kc + (size_t)sln[j] * krow + (size_t)kvh * hd);
-          const char *vp = (const char *)(Vc + (size_t)sln[j] * krow + (size_t)kvh * hd);
-          for (size_t o = 0; o < (size_t)hd * sizeof(float); o += 64) {
+          const char *kp = Kc + ((size_t)sln[j] * krow + (size_t)kvh * hd) * es;
+          const char *vp = Vc + ((size_t)sln[j] * krow + (size_t)kvh * hd) * es;
+          for (size_t o = 0; o < (size_t)hd * es; o += 64) {
             __builtin_prefetch(kp + o, 0, 2);
             __builtin_prefetch(vp + o, 0, 2);
           }
@@ -466,6 +492,7 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
     }
   }
   free(Q);
+  free(kw);
 }
 
 static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,

@@ -20,6 +20,7 @@
  * register allocation at this kernel's 128-register cap: every variant measured so far spilled
  * 8-28 bytes (docs/cuda.md). */
 #include "backend/cuda/cuda_attn.cuh"
+#include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_q4dev.cuh"
 #include <cooperative_groups.h>
 #include <math.h>
@@ -118,11 +119,42 @@ void cu_attn_set_trace(unsigned long long *buf) {
 #endif
 }
 
-template <int GM, int NJ, int AT_B, bool HW, int NW>
+/* K/V elements through L2, evict-first when kvef (pol: the policy): four floats, or four 16-bit values */
+template <typename KT> static __device__ __forceinline__ float4 at_ldkv(const float4 *p, bool kvef, uint64_t pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (kvef) {
+    float4 r;
+    asm volatile("ld.global.cg.L2::cache_hint.v4.f32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p), "l"(pol));
+    return r;
+  }
+#endif
+  return __ldcg(p);
+}
+template <typename KT> static __device__ __forceinline__ float4 at_ldkv(const uint2 *p, bool kvef, uint64_t pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (kvef) {
+    uint2 r;
+    asm volatile("ld.global.cg.L2::cache_hint.v2.u32 {%0,%1}, [%2], %3;" : "=r"(r.x), "=r"(r.y) : "l"(p), "l"(pol));
+    return kv_h4(r, KT());
+  }
+#endif
+  return kv_h4(__ldcg(p), KT());
+}
+
+/* the new position's k or v element i: f is the projection (rope fused) or, for a float cache, the
+ * cache row already selected; c the cache row */
+template <typename KT> static __device__ __forceinline__ float at_new(bool fused, const float *f, const KT *c, int i) {
+  if constexpr (sizeof(KT) == 4) return f[i];
+  else return fused ? f[i] : kv_to_f(c[i]);
+}
+
+/* KT: the cache's element type (cuda_kv.cuh) */
+template <typename KT, int GM, int NJ, int AT_B, bool HW, int NW>
 __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *__restrict__ out, uint8_t *__restrict__ xq,
                                                    float2 *__restrict__ xs, float *__restrict__ part,
                                                    int *__restrict__ cnt, const float *__restrict__ q, const at_rope rp,
-                                                   float *__restrict__ Kc, float *__restrict__ Vc,
+                                                   KT *__restrict__ Kc, KT *__restrict__ Vc,
                                                    const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
                                                    const int32_t *__restrict__ table, int max_blocks, int bs,
                                                    int nblocks, int n_heads, int nkv, int hd, float scale, int window,
@@ -182,16 +214,10 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if (kvef) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(kvpol));
 #endif
-  auto ld_kv = [&](const float4 *p) -> float4 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    if (kvef) {
-      float4 r;
-      asm volatile("ld.global.cg.L2::cache_hint.v4.f32 {%0,%1,%2,%3}, [%4], %5;"
-                   : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p), "l"(kvpol));
-      return r;
-    }
-#endif
-    return __ldcg(p);
+  /* a row's elements 4 ch .. 4 ch + 3: kv4(row, ch) is their address (float4 or uint2), at_ldkv loads them */
+  auto kv4 = [](const KT *row_p, int ch) {
+    if constexpr (sizeof(KT) == 4) return (const float4 *)row_p + ch;
+    else return (const uint2 *)row_p + ch;
   };
   int cur = 0;
   int64_t my_slot = chunk_slots(0), my_slot2 = -1;
@@ -218,14 +244,14 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       own[b] = i < npos && a0 + warp + NW * i == p;
       ok[b] = i < npos && sl >= 0;
       const bool ld = ok[b] && !own[b] && !(kdiag & 16) && !((kdiag & 8) && lane >= 16);
-      const float4 *kp = (const float4 *)(Kc + (ld ? sl : 0) * row + koff);
-      const float4 *vp = (const float4 *)(Vc + (ld ? sl : 0) * row + koff);
+      const KT *kp = Kc + (ld ? sl : 0) * row + koff;
+      const KT *vp = Vc + (ld ? sl : 0) * row + koff;
 #pragma unroll
       for (int j = 0; j < NJ; j++) {
         const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
         const bool in = ld && ch < hd4;
-        kr[b][j] = in ? ld_kv(kp + ch) : f4z();
-        vr[b][j] = in ? ld_kv(vp + ch) : f4z();
+        kr[b][j] = in ? at_ldkv<KT>(kv4(kp, ch), kvef, kvpol) : f4z();
+        vr[b][j] = in ? at_ldkv<KT>(kv4(vp, ch), kvef, kvpol) : f4z();
       }
     }
   };
@@ -248,20 +274,30 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
    * either: copied into shared memory (cp.async) before the wait, so that the position loop's
    * later batches need no memory round trip (whole-warp positions, one float4 a lane) */
   const int nstg = (!HW && NJ == 1) ? (cl >> 9) & 3 : 0;
-  float *St = (float *)((char *)sm4 + at_stg_off(hd, G, S, NW, (cl & 256) != 0)) + (size_t)warp * nstg * AT_B * 2 * hd;
+  KT *St = (KT *)((char *)sm4 + at_stg_off(hd, G, S, NW, (cl & 256) != 0)) + (size_t)warp * nstg * AT_B * 2 * hd;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if (nstg) {
     for (int i = AT_B; i < AT_B * (1 + nstg) && i < npos; i++) { /* i < 32: chunk 0, in my_slot */
       const int64_t sl = __shfl_sync(0xffffffffu, my_slot, i & 31);
       if (sl < 0 || a0 + warp + NW * i == p || lane >= hd4 || (kdiag & 16) || ((kdiag & 8) && lane >= 16)) continue;
-      float *d = St + (size_t)(i - AT_B) * 2 * hd + 4 * lane;
+      KT *d = St + (size_t)(i - AT_B) * 2 * hd + 4 * lane;
       const unsigned dk = (unsigned)__cvta_generic_to_shared(d), dv = (unsigned)__cvta_generic_to_shared(d + hd);
-      if (kvef) {
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane), "l"(kvpol) : "memory");
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane), "l"(kvpol) : "memory");
-      } else {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane) : "memory");
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane) : "memory");
+      if constexpr (sizeof(KT) == 4) {
+        if (kvef) {
+          asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane), "l"(kvpol) : "memory");
+          asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane), "l"(kvpol) : "memory");
+        } else {
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane) : "memory");
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane) : "memory");
+        }
+      } else { /* 8 bytes a lane: .ca (.cg copies 16) */
+        if (kvef) {
+          asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 8, %2;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane), "l"(kvpol) : "memory");
+          asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 8, %2;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane), "l"(kvpol) : "memory");
+        } else {
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane) : "memory");
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane) : "memory");
+        }
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -295,19 +331,21 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   TRA(1);
   pdl_wait();
   const int diag = (cl >> 15) & 31;
+  /* (the float instance keeps its pointer select: other forms changed its register allocation) */
   if (hoist) {
-    const float *kt = fused ? rp.k + ((int64_t)t * nkv + kvh) * hd : Kc + (own_sl >= 0 ? own_sl : 0) * row + koff;
-    const float *vt = fused ? rp.v + ((int64_t)t * nkv + kvh) * hd : Vc + (own_sl >= 0 ? own_sl : 0) * row + koff;
+    const float *kt = fused ? rp.k + ((int64_t)t * nkv + kvh) * hd : (const float *)(Kc + (own_sl >= 0 ? own_sl : 0) * row + koff);
+    const float *vt = fused ? rp.v + ((int64_t)t * nkv + kvh) * hd : (const float *)(Vc + (own_sl >= 0 ? own_sl : 0) * row + koff);
+    const KT *kc = Kc + (own_sl >= 0 ? own_sl : 0) * row + koff, *vc = Vc + (own_sl >= 0 ? own_sl : 0) * row + koff;
 #pragma unroll
     for (int u = 0; u < 2; u++) {
       const int d = tid + NW * 32 * u;
       if (d < hd) {
-        hk[u] = kt[d];
-        hv[u] = vt[d];
+        hk[u] = at_new(fused, kt, kc, d);
+        hv[u] = at_new(fused, vt, vc, d);
         if (fused && d < 2 * rp.halfk) {
           const int j = d < rp.halfk ? d : d - rp.halfk;
-          hk0[u] = kt[j];
-          hk1[u] = kt[j + rp.halfk];
+          hk0[u] = at_new(fused, kt, kc, j);
+          hk1[u] = at_new(fused, kt, kc, j + rp.halfk);
         }
       }
     }
@@ -359,31 +397,33 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
         const float sn = hs[u], cs = hc[u];
         v = d < rp.halfk ? hk0[u] * cs - hk1[u] * sn : hk0[u] * sn + hk1[u] * cs;
       }
-      Kp[d] = v;
-      Vp[d] = hv[u];
+      Kp[d] = kv_round<KT>(v); /* as the cache holds it */
+      Vp[d] = kv_round<KT>(hv[u]);
       if (fused && own_sl >= 0) {
-        Kc[own_sl * row + koff + d] = v;
-        Vc[own_sl * row + koff + d] = hv[u];
+        Kc[own_sl * row + koff + d] = kv_from_f<KT>(v);
+        Vc[own_sl * row + koff + d] = kv_from_f<KT>(hv[u]);
       }
     }
   } else if (ownb) { /* this block's range holds the new position */
     const int64_t sl = at_slot(table, max_blocks, bs, nblocks, sq, p);
-    const float *kt = fused ? rp.k + ((int64_t)t * nkv + kvh) * hd : Kc + (sl >= 0 ? sl : 0) * row + koff;
-    const float *vt = fused ? rp.v + ((int64_t)t * nkv + kvh) * hd : Vc + (sl >= 0 ? sl : 0) * row + koff;
+    const float *kt = fused ? rp.k + ((int64_t)t * nkv + kvh) * hd : (const float *)(Kc + (sl >= 0 ? sl : 0) * row + koff);
+    const float *vt = fused ? rp.v + ((int64_t)t * nkv + kvh) * hd : (const float *)(Vc + (sl >= 0 ? sl : 0) * row + koff);
+    const KT *kc = Kc + (sl >= 0 ? sl : 0) * row + koff, *vc = Vc + (sl >= 0 ? sl : 0) * row + koff;
     for (int d = tid; d < hd; d += NW * 32) {
-      float v = kt[d];
+      float v = at_new(fused, kt, kc, d);
       if (fused && d < 2 * rp.halfk) {
         const int j = d < rp.halfk ? d : d - rp.halfk;
         float sn, cs;
         sincosf((float)p * rp.invk[j], &sn, &cs);
-        const float x0 = kt[j], x1 = kt[j + rp.halfk];
+        const float x0 = at_new(fused, kt, kc, j), x1 = at_new(fused, kt, kc, j + rp.halfk);
         v = d < rp.halfk ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
       }
-      Kp[d] = v;
-      Vp[d] = vt[d];
+      Kp[d] = kv_round<KT>(v);
+      const float vv = at_new(fused, vt, vc, d);
+      Vp[d] = kv_round<KT>(vv);
       if (fused && sl >= 0) {
-        Kc[sl * row + koff + d] = v;
-        Vc[sl * row + koff + d] = vt[d];
+        Kc[sl * row + koff + d] = kv_from_f<KT>(v);
+        Vc[sl * row + koff + d] = kv_from_f<KT>(vv);
       }
     }
   }
@@ -423,9 +463,9 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
         own[b] = i < npos && a0 + warp + NW * i == p;
         ok[b] = i < npos && sl >= 0;
         const bool in = ok[b] && !own[b] && lane < hd4;
-        const float *sp = St + (size_t)(i - AT_B) * 2 * hd + 4 * lane;
-        kr[b][0] = in ? *(const float4 *)sp : f4z();
-        vr[b][0] = in ? *(const float4 *)(sp + hd) : f4z();
+        const KT *sp = St + (size_t)(i - AT_B) * 2 * hd + 4 * lane;
+        kr[b][0] = in ? kv_ld4(sp) : f4z();
+        vr[b][0] = in ? kv_ld4(sp + hd) : f4z();
       }
     } else if (i0) load_batch(i0);
 #pragma unroll
@@ -913,15 +953,15 @@ int cu_attn_dec_splits(const cu_tune *t, int n_tokens, int nkv, int n_sm) {
   return S;
 }
 
-template <int GM, int NJ, int B, bool HW, int NW> static void set_smem(size_t smem, bool big_cluster) {
+template <typename KT, int GM, int NJ, int B, bool HW, int NW> static void set_smem(size_t smem, bool big_cluster) {
   static size_t done = 0;
   static bool np = false;
   if (smem > 48 * 1024 && smem > done) {
-    cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B, HW, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_attn_dec2<KT, GM, NJ, B, HW, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     done = smem;
   }
   if (!np && big_cluster) {
-    cudaFuncSetAttribute(k_attn_dec2<GM, NJ, B, HW, NW>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaFuncSetAttribute(k_attn_dec2<KT, GM, NJ, B, HW, NW>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     np = true;
   }
 }
@@ -978,18 +1018,20 @@ void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
                     (nstg << AT_STG) | (t->attn_kvef ? AT_KVEF : 0) | ((t->attn_diag & 31) << AT_DIAG);
 #define AD2_LW(GM, NJ, B, HW, NW)                                                                           \
   do {                                                                                                    \
-    set_smem<GM, NJ, B, HW, NW>(sm, t->attn_cl > 8);                                                      \
-    attn_launch(cx, k_attn_dec2<GM, NJ, B, HW, NW>, grid, NW * 32, sm, cl, x->out, xq, xs, x->part, x->cnt, \
-                x->q, rp, x->K, x->V, x->pos, x->seq, x->table, x->max_blocks, x->bs, x->nblocks, x->n_heads,    \
-                x->nkv, hd, x->scale, x->window, x->softcap, S, flags);                                    \
+    set_smem<KT, GM, NJ, B, HW, NW>(sm, t->attn_cl > 8);                                                  \
+    attn_launch(cx, k_attn_dec2<KT, GM, NJ, B, HW, NW>, grid, NW * 32, sm, cl, x->out, xq, xs, x->part,   \
+                x->cnt, x->q, rp, (KT *)x->K, (KT *)x->V, x->pos, x->seq, x->table, x->max_blocks, x->bs,      \
+                x->nblocks, x->n_heads, x->nkv, hd, x->scale, x->window, x->softcap, S, flags);             \
   } while (0)
-  if (nw == 8) { /* 8 warps of 4 positions a batch (128 registers) */
-    if (hw) AD2_LW(4, 1, 4, true, 8);
-    else AD2_LW(4, 1, 4, false, 8);
-  } else if (G <= 4) AD2_LW(4, 2, 4, false, 4); /* hd > 128 */
-  else if (hw) AD2_LW(8, 1, 4, true, 4);
-  else if (hd4 <= 32) AD2_LW(8, 1, 4, false, 4);
-  else AD2_LW(8, 2, 2, false, 4);
+  CU_KV_DISPATCH(x->dt, {
+    if (nw == 8) { /* 8 warps of 4 positions a batch (128 registers) */
+      if (hw) AD2_LW(4, 1, 4, true, 8);
+      else AD2_LW(4, 1, 4, false, 8);
+    } else if (G <= 4) AD2_LW(4, 2, 4, false, 4); /* hd > 128 */
+    else if (hw) AD2_LW(8, 1, 4, true, 4);
+    else if (hd4 <= 32) AD2_LW(8, 1, 4, false, 4);
+    else AD2_LW(8, 2, 2, false, 4);
+  });
 #undef AD2_LW
   cu_count(cx, CU_K_ATTN_DEC);
 }

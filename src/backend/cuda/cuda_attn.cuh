@@ -16,7 +16,8 @@ struct cu_attn_args {
    * with invq / halfq, invk / halfk) and the new k, v are written into K, V here */
   const float *kraw, *vraw, *invq, *invk;
   int halfq, halfk;
-  float *K, *V;
+  void *K, *V; /* the cache: elements of dt */
+  sm_dtype dt;
   const int32_t *pos, *seq, *table;
   int max_blocks, bs, nblocks;
   int n_tokens, n_heads, nkv, hd;
@@ -41,7 +42,9 @@ void cu_attn_set_trace(unsigned long long *buf);
 struct cu_attn_tiled {
   float *out;
   float *part; /* n_tokens * n_heads * S * (hd + 2) floats when S > 1 (cu_attn_tiled_splits) */
-  const float *q, *K, *V;
+  const float *q;
+  const void *K, *V; /* the cache: elements of dt */
+  sm_dtype dt;
   const int32_t *pos, *seq, *table, *tiles;
   int n_tiles, n_tokens, max_blocks, bs, nblocks;
   int n_heads, nkv, hd;
@@ -51,8 +54,13 @@ struct cu_attn_tiled {
 };
 int cu_attn_tiled_splits(int n_tiles, int nkv, int n_sm);
 /* false when the shape does not fit (shared memory, warps) */
-bool cu_attn_tiled_ok(int hd, int G, size_t smem_optin);
-void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a);
+bool cu_attn_tiled_ok(int hd, int G, sm_dtype dt, size_t smem_optin);
+void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a, size_t smem_optin);
 void cu_attn_tiled_init(size_t smem_optin); /* per device, at backend creation */
+/* the tensor-core flash-attention kernel (cuda_attn_flash.cu) for the same tiles; cu_attn_tiled_run
+ * takes it where cu_attn_flash_ok */
+bool cu_attn_flash_ok(const cu_ctx *cx, int hd, sm_dtype dt, size_t smem_optin);
+void cu_attn_flash_init(size_t smem_optin);
+void cu_attn_flash_run(const cu_ctx *cx, const cu_attn_tiled *a, int S);
 
 #endif

@@ -2,9 +2,11 @@
  * tokens of one sequence for one kv head (all query heads of the group), over one split of the key
  * range; keys and values of 32 positions at a time are staged in shared memory and shared by all
  * rows of the tile (online softmax per row). With S > 1 splits a second kernel combines the
- * partials. Long prompts are the subject of a future flash-attention kernel (docs/cuda.md). */
+ * partials. Where the tensor-core kernel (cuda_attn_flash.cu) takes the shape, this one is the
+ * SMELT_CUDA_ATTN_FA=0 path and the fallback (head dims it has no instance for, pre-sm_80 devices). */
 #include <math.h>
 #include "backend/cuda/cuda_attn.cuh"
+#include "backend/cuda/cuda_kv.cuh"
 
 static __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -30,9 +32,9 @@ static __device__ __forceinline__ int64_t kv_slot(const int32_t *table, int max_
 /* Tiled attention: block = (tile of <= CU_ATT_TQ consecutive same-sequence tokens, kv head,
  * split z of the key range). Keys/values of 32 positions at a time are staged in shared
  * memory and shared by all rows (token x query head of the group) of the tile. */
-template <int NDIM, int RMAX>
+template <typename KT, int NDIM, int RMAX>
 __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const float *__restrict__ q,
-                       const float *__restrict__ Kc, const float *__restrict__ Vc, const int32_t *__restrict__ pos,
+                       const KT *__restrict__ Kc, const KT *__restrict__ Vc, const int32_t *__restrict__ pos,
                        const int32_t *__restrict__ seq, const int32_t *__restrict__ table,
                        const int32_t *__restrict__ tiles, int max_blocks, int bs, int nblocks, int n_heads, int nkv,
                        int hd, float scale, int window, float softcap, int S) {
@@ -94,8 +96,8 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
       float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
       if (sl >= 0) {
         int64_t o = (int64_t)sl * row_stride + (int64_t)kvh * hd + 4 * d4;
-        kv = __ldg((const float4 *)(Kc + o));
-        vv = __ldg((const float4 *)(Vc + o));
+        kv = kv_ldg4(Kc + o);
+        vv = kv_ldg4(Vc + o);
       }
       *(float4 *)(Ks + j * hdp + 4 * d4) = kv;
       *(float4 *)(Vs + j * hd + 4 * d4) = vv;
@@ -196,49 +198,65 @@ int cu_attn_tiled_splits(int n_tiles, int nkv, int n_sm) {
   return S;
 }
 
-static int g_att_maxthr[4] = { 1024, 1024, 1024, 1024 }; /* per NDIM variant (the same on every device) */
-template <int NDIM, int RMAX> static void set_attn_smem(size_t bytes, int slot) {
-  cudaFuncSetAttribute(k_attn<NDIM, RMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+/* per cache type (sm_dtype F32, F16, BF16) and NDIM variant (the same on every device) */
+static int g_att_maxthr[3][4] = { { 1024, 1024, 1024, 1024 }, { 1024, 1024, 1024, 1024 }, { 1024, 1024, 1024, 1024 } };
+template <typename KT, int NDIM, int RMAX> static void set_attn_smem(size_t bytes, int dt, int slot) {
+  cudaFuncSetAttribute(k_attn<KT, NDIM, RMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
   cudaFuncAttributes a;
-  if (cudaFuncGetAttributes(&a, k_attn<NDIM, RMAX>) == cudaSuccess && a.maxThreadsPerBlock >= 32)
-    g_att_maxthr[slot] = a.maxThreadsPerBlock & ~31;
+  if (cudaFuncGetAttributes(&a, k_attn<KT, NDIM, RMAX>) == cudaSuccess && a.maxThreadsPerBlock >= 32)
+    g_att_maxthr[dt][slot] = a.maxThreadsPerBlock & ~31;
+}
+template <typename KT> static void tiled_init(size_t smem_optin, int dt) {
+  set_attn_smem<KT, 1, 16>(smem_optin, dt, 0);
+  set_attn_smem<KT, 2, 16>(smem_optin, dt, 1);
+  set_attn_smem<KT, 4, 16>(smem_optin, dt, 2);
+  set_attn_smem<KT, 8, 8>(smem_optin, dt, 3);
 }
 void cu_attn_tiled_init(size_t smem_optin) {
-  set_attn_smem<1, 16>(smem_optin, 0);
-  set_attn_smem<2, 16>(smem_optin, 1);
-  set_attn_smem<4, 16>(smem_optin, 2);
-  set_attn_smem<8, 8>(smem_optin, 3);
+  tiled_init<float>(smem_optin, SM_DT_F32);
+  tiled_init<__half>(smem_optin, SM_DT_F16);
+  tiled_init<__nv_bfloat16>(smem_optin, SM_DT_BF16);
   cudaGetLastError();
+  cu_attn_flash_init(smem_optin);
 }
 
 static size_t att_smem(int hd, int G, int nw) {
   return ((size_t)32 * (hd + 4) + (size_t)32 * hd + (size_t)CU_ATT_TQ * G * hd + (size_t)nw * 32 + 32) * sizeof(float);
 }
 static int att_ndim(int hd) { return hd <= 32 ? 1 : hd <= 64 ? 2 : hd <= 128 ? 4 : 8; }
-static int att_warps(int hd, int G) {
+static int att_warps(int hd, int G, sm_dtype dt) {
   int nd = att_ndim(hd), rmax = nd >= 8 ? 8 : 16, rows = CU_ATT_TQ * G;
   int nw = (rows + rmax - 1) / rmax, slot = nd == 1 ? 0 : nd == 2 ? 1 : nd == 4 ? 2 : 3;
-  int cap = g_att_maxthr[slot] / 32; /* rows beyond nw*RMAX are done in further passes */
+  int cap = g_att_maxthr[dt == SM_DT_F16 ? 1 : dt == SM_DT_BF16 ? 2 : 0][slot] / 32; /* rows beyond nw*RMAX: further passes */
   if (nw > cap) nw = cap;
   return nw < 4 ? 4 : nw;
 }
-bool cu_attn_tiled_ok(int hd, int G, size_t smem_optin) {
-  const int nw = att_warps(hd, G);
+bool cu_attn_tiled_ok(int hd, int G, sm_dtype dt, size_t smem_optin) {
+  if (dt != SM_DT_F32 && dt != SM_DT_F16 && dt != SM_DT_BF16) return false;
+  const int nw = att_warps(hd, G, dt);
   return nw <= 32 && att_smem(hd, G, nw) <= smem_optin;
 }
 
-void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a) {
-  const int G = a->n_heads / a->nkv, S = cu_attn_tiled_splits(a->n_tiles, a->nkv, cx->n_sm), nw = att_warps(a->hd, G);
+void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a, size_t smem_optin) {
+  const int G = a->n_heads / a->nkv, S = cu_attn_tiled_splits(a->n_tiles, a->nkv, cx->n_sm);
+  const int nw = att_warps(a->hd, G, a->dt);
+  if (cu_attn_flash_ok(cx, a->hd, a->dt, smem_optin)) {
+    cu_attn_flash_run(cx, a, S);
+    if (S > 1)
+      k_attn_combine<<<a->n_tokens * a->n_heads, a->hd < 128 ? 128 : (a->hd > 256 ? 256 : a->hd), 0, cx->s>>>(a->out,
+                                                                                                          a->part, S, a->hd);
+    return;
+  }
   const size_t smem = att_smem(a->hd, G, nw);
   dim3 grid((unsigned)a->n_tiles, (unsigned)a->nkv, (unsigned)S);
-#define ATT_ARGS a->out, a->part, a->q, a->K, a->V, a->pos, a->seq, a->table, a->tiles, a->max_blocks, a->bs, a->nblocks, \
-                 a->n_heads, a->nkv, a->hd, a->scale, a->window, a->softcap, S
-  switch (att_ndim(a->hd)) {
-  case 1: k_attn<1, 16><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
-  case 2: k_attn<2, 16><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
-  case 4: k_attn<4, 16><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
-  default: k_attn<8, 8><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
-  }
+#define ATT_ARGS a->out, a->part, a->q, (const KT *)a->K, (const KT *)a->V, a->pos, a->seq, a->table, a->tiles, \
+                 a->max_blocks, a->bs, a->nblocks, a->n_heads, a->nkv, a->hd, a->scale, a->window, a->softcap, S
+  CU_KV_DISPATCH(a->dt, switch (att_ndim(a->hd)) {
+    case 1: k_attn<KT, 1, 16><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
+    case 2: k_attn<KT, 2, 16><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
+    case 4: k_attn<KT, 4, 16><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
+    default: k_attn<KT, 8, 8><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
+  });
 #undef ATT_ARGS
   if (S > 1)
     k_attn_combine<<<a->n_tokens * a->n_heads, a->hd < 128 ? 128 : (a->hd > 256 ? 256 : a->hd), 0, cx->s>>>(a->out,

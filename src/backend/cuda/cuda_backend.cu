@@ -370,7 +370,7 @@ static void be_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const 
   cu_op o;
   memset(&o, 0, sizeof o);
   o.type = OP_KVSTORE;
-  o.kv.K = (float *)kv->k[layer]; o.kv.V = (float *)kv->v[layer]; o.kv.k = k; o.kv.v = v;
+  o.kv.K = kv->k[layer]; o.kv.V = kv->v[layer]; o.kv.k = k; o.kv.v = v; o.kv.dt = (int)kv->dtype;
   o.kv.row = kv->n_kv_heads * kv->head_dim; o.kv.bs = kv->block_size; o.kv.nblocks = kv->n_blocks;
   cu_submit(c, &o);
 }
@@ -382,7 +382,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   if (nt <= 0) return;
   bool ok = kv && layer >= 0 && layer < kv->n_layers && n_heads > 0 && kv->n_kv_heads > 0 && kv->head_dim > 0 &&
             n_heads % kv->n_kv_heads == 0 && kv->head_dim % 4 == 0 && kv->head_dim <= 256 && kv->block_size > 0;
-  if (ok) ok = cu_attn_tiled_ok(kv->head_dim, n_heads / kv->n_kv_heads, c->smem_optin);
+  if (ok) ok = cu_attn_tiled_ok(kv->head_dim, n_heads / kv->n_kv_heads, kv->dtype, c->smem_optin);
   if (!ok) {
     sm_err(SMELT_ERR_UNSUPPORTED, "cuda: attention shape not supported");
     if (kv && kv->head_dim > 0 && n_heads > 0) cudaMemsetAsync(out, 0, (size_t)nt * n_heads * kv->head_dim * 4, c->s);
@@ -416,7 +416,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   cu_op o;
   memset(&o, 0, sizeof o);
   o.type = OP_ATTN;
-  o.at.out = out; o.at.q = q; o.at.K = (float *)kv->k[layer]; o.at.V = (float *)kv->v[layer];
+  o.at.out = out; o.at.q = q; o.at.K = kv->k[layer]; o.at.V = kv->v[layer]; o.at.dt = (int)kv->dtype;
   o.at.nh = n_heads; o.at.nkv = kv->n_kv_heads; o.at.hd = kv->head_dim; o.at.bs = kv->block_size;
   o.at.nblocks = kv->n_blocks; o.at.window = window > 0 ? window : 0; o.at.scale = scale;
   o.at.softcap = softcap > 0.f ? softcap : 0.f; o.at.splits = Sd; o.at.glong = glong;

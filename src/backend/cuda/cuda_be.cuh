@@ -23,9 +23,9 @@ typedef struct {
     struct { const sm_weight *w; const cu_weight *cw; const float *x; float *y; int n, role; } mm; /* role: sm_mm_role */
     struct { float *out; const float *x, *w; int n, dim; float eps, off; } norm;
     struct { float *x; const float *inv; int nh, hd, rot; } rope;
-    struct { float *K, *V; const float *k, *v; int row, bs, nblocks; } kv;
+    struct { void *K, *V; const float *k, *v; int row, bs, nblocks, dt; } kv; /* dt: the cache's sm_dtype */
     /* splits > 0: the decode kernel with that many splits (glong: combined in global memory); 0: tiled */
-    struct { float *out; const float *q; float *K, *V; int nh, nkv, hd, bs, nblocks, window, splits, glong; float scale, softcap; } at;
+    struct { float *out; const float *q; void *K, *V; int nh, nkv, hd, bs, nblocks, window, splits, glong, dt; float scale, softcap; } at;
     struct { float *y; const float *a, *b; size_t n; int dim; float s; } ew; /* SILU GELU ADD ADDROWS SCALE SOFTCAP */
     struct { const cu_weight *cw; float *out; } emb;
     struct { float *dst; const float *src; int dim; } gat;

@@ -3,6 +3,7 @@
  * and the gather of output rows. */
 #include <math.h>
 #include "backend/cuda/cuda_ew.cuh"
+#include "backend/cuda/cuda_kv.cuh"
 
 static __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -79,22 +80,24 @@ static __device__ __forceinline__ int64_t kv_slot(const int32_t *table, int max_
   return (int64_t)blk * bs + p % bs;
 }
 
-__global__ void k_kv_store(float *K, float *V, const float *k, const float *v, const int32_t *pos, const int32_t *seq,
+template <typename KT>
+__global__ void k_kv_store(KT *K, KT *V, const float *k, const float *v, const int32_t *pos, const int32_t *seq,
                            const int32_t *table, int n_tokens, int row, int max_blocks, int bs, int nblocks) {
   int64_t total = (int64_t)n_tokens * row;
   for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * blockDim.x) {
     int t = (int)(idx / row), e = (int)(idx % row);
     int64_t sl = kv_slot(table, max_blocks, bs, nblocks, seq[t], pos[t]);
     if (sl < 0) continue;
-    K[sl * row + e] = k[idx];
-    V[sl * row + e] = v[idx];
+    K[sl * row + e] = kv_from_f<KT>(k[idx]);
+    V[sl * row + e] = kv_from_f<KT>(v[idx]);
   }
 }
 
 
 /* rope(q) + rope(k) + kv_store(k, v) of one decode/prefill step in one launch (same math
  * as k_rope and k_kv_store). Index space: q rotation pairs, then every k/v element. */
-__global__ void k_rope_qk_store(float *q, float *k, const float *v, float *Kc, float *Vc, const int32_t *pos,
+template <typename KT>
+__global__ void k_rope_qk_store(float *q, float *k, const float *v, KT *Kc, KT *Vc, const int32_t *pos,
                                 const int32_t *seq, const int32_t *table, const float *invq, const float *invk,
                                 int n_tokens, int nh, int nkv, int hd, int halfq, int halfk, int max_blocks, int bs,
                                 int nblocks) {
@@ -118,7 +121,7 @@ __global__ void k_rope_qk_store(float *q, float *k, const float *v, float *Kc, f
     const int64_t j = idx - nq;
     const int t = (int)(j / row), e = (int)(j % row), d = e % hd;
     const int64_t sl = kv_slot(table, max_blocks, bs, nblocks, seq[t], pos[t]);
-    if (sl >= 0) Vc[sl * row + e] = v[j];
+    if (sl >= 0) Vc[sl * row + e] = kv_from_f<KT>(v[j]);
     if (d < halfk) {
       float a = (float)pos[t] * invk[d], sn, cs;
       sincosf(a, &sn, &cs);
@@ -126,9 +129,9 @@ __global__ void k_rope_qk_store(float *q, float *k, const float *v, float *Kc, f
       float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
       k[j] = r0;
       k[j + halfk] = r1;
-      if (sl >= 0) { Kc[sl * row + e] = r0; Kc[sl * row + e + halfk] = r1; }
+      if (sl >= 0) { Kc[sl * row + e] = kv_from_f<KT>(r0); Kc[sl * row + e + halfk] = kv_from_f<KT>(r1); }
     } else if (d >= 2 * halfk) {
-      if (sl >= 0) Kc[sl * row + e] = k[j];
+      if (sl >= 0) Kc[sl * row + e] = kv_from_f<KT>(k[j]);
     }
   }
 }
@@ -170,14 +173,16 @@ void cu_rope(const cu_ctx *cx, float *x, const int32_t *pos, const float *inv, i
 }
 void cu_kv_store(const cu_ctx *cx, const cu_kv_dst *d, const float *k, const float *v, int n_tokens) {
   const size_t total = (size_t)n_tokens * d->row;
-  k_kv_store<<<cu_ew_blocks(total), 256, 0, cx->s>>>(d->K, d->V, k, v, d->pos, d->seq, d->table, n_tokens, d->row,
-                                                     d->max_blocks, d->bs, d->nblocks);
+  CU_KV_DISPATCH(d->dt, k_kv_store<KT><<<cu_ew_blocks(total), 256, 0, cx->s>>>(
+                            (KT *)d->K, (KT *)d->V, k, v, d->pos, d->seq, d->table, n_tokens, d->row, d->max_blocks,
+                            d->bs, d->nblocks));
 }
 void cu_rope_qk_store(const cu_ctx *cx, const cu_kv_dst *d, float *q, float *k, const float *v, const float *invq,
                       const float *invk, int n_tokens, int nh, int nkv, int hd, int rotq, int rotk) {
   const size_t total = (size_t)n_tokens * nh * (rotq / 2) + (size_t)n_tokens * d->row;
-  cu_launch(cx, k_rope_qk_store, dim3(cu_ew_blocks(total)), dim3(256), 0, q, k, v, d->K, d->V, d->pos, d->seq, d->table,
-            invq, invk, n_tokens, nh, nkv, hd, rotq / 2, rotk / 2, d->max_blocks, d->bs, d->nblocks);
+  CU_KV_DISPATCH(d->dt, cu_launch(cx, k_rope_qk_store<KT>, dim3(cu_ew_blocks(total)), dim3(256), 0, q, k, v,
+                                  (KT *)d->K, (KT *)d->V, d->pos, d->seq, d->table, invq, invk, n_tokens, nh, nkv, hd,
+                                  rotq / 2, rotk / 2, d->max_blocks, d->bs, d->nblocks));
 }
 void cu_ew(const cu_ctx *cx, int kind, float *y, const float *a, const float *b, float s, size_t n, int dim) {
   const unsigned g = cu_ew_blocks(n);

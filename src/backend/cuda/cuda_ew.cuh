@@ -5,7 +5,8 @@
 
 /* where a step's new K/V rows go: layer buffers of the paged cache and the batch metadata */
 struct cu_kv_dst {
-  float *K, *V;
+  void *K, *V;    /* elements of dt */
+  sm_dtype dt;
   const int32_t *pos, *seq, *table;
   int row; /* n_kv_heads * head_dim */
   int max_blocks, bs, nblocks;

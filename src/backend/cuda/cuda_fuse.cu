@@ -175,6 +175,7 @@ static void attn_args(const fx *f, const cu_op *at, cu_attn_args *a) {
   a->q = at->at.q;
   a->K = at->at.K;
   a->V = at->at.V;
+  a->dt = (sm_dtype)at->at.dt;
   a->pos = c->d_pos; a->seq = c->d_seq; a->table = c->d_table;
   a->max_blocks = c->max_blocks; a->bs = at->at.bs; a->nblocks = at->at.nblocks;
   a->n_tokens = c->n_tokens; a->n_heads = at->at.nh; a->nkv = at->at.nkv; a->hd = at->at.hd;
@@ -260,7 +261,7 @@ static bool m_rope_kv(const fx *f, int i) {
 static int r_rope_kv(fx *f, int i) {
   const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
   const cuda_be *c = f->c;
-  cu_kv_dst d = { kv->kv.K, kv->kv.V, c->d_pos, c->d_seq, c->d_table, kv->kv.row, c->max_blocks, kv->kv.bs,
+  cu_kv_dst d = { kv->kv.K, kv->kv.V, (sm_dtype)kv->kv.dt, c->d_pos, c->d_seq, c->d_table, kv->kv.row, c->max_blocks, kv->kv.bs,
                   kv->kv.nblocks };
   cu_rope_qk_store(f->cx, &d, o->rope.x, rk->rope.x, kv->kv.v, o->rope.inv, rk->rope.inv, c->n_tokens, o->rope.nh,
                    rk->rope.nh, o->rope.hd, o->rope.rot, rk->rope.rot);
@@ -479,10 +480,10 @@ static void x_attention(cuda_be *c, const cu_op *o) {
     cu_attn_decode(&c->cx, &a);
     return;
   }
-  cu_attn_tiled t = { o->at.out, c->part, o->at.q, o->at.K, o->at.V, c->d_pos, c->d_seq, c->d_table, c->d_tiles,
+  cu_attn_tiled t = { o->at.out, c->part, o->at.q, o->at.K, o->at.V, (sm_dtype)o->at.dt, c->d_pos, c->d_seq, c->d_table, c->d_tiles,
                       c->n_tiles, c->n_tokens, c->max_blocks, o->at.bs, o->at.nblocks, o->at.nh, o->at.nkv, o->at.hd,
                       o->at.scale, o->at.window, o->at.softcap };
-  cu_attn_tiled_run(&c->cx, &t);
+  cu_attn_tiled_run(&c->cx, &t, c->smem_optin);
 }
 
 static void exec_op_(cuda_be *c, const cu_op *o) {
@@ -494,7 +495,8 @@ static void exec_op_(cuda_be *c, const cu_op *o) {
   case OP_RMSNORM: cu_rmsnorm(cx, o->norm.out, o->norm.x, o->norm.w, o->norm.n, o->norm.dim, o->norm.eps, o->norm.off); break;
   case OP_ROPE: cu_rope(cx, o->rope.x, c->d_pos, o->rope.inv, nt, o->rope.nh, o->rope.hd, o->rope.rot); break;
   case OP_KVSTORE: {
-    cu_kv_dst d = { o->kv.K, o->kv.V, c->d_pos, c->d_seq, c->d_table, o->kv.row, c->max_blocks, o->kv.bs, o->kv.nblocks };
+    cu_kv_dst d = { o->kv.K, o->kv.V, (sm_dtype)o->kv.dt, c->d_pos, c->d_seq, c->d_table, o->kv.row, c->max_blocks,
+                    o->kv.bs, o->kv.nblocks };
     cu_kv_store(cx, &d, o->kv.k, o->kv.v, nt);
     break;
   }

@@ -31,6 +31,8 @@ static const sm_tune_entry k_table[] = {
   { "SMELT_CUDA_ATTN_STG", F(attn_stg), 1, 0, 2, 0, "K/V batches a decode attention warp stages before its wait", {} },
   { "SMELT_CUDA_ATTN_TRIG", F(attn_trig), 2, 0, 2, 0,
     "where decode attention lets the next kernel launch: 0 start, 1 first K/V loads, 2 after its loop", {} },
+  { "SMELT_CUDA_ATTN_FA", F(attn_fa), 1, 0, 1, 0,
+    "prefill attention on tensor cores with f16 operands (sm_80+); 0: the f32 CUDA-core kernel", {} },
   { "SMELT_CUDA_MVR", F(mvr), -1, -1, 31, 0,
     "roles using k_mvr for one token (bits: 1 q/k/v, 2 o, 4 gate/up, 8 down, 16 lm_head); -1 automatic", {} },
   { "SMELT_CUDA_Q4CFG", F(q4cfg), 0, 0, 44, 0,

@@ -1,0 +1,52 @@
+/* The KV cache's element types on the device (sm_kv_cache.dtype): float, __half and __nv_bfloat16.
+ * Kernels that read or write the cache are templates over the element type KT and go through these
+ * helpers, so the float instances compile to exactly the code they had before half-precision caches
+ * existed; launchers pick the instance with CU_KV_DISPATCH. */
+#ifndef SM_CUDA_KV_CUH
+#define SM_CUDA_KV_CUH
+#include "backend/cuda/cuda_common.cuh"
+
+/* float -> KT (round to nearest even) and back */
+template <typename KT> static __device__ __forceinline__ KT kv_from_f(float x);
+template <> __device__ __forceinline__ float kv_from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half kv_from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 kv_from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+static __device__ __forceinline__ float kv_to_f(float x) { return x; }
+static __device__ __forceinline__ float kv_to_f(__half x) { return __half2float(x); }
+static __device__ __forceinline__ float kv_to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+/* the value a cache of KT holds for x */
+template <typename KT> static __device__ __forceinline__ float kv_round(float x) { return kv_to_f(kv_from_f<KT>(x)); }
+
+/* four consecutive 16-bit elements (8 bytes) as a float4 */
+static __device__ __forceinline__ float4 kv_h4(uint2 u, __half) {
+  const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+static __device__ __forceinline__ float4 kv_h4(uint2 u, __nv_bfloat16) {
+  /* bf16 -> f32 is a shift into the high half */
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+/* elements p[0..3] (p 4-element aligned) through the read-only path, L2 (.cg) or generic loads */
+static __device__ __forceinline__ float4 kv_ldg4(const float *p) { return __ldg((const float4 *)p); }
+template <typename KT> static __device__ __forceinline__ float4 kv_ldg4(const KT *p) {
+  return kv_h4(__ldg((const uint2 *)p), KT());
+}
+static __device__ __forceinline__ float4 kv_ldcg4(const float *p) { return __ldcg((const float4 *)p); }
+template <typename KT> static __device__ __forceinline__ float4 kv_ldcg4(const KT *p) {
+  return kv_h4(__ldcg((const uint2 *)p), KT());
+}
+static __device__ __forceinline__ float4 kv_ld4(const float *p) { return *(const float4 *)p; }
+template <typename KT> static __device__ __forceinline__ float4 kv_ld4(const KT *p) {
+  return kv_h4(*(const uint2 *)p, KT());
+}
+
+/* the instance of a kernel template for a cache of sm_dtype dt: body(KT) with KT the element type */
+#define CU_KV_DISPATCH(dt, ...)                                                                     \
+  do {                                                                                              \
+    if ((dt) == SM_DT_F16) { typedef __half KT; __VA_ARGS__; }                                     \
+    else if ((dt) == SM_DT_BF16) { typedef __nv_bfloat16 KT; __VA_ARGS__; }                        \
+    else { typedef float KT; __VA_ARGS__; }                                                         \
+  } while (0)
+
+#endif
