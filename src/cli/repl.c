@@ -50,9 +50,9 @@ static void banner(sm_chat *c, const char *label) {
   char dev[64];
   if (!strcmp(info.backend, "cpu")) snprintf(dev, sizeof dev, "cpu, %d threads", c->o->threads ? c->o->threads : (int)cores);
   else snprintf(dev, sizeof dev, "%s", info.backend);
-  fprintf(stderr, "smelt %s | %s: %s, %d layers, %.1f MiB | %s | context %d tokens | decode ~%.0f tok/s\n",
+  fprintf(stderr, "smelt %s | %s: %s, %d layers, %.1f MiB | %s | context %d tokens (%s KV) | decode ~%.0f tok/s\n",
           SMELT_VERSION, label, info.arch, info.n_layers, info.weight_bytes / 1048576.0, dev,
-          sm_session_context(c->sess), tps);
+          sm_session_context(c->sess), smelt_kv_type_name(info.kv_type), tps);
   if (c->draft) fprintf(stderr, "draft model: %d tokens proposed per step\n", c->o->draft_n);
   if (c->conv.raw) fprintf(stderr, "no chat template: messages are plain text the model continues\n");
   fprintf(stderr, "/help lists the commands; \"\"\" starts multi-line input; Ctrl+C stops a reply, Ctrl+D quits.\n");

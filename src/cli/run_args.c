@@ -44,6 +44,12 @@ static bool parse_overflow(const char *v, void *dst, char *err, size_t n) {
   return true;
 }
 
+static bool parse_kv(const char *v, void *dst, char *err, size_t n) {
+  if (smelt_kv_type_parse(v, dst) == SMELT_OK) return true;
+  snprintf(err, n, "'%s' is not a KV cache type (f16, bf16, f32)", v);
+  return false;
+}
+
 /* -ngl N | all | auto | max: smelt runs every layer on one device */
 static bool parse_ngl(const char *v, void *dst, char *err, size_t n) {
   if (!strcmp(v, "all") || !strcmp(v, "auto") || !strcmp(v, "max")) { *(int *)dst = -1; return true; }
@@ -95,6 +101,8 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
     { .names = "-t|--threads", .kind = SM_ARG_INT, .dst = &o->threads, .lo = 1, .hi = MAX_THREADS, .meta = "N", .help = "CPU threads (default: all cores)" },
     { .names = "--device", .kind = SM_ARG_FN, .dst = &o->device, .meta = "auto|cpu|cuda", .help = "where to run (default auto: CUDA when there is a GPU)", .fn = parse_device, .seen = &o->device_set },
     { .names = "-ngl|--n-gpu-layers|--gpu-layers", .kind = SM_ARG_FN, .dst = &o->ngl, .meta = "N", .help = "0 = run on the CPU; any other value (e.g. 99, all) = the GPU when there is one; smelt does not split a model", .fn = parse_ngl, .seen = &o->ngl_set },
+    { .names = "--kv-type|-ctk|--cache-type-k", .kind = SM_ARG_FN, .dst = &o->kv_k, .meta = "f16|bf16|f32", .help = "KV cache element type (default f16)", .fn = parse_kv, .seen = &o->kv_k_set },
+    { .names = "-ctv|--cache-type-v", .kind = SM_ARG_FN, .dst = &o->kv_v, .meta = "f16|bf16|f32", .help = "the same (smelt has one type for K and V)", .fn = parse_kv, .seen = &o->kv_v_set },
     { .names = "-b|--batch-size", .kind = SM_ARG_INT, .dst = &o->batch, .lo = 1, .hi = 65536, .meta = "N", .help = "prompt tokens per forward step (default 512)" },
     { .names = "--no-mmap", .kind = SM_ARG_FLAG, .dst = &o->no_mmap, .help = "read the weights into memory instead of mapping the files" },
     { .names = "--estimate-memory", .kind = SM_ARG_FLAG, .dst = &o->estimate, .help = "check that weights + KV cache fit before loading" },
@@ -132,6 +140,11 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
   }
   if (k < n_pos) { fprintf(stderr, "smelt %s: unexpected argument '%s'\n", cmd, pos[k]); return 2; }
   if (o->prompt && o->file) { fprintf(stderr, "smelt %s: -p and -f both give the prompt; use one\n", cmd); return 2; }
+  if (o->kv_k_set && o->kv_v_set && o->kv_k != o->kv_v) {
+    fprintf(stderr, "smelt %s: -ctk %s and -ctv %s differ; smelt has one KV cache type for K and V\n", cmd,
+            smelt_kv_type_name(o->kv_k), smelt_kv_type_name(o->kv_v));
+    return 2;
+  }
   if (o->prompt_cache_ro && !o->prompt_cache) {
     fprintf(stderr, "smelt %s: --prompt-cache-ro needs --prompt-cache FILE\n", cmd);
     return 2;
@@ -173,6 +186,8 @@ static bool load_one(const char *cmd, const run_opts *o, const char *ref, const 
   p.max_context = o->ctx;
   p.no_mmap = o->no_mmap;
   p.device = o->device;
+  if (o->kv_k_set) p.kv_type = o->kv_k;
+  else if (o->kv_v_set) p.kv_type = o->kv_v;
   if (o->ngl_set && !o->device_set) {
     p.device = o->ngl == 0 ? SMELT_DEVICE_CPU : SMELT_DEVICE_AUTO;
     if (o->ngl > 0 && o->ngl < layers)

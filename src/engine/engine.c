@@ -543,19 +543,20 @@ void sm_engine_get_stats(const sm_engine *e, sm_engine_stats *st) {
 
 /* ---- KV export / import (prompt cache files, session restore) ---- */
 
-/* Host copies of the K/V slots of tokens [t0, t0+n) of s in one layer, block run by block run. */
-static smelt_status kv_copy(sm_engine *e, sm_seq *s, int layer, int t0, int n, float *k, float *v, bool to_host) {
+/* Host copies of the K/V slots of tokens [t0, t0+n) of s in one layer, block run by block run
+ * (elements of the cache's type, copied as they are). */
+static smelt_status kv_copy(sm_engine *e, sm_seq *s, int layer, int t0, int n, void *k, void *v, bool to_host) {
   if (layer < 0 || layer >= e->kv.n_layers) return sm_err(SMELT_ERR_INVALID, "KV layer %d out of range", layer);
   if (t0 < 0 || n < 0 || t0 + n > s->n_blk * e->p.block_size)
     return sm_err(SMELT_ERR_INVALID, "KV tokens [%d, %d) outside the sequence's blocks", t0, t0 + n);
   sm_backend *be = e->m->be;
   const int bs = e->p.block_size;
-  const size_t row = (size_t)e->kv.n_kv_heads * e->kv.head_dim;
-  float *K = e->kv.k[layer], *V = e->kv.v[layer];
+  const size_t row = (size_t)e->kv.n_kv_heads * e->kv.head_dim * sm_dtype_size(e->kv.dtype); /* bytes */
+  char *K = e->kv.k[layer], *V = e->kv.v[layer];
   for (int t = t0; t < t0 + n;) {
     const int in_blk = t % bs, run = SM_MIN(bs - in_blk, t0 + n - t);
-    const size_t slot = (size_t)s->blk[t / bs] * bs + in_blk, bytes = sizeof(float) * row * run;
-    float *hk = k + (size_t)(t - t0) * row, *hv = v + (size_t)(t - t0) * row;
+    const size_t slot = (size_t)s->blk[t / bs] * bs + in_blk, bytes = row * run;
+    char *hk = (char *)k + (size_t)(t - t0) * row, *hv = (char *)v + (size_t)(t - t0) * row;
     if (to_host) {
       be->download(be, hk, K + slot * row, bytes);
       be->download(be, hv, V + slot * row, bytes);
@@ -569,7 +570,7 @@ static smelt_status kv_copy(sm_engine *e, sm_seq *s, int layer, int t0, int n, f
   return SMELT_OK;
 }
 
-smelt_status sm_seq_kv_read(sm_engine *e, const sm_seq *s, int layer, int t0, int n, float *k, float *v) {
+smelt_status sm_seq_kv_read(sm_engine *e, const sm_seq *s, int layer, int t0, int n, void *k, void *v) {
   if (t0 + n > s->n_done) return sm_err(SMELT_ERR_INVALID, "KV of tokens [%d, %d) not computed (%d are)", t0, t0 + n, s->n_done);
   return kv_copy(e, (sm_seq *)s, layer, t0, n, k, v, true);
 }
@@ -584,8 +585,8 @@ smelt_status sm_seq_kv_reserve(sm_engine *e, sm_seq *s, int n) {
   return SMELT_OK;
 }
 
-smelt_status sm_seq_kv_write(sm_engine *e, sm_seq *s, int layer, int t0, int n, const float *k, const float *v) {
-  return kv_copy(e, s, layer, t0, n, (float *)k, (float *)v, false);
+smelt_status sm_seq_kv_write(sm_engine *e, sm_seq *s, int layer, int t0, int n, const void *k, const void *v) {
+  return kv_copy(e, s, layer, t0, n, (void *)k, (void *)v, false);
 }
 
 smelt_status sm_seq_kv_commit(sm_engine *e, sm_seq *s, int n) {
@@ -598,3 +599,4 @@ smelt_status sm_seq_kv_commit(sm_engine *e, sm_seq *s, int n) {
 }
 
 int sm_engine_max_context(const sm_engine *e) { return e->p.max_context; }
+sm_dtype sm_engine_kv_dtype(const sm_engine *e) { return e->kv.dtype; }

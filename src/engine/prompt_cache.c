@@ -1,11 +1,11 @@
 /* Prompt cache files (see prompt_cache.h). Layout, little-endian, version 1:
  *   0   "SMELTKV\0"                 magic
  *   8   u32 version (1)             12  u32 header bytes (128)
- *   16  u8[32] model fingerprint    48  u32 KV element type (1 = f32)
+ *   16  u8[32] model fingerprint    48  u32 KV element type (1 f32, 2 f16, 3 bf16)
  *   52  u32 layers  56 u32 KV heads  60 u32 head size  64 u32 tokens (n)
  *   68  char[60] model name (for messages; NUL-padded)
  *   128 i32 tokens[n]
- *   then per layer: K [n][kv_heads * head_size] f32, V likewise
+ *   then per layer: K [n][kv_heads * head_size] elements of that type, V likewise
  *   last 32 bytes: SHA-256 of everything before them. */
 #include "engine/prompt_cache.h"
 #include <errno.h>
@@ -18,7 +18,9 @@
 #include "store/store.h" /* sm_sha256 */
 
 #define HDR_BYTES 128
-#define KV_F32 1
+/* the KV element type codes of the file */
+static uint32_t kv_code(sm_dtype t) { return t == SM_DT_F32 ? 1 : t == SM_DT_F16 ? 2 : t == SM_DT_BF16 ? 3 : 0; }
+static const char *kv_code_name(uint32_t c) { return c == 1 ? "f32" : c == 2 ? "f16" : c == 3 ? "bf16" : "unknown"; }
 #define MAX_TOKENS (1 << 24)
 static const char k_magic[8] = { 'S', 'M', 'E', 'L', 'T', 'K', 'V', 0 };
 
@@ -26,7 +28,7 @@ struct sm_prompt_cache {
   FILE *f;
   char *path;
   int n, n_layers;
-  size_t row; /* floats per token per layer, for K and for V */
+  size_t row; /* bytes per token per layer, for K and for V */
   int32_t *tok;
 };
 
@@ -90,7 +92,9 @@ smelt_status sm_prompt_cache_save(sm_engine *e, const sm_seq *s, int n, const ch
   if (n < 1 || n > sm_seq_len(s) - sm_seq_pending(s))
     return sm_err(SMELT_ERR_INVALID, "prompt cache: %d tokens asked, %d computed", n, sm_seq_len(s) - sm_seq_pending(s));
   const int L = m->cfg.num_hidden_layers;
-  const size_t row = (size_t)m->cfg.num_key_value_heads * m->cfg.head_dim;
+  const sm_dtype dt = sm_engine_kv_dtype(e);
+  const size_t row = (size_t)m->cfg.num_key_value_heads * m->cfg.head_dim * sm_dtype_size(dt); /* bytes */
+  if (!kv_code(dt)) return sm_err(SMELT_ERR_UNSUPPORTED, "prompt cache: KV element type %d", (int)dt);
   uint8_t hdr[HDR_BYTES];
   memset(hdr, 0, sizeof hdr);
   memcpy(hdr, k_magic, 8);
@@ -98,7 +102,7 @@ smelt_status sm_prompt_cache_save(sm_engine *e, const sm_seq *s, int n, const ch
   put_u32(hdr + 12, HDR_BYTES);
   smelt_status st = sm_model_fingerprint(m, hdr + 16);
   if (st) return st;
-  put_u32(hdr + 48, KV_F32);
+  put_u32(hdr + 48, kv_code(dt));
   put_u32(hdr + 52, (uint32_t)L);
   put_u32(hdr + 56, (uint32_t)m->cfg.num_key_value_heads);
   put_u32(hdr + 60, (uint32_t)m->cfg.head_dim);
@@ -117,12 +121,12 @@ smelt_status sm_prompt_cache_save(sm_engine *e, const sm_seq *s, int n, const ch
   st = wr(f, &h, hdr, sizeof hdr, path);
   if (!st) st = wr(f, &h, sm_seq_tokens(s), sizeof(int32_t) * (size_t)n, path);
   const int chunk = 256;
-  float *k = sm_xmalloc(sizeof(float) * row * chunk), *v = sm_xmalloc(sizeof(float) * row * chunk);
+  char *k = sm_xmalloc(row * chunk), *v = sm_xmalloc(row * chunk);
   for (int l = 0; !st && l < L; l++)
     for (int pass = 0; !st && pass < 2; pass++) /* all K rows of the layer, then all V rows */
       for (int t0 = 0; !st && t0 < n; t0 += chunk) {
         int c = SM_MIN(chunk, n - t0);
-        if (!(st = sm_seq_kv_read(e, s, l, t0, c, k, v))) st = wr(f, &h, pass ? v : k, sizeof(float) * row * c, path);
+        if (!(st = sm_seq_kv_read(e, s, l, t0, c, k, v))) st = wr(f, &h, pass ? v : k, row * c, path);
       }
   free(k);
   free(v);
@@ -177,16 +181,17 @@ smelt_status sm_prompt_cache_open(const char *path, const smelt_model *m, sm_pro
     BAD(SMELT_ERR_INVALID, "prompt cache %s: made with another model ('%s'; config or weights differ); delete it or "
         "use another file", path, name);
   const uint32_t dt = get_u32(hdr + 48), L = get_u32(hdr + 52), H = get_u32(hdr + 56), D = get_u32(hdr + 60);
-  if (dt != KV_F32 || L != (uint32_t)m->cfg.num_hidden_layers || H != (uint32_t)m->cfg.num_key_value_heads ||
-      D != (uint32_t)m->cfg.head_dim)
-    BAD(SMELT_ERR_INVALID, "prompt cache %s: KV format %u layers x %u KV heads x %u (type %u) differs from the model's "
-        "%d x %d x %d (f32)", path, L, H, D, dt, m->cfg.num_hidden_layers, m->cfg.num_key_value_heads, m->cfg.head_dim);
+  if (dt != kv_code(m->kv_dtype) || L != (uint32_t)m->cfg.num_hidden_layers ||
+      H != (uint32_t)m->cfg.num_key_value_heads || D != (uint32_t)m->cfg.head_dim)
+    BAD(SMELT_ERR_INVALID, "prompt cache %s: KV format %u layers x %u KV heads x %u %s differs from the model's "
+        "%d x %d x %d %s", path, L, H, D, kv_code_name(dt), m->cfg.num_hidden_layers, m->cfg.num_key_value_heads,
+        m->cfg.head_dim, kv_code_name(kv_code(m->kv_dtype)));
   const uint32_t n = get_u32(hdr + 64);
   if (n < 1 || n > MAX_TOKENS) BAD(SMELT_ERR_FORMAT, "prompt cache %s: bad token count %u", path, n);
   pc->n = (int)n;
   pc->n_layers = (int)L;
-  pc->row = (size_t)H * D;
-  const uint64_t want = HDR_BYTES + 4ull * n + 2ull * L * n * pc->row * sizeof(float) + 32;
+  pc->row = (size_t)H * D * sm_dtype_size(m->kv_dtype);
+  const uint64_t want = HDR_BYTES + 4ull * n + 2ull * L * n * pc->row + 32;
   if (size != want)
     BAD(SMELT_ERR_FORMAT, "prompt cache %s: %llu bytes, %llu expected for %u tokens (truncated or damaged)", path,
         (unsigned long long)size, (unsigned long long)want, n);
@@ -234,7 +239,8 @@ int sm_prompt_cache_match(const sm_prompt_cache *pc, const int32_t *ids, int n) 
 
 smelt_status sm_prompt_cache_restore(const sm_prompt_cache *pc, sm_engine *e, sm_seq *s, int n) {
   smelt_model *m = sm_engine_model(e);
-  if (pc->n_layers != m->cfg.num_hidden_layers || pc->row != (size_t)m->cfg.num_key_value_heads * m->cfg.head_dim)
+  if (pc->n_layers != m->cfg.num_hidden_layers ||
+      pc->row != (size_t)m->cfg.num_key_value_heads * m->cfg.head_dim * sm_dtype_size(sm_engine_kv_dtype(e)))
     return sm_err(SMELT_ERR_INVALID, "prompt cache %s: opened for another model", pc->path);
   if (n < 0 || n > pc->n) return sm_err(SMELT_ERR_INVALID, "prompt cache %s: %d of %d tokens asked", pc->path, n, pc->n);
   if (sm_seq_len(s)) return sm_err(SMELT_ERR_INVALID, "prompt cache restore into a sequence that is not empty");
@@ -242,8 +248,8 @@ smelt_status sm_prompt_cache_restore(const sm_prompt_cache *pc, sm_engine *e, sm
   smelt_status st = sm_seq_append(e, s, pc->tok, n);
   if (!st) st = sm_seq_kv_reserve(e, s, n);
   const int chunk = 256;
-  const size_t bytes_row = sizeof(float) * pc->row;
-  float *k = sm_xmalloc(bytes_row * chunk), *v = sm_xmalloc(bytes_row * chunk);
+  const size_t bytes_row = pc->row;
+  char *k = sm_xmalloc(bytes_row * chunk), *v = sm_xmalloc(bytes_row * chunk);
   const uint64_t data0 = HDR_BYTES + 4ull * pc->n;
   for (int l = 0; !st && l < pc->n_layers; l++)
     for (int t0 = 0; !st && t0 < n; t0 += chunk) {

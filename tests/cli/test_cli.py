@@ -59,7 +59,8 @@ check(rc == 0 and any(e["name"] == "smelt-tiny" and e["source"] == "built-in" fo
 # llama.cpp spellings
 for args in (["-ngl", "99"], ["--n-gpu-layers", "99"], ["-ngl", "0"], ["--gpu-layers", "all"], ["-c", "256"],
              ["-s", "7"], ["--system-prompt", "Be brief."], ["-sys", "Be brief."], ["--chat-template", "chatml"],
-             ["--ignore-eos"], ["--seed", "-1"], ["-b", "64"]):
+             ["--ignore-eos"], ["--seed", "-1"], ["-b", "64"], ["-ctk", "bf16"], ["--kv-type", "f32"],
+             ["-ctk", "f32", "-ctv", "f32"]):
     rc, out, err = run("run", "-p", "hi", "-n", "3", *args)
     check(rc == 0 and stats(err), "%s accepted: rc %d %s" % (args, rc, err))
 rc, out, err = run("run", "-p", "hi", "-n", "3", "-ngl", "99", "--device", "cpu")
@@ -81,7 +82,8 @@ for args, want in ((["--temp", "nan"], "--temp"), (["--temp", "inf"], "--temp"),
                    (["-t", "0"], "-t/--threads"), (["-n", "-5"], "-n/--n-predict"), (["-c", "-1"], "-c/--ctx-size"),
                    (["--draft-max", "99"], "--draft-max"), (["--seed", "x"], "-s/--seed"), (["-ngl", "x"], "-ngl"),
                    (["--presence-penalty", "3"], "--presence-penalty"), (["-b", "0"], "-b/--batch-size"),
-                   (["--context-overflow", "shift"], "--context-overflow"), (["--device", "tpu"], "--device")):
+                   (["--context-overflow", "shift"], "--context-overflow"), (["--device", "tpu"], "--device"),
+                   (["-ctk", "q8_0"], "--kv-type"), (["-ctk", "f16", "-ctv", "f32"], "-ctv")):
     rc, out, err = run("run", "-p", "hi", "-n", "2", *args)
     check(rc == 2 and want in err and "[prompt" not in err, "%s rejected naming %s: rc %d %s" % (args, want, rc, err))
 rc, out, err = run("run", "-p", "hi", "-t", "100000")
@@ -186,6 +188,8 @@ for name, blob, want in (("flip", data[:len(data) // 2] + bytes([data[len(data) 
           "%s cache refused (%s), not overwritten: rc %d %s" % (name, want, rc, err))
 rc, out, err = run("run", "-m", "smelt-tiny-draft", "-sys", system, "-p", "Who?", "-n", "4", "--prompt-cache", pc)
 check(rc == 1 and "another model" in err, "a cache of another model: rc %d %s" % (rc, err))
+rc, out, err = run("run", "-sys", system, "-p", "Who?", "-n", "4", "--prompt-cache", pc, "--kv-type", "f32")
+check(rc == 1 and "KV format" in err and "f16" in err, "a cache of another KV type: rc %d %s" % (rc, err))
 rc, out, err = run("run", "-p", "hi", "--prompt-cache-ro")
 check(rc == 2 and "--prompt-cache" in err, "-ro without a file: " + err)
 

@@ -117,7 +117,7 @@ class Term:
 
 # 1. turns keep the KV cache; slash commands; multi-line input; history; /exit
 t = Term("run", "--temp", "0", "-n", "24")
-m = t.expect(r"smelt \S+ \| smelt-tiny \(built-in\): llama.*context 512 tokens \| decode ~\d+ tok/s")
+m = t.expect(r"smelt \S+ \| smelt-tiny \(built-in\): llama.*context 512 tokens \(f16 KV\) \| decode ~\d+ tok/s")
 check(m is not None, "banner with model, device, context and speed")
 t.expect(r">>> ")
 s1 = t.turn("Hello there")

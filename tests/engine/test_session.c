@@ -15,16 +15,23 @@ static bool collect(const char *p, size_t l, void *u) {
   return true;
 }
 
-static smelt_model *load(const char *root, const char *name, int ctx) {
+static smelt_model *load_kv(const char *root, const char *name, int ctx, smelt_kv_type kv) {
   char dir[1024];
   snprintf(dir, sizeof dir, "%s/models/%s", root, name);
   smelt_model_params mp;
   smelt_model_params_default(&mp);
   mp.device = SMELT_DEVICE_CPU;
   mp.max_context = ctx;
+  mp.kv_type = kv;
   smelt_model *m = NULL;
   if (smelt_model_load(dir, &mp, &m)) { fprintf(stderr, "%s: %s\n", name, smelt_last_error()); exit(1); }
   return m;
+}
+
+static smelt_model *load(const char *root, const char *name, int ctx) {
+  smelt_model_params mp;
+  smelt_model_params_default(&mp);
+  return load_kv(root, name, ctx, mp.kv_type);
 }
 
 static int32_t *tokenize(smelt_model *m, const char *s, int *n) {
@@ -58,6 +65,35 @@ static void flip_byte(const char *src, const char *dst, long off, int trunc) {
   }
   fclose(a);
   fclose(b);
+}
+
+/* save the KV of p[0..n1) and continue p[0..n2) from the loaded file: equal to a cold run */
+static void roundtrip(smelt_model *m, const int32_t *p, int n1, int n2, const char *path) {
+  sm_session *s;
+  sm_session_stats st;
+  sm_session_create(m, NULL, 0, 0, 0, &s);
+  CHECK(sm_session_prefill(s, p, n1, NULL, &st) == SMELT_OK, "prefill: %s", smelt_last_error());
+  CHECK(sm_prompt_cache_save(sm_session_engine(s), sm_session_seq(s), n1, path) == SMELT_OK, "save: %s",
+        smelt_last_error());
+  sm_session_free(s);
+  sm_prompt_cache *pc = NULL;
+  CHECK(sm_prompt_cache_open(path, m, &pc) == SMELT_OK, "open: %s", smelt_last_error());
+  if (!pc) return;
+  sm_session_create(m, NULL, 0, 0, 0, &s);
+  CHECK(sm_prompt_cache_restore(pc, sm_session_engine(s), sm_session_seq(s), n1) == SMELT_OK, "restore: %s",
+        smelt_last_error());
+  sm_prompt_cache_close(pc);
+  text warm = { .len = 0 }, ref = { .len = 0 };
+  sm_session_opts o = { .max_tokens = 32, .on_piece = collect, .user = &warm };
+  CHECK(sm_session_generate(s, p, n2, &o, &st) == SMELT_OK && st.n_reused == n1 && st.n_prefilled == n2 - n1,
+        "loaded cache: %d reused, %d prefilled", st.n_reused, st.n_prefilled);
+  sm_session_free(s);
+  cold(m, NULL, p, n2, 32, &ref, &st);
+  smelt_model_info info;
+  smelt_model_get_info(m, &info);
+  CHECK(warm.len > 0 && !strcmp(warm.buf, ref.buf), "%s KV: cache run differs from a cold run\n  cache: %s\n  cold:  %s",
+        smelt_kv_type_name(info.kv_type), warm.buf, ref.buf);
+  unlink(path);
 }
 
 int main(int argc, char **argv) {
@@ -220,8 +256,29 @@ int main(int argc, char **argv) {
     CHECK(sm_prompt_cache_open(path, dm, &p) != SMELT_OK && strstr(smelt_last_error(), "another model"),
           "other model: %s", smelt_last_error());
     CHECK(sm_prompt_cache_open(root, m, &p) != SMELT_OK, "a directory is refused");
+    /* the same model with another KV element type: another KV format */
+    smelt_model_info info;
+    smelt_model_get_info(m, &info);
+    smelt_model *mo = load_kv(root, "smelt-tiny", 512, info.kv_type == SMELT_KV_F32 ? SMELT_KV_F16 : SMELT_KV_F32);
+    CHECK(sm_prompt_cache_open(path, mo, &p) != SMELT_OK && strstr(smelt_last_error(), "KV format"),
+          "another KV type: %s", smelt_last_error());
+    smelt_model_free(mo);
     unlink(bad);
     unlink(path);
+  }
+  /* every KV element type round-trips */
+  {
+    int n2 = n1 + nx - 1;
+    int32_t *p2 = malloc(sizeof(int32_t) * n2);
+    memcpy(p2, p1, sizeof(int32_t) * n1);
+    memcpy(p2 + n1, x + 1, sizeof(int32_t) * (nx - 1));
+    const smelt_kv_type types[] = { SMELT_KV_F16, SMELT_KV_BF16, SMELT_KV_F32 };
+    for (int i = 0; i < 3; i++) {
+      smelt_model *mk = load_kv(root, "smelt-tiny", 512, types[i]);
+      roundtrip(mk, p2, n1, n2, path);
+      smelt_model_free(mk);
+    }
+    free(p2);
   }
   free(p1);
   free(x);
