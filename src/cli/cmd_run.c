@@ -59,7 +59,8 @@ int sm_cmd_run(int argc, char **argv) {
   if (!sm_run_prompt("run", &o, true, &prompt)) return 1;
   const bool repl = !prompt && isatty(0);
   if (!repl && (!prompt || !*prompt)) {
-    fprintf(stderr, "smelt run: no prompt: stdin is empty (give PROMPT, -p TEXT or -f FILE, or run it on a terminal)\n");
+    if (prompt) fprintf(stderr, "smelt run: the prompt is empty\n");
+    else fprintf(stderr, "smelt run: no prompt: stdin is empty (give PROMPT, -p TEXT or -f FILE, or run it on a terminal)\n");
     free(prompt);
     return 2;
   }
