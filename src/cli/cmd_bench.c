@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "cli/cli.h"
+#include "cli/run.h"
 #include "engine/engine.h"
 #include "store/store.h"
 
@@ -283,7 +284,13 @@ int sm_cmd_perplexity(int argc, char **argv) {
   smelt_status st = smelt_model_load(dir, &mp, &m);
   if (!st && !smelt_model_tokenizer(m)) st = sm_err(SMELT_ERR_INVALID, "model has no tokenizer");
   if (!st) st = smelt_tokenize(smelt_model_tokenizer(m), text, strlen(text), true, &ids, &n);
-  if (!st) st = sm_perplexity(m, ids, (int)n, ctx, &ppl, &scored);
+  if (!st && ctx > m->cfg.max_position_embeddings && m->cfg.max_position_embeddings > 0)
+    st = sm_err(SMELT_ERR_INVALID, "-c %d is larger than the model's context (%d tokens)", ctx,
+                m->cfg.max_position_embeddings);
+  sm_progress prog; /* a bar on a terminal */
+  sm_progress_start(&prog, "perplexity", true);
+  if (!st) st = sm_perplexity_progress(m, ids, (int)n, ctx, &ppl, &scored, sm_progress_cb, &prog);
+  sm_progress_end(&prog);
   if (st) fprintf(stderr, "smelt perplexity: %s\n", smelt_last_error());
   else printf("perplexity %.4f over %d tokens (window %d)\n", ppl, scored, ctx);
   free(ids); free(text); free(dir);

@@ -2,8 +2,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "server/server.h"
+#include "model/family.h"
 #include "store/store.h"
 
 static void usage(FILE *f) {
@@ -13,6 +15,7 @@ static void usage(FILE *f) {
           "      --host HOST          address to listen on (default 127.0.0.1)\n"
           "      --port N             port (default 8080; 0 = any free port)\n"
           "  -c, --ctx-size N         context tokens per sequence (default: model's, capped at 8192)\n"
+          "      --force-context      allow -c beyond the model's trained context (warns)\n"
           "  -np, --parallel N        concurrent sequences (default 4)\n"
           "      --max-queue N        requests waiting for a slot before 429 (default 64)\n"
           "      --max-body BYTES     request body limit (default 1048576; larger -> 413)\n"
@@ -71,7 +74,7 @@ int sm_cmd_serve(int argc, char **argv) {
   sm_server_params p;
   sm_server_params_default(&p);
   const char *model = NULL, *ctk = NULL, *ctv = NULL;
-  bool offline = false, estimate = false, force = false;
+  bool offline = false, estimate = false, force = false, force_ctx = false;
   long v;
   /* environment first, flags override */
   const char *e;
@@ -83,7 +86,7 @@ int sm_cmd_serve(int argc, char **argv) {
       {"LLAMA_ARG_PORT", 0, 65535, &p.port},
       {"LLAMA_ARG_CTX_SIZE", 0, 1 << 24, &p.ctx_size},
       {"LLAMA_ARG_N_PARALLEL", 1, 1024, &p.parallel},
-      {"LLAMA_ARG_THREADS", -1, 4096, &p.threads},
+      {"LLAMA_ARG_THREADS", -1, 256, &p.threads},
   };
   for (size_t i = 0; i < sizeof envi / sizeof envi[0]; i++) {
     if (!(e = getenv(envi[i].name)) || !*e) continue;
@@ -114,7 +117,8 @@ int sm_cmd_serve(int argc, char **argv) {
   do {                                                                            \
     NEEDVAL();                                                                    \
     if (!parse_int(val, lo, hi, &v)) {                                            \
-      fprintf(stderr, "smelt serve: invalid value for %s: '%s'\n", name, val);    \
+      fprintf(stderr, "smelt serve: %s: '%s' is not a whole number in %ld to %ld\n", \
+              name, val, (long)(lo), (long)(hi));                                 \
       return 2;                                                                   \
     }                                                                             \
     dst = (int)v;                                                                 \
@@ -123,7 +127,8 @@ int sm_cmd_serve(int argc, char **argv) {
   do {                                                                            \
     NEEDVAL();                                                                    \
     if (!parse_secs(val, lo, hi, &dst)) {                                         \
-      fprintf(stderr, "smelt serve: invalid value for %s: '%s'\n", name, val);    \
+      fprintf(stderr, "smelt serve: %s: '%s' is not a number of seconds in %g to %g\n", \
+              name, val, (double)(lo), (double)(hi));                             \
       return 2;                                                                   \
     }                                                                             \
   } while (0)
@@ -137,13 +142,16 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("--max-body")) {
       long mb;
       NEEDVAL();
-      if (!parse_int(val, 1, 1L << 40, &mb)) { fprintf(stderr, "smelt serve: invalid --max-body '%s'\n", val); return 2; }
+      if (!parse_int(val, 1, 1L << 40, &mb)) {
+        fprintf(stderr, "smelt serve: --max-body: '%s' is not a byte count in 1 to %ld\n", val, 1L << 40);
+        return 2;
+      }
       p.max_body = (size_t)mb;
     }
     else if (IS("--api-key")) { NEEDVAL(); p.api_key = val; }
     else if (IS("--allowed-origins") || IS("--cors")) { NEEDVAL(); p.allowed_origins = val; }
     else if (IS("-a") || IS("--alias") || IS("--served-model-name")) { NEEDVAL(); p.alias = val; }
-    else if (IS("-t") || IS("--threads")) INTVAL(-1, 4096, p.threads);
+    else if (IS("-t") || IS("--threads")) INTVAL(-1, 256, p.threads); /* the CPU backend's thread limit */
     else if (IS("--kv-blocks")) INTVAL(1, 1 << 24, p.kv_blocks);
     else if (IS("--block-size")) INTVAL(1, 4096, p.block_size);
     else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) INTVAL(1, 1 << 20, p.max_batch_tokens);
@@ -160,7 +168,10 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("--max-buffered-body")) {
       long mb;
       NEEDVAL();
-      if (!parse_int(val, 1, 1L << 40, &mb)) { fprintf(stderr, "smelt serve: invalid --max-buffered-body '%s'\n", val); return 2; }
+      if (!parse_int(val, 1, 1L << 40, &mb)) {
+        fprintf(stderr, "smelt serve: --max-buffered-body: '%s' is not a byte count in 1 to %ld\n", val, 1L << 40);
+        return 2;
+      }
       p.max_buffered_body = (size_t)mb;
     }
     else if (IS("--shutdown-timeout")) SECVAL(0, 86400, p.shutdown_timeout);
@@ -168,6 +179,7 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("--offline")) offline = true;
     else if (IS("--estimate-memory")) estimate = true;
     else if (IS("--force")) force = true;
+    else if (IS("--force-context")) force_ctx = true;
     else if (IS("-v") || IS("--verbose")) p.verbose = true;
     else if (IS("--device")) {
       NEEDVAL();
@@ -178,8 +190,20 @@ int sm_cmd_serve(int argc, char **argv) {
     }
     else if (a[0] != '-' && !model) model = a;
     else {
-      fprintf(stderr, "smelt serve: unknown option '%s'\n", a);
-      usage(stderr);
+      /* "did you mean": the spellings above, as a table for sm_args_suggest */
+      static const sm_arg names[] = {
+        { .names = "--help|--model|--host|--port|--ctx-size|--parallel|--max-queue|--max-body|--api-key" },
+        { .names = "--allowed-origins|--cors|--alias|--served-model-name|--threads|--kv-blocks|--block-size" },
+        { .names = "--batch-size|--ubatch-size|--no-prefix-cache|--no-mmap|--max-conns|--max-conns-per-ip" },
+        { .names = "--http-threads|--header-timeout|--body-timeout|--timeout|--max-buffered-body" },
+        { .names = "--shutdown-timeout|--log-file|--offline|--estimate-memory|--force|--verbose|--device" },
+        { .names = "--force-context" },
+        { .names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v" },
+      };
+      char sug[160];
+      sm_args_suggest(names, (int)(sizeof names / sizeof names[0]), name, sug, sizeof sug);
+      if (sug[0]) fprintf(stderr, "smelt serve: unknown option '%s'; did you mean %s?\n", name, sug);
+      else fprintf(stderr, "smelt serve: unknown option '%s' (smelt serve --help lists the options)\n", name);
       return 2;
     }
 #undef IS
@@ -201,6 +225,21 @@ int sm_cmd_serve(int argc, char **argv) {
   if (sm_store_resolve(model, !offline, &dir) != SMELT_OK || !dir) {
     fprintf(stderr, "smelt serve: cannot find model '%s': %s\n", model ? model : "(default)", smelt_last_error());
     return 1;
+  }
+  sm_config cfg;
+  if (p.ctx_size > 0 && sm_family_config_load(dir, &cfg) == SMELT_OK) {
+    const int trained = cfg.max_position_embeddings;
+    sm_config_free(&cfg);
+    if (trained > 0 && p.ctx_size > trained) {
+      if (!force_ctx) {
+        fprintf(stderr, "smelt serve: -c/--ctx-size %d is larger than the model's context (%d tokens, "
+                        "max_position_embeddings); --force-context uses it anyway\n", p.ctx_size, trained);
+        free(dir);
+        return 2;
+      }
+      fprintf(stderr, "smelt serve: warning: context %d is beyond the %d tokens the model was trained for\n",
+              p.ctx_size, trained);
+    }
   }
   if (estimate) {
     int ctx_total = p.ctx_size > 0 ? p.ctx_size * (p.parallel > 0 ? p.parallel : 1) : 0;

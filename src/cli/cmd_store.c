@@ -146,14 +146,24 @@ int sm_cmd_list(int argc, char **argv) {
     else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = true;
     else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) verbose = true;
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      printf("usage: smelt list [--json | -q | -v]\nModels in the store (%s) and the Hugging Face cache.\n",
-             "$SMELT_CACHE_DIR/models");
+      printf("usage: smelt list [--json | -q | -v]\nThe built-in models, and the models in the store (%s) and the "
+             "Hugging Face cache.\n", "$SMELT_CACHE_DIR/models");
       return 0;
     } else { fprintf(stderr, "smelt list: unknown option '%s'\n", a); return 2; }
   }
-  sm_store_entry *e;
-  size_t n;
-  if (sm_store_list(&e, &n)) { fprintf(stderr, "smelt list: %s\n", sm_errmsg()); return 1; }
+  sm_store_entry *e, *b;
+  size_t n, nb;
+  if (sm_store_list(&e, &n) || sm_store_list_builtin(&b, &nb)) {
+    fprintf(stderr, "smelt list: %s\n", sm_errmsg());
+    return 1;
+  }
+  /* built-in models first */
+  e = sm_xrealloc(e, sizeof *e * (n + nb + 1));
+  memmove(e + nb, e, sizeof *e * n);
+  memcpy(e, b, sizeof *e * nb);
+  free(b);
+  const size_t n_store = n;
+  n += nb;
   if (json) {
     cJSON *arr = cJSON_CreateArray();
     for (size_t i = 0; i < n; i++) {
@@ -181,7 +191,7 @@ int sm_cmd_list(int argc, char **argv) {
              e[i].arch[0] ? e[i].arch : "?", q, e[i].source, e[i].supported ? "" : " (unsupported arch)");
       if (verbose) printf("    %s\n", e[i].path);
     }
-    if (n == 0) {
+    if (n_store == 0) {
       char *root = sm_store_root(), *hf = sm_store_hf_cache();
       fprintf(stderr, "no models in %s or %s; try `smelt pull Qwen3-0.6B-4bit`\n", root, hf);
       free(root); free(hf);

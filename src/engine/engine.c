@@ -537,3 +537,63 @@ void sm_engine_get_stats(const sm_engine *e, sm_engine_stats *st) {
   st->blocks_cached = e->n_cached;
   st->prefix_hits_tokens = e->prefix_hits;
 }
+
+/* ---- KV export / import (prompt cache files, session restore) ---- */
+
+/* Host copies of the K/V slots of tokens [t0, t0+n) of s in one layer, block run by block run
+ * (elements of the cache's type, copied as they are). */
+static smelt_status kv_copy(sm_engine *e, sm_seq *s, int layer, int t0, int n, void *k, void *v, bool to_host) {
+  if (layer < 0 || layer >= e->kv.n_layers) return sm_err(SMELT_ERR_INVALID, "KV layer %d out of range", layer);
+  if (t0 < 0 || n < 0 || t0 + n > s->n_blk * e->p.block_size)
+    return sm_err(SMELT_ERR_INVALID, "KV tokens [%d, %d) outside the sequence's blocks", t0, t0 + n);
+  sm_backend *be = e->m->be;
+  const int bs = e->p.block_size;
+  const size_t row = (size_t)e->kv.n_kv_heads * e->kv.head_dim * sm_dtype_size(e->kv.dtype); /* bytes */
+  char *K = e->kv.k[layer], *V = e->kv.v[layer];
+  for (int t = t0; t < t0 + n;) {
+    const int in_blk = t % bs, run = SM_MIN(bs - in_blk, t0 + n - t);
+    const size_t slot = (size_t)s->blk[t / bs] * bs + in_blk, bytes = row * run;
+    char *hk = (char *)k + (size_t)(t - t0) * row, *hv = (char *)v + (size_t)(t - t0) * row;
+    if (to_host) {
+      be->download(be, hk, K + slot * row, bytes);
+      be->download(be, hv, V + slot * row, bytes);
+    } else {
+      be->upload(be, K + slot * row, hk, bytes);
+      be->upload(be, V + slot * row, hv, bytes);
+    }
+    t += run;
+  }
+  if (!to_host && be->sync) be->sync(be); /* the caller may reuse k, v at once */
+  return SMELT_OK;
+}
+
+smelt_status sm_seq_kv_read(sm_engine *e, const sm_seq *s, int layer, int t0, int n, void *k, void *v) {
+  if (t0 + n > s->n_done) return sm_err(SMELT_ERR_INVALID, "KV of tokens [%d, %d) not computed (%d are)", t0, t0 + n, s->n_done);
+  return kv_copy(e, (sm_seq *)s, layer, t0, n, k, v, true);
+}
+
+smelt_status sm_seq_kv_reserve(sm_engine *e, sm_seq *s, int n) {
+  if (s->n_done || s->n_blk) return sm_err(SMELT_ERR_INVALID, "KV import into a sequence that already has KV");
+  if (n < 0 || n > s->n_tok) return sm_err(SMELT_ERR_INVALID, "KV import of %d tokens into a sequence of %d", n, s->n_tok);
+  const int nb = (n + e->p.block_size - 1) / e->p.block_size;
+  if (nb > e->n_free + e->n_cached)
+    return sm_err(SMELT_ERR_OOM, "KV cache full: need %d blocks, %d free", nb, e->n_free + e->n_cached);
+  while (s->n_blk < nb) s->blk[s->n_blk++] = block_alloc(e);
+  return SMELT_OK;
+}
+
+smelt_status sm_seq_kv_write(sm_engine *e, sm_seq *s, int layer, int t0, int n, const void *k, const void *v) {
+  return kv_copy(e, s, layer, t0, n, (void *)k, (void *)v, false);
+}
+
+smelt_status sm_seq_kv_commit(sm_engine *e, sm_seq *s, int n) {
+  if (n < 0 || n > s->n_tok || n > s->n_blk * e->p.block_size)
+    return sm_err(SMELT_ERR_INVALID, "KV commit of %d tokens (sequence %d, reserved %d)", n, s->n_tok,
+                  s->n_blk * e->p.block_size);
+  s->n_done = n;
+  register_full(e, s);
+  return SMELT_OK;
+}
+
+int sm_engine_max_context(const sm_engine *e) { return e->p.max_context; }
+sm_dtype sm_engine_kv_dtype(const sm_engine *e) { return e->kv.dtype; }

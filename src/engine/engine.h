@@ -82,6 +82,9 @@ smelt_status sm_generate_ids(smelt_model *m, const sm_engine_params *ep, const i
 /* Perplexity of ids, scored in non-overlapping windows of ctx tokens (each window's
  * first token is context only). */
 smelt_status sm_perplexity(smelt_model *m, const int32_t *ids, int n, int ctx, double *ppl, int *n_scored);
+/* The same, calling progress (may be NULL) after each window with the tokens done of n. */
+smelt_status sm_perplexity_progress(smelt_model *m, const int32_t *ids, int n, int ctx, double *ppl, int *n_scored,
+                                    void (*progress)(void *ud, long done, long total), void *ud);
 
 /* One sequence: compute all its pending tokens (at most max_batch_tokens) in one step and
  * return the logits after each of them: logits[j*vocab..] for j < *n_rows = pending. */
@@ -97,6 +100,30 @@ smelt_status sm_seq_truncate(sm_engine *e, sm_seq *s, int len);
 smelt_status sm_generate_speculative(smelt_model *m, smelt_model *draft, const sm_engine_params *ep, int n_draft,
                                      const int32_t *ids, int n_ids, int max_tokens, const smelt_sampling *sp,
                                      smelt_piece_cb cb, void *user, smelt_stats *stats, int *accepted);
+
+/* KV export / import, for prompt cache files (prompt_cache.h) and restoring a session.
+ * sm_seq_kv_read: K and V of the computed tokens [t0, t0+n) of one layer into host memory, each
+ * [n][n_kv_heads * head_dim] elements of the cache's type (sm_engine_kv_dtype), as stored. Import
+ * into a sequence that has its tokens appended but no KV yet: sm_seq_kv_reserve(n) allocates
+ * blocks for the first n tokens, sm_seq_kv_write fills them (any order of layers and token
+ * ranges), sm_seq_kv_commit(n) marks them computed (and, with the prefix cache on, registers its
+ * full blocks there, so that a later sequence with the same prefix reuses them even after this
+ * one is freed). */
+smelt_status sm_seq_kv_read(sm_engine *e, const sm_seq *s, int layer, int t0, int n, void *k, void *v);
+smelt_status sm_seq_kv_reserve(sm_engine *e, sm_seq *s, int n);
+smelt_status sm_seq_kv_write(sm_engine *e, sm_seq *s, int layer, int t0, int n, const void *k, const void *v);
+smelt_status sm_seq_kv_commit(sm_engine *e, sm_seq *s, int n);
+sm_dtype sm_engine_kv_dtype(const sm_engine *e); /* SM_DT_F16, SM_DT_BF16 or SM_DT_F32 */
+/* Tokens per sequence the engine was created for. */
+int sm_engine_max_context(const sm_engine *e);
+
+/* The decode loop of speculative decoding (speculative.c), on sequences the caller owns: s is
+ * computed and lg row 0 holds the logits after its last token (lg: (n_draft+1) * vocab floats);
+ * d holds the same tokens for the draft engine de (computed or pending). Produces up to max_new
+ * tokens, calling emit for each until it returns false; on return both sequences hold every
+ * produced token but the last (the state sm_engine_decode leaves). */
+smelt_status sm_spec_decode(sm_engine *e, sm_seq *s, sm_engine *de, sm_seq *d, int n_draft, int max_new,
+                            sm_sampler *smp, float *lg, bool (*emit)(void *ud, int32_t tok), void *ud, int *accepted);
 
 /* Stats */
 typedef struct {

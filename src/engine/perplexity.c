@@ -5,6 +5,11 @@
 #include "engine/sampler.h"
 
 smelt_status sm_perplexity(smelt_model *m, const int32_t *ids, int n, int ctx, double *ppl, int *n_scored) {
+  return sm_perplexity_progress(m, ids, n, ctx, ppl, n_scored, NULL, NULL);
+}
+
+smelt_status sm_perplexity_progress(smelt_model *m, const int32_t *ids, int n, int ctx, double *ppl, int *n_scored,
+                                    void (*progress)(void *ud, long done, long total), void *ud) {
   if (ctx < 2) return sm_err(SMELT_ERR_INVALID, "window must be >= 2 tokens");
   int V = m->cfg.vocab_size;
   double nll = 0;
@@ -22,6 +27,7 @@ smelt_status sm_perplexity(smelt_model *m, const int32_t *ids, int n, int ctx, d
       cnt++;
     }
     free(lg);
+    if (progress) progress(ud, s + len, n);
   }
   free(lsm);
   if (!cnt) return sm_err(SMELT_ERR_INVALID, "text too short for perplexity");

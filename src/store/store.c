@@ -93,6 +93,7 @@ smelt_status sm_store_parse_ref(const char *ref, char **owner, char **name) {
   return SMELT_OK;
 }
 
+
 static bool has_config(const char *dir) {
   char *c = sm_path_join(dir, "config.json");
   bool ok = sm_file_exists(c);
@@ -144,9 +145,9 @@ char *sm_store_hf_snapshot(const char *owner, const char *name) {
 }
 
 /* ---- default model ---- */
-char *sm_store_default_model(void) {
-  const char *e = g_set.default_model;
-  if (e) return sm_dir_exists(e) ? sm_xstrdup(e) : NULL;
+/* the folder of the built-in models: next to the binary (share/smelt/models of its prefix), the
+ * configured install prefix, then the source tree */
+char *sm_store_builtin_dir(void) {
   char exe[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n > 0) {
@@ -154,26 +155,48 @@ char *sm_store_default_model(void) {
     char *sl = strrchr(exe, '/');
     if (sl) {
       *sl = 0;
-      char *d = sm_path_join(exe, "../share/smelt/models/smelt-tiny");
-      if (has_config(d)) return d;
+      char *d = sm_path_join(exe, "../share/smelt/models"), *t = sm_path_join(d, "smelt-tiny");
+      bool ok = has_config(t);
+      free(t);
+      char real[PATH_MAX];
+      if (ok && realpath(d, real)) { free(d); return sm_xstrdup(real); }
       free(d);
     }
   }
+  static const char *const dirs[] = {
 #ifdef SMELT_INSTALL_MODELS_DIR
-  {
-    char *d = sm_path_join(SMELT_INSTALL_MODELS_DIR, "smelt-tiny");
-    if (has_config(d)) return d;
-    free(d);
-  }
+    SMELT_INSTALL_MODELS_DIR,
 #endif
 #ifdef SMELT_SOURCE_MODELS_DIR
-  {
-    char *d = sm_path_join(SMELT_SOURCE_MODELS_DIR, "smelt-tiny");
-    if (has_config(d)) return d;
-    free(d);
-  }
+    SMELT_SOURCE_MODELS_DIR,
 #endif
+    NULL };
+  for (int i = 0; dirs[i]; i++) {
+    char *t = sm_path_join(dirs[i], "smelt-tiny");
+    bool ok = has_config(t);
+    free(t);
+    if (ok) return sm_xstrdup(dirs[i]);
+  }
   return NULL;
+}
+
+char *sm_store_builtin(const char *name) {
+  if (!name) return NULL;
+  if (!strncmp(name, "models/", 7)) name += 7;
+  if (!valid_part(name, strlen(name))) return NULL;
+  char *root = sm_store_builtin_dir();
+  if (!root) return NULL;
+  char *d = sm_path_join(root, name);
+  free(root);
+  if (sm_dir_exists(d) && has_config(d)) return d;
+  free(d);
+  return NULL;
+}
+
+char *sm_store_default_model(void) {
+  const char *e = g_set.default_model;
+  if (e) return sm_dir_exists(e) ? sm_xstrdup(e) : NULL;
+  return sm_store_builtin("smelt-tiny");
 }
 
 /* ---- resolution ---- */
@@ -198,6 +221,9 @@ smelt_status sm_store_resolve(const char *ref, bool allow_download, char **dir) 
     if (sm_dir_exists(p)) { *dir = p; return SMELT_OK; }
     free(p);
   }
+  /* a built-in model's name never goes to the hub */
+  char *bi = looks_like_path(ref) ? NULL : sm_store_builtin(ref);
+  if (bi) { *dir = bi; return SMELT_OK; }
   if (looks_like_path(ref) || sm_file_exists(ref))
     return sm_err(SMELT_ERR_NOT_FOUND, "model directory '%s' does not exist", ref);
   char *owner, *name;
@@ -362,6 +388,27 @@ smelt_status sm_store_list(sm_store_entry **out, size_t *n) {
     closedir(dh);
   }
   free(hf);
+  if (ev.n > 1) qsort(ev.v, ev.n, sizeof *ev.v, entry_cmp);
+  *out = ev.v;
+  *n = ev.n;
+  return SMELT_OK;
+}
+
+smelt_status sm_store_list_builtin(sm_store_entry **out, size_t *n) {
+  entry_vec ev = {0};
+  char *root = sm_store_builtin_dir();
+  DIR *d = root ? opendir(root) : NULL;
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      if (e->d_name[0] == '.') continue;
+      char *md = sm_path_join(root, e->d_name);
+      if (sm_dir_exists(md) && has_config(md)) add_entry(&ev, e->d_name, md, "built-in");
+      else free(md);
+    }
+    closedir(d);
+  }
+  free(root);
   if (ev.n > 1) qsort(ev.v, ev.n, sizeof *ev.v, entry_cmp);
   *out = ev.v;
   *n = ev.n;

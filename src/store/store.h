@@ -27,13 +27,20 @@ void sm_store_configure(const sm_store_settings *s);
 /* <cache_dir>/models, default ~/.cache/smelt/models (malloc'd) */
 char *sm_store_root(void);
 /* Resolve a model reference to a local directory (malloc'd in *dir):
- *   an existing path -> itself; "owner/name" or bare "name" (-> <default_org>/name)
- *   -> the store, then the HF cache (sm_store_hf_cache(), models--owner--name/snapshots/<rev>);
- *   if missing and allow_download, pull it.
+ *   an existing path -> itself; a built-in model's name -> its directory; "owner/name" or bare "name" (-> <default_org>/name)
+ *   -> the store, then the HF cache (sm_store_hf_cache(),
+ *   models--owner--name/snapshots/<rev>); if missing and allow_download, pull it.
  * NULL/empty ref -> the embedded default model (sm_store_default_model()). */
 smelt_status sm_store_resolve(const char *ref, bool allow_download, char **dir);
-/* Path of the default model (the default_model setting, else the installed/source
- * models/smelt-tiny). malloc'd; NULL if not found. */
+/* The folder of the models that come with smelt (the installed share/smelt/models next to the
+ * binary or in the configured prefix, else the source tree's models/); NULL if none. malloc'd. */
+char *sm_store_builtin_dir(void);
+/* Directory of a built-in model by name ("smelt-tiny", "smelt-tiny-draft"; "models/NAME" too);
+ * NULL when there is none of that name. malloc'd. sm_store_resolve tries these names before the
+ * store, the HF cache and the hub. */
+char *sm_store_builtin(const char *name);
+/* Path of the default model shipped with smelt (the default_model setting, else the
+ * installed/source models/smelt-tiny). malloc'd; NULL if not found. */
 char *sm_store_default_model(void);
 /* Download owner/name from the hub (hf_endpoint, hf_token settings) into the store atomically.
  * progress: draw a progress bar on stderr when it is a TTY. *dir (may be NULL) gets the
@@ -63,6 +70,8 @@ typedef struct {
 /* Models in the store and the HF cache, sorted by name (store first on ties). */
 smelt_status sm_store_list(sm_store_entry **out, size_t *n);
 void sm_store_list_free(sm_store_entry *e, size_t n);
+/* The built-in models (source "built-in"), sorted by name. */
+smelt_status sm_store_list_builtin(sm_store_entry **out, size_t *n);
 /* Size of all files under a directory (following symlinks of files). */
 uint64_t sm_store_dir_size(const char *dir);
 

@@ -140,7 +140,7 @@ async function main() {
     const r = await client.chat.completions.create({ model: 'x', messages: msgs, max_tokens: 1, temperature: 0 });
     assert.equal(r.usage.prompt_tokens, specials + bytes);
     // and `smelt run` encodes the same conversation to the same number of tokens
-    const cli = spawnSync(BIN, ['run', '-m', MODEL, '-s', msgs[0].content, '-p', msgs[1].content, '-n', '1', '--temp', '0', '--device', 'cpu'],
+    const cli = spawnSync(BIN, ['run', '-m', MODEL, '-sys', msgs[0].content, '-p', msgs[1].content, '-n', '1', '--temp', '0', '--device', 'cpu'],
       { encoding: 'utf8', timeout: 30000 });
     const m = /\[prompt (\d+) tokens/.exec(cli.stderr);
     assert.ok(m, 'smelt run stats: ' + cli.stderr);

@@ -410,7 +410,11 @@ def main():
     os.symlink(os.path.join(tmp, "outside-owner"), os.path.join(store, "linkedowner"))
     rc, out, err = run("list", "--json")
     check(rc == 0, "list --json rc")
-    items = {m["name"]: m for m in json.loads(out)}
+    listed = json.loads(out)
+    builtin = {m["name"]: m for m in listed if m["source"] == "built-in"}
+    check("smelt-tiny" in builtin and "smelt-tiny-draft" in builtin and builtin["smelt-tiny"]["arch"] == "llama",
+          "the built-in models are listed as built-in: %s" % sorted(builtin))
+    items = {m["name"]: m for m in listed if m["source"] != "built-in"}
     check(set(items) == {"acme/tiny", "acme/cut", "acme/cut2", "acme/private", "mlx-community/bare",
                          "hfowner/cached"}, "list names: %s" % sorted(items))
     t = items.get("acme/tiny", {})

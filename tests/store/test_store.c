@@ -405,6 +405,37 @@ static void test_arch(void) {
   CHECK(runnable >= 4);
 }
 
+/* the built-in models resolve by name without the store, the HF cache or the hub (an unreachable
+ * HF_ENDPOINT: a download attempt would fail), and are listed as built-in */
+static void test_builtin(void) {
+  setenv("HF_ENDPOINT", "http://127.0.0.1:9", 1);
+  const char *names[] = { "smelt-tiny", "smelt-tiny-draft", "models/smelt-tiny" };
+  for (int i = 0; i < 3; i++) {
+    char *d = NULL;
+    CHECK(sm_store_resolve(names[i], true, &d) == SMELT_OK);
+    const char *base = names[i] + (strncmp(names[i], "models/", 7) ? 0 : 7);
+    size_t dl = d ? strlen(d) : 0, bl = strlen(base);
+    CHECK(d && dl > bl && !strcmp(d + dl - bl, base) && d[dl - bl - 1] == '/');
+    free(d);
+  }
+  char *d = NULL;
+  CHECK(sm_store_resolve("smelt-tiny-nonexistent", false, &d) == SMELT_ERR_NOT_FOUND);
+  CHECK(sm_store_builtin("../smelt-tiny") == NULL && sm_store_builtin("") == NULL);
+  sm_store_entry *e;
+  size_t n;
+  CHECK(sm_store_list_builtin(&e, &n) == SMELT_OK);
+  int found = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(e[i].name, "smelt-tiny") || !strcmp(e[i].name, "smelt-tiny-draft")) {
+      found++;
+      CHECK_STR(e[i].source, "built-in");
+      CHECK_STR(e[i].arch, "llama");
+    }
+  CHECK(found == 2);
+  sm_store_list_free(e, n);
+  unsetenv("HF_ENDPOINT");
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "/tmp/smelt-store-test-XXXXXX");
   if (!mkdtemp(g_tmp)) { perror("mkdtemp"); return 1; }
@@ -412,6 +443,7 @@ int main(void) {
   test_parse_ref();
   test_arch();
   test_resolve();
+  test_builtin();
   test_estimate();
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
