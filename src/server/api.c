@@ -39,10 +39,14 @@ void sm_api_request_free(sm_api_request *r) {
   cJSON_Delete(r->messages);
   cJSON_Delete(r->tools);
   cJSON_Delete(r->chat_template_kwargs);
+  cJSON_Delete(r->json_schema);
+  free(r->grammar);
+  free(r->tool_name);
   free(r->prompt);
   free(r->prompt_ids);
   for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
   free(r->user);
+  free(r->reasoning_effort);
   memset(r, 0, sizeof *r);
 }
 
@@ -205,12 +209,29 @@ static bool parse_stop(const cJSON *root, sm_api_request *r, sm_api_error *err) 
 static bool parse_tools(const cJSON *root, sm_api_request *r, sm_api_error *err) {
   const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
   const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+  r->parallel_tool_calls = true;
+  if (!get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, err)) return false;
   if (choice && !cJSON_IsNull(choice) && !cJSON_IsString(choice) && !cJSON_IsObject(choice))
     FAIL("tool_choice", "'tool_choice' must be a string or an object");
-  if (cJSON_IsString(choice) && strcmp(choice->valuestring, "none") && strcmp(choice->valuestring, "auto") &&
-      strcmp(choice->valuestring, "required"))
-    FAIL("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or an object");
-  if (!tools || cJSON_IsNull(tools)) return true;
+  if (cJSON_IsString(choice)) {
+    const char *c = choice->valuestring;
+    if (!strcmp(c, "none")) r->tool_choice = SM_TOOLS_NONE;
+    else if (!strcmp(c, "auto")) r->tool_choice = SM_TOOLS_AUTO;
+    else if (!strcmp(c, "required") || !strcmp(c, "any")) r->tool_choice = SM_TOOLS_REQUIRED;
+    else FAIL("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or an object");
+  } else if (cJSON_IsObject(choice)) {
+    /* {type:"function", function:{name}} (chat) or {type:"function", name} (responses) */
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(fn) ? fn : choice, "name");
+    if (!cJSON_IsString(nm)) FAIL("tool_choice", "'tool_choice' object needs function.name");
+    r->tool_choice = SM_TOOLS_NAMED;
+    r->tool_name = sm_xstrdup(nm->valuestring);
+  }
+  if (!tools || cJSON_IsNull(tools)) {
+    if (r->tool_choice == SM_TOOLS_REQUIRED || r->tool_choice == SM_TOOLS_NAMED)
+      FAIL("tool_choice", "'tool_choice' requires 'tools'");
+    return true;
+  }
   if (!cJSON_IsArray(tools)) FAIL("tools", "'tools' must be an array, got %s", type_name(tools));
   int i = 0;
   const cJSON *t;
@@ -225,9 +246,24 @@ static bool parse_tools(const cJSON *root, sm_api_request *r, sm_api_error *err)
     if (ty && !(cJSON_IsString(ty) && !strcmp(ty->valuestring, "function")))
       FAIL(param, "%s.type must be 'function'", param);
     if (!cJSON_IsString(name)) FAIL(param, "%s.function.name must be a string", param);
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(fn) ? fn : t, "parameters");
+    if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
+      FAIL(param, "%s.function.parameters must be an object", param);
   }
-  if (cJSON_GetArraySize(tools) == 0) return true;
-  if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) return true;
+  if (r->tool_choice == SM_TOOLS_NAMED) {
+    bool found = false;
+    cJSON_ArrayForEach(t, tools) {
+      const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+      const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(fn) ? fn : t, "name");
+      found |= cJSON_IsString(name) && !strcmp(name->valuestring, r->tool_name);
+    }
+    if (!found) FAIL("tool_choice", "'tool_choice' names '%.60s', which is not in 'tools'", r->tool_name);
+  }
+  if (cJSON_GetArraySize(tools) == 0) {
+    if (r->tool_choice == SM_TOOLS_REQUIRED) FAIL("tool_choice", "'tool_choice' 'required' needs at least one tool");
+    return true;
+  }
+  if (r->tool_choice == SM_TOOLS_NONE) return true;
   /* normalize to the chat-completions shape {type:"function", function:{...}} */
   r->tools = cJSON_CreateArray();
   cJSON_ArrayForEach(t, tools) {
@@ -245,14 +281,52 @@ static bool parse_tools(const cJSON *root, sm_api_request *r, sm_api_error *err)
   return true;
 }
 
+/* response_format (chat, completions) or text.format (responses: the json_schema fields are
+ * flat, {type, name, schema, strict}) */
 static bool parse_response_format(const cJSON *rf, const char *param, sm_api_request *r, sm_api_error *err) {
   if (!rf || cJSON_IsNull(rf)) return true;
   if (!cJSON_IsObject(rf)) FAIL(param, "'%s' must be an object", param);
   const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rf, "type");
   if (!cJSON_IsString(ty)) FAIL(param, "'%s.type' must be a string", param);
-  if (!strcmp(ty->valuestring, "json_object") || !strcmp(ty->valuestring, "json_schema")) r->json_mode = true;
-  else if (strcmp(ty->valuestring, "text"))
+  if (!strcmp(ty->valuestring, "text")) return true;
+  if (r->grammar || r->json_schema) FAIL(param, "'%s' cannot be combined with 'grammar' or 'json_schema'", param);
+  if (!strcmp(ty->valuestring, "json_object")) {
+    r->json_mode = true;
+    r->json_schema = cJSON_CreateObject();
+    cJSON_AddStringToObject(r->json_schema, "type", "object");
+    return true;
+  }
+  if (strcmp(ty->valuestring, "json_schema"))
     FAIL(param, "'%s.type' must be 'text', 'json_object' or 'json_schema'", param);
+  const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+  if (js && !cJSON_IsObject(js)) FAIL(param, "'%s.json_schema' must be an object", param);
+  const cJSON *holder = js ? js : rf;
+  const cJSON *schema = cJSON_GetObjectItemCaseSensitive(holder, "schema");
+  const cJSON *strict = cJSON_GetObjectItemCaseSensitive(holder, "strict");
+  if (strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict)) FAIL(param, "'%s' strict must be a boolean", param);
+  if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+    FAIL(param, "'%s' schema must be an object", param);
+  r->json_mode = true;
+  r->schema_strict = cJSON_IsTrue(strict);
+  if (schema && !cJSON_IsTrue(schema)) r->json_schema = cJSON_Duplicate(schema, 1);
+  else { /* no schema: any JSON object */
+    r->json_schema = cJSON_CreateObject();
+    cJSON_AddStringToObject(r->json_schema, "type", "object");
+  }
+  return true;
+}
+
+/* llama-server's grammar (GBNF text) and json_schema fields */
+static bool parse_grammar_fields(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+  if (!get_str(root, "grammar", &r->grammar, err)) return false;
+  if (r->grammar && !r->grammar[0]) { free(r->grammar); r->grammar = NULL; }
+  const cJSON *js = cJSON_GetObjectItemCaseSensitive(root, "json_schema");
+  if (js && !cJSON_IsNull(js)) {
+    if (!cJSON_IsObject(js)) FAIL("json_schema", "'json_schema' must be an object");
+    if (r->grammar) FAIL("json_schema", "use either 'grammar' or 'json_schema', not both");
+    r->json_mode = true;
+    r->json_schema = cJSON_Duplicate(js, 1);
+  }
   return true;
 }
 
@@ -287,6 +361,10 @@ static bool parse_common(const cJSON *root, sm_api_request *r, sm_api_error *err
   }
   if (!parse_stop(root, r, err)) return false;
   if (!get_str(root, "user", &r->user, err)) return false;
+  if (!parse_grammar_fields(root, r, err)) return false;
+  if (!get_str(root, "reasoning_effort", &r->reasoning_effort, err)) return false;
+  const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "reasoning"); /* responses: {effort} */
+  if (cJSON_IsObject(rs) && !r->reasoning_effort && !get_str(rs, "effort", &r->reasoning_effort, err)) return false;
   const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
   if (kw && !cJSON_IsNull(kw)) {
     if (!cJSON_IsObject(kw)) FAIL("chat_template_kwargs", "'chat_template_kwargs' must be an object");
@@ -521,150 +599,3 @@ size_t sm_stop_holdback(const char *text, size_t len, char *const *stops, int n_
   return best;
 }
 
-/* ---- tool calls ---- */
-static const char *skip_ws(const char *s) {
-  while (*s && isspace((unsigned char)*s)) s++;
-  return s;
-}
-
-static bool is_prefix_of(const char *s, size_t len, const char *full) {
-  size_t fl = strlen(full);
-  return !memcmp(s, full, SM_MIN(len, fl));
-}
-
-bool sm_toolcall_may_start(const char *text, size_t len) {
-  size_t i = 0;
-  while (i < len && isspace((unsigned char)text[i])) i++;
-  if (i == len) return true; /* only whitespace so far: undecided */
-  const char *s = text + i;
-  size_t l = len - i;
-  return s[0] == '{' || s[0] == '[' || is_prefix_of(s, l, "<tool_call>") || is_prefix_of(s, l, "<|python_tag|>");
-}
-
-static char *trim_dup(const char *s, size_t len) {
-  while (len && isspace((unsigned char)*s)) s++, len--;
-  while (len && isspace((unsigned char)s[len - 1])) len--;
-  if (!len) return NULL;
-  char *o = sm_xmalloc(len + 1);
-  memcpy(o, s, len);
-  o[len] = 0;
-  return o;
-}
-
-/* {"name":..., "arguments"|"parameters": obj|string} -> OpenAI call object, or NULL */
-static cJSON *call_from_json(const cJSON *j, uint64_t id_seed, int idx) {
-  if (!cJSON_IsObject(j)) return NULL;
-  const cJSON *fnobj = cJSON_GetObjectItemCaseSensitive(j, "function");
-  if (cJSON_IsObject(fnobj)) j = fnobj;
-  const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
-  if (!cJSON_IsString(name) || !name->valuestring[0]) return NULL;
-  const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
-  if (!args) args = cJSON_GetObjectItemCaseSensitive(j, "parameters");
-  char *astr;
-  if (!args || cJSON_IsNull(args)) astr = sm_xstrdup("{}");
-  else if (cJSON_IsString(args)) astr = sm_xstrdup(args->valuestring);
-  else astr = cJSON_PrintUnformatted(args);
-  cJSON *c = cJSON_CreateObject();
-  char id[48];
-  snprintf(id, sizeof id, "call_%016llx%d", (unsigned long long)id_seed, idx);
-  cJSON_AddStringToObject(c, "id", id);
-  cJSON_AddStringToObject(c, "type", "function");
-  cJSON *f = cJSON_AddObjectToObject(c, "function");
-  cJSON_AddStringToObject(f, "name", name->valuestring);
-  cJSON_AddStringToObject(f, "arguments", astr);
-  free(astr);
-  return c;
-}
-
-int sm_toolcall_parse(const char *text, uint64_t id_seed, cJSON **calls, char **content) {
-  *calls = NULL;
-  *content = NULL;
-  if (!text) return 0;
-  cJSON *arr = cJSON_CreateArray();
-  int n = 0;
-  /* Hermes / Qwen: <tool_call> ... </tool_call> */
-  const char *open = "<tool_call>", *close = "</tool_call>";
-  if (strstr(text, open)) {
-    sm_buf cont = SM_BUF_INIT; /* the text outside the blocks */
-    const char *p = text;
-    bool bad = false;
-    while (*p) {
-      const char *o = strstr(p, open);
-      if (!o) { sm_buf_puts(&cont, p); break; }
-      sm_buf_put(&cont, p, (size_t)(o - p));
-      const char *b = o + strlen(open);
-      const char *c = strstr(b, close);
-      size_t blen = c ? (size_t)(c - b) : strlen(b); /* unterminated at EOS: take the rest */
-      cJSON *j = cJSON_ParseWithLength(b, blen);
-      cJSON *call = call_from_json(j, id_seed, n);
-      cJSON_Delete(j);
-      if (!call) { bad = true; break; }
-      cJSON_AddItemToArray(arr, call);
-      n++;
-      p = c ? c + strlen(close) : b + blen;
-    }
-    if (!bad && n > 0) {
-      *calls = arr;
-      *content = trim_dup(sm_buf_str(&cont), cont.n);
-      sm_buf_free(&cont);
-      return n;
-    }
-    sm_buf_free(&cont);
-    cJSON_Delete(arr);
-    return 0;
-  }
-  /* Llama 3: optional <|python_tag|>, then JSON object(s) separated by ';' */
-  const char *s = skip_ws(text);
-  if (!strncmp(s, "<|python_tag|>", 14)) s = skip_ws(s + 14);
-  if (*s != '{' && *s != '[') { cJSON_Delete(arr); return 0; }
-  while (*s) {
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithOpts(s, &end, 0);
-    if (!j) break;
-    if (cJSON_IsArray(j)) {
-      const cJSON *e;
-      cJSON_ArrayForEach(e, j) {
-        cJSON *call = call_from_json(e, id_seed, n);
-        if (!call) { n = -1; break; }
-        cJSON_AddItemToArray(arr, call);
-        n++;
-      }
-    } else {
-      cJSON *call = call_from_json(j, id_seed, n);
-      if (call) { cJSON_AddItemToArray(arr, call); n++; }
-      else n = -1;
-    }
-    cJSON_Delete(j);
-    if (n < 0) break;
-    s = skip_ws(end);
-    if (*s == ';') s = skip_ws(s + 1);
-    else break;
-  }
-  if (n <= 0 || *skip_ws(s)) { cJSON_Delete(arr); return 0; }
-  *calls = arr;
-  return n;
-}
-
-/* ---- JSON mode ---- */
-size_t sm_json_track_feed(sm_json_track *t, const char *s, size_t len) {
-  for (size_t i = 0; i < len; i++) {
-    if (t->complete) return i;
-    char c = s[i];
-    if (!t->started) {
-      if (c == '{') { t->started = true; t->depth = 1; }
-      continue;
-    }
-    if (t->in_str) {
-      if (t->esc) t->esc = false;
-      else if (c == '\\') t->esc = true;
-      else if (c == '"') t->in_str = false;
-      continue;
-    }
-    if (c == '"') t->in_str = true;
-    else if (c == '{' || c == '[') t->depth++;
-    else if (c == '}' || c == ']') {
-      if (--t->depth == 0) { t->complete = true; return i + 1; }
-    }
-  }
-  return len;
-}

@@ -219,8 +219,7 @@ static enum MHD_Result handle_generate(sm_http *h, struct MHD_Connection *c, req
     stream *st = sm_xcalloc(1, sizeof *st);
     st->h = h;
     st->k = rq->k;
-    st->sse.o = h->oai;
-    st->sse.j = j; /* takes the handler's reference */
+    sm_sse_init(&st->sse, h->oai, j); /* takes the handler's reference */
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");

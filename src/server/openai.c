@@ -1,9 +1,11 @@
 /* OpenAI API glue of `smelt serve`: request -> job, job -> response JSON (see openai.h). */
 #include "server/openai.h"
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
+#include "server/constrain.h"
 #include "tokenizer/chat.h"
 
 #define REJECT(status, param, code, ...)                                             \
@@ -16,6 +18,8 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
   sm_api_request req;
   int32_t *ids = NULL;
   size_t n_ids = 0;
+  sm_grammar *grammar = NULL;
+  bool think_open = false;
   if (!sm_api_parse(kind, body, len, &req, err)) return NULL;
   if (req.n > o->parallel) REJECT(400, "n", NULL, "'n' must not exceed the server's --parallel (%d)", o->parallel);
   /* default sampling from generation_config when the request gives none */
@@ -38,8 +42,18 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
     bool add_special = kind == SM_EP_COMPLETIONS;
     if (kind == SM_EP_COMPLETIONS) {
       text = sm_xstrdup(req.prompt);
-    } else if (sm_chat_apply(o->tok, req.messages, req.tools, true, req.chat_template_kwargs, &text) != SMELT_OK) {
-      REJECT(400, pparam, NULL, "could not apply the chat template: %s", sm_errmsg());
+    } else {
+      if (req.reasoning_effort) { /* handed to the template (gpt-oss reads it) */
+        if (!req.chat_template_kwargs) req.chat_template_kwargs = cJSON_CreateObject();
+        if (!cJSON_GetObjectItemCaseSensitive(req.chat_template_kwargs, "reasoning_effort"))
+          cJSON_AddStringToObject(req.chat_template_kwargs, "reasoning_effort", req.reasoning_effort);
+      }
+      if (sm_chat_apply(o->tok, req.messages, req.tools, true, req.chat_template_kwargs, &text) != SMELT_OK)
+        REJECT(400, pparam, NULL, "could not apply the chat template: %s", sm_errmsg());
+      /* a prompt that ends inside <think> (Qwen3, DeepSeek-R1): the output starts with reasoning */
+      size_t tl = strlen(text);
+      while (tl && (text[tl - 1] == '\n' || text[tl - 1] == ' ')) tl--;
+      think_open = tl >= 7 && !memcmp(text + tl - 7, "<think>", 7);
     }
     smelt_status st = smelt_tokenize(o->tok, text, strlen(text), add_special, &ids, &n_ids);
     free(text);
@@ -53,9 +67,19 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
            "prompt, %d for the completion). Please reduce the prompt or the completion length.",
            o->ctx, (long)n_ids + (max_tokens > 0 ? max_tokens : 0), n_ids, max_tokens > 0 ? max_tokens : 0);
   if (max_tokens <= 0) max_tokens = o->ctx - (int)n_ids;
+  if (!sm_constrain_build(o->tok, o->tfmt, &req, &grammar, err)) goto fail;
   bool tool_mode = req.tools != NULL && kind != SM_EP_COMPLETIONS;
-  return sm_job_new(&req, ids, (int)n_ids, max_tokens, tool_mode);
+  bool harmony = kind != SM_EP_COMPLETIONS && o->tfmt && o->tfmt->kind == SM_TF_HARMONY;
+  sm_job *j = sm_job_new(&req, ids, (int)n_ids, max_tokens, tool_mode);
+  j->grammar = grammar;
+  j->tfmt = o->tfmt;
+  j->reasoning = kind != SM_EP_COMPLETIONS && o->reasoning && !grammar;
+  j->think_open = j->reasoning && think_open;
+  j->keep_special = (tool_mode || harmony) && o->tfmt && o->tfmt->keep_special;
+  j->parsed = tool_mode || harmony || j->reasoning;
+  return j;
 fail:
+  sm_grammar_free(grammar);
   free(ids);
   sm_api_request_free(&req);
   return NULL;
@@ -67,7 +91,7 @@ cJSON *sm_oai_models(const sm_oai *o) {
   cJSON *d = cJSON_AddArrayToObject(r, "data"), *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "id", o->model_id);
   cJSON_AddStringToObject(m, "object", "model");
-  cJSON_AddNumberToObject(m, "created", 0);
+  cJSON_AddNumberToObject(m, "created", (double)o->created);
   cJSON_AddStringToObject(m, "owned_by", "smelt");
   cJSON *meta = cJSON_AddObjectToObject(m, "meta");
   cJSON_AddStringToObject(meta, "arch", o->arch);
@@ -157,23 +181,52 @@ cJSON *sm_oai_usage(const sm_job *j, bool responses) {
   cJSON_AddNumberToObject(u, "total_tokens", j->n_prompt + gen);
   cJSON *d = cJSON_AddObjectToObject(u, responses ? "input_tokens_details" : "prompt_tokens_details");
   cJSON_AddNumberToObject(d, "cached_tokens", j->n_cached);
-  if (responses) {
-    cJSON *od = cJSON_AddObjectToObject(u, "output_tokens_details");
-    cJSON_AddNumberToObject(od, "reasoning_tokens", 0);
+  int rt = 0;
+  for (int i = 0; i < j->n; i++) rt += sm_view_reasoning_tokens(j, &j->ch[i]);
+  if (responses || j->req.kind == SM_EP_CHAT) {
+    cJSON *od = cJSON_AddObjectToObject(u, responses ? "output_tokens_details" : "completion_tokens_details");
+    cJSON_AddNumberToObject(od, "reasoning_tokens", rt);
   }
   return u;
 }
 
+void sm_oai_call_id(const sm_job *j, int i, int k, char *out, size_t n) {
+  sm_tc_call_id(sm_mix64(j->seq_no * 131 + (uint64_t)i), k, out, n);
+}
+
+static char *trim_dup(const char *s, size_t len) {
+  while (len && isspace((unsigned char)*s)) s++, len--;
+  while (len && isspace((unsigned char)s[len - 1])) len--;
+  if (!len) return NULL;
+  char *o = sm_xmalloc(len + 1);
+  memcpy(o, s, len);
+  o[len] = 0;
+  return o;
+}
+
 void sm_oai_finalize(sm_job *j, int i, sm_oai_final *f) {
   sm_choice *c = &j->ch[i];
-  f->tool_calls = NULL;
-  f->content = NULL;
+  memset(f, 0, sizeof *f);
   f->finish = c->finish == SM_FIN_LENGTH ? "length" : "stop";
-  if (j->tool_mode && sm_toolcall_parse(c->text.p, sm_mix64(j->seq_no * 131 + (uint64_t)i), &f->tool_calls, &f->content) > 0) {
-    f->finish = "tool_calls";
+  if (!j->parsed) {
+    f->content = sm_xstrdup(sm_buf_str(&c->text));
     return;
   }
-  f->content = sm_xstrdup(sm_buf_str(&c->text));
+  sm_view v = {0};
+  sm_view_build(j, c, &v);
+  if (v.reasoning.n) f->reasoning = trim_dup(v.reasoning.p, v.reasoning.n);
+  if (v.tc.n) {
+    f->tool_calls = sm_tc_calls_json(&v.tc, sm_mix64(j->seq_no * 131 + (uint64_t)i));
+    f->content = trim_dup(sm_buf_str(&v.tc.content), v.tc.content.n);
+    if (c->finish != SM_FIN_LENGTH) f->finish = "tool_calls";
+  } else if (j->tool_mode) { /* blanks before a call that did not come are not content */
+    const char *t = sm_buf_str(&v.tc.content);
+    while (isspace((unsigned char)*t)) t++;
+    f->content = sm_xstrdup(t);
+  } else {
+    f->content = sm_xstrdup(sm_buf_str(&v.tc.content));
+  }
+  sm_view_free(&v);
 }
 
 cJSON *sm_oai_response_object(const sm_oai *o, sm_job *j, const char *status) {
@@ -190,10 +243,27 @@ cJSON *sm_oai_response_object(const sm_oai *o, sm_job *j, const char *status) {
   }
   sm_oai_final f;
   sm_oai_finalize(j, 0, &f);
-  if (f.finish[0] == 'l') {
+  bool truncated = f.finish[0] == 'l';
+  if (truncated) { /* the response and its last item are incomplete */
     cJSON_SetValuestring(cJSON_GetObjectItemCaseSensitive(r, "status"), "incomplete");
     cJSON *d = cJSON_AddObjectToObject(r, "incomplete_details");
     cJSON_AddStringToObject(d, "reason", "max_output_tokens");
+  }
+  const char *item_status = truncated ? "incomplete" : "completed";
+  if (f.reasoning) {
+    cJSON *it = cJSON_CreateObject();
+    char rid[80];
+    snprintf(rid, sizeof rid, "rs_%s", j->id + 5);
+    cJSON_AddStringToObject(it, "type", "reasoning");
+    cJSON_AddStringToObject(it, "id", rid);
+    cJSON_AddArrayToObject(it, "summary");
+    cJSON *content = cJSON_AddArrayToObject(it, "content");
+    cJSON *part = cJSON_CreateObject();
+    cJSON_AddStringToObject(part, "type", "reasoning_text");
+    cJSON_AddStringToObject(part, "text", f.reasoning);
+    cJSON_AddItemToArray(content, part);
+    cJSON_AddStringToObject(it, "status", f.content || f.tool_calls ? "completed" : item_status);
+    cJSON_AddItemToArray(out, it);
   }
   if (f.content || !f.tool_calls) {
     cJSON *m = cJSON_CreateObject();
@@ -201,7 +271,7 @@ cJSON *sm_oai_response_object(const sm_oai *o, sm_job *j, const char *status) {
     snprintf(mid, sizeof mid, "msg_%s", j->id + 5);
     cJSON_AddStringToObject(m, "type", "message");
     cJSON_AddStringToObject(m, "id", mid);
-    cJSON_AddStringToObject(m, "status", "completed");
+    cJSON_AddStringToObject(m, "status", f.tool_calls ? "completed" : item_status);
     cJSON_AddStringToObject(m, "role", "assistant");
     cJSON *content = cJSON_AddArrayToObject(m, "content");
     cJSON *part = cJSON_CreateObject();
@@ -224,12 +294,13 @@ cJSON *sm_oai_response_object(const sm_oai *o, sm_job *j, const char *status) {
       cJSON_AddStringToObject(it, "call_id", cid);
       cJSON_AddStringToObject(it, "name", cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
       cJSON_AddStringToObject(it, "arguments", cJSON_GetObjectItemCaseSensitive(fn, "arguments")->valuestring);
-      cJSON_AddStringToObject(it, "status", "completed");
+      cJSON_AddStringToObject(it, "status", item_status);
       cJSON_AddItemToArray(out, it);
     }
   }
   cJSON_AddItemToObject(r, "usage", sm_oai_usage(j, true));
   free(f.content);
+  free(f.reasoning);
   cJSON_Delete(f.tool_calls);
   return r;
 }
@@ -256,6 +327,7 @@ cJSON *sm_oai_full_response(const sm_oai *o, sm_job *j) {
       cJSON_AddStringToObject(m, "role", "assistant");
       if (f.content) cJSON_AddStringToObject(m, "content", f.content);
       else cJSON_AddNullToObject(m, "content");
+      if (f.reasoning) cJSON_AddStringToObject(m, "reasoning_content", f.reasoning);
       cJSON_AddNullToObject(m, "refusal");
       if (f.tool_calls) { cJSON_AddItemToObject(m, "tool_calls", f.tool_calls); f.tool_calls = NULL; }
       if (j->req.logprobs) cJSON_AddItemToObject(cj, "logprobs", chat_logprobs(o, j, c, 0, nt));
@@ -273,6 +345,7 @@ cJSON *sm_oai_full_response(const sm_oai *o, sm_job *j) {
     cJSON_AddStringToObject(cj, "finish_reason", f.finish);
     cJSON_AddItemToArray(choices, cj);
     free(f.content);
+    free(f.reasoning);
     cJSON_Delete(f.tool_calls);
   }
   cJSON_AddItemToObject(r, "usage", sm_oai_usage(j, false));
@@ -302,12 +375,7 @@ cJSON *sm_oai_chunk(const sm_oai *o, sm_job *j, int i, const char *text, size_t 
     cJSON *d = cJSON_AddObjectToObject(cj, "delta");
     if (role) cJSON_AddStringToObject(d, "role", "assistant");
     if (text) cJSON_AddStringToObject(d, "content", t);
-    if (tool_calls) {
-      cJSON *tc;
-      int k = 0;
-      cJSON_ArrayForEach(tc, tool_calls) cJSON_AddNumberToObject(tc, "index", k++);
-      cJSON_AddItemToObject(d, "tool_calls", tool_calls);
-    }
+    if (tool_calls) cJSON_AddItemToObject(d, "tool_calls", tool_calls); /* entries carry their index */
     if (j->req.logprobs && tto > tfrom) cJSON_AddItemToObject(cj, "logprobs", chat_logprobs(o, j, &j->ch[i], tfrom, tto));
     else cJSON_AddNullToObject(cj, "logprobs");
   } else {
@@ -324,6 +392,22 @@ cJSON *sm_oai_chunk(const sm_oai *o, sm_job *j, int i, const char *text, size_t 
   return r;
 }
 
+
+cJSON *sm_oai_reasoning_chunk(const sm_oai *o, sm_job *j, int i, const char *text, size_t tlen) {
+  cJSON *r = chunk_base(o, j), *arr = cJSON_AddArrayToObject(r, "choices"), *cj = cJSON_CreateObject();
+  cJSON_AddNumberToObject(cj, "index", i);
+  cJSON *d = cJSON_AddObjectToObject(cj, "delta");
+  char *t = sm_xmalloc(tlen + 1);
+  memcpy(t, text, tlen);
+  t[tlen] = 0;
+  cJSON_AddStringToObject(d, "reasoning_content", t);
+  free(t);
+  cJSON_AddNullToObject(cj, "logprobs");
+  cJSON_AddNullToObject(cj, "finish_reason");
+  cJSON_AddItemToArray(arr, cj);
+  if (j->req.include_usage) cJSON_AddNullToObject(r, "usage");
+  return r;
+}
 
 cJSON *sm_oai_usage_chunk(const sm_oai *o, sm_job *j) {
   cJSON *r = chunk_base(o, j);

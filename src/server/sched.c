@@ -11,12 +11,16 @@ static void job_free(sm_job *j) {
     sm_choice *c = &j->ch[i];
     if (c->sampler_ok) sm_sampler_free(&c->sampler);
     if (c->detok) sm_detok_free(c->detok);
+    sm_grammar_state_free(c->gs);
+    free(c->mask);
     free(c->gen);
     sm_buf_free(&c->text);
     for (int k = 0; k < c->n_toks; k++) { free(c->toks[k].top_ids); free(c->toks[k].top_lps); }
     free(c->toks);
+    free(c->args_sent);
   }
   free(j->ch);
+  sm_grammar_free(j->grammar);
   free(j->prompt);
   sm_api_request_free(&j->req);
   pthread_cond_destroy(&j->cv);
@@ -83,17 +87,9 @@ static void job_fail(sm_sched *s, sm_job *j, int status, const char *msg) {
 }
 
 static void update_safe(sm_sched *s, sm_job *j, sm_choice *c) {
+  (void)s;
   if (c->finish) { c->safe = c->text.n; return; }
   size_t safe = c->text.n - sm_stop_holdback(c->text.p, c->text.n, j->req.stop, j->req.n_stop);
-  if (j->tool_mode) {
-    if (sm_toolcall_may_start(c->text.p, c->text.n)) safe = 0;
-    else {
-      char *p = strstr(c->text.p, "<tool_call>");
-      if (p) safe = SM_MIN(safe, (size_t)(p - c->text.p));
-      char *mk[1] = {"<tool_call>"};
-      safe = SM_MIN(safe, c->text.n - sm_stop_holdback(c->text.p, c->text.n, mk, 1));
-    }
-  }
   if (safe > c->safe) c->safe = safe;
 }
 
@@ -107,7 +103,13 @@ static bool admit(sm_sched *s, sm_job *j) {
       sp.seed = j->req.has_seed ? (sm_mix64(j->req.seed + (uint64_t)i) | 1) : 0;
       sm_sampler_init(&c->sampler, &sp, s->vocab);
       c->sampler_ok = true;
-      c->detok = sm_detok_new(s->tok, true);
+      c->detok = sm_detok_new(s->tok, !j->keep_special);
+      if (j->grammar) {
+        if (!s->gvocab) s->gvocab = sm_grammar_vocab_new(s->tok, s->vocab, s->eos, s->n_eos);
+        c->gs = sm_grammar_state_new(j->grammar, s->gvocab);
+        c->mask = sm_xmalloc(sizeof(uint32_t) * (size_t)((s->vocab + 31) / 32));
+        c->sampler.mask = c->mask;
+      }
     }
     sm_seq *q = sm_seq_new(e);
     if (!q) return false;
@@ -174,14 +176,33 @@ static void preempt_newest(sm_sched *s) {
   sm_metrics_preempt(s->metrics);
 }
 
+/* The grammar mask of a constrained choice for its next token (engine thread, mu not held).
+ * When nothing may follow, only the end-of-sequence tokens are allowed. */
+static void ensure_mask(sm_sched *s, sm_choice *c) {
+  if (!c->gs || c->mask_ok) return;
+  if (sm_grammar_mask(c->gs, c->mask) == 0)
+    for (int i = 0; i < s->n_eos; i++) sm_mask_set(c->mask, s->eos[i]);
+  c->mask_ok = true;
+}
+
 /* Sample one token for choice ci of job j from logits row (modified), or, when row is NULL, take
  * tok, already sampled on the backend (sm_engine_step_sample). Engine thread, mu NOT held. */
 static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t tok, float *lpbuf, int32_t *topbuf) {
   sm_choice *c = &j->ch[ci];
   sm_tokrec rec = {0};
   if (row && j->req.logprobs) sm_log_softmax(row, s->vocab, lpbuf);
-  if (row) tok = sm_sampler_sample(&c->sampler, row, sm_seq_tokens(c->seq), sm_seq_len(c->seq));
+  if (row) {
+    ensure_mask(s, c);
+    tok = sm_sampler_sample(&c->sampler, row, sm_seq_tokens(c->seq), sm_seq_len(c->seq));
+  }
   if (tok < 0 || tok >= s->vocab) tok = s->n_eos ? s->eos[0] : 0;
+  bool grammar_end = false;
+  if (c->gs) {
+    c->mask_ok = false;
+    /* a token outside the grammar (cannot happen with the mask applied) ends the choice */
+    if (sm_grammar_accept(c->gs, tok) != SMELT_OK) grammar_end = true;
+    else grammar_end = sm_grammar_finished(c->gs);
+  }
   rec.id = tok;
   if (row && j->req.logprobs) {
     rec.lp = lpbuf[tok];
@@ -204,7 +225,7 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
   }
   c->gen[c->n_gen++] = tok;
   bool at_len = c->n_gen >= j->max_tokens;
-  if (eos || at_len) tlen = sm_detok_flush(c->detok, &tail);
+  if (eos || at_len || grammar_end) tlen = sm_detok_flush(c->detok, &tail);
   double now = sm_now();
 
   pthread_mutex_lock(&s->mu);
@@ -220,16 +241,6 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
     const char *p = part ? tail : piece;
     size_t n = part ? tlen : plen;
     if (!p || !n || c->finish) continue;
-    if (j->req.json_mode) {
-      if (c->jt.complete) continue;
-      if (!c->jt.started) {
-        const char *b = memchr(p, '{', n);
-        if (!b) continue;
-        n -= (size_t)(b - p);
-        p = b;
-      }
-      n = sm_json_track_feed(&c->jt, p, n);
-    }
     sm_buf_put(&c->text, p, n);
   }
   if (c->n_toks == c->cap_toks) {
@@ -252,7 +263,7 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
     }
   }
   if (!c->finish) {
-    if (eos || (j->req.json_mode && c->jt.complete)) c->finish = SM_FIN_STOP;
+    if (eos || grammar_end) c->finish = SM_FIN_STOP;
     else if (at_len) c->finish = SM_FIN_LENGTH;
   }
   update_safe(s, j, c);
@@ -359,6 +370,7 @@ static void *engine_main(void *arg) {
     }
     if (n == 0) continue;
     pthread_mutex_unlock(&s->mu);
+    for (int k = 0; k < n; k++) ensure_mask(s, &bjob[k]->ch[bci[k]]);
     memset(done, 0, (size_t)n);
     smelt_status st = sm_engine_step_sample(s->eng, seqs, n, bsmp, btok, logits, done);
     if (st == SMELT_ERR_OOM) {
@@ -474,6 +486,8 @@ void sm_sched_stop(sm_sched *s) {
 }
 
 void sm_sched_destroy(sm_sched *s) {
+  sm_grammar_vocab_free(s->gvocab);
+  s->gvocab = NULL;
   free(s->active);
   s->active = NULL;
   pthread_mutex_destroy(&s->mu);
