@@ -203,10 +203,19 @@ static void advance_cp(sm_grammar_state *s, const iset *in, uint32_t cp, iset *o
   }
 }
 
+/* An unfinished UTF-8 character is kept as pval = value bits so far | (total length << 24), and
+ * prem = continuation bytes still to come. */
+#define PV_VAL(p) ((p) & 0xFFFFFFu)
+#define PV_LEN(p) ((p) >> 24)
+
 /* stacks of in whose next character may begin with the unfinished UTF-8 (pval, prem) */
 static void filter_partial(sm_grammar_state *s, const iset *in, uint32_t pval, int prem, iset *out) {
   out->n = 0;
-  uint32_t lo = pval << (6 * prem), hi = lo | ((1u << (6 * prem)) - 1);
+  static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000}; /* no overlong forms */
+  uint32_t lo = PV_VAL(pval) << (6 * prem), hi = lo | ((1u << (6 * prem)) - 1);
+  if (lo < min_cp[PV_LEN(pval)]) lo = min_cp[PV_LEN(pval)];
+  if (hi > 0x10FFFF) hi = 0x10FFFF;
+  if (lo > hi) return;
   for (int i = 0; i < in->n; i++) {
     int32_t k = in->v[i];
     if (k == ACCEPT) continue;
@@ -220,16 +229,22 @@ static void step_byte(sm_grammar_state *s, const iset *in, uint32_t *pval, int *
   if (*prem == 0) {
     if (b < 0x80) { advance_cp(s, in, b, out); return; }
     int need = (b >> 5) == 6 ? 1 : (b >> 4) == 14 ? 2 : (b >> 3) == 30 ? 3 : -1;
-    if (need < 0 || b == 0xC0 || b == 0xC1) { out->n = 0; return; }
-    *pval = need == 1 ? (b & 0x1Fu) : need == 2 ? (b & 0x0Fu) : (b & 0x07u);
+    if (need < 0 || b == 0xC0 || b == 0xC1 || b > 0xF4) { out->n = 0; return; }
+    *pval = (need == 1 ? (b & 0x1Fu) : need == 2 ? (b & 0x0Fu) : (b & 0x07u)) | ((uint32_t)(need + 1) << 24);
     *prem = need;
     filter_partial(s, in, *pval, *prem, out);
     return;
   }
   if ((b & 0xC0) != 0x80) { out->n = 0; return; }
-  *pval = (*pval << 6) | (b & 0x3Fu);
-  if (--*prem == 0) advance_cp(s, in, *pval, out);
-  else filter_partial(s, in, *pval, *prem, out);
+  *pval = ((PV_VAL(*pval) << 6) | (b & 0x3Fu)) | (PV_LEN(*pval) << 24);
+  if (--*prem == 0) {
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    uint32_t cp = PV_VAL(*pval);
+    if (cp < min_cp[PV_LEN(*pval)] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) { out->n = 0; return; }
+    advance_cp(s, in, cp, out);
+  } else {
+    filter_partial(s, in, *pval, *prem, out);
+  }
 }
 
 sm_grammar_state *sm_grammar_state_new(const sm_grammar *g, const sm_grammar_vocab *v) {

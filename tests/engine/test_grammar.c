@@ -148,6 +148,15 @@ static void test_mask(const char *src_dir) {
   sm_grammar_state *s = sm_grammar_state_new(g, voc);
   uint32_t *mask = calloc((size_t)(V + 31) / 32, 4);
   int mismatches = 0, checked = 0;
+  /* at the start only '{' can come: every allowed token starts with it (no UTF-8 lead byte
+   * whose character could never be '{') */
+  sm_grammar_mask(s, mask);
+  sm_buf first = SM_BUF_INIT;
+  int bad_first = 0;
+  for (int32_t t = 0; t < V; t++)
+    if (sm_mask_test(mask, t) && (!sm_tok_piece_bytes(tok, t, &first) || first.p[0] != '{')) bad_first++;
+  sm_buf_free(&first);
+  CHECK(bad_first == 0, "%d tokens allowed at the start do not begin with '{'", bad_first);
   for (size_t i = 0; i <= n_ids; i++) {
     int cnt = sm_grammar_mask(s, mask);
     int real = 0;
