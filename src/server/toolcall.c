@@ -348,7 +348,15 @@ static void scan_harmony(const char *s, size_t n, bool final, sm_tc_scan *out) {
         for (int e = 0; e < 3; e++)
           if (sm_has(s + k, n - k, ends[e])) { endm = s + k; be = k; i = k + strlen(ends[e]); break; }
     bool complete = endm != NULL;
-    if (!complete) { be = n; i = n; }
+    if (!complete) { /* a marker may be arriving: hold back its beginning */
+      be = n;
+      i = n;
+      for (int e = 0; e < 3 && !final; e++) {
+        size_t ml = strlen(ends[e]);
+        for (size_t l = SM_MIN(ml - 1, be - b); l > 0; l--)
+          if (!memcmp(s + be - l, ends[e], l)) { be -= l; break; }
+      }
+    }
     if (to) {
       size_t ns = (size_t)(to - s) + 13, ne = ns;
       while (ne < he && !isspace((unsigned char)s[ne]) && s[ne] != '<') ne++;

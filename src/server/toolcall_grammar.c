@@ -166,7 +166,7 @@ smelt_status sm_toolfmt_grammar(const sm_toolfmt *f, const smelt_tokenizer *tok,
     if (f->kind == SM_TF_MISTRAL) {
       sm_buf_puts(&g, "root ::= ");
       marker(&g, tok, "[TOOL_CALLS]");
-      sm_buf_printf(&g, " \"[\" call%s \"]\"\n", multi ? " (\", \" call)*" : "");
+      sm_buf_printf(&g, " \" \"? \"[\" call%s \"]\"\n", multi ? " (\", \" call)*" : "");
     } else if (f->kind == SM_TF_DEEPSEEK) {
       sm_buf_puts(&g, "root ::= ");
       marker(&g, tok, DS_CALLS_BEGIN_);
@@ -174,7 +174,13 @@ smelt_status sm_toolfmt_grammar(const sm_toolfmt *f, const smelt_tokenizer *tok,
       marker(&g, tok, DS_CALLS_END_);
       sm_buf_puts(&g, "\n");
     } else {
-      sm_buf_printf(&g, "root ::= call%s%s%s\n", multi ? " (" : "", multi ? sep : "", multi ? " call)*" : "");
+      sm_buf_puts(&g, "root ::= ");
+      if (f->kind == SM_TF_LLAMA3) { /* optionally after <|python_tag|> */
+        sm_buf_puts(&g, "(");
+        marker(&g, tok, "<|python_tag|>");
+        sm_buf_puts(&g, ")? ");
+      }
+      sm_buf_printf(&g, "call%s%s%s\n", multi ? " (" : "", multi ? sep : "", multi ? " call)*" : "");
     }
     sm_buf_puts(&g, sm_gbnf_text(b));
     *gbnf = sm_buf_take(&g);
