@@ -122,11 +122,22 @@ struct sm_grammar_state {
   bool ended;
   bool failed; /* an expansion ran past MAX_EXPAND */
   int expand_budget;
-  /* mask scratch: one set per trie depth */
-  iset *lvl;
+  /* mask scratch: the walk's state per trie depth (an interned set, the unfinished character) */
+  int32_t *lvl_sid;
   int n_lvl;
   uint32_t *lvl_pval;
   int *lvl_prem;
+  iset tmp_in, tmp_out;
+  /* caches, valid while node ids are (until compact): interned stack sets, byte transitions
+   * between them, and whole masks of recent states (a JSON string's state recurs every step) */
+  int32_t *spool; size_t spool_n, spool_cap;
+  size_t *soff; int32_t *slen; int n_sets, cap_sets;
+  int32_t *smap; int smap_cap;
+  struct tkey { int32_t sid; uint32_t pval; int32_t prem_byte; } *tk;
+  struct tval { int32_t sid; uint32_t pval; int32_t prem; } *tv;
+  int t_n, t_cap;
+  struct mcache { int32_t sid; uint32_t pval; int prem; int count; uint32_t *bits; } mc[8];
+  int mc_next;
 };
 
 static uint32_t nhash(int32_t pos, int32_t up) {
@@ -258,19 +269,24 @@ sm_grammar_state *sm_grammar_state_new(const sm_grammar *g, const sm_grammar_voc
   s->expand_budget = MAX_EXPAND;
   for (int a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++) expand(s, g->alts[a], -1, &s->cur);
   s->n_lvl = (v ? v->max_len : 0) + 2;
-  s->lvl = sm_xcalloc((size_t)s->n_lvl, sizeof(iset));
+  s->lvl_sid = sm_xcalloc((size_t)s->n_lvl, sizeof(int32_t));
   s->lvl_pval = sm_xcalloc((size_t)s->n_lvl, sizeof(uint32_t));
   s->lvl_prem = sm_xcalloc((size_t)s->n_lvl, sizeof(int));
+  for (int i = 0; i < 8; i++) s->mc[i].sid = -1;
   return s;
 }
 
 void sm_grammar_state_free(sm_grammar_state *s) {
   if (!s) return;
   free(s->pos); free(s->up); free(s->hmap); free(s->cur.v);
-  for (int i = 0; i < s->n_lvl; i++) free(s->lvl[i].v);
-  free(s->lvl); free(s->lvl_pval); free(s->lvl_prem);
+  free(s->lvl_sid); free(s->lvl_pval); free(s->lvl_prem);
+  free(s->tmp_in.v); free(s->tmp_out.v);
+  free(s->spool); free(s->soff); free(s->slen); free(s->smap); free(s->tk); free(s->tv);
+  for (int i = 0; i < 8; i++) free(s->mc[i].bits);
   free(s);
 }
+
+static void clear_caches(sm_grammar_state *s);
 
 /* Keep only the nodes the current stacks use (the mask interns many that are never kept). */
 static void compact(sm_grammar_state *s) {
@@ -303,6 +319,7 @@ static void compact(sm_grammar_state *s) {
   s->up = nup;
   s->n_nodes = n;
   rehash(s, s->hcap);
+  clear_caches(s);
 }
 
 static bool has_accept(const iset *s) {
@@ -334,11 +351,142 @@ static void advance_tok(sm_grammar_state *s, const iset *in, int32_t tok, iset *
   }
 }
 
+/* ---------------------------------------------------------------- caches */
+
+static void clear_caches(sm_grammar_state *s) {
+  s->spool_n = 0;
+  s->n_sets = 0;
+  if (s->smap) memset(s->smap, 0xff, sizeof(int32_t) * (size_t)s->smap_cap);
+  s->t_n = 0;
+  if (s->tk) memset(s->tk, 0xff, sizeof(struct tkey) * (size_t)s->t_cap);
+  for (int i = 0; i < 8; i++) s->mc[i].sid = -1;
+}
+
+static uint64_t set_hash(const int32_t *v, int n) {
+  uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)n;
+  for (int i = 0; i < n; i++) h = (h ^ (uint32_t)v[i]) * 0x100000001b3ull;
+  return h ^ (h >> 29);
+}
+
+static void set_sort(iset *x) {
+  for (int i = 1; i < x->n; i++) {
+    int32_t v = x->v[i];
+    int j = i;
+    while (j > 0 && x->v[j - 1] > v) { x->v[j] = x->v[j - 1]; j--; }
+    x->v[j] = v;
+  }
+}
+
+static void smap_grow(sm_grammar_state *s) {
+  int cap = s->smap_cap ? s->smap_cap * 2 : 256;
+  free(s->smap);
+  s->smap = sm_xmalloc(sizeof(int32_t) * (size_t)cap);
+  memset(s->smap, 0xff, sizeof(int32_t) * (size_t)cap);
+  s->smap_cap = cap;
+  for (int k = 0; k < s->n_sets; k++) {
+    uint32_t h = (uint32_t)set_hash(s->spool + s->soff[k], s->slen[k]) & (uint32_t)(cap - 1);
+    while (s->smap[h] >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+    s->smap[h] = k;
+  }
+}
+
+/* the id of the (sorted) set x */
+static int32_t set_intern(sm_grammar_state *s, const iset *x) {
+  if ((s->n_sets + 1) * 2 > s->smap_cap) smap_grow(s);
+  uint32_t h = (uint32_t)set_hash(x->v, x->n) & (uint32_t)(s->smap_cap - 1);
+  while (s->smap[h] >= 0) {
+    int32_t k = s->smap[h];
+    if (s->slen[k] == x->n && !memcmp(s->spool + s->soff[k], x->v, sizeof(int32_t) * (size_t)x->n)) return k;
+    h = (h + 1) & (uint32_t)(s->smap_cap - 1);
+  }
+  if (s->n_sets == s->cap_sets) {
+    s->cap_sets = s->cap_sets ? s->cap_sets * 2 : 256;
+    s->soff = sm_xrealloc(s->soff, sizeof(size_t) * (size_t)s->cap_sets);
+    s->slen = sm_xrealloc(s->slen, sizeof(int32_t) * (size_t)s->cap_sets);
+  }
+  if (s->spool_n + (size_t)x->n > s->spool_cap) {
+    s->spool_cap = (s->spool_cap + (size_t)x->n) * 2;
+    s->spool = sm_xrealloc(s->spool, sizeof(int32_t) * s->spool_cap);
+  }
+  int32_t k = s->n_sets++;
+  s->soff[k] = s->spool_n;
+  s->slen[k] = x->n;
+  memcpy(s->spool + s->spool_n, x->v, sizeof(int32_t) * (size_t)x->n);
+  s->spool_n += (size_t)x->n;
+  s->smap[h] = k;
+  return k;
+}
+
+static uint32_t tk_hash(const struct tkey *k) {
+  uint64_t h = (uint64_t)(uint32_t)k->sid * 0x9E3779B97F4A7C15ull ^ (uint64_t)k->pval * 0xC2B2AE3D27D4EB4Full ^
+               (uint64_t)(uint32_t)k->prem_byte * 0x165667B19E3779F9ull;
+  return (uint32_t)(h >> 32);
+}
+
+static void tmap_grow(sm_grammar_state *s) {
+  int old = s->t_cap, cap = old ? old * 2 : 1024;
+  struct tkey *ok = s->tk;
+  struct tval *ov = s->tv;
+  s->tk = sm_xmalloc(sizeof(struct tkey) * (size_t)cap);
+  s->tv = sm_xmalloc(sizeof(struct tval) * (size_t)cap);
+  memset(s->tk, 0xff, sizeof(struct tkey) * (size_t)cap);
+  s->t_cap = cap;
+  for (int i = 0; i < old; i++) {
+    if (ok[i].sid < 0) continue;
+    uint32_t h = tk_hash(&ok[i]) & (uint32_t)(cap - 1);
+    while (s->tk[h].sid >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+    s->tk[h] = ok[i];
+    s->tv[h] = ov[i];
+  }
+  free(ok);
+  free(ov);
+}
+
+/* (set sid, unfinished character) after byte b; *osid = -1 when b is rejected */
+static void transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem, uint8_t b, int32_t *osid,
+                       uint32_t *opval, int *oprem) {
+  struct tkey key = {sid, pval, prem << 8 | b};
+  if (s->t_n * 2 >= s->t_cap) tmap_grow(s);
+  uint32_t h = tk_hash(&key) & (uint32_t)(s->t_cap - 1);
+  while (s->tk[h].sid >= 0) {
+    if (s->tk[h].sid == sid && s->tk[h].pval == pval && s->tk[h].prem_byte == key.prem_byte) {
+      *osid = s->tv[h].sid;
+      *opval = s->tv[h].pval;
+      *oprem = s->tv[h].prem;
+      return;
+    }
+    h = (h + 1) & (uint32_t)(s->t_cap - 1);
+  }
+  s->tmp_in.n = 0;
+  for (int i = 0; i < s->slen[sid]; i++) iset_add(&s->tmp_in, s->spool[s->soff[sid] + (size_t)i]);
+  step_byte(s, &s->tmp_in, &pval, &prem, b, &s->tmp_out);
+  if (s->failed) { s->failed = false; *osid = -1; return; } /* not cached */
+  set_sort(&s->tmp_out);
+  *osid = s->tmp_out.n ? set_intern(s, &s->tmp_out) : -1;
+  *opval = pval;
+  *oprem = prem;
+  s->tk[h] = key;
+  s->tv[h] = (struct tval){*osid, pval, prem};
+  s->t_n++;
+}
+
 int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
   const sm_grammar_vocab *v = s->voc;
   int words = (v->vocab + 31) / 32, count = 0;
   memset(mask, 0, sizeof(uint32_t) * (size_t)words);
   if (s->ended) return 0;
+  if (s->n_sets > 200000 || s->t_n > (1 << 21)) clear_caches(s);
+  s->tmp_in.n = 0;
+  for (int i = 0; i < s->cur.n; i++) iset_add(&s->tmp_in, s->cur.v[i]);
+  set_sort(&s->tmp_in);
+  int32_t sid0 = set_intern(s, &s->tmp_in);
+  for (int i = 0; i < 8; i++) {
+    struct mcache *m = &s->mc[i];
+    if (m->sid == sid0 && m->pval == s->pval && m->prem == s->prem) {
+      memcpy(mask, m->bits, sizeof(uint32_t) * (size_t)words);
+      return m->count;
+    }
+  }
   /* tokens named by <[id]> */
   if (s->prem == 0)
     for (int i = 0; i < s->cur.n; i++) {
@@ -353,8 +501,8 @@ int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
   if (sm_grammar_complete(s))
     for (int i = 0; i < v->n_eos; i++)
       if (!sm_mask_test(mask, v->eos[i])) { sm_mask_set(mask, v->eos[i]); count++; }
-  /* depth-first walk of the trie; level d holds the stacks after d bytes */
-  set_copy(&s->lvl[0], &s->cur);
+  /* depth-first walk of the trie; level d holds the state after d bytes */
+  s->lvl_sid[0] = sid0;
   s->lvl_pval[0] = s->pval;
   s->lvl_prem[0] = s->prem;
   int32_t path[1 << 12];
@@ -362,25 +510,33 @@ int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
   path[0] = v->n[0].child;
   while (d >= 0) {
     int32_t c = path[d];
-    if (c < 0 || s->failed) { d--; if (d >= 0) path[d] = v->n[path[d]].sibling; continue; }
-    iset *out = &s->lvl[d + 1];
-    uint32_t pval = s->lvl_pval[d];
-    int prem = s->lvl_prem[d];
-    step_byte(s, &s->lvl[d], &pval, &prem, v->n[c].byte, out);
-    if (out->n == 0) { path[d] = v->n[c].sibling; continue; }
+    if (c < 0) { d--; if (d >= 0) path[d] = v->n[path[d]].sibling; continue; }
+    int32_t sid;
+    uint32_t pval;
+    int prem;
+    transition(s, s->lvl_sid[d], s->lvl_pval[d], s->lvl_prem[d], v->n[c].byte, &sid, &pval, &prem);
+    if (sid < 0) { path[d] = v->n[c].sibling; continue; }
     for (int32_t t = v->n[c].tok; t >= 0; t = v->next_tok[t])
       if (!v->special[t] && !sm_mask_test(mask, t)) { sm_mask_set(mask, t); count++; }
     if (v->n[c].child >= 0 && d + 2 < s->n_lvl && d + 1 < (1 << 12)) {
-      s->lvl_pval[d + 1] = pval;
-      s->lvl_prem[d + 1] = prem;
       path[d] = c; /* resumed at c's sibling when the child level is done */
       d++;
+      s->lvl_sid[d] = sid;
+      s->lvl_pval[d] = pval;
+      s->lvl_prem[d] = prem;
       path[d] = v->n[c].child;
     } else {
       path[d] = v->n[c].sibling;
     }
   }
-  if (s->failed) s->failed = false;
+  struct mcache *m = &s->mc[s->mc_next];
+  s->mc_next = (s->mc_next + 1) % 8;
+  if (!m->bits) m->bits = sm_xmalloc(sizeof(uint32_t) * (size_t)words);
+  memcpy(m->bits, mask, sizeof(uint32_t) * (size_t)words);
+  m->sid = sid0;
+  m->pval = s->pval;
+  m->prem = s->prem;
+  m->count = count;
   return count;
 }
 
