@@ -1,6 +1,7 @@
 /* OpenAI request parsing and validation (see api.h). */
 #include "server/api.h"
 #include "base/strbuf.h"
+#include "server/anthropic.h"
 #include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
@@ -561,6 +562,7 @@ bool sm_api_parse(sm_ep_kind kind, const char *body, size_t len, sm_api_request 
     ok = parse_common(root, r, err);
     if (ok) {
       if (kind == SM_EP_CHAT) ok = parse_chat(root, r, err);
+      else if (kind == SM_EP_MESSAGES) ok = sm_anth_parse_fields(root, r, err);
       else if (kind == SM_EP_COMPLETIONS) ok = parse_completions(root, r, err);
       else ok = parse_responses(root, r, err);
     }

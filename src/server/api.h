@@ -6,7 +6,7 @@
 #include <cjson/cJSON.h>
 #include "base/base.h"
 
-typedef enum { SM_EP_CHAT = 0, SM_EP_COMPLETIONS, SM_EP_RESPONSES } sm_ep_kind;
+typedef enum { SM_EP_CHAT = 0, SM_EP_COMPLETIONS, SM_EP_RESPONSES, SM_EP_MESSAGES } sm_ep_kind;
 enum { SM_TOOLS_AUTO = 0, SM_TOOLS_NONE, SM_TOOLS_REQUIRED, SM_TOOLS_NAMED };
 
 #define SM_API_MAX_STOP 16

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
+#include "server/anthropic.h"
 #include "server/constrain.h"
 #include "tokenizer/chat.h"
 
@@ -27,7 +28,7 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
   if (!req.has_top_p && o->gen_top_p > 0) req.sampling.top_p = o->gen_top_p;
   if (!req.has_top_k && o->gen_top_k > 0) req.sampling.top_k = o->gen_top_k;
   /* prompt */
-  const char *pparam = kind == SM_EP_COMPLETIONS ? "prompt" : kind == SM_EP_CHAT ? "messages" : "input";
+  const char *pparam = kind == SM_EP_COMPLETIONS ? "prompt" : kind == SM_EP_RESPONSES ? "input" : "messages";
   if (kind == SM_EP_COMPLETIONS && req.prompt_ids) {
     for (int i = 0; i < req.n_prompt_ids; i++)
       if (req.prompt_ids[i] >= o->vocab) REJECT(400, "prompt", NULL, "token id out of the vocabulary");
@@ -307,6 +308,7 @@ cJSON *sm_oai_response_object(const sm_oai *o, sm_job *j, const char *status) {
 
 cJSON *sm_oai_full_response(const sm_oai *o, sm_job *j) {
   if (j->req.kind == SM_EP_RESPONSES) return sm_oai_response_object(o, j, "completed");
+  if (j->req.kind == SM_EP_MESSAGES) return sm_anth_response(o, j);
   cJSON *r = cJSON_CreateObject();
   bool chat = j->req.kind == SM_EP_CHAT;
   cJSON_AddStringToObject(r, "id", j->id);

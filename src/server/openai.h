@@ -19,6 +19,7 @@ typedef struct {
   const sm_toolfmt *tfmt; /* tool-call format of the chat template (or --tool-format) */
   bool reasoning;         /* split <think> text into reasoning_content (--reasoning-format) */
   long created;           /* when the model was loaded (unix seconds) */
+  const char *model_path; /* the model directory */
 } sm_oai;
 
 /* Parse a request body of the given endpoint and build its job (not yet queued). On failure

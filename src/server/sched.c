@@ -255,6 +255,8 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
     size_t from = old_len + 1 > maxs ? old_len + 1 - maxs : 0;
     long pos = sm_stop_find(c->text.p, c->text.n, from, j->req.stop, j->req.n_stop);
     if (pos >= 0) {
+      for (int i = 0; i < j->req.n_stop && c->stop_hit < 0; i++)
+        if (!strncmp(c->text.p + pos, j->req.stop[i], strlen(j->req.stop[i]))) c->stop_hit = i;
       c->text.n = (size_t)pos;
       c->text.p[c->text.n] = 0;
       for (int k = 0; k < c->n_toks; k++)
@@ -503,7 +505,10 @@ sm_job *sm_job_new(sm_api_request *req, int32_t *prompt, int n_prompt, int max_t
   j->max_tokens = max_tokens;
   j->n = j->req.n;
   j->ch = sm_xcalloc((size_t)j->n, sizeof(sm_choice));
-  for (int i = 0; i < j->n; i++) sm_buf_reserve(&j->ch[i].text, 64);
+  for (int i = 0; i < j->n; i++) {
+    sm_buf_reserve(&j->ch[i].text, 64);
+    j->ch[i].stop_hit = -1;
+  }
   j->tool_mode = tool_mode;
   pthread_cond_init(&j->cv, NULL);
   j->t_arrival = sm_now();
@@ -528,9 +533,10 @@ int sm_sched_submit(sm_sched *s, sm_job *j) {
   sm_ep_kind kind = j->req.kind;
   j->seq_no = ++s->next_id;
   snprintf(j->id, sizeof j->id, "%s-%016llx%04llx",
-           kind == SM_EP_CHAT ? "chatcmpl" : kind == SM_EP_COMPLETIONS ? "cmpl" : "resp_",
+           kind == SM_EP_CHAT ? "chatcmpl" : kind == SM_EP_COMPLETIONS ? "cmpl" : kind == SM_EP_MESSAGES ? "msg" : "resp_",
            (unsigned long long)sm_mix64((uint64_t)j->created ^ (j->seq_no << 20)),
            (unsigned long long)(j->seq_no & 0xffff));
+  if (kind == SM_EP_MESSAGES) j->id[3] = '_'; /* msg_<hex> */
   if (kind == SM_EP_RESPONSES) { /* resp_<hex> */
     memmove(j->id + 5, j->id + 6, strlen(j->id + 6) + 1);
   }

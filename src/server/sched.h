@@ -39,6 +39,7 @@ typedef struct {
   sm_tokrec *toks;
   int n_toks, cap_toks;
   int finish; /* SM_FIN_* */
+  int stop_hit; /* the stop string that ended the text, -1: none */
   sm_grammar_state *gs; /* constrained decoding (job->grammar), engine thread only */
   uint32_t *mask;       /* allowed tokens for the next sample, valid when mask_ok */
   bool mask_ok;

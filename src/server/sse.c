@@ -3,6 +3,7 @@
  * decided whether it is reasoning, content or a tool call. Tool calls stream in the OpenAI
  * shape: a first delta with the call's index, id, type and name, then argument deltas. */
 #include "server/sse.h"
+#include "server/anthropic.h"
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -290,6 +291,10 @@ void sm_sse_produce(sm_sse *st) {
   sm_job *j = st->j;
   if (j->req.kind == SM_EP_RESPONSES) {
     produce_responses(st);
+    return;
+  }
+  if (j->req.kind == SM_EP_MESSAGES) {
+    sm_anth_sse_produce(st);
     return;
   }
   bool chat = j->req.kind == SM_EP_CHAT;
