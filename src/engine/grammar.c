@@ -226,6 +226,8 @@ static void filter_partial(sm_grammar_state *s, const iset *in, uint32_t pval, i
   uint32_t lo = PV_VAL(pval) << (6 * prem), hi = lo | ((1u << (6 * prem)) - 1);
   if (lo < min_cp[PV_LEN(pval)]) lo = min_cp[PV_LEN(pval)];
   if (hi > 0x10FFFF) hi = 0x10FFFF;
+  if (lo >= 0xD800 && lo <= 0xDFFF) lo = 0xE000; /* no surrogates */
+  if (hi >= 0xD800 && hi <= 0xDFFF) hi = 0xD7FF;
   if (lo > hi) return;
   for (int i = 0; i < in->n; i++) {
     int32_t k = in->v[i];

@@ -226,9 +226,77 @@ static void test_mask(const char *src_dir) {
   smelt_tokenizer_free(tok);
 }
 
+/* Random walks through the masks never get stuck: while the text is unfinished some token is
+ * allowed, and every allowed token is accepted (byte-level tokens that start UTF-8 characters
+ * must have a valid continuation: no surrogates, no overlong forms). */
+static void test_walks(const char *src_dir, const char *gbnf, int walks) {
+  char path[1024], cfg[1024];
+  snprintf(path, sizeof path, "%s/models/smelt-tiny/tokenizer.json", src_dir);
+  snprintf(cfg, sizeof cfg, "%s/models/smelt-tiny/tokenizer_config.json", src_dir);
+  smelt_tokenizer *tok = NULL;
+  if (sm_tok_load_files(path, cfg, &tok)) { CHECK(false, "tokenizer: %s", sm_errmsg()); return; }
+  int V = smelt_tokenizer_vocab_size(tok);
+  int32_t eos[1] = {1};
+  sm_grammar_vocab *voc = sm_grammar_vocab_new(tok, V, eos, 1);
+  sm_grammar *g = NULL;
+  CHECK(sm_grammar_compile(gbnf, &g) == SMELT_OK, "compile: %s", sm_errmsg());
+  uint32_t *mask = calloc((size_t)(V + 31) / 32, 4);
+  int32_t byte_tok[256];
+  int n_byte = 0;
+  sm_buf pb = SM_BUF_INIT;
+  for (int32_t t = 0; t < V && n_byte < 256; t++)
+    if (sm_tok_piece_bytes(tok, t, &pb) && pb.n == 1 && (unsigned char)pb.p[0] >= 0x80 && !sm_tok_is_special(tok, t))
+      byte_tok[n_byte++] = t;
+  sm_buf_free(&pb);
+  uint64_t x = 88172645463325252ull;
+  int stuck = 0, rejected = 0;
+  for (int w = 0; g && w < walks; w++) {
+    sm_grammar_state *s = sm_grammar_state_new(g, voc);
+    for (int k = 0; k < 60; k++) {
+      int c = sm_grammar_mask(s, mask);
+      if (c == 0) { stuck += !sm_grammar_finished(s); break; }
+      x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+      /* half of the time a single-byte token that starts or continues a UTF-8 character, if
+       * one is allowed (these are rare among all tokens), else any allowed token */
+      int32_t t = -1;
+      if (x & 1) {
+        int n1 = 0;
+        for (int i = 0; i < n_byte; i++) n1 += sm_mask_test(mask, byte_tok[i]);
+        if (n1) {
+          int r = (int)((x >> 8) % (uint64_t)n1);
+          for (int i = 0; i < n_byte && t < 0; i++)
+            if (sm_mask_test(mask, byte_tok[i]) && r-- == 0) t = byte_tok[i];
+        }
+      }
+      int r = (int)((x >> 1) % (uint64_t)c);
+      for (int32_t i = 0; i < V && t < 0; i++)
+        if (sm_mask_test(mask, i) && r-- == 0) t = i;
+      if (sm_grammar_accept(s, t) != SMELT_OK) { rejected++; break; }
+      if (sm_grammar_ended(s)) break;
+    }
+    sm_grammar_state_free(s);
+  }
+  CHECK(stuck == 0 && rejected == 0, "random walks: %d stuck, %d allowed tokens rejected", stuck, rejected);
+  free(mask);
+  sm_grammar_free(g);
+  sm_grammar_vocab_free(voc);
+  smelt_tokenizer_free(tok);
+}
+
 int main(int argc, char **argv) {
   test_gbnf();
   test_schema();
-  if (argc > 1) test_mask(argv[1]);
+  if (argc > 1) {
+    test_mask(argv[1]);
+    /* short strings of any characters, then a closing quote */
+    test_walks(argv[1], "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,12} \"\\\"\"", 400);
+    cJSON *sc = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":6},"
+                            "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"maxItems\":3}},\"required\":[\"a\"]}");
+    char *gb = NULL;
+    sm_schema_to_gbnf(sc, false, &gb);
+    test_walks(argv[1], gb, 200);
+    free(gb);
+    cJSON_Delete(sc);
+  }
   TEST_END();
 }
