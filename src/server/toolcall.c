@@ -462,7 +462,14 @@ void sm_toolfmt_scan(const sm_toolfmt *f, const char *text, size_t len, bool fin
     }
     sm_buf_put(&out->content, rest, (size_t)best);
     if (out->n == 0) out->safe = out->content.n;
+    int before = out->n;
     long r = mk[which].sec(rest + best, rn - (size_t)best, tools, out);
+    if (r == TC_INCOMPLETE && final && before > 0) {
+      /* cut off (max_tokens) after complete calls: keep those, drop the unfinished one */
+      for (int i = before; i < out->n; i++) { free(out->calls[i].name); sm_buf_free(&out->calls[i].args); }
+      out->n = before;
+      break;
+    }
     if (r < 0) { bad = r == TC_BAD || final; break; }
     if (!mk[which].marker) { /* a bare JSON call is the whole text */
       size_t after = (size_t)best + (size_t)r;

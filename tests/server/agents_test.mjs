@@ -106,7 +106,7 @@ try {
 
   await test('anthropic SDK: tool_choice any/tool gives tool_use blocks; streamed input_json adds up', async () => {
     for (let i = 0; i < 3; i++) {
-      const req = { model: 'm', max_tokens: 100, temperature: 1, tools, tool_choice: i ? { type: 'tool', name: 'get_weather' } : { type: 'any' },
+      const req = { model: 'm', max_tokens: 100, temperature: 1, seed: 30 + i, tools, tool_choice: i ? { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true } : { type: 'any', disable_parallel_tool_use: true },
         messages: [{ role: 'user', content: 'Weather in Oslo?' }] };
       const r = await anth.messages.create(req);
       assert.equal(r.stop_reason, 'tool_use', JSON.stringify(r));
@@ -169,7 +169,7 @@ try {
   await test('reasoning: a <think> template splits reasoning_content; reasoning_tokens; enable_thinking false', async () => {
     const T = await startServer(THINK, ['-np', '2']);
     const o = new OpenAI({ baseURL: T.url + '/v1', apiKey: 'x', maxRetries: 0 });
-    const req = { model: 'm', max_tokens: 20, temperature: 0, messages: [{ role: 'user', content: 'Think.' }] };
+    const req = { model: 'm', max_tokens: 20, temperature: 1, seed: 11, messages: [{ role: 'user', content: 'Think.' }] };
     const r = await o.chat.completions.create(req);
     const m = r.choices[0].message;
     // the random model never closes </think>: everything is reasoning
@@ -182,7 +182,6 @@ try {
       if (d.reasoning_content) rs += d.reasoning_content;
       if (d.content) content += d.content;
     }
-    assert.equal(rs, m.reasoning_content.trim() === rs.trim() ? rs : m.reasoning_content);
     assert.equal(rs.trim(), m.reasoning_content);
     assert.equal(content, '');
     // enable_thinking false: the template closes the block, the output is content
@@ -190,7 +189,7 @@ try {
     assert.ok(!nr.choices[0].message.reasoning_content);
     assert.equal(nr.usage.completion_tokens_details.reasoning_tokens, 0);
     // responses API: a reasoning item before the message
-    const rr = await o.responses.create({ model: 'm', input: 'Think.', max_output_tokens: 20, temperature: 0 });
+    const rr = await o.responses.create({ model: 'm', input: 'Think.', max_output_tokens: 20, temperature: 1, seed: 11 });
     assert.equal(rr.output[0].type, 'reasoning');
     assert.equal(rr.output[0].content[0].text, m.reasoning_content);
     assert.equal(rr.usage.output_tokens_details.reasoning_tokens, rr.usage.output_tokens);
@@ -198,7 +197,6 @@ try {
     const N = await startServer(THINK, ['-np', '1', '--reasoning-format', 'none']);
     const on = new OpenAI({ baseURL: N.url + '/v1', apiKey: 'x', maxRetries: 0 });
     const nn = await on.chat.completions.create(req);
-    assert.equal(nn.choices[0].message.content, r.choices[0].message.reasoning_content.length ? nn.choices[0].message.content : '');
     assert.ok(!nn.choices[0].message.reasoning_content);
     assert.equal(nn.choices[0].message.content.trim(), m.reasoning_content);
   });

@@ -234,6 +234,10 @@ static void test_misc(void) {
   t = "<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": }</tool_call>";
   sm_toolfmt_scan(h, t, strlen(t), true, tools, &s);
   CHECK(s.n == 0 && s.content.n == strlen(t), "malformed call is content");
+  /* cut off after a complete call: the complete one stays, the unfinished one goes */
+  t = "<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}</tool_call>\n<tool_call>{\"name\": \"ad";
+  sm_toolfmt_scan(h, t, strlen(t), true, tools, &s);
+  CHECK(s.n == 1 && s.calls[0].done && !strcmp(s.calls[0].name, "add"), "complete call kept, unfinished dropped");
   /* named grammar: only that tool */
   char *gb = NULL;
   CHECK(sm_toolfmt_grammar(h, NULL, tools, "add", false, &gb) == SMELT_OK, "named grammar");
