@@ -133,8 +133,14 @@ void sm_sample_apply_mask(float *logits, int vocab, const uint32_t *mask) {
   }
 }
 
-int32_t sm_sampler_sample(sm_sampler *s, float *logits, const int32_t *hist, int nh) {
+void sm_sampler_adjust(const sm_sampler *s, float *logits) {
+  for (int i = 0; i < s->n_bias; i++)
+    if (s->bias_ids[i] >= 0 && s->bias_ids[i] < s->vocab) logits[s->bias_ids[i]] += s->bias_vals[i];
   if (s->mask) sm_sample_apply_mask(logits, s->vocab, s->mask);
+}
+
+int32_t sm_sampler_sample(sm_sampler *s, float *logits, const int32_t *hist, int nh) {
+  sm_sampler_adjust(s, logits);
   sm_sample_req r;
   sm_sampler_prepare(s, hist, nh, &r);
   return sm_sample_row(&r, logits, s->vocab, s->probs, s->idx);

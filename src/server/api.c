@@ -48,6 +48,8 @@ void sm_api_request_free(sm_api_request *r) {
   for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
   free(r->user);
   free(r->reasoning_effort);
+  free(r->bias_ids);
+  free(r->bias_vals);
   memset(r, 0, sizeof *r);
 }
 
@@ -364,6 +366,25 @@ static bool parse_common(const cJSON *root, sm_api_request *r, sm_api_error *err
   if (!get_str(root, "user", &r->user, err)) return false;
   if (!parse_grammar_fields(root, r, err)) return false;
   if (!get_str(root, "reasoning_effort", &r->reasoning_effort, err)) return false;
+  const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+  if (lb && !cJSON_IsNull(lb)) {
+    /* {"token id": bias in [-100, 100]} (OpenAI); -100 bans the token */
+    if (!cJSON_IsObject(lb)) FAIL("logit_bias", "'logit_bias' must be an object of token id -> bias");
+    int n = cJSON_GetArraySize(lb);
+    if (n > SM_API_MAX_LOGIT_BIAS) FAIL("logit_bias", "at most %d logit_bias entries", SM_API_MAX_LOGIT_BIAS);
+    r->bias_ids = sm_xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    r->bias_vals = sm_xmalloc(sizeof(float) * (size_t)(n ? n : 1));
+    for (const cJSON *e = lb->child; e; e = e->next) {
+      char *end = NULL;
+      long id = strtol(e->string, &end, 10);
+      if (!e->string[0] || *end || id < 0 || id > 2147483647L)
+        FAIL("logit_bias", "'logit_bias' keys must be token ids, got '%.40s'", e->string);
+      if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100)
+        FAIL("logit_bias", "'logit_bias' values must be numbers between -100 and 100");
+      r->bias_ids[r->n_bias] = (int32_t)id;
+      r->bias_vals[r->n_bias++] = (float)e->valuedouble;
+    }
+  }
   const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "reasoning"); /* responses: {effort} */
   if (cJSON_IsObject(rs) && !r->reasoning_effort && !get_str(rs, "effort", &r->reasoning_effort, err)) return false;
   const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
@@ -410,6 +431,8 @@ static bool parse_chat(const cJSON *root, sm_api_request *r, sm_api_error *err) 
     if (!r->logprobs) FAIL("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
     r->top_logprobs = (int)d;
   }
+  if (!get_num(root, "n_probs", 0, SM_API_MAX_TOP_LOGPROBS, true, &d, &given, err)) return false;
+  if (given && d > 0 && !r->logprobs) { r->logprobs = true; r->top_logprobs = (int)d; } /* llama-server */
   if (!parse_response_format(cJSON_GetObjectItemCaseSensitive(root, "response_format"), "response_format", r, err))
     return false;
   return parse_tools(root, r, err);
@@ -442,6 +465,8 @@ static bool parse_completions(const cJSON *root, sm_api_request *r, sm_api_error
   bool given;
   if (!get_num(root, "logprobs", 0, 5, true, &d, &given, err)) return false;
   if (given) { r->logprobs = true; r->top_logprobs = (int)d; }
+  if (!get_num(root, "n_probs", 0, SM_API_MAX_TOP_LOGPROBS, true, &d, &given, err)) return false;
+  if (given && d > 0 && !r->logprobs) { r->logprobs = true; r->top_logprobs = (int)d; } /* llama-server */
   if (!get_bool(root, "echo", &r->echo, err)) return false;
   const cJSON *bo = cJSON_GetObjectItemCaseSensitive(root, "best_of");
   if (cJSON_IsNumber(bo) && bo->valuedouble > 1) FAIL("best_of", "'best_of' > 1 is not supported");

@@ -12,6 +12,7 @@ enum { SM_TOOLS_AUTO = 0, SM_TOOLS_NONE, SM_TOOLS_REQUIRED, SM_TOOLS_NAMED };
 #define SM_API_MAX_STOP 16
 #define SM_API_MAX_N 16
 #define SM_API_MAX_TOP_LOGPROBS 20
+#define SM_API_MAX_LOGIT_BIAS 1024
 
 /* An OpenAI-style error: {"error":{"message","type","param","code"}} with an HTTP status. */
 typedef struct {
@@ -53,6 +54,7 @@ typedef struct {
   bool echo;        /* completions echo (prompt text is prepended) */
   char *user;       /* ignored, kept for completeness */
   char *reasoning_effort; /* handed to the chat template, NULL if not given */
+  int32_t *bias_ids; float *bias_vals; int n_bias; /* logit_bias */
 } sm_api_request;
 
 /* Parse and validate a request body of the given endpoint. On failure fills err (4xx) and

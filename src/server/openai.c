@@ -23,6 +23,9 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
   bool think_open = false;
   if (!sm_api_parse(kind, body, len, &req, err)) return NULL;
   if (req.n > o->parallel) REJECT(400, "n", NULL, "'n' must not exceed the server's --parallel (%d)", o->parallel);
+  for (int i = 0; i < req.n_bias; i++)
+    if (req.bias_ids[i] >= o->vocab)
+      REJECT(400, "logit_bias", NULL, "'logit_bias' token %d is not in the vocabulary (%d)", req.bias_ids[i], o->vocab);
   /* default sampling from generation_config when the request gives none */
   if (!req.has_temperature && o->gen_temperature > 0) req.sampling.temperature = o->gen_temperature;
   if (!req.has_top_p && o->gen_top_p > 0) req.sampling.top_p = o->gen_top_p;

@@ -102,6 +102,9 @@ static bool admit(sm_sched *s, sm_job *j) {
       smelt_sampling sp = j->req.sampling;
       sp.seed = j->req.has_seed ? (sm_mix64(j->req.seed + (uint64_t)i) | 1) : 0;
       sm_sampler_init(&c->sampler, &sp, s->vocab);
+      c->sampler.bias_ids = j->req.bias_ids;
+      c->sampler.bias_vals = j->req.bias_vals;
+      c->sampler.n_bias = j->req.n_bias;
       c->sampler_ok = true;
       c->detok = sm_detok_new(s->tok, !j->keep_special);
       if (j->grammar) {

@@ -166,6 +166,22 @@ try {
     assert.equal(bad.status, 400);
   });
 
+  await test('logit_bias bans and forces tokens; n_probs gives top logprobs', async () => {
+    const req = { model: 'm', prompt: 'The', max_tokens: 4, temperature: 0 };
+    const a = await oai.completions.create({ ...req, logprobs: 1 });
+    const first = (await (await post(A.url + '/tokenize', { content: a.choices[0].logprobs.tokens[0] })).json()).tokens;
+    assert.equal(first.length, 1);
+    const banned = await oai.completions.create({ ...req, logprobs: 1, logit_bias: { [first[0]]: -100 } });
+    assert.notEqual(banned.choices[0].logprobs.tokens[0], a.choices[0].logprobs.tokens[0]);
+    const forced = await oai.completions.create({ ...req, logit_bias: { [first[0] === 65 ? 66 : 65]: 100 } });
+    assert.equal(forced.choices[0].text, String.fromCharCode(first[0] === 65 ? 66 : 65).repeat(4));
+    const np = await (await post(A.url + '/v1/chat/completions', { model: 'm', max_tokens: 2, messages: [{ role: 'user', content: 'x' }], n_probs: 3 })).json();
+    assert.equal(np.choices[0].logprobs.content[0].top_logprobs.length, 3);
+    const bad = await post(A.url + '/v1/completions', { ...req, logit_bias: { abc: 1 } });
+    assert.equal(bad.status, 400);
+    assert.equal((await bad.json()).error.param, 'logit_bias');
+  });
+
   await test('reasoning: a <think> template splits reasoning_content; reasoning_tokens; enable_thinking false', async () => {
     const T = await startServer(THINK, ['-np', '2']);
     const o = new OpenAI({ baseURL: T.url + '/v1', apiKey: 'x', maxRetries: 0 });
