@@ -45,6 +45,10 @@ void sm_api_request_free(sm_api_request *r) {
   free(r->tool_name);
   free(r->prompt);
   free(r->prompt_ids);
+  for (int i = 0; i < r->n_prompts; i++) { free(r->prompts[i]); free(r->prompt_lists[i]); }
+  free(r->prompts);
+  free(r->prompt_lists);
+  free(r->prompt_lens);
   for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
   free(r->user);
   free(r->reasoning_effort);
@@ -441,14 +445,34 @@ static bool parse_chat(const cJSON *root, sm_api_request *r, sm_api_error *err) 
 static bool parse_completions(const cJSON *root, sm_api_request *r, sm_api_error *err) {
   const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
   if (!p) FAIL("prompt", "'prompt' is required");
-  if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child)) p = p->child;
-  if (cJSON_IsString(p)) {
+  if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && (cJSON_IsString(p->child) || cJSON_IsArray(p->child))) p = p->child;
+  if (cJSON_IsArray(p) && p->child && (cJSON_IsString(p->child) || cJSON_IsArray(p->child))) {
+    /* several prompts: strings or token-id lists; the choices are prompt-major */
+    int n = cJSON_GetArraySize(p), i = 0;
+    r->prompts = sm_xcalloc((size_t)n, sizeof(char *));
+    r->prompt_lists = sm_xcalloc((size_t)n, sizeof(int32_t *));
+    r->prompt_lens = sm_xcalloc((size_t)n, sizeof(int));
+    r->n_prompts = n;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, p) {
+      if (cJSON_IsString(e)) { r->prompts[i++] = sm_xstrdup(e->valuestring); continue; }
+      if (!cJSON_IsArray(e) || !e->child) FAIL("prompt", "'prompt[%d]' must be a string or a non-empty array of token ids", i);
+      r->prompt_lists[i] = sm_xmalloc(sizeof(int32_t) * (size_t)cJSON_GetArraySize(e));
+      const cJSON *t;
+      cJSON_ArrayForEach(t, e) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble > 2147483647.0)
+          FAIL("prompt", "token ids in 'prompt[%d]' must be non-negative integers", i);
+        r->prompt_lists[i][r->prompt_lens[i]++] = (int32_t)t->valuedouble;
+      }
+      i++;
+    }
+  } else if (cJSON_IsString(p)) {
     r->prompt = sm_xstrdup(p->valuestring);
   } else if (cJSON_IsArray(p)) {
     int n = cJSON_GetArraySize(p);
     if (n == 0) FAIL("prompt", "'prompt' must not be empty");
     if (!cJSON_IsNumber(p->child))
-      FAIL("prompt", "'prompt' must be a string, a one-element array of strings, or an array of token ids");
+      FAIL("prompt", "'prompt' must be a string, an array of strings, an array of token ids or an array of those");
     r->prompt_ids = sm_xmalloc(sizeof(int32_t) * (size_t)n);
     const cJSON *t;
     cJSON_ArrayForEach(t, p) {

@@ -35,6 +35,9 @@ typedef struct {
   cJSON *tools;     /* tools array for the template, NULL if none (or tool_choice "none") */
   cJSON *chat_template_kwargs; /* extra template context, NULL if none */
   char *prompt;     /* completions: prompt text, NULL if prompt_ids used */
+  char **prompts;   /* completions with an array of >= 2 prompts: each a string ... */
+  int32_t **prompt_lists; int *prompt_lens; /* ... or a token-id list (prompts[i] NULL) */
+  int n_prompts;
   int32_t *prompt_ids; int n_prompt_ids; /* completions: token-id prompt */
   smelt_sampling sampling; /* seed: 0 if not given (has_seed false) */
   bool has_seed; uint64_t seed;

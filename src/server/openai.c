@@ -15,6 +15,65 @@
     goto fail;                                                                       \
   } while (0)
 
+/* /v1/completions with several prompts: one job whose choices are prompt-major (prompt p,
+ * choice c -> index p * n + c), each with a sequence of its own. Takes over req. */
+static sm_job *multi_prompt_job(const sm_oai *o, sm_api_request *req, sm_api_error *err) {
+  int np = req->n_prompts, per = req->n, total = np * per, max_tokens = req->max_tokens;
+  sm_grammar *grammar = NULL;
+  sm_buf all = SM_BUF_INIT; /* the prompts' ids, one after the other */
+  int *off = sm_xmalloc(sizeof(int) * (size_t)np), *len = sm_xmalloc(sizeof(int) * (size_t)np);
+  int min_room = o->ctx;
+  if (total > o->parallel) REJECT(400, "prompt", NULL, "%d prompts x n=%d choices exceed the server's --parallel (%d)", np, per, o->parallel);
+  if (req->stream) REJECT(400, "stream", NULL, "streaming is not supported with several prompts");
+  for (int p = 0; p < np; p++) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (req->prompts[p]) {
+      if (smelt_tokenize(o->tok, req->prompts[p], strlen(req->prompts[p]), true, &ids, &n) != SMELT_OK)
+        REJECT(400, "prompt", NULL, "could not tokenize prompt %d: %s", p, sm_errmsg());
+    } else {
+      n = (size_t)req->prompt_lens[p];
+      ids = sm_xmalloc(sizeof(int32_t) * n);
+      memcpy(ids, req->prompt_lists[p], sizeof(int32_t) * n);
+      for (size_t i = 0; i < n; i++)
+        if (ids[i] >= o->vocab) { free(ids); REJECT(400, "prompt", NULL, "prompt %d: token id out of the vocabulary", p); }
+    }
+    if (n == 0 || (int)n >= o->ctx || (max_tokens > 0 && (long)n + max_tokens > o->ctx)) {
+      free(ids);
+      REJECT(400, "prompt", n ? "context_length_exceeded" : NULL, "prompt %d: %zu tokens do not fit the context of %d%s", p, n,
+             o->ctx, max_tokens > 0 ? " with max_tokens" : "");
+    }
+    off[p] = (int)(all.n / sizeof(int32_t));
+    len[p] = (int)n;
+    sm_buf_put(&all, ids, n * sizeof(int32_t));
+    free(ids);
+    min_room = SM_MIN(min_room, o->ctx - (int)n);
+  }
+  if (!sm_constrain_build(o->tok, o->tfmt, req, &grammar, err)) goto fail;
+  int n_all = (int)(all.n / sizeof(int32_t));
+  int32_t *prompt = sm_xmalloc(all.n);
+  memcpy(prompt, all.p, all.n);
+  sm_buf_free(&all);
+  req->n = total;
+  sm_job *j = sm_job_new(req, prompt, n_all, max_tokens > 0 ? max_tokens : min_room, false);
+  j->grammar = grammar;
+  j->per_prompt = per;
+  for (int i = 0; i < total; i++) {
+    j->ch[i].p_off = off[i / per];
+    j->ch[i].p_len = len[i / per];
+  }
+  free(off);
+  free(len);
+  return j;
+fail:
+  sm_grammar_free(grammar);
+  sm_buf_free(&all);
+  free(off);
+  free(len);
+  sm_api_request_free(req);
+  return NULL;
+}
+
 sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size_t len, sm_api_error *err) {
   sm_api_request req;
   int32_t *ids = NULL;
@@ -32,6 +91,7 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
   if (!req.has_top_k && o->gen_top_k > 0) req.sampling.top_k = o->gen_top_k;
   /* prompt */
   const char *pparam = kind == SM_EP_COMPLETIONS ? "prompt" : kind == SM_EP_RESPONSES ? "input" : "messages";
+  if (req.n_prompts > 1) return multi_prompt_job(o, &req, err);
   if (kind == SM_EP_COMPLETIONS && req.prompt_ids) {
     for (int i = 0; i < req.n_prompt_ids; i++)
       if (req.prompt_ids[i] >= o->vocab) REJECT(400, "prompt", NULL, "token id out of the vocabulary");
@@ -339,10 +399,11 @@ cJSON *sm_oai_full_response(const sm_oai *o, sm_job *j) {
       else cJSON_AddNullToObject(cj, "logprobs");
     } else {
       sm_buf t = SM_BUF_INIT;
-      if (j->req.echo && j->req.prompt) sm_buf_puts(&t, j->req.prompt);
+      const char *ptext = j->per_prompt ? j->req.prompts[i / j->per_prompt] : j->req.prompt;
+      if (j->req.echo && ptext) sm_buf_puts(&t, ptext);
       sm_buf_puts(&t, f.content ? f.content : "");
       cJSON_AddStringToObject(cj, "text", sm_buf_str(&t));
-      size_t base = j->req.echo && j->req.prompt ? strlen(j->req.prompt) : 0;
+      size_t base = j->req.echo && ptext ? strlen(ptext) : 0;
       sm_buf_free(&t);
       if (j->req.logprobs) cJSON_AddItemToObject(cj, "logprobs", compl_logprobs(o, j, c, 0, nt, base));
       else cJSON_AddNullToObject(cj, "logprobs");

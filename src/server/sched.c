@@ -114,6 +114,20 @@ static bool admit(sm_sched *s, sm_job *j) {
         c->sampler.mask = c->mask;
       }
     }
+    if (j->per_prompt) { /* several prompts: a sequence of its own for each choice */
+      j->n_cached = 0;
+      for (int i = 0; i < j->n; i++) {
+        sm_choice *c = &j->ch[i];
+        sm_seq *q = sm_seq_new(e);
+        if (!q) return false;
+        if (sm_seq_append(e, q, j->prompt + c->p_off, c->p_len) != SMELT_OK) { sm_seq_free(e, q); return false; }
+        j->n_cached += sm_seq_use_prefix_cache(e, q);
+        c->seq = q;
+        s->active_seqs++;
+      }
+      j->started = true;
+      goto admitted;
+    }
     sm_seq *q = sm_seq_new(e);
     if (!q) return false;
     if (sm_seq_append(e, q, j->prompt, j->n_prompt) != SMELT_OK) { sm_seq_free(e, q); return false; }
@@ -129,8 +143,9 @@ static bool admit(sm_sched *s, sm_job *j) {
       if (c->finish || c->seq) continue;
       sm_seq *q = sm_seq_new(e);
       if (!q) return false;
-      if (sm_seq_append(e, q, j->prompt, j->n_prompt) != SMELT_OK ||
-          (c->n_gen && sm_seq_append(e, q, c->gen, c->n_gen) != SMELT_OK)) {
+      const int32_t *pp = j->per_prompt ? j->prompt + c->p_off : j->prompt;
+      int pn = j->per_prompt ? c->p_len : j->n_prompt;
+      if (sm_seq_append(e, q, pp, pn) != SMELT_OK || (c->n_gen && sm_seq_append(e, q, c->gen, c->n_gen) != SMELT_OK)) {
         sm_seq_free(e, q);
         return false;
       }
@@ -139,6 +154,7 @@ static bool admit(sm_sched *s, sm_job *j) {
       s->active_seqs++;
     }
   }
+admitted:
   j->active = true;
   s->active = sm_xrealloc(s->active, sizeof(sm_job *) * (size_t)(s->n_active + 1));
   s->active[s->n_active++] = j;

@@ -40,6 +40,7 @@ typedef struct {
   int n_toks, cap_toks;
   int finish; /* SM_FIN_* */
   int stop_hit; /* the stop string that ended the text, -1: none */
+  int p_off, p_len; /* several prompts: this choice's prompt is job->prompt[p_off..+p_len) */
   sm_grammar_state *gs; /* constrained decoding (job->grammar), engine thread only */
   uint32_t *mask;       /* allowed tokens for the next sample, valid when mask_ok */
   bool mask_ok;
@@ -61,6 +62,7 @@ struct sm_job {
   int32_t *prompt;
   int n_prompt, max_tokens, n_cached;
   sm_grammar *grammar; /* NULL: unconstrained */
+  int per_prompt;      /* several prompts: choices per prompt (0: one prompt shared by all) */
   sm_choice *ch;
   int n;
   bool tool_mode, fork_pending;

@@ -182,6 +182,21 @@ try {
     assert.equal((await bad.json()).error.param, 'logit_bias');
   });
 
+  await test('completions with an array of prompts: prompt-major choices equal single requests', async () => {
+    const one = async (p) => oai.completions.create({ model: 'm', prompt: p, max_tokens: 6, temperature: 0 });
+    const [a, b] = [await one('Alpha beta'), await one([5, 6, 7, 8])];
+    const r = await oai.completions.create({ model: 'm', prompt: ['Alpha beta', [5, 6, 7, 8]], max_tokens: 6, temperature: 0, n: 2 });
+    assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2, 3]);
+    assert.equal(r.choices[0].text, a.choices[0].text);
+    assert.equal(r.choices[1].text, a.choices[0].text);
+    assert.equal(r.choices[2].text, b.choices[0].text);
+    assert.equal(r.usage.prompt_tokens, a.usage.prompt_tokens + b.usage.prompt_tokens);
+    const e = await oai.completions.create({ model: 'm', prompt: ['x', 'y'], max_tokens: 2, echo: true, temperature: 0 });
+    assert.ok(e.choices[0].text.startsWith('x') && e.choices[1].text.startsWith('y'));
+    const big = await post(A.url + '/v1/completions', { prompt: ['a', 'b', 'c', 'd', 'e'], max_tokens: 2 });
+    assert.equal(big.status, 400);
+  });
+
   await test('reasoning: a <think> template splits reasoning_content; reasoning_tokens; enable_thinking false', async () => {
     const T = await startServer(THINK, ['-np', '2']);
     const o = new OpenAI({ baseURL: T.url + '/v1', apiKey: 'x', maxRetries: 0 });
