@@ -160,7 +160,13 @@ static void test_parse(void) {
   expect_err(SM_EP_COMPLETIONS, "{\"prompt\":5}", 400, "prompt");
   expect_err(SM_EP_COMPLETIONS, "{\"prompt\":[]}", 400, "prompt");
   expect_err(SM_EP_COMPLETIONS, "{\"prompt\":[1,-2]}", 400, "prompt");
-  expect_err(SM_EP_COMPLETIONS, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt");
+  expect_err(SM_EP_COMPLETIONS, "{\"prompt\":[\"a\",[]]}", 400, "prompt");
+  expect_err(SM_EP_COMPLETIONS, "{\"prompt\":[\"a\",[1,-1]]}", 400, "prompt");
+  if (parse_ok(SM_EP_COMPLETIONS, "{\"prompt\":[\"a\",[7,8]]}", &r)) { /* several prompts */
+    CHECK(r.n_prompts == 2 && !strcmp(r.prompts[0], "a") && !r.prompts[1] && r.prompt_lens[1] == 2 &&
+          r.prompt_lists[1][1] == 8);
+    sm_api_request_free(&r);
+  }
   expect_err(SM_EP_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":9}", 400, "logprobs");
   expect_err(SM_EP_COMPLETIONS, "{\"prompt\":\"a\",\"best_of\":3}", 400, "best_of");
   expect_err(SM_EP_RESPONSES, "{}", 400, "input");
