@@ -31,6 +31,7 @@ static void usage(FILE *f) {
           "      --tool-format F      tool-call format: generic, hermes, qwen3_coder, llama3, mistral, harmony,\n"
           "                           deepseek, glm45, gemma (default: from the chat template)\n"
           "      --reasoning-format F auto|deepseek: <think> text -> reasoning_content (default); none: kept in content\n"
+          "      --pooling P          /v1/embeddings: last (the last token's hidden state, default) or mean\n"
           "  llama-server flags without meaning here are accepted with a notice: -ngl/--n-gpu-layers N,\n"
           "  -fa/--flash-attn [on|off|auto], --jinja, --no-jinja, -cb/--cont-batching, --mlock, --metrics,\n"
           "  --slots, --no-webui, -ctk/-ctv/--cache-type-k/v T, -sm/--split-mode M, -ts/--tensor-split L,\n"
@@ -181,6 +182,11 @@ int sm_cmd_serve(int argc, char **argv) {
       else { fprintf(stderr, "smelt serve: --device must be auto, cpu or cuda\n"); return 2; }
     }
     else if (IS("--tool-format")) { NEEDVAL(); p.tool_format = val; }
+    else if (IS("--pooling")) {
+      NEEDVAL();
+      if (strcmp(val, "last") && strcmp(val, "mean")) { fprintf(stderr, "smelt serve: --pooling must be last or mean\n"); return 2; }
+      p.pooling = !strcmp(val, "mean");
+    }
     else if (IS("--reasoning-format")) {
       NEEDVAL();
       if (strcmp(val, "auto") && strcmp(val, "deepseek") && strcmp(val, "none") && strcmp(val, "deepseek-legacy")) {

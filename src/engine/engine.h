@@ -93,6 +93,12 @@ smelt_status sm_generate_speculative(smelt_model *m, smelt_model *draft, int n_d
                                      int max_tokens, const smelt_sampling *sp, smelt_piece_cb cb, void *user,
                                      smelt_stats *stats, int *accepted);
 
+/* Embeddings (embed.c): the final-normed hidden states of ids (run as a sequence of their own,
+ * without the prefix cache), pooled: the last token's, or the mean over all tokens. out: hidden
+ * size floats, not normalized. */
+typedef enum { SM_POOL_LAST = 0, SM_POOL_MEAN } sm_pooling;
+smelt_status sm_engine_embed(sm_engine *e, const int32_t *ids, int n, sm_pooling pooling, float *out);
+
 /* Stats */
 typedef struct {
   int n_blocks, block_size, blocks_used, blocks_cached; /* cached: free but holding a prefix */

@@ -442,7 +442,7 @@ static bool parse_chat(const cJSON *root, sm_api_request *r, sm_api_error *err) 
   return parse_tools(root, r, err);
 }
 
-static bool parse_completions(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+static bool parse_completions_prompt(const cJSON *root, sm_api_request *r, sm_api_error *err) {
   const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
   if (!p) FAIL("prompt", "'prompt' is required");
   if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && (cJSON_IsString(p->child) || cJSON_IsArray(p->child))) p = p->child;
@@ -484,6 +484,11 @@ static bool parse_completions(const cJSON *root, sm_api_request *r, sm_api_error
   } else {
     FAIL("prompt", "'prompt' must be a string or an array, got %s", type_name(p));
   }
+  return true;
+}
+
+static bool parse_completions(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+  if (!parse_completions_prompt(root, r, err)) return false;
   if (!parse_max_tokens(root, "max_tokens", r, err)) return false;
   double d;
   bool given;
@@ -498,6 +503,28 @@ static bool parse_completions(const cJSON *root, sm_api_request *r, sm_api_error
   if (suf && !cJSON_IsNull(suf) && !(cJSON_IsString(suf) && !suf->valuestring[0]))
     FAIL("suffix", "'suffix' is not supported");
   return parse_response_format(cJSON_GetObjectItemCaseSensitive(root, "response_format"), "response_format", r, err);
+}
+
+/* /v1/embeddings: input = string | [string] | [int] | [[int]] (the completions prompt forms) */
+static bool parse_embeddings(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+  const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "input");
+  if (!in) FAIL("input", "'input' is required");
+  cJSON *tmp = cJSON_CreateObject();
+  cJSON_AddItemToObject(tmp, "prompt", cJSON_Duplicate(in, 1));
+  /* a one-element array stays one input */
+  bool ok = parse_completions_prompt(tmp, r, err);
+  cJSON_Delete(tmp);
+  if (!ok) {
+    if (!strcmp(err->param, "prompt")) snprintf(err->param, sizeof err->param, "input");
+    return false;
+  }
+  const cJSON *ef = cJSON_GetObjectItemCaseSensitive(root, "encoding_format");
+  if (ef && !cJSON_IsNull(ef)) {
+    if (!cJSON_IsString(ef) || (strcmp(ef->valuestring, "float") && strcmp(ef->valuestring, "base64")))
+      FAIL("encoding_format", "'encoding_format' must be 'float' or 'base64'");
+    r->emb_base64 = !strcmp(ef->valuestring, "base64");
+  }
+  return true;
 }
 
 static bool parse_responses(const cJSON *root, sm_api_request *r, sm_api_error *err) {
@@ -612,6 +639,7 @@ bool sm_api_parse(sm_ep_kind kind, const char *body, size_t len, sm_api_request 
     if (ok) {
       if (kind == SM_EP_CHAT) ok = parse_chat(root, r, err);
       else if (kind == SM_EP_MESSAGES) ok = sm_anth_parse_fields(root, r, err);
+      else if (kind == SM_EP_EMBEDDINGS) ok = parse_embeddings(root, r, err);
       else if (kind == SM_EP_COMPLETIONS) ok = parse_completions(root, r, err);
       else ok = parse_responses(root, r, err);
     }

@@ -6,7 +6,7 @@
 #include <cjson/cJSON.h>
 #include "base/base.h"
 
-typedef enum { SM_EP_CHAT = 0, SM_EP_COMPLETIONS, SM_EP_RESPONSES, SM_EP_MESSAGES } sm_ep_kind;
+typedef enum { SM_EP_CHAT = 0, SM_EP_COMPLETIONS, SM_EP_RESPONSES, SM_EP_MESSAGES, SM_EP_EMBEDDINGS } sm_ep_kind;
 enum { SM_TOOLS_AUTO = 0, SM_TOOLS_NONE, SM_TOOLS_REQUIRED, SM_TOOLS_NAMED };
 
 #define SM_API_MAX_STOP 16
@@ -58,6 +58,7 @@ typedef struct {
   char *user;       /* ignored, kept for completeness */
   char *reasoning_effort; /* handed to the chat template, NULL if not given */
   int32_t *bias_ids; float *bias_vals; int n_bias; /* logit_bias */
+  bool emb_base64;  /* embeddings: encoding_format base64 */
 } sm_api_request;
 
 /* Parse and validate a request body of the given endpoint. On failure fills err (4xx) and

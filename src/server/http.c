@@ -37,7 +37,7 @@ struct sm_http {
 };
 
 enum { EP_NONE = 0, EP_CHAT, EP_COMPL, EP_RESP, EP_MODELS, EP_HEALTH, EP_METRICS, EP_MODEL, EP_TOKENIZE, EP_DETOKENIZE,
-       EP_APPLY_TEMPLATE, EP_PROPS, EP_SLOTS, EP_MESSAGES, EP_COUNT_TOKENS };
+       EP_APPLY_TEMPLATE, EP_PROPS, EP_SLOTS, EP_MESSAGES, EP_COUNT_TOKENS, EP_EMBEDDINGS };
 
 /* one request (MHD's per-request context, created when its request line arrives) */
 typedef struct {
@@ -345,6 +345,7 @@ static int route(const char *url, const char **name) {
       {"/slots", EP_SLOTS, "/slots"},
       {"/v1/messages", EP_MESSAGES, "/v1/messages"},             {"/messages", EP_MESSAGES, "/v1/messages"},
       {"/v1/messages/count_tokens", EP_COUNT_TOKENS, "/v1/messages/count_tokens"},
+      {"/v1/embeddings", EP_EMBEDDINGS, "/v1/embeddings"},       {"/embeddings", EP_EMBEDDINGS, "/v1/embeddings"},
   };
   for (size_t i = 0; i < SM_ARRAY_LEN(R); i++)
     if (!strcmp(url, R[i].path)) { *name = R[i].name; return R[i].ep; }
@@ -395,7 +396,7 @@ static enum MHD_Result on_headers(sm_http *h, struct MHD_Connection *c, req *rq,
       return send_err(h, c, rq, 401, "authentication_error", "invalid_api_key", R_CLOSE, "Invalid or missing API key");
     bool post = rq->ep == EP_CHAT || rq->ep == EP_COMPL || rq->ep == EP_RESP || rq->ep == EP_TOKENIZE ||
                 rq->ep == EP_DETOKENIZE || rq->ep == EP_APPLY_TEMPLATE || rq->ep == EP_MESSAGES ||
-                rq->ep == EP_COUNT_TOKENS;
+                rq->ep == EP_COUNT_TOKENS || rq->ep == EP_EMBEDDINGS;
     if (strcmp(method, post ? "POST" : "GET"))
       return send_err(h, c, rq, 405, "invalid_request_error", "method_not_allowed", R_CLOSE, "%s",
                       post ? "this endpoint only accepts POST" : "this endpoint only accepts GET");
@@ -485,6 +486,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   case EP_PROPS: return send_json(h, c, rq, 200, sm_llama_props(h->oai), 0);
   case EP_SLOTS: return send_json(h, c, rq, 200, sm_llama_slots(h->oai, h->sched), 0);
   case EP_MESSAGES: return handle_generate(h, c, rq, SM_EP_MESSAGES);
+  case EP_EMBEDDINGS: return handle_generate(h, c, rq, SM_EP_EMBEDDINGS);
   case EP_COUNT_TOKENS: {
     sm_api_error err;
     cJSON *r = sm_anth_count_tokens(h->oai, rq->body.p, rq->body.n, &err);

@@ -7,6 +7,7 @@
 #include <utf8proc.h>
 #include "server/anthropic.h"
 #include "server/constrain.h"
+#include "server/embeddings.h"
 #include "tokenizer/chat.h"
 
 #define REJECT(status, param, code, ...)                                             \
@@ -81,6 +82,10 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
   sm_grammar *grammar = NULL;
   bool think_open = false;
   if (!sm_api_parse(kind, body, len, &req, err)) return NULL;
+  if (kind == SM_EP_EMBEDDINGS) {
+    req.stream = false;
+    return sm_emb_make_job(o, &req, err);
+  }
   if (req.n > o->parallel) REJECT(400, "n", NULL, "'n' must not exceed the server's --parallel (%d)", o->parallel);
   for (int i = 0; i < req.n_bias; i++)
     if (req.bias_ids[i] >= o->vocab)
@@ -372,6 +377,7 @@ cJSON *sm_oai_response_object(const sm_oai *o, sm_job *j, const char *status) {
 cJSON *sm_oai_full_response(const sm_oai *o, sm_job *j) {
   if (j->req.kind == SM_EP_RESPONSES) return sm_oai_response_object(o, j, "completed");
   if (j->req.kind == SM_EP_MESSAGES) return sm_anth_response(o, j);
+  if (j->req.kind == SM_EP_EMBEDDINGS) return sm_emb_response(o, j);
   cJSON *r = cJSON_CreateObject();
   bool chat = j->req.kind == SM_EP_CHAT;
   cJSON_AddStringToObject(r, "id", j->id);

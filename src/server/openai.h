@@ -20,6 +20,7 @@ typedef struct {
   bool reasoning;         /* split <think> text into reasoning_content (--reasoning-format) */
   long created;           /* when the model was loaded (unix seconds) */
   const char *model_path; /* the model directory */
+  int pooling;            /* embeddings: sm_pooling (--pooling) */
 } sm_oai;
 
 /* Parse a request body of the given endpoint and build its job (not yet queued). On failure

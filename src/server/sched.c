@@ -20,6 +20,7 @@ static void job_free(sm_job *j) {
     free(c->args_sent);
   }
   free(j->ch);
+  free(j->emb);
   sm_grammar_free(j->grammar);
   free(j->prompt);
   sm_api_request_free(&j->req);
@@ -159,6 +160,30 @@ admitted:
   s->active = sm_xrealloc(s->active, sizeof(sm_job *) * (size_t)(s->n_active + 1));
   s->active[s->n_active++] = j;
   return true;
+}
+
+/* under mu (released while computing): an embeddings job runs at once, input by input */
+static void run_embeddings(sm_sched *s, sm_job *j) {
+  smelt_model *m = sm_engine_model(s->eng);
+  int D = m->cfg.hidden_size;
+  float *emb = sm_xmalloc(sizeof(float) * (size_t)D * (size_t)j->n);
+  pthread_mutex_unlock(&s->mu);
+  smelt_status st = SMELT_OK;
+  char msg[256] = "";
+  for (int i = 0; i < j->n && !st; i++)
+    st = sm_engine_embed(s->eng, j->prompt + j->ch[i].p_off, j->ch[i].p_len, (sm_pooling)j->pooling,
+                         emb + (size_t)i * D);
+  if (st) snprintf(msg, sizeof msg, "embeddings failed: %s", sm_errmsg());
+  pthread_mutex_lock(&s->mu);
+  if (st) {
+    free(emb);
+    job_fail(s, j, st == SMELT_ERR_OOM ? 503 : 500, msg);
+    return;
+  }
+  j->emb = emb;
+  j->emb_dim = D;
+  for (int i = 0; i < j->n; i++) j->ch[i].finish = SM_FIN_STOP;
+  job_finish(s, j);
 }
 
 /* under mu: requeue the newest active job (KV exhausted) */
@@ -358,6 +383,10 @@ static void *engine_main(void *arg) {
       s->n_queued--;
       j->queued = false;
       j->next = NULL;
+      if (j->req.kind == SM_EP_EMBEDDINGS) {
+        run_embeddings(s, j);
+        continue;
+      }
       if (!admit(s, j)) {
         release_seqs(s, j);
         job_fail(s, j, 503, "could not allocate a sequence for the request");

@@ -63,6 +63,8 @@ struct sm_job {
   int n_prompt, max_tokens, n_cached;
   sm_grammar *grammar; /* NULL: unconstrained */
   int per_prompt;      /* several prompts: choices per prompt (0: one prompt shared by all) */
+  float *emb;          /* embeddings: n x emb_dim floats, filled by the engine thread */
+  int emb_dim, pooling; /* sm_pooling */
   sm_choice *ch;
   int n;
   bool tool_mode, fork_pending;

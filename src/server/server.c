@@ -206,7 +206,8 @@ int sm_server_run(const sm_server_params *pp) {
                 .gen_top_p = info.gen_top_p,
                 .gen_top_k = info.gen_top_k,
                 .created = (long)time(NULL),
-                .model_path = p.model_dir};
+                .model_path = p.model_dir,
+                .pooling = p.pooling};
   const char *tmpl = sm_tok_chat_template(tok, NULL);
   oai.tfmt = p.tool_format ? sm_toolfmt_by_name(p.tool_format) : sm_toolfmt_detect(tmpl);
   if (!oai.tfmt) {

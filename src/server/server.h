@@ -35,6 +35,7 @@ typedef struct {
   const char *log_file;        /* log to this file (reopened on SIGHUP) instead of stderr */
   const char *tool_format;     /* tool-call format (toolcall.h names); NULL = from the chat template */
   const char *reasoning_format; /* "auto"/"deepseek" (split <think> text, default), "none" (keep it in content) */
+  int pooling;                 /* embeddings: 0 last token (default), 1 mean */
 } sm_server_params;
 
 /* Exit codes of sm_server_run */

@@ -197,6 +197,29 @@ try {
     assert.equal(big.status, 400);
   });
 
+  await test('embeddings: float and base64 agree, unit length, batch == alone, errors', async () => {
+    const a = await oai.embeddings.create({ model: 'm', input: ['first text', 'second one'], encoding_format: 'float' });
+    assert.equal(a.data.length, 2);
+    assert.deepEqual(a.data.map((d) => d.index), [0, 1]);
+    const v = a.data[0].embedding;
+    assert.ok(Math.abs(Math.hypot(...v) - 1) < 1e-4);
+    const alone = await oai.embeddings.create({ model: 'm', input: 'second one', encoding_format: 'float' });
+    assert.deepEqual(alone.data[0].embedding, a.data[1].embedding);
+    const raw = await (await post(A.url + '/v1/embeddings', { input: 'first text', encoding_format: 'base64' })).json();
+    const buf = Buffer.from(raw.data[0].embedding, 'base64');
+    const f = new Float32Array(buf.buffer, buf.byteOffset, buf.length / 4);
+    assert.equal(f.length, v.length);
+    for (let i = 0; i < f.length; i++) assert.ok(Math.abs(f[i] - v[i]) < 1e-6);
+    const ids = (await (await post(A.url + '/tokenize', { content: 'first text', add_special: true })).json()).tokens;
+    const byIds = await oai.embeddings.create({ model: 'm', input: ids, encoding_format: 'float' });
+    assert.deepEqual(byIds.data[0].embedding, v);
+    assert.equal(a.usage.prompt_tokens, ids.length + (await (await post(A.url + '/tokenize', { content: 'second one', add_special: true })).json()).tokens.length);
+    for (const bad of [{}, { input: [] }, { input: [[]] }, { input: 'x', encoding_format: 'hex' }]) {
+      const r = await post(A.url + '/v1/embeddings', bad);
+      assert.equal(r.status, 400, JSON.stringify(bad));
+    }
+  });
+
   await test('reasoning: a <think> template splits reasoning_content; reasoning_tokens; enable_thinking false', async () => {
     const T = await startServer(THINK, ['-np', '2']);
     const o = new OpenAI({ baseURL: T.url + '/v1', apiKey: 'x', maxRetries: 0 });
