@@ -442,7 +442,23 @@ static bool gen(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out) {
   return true;
 }
 
+static bool utf8_ok(const unsigned char *p) {
+  while (*p) {
+    int n = *p < 0x80 ? 0 : (*p >> 5) == 6 ? 1 : (*p >> 4) == 14 ? 2 : (*p >> 3) == 30 ? 3 : -1;
+    if (n < 0 || *p == 0xC0 || *p == 0xC1 || *p > 0xF4) return false;
+    p++;
+    for (int i = 0; i < n; i++, p++)
+      if ((*p & 0xC0) != 0x80) return false;
+  }
+  return true;
+}
+
 smelt_status sm_gbnf_add_schema(sm_gbnf *b, const cJSON *schema, bool strict, const char **rule) {
+  /* literals come from the schema's strings: they must be text the grammar can match */
+  char *all = cJSON_PrintUnformatted(schema);
+  bool ok8 = all && utf8_ok((const unsigned char *)all);
+  free(all);
+  if (!ok8) return sm_err(SMELT_ERR_INVALID, "JSON schema: the schema contains invalid UTF-8");
   b->doc = schema;
   b->strict = strict;
   b->err[0] = 0;
