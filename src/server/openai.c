@@ -16,6 +16,22 @@
     goto fail;                                                                       \
   } while (0)
 
+/* DeepSeek's templates concatenate tool-call arguments as strings: give them the JSON text */
+static void args_as_strings(cJSON *messages) {
+  cJSON *m;
+  cJSON_ArrayForEach(m, messages) {
+    cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) {
+      cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+      cJSON *a = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+      if (!a || cJSON_IsString(a)) continue;
+      char *t = cJSON_PrintUnformatted(a);
+      cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", cJSON_CreateString(t));
+      free(t);
+    }
+  }
+}
+
 /* /v1/completions with several prompts: one job whose choices are prompt-major (prompt p,
  * choice c -> index p * n + c), each with a sequence of its own. Takes over req. */
 static sm_job *multi_prompt_job(const sm_oai *o, sm_api_request *req, sm_api_error *err) {
@@ -117,6 +133,7 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
         if (!cJSON_GetObjectItemCaseSensitive(req.chat_template_kwargs, "reasoning_effort"))
           cJSON_AddStringToObject(req.chat_template_kwargs, "reasoning_effort", req.reasoning_effort);
       }
+      if (o->tfmt && o->tfmt->kind == SM_TF_DEEPSEEK) args_as_strings(req.messages);
       if (sm_chat_apply(o->tok, req.messages, req.tools, true, req.chat_template_kwargs, &text) != SMELT_OK)
         REJECT(400, pparam, NULL, "could not apply the chat template: %s", sm_errmsg());
       /* a prompt that ends inside <think> (Qwen3, DeepSeek-R1): the output starts with reasoning */
