@@ -1,6 +1,8 @@
 /* Tool-call formats: detection from the chat template, the scanning driver (content before and
  * between calls, what may be streamed), and the JSON-argument formats (hermes, llama3, mistral,
- * deepseek, harmony). See toolcall.h. */
+ * deepseek, harmony). See toolcall.h. Hand-written: no Debian library knows these model output
+ * formats, and unfinished text (streaming) needs a scanner that cJSON's whole-document parser
+ * is not. */
 #include "server/toolcall_int.h"
 #include <ctype.h>
 #include <stdio.h>
