@@ -32,6 +32,14 @@ static void usage(FILE *f) {
           "      --no-mmap            read the weights into memory instead of mapping the files\n"
           SM_CLI_KV_HELP
           "      --offline            never download the model\n"
+          "      --tool-format F      tool-call format: generic, hermes, qwen3_coder, llama3, mistral, harmony,\n"
+          "                           deepseek, glm45, gemma (default: from the chat template)\n"
+          "      --reasoning-format F auto|deepseek: <think> text -> reasoning_content (default); none: kept in content\n"
+          "      --pooling P          /v1/embeddings: last (the last token's hidden state, default) or mean\n"
+          "  llama-server flags without meaning here are accepted with a notice: -ngl/--n-gpu-layers N,\n"
+          "  -fa/--flash-attn [on|off|auto], --jinja, --no-jinja, -cb/--cont-batching, --mlock, --metrics,\n"
+          "  --slots, --no-webui, -ctk/-ctv/--cache-type-k/v T, -sm/--split-mode M, -ts/--tensor-split L,\n"
+          "  -mg/--main-gpu N, --numa M, --log-colors, --log-disable\n"
           "Connections:\n"
           "      --max-conns N        open connections in all (default 1024)\n"
           "      --max-conns-per-ip N open connections per client address (default 256; 0 = no limit)\n"
@@ -187,6 +195,37 @@ int sm_cmd_serve(int argc, char **argv) {
       else if (!strcmp(val, "cpu")) p.device = SMELT_DEVICE_CPU;
       else if (!strcmp(val, "cuda") || !strcmp(val, "gpu")) p.device = SMELT_DEVICE_CUDA;
       else { fprintf(stderr, "smelt serve: --device must be auto, cpu or cuda\n"); return 2; }
+    }
+    else if (IS("--tool-format")) { NEEDVAL(); p.tool_format = val; }
+    else if (IS("--pooling")) {
+      NEEDVAL();
+      if (strcmp(val, "last") && strcmp(val, "mean")) { fprintf(stderr, "smelt serve: --pooling must be last or mean\n"); return 2; }
+      p.pooling = !strcmp(val, "mean");
+    }
+    else if (IS("--reasoning-format")) {
+      NEEDVAL();
+      if (strcmp(val, "auto") && strcmp(val, "deepseek") && strcmp(val, "none") && strcmp(val, "deepseek-legacy")) {
+        fprintf(stderr, "smelt serve: --reasoning-format must be auto, deepseek or none\n");
+        return 2;
+      }
+      p.reasoning_format = val;
+    }
+    /* llama-server flags that mean nothing here: accepted with a notice */
+    else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers") || IS("-ctk") || IS("--cache-type-k") ||
+             IS("-ctv") || IS("--cache-type-v") || IS("-sm") || IS("--split-mode") || IS("-ts") ||
+             IS("--tensor-split") || IS("-mg") || IS("--main-gpu") || IS("--numa")) {
+      NEEDVAL();
+      fprintf(stderr, "smelt serve: note: %s %s has no effect here (ignored)\n", name, val);
+    }
+    else if (IS("-fa") || IS("--flash-attn")) {
+      if (!val && i + 1 < argc && (!strcmp(argv[i + 1], "on") || !strcmp(argv[i + 1], "off") ||
+                                   !strcmp(argv[i + 1], "auto") || !strcmp(argv[i + 1], "1") || !strcmp(argv[i + 1], "0")))
+        val = argv[++i];
+      fprintf(stderr, "smelt serve: note: %s has no effect here (attention kernels are chosen by the backend)\n", name);
+    }
+    else if (IS("--jinja") || IS("--no-jinja") || IS("-cb") || IS("--cont-batching") || IS("--mlock") ||
+             IS("--metrics") || IS("--slots") || IS("--no-webui") || IS("--log-colors") || IS("--log-disable")) {
+      fprintf(stderr, "smelt serve: note: %s has no effect here (ignored)\n", name);
     }
     else if (a[0] != '-' && !model) model = a;
     else {

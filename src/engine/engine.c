@@ -295,15 +295,17 @@ static smelt_status sample_rows(sm_engine *e, sm_seq **seqs, int n, const int *o
   int32_t *tok = sm_xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
   int *req_of = sm_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
   int nreq = 0;
+  bool masked = false; /* a grammar mask or logit biases: sampled on the host (sm_sampler_adjust) */
   for (int i = 0; i < n; i++) {
     if (out_of[i] < 0 || !smp[i]) continue;
     sm_sampler_prepare(smp[i], sm_seq_tokens(seqs[i]), sm_seq_len(seqs[i]), &req[nreq]);
     req[nreq].row = out_of[i];
     req_of[nreq++] = i;
+    masked |= smp[i]->mask != NULL || smp[i]->n_bias > 0;
   }
   smelt_status st = SMELT_OK;
   float *host = NULL; /* all rows on the host (fallback) */
-  if (nreq && be->sample && !e->p.host_sample) {
+  if (nreq && be->sample && !e->p.host_sample && !masked) {
     st = be->sample(be, m->logits, n_out, V, req, nreq, tok);
   } else if (n_out) {
     host = malloc(sizeof(float) * (size_t)n_out * V);
@@ -311,6 +313,7 @@ static smelt_status sample_rows(sm_engine *e, sm_seq **seqs, int n, const int *o
     else be->download(be, host, m->logits, sizeof(float) * (size_t)n_out * V);
     for (int k = 0; !st && k < nreq; k++) {
       sm_sampler *s = smp[req_of[k]];
+      sm_sampler_adjust(s, host + (size_t)req[k].row * V);
       tok[k] = sm_sample_row(&req[k], host + (size_t)req[k].row * V, V, s->probs, s->idx);
     }
   }
@@ -461,7 +464,7 @@ static bool pipeline_ok(const sm_engine *e, const sm_sampler *smp) {
   const smelt_sampling *p = &smp->p;
   const bool pen = (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) || p->frequency_penalty != 0 ||
                    p->presence_penalty != 0;
-  return be->sample_async && be->sample_wait && !e->p.prefix_cache && !e->p.host_sample && !pen;
+  return be->sample_async && be->sample_wait && !e->p.prefix_cache && !e->p.host_sample && !pen && !smp->mask && !smp->n_bias;
 }
 
 smelt_status sm_engine_decode(sm_engine *e, sm_seq *s, sm_sampler *smp, int32_t first, int max_new,

@@ -125,6 +125,12 @@ int sm_engine_max_context(const sm_engine *e);
 smelt_status sm_spec_decode(sm_engine *e, sm_seq *s, sm_engine *de, sm_seq *d, int n_draft, int max_new,
                             sm_sampler *smp, float *lg, bool (*emit)(void *ud, int32_t tok), void *ud, int *accepted);
 
+/* Embeddings (embed.c): the final-normed hidden states of ids (run as a sequence of their own,
+ * without the prefix cache), pooled: the last token's, or the mean over all tokens. out: hidden
+ * size floats, not normalized. */
+typedef enum { SM_POOL_LAST = 0, SM_POOL_MEAN } sm_pooling;
+smelt_status sm_engine_embed(sm_engine *e, const int32_t *ids, int n, sm_pooling pooling, float *out);
+
 /* Stats */
 typedef struct {
   int n_blocks, block_size, blocks_used, blocks_cached; /* cached: free but holding a prefix */

@@ -9,6 +9,16 @@ typedef struct {
   smelt_sampling p;
   uint64_t rng[4]; /* xoshiro256** state */
   int vocab;
+  /* Optional allowed-token bitset over the vocabulary (bit t of word t/32; grammar.h fills it),
+   * owned by the caller and read at every sample: tokens whose bit is clear are never drawn.
+   * Applied on the host (sm_sample_apply_mask): the engine samples masked rows from downloaded
+   * logits, so a backend kernel taking the bitset can replace that one function later. */
+  const uint32_t *mask;
+  /* Optional logit biases (OpenAI logit_bias), owned by the caller: logit[bias_ids[i]] +=
+   * bias_vals[i] before sampling (host, like the mask). */
+  const int32_t *bias_ids;
+  const float *bias_vals;
+  int n_bias;
   /* scratch */
   float *probs;
   int32_t *idx;
@@ -26,6 +36,10 @@ int32_t sm_sampler_sample(sm_sampler *s, float *logits, const int32_t *history, 
  * until the next prepare) and, unless greedy, one uniform draw from s's generator, so the
  * seeded stream advances exactly as in sm_sampler_sample. req->row is set to 0. */
 void sm_sampler_prepare(sm_sampler *s, const int32_t *history, int n_history, sm_sample_req *req);
+/* Set the logits of tokens whose bit in mask is clear to -inf (the grammar mask). */
+void sm_sample_apply_mask(float *logits, int vocab, const uint32_t *mask);
+/* The host-side adjustments of s before sampling: logit biases, then the mask. */
+void sm_sampler_adjust(const sm_sampler *s, float *logits);
 /* log-softmax of logits into out (vocab floats). */
 void sm_log_softmax(const float *logits, int n, float *out);
 /* top-n (by value) indices of v, sorted descending. */

@@ -1,6 +1,7 @@
 /* OpenAI request parsing and validation (see api.h). */
 #include "server/api.h"
 #include "base/strbuf.h"
+#include "server/anthropic.h"
 #include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
@@ -39,10 +40,20 @@ void sm_api_request_free(sm_api_request *r) {
   cJSON_Delete(r->messages);
   cJSON_Delete(r->tools);
   cJSON_Delete(r->chat_template_kwargs);
+  cJSON_Delete(r->json_schema);
+  free(r->grammar);
+  free(r->tool_name);
   free(r->prompt);
   free(r->prompt_ids);
+  for (int i = 0; i < r->n_prompts; i++) { free(r->prompts[i]); free(r->prompt_lists[i]); }
+  free(r->prompts);
+  free(r->prompt_lists);
+  free(r->prompt_lens);
   for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
   free(r->user);
+  free(r->reasoning_effort);
+  free(r->bias_ids);
+  free(r->bias_vals);
   memset(r, 0, sizeof *r);
 }
 
@@ -205,12 +216,29 @@ static bool parse_stop(const cJSON *root, sm_api_request *r, sm_api_error *err) 
 static bool parse_tools(const cJSON *root, sm_api_request *r, sm_api_error *err) {
   const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
   const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+  r->parallel_tool_calls = true;
+  if (!get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, err)) return false;
   if (choice && !cJSON_IsNull(choice) && !cJSON_IsString(choice) && !cJSON_IsObject(choice))
     FAIL("tool_choice", "'tool_choice' must be a string or an object");
-  if (cJSON_IsString(choice) && strcmp(choice->valuestring, "none") && strcmp(choice->valuestring, "auto") &&
-      strcmp(choice->valuestring, "required"))
-    FAIL("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or an object");
-  if (!tools || cJSON_IsNull(tools)) return true;
+  if (cJSON_IsString(choice)) {
+    const char *c = choice->valuestring;
+    if (!strcmp(c, "none")) r->tool_choice = SM_TOOLS_NONE;
+    else if (!strcmp(c, "auto")) r->tool_choice = SM_TOOLS_AUTO;
+    else if (!strcmp(c, "required") || !strcmp(c, "any")) r->tool_choice = SM_TOOLS_REQUIRED;
+    else FAIL("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or an object");
+  } else if (cJSON_IsObject(choice)) {
+    /* {type:"function", function:{name}} (chat) or {type:"function", name} (responses) */
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(fn) ? fn : choice, "name");
+    if (!cJSON_IsString(nm)) FAIL("tool_choice", "'tool_choice' object needs function.name");
+    r->tool_choice = SM_TOOLS_NAMED;
+    r->tool_name = sm_xstrdup(nm->valuestring);
+  }
+  if (!tools || cJSON_IsNull(tools)) {
+    if (r->tool_choice == SM_TOOLS_REQUIRED || r->tool_choice == SM_TOOLS_NAMED)
+      FAIL("tool_choice", "'tool_choice' requires 'tools'");
+    return true;
+  }
   if (!cJSON_IsArray(tools)) FAIL("tools", "'tools' must be an array, got %s", type_name(tools));
   int i = 0;
   const cJSON *t;
@@ -225,9 +253,24 @@ static bool parse_tools(const cJSON *root, sm_api_request *r, sm_api_error *err)
     if (ty && !(cJSON_IsString(ty) && !strcmp(ty->valuestring, "function")))
       FAIL(param, "%s.type must be 'function'", param);
     if (!cJSON_IsString(name)) FAIL(param, "%s.function.name must be a string", param);
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(fn) ? fn : t, "parameters");
+    if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
+      FAIL(param, "%s.function.parameters must be an object", param);
   }
-  if (cJSON_GetArraySize(tools) == 0) return true;
-  if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) return true;
+  if (r->tool_choice == SM_TOOLS_NAMED) {
+    bool found = false;
+    cJSON_ArrayForEach(t, tools) {
+      const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+      const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(fn) ? fn : t, "name");
+      found |= cJSON_IsString(name) && !strcmp(name->valuestring, r->tool_name);
+    }
+    if (!found) FAIL("tool_choice", "'tool_choice' names '%.60s', which is not in 'tools'", r->tool_name);
+  }
+  if (cJSON_GetArraySize(tools) == 0) {
+    if (r->tool_choice == SM_TOOLS_REQUIRED) FAIL("tool_choice", "'tool_choice' 'required' needs at least one tool");
+    return true;
+  }
+  if (r->tool_choice == SM_TOOLS_NONE) return true;
   /* normalize to the chat-completions shape {type:"function", function:{...}} */
   r->tools = cJSON_CreateArray();
   cJSON_ArrayForEach(t, tools) {
@@ -245,14 +288,52 @@ static bool parse_tools(const cJSON *root, sm_api_request *r, sm_api_error *err)
   return true;
 }
 
+/* response_format (chat, completions) or text.format (responses: the json_schema fields are
+ * flat, {type, name, schema, strict}) */
 static bool parse_response_format(const cJSON *rf, const char *param, sm_api_request *r, sm_api_error *err) {
   if (!rf || cJSON_IsNull(rf)) return true;
   if (!cJSON_IsObject(rf)) FAIL(param, "'%s' must be an object", param);
   const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rf, "type");
   if (!cJSON_IsString(ty)) FAIL(param, "'%s.type' must be a string", param);
-  if (!strcmp(ty->valuestring, "json_object") || !strcmp(ty->valuestring, "json_schema")) r->json_mode = true;
-  else if (strcmp(ty->valuestring, "text"))
+  if (!strcmp(ty->valuestring, "text")) return true;
+  if (r->grammar || r->json_schema) FAIL(param, "'%s' cannot be combined with 'grammar' or 'json_schema'", param);
+  if (!strcmp(ty->valuestring, "json_object")) {
+    r->json_mode = true;
+    r->json_schema = cJSON_CreateObject();
+    cJSON_AddStringToObject(r->json_schema, "type", "object");
+    return true;
+  }
+  if (strcmp(ty->valuestring, "json_schema"))
     FAIL(param, "'%s.type' must be 'text', 'json_object' or 'json_schema'", param);
+  const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+  if (js && !cJSON_IsObject(js)) FAIL(param, "'%s.json_schema' must be an object", param);
+  const cJSON *holder = js ? js : rf;
+  const cJSON *schema = cJSON_GetObjectItemCaseSensitive(holder, "schema");
+  const cJSON *strict = cJSON_GetObjectItemCaseSensitive(holder, "strict");
+  if (strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict)) FAIL(param, "'%s' strict must be a boolean", param);
+  if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+    FAIL(param, "'%s' schema must be an object", param);
+  r->json_mode = true;
+  r->schema_strict = cJSON_IsTrue(strict);
+  if (schema && !cJSON_IsTrue(schema)) r->json_schema = cJSON_Duplicate(schema, 1);
+  else { /* no schema: any JSON object */
+    r->json_schema = cJSON_CreateObject();
+    cJSON_AddStringToObject(r->json_schema, "type", "object");
+  }
+  return true;
+}
+
+/* llama-server's grammar (GBNF text) and json_schema fields */
+static bool parse_grammar_fields(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+  if (!get_str(root, "grammar", &r->grammar, err)) return false;
+  if (r->grammar && !r->grammar[0]) { free(r->grammar); r->grammar = NULL; }
+  const cJSON *js = cJSON_GetObjectItemCaseSensitive(root, "json_schema");
+  if (js && !cJSON_IsNull(js)) {
+    if (!cJSON_IsObject(js)) FAIL("json_schema", "'json_schema' must be an object");
+    if (r->grammar) FAIL("json_schema", "use either 'grammar' or 'json_schema', not both");
+    r->json_mode = true;
+    r->json_schema = cJSON_Duplicate(js, 1);
+  }
   return true;
 }
 
@@ -287,6 +368,29 @@ static bool parse_common(const cJSON *root, sm_api_request *r, sm_api_error *err
   }
   if (!parse_stop(root, r, err)) return false;
   if (!get_str(root, "user", &r->user, err)) return false;
+  if (!parse_grammar_fields(root, r, err)) return false;
+  if (!get_str(root, "reasoning_effort", &r->reasoning_effort, err)) return false;
+  const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+  if (lb && !cJSON_IsNull(lb)) {
+    /* {"token id": bias in [-100, 100]} (OpenAI); -100 bans the token */
+    if (!cJSON_IsObject(lb)) FAIL("logit_bias", "'logit_bias' must be an object of token id -> bias");
+    int n = cJSON_GetArraySize(lb);
+    if (n > SM_API_MAX_LOGIT_BIAS) FAIL("logit_bias", "at most %d logit_bias entries", SM_API_MAX_LOGIT_BIAS);
+    r->bias_ids = sm_xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    r->bias_vals = sm_xmalloc(sizeof(float) * (size_t)(n ? n : 1));
+    for (const cJSON *e = lb->child; e; e = e->next) {
+      char *end = NULL;
+      long id = strtol(e->string, &end, 10);
+      if (!e->string[0] || *end || id < 0 || id > 2147483647L)
+        FAIL("logit_bias", "'logit_bias' keys must be token ids, got '%.40s'", e->string);
+      if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100)
+        FAIL("logit_bias", "'logit_bias' values must be numbers between -100 and 100");
+      r->bias_ids[r->n_bias] = (int32_t)id;
+      r->bias_vals[r->n_bias++] = (float)e->valuedouble;
+    }
+  }
+  const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "reasoning"); /* responses: {effort} */
+  if (cJSON_IsObject(rs) && !r->reasoning_effort && !get_str(rs, "effort", &r->reasoning_effort, err)) return false;
   const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
   if (kw && !cJSON_IsNull(kw)) {
     if (!cJSON_IsObject(kw)) FAIL("chat_template_kwargs", "'chat_template_kwargs' must be an object");
@@ -331,22 +435,44 @@ static bool parse_chat(const cJSON *root, sm_api_request *r, sm_api_error *err) 
     if (!r->logprobs) FAIL("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
     r->top_logprobs = (int)d;
   }
+  if (!get_num(root, "n_probs", 0, SM_API_MAX_TOP_LOGPROBS, true, &d, &given, err)) return false;
+  if (given && d > 0 && !r->logprobs) { r->logprobs = true; r->top_logprobs = (int)d; } /* llama-server */
   if (!parse_response_format(cJSON_GetObjectItemCaseSensitive(root, "response_format"), "response_format", r, err))
     return false;
   return parse_tools(root, r, err);
 }
 
-static bool parse_completions(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+static bool parse_completions_prompt(const cJSON *root, sm_api_request *r, sm_api_error *err) {
   const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
   if (!p) FAIL("prompt", "'prompt' is required");
-  if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child)) p = p->child;
-  if (cJSON_IsString(p)) {
+  if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && (cJSON_IsString(p->child) || cJSON_IsArray(p->child))) p = p->child;
+  if (cJSON_IsArray(p) && p->child && (cJSON_IsString(p->child) || cJSON_IsArray(p->child))) {
+    /* several prompts: strings or token-id lists; the choices are prompt-major */
+    int n = cJSON_GetArraySize(p), i = 0;
+    r->prompts = sm_xcalloc((size_t)n, sizeof(char *));
+    r->prompt_lists = sm_xcalloc((size_t)n, sizeof(int32_t *));
+    r->prompt_lens = sm_xcalloc((size_t)n, sizeof(int));
+    r->n_prompts = n;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, p) {
+      if (cJSON_IsString(e)) { r->prompts[i++] = sm_xstrdup(e->valuestring); continue; }
+      if (!cJSON_IsArray(e) || !e->child) FAIL("prompt", "'prompt[%d]' must be a string or a non-empty array of token ids", i);
+      r->prompt_lists[i] = sm_xmalloc(sizeof(int32_t) * (size_t)cJSON_GetArraySize(e));
+      const cJSON *t;
+      cJSON_ArrayForEach(t, e) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble > 2147483647.0)
+          FAIL("prompt", "token ids in 'prompt[%d]' must be non-negative integers", i);
+        r->prompt_lists[i][r->prompt_lens[i]++] = (int32_t)t->valuedouble;
+      }
+      i++;
+    }
+  } else if (cJSON_IsString(p)) {
     r->prompt = sm_xstrdup(p->valuestring);
   } else if (cJSON_IsArray(p)) {
     int n = cJSON_GetArraySize(p);
     if (n == 0) FAIL("prompt", "'prompt' must not be empty");
     if (!cJSON_IsNumber(p->child))
-      FAIL("prompt", "'prompt' must be a string, a one-element array of strings, or an array of token ids");
+      FAIL("prompt", "'prompt' must be a string, an array of strings, an array of token ids or an array of those");
     r->prompt_ids = sm_xmalloc(sizeof(int32_t) * (size_t)n);
     const cJSON *t;
     cJSON_ArrayForEach(t, p) {
@@ -358,11 +484,18 @@ static bool parse_completions(const cJSON *root, sm_api_request *r, sm_api_error
   } else {
     FAIL("prompt", "'prompt' must be a string or an array, got %s", type_name(p));
   }
+  return true;
+}
+
+static bool parse_completions(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+  if (!parse_completions_prompt(root, r, err)) return false;
   if (!parse_max_tokens(root, "max_tokens", r, err)) return false;
   double d;
   bool given;
   if (!get_num(root, "logprobs", 0, 5, true, &d, &given, err)) return false;
   if (given) { r->logprobs = true; r->top_logprobs = (int)d; }
+  if (!get_num(root, "n_probs", 0, SM_API_MAX_TOP_LOGPROBS, true, &d, &given, err)) return false;
+  if (given && d > 0 && !r->logprobs) { r->logprobs = true; r->top_logprobs = (int)d; } /* llama-server */
   if (!get_bool(root, "echo", &r->echo, err)) return false;
   const cJSON *bo = cJSON_GetObjectItemCaseSensitive(root, "best_of");
   if (cJSON_IsNumber(bo) && bo->valuedouble > 1) FAIL("best_of", "'best_of' > 1 is not supported");
@@ -370,6 +503,28 @@ static bool parse_completions(const cJSON *root, sm_api_request *r, sm_api_error
   if (suf && !cJSON_IsNull(suf) && !(cJSON_IsString(suf) && !suf->valuestring[0]))
     FAIL("suffix", "'suffix' is not supported");
   return parse_response_format(cJSON_GetObjectItemCaseSensitive(root, "response_format"), "response_format", r, err);
+}
+
+/* /v1/embeddings: input = string | [string] | [int] | [[int]] (the completions prompt forms) */
+static bool parse_embeddings(const cJSON *root, sm_api_request *r, sm_api_error *err) {
+  const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "input");
+  if (!in) FAIL("input", "'input' is required");
+  cJSON *tmp = cJSON_CreateObject();
+  cJSON_AddItemToObject(tmp, "prompt", cJSON_Duplicate(in, 1));
+  /* a one-element array stays one input */
+  bool ok = parse_completions_prompt(tmp, r, err);
+  cJSON_Delete(tmp);
+  if (!ok) {
+    if (!strcmp(err->param, "prompt")) snprintf(err->param, sizeof err->param, "input");
+    return false;
+  }
+  const cJSON *ef = cJSON_GetObjectItemCaseSensitive(root, "encoding_format");
+  if (ef && !cJSON_IsNull(ef)) {
+    if (!cJSON_IsString(ef) || (strcmp(ef->valuestring, "float") && strcmp(ef->valuestring, "base64")))
+      FAIL("encoding_format", "'encoding_format' must be 'float' or 'base64'");
+    r->emb_base64 = !strcmp(ef->valuestring, "base64");
+  }
+  return true;
 }
 
 static bool parse_responses(const cJSON *root, sm_api_request *r, sm_api_error *err) {
@@ -483,6 +638,8 @@ bool sm_api_parse(sm_ep_kind kind, const char *body, size_t len, sm_api_request 
     ok = parse_common(root, r, err);
     if (ok) {
       if (kind == SM_EP_CHAT) ok = parse_chat(root, r, err);
+      else if (kind == SM_EP_MESSAGES) ok = sm_anth_parse_fields(root, r, err);
+      else if (kind == SM_EP_EMBEDDINGS) ok = parse_embeddings(root, r, err);
       else if (kind == SM_EP_COMPLETIONS) ok = parse_completions(root, r, err);
       else ok = parse_responses(root, r, err);
     }
@@ -521,150 +678,3 @@ size_t sm_stop_holdback(const char *text, size_t len, char *const *stops, int n_
   return best;
 }
 
-/* ---- tool calls ---- */
-static const char *skip_ws(const char *s) {
-  while (*s && isspace((unsigned char)*s)) s++;
-  return s;
-}
-
-static bool is_prefix_of(const char *s, size_t len, const char *full) {
-  size_t fl = strlen(full);
-  return !memcmp(s, full, SM_MIN(len, fl));
-}
-
-bool sm_toolcall_may_start(const char *text, size_t len) {
-  size_t i = 0;
-  while (i < len && isspace((unsigned char)text[i])) i++;
-  if (i == len) return true; /* only whitespace so far: undecided */
-  const char *s = text + i;
-  size_t l = len - i;
-  return s[0] == '{' || s[0] == '[' || is_prefix_of(s, l, "<tool_call>") || is_prefix_of(s, l, "<|python_tag|>");
-}
-
-static char *trim_dup(const char *s, size_t len) {
-  while (len && isspace((unsigned char)*s)) s++, len--;
-  while (len && isspace((unsigned char)s[len - 1])) len--;
-  if (!len) return NULL;
-  char *o = sm_xmalloc(len + 1);
-  memcpy(o, s, len);
-  o[len] = 0;
-  return o;
-}
-
-/* {"name":..., "arguments"|"parameters": obj|string} -> OpenAI call object, or NULL */
-static cJSON *call_from_json(const cJSON *j, uint64_t id_seed, int idx) {
-  if (!cJSON_IsObject(j)) return NULL;
-  const cJSON *fnobj = cJSON_GetObjectItemCaseSensitive(j, "function");
-  if (cJSON_IsObject(fnobj)) j = fnobj;
-  const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
-  if (!cJSON_IsString(name) || !name->valuestring[0]) return NULL;
-  const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
-  if (!args) args = cJSON_GetObjectItemCaseSensitive(j, "parameters");
-  char *astr;
-  if (!args || cJSON_IsNull(args)) astr = sm_xstrdup("{}");
-  else if (cJSON_IsString(args)) astr = sm_xstrdup(args->valuestring);
-  else astr = cJSON_PrintUnformatted(args);
-  cJSON *c = cJSON_CreateObject();
-  char id[48];
-  snprintf(id, sizeof id, "call_%016llx%d", (unsigned long long)id_seed, idx);
-  cJSON_AddStringToObject(c, "id", id);
-  cJSON_AddStringToObject(c, "type", "function");
-  cJSON *f = cJSON_AddObjectToObject(c, "function");
-  cJSON_AddStringToObject(f, "name", name->valuestring);
-  cJSON_AddStringToObject(f, "arguments", astr);
-  free(astr);
-  return c;
-}
-
-int sm_toolcall_parse(const char *text, uint64_t id_seed, cJSON **calls, char **content) {
-  *calls = NULL;
-  *content = NULL;
-  if (!text) return 0;
-  cJSON *arr = cJSON_CreateArray();
-  int n = 0;
-  /* Hermes / Qwen: <tool_call> ... </tool_call> */
-  const char *open = "<tool_call>", *close = "</tool_call>";
-  if (strstr(text, open)) {
-    sm_buf cont = SM_BUF_INIT; /* the text outside the blocks */
-    const char *p = text;
-    bool bad = false;
-    while (*p) {
-      const char *o = strstr(p, open);
-      if (!o) { sm_buf_puts(&cont, p); break; }
-      sm_buf_put(&cont, p, (size_t)(o - p));
-      const char *b = o + strlen(open);
-      const char *c = strstr(b, close);
-      size_t blen = c ? (size_t)(c - b) : strlen(b); /* unterminated at EOS: take the rest */
-      cJSON *j = cJSON_ParseWithLength(b, blen);
-      cJSON *call = call_from_json(j, id_seed, n);
-      cJSON_Delete(j);
-      if (!call) { bad = true; break; }
-      cJSON_AddItemToArray(arr, call);
-      n++;
-      p = c ? c + strlen(close) : b + blen;
-    }
-    if (!bad && n > 0) {
-      *calls = arr;
-      *content = trim_dup(sm_buf_str(&cont), cont.n);
-      sm_buf_free(&cont);
-      return n;
-    }
-    sm_buf_free(&cont);
-    cJSON_Delete(arr);
-    return 0;
-  }
-  /* Llama 3: optional <|python_tag|>, then JSON object(s) separated by ';' */
-  const char *s = skip_ws(text);
-  if (!strncmp(s, "<|python_tag|>", 14)) s = skip_ws(s + 14);
-  if (*s != '{' && *s != '[') { cJSON_Delete(arr); return 0; }
-  while (*s) {
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithOpts(s, &end, 0);
-    if (!j) break;
-    if (cJSON_IsArray(j)) {
-      const cJSON *e;
-      cJSON_ArrayForEach(e, j) {
-        cJSON *call = call_from_json(e, id_seed, n);
-        if (!call) { n = -1; break; }
-        cJSON_AddItemToArray(arr, call);
-        n++;
-      }
-    } else {
-      cJSON *call = call_from_json(j, id_seed, n);
-      if (call) { cJSON_AddItemToArray(arr, call); n++; }
-      else n = -1;
-    }
-    cJSON_Delete(j);
-    if (n < 0) break;
-    s = skip_ws(end);
-    if (*s == ';') s = skip_ws(s + 1);
-    else break;
-  }
-  if (n <= 0 || *skip_ws(s)) { cJSON_Delete(arr); return 0; }
-  *calls = arr;
-  return n;
-}
-
-/* ---- JSON mode ---- */
-size_t sm_json_track_feed(sm_json_track *t, const char *s, size_t len) {
-  for (size_t i = 0; i < len; i++) {
-    if (t->complete) return i;
-    char c = s[i];
-    if (!t->started) {
-      if (c == '{') { t->started = true; t->depth = 1; }
-      continue;
-    }
-    if (t->in_str) {
-      if (t->esc) t->esc = false;
-      else if (c == '\\') t->esc = true;
-      else if (c == '"') t->in_str = false;
-      continue;
-    }
-    if (c == '"') t->in_str = true;
-    else if (c == '{' || c == '[') t->depth++;
-    else if (c == '}' || c == ']') {
-      if (--t->depth == 0) { t->complete = true; return i + 1; }
-    }
-  }
-  return len;
-}

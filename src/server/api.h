@@ -6,11 +6,13 @@
 #include <cjson/cJSON.h>
 #include "base/base.h"
 
-typedef enum { SM_EP_CHAT = 0, SM_EP_COMPLETIONS, SM_EP_RESPONSES } sm_ep_kind;
+typedef enum { SM_EP_CHAT = 0, SM_EP_COMPLETIONS, SM_EP_RESPONSES, SM_EP_MESSAGES, SM_EP_EMBEDDINGS } sm_ep_kind;
+enum { SM_TOOLS_AUTO = 0, SM_TOOLS_NONE, SM_TOOLS_REQUIRED, SM_TOOLS_NAMED };
 
 #define SM_API_MAX_STOP 16
 #define SM_API_MAX_N 16
 #define SM_API_MAX_TOP_LOGPROBS 20
+#define SM_API_MAX_LOGIT_BIAS 1024
 
 /* An OpenAI-style error: {"error":{"message","type","param","code"}} with an HTTP status. */
 typedef struct {
@@ -33,6 +35,9 @@ typedef struct {
   cJSON *tools;     /* tools array for the template, NULL if none (or tool_choice "none") */
   cJSON *chat_template_kwargs; /* extra template context, NULL if none */
   char *prompt;     /* completions: prompt text, NULL if prompt_ids used */
+  char **prompts;   /* completions with an array of >= 2 prompts: each a string ... */
+  int32_t **prompt_lists; int *prompt_lens; /* ... or a token-id list (prompts[i] NULL) */
+  int n_prompts;
   int32_t *prompt_ids; int n_prompt_ids; /* completions: token-id prompt */
   smelt_sampling sampling; /* seed: 0 if not given (has_seed false) */
   bool has_seed; uint64_t seed;
@@ -42,9 +47,18 @@ typedef struct {
   char *stop[SM_API_MAX_STOP]; int n_stop;
   bool stream, include_usage;
   bool logprobs; int top_logprobs; /* completions: logprobs=k -> logprobs=true, top_logprobs=k */
-  bool json_mode;   /* response_format json_object / json_schema */
+  bool json_mode;   /* response_format json_object / json_schema, or a json_schema field */
+  cJSON *json_schema; /* the schema to enforce ({"type":"object"} for json_object), NULL if none */
+  bool schema_strict; /* json_schema.strict: unsupported schema keywords are an error */
+  char *grammar;    /* llama-server's `grammar` (GBNF), NULL if none */
+  int tool_choice;  /* SM_TOOLS_* */
+  char *tool_name;  /* SM_TOOLS_NAMED: the function */
+  bool parallel_tool_calls; /* default true */
   bool echo;        /* completions echo (prompt text is prepended) */
   char *user;       /* ignored, kept for completeness */
+  char *reasoning_effort; /* handed to the chat template, NULL if not given */
+  int32_t *bias_ids; float *bias_vals; int n_bias; /* logit_bias */
+  bool emb_base64;  /* embeddings: encoding_format base64 */
 } sm_api_request;
 
 /* Parse and validate a request body of the given endpoint. On failure fills err (4xx) and
@@ -58,24 +72,5 @@ long sm_stop_find(const char *text, size_t len, size_t from, char *const *stops,
 /* Length of the longest suffix of text[0..len) that is a proper prefix of some stop string
  * (bytes that must be held back while streaming). */
 size_t sm_stop_holdback(const char *text, size_t len, char *const *stops, int n_stops);
-
-/* ---- tool calls ---- */
-/* Parse tool calls out of generated text: Hermes/Qwen "<tool_call>{json}</tool_call>" blocks
- * (any number), or Llama 3 style bare JSON {"name":..,"parameters"|"arguments":..} (optionally
- * after "<|python_tag|>", several separated by ';'). Returns the number of calls found; on > 0
- * *calls is an OpenAI tool_calls array (ids "call_<id_seed>_<i>", arguments as a JSON string) and
- * *content the remaining text (malloc'd, trimmed; NULL if empty). Returns 0 and leaves outputs
- * NULL when the text holds no well-formed call. */
-int sm_toolcall_parse(const char *text, uint64_t id_seed, cJSON **calls, char **content);
-/* Whether streamed text should be held back entirely because it might turn into a tool call
- * (starts, after whitespace, with '{', "<tool_call>" or "<|python_tag|>" or a prefix of those). */
-bool sm_toolcall_may_start(const char *text, size_t len);
-
-/* ---- JSON mode ---- */
-/* Incremental tracker of one top-level JSON object: feed bytes; reports when it is complete. */
-typedef struct { int depth; bool in_str, esc, started, complete; } sm_json_track;
-/* Feed text; returns the number of bytes consumed up to and including the closing '}' if the
- * object completes inside it, else len. Bytes before the first '{' are counted but ignored. */
-size_t sm_json_track_feed(sm_json_track *t, const char *s, size_t len);
 
 #endif

@@ -20,6 +20,8 @@
 #include <unistd.h>
 #include "server/conns.h"
 #include "server/sse.h"
+#include "server/llama_api.h"
+#include "server/anthropic.h"
 
 struct sm_http {
   const sm_server_params *p;
@@ -34,7 +36,8 @@ struct sm_http {
   atomic_bool draining;
 };
 
-enum { EP_NONE = 0, EP_CHAT, EP_COMPL, EP_RESP, EP_MODELS, EP_HEALTH, EP_METRICS };
+enum { EP_NONE = 0, EP_CHAT, EP_COMPL, EP_RESP, EP_MODELS, EP_HEALTH, EP_METRICS, EP_MODEL, EP_TOKENIZE, EP_DETOKENIZE,
+       EP_APPLY_TEMPLATE, EP_PROPS, EP_SLOTS, EP_MESSAGES, EP_COUNT_TOKENS, EP_EMBEDDINGS };
 
 /* one request (MHD's per-request context, created when its request line arrives) */
 typedef struct {
@@ -114,7 +117,9 @@ static enum MHD_Result send_json(sm_http *h, struct MHD_Connection *c, req *rq, 
 }
 
 static enum MHD_Result send_error(sm_http *h, struct MHD_Connection *c, req *rq, const sm_api_error *e, int flags) {
-  char *body = sm_api_error_json(e);
+  /* the Anthropic endpoints answer in Anthropic's error shape */
+  bool anth = rq && (rq->ep == EP_MESSAGES || rq->ep == EP_COUNT_TOKENS);
+  char *body = anth ? sm_anth_error_json(e) : sm_api_error_json(e);
   sm_buf b = SM_BUF_INIT;
   sm_oai_put_utf8(&b, body, strlen(body)); /* messages may quote the request */
   free(body);
@@ -219,8 +224,7 @@ static enum MHD_Result handle_generate(sm_http *h, struct MHD_Connection *c, req
     stream *st = sm_xcalloc(1, sizeof *st);
     st->h = h;
     st->k = rq->k;
-    st->sse.o = h->oai;
-    st->sse.j = j; /* takes the handler's reference */
+    sm_sse_init(&st->sse, h->oai, j); /* takes the handler's reference */
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
@@ -336,9 +340,19 @@ static int route(const char *url, const char **name) {
       {"/v1/models", EP_MODELS, "/v1/models"},                   {"/models", EP_MODELS, "/v1/models"},
       {"/health", EP_HEALTH, "/health"},                         {"/v1/health", EP_HEALTH, "/health"},
       {"/metrics", EP_METRICS, "/metrics"},
+      {"/tokenize", EP_TOKENIZE, "/tokenize"},                   {"/detokenize", EP_DETOKENIZE, "/detokenize"},
+      {"/apply-template", EP_APPLY_TEMPLATE, "/apply-template"}, {"/props", EP_PROPS, "/props"},
+      {"/slots", EP_SLOTS, "/slots"},
+      {"/v1/messages", EP_MESSAGES, "/v1/messages"},             {"/messages", EP_MESSAGES, "/v1/messages"},
+      {"/v1/messages/count_tokens", EP_COUNT_TOKENS, "/v1/messages/count_tokens"},
+      {"/v1/embeddings", EP_EMBEDDINGS, "/v1/embeddings"},       {"/embeddings", EP_EMBEDDINGS, "/v1/embeddings"},
   };
   for (size_t i = 0; i < SM_ARRAY_LEN(R); i++)
     if (!strcmp(url, R[i].path)) { *name = R[i].name; return R[i].ep; }
+  if ((!strncmp(url, "/v1/models/", 11) && url[11]) || (!strncmp(url, "/models/", 8) && url[8])) {
+    *name = "/v1/models/{id}";
+    return EP_MODEL;
+  }
   *name = "other";
   return EP_NONE;
 }
@@ -380,7 +394,9 @@ static enum MHD_Result on_headers(sm_http *h, struct MHD_Connection *c, req *rq,
       return send_err(h, c, rq, 404, "invalid_request_error", "not_found", R_CLOSE, "unknown endpoint");
     if (rq->ep != EP_HEALTH && !auth_ok(h, c))
       return send_err(h, c, rq, 401, "authentication_error", "invalid_api_key", R_CLOSE, "Invalid or missing API key");
-    bool post = rq->ep == EP_CHAT || rq->ep == EP_COMPL || rq->ep == EP_RESP;
+    bool post = rq->ep == EP_CHAT || rq->ep == EP_COMPL || rq->ep == EP_RESP || rq->ep == EP_TOKENIZE ||
+                rq->ep == EP_DETOKENIZE || rq->ep == EP_APPLY_TEMPLATE || rq->ep == EP_MESSAGES ||
+                rq->ep == EP_COUNT_TOKENS || rq->ep == EP_EMBEDDINGS;
     if (strcmp(method, post ? "POST" : "GET"))
       return send_err(h, c, rq, 405, "invalid_request_error", "method_not_allowed", R_CLOSE, "%s",
                       post ? "this endpoint only accepts POST" : "this endpoint only accepts GET");
@@ -456,6 +472,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   case EP_COMPL: return handle_generate(h, c, rq, SM_EP_COMPLETIONS);
   case EP_RESP: return handle_generate(h, c, rq, SM_EP_RESPONSES);
   case EP_MODELS: return send_json(h, c, rq, 200, sm_oai_models(h->oai), 0);
+  case EP_MODEL:
+  case EP_TOKENIZE:
+  case EP_DETOKENIZE:
+  case EP_APPLY_TEMPLATE: {
+    sm_api_error err;
+    cJSON *r = rq->ep == EP_MODEL ? sm_oai_model(h->oai, strchr(url + 1, '/') + (url[1] == 'v' ? 8 : 1), &err)
+             : rq->ep == EP_TOKENIZE ? sm_llama_tokenize(h->oai, rq->body.p, rq->body.n, &err)
+             : rq->ep == EP_DETOKENIZE ? sm_llama_detokenize(h->oai, rq->body.p, rq->body.n, &err)
+             : sm_llama_apply_template(h->oai, rq->body.p, rq->body.n, &err);
+    return r ? send_json(h, c, rq, 200, r, 0) : send_error(h, c, rq, &err, 0);
+  }
+  case EP_PROPS: return send_json(h, c, rq, 200, sm_llama_props(h->oai), 0);
+  case EP_SLOTS: return send_json(h, c, rq, 200, sm_llama_slots(h->oai, h->sched), 0);
+  case EP_MESSAGES: return handle_generate(h, c, rq, SM_EP_MESSAGES);
+  case EP_EMBEDDINGS: return handle_generate(h, c, rq, SM_EP_EMBEDDINGS);
+  case EP_COUNT_TOKENS: {
+    sm_api_error err;
+    cJSON *r = sm_anth_count_tokens(h->oai, rq->body.p, rq->body.n, &err);
+    return r ? send_json(h, c, rq, 200, r, 0) : send_error(h, c, rq, &err, 0);
+  }
   case EP_METRICS: return handle_metrics(h, c, rq);
   default: {
     static const char ok[] = "{\"status\":\"ok\"}";

@@ -5,6 +5,7 @@
 #define SM_SERVER_OPENAI_H
 #include <cjson/cJSON.h>
 #include "server/sched.h"
+#include "server/output.h"
 
 /* What the API layer knows about the served model. */
 typedef struct {
@@ -15,6 +16,11 @@ typedef struct {
   /* generation_config.json defaults for requests that do not set them (0 = none) */
   float gen_temperature, gen_top_p;
   int gen_top_k;
+  const sm_toolfmt *tfmt; /* tool-call format of the chat template (or --tool-format) */
+  bool reasoning;         /* split <think> text into reasoning_content (--reasoning-format) */
+  long created;           /* when the model was loaded (unix seconds) */
+  const char *model_path; /* the model directory */
+  int pooling;            /* embeddings: sm_pooling (--pooling) */
 } sm_oai;
 
 /* Parse a request body of the given endpoint and build its job (not yet queued). On failure
@@ -29,7 +35,8 @@ cJSON *sm_oai_usage(const sm_job *j, bool responses);
 
 /* Final content / tool calls / finish reason of a finished choice (content malloc'd or NULL). */
 typedef struct {
-  char *content;
+  char *content;   /* NULL: none */
+  char *reasoning; /* NULL: none */
   cJSON *tool_calls;
   const char *finish;
 } sm_oai_final;
@@ -39,6 +46,10 @@ void sm_oai_finalize(sm_job *j, int i, sm_oai_final *f);
  * tokens [tfrom, tto), finish reason (NULL: null), tool calls (taken over), role in the delta. */
 cJSON *sm_oai_chunk(const sm_oai *o, sm_job *j, int i, const char *text, size_t tlen, int tfrom, int tto,
                     const char *finish, cJSON *tool_calls, bool role);
+/* A chat chunk whose delta carries reasoning_content. */
+cJSON *sm_oai_reasoning_chunk(const sm_oai *o, sm_job *j, int i, const char *text, size_t tlen);
+/* The tool-call id of call k of choice i. */
+void sm_oai_call_id(const sm_job *j, int i, int k, char *out, size_t n);
 /* The final streaming chunk of stream_options.include_usage: no choices, usage. */
 cJSON *sm_oai_usage_chunk(const sm_oai *o, sm_job *j);
 /* Number of tokens of choice c whose text lies within [0, upto), counting from token `from`. */

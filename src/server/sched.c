@@ -11,12 +11,17 @@ static void job_free(sm_job *j) {
     sm_choice *c = &j->ch[i];
     if (c->sampler_ok) sm_sampler_free(&c->sampler);
     if (c->detok) sm_detok_free(c->detok);
+    sm_grammar_state_free(c->gs);
+    free(c->mask);
     free(c->gen);
     sm_buf_free(&c->text);
     for (int k = 0; k < c->n_toks; k++) { free(c->toks[k].top_ids); free(c->toks[k].top_lps); }
     free(c->toks);
+    free(c->args_sent);
   }
   free(j->ch);
+  free(j->emb);
+  sm_grammar_free(j->grammar);
   free(j->prompt);
   sm_api_request_free(&j->req);
   pthread_cond_destroy(&j->cv);
@@ -83,17 +88,9 @@ static void job_fail(sm_sched *s, sm_job *j, int status, const char *msg) {
 }
 
 static void update_safe(sm_sched *s, sm_job *j, sm_choice *c) {
+  (void)s;
   if (c->finish) { c->safe = c->text.n; return; }
   size_t safe = c->text.n - sm_stop_holdback(c->text.p, c->text.n, j->req.stop, j->req.n_stop);
-  if (j->tool_mode) {
-    if (sm_toolcall_may_start(c->text.p, c->text.n)) safe = 0;
-    else {
-      char *p = strstr(c->text.p, "<tool_call>");
-      if (p) safe = SM_MIN(safe, (size_t)(p - c->text.p));
-      char *mk[1] = {"<tool_call>"};
-      safe = SM_MIN(safe, c->text.n - sm_stop_holdback(c->text.p, c->text.n, mk, 1));
-    }
-  }
   if (safe > c->safe) c->safe = safe;
 }
 
@@ -106,8 +103,31 @@ static bool admit(sm_sched *s, sm_job *j) {
       smelt_sampling sp = j->req.sampling;
       sp.seed = j->req.has_seed ? (sm_mix64(j->req.seed + (uint64_t)i) | 1) : 0;
       sm_sampler_init(&c->sampler, &sp, s->vocab);
+      c->sampler.bias_ids = j->req.bias_ids;
+      c->sampler.bias_vals = j->req.bias_vals;
+      c->sampler.n_bias = j->req.n_bias;
       c->sampler_ok = true;
-      c->detok = sm_detok_new(s->tok, true);
+      c->detok = sm_detok_new(s->tok, !j->keep_special);
+      if (j->grammar) {
+        if (!s->gvocab) s->gvocab = sm_grammar_vocab_new(s->tok, s->vocab, s->eos, s->n_eos);
+        c->gs = sm_grammar_state_new(j->grammar, s->gvocab);
+        c->mask = sm_xmalloc(sizeof(uint32_t) * (size_t)((s->vocab + 31) / 32));
+        c->sampler.mask = c->mask;
+      }
+    }
+    if (j->per_prompt) { /* several prompts: a sequence of its own for each choice */
+      j->n_cached = 0;
+      for (int i = 0; i < j->n; i++) {
+        sm_choice *c = &j->ch[i];
+        sm_seq *q = sm_seq_new(e);
+        if (!q) return false;
+        if (sm_seq_append(e, q, j->prompt + c->p_off, c->p_len) != SMELT_OK) { sm_seq_free(e, q); return false; }
+        j->n_cached += sm_seq_use_prefix_cache(e, q);
+        c->seq = q;
+        s->active_seqs++;
+      }
+      j->started = true;
+      goto admitted;
     }
     sm_seq *q = sm_seq_new(e);
     if (!q) return false;
@@ -124,8 +144,9 @@ static bool admit(sm_sched *s, sm_job *j) {
       if (c->finish || c->seq) continue;
       sm_seq *q = sm_seq_new(e);
       if (!q) return false;
-      if (sm_seq_append(e, q, j->prompt, j->n_prompt) != SMELT_OK ||
-          (c->n_gen && sm_seq_append(e, q, c->gen, c->n_gen) != SMELT_OK)) {
+      const int32_t *pp = j->per_prompt ? j->prompt + c->p_off : j->prompt;
+      int pn = j->per_prompt ? c->p_len : j->n_prompt;
+      if (sm_seq_append(e, q, pp, pn) != SMELT_OK || (c->n_gen && sm_seq_append(e, q, c->gen, c->n_gen) != SMELT_OK)) {
         sm_seq_free(e, q);
         return false;
       }
@@ -134,10 +155,35 @@ static bool admit(sm_sched *s, sm_job *j) {
       s->active_seqs++;
     }
   }
+admitted:
   j->active = true;
   s->active = sm_xrealloc(s->active, sizeof(sm_job *) * (size_t)(s->n_active + 1));
   s->active[s->n_active++] = j;
   return true;
+}
+
+/* under mu (released while computing): an embeddings job runs at once, input by input */
+static void run_embeddings(sm_sched *s, sm_job *j) {
+  smelt_model *m = sm_engine_model(s->eng);
+  int D = m->cfg.hidden_size;
+  float *emb = sm_xmalloc(sizeof(float) * (size_t)D * (size_t)j->n);
+  pthread_mutex_unlock(&s->mu);
+  smelt_status st = SMELT_OK;
+  char msg[256] = "";
+  for (int i = 0; i < j->n && !st; i++)
+    st = sm_engine_embed(s->eng, j->prompt + j->ch[i].p_off, j->ch[i].p_len, (sm_pooling)j->pooling,
+                         emb + (size_t)i * D);
+  if (st) snprintf(msg, sizeof msg, "embeddings failed: %s", sm_errmsg());
+  pthread_mutex_lock(&s->mu);
+  if (st) {
+    free(emb);
+    job_fail(s, j, st == SMELT_ERR_OOM ? 503 : 500, msg);
+    return;
+  }
+  j->emb = emb;
+  j->emb_dim = D;
+  for (int i = 0; i < j->n; i++) j->ch[i].finish = SM_FIN_STOP;
+  job_finish(s, j);
 }
 
 /* under mu: requeue the newest active job (KV exhausted) */
@@ -174,14 +220,33 @@ static void preempt_newest(sm_sched *s) {
   sm_metrics_preempt(s->metrics);
 }
 
+/* The grammar mask of a constrained choice for its next token (engine thread, mu not held).
+ * When nothing may follow, only the end-of-sequence tokens are allowed. */
+static void ensure_mask(sm_sched *s, sm_choice *c) {
+  if (!c->gs || c->mask_ok) return;
+  if (sm_grammar_mask(c->gs, c->mask) == 0)
+    for (int i = 0; i < s->n_eos; i++) sm_mask_set(c->mask, s->eos[i]);
+  c->mask_ok = true;
+}
+
 /* Sample one token for choice ci of job j from logits row (modified), or, when row is NULL, take
  * tok, already sampled on the backend (sm_engine_step_sample). Engine thread, mu NOT held. */
 static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t tok, float *lpbuf, int32_t *topbuf) {
   sm_choice *c = &j->ch[ci];
   sm_tokrec rec = {0};
   if (row && j->req.logprobs) sm_log_softmax(row, s->vocab, lpbuf);
-  if (row) tok = sm_sampler_sample(&c->sampler, row, sm_seq_tokens(c->seq), sm_seq_len(c->seq));
+  if (row) {
+    ensure_mask(s, c);
+    tok = sm_sampler_sample(&c->sampler, row, sm_seq_tokens(c->seq), sm_seq_len(c->seq));
+  }
   if (tok < 0 || tok >= s->vocab) tok = s->n_eos ? s->eos[0] : 0;
+  bool grammar_end = false;
+  if (c->gs) {
+    c->mask_ok = false;
+    /* a token outside the grammar (cannot happen with the mask applied) ends the choice */
+    if (sm_grammar_accept(c->gs, tok) != SMELT_OK) grammar_end = true;
+    else grammar_end = sm_grammar_finished(c->gs);
+  }
   rec.id = tok;
   if (row && j->req.logprobs) {
     rec.lp = lpbuf[tok];
@@ -204,7 +269,7 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
   }
   c->gen[c->n_gen++] = tok;
   bool at_len = c->n_gen >= j->max_tokens;
-  if (eos || at_len) tlen = sm_detok_flush(c->detok, &tail);
+  if (eos || at_len || grammar_end) tlen = sm_detok_flush(c->detok, &tail);
   double now = sm_now();
 
   pthread_mutex_lock(&s->mu);
@@ -220,16 +285,6 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
     const char *p = part ? tail : piece;
     size_t n = part ? tlen : plen;
     if (!p || !n || c->finish) continue;
-    if (j->req.json_mode) {
-      if (c->jt.complete) continue;
-      if (!c->jt.started) {
-        const char *b = memchr(p, '{', n);
-        if (!b) continue;
-        n -= (size_t)(b - p);
-        p = b;
-      }
-      n = sm_json_track_feed(&c->jt, p, n);
-    }
     sm_buf_put(&c->text, p, n);
   }
   if (c->n_toks == c->cap_toks) {
@@ -244,6 +299,8 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
     size_t from = old_len + 1 > maxs ? old_len + 1 - maxs : 0;
     long pos = sm_stop_find(c->text.p, c->text.n, from, j->req.stop, j->req.n_stop);
     if (pos >= 0) {
+      for (int i = 0; i < j->req.n_stop && c->stop_hit < 0; i++)
+        if (!strncmp(c->text.p + pos, j->req.stop[i], strlen(j->req.stop[i]))) c->stop_hit = i;
       c->text.n = (size_t)pos;
       c->text.p[c->text.n] = 0;
       for (int k = 0; k < c->n_toks; k++)
@@ -252,7 +309,7 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
     }
   }
   if (!c->finish) {
-    if (eos || (j->req.json_mode && c->jt.complete)) c->finish = SM_FIN_STOP;
+    if (eos || grammar_end) c->finish = SM_FIN_STOP;
     else if (at_len) c->finish = SM_FIN_LENGTH;
   }
   update_safe(s, j, c);
@@ -326,6 +383,10 @@ static void *engine_main(void *arg) {
       s->n_queued--;
       j->queued = false;
       j->next = NULL;
+      if (j->req.kind == SM_EP_EMBEDDINGS) {
+        run_embeddings(s, j);
+        continue;
+      }
       if (!admit(s, j)) {
         release_seqs(s, j);
         job_fail(s, j, 503, "could not allocate a sequence for the request");
@@ -359,6 +420,7 @@ static void *engine_main(void *arg) {
     }
     if (n == 0) continue;
     pthread_mutex_unlock(&s->mu);
+    for (int k = 0; k < n; k++) ensure_mask(s, &bjob[k]->ch[bci[k]]);
     memset(done, 0, (size_t)n);
     smelt_status st = sm_engine_step_sample(s->eng, seqs, n, bsmp, btok, logits, done);
     if (st == SMELT_ERR_OOM) {
@@ -474,6 +536,8 @@ void sm_sched_stop(sm_sched *s) {
 }
 
 void sm_sched_destroy(sm_sched *s) {
+  sm_grammar_vocab_free(s->gvocab);
+  s->gvocab = NULL;
   free(s->active);
   s->active = NULL;
   pthread_mutex_destroy(&s->mu);
@@ -489,7 +553,10 @@ sm_job *sm_job_new(sm_api_request *req, int32_t *prompt, int n_prompt, int max_t
   j->max_tokens = max_tokens;
   j->n = j->req.n;
   j->ch = sm_xcalloc((size_t)j->n, sizeof(sm_choice));
-  for (int i = 0; i < j->n; i++) sm_buf_reserve(&j->ch[i].text, 64);
+  for (int i = 0; i < j->n; i++) {
+    sm_buf_reserve(&j->ch[i].text, 64);
+    j->ch[i].stop_hit = -1;
+  }
   j->tool_mode = tool_mode;
   pthread_cond_init(&j->cv, NULL);
   j->t_arrival = sm_now();
@@ -514,9 +581,10 @@ int sm_sched_submit(sm_sched *s, sm_job *j) {
   sm_ep_kind kind = j->req.kind;
   j->seq_no = ++s->next_id;
   snprintf(j->id, sizeof j->id, "%s-%016llx%04llx",
-           kind == SM_EP_CHAT ? "chatcmpl" : kind == SM_EP_COMPLETIONS ? "cmpl" : "resp_",
+           kind == SM_EP_CHAT ? "chatcmpl" : kind == SM_EP_COMPLETIONS ? "cmpl" : kind == SM_EP_MESSAGES ? "msg" : "resp_",
            (unsigned long long)sm_mix64((uint64_t)j->created ^ (j->seq_no << 20)),
            (unsigned long long)(j->seq_no & 0xffff));
+  if (kind == SM_EP_MESSAGES) j->id[3] = '_'; /* msg_<hex> */
   if (kind == SM_EP_RESPONSES) { /* resp_<hex> */
     memmove(j->id + 5, j->id + 6, strlen(j->id + 6) + 1);
   }

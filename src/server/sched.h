@@ -8,9 +8,11 @@
 #include <pthread.h>
 #include "base/strbuf.h"
 #include "engine/engine.h"
+#include "engine/grammar.h"
 #include "engine/sampler.h"
 #include "server/api.h"
 #include "server/metrics.h"
+#include "server/toolcall.h"
 #include "tokenizer/tokenizer.h"
 
 enum { SM_FIN_NONE = 0, SM_FIN_STOP, SM_FIN_LENGTH };
@@ -37,11 +39,19 @@ typedef struct {
   sm_tokrec *toks;
   int n_toks, cap_toks;
   int finish; /* SM_FIN_* */
-  sm_json_track jt;
+  int stop_hit; /* the stop string that ended the text, -1: none */
+  int p_off, p_len; /* several prompts: this choice's prompt is job->prompt[p_off..+p_len) */
+  sm_grammar_state *gs; /* constrained decoding (job->grammar), engine thread only */
+  uint32_t *mask;       /* allowed tokens for the next sample, valid when mask_ok */
+  bool mask_ok;
   double t_last;
   /* streaming progress, kept by the HTTP side */
-  size_t sent;
+  size_t sent;     /* content bytes sent */
+  size_t rsent;    /* reasoning bytes sent */
   int toks_sent;
+  int calls_sent;  /* tool calls announced (id, name) */
+  size_t *args_sent; /* argument bytes sent per call */
+  int args_cap;
   bool end_sent;
 } sm_choice;
 
@@ -51,9 +61,18 @@ struct sm_job {
   sm_api_request req;
   int32_t *prompt;
   int n_prompt, max_tokens, n_cached;
+  sm_grammar *grammar; /* NULL: unconstrained */
+  int per_prompt;      /* several prompts: choices per prompt (0: one prompt shared by all) */
+  float *emb;          /* embeddings: n x emb_dim floats, filled by the engine thread */
+  int emb_dim, pooling; /* sm_pooling */
   sm_choice *ch;
   int n;
   bool tool_mode, fork_pending;
+  const sm_toolfmt *tfmt; /* the model's tool-call format (also parses gpt-oss channels) */
+  bool reasoning;         /* split thinking text from the content */
+  bool think_open;        /* the prompt ends inside <think>: the output starts with reasoning */
+  bool keep_special;      /* detokenize special tokens (tool-call markers are special tokens) */
+  bool parsed;            /* reasoning or tool calls: the text goes through sm_view */
   bool queued, active, cancelled, done, failed, started;
   int fail_status;
   char errmsg[256];
@@ -90,6 +109,7 @@ typedef struct {
   bool thread_started;
   sm_engine_stats stats;
   uint64_t next_id;
+  sm_grammar_vocab *gvocab; /* built on the first constrained request (engine thread) */
   /* called by the engine thread after every step (mu not held): true when the step's results
    * cannot be trusted; msg says why. Every job then fails and `fatal` is set. */
   bool (*after_step)(void *arg, char *msg, size_t msg_size);

@@ -207,7 +207,19 @@ int sm_server_run(const sm_server_params *pp) {
                 .parallel = p.parallel,
                 .gen_temperature = info.gen_temperature,
                 .gen_top_p = info.gen_top_p,
-                .gen_top_k = info.gen_top_k};
+                .gen_top_k = info.gen_top_k,
+                .created = (long)time(NULL),
+                .model_path = p.model_dir,
+                .pooling = p.pooling};
+  const char *tmpl = sm_tok_chat_template(tok, NULL);
+  oai.tfmt = p.tool_format ? sm_toolfmt_by_name(p.tool_format) : sm_toolfmt_detect(tmpl);
+  if (!oai.tfmt) {
+    fprintf(stderr, "smelt serve: unknown --tool-format '%s' (%s)\n", p.tool_format, sm_toolfmt_names());
+    goto out;
+  }
+  /* a template that writes <think> blocks: split them off unless --reasoning-format none */
+  oai.reasoning = !(p.reasoning_format && !strcmp(p.reasoning_format, "none")) &&
+                  ((tmpl && strstr(tmpl, "</think>")) || oai.tfmt->kind == SM_TF_HARMONY);
 
   if (!sm_sched_start(&sched)) {
     fprintf(stderr, "smelt serve: could not start the engine thread\n");
@@ -221,6 +233,8 @@ int sm_server_run(const sm_server_params *pp) {
   }
   fprintf(stderr, "smelt serve: model '%s' (%s), ctx %d, parallel %d, %d KV blocks of %d\n", alias, oai.arch,
           oai.ctx, p.parallel, sched.stats.n_blocks, sched.stats.block_size);
+  fprintf(stderr, "smelt serve: tool-call format %s, reasoning %s\n", oai.tfmt->name,
+          oai.reasoning ? "split into reasoning_content" : "not split");
   fprintf(stderr, "smelt serve: listening on http://%s:%d\n", p.host, sm_http_port(http));
   fflush(stderr);
   rc = serve(&p, &sched, http);

@@ -35,6 +35,9 @@ typedef struct {
   size_t max_buffered_body;    /* request bodies in memory, all connections together (default 64 MiB) */
   double shutdown_timeout;     /* s that in-flight requests get after SIGTERM/SIGINT (default 20) */
   const char *log_file;        /* log to this file (reopened on SIGHUP) instead of stderr */
+  const char *tool_format;     /* tool-call format (toolcall.h names); NULL = from the chat template */
+  const char *reasoning_format; /* "auto"/"deepseek" (split <think> text, default), "none" (keep it in content) */
+  int pooling;                 /* embeddings: 0 last token (default), 1 mean */
 } sm_server_params;
 
 /* Exit codes of sm_server_run */

@@ -3,6 +3,7 @@
 #ifndef SM_TOKENIZER_H
 #define SM_TOKENIZER_H
 #include "base/base.h"
+#include "base/strbuf.h"
 
 /* Load from explicit file paths (tokenizer_config may be NULL). */
 smelt_status sm_tok_load_files(const char *tokenizer_json, const char *tokenizer_config_json,
@@ -22,6 +23,11 @@ const char *sm_tok_eos_token(const smelt_tokenizer *t);
 const char *sm_tok_chat_template(const smelt_tokenizer *t, const char *name);
 /* Whether the post-processor adds a BOS (for chat prompts that already contain it). */
 bool sm_tok_adds_bos(const smelt_tokenizer *t);
+
+/* The bytes token id adds to a text in its middle (decoder applied to it alone; a byte-level
+ * token may be part of a UTF-8 character). Replaces out's contents; false for an unknown id.
+ * (tok_bytes.c) */
+bool sm_tok_piece_bytes(const smelt_tokenizer *t, int32_t id, sm_buf *out);
 
 /* Like smelt_detokenize, also giving the length (the text may contain NUL bytes). */
 smelt_status sm_tok_decode(const smelt_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text,

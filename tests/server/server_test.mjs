@@ -262,10 +262,13 @@ async function main() {
     for await (const ev of s) {
       types.push(ev.type);
       if (ev.type === 'response.output_text.delta') text += ev.delta;
-      if (ev.type === 'response.completed') completed = ev.response;
+      if (ev.type === 'response.completed' || ev.type === 'response.incomplete') completed = ev.response;
     }
     assert.equal(types[0], 'response.created');
-    assert.equal(types.at(-1), 'response.completed');
+    // a truncated answer is incomplete outside, inside and in the stream's last event
+    assert.equal(types.at(-1), r.status === 'incomplete' ? 'response.incomplete' : 'response.completed');
+    assert.equal(completed.status, r.status);
+    assert.equal(r.output[0].status, r.status === 'incomplete' ? 'incomplete' : 'completed');
     assert.equal(text, greedyChat);
     assert.equal(completed.output[0].content[0].text, greedyChat);
   });

@@ -1,5 +1,5 @@
 /* Unit tests of the server's API layer: request validation against the OpenAI API rules,
- * error bodies, stop strings, tool-call parsing, JSON-mode tracking, duplicate keys, reserved
+ * error bodies, stop strings, tool-call parsing and streaming, duplicate keys, reserved
  * template variables, UTF-8 repair of output JSON. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +7,7 @@
 #include "server/api.h"
 #include "server/metrics.h"
 #include "server/openai.h"
+#include "server/toolcall.h"
 
 static int fails = 0;
 #define CHECK(c)                                                              \
@@ -159,7 +160,13 @@ static void test_parse(void) {
   expect_err(SM_EP_COMPLETIONS, "{\"prompt\":5}", 400, "prompt");
   expect_err(SM_EP_COMPLETIONS, "{\"prompt\":[]}", 400, "prompt");
   expect_err(SM_EP_COMPLETIONS, "{\"prompt\":[1,-2]}", 400, "prompt");
-  expect_err(SM_EP_COMPLETIONS, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt");
+  expect_err(SM_EP_COMPLETIONS, "{\"prompt\":[\"a\",[]]}", 400, "prompt");
+  expect_err(SM_EP_COMPLETIONS, "{\"prompt\":[\"a\",[1,-1]]}", 400, "prompt");
+  if (parse_ok(SM_EP_COMPLETIONS, "{\"prompt\":[\"a\",[7,8]]}", &r)) { /* several prompts */
+    CHECK(r.n_prompts == 2 && !strcmp(r.prompts[0], "a") && !r.prompts[1] && r.prompt_lens[1] == 2 &&
+          r.prompt_lists[1][1] == 8);
+    sm_api_request_free(&r);
+  }
   expect_err(SM_EP_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":9}", 400, "logprobs");
   expect_err(SM_EP_COMPLETIONS, "{\"prompt\":\"a\",\"best_of\":3}", 400, "best_of");
   expect_err(SM_EP_RESPONSES, "{}", 400, "input");
@@ -209,7 +216,7 @@ static void test_toolcalls(void) {
   CHECK(n == 1 && content == NULL);
   if (n == 1) {
     cJSON *f = cJSON_GetObjectItem(cJSON_GetArrayItem(calls, 0), "function");
-    CHECK(!strcmp(cJSON_GetObjectItem(f, "arguments")->valuestring, "{\"q\":\"x\"}"));
+    CHECK(!strcmp(cJSON_GetObjectItem(f, "arguments")->valuestring, "{\"q\": \"x\"}")); /* as written */
   }
   cJSON_Delete(calls);
   n = sm_toolcall_parse("<|python_tag|>{\"name\":\"a\",\"parameters\":{}}; {\"name\":\"b\",\"parameters\":{}}", 3, &calls, &content);
@@ -221,19 +228,19 @@ static void test_toolcalls(void) {
   CHECK(sm_toolcall_parse("{\"foo\": 1}", 4, &calls, &content) == 0 && !calls);
   CHECK(sm_toolcall_parse("{\"name\":\"a\"} trailing", 4, &calls, &content) == 0 && !calls);
   CHECK(sm_toolcall_parse("<tool_call>{broken</tool_call>", 4, &calls, &content) == 0 && !calls);
-  CHECK(sm_toolcall_may_start("  <tool", 7) && sm_toolcall_may_start(" {", 2) && sm_toolcall_may_start("  ", 2));
-  CHECK(!sm_toolcall_may_start("Hello", 5) && !sm_toolcall_may_start(" <b>", 4));
-}
-
-static void test_json_track(void) {
-  sm_json_track t = {0};
-  const char *s = "{\"a\": \"}\\\"{\", \"b\": [1, {\"c\": 2}]} trailing";
-  size_t n = sm_json_track_feed(&t, s, strlen(s));
-  CHECK(t.complete && n == strlen("{\"a\": \"}\\\"{\", \"b\": [1, {\"c\": 2}]}"));
-  sm_json_track u = {0};
-  const char *p1 = "{\"x\": {", *p2 = "}} more";
-  CHECK(sm_json_track_feed(&u, p1, strlen(p1)) == strlen(p1) && !u.complete);
-  CHECK(sm_json_track_feed(&u, p2, strlen(p2)) == 2 && u.complete);
+  /* streaming: what may be sent before the text is finished */
+  const sm_toolfmt *g = sm_toolfmt_by_name("generic");
+  sm_tc_scan sc = {0};
+  sm_toolfmt_scan(g, "Hello <tool", 11, false, NULL, &sc);
+  CHECK(sc.safe == 6 && sc.n == 0); /* "<tool" may start a call */
+  sm_toolfmt_scan(g, "  ", 2, false, NULL, &sc);
+  CHECK(sc.safe == 0); /* JSON may still start */
+  sm_toolfmt_scan(g, " {\"name\": \"f\", \"arguments\": {\"a\": [1,", 37, false, NULL, &sc);
+  CHECK(sc.content.n == 1 && sc.n == 1 && sc.calls[0].name && !strcmp(sc.calls[0].name, "f") && !sc.calls[0].done);
+  CHECK(sc.n == 1 && sc.calls[0].args.n == 9 && !memcmp(sc.calls[0].args.p, "{\"a\": [1,", 9));
+  sm_toolfmt_scan(g, "Hi <b>", 6, false, NULL, &sc);
+  CHECK(sc.safe == 6);
+  sm_tc_scan_free(&sc);
 }
 
 static void test_metrics(void) {
@@ -322,7 +329,6 @@ int main(void) {
   test_parse();
   test_stop();
   test_toolcalls();
-  test_json_track();
   test_metrics();
   if (fails) { fprintf(stderr, "%d checks failed\n", fails); return 1; }
   printf("server api: all checks passed\n");

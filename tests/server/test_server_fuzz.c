@@ -1,11 +1,17 @@
 /* Fuzzes the request parser: thousands of mutated bodies (bit flips, byte insert/delete,
  * truncation, splices, type swaps) thrown at sm_api_parse for every endpoint. Each call must
  * either succeed or return a 4xx OpenAI error with a message; nothing may crash or leak
- * (run under -DSMELT_SANITIZE=ON for ASan/UBSan). usage: test_server_fuzz [iterations] */
+ * (run under -DSMELT_SANITIZE=ON for ASan/UBSan). The same mutated texts also go through the
+ * JSON Schema -> grammar converter, the GBNF compiler (each must compile what the converter
+ * makes, or fail with a message) and the tool-call scanners of every format, finished and
+ * unfinished. usage: test_server_fuzz [iterations] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine/grammar.h"
+#include "engine/grammar_schema.h"
 #include "server/api.h"
+#include "server/toolcall.h"
 
 static const char *seeds[] = {
     "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":\"hi\"}],"
@@ -21,6 +27,29 @@ static const char *seeds[] = {
     "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"q\"}]}],\"instructions\":\"i\","
     "\"max_output_tokens\":3,\"text\":{\"format\":{\"type\":\"text\"}},\"tools\":[{\"type\":\"function\",\"name\":\"g\"}]}",
     "{\"input\":\"hello \\u00e9\\ud83d\\ude00\",\"stream\":true}",
+    "{\"model\":\"c\",\"max_tokens\":9,\"system\":[{\"type\":\"text\",\"text\":\"s\"}],\"messages\":[{\"role\":\"user\","
+    "\"content\":\"q\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"t\"},{\"type\":\"tool_use\","
+    "\"id\":\"toolu_1\",\"name\":\"f\",\"input\":{\"a\":1}}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
+    "\"tool_use_id\":\"toolu_1\",\"content\":[{\"type\":\"text\",\"text\":\"r\"}]}]}],\"tools\":[{\"name\":\"f\","
+    "\"input_schema\":{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"},\"stop_sequences\":[\"x\"],"
+    "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":10}}",
+    "{\"input\":[\"a\",[1,2]],\"encoding_format\":\"base64\"}",
+    "{\"prompt\":[\"a\",\"b\"],\"grammar\":\"root ::= [a-z]{1,3} (\\\"x\\\" | r)*\\nr ::= \\\"q\\\"\",\"logit_bias\":{\"5\":-100,\"7\":3.5},"
+    "\"n_probs\":2}",
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+    "{\"name\":\"n\",\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3},"
+    "\"b\":{\"anyOf\":[{\"type\":\"integer\"},{\"$ref\":\"#/$defs/d\"}]}},\"required\":[\"a\"],\"$defs\":{\"d\":{\"enum\":[1,\"x\"]}}}}},"
+    "\"tool_choice\":\"required\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"reasoning_effort\":\"low\"}",
+    "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, \"}\"]}}\n</tool_call><tool_call>\n<function=g>\n<parameter=p>\n1\n"
+    "</parameter>\n</function>\n</tool_call>[TOOL_CALLS][{\"name\":\"h\",\"arguments\":{}}]<|channel|>commentary "
+    "to=functions.k <|constrain|>json<|message|>{}<|call|>```tool_code\nf(a=[1,'x'], b={'k': None})\n```"
+    "<tool_call>g\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>",
+};
+/* grammars to mutate */
+static const char *gseeds[] = {
+    "root ::= obj\nobj ::= \"{\" ws (pair (\",\" ws pair)*)? \"}\"\npair ::= str \":\" ws [0-9]+\n"
+    "str ::= \"\\\"\" [^\"\\\\]{0,5} \"\\\"\"\nws ::= [ \\t\\n]?  # c\n",
+    "root ::= (\"a\" | [\\x41-\\x5A\\u00e9] | .){2,4} <[3]> x?\nx ::= \"\\U0001F600\"+",
 };
 static const char *tokens[] = {"null", "true", "false", "0", "-1", "1e309", "\"\"", "[]", "{}", "\"x\"", "[[[[",
                                "}}}}", "\\u0000", "\"\\ud800\"", "1.5", "9999999999999999999999", ",", ":", "\""};
@@ -60,7 +89,59 @@ int main(int argc, char **argv) {
       }
       }
     }
-    for (int k = 0; k < 3; k++) {
+    /* the same bytes as a schema (when they parse), as GBNF, and as generated text */
+    {
+      char *copy = malloc(len + 1);
+      memcpy(copy, buf, len);
+      copy[len] = 0;
+      cJSON *sc = cJSON_Parse(copy);
+      const cJSON *schema = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(sc, "response_format"), "json_schema"), "schema");
+      if (!schema) schema = sc;
+      char *gb = NULL;
+      if (schema && sm_schema_to_gbnf(schema, (rnd() & 1) != 0, &gb) == SMELT_OK) {
+        sm_grammar *g = NULL;
+        if (sm_grammar_compile(gb, &g) != SMELT_OK && !strstr(sm_errmsg(), "too large")) {
+          fprintf(stderr, "the converter made a grammar that does not compile: %s\n%s\n", sm_errmsg(), gb);
+          return 1;
+        }
+        if (g) {
+          sm_grammar_state *gs = sm_grammar_state_new(g, NULL);
+          sm_grammar_accept_bytes(gs, copy, len);
+          sm_grammar_state_free(gs);
+          sm_grammar_free(g);
+        }
+      }
+      free(gb);
+      cJSON_Delete(sc);
+      const char *gsrc = gseeds[rnd() % (sizeof gseeds / sizeof gseeds[0])];
+      char *gm = malloc(strlen(gsrc) + 2);
+      size_t gl = strlen(gsrc);
+      memcpy(gm, gsrc, gl + 1);
+      if (gl) gm[rnd() % gl] = copy[len ? rnd() % len : 0] ? copy[len ? rnd() % len : 0] : 'x';
+      sm_grammar *g = NULL;
+      if (sm_grammar_compile(gm, &g) == SMELT_OK) {
+        sm_grammar_state *gs = sm_grammar_state_new(g, NULL);
+        sm_grammar_accept_bytes(gs, copy, len);
+        sm_grammar_complete(gs);
+        sm_grammar_state_free(gs);
+        sm_grammar_free(g);
+      } else if (!sm_errmsg()[0]) {
+        fprintf(stderr, "grammar error without a message\n");
+        return 1;
+      }
+      free(gm);
+      static const char *const fmts[] = {"generic", "hermes", "qwen3_coder", "llama3", "mistral", "harmony",
+                                         "deepseek", "glm45", "gemma"};
+      sm_tc_scan tc = {0};
+      for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
+        sm_toolfmt_scan(sm_toolfmt_by_name(fmts[f]), copy, len, true, NULL, &tc);
+        sm_toolfmt_scan(sm_toolfmt_by_name(fmts[f]), copy, len ? rnd() % len : 0, false, NULL, &tc);
+        if (tc.safe > tc.content.n) { fprintf(stderr, "%s: safe beyond the content\n", fmts[f]); return 1; }
+      }
+      sm_tc_scan_free(&tc);
+      free(copy);
+    }
+    for (int k = 0; k < 5; k++) {
       sm_api_request r;
       sm_api_error e;
       /* not NUL-terminated on purpose: the parser must respect len */

@@ -1,0 +1,599 @@
+/* Grammar runtime: pushdown parser state per sequence and the per-step token mask (see
+ * grammar.h). Hand-written: no Debian library builds token masks from a grammar. The parser is
+ * llama.cpp's (llama-grammar.cpp): a set of stacks of positions in the rules, advanced one code
+ * point at a time, with an unfinished UTF-8 character carried between tokens. Unlike llama.cpp,
+ * which checks every token against every stack, the mask walks a byte trie of the vocabulary
+ * (the prefix-tree idea of outlines/xgrammar), so tokens sharing a prefix share its work, and
+ * stacks are hash-consed nodes (position, parent), so copying or comparing a stack is one id. */
+#include <stdlib.h>
+#include <string.h>
+#include "engine/grammar_int.h"
+
+#define ACCEPT (-1)           /* in a stack set: the text can end here */
+#define MAX_EXPAND 100000     /* expansion steps for one advance (a safety net) */
+#define COMPACT_NODES (1 << 20)
+
+/* ---------------------------------------------------------------- vocabulary trie */
+
+typedef struct {
+  int32_t child, sibling; /* -1: none */
+  int32_t tok;            /* first token ending here, -1: none (more via next_tok) */
+  uint8_t byte;
+} tnode;
+
+struct sm_grammar_vocab {
+  int vocab;
+  tnode *n;
+  int n_nodes, cap;
+  int32_t *next_tok; /* tokens with the same bytes */
+  uint8_t *special;  /* special tokens are only reachable through <[id]> */
+  uint8_t *is_eos;
+  int32_t *eos;
+  int n_eos;
+  char *bytes;       /* the bytes of every token (for accept) */
+  int64_t *off;      /* token t: bytes[off[t] .. off[t+1]) */
+  int max_len;
+};
+
+static int32_t trie_child(sm_grammar_vocab *v, int32_t node, uint8_t b) {
+  int32_t *link = &v->n[node].child;
+  while (*link >= 0 && v->n[*link].byte < b) link = &v->n[*link].sibling;
+  if (*link >= 0 && v->n[*link].byte == b) return *link;
+  if (v->n_nodes == v->cap) {
+    v->cap *= 2;
+    v->n = sm_xrealloc(v->n, sizeof(tnode) * (size_t)v->cap);
+    link = &v->n[node].child; /* re-find after realloc */
+    while (*link >= 0 && v->n[*link].byte < b) link = &v->n[*link].sibling;
+  }
+  int32_t id = v->n_nodes++;
+  v->n[id] = (tnode){.child = -1, .sibling = *link, .tok = -1, .byte = b};
+  *link = id;
+  return id;
+}
+
+sm_grammar_vocab *sm_grammar_vocab_new(const smelt_tokenizer *t, int vocab, const int32_t *eos, int n_eos) {
+  sm_grammar_vocab *v = sm_xcalloc(1, sizeof *v);
+  v->vocab = vocab;
+  v->cap = 1024;
+  v->n = sm_xmalloc(sizeof(tnode) * (size_t)v->cap);
+  v->n[0] = (tnode){.child = -1, .sibling = -1, .tok = -1};
+  v->n_nodes = 1;
+  v->next_tok = sm_xmalloc(sizeof(int32_t) * (size_t)vocab);
+  v->special = sm_xcalloc((size_t)vocab, 1);
+  v->is_eos = sm_xcalloc((size_t)vocab, 1);
+  v->off = sm_xmalloc(sizeof(int64_t) * (size_t)(vocab + 1));
+  v->eos = sm_xmalloc(sizeof(int32_t) * (size_t)(n_eos ? n_eos : 1));
+  for (int i = 0; i < n_eos; i++)
+    if (eos[i] >= 0 && eos[i] < vocab) { v->is_eos[eos[i]] = 1; v->eos[v->n_eos++] = eos[i]; }
+  sm_buf all = SM_BUF_INIT, piece = SM_BUF_INIT;
+  for (int32_t id = 0; id < vocab; id++) {
+    v->next_tok[id] = -1;
+    v->off[id] = (int64_t)all.n;
+    bool known = sm_tok_piece_bytes(t, id, &piece);
+    v->special[id] = !known || sm_tok_is_special(t, id) || piece.n == 0;
+    if (v->special[id]) continue;
+    sm_buf_put(&all, piece.p, piece.n);
+    if ((int)piece.n > v->max_len) v->max_len = (int)piece.n;
+    int32_t node = 0;
+    for (size_t k = 0; k < piece.n; k++) node = trie_child(v, node, (uint8_t)piece.p[k]);
+    v->next_tok[id] = v->n[node].tok;
+    v->n[node].tok = id;
+  }
+  v->off[vocab] = (int64_t)all.n;
+  v->bytes = sm_buf_take(&all);
+  sm_buf_free(&piece);
+  return v;
+}
+
+void sm_grammar_vocab_free(sm_grammar_vocab *v) {
+  if (!v) return;
+  free(v->n); free(v->next_tok); free(v->special); free(v->is_eos); free(v->eos); free(v->bytes); free(v->off);
+  free(v);
+}
+
+int sm_grammar_vocab_size(const sm_grammar_vocab *v) { return v ? v->vocab : 0; }
+
+/* ---------------------------------------------------------------- stacks */
+
+typedef struct { int32_t *v; int n, cap; } iset;
+
+static void iset_add(iset *s, int32_t x) {
+  for (int i = 0; i < s->n; i++)
+    if (s->v[i] == x) return;
+  if (s->n == s->cap) {
+    s->cap = s->cap ? s->cap * 2 : 8;
+    s->v = sm_xrealloc(s->v, sizeof(int32_t) * (size_t)s->cap);
+  }
+  s->v[s->n++] = x;
+}
+
+struct sm_grammar_state {
+  const sm_grammar *g;
+  const sm_grammar_vocab *voc;
+  /* hash-consed nodes: a stack is its top node; node k = (pos[k], up[k]), up -1 = bottom */
+  int32_t *pos, *up;
+  int n_nodes, cap_nodes;
+  int32_t *hmap; /* open addressing, -1 empty */
+  int hcap;
+  /* current state */
+  iset cur;
+  uint32_t pval; /* unfinished UTF-8 character: value so far, bytes still to come */
+  int prem;
+  bool ended;
+  bool failed; /* an expansion ran past MAX_EXPAND */
+  int expand_budget;
+  /* mask scratch: the walk's state per trie depth (an interned set, the unfinished character) */
+  int32_t *lvl_sid;
+  int n_lvl;
+  uint32_t *lvl_pval;
+  int *lvl_prem;
+  iset tmp_in, tmp_out;
+  /* caches, valid while node ids are (until compact): interned stack sets, byte transitions
+   * between them, and whole masks of recent states (a JSON string's state recurs every step) */
+  int32_t *spool; size_t spool_n, spool_cap;
+  size_t *soff; int32_t *slen; int n_sets, cap_sets;
+  int32_t *smap; int smap_cap;
+  struct tkey { int32_t sid; uint32_t pval; int32_t prem_byte; } *tk;
+  struct tval { int32_t sid; uint32_t pval; int32_t prem; } *tv;
+  int t_n, t_cap;
+  struct mcache { int32_t sid; uint32_t pval; int prem; int count; uint32_t *bits; } mc[8];
+  int mc_next;
+};
+
+static uint32_t nhash(int32_t pos, int32_t up) {
+  uint64_t h = (uint64_t)(uint32_t)pos * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uint32_t)(up + 1) * 0xC2B2AE3D27D4EB4Full;
+  return (uint32_t)(h >> 32);
+}
+
+static void rehash(sm_grammar_state *s, int cap) {
+  free(s->hmap);
+  s->hcap = cap;
+  s->hmap = sm_xmalloc(sizeof(int32_t) * (size_t)cap);
+  memset(s->hmap, 0xff, sizeof(int32_t) * (size_t)cap);
+  for (int k = 0; k < s->n_nodes; k++) {
+    uint32_t h = nhash(s->pos[k], s->up[k]) & (uint32_t)(cap - 1);
+    while (s->hmap[h] >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+    s->hmap[h] = k;
+  }
+}
+
+static int32_t intern(sm_grammar_state *s, int32_t pos, int32_t up) {
+  uint32_t h = nhash(pos, up) & (uint32_t)(s->hcap - 1);
+  while (s->hmap[h] >= 0) {
+    int32_t k = s->hmap[h];
+    if (s->pos[k] == pos && s->up[k] == up) return k;
+    h = (h + 1) & (uint32_t)(s->hcap - 1);
+  }
+  if (s->n_nodes == s->cap_nodes) {
+    s->cap_nodes *= 2;
+    s->pos = sm_xrealloc(s->pos, sizeof(int32_t) * (size_t)s->cap_nodes);
+    s->up = sm_xrealloc(s->up, sizeof(int32_t) * (size_t)s->cap_nodes);
+  }
+  int32_t k = s->n_nodes++;
+  s->pos[k] = pos;
+  s->up[k] = up;
+  s->hmap[h] = k;
+  if (s->n_nodes * 2 > s->hcap) rehash(s, s->hcap * 2);
+  return k;
+}
+
+/* all stacks reachable from position pos (with continuation `up`) whose top is a terminal */
+static void expand(sm_grammar_state *s, int32_t pos, int32_t up, iset *out) {
+  const sm_grammar *g = s->g;
+  for (;;) {
+    if (--s->expand_budget < 0) { s->failed = true; return; }
+    const sm_gelem *e = &g->el[pos];
+    if (e->type == GE_END || e->type == GE_ALT) {
+      if (up < 0) { iset_add(out, ACCEPT); return; }
+      pos = s->pos[up];
+      up = s->up[up];
+      continue;
+    }
+    if (e->type == GE_CLS || e->type == GE_TOK) {
+      iset_add(out, intern(s, pos, up));
+      return;
+    }
+    /* GE_REF: a continuation frame unless the reference ends the alternative (tail call) */
+    const sm_gelem *nx = &g->el[pos + 1];
+    int32_t cont = (nx->type == GE_END || nx->type == GE_ALT) ? up : intern(s, pos + 1, up);
+    int r = e->v;
+    for (int a = g->alt_off[r]; a < g->alt_off[r + 1]; a++) expand(s, g->alts[a], cont, out);
+    return;
+  }
+}
+
+/* stacks of in that accept code point cp, advanced past it, into out */
+static void advance_cp(sm_grammar_state *s, const iset *in, uint32_t cp, iset *out) {
+  out->n = 0;
+  s->expand_budget = MAX_EXPAND;
+  for (int i = 0; i < in->n; i++) {
+    int32_t k = in->v[i];
+    if (k == ACCEPT) continue;
+    const sm_gelem *e = &s->g->el[s->pos[k]];
+    if (e->type == GE_CLS && sm_gcls_match(&s->g->cls[e->v], cp)) expand(s, s->pos[k] + 1, s->up[k], out);
+  }
+}
+
+/* An unfinished UTF-8 character is kept as pval = value bits so far | (total length << 24), and
+ * prem = continuation bytes still to come. */
+#define PV_VAL(p) ((p) & 0xFFFFFFu)
+#define PV_LEN(p) ((p) >> 24)
+
+/* stacks of in whose next character may begin with the unfinished UTF-8 (pval, prem) */
+static void filter_partial(sm_grammar_state *s, const iset *in, uint32_t pval, int prem, iset *out) {
+  out->n = 0;
+  static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000}; /* no overlong forms */
+  uint32_t lo = PV_VAL(pval) << (6 * prem), hi = lo | ((1u << (6 * prem)) - 1);
+  if (lo < min_cp[PV_LEN(pval)]) lo = min_cp[PV_LEN(pval)];
+  if (hi > 0x10FFFF) hi = 0x10FFFF;
+  if (lo >= 0xD800 && lo <= 0xDFFF) lo = 0xE000; /* no surrogates */
+  if (hi >= 0xD800 && hi <= 0xDFFF) hi = 0xD7FF;
+  if (lo > hi) return;
+  for (int i = 0; i < in->n; i++) {
+    int32_t k = in->v[i];
+    if (k == ACCEPT) continue;
+    const sm_gelem *e = &s->g->el[s->pos[k]];
+    if (e->type == GE_CLS && sm_gcls_match_range(&s->g->cls[e->v], lo, hi)) iset_add(out, k);
+  }
+}
+
+/* one byte: (in, pval, prem) -> (out, *pval, *prem). out empty: rejected. */
+static void step_byte(sm_grammar_state *s, const iset *in, uint32_t *pval, int *prem, uint8_t b, iset *out) {
+  if (*prem == 0) {
+    if (b < 0x80) { advance_cp(s, in, b, out); return; }
+    int need = (b >> 5) == 6 ? 1 : (b >> 4) == 14 ? 2 : (b >> 3) == 30 ? 3 : -1;
+    if (need < 0 || b == 0xC0 || b == 0xC1 || b > 0xF4) { out->n = 0; return; }
+    *pval = (need == 1 ? (b & 0x1Fu) : need == 2 ? (b & 0x0Fu) : (b & 0x07u)) | ((uint32_t)(need + 1) << 24);
+    *prem = need;
+    filter_partial(s, in, *pval, *prem, out);
+    return;
+  }
+  if ((b & 0xC0) != 0x80) { out->n = 0; return; }
+  *pval = ((PV_VAL(*pval) << 6) | (b & 0x3Fu)) | (PV_LEN(*pval) << 24);
+  if (--*prem == 0) {
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    uint32_t cp = PV_VAL(*pval);
+    if (cp < min_cp[PV_LEN(*pval)] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) { out->n = 0; return; }
+    advance_cp(s, in, cp, out);
+  } else {
+    filter_partial(s, in, *pval, *prem, out);
+  }
+}
+
+sm_grammar_state *sm_grammar_state_new(const sm_grammar *g, const sm_grammar_vocab *v) {
+  sm_grammar_state *s = sm_xcalloc(1, sizeof *s);
+  s->g = g;
+  s->voc = v;
+  s->cap_nodes = 256;
+  s->pos = sm_xmalloc(sizeof(int32_t) * (size_t)s->cap_nodes);
+  s->up = sm_xmalloc(sizeof(int32_t) * (size_t)s->cap_nodes);
+  rehash(s, 1024);
+  s->expand_budget = MAX_EXPAND;
+  for (int a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++) expand(s, g->alts[a], -1, &s->cur);
+  s->n_lvl = (v ? v->max_len : 0) + 2;
+  s->lvl_sid = sm_xcalloc((size_t)s->n_lvl, sizeof(int32_t));
+  s->lvl_pval = sm_xcalloc((size_t)s->n_lvl, sizeof(uint32_t));
+  s->lvl_prem = sm_xcalloc((size_t)s->n_lvl, sizeof(int));
+  for (int i = 0; i < 8; i++) s->mc[i].sid = -1;
+  return s;
+}
+
+void sm_grammar_state_free(sm_grammar_state *s) {
+  if (!s) return;
+  free(s->pos); free(s->up); free(s->hmap); free(s->cur.v);
+  free(s->lvl_sid); free(s->lvl_pval); free(s->lvl_prem);
+  free(s->tmp_in.v); free(s->tmp_out.v);
+  free(s->spool); free(s->soff); free(s->slen); free(s->smap); free(s->tk); free(s->tv);
+  for (int i = 0; i < 8; i++) free(s->mc[i].bits);
+  free(s);
+}
+
+static void clear_caches(sm_grammar_state *s);
+
+/* Keep only the nodes the current stacks use (the mask interns many that are never kept). */
+static void compact(sm_grammar_state *s) {
+  int32_t *map = sm_xmalloc(sizeof(int32_t) * (size_t)s->n_nodes);
+  memset(map, 0xff, sizeof(int32_t) * (size_t)s->n_nodes);
+  int32_t *npos = sm_xmalloc(sizeof(int32_t) * (size_t)s->cap_nodes), *nup = sm_xmalloc(sizeof(int32_t) * (size_t)s->cap_nodes);
+  int n = 0;
+  /* copy each stack bottom-up so parents get ids first */
+  int32_t chain[4096];
+  for (int i = 0; i < s->cur.n; i++) {
+    int32_t k = s->cur.v[i];
+    if (k == ACCEPT) continue;
+    int depth = 0;
+    for (int32_t x = k; x >= 0 && map[x] < 0 && depth < 4096; x = s->up[x]) chain[depth++] = x;
+    if (depth == 4096) { free(map); free(npos); free(nup); return; } /* very deep: keep everything */
+    while (depth--) {
+      int32_t x = chain[depth];
+      map[x] = n;
+      npos[n] = s->pos[x];
+      nup[n] = s->up[x] >= 0 ? map[s->up[x]] : -1;
+      n++;
+    }
+  }
+  for (int i = 0; i < s->cur.n; i++)
+    if (s->cur.v[i] != ACCEPT) s->cur.v[i] = map[s->cur.v[i]];
+  free(map);
+  free(s->pos);
+  free(s->up);
+  s->pos = npos;
+  s->up = nup;
+  s->n_nodes = n;
+  rehash(s, s->hcap);
+  clear_caches(s);
+}
+
+static bool has_accept(const iset *s) {
+  for (int i = 0; i < s->n; i++)
+    if (s->v[i] == ACCEPT) return true;
+  return false;
+}
+
+bool sm_grammar_complete(const sm_grammar_state *s) { return !s->ended && s->prem == 0 && has_accept(&s->cur); }
+bool sm_grammar_finished(const sm_grammar_state *s) {
+  return s->ended || (s->prem == 0 && s->cur.n == 1 && s->cur.v[0] == ACCEPT);
+}
+bool sm_grammar_ended(const sm_grammar_state *s) { return s->ended; }
+
+static void set_copy(iset *dst, const iset *src) {
+  dst->n = 0;
+  for (int i = 0; i < src->n; i++) iset_add(dst, src->v[i]);
+}
+
+/* stacks of in with <[tok]> on top, advanced past it */
+static void advance_tok(sm_grammar_state *s, const iset *in, int32_t tok, iset *out) {
+  out->n = 0;
+  s->expand_budget = MAX_EXPAND;
+  for (int i = 0; i < in->n; i++) {
+    int32_t k = in->v[i];
+    if (k == ACCEPT) continue;
+    const sm_gelem *e = &s->g->el[s->pos[k]];
+    if (e->type == GE_TOK && e->v == tok) expand(s, s->pos[k] + 1, s->up[k], out);
+  }
+}
+
+/* ---------------------------------------------------------------- caches */
+
+static void clear_caches(sm_grammar_state *s) {
+  s->spool_n = 0;
+  s->n_sets = 0;
+  if (s->smap) memset(s->smap, 0xff, sizeof(int32_t) * (size_t)s->smap_cap);
+  s->t_n = 0;
+  if (s->tk) memset(s->tk, 0xff, sizeof(struct tkey) * (size_t)s->t_cap);
+  for (int i = 0; i < 8; i++) s->mc[i].sid = -1;
+}
+
+static uint64_t set_hash(const int32_t *v, int n) {
+  uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)n;
+  for (int i = 0; i < n; i++) h = (h ^ (uint32_t)v[i]) * 0x100000001b3ull;
+  return h ^ (h >> 29);
+}
+
+static void set_sort(iset *x) {
+  for (int i = 1; i < x->n; i++) {
+    int32_t v = x->v[i];
+    int j = i;
+    while (j > 0 && x->v[j - 1] > v) { x->v[j] = x->v[j - 1]; j--; }
+    x->v[j] = v;
+  }
+}
+
+static void smap_grow(sm_grammar_state *s) {
+  int cap = s->smap_cap ? s->smap_cap * 2 : 256;
+  free(s->smap);
+  s->smap = sm_xmalloc(sizeof(int32_t) * (size_t)cap);
+  memset(s->smap, 0xff, sizeof(int32_t) * (size_t)cap);
+  s->smap_cap = cap;
+  for (int k = 0; k < s->n_sets; k++) {
+    uint32_t h = (uint32_t)set_hash(s->spool + s->soff[k], s->slen[k]) & (uint32_t)(cap - 1);
+    while (s->smap[h] >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+    s->smap[h] = k;
+  }
+}
+
+/* the id of the (sorted) set x */
+static int32_t set_intern(sm_grammar_state *s, const iset *x) {
+  if ((s->n_sets + 1) * 2 > s->smap_cap) smap_grow(s);
+  uint32_t h = (uint32_t)set_hash(x->v, x->n) & (uint32_t)(s->smap_cap - 1);
+  while (s->smap[h] >= 0) {
+    int32_t k = s->smap[h];
+    if (s->slen[k] == x->n && !memcmp(s->spool + s->soff[k], x->v, sizeof(int32_t) * (size_t)x->n)) return k;
+    h = (h + 1) & (uint32_t)(s->smap_cap - 1);
+  }
+  if (s->n_sets == s->cap_sets) {
+    s->cap_sets = s->cap_sets ? s->cap_sets * 2 : 256;
+    s->soff = sm_xrealloc(s->soff, sizeof(size_t) * (size_t)s->cap_sets);
+    s->slen = sm_xrealloc(s->slen, sizeof(int32_t) * (size_t)s->cap_sets);
+  }
+  if (s->spool_n + (size_t)x->n > s->spool_cap) {
+    s->spool_cap = (s->spool_cap + (size_t)x->n) * 2;
+    s->spool = sm_xrealloc(s->spool, sizeof(int32_t) * s->spool_cap);
+  }
+  int32_t k = s->n_sets++;
+  s->soff[k] = s->spool_n;
+  s->slen[k] = x->n;
+  memcpy(s->spool + s->spool_n, x->v, sizeof(int32_t) * (size_t)x->n);
+  s->spool_n += (size_t)x->n;
+  s->smap[h] = k;
+  return k;
+}
+
+static uint32_t tk_hash(const struct tkey *k) {
+  uint64_t h = (uint64_t)(uint32_t)k->sid * 0x9E3779B97F4A7C15ull ^ (uint64_t)k->pval * 0xC2B2AE3D27D4EB4Full ^
+               (uint64_t)(uint32_t)k->prem_byte * 0x165667B19E3779F9ull;
+  return (uint32_t)(h >> 32);
+}
+
+static void tmap_grow(sm_grammar_state *s) {
+  int old = s->t_cap, cap = old ? old * 2 : 1024;
+  struct tkey *ok = s->tk;
+  struct tval *ov = s->tv;
+  s->tk = sm_xmalloc(sizeof(struct tkey) * (size_t)cap);
+  s->tv = sm_xmalloc(sizeof(struct tval) * (size_t)cap);
+  memset(s->tk, 0xff, sizeof(struct tkey) * (size_t)cap);
+  s->t_cap = cap;
+  for (int i = 0; i < old; i++) {
+    if (ok[i].sid < 0) continue;
+    uint32_t h = tk_hash(&ok[i]) & (uint32_t)(cap - 1);
+    while (s->tk[h].sid >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+    s->tk[h] = ok[i];
+    s->tv[h] = ov[i];
+  }
+  free(ok);
+  free(ov);
+}
+
+/* (set sid, unfinished character) after byte b; *osid = -1 when b is rejected */
+static void transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem, uint8_t b, int32_t *osid,
+                       uint32_t *opval, int *oprem) {
+  struct tkey key = {sid, pval, prem << 8 | b};
+  if (s->t_n * 2 >= s->t_cap) tmap_grow(s);
+  uint32_t h = tk_hash(&key) & (uint32_t)(s->t_cap - 1);
+  while (s->tk[h].sid >= 0) {
+    if (s->tk[h].sid == sid && s->tk[h].pval == pval && s->tk[h].prem_byte == key.prem_byte) {
+      *osid = s->tv[h].sid;
+      *opval = s->tv[h].pval;
+      *oprem = s->tv[h].prem;
+      return;
+    }
+    h = (h + 1) & (uint32_t)(s->t_cap - 1);
+  }
+  s->tmp_in.n = 0;
+  for (int i = 0; i < s->slen[sid]; i++) iset_add(&s->tmp_in, s->spool[s->soff[sid] + (size_t)i]);
+  step_byte(s, &s->tmp_in, &pval, &prem, b, &s->tmp_out);
+  if (s->failed) { s->failed = false; *osid = -1; return; } /* not cached */
+  set_sort(&s->tmp_out);
+  *osid = s->tmp_out.n ? set_intern(s, &s->tmp_out) : -1;
+  *opval = pval;
+  *oprem = prem;
+  s->tk[h] = key;
+  s->tv[h] = (struct tval){*osid, pval, prem};
+  s->t_n++;
+}
+
+int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
+  const sm_grammar_vocab *v = s->voc;
+  int words = (v->vocab + 31) / 32, count = 0;
+  memset(mask, 0, sizeof(uint32_t) * (size_t)words);
+  if (s->ended) return 0;
+  if (s->n_sets > 200000 || s->t_n > (1 << 21)) clear_caches(s);
+  s->tmp_in.n = 0;
+  for (int i = 0; i < s->cur.n; i++) iset_add(&s->tmp_in, s->cur.v[i]);
+  set_sort(&s->tmp_in);
+  int32_t sid0 = set_intern(s, &s->tmp_in);
+  for (int i = 0; i < 8; i++) {
+    struct mcache *m = &s->mc[i];
+    if (m->sid == sid0 && m->pval == s->pval && m->prem == s->prem) {
+      memcpy(mask, m->bits, sizeof(uint32_t) * (size_t)words);
+      return m->count;
+    }
+  }
+  /* tokens named by <[id]> */
+  if (s->prem == 0)
+    for (int i = 0; i < s->cur.n; i++) {
+      int32_t k = s->cur.v[i];
+      if (k == ACCEPT) continue;
+      const sm_gelem *e = &s->g->el[s->pos[k]];
+      if (e->type == GE_TOK && e->v >= 0 && e->v < v->vocab && !sm_mask_test(mask, e->v)) {
+        sm_mask_set(mask, e->v);
+        count++;
+      }
+    }
+  if (sm_grammar_complete(s))
+    for (int i = 0; i < v->n_eos; i++)
+      if (!sm_mask_test(mask, v->eos[i])) { sm_mask_set(mask, v->eos[i]); count++; }
+  /* depth-first walk of the trie; level d holds the state after d bytes */
+  s->lvl_sid[0] = sid0;
+  s->lvl_pval[0] = s->pval;
+  s->lvl_prem[0] = s->prem;
+  int32_t path[1 << 12];
+  int d = 0;
+  path[0] = v->n[0].child;
+  while (d >= 0) {
+    int32_t c = path[d];
+    if (c < 0) { d--; if (d >= 0) path[d] = v->n[path[d]].sibling; continue; }
+    int32_t sid;
+    uint32_t pval;
+    int prem;
+    transition(s, s->lvl_sid[d], s->lvl_pval[d], s->lvl_prem[d], v->n[c].byte, &sid, &pval, &prem);
+    if (sid < 0) { path[d] = v->n[c].sibling; continue; }
+    for (int32_t t = v->n[c].tok; t >= 0; t = v->next_tok[t])
+      if (!v->special[t] && !sm_mask_test(mask, t)) { sm_mask_set(mask, t); count++; }
+    if (v->n[c].child >= 0 && d + 2 < s->n_lvl && d + 1 < (1 << 12)) {
+      path[d] = c; /* resumed at c's sibling when the child level is done */
+      d++;
+      s->lvl_sid[d] = sid;
+      s->lvl_pval[d] = pval;
+      s->lvl_prem[d] = prem;
+      path[d] = v->n[c].child;
+    } else {
+      path[d] = v->n[c].sibling;
+    }
+  }
+  struct mcache *m = &s->mc[s->mc_next];
+  s->mc_next = (s->mc_next + 1) % 8;
+  if (!m->bits) m->bits = sm_xmalloc(sizeof(uint32_t) * (size_t)words);
+  memcpy(m->bits, mask, sizeof(uint32_t) * (size_t)words);
+  m->sid = sid0;
+  m->pval = s->pval;
+  m->prem = s->prem;
+  m->count = count;
+  return count;
+}
+
+static smelt_status accept_bytes(sm_grammar_state *s, const char *b, size_t n, iset *tmp_a, iset *tmp_b) {
+  uint32_t pval = s->pval;
+  int prem = s->prem;
+  set_copy(tmp_a, &s->cur);
+  for (size_t i = 0; i < n; i++) {
+    step_byte(s, tmp_a, &pval, &prem, (uint8_t)b[i], tmp_b);
+    if (tmp_b->n == 0 || s->failed) {
+      s->failed = false;
+      return sm_err(SMELT_ERR_INVALID, "grammar: byte %zu of the text is not allowed", i);
+    }
+    iset t = *tmp_a;
+    *tmp_a = *tmp_b;
+    *tmp_b = t;
+  }
+  set_copy(&s->cur, tmp_a);
+  s->pval = pval;
+  s->prem = prem;
+  if (s->n_nodes > COMPACT_NODES) compact(s);
+  return SMELT_OK;
+}
+
+smelt_status sm_grammar_accept_bytes(sm_grammar_state *s, const char *bytes, size_t n) {
+  if (s->ended) return sm_err(SMELT_ERR_INVALID, "grammar: the text already ended");
+  iset a = {0}, b = {0};
+  smelt_status st = accept_bytes(s, bytes, n, &a, &b);
+  free(a.v);
+  free(b.v);
+  return st;
+}
+
+smelt_status sm_grammar_accept(sm_grammar_state *s, int32_t tok) {
+  const sm_grammar_vocab *v = s->voc;
+  if (tok < 0 || tok >= v->vocab) return sm_err(SMELT_ERR_INVALID, "grammar: token %d out of range", tok);
+  if (s->ended) return sm_err(SMELT_ERR_INVALID, "grammar: the text already ended");
+  if (v->is_eos[tok] && sm_grammar_complete(s)) {
+    s->ended = true;
+    return SMELT_OK;
+  }
+  iset a = {0}, b = {0};
+  smelt_status st = SMELT_ERR_INVALID;
+  if (s->prem == 0) {
+    advance_tok(s, &s->cur, tok, &a);
+    if (a.n) {
+      set_copy(&s->cur, &a);
+      st = SMELT_OK;
+    }
+  }
+  if (st != SMELT_OK && !v->special[tok])
+    st = accept_bytes(s, v->bytes + v->off[tok], (size_t)(v->off[tok + 1] - v->off[tok]), &a, &b);
+  else if (st != SMELT_OK)
+    st = sm_err(SMELT_ERR_INVALID, "grammar: special token %d is not allowed here", tok);
+  free(a.v);
+  free(b.v);
+  return st;
+}

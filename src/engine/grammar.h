@@ -1,0 +1,62 @@
+/* Constrained decoding: context-free grammars (llama.cpp's GBNF notation) that restrict which
+ * tokens a sequence may sample next.
+ *
+ * - sm_grammar: a compiled grammar (immutable, shareable between sequences and threads).
+ * - sm_grammar_vocab: the tokenizer's vocabulary as a byte trie of the bytes each token adds
+ *   to a text (immutable, built once per tokenizer).
+ * - sm_grammar_state: one sequence's parser state (a set of pushdown stacks plus an unfinished
+ *   UTF-8 character, so a byte-level token may end in the middle of a character).
+ *
+ * Each step, sm_grammar_mask fills a bitset over the vocabulary (bit t set: token t keeps the
+ * text a prefix of some sentence of the grammar); the sampler sets the logits of the other
+ * tokens to -inf (sm_sample_apply_mask, engine/sampler.h) and sm_grammar_accept advances the
+ * state by the sampled token. End-of-sequence tokens are allowed exactly when the text so far
+ * is a complete sentence. Special tokens are never allowed, except where the grammar names one
+ * with <[id]>.
+ *
+ * GBNF as in llama.cpp: `name ::= alternatives`, "literals" with \n \t \r \\ \" \xHH \uHHHH
+ * \UHHHHHHHH escapes, [character classes] and [^negated], `.` (any character), ( groups ),
+ * `|`, postfix `*` `+` `?` `{m}` `{m,}` `{m,n}` `{,n}`, `#` comments, and <[id]> for one token
+ * by id. Rules continue over lines only inside parentheses or after `|`. Left recursion is an
+ * error (the grammar could never advance). */
+#ifndef SM_GRAMMAR_H
+#define SM_GRAMMAR_H
+#include "base/base.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct sm_grammar sm_grammar;
+typedef struct sm_grammar_vocab sm_grammar_vocab;
+typedef struct sm_grammar_state sm_grammar_state;
+
+/* Compile GBNF text; the start rule is `root`. SMELT_ERR_FORMAT with "line L col C: ..." on a
+ * syntax error, an undefined rule, left recursion or a grammar too large. */
+smelt_status sm_grammar_compile(const char *gbnf, sm_grammar **out);
+void sm_grammar_free(sm_grammar *g);
+int sm_grammar_n_rules(const sm_grammar *g);
+
+/* The vocabulary of tokenizer t (vocab ids [0, vocab)); eos: the end-of-sequence ids. */
+sm_grammar_vocab *sm_grammar_vocab_new(const smelt_tokenizer *t, int vocab, const int32_t *eos, int n_eos);
+void sm_grammar_vocab_free(sm_grammar_vocab *v);
+int sm_grammar_vocab_size(const sm_grammar_vocab *v);
+
+/* A fresh state at the start of g. Both g and v must outlive it. */
+sm_grammar_state *sm_grammar_state_new(const sm_grammar *g, const sm_grammar_vocab *v);
+void sm_grammar_state_free(sm_grammar_state *s);
+/* mask: (vocab + 31) / 32 words, bit t of word t/32 set when token t is allowed next.
+ * Returns the number of allowed tokens (0: nothing can follow; the caller ends the sequence). */
+int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask);
+/* Advance by a token. SMELT_ERR_INVALID (state unchanged) when the token is not allowed. */
+smelt_status sm_grammar_accept(sm_grammar_state *s, int32_t tok);
+/* Advance by text bytes (as if generated). SMELT_ERR_INVALID (state unchanged) if not allowed. */
+smelt_status sm_grammar_accept_bytes(sm_grammar_state *s, const char *bytes, size_t n);
+/* The text so far is a complete sentence (an end-of-sequence token is allowed). */
+bool sm_grammar_complete(const sm_grammar_state *s);
+/* Nothing but the end can follow (the sequence may stop without sampling EOS). */
+bool sm_grammar_finished(const sm_grammar_state *s);
+/* An end-of-sequence token was accepted. */
+bool sm_grammar_ended(const sm_grammar_state *s);
+
+static inline bool sm_mask_test(const uint32_t *m, int32_t t) { return (m[t >> 5] >> (t & 31)) & 1u; }
+static inline void sm_mask_set(uint32_t *m, int32_t t) { m[t >> 5] |= 1u << (t & 31); }
+
+#endif

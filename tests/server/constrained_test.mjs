@@ -1,0 +1,222 @@
+// Constrained decoding end to end, with the official openai client and the ajv JSON Schema
+// validator, on the built-in model (models/smelt-tiny: trained on plain text, so its
+// unconstrained output is practically never valid JSON — checked below, so that the
+// constrained results mean something).
+// Env: SMELT_BIN, SMELT_MODEL (model dir), NODE_PATH (tests/node/node_modules), PAIRS (default 200).
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+
+const nodePath = process.env.NODE_PATH || path.resolve(path.dirname(new URL(import.meta.url).pathname), '../node/node_modules');
+const require = createRequire(path.join(nodePath, 'noop.js'));
+let OpenAI, Ajv;
+try {
+  OpenAI = require('openai');
+  OpenAI = OpenAI.OpenAI || OpenAI.default || OpenAI;
+  Ajv = require('ajv');
+  Ajv = Ajv.default || Ajv;
+} catch (e) {
+  console.log('openai or ajv npm package not installed: skipping', e.message);
+  process.exit(77);
+}
+const BIN = process.env.SMELT_BIN, MODEL = process.env.SMELT_MODEL;
+if (!BIN || !MODEL) { console.log('SMELT_BIN / SMELT_MODEL not set: skipping'); process.exit(77); }
+const PAIRS = Number(process.env.PAIRS || 200);
+
+function startServer(args) {
+  return new Promise((resolve, reject) => {
+    const p = spawn(BIN, ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let log = '';
+    const t = setTimeout(() => reject(new Error('server did not start:\n' + log)), 30000);
+    p.stderr.on('data', (d) => {
+      log += d;
+      const m = /listening on (http:\/\/[^\s]+)/.exec(log);
+      if (m) { clearTimeout(t); resolve({ url: m[1], proc: p, log: () => log }); }
+    });
+    p.on('exit', (code) => { clearTimeout(t); reject(new Error(`server exited (${code}):\n${log}`)); });
+  });
+}
+
+// ---- seeded generator of schemas ----
+function rng(seed) {
+  let s = seed >>> 0 || 1;
+  return () => { s ^= s << 13; s >>>= 0; s ^= s >> 17; s ^= s << 5; s >>>= 0; return s / 4294967296; };
+}
+const WORDS = ['name', 'age', 'city', 'id', 'tags', 'ok', 'score', 'kind', 'items', 'note', 'when', 'level', 'x', 'y'];
+function genSchema(r, depth = 0) {
+  const pick = (a) => a[Math.floor(r() * a.length)];
+  const kind = depth > 1 ? pick(['integer', 'number', 'boolean', 'string', 'enum', 'null']) :
+    pick(['object', 'object', 'integer', 'number', 'boolean', 'string', 'enum', 'array', 'anyOf', 'const', 'null', 'nullable']);
+  switch (kind) {
+    case 'integer': return { type: 'integer' };
+    case 'number': return { type: 'number' };
+    case 'boolean': return { type: 'boolean' };
+    case 'null': return { type: 'null' };
+    case 'string': return { type: 'string', maxLength: 1 + Math.floor(r() * 8), ...(r() < 0.3 ? { minLength: 1 } : {}) };
+    case 'enum': return { enum: r() < 0.5 ? ['red', 'green', 'blue'].slice(0, 2 + Math.floor(r() * 2)) : [1, 2.5, 'x', null, true] };
+    case 'const': return { const: pick(['v1', 42, false, [1, 2], { a: 'b' }]) };
+    case 'nullable': return { type: ['integer', 'null'] };
+    case 'anyOf': return { anyOf: [genSchema(r, depth + 1), genSchema(r, depth + 1)] };
+    case 'array': {
+      const mn = Math.floor(r() * 2), mx = mn + 1 + Math.floor(r() * 3);
+      return { type: 'array', items: genSchema(r, depth + 1), minItems: mn, maxItems: mx };
+    }
+    default: {
+      const n = 1 + Math.floor(r() * 3), props = {}, required = [];
+      const names = [...WORDS].sort(() => r() - 0.5).slice(0, n);
+      for (const k of names) {
+        props[k] = genSchema(r, depth + 1);
+        if (r() < 0.7) required.push(k);
+      }
+      return { type: 'object', properties: props, required, additionalProperties: false };
+    }
+  }
+}
+function topSchema(i) {
+  const r = rng(1000 + i);
+  const s = genSchema(r, 0);
+  if (i % 10 === 3) { // a $ref through $defs
+    return { $defs: { item: s }, type: 'object', properties: { item: { $ref: '#/$defs/item' } }, required: ['item'], additionalProperties: false };
+  }
+  return s.type === 'object' ? s : { type: 'object', properties: { value: s }, required: ['value'], additionalProperties: false };
+}
+const PROMPTS = ['Describe a person as JSON.', 'Give me the data.', 'List the items.', 'What is the weather?', 'Answer in JSON.',
+  'In the beginning', 'Summarize the chapter.', 'Return the result object.'];
+
+async function pool(n, k, fn) {
+  const out = new Array(n);
+  let next = 0;
+  await Promise.all(Array.from({ length: k }, async () => { while (next < n) { const i = next++; out[i] = await fn(i); } }));
+  return out;
+}
+
+const results = [];
+async function test(name, fn) {
+  const t0 = Date.now();
+  try { await fn(); results.push([name, true]); console.log(`ok   ${name} (${Date.now() - t0} ms)`); }
+  catch (e) { results.push([name, false]); console.log(`FAIL ${name}: ${e.stack || e}`); }
+}
+
+const srv = await startServer(['-np', '8', '-c', '512']);
+const client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'x', maxRetries: 0 });
+const ajv = new Ajv({ strict: false });
+try {
+  await test('unconstrained output of the built-in model is rarely valid (so the next test means something)', async () => {
+    const outs = await pool(24, 8, async (i) => {
+      const schema = topSchema(i);
+      const r = await client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: PROMPTS[i % PROMPTS.length] }],
+        max_tokens: 60, temperature: 0.8, seed: i });
+      let v = null;
+      try { v = JSON.parse(r.choices[0].message.content); } catch { return false; }
+      return ajv.validate(schema, v);
+    });
+    assert.ok(outs.filter(Boolean).length <= 2, `${outs.filter(Boolean).length} of 24 unconstrained outputs valid`);
+  });
+
+  await test(`${PAIRS} generated schema/prompt pairs: every output validates (response_format json_schema strict)`, async () => {
+    const bad = [];
+    await pool(PAIRS, 8, async (i) => {
+      const schema = topSchema(i);
+      const r = await client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: PROMPTS[i % PROMPTS.length] }],
+        max_tokens: 300, temperature: 0.9, seed: 7 + i,
+        response_format: { type: 'json_schema', json_schema: { name: 's' + i, schema, strict: true } } });
+      const c = r.choices[0];
+      let v;
+      try { v = JSON.parse(c.message.content); } catch (e) { bad.push(`#${i} not JSON (${c.finish_reason}): ${JSON.stringify(c.message.content)}`); return; }
+      if (!ajv.validate(schema, v)) bad.push(`#${i} ${JSON.stringify(schema)} -> ${c.message.content}: ${ajv.errorsText()}`);
+      if (c.finish_reason !== 'stop') bad.push(`#${i} finish_reason ${c.finish_reason}`);
+    });
+    assert.equal(bad.length, 0, bad.slice(0, 5).join('\n'));
+  });
+
+  await test('streaming equals non-streaming under a schema; json_object; completions json_schema field', async () => {
+    for (let i = 0; i < 6; i++) {
+      const schema = topSchema(500 + i);
+      const req = { model: 'x', messages: [{ role: 'user', content: 'Data?' }], max_tokens: 300, temperature: 0.9, seed: 50 + i,
+        response_format: { type: 'json_schema', json_schema: { name: 'x', schema, strict: true } } };
+      const a = await client.chat.completions.create(req);
+      let text = '';
+      for await (const ch of await client.chat.completions.create({ ...req, stream: true })) text += ch.choices[0]?.delta?.content ?? '';
+      assert.equal(text, a.choices[0].message.content);
+    }
+    const j = await client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 300, temperature: 1,
+      seed: 3, response_format: { type: 'json_object' } });
+    // json_object has unbounded strings: a run cut by max_tokens is a prefix of an object
+    const jc = j.choices[0].message.content;
+    assert.ok(jc.startsWith('{'), jc);
+    if (j.choices[0].finish_reason === 'stop') {
+      const o = JSON.parse(jc);
+      assert.ok(o !== null && typeof o === 'object' && !Array.isArray(o));
+    }
+    const schema = { type: 'object', properties: { n: { type: 'integer' }, s: { type: 'string', maxLength: 5 } }, required: ['n', 's'], additionalProperties: false };
+    const c = await fetch(srv.url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'The answer:', max_tokens: 100, temperature: 1, seed: 5, json_schema: schema }) }).then((r) => r.json());
+    assert.ok(ajv.validate(schema, JSON.parse(c.choices[0].text)), c.choices[0].text);
+  });
+
+  await test('llama-server grammar field (GBNF) and its errors', async () => {
+    for (let i = 0; i < 5; i++) {
+      const r = await fetch(srv.url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt: 'Once', max_tokens: 40, temperature: 1, seed: i, grammar: 'root ::= ("yes" | "no") " " [0-9]{2,3} "!"' }) }).then((r) => r.json());
+      assert.match(r.choices[0].text, /^(yes|no) [0-9]{2,3}!$/);
+      assert.equal(r.choices[0].finish_reason, 'stop');
+    }
+    const bad = await fetch(srv.url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'x', grammar: 'root ::= "a" missing' }) });
+    assert.equal(bad.status, 400);
+    const e = await bad.json();
+    assert.equal(e.error.param, 'grammar');
+    assert.match(e.error.message, /missing/);
+    const un = await fetch(srv.url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'x' }], response_format: { type: 'json_schema', json_schema: { name: 'a', strict: true, schema: { type: 'string', pattern: '^a' } } } }) });
+    assert.equal(un.status, 400);
+    assert.match((await un.json()).error.message, /pattern/);
+  });
+
+  await test('tool_choice required / named: calls whose arguments validate; streamed argument deltas add up', async () => {
+    const tools = [
+      { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 10 }, days: { type: 'integer' } }, required: ['city'], additionalProperties: false } } },
+      { type: 'function', function: { name: 'add', parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'], additionalProperties: false } } },
+    ];
+    const byName = Object.fromEntries(tools.map((t) => [t.function.name, t.function.parameters]));
+    for (let i = 0; i < 6; i++) {
+      const named = i % 2 === 1;
+      const req = { model: 'x', messages: [{ role: 'user', content: 'Weather in Paris?' }], tools, max_tokens: 200, temperature: 1, seed: 20 + i,
+        tool_choice: named ? { type: 'function', function: { name: 'add' } } : 'required', parallel_tool_calls: false };
+      const r = await client.chat.completions.create(req);
+      const ch = r.choices[0];
+      assert.equal(ch.finish_reason, 'tool_calls', JSON.stringify(ch));
+      assert.equal(ch.message.tool_calls.length, 1);
+      const call = ch.message.tool_calls[0];
+      if (named) assert.equal(call.function.name, 'add');
+      assert.ok(ajv.validate(byName[call.function.name], JSON.parse(call.function.arguments)), call.function.arguments);
+      // streaming: the name once, then argument pieces that add up to the same arguments
+      let name = null, args = '', id = null, finish = null, content = '';
+      for await (const c of await client.chat.completions.create({ ...req, stream: true })) {
+        const d = c.choices[0]?.delta;
+        if (c.choices[0]?.finish_reason) finish = c.choices[0].finish_reason;
+        if (d?.content) content += d.content;
+        for (const tc of d?.tool_calls ?? []) {
+          assert.equal(tc.index, 0);
+          if (tc.function?.name) { assert.equal(name, null); name = tc.function.name; id = tc.id; }
+          if (tc.function?.arguments) args += tc.function.arguments;
+        }
+      }
+      assert.equal(name, call.function.name);
+      assert.match(id, /^call_/);
+      assert.equal(args, call.function.arguments);
+      assert.equal(finish, 'tool_calls');
+      assert.equal(content, ch.message.content ?? '');
+    }
+    const e = await fetch(srv.url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'x' }], tools, tool_choice: { type: 'function', function: { name: 'nope' } } }) });
+    assert.equal(e.status, 400);
+    assert.equal((await e.json()).error.param, 'tool_choice');
+  });
+} finally {
+  srv.proc.kill('SIGTERM');
+}
+const failed = results.filter(([, ok]) => !ok).length;
+console.log(`${results.length - failed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
