@@ -119,14 +119,6 @@ void cu_attn_set_trace(unsigned long long *buf) {
 #endif
 }
 
-/* the float4 chunk (elements 4 ch .. 4 ch + 3 of the head dim) lane holds as its j-th: a float cache,
- * one chunk a lane per 16-byte load (HW: half-warps); a 16-bit cache, two adjacent chunks a lane per
- * 16-byte load (NJ == 2: hd <= 128 in half-warps, hd <= 256 in whole warps) */
-template <typename KT, bool HW> static __device__ __forceinline__ int at_ch(int lane, int j) {
-  if constexpr (sizeof(KT) == 4) return HW ? (lane & 15) + 16 * j : lane + 32 * j;
-  else return HW ? 2 * (lane & 15) + j : 2 * lane + j;
-}
-
 /* K/V elements through L2, evict-first when kvef (pol: the policy): four floats, or four 16-bit values */
 template <typename KT> static __device__ __forceinline__ float4 at_ldkv(const float4 *p, bool kvef, uint64_t pol) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -138,22 +130,6 @@ template <typename KT> static __device__ __forceinline__ float4 at_ldkv(const fl
   }
 #endif
   return __ldcg(p);
-}
-/* eight 16-bit elements (16 bytes) as two float4, zero when !in */
-template <typename KT>
-static __device__ __forceinline__ void at_ldkv8(bool in, const KT *p, bool kvef, uint64_t pol, float4 &a, float4 &b) {
-  uint4 r = make_uint4(0u, 0u, 0u, 0u);
-  if (in) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    if (kvef)
-      asm volatile("ld.global.cg.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-                   : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
-    else
-#endif
-      r = __ldcg((const uint4 *)p);
-  }
-  a = kv_h4(make_uint2(r.x, r.y), KT());
-  b = kv_h4(make_uint2(r.z, r.w), KT());
 }
 template <typename KT> static __device__ __forceinline__ float4 at_ldkv(const uint2 *p, bool kvef, uint64_t pol) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -272,17 +248,10 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       const KT *vp = Vc + (ld ? sl : 0) * row + koff;
 #pragma unroll
       for (int j = 0; j < NJ; j++) {
-        if constexpr (sizeof(KT) == 4) {
-          const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
-          const bool in = ld && ch < hd4;
-          kr[b][j] = in ? at_ldkv<KT>(kv4(kp, ch), kvef, kvpol) : f4z();
-          vr[b][j] = in ? at_ldkv<KT>(kv4(vp, ch), kvef, kvpol) : f4z();
-        } else if (j == 0) { /* chunks 0 and 1 in one 16-byte load */
-          const int ch = at_ch<KT, HW>(lane, 0);
-          const bool in = ld && ch < hd4;
-          at_ldkv8<KT>(in, kp + 4 * ch, kvef, kvpol, kr[b][0], kr[b][1]);
-          at_ldkv8<KT>(in, vp + 4 * ch, kvef, kvpol, vr[b][0], vr[b][1]);
-        }
+        const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
+        const bool in = ld && ch < hd4;
+        kr[b][j] = in ? at_ldkv<KT>(kv4(kp, ch), kvef, kvpol) : f4z();
+        vr[b][j] = in ? at_ldkv<KT>(kv4(vp, ch), kvef, kvpol) : f4z();
       }
     }
   };
@@ -338,7 +307,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
    * q[i] * qa[u] + q[partner] * qb[u] (the rotation's cos / -+sin, times scale); the offsets and
    * coefficients do not depend on the previous kernel: computed before the wait, after it only the
    * loads (all issued before any is used) */
-  constexpr int QU = (GM * (HW ? 64 * NJ : 128 * NJ) + NW * 32 - 1) / (NW * 32); /* hd <= 64 NJ with HW */
+  constexpr int QU = (GM * (HW ? 64 : 128 * NJ) + NW * 32 - 1) / (NW * 32); /* hd <= 64 with HW */
   constexpr bool QPRE = QU <= 2;
   float qa[QPRE ? QU : 1], qb[QPRE ? QU : 1];
   int qpo[QPRE ? QU : 1]; /* partner offset from i (0: not rotated) */
@@ -465,7 +434,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   for (int g = 0; g < GM; g++)
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
-      const int ch = at_ch<KT, HW>(lane, j);
+      const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
       qr[g][j] = (g < G && ch < hd4) ? *(const float4 *)(Qs + g * hd + 4 * ch) : f4z();
     }
   /* RS (whole warps a position, GM * AT_B == 16 scores a batch): the 16 partial dot products are
@@ -504,7 +473,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       if (own[b] && ok[b]) {
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
-          const int ch = at_ch<KT, HW>(lane, j);
+          const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
           if (ch < hd4) { kr[b][j] = *(const float4 *)(Kp + 4 * ch); vr[b][j] = *(const float4 *)(Vp + 4 * ch); }
         }
       }
@@ -752,7 +721,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     if (g >= G) break;
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
-      const int ch = at_ch<KT, HW>(lane, j);
+      const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
       if ((!HW || lane < 16) && ch < hd4) *(float4 *)(Ws + ((int64_t)warp * G + g) * hd + 4 * ch) = acc[g][j];
     }
     if (RS && !(cl & 64)) {
@@ -967,19 +936,20 @@ static size_t at_smem(const cu_tune *t, int hd, int G, int S, int nw, bool rsc) 
 }
 size_t cu_attn_dec_smem(const cu_tune *t, int hd, int G, int S, sm_dtype dt) {
   const int Sc = S < 16 ? S : 16, nw = cu_attn_dec_warps(hd, G, dt);
-  return at_smem(t, hd, G, Sc, nw, dt == SM_DT_F32 && at_rsc(hd, G, Sc, nw, true));
+  return at_smem(t, hd, G, Sc, nw, at_rsc(hd, G, Sc, nw, true));
 }
 
 bool cu_attn_dec_ok(int hd, int G, sm_dtype dt) {
-  if (dt == SM_DT_F16 || dt == SM_DT_BF16) return hd % 8 == 0 && hd <= 256 && G >= 1 && G <= 8;
-  return dt == SM_DT_F32 && hd % 4 == 0 && hd <= 256 && G >= 1 && G <= 8;
+  return (dt == SM_DT_F32 || dt == SM_DT_F16 || dt == SM_DT_BF16) && hd % 4 == 0 && hd <= 256 && G >= 1 && G <= 8;
 }
 
 /* 8 warps a block for G <= 4, hd <= 128 (the position loop is latency-bound: ncu showed ~1 eligible
  * warp a scheduler at 4 warps and 255 registers; 8 warps capped at 128 registers, 4 positions a batch,
  * measured fastest on the H100), else 4 */
+/* (the same for every cache type: a 16-bit cache is read with the f32 layout, 8 bytes a lane; 16 bytes
+ * a lane in half-warps with 4 warps measured slower on the H100: 8B 4-bit decode 464.9 vs 487.7 tok/s) */
 int cu_attn_dec_warps(int hd, int G, sm_dtype dt) {
-  if (dt != SM_DT_F32) return 4; /* 16-bit caches: twice the registers a lane (eight elements of K and V) */
+  (void)dt;
   return G <= 4 && hd <= 128 ? 8 : 4;
 }
 int cu_attn_dec_splits(const cu_tune *t, int n_tokens, int nkv, int n_sm) {
@@ -1046,10 +1016,9 @@ void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
       rp.pf[i] = (const char *)x->pf[i];
       rp.pfn[i] = (long long)(x->pfn[i] & ~(size_t)15);
     }
-  const bool h16 = x->dt != SM_DT_F32; /* 16-bit cache: eight elements a lane */
-  const bool hw = h16 ? hd <= 128 : hd4 <= 16; /* half-warp positions (f32: hd <= 64) */
+  const bool hw = hd4 <= 16; /* hd <= 64: half-warp positions */
   const int nw = cu_attn_dec_warps(hd, G, x->dt);
-  const bool rsc = !h16 && at_rsc(hd, G, S, nw, cl);
+  const bool rsc = at_rsc(hd, G, S, nw, cl);
   const size_t sm = at_smem(t, hd, G, S, nw, rsc);
   const int nstg = at_nstg(t, hd, nw);
   const int flags = AT_DEFAULT | (cl ? AT_CL : 0) | (t->attn_trig << AT_TRIG) | (rsc ? AT_RSC : 0) |
@@ -1061,8 +1030,7 @@ void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
                 x->cnt, x->q, rp, (KT *)x->K, (KT *)x->V, x->pos, x->seq, x->table, x->max_blocks, x->bs,      \
                 x->nblocks, x->n_heads, x->nkv, hd, x->scale, x->window, x->softcap, S, flags);             \
   } while (0)
-  if (x->dt == SM_DT_F32) {
-    typedef float KT;
+  CU_KV_DISPATCH(x->dt, {
     if (nw == 8) { /* 8 warps of 4 positions a batch (128 registers) */
       if (hw) AD2_LW(4, 1, 4, true, 8);
       else AD2_LW(4, 1, 4, false, 8);
@@ -1070,15 +1038,7 @@ void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
     else if (hw) AD2_LW(8, 1, 4, true, 4);
     else if (hd4 <= 32) AD2_LW(8, 1, 4, false, 4);
     else AD2_LW(8, 2, 2, false, 4);
-  } else { /* 16-bit: two chunks a lane (NJ 2), 4 warps */
-    CU_KV_DISPATCH(x->dt, {
-      if (G <= 4) {
-        if (hw) AD2_LW(4, 2, 4, true, 4);
-        else AD2_LW(4, 2, 4, false, 4);
-      } else if (hw) AD2_LW(8, 2, 2, true, 4);
-      else AD2_LW(8, 2, 2, false, 4);
-    });
-  }
+  });
 #undef AD2_LW
   cu_count(cx, CU_K_ATTN_DEC);
 }
