@@ -94,6 +94,14 @@ static void update_safe(sm_sched *s, sm_job *j, sm_choice *c) {
   if (safe > c->safe) c->safe = safe;
 }
 
+/* a request reused n tokens of ids from the prefix cache */
+static void note_hot(sm_sched *s, const int32_t *ids, int n) {
+  if (n <= s->n_hot) return;
+  s->hot = sm_xrealloc(s->hot, sizeof(int32_t) * (size_t)n);
+  memcpy(s->hot, ids, sizeof(int32_t) * (size_t)n);
+  s->n_hot = n;
+}
+
 /* under mu: start (or restart after preemption) a job's sequences */
 static bool admit(sm_sched *s, sm_job *j) {
   sm_engine *e = s->eng;
@@ -122,7 +130,9 @@ static bool admit(sm_sched *s, sm_job *j) {
         sm_seq *q = sm_seq_new(e);
         if (!q) return false;
         if (sm_seq_append(e, q, j->prompt + c->p_off, c->p_len) != SMELT_OK) { sm_seq_free(e, q); return false; }
-        j->n_cached += sm_seq_use_prefix_cache(e, q);
+        int reused = sm_seq_use_prefix_cache(e, q);
+        note_hot(s, j->prompt + c->p_off, reused);
+        j->n_cached += reused;
         c->seq = q;
         s->active_seqs++;
       }
@@ -133,6 +143,7 @@ static bool admit(sm_sched *s, sm_job *j) {
     if (!q) return false;
     if (sm_seq_append(e, q, j->prompt, j->n_prompt) != SMELT_OK) { sm_seq_free(e, q); return false; }
     j->n_cached = sm_seq_use_prefix_cache(e, q);
+    note_hot(s, j->prompt, j->n_cached);
     j->ch[0].seq = q;
     s->active_seqs++;
     j->fork_pending = j->n > 1;
@@ -536,6 +547,9 @@ void sm_sched_stop(sm_sched *s) {
 }
 
 void sm_sched_destroy(sm_sched *s) {
+  free(s->hot);
+  s->hot = NULL;
+  s->n_hot = 0;
   sm_grammar_vocab_free(s->gvocab);
   s->gvocab = NULL;
   free(s->active);
@@ -579,6 +593,7 @@ int sm_sched_submit(sm_sched *s, sm_job *j) {
     return 429;
   }
   sm_ep_kind kind = j->req.kind;
+  j->sched = s;
   j->seq_no = ++s->next_id;
   snprintf(j->id, sizeof j->id, "%s-%016llx%04llx",
            kind == SM_EP_CHAT ? "chatcmpl" : kind == SM_EP_COMPLETIONS ? "cmpl" : kind == SM_EP_MESSAGES ? "msg" : "resp_",

@@ -56,8 +56,10 @@ typedef struct {
 } sm_choice;
 
 typedef struct sm_job sm_job;
+typedef struct sm_sched sm_sched;
 struct sm_job {
   int refs; /* under the scheduler's mutex */
+  sm_sched *sched; /* the scheduler it was submitted to (its mutex guards the job) */
   sm_api_request req;
   int32_t *prompt;
   int n_prompt, max_tokens, n_cached;
@@ -88,7 +90,7 @@ struct sm_job {
   sm_job *next;
 };
 
-typedef struct {
+struct sm_sched {
   sm_engine *eng;
   const smelt_tokenizer *tok;
   sm_metrics *metrics;
@@ -116,10 +118,14 @@ typedef struct {
   void *after_step_arg;
   bool fatal;
   char fatal_msg[256];
+  /* the longest prompt prefix that a request reused from the prefix cache (engine thread; read
+   * after it stopped): what a prompt cache file keeps at shutdown (pcache.h) */
+  int32_t *hot;
+  int n_hot;
   bool fail_pending; /* sm_sched_fail_all asked; done by the engine thread */
   int fail_status;
   char fail_msg[256];
-} sm_sched;
+};
 
 static inline uint64_t sm_mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
