@@ -4,7 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <time.h>
+
+static atomic_uint_fast64_t g_next_id;
 
 static void job_free(sm_job *j) {
   for (int i = 0; i < j->n; i++) {
@@ -594,7 +597,7 @@ int sm_sched_submit(sm_sched *s, sm_job *j) {
   }
   sm_ep_kind kind = j->req.kind;
   j->sched = s;
-  j->seq_no = ++s->next_id;
+  j->seq_no = atomic_fetch_add(&g_next_id, 1) + 1; /* unique across the server's models: ids derive from it */
   snprintf(j->id, sizeof j->id, "%s-%016llx%04llx",
            kind == SM_EP_CHAT ? "chatcmpl" : kind == SM_EP_COMPLETIONS ? "cmpl" : kind == SM_EP_MESSAGES ? "msg" : "resp_",
            (unsigned long long)sm_mix64((uint64_t)j->created ^ (j->seq_no << 20)),

@@ -110,7 +110,6 @@ struct sm_sched {
   pthread_t thread;
   bool thread_started;
   sm_engine_stats stats;
-  uint64_t next_id;
   sm_grammar_vocab *gvocab; /* built on the first constrained request (engine thread) */
   /* called by the engine thread after every step (mu not held): true when the step's results
    * cannot be trusted; msg says why. Every job then fails and `fatal` is set. */
