@@ -23,6 +23,7 @@ static void usage(FILE *f) {
           "      --prompt-cache FILE  seed the prefix cache from FILE at start; write the longest prompt\n"
           "                           prefix that requests shared to it at shutdown (one model)\n"
           "      --prompt-cache-ro    use --prompt-cache FILE but never write it\n"
+          "      --slot-save-path DIR POST /slots/{id}?action=save|restore write and read files in DIR\n"
           "      --host HOST          address to listen on (default 127.0.0.1)\n"
           "      --port N             port (default 8080; 0 = any free port)\n"
           "  -c, --ctx-size N         context tokens per sequence (default: model's, capped at 8192)\n"
@@ -177,6 +178,15 @@ int sm_cmd_serve(int argc, char **argv) {
       p.prompt_cache = val;
     }
     else if (IS("--prompt-cache-ro")) p.prompt_cache_ro = true;
+    else if (IS("--slot-save-path")) {
+      NEEDVAL();
+      struct stat sst;
+      if (stat(val, &sst) != 0 || !S_ISDIR(sst.st_mode)) {
+        fprintf(stderr, "smelt serve: --slot-save-path %s is not a directory\n", val);
+        return 2;
+      }
+      p.slot_save_path = val;
+    }
     else if (IS("--host")) { NEEDVAL(); p.host = val; }
     else if (IS("--port")) INTVAL(0, 65535, p.port);
     else if (IS("-c") || IS("--ctx-size")) INTVAL(0, 1 << 24, p.ctx_size);
@@ -276,7 +286,7 @@ int sm_cmd_serve(int argc, char **argv) {
         { .names = "--http-threads|--header-timeout|--body-timeout|--timeout|--max-buffered-body" },
         { .names = "--shutdown-timeout|--log-file|--offline|--estimate-memory|--force|--verbose|--device" },
         { .names = "--force-context|--models-dir|--models-max|--models-memory|--models-load-timeout" },
-        { .names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling" },
+        { .names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path" },
         { .names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v" },
       };
       char sug[160];

@@ -36,7 +36,7 @@ struct sm_http {
 };
 
 enum { EP_NONE = 0, EP_CHAT, EP_COMPL, EP_RESP, EP_MODELS, EP_HEALTH, EP_METRICS, EP_MODEL, EP_TOKENIZE, EP_DETOKENIZE,
-       EP_APPLY_TEMPLATE, EP_PROPS, EP_SLOTS, EP_MESSAGES, EP_COUNT_TOKENS, EP_EMBEDDINGS };
+       EP_APPLY_TEMPLATE, EP_PROPS, EP_SLOTS, EP_MESSAGES, EP_COUNT_TOKENS, EP_EMBEDDINGS, EP_SLOT_ACTION };
 
 /* one request (MHD's per-request context, created when its request line arrives) */
 typedef struct {
@@ -204,6 +204,24 @@ static void drop_job(sm_job *j) {
 
 /* ------------------------------------------------------------------ endpoints */
 
+/* the answer of a slot action (llama-server's shapes) */
+static cJSON *slot_response(const sm_job *j) {
+  cJSON *r = cJSON_CreateObject();
+  cJSON_AddNumberToObject(r, "id_slot", j->slot_id);
+  if (j->slot_op == SM_SLOT_ERASE) {
+    cJSON_AddNumberToObject(r, "n_erased", j->slot_tokens);
+    return r;
+  }
+  const char *base = strrchr(j->slot_file, '/');
+  cJSON_AddStringToObject(r, "filename", base ? base + 1 : j->slot_file);
+  bool save = j->slot_op == SM_SLOT_SAVE;
+  cJSON_AddNumberToObject(r, save ? "n_saved" : "n_restored", j->slot_tokens);
+  cJSON_AddNumberToObject(r, save ? "n_written" : "n_read", (double)j->slot_bytes);
+  cJSON *t = cJSON_AddObjectToObject(r, "timings");
+  cJSON_AddNumberToObject(t, save ? "save_ms" : "restore_ms", j->slot_ms);
+  return r;
+}
+
 static enum MHD_Result answer_job(sm_http *h, struct MHD_Connection *c, req *rq, sm_job *j) {
   enum MHD_Result ret;
   if (j->failed) {
@@ -211,6 +229,8 @@ static enum MHD_Result answer_job(sm_http *h, struct MHD_Connection *c, req *rq,
     int st = j->fail_status ? j->fail_status : 500;
     sm_api_error_set(&e, st, st == 400 ? "invalid_request_error" : "server_error", NULL, NULL, "%s", j->errmsg);
     ret = send_error(h, c, rq, &e, 0);
+  } else if (j->slot_op) {
+    ret = send_json(h, c, rq, 200, slot_response(j), 0);
   } else {
     ret = send_json(h, c, rq, 200, sm_oai_full_response(&rq->sv->oai, j), 0);
   }
@@ -219,6 +239,20 @@ static enum MHD_Result answer_job(sm_http *h, struct MHD_Connection *c, req *rq,
   sm_job_unref(s, j);
   pthread_mutex_unlock(&s->mu);
   return ret;
+}
+
+/* a submitted job that is answered when done: the connection waits without a thread */
+static enum MHD_Result wait_job(sm_http *h, struct MHD_Connection *c, req *rq, sm_job *j) {
+  sm_sched *s = j->sched;
+  pthread_mutex_lock(&s->mu);
+  if (!j->done) {
+    rq->job = j;
+    sm_conns_park(h->g, rq->k, j, true);
+    pthread_mutex_unlock(&s->mu);
+    return MHD_YES;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return answer_job(h, c, rq, j);
 }
 
 static enum MHD_Result handle_generate(sm_http *h, struct MHD_Connection *c, req *rq, sm_ep_kind kind) {
@@ -251,15 +285,47 @@ static enum MHD_Result handle_generate(sm_http *h, struct MHD_Connection *c, req
     sm_metrics_request(h->metrics, rq->ep_name, 200);
     return ret;
   }
-  pthread_mutex_lock(&s->mu);
-  if (!j->done) { /* answered when the job is done: the connection waits without a thread */
-    rq->job = j;
-    sm_conns_park(h->g, rq->k, j, true);
-    pthread_mutex_unlock(&s->mu);
-    return MHD_YES;
+  return wait_job(h, c, rq, j);
+}
+
+/* POST /slots/{id}?action=save|restore|erase (body {"filename"} for save and restore) */
+static enum MHD_Result handle_slot_action(sm_http *h, struct MHD_Connection *c, req *rq, const char *url) {
+  sm_served *sv = rq->sv;
+  const char *ids = strrchr(url, '/') + 1, *action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
+  char *end;
+  long id = strtol(ids, &end, 10);
+  if (!*ids || *end || id < 0 || id >= sv->oai.parallel || ids[0] == '-' || ids[0] == '+')
+    return send_err(h, c, rq, 400, "invalid_request_error", NULL, 0, "'%.40s' is not a slot id (0 to %d)", ids,
+                    sv->oai.parallel - 1);
+  int op = !action ? 0 : !strcmp(action, "save") ? SM_SLOT_SAVE : !strcmp(action, "restore") ? SM_SLOT_RESTORE
+         : !strcmp(action, "erase") ? SM_SLOT_ERASE : 0;
+  if (!op)
+    return send_err(h, c, rq, 400, "invalid_request_error", NULL, 0, "the query's 'action' must be save, restore or erase");
+  char *path = NULL;
+  if (op != SM_SLOT_ERASE) {
+    if (!h->p->slot_save_path)
+      return send_err(h, c, rq, 501, "not_supported_error", NULL, 0,
+                      "slot save and restore need the server to be started with --slot-save-path DIR");
+    cJSON *root = rq->body.n ? cJSON_ParseWithLength(rq->body.p, rq->body.n) : NULL;
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(root, "filename");
+    const char *f = cJSON_IsString(fn) ? fn->valuestring : NULL;
+    /* a plain file name inside --slot-save-path, nothing else */
+    bool ok = f && f[0] && f[0] != '.' && strlen(f) <= 200;
+    for (const char *p = f; ok && *p; p++) ok = *p != '/' && *p != '\\' && (unsigned char)*p >= 0x20;
+    if (ok) path = sm_path_join(h->p->slot_save_path, f);
+    cJSON_Delete(root);
+    if (!ok)
+      return send_err(h, c, rq, 400, "invalid_request_error", NULL, 0,
+                      "the body must be {\"filename\": NAME}: a file name in --slot-save-path (no '/', not "
+                      "starting with '.')");
   }
-  pthread_mutex_unlock(&s->mu);
-  return answer_job(h, c, rq, j);
+  sm_job *j = sm_job_slot_op(op, (int)id, path);
+  free(path);
+  int rc = sm_sched_submit(&sv->sched, j);
+  if (rc == 503) return send_draining(h, c, rq);
+  if (rc == 429)
+    return send_err(h, c, rq, 429, "rate_limit_error", "queue_full", 0, "the server is busy (request queue is full); retry later");
+  return wait_job(h, c, rq, j);
 }
 
 /* a parked request was resumed: its job is done, or its client went away */
@@ -363,6 +429,10 @@ static int route(const char *url, const char **name) {
   };
   for (size_t i = 0; i < SM_ARRAY_LEN(R); i++)
     if (!strcmp(url, R[i].path)) { *name = R[i].name; return R[i].ep; }
+  if (!strncmp(url, "/slots/", 7) && url[7] && !strchr(url + 7, '/')) {
+    *name = "/slots/{id}";
+    return EP_SLOT_ACTION;
+  }
   if ((!strncmp(url, "/v1/models/", 11) && url[11]) || (!strncmp(url, "/models/", 8) && url[8])) {
     *name = "/v1/models/{id}";
     return EP_MODEL;
@@ -410,7 +480,7 @@ static enum MHD_Result on_headers(sm_http *h, struct MHD_Connection *c, req *rq,
       return send_err(h, c, rq, 401, "authentication_error", "invalid_api_key", R_CLOSE, "Invalid or missing API key");
     bool post = rq->ep == EP_CHAT || rq->ep == EP_COMPL || rq->ep == EP_RESP || rq->ep == EP_TOKENIZE ||
                 rq->ep == EP_DETOKENIZE || rq->ep == EP_APPLY_TEMPLATE || rq->ep == EP_MESSAGES ||
-                rq->ep == EP_COUNT_TOKENS || rq->ep == EP_EMBEDDINGS;
+                rq->ep == EP_COUNT_TOKENS || rq->ep == EP_EMBEDDINGS || rq->ep == EP_SLOT_ACTION;
     if (strcmp(method, post ? "POST" : "GET"))
       return send_err(h, c, rq, 405, "invalid_request_error", "method_not_allowed", R_CLOSE, "%s",
                       post ? "this endpoint only accepts POST" : "this endpoint only accepts GET");
@@ -453,7 +523,7 @@ static void on_upload(sm_http *h, req *rq, const char *data, size_t n) {
 static bool needs_model(int ep) {
   return ep == EP_CHAT || ep == EP_COMPL || ep == EP_RESP || ep == EP_MESSAGES || ep == EP_EMBEDDINGS ||
          ep == EP_COUNT_TOKENS || ep == EP_TOKENIZE || ep == EP_DETOKENIZE || ep == EP_APPLY_TEMPLATE ||
-         ep == EP_PROPS || ep == EP_SLOTS;
+         ep == EP_PROPS || ep == EP_SLOTS || ep == EP_SLOT_ACTION;
 }
 
 /* The request's model into rq->sv. False when the request waits for its model to load (parked)
@@ -541,6 +611,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   case EP_PROPS: return send_json(h, c, rq, 200, sm_llama_props(o), 0);
   case EP_SLOTS: return send_json(h, c, rq, 200, sm_llama_slots(o, &sv->sched), 0);
+  case EP_SLOT_ACTION: return handle_slot_action(h, c, rq, url);
   case EP_MESSAGES: return handle_generate(h, c, rq, SM_EP_MESSAGES);
   case EP_EMBEDDINGS: return handle_generate(h, c, rq, SM_EP_EMBEDDINGS);
   case EP_COUNT_TOKENS: {

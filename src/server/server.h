@@ -19,6 +19,7 @@ typedef struct {
   double models_load_timeout;  /* s a request waits for its model to load (default 300) */
   const char *prompt_cache;    /* --prompt-cache FILE (one model) */
   bool prompt_cache_ro;        /* never write it */
+  const char *slot_save_path;  /* POST /slots/{id}?action=save|restore: files in this directory */
   int ctx_size;                /* tokens per sequence; 0 = model default */
   int parallel;                /* concurrent sequences (default 4) */
   int threads;                 /* CPU threads (0 = all) */

@@ -183,6 +183,61 @@ try {
     [st, err] = refuse(['-m', MODEL, '--prompt-cache-ro']);
     assert.equal(st, 2, err);
   });
+
+  await test('slots: save a slot to a file, restore it into a fresh server, erase; errors', async () => {
+    const DIR = path.join(ROOT, 'slots');
+    fs.rmSync(DIR, { recursive: true, force: true });
+    fs.mkdirSync(DIR);
+    const slot = (S, id, action, body) => fetch(`${S.url}/slots/${id}?action=${action}`, { method: 'POST',
+      headers: { 'content-type': 'application/json' }, body: JSON.stringify(body || {}) });
+    const A = await startServer(['-m', MODEL, '--slot-save-path', DIR]);
+    const ra = await A.client.chat.completions.create(ask('Where are the maps?'));
+    const slots = await (await fetch(A.url + '/slots')).json();
+    assert.deepEqual(slots.map((x) => [x.id, x.is_processing]), [[0, false], [1, false]]);
+    let r = await slot(A, 1, 'save', { filename: 'one.kv' });
+    assert.equal(r.status, 400, 'slot 1 was never used');
+    r = await (await slot(A, 0, 'save', { filename: 'zero.kv' })).json();
+    assert.equal(r.id_slot, 0);
+    assert.equal(r.filename, 'zero.kv');
+    // the prompt and the generated tokens but the last, in whole blocks of 16
+    const held = ra.usage.prompt_tokens + ra.usage.completion_tokens - 1;
+    assert.equal(r.n_saved, Math.floor(held / 16) * 16);
+    assert.equal(r.n_written, fs.statSync(path.join(DIR, 'zero.kv')).size);
+    assert.ok(r.timings.save_ms >= 0);
+    const saved = r.n_saved;
+    r = await (await slot(A, 0, 'erase')).json();
+    assert.deepEqual(r, { id_slot: 0, n_erased: held });
+    assert.equal((await slot(A, 0, 'save', { filename: 'zero.kv' })).status, 400, 'erased');
+    for (const [id, action, body] of [[9, 'save', { filename: 'x' }], ['x', 'save', { filename: 'x' }], [0, 'load', {}],
+      [0, 'save', { filename: '../x' }], [0, 'save', { filename: '.hidden' }], [0, 'save', {}], [0, 'restore', { filename: 'absent.kv' }]]) {
+      const e = await slot(A, id, action, body);
+      assert.equal(e.status, 400, `${id} ${action} ${JSON.stringify(body)}`);
+      assert.ok((await e.json()).error.message.length > 0);
+    }
+    await A.stop();
+    const B = await startServer(['-m', MODEL, '--slot-save-path', DIR]);
+    r = await (await slot(B, 1, 'restore', { filename: 'zero.kv' })).json();
+    assert.equal(r.n_restored, saved);
+    assert.equal(r.n_read, fs.statSync(path.join(DIR, 'zero.kv')).size);
+    const rb = await B.client.chat.completions.create(ask('Who wrote Emma?'));
+    const C = await startServer(['-m', MODEL]);
+    const rc = await C.client.chat.completions.create(ask('Who wrote Emma?'));
+    assert.ok(rb.usage.prompt_tokens_details.cached_tokens >= 200, 'the restored prefix is reused');
+    assert.equal(rc.usage.prompt_tokens_details.cached_tokens, 0);
+    assert.equal(answer(rb), answer(rc));
+    // no --slot-save-path: 501; erase needs no file
+    assert.equal((await slot(C, 0, 'save', { filename: 'x.kv' })).status, 501);
+    assert.equal((await slot(C, 0, 'erase')).status, 200);
+    await B.stop();
+    await C.stop();
+    const O = await startServer(['-m', OTHER, '--slot-save-path', DIR]);
+    const e = await slot(O, 0, 'restore', { filename: 'zero.kv' });
+    assert.equal(e.status, 400);
+    assert.match((await e.json()).error.message, /made with another model/);
+    await O.stop();
+    const [st, err] = refuse(['-m', MODEL, '--slot-save-path', path.join(ROOT, 'absent-dir')]);
+    assert.equal(st, 2, err);
+  });
 } catch (e) {
   console.log('FAIL setup:', e.stack || e);
   results.push(['setup', false]);
