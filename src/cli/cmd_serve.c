@@ -37,7 +37,8 @@ static void usage(FILE *f) {
           "  -t, --threads N          CPU threads (default: all cores)\n"
           "      --device D           auto|cpu|cuda\n"
           "      --estimate-memory    check that weights + KV cache fit in memory before loading (--force: go on anyway)\n"
-          "      --kv-blocks N        KV cache blocks (default: parallel * ctx / block size)\n"
+          "      --kv-blocks N        KV cache blocks (default: parallel * ctx / block size); a block's bytes\n"
+          "                           depend on -ctk (f32 doubles them)\n"
           "      --block-size N       tokens per KV block (default 16)\n"
           "  -b, --batch-size N       tokens per forward step (prefill chunk, default 512)\n"
           "      --no-prefix-cache    disable prefix caching\n"
@@ -50,8 +51,8 @@ static void usage(FILE *f) {
           "      --pooling P          /v1/embeddings: last (the last token's hidden state, default) or mean\n"
           "  llama-server flags without meaning here are accepted with a notice: -ngl/--n-gpu-layers N,\n"
           "  -fa/--flash-attn [on|off|auto], --jinja, --no-jinja, -cb/--cont-batching, --mlock, --metrics,\n"
-          "  --slots, --no-webui, -ctk/-ctv/--cache-type-k/v T, -sm/--split-mode M, -ts/--tensor-split L,\n"
-          "  -mg/--main-gpu N, --numa M, --log-colors, --log-disable\n"
+          "  --slots, --no-webui, -sm/--split-mode M, -ts/--tensor-split L, -mg/--main-gpu N, --numa M,\n"
+          "  --log-colors, --log-disable\n"
           "Connections:\n"
           "      --max-conns N        open connections in all (default 1024)\n"
           "      --max-conns-per-ip N open connections per client address (default 256; 0 = no limit)\n"
@@ -256,9 +257,8 @@ int sm_cmd_serve(int argc, char **argv) {
       p.reasoning_format = val;
     }
     /* llama-server flags that mean nothing here: accepted with a notice */
-    else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers") || IS("-ctk") || IS("--cache-type-k") ||
-             IS("-ctv") || IS("--cache-type-v") || IS("-sm") || IS("--split-mode") || IS("-ts") ||
-             IS("--tensor-split") || IS("-mg") || IS("--main-gpu") || IS("--numa")) {
+    else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers") || IS("-sm") || IS("--split-mode") ||
+             IS("-ts") || IS("--tensor-split") || IS("-mg") || IS("--main-gpu") || IS("--numa")) {
       NEEDVAL();
       fprintf(stderr, "smelt serve: note: %s %s has no effect here (ignored)\n", name, val);
     }
