@@ -320,6 +320,11 @@ int sm_cmd_serve(int argc, char **argv) {
     fprintf(stderr, "smelt serve: --prompt-cache works with one model\n");
     return 2;
   }
+  if (p.no_prefix_cache && (p.prompt_cache || p.slot_save_path)) {
+    fprintf(stderr, "smelt serve: %s fills the prefix cache, which --no-prefix-cache turns off\n",
+            p.prompt_cache ? "--prompt-cache" : "--slot-save-path");
+    return 2;
+  }
   if (p.prompt_cache_ro && !p.prompt_cache) {
     fprintf(stderr, "smelt serve: --prompt-cache-ro needs --prompt-cache FILE\n");
     return 2;

@@ -65,7 +65,7 @@ void sm_pcache_save(sm_pcache *pc, sm_engine *e, const sm_sched *s) {
   int got = 0;
   if (sm_seq_append(e, q, s->hot, n) == SMELT_OK && sm_seq_append(e, q, s->hot, 1) == SMELT_OK)
     got = sm_seq_use_prefix_cache(e, q);
-  if (got <= pc->n_file && !memcmp(s->hot, pc->file_tok, sizeof(int32_t) * (size_t)got)) {
+  if (got == 0 || (got <= pc->n_file && !memcmp(s->hot, pc->file_tok, sizeof(int32_t) * (size_t)got))) {
     fprintf(stderr, "smelt serve: prompt cache %s: the reused prefix is no longer cached; the file is %s\n", pc->path,
             pc->n_file ? "left as it was" : "not written");
   } else if (sm_prompt_cache_save(e, q, got, pc->path) != SMELT_OK) {

@@ -71,7 +71,7 @@ static void drop_seq(sm_sched *s, sm_choice *c, bool record) {
     if (record && c->slot >= 0) {
       int n = sm_seq_len(c->seq);
       s->slot_tok[c->slot] = sm_xrealloc(s->slot_tok[c->slot], sizeof(int32_t) * (size_t)(n ? n : 1));
-      memcpy(s->slot_tok[c->slot], sm_seq_tokens(c->seq), sizeof(int32_t) * (size_t)n);
+      if (n) memcpy(s->slot_tok[c->slot], sm_seq_tokens(c->seq), sizeof(int32_t) * (size_t)n);
       s->slot_n[c->slot] = n;
     }
     sm_seq_free(s->eng, c->seq);
@@ -255,7 +255,7 @@ static void run_slot_op(sm_sched *s, sm_job *j) {
   if (j->slot_op == SM_SLOT_SAVE) {
     n = s->slot_n[id];
     tok = sm_xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-    memcpy(tok, s->slot_tok[id], sizeof(int32_t) * (size_t)n);
+    if (n) memcpy(tok, s->slot_tok[id], sizeof(int32_t) * (size_t)n);
     pthread_mutex_unlock(&s->mu);
     st = sm_pcache_slot_save(s->eng, tok, n, j->slot_file, &j->slot_tokens, &j->slot_bytes, msg, sizeof msg);
     free(tok);

@@ -182,6 +182,9 @@ try {
     assert.match(err, /--prompt-cache works with one model/);
     [st, err] = refuse(['-m', MODEL, '--prompt-cache-ro']);
     assert.equal(st, 2, err);
+    [st, err] = refuse(['-m', MODEL, '--prompt-cache', FILE, '--no-prefix-cache']);
+    assert.equal(st, 2, err);
+    assert.match(err, /--no-prefix-cache/);
   });
 
   await test('slots: save a slot to a file, restore it into a fresh server, erase; errors', async () => {
