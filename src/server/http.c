@@ -532,8 +532,8 @@ static bool get_model(sm_http *h, struct MHD_Connection *c, req *rq, enum MHD_Re
   char *name = NULL;
   if (rq->waiting) { /* resumed: the load ended, the wait timed out, or the client left */
     rq->waiting = false;
-    sm_models_unwait(h->models, rq->k);
     if (rq->k->hup) {
+      sm_models_unwait(h->models, rq->k);
       sm_metrics_request(h->metrics, rq->ep_name, 499);
       *ret = MHD_NO;
       return false;

@@ -138,15 +138,3 @@ cJSON *sm_llama_slots(const sm_oai *o, sm_sched *s) {
   pthread_mutex_unlock(&s->mu);
   return arr;
 }
-
-cJSON *sm_oai_model(const sm_oai *o, const char *id, sm_api_error *err) {
-  if (strcmp(id, o->model_id)) {
-    sm_api_error_set(err, 404, "invalid_request_error", "model", "model_not_found", "The model '%.200s' does not exist",
-                     id);
-    return NULL;
-  }
-  cJSON *list = sm_oai_models(o), *d = cJSON_GetObjectItemCaseSensitive(list, "data");
-  cJSON *m = cJSON_DetachItemFromArray(d, 0);
-  cJSON_Delete(list);
-  return m;
-}

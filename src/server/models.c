@@ -29,6 +29,10 @@ typedef struct {
   uint64_t bytes;      /* estimated memory (with --models-memory) */
   sm_sock **waiters;   /* parked requests */
   int n_waiters, cap_waiters;
+  /* requests resumed by a successful load, each counted in users until it takes the model (so
+   * that the next load cannot unload it before they do) or goes away */
+  sm_sock **granted;
+  int n_granted, cap_granted;
   long created;        /* loaded at (unix s) */
   uint64_t loads, unloads;
 } entry;
@@ -303,10 +307,45 @@ sm_served *sm_models_single(sm_models *r) { return r->multi ? NULL : r->e[0].sv;
 
 /* ------------------------------------------------------------------ the loader */
 
-/* under mu: resume the requests waiting for e */
+static void push(sm_sock ***v, int *n, int *cap, sm_sock *k) {
+  if (*n == *cap) {
+    *cap = *cap ? 2 * *cap : 8;
+    *v = sm_xrealloc(*v, sizeof(sm_sock *) * (size_t)*cap);
+  }
+  (*v)[(*n)++] = k;
+}
+
+static bool take(sm_sock **v, int *n, sm_sock *k) {
+  for (int i = 0; i < *n; i++)
+    if (v[i] == k) {
+      v[i] = v[--*n];
+      return true;
+    }
+  return false;
+}
+
+/* under mu: resume the requests waiting for e; after a successful load they hold it already */
 static void wake_waiters(entry *e) {
-  for (int i = 0; i < e->n_waiters; i++) sm_conns_unpark(e->waiters[i]->g, e->waiters[i]);
+  const bool loaded = e->state == ST_LOADED;
+  for (int i = 0; i < e->n_waiters; i++) {
+    if (loaded) {
+      push(&e->granted, &e->n_granted, &e->cap_granted, e->waiters[i]);
+      e->users++;
+    }
+    sm_conns_unpark(e->waiters[i]->g, e->waiters[i]);
+  }
   e->n_waiters = 0;
+}
+
+/* under mu: k waits no more; false when it was not granted a model (else it still holds e) */
+static bool unwait_locked(sm_models *r, sm_sock *k, entry **held) {
+  *held = NULL;
+  for (int i = 0; i < r->n; i++) {
+    entry *e = &r->e[i];
+    take(e->waiters, &e->n_waiters, k);
+    if (take(e->granted, &e->n_granted, k)) *held = e;
+  }
+  return *held != NULL;
 }
 
 static bool fits(const sm_models *r, const entry *w) {
@@ -474,6 +513,7 @@ void sm_models_free(sm_models *r) {
     sm_metrics_free(e->metrics);
     free(e->dir);
     free(e->waiters);
+    free(e->granted);
   }
   free(r->e);
   pthread_mutex_destroy(&r->mu);
@@ -498,15 +538,19 @@ sm_acq sm_models_acquire(sm_models *r, const char *name, sm_conns *g, sm_sock *k
     return SM_ACQ_READY;
   }
   pthread_mutex_lock(&r->mu);
-  entry *e = find(r, name);
+  entry *e = find(r, name), *held = NULL;
   sm_acq a = SM_ACQ_ERROR;
+  if (*ticket && unwait_locked(r, k, &held) && held != e) { /* cannot be: the same name */
+    if (--held->users == 0) pthread_cond_broadcast(&r->cv);
+    held = NULL;
+  }
   if (!e) {
     sm_api_error_set(err, 404, "invalid_request_error", "model", "model_not_found",
                      "The model '%.200s' does not exist (GET /v1/models lists the models)", name);
     goto out;
   }
   if (e->state == ST_LOADED) {
-    e->users++;
+    if (!held) e->users++; /* else: counted when the load ended */
     e->last_used = sm_now();
     *out = e->sv;
     a = SM_ACQ_READY;
@@ -540,11 +584,7 @@ sm_acq sm_models_acquire(sm_models *r, const char *name, sm_conns *g, sm_sock *k
   }
   /* the load that will end this wait: the one running, else the next */
   *ticket = e->attempts + (e->state == ST_LOADING ? 0 : 1);
-  if (e->n_waiters == e->cap_waiters) {
-    e->cap_waiters = e->cap_waiters ? 2 * e->cap_waiters : 8;
-    e->waiters = sm_xrealloc(e->waiters, sizeof(sm_sock *) * (size_t)e->cap_waiters);
-  }
-  e->waiters[e->n_waiters++] = k;
+  push(&e->waiters, &e->n_waiters, &e->cap_waiters, k);
   sm_conns_park_wait(g, k, sm_now() + r->p->models_load_timeout);
   a = SM_ACQ_WAIT;
 out:
@@ -555,14 +595,8 @@ out:
 void sm_models_unwait(sm_models *r, sm_sock *k) {
   if (!r->multi) return;
   pthread_mutex_lock(&r->mu);
-  for (int i = 0; i < r->n; i++) {
-    entry *e = &r->e[i];
-    for (int w = 0; w < e->n_waiters; w++)
-      if (e->waiters[w] == k) {
-        e->waiters[w] = e->waiters[--e->n_waiters];
-        break;
-      }
-  }
+  entry *held;
+  if (unwait_locked(r, k, &held) && --held->users == 0) pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
 }
 

@@ -52,14 +52,15 @@ typedef enum { SM_ACQ_READY = 0, SM_ACQ_WAIT, SM_ACQ_ERROR } sm_acq;
  *  READY: *out is loaded and held until sm_models_release;
  *  WAIT: it is being loaded; the connection was parked (sm_conns_park_wait) and is resumed when
  *        the load ends, at its deadline (k->timed_out) or when the client goes away (k->hup);
- *        the handler then calls sm_models_unwait and, unless the client is gone, acquire again
- *        with the same *ticket;
+ *        the handler then calls acquire again with the same *ticket, or sm_models_unwait when
+ *        the client is gone or the request ends otherwise (a request resumed by a successful
+ *        load holds the model until then, so that no other load can unload it first);
  *  ERROR: err says why (404 model_not_found, 429 too many waiting, 500 the load failed, 503 still
  *        loading at the deadline).
  * *ticket: 0 on the first call; kept between the calls of one request. */
 sm_acq sm_models_acquire(sm_models *r, const char *name, sm_conns *g, sm_sock *k, int *ticket, sm_served **out,
                          sm_api_error *err);
-void sm_models_unwait(sm_models *r, sm_sock *k); /* k no longer waits (any cause) */
+void sm_models_unwait(sm_models *r, sm_sock *k); /* k waits no more and holds nothing */
 void sm_models_release(sm_models *r, sm_served *sv);
 
 /* The `model` member of a JSON request body: malloc'd, or NULL when absent or not a string (the
