@@ -290,6 +290,7 @@ static enum MHD_Result handle_generate(sm_http *h, struct MHD_Connection *c, req
 
 /* POST /slots/{id}?action=save|restore|erase (body {"filename"} for save and restore) */
 static enum MHD_Result handle_slot_action(sm_http *h, struct MHD_Connection *c, req *rq, const char *url) {
+  if (!rq->k) return send_err(h, c, rq, 500, "server_error", NULL, R_CLOSE, "connection not tracked");
   sm_served *sv = rq->sv;
   const char *ids = strrchr(url, '/') + 1, *action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
   char *end;
@@ -538,6 +539,10 @@ static bool get_model(sm_http *h, struct MHD_Connection *c, req *rq, enum MHD_Re
       *ret = MHD_NO;
       return false;
     }
+  }
+  if (sm_models_multi(h->models) && !rq->k) {
+    *ret = send_err(h, c, rq, 500, "server_error", NULL, R_CLOSE, "connection not tracked");
+    return false;
   }
   if (sm_models_multi(h->models)) { /* the body's (POST) or the query's (GET) `model` */
     const char *q = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "model");
