@@ -2,9 +2,11 @@
 # `cmake --install` into a fresh prefix puts smelt, smelt-server, smelt.h, libsmelt.a, smelt.pc and the
 # built-in models there; a C program built with `pkg-config --cflags --libs smelt` against the prefix
 # generates text; the installed smelt lists its built-in models from the prefix.
-# usage: test_install.sh BUILD_DIR C_COMPILER WORKDIR
+# usage: test_install.sh BUILD_DIR C_COMPILER WORKDIR [EXTRA_CFLAGS]
+#   EXTRA_CFLAGS: what a program linking this build's library needs besides pkg-config's flags
+#   (-fsanitize=... for a sanitizer build)
 set -eu
-BUILD=$1 CC=$2 WORK=$3
+BUILD=$1 CC=$2 WORK=$3 XFLAGS=${4:-}
 command -v pkg-config >/dev/null || { echo "pkg-config missing"; exit 77; }
 rm -rf "$WORK"
 mkdir -p "$WORK"
@@ -45,7 +47,7 @@ int main(int argc, char **argv) {
 }
 C
 # shellcheck disable=SC2046
-$CC -o "$WORK/prog" "$WORK/prog.c" $(pkg-config --cflags --libs smelt) || fail "building against the installed library"
+$CC $XFLAGS -o "$WORK/prog" "$WORK/prog.c" $(pkg-config --cflags --libs smelt) || fail "building against the installed library"
 "$WORK/prog" "$P/share/smelt/models/smelt-tiny" >"$WORK/prog.out" || fail "the program: $(cat "$WORK/prog.out")"
 grep -q "^8 tokens" "$WORK/prog.out" || fail "program output: $(cat "$WORK/prog.out")"
 cd "$WORK"
