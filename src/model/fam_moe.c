@@ -148,11 +148,16 @@ static const sm_config_defaults deepseek_v3_defaults = {
   .moe = &deepseek_v3_moe,
 };
 static const char *const deepseek_aliases[] = { "kimi_k2", NULL };
+/* its experts as mlx-lm stacks them (for `smelt inspect`'s active parameters; the family does not run) */
+static const sm_moe_spec deepseek_v3_spec = {
+  .route = SM_ROUTE_SIGMOID, .router = "mlp.gate", .correction = "mlp.gate.e_score_correction_bias",
+  .experts = "mlp.switch_mlp", .shared = "mlp.shared_experts",
+};
 const sm_family sm_family_deepseek_v3 = {
   .model_type = "deepseek_v3", .aliases = deepseek_aliases,
   .description = "DeepSeek-V3 / R1, Kimi-K2 (multi-head latent attention, 256 experts)",
   .example = "mlx-community/DeepSeek-V3-0324-4bit",
-  .defaults = &deepseek_v3_defaults,
+  .defaults = &deepseek_v3_defaults, .moe = &deepseek_v3_spec,
   .notes = "not runnable yet: its multi-head latent attention (q_a/q_b and kv_a/kv_b projections, the compressed "
            "latent KV cache) is not implemented",
 };

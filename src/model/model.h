@@ -47,6 +47,7 @@ struct smelt_model {
   sm_act act;
   sm_qk_norm qk_norm;    /* the recipe's q/k norms as this config has them */
   struct sm_moe_scratch *moe_scr; /* mixture-of-experts activations (moe.c) */
+  size_t moe_expert_bytes;        /* bytes of the routed experts' weights, of which a token reads top_k / n_experts */
   float attn_scale;      /* before the RoPE attention factor */
   float embed_scale;     /* 1: none */
   const sm_vlm_packaging *vlm; /* vision-language checkpoint: its packaging (text model only), else NULL */

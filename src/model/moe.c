@@ -102,6 +102,14 @@ smelt_status sm_moe_load_layer(smelt_model *m, sm_taken_set *ts, int l, const ch
   float *eb[3] = { NULL, NULL, NULL };
   snprintf(n, sizeof n, "%s.%s", p, sp->experts);
   if ((st = load_mlp(m, ts, n, E, mc->expert_inter, &M->gate, &M->up, &M->down, eb, sp->expert_bias))) return st;
+  const sm_weight *ew[3] = { &M->gate, &M->up, &M->down };
+  for (int i = 0; i < 3; i++) {
+    const sm_weight *w = ew[i];
+    const size_t n = (size_t)w->rows * (size_t)w->cols;
+    m->moe_expert_bytes += !w->bits ? n * sm_dtype_size(w->dtype)
+                         : n * (size_t)w->bits / 8 + (size_t)w->rows * (size_t)(w->cols / w->group_size) *
+                                                         (w->qmode ? 1 : 2 * sm_dtype_size(w->dtype));
+  }
   M->gate_bias = eb[0];
   M->up_bias = eb[1];
   M->down_bias = eb[2];
