@@ -96,6 +96,7 @@ smelt_status sm_moe_check(smelt_model *m);        /* the family's and config's M
 smelt_status sm_moe_load_layer(smelt_model *m, sm_taken_set *ts, int l, const char *layer_prefix);
 smelt_status sm_moe_prepare(smelt_model *m);      /* backend prepare_weight of the expert weights */
 void sm_moe_release(smelt_model *m);              /* ... and their release, and the scratch */
+smelt_status sm_moe_reserve(smelt_model *m, int n_tokens); /* the MoE scratch for n tokens (sm_model_reserve) */
 /* out[n][hidden] = the mixture of layer L on x[n][hidden] (routed experts and shared experts) */
 smelt_status sm_moe_forward(smelt_model *m, const sm_layer *L, const float *x, int n, float *out);
 

@@ -173,8 +173,8 @@ void sm_moe_release(smelt_model *m) {
   }
 }
 
-static smelt_status reserve(smelt_model *m, int n) {
-  if (m->moe_scr && m->moe_scr->tokens >= n) return SMELT_OK;
+smelt_status sm_moe_reserve(smelt_model *m, int n) {
+  if (!m->fam->moe || (m->moe_scr && m->moe_scr->tokens >= n)) return SMELT_OK;
   free_scratch(m);
   const sm_moe_config *mc = &m->cfg.moe;
   const size_t N = (size_t)n, k = (size_t)mc->top_k, H = (size_t)m->cfg.hidden_size;
@@ -202,7 +202,7 @@ smelt_status sm_moe_forward(smelt_model *m, const sm_layer *L, const float *x, i
   const sm_moe_spec *sp = m->fam->moe;
   const sm_moe_config *mc = &m->cfg.moe;
   sm_backend *be = m->be;
-  smelt_status st = reserve(m, n);
+  smelt_status st = sm_moe_reserve(m, n); /* done by sm_model_reserve before the step */
   if (st) return st;
   sm_moe_scratch *s = m->moe_scr;
   const int E = mc->n_experts, k = mc->top_k, H = m->cfg.hidden_size, Fe = mc->expert_inter;

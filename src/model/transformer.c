@@ -20,6 +20,7 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out) {
         (st = grow(m, &m->q, n * nq)) || (st = grow(m, &m->k, n * nkv)) || (st = grow(m, &m->v, n * nkv)) ||
         (st = grow(m, &m->att, n * nq)) || (st = grow(m, &m->gate, n * F)) || (st = grow(m, &m->up, n * F)))
       return st;
+    if ((st = sm_moe_reserve(m, n_tokens))) return st;
     m->scratch_tokens = n_tokens;
   }
   if (n_out > m->scratch_out) {
