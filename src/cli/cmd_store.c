@@ -323,7 +323,8 @@ int sm_cmd_arch(int argc, char **argv) {
   printf("\nKnown, not runnable:\n");
   for (size_t i = 0; i < n; i++)
     if (!fams[i]->recipe) printf("%-16s %s: %s\n", fams[i]->model_type, fams[i]->description, fams[i]->notes ? fams[i]->notes : "");
-  printf("\nWeights: MLX safetensors, dense f32/f16/bf16 or affine-quantized 2/3/4/5/6/8-bit (group 32/64/128).\n");
+  printf("\nWeights: MLX safetensors, dense f32/f16/bf16, affine-quantized 2/3/4/5/6/8-bit (group 32/64/128) or\n"
+         "mxfp4/mxfp8/nvfp4, per module.\n");
   if (!cuda) printf("* this smelt was built without CUDA.\n");
   return 0;
 }

@@ -26,7 +26,7 @@ static const sm_moe_spec qwen_moe = {
 };
 const sm_family sm_family_qwen3_moe = {
   .model_type = "qwen3_moe",
-  .description = "Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B, 235B-A22B): softmax top-k routing",
+  .description = "Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B, 235B-A22B)",
   .example = "mlx-community/Qwen3-30B-A3B-4bit",
   .defaults = &qwen3_moe_defaults, .names = &sm_names_qwen3, .recipe = &qwen3_moe_recipe, .moe = &qwen_moe,
 };
@@ -97,7 +97,7 @@ static const sm_moe_spec gpt_oss_spec = {
 };
 const sm_family sm_family_gpt_oss = {
   .model_type = "gpt_oss",
-  .description = "gpt-oss 20b / 120b (attention sinks, alternating sliding window, clamped SwiGLU experts)",
+  .description = "gpt-oss 20b / 120b (attention sinks, sliding window, MoE)",
   .example = "mlx-community/gpt-oss-20b-MXFP4-Q8",
   .defaults = &gpt_oss_defaults, .names = &gpt_oss_names, .recipe = &gpt_oss_recipe, .moe = &gpt_oss_spec,
 };
@@ -132,7 +132,7 @@ static const sm_moe_spec glm4_moe_spec = {
 };
 const sm_family sm_family_glm4_moe = {
   .model_type = "glm4_moe",
-  .description = "GLM-4.5 / 4.6 / 4.7 MoE (sigmoid routing with a correction bias, shared expert)",
+  .description = "GLM-4.5 / 4.6 / 4.7 MoE (sigmoid routing, shared expert)",
   .example = "mlx-community/GLM-4.5-Air-4bit",
   .defaults = &glm4_moe_defaults, .names = &glm4_moe_names, .recipe = &glm4_moe_recipe, .moe = &glm4_moe_spec,
 };
