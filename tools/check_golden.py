@@ -81,21 +81,19 @@ MODE_SHAPE = {"mxfp4": (32, 4), "mxfp8": (32, 8), "nvfp4": (16, 4)}  # MLX's gro
 
 
 def quant_params(q, module):
-    """(group_size, bits, mode) of a module: its entry (mode changes bring MLX's defaults of the mode)"""
+    """(group_size, bits, mode) of a module: the block's, or its entry's read as MLX's to_quantized(**entry)
+    (a missing mode is affine; missing bits / group size are that mode's defaults)"""
     p = q.get(module)
     if p is None and module.startswith("language_model."):
         p = q.get(module[len("language_model."):])
     if p is None:
         p = q.get("language_model." + module)
-    mode = q.get("mode", "affine")
-    G, B = q.get("group_size", 64), q.get("bits", 4)
     if isinstance(p, dict):
-        m2 = p.get("mode", mode)
-        if m2 != mode:
-            G, B = MODE_SHAPE[m2] if m2 != "affine" else (64, 4)
-            mode = m2
-        G, B = p.get("group_size", G), p.get("bits", B)
-    return G, B, mode
+        mode = p.get("mode", "affine")
+        G, B = MODE_SHAPE[mode] if mode != "affine" else (64, 4)
+        return p.get("group_size", G), p.get("bits", B), mode
+    mode = q.get("mode", "affine")
+    return q.get("group_size", 64), q.get("bits", 4), mode
 
 
 # the values of MLX's microscaling codes (mlx/backend/cpu/quantized.cpp, metal fp8.h): written out here from

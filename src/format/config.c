@@ -210,12 +210,13 @@ static smelt_status parse_quant(sm_config *c, const char *file) {
   c->quant = (cJSON *)q;
   /* mlx defaults: affine 4-bit, group 64 */
   TRY(quant_entry_params(&s, "", SM_QMODE_AFFINE, 4, 64, &c->q_mode, &c->q_bits, &c->q_group_size));
-  /* per-module overrides */
+  /* per-module overrides: as MLX's to_quantized(**entry), a missing mode is affine and missing bits / group
+   * size are the mode's defaults */
   for (const cJSON *e = q->child; e; e = e->next) {
     if (!e->string || !cJSON_IsObject(e)) continue;
     src m = {e, NULL, file};
     int md, b, g;
-    TRY(quant_entry_params(&m, e->string, c->q_mode, c->q_bits, c->q_group_size, &md, &b, &g));
+    TRY(quant_entry_params(&m, e->string, SM_QMODE_AFFINE, 4, 64, &md, &b, &g));
   }
   return SMELT_OK;
 }
@@ -246,14 +247,12 @@ void sm_config_quant_mode_for(const sm_config *c, const char *module, int *bits,
       }
       if (v && cJSON_IsFalse(v)) b = g = md = 0;
       else if (v && cJSON_IsObject(v)) {
-        /* checked when parsed: the entry's mode, and MLX's defaults of a mode it changes */
+        /* checked when parsed: the entry's mode (absent: affine) and MLX's defaults of that mode */
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, "mode");
-        int nm = cJSON_IsString(x) ? sm_qmode_parse(x->valuestring) : -1;
-        if (nm >= 0 && nm != md) {
-          md = nm;
-          b = nm == SM_QMODE_AFFINE ? 4 : sm_qmode_bits((sm_qmode)nm);
-          g = nm == SM_QMODE_AFFINE ? 64 : sm_qmode_group((sm_qmode)nm);
-        }
+        const int nm = cJSON_IsString(x) ? sm_qmode_parse(x->valuestring) : SM_QMODE_AFFINE;
+        md = nm >= 0 ? nm : SM_QMODE_AFFINE;
+        b = md == SM_QMODE_AFFINE ? 4 : sm_qmode_bits((sm_qmode)md);
+        g = md == SM_QMODE_AFFINE ? 64 : sm_qmode_group((sm_qmode)md);
         x = cJSON_GetObjectItemCaseSensitive(v, "bits");
         if (cJSON_IsNumber(x)) b = (int)x->valueint;
         x = cJSON_GetObjectItemCaseSensitive(v, "group_size");

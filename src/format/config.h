@@ -142,8 +142,8 @@ void sm_config_free(sm_config *c);
  * per-module overrides in the quant block ({"model.layers.0.mlp.down_proj": {"bits": 8, "group_size": 64}},
  * or false = not quantized) fall back to the defaults. *bits = 0 means not quantized. */
 void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int *group_size);
-/* The same with the module's mode (sm_qmode; an entry that changes the mode gets MLX's bits and group size
- * of that mode unless it gives them). */
+/* The same with the module's mode (sm_qmode). A per-module entry is read as MLX's to_quantized(**entry): its
+ * mode (absent: affine), and the bits and group size it gives, else that mode's defaults (affine 4 / 64). */
 void sm_config_quant_mode_for(const sm_config *c, const char *module, int *bits, int *group_size, int *mode);
 
 #endif

@@ -112,6 +112,18 @@ static void test_config(void) {
   sm_config_quant_mode_for(&c, "lm_head", &b, &g, &md);
   CHECK(b == 0 && g == 0 && md == 0, "unquantized module");
   sm_config_free(&c);
+  /* an entry without a mode is affine, whatever the default mode (MLX's to_quantized(**entry)), and its
+   * missing bits / group size are that mode's defaults, not the block's */
+  CHECK(parse(BASE "\"quantization\": {\"group_size\": 32, \"bits\": 4, \"mode\": \"mxfp4\","
+                   " \"model.embed_tokens\": {\"group_size\": 64, \"bits\": 8}, \"lm_head\": {\"bits\": 6}}}", &c) == SMELT_OK,
+        "parse: %s", sm_errmsg());
+  sm_config_quant_mode_for(&c, "model.embed_tokens", &b, &g, &md);
+  CHECK(b == 8 && g == 64 && md == SM_QMODE_AFFINE, "entry without a mode: %d %d %d", b, g, md);
+  sm_config_quant_mode_for(&c, "lm_head", &b, &g, &md);
+  CHECK(b == 6 && g == 64 && md == SM_QMODE_AFFINE, "entry without a mode or group size: %d %d %d", b, g, md);
+  sm_config_quant_mode_for(&c, "model.layers.0.mlp.up_proj", &b, &g, &md);
+  CHECK(b == 4 && g == 32 && md == SM_QMODE_MXFP4, "default mode: %d %d %d", b, g, md);
+  sm_config_free(&c);
   /* a model quantized all in one mode; its defaults */
   CHECK(parse(BASE "\"quantization\": {\"mode\": \"mxfp8\"}}", &c) == SMELT_OK, "mxfp8: %s", sm_errmsg());
   CHECK(c.q_mode == SM_QMODE_MXFP8 && c.q_bits == 8 && c.q_group_size == 32, "mxfp8 defaults %d %d %d", c.q_mode, c.q_bits,
