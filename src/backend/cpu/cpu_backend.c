@@ -804,3 +804,70 @@ bool sm_cpu_backend_uses_i8(const sm_backend *be, const sm_weight *w) {
   return !c->exact && c->k->i8_ok && c->k->prep_xq && c->k->matvec_i8 && w && w->bits && !w->qmode &&
          w->cols >= I8_MIN_COLS && c->k->i8_ok(w);
 }
+
+/* ---------------- many one-token matvecs in one dispatch (cpu_internal.h) ---------------- */
+typedef struct {
+  const sm_cpu_kern *k;
+  sm_mv_arg *a;      /* [nw] prepared arguments */
+  float *const *ys;
+  const bool *i8;
+  const int64_t *c0; /* [nw + 1] first chunk of each matvec */
+  int64_t chunk, n_chunks;
+  _Atomic int64_t next;
+} mvb_ctx;
+static void mvb_job(void *vctx, int tid, int nth) {
+  (void)tid; (void)nth;
+  mvb_ctx *m = vctx;
+  for (;;) {
+    const int64_t ci = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed);
+    if (ci >= m->n_chunks) break;
+    int i = 0;
+    while (m->c0[i + 1] <= ci) i++;
+    const int64_t r0 = (ci - m->c0[i]) * m->chunk, rows = m->a[i].w->rows;
+    const int64_t r1 = r0 + m->chunk < rows ? r0 + m->chunk : rows;
+    if (m->i8[i]) m->k->matvec_i8(&m->a[i], r0, r1, m->ys[i] + r0);
+    else m->k->matvec(&m->a[i], r0, r1, m->ys[i] + r0);
+  }
+}
+
+void sm_cpu_matvec_batch(sm_backend *be, const sm_weight *ws, const float *const *xs, float *const *ys, int nw) {
+  cpu_be *c = CB(be);
+  if (nw <= 0) return;
+  sm_mv_arg *a = sm_xcalloc((size_t)nw, sizeof *a);
+  bool *i8 = sm_xcalloc((size_t)nw, sizeof *i8);
+  int64_t *c0 = sm_xcalloc((size_t)nw + 1, sizeof *c0);
+  void **bufs = sm_xcalloc((size_t)nw, sizeof *bufs);
+  const int64_t chunk = 16;
+  int64_t total = 0;
+  for (int i = 0; i < nw; i++) {
+    const sm_weight *w = &ws[i];
+    c0[i] = total;
+    if (!weight_ok(w) || w->qmode != SM_QMODE_AFFINE) { /* microscaling and unsupported weights: on their own */
+      be_matmul(be, SM_MM_OTHER, w, xs[i], 1, ys[i]);
+      continue;
+    }
+    const int64_t K = w->cols;
+    /* the prepared x: floats (permuted), group sums, int8 codes and scales */
+    char *b = sm_aligned_alloc(sizeof(float) * (size_t)(K + 64) * 3 + (size_t)K + 64);
+    if (!b) abort();
+    bufs[i] = b;
+    a[i] = (sm_mv_arg){ .w = w, .xp = (float *)b, .xsum = (float *)b + K + 64, .xs = (float *)b + 2 * (K + 64),
+                        .xq = (int8_t *)((float *)b + 3 * (K + 64)), .gfni = c->gfni };
+    i8[i] = sm_cpu_backend_uses_i8(be, w);
+    if (i8[i]) c->k->prep_xq(w, xs[i], (int8_t *)a[i].xq, (float *)a[i].xs, (float *)a[i].xsum);
+    else c->k->prep_x(w, xs[i], (float *)a[i].xp, (float *)a[i].xsum);
+    total += (w->rows + chunk - 1) / chunk;
+  }
+  c0[nw] = total;
+  mvb_ctx m = { .k = c->k, .a = a, .ys = ys, .i8 = i8, .c0 = c0, .chunk = chunk, .n_chunks = total };
+  atomic_init(&m.next, 0);
+  if (total > 0) {
+    if (c->nth == 1) mvb_job(&m, 0, 1);
+    else sm_pool_run(c->pool, mvb_job, &m);
+  }
+  for (int i = 0; i < nw; i++) free(bufs[i]);
+  free(bufs);
+  free(c0);
+  free(i8);
+  free(a);
+}

@@ -2,10 +2,10 @@
  * the routed experts' matmul, the weighted combine, gpt-oss's clamped SwiGLU and the sigmoid gate of a
  * shared expert.
  *
- * matmul_experts groups the (token, slot) pairs by expert and runs the backend's own matmul once per
- * chosen expert on that expert's rows of the stacked weight: a decode step (one token, k experts) reads
- * only the k chosen experts, and a prefill batch runs each expert's tokens as one GEMM instead of one
- * matvec per token. Which kernel a token's row gets depends only on the batch size, as for dense
+ * matmul_experts reads only the chosen experts' rows of the stacked weight: a decode step runs the k
+ * chosen experts' matvecs in one dispatch of the backend's threads (sm_cpu_matvec_batch), and a batch
+ * groups the (token, slot) pairs by expert and runs the backend's own matmul once per chosen expert (a
+ * GEMM of its tokens instead of one matvec per token). Which kernel a token's row gets depends only on the batch size, as for dense
  * matmuls (matvec below GEMM_MIN tokens, GEMM from there on, an expert's few rows padded up to it): a
  * token's result does not depend on which other tokens chose its experts. */
 #include <math.h>
@@ -47,17 +47,28 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
   for (int s = 0; s < ns; s++)
     if (ids[s] >= 0 && ids[s] < E) order[pos[ids[s]]++] = s;
   float *xg = NULL, *yg = NULL;
-  for (int e = 0; e < E; e++) {
+  if (n < GEMM_MIN) { /* decode: every slot's matvec in one dispatch of the backend's threads */
+    sm_weight *ws = sm_xmalloc(sizeof(sm_weight) * (size_t)ns);
+    const float **xs = sm_xmalloc(sizeof(float *) * (size_t)ns);
+    float **ys = sm_xmalloc(sizeof(float *) * (size_t)ns);
+    int nv = 0;
+    for (int s = 0; s < ns; s++) {
+      if (ids[s] < 0 || ids[s] >= E) continue;
+      ws[nv] = sm_weight_rows(w, (int64_t)ids[s] * rows, rows);
+      xs[nv] = x + (size_t)(x_per_slot ? s : s / k) * (size_t)K;
+      ys[nv++] = y + (size_t)s * (size_t)rows;
+    }
+    sm_cpu_matvec_batch(be, ws, xs, ys, nv);
+    free(ws);
+    free(xs);
+    free(ys);
+  }
+  for (int e = 0; n >= GEMM_MIN && e < E; e++) {
     const int m = cnt[e + 1] - cnt[e];
     if (!m) continue;
     const int *sl = order + cnt[e];
     const sm_weight v = sm_weight_rows(w, (int64_t)e * rows, rows);
-    if (m == 1 && n < GEMM_MIN) { /* decode: one slot, x and y rows in place */
-      const int s = sl[0];
-      be->matmul(be, role, &v, x + (size_t)(x_per_slot ? s : s / k) * (size_t)K, 1, y + (size_t)s * (size_t)rows);
-      continue;
-    }
-    const int mp = n >= GEMM_MIN && m < GEMM_MIN ? GEMM_MIN : m; /* rows the matmul gets (padding: zeros) */
+    const int mp = m < GEMM_MIN ? GEMM_MIN : m; /* rows the matmul gets (padding: zeros) */
     if (!xg) {
       const size_t cap = (size_t)(ns > GEMM_MIN ? ns : GEMM_MIN);
       xg = sm_xcalloc(cap * (size_t)K, sizeof(float));
