@@ -47,11 +47,16 @@ static __device__ float row_dot_part(const cu_weight &w, int64_t r, const float 
       const uint32_t wd = q[w.kind == CW_Q4 ? u : cu_qfast_store_index(u, W)];
       const int64_t j0 = u * E;
       const float2 p = load_sb_rt(w.sb, r * G + j0 / w.gs, w.sbk);
+      const float4 *x4 = reinterpret_cast<const float4 *>(x + j0); /* E >= 4; rows of x 16-byte aligned */
       float qx = 0.f, xs = 0.f;
-      for (int e = 0; e < E; e++) {
-        const float xv = x[j0 + e];
-        qx += (float)((wd >> (e * bits)) & mask) * xv;
-        xs += xv;
+      for (int e4 = 0; e4 < E; e4 += 4) {
+        const float4 v = x4[e4 >> 2];
+        const float xv[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          qx += (float)((wd >> ((e4 + i) * bits)) & mask) * xv[i];
+          xs += xv[i];
+        }
       }
       acc += p.x * qx + p.y * xs;
     }
@@ -62,13 +67,18 @@ static __device__ float row_dot_part(const cu_weight &w, int64_t r, const float 
     for (int64_t u = lane; u < W; u += 32) {
       const uint32_t wd = q[u];
       const int64_t j0 = u * E;
+      const float4 *x4 = reinterpret_cast<const float4 *>(x + j0);
       float d = 0.f;
       if (E == 8) {
+        const float4 a = x4[0], b = x4[1];
+        const float xv[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
 #pragma unroll
-        for (int e = 0; e < 8; e++) d += mxq_fp4((wd >> (4 * e)) & 15) * x[j0 + e];
+        for (int e = 0; e < 8; e++) d += mxq_fp4((wd >> (4 * e)) & 15) * xv[e];
       } else {
+        const float4 a = x4[0];
+        const float xv[4] = { a.x, a.y, a.z, a.w };
 #pragma unroll
-        for (int e = 0; e < 4; e++) d += mxq_e4m3((wd >> (8 * e)) & 255) * x[j0 + e];
+        for (int e = 0; e < 4; e++) d += mxq_e4m3((wd >> (8 * e)) & 255) * xv[e];
       }
       acc += mxq_scale(w, r, j0 / w.gs) * d;
     }
