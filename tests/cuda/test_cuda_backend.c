@@ -1,6 +1,7 @@
 /* CUDA backend vs the CPU backend (the reference implementation of backend.h):
  * every op on random data, all bit widths, n = 1 and n > 1, then a whole synthetic
- * model (prefill logits and decode steps, which exercise CUDA-graph replay).
+ * model (prefill logits and decode steps, which exercise CUDA-graph replay). Argument "moe": only
+ * the mixture-of-experts and microscaling tests (bench/moe/device_check.sh).
  * Exits 77 (ctest SKIP) when the build has no CUDA or no GPU is present. */
 #include <math.h>
 #include <stdio.h>
@@ -1066,7 +1067,10 @@ static void test_moe(void) {
 /* one backend pass: G created with the tuning env (NAME=value ...), then the tests of mask
  * (1 elementwise, 2 attention, 4 matmul of 4-bit weights, 8 all widths, 16 models bits 4/0/3,
  * 32 model bits 4 on "test" and "tiny", 64 mixtures of experts and microscaling weights) */
+static bool g_only_moe; /* argument "moe": only the mixture-of-experts tests of each pass */
 static void pass(const char *env, int mask) {
+  if (g_only_moe) mask &= 64;
+  if (!mask) return;
   char buf[200];
   snprintf(buf, sizeof buf, "%s", env);
   char *names[8];
@@ -1104,7 +1108,8 @@ static void pass(const char *env, int mask) {
   for (int i = 0; i < nn; i++) unsetenv(names[i]);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  g_only_moe = argc > 1 && !strcmp(argv[1], "moe");
   G = sm_cuda_backend_create(0);
   if (!G) {
     printf("SKIP: no usable CUDA device (%s)\n", smelt_last_error());
