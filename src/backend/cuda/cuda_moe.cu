@@ -7,7 +7,7 @@
  *   the (token, slot) pairs, each warp a row of its slot's expert, so only the chosen experts are read
  *   and the expert ids never leave the device. Larger batches, which run eagerly, download the ids, sort
  *   the slots by expert and run one cuBLAS GEMM per chosen expert on its gathered rows (cu_gemm: the
- *   expert's rows dequantized to bf16 a tile at a time), then scatter the rows back.
+ *   expert's rows dequantized to f16 a tile at a time), then scatter the rows back.
  * - moe_combine, swiglu_clamp, sigmoid_gate_rows: elementwise kernels.
  * - attention_sinks: one warp a (token, head), an online softmax over the paged cache whose denominator
  *   gets the head's sink; written for correctness (no tiling), as the reference for faster kernels. */

@@ -1,7 +1,7 @@
 /* MLX's microscaling weights on the device (format/mxq.h: mxfp4, mxfp8, nvfp4): the cu_weight layout
  * CW_MXQ keeps the checkpoint's bytes (rows of cols * bits / 8 bytes of codes, low nibble first; sb: the
  * uint8 scale codes [rows][cols / gs]), and these decoders give the values MLX's CPU and Metal code give
- * them (E4M3 without NaN: 0x7F is 480; E8M0 0 is 2^-127, 255 +Inf). The kernels (dequantization to bf16
+ * them (E4M3 without NaN: 0x7F is 480; E8M0 0 is 2^-127, 255 +Inf). The kernels (dequantization to f16
  * for the GEMM path) are in cuda_mxq.cu; matvecs go through the row kernels of cuda_moe.cu. */
 #ifndef SM_CUDA_MXQ_CUH
 #define SM_CUDA_MXQ_CUH
