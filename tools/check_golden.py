@@ -5,9 +5,11 @@ unpacker (independent of the packer in tools/mlxq.py), run a float64 forward pas
 the transformers modeling code of each family, and compare with the recorded logits and greedy ids.
 
 Families (config model_type): llama, mistral, ministral3, qwen2, qwen3, smollm3, granite, gemma,
-gemma2, gemma3_text, phi3, olmo2, olmo3, exaone4, glm4, cohere2, and the text models of the
-vision-language packagings gemma3, mistral3, qwen2_5_vl, qwen3_vl (weights under "language_model.",
-vision tensors ignored). RoPE: default, linear, llama3, dynamic, yarn, longrope, mrope (text
+gemma2, gemma3_text, phi3, olmo2, olmo3, exaone4, glm4, cohere2, the mixtures of experts qwen3_moe,
+qwen2_moe, mixtral, gpt_oss and glm4_moe (stacked experts, routing as transformers' code, attention sinks),
+and the text models of the vision-language packagings gemma3, mistral3, qwen2_5_vl, qwen3_vl (weights under
+"language_model.", vision tensors ignored). Quantization: MLX affine and the microscaling modes mxfp4,
+mxfp8, nvfp4 (per module). RoPE: default, linear, llama3, dynamic, yarn, longrope, mrope (text
 positions), partial and interleaved rotary, per-layer theta, NoPE layers.
 
 RoPE types whose frequencies depend on the sequence length (dynamic, longrope) follow transformers'
@@ -58,6 +60,8 @@ def read_safetensors(path):
             arr = np.frombuffer(raw, "<f4")
         elif dt == "U32":
             arr = np.frombuffer(raw, "<u4")
+        elif dt == "U8":
+            arr = np.frombuffer(raw, np.uint8)
         else:
             raise ValueError("unsupported dtype %s for %s" % (dt, name))
         out[name] = arr.reshape(shape)
@@ -73,20 +77,53 @@ def unpack_rows(packed, bits, in_dim):
     return (bitsarr * (1 << np.arange(bits, dtype=np.int64))).sum(axis=2)
 
 
+MODE_SHAPE = {"mxfp4": (32, 4), "mxfp8": (32, 8), "nvfp4": (16, 4)}  # MLX's group size, bits per mode
+
+
 def quant_params(q, module):
+    """(group_size, bits, mode) of a module: the block's, or its entry's read as MLX's to_quantized(**entry)
+    (a missing mode is affine; missing bits / group size are that mode's defaults)"""
     p = q.get(module)
     if p is None and module.startswith("language_model."):
         p = q.get(module[len("language_model."):])
     if p is None:
         p = q.get("language_model." + module)
-    if not isinstance(p, dict):
-        p = {"group_size": q["group_size"], "bits": q["bits"]}
-    return p["group_size"], p["bits"]
+    if isinstance(p, dict):
+        mode = p.get("mode", "affine")
+        G, B = MODE_SHAPE[mode] if mode != "affine" else (64, 4)
+        return p.get("group_size", G), p.get("bits", B), mode
+    mode = q.get("mode", "affine")
+    return q.get("group_size", 64), q.get("bits", 4), mode
 
 
-def load_weights(fdir):
-    cfg = json.load(open(os.path.join(fdir, "config.json")))
-    st = read_safetensors(os.path.join(fdir, "model.safetensors"))
+# the values of MLX's microscaling codes (mlx/backend/cpu/quantized.cpp, metal fp8.h): written out here from
+# their definitions (E8M0 2^(c-127), 255 = inf; E4M3 via half precision: no NaN, 0x7F = 480; FP4 E2M1 table)
+FP4 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def e4m3(c):
+    c = np.asarray(c, dtype=np.int64)
+    e, m = (c >> 3) & 15, c & 7
+    v = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8.0) * 2.0 ** (e - 7))
+    return np.where(c & 128, -v, v)
+
+
+def dequant(arr, scales, biases, G, B, mode):
+    """one [rows, packed] weight -> float64 [rows, in]"""
+    in_dim = arr.shape[1] * 32 // B
+    assert scales.shape == (arr.shape[0], in_dim // G), (scales.shape, in_dim, G)
+    codes = unpack_rows(arr, B, in_dim)
+    assert codes.max() < (1 << B)
+    if mode == "affine":
+        return codes * np.repeat(scales.astype(np.float64), G, axis=1) + np.repeat(biases.astype(np.float64), G, axis=1)
+    el = FP4[codes] if B == 4 else e4m3(codes)
+    sc = np.asarray(scales, dtype=np.int64)
+    sv = e4m3(sc) if mode == "nvfp4" else np.where(sc == 255, np.inf, 2.0 ** (sc - 127.0))
+    return el * np.repeat(sv, G, axis=1)
+
+
+def weights_from_st(cfg, st):
+    """float64 weights by MLX name from a safetensors dict (dequantized; stacked experts stay 3-D)"""
     q = cfg.get("quantization")
     W = {}
     for name, arr in st.items():
@@ -95,17 +132,24 @@ def load_weights(fdir):
         module = name[: -len(".weight")] if name.endswith(".weight") else None
         if module is not None and module + ".scales" in st:
             assert q is not None, "quantized tensor without a quantization block"
-            G, B = quant_params(q, module)
-            scales = st[module + ".scales"].astype(np.float64)
-            biases = st[module + ".biases"].astype(np.float64)
-            in_dim = arr.shape[1] * 32 // B
-            assert scales.shape == (arr.shape[0], in_dim // G), (name, scales.shape, in_dim, G)
-            codes = unpack_rows(arr, B, in_dim)
-            assert codes.max() < (1 << B)
-            W[name] = codes * np.repeat(scales, G, axis=1) + np.repeat(biases, G, axis=1)
+            G, B, mode = quant_params(q, module)
+            assert (mode == "affine") == (module + ".biases" in st), (name, mode)
+            sc = st[module + ".scales"]
+            bi = st.get(module + ".biases")
+            if arr.ndim == 3:
+                W[name] = np.stack([dequant(arr[e], sc[e], None if bi is None else bi[e], G, B, mode)
+                                    for e in range(arr.shape[0])])
+            else:
+                W[name] = dequant(arr, sc, bi, G, B, mode)
         else:
             W[name] = arr.astype(np.float64)
-    return cfg, W
+    return W
+
+
+def load_weights(fdir):
+    cfg = json.load(open(os.path.join(fdir, "config.json")))
+    st = read_safetensors(os.path.join(fdir, "model.safetensors"))
+    return cfg, weights_from_st(cfg, st)
 
 
 # ----------------------------------------------------------------------------------- config
@@ -154,7 +198,11 @@ class Fam:
         self.fused_qkv = mt == "phi3"
         self.fused_gate_up = mt in ("phi3", "glm4")
         self.qk_norm = {"qwen3": "head", "qwen3_vl_text": "head", "gemma3_text": "head", "exaone4": "head",
-                        "olmo2": "full", "olmo3": "full"}.get(mt)
+                        "olmo2": "full", "olmo3": "full", "qwen3_moe": "head"}.get(mt)
+        if mt == "glm4_moe" and tc.get("use_qk_norm", False):
+            self.qk_norm = "head"
+        self.moe = MOE.get(mt)
+        self.sinks = mt == "gpt_oss"
         self.interleaved = mt in ("glm4", "cohere2")
         self.act = "gelu_tanh" if self.gemma else "silu"
         act = tc.get("hidden_activation" if self.gemma else "hidden_act")
@@ -162,10 +210,11 @@ class Fam:
             self.act = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
                         "gelu_fast": "gelu_tanh"}[act]
         # biases: which projections get them when attention_bias is true
-        ab = bool(tc.get("attention_bias", False))
-        self.qkv_bias = mt in ("qwen2", "qwen2_5_vl_text") or (ab and mt not in (
-            "mistral", "ministral3", "phi3", "exaone4"))
-        self.o_bias = ab and mt not in ("mistral", "ministral3", "phi3", "exaone4", "qwen2", "qwen2_5_vl_text", "glm4")
+        ab = bool(tc.get("attention_bias", mt == "gpt_oss"))
+        self.qkv_bias = mt in ("qwen2", "qwen2_5_vl_text", "qwen2_moe") or (ab and mt not in (
+            "mistral", "ministral3", "phi3", "exaone4", "mixtral"))
+        self.o_bias = ab and mt not in ("mistral", "ministral3", "phi3", "exaone4", "qwen2", "qwen2_5_vl_text", "glm4",
+                                        "qwen2_moe", "mixtral", "glm4_moe")
 
 
 def layer_kinds(fam, tc, n):
@@ -191,11 +240,13 @@ def layer_kinds(fam, tc, n):
         elif mt == "smollm3":
             use = tc.get("use_sliding_window", False) and sw is not None
             lt = ["sliding_attention" if use and not nrl[i] else "full_attention" for i in range(n)]
-        elif mt in ("qwen2", "qwen3", "qwen2_5_vl_text", "qwen3_vl_text"):
+        elif mt == "gpt_oss":
+            lt = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+        elif mt in ("qwen2", "qwen3", "qwen2_5_vl_text", "qwen3_vl_text", "qwen2_moe", "qwen3_moe"):
             use = tc.get("use_sliding_window", False) and sw is not None
             mwl = tc.get("max_window_layers", 28)
             lt = ["sliding_attention" if use and i >= mwl else "full_attention" for i in range(n)]
-        elif mt in ("mistral", "ministral3", "phi3"):
+        elif mt in ("mistral", "ministral3", "phi3", "mixtral"):
             lt = ["sliding_attention" if sw else "full_attention" for i in range(n)]
         else:
             lt = ["full_attention"] * n
@@ -205,7 +256,8 @@ def layer_kinds(fam, tc, n):
         window = sw if (sliding and sw) else 0
         if mt == "smollm3" and not tc.get("use_sliding_window", False):
             window = 0
-        if mt in ("qwen2", "qwen3", "qwen2_5_vl_text", "qwen3_vl_text") and not tc.get("use_sliding_window", False):
+        if mt in ("qwen2", "qwen3", "qwen2_5_vl_text", "qwen3_vl_text", "qwen2_moe", "qwen3_moe") and \
+                not tc.get("use_sliding_window", False):
             window = 0
         rope = "full"
         if mt == "cohere2":
@@ -292,7 +344,7 @@ def rope_tables(fam, tc, T, n_prefill):
         hd = tc["hidden_size"] // tc["num_attention_heads"]
     full, slide = rope_params(tc)
     prf = full.get("partial_rotary_factor", tc.get("partial_rotary_factor",
-                                                    0.5 if fam.mt == "glm4" else 1.0))
+                                                    0.5 if fam.mt in ("glm4", "glm4_moe") else 1.0))
     rot = int(hd * prf)
     # Phi-3's original_max_position_embeddings attribute (class default 4096) wins over the rope dict's
     if full["rope_type"] in ("llama3", "yarn", "longrope", "su"):
@@ -336,6 +388,70 @@ def apply_rope(v, cos, sin, rot, interleaved):
 
 
 # ----------------------------------------------------------------------------------- forward
+
+# ----------------------------------------------------------------------------------- mixtures of experts
+
+# per family: the router and stacked experts (mlx-lm's names), the routing (transformers' SparseMoeBlock /
+# router code), shared experts
+MOE = {
+    "qwen3_moe": dict(router="mlp.gate", experts="mlp.switch_mlp", route="softmax"),
+    "qwen2_moe": dict(router="mlp.gate", experts="mlp.switch_mlp", route="softmax", shared="mlp.shared_expert",
+                      shared_gate="mlp.shared_expert_gate"),
+    "mixtral": dict(router="block_sparse_moe.gate", experts="block_sparse_moe.switch_mlp", route="softmax_norm"),
+    "gpt_oss": dict(router="mlp.router", experts="mlp.experts", route="topk_softmax", bias=True),
+    "glm4_moe": dict(router="mlp.gate", experts="mlp.switch_mlp", route="sigmoid", shared="mlp.shared_experts",
+                     correction="mlp.gate.e_score_correction_bias"),
+}
+ROUTE_MARGINS = []  # the smallest gap between the k-th and (k+1)-th choice score of each routing (seed search)
+
+
+def is_moe_layer(mt, tc, i):
+    if mt in ("qwen3_moe", "qwen2_moe"):
+        return i not in (tc.get("mlp_only_layers") or []) and (i + 1) % tc.get("decoder_sparse_step", 1) == 0
+    if mt == "glm4_moe":
+        return i >= tc.get("first_k_dense_replace", 1)
+    return True
+
+
+def top(v, k):
+    """indices of the k largest, descending, ties to the lower index (torch.topk on distinct values)"""
+    order = np.argsort(-v, kind="stable")
+    if len(v) > k:
+        ROUTE_MARGINS.append(float(v[order[k - 1]] - v[order[k]]))
+    return order[:k]
+
+
+def route(spec, tc, logits, corr):
+    """(experts, weights) of one token"""
+    k = tc["num_experts_per_tok"]
+    r = spec["route"]
+    if r in ("softmax", "softmax_norm"):
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        ids = top(p, k)
+        w = p[ids]
+        if r == "softmax_norm" or tc.get("norm_topk_prob", False):
+            w = w / w.sum()
+        return ids, w
+    if r == "topk_softmax":
+        ids = top(logits, k)
+        e = np.exp(logits[ids] - logits[ids].max())
+        return ids, e / e.sum()
+    s = 1 / (1 + np.exp(-logits))  # sigmoid routing, group-limited choice with the correction bias
+    choice = s + corr
+    G, kg = tc.get("n_group", 1), tc.get("topk_group", 1)
+    per = len(s) // G
+    gs = np.array([np.sort(choice[g * per:(g + 1) * per])[-2:].sum() for g in range(G)])
+    keep = top(gs, kg) if G > kg else np.arange(G)
+    mask = np.zeros(len(s), dtype=bool)
+    for g in keep:
+        mask[g * per:(g + 1) * per] = True
+    ids = top(np.where(mask, choice, 0.0), k)
+    w = s[ids]
+    if tc.get("norm_topk_prob", True):
+        w = w / (w.sum() + 1e-20)
+    return ids, w * tc.get("routed_scaling_factor", 1.0)
+
 
 def rmsnorm(x, w, eps, offset=0.0):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * (w + offset)
@@ -430,12 +546,51 @@ def forward(cfg, W, ids, n_prefill=None):
             if window:
                 mask = mask + np.tril(np.full((T, T), -np.inf), -window)
             s = s + mask
-            s = np.exp(s - s.max(-1, keepdims=True))
-            s /= s.sum(-1, keepdims=True)
+            if fam.sinks:  # gpt-oss: a sink logit per head joins the softmax, its share is dropped
+                sk = W[p + "self_attn.sinks"][:, None, None]
+                m = np.maximum(s.max(-1, keepdims=True), sk)
+                s = np.exp(s - m)
+                s /= s.sum(-1, keepdims=True) + np.exp(sk - m)
+            else:
+                s = np.exp(s - s.max(-1, keepdims=True))
+                s /= s.sum(-1, keepdims=True)
             o = np.einsum("hts,shd->thd", s, v).reshape(T, nh * hd)
             return lin("self_attn.o_proj", o, fam.o_bias)
 
+        def moe(h):
+            sp = fam.moe
+            lg = h @ W[p + sp["router"] + ".weight"].T
+            if sp.get("bias"):
+                lg = lg + W[p + sp["router"] + ".bias"]
+            corr = W[p + sp["correction"]] if sp.get("correction") else 0.0
+            ex = p + sp["experts"] + "."
+            out = np.zeros_like(h)
+            for t in range(h.shape[0]):
+                ids, wts = route(sp, tc, lg[t], corr)
+                for e, w in zip(ids, wts):
+                    g = W[ex + "gate_proj.weight"][e] @ h[t]
+                    u = W[ex + "up_proj.weight"][e] @ h[t]
+                    if sp.get("bias"):  # gpt-oss: biases and the clamped SwiGLU
+                        g, u = g + W[ex + "gate_proj.bias"][e], u + W[ex + "up_proj.bias"][e]
+                        lim, alpha = tc.get("swiglu_limit", 7.0), tc.get("swiglu_alpha", 1.702)
+                        g, u = np.minimum(g, lim), np.clip(u, -lim, lim)
+                        y = W[ex + "down_proj.weight"][e] @ (g / (1 + np.exp(-alpha * g)) * (u + 1))
+                        y = y + W[ex + "down_proj.bias"][e]
+                    else:
+                        y = W[ex + "down_proj.weight"][e] @ (act(fam, g) * u)
+                    out[t] += w * y
+            if sp.get("shared") and p + sp["shared"] + ".gate_proj.weight" in W:
+                sh = p + sp["shared"] + "."
+                y = (act(fam, h @ W[sh + "gate_proj.weight"].T) * (h @ W[sh + "up_proj.weight"].T)) @ \
+                    W[sh + "down_proj.weight"].T
+                if sp.get("shared_gate"):
+                    y = y / (1 + np.exp(-(h @ W[p + sp["shared_gate"] + ".weight"].T)))
+                out = out + y
+            return out
+
         def mlp(h):
+            if fam.moe and is_moe_layer(mt, tc, i):
+                return moe(h)
             if fam.fused_gate_up:
                 gu = lin("mlp.gate_up_proj", h)
                 g, u = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]

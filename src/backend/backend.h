@@ -11,6 +11,7 @@
 #ifndef SM_BACKEND_H
 #define SM_BACKEND_H
 #include "base/base.h"
+#include "format/mxq.h"
 #include "format/safetensors.h"
 
 #ifdef __cplusplus
@@ -23,12 +24,17 @@ extern "C" {
  * cols*bits bits starting at (uint8_t*)data + r*cols*bits/8; element j is bits
  * [j*bits, (j+1)*bits). Dequantized value = scale[r][j/gs] * q + bias[r][j/gs], where
  * scales/biases are [rows][cols/gs] of dtype (F16/BF16/F32). A row-range view of a
- * fused weight is made by offsetting data/scales/biases (see sm_weight_rows). */
+ * fused weight is made by offsetting data/scales/biases (see sm_weight_rows).
+ * MLX microscaling modes (qmode mxfp4 / mxfp8 / nvfp4, format/mxq.h): rows of cols*bits/8 bytes of FP4/FP8
+ * codes, scales [rows][cols/gs] uint8 codes (dtype SM_DT_U8), no biases; value = scale * element.
+ * Stacked expert weights (MoE) are one weight of n_experts * rows_per_expert rows: expert e is the row
+ * range [e * rows_per_expert, (e + 1) * rows_per_expert). */
 typedef struct sm_weight {
   int64_t rows, cols;
   int bits;       /* 0 = dense */
   int group_size; /* quantized only */
-  sm_dtype dtype;
+  int qmode;      /* sm_qmode (quantized only; 0 = affine) */
+  sm_dtype dtype; /* dense elements, or affine scales/biases, or SM_DT_U8 (microscaling scale codes) */
   const void *data, *scales, *biases;
   void *dev;      /* backend-private handle; NULL until prepare_weight */
 } sm_weight;
@@ -109,6 +115,9 @@ typedef enum {
   SM_MM_Q, SM_MM_K, SM_MM_V, SM_MM_O,     /* attention projections */
   SM_MM_GATE, SM_MM_UP, SM_MM_DOWN,       /* MLP */
   SM_MM_LM_HEAD,                          /* vocabulary logits */
+  SM_MM_ROUTER,                           /* mixture of experts: router logits (one per expert) */
+  SM_MM_EXPERT_GATE, SM_MM_EXPERT_UP, SM_MM_EXPERT_DOWN, /* the routed experts (matmul_experts) */
+  SM_MM_SHARED_GATE,                      /* the sigmoid gate of a shared expert (one row) */
   SM_MM_ROLES
 } sm_mm_role;
 const char *sm_mm_role_name(sm_mm_role r);
@@ -129,6 +138,31 @@ typedef struct {
   float beta;            /* 0: off */
   int beta_pos;          /* > 0 when beta > 0 */
 } sm_rope_ext;
+
+/* How a mixture-of-experts router turns a token's logits l[0..E) into its k experts and their weights.
+ * The experts chosen are the k largest choice scores, ties broken towards the lower expert index:
+ *   SOFTMAX       p = softmax(l); choice p; weight p_e (Qwen MoE)
+ *   TOPK_SOFTMAX  choice l; weights softmax of the k chosen logits (gpt-oss, Mixtral)
+ *   SIGMOID       s = sigmoid(l); choice s + correction (the n_group groups with the largest sums of their two
+ *                 largest choice scores, topk_group of them, are kept; the others' experts score 0); weight s_e
+ *                 (GLM-4 MoE, DeepSeek-V3)
+ * then, with norm, the k weights are divided by their sum (+ 1e-20 for SIGMOID, as transformers), and all are
+ * multiplied by scale. Softmax and sigmoid in float32. */
+enum { SM_ROUTE_SOFTMAX, SM_ROUTE_TOPK_SOFTMAX, SM_ROUTE_SIGMOID };
+typedef struct {
+  int kind;                /* SM_ROUTE_* */
+  int n_experts, top_k;    /* top_k <= 64 */
+  bool norm;
+  float scale;
+  const float *correction; /* backend buffer [n_experts] (SIGMOID; NULL: none) */
+  int n_group, topk_group; /* SIGMOID group-limited choice; n_group <= 1: off */
+} sm_moe_route;
+
+/* The routing of one token (the reference every backend's moe_route computes; moe_route.c): ids[0..k) and
+ * wts[0..k) from logits[0..n_experts) (host memory; correction: host copy of r->correction or NULL);
+ * scratch: 2 * n_experts floats. */
+void sm_moe_route_row(const sm_moe_route *r, const float *logits, const float *correction, int32_t *ids, float *wts,
+                      float *scratch);
 
 typedef struct sm_backend sm_backend;
 struct sm_backend {
@@ -188,6 +222,29 @@ struct sm_backend {
   void (*softcap)(sm_backend *be, float *y, float cap, size_t n);
   /* dst[i][:] = src[out_rows[i]][:] for the current batch's out_rows (dim floats a row) */
   void (*gather_out)(sm_backend *be, float *dst, const float *src, int dim);
+
+  /* Mixture of experts and gpt-oss (src/model/moe.c). Buffers are backend buffers; ids holds int32.
+   * moe_route: for t < n, ids[t*k + j] and wts[t*k + j] (j < k = r->top_k) are the experts of token t and their
+   * weights from its router logits[t][0..n_experts) (sm_moe_route). */
+  void (*moe_route)(sm_backend *be, const float *logits, int n, const sm_moe_route *r, int32_t *ids, float *wts);
+  /* The routed experts' matmul: w stacks the experts (expert e = rows [e * rows, (e + 1) * rows) of w), and
+   * for t < n, j < k, with e = ids[t*k + j] and s = t*k + j:
+   *   y[s][0..rows) = W_e . x[x_per_slot ? s : t] (+ bias[e][0..rows) when bias != NULL)
+   * x rows have w->cols floats. Decode reads only the chosen experts' rows. */
+  void (*matmul_experts)(sm_backend *be, sm_mm_role role, const sm_weight *w, int64_t rows, const float *bias,
+                         const float *x, bool x_per_slot, int n, int k, const int32_t *ids, float *y);
+  /* out[t][:] = sum_j wts[t*k + j] * y[t*k + j][:] for t < n (dim floats a row; out is overwritten) */
+  void (*moe_combine)(sm_backend *be, float *out, const float *y, const float *wts, int n, int k, int dim);
+  /* gpt-oss's clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit),
+   * out[i] = g * sigmoid(alpha * g) * (u + 1) (n elements; out may alias gate) */
+  void (*swiglu_clamp)(sm_backend *be, float *out, const float *gate, const float *up, size_t n, float alpha,
+                       float limit);
+  /* y[t][:] *= sigmoid(g[t]), t < n rows of dim (a shared expert's gate) */
+  void (*sigmoid_gate_rows)(sm_backend *be, float *y, const float *g, int n, int dim);
+  /* attention (as above) whose softmax also has one sink logit per head, sinks[h] (backend buffer), whose share
+   * is dropped: out = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sinks[h] - m)) (gpt-oss) */
+  void (*attention_sinks)(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
+                          float scale, int window, float softcap, const float *sinks);
 
   /* Optional (NULL: the engine downloads the logits and samples on the host): for each of
    * n_req requests, out_tokens[i] = sm_sample_row(req[i], row req[i].row of logits), where

@@ -3,7 +3,9 @@
 #include "backend/backend.h"
 
 const char *sm_mm_role_name(sm_mm_role r) {
-  static const char *const names[SM_MM_ROLES] = { "other", "q", "k", "v", "o", "gate", "up", "down", "lm_head" };
+  static const char *const names[SM_MM_ROLES] = { "other", "q", "k", "v", "o", "gate", "up", "down", "lm_head",
+                                                          "router", "expert_gate", "expert_up", "expert_down",
+                                                          "shared_gate" };
   return (unsigned)r < SM_MM_ROLES ? names[r] : "?";
 }
 

@@ -42,10 +42,12 @@ static stat3 stats_of(double *v, int n) {
 }
 
 static void usage(void) {
-  printf("usage: smelt bench [-m MODEL | --synthetic test|tiny|test1b|test8b|1b|3b|8b [--bits 0|2|3|4|5|6|8]\n"
+  printf("usage: smelt bench [-m MODEL | --synthetic SHAPE [--bits 0|2|3|4|5|6|8]\n"
          "                   [--group-size 32|64|128]] [-p PROMPT_TOKENS=512] [-n GEN_TOKENS=128] [-r REPEAT=1]\n"
          "                   [-t THREADS] [--device cpu|cuda] [-ctk f16|bf16|f32] [--dir DIR] [--json]\n"
          "Synthetic models are random-weight MLX checkpoints written once to --dir (default $TMPDIR).\n"
+         "SHAPE: test, tiny, test1b, test8b, 1b, 3b, 8b (Llama), gemma3-1b, gemma3-4b, phi4-mini,\n"
+         "mistral-small-24b, qwen3-30b-a3b (MoE) or gpt-oss-20b (MoE, mxfp4 experts, the rest --bits).\n"
          "Prints prefill and decode tok/s (with -r N: min / median / max of N timed runs) and decode's\n"
          "ratio to the bandwidth roofline: the backend's measured read bandwidth (CPU: all its threads,\n"
          "a buffer well past the caches) over the weight bytes read per token. Models that fit in the\n"
@@ -95,7 +97,7 @@ int sm_cmd_bench(int argc, char **argv) {
   if (synth) {
     const sm_synth_shape *sh = sm_synth_find(synth);
     if (!sh) {
-      fprintf(stderr, "smelt bench: unknown synthetic shape '%s' (test, tiny, test1b, test8b, 1b, 3b, 8b)\n", synth);
+      fprintf(stderr, "smelt bench: unknown synthetic shape '%s' (smelt bench --help lists them)\n", synth);
       return 2;
     }
     if (bits != 0 && bits != 2 && bits != 3 && bits != 4 && bits != 5 && bits != 6 && bits != 8) {

@@ -93,8 +93,13 @@ int sm_cmd_inspect(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "vocab_size", e.vocab);
     cJSON_AddNumberToObject(j, "quant_bits", e.quant_bits);
     cJSON_AddNumberToObject(j, "quant_group_size", e.quant_group);
+    cJSON_AddStringToObject(j, "quant_mode", e.quant_bits ? sm_qmode_name((sm_qmode)e.quant_mode) : "none");
     cJSON_AddNumberToObject(j, "n_tensors", (double)e.n_tensors);
     cJSON_AddNumberToObject(j, "n_params", (double)e.n_params);
+    cJSON_AddNumberToObject(j, "n_active_params", (double)e.n_active_params);
+    cJSON_AddNumberToObject(j, "n_experts", e.n_experts);
+    cJSON_AddNumberToObject(j, "experts_per_token", e.top_k);
+    cJSON_AddNumberToObject(j, "active_weight_bytes", (double)e.active_bytes);
     cJSON_AddNumberToObject(j, "weights_bytes", (double)e.weights_bytes);
     cJSON_AddStringToObject(j, "kv_dtype", kvd);
     cJSON_AddNumberToObject(j, "max_tokens", e.max_tokens);
@@ -115,11 +120,21 @@ int sm_cmd_inspect(int argc, char **argv) {
     printf("arch         %s%s\n", e.arch[0] ? e.arch : "?", (sm_family_runnable(e.arch) != NULL) ? "" : " (not supported)");
     printf("shape        %d layers, %d heads, %d kv heads, head dim %d, hidden %d, ffn %d, vocab %d\n", e.n_layers,
            e.n_heads, e.n_kv_heads, e.head_dim, e.hidden, e.intermediate, e.vocab);
-    if (e.quant_bits) printf("quantization %d-bit, group size %d\n", e.quant_bits, e.quant_group);
+    if (e.quant_bits && e.quant_mode) printf("quantization %s (%d-bit, group size %d)\n",
+                                             sm_qmode_name((sm_qmode)e.quant_mode), e.quant_bits, e.quant_group);
+    else if (e.quant_bits) printf("quantization %d-bit, group size %d\n", e.quant_bits, e.quant_group);
     else printf("quantization none\n");
     if (e.n_params >= 1000000000ull) printf("parameters   %.2f B (%llu)\n", (double)e.n_params / 1e9, (unsigned long long)e.n_params);
     else printf("parameters   %.2f M (%llu)\n", (double)e.n_params / 1e6, (unsigned long long)e.n_params);
-    printf("weights      %s (%zu tensors)\n", sm_store_fmt_bytes(e.weights_bytes, b1, 32), e.n_tensors);
+    if (e.n_experts > 0) {
+      const bool bn = e.n_active_params >= 1000000000ull;
+      printf("experts      %d, %d per token: %.2f %s parameters active (%llu)\n", e.n_experts, e.top_k,
+             (double)e.n_active_params / (bn ? 1e9 : 1e6), bn ? "B" : "M", (unsigned long long)e.n_active_params);
+      printf("weights      %s (%zu tensors); %s read per token\n", sm_store_fmt_bytes(e.weights_bytes, b1, 32),
+             e.n_tensors, sm_store_fmt_bytes(e.active_bytes, b2, 32));
+    } else {
+      printf("weights      %s (%zu tensors)\n", sm_store_fmt_bytes(e.weights_bytes, b1, 32), e.n_tensors);
+    }
     printf("KV cache     %s: %llu B/token x %d tokens = %s\n", kvd, (unsigned long long)e.kv_bytes_per_token,
            e.max_tokens, sm_store_fmt_bytes(e.kv_bytes, b2, 32));
     printf("runtime      %s (activations %s + 10%%)\n", sm_store_fmt_bytes(e.runtime_bytes, b1, 32),
@@ -308,7 +323,8 @@ int sm_cmd_arch(int argc, char **argv) {
   printf("\nKnown, not runnable:\n");
   for (size_t i = 0; i < n; i++)
     if (!fams[i]->recipe) printf("%-16s %s: %s\n", fams[i]->model_type, fams[i]->description, fams[i]->notes ? fams[i]->notes : "");
-  printf("\nWeights: MLX safetensors, dense f32/f16/bf16 or affine-quantized 2/3/4/5/6/8-bit (group 32/64/128).\n");
+  printf("\nWeights: MLX safetensors, dense f32/f16/bf16, affine-quantized 2/3/4/5/6/8-bit (group 32/64/128) or\n"
+         "mxfp4/mxfp8/nvfp4, per module.\n");
   if (!cuda) printf("* this smelt was built without CUDA.\n");
   return 0;
 }

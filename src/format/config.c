@@ -161,6 +161,36 @@ static smelt_status parse_rope(sm_config *c, const cJSON *rs, const char *file) 
 static bool valid_bits(int b) { return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8; }
 static bool valid_group(int g) { return g == 32 || g == 64 || g == 128; }
 
+/* a quantization entry's mode, bits and group size (unset: from the defaults d*, which for a mode other than
+ * the default's are MLX's defaults of that mode), checked */
+static smelt_status quant_entry_params(const src *s, const char *what, int dmode, int dbits, int dgroup, int *mode,
+                                       int *bits, int *group) {
+  char mm[32] = "";
+  TRY(get_str(s, "mode", mm, sizeof mm));
+  *mode = dmode;
+  if (mm[0]) {
+    int m = sm_qmode_parse(mm);
+    if (m < 0)
+      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization%s%s: mode '%s' is not supported (affine, mxfp4, mxfp8, "
+                    "nvfp4)", s->file, what[0] ? " of " : "", what, mm);
+    *mode = m;
+  }
+  *bits = *mode == dmode ? dbits : (*mode == SM_QMODE_AFFINE ? 4 : sm_qmode_bits((sm_qmode)*mode));
+  *group = *mode == dmode ? dgroup : (*mode == SM_QMODE_AFFINE ? 64 : sm_qmode_group((sm_qmode)*mode));
+  TRY(get_int(s, "bits", bits));
+  TRY(get_int(s, "group_size", group));
+  if (*mode == SM_QMODE_AFFINE) {
+    if (!valid_bits(*bits) || !valid_group(*group))
+      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization%s%s: bits %d / group_size %d not supported (bits 2,3,4,5,6,8; "
+                    "group_size 32,64,128)", s->file, what[0] ? " of " : "", what, *bits, *group);
+  } else if (*bits != sm_qmode_bits((sm_qmode)*mode) || *group != sm_qmode_group((sm_qmode)*mode)) {
+    return sm_err(SMELT_ERR_FORMAT, "%s: quantization%s%s: mode %s needs bits %d and group_size %d (not %d / %d)", s->file,
+                  what[0] ? " of " : "", what, sm_qmode_name((sm_qmode)*mode), sm_qmode_bits((sm_qmode)*mode),
+                  sm_qmode_group((sm_qmode)*mode), *bits, *group);
+  }
+  return SMELT_OK;
+}
+
 static smelt_status parse_quant(sm_config *c, const char *file) {
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(c->json, "quantization");
   const char *qname = "quantization";
@@ -172,34 +202,21 @@ static smelt_status parse_quant(sm_config *c, const char *file) {
   if (!q || cJSON_IsNull(q)) return SMELT_OK;
   if (!cJSON_IsObject(q)) return sm_err(SMELT_ERR_FORMAT, "%s: \"%s\" must be an object", file, qname);
   src s = {q, NULL, file};
-  char method[32] = "", mode[32] = "";
+  char method[32] = "";
   TRY(get_str(&s, "quant_method", method, sizeof method));
-  TRY(get_str(&s, "mode", mode, sizeof mode));
   if (method[0] && strcmp(method, "mlx") && strcmp(method, "affine"))
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization method '%s' is not supported (only MLX affine)", file, method);
-  if (mode[0] && strcmp(mode, "affine"))
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization mode '%s' is not supported (only affine)", file, mode);
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization method '%s' is not supported (MLX quantization: modes "
+                  "affine, mxfp4, mxfp8, nvfp4)", file, method);
   c->quant = (cJSON *)q;
-  c->q_bits = 4; /* mlx defaults */
-  c->q_group_size = 64;
-  TRY(get_int(&s, "bits", &c->q_bits));
-  TRY(get_int(&s, "group_size", &c->q_group_size));
-  if (!valid_bits(c->q_bits)) return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization bits %d not supported (2,3,4,5,6,8)", file, c->q_bits);
-  if (!valid_group(c->q_group_size))
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization group_size %d not supported (32,64,128)", file, c->q_group_size);
-  /* per-module overrides */
+  /* mlx defaults: affine 4-bit, group 64 */
+  TRY(quant_entry_params(&s, "", SM_QMODE_AFFINE, 4, 64, &c->q_mode, &c->q_bits, &c->q_group_size));
+  /* per-module overrides: as MLX's to_quantized(**entry), a missing mode is affine and missing bits / group
+   * size are the mode's defaults */
   for (const cJSON *e = q->child; e; e = e->next) {
     if (!e->string || !cJSON_IsObject(e)) continue;
     src m = {e, NULL, file};
-    int b = c->q_bits, g = c->q_group_size;
-    TRY(get_int(&m, "bits", &b));
-    TRY(get_int(&m, "group_size", &g));
-    char mm[32] = "";
-    TRY(get_str(&m, "mode", mm, sizeof mm));
-    if (mm[0] && strcmp(mm, "affine"))
-      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization of '%s': mode '%s' is not supported", file, e->string, mm);
-    if (!valid_bits(b) || !valid_group(g))
-      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization of '%s': bits %d / group_size %d not supported", file, e->string, b, g);
+    int md, b, g;
+    TRY(quant_entry_params(&m, e->string, SM_QMODE_AFFINE, 4, 64, &md, &b, &g));
   }
   return SMELT_OK;
 }
@@ -210,8 +227,8 @@ static const cJSON *quant_entry(const cJSON *q, const char *name) {
   return NULL;
 }
 
-void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int *group_size) {
-  int b = c ? c->q_bits : 0, g = c ? c->q_group_size : 0;
+void sm_config_quant_mode_for(const sm_config *c, const char *module, int *bits, int *group_size, int *mode) {
+  int b = c ? c->q_bits : 0, g = c ? c->q_group_size : 0, md = c ? c->q_mode : 0;
   if (c && c->quant && module) {
     char buf[512];
     size_t n = strlen(module);
@@ -228,9 +245,15 @@ void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int 
         snprintf(alt, sizeof alt, "%s%s", pre, buf);
         v = quant_entry(c->quant, alt);
       }
-      if (v && cJSON_IsFalse(v)) b = g = 0;
+      if (v && cJSON_IsFalse(v)) b = g = md = 0;
       else if (v && cJSON_IsObject(v)) {
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, "bits");
+        /* checked when parsed: the entry's mode (absent: affine) and MLX's defaults of that mode */
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, "mode");
+        const int nm = cJSON_IsString(x) ? sm_qmode_parse(x->valuestring) : SM_QMODE_AFFINE;
+        md = nm >= 0 ? nm : SM_QMODE_AFFINE;
+        b = md == SM_QMODE_AFFINE ? 4 : sm_qmode_bits((sm_qmode)md);
+        g = md == SM_QMODE_AFFINE ? 64 : sm_qmode_group((sm_qmode)md);
+        x = cJSON_GetObjectItemCaseSensitive(v, "bits");
         if (cJSON_IsNumber(x)) b = (int)x->valueint;
         x = cJSON_GetObjectItemCaseSensitive(v, "group_size");
         if (cJSON_IsNumber(x)) g = (int)x->valueint;
@@ -239,6 +262,11 @@ void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int 
   }
   if (bits) *bits = b;
   if (group_size) *group_size = b ? g : 0;
+  if (mode) *mode = b ? md : 0;
+}
+
+void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int *group_size) {
+  sm_config_quant_mode_for(c, module, bits, group_size, NULL);
 }
 
 /* --------------------------------------------------------------- parse */
@@ -498,6 +526,7 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
     c->bos_id = b;
   }
   TRY(add_token_ids(c, get(&s, "eos_token_id"), file, "eos_token_id"));
+  TRY(sm_config_parse_moe(c, f->moe, file));
 
   return parse_quant(c, file);
 }

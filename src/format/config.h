@@ -2,6 +2,7 @@
 #ifndef SM_CONFIG_H
 #define SM_CONFIG_H
 #include "base/base.h"
+#include "format/mxq.h"
 #include <cjson/cJSON.h>
 
 typedef enum {
@@ -14,6 +15,36 @@ typedef enum {
 } sm_rope_type;
 
 #define SM_MAX_LAYERS 1024 /* num_hidden_layers range */
+
+/* Mixture-of-experts fields of config.json (config_moe.c), under the names the families use: experts
+ * (num_experts, num_local_experts or n_routed_experts), num_experts_per_tok, moe_intermediate_size (else
+ * intermediate_size), shared experts (shared_expert_intermediate_size, or n_shared_experts times
+ * moe_intermediate_size), norm_topk_prob, routed_scaling_factor, n_group / topk_group, and which layers
+ * are dense (first_k_dense_replace, moe_layer_freq, decoder_sparse_step, mlp_only_layers). */
+typedef struct {
+  int n_experts;       /* 0: not a mixture-of-experts model */
+  int top_k;           /* num_experts_per_tok */
+  int expert_inter;    /* an expert's intermediate size */
+  int shared_inter;    /* the shared expert(s)' intermediate size; 0: none */
+  bool norm_topk;      /* norm_topk_prob */
+  float routed_scale;  /* routed_scaling_factor */
+  int n_group, topk_group;
+  float swiglu_limit, swiglu_alpha; /* gpt-oss clamped SwiGLU */
+  int use_qk_norm;     /* GLM-4 MoE use_qk_norm: -1 absent, 0/1 */
+  uint8_t moe_layer[SM_MAX_LAYERS]; /* 1: layer l's MLP is the mixture */
+} sm_moe_config;
+
+/* The mixture-of-experts class defaults of a family (transformers' config class) */
+typedef struct {
+  int n_experts, top_k, expert_inter, shared_inter, n_shared;
+  bool norm_topk;
+  float routed_scale;
+  int n_group, topk_group;
+  int first_dense;   /* first_k_dense_replace */
+  int layer_freq;    /* moe_layer_freq: MoE layers are those l >= first_dense with l % layer_freq == 0 (0: 1) */
+  int sparse_step;   /* decoder_sparse_step: MoE layers are those with (l + 1) % sparse_step == 0 (0: 1) */
+  float swiglu_limit, swiglu_alpha;
+} sm_moe_defaults;
 
 typedef struct {
   char model_type[32];         /* "llama","mistral","qwen2","qwen3","gemma","gemma2","gemma3_text","phi3",...
@@ -55,11 +86,13 @@ typedef struct {
   char hidden_act[32];         /* gemma families: hidden_activation preferred */
   int n_eos; int32_t eos_ids[16]; int32_t bos_id; /* -1 if none; eos from config AND generation_config (union) */
   float final_logit_softcapping, attn_logit_softcapping, query_pre_attn_scalar; /* 0 if absent */
-  /* quantization ("quantization" or "quantization_config" block): default bits/group_size (0 = unquantized) */
-  int q_bits, q_group_size;
+  /* quantization ("quantization" or "quantization_config" block): default bits/group_size (0 = unquantized)
+   * and mode (sm_qmode: affine, mxfp4, mxfp8, nvfp4) */
+  int q_bits, q_group_size, q_mode;
   cJSON *json;                 /* whole config.json, owned */
   cJSON *quant;                /* the quantization block (borrowed from json), may be NULL */
   cJSON *text;                 /* object the LM fields were read from (json or its text_config), borrowed */
+  sm_moe_config moe;           /* mixture-of-experts models (moe.n_experts > 0) */
   /* generation_config defaults (0/absent if not given) */
   float gen_temperature, gen_top_p; int gen_top_k; float gen_repetition_penalty;
   int gen_do_sample;           /* -1 absent, else 0/1 */
@@ -89,9 +122,14 @@ typedef struct {
   /* vision-language packagings: the model_type of the LM when text_config does not name it (or when the
    * LM's fields sit at the top level next to a vision_config) */
   const char *text_type;
+  const sm_moe_defaults *moe; /* mixture-of-experts families: their MoE defaults (NULL: not MoE) */
 } sm_config_defaults;
 /* the defaults of a model_type, NULL when unknown (generic PretrainedConfig defaults then apply) */
 typedef const sm_config_defaults *(*sm_config_defaults_fn)(const char *model_type);
+
+/* config_moe.c: the mixture-of-experts fields (sm_moe_config) of a parsed config, with the family's
+ * defaults (d may be NULL: not a mixture-of-experts family; then the fields are left zero). */
+smelt_status sm_config_parse_moe(sm_config *c, const sm_moe_defaults *d, const char *file);
 
 /* Load <model_dir>/config.json and, if present, <model_dir>/generation_config.json. lookup (may be
  * NULL) gives the family defaults; the model layer's sm_family_config_load passes the registry's. */
@@ -104,5 +142,8 @@ void sm_config_free(sm_config *c);
  * per-module overrides in the quant block ({"model.layers.0.mlp.down_proj": {"bits": 8, "group_size": 64}},
  * or false = not quantized) fall back to the defaults. *bits = 0 means not quantized. */
 void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int *group_size);
+/* The same with the module's mode (sm_qmode). A per-module entry is read as MLX's to_quantized(**entry): its
+ * mode (absent: affine), and the bits and group size it gives, else that mode's defaults (affine 4 / 64). */
+void sm_config_quant_mode_for(const sm_config *c, const char *module, int *bits, int *group_size, int *mode);
 
 #endif

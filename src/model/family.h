@@ -90,11 +90,29 @@ typedef struct {
   bool softcaps;          /* config attn_logit_softcapping / final_logit_softcapping apply (Gemma 2/3) */
   bool rope_interleaved;  /* RoPE rotates pairs (2i, 2i+1) (GLM-4, Cohere 2): the loader permutes q/k rows */
   bool llama4_scaling;    /* q times 1 + beta*log(1 + floor(pos / original_max_pos)) (Ministral 3) */
+  bool qk_norm_if_config; /* the q/k norms only when config.json's use_qk_norm is true (GLM-4 MoE) */
+  bool attn_sinks;        /* a sink logit per head in every attention softmax: <layer>.self_attn.sinks (gpt-oss) */
   sm_attn_scale attn_scale;
   sm_window_rule window;
   sm_rope_rule rope;
   sm_local_rope local_rope;
 } sm_recipe;
+
+/* A mixture-of-experts MLP (moe.c), in the layers config.json makes sparse (sm_moe_config.moe_layer; the
+ * others keep the dense MLP slots). Its tensors, under the layer's prefix, as mlx-lm's sanitize() writes them:
+ *   <router>.weight            [n_experts][hidden] (a Linear; quantized or not), + .bias with router_bias
+ *   <correction>               [n_experts] the choice-score correction (route SIGMOID), when named
+ *   <experts>.gate_proj/.up_proj  [n_experts][expert_inter][hidden] stacked (3-D .weight/.scales/.biases),
+ *   <experts>.down_proj        [n_experts][hidden][expert_inter]; + .bias [n_experts][rows] with expert_bias
+ *   <shared>.gate_proj/...     the shared expert(s), a dense MLP of shared_inter, when named
+ *   <shared_gate>.weight       [1][hidden]: the shared expert's output times sigmoid(shared_gate . x) */
+typedef struct {
+  int route;               /* backend.h SM_ROUTE_*: how router logits become experts and weights */
+  const char *router, *correction, *experts, *shared, *shared_gate;
+  bool router_bias;        /* the router Linear has a bias (gpt-oss) */
+  bool expert_bias;        /* the experts' projections have biases (gpt-oss) */
+  bool clamped_swiglu;     /* gpt-oss's activation: config swiglu_limit / swiglu_alpha (backend swiglu_clamp) */
+} sm_moe_spec;
 
 typedef struct sm_family {
   const char *model_type;         /* config.json model_type */
@@ -107,6 +125,7 @@ typedef struct sm_family {
   const sm_tensor_names *names;
   const sm_recipe *recipe;
   const char *notes;              /* limits a user should know, for `smelt arch` (NULL: none) */
+  const sm_moe_spec *moe;         /* mixture-of-experts families (NULL: every layer has the dense MLP) */
 } sm_family;
 
 /* A vision-language packaging: a checkpoint whose config has the LM under text_config (or next to a

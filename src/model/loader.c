@@ -27,13 +27,7 @@ static void *host_own(smelt_model *m, void *p) {
   return p;
 }
 
-/* the tensors the loader has taken (pointers into the safetensors index) */
-typedef struct {
-  const sm_tensor **p;
-  size_t n, cap;
-} taken_set;
-
-static const sm_tensor *take(smelt_model *m, taken_set *ts, const char *name) {
+static const sm_tensor *take(smelt_model *m, sm_taken_set *ts, const char *name) {
   const sm_tensor *t = sm_st_find(m->st, name);
   if (t) {
     if (ts->n == ts->cap) {
@@ -52,9 +46,14 @@ static int ptr_cmp(const void *a, const void *b) {
 
 static bool valid_bits(int b) { return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8; }
 
-/* Fill w from "<prefix>.weight" (+ .scales/.biases when quantized), expecting [rows][cols]. */
-static smelt_status load_linear(smelt_model *m, taken_set *ts, const char *prefix, int64_t rows, int64_t cols,
-                                sm_weight *w, bool optional) {
+/* does tensor t have the shape [n_stack][rows][last] ([rows][last] when n_stack is 0) */
+static bool shape_is(const sm_tensor *t, int64_t n_stack, int64_t rows, int64_t last) {
+  if (n_stack) return t->ndim == 3 && t->shape[0] == n_stack && t->shape[1] == rows && (last < 0 || t->shape[2] == last);
+  return t->ndim == 2 && t->shape[0] == rows && (last < 0 || t->shape[1] == last);
+}
+
+smelt_status sm_load_linear(smelt_model *m, sm_taken_set *ts, const char *prefix, int64_t n_stack, int64_t rows,
+                            int64_t cols, sm_weight *w, bool optional) {
   char name[320];
   snprintf(name, sizeof name, "%s.weight", prefix);
   const sm_tensor *tw = take(m, ts, name);
@@ -65,15 +64,18 @@ static smelt_status load_linear(smelt_model *m, taken_set *ts, const char *prefi
   }
   snprintf(name, sizeof name, "%s.scales", prefix);
   const sm_tensor *tsc = take(m, ts, name);
-  w->rows = rows;
+  const int64_t R = n_stack ? n_stack * rows : rows;
+  char want[64];
+  if (n_stack) snprintf(want, sizeof want, "[%lld, %lld, ", (long long)n_stack, (long long)rows);
+  else snprintf(want, sizeof want, "[%lld, ", (long long)rows);
+  w->rows = R;
   w->cols = cols;
   if (!tsc) {
     if (tw->dtype != SM_DT_F32 && tw->dtype != SM_DT_F16 && tw->dtype != SM_DT_BF16)
       return sm_err(SMELT_ERR_UNSUPPORTED, "%s.weight: dtype %s is not supported for dense weights (no .scales found)",
                     prefix, sm_dtype_name(tw->dtype));
-    if (tw->ndim != 2 || tw->shape[0] != rows || tw->shape[1] != cols)
-      return sm_err(SMELT_ERR_FORMAT, "%s.weight: shape mismatch, expected [%lld, %lld]", prefix, (long long)rows,
-                    (long long)cols);
+    if (!shape_is(tw, n_stack, rows, cols))
+      return sm_err(SMELT_ERR_FORMAT, "%s.weight: shape mismatch, expected %s%lld]", prefix, want, (long long)cols);
     w->bits = 0;
     w->dtype = tw->dtype;
     w->data = tw->data;
@@ -82,24 +84,47 @@ static smelt_status load_linear(smelt_model *m, taken_set *ts, const char *prefi
   }
   snprintf(name, sizeof name, "%s.biases", prefix);
   const sm_tensor *tb = take(m, ts, name);
-  if (!tb)
-    return sm_err(SMELT_ERR_FORMAT, "%s has .scales but no .biases (only MLX affine quantization is supported)", prefix);
-  if (tw->dtype != SM_DT_U32 || tw->ndim != 2 || tw->shape[0] != rows || (tw->shape[1] * 32) % cols != 0)
-    return sm_err(SMELT_ERR_FORMAT, "%s.weight: expected packed uint32 [%lld, cols*bits/32] for %lld input features",
-                  prefix, (long long)rows, (long long)cols);
-  int bits = (int)(tw->shape[1] * 32 / cols);
-  if (tsc->ndim != 2 || tsc->shape[0] != rows || tsc->shape[1] <= 0 || cols % tsc->shape[1] != 0)
+  int cbits = 0, cgs = 0, cmode = 0;
+  sm_config_quant_mode_for(&m->cfg, prefix, &cbits, &cgs, &cmode);
+  if (!tb && (!cbits || cmode == SM_QMODE_AFFINE))
+    return sm_err(SMELT_ERR_FORMAT, "%s has .scales but no .biases, and config.json gives it no microscaling mode "
+                  "(mxfp4, mxfp8, nvfp4)", prefix);
+  if (tb && cbits && cmode != SM_QMODE_AFFINE)
+    return sm_err(SMELT_ERR_FORMAT, "%s: config.json says mode %s but the checkpoint has affine .biases", prefix,
+                  sm_qmode_name((sm_qmode)cmode));
+  const int64_t last = n_stack ? (tw->ndim == 3 ? tw->shape[2] : 0) : (tw->ndim == 2 ? tw->shape[1] : 0);
+  if (tw->dtype != SM_DT_U32 || !shape_is(tw, n_stack, rows, -1) || (last * 32) % cols != 0)
+    return sm_err(SMELT_ERR_FORMAT, "%s.weight: expected packed uint32 %scols*bits/32] for %lld input features", prefix,
+                  want, (long long)cols);
+  const int bits = (int)(last * 32 / cols);
+  const int64_t sl = n_stack ? (tsc->ndim == 3 ? tsc->shape[2] : 0) : (tsc->ndim == 2 ? tsc->shape[1] : 0);
+  if (!shape_is(tsc, n_stack, rows, -1) || sl <= 0 || cols % sl != 0)
     return sm_err(SMELT_ERR_FORMAT, "%s.scales: bad shape", prefix);
-  int gs = (int)(cols / tsc->shape[1]);
+  const int gs = (int)(cols / sl);
+  if (!tb) { /* a microscaling mode: the config's, checked against the shapes */
+    if (bits != sm_qmode_bits((sm_qmode)cmode) || gs != sm_qmode_group((sm_qmode)cmode))
+      return sm_err(SMELT_ERR_FORMAT, "%s: tensor shapes imply %d bits / group %d but mode %s has %d / %d", prefix, bits,
+                    gs, sm_qmode_name((sm_qmode)cmode), sm_qmode_bits((sm_qmode)cmode), sm_qmode_group((sm_qmode)cmode));
+    if (tsc->dtype != SM_DT_U8)
+      return sm_err(SMELT_ERR_FORMAT, "%s.scales: mode %s needs uint8 scale codes, not %s", prefix,
+                    sm_qmode_name((sm_qmode)cmode), sm_dtype_name(tsc->dtype));
+    w->bits = bits;
+    w->group_size = gs;
+    w->qmode = cmode;
+    w->dtype = SM_DT_U8;
+    w->data = tw->data;
+    w->scales = tsc->data;
+    m->weight_bytes += tw->nbytes + tsc->nbytes;
+    return SMELT_OK;
+  }
   if (!valid_bits(bits)) return sm_err(SMELT_ERR_UNSUPPORTED, "%s: %d-bit quantization is not supported", prefix, bits);
   if (gs != 32 && gs != 64 && gs != 128)
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: group size %d is not supported (32, 64, 128)", prefix, gs);
-  int cbits = 0, cgs = 0;
-  sm_config_quant_for(&m->cfg, prefix, &cbits, &cgs);
   if (cbits && (cbits != bits || cgs != gs))
     return sm_err(SMELT_ERR_FORMAT, "%s: tensor shapes imply %d bits / group %d but config.json says %d / %d", prefix,
                   bits, gs, cbits, cgs);
-  if (tb->ndim != 2 || tb->shape[0] != tsc->shape[0] || tb->shape[1] != tsc->shape[1] || tb->dtype != tsc->dtype)
+  if (tb->ndim != tsc->ndim || memcmp(tb->shape, tsc->shape, sizeof(int64_t) * (size_t)tsc->ndim) ||
+      tb->dtype != tsc->dtype)
     return sm_err(SMELT_ERR_FORMAT, "%s.biases: shape/dtype differs from .scales", prefix);
   if (tsc->dtype != SM_DT_F32 && tsc->dtype != SM_DT_F16 && tsc->dtype != SM_DT_BF16)
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s.scales: dtype %s not supported", prefix, sm_dtype_name(tsc->dtype));
@@ -113,15 +138,24 @@ static smelt_status load_linear(smelt_model *m, taken_set *ts, const char *prefi
   return SMELT_OK;
 }
 
+static smelt_status load_linear(smelt_model *m, sm_taken_set *ts, const char *prefix, int64_t rows, int64_t cols,
+                                sm_weight *w, bool optional) {
+  return sm_load_linear(m, ts, prefix, 0, rows, cols, w, optional);
+}
+
 /* A 1-D vector (norm weight, bias) as a float32 backend buffer; perm (may be NULL): element i of the
- * result is element perm[i] of the tensor. */
-static smelt_status load_vec(smelt_model *m, taken_set *ts, const char *name, int64_t n, float **out, bool optional,
-                             const int64_t *perm) {
+ * result is element perm[i] of the tensor. n_stack > 0: a [n_stack][n] tensor (stacked experts' biases). */
+static smelt_status load_vec2(smelt_model *m, sm_taken_set *ts, const char *name, int64_t n_stack, int64_t n0,
+                              float **out, bool optional, const int64_t *perm) {
   const sm_tensor *t = take(m, ts, name);
   *out = NULL;
   if (!t) return optional ? SMELT_OK : sm_err(SMELT_ERR_FORMAT, "missing tensor %s", name);
-  if (t->ndim != 1 || t->shape[0] != n)
-    return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld]", name, (long long)n);
+  if (n_stack ? (t->ndim != 2 || t->shape[0] != n_stack || t->shape[1] != n0) : (t->ndim != 1 || t->shape[0] != n0)) {
+    if (n_stack)
+      return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld, %lld]", name, (long long)n_stack, (long long)n0);
+    return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld]", name, (long long)n0);
+  }
+  const int64_t n = n_stack ? n_stack * n0 : n0;
   float *h = sm_xmalloc(sizeof(float) * (size_t)n);
   for (int64_t i = 0; i < n; i++) {
     switch (t->dtype) {
@@ -145,6 +179,14 @@ static smelt_status load_vec(smelt_model *m, taken_set *ts, const char *name, in
   m->weight_bytes += t->nbytes;
   return SMELT_OK;
 }
+static smelt_status load_vec(smelt_model *m, sm_taken_set *ts, const char *name, int64_t n, float **out, bool optional,
+                             const int64_t *perm) {
+  return load_vec2(m, ts, name, 0, n, out, optional, perm);
+}
+smelt_status sm_load_vec(smelt_model *m, sm_taken_set *ts, const char *name, int64_t n_stack, int64_t n, float **out,
+                         bool optional) {
+  return load_vec2(m, ts, name, n_stack, n, out, optional, NULL);
+}
 
 /* does the recipe (with config.json's attention_bias) give this slot a bias */
 static bool slot_bias(const smelt_model *m, sm_layer_tensor s) {
@@ -162,8 +204,13 @@ static smelt_status check_recipe(smelt_model *m) {
     return sm_err(SMELT_ERR_FORMAT, "family %s: qk_norm without q/k norm tensor names", m->fam->model_type);
   if (!(nm->t[SM_T_QKV] ? 1 : 0) == !(nm->t[SM_T_Q] && nm->t[SM_T_K] && nm->t[SM_T_V]))
     return sm_err(SMELT_ERR_FORMAT, "family %s: names need either qkv or q, k and v", m->fam->model_type);
-  if (!(nm->t[SM_T_GATE_UP] ? 1 : 0) == !(nm->t[SM_T_GATE] && nm->t[SM_T_UP]))
+  const bool dense_mlp = nm->t[SM_T_GATE_UP] || nm->t[SM_T_GATE] || nm->t[SM_T_UP] || nm->t[SM_T_DOWN];
+  if ((dense_mlp || !m->fam->moe) && (!(nm->t[SM_T_GATE_UP] ? 1 : 0) == !(nm->t[SM_T_GATE] && nm->t[SM_T_UP])))
     return sm_err(SMELT_ERR_FORMAT, "family %s: names need either gate_up or gate and up", m->fam->model_type);
+  for (int l = 0; !dense_mlp && l < m->cfg.num_hidden_layers; l++)
+    if (!m->cfg.moe.moe_layer[l])
+      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: layer %d of this %s model would be dense, which the family does not have",
+                    m->dir, l, m->fam->model_type);
   if (m->cfg.mlp_bias)
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: mlp_bias is not supported for model family %s", m->dir,
                   m->fam->model_type);
@@ -171,7 +218,9 @@ static smelt_status check_recipe(smelt_model *m) {
   if (st) return sm_err(st, "%s: %s", m->dir, sm_errmsg());
   if (r->rope_interleaved && nm->t[SM_T_QKV])
     return sm_err(SMELT_ERR_FORMAT, "family %s: interleaved RoPE needs separate q and k", m->fam->model_type);
-  return SMELT_OK;
+  /* q/k norms: the recipe's, or only when config.json's use_qk_norm says so (GLM-4 MoE) */
+  m->qk_norm = r->qk_norm_if_config && m->cfg.moe.use_qk_norm != 1 ? SM_QK_NORM_NONE : r->qk_norm;
+  return sm_moe_check(m);
 }
 
 /* Rows of q or k (heads of hd) in the rotate-half order of interleaved-RoPE weights: within the first
@@ -193,19 +242,17 @@ static void permute_weight(smelt_model *m, sm_weight *w, const int64_t *perm) {
   const size_t gb = w->bits ? (size_t)(w->cols / w->group_size) * es : 0;
   uint8_t *d = host_own(m, sm_xmalloc(rb * (size_t)w->rows));
   uint8_t *sc = gb ? host_own(m, sm_xmalloc(gb * (size_t)w->rows)) : NULL;
-  uint8_t *bi = gb ? host_own(m, sm_xmalloc(gb * (size_t)w->rows)) : NULL;
+  uint8_t *bi = gb && w->biases ? host_own(m, sm_xmalloc(gb * (size_t)w->rows)) : NULL;
   for (int64_t i = 0; i < w->rows; i++) {
     memcpy(d + (size_t)i * rb, (const uint8_t *)w->data + (size_t)perm[i] * rb, rb);
-    if (gb) {
-      memcpy(sc + (size_t)i * gb, (const uint8_t *)w->scales + (size_t)perm[i] * gb, gb);
-      memcpy(bi + (size_t)i * gb, (const uint8_t *)w->biases + (size_t)perm[i] * gb, gb);
-    }
+    if (gb) memcpy(sc + (size_t)i * gb, (const uint8_t *)w->scales + (size_t)perm[i] * gb, gb);
+    if (bi) memcpy(bi + (size_t)i * gb, (const uint8_t *)w->biases + (size_t)perm[i] * gb, gb);
   }
   w->data = d;
   if (gb) { w->scales = sc; w->biases = bi; }
 }
 
-static smelt_status read_layer(smelt_model *m, taken_set *ts, int l) {
+static smelt_status read_layer(smelt_model *m, sm_taken_set *ts, int l) {
   const sm_config *c = &m->cfg;
   const sm_tensor_names *nm = m->fam->names;
   const sm_recipe *r = m->fam->recipe;
@@ -221,9 +268,12 @@ static smelt_status read_layer(smelt_model *m, taken_set *ts, int l) {
     perm_q = interleave_perm(nq, (int)hd, c->partial_rotary_dim);
     perm_k = interleave_perm(nkv, (int)hd, c->partial_rotary_dim);
   }
+  /* a mixture-of-experts layer (moe.c) has no dense MLP */
+  const bool moe = m->fam->moe && c->moe.moe_layer[l];
   for (int s = 0; s < SM_T_LAYER_COUNT; s++) {
     if (!nm->t[s]) continue;
-    if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && r->qk_norm == SM_QK_NORM_NONE) continue;
+    if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && m->qk_norm == SM_QK_NORM_NONE) continue;
+    if (moe && (s == SM_T_GATE || s == SM_T_UP || s == SM_T_DOWN || s == SM_T_GATE_UP)) continue;
     const int64_t *perm = s == SM_T_Q || (s == SM_T_Q_NORM && r->qk_norm == SM_QK_NORM_FULL) ? perm_q
                         : s == SM_T_K || (s == SM_T_K_NORM && r->qk_norm == SM_QK_NORM_FULL) ? perm_k
                         : NULL;
@@ -255,7 +305,8 @@ static smelt_status read_layer(smelt_model *m, taken_set *ts, int l) {
       L->bias[SM_T_V] = L->bias[SM_T_QKV] + nq + nkv;
     }
   }
-  if (nm->t[SM_T_GATE_UP]) {
+  if ((st = sm_moe_load_layer(m, ts, l, p))) goto out;
+  if (nm->t[SM_T_GATE_UP] && !moe) {
     const sm_weight *f = &L->w[SM_T_GATE_UP];
     L->w[SM_T_GATE] = sm_weight_rows(f, 0, c->intermediate_size);
     L->w[SM_T_UP] = sm_weight_rows(f, c->intermediate_size, c->intermediate_size);
@@ -267,7 +318,7 @@ out:
   return st;
 }
 
-static smelt_status read_tensors(smelt_model *m, taken_set *ts) {
+static smelt_status read_tensors(smelt_model *m, sm_taken_set *ts) {
   const sm_config *c = &m->cfg;
   const sm_tensor_names *nm = m->fam->names;
   const int64_t H = c->hidden_size;
@@ -307,7 +358,7 @@ static bool vision_tensor(const smelt_model *m, const char *name) {
   return false;
 }
 
-static smelt_status check_all_taken(smelt_model *m, taken_set *ts) {
+static smelt_status check_all_taken(smelt_model *m, sm_taken_set *ts) {
   qsort(ts->p, ts->n, sizeof *ts->p, ptr_cmp);
   size_t n_left = 0, n_vision = 0;
   const char *first = NULL;
@@ -352,7 +403,7 @@ smelt_status sm_model_load_weights(smelt_model *m) {
   smelt_status st = check_recipe(m);
   if (!st) st = find_packaging(m);
   if (st) return st;
-  taken_set ts = { 0 };
+  sm_taken_set ts = { 0 };
   st = read_tensors(m, &ts);
   if (!st) st = check_all_taken(m, &ts);
   free(ts.p);
@@ -366,11 +417,12 @@ smelt_status sm_model_load_weights(smelt_model *m) {
       if (s == SM_T_QKV || s == SM_T_GATE_UP) continue;
       if (m->layers[l].w[s].data && (st = m->be->prepare_weight(m->be, &m->layers[l].w[s]))) return st;
     }
-  return SMELT_OK;
+  return sm_moe_prepare(m);
 }
 
 void sm_model_release_weights(smelt_model *m) {
   sm_backend *be = m->be;
+  sm_moe_release(m);
   if (m->layers)
     for (int l = 0; l < m->cfg.num_hidden_layers; l++)
       for (int s = 0; s < SM_T_LAYER_COUNT; s++)

@@ -158,6 +158,8 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
   info->weight_bytes = m->weight_bytes;
   size_t emb = m->embed.data != m->lm_head.data ? weight_nbytes(&m->embed) : 0;
   info->decode_bytes = m->weight_bytes > emb ? m->weight_bytes - emb : m->weight_bytes;
+  if (m->moe_expert_bytes && c->moe.n_experts > 0) /* a token reads top_k of n_experts experts */
+    info->decode_bytes -= (size_t)((double)m->moe_expert_bytes * (1.0 - (double)c->moe.top_k / c->moe.n_experts));
   info->n_eos = c->n_eos;
   info->eos_ids = c->eos_ids;
   info->bos_id = c->bos_id;

@@ -17,6 +17,8 @@ typedef struct {
   float *vec[SM_T_LAYER_COUNT];  /* backend buffers */
   float *bias[SM_T_LAYER_COUNT]; /* backend buffers */
   sm_layer_spec spec;
+  struct sm_moe_layer *moe;      /* the layer's mixture of experts (moe.c; NULL: the dense MLP of w[]) */
+  float *sinks;                  /* attention sink logits per head (recipe attn_sinks), backend buffer */
 } sm_layer;
 
 /* A RoPE table (rope.c): the model's, or sliding layers' local one */
@@ -43,6 +45,9 @@ struct smelt_model {
   float q_beta;          /* Llama-4 query scaling (rope_ext beta), 0 = off */
   int q_beta_pos;
   sm_act act;
+  sm_qk_norm qk_norm;    /* the recipe's q/k norms as this config has them */
+  struct sm_moe_scratch *moe_scr; /* mixture-of-experts activations (moe.c) */
+  size_t moe_expert_bytes;        /* bytes of the routed experts' weights, of which a token reads top_k / n_experts */
   float attn_scale;      /* before the RoPE attention factor */
   float embed_scale;     /* 1: none */
   const sm_vlm_packaging *vlm; /* vision-language checkpoint: its packaging (text model only), else NULL */
@@ -71,6 +76,29 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out);
 /* KV cache allocation on the model's backend, elements of m->kv_dtype. */
 smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, sm_kv_cache *kv);
 void sm_kv_free(smelt_model *m, sm_kv_cache *kv);
+
+/* the tensors the loader has taken (pointers into the safetensors index): what is left over fails the load */
+typedef struct {
+  const sm_tensor **p;
+  size_t n, cap;
+} sm_taken_set;
+/* loader.c: "<prefix>.weight" (+ .scales, and .biases for affine quantization) as a weight of rows x cols, or,
+ * n_stack > 0, of n_stack stacked [rows][cols] matrices (an [n_stack][rows][...] tensor: a weight of
+ * n_stack * rows rows); the quantization mode comes from config.json, checked against the shapes */
+smelt_status sm_load_linear(smelt_model *m, sm_taken_set *ts, const char *prefix, int64_t n_stack, int64_t rows,
+                            int64_t cols, sm_weight *w, bool optional);
+/* a [n] (n_stack 0) or [n_stack][n] tensor as a float32 backend buffer the model owns */
+smelt_status sm_load_vec(smelt_model *m, sm_taken_set *ts, const char *name, int64_t n_stack, int64_t n, float **out,
+                         bool optional);
+
+/* moe.c: mixture-of-experts layers and attention sinks (family.h sm_moe_spec, recipe attn_sinks) */
+smelt_status sm_moe_check(smelt_model *m);        /* the family's and config's MoE fields agree */
+smelt_status sm_moe_load_layer(smelt_model *m, sm_taken_set *ts, int l, const char *layer_prefix);
+smelt_status sm_moe_prepare(smelt_model *m);      /* backend prepare_weight of the expert weights */
+void sm_moe_release(smelt_model *m);              /* ... and their release, and the scratch */
+smelt_status sm_moe_reserve(smelt_model *m, int n_tokens); /* the MoE scratch for n tokens (sm_model_reserve) */
+/* out[n][hidden] = the mixture of layer L on x[n][hidden] (routed experts and shared experts) */
+smelt_status sm_moe_forward(smelt_model *m, const sm_layer *L, const float *x, int n, float *out);
 
 /* loader.c: the checkpoint's tensors into m (family names, recipe), uploaded to m->be */
 smelt_status sm_model_load_weights(smelt_model *m);

@@ -20,6 +20,7 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out) {
         (st = grow(m, &m->q, n * nq)) || (st = grow(m, &m->k, n * nkv)) || (st = grow(m, &m->v, n * nkv)) ||
         (st = grow(m, &m->att, n * nq)) || (st = grow(m, &m->gate, n * F)) || (st = grow(m, &m->up, n * F)))
       return st;
+    if ((st = sm_moe_reserve(m, n_tokens))) return st;
     m->scratch_tokens = n_tokens;
   }
   if (n_out > m->scratch_out) {
@@ -84,10 +85,10 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     if (L->bias[SM_T_Q]) be->add_rows(be, m->q, L->bias[SM_T_Q], n, nh * hd);
     if (L->bias[SM_T_K]) be->add_rows(be, m->k, L->bias[SM_T_K], n, nkvh * hd);
     if (L->bias[SM_T_V]) be->add_rows(be, m->v, L->bias[SM_T_V], n, nkvh * hd);
-    if (r->qk_norm == SM_QK_NORM_HEAD) {
+    if (m->qk_norm == SM_QK_NORM_HEAD) {
       be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n * nh, hd, eps, wofs);
       be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n * nkvh, hd, eps, wofs);
-    } else if (r->qk_norm == SM_QK_NORM_FULL) {
+    } else if (m->qk_norm == SM_QK_NORM_FULL) {
       be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n, nh * hd, eps, wofs);
       be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n, nkvh * hd, eps, wofs);
     }
@@ -107,7 +108,8 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
       scale *= t->attn_mul;
     }
     be->kv_store(be, kv, l, m->k, m->v);
-    be->attention(be, m->att, m->q, kv, l, nh, scale, L->spec.window, softcap);
+    if (L->sinks) be->attention_sinks(be, m->att, m->q, kv, l, nh, scale, L->spec.window, softcap, L->sinks);
+    else be->attention(be, m->att, m->q, kv, l, nh, scale, L->spec.window, softcap);
     be->matmul(be, SM_MM_O, &L->w[SM_T_O], m->att, n, m->xb2);
     if (L->bias[SM_T_O]) be->add_rows(be, m->xb2, L->bias[SM_T_O], n, H);
     if (L->vec[SM_T_ATTN_OUT_NORM]) norm(m, m->xb2, m->xb2, L->vec[SM_T_ATTN_OUT_NORM], n, H);
@@ -123,11 +125,15 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
       }
     }
     float *mout = r->parallel_residual ? m->xb : m->xb2; /* xb is free once gate and up have read it */
-    be->matmul(be, SM_MM_GATE, &L->w[SM_T_GATE], min, n, m->gate);
-    be->matmul(be, SM_MM_UP, &L->w[SM_T_UP], min, n, m->up);
-    if (m->act == SM_ACT_GELU_TANH) be->gelu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
-    else be->silu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
-    be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->gate, n, mout);
+    if (L->moe) { /* a mixture of experts (moe.c) */
+      if ((st = sm_moe_forward(m, L, min, n, mout))) return st;
+    } else {
+      be->matmul(be, SM_MM_GATE, &L->w[SM_T_GATE], min, n, m->gate);
+      be->matmul(be, SM_MM_UP, &L->w[SM_T_UP], min, n, m->up);
+      if (m->act == SM_ACT_GELU_TANH) be->gelu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
+      else be->silu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
+      be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->gate, n, mout);
+    }
     if (L->vec[SM_T_FFN_OUT_NORM]) norm(m, mout, mout, L->vec[SM_T_FFN_OUT_NORM], n, H);
     if (resid != 1.0f) be->scale(be, mout, resid, (size_t)n * H);
     if (r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);

@@ -98,6 +98,35 @@ static void r_gather(sm_backend *b, float *d, const float *s, int dim) {
   R(b)->in->gather_out(R(b)->in, d, s, dim);
 }
 
+static void r_moe_route(sm_backend *b, const float *l, int n, const sm_moe_route *r, int32_t *ids, float *w) {
+  note(b, "moe_route");
+  R(b)->in->moe_route(R(b)->in, l, n, r, ids, w);
+}
+static void r_matmul_experts(sm_backend *b, sm_mm_role role, const sm_weight *w, int64_t rows, const float *bias,
+                             const float *x, bool per_slot, int n, int k, const int32_t *ids, float *y) {
+  char t[40];
+  snprintf(t, sizeof t, "mmx:%s", sm_mm_role_name(role));
+  note(b, t);
+  R(b)->in->matmul_experts(R(b)->in, role, w, rows, bias, x, per_slot, n, k, ids, y);
+}
+static void r_moe_combine(sm_backend *b, float *o, const float *y, const float *w, int n, int k, int dim) {
+  note(b, "moe_combine");
+  R(b)->in->moe_combine(R(b)->in, o, y, w, n, k, dim);
+}
+static void r_swiglu_clamp(sm_backend *b, float *o, const float *g, const float *u, size_t n, float a, float lim) {
+  note(b, "swiglu_clamp");
+  R(b)->in->swiglu_clamp(R(b)->in, o, g, u, n, a, lim);
+}
+static void r_sigmoid_gate_rows(sm_backend *b, float *y, const float *g, int n, int dim) {
+  note(b, "sigmoid_gate_rows");
+  R(b)->in->sigmoid_gate_rows(R(b)->in, y, g, n, dim);
+}
+static void r_attention_sinks(sm_backend *b, float *o, const float *q, const sm_kv_cache *kv, int l, int nh, float sc,
+                              int win, float cap, const float *sinks) {
+  note(b, win > 0 ? "attention_sinks:window" : "attention_sinks");
+  R(b)->in->attention_sinks(R(b)->in, o, q, kv, l, nh, sc, win, cap, sinks);
+}
+
 static sm_backend *rec_create(void) {
   rec_be *r = calloc(1, sizeof *r);
   r->in = sm_cpu_backend_create(1);
@@ -109,6 +138,8 @@ static sm_backend *rec_create(void) {
   b->rope_ext = r_rope_ext; b->kv_store = r_kv_store;
   b->attention = r_attention; b->silu_mul = r_silu_mul; b->gelu_mul = r_gelu_mul; b->add = r_add;
   b->add_rows = r_add_rows; b->scale = r_scale; b->softcap = r_softcap; b->gather_out = r_gather;
+  b->moe_route = r_moe_route; b->matmul_experts = r_matmul_experts; b->moe_combine = r_moe_combine;
+  b->swiglu_clamp = r_swiglu_clamp; b->sigmoid_gate_rows = r_sigmoid_gate_rows; b->attention_sinks = r_attention_sinks;
   return b; /* no sample ops: the engine samples on the host */
 }
 
@@ -125,6 +156,10 @@ static sm_backend *rec_create(void) {
 #define LLAMA_LAYER "rmsnorm " QKV " " ROPE " " ATTN_OUT " " MLP
 #define POST_MLP "mm:gate mm:up silu_mul mm:down rmsnorm add" /* OLMo 2 / EXAONE 4: the MLP reads x */
 #define SANDWICH_MLP "rmsnorm mm:gate mm:up gelu_mul mm:down rmsnorm add"
+/* mixtures of experts (src/model/moe.c): router, routing, the chosen experts, their weighted sum */
+#define EXPERTS "moe_route mmx:expert_gate mmx:expert_up silu_mul mmx:expert_down moe_combine"
+#define MOE "rmsnorm mm:router " EXPERTS " add"
+#define SHARED "mm:gate mm:up silu_mul mm:down"
 static const struct {
   const char *family, *extra, *pre, *layer[2], *head;
 } k_cases[] = {
@@ -187,6 +222,29 @@ static const struct {
     { "layernorm " QKV " " ROPE " attention:window mm:o mm:gate mm:up silu_mul mm:down add add",
       "layernorm " QKV " kv_store attention mm:o mm:gate mm:up silu_mul mm:down add add" },
     "gather_out layernorm mm:lm_head scale" },
+  /* Qwen3-MoE: Qwen3's attention, every layer a mixture */
+  { "qwen3_moe", NULL, "", { "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE,
+                             "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE }, HEAD },
+  /* Qwen2-MoE: the shared expert and its sigmoid gate */
+  { "qwen2_moe", NULL, "",
+    { "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " rmsnorm mm:router " EXPERTS " " SHARED
+      " mm:shared_gate sigmoid_gate_rows add add",
+      "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " rmsnorm mm:router " EXPERTS " " SHARED
+      " mm:shared_gate sigmoid_gate_rows add add" }, HEAD },
+  { "mixtral", "{\"sliding_window\": 8}", "",
+    { "rmsnorm " QKV " " ROPE " attention:window mm:o add " MOE, "rmsnorm " QKV " " ROPE " attention:window mm:o add " MOE },
+    HEAD },
+  /* gpt-oss: biases, attention sinks, sliding layer 0 and full layer 1, router bias, clamped SwiGLU */
+  { "gpt_oss", "{\"sliding_window\": 8, \"attention_bias\": true}", "",
+    { "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " attention_sinks:window mm:o add_rows add rmsnorm mm:router "
+      "add_rows moe_route mmx:expert_gate mmx:expert_up swiglu_clamp mmx:expert_down moe_combine add",
+      "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " attention_sinks mm:o add_rows add rmsnorm mm:router "
+      "add_rows moe_route mmx:expert_gate mmx:expert_up swiglu_clamp mmx:expert_down moe_combine add" }, HEAD },
+  /* GLM-4 MoE: layer 0 dense (first_k_dense_replace 1), q/k norms with use_qk_norm, the shared expert */
+  { "glm4_moe", "{\"use_qk_norm\": true, \"attention_bias\": true, \"n_group\": 2, \"topk_group\": 1}", "",
+    { "rmsnorm " QKV " add_rows add_rows add_rows rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP,
+      "rmsnorm " QKV " add_rows add_rows add_rows rmsnorm rmsnorm " ROPE " " ATTN_OUT " rmsnorm mm:router " EXPERTS
+      " " SHARED " add add" }, HEAD },
 };
 
 static void run_case(int ci, const char *root) {

@@ -63,6 +63,10 @@ static void be_sync(sm_backend *be) { (void)be; }
 static bool weight_ok(const sm_weight *w) {
   if (!w || !w->data || w->rows < 0 || w->cols <= 0) return false;
   if (w->bits == 0) return w->dtype == SM_DT_F32 || w->dtype == SM_DT_F16 || w->dtype == SM_DT_BF16;
+  if (w->qmode != SM_QMODE_AFFINE) /* microscaling (cpu_mxq.c) */
+    return w->qmode > 0 && w->qmode < SM_QMODE_COUNT && w->bits == sm_qmode_bits((sm_qmode)w->qmode) &&
+           w->group_size == sm_qmode_group((sm_qmode)w->qmode) && w->cols % w->group_size == 0 && w->scales &&
+           w->dtype == SM_DT_U8;
   if (!(w->bits == 2 || w->bits == 3 || w->bits == 4 || w->bits == 5 || w->bits == 6 || w->bits == 8)) return false;
   if (!(w->group_size == 32 || w->group_size == 64 || w->group_size == 128)) return false;
   if (w->cols % w->group_size) return false;
@@ -207,6 +211,7 @@ static void be_matmul(sm_backend *be, sm_mm_role role, const sm_weight *w, const
   }
   const int64_t M = w->rows, K = w->cols;
   if (M == 0) return;
+  if (w->qmode != SM_QMODE_AFFINE) { sm_cpu_mxq_matmul(c->pool, c->k, w, x, n, y); return; }
   if (n < GEMM_MIN_N) {
     size_t ng = w->bits ? (size_t)(K / w->group_size) : 1;
     if ((size_t)K + 64 > c->cap_x || ng + 16 > c->cap_x) {
@@ -446,6 +451,7 @@ typedef struct {
   const sm_kv_cache *kv;
   int layer, n_heads, window;
   float scale, softcap;
+  const float *sinks;   /* per-head sink logits (attention_sinks) or NULL */
   const int32_t *tile0; /* [n_tiles+1] first token of each tile */
   int n_tiles, hsub, n_hsub;
 } att_ctx;
@@ -566,6 +572,15 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
       int t = t0 + i / nh, h = h0 + i % nh;
       float *o = a->out + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
       float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+      if (a->sinks && l[i] > 0.f) { /* the sink's e^(sink - m) joins the denominator (scaled when sink > m) */
+        const float sk = a->sinks[h];
+        if (sk > m[i]) {
+          const float f = expf(m[i] - sk);
+          inv = f / (l[i] * f + 1.f);
+        } else {
+          inv = 1.f / (l[i] + expf(sk - m[i]));
+        }
+      }
       for (int d = 0; d < hd; d++) o[d] = acc[(size_t)i * hd + d] * inv;
     }
   }
@@ -573,8 +588,8 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
   free(kw);
 }
 
-static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
-                         float scale, int window, float softcap) {
+static void attention(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
+                      float scale, int window, float softcap, const float *sinks) {
   cpu_be *c = CB(be);
   int nt = c->b.n_tokens;
   if (!kv || layer < 0 || layer >= kv->n_layers || n_heads <= 0 || kv->n_kv_heads <= 0 || kv->head_dim <= 0 ||
@@ -586,7 +601,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   if (nt <= 0) return;
   const int grp = n_heads / kv->n_kv_heads;
   att_ctx a = {.c = c, .out = out, .q = q, .kv = kv, .layer = layer, .n_heads = n_heads, .window = window,
-               .scale = scale, .softcap = softcap};
+               .scale = scale, .softcap = softcap, .sinks = sinks};
   a.hsub = grp < ATT_ROWS ? grp : ATT_ROWS;
   a.n_hsub = (grp + a.hsub - 1) / a.hsub;
   /* tiles: runs of consecutive positions of one sequence, at most ATT_ROWS/hsub tokens */
@@ -607,6 +622,14 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   cost *= (size_t)(c->b.pos[nt - 1] + 1);
   pfor(c, (size_t)n_tiles * (size_t)kv->n_kv_heads * (size_t)a.n_hsub, cost, att_range, &a);
   free(tile0);
+}
+static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
+                         float scale, int window, float softcap) {
+  attention(be, out, q, kv, layer, n_heads, scale, window, softcap, NULL);
+}
+static void be_attention_sinks(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer,
+                               int n_heads, float scale, int window, float softcap, const float *sinks) {
+  attention(be, out, q, kv, layer, n_heads, scale, window, softcap, sinks);
 }
 
 /* ---------------- elementwise ---------------- */
@@ -764,6 +787,8 @@ sm_backend *sm_cpu_backend_create(int n_threads) {
   b->gather_out = be_gather_out;
   b->sample = be_sample;
   b->measure_bandwidth = be_measure_bandwidth;
+  b->attention_sinks = be_attention_sinks;
+  sm_cpu_moe_install(b); /* mixture-of-experts ops (cpu_moe.c) */
   return b;
 }
 
@@ -776,6 +801,73 @@ const char *sm_cpu_backend_isa(const sm_backend *be) { return ((const cpu_be *)b
 #define I8_MIN_COLS 512
 bool sm_cpu_backend_uses_i8(const sm_backend *be, const sm_weight *w) {
   const cpu_be *c = (const cpu_be *)be;
-  return !c->exact && c->k->i8_ok && c->k->prep_xq && c->k->matvec_i8 && w && w->bits && w->cols >= I8_MIN_COLS &&
-         c->k->i8_ok(w);
+  return !c->exact && c->k->i8_ok && c->k->prep_xq && c->k->matvec_i8 && w && w->bits && !w->qmode &&
+         w->cols >= I8_MIN_COLS && c->k->i8_ok(w);
+}
+
+/* ---------------- many one-token matvecs in one dispatch (cpu_internal.h) ---------------- */
+typedef struct {
+  const sm_cpu_kern *k;
+  sm_mv_arg *a;      /* [nw] prepared arguments */
+  float *const *ys;
+  const bool *i8;
+  const int64_t *c0; /* [nw + 1] first chunk of each matvec */
+  int64_t chunk, n_chunks;
+  _Atomic int64_t next;
+} mvb_ctx;
+static void mvb_job(void *vctx, int tid, int nth) {
+  (void)tid; (void)nth;
+  mvb_ctx *m = vctx;
+  for (;;) {
+    const int64_t ci = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed);
+    if (ci >= m->n_chunks) break;
+    int i = 0;
+    while (m->c0[i + 1] <= ci) i++;
+    const int64_t r0 = (ci - m->c0[i]) * m->chunk, rows = m->a[i].w->rows;
+    const int64_t r1 = r0 + m->chunk < rows ? r0 + m->chunk : rows;
+    if (m->i8[i]) m->k->matvec_i8(&m->a[i], r0, r1, m->ys[i] + r0);
+    else m->k->matvec(&m->a[i], r0, r1, m->ys[i] + r0);
+  }
+}
+
+void sm_cpu_matvec_batch(sm_backend *be, const sm_weight *ws, const float *const *xs, float *const *ys, int nw) {
+  cpu_be *c = CB(be);
+  if (nw <= 0) return;
+  sm_mv_arg *a = sm_xcalloc((size_t)nw, sizeof *a);
+  bool *i8 = sm_xcalloc((size_t)nw, sizeof *i8);
+  int64_t *c0 = sm_xcalloc((size_t)nw + 1, sizeof *c0);
+  void **bufs = sm_xcalloc((size_t)nw, sizeof *bufs);
+  const int64_t chunk = 16;
+  int64_t total = 0;
+  for (int i = 0; i < nw; i++) {
+    const sm_weight *w = &ws[i];
+    c0[i] = total;
+    if (!weight_ok(w) || w->qmode != SM_QMODE_AFFINE) { /* microscaling and unsupported weights: on their own */
+      be_matmul(be, SM_MM_OTHER, w, xs[i], 1, ys[i]);
+      continue;
+    }
+    const int64_t K = w->cols;
+    /* the prepared x: floats (permuted), group sums, int8 codes and scales */
+    char *b = sm_aligned_alloc(sizeof(float) * (size_t)(K + 64) * 3 + (size_t)K + 64);
+    if (!b) abort();
+    bufs[i] = b;
+    a[i] = (sm_mv_arg){ .w = w, .xp = (float *)b, .xsum = (float *)b + K + 64, .xs = (float *)b + 2 * (K + 64),
+                        .xq = (int8_t *)((float *)b + 3 * (K + 64)), .gfni = c->gfni };
+    i8[i] = sm_cpu_backend_uses_i8(be, w);
+    if (i8[i]) c->k->prep_xq(w, xs[i], (int8_t *)a[i].xq, (float *)a[i].xs, (float *)a[i].xsum);
+    else c->k->prep_x(w, xs[i], (float *)a[i].xp, (float *)a[i].xsum);
+    total += (w->rows + chunk - 1) / chunk;
+  }
+  c0[nw] = total;
+  mvb_ctx m = { .k = c->k, .a = a, .ys = ys, .i8 = i8, .c0 = c0, .chunk = chunk, .n_chunks = total };
+  atomic_init(&m.next, 0);
+  if (total > 0) {
+    if (c->nth == 1) mvb_job(&m, 0, 1);
+    else sm_pool_run(c->pool, mvb_job, &m);
+  }
+  for (int i = 0; i < nw; i++) free(bufs[i]);
+  free(bufs);
+  free(c0);
+  free(i8);
+  free(a);
 }

@@ -65,6 +65,17 @@ typedef struct {
   void (*matvec_i8)(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);
 } sm_cpu_kern;
 
+/* y[n][rows] = x . W^T for a weight in an MLX microscaling mode (cpu_mxq.c) */
+void sm_cpu_mxq_matmul(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, const float *x, int n, float *y);
+
+/* ys[i][0..rows) = ws[i] . xs[i] for i < nw: one-token matvecs of different weights and inputs (the chosen
+ * experts of a decode step) in one dispatch of the backend's threads (cpu_backend.c) */
+void sm_cpu_matvec_batch(sm_backend *be, const sm_weight *ws, const float *const *xs, float *const *ys, int nw);
+
+/* Sets the mixture-of-experts ops of a CPU backend (cpu_moe.c): moe_route, matmul_experts, moe_combine,
+ * swiglu_clamp, sigmoid_gate_rows (built on the backend's own matmul). */
+void sm_cpu_moe_install(sm_backend *be);
+
 /* Read bandwidth (bytes/s) with every thread of pool, on a buffer well past the caches, loads
  * as wide as k's (bandwidth.c); 0 if the buffer cannot be allocated. Takes about a second. */
 double sm_cpu_read_bandwidth(sm_pool *pool, const sm_cpu_kern *k);

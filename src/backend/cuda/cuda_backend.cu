@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_be.cuh"
 #include "backend/cuda/cuda_mlp.cuh"
+#include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_weights.cuh"
 #include "backend/cuda/cuda_sample.cuh"
 #include "backend/sample_math.h"
@@ -537,6 +538,8 @@ static void be_destroy(sm_backend *be) {
   if (c->blas_ws) cudaFree(c->blas_ws);
   if (c->meta_ev) cudaEventDestroy(c->meta_ev);
   if (c->am_cnt) { cudaFree(c->am_pv); cudaFree(c->am_pi); cudaFree(c->am_cnt); }
+  if (c->moe) cudaFree(c->moe);
+  free(c->h_moe);
   if (c->h_feed) {
     cudaFreeHost(c->h_feed);
     cudaEventDestroy(c->feed_ev[0]);
@@ -631,6 +634,7 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   b->sample = be_sample; /* device sampling (cuda_sample.cu) */
   b->sample_async = be_sample_async;
   b->sample_wait = be_sample_wait;
+  cu_moe_install(b); /* mixture-of-experts ops, attention sinks (cuda_moe.cu) */
   return b;
 }
 

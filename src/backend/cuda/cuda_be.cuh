@@ -15,7 +15,9 @@
  * that whole ops can be hashed and compared (the graph cache's key). */
 enum {
   OP_EMBED, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_KVSTORE, OP_ATTN, OP_SILU, OP_GELU, OP_ADD, OP_ADDROWS,
-  OP_SCALE, OP_SOFTCAP, OP_GATHER, OP_ARGMAX, OP_META, OP_LAYERNORM, OP_ROPEX, OP_COUNT
+  OP_SCALE, OP_SOFTCAP, OP_GATHER, OP_ARGMAX, OP_META, OP_LAYERNORM, OP_ROPEX,
+  /* mixtures of experts and attention sinks (cuda_moe.cu) */
+  OP_MOE_ROUTE, OP_MM_EXPERTS, OP_MOE_COMBINE, OP_SWIGLU_CLAMP, OP_SIGMOID_GATE, OP_ATTN_SINKS, OP_COUNT
 };
 typedef struct {
   int type;
@@ -33,6 +35,13 @@ typedef struct {
     struct { float *dst; const float *src; int dim; } gat;
     struct { const float *logits; int32_t *dtok, *htok; int vocab; } am; /* greedy token of one row */
     struct { int32_t *dst; } meta;
+    struct { const float *logits, *corr; int32_t *ids; float *wts; int n, kind, ne, k, norm, ng, tkg; float scale; } rt;
+    /* grouped: run eagerly as one GEMM per chosen expert (cuda_moe.cu) */
+    struct { const cu_weight *cw; const float *x, *bias; const int32_t *ids; float *y; int64_t rows; int n, k, per_slot, role, grouped; } mx;
+    struct { float *out; const float *y, *w; int n, k, dim; } cb;
+    struct { float *out; const float *g, *u; size_t n; float alpha, limit; } sw;
+    struct { float *y; const float *g; int n, dim; } sg;
+    struct { float *out; const float *q, *sinks; void *K, *V; int nh, nkv, hd, bs, nblocks, window, dt; float scale, softcap; } as;
   };
 } cu_op;
 const char *cu_op_name(int type);
@@ -95,6 +104,8 @@ typedef struct {
   void *xq2; size_t xq2_cap;        /* second one: silu(gate)*up written by the gate/up or MLP kernel */
   float *ssp; size_t ssp_cap;       /* deferred rmsnorm: partial sums of squares (cu_mlp_dnorm) */
   float *am_pv; int *am_pi; unsigned *am_cnt; /* greedy sampling inside the decode graph (cu_argmax1) */
+  void *moe; size_t moe_cap;        /* grouped expert GEMMs: gathered rows, their outputs, slot order (cuda_moe.cu) */
+  int32_t *h_moe; size_t h_moe_cap; /* host: their expert ids and slot order */
   /* recording / graphs */
   bool rec;
   cu_op *ops; int n_ops, cap_ops;

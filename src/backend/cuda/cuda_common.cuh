@@ -98,7 +98,8 @@ static inline unsigned cu_ew_blocks(size_t n) {
 /* Device copy of one weight (w->dev points at this). */
 /* CW_Q4: 4-bit, natural MLX word order (16-byte vector v of a row = elements 32v..32v+31),
  * used by the int8-activation dp4a kernels (k_mvq4) for 1 <= n <= CU_Q4_MAX_N. */
-enum { CW_DENSE = 0, CW_QFAST = 1, CW_QGEN = 2, CW_Q4 = 3 };
+/* CW_MXQ: an MLX microscaling mode (qmode; cuda_mxq.cuh), the checkpoint's bytes as they are. */
+enum { CW_DENSE = 0, CW_QFAST = 1, CW_QGEN = 2, CW_Q4 = 3, CW_MXQ = 4 };
 enum { SBK_BF16 = 0, SBK_F16 = 1, SBK_F32 = 2 };
 typedef struct {
   int kind;            /* CW_* */
@@ -106,8 +107,9 @@ typedef struct {
   int bits, gs;
   sm_dtype dtype;      /* dense element type, or scale/bias type */
   int sbk;             /* SBK_* */
+  int qmode;           /* CW_MXQ: the sm_qmode */
   void *q;             /* dense data, or packed quantized words */
-  void *sb;            /* [rows][cols/gs] (scale,bias) pairs: uint32 (2x16-bit) or float2 */
+  void *sb;            /* [rows][cols/gs] (scale,bias) pairs: uint32 (2x16-bit) or float2; CW_MXQ: uint8 codes */
 } cu_weight;
 
 /* Quantized "fast" layout (bits 2/4/8): each row is W = cols*bits/32 32-bit words (a word

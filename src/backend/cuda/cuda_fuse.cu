@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_be.cuh"
 #include "backend/cuda/cuda_ew.cuh"
 #include "backend/cuda/cuda_mlp.cuh"
+#include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_mv.cuh"
 #include "backend/cuda/cuda_q4.cuh"
 #include "backend/cuda/cuda_sample.cuh"
@@ -27,7 +28,9 @@
 const char *cu_op_name(int type) {
   static const char *const names[OP_COUNT] = { "embed", "matmul", "rmsnorm", "rope", "kv_store", "attention", "silu_mul",
                                                "gelu_mul", "add", "add_rows", "scale", "softcap", "gather_out",
-                                               "argmax", "metadata", "layernorm", "rope_ext" };
+                                               "argmax", "metadata", "layernorm", "rope_ext", "moe_route",
+                                               "matmul_experts", "moe_combine", "swiglu_clamp", "sigmoid_gate_rows",
+                                               "attention_sinks" };
   return type >= 0 && type < OP_COUNT ? names[type] : "?";
 }
 
@@ -50,6 +53,12 @@ void cu_op_io(const cu_op *o, const void *rd[4], int *nr, const void *wr[2], int
   case OP_META: W(o->meta.dst); break;
   case OP_LAYERNORM: R(o->ln.x); R(o->ln.w); if (o->ln.b) R(o->ln.b); W(o->ln.out); break;
   case OP_ROPEX: R(o->rx.x); W(o->rx.x); break;
+  case OP_MOE_ROUTE: R(o->rt.logits); W(o->rt.ids); W(o->rt.wts); break;
+  case OP_MM_EXPERTS: R(o->mx.x); R(o->mx.ids); W(o->mx.y); break;
+  case OP_MOE_COMBINE: R(o->cb.y); R(o->cb.w); W(o->cb.out); break;
+  case OP_SWIGLU_CLAMP: R(o->sw.g); R(o->sw.u); W(o->sw.out); break;
+  case OP_SIGMOID_GATE: R(o->sg.y); R(o->sg.g); W(o->sg.y); break;
+  case OP_ATTN_SINKS: R(o->as.q); R(o->as.K); R(o->as.V); W(o->as.out); break;
   }
 #undef R
 #undef W
@@ -521,6 +530,7 @@ static void exec_op_(cuda_be *c, const cu_op *o) {
     cu_rope_ext(cx, o->rx.x, c->d_pos, &a, nt, o->rx.nh, o->rx.hd);
     break;
   }
+  default: cu_moe_exec(c, o); break; /* the mixture-of-experts ops and attention sinks (cuda_moe.cu) */
   }
 }
 
