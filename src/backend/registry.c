@@ -3,7 +3,8 @@
 #include "backend/backend.h"
 
 const char *sm_mm_role_name(sm_mm_role r) {
-  static const char *const names[SM_MM_ROLES] = { "other", "q", "k", "v", "o", "gate", "up", "down", "lm_head" };
+  static const char *const names[SM_MM_ROLES] = { "other", "q", "k", "v", "o", "gate", "up", "down", "lm_head", "attn_gate",
+                                                         "rec_in", "rec_out" };
   return (unsigned)r < SM_MM_ROLES ? names[r] : "?";
 }
 
