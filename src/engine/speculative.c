@@ -17,6 +17,9 @@ static int32_t argmax(const float *l, int n) {
 smelt_status sm_spec_decode(sm_engine *e, sm_seq *s, sm_engine *de, sm_seq *d, int n_draft, int max_new,
                             sm_sampler *smp, float *lg, bool (*emit)(void *ud, int32_t tok), void *ud, int *accepted) {
   smelt_model *m = sm_engine_model(e), *dm = sm_engine_model(de);
+  if (sm_engine_recurrent(e) || sm_engine_recurrent(de)) /* rejected draft tokens cannot be taken back */
+    return sm_err(SMELT_ERR_UNSUPPORTED, "speculative decoding is not supported with a model that has recurrent "
+                  "layers (%s)", sm_engine_recurrent(e) ? m->cfg.model_type : dm->cfg.model_type);
   const int V = m->cfg.vocab_size, DV = dm->cfg.vocab_size, ctx = sm_engine_max_context(e);
   float *dl = sm_xmalloc(sizeof(float) * (size_t)DV);
   int32_t *prop = sm_xmalloc(sizeof(int32_t) * (size_t)(n_draft + 1));

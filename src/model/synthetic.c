@@ -30,7 +30,12 @@ static const sm_synth_shape g_shapes[] = {
 };
 static uint64_t rng_next(uint64_t *s) { uint64_t x = *s; x ^= x << 13; x ^= x >> 7; x ^= x << 17; return *s = x; }
 
-typedef struct { int bits; uint64_t seed; } fill_ctx;
+typedef struct { int bits; uint64_t seed; bool conv; } fill_ctx;
+
+static bool has_suffix(const char *s, const char *suf) {
+  const size_t n = strlen(s), k = strlen(suf);
+  return n >= k && !strcmp(s + n - k, suf);
+}
 
 static void fill_random(void *user, void *dst, size_t n, const char *name) {
   fill_ctx *c = user;
@@ -43,7 +48,16 @@ static void fill_random(void *user, void *dst, size_t n, const char *name) {
       float sc = 0.02f / levels * (1.0f + (float)(rng_next(&s) % 100) / 200.0f);
       h[i] = sm_f32_to_bf16(!strcmp(dot, ".scales") ? sc : -sc * levels / 2);
     }
-  } else if (dot && !strcmp(dot, ".bias")) {
+  } else if (has_suffix(name, "A_log")) { /* Mamba-2 / Gated DeltaNet decay rates: A = -exp(A_log) */
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16((float)(rng_next(&s) % 1000) * 2.5e-3f);
+  } else if (has_suffix(name, "dt_bias")) {
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(-3.0f + (float)(rng_next(&s) % 1000) * 3e-3f);
+  } else if (has_suffix(name, ".D")) {
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(1.0f);
+  } else if (c->conv || (dot && !strcmp(dot, ".bias"))) { /* convolution weights (never quantized), biases */
     uint16_t *h = dst;
     for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(((float)(rng_next(&s) % 2001) - 1000.0f) * 1e-4f);
   } else if (strstr(name, "norm")) {
@@ -129,8 +143,10 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
     cJSON_AddNumberToObject(rs, "high_freq_factor", 4.0);
     cJSON_AddNumberToObject(rs, "original_max_position_embeddings", 8192);
   }
-  if (sh->extra) {
-    cJSON *x = cJSON_Parse(sh->extra);
+  const char *extras[2] = { fam->synth, sh->extra };
+  for (int xi = 0; xi < 2; xi++) {
+    if (!extras[xi]) continue;
+    cJSON *x = cJSON_Parse(extras[xi]);
     if (!x) { cJSON_Delete(c); st = sm_err(SMELT_ERR_INVALID, "synthetic %s: bad extra config", sh->name); goto out; }
     expand_lists(x);
     for (cJSON *e = x->child; e; e = e->next) {
@@ -151,42 +167,56 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   fputs(js, f);
   fclose(f);
   free(js);
-  /* the slot shapes of this family and shape */
+  /* the slots of each layer: the config just written, as smelt parses it (layer kinds, recurrent sizes) */
   sm_config *sc = sm_xcalloc(1, sizeof *sc);
-  sc->hidden_size = sh->hidden;
-  sc->intermediate_size = sh->ffn;
-  sc->num_attention_heads = sh->heads;
-  sc->num_key_value_heads = sh->kv_heads;
-  sc->head_dim = (int)hd;
+  if ((st = sm_family_config_load(dir, sc))) { free(sc); goto out; }
   sm_st_writer *w = sm_stw_new();
-  fill_ctx fc = { bits, 12345 };
+  fill_ctx fc = { bits, 12345, false }, fconv = { 0, 777, true };
   const sm_tensor_names *nm = fam->names;
   const int64_t H = sh->hidden;
+  const sm_rec_config *rc = &sc->rec;
   char n[256];
   snprintf(n, sizeof n, "%s%s", nm->root, nm->embed);
   add_linear(w, &fc, n, sh->vocab, H, bits, gs);
-  if (!sh->tied) add_linear(w, &fc, nm->lm_head, sh->vocab, H, bits, gs);
+  if (!sc->tie_word_embeddings) add_linear(w, &fc, nm->lm_head, sh->vocab, H, bits, gs);
   int64_t vs[1] = { H };
   snprintf(n, sizeof n, "%s%s.weight", nm->root, nm->final_norm);
   sm_stw_add(w, n, SM_DT_BF16, 1, vs, NULL, fill_random, &fc);
-  for (int l = 0; l < sh->layers; l++)
+  for (int l = 0; l < sc->num_hidden_layers; l++)
     for (int s = 0; s < SM_T_LAYER_COUNT; s++) {
-      if (!nm->t[s]) continue;
+      if (!nm->t[s] || !sm_family_slot_used(fam, sc, l, (sm_layer_tensor)s)) continue;
       if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && r->qk_norm == SM_QK_NORM_NONE) continue;
       int64_t rows, cols;
       sm_family_slot_shape(fam, sc, (sm_layer_tensor)s, &rows, &cols);
       snprintf(n, sizeof n, "%s%s.%d.%s", nm->root, nm->layers, l, nm->t[s]);
+      if (s == SM_T_REC_CONV) { /* [channels, kernel, 1], as MLX stores a depthwise Conv1d */
+        int64_t cs[3] = { rows, cols, 1 };
+        snprintf(n, sizeof n, "%s%s.%d.%s.weight", nm->root, nm->layers, l, nm->t[s]);
+        sm_stw_add(w, n, SM_DT_BF16, 3, cs, NULL, fill_random, &fconv);
+        if (rc->conv_bias) {
+          snprintf(n, sizeof n, "%s%s.%d.%s.bias", nm->root, nm->layers, l, nm->t[s]);
+          sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
+        }
+        continue;
+      }
+      if (s == SM_T_REC_DT_BIAS || s == SM_T_REC_A_LOG || s == SM_T_REC_D) { /* parameters: no ".weight" */
+        sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
+        continue;
+      }
       if (!cols) {
         snprintf(n, sizeof n, "%s%s.%d.%s.weight", nm->root, nm->layers, l, nm->t[s]);
         sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
         continue;
       }
       add_linear(w, &fc, n, rows, cols, bits, gs);
-      if (r->qkv_bias && (s == SM_T_Q || s == SM_T_K || s == SM_T_V || s == SM_T_QKV)) {
+      const bool rec_bias = (s == SM_T_REC_IN_FUSED || s == SM_T_REC_OUT) &&
+                            ((rc->kind == SM_REC_MAMBA2 && rc->m_proj_bias) || (rc->kind == SM_REC_SHORTCONV && rc->conv_bias));
+      if (rec_bias || (r->qkv_bias && (s == SM_T_Q || s == SM_T_K || s == SM_T_V || s == SM_T_QKV))) {
         snprintf(n, sizeof n, "%s%s.%d.%s.bias", nm->root, nm->layers, l, nm->t[s]);
         sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
       }
     }
+  sm_config_free(sc);
   free(sc);
   st = sm_stw_write(w, stp);
   sm_stw_free(w);
