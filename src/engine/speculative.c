@@ -104,6 +104,9 @@ static bool emit_piece(void *ud, int32_t t) {
 smelt_status sm_generate_speculative(smelt_model *m, smelt_model *dm, const sm_engine_params *base, int n_draft,
                                      const int32_t *ids, int n_ids, int max_tokens, const smelt_sampling *sp,
                                      smelt_piece_cb cb, void *user, smelt_stats *stats, int *accepted) {
+  if (m->cfg.rec.kind != SM_REC_NONE || dm->cfg.rec.kind != SM_REC_NONE)
+    return sm_err(SMELT_ERR_UNSUPPORTED, "speculative decoding is not supported with a model that has recurrent "
+                  "layers (%s)", m->cfg.rec.kind != SM_REC_NONE ? m->cfg.model_type : dm->cfg.model_type);
   if (!m->tok) return sm_err(SMELT_ERR_INVALID, "model has no tokenizer.json; cannot detokenize");
   if (dm->cfg.vocab_size > m->cfg.vocab_size)
     return sm_err(SMELT_ERR_INVALID, "draft vocabulary (%d) is larger than the model's (%d)", dm->cfg.vocab_size,
