@@ -478,8 +478,12 @@ static smelt_status parse_rec(sm_config *c, const src *s, const family *f) {
     char pe[32] = "";
     TRY(get_str(s, "position_embedding_type", pe, sizeof pe));
     if (pe[0]) r->no_rope = strcmp(pe, "rope") != 0;
-    /* Nemotron-H's MLP activation */
+    /* Nemotron-H's MLP activation; its earlier configs name the attention head size attention_head_dim */
     TRY(get_str(s, "mlp_hidden_act", c->hidden_act, sizeof c->hidden_act));
+    if (!get(s, "head_dim") && get(s, "attention_head_dim")) {
+      TRY(get_int(s, "attention_head_dim", &c->head_dim));
+      TRY(check_range(file, "attention_head_dim", c->head_dim, 1, 1024));
+    }
     /* GraniteMoeHybrid without experts: transformers' MLP is its shared_mlp */
     if (!r->n_experts) TRY(get_int(s, "shared_intermediate_size", &c->intermediate_size));
     TRY(check_range(file, "shared_intermediate_size", c->intermediate_size, 1, 1 << 20));

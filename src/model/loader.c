@@ -3,8 +3,8 @@
  * to the backend. Every tensor of the checkpoint must be read by some slot: one that is not (a
  * bias, a norm or a projection the family's recipe does not have) fails the load with its name,
  * so that a checkpoint never runs with part of its weights ignored. The only tensors skipped are
- * the vision tower of a vision-language packaging (family.h sm_vlm_packaging), named by prefix, and
- * rotary_emb.inv_freq buffers (mlx-lm's sanitize drops them too).
+ * the vision tower of a vision-language packaging (family.h sm_vlm_packaging), named by prefix,
+ * rotary_emb.inv_freq buffers and multi-token-prediction heads (mtp.*; mlx-lm's sanitize drops both).
  * Fused projections (qkv_proj, gate_up_proj) become row views; for families whose RoPE rotates
  * interleaved pairs, the q/k rows of each head are permuted here so that the rotate-half RoPE of
  * the backends computes the same scores. */
@@ -439,9 +439,11 @@ static smelt_status read_tensors(smelt_model *m, taken_set *ts) {
   return SMELT_OK;
 }
 
-/* names of tensors that checkpoints carry but no family reads (mlx-lm's sanitize drops them) */
+/* names of tensors that checkpoints carry but no family reads (mlx-lm's sanitize drops them): RoPE
+ * buffers, and the multi-token-prediction head of Qwen3.5 / Qwen3-Next / Nemotron (a drafter, not part
+ * of the forward) */
 static bool ignorable(const char *name) {
-  return strstr(name, "rotary_emb.inv_freq") != NULL;
+  return strstr(name, "rotary_emb.inv_freq") != NULL || !strncmp(name, "mtp.", 4) || strstr(name, ".mtp.") != NULL;
 }
 
 /* a tensor of the vision tower that a vision-language packaging puts next to the LM */
