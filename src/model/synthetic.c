@@ -27,6 +27,13 @@ static const sm_synth_shape g_shapes[] = {
     " \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": \"48x1.0\", \"long_factor\": \"48x1.5\"}}" },
   { "mistral-small-24b", 5120, 40, 32, 8, 32768, 131072, false, "mistral", 128,
     "{\"rope_theta\": 1000000000, \"sliding_window\": null}" },
+  /* hybrid models (recurrent layers; "layer_types": null drops the family's two-layer test pattern) */
+  { "qwen3.5-9b", 4096, 32, 16, 4, 12288, 248320, false, "qwen3_5_text", 256, /* Qwen3.5-9B's text model */
+    "{\"layer_types\": null, \"full_attention_interval\": 4, \"linear_num_key_heads\": 16,"
+    " \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,"
+    " \"linear_conv_kernel_dim\": 4, \"partial_rotary_factor\": 0.25, \"rope_theta\": 10000000}" },
+  { "lfm2-1.2b", 2048, 16, 32, 8, 8192, 65536, true, "lfm2", 64, /* LFM2-1.2B */
+    "{\"layer_types\": null, \"full_attn_idxs\": [2, 5, 8, 10, 12, 14], \"rope_theta\": 1000000}" },
 };
 static uint64_t rng_next(uint64_t *s) { uint64_t x = *s; x ^= x << 13; x ^= x >> 7; x ^= x << 17; return *s = x; }
 
