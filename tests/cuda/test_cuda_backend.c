@@ -987,10 +987,15 @@ static void test_mlp_paths(const char *shape, const char *base, const char *orde
   if (system(cmd)) {}
 }
 
+/* the pass tests to run (argument "hybrid": only those of recurrent layers, 64) */
+static int g_only = ~0;
+
 /* one backend pass: G created with the tuning env (NAME=value ...), then the tests of mask
  * (1 elementwise, 2 attention, 4 matmul of 4-bit weights, 8 all widths, 16 models bits 4/0/3,
- * 32 model bits 4 on "test" and "tiny") */
+ * 32 model bits 4 on "test" and "tiny", 64 recurrent ops and hybrid models) */
 static void pass(const char *env, int mask) {
+  mask &= g_only;
+  if (!mask) return;
   char buf[200];
   snprintf(buf, sizeof buf, "%s", env);
   char *names[8];
@@ -1028,7 +1033,12 @@ static void pass(const char *env, int mask) {
   for (int i = 0; i < nn; i++) unsetenv(names[i]);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "hybrid")) g_only = 64;
+  else if (argc > 1) {
+    fprintf(stderr, "usage: %s [hybrid]\n", argv[0]);
+    return 2;
+  }
   G = sm_cuda_backend_create(0);
   if (!G) {
     printf("SKIP: no usable CUDA device (%s)\n", smelt_last_error());
@@ -1064,6 +1074,10 @@ int main(void) {
    * add + rmsnorm before it, and for the 8B shape the add + rmsnorm after it deferred to the next
    * q/k/v), and k_mvr where the tuning asks for it (the lm_head by default; MVR=31: every role)
    * against the same model with every op its own kernel on k_mvq4 */
+  if (g_only != ~0) {
+    C->destroy(C);
+    TEST_END();
+  }
   {
     const mlp_variant v1[] = { { "", true, false, true }, { "SMELT_CUDA_MVR=0", true, false, false },
                                { "SMELT_CUDA_MVR=31", true, false, true } };
