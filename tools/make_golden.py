@@ -243,6 +243,22 @@ FIXTURES = [
                   mamba_d_head=16, mamba_n_groups=1, mamba_d_state=16, mamba_d_conv=4, mamba_expand=1,
                   mamba_conv_bias=True, mamba_proj_bias=False, mamba_chunk_size=8),
          quant=Q4, overrides={}),
+    # the dense (unquantized) forms: Gated DeltaNet (attention on layer 1 of 3) and Mamba-2
+    dict(name="qwen3_5_bf16", head_gain=2.0, model_type="qwen3_5_text", dtype="bfloat16", seed=3030,
+         cfg=dict(num_hidden_layers=3, head_dim=16, intermediate_size=64, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                  attention_bias=False, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                  linear_value_head_dim=16, linear_conv_kernel_dim=4, full_attention_interval=2,
+                  rope_scaling=None,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                                   "mrope_section": [1, 1, 0], "mrope_interleaved": True}),
+         quant=None, overrides={}),
+    dict(name="nemotron_h_bf16", head_gain=2.0, model_type="nemotron_h", dtype="bfloat16", seed=3131,
+         cfg=dict(num_hidden_layers=4, hybrid_override_pattern="M-*M", head_dim=16, rms_norm_eps=None,
+                  layer_norm_epsilon=1e-5, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
+                  hidden_act=None, mlp_hidden_act="relu2", mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=16,
+                  n_groups=2, conv_kernel=4, use_conv_bias=True, mamba_proj_bias=False, use_bias=False,
+                  time_step_limit=[0.0, float("inf")], chunk_size=8),
+         quant=None, overrides={}),
 ]
 HYBRID = check_golden.HYBRID
 

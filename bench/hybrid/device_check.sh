@@ -7,7 +7,7 @@
 #   - LFM2-1.2B shape, 4-bit g64, CPU: batch-1 decode and its ratio to the roofline (target >= 70%).
 # usage (repo root, after `source bench/cuda/device_env.sh`): bash bench/hybrid/device_check.sh [BUILD_DIR] [golden]
 #   BUILD_DIR   a CUDA build (default build-dev); configured and built here only when it has no smelt binary
-#   golden      also regenerate the five hybrid fixtures with transformers (tools/make_golden.py) into
+#   golden      also regenerate the seven hybrid fixtures with transformers (tools/make_golden.py) into
 #               $OUT/fixtures and check smelt (CPU and CUDA) against them (not timed into the 150 s)
 # Logs go to $OUT (default /tmp/out). The last lines are a summary; RESULT: PASS when every test passed.
 set -o pipefail
@@ -84,7 +84,7 @@ echo "speed done after $(( $(date +%s) - T0 )) s"
 if [ "$2" = golden ]; then
   FX="$OUT/fixtures"
   rm -rf "$FX"
-  if timeout 300 python3 tools/make_golden.py --only qwen3_5_q4_g64_bf16,qwen3_next_q4_g64_f16,lfm2_q4_g64_bf16,nemotron_h_q4_g64_bf16,granitemoehybrid_q4_g64_f16 \
+  if timeout 300 python3 tools/make_golden.py --only qwen3_5_q4_g64_bf16,qwen3_next_q4_g64_f16,lfm2_q4_g64_bf16,nemotron_h_q4_g64_bf16,granitemoehybrid_q4_g64_f16,qwen3_5_bf16,nemotron_h_bf16 \
       "$FX" >"$OUT/hybrid-make-golden.log" 2>&1; then
     python3 tools/check_golden.py "$FX"/* >"$OUT/hybrid-check-golden.log" 2>&1; c1=$?
     "$B/tests/golden/test_golden" "$FX" >"$OUT/hybrid-golden-tf-cpu.log" 2>&1; c2=$?
