@@ -34,8 +34,11 @@ line=$(grep -E "^[0-9]+ passed, [0-9]+ failed" "$OUT/hybrid-cuda-backend.log" | 
 [ $rc = 0 ] || FAIL=1
 SUM+=("test_cuda_backend hybrid: ${line:-no summary} (rc $rc)")
 
-# 2. the golden fixtures on CUDA (all of them; the hybrid ones are listed), and the fusion counts
-SMELT_GOLDEN_DEVICE=cuda timeout 120 "$B/tests/golden/test_golden" tests/golden/fixtures >"$OUT/hybrid-golden-cuda.log" 2>&1
+# 2. the hybrid golden fixtures on CUDA, and the fusion counts
+FXH=/tmp/smelt-hybrid-fixtures
+rm -rf "$FXH" && mkdir -p "$FXH"
+for f in tests/golden/fixtures/{qwen3_5,qwen3_next,lfm2,nemotron_h,granitemoehybrid}_*; do ln -s "$PWD/$f" "$FXH/"; done
+SMELT_GOLDEN_DEVICE=cuda timeout 120 "$B/tests/golden/test_golden" "$FXH" >"$OUT/hybrid-golden-cuda.log" 2>&1
 rc=$?
 grep -E "^(qwen3_5|qwen3_next|lfm2|nemotron_h|granitemoehybrid)" "$OUT/hybrid-golden-cuda.log" | grep -E "logits max_abs|greedy" |
   grep -v "KV " | sed 's/^/  /'
@@ -43,7 +46,7 @@ greedy=$(grep -E "^(qwen3_5|qwen3_next|lfm2|nemotron_h|granitemoehybrid).*greedy
   awk '{print $1" "$3}' | tr '\n' ' ')
 line=$(grep -E "^[0-9]+ passed, [0-9]+ failed" "$OUT/hybrid-golden-cuda.log" | tail -1)
 [ $rc = 0 ] || FAIL=1
-SUM+=("golden on CUDA: ${line:-no summary} (rc $rc); hybrid greedy: ${greedy:-none}")
+SUM+=("golden on CUDA, $(ls "$FXH" | wc -l) hybrid fixtures: ${line:-no summary} (rc $rc); greedy: ${greedy:-none}")
 (cd "$B" && timeout 60 ctest -R "^(cuda_fusions|op_sequence)$" --output-on-failure >"$OUT/hybrid-ctest.log" 2>&1)
 rc=$?
 [ $rc = 0 ] || FAIL=1
