@@ -2,7 +2,7 @@
  * every hybrid family:
  *  - a prompt in one prefill equals the same prompt fed in chunks and token by token (the logits after
  *    every token, against one full forward);
- *  - a batch of sequences of mixed lengths, prefill chunks interleaved with decode steps, equals each
+ *  - a batch of 16 sequences of mixed lengths, prefill chunks interleaved with decode steps, equals each
  *    sequence alone;
  *  - a fork continues exactly as its parent; truncation rewinds to the snapshot (or the start) and the
  *    recomputed sequence gives the same logits; state slots are freed with their sequences, and a step
@@ -60,11 +60,11 @@ static void chunks_case(const int32_t *ids, int n, int chunk, const float *ref) 
   sm_engine_free(e);
 }
 
-/* 6 sequences of different lengths in one engine: prompts prefilled in chunks of a small step budget
+/* 16 sequences of different lengths in one engine: prompts prefilled in chunks of a small step budget
  * while others decode; each one's logits equal its own full forward */
 static void batch_case(void) {
-  enum { NS = 6, GEN = 4 };
-  const int lens[NS] = { 3, 17, 9, 30, 1, 12 };
+  enum { NS = 16, GEN = 4 };
+  const int lens[NS] = { 3, 17, 9, 30, 1, 12, 5, 22, 2, 14, 7, 26, 11, 4, 19, 8 };
   int32_t ids[NS][40];
   float *ref[NS];
   for (int s = 0; s < NS; s++) {
