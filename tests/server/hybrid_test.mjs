@@ -3,7 +3,7 @@
 // and repeated prompts; the prefix cache is not used (cached_tokens 0); prompt cache files and slot
 // save/restore are refused with a message. Models: the tiny random-weight test model in the layouts of
 // Qwen3.5 (Gated DeltaNet), LFM2 (short convolution) and Nemotron-H (Mamba-2), two layers each.
-// Outputs are compared with SMELT_CPU_EXACT=1 (batched and one-token kernels round alike).
+// Outputs are compared with SMELT_CPU_EXACT=1: the same tokens, log-probabilities within 2e-5.
 // Env: SMELT_BIN, MAKE_TEST_MODEL, SMELT_TEST_MODEL_DIR, NODE_PATH.
 import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -80,8 +80,26 @@ async function test(name, fn) {
 const SYSTEM = 'You are a careful assistant for a small library. ' + 'Answer briefly and cite the shelf number. '.repeat(3);
 const ask = (q, extra = {}) => ({ model: 'm', messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: q }],
   max_tokens: 24, temperature: 0, logprobs: true, top_logprobs: 2, ...extra });
-// the tokens and their log-probabilities (4 decimals) of a choice
-const answer = (c) => JSON.stringify(c.logprobs.content.map((t) => [t.token, t.logprob.toFixed(4)]));
+// the tokens and their log-probabilities of a choice
+const answer = (c) => c.logprobs.content.map((t) => [t.token, t.logprob]);
+// the largest log-probability difference of two answers (Infinity when their tokens differ): batched and
+// one-token kernels may round apart (about 1e-6 here), while another prompt or state moves the
+// log-probabilities of this flat random model by 1e-4 and more
+const TOL = 2e-5;
+function dist(a, b) {
+  if (a.length !== b.length) return Infinity;
+  let d = 0;
+  for (let i = 0; i < a.length; i++) {
+    if (a[i][0] !== b[i][0]) return Infinity;
+    d = Math.max(d, Math.abs(a[i][1] - b[i][1]));
+  }
+  return d;
+}
+function same(a, b, what) {
+  const d = dist(a, b);
+  assert.ok(d <= TOL, `${what}: differs by ${d}\n${JSON.stringify(a)}\n${JSON.stringify(b)}`);
+  return d;
+}
 const QS = ['Where are the maps?', 'Who wrote Emma?', 'Is there a reading room on the second floor?', 'What opens at nine?'];
 
 try {
@@ -97,22 +115,24 @@ try {
         assert.equal(r.choices[0].logprobs.content.length, 24);
         alone.push(answer(r.choices[0]));
       }
-      assert.equal(new Set(alone).size, QS.length, 'the prompts give different answers');
+      for (let i = 0; i < QS.length; i++)
+        for (let j = 0; j < i; j++) assert.ok(dist(alone[i], alone[j]) > 5 * TOL, `prompts ${i} and ${j} give distinct answers`);
       // the same prompt again: a fresh state, the same answer
       const again = await S.client.chat.completions.create(ask(QS[0]));
       assert.equal(again.usage.prompt_tokens_details.cached_tokens, 0);
-      assert.equal(answer(again.choices[0]), alone[0]);
+      let worst = same(answer(again.choices[0]), alone[0], 'the prompt again');
       // n = 2: both choices continue from (a copy of) the prompt's state
       const two = await S.client.chat.completions.create(ask(QS[1], { n: 2 }));
       assert.equal(two.choices.length, 2);
-      for (const c of two.choices) assert.equal(answer(c), alone[1]);
+      for (const c of two.choices) worst = Math.max(worst, same(answer(c), alone[1], 'a choice of n = 2'));
       // concurrent requests: in one batch, and preempted (requeued, state recomputed) when the KV runs out
       let preempted = 0;
       for (let round = 0; round < 5 && !preempted; round++) {
         const together = await Promise.all(QS.map((q) => S.client.chat.completions.create(ask(q, { max_tokens: 24 }))));
-        assert.deepEqual(together.map((r) => answer(r.choices[0])), alone);
+        together.forEach((r, i) => { worst = Math.max(worst, same(answer(r.choices[0]), alone[i], `concurrent request ${i}`)); });
         preempted = await metric(S.url, 'smelt_preemptions_total');
       }
+      console.log(`     ${fam}: largest difference to the answers alone ${worst.toExponential(2)}`);
       assert.ok(preempted > 0, 'a preemption happened');
       assert.equal(await metric(S.url, 'smelt_kv_cache_blocks_used'), 0);
       assert.equal(await metric(S.url, 'smelt_prefix_cache_hit_tokens_total'), 0);
