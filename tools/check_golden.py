@@ -7,8 +7,11 @@ the transformers modeling code of each family, and compare with the recorded log
 Families (config model_type): llama, mistral, ministral3, qwen2, qwen3, smollm3, granite, gemma,
 gemma2, gemma3_text, phi3, olmo2, olmo3, exaone4, glm4, cohere2, the mixtures of experts qwen3_moe,
 qwen2_moe, mixtral, gpt_oss and glm4_moe (stacked experts, routing as transformers' code, attention sinks),
-and the text models of the vision-language packagings gemma3, mistral3, qwen2_5_vl, qwen3_vl (weights under
-"language_model.", vision tensors ignored). Quantization: MLX affine and the microscaling modes mxfp4,
+and the text models of the vision-language packagings gemma3, mistral3, qwen2_5_vl, qwen3_vl, qwen3_5 (weights
+under "language_model.", vision tensors ignored). Hybrid families (recurrent layers next to attention, each
+recurrence run token by token from a zero state, as transformers' recurrent reference functions do):
+qwen3_5_text and qwen3_next (Gated DeltaNet, gated attention), lfm2 (gated short convolution),
+nemotron_h and granitemoehybrid (Mamba-2). Quantization: MLX affine and the microscaling modes mxfp4,
 mxfp8, nvfp4 (per module). RoPE: default, linear, llama3, dynamic, yarn, longrope, mrope (text
 positions), partial and interleaved rotary, per-layer theta, NoPE layers.
 
@@ -36,7 +39,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # the text model type of a vision-language packaging whose text_config does not name it
 VLM_TEXT_TYPE = {"gemma3": "gemma3_text", "mistral3": "mistral", "qwen2_5_vl": "qwen2_5_vl_text",
-                 "qwen3_vl": "qwen3_vl_text"}
+                 "qwen3_vl": "qwen3_vl_text", "qwen3_5": "qwen3_5_text"}
+# hybrid families: recurrent layers (Gated DeltaNet, short convolution, Mamba-2) next to attention
+HYBRID = ("qwen3_5_text", "qwen3_next", "lfm2", "nemotron_h", "granitemoehybrid")
 
 
 def read_safetensors(path):
@@ -472,6 +477,8 @@ def act(fam, g):
 def forward(cfg, W, ids, n_prefill=None):
     """logits [T, vocab] of ids (float64). n_prefill: the prompt length (see the module comment)."""
     tc, mt, outer = text_config(cfg)
+    if mt in HYBRID:
+        return forward_hybrid(cfg, W, ids, tc, mt)
     fam = Fam(mt, tc)
     pre = "language_model." if any(k.startswith("language_model.") for k in W) else ""
     H = tc["hidden_size"]
@@ -625,6 +632,253 @@ def forward(cfg, W, ids, n_prefill=None):
     fs = tc.get("final_logit_softcapping") if mt in ("gemma2", "gemma3_text") else None
     if fs:
         logits = np.tanh(logits / fs) * fs
+    return logits
+
+
+# ----------------------------------------------------------------------------------- hybrid models
+
+def silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def softplus(x):
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
+
+
+def hybrid_layer_types(mt, tc, n):
+    """per layer: "attention", "recurrent" or "mlp" (transformers' config classes)"""
+    lt = tc.get("layer_types") or tc.get("layers_block_type")
+    pat = tc.get("hybrid_override_pattern")
+    if mt == "nemotron_h" and pat is not None and lt is None:
+        lt = [{"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}[ch] for ch in pat]
+    if lt is None:
+        if mt in ("qwen3_5_text", "qwen3_next"):
+            iv = tc.get("full_attention_interval", 4)
+            lt = ["linear_attention" if (i + 1) % iv else "full_attention" for i in range(n)]
+        elif mt == "lfm2":
+            fa = tc.get("full_attn_idxs")
+            fa = range(n) if fa is None else fa
+            lt = ["full_attention" if i in fa else "conv" for i in range(n)]
+        else:
+            lt = ["mamba"] * n
+    kind = {"full_attention": "attention", "attention": "attention", "linear_attention": "recurrent",
+            "mamba": "recurrent", "conv": "recurrent", "mlp": "mlp"}
+    return [kind[t] for t in lt]
+
+
+def causal_conv(x, w, b=None):
+    """depthwise causal conv over time: x [T, C], w [C, K] (zero history), + bias"""
+    T, C = x.shape
+    K = w.shape[1]
+    xp = np.concatenate([np.zeros((K - 1, C)), x], axis=0)
+    y = np.zeros((T, C))
+    for j in range(K):
+        y += xp[j:j + T] * w[:, j]
+    return y + (b if b is not None else 0)
+
+
+def conv_weight(W, name):
+    w = W[name]  # MLX: [C, K, 1]
+    return w.reshape(w.shape[0], -1)
+
+
+def sdpa(q, k, v, scale):
+    """causal attention: q [T, nh, hd], k/v [T, nkv, hd]"""
+    T, nh, hd = q.shape
+    rep = nh // k.shape[1]
+    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+    s = np.einsum("thd,shd->hts", q, k) * scale + np.triu(np.full((T, T), -np.inf), 1)
+    s = np.exp(s - s.max(-1, keepdims=True))
+    s /= s.sum(-1, keepdims=True)
+    return np.einsum("hts,shd->thd", s, v).reshape(T, nh * hd)
+
+
+def rope_half(v, pos, theta, rot):
+    """rotate-half RoPE on the first rot dims of v [T, heads, hd] (default RoPE)"""
+    inv = 1.0 / (theta ** (np.arange(0, rot, 2, dtype=np.float64) / rot))
+    ang = pos[:, None] * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    v = v.copy()
+    h = rot // 2
+    a, b = v[..., :h].copy(), v[..., h:rot].copy()
+    v[..., :h] = a * c - b * s
+    v[..., h:rot] = a * s + b * c
+    return v
+
+
+def gated_delta_net(W, p, h, tc, mt, eps):
+    """Qwen3_5GatedDeltaNet / Qwen3NextGatedDeltaNet with torch_recurrent_gated_delta_rule"""
+    T = h.shape[0]
+    nk, nv = tc["linear_num_key_heads"], tc["linear_num_value_heads"]
+    dk, dv = tc["linear_key_head_dim"], tc["linear_value_head_dim"]
+    r = nv // nk
+    if mt == "qwen3_next":  # fix_query_key_value_ordering: grouped per key head
+        qkvz = (h @ W[p + "in_proj_qkvz.weight"].T).reshape(T, nk, 2 * dk + 2 * r * dv)
+        q, k = qkvz[..., :dk], qkvz[..., dk:2 * dk]
+        v, z = qkvz[..., 2 * dk:2 * dk + r * dv], qkvz[..., 2 * dk + r * dv:]
+        ba = (h @ W[p + "in_proj_ba.weight"].T).reshape(T, nk, 2 * r)
+        b, a = ba[..., :r].reshape(T, nv), ba[..., r:].reshape(T, nv)
+        mixed = np.concatenate([q.reshape(T, -1), k.reshape(T, -1), v.reshape(T, -1)], axis=1)
+        z = z.reshape(T, nv, dv)
+    else:
+        mixed = h @ W[p + "in_proj_qkv.weight"].T
+        z = (h @ W[p + "in_proj_z.weight"].T).reshape(T, nv, dv)
+        b = h @ W[p + "in_proj_b.weight"].T
+        a = h @ W[p + "in_proj_a.weight"].T
+    mixed = silu(causal_conv(mixed, conv_weight(W, p + "conv1d.weight")))
+    q = mixed[:, :nk * dk].reshape(T, nk, dk)
+    k = mixed[:, nk * dk:2 * nk * dk].reshape(T, nk, dk)
+    v = mixed[:, 2 * nk * dk:].reshape(T, nv, dv)
+    beta = 1 / (1 + np.exp(-b))
+    g = -np.exp(W[p + "A_log"]) * softplus(a + W[p + "dt_bias"])
+    q, k = np.repeat(q, r, axis=1), np.repeat(k, r, axis=1)  # repeat_interleave
+    q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) / math.sqrt(dk)
+    k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+    S = np.zeros((nv, dk, dv))
+    out = np.zeros((T, nv, dv))
+    for t in range(T):
+        S = S * np.exp(g[t])[:, None, None]
+        kv_mem = (S * k[t][:, :, None]).sum(1)
+        delta = (v[t] - kv_mem) * beta[t][:, None]
+        S = S + k[t][:, :, None] * delta[:, None, :]
+        out[t] = (S * q[t][:, :, None]).sum(1)
+    # Qwen3_5RMSNormGated: normalized, weighted, then times silu(gate)
+    out = rmsnorm(out, W[p + "norm.weight"], eps) * silu(z)
+    return out.reshape(T, nv * dv) @ W[p + "out_proj.weight"].T
+
+
+def mamba2(W, p, h, tc, mt, eps):
+    """Mamba-2 mixer (Zamba2MambaMixer / BambaMixer torch_forward, token by token)"""
+    T = h.shape[0]
+    if mt == "nemotron_h":
+        nh, P, N, G = tc["mamba_num_heads"], tc["mamba_head_dim"], tc["ssm_state_size"], tc["n_groups"]
+    else:
+        nh, N, G = tc["mamba_n_heads"], tc["mamba_d_state"], tc["mamba_n_groups"]
+        P = tc.get("mamba_d_head", "auto")
+        if P == "auto":
+            P = tc.get("mamba_expand", 2) * tc["hidden_size"] // nh
+    I = nh * P
+    lim = tc.get("time_step_limit", (0.0, float("inf")))
+    proj = h @ W[p + "in_proj.weight"].T
+    if p + "in_proj.bias" in W:
+        proj = proj + W[p + "in_proj.bias"]
+    gate, xbc, dt = proj[:, :I], proj[:, I:proj.shape[1] - nh], proj[:, proj.shape[1] - nh:]
+    xbc = silu(causal_conv(xbc, conv_weight(W, p + "conv1d.weight"), W.get(p + "conv1d.bias")))
+    x, B, C = xbc[:, :I].reshape(T, nh, P), xbc[:, I:I + G * N].reshape(T, G, N), xbc[:, I + G * N:].reshape(T, G, N)
+    dt = np.clip(softplus(dt + W[p + "dt_bias"]), lim[0], lim[1])
+    A = -np.exp(W[p + "A_log"])
+    hg = np.arange(nh) // (nh // G)
+    S = np.zeros((nh, P, N))
+    y = np.zeros((T, nh, P))
+    for t in range(T):
+        S = np.exp(dt[t] * A)[:, None, None] * S + (dt[t][:, None] * x[t])[:, :, None] * B[t][hg][:, None, :]
+        y[t] = (S * C[t][hg][:, None, :]).sum(-1) + W[p + "D"][:, None] * x[t]
+    y = y.reshape(T, I) * silu(gate)
+    gs = I // G if mt == "nemotron_h" else I  # Nemotron-H: one norm per group
+    yg = y.reshape(T, I // gs, gs)
+    y = (yg / np.sqrt((yg * yg).mean(-1, keepdims=True) + eps)).reshape(T, I) * W[p + "norm.weight"]
+    out = y @ W[p + "out_proj.weight"].T
+    if p + "out_proj.bias" in W:
+        out = out + W[p + "out_proj.bias"]
+    return out
+
+
+def forward_hybrid(cfg, W, ids, tc, mt):
+    """logits [T, vocab] of a hybrid model's prompt ids (float64)"""
+    pre = "language_model." if any(k.startswith("language_model.") for k in W) else ""
+    root = pre + ("backbone." if mt == "nemotron_h" else "model.")
+    H, nh = tc["hidden_size"], tc["num_attention_heads"]
+    nkv = tc.get("num_key_value_heads") or nh
+    hd = tc.get("head_dim") or H // nh
+    if mt in ("lfm2", "granitemoehybrid"):
+        hd = H // nh
+    eps = tc.get("rms_norm_eps", tc.get("norm_eps", tc.get("layer_norm_epsilon", 1e-6)))
+    T = len(ids)
+    pos = np.arange(T, dtype=np.float64)
+    rp, _ = rope_params(tc)
+    theta = rp["rope_theta"] if "rope_theta" in rp else tc.get("rope_theta", tc.get("theta", 10000.0))
+    n = tc["num_hidden_layers"]
+    if mt == "nemotron_h" and tc.get("hybrid_override_pattern"):
+        n = len(tc["hybrid_override_pattern"])
+    kinds = hybrid_layer_types(mt, tc, n)
+    mult = mt == "granitemoehybrid"
+    x = W[root + ("embeddings.weight" if mt == "nemotron_h" else "embed_tokens.weight")][ids].copy()
+    if mult:
+        x = x * tc.get("embedding_multiplier", 1.0)
+    resid = tc.get("residual_multiplier", 1.0) if mult else 1.0
+    # Qwen3-Next/3.5's RMSNorms scale by (1 + w): the MLX converter stored 1 + w, which is what W holds
+    for i, kind in enumerate(kinds):
+        p = root + "layers.%d." % i
+
+        def lin(name, inp):
+            return inp @ W[p + name + ".weight"].T + (W[p + name + ".bias"] if p + name + ".bias" in W else 0)
+
+        def attention(h, a):
+            if mt in ("qwen3_5_text", "qwen3_next"):  # q_proj: per head q | gate
+                qg = lin(a + "q_proj", h).reshape(T, nh, 2 * hd)
+                q, gate = qg[..., :hd], qg[..., hd:].reshape(T, nh * hd)
+            else:
+                q, gate = lin(a + "q_proj", h).reshape(T, nh, hd), None
+            k = lin(a + "k_proj", h).reshape(T, nkv, hd)
+            v = lin(a + "v_proj", h).reshape(T, nkv, hd)
+            qn = {"lfm2": "q_layernorm", "qwen3_5_text": "q_norm", "qwen3_next": "q_norm"}.get(mt)
+            if qn:
+                q = rmsnorm(q, W[p + a + qn + ".weight"], eps)
+                k = rmsnorm(k, W[p + a + qn.replace("q_", "k_") + ".weight"], eps)
+            rope = mt in ("lfm2", "qwen3_5_text", "qwen3_next") or (
+                mt == "granitemoehybrid" and tc.get("position_embedding_type") == "rope")
+            if rope:
+                prf = rp.get("partial_rotary_factor", tc.get("partial_rotary_factor", 1.0))
+                if mt in ("qwen3_5_text", "qwen3_next") and "partial_rotary_factor" not in rp and \
+                        "partial_rotary_factor" not in tc:
+                    prf = 0.25
+                rot = int(hd * prf)
+                q, k = rope_half(q, pos, theta, rot), rope_half(k, pos, theta, rot)
+            scale = tc.get("attention_multiplier", 1.0) if mult else hd ** -0.5
+            o = sdpa(q, k, v, scale)
+            if gate is not None:
+                o = o * (1 / (1 + np.exp(-gate)))
+            return lin(a + ("out_proj" if mt == "lfm2" else "o_proj"), o)
+
+        def mlp(h):
+            if mt == "nemotron_h":
+                u = np.maximum(lin("mixer.up_proj", h), 0)
+                return lin("mixer.down_proj", u * u)
+            if mt == "lfm2":
+                return lin("feed_forward.w2", silu(lin("feed_forward.w1", h)) * lin("feed_forward.w3", h))
+            return lin("mlp.down_proj", silu(lin("mlp.gate_proj", h)) * lin("mlp.up_proj", h))
+
+        if mt == "nemotron_h":  # one block per layer
+            h = rmsnorm(x, W[p + "norm.weight"], eps)
+            if kind == "recurrent":
+                x = x + mamba2(W, p + "mixer.", h, tc, mt, eps)
+            elif kind == "attention":
+                x = x + attention(h, "mixer.")
+            else:
+                x = x + mlp(h)
+            continue
+        n1, n2 = ("operator_norm", "ffn_norm") if mt == "lfm2" else ("input_layernorm", "post_attention_layernorm")
+        h = rmsnorm(x, W[p + n1 + ".weight"], eps)
+        if kind == "attention":
+            r = attention(h, "self_attn.")
+        elif mt == "lfm2":  # Lfm2ShortConv: conv(B * x), times C
+            bcx = lin("conv.in_proj", h)
+            Bm, Cm, xx = bcx[:, :H], bcx[:, H:2 * H], bcx[:, 2 * H:]
+            r = lin("conv.out_proj", Cm * causal_conv(Bm * xx, conv_weight(W, p + "conv.conv.weight"),
+                                                      W.get(p + "conv.conv.bias")))
+        elif mt == "granitemoehybrid":
+            r = mamba2(W, p + "mamba.", h, tc, mt, eps)
+        else:
+            r = gated_delta_net(W, p + "linear_attn.", h, tc, mt, eps)
+        x = x + resid * r
+        x = x + resid * mlp(rmsnorm(x, W[p + n2 + ".weight"], eps))
+    x = rmsnorm(x, W[root + {"lfm2": "embedding_norm", "nemotron_h": "norm_f"}.get(mt, "norm") + ".weight"], eps)
+    head = W.get(pre + "lm_head.weight")
+    if head is None or tc.get("tie_word_embeddings", cfg.get("tie_word_embeddings", mt == "lfm2")):
+        head = W[root + ("embeddings.weight" if mt == "nemotron_h" else "embed_tokens.weight")]
+    logits = x @ head.T
+    if mult:
+        logits = logits / tc.get("logits_scaling", 1.0)
     return logits
 
 

@@ -242,7 +242,71 @@ FIXTURES = [
                   num_experts_per_tok=2, moe_intermediate_size=64, n_shared_experts=1, n_group=2, topk_group=1,
                   routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1),
          quant=Q4, overrides={}),
+    # ---- hybrid families: recurrent layers (Gated DeltaNet, short convolution, Mamba-2) and attention
+    # Qwen3.5 as mlx-lm writes it (text_config, language_model.*): three Gated DeltaNet layers then gated
+    # attention with partial RoPE; (1 + w) norms stored as 1 + w; A_log in float32
+    dict(name="qwen3_5_q4_g64_bf16", head_gain=2.0, model_type="qwen3_5_text", dtype="bfloat16", seed=2525,
+         cfg=dict(num_hidden_layers=4, head_dim=16, tie_word_embeddings=False, rms_norm_eps=1e-6,
+                  attention_bias=False, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                  linear_value_head_dim=16, linear_conv_kernel_dim=4, full_attention_interval=4,
+                  rope_scaling=None,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                                   "mrope_section": [1, 1, 0], "mrope_interleaved": True}),
+         quant=Q4, overrides={}, vlm=dict(model_type="qwen3_5", layout="text_config")),
+    # Qwen3-Next, dense (num_experts 0): its projections fused per key head (in_proj_qkvz, in_proj_ba)
+    dict(name="qwen3_next_q4_g64_f16", head_gain=2.0, model_type="qwen3_next", dtype="float16", seed=2626,
+         cfg=dict(num_hidden_layers=4, head_dim=16, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                  attention_bias=False, rope_theta=10000.0, partial_rotary_factor=0.25, linear_num_key_heads=2,
+                  linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                  linear_conv_kernel_dim=4, full_attention_interval=2, num_experts=0, decoder_sparse_step=1,
+                  mlp_only_layers=[]),
+         quant=Q4, overrides={}),
+    # LFM2: short convolutions (kernel 3) and attention; the MLP size from block_ff_dim's adjustment
+    # (2/3 of 192, to a multiple of 64: 128)
+    dict(name="lfm2_q4_g64_bf16", head_gain=2.0, model_type="lfm2", dtype="bfloat16", seed=2727,
+         cfg=dict(num_hidden_layers=4, rms_norm_eps=None, norm_eps=1e-5, tie_word_embeddings=True,
+                  intermediate_size=192, block_multiple_of=64, block_ffn_dim_multiplier=1.0,
+                  block_auto_adjust_ff_dim=True, conv_L_cache=3, conv_bias=False, rope_theta=1000000.0,
+                  layer_types=["conv", "conv", "full_attention", "conv"]),
+         quant=Q4, overrides={}),
+    # Nemotron-H: Mamba-2 (grouped gated norm), attention without RoPE, a squared-ReLU MLP, each a block;
+    # time_step_limit's infinity as Python's json writes it
+    dict(name="nemotron_h_q4_g64_bf16", head_gain=2.0, model_type="nemotron_h", dtype="bfloat16", seed=2828,
+         cfg=dict(num_hidden_layers=4, hybrid_override_pattern="M*M-", head_dim=16, rms_norm_eps=None,
+                  layer_norm_epsilon=1e-5, tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+                  hidden_act=None, mlp_hidden_act="relu2", mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=16,
+                  n_groups=2, conv_kernel=4, use_conv_bias=True, mamba_proj_bias=False, use_bias=False,
+                  time_step_limit=[0.0, float("inf")], chunk_size=8),
+         quant=Q4, overrides={"backbone.layers.0.mixer.in_proj": {"group_size": 32, "bits": 8}}),
+    # Granite 4.0-H dense: Mamba-2 and attention (NoPE), multipliers; transformers' shared_mlp is
+    # mlx-lm's mlp.gate_proj / up_proj / down_proj
+    dict(name="granitemoehybrid_q4_g64_f16", embed_init=0.7, layer_init=2.0, head_gain=4.0,
+         model_type="granitemoehybrid", dtype="float16", seed=2929,
+         cfg=dict(num_hidden_layers=4, tie_word_embeddings=True, rms_norm_eps=1e-5, attention_bias=False,
+                  layer_types=["mamba", "attention", "mamba", "mamba"], position_embedding_type="nope",
+                  embedding_multiplier=6.0, attention_multiplier=0.125, residual_multiplier=0.5,
+                  logits_scaling=2.5, num_local_experts=0, shared_intermediate_size=128, mamba_n_heads=4,
+                  mamba_d_head=16, mamba_n_groups=1, mamba_d_state=16, mamba_d_conv=4, mamba_expand=1,
+                  mamba_conv_bias=True, mamba_proj_bias=False, mamba_chunk_size=8),
+         quant=Q4, overrides={}),
+    # the dense (unquantized) forms: Gated DeltaNet (attention on layer 1 of 3) and Mamba-2
+    dict(name="qwen3_5_bf16", head_gain=2.0, model_type="qwen3_5_text", dtype="bfloat16", seed=3030,
+         cfg=dict(num_hidden_layers=3, head_dim=16, intermediate_size=64, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                  attention_bias=False, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                  linear_value_head_dim=16, linear_conv_kernel_dim=4, full_attention_interval=2,
+                  rope_scaling=None,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                                   "mrope_section": [1, 1, 0], "mrope_interleaved": True}),
+         quant=None, overrides={}),
+    dict(name="nemotron_h_bf16", head_gain=2.0, model_type="nemotron_h", dtype="bfloat16", seed=3131,
+         cfg=dict(num_hidden_layers=4, hybrid_override_pattern="M-*M", head_dim=16, rms_norm_eps=None,
+                  layer_norm_epsilon=1e-5, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
+                  hidden_act=None, mlp_hidden_act="relu2", mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=16,
+                  n_groups=2, conv_kernel=4, use_conv_bias=True, mamba_proj_bias=False, use_bias=False,
+                  time_step_limit=[0.0, float("inf")], chunk_size=8),
+         quant=None, overrides={}),
 ]
+HYBRID = check_golden.HYBRID
 
 # the router (an nn.Linear) and the experts' HF-4.x names; stacked in MLX checkpoints under "experts" (MOE_MLX)
 MOE_HF = {"qwen3_moe": ("mlp.gate", "mlp.experts.%d.", ("gate_proj", "up_proj", "down_proj")),
@@ -267,6 +331,8 @@ VISION_TENSORS = {
                    ("vision_tower.merger.ln_q.weight", (8,))],
     "qwen3_vl": [("vision_tower.patch_embed.proj.weight", (8, 2, 16, 16, 3)),
                  ("vision_tower.merger.norm.weight", (8,))],
+    "qwen3_5": [("vision_tower.patch_embed.proj.weight", (8, 2, 16, 16, 3)),
+                ("vision_tower.merger.norm.weight", (8,))],
 }
 VISION_CONFIG = {
     "gemma3": {"model_type": "siglip_vision_model", "hidden_size": 8, "image_size": 28, "patch_size": 14,
@@ -278,6 +344,8 @@ VISION_CONFIG = {
     "qwen3_vl": {"depth": 1, "hidden_size": 8, "intermediate_size": 16, "num_heads": 1, "out_hidden_size": 64,
                  "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3,
                  "deepstack_visual_indexes": []},
+    "qwen3_5": {"depth": 1, "hidden_size": 8, "intermediate_size": 16, "num_heads": 1, "out_hidden_size": 64,
+                "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3},
 }
 
 
@@ -320,8 +388,125 @@ def bias_rules(mt, c):
     return qkv, o
 
 
+def hybrid_spec(mt, c):
+    """[(HF name, shape)] of a hybrid family's CausalLM (transformers' module names)"""
+    H, F = c["hidden_size"], c["intermediate_size"]
+    nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
+    hd = H // nh if mt in ("lfm2", "granitemoehybrid") else c.get("head_dim") or H // nh
+    n = c["num_hidden_layers"]
+    kinds = check_golden.hybrid_layer_types(mt, c, n)
+    emb = "model.embeddings.weight" if mt == "nemotron_h" else "model.embed_tokens.weight"
+    fin = {"lfm2": "model.embedding_norm.weight", "nemotron_h": "model.norm_f.weight"}.get(mt, "model.norm.weight")
+    spec = [(emb, (c["vocab_size"], H)), (fin, (H,))]
+    if not c.get("tie_word_embeddings", False):
+        spec.append(("lm_head.weight", (c["vocab_size"], H)))
+    if mt == "lfm2" and c.get("block_auto_adjust_ff_dim", True):
+        F = int(2 * c.get("block_ff_dim", F) / 3)
+        if c.get("block_ffn_dim_multiplier") is not None:
+            F = int(c["block_ffn_dim_multiplier"] * F)
+        m = c.get("block_multiple_of", 256)
+        F = m * ((F + m - 1) // m)
+    if mt == "granitemoehybrid":
+        F = c["shared_intermediate_size"]
+    for i, kind in enumerate(kinds):
+        p = "model.layers.%d." % i
+
+        def t(name, shape):
+            spec.append((p + name, shape))
+        a = "mixer." if mt == "nemotron_h" else "self_attn."
+        if kind == "attention":
+            qrows = 2 * nh * hd if mt in ("qwen3_5_text", "qwen3_next") else nh * hd
+            t(a + "q_proj.weight", (qrows, H))
+            t(a + "k_proj.weight", (nkv * hd, H))
+            t(a + "v_proj.weight", (nkv * hd, H))
+            t(a + ("out_proj" if mt == "lfm2" else "o_proj") + ".weight", (H, nh * hd))
+            if mt == "lfm2":
+                t(a + "q_layernorm.weight", (hd,))
+                t(a + "k_layernorm.weight", (hd,))
+            elif mt in ("qwen3_5_text", "qwen3_next"):
+                t(a + "q_norm.weight", (hd,))
+                t(a + "k_norm.weight", (hd,))
+        elif kind == "recurrent" and mt in ("qwen3_5_text", "qwen3_next"):
+            nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
+            dk, dv = c["linear_key_head_dim"], c["linear_value_head_dim"]
+            conv = 2 * nk * dk + nv * dv
+            la = "linear_attn."
+            if mt == "qwen3_next":
+                t(la + "in_proj_qkvz.weight", (conv + nv * dv, H))
+                t(la + "in_proj_ba.weight", (2 * nv, H))
+            else:
+                t(la + "in_proj_qkv.weight", (conv, H))
+                t(la + "in_proj_z.weight", (nv * dv, H))
+                t(la + "in_proj_b.weight", (nv, H))
+                t(la + "in_proj_a.weight", (nv, H))
+            t(la + "conv1d.weight", (conv, 1, c["linear_conv_kernel_dim"]))
+            t(la + "dt_bias", (nv,))
+            t(la + "A_log", (nv,))
+            t(la + "norm.weight", (dv,))
+            t(la + "out_proj.weight", (H, nv * dv))
+        elif kind == "recurrent" and mt == "lfm2":
+            t("conv.in_proj.weight", (3 * H, H))
+            t("conv.conv.weight", (H, 1, c["conv_L_cache"]))
+            t("conv.out_proj.weight", (H, H))
+        elif kind == "recurrent":  # Mamba-2
+            if mt == "nemotron_h":
+                mh, P, N, G, K = c["mamba_num_heads"], c["mamba_head_dim"], c["ssm_state_size"], c["n_groups"], c["conv_kernel"]
+                mb, cb, m = c.get("use_bias", False), c.get("use_conv_bias", True), "mixer."
+            else:
+                mh, P, N, G, K = c["mamba_n_heads"], c["mamba_d_head"], c["mamba_d_state"], c["mamba_n_groups"], c["mamba_d_conv"]
+                mb, cb, m = c.get("mamba_proj_bias", False), c.get("mamba_conv_bias", True), "mamba."
+            I, conv = mh * P, mh * P + 2 * G * N
+            t(m + "in_proj.weight", (I + conv + mh, H))
+            if mb:
+                t(m + "in_proj.bias", (I + conv + mh,))
+            t(m + "conv1d.weight", (conv, 1, K))
+            if cb:
+                t(m + "conv1d.bias", (conv,))
+            t(m + "dt_bias", (mh,))
+            t(m + "A_log", (mh,))
+            t(m + "D", (mh,))
+            t(m + "norm.weight", (I,))
+            t(m + "out_proj.weight", (H, I))
+            if mb:
+                t(m + "out_proj.bias", (H,))
+        if mt == "nemotron_h":
+            t("norm.weight", (H,))
+            if kind == "mlp":
+                t("mixer.up_proj.weight", (F, H))
+                t("mixer.down_proj.weight", (H, F))
+            continue
+        if mt == "lfm2":
+            t("operator_norm.weight", (H,))
+            t("ffn_norm.weight", (H,))
+            t("feed_forward.w1.weight", (F, H))
+            t("feed_forward.w3.weight", (F, H))
+            t("feed_forward.w2.weight", (H, F))
+            continue
+        t("input_layernorm.weight", (H,))
+        t("post_attention_layernorm.weight", (H,))
+        if mt == "granitemoehybrid":
+            t("shared_mlp.input_linear.weight", (2 * F, H))
+            t("shared_mlp.output_linear.weight", (H, F))
+        else:
+            t("mlp.gate_proj.weight", (F, H))
+            t("mlp.up_proj.weight", (F, H))
+            t("mlp.down_proj.weight", (H, F))
+    return spec
+
+
+# Qwen3-Next/3.5's RMSNorms scale by (1 + w) (not their linear attention's gated norm)
+QWEN_NORMS = (".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight", ".q_norm.weight",
+              ".k_norm.weight")
+
+
+def zero_centered(mt, name):
+    return mt in ("qwen3_5_text", "qwen3_next") and name.endswith(QWEN_NORMS)
+
+
 def state_spec(mt, c):
     """[(HF name, shape)] of the text CausalLM (tied heads: no lm_head)"""
+    if mt in HYBRID:
+        return hybrid_spec(mt, c)
     H, F = c["hidden_size"], c["intermediate_size"]
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or H // nh
@@ -427,13 +612,25 @@ def random_weights(spec, c, rng, embed_init=1.0, layer_init=1.0, head_gain=1.0):
     itself); head_gain scales the final norm, i.e. the logits (wider top-2 margins)."""
     sd = {}
     for name, shape in spec:
-        if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+        if name.endswith("A_log"):  # transformers' init: A uniform in [1, 16]
+            w = np.log(rng.uniform(1.0, 16.0, shape))
+        elif name.endswith("dt_bias"):
+            w = rng.uniform(-2.0, 0.5, shape)
+        elif name.endswith(".D"):
+            w = rng.uniform(0.5, 1.5, shape)
+        elif len(shape) == 3:  # depthwise convolution [C, 1, K]
+            w = 0.8 * rng.standard_normal(shape) / math.sqrt(shape[2])
+        elif zero_centered(c["model_type"], name):
+            w = 0.2 * rng.standard_normal(shape)
+            if name == "model.norm.weight":
+                w = (1 + w) * head_gain - 1
+        elif name.endswith("norm.weight") or name.endswith("layernorm.weight") or name.endswith("norm_f.weight"):
             w = 1.0 + 0.2 * rng.standard_normal(shape)
             if c["model_type"] in ("gemma", "gemma2", "gemma3_text"):
                 w = 0.2 * rng.standard_normal(shape)  # Gemma's norms scale by (1 + w)
                 if name == "model.norm.weight":
                     w = (1 + w) * head_gain - 1
-            elif name == "model.norm.weight":
+            elif name in ("model.norm.weight", "model.embedding_norm.weight", "model.norm_f.weight"):
                 w = w * head_gain
         elif name.endswith(".bias"):
             w = 0.3 * rng.standard_normal(shape)
@@ -473,12 +670,64 @@ EXPERT_RE = re.compile(r"^(model\.layers\.\d+\.)(.*)experts\.(\d+)\.(\w+)\.(weig
 MLX_PROJ = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}
 
 
+def hybrid_mlx_name(fx, hf_name):
+    """mlx-lm's names: Nemotron-H's "backbone.", Granite's shared_mlp as mlp (split in build_tensors)"""
+    if fx["model_type"] == "nemotron_h" and hf_name.startswith("model."):
+        hf_name = "backbone." + hf_name[len("model."):]
+    return mlx_name(fx, hf_name)
+
+
+def build_hybrid(fx, c, spec, raw, tensors, used):
+    """a hybrid family's tensors as mlx-lm's sanitize leaves them: convolutions [C, K, 1], Qwen's norms
+    stored as 1 + w, A_log kept in float32, Granite's shared_mlp.input_linear split into gate_proj and
+    up_proj"""
+    dt = fx["dtype"]
+    mt = fx["model_type"]
+
+    def plain(mname, arr, dtype):
+        d, rawb = mlxq.encode_dtype(arr, dtype)
+        tensors[mname] = (d, arr.shape, rawb)
+
+    for name, _ in spec:
+        w = raw[name]
+        mname = hybrid_mlx_name(fx, name)
+        if w.ndim == 3:  # [C, 1, K] -> [C, K, 1]
+            wr = mlxq.round_to_dtype(w, dt)
+            plain(mname, np.ascontiguousarray(wr.transpose(0, 2, 1)), dt)
+            used[name] = wr
+        elif name.endswith("A_log"):
+            wr = w.astype(np.float32)
+            plain(mname, wr, "float32")
+            used[name] = wr
+        elif zero_centered(mt, name):
+            m = mlxq.round_to_dtype(1.0 + w, dt)
+            plain(mname, m, dt)
+            used[name] = (m - 1.0).astype(np.float32)
+        elif name.endswith("shared_mlp.input_linear.weight"):
+            half = w.shape[0] // 2
+            mods = [mname.replace("shared_mlp.input_linear.weight", x) for x in ("mlp.gate_proj", "mlp.up_proj")]
+            parts = [mlxq.add_linear(tensors, mods[k], w[k * half:(k + 1) * half], dt, qparams_for(fx, mods[k]))
+                     for k in range(2)]
+            used[name] = np.concatenate(parts, axis=0)
+        elif name.endswith(".weight") and w.ndim == 2:
+            module = mname[: -len(".weight")].replace("shared_mlp.output_linear", "mlp.down_proj")
+            used[name] = mlxq.add_linear(tensors, module, w, dt, qparams_for(fx, module))
+        else:  # norms, biases, dt_bias, D: plain, in the model dtype
+            wr = mlxq.round_to_dtype(w, dt)
+            plain(mname, wr, dt)
+            used[name] = wr
+
+
 def build_tensors(fx, c, spec, raw, rng):
     """MLX checkpoint tensors and the float32 weights (HF names) the reference sees. Per-expert weights are
-    stacked along a leading expert axis under the family's MLX name (mlx-lm's sanitize), and quantized alike."""
+    stacked along a leading expert axis under the family's MLX name (mlx-lm's sanitize), and quantized alike;
+    hybrid families' tensors as build_hybrid writes them."""
     tensors, used = {}, {}
     mt = fx["model_type"]
     stacks = {}  # (mlx module, weight|bias) -> [(expert, HF name)]
+    if mt in HYBRID:
+        build_hybrid(fx, c, spec, raw, tensors, used)
+        spec = []
     for name, _ in spec:
         m = EXPERT_RE.match(name)
         if m and mt in MOE_MLX:
@@ -517,7 +766,8 @@ def build_tensors(fx, c, spec, raw, rng):
         dt, rawb = mlxq.encode_dtype(wr, fx["dtype"])
         tensors[name] = (dt, wr.shape, rawb)
     if c.get("tie_word_embeddings", False):
-        used["lm_head.weight"] = used["model.embed_tokens.weight"]
+        emb = "model.embeddings.weight" if fx["model_type"] == "nemotron_h" else "model.embed_tokens.weight"
+        used["lm_head.weight"] = used[emb]
     return tensors, used
 
 

@@ -50,7 +50,14 @@ void sm_weight_row_f32(const sm_weight *w, int64_t r, float *out);
 typedef struct {
   int n_layers, n_kv_heads, head_dim, block_size, n_blocks;
   sm_dtype dtype; /* 0 (a zeroed struct): SM_DT_F32 */
-  void **k, **v;  /* [n_layers] backend buffers */
+  void **k, **v;  /* [n_layers] backend buffers; NULL for the recurrent layers of a hybrid model */
+  /* Hybrid models: the recurrent layers' state, a fixed size per sequence. Per recurrent layer, n_slots
+   * slots of conv_floats (the last kernel-1 inputs of its convolution, [kernel-1][channels]) and of
+   * ssm_floats (the SSM / delta-rule state) floats; a batch's state_slot says which slot a sequence
+   * uses. NULL (n_slots 0) without recurrent layers. */
+  int n_slots;
+  size_t conv_floats, ssm_floats;
+  float **conv, **ssm; /* [n_layers] backend buffers; NULL for attention layers */
 } sm_kv_cache;
 
 /* One forward step over a batch of tokens from one or more sequences.
@@ -70,6 +77,10 @@ typedef struct {
   const int32_t *out_rows;    /* [n_out] */
   int feed_token;             /* 1: tokens[0] is replaced, on the device, by the token of the last
                                * sample_async (pipelined decode; backends with sample_async) */
+  /* Hybrid models (NULL otherwise): the recurrent state slot of each sequence, [n_seqs]. The tokens of a
+   * sequence must then be consecutive in the batch with consecutive positions; a sequence whose first
+   * token here is at position 0 starts from a zero state. */
+  const int32_t *state_slot;
 } sm_batch;
 
 /* One token to sample from a row of logits (see sm_sample_row for the exact rule). The host
@@ -118,6 +129,8 @@ typedef enum {
   SM_MM_ROUTER,                           /* mixture of experts: router logits (one per expert) */
   SM_MM_EXPERT_GATE, SM_MM_EXPERT_UP, SM_MM_EXPERT_DOWN, /* the routed experts (matmul_experts) */
   SM_MM_SHARED_GATE,                      /* the sigmoid gate of a shared expert (one row) */
+  SM_MM_ATTN_GATE,                        /* gated attention: the gate of the attention output */
+  SM_MM_REC_IN, SM_MM_REC_OUT,            /* recurrent mixers (hybrid models): into and out of the mixer */
   SM_MM_ROLES
 } sm_mm_role;
 const char *sm_mm_role_name(sm_mm_role r);
@@ -264,6 +277,51 @@ struct sm_backend {
    * live in, bytes/s (device-to-device copy on GPUs: bytes read + written), with the threads
    * the backend computes with. For rooflines. */
   double (*measure_bandwidth)(sm_backend *be);
+
+  /* ---- hybrid (recurrent) models: per-sequence state in kv->conv / kv->ssm of a layer, slots from
+   * the current batch's state_slot; within a sequence tokens are processed in batch order ---- */
+  /* dst = src, bytes of backend memory (ordered with the ops before and after it) */
+  void (*copy)(sm_backend *be, void *dst, const void *src, size_t bytes);
+  /* y[i] = a[i] * b[i] (y may alias a or b) */
+  void (*mul)(sm_backend *be, float *y, const float *a, const float *b, size_t n);
+  /* y[i] *= sigmoid(g[i]) */
+  void (*sigmoid_mul)(sm_backend *be, float *y, const float *g, size_t n);
+  /* y[i] = max(y[i], 0)^2 */
+  void (*relu2)(sm_backend *be, float *y, size_t n);
+  /* Causal depthwise convolution of kernel K over the batch's tokens: with w [C][K] and xs the
+   * sequence's earlier inputs (the state: its last K-1 rows of x, zero at position 0) followed by x,
+   *   out[t][c] = bias[c] + sum_j w[c][j] * xs[t + j][c]      (bias may be NULL)
+   * then silu(out) when act_silu. x and out are [n_tokens][C] (out may not alias x). Afterwards the
+   * layer's conv state of each sequence holds its last K-1 inputs. */
+  void (*conv1d)(sm_backend *be, float *out, const float *x, const float *w, const float *bias, int C, int K,
+                 bool act_silu, const sm_kv_cache *kv, int layer);
+  /* Mamba-2 selective scan. Token t of a sequence, head h (of nh, head dim P), group g = h / (nh/G),
+   * state S[h] [P][N] (the layer's ssm state, zero at position 0):
+   *   dt = clamp(softplus(dt_in[t][h] + dt_bias[h]), dt_min, dt_max), dA = exp(-exp(A_log[h]) * dt)
+   *   S[h][p][n] = dA * S[h][p][n] + dt * x[t][h*P + p] * B[t][g*N + n]
+   *   y[t][h*P + p] = sum_n S[h][p][n] * Cm[t][g*N + n] + D[h] * x[t][h*P + p]
+   * x, B, Cm: rows of ld floats (columns of one buffer); dt_in rows of nh; y [n_tokens][nh*P]. */
+  void (*ssm_scan)(sm_backend *be, float *y, const float *x, const float *B, const float *Cm, int ld,
+                   const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh, int P,
+                   int G, int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer);
+  /* Gated delta rule (Gated DeltaNet). Token t, value head h (of Hv; key head hk = h / (Hv/Hk)), state
+   * S[h] [Dv][Dk] (the layer's ssm state, zero at position 0), q/k l2-normalized per head (eps 1e-6
+   * inside the square root) and q scaled by 1/sqrt(Dk):
+   *   g = exp(-exp(A_log[h]) * softplus(a[t][h] + dt_bias[h])), beta = sigmoid(b[t][h])
+   *   S = g * S;  d[i] = beta * (v[i] - sum_j S[i][j] k[j]);  S[i][j] += d[i] k[j]
+   *   y[t][h*Dv + i] = sum_j S[i][j] q[j]
+   * q, k, v: rows of ld floats (columns of one buffer: q at head hk*Dk, k likewise, v at h*Dv);
+   * a, b rows of Hv; y [n_tokens][Hv*Dv]. */
+  void (*gated_delta)(sm_backend *be, float *y, const float *q, const float *k, const float *v, int ld,
+                      const float *a, const float *b, const float *A_log, const float *dt_bias, int Hk, int Hv,
+                      int Dk, int Dv, const sm_kv_cache *kv, int layer);
+  /* Gated RMSNorm over groups of `group` values of rows of dim (n rows):
+   *   norm_first: out = rmsnorm(x) * w * silu(z)        (Gated DeltaNet)
+   *   else:       out = rmsnorm(x * silu(z)) * w        (Mamba-2)
+   * with rmsnorm over each group (eps), w indexed by the position in the row modulo wdim (wdim = group:
+   * one weight per group position; wdim = dim: one per element). out may alias x. */
+  void (*gated_rmsnorm)(sm_backend *be, float *out, const float *x, const float *z, const float *w, int n, int dim,
+                        int group, int wdim, float eps, bool norm_first);
 };
 
 /* The backend registry (registry.c): a backend for a device kind. AUTO takes the first available

@@ -5,7 +5,7 @@
 const char *sm_mm_role_name(sm_mm_role r) {
   static const char *const names[SM_MM_ROLES] = { "other", "q", "k", "v", "o", "gate", "up", "down", "lm_head",
                                                           "router", "expert_gate", "expert_up", "expert_down",
-                                                          "shared_gate" };
+                                                          "shared_gate", "attn_gate", "rec_in", "rec_out" };
   return (unsigned)r < SM_MM_ROLES ? names[r] : "?";
 }
 

@@ -41,13 +41,20 @@ static stat3 stats_of(double *v, int n) {
   return s;
 }
 
+static void print_shapes(FILE *f) {
+  size_t n;
+  const sm_synth_shape *sh = sm_synth_all(&n);
+  for (size_t i = 0; i < n; i++) fprintf(f, "%s%s", i ? ", " : "", sh[i].name);
+}
+
 static void usage(void) {
   printf("usage: smelt bench [-m MODEL | --synthetic SHAPE [--bits 0|2|3|4|5|6|8]\n"
          "                   [--group-size 32|64|128]] [-p PROMPT_TOKENS=512] [-n GEN_TOKENS=128] [-r REPEAT=1]\n"
          "                   [-t THREADS] [--device cpu|cuda] [-ctk f16|bf16|f32] [--dir DIR] [--json]\n"
          "Synthetic models are random-weight MLX checkpoints written once to --dir (default $TMPDIR).\n"
-         "SHAPE: test, tiny, test1b, test8b, 1b, 3b, 8b (Llama), gemma3-1b, gemma3-4b, phi4-mini,\n"
-         "mistral-small-24b, qwen3-30b-a3b (MoE) or gpt-oss-20b (MoE, mxfp4 experts, the rest --bits).\n"
+         "SHAPE: ");
+  print_shapes(stdout);
+  printf(".\n"
          "Prints prefill and decode tok/s (with -r N: min / median / max of N timed runs) and decode's\n"
          "ratio to the bandwidth roofline: the backend's measured read bandwidth (CPU: all its threads,\n"
          "a buffer well past the caches) over the weight bytes read per token. Models that fit in the\n"
@@ -97,7 +104,9 @@ int sm_cmd_bench(int argc, char **argv) {
   if (synth) {
     const sm_synth_shape *sh = sm_synth_find(synth);
     if (!sh) {
-      fprintf(stderr, "smelt bench: unknown synthetic shape '%s' (smelt bench --help lists them)\n", synth);
+      fprintf(stderr, "smelt bench: unknown synthetic shape '%s' (", synth);
+      print_shapes(stderr);
+      fprintf(stderr, ")\n");
       return 2;
     }
     if (bits != 0 && bits != 2 && bits != 3 && bits != 4 && bits != 5 && bits != 6 && bits != 8) {
@@ -178,11 +187,13 @@ int sm_cmd_bench(int argc, char **argv) {
   free(pre); free(dec);
   const size_t rss = sm_peak_rss(); /* before the bandwidth probe's buffer */
   /* the roofline: bytes one decode step reads over the backend's measured read bandwidth: the weights
-   * and the K/V rows of every position before it (on average P + N / 2; full attention in every layer) */
+   * and the K/V rows of every position before it (on average P + N / 2; full attention in every
+   * attention layer), and a hybrid model's recurrent state (read and written once) */
   const size_t per_tok = info.decode_bytes;
-  const double kv_pos = 2.0 * info.n_layers * info.n_kv_heads * info.head_dim * (info.kv_type == SMELT_KV_F32 ? 4 : 2);
-  const double kv_tok = kv_pos * (P + N / 2.0);
-  const double bw = smelt_model_bandwidth(m), roof = bw > 0 ? bw / ((double)per_tok + kv_tok) : 0;
+  const double kv_pos = 2.0 * sm_config_attn_layers(&m->cfg) * info.n_kv_heads * info.head_dim *
+                        (info.kv_type == SMELT_KV_F32 ? 4 : 2);
+  const double kv_tok = kv_pos * (P + N / 2.0), state_tok = 2.0 * (double)sm_model_state_bytes(m);
+  const double bw = smelt_model_bandwidth(m), roof = bw > 0 ? bw / ((double)per_tok + kv_tok + state_tok) : 0;
   const double ratio = roof > 0 ? sd.med / roof : 0;
   if (json) {
     cJSON *j = cJSON_CreateObject();
@@ -202,6 +213,7 @@ int sm_cmd_bench(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "weight_bytes_per_token", (double)per_tok);
     cJSON_AddStringToObject(j, "kv_type", smelt_kv_type_name(info.kv_type));
     cJSON_AddNumberToObject(j, "kv_bytes_per_token", kv_tok);
+    cJSON_AddNumberToObject(j, "state_bytes_per_token", state_tok);
     cJSON_AddNumberToObject(j, "bandwidth_gb_s", bw / 1e9);
     cJSON_AddNumberToObject(j, "roofline_tok_s", roof);
     cJSON_AddNumberToObject(j, "roofline_ratio", ratio);
@@ -226,10 +238,12 @@ int sm_cmd_bench(int argc, char **argv) {
       printf("decode     %d tokens: %.2f tok/s (%.2f ms/token) median of %d runs (min %.2f, max %.2f)\n", N, sd.med,
              1000.0 / sd.med, reps, sd.min, sd.max);
     }
+    char stb[64] = "";
+    if (state_tok > 0) snprintf(stb, sizeof stb, " + %.1f MB of recurrent state", state_tok / 1e6);
     if (bw > 0)
-      printf("roofline   %.1f MB of weights + %.1f MB of %s KV per token, bandwidth %.1f GB/s -> %.1f tok/s; decode at "
-             "%.1f%% of roofline\n",
-             per_tok / 1e6, kv_tok / 1e6, smelt_kv_type_name(info.kv_type), bw / 1e9, roof, 100.0 * ratio);
+      printf("roofline   %.1f MB of weights + %.1f MB of %s KV%s per token, bandwidth %.1f GB/s -> %.1f tok/s; decode "
+             "at %.1f%% of roofline\n",
+             per_tok / 1e6, kv_tok / 1e6, smelt_kv_type_name(info.kv_type), stb, bw / 1e9, roof, 100.0 * ratio);
     else printf("roofline   %.1f MB of weights + %.1f MB of KV per token; bandwidth unknown\n", per_tok / 1e6, kv_tok / 1e6);
     printf("memory     peak RSS %.1f MiB\n", rss / 1048576.0);
   }

@@ -35,7 +35,8 @@ static void print_json(cJSON *j) {
 static void inspect_usage(FILE *f) {
   fprintf(f, "usage: smelt inspect -m MODEL [--max-tokens N] [-ctk f16|bf16|f32] [--device cpu|cuda] [--json]\n"
              "Memory estimate: weights, KV cache for N tokens (in the cache type of -ctk / --cache-type-k,\n"
-             "also --kv-dtype; default f16, as run and serve use), runtime headroom, available memory.\n"
+             "also --kv-dtype; default f16, as run and serve use), the recurrent state of hybrid models,\n"
+             "runtime headroom, available memory.\n"
              "Exit status: 0 FITS (or available memory unknown), 1 DOES NOT FIT, 2 error.\n");
 }
 
@@ -105,6 +106,8 @@ int sm_cmd_inspect(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "max_tokens", e.max_tokens);
     cJSON_AddNumberToObject(j, "kv_bytes_per_token", (double)e.kv_bytes_per_token);
     cJSON_AddNumberToObject(j, "kv_bytes", (double)e.kv_bytes);
+    cJSON_AddNumberToObject(j, "attn_layers", e.attn_layers);
+    cJSON_AddNumberToObject(j, "state_bytes_per_sequence", (double)e.state_bytes);
     cJSON_AddNumberToObject(j, "activation_bytes", (double)e.activation_bytes);
     cJSON_AddNumberToObject(j, "runtime_bytes", (double)e.runtime_bytes);
     cJSON_AddNumberToObject(j, "total_bytes", (double)e.total_bytes);
@@ -135,8 +138,13 @@ int sm_cmd_inspect(int argc, char **argv) {
     } else {
       printf("weights      %s (%zu tensors)\n", sm_store_fmt_bytes(e.weights_bytes, b1, 32), e.n_tensors);
     }
-    printf("KV cache     %s: %llu B/token x %d tokens = %s\n", kvd, (unsigned long long)e.kv_bytes_per_token,
+    printf("KV cache     %s: %llu B/token x %d tokens = %s", kvd, (unsigned long long)e.kv_bytes_per_token,
            e.max_tokens, sm_store_fmt_bytes(e.kv_bytes, b2, 32));
+    if (e.attn_layers != e.n_layers) printf(" (attention layers: %d of %d)", e.attn_layers, e.n_layers);
+    printf("\n");
+    if (e.state_bytes)
+      printf("state        %s a sequence (recurrent layers, float32) x %d slots\n",
+             sm_store_fmt_bytes(e.state_bytes, b3, 32), e.state_slots);
     printf("runtime      %s (activations %s + 10%%)\n", sm_store_fmt_bytes(e.runtime_bytes, b1, 32),
            sm_store_fmt_bytes(e.activation_bytes, b3, 32));
     printf("total        %s\n", sm_store_fmt_bytes(e.total_bytes, b1, 32));

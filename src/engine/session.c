@@ -49,6 +49,9 @@ smelt_status sm_session_create(smelt_model *m, smelt_model *draft, int n_draft, 
   s->ctx = ctx;
   smelt_status st = sm_engine_create(m, &ep, &s->e);
   if (!st && draft) st = sm_engine_create(draft, &ep, &s->de);
+  if (!st && draft && (sm_engine_recurrent(s->e) || sm_engine_recurrent(s->de)))
+    st = sm_err(SMELT_ERR_UNSUPPORTED, "speculative decoding is not supported with a model that has recurrent layers "
+                "(%s)", sm_engine_recurrent(s->e) ? m->cfg.model_type : draft->cfg.model_type);
   if (st) { sm_session_free(s); return st; }
   s->s = sm_seq_new(s->e);
   if (draft) {
@@ -165,7 +168,8 @@ static smelt_status run(sm_session *s, const int32_t *ids, int n, const sm_sessi
   smelt_status st = sync_tokens(s->e, s->s, ids, n, n - 1, &keep);
   if (!st && s->d) st = sync_tokens(s->de, s->d, ids, n, n - 1, NULL);
   if (st) return st;
-  stats->n_reused = keep;
+  /* what is really reused (a hybrid model may have rewound past the common prefix) */
+  stats->n_reused = keep = sm_seq_len(s->s) - sm_seq_pending(s->s);
   smelt_sampling def;
   smelt_sampling_default(&def);
   if (!generate) def.temperature = 0;
@@ -175,6 +179,7 @@ static smelt_status run(sm_session *s, const int32_t *ids, int n, const sm_sessi
   bool cancelled = false;
   st = prefill(s, &smp, o, &first, &cancelled);
   stats->n_prefilled = (sm_seq_len(s->s) - sm_seq_pending(s->s)) - keep;
+  if (!st && !cancelled) sm_seq_checkpoint(s->e, s->s); /* hybrid models: the next turn may rewind to here */
   double t1 = sm_now();
   stats->st.prefill_s = t1 - t0;
   if (st || cancelled || !generate) {

@@ -3,8 +3,8 @@
  * to the backend. Every tensor of the checkpoint must be read by some slot: one that is not (a
  * bias, a norm or a projection the family's recipe does not have) fails the load with its name,
  * so that a checkpoint never runs with part of its weights ignored. The only tensors skipped are
- * the vision tower of a vision-language packaging (family.h sm_vlm_packaging), named by prefix, and
- * rotary_emb.inv_freq buffers (mlx-lm's sanitize drops them too).
+ * the vision tower of a vision-language packaging (family.h sm_vlm_packaging), named by prefix,
+ * rotary_emb.inv_freq buffers and multi-token-prediction heads (mtp.*; mlx-lm's sanitize drops both).
  * Fused projections (qkv_proj, gate_up_proj) become row views; for families whose RoPE rotates
  * interleaved pairs, the q/k rows of each head are permuted here so that the rotate-half RoPE of
  * the backends computes the same scores. */
@@ -191,6 +191,10 @@ smelt_status sm_load_vec(smelt_model *m, sm_taken_set *ts, const char *name, int
 /* does the recipe (with config.json's attention_bias) give this slot a bias */
 static bool slot_bias(const smelt_model *m, sm_layer_tensor s) {
   const sm_recipe *r = m->fam->recipe;
+  const sm_rec_config *rc = &m->cfg.rec;
+  if (s == SM_T_REC_CONV) return rc->conv_bias;
+  if (s == SM_T_REC_IN_FUSED || s == SM_T_REC_OUT)
+    return (rc->kind == SM_REC_MAMBA2 && rc->m_proj_bias) || (rc->kind == SM_REC_SHORTCONV && rc->conv_bias);
   const bool qkv = s == SM_T_Q || s == SM_T_K || s == SM_T_V || s == SM_T_QKV;
   if (qkv && r->qkv_bias) return true;
   if (!m->cfg.attention_bias) return false;
@@ -205,17 +209,33 @@ static smelt_status check_recipe(smelt_model *m) {
   if (!(nm->t[SM_T_QKV] ? 1 : 0) == !(nm->t[SM_T_Q] && nm->t[SM_T_K] && nm->t[SM_T_V]))
     return sm_err(SMELT_ERR_FORMAT, "family %s: names need either qkv or q, k and v", m->fam->model_type);
   const bool dense_mlp = nm->t[SM_T_GATE_UP] || nm->t[SM_T_GATE] || nm->t[SM_T_UP] || nm->t[SM_T_DOWN];
-  if ((dense_mlp || !m->fam->moe) && (!(nm->t[SM_T_GATE_UP] ? 1 : 0) == !(nm->t[SM_T_GATE] && nm->t[SM_T_UP])))
-    return sm_err(SMELT_ERR_FORMAT, "family %s: names need either gate_up or gate and up", m->fam->model_type);
+  if ((dense_mlp || !m->fam->moe) &&
+      (r->ffn == SM_FFN_PLAIN ? nm->t[SM_T_GATE] || nm->t[SM_T_GATE_UP] || !nm->t[SM_T_UP]
+                              : !(nm->t[SM_T_GATE_UP] ? 1 : 0) == !(nm->t[SM_T_GATE] && nm->t[SM_T_UP])))
+    return sm_err(SMELT_ERR_FORMAT, "family %s: names need either gate_up or gate and up (a plain MLP: up only)",
+                  m->fam->model_type);
   for (int l = 0; !dense_mlp && l < m->cfg.num_hidden_layers; l++)
     if (!m->cfg.moe.moe_layer[l])
       return sm_err(SMELT_ERR_UNSUPPORTED, "%s: layer %d of this %s model would be dense, which the family does not have",
                     m->dir, l, m->fam->model_type);
+  if (m->cfg.rec.n_experts > 0)
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: this %s checkpoint has mixture-of-experts layers, which smelt does not run "
+                  "yet (its dense variants run)", m->dir, m->fam->model_type);
+  if (m->cfg.rec.kind != SM_REC_NONE) {
+    const sm_backend *be = m->be;
+    if (!be->copy || !be->mul || !be->sigmoid_mul || !be->relu2 || !be->conv1d || !be->ssm_scan || !be->gated_delta ||
+        !be->gated_rmsnorm)
+      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: the %s backend has no ops for recurrent layers (model family %s)", m->dir,
+                    be->name, m->fam->model_type);
+  }
   if (m->cfg.mlp_bias)
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: mlp_bias is not supported for model family %s", m->dir,
                   m->fam->model_type);
   smelt_status st = sm_family_act(m->fam, &m->cfg, &m->act);
   if (st) return sm_err(st, "%s: %s", m->dir, sm_errmsg());
+  if ((r->ffn == SM_FFN_PLAIN) != (m->act == SM_ACT_RELU2))
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: activation '%s' is not supported for model family %s", m->dir,
+                  m->cfg.hidden_act, m->fam->model_type);
   if (r->rope_interleaved && nm->t[SM_T_QKV])
     return sm_err(SMELT_ERR_FORMAT, "family %s: interleaved RoPE needs separate q and k", m->fam->model_type);
   /* q/k norms: the recipe's, or only when config.json's use_qk_norm says so (GLM-4 MoE) */
@@ -252,6 +272,108 @@ static void permute_weight(smelt_model *m, sm_weight *w, const int64_t *perm) {
   if (gb) { w->scales = sc; w->biases = bi; }
 }
 
+/* A depthwise convolution's weight as [channels][kernel] floats: MLX checkpoints store [C, K, 1] (the
+ * PyTorch layout [C, 1, K] and [C, K] have the same element order) */
+static smelt_status load_conv(smelt_model *m, sm_taken_set *ts, const char *name, int64_t C, int64_t K, float **out) {
+  const sm_tensor *t = take(m, ts, name);
+  *out = NULL;
+  if (!t) return sm_err(SMELT_ERR_FORMAT, "missing tensor %s", name);
+  const bool ok = (t->ndim == 3 && t->shape[0] == C && ((t->shape[1] == K && t->shape[2] == 1) ||
+                                                       (t->shape[1] == 1 && t->shape[2] == K))) ||
+                  (t->ndim == 2 && t->shape[0] == C && t->shape[1] == K);
+  if (!ok) return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld, %lld, 1]", name, (long long)C, (long long)K);
+  float *h = sm_xmalloc(sizeof(float) * (size_t)(C * K));
+  for (int64_t i = 0; i < C * K; i++) {
+    switch (t->dtype) {
+    case SM_DT_F32: memcpy(&h[i], (const char *)t->data + 4 * i, 4); break;
+    case SM_DT_F16: { uint16_t v; memcpy(&v, (const char *)t->data + 2 * i, 2); h[i] = sm_f16_to_f32(v); } break;
+    case SM_DT_BF16: { uint16_t v; memcpy(&v, (const char *)t->data + 2 * i, 2); h[i] = sm_bf16_to_f32(v); } break;
+    default: free(h); return sm_err(SMELT_ERR_UNSUPPORTED, "%s: dtype %s not supported", name, sm_dtype_name(t->dtype));
+    }
+  }
+  float *d = m->be->alloc(m->be, sizeof(float) * (size_t)(C * K));
+  if (!d) { free(h); return sm_err(SMELT_ERR_OOM, "out of backend memory"); }
+  m->be->upload(m->be, d, h, sizeof(float) * (size_t)(C * K));
+  free(h);
+  *out = own(m, d);
+  m->weight_bytes += t->nbytes;
+  return SMELT_OK;
+}
+
+/* Gated attention: q_proj rows per head are q (hd) | gate (hd); rearranged to all q | all gates */
+static int64_t *gate_perm(int64_t nq, int hd) {
+  int64_t *p = sm_xmalloc(sizeof(int64_t) * (size_t)(2 * nq));
+  for (int64_t i = 0; i < 2 * nq; i++) {
+    const int64_t j = i % nq, h = j / hd, d = j % hd;
+    p[i] = h * 2 * hd + (i >= nq ? hd : 0) + d;
+  }
+  return p;
+}
+
+/* Qwen3-Next's fused Gated DeltaNet projections, grouped per key head, rearranged to whole blocks:
+ * in_proj_qkvz (per key head q dk | k dk | v r*dv | z r*dv) to q | k | v | z, and in_proj_ba (per key
+ * head b r | a r) to b | a, with r = value heads per key head */
+static int64_t *qkvz_perm(const sm_rec_config *rc) {
+  const int64_t nk = rc->gdn_k_heads, dk = rc->gdn_k_dim, rdv = (int64_t)rc->gdn_v_heads / nk * rc->gdn_v_dim;
+  const int64_t blk = 2 * dk + 2 * rdv, kd = nk * dk, vd = nk * rdv;
+  int64_t *p = sm_xmalloc(sizeof(int64_t) * (size_t)(nk * blk));
+  for (int64_t h = 0; h < nk; h++) {
+    for (int64_t d = 0; d < dk; d++) {
+      p[h * dk + d] = h * blk + d;
+      p[kd + h * dk + d] = h * blk + dk + d;
+    }
+    for (int64_t e = 0; e < rdv; e++) {
+      p[2 * kd + h * rdv + e] = h * blk + 2 * dk + e;
+      p[2 * kd + vd + h * rdv + e] = h * blk + 2 * dk + rdv + e;
+    }
+  }
+  return p;
+}
+static int64_t *ba_perm(const sm_rec_config *rc) {
+  const int64_t nk = rc->gdn_k_heads, r = rc->gdn_v_heads / nk, nv = rc->gdn_v_heads;
+  int64_t *p = sm_xmalloc(sizeof(int64_t) * (size_t)(2 * nv));
+  for (int64_t h = 0; h < nk; h++)
+    for (int64_t i = 0; i < r; i++) {
+      p[h * r + i] = h * 2 * r + i;
+      p[nv + h * r + i] = h * 2 * r + r + i;
+    }
+  return p;
+}
+
+/* the row views of a fused weight and its bias: n parts of rows[i] rows into slots dst[i] */
+static void split_rows(sm_layer *L, sm_layer_tensor fused, int n, const sm_layer_tensor *dst, const int64_t *rows) {
+  int64_t r0 = 0;
+  for (int i = 0; i < n; i++) {
+    L->w[dst[i]] = sm_weight_rows(&L->w[fused], r0, rows[i]);
+    if (L->bias[fused]) L->bias[dst[i]] = L->bias[fused] + r0;
+    r0 += rows[i];
+  }
+}
+
+/* the fused projections of a recurrent mixer: row views into the slots the forward uses */
+static void split_rec(const smelt_model *m, sm_layer *L) {
+  const sm_config *c = &m->cfg;
+  const sm_rec_config *rc = &c->rec;
+  const int64_t conv = sm_config_rec_conv_dim(c), H = c->hidden_size;
+  if (L->w[SM_T_REC_IN_FUSED].data) {
+    if (rc->kind == SM_REC_GDN) {
+      const int64_t vd = (int64_t)rc->gdn_v_heads * rc->gdn_v_dim;
+      split_rows(L, SM_T_REC_IN_FUSED, 2, (const sm_layer_tensor[]){ SM_T_REC_IN, SM_T_REC_Z },
+                 (const int64_t[]){ conv, vd });
+    } else if (rc->kind == SM_REC_MAMBA2) {
+      const int64_t I = (int64_t)rc->m_heads * rc->m_head_dim;
+      split_rows(L, SM_T_REC_IN_FUSED, 3, (const sm_layer_tensor[]){ SM_T_REC_Z, SM_T_REC_IN, SM_T_REC_A },
+                 (const int64_t[]){ I, conv, rc->m_heads });
+    } else if (rc->kind == SM_REC_SHORTCONV) {
+      split_rows(L, SM_T_REC_IN_FUSED, 3, (const sm_layer_tensor[]){ SM_T_REC_B, SM_T_REC_Z, SM_T_REC_IN },
+                 (const int64_t[]){ H, H, H });
+    }
+  }
+  if (L->w[SM_T_REC_BA_FUSED].data)
+    split_rows(L, SM_T_REC_BA_FUSED, 2, (const sm_layer_tensor[]){ SM_T_REC_B, SM_T_REC_A },
+               (const int64_t[]){ rc->gdn_v_heads, rc->gdn_v_heads });
+}
+
 static smelt_status read_layer(smelt_model *m, sm_taken_set *ts, int l) {
   const sm_config *c = &m->cfg;
   const sm_tensor_names *nm = m->fam->names;
@@ -263,25 +385,38 @@ static smelt_status read_layer(smelt_model *m, sm_taken_set *ts, int l) {
   sm_family_layer_spec(m->fam, c, l, &L->spec);
   snprintf(p, sizeof p, "%s%s%s.%d", m->prefix, nm->root, nm->layers, l);
   /* interleaved RoPE: q/k rows (and their biases and norms) in rotate-half order */
-  int64_t *perm_q = NULL, *perm_k = NULL;
+  int64_t *perm_q = NULL, *perm_k = NULL, *perm_in = NULL, *perm_ba = NULL;
   if (r->rope_interleaved) {
     perm_q = interleave_perm(nq, (int)hd, c->partial_rotary_dim);
     perm_k = interleave_perm(nkv, (int)hd, c->partial_rotary_dim);
   }
   /* a mixture-of-experts layer (moe.c) has no dense MLP */
   const bool moe = m->fam->moe && c->moe.moe_layer[l];
+  if (r->attn_out_gate) perm_q = gate_perm(nq, (int)hd);
+  if (c->rec.kind == SM_REC_GDN) {
+    perm_in = qkvz_perm(&c->rec);
+    perm_ba = ba_perm(&c->rec);
+  }
   for (int s = 0; s < SM_T_LAYER_COUNT; s++) {
-    if (!nm->t[s]) continue;
+    if (!nm->t[s] || !sm_family_slot_used(m->fam, c, l, (sm_layer_tensor)s)) continue;
     if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && m->qk_norm == SM_QK_NORM_NONE) continue;
     if (moe && (s == SM_T_GATE || s == SM_T_UP || s == SM_T_DOWN || s == SM_T_GATE_UP)) continue;
     const int64_t *perm = s == SM_T_Q || (s == SM_T_Q_NORM && r->qk_norm == SM_QK_NORM_FULL) ? perm_q
                         : s == SM_T_K || (s == SM_T_K_NORM && r->qk_norm == SM_QK_NORM_FULL) ? perm_k
-                        : NULL;
-    if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && r->qk_norm == SM_QK_NORM_HEAD && perm_q) perm = perm_q; /* first hd */
+                        : s == SM_T_REC_IN_FUSED ? perm_in : s == SM_T_REC_BA_FUSED ? perm_ba : NULL;
+    if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && r->qk_norm == SM_QK_NORM_HEAD && r->rope_interleaved)
+      perm = perm_q; /* first hd */
     int64_t rows, cols;
     sm_family_slot_shape(m->fam, c, (sm_layer_tensor)s, &rows, &cols);
     snprintf(n, sizeof n, "%s.%s", p, nm->t[s]);
-    if (cols) {
+    if (s == SM_T_REC_CONV) {
+      snprintf(n, sizeof n, "%s.%s.weight", p, nm->t[s]);
+      if ((st = load_conv(m, ts, n, rows, cols, &L->vec[s]))) goto out;
+      snprintf(n, sizeof n, "%s.%s.bias", p, nm->t[s]);
+      if (slot_bias(m, (sm_layer_tensor)s) && (st = load_vec(m, ts, n, rows, &L->bias[s], false, NULL))) goto out;
+    } else if (s == SM_T_REC_DT_BIAS || s == SM_T_REC_A_LOG || s == SM_T_REC_D) {
+      if ((st = load_vec(m, ts, n, rows, &L->vec[s], false, NULL))) goto out; /* a parameter: no ".weight" */
+    } else if (cols) {
       if ((st = load_linear(m, ts, n, rows, cols, &L->w[s], false))) goto out;
       if (perm) permute_weight(m, &L->w[s], perm);
       if (slot_bias(m, (sm_layer_tensor)s)) {
@@ -294,7 +429,7 @@ static smelt_status read_layer(smelt_model *m, sm_taken_set *ts, int l) {
     }
   }
   /* fused projections: row views (their biases: offsets into the fused bias) */
-  if (nm->t[SM_T_QKV]) {
+  if (nm->t[SM_T_QKV] && L->w[SM_T_QKV].data) {
     const sm_weight *f = &L->w[SM_T_QKV];
     L->w[SM_T_Q] = sm_weight_rows(f, 0, nq);
     L->w[SM_T_K] = sm_weight_rows(f, nq, nkv);
@@ -306,15 +441,25 @@ static smelt_status read_layer(smelt_model *m, sm_taken_set *ts, int l) {
     }
   }
   if ((st = sm_moe_load_layer(m, ts, l, p))) goto out;
-  if (nm->t[SM_T_GATE_UP] && !moe) {
+  if (nm->t[SM_T_GATE_UP] && !moe && L->w[SM_T_GATE_UP].data) {
     const sm_weight *f = &L->w[SM_T_GATE_UP];
     L->w[SM_T_GATE] = sm_weight_rows(f, 0, c->intermediate_size);
     L->w[SM_T_UP] = sm_weight_rows(f, c->intermediate_size, c->intermediate_size);
   }
+  /* gated attention: the q rows and the gate rows of the rearranged q_proj */
+  if (r->attn_out_gate && L->w[SM_T_Q].data) {
+    const sm_weight f = L->w[SM_T_Q];
+    L->w[SM_T_ATTN_GATE] = sm_weight_rows(&f, nq, nq);
+    L->w[SM_T_Q] = sm_weight_rows(&f, 0, nq);
+    if (L->bias[SM_T_Q]) L->bias[SM_T_ATTN_GATE] = L->bias[SM_T_Q] + nq;
+  }
+  split_rec(m, L);
   st = SMELT_OK;
 out:
   free(perm_q);
   free(perm_k);
+  free(perm_in);
+  free(perm_ba);
   return st;
 }
 
@@ -346,9 +491,11 @@ static smelt_status read_tensors(smelt_model *m, sm_taken_set *ts) {
   return SMELT_OK;
 }
 
-/* names of tensors that checkpoints carry but no family reads (mlx-lm's sanitize drops them) */
+/* names of tensors that checkpoints carry but no family reads (mlx-lm's sanitize drops them): RoPE
+ * buffers, and the multi-token-prediction head of Qwen3.5 / Qwen3-Next / Nemotron (a drafter, not part
+ * of the forward) */
 static bool ignorable(const char *name) {
-  return strstr(name, "rotary_emb.inv_freq") != NULL;
+  return strstr(name, "rotary_emb.inv_freq") != NULL || !strncmp(name, "mtp.", 4) || strstr(name, ".mtp.") != NULL;
 }
 
 /* a tensor of the vision tower that a vision-language packaging puts next to the LM */
@@ -414,7 +561,7 @@ smelt_status sm_model_load_weights(smelt_model *m) {
   else if ((st = m->be->prepare_weight(m->be, &m->lm_head))) return st;
   for (int l = 0; l < m->cfg.num_hidden_layers; l++)
     for (int s = 0; s < SM_T_LAYER_COUNT; s++) {
-      if (s == SM_T_QKV || s == SM_T_GATE_UP) continue;
+      if (s == SM_T_QKV || s == SM_T_GATE_UP || s == SM_T_REC_IN_FUSED || s == SM_T_REC_BA_FUSED) continue;
       if (m->layers[l].w[s].data && (st = m->be->prepare_weight(m->be, &m->layers[l].w[s]))) return st;
     }
   return sm_moe_prepare(m);

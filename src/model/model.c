@@ -116,8 +116,10 @@ void smelt_model_free(smelt_model *m) {
   if (m->be) {
     sm_backend *be = m->be;
     sm_model_release_weights(m);
-    float **scr[] = { &m->x, &m->xb, &m->xb2, &m->q, &m->k, &m->v, &m->att, &m->gate, &m->up, &m->xo, &m->logits };
+    float **scr[] = { &m->x, &m->xb, &m->xb2, &m->q, &m->k, &m->v, &m->att, &m->gate, &m->up, &m->xo, &m->logits,
+                      &m->agate };
     for (size_t i = 0; i < SM_ARRAY_LEN(scr); i++) if (*scr[i]) be->free(be, *scr[i]);
+    for (int i = 0; i < SM_REC_SCRATCH; i++) if (m->rec[i]) be->free(be, m->rec[i]);
     be->destroy(be);
   }
   free(m->owned);
@@ -174,34 +176,64 @@ double smelt_model_bandwidth(smelt_model *m) {
   return m->be && m->be->measure_bandwidth ? m->be->measure_bandwidth(m->be) : 0;
 }
 
-smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, sm_kv_cache *kv) {
+smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slots, sm_kv_cache *kv) {
+  const sm_config *c = &m->cfg;
   memset(kv, 0, sizeof *kv);
-  kv->n_layers = m->cfg.num_hidden_layers;
-  kv->n_kv_heads = m->cfg.num_key_value_heads;
-  kv->head_dim = m->cfg.head_dim;
+  kv->n_layers = c->num_hidden_layers;
+  kv->n_kv_heads = c->num_key_value_heads;
+  kv->head_dim = c->head_dim;
   kv->block_size = block_size;
   kv->n_blocks = n_blocks;
   kv->dtype = m->kv_dtype;
   kv->k = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
   kv->v = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
-  size_t bytes = (size_t)n_blocks * block_size * kv->n_kv_heads * kv->head_dim * sm_dtype_size(kv->dtype);
+  const size_t bytes = (size_t)n_blocks * block_size * kv->n_kv_heads * kv->head_dim * sm_dtype_size(kv->dtype);
   for (int l = 0; l < kv->n_layers; l++) {
+    if (c->layer_kind[l] != SM_LK_ATTN) continue; /* recurrent and MLP-only layers keep no KV */
     kv->k[l] = m->be->alloc(m->be, bytes);
     kv->v[l] = m->be->alloc(m->be, bytes);
     if (!kv->k[l] || !kv->v[l]) {
       sm_kv_free(m, kv);
-      return sm_err(SMELT_ERR_OOM, "cannot allocate KV cache (%zu MiB)", 2 * bytes * (size_t)m->cfg.num_hidden_layers >> 20);
+      return sm_err(SMELT_ERR_OOM, "cannot allocate KV cache (%zu MiB)", 2 * bytes * (size_t)sm_config_attn_layers(c) >> 20);
+    }
+  }
+  if (c->rec.kind == SM_REC_NONE) return SMELT_OK;
+  if (n_slots <= 0) { sm_kv_free(m, kv); return sm_err(SMELT_ERR_INVALID, "a hybrid model's cache needs state slots"); }
+  sm_config_rec_state(c, &kv->conv_floats, &kv->ssm_floats);
+  kv->n_slots = n_slots;
+  kv->conv = sm_xcalloc((size_t)kv->n_layers, sizeof(float *));
+  kv->ssm = sm_xcalloc((size_t)kv->n_layers, sizeof(float *));
+  for (int l = 0; l < kv->n_layers; l++) {
+    if (c->layer_kind[l] != SM_LK_REC) continue;
+    kv->conv[l] = m->be->alloc(m->be, sizeof(float) * kv->conv_floats * (size_t)n_slots);
+    if (kv->ssm_floats) kv->ssm[l] = m->be->alloc(m->be, sizeof(float) * kv->ssm_floats * (size_t)n_slots);
+    if (!kv->conv[l] || (kv->ssm_floats && !kv->ssm[l])) {
+      const size_t mib = sm_model_state_bytes(m) * (size_t)n_slots >> 20;
+      sm_kv_free(m, kv);
+      return sm_err(SMELT_ERR_OOM, "cannot allocate the recurrent state (%d sequences, %zu MiB)", n_slots, mib);
     }
   }
   return SMELT_OK;
+}
+
+size_t sm_model_state_bytes(const smelt_model *m) {
+  size_t cf, sf;
+  sm_config_rec_state(&m->cfg, &cf, &sf);
+  int n_rec = 0;
+  for (int l = 0; l < m->cfg.num_hidden_layers; l++) n_rec += m->cfg.layer_kind[l] == SM_LK_REC;
+  return sizeof(float) * (cf + sf) * (size_t)n_rec;
 }
 
 void sm_kv_free(smelt_model *m, sm_kv_cache *kv) {
   for (int l = 0; l < kv->n_layers; l++) {
     if (kv->k && kv->k[l]) m->be->free(m->be, kv->k[l]);
     if (kv->v && kv->v[l]) m->be->free(m->be, kv->v[l]);
+    if (kv->conv && kv->conv[l]) m->be->free(m->be, kv->conv[l]);
+    if (kv->ssm && kv->ssm[l]) m->be->free(m->be, kv->ssm[l]);
   }
   free(kv->k);
   free(kv->v);
+  free(kv->conv);
+  free(kv->ssm);
   memset(kv, 0, sizeof *kv);
 }

@@ -21,6 +21,10 @@ typedef struct {
   float *sinks;                  /* attention sink logits per head (recipe attn_sinks), backend buffer */
 } sm_layer;
 
+/* The recurrent mixer's activation buffers (recurrent.c): projections into the convolution, its output,
+ * the output gate, two per-head inputs (beta / a / dt; LFM2's B), the mixer's output */
+enum { SM_REC_S_IN, SM_REC_S_CONV, SM_REC_S_Z, SM_REC_S_B, SM_REC_S_A, SM_REC_S_Y, SM_REC_SCRATCH };
+
 /* A RoPE table (rope.c): the model's, or sliding layers' local one */
 typedef struct {
   float *inv;      /* backend buffer: n_rows x rot/2 */
@@ -59,6 +63,8 @@ struct smelt_model {
   /* scratch activations, sized for scratch_tokens rows */
   int scratch_tokens, scratch_out;
   float *x, *xb, *xb2, *q, *k, *v, *att, *gate, *up, *xo, *logits;
+  float *agate;                  /* gated attention: the gate rows (recipe attn_out_gate) */
+  float *rec[SM_REC_SCRATCH];    /* hybrid models: the recurrent mixer's activations (recurrent.c) */
   /* backend buffers made for weights (converted norms/biases, rope table), freed with the model */
   void **owned; int n_owned;
   /* host copies of weights the loader rearranged (permuted q/k rows), freed with the model */
@@ -73,9 +79,17 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *p, sm_b
 smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_batch *b, float *logits);
 /* Ensure scratch buffers fit n_tokens rows / n_out logits rows. */
 smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out);
-/* KV cache allocation on the model's backend, elements of m->kv_dtype. */
-smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, sm_kv_cache *kv);
+/* KV cache allocation on the model's backend, elements of m->kv_dtype (attention layers only); for a
+ * hybrid model also n_slots recurrent state slots (n_slots > 0 required then, ignored otherwise). */
+smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slots, sm_kv_cache *kv);
 void sm_kv_free(smelt_model *m, sm_kv_cache *kv);
+/* Bytes of one sequence's recurrent state (all recurrent layers); 0 without recurrent layers. */
+size_t sm_model_state_bytes(const smelt_model *m);
+
+/* recurrent.c: the recurrent mixer of layer l (a recurrent layer of a hybrid model) on ain [n][hidden]
+ * into out [n][hidden]; the per-token floats of each scratch buffer (SM_REC_S_*) */
+void sm_rec_mixer(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain, int n, float *out);
+void sm_rec_scratch(const sm_config *c, size_t per_token[SM_REC_SCRATCH]);
 
 /* the tensors the loader has taken (pointers into the safetensors index): what is left over fails the load */
 typedef struct {
@@ -119,7 +133,7 @@ typedef struct {
   const char *extra;  /* more config.json members (a JSON object's text), or NULL */
 } sm_synth_shape;
 /* "test", "tiny", "test1b", "test8b", "1b", "3b", "8b", and shapes of other families ("gemma3-4b",
- * "phi4-mini", "mistral-small-24b"); NULL if unknown */
+ * "phi4-mini", "mistral-small-24b", the hybrid "qwen3.5-9b" and "lfm2-1.2b"); NULL if unknown */
 const sm_synth_shape *sm_synth_find(const char *name);
 const sm_synth_shape *sm_synth_all(size_t *n);
 /* Write config.json + model.safetensors (bits 0 = bf16) into dir unless both exist. */

@@ -39,10 +39,22 @@ static const sm_synth_shape g_shapes[] = {
     " \"rope_theta\": 150000, \"smelt_expert_mode\": \"mxfp4\", \"rope_scaling\": {\"rope_type\": \"yarn\","
     " \"factor\": 32.0, \"beta_fast\": 32.0, \"beta_slow\": 1.0, \"truncate\": false,"
     " \"original_max_position_embeddings\": 4096}}" },
+  /* hybrid models (recurrent layers; "layer_types": null drops the family's two-layer test pattern) */
+  { "qwen3.5-9b", 4096, 32, 16, 4, 12288, 248320, false, "qwen3_5_text", 256, /* Qwen3.5-9B's text model */
+    "{\"layer_types\": null, \"full_attention_interval\": 4, \"linear_num_key_heads\": 16,"
+    " \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,"
+    " \"linear_conv_kernel_dim\": 4, \"partial_rotary_factor\": 0.25, \"rope_theta\": 10000000}" },
+  { "lfm2-1.2b", 2048, 16, 32, 8, 8192, 65536, true, "lfm2", 64, /* LFM2-1.2B */
+    "{\"layer_types\": null, \"full_attn_idxs\": [2, 5, 8, 10, 12, 14], \"rope_theta\": 1000000}" },
 };
 static uint64_t rng_next(uint64_t *s) { uint64_t x = *s; x ^= x << 13; x ^= x >> 7; x ^= x << 17; return *s = x; }
 
-typedef struct { int bits; uint64_t seed; } fill_ctx;
+typedef struct { int bits; uint64_t seed; bool conv; } fill_ctx;
+
+static bool has_suffix(const char *s, const char *suf) {
+  const size_t n = strlen(s), k = strlen(suf);
+  return n >= k && !strcmp(s + n - k, suf);
+}
 
 static void fill_random(void *user, void *dst, size_t n, const char *name) {
   fill_ctx *c = user;
@@ -55,7 +67,16 @@ static void fill_random(void *user, void *dst, size_t n, const char *name) {
       float sc = 0.02f / levels * (1.0f + (float)(rng_next(&s) % 100) / 200.0f);
       h[i] = sm_f32_to_bf16(!strcmp(dot, ".scales") ? sc : -sc * levels / 2);
     }
-  } else if (dot && !strcmp(dot, ".bias")) {
+  } else if (has_suffix(name, "A_log")) { /* Mamba-2 / Gated DeltaNet decay rates: A = -exp(A_log) */
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16((float)(rng_next(&s) % 1000) * 2.5e-3f);
+  } else if (has_suffix(name, "dt_bias")) {
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(-3.0f + (float)(rng_next(&s) % 1000) * 3e-3f);
+  } else if (has_suffix(name, ".D")) {
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(1.0f);
+  } else if (c->conv || (dot && !strcmp(dot, ".bias"))) { /* convolution weights (never quantized), biases */
     uint16_t *h = dst;
     for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(((float)(rng_next(&s) % 2001) - 1000.0f) * 1e-4f);
   } else if (strstr(name, "norm")) {
@@ -236,8 +257,10 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
     cJSON_AddNumberToObject(rs, "high_freq_factor", 4.0);
     cJSON_AddNumberToObject(rs, "original_max_position_embeddings", 8192);
   }
-  if (sh->extra) {
-    cJSON *x = cJSON_Parse(sh->extra);
+  const char *extras[2] = { fam->synth, sh->extra };
+  for (int xi = 0; xi < 2; xi++) {
+    if (!extras[xi]) continue;
+    cJSON *x = cJSON_Parse(extras[xi]);
     if (!x) { cJSON_Delete(c); st = sm_err(SMELT_ERR_INVALID, "synthetic %s: bad extra config", sh->name); goto out; }
     expand_lists(x);
     for (cJSON *e = x->child; e; e = e->next) {
@@ -278,30 +301,46 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   fputs(js, f);
   fclose(f);
   free(js);
-  /* the slot shapes (and the mixture's layout) of this family and config */
+  /* the slots of each layer (and the mixture's layout): the config just written, as smelt parses it
+   * (layer kinds, recurrent sizes) */
   if ((st = sm_family_config_load(dir, &cfg))) goto out;
   sm_st_writer *w = sm_stw_new();
-  fill_ctx fc = { bits, 12345 }, scm[SM_QMODE_COUNT];
-  for (int i = 0; i < SM_QMODE_COUNT; i++) scm[i] = (fill_ctx){ i, 777 + (uint64_t)i };
+  fill_ctx fc = { bits, 12345, false }, fconv = { 0, 777, true }, scm[SM_QMODE_COUNT];
+  for (int i = 0; i < SM_QMODE_COUNT; i++) scm[i] = (fill_ctx){ i, 777 + (uint64_t)i, false };
   const sm_tensor_names *nm = fam->names;
   const int64_t H = sh->hidden;
+  const sm_rec_config *rc = &cfg.rec;
   char n[256];
   snprintf(n, sizeof n, "%s%s", nm->root, nm->embed);
   add_linear(w, &fc, n, sh->vocab, H, bits, gs);
-  if (!sh->tied) add_linear(w, &fc, nm->lm_head, sh->vocab, H, bits, gs);
+  if (!cfg.tie_word_embeddings) add_linear(w, &fc, nm->lm_head, sh->vocab, H, bits, gs);
   int64_t vs[1] = { H };
   snprintf(n, sizeof n, "%s%s.weight", nm->root, nm->final_norm);
   sm_stw_add(w, n, SM_DT_BF16, 1, vs, NULL, fill_random, &fc);
   const bool qk = r->qk_norm != SM_QK_NORM_NONE && (!r->qk_norm_if_config || cfg.moe.use_qk_norm == 1);
-  for (int l = 0; l < sh->layers; l++) {
+  for (int l = 0; l < cfg.num_hidden_layers; l++) {
     const bool moe = fam->moe && cfg.moe.moe_layer[l];
     for (int s = 0; s < SM_T_LAYER_COUNT; s++) {
-      if (!nm->t[s]) continue;
+      if (!nm->t[s] || !sm_family_slot_used(fam, &cfg, l, (sm_layer_tensor)s)) continue;
       if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && !qk) continue;
       if (moe && (s == SM_T_GATE || s == SM_T_UP || s == SM_T_DOWN || s == SM_T_GATE_UP)) continue;
       int64_t rows, cols;
       sm_family_slot_shape(fam, &cfg, (sm_layer_tensor)s, &rows, &cols);
       snprintf(n, sizeof n, "%s%s.%d.%s", nm->root, nm->layers, l, nm->t[s]);
+      if (s == SM_T_REC_CONV) { /* [channels, kernel, 1], as MLX stores a depthwise Conv1d */
+        int64_t cs[3] = { rows, cols, 1 };
+        snprintf(n, sizeof n, "%s%s.%d.%s.weight", nm->root, nm->layers, l, nm->t[s]);
+        sm_stw_add(w, n, SM_DT_BF16, 3, cs, NULL, fill_random, &fconv);
+        if (rc->conv_bias) {
+          snprintf(n, sizeof n, "%s%s.%d.%s.bias", nm->root, nm->layers, l, nm->t[s]);
+          sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
+        }
+        continue;
+      }
+      if (s == SM_T_REC_DT_BIAS || s == SM_T_REC_A_LOG || s == SM_T_REC_D) { /* parameters: no ".weight" */
+        sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
+        continue;
+      }
       if (!cols) {
         snprintf(n, sizeof n, "%s%s.%d.%s.weight", nm->root, nm->layers, l, nm->t[s]);
         sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
@@ -309,7 +348,9 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
       }
       add_linear(w, &fc, n, rows, cols, bits, gs);
       const bool qkv = s == SM_T_Q || s == SM_T_K || s == SM_T_V || s == SM_T_QKV;
-      if ((qkv && (r->qkv_bias || (cfg.attention_bias && r->attn_bias != SM_BIAS_NONE))) ||
+      const bool rec_bias = (s == SM_T_REC_IN_FUSED || s == SM_T_REC_OUT) &&
+                            ((rc->kind == SM_REC_MAMBA2 && rc->m_proj_bias) || (rc->kind == SM_REC_SHORTCONV && rc->conv_bias));
+      if (rec_bias || (qkv && (r->qkv_bias || (cfg.attention_bias && r->attn_bias != SM_BIAS_NONE))) ||
           (s == SM_T_O && cfg.attention_bias && r->attn_bias == SM_BIAS_QKVO)) {
         snprintf(n, sizeof n, "%s%s.%d.%s.bias", nm->root, nm->layers, l, nm->t[s]);
         sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);

@@ -21,6 +21,13 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out) {
         (st = grow(m, &m->att, n * nq)) || (st = grow(m, &m->gate, n * F)) || (st = grow(m, &m->up, n * F)))
       return st;
     if ((st = sm_moe_reserve(m, n_tokens))) return st;
+    if (m->fam->recipe->attn_out_gate && (st = grow(m, &m->agate, n * nq))) return st;
+    if (c->rec.kind != SM_REC_NONE) { /* the recurrent mixer's activations (recurrent.c) */
+      size_t per[SM_REC_SCRATCH];
+      sm_rec_scratch(c, per);
+      for (int i = 0; i < SM_REC_SCRATCH; i++)
+        if ((st = grow(m, &m->rec[i], n * per[i]))) return st;
+    }
     m->scratch_tokens = n_tokens;
   }
   if (n_out > m->scratch_out) {
@@ -39,6 +46,55 @@ static void norm(const smelt_model *m, float *out, const float *x, const float *
   else m->be->rmsnorm(m->be, out, x, w, n, dim, m->cfg.rms_norm_eps, r->norm_offset);
 }
 
+/* Attention of layer l on ain into out (before the output norm and the residual add) */
+static void attention_block(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain, int n, float *out) {
+  const sm_config *c = &m->cfg;
+  sm_backend *be = m->be;
+  const sm_recipe *r = m->fam->recipe;
+  const sm_layer *L = &m->layers[l];
+  const int H = c->hidden_size, hd = c->head_dim, nh = c->num_attention_heads, nkvh = c->num_key_value_heads;
+  const float eps = c->rms_norm_eps, wofs = r->norm_offset;
+  const float softcap = r->softcaps ? c->attn_logit_softcapping : 0.0f;
+  be->matmul(be, SM_MM_Q, &L->w[SM_T_Q], ain, n, m->q);
+  be->matmul(be, SM_MM_K, &L->w[SM_T_K], ain, n, m->k);
+  be->matmul(be, SM_MM_V, &L->w[SM_T_V], ain, n, m->v);
+  if (L->bias[SM_T_Q]) be->add_rows(be, m->q, L->bias[SM_T_Q], n, nh * hd);
+  if (L->bias[SM_T_K]) be->add_rows(be, m->k, L->bias[SM_T_K], n, nkvh * hd);
+  if (L->bias[SM_T_V]) be->add_rows(be, m->v, L->bias[SM_T_V], n, nkvh * hd);
+  if (m->qk_norm == SM_QK_NORM_HEAD) {
+    be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n * nh, hd, eps, wofs);
+    be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n * nkvh, hd, eps, wofs);
+  } else if (m->qk_norm == SM_QK_NORM_FULL) {
+    be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n, nh * hd, eps, wofs);
+    be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n, nkvh * hd, eps, wofs);
+  }
+  float scale = m->attn_scale;
+  if (L->spec.rope >= 0) {
+    const sm_rope_tab *t = &m->ropes[L->spec.rope];
+    if (t->ext || m->q_beta > 0) {
+      sm_rope_ext pq, pk;
+      sm_rope_ext_params(m, t, true, &pq);
+      sm_rope_ext_params(m, t, false, &pk);
+      be->rope_ext(be, m->q, nh, hd, &pq);
+      be->rope_ext(be, m->k, nkvh, hd, &pk);
+    } else {
+      be->rope(be, m->q, nh, hd, t->rot, t->inv);
+      be->rope(be, m->k, nkvh, hd, t->rot, t->inv);
+    }
+    scale *= t->attn_mul;
+  }
+  be->kv_store(be, kv, l, m->k, m->v);
+  if (L->sinks) be->attention_sinks(be, m->att, m->q, kv, l, nh, scale, L->spec.window, softcap, L->sinks);
+  else be->attention(be, m->att, m->q, kv, l, nh, scale, L->spec.window, softcap);
+  if (r->attn_out_gate) { /* the attention output times sigmoid of the gate rows of q_proj */
+    be->matmul(be, SM_MM_ATTN_GATE, &L->w[SM_T_ATTN_GATE], ain, n, m->agate);
+    if (L->bias[SM_T_ATTN_GATE]) be->add_rows(be, m->agate, L->bias[SM_T_ATTN_GATE], n, nh * hd);
+    be->sigmoid_mul(be, m->att, m->agate, (size_t)n * nh * hd);
+  }
+  be->matmul(be, SM_MM_O, &L->w[SM_T_O], m->att, n, out);
+  if (L->bias[SM_T_O]) be->add_rows(be, out, L->bias[SM_T_O], n, H);
+}
+
 smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_batch *b, float *logits) {
   const sm_config *c = &m->cfg;
   sm_backend *be = m->be;
@@ -49,6 +105,8 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     if (b->pos[i] < 0 || b->pos[i] >= b->max_blocks * kv->block_size)
       return sm_err(SMELT_ERR_LIMIT, "position %d beyond the KV cache", b->pos[i]);
   }
+  if (c->rec.kind != SM_REC_NONE && (!b->state_slot || kv->n_slots <= 0))
+    return sm_err(SMELT_ERR_INVALID, "a model with recurrent layers needs state slots in the cache and the batch");
   /* a RoPE table with rows per position (dynamic NTK) covers the positions of max_context */
   for (int k = 0; k < 2; k++) {
     const int lim = m->ropes[k].pos_limit;
@@ -61,10 +119,7 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
   if (st) return st;
   if ((st = be->set_batch(be, b))) return st;
   const sm_recipe *r = m->fam->recipe;
-  const int n = b->n_tokens, H = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-  const int nh = c->num_attention_heads, nkvh = c->num_key_value_heads;
-  const float eps = c->rms_norm_eps, wofs = r->norm_offset;
-  const float softcap = r->softcaps ? c->attn_logit_softcapping : 0.0f;
+  const int n = b->n_tokens, H = c->hidden_size, F = c->intermediate_size;
   const float resid = r->multipliers ? c->residual_multiplier : 1.0f;
 
   /* The order of these calls is what backends fuse (the CUDA fusion table, cuda_fuse.cu); tests/model
@@ -73,48 +128,19 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
   if (m->embed_scale != 1.0f) be->scale(be, m->x, m->embed_scale, (size_t)n * H);
   for (int l = 0; l < c->num_hidden_layers; l++) {
     const sm_layer *L = &m->layers[l];
-    /* attention */
     const float *ain = m->x;
-    if (L->vec[SM_T_ATTN_NORM]) {
-      norm(m, m->xb, m->x, L->vec[SM_T_ATTN_NORM], n, H);
-      ain = m->xb;
-    }
-    be->matmul(be, SM_MM_Q, &L->w[SM_T_Q], ain, n, m->q);
-    be->matmul(be, SM_MM_K, &L->w[SM_T_K], ain, n, m->k);
-    be->matmul(be, SM_MM_V, &L->w[SM_T_V], ain, n, m->v);
-    if (L->bias[SM_T_Q]) be->add_rows(be, m->q, L->bias[SM_T_Q], n, nh * hd);
-    if (L->bias[SM_T_K]) be->add_rows(be, m->k, L->bias[SM_T_K], n, nkvh * hd);
-    if (L->bias[SM_T_V]) be->add_rows(be, m->v, L->bias[SM_T_V], n, nkvh * hd);
-    if (m->qk_norm == SM_QK_NORM_HEAD) {
-      be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n * nh, hd, eps, wofs);
-      be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n * nkvh, hd, eps, wofs);
-    } else if (m->qk_norm == SM_QK_NORM_FULL) {
-      be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n, nh * hd, eps, wofs);
-      be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n, nkvh * hd, eps, wofs);
-    }
-    float scale = m->attn_scale;
-    if (L->spec.rope >= 0) {
-      const sm_rope_tab *t = &m->ropes[L->spec.rope];
-      if (t->ext || m->q_beta > 0) {
-        sm_rope_ext pq, pk;
-        sm_rope_ext_params(m, t, true, &pq);
-        sm_rope_ext_params(m, t, false, &pk);
-        be->rope_ext(be, m->q, nh, hd, &pq);
-        be->rope_ext(be, m->k, nkvh, hd, &pk);
-      } else {
-        be->rope(be, m->q, nh, hd, t->rot, t->inv);
-        be->rope(be, m->k, nkvh, hd, t->rot, t->inv);
+    if (L->spec.kind == SM_LK_ATTN || L->spec.kind == SM_LK_REC) { /* attention or a recurrent mixer */
+      if (L->vec[SM_T_ATTN_NORM]) {
+        norm(m, m->xb, m->x, L->vec[SM_T_ATTN_NORM], n, H);
+        ain = m->xb;
       }
-      scale *= t->attn_mul;
+      if (L->spec.kind == SM_LK_REC) sm_rec_mixer(m, kv, l, ain, n, m->xb2);
+      else attention_block(m, kv, l, ain, n, m->xb2);
+      if (L->vec[SM_T_ATTN_OUT_NORM]) norm(m, m->xb2, m->xb2, L->vec[SM_T_ATTN_OUT_NORM], n, H);
+      if (resid != 1.0f) be->scale(be, m->xb2, resid, (size_t)n * H);
+      if (!r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);
     }
-    be->kv_store(be, kv, l, m->k, m->v);
-    if (L->sinks) be->attention_sinks(be, m->att, m->q, kv, l, nh, scale, L->spec.window, softcap, L->sinks);
-    else be->attention(be, m->att, m->q, kv, l, nh, scale, L->spec.window, softcap);
-    be->matmul(be, SM_MM_O, &L->w[SM_T_O], m->att, n, m->xb2);
-    if (L->bias[SM_T_O]) be->add_rows(be, m->xb2, L->bias[SM_T_O], n, H);
-    if (L->vec[SM_T_ATTN_OUT_NORM]) norm(m, m->xb2, m->xb2, L->vec[SM_T_ATTN_OUT_NORM], n, H);
-    if (resid != 1.0f) be->scale(be, m->xb2, resid, (size_t)n * H);
-    if (!r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);
+    if (!L->spec.ffn) continue;
     /* MLP */
     const float *min = ain;
     if (!r->parallel_residual) {
@@ -127,6 +153,10 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     float *mout = r->parallel_residual ? m->xb : m->xb2; /* xb is free once gate and up have read it */
     if (L->moe) { /* a mixture of experts (moe.c) */
       if ((st = sm_moe_forward(m, L, min, n, mout))) return st;
+    } else if (r->ffn == SM_FFN_PLAIN) { /* down(act(up(x))) */
+      be->matmul(be, SM_MM_UP, &L->w[SM_T_UP], min, n, m->up);
+      be->relu2(be, m->up, (size_t)n * F);
+      be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->up, n, mout);
     } else {
       be->matmul(be, SM_MM_GATE, &L->w[SM_T_GATE], min, n, m->gate);
       be->matmul(be, SM_MM_UP, &L->w[SM_T_UP], min, n, m->up);

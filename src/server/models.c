@@ -116,6 +116,11 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
     snprintf(err, n_err, "could not create the engine: %s", smelt_last_error());
     goto fail;
   }
+  if (with_pcache && p->prompt_cache && sm_engine_recurrent(sv->eng)) {
+    snprintf(err, n_err, "--prompt-cache: models with recurrent layers (%s) do not use the prefix cache",
+             smelt_model_arch(sv->model));
+    goto fail;
+  }
   /* the prompt cache file goes into the prefix cache before any request */
   if (with_pcache && !sm_pcache_open(&sv->pc, sv->eng, p->prompt_cache, p->prompt_cache_ro)) {
     snprintf(err, n_err, "the prompt cache file was refused");

@@ -68,6 +68,12 @@ static bool swap_suffix(const char *name, const char *old, const char *suf, char
   return true;
 }
 
+static int count_rec_layers(const sm_config *c) {
+  int n = 0;
+  for (int l = 0; l < c->num_hidden_layers; l++) n += c->layer_kind[l] == SM_LK_REC;
+  return n;
+}
+
 smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_bytes_per_elem, bool cuda,
                                sm_mem_estimate *out) {
   memset(out, 0, sizeof *out);
@@ -87,6 +93,13 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   out->intermediate = cfg.intermediate_size;
   out->vocab = cfg.vocab_size;
   out->max_pos = cfg.max_position_embeddings;
+  out->attn_layers = sm_config_attn_layers(&cfg);
+  if (cfg.rec.kind != SM_REC_NONE) { /* the recurrent layers' state (engine.c: a sequence, its snapshot, one spare) */
+    size_t cf, sf;
+    sm_config_rec_state(&cfg, &cf, &sf);
+    out->state_bytes = 4ull * (cf + sf) * (uint64_t)count_rec_layers(&cfg);
+    out->state_slots = 3;
+  }
   out->quant_bits = cfg.q_bits;
   out->quant_group = cfg.q_group_size;
   out->quant_mode = cfg.q_mode;
@@ -149,7 +162,7 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   out->max_tokens = n;
   out->kv_bytes_per_elem = kv_bytes_per_elem;
   out->kv_bytes_per_token =
-      2ull * (uint64_t)out->n_layers * (uint64_t)out->n_kv_heads * (uint64_t)out->head_dim * (uint64_t)kv_bytes_per_elem;
+      2ull * (uint64_t)out->attn_layers * (uint64_t)out->n_kv_heads * (uint64_t)out->head_dim * (uint64_t)kv_bytes_per_elem;
   out->kv_bytes = out->kv_bytes_per_token * (uint64_t)n;
   /* scratch activations (float32) for a prefill chunk of T = min(N, 512) rows: x, xb, xb2, xo (hidden),
    * q (heads*hd), k, v (kv_heads*hd), gate, up (intermediate), attention scores (heads * N);
@@ -169,7 +182,7 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   out->activation_bytes = 4ull * (T * row + (uint64_t)out->vocab);
   sm_config_free(&cfg);
   out->runtime_bytes = out->activation_bytes + (out->weights_bytes + out->kv_bytes) / 10;
-  out->total_bytes = out->weights_bytes + out->kv_bytes + out->runtime_bytes;
+  out->total_bytes = out->weights_bytes + out->kv_bytes + out->runtime_bytes + out->state_bytes * (uint64_t)out->state_slots;
 
   out->cuda = cuda;
   const char *ov = sm_store_settings_get()->available_memory;

@@ -98,8 +98,11 @@ typedef struct {
   uint64_t active_bytes;           /* weight bytes a token reads: weights_bytes less the unchosen experts' */
   int max_tokens;                  /* tokens the KV cache is sized for */
   int kv_bytes_per_elem;
-  uint64_t kv_bytes_per_token;     /* 2 * n_layers * n_kv_heads * head_dim * kv_bytes_per_elem */
+  int attn_layers;                 /* layers with a KV cache (all but a hybrid model's recurrent / MLP ones) */
+  uint64_t kv_bytes_per_token;     /* 2 * attn_layers * n_kv_heads * head_dim * kv_bytes_per_elem */
   uint64_t kv_bytes;               /* kv_bytes_per_token * max_tokens */
+  uint64_t state_bytes;            /* hybrid models: recurrent state of one sequence (float32), else 0 */
+  int state_slots;                 /* state slots a one-sequence engine keeps (in total_bytes) */
   uint64_t activation_bytes;       /* scratch activations (see docs/store.md) */
   uint64_t runtime_bytes;          /* activations + 10% of (weights + kv) */
   uint64_t total_bytes;            /* weights + kv + runtime */

@@ -633,6 +633,217 @@ out:
   if (system(cmd)) {}
 }
 
+/* ---- recurrent (hybrid) models ---- */
+
+/* a one-layer cache with three state slots of conv_floats / ssm_floats, garbage-filled, on backend b */
+static sm_kv_cache rec_cache(sm_backend *b, size_t cf, size_t sf) {
+  sm_kv_cache kv;
+  memset(&kv, 0, sizeof kv);
+  kv.n_layers = 1;
+  kv.n_slots = 3;
+  kv.conv_floats = cf;
+  kv.ssm_floats = sf;
+  kv.conv = calloc(1, sizeof(float *));
+  kv.ssm = calloc(1, sizeof(float *));
+  kv.conv[0] = b->alloc(b, 4 * 3 * (cf ? cf : 1));
+  kv.ssm[0] = b->alloc(b, 4 * 3 * (sf ? sf : 1));
+  float *g = malloc(4 * 3 * (cf + sf + 1));
+  fill(g, 3 * (cf + sf + 1), 60.f);
+  b->upload(b, kv.conv[0], g, 4 * 3 * cf);
+  b->upload(b, kv.ssm[0], g, 4 * 3 * sf);
+  free(g);
+  return kv;
+}
+static void rec_cache_free(sm_backend *b, sm_kv_cache *kv) {
+  b->free(b, kv->conv[0]);
+  b->free(b, kv->ssm[0]);
+  free(kv->conv);
+  free(kv->ssm);
+}
+
+/* The state ops on both backends over three batches of two sequences (slots 2 and 0; a prefill
+ * chunk and one-token steps, in varying order), the state buffers garbage-filled first: outputs of
+ * every step and the final states compared. op: 0 conv1d (+silu), 1 conv1d (bias, no activation),
+ * 2 ssm_scan, 3 gated_delta. */
+static void test_rec_op(int op) {
+  enum { NSTEP = 3 };
+  static const int take[NSTEP][2] = { { 6, 1 }, { 1, 5 }, { 2, 1 } };
+  static const bool b_first[NSTEP] = { false, true, false };
+  const int32_t slots[2] = { 2, 0 };
+  /* Mamba-2 at a real head size (P 64, N 128), gated delta at Qwen3.5's (128 x 128) */
+  const int CH = 300, K = 4, nh = 4, P = 64, NG = 2, N = 128, hk = 2, hv = 4, dk = 128, dv = 128;
+  const int ld = op <= 1 ? CH : op == 2 ? nh * P + 2 * NG * N + 3 : 2 * hk * dk + hv * dv + 5;
+  const int yw = op <= 1 ? CH : op == 2 ? nh * P : hv * dv, hw = op == 2 ? nh : hv;
+  const size_t cf = op <= 1 ? (size_t)(K - 1) * CH : 1, sf = op == 2 ? (size_t)nh * P * N : op == 3 ? (size_t)hv * dv * dk : 1;
+  sm_kv_cache kc = rec_cache(C, cf, sf), kg = rec_cache(G, cf, sf);
+  float *w = malloc(4 * (size_t)CH * K), *bias = malloc(4 * (size_t)CH), *p1 = malloc(4 * 8), *p2 = malloc(4 * 8), *p3 = malloc(4 * 8);
+  fill(w, (size_t)CH * K, 1.f);
+  fill(bias, CH, 0.5f);
+  for (int i = 0; i < 8; i++) { p1[i] = -1.f + 0.4f * frand(); p2[i] = 1.5f * frand(); p3[i] = 1.f + 0.4f * frand(); }
+  float *dw = dup_dev(w, (size_t)CH * K), *db = dup_dev(bias, CH), *d1 = dup_dev(p1, 8), *d2 = dup_dev(p2, 8), *d3 = dup_dev(p3, 8);
+  int done[2] = { 0, 0 };
+  double worst = 0;
+  for (int k = 0; k < NSTEP; k++) {
+    int32_t tok[16], pos[16], seq[16];
+    int n = 0;
+    for (int j = 0; j < 2; j++) {
+      const int q = b_first[k] ? 1 - j : j;
+      for (int i = 0; i < take[k][q]; i++, n++) { tok[n] = 0; pos[n] = done[q] + i; seq[n] = q; }
+    }
+    sm_batch bt = { .n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 2, .max_blocks = 0,
+                    .state_slot = slots };
+    CHECK(C->set_batch(C, &bt) == SMELT_OK && G->set_batch(G, &bt) == SMELT_OK, "rec op %d set_batch: %s", op,
+          smelt_last_error());
+    float *x = malloc(4 * (size_t)n * ld), *a = malloc(4 * (size_t)n * hw), *b = malloc(4 * (size_t)n * hw);
+    float *yc = malloc(4 * (size_t)n * yw);
+    fill(x, (size_t)n * ld, 1.5f);
+    fill(a, (size_t)n * hw, 3.f);
+    fill(b, (size_t)n * hw, 3.f);
+    float *dx = dup_dev(x, (size_t)n * ld), *da = dup_dev(a, (size_t)n * hw), *dbb = dup_dev(b, (size_t)n * hw);
+    float *dy = G->alloc(G, 4 * (size_t)n * yw);
+    if (op <= 1) {
+      C->conv1d(C, yc, x, w, op ? bias : NULL, CH, K, op == 0, &kc, 0);
+      G->conv1d(G, dy, dx, dw, op ? db : NULL, CH, K, op == 0, &kg, 0);
+    } else if (op == 2) {
+      C->ssm_scan(C, yc, x, x + nh * P, x + nh * P + NG * N, ld, a, p1, p2, p3, nh, P, NG, N, 0.01f, 5.f, &kc, 0);
+      G->ssm_scan(G, dy, dx, dx + nh * P, dx + nh * P + NG * N, ld, da, d1, d2, d3, nh, P, NG, N, 0.01f, 5.f, &kg, 0);
+    } else {
+      C->gated_delta(C, yc, x, x + hk * dk, x + 2 * hk * dk, ld, a, b, p2, p1, hk, hv, dk, dv, &kc, 0);
+      G->gated_delta(G, dy, dx, dx + hk * dk, dx + 2 * hk * dk, ld, da, dbb, d2, d1, hk, hv, dk, dv, &kg, 0);
+    }
+    float *yg = get(dy, (size_t)n * yw);
+    double e = rel_l2(yg, yc, (size_t)n * yw);
+    if (e > worst) worst = e;
+    free(x); free(a); free(b); free(yc); free(yg);
+    G->free(G, dx); G->free(G, da); G->free(G, dbb); G->free(G, dy);
+    done[0] += take[k][0];
+    done[1] += take[k][1];
+  }
+  /* the final states of both sequences */
+  const size_t nst = op <= 1 ? cf : sf;
+  float *sc = malloc(4 * 3 * nst), *sg = malloc(4 * 3 * nst);
+  C->download(C, sc, op <= 1 ? kc.conv[0] : kc.ssm[0], 4 * 3 * nst);
+  G->download(G, sg, op <= 1 ? kg.conv[0] : kg.ssm[0], 4 * 3 * nst);
+  double es = fmax(rel_l2(sg, sc, nst), rel_l2(sg + 2 * nst, sc + 2 * nst, nst));
+  static const char *const names[] = { "conv1d+silu", "conv1d+bias", "ssm_scan", "gated_delta" };
+  CHECK(worst < 1e-5 && es < 1e-5, "%s: outputs rel err %g, states %g", names[op], worst, es);
+  free(sc); free(sg);
+  free(w); free(bias); free(p1); free(p2); free(p3);
+  G->free(G, dw); G->free(G, db); G->free(G, d1); G->free(G, d2); G->free(G, d3);
+  rec_cache_free(C, &kc);
+  rec_cache_free(G, &kg);
+}
+
+static void test_rec_ops(void) {
+  for (int op = 0; op < 4; op++) test_rec_op(op);
+  /* gated RMSNorm (both orders, weight per group position / per element), mul, sigmoid_mul, relu2, copy */
+  const int n = 5, dim = 512;
+  const size_t N = (size_t)n * dim;
+  float *x = malloc(N * 4), *z = malloc(N * 4), *w = malloc(dim * 4), *r = malloc(N * 4), *h;
+  fill(x, N, 2.f); fill(z, N, 3.f); fill(w, dim, 1.f);
+  float *dx = dup_dev(x, N), *dz = dup_dev(z, N), *dw = dup_dev(w, dim), *dr = G->alloc(G, N * 4);
+  C->gated_rmsnorm(C, r, x, z, w, n, dim, 128, 128, 1e-6f, true);
+  G->gated_rmsnorm(G, dr, dx, dz, dw, n, dim, 128, 128, 1e-6f, true);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "gated_rmsnorm (norm, gate)"); free(h);
+  C->gated_rmsnorm(C, r, x, z, w, n, dim, 64, dim, 1e-5f, false);
+  G->gated_rmsnorm(G, dr, dx, dz, dw, n, dim, 64, dim, 1e-5f, false);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "gated_rmsnorm (gate, norm)"); free(h);
+  G->upload(G, dr, x, N * 4); /* in place */
+  C->gated_rmsnorm(C, r, x, z, w, n, dim, dim, dim, 1e-5f, false);
+  G->gated_rmsnorm(G, dr, dr, dz, dw, n, dim, dim, dim, 1e-5f, false);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "gated_rmsnorm in place"); free(h);
+  C->mul(C, r, x, z, N);
+  G->mul(G, dr, dx, dz, N);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "mul"); free(h);
+  memcpy(r, x, N * 4); G->upload(G, dr, x, N * 4);
+  C->sigmoid_mul(C, r, z, N); G->sigmoid_mul(G, dr, dz, N);
+  C->relu2(C, r, N); G->relu2(G, dr, N);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "sigmoid_mul, relu2"); free(h);
+  G->copy(G, dr, dx, N * 4);
+  h = get(dr, N); CHECK(!memcmp(h, x, N * 4), "copy"); free(h);
+  G->free(G, dx); G->free(G, dz); G->free(G, dw); G->free(G, dr);
+  free(x); free(z); free(w); free(r);
+}
+
+/* every hybrid family's synthetic model: prefill logits and decode steps (one sequence, and three
+ * batched with different lengths: CUDA-graph replay) against the CPU */
+static void test_hybrid_models(int bits) {
+  size_t nf;
+  const sm_family *const *all = sm_family_all(&nf);
+  for (size_t fi = 0; fi < nf; fi++) {
+    const sm_family *f = all[fi];
+    if (!f->recipe || !f->defaults->rec) continue;
+    char dir[256];
+    snprintf(dir, sizeof dir, "/tmp/smelt-cuda-hybrid-%d-%s-%d", (int)getpid(), f->model_type, bits);
+    sm_synth_shape sh = { "hybrid", 256, 2, 4, 2, 512, 1000, false, f->model_type, 64, NULL };
+    CHECK(sm_make_synthetic(&sh, bits, 32, dir, false) == SMELT_OK, "%s: synthetic: %s", f->model_type, smelt_last_error());
+    smelt_model_params p;
+    smelt_model_params_default(&p);
+    p.max_context = 128;
+    smelt_model *mc = NULL, *mg = NULL;
+    p.device = SMELT_DEVICE_CPU;
+    CHECK(smelt_model_load(dir, &p, &mc) == SMELT_OK, "%s: cpu load: %s", f->model_type, smelt_last_error());
+    p.device = SMELT_DEVICE_CUDA;
+    CHECK(smelt_model_load(dir, &p, &mg) == SMELT_OK, "%s: cuda load: %s", f->model_type, smelt_last_error());
+    if (mc && mg) {
+      const int V = smelt_model_vocab_size(mc);
+      int32_t ids[40];
+      for (int i = 0; i < 40; i++) ids[i] = (int32_t)(rnd() % (uint64_t)V);
+      float *lc = NULL, *lg = NULL;
+      CHECK(smelt_eval_logits(mc, ids, 30, &lc) == SMELT_OK && smelt_eval_logits(mg, ids, 30, &lg) == SMELT_OK,
+            "%s: eval: %s", f->model_type, smelt_last_error());
+      if (lc && lg) {
+        double e = rel_l2(lg, lc, (size_t)30 * V);
+        CHECK(e < 3e-2, "%s bits %d prefill logits rel err %g", f->model_type, bits, e);
+      }
+      free(lc); free(lg);
+      sm_engine_params ep;
+      sm_engine_params_default(&ep);
+      ep.max_context = 128;
+      ep.max_seqs = 4;
+      sm_engine *ec = NULL, *eg = NULL;
+      CHECK(sm_engine_create(mc, &ep, &ec) == SMELT_OK && sm_engine_create(mg, &ep, &eg) == SMELT_OK, "engines");
+      if (ec && eg) {
+        enum { NS = 3 };
+        sm_seq *cs[NS], *gs[NS];
+        for (int k = 0; k < NS; k++) {
+          cs[k] = sm_seq_new(ec);
+          gs[k] = sm_seq_new(eg);
+          sm_seq_append(ec, cs[k], ids + 3 * k, 2 + 5 * k);
+          sm_seq_append(eg, gs[k], ids + 3 * k, 2 + 5 * k);
+        }
+        float *a = malloc((size_t)NS * V * 4), *b = malloc((size_t)NS * V * 4);
+        double worst = 0;
+        for (int step = 0; step < 10; step++) {
+          uint8_t dc[NS], dg[NS];
+          CHECK(sm_engine_step(ec, cs, NS, a, dc) == SMELT_OK && sm_engine_step(eg, gs, NS, b, dg) == SMELT_OK,
+                "%s: step %d: %s", f->model_type, step, smelt_last_error());
+          for (int k = 0; k < NS; k++) {
+            CHECK(dc[k] && dg[k], "%s: step %d seq %d done", f->model_type, step, k);
+            double e = rel_l2(b + (size_t)k * V, a + (size_t)k * V, (size_t)V);
+            if (e > worst) worst = e;
+            int32_t t = ids[(step * 3 + k) % 40];
+            sm_seq_append(ec, cs[k], &t, 1);
+            sm_seq_append(eg, gs[k], &t, 1);
+          }
+        }
+        double dtol = bits == 4 && g_q4 ? 6e-2 : 1e-3;
+        printf("hybrid %s bits %d: batched decode vs cpu %.3g\n", f->model_type, bits, worst);
+        CHECK(worst < dtol, "%s bits %d decode logits rel err %g", f->model_type, bits, worst);
+        free(a); free(b);
+        for (int k = 0; k < NS; k++) { sm_seq_free(ec, cs[k]); sm_seq_free(eg, gs[k]); }
+      }
+      sm_engine_free(ec);
+      sm_engine_free(eg);
+    }
+    smelt_model_free(mc);
+    smelt_model_free(mg);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) {}
+  }
+}
+
 /* Decode steps of a synthetic model with the given tuning (env "NAME=value ..."), logits of each
  * step out; on CUDA also what the backend did (stats) and three tuning values it read (WEF, CARVE,
  * ATTN_KVEF). The variants are compared with each other in test_mlp_paths and test_cache_policy. */
@@ -1064,12 +1275,16 @@ static void test_moe(void) {
   test_moe_model("mixtral", 0, NULL);
 }
 
+/* the pass tests to run (argument "moe": only the mixture-of-experts tests, 64; "hybrid": only those of
+ * recurrent layers, 128) */
+static int g_only = ~0;
+
 /* one backend pass: G created with the tuning env (NAME=value ...), then the tests of mask
  * (1 elementwise, 2 attention, 4 matmul of 4-bit weights, 8 all widths, 16 models bits 4/0/3,
- * 32 model bits 4 on "test" and "tiny", 64 mixtures of experts and microscaling weights) */
-static bool g_only_moe; /* argument "moe": only the mixture-of-experts tests of each pass */
+ * 32 model bits 4 on "test" and "tiny", 64 mixtures of experts and microscaling weights, 128 recurrent ops
+ * and hybrid models) */
 static void pass(const char *env, int mask) {
-  if (g_only_moe) mask &= 64;
+  mask &= g_only;
   if (!mask) return;
   char buf[200];
   snprintf(buf, sizeof buf, "%s", env);
@@ -1103,13 +1318,19 @@ static void pass(const char *env, int mask) {
     test_model(4);
     g_shape = "test";
   }
+  if (mask & 128) { test_rec_ops(); test_hybrid_models(4); test_hybrid_models(0); }
   G->destroy(G);
   G = NULL;
   for (int i = 0; i < nn; i++) unsetenv(names[i]);
 }
 
 int main(int argc, char **argv) {
-  g_only_moe = argc > 1 && !strcmp(argv[1], "moe");
+  if (argc > 1 && !strcmp(argv[1], "moe")) g_only = 64;
+  else if (argc > 1 && !strcmp(argv[1], "hybrid")) g_only = 128;
+  else if (argc > 1) {
+    fprintf(stderr, "usage: %s [moe|hybrid]\n", argv[0]);
+    return 2;
+  }
   G = sm_cuda_backend_create(0);
   if (!G) {
     printf("SKIP: no usable CUDA device (%s)\n", smelt_last_error());
@@ -1119,13 +1340,13 @@ int main(int argc, char **argv) {
   C = sm_cpu_backend_create(0);
   /* the exact fp32-activation kernels for every 4-bit weight (by default weights of >= 1 Mi elements,
    * like the largest test shape, use int8 activations) */
-  pass("SMELT_CUDA_Q4=0", 1 | 2 | 8 | 16 | 64);
+  pass("SMELT_CUDA_Q4=0", 1 | 2 | 8 | 16 | 64 | 128);
   /* every 4-bit weight on the int8-activation kernels, norm and decode attention writing the int8 x;
    * the attention's L2 prefetch of the gate weight also for these small weights */
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_PF_MIN=0", 4 | 32);
   /* every op as its own kernel (no fusion), and without CUDA graphs */
-  pass("SMELT_CUDA_Q4=2 SMELT_CUDA_FUSE=0", 2 | 32);
-  pass("SMELT_CUDA_Q4=2 SMELT_CUDA_GRAPHS=0", 32);
+  pass("SMELT_CUDA_Q4=2 SMELT_CUDA_FUSE=0", 2 | 32 | 128);
+  pass("SMELT_CUDA_Q4=2 SMELT_CUDA_GRAPHS=0", 32 | 128);
   /* the MoE ops without fusion and without graphs (every step eager: routing and row kernels unrecorded) */
   pass("SMELT_CUDA_FUSE=0 SMELT_CUDA_GRAPHS=0", 64);
   /* other k_mvq4 tilings and load hints */
@@ -1147,6 +1368,10 @@ int main(int argc, char **argv) {
    * add + rmsnorm before it, and for the 8B shape the add + rmsnorm after it deferred to the next
    * q/k/v), and k_mvr where the tuning asks for it (the lm_head by default; MVR=31: every role)
    * against the same model with every op its own kernel on k_mvq4 */
+  if (g_only != ~0) {
+    C->destroy(C);
+    TEST_END();
+  }
   {
     const mlp_variant v1[] = { { "", true, false, true }, { "SMELT_CUDA_MVR=0", true, false, false },
                                { "SMELT_CUDA_MVR=31", true, false, true } };

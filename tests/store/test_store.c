@@ -379,6 +379,47 @@ static void test_estimate(void) {
   free(dir);
 }
 
+/* a hybrid model (Qwen3.5 layout, 3 Gated DeltaNet layers and 1 attention layer): KV for the attention
+ * layer only, plus the recurrent state of a sequence (float32) times the engine's 3 slots */
+static void test_estimate_hybrid(void) {
+  char *dir = tmp_path("hybrid");
+  mkdirs(dir);
+  write_text(dir, "config.json",
+             "{\"model_type\":\"qwen3_5_text\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":4,"
+             "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":100,"
+             "\"max_position_embeddings\":1024,\"layer_types\":[\"linear_attention\",\"linear_attention\","
+             "\"linear_attention\",\"full_attention\"],\"linear_conv_kernel_dim\":4,\"linear_num_key_heads\":2,"
+             "\"linear_key_head_dim\":16,\"linear_num_value_heads\":4,\"linear_value_head_dim\":16}");
+  fx_tensor t[] = {{"model.norm.weight", "BF16", 1, {64, 0}, 64 * 2}};
+  char *st = sm_path_join(dir, "model.safetensors");
+  write_safetensors(st, t, 1);
+  free(st);
+  sm_mem_estimate e;
+  smelt_status s = sm_store_estimate(dir, 100, 2, false, &e);
+  if (s) fprintf(stderr, "estimate: %s\n", sm_errmsg());
+  CHECK(s == SMELT_OK);
+  CHECK_EQ_U(e.n_layers, 4);
+  CHECK_EQ_U(e.attn_layers, 1);
+  /* KV f16: 2 (K,V) * 1 attention layer * 2 kv heads * 32 head dim * 2 bytes */
+  CHECK_EQ_U(e.kv_bytes_per_token, 256);
+  CHECK_EQ_U(e.kv_bytes, 25600);
+  /* per recurrent layer: convolution window (4-1) * (2*2*16 + 4*16) + delta-rule state 4 heads * 16 * 16,
+   * 1408 floats; 3 layers */
+  CHECK_EQ_U(e.state_bytes, 4 * 1408 * 3);
+  CHECK_EQ_U(e.state_slots, 3);
+  CHECK_EQ_U(e.total_bytes, e.weights_bytes + e.kv_bytes + e.runtime_bytes + 3 * e.state_bytes);
+  /* a plain model has no state */
+  write_text(dir, "config.json",
+             "{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":4,"
+             "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":100}");
+  CHECK(sm_store_estimate(dir, 100, 2, false, &e) == SMELT_OK);
+  CHECK_EQ_U(e.attn_layers, 4);
+  CHECK_EQ_U(e.state_bytes, 0);
+  CHECK_EQ_U(e.kv_bytes_per_token, 1024);
+  CHECK_EQ_U(e.total_bytes, e.weights_bytes + e.kv_bytes + e.runtime_bytes);
+  free(dir);
+}
+
 static void test_arch(void) {
   /* the store's notion of "supported" is the family registry's */
   const char *want[] = {"llama", "mistral", "qwen2", "qwen3"};
@@ -445,6 +486,7 @@ int main(void) {
   test_resolve();
   test_builtin();
   test_estimate();
+  test_estimate_hybrid();
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
   if (system(cmd) != 0) fprintf(stderr, "warning: could not clean %s\n", g_tmp);

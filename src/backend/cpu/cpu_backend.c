@@ -37,8 +37,8 @@ typedef struct {
   int nth;
   /* current batch (owned copies) */
   sm_batch b;
-  int32_t *tokens, *pos, *seq, *table, *out_rows;
-  size_t cap_tok, cap_table, cap_out;
+  int32_t *tokens, *pos, *seq, *table, *out_rows, *slots;
+  size_t cap_tok, cap_table, cap_out, cap_slots;
   /* matvec scratch */
   float *xp, *xsum, *xs;
   int8_t *xq;
@@ -125,12 +125,20 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
   }
   if (nt) memcpy(c->table, b->block_table, nt * 4);
   if (b->n_out) memcpy(c->out_rows, b->out_rows, (size_t)b->n_out * 4);
+  if (b->state_slot) {
+    if (!sm_cpu_batch_rec_ok(b))
+      return sm_err(SMELT_ERR_INVALID, "cpu: recurrent state needs each sequence's tokens in one run of consecutive "
+                    "positions");
+    c->slots = grow(c->slots, &c->cap_slots, (size_t)b->n_seqs, 4);
+    if (b->n_seqs) memcpy(c->slots, b->state_slot, (size_t)b->n_seqs * 4);
+  }
   c->b = *b;
   c->b.tokens = c->tokens;
   c->b.pos = c->pos;
   c->b.seq = c->seq;
   c->b.block_table = c->table;
   c->b.out_rows = c->out_rows;
+  c->b.state_slot = b->state_slot ? c->slots : NULL;
   return SMELT_OK;
 }
 
@@ -692,6 +700,51 @@ static void be_gather_out(sm_backend *be, float *dst, const float *src, int dim)
     memmove(dst + (size_t)i * (size_t)dim, src + (size_t)c->b.out_rows[i] * (size_t)dim, (size_t)dim * sizeof(float));
 }
 
+/* ---------------- recurrent models (kernels in ssm.c) ---------------- */
+static void be_copy(sm_backend *be, void *dst, const void *src, size_t n) { (void)be; if (n && dst != src) memmove(dst, src, n); }
+typedef struct { float *y; const float *a, *b; int op; } ew3_ctx; /* op 0: y = a*b, 1: y *= sigmoid(a), 2: relu2 */
+static void ew3_range(void *v, size_t i0, size_t i1) {
+  ew3_ctx *e = v;
+  for (size_t i = i0; i < i1; i++) {
+    if (e->op == 0) e->y[i] = e->a[i] * e->b[i];
+    else if (e->op == 1) e->y[i] *= 1.f / (1.f + expf(-e->a[i]));
+    else { const float r = e->y[i] > 0.f ? e->y[i] : 0.f; e->y[i] = r * r; }
+  }
+}
+static void be_mul(sm_backend *be, float *y, const float *a, const float *b, size_t n) {
+  ew3_ctx e = {y, a, b, 0};
+  pfor(CB(be), n, 1, ew3_range, &e);
+}
+static void be_sigmoid_mul(sm_backend *be, float *y, const float *g, size_t n) {
+  ew3_ctx e = {y, g, NULL, 1};
+  pfor(CB(be), n, 4, ew3_range, &e);
+}
+static void be_relu2(sm_backend *be, float *y, size_t n) {
+  ew3_ctx e = {y, NULL, NULL, 2};
+  pfor(CB(be), n, 1, ew3_range, &e);
+}
+static void be_conv1d(sm_backend *be, float *out, const float *x, const float *w, const float *bias, int C, int K,
+                      bool act, const sm_kv_cache *kv, int layer) {
+  cpu_be *c = CB(be);
+  sm_cpu_conv1d(c->pool, &c->b, out, x, w, bias, C, K, act, kv, layer);
+}
+static void be_ssm_scan(sm_backend *be, float *y, const float *x, const float *B, const float *Cm, int ld,
+                        const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh, int P, int G,
+                        int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer) {
+  cpu_be *c = CB(be);
+  sm_cpu_ssm_scan(c->pool, &c->b, y, x, B, Cm, ld, dt_in, dt_bias, A_log, D, nh, P, G, N, dt_min, dt_max, kv, layer);
+}
+static void be_gated_delta(sm_backend *be, float *y, const float *q, const float *k, const float *v, int ld,
+                           const float *a, const float *b, const float *A_log, const float *dt_bias, int Hk, int Hv,
+                           int Dk, int Dv, const sm_kv_cache *kv, int layer) {
+  cpu_be *c = CB(be);
+  sm_cpu_gated_delta(c->pool, &c->b, y, q, k, v, ld, a, b, A_log, dt_bias, Hk, Hv, Dk, Dv, kv, layer);
+}
+static void be_gated_rmsnorm(sm_backend *be, float *out, const float *x, const float *z, const float *w, int n, int dim,
+                             int group, int wdim, float eps, bool norm_first) {
+  sm_cpu_gated_rmsnorm(CB(be)->pool, out, x, z, w, n, dim, group, wdim, eps, norm_first);
+}
+
 /* ---------------- sampling ---------------- */
 /* The reference sampler (sample.c) on a copy of each row: logits stay unchanged. */
 static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, int vocab, const sm_sample_req *req,
@@ -727,7 +780,7 @@ static void be_destroy(sm_backend *be) {
   sm_pool_destroy(c->pool);
   for (int i = 0; i < c->nth; i++) free(c->gscratch[i]);
   free(c->gscratch);
-  free(c->tokens); free(c->pos); free(c->seq); free(c->table); free(c->out_rows);
+  free(c->tokens); free(c->pos); free(c->seq); free(c->table); free(c->out_rows); free(c->slots);
   free(c->xp); free(c->xsum); free(c->xs); free(c->xq);
   free(c);
 }
@@ -789,6 +842,14 @@ sm_backend *sm_cpu_backend_create(int n_threads) {
   b->measure_bandwidth = be_measure_bandwidth;
   b->attention_sinks = be_attention_sinks;
   sm_cpu_moe_install(b); /* mixture-of-experts ops (cpu_moe.c) */
+  b->copy = be_copy;
+  b->mul = be_mul;
+  b->sigmoid_mul = be_sigmoid_mul;
+  b->relu2 = be_relu2;
+  b->conv1d = be_conv1d;
+  b->ssm_scan = be_ssm_scan;
+  b->gated_delta = be_gated_delta;
+  b->gated_rmsnorm = be_gated_rmsnorm;
   return b;
 }
 

@@ -107,6 +107,20 @@ const char *sm_cpu_backend_isa(const sm_backend *be);
  * (off with SMELT_CPU_EXACT=1 at backend creation, or where no kernel exists). */
 bool sm_cpu_backend_uses_i8(const sm_backend *be, const sm_weight *w);
 
+/* ---- recurrent-model ops (ssm.c), on the current batch b (see backend.h) ---- */
+/* the batch meets the recurrent ops' rule (each sequence's tokens one run of consecutive positions) */
+bool sm_cpu_batch_rec_ok(const sm_batch *b);
+void sm_cpu_conv1d(sm_pool *pool, const sm_batch *b, float *out, const float *x, const float *w, const float *bias,
+                   int C, int K, bool act_silu, const sm_kv_cache *kv, int layer);
+void sm_cpu_ssm_scan(sm_pool *pool, const sm_batch *b, float *y, const float *x, const float *B, const float *Cm, int ld,
+                     const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh, int P, int G,
+                     int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer);
+void sm_cpu_gated_delta(sm_pool *pool, const sm_batch *b, float *y, const float *q, const float *k, const float *v, int ld,
+                        const float *a, const float *bb, const float *A_log, const float *dt_bias, int Hk, int Hv, int Dk,
+                        int Dv, const sm_kv_cache *kv, int layer);
+void sm_cpu_gated_rmsnorm(sm_pool *pool, float *out, const float *x, const float *z, const float *w, int n, int dim,
+                          int group, int wdim, float eps, bool norm_first);
+
 /* shared helpers */
 static inline float sm_cpu_ldf(const void *p, size_t i, sm_dtype t) {
   switch (t) {

@@ -17,7 +17,9 @@ enum {
   OP_EMBED, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_KVSTORE, OP_ATTN, OP_SILU, OP_GELU, OP_ADD, OP_ADDROWS,
   OP_SCALE, OP_SOFTCAP, OP_GATHER, OP_ARGMAX, OP_META, OP_LAYERNORM, OP_ROPEX,
   /* mixtures of experts and attention sinks (cuda_moe.cu) */
-  OP_MOE_ROUTE, OP_MM_EXPERTS, OP_MOE_COMBINE, OP_SWIGLU_CLAMP, OP_SIGMOID_GATE, OP_ATTN_SINKS, OP_COUNT
+  OP_MOE_ROUTE, OP_MM_EXPERTS, OP_MOE_COMBINE, OP_SWIGLU_CLAMP, OP_SIGMOID_GATE, OP_ATTN_SINKS,
+  /* recurrent (hybrid) models: cuda_ssm.cu */
+  OP_MUL, OP_SIGMUL, OP_RELU2, OP_CONV1D, OP_SSM, OP_GDN, OP_GNORM, OP_COUNT
 };
 typedef struct {
   int type;
@@ -30,7 +32,14 @@ typedef struct {
     struct { void *K, *V; const float *k, *v; int row, bs, nblocks, dt; } kv; /* dt: the cache's sm_dtype */
     /* splits > 0: the decode kernel with that many splits (glong: combined in global memory); 0: tiled */
     struct { float *out; const float *q; void *K, *V; int nh, nkv, hd, bs, nblocks, window, splits, glong, dt; float scale, softcap; } at;
-    struct { float *y; const float *a, *b; size_t n; int dim; float s; } ew; /* SILU GELU ADD ADDROWS SCALE SOFTCAP */
+    struct { float *y; const float *a, *b; size_t n; int dim; float s; } ew; /* SILU GELU ADD ADDROWS SCALE SOFTCAP
+                                                                               * MUL SIGMUL RELU2 */
+    /* recurrent ops: st is the layer's state buffer (slots of sf floats), nseq the batch's sequences */
+    struct { float *out; const float *x, *w, *b; float *st; size_t sf; int C, K, act, nseq; } cv;
+    struct { float *y; const float *x, *B, *C, *dt, *dtb, *al, *D; float *st; size_t sf; int ld, nh, P, G, N, nseq;
+             float lo, hi; } ss;
+    struct { float *y; const float *q, *k, *v, *a, *b, *al, *dtb; float *st; size_t sf; int ld, hk, hv, dk, dv, nseq; } gd;
+    struct { float *out; const float *x, *z, *w; int n, dim, group, wdim, nf; float eps; } gn;
     struct { const cu_weight *cw; float *out; } emb;
     struct { float *dst; const float *src; int dim; } gat;
     struct { const float *logits; int32_t *dtok, *htok; int vocab; } am; /* greedy token of one row */
@@ -85,6 +94,7 @@ typedef struct {
   int32_t *d_meta;
   size_t meta_cap; /* int32 elements */
   int32_t *d_tokens, *d_pos, *d_seq, *d_out, *d_tiles, *d_table;
+  int32_t *d_rslot, *d_rfirst, *d_rcount; /* recurrent models: per sequence its state slot, first token, tokens */
   int32_t *h_pos, *h_tiles; /* views into h_meta */
   cudaEvent_t meta_ev;
   bool meta_ev_live;

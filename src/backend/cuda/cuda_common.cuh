@@ -139,7 +139,8 @@ enum { CU_Q4_QKV, CU_Q4_O, CU_Q4_GU, CU_Q4_DN, CU_Q4_LM, CU_Q4_ROLES };
 static inline int cu_q4_role(sm_mm_role r) {
   switch (r) {
   case SM_MM_Q: case SM_MM_K: case SM_MM_V: return CU_Q4_QKV;
-  case SM_MM_O: return CU_Q4_O;
+  case SM_MM_REC_IN: case SM_MM_ATTN_GATE: return CU_Q4_QKV; /* projections of the layer input, like q/k/v */
+  case SM_MM_O: case SM_MM_REC_OUT: return CU_Q4_O;
   case SM_MM_GATE: case SM_MM_UP: return CU_Q4_GU;
   case SM_MM_DOWN: return CU_Q4_DN;
   case SM_MM_LM_HEAD: return CU_Q4_LM;
