@@ -47,6 +47,16 @@ typedef struct {
   void **k, **v;  /* [n_layers] backend buffers */
 } sm_kv_cache;
 
+/* Rows of a batch whose input embedding is given instead of looked up (images in a prompt): batch rows
+ * [row, row + n) take the rows of src (a backend buffer, n x hidden floats); deep[l] (l < n_deep):
+ * rows added to the hidden state after decoder layer l (Qwen3-VL's deepstack). Read by the model. */
+typedef struct {
+  int row, n;
+  const float *src;
+  int n_deep;
+  const float *const *deep;
+} sm_batch_embd;
+
 /* One forward step over a batch of tokens from one or more sequences.
  * Token t belongs to sequence seq[t] at position pos[t]. Its K/V go to slot
  *   block_table[seq[t]*max_blocks + pos[t]/block_size]*block_size + pos[t]%block_size
@@ -64,6 +74,10 @@ typedef struct {
   const int32_t *out_rows;    /* [n_out] */
   int feed_token;             /* 1: tokens[0] is replaced, on the device, by the token of the last
                                * sample_async (pipelined decode; backends with sample_async) */
+  /* read by the model, not the backends: */
+  int n_embd;                 /* runs of rows with given embeddings */
+  const sm_batch_embd *embd;  /* [n_embd] */
+  const int32_t *rope_pos;    /* [3][n_tokens] M-RoPE positions (Qwen-VL), NULL: pos on every axis */
 } sm_batch;
 
 /* One token to sample from a row of logits (see sm_sample_row for the exact rule). The host
@@ -188,6 +202,30 @@ struct sm_backend {
   void (*softcap)(sm_backend *be, float *y, float cap, size_t n);
   /* dst[i][:] = src[out_rows[i]][:] for the current batch's out_rows (dim floats a row) */
   void (*gather_out)(sm_backend *be, float *dst, const float *src, int dim);
+
+  /* ---- ops with explicit shapes that read no batch state (vision encoders; rope_axes, copy and add
+   * also serve the language model's image positions) ---- */
+  /* Attention without a causal mask within segments: segment s is tokens [seg[s], seg[s+1])
+   * (seg[0] = 0, seg[n_seg] = n, ascending; host memory read during the call) and
+   *   out[t][h*hd + d] = sum_j softmax_j(scale * q_t,h . k_j,g) v_j,g[d]   over j in t's segment,
+   * g = h / (n_heads / n_kv_heads). q, out: [n][n_heads*hd]; k, v: [n][n_kv_heads*hd]. Device backends
+   * run it when issued (it is not part of a recorded step). */
+  void (*attention_seg)(sm_backend *be, float *out, const float *q, const float *k, const float *v, int n,
+                        int n_heads, int n_kv_heads, int head_dim, float scale, const int32_t *seg, int n_seg);
+  /* Multi-axis rotate-half RoPE in place on x[n][n_heads][head_dim]: frequency i < rot_dim/2 turns
+   * dims (i, i + rot_dim/2) of each head by the angle pos[axis[i]*n + t] * inv_freq[i]. inv_freq
+   * (rot_dim/2 floats), axis (rot_dim/2 int32) and pos (n_axes * n int32): backend buffers. (M-RoPE
+   * of the Qwen-VL language models, the 2-D RoPE of vision encoders.) */
+  void (*rope_axes)(sm_backend *be, float *x, int n, int n_heads, int head_dim, int rot_dim, const float *inv_freq,
+                    const int32_t *axis, const int32_t *pos);
+  /* y[i] = gelu(x[i]), i < n: 0.5 x (1 + erf(x / sqrt 2)), or with tanh_approx the tanh form of
+   * gelu_mul; y may == x */
+  void (*gelu)(sm_backend *be, float *y, const float *x, size_t n, bool tanh_approx);
+  /* dst[i][:] = src[idx[i]][:], i < n rows of dim floats; idx: backend buffer of n int32 in
+   * [0, rows of src); dst and src do not overlap */
+  void (*gather_rows)(sm_backend *be, float *dst, const float *src, const int32_t *idx, int n, int dim);
+  /* dst[i] = src[i], i < n (buffers do not overlap) */
+  void (*copy)(sm_backend *be, float *dst, const float *src, size_t n);
 
   /* Optional (NULL: the engine downloads the logits and samples on the host): for each of
    * n_req requests, out_tokens[i] = sm_sample_row(req[i], row req[i].row of logits), where

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "model/model.h"
+#include "vision/vision.h"
 
 void *sm_model_own(smelt_model *m, void *p) {
   m->owned = sm_xrealloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1));
@@ -28,10 +29,11 @@ static void *host_own(smelt_model *m, void *p) {
 }
 
 /* the tensors the loader has taken (pointers into the safetensors index) */
-typedef struct {
+struct sm_load_ctx {
   const sm_tensor **p;
   size_t n, cap;
-} taken_set;
+};
+typedef sm_load_ctx taken_set;
 
 static const sm_tensor *take(smelt_model *m, taken_set *ts, const char *name) {
   const sm_tensor *t = sm_st_find(m->st, name);
@@ -45,6 +47,8 @@ static const sm_tensor *take(smelt_model *m, taken_set *ts, const char *name) {
   return t;
 }
 
+const sm_tensor *sm_load_take(smelt_model *m, sm_load_ctx *ts, const char *name) { return take(m, ts, name); }
+
 static int ptr_cmp(const void *a, const void *b) {
   const void *x = *(const void *const *)a, *y = *(const void *const *)b;
   return x < y ? -1 : x > y;
@@ -55,6 +59,10 @@ static bool valid_bits(int b) { return b == 2 || b == 3 || b == 4 || b == 5 || b
 /* Fill w from "<prefix>.weight" (+ .scales/.biases when quantized), expecting [rows][cols]. */
 static smelt_status load_linear(smelt_model *m, taken_set *ts, const char *prefix, int64_t rows, int64_t cols,
                                 sm_weight *w, bool optional) {
+  return sm_load_linear(m, ts, prefix, rows, cols, w, optional);
+}
+smelt_status sm_load_linear(smelt_model *m, sm_load_ctx *ts, const char *prefix, int64_t rows, int64_t cols,
+                            sm_weight *w, bool optional) {
   char name[320];
   snprintf(name, sizeof name, "%s.weight", prefix);
   const sm_tensor *tw = take(m, ts, name);
@@ -117,6 +125,10 @@ static smelt_status load_linear(smelt_model *m, taken_set *ts, const char *prefi
  * result is element perm[i] of the tensor. */
 static smelt_status load_vec(smelt_model *m, taken_set *ts, const char *name, int64_t n, float **out, bool optional,
                              const int64_t *perm) {
+  return sm_load_vec(m, ts, name, n, out, optional, perm);
+}
+smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n, float **out, bool optional,
+                         const int64_t *perm) {
   const sm_tensor *t = take(m, ts, name);
   *out = NULL;
   if (!t) return optional ? SMELT_OK : sm_err(SMELT_ERR_FORMAT, "missing tensor %s", name);
@@ -322,10 +334,25 @@ static smelt_status check_all_taken(smelt_model *m, taken_set *ts) {
     return sm_err(SMELT_ERR_UNSUPPORTED,
                   "%s: tensor %s (and %zu more) is not used by the %s recipe: this checkpoint has parts smelt does "
                   "not implement for this family", m->dir, first, n_left - 1, m->fam->model_type);
-  if (m->vlm)
-    snprintf(m->note, sizeof m->note, "%s is a vision-language checkpoint (%s): smelt runs its text model (%s); "
-             "image input is not supported yet (%zu vision tensors not loaded)", m->dir, m->vlm->model_type,
-             m->fam->model_type, n_vision);
+  if (m->vlm && !m->vision && !m->note[0])
+    snprintf(m->note, sizeof m->note, "%s is a vision-language checkpoint (%s) without %s: smelt runs its text model "
+             "(%s)", m->dir, m->vlm->model_type, n_vision ? "a vision tower smelt can load" : "vision tensors",
+             m->fam->model_type);
+  return SMELT_OK;
+}
+
+/* the vision tower of a vision-language checkpoint (src/vision); when it cannot be loaded the text
+ * model still runs, and the note says why images are refused */
+static smelt_status load_vision(smelt_model *m, taken_set *ts) {
+  if (!m->vlm) return SMELT_OK;
+  bool any = false;
+  for (size_t i = 0; i < sm_st_count(m->st) && !any; i++) any = sm_vision_tensor(sm_st_at(m->st, i)->name);
+  if (!any) return SMELT_OK;
+  smelt_status st = sm_vision_load(m, ts, &m->vision);
+  if (st == SMELT_ERR_OOM || st == SMELT_ERR_BACKEND) return st;
+  if (st)
+    snprintf(m->note, sizeof m->note, "%s (%s): image input is not available: %.150s", m->dir, m->vlm->model_type,
+             sm_errmsg());
   return SMELT_OK;
 }
 
@@ -354,6 +381,7 @@ smelt_status sm_model_load_weights(smelt_model *m) {
   if (st) return st;
   taken_set ts = { 0 };
   st = read_tensors(m, &ts);
+  if (!st) st = load_vision(m, &ts);
   if (!st) st = check_all_taken(m, &ts);
   free(ts.p);
   if (st) return st;
@@ -371,6 +399,8 @@ smelt_status sm_model_load_weights(smelt_model *m) {
 
 void sm_model_release_weights(smelt_model *m) {
   sm_backend *be = m->be;
+  sm_vision_free(m->vision);
+  m->vision = NULL;
   if (m->layers)
     for (int l = 0; l < m->cfg.num_hidden_layers; l++)
       for (int s = 0; s < SM_T_LAYER_COUNT; s++)

@@ -118,6 +118,7 @@ void smelt_model_free(smelt_model *m) {
     sm_model_release_weights(m);
     float **scr[] = { &m->x, &m->xb, &m->xb2, &m->q, &m->k, &m->v, &m->att, &m->gate, &m->up, &m->xo, &m->logits };
     for (size_t i = 0; i < SM_ARRAY_LEN(scr); i++) if (*scr[i]) be->free(be, *scr[i]);
+    if (m->rope_pos_dev) be->free(be, m->rope_pos_dev);
     be->destroy(be);
   }
   free(m->owned);

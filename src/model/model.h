@@ -45,7 +45,11 @@ struct smelt_model {
   sm_act act;
   float attn_scale;      /* before the RoPE attention factor */
   float embed_scale;     /* 1: none */
-  const sm_vlm_packaging *vlm; /* vision-language checkpoint: its packaging (text model only), else NULL */
+  const sm_vlm_packaging *vlm; /* vision-language checkpoint: its packaging, else NULL */
+  struct sm_vision *vision;    /* its vision tower when loaded (src/vision), else NULL */
+  int32_t *mrope_axis;   /* M-RoPE (Qwen-VL): backend int32 [rot/2], the position axis of each frequency */
+  int32_t *rope_pos_dev; /* backend copy of a batch's rope_pos */
+  int rope_pos_cap;
   const char *prefix;    /* of every tensor name: "" or the packaging's lm_prefix */
   char note[224];        /* what a user should know about this model ("" if nothing) */
   int max_context;
@@ -74,6 +78,16 @@ void sm_kv_free(smelt_model *m, sm_kv_cache *kv);
 
 /* loader.c: the checkpoint's tensors into m (family names, recipe), uploaded to m->be */
 smelt_status sm_model_load_weights(smelt_model *m);
+/* The loader's reading of one tensor, for the vision tower's loader (src/vision): ctx records what was
+ * taken. sm_load_linear: "<prefix>.weight" (+ .scales/.biases, MLX quantization) as [rows][cols];
+ * sm_load_vec: a 1-D tensor of n as a float32 backend buffer the model owns (element i = perm[i], perm
+ * may be NULL); sm_load_take: a tensor by name (NULL if absent). */
+typedef struct sm_load_ctx sm_load_ctx;
+smelt_status sm_load_linear(smelt_model *m, sm_load_ctx *ctx, const char *prefix, int64_t rows, int64_t cols,
+                            sm_weight *w, bool optional);
+smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ctx, const char *name, int64_t n, float **out, bool optional,
+                         const int64_t *perm);
+const sm_tensor *sm_load_take(smelt_model *m, sm_load_ctx *ctx, const char *name);
 void sm_model_release_weights(smelt_model *m);
 void *sm_model_own(smelt_model *m, void *backend_buf); /* freed with the model */
 /* rope.c: the RoPE tables (after the weights: the layer specs say which tables are used) */

@@ -56,8 +56,26 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
         return sm_err(SMELT_ERR_LIMIT, "position %d is past this model's dynamic-NTK RoPE table (%d positions: load "
                       "it with a larger max_context)", b->pos[i], lim);
   }
+  for (int i = 0; i < b->n_embd; i++) {
+    const sm_batch_embd *e = &b->embd[i];
+    if (e->row < 0 || e->n <= 0 || e->row + e->n > b->n_tokens || !e->src || e->n_deep < 0 ||
+        e->n_deep > c->num_hidden_layers || (e->n_deep && !e->deep))
+      return sm_err(SMELT_ERR_INVALID, "batch embedding run %d (rows %d+%d of %d) is invalid", i, e->row, e->n, b->n_tokens);
+  }
   smelt_status st = sm_model_reserve(m, b->n_tokens, b->n_out);
   if (st) return st;
+  /* M-RoPE positions (before set_batch: an upload ends a recorded step) */
+  const bool mrope = b->rope_pos && m->mrope_axis;
+  if (b->rope_pos && !m->mrope_axis) return sm_err(SMELT_ERR_INVALID, "3-axis positions for a model without M-RoPE");
+  if (mrope) {
+    if (b->n_tokens > m->rope_pos_cap) {
+      if (m->rope_pos_dev) be->free(be, m->rope_pos_dev);
+      m->rope_pos_dev = be->alloc(be, sizeof(int32_t) * 3 * (size_t)b->n_tokens);
+      m->rope_pos_cap = m->rope_pos_dev ? b->n_tokens : 0;
+      if (!m->rope_pos_dev) return sm_err(SMELT_ERR_OOM, "out of backend memory for positions");
+    }
+    be->upload(be, m->rope_pos_dev, b->rope_pos, sizeof(int32_t) * 3 * (size_t)b->n_tokens);
+  }
   if ((st = be->set_batch(be, b))) return st;
   const sm_recipe *r = m->fam->recipe;
   const int n = b->n_tokens, H = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
@@ -70,6 +88,8 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
    * test_op_sequence pins it per family. */
   be->embed(be, &m->embed, m->x);
   if (m->embed_scale != 1.0f) be->scale(be, m->x, m->embed_scale, (size_t)n * H);
+  for (int i = 0; i < b->n_embd; i++) /* image rows: their embeddings, unscaled */
+    be->copy(be, m->x + (size_t)b->embd[i].row * H, b->embd[i].src, (size_t)b->embd[i].n * H);
   for (int l = 0; l < c->num_hidden_layers; l++) {
     const sm_layer *L = &m->layers[l];
     /* attention */
@@ -94,7 +114,10 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     float scale = m->attn_scale;
     if (L->spec.rope >= 0) {
       const sm_rope_tab *t = &m->ropes[L->spec.rope];
-      if (t->ext || m->q_beta > 0) {
+      if (mrope) {
+        be->rope_axes(be, m->q, n, nh, hd, t->rot, t->inv, m->mrope_axis, m->rope_pos_dev);
+        be->rope_axes(be, m->k, n, nkvh, hd, t->rot, t->inv, m->mrope_axis, m->rope_pos_dev);
+      } else if (t->ext || m->q_beta > 0) {
         sm_rope_ext pq, pk;
         sm_rope_ext_params(m, t, true, &pq);
         sm_rope_ext_params(m, t, false, &pk);
@@ -132,6 +155,9 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     if (resid != 1.0f) be->scale(be, mout, resid, (size_t)n * H);
     if (r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);
     be->add(be, m->x, mout, (size_t)n * H);
+    for (int i = 0; i < b->n_embd; i++) /* deepstack: image rows get the tower's layer-l features */
+      if (l < b->embd[i].n_deep)
+        be->add(be, m->x + (size_t)b->embd[i].row * H, b->embd[i].deep[l], (size_t)b->embd[i].n * H);
   }
   if (b->n_out > 0) {
     be->gather_out(be, m->xo, m->x, H);

@@ -764,8 +764,12 @@ sm_backend *sm_cpu_backend_create(int n_threads) {
   b->gather_out = be_gather_out;
   b->sample = be_sample;
   b->measure_bandwidth = be_measure_bandwidth;
+  sm_cpu_encoder_ops(b);
   return b;
 }
+
+sm_pool *sm_cpu_backend_pool(sm_backend *be) { return CB(be)->pool; }
+const sm_cpu_kern *sm_cpu_backend_kern(sm_backend *be) { return CB(be)->k; }
 
 /* Name of the kernel set in use ("avx512", "avx2", "scalar"); for tests and logs. */
 const char *sm_cpu_backend_isa(const sm_backend *be) { return ((const cpu_be *)be)->k->name; }

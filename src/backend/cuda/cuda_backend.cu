@@ -530,6 +530,7 @@ static void be_destroy(sm_backend *be) {
   if (c->xq) cudaFree(c->xq);
   if (c->xq2) cudaFree(c->xq2);
   if (c->ssp) cudaFree(c->ssp);
+  if (c->seg_lohi) cudaFree(c->seg_lohi);
   if (c->deq) cudaFree(c->deq);
   if (c->d_meta) cudaFree(c->d_meta);
   if (c->h_meta) cudaFreeHost(c->h_meta);
@@ -631,6 +632,7 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   b->sample = be_sample; /* device sampling (cuda_sample.cu) */
   b->sample_async = be_sample_async;
   b->sample_wait = be_sample_wait;
+  cu_encoder_ops_init(b);
   return b;
 }
 

@@ -15,7 +15,9 @@
  * that whole ops can be hashed and compared (the graph cache's key). */
 enum {
   OP_EMBED, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_KVSTORE, OP_ATTN, OP_SILU, OP_GELU, OP_ADD, OP_ADDROWS,
-  OP_SCALE, OP_SOFTCAP, OP_GATHER, OP_ARGMAX, OP_META, OP_LAYERNORM, OP_ROPEX, OP_COUNT
+  OP_SCALE, OP_SOFTCAP, OP_GATHER, OP_ARGMAX, OP_META, OP_LAYERNORM, OP_ROPEX,
+  /* ops with explicit shapes (cuda_encoder.cu) */
+  OP_ATTSEG, OP_ROPEAX, OP_GELU1, OP_GATHERROWS, OP_COPY, OP_COUNT
 };
 typedef struct {
   int type;
@@ -33,6 +35,12 @@ typedef struct {
     struct { float *dst; const float *src; int dim; } gat;
     struct { const float *logits; int32_t *dtok, *htok; int vocab; } am; /* greedy token of one row */
     struct { int32_t *dst; } meta;
+    /* OP_ATTSEG: lohi holds each token's key range [lo, hi) (device, c->seg_lohi) */
+    struct { float *out; const float *q, *k, *v; const int32_t *lohi; int n, nh, nkv, hd; float scale; } as;
+    struct { float *x; const float *inv; const int32_t *axis, *pos; int n, nh, hd, rot; } rax;
+    struct { float *y; const float *x; size_t n; int tanh_approx; } gl;                /* OP_GELU1 */
+    struct { float *dst; const float *src; const int32_t *idx; int n, dim; } gr;      /* OP_GATHERROWS */
+    struct { float *dst; const float *src; size_t n; } cp;                            /* OP_COPY */
   };
 } cu_op;
 const char *cu_op_name(int type);
@@ -94,6 +102,7 @@ typedef struct {
   void *xq; size_t xq_cap;          /* int8-quantized activations for CW_Q4 matvecs (bytes) */
   void *xq2; size_t xq2_cap;        /* second one: silu(gate)*up written by the gate/up or MLP kernel */
   float *ssp; size_t ssp_cap;       /* deferred rmsnorm: partial sums of squares (cu_mlp_dnorm) */
+  int32_t *seg_lohi; size_t seg_cap; /* attention_seg: per-token key ranges (bytes) */
   float *am_pv; int *am_pi; unsigned *am_cnt; /* greedy sampling inside the decode graph (cu_argmax1) */
   /* recording / graphs */
   bool rec;
@@ -143,6 +152,10 @@ void cu_exec_ops(cuda_be *c);                /* the recorded ops, through the fu
 void cu_exec_op(cuda_be *c, const cu_op *o); /* one op, unfused */
 int cu_fusion_count(void);
 const char *cu_fusion_name(int i);
+
+/* cuda_encoder.cu: the ops with explicit shapes (backend.h attention_seg ... copy) */
+void cu_encoder_ops_init(sm_backend *b);
+void cu_exec_encoder_op(cuda_be *c, const cu_op *o);
 
 /* cuda_prof.cu */
 void cu_prof_begin(cuda_be *c);

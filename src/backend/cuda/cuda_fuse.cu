@@ -27,7 +27,8 @@
 const char *cu_op_name(int type) {
   static const char *const names[OP_COUNT] = { "embed", "matmul", "rmsnorm", "rope", "kv_store", "attention", "silu_mul",
                                                "gelu_mul", "add", "add_rows", "scale", "softcap", "gather_out",
-                                               "argmax", "metadata", "layernorm", "rope_ext" };
+                                               "argmax", "metadata", "layernorm", "rope_ext",
+                                               "attention_seg", "rope_axes", "gelu", "gather_rows", "copy" };
   return type >= 0 && type < OP_COUNT ? names[type] : "?";
 }
 
@@ -50,6 +51,11 @@ void cu_op_io(const cu_op *o, const void *rd[4], int *nr, const void *wr[2], int
   case OP_META: W(o->meta.dst); break;
   case OP_LAYERNORM: R(o->ln.x); R(o->ln.w); if (o->ln.b) R(o->ln.b); W(o->ln.out); break;
   case OP_ROPEX: R(o->rx.x); W(o->rx.x); break;
+  case OP_ATTSEG: R(o->as.q); R(o->as.k); R(o->as.v); W(o->as.out); break;
+  case OP_ROPEAX: R(o->rax.x); W(o->rax.x); break;
+  case OP_GELU1: R(o->gl.x); W(o->gl.y); break;
+  case OP_GATHERROWS: R(o->gr.src); W(o->gr.dst); break;
+  case OP_COPY: R(o->cp.src); W(o->cp.dst); break;
   }
 #undef R
 #undef W
@@ -521,6 +527,7 @@ static void exec_op_(cuda_be *c, const cu_op *o) {
     cu_rope_ext(cx, o->rx.x, c->d_pos, &a, nt, o->rx.nh, o->rx.hd);
     break;
   }
+  case OP_ATTSEG: case OP_ROPEAX: case OP_GELU1: case OP_GATHERROWS: case OP_COPY: cu_exec_encoder_op(c, o); break;
   }
 }
 
