@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "tokenizer/tokenizer.h"
+#include "vision/vision.h"
 
 void smelt_model_params_default(smelt_model_params *p) {
   memset(p, 0, sizeof *p);
@@ -85,6 +86,7 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params,
     if (st) { free(tj); goto fail; }
   }
   free(tj);
+  if (m->vision) sm_vision_set_tokenizer(m->vision, m->tok);
   *out = m;
   return SMELT_OK;
 fail:

@@ -50,6 +50,8 @@ typedef struct sm_vimage {
 typedef struct sm_load_ctx sm_load_ctx;
 smelt_status sm_vision_load(smelt_model *m, sm_load_ctx *ctx, sm_vision **out);
 void sm_vision_free(sm_vision *v);
+/* the model's tokenizer, for the ids of tokens only it names (Pixtral's [IMG_BREAK], [IMG_END]) */
+void sm_vision_set_tokenizer(sm_vision *v, const smelt_tokenizer *tok);
 /* prefixes of the tensors a vision tower of this packaging has ("vision_tower.", ...) */
 bool sm_vision_tensor(const char *name);
 size_t sm_vision_weight_bytes(const sm_vision *v);
@@ -69,7 +71,7 @@ smelt_status sm_vision_encode(sm_vision *v, sm_vimage *im);
 /* ---- prompts (vision_prompt.c) ---- */
 /* One image's tokens in a prompt: [t0, t1) is its span (placeholders, breaks, its start/end tokens
  * where the family has them); its embedding rows go, in order, to the runs of image tokens inside. */
-typedef struct {
+typedef struct sm_mm_span {
   int t0, t1;
   sm_vimage *img; /* a reference */
 } sm_mm_span;

@@ -307,7 +307,6 @@ static smelt_status load_proc(sm_vision *v, sm_imgproc_kind kind) {
   return SMELT_OK;
 }
 
-static int32_t tok_id(const smelt_model *m, const char *s) { return m->tok ? sm_tok_token_id(m->tok, s) : -1; }
 
 static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
   smelt_model *m = v->m;
@@ -482,8 +481,7 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
     pfx = "vision_tower.vision_model.transformer.layers.";
     pk = SM_IMGPROC_PIXTRAL;
     if ((st = get_int(top, "image_token_index", 0, m->cfg.vocab_size - 1, 10, &v->image_token))) return st;
-    v->img_break = tok_id(m, "[IMG_BREAK]");
-    v->img_end = tok_id(m, "[IMG_END]");
+    v->img_break = v->img_end = -1; /* from the tokenizer (sm_vision_set_tokenizer) */
     if (v->merge != 2) return sm_err(SMELT_ERR_UNSUPPORTED, "%s: spatial_merge_size %d (2 is supported)", m->dir, v->merge);
     break;
   }
@@ -576,6 +574,12 @@ void sm_vision_free(sm_vision *v) {
   free(v->deep_layer);
   free(v->deep);
   free(v);
+}
+
+void sm_vision_set_tokenizer(sm_vision *v, const smelt_tokenizer *tok) {
+  if (v->kind != SM_VIT_PIXTRAL || !tok) return;
+  v->img_break = sm_tok_token_id(tok, "[IMG_BREAK]");
+  v->img_end = sm_tok_token_id(tok, "[IMG_END]");
 }
 
 size_t sm_vision_weight_bytes(const sm_vision *v) { return v ? v->weight_bytes : 0; }
