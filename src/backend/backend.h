@@ -60,7 +60,8 @@ typedef struct {
 /* One forward step over a batch of tokens from one or more sequences.
  * Token t belongs to sequence seq[t] at position pos[t]. Its K/V go to slot
  *   block_table[seq[t]*max_blocks + pos[t]/block_size]*block_size + pos[t]%block_size
- * and it attends (causally) to positions [max(0,pos[t]-window+1), pos[t]] of its sequence.
+ * and it attends (causally) to positions [max(0,pos[t]-window+1), pos[t]] of its sequence (attn_span may
+ * widen that).
  * out_rows lists the n_out token indices whose logits are wanted. All host memory. */
 typedef struct {
   int n_tokens;
@@ -74,6 +75,10 @@ typedef struct {
   const int32_t *out_rows;    /* [n_out] */
   int feed_token;             /* 1: tokens[0] is replaced, on the device, by the token of the last
                                * sample_async (pipelined decode; backends with sample_async) */
+  const int32_t *attn_span;   /* NULL, or [n_tokens][2]: token t attends to positions
+                               * [min(w, attn_span[2t]), max(pos[t], attn_span[2t+1])] of its sequence, w the
+                               * first of its window (the image tokens of Gemma 3 see each other); those
+                               * positions are in this batch or the cache */
   /* read by the model, not the backends: */
   int n_embd;                 /* runs of rows with given embeddings */
   const sm_batch_embd *embd;  /* [n_embd] */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "base/strbuf.h"
 #include "cli/run.h"
+#include "vision/vision.h"
 
 bool sm_chat_cache_before(sm_chat *c, const int32_t *ids, int n, const char *cmd) {
   const char *path = c->o->prompt_cache;
@@ -78,14 +79,20 @@ static void print_stats(const sm_chat *c, const sm_session_stats *s) {
           sm_stop_name(s->stop), t->peak_rss / (1024.0 * 1024.0));
 }
 
-/* generate after ids with the session; the reply goes to stdout (and into *reply) */
-static smelt_status run_session(sm_chat *c, const int32_t *ids, int n, reply_out *out, sm_session_stats *stats) {
+static void mm_free(sm_mm_span *spans, int n) {
+  for (int i = 0; i < n; i++) sm_vimage_unref(spans[i].img);
+  free(spans);
+}
+
+/* generate after ids (images: spans) with the session; the reply goes to stdout (and into *reply) */
+static smelt_status run_session(sm_chat *c, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans,
+                                reply_out *out, sm_session_stats *stats) {
   sm_progress prog;
   sm_progress_start(&prog, "prefill", true);
   sm_session_opts so = { .max_tokens = c->o->n_predict, .sampling = &c->o->s, .ignore_eos = c->o->ignore_eos,
                          .on_piece = on_piece, .user = out, .on_prefill = on_prefill,
                          .cancelled = c->interactive ? sm_interrupt_cb : NULL, .ud = &prog };
-  smelt_status st = sm_session_generate(c->sess, ids, n, &so, stats);
+  smelt_status st = sm_session_generate_mm(c->sess, ids, n, spans, n_spans, &so, stats);
   sm_progress_end(&prog);
   return st;
 }
@@ -106,9 +113,13 @@ int sm_chat_turn(sm_chat *c) {
   int reserve = o->n_predict < 0 ? ctx / 4 : SM_MIN(o->n_predict, ctx / 4);
   if (reserve < 1) reserve = 1;
   int32_t *ids = NULL;
-  int n = 0, dropped = 0;
+  int n = 0, dropped = 0, n_spans = 0;
+  sm_mm_span *spans = NULL;
   for (;;) {
-    if (sm_conv_tokens(&c->conv, &ids, &n)) {
+    mm_free(spans, n_spans);
+    spans = NULL;
+    n_spans = 0;
+    if (sm_conv_tokens_mm(&c->conv, &ids, &n, &spans, &n_spans)) {
       fprintf(stderr, "smelt run: chat template: %s\n", smelt_last_error());
       if (c->interactive) sm_conv_pop(&c->conv, "user");
       return 1;
@@ -120,6 +131,7 @@ int sm_chat_turn(sm_chat *c) {
                       "tokens (--context-overflow error); /clear starts over, a larger -c/--ctx-size leaves more room\n",
               n, reserve, ctx);
       free(ids);
+      mm_free(spans, n_spans);
       if (c->interactive) sm_conv_pop(&c->conv, "user");
       return 1;
     }
@@ -131,19 +143,28 @@ int sm_chat_turn(sm_chat *c) {
     fprintf(stderr, "smelt run: the message does not fit: %d tokens with the chat template%s, the context holds %d "
                     "(-c/--ctx-size)\n", n, sm_conv_system(&c->conv) ? " and the system prompt" : "", ctx);
     free(ids);
+    mm_free(spans, n_spans);
     if (c->interactive) sm_conv_pop(&c->conv, "user");
     return 1;
   }
   if (dropped)
     fprintf(stderr, "[context full: dropped the oldest %d turn%s to fit the context of %d tokens]\n", dropped,
             dropped == 1 ? "" : "s", ctx);
+  if (n_spans && o->prompt_cache) {
+    fprintf(stderr, "smelt run: --prompt-cache does not hold images; leave it out with --image\n");
+    free(ids);
+    mm_free(spans, n_spans);
+    return 1;
+  }
   if (!c->cache_tried && !sm_chat_cache_before(c, ids, n, "run")) {
     free(ids);
+    mm_free(spans, n_spans);
     return 1;
   }
   reply_out out = { SM_BUF_INIT, false };
   sm_session_stats stats;
-  smelt_status st = run_session(c, ids, n, &out, &stats);
+  smelt_status st = run_session(c, ids, n, spans, n_spans, &out, &stats);
+  mm_free(spans, n_spans);
   if (out.started) fputc('\n', stdout);
   fflush(stdout);
   if (st) {
@@ -186,7 +207,7 @@ int sm_generate_text(sm_chat *c, const char *prompt) {
   fputs(prompt, stdout);
   reply_out out = { SM_BUF_INIT, false };
   sm_session_stats stats;
-  smelt_status st = run_session(c, ids, n, &out, &stats);
+  smelt_status st = run_session(c, ids, n, NULL, 0, &out, &stats);
   fputc('\n', stdout);
   fflush(stdout);
   sm_buf_free(&out.text);

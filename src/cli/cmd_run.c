@@ -5,6 +5,8 @@
 #include <unistd.h>
 #include "cli/cli.h"
 #include "cli/run.h"
+#include "model/model.h"
+#include "vision/vision.h"
 
 /* the model(s) and a session for them; false on error (printed) */
 static bool setup(const char *cmd, run_opts *o, sm_chat *c, char **label, float fallback_temp, int fallback_n) {
@@ -31,6 +33,33 @@ static void teardown(sm_chat *c, char *label) {
   free(label);
 }
 
+/* --image: decoded and prepared for the model's vision tower, with the first message */
+static bool add_images(const run_opts *o, sm_chat *c, const char *label) {
+  if (!c->m->vision) {
+    const char *note = c->m->note;
+    fprintf(stderr, "smelt run: %s cannot read images: %s\n", label,
+            note && *note ? note : "it is not a vision-language model smelt runs with images");
+    return false;
+  }
+  for (int i = 0; i < o->n_images; i++) {
+    sm_image im;
+    sm_vimage *v = NULL;
+    smelt_status st = sm_image_load(o->images[i], 0, NULL, &im);
+    if (!st) {
+      st = sm_vimage_new(c->m->vision, &im, &v);
+      if (st) st = sm_err(st, "%s: %s", o->images[i], smelt_last_error());
+    }
+    sm_image_free(&im);
+    if (st) {
+      fprintf(stderr, "smelt run: --image %s\n", smelt_last_error());
+      return false;
+    }
+    sm_conv_add_image(&c->conv, c->m->vision, v);
+    sm_vimage_unref(v);
+  }
+  return true;
+}
+
 int sm_cmd_generate(int argc, char **argv) {
   run_opts o;
   int r = sm_run_parse("generate", argc, argv, &o);
@@ -39,6 +68,11 @@ int sm_cmd_generate(int argc, char **argv) {
   if (!sm_run_prompt("generate", &o, true, &prompt)) return 1;
   if (!prompt || !*prompt) {
     fprintf(stderr, "smelt generate: no prompt: give PROMPT, -p TEXT, -f FILE or pipe it to stdin\n");
+    free(prompt);
+    return 2;
+  }
+  if (o.n_images) {
+    fprintf(stderr, "smelt generate: --image needs a chat; use smelt run\n");
     free(prompt);
     return 2;
   }
@@ -73,6 +107,11 @@ int sm_cmd_run(int argc, char **argv) {
     return 2;
   }
   sm_conv_set_system(&c.conv, o.system);
+  if (o.n_images && !add_images(&o, &c, label)) {
+    free(prompt);
+    teardown(&c, label);
+    return 1;
+  }
   int rc;
   if (repl) {
     c.interactive = true;

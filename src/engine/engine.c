@@ -189,6 +189,10 @@ smelt_status sm_seq_set_media(sm_engine *e, sm_seq *s, const sm_mm_span *spans, 
   return sm_seq_set_media_impl(&s->mm, e->m, s->tok, s->n_tok, s->n_done, spans, n_spans);
 }
 
+int sm_seq_common_prefix(const sm_seq *s, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans) {
+  return sm_mm_common_prefix(s->mm, s->tok, s->n_done, ids, n, spans, n_spans);
+}
+
 /* the prefix cache's view of a sequence's tokens (images: keys of their content) */
 static const int32_t *seq_keys(const sm_seq *s) { return s->mm ? s->mm->keys : s->tok; }
 
@@ -427,14 +431,20 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
       sc->cap_rpos = 3 * total;
       sc->rpos = sm_xrealloc(sc->rpos, sizeof(int32_t) * (size_t)sc->cap_rpos);
     }
+    const bool bidir = sm_vision_bidirectional(e->m->vision);
+    if (bidir && 2 * total > sc->cap_span) {
+      sc->cap_span = 2 * total;
+      sc->span = sm_xrealloc(sc->span, sizeof(int32_t) * (size_t)sc->cap_span);
+    }
     sc->n_embd = 0;
     for (int i = 0, row = 0; i < n; row += take[i], i++)
       sm_mm_batch_rows(sc, seqs[i]->mm, e->m, seqs[i]->tok, seqs[i]->n_done, seqs[i]->n_done + take[i], row, total,
-                       rp ? sc->rpos : NULL);
+                       rp ? sc->rpos : NULL, bidir ? sc->span : NULL);
     sm_mm_batch_done(sc);
     b.n_embd = sc->n_embd;
     b.embd = sc->embd;
     b.rope_pos = rp ? sc->rpos : NULL;
+    b.attn_span = bidir ? sc->span : NULL;
   }
   int V = e->m->cfg.vocab_size;
   bool sampling = tokens != NULL;

@@ -80,32 +80,53 @@ static void layout(sm_seq_mm *mm, const smelt_model *m, const int32_t *tok, int 
 
 smelt_status sm_seq_set_media_impl(sm_seq_mm **out, const smelt_model *m, const int32_t *tok, int n_tok, int n_done,
                                    const sm_mm_span *spans, int n_spans) {
-  if (*out) return sm_err(SMELT_ERR_INVALID, "the sequence already has images");
-  if (n_done) return sm_err(SMELT_ERR_INVALID, "images are attached before a sequence's first step");
   if (n_spans <= 0) return SMELT_OK;
   if (!m->vision) return sm_err(SMELT_ERR_UNSUPPORTED, "the model has no vision tower: images cannot be attached");
+  sm_seq_mm *mm = *out;
+  const int prev_end = mm && mm->n_spans ? mm->spans[mm->n_spans - 1].t1 : 0;
   for (int i = 0; i < n_spans; i++) {
     const sm_mm_span *s = &spans[i];
-    if (!s->img || !s->img->n_embd || s->t0 < 0 || s->t1 <= s->t0 || s->t1 > n_tok || (i && s->t0 < spans[i - 1].t1))
-      return sm_err(SMELT_ERR_INVALID, "image span %d ([%d, %d) of %d tokens) is invalid", i, s->t0, s->t1, n_tok);
+    if (!s->img || !s->img->n_embd || s->t0 < SM_MAX(n_done, prev_end) || s->t1 <= s->t0 || s->t1 > n_tok ||
+        (i && s->t0 < spans[i - 1].t1))
+      return sm_err(SMELT_ERR_INVALID, "image span %d ([%d, %d) of %d tokens, %d computed) is invalid", i, s->t0, s->t1,
+                    n_tok, n_done);
     int cnt = 0;
     for (int t = s->t0; t < s->t1; t++) cnt += sm_vision_is_image_token(m->vision, tok[t]);
     if (cnt != s->img->n_embd)
       return sm_err(SMELT_ERR_INVALID, "image span %d holds %d image tokens for %d embedding rows", i, cnt, s->img->n_embd);
   }
-  sm_seq_mm *mm = sm_xcalloc(1, sizeof *mm);
-  mm->spans = sm_xmalloc(sizeof(sm_mm_span) * (size_t)n_spans);
-  memcpy(mm->spans, spans, sizeof(sm_mm_span) * (size_t)n_spans);
-  mm->n_spans = n_spans;
-  for (int i = 0; i < n_spans; i++) sm_vimage_ref(mm->spans[i].img);
-  mm->cap = SM_MAX(n_tok, 16);
-  mm->keys = sm_xmalloc(sizeof(int32_t) * (size_t)mm->cap);
-  int32_t dummy[3];
-  if (m->mrope_axis && sm_vision_mrope(m->vision, tok, 0, NULL, 0, dummy, dummy))
-    mm->rpos = sm_xmalloc(sizeof(int32_t) * 3 * (size_t)mm->cap);
+  if (!mm) {
+    mm = sm_xcalloc(1, sizeof *mm);
+    mm->cap = SM_MAX(n_tok, 16);
+    mm->keys = sm_xmalloc(sizeof(int32_t) * (size_t)mm->cap);
+    int32_t dummy[3];
+    if (m->mrope_axis && sm_vision_mrope(m->vision, tok, 0, NULL, 0, dummy, dummy))
+      mm->rpos = sm_xmalloc(sizeof(int32_t) * 3 * (size_t)mm->cap);
+    *out = mm;
+  }
+  grow(mm, n_tok);
+  mm->spans = sm_xrealloc(mm->spans, sizeof(sm_mm_span) * (size_t)(mm->n_spans + n_spans));
+  for (int i = 0; i < n_spans; i++) {
+    mm->spans[mm->n_spans++] = spans[i];
+    sm_vimage_ref(spans[i].img);
+  }
   layout(mm, m, tok, n_tok);
-  *out = mm;
   return SMELT_OK;
+}
+
+int sm_mm_common_prefix(const sm_seq_mm *mm, const int32_t *tok, int n_have, const int32_t *ids, int n,
+                        const sm_mm_span *spans, int n_spans) {
+  int i = 0, s = 0;
+  for (; i < n_have && i < n; i++) {
+    while (s < n_spans && spans[s].t1 <= i) s++;
+    const bool in = s < n_spans && spans[s].t0 <= i;
+    const int32_t want = in ? image_key(spans[s].img, i - spans[s].t0) : ids[i];
+    if ((mm ? mm->keys[i] : tok[i]) != want) break;
+  }
+  /* never inside an image span of the new prompt */
+  for (int k = 0; k < n_spans; k++)
+    if (spans[k].t0 < i && i < spans[k].t1) i = spans[k].t0;
+  return i;
 }
 
 void sm_seq_mm_truncated(sm_seq_mm *mm, const smelt_model *m, const int32_t *tok, int len) {
@@ -139,7 +160,16 @@ smelt_status sm_seq_mm_encode(sm_seq_mm *mm, smelt_model *m, int p0, int p1) {
 }
 
 void sm_mm_batch_rows(sm_mm_scratch *sc, const sm_seq_mm *mm, const smelt_model *m, const int32_t *tok, int p0,
-                      int p1, int row, int n_total, int32_t *rpos) {
+                      int p1, int row, int n_total, int32_t *rpos, int32_t *span) {
+  if (span) {
+    for (int t = p0; t < p1; t++) span[2 * (row + t - p0)] = span[2 * (row + t - p0) + 1] = t;
+    for (int s = 0; mm && s < mm->n_spans; s++) /* a span's image tokens see each other */
+      for (int t = SM_MAX(p0, mm->spans[s].t0); t < SM_MIN(p1, mm->spans[s].t1); t++)
+        if (sm_vision_is_image_token(m->vision, tok[t])) {
+          span[2 * (row + t - p0)] = mm->spans[s].t0;
+          span[2 * (row + t - p0) + 1] = mm->spans[s].t1 - 1;
+        }
+  }
   if (rpos)
     for (int t = p0; t < p1; t++)
       for (int a = 0; a < 3; a++)
@@ -189,5 +219,6 @@ void sm_mm_scratch_free(sm_mm_scratch *sc) {
   free(sc->embd);
   free(sc->deep);
   free(sc->rpos);
+  free(sc->span);
   free(sc);
 }

@@ -20,9 +20,9 @@ static double num(const cJSON *o, const char *k, double def) {
 }
 
 static float *read_f32(const char *dir, const char *file, size_t *n) {
-  char p[1024], *d = NULL;
+  char p[2200], *d = NULL;
   size_t len = 0;
-  snprintf(p, sizeof p, "%s/%s", dir, file);
+  snprintf(p, sizeof p, "%.1000s/%.1000s", dir, file);
   if (sm_read_file(p, &d, &len)) return NULL;
   *n = len / sizeof(float);
   return (float *)d;
@@ -67,8 +67,8 @@ static float *prompt_logits(sm_engine *e, const int32_t *ids, int n, const sm_mm
 }
 
 static void check_fixture(const char *dir) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  char path[2200];
+  snprintf(path, sizeof path, "%.1000s/manifest.json", dir);
   char *js = NULL;
   if (sm_read_file(path, &js, NULL)) { CHECK(0, "%s: %s", dir, smelt_last_error()); return; }
   cJSON *man = cJSON_Parse(js);
@@ -99,7 +99,7 @@ static void check_fixture(const char *dir) {
   CHECK(m->vision != NULL, "%s: no vision tower (%s)", name, m->note);
   if (!m->vision) goto out;
   /* 1. the image and the prompt's tokens */
-  snprintf(path, sizeof path, "%s/%s", dir, cJSON_GetStringValue(cJSON_GetObjectItem(man, "image")));
+  snprintf(path, sizeof path, "%.1000s/%.1000s", dir, cJSON_GetStringValue(cJSON_GetObjectItem(man, "image")));
   sm_image im;
   if (sm_image_load(path, 0, NULL, &im)) { CHECK(0, "%s: %s", name, smelt_last_error()); goto out; }
   smelt_status st = sm_vimage_new(m->vision, &im, &img);
@@ -176,7 +176,7 @@ static void check_fixture(const char *dir) {
   {
     sm_vimage *img2 = NULL;
     sm_image im2;
-    snprintf(path, sizeof path, "%s/%s", dir, cJSON_GetStringValue(cJSON_GetObjectItem(man, "image")));
+    snprintf(path, sizeof path, "%.1000s/%.1000s", dir, cJSON_GetStringValue(cJSON_GetObjectItem(man, "image")));
     if (!sm_image_load(path, 0, NULL, &im2) && !sm_vimage_new(m->vision, &im2, &img2)) {
       sm_mm_span sp2 = spans[0];
       sp2.img = img2;
@@ -249,8 +249,8 @@ int main(int argc, char **argv) {
   }
   closedir(d);
   for (int i = 0; i < n; i++) {
-    char p[1024];
-    snprintf(p, sizeof p, "%s/%s", root, names[i]);
+    char p[2200];
+    snprintf(p, sizeof p, "%.1000s/%.1000s", root, names[i]);
     check_fixture(p);
     free(names[i]);
   }

@@ -37,8 +37,8 @@ typedef struct {
   int nth;
   /* current batch (owned copies) */
   sm_batch b;
-  int32_t *tokens, *pos, *seq, *table, *out_rows;
-  size_t cap_tok, cap_table, cap_out;
+  int32_t *tokens, *pos, *seq, *table, *out_rows, *span;
+  size_t cap_tok, cap_table, cap_out, cap_span;
   /* matvec scratch */
   float *xp, *xsum, *xs;
   int8_t *xq;
@@ -121,7 +121,12 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
   }
   if (nt) memcpy(c->table, b->block_table, nt * 4);
   if (b->n_out) memcpy(c->out_rows, b->out_rows, (size_t)b->n_out * 4);
+  if (b->attn_span && n) {
+    c->span = grow(c->span, &c->cap_span, 2 * (size_t)n, 4);
+    memcpy(c->span, b->attn_span, 2 * (size_t)n * 4);
+  }
   c->b = *b;
+  c->b.attn_span = b->attn_span && n ? c->span : NULL;
   c->b.tokens = c->tokens;
   c->b.pos = c->pos;
   c->b.seq = c->seq;
@@ -492,6 +497,10 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
       int32_t pos = c->b.pos[t];
       hi[i] = pos;
       lo[i] = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+      if (c->b.attn_span) { /* widened (bidirectional image tokens) */
+        lo[i] = SM_MIN(lo[i], c->b.attn_span[2 * t]);
+        hi[i] = SM_MAX(hi[i], c->b.attn_span[2 * t + 1]);
+      }
       if (lo[i] < plo) plo = lo[i];
       if (hi[i] > phi) phi = hi[i];
       m[i] = -INFINITY;
@@ -704,7 +713,7 @@ static void be_destroy(sm_backend *be) {
   sm_pool_destroy(c->pool);
   for (int i = 0; i < c->nth; i++) free(c->gscratch[i]);
   free(c->gscratch);
-  free(c->tokens); free(c->pos); free(c->seq); free(c->table); free(c->out_rows);
+  free(c->tokens); free(c->pos); free(c->seq); free(c->table); free(c->out_rows); free(c->span);
   free(c->xp); free(c->xsum); free(c->xs); free(c->xq);
   free(c);
 }

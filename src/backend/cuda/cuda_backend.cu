@@ -285,6 +285,13 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
     c->meta_ev_live = true;
   }
   cu_tl_mark(c, 1);
+  /* widened attention (bidirectional image tokens): its own copy, read by the attention op */
+  c->has_span = b->attn_span && n > 0;
+  if (c->has_span &&
+      (!cu_ensure_buf(c, (void **)&c->d_span, &c->span_cap, sizeof(int32_t) * 2 * (size_t)n) ||
+       !cu_ck(c, cudaMemcpyAsync(c->d_span, b->attn_span, sizeof(int32_t) * 2 * (size_t)n, cudaMemcpyHostToDevice, c->s),
+              "attention spans")))
+    return SMELT_ERR_BACKEND;
   return SMELT_OK;
 }
 
@@ -416,7 +423,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   const int G = n_heads / kv->n_kv_heads;
   int Sd = 0; /* > 0: one-token-per-sequence decode kernel with Sd splits */
   bool glong = false;
-  if (c->n_tiles == nt && cu_attn_dec_ok(kv->head_dim, G)) {
+  if (c->n_tiles == nt && !c->has_span && cu_attn_dec_ok(kv->head_dim, G)) {
     Sd = cu_attn_dec_splits(&c->t, nt, kv->n_kv_heads, c->n_sm);
     if (cu_attn_dec_smem(&c->t, kv->head_dim, G, Sd) > c->smem_optin) Sd = 0;
     if (Sd > 1 && c->t.attn_long > 0) { /* long contexts: the global-memory split combine (a new graph) */
@@ -445,6 +452,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   o.at.nh = n_heads; o.at.nkv = kv->n_kv_heads; o.at.hd = kv->head_dim; o.at.bs = kv->block_size;
   o.at.nblocks = kv->n_blocks; o.at.window = window > 0 ? window : 0; o.at.scale = scale;
   o.at.softcap = softcap > 0.f ? softcap : 0.f; o.at.splits = Sd; o.at.glong = glong;
+  o.at.span = c->has_span ? c->d_span : NULL;
   cu_submit(c, &o);
 }
 
@@ -531,6 +539,7 @@ static void be_destroy(sm_backend *be) {
   if (c->xq2) cudaFree(c->xq2);
   if (c->ssp) cudaFree(c->ssp);
   if (c->seg_lohi) cudaFree(c->seg_lohi);
+  if (c->d_span) cudaFree(c->d_span);
   if (c->deq) cudaFree(c->deq);
   if (c->d_meta) cudaFree(c->d_meta);
   if (c->h_meta) cudaFreeHost(c->h_meta);

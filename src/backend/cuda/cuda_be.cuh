@@ -29,7 +29,7 @@ typedef struct {
     struct { float *x; const float *inv; int nh, hd, rot, n_rows, pos0, beta_pos; float mscale, beta; } rx;
     struct { void *K, *V; const float *k, *v; int row, bs, nblocks, dt; } kv; /* dt: the cache's sm_dtype */
     /* splits > 0: the decode kernel with that many splits (glong: combined in global memory); 0: tiled */
-    struct { float *out; const float *q; void *K, *V; int nh, nkv, hd, bs, nblocks, window, splits, glong, dt; float scale, softcap; } at;
+    struct { float *out; const float *q; void *K, *V; int nh, nkv, hd, bs, nblocks, window, splits, glong, dt; float scale, softcap; const int32_t *span; } at;
     struct { float *y; const float *a, *b; size_t n; int dim; float s; } ew; /* SILU GELU ADD ADDROWS SCALE SOFTCAP */
     struct { const cu_weight *cw; float *out; } emb;
     struct { float *dst; const float *src; int dim; } gat;
@@ -103,6 +103,8 @@ typedef struct {
   void *xq2; size_t xq2_cap;        /* second one: silu(gate)*up written by the gate/up or MLP kernel */
   float *ssp; size_t ssp_cap;       /* deferred rmsnorm: partial sums of squares (cu_mlp_dnorm) */
   int32_t *seg_lohi; size_t seg_cap; /* attention_seg: per-token key ranges (bytes) */
+  int32_t *d_span; size_t span_cap;  /* the batch's attn_span (bytes) */
+  bool has_span;                     /* the current batch has one */
   float *am_pv; int *am_pi; unsigned *am_cnt; /* greedy sampling inside the decode graph (cu_argmax1) */
   /* recording / graphs */
   bool rec;
