@@ -36,6 +36,8 @@ static void usage(FILE *f) {
           "                           deepseek, glm45, gemma (default: from the chat template)\n"
           "      --reasoning-format F auto|deepseek: <think> text -> reasoning_content (default); none: kept in content\n"
           "      --pooling P          /v1/embeddings: last (the last token's hidden state, default) or mean\n"
+          "      --allow-image-urls   fetch http(s) image URLs of requests (default: only data: URLs; images\n"
+          "                           in a request body count against --max-body)\n"
           "  llama-server flags without meaning here are accepted with a notice: -ngl/--n-gpu-layers N,\n"
           "  -fa/--flash-attn [on|off|auto], --jinja, --no-jinja, -cb/--cont-batching, --mlock, --metrics,\n"
           "  --slots, --no-webui, -ctk/-ctv/--cache-type-k/v T, -sm/--split-mode M, -ts/--tensor-split L,\n"
@@ -165,6 +167,7 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) INTVAL(1, 1 << 20, p.max_batch_tokens);
     else if (IS("--no-prefix-cache")) p.no_prefix_cache = true;
     else if (IS("--no-mmap")) p.no_mmap = true;
+    else if (IS("--allow-image-urls")) p.allow_image_urls = true;
     else if (IS("-ctk") || IS("--cache-type-k")) { NEEDVAL(); ctk = val; }
     else if (IS("-ctv") || IS("--cache-type-v")) { NEEDVAL(); ctv = val; }
     else if (IS("--max-conns")) INTVAL(1, 1 << 20, p.max_conns);
@@ -236,7 +239,7 @@ int sm_cmd_serve(int argc, char **argv) {
         { .names = "--batch-size|--ubatch-size|--no-prefix-cache|--no-mmap|--max-conns|--max-conns-per-ip" },
         { .names = "--http-threads|--header-timeout|--body-timeout|--timeout|--max-buffered-body" },
         { .names = "--shutdown-timeout|--log-file|--offline|--estimate-memory|--force|--verbose|--device" },
-        { .names = "--force-context" },
+        { .names = "--force-context|--allow-image-urls" },
         { .names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v" },
       };
       char sug[160];

@@ -210,7 +210,11 @@ int sm_server_run(const sm_server_params *pp) {
                 .gen_top_k = info.gen_top_k,
                 .created = (long)time(NULL),
                 .model_path = p.model_dir,
-                .pooling = p.pooling};
+                .pooling = p.pooling,
+                .vision = model->vision,
+                .vision_note = model->note};
+  sm_image_policy_default(&oai.images);
+  oai.images.allow_urls = p.allow_image_urls;
   const char *tmpl = sm_tok_chat_template(tok, NULL);
   oai.tfmt = p.tool_format ? sm_toolfmt_by_name(p.tool_format) : sm_toolfmt_detect(tmpl);
   if (!oai.tfmt) {
