@@ -287,7 +287,9 @@ int sm_cmd_arch(int argc, char **argv) {
       cJSON_AddBoolToObject(o, "runnable", run);
       cJSON_AddBoolToObject(o, "cpu", run);
       cJSON_AddBoolToObject(o, "cuda", run && cuda);
-      cJSON_AddStringToObject(o, "notes", "text model only: image input is not supported");
+      cJSON_AddStringToObject(o, "notes", sm_vlm_images(vlms[i]->model_type)
+                                              ? "image input through the checkpoint's vision tower (src/vision)"
+                                              : "text model only: image input is not supported");
       cJSON_AddItemToArray(arr, o);
     }
     print_json(arr);
@@ -300,11 +302,13 @@ int sm_cmd_arch(int argc, char **argv) {
              fams[i]->example ? fams[i]->example : "");
       if (fams[i]->notes) printf("%-16s   note: %s\n", "", fams[i]->notes);
     }
-  printf("\nVision-language checkpoints (the text model runs; image input is not supported):\n");
+  printf("\nVision-language checkpoints (images through their vision tower where marked):\n");
   for (size_t i = 0; i < nv; i++)
-    if (sm_family_type_runnable(vlms[i]->model_type))
+    if (sm_family_type_runnable(vlms[i]->model_type)) {
       printf("%-16s %-70s %-4s %-5s %s\n", vlms[i]->model_type, vlms[i]->description, "yes", cuda ? "yes" : "no*",
              vlms[i]->example ? vlms[i]->example : "");
+      printf("%-16s   images: %s\n", "", sm_vlm_images(vlms[i]->model_type) ? "yes" : "no (text model only)");
+    }
   printf("\nKnown, not runnable:\n");
   for (size_t i = 0; i < n; i++)
     if (!fams[i]->recipe) printf("%-16s %s: %s\n", fams[i]->model_type, fams[i]->description, fams[i]->notes ? fams[i]->notes : "");

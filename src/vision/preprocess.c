@@ -129,12 +129,17 @@ static smelt_status parse_one(const cJSON *o, sm_imgproc *p) {
                     p->max_pixels);
     break;
   }
-  case SM_IMGPROC_FIXED:
+  case SM_IMGPROC_FIXED: {
+    bool pan = false;
+    if ((st = flag(o, "do_pan_and_scan", &pan))) return st;
+    if (pan) /* Gemma 3's crops of wide images: off in the released processors' configs */
+      return sm_err(SMELT_ERR_UNSUPPORTED, "image processor config: \"do_pan_and_scan\": true is not supported");
     if (size && (st = num(size, "height", 1, 16384, &d, &f))) return st;
     if (size && f) p->height = (int)d;
     if (size && (st = num(size, "width", 1, 16384, &d, &f))) return st;
     if (size && f) p->width = (int)d;
     break;
+  }
   case SM_IMGPROC_PIXTRAL:
     if ((st = patch_size(o, &p->patch))) return st;
     if (size && (st = num(size, "longest_edge", 1, 16384, &d, &f))) return st;
