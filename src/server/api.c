@@ -167,12 +167,13 @@ static cJSON *image_content(const cJSON *c, const char *param, sm_api_request *r
     if (is_image) {
       if (!url) {
         cJSON_Delete(parts);
-        sm_api_error_set(err, 400, "invalid_request_error", pp, NULL, "%s: an image part needs image_url.url", pp);
+        sm_api_error_set(err, 400, "invalid_request_error", param, NULL, "%s: an image part needs image_url.url", pp);
         return NULL;
       }
       if (r->n_images == SM_API_MAX_IMAGES) {
         cJSON_Delete(parts);
-        sm_api_error_set(err, 400, "invalid_request_error", pp, NULL, "at most %d images a request", SM_API_MAX_IMAGES);
+        sm_api_error_set(err, 400, "invalid_request_error", param, NULL, "%s: at most %d images a request", pp,
+                         SM_API_MAX_IMAGES);
         return NULL;
       }
       cJSON_AddStringToObject(o, "type", "image");
@@ -188,7 +189,7 @@ static cJSON *image_content(const cJSON *c, const char *param, sm_api_request *r
       t = tx->valuestring;
     if (!t) {
       cJSON_Delete(parts);
-      sm_api_error_set(err, 400, "invalid_request_error", pp, NULL,
+      sm_api_error_set(err, 400, "invalid_request_error", param, NULL,
                        "%s: content parts are text, image_url or input_image", pp);
       return NULL;
     }
