@@ -108,7 +108,7 @@ def vision_spec(fx):
     """[(MLX name, shape, kind)] of the tower and projector; kind: lin, vec, bias, conv, emb, raw"""
     v, mt = fx["vision"], fx_type(fx)
     H, I = v["hidden_size"], v["intermediate_size"]
-    T = 64  # text hidden
+    T = fx.get("text_hidden", 64)  # the language model's hidden size
     out = []
 
     def lin(name, rows, cols, bias=True):
