@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 fail=0
 
 echo "== ctest (CUDA): vision ops, golden vision fixtures, text goldens, backend"
-(cd "$B" && timeout 110 ctest -R '^(cuda_encoder|golden_vision_cuda|golden_cuda|cuda_backend|cuda_fusions)$' \
+(cd "$B" && timeout 100 ctest -j4 -R '^(cuda_encoder|golden_vision_cuda|golden_cuda|cuda_backend|cuda_fusions)$' \
   --output-on-failure >"$T/vision-ctest.log" 2>&1)
 rc=$?
 grep -E "Test +#|tests passed|tests failed" "$T/vision-ctest.log"
