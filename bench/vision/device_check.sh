@@ -12,7 +12,7 @@ if [ ! -d "$B" ]; then
   cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >"$T/vision-cmake.log" 2>&1 &&
     cmake --build "$B" -j16 >"$T/vision-build.log" 2>&1 || { tail -30 "$T/vision-build.log" "$T/vision-cmake.log"; exit 1; }
 fi
-[ -x "$B/bench/vision/bench_vision" ] || cmake --build "$B" -j16 --target bench_vision >/dev/null || exit 1
+[ -x "$B/bench/vision/bench_vision" ] || { cmake -S . -B "$B" >/dev/null && cmake --build "$B" -j16 --target bench_vision >/dev/null; } || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 fail=0
 
@@ -22,6 +22,7 @@ echo "== ctest (CUDA): vision ops, golden vision fixtures, text goldens, backend
 rc=$?
 grep -E "Test +#|tests passed|tests failed" "$T/vision-ctest.log"
 grep -E "golden_vision|max_abs|greedy" "$T/vision-ctest.log" | grep -iE "fail|differ" | head -20
+if grep -q "Skipped" "$T/vision-ctest.log"; then fail=1; echo "ctest: tests SKIPPED (no GPU or no CUDA build?)"; fi
 [ $rc = 0 ] || { fail=1; echo "ctest FAILED (rc $rc; log $T/vision-ctest.log):"; grep -E "FAIL|CHECK|error" "$T/vision-ctest.log" | head -30; }
 
 echo "== image encoding (random weights, bf16 towers, CUDA)"
