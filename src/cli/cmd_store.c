@@ -96,6 +96,9 @@ int sm_cmd_inspect(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "n_tensors", (double)e.n_tensors);
     cJSON_AddNumberToObject(j, "n_params", (double)e.n_params);
     cJSON_AddNumberToObject(j, "weights_bytes", (double)e.weights_bytes);
+    cJSON_AddNumberToObject(j, "vision_tensors", (double)e.n_vision_tensors);
+    cJSON_AddNumberToObject(j, "vision_bytes", (double)e.vision_bytes);
+    cJSON_AddNumberToObject(j, "vision_params", (double)e.vision_params);
     cJSON_AddStringToObject(j, "kv_dtype", kvd);
     cJSON_AddNumberToObject(j, "max_tokens", e.max_tokens);
     cJSON_AddNumberToObject(j, "kv_bytes_per_token", (double)e.kv_bytes_per_token);
@@ -120,6 +123,9 @@ int sm_cmd_inspect(int argc, char **argv) {
     if (e.n_params >= 1000000000ull) printf("parameters   %.2f B (%llu)\n", (double)e.n_params / 1e9, (unsigned long long)e.n_params);
     else printf("parameters   %.2f M (%llu)\n", (double)e.n_params / 1e6, (unsigned long long)e.n_params);
     printf("weights      %s (%zu tensors)\n", sm_store_fmt_bytes(e.weights_bytes, b1, 32), e.n_tensors);
+    if (e.n_vision_tensors)
+      printf("vision       %s, %.2f M parameters (%zu tensors, in the weights above)\n",
+             sm_store_fmt_bytes(e.vision_bytes, b1, 32), (double)e.vision_params / 1e6, e.n_vision_tensors);
     printf("KV cache     %s: %llu B/token x %d tokens = %s\n", kvd, (unsigned long long)e.kv_bytes_per_token,
            e.max_tokens, sm_store_fmt_bytes(e.kv_bytes, b2, 32));
     printf("runtime      %s (activations %s + 10%%)\n", sm_store_fmt_bytes(e.runtime_bytes, b1, 32),

@@ -5,6 +5,7 @@
 #include "store/store_internal.h"
 #include "format/config.h"
 #include "format/safetensors.h"
+#include "vision/vision.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,11 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   char buf[1024];
   for (size_t i = 0; i < out->n_tensors; i++) {
     const sm_tensor *t = sm_st_at(st, i);
+    const bool vision = sm_vision_tensor(t->name);
+    if (vision) {
+      out->vision_bytes += t->nbytes;
+      out->n_vision_tensors++;
+    }
     uint64_t numel = 1;
     for (int d = 0; d < t->ndim; d++) numel *= (uint64_t)t->shape[d];
     /* quantization side tables: not parameters */
@@ -117,9 +123,10 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
       int bits = 0, gs = 0;
       sm_config_quant_for(&cfg, t->name, &bits, &gs);
       if (bits <= 0) bits = cfg.q_bits;
-      if (bits > 0 && bits <= 32) { out->n_params += numel * 32 / (uint64_t)bits; continue; }
+      if (bits > 0 && bits <= 32) numel = numel * 32 / (uint64_t)bits;
     }
     out->n_params += numel;
+    if (vision) out->vision_params += numel;
   }
   sm_st_close(st);
   sm_config_free(&cfg);

@@ -90,6 +90,8 @@ typedef struct {
   size_t n_tensors;
   uint64_t weights_bytes;          /* sum of tensor bytes in the safetensors headers */
   uint64_t n_params;               /* packed uint32 counted as 32/bits params each */
+  size_t n_vision_tensors;         /* of a vision tower and projector (counted in the above too) */
+  uint64_t vision_bytes, vision_params;
   int max_tokens;                  /* tokens the KV cache is sized for */
   int kv_bytes_per_elem;
   uint64_t kv_bytes_per_token;     /* 2 * n_layers * n_kv_heads * head_dim * kv_bytes_per_elem */
