@@ -187,10 +187,42 @@ int sm_chat_turn(sm_chat *c) {
   return 0;
 }
 
-int sm_generate_text(sm_chat *c, const char *prompt) {
+/* generate's prompt with images: each image where the prompt holds the family's marker, or all of
+ * them before the text when it holds none */
+static smelt_status generate_tokens_mm(const sm_chat *c, const char *prompt, sm_vimage *const *imgs, int n_img,
+                                       int32_t **ids, int *n, sm_mm_span **spans) {
+  const sm_vision *v = c->m->vision;
+  const char *mk = sm_vision_marker(v);
+  int found = 0;
+  for (const char *p = strstr(prompt, mk); p; p = strstr(p + strlen(mk), mk)) found++;
+  if (found && found != n_img)
+    return sm_err(SMELT_ERR_INVALID, "the prompt holds %d image marker%s (%s) for %d --image file%s: give one for each "
+                  "image, or none to put the images before the text", found, found == 1 ? "" : "s", mk, n_img,
+                  n_img == 1 ? "" : "s");
+  sm_buf b = SM_BUF_INIT;
+  for (int i = 0; !found && i < n_img; i++) sm_buf_puts(&b, mk);
+  sm_buf_puts(&b, prompt);
+  smelt_status st = sm_vision_tokenize(v, c->m->tok, sm_buf_str(&b), true, imgs, n_img, ids, n, spans);
+  sm_buf_free(&b);
+  return st;
+}
+
+int sm_generate_text(sm_chat *c, const char *prompt, sm_vimage *const *imgs, int n_img) {
   int32_t *ids = NULL;
   size_t k = 0;
-  if (smelt_tokenize(c->m->tok, prompt, strlen(prompt), true, &ids, &k)) {
+  sm_mm_span *spans = NULL;
+  if (n_img) {
+    if (c->o->prompt_cache) {
+      fprintf(stderr, "smelt generate: --prompt-cache does not hold images; leave it out with --image\n");
+      return 1;
+    }
+    int ni = 0;
+    if (generate_tokens_mm(c, prompt, imgs, n_img, &ids, &ni, &spans)) {
+      fprintf(stderr, "smelt generate: %s\n", smelt_last_error());
+      return 1;
+    }
+    k = (size_t)ni;
+  } else if (smelt_tokenize(c->m->tok, prompt, strlen(prompt), true, &ids, &k)) {
     fprintf(stderr, "smelt generate: %s\n", smelt_last_error());
     return 1;
   }
@@ -198,16 +230,18 @@ int sm_generate_text(sm_chat *c, const char *prompt) {
   if (n >= ctx) {
     fprintf(stderr, "smelt generate: the prompt does not fit: %d tokens, the context holds %d (-c/--ctx-size)\n", n, ctx);
     free(ids);
+    mm_free(spans, spans ? n_img : 0);
     return 1;
   }
-  if (!sm_chat_cache_before(c, ids, n, "generate")) {
+  if (!n_img && !sm_chat_cache_before(c, ids, n, "generate")) {
     free(ids);
     return 1;
   }
   fputs(prompt, stdout);
   reply_out out = { SM_BUF_INIT, false };
   sm_session_stats stats;
-  smelt_status st = run_session(c, ids, n, NULL, 0, &out, &stats);
+  smelt_status st = run_session(c, ids, n, spans, spans ? n_img : 0, &out, &stats);
+  mm_free(spans, spans ? n_img : 0);
   fputc('\n', stdout);
   fflush(stdout);
   sm_buf_free(&out.text);

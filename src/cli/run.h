@@ -85,8 +85,9 @@ typedef struct {
  * turns, or fails with --context-overflow error). 0 ok, 1 error (printed; the user message
  * removed again in interactive mode). */
 int sm_chat_turn(sm_chat *c);
-/* generate: raw text completion of prompt with the same session machinery. */
-int sm_generate_text(sm_chat *c, const char *prompt);
+/* generate: raw text completion of prompt with the same session machinery; n_img images (references
+ * kept by the caller) where the prompt holds the vision tower's marker, or before the text. */
+int sm_generate_text(sm_chat *c, const char *prompt, struct sm_vimage *const *imgs, int n_img);
 /* Open --prompt-cache for ids and restore its matching prefix into the session; save the
  * prompt's KV after the call when the file did not hold it. Used by chat.c. */
 bool sm_chat_cache_before(sm_chat *c, const int32_t *ids, int n, const char *cmd);
