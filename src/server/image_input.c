@@ -27,7 +27,9 @@ static int b64_val(unsigned char c) {
 }
 
 bool sm_base64_decode(const char *s, size_t len, unsigned char **out, size_t *out_len) {
-  while (len && s[len - 1] == '=') len--; /* padding: at most two, only at the end */
+  size_t pad = 0; /* padding: at most two, only at the end, completing a group of four */
+  while (len && s[len - 1] == '=') len--, pad++;
+  if (pad > 2 || (pad && (len + pad) % 4)) return false;
   unsigned char *o = malloc(len / 4 * 3 + 3);
   if (!o) return false;
   size_t n = 0;

@@ -365,7 +365,7 @@ static void test_base64(void) {
     CHECK(sm_base64_decode(enc[i], strlen(enc[i]), &o, &n) && n == strlen(dec[i]) && !memcmp(o, dec[i], n));
     free(o);
   }
-  static const char *const bad[] = { "Z", "Zm9v!", "Zm 9v", "Zm9vY", "-_-_" };
+  static const char *const bad[] = { "Z", "Zm9v!", "Zm 9v", "Zm9vY", "-_-_", "Zg===", "Zg=", "Zm8==", "Zm9v====", "Z===" };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     unsigned char *o = NULL;
     size_t n = 0;
