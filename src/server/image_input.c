@@ -1,12 +1,19 @@
 /* Images of API requests (image_input.h): data: URLs, downloads with libcurl (http and https only,
- * limited in bytes and time), decoding (src/vision) and preparation for the vision tower. The base64
+ * limited in bytes and time), local files under one directory (the path resolved with realpath and
+ * checked to lie inside it; file:// URLs percent-decoded by libcurl), decoding (src/vision) and
+ * preparation for the vision tower. The base64
  * decoder is written out here: none of the libraries smelt links exposes one (embeddings.c writes
  * the encoder the same way). */
 #include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "server/image_input.h"
 
 void sm_image_policy_default(sm_image_policy *p) {
@@ -104,6 +111,69 @@ static bool fetch(const char *url, const sm_image_policy *pol, unsigned char **o
   return true;
 }
 
+/* a local file: path (absolute, decoded) must resolve to a regular file inside pol->files_dir */
+static bool read_local(const char *path, const sm_image_policy *pol, unsigned char **out, size_t *len, char *why,
+                       size_t wn) {
+  char real[PATH_MAX];
+  if (path[0] != '/') { snprintf(why, wn, "a local image path must be absolute"); return false; }
+  if (!realpath(path, real)) { snprintf(why, wn, "cannot open the image file: %s", strerror(errno)); return false; }
+  const size_t dl = strlen(pol->files_dir);
+  if (strncmp(real, pol->files_dir, dl) || (real[dl] != '/' && !(dl == 1 && pol->files_dir[0] == '/'))) {
+    snprintf(why, wn, "the image file is outside the directory the server reads images from (--allow-image-files)");
+    return false;
+  }
+  const int fd = open(real, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st)) {
+    snprintf(why, wn, "cannot open the image file: %s", strerror(errno));
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  if (!S_ISREG(st.st_mode)) { close(fd); snprintf(why, wn, "the image path is not a regular file"); return false; }
+  if ((uint64_t)st.st_size > pol->max_bytes) {
+    close(fd);
+    snprintf(why, wn, "the image is larger than %zu bytes", pol->max_bytes);
+    return false;
+  }
+  unsigned char *b = malloc((size_t)st.st_size + 1);
+  size_t n = 0;
+  while (b && n < (size_t)st.st_size) {
+    const ssize_t r = read(fd, b + n, (size_t)st.st_size - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += (size_t)r;
+  }
+  close(fd);
+  if (!b || n != (size_t)st.st_size) {
+    free(b);
+    snprintf(why, wn, "cannot read the image file");
+    return false;
+  }
+  *out = b;
+  *len = n;
+  return true;
+}
+
+static bool local_file(const char *url, const sm_image_policy *pol, unsigned char **out, size_t *len, char *why,
+                       size_t wn) {
+  if (!pol->files_dir) {
+    snprintf(why, wn, "the server does not read local image files (start it with --allow-image-files DIR, or send "
+             "the image as a data: URL)");
+    return false;
+  }
+  if (url[0] == '/') return read_local(url, pol, out, len, why, wn);
+  const char *p = url + 7; /* file://[localhost]/path */
+  if (!strncmp(p, "localhost/", 10)) p += 9;
+  if (*p != '/') { snprintf(why, wn, "a file: URL names no local absolute path"); return false; }
+  int n = 0;
+  char *dec = curl_easy_unescape(NULL, p, 0, &n);
+  if (!dec) { snprintf(why, wn, "cannot decode the file: URL"); return false; }
+  bool ok = (size_t)n == strlen(dec) ? read_local(dec, pol, out, len, why, wn)
+                                     : (snprintf(why, wn, "the file: URL holds a NUL byte"), false);
+  curl_free(dec);
+  return ok;
+}
+
 /* the encoded bytes of one image URL; false with why set */
 static bool image_bytes(const char *url, const sm_image_policy *pol, unsigned char **out, size_t *len, char *why,
                         size_t wn) {
@@ -128,7 +198,9 @@ static bool image_bytes(const char *url, const sm_image_policy *pol, unsigned ch
     }
     return fetch(url, pol, out, len, why, wn);
   }
-  snprintf(why, wn, "unsupported image URL '%.24s...' (data: URLs%s)", url, pol->allow_urls ? " and http(s)" : "");
+  if (!strncmp(url, "file://", 7) || url[0] == '/') return local_file(url, pol, out, len, why, wn);
+  snprintf(why, wn, "unsupported image URL '%.24s...' (data: URLs%s%s)", url, pol->allow_urls ? ", http(s)" : "",
+           pol->files_dir ? ", local files" : "");
   return false;
 }
 

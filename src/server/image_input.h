@@ -1,6 +1,7 @@
 /* Images of an API request (private to src/server): the URLs of its image content parts (api.h)
  * become images prepared for the model's vision tower: data: URLs with base64 data always; http(s)
- * URLs only where the server allows them (--allow-image-urls), fetched with size and time limits.
+ * URLs only where the server allows them (--allow-image-urls), fetched with size and time limits;
+ * local files (file:// URLs or absolute paths) only inside the directory of --allow-image-files.
  * Every refusal is a 400 naming the part and the reason. */
 #ifndef SM_SERVER_IMAGE_INPUT_H
 #define SM_SERVER_IMAGE_INPUT_H
@@ -9,6 +10,7 @@
 
 typedef struct {
   bool allow_urls;     /* fetch http(s) image URLs */
+  const char *files_dir; /* read files under this directory (a real path, no trailing '/'); NULL: none */
   size_t max_bytes;    /* an encoded image (data or download) */
   long timeout_s;      /* a download */
   sm_image_limits lim; /* decoded size */

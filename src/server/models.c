@@ -152,6 +152,7 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
                 .vision_note = sv->model->note};
   sm_image_policy_default(&o->images);
   o->images.allow_urls = p->allow_image_urls;
+  o->images.files_dir = p->image_files_dir;
   const char *tmpl = sm_tok_chat_template(tok, NULL);
   o->tfmt = p->tool_format ? sm_toolfmt_by_name(p->tool_format) : sm_toolfmt_detect(tmpl);
   if (!o->tfmt) o->tfmt = sm_toolfmt_by_name("generic"); /* --tool-format was checked at start */

@@ -1,6 +1,6 @@
 // Images through the OpenAI API of `smelt serve`, sent with the official openai npm client: image_url
 // parts with data: URLs (chat completions, streaming, the Responses API's input_image), http URLs with
-// and without --allow-image-urls, batching with a text request, and the 400s for bad images and for a
+// and without --allow-image-urls, local files with and without --allow-image-files, batching with a text request, and the 400s for bad images and for a
 // model without a vision tower. The model is the tiny Qwen2.5-VL golden fixture (tests/golden/vision)
 // with a chat template added; replies are checked against `smelt run --image` on the same model and
 // between the paths (no fixed strings).
@@ -150,9 +150,46 @@ try {
   });
   await test('--allow-image-urls: 400 for a missing image', () => rejects400(ask2(userMsg(base_url + '/nope.jpg')), /download failed/));
   await test('--allow-image-urls: 400 for an image over the size limit', () => rejects400(ask2(userMsg(base_url + '/big')), /larger than/));
-  await test('--allow-image-urls: other schemes refused', () => rejects400(ask2(userMsg('file:///etc/passwd')), /unsupported image URL/));
+  await test('--allow-image-urls: other schemes refused', () => rejects400(ask2(userMsg('ftp://127.0.0.1/x.png')), /unsupported image URL/));
+  await test('--allow-image-urls: local files still refused', () => rejects400(ask2(userMsg('file:///etc/passwd')), /allow-image-files/));
   srv2.proc.kill('SIGTERM');
   hs.close();
+
+  // local files under --allow-image-files DIR only
+  const IMGS = path.join(DIR, 'imgs');
+  fs.rmSync(IMGS, { recursive: true, force: true });
+  fs.mkdirSync(path.join(IMGS, 'sub'), { recursive: true });
+  fs.copyFileSync(IMAGE, path.join(IMGS, 'a b.jpg'));
+  fs.symlinkSync(path.join(VLM, 'image.jpg'), path.join(IMGS, 'out.jpg'));
+  fs.symlinkSync(path.join(IMGS, 'a b.jpg'), path.join(IMGS, 'sub', 'in.jpg'));
+  const srv4 = await startServer(VLM, ['--allow-image-files', IMGS]);
+  const c4 = new OpenAI({ baseURL: srv4.url + '/v1', apiKey: 'x' });
+  const ask4 = (messages) => c4.chat.completions.create({ model: 'm', messages, max_tokens: 12, temperature: 0 });
+  await test('--allow-image-files: a file:// URL gives the data: URL reply', async () => {
+    const r = await ask4(userMsg('file://' + path.join(IMGS, 'a%20b.jpg')));
+    assert.equal(r.choices[0].message.content, base);
+  });
+  await test('--allow-image-files: an absolute path and a link inside the directory', async () => {
+    assert.equal((await ask4(userMsg(path.join(IMGS, 'a b.jpg')))).choices[0].message.content, base);
+    assert.equal((await ask4(userMsg(path.join(IMGS, 'sub', 'in.jpg')))).choices[0].message.content, base);
+  });
+  await test('--allow-image-files: 400 for ../ out of the directory', () =>
+    rejects400(ask4(userMsg(path.join(IMGS, 'sub') + '/../../vlm/image.jpg')), /outside the directory/));
+  await test('--allow-image-files: 400 for a link out of the directory', () =>
+    rejects400(ask4(userMsg(path.join(IMGS, 'out.jpg'))), /outside the directory/));
+  await test('--allow-image-files: 400 for a directory, a missing file, a host name', async () => {
+    await rejects400(ask4(userMsg(path.join(IMGS, 'sub'))), /not a regular file/);
+    await rejects400(ask4(userMsg(path.join(IMGS, 'nope.jpg'))), /cannot open the image file/);
+    await rejects400(ask4(userMsg('file://example.com/x.jpg')), /no local absolute path/);
+  });
+  srv4.proc.kill('SIGTERM');
+  await test('--allow-image-files: a missing directory is refused at start', () => {
+    let rc = 0, err = '';
+    try { execFileSync(BIN, ['serve', '-m', VLM, '--port', '0', '--allow-image-files', path.join(DIR, 'nope')], { stdio: 'pipe' }); }
+    catch (e) { rc = e.status; err = e.stderr.toString(); }
+    assert.equal(rc, 2);
+    assert.match(err, /--allow-image-files .* is not a directory/);
+  });
 
   // a text model: images are refused, naming the model
   const srv3 = await startServer(TEXT_MODEL, ['--alias', 'texty']);
