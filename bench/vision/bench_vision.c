@@ -88,8 +88,8 @@ int main(int argc, char **argv) {
     qsort(enc + 1, (size_t)N, sizeof(double), cmp_d);
     printf("image %dx%d -> %d x %d patches, %d tokens: preprocess %.1f ms, encode median %.1f ms (min %.1f, "
            "max %.1f), first %.1f ms; %d images one after another: %.2f images/s\n",
-           W, H, gh, gw, n_embd, pre[1 + N / 2] * 1e3, enc[1 + N / 2] * 1e3, enc[1] * 1e3, enc[N] * 1e3, enc[0] * 1e3, N,
-           N / tot);
+           W, H, gh, gw, n_embd, pre[1 + N / 2] * 1e3, enc[1 + N / 2] * 1e3, enc[1] * 1e3, enc[N] * 1e3, enc[0] * 1e3,
+           N, N / tot);
   }
   free(pre);
   free(enc);

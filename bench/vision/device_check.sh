@@ -1,6 +1,6 @@
 #!/bin/bash
 # Image input on the GPU machine: the CUDA ctests of the vision ops and the golden vision fixtures on
-# CUDA (with the CUDA text goldens and backend tests, whose attention kernels take image spans), then
+# CUDA (with the CUDA text goldens and fusion counts: the attention kernels take image spans), then
 # the time to encode one image with random-weight towers of real shapes (bench/vision/make_synth.py):
 # Qwen2.5-VL-7B's ViT on a 1024x768 image (999 tokens) and Gemma 3 4B's SigLIP at 896x896 (256 tokens).
 # usage (repo root, after `source bench/cuda/device_env.sh`): bash bench/vision/device_check.sh [BUILD_DIR]
@@ -16,8 +16,8 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 fail=0
 
-echo "== ctest (CUDA): vision ops, golden vision fixtures, text goldens, backend"
-(cd "$B" && timeout 100 ctest -j4 -R '^(cuda_encoder|golden_vision_cuda|golden_cuda|cuda_backend|cuda_fusions)$' \
+echo "== ctest (CUDA): vision ops, golden vision fixtures, text goldens, fusions"
+(cd "$B" && timeout 100 ctest -j4 -R '^(cuda_encoder|golden_vision_cuda|golden_cuda|cuda_fusions)$' \
   --output-on-failure >"$T/vision-ctest.log" 2>&1)
 rc=$?
 grep -E "Test +#|tests passed|tests failed" "$T/vision-ctest.log"
