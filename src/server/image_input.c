@@ -61,7 +61,7 @@ bool sm_base64_decode(const char *s, size_t len, unsigned char **out, size_t *ou
 /* ---------------- downloads ---------------- */
 typedef struct {
   unsigned char *p;
-  size_t n, max;
+  size_t n, cap, max;
   bool too_big;
 } dl_buf;
 
@@ -69,9 +69,14 @@ static size_t dl_write(char *ptr, size_t sz, size_t nm, void *ud) {
   dl_buf *b = ud;
   const size_t k = sz * nm;
   if (b->n + k > b->max) { b->too_big = true; return 0; }
-  unsigned char *q = realloc(b->p, b->n + k + 1);
-  if (!q) return 0;
-  b->p = q;
+  if (b->n + k + 1 > b->cap) { /* doubling: a chunk at a time would copy the image over and over */
+    size_t c = b->cap ? b->cap * 2 : 65536;
+    while (c < b->n + k + 1) c *= 2;
+    unsigned char *q = realloc(b->p, c);
+    if (!q) return 0;
+    b->p = q;
+    b->cap = c;
+  }
   memcpy(b->p + b->n, ptr, k);
   b->n += k;
   return k;
@@ -84,7 +89,7 @@ static bool fetch(const char *url, const sm_image_policy *pol, unsigned char **o
   pthread_once(&g_curl_once, curl_init);
   CURL *h = curl_easy_init();
   if (!h) { snprintf(why, wn, "cannot start a download"); return false; }
-  dl_buf b = { NULL, 0, pol->max_bytes, false };
+  dl_buf b = { NULL, 0, 0, pol->max_bytes, false };
   char cerr[CURL_ERROR_SIZE] = "";
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
