@@ -474,8 +474,28 @@ def act(fam, g):
     return g / (1 + np.exp(-g))
 
 
-def forward(cfg, W, ids, n_prefill=None):
-    """logits [T, vocab] of ids (float64). n_prefill: the prompt length (see the module comment)."""
+def mrope_tables(tc, rot, rope_pos):
+    """M-RoPE (Qwen-VL): cos/sin [T, rot/2] of 3-axis positions rope_pos [3, T]; frequency i takes the
+    position of its axis: mrope_section in order, or (mrope_interleaved, Qwen3-VL) axes 1 and 2 on
+    every third frequency below 3 * section"""
+    rp = tc.get("rope_scaling") or tc.get("rope_parameters") or {}
+    sec = rp["mrope_section"]
+    inv = 1.0 / (tc.get("rope_theta", rp.get("rope_theta", 10000.0)) ** (np.arange(0, rot, 2, dtype=np.float64) / rot))
+    half = rot // 2
+    if rp.get("mrope_interleaved"):
+        axis = [1 if i % 3 == 1 and i < 3 * sec[1] else 2 if i % 3 == 2 and i < 3 * sec[2] else 0 for i in range(half)]
+    else:
+        axis = [0 if i < sec[0] else 1 if i < sec[0] + sec[1] else 2 for i in range(half)]
+    ang = np.stack([np.asarray(rope_pos)[axis[i]] * inv[i] for i in range(half)], axis=1)
+    return np.cos(ang), np.sin(ang)
+
+
+def forward(cfg, W, ids, n_prefill=None, embeds=None, rope_pos=None, deepstack=None, groups=None):
+    """logits [T, vocab] of ids (float64). n_prefill: the prompt length (see the module comment).
+    Images (tools/golden_vision.py): embeds = (rows, [len(rows), hidden]) input embeddings of those rows
+    (not scaled); rope_pos [3, T]: M-RoPE positions; deepstack: per decoder layer l, (rows, values)
+    added after it; groups [T]: image group of each token (0: none), whose tokens attend each other
+    in both directions (Gemma 3)."""
     tc, mt, outer = text_config(cfg)
     if mt in HYBRID:
         return forward_hybrid(cfg, W, ids, tc, mt)
@@ -498,6 +518,10 @@ def forward(cfg, W, ids, n_prefill=None):
     x = W[pre + "model.embed_tokens.weight"][ids].copy()
     if fam.gemma:
         x = x * math.sqrt(H)
+    if embeds is not None:
+        x[np.asarray(embeds[0])] = embeds[1]
+    if rope_pos is not None:
+        ropes = {"full": mrope_tables(tc, rot, rope_pos)}
     if mt == "granite":
         x = x * tc.get("embedding_multiplier", 1.0)
     if mt == "gemma2" or mt == "gemma3_text":
@@ -552,6 +576,9 @@ def forward(cfg, W, ids, n_prefill=None):
             mask = np.triu(np.full((T, T), -np.inf), 1)
             if window:
                 mask = mask + np.tril(np.full((T, T), -np.inf), -window)
+            if groups is not None:
+                g = np.asarray(groups)
+                mask[(g[:, None] == g[None, :]) & (g[:, None] != 0)] = 0.0
             s = s + mask
             if fam.sinks:  # gpt-oss: a sink logit per head joins the softmax, its share is dropped
                 sk = W[p + "self_attn.sinks"][:, None, None]
@@ -620,6 +647,8 @@ def forward(cfg, W, ids, n_prefill=None):
         elif fam.block == "parallel":
             h = norm(x, p + "input_layernorm.weight")
             x = x + attention(h) + mlp(h)
+        if deepstack is not None and i < len(deepstack):
+            x[np.asarray(deepstack[i][0])] += deepstack[i][1]
     x = norm(x, pre + "model.norm.weight")
     head = W.get(pre + "lm_head.weight")
     if head is None or tc.get("tie_word_embeddings", cfg.get("tie_word_embeddings", True)):

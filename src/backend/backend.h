@@ -60,10 +60,21 @@ typedef struct {
   float **conv, **ssm; /* [n_layers] backend buffers; NULL for attention layers */
 } sm_kv_cache;
 
+/* Rows of a batch whose input embedding is given instead of looked up (images in a prompt): batch rows
+ * [row, row + n) take the rows of src (a backend buffer, n x hidden floats); deep[l] (l < n_deep):
+ * rows added to the hidden state after decoder layer l (Qwen3-VL's deepstack). Read by the model. */
+typedef struct {
+  int row, n;
+  const float *src;
+  int n_deep;
+  const float *const *deep;
+} sm_batch_embd;
+
 /* One forward step over a batch of tokens from one or more sequences.
  * Token t belongs to sequence seq[t] at position pos[t]. Its K/V go to slot
  *   block_table[seq[t]*max_blocks + pos[t]/block_size]*block_size + pos[t]%block_size
- * and it attends (causally) to positions [max(0,pos[t]-window+1), pos[t]] of its sequence.
+ * and it attends (causally) to positions [max(0,pos[t]-window+1), pos[t]] of its sequence (attn_span may
+ * widen that).
  * out_rows lists the n_out token indices whose logits are wanted. All host memory. */
 typedef struct {
   int n_tokens;
@@ -81,6 +92,14 @@ typedef struct {
    * sequence must then be consecutive in the batch with consecutive positions; a sequence whose first
    * token here is at position 0 starts from a zero state. */
   const int32_t *state_slot;
+  const int32_t *attn_span;   /* NULL, or [n_tokens][2]: token t attends to positions
+                               * [min(w, attn_span[2t]), max(pos[t], attn_span[2t+1])] of its sequence, w the
+                               * first of its window (the image tokens of Gemma 3 see each other); those
+                               * positions are in this batch or the cache */
+  /* read by the model, not the backends: */
+  int n_embd;                 /* runs of rows with given embeddings */
+  const sm_batch_embd *embd;  /* [n_embd] */
+  const int32_t *rope_pos;    /* [3][n_tokens] M-RoPE positions (Qwen-VL), NULL: pos on every axis */
 } sm_batch;
 
 /* One token to sample from a row of logits (see sm_sample_row for the exact rule). The host
@@ -258,6 +277,29 @@ struct sm_backend {
    * is dropped: out = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sinks[h] - m)) (gpt-oss) */
   void (*attention_sinks)(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
                           float scale, int window, float softcap, const float *sinks);
+
+  /* ---- ops with explicit shapes that read no batch state (vision encoders; rope_axes, copy and add
+   * also serve the language model's image positions) ---- */
+  /* Attention without a causal mask within segments: segment s is tokens [seg[s], seg[s+1])
+   * (seg[0] = 0, seg[n_seg] = n, ascending; host memory read during the call) and
+   *   out[t][h*hd + d] = sum_j softmax_j(scale * q_t,h . k_j,g) v_j,g[d]   over j in t's segment,
+   * g = h / (n_heads / n_kv_heads). q, out: [n][n_heads*hd]; k, v: [n][n_kv_heads*hd]. Device backends
+   * run it when issued (it is not part of a recorded step). */
+  void (*attention_seg)(sm_backend *be, float *out, const float *q, const float *k, const float *v, int n,
+                        int n_heads, int n_kv_heads, int head_dim, float scale, const int32_t *seg, int n_seg);
+  /* Multi-axis rotate-half RoPE in place on x[n][n_heads][head_dim]: frequency i < rot_dim/2 turns
+   * dims (i, i + rot_dim/2) of each head by the angle pos[axis[i]*n + t] * inv_freq[i]. inv_freq
+   * (rot_dim/2 floats), axis (rot_dim/2 int32) and pos (n_axes * n int32): backend buffers. (M-RoPE
+   * of the Qwen-VL language models, the 2-D RoPE of vision encoders.) */
+  void (*rope_axes)(sm_backend *be, float *x, int n, int n_heads, int head_dim, int rot_dim, const float *inv_freq,
+                    const int32_t *axis, const int32_t *pos);
+  /* y[i] = gelu(x[i]), i < n: 0.5 x (1 + erf(x / sqrt 2)), or with tanh_approx the tanh form of
+   * gelu_mul; y may == x */
+  void (*gelu)(sm_backend *be, float *y, const float *x, size_t n, bool tanh_approx);
+  /* dst[i][:] = src[idx[i]][:], i < n rows of dim floats; idx: backend buffer of n int32 in
+   * [0, rows of src); dst and src do not overlap */
+  void (*gather_rows)(sm_backend *be, float *dst, const float *src, const int32_t *idx, int n, int dim);
+  /* (copy, a byte count, is declared with the ops of recurrent layers below) */
 
   /* Optional (NULL: the engine downloads the logits and samples on the host): for each of
    * n_req requests, out_tokens[i] = sm_sample_row(req[i], row req[i].row of logits), where

@@ -1,4 +1,5 @@
 /* smelt serve / smelt-server: OpenAI-compatible HTTP server (llama-server compatible flags). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,10 @@ static void usage(FILE *f) {
           "                           deepseek, glm45, gemma (default: from the chat template)\n"
           "      --reasoning-format F auto|deepseek: <think> text -> reasoning_content (default); none: kept in content\n"
           "      --pooling P          /v1/embeddings: last (the last token's hidden state, default) or mean\n"
+          "      --allow-image-urls   fetch http(s) image URLs of requests (default: only data: URLs; images\n"
+          "                           in a request body count against --max-body)\n"
+          "      --allow-image-files DIR  read image files under DIR named by requests (file:// URLs or absolute\n"
+          "                           paths; default: none)\n"
           "  llama-server flags without meaning here are accepted with a notice: -ngl/--n-gpu-layers N,\n"
           "  -fa/--flash-attn [on|off|auto], --jinja, --no-jinja, -cb/--cont-batching, --mlock, --metrics,\n"
           "  --slots, --no-webui, -sm/--split-mode M, -ts/--tensor-split L, -mg/--main-gpu N, --numa M,\n"
@@ -211,6 +216,17 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) INTVAL(1, 1 << 20, p.max_batch_tokens);
     else if (IS("--no-prefix-cache")) p.no_prefix_cache = true;
     else if (IS("--no-mmap")) p.no_mmap = true;
+    else if (IS("--allow-image-urls")) p.allow_image_urls = true;
+    else if (IS("--allow-image-files")) {
+      static char img_dir[PATH_MAX];
+      struct stat sst;
+      NEEDVAL();
+      if (!realpath(val, img_dir) || stat(img_dir, &sst) != 0 || !S_ISDIR(sst.st_mode)) {
+        fprintf(stderr, "smelt serve: --allow-image-files %s is not a directory\n", val);
+        return 2;
+      }
+      p.image_files_dir = img_dir;
+    }
     else if (IS("-ctk") || IS("--cache-type-k")) { NEEDVAL(); ctk = val; }
     else if (IS("-ctv") || IS("--cache-type-v")) { NEEDVAL(); ctv = val; }
     else if (IS("--max-conns")) INTVAL(1, 1 << 20, p.max_conns);
@@ -286,6 +302,7 @@ int sm_cmd_serve(int argc, char **argv) {
         { .names = "--http-threads|--header-timeout|--body-timeout|--timeout|--max-buffered-body" },
         { .names = "--shutdown-timeout|--log-file|--offline|--estimate-memory|--force|--verbose|--device" },
         { .names = "--force-context|--models-dir|--models-max|--models-memory|--models-load-timeout" },
+        { .names = "--allow-image-urls|--allow-image-files" },
         { .names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path" },
         { .names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v" },
       };

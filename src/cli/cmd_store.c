@@ -102,6 +102,9 @@ int sm_cmd_inspect(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "experts_per_token", e.top_k);
     cJSON_AddNumberToObject(j, "active_weight_bytes", (double)e.active_bytes);
     cJSON_AddNumberToObject(j, "weights_bytes", (double)e.weights_bytes);
+    cJSON_AddNumberToObject(j, "vision_tensors", (double)e.n_vision_tensors);
+    cJSON_AddNumberToObject(j, "vision_bytes", (double)e.vision_bytes);
+    cJSON_AddNumberToObject(j, "vision_params", (double)e.vision_params);
     cJSON_AddStringToObject(j, "kv_dtype", kvd);
     cJSON_AddNumberToObject(j, "max_tokens", e.max_tokens);
     cJSON_AddNumberToObject(j, "kv_bytes_per_token", (double)e.kv_bytes_per_token);
@@ -138,6 +141,9 @@ int sm_cmd_inspect(int argc, char **argv) {
     } else {
       printf("weights      %s (%zu tensors)\n", sm_store_fmt_bytes(e.weights_bytes, b1, 32), e.n_tensors);
     }
+    if (e.n_vision_tensors)
+      printf("vision       %s, %.2f M parameters (%zu tensors, in the weights above)\n",
+             sm_store_fmt_bytes(e.vision_bytes, b1, 32), (double)e.vision_params / 1e6, e.n_vision_tensors);
     printf("KV cache     %s: %llu B/token x %d tokens = %s", kvd, (unsigned long long)e.kv_bytes_per_token,
            e.max_tokens, sm_store_fmt_bytes(e.kv_bytes, b2, 32));
     if (e.attn_layers != e.n_layers) printf(" (attention layers: %d of %d)", e.attn_layers, e.n_layers);
@@ -310,7 +316,9 @@ int sm_cmd_arch(int argc, char **argv) {
       cJSON_AddBoolToObject(o, "runnable", run);
       cJSON_AddBoolToObject(o, "cpu", run);
       cJSON_AddBoolToObject(o, "cuda", run && cuda);
-      cJSON_AddStringToObject(o, "notes", "text model only: image input is not supported");
+      cJSON_AddStringToObject(o, "notes", sm_vlm_images(vlms[i]->model_type)
+                                              ? "image input through the checkpoint's vision tower (src/vision)"
+                                              : "text model only: image input is not supported");
       cJSON_AddItemToArray(arr, o);
     }
     print_json(arr);
@@ -323,11 +331,13 @@ int sm_cmd_arch(int argc, char **argv) {
              fams[i]->example ? fams[i]->example : "");
       if (fams[i]->notes) printf("%-16s   note: %s\n", "", fams[i]->notes);
     }
-  printf("\nVision-language checkpoints (the text model runs; image input is not supported):\n");
+  printf("\nVision-language checkpoints (images through their vision tower where marked):\n");
   for (size_t i = 0; i < nv; i++)
-    if (sm_family_type_runnable(vlms[i]->model_type))
+    if (sm_family_type_runnable(vlms[i]->model_type)) {
       printf("%-16s %-70s %-4s %-5s %s\n", vlms[i]->model_type, vlms[i]->description, "yes", cuda ? "yes" : "no*",
              vlms[i]->example ? vlms[i]->example : "");
+      printf("%-16s   images: %s\n", "", sm_vlm_images(vlms[i]->model_type) ? "yes" : "no (text model only)");
+    }
   printf("\nKnown, not runnable:\n");
   for (size_t i = 0; i < n; i++)
     if (!fams[i]->recipe) printf("%-16s %s: %s\n", fams[i]->model_type, fams[i]->description, fams[i]->notes ? fams[i]->notes : "");

@@ -63,6 +63,14 @@ static bool parse_ngl(const char *v, void *dst, char *err, size_t n) {
   return true;
 }
 
+static bool parse_image(const char *v, void *dst, char *err, size_t n) {
+  run_opts *o = dst;
+  if (o->n_images == SM_RUN_MAX_IMAGES) { snprintf(err, n, "at most %d images", SM_RUN_MAX_IMAGES); return false; }
+  if (!*v) { snprintf(err, n, "needs an image file"); return false; }
+  o->images[o->n_images++] = v;
+  return true;
+}
+
 static const char k_usage_run[] = "[MODEL] [PROMPT] [options]\n"
   "Chat with a model: a REPL on a terminal; one reply to PROMPT, -p, -f FILE or piped stdin otherwise.\n"
   "MODEL: a built-in name (smelt-tiny, smelt-tiny-draft), a directory, owner/name or a bare hub name;\n"
@@ -84,6 +92,7 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
     { .names = "--raw|-no-cnv|--no-conversation", .kind = SM_ARG_FLAG, .dst = &o->raw, .help = "run: no chat template, the text as it is" },
     { .names = "-n|--n-predict|--predict|--max-tokens", .kind = SM_ARG_INT, .dst = &o->n_predict, .lo = -1, .hi = 1e9, .meta = "N", .help = "tokens to generate at most, -1: until EOS or the context is full (default: generation_config.json's max_new_tokens, else -1 for run, 256 for generate)", .seen = &o->n_predict_set },
     { .names = "--ignore-eos", .kind = SM_ARG_FLAG, .dst = &o->ignore_eos, .help = "keep generating after end-of-sequence tokens" },
+    { .names = "--image", .kind = SM_ARG_FN, .dst = o, .meta = "FILE", .help = "an image (PNG, JPEG, WebP) for vision-language models, repeatable: run: with the first message; generate: at each image marker of the prompt, else before it", .fn = parse_image },
     { .kind = SM_ARG_SECTION, .help = "Sampling:" },
     { .names = "--temp|--temperature", .kind = SM_ARG_FLOAT, .dst = &o->s.temperature, .hi = 100, .meta = "T", .help = "temperature, 0 = greedy (default: generation_config.json, else 0.7 for run, 0 for generate)", .seen = &o->temp_set },
     { .names = "--top-k", .kind = SM_ARG_INT, .dst = &o->s.top_k, .hi = 1e9, .meta = "K", .help = "keep the K most likely tokens (0 = off)", .seen = &o->top_k_set },

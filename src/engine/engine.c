@@ -3,6 +3,7 @@
  * truncation to a snapshot (or recomputed from the start). Prefix caching is off for such models:
  * reusing KV blocks needs the recurrent state at the block boundary, which is not kept. */
 #include "engine/engine.h"
+#include "engine/mm.h"
 #include "engine/sampler.h"
 #include "engine/state.h"
 #include <stdlib.h>
@@ -16,6 +17,7 @@ struct sm_seq {
   int n_hashed;               /* full blocks whose hash has been computed */
   int slot;                   /* hybrid models: recurrent state slot (-1 until the first step) */
   int snap_slot, snap_pos;    /* a snapshot of the state after snap_pos tokens (-1: none) */
+  sm_seq_mm *mm;              /* images (mm.h), NULL for text */
 };
 
 struct sm_engine {
@@ -39,6 +41,7 @@ struct sm_engine {
   bool rec;               /* the model has recurrent layers: state slots, no prefix cache */
   sm_state_slots slots;
   int32_t *b_slot; int b_slot_cap;
+  sm_mm_scratch *mms; /* image rows of a step (mm.h) */
 };
 
 void sm_engine_params_default(sm_engine_params *p) {
@@ -162,6 +165,7 @@ void sm_engine_free(sm_engine *e) {
   free(e->b_tok); free(e->b_pos); free(e->b_seq); free(e->b_out); free(e->b_table); free(e->lg_tmp);
   free(e->b_slot);
   sm_state_slots_free(&e->slots);
+  sm_mm_scratch_free(e->mms);
   free(e);
 }
 
@@ -186,6 +190,7 @@ void sm_seq_free(sm_engine *e, sm_seq *s) {
   sm_state_slot_put(&e->slots, s->slot);
   drop_snapshot(e, s);
   for (int i = 0; i < s->n_blk; i++) block_release(e, s->blk[i]);
+  sm_seq_mm_free(s->mm);
   free(s->tok); free(s->blk); free(s->bhash); free(s);
 }
 
@@ -202,8 +207,20 @@ smelt_status sm_seq_append(sm_engine *e, sm_seq *s, const int32_t *ids, int n) {
   }
   memcpy(s->tok + s->n_tok, ids, sizeof(int32_t) * (size_t)n);
   s->n_tok += n;
+  if (s->mm) sm_seq_mm_appended(s->mm, s->tok, s->n_tok - n, s->n_tok);
   return SMELT_OK;
 }
+
+smelt_status sm_seq_set_media(sm_engine *e, sm_seq *s, const sm_mm_span *spans, int n_spans) {
+  return sm_seq_set_media_impl(&s->mm, e->m, s->tok, s->n_tok, s->n_done, spans, n_spans);
+}
+
+int sm_seq_common_prefix(const sm_seq *s, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans) {
+  return sm_mm_common_prefix(s->mm, s->tok, s->n_done, ids, n, spans, n_spans);
+}
+
+/* the prefix cache's view of a sequence's tokens (images: keys of their content) */
+static const int32_t *seq_keys(const sm_seq *s) { return s->mm ? s->mm->keys : s->tok; }
 
 int sm_seq_len(const sm_seq *s) { return s->n_tok; }
 int sm_seq_pending(const sm_seq *s) { return s->n_tok - s->n_done; }
@@ -215,7 +232,7 @@ int sm_seq_use_prefix_cache(sm_engine *e, sm_seq *s) {
   uint64_t parent = 0;
   int i;
   for (i = 0; i < full; i++) {
-    const int32_t *t = s->tok + (size_t)i * bs;
+    const int32_t *t = seq_keys(s) + (size_t)i * bs;
     uint64_t h = chain_hash(parent, t, bs);
     int b = map_find(e, h);
     if (b < 0 || e->parent[b] != parent || memcmp(e->btok + (size_t)b * bs, t, sizeof(int32_t) * (size_t)bs)) break;
@@ -257,6 +274,7 @@ sm_seq *sm_seq_fork(sm_engine *e, sm_seq *s) {
   if (e->rec) return fork_rec(e, s);
   sm_seq *c = sm_seq_new(e);
   sm_seq_append(e, c, s->tok, s->n_tok);
+  c->mm = sm_seq_mm_dup(s->mm);
   int bs = e->p.block_size, full = s->n_done / bs;
   if (full * bs == s->n_tok && full > 0) full--; /* keep the last token to recompute for logits */
   for (int i = 0; i < full; i++) {
@@ -275,7 +293,7 @@ static void register_full(sm_engine *e, sm_seq *s) {
   while (s->n_hashed < full) {
     int i = s->n_hashed;
     uint64_t parent = i ? s->bhash[i - 1] : 0;
-    const int32_t *t = s->tok + (size_t)i * bs;
+    const int32_t *t = seq_keys(s) + (size_t)i * bs;
     uint64_t h = chain_hash(parent, t, bs);
     s->bhash[i] = h;
     int b = s->blk[i];
@@ -337,6 +355,7 @@ smelt_status sm_seq_truncate(sm_engine *e, sm_seq *s, int len) {
     }
   }
   if (s->snap_slot >= 0 && s->snap_pos > len) drop_snapshot(e, s);
+  if (s->mm) sm_seq_mm_truncated(s->mm, e->m, s->tok, len);
   if (s->n_done > len) s->n_done = len;
   /* a rewound hybrid sequence keeps only the blocks of its computed tokens: the rest get fresh ones */
   const int end = e->rec ? s->n_done : len;
@@ -415,6 +434,22 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
     int more = SM_MIN(pend - take[i], budget - total);
     if (more > 0) { take[i] += more; total += more; }
   }
+  /* images (mm.h): a bidirectional span is computed in one step; what a step reaches is encoded first */
+  bool any_mm = false;
+  for (int i = 0; i < n; i++) {
+    sm_seq *s = seqs[i];
+    if (!s->mm || !take[i]) continue;
+    const int t = sm_seq_mm_take(s->mm, e->m, s->n_done, take[i], budget);
+    if (t < 0) {
+      free(take);
+      return sm_err(SMELT_ERR_LIMIT, "an image takes more tokens than a step computes (max_batch_tokens %d)", budget);
+    }
+    total -= take[i] - t;
+    take[i] = t;
+    smelt_status st = sm_seq_mm_encode(s->mm, e->m, s->n_done, s->n_done + t);
+    if (st) { free(take); return st; }
+    any_mm |= t > 0;
+  }
   for (int i = 0; i < n; i++) {
     sm_seq *s = seqs[i];
     int last = s->n_done + take[i];
@@ -475,6 +510,29 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
   sm_batch b = { .n_tokens = total, .tokens = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .n_seqs = n,
                  .max_blocks = e->max_blocks, .block_table = e->b_table, .n_out = n_out, .out_rows = e->b_out,
                  .state_slot = e->rec ? e->b_slot : NULL };
+  if (any_mm) { /* image rows and M-RoPE positions of the batch */
+    sm_mm_scratch *sc = e->mms ? e->mms : (e->mms = sm_xcalloc(1, sizeof *e->mms));
+    bool rp = false;
+    for (int i = 0; i < n; i++) rp |= seqs[i]->mm && seqs[i]->mm->rpos && take[i];
+    if (rp && 3 * total > sc->cap_rpos) {
+      sc->cap_rpos = 3 * total;
+      sc->rpos = sm_xrealloc(sc->rpos, sizeof(int32_t) * (size_t)sc->cap_rpos);
+    }
+    const bool bidir = sm_vision_bidirectional(e->m->vision);
+    if (bidir && 2 * total > sc->cap_span) {
+      sc->cap_span = 2 * total;
+      sc->span = sm_xrealloc(sc->span, sizeof(int32_t) * (size_t)sc->cap_span);
+    }
+    sc->n_embd = 0;
+    for (int i = 0, row = 0; i < n; row += take[i], i++)
+      sm_mm_batch_rows(sc, seqs[i]->mm, e->m, seqs[i]->tok, seqs[i]->n_done, seqs[i]->n_done + take[i], row, total,
+                       rp ? sc->rpos : NULL, bidir ? sc->span : NULL);
+    sm_mm_batch_done(sc);
+    b.n_embd = sc->n_embd;
+    b.embd = sc->embd;
+    b.rope_pos = rp ? sc->rpos : NULL;
+    b.attn_span = bidir ? sc->span : NULL;
+  }
   int V = e->m->cfg.vocab_size;
   bool sampling = tokens != NULL;
   float *tmp = all_logits;
@@ -564,7 +622,7 @@ smelt_status sm_engine_decode(sm_engine *e, sm_seq *s, sm_sampler *smp, int32_t 
   if (max_new <= 0) return SMELT_OK;
   smelt_status st = sm_seq_append(e, s, &first, 1);
   if (st) return st;
-  if (!pipeline_ok(e, smp)) { /* one step at a time */
+  if (!pipeline_ok(e, smp) || s->mm) { /* one step at a time */
     while (n < max_new) {
       uint8_t done = 0;
       int32_t t = -1;

@@ -40,6 +40,15 @@ smelt_status sm_seq_append(sm_engine *e, sm_seq *s, const int32_t *ids, int n);
  * full blocks already computed (never the whole prompt: the last token is always
  * recomputed so logits exist). Returns the number of tokens reused. */
 int sm_seq_use_prefix_cache(sm_engine *e, sm_seq *s);
+/* Images in a sequence's tokens (spans from sm_vision_tokenize, over tokens not computed yet and after
+ * the spans attached before; before sm_seq_use_prefix_cache): their tokens take image embeddings,
+ * computed by the step that first needs them; the sequence keeps references to the images.
+ * SMELT_ERR_UNSUPPORTED when the model has no vision tower. */
+struct sm_mm_span;
+smelt_status sm_seq_set_media(sm_engine *e, sm_seq *s, const struct sm_mm_span *spans, int n_spans);
+/* The computed tokens of s that equal ids (with the images of spans) from the start: what a session
+ * keeps of s for a new prompt. */
+int sm_seq_common_prefix(const sm_seq *s, const int32_t *ids, int n, const struct sm_mm_span *spans, int n_spans);
 int sm_seq_len(const sm_seq *s);            /* tokens appended so far */
 int sm_seq_pending(const sm_seq *s);        /* appended but not yet computed */
 const int32_t *sm_seq_tokens(const sm_seq *s);

@@ -1,7 +1,12 @@
 /* Vision-language packagings (family.h): the LM of these checkpoints is a registered text family under
- * "language_model." (mlx-vlm's and mlx-lm's layout), next to a vision tower that smelt skips: image
- * input is not supported. */
+ * "language_model." (mlx-vlm's and mlx-lm's layout), next to a vision tower under the skip prefixes,
+ * which src/vision loads for gemma3, mistral3, qwen2_5_vl and qwen3_vl (image input). */
+#include <string.h>
 #include "model/family.h"
+
+bool sm_vlm_images(const char *t) {
+  return t && (!strcmp(t, "gemma3") || !strcmp(t, "mistral3") || !strcmp(t, "qwen2_5_vl") || !strcmp(t, "qwen3_vl"));
+}
 
 static const char *const vision_skip[] = { "vision_tower.", "multi_modal_projector.", NULL };
 

@@ -154,7 +154,8 @@ typedef struct sm_family {
 
 /* A vision-language packaging: a checkpoint whose config has the LM under text_config (or next to a
  * vision_config) and whose LM tensors are under lm_prefix, next to vision tensors. smelt runs the
- * LM; the vision tensors are skipped deliberately (image input is not supported). */
+ * LM; the vision tensors (prefixes in skip) are loaded by src/vision where it has the packaging's
+ * tower (sm_vlm_images), else skipped deliberately (text only, the model's note says so). */
 typedef struct {
   const char *model_type;             /* the outer config model_type: "gemma3", "mistral3", ... */
   const char *description, *example;
@@ -175,6 +176,8 @@ bool sm_family_type_runnable(const char *model_type);
 /* The vision-language packagings; *n receives the count. */
 const sm_vlm_packaging *const *sm_vlm_all(size_t *n);
 const sm_vlm_packaging *sm_vlm_find(const char *model_type);
+/* whether smelt takes images for checkpoints of this packaging (src/vision has its tower) */
+bool sm_vlm_images(const char *model_type);
 /* The config defaults of a model_type (sm_config_defaults_fn for the config parser). */
 const sm_config_defaults *sm_family_defaults(const char *model_type);
 /* config.json (+ generation_config.json) of a model directory, with the registry's defaults. */

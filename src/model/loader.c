@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "model/model.h"
+#include "vision/vision.h"
 
 void *sm_model_own(smelt_model *m, void *p) {
   m->owned = sm_xrealloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1));
@@ -27,7 +28,7 @@ static void *host_own(smelt_model *m, void *p) {
   return p;
 }
 
-static const sm_tensor *take(smelt_model *m, sm_taken_set *ts, const char *name) {
+static const sm_tensor *take(smelt_model *m, sm_load_ctx *ts, const char *name) {
   const sm_tensor *t = sm_st_find(m->st, name);
   if (t) {
     if (ts->n == ts->cap) {
@@ -38,6 +39,8 @@ static const sm_tensor *take(smelt_model *m, sm_taken_set *ts, const char *name)
   }
   return t;
 }
+
+const sm_tensor *sm_load_take(smelt_model *m, sm_load_ctx *ts, const char *name) { return take(m, ts, name); }
 
 static int ptr_cmp(const void *a, const void *b) {
   const void *x = *(const void *const *)a, *y = *(const void *const *)b;
@@ -52,7 +55,7 @@ static bool shape_is(const sm_tensor *t, int64_t n_stack, int64_t rows, int64_t 
   return t->ndim == 2 && t->shape[0] == rows && (last < 0 || t->shape[1] == last);
 }
 
-smelt_status sm_load_linear(smelt_model *m, sm_taken_set *ts, const char *prefix, int64_t n_stack, int64_t rows,
+smelt_status sm_load_linear(smelt_model *m, sm_load_ctx *ts, const char *prefix, int64_t n_stack, int64_t rows,
                             int64_t cols, sm_weight *w, bool optional) {
   char name[320];
   snprintf(name, sizeof name, "%s.weight", prefix);
@@ -138,15 +141,15 @@ smelt_status sm_load_linear(smelt_model *m, sm_taken_set *ts, const char *prefix
   return SMELT_OK;
 }
 
-static smelt_status load_linear(smelt_model *m, sm_taken_set *ts, const char *prefix, int64_t rows, int64_t cols,
+static smelt_status load_linear(smelt_model *m, sm_load_ctx *ts, const char *prefix, int64_t rows, int64_t cols,
                                 sm_weight *w, bool optional) {
   return sm_load_linear(m, ts, prefix, 0, rows, cols, w, optional);
 }
 
 /* A 1-D vector (norm weight, bias) as a float32 backend buffer; perm (may be NULL): element i of the
  * result is element perm[i] of the tensor. n_stack > 0: a [n_stack][n] tensor (stacked experts' biases). */
-static smelt_status load_vec2(smelt_model *m, sm_taken_set *ts, const char *name, int64_t n_stack, int64_t n0,
-                              float **out, bool optional, const int64_t *perm) {
+smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n_stack, int64_t n0, float **out,
+                         bool optional, const int64_t *perm) {
   const sm_tensor *t = take(m, ts, name);
   *out = NULL;
   if (!t) return optional ? SMELT_OK : sm_err(SMELT_ERR_FORMAT, "missing tensor %s", name);
@@ -179,13 +182,9 @@ static smelt_status load_vec2(smelt_model *m, sm_taken_set *ts, const char *name
   m->weight_bytes += t->nbytes;
   return SMELT_OK;
 }
-static smelt_status load_vec(smelt_model *m, sm_taken_set *ts, const char *name, int64_t n, float **out, bool optional,
+static smelt_status load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n, float **out, bool optional,
                              const int64_t *perm) {
-  return load_vec2(m, ts, name, 0, n, out, optional, perm);
-}
-smelt_status sm_load_vec(smelt_model *m, sm_taken_set *ts, const char *name, int64_t n_stack, int64_t n, float **out,
-                         bool optional) {
-  return load_vec2(m, ts, name, n_stack, n, out, optional, NULL);
+  return sm_load_vec(m, ts, name, 0, n, out, optional, perm);
 }
 
 /* does the recipe (with config.json's attention_bias) give this slot a bias */
@@ -274,7 +273,7 @@ static void permute_weight(smelt_model *m, sm_weight *w, const int64_t *perm) {
 
 /* A depthwise convolution's weight as [channels][kernel] floats: MLX checkpoints store [C, K, 1] (the
  * PyTorch layout [C, 1, K] and [C, K] have the same element order) */
-static smelt_status load_conv(smelt_model *m, sm_taken_set *ts, const char *name, int64_t C, int64_t K, float **out) {
+static smelt_status load_conv(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t C, int64_t K, float **out) {
   const sm_tensor *t = take(m, ts, name);
   *out = NULL;
   if (!t) return sm_err(SMELT_ERR_FORMAT, "missing tensor %s", name);
@@ -374,7 +373,7 @@ static void split_rec(const smelt_model *m, sm_layer *L) {
                (const int64_t[]){ rc->gdn_v_heads, rc->gdn_v_heads });
 }
 
-static smelt_status read_layer(smelt_model *m, sm_taken_set *ts, int l) {
+static smelt_status read_layer(smelt_model *m, sm_load_ctx *ts, int l) {
   const sm_config *c = &m->cfg;
   const sm_tensor_names *nm = m->fam->names;
   const sm_recipe *r = m->fam->recipe;
@@ -463,7 +462,7 @@ out:
   return st;
 }
 
-static smelt_status read_tensors(smelt_model *m, sm_taken_set *ts) {
+static smelt_status read_tensors(smelt_model *m, sm_load_ctx *ts) {
   const sm_config *c = &m->cfg;
   const sm_tensor_names *nm = m->fam->names;
   const int64_t H = c->hidden_size;
@@ -505,7 +504,7 @@ static bool vision_tensor(const smelt_model *m, const char *name) {
   return false;
 }
 
-static smelt_status check_all_taken(smelt_model *m, sm_taken_set *ts) {
+static smelt_status check_all_taken(smelt_model *m, sm_load_ctx *ts) {
   qsort(ts->p, ts->n, sizeof *ts->p, ptr_cmp);
   size_t n_left = 0, n_vision = 0;
   const char *first = NULL;
@@ -520,10 +519,25 @@ static smelt_status check_all_taken(smelt_model *m, sm_taken_set *ts) {
     return sm_err(SMELT_ERR_UNSUPPORTED,
                   "%s: tensor %s (and %zu more) is not used by the %s recipe: this checkpoint has parts smelt does "
                   "not implement for this family", m->dir, first, n_left - 1, m->fam->model_type);
-  if (m->vlm)
-    snprintf(m->note, sizeof m->note, "%s is a vision-language checkpoint (%s): smelt runs its text model (%s); "
-             "image input is not supported yet (%zu vision tensors not loaded)", m->dir, m->vlm->model_type,
-             m->fam->model_type, n_vision);
+  if (m->vlm && !m->vision && !m->note[0])
+    snprintf(m->note, sizeof m->note, "%s is a vision-language checkpoint (%s) without %s: smelt runs its text model "
+             "(%s)", m->dir, m->vlm->model_type, n_vision ? "a vision tower smelt can load" : "vision tensors",
+             m->fam->model_type);
+  return SMELT_OK;
+}
+
+/* the vision tower of a vision-language checkpoint (src/vision); when it cannot be loaded the text
+ * model still runs, and the note says why images are refused */
+static smelt_status load_vision(smelt_model *m, sm_load_ctx *ts) {
+  if (!m->vlm) return SMELT_OK;
+  bool any = false;
+  for (size_t i = 0; i < sm_st_count(m->st) && !any; i++) any = sm_vision_tensor(sm_st_at(m->st, i)->name);
+  if (!any) return SMELT_OK;
+  smelt_status st = sm_vision_load(m, ts, &m->vision);
+  if (st == SMELT_ERR_OOM || st == SMELT_ERR_BACKEND) return st;
+  if (st)
+    snprintf(m->note, sizeof m->note, "%s (%s): image input is not available: %.150s", m->dir, m->vlm->model_type,
+             sm_errmsg());
   return SMELT_OK;
 }
 
@@ -550,8 +564,9 @@ smelt_status sm_model_load_weights(smelt_model *m) {
   smelt_status st = check_recipe(m);
   if (!st) st = find_packaging(m);
   if (st) return st;
-  sm_taken_set ts = { 0 };
+  sm_load_ctx ts = { 0 };
   st = read_tensors(m, &ts);
+  if (!st) st = load_vision(m, &ts);
   if (!st) st = check_all_taken(m, &ts);
   free(ts.p);
   if (st) return st;
@@ -570,6 +585,8 @@ smelt_status sm_model_load_weights(smelt_model *m) {
 void sm_model_release_weights(smelt_model *m) {
   sm_backend *be = m->be;
   sm_moe_release(m);
+  sm_vision_free(m->vision);
+  m->vision = NULL;
   if (m->layers)
     for (int l = 0; l < m->cfg.num_hidden_layers; l++)
       for (int s = 0; s < SM_T_LAYER_COUNT; s++)

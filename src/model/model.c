@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "tokenizer/tokenizer.h"
+#include "vision/vision.h"
 
 void smelt_model_params_default(smelt_model_params *p) {
   memset(p, 0, sizeof *p);
@@ -85,6 +86,7 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params,
     if (st) { free(tj); goto fail; }
   }
   free(tj);
+  if (m->vision) sm_vision_set_tokenizer(m->vision, m->tok);
   *out = m;
   return SMELT_OK;
 fail:
@@ -120,6 +122,7 @@ void smelt_model_free(smelt_model *m) {
                       &m->agate };
     for (size_t i = 0; i < SM_ARRAY_LEN(scr); i++) if (*scr[i]) be->free(be, *scr[i]);
     for (int i = 0; i < SM_REC_SCRATCH; i++) if (m->rec[i]) be->free(be, m->rec[i]);
+    if (m->rope_pos_dev) be->free(be, m->rope_pos_dev);
     be->destroy(be);
   }
   free(m->owned);

@@ -54,7 +54,11 @@ struct smelt_model {
   size_t moe_expert_bytes;        /* bytes of the routed experts' weights, of which a token reads top_k / n_experts */
   float attn_scale;      /* before the RoPE attention factor */
   float embed_scale;     /* 1: none */
-  const sm_vlm_packaging *vlm; /* vision-language checkpoint: its packaging (text model only), else NULL */
+  const sm_vlm_packaging *vlm; /* vision-language checkpoint: its packaging, else NULL */
+  struct sm_vision *vision;    /* its vision tower when loaded (src/vision), else NULL */
+  int32_t *mrope_axis;   /* M-RoPE (Qwen-VL): backend int32 [rot/2], the position axis of each frequency */
+  int32_t *rope_pos_dev; /* backend copy of a batch's rope_pos */
+  int rope_pos_cap;
   const char *prefix;    /* of every tensor name: "" or the packaging's lm_prefix */
   char note[224];        /* what a user should know about this model ("" if nothing) */
   int max_context;
@@ -91,23 +95,27 @@ size_t sm_model_state_bytes(const smelt_model *m);
 void sm_rec_mixer(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain, int n, float *out);
 void sm_rec_scratch(const sm_config *c, size_t per_token[SM_REC_SCRATCH]);
 
-/* the tensors the loader has taken (pointers into the safetensors index): what is left over fails the load */
-typedef struct {
+/* the tensors the loader has taken (pointers into the safetensors index): what is left over fails the load;
+ * the vision tower's loader (src/vision) reads through it too */
+typedef struct sm_load_ctx {
   const sm_tensor **p;
   size_t n, cap;
-} sm_taken_set;
+} sm_load_ctx;
 /* loader.c: "<prefix>.weight" (+ .scales, and .biases for affine quantization) as a weight of rows x cols, or,
  * n_stack > 0, of n_stack stacked [rows][cols] matrices (an [n_stack][rows][...] tensor: a weight of
  * n_stack * rows rows); the quantization mode comes from config.json, checked against the shapes */
-smelt_status sm_load_linear(smelt_model *m, sm_taken_set *ts, const char *prefix, int64_t n_stack, int64_t rows,
+smelt_status sm_load_linear(smelt_model *m, sm_load_ctx *ts, const char *prefix, int64_t n_stack, int64_t rows,
                             int64_t cols, sm_weight *w, bool optional);
-/* a [n] (n_stack 0) or [n_stack][n] tensor as a float32 backend buffer the model owns */
-smelt_status sm_load_vec(smelt_model *m, sm_taken_set *ts, const char *name, int64_t n_stack, int64_t n, float **out,
-                         bool optional);
+/* a [n] (n_stack 0) or [n_stack][n] tensor as a float32 backend buffer the model owns (element i = perm[i],
+ * perm may be NULL) */
+smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n_stack, int64_t n, float **out,
+                         bool optional, const int64_t *perm);
+/* a tensor by name (NULL if absent), recorded as taken */
+const sm_tensor *sm_load_take(smelt_model *m, sm_load_ctx *ctx, const char *name);
 
 /* moe.c: mixture-of-experts layers and attention sinks (family.h sm_moe_spec, recipe attn_sinks) */
 smelt_status sm_moe_check(smelt_model *m);        /* the family's and config's MoE fields agree */
-smelt_status sm_moe_load_layer(smelt_model *m, sm_taken_set *ts, int l, const char *layer_prefix);
+smelt_status sm_moe_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const char *layer_prefix);
 smelt_status sm_moe_prepare(smelt_model *m);      /* backend prepare_weight of the expert weights */
 void sm_moe_release(smelt_model *m);              /* ... and their release, and the scratch */
 smelt_status sm_moe_reserve(smelt_model *m, int n_tokens); /* the MoE scratch for n tokens (sm_model_reserve) */

@@ -55,7 +55,7 @@ smelt_status sm_moe_check(smelt_model *m) {
   return SMELT_OK;
 }
 
-static smelt_status load_mlp(smelt_model *m, sm_taken_set *ts, const char *pre, int64_t n_stack, int64_t inter,
+static smelt_status load_mlp(smelt_model *m, sm_load_ctx *ts, const char *pre, int64_t n_stack, int64_t inter,
                              sm_weight *g, sm_weight *u, sm_weight *d, float **bias, bool with_bias) {
   const int64_t H = m->cfg.hidden_size;
   const char *nm[3] = { "gate_proj", "up_proj", "down_proj" };
@@ -68,20 +68,20 @@ static smelt_status load_mlp(smelt_model *m, sm_taken_set *ts, const char *pre, 
     if ((st = sm_load_linear(m, ts, n, n_stack, rows, cols, w[i], false))) return st;
     if (with_bias) {
       snprintf(n, sizeof n, "%s.%s.bias", pre, nm[i]);
-      if ((st = sm_load_vec(m, ts, n, n_stack, rows, &bias[i], false))) return st;
+      if ((st = sm_load_vec(m, ts, n, n_stack, rows, &bias[i], false, NULL))) return st;
     }
   }
   return SMELT_OK;
 }
 
-smelt_status sm_moe_load_layer(smelt_model *m, sm_taken_set *ts, int l, const char *p) {
+smelt_status sm_moe_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const char *p) {
   const sm_config *c = &m->cfg;
   sm_layer *L = &m->layers[l];
   char n[320];
   smelt_status st;
   if (m->fam->recipe->attn_sinks) {
     snprintf(n, sizeof n, "%s.self_attn.sinks", p);
-    if ((st = sm_load_vec(m, ts, n, 0, c->num_attention_heads, &L->sinks, false))) return st;
+    if ((st = sm_load_vec(m, ts, n, 0, c->num_attention_heads, &L->sinks, false, NULL))) return st;
   }
   const sm_moe_spec *sp = m->fam->moe;
   if (!sp || !c->moe.moe_layer[l]) return SMELT_OK;
@@ -93,11 +93,11 @@ smelt_status sm_moe_load_layer(smelt_model *m, sm_taken_set *ts, int l, const ch
   if ((st = sm_load_linear(m, ts, n, 0, E, H, &M->router, false))) return st;
   if (sp->router_bias) {
     snprintf(n, sizeof n, "%s.%s.bias", p, sp->router);
-    if ((st = sm_load_vec(m, ts, n, 0, E, &M->router_bias, false))) return st;
+    if ((st = sm_load_vec(m, ts, n, 0, E, &M->router_bias, false, NULL))) return st;
   }
   if (sp->correction) {
     snprintf(n, sizeof n, "%s.%s", p, sp->correction);
-    if ((st = sm_load_vec(m, ts, n, 0, E, &M->correction, false))) return st;
+    if ((st = sm_load_vec(m, ts, n, 0, E, &M->correction, false, NULL))) return st;
   }
   float *eb[3] = { NULL, NULL, NULL };
   snprintf(n, sizeof n, "%s.%s", p, sp->experts);

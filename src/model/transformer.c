@@ -46,8 +46,10 @@ static void norm(const smelt_model *m, float *out, const float *x, const float *
   else m->be->rmsnorm(m->be, out, x, w, n, dim, m->cfg.rms_norm_eps, r->norm_offset);
 }
 
-/* Attention of layer l on ain into out (before the output norm and the residual add) */
-static void attention_block(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain, int n, float *out) {
+/* Attention of layer l on ain into out (before the output norm and the residual add); mrope: the
+ * batch's M-RoPE positions (m->rope_pos_dev) rotate q and k */
+static void attention_block(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain, int n, bool mrope,
+                            float *out) {
   const sm_config *c = &m->cfg;
   sm_backend *be = m->be;
   const sm_recipe *r = m->fam->recipe;
@@ -71,7 +73,10 @@ static void attention_block(smelt_model *m, const sm_kv_cache *kv, int l, const 
   float scale = m->attn_scale;
   if (L->spec.rope >= 0) {
     const sm_rope_tab *t = &m->ropes[L->spec.rope];
-    if (t->ext || m->q_beta > 0) {
+    if (mrope) {
+      be->rope_axes(be, m->q, n, nh, hd, t->rot, t->inv, m->mrope_axis, m->rope_pos_dev);
+      be->rope_axes(be, m->k, n, nkvh, hd, t->rot, t->inv, m->mrope_axis, m->rope_pos_dev);
+    } else if (t->ext || m->q_beta > 0) {
       sm_rope_ext pq, pk;
       sm_rope_ext_params(m, t, true, &pq);
       sm_rope_ext_params(m, t, false, &pk);
@@ -95,6 +100,14 @@ static void attention_block(smelt_model *m, const sm_kv_cache *kv, int l, const 
   if (L->bias[SM_T_O]) be->add_rows(be, out, L->bias[SM_T_O], n, H);
 }
 
+/* deepstack: the image rows of the batch get the vision tower's layer-l features (after layer l) */
+static void add_deepstack(smelt_model *m, const sm_batch *b, int l) {
+  const size_t H = (size_t)m->cfg.hidden_size;
+  for (int i = 0; i < b->n_embd; i++)
+    if (l < b->embd[i].n_deep)
+      m->be->add(m->be, m->x + (size_t)b->embd[i].row * H, b->embd[i].deep[l], (size_t)b->embd[i].n * H);
+}
+
 smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_batch *b, float *logits) {
   const sm_config *c = &m->cfg;
   sm_backend *be = m->be;
@@ -115,8 +128,26 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
         return sm_err(SMELT_ERR_LIMIT, "position %d is past this model's dynamic-NTK RoPE table (%d positions: load "
                       "it with a larger max_context)", b->pos[i], lim);
   }
+  for (int i = 0; i < b->n_embd; i++) {
+    const sm_batch_embd *e = &b->embd[i];
+    if (e->row < 0 || e->n <= 0 || e->row + e->n > b->n_tokens || !e->src || e->n_deep < 0 ||
+        e->n_deep > c->num_hidden_layers || (e->n_deep && !e->deep))
+      return sm_err(SMELT_ERR_INVALID, "batch embedding run %d (rows %d+%d of %d) is invalid", i, e->row, e->n, b->n_tokens);
+  }
   smelt_status st = sm_model_reserve(m, b->n_tokens, b->n_out);
   if (st) return st;
+  /* M-RoPE positions (before set_batch: an upload ends a recorded step) */
+  const bool mrope = b->rope_pos && m->mrope_axis;
+  if (b->rope_pos && !m->mrope_axis) return sm_err(SMELT_ERR_INVALID, "3-axis positions for a model without M-RoPE");
+  if (mrope) {
+    if (b->n_tokens > m->rope_pos_cap) {
+      if (m->rope_pos_dev) be->free(be, m->rope_pos_dev);
+      m->rope_pos_dev = be->alloc(be, sizeof(int32_t) * 3 * (size_t)b->n_tokens);
+      m->rope_pos_cap = m->rope_pos_dev ? b->n_tokens : 0;
+      if (!m->rope_pos_dev) return sm_err(SMELT_ERR_OOM, "out of backend memory for positions");
+    }
+    be->upload(be, m->rope_pos_dev, b->rope_pos, sizeof(int32_t) * 3 * (size_t)b->n_tokens);
+  }
   if ((st = be->set_batch(be, b))) return st;
   const sm_recipe *r = m->fam->recipe;
   const int n = b->n_tokens, H = c->hidden_size, F = c->intermediate_size;
@@ -126,6 +157,8 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
    * test_op_sequence pins it per family. */
   be->embed(be, &m->embed, m->x);
   if (m->embed_scale != 1.0f) be->scale(be, m->x, m->embed_scale, (size_t)n * H);
+  for (int i = 0; i < b->n_embd; i++) /* image rows: their embeddings, unscaled */
+    be->copy(be, m->x + (size_t)b->embd[i].row * H, b->embd[i].src, sizeof(float) * (size_t)b->embd[i].n * H);
   for (int l = 0; l < c->num_hidden_layers; l++) {
     const sm_layer *L = &m->layers[l];
     const float *ain = m->x;
@@ -135,12 +168,15 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
         ain = m->xb;
       }
       if (L->spec.kind == SM_LK_REC) sm_rec_mixer(m, kv, l, ain, n, m->xb2);
-      else attention_block(m, kv, l, ain, n, m->xb2);
+      else attention_block(m, kv, l, ain, n, mrope, m->xb2);
       if (L->vec[SM_T_ATTN_OUT_NORM]) norm(m, m->xb2, m->xb2, L->vec[SM_T_ATTN_OUT_NORM], n, H);
       if (resid != 1.0f) be->scale(be, m->xb2, resid, (size_t)n * H);
       if (!r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);
     }
-    if (!L->spec.ffn) continue;
+    if (!L->spec.ffn) {
+      add_deepstack(m, b, l);
+      continue;
+    }
     /* MLP */
     const float *min = ain;
     if (!r->parallel_residual) {
@@ -168,6 +204,7 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     if (resid != 1.0f) be->scale(be, mout, resid, (size_t)n * H);
     if (r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);
     be->add(be, m->x, mout, (size_t)n * H);
+    add_deepstack(m, b, l);
   }
   if (b->n_out > 0) {
     be->gather_out(be, m->xo, m->x, H);

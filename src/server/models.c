@@ -152,7 +152,12 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
                 .gen_top_k = info.gen_top_k,
                 .created = (long)time(NULL),
                 .model_path = sv->dir,
-                .pooling = p->pooling};
+                .pooling = p->pooling,
+                .vision = sv->model->vision,
+                .vision_note = sv->model->note};
+  sm_image_policy_default(&o->images);
+  o->images.allow_urls = p->allow_image_urls;
+  o->images.files_dir = p->image_files_dir;
   const char *tmpl = sm_tok_chat_template(tok, NULL);
   o->tfmt = p->tool_format ? sm_toolfmt_by_name(p->tool_format) : sm_toolfmt_detect(tmpl);
   if (!o->tfmt) o->tfmt = sm_toolfmt_by_name("generic"); /* --tool-format was checked at start */

@@ -49,6 +49,8 @@ typedef struct {
   const char *tool_format;     /* tool-call format (toolcall.h names); NULL = from the chat template */
   const char *reasoning_format; /* "auto"/"deepseek" (split <think> text, default), "none" (keep it in content) */
   int pooling;                 /* embeddings: 0 last token (default), 1 mean */
+  bool allow_image_urls;       /* fetch http(s) image URLs of requests (default: data: URLs only) */
+  const char *image_files_dir; /* read local image files under this directory (a real path); NULL: none */
 } sm_server_params;
 
 /* Exit codes of sm_server_run */

@@ -5,6 +5,7 @@
 #include "store/store_internal.h"
 #include "format/config.h"
 #include "format/safetensors.h"
+#include "vision/vision.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,11 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   char buf[1024];
   for (size_t i = 0; i < out->n_tensors; i++) {
     const sm_tensor *t = sm_st_at(st, i);
+    const bool vision = sm_vision_tensor(t->name);
+    if (vision) {
+      out->vision_bytes += t->nbytes;
+      out->n_vision_tensors++;
+    }
     uint64_t numel = 1, params = 0;
     for (int d = 0; d < t->ndim; d++) numel *= (uint64_t)t->shape[d];
     const bool expert = ex[0] && strstr(t->name, ex);
@@ -146,6 +152,7 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
     }
     out->n_params += params;
     if (expert) out->expert_params += params;
+    if (vision) out->vision_params += params;
   }
   /* a token runs top_k of the n_experts experts of each MoE layer */
   out->n_active_params = out->n_params;

@@ -96,6 +96,8 @@ typedef struct {
   uint64_t expert_params, expert_bytes;
   uint64_t n_active_params;        /* n_params less the unchosen experts' (= n_params without experts) */
   uint64_t active_bytes;           /* weight bytes a token reads: weights_bytes less the unchosen experts' */
+  size_t n_vision_tensors;         /* of a vision tower and projector (counted in the above too) */
+  uint64_t vision_bytes, vision_params;
   int max_tokens;                  /* tokens the KV cache is sized for */
   int kv_bytes_per_elem;
   int attn_layers;                 /* layers with a KV cache (all but a hybrid model's recurrent / MLP ones) */

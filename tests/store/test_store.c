@@ -362,6 +362,33 @@ static void test_estimate(void) {
   CHECK_EQ_U(sm_store_kv_dtype_bytes("f8"), 0);
   CHECK(sm_store_estimate(dir, 100, 0, false, &e) == SMELT_ERR_INVALID);
 
+  /* a vision tower and projector: counted in the weights and parameters, and on their own
+   * (a 4-bit qkv [96 x 32]: 4 u32 a row, scales/biases [96 x 1]; a dense bf16 projector [64 x 32]) */
+  char *vdir = tmp_path("vfixture");
+  mkdirs(vdir);
+  write_text(vdir, "config.json",
+             "{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"
+             "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":100,"
+             "\"quantization\":{\"group_size\":32,\"bits\":4}}");
+  fx_tensor vt[] = {
+    {"model.norm.weight", "BF16", 1, {64, 0}, 64 * 2},
+    {"vision_tower.blocks.0.attn.qkv.weight", "U32", 2, {96, 4}, 96 * 4 * 4},
+    {"vision_tower.blocks.0.attn.qkv.scales", "BF16", 2, {96, 1}, 96 * 2},
+    {"vision_tower.blocks.0.attn.qkv.biases", "BF16", 2, {96, 1}, 96 * 2},
+    {"multi_modal_projector.linear_1.weight", "BF16", 2, {64, 32}, 64 * 32 * 2},
+  };
+  st = sm_path_join(vdir, "model.safetensors");
+  write_safetensors(st, vt, (int)(sizeof vt / sizeof vt[0]));
+  free(st);
+  CHECK(sm_store_estimate(vdir, 100, 2, false, &e) == SMELT_OK);
+  CHECK_EQ_U(e.n_tensors, 5);
+  CHECK_EQ_U(e.n_vision_tensors, 4);
+  CHECK_EQ_U(e.vision_bytes, 96 * 16 + 96 * 2 * 2 + 64 * 64);
+  CHECK_EQ_U(e.weights_bytes, 128 + 96 * 16 + 96 * 2 * 2 + 64 * 64);
+  CHECK_EQ_U(e.vision_params, 96 * 32 + 64 * 32);
+  CHECK_EQ_U(e.n_params, 64 + 96 * 32 + 64 * 32);
+  free(vdir);
+
   /* bad inputs: clean errors */
   char *bad = tmp_path("badfixture");
   mkdirs(bad);

@@ -37,8 +37,8 @@ typedef struct {
   int nth;
   /* current batch (owned copies) */
   sm_batch b;
-  int32_t *tokens, *pos, *seq, *table, *out_rows, *slots;
-  size_t cap_tok, cap_table, cap_out, cap_slots;
+  int32_t *tokens, *pos, *seq, *table, *out_rows, *slots, *span;
+  size_t cap_tok, cap_table, cap_out, cap_slots, cap_span;
   /* matvec scratch */
   float *xp, *xsum, *xs;
   int8_t *xq;
@@ -132,7 +132,12 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
     c->slots = grow(c->slots, &c->cap_slots, (size_t)b->n_seqs, 4);
     if (b->n_seqs) memcpy(c->slots, b->state_slot, (size_t)b->n_seqs * 4);
   }
+  if (b->attn_span && n) {
+    c->span = grow(c->span, &c->cap_span, 2 * (size_t)n, 4);
+    memcpy(c->span, b->attn_span, 2 * (size_t)n * 4);
+  }
   c->b = *b;
+  c->b.attn_span = b->attn_span && n ? c->span : NULL;
   c->b.tokens = c->tokens;
   c->b.pos = c->pos;
   c->b.seq = c->seq;
@@ -506,6 +511,10 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
       int32_t pos = c->b.pos[t];
       hi[i] = pos;
       lo[i] = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+      if (c->b.attn_span) { /* widened (bidirectional image tokens) */
+        lo[i] = SM_MIN(lo[i], c->b.attn_span[2 * t]);
+        hi[i] = SM_MAX(hi[i], c->b.attn_span[2 * t + 1]);
+      }
       if (lo[i] < plo) plo = lo[i];
       if (hi[i] > phi) phi = hi[i];
       m[i] = -INFINITY;
@@ -780,7 +789,7 @@ static void be_destroy(sm_backend *be) {
   sm_pool_destroy(c->pool);
   for (int i = 0; i < c->nth; i++) free(c->gscratch[i]);
   free(c->gscratch);
-  free(c->tokens); free(c->pos); free(c->seq); free(c->table); free(c->out_rows); free(c->slots);
+  free(c->tokens); free(c->pos); free(c->seq); free(c->table); free(c->out_rows); free(c->slots); free(c->span);
   free(c->xp); free(c->xsum); free(c->xs); free(c->xq);
   free(c);
 }
@@ -850,8 +859,12 @@ sm_backend *sm_cpu_backend_create(int n_threads) {
   b->ssm_scan = be_ssm_scan;
   b->gated_delta = be_gated_delta;
   b->gated_rmsnorm = be_gated_rmsnorm;
+  sm_cpu_encoder_ops(b);
   return b;
 }
+
+sm_pool *sm_cpu_backend_pool(sm_backend *be) { return CB(be)->pool; }
+const sm_cpu_kern *sm_cpu_backend_kern(sm_backend *be) { return CB(be)->k; }
 
 /* Name of the kernel set in use ("avx512", "avx2", "scalar"); for tests and logs. */
 const char *sm_cpu_backend_isa(const sm_backend *be) { return ((const cpu_be *)be)->k->name; }

@@ -101,6 +101,13 @@ const sm_cpu_kern *sm_cpu_kernels_by_name(const char *name);
 /* Whether the CPU has GFNI (the 4-bit int8 matvec unpacks nibbles with it). */
 bool sm_cpu_has_gfni(void);
 
+/* A CPU backend's pool and kernel table (for the ops of cpu_encoder.c). */
+sm_pool *sm_cpu_backend_pool(sm_backend *be);
+const sm_cpu_kern *sm_cpu_backend_kern(sm_backend *be);
+/* cpu_encoder.c: installs the ops that read no batch state (attention_seg, rope_axes, gelu,
+ * gather_rows, copy) into a CPU backend's table */
+void sm_cpu_encoder_ops(sm_backend *b);
+
 /* Name of the kernel set a CPU backend uses ("avx512", "avx2", "scalar"). */
 const char *sm_cpu_backend_isa(const sm_backend *be);
 /* Whether a decode matvec (n < 4 tokens) with w runs on the int8-activation path

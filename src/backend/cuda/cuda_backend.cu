@@ -315,6 +315,13 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
     c->meta_ev_live = true;
   }
   cu_tl_mark(c, 1);
+  /* widened attention (bidirectional image tokens): its own copy, read by the attention op */
+  c->has_span = b->attn_span && n > 0;
+  if (c->has_span &&
+      (!cu_ensure_buf(c, (void **)&c->d_span, &c->span_cap, sizeof(int32_t) * 2 * (size_t)n) ||
+       !cu_ck(c, cudaMemcpyAsync(c->d_span, b->attn_span, sizeof(int32_t) * 2 * (size_t)n, cudaMemcpyHostToDevice, c->s),
+              "attention spans")))
+    return SMELT_ERR_BACKEND;
   return SMELT_OK;
 }
 
@@ -446,7 +453,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   const int G = n_heads / kv->n_kv_heads;
   int Sd = 0; /* > 0: one-token-per-sequence decode kernel with Sd splits */
   bool glong = false;
-  if (c->n_tiles == nt && cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) {
+  if (c->n_tiles == nt && !c->has_span && cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) {
     Sd = cu_attn_dec_splits(&c->t, nt, kv->n_kv_heads, c->n_sm);
     if (cu_attn_dec_smem(&c->t, kv->head_dim, G, Sd, kv->dtype) > c->smem_optin) Sd = 0;
     if (Sd > 1 && c->t.attn_long > 0) { /* long contexts: the global-memory split combine (a new graph) */
@@ -475,6 +482,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   o.at.nh = n_heads; o.at.nkv = kv->n_kv_heads; o.at.hd = kv->head_dim; o.at.bs = kv->block_size;
   o.at.nblocks = kv->n_blocks; o.at.window = window > 0 ? window : 0; o.at.scale = scale;
   o.at.softcap = softcap > 0.f ? softcap : 0.f; o.at.splits = Sd; o.at.glong = glong;
+  o.at.span = c->has_span ? c->d_span : NULL;
   cu_submit(c, &o);
 }
 
@@ -508,12 +516,8 @@ static void be_gather_out(sm_backend *be, float *dst, const float *src, int dim)
   cu_submit(c, &o);
 }
 
-/* ===== recurrent (hybrid) models: the state ops read the batch's per-sequence slots (kernels in cuda_ssm.cu) ===== */
-static void be_copy(sm_backend *be, void *dst, const void *src, size_t n) {
-  cuda_be *c = CB(be);
-  cu_flush(c);
-  if (n && dst != src) cu_ck(c, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->s), "device copy");
-}
+/* ===== recurrent (hybrid) models: the state ops read the batch's per-sequence slots (kernels in cuda_ssm.cu);
+ * their state copies are the copy op of cuda_encoder.cu ===== */
 static void be_mul(sm_backend *be, float *y, const float *a, const float *b, size_t n) { ew(CB(be), OP_MUL, y, a, b, 0, n, 0); }
 static void be_sigmoid_mul(sm_backend *be, float *y, const float *g, size_t n) { ew(CB(be), OP_SIGMUL, y, g, NULL, 0, n, 0); }
 static void be_relu2(sm_backend *be, float *y, size_t n) { ew(CB(be), OP_RELU2, y, NULL, NULL, 0, n, 0); }
@@ -654,6 +658,8 @@ static void be_destroy(sm_backend *be) {
   if (c->xq) cudaFree(c->xq);
   if (c->xq2) cudaFree(c->xq2);
   if (c->ssp) cudaFree(c->ssp);
+  if (c->seg_lohi) cudaFree(c->seg_lohi);
+  if (c->d_span) cudaFree(c->d_span);
   if (c->deq) cudaFree(c->deq);
   if (c->d_meta) cudaFree(c->d_meta);
   if (c->h_meta) cudaFreeHost(c->h_meta);
@@ -758,7 +764,6 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   b->sample_async = be_sample_async;
   b->sample_wait = be_sample_wait;
   cu_moe_install(b); /* mixture-of-experts ops, attention sinks (cuda_moe.cu) */
-  b->copy = be_copy;
   b->mul = be_mul;
   b->sigmoid_mul = be_sigmoid_mul;
   b->relu2 = be_relu2;
@@ -766,6 +771,7 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   b->ssm_scan = be_ssm_scan;
   b->gated_delta = be_gated_delta;
   b->gated_rmsnorm = be_gated_rmsnorm;
+  cu_encoder_ops_init(b); /* ops with explicit shapes, copy among them (cuda_encoder.cu) */
   return b;
 }
 

@@ -32,7 +32,8 @@ const char *cu_op_name(int type) {
                                                "argmax", "metadata", "layernorm", "rope_ext", "moe_route",
                                                "matmul_experts", "moe_combine", "swiglu_clamp", "sigmoid_gate_rows",
                                                "attention_sinks", "mul", "sigmoid_mul", "relu2", "conv1d", "ssm_scan",
-                                               "gated_delta", "gated_rmsnorm" };
+                                               "gated_delta", "gated_rmsnorm", "attention_seg", "rope_axes", "gelu",
+                                               "gather_rows", "copy" };
   return type >= 0 && type < OP_COUNT ? names[type] : "?";
 }
 
@@ -68,6 +69,11 @@ void cu_op_io(const cu_op *o, const void *rd[4], int *nr, const void *wr[2], int
   case OP_SSM: R(o->ss.x); R(o->ss.dt); W(o->ss.y); W(o->ss.st); break;
   case OP_GDN: R(o->gd.q); R(o->gd.a); R(o->gd.b); W(o->gd.y); break;
   case OP_GNORM: R(o->gn.x); R(o->gn.z); R(o->gn.w); W(o->gn.out); break;
+  case OP_ATTSEG: R(o->asg.q); R(o->asg.k); R(o->asg.v); W(o->asg.out); break;
+  case OP_ROPEAX: R(o->rax.x); W(o->rax.x); break;
+  case OP_GELU1: R(o->gl.x); W(o->gl.y); break;
+  case OP_GATHERROWS: R(o->gr.src); W(o->gr.dst); break;
+  case OP_COPY: R(o->cp.src); W(o->cp.dst); break;
   }
 #undef R
 #undef W
@@ -502,7 +508,7 @@ static void x_attention(cuda_be *c, const cu_op *o) {
   }
   cu_attn_tiled t = { o->at.out, c->part, o->at.q, o->at.K, o->at.V, (sm_dtype)o->at.dt, c->d_pos, c->d_seq, c->d_table, c->d_tiles,
                       c->n_tiles, c->n_tokens, c->max_blocks, o->at.bs, o->at.nblocks, o->at.nh, o->at.nkv, o->at.hd,
-                      o->at.scale, o->at.window, o->at.softcap };
+                      o->at.scale, o->at.window, o->at.softcap, o->at.span };
   cu_attn_tiled_run(&c->cx, &t, c->smem_optin);
 }
 
@@ -539,6 +545,7 @@ static void exec_op_(cuda_be *c, const cu_op *o) {
     cu_rope_ext(cx, o->rx.x, c->d_pos, &a, nt, o->rx.nh, o->rx.hd);
     break;
   }
+  case OP_ATTSEG: case OP_ROPEAX: case OP_GELU1: case OP_GATHERROWS: case OP_COPY: cu_exec_encoder_op(c, o); break;
   case OP_MUL: cu_rec_ew(cx, CU_REW_MUL, o->ew.y, o->ew.a, o->ew.b, o->ew.n); break;
   case OP_SIGMUL: cu_rec_ew(cx, CU_REW_SIGMUL, o->ew.y, o->ew.a, NULL, o->ew.n); break;
   case OP_RELU2: cu_rec_ew(cx, CU_REW_RELU2, o->ew.y, NULL, NULL, o->ew.n); break;
