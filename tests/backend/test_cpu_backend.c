@@ -114,7 +114,7 @@ static void check_matmul(sm_backend *be, tw *t, int n, const char *what) {
   for (int64_t i = 0; i < n * M; i++) y[i] = NAN;
   CHECK(be->prepare_weight(be, &t->w) == SMELT_OK, "prepare %s: %s", what, sm_errmsg());
   be->matmul(be, SM_MM_OTHER, &t->w, x, n, y);
-  const bool i8 = n < 4 && sm_cpu_backend_uses_i8(be, &t->w);
+  const bool i8 = sm_cpu_backend_uses_i8(be, &t->w, n);
   const int gs = t->w.bits ? t->w.group_size : (int)K;
   double worst = 0, worst_b = 0;
   for (int i = 0; i < n; i++)
@@ -214,7 +214,7 @@ static void test_matmul(sm_backend *be) {
       free_tw(&t);
     }
   }
-  /* every bit width x group size x scale dtype at int8-path sizes (cols >= 512): odd row
+  /* every bit width x group size x scale dtype at sizes around the int8 threshold (cols 576-2176; >= 1024 takes the int8 path): odd row
    * counts (NR-row tails), odd numbers of 64-element blocks, partial 16-group windows;
    * n = 1, 2 (decode, int8 path where supported) and 7 (gemm) */
   {
