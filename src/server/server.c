@@ -25,6 +25,7 @@ void sm_server_params_default(sm_server_params *p) {
   p->max_conns = 1024;
   p->max_conns_per_ip = 256;
   p->http_threads = 4;
+  p->cpu_poll = 50;
   p->header_timeout = 20;
   p->body_timeout = 60;
   p->timeout = 600;
@@ -150,6 +151,9 @@ int sm_server_run(const sm_server_params *pp) {
   smelt_model_params_default(&mp);
   mp.device = (smelt_device)p.device;
   mp.n_threads = p.threads;
+  mp.cpu_mask = p.cpu_mask;
+  mp.numa = (smelt_numa)p.numa;
+  mp.cpu_poll = p.cpu_poll;
   mp.max_context = p.ctx_size;
   mp.max_seqs = p.parallel;
   mp.no_mmap = p.no_mmap;

@@ -31,14 +31,12 @@ static bool parse_list(const char *s, cpu_set_t *set) {
   return true;
 }
 
-/* "0xF0" / "f0" (hex, CPU 0 = lowest bit) or a list; false on a syntax error or an empty set */
+/* A hex mask as llama.cpp's --cpu-mask ("0xF0" or "f0"; CPU 0 = lowest bit), or a CPU list with
+ * ranges as its --cpu-range ("0-7,16-23"; one CPU: "5-5"); false on a syntax error or an empty set */
 bool sm_cpu_parse_mask(const char *s, cpu_set_t *set) {
   CPU_ZERO(set);
   if (!s || !*s) return false;
-  bool hex = !strncmp(s, "0x", 2) || !strncmp(s, "0X", 2);
-  if (!hex && !strpbrk(s, ",-")) /* digits only: a list of one CPU unless it has hex letters */
-    for (const char *p = s; *p; p++)
-      if (isxdigit((unsigned char)*p) && !isdigit((unsigned char)*p)) hex = true;
+  const bool hex = !strncmp(s, "0x", 2) || !strncmp(s, "0X", 2) || !strpbrk(s, ",-");
   if (!hex) return parse_list(s, set) && CPU_COUNT(set) > 0;
   const char *p = s + (!strncmp(s, "0x", 2) || !strncmp(s, "0X", 2) ? 2 : 0);
   size_t n = strlen(p);
