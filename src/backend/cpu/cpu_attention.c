@@ -23,12 +23,6 @@ static void kv_put(void *dst, sm_dtype dt, const float *x, size_t n) {
   if (dt == SM_DT_F16) for (size_t i = 0; i < n; i++) d[i] = sm_f32_to_f16(x[i]);
   else for (size_t i = 0; i < n; i++) d[i] = sm_f32_to_bf16(x[i]);
 }
-/* n elements of a cache row of dtype dt as floats */
-static void kv_get(float *out, const void *src, sm_dtype dt, size_t n) {
-  const uint16_t *s = src;
-  if (dt == SM_DT_F16) for (size_t i = 0; i < n; i++) out[i] = sm_f16_to_f32(s[i]);
-  else for (size_t i = 0; i < n; i++) out[i] = sm_bf16_to_f32(s[i]);
-}
 
 void sm_cpu_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const float *k, const float *v) {
   cpu_be *c = CB(be);
@@ -64,7 +58,7 @@ static void kv_slots(const cpu_be *c, const sm_kv_cache *kv, int s, int32_t p0, 
  * query heads): its query rows (tokens x heads that share the KV head) are processed together,
  * so each K/V row is loaded once per item instead of once per query head and token. */
 #define ATT_CHUNK 64
-#define ATT_ROWS 16 /* query rows per item */
+#define ATT_ROWS 64 /* query rows per item: K/V chunks are widened and transposed once for all */
 typedef struct {
   cpu_be *c;
   float *out;
@@ -124,6 +118,10 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
       l[i] = 0.f;
     }
     memset(acc, 0, (size_t)R * (size_t)hd * sizeof(float));
+    /* chunks start at multiples of ATT_CHUNK whatever the item's rows: every row sees the same
+     * chunks (those before its window or after its position masked), so its result does not
+     * depend on the tokens it shares an item with (batch invariance) */
+    plo -= plo % ATT_CHUNK;
     int64_t slb[2][ATT_CHUNK], *sl = slb[0], *sln = slb[1];
     if (plo <= phi) kv_slots(c, kv, sq, plo, phi - plo + 1 < ATT_CHUNK ? phi - plo + 1 : ATT_CHUNK, sl);
     for (int32_t p0 = plo; p0 <= phi; p0 += ATT_CHUNK) {
@@ -133,8 +131,8 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
         if (s < 0) continue;
         const char *ks = Kc + ((size_t)s * krow + (size_t)kvh * hd) * es, *vs = Vc + ((size_t)s * krow + (size_t)kvh * hd) * es;
         if (wide) {
-          kv_get(kw + (size_t)nv * hd, ks, kv->dtype, (size_t)hd);
-          kv_get(vw + (size_t)nv * hd, vs, kv->dtype, (size_t)hd);
+          k->widen(kw + (size_t)nv * hd, ks, kv->dtype, (size_t)hd);
+          k->widen(vw + (size_t)nv * hd, vs, kv->dtype, (size_t)hd);
           kr[nv] = kw + (size_t)nv * hd;
           vr[nv] = vw + (size_t)nv * hd;
         } else {
