@@ -64,8 +64,10 @@ AI __m512i mv_bit(__m512i v, int from, int to) { return to >= from ? sll(v, to -
 AI void unpack_sb(const uint8_t *src, __m512i Q[8], const int BITS) {
   const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x03), m1 = _mm512_set1_epi8(0x01);
   if (BITS == 8) {
+    #pragma GCC unroll 8
     for (int v = 0; v < 8; v++) Q[v] = _mm512_load_si512(src + 64 * v);
   } else if (BITS == 4 || BITS == 5 || BITS == 6) {
+    #pragma GCC unroll 8
     for (int v = 0; v < 4; v++) {
       __m512i p = _mm512_load_si512(src + 64 * v);
       Q[v] = _mm512_and_si512(p, m4);
@@ -73,24 +75,30 @@ AI void unpack_sb(const uint8_t *src, __m512i Q[8], const int BITS) {
     }
     if (BITS == 6) {
       const __m512i h = _mm512_set1_epi8(0x30);
+      #pragma GCC unroll 8
       for (int v = 0; v < 2; v++) {
         __m512i p = _mm512_load_si512(src + 256 + 64 * v);
+        #pragma GCC unroll 8
         for (int j = 0; j < 4; j++) /* quad v+2j at bits 2j..2j+1 -> bits 4..5 */
           Q[v + 2 * j] = _mm512_ternarylogic_epi32(Q[v + 2 * j], mv_bit(p, 2 * j, 4), h, 0xF8); /* a | (b & c) */
       }
     } else if (BITS == 5) {
       const __m512i h = _mm512_set1_epi8(0x10);
       __m512i p = _mm512_load_si512(src + 256);
+      #pragma GCC unroll 8
       for (int v = 0; v < 8; v++) Q[v] = _mm512_ternarylogic_epi32(Q[v], mv_bit(p, v, 4), h, 0xF8);
     }
   } else { /* 2, 3 */
+    #pragma GCC unroll 8
     for (int v = 0; v < 2; v++) {
       __m512i p = _mm512_load_si512(src + 64 * v);
+      #pragma GCC unroll 8
       for (int j = 0; j < 4; j++) Q[v + 2 * j] = _mm512_and_si512(srl(p, 2 * j), m2);
     }
     if (BITS == 3) {
       const __m512i h = _mm512_set1_epi8(0x04);
       __m512i p = _mm512_load_si512(src + 128);
+      #pragma GCC unroll 8
       for (int v = 0; v < 8; v++) Q[v] = _mm512_ternarylogic_epi32(Q[v], mv_bit(p, v, 2), h, 0xF8);
     }
   }
