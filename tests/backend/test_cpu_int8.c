@@ -8,7 +8,9 @@
  *    skipped elsewhere) the backend's output equals sm_cpu_i8_ref, the scalar canonical
  *    computation on the original weight, bit for bit, with 1..4 threads;
  *  - batch invariance: each token's output is the same alone, in batches of any size and at any
- *    position of a batch.
+ *    position of a batch;
+ *  - the AMX kernel's tiling, strides and epilogue with the tile instructions emulated in C
+ *    (amx_emu.c), on any AVX-512 CPU: equal to the canonical arithmetic too.
  * (Closeness of the int8 path to the exact product is tested in test_cpu_backend.c.) */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
@@ -122,6 +124,64 @@ static void test_quant(void) {
   }
 }
 
+/* kern_amx.c compiled with emulated tiles (amx_emu.c) */
+void sm_amx_gemm_emu(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb0, int nrb,
+                     int t0, int t1, float *y, int64_t ldy, void *work);
+void sm_amx_release_emu(void);
+
+/* the AMX kernel as cpu_matmul.c drives it (items of up to 4 row blocks x chunks of 16k tokens),
+ * tiles emulated, against sm_cpu_i8_ref */
+static void check_amx_emu(const qw *t, int n, int tchunk) {
+  const sm_weight *w = &t->w;
+  const int64_t M = w->rows, K = w->cols;
+  sm_cpu_packed *p = sm_cpu_pack(w, NULL);
+  const int64_t ng = p->ng;
+  const int n16 = (n + 15) & ~15;
+  float *x = malloc(sizeof(float) * (size_t)n * (size_t)K), *y = malloc(sizeof(float) * (size_t)n * (size_t)M),
+        *r = malloc(sizeof(float) * (size_t)n * (size_t)M);
+  int8_t *xq = sm_aligned_alloc((size_t)n16 * (size_t)K);
+  float *xs = malloc(sizeof(float) * 2 * (size_t)n * (size_t)ng), *xsum = xs + (size_t)n * (size_t)ng;
+  uint8_t *U = sm_aligned_alloc((size_t)4 * 16 * (size_t)K);
+  float *SC = sm_aligned_alloc(sizeof(float) * 8 * (size_t)ng * 16), *BI = SC + 4 * ng * 16;
+  void *work = sm_aligned_alloc(SM_AMX_SCRATCH);
+  fill_x(x, (size_t)n * (size_t)K);
+  for (size_t i = 0; i < (size_t)n * (size_t)M; i++) y[i] = NAN;
+  memset(xq, 0, (size_t)n16 * (size_t)K);
+  sm_i8avx512_quant(x, K, w->group_size, 0, n, xq, xs, xsum);
+  sm_i8_arg a = {.p = p, .xq = xq, .xs = xs, .xsum = xsum, .n = n};
+  for (int64_t rb0 = 0; rb0 < p->nrb; rb0 += 4) {
+    const int nrb = (int)(p->nrb - rb0 < 4 ? p->nrb - rb0 : 4);
+    for (int j = 0; j < nrb; j++)
+      sm_cpu_unpack_rb_ref(p, rb0 + j, U + (size_t)j * 16 * (size_t)K, SC + (size_t)j * (size_t)ng * 16,
+                           BI + (size_t)j * (size_t)ng * 16);
+    for (int t0 = 0; t0 < n; t0 += tchunk)
+      sm_amx_gemm_emu(&a, U, SC, BI, rb0, nrb, t0, t0 + tchunk < n ? t0 + tchunk : n, y, M, work);
+  }
+  sm_amx_release_emu();
+  sm_cpu_i8_ref(w, x, n, r);
+  size_t bad = 0;
+  for (size_t i = 0; i < (size_t)n * (size_t)M; i++) bad += memcmp(&y[i], &r[i], 4) != 0;
+  CHECK(!bad, "AMX (emulated) q%d g%d dt%d %lldx%lld n=%d chunk %d: %zu outputs differ from the canonical arithmetic",
+        w->bits, w->group_size, (int)w->dtype, (long long)M, (long long)K, n, tchunk, bad);
+  free(x); free(y); free(r); free(xq); free(xs); free(U); free(SC); free(work);
+  sm_cpu_packed_free(p);
+}
+
+static void test_amx_emu(void) {
+  static const int bitsv[] = {2, 3, 4, 5, 6, 8}, gsv[] = {32, 64, 128}, nv[] = {1, 5, 16, 17, 40};
+  static const sm_dtype dtv[] = {SM_DT_F16, SM_DT_BF16, SM_DT_F32};
+  int ci = 0, f0 = g_fail;
+  for (int bi = 0; bi < 6; bi++)
+    for (int gi = 0; gi < 3; gi++, ci++) {
+      qw t;
+      make_w(&t, 1 + 13 * (ci % 6), 1024 + (int64_t)gsv[gi] * (ci % 3), bitsv[bi], gsv[gi], dtv[ci % 3], ci % 7 == 2);
+      check_amx_emu(&t, nv[ci % 5], ci % 2 ? 16 : 32);
+      if (ci % 4 == 0) check_amx_emu(&t, 33, 16);
+      free_w(&t);
+    }
+  printf("AMX kernel with emulated tiles: %s\n", g_fail == f0 ? "ok" : "FAILED");
+}
+
 static int g_amx_runs = 0;
 /* backend matmul of n tokens == sm_cpu_i8_ref, bit for bit */
 static void check_exact(sm_backend *be, qw *t, int n, const char *what) {
@@ -219,6 +279,7 @@ int main(void) {
     printf(g_fail ? "%d FAILURES\n" : "all passed\n", g_fail);
     return g_fail != 0;
   }
+  test_amx_emu();
   setenv("SMELT_CPU_ISA", "avx512", 1);
   const bool amx = sm_amx_ok();
   for (int use_amx = 0; use_amx <= (amx ? 1 : 0); use_amx++) {

@@ -9,8 +9,62 @@
  *
  * Linux gives a process the tile data state only after it asks (arch_prctl ARCH_REQ_XCOMP_PERM);
  * sm_amx_ok asks once and says no if the CPU or the kernel can't. Compiled for the AMX target
- * only; used after that check. */
-#if defined(__x86_64__) && defined(__linux__)
+ * only; used after that check.
+ *
+ * With SM_AMX_EMULATE defined (tests/backend/amx_emu.c) the tile instructions are emulated in C
+ * after Intel's definitions (and shape rules, whose violation aborts), and the functions get an _emu
+ * suffix: the test runs this file's tiling, strides and epilogue on any AVX-512 CPU. */
+#if defined(__x86_64__) && defined(__linux__) && defined(SM_AMX_EMULATE)
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#include "backend/cpu/cpu_internal.h"
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+#define sm_amx_gemm sm_amx_gemm_emu
+#define sm_amx_release sm_amx_release_emu
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tilecfg;
+static _Thread_local struct { tilecfg cfg; uint8_t tm[8][16][64]; } emu;
+static void emu_load(int t, const void *p, size_t stride) {
+  if (!emu.cfg.palette || emu.cfg.rows[t] > 16 || emu.cfg.colsb[t] > 64) abort();
+  memset(emu.tm[t], 0, sizeof emu.tm[t]);
+  for (int r = 0; r < emu.cfg.rows[t]; r++) memcpy(emu.tm[t][r], (const uint8_t *)p + (size_t)r * stride, emu.cfg.colsb[t]);
+}
+static void emu_store(int t, void *p, size_t stride) {
+  if (!emu.cfg.palette) abort();
+  for (int r = 0; r < emu.cfg.rows[t]; r++) memcpy((uint8_t *)p + (size_t)r * stride, emu.tm[t][r], emu.cfg.colsb[t]);
+}
+/* TDPBSUD: c[m][n] += sum_k sum_i int8(a[m][4k+i]) * uint8(b[k][4n+i]) */
+static void emu_dpbsud(int c, int a, int b) {
+  const tilecfg *g = &emu.cfg;
+  if (!g->palette || g->rows[a] != g->rows[c] || g->colsb[a] / 4 != g->rows[b] || g->colsb[b] != g->colsb[c] ||
+      g->colsb[a] % 4)
+    abort();
+  for (int m = 0; m < g->rows[c]; m++)
+    for (int n = 0; n < g->colsb[c] / 4; n++) {
+      int32_t acc;
+      memcpy(&acc, &emu.tm[c][m][4 * n], 4);
+      for (int k = 0; k < g->colsb[a] / 4; k++)
+        for (int i = 0; i < 4; i++) acc += (int32_t)(int8_t)emu.tm[a][m][4 * k + i] * (int32_t)emu.tm[b][k][4 * n + i];
+      memcpy(&emu.tm[c][m][4 * n], &acc, 4);
+    }
+}
+#undef _tile_loadconfig
+#undef _tile_release
+#undef _tile_zero
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_dpbsud
+#define _tile_loadconfig(p) memcpy(&emu.cfg, (p), sizeof emu.cfg)
+#define _tile_release() memset(&emu, 0, sizeof emu)
+#define _tile_zero(i) memset(emu.tm[i], 0, sizeof emu.tm[i])
+#define _tile_loadd(t, p, s) emu_load(t, p, (size_t)(s))
+#define _tile_stored(t, p, s) emu_store(t, p, (size_t)(s))
+#define _tile_dpbsud(c, a, b) emu_dpbsud(c, a, b)
+#elif defined(__x86_64__) && defined(__linux__)
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,amx-tile,amx-int8,xsave")
 #include "backend/cpu/cpu_internal.h"
 #include <immintrin.h>
@@ -55,7 +109,9 @@ typedef struct {
   uint16_t colsb[16];
   uint8_t rows[16];
 } tilecfg;
+#endif
 
+#if defined(__x86_64__) && defined(__linux__)
 static _Thread_local int cfg_ks; /* K step of the configuration this thread has loaded (0: none) */
 static void configure(int ks) {
   if (cfg_ks == ks) return;
