@@ -88,8 +88,10 @@ static void test_pack(const qw *t) {
         if (S[g * 16 + r] != ws || B[g * 16 + r] != wb) bad++;
       }
     }
-    if (sm_i8avx512_ok()) {
-      sm_i8avx512_unpack(p, rb, U2, S2, B2);
+    for (int v = 0; v < 2; v++) { /* the vector unpackers */
+      if (!(v ? sm_i8avx2_ok() : sm_i8avx512_ok())) continue;
+      memset(U2, 0xAA, (size_t)16 * (size_t)K);
+      (v ? sm_i8avx2_unpack : sm_i8avx512_unpack)(p, rb, U2, S2, B2);
       if (memcmp(U, U2, (size_t)16 * (size_t)K) || memcmp(S, S2, sizeof(float) * (size_t)ng * 16) ||
           memcmp(B, B2, sizeof(float) * (size_t)ng * 16))
         bad++;
@@ -102,9 +104,10 @@ static void test_pack(const qw *t) {
 }
 
 static void test_quant(void) {
-  if (!sm_i8avx512_ok()) { printf("skip vector quantizer (no AVX-512 VNNI)\n"); return; }
   static const int gsv[] = {32, 64, 128};
+  for (int vi = 0; vi < 2; vi++)
   for (int gi = 0; gi < 3; gi++) {
+    if (!(vi ? sm_i8avx2_ok() : sm_i8avx512_ok())) break;
     const int gs = gsv[gi], K = gs * 9, n = 3;
     float *x = malloc(sizeof(float) * (size_t)(n * K));
     fill_x(x, (size_t)(n * K));
@@ -116,10 +119,10 @@ static void test_quant(void) {
           *u2 = s2 + n * K / gs;
     for (int t = 0; t < n; t++)
       sm_cpu_quant_x_ref(x + t * K, K, gs, q1 + t * K, s1 + t * (K / gs), u1 + t * (K / gs));
-    sm_i8avx512_quant(x, K, gs, 0, n, q2, s2, u2);
-    CHECK(!memcmp(q1, q2, (size_t)(n * K)), "quant g%d: xq differs", gs);
-    CHECK(!memcmp(s1, s2, sizeof(float) * (size_t)(n * K / gs)), "quant g%d: xs differs", gs);
-    CHECK(!memcmp(u1, u2, sizeof(float) * (size_t)(n * K / gs)), "quant g%d: xsum differs", gs);
+    (vi ? sm_i8avx2_quant : sm_i8avx512_quant)(x, K, gs, 0, n, q2, s2, u2);
+    CHECK(!memcmp(q1, q2, (size_t)(n * K)), "quant %s g%d: xq differs", vi ? "avx2" : "avx512", gs);
+    CHECK(!memcmp(s1, s2, sizeof(float) * (size_t)(n * K / gs)), "quant %s g%d: xs differs", vi ? "avx2" : "avx512", gs);
+    CHECK(!memcmp(u1, u2, sizeof(float) * (size_t)(n * K / gs)), "quant %s g%d: xsum differs", vi ? "avx2" : "avx512", gs);
     free(x); free(q1); free(q2); free(s1);
   }
 }
@@ -168,6 +171,7 @@ static void check_amx_emu(const qw *t, int n, int tchunk) {
 }
 
 static void test_amx_emu(void) {
+  if (!sm_i8avx512_ok()) { printf("skip the AMX kernel with emulated tiles (its epilogue needs AVX-512)\n"); return; }
   static const int bitsv[] = {2, 3, 4, 5, 6, 8}, gsv[] = {32, 64, 128}, nv[] = {1, 5, 16, 17, 40};
   static const sm_dtype dtv[] = {SM_DT_F16, SM_DT_BF16, SM_DT_F32};
   int ci = 0, f0 = g_fail;
@@ -274,30 +278,36 @@ int main(void) {
       free_w(&t);
     }
   test_quant();
-  if (!sm_i8avx512_ok()) {
-    printf("skip packed int8 matmuls: this CPU has no AVX-512 VNNI\n");
+  if (!sm_i8avx512_ok() && !sm_i8avx2_ok()) {
+    printf("skip packed int8 matmuls: this CPU has neither AVX-512 VNNI nor AVX2\n");
     printf(g_fail ? "%d FAILURES\n" : "all passed\n", g_fail);
     return g_fail != 0;
   }
   test_amx_emu();
-  setenv("SMELT_CPU_ISA", "avx512", 1);
   const bool amx = sm_amx_ok();
-  for (int use_amx = 0; use_amx <= (amx ? 1 : 0); use_amx++) {
-    setenv("SMELT_CPU_AMX", use_amx ? "1" : "0", 1);
-    setenv("SMELT_CPU_AMX_MIN_N", "2", 1);
-    for (int nth = 1; nth <= 4; nth++) {
-      sm_backend *be = sm_cpu_backend_create(nth);
-      CHECK(be != NULL, "create: %s", sm_errmsg());
-      if (!be) continue;
-      char tag[64];
-      snprintf(tag, sizeof tag, "%s threads=%d", use_amx ? "amx" : "vnni", nth);
-      int f0 = g_fail;
-      g_amx_runs = 0;
-      run_matmuls(be, tag);
-      if (use_amx) CHECK(g_amx_runs > 0, "%s: AMX never used", tag);
-      else CHECK(g_amx_runs == 0, "%s: AMX used with SMELT_CPU_AMX=0", tag);
-      printf("%s: %s\n", tag, g_fail == f0 ? "ok" : "FAILED");
-      be->destroy(be);
+  /* the AVX-512 kernel set (VNNI, AMX) and the AVX2 one (AVX-VNNI where the CPU has it, else AVX2) */
+  static const char *isas[] = {"avx512", "avx2"};
+  for (int ii = 0; ii < 2; ii++) {
+    if (!sm_cpu_kernels_by_name(isas[ii])) { printf("skip %s (not supported by this CPU)\n", isas[ii]); continue; }
+    setenv("SMELT_CPU_ISA", isas[ii], 1);
+    for (int use_amx = 0; use_amx <= (amx && ii == 0 ? 1 : 0); use_amx++) {
+      setenv("SMELT_CPU_AMX", use_amx ? "1" : "0", 1);
+      setenv("SMELT_CPU_AMX_MIN_N", "2", 1);
+      for (int nth = 1; nth <= 4; nth++) {
+        if (ii == 1 && nth == 3) continue;
+        sm_backend *be = sm_cpu_backend_create(nth);
+        CHECK(be != NULL, "create: %s", sm_errmsg());
+        if (!be) continue;
+        char tag[64];
+        snprintf(tag, sizeof tag, "%s%s threads=%d", sm_cpu_backend_i8_name(be), use_amx ? "+amx" : "", nth);
+        int f0 = g_fail;
+        g_amx_runs = 0;
+        run_matmuls(be, tag);
+        if (use_amx) CHECK(g_amx_runs > 0, "%s: AMX never used", tag);
+        else CHECK(g_amx_runs == 0, "%s: AMX used with SMELT_CPU_AMX=0", tag);
+        printf("%s: %s\n", tag, g_fail == f0 ? "ok" : "FAILED");
+        be->destroy(be);
+      }
     }
   }
   if (!amx) printf("skip AMX: this CPU or kernel has no AMX tile support\n");

@@ -27,6 +27,9 @@ static const sm_tune_entry cpu_tune[] = {
    "tokens from which a batched int8 matmul uses AMX tiles instead of VNNI (same results)", {{0, 0}}, NULL},
   {"SMELT_CPU_PREFETCH", offsetof(cpu_tuning, pf), 0, 0, 1 << 20, 0,
    "software prefetch distance (bytes) of the packed one-token matvec; 0: none (same results)", {{0, 0}}, NULL},
+  {"SMELT_CPU_MV_CHUNKS", offsetof(cpu_tuning, mv_chunks), 4, 0, 64, 0,
+   "work chunks per thread in a one-token matmul, taken dynamically; 0: one static share per thread (same results)",
+   {{0, 0}}, NULL},
   {"SMELT_CPU_BATCH_INVARIANT", offsetof(cpu_tuning, invariant), 0, 0, 1, SM_TUNE_USER,
    "1: float-path matmuls (dense or unpacked weights, SMELT_CPU_EXACT) run one token at a time, so that every "
    "token's result is independent of its batch (slower prefill)", {{0, 0}}, NULL},
@@ -412,16 +415,18 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
   int n_threads = o->n_threads;
   cpu_set_t *sets = NULL;
   if (sm_cpu_place_plan(o, &n_threads, &sets)) return NULL;
-  /* the packed int8 kernels exist for AVX-512 VNNI (the avx512 kernel set); AMX is asked for
-   * before the pool's threads start */
-  const bool pack = tune.pack && !tune.exact && k == &sm_cpu_kern_avx512 && sm_i8avx512_ok();
-  const bool amx = pack && tune.amx && sm_amx_ok();
+  /* packed int8 kernels: AVX-512 VNNI (+ AMX), AVX-VNNI or AVX2; AMX is asked for before the
+   * pool's threads start */
+  const sm_i8_kern *ik = tune.pack && !tune.exact ? sm_i8_kernels_for(k) : NULL;
+  const bool pack = ik != NULL;
+  const bool amx = pack && !strcmp(ik->name, "avx512vnni") && tune.amx && sm_amx_ok();
   cpu_be *c = sm_xcalloc(1, sizeof *c);
   c->tune = tune;
   c->k = k;
   c->exact = tune.exact;
   c->gfni = sm_cpu_has_gfni() && !tune.no_gfni;
   c->pack = pack;
+  c->ik = ik;
   c->amx = amx;
   c->numa = o->numa != SMELT_NUMA_NONE;
   c->pool = sm_pool_create(n_threads, sets, o->poll);
@@ -467,6 +472,11 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
   b->sample = be_sample;
   b->measure_bandwidth = be_measure_bandwidth;
   return b;
+}
+
+const char *sm_cpu_backend_i8_name(const sm_backend *be) {
+  const cpu_be *c = (const cpu_be *)be;
+  return c->ik ? c->ik->name : "none";
 }
 
 /* Name of the kernel set in use ("avx512", "avx2", "scalar"); for tests and logs. */

@@ -18,6 +18,7 @@ typedef struct {
   int amx_min_n; /* tokens from which a batched matmul takes the AMX kernel */
   int pf;        /* software prefetch distance of the packed decode matvec (bytes; 0 off) */
   int invariant; /* 1: float-path matmuls of any batch run the one-token kernel per token */
+  int mv_chunks; /* work chunks per thread of the packed decode matvec; 0: one static share each */
 } cpu_tuning;
 
 #define PAR_MIN_ELEMS (1 << 15)
@@ -44,6 +45,7 @@ typedef struct {
   bool exact; /* SMELT_CPU_EXACT=1: no int8 activations */
   bool gfni;  /* the 4-bit int8 matvec uses GFNI */
   bool pack;  /* prepare_weight packs quantized weights for the int8 kernels */
+  const sm_i8_kern *ik; /* the int8 kernels of packed weights (with pack) */
   bool amx;   /* batched int8 matmuls may use AMX */
   bool numa;  /* threads placed over NUMA nodes: static row split (pages first touched by their reader) */
   /* per-thread float gemm scratch */

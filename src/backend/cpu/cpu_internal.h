@@ -147,6 +147,33 @@ void sm_i8avx512_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *S
  * valid rows only) */
 void sm_i8avx512_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0,
                       int t1, float *y, int64_t ldy);
+/* The same four for CPUs without AVX-512 VNNI (kern_i8_avx2.c; with AVX-VNNI kern_i8_avxvnni.c) */
+bool sm_i8avx2_ok(void);
+void sm_i8avx2_quant(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum);
+void sm_i8avx2_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
+void sm_i8avx2_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
+void sm_i8avx2_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
+                    float *y, int64_t ldy);
+bool sm_i8avxvnni_ok(void);
+void sm_i8avxvnni_quant(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum);
+void sm_i8avxvnni_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
+void sm_i8avxvnni_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
+void sm_i8avxvnni_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
+                       float *y, int64_t ldy);
+/* a set of the four, by CPU */
+typedef struct {
+  const char *name; /* "avx512vnni", "avxvnni", "avx2" */
+  void (*quant)(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum);
+  void (*matvec)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
+  void (*unpack)(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
+  void (*gemm)(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
+               float *y, int64_t ldy);
+} sm_i8_kern;
+/* the int8 kernels that go with the float kernel set k on this CPU; NULL: none */
+const sm_i8_kern *sm_i8_kernels_for(const sm_cpu_kern *k);
+/* name of the int8 kernel set a CPU backend uses ("avx512vnni", "avxvnni", "avx2"), "none" */
+const char *sm_cpu_backend_i8_name(const sm_backend *be);
+
 /* AMX: available (CPU flags and the kernel's permission for tile data, asked for once) */
 bool sm_amx_ok(void);
 /* tokens [t0, t1) (t0 % 16 == 0) against nrb <= 4 unpacked row blocks rb0.. (U[j] = U + j*16*cols,

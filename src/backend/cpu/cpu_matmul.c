@@ -95,6 +95,20 @@ static void matmul_unpacked(sm_backend *be, const sm_weight *w, const float *x, 
 }
 
 /* ---------------- packed int8 path ---------------- */
+static const sm_i8_kern i8_avx512 = {"avx512vnni", sm_i8avx512_quant, sm_i8avx512_matvec, sm_i8avx512_unpack,
+                                     sm_i8avx512_gemm};
+static const sm_i8_kern i8_avxvnni = {"avxvnni", sm_i8avxvnni_quant, sm_i8avxvnni_matvec, sm_i8avxvnni_unpack,
+                                      sm_i8avxvnni_gemm};
+static const sm_i8_kern i8_avx2 = {"avx2", sm_i8avx2_quant, sm_i8avx2_matvec, sm_i8avx2_unpack, sm_i8avx2_gemm};
+const sm_i8_kern *sm_i8_kernels_for(const sm_cpu_kern *k) {
+  if (k == &sm_cpu_kern_avx512 && sm_i8avx512_ok()) return &i8_avx512;
+  if (k == &sm_cpu_kern_avx512 || k == &sm_cpu_kern_avx2) {
+    if (sm_i8avxvnni_ok()) return &i8_avxvnni;
+    if (sm_i8avx2_ok()) return &i8_avx2;
+  }
+  return NULL;
+}
+
 static void *grow_aligned(void *p, size_t *cap, size_t need) {
   if (need <= *cap) return p;
   free(p);
@@ -112,10 +126,11 @@ typedef struct {
 } quant_ctx;
 static void quant_range(void *v, size_t t0, size_t t1) {
   quant_ctx *q = v;
-  sm_i8avx512_quant(q->x, q->K, q->gs, (int)t0, (int)t1, q->c->pxq, q->c->pxs, q->c->pxsum);
+  q->c->ik->quant(q->x, q->K, q->gs, (int)t0, (int)t1, q->c->pxq, q->c->pxs, q->c->pxsum);
 }
 
 typedef struct {
+  const sm_i8_kern *ik;
   sm_i8_arg a;
   float *y;
   int64_t chunk;
@@ -126,13 +141,13 @@ static void pmv_job(void *v, int tid, int nth) {
   pmv_ctx *m = v;
   const int64_t nrb = m->a.p->nrb;
   if (m->stat) {
-    sm_i8avx512_matvec(&m->a, nrb * tid / nth, nrb * (tid + 1) / nth, m->y);
+    m->ik->matvec(&m->a, nrb * tid / nth, nrb * (tid + 1) / nth, m->y);
     return;
   }
   for (;;) {
     int64_t rb0 = atomic_fetch_add_explicit(&m->next, m->chunk, memory_order_relaxed);
     if (rb0 >= nrb) break;
-    sm_i8avx512_matvec(&m->a, rb0, rb0 + m->chunk < nrb ? rb0 + m->chunk : nrb, m->y);
+    m->ik->matvec(&m->a, rb0, rb0 + m->chunk < nrb ? rb0 + m->chunk : nrb, m->y);
   }
 }
 
@@ -163,13 +178,13 @@ static void pgemm_job(void *v, int tid, int nth) {
     const int nrb = (int)(p->nrb - rb0 < RBG ? p->nrb - rb0 : RBG);
     const int t0 = tc * g->tchunk, t1 = t0 + g->tchunk < g->a.n ? t0 + g->tchunk : g->a.n;
     for (int j = 0; j < nrb; j++)
-      sm_i8avx512_unpack(p, rb0 + j, U + (size_t)j * 16 * (size_t)K, SC + (size_t)j * (size_t)ng * 16,
+      g->c->ik->unpack(p, rb0 + j, U + (size_t)j * 16 * (size_t)K, SC + (size_t)j * (size_t)ng * 16,
                          BI + (size_t)j * (size_t)ng * 16);
     if (g->amx) {
       sm_amx_gemm(&g->a, U, SC, BI, rb0, nrb, t0, t1, g->y, M, g->c->amxw[tid]);
     } else {
       for (int j = 0; j < nrb; j++)
-        sm_i8avx512_gemm(&g->a, U + (size_t)j * 16 * (size_t)K, SC + (size_t)j * (size_t)ng * 16,
+        g->c->ik->gemm(&g->a, U + (size_t)j * 16 * (size_t)K, SC + (size_t)j * (size_t)ng * 16,
                          BI + (size_t)j * (size_t)ng * 16, rb0 + j, t0, t1, g->y, M);
     }
   }
@@ -187,8 +202,8 @@ static void matmul_packed(cpu_be *c, const sm_cpu_packed *p, const float *x, int
   sm_cpu_pfor(c, (size_t)n, (size_t)K * 4, quant_range, &q);
   sm_i8_arg a = {.p = p, .xq = c->pxq, .xs = c->pxs, .xsum = c->pxsum, .n = n, .pf = c->tune.pf};
   if (n == 1) {
-    pmv_ctx m = {.a = a, .y = y, .stat = c->numa};
-    const int64_t per = p->nrb / ((int64_t)c->nth * 4);
+    pmv_ctx m = {.ik = c->ik, .a = a, .y = y, .stat = c->numa || c->tune.mv_chunks == 0};
+    const int64_t per = p->nrb / ((int64_t)c->nth * (c->tune.mv_chunks ? c->tune.mv_chunks : 1));
     m.chunk = per > 0 ? per : 1;
     atomic_init(&m.next, 0);
     if (c->nth == 1 || p->rows * K < PAR_MIN_ELEMS) pmv_job(&m, 0, 1);
