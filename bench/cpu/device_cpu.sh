@@ -6,6 +6,8 @@
 # usage (repo root): bash bench/cpu/device_cpu.sh LLAMA_CPP_SRC
 #   LLAMA_CPP_SRC  a llama.cpp source checkout; without one (or with "-") smelt runs alone
 # environment: THREADS ("16 8"), SHAPES ("1b"; "1b 8b" adds the 8B shape: +3-4 min), REPS (3),
+#   VARIANTS (tuning entries tried on decode at the first thread count, "|"-separated; default
+#   "SMELT_CPU_MV_CHUNKS=0|SMELT_CPU_PREFETCH=4096"; "-" for none),
 #   OUT (/tmp/out: logs and results.md), PURE (1: every llama.cpp tensor Q4_0, as smelt's 4 bits
 #   everywhere; 0: llama-quantize's default mix, Q6_K for the output/tied embedding)
 # Needs cmake, a C/C++ compiler, python3 with numpy, and smelt's Debian build dependencies (on the
@@ -87,10 +89,18 @@ print('%.1f %.1f' % (pp[0], tg[0]))" 2>/dev/null || echo "- -")
     fi
     echo "$sh $t $sp $lp" >>$OUT/results.tsv
   done
-  # prefill without AMX (VNNI), at the first thread count: what the tiles add
+  # at the first thread count: prefill without AMX (VNNI), the code before packed weights
+  # (SMELT_CPU_PACK=0: float prefill, unpacked int8 decode), decode with other tuning values
   t=${THREADS%% *}
-  SMELT_CPU_AMX=0 timeout 300 $B/smelt bench --synthetic $sh --bits 4 --device cpu -t $t -p 512 -n 4 -r 2 --dir /tmp 2>&1 |
-    grep -E "prefill" | sed "s/^/[$sh t=$t SMELT_CPU_AMX=0] /" | tee -a $OUT/amx-ab.txt
+  vb() { # env-setting label bench-args...
+    local v=$1; shift
+    env $v timeout 300 $B/smelt bench --synthetic $sh --bits 4 --device cpu -t $t --dir /tmp "$@" 2>&1 |
+      grep -E "^prefill|^decode" | sed "s/^/[$sh t=$t $v] /" | tee -a $OUT/variants.txt
+  }
+  vb SMELT_CPU_AMX=0 -p 512 -n 4 -r 2
+  vb SMELT_CPU_PACK=0 -p 512 -n 64 -r 2
+  IFS='|' read -ra vs <<< "${VARIANTS:-SMELT_CPU_MV_CHUNKS=0|SMELT_CPU_PREFETCH=4096}"
+  for v in "${vs[@]}"; do [ "$v" != "-" ] && vb "$v" -p 64 -n 64 -r 2; done
 done
 
 # ---- the table ----

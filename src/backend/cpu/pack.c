@@ -6,6 +6,20 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+/* The packed copy: 2 MiB-aligned and marked for transparent huge pages when it is that large
+ * (fewer TLB misses while the decode streams it; a no-op where THP is off). */
+static void *alloc_packed(size_t n) {
+  const size_t huge = (size_t)2 << 20;
+  if (n < huge) return sm_aligned_alloc(n);
+  void *p = NULL;
+  if (posix_memalign(&p, huge, (n + huge - 1) / huge * huge)) return NULL;
+#ifdef MADV_HUGEPAGE
+  madvise(p, (n + huge - 1) / huge * huge, MADV_HUGEPAGE);
+#endif
+  return p;
+}
 
 static void put_scale(uint8_t *dst, int i, const void *src, size_t si, int es, bool present) {
   if (es == 4) {
@@ -121,7 +135,7 @@ sm_cpu_packed *sm_cpu_pack(const sm_weight *w, sm_pool *pool) {
   p->ng = w->cols / w->group_size;
   p->gbytes = (size_t)32 * (size_t)p->es + (size_t)2 * (size_t)p->gs * (size_t)p->bits;
   p->rbbytes = (size_t)p->ng * p->gbytes;
-  p->data = sm_aligned_alloc((size_t)p->nrb * p->rbbytes);
+  p->data = alloc_packed((size_t)p->nrb * p->rbbytes);
   if (!p->data) { free(p); return NULL; }
   pack_ctx c = {.w = w, .p = p};
   if (pool) sm_pool_run(pool, pack_job, &c);
