@@ -573,7 +573,7 @@ static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, cons
     /* every token alone (a decode step at its position): the same bits as in the batch */
     int differ = 0;
     float *one = malloc(sizeof(float) * NH * HD);
-    for (int t = 0; t < NT; t++) {
+    for (int t = 0; t < NT; t += t < 2 || t > NT - 3 ? 1 : 3) { /* every third token, and the ends */
       sm_batch b1 = mk_batch(1, tok + t, pos + t, seq + t, 2, MAXB, table, 0, NULL);
       be->set_batch(be, &b1);
       be->attention(be, one, q + (size_t)t * NH * HD, &kv, layer, NH, scale, cfg[c].window, cfg[c].softcap);
