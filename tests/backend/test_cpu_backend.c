@@ -602,7 +602,9 @@ static void test_attention(sm_backend *be) {
  * results; the thread count is the one asked for. */
 static void test_tuning(void) {
   static const struct { const char *var, *val; } bad[] = {
-    {"SMELT_CPU_ISA", "sse9"}, {"SMELT_CPU_ISA", "7"}, {"SMELT_CPU_EXACT", "yes"}, {"SMELT_CPU_NO_GFNI", "2"}};
+    {"SMELT_CPU_ISA", "sse9"}, {"SMELT_CPU_ISA", "7"}, {"SMELT_CPU_EXACT", "yes"}, {"SMELT_CPU_NO_GFNI", "2"},
+    {"SMELT_CPU_PACK", "-1"}, {"SMELT_CPU_AMX", "on"}, {"SMELT_CPU_AMX_MIN_N", "1"}, {"SMELT_CPU_MV_CHUNKS", "65"},
+    {"SMELT_CPU_PREFETCH", "x"}, {"SMELT_CPU_BATCH_INVARIANT", "2"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     setenv(bad[i].var, bad[i].val, 1);
     sm_backend *be = sm_cpu_backend_create(1);

@@ -310,6 +310,28 @@ int main(void) {
       }
     }
   }
+  /* tuning values documented as "same results" */
+  static const char *const tv[][2] = {{"SMELT_CPU_MV_CHUNKS", "0"}, {"SMELT_CPU_MV_CHUNKS", "64"},
+                                       {"SMELT_CPU_PREFETCH", "4096"}};
+  unsetenv("SMELT_CPU_ISA");
+  for (int i = 0; i < 3; i++) {
+    setenv(tv[i][0], tv[i][1], 1);
+    sm_backend *be = sm_cpu_backend_create(3);
+    CHECK(be != NULL, "create with %s=%s", tv[i][0], tv[i][1]);
+    if (be) {
+      char what[96];
+      snprintf(what, sizeof what, "%s=%s", tv[i][0], tv[i][1]);
+      qw t;
+      make_w(&t, 333, 2048, 4 + 2 * (i % 2), 64, SM_DT_F16, false);
+      be->prepare_weight(be, &t.w);
+      check_exact(be, &t, 1, what);
+      check_exact(be, &t, 19, what);
+      be->release_weight(be, &t.w);
+      free_w(&t);
+      be->destroy(be);
+    }
+    unsetenv(tv[i][0]);
+  }
   if (!amx) printf("skip AMX: this CPU or kernel has no AMX tile support\n");
   unsetenv("SMELT_CPU_AMX");
   unsetenv("SMELT_CPU_AMX_MIN_N");
