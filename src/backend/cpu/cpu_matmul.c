@@ -168,18 +168,21 @@ static void pgemm_job(void *v, int tid, int nth) {
   uint8_t *U = g->c->pu[tid];
   float *SC = g->c->psc[tid], *BI = SC + (size_t)RBG * (size_t)ng * 16;
   const int64_t items = g->n_rbg * g->n_tc;
+  int64_t have = -1; /* the row-block group in U */
   for (;;) {
     const int64_t it = atomic_fetch_add_explicit(&g->next, 1, memory_order_relaxed);
     if (it >= items) break;
-    /* consecutive items share the row blocks (unpacked once per run of token chunks) */
+    /* items of one row-block group are consecutive: a thread that takes the next one keeps U */
     const int64_t rbg = it / g->n_tc;
     const int tc = (int)(it % g->n_tc);
     const int64_t rb0 = rbg * RBG;
     const int nrb = (int)(p->nrb - rb0 < RBG ? p->nrb - rb0 : RBG);
     const int t0 = tc * g->tchunk, t1 = t0 + g->tchunk < g->a.n ? t0 + g->tchunk : g->a.n;
-    for (int j = 0; j < nrb; j++)
-      g->c->ik->unpack(p, rb0 + j, U + (size_t)j * 16 * (size_t)K, SC + (size_t)j * (size_t)ng * 16,
+    if (rbg != have)
+      for (int j = 0; j < nrb; j++)
+        g->c->ik->unpack(p, rb0 + j, U + (size_t)j * 16 * (size_t)K, SC + (size_t)j * (size_t)ng * 16,
                          BI + (size_t)j * (size_t)ng * 16);
+    have = rbg;
     if (g->amx) {
       sm_amx_gemm(&g->a, U, SC, BI, rb0, nrb, t0, t1, g->y, M, g->c->amxw[tid]);
     } else {
