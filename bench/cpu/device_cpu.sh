@@ -7,7 +7,7 @@
 #   LLAMA_CPP_SRC  a llama.cpp source checkout; without one (or with "-") smelt runs alone
 # environment: THREADS ("16 8"), SHAPES ("1b"; "1b 8b" adds the 8B shape: +3-4 min), REPS (3),
 #   VARIANTS (tuning entries tried on decode at the first thread count, "|"-separated; default
-#   "SMELT_CPU_MV_CHUNKS=0|SMELT_CPU_PREFETCH=4096"; "-" for none),
+#   "SMELT_CPU_MV_CHUNKS=0|SMELT_CPU_PREFETCH=4096|SMELT_CPU_HUGEPAGES=1"; "-" for none),
 #   OUT (/tmp/out: logs and results.md), PURE (1: every llama.cpp tensor Q4_0, as smelt's 4 bits
 #   everywhere; 0: llama-quantize's default mix, Q6_K for the output/tied embedding)
 # Needs cmake, a C/C++ compiler, python3 with numpy, and smelt's Debian build dependencies (on the
@@ -99,7 +99,7 @@ print('%.1f %.1f' % (pp[0], tg[0]))" 2>/dev/null || echo "- -")
   }
   vb SMELT_CPU_AMX=0 -p 512 -n 4 -r 2
   vb SMELT_CPU_PACK=0 -p 512 -n 64 -r 2
-  IFS='|' read -ra vs <<< "${VARIANTS:-SMELT_CPU_MV_CHUNKS=0|SMELT_CPU_PREFETCH=4096}"
+  IFS='|' read -ra vs <<< "${VARIANTS:-SMELT_CPU_MV_CHUNKS=0|SMELT_CPU_PREFETCH=4096|SMELT_CPU_HUGEPAGES=1}"
   for v in "${vs[@]}"; do [ "$v" != "-" ] && vb "$v" -p 64 -n 64 -r 2; done
 done
 

@@ -2,14 +2,13 @@
  * decode roofline. Every thread of the backend's own pool (so the same threads, count and
  * placement as the kernels) first touches, then reads, its contiguous slice of one buffer well
  * past the caches (4x the last-level caches of the machine, at least 1 GiB, at most half the
- * available memory; on huge pages where the system gives them, as the packed weights), with the widest loads of the backend's kernel set, without and with software
+ * available memory; on huge pages when the packed weights are), with the widest loads of the backend's kernel set, without and with software
  * prefetch; the best of a few passes counts. Hand-written because it has to run on the backend's pool: a benchmark library
  * (STREAM and the like) would bring its own threads and placement. */
 #include "backend/cpu/cpu_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -161,7 +160,7 @@ static void bw_job(void *v, int tid, int nth) {
   else c->sink[tid] = c->sum(p, c->slice, c->pf);
 }
 
-double sm_cpu_read_bandwidth(sm_pool *pool, const sm_cpu_kern *k) {
+double sm_cpu_read_bandwidth(sm_pool *pool, const sm_cpu_kern *k, bool huge_pages) {
   const int nth = sm_pool_size(pool);
   size_t bytes = 4 * llc_bytes();
   if (bytes < ((size_t)1 << 30)) bytes = (size_t)1 << 30;
@@ -175,14 +174,8 @@ double sm_cpu_read_bandwidth(sm_pool *pool, const sm_cpu_kern *k) {
 #endif
   c.slice = bytes / (size_t)nth / 4096 * 4096;
   /* + PF_DIST: the last thread's prefetches stay inside the buffer */
-  /* 2 MiB-aligned with transparent huge pages, as the packed weights (pack.c) */
-  const size_t huge = (size_t)2 << 20, total = (c.slice * (size_t)nth + PF_DIST + huge - 1) / huge * huge;
-  void *buf = NULL;
-  if (posix_memalign(&buf, huge, total)) return 0;
-#ifdef MADV_HUGEPAGE
-  madvise(buf, total, MADV_HUGEPAGE);
-#endif
-  c.buf = buf;
+  /* on huge pages when the packed weights are (pack.c) */
+  c.buf = sm_cpu_alloc_huge(c.slice * (size_t)nth + PF_DIST, huge_pages);
   if (!c.buf) return 0;
   c.touch = true;
   sm_pool_run(pool, bw_job, &c);

@@ -30,6 +30,9 @@ static const sm_tune_entry cpu_tune[] = {
   {"SMELT_CPU_MV_CHUNKS", offsetof(cpu_tuning, mv_chunks), 4, 0, 64, 0,
    "work chunks per thread in a one-token matmul, taken dynamically; 0: one static share per thread (same results)",
    {{0, 0}}, NULL},
+  {"SMELT_CPU_HUGEPAGES", offsetof(cpu_tuning, huge), 0, 0, 1, 0,
+   "1: packed weights (and the bandwidth probe's buffer) on transparent huge pages (same results; loading may "
+   "take longer where the kernel compacts memory for them)", {{0, 0}}, NULL},
   {"SMELT_CPU_BATCH_INVARIANT", offsetof(cpu_tuning, invariant), 0, 0, 1, SM_TUNE_USER,
    "1: float-path matmuls (dense or unpacked weights, SMELT_CPU_EXACT) run one token at a time, so that every "
    "token's result is independent of its batch (slower prefill)", {{0, 0}}, NULL},
@@ -62,7 +65,7 @@ static smelt_status be_prepare_weight(sm_backend *be, sm_weight *w) {
     return sm_err(SMELT_ERR_UNSUPPORTED, "cpu: unsupported weight (rows %lld cols %lld bits %d group %d dtype %d)",
                   (long long)w->rows, (long long)w->cols, w->bits, w->group_size, (int)w->dtype);
   if (c->pack && !w->dev && w->bits && w->cols >= I8_MIN_COLS && sm_cpu_packable(w)) {
-    sm_cpu_packed *p = sm_cpu_pack(w, c->pool);
+    sm_cpu_packed *p = sm_cpu_pack(w, c->pool, c->tune.huge);
     if (!p)
       return sm_err(SMELT_ERR_OOM, "cpu: no memory for the packed copy of a %lldx%lld weight", (long long)w->rows,
                     (long long)w->cols);
@@ -377,7 +380,7 @@ static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, i
 /* ---------------- roofline ---------------- */
 static double be_measure_bandwidth(sm_backend *be) {
   cpu_be *c = CB(be);
-  if (c->bandwidth <= 0) c->bandwidth = sm_cpu_read_bandwidth(c->pool, c->k);
+  if (c->bandwidth <= 0) c->bandwidth = sm_cpu_read_bandwidth(c->pool, c->k, c->tune.huge);
   return c->bandwidth;
 }
 

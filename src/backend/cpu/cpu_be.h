@@ -19,6 +19,7 @@ typedef struct {
   int pf;        /* software prefetch distance of the packed decode matvec (bytes; 0 off) */
   int invariant; /* 1: float-path matmuls of any batch run the one-token kernel per token */
   int mv_chunks; /* work chunks per thread of the packed decode matvec; 0: one static share each */
+  int huge;      /* 1: packed weights and the probe buffer on transparent huge pages */
 } cpu_tuning;
 
 #define PAR_MIN_ELEMS (1 << 15)

@@ -111,9 +111,12 @@ typedef struct {
   uint8_t *data;
 } sm_cpu_packed;
 bool sm_cpu_packable(const sm_weight *w);
-/* The packed copy of w (packing spread over pool's threads; pool may be NULL); NULL if w is not
- * packable or memory runs out. */
-sm_cpu_packed *sm_cpu_pack(const sm_weight *w, sm_pool *pool);
+/* The packed copy of w (packing spread over pool's threads; pool may be NULL; huge_pages: on
+ * transparent huge pages); NULL if w is not packable or memory runs out. */
+sm_cpu_packed *sm_cpu_pack(const sm_weight *w, sm_pool *pool, bool huge_pages);
+/* n bytes, 64-aligned; with huge_pages and n >= 2 MiB, 2 MiB-aligned and madvise(MADV_HUGEPAGE)'d
+ * (free() releases it) */
+void *sm_cpu_alloc_huge(size_t n, bool huge_pages);
 void sm_cpu_packed_free(sm_cpu_packed *p);
 /* the 8 quads of one super block at src */
 void sm_cpu_unpack_sb_ref(const uint8_t *src, int bits, uint8_t q[8][64]);
@@ -185,7 +188,7 @@ void sm_amx_release(void); /* end of a job on this thread: tile state back to in
 
 /* Read bandwidth (bytes/s) with every thread of pool, on a buffer well past the caches, loads
  * as wide as k's (bandwidth.c); 0 if the buffer cannot be allocated. Takes about a second. */
-double sm_cpu_read_bandwidth(sm_pool *pool, const sm_cpu_kern *k);
+double sm_cpu_read_bandwidth(sm_pool *pool, const sm_cpu_kern *k, bool huge_pages);
 
 /* AVX-512 VNNI int8 kernels (kern_avx512vnni.c); i8 functions of the avx512 table. */
 bool sm_avx512vnni_i8_ok(const sm_weight *w);

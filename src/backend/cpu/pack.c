@@ -8,11 +8,12 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* The packed copy: 2 MiB-aligned and marked for transparent huge pages when it is that large
- * (fewer TLB misses while the decode streams it; a no-op where THP is off). */
-static void *alloc_packed(size_t n) {
+/* The packed copy; with huge, 2 MiB-aligned and marked for transparent huge pages when it is that
+ * large (fewer TLB misses while decode streams it; a no-op where THP is off; where the kernel
+ * compacts memory for it, a slower load). */
+void *sm_cpu_alloc_huge(size_t n, bool huge_pages) {
   const size_t huge = (size_t)2 << 20;
-  if (n < huge) return sm_aligned_alloc(n);
+  if (n < huge || !huge_pages) return sm_aligned_alloc(n);
   void *p = NULL;
   if (posix_memalign(&p, huge, (n + huge - 1) / huge * huge)) return NULL;
 #ifdef MADV_HUGEPAGE
@@ -31,33 +32,51 @@ static void put_scale(uint8_t *dst, int i, const void *src, size_t si, int es, b
   }
 }
 
-/* one super block (16 rows x 32 codes) of codes c[r][j] into its bit planes at dst */
+/* one super block (16 rows x 32 codes) of codes c[r][j] into its bit planes at dst: every byte
+ * written once (byte 4r+i of a plane vector gathers column i of its quads) */
 static void pack_sb(const uint8_t c[16][32], int bits, uint8_t *dst) {
-  memset(dst, 0, (size_t)64 * (size_t)bits);
-  uint8_t *p4 = dst, *p2 = dst + (bits == 6 ? 256 : 0), *p1 = dst + (bits == 5 ? 256 : 128);
+  uint8_t *p2 = dst + (bits == 6 ? 256 : 0), *p1 = dst + (bits == 5 ? 256 : 128);
   for (int r = 0; r < 16; r++)
-    for (int j = 0; j < 32; j++) {
-      const int v = j / 4, i = j % 4, o = r * 4 + i;
-      const unsigned q = c[r][j];
-      switch (bits) {
-      case 8: dst[v * 64 + o] = (uint8_t)q; break;
-      case 4: p4[(v % 4) * 64 + o] |= (uint8_t)((q & 15) << (4 * (v / 4))); break;
-      case 2: p2[(v % 2) * 64 + o] |= (uint8_t)((q & 3) << (2 * (v / 2))); break;
-      case 6:
-        p4[(v % 4) * 64 + o] |= (uint8_t)((q & 15) << (4 * (v / 4)));
-        p2[(v % 2) * 64 + o] |= (uint8_t)(((q >> 4) & 3) << (2 * (v / 2)));
-        break;
-      case 5:
-        p4[(v % 4) * 64 + o] |= (uint8_t)((q & 15) << (4 * (v / 4)));
-        p1[o] |= (uint8_t)(((q >> 4) & 1) << v);
-        break;
-      case 3:
-        p2[(v % 2) * 64 + o] |= (uint8_t)((q & 3) << (2 * (v / 2)));
-        p1[o] |= (uint8_t)(((q >> 2) & 1) << v);
-        break;
-      default: break;
+    for (int i = 0; i < 4; i++) {
+      const int o = r * 4 + i;
+      const uint8_t *q = &c[r][i]; /* q[4v] = code of quad v, column i */
+      if (bits == 8) {
+        for (int v = 0; v < 8; v++) dst[v * 64 + o] = q[4 * v];
+        continue;
+      }
+      if (bits == 4 || bits == 5 || bits == 6)
+        for (int v = 0; v < 4; v++) dst[v * 64 + o] = (uint8_t)((q[4 * v] & 15) | (q[4 * (v + 4)] & 15) << 4);
+      if (bits == 2 || bits == 3 || bits == 6) {
+        const int sh = bits == 6 ? 4 : 0; /* the 2-plane holds bits sh, sh+1 */
+        for (int v = 0; v < 2; v++)
+          p2[v * 64 + o] = (uint8_t)((q[4 * v] >> sh & 3) | (q[4 * (v + 2)] >> sh & 3) << 2 |
+                                     (q[4 * (v + 4)] >> sh & 3) << 4 | (q[4 * (v + 6)] >> sh & 3) << 6);
+      }
+      if (bits == 3 || bits == 5) {
+        const int sh = bits == 5 ? 4 : 2; /* the 1-plane holds bit sh */
+        unsigned m = 0;
+        for (int v = 0; v < 8; v++) m |= (unsigned)(q[4 * v] >> sh & 1) << v;
+        p1[o] = (uint8_t)m;
       }
     }
+}
+
+/* the 32 codes (bits each) of the little-endian bit stream starting at the byte src */
+static void codes32(const uint8_t *src, int bits, uint8_t *c) {
+  if (bits == 8) { memcpy(c, src, 32); return; }
+  if (bits == 4) {
+    for (int j = 0; j < 16; j++) { c[2 * j] = src[j] & 15; c[2 * j + 1] = src[j] >> 4; }
+    return;
+  }
+  const unsigned mask = (1u << bits) - 1;
+  uint64_t buf = 0;
+  int nb = 0;
+  for (int j = 0; j < 32; j++) {
+    while (nb < bits) { buf |= (uint64_t)*src++ << nb; nb += 8; }
+    c[j] = (uint8_t)(buf & mask);
+    buf >>= bits;
+    nb -= bits;
+  }
 }
 
 void sm_cpu_unpack_sb_ref(const uint8_t *src, int bits, uint8_t q[8][64]) {
@@ -106,8 +125,9 @@ static void pack_rb(const sm_weight *w, const sm_cpu_packed *p, int64_t rb) {
     for (int s = 0; s < gs / 32; s++) {
       for (int r = 0; r < 16; r++) {
         const int64_t row = rb * 16 + r;
-        const uint8_t *src = (const uint8_t *)w->data + (size_t)row * rowb;
-        for (int j = 0; j < 32; j++) c[r][j] = row < w->rows ? (uint8_t)sm_cpu_getq(src, g * gs + s * 32 + j, bits) : 0;
+        /* code g*gs + 32s starts at a byte: 32 codes are 4*bits bytes */
+        if (row < w->rows) codes32((const uint8_t *)w->data + (size_t)row * rowb + (size_t)(g * gs + s * 32) * bits / 8, bits, c[r]);
+        else memset(c[r], 0, 32);
       }
       pack_sb(c, bits, dst + 32 * es + (size_t)s * 64 * (size_t)bits);
     }
@@ -122,7 +142,7 @@ static void pack_job(void *v, int tid, int nth) {
   for (int64_t rb = nrb * tid / nth; rb < nrb * (tid + 1) / nth; rb++) pack_rb(c->w, c->p, rb);
 }
 
-sm_cpu_packed *sm_cpu_pack(const sm_weight *w, sm_pool *pool) {
+sm_cpu_packed *sm_cpu_pack(const sm_weight *w, sm_pool *pool, bool huge_pages) {
   if (!sm_cpu_packable(w)) return NULL;
   sm_cpu_packed *p = sm_xcalloc(1, sizeof *p);
   p->rows = w->rows;
@@ -135,7 +155,7 @@ sm_cpu_packed *sm_cpu_pack(const sm_weight *w, sm_pool *pool) {
   p->ng = w->cols / w->group_size;
   p->gbytes = (size_t)32 * (size_t)p->es + (size_t)2 * (size_t)p->gs * (size_t)p->bits;
   p->rbbytes = (size_t)p->ng * p->gbytes;
-  p->data = alloc_packed((size_t)p->nrb * p->rbbytes);
+  p->data = sm_cpu_alloc_huge((size_t)p->nrb * p->rbbytes, huge_pages);
   if (!p->data) { free(p); return NULL; }
   pack_ctx c = {.w = w, .p = p};
   if (pool) sm_pool_run(pool, pack_job, &c);
