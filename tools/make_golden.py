@@ -436,6 +436,9 @@ def hf_config(fx, c):
                 dropped.append(k)
     else:
         raise RuntimeError("could not build a %s config" % mt)
+    # a real model's pad id (e.g. 128004) is outside the tiny vocabulary: nn.Embedding refuses it
+    if getattr(cfg, "pad_token_id", None) is not None and cfg.pad_token_id >= cfg.vocab_size:
+        cfg.pad_token_id = None
     if dropped:
         print("  config keys not accepted by transformers' %s config: %s" % (mt, dropped))
     return cfg
@@ -472,13 +475,25 @@ def torch_reference(fx, c, spec, used):
         for s in out.scores:
             top2 = np.sort(s[0].double().numpy())[-2:]
             margins.append(float(top2[1] - top2[0]))
-        # cross-check: greedy by full recomputation (differs by design for sequence-length-dependent RoPE)
-        seq = list(PROMPT)
+        # greedy by full recomputation: the reference, except where generate() differs by design
+        # (sequence-length-dependent RoPE: dynamic / longrope compute their tables once, as smelt does).
+        # generate() may also suppress ids on its own (transformers 5 merges the model config's
+        # eos_token_id into min_new_tokens' suppression), which no runtime does: recomputation wins there.
+        seq, rmarg = list(PROMPT), []
         for _ in range(N_GEN):
-            seq.append(int(torch.argmax(model(torch.tensor([seq])).logits[0, -1])))
+            last = model(torch.tensor([seq])).logits[0, -1]
+            top2 = np.sort(last.double().numpy())[-2:]
+            rmarg.append(float(top2[1] - top2[0]))
+            seq.append(int(torch.argmax(last)))
+        rs = c.get("rope_scaling") or {}
+        by_design = (rs.get("rope_type") or rs.get("type")) in ("dynamic", "longrope")
         if seq[len(PROMPT):] != gen:
-            print("  NOTE: generate() and greedy full recomputation differ (expected for dynamic/longrope "
-                  "past their length): using generate()")
+            if by_design:
+                print("  NOTE: generate() and greedy full recomputation differ (%s RoPE): using generate()"
+                      % (rs.get("rope_type") or rs.get("type")))
+            else:
+                print("  NOTE: generate() and greedy full recomputation differ: using the recomputation")
+                gen, margins = seq[len(PROMPT):], rmarg
     # the vision-language class on text only: it must give the text model's logits
     if fx.get("hf_vlm"):
         try:

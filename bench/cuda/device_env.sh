@@ -1,11 +1,16 @@
 # Source this on the GPU machine (run from the repo root): unpacks the Debian -dev/runtime
 # packages carried in build-cudadeps/debs into /tmp/deps and points pkg-config/ld at them.
 D=/tmp/deps
-if [ ! -d $D/usr ]; then
-  mkdir -p $D
-  for f in build-cudadeps/debs/*.deb; do dpkg -x "$f" $D; done
+mkdir -p $D/.stamps
+new=0
+for f in build-cudadeps/debs/*.deb; do
+  st=$D/.stamps/$(basename "$f")
+  [ -f "$st" ] && continue
+  dpkg -x "$f" $D && touch "$st" && new=1
+done
+if [ $new = 1 ]; then
   for pc in $D/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc $D/usr/share/pkgconfig/*.pc; do
-    [ -f "$pc" ] && sed -i "s#^prefix=/usr#prefix=$D/usr#; s#=/usr/include#=$D/usr/include#; s#=/usr/lib#=$D/usr/lib#; /^Requires.private/d" "$pc"
+    [ -f "$pc" ] && sed -i "s#^prefix=/usr\$#prefix=$D/usr#; s#=/usr/include#=$D/usr/include#; s#=/usr/lib#=$D/usr/lib#; /^Requires.private/d" "$pc"
   done
 fi
 export PKG_CONFIG_LIBDIR=$D/usr/lib/x86_64-linux-gnu/pkgconfig:$D/usr/share/pkgconfig

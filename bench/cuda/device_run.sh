@@ -5,6 +5,7 @@
 #   b1 b8q4 b8q8 b8bf16   bench of the Llama-3.2-1B / 3.1-8B shapes (4-bit, 8-bit, bf16), 512-token prompt
 #   long    8B 4-bit decode after 2,200 and 4,000 prompt tokens
 #   pp      long prompts: 8B 4-bit prefill and decode at depth for PP (default 4096 16384) tokens, 1B at 16384
+#   kv      8B 4-bit decode with each KV cache type (f16, bf16, f32) at 512 and 4,000 prompt tokens
 #   pl      per-op GPU profile of an 8B 4-bit PL-token prefill (default 16384): attention's share
 #   tl      the GPU timeline of pipelined decode steps (SMELT_CUDA_STATS=2), 8B / 1B 4-bit and 8B bf16
 #   p1 p8   per-op GPU profile (SMELT_CUDA_PROFILE=1; graphs off)
@@ -25,8 +26,8 @@ fi
 t0=$(date +%s)
 cmake --build $B -j16 >$OUT/build.log 2>&1 || { grep -E "error|Error" $OUT/build.log | head -40; tail -20 $OUT/build.log; exit 1; }
 echo "build $(( $(date +%s) - t0 )) s"
-bench() { # shape bits prompt [tag]
-  timeout ${BENCH_TO:-400} $B/smelt bench --synthetic $1 --bits $2 --device cuda --dir /tmp -p $3 -n 128 2>&1 | grep -E "decode |prefill |roofline|GPU|cuda stats: kernel" | sed "s/^/[${4:-$1 bits $2 p$3}] /" | tee -a $OUT/bench.txt
+bench() { # shape bits prompt [tag]   (BENCH_ARGS: more smelt bench options, e.g. -ctk f32)
+  timeout ${BENCH_TO:-400} $B/smelt bench --synthetic $1 --bits $2 --device cuda --dir /tmp -p $3 -n 128 $BENCH_ARGS 2>&1 | grep -E "decode |prefill |roofline|GPU|cuda stats: kernel" | sed "s/^/[${4:-$1 bits $2 p$3}] /" | tee -a $OUT/bench.txt
 }
 for stage in "$@"; do
   case $stage in
@@ -36,6 +37,7 @@ for stage in "$@"; do
     b8q8) bench 8b 8 512 ;;
     b8bf16) bench 8b 0 512 ;;
     long) bench 8b 4 2200; bench 8b 4 4000 ;;
+    kv) for t in f16 bf16 f32; do for p in 512 4000; do BENCH_ARGS="-ctk $t" bench 8b 4 $p "8b kv $t p$p"; done; done ;;
     pp) for p in ${PP:-4096 16384}; do bench 8b 4 $p; done; bench 1b 4 16384 ;;
     pl) SMELT_CUDA_PROFILE=1 timeout 300 $B/smelt bench --synthetic 8b --bits 4 --device cuda --dir /tmp -p ${PL:-16384} -n 4 2>&1 | tee -a $OUT/prof-long.txt | grep -vE "^\[" | head -40 ;;
     tl) for sh in "8b 4" "1b 4" "8b 0"; do set -- $sh; SMELT_CUDA_STATS=2 bench $1 $2 ${SW_P:-512} "tl $1 bits $2"; done ;;

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "server/server.h"
@@ -11,7 +12,18 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: smelt serve [MODEL] [options]\n"
-          "  -m, --model REF          model directory or hub name (default: the built-in model)\n"
+          "  -m, --model REF          model directory or hub name (default: the built-in model); given\n"
+          "                           more than once: several models, the request's `model` picks one\n"
+          "      --models-dir DIR     serve every model under DIR (DIR/NAME or DIR/OWNER/NAME), loaded on\n"
+          "                           first use\n"
+          "      --models-max N       several models: at most N loaded at once (default 4; LRU unloads)\n"
+          "      --models-memory BYTES  several models: their estimated sizes add up to at most BYTES\n"
+          "                           (K/M/G/T suffixes; default: no limit)\n"
+          "      --models-load-timeout S  seconds a request waits for its model to load (default 300)\n"
+          "      --prompt-cache FILE  seed the prefix cache from FILE at start; write the longest prompt\n"
+          "                           prefix that requests shared to it at shutdown (one model)\n"
+          "      --prompt-cache-ro    use --prompt-cache FILE but never write it\n"
+          "      --slot-save-path DIR POST /slots/{id}?action=save|restore write and read files in DIR\n"
           "      --host HOST          address to listen on (default 127.0.0.1)\n"
           "      --port N             port (default 8080; 0 = any free port)\n"
           "  -c, --ctx-size N         context tokens per sequence (default: model's, capped at 8192)\n"
@@ -28,7 +40,8 @@ static void usage(FILE *f) {
           "      --poll N             0..100: how long idle CPU threads busy-wait for work (default 50)\n"
           "      --device D           auto|cpu|cuda\n"
           "      --estimate-memory    check that weights + KV cache fit in memory before loading (--force: go on anyway)\n"
-          "      --kv-blocks N        KV cache blocks (default: parallel * ctx / block size)\n"
+          "      --kv-blocks N        KV cache blocks (default: parallel * ctx / block size); a block's bytes\n"
+          "                           depend on -ctk (f32 doubles them)\n"
           "      --block-size N       tokens per KV block (default 16)\n"
           "  -b, --batch-size N       tokens per forward step (prefill chunk, default 512)\n"
           "      --no-prefix-cache    disable prefix caching\n"
@@ -41,8 +54,8 @@ static void usage(FILE *f) {
           "      --pooling P          /v1/embeddings: last (the last token's hidden state, default) or mean\n"
           "  llama-server flags without meaning here are accepted with a notice: -ngl/--n-gpu-layers N,\n"
           "  -fa/--flash-attn [on|off|auto], --jinja, --no-jinja, -cb/--cont-batching, --mlock, --metrics,\n"
-          "  --slots, --no-webui, -ctk/-ctv/--cache-type-k/v T, -sm/--split-mode M, -ts/--tensor-split L,\n"
-          "  -mg/--main-gpu N, --log-colors, --log-disable\n"
+          "  --slots, --no-webui, -sm/--split-mode M, -ts/--tensor-split L, -mg/--main-gpu N, --numa M,\n"
+          "  --log-colors, --log-disable\n"
           "Connections:\n"
           "      --max-conns N        open connections in all (default 1024)\n"
           "      --max-conns-per-ip N open connections per client address (default 256; 0 = no limit)\n"
@@ -85,6 +98,9 @@ int sm_cmd_serve(int argc, char **argv) {
   sm_server_params p;
   sm_server_params_default(&p);
   const char *model = NULL, *ctk = NULL, *ctv = NULL;
+  enum { MAX_MODELS = 64 };
+  const char *refs[MAX_MODELS]; /* -m given more than once */
+  int n_refs = 0;
   bool offline = false, estimate = false, force = false, force_ctx = false;
   long v;
   /* environment first, flags override */
@@ -144,7 +160,37 @@ int sm_cmd_serve(int argc, char **argv) {
     }                                                                             \
   } while (0)
     if (IS("-h") || IS("--help")) { usage(stdout); return 0; }
-    else if (IS("-m") || IS("--model")) { NEEDVAL(); model = val; }
+    else if (IS("-m") || IS("--model")) {
+      NEEDVAL();
+      if (n_refs == MAX_MODELS) { fprintf(stderr, "smelt serve: more than %d -m models\n", MAX_MODELS); return 2; }
+      if (!n_refs) model = val; /* over LLAMA_ARG_MODEL */
+      refs[n_refs++] = val;
+    }
+    else if (IS("--models-dir")) { NEEDVAL(); p.models_dir = val; }
+    else if (IS("--models-max")) INTVAL(1, 1024, p.models_max);
+    else if (IS("--models-memory")) {
+      NEEDVAL();
+      if (!sm_store_parse_size(val, &p.models_memory) || !p.models_memory) {
+        fprintf(stderr, "smelt serve: --models-memory: '%s' is not a byte count (e.g. 24G)\n", val);
+        return 2;
+      }
+    }
+    else if (IS("--models-load-timeout")) SECVAL(1, 86400, p.models_load_timeout);
+    else if (IS("--prompt-cache")) {
+      NEEDVAL();
+      if (!val[0]) { fprintf(stderr, "smelt serve: --prompt-cache needs a file name\n"); return 2; }
+      p.prompt_cache = val;
+    }
+    else if (IS("--prompt-cache-ro")) p.prompt_cache_ro = true;
+    else if (IS("--slot-save-path")) {
+      NEEDVAL();
+      struct stat sst;
+      if (stat(val, &sst) != 0 || !S_ISDIR(sst.st_mode)) {
+        fprintf(stderr, "smelt serve: --slot-save-path %s is not a directory\n", val);
+        return 2;
+      }
+      p.slot_save_path = val;
+    }
     else if (IS("--host")) { NEEDVAL(); p.host = val; }
     else if (IS("--port")) INTVAL(0, 65535, p.port);
     else if (IS("-c") || IS("--ctx-size")) INTVAL(0, 1 << 24, p.ctx_size);
@@ -222,9 +268,8 @@ int sm_cmd_serve(int argc, char **argv) {
       p.reasoning_format = val;
     }
     /* llama-server flags that mean nothing here: accepted with a notice */
-    else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers") || IS("-ctk") || IS("--cache-type-k") ||
-             IS("-ctv") || IS("--cache-type-v") || IS("-sm") || IS("--split-mode") || IS("-ts") ||
-             IS("--tensor-split") || IS("-mg") || IS("--main-gpu")) {
+    else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers") || IS("-sm") || IS("--split-mode") ||
+             IS("-ts") || IS("--tensor-split") || IS("-mg") || IS("--main-gpu")) {
       NEEDVAL();
       fprintf(stderr, "smelt serve: note: %s %s has no effect here (ignored)\n", name, val);
     }
@@ -238,7 +283,11 @@ int sm_cmd_serve(int argc, char **argv) {
              IS("--metrics") || IS("--slots") || IS("--no-webui") || IS("--log-colors") || IS("--log-disable")) {
       fprintf(stderr, "smelt serve: note: %s has no effect here (ignored)\n", name);
     }
-    else if (a[0] != '-' && !model) model = a;
+    else if (a[0] != '-' && !model) {
+      model = a;
+      if (n_refs == MAX_MODELS) { fprintf(stderr, "smelt serve: more than %d -m models\n", MAX_MODELS); return 2; }
+      refs[n_refs++] = a;
+    }
     else {
       /* "did you mean": the spellings above, as a table for sm_args_suggest */
       static const sm_arg names[] = {
@@ -247,7 +296,9 @@ int sm_cmd_serve(int argc, char **argv) {
         { .names = "--batch-size|--ubatch-size|--no-prefix-cache|--no-mmap|--max-conns|--max-conns-per-ip" },
         { .names = "--http-threads|--header-timeout|--body-timeout|--timeout|--max-buffered-body" },
         { .names = "--shutdown-timeout|--log-file|--offline|--estimate-memory|--force|--verbose|--device" },
-        { .names = "--force-context|--cpu-mask|--cpu-range|--numa|--poll" },
+        { .names = "--force-context|--models-dir|--models-max|--models-memory|--models-load-timeout" },
+        { .names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path" },
+        { .names = "--cpu-mask|--cpu-range|--numa|--poll" },
         { .names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v" },
       };
       char sug[160];
@@ -271,36 +322,85 @@ int sm_cmd_serve(int argc, char **argv) {
     sm_cli_engine_env(&ev);
     p.host_sample = ev.host_sample;
   }
-  char *dir = NULL;
-  if (sm_store_resolve(model, !offline, &dir) != SMELT_OK || !dir) {
-    fprintf(stderr, "smelt serve: cannot find model '%s': %s\n", model ? model : "(default)", smelt_last_error());
-    return 1;
+  const bool multi = n_refs > 1 || p.models_dir;
+  if (multi && p.alias) {
+    fprintf(stderr, "smelt serve: --alias names the one model; with several, a model is named by its -m text or "
+                    "its directory under --models-dir\n");
+    return 2;
   }
-  sm_config cfg;
-  if (p.ctx_size > 0 && sm_family_config_load(dir, &cfg) == SMELT_OK) {
-    const int trained = cfg.max_position_embeddings;
-    sm_config_free(&cfg);
-    if (trained > 0 && p.ctx_size > trained) {
-      if (!force_ctx) {
-        fprintf(stderr, "smelt serve: -c/--ctx-size %d is larger than the model's context (%d tokens, "
-                        "max_position_embeddings); --force-context uses it anyway\n", p.ctx_size, trained);
-        free(dir);
-        return 2;
-      }
-      fprintf(stderr, "smelt serve: warning: context %d is beyond the %d tokens the model was trained for\n",
-              p.ctx_size, trained);
-    }
+  if (multi && p.prompt_cache) {
+    fprintf(stderr, "smelt serve: --prompt-cache works with one model\n");
+    return 2;
   }
-  if (estimate) {
-    int ctx_total = p.ctx_size > 0 ? p.ctx_size * (p.parallel > 0 ? p.parallel : 1) : 0;
-    if (sm_store_check_fits(dir, ctx_total, sm_store_kv_dtype_bytes(smelt_kv_type_name(kvt)), p.device == SMELT_DEVICE_CUDA, force, true) != SMELT_OK) {
-      fprintf(stderr, "smelt serve: %s\n", smelt_last_error());
+  if (p.no_prefix_cache && (p.prompt_cache || p.slot_save_path)) {
+    fprintf(stderr, "smelt serve: %s fills the prefix cache, which --no-prefix-cache turns off\n",
+            p.prompt_cache ? "--prompt-cache" : "--slot-save-path");
+    return 2;
+  }
+  if (p.prompt_cache_ro && !p.prompt_cache) {
+    fprintf(stderr, "smelt serve: --prompt-cache-ro needs --prompt-cache FILE\n");
+    return 2;
+  }
+  if (!n_refs && !p.models_dir) refs[n_refs++] = model; /* LLAMA_ARG_MODEL, or NULL: the default model */
+  char *dirs[MAX_MODELS];
+  char ids[MAX_MODELS][256];
+  const char *idp[MAX_MODELS];
+  int n_dirs = 0, rc = 0;
+  for (int i = 0; i < n_refs && !rc; i++) {
+    char *dir = NULL;
+    if (sm_store_resolve(refs[i], !offline, &dir) != SMELT_OK || !dir) {
+      fprintf(stderr, "smelt serve: cannot find model '%s': %s\n", refs[i] ? refs[i] : "(default)", smelt_last_error());
       free(dir);
-      return 1;
+      rc = 1;
+      break;
+    }
+    dirs[n_dirs] = dir;
+    /* a model's name: what -m said, or the directory's name when -m gave a path */
+    struct stat st;
+    const char *id = refs[i] ? refs[i] : dir;
+    if (!refs[i] || (stat(refs[i], &st) == 0 && S_ISDIR(st.st_mode))) {
+      size_t l = strlen(dir);
+      while (l > 1 && dir[l - 1] == '/') l--;
+      size_t b0 = l;
+      while (b0 > 0 && dir[b0 - 1] != '/') b0--;
+      snprintf(ids[n_dirs], sizeof ids[n_dirs], "%.*s", (int)(l - b0), dir + b0);
+    } else {
+      snprintf(ids[n_dirs], sizeof ids[n_dirs], "%s", id);
+    }
+    idp[n_dirs] = ids[n_dirs];
+    n_dirs++;
+    sm_config cfg;
+    if (p.ctx_size > 0 && sm_family_config_load(dir, &cfg) == SMELT_OK) {
+      const int trained = cfg.max_position_embeddings;
+      sm_config_free(&cfg);
+      if (trained > 0 && p.ctx_size > trained) {
+        if (!force_ctx) {
+          fprintf(stderr, "smelt serve: -c/--ctx-size %d is larger than the context of %s (%d tokens, "
+                          "max_position_embeddings); --force-context uses it anyway\n", p.ctx_size, ids[n_dirs - 1],
+                  trained);
+          rc = 2;
+          break;
+        }
+        fprintf(stderr, "smelt serve: warning: context %d is beyond the %d tokens %s was trained for\n", p.ctx_size,
+                trained, ids[n_dirs - 1]);
+      }
+    }
+    if (estimate) {
+      int ctx_total = p.ctx_size > 0 ? p.ctx_size * (p.parallel > 0 ? p.parallel : 1) : 0;
+      if (sm_store_check_fits(dir, ctx_total, sm_store_kv_dtype_bytes(smelt_kv_type_name(kvt)),
+                              p.device == SMELT_DEVICE_CUDA, force, true) != SMELT_OK) {
+        fprintf(stderr, "smelt serve: %s\n", smelt_last_error());
+        rc = 1;
+      }
     }
   }
-  p.model_dir = dir;
-  int rc = sm_server_run(&p);
-  free(dir);
+  if (!rc) {
+    p.model_dir = n_dirs ? dirs[0] : NULL;
+    p.model_dirs = (const char *const *)dirs;
+    p.model_ids = idp;
+    p.n_models = n_dirs;
+    rc = sm_server_run(&p);
+  }
+  for (int i = 0; i < n_dirs; i++) free(dirs[i]);
   return rc;
 }

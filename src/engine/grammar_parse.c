@@ -90,7 +90,7 @@ static int32_t add_cls(pstate *ps, bool neg, const uint32_t *r, int n) {
   c->neg = neg;
   c->n = n;
   c->r = sm_xmalloc(sizeof(uint32_t) * 2 * (size_t)(n ? n : 1));
-  memcpy(c->r, r, sizeof(uint32_t) * 2 * (size_t)n);
+  if (n) memcpy(c->r, r, sizeof(uint32_t) * 2 * (size_t)n);
   if (!neg && n == 1 && r[0] == r[1] && r[0] < 128) ps->ascii_cls[r[0]] = ps->n_cls;
   return ps->n_cls++;
 }

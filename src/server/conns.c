@@ -14,7 +14,6 @@
 #define WATCH_MS 100 /* watchdog period: deadlines are kept to about this */
 
 struct sm_conns {
-  sm_sched *sched;
   double header_timeout, body_timeout;
   size_t max_buffered, buffered;
   pthread_mutex_t mu;
@@ -27,9 +26,8 @@ struct sm_conns {
   int wake_fd;
 };
 
-sm_conns *sm_conns_new(sm_sched *sched, double header_timeout, double body_timeout, size_t max_buffered) {
+sm_conns *sm_conns_new(double header_timeout, double body_timeout, size_t max_buffered) {
   sm_conns *g = sm_xcalloc(1, sizeof *g);
-  g->sched = sched;
   g->header_timeout = header_timeout;
   g->body_timeout = body_timeout;
   g->max_buffered = max_buffered;
@@ -97,38 +95,56 @@ void sm_conns_release(sm_conns *g, size_t n) {
 
 /* ------------------------------------------------------------------ parking */
 
-void sm_conns_park(sm_conns *g, sm_sock *k, sm_job *j, bool until_done) {
+/* Suspend first, then mark parked: nothing can resume the connection before it is suspended
+ * (the job's notify needs the scheduler mutex that the caller holds; the watchdog and
+ * unpark_all look at `parked`). */
+static void park(sm_conns *g, sm_sock *k, sm_job *j, bool until_done, double deadline) {
+  MHD_suspend_connection(k->c);
   pthread_mutex_lock(&g->mu);
   k->parked = true;
   k->until_done = until_done;
   k->job = j;
+  k->deadline = deadline;
+  k->timed_out = false;
   pthread_mutex_unlock(&g->mu);
-  j->notify = sm_conns_notify;
-  j->notify_arg = k;
-  MHD_suspend_connection(k->c); /* the watchdog polls its socket from its next round on */
 }
 
-void sm_conns_unpark(sm_conns *g, sm_sock *k) {
-  if (!k->parked) return;
-  pthread_mutex_lock(&g->mu);
+void sm_conns_park(sm_conns *g, sm_sock *k, sm_job *j, bool until_done) {
+  j->notify = sm_conns_notify;
+  j->notify_arg = k;
+  park(g, k, j, until_done, 0);
+}
+
+void sm_conns_park_wait(sm_conns *g, sm_sock *k, double deadline) { park(g, k, NULL, false, deadline); }
+
+/* under g->mu: resume once */
+static void resume_locked(sm_sock *k) {
   k->parked = false;
-  pthread_mutex_unlock(&g->mu);
+  k->job = NULL;
   MHD_resume_connection(k->c);
 }
 
+void sm_conns_unpark(sm_conns *g, sm_sock *k) {
+  pthread_mutex_lock(&g->mu);
+  if (k->parked) resume_locked(k);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* under the job's scheduler mutex (job state is read) */
 void sm_conns_notify(void *arg) {
   sm_sock *k = arg;
-  if (k->parked && k->until_done && k->job && !k->job->done) return;
-  sm_conns_unpark(k->g, k);
+  sm_conns *g = k->g;
+  pthread_mutex_lock(&g->mu);
+  if (k->parked && !(k->until_done && k->job && !k->job->done)) resume_locked(k);
+  pthread_mutex_unlock(&g->mu);
 }
 
 void sm_conns_unpark_all(sm_conns *g) {
   pthread_mutex_lock(&g->mu);
   for (sm_sock *k = g->head; k; k = k->next)
     if (k->parked) {
-      k->parked = false;
       k->hup = true; /* nothing more will come: the request ends */
-      MHD_resume_connection(k->c);
+      resume_locked(k);
     }
   pthread_mutex_unlock(&g->mu);
 }
@@ -173,6 +189,10 @@ static void *watchdog(void *arg) {
           reap(k, k->phase == SM_PH_HEADERS ? "headers" : NULL, g->header_timeout);
         else if (k->phase == SM_PH_BODY && now - k->t_phase > g->body_timeout) reap(k, "body", g->body_timeout);
       }
+      if (k->parked && k->deadline > 0 && now >= k->deadline) {
+        k->timed_out = true;
+        resume_locked(k);
+      }
       if (k->parked && !k->hup) {
         if (n + 1 >= cap) {
           cap = cap ? cap * 2 : 64;
@@ -204,25 +224,19 @@ static void *watchdog(void *arg) {
     for (size_t i = 0; i < n; i++)
       if (pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) gone[ng++] = ents[i].serial;
     if (!ng) continue;
-    /* the client of a parked request went away: cancel its job; the job's end resumes the
-     * connection, whose handler then closes it */
-    pthread_mutex_lock(&g->sched->mu);
+    /* the client of a parked request went away: resume its connection; the handler sees hup,
+     * cancels the job and closes */
     pthread_mutex_lock(&g->mu);
     for (size_t i = 0; i < ng; i++)
       for (sm_sock *k = g->head; k; k = k->next)
         if (k->serial == gone[i]) {
           if (k->parked && !k->hup) {
             k->hup = true;
-            if (k->job && !k->job->done) sm_job_cancel(g->sched, k->job);
-            else {
-              k->parked = false;
-              MHD_resume_connection(k->c);
-            }
+            resume_locked(k);
           }
           break;
         }
     pthread_mutex_unlock(&g->mu);
-    pthread_mutex_unlock(&g->sched->mu);
   }
   free(ents);
   free(pfd);

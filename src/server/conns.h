@@ -8,10 +8,12 @@
  *    had started; silently when it was idle).
  *  - Request bodies held in memory by all connections together are capped (reserve/release).
  *  - A request waiting for its job (a non-streaming answer, or a stream waiting for the next
- *    tokens) is parked: its connection is suspended in the HTTP library (no thread, no
- *    timeout) and resumed by the job's notify hook. The watchdog polls parked sockets and
- *    cancels the job of a client that went away.
- * Lock order: the scheduler's mutex, then the guard's. */
+ *    tokens) or for its model to be loaded is parked: its connection is suspended in the HTTP
+ *    library (no thread, no timeout) and resumed by the job's notify hook, by the model
+ *    registry, or at the park's deadline. The watchdog polls parked sockets and resumes the
+ *    connection of a client that went away (`hup`), whose handler then cancels its job.
+ * The guard knows no scheduler: it takes only its own mutex, which comes last in every lock
+ * order (a scheduler's or the model registry's mutex, then the guard's). */
 #ifndef SM_SERVER_CONNS_H
 #define SM_SERVER_CONNS_H
 #include <microhttpd.h>
@@ -30,14 +32,17 @@ struct sm_sock {
   int phase;      /* SM_PH_*, under the guard's mutex */
   double t_phase; /* when the phase began */
   bool reaped;    /* closed by the watchdog */
-  /* written under both mutexes; readable under either */
-  bool parked; /* suspended, waiting for `job` */
+  /* under the guard's mutex; the connection's handler reads hup and timed_out after it was
+   * resumed (nothing writes them then) */
+  bool parked;     /* suspended, waiting for `job` (or, job NULL, for a model to load) */
   bool until_done; /* resume only when the job is done (not at every token) */
-  bool hup;    /* the client went away while parked */
+  bool hup;        /* the client went away while parked */
+  bool timed_out;  /* resumed at the park's deadline */
+  double deadline; /* 0: none */
   sm_job *job;
 };
 
-sm_conns *sm_conns_new(sm_sched *sched, double header_timeout, double body_timeout, size_t max_buffered);
+sm_conns *sm_conns_new(double header_timeout, double body_timeout, size_t max_buffered);
 bool sm_conns_start(sm_conns *g); /* the watchdog thread */
 void sm_conns_free(sm_conns *g);  /* stops the watchdog */
 
@@ -50,11 +55,14 @@ int sm_conns_active(sm_conns *g); /* connections in HEADERS, BODY or BUSY */
 bool sm_conns_reserve(sm_conns *g, size_t n);
 void sm_conns_release(sm_conns *g, size_t n);
 
-/* Under the scheduler's mutex. park suspends the connection until unpark (which the job's
- * notify hook calls) resumes it; call park only from the connection's own callbacks. */
+/* park suspends the connection until unpark resumes it; call it only from the connection's own
+ * callbacks. With a job: under the job's scheduler mutex; the job's notify hook resumes it.
+ * Without (park_wait): under the mutex of whoever will call unpark, which resumes it, or the
+ * watchdog does at `deadline` (timed_out) or when the client goes away (hup). */
 void sm_conns_park(sm_conns *g, sm_sock *k, sm_job *j, bool until_done);
-void sm_conns_unpark(sm_conns *g, sm_sock *k);
-void sm_conns_unpark_all(sm_conns *g); /* before the HTTP daemon stops */
-void sm_conns_notify(void *sock);      /* a job's notify hook: arg is the parked sm_sock */
+void sm_conns_park_wait(sm_conns *g, sm_sock *k, double deadline);
+void sm_conns_unpark(sm_conns *g, sm_sock *k); /* nothing when it is not parked */
+void sm_conns_unpark_all(sm_conns *g);         /* before the HTTP daemon stops */
+void sm_conns_notify(void *sock);              /* a job's notify hook: arg is the parked sm_sock */
 
 #endif

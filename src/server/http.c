@@ -25,9 +25,8 @@
 
 struct sm_http {
   const sm_server_params *p;
-  sm_sched *sched;
+  sm_models *models;
   sm_metrics *metrics;
-  const sm_oai *oai;
   char *origins;
   struct MHD_Daemon *d;
   int port;
@@ -37,7 +36,7 @@ struct sm_http {
 };
 
 enum { EP_NONE = 0, EP_CHAT, EP_COMPL, EP_RESP, EP_MODELS, EP_HEALTH, EP_METRICS, EP_MODEL, EP_TOKENIZE, EP_DETOKENIZE,
-       EP_APPLY_TEMPLATE, EP_PROPS, EP_SLOTS, EP_MESSAGES, EP_COUNT_TOKENS, EP_EMBEDDINGS };
+       EP_APPLY_TEMPLATE, EP_PROPS, EP_SLOTS, EP_MESSAGES, EP_COUNT_TOKENS, EP_EMBEDDINGS, EP_SLOT_ACTION };
 
 /* one request (MHD's per-request context, created when its request line arrives) */
 typedef struct {
@@ -50,12 +49,16 @@ typedef struct {
   size_t reserved;  /* body bytes reserved in the guard's budget */
   bool too_large, over_budget;
   sm_job *job;      /* a non-streaming request waiting for its job */
+  sm_served *sv;    /* its model, held until the request ends */
+  bool waiting;     /* parked until its model is loaded */
+  int ticket;       /* sm_models_acquire's */
 } req;
 
 /* a streaming response */
 typedef struct {
   sm_http *h;
   sm_sock *k;
+  sm_served *sv; /* held until the stream ends */
   sm_sse sse;
 } stream;
 
@@ -152,7 +155,7 @@ static enum MHD_Result send_draining(sm_http *h, struct MHD_Connection *c, req *
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   stream *st = cls;
   sm_sse *e = &st->sse;
-  sm_sched *s = st->h->sched;
+  sm_sched *s = e->j->sched;
   if (e->off >= e->out.n) {
     e->off = 0;
     sm_buf_clear(&e->out);
@@ -180,17 +183,44 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
   stream *st = cls;
-  sm_sched *s = st->h->sched;
+  sm_sched *s = st->sse.j->sched;
   pthread_mutex_lock(&s->mu);
   st->sse.j->notify = NULL; /* the connection (and its sock) may go away now */
   if (!st->sse.j->done) sm_job_cancel(s, st->sse.j);
   sm_job_unref(s, st->sse.j);
   pthread_mutex_unlock(&s->mu);
+  sm_models_release(st->h->models, st->sv);
   sm_buf_free(&st->sse.out);
   free(st);
 }
 
+/* under the job's scheduler mutex: the request lets go of its job */
+static void drop_job(sm_job *j) {
+  sm_sched *s = j->sched;
+  j->notify = NULL;
+  if (!j->done) sm_job_cancel(s, j);
+  sm_job_unref(s, j);
+}
+
 /* ------------------------------------------------------------------ endpoints */
+
+/* the answer of a slot action (llama-server's shapes) */
+static cJSON *slot_response(const sm_job *j) {
+  cJSON *r = cJSON_CreateObject();
+  cJSON_AddNumberToObject(r, "id_slot", j->slot_id);
+  if (j->slot_op == SM_SLOT_ERASE) {
+    cJSON_AddNumberToObject(r, "n_erased", j->slot_tokens);
+    return r;
+  }
+  const char *base = strrchr(j->slot_file, '/');
+  cJSON_AddStringToObject(r, "filename", base ? base + 1 : j->slot_file);
+  bool save = j->slot_op == SM_SLOT_SAVE;
+  cJSON_AddNumberToObject(r, save ? "n_saved" : "n_restored", j->slot_tokens);
+  cJSON_AddNumberToObject(r, save ? "n_written" : "n_read", (double)j->slot_bytes);
+  cJSON *t = cJSON_AddObjectToObject(r, "timings");
+  cJSON_AddNumberToObject(t, save ? "save_ms" : "restore_ms", j->slot_ms);
+  return r;
+}
 
 static enum MHD_Result answer_job(sm_http *h, struct MHD_Connection *c, req *rq, sm_job *j) {
   enum MHD_Result ret;
@@ -199,22 +229,40 @@ static enum MHD_Result answer_job(sm_http *h, struct MHD_Connection *c, req *rq,
     int st = j->fail_status ? j->fail_status : 500;
     sm_api_error_set(&e, st, st == 400 ? "invalid_request_error" : "server_error", NULL, NULL, "%s", j->errmsg);
     ret = send_error(h, c, rq, &e, 0);
+  } else if (j->slot_op) {
+    ret = send_json(h, c, rq, 200, slot_response(j), 0);
   } else {
-    ret = send_json(h, c, rq, 200, sm_oai_full_response(h->oai, j), 0);
+    ret = send_json(h, c, rq, 200, sm_oai_full_response(&rq->sv->oai, j), 0);
   }
-  pthread_mutex_lock(&h->sched->mu);
-  sm_job_unref(h->sched, j);
-  pthread_mutex_unlock(&h->sched->mu);
+  sm_sched *s = j->sched;
+  pthread_mutex_lock(&s->mu);
+  sm_job_unref(s, j);
+  pthread_mutex_unlock(&s->mu);
   return ret;
+}
+
+/* a submitted job that is answered when done: the connection waits without a thread */
+static enum MHD_Result wait_job(sm_http *h, struct MHD_Connection *c, req *rq, sm_job *j) {
+  sm_sched *s = j->sched;
+  pthread_mutex_lock(&s->mu);
+  if (!j->done) {
+    rq->job = j;
+    sm_conns_park(h->g, rq->k, j, true);
+    pthread_mutex_unlock(&s->mu);
+    return MHD_YES;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return answer_job(h, c, rq, j);
 }
 
 static enum MHD_Result handle_generate(sm_http *h, struct MHD_Connection *c, req *rq, sm_ep_kind kind) {
   sm_api_error err;
   if (!rq->k) return send_err(h, c, rq, 500, "server_error", NULL, R_CLOSE, "connection not tracked");
-  sm_job *j = sm_oai_make_job(h->oai, kind, rq->body.p, rq->body.n, &err);
+  sm_served *sv = rq->sv;
+  sm_job *j = sm_oai_make_job(&sv->oai, kind, rq->body.p, rq->body.n, &err);
   if (!j) return send_error(h, c, rq, &err, 0);
   bool stream_it = j->req.stream;
-  sm_sched *s = h->sched;
+  sm_sched *s = &sv->sched;
   int rc = sm_sched_submit(s, j);
   if (rc == 503) return send_draining(h, c, rq);
   if (rc == 429)
@@ -224,7 +272,9 @@ static enum MHD_Result handle_generate(sm_http *h, struct MHD_Connection *c, req
     stream *st = sm_xcalloc(1, sizeof *st);
     st->h = h;
     st->k = rq->k;
-    sm_sse_init(&st->sse, h->oai, j); /* takes the handler's reference */
+    st->sv = sv; /* the stream holds the model now */
+    rq->sv = NULL;
+    sm_sse_init(&st->sse, &sv->oai, j); /* takes the handler's reference */
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
@@ -235,31 +285,64 @@ static enum MHD_Result handle_generate(sm_http *h, struct MHD_Connection *c, req
     sm_metrics_request(h->metrics, rq->ep_name, 200);
     return ret;
   }
-  pthread_mutex_lock(&s->mu);
-  if (!j->done) { /* answered when the job is done: the connection waits without a thread */
-    rq->job = j;
-    sm_conns_park(h->g, rq->k, j, true);
-    pthread_mutex_unlock(&s->mu);
-    return MHD_YES;
-  }
-  pthread_mutex_unlock(&s->mu);
-  return answer_job(h, c, rq, j);
+  return wait_job(h, c, rq, j);
 }
 
-/* a parked request was resumed */
+/* POST /slots/{id}?action=save|restore|erase (body {"filename"} for save and restore) */
+static enum MHD_Result handle_slot_action(sm_http *h, struct MHD_Connection *c, req *rq, const char *url) {
+  if (!rq->k) return send_err(h, c, rq, 500, "server_error", NULL, R_CLOSE, "connection not tracked");
+  sm_served *sv = rq->sv;
+  const char *ids = strrchr(url, '/') + 1, *action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
+  char *end;
+  long id = strtol(ids, &end, 10);
+  if (!*ids || *end || id < 0 || id >= sv->oai.parallel || ids[0] == '-' || ids[0] == '+')
+    return send_err(h, c, rq, 400, "invalid_request_error", NULL, 0, "'%.40s' is not a slot id (0 to %d)", ids,
+                    sv->oai.parallel - 1);
+  int op = !action ? 0 : !strcmp(action, "save") ? SM_SLOT_SAVE : !strcmp(action, "restore") ? SM_SLOT_RESTORE
+         : !strcmp(action, "erase") ? SM_SLOT_ERASE : 0;
+  if (!op)
+    return send_err(h, c, rq, 400, "invalid_request_error", NULL, 0, "the query's 'action' must be save, restore or erase");
+  char *path = NULL;
+  if (op != SM_SLOT_ERASE) {
+    if (!h->p->slot_save_path)
+      return send_err(h, c, rq, 501, "not_supported_error", NULL, 0,
+                      "slot save and restore need the server to be started with --slot-save-path DIR");
+    cJSON *root = rq->body.n ? cJSON_ParseWithLength(rq->body.p, rq->body.n) : NULL;
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(root, "filename");
+    const char *f = cJSON_IsString(fn) ? fn->valuestring : NULL;
+    /* a plain file name inside --slot-save-path, nothing else */
+    bool ok = f && f[0] && f[0] != '.' && strlen(f) <= 200;
+    for (const char *p = f; ok && *p; p++) ok = *p != '/' && *p != '\\' && (unsigned char)*p >= 0x20;
+    if (ok) path = sm_path_join(h->p->slot_save_path, f);
+    cJSON_Delete(root);
+    if (!ok)
+      return send_err(h, c, rq, 400, "invalid_request_error", NULL, 0,
+                      "the body must be {\"filename\": NAME}: a file name in --slot-save-path (no '/', not "
+                      "starting with '.')");
+  }
+  sm_job *j = sm_job_slot_op(op, (int)id, path);
+  free(path);
+  int rc = sm_sched_submit(&sv->sched, j);
+  if (rc == 503) return send_draining(h, c, rq);
+  if (rc == 429)
+    return send_err(h, c, rq, 429, "rate_limit_error", "queue_full", 0, "the server is busy (request queue is full); retry later");
+  return wait_job(h, c, rq, j);
+}
+
+/* a parked request was resumed: its job is done, or its client went away */
 static enum MHD_Result resume_generate(sm_http *h, struct MHD_Connection *c, req *rq) {
-  sm_sched *s = h->sched;
-  pthread_mutex_lock(&s->mu);
   sm_job *j = rq->job;
-  if (!j->done) { /* not yet (a cancelled job is being dropped): wait again */
+  sm_sched *s = j->sched;
+  pthread_mutex_lock(&s->mu);
+  bool gone = rq->k->hup;
+  if (!j->done && !gone) { /* not yet: wait again */
     sm_conns_park(h->g, rq->k, j, true);
     pthread_mutex_unlock(&s->mu);
     return MHD_YES;
   }
   rq->job = NULL;
   j->notify = NULL;
-  bool gone = rq->k->hup;
-  if (gone) sm_job_unref(s, j);
+  if (gone) drop_job(j);
   pthread_mutex_unlock(&s->mu);
   if (gone) {
     sm_metrics_request(h->metrics, rq->ep_name, 499);
@@ -269,13 +352,11 @@ static enum MHD_Result resume_generate(sm_http *h, struct MHD_Connection *c, req
 }
 
 static enum MHD_Result handle_metrics(sm_http *h, struct MHD_Connection *c, req *rq) {
-  sm_metrics_gauges g;
-  pthread_mutex_lock(&h->sched->mu);
-  sm_sched_gauges(h->sched, &g);
-  pthread_mutex_unlock(&h->sched->mu);
-  char *t = sm_metrics_render(h->metrics, &g);
-  enum MHD_Result r = send_body(h, c, rq, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t), 0);
-  free(t);
+  sm_buf t = SM_BUF_INIT;
+  sm_metrics_render_requests(h->metrics, &t);
+  sm_models_metrics(h->models, &t);
+  enum MHD_Result r = send_body(h, c, rq, 200, "text/plain; version=0.0.4; charset=utf-8", sm_buf_str(&t), t.n, 0);
+  sm_buf_free(&t);
   return r;
 }
 
@@ -349,6 +430,10 @@ static int route(const char *url, const char **name) {
   };
   for (size_t i = 0; i < SM_ARRAY_LEN(R); i++)
     if (!strcmp(url, R[i].path)) { *name = R[i].name; return R[i].ep; }
+  if (!strncmp(url, "/slots/", 7) && url[7] && !strchr(url + 7, '/')) {
+    *name = "/slots/{id}";
+    return EP_SLOT_ACTION;
+  }
   if ((!strncmp(url, "/v1/models/", 11) && url[11]) || (!strncmp(url, "/models/", 8) && url[8])) {
     *name = "/v1/models/{id}";
     return EP_MODEL;
@@ -396,7 +481,7 @@ static enum MHD_Result on_headers(sm_http *h, struct MHD_Connection *c, req *rq,
       return send_err(h, c, rq, 401, "authentication_error", "invalid_api_key", R_CLOSE, "Invalid or missing API key");
     bool post = rq->ep == EP_CHAT || rq->ep == EP_COMPL || rq->ep == EP_RESP || rq->ep == EP_TOKENIZE ||
                 rq->ep == EP_DETOKENIZE || rq->ep == EP_APPLY_TEMPLATE || rq->ep == EP_MESSAGES ||
-                rq->ep == EP_COUNT_TOKENS || rq->ep == EP_EMBEDDINGS;
+                rq->ep == EP_COUNT_TOKENS || rq->ep == EP_EMBEDDINGS || rq->ep == EP_SLOT_ACTION;
     if (strcmp(method, post ? "POST" : "GET"))
       return send_err(h, c, rq, 405, "invalid_request_error", "method_not_allowed", R_CLOSE, "%s",
                       post ? "this endpoint only accepts POST" : "this endpoint only accepts GET");
@@ -436,6 +521,46 @@ static void on_upload(sm_http *h, req *rq, const char *data, size_t n) {
   sm_buf_put(&rq->body, data, n);
 }
 
+static bool needs_model(int ep) {
+  return ep == EP_CHAT || ep == EP_COMPL || ep == EP_RESP || ep == EP_MESSAGES || ep == EP_EMBEDDINGS ||
+         ep == EP_COUNT_TOKENS || ep == EP_TOKENIZE || ep == EP_DETOKENIZE || ep == EP_APPLY_TEMPLATE ||
+         ep == EP_PROPS || ep == EP_SLOTS || ep == EP_SLOT_ACTION;
+}
+
+/* The request's model into rq->sv. False when the request waits for its model to load (parked)
+ * or was answered (an error, or nothing for a client that went away): *ret is then the result. */
+static bool get_model(sm_http *h, struct MHD_Connection *c, req *rq, enum MHD_Result *ret) {
+  char *name = NULL;
+  if (rq->waiting) { /* resumed: the load ended, the wait timed out, or the client left */
+    rq->waiting = false;
+    if (rq->k->hup) {
+      sm_models_unwait(h->models, rq->k);
+      sm_metrics_request(h->metrics, rq->ep_name, 499);
+      *ret = MHD_NO;
+      return false;
+    }
+  }
+  if (sm_models_multi(h->models) && !rq->k) {
+    *ret = send_err(h, c, rq, 500, "server_error", NULL, R_CLOSE, "connection not tracked");
+    return false;
+  }
+  if (sm_models_multi(h->models)) { /* the body's (POST) or the query's (GET) `model` */
+    const char *q = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "model");
+    name = q ? sm_xstrdup(q) : sm_models_body_name(rq->body.p, rq->body.n);
+  }
+  sm_api_error err;
+  sm_acq a = sm_models_acquire(h->models, name, h->g, rq->k, &rq->ticket, &rq->sv, &err);
+  free(name);
+  if (a == SM_ACQ_READY) return true;
+  if (a == SM_ACQ_WAIT) {
+    rq->waiting = true;
+    *ret = MHD_YES;
+  } else {
+    *ret = send_error(h, c, rq, &err, 0);
+  }
+  return false;
+}
+
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c);
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -467,29 +592,36 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return send_err(h, c, rq, 503, "server_error", "server_busy", 0,
                     "the server holds too many request bodies right now; retry later");
   if (atomic_load(&h->draining)) return send_draining(h, c, rq);
+  if (needs_model(rq->ep) && !rq->sv) {
+    enum MHD_Result r;
+    if (!get_model(h, c, rq, &r)) return r;
+  }
+  sm_served *sv = rq->sv;
+  const sm_oai *o = sv ? &sv->oai : NULL;
   switch (rq->ep) {
   case EP_CHAT: return handle_generate(h, c, rq, SM_EP_CHAT);
   case EP_COMPL: return handle_generate(h, c, rq, SM_EP_COMPLETIONS);
   case EP_RESP: return handle_generate(h, c, rq, SM_EP_RESPONSES);
-  case EP_MODELS: return send_json(h, c, rq, 200, sm_oai_models(h->oai), 0);
+  case EP_MODELS: return send_json(h, c, rq, 200, sm_models_list(h->models), 0);
   case EP_MODEL:
   case EP_TOKENIZE:
   case EP_DETOKENIZE:
   case EP_APPLY_TEMPLATE: {
     sm_api_error err;
-    cJSON *r = rq->ep == EP_MODEL ? sm_oai_model(h->oai, strchr(url + 1, '/') + (url[1] == 'v' ? 8 : 1), &err)
-             : rq->ep == EP_TOKENIZE ? sm_llama_tokenize(h->oai, rq->body.p, rq->body.n, &err)
-             : rq->ep == EP_DETOKENIZE ? sm_llama_detokenize(h->oai, rq->body.p, rq->body.n, &err)
-             : sm_llama_apply_template(h->oai, rq->body.p, rq->body.n, &err);
+    cJSON *r = rq->ep == EP_MODEL ? sm_models_get(h->models, strchr(url + 1, '/') + (url[1] == 'v' ? 8 : 1), &err)
+             : rq->ep == EP_TOKENIZE ? sm_llama_tokenize(o, rq->body.p, rq->body.n, &err)
+             : rq->ep == EP_DETOKENIZE ? sm_llama_detokenize(o, rq->body.p, rq->body.n, &err)
+             : sm_llama_apply_template(o, rq->body.p, rq->body.n, &err);
     return r ? send_json(h, c, rq, 200, r, 0) : send_error(h, c, rq, &err, 0);
   }
-  case EP_PROPS: return send_json(h, c, rq, 200, sm_llama_props(h->oai), 0);
-  case EP_SLOTS: return send_json(h, c, rq, 200, sm_llama_slots(h->oai, h->sched), 0);
+  case EP_PROPS: return send_json(h, c, rq, 200, sm_llama_props(o), 0);
+  case EP_SLOTS: return send_json(h, c, rq, 200, sm_llama_slots(o, &sv->sched), 0);
+  case EP_SLOT_ACTION: return handle_slot_action(h, c, rq, url);
   case EP_MESSAGES: return handle_generate(h, c, rq, SM_EP_MESSAGES);
   case EP_EMBEDDINGS: return handle_generate(h, c, rq, SM_EP_EMBEDDINGS);
   case EP_COUNT_TOKENS: {
     sm_api_error err;
-    cJSON *r = sm_anth_count_tokens(h->oai, rq->body.p, rq->body.n, &err);
+    cJSON *r = sm_anth_count_tokens(o, rq->body.p, rq->body.n, &err);
     return r ? send_json(h, c, rq, 200, r, 0) : send_error(h, c, rq, &err, 0);
   }
   case EP_METRICS: return handle_metrics(h, c, rq);
@@ -515,12 +647,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
   req *rq = *con_cls;
   if (!rq) return;
   if (rq->job) { /* ended while waiting (the daemon stops) */
-    pthread_mutex_lock(&h->sched->mu);
-    rq->job->notify = NULL;
-    if (!rq->job->done) sm_job_cancel(h->sched, rq->job);
-    sm_job_unref(h->sched, rq->job);
-    pthread_mutex_unlock(&h->sched->mu);
+    sm_sched *s = rq->job->sched;
+    pthread_mutex_lock(&s->mu);
+    drop_job(rq->job);
+    pthread_mutex_unlock(&s->mu);
   }
+  if (rq->waiting && rq->k) sm_models_unwait(h->models, rq->k);
+  sm_models_release(h->models, rq->sv);
   sm_conns_release(h->g, rq->reserved);
   sm_buf_free(&rq->body);
   if (rq->k) sm_conns_phase(h->g, rq->k, SM_PH_IDLE);
@@ -556,12 +689,11 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
 sm_http *sm_http_start(const sm_http_cfg *cfg) {
   sm_http *h = sm_xcalloc(1, sizeof *h);
   h->p = cfg->p;
-  h->sched = cfg->sched;
+  h->models = cfg->models;
   h->metrics = cfg->metrics;
-  h->oai = cfg->oai;
   h->quiesced_fd = -1;
   if (h->p->allowed_origins && h->p->allowed_origins[0]) h->origins = sm_xstrdup(h->p->allowed_origins);
-  h->g = sm_conns_new(h->sched, h->p->header_timeout, h->p->body_timeout, h->p->max_buffered_body);
+  h->g = sm_conns_new(h->p->header_timeout, h->p->body_timeout, h->p->max_buffered_body);
   if (!sm_conns_start(h->g)) {
     fprintf(stderr, "smelt serve: could not start the connection watchdog\n");
     sm_conns_free(h->g);
@@ -615,9 +747,7 @@ int sm_http_active(sm_http *h) { return sm_conns_active(h->g); }
 
 void sm_http_stop(sm_http *h) {
   if (!h) return;
-  pthread_mutex_lock(&h->sched->mu);
   sm_conns_unpark_all(h->g); /* the library must not stop with suspended connections */
-  pthread_mutex_unlock(&h->sched->mu);
   MHD_stop_daemon(h->d);
   if (h->quiesced_fd >= 0) close(h->quiesced_fd);
   sm_conns_free(h->g);

@@ -2,16 +2,15 @@
  * API key and CORS checks, request bodies, JSON and SSE responses. */
 #ifndef SM_SERVER_HTTP_H
 #define SM_SERVER_HTTP_H
-#include "server/openai.h"
+#include "server/models.h"
 #include "server/server.h"
 
 typedef struct sm_http sm_http;
 
 typedef struct {
   const sm_server_params *p;
-  sm_sched *sched;
-  sm_metrics *metrics;
-  const sm_oai *oai;
+  sm_models *models;
+  sm_metrics *metrics; /* HTTP requests */
 } sm_http_cfg;
 
 /* Bind and start serving (errors are printed); NULL on failure. */

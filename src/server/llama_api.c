@@ -128,26 +128,13 @@ cJSON *sm_llama_props(const sm_oai *o) {
 cJSON *sm_llama_slots(const sm_oai *o, sm_sched *s) {
   cJSON *arr = cJSON_CreateArray();
   pthread_mutex_lock(&s->mu);
-  int busy = s->active_seqs;
-  pthread_mutex_unlock(&s->mu);
   for (int i = 0; i < o->parallel; i++) {
     cJSON *e = cJSON_CreateObject();
     cJSON_AddNumberToObject(e, "id", i);
     cJSON_AddNumberToObject(e, "n_ctx", o->ctx);
-    cJSON_AddBoolToObject(e, "is_processing", i < busy);
+    cJSON_AddBoolToObject(e, "is_processing", s->slot_busy[i]);
     cJSON_AddItemToArray(arr, e);
   }
+  pthread_mutex_unlock(&s->mu);
   return arr;
-}
-
-cJSON *sm_oai_model(const sm_oai *o, const char *id, sm_api_error *err) {
-  if (strcmp(id, o->model_id)) {
-    sm_api_error_set(err, 404, "invalid_request_error", "model", "model_not_found", "The model '%.200s' does not exist",
-                     id);
-    return NULL;
-  }
-  cJSON *list = sm_oai_models(o), *d = cJSON_GetObjectItemCaseSensitive(list, "data");
-  cJSON *m = cJSON_DetachItemFromArray(d, 0);
-  cJSON_Delete(list);
-  return m;
 }

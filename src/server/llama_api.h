@@ -1,6 +1,6 @@
 /* llama-server's utility endpoints (private to src/server): POST /tokenize, /detokenize,
- * /apply-template, GET /props, /slots, and GET /v1/models/{id}. Each returns the JSON answer,
- * or NULL with an error in err. */
+ * /apply-template, GET /props, /slots (slot actions: http.c, pcache.c; GET /v1/models/{id}:
+ * models.c). Each returns the JSON answer, or NULL with an error in err. */
 #ifndef SM_SERVER_LLAMA_API_H
 #define SM_SERVER_LLAMA_API_H
 #include "server/openai.h"
@@ -10,6 +10,5 @@ cJSON *sm_llama_detokenize(const sm_oai *o, const char *body, size_t len, sm_api
 cJSON *sm_llama_apply_template(const sm_oai *o, const char *body, size_t len, sm_api_error *err);
 cJSON *sm_llama_props(const sm_oai *o);
 cJSON *sm_llama_slots(const sm_oai *o, sm_sched *s);
-cJSON *sm_oai_model(const sm_oai *o, const char *id, sm_api_error *err);
 
 #endif

@@ -87,64 +87,136 @@ void sm_metrics_preempt(sm_metrics *m) {
   pthread_mutex_unlock(&m->mu);
 }
 
-static void render_hist(sm_buf *b, const char *name, const char *help, const sm_hist *h) {
-  sm_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-  uint64_t cum = 0;
-  for (int i = 0; i < h->n; i++) {
-    cum += h->count[i];
-    sm_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)cum);
+void sm_metrics_label(sm_buf *out, const char *v) {
+  for (; *v; v++) {
+    if (*v == '\\' || *v == '"') sm_buf_putc(out, '\\');
+    if (*v == '\n') { sm_buf_puts(out, "\\n"); continue; }
+    sm_buf_putc(out, *v);
   }
-  cum += h->count[h->n];
-  sm_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)cum, name, h->sum,
-            name, (unsigned long long)h->total);
+}
+
+/* the label set of series i: "" or {model="..."}; extra: more labels inside the braces */
+static void labels(sm_buf *b, const char *const *names, int i, const char *extra) {
+  if (!names && !extra) return;
+  sm_buf_putc(b, '{');
+  if (names) {
+    sm_buf_puts(b, "model=\"");
+    sm_metrics_label(b, names[i]);
+    sm_buf_putc(b, '"');
+  }
+  if (extra) {
+    if (names) sm_buf_putc(b, ',');
+    sm_buf_puts(b, extra);
+  }
+  sm_buf_putc(b, '}');
+}
+
+static void head(sm_buf *b, const char *name, const char *type, const char *help) {
+  sm_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void sm_metrics_render_requests(sm_metrics *m, sm_buf *b) {
+  head(b, "smelt_requests_total", "counter", "HTTP requests by endpoint and status code.");
+  pthread_mutex_lock(&m->mu);
+  for (int i = 0; i < m->n_req; i++)
+    sm_buf_printf(b, "smelt_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->req[i].endpoint, m->req[i].status,
+                  (unsigned long long)m->req[i].n);
+  pthread_mutex_unlock(&m->mu);
+}
+
+enum { C_PROMPT, C_GEN, C_CACHED, C_PREEMPT, C_CANCEL, N_COUNTERS };
+static const struct { const char *name, *help; } k_counters[N_COUNTERS] = {
+    {"smelt_prompt_tokens_total", "Prompt tokens processed (including cached ones)."},
+    {"smelt_generation_tokens_total", "Tokens generated."},
+    {"smelt_prompt_cached_tokens_total", "Prompt tokens reported as cached to clients."},
+    {"smelt_preemptions_total", "Sequences preempted (requeued) on KV cache exhaustion."},
+    {"smelt_requests_cancelled_total", "Requests cancelled by client disconnect."},
+};
+
+typedef struct {
+  uint64_t c[N_COUNTERS];
+  sm_hist ttft, itl;
+} snapshot;
+
+static void take_snapshot(sm_metrics *m, snapshot *s) {
+  pthread_mutex_lock(&m->mu);
+  s->c[C_PROMPT] = m->prompt_tokens;
+  s->c[C_GEN] = m->gen_tokens;
+  s->c[C_CACHED] = m->cached_tokens;
+  s->c[C_PREEMPT] = m->preemptions;
+  s->c[C_CANCEL] = m->cancelled;
+  s->ttft = m->ttft;
+  s->itl = m->itl;
+  pthread_mutex_unlock(&m->mu);
+}
+
+static void render_hist(sm_buf *b, const char *name, const sm_hist *h, const char *const *names, int i) {
+  uint64_t cum = 0;
+  char le[48];
+  for (int k = 0; k <= h->n; k++) {
+    cum += h->count[k];
+    if (k < h->n) snprintf(le, sizeof le, "le=\"%g\"", h->le[k]);
+    else snprintf(le, sizeof le, "le=\"+Inf\"");
+    sm_buf_printf(b, "%s_bucket", name);
+    labels(b, names, i, le);
+    sm_buf_printf(b, " %llu\n", (unsigned long long)cum);
+  }
+  sm_buf_printf(b, "%s_sum", name);
+  labels(b, names, i, NULL);
+  sm_buf_printf(b, " %.6f\n%s_count", h->sum, name);
+  labels(b, names, i, NULL);
+  sm_buf_printf(b, " %llu\n", (unsigned long long)h->total);
+}
+
+void sm_metrics_render_models(sm_metrics *const *ms, const sm_metrics_gauges *gs, const char *const *names, int n,
+                              sm_buf *b) {
+  /* a consistent copy of each model's counters */
+  snapshot *snap = sm_xmalloc(sizeof *snap * (size_t)(n ? n : 1));
+  for (int i = 0; i < n; i++) take_snapshot(ms[i], &snap[i]);
+  for (int c = 0; c < N_COUNTERS; c++) {
+    head(b, k_counters[c].name, "counter", k_counters[c].help);
+    for (int i = 0; i < n; i++) {
+      sm_buf_puts(b, k_counters[c].name);
+      labels(b, names, i, NULL);
+      sm_buf_printf(b, " %llu\n", (unsigned long long)snap[i].c[c]);
+    }
+  }
+  head(b, "smelt_time_to_first_token_seconds", "histogram", "Time from request arrival to the first generated token.");
+  for (int i = 0; i < n; i++) render_hist(b, "smelt_time_to_first_token_seconds", &snap[i].ttft, names, i);
+  head(b, "smelt_inter_token_latency_seconds", "histogram", "Time between consecutive generated tokens of a sequence.");
+  for (int i = 0; i < n; i++) render_hist(b, "smelt_inter_token_latency_seconds", &snap[i].itl, names, i);
+  free(snap);
+  static const struct { const char *name, *type, *help; } G[] = {
+      {"smelt_requests_queued", "gauge", "Requests waiting for a free sequence slot."},
+      {"smelt_requests_running", "gauge", "Requests being generated."},
+      {"smelt_sequences_running", "gauge", "Sequences (choices) being generated."},
+      {"smelt_kv_cache_blocks_used", "gauge", "KV cache blocks held by live sequences."},
+      {"smelt_kv_cache_blocks_total", "gauge", "KV cache blocks in total."},
+      {"smelt_kv_cache_blocks_cached", "gauge", "Free KV blocks still holding a reusable prefix."},
+      {"smelt_kv_cache_block_size", "gauge", "Tokens per KV block."},
+      {"smelt_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache."},
+  };
+  for (size_t k = 0; k < SM_ARRAY_LEN(G); k++) {
+    head(b, G[k].name, G[k].type, G[k].help);
+    for (int i = 0; i < n; i++) {
+      const sm_metrics_gauges *g = &gs[i];
+      if (!g->loaded) continue;
+      const uint64_t v[] = {(uint64_t)g->queued, (uint64_t)g->running_requests, (uint64_t)g->running_seqs,
+                            (uint64_t)g->kv_blocks_used, (uint64_t)g->kv_blocks_total, (uint64_t)g->kv_blocks_cached,
+                            (uint64_t)g->kv_block_size, g->prefix_hit_tokens};
+      sm_buf_puts(b, G[k].name);
+      labels(b, names, i, NULL);
+      sm_buf_printf(b, " %llu\n", (unsigned long long)v[k]);
+    }
+  }
 }
 
 char *sm_metrics_render(sm_metrics *m, const sm_metrics_gauges *g) {
   sm_buf b = SM_BUF_INIT;
   sm_buf_reserve(&b, 4096);
-  pthread_mutex_lock(&m->mu);
-  sm_buf_printf(&b, "# HELP smelt_requests_total HTTP requests by endpoint and status code.\n"
-                "# TYPE smelt_requests_total counter\n");
-  for (int i = 0; i < m->n_req; i++)
-    sm_buf_printf(&b, "smelt_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->req[i].endpoint, m->req[i].status,
-              (unsigned long long)m->req[i].n);
-  sm_buf_printf(&b,
-            "# HELP smelt_prompt_tokens_total Prompt tokens processed (including cached ones).\n"
-            "# TYPE smelt_prompt_tokens_total counter\nsmelt_prompt_tokens_total %llu\n"
-            "# HELP smelt_generation_tokens_total Tokens generated.\n"
-            "# TYPE smelt_generation_tokens_total counter\nsmelt_generation_tokens_total %llu\n"
-            "# HELP smelt_prompt_cached_tokens_total Prompt tokens reported as cached to clients.\n"
-            "# TYPE smelt_prompt_cached_tokens_total counter\nsmelt_prompt_cached_tokens_total %llu\n"
-            "# HELP smelt_preemptions_total Sequences preempted (requeued) on KV cache exhaustion.\n"
-            "# TYPE smelt_preemptions_total counter\nsmelt_preemptions_total %llu\n"
-            "# HELP smelt_requests_cancelled_total Requests cancelled by client disconnect.\n"
-            "# TYPE smelt_requests_cancelled_total counter\nsmelt_requests_cancelled_total %llu\n",
-            (unsigned long long)m->prompt_tokens, (unsigned long long)m->gen_tokens,
-            (unsigned long long)m->cached_tokens, (unsigned long long)m->preemptions,
-            (unsigned long long)m->cancelled);
-  render_hist(&b, "smelt_time_to_first_token_seconds", "Time from request arrival to the first generated token.",
-              &m->ttft);
-  render_hist(&b, "smelt_inter_token_latency_seconds", "Time between consecutive generated tokens of a sequence.",
-              &m->itl);
-  pthread_mutex_unlock(&m->mu);
-  sm_buf_printf(&b,
-            "# HELP smelt_requests_queued Requests waiting for a free sequence slot.\n"
-            "# TYPE smelt_requests_queued gauge\nsmelt_requests_queued %d\n"
-            "# HELP smelt_requests_running Requests being generated.\n"
-            "# TYPE smelt_requests_running gauge\nsmelt_requests_running %d\n"
-            "# HELP smelt_sequences_running Sequences (choices) being generated.\n"
-            "# TYPE smelt_sequences_running gauge\nsmelt_sequences_running %d\n"
-            "# HELP smelt_kv_cache_blocks_used KV cache blocks held by live sequences.\n"
-            "# TYPE smelt_kv_cache_blocks_used gauge\nsmelt_kv_cache_blocks_used %d\n"
-            "# HELP smelt_kv_cache_blocks_total KV cache blocks in total.\n"
-            "# TYPE smelt_kv_cache_blocks_total gauge\nsmelt_kv_cache_blocks_total %d\n"
-            "# HELP smelt_kv_cache_blocks_cached Free KV blocks still holding a reusable prefix.\n"
-            "# TYPE smelt_kv_cache_blocks_cached gauge\nsmelt_kv_cache_blocks_cached %d\n"
-            "# HELP smelt_kv_cache_block_size Tokens per KV block.\n"
-            "# TYPE smelt_kv_cache_block_size gauge\nsmelt_kv_cache_block_size %d\n"
-            "# HELP smelt_prefix_cache_hit_tokens_total Prompt tokens served from the prefix cache.\n"
-            "# TYPE smelt_prefix_cache_hit_tokens_total counter\nsmelt_prefix_cache_hit_tokens_total %llu\n",
-            g->queued, g->running_requests, g->running_seqs, g->kv_blocks_used, g->kv_blocks_total,
-            g->kv_blocks_cached, g->kv_block_size, (unsigned long long)g->prefix_hit_tokens);
+  sm_metrics_render_requests(m, &b);
+  sm_metrics_gauges one = *g;
+  one.loaded = true;
+  sm_metrics_render_models(&m, &one, NULL, 1, &b);
   return sm_buf_take(&b);
 }

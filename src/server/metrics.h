@@ -1,7 +1,11 @@
-/* Prometheus metrics of `smelt serve` (text exposition format 0.0.4). Thread-safe. */
+/* Prometheus metrics of `smelt serve` (text exposition format 0.0.4). Thread-safe. A server has
+ * one sm_metrics for its HTTP requests and one per model for what the model's scheduler counts
+ * (tokens, latencies, preemptions, cancellations); with several models their series carry a
+ * `model` label. */
 #ifndef SM_SERVER_METRICS_H
 #define SM_SERVER_METRICS_H
 #include "base/base.h"
+#include "base/strbuf.h"
 
 #define SM_HIST_MAX_BUCKETS 16
 typedef struct {
@@ -22,11 +26,20 @@ void sm_metrics_itl(sm_metrics *m, double seconds);
 void sm_metrics_preempt(sm_metrics *m);
 void sm_metrics_cancel(sm_metrics *m);
 typedef struct {
+  bool loaded; /* false: the model's gauges are left out */
   int queued, running_seqs, running_requests;
   int kv_blocks_used, kv_blocks_total, kv_blocks_cached, kv_block_size;
   uint64_t prefix_hit_tokens;
 } sm_metrics_gauges;
-/* malloc'd Prometheus text */
+/* smelt_requests_total of m */
+void sm_metrics_render_requests(sm_metrics *m, sm_buf *out);
+/* The per-model families of ms[0..n) with their gauges gs[i]: each family once, one series per
+ * model, labelled model="names[i]" (names NULL: no label, n must be 1). */
+void sm_metrics_render_models(sm_metrics *const *ms, const sm_metrics_gauges *gs, const char *const *names, int n,
+                              sm_buf *out);
+/* One model whose counters are in m too: malloc'd Prometheus text */
 char *sm_metrics_render(sm_metrics *m, const sm_metrics_gauges *g);
+/* A label value with \, " and newlines escaped */
+void sm_metrics_label(sm_buf *out, const char *v);
 
 #endif

@@ -1,10 +1,14 @@
 /* The scheduler of `smelt serve`: job lifecycle, admission, preemption and the engine thread
  * (see sched.h). */
 #include "server/sched.h"
+#include "server/pcache.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <time.h>
+
+static atomic_uint_fast64_t g_next_id;
 
 static void job_free(sm_job *j) {
   for (int i = 0; i < j->n; i++) {
@@ -21,6 +25,7 @@ static void job_free(sm_job *j) {
   }
   free(j->ch);
   free(j->emb);
+  free(j->slot_file);
   sm_grammar_free(j->grammar);
   free(j->prompt);
   sm_api_request_free(&j->req);
@@ -48,13 +53,37 @@ static bool is_eos(const sm_sched *s, int32_t t) {
 static void job_fail(sm_sched *s, sm_job *j, int status, const char *msg);
 static void fail_all_now(sm_sched *s, int status, const char *msg);
 
-static void release_seqs(sm_sched *s, sm_job *j) {
-  for (int i = 0; i < j->n; i++)
-    if (j->ch[i].seq) {
-      sm_seq_free(s->eng, j->ch[i].seq);
-      j->ch[i].seq = NULL;
-      s->active_seqs--;
+/* under mu: the lowest free slot for choice c (GET /slots, POST /slots/{id}) */
+static void take_slot(sm_sched *s, sm_choice *c) {
+  c->slot = -1;
+  for (int i = 0; i < s->parallel; i++)
+    if (!s->slot_busy[i]) {
+      s->slot_busy[i] = true;
+      c->slot = i;
+      return;
     }
+}
+
+/* under mu: choice c's sequence ends; with record, its slot keeps the sequence's tokens (what a
+ * slot save writes) */
+static void drop_seq(sm_sched *s, sm_choice *c, bool record) {
+  if (c->seq) {
+    if (record && c->slot >= 0) {
+      int n = sm_seq_len(c->seq);
+      s->slot_tok[c->slot] = sm_xrealloc(s->slot_tok[c->slot], sizeof(int32_t) * (size_t)(n ? n : 1));
+      if (n) memcpy(s->slot_tok[c->slot], sm_seq_tokens(c->seq), sizeof(int32_t) * (size_t)n);
+      s->slot_n[c->slot] = n;
+    }
+    sm_seq_free(s->eng, c->seq);
+    c->seq = NULL;
+    s->active_seqs--;
+  }
+  if (c->slot >= 0) s->slot_busy[c->slot] = false;
+  c->slot = -1;
+}
+
+static void release_seqs(sm_sched *s, sm_job *j, bool record) {
+  for (int i = 0; i < j->n; i++) drop_seq(s, &j->ch[i], record);
 }
 
 static void remove_active(sm_sched *s, sm_job *j) {
@@ -69,7 +98,7 @@ static void remove_active(sm_sched *s, sm_job *j) {
 
 /* under mu: the job is complete (all choices finished) or failed; leaves the engine */
 static void job_finish(sm_sched *s, sm_job *j) {
-  release_seqs(s, j);
+  release_seqs(s, j, true);
   if (j->active) remove_active(s, j);
   j->done = true;
   uint64_t gen = 0;
@@ -94,6 +123,14 @@ static void update_safe(sm_sched *s, sm_job *j, sm_choice *c) {
   if (safe > c->safe) c->safe = safe;
 }
 
+/* a request reused n tokens of ids from the prefix cache */
+static void note_hot(sm_sched *s, const int32_t *ids, int n) {
+  if (n <= s->n_hot) return;
+  s->hot = sm_xrealloc(s->hot, sizeof(int32_t) * (size_t)n);
+  memcpy(s->hot, ids, sizeof(int32_t) * (size_t)n);
+  s->n_hot = n;
+}
+
 /* under mu: start (or restart after preemption) a job's sequences */
 static bool admit(sm_sched *s, sm_job *j) {
   sm_engine *e = s->eng;
@@ -107,6 +144,7 @@ static bool admit(sm_sched *s, sm_job *j) {
       c->sampler.bias_vals = j->req.bias_vals;
       c->sampler.n_bias = j->req.n_bias;
       c->sampler_ok = true;
+      take_slot(s, c); /* forked choices too: their sequences are reserved */
       c->detok = sm_detok_new(s->tok, !j->keep_special);
       if (j->grammar) {
         if (!s->gvocab) s->gvocab = sm_grammar_vocab_new(s->tok, s->vocab, s->eos, s->n_eos);
@@ -122,7 +160,9 @@ static bool admit(sm_sched *s, sm_job *j) {
         sm_seq *q = sm_seq_new(e);
         if (!q) return false;
         if (sm_seq_append(e, q, j->prompt + c->p_off, c->p_len) != SMELT_OK) { sm_seq_free(e, q); return false; }
-        j->n_cached += sm_seq_use_prefix_cache(e, q);
+        int reused = sm_seq_use_prefix_cache(e, q);
+        note_hot(s, j->prompt + c->p_off, reused);
+        j->n_cached += reused;
         c->seq = q;
         s->active_seqs++;
       }
@@ -133,6 +173,7 @@ static bool admit(sm_sched *s, sm_job *j) {
     if (!q) return false;
     if (sm_seq_append(e, q, j->prompt, j->n_prompt) != SMELT_OK) { sm_seq_free(e, q); return false; }
     j->n_cached = sm_seq_use_prefix_cache(e, q);
+    note_hot(s, j->prompt, j->n_cached);
     j->ch[0].seq = q;
     s->active_seqs++;
     j->fork_pending = j->n > 1;
@@ -144,6 +185,7 @@ static bool admit(sm_sched *s, sm_job *j) {
       if (c->finish || c->seq) continue;
       sm_seq *q = sm_seq_new(e);
       if (!q) return false;
+      take_slot(s, c);
       const int32_t *pp = j->per_prompt ? j->prompt + c->p_off : j->prompt;
       int pn = j->per_prompt ? c->p_len : j->n_prompt;
       if (sm_seq_append(e, q, pp, pn) != SMELT_OK || (c->n_gen && sm_seq_append(e, q, c->gen, c->n_gen) != SMELT_OK)) {
@@ -186,6 +228,54 @@ static void run_embeddings(sm_sched *s, sm_job *j) {
   job_finish(s, j);
 }
 
+/* under mu (released for the file): a slot action, at once */
+static void run_slot_op(sm_sched *s, sm_job *j) {
+  const int id = j->slot_id;
+  if (id < 0 || id >= s->parallel) { /* checked by the HTTP side */
+    job_fail(s, j, 400, "no such slot");
+    return;
+  }
+  if (j->slot_op != SM_SLOT_SAVE && s->slot_busy[id]) {
+    char msg[64];
+    snprintf(msg, sizeof msg, "slot %d is busy", id);
+    job_fail(s, j, 503, msg);
+    return;
+  }
+  if (j->slot_op == SM_SLOT_ERASE) {
+    j->slot_tokens = s->slot_n[id];
+    s->slot_n[id] = 0;
+    job_finish(s, j);
+    return;
+  }
+  const double t0 = sm_now();
+  smelt_status st;
+  char msg[sizeof j->errmsg];
+  int32_t *tok = NULL;
+  int n = 0;
+  if (j->slot_op == SM_SLOT_SAVE) {
+    n = s->slot_n[id];
+    tok = sm_xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    if (n) memcpy(tok, s->slot_tok[id], sizeof(int32_t) * (size_t)n);
+    pthread_mutex_unlock(&s->mu);
+    st = sm_pcache_slot_save(s->eng, tok, n, j->slot_file, &j->slot_tokens, &j->slot_bytes, msg, sizeof msg);
+    free(tok);
+    pthread_mutex_lock(&s->mu);
+  } else {
+    pthread_mutex_unlock(&s->mu);
+    st = sm_pcache_slot_restore(s->eng, j->slot_file, &tok, &n, &j->slot_bytes, msg, sizeof msg);
+    pthread_mutex_lock(&s->mu);
+    if (!st) {
+      free(s->slot_tok[id]);
+      s->slot_tok[id] = tok;
+      s->slot_n[id] = n;
+      j->slot_tokens = n;
+    }
+  }
+  j->slot_ms = (sm_now() - t0) * 1000;
+  if (st) job_fail(s, j, st == SMELT_ERR_OOM ? 503 : st == SMELT_ERR_IO ? 500 : 400, msg);
+  else job_finish(s, j);
+}
+
 /* under mu: requeue the newest active job (KV exhausted) */
 static void preempt_newest(sm_sched *s) {
   sm_job *nj = NULL;
@@ -209,7 +299,7 @@ static void preempt_newest(sm_sched *s) {
   }
   /* the reserved fork slots are given back with the sequences */
   if (nj->fork_pending) { s->active_seqs -= nj->n - 1; nj->fork_pending = false; }
-  release_seqs(s, nj);
+  release_seqs(s, nj, false);
   remove_active(s, nj);
   nj->queued = true;
   nj->next = s->qhead;
@@ -376,19 +466,23 @@ static void *engine_main(void *arg) {
     while (s->qhead && !s->admit_blocked) {
       sm_job *j = s->qhead;
       int need = 0;
-      for (int i = 0; i < j->n; i++) need += !j->ch[i].finish;
+      for (int i = 0; i < j->n && !j->slot_op; i++) need += !j->ch[i].finish;
       if (s->n_active > 0 && s->active_seqs + need > s->parallel) break;
       s->qhead = j->next;
       if (!s->qhead) s->qtail = NULL;
       s->n_queued--;
       j->queued = false;
       j->next = NULL;
+      if (j->slot_op) {
+        run_slot_op(s, j);
+        continue;
+      }
       if (j->req.kind == SM_EP_EMBEDDINGS) {
         run_embeddings(s, j);
         continue;
       }
       if (!admit(s, j)) {
-        release_seqs(s, j);
+        release_seqs(s, j, false);
         job_fail(s, j, 503, "could not allocate a sequence for the request");
       }
     }
@@ -482,9 +576,7 @@ static void *engine_main(void *arg) {
       for (int i = 0; i < j->n; i++) {
         sm_choice *c = &j->ch[i];
         if (c->finish && c->seq) {
-          sm_seq_free(s->eng, c->seq);
-          c->seq = NULL;
-          s->active_seqs--;
+          drop_seq(s, c, true);
           s->admit_blocked = false;
         }
       }
@@ -513,6 +605,9 @@ void sm_sched_init(sm_sched *s, sm_engine *eng, const smelt_tokenizer *tok, sm_m
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   sm_engine_get_stats(eng, &s->stats);
+  s->slot_busy = sm_xcalloc((size_t)parallel, sizeof(bool));
+  s->slot_tok = sm_xcalloc((size_t)parallel, sizeof(int32_t *));
+  s->slot_n = sm_xcalloc((size_t)parallel, sizeof(int));
 }
 
 void sm_sched_add_eos(sm_sched *s, int32_t id) {
@@ -536,12 +631,31 @@ void sm_sched_stop(sm_sched *s) {
 }
 
 void sm_sched_destroy(sm_sched *s) {
+  for (int i = 0; s->slot_tok && i < s->parallel; i++) free(s->slot_tok[i]);
+  free(s->slot_tok);
+  free(s->slot_n);
+  free(s->slot_busy);
+  s->slot_tok = NULL;
+  free(s->hot);
+  s->hot = NULL;
+  s->n_hot = 0;
   sm_grammar_vocab_free(s->gvocab);
   s->gvocab = NULL;
   free(s->active);
   s->active = NULL;
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
+}
+
+sm_job *sm_job_slot_op(int op, int slot, const char *file) {
+  sm_api_request req;
+  memset(&req, 0, sizeof req);
+  req.n = 1;
+  sm_job *j = sm_job_new(&req, NULL, 0, 0, false);
+  j->slot_op = op;
+  j->slot_id = slot;
+  j->slot_file = file ? sm_xstrdup(file) : NULL;
+  return j;
 }
 
 sm_job *sm_job_new(sm_api_request *req, int32_t *prompt, int n_prompt, int max_tokens, bool tool_mode) {
@@ -556,6 +670,7 @@ sm_job *sm_job_new(sm_api_request *req, int32_t *prompt, int n_prompt, int max_t
   for (int i = 0; i < j->n; i++) {
     sm_buf_reserve(&j->ch[i].text, 64);
     j->ch[i].stop_hit = -1;
+    j->ch[i].slot = -1;
   }
   j->tool_mode = tool_mode;
   pthread_cond_init(&j->cv, NULL);
@@ -579,7 +694,8 @@ int sm_sched_submit(sm_sched *s, sm_job *j) {
     return 429;
   }
   sm_ep_kind kind = j->req.kind;
-  j->seq_no = ++s->next_id;
+  j->sched = s;
+  j->seq_no = atomic_fetch_add(&g_next_id, 1) + 1; /* unique across the server's models: ids derive from it */
   snprintf(j->id, sizeof j->id, "%s-%016llx%04llx",
            kind == SM_EP_CHAT ? "chatcmpl" : kind == SM_EP_COMPLETIONS ? "cmpl" : kind == SM_EP_MESSAGES ? "msg" : "resp_",
            (unsigned long long)sm_mix64((uint64_t)j->created ^ (j->seq_no << 20)),

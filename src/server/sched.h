@@ -16,6 +16,7 @@
 #include "tokenizer/tokenizer.h"
 
 enum { SM_FIN_NONE = 0, SM_FIN_STOP, SM_FIN_LENGTH };
+enum { SM_SLOT_SAVE = 1, SM_SLOT_RESTORE, SM_SLOT_ERASE };
 
 /* one generated token: id, logprob, text offset after it, top alternatives */
 typedef struct {
@@ -41,6 +42,7 @@ typedef struct {
   int finish; /* SM_FIN_* */
   int stop_hit; /* the stop string that ended the text, -1: none */
   int p_off, p_len; /* several prompts: this choice's prompt is job->prompt[p_off..+p_len) */
+  int slot;             /* the slot (GET /slots) its sequence holds, -1: none */
   sm_grammar_state *gs; /* constrained decoding (job->grammar), engine thread only */
   uint32_t *mask;       /* allowed tokens for the next sample, valid when mask_ok */
   bool mask_ok;
@@ -56,8 +58,10 @@ typedef struct {
 } sm_choice;
 
 typedef struct sm_job sm_job;
+typedef struct sm_sched sm_sched;
 struct sm_job {
   int refs; /* under the scheduler's mutex */
+  sm_sched *sched; /* the scheduler it was submitted to (its mutex guards the job) */
   sm_api_request req;
   int32_t *prompt;
   int n_prompt, max_tokens, n_cached;
@@ -67,6 +71,13 @@ struct sm_job {
   int emb_dim, pooling; /* sm_pooling */
   sm_choice *ch;
   int n;
+  /* a slot action (POST /slots/{id}?action=...), run by the engine thread instead of generating */
+  int slot_op;         /* SM_SLOT_* (0: none) */
+  int slot_id;
+  char *slot_file;     /* the file's path */
+  int slot_tokens;     /* tokens saved, restored or erased */
+  uint64_t slot_bytes; /* bytes written or read */
+  double slot_ms;
   bool tool_mode, fork_pending;
   const sm_toolfmt *tfmt; /* the model's tool-call format (also parses gpt-oss channels) */
   bool reasoning;         /* split thinking text from the content */
@@ -88,7 +99,7 @@ struct sm_job {
   sm_job *next;
 };
 
-typedef struct {
+struct sm_sched {
   sm_engine *eng;
   const smelt_tokenizer *tok;
   sm_metrics *metrics;
@@ -108,7 +119,6 @@ typedef struct {
   pthread_t thread;
   bool thread_started;
   sm_engine_stats stats;
-  uint64_t next_id;
   sm_grammar_vocab *gvocab; /* built on the first constrained request (engine thread) */
   /* called by the engine thread after every step (mu not held): true when the step's results
    * cannot be trusted; msg says why. Every job then fails and `fatal` is set. */
@@ -116,10 +126,19 @@ typedef struct {
   void *after_step_arg;
   bool fatal;
   char fatal_msg[256];
+  /* the longest prompt prefix that a request reused from the prefix cache (engine thread; read
+   * after it stopped): what a prompt cache file keeps at shutdown (pcache.h) */
+  int32_t *hot;
+  int n_hot;
+  /* slots: one per sequence a request may hold (-np); a slot keeps the tokens of the last
+   * sequence that held it (what POST /slots/{id}?action=save writes); under mu */
+  bool *slot_busy;
+  int32_t **slot_tok;
+  int *slot_n;
   bool fail_pending; /* sm_sched_fail_all asked; done by the engine thread */
   int fail_status;
   char fail_msg[256];
-} sm_sched;
+};
 
 static inline uint64_t sm_mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -136,6 +155,8 @@ bool sm_sched_start(sm_sched *s);               /* starts the engine thread */
 void sm_sched_stop(sm_sched *s);
 void sm_sched_destroy(sm_sched *s);
 
+/* A slot action for slot `slot` (file: the path for save and restore, else NULL). */
+sm_job *sm_job_slot_op(int op, int slot, const char *file);
 /* A new job for a parsed request (moved into the job) and its prompt ids (owned by the job). */
 sm_job *sm_job_new(sm_api_request *req, int32_t *prompt, int n_prompt, int max_tokens, bool tool_mode);
 /* Queue a job. Returns 0 (queued; the caller keeps one reference, the engine holds the other),

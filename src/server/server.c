@@ -12,8 +12,7 @@
 #include <unistd.h>
 #include "base/mapguard.h"
 #include "server/http.h"
-#include "server/openai.h"
-#include "server/sched.h"
+#include "server/models.h"
 
 void sm_server_params_default(sm_server_params *p) {
   memset(p, 0, sizeof *p);
@@ -31,6 +30,8 @@ void sm_server_params_default(sm_server_params *p) {
   p->timeout = 600;
   p->max_buffered_body = (size_t)64 << 20;
   p->shutdown_timeout = 20;
+  p->models_max = 4;
+  p->models_load_timeout = 300;
 }
 
 /* the log: stderr, or --log-file (appended; reopened on SIGHUP for log rotation) */
@@ -46,28 +47,8 @@ static bool open_log(const char *path) {
   return ok;
 }
 
-/* after every engine step: did a weights file fault or change under its mapping? */
-static bool weights_changed(void *arg, char *msg, size_t n) {
-  (void)arg;
-  return sm_mapguard_check(msg, n);
-}
-
-/* the model id the API reports: --alias, else the model directory's name */
-static void model_id(const sm_server_params *p, char *out, size_t n) {
-  if (p->alias && p->alias[0]) {
-    snprintf(out, n, "%s", p->alias);
-    return;
-  }
-  const char *d = p->model_dir;
-  size_t l = strlen(d);
-  while (l > 1 && d[l - 1] == '/') l--;
-  size_t b = l;
-  while (b > 0 && d[b - 1] != '/') b--;
-  snprintf(out, n, "%.*s", (int)(l - b), d + b);
-}
-
 /* Wait for signals; drain on SIGTERM/SIGINT or after a fatal error. Returns the exit code. */
-static int serve(const sm_server_params *p, sm_sched *sched, sm_http *http) {
+static int serve(const sm_server_params *p, sm_models *models, sm_http *http) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -95,15 +76,12 @@ static int serve(const sm_server_params *p, sm_sched *sched, sm_http *http) {
         deadline = now;
       }
     }
-    pthread_mutex_lock(&sched->mu);
-    bool fatal = sched->fatal, idle = sm_sched_idle(sched);
-    char fmsg[sizeof sched->fatal_msg];
-    snprintf(fmsg, sizeof fmsg, "%s", sched->fatal_msg);
+    char fmsg[256];
+    bool fatal = sm_models_fatal(models, fmsg, sizeof fmsg), idle = sm_models_idle(models);
     if (draining && !failed_all && !idle && now >= deadline) {
-      sm_sched_fail_all(sched, 503, "the server is shutting down");
+      sm_models_fail_all(models, 503, "the server is shutting down");
       failed_all = true;
     }
-    pthread_mutex_unlock(&sched->mu);
     if (fatal && rc == SM_SERVER_EXIT_OK) {
       fprintf(stderr, "smelt serve: fatal: %s\n", fmsg);
       rc = SM_SERVER_EXIT_FATAL;
@@ -137,118 +115,30 @@ int sm_server_run(const sm_server_params *pp) {
   if (p.log_file && !open_log(p.log_file)) return SM_SERVER_EXIT_START;
   /* a weights file truncated under the map fails the requests instead of killing the process */
   if (!p.no_mmap) sm_mapguard_install();
-  sm_metrics *metrics = sm_metrics_new();
-  smelt_model *model = NULL;
-  sm_engine *eng = NULL;
-  sm_sched sched;
-  bool sched_init = false;
+  sm_metrics *metrics = sm_metrics_new(); /* HTTP requests; each model counts its tokens */
   sm_http *http = NULL;
-  char alias[256];
   int rc = SM_SERVER_EXIT_START;
-  char fmsg[512];
-
-  smelt_model_params mp;
-  smelt_model_params_default(&mp);
-  mp.device = (smelt_device)p.device;
-  mp.n_threads = p.threads;
-  mp.cpu_mask = p.cpu_mask;
-  mp.numa = (smelt_numa)p.numa;
-  mp.cpu_poll = p.cpu_poll;
-  mp.max_context = p.ctx_size;
-  mp.max_seqs = p.parallel;
-  mp.no_mmap = p.no_mmap;
-  mp.kv_type = (smelt_kv_type)p.kv_type;
-  fprintf(stderr, "smelt serve: loading %s%s\n", p.model_dir, p.no_mmap ? " (into memory: --no-mmap)" : "");
-  if (smelt_model_load(p.model_dir, &mp, &model) != SMELT_OK) {
-    fprintf(stderr, "smelt serve: could not load the model: %s\n", smelt_last_error());
-    goto out;
-  }
-  if (sm_mapguard_check(fmsg, sizeof fmsg)) {
-    fprintf(stderr, "smelt serve: could not load the model: %s\n", fmsg);
-    goto out;
-  }
-  const smelt_tokenizer *tok = smelt_model_tokenizer(model);
-  if (!tok) {
-    fprintf(stderr, "smelt serve: the model directory has no tokenizer\n");
-    goto out;
-  }
-  smelt_model_info info;
-  smelt_model_get_info(model, &info);
-  if (info.note && info.note[0]) fprintf(stderr, "smelt serve: note: %s\n", info.note);
-  sm_engine_params ep;
-  sm_engine_params_default(&ep);
-  ep.max_seqs = p.parallel;
-  if (p.ctx_size > 0) ep.max_context = p.ctx_size;
-  else if (info.max_context > 0) ep.max_context = info.max_context;
-  if (p.kv_blocks > 0) ep.n_blocks = p.kv_blocks;
-  if (p.block_size > 0) ep.block_size = p.block_size;
-  if (p.max_batch_tokens > 0) ep.max_batch_tokens = p.max_batch_tokens;
-  ep.prefix_cache = !p.no_prefix_cache;
-  ep.host_sample = p.host_sample;
-  if (sm_engine_create(model, &ep, &eng) != SMELT_OK) {
-    fprintf(stderr, "smelt serve: could not create the engine: %s\n", smelt_last_error());
-    goto out;
-  }
-  int vocab = smelt_model_vocab_size(model);
-  sm_sched_init(&sched, eng, tok, metrics, vocab, p.parallel, p.max_queue);
-  sched_init = true;
-  sched.after_step = weights_changed;
-  for (int i = 0; i < info.n_eos; i++) sm_sched_add_eos(&sched, info.eos_ids[i]);
-  const char *eos_tok = sm_tok_eos_token(tok);
-  if (eos_tok) sm_sched_add_eos(&sched, sm_tok_token_id(tok, eos_tok));
-  static const char *const ends[] = {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<end_of_turn>",
-                                     "<|endoftext|>", "<|end|>", "</s>"};
-  for (size_t i = 0; i < SM_ARRAY_LEN(ends); i++) {
-    int32_t id = sm_tok_token_id(tok, ends[i]);
-    if (id >= 0 && sm_tok_is_special(tok, id)) sm_sched_add_eos(&sched, id);
-  }
-  model_id(&p, alias, sizeof alias);
-  sm_oai oai = {.model_id = alias,
-                .arch = smelt_model_arch(model),
-                .tok = tok,
-                .vocab = vocab,
-                .ctx = ep.max_context,
-                .parallel = p.parallel,
-                .gen_temperature = info.gen_temperature,
-                .gen_top_p = info.gen_top_p,
-                .gen_top_k = info.gen_top_k,
-                .created = (long)time(NULL),
-                .model_path = p.model_dir,
-                .pooling = p.pooling};
-  const char *tmpl = sm_tok_chat_template(tok, NULL);
-  oai.tfmt = p.tool_format ? sm_toolfmt_by_name(p.tool_format) : sm_toolfmt_detect(tmpl);
-  if (!oai.tfmt) {
+  if (p.tool_format && !sm_toolfmt_by_name(p.tool_format)) {
     fprintf(stderr, "smelt serve: unknown --tool-format '%s' (%s)\n", p.tool_format, sm_toolfmt_names());
-    goto out;
+    sm_metrics_free(metrics);
+    return SM_SERVER_EXIT_START;
   }
-  /* a template that writes <think> blocks: split them off unless --reasoning-format none */
-  oai.reasoning = !(p.reasoning_format && !strcmp(p.reasoning_format, "none")) &&
-                  ((tmpl && strstr(tmpl, "</think>")) || oai.tfmt->kind == SM_TF_HARMONY);
-
-  if (!sm_sched_start(&sched)) {
-    fprintf(stderr, "smelt serve: could not start the engine thread\n");
-    goto out;
-  }
-  sm_http_cfg hc = {.p = &p, .sched = &sched, .metrics = metrics, .oai = &oai};
+  sm_models *models = sm_models_new(&p);
+  if (!models || !sm_models_start(models)) goto out;
+  sm_http_cfg hc = {.p = &p, .models = models, .metrics = metrics};
   http = sm_http_start(&hc);
   if (!http) {
-    sm_sched_stop(&sched);
+    sm_models_stop(models);
     goto out;
   }
-  fprintf(stderr, "smelt serve: model '%s' (%s), ctx %d, parallel %d, %d KV blocks of %d\n", alias, oai.arch,
-          oai.ctx, p.parallel, sched.stats.n_blocks, sched.stats.block_size);
-  fprintf(stderr, "smelt serve: tool-call format %s, reasoning %s\n", oai.tfmt->name,
-          oai.reasoning ? "split into reasoning_content" : "not split");
   fprintf(stderr, "smelt serve: listening on http://%s:%d\n", p.host, sm_http_port(http));
   fflush(stderr);
-  rc = serve(&p, &sched, http);
-  sm_sched_stop(&sched);
+  rc = serve(&p, models, http);
+  sm_models_stop(models); /* engine threads end, prompt cache files are written */
   sm_http_stop(http);
   fprintf(stderr, "smelt serve: stopped\n");
 out:
-  if (sched_init) sm_sched_destroy(&sched);
-  if (eng) sm_engine_free(eng);
-  if (model) smelt_model_free(model);
+  sm_models_free(models);
   sm_metrics_free(metrics);
   return rc;
 }

@@ -7,8 +7,19 @@
 typedef struct {
   const char *host;            /* default 127.0.0.1 */
   int port;                    /* default 8080; 0 = any free port (printed at start) */
-  const char *model_dir;       /* resolved model directory */
-  const char *alias;           /* model id reported by the API (default: directory name) */
+  const char *model_dir;       /* one model: its resolved directory */
+  const char *alias;           /* one model: the id reported by the API (default: directory name) */
+  /* several models (models.h): -m given more than once, and/or a directory of models */
+  const char *const *model_dirs; /* resolved directories of the -m models */
+  const char *const *model_ids;  /* their names */
+  int n_models;
+  const char *models_dir;      /* every model directory under it (one or two levels) */
+  int models_max;              /* loaded at once (default 4) */
+  uint64_t models_memory;      /* estimated bytes of the loaded models together (0: no limit) */
+  double models_load_timeout;  /* s a request waits for its model to load (default 300) */
+  const char *prompt_cache;    /* --prompt-cache FILE (one model) */
+  bool prompt_cache_ro;        /* never write it */
+  const char *slot_save_path;  /* POST /slots/{id}?action=save|restore: files in this directory */
   int ctx_size;                /* tokens per sequence; 0 = model default */
   int parallel;                /* concurrent sequences (default 4) */
   int threads;                 /* CPU threads (0 = all) */

@@ -33,10 +33,10 @@ int sm_store_kv_dtype_bytes(const char *name) {
 }
 
 /* "123", "16G", "512M", "2.5GiB" -> bytes */
-static bool parse_size(const char *s, uint64_t *out) {
+bool sm_store_parse_size(const char *s, uint64_t *out) {
   char *end;
   double v = strtod(s, &end);
-  if (end == s || v < 0) return false;
+  if (end == s || !(v >= 0) || v > 1e18) return false; /* also nan and inf */
   double m = 1;
   switch (*end) {
   case 0: break;
@@ -49,6 +49,7 @@ static bool parse_size(const char *s, uint64_t *out) {
   if (*end == 'i') end++;
   if (*end == 'B' || *end == 'b') end++;
   if (*end) return false;
+  if (v * m > 1.8e19) return false;
   *out = (uint64_t)(v * m);
   return true;
 }
@@ -145,7 +146,7 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   const char *ov = sm_store_settings_get()->available_memory;
   uint64_t avail = 0;
   if (ov) {
-    if (!parse_size(ov, &avail)) return sm_err(SMELT_ERR_INVALID, "bad SMELT_AVAILABLE_MEMORY '%s'", ov);
+    if (!sm_store_parse_size(ov, &avail)) return sm_err(SMELT_ERR_INVALID, "bad SMELT_AVAILABLE_MEMORY '%s'", ov);
     out->available_known = true;
   } else if (cuda) {
     uint64_t total = 0;

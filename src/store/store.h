@@ -123,6 +123,9 @@ void sm_store_set_device_mem_query(sm_device_mem_fn fn);
 bool sm_store_host_mem_available(uint64_t *bytes);
 /* Bytes per KV element for a dtype name ("f32" 4, "f16"/"bf16" 2, "q8" 1); 0 if unknown. */
 int sm_store_kv_dtype_bytes(const char *name);
+/* A byte count with an optional K/M/G/T suffix (powers of 1024; "KiB", "KB" too): false when not
+ * one (negative, nan, trailing text). */
+bool sm_store_parse_size(const char *s, uint64_t *out);
 /* Human-readable size ("1.23 GiB") into buf. */
 const char *sm_store_fmt_bytes(uint64_t b, char *buf, size_t n);
 

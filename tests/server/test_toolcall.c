@@ -118,13 +118,13 @@ static void check_text(const char *label, const sm_toolfmt *f, const char *text,
         free(prev_names[i]);
         prev_names[i] = sm_xstrdup(c->name);
       }
-      if (c->args.n > fin.calls[i].args.n || memcmp(c->args.p, fin.calls[i].args.p, c->args.n)) {
+      if (c->args.n > fin.calls[i].args.n || (c->args.n && memcmp(c->args.p, fin.calls[i].args.p, c->args.n))) {
         bad++;
         fprintf(stderr, "%s @%zu: args %.*s not a prefix of %s\n", label, k, (int)c->args.n, c->args.p, fin.calls[i].args.p);
       }
     }
     if (p.n > fin.n) { bad++; fprintf(stderr, "%s @%zu: %d calls\n", label, k, p.n); }
-    if (p.safe < prev_safe || p.safe > fin.content.n || memcmp(p.content.p, fin.content.p, p.safe)) {
+    if (p.safe < prev_safe || p.safe > fin.content.n || (p.safe && memcmp(p.content.p, fin.content.p, p.safe))) {
       bad++;
       fprintf(stderr, "%s @%zu: safe content %zu not a growing prefix\n", label, k, p.safe);
     }

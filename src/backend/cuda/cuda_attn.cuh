@@ -30,10 +30,10 @@ struct cu_attn_args {
   size_t pfn[2];       /* (bytes, 16-byte aligned; NULL / 0: none) */
 };
 
-bool cu_attn_dec_ok(int hd, int G);
+bool cu_attn_dec_ok(int hd, int G, sm_dtype dt);
 int cu_attn_dec_splits(const cu_tune *t, int n_tokens, int nkv, int n_sm);
-int cu_attn_dec_warps(int hd, int G);
-size_t cu_attn_dec_smem(const cu_tune *t, int hd, int G, int S);
+int cu_attn_dec_warps(int hd, int G, sm_dtype dt);
+size_t cu_attn_dec_smem(const cu_tune *t, int hd, int G, int S, sm_dtype dt);
 void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *a);
 void cu_attn_set_trace(unsigned long long *buf);
 

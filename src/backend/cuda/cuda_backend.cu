@@ -416,9 +416,9 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   const int G = n_heads / kv->n_kv_heads;
   int Sd = 0; /* > 0: one-token-per-sequence decode kernel with Sd splits */
   bool glong = false;
-  if (c->n_tiles == nt && cu_attn_dec_ok(kv->head_dim, G)) {
+  if (c->n_tiles == nt && cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) {
     Sd = cu_attn_dec_splits(&c->t, nt, kv->n_kv_heads, c->n_sm);
-    if (cu_attn_dec_smem(&c->t, kv->head_dim, G, Sd) > c->smem_optin) Sd = 0;
+    if (cu_attn_dec_smem(&c->t, kv->head_dim, G, Sd, kv->dtype) > c->smem_optin) Sd = 0;
     if (Sd > 1 && c->t.attn_long > 0) { /* long contexts: the global-memory split combine (a new graph) */
       int maxlen = 1;
       for (int t = 0; t < nt; t++) {

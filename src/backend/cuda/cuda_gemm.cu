@@ -1,5 +1,6 @@
 /* Matrix products of larger batches (more tokens than the matvec kernels take): cuBLAS GEMMs, with
- * x converted to bf16/f16 and quantized weights dequantized to bf16 a tile of rows at a time. */
+ * x converted to the weights' half type (bf16 or f16 weights) and quantized weights dequantized to f16
+ * a tile of rows at a time, with x in f16: 8x finer than bf16 (x clamped to f16's range, +-65504). */
 #include "backend/cuda/cuda_weights.cuh"
 
 #define GRID_STRIDE(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
@@ -17,7 +18,7 @@ void cu_gemm(const cu_ctx *cx, cublasHandle_t blas, const cu_weight *cw, const f
                  (int)K, &zero, y, CUDA_R_32F, (int)M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     return;
   }
-  const bool f16 = cw->kind == CW_DENSE && cw->dtype == SM_DT_F16;
+  const bool f16 = cw->kind != CW_DENSE || cw->dtype == SM_DT_F16;
   const cudaDataType dt = f16 ? CUDA_R_16F : CUDA_R_16BF;
   const size_t nx = (size_t)n * K;
   if (f16) k_to_f16<<<cu_ew_blocks(nx), 256, 0, cx->s>>>((__half *)x16, x, nx);
@@ -32,8 +33,8 @@ void cu_gemm(const cu_ctx *cx, cublasHandle_t blas, const cu_weight *cw, const f
   if (chunk >= 128) chunk &= ~(int64_t)127;
   for (int64_t r0 = 0; r0 < M; r0 += chunk) {
     const int64_t nr = M - r0 < chunk ? M - r0 : chunk;
-    cu_dequant_rows(cw, r0, nr, deq, false, cx->s);
-    cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)K, &one, deq, CUDA_R_16BF, (int)K, x16, CUDA_R_16BF,
+    cu_dequant_rows(cw, r0, nr, deq, true, cx->s);
+    cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)K, &one, deq, CUDA_R_16F, (int)K, x16, CUDA_R_16F,
                  (int)K, &zero, y + r0, CUDA_R_32F, (int)M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   }
 }

@@ -150,6 +150,19 @@ __global__ void k_dequant_gen(cu_weight w, int64_t r0, int64_t nr, O *__restrict
   }
 }
 
+template <typename O> static void dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, O *o, unsigned blocks,
+                                               int threads, cudaStream_t s) {
+  if (w->kind == CW_Q4) {
+    k_dequant_qfast<4, O, false><<<blocks, threads, 0, s>>>(*w, r0, nr, o);
+  } else if (w->kind == CW_QFAST) {
+    if (w->bits == 4) k_dequant_qfast<4, O, true><<<blocks, threads, 0, s>>>(*w, r0, nr, o);
+    else if (w->bits == 8) k_dequant_qfast<8, O, true><<<blocks, threads, 0, s>>>(*w, r0, nr, o);
+    else k_dequant_qfast<2, O, true><<<blocks, threads, 0, s>>>(*w, r0, nr, o);
+  } else {
+    k_dequant_gen<O><<<blocks, threads, 0, s>>>(*w, r0, nr, o);
+  }
+}
+
 void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s) {
   if (nr <= 0) return;
   const int threads = 256;
@@ -157,19 +170,8 @@ void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool
   int64_t work = qf ? nr * (w->cols * w->bits / 32) : nr * w->cols;
   int64_t blocks = (work + threads - 1) / threads;
   if (blocks > 65536) blocks = 65536;
-  if (w->kind == CW_Q4 && !to_f16) {
-    k_dequant_qfast<4, __nv_bfloat16, false><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, (__nv_bfloat16 *)out);
-    return;
-  }
-  if (w->kind == CW_QFAST && !to_f16) {
-    __nv_bfloat16 *o = (__nv_bfloat16 *)out;
-    if (w->bits == 4) k_dequant_qfast<4, __nv_bfloat16, true><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, o);
-    else if (w->bits == 8) k_dequant_qfast<8, __nv_bfloat16, true><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, o);
-    else k_dequant_qfast<2, __nv_bfloat16, true><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, o);
-    return;
-  }
-  if (to_f16) k_dequant_gen<__half><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, (__half *)out);
-  else k_dequant_gen<__nv_bfloat16><<<(unsigned)blocks, threads, 0, s>>>(*w, r0, nr, (__nv_bfloat16 *)out);
+  if (to_f16) dequant_rows(w, r0, nr, (__half *)out, (unsigned)blocks, threads, s);
+  else dequant_rows(w, r0, nr, (__nv_bfloat16 *)out, (unsigned)blocks, threads, s);
 }
 
 __global__ void k_embed(cu_weight w, const int32_t *__restrict__ tokens, float *__restrict__ out) {
