@@ -8,16 +8,17 @@
 # environment: THREADS ("16 8"), SHAPES ("1b"; "1b 8b" adds the 8B shape: +3-4 min), REPS (3),
 #   VARIANTS (tuning entries tried on decode at the first thread count, "|"-separated; default
 #   "SMELT_CPU_MV_CHUNKS=0|SMELT_CPU_PREFETCH=4096|SMELT_CPU_HUGEPAGES=1"; "-" for none),
-#   OUT (/tmp/out: logs and results.md), PURE (1: every llama.cpp tensor Q4_0, as smelt's 4 bits
-#   everywhere; 0: llama-quantize's default mix, Q6_K for the output/tied embedding)
-# Needs cmake, a C/C++ compiler, python3 with numpy, and smelt's Debian build dependencies (on the
-# GPU machine: build-cudadeps/debs, as bench/cuda/device_env.sh unpacks them). About 5-6 minutes
-# for the 1B shape on 16 cores.
+#   OUT (/tmp/out: logs and results.md)
+# llama.cpp runs random Q4_0 GGUFs of the same shapes (bench/peer/make_gguf.py, every tensor Q4_0
+# as smelt's 4 bits everywhere). Needs cmake, a C/C++ compiler, python3 with numpy, and smelt's
+# Debian build dependencies (on the GPU machine: build-cudadeps/debs, as bench/cuda/device_env.sh
+# unpacks them). About 5 minutes for the 1B shape on 16 cores. bench/cpu/device_check.sh is the
+# short version (16 threads, both shapes, within 150 s after the builds).
 set -o pipefail
 LL=${1:-}
 [ "$LL" = "-" ] && LL=
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
-THREADS=${THREADS:-16 8}; SHAPES=${SHAPES:-1b}; REPS=${REPS:-3}; PURE=${PURE:-1}
+THREADS=${THREADS:-16 8}; SHAPES=${SHAPES:-1b}; REPS=${REPS:-3}
 J=$(nproc)
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -37,8 +38,8 @@ SP=$!
 if [ -n "$LL" ]; then
   LB=$OUT/llama-build
   ( cmake -S "$LL" -B $LB -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_CURL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >$OUT/llama-cmake.log 2>&1 &&
-    cmake --build $LB -j$J --target llama-bench llama-quantize >$OUT/llama-build.log 2>&1 ) &
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >$OUT/llama-cmake.log 2>&1 &&
+    cmake --build $LB -j$J --target llama-bench >$OUT/llama-build.log 2>&1 ) &
   LP=$!
 fi
 wait $SP || { el "smelt build failed"; tail -30 $OUT/smelt-build.log $OUT/smelt-cmake.log; exit 1; }
@@ -57,13 +58,9 @@ done
 qbench=""
 for sh in $SHAPES; do
   if [ -n "$LL" ]; then
-    F=/tmp/rand-$sh-f16.gguf Q=/tmp/rand-$sh-q4_0.gguf
-    if [ ! -s $Q ]; then
-      timeout 300 $PY bench/cpu/make_gguf.py $F $sh >$OUT/gguf-$sh.log 2>&1 || { el "make_gguf $sh failed"; tail $OUT/gguf-$sh.log; }
-      timeout 300 $LB/bin/llama-quantize $([ "$PURE" = 1 ] && echo --pure) $F $Q Q4_0 $J >$OUT/quantize-$sh.log 2>&1 ||
-        { el "llama-quantize $sh failed"; tail $OUT/quantize-$sh.log; }
-      rm -f $F
-    fi
+    Q=/tmp/m$sh.gguf # bench/peer/llamacpp.sh's file names: made once for both
+    [ -s $Q ] || timeout 300 $PY bench/peer/make_gguf.py "$LL" $sh $Q >$OUT/gguf-$sh.log 2>&1 ||
+      { el "make_gguf $sh failed"; tail $OUT/gguf-$sh.log; rm -f $Q; }
     el "$sh Q4_0 GGUF: $(du -h $Q 2>/dev/null | cut -f1)"
   fi
 done
@@ -77,9 +74,9 @@ for sh in $SHAPES; do
     sp=$($PY -c "import json,sys; d=json.load(open('$js')); print('%.1f %.1f %.1f %.1f' % (d['prefill_tok_s'], d['decode_tok_s'], d['bandwidth_gb_s'], d['decode_tok_s']/d['roofline_tok_s']*100 if d['roofline_tok_s'] else 0))" 2>/dev/null || echo "- - - -")
     el "smelt $sh t=$t: prefill / decode tok/s, probe GB/s, decode % of roofline: $sp"
     lp="- -"
-    if [ -n "$LL" ] && [ -s /tmp/rand-$sh-q4_0.gguf ]; then
+    if [ -n "$LL" ] && [ -s /tmp/m$sh.gguf ]; then
       lj=$OUT/llama-$sh-t$t.json
-      timeout 600 $LB/bin/llama-bench -m /tmp/rand-$sh-q4_0.gguf -p 512 -n 64 -t $t -r $REPS -o json >$lj 2>$OUT/llama-$sh-t$t.err
+      timeout 600 $LB/bin/llama-bench -m /tmp/m$sh.gguf -p 512 -n 64 -t $t -r $REPS -o json >$lj 2>$OUT/llama-$sh-t$t.err
       lp=$($PY -c "
 import json; d=json.load(open('$lj'))
 pp=[r['avg_ts'] for r in d if r.get('n_prompt')==512 and r.get('n_gen')==0]
