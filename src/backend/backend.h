@@ -370,8 +370,19 @@ struct sm_backend {
  * of CUDA (when built and a GPU is present) and CPU. index: the device ordinal (GPUs); threads: CPU
  * threads (0 = all cores). NULL with sm_err set when it cannot be made. */
 sm_backend *sm_backend_create(smelt_device dev, int index, int threads);
+/* the same with the CPU backend's options (used when dev is CPU, or AUTO falls back to it) */
+typedef struct sm_cpu_opts sm_cpu_opts;
+sm_backend *sm_backend_create_opts(smelt_device dev, int index, const sm_cpu_opts *cpu);
 
 sm_backend *sm_cpu_backend_create(int n_threads); /* n_threads 0 = all cores */
+/* CPU backend options (smelt_model_params' cpu fields; docs/cpu.md) */
+struct sm_cpu_opts {
+  int n_threads;        /* 0: all CPUs the placement leaves */
+  const char *cpu_mask; /* NULL or "": no pinning; else hex mask or CPU list, one CPU per thread */
+  smelt_numa numa;      /* DISTRIBUTE: thread i on NUMA node i % nodes; ISOLATE: the caller's node */
+  int poll;             /* 0..100: how long idle threads spin before they sleep */
+};
+sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o);
 #ifdef SMELT_HAVE_CUDA
 /* NULL (with sm_err set) when no usable GPU. */
 sm_backend *sm_cuda_backend_create(int device);

@@ -12,6 +12,17 @@ void smelt_model_params_default(smelt_model_params *p) {
   memset(p, 0, sizeof *p);
   p->device = SMELT_DEVICE_AUTO;
   p->kv_type = SMELT_KV_F16;
+  p->cpu_poll = 50;
+}
+
+static const char *const k_numa_names[] = { "none", "distribute", "isolate" };
+smelt_status smelt_numa_parse(const char *s, smelt_numa *out) {
+  for (unsigned i = 0; s && i < sizeof k_numa_names / sizeof k_numa_names[0]; i++)
+    if (!strcmp(s, k_numa_names[i])) {
+      *out = (smelt_numa)i;
+      return SMELT_OK;
+    }
+  return sm_err(SMELT_ERR_INVALID, "--numa %s: expected none, distribute or isolate", s ? s : "(null)");
 }
 
 static const char *const k_kv_names[] = { "f16", "bf16", "f32" };
@@ -103,7 +114,11 @@ smelt_status smelt_model_load(const char *dir, const smelt_model_params *params,
   if (!params) { smelt_model_params_default(&defp); params = &defp; }
   *out = NULL;
   if (!dir || !sm_dir_exists(dir)) return sm_err(SMELT_ERR_IO, "model directory not found: %s", dir ? dir : "(null)");
-  sm_backend *be = sm_backend_create(params->device, 0, params->n_threads);
+  if (params->cpu_poll < 0 || params->cpu_poll > 100)
+    return sm_err(SMELT_ERR_INVALID, "CPU poll level %d: expected 0..100", params->cpu_poll);
+  sm_cpu_opts cpu = { .n_threads = params->n_threads, .cpu_mask = params->cpu_mask, .numa = params->numa,
+                      .poll = params->cpu_poll };
+  sm_backend *be = sm_backend_create_opts(params->device, 0, &cpu);
   if (!be) {
     char msg[768];
     snprintf(msg, sizeof msg, "%s", sm_errmsg());

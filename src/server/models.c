@@ -80,6 +80,9 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   smelt_model_params_default(&mp);
   mp.device = (smelt_device)p->device;
   mp.n_threads = p->threads;
+  mp.cpu_mask = p->cpu_mask;
+  mp.numa = (smelt_numa)p->numa;
+  mp.cpu_poll = p->cpu_poll;
   mp.max_context = p->ctx_size;
   mp.max_seqs = p->parallel;
   mp.no_mmap = p->no_mmap;

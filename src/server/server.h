@@ -23,6 +23,9 @@ typedef struct {
   int ctx_size;                /* tokens per sequence; 0 = model default */
   int parallel;                /* concurrent sequences (default 4) */
   int threads;                 /* CPU threads (0 = all) */
+  const char *cpu_mask;        /* CPU thread pinning (smelt_model_params.cpu_mask); NULL: none */
+  int numa;                    /* smelt_numa */
+  int cpu_poll;                /* 0..100 (default 50) */
   int max_queue;               /* waiting requests before 429 (default 64) */
   size_t max_body;             /* request body cap in bytes (default 1 MiB) */
   const char *api_key;         /* NULL = no auth */

@@ -13,7 +13,7 @@
 #include <string.h>
 #include "backend/cpu/cpu_internal.h"
 
-#define GEMM_MIN 4 /* the backend's matmul runs a GEMM from this many rows on (cpu_backend.c GEMM_MIN_N) */
+#define GEMM_MIN 4 /* the backend's matmul runs a GEMM from this many rows on (cpu_matmul.c GEMM_MIN_N) */
 
 static void be_moe_route(sm_backend *be, const float *logits, int n, const sm_moe_route *r, int32_t *ids, float *wts) {
   (void)be;
