@@ -1249,7 +1249,8 @@ static void test_moe_model(const char *family, int bits, const char *extra) {
         sm_seq_append(eg, sg, &ids[step + 5], 1);
       }
       printf("moe model %s bits %d: decode rel err %.3g\n", family, bits, worst);
-      CHECK(worst < 1e-3, "moe model %s bits %d decode logits rel err %g", family, bits, worst);
+      const double dtol = bits == 4 && g_q4 ? 6e-2 : 1e-3; /* int8 activations in the dense 4-bit matvecs */
+      CHECK(worst < dtol, "moe model %s bits %d decode logits rel err %g", family, bits, worst);
       free(a); free(b);
       sm_seq_free(ec, sc); sm_seq_free(eg, sg);
     }
@@ -1349,6 +1350,9 @@ int main(int argc, char **argv) {
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_GRAPHS=0", 32 | 128);
   /* the MoE ops without fusion and without graphs (every step eager: routing and row kernels unrecorded) */
   pass("SMELT_CUDA_FUSE=0 SMELT_CUDA_GRAPHS=0", 64);
+  /* 4-bit experts in the natural word order of CW_Q4 (the layout of real models' stacked experts, which
+   * are past the 1 Mi elements from which 4-bit weights take it) */
+  pass("SMELT_CUDA_Q4=2", 64);
   /* other k_mvq4 tilings and load hints */
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_Q4CFG=14 SMELT_CUDA_Q4HINT=3", 4 | 32);
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_Q4CFG=42 SMELT_CUDA_MVR=31", 4 | 32);
