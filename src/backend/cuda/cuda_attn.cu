@@ -18,7 +18,7 @@
  * plain remote stores and a cluster barrier instead of st.async, one or four combining warps, the
  * new position read after q) stay in the kernel only because compiling them out changes ptxas's
  * register allocation at this kernel's 128-register cap: every variant measured so far spilled
- * 8-28 bytes (docs/cuda.md). */
+ * 8-28 bytes (docs/cuda.md). The file is that one kernel with its launcher, hence its ~1,000 lines. */
 #include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_q4dev.cuh"
