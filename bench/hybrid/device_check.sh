@@ -32,7 +32,7 @@ rc=$?
 grep -E "^hybrid |FAIL" "$OUT/hybrid-cuda-backend.log" | sed 's/^/  /' | head -40
 line=$(grep -E "^[0-9]+ passed, [0-9]+ failed" "$OUT/hybrid-cuda-backend.log" | tail -1)
 [ $rc = 0 ] || FAIL=1
-SUM+=("test_cuda_backend hybrid: ${line:-no summary} (rc $rc)")
+SUM+=("test_cuda_backend hybrid: ${line:-no summary} (rc $rc$([ $rc = 77 ] && echo ': skipped, no GPU'))")
 
 # 2. the hybrid golden fixtures on CUDA, and the fusion counts
 FXH=/tmp/smelt-hybrid-fixtures
@@ -46,7 +46,7 @@ greedy=$(grep -E "^(qwen3_5|qwen3_next|lfm2|nemotron_h|granitemoehybrid).*greedy
   awk '{print $1" "$3}' | tr '\n' ' ')
 line=$(grep -E "^[0-9]+ passed, [0-9]+ failed" "$OUT/hybrid-golden-cuda.log" | tail -1)
 [ $rc = 0 ] || FAIL=1
-SUM+=("golden on CUDA, $(ls "$FXH" | wc -l) hybrid fixtures: ${line:-no summary} (rc $rc); greedy: ${greedy:-none}")
+SUM+=("golden on CUDA, $(ls "$FXH" | wc -l) hybrid fixtures: ${line:-no summary} (rc $rc$([ $rc = 77 ] && echo ': skipped, no GPU')); greedy: ${greedy:-none}")
 (cd "$B" && timeout 60 ctest -R "^(cuda_fusions|op_sequence)$" --output-on-failure >"$OUT/hybrid-ctest.log" 2>&1)
 rc=$?
 [ $rc = 0 ] || FAIL=1
@@ -57,7 +57,7 @@ echo "tests done after $(( $(date +%s) - T0 )) s"
 bench() { # shape device prompt gen -> json line in $OUT/hybrid-bench-<shape>-<device>-p<prompt>.json
   local f="$OUT/hybrid-bench-$1-$2-p$3.json"
   timeout ${BENCH_TO:-90} "$B/smelt" bench --synthetic "$1" --bits 4 --device "$2" --dir /tmp -p "$3" -n "$4" --json \
-    >"$f" 2>"${f%.json}.err" || { echo "  bench $1 $2 p$3 failed: $(tail -3 "${f%.json}.err")"; return 1; }
+    >"$f" 2>"${f%.json}.err" || { local rc=$?; echo "  bench $1 $2 p$3 failed (rc $rc): $(tail -3 "${f%.json}.err")"; FAIL=1; return 1; }
 }
 peak=989  # TFLOP/s, dense f16 tensor cores: H100 SXM / H200
 case "$GPU" in *PCIe*) peak=756 ;; esac
