@@ -361,6 +361,7 @@ static bool parse_common(const cJSON *root, sm_api_request *r, sm_api_error *err
   if (!get_num(root, "n", 1, SM_API_MAX_N, true, &d, &given, err)) return false;
   r->n = given ? (int)d : 1;
   if (!get_bool(root, "stream", &r->stream, err)) return false;
+  if (!get_bool(root, "ignore_eos", &r->ignore_eos, err)) return false;
   const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
   if (so && !cJSON_IsNull(so)) {
     if (!cJSON_IsObject(so)) FAIL("stream_options", "'stream_options' must be an object");

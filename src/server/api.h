@@ -46,6 +46,7 @@ typedef struct {
   int max_tokens;   /* -1 = not given */
   char *stop[SM_API_MAX_STOP]; int n_stop;
   bool stream, include_usage;
+  bool ignore_eos;  /* vLLM / llama-server: keep generating after end-of-sequence tokens */
   bool logprobs; int top_logprobs; /* completions: logprobs=k -> logprobs=true, top_logprobs=k */
   bool json_mode;   /* response_format json_object / json_schema, or a json_schema field */
   cJSON *json_schema; /* the schema to enforce ({"type":"object"} for json_object), NULL if none */

@@ -349,7 +349,7 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
       for (int i = 0; i < k; i++) { rec.top_ids[i] = topbuf[i]; rec.top_lps[i] = lpbuf[topbuf[i]]; }
     }
   }
-  bool eos = is_eos(s, tok);
+  bool eos = !j->req.ignore_eos && is_eos(s, tok);
   char *piece = NULL, *tail = NULL;
   size_t plen = 0, tlen = 0;
   if (!eos) plen = sm_detok_push(c->detok, tok, &piece);

@@ -159,6 +159,8 @@ struct sm_jinja {
 int jj_parse(const char *src, struct sm_jinja *tpl, char *err, size_t errn);
 
 /* text helpers shared by lexer and runtime */
+/* jinja_lex.c: the tokens of template src (allocated in arena, T_EOF last); -1 and err on a lexical error */
+int jj_lex(const char *src, jj_arena *arena, jj_token **toks, int *n, char *err, size_t errn);
 bool jj_is_space_at(const char *s, size_t n, size_t i, size_t *len); /* Python str.isspace() at byte i */
 bool jj_py_space_cp(int32_t c);
 size_t jj_utf8_next(const char *s, size_t n, size_t i, int32_t *cp);

@@ -166,7 +166,7 @@ try {
     assert.equal(bad.status, 400);
   });
 
-  await test('logit_bias bans and forces tokens; n_probs gives top logprobs', async () => {
+  await test('logit_bias bans and forces tokens; ignore_eos; n_probs gives top logprobs', async () => {
     const req = { model: 'm', prompt: 'The', max_tokens: 4, temperature: 0 };
     const a = await oai.completions.create({ ...req, logprobs: 1 });
     const first = (await (await post(A.url + '/tokenize', { content: a.choices[0].logprobs.tokens[0] })).json()).tokens;
@@ -177,6 +177,15 @@ try {
     assert.equal(forced.choices[0].text, String.fromCharCode(first[0] === 65 ? 66 : 65).repeat(4));
     const np = await (await post(A.url + '/v1/chat/completions', { model: 'm', max_tokens: 2, messages: [{ role: 'user', content: 'x' }], n_probs: 3 })).json();
     assert.equal(np.choices[0].logprobs.content[0].top_logprobs.length, 3);
+    // <|im_end|> (257, the end-of-sequence token) forced: it ends the answer unless ignore_eos
+    const eos = await oai.completions.create({ ...req, logit_bias: { 257: 100 } });
+    assert.equal(eos.choices[0].finish_reason, 'stop');
+    assert.equal(eos.usage.completion_tokens, 1);
+    const on = await oai.completions.create({ ...req, logit_bias: { 257: 100 }, ignore_eos: true });
+    assert.equal(on.choices[0].finish_reason, 'length');
+    assert.equal(on.usage.completion_tokens, 4);
+    const badEos = await post(A.url + '/v1/completions', { ...req, ignore_eos: 'yes' });
+    assert.equal(badEos.status, 400);
     const bad = await post(A.url + '/v1/completions', { ...req, logit_bias: { abc: 1 } });
     assert.equal(bad.status, 400);
     assert.equal((await bad.json()).error.param, 'logit_bias');

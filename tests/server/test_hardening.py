@@ -584,16 +584,19 @@ def test_loaders(model):
                 os.mkfifo(p)
             else:
                 os.symlink("/dev/zero", p)
+            # a FIFO with no writer blocks open() and /dev/zero never ends: a loader that opened or
+            # read either would still be waiting when the (generous, load-independent) timeout hits
             t0 = time.time()
             try:
-                r = subprocess.run([BIN, "serve", "-m", d, "--port", "0"], capture_output=True, timeout=5)
+                r = subprocess.run([BIN, "serve", "-m", d, "--port", "0"], capture_output=True, timeout=30)
                 rc, err = r.returncode, r.stderr.decode()
             except subprocess.TimeoutExpired:
-                rc, err = None, "(still loading after 5 s)"
+                rc, err = None, "(still loading after 30 s: it blocked on the file)"
             took = time.time() - t0
             check(rc == 1 and "not a regular file" in err and fname in err,
                   "loaders/%s %s: clear error (rc %r): %s" % (what, fname, rc, err.strip()[-200:]))
-            check(took < 1.0, "loaders/%s %s: failed in %.2f s (< 1 s)" % (what, fname, took))
+            # promptly: the tiny model loads in well under a second; 5 s leaves room for a loaded machine
+            check(took < 5.0, "loaders/%s %s: failed in %.2f s (< 5 s)" % (what, fname, took))
 
 
 def main():

@@ -18,7 +18,7 @@
  * plain remote stores and a cluster barrier instead of st.async, one or four combining warps, the
  * new position read after q) stay in the kernel only because compiling them out changes ptxas's
  * register allocation at this kernel's 128-register cap: every variant measured so far spilled
- * 8-28 bytes (docs/cuda.md). */
+ * 8-28 bytes (docs/cuda.md). The file is that one kernel with its launcher, hence its ~1,000 lines. */
 #include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_q4dev.cuh"
@@ -119,7 +119,8 @@ void cu_attn_set_trace(unsigned long long *buf) {
 #endif
 }
 
-/* K/V elements through L2, evict-first when kvef (pol: the policy): four floats, or four 16-bit values */
+/* K/V elements through L2, evict-first when kvef (pol: the policy): four floats, or four 16-bit values
+ * (raw: kv_cvt4 widens them) */
 template <typename KT> static __device__ __forceinline__ float4 at_ldkv(const float4 *p, bool kvef, uint64_t pol) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if (kvef) {
@@ -131,15 +132,15 @@ template <typename KT> static __device__ __forceinline__ float4 at_ldkv(const fl
 #endif
   return __ldcg(p);
 }
-template <typename KT> static __device__ __forceinline__ float4 at_ldkv(const uint2 *p, bool kvef, uint64_t pol) {
+template <typename KT> static __device__ __forceinline__ uint2 at_ldkv(const uint2 *p, bool kvef, uint64_t pol) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if (kvef) {
     uint2 r;
     asm volatile("ld.global.cg.L2::cache_hint.v2.u32 {%0,%1}, [%2], %3;" : "=r"(r.x), "=r"(r.y) : "l"(p), "l"(pol));
-    return kv_h4(r, KT());
+    return r;
   }
 #endif
-  return kv_h4(__ldcg(p), KT());
+  return __ldcg(p);
 }
 
 /* the new position's k or v element i: f is the projection (rope fused) or, for a float cache, the
@@ -222,7 +223,8 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   int cur = 0;
   int64_t my_slot = chunk_slots(0), my_slot2 = -1;
   bool have2 = false;
-  float4 kr[AT_B][NJ], vr[AT_B][NJ];
+  typedef typename kv_raw4<KT>::T RT; /* K/V elements as loaded (kv_cuh: raw 16-bit until used) */
+  RT kr[AT_B][NJ], vr[AT_B][NJ];
   bool ok[AT_B], own[AT_B];
   constexpr int SPAN = (HW ? 2 : 1) * AT_B; /* positions a batch (<= 32) */
   static_assert(SPAN <= 32, "a batch spans at most two chunks of 32 positions");
@@ -250,8 +252,8 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       for (int j = 0; j < NJ; j++) {
         const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
         const bool in = ld && ch < hd4;
-        kr[b][j] = in ? at_ldkv<KT>(kv4(kp, ch), kvef, kvpol) : f4z();
-        vr[b][j] = in ? at_ldkv<KT>(kv4(vp, ch), kvef, kvpol) : f4z();
+        kr[b][j] = in ? at_ldkv<KT>(kv4(kp, ch), kvef, kvpol) : kv_raw4_zero<KT>();
+        vr[b][j] = in ? at_ldkv<KT>(kv4(vp, ch), kvef, kvpol) : kv_raw4_zero<KT>();
       }
     }
   };
@@ -464,8 +466,8 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
         ok[b] = i < npos && sl >= 0;
         const bool in = ok[b] && !own[b] && lane < hd4;
         const KT *sp = St + (size_t)(i - AT_B) * 2 * hd + 4 * lane;
-        kr[b][0] = in ? kv_ld4(sp) : f4z();
-        vr[b][0] = in ? kv_ld4(sp + hd) : f4z();
+        kr[b][0] = in ? kv_raw4_ld(sp) : kv_raw4_zero<KT>();
+        vr[b][0] = in ? kv_raw4_ld(sp + hd) : kv_raw4_zero<KT>();
       }
     } else if (i0) load_batch(i0);
 #pragma unroll
@@ -474,7 +476,10 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
           const int ch = HW ? (lane & 15) + 16 * j : lane + 32 * j;
-          if (ch < hd4) { kr[b][j] = *(const float4 *)(Kp + 4 * ch); vr[b][j] = *(const float4 *)(Vp + 4 * ch); }
+          if (ch < hd4) { /* Kp / Vp hold values the cache type holds exactly */
+            kr[b][j] = kv_raw4_of(*(const float4 *)(Kp + 4 * ch), KT());
+            vr[b][j] = kv_raw4_of(*(const float4 *)(Vp + 4 * ch), KT());
+          }
         }
       }
       float s[GM][AT_B];
@@ -484,7 +489,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
         for (int b = 0; b < AT_B; b++) {
           float d = 0.f;
 #pragma unroll
-          for (int j = 0; j < NJ; j++) d = dot4(qr[g][j], kr[b][j], d);
+          for (int j = 0; j < NJ; j++) d = dot4(qr[g][j], kv_cvt4(kr[b][j], KT()), d);
           s[g][b] = d;
         }
       if (RS && !(cl & 64)) {
@@ -527,8 +532,9 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
             a.x *= cg; a.y *= cg; a.z *= cg; a.w *= cg;
 #pragma unroll
             for (int b = 0; b < AT_B; b++) {
-              a.x = fmaf(pb[b], vr[b][j].x, a.x); a.y = fmaf(pb[b], vr[b][j].y, a.y);
-              a.z = fmaf(pb[b], vr[b][j].z, a.z); a.w = fmaf(pb[b], vr[b][j].w, a.w);
+              const float4 v4 = kv_cvt4(vr[b][j], KT());
+              a.x = fmaf(pb[b], v4.x, a.x); a.y = fmaf(pb[b], v4.y, a.y);
+              a.z = fmaf(pb[b], v4.z, a.z); a.w = fmaf(pb[b], v4.w, a.w);
             }
             acc[g][j] = a;
           }
@@ -565,8 +571,9 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
           a.x *= corr; a.y *= corr; a.z *= corr; a.w *= corr;
 #pragma unroll
           for (int b = 0; b < AT_B; b++) {
-            a.x = fmaf(pb[b], vr[b][j].x, a.x); a.y = fmaf(pb[b], vr[b][j].y, a.y);
-            a.z = fmaf(pb[b], vr[b][j].z, a.z); a.w = fmaf(pb[b], vr[b][j].w, a.w);
+            const float4 v4 = kv_cvt4(vr[b][j], KT());
+            a.x = fmaf(pb[b], v4.x, a.x); a.y = fmaf(pb[b], v4.y, a.y);
+            a.z = fmaf(pb[b], v4.z, a.z); a.w = fmaf(pb[b], v4.w, a.w);
           }
           acc[g][j] = a;
         }

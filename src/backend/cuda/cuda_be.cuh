@@ -111,7 +111,7 @@ typedef struct {
   long st_gsample, st_gmeta; /* greedy samples inside the decode graph; fed steps with OP_META */
   /* profile (tuning profile): every op timed with events */
   cudaEvent_t pe0, pe1;
-  struct { char label[64]; double ms; long count; } pt[96];
+  struct { char label[64]; double ms, flop; long count; } pt[96]; /* flop: attention's (prefill) */
   int n_pt;
   /* stats (tuning stats): GPU time of graph replays and of the download after them, host time */
   cudaEvent_t se0, se1, se2;
@@ -146,7 +146,7 @@ const char *cu_fusion_name(int i);
 
 /* cuda_prof.cu */
 void cu_prof_begin(cuda_be *c);
-void cu_prof_end(cuda_be *c, const char *label);
+void cu_prof_end(cuda_be *c, const char *label, double flop); /* flop: the op's, 0 if not counted */
 void cu_prof_init(cuda_be *c);
 void cu_prof_report(cuda_be *c); /* at destroy */
 void cu_stats_collect(cuda_be *c); /* after a sync */

@@ -534,9 +534,15 @@ void cu_exec_op(cuda_be *c, const cu_op *o) {
              o->mm.n == 1 ? "=1" : o->mm.n <= CU_MAX_N ? "<=8" : ">8");
   } else if (o->type == OP_ATTN) snprintf(lab, sizeof lab, "attention n%s", c->n_tokens == 1 ? "=1" : ">1");
   else snprintf(lab, sizeof lab, "%s", cu_op_name(o->type));
+  double flop = 0; /* prefill attention: 4 hd flop (q.k and p.v) a head and attended position */
+  if (o->type == OP_ATTN && c->n_tokens > 1)
+    for (int t = 0; t < c->n_tokens; t++) {
+      const int len = o->at.window > 0 && c->h_pos[t] + 1 > o->at.window ? o->at.window : c->h_pos[t] + 1;
+      flop += 4.0 * o->at.hd * o->at.nh * len;
+    }
   cu_prof_begin(c);
   exec_op_(c, o);
-  cu_prof_end(c, lab);
+  cu_prof_end(c, lab, flop);
 }
 
 void cu_exec_ops(cuda_be *c) {
@@ -558,7 +564,7 @@ void cu_exec_ops(cuda_be *c) {
       cu_prof_begin(c);
       used = e->run(&f, i);
       if (!used) continue;
-      cu_prof_end(c, e->name);
+      cu_prof_end(c, e->name, 0);
       c->fused_last[k]++;
       c->fused_all[k]++;
     }

@@ -27,6 +27,30 @@ static __device__ __forceinline__ float4 kv_h4(uint2 u, __nv_bfloat16) {
   return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
                      __uint_as_float(u.y & 0xffff0000u));
 }
+/* four elements as loaded, kept in registers until used: float4 for a float cache, the 8 raw bytes
+ * for a 16-bit one (half the registers, and no conversion between a load and the next load);
+ * kv_cvt4 widens them where they are used, kv_raw4_of packs four values a KT holds exactly */
+template <typename KT> struct kv_raw4 { typedef uint2 T; };
+template <> struct kv_raw4<float> { typedef float4 T; };
+static __device__ __forceinline__ float4 kv_cvt4(float4 r, float) { return r; }
+template <typename KT> static __device__ __forceinline__ float4 kv_cvt4(uint2 r, KT) { return kv_h4(r, KT()); }
+static __device__ __forceinline__ float4 kv_raw4_of(float4 v, float) { return v; }
+static __device__ __forceinline__ uint2 kv_raw4_of(float4 v, __half) {
+  const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+  return make_uint2(*(const unsigned *)&a, *(const unsigned *)&b);
+}
+static __device__ __forceinline__ uint2 kv_raw4_of(float4 v, __nv_bfloat16) {
+  const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+  return make_uint2(*(const unsigned *)&a, *(const unsigned *)&b);
+}
+template <typename KT> static __device__ __forceinline__ typename kv_raw4<KT>::T kv_raw4_zero() {
+  if constexpr (sizeof(KT) == 4) return make_float4(0.f, 0.f, 0.f, 0.f);
+  else return make_uint2(0u, 0u);
+}
+template <typename KT> static __device__ __forceinline__ typename kv_raw4<KT>::T kv_raw4_ld(const KT *p) {
+  return *(const typename kv_raw4<KT>::T *)p;
+}
+
 /* elements p[0..3] (p 4-element aligned) through the read-only path, L2 (.cg) or generic loads */
 static __device__ __forceinline__ float4 kv_ldg4(const float *p) { return __ldg((const float4 *)p); }
 template <typename KT> static __device__ __forceinline__ float4 kv_ldg4(const KT *p) {

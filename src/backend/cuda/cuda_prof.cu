@@ -9,7 +9,7 @@
 #include "backend/cuda/cuda_q4.cuh"
 
 void cu_prof_begin(cuda_be *c) { if (c->t.profile) cudaEventRecord(c->pe0, c->s); }
-void cu_prof_end(cuda_be *c, const char *label) {
+void cu_prof_end(cuda_be *c, const char *label, double flop) {
   if (!c->t.profile) return;
   cudaEventRecord(c->pe1, c->s);
   cudaEventSynchronize(c->pe1);
@@ -22,6 +22,7 @@ void cu_prof_end(cuda_be *c, const char *label) {
     snprintf(c->pt[c->n_pt++].label, sizeof c->pt[0].label, "%s", label);
   }
   c->pt[i].ms += ms;
+  c->pt[i].flop += flop;
   c->pt[i].count++;
 }
 void cu_prof_report(cuda_be *c) {
@@ -35,6 +36,20 @@ void cu_prof_report(cuda_be *c) {
       if (b != i) { auto t = c->pt[i]; c->pt[i] = c->pt[b]; c->pt[b] = t; }
       fprintf(stderr, "  %-44s %9.2f %7ld %9.1f  %4.1f%%\n", c->pt[i].label, c->pt[i].ms, c->pt[i].count,
               1000.0 * c->pt[i].ms / (double)c->pt[i].count, 100.0 * c->pt[i].ms / (tot > 0 ? tot : 1));
+    }
+    /* prefill attention against the dense f16 tensor-core peak: SMs x clock x f16 flop a clock an SM
+     * (sm_80: 2,048, sm_90: 4,096 with wgmma; the mma.sync this backend issues reaches less) */
+    for (int i = 0; i < c->n_pt; i++) {
+      if (c->pt[i].flop <= 0 || c->pt[i].ms <= 0) continue;
+      const double tf = c->pt[i].flop / (c->pt[i].ms * 1e-3) / 1e12;
+      int khz = 0;
+      cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, c->dev);
+      const double per = c->arch >= 90 ? 4096 : c->arch == 80 ? 2048 : 0, peak = per * c->n_sm * khz * 1e3 / 1e12;
+      fprintf(stderr, "cuda profile: %s %.1f%% of the GPU time, %.1f TFLOP/s", c->pt[i].label,
+              100.0 * c->pt[i].ms / (tot > 0 ? tot : 1), tf);
+      if (peak > 0) fprintf(stderr, " = %.1f%% of the f16 tensor-core peak (%.0f TFLOP/s at %.2f GHz)", 100.0 * tf / peak,
+                            peak, khz / 1e6);
+      fprintf(stderr, "\n");
     }
   }
   if (c->t.profile || c->t.stats)
