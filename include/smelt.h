@@ -57,9 +57,20 @@ typedef enum { SMELT_KV_F16 = 0, SMELT_KV_BF16, SMELT_KV_F32 } smelt_kv_type;
 const char *smelt_kv_type_name(smelt_kv_type t);        /* "f16", "bf16", "f32" */
 smelt_status smelt_kv_type_parse(const char *s, smelt_kv_type *out); /* SMELT_ERR_INVALID naming s */
 
+/* Where the CPU backend's threads run (llama.cpp's --numa): NONE leaves it to the OS (or to
+ * cpu_mask); DISTRIBUTE spreads the threads over the NUMA nodes, ISOLATE keeps them on the node
+ * the loading thread runs on. */
+typedef enum { SMELT_NUMA_NONE = 0, SMELT_NUMA_DISTRIBUTE, SMELT_NUMA_ISOLATE } smelt_numa;
+smelt_status smelt_numa_parse(const char *s, smelt_numa *out); /* "none", "distribute", "isolate" */
+
 typedef struct {
   smelt_device device; /* AUTO: CUDA when built and a GPU is present, else CPU */
   int n_threads;       /* CPU threads; 0 = all cores */
+  const char *cpu_mask; /* CPU threads' placement, one CPU each: hex mask "0xff" or list "0-7,16-23";
+                           NULL = not pinned (llama.cpp's --cpu-mask / --cpu-range) */
+  smelt_numa numa;     /* CPU threads over NUMA nodes (llama.cpp's --numa) */
+  int cpu_poll;        /* 0..100: how long idle CPU threads busy-wait for work before sleeping
+                          (llama.cpp's --poll; default 50 = 2 ms; 0 = sleep at once) */
   int max_context;     /* 0 = model's max_position_embeddings (capped at 8192) */
   int max_seqs;        /* concurrent sequences the KV cache is sized for; 0 = 1 */
   bool no_mmap;        /* read the weights into memory instead of mapping the files */
@@ -84,7 +95,8 @@ typedef struct {
   int max_context;         /* the context size it was loaded for */
   smelt_kv_type kv_type;   /* its KV cache element type */
   size_t weight_bytes;     /* all weights */
-  size_t decode_bytes;     /* weight bytes one decode step reads (an untied embedding table counts as one row) */
+  size_t decode_bytes;     /* weight bytes one decode step reads (an untied embedding table counts as one row;
+                            * mixtures of experts: top_k / n_experts of the routed experts) */
   int n_eos;               /* end-of-sequence ids from config.json and generation_config.json */
   const int32_t *eos_ids;
   int32_t bos_id;          /* -1 when none */

@@ -5,9 +5,14 @@ unpacker (independent of the packer in tools/mlxq.py), run a float64 forward pas
 the transformers modeling code of each family, and compare with the recorded logits and greedy ids.
 
 Families (config model_type): llama, mistral, ministral3, qwen2, qwen3, smollm3, granite, gemma,
-gemma2, gemma3_text, phi3, olmo2, olmo3, exaone4, glm4, cohere2, and the text models of the
-vision-language packagings gemma3, mistral3, qwen2_5_vl, qwen3_vl (weights under "language_model.",
-vision tensors ignored). RoPE: default, linear, llama3, dynamic, yarn, longrope, mrope (text
+gemma2, gemma3_text, phi3, olmo2, olmo3, exaone4, glm4, cohere2, the mixtures of experts qwen3_moe,
+qwen2_moe, mixtral, gpt_oss and glm4_moe (stacked experts, routing as transformers' code, attention sinks),
+and the text models of the vision-language packagings gemma3, mistral3, qwen2_5_vl, qwen3_vl, qwen3_5 (weights
+under "language_model.", vision tensors ignored). Hybrid families (recurrent layers next to attention, each
+recurrence run token by token from a zero state, as transformers' recurrent reference functions do):
+qwen3_5_text and qwen3_next (Gated DeltaNet, gated attention), lfm2 (gated short convolution),
+nemotron_h and granitemoehybrid (Mamba-2). Quantization: MLX affine and the microscaling modes mxfp4,
+mxfp8, nvfp4 (per module). RoPE: default, linear, llama3, dynamic, yarn, longrope, mrope (text
 positions), partial and interleaved rotary, per-layer theta, NoPE layers.
 
 RoPE types whose frequencies depend on the sequence length (dynamic, longrope) follow transformers'
@@ -34,7 +39,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # the text model type of a vision-language packaging whose text_config does not name it
 VLM_TEXT_TYPE = {"gemma3": "gemma3_text", "mistral3": "mistral", "qwen2_5_vl": "qwen2_5_vl_text",
-                 "qwen3_vl": "qwen3_vl_text"}
+                 "qwen3_vl": "qwen3_vl_text", "qwen3_5": "qwen3_5_text"}
+# hybrid families: recurrent layers (Gated DeltaNet, short convolution, Mamba-2) next to attention
+HYBRID = ("qwen3_5_text", "qwen3_next", "lfm2", "nemotron_h", "granitemoehybrid")
 
 
 def read_safetensors(path):
@@ -58,6 +65,8 @@ def read_safetensors(path):
             arr = np.frombuffer(raw, "<f4")
         elif dt == "U32":
             arr = np.frombuffer(raw, "<u4")
+        elif dt == "U8":
+            arr = np.frombuffer(raw, np.uint8)
         else:
             raise ValueError("unsupported dtype %s for %s" % (dt, name))
         out[name] = arr.reshape(shape)
@@ -73,20 +82,53 @@ def unpack_rows(packed, bits, in_dim):
     return (bitsarr * (1 << np.arange(bits, dtype=np.int64))).sum(axis=2)
 
 
+MODE_SHAPE = {"mxfp4": (32, 4), "mxfp8": (32, 8), "nvfp4": (16, 4)}  # MLX's group size, bits per mode
+
+
 def quant_params(q, module):
+    """(group_size, bits, mode) of a module: the block's, or its entry's read as MLX's to_quantized(**entry)
+    (a missing mode is affine; missing bits / group size are that mode's defaults)"""
     p = q.get(module)
     if p is None and module.startswith("language_model."):
         p = q.get(module[len("language_model."):])
     if p is None:
         p = q.get("language_model." + module)
-    if not isinstance(p, dict):
-        p = {"group_size": q["group_size"], "bits": q["bits"]}
-    return p["group_size"], p["bits"]
+    if isinstance(p, dict):
+        mode = p.get("mode", "affine")
+        G, B = MODE_SHAPE[mode] if mode != "affine" else (64, 4)
+        return p.get("group_size", G), p.get("bits", B), mode
+    mode = q.get("mode", "affine")
+    return q.get("group_size", 64), q.get("bits", 4), mode
 
 
-def load_weights(fdir):
-    cfg = json.load(open(os.path.join(fdir, "config.json")))
-    st = read_safetensors(os.path.join(fdir, "model.safetensors"))
+# the values of MLX's microscaling codes (mlx/backend/cpu/quantized.cpp, metal fp8.h): written out here from
+# their definitions (E8M0 2^(c-127), 255 = inf; E4M3 via half precision: no NaN, 0x7F = 480; FP4 E2M1 table)
+FP4 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def e4m3(c):
+    c = np.asarray(c, dtype=np.int64)
+    e, m = (c >> 3) & 15, c & 7
+    v = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8.0) * 2.0 ** (e - 7))
+    return np.where(c & 128, -v, v)
+
+
+def dequant(arr, scales, biases, G, B, mode):
+    """one [rows, packed] weight -> float64 [rows, in]"""
+    in_dim = arr.shape[1] * 32 // B
+    assert scales.shape == (arr.shape[0], in_dim // G), (scales.shape, in_dim, G)
+    codes = unpack_rows(arr, B, in_dim)
+    assert codes.max() < (1 << B)
+    if mode == "affine":
+        return codes * np.repeat(scales.astype(np.float64), G, axis=1) + np.repeat(biases.astype(np.float64), G, axis=1)
+    el = FP4[codes] if B == 4 else e4m3(codes)
+    sc = np.asarray(scales, dtype=np.int64)
+    sv = e4m3(sc) if mode == "nvfp4" else np.where(sc == 255, np.inf, 2.0 ** (sc - 127.0))
+    return el * np.repeat(sv, G, axis=1)
+
+
+def weights_from_st(cfg, st):
+    """float64 weights by MLX name from a safetensors dict (dequantized; stacked experts stay 3-D)"""
     q = cfg.get("quantization")
     W = {}
     for name, arr in st.items():
@@ -95,17 +137,24 @@ def load_weights(fdir):
         module = name[: -len(".weight")] if name.endswith(".weight") else None
         if module is not None and module + ".scales" in st:
             assert q is not None, "quantized tensor without a quantization block"
-            G, B = quant_params(q, module)
-            scales = st[module + ".scales"].astype(np.float64)
-            biases = st[module + ".biases"].astype(np.float64)
-            in_dim = arr.shape[1] * 32 // B
-            assert scales.shape == (arr.shape[0], in_dim // G), (name, scales.shape, in_dim, G)
-            codes = unpack_rows(arr, B, in_dim)
-            assert codes.max() < (1 << B)
-            W[name] = codes * np.repeat(scales, G, axis=1) + np.repeat(biases, G, axis=1)
+            G, B, mode = quant_params(q, module)
+            assert (mode == "affine") == (module + ".biases" in st), (name, mode)
+            sc = st[module + ".scales"]
+            bi = st.get(module + ".biases")
+            if arr.ndim == 3:
+                W[name] = np.stack([dequant(arr[e], sc[e], None if bi is None else bi[e], G, B, mode)
+                                    for e in range(arr.shape[0])])
+            else:
+                W[name] = dequant(arr, sc, bi, G, B, mode)
         else:
             W[name] = arr.astype(np.float64)
-    return cfg, W
+    return W
+
+
+def load_weights(fdir):
+    cfg = json.load(open(os.path.join(fdir, "config.json")))
+    st = read_safetensors(os.path.join(fdir, "model.safetensors"))
+    return cfg, weights_from_st(cfg, st)
 
 
 # ----------------------------------------------------------------------------------- config
@@ -154,7 +203,11 @@ class Fam:
         self.fused_qkv = mt == "phi3"
         self.fused_gate_up = mt in ("phi3", "glm4")
         self.qk_norm = {"qwen3": "head", "qwen3_vl_text": "head", "gemma3_text": "head", "exaone4": "head",
-                        "olmo2": "full", "olmo3": "full"}.get(mt)
+                        "olmo2": "full", "olmo3": "full", "qwen3_moe": "head"}.get(mt)
+        if mt == "glm4_moe" and tc.get("use_qk_norm", False):
+            self.qk_norm = "head"
+        self.moe = MOE.get(mt)
+        self.sinks = mt == "gpt_oss"
         self.interleaved = mt in ("glm4", "cohere2")
         self.act = "gelu_tanh" if self.gemma else "silu"
         act = tc.get("hidden_activation" if self.gemma else "hidden_act")
@@ -162,10 +215,11 @@ class Fam:
             self.act = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
                         "gelu_fast": "gelu_tanh"}[act]
         # biases: which projections get them when attention_bias is true
-        ab = bool(tc.get("attention_bias", False))
-        self.qkv_bias = mt in ("qwen2", "qwen2_5_vl_text") or (ab and mt not in (
-            "mistral", "ministral3", "phi3", "exaone4"))
-        self.o_bias = ab and mt not in ("mistral", "ministral3", "phi3", "exaone4", "qwen2", "qwen2_5_vl_text", "glm4")
+        ab = bool(tc.get("attention_bias", mt == "gpt_oss"))
+        self.qkv_bias = mt in ("qwen2", "qwen2_5_vl_text", "qwen2_moe") or (ab and mt not in (
+            "mistral", "ministral3", "phi3", "exaone4", "mixtral"))
+        self.o_bias = ab and mt not in ("mistral", "ministral3", "phi3", "exaone4", "qwen2", "qwen2_5_vl_text", "glm4",
+                                        "qwen2_moe", "mixtral", "glm4_moe")
 
 
 def layer_kinds(fam, tc, n):
@@ -191,11 +245,13 @@ def layer_kinds(fam, tc, n):
         elif mt == "smollm3":
             use = tc.get("use_sliding_window", False) and sw is not None
             lt = ["sliding_attention" if use and not nrl[i] else "full_attention" for i in range(n)]
-        elif mt in ("qwen2", "qwen3", "qwen2_5_vl_text", "qwen3_vl_text"):
+        elif mt == "gpt_oss":
+            lt = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+        elif mt in ("qwen2", "qwen3", "qwen2_5_vl_text", "qwen3_vl_text", "qwen2_moe", "qwen3_moe"):
             use = tc.get("use_sliding_window", False) and sw is not None
             mwl = tc.get("max_window_layers", 28)
             lt = ["sliding_attention" if use and i >= mwl else "full_attention" for i in range(n)]
-        elif mt in ("mistral", "ministral3", "phi3"):
+        elif mt in ("mistral", "ministral3", "phi3", "mixtral"):
             lt = ["sliding_attention" if sw else "full_attention" for i in range(n)]
         else:
             lt = ["full_attention"] * n
@@ -205,7 +261,8 @@ def layer_kinds(fam, tc, n):
         window = sw if (sliding and sw) else 0
         if mt == "smollm3" and not tc.get("use_sliding_window", False):
             window = 0
-        if mt in ("qwen2", "qwen3", "qwen2_5_vl_text", "qwen3_vl_text") and not tc.get("use_sliding_window", False):
+        if mt in ("qwen2", "qwen3", "qwen2_5_vl_text", "qwen3_vl_text", "qwen2_moe", "qwen3_moe") and \
+                not tc.get("use_sliding_window", False):
             window = 0
         rope = "full"
         if mt == "cohere2":
@@ -292,7 +349,7 @@ def rope_tables(fam, tc, T, n_prefill):
         hd = tc["hidden_size"] // tc["num_attention_heads"]
     full, slide = rope_params(tc)
     prf = full.get("partial_rotary_factor", tc.get("partial_rotary_factor",
-                                                    0.5 if fam.mt == "glm4" else 1.0))
+                                                    0.5 if fam.mt in ("glm4", "glm4_moe") else 1.0))
     rot = int(hd * prf)
     # Phi-3's original_max_position_embeddings attribute (class default 4096) wins over the rope dict's
     if full["rope_type"] in ("llama3", "yarn", "longrope", "su"):
@@ -337,6 +394,70 @@ def apply_rope(v, cos, sin, rot, interleaved):
 
 # ----------------------------------------------------------------------------------- forward
 
+# ----------------------------------------------------------------------------------- mixtures of experts
+
+# per family: the router and stacked experts (mlx-lm's names), the routing (transformers' SparseMoeBlock /
+# router code), shared experts
+MOE = {
+    "qwen3_moe": dict(router="mlp.gate", experts="mlp.switch_mlp", route="softmax"),
+    "qwen2_moe": dict(router="mlp.gate", experts="mlp.switch_mlp", route="softmax", shared="mlp.shared_expert",
+                      shared_gate="mlp.shared_expert_gate"),
+    "mixtral": dict(router="block_sparse_moe.gate", experts="block_sparse_moe.switch_mlp", route="softmax_norm"),
+    "gpt_oss": dict(router="mlp.router", experts="mlp.experts", route="topk_softmax", bias=True),
+    "glm4_moe": dict(router="mlp.gate", experts="mlp.switch_mlp", route="sigmoid", shared="mlp.shared_experts",
+                     correction="mlp.gate.e_score_correction_bias"),
+}
+ROUTE_MARGINS = []  # the smallest gap between the k-th and (k+1)-th choice score of each routing (seed search)
+
+
+def is_moe_layer(mt, tc, i):
+    if mt in ("qwen3_moe", "qwen2_moe"):
+        return i not in (tc.get("mlp_only_layers") or []) and (i + 1) % tc.get("decoder_sparse_step", 1) == 0
+    if mt == "glm4_moe":
+        return i >= tc.get("first_k_dense_replace", 1)
+    return True
+
+
+def top(v, k):
+    """indices of the k largest, descending, ties to the lower index (torch.topk on distinct values)"""
+    order = np.argsort(-v, kind="stable")
+    if len(v) > k:
+        ROUTE_MARGINS.append(float(v[order[k - 1]] - v[order[k]]))
+    return order[:k]
+
+
+def route(spec, tc, logits, corr):
+    """(experts, weights) of one token"""
+    k = tc["num_experts_per_tok"]
+    r = spec["route"]
+    if r in ("softmax", "softmax_norm"):
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        ids = top(p, k)
+        w = p[ids]
+        if r == "softmax_norm" or tc.get("norm_topk_prob", False):
+            w = w / w.sum()
+        return ids, w
+    if r == "topk_softmax":
+        ids = top(logits, k)
+        e = np.exp(logits[ids] - logits[ids].max())
+        return ids, e / e.sum()
+    s = 1 / (1 + np.exp(-logits))  # sigmoid routing, group-limited choice with the correction bias
+    choice = s + corr
+    G, kg = tc.get("n_group", 1), tc.get("topk_group", 1)
+    per = len(s) // G
+    gs = np.array([np.sort(choice[g * per:(g + 1) * per])[-2:].sum() for g in range(G)])
+    keep = top(gs, kg) if G > kg else np.arange(G)
+    mask = np.zeros(len(s), dtype=bool)
+    for g in keep:
+        mask[g * per:(g + 1) * per] = True
+    ids = top(np.where(mask, choice, 0.0), k)
+    w = s[ids]
+    if tc.get("norm_topk_prob", True):
+        w = w / (w.sum() + 1e-20)
+    return ids, w * tc.get("routed_scaling_factor", 1.0)
+
+
 def rmsnorm(x, w, eps, offset=0.0):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * (w + offset)
 
@@ -353,9 +474,31 @@ def act(fam, g):
     return g / (1 + np.exp(-g))
 
 
-def forward(cfg, W, ids, n_prefill=None):
-    """logits [T, vocab] of ids (float64). n_prefill: the prompt length (see the module comment)."""
+def mrope_tables(tc, rot, rope_pos):
+    """M-RoPE (Qwen-VL): cos/sin [T, rot/2] of 3-axis positions rope_pos [3, T]; frequency i takes the
+    position of its axis: mrope_section in order, or (mrope_interleaved, Qwen3-VL) axes 1 and 2 on
+    every third frequency below 3 * section"""
+    rp = tc.get("rope_scaling") or tc.get("rope_parameters") or {}
+    sec = rp["mrope_section"]
+    inv = 1.0 / (tc.get("rope_theta", rp.get("rope_theta", 10000.0)) ** (np.arange(0, rot, 2, dtype=np.float64) / rot))
+    half = rot // 2
+    if rp.get("mrope_interleaved"):
+        axis = [1 if i % 3 == 1 and i < 3 * sec[1] else 2 if i % 3 == 2 and i < 3 * sec[2] else 0 for i in range(half)]
+    else:
+        axis = [0 if i < sec[0] else 1 if i < sec[0] + sec[1] else 2 for i in range(half)]
+    ang = np.stack([np.asarray(rope_pos)[axis[i]] * inv[i] for i in range(half)], axis=1)
+    return np.cos(ang), np.sin(ang)
+
+
+def forward(cfg, W, ids, n_prefill=None, embeds=None, rope_pos=None, deepstack=None, groups=None):
+    """logits [T, vocab] of ids (float64). n_prefill: the prompt length (see the module comment).
+    Images (tools/golden_vision.py): embeds = (rows, [len(rows), hidden]) input embeddings of those rows
+    (not scaled); rope_pos [3, T]: M-RoPE positions; deepstack: per decoder layer l, (rows, values)
+    added after it; groups [T]: image group of each token (0: none), whose tokens attend each other
+    in both directions (Gemma 3)."""
     tc, mt, outer = text_config(cfg)
+    if mt in HYBRID:
+        return forward_hybrid(cfg, W, ids, tc, mt)
     fam = Fam(mt, tc)
     pre = "language_model." if any(k.startswith("language_model.") for k in W) else ""
     H = tc["hidden_size"]
@@ -375,6 +518,10 @@ def forward(cfg, W, ids, n_prefill=None):
     x = W[pre + "model.embed_tokens.weight"][ids].copy()
     if fam.gemma:
         x = x * math.sqrt(H)
+    if embeds is not None:
+        x[np.asarray(embeds[0])] = embeds[1]
+    if rope_pos is not None:
+        ropes = {"full": mrope_tables(tc, rot, rope_pos)}
     if mt == "granite":
         x = x * tc.get("embedding_multiplier", 1.0)
     if mt == "gemma2" or mt == "gemma3_text":
@@ -429,13 +576,55 @@ def forward(cfg, W, ids, n_prefill=None):
             mask = np.triu(np.full((T, T), -np.inf), 1)
             if window:
                 mask = mask + np.tril(np.full((T, T), -np.inf), -window)
+            if groups is not None:
+                g = np.asarray(groups)
+                mask[(g[:, None] == g[None, :]) & (g[:, None] != 0)] = 0.0
             s = s + mask
-            s = np.exp(s - s.max(-1, keepdims=True))
-            s /= s.sum(-1, keepdims=True)
+            if fam.sinks:  # gpt-oss: a sink logit per head joins the softmax, its share is dropped
+                sk = W[p + "self_attn.sinks"][:, None, None]
+                m = np.maximum(s.max(-1, keepdims=True), sk)
+                s = np.exp(s - m)
+                s /= s.sum(-1, keepdims=True) + np.exp(sk - m)
+            else:
+                s = np.exp(s - s.max(-1, keepdims=True))
+                s /= s.sum(-1, keepdims=True)
             o = np.einsum("hts,shd->thd", s, v).reshape(T, nh * hd)
             return lin("self_attn.o_proj", o, fam.o_bias)
 
+        def moe(h):
+            sp = fam.moe
+            lg = h @ W[p + sp["router"] + ".weight"].T
+            if sp.get("bias"):
+                lg = lg + W[p + sp["router"] + ".bias"]
+            corr = W[p + sp["correction"]] if sp.get("correction") else 0.0
+            ex = p + sp["experts"] + "."
+            out = np.zeros_like(h)
+            for t in range(h.shape[0]):
+                ids, wts = route(sp, tc, lg[t], corr)
+                for e, w in zip(ids, wts):
+                    g = W[ex + "gate_proj.weight"][e] @ h[t]
+                    u = W[ex + "up_proj.weight"][e] @ h[t]
+                    if sp.get("bias"):  # gpt-oss: biases and the clamped SwiGLU
+                        g, u = g + W[ex + "gate_proj.bias"][e], u + W[ex + "up_proj.bias"][e]
+                        lim, alpha = tc.get("swiglu_limit", 7.0), tc.get("swiglu_alpha", 1.702)
+                        g, u = np.minimum(g, lim), np.clip(u, -lim, lim)
+                        y = W[ex + "down_proj.weight"][e] @ (g / (1 + np.exp(-alpha * g)) * (u + 1))
+                        y = y + W[ex + "down_proj.bias"][e]
+                    else:
+                        y = W[ex + "down_proj.weight"][e] @ (act(fam, g) * u)
+                    out[t] += w * y
+            if sp.get("shared") and p + sp["shared"] + ".gate_proj.weight" in W:
+                sh = p + sp["shared"] + "."
+                y = (act(fam, h @ W[sh + "gate_proj.weight"].T) * (h @ W[sh + "up_proj.weight"].T)) @ \
+                    W[sh + "down_proj.weight"].T
+                if sp.get("shared_gate"):
+                    y = y / (1 + np.exp(-(h @ W[p + sp["shared_gate"] + ".weight"].T)))
+                out = out + y
+            return out
+
         def mlp(h):
+            if fam.moe and is_moe_layer(mt, tc, i):
+                return moe(h)
             if fam.fused_gate_up:
                 gu = lin("mlp.gate_up_proj", h)
                 g, u = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
@@ -458,6 +647,8 @@ def forward(cfg, W, ids, n_prefill=None):
         elif fam.block == "parallel":
             h = norm(x, p + "input_layernorm.weight")
             x = x + attention(h) + mlp(h)
+        if deepstack is not None and i < len(deepstack):
+            x[np.asarray(deepstack[i][0])] += deepstack[i][1]
     x = norm(x, pre + "model.norm.weight")
     head = W.get(pre + "lm_head.weight")
     if head is None or tc.get("tie_word_embeddings", cfg.get("tie_word_embeddings", True)):
@@ -470,6 +661,253 @@ def forward(cfg, W, ids, n_prefill=None):
     fs = tc.get("final_logit_softcapping") if mt in ("gemma2", "gemma3_text") else None
     if fs:
         logits = np.tanh(logits / fs) * fs
+    return logits
+
+
+# ----------------------------------------------------------------------------------- hybrid models
+
+def silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def softplus(x):
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
+
+
+def hybrid_layer_types(mt, tc, n):
+    """per layer: "attention", "recurrent" or "mlp" (transformers' config classes)"""
+    lt = tc.get("layer_types") or tc.get("layers_block_type")
+    pat = tc.get("hybrid_override_pattern")
+    if mt == "nemotron_h" and pat is not None and lt is None:
+        lt = [{"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}[ch] for ch in pat]
+    if lt is None:
+        if mt in ("qwen3_5_text", "qwen3_next"):
+            iv = tc.get("full_attention_interval", 4)
+            lt = ["linear_attention" if (i + 1) % iv else "full_attention" for i in range(n)]
+        elif mt == "lfm2":
+            fa = tc.get("full_attn_idxs")
+            fa = range(n) if fa is None else fa
+            lt = ["full_attention" if i in fa else "conv" for i in range(n)]
+        else:
+            lt = ["mamba"] * n
+    kind = {"full_attention": "attention", "attention": "attention", "linear_attention": "recurrent",
+            "mamba": "recurrent", "conv": "recurrent", "mlp": "mlp"}
+    return [kind[t] for t in lt]
+
+
+def causal_conv(x, w, b=None):
+    """depthwise causal conv over time: x [T, C], w [C, K] (zero history), + bias"""
+    T, C = x.shape
+    K = w.shape[1]
+    xp = np.concatenate([np.zeros((K - 1, C)), x], axis=0)
+    y = np.zeros((T, C))
+    for j in range(K):
+        y += xp[j:j + T] * w[:, j]
+    return y + (b if b is not None else 0)
+
+
+def conv_weight(W, name):
+    w = W[name]  # MLX: [C, K, 1]
+    return w.reshape(w.shape[0], -1)
+
+
+def sdpa(q, k, v, scale):
+    """causal attention: q [T, nh, hd], k/v [T, nkv, hd]"""
+    T, nh, hd = q.shape
+    rep = nh // k.shape[1]
+    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+    s = np.einsum("thd,shd->hts", q, k) * scale + np.triu(np.full((T, T), -np.inf), 1)
+    s = np.exp(s - s.max(-1, keepdims=True))
+    s /= s.sum(-1, keepdims=True)
+    return np.einsum("hts,shd->thd", s, v).reshape(T, nh * hd)
+
+
+def rope_half(v, pos, theta, rot):
+    """rotate-half RoPE on the first rot dims of v [T, heads, hd] (default RoPE)"""
+    inv = 1.0 / (theta ** (np.arange(0, rot, 2, dtype=np.float64) / rot))
+    ang = pos[:, None] * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    v = v.copy()
+    h = rot // 2
+    a, b = v[..., :h].copy(), v[..., h:rot].copy()
+    v[..., :h] = a * c - b * s
+    v[..., h:rot] = a * s + b * c
+    return v
+
+
+def gated_delta_net(W, p, h, tc, mt, eps):
+    """Qwen3_5GatedDeltaNet / Qwen3NextGatedDeltaNet with torch_recurrent_gated_delta_rule"""
+    T = h.shape[0]
+    nk, nv = tc["linear_num_key_heads"], tc["linear_num_value_heads"]
+    dk, dv = tc["linear_key_head_dim"], tc["linear_value_head_dim"]
+    r = nv // nk
+    if mt == "qwen3_next":  # fix_query_key_value_ordering: grouped per key head
+        qkvz = (h @ W[p + "in_proj_qkvz.weight"].T).reshape(T, nk, 2 * dk + 2 * r * dv)
+        q, k = qkvz[..., :dk], qkvz[..., dk:2 * dk]
+        v, z = qkvz[..., 2 * dk:2 * dk + r * dv], qkvz[..., 2 * dk + r * dv:]
+        ba = (h @ W[p + "in_proj_ba.weight"].T).reshape(T, nk, 2 * r)
+        b, a = ba[..., :r].reshape(T, nv), ba[..., r:].reshape(T, nv)
+        mixed = np.concatenate([q.reshape(T, -1), k.reshape(T, -1), v.reshape(T, -1)], axis=1)
+        z = z.reshape(T, nv, dv)
+    else:
+        mixed = h @ W[p + "in_proj_qkv.weight"].T
+        z = (h @ W[p + "in_proj_z.weight"].T).reshape(T, nv, dv)
+        b = h @ W[p + "in_proj_b.weight"].T
+        a = h @ W[p + "in_proj_a.weight"].T
+    mixed = silu(causal_conv(mixed, conv_weight(W, p + "conv1d.weight")))
+    q = mixed[:, :nk * dk].reshape(T, nk, dk)
+    k = mixed[:, nk * dk:2 * nk * dk].reshape(T, nk, dk)
+    v = mixed[:, 2 * nk * dk:].reshape(T, nv, dv)
+    beta = 1 / (1 + np.exp(-b))
+    g = -np.exp(W[p + "A_log"]) * softplus(a + W[p + "dt_bias"])
+    q, k = np.repeat(q, r, axis=1), np.repeat(k, r, axis=1)  # repeat_interleave
+    q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) / math.sqrt(dk)
+    k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+    S = np.zeros((nv, dk, dv))
+    out = np.zeros((T, nv, dv))
+    for t in range(T):
+        S = S * np.exp(g[t])[:, None, None]
+        kv_mem = (S * k[t][:, :, None]).sum(1)
+        delta = (v[t] - kv_mem) * beta[t][:, None]
+        S = S + k[t][:, :, None] * delta[:, None, :]
+        out[t] = (S * q[t][:, :, None]).sum(1)
+    # Qwen3_5RMSNormGated: normalized, weighted, then times silu(gate)
+    out = rmsnorm(out, W[p + "norm.weight"], eps) * silu(z)
+    return out.reshape(T, nv * dv) @ W[p + "out_proj.weight"].T
+
+
+def mamba2(W, p, h, tc, mt, eps):
+    """Mamba-2 mixer (Zamba2MambaMixer / BambaMixer torch_forward, token by token)"""
+    T = h.shape[0]
+    if mt == "nemotron_h":
+        nh, P, N, G = tc["mamba_num_heads"], tc["mamba_head_dim"], tc["ssm_state_size"], tc["n_groups"]
+    else:
+        nh, N, G = tc["mamba_n_heads"], tc["mamba_d_state"], tc["mamba_n_groups"]
+        P = tc.get("mamba_d_head", "auto")
+        if P == "auto":
+            P = tc.get("mamba_expand", 2) * tc["hidden_size"] // nh
+    I = nh * P
+    lim = tc.get("time_step_limit", (0.0, float("inf")))
+    proj = h @ W[p + "in_proj.weight"].T
+    if p + "in_proj.bias" in W:
+        proj = proj + W[p + "in_proj.bias"]
+    gate, xbc, dt = proj[:, :I], proj[:, I:proj.shape[1] - nh], proj[:, proj.shape[1] - nh:]
+    xbc = silu(causal_conv(xbc, conv_weight(W, p + "conv1d.weight"), W.get(p + "conv1d.bias")))
+    x, B, C = xbc[:, :I].reshape(T, nh, P), xbc[:, I:I + G * N].reshape(T, G, N), xbc[:, I + G * N:].reshape(T, G, N)
+    dt = np.clip(softplus(dt + W[p + "dt_bias"]), lim[0], lim[1])
+    A = -np.exp(W[p + "A_log"])
+    hg = np.arange(nh) // (nh // G)
+    S = np.zeros((nh, P, N))
+    y = np.zeros((T, nh, P))
+    for t in range(T):
+        S = np.exp(dt[t] * A)[:, None, None] * S + (dt[t][:, None] * x[t])[:, :, None] * B[t][hg][:, None, :]
+        y[t] = (S * C[t][hg][:, None, :]).sum(-1) + W[p + "D"][:, None] * x[t]
+    y = y.reshape(T, I) * silu(gate)
+    gs = I // G if mt == "nemotron_h" else I  # Nemotron-H: one norm per group
+    yg = y.reshape(T, I // gs, gs)
+    y = (yg / np.sqrt((yg * yg).mean(-1, keepdims=True) + eps)).reshape(T, I) * W[p + "norm.weight"]
+    out = y @ W[p + "out_proj.weight"].T
+    if p + "out_proj.bias" in W:
+        out = out + W[p + "out_proj.bias"]
+    return out
+
+
+def forward_hybrid(cfg, W, ids, tc, mt):
+    """logits [T, vocab] of a hybrid model's prompt ids (float64)"""
+    pre = "language_model." if any(k.startswith("language_model.") for k in W) else ""
+    root = pre + ("backbone." if mt == "nemotron_h" else "model.")
+    H, nh = tc["hidden_size"], tc["num_attention_heads"]
+    nkv = tc.get("num_key_value_heads") or nh
+    hd = tc.get("head_dim") or H // nh
+    if mt in ("lfm2", "granitemoehybrid"):
+        hd = H // nh
+    eps = tc.get("rms_norm_eps", tc.get("norm_eps", tc.get("layer_norm_epsilon", 1e-6)))
+    T = len(ids)
+    pos = np.arange(T, dtype=np.float64)
+    rp, _ = rope_params(tc)
+    theta = rp["rope_theta"] if "rope_theta" in rp else tc.get("rope_theta", tc.get("theta", 10000.0))
+    n = tc["num_hidden_layers"]
+    if mt == "nemotron_h" and tc.get("hybrid_override_pattern"):
+        n = len(tc["hybrid_override_pattern"])
+    kinds = hybrid_layer_types(mt, tc, n)
+    mult = mt == "granitemoehybrid"
+    x = W[root + ("embeddings.weight" if mt == "nemotron_h" else "embed_tokens.weight")][ids].copy()
+    if mult:
+        x = x * tc.get("embedding_multiplier", 1.0)
+    resid = tc.get("residual_multiplier", 1.0) if mult else 1.0
+    # Qwen3-Next/3.5's RMSNorms scale by (1 + w): the MLX converter stored 1 + w, which is what W holds
+    for i, kind in enumerate(kinds):
+        p = root + "layers.%d." % i
+
+        def lin(name, inp):
+            return inp @ W[p + name + ".weight"].T + (W[p + name + ".bias"] if p + name + ".bias" in W else 0)
+
+        def attention(h, a):
+            if mt in ("qwen3_5_text", "qwen3_next"):  # q_proj: per head q | gate
+                qg = lin(a + "q_proj", h).reshape(T, nh, 2 * hd)
+                q, gate = qg[..., :hd], qg[..., hd:].reshape(T, nh * hd)
+            else:
+                q, gate = lin(a + "q_proj", h).reshape(T, nh, hd), None
+            k = lin(a + "k_proj", h).reshape(T, nkv, hd)
+            v = lin(a + "v_proj", h).reshape(T, nkv, hd)
+            qn = {"lfm2": "q_layernorm", "qwen3_5_text": "q_norm", "qwen3_next": "q_norm"}.get(mt)
+            if qn:
+                q = rmsnorm(q, W[p + a + qn + ".weight"], eps)
+                k = rmsnorm(k, W[p + a + qn.replace("q_", "k_") + ".weight"], eps)
+            rope = mt in ("lfm2", "qwen3_5_text", "qwen3_next") or (
+                mt == "granitemoehybrid" and tc.get("position_embedding_type") == "rope")
+            if rope:
+                prf = rp.get("partial_rotary_factor", tc.get("partial_rotary_factor", 1.0))
+                if mt in ("qwen3_5_text", "qwen3_next") and "partial_rotary_factor" not in rp and \
+                        "partial_rotary_factor" not in tc:
+                    prf = 0.25
+                rot = int(hd * prf)
+                q, k = rope_half(q, pos, theta, rot), rope_half(k, pos, theta, rot)
+            scale = tc.get("attention_multiplier", 1.0) if mult else hd ** -0.5
+            o = sdpa(q, k, v, scale)
+            if gate is not None:
+                o = o * (1 / (1 + np.exp(-gate)))
+            return lin(a + ("out_proj" if mt == "lfm2" else "o_proj"), o)
+
+        def mlp(h):
+            if mt == "nemotron_h":
+                u = np.maximum(lin("mixer.up_proj", h), 0)
+                return lin("mixer.down_proj", u * u)
+            if mt == "lfm2":
+                return lin("feed_forward.w2", silu(lin("feed_forward.w1", h)) * lin("feed_forward.w3", h))
+            return lin("mlp.down_proj", silu(lin("mlp.gate_proj", h)) * lin("mlp.up_proj", h))
+
+        if mt == "nemotron_h":  # one block per layer
+            h = rmsnorm(x, W[p + "norm.weight"], eps)
+            if kind == "recurrent":
+                x = x + mamba2(W, p + "mixer.", h, tc, mt, eps)
+            elif kind == "attention":
+                x = x + attention(h, "mixer.")
+            else:
+                x = x + mlp(h)
+            continue
+        n1, n2 = ("operator_norm", "ffn_norm") if mt == "lfm2" else ("input_layernorm", "post_attention_layernorm")
+        h = rmsnorm(x, W[p + n1 + ".weight"], eps)
+        if kind == "attention":
+            r = attention(h, "self_attn.")
+        elif mt == "lfm2":  # Lfm2ShortConv: conv(B * x), times C
+            bcx = lin("conv.in_proj", h)
+            Bm, Cm, xx = bcx[:, :H], bcx[:, H:2 * H], bcx[:, 2 * H:]
+            r = lin("conv.out_proj", Cm * causal_conv(Bm * xx, conv_weight(W, p + "conv.conv.weight"),
+                                                      W.get(p + "conv.conv.bias")))
+        elif mt == "granitemoehybrid":
+            r = mamba2(W, p + "mamba.", h, tc, mt, eps)
+        else:
+            r = gated_delta_net(W, p + "linear_attn.", h, tc, mt, eps)
+        x = x + resid * r
+        x = x + resid * mlp(rmsnorm(x, W[p + n2 + ".weight"], eps))
+    x = rmsnorm(x, W[root + {"lfm2": "embedding_norm", "nemotron_h": "norm_f"}.get(mt, "norm") + ".weight"], eps)
+    head = W.get(pre + "lm_head.weight")
+    if head is None or tc.get("tie_word_embeddings", cfg.get("tie_word_embeddings", mt == "lfm2")):
+        head = W[root + ("embeddings.weight" if mt == "nemotron_h" else "embed_tokens.weight")]
+    logits = x @ head.T
+    if mult:
+        logits = logits / tc.get("logits_scaling", 1.0)
     return logits
 
 

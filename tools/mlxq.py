@@ -166,6 +166,13 @@ def self_test():
         for r in range(3):
             got = mlx_extract_bits_reference(p[r], bits, 128)
             assert np.array_equal(got, q[r]), bits
+    # microscaling: the packer and the independent unpacker agree; values within the mode's rounding
+    for mode in MODES:
+        w2 = rng.normal(size=(3, 64)).astype(np.float32)
+        packed, sc, deq = mx_quantize(w2, mode)
+        assert np.array_equal(mx_dequantize(packed, sc, mode, 64), deq), mode
+        assert np.abs(deq - w2).max() <= 0.26 * np.abs(w2).max(), (mode, np.abs(deq - w2).max())
+    assert e4m3_value(0x7F) == 480 and e4m3_value(0x01) == 2.0 ** -9 and e8m0_value(0) == 2.0 ** -127
     # quantize: most dequantized values within half a step of the input.  (Not all: MLX
     # snaps the scale so that the group's edge value is exact, which can clip the other end.)
     w = round_to_dtype(rng.normal(size=(4, 128)).astype(np.float32), "bfloat16")
@@ -176,6 +183,86 @@ def self_test():
         ok = np.abs(d - w) <= 0.5001 * step + 1e-6
         assert ok.mean() > 0.9, (bits, ok.mean())
     return True
+
+
+# ------------------------------------------------------------------ microscaling modes (mxfp4, mxfp8, nvfp4)
+
+FP4_LUT = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float32)
+MODES = {"mxfp4": (4, 32), "mxfp8": (8, 32), "nvfp4": (4, 16)}
+
+
+def e4m3_value(c):
+    """FP8 E4M3 code -> value as MLX's CPU/Metal code decodes it (no NaN: 0x7F is 480)"""
+    c = np.asarray(c, dtype=np.int64)
+    e, m = (c >> 3) & 15, c & 7
+    v = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8.0) * 2.0 ** (e - 7))
+    return np.where(c & 128, -v, v)
+
+
+def e8m0_value(c):
+    c = np.asarray(c, dtype=np.int64)
+    return np.where(c == 255, np.inf, 2.0 ** (c.astype(np.float64) - 127))
+
+
+def e4m3_encode(x):
+    """nearest E4M3 code of each value (ties to the lower code), saturating at 448, as a lookup"""
+    codes = np.arange(256)
+    vals = e4m3_value(codes)
+    ok = (codes & 0x7F) != 0x7F  # MLX never writes 0x7F (its encoder saturates to 0x7E)
+    codes, vals = codes[ok], vals[ok]
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    d = np.abs(x[:, None] - vals[None, :])
+    d = d + (vals[None, :] == 0) * (np.signbit(vals)[None, :] != np.signbit(x)[:, None]) * 1e-30
+    return codes[np.argmin(d, axis=1)].astype(np.uint8)
+
+
+def mx_quantize(w, mode):
+    """MLX's fp_quantize (mlx/ops.cpp, the CPU path), in float32: per group scale = max|w| / (6 or 448), an
+    E8M0 code round(log2(scale)) + 127 (scale 0: code 127) or, for nvfp4, the E4M3 code of the scale; the
+    elements w / scale as the nearest FP4 code (first of equals) or E4M3 code. Returns (packed uint32 [out,
+    in*bits/32], scale codes uint8 [out, in/group], dequantized float64 [out, in])."""
+    bits, gs = MODES[mode]
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    rows, cols = w.shape
+    g = w.reshape(-1, gs)
+    amax = np.abs(g).max(axis=1).astype(np.float32)
+    scale = amax / np.float32(6.0 if bits == 4 else 448.0)
+    if gs == 16:
+        sc = e4m3_encode(scale)
+        sv = e4m3_value(sc)
+    else:
+        with np.errstate(divide="ignore"):
+            e = np.where(scale == 0, 0, np.rint(np.log2(np.where(scale == 0, 1, scale))))
+        e = np.clip(e, -127, 127)
+        sc = (e + 127).astype(np.uint8)
+        sv = e8m0_value(sc)
+    wq = g / np.where(sv == 0, 1, sv)[:, None]
+    if bits == 4:
+        q = np.argmin(np.abs(wq[..., None] - FP4_LUT.astype(np.float64)), axis=-1).astype(np.uint8)
+        deq = FP4_LUT[q].astype(np.float64) * sv[:, None]
+        q = q.reshape(rows, cols)
+        packed = np.zeros((rows, cols // 8), dtype=np.uint64)
+        for k in range(8):
+            packed |= q[:, k::8].astype(np.uint64) << np.uint64(4 * k)
+        packed = packed.astype(np.uint32)
+    else:
+        q = e4m3_encode(wq).reshape(-1, gs)
+        deq = e4m3_value(q) * sv[:, None]
+        packed = np.ascontiguousarray(q.reshape(rows, cols)).view("<u4").astype(np.uint32)
+    return packed, sc.reshape(rows, cols // gs), deq.reshape(rows, cols)
+
+
+def mx_dequantize(packed, scales, mode, in_dim):
+    """packed uint32 [out, in*bits/32] and scale codes -> float64 [out, in] (independent of mx_quantize)"""
+    bits, gs = MODES[mode]
+    by = np.ascontiguousarray(packed.astype("<u4")).view(np.uint8).reshape(packed.shape[0], -1)
+    if bits == 4:
+        codes = np.stack([by & 15, by >> 4], axis=-1).reshape(by.shape[0], -1)[:, :in_dim]
+        el = FP4_LUT[codes].astype(np.float64)
+    else:
+        el = e4m3_value(by[:, :in_dim])
+    sv = e4m3_value(scales) if mode == "nvfp4" else e8m0_value(scales)
+    return el * np.repeat(sv, gs, axis=1)
 
 
 def write_safetensors(path, tensors, metadata=None):
@@ -199,13 +286,27 @@ def write_safetensors(path, tensors, metadata=None):
 
 
 def add_linear(tensors, name, w, dtype, qparams):
-    """Store weight `name` (float32 [out,in]) either quantized (qparams={'group_size','bits'})
-    or plain in dtype.  Returns the float32 weight the model actually sees (dequantized)."""
+    """Store weight `name` (float32 [out,in], or [n, out, in] stacked experts) either quantized
+    (qparams={'group_size','bits'[,'mode']}) or plain in dtype.  Returns the float32 weight the model
+    actually sees (dequantized)."""
     w = round_to_dtype(w, dtype)
+    if w.ndim == 3:  # stacked experts: each [out, in] quantized alike, the results stacked
+        parts = [{} for _ in range(w.shape[0])]
+        deq = np.stack([add_linear(parts[e], name, w[e], dtype, qparams) for e in range(w.shape[0])])
+        for sfx in (".weight", ".scales", ".biases"):
+            if name + sfx in parts[0]:
+                dt, shape, _ = parts[0][name + sfx]
+                tensors[name + sfx] = (dt, (w.shape[0],) + tuple(shape), b"".join(p[name + sfx][2] for p in parts))
+        return deq
     if not qparams:
         dt, raw = encode_dtype(w, dtype)
         tensors[name + ".weight"] = (dt, w.shape, raw)
         return w
+    if qparams.get("mode", "affine") != "affine":
+        packed, sc, deq = mx_quantize(w, qparams["mode"])
+        tensors[name + ".weight"] = ("U32", packed.shape, packed.astype("<u4").tobytes())
+        tensors[name + ".scales"] = ("U8", sc.shape, sc.astype(np.uint8).tobytes())
+        return deq.astype(np.float32)
     G, B = qparams["group_size"], qparams["bits"]
     q, s, b = mlx_quantize(w, G, B, dtype)
     packed = mlx_pack(q, B)

@@ -1,11 +1,13 @@
 /* CPU kernel benchmark: DRAM read bandwidth, quantized matvec bandwidth, prefill GFLOP/s, attention.
- * usage: bench_kernels [n_threads] [all|q4|lowbit|gemm|att]
- *   (env SMELT_CPU_ISA=scalar|avx2|avx512 picks the kernels, SMELT_CPU_EXACT=1 the float path) */
+ * usage: bench_kernels [n_threads] [all|q4|lowbit|gemm|att|hot]
+ *   (env SMELT_CPU_ISA=scalar|avx2|avx512 picks the kernels, SMELT_CPU_EXACT=1 the float path,
+ *   SMELT_CPU_PACK=0 the int8 kernels of unpacked weights, SMELT_CPU_AMX=0 VNNI instead of AMX) */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -27,6 +29,7 @@ static void bench_matvec(sm_backend *be, int64_t M, int64_t K, int bits, int gs)
     for (size_t i = 0; i < wbytes; i++) d[i] = (uint8_t)rand();
     for (size_t i = 0; i < ng; i++) { s[i] = sm_f32_to_f16(0.01f + (rnd16() & 255) * 1e-4f); b[i] = sm_f32_to_f16(-0.05f); }
     w[c] = (sm_weight){.rows = M, .cols = K, .bits = bits, .group_size = gs, .dtype = SM_DT_F16, .data = d, .scales = s, .biases = b};
+    be->prepare_weight(be, &w[c]); /* packed copy where the backend packs (SMELT_CPU_PACK=0: none) */
   }
   float *x = sm_aligned_alloc((size_t)K * 4), *y = sm_aligned_alloc((size_t)M * 4);
   for (int64_t i = 0; i < K; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
@@ -46,7 +49,10 @@ static void bench_matvec(sm_backend *be, int64_t M, int64_t K, int bits, int gs)
   printf("matvec q%d g%d %6lldx%-5lld  %7.1f us  %6.2f GB/s  = %3.0f%% of DRAM bw   (hot/L3: %7.1f us, %6.2f GB/s)\n", bits, gs,
          (long long)M, (long long)K, dt / iters * 1e6, gbs, 100 * gbs / g_bw, dth / hot_iters * 1e6,
          (double)per * hot_iters / dth / 1e9);
-  for (int c = 0; c < copies; c++) { free((void *)w[c].data); free((void *)w[c].scales); free((void *)w[c].biases); }
+  for (int c = 0; c < copies; c++) {
+    be->release_weight(be, &w[c]);
+    free((void *)w[c].data); free((void *)w[c].scales); free((void *)w[c].biases);
+  }
   free(w); free(x); free(y);
 }
 
@@ -57,6 +63,7 @@ static void bench_gemm(sm_backend *be, int64_t M, int64_t K, int bits, int gs, i
   for (size_t i = 0; i < wbytes; i++) d[i] = (uint8_t)rand();
   for (size_t i = 0; i < ng; i++) { s[i] = sm_f32_to_f16(0.01f); b[i] = sm_f32_to_f16(-0.05f); }
   sm_weight w = {.rows = M, .cols = K, .bits = bits, .group_size = gs, .dtype = SM_DT_F16, .data = d, .scales = s, .biases = b};
+  be->prepare_weight(be, &w);
   float *x = sm_aligned_alloc((size_t)n * K * 4), *y = sm_aligned_alloc((size_t)n * M * 4);
   for (int64_t i = 0; i < n * K; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
   be->matmul(be, SM_MM_OTHER, &w, x, n, y);
@@ -66,9 +73,38 @@ static void bench_gemm(sm_backend *be, int64_t M, int64_t K, int bits, int gs, i
   double gf = 2.0 * n * M * K * iters / dt / 1e9;
   printf("gemm   q%d g%d %6lldx%-5lld n=%-4d %8.2f ms  %7.1f GFLOP/s\n", bits, gs, (long long)M, (long long)K, n,
          dt / iters * 1e3, gf);
+  be->release_weight(be, &w);
   free(d); free(s); free(b); free(x); free(y);
 }
 
+
+/* One thread's compute rate: the same L2-sized weight again and again, timed in this thread's CPU
+ * time (so other jobs on a shared machine don't count). n = 1: the decode matvec; n > 1: a batch. */
+static double cpu_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static void bench_hot(sm_backend *be, int64_t M, int64_t K, int bits, int gs, int n) {
+  size_t wbytes = (size_t)M * (size_t)K * (size_t)bits / 8, ng = (size_t)M * (size_t)(K / gs);
+  uint8_t *d = sm_aligned_alloc(wbytes);
+  uint16_t *s = sm_aligned_alloc(ng * 2), *b = sm_aligned_alloc(ng * 2);
+  for (size_t i = 0; i < wbytes; i++) d[i] = (uint8_t)rand();
+  for (size_t i = 0; i < ng; i++) { s[i] = sm_f32_to_f16(0.01f); b[i] = sm_f32_to_f16(-0.05f); }
+  sm_weight w = {.rows = M, .cols = K, .bits = bits, .group_size = gs, .dtype = SM_DT_F16, .data = d, .scales = s, .biases = b};
+  be->prepare_weight(be, &w);
+  float *x = sm_aligned_alloc((size_t)n * K * 4), *y = sm_aligned_alloc((size_t)n * M * 4);
+  for (int64_t i = 0; i < n * K; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+  be->matmul(be, SM_MM_OTHER, &w, x, n, y);
+  int iters = 0;
+  double t0 = cpu_now(), dt;
+  do { be->matmul(be, SM_MM_OTHER, &w, x, n, y); iters++; dt = cpu_now() - t0; } while (dt < 0.5);
+  const double per = dt / iters;
+  printf("hot    q%d g%d %6lldx%-5lld n=%-4d %9.1f us CPU  %7.2f G MAC/s  %6.2f GB/s of weights\n", bits, gs,
+         (long long)M, (long long)K, n, per * 1e6, (double)n * M * K / per / 1e9, (wbytes + 4.0 * ng) / per / 1e9);
+  be->release_weight(be, &w);
+  free(d); free(s); free(b); free(x); free(y);
+}
 
 /* GQA attention over a long context: decode (1 token) and a prefill chunk of nt tokens at the
  * end of a ctx-position sequence. Reports time and the K/V bytes one pass over the cache reads. */
@@ -110,7 +146,7 @@ int main(int argc, char **argv) {
   sm_backend *be = sm_cpu_backend_create(nth);
   if (!be) { fprintf(stderr, "bench_kernels: %s\n", sm_errmsg()); return 1; }
   printf("kernels: %s, threads: %d\n", sm_cpu_backend_isa(be), be->n_threads);
-  const bool need_bw = !(argc > 2 && (!strcmp(argv[2], "gemm") || !strncmp(argv[2], "att", 3)));
+  const bool need_bw = !(argc > 2 && (!strcmp(argv[2], "gemm") || !strncmp(argv[2], "att", 3) || !strcmp(argv[2], "hot")));
   /* the backend's own probe: all its threads, a buffer well past the caches (bandwidth.c) */
   g_bw = need_bw ? be->measure_bandwidth(be) / 1e9 : 1;
   if (need_bw) printf("read bandwidth (the backend's probe): %.2f GB/s\n", g_bw);
@@ -146,6 +182,18 @@ int main(int argc, char **argv) {
     bench_gemm(be, 8192, 2048, 4, 64, 8);
     bench_gemm(be, 8192, 2048, 6, 64, 512);
     bench_gemm(be, 8192, 2048, 3, 64, 512);
+  }
+  if (!strcmp(sel, "hot1")) { /* the 4-bit decode matvec alone (for a profiler) */
+    for (int i = 0; i < 4; i++) bench_hot(be, 1024, 2048, 4, 64, 1);
+  }
+  if (!strcmp(sel, "hot")) { /* one thread's compute rate (run with 1 thread) */
+    static const int bv[] = {4, 8, 2, 3, 5, 6};
+    for (int i = 0; i < 6; i++) bench_hot(be, 256, 2048, bv[i], 64, 1);
+    bench_hot(be, 256, 2048, 4, 32, 1);
+    bench_hot(be, 256, 2048, 4, 128, 1);
+    for (int i = 0; i < 6; i++) bench_hot(be, 256, 2048, bv[i], 64, 64);
+    bench_hot(be, 256, 2048, 4, 64, 8);
+    bench_hot(be, 256, 2048, 4, 64, 512);
   }
   if (all || !strncmp(sel, "att", 3)) { /* "attd": decode only */
     bench_att(be, 32, 8, 64, 4096, 1);

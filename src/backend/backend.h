@@ -11,6 +11,7 @@
 #ifndef SM_BACKEND_H
 #define SM_BACKEND_H
 #include "base/base.h"
+#include "format/mxq.h"
 #include "format/safetensors.h"
 
 #ifdef __cplusplus
@@ -23,12 +24,17 @@ extern "C" {
  * cols*bits bits starting at (uint8_t*)data + r*cols*bits/8; element j is bits
  * [j*bits, (j+1)*bits). Dequantized value = scale[r][j/gs] * q + bias[r][j/gs], where
  * scales/biases are [rows][cols/gs] of dtype (F16/BF16/F32). A row-range view of a
- * fused weight is made by offsetting data/scales/biases (see sm_weight_rows). */
+ * fused weight is made by offsetting data/scales/biases (see sm_weight_rows).
+ * MLX microscaling modes (qmode mxfp4 / mxfp8 / nvfp4, format/mxq.h): rows of cols*bits/8 bytes of FP4/FP8
+ * codes, scales [rows][cols/gs] uint8 codes (dtype SM_DT_U8), no biases; value = scale * element.
+ * Stacked expert weights (MoE) are one weight of n_experts * rows_per_expert rows: expert e is the row
+ * range [e * rows_per_expert, (e + 1) * rows_per_expert). */
 typedef struct sm_weight {
   int64_t rows, cols;
   int bits;       /* 0 = dense */
   int group_size; /* quantized only */
-  sm_dtype dtype;
+  int qmode;      /* sm_qmode (quantized only; 0 = affine) */
+  sm_dtype dtype; /* dense elements, or affine scales/biases, or SM_DT_U8 (microscaling scale codes) */
   const void *data, *scales, *biases;
   void *dev;      /* backend-private handle; NULL until prepare_weight */
 } sm_weight;
@@ -44,13 +50,31 @@ void sm_weight_row_f32(const sm_weight *w, int64_t r, float *out);
 typedef struct {
   int n_layers, n_kv_heads, head_dim, block_size, n_blocks;
   sm_dtype dtype; /* 0 (a zeroed struct): SM_DT_F32 */
-  void **k, **v;  /* [n_layers] backend buffers */
+  void **k, **v;  /* [n_layers] backend buffers; NULL for the recurrent layers of a hybrid model */
+  /* Hybrid models: the recurrent layers' state, a fixed size per sequence. Per recurrent layer, n_slots
+   * slots of conv_floats (the last kernel-1 inputs of its convolution, [kernel-1][channels]) and of
+   * ssm_floats (the SSM / delta-rule state) floats; a batch's state_slot says which slot a sequence
+   * uses. NULL (n_slots 0) without recurrent layers. */
+  int n_slots;
+  size_t conv_floats, ssm_floats;
+  float **conv, **ssm; /* [n_layers] backend buffers; NULL for attention layers */
 } sm_kv_cache;
+
+/* Rows of a batch whose input embedding is given instead of looked up (images in a prompt): batch rows
+ * [row, row + n) take the rows of src (a backend buffer, n x hidden floats); deep[l] (l < n_deep):
+ * rows added to the hidden state after decoder layer l (Qwen3-VL's deepstack). Read by the model. */
+typedef struct {
+  int row, n;
+  const float *src;
+  int n_deep;
+  const float *const *deep;
+} sm_batch_embd;
 
 /* One forward step over a batch of tokens from one or more sequences.
  * Token t belongs to sequence seq[t] at position pos[t]. Its K/V go to slot
  *   block_table[seq[t]*max_blocks + pos[t]/block_size]*block_size + pos[t]%block_size
- * and it attends (causally) to positions [max(0,pos[t]-window+1), pos[t]] of its sequence.
+ * and it attends (causally) to positions [max(0,pos[t]-window+1), pos[t]] of its sequence (attn_span may
+ * widen that).
  * out_rows lists the n_out token indices whose logits are wanted. All host memory. */
 typedef struct {
   int n_tokens;
@@ -64,6 +88,18 @@ typedef struct {
   const int32_t *out_rows;    /* [n_out] */
   int feed_token;             /* 1: tokens[0] is replaced, on the device, by the token of the last
                                * sample_async (pipelined decode; backends with sample_async) */
+  /* Hybrid models (NULL otherwise): the recurrent state slot of each sequence, [n_seqs]. The tokens of a
+   * sequence must then be consecutive in the batch with consecutive positions; a sequence whose first
+   * token here is at position 0 starts from a zero state. */
+  const int32_t *state_slot;
+  const int32_t *attn_span;   /* NULL, or [n_tokens][2]: token t attends to positions
+                               * [min(w, attn_span[2t]), max(pos[t], attn_span[2t+1])] of its sequence, w the
+                               * first of its window (the image tokens of Gemma 3 see each other); those
+                               * positions are in this batch or the cache */
+  /* read by the model, not the backends: */
+  int n_embd;                 /* runs of rows with given embeddings */
+  const sm_batch_embd *embd;  /* [n_embd] */
+  const int32_t *rope_pos;    /* [3][n_tokens] M-RoPE positions (Qwen-VL), NULL: pos on every axis */
 } sm_batch;
 
 /* One token to sample from a row of logits (see sm_sample_row for the exact rule). The host
@@ -109,6 +145,11 @@ typedef enum {
   SM_MM_Q, SM_MM_K, SM_MM_V, SM_MM_O,     /* attention projections */
   SM_MM_GATE, SM_MM_UP, SM_MM_DOWN,       /* MLP */
   SM_MM_LM_HEAD,                          /* vocabulary logits */
+  SM_MM_ROUTER,                           /* mixture of experts: router logits (one per expert) */
+  SM_MM_EXPERT_GATE, SM_MM_EXPERT_UP, SM_MM_EXPERT_DOWN, /* the routed experts (matmul_experts) */
+  SM_MM_SHARED_GATE,                      /* the sigmoid gate of a shared expert (one row) */
+  SM_MM_ATTN_GATE,                        /* gated attention: the gate of the attention output */
+  SM_MM_REC_IN, SM_MM_REC_OUT,            /* recurrent mixers (hybrid models): into and out of the mixer */
   SM_MM_ROLES
 } sm_mm_role;
 const char *sm_mm_role_name(sm_mm_role r);
@@ -129,6 +170,31 @@ typedef struct {
   float beta;            /* 0: off */
   int beta_pos;          /* > 0 when beta > 0 */
 } sm_rope_ext;
+
+/* How a mixture-of-experts router turns a token's logits l[0..E) into its k experts and their weights.
+ * The experts chosen are the k largest choice scores, ties broken towards the lower expert index:
+ *   SOFTMAX       p = softmax(l); choice p; weight p_e (Qwen MoE)
+ *   TOPK_SOFTMAX  choice l; weights softmax of the k chosen logits (gpt-oss, Mixtral)
+ *   SIGMOID       s = sigmoid(l); choice s + correction (the n_group groups with the largest sums of their two
+ *                 largest choice scores, topk_group of them, are kept; the others' experts score 0); weight s_e
+ *                 (GLM-4 MoE, DeepSeek-V3)
+ * then, with norm, the k weights are divided by their sum (+ 1e-20 for SIGMOID, as transformers), and all are
+ * multiplied by scale. Softmax and sigmoid in float32. */
+enum { SM_ROUTE_SOFTMAX, SM_ROUTE_TOPK_SOFTMAX, SM_ROUTE_SIGMOID };
+typedef struct {
+  int kind;                /* SM_ROUTE_* */
+  int n_experts, top_k;    /* top_k <= 64 */
+  bool norm;
+  float scale;
+  const float *correction; /* backend buffer [n_experts] (SIGMOID; NULL: none) */
+  int n_group, topk_group; /* SIGMOID group-limited choice; n_group <= 1: off */
+} sm_moe_route;
+
+/* The routing of one token (the reference every backend's moe_route computes; moe_route.c): ids[0..k) and
+ * wts[0..k) from logits[0..n_experts) (host memory; correction: host copy of r->correction or NULL);
+ * scratch: 2 * n_experts floats. */
+void sm_moe_route_row(const sm_moe_route *r, const float *logits, const float *correction, int32_t *ids, float *wts,
+                      float *scratch);
 
 typedef struct sm_backend sm_backend;
 struct sm_backend {
@@ -189,6 +255,52 @@ struct sm_backend {
   /* dst[i][:] = src[out_rows[i]][:] for the current batch's out_rows (dim floats a row) */
   void (*gather_out)(sm_backend *be, float *dst, const float *src, int dim);
 
+  /* Mixture of experts and gpt-oss (src/model/moe.c). Buffers are backend buffers; ids holds int32.
+   * moe_route: for t < n, ids[t*k + j] and wts[t*k + j] (j < k = r->top_k) are the experts of token t and their
+   * weights from its router logits[t][0..n_experts) (sm_moe_route). */
+  void (*moe_route)(sm_backend *be, const float *logits, int n, const sm_moe_route *r, int32_t *ids, float *wts);
+  /* The routed experts' matmul: w stacks the experts (expert e = rows [e * rows, (e + 1) * rows) of w), and
+   * for t < n, j < k, with e = ids[t*k + j] and s = t*k + j:
+   *   y[s][0..rows) = W_e . x[x_per_slot ? s : t] (+ bias[e][0..rows) when bias != NULL)
+   * x rows have w->cols floats. Decode reads only the chosen experts' rows. */
+  void (*matmul_experts)(sm_backend *be, sm_mm_role role, const sm_weight *w, int64_t rows, const float *bias,
+                         const float *x, bool x_per_slot, int n, int k, const int32_t *ids, float *y);
+  /* out[t][:] = sum_j wts[t*k + j] * y[t*k + j][:] for t < n (dim floats a row; out is overwritten) */
+  void (*moe_combine)(sm_backend *be, float *out, const float *y, const float *wts, int n, int k, int dim);
+  /* gpt-oss's clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit),
+   * out[i] = g * sigmoid(alpha * g) * (u + 1) (n elements; out may alias gate) */
+  void (*swiglu_clamp)(sm_backend *be, float *out, const float *gate, const float *up, size_t n, float alpha,
+                       float limit);
+  /* y[t][:] *= sigmoid(g[t]), t < n rows of dim (a shared expert's gate) */
+  void (*sigmoid_gate_rows)(sm_backend *be, float *y, const float *g, int n, int dim);
+  /* attention (as above) whose softmax also has one sink logit per head, sinks[h] (backend buffer), whose share
+   * is dropped: out = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sinks[h] - m)) (gpt-oss) */
+  void (*attention_sinks)(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
+                          float scale, int window, float softcap, const float *sinks);
+
+  /* ---- ops with explicit shapes that read no batch state (vision encoders; rope_axes, copy and add
+   * also serve the language model's image positions) ---- */
+  /* Attention without a causal mask within segments: segment s is tokens [seg[s], seg[s+1])
+   * (seg[0] = 0, seg[n_seg] = n, ascending; host memory read during the call) and
+   *   out[t][h*hd + d] = sum_j softmax_j(scale * q_t,h . k_j,g) v_j,g[d]   over j in t's segment,
+   * g = h / (n_heads / n_kv_heads). q, out: [n][n_heads*hd]; k, v: [n][n_kv_heads*hd]. Device backends
+   * run it when issued (it is not part of a recorded step). */
+  void (*attention_seg)(sm_backend *be, float *out, const float *q, const float *k, const float *v, int n,
+                        int n_heads, int n_kv_heads, int head_dim, float scale, const int32_t *seg, int n_seg);
+  /* Multi-axis rotate-half RoPE in place on x[n][n_heads][head_dim]: frequency i < rot_dim/2 turns
+   * dims (i, i + rot_dim/2) of each head by the angle pos[axis[i]*n + t] * inv_freq[i]. inv_freq
+   * (rot_dim/2 floats), axis (rot_dim/2 int32) and pos (n_axes * n int32): backend buffers. (M-RoPE
+   * of the Qwen-VL language models, the 2-D RoPE of vision encoders.) */
+  void (*rope_axes)(sm_backend *be, float *x, int n, int n_heads, int head_dim, int rot_dim, const float *inv_freq,
+                    const int32_t *axis, const int32_t *pos);
+  /* y[i] = gelu(x[i]), i < n: 0.5 x (1 + erf(x / sqrt 2)), or with tanh_approx the tanh form of
+   * gelu_mul; y may == x */
+  void (*gelu)(sm_backend *be, float *y, const float *x, size_t n, bool tanh_approx);
+  /* dst[i][:] = src[idx[i]][:], i < n rows of dim floats; idx: backend buffer of n int32 in
+   * [0, rows of src); dst and src do not overlap */
+  void (*gather_rows)(sm_backend *be, float *dst, const float *src, const int32_t *idx, int n, int dim);
+  /* (copy, a byte count, is declared with the ops of recurrent layers below) */
+
   /* Optional (NULL: the engine downloads the logits and samples on the host): for each of
    * n_req requests, out_tokens[i] = sm_sample_row(req[i], row req[i].row of logits), where
    * logits is a backend buffer of n_rows x vocab floats (left unchanged). out_tokens is host
@@ -207,14 +319,70 @@ struct sm_backend {
    * live in, bytes/s (device-to-device copy on GPUs: bytes read + written), with the threads
    * the backend computes with. For rooflines. */
   double (*measure_bandwidth)(sm_backend *be);
+
+  /* ---- hybrid (recurrent) models: per-sequence state in kv->conv / kv->ssm of a layer, slots from
+   * the current batch's state_slot; within a sequence tokens are processed in batch order ---- */
+  /* dst = src, bytes of backend memory (ordered with the ops before and after it) */
+  void (*copy)(sm_backend *be, void *dst, const void *src, size_t bytes);
+  /* y[i] = a[i] * b[i] (y may alias a or b) */
+  void (*mul)(sm_backend *be, float *y, const float *a, const float *b, size_t n);
+  /* y[i] *= sigmoid(g[i]) */
+  void (*sigmoid_mul)(sm_backend *be, float *y, const float *g, size_t n);
+  /* y[i] = max(y[i], 0)^2 */
+  void (*relu2)(sm_backend *be, float *y, size_t n);
+  /* Causal depthwise convolution of kernel K over the batch's tokens: with w [C][K] and xs the
+   * sequence's earlier inputs (the state: its last K-1 rows of x, zero at position 0) followed by x,
+   *   out[t][c] = bias[c] + sum_j w[c][j] * xs[t + j][c]      (bias may be NULL)
+   * then silu(out) when act_silu. x and out are [n_tokens][C] (out may not alias x). Afterwards the
+   * layer's conv state of each sequence holds its last K-1 inputs. */
+  void (*conv1d)(sm_backend *be, float *out, const float *x, const float *w, const float *bias, int C, int K,
+                 bool act_silu, const sm_kv_cache *kv, int layer);
+  /* Mamba-2 selective scan. Token t of a sequence, head h (of nh, head dim P), group g = h / (nh/G),
+   * state S[h] [P][N] (the layer's ssm state, zero at position 0):
+   *   dt = clamp(softplus(dt_in[t][h] + dt_bias[h]), dt_min, dt_max), dA = exp(-exp(A_log[h]) * dt)
+   *   S[h][p][n] = dA * S[h][p][n] + dt * x[t][h*P + p] * B[t][g*N + n]
+   *   y[t][h*P + p] = sum_n S[h][p][n] * Cm[t][g*N + n] + D[h] * x[t][h*P + p]
+   * x, B, Cm: rows of ld floats (columns of one buffer); dt_in rows of nh; y [n_tokens][nh*P]. */
+  void (*ssm_scan)(sm_backend *be, float *y, const float *x, const float *B, const float *Cm, int ld,
+                   const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh, int P,
+                   int G, int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer);
+  /* Gated delta rule (Gated DeltaNet). Token t, value head h (of Hv; key head hk = h / (Hv/Hk)), state
+   * S[h] [Dv][Dk] (the layer's ssm state, zero at position 0), q/k l2-normalized per head (eps 1e-6
+   * inside the square root) and q scaled by 1/sqrt(Dk):
+   *   g = exp(-exp(A_log[h]) * softplus(a[t][h] + dt_bias[h])), beta = sigmoid(b[t][h])
+   *   S = g * S;  d[i] = beta * (v[i] - sum_j S[i][j] k[j]);  S[i][j] += d[i] k[j]
+   *   y[t][h*Dv + i] = sum_j S[i][j] q[j]
+   * q, k, v: rows of ld floats (columns of one buffer: q at head hk*Dk, k likewise, v at h*Dv);
+   * a, b rows of Hv; y [n_tokens][Hv*Dv]. */
+  void (*gated_delta)(sm_backend *be, float *y, const float *q, const float *k, const float *v, int ld,
+                      const float *a, const float *b, const float *A_log, const float *dt_bias, int Hk, int Hv,
+                      int Dk, int Dv, const sm_kv_cache *kv, int layer);
+  /* Gated RMSNorm over groups of `group` values of rows of dim (n rows):
+   *   norm_first: out = rmsnorm(x) * w * silu(z)        (Gated DeltaNet)
+   *   else:       out = rmsnorm(x * silu(z)) * w        (Mamba-2)
+   * with rmsnorm over each group (eps), w indexed by the position in the row modulo wdim (wdim = group:
+   * one weight per group position; wdim = dim: one per element). out may alias x. */
+  void (*gated_rmsnorm)(sm_backend *be, float *out, const float *x, const float *z, const float *w, int n, int dim,
+                        int group, int wdim, float eps, bool norm_first);
 };
 
 /* The backend registry (registry.c): a backend for a device kind. AUTO takes the first available
  * of CUDA (when built and a GPU is present) and CPU. index: the device ordinal (GPUs); threads: CPU
  * threads (0 = all cores). NULL with sm_err set when it cannot be made. */
 sm_backend *sm_backend_create(smelt_device dev, int index, int threads);
+/* the same with the CPU backend's options (used when dev is CPU, or AUTO falls back to it) */
+typedef struct sm_cpu_opts sm_cpu_opts;
+sm_backend *sm_backend_create_opts(smelt_device dev, int index, const sm_cpu_opts *cpu);
 
 sm_backend *sm_cpu_backend_create(int n_threads); /* n_threads 0 = all cores */
+/* CPU backend options (smelt_model_params' cpu fields; docs/cpu.md) */
+struct sm_cpu_opts {
+  int n_threads;        /* 0: all CPUs the placement leaves */
+  const char *cpu_mask; /* NULL or "": no pinning; else hex mask or CPU list, one CPU per thread */
+  smelt_numa numa;      /* DISTRIBUTE: thread i on NUMA node i % nodes; ISOLATE: the caller's node */
+  int poll;             /* 0..100: how long idle threads spin before they sleep */
+};
+sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o);
 #ifdef SMELT_HAVE_CUDA
 /* NULL (with sm_err set) when no usable GPU. */
 sm_backend *sm_cuda_backend_create(int device);

@@ -3,11 +3,18 @@
 #include "backend/backend.h"
 
 const char *sm_mm_role_name(sm_mm_role r) {
-  static const char *const names[SM_MM_ROLES] = { "other", "q", "k", "v", "o", "gate", "up", "down", "lm_head" };
+  static const char *const names[SM_MM_ROLES] = { "other", "q", "k", "v", "o", "gate", "up", "down", "lm_head",
+                                                          "router", "expert_gate", "expert_up", "expert_down",
+                                                          "shared_gate", "attn_gate", "rec_in", "rec_out" };
   return (unsigned)r < SM_MM_ROLES ? names[r] : "?";
 }
 
 sm_backend *sm_backend_create(smelt_device dev, int index, int threads) {
+  sm_cpu_opts o = { .n_threads = threads, .poll = 50 };
+  return sm_backend_create_opts(dev, index, &o);
+}
+
+sm_backend *sm_backend_create_opts(smelt_device dev, int index, const sm_cpu_opts *cpu) {
   switch (dev) {
   case SMELT_DEVICE_CUDA:
 #ifdef SMELT_HAVE_CUDA
@@ -25,7 +32,7 @@ sm_backend *sm_backend_create(smelt_device dev, int index, int threads) {
 #endif
     /* fall through */
   case SMELT_DEVICE_CPU: {
-    sm_backend *be = sm_cpu_backend_create(threads);
+    sm_backend *be = sm_cpu_backend_create_opts(cpu);
     if (!be) sm_err(SMELT_ERR_BACKEND, "cannot create the CPU backend: %s", sm_errmsg());
     return be;
   }

@@ -1,4 +1,5 @@
-/* sm_weight helpers shared by all backends: row views and the reference dequantizer. */
+/* sm_weight helpers shared by all backends: row views and the reference dequantizer (affine, and the
+ * microscaling modes of format/mxq.h). */
 #include "backend/backend.h"
 #include <string.h>
 
@@ -6,6 +7,7 @@ static size_t dt_size(sm_dtype t) {
   switch (t) {
   case SM_DT_F32: return 4;
   case SM_DT_F16: case SM_DT_BF16: return 2;
+  case SM_DT_U8: return 1;
   default: return 0;
   }
 }
@@ -45,6 +47,11 @@ void sm_weight_row_f32(const sm_weight *w, int64_t r, float *out) {
   }
   int bits = w->bits, gs = w->group_size;
   if (gs <= 0 || bits < 1 || bits > 8) { memset(out, 0, (size_t)cols * sizeof(float)); return; }
+  if (w->qmode != SM_QMODE_AFFINE) {
+    sm_mxq_dequant_row((sm_qmode)w->qmode, (const uint8_t *)w->data + (size_t)r * (size_t)cols * (size_t)bits / 8,
+                       (const uint8_t *)w->scales + (size_t)r * (size_t)(cols / gs), cols, out);
+    return;
+  }
   const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (size_t)cols * (size_t)bits / 8;
   int64_t ng = cols / gs;
   uint32_t mask = (1u << bits) - 1;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "base/strbuf.h"
 #include "cli/run.h"
+#include "vision/vision.h"
 
 bool sm_chat_cache_before(sm_chat *c, const int32_t *ids, int n, const char *cmd) {
   const char *path = c->o->prompt_cache;
@@ -78,14 +79,20 @@ static void print_stats(const sm_chat *c, const sm_session_stats *s) {
           sm_stop_name(s->stop), t->peak_rss / (1024.0 * 1024.0));
 }
 
-/* generate after ids with the session; the reply goes to stdout (and into *reply) */
-static smelt_status run_session(sm_chat *c, const int32_t *ids, int n, reply_out *out, sm_session_stats *stats) {
+static void mm_free(sm_mm_span *spans, int n) {
+  for (int i = 0; i < n; i++) sm_vimage_unref(spans[i].img);
+  free(spans);
+}
+
+/* generate after ids (images: spans) with the session; the reply goes to stdout (and into *reply) */
+static smelt_status run_session(sm_chat *c, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans,
+                                reply_out *out, sm_session_stats *stats) {
   sm_progress prog;
   sm_progress_start(&prog, "prefill", true);
   sm_session_opts so = { .max_tokens = c->o->n_predict, .sampling = &c->o->s, .ignore_eos = c->o->ignore_eos,
                          .on_piece = on_piece, .user = out, .on_prefill = on_prefill,
                          .cancelled = c->interactive ? sm_interrupt_cb : NULL, .ud = &prog };
-  smelt_status st = sm_session_generate(c->sess, ids, n, &so, stats);
+  smelt_status st = sm_session_generate_mm(c->sess, ids, n, spans, n_spans, &so, stats);
   sm_progress_end(&prog);
   return st;
 }
@@ -106,9 +113,13 @@ int sm_chat_turn(sm_chat *c) {
   int reserve = o->n_predict < 0 ? ctx / 4 : SM_MIN(o->n_predict, ctx / 4);
   if (reserve < 1) reserve = 1;
   int32_t *ids = NULL;
-  int n = 0, dropped = 0;
+  int n = 0, dropped = 0, n_spans = 0;
+  sm_mm_span *spans = NULL;
   for (;;) {
-    if (sm_conv_tokens(&c->conv, &ids, &n)) {
+    mm_free(spans, n_spans);
+    spans = NULL;
+    n_spans = 0;
+    if (sm_conv_tokens_mm(&c->conv, &ids, &n, &spans, &n_spans)) {
       fprintf(stderr, "smelt run: chat template: %s\n", smelt_last_error());
       if (c->interactive) sm_conv_pop(&c->conv, "user");
       return 1;
@@ -120,6 +131,7 @@ int sm_chat_turn(sm_chat *c) {
                       "tokens (--context-overflow error); /clear starts over, a larger -c/--ctx-size leaves more room\n",
               n, reserve, ctx);
       free(ids);
+      mm_free(spans, n_spans);
       if (c->interactive) sm_conv_pop(&c->conv, "user");
       return 1;
     }
@@ -131,19 +143,28 @@ int sm_chat_turn(sm_chat *c) {
     fprintf(stderr, "smelt run: the message does not fit: %d tokens with the chat template%s, the context holds %d "
                     "(-c/--ctx-size)\n", n, sm_conv_system(&c->conv) ? " and the system prompt" : "", ctx);
     free(ids);
+    mm_free(spans, n_spans);
     if (c->interactive) sm_conv_pop(&c->conv, "user");
     return 1;
   }
   if (dropped)
     fprintf(stderr, "[context full: dropped the oldest %d turn%s to fit the context of %d tokens]\n", dropped,
             dropped == 1 ? "" : "s", ctx);
+  if (n_spans && o->prompt_cache) {
+    fprintf(stderr, "smelt run: --prompt-cache does not hold images; leave it out with --image\n");
+    free(ids);
+    mm_free(spans, n_spans);
+    return 1;
+  }
   if (!c->cache_tried && !sm_chat_cache_before(c, ids, n, "run")) {
     free(ids);
+    mm_free(spans, n_spans);
     return 1;
   }
   reply_out out = { SM_BUF_INIT, false };
   sm_session_stats stats;
-  smelt_status st = run_session(c, ids, n, &out, &stats);
+  smelt_status st = run_session(c, ids, n, spans, n_spans, &out, &stats);
+  mm_free(spans, n_spans);
   if (out.started) fputc('\n', stdout);
   fflush(stdout);
   if (st) {
@@ -166,10 +187,42 @@ int sm_chat_turn(sm_chat *c) {
   return 0;
 }
 
-int sm_generate_text(sm_chat *c, const char *prompt) {
+/* generate's prompt with images: each image where the prompt holds the family's marker, or all of
+ * them before the text when it holds none */
+static smelt_status generate_tokens_mm(const sm_chat *c, const char *prompt, sm_vimage *const *imgs, int n_img,
+                                       int32_t **ids, int *n, sm_mm_span **spans) {
+  const sm_vision *v = c->m->vision;
+  const char *mk = sm_vision_marker(v);
+  int found = 0;
+  for (const char *p = strstr(prompt, mk); p; p = strstr(p + strlen(mk), mk)) found++;
+  if (found && found != n_img)
+    return sm_err(SMELT_ERR_INVALID, "the prompt holds %d image marker%s (%s) for %d --image file%s: give one for each "
+                  "image, or none to put the images before the text", found, found == 1 ? "" : "s", mk, n_img,
+                  n_img == 1 ? "" : "s");
+  sm_buf b = SM_BUF_INIT;
+  for (int i = 0; !found && i < n_img; i++) sm_buf_puts(&b, mk);
+  sm_buf_puts(&b, prompt);
+  smelt_status st = sm_vision_tokenize(v, c->m->tok, sm_buf_str(&b), true, imgs, n_img, ids, n, spans);
+  sm_buf_free(&b);
+  return st;
+}
+
+int sm_generate_text(sm_chat *c, const char *prompt, sm_vimage *const *imgs, int n_img) {
   int32_t *ids = NULL;
   size_t k = 0;
-  if (smelt_tokenize(c->m->tok, prompt, strlen(prompt), true, &ids, &k)) {
+  sm_mm_span *spans = NULL;
+  if (n_img) {
+    if (c->o->prompt_cache) {
+      fprintf(stderr, "smelt generate: --prompt-cache does not hold images; leave it out with --image\n");
+      return 1;
+    }
+    int ni = 0;
+    if (generate_tokens_mm(c, prompt, imgs, n_img, &ids, &ni, &spans)) {
+      fprintf(stderr, "smelt generate: %s\n", smelt_last_error());
+      return 1;
+    }
+    k = (size_t)ni;
+  } else if (smelt_tokenize(c->m->tok, prompt, strlen(prompt), true, &ids, &k)) {
     fprintf(stderr, "smelt generate: %s\n", smelt_last_error());
     return 1;
   }
@@ -177,16 +230,18 @@ int sm_generate_text(sm_chat *c, const char *prompt) {
   if (n >= ctx) {
     fprintf(stderr, "smelt generate: the prompt does not fit: %d tokens, the context holds %d (-c/--ctx-size)\n", n, ctx);
     free(ids);
+    mm_free(spans, spans ? n_img : 0);
     return 1;
   }
-  if (!sm_chat_cache_before(c, ids, n, "generate")) {
+  if (!n_img && !sm_chat_cache_before(c, ids, n, "generate")) {
     free(ids);
     return 1;
   }
   fputs(prompt, stdout);
   reply_out out = { SM_BUF_INIT, false };
   sm_session_stats stats;
-  smelt_status st = run_session(c, ids, n, &out, &stats);
+  smelt_status st = run_session(c, ids, n, spans, spans ? n_img : 0, &out, &stats);
+  mm_free(spans, spans ? n_img : 0);
   fputc('\n', stdout);
   fflush(stdout);
   sm_buf_free(&out.text);

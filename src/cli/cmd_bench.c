@@ -41,11 +41,21 @@ static stat3 stats_of(double *v, int n) {
   return s;
 }
 
+static void print_shapes(FILE *f) {
+  size_t n;
+  const sm_synth_shape *sh = sm_synth_all(&n);
+  for (size_t i = 0; i < n; i++) fprintf(f, "%s%s", i ? ", " : "", sh[i].name);
+}
+
 static void usage(void) {
-  printf("usage: smelt bench [-m MODEL | --synthetic test|tiny|test1b|test8b|1b|3b|8b [--bits 0|2|3|4|5|6|8]\n"
+  printf("usage: smelt bench [-m MODEL | --synthetic SHAPE [--bits 0|2|3|4|5|6|8]\n"
          "                   [--group-size 32|64|128]] [-p PROMPT_TOKENS=512] [-n GEN_TOKENS=128] [-r REPEAT=1]\n"
          "                   [-t THREADS] [--device cpu|cuda] [-ctk f16|bf16|f32] [--dir DIR] [--json]\n"
+         "                   [--cpu-mask M] [--numa distribute|isolate|none] [--poll 0..100]\n"
          "Synthetic models are random-weight MLX checkpoints written once to --dir (default $TMPDIR).\n"
+         "SHAPE: ");
+  print_shapes(stdout);
+  printf(".\n"
          "Prints prefill and decode tok/s (with -r N: min / median / max of N timed runs) and decode's\n"
          "ratio to the bandwidth roofline: the backend's measured read bandwidth (CPU: all its threads,\n"
          "a buffer well past the caches) over the weight bytes read per token. Models that fit in the\n"
@@ -57,14 +67,21 @@ int sm_cmd_bench(int argc, char **argv) {
     { "model", 1, 0, 'm' }, { "synthetic", 1, 0, 'S' }, { "bits", 1, 0, 'b' }, { "group-size", 1, 0, 'g' },
     { "prompt-tokens", 1, 0, 'p' }, { "gen-tokens", 1, 0, 'n' }, { "threads", 1, 0, 't' }, { "device", 1, 0, 'd' },
     { "repeat", 1, 0, 'r' }, { "dir", 1, 0, 'D' }, { "json", 0, 0, 'j' }, { "cache-type-k", 1, 0, 'K' },
-    { "cache-type-v", 1, 0, 'V' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
-  const char *model = NULL, *synth = NULL, *device = NULL, *sdir = NULL, *ctk = NULL, *ctv = NULL;
-  int bits = 4, gs = 64, P = 512, N = 128, threads = 0, reps = 1, c;
+    { "cache-type-v", 1, 0, 'V' }, { "help", 0, 0, 'h' }, { "cpu-mask", 1, 0, 'C' }, { "numa", 1, 0, 'N' },
+    { "poll", 1, 0, 'P' }, { 0, 0, 0, 0 } };
+  const char *model = NULL, *synth = NULL, *device = NULL, *sdir = NULL, *ctk = NULL, *ctv = NULL, *cpu_mask = NULL;
+  int bits = 4, gs = 64, P = 512, N = 128, threads = 0, reps = 1, poll = 50, c;
+  smelt_numa numa = SMELT_NUMA_NONE;
   bool json = false, ok = true;
   optind = 1;
   sm_cli_kv_alias(argc, argv);
-  while ((c = getopt_long(argc, argv, "m:S:b:g:p:n:t:d:r:D:jh", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "m:S:b:g:p:n:t:d:r:D:jhC:", lo, NULL)) != -1) {
     switch (c) {
+    case 'C': cpu_mask = optarg; break;
+    case 'P': ok = opt_int("--poll", optarg, 0, 100, &poll); break;
+    case 'N':
+      if (smelt_numa_parse(optarg, &numa)) { fprintf(stderr, "smelt bench: %s\n", smelt_last_error()); return 2; }
+      break;
     case 'm': model = optarg; break;
     case 'S': synth = optarg; break;
     case 'K': ctk = optarg; break;
@@ -95,7 +112,9 @@ int sm_cmd_bench(int argc, char **argv) {
   if (synth) {
     const sm_synth_shape *sh = sm_synth_find(synth);
     if (!sh) {
-      fprintf(stderr, "smelt bench: unknown synthetic shape '%s' (test, tiny, test1b, test8b, 1b, 3b, 8b)\n", synth);
+      fprintf(stderr, "smelt bench: unknown synthetic shape '%s' (", synth);
+      print_shapes(stderr);
+      fprintf(stderr, ")\n");
       return 2;
     }
     if (bits != 0 && bits != 2 && bits != 3 && bits != 4 && bits != 5 && bits != 6 && bits != 8) {
@@ -116,6 +135,9 @@ int sm_cmd_bench(int argc, char **argv) {
   smelt_model_params mp;
   smelt_model_params_default(&mp);
   mp.n_threads = threads;
+  mp.cpu_mask = cpu_mask;
+  mp.numa = numa;
+  mp.cpu_poll = poll;
   mp.max_context = P + N + 16;
   mp.kv_type = kvt;
   if (device) mp.device = !strcmp(device, "cuda") ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
@@ -176,11 +198,13 @@ int sm_cmd_bench(int argc, char **argv) {
   free(pre); free(dec);
   const size_t rss = sm_peak_rss(); /* before the bandwidth probe's buffer */
   /* the roofline: bytes one decode step reads over the backend's measured read bandwidth: the weights
-   * and the K/V rows of every position before it (on average P + N / 2; full attention in every layer) */
+   * and the K/V rows of every position before it (on average P + N / 2; full attention in every
+   * attention layer), and a hybrid model's recurrent state (read and written once) */
   const size_t per_tok = info.decode_bytes;
-  const double kv_pos = 2.0 * info.n_layers * info.n_kv_heads * info.head_dim * (info.kv_type == SMELT_KV_F32 ? 4 : 2);
-  const double kv_tok = kv_pos * (P + N / 2.0);
-  const double bw = smelt_model_bandwidth(m), roof = bw > 0 ? bw / ((double)per_tok + kv_tok) : 0;
+  const double kv_pos = 2.0 * sm_config_attn_layers(&m->cfg) * info.n_kv_heads * info.head_dim *
+                        (info.kv_type == SMELT_KV_F32 ? 4 : 2);
+  const double kv_tok = kv_pos * (P + N / 2.0), state_tok = 2.0 * (double)sm_model_state_bytes(m);
+  const double bw = smelt_model_bandwidth(m), roof = bw > 0 ? bw / ((double)per_tok + kv_tok + state_tok) : 0;
   const double ratio = roof > 0 ? sd.med / roof : 0;
   if (json) {
     cJSON *j = cJSON_CreateObject();
@@ -200,6 +224,7 @@ int sm_cmd_bench(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "weight_bytes_per_token", (double)per_tok);
     cJSON_AddStringToObject(j, "kv_type", smelt_kv_type_name(info.kv_type));
     cJSON_AddNumberToObject(j, "kv_bytes_per_token", kv_tok);
+    cJSON_AddNumberToObject(j, "state_bytes_per_token", state_tok);
     cJSON_AddNumberToObject(j, "bandwidth_gb_s", bw / 1e9);
     cJSON_AddNumberToObject(j, "roofline_tok_s", roof);
     cJSON_AddNumberToObject(j, "roofline_ratio", ratio);
@@ -224,10 +249,12 @@ int sm_cmd_bench(int argc, char **argv) {
       printf("decode     %d tokens: %.2f tok/s (%.2f ms/token) median of %d runs (min %.2f, max %.2f)\n", N, sd.med,
              1000.0 / sd.med, reps, sd.min, sd.max);
     }
+    char stb[64] = "";
+    if (state_tok > 0) snprintf(stb, sizeof stb, " + %.1f MB of recurrent state", state_tok / 1e6);
     if (bw > 0)
-      printf("roofline   %.1f MB of weights + %.1f MB of %s KV per token, bandwidth %.1f GB/s -> %.1f tok/s; decode at "
-             "%.1f%% of roofline\n",
-             per_tok / 1e6, kv_tok / 1e6, smelt_kv_type_name(info.kv_type), bw / 1e9, roof, 100.0 * ratio);
+      printf("roofline   %.1f MB of weights + %.1f MB of %s KV%s per token, bandwidth %.1f GB/s -> %.1f tok/s; decode "
+             "at %.1f%% of roofline\n",
+             per_tok / 1e6, kv_tok / 1e6, smelt_kv_type_name(info.kv_type), stb, bw / 1e9, roof, 100.0 * ratio);
     else printf("roofline   %.1f MB of weights + %.1f MB of KV per token; bandwidth unknown\n", per_tok / 1e6, kv_tok / 1e6);
     printf("memory     peak RSS %.1f MiB\n", rss / 1048576.0);
   }

@@ -5,6 +5,8 @@
 #include <unistd.h>
 #include "cli/cli.h"
 #include "cli/run.h"
+#include "model/model.h"
+#include "vision/vision.h"
 
 /* the model(s) and a session for them; false on error (printed) */
 static bool setup(const char *cmd, run_opts *o, sm_chat *c, char **label, float fallback_temp, int fallback_n) {
@@ -31,6 +33,44 @@ static void teardown(sm_chat *c, char *label) {
   free(label);
 }
 
+/* --image files decoded and prepared for the model's vision tower: imgs[0, o->n_images) (references) */
+static bool load_images(const char *cmd, const run_opts *o, const smelt_model *m, const char *label, sm_vimage **imgs) {
+  if (!m->vision) {
+    const char *note = m->note;
+    fprintf(stderr, "smelt %s: %s cannot read images: %s\n", cmd, label,
+            note && *note ? note : "it is not a vision-language model smelt runs with images");
+    return false;
+  }
+  for (int i = 0; i < o->n_images; i++) {
+    sm_image im;
+    sm_vimage *v = NULL;
+    smelt_status st = sm_image_load(o->images[i], 0, NULL, &im);
+    if (!st) {
+      st = sm_vimage_new(m->vision, &im, &v);
+      if (st) st = sm_err(st, "%s: %s", o->images[i], smelt_last_error());
+    }
+    sm_image_free(&im);
+    if (st) {
+      fprintf(stderr, "smelt %s: --image %s\n", cmd, smelt_last_error());
+      for (int k = 0; k < i; k++) sm_vimage_unref(imgs[k]);
+      return false;
+    }
+    imgs[i] = v;
+  }
+  return true;
+}
+
+/* run: the images go with the first message */
+static bool add_images(const run_opts *o, sm_chat *c, const char *label) {
+  sm_vimage *imgs[SM_RUN_MAX_IMAGES];
+  if (!load_images("run", o, c->m, label, imgs)) return false;
+  for (int i = 0; i < o->n_images; i++) {
+    sm_conv_add_image(&c->conv, c->m->vision, imgs[i]);
+    sm_vimage_unref(imgs[i]);
+  }
+  return true;
+}
+
 int sm_cmd_generate(int argc, char **argv) {
   run_opts o;
   int r = sm_run_parse("generate", argc, argv, &o);
@@ -45,7 +85,14 @@ int sm_cmd_generate(int argc, char **argv) {
   sm_chat c;
   char *label = NULL;
   if (!setup("generate", &o, &c, &label, 0.0f, 256)) { free(prompt); return 1; }
-  int rc = sm_generate_text(&c, prompt);
+  sm_vimage *imgs[SM_RUN_MAX_IMAGES];
+  if (o.n_images && !load_images("generate", &o, c.m, label, imgs)) {
+    free(prompt);
+    teardown(&c, label);
+    return 1;
+  }
+  int rc = sm_generate_text(&c, prompt, imgs, o.n_images);
+  for (int i = 0; i < o.n_images; i++) sm_vimage_unref(imgs[i]);
   free(prompt);
   teardown(&c, label);
   return rc;
@@ -73,6 +120,11 @@ int sm_cmd_run(int argc, char **argv) {
     return 2;
   }
   sm_conv_set_system(&c.conv, o.system);
+  if (o.n_images && !add_images(&o, &c, label)) {
+    free(prompt);
+    teardown(&c, label);
+    return 1;
+  }
   int rc;
   if (repl) {
     c.interactive = true;

@@ -1,4 +1,5 @@
 /* smelt serve / smelt-server: OpenAI-compatible HTTP server (llama-server compatible flags). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,9 @@ static void usage(FILE *f) {
           "      --allowed-origins L  CORS: comma-separated origins or '*' (default: none)\n"
           "  -a, --alias NAME         model id reported by the API (also --served-model-name)\n"
           "  -t, --threads N          CPU threads (default: all cores)\n"
+          "  -C, --cpu-mask M         pin the CPU threads, one CPU each in order: hex mask (0xff) or list (0-7)\n"
+          "      --numa M             CPU threads over NUMA nodes: distribute, isolate or none (default)\n"
+          "      --poll N             0..100: how long idle CPU threads busy-wait for work (default 50)\n"
           "      --device D           auto|cpu|cuda\n"
           "      --estimate-memory    check that weights + KV cache fit in memory before loading (--force: go on anyway)\n"
           "      --kv-blocks N        KV cache blocks (default: parallel * ctx / block size); a block's bytes\n"
@@ -49,6 +53,10 @@ static void usage(FILE *f) {
           "                           deepseek, glm45, gemma (default: from the chat template)\n"
           "      --reasoning-format F auto|deepseek: <think> text -> reasoning_content (default); none: kept in content\n"
           "      --pooling P          /v1/embeddings: last (the last token's hidden state, default) or mean\n"
+          "      --allow-image-urls   fetch http(s) image URLs of requests (default: only data: URLs; images\n"
+          "                           in a request body count against --max-body)\n"
+          "      --allow-image-files DIR  read image files under DIR named by requests (file:// URLs or absolute\n"
+          "                           paths; default: none)\n"
           "  llama-server flags without meaning here are accepted with a notice: -ngl/--n-gpu-layers N,\n"
           "  -fa/--flash-attn [on|off|auto], --jinja, --no-jinja, -cb/--cont-batching, --mlock, --metrics,\n"
           "  --slots, --no-webui, -sm/--split-mode M, -ts/--tensor-split L, -mg/--main-gpu N, --numa M,\n"
@@ -206,11 +214,30 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("--allowed-origins") || IS("--cors")) { NEEDVAL(); p.allowed_origins = val; }
     else if (IS("-a") || IS("--alias") || IS("--served-model-name")) { NEEDVAL(); p.alias = val; }
     else if (IS("-t") || IS("--threads")) INTVAL(-1, 256, p.threads); /* the CPU backend's thread limit */
+    else if (IS("-C") || IS("--cpu-mask") || IS("-Cr") || IS("--cpu-range")) { NEEDVAL(); p.cpu_mask = val; }
+    else if (IS("--poll")) INTVAL(0, 100, p.cpu_poll);
+    else if (IS("--numa")) {
+      NEEDVAL();
+      smelt_numa nm;
+      if (smelt_numa_parse(val, &nm)) { fprintf(stderr, "smelt serve: %s\n", smelt_last_error()); return 2; }
+      p.numa = (int)nm;
+    }
     else if (IS("--kv-blocks")) INTVAL(1, 1 << 24, p.kv_blocks);
     else if (IS("--block-size")) INTVAL(1, 4096, p.block_size);
     else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) INTVAL(1, 1 << 20, p.max_batch_tokens);
     else if (IS("--no-prefix-cache")) p.no_prefix_cache = true;
     else if (IS("--no-mmap")) p.no_mmap = true;
+    else if (IS("--allow-image-urls")) p.allow_image_urls = true;
+    else if (IS("--allow-image-files")) {
+      static char img_dir[PATH_MAX];
+      struct stat sst;
+      NEEDVAL();
+      if (!realpath(val, img_dir) || stat(img_dir, &sst) != 0 || !S_ISDIR(sst.st_mode)) {
+        fprintf(stderr, "smelt serve: --allow-image-files %s is not a directory\n", val);
+        return 2;
+      }
+      p.image_files_dir = img_dir;
+    }
     else if (IS("-ctk") || IS("--cache-type-k")) { NEEDVAL(); ctk = val; }
     else if (IS("-ctv") || IS("--cache-type-v")) { NEEDVAL(); ctv = val; }
     else if (IS("--max-conns")) INTVAL(1, 1 << 20, p.max_conns);
@@ -258,7 +285,7 @@ int sm_cmd_serve(int argc, char **argv) {
     }
     /* llama-server flags that mean nothing here: accepted with a notice */
     else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers") || IS("-sm") || IS("--split-mode") ||
-             IS("-ts") || IS("--tensor-split") || IS("-mg") || IS("--main-gpu") || IS("--numa")) {
+             IS("-ts") || IS("--tensor-split") || IS("-mg") || IS("--main-gpu")) {
       NEEDVAL();
       fprintf(stderr, "smelt serve: note: %s %s has no effect here (ignored)\n", name, val);
     }
@@ -286,7 +313,9 @@ int sm_cmd_serve(int argc, char **argv) {
         { .names = "--http-threads|--header-timeout|--body-timeout|--timeout|--max-buffered-body" },
         { .names = "--shutdown-timeout|--log-file|--offline|--estimate-memory|--force|--verbose|--device" },
         { .names = "--force-context|--models-dir|--models-max|--models-memory|--models-load-timeout" },
+        { .names = "--allow-image-urls|--allow-image-files" },
         { .names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path" },
+        { .names = "--cpu-mask|--cpu-range|--numa|--poll" },
         { .names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v" },
       };
       char sug[160];

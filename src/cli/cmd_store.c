@@ -35,7 +35,8 @@ static void print_json(cJSON *j) {
 static void inspect_usage(FILE *f) {
   fprintf(f, "usage: smelt inspect -m MODEL [--max-tokens N] [-ctk f16|bf16|f32] [--device cpu|cuda] [--json]\n"
              "Memory estimate: weights, KV cache for N tokens (in the cache type of -ctk / --cache-type-k,\n"
-             "also --kv-dtype; default f16, as run and serve use), runtime headroom, available memory.\n"
+             "also --kv-dtype; default f16, as run and serve use), the recurrent state of hybrid models,\n"
+             "runtime headroom, available memory.\n"
              "Exit status: 0 FITS (or available memory unknown), 1 DOES NOT FIT, 2 error.\n");
 }
 
@@ -93,13 +94,23 @@ int sm_cmd_inspect(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "vocab_size", e.vocab);
     cJSON_AddNumberToObject(j, "quant_bits", e.quant_bits);
     cJSON_AddNumberToObject(j, "quant_group_size", e.quant_group);
+    cJSON_AddStringToObject(j, "quant_mode", e.quant_bits ? sm_qmode_name((sm_qmode)e.quant_mode) : "none");
     cJSON_AddNumberToObject(j, "n_tensors", (double)e.n_tensors);
     cJSON_AddNumberToObject(j, "n_params", (double)e.n_params);
+    cJSON_AddNumberToObject(j, "n_active_params", (double)e.n_active_params);
+    cJSON_AddNumberToObject(j, "n_experts", e.n_experts);
+    cJSON_AddNumberToObject(j, "experts_per_token", e.top_k);
+    cJSON_AddNumberToObject(j, "active_weight_bytes", (double)e.active_bytes);
     cJSON_AddNumberToObject(j, "weights_bytes", (double)e.weights_bytes);
+    cJSON_AddNumberToObject(j, "vision_tensors", (double)e.n_vision_tensors);
+    cJSON_AddNumberToObject(j, "vision_bytes", (double)e.vision_bytes);
+    cJSON_AddNumberToObject(j, "vision_params", (double)e.vision_params);
     cJSON_AddStringToObject(j, "kv_dtype", kvd);
     cJSON_AddNumberToObject(j, "max_tokens", e.max_tokens);
     cJSON_AddNumberToObject(j, "kv_bytes_per_token", (double)e.kv_bytes_per_token);
     cJSON_AddNumberToObject(j, "kv_bytes", (double)e.kv_bytes);
+    cJSON_AddNumberToObject(j, "attn_layers", e.attn_layers);
+    cJSON_AddNumberToObject(j, "state_bytes_per_sequence", (double)e.state_bytes);
     cJSON_AddNumberToObject(j, "activation_bytes", (double)e.activation_bytes);
     cJSON_AddNumberToObject(j, "runtime_bytes", (double)e.runtime_bytes);
     cJSON_AddNumberToObject(j, "total_bytes", (double)e.total_bytes);
@@ -115,13 +126,31 @@ int sm_cmd_inspect(int argc, char **argv) {
     printf("arch         %s%s\n", e.arch[0] ? e.arch : "?", (sm_family_runnable(e.arch) != NULL) ? "" : " (not supported)");
     printf("shape        %d layers, %d heads, %d kv heads, head dim %d, hidden %d, ffn %d, vocab %d\n", e.n_layers,
            e.n_heads, e.n_kv_heads, e.head_dim, e.hidden, e.intermediate, e.vocab);
-    if (e.quant_bits) printf("quantization %d-bit, group size %d\n", e.quant_bits, e.quant_group);
+    if (e.quant_bits && e.quant_mode) printf("quantization %s (%d-bit, group size %d)\n",
+                                             sm_qmode_name((sm_qmode)e.quant_mode), e.quant_bits, e.quant_group);
+    else if (e.quant_bits) printf("quantization %d-bit, group size %d\n", e.quant_bits, e.quant_group);
     else printf("quantization none\n");
     if (e.n_params >= 1000000000ull) printf("parameters   %.2f B (%llu)\n", (double)e.n_params / 1e9, (unsigned long long)e.n_params);
     else printf("parameters   %.2f M (%llu)\n", (double)e.n_params / 1e6, (unsigned long long)e.n_params);
-    printf("weights      %s (%zu tensors)\n", sm_store_fmt_bytes(e.weights_bytes, b1, 32), e.n_tensors);
-    printf("KV cache     %s: %llu B/token x %d tokens = %s\n", kvd, (unsigned long long)e.kv_bytes_per_token,
+    if (e.n_experts > 0) {
+      const bool bn = e.n_active_params >= 1000000000ull;
+      printf("experts      %d, %d per token: %.2f %s parameters active (%llu)\n", e.n_experts, e.top_k,
+             (double)e.n_active_params / (bn ? 1e9 : 1e6), bn ? "B" : "M", (unsigned long long)e.n_active_params);
+      printf("weights      %s (%zu tensors); %s read per token\n", sm_store_fmt_bytes(e.weights_bytes, b1, 32),
+             e.n_tensors, sm_store_fmt_bytes(e.active_bytes, b2, 32));
+    } else {
+      printf("weights      %s (%zu tensors)\n", sm_store_fmt_bytes(e.weights_bytes, b1, 32), e.n_tensors);
+    }
+    if (e.n_vision_tensors)
+      printf("vision       %s, %.2f M parameters (%zu tensors, in the weights above)\n",
+             sm_store_fmt_bytes(e.vision_bytes, b1, 32), (double)e.vision_params / 1e6, e.n_vision_tensors);
+    printf("KV cache     %s: %llu B/token x %d tokens = %s", kvd, (unsigned long long)e.kv_bytes_per_token,
            e.max_tokens, sm_store_fmt_bytes(e.kv_bytes, b2, 32));
+    if (e.attn_layers != e.n_layers) printf(" (attention layers: %d of %d)", e.attn_layers, e.n_layers);
+    printf("\n");
+    if (e.state_bytes)
+      printf("state        %s a sequence (recurrent layers, float32) x %d slots\n",
+             sm_store_fmt_bytes(e.state_bytes, b3, 32), e.state_slots);
     printf("runtime      %s (activations %s + 10%%)\n", sm_store_fmt_bytes(e.runtime_bytes, b1, 32),
            sm_store_fmt_bytes(e.activation_bytes, b3, 32));
     printf("total        %s\n", sm_store_fmt_bytes(e.total_bytes, b1, 32));
@@ -287,7 +316,9 @@ int sm_cmd_arch(int argc, char **argv) {
       cJSON_AddBoolToObject(o, "runnable", run);
       cJSON_AddBoolToObject(o, "cpu", run);
       cJSON_AddBoolToObject(o, "cuda", run && cuda);
-      cJSON_AddStringToObject(o, "notes", "text model only: image input is not supported");
+      cJSON_AddStringToObject(o, "notes", sm_vlm_images(vlms[i]->model_type)
+                                              ? "image input through the checkpoint's vision tower (src/vision)"
+                                              : "text model only: image input is not supported");
       cJSON_AddItemToArray(arr, o);
     }
     print_json(arr);
@@ -300,15 +331,18 @@ int sm_cmd_arch(int argc, char **argv) {
              fams[i]->example ? fams[i]->example : "");
       if (fams[i]->notes) printf("%-16s   note: %s\n", "", fams[i]->notes);
     }
-  printf("\nVision-language checkpoints (the text model runs; image input is not supported):\n");
+  printf("\nVision-language checkpoints (images through their vision tower where marked):\n");
   for (size_t i = 0; i < nv; i++)
-    if (sm_family_type_runnable(vlms[i]->model_type))
+    if (sm_family_type_runnable(vlms[i]->model_type)) {
       printf("%-16s %-70s %-4s %-5s %s\n", vlms[i]->model_type, vlms[i]->description, "yes", cuda ? "yes" : "no*",
              vlms[i]->example ? vlms[i]->example : "");
+      printf("%-16s   images: %s\n", "", sm_vlm_images(vlms[i]->model_type) ? "yes" : "no (text model only)");
+    }
   printf("\nKnown, not runnable:\n");
   for (size_t i = 0; i < n; i++)
     if (!fams[i]->recipe) printf("%-16s %s: %s\n", fams[i]->model_type, fams[i]->description, fams[i]->notes ? fams[i]->notes : "");
-  printf("\nWeights: MLX safetensors, dense f32/f16/bf16 or affine-quantized 2/3/4/5/6/8-bit (group 32/64/128).\n");
+  printf("\nWeights: MLX safetensors, dense f32/f16/bf16, affine-quantized 2/3/4/5/6/8-bit (group 32/64/128) or\n"
+         "mxfp4/mxfp8/nvfp4, per module.\n");
   if (!cuda) printf("* this smelt was built without CUDA.\n");
   return 0;
 }

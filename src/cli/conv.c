@@ -6,6 +6,7 @@
 #include <string.h>
 #include "base/strbuf.h"
 #include "cli/run.h"
+#include "vision/vision.h"
 
 static const char k_chatml[] =
   "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
@@ -52,12 +53,24 @@ bool sm_conv_init(sm_conv *c, const smelt_tokenizer *tok, const char *template_a
 void sm_conv_free(sm_conv *c) {
   cJSON_Delete(c->msgs);
   if (c->tpl) sm_jinja_free(c->tpl);
+  for (int i = 0; i < c->n_imgs; i++) sm_vimage_unref(c->imgs[i]);
+  free(c->imgs);
   memset(c, 0, sizeof *c);
 }
 
 static const char *role_of(const cJSON *m) { return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "role")); }
+/* the text of a message (of a message with images: its text part) */
 static const char *content_of(const cJSON *m) {
-  return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "content"));
+  const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+  if (cJSON_IsArray(c)) {
+    const cJSON *p;
+    cJSON_ArrayForEach(p, c) {
+      const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "type"));
+      if (t && !strcmp(t, "text")) return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "text"));
+    }
+    return "";
+  }
+  return cJSON_GetStringValue(c);
 }
 static bool has_system(const sm_conv *c) {
   const char *r = role_of(cJSON_GetArrayItem(c->msgs, 0));
@@ -78,7 +91,36 @@ void sm_conv_set_system(sm_conv *c, const char *text) {
 
 const char *sm_conv_system(const sm_conv *c) { return has_system(c) ? content_of(cJSON_GetArrayItem(c->msgs, 0)) : NULL; }
 
-void sm_conv_add(sm_conv *c, const char *role, const char *content) { cJSON_AddItemToArray(c->msgs, message(role, content)); }
+void sm_conv_add(sm_conv *c, const char *role, const char *content) {
+  if (!c->n_pending || strcmp(role, "user")) {
+    cJSON_AddItemToArray(c->msgs, message(role, content));
+    return;
+  }
+  /* the pending images first, then the text, as content parts (what the templates render) */
+  cJSON *m = cJSON_CreateObject(), *parts = cJSON_CreateArray();
+  cJSON_AddStringToObject(m, "role", role);
+  for (int k = c->n_imgs - c->n_pending; k < c->n_imgs; k++) {
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "type", "image");
+    cJSON_AddNumberToObject(p, "smelt_image", k);
+    cJSON_AddItemToArray(parts, p);
+  }
+  cJSON *t = cJSON_CreateObject();
+  cJSON_AddStringToObject(t, "type", "text");
+  cJSON_AddStringToObject(t, "text", content);
+  cJSON_AddItemToArray(parts, t);
+  cJSON_AddItemToObject(m, "content", parts);
+  cJSON_AddItemToArray(c->msgs, m);
+  c->n_pending = 0;
+}
+
+void sm_conv_add_image(sm_conv *c, const sm_vision *vision, sm_vimage *img) {
+  c->vision = vision;
+  c->imgs = sm_xrealloc(c->imgs, sizeof(sm_vimage *) * (size_t)(c->n_imgs + 1));
+  sm_vimage_ref(img);
+  c->imgs[c->n_imgs++] = img;
+  c->n_pending++;
+}
 
 bool sm_conv_pop(sm_conv *c, const char *role) {
   int n = cJSON_GetArraySize(c->msgs);
@@ -134,10 +176,52 @@ static smelt_status render(const sm_conv *c, char **out) {
 }
 
 smelt_status sm_conv_tokens(const sm_conv *c, int32_t **ids, int *n) {
+  sm_mm_span *spans = NULL;
+  int ns = 0;
+  smelt_status st = sm_conv_tokens_mm(c, ids, n, &spans, &ns);
+  for (int i = 0; i < ns; i++) sm_vimage_unref(spans[i].img);
+  free(spans);
+  if (!st && ns) {
+    free(*ids);
+    *ids = NULL;
+    return sm_err(SMELT_ERR_INVALID, "the conversation has images");
+  }
+  return st;
+}
+
+smelt_status sm_conv_tokens_mm(const sm_conv *c, int32_t **ids, int *n, sm_mm_span **spans, int *n_spans) {
   *ids = NULL;
   *n = 0;
+  *spans = NULL;
+  *n_spans = 0;
   char *text = NULL;
   smelt_status st;
+  /* the images the messages refer to, in order */
+  sm_vimage **order = NULL;
+  int n_order = 0;
+  const cJSON *m, *p;
+  cJSON_ArrayForEach(m, c->msgs) {
+    const cJSON *parts = cJSON_GetObjectItemCaseSensitive(m, "content");
+    if (!cJSON_IsArray(parts)) continue;
+    cJSON_ArrayForEach(p, parts) {
+      const cJSON *k = cJSON_GetObjectItemCaseSensitive(p, "smelt_image");
+      if (!cJSON_IsNumber(k) || k->valueint < 0 || k->valueint >= c->n_imgs) continue;
+      order = sm_xrealloc(order, sizeof(sm_vimage *) * (size_t)(n_order + 1));
+      order[n_order++] = c->imgs[k->valueint];
+    }
+  }
+  if (n_order && c->raw) {
+    free(order);
+    return sm_err(SMELT_ERR_INVALID, "images need a chat template (not --raw)");
+  }
+  if (n_order) {
+    if ((st = render(c, &text))) { free(order); return st; }
+    st = sm_vision_tokenize(c->vision, c->tok, text, false, order, n_order, ids, n, spans);
+    free(text);
+    free(order);
+    if (!st) *n_spans = n_order;
+    return st;
+  }
   if (c->raw) { /* the messages' text one after another: the model continues it */
     sm_buf b = SM_BUF_INIT;
     const cJSON *m;

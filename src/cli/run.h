@@ -10,15 +10,19 @@
 #include "tokenizer/chat.h"
 
 /* ---- options (run_args.c) ---- */
+#define SM_RUN_MAX_IMAGES 16
 enum { SM_OVERFLOW_DROP = 0, SM_OVERFLOW_ERROR = 1 };
 typedef struct {
   const char *model, *prompt, *file, *system, *draft, *chat_template, *prompt_cache, *history;
-  int n_predict, threads, ctx, draft_n, batch, ngl, overflow;
+  const char *cpu_mask; /* --cpu-mask */
+  int n_predict, threads, ctx, draft_n, batch, ngl, overflow, numa, poll;
   smelt_device device;
   smelt_kv_type kv_k, kv_v; /* -ctk / -ctv (--kv-type sets both): one type in smelt */
   bool device_set, ngl_set, no_stats, raw, estimate, force, ignore_eos, no_mmap, force_ctx, prompt_cache_ro;
-  bool temp_set, top_p_set, top_k_set, n_predict_set, rep_set, kv_k_set, kv_v_set;
+  bool temp_set, top_p_set, top_k_set, n_predict_set, rep_set, kv_k_set, kv_v_set, poll_set;
   smelt_sampling s;
+  const char *images[SM_RUN_MAX_IMAGES]; /* --image FILE (run: with the first message) */
+  int n_images;
 } run_opts;
 
 /* Options of `smelt cmd` (run or generate) into o. Returns 0, 1 (help printed) or 2 (error printed). */
@@ -35,11 +39,18 @@ void sm_run_gen_defaults(const smelt_model *m, run_opts *o, float fallback_temp,
 bool sm_run_prompt(const char *cmd, const run_opts *o, bool read_stdin, char **out);
 
 /* ---- the conversation (conv.c) ---- */
+struct sm_vision;
+struct sm_vimage;
+struct sm_mm_span;
 typedef struct {
   cJSON *msgs;                 /* [{role, content}], a system message first when there is one */
   const smelt_tokenizer *tok;
   sm_jinja *tpl;               /* --chat-template; NULL: the tokenizer's own */
   bool raw;                    /* no template: the messages' text one after another */
+  /* images: content parts {"type": "image", "smelt_image": k} of user messages refer to imgs[k] */
+  const struct sm_vision *vision;
+  struct sm_vimage **imgs;
+  int n_imgs, n_pending;       /* the last n_pending images go with the next user message */
 } sm_conv;
 /* template_arg: NULL, a file, a template name of the tokenizer ("tool_use"), "chatml" or "raw". */
 bool sm_conv_init(sm_conv *c, const smelt_tokenizer *tok, const char *template_arg, bool raw, const char *cmd);
@@ -53,6 +64,10 @@ void sm_conv_clear(sm_conv *c);                        /* all but the system mes
 int sm_conv_count(const sm_conv *c);                   /* messages, the system one not counted */
 bool sm_conv_drop_oldest(sm_conv *c);                  /* the oldest turn (never the last user message) */
 smelt_status sm_conv_tokens(const sm_conv *c, int32_t **ids, int *n); /* rendered with the reply prompt */
+/* Images for the next user message (the conversation takes a reference; vision: the model's tower). */
+void sm_conv_add_image(sm_conv *c, const struct sm_vision *vision, struct sm_vimage *img);
+/* sm_conv_tokens with the images of the messages: *spans (malloc'd, references) locate them. */
+smelt_status sm_conv_tokens_mm(const sm_conv *c, int32_t **ids, int *n, struct sm_mm_span **spans, int *n_spans);
 smelt_status sm_conv_save(const sm_conv *c, const char *path);
 smelt_status sm_conv_load(sm_conv *c, const char *path);
 
@@ -71,8 +86,9 @@ typedef struct {
  * turns, or fails with --context-overflow error). 0 ok, 1 error (printed; the user message
  * removed again in interactive mode). */
 int sm_chat_turn(sm_chat *c);
-/* generate: raw text completion of prompt with the same session machinery. */
-int sm_generate_text(sm_chat *c, const char *prompt);
+/* generate: raw text completion of prompt with the same session machinery; n_img images (references
+ * kept by the caller) where the prompt holds the vision tower's marker, or before the text. */
+int sm_generate_text(sm_chat *c, const char *prompt, struct sm_vimage *const *imgs, int n_img);
 /* Open --prompt-cache for ids and restore its matching prefix into the session; save the
  * prompt's KV after the call when the file did not hold it. Used by chat.c. */
 bool sm_chat_cache_before(sm_chat *c, const int32_t *ids, int n, const char *cmd);

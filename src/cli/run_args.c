@@ -50,6 +50,13 @@ static bool parse_kv(const char *v, void *dst, char *err, size_t n) {
   return false;
 }
 
+static bool parse_numa(const char *v, void *dst, char *err, size_t n) {
+  smelt_numa m;
+  if (smelt_numa_parse(v, &m) == SMELT_OK) { *(int *)dst = (int)m; return true; }
+  snprintf(err, n, "'%s' is not a NUMA mode (none, distribute, isolate)", v);
+  return false;
+}
+
 /* -ngl N | all | auto | max: smelt runs every layer on one device */
 static bool parse_ngl(const char *v, void *dst, char *err, size_t n) {
   if (!strcmp(v, "all") || !strcmp(v, "auto") || !strcmp(v, "max")) { *(int *)dst = -1; return true; }
@@ -60,6 +67,14 @@ static bool parse_ngl(const char *v, void *dst, char *err, size_t n) {
     return false;
   }
   *(int *)dst = (int)x;
+  return true;
+}
+
+static bool parse_image(const char *v, void *dst, char *err, size_t n) {
+  run_opts *o = dst;
+  if (o->n_images == SM_RUN_MAX_IMAGES) { snprintf(err, n, "at most %d images", SM_RUN_MAX_IMAGES); return false; }
+  if (!*v) { snprintf(err, n, "needs an image file"); return false; }
+  o->images[o->n_images++] = v;
   return true;
 }
 
@@ -84,6 +99,7 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
     { .names = "--raw|-no-cnv|--no-conversation", .kind = SM_ARG_FLAG, .dst = &o->raw, .help = "run: no chat template, the text as it is" },
     { .names = "-n|--n-predict|--predict|--max-tokens", .kind = SM_ARG_INT, .dst = &o->n_predict, .lo = -1, .hi = 1e9, .meta = "N", .help = "tokens to generate at most, -1: until EOS or the context is full (default: generation_config.json's max_new_tokens, else -1 for run, 256 for generate)", .seen = &o->n_predict_set },
     { .names = "--ignore-eos", .kind = SM_ARG_FLAG, .dst = &o->ignore_eos, .help = "keep generating after end-of-sequence tokens" },
+    { .names = "--image", .kind = SM_ARG_FN, .dst = o, .meta = "FILE", .help = "an image (PNG, JPEG, WebP) for vision-language models, repeatable: run: with the first message; generate: at each image marker of the prompt, else before it", .fn = parse_image },
     { .kind = SM_ARG_SECTION, .help = "Sampling:" },
     { .names = "--temp|--temperature", .kind = SM_ARG_FLOAT, .dst = &o->s.temperature, .hi = 100, .meta = "T", .help = "temperature, 0 = greedy (default: generation_config.json, else 0.7 for run, 0 for generate)", .seen = &o->temp_set },
     { .names = "--top-k", .kind = SM_ARG_INT, .dst = &o->s.top_k, .hi = 1e9, .meta = "K", .help = "keep the K most likely tokens (0 = off)", .seen = &o->top_k_set },
@@ -99,6 +115,9 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
     { .names = "--force-context", .kind = SM_ARG_FLAG, .dst = &o->force_ctx, .help = "allow -c beyond the model's trained context (warns: quality drops)" },
     { .names = "--context-overflow", .kind = SM_ARG_FN, .dst = &o->overflow, .meta = "drop|error", .help = "run: when the conversation fills the context, drop the oldest turns (default) or stop with an error", .fn = parse_overflow },
     { .names = "-t|--threads", .kind = SM_ARG_INT, .dst = &o->threads, .lo = 1, .hi = MAX_THREADS, .meta = "N", .help = "CPU threads (default: all cores)" },
+    { .names = "--cpu-mask|-C|--cpu-range|-Cr", .kind = SM_ARG_STR, .dst = &o->cpu_mask, .meta = "M", .help = "pin the CPU threads, one CPU each in order: hex mask (0xff) or list (0-7,16-23)" },
+    { .names = "--numa", .kind = SM_ARG_FN, .dst = &o->numa, .meta = "distribute|isolate|none", .help = "CPU threads over NUMA nodes: spread them (distribute) or keep them on this node (isolate)", .fn = parse_numa },
+    { .names = "--poll", .kind = SM_ARG_INT, .dst = &o->poll, .hi = 100, .meta = "0..100", .help = "how long idle CPU threads busy-wait for work (default 50 = 2 ms; 0 = sleep at once)", .seen = &o->poll_set },
     { .names = "--device", .kind = SM_ARG_FN, .dst = &o->device, .meta = "auto|cpu|cuda", .help = "where to run (default auto: CUDA when there is a GPU)", .fn = parse_device, .seen = &o->device_set },
     { .names = "-ngl|--n-gpu-layers|--gpu-layers", .kind = SM_ARG_FN, .dst = &o->ngl, .meta = "N", .help = "0 = run on the CPU; any other value (e.g. 99, all) = the GPU when there is one; smelt does not split a model", .fn = parse_ngl, .seen = &o->ngl_set },
     { .names = "--kv-type|-ctk|--cache-type-k", .kind = SM_ARG_FN, .dst = &o->kv_k, .meta = "f16|bf16|f32", .help = "KV cache element type (default f16)", .fn = parse_kv, .seen = &o->kv_k_set },
@@ -183,6 +202,9 @@ static bool load_one(const char *cmd, const run_opts *o, const char *ref, const 
   smelt_model_params p;
   smelt_model_params_default(&p);
   p.n_threads = o->threads;
+  p.cpu_mask = o->cpu_mask;
+  p.numa = (smelt_numa)o->numa;
+  if (o->poll_set) p.cpu_poll = o->poll;
   p.max_context = o->ctx;
   p.no_mmap = o->no_mmap;
   p.device = o->device;

@@ -1,6 +1,11 @@
-/* Paged KV cache, prefix cache and continuous-batch stepping. */
+/* Paged KV cache, prefix cache and continuous-batch stepping; for hybrid models also the sequences'
+ * recurrent state slots (state.h): taken at a sequence's first step, copied by fork, rewound by
+ * truncation to a snapshot (or recomputed from the start). Prefix caching is off for such models:
+ * reusing KV blocks needs the recurrent state at the block boundary, which is not kept. */
 #include "engine/engine.h"
+#include "engine/mm.h"
 #include "engine/sampler.h"
+#include "engine/state.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +15,9 @@ struct sm_seq {
   int32_t *blk; int n_blk;    /* physical block ids (max_blocks capacity) */
   uint64_t *bhash;            /* chain hash of each full, registered-or-hashed block */
   int n_hashed;               /* full blocks whose hash has been computed */
+  int slot;                   /* hybrid models: recurrent state slot (-1 until the first step) */
+  int snap_slot, snap_pos;    /* a snapshot of the state after snap_pos tokens (-1: none) */
+  sm_seq_mm *mm;              /* images (mm.h), NULL for text */
 };
 
 struct sm_engine {
@@ -30,6 +38,10 @@ struct sm_engine {
   int b_cap, b_table_cap;
   float *lg_tmp;   /* logits rows of a step before they are copied out (kept between steps) */
   size_t lg_cap;   /* floats */
+  bool rec;               /* the model has recurrent layers: state slots, no prefix cache */
+  sm_state_slots slots;
+  int32_t *b_slot; int b_slot_cap;
+  sm_mm_scratch *mms; /* image rows of a step (mm.h) */
 };
 
 void sm_engine_params_default(sm_engine_params *p) {
@@ -116,9 +128,15 @@ smelt_status sm_engine_create(smelt_model *m, const sm_engine_params *pp, sm_eng
   if (p.n_blocks <= 0) p.n_blocks = max_blocks * p.max_seqs;
   if (p.n_blocks < max_blocks) p.n_blocks = max_blocks;
   sm_engine *e = sm_xcalloc(1, sizeof *e);
+  e->rec = m->cfg.rec.kind != SM_REC_NONE;
+  if (e->rec) p.prefix_cache = false; /* see the file comment */
   e->m = m; e->p = p; e->max_blocks = max_blocks;
-  smelt_status st = sm_kv_alloc(m, p.n_blocks, p.block_size, &e->kv);
+  /* hybrid models: a state slot per running sequence, one for a sequence of its own (embeddings) and
+   * one for a snapshot (sm_seq_checkpoint) */
+  const int n_slots = e->rec ? p.max_seqs + 2 : 0;
+  smelt_status st = sm_kv_alloc(m, p.n_blocks, p.block_size, n_slots, &e->kv);
   if (st) { free(e); return st; }
+  sm_state_slots_init(&e->slots, n_slots);
   int nb = p.n_blocks;
   e->ref = sm_xcalloc((size_t)nb, sizeof(int));
   e->hash = sm_xcalloc((size_t)nb, sizeof(uint64_t));
@@ -145,6 +163,9 @@ void sm_engine_free(sm_engine *e) {
   free(e->ref); free(e->hash); free(e->parent); free(e->btok); free(e->free_stack);
   free(e->lru_prev); free(e->lru_next); free(e->map);
   free(e->b_tok); free(e->b_pos); free(e->b_seq); free(e->b_out); free(e->b_table); free(e->lg_tmp);
+  free(e->b_slot);
+  sm_state_slots_free(&e->slots);
+  sm_mm_scratch_free(e->mms);
   free(e);
 }
 
@@ -154,12 +175,22 @@ sm_seq *sm_seq_new(sm_engine *e) {
   sm_seq *s = sm_xcalloc(1, sizeof *s);
   s->blk = sm_xmalloc(sizeof(int32_t) * (size_t)e->max_blocks);
   s->bhash = sm_xcalloc((size_t)e->max_blocks, sizeof(uint64_t));
+  s->slot = s->snap_slot = -1;
   return s;
+}
+
+/* the snapshot is dropped */
+static void drop_snapshot(sm_engine *e, sm_seq *s) {
+  sm_state_slot_put(&e->slots, s->snap_slot);
+  s->snap_slot = -1;
 }
 
 void sm_seq_free(sm_engine *e, sm_seq *s) {
   if (!s) return;
+  sm_state_slot_put(&e->slots, s->slot);
+  drop_snapshot(e, s);
   for (int i = 0; i < s->n_blk; i++) block_release(e, s->blk[i]);
+  sm_seq_mm_free(s->mm);
   free(s->tok); free(s->blk); free(s->bhash); free(s);
 }
 
@@ -176,20 +207,32 @@ smelt_status sm_seq_append(sm_engine *e, sm_seq *s, const int32_t *ids, int n) {
   }
   memcpy(s->tok + s->n_tok, ids, sizeof(int32_t) * (size_t)n);
   s->n_tok += n;
+  if (s->mm) sm_seq_mm_appended(s->mm, s->tok, s->n_tok - n, s->n_tok);
   return SMELT_OK;
 }
+
+smelt_status sm_seq_set_media(sm_engine *e, sm_seq *s, const sm_mm_span *spans, int n_spans) {
+  return sm_seq_set_media_impl(&s->mm, e->m, s->tok, s->n_tok, s->n_done, spans, n_spans);
+}
+
+int sm_seq_common_prefix(const sm_seq *s, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans) {
+  return sm_mm_common_prefix(s->mm, s->tok, s->n_done, ids, n, spans, n_spans);
+}
+
+/* the prefix cache's view of a sequence's tokens (images: keys of their content) */
+static const int32_t *seq_keys(const sm_seq *s) { return s->mm ? s->mm->keys : s->tok; }
 
 int sm_seq_len(const sm_seq *s) { return s->n_tok; }
 int sm_seq_pending(const sm_seq *s) { return s->n_tok - s->n_done; }
 const int32_t *sm_seq_tokens(const sm_seq *s) { return s->tok; }
 
 int sm_seq_use_prefix_cache(sm_engine *e, sm_seq *s) {
-  if (!e->p.prefix_cache || s->n_done > 0 || s->n_blk > 0 || s->n_tok < 2) return 0;
+  if (!e->p.prefix_cache || e->rec || s->n_done > 0 || s->n_blk > 0 || s->n_tok < 2) return 0;
   int bs = e->p.block_size, full = (s->n_tok - 1) / bs;
   uint64_t parent = 0;
   int i;
   for (i = 0; i < full; i++) {
-    const int32_t *t = s->tok + (size_t)i * bs;
+    const int32_t *t = seq_keys(s) + (size_t)i * bs;
     uint64_t h = chain_hash(parent, t, bs);
     int b = map_find(e, h);
     if (b < 0 || e->parent[b] != parent || memcmp(e->btok + (size_t)b * bs, t, sizeof(int32_t) * (size_t)bs)) break;
@@ -204,9 +247,34 @@ int sm_seq_use_prefix_cache(sm_engine *e, sm_seq *s) {
   return s->n_done;
 }
 
-sm_seq *sm_seq_fork(sm_engine *e, sm_seq *s) {
+/* fork of a hybrid model's sequence: its state and every computed token, the partial last block copied */
+static sm_seq *fork_rec(sm_engine *e, sm_seq *s) {
+  const int bs = e->p.block_size;
+  const int partial = s->n_done % bs ? 1 : 0, full = s->n_done / bs;
+  if (s->n_done > 0 && (s->slot < 0 || e->slots.n_free < 1 || e->n_free + e->n_cached < partial)) return NULL;
   sm_seq *c = sm_seq_new(e);
   sm_seq_append(e, c, s->tok, s->n_tok);
+  if (s->n_done == 0) return c;
+  for (int i = 0; i < full; i++) {
+    block_retain(e, s->blk[i]);
+    c->blk[c->n_blk++] = s->blk[i];
+  }
+  if (partial) {
+    const int b = block_alloc(e);
+    sm_state_copy_block(e->m, &e->kv, b, s->blk[full]);
+    c->blk[c->n_blk++] = b;
+  }
+  c->slot = sm_state_slot_get(&e->slots);
+  sm_state_copy(e->m, &e->kv, c->slot, s->slot);
+  c->n_done = s->n_done;
+  return c;
+}
+
+sm_seq *sm_seq_fork(sm_engine *e, sm_seq *s) {
+  if (e->rec) return fork_rec(e, s);
+  sm_seq *c = sm_seq_new(e);
+  sm_seq_append(e, c, s->tok, s->n_tok);
+  c->mm = sm_seq_mm_dup(s->mm);
   int bs = e->p.block_size, full = s->n_done / bs;
   if (full * bs == s->n_tok && full > 0) full--; /* keep the last token to recompute for logits */
   for (int i = 0; i < full; i++) {
@@ -225,7 +293,7 @@ static void register_full(sm_engine *e, sm_seq *s) {
   while (s->n_hashed < full) {
     int i = s->n_hashed;
     uint64_t parent = i ? s->bhash[i - 1] : 0;
-    const int32_t *t = s->tok + (size_t)i * bs;
+    const int32_t *t = seq_keys(s) + (size_t)i * bs;
     uint64_t h = chain_hash(parent, t, bs);
     s->bhash[i] = h;
     int b = s->blk[i];
@@ -265,17 +333,38 @@ smelt_status sm_engine_step_all(sm_engine *e, sm_seq *s, float *logits, int *n_r
   return st;
 }
 
+void sm_seq_checkpoint(sm_engine *e, sm_seq *s) {
+  if (!e->rec || s->slot < 0 || s->n_done == 0) return;
+  if (s->snap_slot < 0) s->snap_slot = sm_state_slot_get(&e->slots);
+  if (s->snap_slot < 0) return; /* no slot free: truncation recomputes from the start */
+  sm_state_copy(e->m, &e->kv, s->snap_slot, s->slot);
+  s->snap_pos = s->n_done;
+}
+
 smelt_status sm_seq_truncate(sm_engine *e, sm_seq *s, int len) {
   if (len < 0 || len > s->n_tok) return sm_err(SMELT_ERR_INVALID, "cannot truncate %d tokens to %d", s->n_tok, len);
   int bs = e->p.block_size;
   s->n_tok = len;
+  if (e->rec && s->n_done > len) {
+    /* the recurrent state cannot be unwound: back to the snapshot (or the start), recomputing the rest */
+    if (s->snap_slot >= 0 && s->snap_pos <= len) {
+      sm_state_copy(e->m, &e->kv, s->slot, s->snap_slot);
+      s->n_done = s->snap_pos;
+    } else {
+      s->n_done = 0;
+    }
+  }
+  if (s->snap_slot >= 0 && s->snap_pos > len) drop_snapshot(e, s);
+  if (s->mm) sm_seq_mm_truncated(s->mm, e->m, s->tok, len);
   if (s->n_done > len) s->n_done = len;
-  int keep = (len + bs - 1) / bs;
+  /* a rewound hybrid sequence keeps only the blocks of its computed tokens: the rest get fresh ones */
+  const int end = e->rec ? s->n_done : len;
+  int keep = (end + bs - 1) / bs;
   while (s->n_blk > keep) block_release(e, s->blk[--s->n_blk]);
   int full = s->n_done / bs;
   if (s->n_hashed > full) s->n_hashed = full;
   /* the partial last block will be written again: it must not stay a shared prefix entry */
-  if (len % bs && s->n_blk > 0) {
+  if (end % bs && s->n_blk > 0) {
     int b = s->blk[s->n_blk - 1];
     if (e->ref[b] > 1) return sm_err(SMELT_ERR_UNSUPPORTED, "truncating into a shared KV block");
     if (e->hash[b]) map_remove(e, b);
@@ -345,6 +434,22 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
     int more = SM_MIN(pend - take[i], budget - total);
     if (more > 0) { take[i] += more; total += more; }
   }
+  /* images (mm.h): a bidirectional span is computed in one step; what a step reaches is encoded first */
+  bool any_mm = false;
+  for (int i = 0; i < n; i++) {
+    sm_seq *s = seqs[i];
+    if (!s->mm || !take[i]) continue;
+    const int t = sm_seq_mm_take(s->mm, e->m, s->n_done, take[i], budget);
+    if (t < 0) {
+      free(take);
+      return sm_err(SMELT_ERR_LIMIT, "an image takes more tokens than a step computes (max_batch_tokens %d)", budget);
+    }
+    total -= take[i] - t;
+    take[i] = t;
+    smelt_status st = sm_seq_mm_encode(s->mm, e->m, s->n_done, s->n_done + t);
+    if (st) { free(take); return st; }
+    any_mm |= t > 0;
+  }
   for (int i = 0; i < n; i++) {
     sm_seq *s = seqs[i];
     int last = s->n_done + take[i];
@@ -354,6 +459,22 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
   if (need_blocks > e->n_free + e->n_cached) {
     free(take);
     return sm_err(SMELT_ERR_OOM, "KV cache full: need %d blocks, %d free", need_blocks, e->n_free + e->n_cached);
+  }
+  if (e->rec) { /* a state slot for each sequence computing its first tokens */
+    int need = 0;
+    for (int i = 0; i < n; i++) need += take[i] > 0 && seqs[i]->slot < 0;
+    if (need > e->slots.n_free) {
+      free(take);
+      return sm_err(SMELT_ERR_OOM, "no free recurrent state slot: need %d, %d free", need, e->slots.n_free);
+    }
+    if (n > e->b_slot_cap) {
+      e->b_slot_cap = n;
+      e->b_slot = sm_xrealloc(e->b_slot, sizeof(int32_t) * (size_t)n);
+    }
+    for (int i = 0; i < n; i++) {
+      if (take[i] > 0 && seqs[i]->slot < 0) seqs[i]->slot = sm_state_slot_get(&e->slots);
+      e->b_slot[i] = seqs[i]->slot >= 0 ? seqs[i]->slot : 0;
+    }
   }
   for (int i = 0; i < n; i++) {
     sm_seq *s = seqs[i];
@@ -387,7 +508,31 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
     else if (take[i] > 0 && s->n_done + take[i] == s->n_tok) { out_of[i] = n_out; e->b_out[n_out++] = t - 1; }
   }
   sm_batch b = { .n_tokens = total, .tokens = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .n_seqs = n,
-                 .max_blocks = e->max_blocks, .block_table = e->b_table, .n_out = n_out, .out_rows = e->b_out };
+                 .max_blocks = e->max_blocks, .block_table = e->b_table, .n_out = n_out, .out_rows = e->b_out,
+                 .state_slot = e->rec ? e->b_slot : NULL };
+  if (any_mm) { /* image rows and M-RoPE positions of the batch */
+    sm_mm_scratch *sc = e->mms ? e->mms : (e->mms = sm_xcalloc(1, sizeof *e->mms));
+    bool rp = false;
+    for (int i = 0; i < n; i++) rp |= seqs[i]->mm && seqs[i]->mm->rpos && take[i];
+    if (rp && 3 * total > sc->cap_rpos) {
+      sc->cap_rpos = 3 * total;
+      sc->rpos = sm_xrealloc(sc->rpos, sizeof(int32_t) * (size_t)sc->cap_rpos);
+    }
+    const bool bidir = sm_vision_bidirectional(e->m->vision);
+    if (bidir && 2 * total > sc->cap_span) {
+      sc->cap_span = 2 * total;
+      sc->span = sm_xrealloc(sc->span, sizeof(int32_t) * (size_t)sc->cap_span);
+    }
+    sc->n_embd = 0;
+    for (int i = 0, row = 0; i < n; row += take[i], i++)
+      sm_mm_batch_rows(sc, seqs[i]->mm, e->m, seqs[i]->tok, seqs[i]->n_done, seqs[i]->n_done + take[i], row, total,
+                       rp ? sc->rpos : NULL, bidir ? sc->span : NULL);
+    sm_mm_batch_done(sc);
+    b.n_embd = sc->n_embd;
+    b.embd = sc->embd;
+    b.rope_pos = rp ? sc->rpos : NULL;
+    b.attn_span = bidir ? sc->span : NULL;
+  }
   int V = e->m->cfg.vocab_size;
   bool sampling = tokens != NULL;
   float *tmp = all_logits;
@@ -464,7 +609,9 @@ static bool pipeline_ok(const sm_engine *e, const sm_sampler *smp) {
   const smelt_sampling *p = &smp->p;
   const bool pen = (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) || p->frequency_penalty != 0 ||
                    p->presence_penalty != 0;
-  return be->sample_async && be->sample_wait && !e->p.prefix_cache && !e->p.host_sample && !pen && !smp->mask && !smp->n_bias;
+  /* hybrid models: the dropped last step would have advanced the recurrent state */
+  return be->sample_async && be->sample_wait && !e->p.prefix_cache && !e->p.host_sample && !pen && !smp->mask &&
+         !smp->n_bias && !e->rec;
 }
 
 smelt_status sm_engine_decode(sm_engine *e, sm_seq *s, sm_sampler *smp, int32_t first, int max_new,
@@ -475,7 +622,7 @@ smelt_status sm_engine_decode(sm_engine *e, sm_seq *s, sm_sampler *smp, int32_t 
   if (max_new <= 0) return SMELT_OK;
   smelt_status st = sm_seq_append(e, s, &first, 1);
   if (st) return st;
-  if (!pipeline_ok(e, smp)) { /* one step at a time */
+  if (!pipeline_ok(e, smp) || s->mm) { /* one step at a time */
     while (n < max_new) {
       uint8_t done = 0;
       int32_t t = -1;
@@ -539,13 +686,20 @@ void sm_engine_get_stats(const sm_engine *e, sm_engine_stats *st) {
   st->blocks_used = e->p.n_blocks - e->n_free - e->n_cached;
   st->blocks_cached = e->n_cached;
   st->prefix_hits_tokens = e->prefix_hits;
+  st->state_slots = e->slots.n;
+  st->state_slots_used = e->slots.n - e->slots.n_free;
+  st->state_bytes = sm_model_state_bytes(e->m);
 }
+
+bool sm_engine_recurrent(const sm_engine *e) { return e->rec; }
 
 /* ---- KV export / import (prompt cache files, session restore) ---- */
 
 /* Host copies of the K/V slots of tokens [t0, t0+n) of s in one layer, block run by block run
  * (elements of the cache's type, copied as they are). */
 static smelt_status kv_copy(sm_engine *e, sm_seq *s, int layer, int t0, int n, void *k, void *v, bool to_host) {
+  if (e->rec) return sm_err(SMELT_ERR_UNSUPPORTED, "KV export and import (prompt caches, saved sessions) are not "
+                            "supported for models with recurrent layers (%s)", e->m->cfg.model_type);
   if (layer < 0 || layer >= e->kv.n_layers) return sm_err(SMELT_ERR_INVALID, "KV layer %d out of range", layer);
   if (t0 < 0 || n < 0 || t0 + n > s->n_blk * e->p.block_size)
     return sm_err(SMELT_ERR_INVALID, "KV tokens [%d, %d) outside the sequence's blocks", t0, t0 + n);
@@ -576,6 +730,7 @@ smelt_status sm_seq_kv_read(sm_engine *e, const sm_seq *s, int layer, int t0, in
 }
 
 smelt_status sm_seq_kv_reserve(sm_engine *e, sm_seq *s, int n) {
+  if (e->rec) return kv_copy(e, s, 0, 0, 0, NULL, NULL, false); /* the error */
   if (s->n_done || s->n_blk) return sm_err(SMELT_ERR_INVALID, "KV import into a sequence that already has KV");
   if (n < 0 || n > s->n_tok) return sm_err(SMELT_ERR_INVALID, "KV import of %d tokens into a sequence of %d", n, s->n_tok);
   const int nb = (n + e->p.block_size - 1) / e->p.block_size;
@@ -590,6 +745,7 @@ smelt_status sm_seq_kv_write(sm_engine *e, sm_seq *s, int layer, int t0, int n, 
 }
 
 smelt_status sm_seq_kv_commit(sm_engine *e, sm_seq *s, int n) {
+  if (e->rec) return kv_copy(e, s, 0, 0, 0, NULL, NULL, false); /* the error */
   if (n < 0 || n > s->n_tok || n > s->n_blk * e->p.block_size)
     return sm_err(SMELT_ERR_INVALID, "KV commit of %d tokens (sequence %d, reserved %d)", n, s->n_tok,
                   s->n_blk * e->p.block_size);

@@ -40,6 +40,15 @@ smelt_status sm_seq_append(sm_engine *e, sm_seq *s, const int32_t *ids, int n);
  * full blocks already computed (never the whole prompt: the last token is always
  * recomputed so logits exist). Returns the number of tokens reused. */
 int sm_seq_use_prefix_cache(sm_engine *e, sm_seq *s);
+/* Images in a sequence's tokens (spans from sm_vision_tokenize, over tokens not computed yet and after
+ * the spans attached before; before sm_seq_use_prefix_cache): their tokens take image embeddings,
+ * computed by the step that first needs them; the sequence keeps references to the images.
+ * SMELT_ERR_UNSUPPORTED when the model has no vision tower. */
+struct sm_mm_span;
+smelt_status sm_seq_set_media(sm_engine *e, sm_seq *s, const struct sm_mm_span *spans, int n_spans);
+/* The computed tokens of s that equal ids (with the images of spans) from the start: what a session
+ * keeps of s for a new prompt. */
+int sm_seq_common_prefix(const sm_seq *s, const int32_t *ids, int n, const struct sm_mm_span *spans, int n_spans);
 int sm_seq_len(const sm_seq *s);            /* tokens appended so far */
 int sm_seq_pending(const sm_seq *s);        /* appended but not yet computed */
 const int32_t *sm_seq_tokens(const sm_seq *s);
@@ -89,8 +98,17 @@ smelt_status sm_perplexity_progress(smelt_model *m, const int32_t *ids, int n, i
 /* One sequence: compute all its pending tokens (at most max_batch_tokens) in one step and
  * return the logits after each of them: logits[j*vocab..] for j < *n_rows = pending. */
 smelt_status sm_engine_step_all(sm_engine *e, sm_seq *s, float *logits, int *n_rows);
-/* Drop tokens after the first len (speculative decoding rollback); frees their blocks. */
+/* Drop tokens after the first len (speculative decoding rollback); frees their blocks. For a model with
+ * recurrent layers, dropping computed tokens rewinds the sequence to its snapshot (sm_seq_checkpoint)
+ * when that is at or before len, else to the start: the tokens after that point become pending again
+ * and are recomputed by the next steps. */
 smelt_status sm_seq_truncate(sm_engine *e, sm_seq *s, int len);
+/* Hybrid models: keep a snapshot of s's recurrent state at its computed length, which later
+ * truncations rewind to (nothing for other models, or when no state slot is free). */
+void sm_seq_checkpoint(sm_engine *e, sm_seq *s);
+/* The model has recurrent layers: no prefix cache, no KV export/import, no pipelined decode, no
+ * speculative decoding. */
+bool sm_engine_recurrent(const sm_engine *e);
 
 /* Speculative decoding: like sm_generate_ids, with a draft model proposing n_draft tokens
  * per step that the target verifies in one batched step. Every emitted token is sampled
@@ -135,6 +153,8 @@ smelt_status sm_engine_embed(sm_engine *e, const int32_t *ids, int n, sm_pooling
 typedef struct {
   int n_blocks, block_size, blocks_used, blocks_cached; /* cached: free but holding a prefix */
   uint64_t prefix_hits_tokens;                          /* tokens served from the prefix cache */
+  int state_slots, state_slots_used;                    /* hybrid models: recurrent state slots */
+  size_t state_bytes;                                   /* bytes of one slot (0: no recurrent layers) */
 } sm_engine_stats;
 void sm_engine_get_stats(const sm_engine *e, sm_engine_stats *st);
 

@@ -109,7 +109,7 @@ smelt_status smelt_eval_logits(smelt_model *m, const int32_t *ids, int n, float 
   if (n > m->max_context) return sm_err(SMELT_ERR_LIMIT, "%d tokens exceed the context size %d", n, m->max_context);
   int bs = 16, nb = (n + bs - 1) / bs;
   sm_kv_cache kv;
-  smelt_status st = sm_kv_alloc(m, nb, bs, &kv);
+  smelt_status st = sm_kv_alloc(m, nb, bs, 1, &kv);
   if (st) return st;
   int32_t *pos = sm_xmalloc(sizeof(int32_t) * (size_t)n), *seq = sm_xcalloc((size_t)n, sizeof(int32_t));
   int32_t *rows = sm_xmalloc(sizeof(int32_t) * (size_t)n), *table = sm_xmalloc(sizeof(int32_t) * (size_t)nb);
@@ -121,8 +121,9 @@ smelt_status smelt_eval_logits(smelt_model *m, const int32_t *ids, int n, float 
   for (int s0 = 0; !st && s0 < n; s0 += 256) {
     int c = SM_MIN(256, n - s0);
     for (int i = 0; i < c; i++) rows[i] = i;
+    const int32_t slot = 0; /* hybrid models: the one sequence's state */
     sm_batch b = { .n_tokens = c, .tokens = ids + s0, .pos = pos + s0, .seq = seq, .n_seqs = 1, .max_blocks = nb,
-                   .block_table = table, .n_out = c, .out_rows = rows };
+                   .block_table = table, .n_out = c, .out_rows = rows, .state_slot = kv.n_slots ? &slot : NULL };
     st = sm_model_forward(m, &kv, &b, logits + (size_t)s0 * m->cfg.vocab_size);
   }
   free(pos); free(seq); free(rows); free(table);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/vision.h"
 
 struct sm_session {
   smelt_model *m, *dm;
@@ -49,6 +50,9 @@ smelt_status sm_session_create(smelt_model *m, smelt_model *draft, int n_draft, 
   s->ctx = ctx;
   smelt_status st = sm_engine_create(m, &ep, &s->e);
   if (!st && draft) st = sm_engine_create(draft, &ep, &s->de);
+  if (!st && draft && (sm_engine_recurrent(s->e) || sm_engine_recurrent(s->de)))
+    st = sm_err(SMELT_ERR_UNSUPPORTED, "speculative decoding is not supported with a model that has recurrent layers "
+                "(%s)", sm_engine_recurrent(s->e) ? m->cfg.model_type : draft->cfg.model_type);
   if (st) { sm_session_free(s); return st; }
   s->s = sm_seq_new(s->e);
   if (draft) {
@@ -80,17 +84,17 @@ void sm_session_reset(sm_session *s) {
   if (s->d) sm_seq_truncate(s->de, s->d, 0);
 }
 
-static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
-  int i = 0;
-  while (i < na && i < nb && a[i] == b[i]) i++;
-  return i;
-}
-
-/* Keep the common prefix (at most keep_max tokens) and append the rest of ids; *kept: tokens kept. */
-static smelt_status sync_tokens(sm_engine *e, sm_seq *q, const int32_t *ids, int n, int keep_max, int *kept) {
-  int keep = SM_MIN(common_prefix(sm_seq_tokens(q), sm_seq_len(q) - sm_seq_pending(q), ids, n), keep_max);
+/* Keep the common prefix (at most keep_max tokens; images compared by content) and append the rest of
+ * ids with the images of spans after it; *kept: tokens kept. */
+static smelt_status sync_tokens(sm_engine *e, sm_seq *q, const int32_t *ids, int n, int keep_max,
+                                const sm_mm_span *spans, int n_spans, int *kept) {
+  int keep = SM_MIN(sm_seq_common_prefix(q, ids, n, spans, n_spans), keep_max);
+  int first = 0; /* the spans not kept */
+  while (first < n_spans && spans[first].t1 <= keep) first++;
+  if (first < n_spans && spans[first].t0 < keep) keep = spans[first].t0;
   smelt_status st = sm_seq_truncate(e, q, keep);
   if (!st) st = sm_seq_append(e, q, ids + keep, n - keep);
+  if (!st && first < n_spans) st = sm_seq_set_media(e, q, spans + first, n_spans - first);
   if (kept) *kept = keep;
   return st;
 }
@@ -144,8 +148,8 @@ static bool emit_tok(void *ud, int32_t tok) {
   return true;
 }
 
-static smelt_status run(sm_session *s, const int32_t *ids, int n, const sm_session_opts *o, sm_session_stats *stats,
-                        bool generate) {
+static smelt_status run(sm_session *s, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans,
+                        const sm_session_opts *o, sm_session_stats *stats, bool generate) {
   sm_session_stats local;
   if (!stats) stats = &local;
   memset(stats, 0, sizeof *stats);
@@ -162,10 +166,12 @@ static smelt_status run(sm_session *s, const int32_t *ids, int n, const sm_sessi
   double t0 = sm_now();
   /* at least the last prompt token is computed again: its logits give the first token */
   int keep = 0;
-  smelt_status st = sync_tokens(s->e, s->s, ids, n, n - 1, &keep);
-  if (!st && s->d) st = sync_tokens(s->de, s->d, ids, n, n - 1, NULL);
+  if (n_spans && s->d) return sm_err(SMELT_ERR_UNSUPPORTED, "speculative decoding with images is not supported");
+  smelt_status st = sync_tokens(s->e, s->s, ids, n, n - 1, spans, n_spans, &keep);
+  if (!st && s->d) st = sync_tokens(s->de, s->d, ids, n, n - 1, NULL, 0, NULL);
   if (st) return st;
-  stats->n_reused = keep;
+  /* what is really reused (a hybrid model may have rewound past the common prefix) */
+  stats->n_reused = keep = sm_seq_len(s->s) - sm_seq_pending(s->s);
   smelt_sampling def;
   smelt_sampling_default(&def);
   if (!generate) def.temperature = 0;
@@ -175,6 +181,7 @@ static smelt_status run(sm_session *s, const int32_t *ids, int n, const sm_sessi
   bool cancelled = false;
   st = prefill(s, &smp, o, &first, &cancelled);
   stats->n_prefilled = (sm_seq_len(s->s) - sm_seq_pending(s->s)) - keep;
+  if (!st && !cancelled) sm_seq_checkpoint(s->e, s->s); /* hybrid models: the next turn may rewind to here */
   double t1 = sm_now();
   stats->st.prefill_s = t1 - t0;
   if (st || cancelled || !generate) {
@@ -210,13 +217,18 @@ static smelt_status run(sm_session *s, const int32_t *ids, int n, const sm_sessi
 
 smelt_status sm_session_generate(sm_session *s, const int32_t *ids, int n, const sm_session_opts *o,
                                  sm_session_stats *stats) {
+  return sm_session_generate_mm(s, ids, n, NULL, 0, o, stats);
+}
+
+smelt_status sm_session_generate_mm(sm_session *s, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans,
+                                    const sm_session_opts *o, sm_session_stats *stats) {
   if (!s->m->tok) return sm_err(SMELT_ERR_INVALID, "model has no tokenizer.json; cannot detokenize");
-  return run(s, ids, n, o, stats, true);
+  return run(s, ids, n, spans, n_spans, o, stats, true);
 }
 
 smelt_status sm_session_prefill(sm_session *s, const int32_t *ids, int n, const sm_session_opts *o,
                                 sm_session_stats *stats) {
-  return run(s, ids, n, o, stats, false);
+  return run(s, ids, n, NULL, 0, o, stats, false);
 }
 
 smelt_status sm_session_measure_decode(sm_session *s, int steps, double *tok_per_s) {

@@ -58,6 +58,11 @@ sm_seq *sm_session_seq(sm_session *s);                      /* the target sequen
  * a cancel) the session holds the prompt and the generated tokens that were appended. */
 smelt_status sm_session_generate(sm_session *s, const int32_t *ids, int n, const sm_session_opts *o,
                                  sm_session_stats *stats);
+/* The same with images (spans from sm_vision_tokenize): the held tokens are compared with the prompt
+ * by image content, so that an image kept from an earlier turn is not computed again. */
+struct sm_mm_span;
+smelt_status sm_session_generate_mm(sm_session *s, const int32_t *ids, int n, const struct sm_mm_span *spans,
+                                    int n_spans, const sm_session_opts *o, sm_session_stats *stats);
 /* Compute the KV of ids[0..n) (prefix reuse as above) without generating: for prompt caches. */
 smelt_status sm_session_prefill(sm_session *s, const int32_t *ids, int n, const sm_session_opts *o,
                                 sm_session_stats *stats);

@@ -17,6 +17,9 @@ static int32_t argmax(const float *l, int n) {
 smelt_status sm_spec_decode(sm_engine *e, sm_seq *s, sm_engine *de, sm_seq *d, int n_draft, int max_new,
                             sm_sampler *smp, float *lg, bool (*emit)(void *ud, int32_t tok), void *ud, int *accepted) {
   smelt_model *m = sm_engine_model(e), *dm = sm_engine_model(de);
+  if (sm_engine_recurrent(e) || sm_engine_recurrent(de)) /* rejected draft tokens cannot be taken back */
+    return sm_err(SMELT_ERR_UNSUPPORTED, "speculative decoding is not supported with a model that has recurrent "
+                  "layers (%s)", sm_engine_recurrent(e) ? m->cfg.model_type : dm->cfg.model_type);
   const int V = m->cfg.vocab_size, DV = dm->cfg.vocab_size, ctx = sm_engine_max_context(e);
   float *dl = sm_xmalloc(sizeof(float) * (size_t)DV);
   int32_t *prop = sm_xmalloc(sizeof(int32_t) * (size_t)(n_draft + 1));
@@ -101,6 +104,9 @@ static bool emit_piece(void *ud, int32_t t) {
 smelt_status sm_generate_speculative(smelt_model *m, smelt_model *dm, const sm_engine_params *base, int n_draft,
                                      const int32_t *ids, int n_ids, int max_tokens, const smelt_sampling *sp,
                                      smelt_piece_cb cb, void *user, smelt_stats *stats, int *accepted) {
+  if (m->cfg.rec.kind != SM_REC_NONE || dm->cfg.rec.kind != SM_REC_NONE)
+    return sm_err(SMELT_ERR_UNSUPPORTED, "speculative decoding is not supported with a model that has recurrent "
+                  "layers (%s)", m->cfg.rec.kind != SM_REC_NONE ? m->cfg.model_type : dm->cfg.model_type);
   if (!m->tok) return sm_err(SMELT_ERR_INVALID, "model has no tokenizer.json; cannot detokenize");
   if (dm->cfg.vocab_size > m->cfg.vocab_size)
     return sm_err(SMELT_ERR_INVALID, "draft vocabulary (%d) is larger than the model's (%d)", dm->cfg.vocab_size,

@@ -1,5 +1,6 @@
 /* config.json / generation_config.json parsing (see config.h). */
 #include "format/config.h"
+#include "base/strbuf.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +162,36 @@ static smelt_status parse_rope(sm_config *c, const cJSON *rs, const char *file) 
 static bool valid_bits(int b) { return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8; }
 static bool valid_group(int g) { return g == 32 || g == 64 || g == 128; }
 
+/* a quantization entry's mode, bits and group size (unset: from the defaults d*, which for a mode other than
+ * the default's are MLX's defaults of that mode), checked */
+static smelt_status quant_entry_params(const src *s, const char *what, int dmode, int dbits, int dgroup, int *mode,
+                                       int *bits, int *group) {
+  char mm[32] = "";
+  TRY(get_str(s, "mode", mm, sizeof mm));
+  *mode = dmode;
+  if (mm[0]) {
+    int m = sm_qmode_parse(mm);
+    if (m < 0)
+      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization%s%s: mode '%s' is not supported (affine, mxfp4, mxfp8, "
+                    "nvfp4)", s->file, what[0] ? " of " : "", what, mm);
+    *mode = m;
+  }
+  *bits = *mode == dmode ? dbits : (*mode == SM_QMODE_AFFINE ? 4 : sm_qmode_bits((sm_qmode)*mode));
+  *group = *mode == dmode ? dgroup : (*mode == SM_QMODE_AFFINE ? 64 : sm_qmode_group((sm_qmode)*mode));
+  TRY(get_int(s, "bits", bits));
+  TRY(get_int(s, "group_size", group));
+  if (*mode == SM_QMODE_AFFINE) {
+    if (!valid_bits(*bits) || !valid_group(*group))
+      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization%s%s: bits %d / group_size %d not supported (bits 2,3,4,5,6,8; "
+                    "group_size 32,64,128)", s->file, what[0] ? " of " : "", what, *bits, *group);
+  } else if (*bits != sm_qmode_bits((sm_qmode)*mode) || *group != sm_qmode_group((sm_qmode)*mode)) {
+    return sm_err(SMELT_ERR_FORMAT, "%s: quantization%s%s: mode %s needs bits %d and group_size %d (not %d / %d)", s->file,
+                  what[0] ? " of " : "", what, sm_qmode_name((sm_qmode)*mode), sm_qmode_bits((sm_qmode)*mode),
+                  sm_qmode_group((sm_qmode)*mode), *bits, *group);
+  }
+  return SMELT_OK;
+}
+
 static smelt_status parse_quant(sm_config *c, const char *file) {
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(c->json, "quantization");
   const char *qname = "quantization";
@@ -172,34 +203,21 @@ static smelt_status parse_quant(sm_config *c, const char *file) {
   if (!q || cJSON_IsNull(q)) return SMELT_OK;
   if (!cJSON_IsObject(q)) return sm_err(SMELT_ERR_FORMAT, "%s: \"%s\" must be an object", file, qname);
   src s = {q, NULL, file};
-  char method[32] = "", mode[32] = "";
+  char method[32] = "";
   TRY(get_str(&s, "quant_method", method, sizeof method));
-  TRY(get_str(&s, "mode", mode, sizeof mode));
   if (method[0] && strcmp(method, "mlx") && strcmp(method, "affine"))
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization method '%s' is not supported (only MLX affine)", file, method);
-  if (mode[0] && strcmp(mode, "affine"))
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization mode '%s' is not supported (only affine)", file, mode);
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization method '%s' is not supported (MLX quantization: modes "
+                  "affine, mxfp4, mxfp8, nvfp4)", file, method);
   c->quant = (cJSON *)q;
-  c->q_bits = 4; /* mlx defaults */
-  c->q_group_size = 64;
-  TRY(get_int(&s, "bits", &c->q_bits));
-  TRY(get_int(&s, "group_size", &c->q_group_size));
-  if (!valid_bits(c->q_bits)) return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization bits %d not supported (2,3,4,5,6,8)", file, c->q_bits);
-  if (!valid_group(c->q_group_size))
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization group_size %d not supported (32,64,128)", file, c->q_group_size);
-  /* per-module overrides */
+  /* mlx defaults: affine 4-bit, group 64 */
+  TRY(quant_entry_params(&s, "", SM_QMODE_AFFINE, 4, 64, &c->q_mode, &c->q_bits, &c->q_group_size));
+  /* per-module overrides: as MLX's to_quantized(**entry), a missing mode is affine and missing bits / group
+   * size are the mode's defaults */
   for (const cJSON *e = q->child; e; e = e->next) {
     if (!e->string || !cJSON_IsObject(e)) continue;
     src m = {e, NULL, file};
-    int b = c->q_bits, g = c->q_group_size;
-    TRY(get_int(&m, "bits", &b));
-    TRY(get_int(&m, "group_size", &g));
-    char mm[32] = "";
-    TRY(get_str(&m, "mode", mm, sizeof mm));
-    if (mm[0] && strcmp(mm, "affine"))
-      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization of '%s': mode '%s' is not supported", file, e->string, mm);
-    if (!valid_bits(b) || !valid_group(g))
-      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization of '%s': bits %d / group_size %d not supported", file, e->string, b, g);
+    int md, b, g;
+    TRY(quant_entry_params(&m, e->string, SM_QMODE_AFFINE, 4, 64, &md, &b, &g));
   }
   return SMELT_OK;
 }
@@ -210,8 +228,8 @@ static const cJSON *quant_entry(const cJSON *q, const char *name) {
   return NULL;
 }
 
-void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int *group_size) {
-  int b = c ? c->q_bits : 0, g = c ? c->q_group_size : 0;
+void sm_config_quant_mode_for(const sm_config *c, const char *module, int *bits, int *group_size, int *mode) {
+  int b = c ? c->q_bits : 0, g = c ? c->q_group_size : 0, md = c ? c->q_mode : 0;
   if (c && c->quant && module) {
     char buf[512];
     size_t n = strlen(module);
@@ -228,9 +246,15 @@ void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int 
         snprintf(alt, sizeof alt, "%s%s", pre, buf);
         v = quant_entry(c->quant, alt);
       }
-      if (v && cJSON_IsFalse(v)) b = g = 0;
+      if (v && cJSON_IsFalse(v)) b = g = md = 0;
       else if (v && cJSON_IsObject(v)) {
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, "bits");
+        /* checked when parsed: the entry's mode (absent: affine) and MLX's defaults of that mode */
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, "mode");
+        const int nm = cJSON_IsString(x) ? sm_qmode_parse(x->valuestring) : SM_QMODE_AFFINE;
+        md = nm >= 0 ? nm : SM_QMODE_AFFINE;
+        b = md == SM_QMODE_AFFINE ? 4 : sm_qmode_bits((sm_qmode)md);
+        g = md == SM_QMODE_AFFINE ? 64 : sm_qmode_group((sm_qmode)md);
+        x = cJSON_GetObjectItemCaseSensitive(v, "bits");
         if (cJSON_IsNumber(x)) b = (int)x->valueint;
         x = cJSON_GetObjectItemCaseSensitive(v, "group_size");
         if (cJSON_IsNumber(x)) g = (int)x->valueint;
@@ -239,9 +263,23 @@ void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int 
   }
   if (bits) *bits = b;
   if (group_size) *group_size = b ? g : 0;
+  if (mode) *mode = b ? md : 0;
+}
+
+void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int *group_size) {
+  sm_config_quant_mode_for(c, module, bits, group_size, NULL);
 }
 
 /* --------------------------------------------------------------- parse */
+
+/* a layer kind name of hybrid models' layer lists; -1 if none */
+static int hybrid_kind(const char *k) {
+  if (!strcmp(k, "attention") || !strcmp(k, "full_attention")) return SM_LK_ATTN;
+  if (!strcmp(k, "linear_attention") || !strcmp(k, "mamba") || !strcmp(k, "conv")) return SM_LK_REC;
+  if (!strcmp(k, "mlp")) return SM_LK_MLP;
+  if (!strcmp(k, "moe")) return SM_LK_MOE;
+  return -1;
+}
 
 /* "layer_types" (a kind per layer), SmolLM3's "no_rope_layers" and "no_rope_layer_interval" */
 static smelt_status parse_layer_lists(sm_config *c, const src *s, const family *f) {
@@ -253,10 +291,13 @@ static smelt_status parse_layer_lists(sm_config *c, const src *s, const family *
     int l = 0;
     for (const cJSON *e = lt->child; e; e = e->next, l++) {
       if (!cJSON_IsString(e)) return sm_err(SMELT_ERR_FORMAT, "%s: layer_types[%d] must be a string", s->file, l);
+      int kind = f->rec ? hybrid_kind(e->valuestring) : -1;
       if (!strcmp(e->valuestring, "sliding_attention")) c->layer_sliding[l] = 1;
       else if (!strcmp(e->valuestring, "full_attention")) c->layer_sliding[l] = 0;
+      else if (kind >= 0) c->layer_kind[l] = (uint8_t)kind;
       else return sm_err(SMELT_ERR_UNSUPPORTED, "%s: layer_types[%d] = '%.40s' is not supported (full_attention, "
-                         "sliding_attention)", s->file, l, e->valuestring);
+                         "sliding_attention%s)", s->file, l, e->valuestring,
+                         f->rec ? ", attention, linear_attention, mamba, conv, mlp, moe" : "");
     }
     c->has_layer_types = true;
   }
@@ -282,6 +323,230 @@ static smelt_status parse_layer_lists(sm_config *c, const src *s, const family *
   if (bidir)
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: use_bidirectional_attention (an embedding model) is not supported", s->file);
   return SMELT_OK;
+}
+
+/* the first of keys present (NULL-terminated list) */
+static const cJSON *get_any(const src *s, const char *const *keys, const char **which) {
+  for (; *keys; keys++) {
+    const cJSON *v = get(s, *keys);
+    if (v) { if (which) *which = *keys; return v; }
+  }
+  return NULL;
+}
+static smelt_status get_int_any(const src *s, const char *const *keys, int *out) {
+  const char *k = NULL;
+  const cJSON *v = get_any(s, keys, &k);
+  return v ? to_int(v, s->file, k, out) : SMELT_OK;
+}
+static smelt_status get_bool_any(const src *s, const char *const *keys, bool *out) {
+  const char *k = NULL;
+  const cJSON *v = get_any(s, keys, &k);
+  if (!v) return SMELT_OK;
+  if (!cJSON_IsBool(v)) return sm_err(SMELT_ERR_FORMAT, "%s: \"%s\" must be true or false", s->file, k);
+  *out = cJSON_IsTrue(v);
+  return SMELT_OK;
+}
+#define KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* a per-layer list of hybrid layer kinds: Nemotron-H's "hybrid_override_pattern" string (M * - E) or
+ * "layers_block_type" list, LFM2's "full_attn_idxs" (the attention layers; the others recurrent) */
+static smelt_status parse_rec_layers(sm_config *c, const src *s) {
+  const cJSON *pat = get(s, "hybrid_override_pattern");
+  const cJSON *lbt = get(s, "layers_block_type");
+  const cJSON *fai = get(s, "full_attn_idxs");
+  if (pat && !c->has_layer_types) {
+    if (!cJSON_IsString(pat)) return sm_err(SMELT_ERR_FORMAT, "%s: \"hybrid_override_pattern\" must be a string", s->file);
+    const size_t n = strlen(pat->valuestring);
+    if (n == 0 || n > SM_MAX_LAYERS || strspn(pat->valuestring, "M*-E") != n)
+      return sm_err(SMELT_ERR_FORMAT, "%s: hybrid_override_pattern '%.40s' must be 1 to %d of M, *, - and E", s->file,
+                    pat->valuestring, SM_MAX_LAYERS);
+    c->num_hidden_layers = (int)n; /* transformers: the pattern sets the layer count */
+    for (size_t l = 0; l < n; l++) {
+      const char ch = pat->valuestring[l];
+      c->layer_kind[l] = ch == 'M' ? SM_LK_REC : ch == '*' ? SM_LK_ATTN : ch == '-' ? SM_LK_MLP : SM_LK_MOE;
+    }
+    c->has_layer_types = true;
+  } else if (lbt && !c->has_layer_types) {
+    const int n = cJSON_IsArray(lbt) ? cJSON_GetArraySize(lbt) : 0;
+    if (n < 1 || n > SM_MAX_LAYERS)
+      return sm_err(SMELT_ERR_FORMAT, "%s: \"layers_block_type\" must be a list of 1 to %d layer kinds", s->file, SM_MAX_LAYERS);
+    c->num_hidden_layers = n;
+    int l = 0;
+    for (const cJSON *e = lbt->child; e; e = e->next, l++) {
+      const int k = cJSON_IsString(e) ? hybrid_kind(e->valuestring) : -1;
+      if (k < 0)
+        return sm_err(SMELT_ERR_UNSUPPORTED, "%s: layers_block_type[%d] is not one of attention, full_attention, "
+                      "mamba, linear_attention, mlp, moe", s->file, l);
+      c->layer_kind[l] = (uint8_t)k;
+    }
+    c->has_layer_types = true;
+  } else if (fai && !c->has_layer_types) {
+    if (!cJSON_IsArray(fai)) return sm_err(SMELT_ERR_FORMAT, "%s: \"full_attn_idxs\" must be a list of layer indices", s->file);
+    for (int l = 0; l < c->num_hidden_layers; l++) c->layer_kind[l] = SM_LK_REC;
+    for (const cJSON *e = fai->child; e; e = e->next) {
+      int l;
+      if (to_int(e, s->file, "full_attn_idxs", &l) || l < 0 || l >= c->num_hidden_layers)
+        return sm_err(SMELT_ERR_FORMAT, "%s: full_attn_idxs must hold layer indices below %d", s->file, c->num_hidden_layers);
+      c->layer_kind[l] = SM_LK_ATTN;
+    }
+    c->has_layer_types = true;
+  } else if (!c->has_layer_types) {
+    const int iv = c->rec.attn_interval;
+    for (int l = 0; l < c->num_hidden_layers; l++)
+      c->layer_kind[l] = iv > 0 && (l + 1) % iv == 0 ? SM_LK_ATTN : SM_LK_REC;
+  }
+  return SMELT_OK;
+}
+
+/* a number of time_step_limit: a JSON number (Python's Infinity becomes one, see sm_config_parse), or
+ * "Infinity" / {"__float__": "Infinity"} as other writers spell it; NaN if none */
+static double limit_value(const cJSON *v) {
+  if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "__float__");
+  if (cJSON_IsNumber(v)) return v->valuedouble;
+  if (cJSON_IsString(v) && (!strcmp(v->valuestring, "Infinity") || !strcmp(v->valuestring, "inf"))) return INFINITY;
+  return NAN;
+}
+
+/* The recurrent layers of a hybrid family (f->rec: its defaults). The key names are those of the
+ * transformers config classes (with their legacy aliases): Qwen3-Next / Qwen3.5 (linear_*), LFM2
+ * (conv_*, block_*), Nemotron-H (mamba_num_heads, ssm_state_size, n_groups, ...) and
+ * GraniteMoeHybrid (mamba_n_heads, mamba_d_state, ...). */
+static smelt_status parse_rec(sm_config *c, const src *s, const family *f) {
+  const char *file = s->file;
+  sm_rec_config *r = &c->rec;
+  *r = *f->rec;
+  TRY(get_int(s, "full_attention_interval", &r->attn_interval));
+  TRY(check_range(file, "full_attention_interval", r->attn_interval, 0, SM_MAX_LAYERS));
+  TRY(parse_rec_layers(c, s));
+  TRY(get_int_any(s, KEYS("linear_conv_kernel_dim", "conv_L_cache", "conv_kernel", "mamba_d_conv"), &r->conv_kernel));
+  TRY(check_range(file, "conv kernel", r->conv_kernel, 2, 64));
+  TRY(get_bool_any(s, KEYS("conv_bias", "use_conv_bias", "mamba_conv_bias"), &r->conv_bias));
+  int n_exp = r->n_experts;
+  TRY(get_int_any(s, KEYS("num_experts", "num_local_experts"), &n_exp));
+  r->n_experts = n_exp > 0 ? n_exp : 0;
+  for (int l = 0; l < c->num_hidden_layers; l++)
+    if (c->layer_kind[l] == SM_LK_MOE && !r->n_experts) r->n_experts = 1;
+  const int H = c->hidden_size;
+  switch (r->kind) {
+  case SM_REC_GDN:
+    TRY(get_int(s, "linear_num_key_heads", &r->gdn_k_heads));
+    TRY(get_int(s, "linear_num_value_heads", &r->gdn_v_heads));
+    TRY(get_int(s, "linear_key_head_dim", &r->gdn_k_dim));
+    TRY(get_int(s, "linear_value_head_dim", &r->gdn_v_dim));
+    TRY(check_range(file, "linear_num_key_heads", r->gdn_k_heads, 1, 4096));
+    TRY(check_range(file, "linear_num_value_heads", r->gdn_v_heads, 1, 4096));
+    TRY(check_range(file, "linear_key_head_dim", r->gdn_k_dim, 1, 1024));
+    TRY(check_range(file, "linear_value_head_dim", r->gdn_v_dim, 1, 1024));
+    if (r->gdn_v_heads % r->gdn_k_heads)
+      return sm_err(SMELT_ERR_FORMAT, "%s: linear_num_value_heads (%d) is not a multiple of linear_num_key_heads (%d)",
+                    file, r->gdn_v_heads, r->gdn_k_heads);
+    if (r->n_experts) { /* Qwen3-Next: MoE unless every layer is in mlp_only_layers */
+      int step = 1;
+      TRY(get_int(s, "decoder_sparse_step", &step));
+      const cJSON *mol = get(s, "mlp_only_layers");
+      int n_only = cJSON_IsArray(mol) ? cJSON_GetArraySize(mol) : 0;
+      if (step <= 0 || step > c->num_hidden_layers || n_only >= c->num_hidden_layers) r->n_experts = 0;
+    }
+    break;
+  case SM_REC_SHORTCONV: {
+    /* LFM2: the MLP size from block_ff_dim with its auto adjustment (Lfm2MLP), its other key names */
+    int ff = c->intermediate_size, mult_of = 256;
+    bool adjust = true;
+    float ffm = 1.0f;
+    TRY(get_int(s, "block_ff_dim", &ff));
+    TRY(get_bool(s, "block_auto_adjust_ff_dim", &adjust));
+    TRY(get_int(s, "block_multiple_of", &mult_of));
+    const cJSON *m = get(s, "block_ffn_dim_multiplier");
+    if (m) TRY(to_float(m, file, "block_ffn_dim_multiplier", &ffm));
+    TRY(check_range(file, "block_multiple_of", mult_of, 1, 1 << 20));
+    if (adjust) {
+      ff = (int)(2.0 * ff / 3.0);
+      if (m) ff = (int)(ffm * ff);
+      ff = mult_of * ((ff + mult_of - 1) / mult_of);
+    }
+    TRY(check_range(file, "feed-forward size", ff, 1, 1 << 20));
+    c->intermediate_size = ff;
+    if (get(s, "theta")) TRY(get_float(s, "theta", &c->rope_theta));
+    if (!(c->rope_theta > 0)) return sm_err(SMELT_ERR_FORMAT, "%s: theta must be > 0", file);
+    TRY(get_bool(s, "tie_embedding", &c->tie_word_embeddings));
+    break;
+  }
+  case SM_REC_MAMBA2: {
+    TRY(get_int_any(s, KEYS("mamba_num_heads", "mamba_n_heads"), &r->m_heads));
+    TRY(get_int_any(s, KEYS("ssm_state_size", "mamba_d_state"), &r->m_state));
+    TRY(get_int_any(s, KEYS("n_groups", "mamba_n_groups"), &r->m_groups));
+    TRY(get_int_any(s, KEYS("expand", "mamba_expand"), &r->m_expand));
+    const cJSON *hd = get_any(s, KEYS("mamba_head_dim", "mamba_d_head"), NULL);
+    if (hd && !(cJSON_IsString(hd) && !strcmp(hd->valuestring, "auto")))
+      TRY(to_int(hd, file, "mamba_head_dim", &r->m_head_dim));
+    TRY(check_range(file, "mamba heads", r->m_heads, 1, 65536));
+    if (r->m_head_dim == 0) {
+      if ((r->m_expand * H) % r->m_heads)
+        return sm_err(SMELT_ERR_FORMAT, "%s: mamba heads (%d) must divide mamba_expand * hidden_size", file, r->m_heads);
+      r->m_head_dim = r->m_expand * H / r->m_heads;
+    }
+    TRY(check_range(file, "mamba head dim", r->m_head_dim, 1, 4096));
+    TRY(check_range(file, "ssm state size", r->m_state, 1, 4096));
+    TRY(check_range(file, "mamba groups", r->m_groups, 1, r->m_heads));
+    if (r->m_heads % r->m_groups)
+      return sm_err(SMELT_ERR_FORMAT, "%s: mamba groups (%d) must divide the mamba heads (%d)", file, r->m_groups, r->m_heads);
+    bool use_bias = false;
+    TRY(get_bool(s, "mamba_proj_bias", &r->m_proj_bias));
+    TRY(get_bool(s, "use_bias", &use_bias)); /* Nemotron-H: transformers gives in/out_proj use_bias */
+    r->m_proj_bias |= use_bias;
+    const cJSON *tsl = get_any(s, KEYS("time_step_limit", "mamba_dt_limit"), NULL);
+    if (tsl) {
+      const cJSON *a = cJSON_IsArray(tsl) && cJSON_GetArraySize(tsl) == 2 ? tsl->child : NULL;
+      double lo = a ? limit_value(a) : NAN, hi = a ? limit_value(a->next) : NAN;
+      if (!(lo >= 0) || !(hi >= lo))
+        return sm_err(SMELT_ERR_FORMAT, "%s: \"time_step_limit\" must be [min, max] with 0 <= min <= max", file);
+      r->dt_min = (float)lo;
+      r->dt_max = hi > 3e38 ? INFINITY : (float)hi;
+    }
+    char pe[32] = "";
+    TRY(get_str(s, "position_embedding_type", pe, sizeof pe));
+    if (pe[0]) r->no_rope = strcmp(pe, "rope") != 0;
+    /* Nemotron-H's MLP activation; its earlier configs name the attention head size attention_head_dim */
+    TRY(get_str(s, "mlp_hidden_act", c->hidden_act, sizeof c->hidden_act));
+    if (!get(s, "head_dim") && get(s, "attention_head_dim")) {
+      TRY(get_int(s, "attention_head_dim", &c->head_dim));
+      TRY(check_range(file, "attention_head_dim", c->head_dim, 1, 1024));
+    }
+    /* GraniteMoeHybrid without experts: transformers' MLP is its shared_mlp */
+    if (!r->n_experts) TRY(get_int(s, "shared_intermediate_size", &c->intermediate_size));
+    TRY(check_range(file, "shared_intermediate_size", c->intermediate_size, 1, 1 << 20));
+    break;
+  }
+  case SM_REC_NONE: break;
+  }
+  return SMELT_OK;
+}
+
+void sm_config_rec_state(const sm_config *c, size_t *conv_floats, size_t *ssm_floats) {
+  const sm_rec_config *r = &c->rec;
+  const size_t K1 = r->conv_kernel > 1 ? (size_t)r->conv_kernel - 1 : 0;
+  *conv_floats = K1 * (size_t)sm_config_rec_conv_dim(c);
+  switch (r->kind) {
+  case SM_REC_GDN: *ssm_floats = (size_t)r->gdn_v_heads * r->gdn_v_dim * r->gdn_k_dim; break;
+  case SM_REC_MAMBA2: *ssm_floats = (size_t)r->m_heads * r->m_head_dim * r->m_state; break;
+  default: *ssm_floats = 0; break;
+  }
+}
+
+int sm_config_rec_conv_dim(const sm_config *c) {
+  const sm_rec_config *r = &c->rec;
+  switch (r->kind) {
+  case SM_REC_GDN: return 2 * r->gdn_k_heads * r->gdn_k_dim + r->gdn_v_heads * r->gdn_v_dim;
+  case SM_REC_SHORTCONV: return c->hidden_size;
+  case SM_REC_MAMBA2: return r->m_heads * r->m_head_dim + 2 * r->m_groups * r->m_state;
+  default: return 0;
+  }
+}
+
+int sm_config_attn_layers(const sm_config *c) {
+  int n = 0;
+  for (int l = 0; l < c->num_hidden_layers; l++) n += c->layer_kind[l] == SM_LK_ATTN;
+  return n;
 }
 
 static smelt_status parse_config(sm_config *c, const char *file, sm_config_defaults_fn lookup) {
@@ -363,6 +628,7 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   c->rms_norm_eps = f->eps;
   if (get(&s, "rms_norm_eps")) TRY(get_float(&s, "rms_norm_eps", &c->rms_norm_eps));
   else if (get(&s, "layer_norm_eps")) TRY(get_float(&s, "layer_norm_eps", &c->rms_norm_eps));
+  else if (get(&s, "norm_eps")) TRY(get_float(&s, "norm_eps", &c->rms_norm_eps)); /* LFM2 */
   else TRY(get_float(&s, "layer_norm_epsilon", &c->rms_norm_eps));
   if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1)) return sm_err(SMELT_ERR_FORMAT, "%s: rms_norm_eps %g out of range (0, 1)", file, c->rms_norm_eps);
 
@@ -487,6 +753,8 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
     if (!(*mv[i] > 0)) return sm_err(SMELT_ERR_FORMAT, "%s: %s must be > 0", file, mk[i]);
   }
 
+  if (f->rec) TRY(parse_rec(c, &s, f));
+
   /* special tokens */
   c->bos_id = -1;
   const cJSON *bos = get(&s, "bos_token_id");
@@ -498,6 +766,7 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
     c->bos_id = b;
   }
   TRY(add_token_ids(c, get(&s, "eos_token_id"), file, "eos_token_id"));
+  TRY(sm_config_parse_moe(c, f->moe, file));
 
   return parse_quant(c, file);
 }
@@ -531,6 +800,40 @@ static smelt_status parse_gen(sm_config *c, const cJSON *g, const family *f, boo
   return SMELT_OK;
 }
 
+/* Python's json module writes the floats JSON has no literal for as Infinity, -Infinity and NaN, and
+ * transformers configs carry them (Nemotron-H's time_step_limit). A copy with those tokens outside
+ * strings replaced by 1e999 (which parses as infinity), -1e999 and null; NULL when there are none. */
+static char *python_literals(const char *js, size_t len, size_t *out_len) {
+  static const struct { const char *tok, *rep; } k[] = { {"-Infinity", "-1e999"}, {"Infinity", "1e999"}, {"NaN", "null"} };
+  sm_buf b = SM_BUF_INIT;
+  bool in_str = false, any = false;
+  size_t from = 0;
+  for (size_t i = 0; i < len; i++) {
+    const char ch = js[i];
+    if (in_str) {
+      if (ch == '\\') i++;
+      else if (ch == '"') in_str = false;
+      continue;
+    }
+    if (ch == '"') { in_str = true; continue; }
+    for (size_t j = 0; j < SM_ARRAY_LEN(k); j++) {
+      const size_t n = strlen(k[j].tok);
+      if (i + n <= len && !memcmp(js + i, k[j].tok, n)) {
+        sm_buf_put(&b, js + from, i - from);
+        sm_buf_puts(&b, k[j].rep);
+        i += n - 1;
+        from = i + 1;
+        any = true;
+        break;
+      }
+    }
+  }
+  if (!any) { sm_buf_free(&b); return NULL; }
+  sm_buf_put(&b, js + from, len - from);
+  *out_len = b.n;
+  return sm_buf_take(&b);
+}
+
 smelt_status sm_config_parse(const char *config_json, size_t len, const char *gen_json, size_t gen_len,
                              sm_config_defaults_fn lookup, sm_config *out) {
   if (!out) return sm_err(SMELT_ERR_INVALID, "sm_config_parse: out is NULL");
@@ -539,7 +842,9 @@ smelt_status sm_config_parse(const char *config_json, size_t len, const char *ge
   out->rope_truncate = true;
   out->gen_do_sample = -1;
   if (!config_json) return sm_err(SMELT_ERR_INVALID, "sm_config_parse: no config text");
-  out->json = cJSON_ParseWithLength(config_json, len);
+  char *fixed = python_literals(config_json, len, &len);
+  out->json = cJSON_ParseWithLength(fixed ? fixed : config_json, len);
+  free(fixed);
   if (!out->json) return sm_err(SMELT_ERR_FORMAT, "config.json: not valid JSON");
   smelt_status rc = parse_config(out, "config.json", lookup);
   cJSON *g = NULL;

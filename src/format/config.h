@@ -2,6 +2,7 @@
 #ifndef SM_CONFIG_H
 #define SM_CONFIG_H
 #include "base/base.h"
+#include "format/mxq.h"
 #include <cjson/cJSON.h>
 
 typedef enum {
@@ -14,6 +15,65 @@ typedef enum {
 } sm_rope_type;
 
 #define SM_MAX_LAYERS 1024 /* num_hidden_layers range */
+
+/* Mixture-of-experts fields of config.json (config_moe.c), under the names the families use: experts
+ * (num_experts, num_local_experts or n_routed_experts), num_experts_per_tok, moe_intermediate_size (else
+ * intermediate_size), shared experts (shared_expert_intermediate_size, or n_shared_experts times
+ * moe_intermediate_size), norm_topk_prob, routed_scaling_factor, n_group / topk_group, and which layers
+ * are dense (first_k_dense_replace, moe_layer_freq, decoder_sparse_step, mlp_only_layers). */
+typedef struct {
+  int n_experts;       /* 0: not a mixture-of-experts model */
+  int top_k;           /* num_experts_per_tok */
+  int expert_inter;    /* an expert's intermediate size */
+  int shared_inter;    /* the shared expert(s)' intermediate size; 0: none */
+  bool norm_topk;      /* norm_topk_prob */
+  float routed_scale;  /* routed_scaling_factor */
+  int n_group, topk_group;
+  float swiglu_limit, swiglu_alpha; /* gpt-oss clamped SwiGLU */
+  int use_qk_norm;     /* GLM-4 MoE use_qk_norm: -1 absent, 0/1 */
+  uint8_t moe_layer[SM_MAX_LAYERS]; /* 1: layer l's MLP is the mixture */
+} sm_moe_config;
+
+/* The mixture-of-experts class defaults of a family (transformers' config class) */
+typedef struct {
+  int n_experts, top_k, expert_inter, shared_inter, n_shared;
+  bool norm_topk;
+  float routed_scale;
+  int n_group, topk_group;
+  int first_dense;   /* first_k_dense_replace */
+  int layer_freq;    /* moe_layer_freq: MoE layers are those l >= first_dense with l % layer_freq == 0 (0: 1) */
+  int sparse_step;   /* decoder_sparse_step: MoE layers are those with (l + 1) % sparse_step == 0 (0: 1) */
+  float swiglu_limit, swiglu_alpha;
+} sm_moe_defaults;
+
+/* Layer kinds of hybrid models (config "layer_types", "layers_block_type", "hybrid_override_pattern",
+ * "full_attn_idxs" or "full_attention_interval"): attention, the family's recurrent mixer, an MLP-only
+ * block (Nemotron-H "-"), or a mixture-of-experts block (Nemotron-H "E"; not runnable). */
+typedef enum { SM_LK_ATTN = 0, SM_LK_REC, SM_LK_MLP, SM_LK_MOE } sm_layer_kind;
+/* What a hybrid family's recurrent layers compute */
+typedef enum {
+  SM_REC_NONE = 0,
+  SM_REC_GDN,       /* Gated DeltaNet with its short convolution (Qwen3-Next, Qwen3.5) */
+  SM_REC_SHORTCONV, /* gated short convolution (LFM2) */
+  SM_REC_MAMBA2,    /* Mamba-2 mixer (Nemotron-H, Granite-4.0-H) */
+} sm_rec_kind;
+
+/* Recurrent-layer geometry of a hybrid model; in sm_config_defaults.rec, the family's HF class
+ * defaults (kind != NONE marks a hybrid family). */
+typedef struct {
+  sm_rec_kind kind;
+  int attn_interval;    /* no layer list: every attn_interval-th layer (1-based) is attention; 0: none is */
+  int conv_kernel;      /* width of the causal depthwise convolution */
+  bool conv_bias;       /* the convolution has a bias (LFM2: its in/out projections too) */
+  int gdn_k_heads, gdn_v_heads, gdn_k_dim, gdn_v_dim; /* Gated DeltaNet */
+  int m_heads, m_head_dim, m_state, m_groups, m_expand; /* Mamba-2 (m_head_dim 0: expand*hidden/heads) */
+  bool m_proj_bias;     /* Mamba-2 in_proj / out_proj biases */
+  bool m_norm_grouped;  /* the gated norm normalizes each of the m_groups groups (Nemotron-H), not the whole */
+  float dt_min, dt_max; /* Mamba-2 time_step_limit (0, inf: none) */
+  bool no_rope;         /* attention layers have no RoPE (Nemotron-H; Granite unless position_embedding_type
+                         * is "rope") */
+  int n_experts;        /* > 0: mixture-of-experts feed-forward layers (smelt does not run them yet) */
+} sm_rec_config;
 
 typedef struct {
   char model_type[32];         /* "llama","mistral","qwen2","qwen3","gemma","gemma2","gemma3_text","phi3",...
@@ -44,6 +104,8 @@ typedef struct {
   bool has_layer_types, has_no_rope_layers;
   uint8_t layer_sliding[SM_MAX_LAYERS]; /* 1: "sliding_attention", 0: "full_attention" */
   uint8_t layer_rope[SM_MAX_LAYERS];    /* no_rope_layers[l] */
+  uint8_t layer_kind[SM_MAX_LAYERS];    /* sm_layer_kind (all SM_LK_ATTN for non-hybrid families) */
+  sm_rec_config rec;                    /* hybrid models: the recurrent layers (kind NONE otherwise) */
   int no_rope_layer_interval;  /* SmolLM3: every Nth layer is NoPE when no_rope_layers is absent; 0 = n/a */
   bool use_sliding_window;     /* the config's use_sliding_window (families with sw_mode 2) */
   int max_window_layers;       /* Qwen2/3: layers from this one on slide (with use_sliding_window) */
@@ -55,11 +117,13 @@ typedef struct {
   char hidden_act[32];         /* gemma families: hidden_activation preferred */
   int n_eos; int32_t eos_ids[16]; int32_t bos_id; /* -1 if none; eos from config AND generation_config (union) */
   float final_logit_softcapping, attn_logit_softcapping, query_pre_attn_scalar; /* 0 if absent */
-  /* quantization ("quantization" or "quantization_config" block): default bits/group_size (0 = unquantized) */
-  int q_bits, q_group_size;
+  /* quantization ("quantization" or "quantization_config" block): default bits/group_size (0 = unquantized)
+   * and mode (sm_qmode: affine, mxfp4, mxfp8, nvfp4) */
+  int q_bits, q_group_size, q_mode;
   cJSON *json;                 /* whole config.json, owned */
   cJSON *quant;                /* the quantization block (borrowed from json), may be NULL */
   cJSON *text;                 /* object the LM fields were read from (json or its text_config), borrowed */
+  sm_moe_config moe;           /* mixture-of-experts models (moe.n_experts > 0) */
   /* generation_config defaults (0/absent if not given) */
   float gen_temperature, gen_top_p; int gen_top_k; float gen_repetition_penalty;
   int gen_do_sample;           /* -1 absent, else 0/1 */
@@ -89,9 +153,15 @@ typedef struct {
   /* vision-language packagings: the model_type of the LM when text_config does not name it (or when the
    * LM's fields sit at the top level next to a vision_config) */
   const char *text_type;
+  const sm_moe_defaults *moe; /* mixture-of-experts families: their MoE defaults (NULL: not MoE) */
+  const sm_rec_config *rec; /* hybrid families: the recurrent-layer defaults (NULL: attention only) */
 } sm_config_defaults;
 /* the defaults of a model_type, NULL when unknown (generic PretrainedConfig defaults then apply) */
 typedef const sm_config_defaults *(*sm_config_defaults_fn)(const char *model_type);
+
+/* config_moe.c: the mixture-of-experts fields (sm_moe_config) of a parsed config, with the family's
+ * defaults (d may be NULL: not a mixture-of-experts family; then the fields are left zero). */
+smelt_status sm_config_parse_moe(sm_config *c, const sm_moe_defaults *d, const char *file);
 
 /* Load <model_dir>/config.json and, if present, <model_dir>/generation_config.json. lookup (may be
  * NULL) gives the family defaults; the model layer's sm_family_config_load passes the registry's. */
@@ -100,9 +170,19 @@ smelt_status sm_config_load(const char *model_dir, sm_config_defaults_fn lookup,
 smelt_status sm_config_parse(const char *config_json, size_t len, const char *gen_json, size_t gen_len,
                              sm_config_defaults_fn lookup, sm_config *out);
 void sm_config_free(sm_config *c);
+/* Hybrid models: floats of one recurrent layer's state per sequence (its convolution window and its
+ * SSM / delta-rule state); both 0 for a model without recurrent layers. */
+void sm_config_rec_state(const sm_config *c, size_t *conv_floats, size_t *ssm_floats);
+/* Hybrid models: the channels of the recurrent layers' convolution (0 without recurrent layers). */
+int sm_config_rec_conv_dim(const sm_config *c);
+/* Layers whose kind is attention (all layers for a non-hybrid model). */
+int sm_config_attn_layers(const sm_config *c);
 /* Quantization of one module (e.g. "model.layers.0.self_attn.q_proj"; a trailing ".weight" is ignored):
  * per-module overrides in the quant block ({"model.layers.0.mlp.down_proj": {"bits": 8, "group_size": 64}},
  * or false = not quantized) fall back to the defaults. *bits = 0 means not quantized. */
 void sm_config_quant_for(const sm_config *c, const char *module, int *bits, int *group_size);
+/* The same with the module's mode (sm_qmode). A per-module entry is read as MLX's to_quantized(**entry): its
+ * mode (absent: affine), and the bits and group size it gives, else that mode's defaults (affine 4 / 64). */
+void sm_config_quant_mode_for(const sm_config *c, const char *module, int *bits, int *group_size, int *mode);
 
 #endif

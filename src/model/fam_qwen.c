@@ -55,7 +55,7 @@ const sm_family sm_family_qwen2_5_vl_text = {
   .description = "Qwen2.5-VL text model (Qwen2 block, mrope on text positions)",
   .example = "mlx-community/Qwen2.5-VL-3B-Instruct-4bit",
   .defaults = &qwen2_5_vl_text_defaults, .names = &sm_names_llama, .recipe = &qwen2_recipe,
-  .notes = "text input only: image and video input are not supported",
+  .notes = "images through the vision-language checkpoint's tower (smelt arch: vision-language); video input is not supported",
 };
 
 /* Qwen3VLTextConfig */
@@ -68,5 +68,5 @@ const sm_family sm_family_qwen3_vl_text = {
   .description = "Qwen3-VL text model (Qwen3 block, interleaved mrope on text positions)",
   .example = "mlx-community/Qwen3-VL-4B-Instruct-4bit",
   .defaults = &qwen3_vl_text_defaults, .names = &sm_names_qwen3, .recipe = &qwen3_recipe,
-  .notes = "text input only: image and video input are not supported",
+  .notes = "images through the vision-language checkpoint's tower (smelt arch: vision-language); video input is not supported",
 };

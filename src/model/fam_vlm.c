@@ -1,7 +1,12 @@
 /* Vision-language packagings (family.h): the LM of these checkpoints is a registered text family under
- * "language_model." (mlx-vlm's and mlx-lm's layout), next to a vision tower that smelt skips: image
- * input is not supported. */
+ * "language_model." (mlx-vlm's and mlx-lm's layout), next to a vision tower under the skip prefixes,
+ * which src/vision loads for gemma3, mistral3, qwen2_5_vl and qwen3_vl (image input). */
+#include <string.h>
 #include "model/family.h"
+
+bool sm_vlm_images(const char *t) {
+  return t && (!strcmp(t, "gemma3") || !strcmp(t, "mistral3") || !strcmp(t, "qwen2_5_vl") || !strcmp(t, "qwen3_vl"));
+}
 
 static const char *const vision_skip[] = { "vision_tower.", "multi_modal_projector.", NULL };
 
@@ -40,4 +45,18 @@ static const sm_config_defaults gemma4_defaults = { .type = "gemma4", .text_type
 const sm_vlm_packaging sm_vlm_gemma4 = {
   .model_type = "gemma4", .description = "Gemma 4 (text model: gemma4_text, not runnable)",
   .defaults = &gemma4_defaults, .lm_prefix = "language_model.", .skip = vision_skip,
+};
+
+/* Qwen3.5 / 3.6: mlx-lm and mlx-vlm write the text model under "language_model." (mlx-lm drops the vision
+ * tower) */
+static const sm_config_defaults qwen3_5_defaults = { .type = "qwen3_5", .text_type = "qwen3_5_text" };
+const sm_vlm_packaging sm_vlm_qwen3_5 = {
+  .model_type = "qwen3_5", .description = "Qwen3.5 / 3.6 (text model: qwen3_5_text)",
+  .example = "mlx-community/Qwen3.5-9B-4bit", .defaults = &qwen3_5_defaults, .lm_prefix = "language_model.",
+  .skip = vision_skip,
+};
+static const sm_config_defaults qwen3_5_moe_defaults = { .type = "qwen3_5_moe", .text_type = "qwen3_5_moe_text" };
+const sm_vlm_packaging sm_vlm_qwen3_5_moe = {
+  .model_type = "qwen3_5_moe", .description = "Qwen3.5 / 3.6 MoE (text model: qwen3_5_moe_text, not runnable)",
+  .defaults = &qwen3_5_moe_defaults, .lm_prefix = "language_model.", .skip = vision_skip,
 };

@@ -20,6 +20,20 @@ typedef enum {
   SM_T_GATE_UP,        /* fused gate|up rows (Phi-3, GLM-4): the loader makes GATE, UP row views of it */
   SM_T_DOWN,
   SM_T_FFN_OUT_NORM,   /* norm of the MLP output before the residual add */
+  /* the recurrent mixer of hybrid families (config.h sm_rec_kind), on their recurrent layers only */
+  SM_T_REC_IN_FUSED,   /* fused input projection, split by the loader into the row views below: Mamba-2
+                        * in_proj (z | xBC | dt), LFM2 in_proj (B | C | x), Qwen3-Next in_proj_qkvz (per key
+                        * head q | k | v | z, rearranged into q | k | v | z) */
+  SM_T_REC_BA_FUSED,   /* Qwen3-Next in_proj_ba (per key head b | a): views REC_B, REC_A */
+  SM_T_REC_IN,         /* the projection into the convolution (Qwen3.5 in_proj_qkv; Mamba-2 xBC; LFM2 x) */
+  SM_T_REC_Z,          /* the output gate (Qwen3.5 in_proj_z; Mamba-2 z; LFM2 C) */
+  SM_T_REC_B,          /* Gated DeltaNet beta (in_proj_b); LFM2 B (gates the convolution's input) */
+  SM_T_REC_A,          /* Gated DeltaNet decay input (in_proj_a); Mamba-2 dt */
+  SM_T_REC_CONV,       /* depthwise convolution [channels][kernel] ("<name>.weight" [channels, kernel, 1]) */
+  SM_T_REC_DT_BIAS, SM_T_REC_A_LOG, SM_T_REC_D, /* per-head parameters, named without ".weight" */
+  SM_T_REC_NORM,       /* the gated RMSNorm of the mixer output */
+  SM_T_REC_OUT,        /* output projection */
+  SM_T_ATTN_GATE,      /* gated attention (recipe attn_out_gate): the q_proj rows of the gate (a row view) */
   SM_T_LAYER_COUNT
 } sm_layer_tensor;
 
@@ -34,7 +48,9 @@ typedef struct {
 
 typedef enum { SM_NORM_RMS, SM_NORM_LAYER } sm_norm_kind; /* LayerNorm: mean-centred, weight only (Cohere) */
 typedef enum { SM_QK_NORM_NONE, SM_QK_NORM_HEAD, SM_QK_NORM_FULL } sm_qk_norm;
-typedef enum { SM_ACT_SILU, SM_ACT_GELU_TANH } sm_act; /* from config hidden_act / hidden_activation */
+typedef enum { SM_ACT_SILU, SM_ACT_GELU_TANH, SM_ACT_RELU2 } sm_act; /* from config hidden_act / hidden_activation */
+/* the feed-forward block: gate/up/down with act(gate) * up (GLU), or up/down with act(up) (Nemotron-H) */
+typedef enum { SM_FFN_GLU, SM_FFN_PLAIN } sm_ffn_kind;
 /* the projections that have biases when config.json says attention_bias */
 typedef enum { SM_BIAS_NONE, SM_BIAS_QKV, SM_BIAS_QKVO } sm_bias_rule;
 
@@ -90,11 +106,34 @@ typedef struct {
   bool softcaps;          /* config attn_logit_softcapping / final_logit_softcapping apply (Gemma 2/3) */
   bool rope_interleaved;  /* RoPE rotates pairs (2i, 2i+1) (GLM-4, Cohere 2): the loader permutes q/k rows */
   bool llama4_scaling;    /* q times 1 + beta*log(1 + floor(pos / original_max_pos)) (Ministral 3) */
+  bool qk_norm_if_config; /* the q/k norms only when config.json's use_qk_norm is true (GLM-4 MoE) */
+  bool attn_sinks;        /* a sink logit per head in every attention softmax: <layer>.self_attn.sinks (gpt-oss) */
   sm_attn_scale attn_scale;
   sm_window_rule window;
   sm_rope_rule rope;
   sm_local_rope local_rope;
+  /* hybrid families (config.h sm_rec_config: which layers are recurrent and what they compute) */
+  bool attn_out_gate;     /* q_proj rows per head are q | gate: attention output times sigmoid(gate) (Qwen3-Next,
+                           * Qwen3.5) */
+  sm_ffn_kind ffn;
+  bool single_block;      /* each layer is one block, a mixer or an MLP (Nemotron-H); else mixer then MLP */
 } sm_recipe;
+
+/* A mixture-of-experts MLP (moe.c), in the layers config.json makes sparse (sm_moe_config.moe_layer; the
+ * others keep the dense MLP slots). Its tensors, under the layer's prefix, as mlx-lm's sanitize() writes them:
+ *   <router>.weight            [n_experts][hidden] (a Linear; quantized or not), + .bias with router_bias
+ *   <correction>               [n_experts] the choice-score correction (route SIGMOID), when named
+ *   <experts>.gate_proj/.up_proj  [n_experts][expert_inter][hidden] stacked (3-D .weight/.scales/.biases),
+ *   <experts>.down_proj        [n_experts][hidden][expert_inter]; + .bias [n_experts][rows] with expert_bias
+ *   <shared>.gate_proj/...     the shared expert(s), a dense MLP of shared_inter, when named
+ *   <shared_gate>.weight       [1][hidden]: the shared expert's output times sigmoid(shared_gate . x) */
+typedef struct {
+  int route;               /* backend.h SM_ROUTE_*: how router logits become experts and weights */
+  const char *router, *correction, *experts, *shared, *shared_gate;
+  bool router_bias;        /* the router Linear has a bias (gpt-oss) */
+  bool expert_bias;        /* the experts' projections have biases (gpt-oss) */
+  bool clamped_swiglu;     /* gpt-oss's activation: config swiglu_limit / swiglu_alpha (backend swiglu_clamp) */
+} sm_moe_spec;
 
 typedef struct sm_family {
   const char *model_type;         /* config.json model_type */
@@ -107,11 +146,16 @@ typedef struct sm_family {
   const sm_tensor_names *names;
   const sm_recipe *recipe;
   const char *notes;              /* limits a user should know, for `smelt arch` (NULL: none) */
+  const sm_moe_spec *moe;         /* mixture-of-experts families (NULL: every layer has the dense MLP) */
+  /* hybrid families: config.json members (a JSON object's text) that give synthetic checkpoints
+   * (sm_make_synthetic) small recurrent layers and a mix of layer kinds; NULL: none */
+  const char *synth;
 } sm_family;
 
 /* A vision-language packaging: a checkpoint whose config has the LM under text_config (or next to a
  * vision_config) and whose LM tensors are under lm_prefix, next to vision tensors. smelt runs the
- * LM; the vision tensors are skipped deliberately (image input is not supported). */
+ * LM; the vision tensors (prefixes in skip) are loaded by src/vision where it has the packaging's
+ * tower (sm_vlm_images), else skipped deliberately (text only, the model's note says so). */
 typedef struct {
   const char *model_type;             /* the outer config model_type: "gemma3", "mistral3", ... */
   const char *description, *example;
@@ -132,6 +176,8 @@ bool sm_family_type_runnable(const char *model_type);
 /* The vision-language packagings; *n receives the count. */
 const sm_vlm_packaging *const *sm_vlm_all(size_t *n);
 const sm_vlm_packaging *sm_vlm_find(const char *model_type);
+/* whether smelt takes images for checkpoints of this packaging (src/vision has its tower) */
+bool sm_vlm_images(const char *model_type);
 /* The config defaults of a model_type (sm_config_defaults_fn for the config parser). */
 const sm_config_defaults *sm_family_defaults(const char *model_type);
 /* config.json (+ generation_config.json) of a model directory, with the registry's defaults. */
@@ -144,8 +190,12 @@ typedef struct {
   int window;  /* attention window in positions; 0 = whole context */
   bool sliding;/* a sliding-window layer (its RoPE may be the local one) */
   int rope;    /* -1: NoPE; 0: the model's RoPE; 1: the local RoPE of sliding layers */
+  sm_layer_kind kind; /* attention, recurrent, MLP-only (config.h) */
+  bool ffn;    /* the layer has a feed-forward block */
 } sm_layer_spec;
 void sm_family_layer_spec(const sm_family *f, const sm_config *c, int layer, sm_layer_spec *out);
+/* Whether layer l of this family and config has a tensor in slot s (the slot named or not). */
+bool sm_family_slot_used(const sm_family *f, const sm_config *c, int layer, sm_layer_tensor s);
 
 /* [rows, cols] of slot s of a layer (cols 0: a vector of rows floats) for this family and config. */
 void sm_family_slot_shape(const sm_family *f, const sm_config *c, sm_layer_tensor s, int64_t *rows, int64_t *cols);

@@ -6,11 +6,23 @@
 #include <string.h>
 #include <unistd.h>
 #include "tokenizer/tokenizer.h"
+#include "vision/vision.h"
 
 void smelt_model_params_default(smelt_model_params *p) {
   memset(p, 0, sizeof *p);
   p->device = SMELT_DEVICE_AUTO;
   p->kv_type = SMELT_KV_F16;
+  p->cpu_poll = 50;
+}
+
+static const char *const k_numa_names[] = { "none", "distribute", "isolate" };
+smelt_status smelt_numa_parse(const char *s, smelt_numa *out) {
+  for (unsigned i = 0; s && i < sizeof k_numa_names / sizeof k_numa_names[0]; i++)
+    if (!strcmp(s, k_numa_names[i])) {
+      *out = (smelt_numa)i;
+      return SMELT_OK;
+    }
+  return sm_err(SMELT_ERR_INVALID, "--numa %s: expected none, distribute or isolate", s ? s : "(null)");
 }
 
 static const char *const k_kv_names[] = { "f16", "bf16", "f32" };
@@ -85,6 +97,7 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params,
     if (st) { free(tj); goto fail; }
   }
   free(tj);
+  if (m->vision) sm_vision_set_tokenizer(m->vision, m->tok);
   *out = m;
   return SMELT_OK;
 fail:
@@ -101,7 +114,11 @@ smelt_status smelt_model_load(const char *dir, const smelt_model_params *params,
   if (!params) { smelt_model_params_default(&defp); params = &defp; }
   *out = NULL;
   if (!dir || !sm_dir_exists(dir)) return sm_err(SMELT_ERR_IO, "model directory not found: %s", dir ? dir : "(null)");
-  sm_backend *be = sm_backend_create(params->device, 0, params->n_threads);
+  if (params->cpu_poll < 0 || params->cpu_poll > 100)
+    return sm_err(SMELT_ERR_INVALID, "CPU poll level %d: expected 0..100", params->cpu_poll);
+  sm_cpu_opts cpu = { .n_threads = params->n_threads, .cpu_mask = params->cpu_mask, .numa = params->numa,
+                      .poll = params->cpu_poll };
+  sm_backend *be = sm_backend_create_opts(params->device, 0, &cpu);
   if (!be) {
     char msg[768];
     snprintf(msg, sizeof msg, "%s", sm_errmsg());
@@ -116,8 +133,11 @@ void smelt_model_free(smelt_model *m) {
   if (m->be) {
     sm_backend *be = m->be;
     sm_model_release_weights(m);
-    float **scr[] = { &m->x, &m->xb, &m->xb2, &m->q, &m->k, &m->v, &m->att, &m->gate, &m->up, &m->xo, &m->logits };
+    float **scr[] = { &m->x, &m->xb, &m->xb2, &m->q, &m->k, &m->v, &m->att, &m->gate, &m->up, &m->xo, &m->logits,
+                      &m->agate };
     for (size_t i = 0; i < SM_ARRAY_LEN(scr); i++) if (*scr[i]) be->free(be, *scr[i]);
+    for (int i = 0; i < SM_REC_SCRATCH; i++) if (m->rec[i]) be->free(be, m->rec[i]);
+    if (m->rope_pos_dev) be->free(be, m->rope_pos_dev);
     be->destroy(be);
   }
   free(m->owned);
@@ -158,6 +178,8 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
   info->weight_bytes = m->weight_bytes;
   size_t emb = m->embed.data != m->lm_head.data ? weight_nbytes(&m->embed) : 0;
   info->decode_bytes = m->weight_bytes > emb ? m->weight_bytes - emb : m->weight_bytes;
+  if (m->moe_expert_bytes && c->moe.n_experts > 0) /* a token reads top_k of n_experts experts */
+    info->decode_bytes -= (size_t)((double)m->moe_expert_bytes * (1.0 - (double)c->moe.top_k / c->moe.n_experts));
   info->n_eos = c->n_eos;
   info->eos_ids = c->eos_ids;
   info->bos_id = c->bos_id;
@@ -172,34 +194,64 @@ double smelt_model_bandwidth(smelt_model *m) {
   return m->be && m->be->measure_bandwidth ? m->be->measure_bandwidth(m->be) : 0;
 }
 
-smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, sm_kv_cache *kv) {
+smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slots, sm_kv_cache *kv) {
+  const sm_config *c = &m->cfg;
   memset(kv, 0, sizeof *kv);
-  kv->n_layers = m->cfg.num_hidden_layers;
-  kv->n_kv_heads = m->cfg.num_key_value_heads;
-  kv->head_dim = m->cfg.head_dim;
+  kv->n_layers = c->num_hidden_layers;
+  kv->n_kv_heads = c->num_key_value_heads;
+  kv->head_dim = c->head_dim;
   kv->block_size = block_size;
   kv->n_blocks = n_blocks;
   kv->dtype = m->kv_dtype;
   kv->k = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
   kv->v = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
-  size_t bytes = (size_t)n_blocks * block_size * kv->n_kv_heads * kv->head_dim * sm_dtype_size(kv->dtype);
+  const size_t bytes = (size_t)n_blocks * block_size * kv->n_kv_heads * kv->head_dim * sm_dtype_size(kv->dtype);
   for (int l = 0; l < kv->n_layers; l++) {
+    if (c->layer_kind[l] != SM_LK_ATTN) continue; /* recurrent and MLP-only layers keep no KV */
     kv->k[l] = m->be->alloc(m->be, bytes);
     kv->v[l] = m->be->alloc(m->be, bytes);
     if (!kv->k[l] || !kv->v[l]) {
       sm_kv_free(m, kv);
-      return sm_err(SMELT_ERR_OOM, "cannot allocate KV cache (%zu MiB)", 2 * bytes * (size_t)m->cfg.num_hidden_layers >> 20);
+      return sm_err(SMELT_ERR_OOM, "cannot allocate KV cache (%zu MiB)", 2 * bytes * (size_t)sm_config_attn_layers(c) >> 20);
+    }
+  }
+  if (c->rec.kind == SM_REC_NONE) return SMELT_OK;
+  if (n_slots <= 0) { sm_kv_free(m, kv); return sm_err(SMELT_ERR_INVALID, "a hybrid model's cache needs state slots"); }
+  sm_config_rec_state(c, &kv->conv_floats, &kv->ssm_floats);
+  kv->n_slots = n_slots;
+  kv->conv = sm_xcalloc((size_t)kv->n_layers, sizeof(float *));
+  kv->ssm = sm_xcalloc((size_t)kv->n_layers, sizeof(float *));
+  for (int l = 0; l < kv->n_layers; l++) {
+    if (c->layer_kind[l] != SM_LK_REC) continue;
+    kv->conv[l] = m->be->alloc(m->be, sizeof(float) * kv->conv_floats * (size_t)n_slots);
+    if (kv->ssm_floats) kv->ssm[l] = m->be->alloc(m->be, sizeof(float) * kv->ssm_floats * (size_t)n_slots);
+    if (!kv->conv[l] || (kv->ssm_floats && !kv->ssm[l])) {
+      const size_t mib = sm_model_state_bytes(m) * (size_t)n_slots >> 20;
+      sm_kv_free(m, kv);
+      return sm_err(SMELT_ERR_OOM, "cannot allocate the recurrent state (%d sequences, %zu MiB)", n_slots, mib);
     }
   }
   return SMELT_OK;
+}
+
+size_t sm_model_state_bytes(const smelt_model *m) {
+  size_t cf, sf;
+  sm_config_rec_state(&m->cfg, &cf, &sf);
+  int n_rec = 0;
+  for (int l = 0; l < m->cfg.num_hidden_layers; l++) n_rec += m->cfg.layer_kind[l] == SM_LK_REC;
+  return sizeof(float) * (cf + sf) * (size_t)n_rec;
 }
 
 void sm_kv_free(smelt_model *m, sm_kv_cache *kv) {
   for (int l = 0; l < kv->n_layers; l++) {
     if (kv->k && kv->k[l]) m->be->free(m->be, kv->k[l]);
     if (kv->v && kv->v[l]) m->be->free(m->be, kv->v[l]);
+    if (kv->conv && kv->conv[l]) m->be->free(m->be, kv->conv[l]);
+    if (kv->ssm && kv->ssm[l]) m->be->free(m->be, kv->ssm[l]);
   }
   free(kv->k);
   free(kv->v);
+  free(kv->conv);
+  free(kv->ssm);
   memset(kv, 0, sizeof *kv);
 }

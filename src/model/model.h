@@ -17,7 +17,13 @@ typedef struct {
   float *vec[SM_T_LAYER_COUNT];  /* backend buffers */
   float *bias[SM_T_LAYER_COUNT]; /* backend buffers */
   sm_layer_spec spec;
+  struct sm_moe_layer *moe;      /* the layer's mixture of experts (moe.c; NULL: the dense MLP of w[]) */
+  float *sinks;                  /* attention sink logits per head (recipe attn_sinks), backend buffer */
 } sm_layer;
+
+/* The recurrent mixer's activation buffers (recurrent.c): projections into the convolution, its output,
+ * the output gate, two per-head inputs (beta / a / dt; LFM2's B), the mixer's output */
+enum { SM_REC_S_IN, SM_REC_S_CONV, SM_REC_S_Z, SM_REC_S_B, SM_REC_S_A, SM_REC_S_Y, SM_REC_SCRATCH };
 
 /* A RoPE table (rope.c): the model's, or sliding layers' local one */
 typedef struct {
@@ -43,9 +49,16 @@ struct smelt_model {
   float q_beta;          /* Llama-4 query scaling (rope_ext beta), 0 = off */
   int q_beta_pos;
   sm_act act;
+  sm_qk_norm qk_norm;    /* the recipe's q/k norms as this config has them */
+  struct sm_moe_scratch *moe_scr; /* mixture-of-experts activations (moe.c) */
+  size_t moe_expert_bytes;        /* bytes of the routed experts' weights, of which a token reads top_k / n_experts */
   float attn_scale;      /* before the RoPE attention factor */
   float embed_scale;     /* 1: none */
-  const sm_vlm_packaging *vlm; /* vision-language checkpoint: its packaging (text model only), else NULL */
+  const sm_vlm_packaging *vlm; /* vision-language checkpoint: its packaging, else NULL */
+  struct sm_vision *vision;    /* its vision tower when loaded (src/vision), else NULL */
+  int32_t *mrope_axis;   /* M-RoPE (Qwen-VL): backend int32 [rot/2], the position axis of each frequency */
+  int32_t *rope_pos_dev; /* backend copy of a batch's rope_pos */
+  int rope_pos_cap;
   const char *prefix;    /* of every tensor name: "" or the packaging's lm_prefix */
   char note[224];        /* what a user should know about this model ("" if nothing) */
   int max_context;
@@ -54,6 +67,8 @@ struct smelt_model {
   /* scratch activations, sized for scratch_tokens rows */
   int scratch_tokens, scratch_out;
   float *x, *xb, *xb2, *q, *k, *v, *att, *gate, *up, *xo, *logits;
+  float *agate;                  /* gated attention: the gate rows (recipe attn_out_gate) */
+  float *rec[SM_REC_SCRATCH];    /* hybrid models: the recurrent mixer's activations (recurrent.c) */
   /* backend buffers made for weights (converted norms/biases, rope table), freed with the model */
   void **owned; int n_owned;
   /* host copies of weights the loader rearranged (permuted q/k rows), freed with the model */
@@ -68,9 +83,44 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *p, sm_b
 smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_batch *b, float *logits);
 /* Ensure scratch buffers fit n_tokens rows / n_out logits rows. */
 smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out);
-/* KV cache allocation on the model's backend, elements of m->kv_dtype. */
-smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, sm_kv_cache *kv);
+/* KV cache allocation on the model's backend, elements of m->kv_dtype (attention layers only); for a
+ * hybrid model also n_slots recurrent state slots (n_slots > 0 required then, ignored otherwise). */
+smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slots, sm_kv_cache *kv);
 void sm_kv_free(smelt_model *m, sm_kv_cache *kv);
+/* Bytes of one sequence's recurrent state (all recurrent layers); 0 without recurrent layers. */
+size_t sm_model_state_bytes(const smelt_model *m);
+
+/* recurrent.c: the recurrent mixer of layer l (a recurrent layer of a hybrid model) on ain [n][hidden]
+ * into out [n][hidden]; the per-token floats of each scratch buffer (SM_REC_S_*) */
+void sm_rec_mixer(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain, int n, float *out);
+void sm_rec_scratch(const sm_config *c, size_t per_token[SM_REC_SCRATCH]);
+
+/* the tensors the loader has taken (pointers into the safetensors index): what is left over fails the load;
+ * the vision tower's loader (src/vision) reads through it too */
+typedef struct sm_load_ctx {
+  const sm_tensor **p;
+  size_t n, cap;
+} sm_load_ctx;
+/* loader.c: "<prefix>.weight" (+ .scales, and .biases for affine quantization) as a weight of rows x cols, or,
+ * n_stack > 0, of n_stack stacked [rows][cols] matrices (an [n_stack][rows][...] tensor: a weight of
+ * n_stack * rows rows); the quantization mode comes from config.json, checked against the shapes */
+smelt_status sm_load_linear(smelt_model *m, sm_load_ctx *ts, const char *prefix, int64_t n_stack, int64_t rows,
+                            int64_t cols, sm_weight *w, bool optional);
+/* a [n] (n_stack 0) or [n_stack][n] tensor as a float32 backend buffer the model owns (element i = perm[i],
+ * perm may be NULL) */
+smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n_stack, int64_t n, float **out,
+                         bool optional, const int64_t *perm);
+/* a tensor by name (NULL if absent), recorded as taken */
+const sm_tensor *sm_load_take(smelt_model *m, sm_load_ctx *ctx, const char *name);
+
+/* moe.c: mixture-of-experts layers and attention sinks (family.h sm_moe_spec, recipe attn_sinks) */
+smelt_status sm_moe_check(smelt_model *m);        /* the family's and config's MoE fields agree */
+smelt_status sm_moe_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const char *layer_prefix);
+smelt_status sm_moe_prepare(smelt_model *m);      /* backend prepare_weight of the expert weights */
+void sm_moe_release(smelt_model *m);              /* ... and their release, and the scratch */
+smelt_status sm_moe_reserve(smelt_model *m, int n_tokens); /* the MoE scratch for n tokens (sm_model_reserve) */
+/* out[n][hidden] = the mixture of layer L on x[n][hidden] (routed experts and shared experts) */
+smelt_status sm_moe_forward(smelt_model *m, const sm_layer *L, const float *x, int n, float *out);
 
 /* loader.c: the checkpoint's tensors into m (family names, recipe), uploaded to m->be */
 smelt_status sm_model_load_weights(smelt_model *m);
@@ -91,7 +141,7 @@ typedef struct {
   const char *extra;  /* more config.json members (a JSON object's text), or NULL */
 } sm_synth_shape;
 /* "test", "tiny", "test1b", "test8b", "1b", "3b", "8b", and shapes of other families ("gemma3-4b",
- * "phi4-mini", "mistral-small-24b"); NULL if unknown */
+ * "phi4-mini", "mistral-small-24b", the hybrid "qwen3.5-9b" and "lfm2-1.2b"); NULL if unknown */
 const sm_synth_shape *sm_synth_find(const char *name);
 const sm_synth_shape *sm_synth_all(size_t *n);
 /* Write config.json + model.safetensors (bits 0 = bf16) into dir unless both exist. */

@@ -145,6 +145,35 @@ static smelt_status upload(smelt_model *m, sm_rope_tab *t, const double *rows) {
   return SMELT_OK;
 }
 
+/* M-RoPE (Qwen-VL, rope_scaling "mrope_section"): the position axis (0 temporal, 1 height, 2 width) of
+ * each frequency, sections in order ([16, 24, 24]: 16 frequencies of axis 0, ...) or, with
+ * "mrope_interleaved" (Qwen3-VL), axes 1 and 2 on every third frequency below 3 * section. Text
+ * positions give every axis the same value; the table serves image positions (rope_axes). */
+static smelt_status mrope_table(smelt_model *m, int rot) {
+  const cJSON *rp = m->cfg.rope_params, *sec = rp ? cJSON_GetObjectItemCaseSensitive(rp, "mrope_section") : NULL;
+  if (!sec) return SMELT_OK;
+  const int half = rot / 2;
+  int s[3], sum = 0;
+  if (!cJSON_IsArray(sec) || cJSON_GetArraySize(sec) != 3) return sm_err(SMELT_ERR_FORMAT, "%s: mrope_section must list 3 sizes", m->dir);
+  for (int i = 0; i < 3; i++) {
+    const cJSON *e = cJSON_GetArrayItem(sec, i);
+    if (!cJSON_IsNumber(e) || e->valueint < 0) return sm_err(SMELT_ERR_FORMAT, "%s: mrope_section[%d] is not a size", m->dir, i);
+    sum += (s[i] = e->valueint);
+  }
+  if (sum != half) return sm_err(SMELT_ERR_FORMAT, "%s: mrope_section sums to %d, not rotary dims / 2 = %d", m->dir, sum, half);
+  const bool inter = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rp, "mrope_interleaved"));
+  int32_t ax[1024];
+  for (int i = 0; i < half; i++) {
+    if (inter) ax[i] = i % 3 == 1 && i < 3 * s[1] ? 1 : i % 3 == 2 && i < 3 * s[2] ? 2 : 0;
+    else ax[i] = i < s[0] ? 0 : i < s[0] + s[1] ? 1 : 2;
+  }
+  m->mrope_axis = m->be->alloc(m->be, sizeof(int32_t) * (size_t)half);
+  if (!m->mrope_axis) return sm_err(SMELT_ERR_OOM, "out of backend memory");
+  m->be->upload(m->be, m->mrope_axis, ax, sizeof(int32_t) * (size_t)half);
+  sm_model_own(m, m->mrope_axis);
+  return SMELT_OK;
+}
+
 smelt_status sm_model_setup_rope(smelt_model *m) {
   const sm_config *c = &m->cfg;
   const int rot = c->partial_rotary_dim > 0 ? c->partial_rotary_dim : c->head_dim;
@@ -181,6 +210,8 @@ smelt_status sm_model_setup_rope(smelt_model *m) {
     }
     t->ext = t->n_rows > 1 || t->mscale != 1.0f;
   }
+  smelt_status mst = mrope_table(m, rot);
+  if (mst) return mst;
   /* Ministral 3: queries scaled past original_max_position_embeddings (nothing to do below it) */
   m->q_beta = 0;
   if (m->fam->recipe->llama4_scaling && c->rope_llama4_beta > 0 && m->max_context > c->rope_original_max_pos) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "backend/backend.h"
 #include "format/st_write.h"
 #include "model/model.h"
 
@@ -27,10 +28,33 @@ static const sm_synth_shape g_shapes[] = {
     " \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": \"48x1.0\", \"long_factor\": \"48x1.5\"}}" },
   { "mistral-small-24b", 5120, 40, 32, 8, 32768, 131072, false, "mistral", 128,
     "{\"rope_theta\": 1000000000, \"sliding_window\": null}" },
+  /* mixtures of experts: ffn is the dense intermediate size, the experts' sizes are in the extra config */
+  { "qwen3-30b-a3b", 2048, 48, 32, 4, 6144, 151936, false, "qwen3_moe", 128,
+    "{\"num_experts\": 128, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 768, \"norm_topk_prob\": true,"
+    " \"rope_theta\": 1000000, \"max_position_embeddings\": 40960}" },
+  /* gpt-oss-20b as mlx-community's MXFP4-Q8: experts mxfp4, the rest affine (--bits, default 8 bits) */
+  { "gpt-oss-20b", 2880, 24, 64, 8, 2880, 201088, false, "gpt_oss", 64,
+    "{\"num_local_experts\": 32, \"num_experts_per_tok\": 4, \"sliding_window\": 128, \"swiglu_limit\": 7.0,"
+    " \"attention_bias\": true,"
+    " \"rope_theta\": 150000, \"smelt_expert_mode\": \"mxfp4\", \"rope_scaling\": {\"rope_type\": \"yarn\","
+    " \"factor\": 32.0, \"beta_fast\": 32.0, \"beta_slow\": 1.0, \"truncate\": false,"
+    " \"original_max_position_embeddings\": 4096}}" },
+  /* hybrid models (recurrent layers; "layer_types": null drops the family's two-layer test pattern) */
+  { "qwen3.5-9b", 4096, 32, 16, 4, 12288, 248320, false, "qwen3_5_text", 256, /* Qwen3.5-9B's text model */
+    "{\"layer_types\": null, \"full_attention_interval\": 4, \"linear_num_key_heads\": 16,"
+    " \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,"
+    " \"linear_conv_kernel_dim\": 4, \"partial_rotary_factor\": 0.25, \"rope_theta\": 10000000}" },
+  { "lfm2-1.2b", 2048, 16, 32, 8, 8192, 65536, true, "lfm2", 64, /* LFM2-1.2B */
+    "{\"layer_types\": null, \"full_attn_idxs\": [2, 5, 8, 10, 12, 14], \"rope_theta\": 1000000}" },
 };
 static uint64_t rng_next(uint64_t *s) { uint64_t x = *s; x ^= x << 13; x ^= x >> 7; x ^= x << 17; return *s = x; }
 
-typedef struct { int bits; uint64_t seed; } fill_ctx;
+typedef struct { int bits; uint64_t seed; bool conv; } fill_ctx;
+
+static bool has_suffix(const char *s, const char *suf) {
+  const size_t n = strlen(s), k = strlen(suf);
+  return n >= k && !strcmp(s + n - k, suf);
+}
 
 static void fill_random(void *user, void *dst, size_t n, const char *name) {
   fill_ctx *c = user;
@@ -43,7 +67,16 @@ static void fill_random(void *user, void *dst, size_t n, const char *name) {
       float sc = 0.02f / levels * (1.0f + (float)(rng_next(&s) % 100) / 200.0f);
       h[i] = sm_f32_to_bf16(!strcmp(dot, ".scales") ? sc : -sc * levels / 2);
     }
-  } else if (dot && !strcmp(dot, ".bias")) {
+  } else if (has_suffix(name, "A_log")) { /* Mamba-2 / Gated DeltaNet decay rates: A = -exp(A_log) */
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16((float)(rng_next(&s) % 1000) * 2.5e-3f);
+  } else if (has_suffix(name, "dt_bias")) {
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(-3.0f + (float)(rng_next(&s) % 1000) * 3e-3f);
+  } else if (has_suffix(name, ".D")) {
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(1.0f);
+  } else if (c->conv || (dot && !strcmp(dot, ".bias"))) { /* convolution weights (never quantized), biases */
     uint16_t *h = dst;
     for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(((float)(rng_next(&s) % 2001) - 1000.0f) * 1e-4f);
   } else if (strstr(name, "norm")) {
@@ -59,21 +92,46 @@ static void fill_random(void *user, void *dst, size_t n, const char *name) {
   }
 }
 
-static void add_linear(sm_st_writer *w, fill_ctx *fc, const char *prefix, int64_t rows, int64_t cols, int bits, int gs) {
-  char n[256];
+/* scale codes of a microscaling mode (fill_ctx.bits: the mode): values near 2^-7, times elements up to 6 */
+static void fill_scale_codes(void *user, void *dst, size_t n, const char *name) {
+  fill_ctx *c = user;
+  (void)name;
+  uint64_t s = c->seed += 0x9e3779b97f4a7c15ULL;
+  uint8_t *h = dst;
+  for (size_t i = 0; i < n; i++) {
+    const unsigned r = (unsigned)(rng_next(&s) % 3);
+    if (c->bits == SM_QMODE_NVFP4) h[i] = (uint8_t)(0x08 + r); /* E4M3 2^-6 .. 1.25 * 2^-6 */
+    else if (c->bits == SM_QMODE_MXFP8) h[i] = (uint8_t)(113 + r); /* elements up to 448 */
+    else h[i] = (uint8_t)(119 + r);
+  }
+}
+
+/* a weight of n_stack (0: one) [rows][cols] matrices: bf16 (bits 0), affine or a microscaling mode (mode) */
+static void add_weight(sm_st_writer *w, fill_ctx *fc, fill_ctx *scm, const char *prefix, int64_t n_stack, int64_t rows,
+                       int64_t cols, int bits, int gs, int mode) {
+  char n[512];
+  const int nd = n_stack ? 3 : 2;
+  int64_t sh[3] = { n_stack, rows, cols }, *d = n_stack ? sh : sh + 1;
+  snprintf(n, sizeof n, "%s.weight", prefix);
   if (bits == 0) {
-    int64_t sh[2] = { rows, cols };
-    snprintf(n, sizeof n, "%s.weight", prefix);
-    sm_stw_add(w, n, SM_DT_BF16, 2, sh, NULL, fill_random, fc);
+    sm_stw_add(w, n, SM_DT_BF16, nd, d, NULL, fill_random, fc);
     return;
   }
-  int64_t sw[2] = { rows, cols * bits / 32 }, ss[2] = { rows, cols / gs };
-  snprintf(n, sizeof n, "%s.weight", prefix);
-  sm_stw_add(w, n, SM_DT_U32, 2, sw, NULL, fill_random, fc);
+  if (mode) { bits = sm_qmode_bits((sm_qmode)mode); gs = sm_qmode_group((sm_qmode)mode); }
+  sh[2] = cols * bits / 32;
+  sm_stw_add(w, n, SM_DT_U32, nd, d, NULL, fill_random, fc);
+  sh[2] = cols / gs;
   snprintf(n, sizeof n, "%s.scales", prefix);
-  sm_stw_add(w, n, SM_DT_BF16, 2, ss, NULL, fill_random, fc);
+  if (mode) { /* scm[mode]: the scale codes' fill context (its bits field is the mode) */
+    sm_stw_add(w, n, SM_DT_U8, nd, d, NULL, fill_scale_codes, &scm[mode]);
+    return;
+  }
+  sm_stw_add(w, n, SM_DT_BF16, nd, d, NULL, fill_random, fc);
   snprintf(n, sizeof n, "%s.biases", prefix);
-  sm_stw_add(w, n, SM_DT_BF16, 2, ss, NULL, fill_random, fc);
+  sm_stw_add(w, n, SM_DT_BF16, nd, d, NULL, fill_random, fc);
+}
+static void add_linear(sm_st_writer *w, fill_ctx *fc, const char *prefix, int64_t rows, int64_t cols, int bits, int gs) {
+  add_weight(w, fc, NULL, prefix, 0, rows, cols, bits, gs, 0);
 }
 
 /* "48x1.0" in a synthetic shape's extra config: a list of 48 numbers 1.0 (longrope factors) */
@@ -91,6 +149,74 @@ static void expand_lists(cJSON *o) {
 }
 
 /* Write a random-weight MLX-format checkpoint of a family into dir (skipped if it exists). */
+/* the mixture-of-experts members a family's synthetic config.json gets when the shape's extra does not give
+ * them: 4 experts, 2 a token, experts (and a shared expert) of the shape's ffn */
+static void moe_config(cJSON *c, const sm_family *fam, const sm_synth_shape *sh) {
+  const sm_moe_spec *sp = fam->moe;
+  const char *ek = sp->route == SM_ROUTE_SIGMOID ? "n_routed_experts"
+                 : sp->route == SM_ROUTE_TOPK_SOFTMAX ? "num_local_experts" : "num_experts";
+  const char *keys[] = { "num_experts", "num_local_experts", "n_routed_experts" };
+  bool has = false;
+  for (size_t i = 0; i < SM_ARRAY_LEN(keys); i++) has |= cJSON_GetObjectItemCaseSensitive(c, keys[i]) != NULL;
+  if (!has) cJSON_AddNumberToObject(c, ek, 4);
+  if (!cJSON_GetObjectItemCaseSensitive(c, "num_experts_per_tok")) cJSON_AddNumberToObject(c, "num_experts_per_tok", 2);
+  if (sp->route != SM_ROUTE_TOPK_SOFTMAX && !cJSON_GetObjectItemCaseSensitive(c, "moe_intermediate_size"))
+    cJSON_AddNumberToObject(c, "moe_intermediate_size", sh->ffn);
+  if (sp->shared_gate && !cJSON_GetObjectItemCaseSensitive(c, "shared_expert_intermediate_size"))
+    cJSON_AddNumberToObject(c, "shared_expert_intermediate_size", sh->ffn);
+  else if (sp->shared && !sp->shared_gate && !cJSON_GetObjectItemCaseSensitive(c, "n_shared_experts"))
+    cJSON_AddNumberToObject(c, "n_shared_experts", 1);
+  if (sp->clamped_swiglu && !cJSON_GetObjectItemCaseSensitive(c, "rope_scaling")) {
+    cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
+    cJSON_AddStringToObject(rs, "rope_type", "yarn");
+    cJSON_AddNumberToObject(rs, "factor", 32.0);
+    cJSON_AddNumberToObject(rs, "beta_fast", 32.0);
+    cJSON_AddNumberToObject(rs, "beta_slow", 1.0);
+    cJSON_AddBoolToObject(rs, "truncate", false);
+    cJSON_AddNumberToObject(rs, "original_max_position_embeddings", 4096);
+  }
+}
+
+/* the stacked experts (and router, shared expert) of MoE layer l, as mlx-lm's sanitize() names them */
+static void add_moe_layer(sm_st_writer *w, fill_ctx *fc, fill_ctx *scm, const sm_family *fam, const sm_config *c,
+                          const char *p, int bits, int gs, int emode) {
+  const sm_moe_spec *sp = fam->moe;
+  const sm_moe_config *mc = &c->moe;
+  const int64_t H = c->hidden_size, E = mc->n_experts, Fe = mc->expert_inter;
+  char n[400];
+  snprintf(n, sizeof n, "%s.%s", p, sp->router);
+  add_weight(w, fc, scm, n, 0, E, H, bits, gs, 0);
+  if (sp->router_bias) {
+    snprintf(n, sizeof n, "%s.%s.bias", p, sp->router);
+    sm_stw_add(w, n, SM_DT_BF16, 1, &E, NULL, fill_random, fc);
+  }
+  if (sp->correction) {
+    snprintf(n, sizeof n, "%s.%s", p, sp->correction);
+    sm_stw_add(w, n, SM_DT_F32, 1, &E, NULL, fill_random, fc); /* zero-ish: f32 bits of small integers */
+  }
+  const char *pn[3] = { "gate_proj", "up_proj", "down_proj" };
+  for (int i = 0; i < 3; i++) {
+    const int64_t rows = i == 2 ? H : Fe, cols = i == 2 ? Fe : H;
+    snprintf(n, sizeof n, "%s.%s.%s", p, sp->experts, pn[i]);
+    add_weight(w, fc, scm, n, E, rows, cols, bits, gs, emode);
+    if (sp->expert_bias) {
+      int64_t bs[2] = { E, rows };
+      snprintf(n, sizeof n, "%s.%s.%s.bias", p, sp->experts, pn[i]);
+      sm_stw_add(w, n, SM_DT_BF16, 2, bs, NULL, fill_random, fc);
+    }
+    if (sp->shared && mc->shared_inter > 0) {
+      const int64_t sr = i == 2 ? H : mc->shared_inter, scl = i == 2 ? mc->shared_inter : H;
+      snprintf(n, sizeof n, "%s.%s.%s", p, sp->shared, pn[i]);
+      add_weight(w, fc, scm, n, 0, sr, scl, bits, gs, 0);
+    }
+  }
+  if (sp->shared && sp->shared_gate && mc->shared_inter > 0) {
+    snprintf(n, sizeof n, "%s.%s", p, sp->shared_gate);
+    add_weight(w, fc, scm, n, 0, 1, H, 0, gs, 0); /* one row: left unquantized, as MLX does for such shapes */
+  }
+}
+
+/* Write a random-weight MLX-format checkpoint of a family into dir (skipped if it exists). */
 smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const char *dir, bool verbose) {
   const char *ftype = sh->family ? sh->family : "llama";
   const sm_family *fam = sm_family_runnable(ftype);
@@ -100,6 +226,8 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   const int64_t hd = sh->head_dim > 0 ? sh->head_dim : sh->hidden / sh->heads;
   char *cfgp = sm_path_join(dir, "config.json"), *stp = sm_path_join(dir, "model.safetensors");
   smelt_status st = SMELT_OK;
+  sm_config cfg;
+  memset(&cfg, 0, sizeof cfg);
   if (bits && (sh->hidden % gs || sh->ffn % gs || (sh->heads * hd) % gs)) {
     st = sm_err(SMELT_ERR_INVALID, "group size %d does not divide the %s shape", gs, sh->name);
     goto out;
@@ -129,8 +257,10 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
     cJSON_AddNumberToObject(rs, "high_freq_factor", 4.0);
     cJSON_AddNumberToObject(rs, "original_max_position_embeddings", 8192);
   }
-  if (sh->extra) {
-    cJSON *x = cJSON_Parse(sh->extra);
+  const char *extras[2] = { fam->synth, sh->extra };
+  for (int xi = 0; xi < 2; xi++) {
+    if (!extras[xi]) continue;
+    cJSON *x = cJSON_Parse(extras[xi]);
     if (!x) { cJSON_Delete(c); st = sm_err(SMELT_ERR_INVALID, "synthetic %s: bad extra config", sh->name); goto out; }
     expand_lists(x);
     for (cJSON *e = x->child; e; e = e->next) {
@@ -139,10 +269,30 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
     }
     cJSON_Delete(x);
   }
+  /* smelt_expert_mode (a shape's extra): the experts in a microscaling mode, listed per module in the
+   * quantization block as mlx-lm writes mixed modes */
+  int emode = 0;
+  const cJSON *em = cJSON_GetObjectItemCaseSensitive(c, "smelt_expert_mode");
+  if (cJSON_IsString(em)) emode = sm_qmode_parse(em->valuestring);
+  if (emode < 0) { cJSON_Delete(c); st = sm_err(SMELT_ERR_INVALID, "synthetic %s: bad smelt_expert_mode", sh->name); goto out; }
+  cJSON_DeleteItemFromObjectCaseSensitive(c, "smelt_expert_mode");
+  if (!bits) emode = 0;
+  if (fam->moe) moe_config(c, fam, sh);
   if (bits) {
     cJSON *q = cJSON_AddObjectToObject(c, "quantization");
     cJSON_AddNumberToObject(q, "group_size", gs);
     cJSON_AddNumberToObject(q, "bits", bits);
+    for (int l = 0; emode && fam->moe && l < sh->layers; l++) {
+      const char *pn[3] = { "gate_proj", "up_proj", "down_proj" };
+      for (int i = 0; i < 3; i++) {
+        char n[256];
+        snprintf(n, sizeof n, "%s%s.%d.%s.%s", fam->names->root, fam->names->layers, l, fam->moe->experts, pn[i]);
+        cJSON *e = cJSON_AddObjectToObject(q, n);
+        cJSON_AddNumberToObject(e, "group_size", sm_qmode_group((sm_qmode)emode));
+        cJSON_AddNumberToObject(e, "bits", sm_qmode_bits((sm_qmode)emode));
+        cJSON_AddStringToObject(e, "mode", sm_qmode_name((sm_qmode)emode));
+      }
+    }
   }
   char *js = cJSON_Print(c);
   cJSON_Delete(c);
@@ -151,46 +301,74 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   fputs(js, f);
   fclose(f);
   free(js);
-  /* the slot shapes of this family and shape */
-  sm_config *sc = sm_xcalloc(1, sizeof *sc);
-  sc->hidden_size = sh->hidden;
-  sc->intermediate_size = sh->ffn;
-  sc->num_attention_heads = sh->heads;
-  sc->num_key_value_heads = sh->kv_heads;
-  sc->head_dim = (int)hd;
+  /* the slots of each layer (and the mixture's layout): the config just written, as smelt parses it
+   * (layer kinds, recurrent sizes) */
+  if ((st = sm_family_config_load(dir, &cfg))) goto out;
   sm_st_writer *w = sm_stw_new();
-  fill_ctx fc = { bits, 12345 };
+  fill_ctx fc = { bits, 12345, false }, fconv = { 0, 777, true }, scm[SM_QMODE_COUNT];
+  for (int i = 0; i < SM_QMODE_COUNT; i++) scm[i] = (fill_ctx){ i, 777 + (uint64_t)i, false };
   const sm_tensor_names *nm = fam->names;
   const int64_t H = sh->hidden;
+  const sm_rec_config *rc = &cfg.rec;
   char n[256];
   snprintf(n, sizeof n, "%s%s", nm->root, nm->embed);
   add_linear(w, &fc, n, sh->vocab, H, bits, gs);
-  if (!sh->tied) add_linear(w, &fc, nm->lm_head, sh->vocab, H, bits, gs);
+  if (!cfg.tie_word_embeddings) add_linear(w, &fc, nm->lm_head, sh->vocab, H, bits, gs);
   int64_t vs[1] = { H };
   snprintf(n, sizeof n, "%s%s.weight", nm->root, nm->final_norm);
   sm_stw_add(w, n, SM_DT_BF16, 1, vs, NULL, fill_random, &fc);
-  for (int l = 0; l < sh->layers; l++)
+  const bool qk = r->qk_norm != SM_QK_NORM_NONE && (!r->qk_norm_if_config || cfg.moe.use_qk_norm == 1);
+  for (int l = 0; l < cfg.num_hidden_layers; l++) {
+    const bool moe = fam->moe && cfg.moe.moe_layer[l];
     for (int s = 0; s < SM_T_LAYER_COUNT; s++) {
-      if (!nm->t[s]) continue;
-      if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && r->qk_norm == SM_QK_NORM_NONE) continue;
+      if (!nm->t[s] || !sm_family_slot_used(fam, &cfg, l, (sm_layer_tensor)s)) continue;
+      if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && !qk) continue;
+      if (moe && (s == SM_T_GATE || s == SM_T_UP || s == SM_T_DOWN || s == SM_T_GATE_UP)) continue;
       int64_t rows, cols;
-      sm_family_slot_shape(fam, sc, (sm_layer_tensor)s, &rows, &cols);
+      sm_family_slot_shape(fam, &cfg, (sm_layer_tensor)s, &rows, &cols);
       snprintf(n, sizeof n, "%s%s.%d.%s", nm->root, nm->layers, l, nm->t[s]);
+      if (s == SM_T_REC_CONV) { /* [channels, kernel, 1], as MLX stores a depthwise Conv1d */
+        int64_t cs[3] = { rows, cols, 1 };
+        snprintf(n, sizeof n, "%s%s.%d.%s.weight", nm->root, nm->layers, l, nm->t[s]);
+        sm_stw_add(w, n, SM_DT_BF16, 3, cs, NULL, fill_random, &fconv);
+        if (rc->conv_bias) {
+          snprintf(n, sizeof n, "%s%s.%d.%s.bias", nm->root, nm->layers, l, nm->t[s]);
+          sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
+        }
+        continue;
+      }
+      if (s == SM_T_REC_DT_BIAS || s == SM_T_REC_A_LOG || s == SM_T_REC_D) { /* parameters: no ".weight" */
+        sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
+        continue;
+      }
       if (!cols) {
         snprintf(n, sizeof n, "%s%s.%d.%s.weight", nm->root, nm->layers, l, nm->t[s]);
         sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
         continue;
       }
       add_linear(w, &fc, n, rows, cols, bits, gs);
-      if (r->qkv_bias && (s == SM_T_Q || s == SM_T_K || s == SM_T_V || s == SM_T_QKV)) {
+      const bool qkv = s == SM_T_Q || s == SM_T_K || s == SM_T_V || s == SM_T_QKV;
+      const bool rec_bias = (s == SM_T_REC_IN_FUSED || s == SM_T_REC_OUT) &&
+                            ((rc->kind == SM_REC_MAMBA2 && rc->m_proj_bias) || (rc->kind == SM_REC_SHORTCONV && rc->conv_bias));
+      if (rec_bias || (qkv && (r->qkv_bias || (cfg.attention_bias && r->attn_bias != SM_BIAS_NONE))) ||
+          (s == SM_T_O && cfg.attention_bias && r->attn_bias == SM_BIAS_QKVO)) {
         snprintf(n, sizeof n, "%s%s.%d.%s.bias", nm->root, nm->layers, l, nm->t[s]);
         sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
       }
     }
-  free(sc);
+    snprintf(n, sizeof n, "%s%s.%d", nm->root, nm->layers, l);
+    if (r->attn_sinks) {
+      char sn[300];
+      int64_t nh = sh->heads;
+      snprintf(sn, sizeof sn, "%s.self_attn.sinks", n);
+      sm_stw_add(w, sn, SM_DT_BF16, 1, &nh, NULL, fill_random, &fc);
+    }
+    if (moe) add_moe_layer(w, &fc, scm, fam, &cfg, n, bits, gs, emode);
+  }
   st = sm_stw_write(w, stp);
   sm_stw_free(w);
 out:
+  sm_config_free(&cfg);
   free(cfgp);
   free(stp);
   return st;

@@ -20,6 +20,14 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out) {
         (st = grow(m, &m->q, n * nq)) || (st = grow(m, &m->k, n * nkv)) || (st = grow(m, &m->v, n * nkv)) ||
         (st = grow(m, &m->att, n * nq)) || (st = grow(m, &m->gate, n * F)) || (st = grow(m, &m->up, n * F)))
       return st;
+    if ((st = sm_moe_reserve(m, n_tokens))) return st;
+    if (m->fam->recipe->attn_out_gate && (st = grow(m, &m->agate, n * nq))) return st;
+    if (c->rec.kind != SM_REC_NONE) { /* the recurrent mixer's activations (recurrent.c) */
+      size_t per[SM_REC_SCRATCH];
+      sm_rec_scratch(c, per);
+      for (int i = 0; i < SM_REC_SCRATCH; i++)
+        if ((st = grow(m, &m->rec[i], n * per[i]))) return st;
+    }
     m->scratch_tokens = n_tokens;
   }
   if (n_out > m->scratch_out) {
@@ -38,6 +46,68 @@ static void norm(const smelt_model *m, float *out, const float *x, const float *
   else m->be->rmsnorm(m->be, out, x, w, n, dim, m->cfg.rms_norm_eps, r->norm_offset);
 }
 
+/* Attention of layer l on ain into out (before the output norm and the residual add); mrope: the
+ * batch's M-RoPE positions (m->rope_pos_dev) rotate q and k */
+static void attention_block(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain, int n, bool mrope,
+                            float *out) {
+  const sm_config *c = &m->cfg;
+  sm_backend *be = m->be;
+  const sm_recipe *r = m->fam->recipe;
+  const sm_layer *L = &m->layers[l];
+  const int H = c->hidden_size, hd = c->head_dim, nh = c->num_attention_heads, nkvh = c->num_key_value_heads;
+  const float eps = c->rms_norm_eps, wofs = r->norm_offset;
+  const float softcap = r->softcaps ? c->attn_logit_softcapping : 0.0f;
+  be->matmul(be, SM_MM_Q, &L->w[SM_T_Q], ain, n, m->q);
+  be->matmul(be, SM_MM_K, &L->w[SM_T_K], ain, n, m->k);
+  be->matmul(be, SM_MM_V, &L->w[SM_T_V], ain, n, m->v);
+  if (L->bias[SM_T_Q]) be->add_rows(be, m->q, L->bias[SM_T_Q], n, nh * hd);
+  if (L->bias[SM_T_K]) be->add_rows(be, m->k, L->bias[SM_T_K], n, nkvh * hd);
+  if (L->bias[SM_T_V]) be->add_rows(be, m->v, L->bias[SM_T_V], n, nkvh * hd);
+  if (m->qk_norm == SM_QK_NORM_HEAD) {
+    be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n * nh, hd, eps, wofs);
+    be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n * nkvh, hd, eps, wofs);
+  } else if (m->qk_norm == SM_QK_NORM_FULL) {
+    be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n, nh * hd, eps, wofs);
+    be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n, nkvh * hd, eps, wofs);
+  }
+  float scale = m->attn_scale;
+  if (L->spec.rope >= 0) {
+    const sm_rope_tab *t = &m->ropes[L->spec.rope];
+    if (mrope) {
+      be->rope_axes(be, m->q, n, nh, hd, t->rot, t->inv, m->mrope_axis, m->rope_pos_dev);
+      be->rope_axes(be, m->k, n, nkvh, hd, t->rot, t->inv, m->mrope_axis, m->rope_pos_dev);
+    } else if (t->ext || m->q_beta > 0) {
+      sm_rope_ext pq, pk;
+      sm_rope_ext_params(m, t, true, &pq);
+      sm_rope_ext_params(m, t, false, &pk);
+      be->rope_ext(be, m->q, nh, hd, &pq);
+      be->rope_ext(be, m->k, nkvh, hd, &pk);
+    } else {
+      be->rope(be, m->q, nh, hd, t->rot, t->inv);
+      be->rope(be, m->k, nkvh, hd, t->rot, t->inv);
+    }
+    scale *= t->attn_mul;
+  }
+  be->kv_store(be, kv, l, m->k, m->v);
+  if (L->sinks) be->attention_sinks(be, m->att, m->q, kv, l, nh, scale, L->spec.window, softcap, L->sinks);
+  else be->attention(be, m->att, m->q, kv, l, nh, scale, L->spec.window, softcap);
+  if (r->attn_out_gate) { /* the attention output times sigmoid of the gate rows of q_proj */
+    be->matmul(be, SM_MM_ATTN_GATE, &L->w[SM_T_ATTN_GATE], ain, n, m->agate);
+    if (L->bias[SM_T_ATTN_GATE]) be->add_rows(be, m->agate, L->bias[SM_T_ATTN_GATE], n, nh * hd);
+    be->sigmoid_mul(be, m->att, m->agate, (size_t)n * nh * hd);
+  }
+  be->matmul(be, SM_MM_O, &L->w[SM_T_O], m->att, n, out);
+  if (L->bias[SM_T_O]) be->add_rows(be, out, L->bias[SM_T_O], n, H);
+}
+
+/* deepstack: the image rows of the batch get the vision tower's layer-l features (after layer l) */
+static void add_deepstack(smelt_model *m, const sm_batch *b, int l) {
+  const size_t H = (size_t)m->cfg.hidden_size;
+  for (int i = 0; i < b->n_embd; i++)
+    if (l < b->embd[i].n_deep)
+      m->be->add(m->be, m->x + (size_t)b->embd[i].row * H, b->embd[i].deep[l], (size_t)b->embd[i].n * H);
+}
+
 smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_batch *b, float *logits) {
   const sm_config *c = &m->cfg;
   sm_backend *be = m->be;
@@ -48,6 +118,8 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     if (b->pos[i] < 0 || b->pos[i] >= b->max_blocks * kv->block_size)
       return sm_err(SMELT_ERR_LIMIT, "position %d beyond the KV cache", b->pos[i]);
   }
+  if (c->rec.kind != SM_REC_NONE && (!b->state_slot || kv->n_slots <= 0))
+    return sm_err(SMELT_ERR_INVALID, "a model with recurrent layers needs state slots in the cache and the batch");
   /* a RoPE table with rows per position (dynamic NTK) covers the positions of max_context */
   for (int k = 0; k < 2; k++) {
     const int lim = m->ropes[k].pos_limit;
@@ -56,63 +128,55 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
         return sm_err(SMELT_ERR_LIMIT, "position %d is past this model's dynamic-NTK RoPE table (%d positions: load "
                       "it with a larger max_context)", b->pos[i], lim);
   }
+  for (int i = 0; i < b->n_embd; i++) {
+    const sm_batch_embd *e = &b->embd[i];
+    if (e->row < 0 || e->n <= 0 || e->row + e->n > b->n_tokens || !e->src || e->n_deep < 0 ||
+        e->n_deep > c->num_hidden_layers || (e->n_deep && !e->deep))
+      return sm_err(SMELT_ERR_INVALID, "batch embedding run %d (rows %d+%d of %d) is invalid", i, e->row, e->n, b->n_tokens);
+  }
   smelt_status st = sm_model_reserve(m, b->n_tokens, b->n_out);
   if (st) return st;
+  /* M-RoPE positions (before set_batch: an upload ends a recorded step) */
+  const bool mrope = b->rope_pos && m->mrope_axis;
+  if (b->rope_pos && !m->mrope_axis) return sm_err(SMELT_ERR_INVALID, "3-axis positions for a model without M-RoPE");
+  if (mrope) {
+    if (b->n_tokens > m->rope_pos_cap) {
+      if (m->rope_pos_dev) be->free(be, m->rope_pos_dev);
+      m->rope_pos_dev = be->alloc(be, sizeof(int32_t) * 3 * (size_t)b->n_tokens);
+      m->rope_pos_cap = m->rope_pos_dev ? b->n_tokens : 0;
+      if (!m->rope_pos_dev) return sm_err(SMELT_ERR_OOM, "out of backend memory for positions");
+    }
+    be->upload(be, m->rope_pos_dev, b->rope_pos, sizeof(int32_t) * 3 * (size_t)b->n_tokens);
+  }
   if ((st = be->set_batch(be, b))) return st;
   const sm_recipe *r = m->fam->recipe;
-  const int n = b->n_tokens, H = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-  const int nh = c->num_attention_heads, nkvh = c->num_key_value_heads;
-  const float eps = c->rms_norm_eps, wofs = r->norm_offset;
-  const float softcap = r->softcaps ? c->attn_logit_softcapping : 0.0f;
+  const int n = b->n_tokens, H = c->hidden_size, F = c->intermediate_size;
   const float resid = r->multipliers ? c->residual_multiplier : 1.0f;
 
   /* The order of these calls is what backends fuse (the CUDA fusion table, cuda_fuse.cu); tests/model
    * test_op_sequence pins it per family. */
   be->embed(be, &m->embed, m->x);
   if (m->embed_scale != 1.0f) be->scale(be, m->x, m->embed_scale, (size_t)n * H);
+  for (int i = 0; i < b->n_embd; i++) /* image rows: their embeddings, unscaled */
+    be->copy(be, m->x + (size_t)b->embd[i].row * H, b->embd[i].src, sizeof(float) * (size_t)b->embd[i].n * H);
   for (int l = 0; l < c->num_hidden_layers; l++) {
     const sm_layer *L = &m->layers[l];
-    /* attention */
     const float *ain = m->x;
-    if (L->vec[SM_T_ATTN_NORM]) {
-      norm(m, m->xb, m->x, L->vec[SM_T_ATTN_NORM], n, H);
-      ain = m->xb;
-    }
-    be->matmul(be, SM_MM_Q, &L->w[SM_T_Q], ain, n, m->q);
-    be->matmul(be, SM_MM_K, &L->w[SM_T_K], ain, n, m->k);
-    be->matmul(be, SM_MM_V, &L->w[SM_T_V], ain, n, m->v);
-    if (L->bias[SM_T_Q]) be->add_rows(be, m->q, L->bias[SM_T_Q], n, nh * hd);
-    if (L->bias[SM_T_K]) be->add_rows(be, m->k, L->bias[SM_T_K], n, nkvh * hd);
-    if (L->bias[SM_T_V]) be->add_rows(be, m->v, L->bias[SM_T_V], n, nkvh * hd);
-    if (r->qk_norm == SM_QK_NORM_HEAD) {
-      be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n * nh, hd, eps, wofs);
-      be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n * nkvh, hd, eps, wofs);
-    } else if (r->qk_norm == SM_QK_NORM_FULL) {
-      be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n, nh * hd, eps, wofs);
-      be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n, nkvh * hd, eps, wofs);
-    }
-    float scale = m->attn_scale;
-    if (L->spec.rope >= 0) {
-      const sm_rope_tab *t = &m->ropes[L->spec.rope];
-      if (t->ext || m->q_beta > 0) {
-        sm_rope_ext pq, pk;
-        sm_rope_ext_params(m, t, true, &pq);
-        sm_rope_ext_params(m, t, false, &pk);
-        be->rope_ext(be, m->q, nh, hd, &pq);
-        be->rope_ext(be, m->k, nkvh, hd, &pk);
-      } else {
-        be->rope(be, m->q, nh, hd, t->rot, t->inv);
-        be->rope(be, m->k, nkvh, hd, t->rot, t->inv);
+    if (L->spec.kind == SM_LK_ATTN || L->spec.kind == SM_LK_REC) { /* attention or a recurrent mixer */
+      if (L->vec[SM_T_ATTN_NORM]) {
+        norm(m, m->xb, m->x, L->vec[SM_T_ATTN_NORM], n, H);
+        ain = m->xb;
       }
-      scale *= t->attn_mul;
+      if (L->spec.kind == SM_LK_REC) sm_rec_mixer(m, kv, l, ain, n, m->xb2);
+      else attention_block(m, kv, l, ain, n, mrope, m->xb2);
+      if (L->vec[SM_T_ATTN_OUT_NORM]) norm(m, m->xb2, m->xb2, L->vec[SM_T_ATTN_OUT_NORM], n, H);
+      if (resid != 1.0f) be->scale(be, m->xb2, resid, (size_t)n * H);
+      if (!r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);
     }
-    be->kv_store(be, kv, l, m->k, m->v);
-    be->attention(be, m->att, m->q, kv, l, nh, scale, L->spec.window, softcap);
-    be->matmul(be, SM_MM_O, &L->w[SM_T_O], m->att, n, m->xb2);
-    if (L->bias[SM_T_O]) be->add_rows(be, m->xb2, L->bias[SM_T_O], n, H);
-    if (L->vec[SM_T_ATTN_OUT_NORM]) norm(m, m->xb2, m->xb2, L->vec[SM_T_ATTN_OUT_NORM], n, H);
-    if (resid != 1.0f) be->scale(be, m->xb2, resid, (size_t)n * H);
-    if (!r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);
+    if (!L->spec.ffn) {
+      add_deepstack(m, b, l);
+      continue;
+    }
     /* MLP */
     const float *min = ain;
     if (!r->parallel_residual) {
@@ -123,15 +187,24 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
       }
     }
     float *mout = r->parallel_residual ? m->xb : m->xb2; /* xb is free once gate and up have read it */
-    be->matmul(be, SM_MM_GATE, &L->w[SM_T_GATE], min, n, m->gate);
-    be->matmul(be, SM_MM_UP, &L->w[SM_T_UP], min, n, m->up);
-    if (m->act == SM_ACT_GELU_TANH) be->gelu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
-    else be->silu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
-    be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->gate, n, mout);
+    if (L->moe) { /* a mixture of experts (moe.c) */
+      if ((st = sm_moe_forward(m, L, min, n, mout))) return st;
+    } else if (r->ffn == SM_FFN_PLAIN) { /* down(act(up(x))) */
+      be->matmul(be, SM_MM_UP, &L->w[SM_T_UP], min, n, m->up);
+      be->relu2(be, m->up, (size_t)n * F);
+      be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->up, n, mout);
+    } else {
+      be->matmul(be, SM_MM_GATE, &L->w[SM_T_GATE], min, n, m->gate);
+      be->matmul(be, SM_MM_UP, &L->w[SM_T_UP], min, n, m->up);
+      if (m->act == SM_ACT_GELU_TANH) be->gelu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
+      else be->silu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
+      be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->gate, n, mout);
+    }
     if (L->vec[SM_T_FFN_OUT_NORM]) norm(m, mout, mout, L->vec[SM_T_FFN_OUT_NORM], n, H);
     if (resid != 1.0f) be->scale(be, mout, resid, (size_t)n * H);
     if (r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);
     be->add(be, m->x, mout, (size_t)n * H);
+    add_deepstack(m, b, l);
   }
   if (b->n_out > 0) {
     be->gather_out(be, m->xo, m->x, H);

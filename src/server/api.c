@@ -47,6 +47,8 @@ void sm_api_request_free(sm_api_request *r) {
   free(r->prompt_ids);
   for (int i = 0; i < r->n_prompts; i++) { free(r->prompts[i]); free(r->prompt_lists[i]); }
   free(r->prompts);
+  for (int i = 0; i < r->n_images; i++) free(r->image_urls[i]);
+  free(r->image_urls);
   free(r->prompt_lists);
   free(r->prompt_lens);
   for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
@@ -138,8 +140,77 @@ static bool content_to_string(const cJSON *c, const char *param, char **out, sm_
   return true;
 }
 
+/* The URL of an image content part: chat's {type: "image_url", image_url: {url} | url} or the
+ * Responses API's {type: "input_image", image_url: url}; NULL when the part is not an image. */
+static const cJSON *image_part_url(const cJSON *part, bool *is_image) {
+  const cJSON *ty = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "type") : NULL;
+  *is_image = cJSON_IsString(ty) && (!strcmp(ty->valuestring, "image_url") || !strcmp(ty->valuestring, "input_image"));
+  if (!*is_image) return NULL;
+  const cJSON *u = cJSON_GetObjectItemCaseSensitive(part, "image_url");
+  if (cJSON_IsObject(u)) u = cJSON_GetObjectItemCaseSensitive(u, "url");
+  return cJSON_IsString(u) ? u : NULL;
+}
+
+/* Content with images: the parts in order as {type: "image"} and {type: "text", text} (what the
+ * vision-language chat templates render), the images' URLs appended to r. */
+static cJSON *image_content(const cJSON *c, const char *param, sm_api_request *r, sm_api_error *err) {
+  cJSON *parts = cJSON_CreateArray();
+  const cJSON *part;
+  int k = 0;
+  cJSON_ArrayForEach(part, c) {
+    char pp[96];
+    snprintf(pp, sizeof pp, "%s.content[%d]", param, k++);
+    bool is_image;
+    const cJSON *url = image_part_url(part, &is_image);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToArray(parts, o);
+    if (is_image) {
+      if (!url) {
+        cJSON_Delete(parts);
+        sm_api_error_set(err, 400, "invalid_request_error", param, NULL, "%s: an image part needs image_url.url", pp);
+        return NULL;
+      }
+      if (r->n_images == SM_API_MAX_IMAGES) {
+        cJSON_Delete(parts);
+        sm_api_error_set(err, 400, "invalid_request_error", param, NULL, "%s: at most %d images a request", pp,
+                         SM_API_MAX_IMAGES);
+        return NULL;
+      }
+      cJSON_AddStringToObject(o, "type", "image");
+      r->image_urls = sm_xrealloc(r->image_urls, sizeof(char *) * (size_t)(r->n_images + 1));
+      r->image_urls[r->n_images++] = sm_xstrdup(url->valuestring);
+      continue;
+    }
+    const cJSON *ty = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "type") : NULL;
+    const cJSON *tx = cJSON_IsObject(part) ? cJSON_GetObjectItemCaseSensitive(part, "text") : NULL;
+    const char *t = cJSON_IsString(part) ? part->valuestring : NULL;
+    if (!t && cJSON_IsString(ty) && cJSON_IsString(tx) &&
+        (!strcmp(ty->valuestring, "text") || !strcmp(ty->valuestring, "input_text")))
+      t = tx->valuestring;
+    if (!t) {
+      cJSON_Delete(parts);
+      sm_api_error_set(err, 400, "invalid_request_error", param, NULL,
+                       "%s: content parts are text, image_url or input_image", pp);
+      return NULL;
+    }
+    cJSON_AddStringToObject(o, "type", "text");
+    cJSON_AddStringToObject(o, "text", t);
+  }
+  return parts;
+}
+
+static bool has_image(const cJSON *c) {
+  const cJSON *part;
+  bool is_image = false;
+  if (cJSON_IsArray(c)) cJSON_ArrayForEach(part, c) {
+      image_part_url(part, &is_image);
+      if (is_image) return true;
+    }
+  return false;
+}
+
 /* Normalize one chat message into a fresh object for the chat template. */
-static bool norm_message(const cJSON *m, int idx, cJSON *out_arr, sm_api_error *err) {
+static bool norm_message(const cJSON *m, int idx, cJSON *out_arr, sm_api_request *req, sm_api_error *err) {
   char param[64];
   snprintf(param, sizeof param, "messages[%d]", idx);
   if (!cJSON_IsObject(m)) FAIL(param, "%s must be an object, got %s", param, type_name(m));
@@ -149,8 +220,19 @@ static bool norm_message(const cJSON *m, int idx, cJSON *out_arr, sm_api_error *
   if (!strcmp(r, "developer")) r = "system";
   if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
     FAIL(param, "%s.role '%.40s' is invalid (system, developer, user, assistant, tool)", param, role->valuestring);
+  const cJSON *cont = cJSON_GetObjectItemCaseSensitive(m, "content");
+  if (has_image(cont)) {
+    if (strcmp(r, "user")) FAIL(param, "%s: images are accepted in user messages only", param);
+    cJSON *parts = image_content(cont, param, req, err);
+    if (!parts) return false;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "role", r);
+    cJSON_AddItemToObject(o, "content", parts);
+    cJSON_AddItemToArray(out_arr, o);
+    return true;
+  }
   char *content = NULL;
-  if (!content_to_string(cJSON_GetObjectItemCaseSensitive(m, "content"), param, &content, err)) return false;
+  if (!content_to_string(cont, param, &content, err)) return false;
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "role", r);
   const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
@@ -425,7 +507,7 @@ static bool parse_chat(const cJSON *root, sm_api_request *r, sm_api_error *err) 
   r->messages = cJSON_CreateArray();
   int i = 0;
   const cJSON *m;
-  cJSON_ArrayForEach(m, msgs) if (!norm_message(m, i++, r->messages, err)) return false;
+  cJSON_ArrayForEach(m, msgs) if (!norm_message(m, i++, r->messages, r, err)) return false;
   if (!parse_max_tokens(root, "max_tokens", r, err)) return false;
   if (!parse_max_tokens(root, "max_completion_tokens", r, err)) return false;
   if (!get_bool(root, "logprobs", &r->logprobs, err)) return false;
@@ -556,7 +638,7 @@ static bool parse_responses(const cJSON *root, sm_api_request *r, sm_api_error *
         snprintf(param, sizeof param, "input[%d]", i);
         FAIL(param, "input item type '%.40s' is not supported (messages only)", ty->valuestring);
       }
-      if (!norm_message(it, i++, r->messages, err)) {
+      if (!norm_message(it, i++, r->messages, r, err)) {
         /* report the Responses parameter name */
         if (!strncmp(err->param, "messages", 8)) {
           char p2[64];

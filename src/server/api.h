@@ -13,6 +13,7 @@ enum { SM_TOOLS_AUTO = 0, SM_TOOLS_NONE, SM_TOOLS_REQUIRED, SM_TOOLS_NAMED };
 #define SM_API_MAX_N 16
 #define SM_API_MAX_TOP_LOGPROBS 20
 #define SM_API_MAX_LOGIT_BIAS 1024
+#define SM_API_MAX_IMAGES 16
 
 /* An OpenAI-style error: {"error":{"message","type","param","code"}} with an HTTP status. */
 typedef struct {
@@ -60,6 +61,8 @@ typedef struct {
   char *reasoning_effort; /* handed to the chat template, NULL if not given */
   int32_t *bias_ids; float *bias_vals; int n_bias; /* logit_bias */
   bool emb_base64;  /* embeddings: encoding_format base64 */
+  char **image_urls; int n_images; /* image content parts in order (data:, http(s):); the messages hold
+                                    * {type: "image"} parts at their places */
 } sm_api_request;
 
 /* Parse and validate a request body of the given endpoint. On failure fills err (4xx) and

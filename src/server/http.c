@@ -307,6 +307,10 @@ static enum MHD_Result handle_slot_action(sm_http *h, struct MHD_Connection *c, 
     if (!h->p->slot_save_path)
       return send_err(h, c, rq, 501, "not_supported_error", NULL, 0,
                       "slot save and restore need the server to be started with --slot-save-path DIR");
+    if (sm_engine_recurrent(sv->eng))
+      return send_err(h, c, rq, 501, "not_supported_error", NULL, 0,
+                      "slot save and restore go through the prefix cache, which models with recurrent layers (%s) "
+                      "do not use", sv->oai.arch);
     cJSON *root = rq->body.n ? cJSON_ParseWithLength(rq->body.p, rq->body.n) : NULL;
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(root, "filename");
     const char *f = cJSON_IsString(fn) ? fn->valuestring : NULL;

@@ -80,6 +80,9 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   smelt_model_params_default(&mp);
   mp.device = (smelt_device)p->device;
   mp.n_threads = p->threads;
+  mp.cpu_mask = p->cpu_mask;
+  mp.numa = (smelt_numa)p->numa;
+  mp.cpu_poll = p->cpu_poll;
   mp.max_context = p->ctx_size;
   mp.max_seqs = p->parallel;
   mp.no_mmap = p->no_mmap;
@@ -116,6 +119,11 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
     snprintf(err, n_err, "could not create the engine: %s", smelt_last_error());
     goto fail;
   }
+  if (with_pcache && p->prompt_cache && sm_engine_recurrent(sv->eng)) {
+    snprintf(err, n_err, "--prompt-cache: models with recurrent layers (%s) do not use the prefix cache",
+             smelt_model_arch(sv->model));
+    goto fail;
+  }
   /* the prompt cache file goes into the prefix cache before any request */
   if (with_pcache && !sm_pcache_open(&sv->pc, sv->eng, p->prompt_cache, p->prompt_cache_ro)) {
     snprintf(err, n_err, "the prompt cache file was refused");
@@ -147,7 +155,12 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
                 .gen_top_k = info.gen_top_k,
                 .created = (long)time(NULL),
                 .model_path = sv->dir,
-                .pooling = p->pooling};
+                .pooling = p->pooling,
+                .vision = sv->model->vision,
+                .vision_note = sv->model->note};
+  sm_image_policy_default(&o->images);
+  o->images.allow_urls = p->allow_image_urls;
+  o->images.files_dir = p->image_files_dir;
   const char *tmpl = sm_tok_chat_template(tok, NULL);
   o->tfmt = p->tool_format ? sm_toolfmt_by_name(p->tool_format) : sm_toolfmt_detect(tmpl);
   if (!o->tfmt) o->tfmt = sm_toolfmt_by_name("generic"); /* --tool-format was checked at start */

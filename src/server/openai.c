@@ -9,6 +9,7 @@
 #include "server/constrain.h"
 #include "server/embeddings.h"
 #include "tokenizer/chat.h"
+#include "vision/vision.h"
 
 #define REJECT(status, param, code, ...)                                             \
   do {                                                                               \
@@ -97,6 +98,8 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
   size_t n_ids = 0;
   sm_grammar *grammar = NULL;
   bool think_open = false;
+  sm_mm_span *spans = NULL;
+  int n_spans = 0;
   if (!sm_api_parse(kind, body, len, &req, err)) return NULL;
   if (kind == SM_EP_EMBEDDINGS) {
     req.stream = false;
@@ -110,6 +113,11 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
   if (!req.has_temperature && o->gen_temperature > 0) req.sampling.temperature = o->gen_temperature;
   if (!req.has_top_p && o->gen_top_p > 0) req.sampling.top_p = o->gen_top_p;
   if (!req.has_top_k && o->gen_top_k > 0) req.sampling.top_k = o->gen_top_k;
+  /* images: refused early for a model without a vision tower (its template may not render them) */
+  if (req.n_images && !o->vision) {
+    sm_request_images(NULL, o->model_id, o->vision_note, &o->images, &req, NULL, err);
+    goto fail;
+  }
   /* prompt */
   const char *pparam = kind == SM_EP_COMPLETIONS ? "prompt" : kind == SM_EP_RESPONSES ? "input" : "messages";
   if (req.n_prompts > 1) return multi_prompt_job(o, &req, err);
@@ -141,7 +149,22 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
       while (tl && (text[tl - 1] == '\n' || text[tl - 1] == ' ')) tl--;
       think_open = tl >= 7 && !memcmp(text + tl - 7, "<think>", 7);
     }
-    smelt_status st = smelt_tokenize(o->tok, text, strlen(text), add_special, &ids, &n_ids);
+    smelt_status st;
+    if (req.n_images) { /* images: decoded, prepared, and their placeholders expanded in the prompt */
+      sm_vimage **imgs = NULL;
+      if (!sm_request_images(o->vision, o->model_id, o->vision_note, &o->images, &req, &imgs, err)) {
+        free(text);
+        goto fail;
+      }
+      int ni = 0;
+      st = sm_vision_tokenize(o->vision, o->tok, text, add_special, imgs, req.n_images, &ids, &ni, &spans);
+      for (int i = 0; i < req.n_images; i++) sm_vimage_unref(imgs[i]);
+      free(imgs);
+      n_ids = (size_t)(ni > 0 ? ni : 0);
+      if (!st) n_spans = req.n_images;
+    } else {
+      st = smelt_tokenize(o->tok, text, strlen(text), add_special, &ids, &n_ids);
+    }
     free(text);
     if (st != SMELT_OK) REJECT(400, pparam, NULL, "could not tokenize the prompt: %s", sm_errmsg());
   }
@@ -157,6 +180,8 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
   bool tool_mode = req.tools != NULL && kind != SM_EP_COMPLETIONS;
   bool harmony = kind != SM_EP_COMPLETIONS && o->tfmt && o->tfmt->kind == SM_TF_HARMONY;
   sm_job *j = sm_job_new(&req, ids, (int)n_ids, max_tokens, tool_mode);
+  j->spans = spans;
+  j->n_spans = n_spans;
   j->grammar = grammar;
   j->tfmt = o->tfmt;
   j->reasoning = kind != SM_EP_COMPLETIONS && o->reasoning && !grammar;
@@ -167,6 +192,8 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
 fail:
   sm_grammar_free(grammar);
   free(ids);
+  for (int i = 0; i < n_spans; i++) sm_vimage_unref(spans[i].img);
+  free(spans);
   sm_api_request_free(&req);
   return NULL;
 }

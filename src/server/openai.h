@@ -5,6 +5,7 @@
 #define SM_SERVER_OPENAI_H
 #include <cjson/cJSON.h>
 #include "server/sched.h"
+#include "server/image_input.h"
 #include "server/output.h"
 
 /* What the API layer knows about the served model. */
@@ -21,6 +22,9 @@ typedef struct {
   long created;           /* when the model was loaded (unix seconds) */
   const char *model_path; /* the model directory */
   int pooling;            /* embeddings: sm_pooling (--pooling) */
+  const struct sm_vision *vision; /* the model's vision tower, NULL: image parts are refused */
+  const char *vision_note;        /* why a model takes no images (its note), may be NULL */
+  sm_image_policy images;         /* data: and http(s) image URLs */
 } sm_oai;
 
 /* Parse a request body of the given endpoint and build its job (not yet queued). On failure

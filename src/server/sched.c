@@ -2,6 +2,7 @@
  * (see sched.h). */
 #include "server/sched.h"
 #include "server/pcache.h"
+#include "vision/vision.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,8 @@ static void job_free(sm_job *j) {
   free(j->slot_file);
   sm_grammar_free(j->grammar);
   free(j->prompt);
+  for (int i = 0; i < j->n_spans; i++) sm_vimage_unref(j->spans[i].img);
+  free(j->spans);
   sm_api_request_free(&j->req);
   pthread_cond_destroy(&j->cv);
   free(j);
@@ -171,7 +174,8 @@ static bool admit(sm_sched *s, sm_job *j) {
     }
     sm_seq *q = sm_seq_new(e);
     if (!q) return false;
-    if (sm_seq_append(e, q, j->prompt, j->n_prompt) != SMELT_OK) { sm_seq_free(e, q); return false; }
+    if (sm_seq_append(e, q, j->prompt, j->n_prompt) != SMELT_OK ||
+        sm_seq_set_media(e, q, j->spans, j->n_spans) != SMELT_OK) { sm_seq_free(e, q); return false; }
     j->n_cached = sm_seq_use_prefix_cache(e, q);
     note_hot(s, j->prompt, j->n_cached);
     j->ch[0].seq = q;
@@ -188,7 +192,8 @@ static bool admit(sm_sched *s, sm_job *j) {
       take_slot(s, c);
       const int32_t *pp = j->per_prompt ? j->prompt + c->p_off : j->prompt;
       int pn = j->per_prompt ? c->p_len : j->n_prompt;
-      if (sm_seq_append(e, q, pp, pn) != SMELT_OK || (c->n_gen && sm_seq_append(e, q, c->gen, c->n_gen) != SMELT_OK)) {
+      if (sm_seq_append(e, q, pp, pn) != SMELT_OK || (c->n_gen && sm_seq_append(e, q, c->gen, c->n_gen) != SMELT_OK) ||
+          (!j->per_prompt && sm_seq_set_media(e, q, j->spans, j->n_spans) != SMELT_OK)) {
         sm_seq_free(e, q);
         return false;
       }
@@ -557,6 +562,7 @@ static void *engine_main(void *arg) {
             c->seq = sm_seq_new(s->eng); /* fallback: recompute (prefix cache helps) */
             if (c->seq) {
               sm_seq_append(s->eng, c->seq, j->prompt, j->n_prompt);
+              sm_seq_set_media(s->eng, c->seq, j->spans, j->n_spans);
               sm_seq_use_prefix_cache(s->eng, c->seq);
             } else {
               pthread_mutex_lock(&s->mu);

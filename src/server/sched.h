@@ -65,6 +65,8 @@ struct sm_job {
   sm_api_request req;
   int32_t *prompt;
   int n_prompt, max_tokens, n_cached;
+  struct sm_mm_span *spans; /* images in the prompt (references), NULL when none */
+  int n_spans;
   sm_grammar *grammar; /* NULL: unconstrained */
   int per_prompt;      /* several prompts: choices per prompt (0: one prompt shared by all) */
   float *emb;          /* embeddings: n x emb_dim floats, filled by the engine thread */

@@ -24,6 +24,7 @@ void sm_server_params_default(sm_server_params *p) {
   p->max_conns = 1024;
   p->max_conns_per_ip = 256;
   p->http_threads = 4;
+  p->cpu_poll = 50;
   p->header_timeout = 20;
   p->body_timeout = 60;
   p->timeout = 600;

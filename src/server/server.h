@@ -23,6 +23,9 @@ typedef struct {
   int ctx_size;                /* tokens per sequence; 0 = model default */
   int parallel;                /* concurrent sequences (default 4) */
   int threads;                 /* CPU threads (0 = all) */
+  const char *cpu_mask;        /* CPU thread pinning (smelt_model_params.cpu_mask); NULL: none */
+  int numa;                    /* smelt_numa */
+  int cpu_poll;                /* 0..100 (default 50) */
   int max_queue;               /* waiting requests before 429 (default 64) */
   size_t max_body;             /* request body cap in bytes (default 1 MiB) */
   const char *api_key;         /* NULL = no auth */
@@ -49,6 +52,8 @@ typedef struct {
   const char *tool_format;     /* tool-call format (toolcall.h names); NULL = from the chat template */
   const char *reasoning_format; /* "auto"/"deepseek" (split <think> text, default), "none" (keep it in content) */
   int pooling;                 /* embeddings: 0 last token (default), 1 mean */
+  bool allow_image_urls;       /* fetch http(s) image URLs of requests (default: data: URLs only) */
+  const char *image_files_dir; /* read local image files under this directory (a real path); NULL: none */
 } sm_server_params;
 
 /* Exit codes of sm_server_run */

@@ -5,6 +5,7 @@
 #include "store/store_internal.h"
 #include "format/config.h"
 #include "format/safetensors.h"
+#include "vision/vision.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,12 @@ static bool swap_suffix(const char *name, const char *old, const char *suf, char
   return true;
 }
 
+static int count_rec_layers(const sm_config *c) {
+  int n = 0;
+  for (int l = 0; l < c->num_hidden_layers; l++) n += c->layer_kind[l] == SM_LK_REC;
+  return n;
+}
+
 smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_bytes_per_elem, bool cuda,
                                sm_mem_estimate *out) {
   memset(out, 0, sizeof *out);
@@ -87,8 +94,16 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   out->intermediate = cfg.intermediate_size;
   out->vocab = cfg.vocab_size;
   out->max_pos = cfg.max_position_embeddings;
+  out->attn_layers = sm_config_attn_layers(&cfg);
+  if (cfg.rec.kind != SM_REC_NONE) { /* the recurrent layers' state (engine.c: a sequence, its snapshot, one spare) */
+    size_t cf, sf;
+    sm_config_rec_state(&cfg, &cf, &sf);
+    out->state_bytes = 4ull * (cf + sf) * (uint64_t)count_rec_layers(&cfg);
+    out->state_slots = 3;
+  }
   out->quant_bits = cfg.q_bits;
   out->quant_group = cfg.q_group_size;
+  out->quant_mode = cfg.q_mode;
   if (out->n_layers <= 0 || out->n_heads <= 0 || out->head_dim <= 0 || out->n_layers > 100000 ||
       out->n_kv_heads > 100000 || out->head_dim > 100000) {
     sm_config_free(&cfg);
@@ -101,35 +116,60 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   if (s) { sm_config_free(&cfg); return s; }
   out->n_tensors = sm_st_count(st);
   out->weights_bytes = sm_st_total_bytes(st);
+  /* mixtures of experts: the stacked routed experts' tensors ("<layer>.<experts>.<proj>.*") */
+  const sm_family *fam = sm_family_find(cfg.model_type);
+  char ex[96] = "";
+  if (fam && fam->moe && cfg.moe.n_experts > 0) {
+    out->n_experts = cfg.moe.n_experts;
+    out->top_k = cfg.moe.top_k;
+    snprintf(ex, sizeof ex, ".%s.", fam->moe->experts);
+  }
   char buf[1024];
   for (size_t i = 0; i < out->n_tensors; i++) {
     const sm_tensor *t = sm_st_at(st, i);
-    uint64_t numel = 1;
+    const bool vision = sm_vision_tensor(t->name);
+    if (vision) {
+      out->vision_bytes += t->nbytes;
+      out->n_vision_tensors++;
+    }
+    uint64_t numel = 1, params = 0;
     for (int d = 0; d < t->ndim; d++) numel *= (uint64_t)t->shape[d];
+    const bool expert = ex[0] && strstr(t->name, ex);
+    if (expert) out->expert_bytes += t->nbytes;
     /* quantization side tables: not parameters */
     if ((ends_with(t->name, ".scales") && swap_suffix(t->name, ".scales", ".weight", buf, sizeof buf)) ||
         (ends_with(t->name, ".biases") && swap_suffix(t->name, ".biases", ".weight", buf, sizeof buf))) {
       const sm_tensor *w = sm_st_find(st, buf);
       if (w && w->dtype == SM_DT_U32) continue;
     }
+    params = numel;
     if (t->dtype == SM_DT_U32 && ends_with(t->name, ".weight") &&
         swap_suffix(t->name, ".weight", ".scales", buf, sizeof buf) && sm_st_find(st, buf)) {
       int bits = 0, gs = 0;
       sm_config_quant_for(&cfg, t->name, &bits, &gs);
       if (bits <= 0) bits = cfg.q_bits;
-      if (bits > 0 && bits <= 32) { out->n_params += numel * 32 / (uint64_t)bits; continue; }
+      if (bits > 0 && bits <= 32) params = numel * 32 / (uint64_t)bits;
     }
-    out->n_params += numel;
+    out->n_params += params;
+    if (expert) out->expert_params += params;
+    if (vision) out->vision_params += params;
+  }
+  /* a token runs top_k of the n_experts experts of each MoE layer */
+  out->n_active_params = out->n_params;
+  out->active_bytes = out->weights_bytes;
+  if (out->n_experts > 0) {
+    const double unused = 1.0 - (double)out->top_k / out->n_experts;
+    out->n_active_params -= (uint64_t)((double)out->expert_params * unused);
+    out->active_bytes -= (uint64_t)((double)out->expert_bytes * unused);
   }
   sm_st_close(st);
-  sm_config_free(&cfg);
 
   int n = max_tokens;
   if (n <= 0) n = out->max_pos > 0 ? SM_MIN(out->max_pos, 8192) : 4096;
   out->max_tokens = n;
   out->kv_bytes_per_elem = kv_bytes_per_elem;
   out->kv_bytes_per_token =
-      2ull * (uint64_t)out->n_layers * (uint64_t)out->n_kv_heads * (uint64_t)out->head_dim * (uint64_t)kv_bytes_per_elem;
+      2ull * (uint64_t)out->attn_layers * (uint64_t)out->n_kv_heads * (uint64_t)out->head_dim * (uint64_t)kv_bytes_per_elem;
   out->kv_bytes = out->kv_bytes_per_token * (uint64_t)n;
   /* scratch activations (float32) for a prefill chunk of T = min(N, 512) rows: x, xb, xb2, xo (hidden),
    * q (heads*hd), k, v (kv_heads*hd), gate, up (intermediate), attention scores (heads * N);
@@ -138,9 +178,18 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   uint64_t row = 4ull * (uint64_t)out->hidden + (uint64_t)out->n_heads * (uint64_t)out->head_dim +
                  2ull * (uint64_t)out->n_kv_heads * (uint64_t)out->head_dim + 2ull * (uint64_t)out->intermediate +
                  (uint64_t)out->n_heads * (uint64_t)n;
+  /* a mixture layer's (src/model/moe.c): router logits, k ids and weights, k experts' gate, up and output
+   * rows, the shared expert's gate, up and output; and twice the k experts' rows of x and outputs that the
+   * CUDA backend's grouped GEMMs gather */
+  if (out->n_experts > 0) {
+    const uint64_t k = (uint64_t)out->top_k, Fe = (uint64_t)cfg.moe.expert_inter, Fs = (uint64_t)cfg.moe.shared_inter;
+    const uint64_t H = (uint64_t)out->hidden;
+    row += (uint64_t)out->n_experts + 2 * k + 2 * k * Fe + k * H + 2 * Fs + H + 1 + (cuda ? k * (H + Fe) + k : 0);
+  }
   out->activation_bytes = 4ull * (T * row + (uint64_t)out->vocab);
+  sm_config_free(&cfg);
   out->runtime_bytes = out->activation_bytes + (out->weights_bytes + out->kv_bytes) / 10;
-  out->total_bytes = out->weights_bytes + out->kv_bytes + out->runtime_bytes;
+  out->total_bytes = out->weights_bytes + out->kv_bytes + out->runtime_bytes + out->state_bytes * (uint64_t)out->state_slots;
 
   out->cuda = cuda;
   const char *ov = sm_store_settings_get()->available_memory;

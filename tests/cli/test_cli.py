@@ -201,6 +201,32 @@ if rc != 0:
 else:
     print("note: --device cuda works here; the failure message is not exercised")
 
+# generate --image (issue 32) on the tiny Qwen2.5-VL golden fixture: the reference's 40 greedy tokens
+# (byte tokens; the fixture's other ids have no text), the image where the prompt's marker is or before
+# the text, and the errors
+VF = os.path.join(SRC, "tests", "golden", "vision", "qwen2_5_vl_vision")
+man = json.load(open(os.path.join(VF, "manifest.json")))
+IMG = os.path.join(VF, "image.jpg")
+want = bytes(i for i in man["greedy_ids"] if i < 256).decode("utf-8", "replace")
+MK = "<|vision_start|><|image_pad|><|vision_end|>"
+rc, out, err = run("generate", VF, "-p", man["prompt"], "--image", IMG, "-n", "40", "--temp", "0")
+check(rc == 0 and out == man["prompt"] + want + "\n" and stats(err) and stats(err)[0] == len(man["prompt_ids"]),
+      "generate --image gives the reference's greedy tokens: rc %d %r %s" % (rc, out, err))
+rc, out1, err = run("generate", VF, "-p", "what?", "--image", IMG, "-n", "12", "--temp", "0")
+rc2, out2, err2 = run("generate", VF, "-p", MK + "what?", "--image", IMG, "-n", "12", "--temp", "0")
+check(rc == 0 and rc2 == 0 and out1[len("what?"):] == out2[len(MK + "what?"):] and stats(err)[0] == stats(err2)[0],
+      "generate: a prompt without a marker takes the image before it: %r %r %s" % (out1, out2, err))
+rc3, out3, err3 = run("generate", VF, "-p", MK + "what?", "--image",
+                      os.path.join(SRC, "tests", "vision", "data", "images", "rgb_61x45.png"), "-n", "12", "--temp", "0")
+check(rc3 == 0 and out3 != out2, "generate: another image, another continuation: %r %r %s" % (out3, out2, err3))
+rc, out, err = run("generate", VF, "-p", MK + MK + "what?", "--image", IMG, "-n", "4")
+check(rc == 1 and "2 image markers" in err and "1 --image file" in err and "[prompt" not in err,
+      "generate: two markers for one image refused: rc %d %s" % (rc, err))
+rc, out, err = run("generate", "smelt-tiny", "-p", "hi", "--image", IMG, "-n", "4")
+check(rc == 1 and "cannot read images" in err, "generate --image on a text model: rc %d %s" % (rc, err))
+rc, out, err = run("generate", VF, "-p", "hi", "--image", os.path.join(VF, "manifest.json"), "-n", "4")
+check(rc == 1 and "manifest.json" in err and "[prompt" not in err, "generate --image on a non-image: rc %d %s" % (rc, err))
+
 # help
 rc, out, err = run("run", "--help")
 check(rc == 0 and "--prompt-cache" in out and "-ngl" in out and "--context-overflow" in out, "run --help")

@@ -1,6 +1,7 @@
 /* CUDA backend vs the CPU backend (the reference implementation of backend.h):
  * every op on random data, all bit widths, n = 1 and n > 1, then a whole synthetic
- * model (prefill logits and decode steps, which exercise CUDA-graph replay).
+ * model (prefill logits and decode steps, which exercise CUDA-graph replay). Argument "moe": only
+ * the mixture-of-experts and microscaling tests (bench/moe/device_check.sh).
  * Exits 77 (ctest SKIP) when the build has no CUDA or no GPU is present. */
 #include <math.h>
 #include <stdio.h>
@@ -632,6 +633,217 @@ out:
   if (system(cmd)) {}
 }
 
+/* ---- recurrent (hybrid) models ---- */
+
+/* a one-layer cache with three state slots of conv_floats / ssm_floats, garbage-filled, on backend b */
+static sm_kv_cache rec_cache(sm_backend *b, size_t cf, size_t sf) {
+  sm_kv_cache kv;
+  memset(&kv, 0, sizeof kv);
+  kv.n_layers = 1;
+  kv.n_slots = 3;
+  kv.conv_floats = cf;
+  kv.ssm_floats = sf;
+  kv.conv = calloc(1, sizeof(float *));
+  kv.ssm = calloc(1, sizeof(float *));
+  kv.conv[0] = b->alloc(b, 4 * 3 * (cf ? cf : 1));
+  kv.ssm[0] = b->alloc(b, 4 * 3 * (sf ? sf : 1));
+  float *g = malloc(4 * 3 * (cf + sf + 1));
+  fill(g, 3 * (cf + sf + 1), 60.f);
+  b->upload(b, kv.conv[0], g, 4 * 3 * cf);
+  b->upload(b, kv.ssm[0], g, 4 * 3 * sf);
+  free(g);
+  return kv;
+}
+static void rec_cache_free(sm_backend *b, sm_kv_cache *kv) {
+  b->free(b, kv->conv[0]);
+  b->free(b, kv->ssm[0]);
+  free(kv->conv);
+  free(kv->ssm);
+}
+
+/* The state ops on both backends over three batches of two sequences (slots 2 and 0; a prefill
+ * chunk and one-token steps, in varying order), the state buffers garbage-filled first: outputs of
+ * every step and the final states compared. op: 0 conv1d (+silu), 1 conv1d (bias, no activation),
+ * 2 ssm_scan, 3 gated_delta. */
+static void test_rec_op(int op) {
+  enum { NSTEP = 3 };
+  static const int take[NSTEP][2] = { { 6, 1 }, { 1, 5 }, { 2, 1 } };
+  static const bool b_first[NSTEP] = { false, true, false };
+  const int32_t slots[2] = { 2, 0 };
+  /* Mamba-2 at a real head size (P 64, N 128), gated delta at Qwen3.5's (128 x 128) */
+  const int CH = 300, K = 4, nh = 4, P = 64, NG = 2, N = 128, hk = 2, hv = 4, dk = 128, dv = 128;
+  const int ld = op <= 1 ? CH : op == 2 ? nh * P + 2 * NG * N + 3 : 2 * hk * dk + hv * dv + 5;
+  const int yw = op <= 1 ? CH : op == 2 ? nh * P : hv * dv, hw = op == 2 ? nh : hv;
+  const size_t cf = op <= 1 ? (size_t)(K - 1) * CH : 1, sf = op == 2 ? (size_t)nh * P * N : op == 3 ? (size_t)hv * dv * dk : 1;
+  sm_kv_cache kc = rec_cache(C, cf, sf), kg = rec_cache(G, cf, sf);
+  float *w = malloc(4 * (size_t)CH * K), *bias = malloc(4 * (size_t)CH), *p1 = malloc(4 * 8), *p2 = malloc(4 * 8), *p3 = malloc(4 * 8);
+  fill(w, (size_t)CH * K, 1.f);
+  fill(bias, CH, 0.5f);
+  for (int i = 0; i < 8; i++) { p1[i] = -1.f + 0.4f * frand(); p2[i] = 1.5f * frand(); p3[i] = 1.f + 0.4f * frand(); }
+  float *dw = dup_dev(w, (size_t)CH * K), *db = dup_dev(bias, CH), *d1 = dup_dev(p1, 8), *d2 = dup_dev(p2, 8), *d3 = dup_dev(p3, 8);
+  int done[2] = { 0, 0 };
+  double worst = 0;
+  for (int k = 0; k < NSTEP; k++) {
+    int32_t tok[16], pos[16], seq[16];
+    int n = 0;
+    for (int j = 0; j < 2; j++) {
+      const int q = b_first[k] ? 1 - j : j;
+      for (int i = 0; i < take[k][q]; i++, n++) { tok[n] = 0; pos[n] = done[q] + i; seq[n] = q; }
+    }
+    sm_batch bt = { .n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 2, .max_blocks = 0,
+                    .state_slot = slots };
+    CHECK(C->set_batch(C, &bt) == SMELT_OK && G->set_batch(G, &bt) == SMELT_OK, "rec op %d set_batch: %s", op,
+          smelt_last_error());
+    float *x = malloc(4 * (size_t)n * ld), *a = malloc(4 * (size_t)n * hw), *b = malloc(4 * (size_t)n * hw);
+    float *yc = malloc(4 * (size_t)n * yw);
+    fill(x, (size_t)n * ld, 1.5f);
+    fill(a, (size_t)n * hw, 3.f);
+    fill(b, (size_t)n * hw, 3.f);
+    float *dx = dup_dev(x, (size_t)n * ld), *da = dup_dev(a, (size_t)n * hw), *dbb = dup_dev(b, (size_t)n * hw);
+    float *dy = G->alloc(G, 4 * (size_t)n * yw);
+    if (op <= 1) {
+      C->conv1d(C, yc, x, w, op ? bias : NULL, CH, K, op == 0, &kc, 0);
+      G->conv1d(G, dy, dx, dw, op ? db : NULL, CH, K, op == 0, &kg, 0);
+    } else if (op == 2) {
+      C->ssm_scan(C, yc, x, x + nh * P, x + nh * P + NG * N, ld, a, p1, p2, p3, nh, P, NG, N, 0.01f, 5.f, &kc, 0);
+      G->ssm_scan(G, dy, dx, dx + nh * P, dx + nh * P + NG * N, ld, da, d1, d2, d3, nh, P, NG, N, 0.01f, 5.f, &kg, 0);
+    } else {
+      C->gated_delta(C, yc, x, x + hk * dk, x + 2 * hk * dk, ld, a, b, p2, p1, hk, hv, dk, dv, &kc, 0);
+      G->gated_delta(G, dy, dx, dx + hk * dk, dx + 2 * hk * dk, ld, da, dbb, d2, d1, hk, hv, dk, dv, &kg, 0);
+    }
+    float *yg = get(dy, (size_t)n * yw);
+    double e = rel_l2(yg, yc, (size_t)n * yw);
+    if (e > worst) worst = e;
+    free(x); free(a); free(b); free(yc); free(yg);
+    G->free(G, dx); G->free(G, da); G->free(G, dbb); G->free(G, dy);
+    done[0] += take[k][0];
+    done[1] += take[k][1];
+  }
+  /* the final states of both sequences */
+  const size_t nst = op <= 1 ? cf : sf;
+  float *sc = malloc(4 * 3 * nst), *sg = malloc(4 * 3 * nst);
+  C->download(C, sc, op <= 1 ? kc.conv[0] : kc.ssm[0], 4 * 3 * nst);
+  G->download(G, sg, op <= 1 ? kg.conv[0] : kg.ssm[0], 4 * 3 * nst);
+  double es = fmax(rel_l2(sg, sc, nst), rel_l2(sg + 2 * nst, sc + 2 * nst, nst));
+  static const char *const names[] = { "conv1d+silu", "conv1d+bias", "ssm_scan", "gated_delta" };
+  CHECK(worst < 1e-5 && es < 1e-5, "%s: outputs rel err %g, states %g", names[op], worst, es);
+  free(sc); free(sg);
+  free(w); free(bias); free(p1); free(p2); free(p3);
+  G->free(G, dw); G->free(G, db); G->free(G, d1); G->free(G, d2); G->free(G, d3);
+  rec_cache_free(C, &kc);
+  rec_cache_free(G, &kg);
+}
+
+static void test_rec_ops(void) {
+  for (int op = 0; op < 4; op++) test_rec_op(op);
+  /* gated RMSNorm (both orders, weight per group position / per element), mul, sigmoid_mul, relu2, copy */
+  const int n = 5, dim = 512;
+  const size_t N = (size_t)n * dim;
+  float *x = malloc(N * 4), *z = malloc(N * 4), *w = malloc(dim * 4), *r = malloc(N * 4), *h;
+  fill(x, N, 2.f); fill(z, N, 3.f); fill(w, dim, 1.f);
+  float *dx = dup_dev(x, N), *dz = dup_dev(z, N), *dw = dup_dev(w, dim), *dr = G->alloc(G, N * 4);
+  C->gated_rmsnorm(C, r, x, z, w, n, dim, 128, 128, 1e-6f, true);
+  G->gated_rmsnorm(G, dr, dx, dz, dw, n, dim, 128, 128, 1e-6f, true);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "gated_rmsnorm (norm, gate)"); free(h);
+  C->gated_rmsnorm(C, r, x, z, w, n, dim, 64, dim, 1e-5f, false);
+  G->gated_rmsnorm(G, dr, dx, dz, dw, n, dim, 64, dim, 1e-5f, false);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "gated_rmsnorm (gate, norm)"); free(h);
+  G->upload(G, dr, x, N * 4); /* in place */
+  C->gated_rmsnorm(C, r, x, z, w, n, dim, dim, dim, 1e-5f, false);
+  G->gated_rmsnorm(G, dr, dr, dz, dw, n, dim, dim, dim, 1e-5f, false);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "gated_rmsnorm in place"); free(h);
+  C->mul(C, r, x, z, N);
+  G->mul(G, dr, dx, dz, N);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "mul"); free(h);
+  memcpy(r, x, N * 4); G->upload(G, dr, x, N * 4);
+  C->sigmoid_mul(C, r, z, N); G->sigmoid_mul(G, dr, dz, N);
+  C->relu2(C, r, N); G->relu2(G, dr, N);
+  h = get(dr, N); CHECK(rel_l2(h, r, N) < 1e-6, "sigmoid_mul, relu2"); free(h);
+  G->copy(G, dr, dx, N * 4);
+  h = get(dr, N); CHECK(!memcmp(h, x, N * 4), "copy"); free(h);
+  G->free(G, dx); G->free(G, dz); G->free(G, dw); G->free(G, dr);
+  free(x); free(z); free(w); free(r);
+}
+
+/* every hybrid family's synthetic model: prefill logits and decode steps (one sequence, and three
+ * batched with different lengths: CUDA-graph replay) against the CPU */
+static void test_hybrid_models(int bits) {
+  size_t nf;
+  const sm_family *const *all = sm_family_all(&nf);
+  for (size_t fi = 0; fi < nf; fi++) {
+    const sm_family *f = all[fi];
+    if (!f->recipe || !f->defaults->rec) continue;
+    char dir[256];
+    snprintf(dir, sizeof dir, "/tmp/smelt-cuda-hybrid-%d-%s-%d", (int)getpid(), f->model_type, bits);
+    sm_synth_shape sh = { "hybrid", 256, 2, 4, 2, 512, 1000, false, f->model_type, 64, NULL };
+    CHECK(sm_make_synthetic(&sh, bits, 32, dir, false) == SMELT_OK, "%s: synthetic: %s", f->model_type, smelt_last_error());
+    smelt_model_params p;
+    smelt_model_params_default(&p);
+    p.max_context = 128;
+    smelt_model *mc = NULL, *mg = NULL;
+    p.device = SMELT_DEVICE_CPU;
+    CHECK(smelt_model_load(dir, &p, &mc) == SMELT_OK, "%s: cpu load: %s", f->model_type, smelt_last_error());
+    p.device = SMELT_DEVICE_CUDA;
+    CHECK(smelt_model_load(dir, &p, &mg) == SMELT_OK, "%s: cuda load: %s", f->model_type, smelt_last_error());
+    if (mc && mg) {
+      const int V = smelt_model_vocab_size(mc);
+      int32_t ids[40];
+      for (int i = 0; i < 40; i++) ids[i] = (int32_t)(rnd() % (uint64_t)V);
+      float *lc = NULL, *lg = NULL;
+      CHECK(smelt_eval_logits(mc, ids, 30, &lc) == SMELT_OK && smelt_eval_logits(mg, ids, 30, &lg) == SMELT_OK,
+            "%s: eval: %s", f->model_type, smelt_last_error());
+      if (lc && lg) {
+        double e = rel_l2(lg, lc, (size_t)30 * V);
+        CHECK(e < 3e-2, "%s bits %d prefill logits rel err %g", f->model_type, bits, e);
+      }
+      free(lc); free(lg);
+      sm_engine_params ep;
+      sm_engine_params_default(&ep);
+      ep.max_context = 128;
+      ep.max_seqs = 4;
+      sm_engine *ec = NULL, *eg = NULL;
+      CHECK(sm_engine_create(mc, &ep, &ec) == SMELT_OK && sm_engine_create(mg, &ep, &eg) == SMELT_OK, "engines");
+      if (ec && eg) {
+        enum { NS = 3 };
+        sm_seq *cs[NS], *gs[NS];
+        for (int k = 0; k < NS; k++) {
+          cs[k] = sm_seq_new(ec);
+          gs[k] = sm_seq_new(eg);
+          sm_seq_append(ec, cs[k], ids + 3 * k, 2 + 5 * k);
+          sm_seq_append(eg, gs[k], ids + 3 * k, 2 + 5 * k);
+        }
+        float *a = malloc((size_t)NS * V * 4), *b = malloc((size_t)NS * V * 4);
+        double worst = 0;
+        for (int step = 0; step < 10; step++) {
+          uint8_t dc[NS], dg[NS];
+          CHECK(sm_engine_step(ec, cs, NS, a, dc) == SMELT_OK && sm_engine_step(eg, gs, NS, b, dg) == SMELT_OK,
+                "%s: step %d: %s", f->model_type, step, smelt_last_error());
+          for (int k = 0; k < NS; k++) {
+            CHECK(dc[k] && dg[k], "%s: step %d seq %d done", f->model_type, step, k);
+            double e = rel_l2(b + (size_t)k * V, a + (size_t)k * V, (size_t)V);
+            if (e > worst) worst = e;
+            int32_t t = ids[(step * 3 + k) % 40];
+            sm_seq_append(ec, cs[k], &t, 1);
+            sm_seq_append(eg, gs[k], &t, 1);
+          }
+        }
+        double dtol = bits == 4 && g_q4 ? 6e-2 : 1e-3;
+        printf("hybrid %s bits %d: batched decode vs cpu %.3g\n", f->model_type, bits, worst);
+        CHECK(worst < dtol, "%s bits %d decode logits rel err %g", f->model_type, bits, worst);
+        free(a); free(b);
+        for (int k = 0; k < NS; k++) { sm_seq_free(ec, cs[k]); sm_seq_free(eg, gs[k]); }
+      }
+      sm_engine_free(ec);
+      sm_engine_free(eg);
+    }
+    smelt_model_free(mc);
+    smelt_model_free(mg);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) {}
+  }
+}
+
 /* Decode steps of a synthetic model with the given tuning (env "NAME=value ..."), logits of each
  * step out; on CUDA also what the backend did (stats) and three tuning values it read (WEF, CARVE,
  * ATTN_KVEF). The variants are compared with each other in test_mlp_paths and test_cache_policy. */
@@ -776,10 +988,305 @@ static void test_mlp_paths(const char *shape, const char *base, const char *orde
   if (system(cmd)) {}
 }
 
+/* ---------------- mixtures of experts and microscaling weights (vs the CPU backend) ---------------- */
+
+/* a random weight of a microscaling mode (codes and scale codes as a checkpoint has them) */
+static tw make_mx(int64_t rows, int64_t cols, int mode) {
+  tw t;
+  memset(&t, 0, sizeof t);
+  const int bits = sm_qmode_bits((sm_qmode)mode), gs = sm_qmode_group((sm_qmode)mode);
+  t.w.rows = rows; t.w.cols = cols; t.w.bits = bits; t.w.group_size = gs; t.w.qmode = mode; t.w.dtype = SM_DT_U8;
+  const size_t nb = (size_t)rows * cols * bits / 8, ng = (size_t)rows * (cols / gs);
+  t.d = malloc(nb);
+  t.s = malloc(ng);
+  for (size_t i = 0; i < nb; i++) {
+    uint8_t v = (uint8_t)rnd();
+    if (bits == 8 && (v & 0x7F) > 0x60) v &= 0xBF;
+    ((uint8_t *)t.d)[i] = v;
+  }
+  for (size_t i = 0; i < ng; i++) ((uint8_t *)t.s)[i] = (uint8_t)(mode == SM_QMODE_NVFP4 ? 0x10 + rnd() % 16 : 118 + rnd() % 4);
+  t.w.data = t.d; t.w.scales = t.s;
+  return t;
+}
+
+static int32_t *dup_ids(const int32_t *h, size_t n) {
+  int32_t *d = G->alloc(G, n * 4);
+  G->upload(G, d, h, n * 4);
+  return d;
+}
+
+/* mxfp4 / mxfp8 / nvfp4 matmuls (row kernel for n <= 8, dequant + cuBLAS above) and embeddings */
+static void test_mx_matmul(void) {
+  const int modes[] = { SM_QMODE_MXFP4, SM_QMODE_MXFP8, SM_QMODE_NVFP4 };
+  const int64_t shapes[][2] = { { 37, 256 }, { 300, 1280 } };
+  const int ns[] = { 1, 3, 8, 12, 40 };
+  for (size_t mi = 0; mi < SM_ARRAY_LEN(modes); mi++)
+    for (size_t si = 0; si < SM_ARRAY_LEN(shapes); si++) {
+      const int64_t M = shapes[si][0], K = shapes[si][1];
+      tw t = make_mx(M, K, modes[mi]);
+      sm_weight wc = t.w, wg = t.w;
+      CHECK(C->prepare_weight(C, &wc) == SMELT_OK, "cpu prepare mx");
+      CHECK(G->prepare_weight(G, &wg) == SMELT_OK, "cuda prepare %s: %s", sm_qmode_name((sm_qmode)modes[mi]),
+            smelt_last_error());
+      for (size_t ni = 0; ni < SM_ARRAY_LEN(ns); ni++) {
+        const int n = ns[ni];
+        float *x = malloc((size_t)n * K * 4), *yc = malloc((size_t)n * M * 4);
+        fill(x, (size_t)n * K, 1.f);
+        C->matmul(C, SM_MM_OTHER, &wc, x, n, yc);
+        float *dx = dup_dev(x, (size_t)n * K), *dy = G->alloc(G, (size_t)n * M * 4);
+        G->matmul(G, SM_MM_OTHER, &wg, dx, n, dy);
+        float *yg = get(dy, (size_t)n * M);
+        const double e = rel_l2(yg, yc, (size_t)n * M);
+        CHECK(e < (n <= 8 ? 2e-5 : 1.5e-2), "matmul %s M %lld K %lld n %d: rel err %g", sm_qmode_name((sm_qmode)modes[mi]),
+              (long long)M, (long long)K, n, e);
+        G->free(G, dx); G->free(G, dy);
+        free(x); free(yc); free(yg);
+      }
+      int32_t toks[3] = { 0, (int32_t)(M - 1), (int32_t)(M / 2) }, pos[3] = { 0, 1, 2 }, seq[3] = { 0 }, table[1] = { 0 };
+      sm_batch b = { .n_tokens = 3, .tokens = toks, .pos = pos, .seq = seq, .n_seqs = 1, .max_blocks = 1,
+                     .block_table = table };
+      C->set_batch(C, &b);
+      G->set_batch(G, &b);
+      float *ec = malloc(3 * K * 4), *de = G->alloc(G, 3 * K * 4);
+      C->embed(C, &wc, ec);
+      G->embed(G, &wg, de);
+      float *eg = get(de, 3 * K);
+      CHECK(rel_l2(eg, ec, 3 * K) < 1e-7, "embed %s: rel err %g", sm_qmode_name((sm_qmode)modes[mi]), rel_l2(eg, ec, 3 * K));
+      G->free(G, de); free(ec); free(eg);
+      G->release_weight(G, &wg);
+      C->release_weight(C, &wc);
+      free_w(&t);
+    }
+}
+
+/* moe_route: the same experts (exactly) and weights for every routing kind */
+static void test_moe_route(void) {
+  enum { NT = 7, E = 64, K = 6 };
+  float *lg = malloc(sizeof(float) * NT * E), corr[E];
+  fill(lg, (size_t)NT * E, 3.f);
+  lg[2 * E + 5] = lg[2 * E + 9] = 8.f; /* a tie: the lower index first */
+  fill(corr, E, 0.2f);
+  float *dl = dup_dev(lg, (size_t)NT * E), *dcorr = dup_dev(corr, E);
+  const sm_moe_route rs[] = {
+    { SM_ROUTE_SOFTMAX, E, K, false, 1.f, NULL, 1, 1 }, { SM_ROUTE_SOFTMAX, E, K, true, 1.f, NULL, 1, 1 },
+    { SM_ROUTE_TOPK_SOFTMAX, E, K, false, 1.f, NULL, 1, 1 }, { SM_ROUTE_SIGMOID, E, K, true, 2.5f, NULL, 1, 1 },
+    { SM_ROUTE_SIGMOID, E, K, true, 1.f, NULL, 8, 3 },
+  };
+  for (size_t i = 0; i < SM_ARRAY_LEN(rs); i++) {
+    sm_moe_route rc = rs[i], rg = rs[i];
+    if (rs[i].kind == SM_ROUTE_SIGMOID) { rc.correction = corr; rg.correction = dcorr; }
+    int32_t ic[NT * K];
+    float wc[NT * K];
+    C->moe_route(C, lg, NT, &rc, ic, wc);
+    int32_t *dids = G->alloc(G, sizeof ic);
+    float *dw = G->alloc(G, sizeof wc);
+    G->moe_route(G, dl, NT, &rg, dids, dw);
+    int32_t ig[NT * K];
+    G->download(G, ig, dids, sizeof ig);
+    float *wg = get(dw, NT * K);
+    CHECK(!memcmp(ig, ic, sizeof ic), "moe_route kind %d: other experts chosen", rs[i].kind);
+    CHECK(rel_l2(wg, wc, NT * K) < 1e-6, "moe_route kind %d: weights rel err %g", rs[i].kind, rel_l2(wg, wc, NT * K));
+    CHECK(ic[2 * K] == 5 || rs[i].kind == SM_ROUTE_SIGMOID, "moe_route tie: %d", ic[2 * K]);
+    G->free(G, dids); G->free(G, dw); free(wg);
+  }
+  G->free(G, dl); G->free(G, dcorr);
+  free(lg);
+}
+
+/* matmul_experts on every weight layout: the row kernel (a recorded step) and the grouped GEMMs (an
+ * eager batch of more than 64 slots), x shared or per slot, with expert biases */
+static void test_moe_experts(void) {
+  enum { E = 6, R = 40, KC = 256 };
+  struct { int bits, gs, mode; sm_dtype dt; } fm[] = { { 4, 64, 0, SM_DT_BF16 }, { 8, 32, 0, SM_DT_F16 },
+                                                       { 3, 64, 0, SM_DT_BF16 }, { 0, 0, 0, SM_DT_BF16 },
+                                                       { 0, 0, SM_QMODE_MXFP4, SM_DT_U8 } };
+  float bias[E * R];
+  fill(bias, E * R, 1.f);
+  float *dbias = dup_dev(bias, E * R);
+  for (size_t fi = 0; fi < SM_ARRAY_LEN(fm); fi++) {
+    tw t = fm[fi].mode ? make_mx(E * R, KC, fm[fi].mode) : make_w(E * R, KC, fm[fi].bits, fm[fi].gs, fm[fi].dt);
+    sm_weight wc = t.w, wg = t.w;
+    CHECK(C->prepare_weight(C, &wc) == SMELT_OK && G->prepare_weight(G, &wg) == SMELT_OK, "prepare experts: %s",
+          smelt_last_error());
+    const int cases[][2] = { { 1, 3 }, { 5, 2 }, { 80, 2 } }; /* (tokens, k): 3, 10 slots recorded; 160 eager */
+    for (size_t ci = 0; ci < SM_ARRAY_LEN(cases); ci++)
+      for (int per_slot = 0; per_slot <= 1; per_slot++) {
+        const int n = cases[ci][0], k = cases[ci][1], ns = n * k;
+        int32_t *ids = malloc(sizeof(int32_t) * ns), *pos = malloc(sizeof(int32_t) * n), *sq = calloc((size_t)n, 4);
+        int32_t table[8] = { 0 };
+        for (int i = 0; i < ns; i++) ids[i] = (int32_t)(rnd() % E);
+        for (int i = 0; i < n; i++) pos[i] = i;
+        /* a batch of n tokens: up to 64 the backend records the step (row kernel), above it runs eagerly */
+        int32_t *tk = calloc((size_t)n, 4);
+        sm_batch b = { .n_tokens = n, .tokens = tk, .pos = pos, .seq = sq, .n_seqs = 1, .max_blocks = 8, .block_table = table };
+        CHECK(G->set_batch(G, &b) == SMELT_OK, "set_batch");
+        const size_t nx = (size_t)(per_slot ? ns : n) * KC;
+        float *x = malloc(nx * 4), *yc = malloc((size_t)ns * R * 4);
+        fill(x, nx, 1.f);
+        C->matmul_experts(C, SM_MM_EXPERT_GATE, &wc, R, per_slot ? bias : NULL, x, per_slot, n, k, ids, yc);
+        float *dx = dup_dev(x, nx), *dy = G->alloc(G, (size_t)ns * R * 4);
+        int32_t *did = dup_ids(ids, (size_t)ns);
+        G->matmul_experts(G, SM_MM_EXPERT_GATE, &wg, R, per_slot ? dbias : NULL, dx, per_slot, n, k, did, dy);
+        float *yg = get(dy, (size_t)ns * R);
+        const bool gemm = ns > 64;
+        const double e = rel_l2(yg, yc, (size_t)ns * R);
+        CHECK(e < (gemm && !(fm[fi].bits == 0 && fm[fi].dt == SM_DT_F32) ? 1.5e-2 : 2e-5),
+              "matmul_experts format %zu n %d k %d per_slot %d: rel err %g", fi, n, k, per_slot, e);
+        G->free(G, dx); G->free(G, dy); G->free(G, did);
+        free(x); free(yc); free(yg); free(ids); free(pos); free(sq); free(tk);
+      }
+    G->release_weight(G, &wg);
+    C->release_weight(C, &wc);
+    free_w(&t);
+  }
+  G->free(G, dbias);
+  /* moe_combine, swiglu_clamp, sigmoid_gate_rows */
+  enum { N = 9, KK = 4, D = 300 };
+  float *y = malloc(sizeof(float) * N * KK * D), w[N * KK], g[N], *r = malloc(sizeof(float) * N * KK * D);
+  fill(y, (size_t)N * KK * D, 10.f);
+  fill(w, N * KK, 1.f);
+  fill(g, N, 4.f);
+  float *dy = dup_dev(y, (size_t)N * KK * D), *dw = dup_dev(w, N * KK), *dg = dup_dev(g, N);
+  float *dr = G->alloc(G, sizeof(float) * N * KK * D), *h;
+  C->moe_combine(C, r, y, w, N, KK, D);
+  G->moe_combine(G, dr, dy, dw, N, KK, D);
+  h = get(dr, (size_t)N * D); CHECK(rel_l2(h, r, (size_t)N * D) < 1e-6, "moe_combine"); free(h);
+  C->sigmoid_gate_rows(C, r, g, N, D);
+  G->sigmoid_gate_rows(G, dr, dg, N, D);
+  h = get(dr, (size_t)N * D); CHECK(rel_l2(h, r, (size_t)N * D) < 1e-6, "sigmoid_gate_rows"); free(h);
+  const size_t nn = (size_t)N * KK * D / 2;
+  C->swiglu_clamp(C, r, y, y + nn, nn, 1.702f, 7.f);
+  G->swiglu_clamp(G, dr, dy, dy + nn, nn, 1.702f, 7.f);
+  h = get(dr, nn); CHECK(rel_l2(h, r, nn) < 1e-6, "swiglu_clamp"); free(h);
+  G->free(G, dy); G->free(G, dw); G->free(G, dg); G->free(G, dr);
+  free(y); free(r);
+}
+
+/* attention with sinks over a paged cache (f32 and f16 elements), a window on some calls */
+static void test_attention_sinks(void) {
+  enum { NH = 8, NKV = 2, HD = 64, BS = 16, NB = 8, P = 70 };
+  const int KW = NKV * HD;
+  for (int dti = 0; dti < 2; dti++) {
+    const sm_dtype dt = dti ? SM_DT_F16 : SM_DT_F32;
+    const size_t es = dti ? 2 : 4, cache = (size_t)NB * BS * KW;
+    sm_kv_cache kc = { .n_layers = 1, .n_kv_heads = NKV, .head_dim = HD, .block_size = BS, .n_blocks = NB, .dtype = dt };
+    sm_kv_cache kg = kc;
+    void *ck = calloc(cache, es), *cv = calloc(cache, es), *gk = G->alloc(G, cache * es), *gv = G->alloc(G, cache * es);
+    kc.k = &ck; kc.v = &cv; kg.k = &gk; kg.v = &gv;
+    int32_t tok[P] = { 0 }, pos[P], seq[P] = { 0 }, table[NB] = { 3, 1, 7, 0, 2, 6, 5, 4 };
+    for (int p = 0; p < P; p++) pos[p] = p;
+    sm_batch b = { .n_tokens = P, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 1, .max_blocks = NB, .block_table = table };
+    CHECK(C->set_batch(C, &b) == SMELT_OK && G->set_batch(G, &b) == SMELT_OK, "set_batch");
+    float *k = malloc(sizeof(float) * P * KW), *v = malloc(sizeof(float) * P * KW), *q = malloc(sizeof(float) * P * NH * HD);
+    fill(k, (size_t)P * KW, 1.f); fill(v, (size_t)P * KW, 1.f); fill(q, (size_t)P * NH * HD, 1.f);
+    float *dk = dup_dev(k, (size_t)P * KW), *dv = dup_dev(v, (size_t)P * KW), *dq = dup_dev(q, (size_t)P * NH * HD);
+    C->kv_store(C, &kc, 0, k, v);
+    G->kv_store(G, &kg, 0, dk, dv);
+    float sinks[NH] = { -20, -1, 0, 0.5f, 1, 2, 5, 30 };
+    float *ds = dup_dev(sinks, NH), *oc = malloc(sizeof(float) * P * NH * HD), *dout = G->alloc(G, sizeof(float) * P * NH * HD);
+    for (int win = 0; win <= 1; win++) {
+      C->attention_sinks(C, oc, q, &kc, 0, NH, 0.125f, win ? 9 : 0, 0.f, sinks);
+      G->attention_sinks(G, dout, dq, &kg, 0, NH, 0.125f, win ? 9 : 0, 0.f, ds);
+      float *og = get(dout, (size_t)P * NH * HD);
+      const double e = rel_l2(og, oc, (size_t)P * NH * HD);
+      CHECK(e < 1e-5, "attention_sinks dt %d window %d: rel err %g", (int)dt, win, e);
+      free(og);
+    }
+    G->free(G, dk); G->free(G, dv); G->free(G, dq); G->free(G, ds); G->free(G, dout); G->free(G, gk); G->free(G, gv);
+    free(ck); free(cv); free(k); free(v); free(q); free(oc);
+  }
+}
+
+/* whole synthetic mixture-of-experts models (qwen3_moe, qwen2_moe with its shared expert, glm4_moe with
+ * its dense first layer and group-limited sigmoid routing, gpt_oss with mxfp4 experts and sinks): prefill
+ * of 24 tokens (recorded: the row kernels) and of 100 (eager: grouped GEMMs), decode steps (graphs) */
+static void test_moe_model(const char *family, int bits, const char *extra) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "/tmp/smelt-cuda-moe-%s-%d-%d", family, bits, (int)getpid());
+  sm_synth_shape sh = { "moe", 256, 2, 8, 2, 256, 512, false, family, 32, extra };
+  CHECK(sm_make_synthetic(&sh, bits, 32, dir, false) == SMELT_OK, "synthetic %s: %s", family, smelt_last_error());
+  smelt_model_params p;
+  smelt_model_params_default(&p);
+  smelt_model *mc = NULL, *mg = NULL;
+  p.device = SMELT_DEVICE_CPU;
+  CHECK(smelt_model_load(dir, &p, &mc) == SMELT_OK, "cpu load %s: %s", family, smelt_last_error());
+  p.device = SMELT_DEVICE_CUDA;
+  CHECK(smelt_model_load(dir, &p, &mg) == SMELT_OK, "cuda load %s: %s", family, smelt_last_error());
+  if (mc && mg) {
+    const int V = smelt_model_vocab_size(mc);
+    int32_t ids[100];
+    for (int i = 0; i < 100; i++) ids[i] = (int32_t)(rnd() % (uint64_t)V);
+    const int lens[2] = { 24, 100 };
+    for (int li = 0; li < 2; li++) {
+      float *lc = NULL, *lg = NULL;
+      CHECK(smelt_eval_logits(mc, ids, lens[li], &lc) == SMELT_OK, "cpu eval");
+      CHECK(smelt_eval_logits(mg, ids, lens[li], &lg) == SMELT_OK, "cuda eval %s: %s", family, smelt_last_error());
+      if (lc && lg) {
+        const double e = rel_l2(lg, lc, (size_t)lens[li] * V);
+        printf("moe model %s bits %d: prefill %d rel err %.3g\n", family, bits, lens[li], e);
+        CHECK(e < 3e-2, "moe model %s bits %d prefill %d logits rel err %g", family, bits, lens[li], e);
+      }
+      free(lc); free(lg);
+    }
+    sm_engine_params ep;
+    sm_engine_params_default(&ep);
+    ep.max_context = 128;
+    sm_engine *ec = NULL, *eg = NULL;
+    CHECK(sm_engine_create(mc, &ep, &ec) == SMELT_OK && sm_engine_create(mg, &ep, &eg) == SMELT_OK, "engines");
+    if (ec && eg) {
+      sm_seq *sc = sm_seq_new(ec), *sg = sm_seq_new(eg);
+      sm_seq_append(ec, sc, ids, 5);
+      sm_seq_append(eg, sg, ids, 5);
+      float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
+      double worst = 0;
+      for (int step = 0; step < 10; step++) {
+        uint8_t dc = 0, dg = 0;
+        CHECK(sm_engine_step(ec, &sc, 1, a, &dc) == SMELT_OK && sm_engine_step(eg, &sg, 1, b, &dg) == SMELT_OK && dc && dg,
+              "moe engine step %d: %s", step, smelt_last_error());
+        const double e = rel_l2(b, a, (size_t)V);
+        if (e > worst) worst = e;
+        sm_seq_append(ec, sc, &ids[step + 5], 1);
+        sm_seq_append(eg, sg, &ids[step + 5], 1);
+      }
+      printf("moe model %s bits %d: decode rel err %.3g\n", family, bits, worst);
+      const double dtol = bits == 4 && g_q4 ? 6e-2 : 1e-3; /* int8 activations in the dense 4-bit matvecs */
+      CHECK(worst < dtol, "moe model %s bits %d decode logits rel err %g", family, bits, worst);
+      free(a); free(b);
+      sm_seq_free(ec, sc); sm_seq_free(eg, sg);
+    }
+    if (ec) sm_engine_free(ec);
+    if (eg) sm_engine_free(eg);
+  }
+  if (mc) smelt_model_free(mc);
+  if (mg) smelt_model_free(mg);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd)) {}
+}
+
+static void test_moe(void) {
+  test_mx_matmul();
+  test_moe_route();
+  test_moe_experts();
+  test_attention_sinks();
+  test_moe_model("qwen3_moe", 4, "{\"num_experts\": 8, \"num_experts_per_tok\": 2, \"norm_topk_prob\": true}");
+  test_moe_model("qwen2_moe", 8, NULL);
+  test_moe_model("glm4_moe", 4, "{\"n_routed_experts\": 8, \"n_group\": 2, \"topk_group\": 1, \"use_qk_norm\": true}");
+  test_moe_model("gpt_oss", 8, "{\"smelt_expert_mode\": \"mxfp4\", \"attention_bias\": true, \"sliding_window\": 16}");
+  test_moe_model("mixtral", 0, NULL);
+}
+
+/* the pass tests to run (argument "moe": only the mixture-of-experts tests, 64; "hybrid": only those of
+ * recurrent layers, 128) */
+static int g_only = ~0;
+
 /* one backend pass: G created with the tuning env (NAME=value ...), then the tests of mask
  * (1 elementwise, 2 attention, 4 matmul of 4-bit weights, 8 all widths, 16 models bits 4/0/3,
- * 32 model bits 4 on "test" and "tiny") */
+ * 32 model bits 4 on "test" and "tiny", 64 mixtures of experts and microscaling weights, 128 recurrent ops
+ * and hybrid models) */
 static void pass(const char *env, int mask) {
+  mask &= g_only;
+  if (!mask) return;
   char buf[200];
   snprintf(buf, sizeof buf, "%s", env);
   char *names[8];
@@ -805,18 +1312,26 @@ static void pass(const char *env, int mask) {
   if (mask & 8) test_matmul(-1);
   else if (mask & 4) test_matmul(4);
   if (mask & 16) { test_model(4); test_model(0); test_model(3); }
+  if (mask & 64) test_moe();
   if (mask & 32) {
     test_model(4);
     g_shape = "tiny";
     test_model(4);
     g_shape = "test";
   }
+  if (mask & 128) { test_rec_ops(); test_hybrid_models(4); test_hybrid_models(0); }
   G->destroy(G);
   G = NULL;
   for (int i = 0; i < nn; i++) unsetenv(names[i]);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "moe")) g_only = 64;
+  else if (argc > 1 && !strcmp(argv[1], "hybrid")) g_only = 128;
+  else if (argc > 1) {
+    fprintf(stderr, "usage: %s [moe|hybrid]\n", argv[0]);
+    return 2;
+  }
   G = sm_cuda_backend_create(0);
   if (!G) {
     printf("SKIP: no usable CUDA device (%s)\n", smelt_last_error());
@@ -826,13 +1341,18 @@ int main(void) {
   C = sm_cpu_backend_create(0);
   /* the exact fp32-activation kernels for every 4-bit weight (by default weights of >= 1 Mi elements,
    * like the largest test shape, use int8 activations) */
-  pass("SMELT_CUDA_Q4=0", 1 | 2 | 8 | 16);
+  pass("SMELT_CUDA_Q4=0", 1 | 2 | 8 | 16 | 64 | 128);
   /* every 4-bit weight on the int8-activation kernels, norm and decode attention writing the int8 x;
    * the attention's L2 prefetch of the gate weight also for these small weights */
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_PF_MIN=0", 4 | 32);
   /* every op as its own kernel (no fusion), and without CUDA graphs */
-  pass("SMELT_CUDA_Q4=2 SMELT_CUDA_FUSE=0", 2 | 32);
-  pass("SMELT_CUDA_Q4=2 SMELT_CUDA_GRAPHS=0", 32);
+  pass("SMELT_CUDA_Q4=2 SMELT_CUDA_FUSE=0", 2 | 32 | 128);
+  pass("SMELT_CUDA_Q4=2 SMELT_CUDA_GRAPHS=0", 32 | 128);
+  /* the MoE ops without fusion and without graphs (every step eager: routing and row kernels unrecorded) */
+  pass("SMELT_CUDA_FUSE=0 SMELT_CUDA_GRAPHS=0", 64);
+  /* 4-bit experts in the natural word order of CW_Q4 (the layout of real models' stacked experts, which
+   * are past the 1 Mi elements from which 4-bit weights take it) */
+  pass("SMELT_CUDA_Q4=2", 64);
   /* other k_mvq4 tilings and load hints */
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_Q4CFG=14 SMELT_CUDA_Q4HINT=3", 4 | 32);
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_Q4CFG=42 SMELT_CUDA_MVR=31", 4 | 32);
@@ -852,6 +1372,10 @@ int main(void) {
    * add + rmsnorm before it, and for the 8B shape the add + rmsnorm after it deferred to the next
    * q/k/v), and k_mvr where the tuning asks for it (the lm_head by default; MVR=31: every role)
    * against the same model with every op its own kernel on k_mvq4 */
+  if (g_only != ~0) {
+    C->destroy(C);
+    TEST_END();
+  }
   {
     const mlp_variant v1[] = { { "", true, false, true }, { "SMELT_CUDA_MVR=0", true, false, false },
                                { "SMELT_CUDA_MVR=31", true, false, true } };

@@ -98,6 +98,68 @@ static void r_gather(sm_backend *b, float *d, const float *s, int dim) {
   R(b)->in->gather_out(R(b)->in, d, s, dim);
 }
 
+static void r_moe_route(sm_backend *b, const float *l, int n, const sm_moe_route *r, int32_t *ids, float *w) {
+  note(b, "moe_route");
+  R(b)->in->moe_route(R(b)->in, l, n, r, ids, w);
+}
+static void r_matmul_experts(sm_backend *b, sm_mm_role role, const sm_weight *w, int64_t rows, const float *bias,
+                             const float *x, bool per_slot, int n, int k, const int32_t *ids, float *y) {
+  char t[40];
+  snprintf(t, sizeof t, "mmx:%s", sm_mm_role_name(role));
+  note(b, t);
+  R(b)->in->matmul_experts(R(b)->in, role, w, rows, bias, x, per_slot, n, k, ids, y);
+}
+static void r_moe_combine(sm_backend *b, float *o, const float *y, const float *w, int n, int k, int dim) {
+  note(b, "moe_combine");
+  R(b)->in->moe_combine(R(b)->in, o, y, w, n, k, dim);
+}
+static void r_swiglu_clamp(sm_backend *b, float *o, const float *g, const float *u, size_t n, float a, float lim) {
+  note(b, "swiglu_clamp");
+  R(b)->in->swiglu_clamp(R(b)->in, o, g, u, n, a, lim);
+}
+static void r_sigmoid_gate_rows(sm_backend *b, float *y, const float *g, int n, int dim) {
+  note(b, "sigmoid_gate_rows");
+  R(b)->in->sigmoid_gate_rows(R(b)->in, y, g, n, dim);
+}
+static void r_attention_sinks(sm_backend *b, float *o, const float *q, const sm_kv_cache *kv, int l, int nh, float sc,
+                              int win, float cap, const float *sinks) {
+  note(b, win > 0 ? "attention_sinks:window" : "attention_sinks");
+  R(b)->in->attention_sinks(R(b)->in, o, q, kv, l, nh, sc, win, cap, sinks);
+}
+
+static void r_copy(sm_backend *b, void *d, const void *s, size_t n) { note(b, "copy"); R(b)->in->copy(R(b)->in, d, s, n); }
+static void r_mul(sm_backend *b, float *y, const float *a, const float *x, size_t n) {
+  note(b, "mul");
+  R(b)->in->mul(R(b)->in, y, a, x, n);
+}
+static void r_sigmoid_mul(sm_backend *b, float *y, const float *g, size_t n) {
+  note(b, "sigmoid_mul");
+  R(b)->in->sigmoid_mul(R(b)->in, y, g, n);
+}
+static void r_relu2(sm_backend *b, float *y, size_t n) { note(b, "relu2"); R(b)->in->relu2(R(b)->in, y, n); }
+static void r_conv1d(sm_backend *b, float *o, const float *x, const float *w, const float *bi, int C, int K, bool act,
+                     const sm_kv_cache *kv, int l) {
+  note(b, "conv1d");
+  R(b)->in->conv1d(R(b)->in, o, x, w, bi, C, K, act, kv, l);
+}
+static void r_ssm_scan(sm_backend *b, float *y, const float *x, const float *B, const float *C, int ld, const float *dt,
+                       const float *dtb, const float *al, const float *D, int nh, int P, int G, int N, float lo, float hi,
+                       const sm_kv_cache *kv, int l) {
+  note(b, "ssm_scan");
+  R(b)->in->ssm_scan(R(b)->in, y, x, B, C, ld, dt, dtb, al, D, nh, P, G, N, lo, hi, kv, l);
+}
+static void r_gated_delta(sm_backend *b, float *y, const float *q, const float *k, const float *v, int ld, const float *a,
+                          const float *bb, const float *al, const float *dtb, int hk, int hv, int dk, int dv,
+                          const sm_kv_cache *kv, int l) {
+  note(b, "gated_delta");
+  R(b)->in->gated_delta(R(b)->in, y, q, k, v, ld, a, bb, al, dtb, hk, hv, dk, dv, kv, l);
+}
+static void r_gated_rmsnorm(sm_backend *b, float *o, const float *x, const float *z, const float *w, int n, int dim,
+                            int group, int wdim, float eps, bool nf) {
+  note(b, "gated_rmsnorm");
+  R(b)->in->gated_rmsnorm(R(b)->in, o, x, z, w, n, dim, group, wdim, eps, nf);
+}
+
 static sm_backend *rec_create(void) {
   rec_be *r = calloc(1, sizeof *r);
   r->in = sm_cpu_backend_create(1);
@@ -109,12 +171,17 @@ static sm_backend *rec_create(void) {
   b->rope_ext = r_rope_ext; b->kv_store = r_kv_store;
   b->attention = r_attention; b->silu_mul = r_silu_mul; b->gelu_mul = r_gelu_mul; b->add = r_add;
   b->add_rows = r_add_rows; b->scale = r_scale; b->softcap = r_softcap; b->gather_out = r_gather;
+  b->moe_route = r_moe_route; b->matmul_experts = r_matmul_experts; b->moe_combine = r_moe_combine;
+  b->swiglu_clamp = r_swiglu_clamp; b->sigmoid_gate_rows = r_sigmoid_gate_rows; b->attention_sinks = r_attention_sinks;
+  b->copy = r_copy; b->mul = r_mul; b->sigmoid_mul = r_sigmoid_mul; b->relu2 = r_relu2; b->conv1d = r_conv1d;
+  b->ssm_scan = r_ssm_scan; b->gated_delta = r_gated_delta; b->gated_rmsnorm = r_gated_rmsnorm;
   return b; /* no sample ops: the engine samples on the host */
 }
 
 /* expected decode-step sequences: the ops after embed, each layer's, and the head's. The synthetic
- * models have 2 layers; "extra" is config.json members that give a family its per-layer kinds (a
- * sliding window of 8, shorter than the prompt, so that it matters). */
+ * models have 2 layers (hybrid families: their registry's synthetic layer mix, Nemotron-H 3); "extra" is
+ * config.json members that give a family its per-layer kinds (a sliding window of 8, shorter than the
+ * prompt, so that it matters). */
 #define QKV "mm:q mm:k mm:v"
 #define ROPE "rope rope kv_store"
 #define ROPEX "rope_ext rope_ext kv_store"
@@ -125,8 +192,15 @@ static sm_backend *rec_create(void) {
 #define LLAMA_LAYER "rmsnorm " QKV " " ROPE " " ATTN_OUT " " MLP
 #define POST_MLP "mm:gate mm:up silu_mul mm:down rmsnorm add" /* OLMo 2 / EXAONE 4: the MLP reads x */
 #define SANDWICH_MLP "rmsnorm mm:gate mm:up gelu_mul mm:down rmsnorm add"
+/* mixtures of experts (src/model/moe.c): router, routing, the chosen experts, their weighted sum */
+#define EXPERTS "moe_route mmx:expert_gate mmx:expert_up silu_mul mmx:expert_down moe_combine"
+#define MOE "rmsnorm mm:router " EXPERTS " add"
+#define SHARED "mm:gate mm:up silu_mul mm:down"
+#define GDN "mm:rec_in mm:rec_in mm:rec_in mm:rec_in conv1d gated_delta gated_rmsnorm mm:rec_out"
+#define MAMBA2 "mm:rec_in mm:rec_in mm:rec_in conv1d ssm_scan gated_rmsnorm mm:rec_out"
+#define GATED_ATTN "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " attention mm:attn_gate sigmoid_mul mm:o add " MLP
 static const struct {
-  const char *family, *extra, *pre, *layer[2], *head;
+  const char *family, *extra, *pre, *layer[3], *head;
 } k_cases[] = {
   { "llama", NULL, "", { LLAMA_LAYER, LLAMA_LAYER }, HEAD },
   { "mistral", "{\"sliding_window\": 8}", "",
@@ -187,6 +261,44 @@ static const struct {
     { "layernorm " QKV " " ROPE " attention:window mm:o mm:gate mm:up silu_mul mm:down add add",
       "layernorm " QKV " kv_store attention mm:o mm:gate mm:up silu_mul mm:down add add" },
     "gather_out layernorm mm:lm_head scale" },
+  /* Qwen3-MoE: Qwen3's attention, every layer a mixture */
+  { "qwen3_moe", NULL, "", { "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE,
+                             "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE }, HEAD },
+  /* Qwen2-MoE: the shared expert and its sigmoid gate */
+  { "qwen2_moe", NULL, "",
+    { "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " rmsnorm mm:router " EXPERTS " " SHARED
+      " mm:shared_gate sigmoid_gate_rows add add",
+      "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " rmsnorm mm:router " EXPERTS " " SHARED
+      " mm:shared_gate sigmoid_gate_rows add add" }, HEAD },
+  { "mixtral", "{\"sliding_window\": 8}", "",
+    { "rmsnorm " QKV " " ROPE " attention:window mm:o add " MOE, "rmsnorm " QKV " " ROPE " attention:window mm:o add " MOE },
+    HEAD },
+  /* gpt-oss: biases, attention sinks, sliding layer 0 and full layer 1, router bias, clamped SwiGLU */
+  { "gpt_oss", "{\"sliding_window\": 8, \"attention_bias\": true}", "",
+    { "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " attention_sinks:window mm:o add_rows add rmsnorm mm:router "
+      "add_rows moe_route mmx:expert_gate mmx:expert_up swiglu_clamp mmx:expert_down moe_combine add",
+      "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " attention_sinks mm:o add_rows add rmsnorm mm:router "
+      "add_rows moe_route mmx:expert_gate mmx:expert_up swiglu_clamp mmx:expert_down moe_combine add" }, HEAD },
+  /* GLM-4 MoE: layer 0 dense (first_k_dense_replace 1), q/k norms with use_qk_norm, the shared expert */
+  { "glm4_moe", "{\"use_qk_norm\": true, \"attention_bias\": true, \"n_group\": 2, \"topk_group\": 1}", "",
+    { "rmsnorm " QKV " add_rows add_rows add_rows rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP,
+      "rmsnorm " QKV " add_rows add_rows add_rows rmsnorm rmsnorm " ROPE " " ATTN_OUT " rmsnorm mm:router " EXPERTS
+      " " SHARED " add add" }, HEAD },
+  /* hybrid families: a recurrent layer, then attention */
+  /* Qwen3.5 / Qwen3-Next: Gated DeltaNet (in_proj qkv, z, b, a), gated attention */
+  { "qwen3_5_text", NULL, "", { "rmsnorm " GDN " add " MLP, GATED_ATTN }, HEAD },
+  { "qwen3_next", NULL, "", { "rmsnorm " GDN " add " MLP, GATED_ATTN }, HEAD },
+  /* LFM2: conv(B * x) * C, attention with q/k norms */
+  { "lfm2", NULL, "", { "rmsnorm mm:rec_in mm:rec_in mm:rec_in mul conv1d mul mm:rec_out add " MLP,
+                        "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP }, HEAD },
+  /* Nemotron-H: Mamba-2, attention without RoPE, a squared-ReLU MLP, each a layer of its own */
+  { "nemotron_h", NULL, "", { "rmsnorm " MAMBA2 " add", "rmsnorm " QKV " kv_store " ATTN_OUT,
+                              "rmsnorm mm:up relu2 mm:down add" }, HEAD },
+  /* Granite 4.0-H: Mamba-2, attention with RoPE (position_embedding_type rope), multipliers */
+  { "granitemoehybrid", NULL, " scale",
+    { "rmsnorm " MAMBA2 " scale add rmsnorm mm:gate mm:up silu_mul mm:down scale add",
+      "rmsnorm " QKV " " ROPE " attention mm:o scale add rmsnorm mm:gate mm:up silu_mul mm:down scale add" },
+    HEAD " scale" },
 };
 
 static void run_case(int ci, const char *root) {
@@ -225,7 +337,7 @@ static void run_case(int ci, const char *root) {
   /* the decode step's log: embed, layers, head */
   sm_buf want = SM_BUF_INIT;
   sm_buf_printf(&want, "embed%s", k_cases[ci].pre);
-  for (int l = 0; l < 2; l++) sm_buf_printf(&want, " %s", k_cases[ci].layer[l]);
+  for (int l = 0; l < 3 && k_cases[ci].layer[l]; l++) sm_buf_printf(&want, " %s", k_cases[ci].layer[l]);
   sm_buf_printf(&want, " %s", k_cases[ci].head);
   CHECK(!strcmp(sm_buf_str(&r->log), sm_buf_str(&want)), "%s decode step ops:\n  got  %s\n  want %s", fam,
         sm_buf_str(&r->log), sm_buf_str(&want));

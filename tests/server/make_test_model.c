@@ -1,7 +1,8 @@
 /* Writes a tiny random-weight llama checkpoint with a byte-level BPE tokenizer (256 byte
  * tokens + ChatML specials; <|endoftext|> prepended by the post-processor) and a ChatML chat
- * template: a fast, self-contained model for the server tests.  usage: make_test_model DIR [LAYERS]
- * (LAYERS, default 2: another count makes another model, for tests that need two) */
+ * template: a fast, self-contained model for the server tests.  usage: make_test_model DIR [LAYERS [FAMILY]]
+ * (LAYERS, default 2: another count makes another model, for tests that need two; FAMILY, default llama:
+ * another registered family's layout, e.g. a hybrid one, whose test pattern has 2 layers) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,13 +37,13 @@ static int write_json(const char *dir, const char *name, cJSON *j) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: %s DIR [LAYERS]\n", argv[0]); return 2; }
+  if (argc < 2) { fprintf(stderr, "usage: %s DIR [LAYERS [FAMILY]]\n", argv[0]); return 2; }
   const char *dir = argv[1];
   const int layers = argc > 2 ? atoi(argv[2]) : 2;
   if (layers < 1 || layers > 16) { fprintf(stderr, "LAYERS must be 1 to 16\n"); return 2; }
   static const char *specials[] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>"};
   int vocab = 256 + 4;
-  sm_synth_shape sh = {"srvtest", 64, layers, 4, 2, 160, vocab, true, NULL, 0, NULL};
+  sm_synth_shape sh = {"srvtest", 64, layers, 4, 2, 160, vocab, true, argc > 3 ? argv[3] : NULL, 0, NULL};
   mkdir(dir, 0755);
   if (sm_make_synthetic(&sh, 0, 0, dir, false) != SMELT_OK) { fprintf(stderr, "%s\n", smelt_last_error()); return 1; }
   cJSON *t = cJSON_CreateObject();

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "server/api.h"
+#include "server/image_input.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/toolcall.h"
@@ -126,6 +127,36 @@ static void test_parse(void) {
   expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0]");
   expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0]");
   expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400, "messages[0]");
+  /* images: user messages only, with a URL; text and images keep their order as template parts */
+  expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"system\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+             "{\"url\":\"data:,\"}}]}]}", 400, "messages[0]");
+  expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+             "{\"url\":\"data:,\"}},{\"type\":\"audio\"}]}]}", 400, "messages[0]");
+  {
+    sm_api_request r;
+    if (parse_ok(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+                 "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,AA==\",\"detail\":\"low\"}},"
+                 "{\"type\":\"image_url\",\"image_url\":\"http://h/i.png\"}]}]}", &r)) {
+      const cJSON *parts = cJSON_GetObjectItem(cJSON_GetArrayItem(r.messages, 0), "content");
+      CHECK(r.n_images == 2 && !strcmp(r.image_urls[0], "data:image/png;base64,AA==") &&
+            !strcmp(r.image_urls[1], "http://h/i.png"));
+      CHECK(cJSON_GetArraySize(parts) == 3 &&
+            !strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(parts, 0), "text")->valuestring, "a") &&
+            !strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(parts, 1), "type")->valuestring, "image") &&
+            !strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(parts, 2), "type")->valuestring, "image"));
+      sm_api_request_free(&r);
+    }
+    if (parse_ok(SM_EP_RESPONSES, "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\","
+                 "\"image_url\":\"data:x\"},{\"type\":\"input_text\",\"text\":\"b\"}]}]}", &r)) {
+      CHECK(r.n_images == 1 && !strcmp(r.image_urls[0], "data:x"));
+      sm_api_request_free(&r);
+    }
+    /* text-only content parts stay a string */
+    if (parse_ok(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]}]}", &r)) {
+      CHECK(r.n_images == 0 && cJSON_IsString(cJSON_GetObjectItem(cJSON_GetArrayItem(r.messages, 0), "content")));
+      sm_api_request_free(&r);
+    }
+  }
   const char *M = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
   char b[512];
 #define E(extra, param) do { snprintf(b, sizeof b, "{%s,%s}", M, extra); expect_err(SM_EP_CHAT, b, 400, param); } while (0)
@@ -324,7 +355,26 @@ static void test_hardening(void) {
   cJSON_Delete(j);
 }
 
+/* the base64 of image data: URLs (RFC 4648 vectors, optional padding, bad input refused) */
+static void test_base64(void) {
+  static const char *const enc[] = { "", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy", "Zm9vYg" };
+  static const char *const dec[] = { "", "f", "fo", "foo", "foob", "fooba", "foobar", "foob" };
+  for (size_t i = 0; i < sizeof enc / sizeof *enc; i++) {
+    unsigned char *o = NULL;
+    size_t n = 0;
+    CHECK(sm_base64_decode(enc[i], strlen(enc[i]), &o, &n) && n == strlen(dec[i]) && !memcmp(o, dec[i], n));
+    free(o);
+  }
+  static const char *const bad[] = { "Z", "Zm9v!", "Zm 9v", "Zm9vY", "-_-_", "Zg===", "Zg=", "Zm8==", "Zm9v====", "Z===" };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    unsigned char *o = NULL;
+    size_t n = 0;
+    CHECK(!sm_base64_decode(bad[i], strlen(bad[i]), &o, &n));
+  }
+}
+
 int main(void) {
+  test_base64();
   test_hardening();
   test_parse();
   test_stop();

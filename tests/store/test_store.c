@@ -362,6 +362,33 @@ static void test_estimate(void) {
   CHECK_EQ_U(sm_store_kv_dtype_bytes("f8"), 0);
   CHECK(sm_store_estimate(dir, 100, 0, false, &e) == SMELT_ERR_INVALID);
 
+  /* a vision tower and projector: counted in the weights and parameters, and on their own
+   * (a 4-bit qkv [96 x 32]: 4 u32 a row, scales/biases [96 x 1]; a dense bf16 projector [64 x 32]) */
+  char *vdir = tmp_path("vfixture");
+  mkdirs(vdir);
+  write_text(vdir, "config.json",
+             "{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"
+             "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":100,"
+             "\"quantization\":{\"group_size\":32,\"bits\":4}}");
+  fx_tensor vt[] = {
+    {"model.norm.weight", "BF16", 1, {64, 0}, 64 * 2},
+    {"vision_tower.blocks.0.attn.qkv.weight", "U32", 2, {96, 4}, 96 * 4 * 4},
+    {"vision_tower.blocks.0.attn.qkv.scales", "BF16", 2, {96, 1}, 96 * 2},
+    {"vision_tower.blocks.0.attn.qkv.biases", "BF16", 2, {96, 1}, 96 * 2},
+    {"multi_modal_projector.linear_1.weight", "BF16", 2, {64, 32}, 64 * 32 * 2},
+  };
+  st = sm_path_join(vdir, "model.safetensors");
+  write_safetensors(st, vt, (int)(sizeof vt / sizeof vt[0]));
+  free(st);
+  CHECK(sm_store_estimate(vdir, 100, 2, false, &e) == SMELT_OK);
+  CHECK_EQ_U(e.n_tensors, 5);
+  CHECK_EQ_U(e.n_vision_tensors, 4);
+  CHECK_EQ_U(e.vision_bytes, 96 * 16 + 96 * 2 * 2 + 64 * 64);
+  CHECK_EQ_U(e.weights_bytes, 128 + 96 * 16 + 96 * 2 * 2 + 64 * 64);
+  CHECK_EQ_U(e.vision_params, 96 * 32 + 64 * 32);
+  CHECK_EQ_U(e.n_params, 64 + 96 * 32 + 64 * 32);
+  free(vdir);
+
   /* bad inputs: clean errors */
   char *bad = tmp_path("badfixture");
   mkdirs(bad);
@@ -376,6 +403,47 @@ static void test_estimate(void) {
   write_text(bad, "model.safetensors", "\xff\xff\xff\xff\xff\xff\xff\xff{}");
   CHECK(sm_store_estimate(bad, 100, 2, false, &e) != SMELT_OK); /* corrupt header */
   free(bad);
+  free(dir);
+}
+
+/* a hybrid model (Qwen3.5 layout, 3 Gated DeltaNet layers and 1 attention layer): KV for the attention
+ * layer only, plus the recurrent state of a sequence (float32) times the engine's 3 slots */
+static void test_estimate_hybrid(void) {
+  char *dir = tmp_path("hybrid");
+  mkdirs(dir);
+  write_text(dir, "config.json",
+             "{\"model_type\":\"qwen3_5_text\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":4,"
+             "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":100,"
+             "\"max_position_embeddings\":1024,\"layer_types\":[\"linear_attention\",\"linear_attention\","
+             "\"linear_attention\",\"full_attention\"],\"linear_conv_kernel_dim\":4,\"linear_num_key_heads\":2,"
+             "\"linear_key_head_dim\":16,\"linear_num_value_heads\":4,\"linear_value_head_dim\":16}");
+  fx_tensor t[] = {{"model.norm.weight", "BF16", 1, {64, 0}, 64 * 2}};
+  char *st = sm_path_join(dir, "model.safetensors");
+  write_safetensors(st, t, 1);
+  free(st);
+  sm_mem_estimate e;
+  smelt_status s = sm_store_estimate(dir, 100, 2, false, &e);
+  if (s) fprintf(stderr, "estimate: %s\n", sm_errmsg());
+  CHECK(s == SMELT_OK);
+  CHECK_EQ_U(e.n_layers, 4);
+  CHECK_EQ_U(e.attn_layers, 1);
+  /* KV f16: 2 (K,V) * 1 attention layer * 2 kv heads * 32 head dim * 2 bytes */
+  CHECK_EQ_U(e.kv_bytes_per_token, 256);
+  CHECK_EQ_U(e.kv_bytes, 25600);
+  /* per recurrent layer: convolution window (4-1) * (2*2*16 + 4*16) + delta-rule state 4 heads * 16 * 16,
+   * 1408 floats; 3 layers */
+  CHECK_EQ_U(e.state_bytes, 4 * 1408 * 3);
+  CHECK_EQ_U(e.state_slots, 3);
+  CHECK_EQ_U(e.total_bytes, e.weights_bytes + e.kv_bytes + e.runtime_bytes + 3 * e.state_bytes);
+  /* a plain model has no state */
+  write_text(dir, "config.json",
+             "{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":4,"
+             "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":100}");
+  CHECK(sm_store_estimate(dir, 100, 2, false, &e) == SMELT_OK);
+  CHECK_EQ_U(e.attn_layers, 4);
+  CHECK_EQ_U(e.state_bytes, 0);
+  CHECK_EQ_U(e.kv_bytes_per_token, 1024);
+  CHECK_EQ_U(e.total_bytes, e.weights_bytes + e.kv_bytes + e.runtime_bytes);
   free(dir);
 }
 
@@ -445,6 +513,7 @@ int main(void) {
   test_resolve();
   test_builtin();
   test_estimate();
+  test_estimate_hybrid();
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
   if (system(cmd) != 0) fprintf(stderr, "warning: could not clean %s\n", g_tmp);

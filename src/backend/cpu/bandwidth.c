@@ -2,7 +2,7 @@
  * decode roofline. Every thread of the backend's own pool (so the same threads, count and
  * placement as the kernels) first touches, then reads, its contiguous slice of one buffer well
  * past the caches (4x the last-level caches of the machine, at least 1 GiB, at most half the
- * available memory), with the widest loads of the backend's kernel set, without and with software
+ * available memory; on huge pages when the packed weights are), with the widest loads of the backend's kernel set, without and with software
  * prefetch; the best of a few passes counts. Hand-written because it has to run on the backend's pool: a benchmark library
  * (STREAM and the like) would bring its own threads and placement. */
 #include "backend/cpu/cpu_internal.h"
@@ -160,7 +160,7 @@ static void bw_job(void *v, int tid, int nth) {
   else c->sink[tid] = c->sum(p, c->slice, c->pf);
 }
 
-double sm_cpu_read_bandwidth(sm_pool *pool, const sm_cpu_kern *k) {
+double sm_cpu_read_bandwidth(sm_pool *pool, const sm_cpu_kern *k, bool huge_pages) {
   const int nth = sm_pool_size(pool);
   size_t bytes = 4 * llc_bytes();
   if (bytes < ((size_t)1 << 30)) bytes = (size_t)1 << 30;
@@ -174,7 +174,8 @@ double sm_cpu_read_bandwidth(sm_pool *pool, const sm_cpu_kern *k) {
 #endif
   c.slice = bytes / (size_t)nth / 4096 * 4096;
   /* + PF_DIST: the last thread's prefetches stay inside the buffer */
-  c.buf = sm_aligned_alloc(c.slice * (size_t)nth + PF_DIST);
+  /* on huge pages when the packed weights are (pack.c) */
+  c.buf = sm_cpu_alloc_huge(c.slice * (size_t)nth + PF_DIST, huge_pages);
   if (!c.buf) return 0;
   c.touch = true;
   sm_pool_run(pool, bw_job, &c);

@@ -2,15 +2,26 @@
 #ifndef SM_CPU_INTERNAL_H
 #define SM_CPU_INTERNAL_H
 #include "backend/backend.h"
+#include <sched.h>
 
 /* ---- thread pool: persistent workers, the caller runs as thread 0 ---- */
 typedef struct sm_pool sm_pool;
 typedef void (*sm_pool_fn)(void *ctx, int tid, int nth);
-sm_pool *sm_pool_create(int n_threads);
+/* sets: [n_threads] CPU sets thread i is pinned to (NULL: no pinning); poll: 0..100, how long
+ * idle workers spin before they sleep (llama.cpp's --poll; 50: 2 ms) */
+sm_pool *sm_pool_create(int n_threads, const cpu_set_t *sets, int poll);
+bool sm_pool_pinned(const sm_pool *p);
 void sm_pool_destroy(sm_pool *p);
 int sm_pool_size(const sm_pool *p);
 /* Runs fn(ctx, tid, nth) on every thread (tid 0 = caller) and waits for all. */
 void sm_pool_run(sm_pool *p, sm_pool_fn fn, void *ctx);
+
+/* ---- thread placement (cpu_place.c) ---- */
+/* "0xff" (hex, CPU 0 = lowest bit) or "0-7,16-23" */
+bool sm_cpu_parse_mask(const char *s, cpu_set_t *set);
+/* The threads (*n_threads; 0: all CPUs the options leave) and, where o asks for placement, the CPU
+ * set of each (*sets, malloc'd; NULL: no pinning). SMELT_ERR_INVALID naming the option at fault. */
+smelt_status sm_cpu_place_plan(const sm_cpu_opts *o, int *n_threads, cpu_set_t **sets);
 
 /* ---- kernels ---- */
 /* Prepared activation for a matvec: x permuted into the order the ISA's unpacker
@@ -60,14 +71,135 @@ typedef struct {
    * head and the tokens of a prefill tile). */
   void (*att_scores)(const float *q, int ldq, int nq, const float *const *kr, int np, int hd, float *s, int lds);
   void (*att_pv)(const float *p, int ldp, int nq, const float *const *vr, int np, int hd, float *acc);
+  /* n half-precision KV elements (dt SM_DT_F16 or SM_DT_BF16) widened to float (exact) */
+  void (*widen)(float *out, const void *src, sm_dtype dt, size_t n);
   bool (*i8_ok)(const sm_weight *w);
   void (*prep_xq)(const sm_weight *w, const float *x, int8_t *xq, float *xs, float *xsum);
   void (*matvec_i8)(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);
 } sm_cpu_kern;
 
+/* y[n][rows] = x . W^T for a weight in an MLX microscaling mode (cpu_mxq.c) */
+void sm_cpu_mxq_matmul(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, const float *x, int n, float *y);
+
+/* ys[i][0..rows) = ws[i] . xs[i] for i < nw: one-token matvecs of different weights and inputs (the chosen
+ * experts of a decode step) in one dispatch of the backend's threads (cpu_backend.c) */
+void sm_cpu_matvec_batch(sm_backend *be, const sm_weight *ws, const float *const *xs, float *const *ys, int nw);
+
+/* Sets the mixture-of-experts ops of a CPU backend (cpu_moe.c): moe_route, matmul_experts, moe_combine,
+ * swiglu_clamp, sigmoid_gate_rows (built on the backend's own matmul). */
+void sm_cpu_moe_install(sm_backend *be);
+
+/* ---- packed weights of the int8 path (pack.c) ----
+ * prepare_weight repacks an MLX affine-quantized weight (bits 2..8, group 32/64/128) into row
+ * blocks of 16 rows (the last one padded with zero rows). Row block b is ng = cols/gs groups of
+ * gbytes = 32*es + 2*gs*bits bytes each, contiguous (one stream per row block):
+ *   scales[16] and biases[16] of the group's 16 rows in the weight's scale dtype (es = 2 or 4
+ *   bytes; biases 0 where the weight has none), then gs/32 super blocks of 64*bits bytes.
+ * A super block holds codes c[r][j] of the 16 rows and 32 consecutive columns as 8 "quads"
+ * v = j/4: quad v unpacked is 64 bytes, byte 4r+i = c[r][4v+i] (the operand layout of vpdpbusd
+ * with 16 rows in the 16 int32 lanes, and of an AMX B tile row). Stored as bit planes of 64-byte
+ * vectors, byte 4r+i of each:
+ *   8 bits: 8 vectors, vector v = quad v;
+ *   4-plane (bits 4; low 4 bits for 5 and 6): 4 vectors, vector v%4 holds quad v at bit 4*(v/4);
+ *   2-plane (bits 2; low 2 bits for 3; bits 4-5 for 6): 2 vectors, vector v%2 holds quad v at
+ *     bit 2*(v/2);
+ *   1-plane (bit 4 for 5, bit 2 for 3): 1 vector, quad v at bit v.
+ *   Order: 4-plane, 2-plane, 1-plane (6: 4+2, 5: 4+1, 3: 2+1).
+ *
+ * Canonical int8 arithmetic (every int8 kernel computes exactly this, bit for bit, so a token's
+ * output is the same in a one-token step, a batch of any size, on VNNI or AMX, with any number of
+ * threads). Per token, per group g of gs columns:
+ *   lane[l] = sum over j = l, l+16, ... (in order) of x_j;  xsum_g = sm_cpu_sum16(lane)
+ *   mx = max |x_j|;  xs_g = mx / 127;  inv = mx > 0 ? 127 / mx : 0;  xq_j = rint(x_j * inv)
+ * and per output row r, with d_g = sum_j q_rj * xq_j (exact, int32):
+ *   acc = fma((float)d_g, scale_rg * xs_g, acc);  bacc = fma(bias_rg, xsum_g, bacc)  (g ascending)
+ *   y_r = acc + bacc. */
+typedef struct {
+  int64_t rows, cols, nrb, ng; /* nrb = row blocks, ng = groups per row */
+  int bits, gs, es;            /* es: bytes per scale */
+  sm_dtype sdt;                /* scale dtype */
+  size_t gbytes, rbbytes;      /* bytes per (row block, group), per row block */
+  uint8_t *data;
+} sm_cpu_packed;
+bool sm_cpu_packable(const sm_weight *w);
+/* The packed copy of w (packing spread over pool's threads; pool may be NULL; huge_pages: on
+ * transparent huge pages); NULL if w is not packable or memory runs out. */
+sm_cpu_packed *sm_cpu_pack(const sm_weight *w, sm_pool *pool, bool huge_pages);
+/* n bytes, 64-aligned; with huge_pages and n >= 2 MiB, 2 MiB-aligned and madvise(MADV_HUGEPAGE)'d
+ * (free() releases it) */
+void *sm_cpu_alloc_huge(size_t n, bool huge_pages);
+void sm_cpu_packed_free(sm_cpu_packed *p);
+/* the 8 quads of one super block at src */
+void sm_cpu_unpack_sb_ref(const uint8_t *src, int bits, uint8_t q[8][64]);
+/* row block rb as GEMM operands: U[cols/4][64] (quad k/4 of the 16 rows), SC/BI[ng][16] f32 */
+void sm_cpu_unpack_rb_ref(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
+/* ((l0+l8)+(l4+l12)) ... : the fixed summation tree of the canonical arithmetic */
+float sm_cpu_sum16(const float l[16]);
+/* canonical quantization of one token's x (natural order) */
+void sm_cpu_quant_x_ref(const float *x, int64_t K, int gs, int8_t *xq, float *xs, float *xsum);
+/* canonical int8 matmul, scalar, from the unpacked weight w: y[t][r] for n tokens (test oracle) */
+void sm_cpu_i8_ref(const sm_weight *w, const float *x, int n, float *y);
+
+/* Int8 kernels on packed weights (kern_i8_avx512.c: AVX-512 VNNI; kern_amx.c: AMX). The
+ * activations are quantized once per matmul into xq[n][cols] (natural order; rows up to the next
+ * multiple of 16 zero), xs/xsum[n][ng]. */
+typedef struct {
+  const sm_cpu_packed *p;
+  const int8_t *xq;
+  const float *xs, *xsum;
+  int n;            /* tokens */
+  int pf;           /* software prefetch distance in bytes (decode), 0: none */
+} sm_i8_arg;
+bool sm_i8avx512_ok(void);
+/* quantize tokens [t0, t1) of x[n][cols] (canonical) */
+void sm_i8avx512_quant(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum);
+/* one token (a->n == 1): y[r] for the rows of row blocks [rb0, rb1) (y indexed from 0 = row 0) */
+void sm_i8avx512_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
+/* unpack row block rb (vectorized sm_cpu_unpack_rb_ref) */
+void sm_i8avx512_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
+/* tokens [t0, t1) against one unpacked row block rb: y[t][rb*16 + i] (row stride ldy = rows,
+ * valid rows only) */
+void sm_i8avx512_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0,
+                      int t1, float *y, int64_t ldy);
+/* The same four for CPUs without AVX-512 VNNI (kern_i8_avx2.c; with AVX-VNNI kern_i8_avxvnni.c) */
+bool sm_i8avx2_ok(void);
+void sm_i8avx2_quant(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum);
+void sm_i8avx2_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
+void sm_i8avx2_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
+void sm_i8avx2_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
+                    float *y, int64_t ldy);
+bool sm_i8avxvnni_ok(void);
+void sm_i8avxvnni_quant(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum);
+void sm_i8avxvnni_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
+void sm_i8avxvnni_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
+void sm_i8avxvnni_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
+                       float *y, int64_t ldy);
+/* a set of the four, by CPU */
+typedef struct {
+  const char *name; /* "avx512vnni", "avxvnni", "avx2" */
+  void (*quant)(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum);
+  void (*matvec)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
+  void (*unpack)(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
+  void (*gemm)(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
+               float *y, int64_t ldy);
+} sm_i8_kern;
+/* the int8 kernels that go with the float kernel set k on this CPU; NULL: none */
+const sm_i8_kern *sm_i8_kernels_for(const sm_cpu_kern *k);
+/* name of the int8 kernel set a CPU backend uses ("avx512vnni", "avxvnni", "avx2"), "none" */
+const char *sm_cpu_backend_i8_name(const sm_backend *be);
+
+/* AMX: available (CPU flags and the kernel's permission for tile data, asked for once) */
+bool sm_amx_ok(void);
+/* tokens [t0, t1) (t0 % 16 == 0) against nrb <= 4 unpacked row blocks rb0.. (U[j] = U + j*16*cols,
+ * SC/BI likewise + j*ng*16); work: scratch of SM_AMX_SCRATCH bytes, 64-aligned */
+#define SM_AMX_SCRATCH (4 * 1024 + 4 * 16 * 16 * 4)
+void sm_amx_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb0, int nrb, int t0,
+                 int t1, float *y, int64_t ldy, void *work);
+void sm_amx_release(void); /* end of a job on this thread: tile state back to init */
+
 /* Read bandwidth (bytes/s) with every thread of pool, on a buffer well past the caches, loads
  * as wide as k's (bandwidth.c); 0 if the buffer cannot be allocated. Takes about a second. */
-double sm_cpu_read_bandwidth(sm_pool *pool, const sm_cpu_kern *k);
+double sm_cpu_read_bandwidth(sm_pool *pool, const sm_cpu_kern *k, bool huge_pages);
 
 /* AVX-512 VNNI int8 kernels (kern_avx512vnni.c); i8 functions of the avx512 table. */
 bool sm_avx512vnni_i8_ok(const sm_weight *w);
@@ -90,11 +222,33 @@ const sm_cpu_kern *sm_cpu_kernels_by_name(const char *name);
 /* Whether the CPU has GFNI (the 4-bit int8 matvec unpacks nibbles with it). */
 bool sm_cpu_has_gfni(void);
 
+/* A CPU backend's pool and kernel table (for the ops of cpu_encoder.c). */
+sm_pool *sm_cpu_backend_pool(sm_backend *be);
+const sm_cpu_kern *sm_cpu_backend_kern(sm_backend *be);
+/* cpu_encoder.c: installs the ops that read no batch state (attention_seg, rope_axes, gelu,
+ * gather_rows, copy) into a CPU backend's table */
+void sm_cpu_encoder_ops(sm_backend *b);
+
 /* Name of the kernel set a CPU backend uses ("avx512", "avx2", "scalar"). */
 const char *sm_cpu_backend_isa(const sm_backend *be);
-/* Whether a decode matvec (n < 4 tokens) with w runs on the int8-activation path
- * (off with SMELT_CPU_EXACT=1 at backend creation, or where no kernel exists). */
-bool sm_cpu_backend_uses_i8(const sm_backend *be, const sm_weight *w);
+/* Whether a matmul of n tokens with w runs on the int8-activation path (off with SMELT_CPU_EXACT=1
+ * at backend creation, or where no kernel exists), and whether it runs on AMX tiles. */
+bool sm_cpu_backend_uses_i8(const sm_backend *be, const sm_weight *w, int n);
+bool sm_cpu_backend_uses_amx(const sm_backend *be, const sm_weight *w, int n);
+
+/* ---- recurrent-model ops (ssm.c), on the current batch b (see backend.h) ---- */
+/* the batch meets the recurrent ops' rule (each sequence's tokens one run of consecutive positions) */
+bool sm_cpu_batch_rec_ok(const sm_batch *b);
+void sm_cpu_conv1d(sm_pool *pool, const sm_batch *b, float *out, const float *x, const float *w, const float *bias,
+                   int C, int K, bool act_silu, const sm_kv_cache *kv, int layer);
+void sm_cpu_ssm_scan(sm_pool *pool, const sm_batch *b, float *y, const float *x, const float *B, const float *Cm, int ld,
+                     const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh, int P, int G,
+                     int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer);
+void sm_cpu_gated_delta(sm_pool *pool, const sm_batch *b, float *y, const float *q, const float *k, const float *v, int ld,
+                        const float *a, const float *bb, const float *A_log, const float *dt_bias, int Hk, int Hv, int Dk,
+                        int Dv, const sm_kv_cache *kv, int layer);
+void sm_cpu_gated_rmsnorm(sm_pool *pool, float *out, const float *x, const float *z, const float *w, int n, int dim,
+                          int group, int wdim, float eps, bool norm_first);
 
 /* shared helpers */
 static inline float sm_cpu_ldf(const void *p, size_t i, sm_dtype t) {

@@ -384,9 +384,22 @@ static void softcap(float *y, float cap, size_t n) {
   if (i < n) st_n(y + i, _mm256_mul_ps(c, vtanh(_mm256_mul_ps(ld_n(y + i, n - i), inv))), n - i);
 }
 
+/* F16C / shift widening of half-precision KV rows */
+static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
+  const uint16_t *s = src;
+  size_t i = 0;
+  if (dt == SM_DT_F16)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+  else
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i))), 16)));
+  for (; i < n; i++) out[i] = dt == SM_DT_F16 ? sm_f16_to_f32(s[i]) : sm_bf16_to_f32(s[i]);
+}
+
 const sm_cpu_kern sm_cpu_kern_avx2 = {
   .name = "avx2", .panel = PANEL, .prep_x = prep_x, .matvec = matvec, .pack_panel = pack_panel,
   .gemm_panel = gemm_panel, .dot = dot, .axpy = axpy, .scal = scal,
-  .silu_mul = silu_mul, .gelu_mul = gelu_mul, .softcap = softcap,
+  .silu_mul = silu_mul, .gelu_mul = gelu_mul, .softcap = softcap, .widen = widen,
 };
 #endif

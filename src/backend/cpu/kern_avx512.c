@@ -554,7 +554,7 @@ static inline __attribute__((always_inline)) void sct_tile(const float *q, int l
     }
 }
 static void att_scores(const float *q, int ldq, int nq, const float *const *kr, int np, int hd, float *s, int lds) {
-  if (hd % 16 == 0 && hd <= 256 && np <= 64 && nq >= 2) {
+  if (hd % 16 == 0 && hd <= 256 && np <= 64) { /* by head_dim only: a row's scores don't depend on nq */
     float KT[256 * 64] __attribute__((aligned(64)));
     for (int j0 = 0; j0 < 64; j0 += 16)
       for (int d0 = 0; d0 < hd; d0 += 16) {
@@ -646,10 +646,22 @@ static void softcap(float *y, float cap, size_t n) {
   }
 }
 
+/* half-precision KV rows to float: vcvtph2ps (f16), a 16-bit shift (bf16) */
+static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
+  const uint16_t *s = src;
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tmask(i, n);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, s + i);
+    const __m512 v = dt == SM_DT_F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    _mm512_mask_storeu_ps(out + i, m, v);
+  }
+}
+
 const sm_cpu_kern sm_cpu_kern_avx512 = {
   .name = "avx512", .panel = PANEL, .prep_x = prep_x, .matvec = matvec, .pack_panel = pack_panel,
   .gemm_panel = gemm_panel, .dot = dot, .axpy = axpy, .scal = scal,
   .silu_mul = silu_mul, .gelu_mul = gelu_mul, .softcap = softcap, .att_scores = att_scores, .att_pv = att_pv,
+  .widen = widen,
   .i8_ok = sm_avx512vnni_i8_ok, .prep_xq = sm_avx512vnni_prep_xq, .matvec_i8 = sm_avx512vnni_matvec_i8,
 };
 #endif

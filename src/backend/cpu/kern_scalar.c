@@ -122,10 +122,16 @@ static void softcap(float *y, float cap, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] = cap * tanhf(y[i] * inv);
 }
 
+static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
+  const uint16_t *s = src;
+  if (dt == SM_DT_F16) for (size_t i = 0; i < n; i++) out[i] = sm_f16_to_f32(s[i]);
+  else for (size_t i = 0; i < n; i++) out[i] = sm_bf16_to_f32(s[i]);
+}
+
 const sm_cpu_kern sm_cpu_kern_scalar = {
   .name = "scalar", .panel = PANEL, .prep_x = prep_x, .matvec = matvec, .pack_panel = pack_panel,
   .gemm_panel = gemm_panel, .dot = dot, .axpy = axpy, .scal = scal,
-  .silu_mul = silu_mul, .gelu_mul = gelu_mul, .softcap = softcap,
+  .silu_mul = silu_mul, .gelu_mul = gelu_mul, .softcap = softcap, .widen = widen,
 };
 
 #if defined(__x86_64__)

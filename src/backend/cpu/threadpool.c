@@ -1,10 +1,16 @@
-/* Persistent worker pool. Dispatch bumps a generation counter; workers spin on it
- * for a while (decode issues many small ops back to back), then sleep on a condvar. */
+/* Persistent worker pool. Dispatch bumps a generation counter; idle workers spin on it for a
+ * while (decode issues a hundred or more small ops a token back to back), then sleep on a condvar:
+ * how long they spin is the poll level (llama.cpp's --poll, 0..100). The counters that the
+ * dispatcher writes, the one the workers write and the sleep count live on separate cache lines,
+ * so finishing workers do not disturb the ones still spinning. Threads may be pinned to CPU sets
+ * (cpu_place.c); the caller runs as thread 0 and is pinned to thread 0's set the first time it
+ * dispatches. */
 #include "backend/cpu/cpu_internal.h"
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sched.h>
+#include <string.h>
 #include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -13,19 +19,26 @@
 #define SM_PAUSE() ((void)0)
 #endif
 
-#define SPIN_NS 2000000ull /* spin up to 2 ms before sleeping */
+#define POLL_NS_PER_LEVEL 40000ull /* level 50: spin 2 ms before sleeping */
+#define CL 64
 
 struct sm_pool {
-  int n;
-  pthread_t *th;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  _Atomic uint64_t gen;
-  _Atomic int n_sleeping;
-  _Atomic int n_done;
-  _Atomic int quit;
+  /* written by the dispatcher, read by the workers */
+  _Alignas(CL) _Atomic uint64_t gen;
   sm_pool_fn fn;
   void *ctx;
+  _Atomic int quit;
+  int n;
+  uint64_t spin_ns;
+  /* written by the workers */
+  _Alignas(CL) _Atomic int n_done;
+  _Alignas(CL) _Atomic int n_sleeping;
+  _Alignas(CL) pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t *th;
+  cpu_set_t *sets;      /* [n] or NULL: no pinning */
+  pthread_t caller;     /* the thread last pinned as thread 0 */
+  bool caller_pinned;
 };
 
 typedef struct { sm_pool *p; int tid; } worker_arg;
@@ -40,6 +53,7 @@ static void *worker(void *arg) {
   worker_arg wa = *(worker_arg *)arg;
   free(arg);
   sm_pool *p = wa.p;
+  if (p->sets) pthread_setaffinity_np(pthread_self(), sizeof(cpu_set_t), &p->sets[wa.tid]);
   uint64_t seen = 0; /* gen starts at 0 and only the dispatcher bumps it */
   for (;;) {
     uint64_t g;
@@ -47,18 +61,19 @@ static void *worker(void *arg) {
     unsigned spins = 0;
     while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
       SM_PAUSE();
-      if (++spins == 1024) {
+      if (p->spin_ns == 0 || ++spins == 1024) {
         spins = 0;
-        sched_yield();
         uint64_t t = now_ns();
         if (!t0) t0 = t;
-        else if (t - t0 > SPIN_NS) {
+        if (t - t0 >= p->spin_ns) {
           pthread_mutex_lock(&p->mu);
           atomic_fetch_add(&p->n_sleeping, 1);
           while (atomic_load(&p->gen) == seen) pthread_cond_wait(&p->cv, &p->mu);
           atomic_fetch_sub(&p->n_sleeping, 1);
           pthread_mutex_unlock(&p->mu);
           t0 = 0;
+        } else {
+          sched_yield(); /* an oversubscribed machine can run the dispatcher */
         }
       }
     }
@@ -70,10 +85,17 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-sm_pool *sm_pool_create(int n_threads) {
+sm_pool *sm_pool_create(int n_threads, const cpu_set_t *sets, int poll) {
   if (n_threads < 1) n_threads = 1;
-  sm_pool *p = sm_xcalloc(1, sizeof *p);
+  sm_pool *p = sm_aligned_alloc(sizeof *p);
+  if (!p) return NULL;
+  memset(p, 0, sizeof *p);
   p->n = n_threads;
+  p->spin_ns = (uint64_t)(poll < 0 ? 0 : poll > 100 ? 100 : poll) * POLL_NS_PER_LEVEL;
+  if (sets) {
+    p->sets = sm_xmalloc(sizeof(cpu_set_t) * (size_t)n_threads);
+    memcpy(p->sets, sets, sizeof(cpu_set_t) * (size_t)n_threads);
+  }
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   p->th = sm_xcalloc((size_t)n_threads, sizeof(pthread_t));
@@ -109,12 +131,19 @@ void sm_pool_destroy(sm_pool *p) {
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
   free(p->th);
+  free(p->sets);
   free(p);
 }
 
 int sm_pool_size(const sm_pool *p) { return p->n; }
+bool sm_pool_pinned(const sm_pool *p) { return p->sets != NULL; }
 
 void sm_pool_run(sm_pool *p, sm_pool_fn fn, void *ctx) {
+  if (p->sets && (!p->caller_pinned || !pthread_equal(p->caller, pthread_self()))) {
+    pthread_setaffinity_np(pthread_self(), sizeof(cpu_set_t), &p->sets[0]);
+    p->caller = pthread_self();
+    p->caller_pinned = true;
+  }
   if (p->n == 1) { fn(ctx, 0, 1); return; }
   p->fn = fn;
   p->ctx = ctx;

@@ -51,6 +51,7 @@ struct cu_attn_tiled {
   float scale;
   int window;
   float softcap;
+  const int32_t *span; /* NULL, or per token [lo, hi] widening its key range (sm_batch.attn_span) */
 };
 int cu_attn_tiled_splits(int n_tiles, int nkv, int n_sm);
 /* false when the shape does not fit (shared memory, warps) */

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(FA_NW * 32)
               const KT *__restrict__ Kc, const KT *__restrict__ Vc, const int32_t *__restrict__ pos,
               const int32_t *__restrict__ seq, const int32_t *__restrict__ table, const int32_t *__restrict__ tiles,
               int n_tiles, int max_blocks, int bs, int nblocks, int n_heads, int nkv, int chunks, float qscale,
-              int window, float cap2, int S) {
+              int window, float cap2, int S, const int32_t *__restrict__ span) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap(); /* the host launches this kernel on sm_80+ only */
 #else
@@ -146,9 +146,9 @@ __global__ void __launch_bounds__(FA_NW * 32)
   /* the block's key range */
   int lo = 0x7fffffff, hi = -1;
   for (int t = t0 + r0 / G; t <= t0 + (r0 + nr - 1) / G; t++) {
-    const int p = pos[t];
-    lo = min(lo, window > 0 ? max(0, p - window + 1) : 0);
-    hi = max(hi, p);
+    const int p = pos[t], l = window > 0 ? max(0, p - window + 1) : 0;
+    lo = min(lo, span ? min(l, span[2 * t]) : l);
+    hi = max(hi, span ? max(p, span[2 * t + 1]) : p);
   }
   const int nkb = (hi - lo + FA_BN) / FA_BN, per = (nkb + S - 1) / S;
   const int kb0 = z * per, kb1 = min(nkb, kb0 + per);
@@ -175,8 +175,13 @@ __global__ void __launch_bounds__(FA_NW * 32)
     prow[i] = -1;
     plo[i] = 0x7fffffff;
     if (r < nr) {
-      prow[i] = pos[t0 + (r0 + r) / G];
+      const int t = t0 + (r0 + r) / G;
+      prow[i] = pos[t];
       plo[i] = window > 0 ? max(0, prow[i] - window + 1) : 0;
+      if (span) { /* widened key range (sm_batch.attn_span) */
+        plo[i] = min(plo[i], span[2 * t]);
+        prow[i] = max(prow[i], span[2 * t + 1]);
+      }
     }
   }
   int whi = max(prow[0], prow[1]), wlo = min(plo[0], plo[1]);
@@ -342,7 +347,7 @@ void cu_attn_flash_run(const cu_ctx *cx, const cu_attn_tiled *a, int S) {
   const dim3 grid((unsigned)a->n_tiles, (unsigned)(a->nkv * chunks), (unsigned)S);
   const float qscale = a->scale * 1.4426950408889634f, cap2 = a->softcap > 0.f ? a->softcap * 1.4426950408889634f : 0.f;
 #define FA_ARGS a->out, a->part, a->q, (const KT *)a->K, (const KT *)a->V, a->pos, a->seq, a->table, a->tiles, a->n_tiles, \
-                a->max_blocks, a->bs, a->nblocks, a->n_heads, a->nkv, chunks, qscale, a->window, cap2, S
+                a->max_blocks, a->bs, a->nblocks, a->n_heads, a->nkv, chunks, qscale, a->window, cap2, S, a->span
   CU_KV_DISPATCH(a->dt, switch (a->hd) {
     case 64: k_attn_fa<64, KT><<<grid, FA_NW * 32, smem, cx->s>>>(FA_ARGS); break;
     case 80: k_attn_fa<80, KT><<<grid, FA_NW * 32, smem, cx->s>>>(FA_ARGS); break;

@@ -37,7 +37,7 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
                        const KT *__restrict__ Kc, const KT *__restrict__ Vc, const int32_t *__restrict__ pos,
                        const int32_t *__restrict__ seq, const int32_t *__restrict__ table,
                        const int32_t *__restrict__ tiles, int max_blocks, int bs, int nblocks, int n_heads, int nkv,
-                       int hd, float scale, int window, float softcap, int S) {
+                       int hd, float scale, int window, float softcap, int S, const int32_t *__restrict__ span) {
   extern __shared__ float4 sm4[];
   float *sm = (float *)sm4;
   const int tile = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
@@ -51,8 +51,8 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
   int lo = 0x7fffffff, hi = -1;
   for (int t = t0; t < t1; t++) {
     int p = pos[t], l = window > 0 ? max(0, p - window + 1) : 0;
-    lo = min(lo, l);
-    hi = max(hi, p);
+    lo = min(lo, span ? min(l, span[2 * t]) : l);
+    hi = max(hi, span ? max(p, span[2 * t + 1]) : p);
   }
   const int nblk = (hi - lo + 32) / 32, per = (nblk + S - 1) / S;
   const int kb0 = z * per, kb1 = min(nblk, kb0 + per);
@@ -76,9 +76,13 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
     rlo[k] = 0;
     rhi[k] = -1;
     if (r < rows) {
-      int p = pos[t0 + r / G];
+      const int t = t0 + r / G, p = pos[t];
       rhi[k] = p;
       rlo[k] = window > 0 ? max(0, p - window + 1) : 0;
+      if (span) {
+        rlo[k] = min(rlo[k], span[2 * t]);
+        rhi[k] = max(rhi[k], span[2 * t + 1]);
+      }
     }
   }
   const int hd4 = hd >> 2;
@@ -250,7 +254,7 @@ void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a, size_t smem_opt
   const size_t smem = att_smem(a->hd, G, nw);
   dim3 grid((unsigned)a->n_tiles, (unsigned)a->nkv, (unsigned)S);
 #define ATT_ARGS a->out, a->part, a->q, (const KT *)a->K, (const KT *)a->V, a->pos, a->seq, a->table, a->tiles, \
-                 a->max_blocks, a->bs, a->nblocks, a->n_heads, a->nkv, a->hd, a->scale, a->window, a->softcap, S
+                 a->max_blocks, a->bs, a->nblocks, a->n_heads, a->nkv, a->hd, a->scale, a->window, a->softcap, S, a->span
   CU_KV_DISPATCH(a->dt, switch (att_ndim(a->hd)) {
     case 1: k_attn<KT, 1, 16><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
     case 2: k_attn<KT, 2, 16><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;

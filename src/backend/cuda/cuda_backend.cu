@@ -15,8 +15,10 @@
 #include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_be.cuh"
 #include "backend/cuda/cuda_mlp.cuh"
+#include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_weights.cuh"
 #include "backend/cuda/cuda_sample.cuh"
+#include "backend/cuda/cuda_ssm.cuh"
 #include "backend/sample_math.h"
 
 bool cu_ck(cuda_be *c, cudaError_t e, const char *what) {
@@ -206,12 +208,24 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
   if (b->n_out > 0 && !b->out_rows) return sm_err(SMELT_ERR_INVALID, "cuda: out_rows missing");
   for (int i = 0; i < b->n_out; i++)
     if (b->out_rows[i] < 0 || b->out_rows[i] >= n) return sm_err(SMELT_ERR_INVALID, "cuda: out_rows[%d] out of range", i);
-  /* layout: 8 equal sections: tokens, pos, seq, out_rows, tiles, then table in the last 3;
-   * offsets depend only on the capacity so device pointers stay fixed across steps */
+  /* recurrent models: each sequence's tokens one run of consecutive positions (backend.h) */
+  if (b->state_slot) {
+    if (b->feed_token) return sm_err(SMELT_ERR_INVALID, "cuda: fed tokens with recurrent state are not supported");
+    for (int t = 1; t < n; t++)
+      if (b->seq[t] == b->seq[t - 1] ? b->pos[t] != b->pos[t - 1] + 1 : false)
+        return sm_err(SMELT_ERR_INVALID, "cuda: recurrent state needs consecutive positions within a sequence");
+    for (int t = 1; t < n; t++)
+      if (b->seq[t] != b->seq[t - 1])
+        for (int u = 0; u < t - 1; u++)
+          if (b->seq[u] == b->seq[t]) return sm_err(SMELT_ERR_INVALID, "cuda: a sequence's tokens must be one run");
+  }
+  /* layout: 9 equal sections: tokens, pos, seq, out_rows, tiles, recurrent (slot, first, count per sequence),
+   * then table in the last 3; offsets depend only on the capacity so device pointers stay fixed */
   size_t sec_need = SM_MAX((size_t)n + 1, (size_t)b->n_out);
   sec_need = SM_MAX(sec_need, (nt + 2) / 3);
+  if (b->state_slot) sec_need = SM_MAX(sec_need, 3 * (size_t)b->n_seqs);
   if (c->meta_ev_live) cudaEventSynchronize(c->meta_ev); /* staging buffer free again */
-  if (sec_need * 8 > c->meta_cap) {
+  if (sec_need * 9 > c->meta_cap) {
     cu_graphs_clear(c);
     cudaStreamSynchronize(c->s);
     if (c->d_meta) cudaFree(c->d_meta);
@@ -224,8 +238,9 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
     }
     c->meta_cap = cap;
   }
-  const size_t sec = c->meta_cap / 8;
-  const size_t o_tok = 0, o_pos = sec, o_seq = 2 * sec, o_out = 3 * sec, o_tiles = 4 * sec, o_table = 5 * sec;
+  const size_t sec = c->meta_cap / 9;
+  const size_t o_tok = 0, o_pos = sec, o_seq = 2 * sec, o_out = 3 * sec, o_tiles = 4 * sec, o_rec = 5 * sec,
+               o_table = 6 * sec;
   int32_t *h = c->h_meta;
   if (n) {
     memcpy(h + o_tok, b->tokens, (size_t)n * 4);
@@ -243,13 +258,28 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
     t = t1;
   }
   tiles[n_tiles] = n;
+  size_t rec_end = 0;
+  if (b->state_slot) {
+    const int ns = b->n_seqs;
+    int32_t *r = h + o_rec;
+    for (int s = 0; s < ns; s++) { r[s] = b->state_slot[s]; r[ns + s] = 0; r[2 * ns + s] = 0; }
+    for (int t = 0; t < n; t++) {
+      const int s = b->seq[t];
+      if (!r[2 * ns + s]) r[ns + s] = t;
+      r[2 * ns + s]++;
+    }
+    rec_end = o_rec + 3 * (size_t)ns;
+  }
   c->n_tokens = n; c->n_seqs = b->n_seqs; c->max_blocks = b->max_blocks; c->n_out = b->n_out; c->n_tiles = n_tiles;
   c->h_pos = h + o_pos;
   c->h_tiles = tiles;
   c->d_tokens = c->d_meta + o_tok; c->d_pos = c->d_meta + o_pos; c->d_seq = c->d_meta + o_seq;
   c->d_out = c->d_meta + o_out; c->d_tiles = c->d_meta + o_tiles; c->d_table = c->d_meta + o_table;
+  c->d_rslot = c->d_meta + o_rec;
+  c->d_rfirst = c->d_rslot + b->n_seqs;
+  c->d_rcount = c->d_rfirst + b->n_seqs;
   /* one copy covering everything used */
-  size_t used = nt ? o_table + nt : o_tiles + (size_t)n_tiles + 1;
+  size_t used = nt ? o_table + nt : SM_MAX(o_tiles + (size_t)n_tiles + 1, rec_end);
   /* fed token: token 0 is already in place (written there by the last sample_async, queued
    * before), the upload skips the token section */
   const bool feed = b->feed_token && n > 0;
@@ -285,6 +315,13 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
     c->meta_ev_live = true;
   }
   cu_tl_mark(c, 1);
+  /* widened attention (bidirectional image tokens): its own copy, read by the attention op */
+  c->has_span = b->attn_span && n > 0;
+  if (c->has_span &&
+      (!cu_ensure_buf(c, (void **)&c->d_span, &c->span_cap, sizeof(int32_t) * 2 * (size_t)n) ||
+       !cu_ck(c, cudaMemcpyAsync(c->d_span, b->attn_span, sizeof(int32_t) * 2 * (size_t)n, cudaMemcpyHostToDevice, c->s),
+              "attention spans")))
+    return SMELT_ERR_BACKEND;
   return SMELT_OK;
 }
 
@@ -416,7 +453,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   const int G = n_heads / kv->n_kv_heads;
   int Sd = 0; /* > 0: one-token-per-sequence decode kernel with Sd splits */
   bool glong = false;
-  if (c->n_tiles == nt && cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) {
+  if (c->n_tiles == nt && !c->has_span && cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) {
     Sd = cu_attn_dec_splits(&c->t, nt, kv->n_kv_heads, c->n_sm);
     if (cu_attn_dec_smem(&c->t, kv->head_dim, G, Sd, kv->dtype) > c->smem_optin) Sd = 0;
     if (Sd > 1 && c->t.attn_long > 0) { /* long contexts: the global-memory split combine (a new graph) */
@@ -445,6 +482,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   o.at.nh = n_heads; o.at.nkv = kv->n_kv_heads; o.at.hd = kv->head_dim; o.at.bs = kv->block_size;
   o.at.nblocks = kv->n_blocks; o.at.window = window > 0 ? window : 0; o.at.scale = scale;
   o.at.softcap = softcap > 0.f ? softcap : 0.f; o.at.splits = Sd; o.at.glong = glong;
+  o.at.span = c->has_span ? c->d_span : NULL;
   cu_submit(c, &o);
 }
 
@@ -475,6 +513,96 @@ static void be_gather_out(sm_backend *be, float *dst, const float *src, int dim)
   memset(&o, 0, sizeof o);
   o.type = OP_GATHER;
   o.gat.dst = dst; o.gat.src = src; o.gat.dim = dim;
+  cu_submit(c, &o);
+}
+
+/* ===== recurrent (hybrid) models: the state ops read the batch's per-sequence slots (kernels in cuda_ssm.cu);
+ * their state copies are the copy op of cuda_encoder.cu ===== */
+static void be_mul(sm_backend *be, float *y, const float *a, const float *b, size_t n) { ew(CB(be), OP_MUL, y, a, b, 0, n, 0); }
+static void be_sigmoid_mul(sm_backend *be, float *y, const float *g, size_t n) { ew(CB(be), OP_SIGMUL, y, g, NULL, 0, n, 0); }
+static void be_relu2(sm_backend *be, float *y, size_t n) { ew(CB(be), OP_RELU2, y, NULL, NULL, 0, n, 0); }
+
+/* the layer's state buffer, or NULL (with the backend failed) when the op cannot run */
+static float *rec_state(cuda_be *c, float *const *buf, const sm_kv_cache *kv, int layer, const char *op) {
+  if (!kv || !buf || layer < 0 || layer >= kv->n_layers || !buf[layer] || kv->n_slots <= 0) {
+    sm_err(SMELT_ERR_INVALID, "cuda: %s without recurrent state for layer %d", op, layer);
+    c->failed = true;
+    return NULL;
+  }
+  return buf[layer];
+}
+
+static void be_conv1d(sm_backend *be, float *out, const float *x, const float *w, const float *bias, int C, int K,
+                      bool act, const sm_kv_cache *kv, int layer) {
+  cuda_be *c = CB(be);
+  if (c->n_tokens <= 0 || C <= 0) return;
+  float *st = rec_state(c, kv ? kv->conv : NULL, kv, layer, "conv1d");
+  if (!st) return;
+  if (K < 1 || K > CU_CONV_MAX_K) {
+    sm_err(SMELT_ERR_UNSUPPORTED, "cuda: convolution kernel %d (at most %d)", K, CU_CONV_MAX_K);
+    c->failed = true;
+    return;
+  }
+  cu_op o;
+  memset(&o, 0, sizeof o);
+  o.type = OP_CONV1D;
+  o.cv.out = out; o.cv.x = x; o.cv.w = w; o.cv.b = bias; o.cv.st = st; o.cv.sf = kv->conv_floats;
+  o.cv.C = C; o.cv.K = K; o.cv.act = act; o.cv.nseq = c->n_seqs;
+  cu_submit(c, &o);
+}
+
+static void be_ssm_scan(sm_backend *be, float *y, const float *x, const float *B, const float *Cm, int ld,
+                        const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh, int P, int G,
+                        int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer) {
+  cuda_be *c = CB(be);
+  if (c->n_tokens <= 0) return;
+  float *st = rec_state(c, kv ? kv->ssm : NULL, kv, layer, "ssm_scan");
+  if (!st) return;
+  if (nh <= 0 || P <= 0 || G <= 0 || nh % G || N <= 0 || N > 32 * CU_SSM_MAX_PER_LANE) {
+    sm_err(SMELT_ERR_UNSUPPORTED, "cuda: selective scan with state size %d (at most %d)", N, 32 * CU_SSM_MAX_PER_LANE);
+    c->failed = true;
+    return;
+  }
+  cu_op o;
+  memset(&o, 0, sizeof o);
+  o.type = OP_SSM;
+  o.ss.y = y; o.ss.x = x; o.ss.B = B; o.ss.C = Cm; o.ss.dt = dt_in; o.ss.dtb = dt_bias; o.ss.al = A_log; o.ss.D = D;
+  o.ss.st = st; o.ss.sf = kv->ssm_floats; o.ss.ld = ld; o.ss.nh = nh; o.ss.P = P; o.ss.G = G; o.ss.N = N;
+  o.ss.nseq = c->n_seqs; o.ss.lo = dt_min; o.ss.hi = dt_max;
+  cu_submit(c, &o);
+}
+
+static void be_gated_delta(sm_backend *be, float *y, const float *q, const float *k, const float *v, int ld,
+                           const float *a, const float *b, const float *A_log, const float *dt_bias, int Hk, int Hv,
+                           int Dk, int Dv, const sm_kv_cache *kv, int layer) {
+  cuda_be *c = CB(be);
+  if (c->n_tokens <= 0) return;
+  float *st = rec_state(c, kv ? kv->ssm : NULL, kv, layer, "gated_delta");
+  if (!st) return;
+  if (Hk <= 0 || Hv <= 0 || Hv % Hk || Dv <= 0 || Dk <= 0 || Dk > 32 * CU_SSM_MAX_PER_LANE) {
+    sm_err(SMELT_ERR_UNSUPPORTED, "cuda: gated delta rule with key head size %d (at most %d)", Dk,
+           32 * CU_SSM_MAX_PER_LANE);
+    c->failed = true;
+    return;
+  }
+  cu_op o;
+  memset(&o, 0, sizeof o);
+  o.type = OP_GDN;
+  o.gd.y = y; o.gd.q = q; o.gd.k = k; o.gd.v = v; o.gd.a = a; o.gd.b = b; o.gd.al = A_log; o.gd.dtb = dt_bias;
+  o.gd.st = st; o.gd.sf = kv->ssm_floats; o.gd.ld = ld; o.gd.hk = Hk; o.gd.hv = Hv; o.gd.dk = Dk; o.gd.dv = Dv;
+  o.gd.nseq = c->n_seqs;
+  cu_submit(c, &o);
+}
+
+static void be_gated_rmsnorm(sm_backend *be, float *out, const float *x, const float *z, const float *w, int n, int dim,
+                             int group, int wdim, float eps, bool norm_first) {
+  cuda_be *c = CB(be);
+  if (n <= 0 || dim <= 0 || group <= 0 || dim % group || (wdim != group && wdim != dim)) return;
+  cu_op o;
+  memset(&o, 0, sizeof o);
+  o.type = OP_GNORM;
+  o.gn.out = out; o.gn.x = x; o.gn.z = z; o.gn.w = w; o.gn.n = n; o.gn.dim = dim; o.gn.group = group;
+  o.gn.wdim = wdim; o.gn.nf = norm_first; o.gn.eps = eps;
   cu_submit(c, &o);
 }
 
@@ -530,6 +658,8 @@ static void be_destroy(sm_backend *be) {
   if (c->xq) cudaFree(c->xq);
   if (c->xq2) cudaFree(c->xq2);
   if (c->ssp) cudaFree(c->ssp);
+  if (c->seg_lohi) cudaFree(c->seg_lohi);
+  if (c->d_span) cudaFree(c->d_span);
   if (c->deq) cudaFree(c->deq);
   if (c->d_meta) cudaFree(c->d_meta);
   if (c->h_meta) cudaFreeHost(c->h_meta);
@@ -537,6 +667,8 @@ static void be_destroy(sm_backend *be) {
   if (c->blas_ws) cudaFree(c->blas_ws);
   if (c->meta_ev) cudaEventDestroy(c->meta_ev);
   if (c->am_cnt) { cudaFree(c->am_pv); cudaFree(c->am_pi); cudaFree(c->am_cnt); }
+  if (c->moe) cudaFree(c->moe);
+  free(c->h_moe);
   if (c->h_feed) {
     cudaFreeHost(c->h_feed);
     cudaEventDestroy(c->feed_ev[0]);
@@ -631,6 +763,15 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   b->sample = be_sample; /* device sampling (cuda_sample.cu) */
   b->sample_async = be_sample_async;
   b->sample_wait = be_sample_wait;
+  cu_moe_install(b); /* mixture-of-experts ops, attention sinks (cuda_moe.cu) */
+  b->mul = be_mul;
+  b->sigmoid_mul = be_sigmoid_mul;
+  b->relu2 = be_relu2;
+  b->conv1d = be_conv1d;
+  b->ssm_scan = be_ssm_scan;
+  b->gated_delta = be_gated_delta;
+  b->gated_rmsnorm = be_gated_rmsnorm;
+  cu_encoder_ops_init(b); /* ops with explicit shapes, copy among them (cuda_encoder.cu) */
   return b;
 }
 

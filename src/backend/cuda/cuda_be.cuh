@@ -15,7 +15,13 @@
  * that whole ops can be hashed and compared (the graph cache's key). */
 enum {
   OP_EMBED, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_KVSTORE, OP_ATTN, OP_SILU, OP_GELU, OP_ADD, OP_ADDROWS,
-  OP_SCALE, OP_SOFTCAP, OP_GATHER, OP_ARGMAX, OP_META, OP_LAYERNORM, OP_ROPEX, OP_COUNT
+  OP_SCALE, OP_SOFTCAP, OP_GATHER, OP_ARGMAX, OP_META, OP_LAYERNORM, OP_ROPEX,
+  /* mixtures of experts and attention sinks (cuda_moe.cu) */
+  OP_MOE_ROUTE, OP_MM_EXPERTS, OP_MOE_COMBINE, OP_SWIGLU_CLAMP, OP_SIGMOID_GATE, OP_ATTN_SINKS,
+  /* recurrent (hybrid) models: cuda_ssm.cu */
+  OP_MUL, OP_SIGMUL, OP_RELU2, OP_CONV1D, OP_SSM, OP_GDN, OP_GNORM,
+  /* ops with explicit shapes (cuda_encoder.cu) */
+  OP_ATTSEG, OP_ROPEAX, OP_GELU1, OP_GATHERROWS, OP_COPY, OP_COUNT
 };
 typedef struct {
   int type;
@@ -27,12 +33,32 @@ typedef struct {
     struct { float *x; const float *inv; int nh, hd, rot, n_rows, pos0, beta_pos; float mscale, beta; } rx;
     struct { void *K, *V; const float *k, *v; int row, bs, nblocks, dt; } kv; /* dt: the cache's sm_dtype */
     /* splits > 0: the decode kernel with that many splits (glong: combined in global memory); 0: tiled */
-    struct { float *out; const float *q; void *K, *V; int nh, nkv, hd, bs, nblocks, window, splits, glong, dt; float scale, softcap; } at;
-    struct { float *y; const float *a, *b; size_t n; int dim; float s; } ew; /* SILU GELU ADD ADDROWS SCALE SOFTCAP */
+    struct { float *out; const float *q; void *K, *V; int nh, nkv, hd, bs, nblocks, window, splits, glong, dt; float scale, softcap; const int32_t *span; } at;
+    struct { float *y; const float *a, *b; size_t n; int dim; float s; } ew; /* SILU GELU ADD ADDROWS SCALE SOFTCAP
+                                                                               * MUL SIGMUL RELU2 */
+    /* recurrent ops: st is the layer's state buffer (slots of sf floats), nseq the batch's sequences */
+    struct { float *out; const float *x, *w, *b; float *st; size_t sf; int C, K, act, nseq; } cv;
+    struct { float *y; const float *x, *B, *C, *dt, *dtb, *al, *D; float *st; size_t sf; int ld, nh, P, G, N, nseq;
+             float lo, hi; } ss;
+    struct { float *y; const float *q, *k, *v, *a, *b, *al, *dtb; float *st; size_t sf; int ld, hk, hv, dk, dv, nseq; } gd;
+    struct { float *out; const float *x, *z, *w; int n, dim, group, wdim, nf; float eps; } gn;
     struct { const cu_weight *cw; float *out; } emb;
     struct { float *dst; const float *src; int dim; } gat;
     struct { const float *logits; int32_t *dtok, *htok; int vocab; } am; /* greedy token of one row */
     struct { int32_t *dst; } meta;
+    struct { const float *logits, *corr; int32_t *ids; float *wts; int n, kind, ne, k, norm, ng, tkg; float scale; } rt;
+    /* grouped: run eagerly as one GEMM per chosen expert (cuda_moe.cu) */
+    struct { const cu_weight *cw; const float *x, *bias; const int32_t *ids; float *y; int64_t rows; int n, k, per_slot, role, grouped; } mx;
+    struct { float *out; const float *y, *w; int n, k, dim; } cb;
+    struct { float *out; const float *g, *u; size_t n; float alpha, limit; } sw;
+    struct { float *y; const float *g; int n, dim; } sg;
+    struct { float *out; const float *q, *sinks; void *K, *V; int nh, nkv, hd, bs, nblocks, window, dt; float scale, softcap; } as;
+    /* OP_ATTSEG: lohi holds each token's key range [lo, hi) (device, c->seg_lohi) */
+    struct { float *out; const float *q, *k, *v; const int32_t *lohi; int n, nh, nkv, hd; float scale; } asg;
+    struct { float *x; const float *inv; const int32_t *axis, *pos; int n, nh, hd, rot; } rax;
+    struct { float *y; const float *x; size_t n; int tanh_approx; } gl;                /* OP_GELU1 */
+    struct { float *dst; const float *src; const int32_t *idx; int n, dim; } gr;      /* OP_GATHERROWS */
+    struct { void *dst; const void *src; size_t bytes; } cp;                          /* OP_COPY */
   };
 } cu_op;
 const char *cu_op_name(int type);
@@ -76,6 +102,7 @@ typedef struct {
   int32_t *d_meta;
   size_t meta_cap; /* int32 elements */
   int32_t *d_tokens, *d_pos, *d_seq, *d_out, *d_tiles, *d_table;
+  int32_t *d_rslot, *d_rfirst, *d_rcount; /* recurrent models: per sequence its state slot, first token, tokens */
   int32_t *h_pos, *h_tiles; /* views into h_meta */
   cudaEvent_t meta_ev;
   bool meta_ev_live;
@@ -94,7 +121,12 @@ typedef struct {
   void *xq; size_t xq_cap;          /* int8-quantized activations for CW_Q4 matvecs (bytes) */
   void *xq2; size_t xq2_cap;        /* second one: silu(gate)*up written by the gate/up or MLP kernel */
   float *ssp; size_t ssp_cap;       /* deferred rmsnorm: partial sums of squares (cu_mlp_dnorm) */
+  int32_t *seg_lohi; size_t seg_cap; /* attention_seg: per-token key ranges (bytes) */
+  int32_t *d_span; size_t span_cap;  /* the batch's attn_span (bytes) */
+  bool has_span;                     /* the current batch has one */
   float *am_pv; int *am_pi; unsigned *am_cnt; /* greedy sampling inside the decode graph (cu_argmax1) */
+  void *moe; size_t moe_cap;        /* grouped expert GEMMs: gathered rows, their outputs, slot order (cuda_moe.cu) */
+  int32_t *h_moe; size_t h_moe_cap; /* host: their expert ids and slot order */
   /* recording / graphs */
   bool rec;
   cu_op *ops; int n_ops, cap_ops;
@@ -143,6 +175,10 @@ void cu_exec_ops(cuda_be *c);                /* the recorded ops, through the fu
 void cu_exec_op(cuda_be *c, const cu_op *o); /* one op, unfused */
 int cu_fusion_count(void);
 const char *cu_fusion_name(int i);
+
+/* cuda_encoder.cu: the ops with explicit shapes (backend.h attention_seg ... copy) */
+void cu_encoder_ops_init(sm_backend *b);
+void cu_exec_encoder_op(cuda_be *c, const cu_op *o);
 
 /* cuda_prof.cu */
 void cu_prof_begin(cuda_be *c);

@@ -98,7 +98,8 @@ static inline unsigned cu_ew_blocks(size_t n) {
 /* Device copy of one weight (w->dev points at this). */
 /* CW_Q4: 4-bit, natural MLX word order (16-byte vector v of a row = elements 32v..32v+31),
  * used by the int8-activation dp4a kernels (k_mvq4) for 1 <= n <= CU_Q4_MAX_N. */
-enum { CW_DENSE = 0, CW_QFAST = 1, CW_QGEN = 2, CW_Q4 = 3 };
+/* CW_MXQ: an MLX microscaling mode (qmode; cuda_mxq.cuh), the checkpoint's bytes as they are. */
+enum { CW_DENSE = 0, CW_QFAST = 1, CW_QGEN = 2, CW_Q4 = 3, CW_MXQ = 4 };
 enum { SBK_BF16 = 0, SBK_F16 = 1, SBK_F32 = 2 };
 typedef struct {
   int kind;            /* CW_* */
@@ -106,8 +107,9 @@ typedef struct {
   int bits, gs;
   sm_dtype dtype;      /* dense element type, or scale/bias type */
   int sbk;             /* SBK_* */
+  int qmode;           /* CW_MXQ: the sm_qmode */
   void *q;             /* dense data, or packed quantized words */
-  void *sb;            /* [rows][cols/gs] (scale,bias) pairs: uint32 (2x16-bit) or float2 */
+  void *sb;            /* [rows][cols/gs] (scale,bias) pairs: uint32 (2x16-bit) or float2; CW_MXQ: uint8 codes */
 } cu_weight;
 
 /* Quantized "fast" layout (bits 2/4/8): each row is W = cols*bits/32 32-bit words (a word
@@ -137,7 +139,8 @@ enum { CU_Q4_QKV, CU_Q4_O, CU_Q4_GU, CU_Q4_DN, CU_Q4_LM, CU_Q4_ROLES };
 static inline int cu_q4_role(sm_mm_role r) {
   switch (r) {
   case SM_MM_Q: case SM_MM_K: case SM_MM_V: return CU_Q4_QKV;
-  case SM_MM_O: return CU_Q4_O;
+  case SM_MM_REC_IN: case SM_MM_ATTN_GATE: return CU_Q4_QKV; /* projections of the layer input, like q/k/v */
+  case SM_MM_O: case SM_MM_REC_OUT: return CU_Q4_O;
   case SM_MM_GATE: case SM_MM_UP: return CU_Q4_GU;
   case SM_MM_DOWN: return CU_Q4_DN;
   case SM_MM_LM_HEAD: return CU_Q4_LM;

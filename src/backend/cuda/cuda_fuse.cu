@@ -19,15 +19,21 @@
 #include "backend/cuda/cuda_be.cuh"
 #include "backend/cuda/cuda_ew.cuh"
 #include "backend/cuda/cuda_mlp.cuh"
+#include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_mv.cuh"
 #include "backend/cuda/cuda_q4.cuh"
 #include "backend/cuda/cuda_sample.cuh"
+#include "backend/cuda/cuda_ssm.cuh"
 #include "backend/cuda/cuda_weights.cuh"
 
 const char *cu_op_name(int type) {
   static const char *const names[OP_COUNT] = { "embed", "matmul", "rmsnorm", "rope", "kv_store", "attention", "silu_mul",
                                                "gelu_mul", "add", "add_rows", "scale", "softcap", "gather_out",
-                                               "argmax", "metadata", "layernorm", "rope_ext" };
+                                               "argmax", "metadata", "layernorm", "rope_ext", "moe_route",
+                                               "matmul_experts", "moe_combine", "swiglu_clamp", "sigmoid_gate_rows",
+                                               "attention_sinks", "mul", "sigmoid_mul", "relu2", "conv1d", "ssm_scan",
+                                               "gated_delta", "gated_rmsnorm", "attention_seg", "rope_axes", "gelu",
+                                               "gather_rows", "copy" };
   return type >= 0 && type < OP_COUNT ? names[type] : "?";
 }
 
@@ -50,6 +56,24 @@ void cu_op_io(const cu_op *o, const void *rd[4], int *nr, const void *wr[2], int
   case OP_META: W(o->meta.dst); break;
   case OP_LAYERNORM: R(o->ln.x); R(o->ln.w); if (o->ln.b) R(o->ln.b); W(o->ln.out); break;
   case OP_ROPEX: R(o->rx.x); W(o->rx.x); break;
+  case OP_MOE_ROUTE: R(o->rt.logits); W(o->rt.ids); W(o->rt.wts); break;
+  case OP_MM_EXPERTS: R(o->mx.x); R(o->mx.ids); W(o->mx.y); break;
+  case OP_MOE_COMBINE: R(o->cb.y); R(o->cb.w); W(o->cb.out); break;
+  case OP_SWIGLU_CLAMP: R(o->sw.g); R(o->sw.u); W(o->sw.out); break;
+  case OP_SIGMOID_GATE: R(o->sg.y); R(o->sg.g); W(o->sg.y); break;
+  case OP_ATTN_SINKS: R(o->as.q); R(o->as.K); R(o->as.V); W(o->as.out); break;
+  case OP_MUL: R(o->ew.a); R(o->ew.b); W(o->ew.y); break;
+  case OP_SIGMUL: R(o->ew.y); R(o->ew.a); W(o->ew.y); break;
+  case OP_RELU2: R(o->ew.y); W(o->ew.y); break;
+  case OP_CONV1D: R(o->cv.x); R(o->cv.w); W(o->cv.out); W(o->cv.st); break;
+  case OP_SSM: R(o->ss.x); R(o->ss.dt); W(o->ss.y); W(o->ss.st); break;
+  case OP_GDN: R(o->gd.q); R(o->gd.a); R(o->gd.b); W(o->gd.y); break;
+  case OP_GNORM: R(o->gn.x); R(o->gn.z); R(o->gn.w); W(o->gn.out); break;
+  case OP_ATTSEG: R(o->asg.q); R(o->asg.k); R(o->asg.v); W(o->asg.out); break;
+  case OP_ROPEAX: R(o->rax.x); W(o->rax.x); break;
+  case OP_GELU1: R(o->gl.x); W(o->gl.y); break;
+  case OP_GATHERROWS: R(o->gr.src); W(o->gr.dst); break;
+  case OP_COPY: R(o->cp.src); W(o->cp.dst); break;
   }
 #undef R
 #undef W
@@ -484,7 +508,7 @@ static void x_attention(cuda_be *c, const cu_op *o) {
   }
   cu_attn_tiled t = { o->at.out, c->part, o->at.q, o->at.K, o->at.V, (sm_dtype)o->at.dt, c->d_pos, c->d_seq, c->d_table, c->d_tiles,
                       c->n_tiles, c->n_tokens, c->max_blocks, o->at.bs, o->at.nblocks, o->at.nh, o->at.nkv, o->at.hd,
-                      o->at.scale, o->at.window, o->at.softcap };
+                      o->at.scale, o->at.window, o->at.softcap, o->at.span };
   cu_attn_tiled_run(&c->cx, &t, c->smem_optin);
 }
 
@@ -521,6 +545,27 @@ static void exec_op_(cuda_be *c, const cu_op *o) {
     cu_rope_ext(cx, o->rx.x, c->d_pos, &a, nt, o->rx.nh, o->rx.hd);
     break;
   }
+  case OP_ATTSEG: case OP_ROPEAX: case OP_GELU1: case OP_GATHERROWS: case OP_COPY: cu_exec_encoder_op(c, o); break;
+  case OP_MUL: cu_rec_ew(cx, CU_REW_MUL, o->ew.y, o->ew.a, o->ew.b, o->ew.n); break;
+  case OP_SIGMUL: cu_rec_ew(cx, CU_REW_SIGMUL, o->ew.y, o->ew.a, NULL, o->ew.n); break;
+  case OP_RELU2: cu_rec_ew(cx, CU_REW_RELU2, o->ew.y, NULL, NULL, o->ew.n); break;
+  case OP_CONV1D: case OP_SSM: case OP_GDN: {
+    const cu_rec_batch rb = { c->d_pos, c->d_rslot, c->d_rfirst, c->d_rcount };
+    if (o->type == OP_CONV1D)
+      cu_conv1d(cx, &rb, o->cv.out, o->cv.x, o->cv.w, o->cv.b, o->cv.st, o->cv.sf, o->cv.C, o->cv.K, o->cv.act, o->cv.nseq);
+    else if (o->type == OP_SSM)
+      cu_ssm_scan(cx, &rb, o->ss.y, o->ss.x, o->ss.B, o->ss.C, o->ss.ld, o->ss.dt, o->ss.dtb, o->ss.al, o->ss.D, o->ss.st,
+                  o->ss.sf, o->ss.nh, o->ss.P, o->ss.G, o->ss.N, o->ss.lo, o->ss.hi, o->ss.nseq);
+    else
+      cu_gated_delta(cx, &rb, o->gd.y, o->gd.q, o->gd.k, o->gd.v, o->gd.ld, o->gd.a, o->gd.b, o->gd.al, o->gd.dtb,
+                     o->gd.st, o->gd.sf, o->gd.hk, o->gd.hv, o->gd.dk, o->gd.dv, o->gd.nseq);
+    break;
+  }
+  case OP_GNORM:
+    cu_gated_rmsnorm(cx, o->gn.out, o->gn.x, o->gn.z, o->gn.w, o->gn.n, o->gn.dim, o->gn.group, o->gn.wdim, o->gn.eps,
+                     o->gn.nf);
+    break;
+  default: cu_moe_exec(c, o); break; /* the mixture-of-experts ops and attention sinks (cuda_moe.cu) */
   }
 }
 

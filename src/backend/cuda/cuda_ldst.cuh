@@ -5,6 +5,7 @@
 #ifndef SM_CUDA_LDST_CUH
 #define SM_CUDA_LDST_CUH
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_mxq.cuh"
 
 /* streaming 16-byte load that skips L1 (weights are read once; keep L1 for x) */
 static __device__ __forceinline__ uint4 ld_stream(const void *p) {
@@ -159,6 +160,7 @@ static __device__ __forceinline__ float dq_elem(const cu_weight &w, int64_t r, i
     if (w.dtype == SM_DT_F16) return __half2float(((const __half *)w.q)[i]);
     return ((const float *)w.q)[i];
   }
+  if (w.kind == CW_MXQ) return mxq_elem(w, r, j);
   const int bits = w.bits;
   const int64_t G = w.cols / w.gs;
   float2 p = load_sb_rt(w.sb, r * G + j / w.gs, w.sbk);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "backend/cuda/cuda_ldst.cuh"
 #include "backend/cuda/cuda_mv.cuh"
+#include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_q4.cuh"
 #include "backend/cuda/cuda_q4dev.cuh"
 
@@ -477,7 +478,7 @@ bool cu_matvec_silu(const cu_ctx *cx, const cu_weight *w, const float *g, const 
 }
 
 bool cu_matvec_compatible(const cu_weight *a, const cu_weight *b) {
-  return a->kind == b->kind && a->kind != CW_QGEN && a->cols == b->cols && a->bits == b->bits && a->gs == b->gs &&
+  return a->kind == b->kind && a->kind != CW_QGEN && a->kind != CW_MXQ && a->cols == b->cols && a->bits == b->bits && a->gs == b->gs &&
          a->dtype == b->dtype && a->sbk == b->sbk;
 }
 
@@ -485,6 +486,10 @@ void cu_matvec_multi(const cu_ctx *cx, const cu_weight *const *ws, float *const 
                      void *xq, int role) {
   if (ws[0]->kind == CW_Q4) {
     cu_q4_matvec(cx, ws, ys, nw, x, NULL, n, xq, role);
+    return;
+  }
+  if (ws[0]->kind == CW_MXQ) { /* microscaling weights: the row kernel of cuda_moe.cu, n columns */
+    for (int i = 0; i < nw; i++) cu_rows_matvec(cx, ws[i], ws[i]->rows, NULL, 1, x, true, NULL, ys[i], n);
     return;
   }
   const cudaStream_t s = cx->s;

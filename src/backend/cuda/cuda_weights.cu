@@ -33,6 +33,10 @@ __global__ void k_pair32(float2 *dst, const float *s, const float *b, int64_t n)
 bool cu_weight_ok(const sm_weight *w) {
   if (!w || !w->data || w->rows <= 0 || w->cols <= 0 || w->rows > INT32_MAX || w->cols > INT32_MAX) return false;
   if (w->bits == 0) return w->dtype == SM_DT_F32 || w->dtype == SM_DT_F16 || w->dtype == SM_DT_BF16;
+  if (w->qmode != SM_QMODE_AFFINE) /* microscaling (cuda_mxq.cuh) */
+    return w->qmode > 0 && w->qmode < SM_QMODE_COUNT && w->bits == sm_qmode_bits((sm_qmode)w->qmode) &&
+           w->group_size == sm_qmode_group((sm_qmode)w->qmode) && w->cols % w->group_size == 0 &&
+           (w->cols * w->bits / 8) % 4 == 0 && w->scales && w->dtype == SM_DT_U8;
   if (!(w->bits == 2 || w->bits == 3 || w->bits == 4 || w->bits == 5 || w->bits == 6 || w->bits == 8)) return false;
   if (!(w->group_size == 32 || w->group_size == 64 || w->group_size == 128)) return false;
   if (w->cols % w->group_size || !w->scales) return false;
@@ -61,7 +65,17 @@ smelt_status cu_weight_upload(const cu_ctx *cx, const sm_weight *w, int q4_mode,
    * before its DMA lands, and that stream (non-blocking) does not wait for the legacy stream. */
   void *tmp = NULL, *ts = NULL, *tb = NULL;
   smelt_status st = SMELT_OK;
-  if (w->bits == 0) {
+  if (w->qmode != SM_QMODE_AFFINE) { /* microscaling: the codes and scale codes as they are */
+    const size_t bytes = (size_t)w->rows * (size_t)w->cols * (size_t)w->bits / 8;
+    const size_t sbytes = (size_t)w->rows * (size_t)(w->cols / w->group_size);
+    cw->kind = CW_MXQ;
+    cw->qmode = w->qmode;
+    if (cudaMalloc(&cw->q, bytes) != cudaSuccess || cudaMalloc(&cw->sb, sbytes) != cudaSuccess) goto oom;
+    if (!ck(cudaMemcpyAsync(cw->q, w->data, bytes, cudaMemcpyHostToDevice, s), "weight upload") ||
+        !ck(cudaMemcpyAsync(cw->sb, w->scales, sbytes, cudaMemcpyHostToDevice, s), "scales upload") ||
+        !ck(cudaStreamSynchronize(s), "weight upload"))
+      goto fail;
+  } else if (w->bits == 0) {
     size_t bytes = (size_t)w->rows * (size_t)w->cols * es;
     cw->kind = CW_DENSE;
     if (cudaMalloc(&cw->q, bytes) != cudaSuccess) goto oom;
@@ -165,6 +179,7 @@ template <typename O> static void dequant_rows(const cu_weight *w, int64_t r0, i
 
 void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool to_f16, cudaStream_t s) {
   if (nr <= 0) return;
+  if (w->kind == CW_MXQ) { cu_mxq_dequant_rows(w, r0, nr, out, to_f16, s); return; }
   const int threads = 256;
   const bool qf = w->kind == CW_QFAST || w->kind == CW_Q4;
   int64_t work = qf ? nr * (w->cols * w->bits / 32) : nr * w->cols;

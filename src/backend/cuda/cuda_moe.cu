@@ -1,0 +1,520 @@
+/* The CUDA backend's mixture-of-experts ops (backend.h) and gpt-oss's attention with sinks: their
+ * recording (typed ops of cuda_be.cuh, run unfused by cu_moe_exec) and their kernels.
+ *
+ * - moe_route: one warp a token: softmax / sigmoid scores in shared memory, group-limited choice, then
+ *   k rounds of a warp arg-max (ties to the lower expert index, as the reference sm_moe_route_row).
+ * - matmul_experts: decode and small batches (everything a CUDA graph records) run one row kernel over
+ *   the (token, slot) pairs, each warp a row of its slot's expert, so only the chosen experts are read
+ *   and the expert ids never leave the device. Larger batches, which run eagerly, download the ids, sort
+ *   the slots by expert and run one cuBLAS GEMM per chosen expert on its gathered rows (cu_gemm: the
+ *   expert's rows dequantized to f16 a tile at a time), then scatter the rows back.
+ * - moe_combine, swiglu_clamp, sigmoid_gate_rows: elementwise kernels.
+ * - attention_sinks: one warp a (token, head), an online softmax over the paged cache whose denominator
+ *   gets the head's sink; written for correctness (no tiling), as the reference for faster kernels. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cuda/cuda_kv.cuh"
+#include "backend/cuda/cuda_ldst.cuh"
+#include "backend/cuda/cuda_moe.cuh"
+#include "backend/cuda/cuda_weights.cuh"
+
+#define MOE_GROUPED_MIN 64 /* (token, slot) pairs from which an eager matmul_experts sorts them into GEMMs */
+
+/* ================= kernels ================= */
+
+/* lane's part of W[r] . x (any layout); the caller sums over the warp */
+static __device__ float row_dot_part(const cu_weight &w, int64_t r, const float *x, int lane) {
+  const int64_t K = w.cols;
+  float acc = 0.f;
+  if (w.kind == CW_DENSE) {
+    if (w.dtype == SM_DT_BF16) {
+      const __nv_bfloat16 *p = (const __nv_bfloat16 *)w.q + r * K;
+      for (int64_t j = lane; j < K; j += 32) acc += __bfloat162float(p[j]) * x[j];
+    } else if (w.dtype == SM_DT_F16) {
+      const __half *p = (const __half *)w.q + r * K;
+      for (int64_t j = lane; j < K; j += 32) acc += __half2float(p[j]) * x[j];
+    } else {
+      const float *p = (const float *)w.q + r * K;
+      for (int64_t j = lane; j < K; j += 32) acc += p[j] * x[j];
+    }
+  } else if (w.kind == CW_QFAST || w.kind == CW_Q4) { /* 2/4/8-bit words, E whole elements each */
+    const int bits = w.bits, E = 32 / bits;
+    const uint32_t mask = (1u << bits) - 1;
+    const int64_t W = K / E, G = K / w.gs;
+    const uint32_t *q = (const uint32_t *)w.q + r * W;
+    for (int64_t u = lane; u < W; u += 32) {
+      const uint32_t wd = q[w.kind == CW_Q4 ? u : cu_qfast_store_index(u, W)];
+      const int64_t j0 = u * E;
+      const float2 p = load_sb_rt(w.sb, r * G + j0 / w.gs, w.sbk);
+      const float4 *x4 = reinterpret_cast<const float4 *>(x + j0); /* E >= 4; rows of x 16-byte aligned */
+      float qx = 0.f, xs = 0.f;
+      for (int e4 = 0; e4 < E; e4 += 4) {
+        const float4 v = x4[e4 >> 2];
+        const float xv[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          qx += (float)((wd >> ((e4 + i) * bits)) & mask) * xv[i];
+          xs += xv[i];
+        }
+      }
+      acc += p.x * qx + p.y * xs;
+    }
+  } else if (w.kind == CW_MXQ) {
+    const int E = w.bits == 4 ? 8 : 4;
+    const int64_t W = K / E;
+    const uint32_t *q = (const uint32_t *)w.q + r * W;
+    for (int64_t u = lane; u < W; u += 32) {
+      const uint32_t wd = q[u];
+      const int64_t j0 = u * E;
+      const float4 *x4 = reinterpret_cast<const float4 *>(x + j0);
+      float d = 0.f;
+      if (E == 8) {
+        const float4 a = x4[0], b = x4[1];
+        const float xv[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
+#pragma unroll
+        for (int e = 0; e < 8; e++) d += mxq_fp4((wd >> (4 * e)) & 15) * xv[e];
+      } else {
+        const float4 a = x4[0];
+        const float xv[4] = { a.x, a.y, a.z, a.w };
+#pragma unroll
+        for (int e = 0; e < 4; e++) d += mxq_e4m3((wd >> (8 * e)) & 255) * xv[e];
+      }
+      acc += mxq_scale(w, r, j0 / w.gs) * d;
+    }
+  } else { /* 3/5/6-bit bit streams */
+    for (int64_t j = lane; j < K; j += 32) acc += dq_elem(w, r, j) * x[j];
+  }
+  return acc;
+}
+
+/* block: 8 warps = 8 rows of one slot (blockIdx.y) */
+__global__ void k_rows(cu_weight w, int64_t rows, const int32_t *ids, int k, const float *x, int per_slot,
+                       const float *bias, float *y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int s = blockIdx.y;
+  if (r >= rows) return;
+  const int64_t E = w.rows / rows;
+  const int e = ids ? ids[s] : 0;
+  float v = 0.f;
+  if (e >= 0 && e < E) {
+    v = row_dot_part(w, (int64_t)e * rows + r, x + (int64_t)(per_slot ? s : s / k) * w.cols, lane);
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (bias) v += bias[(int64_t)e * rows + r];
+  }
+  if (lane == 0) y[(int64_t)s * rows + r] = v;
+}
+
+/* one warp a token (sm_moe_route_row's algorithm); shared: 2 * E floats */
+__global__ void k_route(const float *logits, int kind, int E, int k, int norm, float scale, const float *corr, int ng,
+                        int tkg, int32_t *ids, float *wts) {
+  extern __shared__ float sm[];
+  __shared__ float gsc[64];
+  __shared__ int kept[64], sel[64];
+  float *p = sm, *ch = sm + E;
+  const int t = blockIdx.x, lane = threadIdx.x;
+  const float *l = logits + (int64_t)t * E;
+  if (kind == SM_ROUTE_SOFTMAX) {
+    float mx = -INFINITY, z = 0.f;
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    for (int e = lane; e < E; e += 32) z += p[e] = expf(l[e] - mx);
+    for (int o = 16; o; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+    for (int e = lane; e < E; e += 32) ch[e] = p[e] = p[e] / z;
+  } else if (kind == SM_ROUTE_TOPK_SOFTMAX) {
+    for (int e = lane; e < E; e += 32) ch[e] = p[e] = l[e];
+  } else {
+    for (int e = lane; e < E; e += 32) {
+      p[e] = 1.f / (1.f + expf(-l[e]));
+      ch[e] = p[e] + (corr ? corr[e] : 0.f);
+    }
+  }
+  __syncwarp();
+  if (kind == SM_ROUTE_SIGMOID && ng > 1) { /* the topk_group groups of the largest top-2 sums stay */
+    const int per = E / ng;
+    for (int g = lane; g < ng; g += 32) {
+      float b1 = -INFINITY, b2 = -INFINITY;
+      for (int e = g * per; e < (g + 1) * per; e++) {
+        const float v = ch[e];
+        if (v > b1) { b2 = b1; b1 = v; } else if (v > b2) b2 = v;
+      }
+      gsc[g] = b1 + b2;
+      kept[g] = 0;
+    }
+    __syncwarp();
+    for (int j = 0; j < tkg; j++) {
+      float bv = -INFINITY;
+      int bi = 0x7fffffff;
+      for (int g = lane; g < ng; g += 32)
+        if (!kept[g] && (gsc[g] > bv || (gsc[g] == bv && g < bi))) { bv = gsc[g]; bi = g; }
+      for (int o = 16; o; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+      }
+      if (lane == 0 && bi < ng) kept[bi] = 1;
+      __syncwarp();
+    }
+    for (int e = lane; e < E; e += 32)
+      if (!kept[e / per]) ch[e] = 0.f;
+    __syncwarp();
+  }
+  for (int j = 0; j < k; j++) { /* a chosen expert's score becomes NaN, which no comparison picks again */
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int e = lane; e < E; e += 32) {
+      const float v = ch[e];
+      if (v > bv || (v == bv && e < bi)) { bv = v; bi = e; }
+    }
+    for (int o = 16; o; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+    }
+    if (lane == 0) {
+      sel[j] = bi < E ? bi : 0;
+      ch[sel[j]] = __int_as_float(0x7fc00000);
+    }
+    __syncwarp();
+  }
+  if (lane == 0) {
+    float w[64], sum = 0.f;
+    if (kind == SM_ROUTE_TOPK_SOFTMAX) {
+      const float mx = l[sel[0]];
+      float z = 0.f;
+      for (int j = 0; j < k; j++) z += w[j] = expf(l[sel[j]] - mx);
+      for (int j = 0; j < k; j++) sum += w[j] /= z;
+    } else {
+      for (int j = 0; j < k; j++) sum += w[j] = p[sel[j]];
+      if (kind == SM_ROUTE_SIGMOID && norm) sum += 1e-20f;
+    }
+    for (int j = 0; j < k; j++) {
+      float v = w[j];
+      if (norm && kind != SM_ROUTE_TOPK_SOFTMAX) v /= sum;
+      ids[(int64_t)t * k + j] = sel[j];
+      wts[(int64_t)t * k + j] = v * scale;
+    }
+  }
+}
+
+__global__ void k_combine(float *out, const float *y, const float *w, int n, int k, int dim) {
+  const int64_t total = (int64_t)n * dim;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t t = i / dim, d = i % dim;
+    float acc = 0.f;
+    for (int j = 0; j < k; j++) acc += w[t * k + j] * y[(t * k + j) * dim + d];
+    out[i] = acc;
+  }
+}
+
+__global__ void k_swiglu_clamp(float *out, const float *g, const float *u, size_t n, float alpha, float limit) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const float gv = fminf(g[i], limit), uv = fminf(fmaxf(u[i], -limit), limit);
+    out[i] = gv / (1.f + expf(-alpha * gv)) * (uv + 1.f);
+  }
+}
+
+__global__ void k_sigmoid_gate(float *y, const float *g, int n, int dim) {
+  const int64_t total = (int64_t)n * dim;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+    y[i] *= 1.f / (1.f + expf(-g[i / dim]));
+}
+
+/* gather rows (slot order perm) / scatter them back with the expert's bias */
+__global__ void k_gather_rows(float *xg, const float *x, const int32_t *perm, int ns, int64_t cols, int per_slot, int k) {
+  const int64_t total = (int64_t)ns * cols;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / cols, j = i % cols, s = perm[r];
+    xg[i] = x[(per_slot ? s : s / k) * cols + j];
+  }
+}
+__global__ void k_scatter_rows(float *y, const float *yg, const int32_t *perm, const int32_t *ids, const float *bias,
+                               int ns, int64_t rows) {
+  const int64_t total = (int64_t)ns * rows;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / rows, c = i % rows, s = perm[r];
+    y[s * rows + c] = yg[i] + (bias ? bias[(int64_t)ids[s] * rows + c] : 0.f);
+  }
+}
+
+/* one warp a (token, head): online softmax over the allowed positions, the sink in the denominator */
+template <typename KT>
+__global__ void k_attn_sinks(float *out, const float *q, const KT *K, const KT *V, const float *sinks, const int32_t *pos,
+                             const int32_t *seq, const int32_t *table, int max_blocks, int bs, int nblocks, int n_tokens,
+                             int nh, int nkv, int hd, float scale, int window, float softcap) {
+  const int wi = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (wi >= n_tokens * nh) return;
+  const int t = wi / nh, h = wi % nh, kvh = h / (nh / nkv), nd = (hd + 31) / 32;
+  const int p1 = pos[t], sq = seq[t], p0 = window > 0 && p1 - window + 1 > 0 ? p1 - window + 1 : 0;
+  float qv[8], acc[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    const int d = lane + 32 * i;
+    qv[i] = i < nd && d < hd ? q[((int64_t)t * nh + h) * hd + d] : 0.f;
+    acc[i] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  const int64_t row = (int64_t)nkv * hd;
+  for (int p = p0; p <= p1; p++) {
+    const int32_t blk = table[(int64_t)sq * max_blocks + p / bs];
+    if (blk < 0 || blk >= nblocks) continue;
+    const int64_t base = ((int64_t)blk * bs + p % bs) * row + (int64_t)kvh * hd;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const int d = lane + 32 * i;
+      if (i < nd && d < hd) s += qv[i] * kv_to_f(K[base + d]);
+    }
+#pragma unroll
+    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    s *= scale;
+    if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+    if (s > m) {
+      const float f = expf(m - s);
+      l *= f;
+#pragma unroll
+      for (int i = 0; i < 8; i++) acc[i] *= f;
+      m = s;
+    }
+    const float e = expf(s - m);
+    l += e;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const int d = lane + 32 * i;
+      if (i < nd && d < hd) acc[i] += e * kv_to_f(V[base + d]);
+    }
+  }
+  float inv = 0.f;
+  if (l > 0.f) {
+    const float sk = sinks[h];
+    if (sk > m) {
+      const float f = expf(m - sk);
+      inv = f / (l * f + 1.f);
+    } else {
+      inv = 1.f / (l + expf(sk - m));
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    const int d = lane + 32 * i;
+    if (i < nd && d < hd) out[((int64_t)t * nh + h) * hd + d] = acc[i] * inv;
+  }
+}
+
+/* ================= launchers ================= */
+
+void cu_rows_matvec(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int32_t *ids, int k, const float *x,
+                    bool per_slot, const float *bias, float *y, int n_slots) {
+  if (n_slots <= 0 || rows <= 0) return;
+  const dim3 grid((unsigned)((rows + 7) / 8), (unsigned)n_slots);
+  k_rows<<<grid, 256, 0, cx->s>>>(*w, rows, ids, k, x, per_slot ? 1 : 0, bias, y);
+}
+
+/* rows [r0, r0 + nr) of w as a weight of its own (a row range of every layout is contiguous) */
+static cu_weight row_view(const cu_weight *w, int64_t r0, int64_t nr) {
+  cu_weight v = *w;
+  v.rows = nr;
+  if (w->kind == CW_DENSE) {
+    v.q = (char *)w->q + r0 * w->cols * (int64_t)sm_dtype_size(w->dtype);
+    return v;
+  }
+  v.q = (char *)w->q + r0 * w->cols * w->bits / 8;
+  const int64_t G = w->cols / w->gs;
+  v.sb = (char *)w->sb + r0 * G * (w->kind == CW_MXQ ? 1 : w->sbk == SBK_F32 ? 8 : 4);
+  return v;
+}
+
+static void exec_grouped(cuda_be *c, const cu_op *o) {
+  const cu_weight *cw = o->mx.cw;
+  const int ns = o->mx.n * o->mx.k;
+  const int64_t rows = o->mx.rows, cols = cw->cols, E = cw->rows / rows;
+  cudaStream_t s = c->s;
+  /* the expert ids on the host: the slots sorted by expert */
+  if (!cu_ck(c, cudaMemcpyAsync(c->h_moe, o->mx.ids, sizeof(int32_t) * (size_t)ns, cudaMemcpyDeviceToHost, s),
+             "expert ids") ||
+      !cu_ck(c, cudaStreamSynchronize(s), "expert ids"))
+    return;
+  int32_t *ids = c->h_moe, *perm = c->h_moe + ns;
+  int *off = (int *)sm_xcalloc((size_t)E + 1, sizeof(int));
+  for (int i = 0; i < ns; i++)
+    if (ids[i] >= 0 && ids[i] < E) off[ids[i] + 1]++;
+  for (int64_t e = 0; e < E; e++) off[e + 1] += off[e];
+  int *at = (int *)sm_xmalloc(sizeof(int) * (size_t)(E + 1));
+  memcpy(at, off, sizeof(int) * (size_t)(E + 1));
+  int n_in = 0;
+  for (int i = 0; i < ns; i++)
+    if (ids[i] >= 0 && ids[i] < E) { perm[at[ids[i]]++] = i; n_in++; }
+  float *xg = (float *)c->moe, *yg = xg + (size_t)ns * cols;
+  int32_t *dperm = (int32_t *)(yg + (size_t)ns * rows);
+  if (n_in < ns) cudaMemsetAsync(o->mx.y, 0, sizeof(float) * (size_t)ns * rows, s); /* ids out of range: zeros */
+  cu_ck(c, cudaMemcpyAsync(dperm, perm, sizeof(int32_t) * (size_t)n_in, cudaMemcpyHostToDevice, s), "slot order");
+  k_gather_rows<<<cu_ew_blocks((size_t)n_in * cols), 256, 0, s>>>(xg, o->mx.x, dperm, n_in, cols, o->mx.per_slot, o->mx.k);
+  for (int64_t e = 0; e < E; e++) {
+    const int m = off[e + 1] - off[e];
+    if (!m) continue;
+    const cu_weight v = row_view(cw, e * rows, rows);
+    cu_gemm(&c->cx, c->blas, &v, xg + (size_t)off[e] * cols, m, yg + (size_t)off[e] * rows, c->x16, c->deq, c->deq_cap);
+  }
+  k_scatter_rows<<<cu_ew_blocks((size_t)n_in * rows), 256, 0, s>>>(o->mx.y, yg, dperm, o->mx.ids, o->mx.bias, n_in, rows);
+  free(off);
+  free(at);
+}
+
+void cu_moe_exec(cuda_be *c, const cu_op *o) {
+  const cu_ctx *cx = &c->cx;
+  cudaStream_t s = c->s;
+  switch (o->type) {
+  case OP_MOE_ROUTE: {
+    const size_t smem = sizeof(float) * 2 * (size_t)o->rt.ne;
+    k_route<<<o->rt.n, 32, smem, s>>>(o->rt.logits, o->rt.kind, o->rt.ne, o->rt.k, o->rt.norm, o->rt.scale, o->rt.corr,
+                                      o->rt.ng, o->rt.tkg, o->rt.ids, o->rt.wts);
+    break;
+  }
+  case OP_MM_EXPERTS:
+    if (o->mx.grouped) exec_grouped(c, o);
+    else cu_rows_matvec(cx, o->mx.cw, o->mx.rows, o->mx.ids, o->mx.k, o->mx.x, o->mx.per_slot, o->mx.bias, o->mx.y,
+                        o->mx.n * o->mx.k);
+    break;
+  case OP_MOE_COMBINE:
+    k_combine<<<cu_ew_blocks((size_t)o->cb.n * o->cb.dim), 256, 0, s>>>(o->cb.out, o->cb.y, o->cb.w, o->cb.n, o->cb.k,
+                                                                       o->cb.dim);
+    break;
+  case OP_SWIGLU_CLAMP:
+    k_swiglu_clamp<<<cu_ew_blocks(o->sw.n), 256, 0, s>>>(o->sw.out, o->sw.g, o->sw.u, o->sw.n, o->sw.alpha, o->sw.limit);
+    break;
+  case OP_SIGMOID_GATE:
+    k_sigmoid_gate<<<cu_ew_blocks((size_t)o->sg.n * o->sg.dim), 256, 0, s>>>(o->sg.y, o->sg.g, o->sg.n, o->sg.dim);
+    break;
+  case OP_ATTN_SINKS: {
+    const unsigned blocks = (unsigned)((c->n_tokens * o->as.nh + 3) / 4);
+    CU_KV_DISPATCH((sm_dtype)o->as.dt,
+                   k_attn_sinks<KT><<<blocks, 128, 0, s>>>(o->as.out, o->as.q, (const KT *)o->as.K, (const KT *)o->as.V,
+                                                           o->as.sinks, c->d_pos, c->d_seq, c->d_table, c->max_blocks,
+                                                           o->as.bs, o->as.nblocks, c->n_tokens, o->as.nh, o->as.nkv,
+                                                           o->as.hd, o->as.scale, o->as.window, o->as.softcap));
+    break;
+  }
+  }
+}
+
+/* ================= recording (the op table) ================= */
+
+static void be_moe_route(sm_backend *be, const float *logits, int n, const sm_moe_route *r, int32_t *ids, float *wts) {
+  cuda_be *c = CB(be);
+  if (n <= 0 || !r || r->n_experts <= 0 || r->n_experts > 4096 || r->top_k <= 0 || r->top_k > 64 ||
+      r->top_k > r->n_experts || r->n_group > 64 || r->topk_group > 64) {
+    sm_err(SMELT_ERR_UNSUPPORTED, "cuda: moe_route: unsupported routing shape");
+    return;
+  }
+  cu_op o;
+  memset(&o, 0, sizeof o);
+  o.type = OP_MOE_ROUTE;
+  o.rt.logits = logits; o.rt.ids = ids; o.rt.wts = wts; o.rt.corr = r->correction; o.rt.n = n; o.rt.kind = r->kind;
+  o.rt.ne = r->n_experts; o.rt.k = r->top_k; o.rt.norm = r->norm; o.rt.scale = r->scale;
+  o.rt.ng = r->n_group > 1 ? r->n_group : 1; o.rt.tkg = r->topk_group;
+  cu_submit(c, &o);
+}
+
+static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *w, int64_t rows, const float *bias,
+                              const float *x, bool per_slot, int n, int k, const int32_t *ids, float *y) {
+  cuda_be *c = CB(be);
+  if (n <= 0 || k <= 0 || !w || rows <= 0) return;
+  if (!w->dev || w->rows % rows) {
+    sm_err(SMELT_ERR_INVALID, "cuda: matmul_experts: weight not prepared or not a stack of %lld-row experts",
+           (long long)rows);
+    cudaMemsetAsync(y, 0, sizeof(float) * (size_t)n * (size_t)k * (size_t)rows, c->s);
+    return;
+  }
+  const cu_weight *cw = (const cu_weight *)w->dev;
+  const int ns = n * k;
+  /* eager batches (not recorded for a graph) of many slots: one GEMM per chosen expert */
+  const bool grouped = !c->rec && ns > MOE_GROUPED_MIN;
+  if (!grouped && ns > 65535) { /* the row kernel's grid (recorded batches are far smaller) */
+    sm_err(SMELT_ERR_LIMIT, "cuda: matmul_experts: %d slots in a recorded step", ns);
+    return;
+  }
+  if (grouped) {
+    const size_t need = sizeof(float) * (size_t)ns * (size_t)(cw->cols + rows) + sizeof(int32_t) * (size_t)ns;
+    size_t hcap = c->h_moe_cap;
+    if (!cu_ensure_buf(c, &c->moe, &c->moe_cap, need) ||
+        !cu_ensure_buf(c, &c->x16, &c->x16_cap, (size_t)ns * (size_t)cw->cols * 2))
+      return;
+    if (cw->kind != CW_DENSE) { /* cu_gemm dequantizes a tile of rows at a time */
+      size_t want = (size_t)rows * (size_t)cw->cols * 2, minb = (size_t)cw->cols * 2 * 128;
+      if (want > DEQ_BYTES) want = DEQ_BYTES;
+      if (want < minb) want = minb;
+      if (!cu_ensure_buf(c, &c->deq, &c->deq_cap, want)) return;
+    }
+    if ((size_t)ns * 2 > hcap) {
+      free(c->h_moe);
+      c->h_moe_cap = (size_t)ns * 2;
+      c->h_moe = (int32_t *)sm_xmalloc(sizeof(int32_t) * c->h_moe_cap);
+    }
+  }
+  cu_op o;
+  memset(&o, 0, sizeof o);
+  o.type = OP_MM_EXPERTS;
+  o.mx.cw = cw; o.mx.x = x; o.mx.bias = bias; o.mx.ids = ids; o.mx.y = y; o.mx.rows = rows; o.mx.n = n; o.mx.k = k;
+  o.mx.per_slot = per_slot; o.mx.role = (int)role; o.mx.grouped = grouped;
+  cu_submit(c, &o);
+}
+
+static void be_moe_combine(sm_backend *be, float *out, const float *y, const float *wts, int n, int k, int dim) {
+  if (n <= 0 || k <= 0 || dim <= 0) return;
+  cu_op o;
+  memset(&o, 0, sizeof o);
+  o.type = OP_MOE_COMBINE;
+  o.cb.out = out; o.cb.y = y; o.cb.w = wts; o.cb.n = n; o.cb.k = k; o.cb.dim = dim;
+  cu_submit(CB(be), &o);
+}
+
+static void be_swiglu_clamp(sm_backend *be, float *out, const float *gate, const float *up, size_t n, float alpha,
+                            float limit) {
+  if (!n) return;
+  cu_op o;
+  memset(&o, 0, sizeof o);
+  o.type = OP_SWIGLU_CLAMP;
+  o.sw.out = out; o.sw.g = gate; o.sw.u = up; o.sw.n = n; o.sw.alpha = alpha; o.sw.limit = limit;
+  cu_submit(CB(be), &o);
+}
+
+static void be_sigmoid_gate_rows(sm_backend *be, float *y, const float *g, int n, int dim) {
+  if (n <= 0 || dim <= 0) return;
+  cu_op o;
+  memset(&o, 0, sizeof o);
+  o.type = OP_SIGMOID_GATE;
+  o.sg.y = y; o.sg.g = g; o.sg.n = n; o.sg.dim = dim;
+  cu_submit(CB(be), &o);
+}
+
+static void be_attention_sinks(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer,
+                               int n_heads, float scale, int window, float softcap, const float *sinks) {
+  cuda_be *c = CB(be);
+  if (c->n_tokens <= 0) return;
+  if (!kv || layer < 0 || layer >= kv->n_layers || n_heads <= 0 || kv->n_kv_heads <= 0 || kv->head_dim <= 0 ||
+      kv->head_dim > 256 || n_heads % kv->n_kv_heads || kv->block_size <= 0 || !sinks) {
+    sm_err(SMELT_ERR_UNSUPPORTED, "cuda: attention with sinks: shape not supported");
+    if (kv && kv->head_dim > 0 && n_heads > 0)
+      cudaMemsetAsync(out, 0, (size_t)c->n_tokens * n_heads * kv->head_dim * 4, c->s);
+    return;
+  }
+  cu_op o;
+  memset(&o, 0, sizeof o);
+  o.type = OP_ATTN_SINKS;
+  o.as.out = out; o.as.q = q; o.as.sinks = sinks; o.as.K = kv->k[layer]; o.as.V = kv->v[layer]; o.as.nh = n_heads;
+  o.as.nkv = kv->n_kv_heads; o.as.hd = kv->head_dim; o.as.bs = kv->block_size; o.as.nblocks = kv->n_blocks;
+  o.as.window = window > 0 ? window : 0; o.as.dt = (int)kv->dtype; o.as.scale = scale;
+  o.as.softcap = softcap > 0.f ? softcap : 0.f;
+  cu_submit(c, &o);
+}
+
+void cu_moe_install(sm_backend *b) {
+  b->moe_route = be_moe_route;
+  b->matmul_experts = be_matmul_experts;
+  b->moe_combine = be_moe_combine;
+  b->swiglu_clamp = be_swiglu_clamp;
+  b->sigmoid_gate_rows = be_sigmoid_gate_rows;
+  b->attention_sinks = be_attention_sinks;
+}

@@ -1,0 +1,282 @@
+/* Image processors (preprocess.h): target sizes and pixel values as the Hugging Face image
+ * processors compute them (Python's round() is round-half-even: nearbyint in the default rounding
+ * mode). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "vision/preprocess.h"
+
+static const float clip_mean[3] = { 0.48145466f, 0.4578275f, 0.40821073f };
+static const float clip_std[3] = { 0.26862954f, 0.26130258f, 0.27577711f };
+
+void sm_imgproc_defaults(sm_imgproc_kind kind, sm_imgproc *p) {
+  memset(p, 0, sizeof *p);
+  p->kind = kind;
+  p->do_resize = p->do_rescale = p->do_normalize = true;
+  p->rescale_factor = 1.0 / 255.0;
+  for (int c = 0; c < 3; c++) {
+    p->mean[c] = kind == SM_IMGPROC_FIXED ? 0.5f : clip_mean[c];
+    p->std[c] = kind == SM_IMGPROC_FIXED ? 0.5f : clip_std[c];
+  }
+  switch (kind) {
+  case SM_IMGPROC_QWEN:
+    p->resample = SM_RESAMPLE_BICUBIC;
+    p->patch = 14;
+    p->merge = 2;
+    p->temporal = 2;
+    p->min_pixels = 56 * 56;
+    p->max_pixels = 28 * 28 * 1280;
+    break;
+  case SM_IMGPROC_FIXED:
+    p->resample = SM_RESAMPLE_BILINEAR;
+    p->height = p->width = 896;
+    break;
+  case SM_IMGPROC_PIXTRAL:
+    p->resample = SM_RESAMPLE_BICUBIC;
+    p->patch = 16;
+    p->longest_edge = 1024;
+    break;
+  }
+}
+
+static smelt_status num(const cJSON *o, const char *key, double lo, double hi, double *out, bool *found) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  *found = false;
+  if (!v || cJSON_IsNull(v)) return SMELT_OK;
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
+    return sm_err(SMELT_ERR_FORMAT, "image processor config: \"%s\" must be a number in [%g, %g]", key, lo, hi);
+  *out = v->valuedouble;
+  *found = true;
+  return SMELT_OK;
+}
+
+static smelt_status flag(const cJSON *o, const char *key, bool *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!v || cJSON_IsNull(v)) return SMELT_OK;
+  if (!cJSON_IsBool(v)) return sm_err(SMELT_ERR_FORMAT, "image processor config: \"%s\" must be true or false", key);
+  *out = cJSON_IsTrue(v);
+  return SMELT_OK;
+}
+
+static smelt_status triple(const cJSON *o, const char *key, float lo, float out[3]) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!v || cJSON_IsNull(v)) return SMELT_OK;
+  if (cJSON_IsNumber(v)) { /* one value for all channels */
+    if (!(v->valuedouble > lo) || !isfinite(v->valuedouble)) goto bad;
+    out[0] = out[1] = out[2] = (float)v->valuedouble;
+    return SMELT_OK;
+  }
+  if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3) goto bad;
+  for (int c = 0; c < 3; c++) {
+    const cJSON *e = cJSON_GetArrayItem(v, c);
+    if (!cJSON_IsNumber(e) || !(e->valuedouble > lo) || !isfinite(e->valuedouble)) goto bad;
+    out[c] = (float)e->valuedouble;
+  }
+  return SMELT_OK;
+bad:
+  return sm_err(SMELT_ERR_FORMAT, "image processor config: \"%s\" must be a list of 3 numbers%s", key,
+                lo > -1e30f ? " above 0" : "");
+}
+
+/* patch_size as a number or {"height": h, "width": w} (square only) */
+static smelt_status patch_size(const cJSON *o, int *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "patch_size");
+  if (!v || cJSON_IsNull(v)) return SMELT_OK;
+  if (cJSON_IsObject(v)) {
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(v, "height"), *pw = cJSON_GetObjectItemCaseSensitive(v, "width");
+    if (!cJSON_IsNumber(ph) || !cJSON_IsNumber(pw) || ph->valueint != pw->valueint)
+      return sm_err(SMELT_ERR_FORMAT, "image processor config: \"patch_size\" must be square");
+    v = ph;
+  }
+  if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1024 || v->valuedouble != (int)v->valuedouble)
+    return sm_err(SMELT_ERR_FORMAT, "image processor config: \"patch_size\" must be an integer in [1, 1024]");
+  *out = v->valueint;
+  return SMELT_OK;
+}
+
+static smelt_status parse_one(const cJSON *o, sm_imgproc *p) {
+  smelt_status st;
+  bool f;
+  double d;
+  if ((st = flag(o, "do_resize", &p->do_resize)) || (st = flag(o, "do_rescale", &p->do_rescale)) ||
+      (st = flag(o, "do_normalize", &p->do_normalize)))
+    return st;
+  if ((st = num(o, "rescale_factor", 1e-9, 1e9, &p->rescale_factor, &f))) return st;
+  if ((st = triple(o, "image_mean", -1e30f, p->mean)) || (st = triple(o, "image_std", 0.0f, p->std))) return st;
+  if ((st = num(o, "resample", 0, 5, &d, &f))) return st;
+  if (f) p->resample = (sm_resample)(int)d;
+  const cJSON *size = cJSON_GetObjectItemCaseSensitive(o, "size");
+  if (size && !cJSON_IsNull(size) && !cJSON_IsObject(size))
+    return sm_err(SMELT_ERR_FORMAT, "image processor config: \"size\" must be an object");
+  switch (p->kind) {
+  case SM_IMGPROC_QWEN: {
+    if ((st = patch_size(o, &p->patch))) return st;
+    if ((st = num(o, "merge_size", 1, 64, &d, &f))) return st;
+    if (f) p->merge = (int)d;
+    if ((st = num(o, "temporal_patch_size", 1, 64, &d, &f))) return st;
+    if (f) p->temporal = (int)d;
+    /* size {shortest_edge, longest_edge} are pixel counts here; min_pixels / max_pixels win */
+    if (size && (st = num(size, "shortest_edge", 1, 1e12, &d, &f))) return st;
+    if (size && f) p->min_pixels = (long)d;
+    if (size && (st = num(size, "longest_edge", 1, 1e12, &d, &f))) return st;
+    if (size && f) p->max_pixels = (long)d;
+    if ((st = num(o, "min_pixels", 1, 1e12, &d, &f))) return st;
+    if (f) p->min_pixels = (long)d;
+    if ((st = num(o, "max_pixels", 1, 1e12, &d, &f))) return st;
+    if (f) p->max_pixels = (long)d;
+    if (p->min_pixels > p->max_pixels)
+      return sm_err(SMELT_ERR_FORMAT, "image processor config: min_pixels %ld > max_pixels %ld", p->min_pixels,
+                    p->max_pixels);
+    break;
+  }
+  case SM_IMGPROC_FIXED: {
+    bool pan = false;
+    if ((st = flag(o, "do_pan_and_scan", &pan))) return st;
+    if (pan) /* Gemma 3's crops of wide images: off in the released processors' configs */
+      return sm_err(SMELT_ERR_UNSUPPORTED, "image processor config: \"do_pan_and_scan\": true is not supported");
+    if (size && (st = num(size, "height", 1, 16384, &d, &f))) return st;
+    if (size && f) p->height = (int)d;
+    if (size && (st = num(size, "width", 1, 16384, &d, &f))) return st;
+    if (size && f) p->width = (int)d;
+    break;
+  }
+  case SM_IMGPROC_PIXTRAL:
+    if ((st = patch_size(o, &p->patch))) return st;
+    if (size && (st = num(size, "longest_edge", 1, 16384, &d, &f))) return st;
+    if (size && f) p->longest_edge = (int)d;
+    break;
+  }
+  return SMELT_OK;
+}
+
+smelt_status sm_imgproc_parse(const cJSON *pre, const cJSON *proc, sm_imgproc *p) {
+  smelt_status st;
+  if (pre && (st = parse_one(pre, p))) return st;
+  const cJSON *ip = proc ? cJSON_GetObjectItemCaseSensitive(proc, "image_processor") : NULL;
+  if (cJSON_IsObject(ip) && (st = parse_one(ip, p))) return st;
+  if (p->resample == SM_RESAMPLE_NEAREST)
+    return sm_err(SMELT_ERR_UNSUPPORTED, "image processor config: \"resample\": 0 (nearest) is not supported");
+  return SMELT_OK;
+}
+
+/* transformers' qwen2_vl smart_resize */
+static smelt_status smart_resize(int h, int w, int factor, long min_px, long max_px, int *oh, int *ow) {
+  const double ratio = (double)SM_MAX(h, w) / SM_MIN(h, w);
+  if (ratio > 200)
+    return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels: the aspect ratio must be at most 200 (is %.1f)", w, h,
+                  ratio);
+  double hb = nearbyint((double)h / factor) * factor, wb = nearbyint((double)w / factor) * factor;
+  if (hb * wb > (double)max_px) {
+    const double beta = sqrt((double)h * w / (double)max_px);
+    hb = SM_MAX((double)factor, floor(h / beta / factor) * factor);
+    wb = SM_MAX((double)factor, floor(w / beta / factor) * factor);
+  } else if (hb * wb < (double)min_px) {
+    const double beta = sqrt((double)min_px / ((double)h * w));
+    hb = ceil(h * beta / factor) * factor;
+    wb = ceil(w * beta / factor) * factor;
+  }
+  if (hb < factor || wb < factor || hb > 4 * SM_IMAGE_MAX_SIDE || wb > 4 * SM_IMAGE_MAX_SIDE)
+    return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels resizes to %.0fx%.0f, outside the model's range", w, h,
+                  wb, hb);
+  *oh = (int)hb;
+  *ow = (int)wb;
+  return SMELT_OK;
+}
+
+smelt_status sm_imgproc_target(const sm_imgproc *p, int h, int w, int *oh, int *ow) {
+  if (h <= 0 || w <= 0) return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels", w, h);
+  *oh = h;
+  *ow = w;
+  switch (p->kind) {
+  case SM_IMGPROC_QWEN:
+    /* without do_resize the image must already be a multiple of the patch grid */
+    if (!p->do_resize) {
+      const int f = p->patch * p->merge;
+      if (h % f || w % f)
+        return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels is not a multiple of %d (do_resize is off)", w, h, f);
+      return SMELT_OK;
+    }
+    return smart_resize(h, w, p->patch * p->merge, p->min_pixels, p->max_pixels, oh, ow);
+  case SM_IMGPROC_FIXED:
+    if (p->do_resize) { *oh = p->height; *ow = p->width; }
+    else if (h != p->height || w != p->width)
+      return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels must be %dx%d (do_resize is off)", w, h, p->width,
+                    p->height);
+    return SMELT_OK;
+  case SM_IMGPROC_PIXTRAL: {
+    double hh = h, ww = w;
+    if (p->do_resize) {
+      const double ratio = SM_MAX((double)h / p->longest_edge, (double)w / p->longest_edge);
+      if (ratio > 1) { /* floor, so that the image stays within longest_edge */
+        hh = floor(h / ratio);
+        ww = floor(w / ratio);
+      }
+    }
+    if (hh < 1 || ww < 1) return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels is too thin", w, h);
+    *oh = (((int)hh - 1) / p->patch + 1) * p->patch;
+    *ow = (((int)ww - 1) / p->patch + 1) * p->patch;
+    if (!p->do_resize && (*oh != h || *ow != w))
+      return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels is not a multiple of %d (do_resize is off)", w, h,
+                    p->patch);
+    return SMELT_OK;
+  }
+  }
+  return sm_err(SMELT_ERR_INVALID, "unknown image processor");
+}
+
+void sm_pixels_free(sm_pixels *px) {
+  if (!px) return;
+  free(px->px);
+  px->px = NULL;
+}
+
+smelt_status sm_imgproc_run(const sm_imgproc *p, const sm_image *im, sm_pixels *out) {
+  memset(out, 0, sizeof *out);
+  int th, tw;
+  smelt_status st = sm_imgproc_target(p, im->h, im->w, &th, &tw);
+  if (st) return st;
+  sm_image rs = { 0 };
+  const sm_image *src = im;
+  if (th != im->h || tw != im->w) {
+    if ((st = sm_image_resize(im, tw, th, p->resample, &rs))) return st;
+    src = &rs;
+  }
+  const size_t plane = (size_t)th * tw;
+  float *px = malloc(sizeof(float) * plane * 3);
+  if (!px) {
+    sm_image_free(&rs);
+    return sm_err(SMELT_ERR_OOM, "pixel values of a %dx%d image", tw, th);
+  }
+  for (size_t i = 0; i < plane; i++)
+    for (int c = 0; c < 3; c++) {
+      float v = (float)src->rgb[i * 3 + c];
+      if (p->do_rescale) v = (float)((double)src->rgb[i * 3 + c] * p->rescale_factor);
+      if (p->do_normalize) v = (v - p->mean[c]) / p->std[c];
+      px[(size_t)c * plane + i] = v;
+    }
+  sm_image_free(&rs);
+  out->h = th;
+  out->w = tw;
+  out->px = px;
+  return SMELT_OK;
+}
+
+float *sm_qwen_patchify(const sm_pixels *px, int ps, int ms, int tps) {
+  const int gh = px->h / ps, gw = px->w / ps, row = 3 * tps * ps * ps;
+  float *out = sm_xmalloc(sizeof(float) * (size_t)gh * gw * row);
+  const size_t plane = (size_t)px->h * px->w;
+  size_t r = 0;
+  for (int bh = 0; bh < gh / ms; bh++)
+    for (int bw = 0; bw < gw / ms; bw++)
+      for (int mh = 0; mh < ms; mh++)
+        for (int mw = 0; mw < ms; mw++, r++) {
+          const int y0 = (bh * ms + mh) * ps, x0 = (bw * ms + mw) * ps;
+          float *o = out + r * row;
+          for (int c = 0; c < 3; c++)
+            for (int t = 0; t < tps; t++)
+              for (int y = 0; y < ps; y++)
+                for (int x = 0; x < ps; x++)
+                  *o++ = px->px[(size_t)c * plane + (size_t)(y0 + y) * px->w + x0 + x];
+        }
+  return out;
+}

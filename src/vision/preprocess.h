@@ -1,0 +1,56 @@
+/* The image processors of the vision-language families, as their Hugging Face (slow, Pillow-based)
+ * image processors compute pixel values: Qwen2-VL's dynamic resolution (smart_resize to multiples of
+ * patch * merge within min_pixels..max_pixels, bicubic), Gemma 3's fixed square (SigLIP, bilinear)
+ * and Pixtral's longest-edge fit to multiples of the patch (bicubic); then rescale (float64, rounded
+ * to float32) and normalize (float32), as transformers' rescale() and normalize() do. */
+#ifndef SM_VISION_PREPROCESS_H
+#define SM_VISION_PREPROCESS_H
+#include <cjson/cJSON.h>
+#include "vision/image.h"
+
+typedef enum {
+  SM_IMGPROC_QWEN = 1, /* Qwen2VLImageProcessor (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) */
+  SM_IMGPROC_FIXED,    /* resize to height x width (Gemma3ImageProcessor, SigLIP) */
+  SM_IMGPROC_PIXTRAL,  /* PixtralImageProcessor (Mistral 3) */
+} sm_imgproc_kind;
+
+typedef struct {
+  sm_imgproc_kind kind;
+  sm_resample resample;
+  bool do_resize, do_rescale, do_normalize;
+  double rescale_factor;
+  float mean[3], std[3];
+  int patch;             /* QWEN: patch_size; PIXTRAL: the resize multiple (patch_size * spatial_merge_size) */
+  int merge, temporal;   /* QWEN: merge_size, temporal_patch_size */
+  long min_pixels, max_pixels; /* QWEN */
+  int height, width;     /* FIXED */
+  int longest_edge;      /* PIXTRAL */
+} sm_imgproc;
+
+/* The class defaults of a kind (QWEN: patch 14, Qwen2-VL's min/max pixels; FIXED: 896 x 896;
+ * PIXTRAL: longest edge 1024, patch 16). */
+void sm_imgproc_defaults(sm_imgproc_kind kind, sm_imgproc *out);
+/* Override the defaults in *p with the members of a preprocessor_config.json object (and the
+ * "image_processor" member of processor_config.json, which wins; either may be NULL). Bad values
+ * give SMELT_ERR_FORMAT naming the member. */
+smelt_status sm_imgproc_parse(const cJSON *preprocessor, const cJSON *processor, sm_imgproc *p);
+
+/* The size (height x width) the processor resizes an h x w image to; SMELT_ERR_INVALID (with the
+ * processor's reason) for images it refuses (Qwen: aspect ratio above 200). */
+smelt_status sm_imgproc_target(const sm_imgproc *p, int h, int w, int *out_h, int *out_w);
+
+/* Normalized pixel values of one image, channels first: px[c][y][x], c < 3. */
+typedef struct {
+  int h, w;
+  float *px; /* malloc'd, 3 * h * w floats */
+} sm_pixels;
+smelt_status sm_imgproc_run(const sm_imgproc *p, const sm_image *im, sm_pixels *out);
+void sm_pixels_free(sm_pixels *px);
+
+/* Qwen2-VL's flattened patches (the processor's pixel_values for one image): rows in the order
+ * (h/merge, w/merge, merge, merge) over the patch grid, each row C x temporal x patch x patch with
+ * the image repeated over the temporal axis. out: (h/patch)*(w/patch) rows of 3*temporal*patch^2
+ * floats (malloc'd). */
+float *sm_qwen_patchify(const sm_pixels *px, int patch, int merge, int temporal);
+
+#endif

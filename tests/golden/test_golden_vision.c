@@ -1,0 +1,260 @@
+/* Golden tests of image input (fixtures made by tools/golden_vision.py, tests/golden/vision): for each
+ * vision-language family, the image's embeddings, the logits of every prompt position with the image
+ * spliced in, and 40 greedy tokens, against the reference; the prompt's expansion and tokenization;
+ * the image cache and the prefix cache on a second sequence with the same image; and an image
+ * sequence batched with a text one. SMELT_GOLDEN_DEVICE=cuda runs it on the CUDA backend (exit 77
+ * without a GPU). */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <string.h>
+#include "../test_util.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "vision/vision.h"
+
+static bool g_cuda;
+
+static double num(const cJSON *o, const char *k, double def) {
+  const cJSON *v = cJSON_GetObjectItem(o, k);
+  return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+static float *read_f32(const char *dir, const char *file, size_t *n) {
+  char p[2200], *d = NULL;
+  size_t len = 0;
+  snprintf(p, sizeof p, "%.1000s/%.1000s", dir, file);
+  if (sm_read_file(p, &d, &len)) return NULL;
+  *n = len / sizeof(float);
+  return (float *)d;
+}
+
+static void compare(const char *name, const char *what, const float *got, const float *ref, size_t n, double abs_tol,
+                    double rel_tol) {
+  double mx = 0, d2 = 0, r2 = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = fabs((double)got[i] - ref[i]);
+    if (d > mx || d != d) mx = d != d ? INFINITY : d;
+    d2 += d * d;
+    r2 += (double)ref[i] * ref[i];
+  }
+  const double rel = sqrt(d2 / (r2 > 0 ? r2 : 1));
+  printf("%-20s %-12s max_abs %.2e (tol %.0e)  rel_l2 %.2e (tol %.0e)\n", name, what, mx, abs_tol, rel, rel_tol);
+  CHECK(mx <= abs_tol && rel <= rel_tol, "%s: %s differ from the reference", name, what);
+}
+
+/* logits of every pending token of a new sequence holding ids with the images of spans (after the
+ * prefix cache's reuse: *n_rows rows, the last one the prompt's last position) */
+static float *prompt_logits(sm_engine *e, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans,
+                            sm_seq **keep, int *n_rows) {
+  smelt_model *m = sm_engine_model(e);
+  sm_seq *s = sm_seq_new(e);
+  float *lg = malloc(sizeof(float) * (size_t)n * m->cfg.vocab_size);
+  int rows = 0;
+  smelt_status st = sm_seq_append(e, s, ids, n);
+  if (!st) st = sm_seq_set_media(e, s, spans, n_spans);
+  if (!st) sm_seq_use_prefix_cache(e, s);
+  if (!st) st = sm_engine_step_all(e, s, lg, &rows);
+  if (st) {
+    CHECK(0, "prompt: %s", smelt_last_error());
+    free(lg);
+    sm_seq_free(e, s);
+    return NULL;
+  }
+  if (keep) *keep = s;
+  else sm_seq_free(e, s);
+  if (n_rows) *n_rows = rows;
+  return lg;
+}
+
+static void check_fixture(const char *dir) {
+  char path[2200];
+  snprintf(path, sizeof path, "%.1000s/manifest.json", dir);
+  char *js = NULL;
+  if (sm_read_file(path, &js, NULL)) { CHECK(0, "%s: %s", dir, smelt_last_error()); return; }
+  cJSON *man = cJSON_Parse(js);
+  free(js);
+  const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(man, "name"));
+  const cJSON *pids = cJSON_GetObjectItem(man, "prompt_ids"), *gids = cJSON_GetObjectItem(man, "greedy_ids");
+  const cJSON *margins = cJSON_GetObjectItem(man, "greedy_top2_margins"), *tol = cJSON_GetObjectItem(man, "tolerances");
+  const cJSON *tt = cJSON_GetObjectItem(tol, g_cuda ? "reduced" : "f32");
+  const double abs_tol = num(tt, "max_abs", 2e-3), rel_tol = num(tt, "rel_l2", 1e-4);
+  const double emb_tol = num(tt, "embeddings_max_abs", 2e-3), margin_min = num(tol, "greedy_margin_min", 0.05);
+  const int np = cJSON_GetArraySize(pids), ng = cJSON_GetArraySize(gids);
+  int32_t *want = malloc(sizeof(int32_t) * (size_t)np);
+  for (int i = 0; i < np; i++) want[i] = cJSON_GetArrayItem(pids, i)->valueint;
+
+  smelt_model_params mp;
+  smelt_model_params_default(&mp);
+  mp.device = g_cuda ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
+  mp.kv_type = SMELT_KV_F32;
+  mp.max_context = 128;
+  mp.n_threads = 2;
+  smelt_model *m = NULL;
+  sm_vimage *img = NULL;
+  sm_mm_span *spans = NULL;
+  int32_t *ids = NULL;
+  sm_engine *e = NULL;
+  float *lg = NULL, *emb_ref = NULL, *lg_ref = NULL;
+  if (smelt_model_load(dir, &mp, &m)) { CHECK(0, "%s: load: %s", name, smelt_last_error()); goto out; }
+  CHECK(m->vision != NULL, "%s: no vision tower (%s)", name, m->note);
+  if (!m->vision) goto out;
+  /* 1. the image and the prompt's tokens */
+  snprintf(path, sizeof path, "%.1000s/%.1000s", dir, cJSON_GetStringValue(cJSON_GetObjectItem(man, "image")));
+  sm_image im;
+  if (sm_image_load(path, 0, NULL, &im)) { CHECK(0, "%s: %s", name, smelt_last_error()); goto out; }
+  smelt_status st = sm_vimage_new(m->vision, &im, &img);
+  sm_image_free(&im);
+  if (st) { CHECK(0, "%s: prepare: %s", name, smelt_last_error()); goto out; }
+  const cJSON *grid = cJSON_GetObjectItem(man, "embedding_grid");
+  CHECK(img->rows == cJSON_GetArrayItem(grid, 0)->valueint && img->cols == cJSON_GetArrayItem(grid, 1)->valueint,
+        "%s: embedding grid %dx%d", name, img->rows, img->cols);
+  int n_ids = 0;
+  st = sm_vision_tokenize(m->vision, m->tok, cJSON_GetStringValue(cJSON_GetObjectItem(man, "prompt")), false, &img, 1,
+                          &ids, &n_ids, &spans);
+  if (st) { CHECK(0, "%s: tokenize: %s", name, smelt_last_error()); goto out; }
+  CHECK(n_ids == np && !memcmp(ids, want, sizeof(int32_t) * (size_t)np), "%s: prompt ids differ (%d vs %d tokens)",
+        name, n_ids, np);
+  const cJSON *sp = cJSON_GetObjectItem(man, "span");
+  CHECK(spans[0].t0 == cJSON_GetArrayItem(sp, 0)->valueint && spans[0].t1 == cJSON_GetArrayItem(sp, 1)->valueint,
+        "%s: span [%d, %d)", name, spans[0].t0, spans[0].t1);
+  if (n_ids != np) goto out;
+  /* 2. the embeddings */
+  if ((st = sm_vision_encode(m->vision, img))) { CHECK(0, "%s: encode: %s", name, smelt_last_error()); goto out; }
+  size_t ne = 0;
+  emb_ref = read_f32(dir, "embeddings.f32", &ne);
+  const sm_venc *enc = img->enc;
+  const size_t rows = (size_t)enc->n_embd * enc->dim;
+  CHECK(emb_ref && ne == rows * (size_t)(1 + enc->n_deep), "%s: embeddings file (%zu floats, %zu expected)", name, ne,
+        rows * (size_t)(1 + enc->n_deep));
+  if (emb_ref && ne == rows * (size_t)(1 + enc->n_deep)) {
+    float *got = malloc(sizeof(float) * ne);
+    m->be->download(m->be, got, enc->embd, sizeof(float) * rows);
+    for (int l = 0; l < enc->n_deep; l++) m->be->download(m->be, got + rows * (1 + l), enc->deep[l], sizeof(float) * rows);
+    compare(name, "embeddings", got, emb_ref, ne, emb_tol, rel_tol * 10);
+    free(got);
+  }
+  /* 3. prompt logits */
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  ep.max_context = 128;
+  ep.max_seqs = 2;
+  ep.max_batch_tokens = 64;
+  if ((st = sm_engine_create(m, &ep, &e))) { CHECK(0, "%s: engine: %s", name, smelt_last_error()); goto out; }
+  const int V = m->cfg.vocab_size;
+  size_t nl = 0;
+  lg_ref = read_f32(dir, "logits.f32", &nl);
+  CHECK(lg_ref && nl == (size_t)np * V, "%s: logits file", name);
+  sm_seq *s = NULL;
+  int n_rows = 0;
+  lg = prompt_logits(e, ids, np, spans, 1, &s, &n_rows);
+  CHECK(!lg || n_rows == np, "%s: %d logits rows for %d tokens", name, n_rows, np);
+  if (!lg || !lg_ref || nl != (size_t)np * V) goto out;
+  compare(name, "logits", lg, lg_ref, nl, abs_tol, rel_tol);
+  /* 4. greedy decoding after it (positions continue after the image) */
+  int n_ok = 0;
+  float *row = malloc(sizeof(float) * V);
+  memcpy(row, lg + (size_t)(np - 1) * V, sizeof(float) * V);
+  for (int k = 0; k < ng; k++) {
+    int best = 0;
+    for (int j = 1; j < V; j++) if (row[j] > row[best]) best = j;
+    if (best != cJSON_GetArrayItem(gids, k)->valueint) {
+      const double mg = cJSON_GetArrayItem(margins, k)->valuedouble;
+      CHECK(mg < margin_min, "%s: greedy token %d is %d, expected %d (margin %.3f)", name, k, best,
+            cJSON_GetArrayItem(gids, k)->valueint, mg);
+      break;
+    }
+    n_ok++;
+    uint8_t done = 0;
+    int32_t t = best;
+    if (sm_seq_append(e, s, &t, 1) || sm_engine_step(e, &s, 1, row, &done)) { CHECK(0, "%s: decode: %s", name, smelt_last_error()); break; }
+  }
+  printf("%-20s greedy       %d/%d\n", name, n_ok, ng);
+  free(row);
+  sm_seq_free(e, s);
+  /* 5. the same image again: not encoded again, KV of its prefix reused; and batched with a text-only
+   * sequence, its logits unchanged */
+  {
+    sm_vimage *img2 = NULL;
+    sm_image im2;
+    snprintf(path, sizeof path, "%.1000s/%.1000s", dir, cJSON_GetStringValue(cJSON_GetObjectItem(man, "image")));
+    if (!sm_image_load(path, 0, NULL, &im2) && !sm_vimage_new(m->vision, &im2, &img2)) {
+      sm_mm_span sp2 = spans[0];
+      sp2.img = img2;
+      sm_engine_stats before, after;
+      sm_engine_get_stats(e, &before);
+      int r2 = 0;
+      float *lg2 = prompt_logits(e, ids, np, &sp2, 1, NULL, &r2);
+      sm_engine_get_stats(e, &after);
+      /* the span either came from the prefix cache (not encoded) or from the image cache */
+      CHECK(!img2->enc || img2->enc == img->enc, "%s: the same image was encoded again", name);
+      CHECK(after.prefix_hits_tokens > before.prefix_hits_tokens, "%s: no prefix-cache hit for the same image", name);
+      if (lg2 && r2 > 0)
+        compare(name, "cached", lg2 + (size_t)(r2 - 1) * V, lg + (size_t)(np - 1) * V, (size_t)V, abs_tol, rel_tol);
+      free(lg2);
+      sm_vimage_unref(img2);
+    }
+    sm_image_free(&im2);
+    /* a batch of the image prompt and a text prompt, no prefix cache */
+    sm_engine_free(e);
+    ep.prefix_cache = false;
+    e = NULL;
+    if (!sm_engine_create(m, &ep, &e)) {
+      sm_seq *a = sm_seq_new(e), *b = sm_seq_new(e), *q[2] = { b, a };
+      int32_t txt[5] = { 72, 105, 33, 10, 65 };
+      float *two = malloc(sizeof(float) * 2 * V);
+      uint8_t done[2] = { 0, 0 };
+      st = sm_seq_append(e, a, ids, np);
+      if (!st) st = sm_seq_set_media(e, a, spans, 1);
+      if (!st) st = sm_seq_append(e, b, txt, 5);
+      while (!st && !(done[0] && done[1])) st = sm_engine_step(e, q, 2, two, done);
+      CHECK(!st, "%s: batch: %s", name, smelt_last_error());
+      if (!st) compare(name, "batched", two + V, lg + (size_t)(np - 1) * V, (size_t)V, abs_tol, rel_tol);
+      free(two);
+      sm_seq_free(e, a);
+      sm_seq_free(e, b);
+    }
+  }
+out:
+  if (spans) sm_vimage_unref(spans[0].img);
+  free(spans);
+  if (img) sm_vimage_unref(img);
+  sm_engine_free(e);
+  free(ids);
+  free(want);
+  free(lg);
+  free(lg_ref);
+  free(emb_ref);
+  smelt_model_free(m);
+  cJSON_Delete(man);
+}
+
+int main(int argc, char **argv) {
+  const char *dev = getenv("SMELT_GOLDEN_DEVICE");
+  g_cuda = dev && !strcmp(dev, "cuda");
+  if (g_cuda) {
+    sm_backend *be = sm_backend_create(SMELT_DEVICE_CUDA, 0, 0);
+    if (!be) { printf("SKIP: no CUDA backend (%s)\n", smelt_last_error()); return 77; }
+    be->destroy(be);
+  }
+  const char *root = argc > 1 ? argv[1] : "tests/golden/vision";
+  DIR *d = opendir(root);
+  if (!d) { fprintf(stderr, "no fixtures at %s\n", root); return 1; }
+  struct dirent *de;
+  char **names = NULL;
+  int n = 0;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] == '.') continue;
+    names = realloc(names, sizeof(char *) * (size_t)(n + 1));
+    names[n++] = strdup(de->d_name);
+  }
+  closedir(d);
+  for (int i = 0; i < n; i++) {
+    char p[2200];
+    snprintf(p, sizeof p, "%.1000s/%.1000s", root, names[i]);
+    check_fixture(p);
+    free(names[i]);
+  }
+  free(names);
+  CHECK(n >= 4, "%d fixtures found", n);
+  TEST_END();
+}

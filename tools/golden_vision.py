@@ -1,0 +1,755 @@
+#!/usr/bin/env python3
+"""Golden fixtures of the vision-language families: tiny random vision towers next to tiny random
+language models, in the MLX layout mlx-vlm writes, with one image, its prompt and reference outputs.
+
+Per fixture (tests/golden/vision/<name>/):
+  config.json, preprocessor_config.json, model.safetensors, tokenizer.json, tokenizer_config.json
+  image.jpg           the image (tests/vision/data/images/rgb_45x30.jpg)
+  embeddings.f32      the image's embeddings [n_embd, hidden] (+ Qwen3-VL deepstack rows after them)
+  logits.f32          logits of every prompt position [T, vocab]
+  manifest.json       the prompt text, its ids (images expanded as the processor expands them), the
+                      image spans, 40 greedy ids with their top-2 margins, tolerances
+
+The families (written from transformers' modeling code, float64, on the dequantized weights):
+  qwen2_5_vl  ViT (RMSNorm, gated SiLU MLP, 2-D RoPE, window attention with one full block), patch
+              merger; M-RoPE positions in the language model
+  qwen3_vl    ViT (LayerNorm, GELU-tanh MLP, interpolated learned positions, 2-D RoPE), patch merger,
+              deepstack mergers added after the first decoder layers; interleaved M-RoPE
+  gemma3      SigLIP encoder, average pool, (1 + w) RMSNorm, projection; the image's tokens attend
+              each other in both directions
+  mistral3    Pixtral encoder (2-D RoPE, RMSNorm, gated SiLU), RMSNorm, 2x2 patch merger, projector
+
+Two references:
+  default (--numpy)  this file's float64 numpy forward (vision) + tools/check_golden.py's forward (text)
+  --transformers     transformers' own classes (Qwen2_5_VLForConditionalGeneration, ...), float32,
+                     CPU, eager attention, the slow (Pillow) image processors: run on a machine with
+                     torch and transformers 5.x; the numpy reference is checked against it and the
+                     fixture's reference becomes transformers.
+
+Usage: python3 tools/golden_vision.py [--transformers] [--only NAME[,NAME]] [OUTDIR]
+       (OUTDIR default tests/golden/vision; numpy and Pillow needed: python3-numpy python3-pil)
+"""
+import json
+import math
+import os
+import shutil
+import sys
+import traceback
+
+import numpy as np
+from PIL import Image
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_golden  # noqa: E402
+import make_golden  # noqa: E402
+import mlxq  # noqa: E402
+import vision_ref  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMAGE = os.path.join(ROOT, "tests", "vision", "data", "images", "rgb_45x30.jpg")
+N_GEN = 40
+Q32 = {"group_size": 32, "bits": 4}
+
+# special tokens of each fixture's tokenizer (256 byte tokens, then these: added tokens take the ids
+# after the vocabulary, as the tokenizers library assigns them)
+SPECIAL = {
+    "qwen2_5_vl": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
+    "qwen3_vl": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
+    "gemma3": {"<start_of_image>": 256, "<end_of_image>": 257, "<image_soft_token>": 258},
+    "mistral3": {"[IMG]": 256, "[IMG_BREAK]": 257, "[IMG_END]": 258},
+}
+
+FIXTURES = [
+    dict(name="qwen2_5_vl_vision", lm="qwen2_5_vl_q4_g64_bf16", seed=31,
+         vision=dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64, patch_size=4,
+                     spatial_merge_size=2, temporal_patch_size=2, in_chans=3, window_size=16, hidden_act="silu",
+                     fullatt_block_indexes=[1], model_type="qwen2_5_vl"),
+         top=dict(image_token_id=258, vision_start_token_id=256, vision_end_token_id=257),
+         proc=dict(min_pixels=64, max_pixels=960, patch_size=4, merge_size=2, temporal_patch_size=2,
+                   image_mean=vision_ref.CLIP_MEAN, image_std=vision_ref.CLIP_STD),
+         quant=["vision_tower.blocks.0.attn.qkv", "vision_tower.blocks.2.mlp.up_proj"],
+         prompt="Hi <|vision_start|><|image_pad|><|vision_end|>what?"),
+    dict(name="qwen3_vl_vision", lm="qwen3_vl_q4_g64_f16", seed=32,
+         vision=dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64, patch_size=4,
+                     spatial_merge_size=2, temporal_patch_size=2, in_channels=3, num_position_embeddings=16,
+                     deepstack_visual_indexes=[0, 2], hidden_act="gelu_pytorch_tanh", model_type="qwen3_vl"),
+         top=dict(image_token_id=258, vision_start_token_id=256, vision_end_token_id=257),
+         proc=dict(size={"shortest_edge": 64, "longest_edge": 960}, patch_size=4, merge_size=2,
+                   temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3),
+         quant=["vision_tower.blocks.1.attn.proj"],
+         prompt="<|vision_start|><|image_pad|><|vision_end|>Say it"),
+    dict(name="gemma3_vision", lm="gemma3_vlm_q4_g64_bf16", seed=33,
+         vision=dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                     num_attention_heads=2, patch_size=4, image_size=32, layer_norm_eps=1e-6,
+                     hidden_act="gelu_pytorch_tanh"),
+         top=dict(image_token_index=258, boi_token_index=256, eoi_token_index=257, mm_tokens_per_image=16),
+         proc=dict(size={"height": 32, "width": 32}, resample=2, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+                   do_pan_and_scan=None),
+         text=dict(sliding_window=64),
+         quant=["vision_tower.vision_model.encoder.layers.1.mlp.fc1"],
+         prompt="Look<start_of_image>ok"),
+    dict(name="mistral3_vision", lm="mistral3_vlm_q4_g64_bf16", seed=34,
+         vision=dict(model_type="pixtral", hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                     num_attention_heads=2, head_dim=16, patch_size=4, image_size=64, rope_theta=10000.0,
+                     hidden_act="silu", num_channels=3),
+         top=dict(image_token_index=256, spatial_merge_size=2, vision_feature_layer=-1,
+                  multimodal_projector_bias=True, projector_hidden_act="gelu"),
+         proc=dict(size={"longest_edge": 40}, patch_size={"height": 4, "width": 4}, resample=3,
+                   image_mean=vision_ref.CLIP_MEAN, image_std=vision_ref.CLIP_STD),
+         quant=["vision_tower.vision_model.transformer.layers.0.feed_forward.gate_proj",
+                "multi_modal_projector.linear_2"],
+         prompt="[IMG]Tell"),
+]
+
+
+# ----------------------------------------------------------------- the vision towers' state dicts
+
+def vision_spec(fx):
+    """[(MLX name, shape, kind)] of the tower and projector; kind: lin, vec, bias, conv, emb, raw"""
+    v, mt = fx["vision"], fx_type(fx)
+    H, I = v["hidden_size"], v["intermediate_size"]
+    T = fx.get("text_hidden", 64)  # the language model's hidden size
+    out = []
+
+    def lin(name, rows, cols, bias=True):
+        out.append((name + ".weight", (rows, cols), "lin"))
+        if bias:
+            out.append((name + ".bias", (rows,), "bias"))
+
+    def vec(name, n, kind="vec"):
+        out.append((name, (n,), kind))
+    if mt in ("qwen2_5_vl", "qwen3_vl"):
+        p, t = v["patch_size"], v["temporal_patch_size"]
+        out.append(("vision_tower.patch_embed.proj.weight", (H, t, p, p, 3), "conv"))
+        if mt == "qwen3_vl":
+            vec("vision_tower.patch_embed.proj.bias", H, "bias")
+            out.append(("vision_tower.pos_embed.weight", (v["num_position_embeddings"], H), "emb"))
+        for i in range(v["depth"]):
+            b = "vision_tower.blocks.%d." % i
+            for nm in ("norm1", "norm2"):
+                vec(b + nm + ".weight", H)
+                if mt == "qwen3_vl":
+                    vec(b + nm + ".bias", H, "bias")
+            lin(b + "attn.qkv", 3 * H, H)
+            lin(b + "attn.proj", H, H)
+            if mt == "qwen2_5_vl":
+                lin(b + "mlp.gate_proj", I, H)
+                lin(b + "mlp.up_proj", I, H)
+                lin(b + "mlp.down_proj", H, I)
+            else:
+                lin(b + "mlp.linear_fc1", I, H)
+                lin(b + "mlp.linear_fc2", H, I)
+        M = 4 * H
+        mergers = [("vision_tower.merger.", H)]
+        for k in range(len(v.get("deepstack_visual_indexes", []))):
+            mergers.append(("vision_tower.deepstack_merger_list.%d." % k, M))
+        for pre, nd in mergers:
+            if mt == "qwen2_5_vl":
+                vec(pre + "ln_q.weight", nd)
+                lin(pre + "mlp.0", M, M)
+                lin(pre + "mlp.2", T, M)
+            else:
+                vec(pre + "norm.weight", nd)
+                vec(pre + "norm.bias", nd, "bias")
+                lin(pre + "linear_fc1", M, M)
+                lin(pre + "linear_fc2", T, M)
+    elif mt == "gemma3":
+        p = v["patch_size"]
+        npos = (v["image_size"] // p) ** 2
+        e = "vision_tower.vision_model."
+        out.append((e + "embeddings.patch_embedding.weight", (H, p, p, 3), "conv"))
+        vec(e + "embeddings.patch_embedding.bias", H, "bias")
+        out.append((e + "embeddings.position_embedding.weight", (npos, H), "emb"))
+        for i in range(v["num_hidden_layers"]):
+            b = e + "encoder.layers.%d." % i
+            for nm in ("layer_norm1", "layer_norm2"):
+                vec(b + nm + ".weight", H)
+                vec(b + nm + ".bias", H, "bias")
+            for nm in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                lin(b + "self_attn." + nm, H, H)
+            lin(b + "mlp.fc1", I, H)
+            lin(b + "mlp.fc2", H, I)
+        vec(e + "post_layernorm.weight", H)
+        vec(e + "post_layernorm.bias", H, "bias")
+        vec("multi_modal_projector.mm_soft_emb_norm.weight", H, "gemma_norm")
+        out.append(("multi_modal_projector.mm_input_projection_weight", (H, T), "raw"))
+    else:
+        p = v["patch_size"]
+        e = "vision_tower.vision_model."
+        out.append((e + "patch_conv.weight", (H, p, p, 3), "conv"))
+        vec(e + "ln_pre.weight", H)
+        for i in range(v["num_hidden_layers"]):
+            b = e + "transformer.layers.%d." % i
+            vec(b + "attention_norm.weight", H)
+            vec(b + "ffn_norm.weight", H)
+            for nm in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                lin(b + "attention." + nm, H, H, bias=False)
+            lin(b + "feed_forward.gate_proj", I, H, bias=False)
+            lin(b + "feed_forward.up_proj", I, H, bias=False)
+            lin(b + "feed_forward.down_proj", H, I, bias=False)
+        vec("multi_modal_projector.norm.weight", H)
+        lin("multi_modal_projector.patch_merger.merging_layer", H, 4 * H, bias=False)
+        lin("multi_modal_projector.linear_1", T, H, bias=fx["top"]["multimodal_projector_bias"])
+        lin("multi_modal_projector.linear_2", T, T, bias=fx["top"]["multimodal_projector_bias"])
+    return out
+
+
+def fx_type(fx):
+    return {"qwen2_5_vl_vision": "qwen2_5_vl", "qwen3_vl_vision": "qwen3_vl", "gemma3_vision": "gemma3",
+            "mistral3_vision": "mistral3"}[fx["name"]]
+
+
+def vision_weights(fx, rng, dtype, tensors):
+    """random tower weights into tensors (MLX layout); returns name -> float64 weight as the model sees it"""
+    W = {}
+    for name, shape, kind in vision_spec(fx):
+        if kind == "vec":
+            w = 1.0 + 0.2 * rng.standard_normal(shape)
+        elif kind == "gemma_norm":
+            w = 0.2 * rng.standard_normal(shape)
+        elif kind == "bias":
+            w = 0.2 * rng.standard_normal(shape)
+        elif kind == "emb":
+            w = 0.5 * rng.standard_normal(shape)
+        elif kind == "conv":
+            w = rng.standard_normal(shape) / math.sqrt(np.prod(shape[1:]))
+        else:
+            w = 1.2 * rng.standard_normal(shape) / math.sqrt(shape[-1] if kind == "lin" else shape[0])
+        w = w.astype(np.float32)
+        if kind == "lin":
+            module = name[: -len(".weight")]
+            W[name] = mlxq.add_linear(tensors, module, w, dtype, Q32 if module in fx["quant"] else None)
+        else:
+            wr = mlxq.round_to_dtype(w, dtype)
+            dt, raw = mlxq.encode_dtype(wr, dtype)
+            tensors[name] = (dt, wr.shape, raw)
+            W[name] = wr
+        W[name] = np.asarray(W[name], dtype=np.float64)
+    return W
+
+
+# ----------------------------------------------------------------- numpy forward of the towers
+
+def rms(x, w, eps, off=0.0):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * (w + off)
+
+
+def ln(x, w, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * w + b
+
+
+def gelu(x):
+    from math import erf
+    return 0.5 * x * (1 + np.vectorize(erf)(x / math.sqrt(2)))
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def rot_half(x):
+    h = x.shape[-1] // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], -1)
+
+
+def attend(q, k, v, cu, scale):
+    """q, k, v [n, heads, hd]; attention without a mask within segments cu (boundaries)"""
+    out = np.zeros_like(q)
+    for a, b in zip(cu[:-1], cu[1:]):
+        if b <= a:
+            continue
+        s = np.einsum("thd,shd->hts", q[a:b], k[a:b]) * scale
+        s = np.exp(s - s.max(-1, keepdims=True))
+        s /= s.sum(-1, keepdims=True)
+        out[a:b] = np.einsum("hts,shd->thd", s, v[a:b])
+    return out
+
+
+def lin(W, name, x, bias=True):
+    y = x @ W[name + ".weight"].T
+    if bias and name + ".bias" in W:
+        y = y + W[name + ".bias"]
+    return y
+
+
+def conv_flat(W, name):
+    """MLX conv weight [out, (t,) y, x, c] -> [out, c*(t)*y*x], the row order of HF's pixel patches"""
+    w = W[name]
+    if w.ndim == 5:
+        return w.transpose(0, 4, 1, 2, 3).reshape(w.shape[0], -1)
+    return w.transpose(0, 3, 1, 2).reshape(w.shape[0], -1)
+
+
+def qwen_tower(fx, W, pv, grid):
+    """transformers' Qwen2_5_VisionTransformerPretrainedModel / Qwen3VLVisionModel on one image"""
+    v, mt = fx["vision"], fx_type(fx)
+    H, nh = v["hidden_size"], v["num_heads"]
+    hd = H // nh
+    ms = v["spatial_merge_size"]
+    t, gh, gw = grid
+    x = pv @ conv_flat(W, "vision_tower.patch_embed.proj.weight").T
+    if mt == "qwen3_vl":
+        x = x + W["vision_tower.patch_embed.proj.bias"]
+        # fast_pos_embed_interpolate
+        S = int(round(math.sqrt(v["num_position_embeddings"])))
+        pe = W["vision_tower.pos_embed.weight"]
+        hi = np.linspace(0, S - 1, gh)
+        wi = np.linspace(0, S - 1, gw)
+        hf, wf = hi.astype(int), wi.astype(int)
+        hc, wc = np.minimum(hf + 1, S - 1), np.minimum(wf + 1, S - 1)
+        dh, dw = hi - hf, wi - wf
+        grid_pe = ((1 - dh)[:, None, None] * (1 - dw)[None, :, None] * pe[(hf[:, None] * S + wf[None, :])] +
+                   (1 - dh)[:, None, None] * dw[None, :, None] * pe[(hf[:, None] * S + wc[None, :])] +
+                   dh[:, None, None] * (1 - dw)[None, :, None] * pe[(hc[:, None] * S + wf[None, :])] +
+                   dh[:, None, None] * dw[None, :, None] * pe[(hc[:, None] * S + wc[None, :])])
+        grid_pe = grid_pe.reshape(gh // ms, ms, gw // ms, ms, H).transpose(0, 2, 1, 3, 4).reshape(-1, H)
+        x = x + grid_pe
+    # rot_pos_emb
+    hpos = np.repeat(np.arange(gh)[:, None], gw, 1).reshape(gh // ms, ms, gw // ms, ms).transpose(0, 2, 1, 3).ravel()
+    wpos = np.repeat(np.arange(gw)[None, :], gh, 0).reshape(gh // ms, ms, gw // ms, ms).transpose(0, 2, 1, 3).ravel()
+    dim = hd // 2
+    inv = 1.0 / (10000.0 ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    emb = np.concatenate([hpos[:, None] * inv[None], wpos[:, None] * inv[None]], 1)
+    emb = np.concatenate([emb, emb], 1)
+    cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
+    n = gh * gw
+    mu = ms * ms
+    cu = [0, n]
+    win_cu, window_index = cu, np.arange(n // mu)
+    if mt == "qwen2_5_vl":  # get_window_index
+        vws = v["window_size"] // ms // v["patch_size"]
+        lh, lw = gh // ms, gw // ms
+        index = np.arange(lh * lw).reshape(lh, lw)
+        pad_h, pad_w = vws - lh % vws, vws - lw % vws
+        nwh, nww = (lh + pad_h) // vws, (lw + pad_w) // vws
+        ip = np.pad(index, ((0, pad_h), (0, pad_w)), constant_values=-100)
+        ip = ip.reshape(nwh, vws, nww, vws).transpose(0, 2, 1, 3).reshape(nwh * nww, vws, vws)
+        seqlens = (ip != -100).sum((1, 2))
+        flat = ip.ravel()
+        window_index = flat[flat != -100]
+        win_cu = [0] + list(np.cumsum(seqlens) * mu)
+        win_cu = [c for i, c in enumerate(win_cu) if i == 0 or c != win_cu[i - 1]]
+        x = x.reshape(n // mu, mu, -1)[window_index].reshape(n, -1)
+        cos = cos.reshape(n // mu, mu, 1, -1)[window_index].reshape(n, 1, -1)
+        sin = sin.reshape(n // mu, mu, 1, -1)[window_index].reshape(n, 1, -1)
+    deep = []
+    for i in range(v["depth"]):
+        b = "vision_tower.blocks.%d." % i
+        if mt == "qwen2_5_vl":
+            h = rms(x, W[b + "norm1.weight"], 1e-6)
+        else:
+            h = ln(x, W[b + "norm1.weight"], W[b + "norm1.bias"], 1e-6)
+        qkv = lin(W, b + "attn.qkv", h).reshape(n, 3, nh, hd)
+        q, k, vv = qkv[:, 0], qkv[:, 1], qkv[:, 2]
+        q = q * cos + rot_half(q) * sin
+        k = k * cos + rot_half(k) * sin
+        full = mt == "qwen3_vl" or i in v["fullatt_block_indexes"]
+        o = attend(q, k, vv, cu if full else win_cu, hd ** -0.5).reshape(n, H)
+        x = x + lin(W, b + "attn.proj", o)
+        if mt == "qwen2_5_vl":
+            h = rms(x, W[b + "norm2.weight"], 1e-6)
+            x = x + lin(W, b + "mlp.down_proj", silu(lin(W, b + "mlp.gate_proj", h)) * lin(W, b + "mlp.up_proj", h))
+        else:
+            h = ln(x, W[b + "norm2.weight"], W[b + "norm2.bias"], 1e-6)
+            x = x + lin(W, b + "mlp.linear_fc2", gelu_tanh(lin(W, b + "mlp.linear_fc1", h)))
+        if mt == "qwen3_vl" and i in v["deepstack_visual_indexes"]:
+            pre = "vision_tower.deepstack_merger_list.%d." % v["deepstack_visual_indexes"].index(i)
+            y = ln(x.reshape(-1, mu * H), W[pre + "norm.weight"], W[pre + "norm.bias"], 1e-6)
+            deep.append(lin(W, pre + "linear_fc2", gelu(lin(W, pre + "linear_fc1", y))))
+    if mt == "qwen2_5_vl":
+        y = rms(x, W["vision_tower.merger.ln_q.weight"], 1e-6).reshape(-1, mu * H)
+        y = lin(W, "vision_tower.merger.mlp.2", gelu(lin(W, "vision_tower.merger.mlp.0", y)))
+        y = y[np.argsort(window_index)]
+    else:
+        y = ln(x, W["vision_tower.merger.norm.weight"], W["vision_tower.merger.norm.bias"], 1e-6).reshape(-1, mu * H)
+        y = lin(W, "vision_tower.merger.linear_fc2", gelu(lin(W, "vision_tower.merger.linear_fc1", y)))
+    return y, deep
+
+
+def siglip_tower(fx, W, px):
+    """transformers' SiglipVisionModel + Gemma3MultiModalProjector; px [3, S, S]"""
+    v = fx["vision"]
+    H, nh, p = v["hidden_size"], v["num_attention_heads"], v["patch_size"]
+    hd = H // nh
+    side = v["image_size"] // p
+    e = "vision_tower.vision_model."
+    patches = px.reshape(3, side, p, side, p).transpose(1, 3, 0, 2, 4).reshape(side * side, -1)
+    x = patches @ conv_flat(W, e + "embeddings.patch_embedding.weight").T + W[e + "embeddings.patch_embedding.bias"]
+    x = x + W[e + "embeddings.position_embedding.weight"]
+    n = side * side
+    for i in range(v["num_hidden_layers"]):
+        b = e + "encoder.layers.%d." % i
+        h = ln(x, W[b + "layer_norm1.weight"], W[b + "layer_norm1.bias"], v["layer_norm_eps"])
+        q = lin(W, b + "self_attn.q_proj", h).reshape(n, nh, hd)
+        k = lin(W, b + "self_attn.k_proj", h).reshape(n, nh, hd)
+        vv = lin(W, b + "self_attn.v_proj", h).reshape(n, nh, hd)
+        x = x + lin(W, b + "self_attn.out_proj", attend(q, k, vv, [0, n], hd ** -0.5).reshape(n, H))
+        h = ln(x, W[b + "layer_norm2.weight"], W[b + "layer_norm2.bias"], v["layer_norm_eps"])
+        x = x + lin(W, b + "mlp.fc2", gelu_tanh(lin(W, b + "mlp.fc1", h)))
+    x = ln(x, W[e + "post_layernorm.weight"], W[e + "post_layernorm.bias"], v["layer_norm_eps"])
+    tps = int(round(math.sqrt(fx["top"]["mm_tokens_per_image"])))
+    k = side // tps
+    pooled = x.reshape(tps, k, tps, k, H).mean((1, 3)).reshape(tps * tps, H)
+    normed = rms(pooled, W["multi_modal_projector.mm_soft_emb_norm.weight"], v["layer_norm_eps"], 1.0)
+    return normed @ W["multi_modal_projector.mm_input_projection_weight"], []
+
+
+def pixtral_tower(fx, W, px):
+    """transformers' PixtralVisionModel + Mistral3MultiModalProjector; px [3, h, w]"""
+    v, top = fx["vision"], fx["top"]
+    H, nh, p = v["hidden_size"], v["num_attention_heads"], v["patch_size"]
+    hd = v["head_dim"]
+    gh, gw = px.shape[1] // p, px.shape[2] // p
+    e = "vision_tower.vision_model."
+    patches = px.reshape(3, gh, p, gw, p).transpose(1, 3, 0, 2, 4).reshape(gh * gw, -1)
+    x = patches @ conv_flat(W, e + "patch_conv.weight").T
+    x = rms(x, W[e + "ln_pre.weight"], 1e-5)
+    # PixtralRotaryEmbedding
+    freqs = 1.0 / (v["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+    hh, ww = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+    ang = np.concatenate([hh.reshape(-1, 1) * freqs[None, ::2], ww.reshape(-1, 1) * freqs[None, 1::2]], 1)
+    ang = np.concatenate([ang, ang], 1)
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    n = gh * gw
+    layers = v["num_hidden_layers"] + 1 + top["vision_feature_layer"] if top["vision_feature_layer"] < 0 else top["vision_feature_layer"]
+    for i in range(layers):
+        b = e + "transformer.layers.%d." % i
+        h = rms(x, W[b + "attention_norm.weight"], 1e-5)
+        q = lin(W, b + "attention.q_proj", h).reshape(n, nh, hd)
+        k = lin(W, b + "attention.k_proj", h).reshape(n, nh, hd)
+        vv = lin(W, b + "attention.v_proj", h).reshape(n, nh, hd)
+        q = q * cos + rot_half(q) * sin
+        k = k * cos + rot_half(k) * sin
+        x = x + lin(W, b + "attention.o_proj", attend(q, k, vv, [0, n], hd ** -0.5).reshape(n, H))
+        h = rms(x, W[b + "ffn_norm.weight"], 1e-5)
+        x = x + lin(W, b + "feed_forward.down_proj",
+                    silu(lin(W, b + "feed_forward.gate_proj", h)) * lin(W, b + "feed_forward.up_proj", h))
+    x = rms(x, W["multi_modal_projector.norm.weight"], fx["text_eps"])
+    # Mistral3PatchMerger: unfold 2x2 (channel-major features), merging_layer
+    g = x.reshape(gh // 2, 2, gw // 2, 2, H).transpose(0, 2, 4, 1, 3).reshape(-1, H * 4)
+    y = lin(W, "multi_modal_projector.patch_merger.merging_layer", g, bias=False)
+    y = lin(W, "multi_modal_projector.linear_2", gelu(lin(W, "multi_modal_projector.linear_1", y)))
+    return y, []
+
+
+# ----------------------------------------------------------------- prompts
+
+def tokenizer_json(fx):
+    """byte-level BPE without merges: every byte a token, the family's special tokens added"""
+    b2u = {}
+    n = 0
+    for b in range(256):
+        if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255:
+            b2u[b] = chr(b)
+        else:
+            b2u[b] = chr(256 + n)
+            n += 1
+    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for s, i in SPECIAL[fx_type(fx)].items()]
+    return {"version": "1.0", "added_tokens": added, "normalizer": None,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+            "post_processor": None,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "fuse_unk": False, "byte_fallback": False,
+                      "vocab": {b2u[b]: b for b in range(256)}, "merges": []}}
+
+
+def tokenize(fx, text):
+    """ids of text with this tokenizer: special tokens whole, every other byte its own token"""
+    sp = SPECIAL[fx_type(fx)]
+    out = []
+    i = 0
+    while i < len(text):
+        for s, tid in sp.items():
+            if text.startswith(s, i):
+                out.append(tid)
+                i += len(s)
+                break
+        else:
+            out.extend(text[i].encode())
+            i += 1
+    return out
+
+
+def expand(fx, prompt, rows, cols):
+    """the processor's expansion of the image marker (transformers' *Processor.__call__)"""
+    mt = fx_type(fx)
+    if mt in ("qwen2_5_vl", "qwen3_vl"):
+        return prompt.replace("<|image_pad|>", "<|image_pad|>" * (rows * cols))
+    if mt == "gemma3":
+        return prompt.replace("<start_of_image>", "\n\n<start_of_image>" + "<image_soft_token>" * (rows * cols) +
+                              "<end_of_image>\n\n")
+    rows_txt = ["[IMG]" * cols + "[IMG_BREAK]"] * rows
+    s = "".join(rows_txt)
+    s = s[: -len("[IMG_BREAK]")] + "[IMG_END]"
+    return prompt.replace("[IMG]", s, 1)
+
+
+def get_rope_index(ids, image_token, rows, cols):
+    """transformers' Qwen2_5_VLModel.get_rope_index for one image (grid t = 1)"""
+    T = len(ids)
+    st = ids.index(image_token)
+    pos = np.zeros((3, T), dtype=np.int64)
+    pos[:, :st] = np.arange(st)
+    h = np.repeat(np.arange(rows), cols)
+    w = np.tile(np.arange(cols), rows)
+    n = rows * cols
+    pos[0, st:st + n] = st
+    pos[1, st:st + n] = st + h
+    pos[2, st:st + n] = st + w
+    nxt = st + max(rows, cols)
+    rest = T - (st + n)
+    pos[:, st + n:] = nxt + np.arange(rest)
+    return pos, nxt + rest - T
+
+
+# ----------------------------------------------------------------- one fixture
+
+def lm_fixture(fx):
+    for f in make_golden.FIXTURES:
+        if f["name"] == fx["lm"]:
+            g = dict(f)
+            g["cfg"] = dict(f["cfg"], **fx.get("text", {}))
+            return g
+    raise KeyError(fx["lm"])
+
+
+def build(fx, seed):
+    g = lm_fixture(fx)
+    c = make_golden.text_config_dict(g)
+    rng = np.random.default_rng(seed)
+    spec = make_golden.state_spec(g["model_type"], c)
+    raw = make_golden.random_weights(spec, c, rng, g.get("embed_init", 1.0), g.get("layer_init", 1.0),
+                                     g.get("head_gain", 1.0))
+    tensors, used = make_golden.build_tensors(g, c, spec, raw, rng)
+    for name, _ in make_golden.VISION_TENSORS[g["vlm"]["model_type"]]:  # the text fixtures' stand-ins
+        tensors.pop(name, None)
+    Wv = vision_weights(fx, rng, g["dtype"], tensors)
+    cfg = make_golden.smelt_config(g, c)
+    cfg["vision_config"] = dict(fx["vision"])
+    cfg.update(fx["top"])
+    if g["quant"] is not None:
+        qb = dict(g["quant"])
+        for m in fx["quant"]:
+            qb[m] = dict(Q32)
+        cfg["quantization"] = qb
+        cfg["quantization_config"] = qb
+    W = {make_golden.mlx_name(g, k): v.astype(np.float64) for k, v in used.items()
+         if k != "lm_head.weight" or not c.get("tie_word_embeddings", False)}
+    W.update(Wv)
+    return g, c, cfg, tensors, W
+
+
+def pixels(fx):
+    img = Image.open(IMAGE).convert("RGB")
+    p, mt = fx["proc"], fx_type(fx)
+    if mt == "qwen2_5_vl":
+        pv, (h, w) = vision_ref.qwen_pixels(img, p["patch_size"], p["merge_size"], p["temporal_patch_size"],
+                                            p["min_pixels"], p["max_pixels"], p["image_mean"], p["image_std"])
+    elif mt == "qwen3_vl":
+        pv, (h, w) = vision_ref.qwen_pixels(img, p["patch_size"], p["merge_size"], p["temporal_patch_size"],
+                                            p["size"]["shortest_edge"], p["size"]["longest_edge"], p["image_mean"],
+                                            p["image_std"])
+    elif mt == "gemma3":
+        pv, (h, w) = vision_ref.fixed_pixels(img, p["size"]["height"], p["size"]["width"])
+    else:
+        pv, (h, w) = vision_ref.pixtral_pixels(img, p["size"]["longest_edge"],
+                                               p["patch_size"]["height"] * fx["top"]["spatial_merge_size"])
+    return np.asarray(pv, dtype=np.float64), h, w
+
+
+def numpy_reference(fx, g, c, cfg, W):
+    mt = fx_type(fx)
+    pv, h, w = pixels(fx)
+    fx["text_eps"] = c["rms_norm_eps"]
+    if mt in ("qwen2_5_vl", "qwen3_vl"):
+        p = fx["vision"]["patch_size"]
+        emb, deep = qwen_tower(fx, W, pv, (1, h // p, w // p))
+        rows, cols = h // p // 2, w // p // 2
+    elif mt == "gemma3":
+        emb, deep = siglip_tower(fx, W, pv)
+        rows = cols = int(round(math.sqrt(fx["top"]["mm_tokens_per_image"])))
+    else:
+        emb, deep = pixtral_tower(fx, W, pv)
+        rows, cols = h // fx["vision"]["patch_size"] // 2, w // fx["vision"]["patch_size"] // 2
+    text = expand(fx, fx["prompt"], rows, cols)
+    ids = tokenize(fx, text)
+    img_tok = SPECIAL[mt][{"qwen2_5_vl": "<|image_pad|>", "qwen3_vl": "<|image_pad|>", "gemma3": "<image_soft_token>",
+                           "mistral3": "[IMG]"}[mt]]
+    img_rows = [i for i, t in enumerate(ids) if t == img_tok]
+    assert len(img_rows) == len(emb), (len(img_rows), len(emb))
+    kw = dict(embeds=(img_rows, emb))
+    delta = 0
+    if mt in ("qwen2_5_vl", "qwen3_vl"):
+        kw["rope_pos"], delta = get_rope_index(ids, img_tok, rows, cols)
+    if deep:
+        kw["deepstack"] = [(img_rows, d) for d in deep]
+    if mt == "gemma3":
+        kw["groups"] = [1 if t == img_tok else 0 for t in ids]
+    logits = check_golden.forward(cfg, W, ids, **kw)
+    seq, margins = list(ids), []
+    for _ in range(N_GEN):
+        k2 = dict(kw)
+        if "rope_pos" in kw:
+            T = len(seq)
+            rp = np.concatenate([kw["rope_pos"], np.repeat((np.arange(len(ids), T) + delta)[None], 3, 0)], 1)
+            k2["rope_pos"] = rp
+        if "groups" in kw:
+            k2["groups"] = kw["groups"] + [0] * (len(seq) - len(ids))
+        lg = check_golden.forward(cfg, W, seq, len(ids), **k2)[-1]
+        top2 = np.sort(lg)[-2:]
+        margins.append(float(top2[1] - top2[0]))
+        seq.append(int(np.argmax(lg)))
+    span = [img_rows[0], img_rows[-1] + 1 + (1 if mt == "mistral3" else 0)]
+    return dict(ids=ids, text=text, emb=emb, deep=deep, logits=logits, gen=seq[len(ids):], margins=margins,
+                rows=rows, cols=cols, span=span, h=h, w=w)
+
+
+def write(fx, outdir, g, c, cfg, tensors, ref, reference):
+    d = os.path.join(outdir, fx["name"])
+    tmp = d + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    mlxq.write_safetensors(os.path.join(tmp, "model.safetensors"), tensors, {"format": "mlx"})
+    json.dump(cfg, open(os.path.join(tmp, "config.json"), "w"), indent=1)
+    json.dump(fx["proc"], open(os.path.join(tmp, "preprocessor_config.json"), "w"), indent=1)
+    json.dump(tokenizer_json(fx), open(os.path.join(tmp, "tokenizer.json"), "w"), indent=1)
+    json.dump({"bos_token": None, "eos_token": None}, open(os.path.join(tmp, "tokenizer_config.json"), "w"))
+    shutil.copy(IMAGE, os.path.join(tmp, "image.jpg"))
+    e = np.concatenate([ref["emb"]] + list(ref["deep"]), 0).astype("<f4")
+    e.tofile(os.path.join(tmp, "embeddings.f32"))
+    ref["logits"].astype("<f4").tofile(os.path.join(tmp, "logits.f32"))
+    man = {"name": fx["name"], "model_type": cfg["model_type"], "text_model_type": c["model_type"], "dtype": g["dtype"],
+           "prompt": fx["prompt"], "prompt_expanded": ref["text"], "prompt_ids": ref["ids"], "image": "image.jpg",
+           "image_size": [ref["h"], ref["w"]], "embedding_rows": len(ref["emb"]), "embedding_grid": [ref["rows"], ref["cols"]],
+           "deepstack": len(ref["deep"]), "hidden": c["hidden_size"], "span": ref["span"],
+           "logits_shape": [len(ref["ids"]), c["vocab_size"]], "greedy_ids": ref["gen"],
+           "greedy_top2_margins": ref["margins"], "reference": reference,
+           "tolerances": {"f32": {"embeddings_max_abs": 2e-3, "max_abs": 2e-3, "rel_l2": 1e-4},
+                          "reduced": {"embeddings_max_abs": 0.1, "max_abs": 0.25, "rel_l2": 3e-2},
+                          "greedy_margin_min": 0.05}}
+    json.dump(man, open(os.path.join(tmp, "manifest.json"), "w"), indent=1)
+    size = sum(os.path.getsize(os.path.join(tmp, x)) for x in os.listdir(tmp))
+    shutil.rmtree(d, ignore_errors=True)
+    os.rename(tmp, d)
+    return size
+
+
+def transformers_reference(fx, g, c, cfg, W, ref):
+    """the same model in transformers (float32): image features and logits, compared with the numpy
+    reference; returns the transformers logits/greedy ids (the fixture's reference then)"""
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    mt = fx_type(fx)
+    tc = {k: v for k, v in c.items() if k not in ("architectures", "torch_dtype")}
+    vc = dict(fx["vision"])
+    kw = {k: v for k, v in fx["top"].items()}
+    hcfg = AutoConfig.for_model(mt, text_config=tc, vision_config=vc, **kw)
+    model = AutoModelForImageTextToText.from_config(hcfg, attn_implementation="eager").float().eval()
+    names = list(model.state_dict().keys())
+    sd = {}
+    for k, w in W.items():
+        hk = k
+        if k.startswith("language_model."):
+            hk = k[len("language_model."):]
+            hk = hk.replace("model.", "model.language_model.", 1) if hk.startswith("model.") else hk
+        elif k.startswith("vision_tower."):
+            hk = ("model.visual." + k[len("vision_tower."):]) if mt in ("qwen2_5_vl", "qwen3_vl") else \
+                "model.vision_tower." + k[len("vision_tower."):]
+        elif k.startswith("multi_modal_projector."):
+            hk = "model." + k
+        cand = [n for n in names if n == hk] or [n for n in names if n.endswith(hk.split("model.", 1)[-1])]
+        if not cand:
+            raise RuntimeError("no transformers parameter for %s (%s)" % (k, hk))
+        t = torch.tensor(w, dtype=torch.float32)
+        target = model.state_dict()[cand[0]]
+        if t.ndim in (4, 5) and tuple(t.shape) != tuple(target.shape):  # MLX conv layout -> PyTorch
+            t = t.permute(0, t.ndim - 1, *range(1, t.ndim - 1)).contiguous()
+        if tuple(t.shape) != tuple(target.shape):
+            raise RuntimeError("%s: shape %s, transformers %s" % (k, tuple(t.shape), tuple(target.shape)))
+        sd[cand[0]] = t
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [m for m in missing if "rotary" not in m and "inv_freq" not in m and "position_ids" not in m]
+    if missing or unexpected:
+        raise RuntimeError("state dict: missing %s, unexpected %s" % (missing[:6], unexpected[:6]))
+    img = Image.open(IMAGE).convert("RGB")
+    if mt in ("qwen2_5_vl", "qwen3_vl"):
+        from transformers import Qwen2VLImageProcessor
+        p = fx["proc"]
+        lo = p.get("min_pixels", p.get("size", {}).get("shortest_edge"))
+        hi = p.get("max_pixels", p.get("size", {}).get("longest_edge"))
+        ip = Qwen2VLImageProcessor(patch_size=p["patch_size"], merge_size=p["merge_size"],
+                                   temporal_patch_size=p["temporal_patch_size"], min_pixels=lo, max_pixels=hi,
+                                   image_mean=p["image_mean"], image_std=p["image_std"])
+        inp = ip(images=[img], return_tensors="pt")
+        extra = dict(pixel_values=inp["pixel_values"].float(), image_grid_thw=inp["image_grid_thw"])
+    elif mt == "gemma3":
+        from transformers import Gemma3ImageProcessor
+        ip = Gemma3ImageProcessor(size=fx["proc"]["size"])
+        inp = ip(images=[img], return_tensors="pt")
+        extra = dict(pixel_values=inp["pixel_values"].float(),
+                     token_type_ids=torch.tensor([[1 if t == 258 else 0 for t in ref["ids"]]]))
+    else:
+        from transformers import PixtralImageProcessor
+        ip = PixtralImageProcessor(size=fx["proc"]["size"],
+                                   patch_size={"height": 4 * fx["top"]["spatial_merge_size"],
+                                               "width": 4 * fx["top"]["spatial_merge_size"]})
+        inp = ip(images=[img], return_tensors="pt")
+        extra = dict(pixel_values=inp["pixel_values"].float(), image_sizes=torch.tensor(inp["image_sizes"]))
+    ids = torch.tensor([ref["ids"]])
+    with torch.no_grad():
+        out = model(input_ids=ids, **extra)
+        logits = out.logits[0].double().numpy()
+        gen = model.generate(input_ids=ids, **extra, do_sample=False, max_new_tokens=N_GEN, min_new_tokens=N_GEN,
+                             eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    greedy = gen.sequences[0, len(ref["ids"]):].tolist()
+    margins = [float(np.diff(np.sort(s[0].double().numpy())[-2:])[0]) for s in gen.scores]
+    err = float(np.abs(logits - ref["logits"]).max())
+    print("  transformers vs numpy: logits max |diff| %.2e, greedy %s" % (err, "equal" if greedy == ref["gen"] else "DIFFERENT"))
+    if err > 2e-3:
+        raise RuntimeError("transformers and the numpy reference differ (%.3g)" % err)
+    return logits, greedy, margins, "transformers %s / torch %s, float32, CPU, eager attention, slow image processors" % (
+        transformers.__version__, torch.__version__)
+
+
+def main():
+    args = sys.argv[1:]
+    use_tf = "--transformers" in args
+    args = [a for a in args if a != "--transformers"]
+    only = None
+    if "--only" in args:
+        i = args.index("--only")
+        only = set(args[i + 1].split(","))
+        del args[i:i + 2]
+    outdir = args[0] if args else os.path.join(ROOT, "tests", "golden", "vision")
+    os.makedirs(outdir, exist_ok=True)
+    results = []
+    for fx in FIXTURES:
+        if only and fx["name"] not in only:
+            continue
+        print("== %s" % fx["name"], flush=True)
+        try:
+            g, c, cfg, tensors, W = build(fx, fx["seed"])
+            ref = numpy_reference(fx, g, c, cfg, W)
+            reference = "numpy float64 forward of tools/golden_vision.py and tools/check_golden.py (not transformers)"
+            if use_tf:
+                ref["logits"], ref["gen"], ref["margins"], reference = transformers_reference(fx, g, c, cfg, W, ref)
+            size = write(fx, outdir, g, c, cfg, tensors, ref, reference)
+            results.append((fx["name"], True, "%d bytes, %d prompt tokens, %d image rows, min margin %.3f" % (
+                size, len(ref["ids"]), len(ref["emb"]), min(ref["margins"]))))
+        except Exception as e:
+            traceback.print_exc()
+            results.append((fx["name"], False, "%s: %s" % (type(e).__name__, str(e)[:300])))
+    for name, ok, det in results:
+        print("%-20s %-6s %s" % (name, "ok" if ok else "FAILED", det))
+    sys.exit(0 if all(ok for _, ok, _ in results) else 1)
+
+
+if __name__ == "__main__":
+    main()

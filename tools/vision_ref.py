@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Reference data for smelt's image decoding, resampling and image processors (tests/vision).
+
+Writes small test images (PNG, JPEG, WebP in several pixel layouts) and what Pillow and the
+Hugging Face image processors make of them:
+  images/<name>             the encoded test images
+  ref/<name>.rgb            Image.open(f).convert("RGB") as raw bytes (h*w*3)
+  ref/resize_<k>.rgb        Image.resize((w, h), resample) of a decoded image
+  ref/proc_<k>.f32          pixel values of an image processor (little-endian float32)
+  manifest.json             what each file is, sizes, and the processors' target-size tables
+
+The processors are computed as transformers' slow (Pillow-based) image processors compute them:
+Qwen2VLImageProcessor (smart_resize, bicubic, rescale, normalize, patch flattening),
+Gemma3ImageProcessor (fixed size, bilinear) and PixtralImageProcessor (longest edge, multiples of the
+patch, bicubic). With --transformers the same pixel values are also computed by transformers' own
+classes (use_fast=False) and compared (run it where transformers is installed).
+
+Needs numpy and Pillow (Debian: apt-get install python3-numpy python3-pil).
+Usage: python3 tools/vision_ref.py [--transformers] [OUTDIR]   (default tests/vision/data)
+"""
+import io
+import json
+import math
+import os
+import struct
+import sys
+import zlib
+
+import numpy as np
+from PIL import Image
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+
+
+def pattern(h, w, ch, seed):
+    """smooth gradients, a checkerboard and noise: every filter tap matters"""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    base = [(x * 255.0 / max(w - 1, 1)), (y * 255.0 / max(h - 1, 1)), ((x + y) % 7) * 36.0,
+            ((x // 3 + y // 3) % 2) * 200.0 + 20]
+    out = np.stack([base[c % 4] for c in range(ch)], axis=-1)
+    out += rng.normal(0, 18, size=out.shape)
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+def png_raw(path, arr, bit_depth, color_type, width=None):
+    """a PNG written directly (Pillow cannot write 16-bit RGB); arr: rows of packed samples"""
+    h, w = arr.shape[0], width or arr.shape[1]
+    if bit_depth == 16:
+        raw = arr.astype(">u2").tobytes()
+        stride = arr[0].size * 2
+    else:
+        raw = arr.astype(np.uint8).tobytes()
+        stride = arr[0].size
+    rows = b"".join(b"\x00" + raw[i * stride:(i + 1) * stride] for i in range(h))
+
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    ihdr = struct.pack(">IIBBBBB", w, h, bit_depth, color_type, 0, 0, 0)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(rows, 9)) +
+                chunk(b"IEND", b""))
+
+
+def make_images(d):
+    os.makedirs(d, exist_ok=True)
+    imgs = {}
+    Image.fromarray(pattern(23, 37, 3, 1)).save(os.path.join(d, "rgb_37x23.png"))
+    Image.fromarray(pattern(31, 29, 4, 2), "RGBA").save(os.path.join(d, "rgba_29x31.png"))
+    Image.fromarray(pattern(40, 17, 1, 3)[..., 0], "L").save(os.path.join(d, "gray_17x40.png"))
+    p = Image.fromarray(pattern(21, 33, 3, 4)).quantize(colors=37)
+    p.info["transparency"] = 5
+    p.save(os.path.join(d, "pal_33x21.png"), transparency=5)
+    png_raw(os.path.join(d, "rgb16_19x13.png"), pattern(13, 19, 3, 5).astype(np.uint16) * 257 + 3, 16, 2)
+    png_raw(os.path.join(d, "gray16_15x9.png"), (pattern(9, 15, 1, 6)[..., 0].astype(np.uint16) * 3), 16, 0)
+    g2 = pattern(6, 12, 1, 7)[..., 0] >> 6  # 2-bit grey, 4 samples a byte, first in the high bits
+    png_raw(os.path.join(d, "gray2_12x6.png"), g2.reshape(6, 3, 4) @ np.array([64, 16, 4, 1]), 2, 0, width=12)
+    Image.fromarray(pattern(30, 45, 3, 8)).save(os.path.join(d, "rgb_45x30.jpg"), quality=90)
+    Image.fromarray(pattern(35, 21, 1, 9)[..., 0], "L").save(os.path.join(d, "gray_21x35.jpg"), quality=85)
+    Image.fromarray(pattern(17, 23, 4, 10), "CMYK").save(os.path.join(d, "cmyk_23x17.jpg"), quality=92)
+    Image.fromarray(pattern(19, 27, 3, 11)).save(os.path.join(d, "rgb_27x19.webp"), quality=80)
+    Image.fromarray(pattern(14, 22, 4, 12), "RGBA").save(os.path.join(d, "rgba_22x14.webp"), lossless=True)
+    Image.fromarray(pattern(45, 61, 3, 13)).save(os.path.join(d, "rgb_61x45.png"))
+    for n in sorted(os.listdir(d)):
+        imgs[n] = os.path.join(d, n)
+    return imgs
+
+
+def rescale_normalize(arr, factor, mean, std):
+    """transformers' rescale (float64 product rounded to float32) and normalize (float32)"""
+    x = (arr.astype(np.float64) * factor).astype(np.float32)
+    return (x - np.array(mean, np.float32)) / np.array(std, np.float32)
+
+
+def smart_resize(height, width, factor, min_pixels, max_pixels):
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def pixtral_size(height, width, longest, patch):
+    ratio = max(height / longest, width / longest)
+    if ratio > 1:
+        height = int(math.floor(height / ratio))
+        width = int(math.floor(width / ratio))
+    return ((height - 1) // patch + 1) * patch, ((width - 1) // patch + 1) * patch
+
+
+def qwen_pixels(img, patch, merge, temporal, min_px, max_px, mean, std):
+    h, w = smart_resize(img.height, img.width, patch * merge, min_px, max_px)
+    arr = np.array(img.resize((w, h), resample=Image.BICUBIC))
+    x = rescale_normalize(arr, 1 / 255, mean, std).transpose(2, 0, 1)
+    p = np.repeat(x[None], temporal, axis=0)  # (T, C, H, W)
+    gh, gw = h // patch, w // patch
+    p = p.reshape(1, temporal, 3, gh // merge, merge, patch, gw // merge, merge, patch)
+    p = p.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    return p.reshape(gh * gw, 3 * temporal * patch * patch), (h, w)
+
+
+def fixed_pixels(img, h, w):
+    arr = np.array(img.resize((w, h), resample=Image.BILINEAR))
+    return rescale_normalize(arr, 1 / 255, [0.5] * 3, [0.5] * 3).transpose(2, 0, 1), (h, w)
+
+
+def pixtral_pixels(img, longest, patch):
+    h, w = pixtral_size(img.height, img.width, longest, patch)
+    arr = np.array(img.resize((w, h), resample=Image.BICUBIC))
+    return rescale_normalize(arr, 1 / 255, CLIP_MEAN, CLIP_STD).transpose(2, 0, 1), (h, w)
+
+
+def with_transformers(cases, imgs):
+    """the same pixel values from transformers' own (slow) image processors"""
+    from transformers import Gemma3ImageProcessor, PixtralImageProcessor, Qwen2VLImageProcessor
+    for c, arr in cases:
+        img = Image.open(imgs[c["image"]]).convert("RGB")
+        if c["kind"] == "qwen":
+            p = Qwen2VLImageProcessor(patch_size=c["patch"], merge_size=c["merge"], temporal_patch_size=c["temporal"],
+                                      min_pixels=c["min_pixels"], max_pixels=c["max_pixels"],
+                                      image_mean=c["mean"], image_std=c["std"])
+            got = p(images=[img], return_tensors="np")["pixel_values"]
+        elif c["kind"] == "fixed":
+            p = Gemma3ImageProcessor(size={"height": c["height"], "width": c["width"]})
+            got = p(images=[img], return_tensors="np")["pixel_values"][0]
+        else:
+            p = PixtralImageProcessor(size={"longest_edge": c["longest_edge"]},
+                                      patch_size={"height": c["patch"], "width": c["patch"]})
+            got = np.asarray(p(images=[img], return_tensors="np")["pixel_values"][0])
+        err = float(np.max(np.abs(got.reshape(arr.shape) - arr)))
+        print("transformers %-8s %-16s max |diff| %.3g" % (c["kind"], c["image"], err))
+        if err > 1e-6:
+            sys.exit("transformers' %s processor differs from the reference" % c["kind"])
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    out = args[0] if args else os.path.join(ROOT, "tests", "vision", "data")
+    imgs = make_images(os.path.join(out, "images"))
+    os.makedirs(os.path.join(out, "ref"), exist_ok=True)
+    man = {"decode": [], "resize": [], "proc": [], "qwen_sizes": [], "pixtral_sizes": []}
+    for n, path in imgs.items():
+        rgb = np.array(Image.open(path).convert("RGB"))
+        rgb.tofile(os.path.join(out, "ref", n + ".rgb"))
+        man["decode"].append({"image": n, "w": rgb.shape[1], "h": rgb.shape[0]})
+    filters = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3, "box": 4, "hamming": 5}
+    resizes = [("rgb_37x23.png", 50, 31, "bicubic"), ("rgb_37x23.png", 20, 11, "bicubic"),
+               ("rgb_37x23.png", 37, 50, "bilinear"), ("rgb_37x23.png", 64, 64, "lanczos"),
+               ("rgb_37x23.png", 13, 7, "box"), ("rgb_37x23.png", 29, 17, "hamming"),
+               ("rgb_61x45.png", 61, 12, "bicubic"), ("rgb_61x45.png", 9, 45, "bilinear"),
+               ("rgb_45x30.jpg", 112, 84, "bicubic"), ("rgb_61x45.png", 3, 2, "bicubic")]
+    for i, (n, w, h, f) in enumerate(resizes):
+        r = np.array(Image.open(imgs[n]).convert("RGB").resize((w, h), resample=filters[f]))
+        r.tofile(os.path.join(out, "ref", "resize_%d.rgb" % i))
+        man["resize"].append({"image": n, "w": w, "h": h, "filter": filters[f], "file": "resize_%d.rgb" % i})
+    cases = []
+    for i, c in enumerate([
+            dict(kind="qwen", image="rgb_45x30.jpg", patch=14, merge=2, temporal=2, min_pixels=3136,
+                 max_pixels=1003520, mean=CLIP_MEAN, std=CLIP_STD),
+            dict(kind="qwen", image="rgb_61x45.png", patch=8, merge=2, temporal=2, min_pixels=256,
+                 max_pixels=1200, mean=[0.5] * 3, std=[0.5] * 3),
+            dict(kind="fixed", image="rgb_37x23.png", height=24, width=24),
+            dict(kind="fixed", image="pal_33x21.png", height=16, width=40),
+            dict(kind="pixtral", image="rgb_45x30.jpg", longest_edge=32, patch=8),
+            dict(kind="pixtral", image="gray_17x40.png", longest_edge=64, patch=6)]):
+        img = Image.open(imgs[c["image"]]).convert("RGB")
+        if c["kind"] == "qwen":
+            arr, (h, w) = qwen_pixels(img, c["patch"], c["merge"], c["temporal"], c["min_pixels"], c["max_pixels"],
+                                      c["mean"], c["std"])
+        elif c["kind"] == "fixed":
+            arr, (h, w) = fixed_pixels(img, c["height"], c["width"])
+        else:
+            arr, (h, w) = pixtral_pixels(img, c["longest_edge"], c["patch"])
+        c.update(file="proc_%d.f32" % i, out_h=h, out_w=w, shape=list(arr.shape))
+        arr.astype("<f4").tofile(os.path.join(out, "ref", c["file"]))
+        man["proc"].append(c)
+        cases.append((c, arr))
+    # target sizes: rounding half to even, the min/max branches, thin images
+    for h, w, f, lo, hi in [(30, 45, 28, 3136, 1003520), (42, 42, 28, 3136, 1003520), (70, 98, 28, 3136, 1003520),
+                            (126, 14, 28, 3136, 1003520), (1000, 1000, 28, 3136, 1003520),
+                            (4032, 3024, 28, 3136, 12845056), (3024, 4032, 28, 3136, 1003520),
+                            (10, 10, 28, 3136, 1003520), (1, 150, 28, 3136, 1003520), (500, 3, 32, 65536, 16777216),
+                            (768, 1024, 28, 3136, 12845056), (224, 224, 32, 65536, 16777216),
+                            (1080, 1920, 32, 65536, 16777216), (14, 14, 28, 56 * 56, 28 * 28 * 1280)]:
+        oh, ow = smart_resize(h, w, f, lo, hi)
+        man["qwen_sizes"].append([h, w, f, lo, hi, oh, ow])
+    for h, w, le, p in [(30, 45, 32, 8), (1080, 1920, 1024, 16), (1920, 1080, 1540, 28), (100, 100, 1024, 16),
+                        (1, 5000, 1024, 16), (1540, 1541, 1540, 28), (17, 16, 1024, 16)]:
+        oh, ow = pixtral_size(h, w, le, p)
+        man["pixtral_sizes"].append([h, w, le, p, oh, ow])
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(man, f, indent=1)
+        f.write("\n")
+    if "--transformers" in sys.argv:
+        with_transformers(cases, imgs)
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
