@@ -22,10 +22,10 @@ typedef enum {
   SMELT_ERR_FORMAT,      /* corrupt or inconsistent file */
   SMELT_ERR_UNSUPPORTED, /* valid but not supported (model family, dtype, ...) */
   SMELT_ERR_OOM,
-  SMELT_ERR_INVALID,     /* bad argument */
-  SMELT_ERR_BACKEND,     /* device/backend failure */
+  SMELT_ERR_INVALID, /* bad argument */
+  SMELT_ERR_BACKEND, /* device/backend failure */
   SMELT_ERR_NOT_FOUND,
-  SMELT_ERR_LIMIT,       /* context or size limit exceeded */
+  SMELT_ERR_LIMIT, /* context or size limit exceeded */
   SMELT_ERR_CANCELLED,
 } smelt_status;
 
@@ -40,11 +40,10 @@ smelt_status smelt_tokenizer_load(const char *model_dir, smelt_tokenizer **out);
 void smelt_tokenizer_free(smelt_tokenizer *t);
 /* Encode UTF-8 text. add_special: apply the post-processor (e.g. BOS).
  * *ids is malloc'd (caller frees), *n_ids its length. */
-smelt_status smelt_tokenize(const smelt_tokenizer *t, const char *text, size_t len, bool add_special,
-                            int32_t **ids, size_t *n_ids);
+smelt_status smelt_tokenize(const smelt_tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
+                            size_t *n_ids);
 /* Decode ids to a malloc'd NUL-terminated UTF-8 string. skip_special drops special tokens. */
-smelt_status smelt_detokenize(const smelt_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
-                              char **text);
+smelt_status smelt_detokenize(const smelt_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text);
 int32_t smelt_tokenizer_vocab_size(const smelt_tokenizer *t);
 
 /* ---- model ---- */
@@ -54,7 +53,7 @@ typedef enum { SMELT_DEVICE_AUTO = 0, SMELT_DEVICE_CPU, SMELT_DEVICE_CUDA } smel
 /* Element type of the KV cache (llama-server's --cache-type-k / --cache-type-v). f16 halves the
  * memory and the bytes attention reads against f32; docs/kv-cache.md states each type's error. */
 typedef enum { SMELT_KV_F16 = 0, SMELT_KV_BF16, SMELT_KV_F32 } smelt_kv_type;
-const char *smelt_kv_type_name(smelt_kv_type t);        /* "f16", "bf16", "f32" */
+const char *smelt_kv_type_name(smelt_kv_type t);                     /* "f16", "bf16", "f32" */
 smelt_status smelt_kv_type_parse(const char *s, smelt_kv_type *out); /* SMELT_ERR_INVALID naming s */
 
 /* Where the CPU backend's threads run (llama.cpp's --numa): NONE leaves it to the OS (or to
@@ -64,16 +63,16 @@ typedef enum { SMELT_NUMA_NONE = 0, SMELT_NUMA_DISTRIBUTE, SMELT_NUMA_ISOLATE } 
 smelt_status smelt_numa_parse(const char *s, smelt_numa *out); /* "none", "distribute", "isolate" */
 
 typedef struct {
-  smelt_device device; /* AUTO: CUDA when built and a GPU is present, else CPU */
-  int n_threads;       /* CPU threads; 0 = all cores */
-  const char *cpu_mask; /* CPU threads' placement, one CPU each: hex mask "0xff" or list "0-7,16-23";
+  smelt_device device;   /* AUTO: CUDA when built and a GPU is present, else CPU */
+  int n_threads;         /* CPU threads; 0 = all cores */
+  const char *cpu_mask;  /* CPU threads' placement, one CPU each: hex mask "0xff" or list "0-7,16-23";
                            NULL = not pinned (llama.cpp's --cpu-mask / --cpu-range) */
-  smelt_numa numa;     /* CPU threads over NUMA nodes (llama.cpp's --numa) */
-  int cpu_poll;        /* 0..100: how long idle CPU threads busy-wait for work before sleeping
+  smelt_numa numa;       /* CPU threads over NUMA nodes (llama.cpp's --numa) */
+  int cpu_poll;          /* 0..100: how long idle CPU threads busy-wait for work before sleeping
                           (llama.cpp's --poll; default 50 = 2 ms; 0 = sleep at once) */
-  int max_context;     /* 0 = model's max_position_embeddings (capped at 8192) */
-  int max_seqs;        /* concurrent sequences the KV cache is sized for; 0 = 1 */
-  bool no_mmap;        /* read the weights into memory instead of mapping the files */
+  int max_context;       /* 0 = model's max_position_embeddings (capped at 8192) */
+  int max_seqs;          /* concurrent sequences the KV cache is sized for; 0 = 1 */
+  bool no_mmap;          /* read the weights into memory instead of mapping the files */
   smelt_kv_type kv_type; /* KV cache element type (default f16) */
 } smelt_model_params;
 
@@ -88,22 +87,22 @@ const char *smelt_model_arch(const smelt_model *m); /* config model_type, e.g. "
 
 /* What a loaded model is and where it runs (pointers borrowed from the model). */
 typedef struct {
-  const char *arch;        /* config model_type */
-  const char *backend;     /* "cpu", "cuda" */
-  int n_threads;           /* host threads the backend computes with (CPU); 0 for GPU backends */
+  const char *arch;    /* config model_type */
+  const char *backend; /* "cpu", "cuda" */
+  int n_threads;       /* host threads the backend computes with (CPU); 0 for GPU backends */
   int n_layers, hidden, vocab, n_heads, n_kv_heads, head_dim;
-  int max_context;         /* the context size it was loaded for */
-  smelt_kv_type kv_type;   /* its KV cache element type */
-  size_t weight_bytes;     /* all weights */
-  size_t decode_bytes;     /* weight bytes one decode step reads (an untied embedding table counts as one row;
+  int max_context;       /* the context size it was loaded for */
+  smelt_kv_type kv_type; /* its KV cache element type */
+  size_t weight_bytes;   /* all weights */
+  size_t decode_bytes;   /* weight bytes one decode step reads (an untied embedding table counts as one row;
                             * mixtures of experts: top_k / n_experts of the routed experts) */
-  int n_eos;               /* end-of-sequence ids from config.json and generation_config.json */
+  int n_eos;             /* end-of-sequence ids from config.json and generation_config.json */
   const int32_t *eos_ids;
-  int32_t bos_id;          /* -1 when none */
+  int32_t bos_id; /* -1 when none */
   /* sampling defaults from generation_config.json: 0 when not given; do_sample -1 when not given */
   float gen_temperature, gen_top_p;
   int gen_top_k, gen_do_sample;
-  const char *note;        /* what a user should know about this model, e.g. that a vision-language
+  const char *note; /* what a user should know about this model, e.g. that a vision-language
                               checkpoint runs as a text model; "" when nothing */
 } smelt_model_info;
 void smelt_model_get_info(const smelt_model *m, smelt_model_info *info);

@@ -6,9 +6,21 @@
 #include <stdlib.h>
 
 static int t_pass __attribute__((unused)), t_fail __attribute__((unused));
-#define CHECK(cond, ...) do { if (cond) t_pass++; else { t_fail++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
-#define TEST_END() do { printf("%d passed, %d failed\n", t_pass, t_fail); return t_fail ? 1 : 0; } while (0)
+#define CHECK(cond, ...) \
+  do { \
+    if (cond) t_pass++; \
+    else { \
+      t_fail++; \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__); \
+      fprintf(stderr, "\n"); \
+    } \
+  } while (0)
+#define TEST_END() \
+  do { \
+    printf("%d passed, %d failed\n", t_pass, t_fail); \
+    return t_fail ? 1 : 0; \
+  } while (0)
 
 /* max |a-b| / max(max|b|, floor) */
 static inline double t_max_rel(const float *a, const float *b, size_t n, double floor_) {

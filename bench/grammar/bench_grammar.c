@@ -13,20 +13,25 @@
 #include "engine/grammar_schema.h"
 
 static const char *SCHEMA =
-    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"},"
-    "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},\"address\":{\"type\":\"object\",\"properties\":"
-    "{\"city\":{\"type\":\"string\"},\"zip\":{\"type\":\"string\"}},\"required\":[\"city\"]},\"score\":{\"type\":\"number\"},"
-    "\"active\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\",\"tags\"],\"additionalProperties\":false}";
+  "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"},"
+  "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},\"address\":{\"type\":\"object\",\"properties\":"
+  "{\"city\":{\"type\":\"string\"},\"zip\":{\"type\":\"string\"}},\"required\":[\"city\"]},\"score\":{\"type\":\"number\"},"
+  "\"active\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\",\"tags\"],\"additionalProperties\":false}";
 static const char *TEXT =
-    "{\"name\": \"Ruth of Moab\", \"age\": 42, \"tags\": [\"gleaner\", \"widow\", \"faithful\"], "
-    "\"address\": {\"city\": \"Bethlehem\", \"zip\": \"J-1021\"}, \"score\": 97.25, \"active\": true}";
+  "{\"name\": \"Ruth of Moab\", \"age\": 42, \"tags\": [\"gleaner\", \"widow\", \"faithful\"], "
+  "\"address\": {\"city\": \"Bethlehem\", \"zip\": \"J-1021\"}, \"score\": 97.25, \"active\": true}";
 
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
 
-static bool count_cb(const char *p, size_t n, void *u) { (void)p; (void)n; (void)u; return true; }
+static bool count_cb(const char *p, size_t n, void *u) {
+  (void)p;
+  (void)n;
+  (void)u;
+  return true;
+}
 
 int main(int argc, char **argv) {
   const char *dir = SMELT_SRC "/models/smelt-tiny";
@@ -38,7 +43,10 @@ int main(int argc, char **argv) {
   smelt_model_params mp;
   smelt_model_params_default(&mp);
   smelt_model *m = NULL;
-  if (smelt_model_load(dir, &mp, &m)) { fprintf(stderr, "load %s: %s\n", dir, smelt_last_error()); return 1; }
+  if (smelt_model_load(dir, &mp, &m)) {
+    fprintf(stderr, "load %s: %s\n", dir, smelt_last_error());
+    return 1;
+  }
   const smelt_tokenizer *tok = smelt_model_tokenizer(m);
   int V = smelt_model_vocab_size(m);
   smelt_model_info info;
@@ -49,7 +57,10 @@ int main(int argc, char **argv) {
   cJSON *sc = cJSON_Parse(SCHEMA);
   char *gb = NULL;
   sm_grammar *g = NULL;
-  if (sm_schema_to_gbnf(sc, true, &gb) || sm_grammar_compile(gb, &g)) { fprintf(stderr, "%s\n", sm_errmsg()); return 1; }
+  if (sm_schema_to_gbnf(sc, true, &gb) || sm_grammar_compile(gb, &g)) {
+    fprintf(stderr, "%s\n", sm_errmsg());
+    return 1;
+  }
   int32_t *ids = NULL;
   size_t n = 0;
   smelt_tokenize(tok, TEXT, strlen(TEXT), false, &ids, &n);
@@ -64,7 +75,10 @@ int main(int argc, char **argv) {
       allowed += sm_grammar_mask(s, mask);
       tm[nt++] = sm_now() - a;
       if (i == n) break;
-      if (!sm_mask_test(mask, ids[i])) { fprintf(stderr, "token %zu masked\n", i); return 1; }
+      if (!sm_mask_test(mask, ids[i])) {
+        fprintf(stderr, "token %zu masked\n", i);
+        return 1;
+      }
       a = sm_now();
       sm_grammar_accept(s, ids[i]);
       t_acc += sm_now() - a;
@@ -90,7 +104,10 @@ int main(int argc, char **argv) {
   printf("accept per token: mean %.2f us\n", t_acc / ((double)n * reps) * 1e6);
   if (step > 0)
     printf("decode step (1 sequence): %.2f ms -> one mask is %.1f%% of a step\n", step * 1e3, 100 * mean / step);
-  free(mask); free(tm); free(ids); free(gb);
+  free(mask);
+  free(tm);
+  free(ids);
+  free(gb);
   cJSON_Delete(sc);
   sm_grammar_free(g);
   sm_grammar_vocab_free(voc);

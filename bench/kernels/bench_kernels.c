@@ -19,7 +19,7 @@ static double g_bw;
 
 static void bench_matvec(sm_backend *be, int64_t M, int64_t K, int bits, int gs) {
   size_t wbytes = (size_t)M * (size_t)K * (size_t)bits / 8, ng = (size_t)M * (size_t)(K / gs);
-  size_t per = wbytes + 2 * ng * 2; /* packed + f16 scales + f16 biases */
+  size_t per = wbytes + 2 * ng * 2;             /* packed + f16 scales + f16 biases */
   int copies = (int)((512ull << 20) / per) + 1; /* > 512 MB in total: never L3-resident */
   if (copies > 64) copies = 64;
   sm_weight *w = calloc((size_t)copies, sizeof *w);
@@ -27,8 +27,18 @@ static void bench_matvec(sm_backend *be, int64_t M, int64_t K, int bits, int gs)
     uint8_t *d = sm_aligned_alloc(wbytes);
     uint16_t *s = sm_aligned_alloc(ng * 2), *b = sm_aligned_alloc(ng * 2);
     for (size_t i = 0; i < wbytes; i++) d[i] = (uint8_t)rand();
-    for (size_t i = 0; i < ng; i++) { s[i] = sm_f32_to_f16(0.01f + (rnd16() & 255) * 1e-4f); b[i] = sm_f32_to_f16(-0.05f); }
-    w[c] = (sm_weight){.rows = M, .cols = K, .bits = bits, .group_size = gs, .dtype = SM_DT_F16, .data = d, .scales = s, .biases = b};
+    for (size_t i = 0; i < ng; i++) {
+      s[i] = sm_f32_to_f16(0.01f + (rnd16() & 255) * 1e-4f);
+      b[i] = sm_f32_to_f16(-0.05f);
+    }
+    w[c] = (sm_weight){.rows = M,
+                       .cols = K,
+                       .bits = bits,
+                       .group_size = gs,
+                       .dtype = SM_DT_F16,
+                       .data = d,
+                       .scales = s,
+                       .biases = b};
     be->prepare_weight(be, &w[c]); /* packed copy where the backend packs (SMELT_CPU_PACK=0: none) */
   }
   float *x = sm_aligned_alloc((size_t)K * 4), *y = sm_aligned_alloc((size_t)M * 4);
@@ -46,14 +56,18 @@ static void bench_matvec(sm_backend *be, int64_t M, int64_t K, int bits, int gs)
   t0 = sm_now();
   for (int i = 0; i < hot_iters; i++) be->matmul(be, SM_MM_OTHER, &w[0], x, 1, y);
   double dth = sm_now() - t0;
-  printf("matvec q%d g%d %6lldx%-5lld  %7.1f us  %6.2f GB/s  = %3.0f%% of DRAM bw   (hot/L3: %7.1f us, %6.2f GB/s)\n", bits, gs,
-         (long long)M, (long long)K, dt / iters * 1e6, gbs, 100 * gbs / g_bw, dth / hot_iters * 1e6,
+  printf("matvec q%d g%d %6lldx%-5lld  %7.1f us  %6.2f GB/s  = %3.0f%% of DRAM bw   (hot/L3: %7.1f us, %6.2f GB/s)\n",
+         bits, gs, (long long)M, (long long)K, dt / iters * 1e6, gbs, 100 * gbs / g_bw, dth / hot_iters * 1e6,
          (double)per * hot_iters / dth / 1e9);
   for (int c = 0; c < copies; c++) {
     be->release_weight(be, &w[c]);
-    free((void *)w[c].data); free((void *)w[c].scales); free((void *)w[c].biases);
+    free((void *)w[c].data);
+    free((void *)w[c].scales);
+    free((void *)w[c].biases);
   }
-  free(w); free(x); free(y);
+  free(w);
+  free(x);
+  free(y);
 }
 
 static void bench_gemm(sm_backend *be, int64_t M, int64_t K, int bits, int gs, int n) {
@@ -61,20 +75,32 @@ static void bench_gemm(sm_backend *be, int64_t M, int64_t K, int bits, int gs, i
   uint8_t *d = sm_aligned_alloc(wbytes);
   uint16_t *s = sm_aligned_alloc(ng * 2), *b = sm_aligned_alloc(ng * 2);
   for (size_t i = 0; i < wbytes; i++) d[i] = (uint8_t)rand();
-  for (size_t i = 0; i < ng; i++) { s[i] = sm_f32_to_f16(0.01f); b[i] = sm_f32_to_f16(-0.05f); }
-  sm_weight w = {.rows = M, .cols = K, .bits = bits, .group_size = gs, .dtype = SM_DT_F16, .data = d, .scales = s, .biases = b};
+  for (size_t i = 0; i < ng; i++) {
+    s[i] = sm_f32_to_f16(0.01f);
+    b[i] = sm_f32_to_f16(-0.05f);
+  }
+  sm_weight w =
+    {.rows = M, .cols = K, .bits = bits, .group_size = gs, .dtype = SM_DT_F16, .data = d, .scales = s, .biases = b};
   be->prepare_weight(be, &w);
   float *x = sm_aligned_alloc((size_t)n * K * 4), *y = sm_aligned_alloc((size_t)n * M * 4);
   for (int64_t i = 0; i < n * K; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
   be->matmul(be, SM_MM_OTHER, &w, x, n, y);
   int iters = 0;
   double t0 = sm_now(), dt;
-  do { be->matmul(be, SM_MM_OTHER, &w, x, n, y); iters++; dt = sm_now() - t0; } while (dt < 1.0);
+  do {
+    be->matmul(be, SM_MM_OTHER, &w, x, n, y);
+    iters++;
+    dt = sm_now() - t0;
+  } while (dt < 1.0);
   double gf = 2.0 * n * M * K * iters / dt / 1e9;
   printf("gemm   q%d g%d %6lldx%-5lld n=%-4d %8.2f ms  %7.1f GFLOP/s\n", bits, gs, (long long)M, (long long)K, n,
          dt / iters * 1e3, gf);
   be->release_weight(be, &w);
-  free(d); free(s); free(b); free(x); free(y);
+  free(d);
+  free(s);
+  free(b);
+  free(x);
+  free(y);
 }
 
 
@@ -90,20 +116,32 @@ static void bench_hot(sm_backend *be, int64_t M, int64_t K, int bits, int gs, in
   uint8_t *d = sm_aligned_alloc(wbytes);
   uint16_t *s = sm_aligned_alloc(ng * 2), *b = sm_aligned_alloc(ng * 2);
   for (size_t i = 0; i < wbytes; i++) d[i] = (uint8_t)rand();
-  for (size_t i = 0; i < ng; i++) { s[i] = sm_f32_to_f16(0.01f); b[i] = sm_f32_to_f16(-0.05f); }
-  sm_weight w = {.rows = M, .cols = K, .bits = bits, .group_size = gs, .dtype = SM_DT_F16, .data = d, .scales = s, .biases = b};
+  for (size_t i = 0; i < ng; i++) {
+    s[i] = sm_f32_to_f16(0.01f);
+    b[i] = sm_f32_to_f16(-0.05f);
+  }
+  sm_weight w =
+    {.rows = M, .cols = K, .bits = bits, .group_size = gs, .dtype = SM_DT_F16, .data = d, .scales = s, .biases = b};
   be->prepare_weight(be, &w);
   float *x = sm_aligned_alloc((size_t)n * K * 4), *y = sm_aligned_alloc((size_t)n * M * 4);
   for (int64_t i = 0; i < n * K; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
   be->matmul(be, SM_MM_OTHER, &w, x, n, y);
   int iters = 0;
   double t0 = cpu_now(), dt;
-  do { be->matmul(be, SM_MM_OTHER, &w, x, n, y); iters++; dt = cpu_now() - t0; } while (dt < 0.5);
+  do {
+    be->matmul(be, SM_MM_OTHER, &w, x, n, y);
+    iters++;
+    dt = cpu_now() - t0;
+  } while (dt < 0.5);
   const double per = dt / iters;
   printf("hot    q%d g%d %6lldx%-5lld n=%-4d %9.1f us CPU  %7.2f G MAC/s  %6.2f GB/s of weights\n", bits, gs,
          (long long)M, (long long)K, n, per * 1e6, (double)n * M * K / per / 1e9, (wbytes + 4.0 * ng) / per / 1e9);
   be->release_weight(be, &w);
-  free(d); free(s); free(b); free(x); free(y);
+  free(d);
+  free(s);
+  free(b);
+  free(x);
+  free(y);
 }
 
 /* GQA attention over a long context: decode (1 token) and a prefill chunk of nt tokens at the
@@ -112,13 +150,19 @@ static void bench_att(sm_backend *be, int nh, int nkv, int hd, int ctx, int nt) 
   const int BS = 16, nb = (ctx + BS - 1) / BS;
   size_t row = (size_t)nkv * (size_t)hd, slots = (size_t)nb * BS;
   float *K = sm_aligned_alloc(slots * row * 4), *V = sm_aligned_alloc(slots * row * 4);
-  for (size_t i = 0; i < slots * row; i++) { K[i] = (float)rand() / RAND_MAX - 0.5f; V[i] = (float)rand() / RAND_MAX - 0.5f; }
+  for (size_t i = 0; i < slots * row; i++) {
+    K[i] = (float)rand() / RAND_MAX - 0.5f;
+    V[i] = (float)rand() / RAND_MAX - 0.5f;
+  }
   void *kk[1] = {K}, *vv[1] = {V};
-  sm_kv_cache kv = {.n_layers = 1, .n_kv_heads = nkv, .head_dim = hd, .block_size = BS, .n_blocks = nb, .k = kk, .v = vv};
-  int32_t *table = malloc((size_t)nb * 4), *tok = calloc((size_t)nt, 4), *pos = malloc((size_t)nt * 4), *seq = calloc((size_t)nt, 4);
+  sm_kv_cache kv =
+    {.n_layers = 1, .n_kv_heads = nkv, .head_dim = hd, .block_size = BS, .n_blocks = nb, .k = kk, .v = vv};
+  int32_t *table = malloc((size_t)nb * 4), *tok = calloc((size_t)nt, 4), *pos = malloc((size_t)nt * 4),
+          *seq = calloc((size_t)nt, 4);
   for (int i = 0; i < nb; i++) table[i] = nb - 1 - i; /* scattered blocks */
   for (int t = 0; t < nt; t++) pos[t] = ctx - nt + t;
-  sm_batch b = {.n_tokens = nt, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 1, .max_blocks = nb, .block_table = table};
+  sm_batch b =
+    {.n_tokens = nt, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 1, .max_blocks = nb, .block_table = table};
   be->set_batch(be, &b);
   float *q = sm_aligned_alloc((size_t)nt * nh * hd * 4), *o = sm_aligned_alloc((size_t)nt * nh * hd * 4);
   for (size_t i = 0; i < (size_t)nt * nh * hd; i++) q[i] = (float)rand() / RAND_MAX - 0.5f;
@@ -136,17 +180,28 @@ static void bench_att(sm_backend *be, int nh, int nkv, int hd, int ctx, int nt) 
   } while (sm_now() - t0 < 1.0 && iters < 10000);
   double kvb = (double)ctx * (double)row * 8;
   double fl = 4.0 * nh * hd * ((double)nt * ctx - (double)nt * (nt - 1) / 2);
-  printf("attn   %2dq/%dkv hd%-3d ctx %-5d n=%-4d %9.1f us best %9.1f us mean  %6.2f GB/s of K/V  %6.1f GFLOP/s\n", nh, nkv,
-         hd, ctx, nt, best * 1e6, tot / iters * 1e6, kvb / best / 1e9, fl / best / 1e9);
-  free(K); free(V); free(table); free(tok); free(pos); free(seq); free(q); free(o);
+  printf("attn   %2dq/%dkv hd%-3d ctx %-5d n=%-4d %9.1f us best %9.1f us mean  %6.2f GB/s of K/V  %6.1f GFLOP/s\n", nh,
+         nkv, hd, ctx, nt, best * 1e6, tot / iters * 1e6, kvb / best / 1e9, fl / best / 1e9);
+  free(K);
+  free(V);
+  free(table);
+  free(tok);
+  free(pos);
+  free(seq);
+  free(q);
+  free(o);
 }
 
 int main(int argc, char **argv) {
   int nth = argc > 1 ? atoi(argv[1]) : 0;
   sm_backend *be = sm_cpu_backend_create(nth);
-  if (!be) { fprintf(stderr, "bench_kernels: %s\n", sm_errmsg()); return 1; }
+  if (!be) {
+    fprintf(stderr, "bench_kernels: %s\n", sm_errmsg());
+    return 1;
+  }
   printf("kernels: %s, threads: %d\n", sm_cpu_backend_isa(be), be->n_threads);
-  const bool need_bw = !(argc > 2 && (!strcmp(argv[2], "gemm") || !strncmp(argv[2], "att", 3) || !strcmp(argv[2], "hot")));
+  const bool need_bw = !(argc > 2 &&
+                         (!strcmp(argv[2], "gemm") || !strncmp(argv[2], "att", 3) || !strcmp(argv[2], "hot")));
   /* the backend's own probe: all its threads, a buffer well past the caches (bandwidth.c) */
   g_bw = need_bw ? be->measure_bandwidth(be) / 1e9 : 1;
   if (need_bw) printf("read bandwidth (the backend's probe): %.2f GB/s\n", g_bw);

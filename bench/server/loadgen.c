@@ -14,7 +14,10 @@
 static const char *g_url = "http://127.0.0.1:8080";
 static int g_max_tokens = 64, g_prompt_words = 64;
 
-typedef struct { char *buf; size_t len; } membuf;
+typedef struct {
+  char *buf;
+  size_t len;
+} membuf;
 static size_t on_data(char *p, size_t sz, size_t n, void *u) {
   membuf *m = u;
   m->buf = realloc(m->buf, m->len + sz * n + 1);
@@ -24,7 +27,11 @@ static size_t on_data(char *p, size_t sz, size_t n, void *u) {
   return sz * n;
 }
 
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
 
 typedef struct {
   int first, count, tokens, errors;
@@ -33,8 +40,8 @@ typedef struct {
 
 static void *worker(void *arg) {
   worker_t *w = arg;
-  static const char *words[] = { "time", "person", "year", "way", "day", "thing", "man", "world", "life", "hand",
-                                 "part", "child", "eye", "woman", "place", "work", "week", "case", "point" };
+  static const char *words[] = {"time", "person", "year", "way",   "day",   "thing", "man",  "world", "life", "hand",
+                                "part", "child",  "eye",  "woman", "place", "work",  "week", "case",  "point"};
   CURL *c = curl_easy_init();
   char url[512];
   snprintf(url, sizeof url, "%s/v1/completions", g_url);
@@ -52,7 +59,7 @@ static void *worker(void *arg) {
     cJSON_AddNumberToObject(b, "seed", i + 1);
     char *body = cJSON_PrintUnformatted(b);
     cJSON_Delete(b);
-    membuf m = { 0 };
+    membuf m = {0};
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
@@ -77,7 +84,10 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-static int cmp_d(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
 
 int main(int argc, char **argv) {
   const char *levels = "1,4,16,64";
@@ -88,7 +98,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--requests-per-level")) per_level = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--max-tokens")) g_max_tokens = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--prompt-words")) g_prompt_words = atoi(argv[i + 1]);
-    else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
+    else {
+      fprintf(stderr, "unknown option %s\n", argv[i]);
+      return 2;
+    }
   }
   curl_global_init(CURL_GLOBAL_DEFAULT);
   printf("%-11s %9s %12s %12s %12s %7s\n", "concurrency", "requests", "tokens/s", "lat p50 s", "lat p90 s", "errors");
@@ -121,7 +134,9 @@ int main(int argc, char **argv) {
     qsort(lat, (size_t)reqs, sizeof(double), cmp_d);
     printf("%-11d %9d %12.1f %12.3f %12.3f %7d\n", n, reqs, tokens / el, lat[reqs / 2], lat[(int)(reqs * 0.9)], errors);
     fflush(stdout);
-    free(lat); free(w); free(th);
+    free(lat);
+    free(w);
+    free(th);
   }
   free(lv);
   curl_global_cleanup();

@@ -36,7 +36,7 @@ typedef struct sm_weight {
   int qmode;      /* sm_qmode (quantized only; 0 = affine) */
   sm_dtype dtype; /* dense elements, or affine scales/biases, or SM_DT_U8 (microscaling scale codes) */
   const void *data, *scales, *biases;
-  void *dev;      /* backend-private handle; NULL until prepare_weight */
+  void *dev; /* backend-private handle; NULL until prepare_weight */
 } sm_weight;
 
 /* Sub-view of rows [r0, r0+n) of w (no copy). */
@@ -78,34 +78,36 @@ typedef struct {
  * out_rows lists the n_out token indices whose logits are wanted. All host memory. */
 typedef struct {
   int n_tokens;
-  const int32_t *tokens;      /* [n_tokens] */
-  const int32_t *pos;         /* [n_tokens] */
-  const int32_t *seq;         /* [n_tokens] */
+  const int32_t *tokens; /* [n_tokens] */
+  const int32_t *pos;    /* [n_tokens] */
+  const int32_t *seq;    /* [n_tokens] */
   int n_seqs;
   int max_blocks;             /* columns of block_table */
   const int32_t *block_table; /* [n_seqs][max_blocks] */
   int n_out;
-  const int32_t *out_rows;    /* [n_out] */
-  int feed_token;             /* 1: tokens[0] is replaced, on the device, by the token of the last
+  const int32_t *out_rows; /* [n_out] */
+  int feed_token;          /* 1: tokens[0] is replaced, on the device, by the token of the last
                                * sample_async (pipelined decode; backends with sample_async) */
   /* Hybrid models (NULL otherwise): the recurrent state slot of each sequence, [n_seqs]. The tokens of a
    * sequence must then be consecutive in the batch with consecutive positions; a sequence whose first
    * token here is at position 0 starts from a zero state. */
   const int32_t *state_slot;
-  const int32_t *attn_span;   /* NULL, or [n_tokens][2]: token t attends to positions
+  const int32_t *attn_span; /* NULL, or [n_tokens][2]: token t attends to positions
                                * [min(w, attn_span[2t]), max(pos[t], attn_span[2t+1])] of its sequence, w the
                                * first of its window (the image tokens of Gemma 3 see each other); those
                                * positions are in this batch or the cache */
   /* read by the model, not the backends: */
-  int n_embd;                 /* runs of rows with given embeddings */
-  const sm_batch_embd *embd;  /* [n_embd] */
-  const int32_t *rope_pos;    /* [3][n_tokens] M-RoPE positions (Qwen-VL), NULL: pos on every axis */
+  int n_embd;                /* runs of rows with given embeddings */
+  const sm_batch_embd *embd; /* [n_embd] */
+  const int32_t *rope_pos;   /* [3][n_tokens] M-RoPE positions (Qwen-VL), NULL: pos on every axis */
 } sm_batch;
 
 /* One token to sample from a row of logits (see sm_sample_row for the exact rule). The host
  * prepares it (sm_sampler_prepare: penalty counts over the history window, the uniform draw
  * from the request's seeded generator), so a backend only needs the logits it already holds. */
-typedef struct { int32_t token, count; } sm_tok_count;
+typedef struct {
+  int32_t token, count;
+} sm_tok_count;
 typedef struct {
   int row;                  /* logits row to sample from */
   float temperature;        /* <= 0 (or NaN): greedy */
@@ -114,9 +116,9 @@ typedef struct {
   float min_p;              /* <= 0: off */
   float repetition_penalty; /* applied to pen[] tokens when > 0 and != 1 */
   float frequency_penalty, presence_penalty;
-  int n_pen;                /* distinct token ids in [0, vocab) with their counts */
-  const sm_tok_count *pen;  /* host memory */
-  double u;                 /* uniform in [0, 1) drawn by the host (unused when greedy) */
+  int n_pen;               /* distinct token ids in [0, vocab) with their counts */
+  const sm_tok_count *pen; /* host memory */
+  double u;                /* uniform in [0, 1) drawn by the host (unused when greedy) */
 } sm_sample_req;
 
 /* Reference sampler, shared by the host sampler and the CPU backend; every backend's
@@ -142,14 +144,22 @@ smelt_status sm_sample_check(const sm_sample_req *req, int n_req, int n_rows, in
  * pick kernels and fusions and never infer it from shapes. */
 typedef enum {
   SM_MM_OTHER = 0,
-  SM_MM_Q, SM_MM_K, SM_MM_V, SM_MM_O,     /* attention projections */
-  SM_MM_GATE, SM_MM_UP, SM_MM_DOWN,       /* MLP */
-  SM_MM_LM_HEAD,                          /* vocabulary logits */
-  SM_MM_ROUTER,                           /* mixture of experts: router logits (one per expert) */
-  SM_MM_EXPERT_GATE, SM_MM_EXPERT_UP, SM_MM_EXPERT_DOWN, /* the routed experts (matmul_experts) */
-  SM_MM_SHARED_GATE,                      /* the sigmoid gate of a shared expert (one row) */
-  SM_MM_ATTN_GATE,                        /* gated attention: the gate of the attention output */
-  SM_MM_REC_IN, SM_MM_REC_OUT,            /* recurrent mixers (hybrid models): into and out of the mixer */
+  SM_MM_Q,
+  SM_MM_K,
+  SM_MM_V,
+  SM_MM_O, /* attention projections */
+  SM_MM_GATE,
+  SM_MM_UP,
+  SM_MM_DOWN,    /* MLP */
+  SM_MM_LM_HEAD, /* vocabulary logits */
+  SM_MM_ROUTER,  /* mixture of experts: router logits (one per expert) */
+  SM_MM_EXPERT_GATE,
+  SM_MM_EXPERT_UP,
+  SM_MM_EXPERT_DOWN, /* the routed experts (matmul_experts) */
+  SM_MM_SHARED_GATE, /* the sigmoid gate of a shared expert (one row) */
+  SM_MM_ATTN_GATE,   /* gated attention: the gate of the attention output */
+  SM_MM_REC_IN,
+  SM_MM_REC_OUT, /* recurrent mixers (hybrid models): into and out of the mixer */
   SM_MM_ROLES
 } sm_mm_role;
 const char *sm_mm_role_name(sm_mm_role r);
@@ -167,8 +177,8 @@ typedef struct {
   int rot_dim;           /* even, <= head_dim */
   int n_rows, pos0;      /* n_rows >= 1 */
   float mscale;
-  float beta;            /* 0: off */
-  int beta_pos;          /* > 0 when beta > 0 */
+  float beta;   /* 0: off */
+  int beta_pos; /* > 0 when beta > 0 */
 } sm_rope_ext;
 
 /* How a mixture-of-experts router turns a token's logits l[0..E) into its k experts and their weights.
@@ -182,8 +192,8 @@ typedef struct {
  * multiplied by scale. Softmax and sigmoid in float32. */
 enum { SM_ROUTE_SOFTMAX, SM_ROUTE_TOPK_SOFTMAX, SM_ROUTE_SIGMOID };
 typedef struct {
-  int kind;                /* SM_ROUTE_* */
-  int n_experts, top_k;    /* top_k <= 64 */
+  int kind;             /* SM_ROUTE_* */
+  int n_experts, top_k; /* top_k <= 64 */
   bool norm;
   float scale;
   const float *correction; /* backend buffer [n_experts] (SIGMOID; NULL: none) */
@@ -220,8 +230,8 @@ struct sm_backend {
   /* y[n][w->rows] = x[n][w->cols] . W^T; role: what it is in the model */
   void (*matmul)(sm_backend *be, sm_mm_role role, const sm_weight *w, const float *x, int n, float *y);
   /* out[i][:] = x[i][:] / rms(x[i]) * (w + w_offset), i < n rows of dim; out may == x */
-  void (*rmsnorm)(sm_backend *be, float *out, const float *x, const float *w, int n, int dim,
-                  float eps, float w_offset);
+  void (*rmsnorm)(sm_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps,
+                  float w_offset);
   /* out[i][:] = (x[i][:] - mean(x[i])) / sqrt(var(x[i]) + eps) * w (+ b when b != NULL), i < n rows
    * of dim (LayerNorm; variance over dim, not dim-1); out may == x */
   void (*layernorm)(sm_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,
@@ -238,8 +248,8 @@ struct sm_backend {
   /* out[t][h*head_dim+d] = softmax(scale * q_t.K^T [+softcap]) V over the allowed positions
    * (see sm_batch); GQA: head h reads kv head h/(n_heads/n_kv_heads).
    * window <= 0 means unlimited; softcap <= 0 means off. */
-  void (*attention)(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer,
-                    int n_heads, float scale, int window, float softcap);
+  void (*attention)(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
+                    float scale, int window, float softcap);
   /* out[i] = silu(gate[i]) * up[i]  (n elements; out may alias gate) */
   void (*silu_mul)(sm_backend *be, float *out, const float *gate, const float *up, size_t n);
   /* out[i] = gelu_tanh(gate[i]) * up[i] */
@@ -285,8 +295,8 @@ struct sm_backend {
    *   out[t][h*hd + d] = sum_j softmax_j(scale * q_t,h . k_j,g) v_j,g[d]   over j in t's segment,
    * g = h / (n_heads / n_kv_heads). q, out: [n][n_heads*hd]; k, v: [n][n_kv_heads*hd]. Device backends
    * run it when issued (it is not part of a recorded step). */
-  void (*attention_seg)(sm_backend *be, float *out, const float *q, const float *k, const float *v, int n,
-                        int n_heads, int n_kv_heads, int head_dim, float scale, const int32_t *seg, int n_seg);
+  void (*attention_seg)(sm_backend *be, float *out, const float *q, const float *k, const float *v, int n, int n_heads,
+                        int n_kv_heads, int head_dim, float scale, const int32_t *seg, int n_seg);
   /* Multi-axis rotate-half RoPE in place on x[n][n_heads][head_dim]: frequency i < rot_dim/2 turns
    * dims (i, i + rot_dim/2) of each head by the angle pos[axis[i]*n + t] * inv_freq[i]. inv_freq
    * (rot_dim/2 floats), axis (rot_dim/2 int32) and pos (n_axes * n int32): backend buffers. (M-RoPE
@@ -344,8 +354,8 @@ struct sm_backend {
    *   y[t][h*P + p] = sum_n S[h][p][n] * Cm[t][g*N + n] + D[h] * x[t][h*P + p]
    * x, B, Cm: rows of ld floats (columns of one buffer); dt_in rows of nh; y [n_tokens][nh*P]. */
   void (*ssm_scan)(sm_backend *be, float *y, const float *x, const float *B, const float *Cm, int ld,
-                   const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh, int P,
-                   int G, int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer);
+                   const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh, int P, int G,
+                   int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer);
   /* Gated delta rule (Gated DeltaNet). Token t, value head h (of Hv; key head hk = h / (Hv/Hk)), state
    * S[h] [Dv][Dk] (the layer's ssm state, zero at position 0), q/k l2-normalized per head (eps 1e-6
    * inside the square root) and q scaled by 1/sqrt(Dk):
@@ -354,9 +364,9 @@ struct sm_backend {
    *   y[t][h*Dv + i] = sum_j S[i][j] q[j]
    * q, k, v: rows of ld floats (columns of one buffer: q at head hk*Dk, k likewise, v at h*Dv);
    * a, b rows of Hv; y [n_tokens][Hv*Dv]. */
-  void (*gated_delta)(sm_backend *be, float *y, const float *q, const float *k, const float *v, int ld,
-                      const float *a, const float *b, const float *A_log, const float *dt_bias, int Hk, int Hv,
-                      int Dk, int Dv, const sm_kv_cache *kv, int layer);
+  void (*gated_delta)(sm_backend *be, float *y, const float *q, const float *k, const float *v, int ld, const float *a,
+                      const float *b, const float *A_log, const float *dt_bias, int Hk, int Hv, int Dk, int Dv,
+                      const sm_kv_cache *kv, int layer);
   /* Gated RMSNorm over groups of `group` values of rows of dim (n rows):
    *   norm_first: out = rmsnorm(x) * w * silu(z)        (Gated DeltaNet)
    *   else:       out = rmsnorm(x * silu(z)) * w        (Mamba-2)

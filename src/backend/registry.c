@@ -3,39 +3,40 @@
 #include "backend/backend.h"
 
 const char *sm_mm_role_name(sm_mm_role r) {
-  static const char *const names[SM_MM_ROLES] = { "other", "q", "k", "v", "o", "gate", "up", "down", "lm_head",
-                                                          "router", "expert_gate", "expert_up", "expert_down",
-                                                          "shared_gate", "attn_gate", "rec_in", "rec_out" };
+  static const char *const names[SM_MM_ROLES] = {"other",       "q",         "k",           "v",           "o",
+                                                 "gate",        "up",        "down",        "lm_head",     "router",
+                                                 "expert_gate", "expert_up", "expert_down", "shared_gate", "attn_gate",
+                                                 "rec_in",      "rec_out"};
   return (unsigned)r < SM_MM_ROLES ? names[r] : "?";
 }
 
 sm_backend *sm_backend_create(smelt_device dev, int index, int threads) {
-  sm_cpu_opts o = { .n_threads = threads, .poll = 50 };
+  sm_cpu_opts o = {.n_threads = threads, .poll = 50};
   return sm_backend_create_opts(dev, index, &o);
 }
 
 sm_backend *sm_backend_create_opts(smelt_device dev, int index, const sm_cpu_opts *cpu) {
   switch (dev) {
-  case SMELT_DEVICE_CUDA:
+    case SMELT_DEVICE_CUDA:
 #ifdef SMELT_HAVE_CUDA
-    return sm_cuda_backend_create(index);
+      return sm_cuda_backend_create(index);
 #else
-    sm_err(SMELT_ERR_UNSUPPORTED, "this smelt was built without CUDA");
-    return NULL;
+      sm_err(SMELT_ERR_UNSUPPORTED, "this smelt was built without CUDA");
+      return NULL;
 #endif
-  case SMELT_DEVICE_AUTO:
+    case SMELT_DEVICE_AUTO:
 #ifdef SMELT_HAVE_CUDA
     {
       sm_backend *be = sm_cuda_backend_create(index);
       if (be) return be;
     }
 #endif
-    /* fall through */
-  case SMELT_DEVICE_CPU: {
-    sm_backend *be = sm_cpu_backend_create_opts(cpu);
-    if (!be) sm_err(SMELT_ERR_BACKEND, "cannot create the CPU backend: %s", sm_errmsg());
-    return be;
-  }
+      /* fall through */
+    case SMELT_DEVICE_CPU: {
+      sm_backend *be = sm_cpu_backend_create_opts(cpu);
+      if (!be) sm_err(SMELT_ERR_BACKEND, "cannot create the CPU backend: %s", sm_errmsg());
+      return be;
+    }
   }
   sm_err(SMELT_ERR_INVALID, "unknown device kind %d", (int)dev);
   return NULL;

@@ -22,7 +22,10 @@ static void top_k_sorted(const float *v, int n, int k, int32_t *out) {
     if (m < k) m++;
     else if (!(v[i] > v[out[m - 1]])) continue;
     int j = m - 1;
-    while (j > 0 && v[i] > v[out[j - 1]]) { out[j] = out[j - 1]; j--; }
+    while (j > 0 && v[i] > v[out[j - 1]]) {
+      out[j] = out[j - 1];
+      j--;
+    }
     out[j] = i;
   }
 }
@@ -32,15 +35,15 @@ int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t
   for (int i = 0; i < r->n_pen; i++) {
     int32_t t = r->pen[i].token;
     if (t < 0 || t >= V) continue;
-    l[t] = sm_sample_penalize(l[t], r->pen[i].count, r->repetition_penalty, r->frequency_penalty,
-                              r->presence_penalty);
+    l[t] = sm_sample_penalize(l[t], r->pen[i].count, r->repetition_penalty, r->frequency_penalty, r->presence_penalty);
   }
   for (int i = 0; i < V; i++) l[i] = sm_sample_key(l[i]);
   int n;
   int mode = sm_sample_plan(r->temperature, r->top_k, r->top_p, V, &n);
   if (mode == SM_SAMPLE_GREEDY) {
     int32_t best = 0;
-    for (int i = 1; i < V; i++) if (l[i] > l[best]) best = i;
+    for (int i = 1; i < V; i++)
+      if (l[i] > l[best]) best = i;
     return best;
   }
   const int32_t *ix = NULL; /* NULL: natural order */
@@ -54,7 +57,8 @@ int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t
   }
 #define TOK(i) (ix ? ix[i] : (int32_t)(i))
   float mx = -INFINITY;
-  for (int i = 0; i < n; i++) if (l[TOK(i)] > mx) mx = l[TOK(i)];
+  for (int i = 0; i < n; i++)
+    if (l[TOK(i)] > mx) mx = l[TOK(i)];
   if (mx == -INFINITY) return TOK(0);
   const float T = r->temperature;
   sm_u128 total = 0;
@@ -68,7 +72,10 @@ int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t
     sm_u128 c = 0;
     for (int i = 0; i < n; i++) {
       c += sm_sample_weight(e[i]);
-      if (sm_sample_u128_to_double(c) >= thr) { keep = i + 1; break; }
+      if (sm_sample_u128_to_double(c) >= thr) {
+        keep = i + 1;
+        break;
+      }
     }
   }
   bool use_mp = r->min_p > 0;

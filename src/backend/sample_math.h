@@ -116,7 +116,10 @@ enum { SM_SAMPLE_GREEDY = 0, SM_SAMPLE_NATURAL = 1, SM_SAMPLE_SORTED = 2 };
 SM_SD int sm_sample_plan(float temperature, int top_k, float top_p, int vocab, int *n) {
   *n = vocab;
   if (!(temperature > 0)) return SM_SAMPLE_GREEDY;
-  if (top_k > 0 && top_k < vocab) { *n = top_k; return SM_SAMPLE_SORTED; }
+  if (top_k > 0 && top_k < vocab) {
+    *n = top_k;
+    return SM_SAMPLE_SORTED;
+  }
   return top_p < 1.0f ? SM_SAMPLE_SORTED : SM_SAMPLE_NATURAL;
 }
 

@@ -23,7 +23,10 @@ int sm_tune_default(const sm_tune_entry *e, int arch) {
 /* a word of e->names (its index within [min, max]) */
 static bool word_value(const sm_tune_entry *e, const char *s, int *v) {
   for (int i = 0; e->names[i]; i++)
-    if (!strcmp(e->names[i], s) && i >= e->min && i <= e->max) { *v = i; return true; }
+    if (!strcmp(e->names[i], s) && i >= e->min && i <= e->max) {
+      *v = i;
+      return true;
+    }
   return false;
 }
 

@@ -22,15 +22,17 @@ enum { SM_TUNE_USER = 1, SM_TUNE_DEV = 2 };
 
 /* a per-device default: used when the device's arch (e.g. CUDA compute capability 90) is >= arch;
  * the first matching entry wins, so list the newest arch first; {0, 0} ends the list */
-typedef struct { int arch, value; } sm_tune_arch;
+typedef struct {
+  int arch, value;
+} sm_tune_arch;
 
 typedef struct {
-  const char *name;      /* environment variable, e.g. "SMELT_CUDA_GRAPHS" */
-  size_t offset;         /* offsetof the int field in the tuning struct */
-  int def, min, max;     /* default when no arch entry matches; accepted range */
-  unsigned flags;        /* SM_TUNE_* */
-  const char *doc;       /* one line */
-  sm_tune_arch arch[3];  /* per-device defaults */
+  const char *name;         /* environment variable, e.g. "SMELT_CUDA_GRAPHS" */
+  size_t offset;            /* offsetof the int field in the tuning struct */
+  int def, min, max;        /* default when no arch entry matches; accepted range */
+  unsigned flags;           /* SM_TUNE_* */
+  const char *doc;          /* one line */
+  sm_tune_arch arch[3];     /* per-device defaults */
   const char *const *names; /* optional, NULL-terminated: names[v] is value v's word */
 } sm_tune_entry;
 

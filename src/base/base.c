@@ -32,16 +32,16 @@ const char *smelt_last_error(void) { return g_err; }
 
 const char *smelt_status_str(smelt_status s) {
   switch (s) {
-  case SMELT_OK: return "ok";
-  case SMELT_ERR_IO: return "I/O error";
-  case SMELT_ERR_FORMAT: return "bad format";
-  case SMELT_ERR_UNSUPPORTED: return "unsupported";
-  case SMELT_ERR_OOM: return "out of memory";
-  case SMELT_ERR_INVALID: return "invalid argument";
-  case SMELT_ERR_BACKEND: return "backend error";
-  case SMELT_ERR_NOT_FOUND: return "not found";
-  case SMELT_ERR_LIMIT: return "limit exceeded";
-  case SMELT_ERR_CANCELLED: return "cancelled";
+    case SMELT_OK: return "ok";
+    case SMELT_ERR_IO: return "I/O error";
+    case SMELT_ERR_FORMAT: return "bad format";
+    case SMELT_ERR_UNSUPPORTED: return "unsupported";
+    case SMELT_ERR_OOM: return "out of memory";
+    case SMELT_ERR_INVALID: return "invalid argument";
+    case SMELT_ERR_BACKEND: return "backend error";
+    case SMELT_ERR_NOT_FOUND: return "not found";
+    case SMELT_ERR_LIMIT: return "limit exceeded";
+    case SMELT_ERR_CANCELLED: return "cancelled";
   }
   return "unknown error";
 }
@@ -50,10 +50,27 @@ static void oom(size_t n) {
   fprintf(stderr, "smelt: out of memory allocating %zu bytes\n", n);
   abort();
 }
-void *sm_xmalloc(size_t n) { void *p = malloc(n ? n : 1); if (!p) oom(n); return p; }
-void *sm_xcalloc(size_t n, size_t sz) { void *p = calloc(n ? n : 1, sz ? sz : 1); if (!p) oom(n * sz); return p; }
-void *sm_xrealloc(void *p, size_t n) { p = realloc(p, n ? n : 1); if (!p) oom(n); return p; }
-char *sm_xstrdup(const char *s) { size_t n = strlen(s) + 1; char *d = sm_xmalloc(n); memcpy(d, s, n); return d; }
+void *sm_xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) oom(n);
+  return p;
+}
+void *sm_xcalloc(size_t n, size_t sz) {
+  void *p = calloc(n ? n : 1, sz ? sz : 1);
+  if (!p) oom(n * sz);
+  return p;
+}
+void *sm_xrealloc(void *p, size_t n) {
+  p = realloc(p, n ? n : 1);
+  if (!p) oom(n);
+  return p;
+}
+char *sm_xstrdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = sm_xmalloc(n);
+  memcpy(d, s, n);
+  return d;
+}
 void *sm_aligned_alloc(size_t n) {
   void *p = NULL;
   if (posix_memalign(&p, 64, n ? (n + 63) & ~(size_t)63 : 64)) return NULL;
@@ -64,19 +81,30 @@ float sm_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
   if (exp == 0) {
     if (man == 0) u = sign;
-    else { /* subnormal */
-      exp = 127 - 15 + 1;
-      while (!(man & 0x400)) { man <<= 1; exp--; }
+    else { /* subnormal */ exp = 127 - 15 + 1;
+      while (!(man & 0x400)) {
+        man <<= 1;
+        exp--;
+      }
       man &= 0x3ff;
       u = sign | (exp << 23) | (man << 13);
     }
   } else if (exp == 31) u = sign | 0x7f800000 | (man << 13);
   else u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  union { uint32_t u; float f; } v; v.u = u; return v.f;
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.u = u;
+  return v.f;
 }
 
 uint16_t sm_f32_to_f16(float f) {
-  union { uint32_t u; float f; } v; v.f = f;
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.f = f;
   uint32_t x = v.u, sign = (x >> 16) & 0x8000;
   int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
   uint32_t man = x & 0x7fffff;
@@ -121,9 +149,12 @@ static int open_regular(const char *path, struct stat *st) {
   }
   if (!S_ISREG(st->st_mode)) {
     sm_err(SMELT_ERR_IO, "%s is not a regular file (%s)", path,
-           S_ISFIFO(st->st_mode) ? "a FIFO" : S_ISCHR(st->st_mode) ? "a character device"
-           : S_ISDIR(st->st_mode) ? "a directory" : S_ISBLK(st->st_mode) ? "a block device"
-           : S_ISSOCK(st->st_mode) ? "a socket" : "not a file");
+           S_ISFIFO(st->st_mode)   ? "a FIFO"
+           : S_ISCHR(st->st_mode)  ? "a character device"
+           : S_ISDIR(st->st_mode)  ? "a directory"
+           : S_ISBLK(st->st_mode)  ? "a block device"
+           : S_ISSOCK(st->st_mode) ? "a socket"
+                                   : "not a file");
     close(fd);
     return -1;
   }
@@ -162,7 +193,10 @@ smelt_status sm_read_file_max(const char *path, size_t max_bytes, char **out, si
   }
   smelt_status rc = read_all(fd, path, buf, n);
   close(fd);
-  if (rc != SMELT_OK) { free(buf); return rc; }
+  if (rc != SMELT_OK) {
+    free(buf);
+    return rc;
+  }
   buf[n] = 0;
   *out = buf;
   if (len) *len = n;
@@ -185,8 +219,14 @@ smelt_status sm_regular_or_absent(const char *path) {
   return SMELT_OK;
 }
 
-bool sm_file_exists(const char *path) { struct stat st; return stat(path, &st) == 0 && S_ISREG(st.st_mode); }
-bool sm_dir_exists(const char *path) { struct stat st; return stat(path, &st) == 0 && S_ISDIR(st.st_mode); }
+bool sm_file_exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+bool sm_dir_exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
 
 char *sm_path_join(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
@@ -207,7 +247,11 @@ smelt_status sm_mmap_open(const char *path, sm_mmap *m) {
   m->size = (size_t)st.st_size;
   if (m->size) {
     m->data = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m->data == MAP_FAILED) { close(fd); m->data = NULL; return sm_err(SMELT_ERR_IO, "cannot mmap %s: %s", path, strerror(errno)); }
+    if (m->data == MAP_FAILED) {
+      close(fd);
+      m->data = NULL;
+      return sm_err(SMELT_ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
+    }
     sm_mapguard_add(m->data, m->size, fd, path);
   }
   m->fd = fd;
@@ -229,7 +273,10 @@ smelt_status sm_mmap_read(const char *path, sm_mmap *m) {
   }
   smelt_status rc = read_all(fd, path, m->data, m->size);
   close(fd);
-  if (rc != SMELT_OK) { free(m->data); m->data = NULL; }
+  if (rc != SMELT_OK) {
+    free(m->data);
+    m->data = NULL;
+  }
   return rc;
 }
 

@@ -12,7 +12,7 @@ extern "C" {
 
 /* Error reporting: functions return smelt_status; the message is kept per thread. */
 smelt_status sm_err(smelt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-const char *sm_errmsg(void);           /* last message of this thread ("" if none) */
+const char *sm_errmsg(void); /* last message of this thread ("" if none) */
 void sm_err_clear(void);
 
 /* Checked allocation: abort with a message on OOM (small, internal allocations). */
@@ -25,10 +25,19 @@ void *sm_aligned_alloc(size_t n);
 
 /* half <-> float */
 static inline float sm_bf16_to_f32(uint16_t h) {
-  union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f;
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.u = (uint32_t)h << 16;
+  return v.f;
 }
 static inline uint16_t sm_f32_to_bf16(float f) {
-  union { uint32_t u; float f; } v; v.f = f;
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.f = f;
   if ((v.u & 0x7fffffff) > 0x7f800000) return (uint16_t)((v.u >> 16) | 0x40); /* NaN */
   uint32_t r = v.u + 0x7fff + ((v.u >> 16) & 1);                              /* RNE */
   return (uint16_t)(r >> 16);
@@ -44,8 +53,8 @@ size_t sm_peak_rss(void);
 /* Read a whole regular file into a NUL-terminated malloc'd buffer. Anything else (a FIFO, a
  * device, a directory; also through a symlink) is an error at once, as is a file larger than
  * max_bytes (sm_read_file: SM_FILE_MAX). */
-#define SM_FILE_MAX ((size_t)256 << 20)      /* default cap: tokenizer.json and the like */
-#define SM_FILE_MAX_JSON ((size_t)16 << 20)  /* config.json, generation_config.json */
+#define SM_FILE_MAX ((size_t)256 << 20)     /* default cap: tokenizer.json and the like */
+#define SM_FILE_MAX_JSON ((size_t)16 << 20) /* config.json, generation_config.json */
 smelt_status sm_read_file(const char *path, char **out, size_t *len);
 smelt_status sm_read_file_max(const char *path, size_t max_bytes, char **out, size_t *len);
 bool sm_file_exists(const char *path);
@@ -58,7 +67,12 @@ char *sm_path_join(const char *a, const char *b);
 
 /* Read-only memory map of a whole regular file. Mappings are registered with the map guard
  * (base/mapguard.h), which can catch faults when the file shrinks under the map. */
-typedef struct { void *data; size_t size; int fd; bool copied; } sm_mmap;
+typedef struct {
+  void *data;
+  size_t size;
+  int fd;
+  bool copied;
+} sm_mmap;
 smelt_status sm_mmap_open(const char *path, sm_mmap *m);
 /* The same, but the file is copied into (64-byte aligned) memory and closed: later changes
  * to the file cannot reach the data. */

@@ -50,7 +50,10 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
   }
   /* not ours (or no memory for the zero page): what would have happened without the guard */
   if (g_prev.sa_flags & SA_SIGINFO) {
-    if (g_prev.sa_sigaction) { g_prev.sa_sigaction(sig, si, uc); return; }
+    if (g_prev.sa_sigaction) {
+      g_prev.sa_sigaction(sig, si, uc);
+      return;
+    }
   } else if (g_prev.sa_handler != SIG_DFL && g_prev.sa_handler != SIG_IGN) {
     g_prev.sa_handler(sig);
     return;

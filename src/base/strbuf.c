@@ -32,14 +32,23 @@ void sm_buf_putc(sm_buf *b, char c) {
 void sm_buf_put_cp(sm_buf *b, uint32_t c) {
   char t[4];
   size_t n;
-  if (c < 0x80) { t[0] = (char)c; n = 1; }
-  else if (c < 0x800) { t[0] = (char)(0xC0 | (c >> 6)); t[1] = (char)(0x80 | (c & 0x3F)); n = 2; }
-  else if (c < 0x10000) {
-    t[0] = (char)(0xE0 | (c >> 12)); t[1] = (char)(0x80 | ((c >> 6) & 0x3F)); t[2] = (char)(0x80 | (c & 0x3F));
+  if (c < 0x80) {
+    t[0] = (char)c;
+    n = 1;
+  } else if (c < 0x800) {
+    t[0] = (char)(0xC0 | (c >> 6));
+    t[1] = (char)(0x80 | (c & 0x3F));
+    n = 2;
+  } else if (c < 0x10000) {
+    t[0] = (char)(0xE0 | (c >> 12));
+    t[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+    t[2] = (char)(0x80 | (c & 0x3F));
     n = 3;
   } else {
-    t[0] = (char)(0xF0 | (c >> 18)); t[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    t[2] = (char)(0x80 | ((c >> 6) & 0x3F)); t[3] = (char)(0x80 | (c & 0x3F));
+    t[0] = (char)(0xF0 | (c >> 18));
+    t[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+    t[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+    t[3] = (char)(0x80 | (c & 0x3F));
     n = 4;
   }
   sm_buf_put(b, t, n);
@@ -50,7 +59,10 @@ void sm_buf_vprintf(sm_buf *b, const char *fmt, va_list ap) {
   va_copy(ap2, ap);
   char small[256];
   int k = vsnprintf(small, sizeof small, fmt, ap);
-  if (k < 0) { va_end(ap2); return; }
+  if (k < 0) {
+    va_end(ap2);
+    return;
+  }
   if ((size_t)k < sizeof small) sm_buf_put(b, small, (size_t)k);
   else {
     sm_buf_reserve(b, (size_t)k);

@@ -53,7 +53,8 @@ static size_t edit_distance(const char *a, const char *b) {
       size_t c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
       if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
       if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < c) c = d[i - 2][j - 2] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < c)
+        c = d[i - 2][j - 2] + 1;
       d[i][j] = c;
     }
   return d[la][lb];
@@ -70,7 +71,7 @@ void sm_args_suggest(const sm_arg *args, int n_args, const char *given, char *ou
   size_t gl = strlen(eqless);
   if (!gl) return;
   size_t best = 99;
-  char best_s[2][64] = { "", "" };
+  char best_s[2][64] = {"", ""};
   for (int i = 0; i < n_args; i++) {
     if (args[i].kind == SM_ARG_SECTION) continue;
     char b[64];
@@ -79,8 +80,11 @@ void sm_args_suggest(const sm_arg *args, int n_args, const char *given, char *ou
       while (*s == '-') s++;
       size_t d = edit_distance(eqless, s);
       if (gl >= 3 && !strncmp(s, eqless, gl)) d = d < 1 ? d : 1; /* a prefix of a long name */
-      if (d < best) { best = d; snprintf(best_s[0], 64, "%s", b); best_s[1][0] = 0; }
-      else if (d == best && !best_s[1][0] && strcmp(best_s[0], b)) snprintf(best_s[1], 64, "%s", b);
+      if (d < best) {
+        best = d;
+        snprintf(best_s[0], 64, "%s", b);
+        best_s[1][0] = 0;
+      } else if (d == best && !best_s[1][0] && strcmp(best_s[0], b)) snprintf(best_s[1], 64, "%s", b);
     }
   }
   size_t limit = gl <= 3 ? 1 : gl / 3 + 1;
@@ -93,7 +97,10 @@ void sm_args_help(FILE *f, const char *cmd, const sm_arg *args, int n_args, cons
   fprintf(f, "usage: smelt %s %s\n", cmd, usage_line);
   for (int i = 0; i < n_args; i++) {
     const sm_arg *a = &args[i];
-    if (a->kind == SM_ARG_SECTION) { fprintf(f, "\n%s\n", a->help); continue; }
+    if (a->kind == SM_ARG_SECTION) {
+      fprintf(f, "\n%s\n", a->help);
+      continue;
+    }
     if (!a->help) continue;
     char left[128] = "", b[64];
     size_t used = 0;
@@ -102,8 +109,8 @@ void sm_args_help(FILE *f, const char *cmd, const sm_arg *args, int n_args, cons
     for (int k = 0; spelling(a->names, k, b, sizeof b); k++)
       used += (size_t)snprintf(left + used, used < sizeof left ? sizeof left - used : 0, "%s%s", k ? ", " : "", b);
     if (a->meta && (takes_value(a->kind) || a->kind == SM_ARG_IGNORED_OPTVALUE))
-      snprintf(left + used, used < sizeof left ? sizeof left - used : 0, a->kind == SM_ARG_IGNORED_OPTVALUE ? " [%s]" : " %s",
-               a->meta);
+      snprintf(left + used, used < sizeof left ? sizeof left - used : 0,
+               a->kind == SM_ARG_IGNORED_OPTVALUE ? " [%s]" : " %s", a->meta);
     if (strlen(left) <= 26) fprintf(f, "  %-28s%s\n", left, a->help);
     else fprintf(f, "  %s\n  %-28s%s\n", left, "", a->help);
   }
@@ -121,38 +128,38 @@ static int set_value(const char *cmd, const sm_arg *a, const char *val) {
   display_name(a, name, sizeof name);
   char *end;
   switch (a->kind) {
-  case SM_ARG_INT: {
-    errno = 0;
-    long long v = strtoll(val, &end, 10);
-    if (!*val || *end) return bad(cmd, "%s: '%s' is not a whole number", name, val);
-    if (errno == ERANGE || v < a->lo || v > a->hi) {
-      fprintf(stderr, "smelt %s: %s: %s is out of range (%.0f to %.0f)\n", cmd, name, val, a->lo, a->hi);
-      return 2;
+    case SM_ARG_INT: {
+      errno = 0;
+      long long v = strtoll(val, &end, 10);
+      if (!*val || *end) return bad(cmd, "%s: '%s' is not a whole number", name, val);
+      if (errno == ERANGE || v < a->lo || v > a->hi) {
+        fprintf(stderr, "smelt %s: %s: %s is out of range (%.0f to %.0f)\n", cmd, name, val, a->lo, a->hi);
+        return 2;
+      }
+      *(int *)a->dst = (int)v;
+      return 0;
     }
-    *(int *)a->dst = (int)v;
-    return 0;
-  }
-  case SM_ARG_FLOAT: {
-    double v = strtod(val, &end);
-    if (!*val || *end) return bad(cmd, "%s: '%s' is not a number", name, val);
-    if (!isfinite(v)) return bad(cmd, "%s: '%s' is not a finite number", name, val);
-    if (v < a->lo || v > a->hi) {
-      fprintf(stderr, "smelt %s: %s: %s is out of range (%g to %g)\n", cmd, name, val, a->lo, a->hi);
-      return 2;
+    case SM_ARG_FLOAT: {
+      double v = strtod(val, &end);
+      if (!*val || *end) return bad(cmd, "%s: '%s' is not a number", name, val);
+      if (!isfinite(v)) return bad(cmd, "%s: '%s' is not a finite number", name, val);
+      if (v < a->lo || v > a->hi) {
+        fprintf(stderr, "smelt %s: %s: %s is out of range (%g to %g)\n", cmd, name, val, a->lo, a->hi);
+        return 2;
+      }
+      *(float *)a->dst = (float)v;
+      return 0;
     }
-    *(float *)a->dst = (float)v;
-    return 0;
-  }
-  case SM_ARG_STR: *(const char **)a->dst = val; return 0;
-  case SM_ARG_FN: {
-    char err[256] = "";
-    if (!a->fn(val, a->dst, err, sizeof err)) {
-      fprintf(stderr, "smelt %s: %s: %s\n", cmd, name, err[0] ? err : "bad value");
-      return 2;
+    case SM_ARG_STR: *(const char **)a->dst = val; return 0;
+    case SM_ARG_FN: {
+      char err[256] = "";
+      if (!a->fn(val, a->dst, err, sizeof err)) {
+        fprintf(stderr, "smelt %s: %s: %s\n", cmd, name, err[0] ? err : "bad value");
+        return 2;
+      }
+      return 0;
     }
-    return 0;
-  }
-  default: return 0;
+    default: return 0;
   }
 }
 
@@ -163,18 +170,28 @@ int sm_args_parse(const char *cmd, const sm_arg *args, int n_args, int argc, cha
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (only_pos || arg[0] != '-' || !arg[1]) {
-      if (*n_pos >= max_pos) return bad(cmd, "unexpected argument '%s'%s", arg, max_pos ? " (quote a prompt with spaces)" : "");
+      if (*n_pos >= max_pos)
+        return bad(cmd, "unexpected argument '%s'%s", arg, max_pos ? " (quote a prompt with spaces)" : "");
       pos[(*n_pos)++] = arg;
       continue;
     }
-    if (!strcmp(arg, "--")) { only_pos = true; continue; }
-    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) { sm_args_help(stdout, cmd, args, n_args, usage_line); return 1; }
+    if (!strcmp(arg, "--")) {
+      only_pos = true;
+      continue;
+    }
+    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+      sm_args_help(stdout, cmd, args, n_args, usage_line);
+      return 1;
+    }
     char name[96];
     const char *inline_val = NULL;
     snprintf(name, sizeof name, "%s", arg);
     if (arg[1] == '-') {
       char *eq = strchr(name, '=');
-      if (eq) { *eq = 0; inline_val = arg + (eq - name) + 1; }
+      if (eq) {
+        *eq = 0;
+        inline_val = arg + (eq - name) + 1;
+      }
     }
     const sm_arg *a = NULL;
     for (int k = 0; k < n_args && !a; k++)
@@ -198,22 +215,26 @@ int sm_args_parse(const char *cmd, const sm_arg *args, int n_args, int argc, cha
     if (!takes_value(a->kind) && a->kind != SM_ARG_IGNORED_OPTVALUE && inline_val)
       return bad(cmd, "%s takes no value (got '%s')", name, inline_val);
     switch (a->kind) {
-    case SM_ARG_FLAG: *(bool *)a->dst = true; break;
-    case SM_ARG_IGNORED_OPTVALUE:
-      if (!val && i + 1 < argc && a->meta) {
-        char c[32];
-        for (int k = 0; spelling(a->meta, k, c, sizeof c); k++)
-          if (!strcmp(c, argv[i + 1])) { val = argv[++i]; break; }
+      case SM_ARG_FLAG: *(bool *)a->dst = true; break;
+      case SM_ARG_IGNORED_OPTVALUE:
+        if (!val && i + 1 < argc && a->meta) {
+          char c[32];
+          for (int k = 0; spelling(a->meta, k, c, sizeof c); k++)
+            if (!strcmp(c, argv[i + 1])) {
+              val = argv[++i];
+              break;
+            }
+        }
+        /* fall through */
+      case SM_ARG_IGNORED:
+      case SM_ARG_IGNORED_VALUE:
+        fprintf(stderr, "smelt %s: %s%s%s ignored: %s\n", cmd, name, val ? " " : "", val ? val : "",
+                a->help ? a->help : "");
+        break;
+      default: {
+        int r = set_value(cmd, a, val);
+        if (r) return r;
       }
-      /* fall through */
-    case SM_ARG_IGNORED:
-    case SM_ARG_IGNORED_VALUE:
-      fprintf(stderr, "smelt %s: %s%s%s ignored: %s\n", cmd, name, val ? " " : "", val ? val : "", a->help ? a->help : "");
-      break;
-    default: {
-      int r = set_value(cmd, a, val);
-      if (r) return r;
-    }
     }
   }
   return 0;

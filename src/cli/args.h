@@ -9,26 +9,26 @@
 #include <stdio.h>
 
 typedef enum {
-  SM_ARG_FLAG,     /* bool *dst = true */
-  SM_ARG_INT,      /* int *dst, in [lo, hi] */
-  SM_ARG_FLOAT,    /* float *dst, finite, in [lo, hi] */
-  SM_ARG_STR,      /* const char **dst */
-  SM_ARG_FN,       /* fn(value, dst, err, errlen) parses it; false = bad value (err says why) */
-  SM_ARG_IGNORED,  /* accepted, does nothing here: a notice on stderr (help says why) */
-  SM_ARG_IGNORED_VALUE, /* the same, with a value */
+  SM_ARG_FLAG,             /* bool *dst = true */
+  SM_ARG_INT,              /* int *dst, in [lo, hi] */
+  SM_ARG_FLOAT,            /* float *dst, finite, in [lo, hi] */
+  SM_ARG_STR,              /* const char **dst */
+  SM_ARG_FN,               /* fn(value, dst, err, errlen) parses it; false = bad value (err says why) */
+  SM_ARG_IGNORED,          /* accepted, does nothing here: a notice on stderr (help says why) */
+  SM_ARG_IGNORED_VALUE,    /* the same, with a value */
   SM_ARG_IGNORED_OPTVALUE, /* the same, with an optional value out of `choices` */
-  SM_ARG_SECTION,  /* not an option: a heading in --help */
+  SM_ARG_SECTION,          /* not an option: a heading in --help */
 } sm_arg_kind;
 
 typedef struct {
   const char *names; /* spellings, "|"-separated: "-t|--threads" (the first long one names it in errors) */
   sm_arg_kind kind;
   void *dst;
-  double lo, hi;     /* SM_ARG_INT / SM_ARG_FLOAT range (inclusive) */
-  const char *meta;  /* value name in --help ("N"); choices ("on|off|auto") for IGNORED_OPTVALUE */
-  const char *help;  /* NULL: not listed in --help (an alias spelling) */
+  double lo, hi;    /* SM_ARG_INT / SM_ARG_FLOAT range (inclusive) */
+  const char *meta; /* value name in --help ("N"); choices ("on|off|auto") for IGNORED_OPTVALUE */
+  const char *help; /* NULL: not listed in --help (an alias spelling) */
   bool (*fn)(const char *val, void *dst, char *err, size_t errlen);
-  bool *seen;        /* set when the option is given (may be NULL) */
+  bool *seen; /* set when the option is given (may be NULL) */
 } sm_arg;
 
 /* Parse argv[1..argc) (argv[0] is the command name used in messages, e.g. "run"). Arguments that

@@ -14,7 +14,8 @@ bool sm_chat_cache_before(sm_chat *c, const int32_t *ids, int n, const char *cmd
   c->cache_save = false;
   if (!path) return true;
   if (!sm_file_exists(path) && sm_regular_or_absent(path) == SMELT_OK) {
-    if (c->o->prompt_cache_ro) fprintf(stderr, "smelt %s: note: prompt cache %s does not exist (read-only: not created)\n", cmd, path);
+    if (c->o->prompt_cache_ro)
+      fprintf(stderr, "smelt %s: note: prompt cache %s does not exist (read-only: not created)\n", cmd, path);
     else c->cache_save = true;
     return true;
   }
@@ -46,8 +47,7 @@ void sm_chat_cache_after(sm_chat *c, int n, const char *cmd) {
   if (sm_session_len(c->sess) < n) return; /* the prefill was interrupted */
   if (sm_prompt_cache_save(sm_session_engine(c->sess), sm_session_seq(c->sess), n, c->o->prompt_cache))
     fprintf(stderr, "smelt %s: %s\n", cmd, smelt_last_error());
-  else if (!c->o->no_stats)
-    fprintf(stderr, "[prompt cache %s: saved the prompt's %d tokens]\n", c->o->prompt_cache, n);
+  else if (!c->o->no_stats) fprintf(stderr, "[prompt cache %s: saved the prompt's %d tokens]\n", c->o->prompt_cache, n);
 }
 
 typedef struct {
@@ -70,13 +70,15 @@ static void print_stats(const sm_chat *c, const sm_session_stats *s) {
   const smelt_stats *t = &s->st;
   if (c->o->no_stats) return;
   if (c->draft && t->n_generated)
-    fprintf(stderr, "[speculative: %d of %d generated tokens came from the draft model]\n", s->n_accepted, t->n_generated);
-  fprintf(stderr,
-          "[prompt %d tokens: %d cached, %d prefilled at %.1f tok/s | generated %d tokens, decode %.1f tok/s, stop: %s | "
-          "peak memory %.1f MiB]\n",
-          t->n_prompt, s->n_reused, s->n_prefilled, t->prefill_s > 0 ? s->n_prefilled / t->prefill_s : 0.0,
-          t->n_generated, t->decode_s > 0 && t->n_generated > 1 ? (t->n_generated - 1) / t->decode_s : 0.0,
-          sm_stop_name(s->stop), t->peak_rss / (1024.0 * 1024.0));
+    fprintf(stderr, "[speculative: %d of %d generated tokens came from the draft model]\n", s->n_accepted,
+            t->n_generated);
+  fprintf(
+    stderr,
+    "[prompt %d tokens: %d cached, %d prefilled at %.1f tok/s | generated %d tokens, decode %.1f tok/s, stop: %s | "
+    "peak memory %.1f MiB]\n",
+    t->n_prompt, s->n_reused, s->n_prefilled, t->prefill_s > 0 ? s->n_prefilled / t->prefill_s : 0.0, t->n_generated,
+    t->decode_s > 0 && t->n_generated > 1 ? (t->n_generated - 1) / t->decode_s : 0.0, sm_stop_name(s->stop),
+    t->peak_rss / (1024.0 * 1024.0));
 }
 
 static void mm_free(sm_mm_span *spans, int n) {
@@ -89,9 +91,14 @@ static smelt_status run_session(sm_chat *c, const int32_t *ids, int n, const sm_
                                 reply_out *out, sm_session_stats *stats) {
   sm_progress prog;
   sm_progress_start(&prog, "prefill", true);
-  sm_session_opts so = { .max_tokens = c->o->n_predict, .sampling = &c->o->s, .ignore_eos = c->o->ignore_eos,
-                         .on_piece = on_piece, .user = out, .on_prefill = on_prefill,
-                         .cancelled = c->interactive ? sm_interrupt_cb : NULL, .ud = &prog };
+  sm_session_opts so = {.max_tokens = c->o->n_predict,
+                        .sampling = &c->o->s,
+                        .ignore_eos = c->o->ignore_eos,
+                        .on_piece = on_piece,
+                        .user = out,
+                        .on_prefill = on_prefill,
+                        .cancelled = c->interactive ? sm_interrupt_cb : NULL,
+                        .ud = &prog};
   smelt_status st = sm_session_generate_mm(c->sess, ids, n, spans, n_spans, &so, stats);
   sm_progress_end(&prog);
   return st;
@@ -100,9 +107,9 @@ static smelt_status run_session(sm_chat *c, const int32_t *ids, int n, const sm_
 static void stop_notice(const sm_chat *c, const sm_session_stats *s) {
   if (s->stop == SM_STOP_CONTEXT)
     fprintf(stderr, "[reply stopped: the context (%d tokens) is full%s]\n", sm_session_context(c->sess),
-            !c->interactive ? "; a larger -c/--ctx-size leaves more room"
+            !c->interactive                      ? "; a larger -c/--ctx-size leaves more room"
             : c->o->overflow == SM_OVERFLOW_DROP ? "; the oldest turns are dropped on the next message"
-                                                  : "; /clear starts over");
+                                                 : "; /clear starts over");
   else if (s->stop == SM_STOP_CANCELLED && c->interactive)
     fprintf(stderr, "[interrupted%s]\n", s->st.n_generated ? "" : " before the reply");
 }
@@ -127,8 +134,9 @@ int sm_chat_turn(sm_chat *c) {
     if (n + reserve <= ctx) break;
     bool older = sm_conv_count(&c->conv) > 1;
     if (o->overflow == SM_OVERFLOW_ERROR && older) {
-      fprintf(stderr, "smelt run: the conversation (%d tokens) and room for a reply (%d) exceed the context of %d "
-                      "tokens (--context-overflow error); /clear starts over, a larger -c/--ctx-size leaves more room\n",
+      fprintf(stderr,
+              "smelt run: the conversation (%d tokens) and room for a reply (%d) exceed the context of %d "
+              "tokens (--context-overflow error); /clear starts over, a larger -c/--ctx-size leaves more room\n",
               n, reserve, ctx);
       free(ids);
       mm_free(spans, n_spans);
@@ -140,8 +148,10 @@ int sm_chat_turn(sm_chat *c) {
     free(ids);
   }
   if (n >= ctx) {
-    fprintf(stderr, "smelt run: the message does not fit: %d tokens with the chat template%s, the context holds %d "
-                    "(-c/--ctx-size)\n", n, sm_conv_system(&c->conv) ? " and the system prompt" : "", ctx);
+    fprintf(stderr,
+            "smelt run: the message does not fit: %d tokens with the chat template%s, the context holds %d "
+            "(-c/--ctx-size)\n",
+            n, sm_conv_system(&c->conv) ? " and the system prompt" : "", ctx);
     free(ids);
     mm_free(spans, n_spans);
     if (c->interactive) sm_conv_pop(&c->conv, "user");
@@ -161,7 +171,7 @@ int sm_chat_turn(sm_chat *c) {
     mm_free(spans, n_spans);
     return 1;
   }
-  reply_out out = { SM_BUF_INIT, false };
+  reply_out out = {SM_BUF_INIT, false};
   sm_session_stats stats;
   smelt_status st = run_session(c, ids, n, spans, n_spans, &out, &stats);
   mm_free(spans, n_spans);
@@ -196,9 +206,10 @@ static smelt_status generate_tokens_mm(const sm_chat *c, const char *prompt, sm_
   int found = 0;
   for (const char *p = strstr(prompt, mk); p; p = strstr(p + strlen(mk), mk)) found++;
   if (found && found != n_img)
-    return sm_err(SMELT_ERR_INVALID, "the prompt holds %d image marker%s (%s) for %d --image file%s: give one for each "
-                  "image, or none to put the images before the text", found, found == 1 ? "" : "s", mk, n_img,
-                  n_img == 1 ? "" : "s");
+    return sm_err(SMELT_ERR_INVALID,
+                  "the prompt holds %d image marker%s (%s) for %d --image file%s: give one for each "
+                  "image, or none to put the images before the text",
+                  found, found == 1 ? "" : "s", mk, n_img, n_img == 1 ? "" : "s");
   sm_buf b = SM_BUF_INIT;
   for (int i = 0; !found && i < n_img; i++) sm_buf_puts(&b, mk);
   sm_buf_puts(&b, prompt);
@@ -228,7 +239,8 @@ int sm_generate_text(sm_chat *c, const char *prompt, sm_vimage *const *imgs, int
   }
   const int n = (int)k, ctx = sm_session_context(c->sess);
   if (n >= ctx) {
-    fprintf(stderr, "smelt generate: the prompt does not fit: %d tokens, the context holds %d (-c/--ctx-size)\n", n, ctx);
+    fprintf(stderr, "smelt generate: the prompt does not fit: %d tokens, the context holds %d (-c/--ctx-size)\n", n,
+            ctx);
     free(ids);
     mm_free(spans, spans ? n_img : 0);
     return 1;
@@ -238,7 +250,7 @@ int sm_generate_text(sm_chat *c, const char *prompt, sm_vimage *const *imgs, int
     return 1;
   }
   fputs(prompt, stdout);
-  reply_out out = { SM_BUF_INIT, false };
+  reply_out out = {SM_BUF_INIT, false};
   sm_session_stats stats;
   smelt_status st = run_session(c, ids, n, spans, spans ? n_img : 0, &out, &stats);
   mm_free(spans, spans ? n_img : 0);

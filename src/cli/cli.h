@@ -3,16 +3,16 @@
 #define SM_CLI_H
 #include "engine/engine.h"
 
-int sm_cmd_run(int argc, char **argv);      /* cmd_run.c: chat REPL / one-shot */
-int sm_cmd_generate(int argc, char **argv); /* cmd_run.c */
-int sm_cmd_bench(int argc, char **argv);    /* cmd_bench.c */
+int sm_cmd_run(int argc, char **argv);        /* cmd_run.c: chat REPL / one-shot */
+int sm_cmd_generate(int argc, char **argv);   /* cmd_run.c */
+int sm_cmd_bench(int argc, char **argv);      /* cmd_bench.c */
 int sm_cmd_perplexity(int argc, char **argv); /* cmd_bench.c */
-int sm_cmd_serve(int argc, char **argv);    /* cmd_serve.c */
-int sm_cmd_inspect(int argc, char **argv);  /* cmd_store.c */
-int sm_cmd_list(int argc, char **argv);     /* cmd_store.c */
-int sm_cmd_rm(int argc, char **argv);       /* cmd_store.c */
-int sm_cmd_arch(int argc, char **argv);     /* cmd_store.c */
-int sm_cmd_pull(int argc, char **argv);     /* cmd_store.c */
+int sm_cmd_serve(int argc, char **argv);      /* cmd_serve.c */
+int sm_cmd_inspect(int argc, char **argv);    /* cmd_store.c */
+int sm_cmd_list(int argc, char **argv);       /* cmd_store.c */
+int sm_cmd_rm(int argc, char **argv);         /* cmd_store.c */
+int sm_cmd_arch(int argc, char **argv);       /* cmd_store.c */
+int sm_cmd_pull(int argc, char **argv);       /* cmd_store.c */
 
 /* env.c: the environment into the library's settings (read nowhere else) */
 /* The store settings from HOME, SMELT_CACHE_DIR, HF_* ... (sm_store_configure); call once at
@@ -26,7 +26,7 @@ void sm_cli_engine_env(sm_engine_params *p);
 int sm_cli_kv_type(const char *cmd, const char *k, const char *v, smelt_kv_type *out);
 /* -ctk / -ctv (llama.cpp's spellings) into --cache-type-k / --cache-type-v, for getopt_long */
 void sm_cli_kv_alias(int argc, char **argv);
-#define SM_CLI_KV_HELP                                                                                   \
+#define SM_CLI_KV_HELP \
   "  -ctk, --cache-type-k T   KV cache element type: f16 (default), bf16 or f32 (-ctv / --cache-type-v:\n" \
   "                           the same; K and V share one type)\n"
 #endif

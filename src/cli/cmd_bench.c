@@ -12,9 +12,19 @@
 #include "engine/engine.h"
 #include "store/store.h"
 
-static bool bench_emit(void *ud, int32_t tok) { (void)ud; (void)tok; return true; }
+static bool bench_emit(void *ud, int32_t tok) {
+  (void)ud;
+  (void)tok;
+  return true;
+}
 
-static uint64_t rng_next(uint64_t *s) { uint64_t x = *s; x ^= x << 13; x ^= x >> 7; x ^= x << 17; return *s = x; }
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return *s = x;
+}
 
 /* an integer option in [lo, hi], or a message naming it */
 static bool opt_int(const char *name, const char *s, long lo, long hi, int *out) {
@@ -34,7 +44,9 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 /* min, median, max of v[0..n) (sorts v) */
-typedef struct { double min, med, max; } stat3;
+typedef struct {
+  double min, med, max;
+} stat3;
 static stat3 stats_of(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   stat3 s = {v[0], n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v[n - 1]};
@@ -63,12 +75,15 @@ static void usage(void) {
 }
 
 int sm_cmd_bench(int argc, char **argv) {
-  static const struct option lo[] = {
-    { "model", 1, 0, 'm' }, { "synthetic", 1, 0, 'S' }, { "bits", 1, 0, 'b' }, { "group-size", 1, 0, 'g' },
-    { "prompt-tokens", 1, 0, 'p' }, { "gen-tokens", 1, 0, 'n' }, { "threads", 1, 0, 't' }, { "device", 1, 0, 'd' },
-    { "repeat", 1, 0, 'r' }, { "dir", 1, 0, 'D' }, { "json", 0, 0, 'j' }, { "cache-type-k", 1, 0, 'K' },
-    { "cache-type-v", 1, 0, 'V' }, { "help", 0, 0, 'h' }, { "cpu-mask", 1, 0, 'C' }, { "numa", 1, 0, 'N' },
-    { "poll", 1, 0, 'P' }, { 0, 0, 0, 0 } };
+  static const struct option lo[] = {{"model", 1, 0, 'm'},         {"synthetic", 1, 0, 'S'},
+                                     {"bits", 1, 0, 'b'},          {"group-size", 1, 0, 'g'},
+                                     {"prompt-tokens", 1, 0, 'p'}, {"gen-tokens", 1, 0, 'n'},
+                                     {"threads", 1, 0, 't'},       {"device", 1, 0, 'd'},
+                                     {"repeat", 1, 0, 'r'},        {"dir", 1, 0, 'D'},
+                                     {"json", 0, 0, 'j'},          {"cache-type-k", 1, 0, 'K'},
+                                     {"cache-type-v", 1, 0, 'V'},  {"help", 0, 0, 'h'},
+                                     {"cpu-mask", 1, 0, 'C'},      {"numa", 1, 0, 'N'},
+                                     {"poll", 1, 0, 'P'},          {0, 0, 0, 0}};
   const char *model = NULL, *synth = NULL, *device = NULL, *sdir = NULL, *ctk = NULL, *ctv = NULL, *cpu_mask = NULL;
   int bits = 4, gs = 64, P = 512, N = 128, threads = 0, reps = 1, poll = 50, c;
   smelt_numa numa = SMELT_NUMA_NONE;
@@ -77,30 +92,36 @@ int sm_cmd_bench(int argc, char **argv) {
   sm_cli_kv_alias(argc, argv);
   while ((c = getopt_long(argc, argv, "m:S:b:g:p:n:t:d:r:D:jhC:", lo, NULL)) != -1) {
     switch (c) {
-    case 'C': cpu_mask = optarg; break;
-    case 'P': ok = opt_int("--poll", optarg, 0, 100, &poll); break;
-    case 'N':
-      if (smelt_numa_parse(optarg, &numa)) { fprintf(stderr, "smelt bench: %s\n", smelt_last_error()); return 2; }
-      break;
-    case 'm': model = optarg; break;
-    case 'S': synth = optarg; break;
-    case 'K': ctk = optarg; break;
-    case 'V': ctv = optarg; break;
-    case 'b': ok = opt_int("--bits", optarg, 0, 8, &bits); break;
-    case 'g': ok = opt_int("--group-size", optarg, 32, 128, &gs); break;
-    case 'p': ok = opt_int("-p", optarg, 1, 1 << 20, &P); break;
-    case 'n': ok = opt_int("-n", optarg, 2, 1 << 20, &N); break;
-    case 't': ok = opt_int("-t", optarg, 0, 256, &threads); break;
-    case 'r': ok = opt_int("-r", optarg, 1, 1000, &reps); break;
-    case 'd': device = optarg; break;
-    case 'D': sdir = optarg; break;
-    case 'j': json = true; break;
-    case 'h': usage(); return 0;
-    default: return 2;
+      case 'C': cpu_mask = optarg; break;
+      case 'P': ok = opt_int("--poll", optarg, 0, 100, &poll); break;
+      case 'N':
+        if (smelt_numa_parse(optarg, &numa)) {
+          fprintf(stderr, "smelt bench: %s\n", smelt_last_error());
+          return 2;
+        }
+        break;
+      case 'm': model = optarg; break;
+      case 'S': synth = optarg; break;
+      case 'K': ctk = optarg; break;
+      case 'V': ctv = optarg; break;
+      case 'b': ok = opt_int("--bits", optarg, 0, 8, &bits); break;
+      case 'g': ok = opt_int("--group-size", optarg, 32, 128, &gs); break;
+      case 'p': ok = opt_int("-p", optarg, 1, 1 << 20, &P); break;
+      case 'n': ok = opt_int("-n", optarg, 2, 1 << 20, &N); break;
+      case 't': ok = opt_int("-t", optarg, 0, 256, &threads); break;
+      case 'r': ok = opt_int("-r", optarg, 1, 1000, &reps); break;
+      case 'd': device = optarg; break;
+      case 'D': sdir = optarg; break;
+      case 'j': json = true; break;
+      case 'h': usage(); return 0;
+      default: return 2;
     }
     if (!ok) return 2;
   }
-  if (optind < argc) { fprintf(stderr, "smelt bench: unexpected argument '%s'\n", argv[optind]); return 2; }
+  if (optind < argc) {
+    fprintf(stderr, "smelt bench: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
   smelt_kv_type kvt = SMELT_KV_F16;
   if (sm_cli_kv_type("bench", ctk, ctv, &kvt)) return 2;
   if (device && strcmp(device, "cpu") && strcmp(device, "cuda")) {
@@ -121,13 +142,23 @@ int sm_cmd_bench(int argc, char **argv) {
       fprintf(stderr, "smelt bench: --bits must be 0 (bf16), 2, 3, 4, 5, 6 or 8\n");
       return 2;
     }
-    if (gs != 32 && gs != 64 && gs != 128) { fprintf(stderr, "smelt bench: --group-size must be 32, 64 or 128\n"); return 2; }
+    if (gs != 32 && gs != 64 && gs != 128) {
+      fprintf(stderr, "smelt bench: --group-size must be 32, 64 or 128\n");
+      return 2;
+    }
     char buf[1024];
     const char *tmp = getenv("TMPDIR");
-    snprintf(buf, sizeof buf, "%s/smelt-bench-%s-%s%d-g%d", sdir ? sdir : tmp && *tmp ? tmp : "/tmp", sh->name,
-             bits ? "q" : "bf", bits ? bits : 16, gs);
+    snprintf(buf, sizeof buf, "%s/smelt-bench-%s-%s%d-g%d",
+             sdir          ? sdir
+             : tmp && *tmp ? tmp
+                           : "/tmp",
+             sh->name, bits ? "q" : "bf", bits ? bits : 16, gs);
     dir = sm_xstrdup(buf);
-    if ((st = sm_make_synthetic(sh, bits, gs, dir, true))) { fprintf(stderr, "smelt bench: %s\n", smelt_last_error()); free(dir); return 1; }
+    if ((st = sm_make_synthetic(sh, bits, gs, dir, true))) {
+      fprintf(stderr, "smelt bench: %s\n", smelt_last_error());
+      free(dir);
+      return 1;
+    }
   } else if ((st = sm_store_resolve(model, true, &dir))) {
     fprintf(stderr, "smelt bench: %s\n", smelt_last_error());
     return 1;
@@ -143,7 +174,11 @@ int sm_cmd_bench(int argc, char **argv) {
   if (device) mp.device = !strcmp(device, "cuda") ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
   smelt_model *m = NULL;
   double tl = sm_now();
-  if ((st = smelt_model_load(dir, &mp, &m))) { fprintf(stderr, "smelt bench: %s\n", smelt_last_error()); free(dir); return 1; }
+  if ((st = smelt_model_load(dir, &mp, &m))) {
+    fprintf(stderr, "smelt bench: %s\n", smelt_last_error());
+    free(dir);
+    return 1;
+  }
   double load_s = sm_now() - tl;
   smelt_model_info info;
   smelt_model_get_info(m, &info);
@@ -154,7 +189,12 @@ int sm_cmd_bench(int argc, char **argv) {
   ep.max_batch_tokens = P;
   ep.prefix_cache = false;
   sm_engine *e = NULL;
-  if ((st = sm_engine_create(m, &ep, &e))) { fprintf(stderr, "smelt bench: %s\n", smelt_last_error()); smelt_model_free(m); free(dir); return 1; }
+  if ((st = sm_engine_create(m, &ep, &e))) {
+    fprintf(stderr, "smelt bench: %s\n", smelt_last_error());
+    smelt_model_free(m);
+    free(dir);
+    return 1;
+  }
   const int V = info.vocab;
   int32_t *prompt = sm_xmalloc(sizeof(int32_t) * (size_t)P);
   uint64_t s = 42;
@@ -191,11 +231,16 @@ int sm_cmd_bench(int argc, char **argv) {
   free(prompt);
   if (st) {
     fprintf(stderr, "smelt bench: %s\n", smelt_last_error());
-    free(pre); free(dec); sm_engine_free(e); smelt_model_free(m); free(dir);
+    free(pre);
+    free(dec);
+    sm_engine_free(e);
+    smelt_model_free(m);
+    free(dir);
     return 1;
   }
   stat3 sp = stats_of(pre, reps), sd = stats_of(dec, reps);
-  free(pre); free(dec);
+  free(pre);
+  free(dec);
   const size_t rss = sm_peak_rss(); /* before the bandwidth probe's buffer */
   /* the roofline: bytes one decode step reads over the backend's measured read bandwidth: the weights
    * and the K/V rows of every position before it (on average P + N / 2; full attention in every
@@ -255,7 +300,9 @@ int sm_cmd_bench(int argc, char **argv) {
       printf("roofline   %.1f MB of weights + %.1f MB of %s KV%s per token, bandwidth %.1f GB/s -> %.1f tok/s; decode "
              "at %.1f%% of roofline\n",
              per_tok / 1e6, kv_tok / 1e6, smelt_kv_type_name(info.kv_type), stb, bw / 1e9, roof, 100.0 * ratio);
-    else printf("roofline   %.1f MB of weights + %.1f MB of KV per token; bandwidth unknown\n", per_tok / 1e6, kv_tok / 1e6);
+    else
+      printf("roofline   %.1f MB of weights + %.1f MB of KV per token; bandwidth unknown\n", per_tok / 1e6,
+             kv_tok / 1e6);
     printf("memory     peak RSS %.1f MiB\n", rss / 1048576.0);
   }
   sm_engine_free(e);
@@ -265,30 +312,33 @@ int sm_cmd_bench(int argc, char **argv) {
 }
 
 int sm_cmd_perplexity(int argc, char **argv) {
-  static const struct option lo[] = { { "model", 1, 0, 'm' }, { "file", 1, 0, 'f' }, { "ctx", 1, 0, 'c' },
-                                      { "threads", 1, 0, 't' }, { "device", 1, 0, 'd' }, { "help", 0, 0, 'h' },
-                                      { "cache-type-k", 1, 0, 'K' }, { "cache-type-v", 1, 0, 'V' }, { 0, 0, 0, 0 } };
+  static const struct option lo[] = {{"model", 1, 0, 'm'},        {"file", 1, 0, 'f'},         {"ctx", 1, 0, 'c'},
+                                     {"threads", 1, 0, 't'},      {"device", 1, 0, 'd'},       {"help", 0, 0, 'h'},
+                                     {"cache-type-k", 1, 0, 'K'}, {"cache-type-v", 1, 0, 'V'}, {0, 0, 0, 0}};
   const char *model = NULL, *file = NULL, *device = NULL, *ctk = NULL, *ctv = NULL;
   int ctx = 256, threads = 0, c;
   optind = 1;
   sm_cli_kv_alias(argc, argv);
   while ((c = getopt_long(argc, argv, "m:f:c:t:d:h", lo, NULL)) != -1) {
     switch (c) {
-    case 'K': ctk = optarg; break;
-    case 'V': ctv = optarg; break;
-    case 'm': model = optarg; break;
-    case 'f': file = optarg; break;
-    case 'c': ctx = atoi(optarg); break;
-    case 't': threads = atoi(optarg); break;
-    case 'd': device = optarg; break;
-    case 'h':
-      printf("usage: smelt perplexity [-m MODEL] -f TEXTFILE [-c WINDOW=256] [-t THREADS] [--device cpu|cuda]\n"
-             "                        [-ctk f16|bf16|f32]\n");
-      return 0;
-    default: return 2;
+      case 'K': ctk = optarg; break;
+      case 'V': ctv = optarg; break;
+      case 'm': model = optarg; break;
+      case 'f': file = optarg; break;
+      case 'c': ctx = atoi(optarg); break;
+      case 't': threads = atoi(optarg); break;
+      case 'd': device = optarg; break;
+      case 'h':
+        printf("usage: smelt perplexity [-m MODEL] -f TEXTFILE [-c WINDOW=256] [-t THREADS] [--device cpu|cuda]\n"
+               "                        [-ctk f16|bf16|f32]\n");
+        return 0;
+      default: return 2;
     }
   }
-  if (!file || ctx < 2) { fprintf(stderr, "smelt perplexity: -f FILE required (and -c >= 2)\n"); return 2; }
+  if (!file || ctx < 2) {
+    fprintf(stderr, "smelt perplexity: -f FILE required (and -c >= 2)\n");
+    return 2;
+  }
   smelt_kv_type kvt = SMELT_KV_F16;
   if (sm_cli_kv_type("perplexity", ctk, ctv, &kvt)) return 2;
   char *text = NULL, *dir = NULL;
@@ -320,7 +370,9 @@ int sm_cmd_perplexity(int argc, char **argv) {
   sm_progress_end(&prog);
   if (st) fprintf(stderr, "smelt perplexity: %s\n", smelt_last_error());
   else printf("perplexity %.4f over %d tokens (window %d)\n", ppl, scored, ctx);
-  free(ids); free(text); free(dir);
+  free(ids);
+  free(text);
+  free(dir);
   smelt_model_free(m);
   return st ? 1 : 0;
 }

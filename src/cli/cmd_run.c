@@ -84,7 +84,10 @@ int sm_cmd_generate(int argc, char **argv) {
   }
   sm_chat c;
   char *label = NULL;
-  if (!setup("generate", &o, &c, &label, 0.0f, 256)) { free(prompt); return 1; }
+  if (!setup("generate", &o, &c, &label, 0.0f, 256)) {
+    free(prompt);
+    return 1;
+  }
   sm_vimage *imgs[SM_RUN_MAX_IMAGES];
   if (o.n_images && !load_images("generate", &o, c.m, label, imgs)) {
     free(prompt);
@@ -107,13 +110,18 @@ int sm_cmd_run(int argc, char **argv) {
   const bool repl = !prompt && isatty(0);
   if (!repl && (!prompt || !*prompt)) {
     if (prompt) fprintf(stderr, "smelt run: the prompt is empty\n");
-    else fprintf(stderr, "smelt run: no prompt: stdin is empty (give PROMPT, -p TEXT or -f FILE, or run it on a terminal)\n");
+    else
+      fprintf(stderr,
+              "smelt run: no prompt: stdin is empty (give PROMPT, -p TEXT or -f FILE, or run it on a terminal)\n");
     free(prompt);
     return 2;
   }
   sm_chat c;
   char *label = NULL;
-  if (!setup("run", &o, &c, &label, 0.7f, -1)) { free(prompt); return 1; }
+  if (!setup("run", &o, &c, &label, 0.7f, -1)) {
+    free(prompt);
+    return 1;
+  }
   if (!sm_conv_init(&c.conv, c.m->tok, o.chat_template, o.raw, "run")) {
     free(prompt);
     teardown(&c, label);

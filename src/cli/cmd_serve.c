@@ -11,74 +11,73 @@
 #include "store/store.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: smelt serve [MODEL] [options]\n"
-          "  -m, --model REF          model directory or hub name (default: the built-in model); given\n"
-          "                           more than once: several models, the request's `model` picks one\n"
-          "      --models-dir DIR     serve every model under DIR (DIR/NAME or DIR/OWNER/NAME), loaded on\n"
-          "                           first use\n"
-          "      --models-max N       several models: at most N loaded at once (default 4; LRU unloads)\n"
-          "      --models-memory BYTES  several models: their estimated sizes add up to at most BYTES\n"
-          "                           (K/M/G/T suffixes; default: no limit)\n"
-          "      --models-load-timeout S  seconds a request waits for its model to load (default 300)\n"
-          "      --prompt-cache FILE  seed the prefix cache from FILE at start; write the longest prompt\n"
-          "                           prefix that requests shared to it at shutdown (one model)\n"
-          "      --prompt-cache-ro    use --prompt-cache FILE but never write it\n"
-          "      --slot-save-path DIR POST /slots/{id}?action=save|restore write and read files in DIR\n"
-          "      --host HOST          address to listen on (default 127.0.0.1)\n"
-          "      --port N             port (default 8080; 0 = any free port)\n"
-          "  -c, --ctx-size N         context tokens per sequence (default: model's, capped at 8192)\n"
-          "      --force-context      allow -c beyond the model's trained context (warns)\n"
-          "  -np, --parallel N        concurrent sequences (default 4)\n"
-          "      --max-queue N        requests waiting for a slot before 429 (default 64)\n"
-          "      --max-body BYTES     request body limit (default 1048576; larger -> 413)\n"
-          "      --api-key KEY        require 'Authorization: Bearer KEY'\n"
-          "      --allowed-origins L  CORS: comma-separated origins or '*' (default: none)\n"
-          "  -a, --alias NAME         model id reported by the API (also --served-model-name)\n"
-          "  -t, --threads N          CPU threads (default: all cores)\n"
-          "  -C, --cpu-mask M         pin the CPU threads, one CPU each in order: hex mask (0xff) or list (0-7)\n"
-          "      --numa M             CPU threads over NUMA nodes: distribute, isolate or none (default)\n"
-          "      --poll N             0..100: how long idle CPU threads busy-wait for work (default 50)\n"
-          "      --device D           auto|cpu|cuda\n"
-          "      --estimate-memory    check that weights + KV cache fit in memory before loading (--force: go on anyway)\n"
-          "      --kv-blocks N        KV cache blocks (default: parallel * ctx / block size); a block's bytes\n"
-          "                           depend on -ctk (f32 doubles them)\n"
-          "      --block-size N       tokens per KV block (default 16)\n"
-          "  -b, --batch-size N       tokens per forward step (prefill chunk, default 512)\n"
-          "      --no-prefix-cache    disable prefix caching\n"
-          "      --no-mmap            read the weights into memory instead of mapping the files\n"
-          SM_CLI_KV_HELP
-          "      --offline            never download the model\n"
-          "      --tool-format F      tool-call format: generic, hermes, qwen3_coder, llama3, mistral, harmony,\n"
-          "                           deepseek, glm45, gemma (default: from the chat template)\n"
-          "      --reasoning-format F auto|deepseek: <think> text -> reasoning_content (default); none: kept in content\n"
-          "      --pooling P          /v1/embeddings: last (the last token's hidden state, default) or mean\n"
-          "      --allow-image-urls   fetch http(s) image URLs of requests (default: only data: URLs; images\n"
-          "                           in a request body count against --max-body)\n"
-          "      --allow-image-files DIR  read image files under DIR named by requests (file:// URLs or absolute\n"
-          "                           paths; default: none)\n"
-          "  llama-server flags without meaning here are accepted with a notice: -ngl/--n-gpu-layers N,\n"
-          "  -fa/--flash-attn [on|off|auto], --jinja, --no-jinja, -cb/--cont-batching, --mlock, --metrics,\n"
-          "  --slots, --no-webui, -sm/--split-mode M, -ts/--tensor-split L, -mg/--main-gpu N, --numa M,\n"
-          "  --log-colors, --log-disable\n"
-          "Connections:\n"
-          "      --max-conns N        open connections in all (default 1024)\n"
-          "      --max-conns-per-ip N open connections per client address (default 256; 0 = no limit)\n"
-          "      --http-threads N     HTTP worker threads (default 4)\n"
-          "      --header-timeout S   seconds for a request's line and headers to arrive, counted from the\n"
-          "                           connection's start or its previous response (default 20; then 408)\n"
-          "      --body-timeout S     seconds for a request body to arrive after its headers (default 60)\n"
-          "  -to, --timeout S         seconds without progress reading or writing a connection (default 600)\n"
-          "      --max-buffered-body BYTES  request bodies held in memory, all connections together\n"
-          "                           (default 67108864; beyond -> 503 with Retry-After)\n"
-          "      --shutdown-timeout S seconds in-flight requests get after SIGTERM/SIGINT (default 20)\n"
-          "      --log-file PATH      log there instead of stderr (appended; reopened on SIGHUP)\n"
-          "  -v, --verbose            log requests and connection-level messages\n"
-          "Signals: SIGTERM/SIGINT drain (a second one ends in-flight requests at once); SIGHUP reopens\n"
-          "  the log file. Exit status: 0 stopped by a signal, 1 could not start, 2 bad usage,\n"
-          "  3 stopped by a fatal error (a weights file changed while mapped).\n"
-          "Environment (overridden by flags): LLAMA_ARG_HOST, LLAMA_ARG_PORT, LLAMA_ARG_MODEL,\n"
-          "  LLAMA_ARG_CTX_SIZE, LLAMA_ARG_N_PARALLEL, LLAMA_ARG_API_KEY, LLAMA_ARG_THREADS, LLAMA_ARG_ALIAS\n");
+  fprintf(
+    f, "usage: smelt serve [MODEL] [options]\n"
+       "  -m, --model REF          model directory or hub name (default: the built-in model); given\n"
+       "                           more than once: several models, the request's `model` picks one\n"
+       "      --models-dir DIR     serve every model under DIR (DIR/NAME or DIR/OWNER/NAME), loaded on\n"
+       "                           first use\n"
+       "      --models-max N       several models: at most N loaded at once (default 4; LRU unloads)\n"
+       "      --models-memory BYTES  several models: their estimated sizes add up to at most BYTES\n"
+       "                           (K/M/G/T suffixes; default: no limit)\n"
+       "      --models-load-timeout S  seconds a request waits for its model to load (default 300)\n"
+       "      --prompt-cache FILE  seed the prefix cache from FILE at start; write the longest prompt\n"
+       "                           prefix that requests shared to it at shutdown (one model)\n"
+       "      --prompt-cache-ro    use --prompt-cache FILE but never write it\n"
+       "      --slot-save-path DIR POST /slots/{id}?action=save|restore write and read files in DIR\n"
+       "      --host HOST          address to listen on (default 127.0.0.1)\n"
+       "      --port N             port (default 8080; 0 = any free port)\n"
+       "  -c, --ctx-size N         context tokens per sequence (default: model's, capped at 8192)\n"
+       "      --force-context      allow -c beyond the model's trained context (warns)\n"
+       "  -np, --parallel N        concurrent sequences (default 4)\n"
+       "      --max-queue N        requests waiting for a slot before 429 (default 64)\n"
+       "      --max-body BYTES     request body limit (default 1048576; larger -> 413)\n"
+       "      --api-key KEY        require 'Authorization: Bearer KEY'\n"
+       "      --allowed-origins L  CORS: comma-separated origins or '*' (default: none)\n"
+       "  -a, --alias NAME         model id reported by the API (also --served-model-name)\n"
+       "  -t, --threads N          CPU threads (default: all cores)\n"
+       "  -C, --cpu-mask M         pin the CPU threads, one CPU each in order: hex mask (0xff) or list (0-7)\n"
+       "      --numa M             CPU threads over NUMA nodes: distribute, isolate or none (default)\n"
+       "      --poll N             0..100: how long idle CPU threads busy-wait for work (default 50)\n"
+       "      --device D           auto|cpu|cuda\n"
+       "      --estimate-memory    check that weights + KV cache fit in memory before loading (--force: go on anyway)\n"
+       "      --kv-blocks N        KV cache blocks (default: parallel * ctx / block size); a block's bytes\n"
+       "                           depend on -ctk (f32 doubles them)\n"
+       "      --block-size N       tokens per KV block (default 16)\n"
+       "  -b, --batch-size N       tokens per forward step (prefill chunk, default 512)\n"
+       "      --no-prefix-cache    disable prefix caching\n"
+       "      --no-mmap            read the weights into memory instead of mapping the files\n" SM_CLI_KV_HELP
+       "      --offline            never download the model\n"
+       "      --tool-format F      tool-call format: generic, hermes, qwen3_coder, llama3, mistral, harmony,\n"
+       "                           deepseek, glm45, gemma (default: from the chat template)\n"
+       "      --reasoning-format F auto|deepseek: <think> text -> reasoning_content (default); none: kept in content\n"
+       "      --pooling P          /v1/embeddings: last (the last token's hidden state, default) or mean\n"
+       "      --allow-image-urls   fetch http(s) image URLs of requests (default: only data: URLs; images\n"
+       "                           in a request body count against --max-body)\n"
+       "      --allow-image-files DIR  read image files under DIR named by requests (file:// URLs or absolute\n"
+       "                           paths; default: none)\n"
+       "  llama-server flags without meaning here are accepted with a notice: -ngl/--n-gpu-layers N,\n"
+       "  -fa/--flash-attn [on|off|auto], --jinja, --no-jinja, -cb/--cont-batching, --mlock, --metrics,\n"
+       "  --slots, --no-webui, -sm/--split-mode M, -ts/--tensor-split L, -mg/--main-gpu N, --numa M,\n"
+       "  --log-colors, --log-disable\n"
+       "Connections:\n"
+       "      --max-conns N        open connections in all (default 1024)\n"
+       "      --max-conns-per-ip N open connections per client address (default 256; 0 = no limit)\n"
+       "      --http-threads N     HTTP worker threads (default 4)\n"
+       "      --header-timeout S   seconds for a request's line and headers to arrive, counted from the\n"
+       "                           connection's start or its previous response (default 20; then 408)\n"
+       "      --body-timeout S     seconds for a request body to arrive after its headers (default 60)\n"
+       "  -to, --timeout S         seconds without progress reading or writing a connection (default 600)\n"
+       "      --max-buffered-body BYTES  request bodies held in memory, all connections together\n"
+       "                           (default 67108864; beyond -> 503 with Retry-After)\n"
+       "      --shutdown-timeout S seconds in-flight requests get after SIGTERM/SIGINT (default 20)\n"
+       "      --log-file PATH      log there instead of stderr (appended; reopened on SIGHUP)\n"
+       "  -v, --verbose            log requests and connection-level messages\n"
+       "Signals: SIGTERM/SIGINT drain (a second one ends in-flight requests at once); SIGHUP reopens\n"
+       "  the log file. Exit status: 0 stopped by a signal, 1 could not start, 2 bad usage,\n"
+       "  3 stopped by a fatal error (a weights file changed while mapped).\n"
+       "Environment (overridden by flags): LLAMA_ARG_HOST, LLAMA_ARG_PORT, LLAMA_ARG_MODEL,\n"
+       "  LLAMA_ARG_CTX_SIZE, LLAMA_ARG_N_PARALLEL, LLAMA_ARG_API_KEY, LLAMA_ARG_THREADS, LLAMA_ARG_ALIAS\n");
 }
 
 static bool parse_secs(const char *s, double lo, double hi, double *out) {
@@ -114,11 +113,15 @@ int sm_cmd_serve(int argc, char **argv) {
   if ((e = getenv("LLAMA_ARG_MODEL")) && *e) model = e;
   if ((e = getenv("LLAMA_ARG_API_KEY")) && *e) p.api_key = e;
   if ((e = getenv("LLAMA_ARG_ALIAS")) && *e) p.alias = e;
-  struct { const char *name; long lo, hi; int *dst; } envi[] = {
-      {"LLAMA_ARG_PORT", 0, 65535, &p.port},
-      {"LLAMA_ARG_CTX_SIZE", 0, 1 << 24, &p.ctx_size},
-      {"LLAMA_ARG_N_PARALLEL", 1, 1024, &p.parallel},
-      {"LLAMA_ARG_THREADS", -1, 256, &p.threads},
+  struct {
+    const char *name;
+    long lo, hi;
+    int *dst;
+  } envi[] = {
+    {"LLAMA_ARG_PORT", 0, 65535, &p.port},
+    {"LLAMA_ARG_CTX_SIZE", 0, 1 << 24, &p.ctx_size},
+    {"LLAMA_ARG_N_PARALLEL", 1, 1024, &p.parallel},
+    {"LLAMA_ARG_THREADS", -1, 256, &p.threads},
   };
   for (size_t i = 0; i < sizeof envi / sizeof envi[0]; i++) {
     if (!(e = getenv(envi[i].name)) || !*e) continue;
@@ -133,60 +136,70 @@ int sm_cmd_serve(int argc, char **argv) {
     char name[64];
     snprintf(name, sizeof name, "%s", a);
     char *eq = a[0] == '-' && a[1] == '-' ? strchr(name, '=') : NULL;
-    if (eq) { *eq = 0; val = a + (eq - name) + 1; }
+    if (eq) {
+      *eq = 0;
+      val = a + (eq - name) + 1;
+    }
 #define IS(x) (!strcmp(name, x))
-#define NEEDVAL()                                                                 \
-  do {                                                                            \
-    if (!val) {                                                                   \
-      if (i + 1 >= argc) {                                                        \
-        fprintf(stderr, "smelt serve: %s needs a value\n", name);                 \
-        return 2;                                                                 \
-      }                                                                           \
-      val = argv[++i];                                                            \
-    }                                                                             \
+#define NEEDVAL() \
+  do { \
+    if (!val) { \
+      if (i + 1 >= argc) { \
+        fprintf(stderr, "smelt serve: %s needs a value\n", name); \
+        return 2; \
+      } \
+      val = argv[++i]; \
+    } \
   } while (0)
-#define INTVAL(lo, hi, dst)                                                       \
-  do {                                                                            \
-    NEEDVAL();                                                                    \
-    if (!parse_int(val, lo, hi, &v)) {                                            \
-      fprintf(stderr, "smelt serve: %s: '%s' is not a whole number in %ld to %ld\n", \
-              name, val, (long)(lo), (long)(hi));                                 \
-      return 2;                                                                   \
-    }                                                                             \
-    dst = (int)v;                                                                 \
+#define INTVAL(lo, hi, dst) \
+  do { \
+    NEEDVAL(); \
+    if (!parse_int(val, lo, hi, &v)) { \
+      fprintf(stderr, "smelt serve: %s: '%s' is not a whole number in %ld to %ld\n", name, val, (long)(lo), \
+              (long)(hi)); \
+      return 2; \
+    } \
+    dst = (int)v; \
   } while (0)
-#define SECVAL(lo, hi, dst)                                                       \
-  do {                                                                            \
-    NEEDVAL();                                                                    \
-    if (!parse_secs(val, lo, hi, &dst)) {                                         \
-      fprintf(stderr, "smelt serve: %s: '%s' is not a number of seconds in %g to %g\n", \
-              name, val, (double)(lo), (double)(hi));                             \
-      return 2;                                                                   \
-    }                                                                             \
+#define SECVAL(lo, hi, dst) \
+  do { \
+    NEEDVAL(); \
+    if (!parse_secs(val, lo, hi, &dst)) { \
+      fprintf(stderr, "smelt serve: %s: '%s' is not a number of seconds in %g to %g\n", name, val, (double)(lo), \
+              (double)(hi)); \
+      return 2; \
+    } \
   } while (0)
-    if (IS("-h") || IS("--help")) { usage(stdout); return 0; }
-    else if (IS("-m") || IS("--model")) {
+    if (IS("-h") || IS("--help")) {
+      usage(stdout);
+      return 0;
+    } else if (IS("-m") || IS("--model")) {
       NEEDVAL();
-      if (n_refs == MAX_MODELS) { fprintf(stderr, "smelt serve: more than %d -m models\n", MAX_MODELS); return 2; }
+      if (n_refs == MAX_MODELS) {
+        fprintf(stderr, "smelt serve: more than %d -m models\n", MAX_MODELS);
+        return 2;
+      }
       if (!n_refs) model = val; /* over LLAMA_ARG_MODEL */
       refs[n_refs++] = val;
-    }
-    else if (IS("--models-dir")) { NEEDVAL(); p.models_dir = val; }
-    else if (IS("--models-max")) INTVAL(1, 1024, p.models_max);
+    } else if (IS("--models-dir")) {
+      NEEDVAL();
+      p.models_dir = val;
+    } else if (IS("--models-max")) INTVAL(1, 1024, p.models_max);
     else if (IS("--models-memory")) {
       NEEDVAL();
       if (!sm_store_parse_size(val, &p.models_memory) || !p.models_memory) {
         fprintf(stderr, "smelt serve: --models-memory: '%s' is not a byte count (e.g. 24G)\n", val);
         return 2;
       }
-    }
-    else if (IS("--models-load-timeout")) SECVAL(1, 86400, p.models_load_timeout);
+    } else if (IS("--models-load-timeout")) SECVAL(1, 86400, p.models_load_timeout);
     else if (IS("--prompt-cache")) {
       NEEDVAL();
-      if (!val[0]) { fprintf(stderr, "smelt serve: --prompt-cache needs a file name\n"); return 2; }
+      if (!val[0]) {
+        fprintf(stderr, "smelt serve: --prompt-cache needs a file name\n");
+        return 2;
+      }
       p.prompt_cache = val;
-    }
-    else if (IS("--prompt-cache-ro")) p.prompt_cache_ro = true;
+    } else if (IS("--prompt-cache-ro")) p.prompt_cache_ro = true;
     else if (IS("--slot-save-path")) {
       NEEDVAL();
       struct stat sst;
@@ -195,9 +208,10 @@ int sm_cmd_serve(int argc, char **argv) {
         return 2;
       }
       p.slot_save_path = val;
-    }
-    else if (IS("--host")) { NEEDVAL(); p.host = val; }
-    else if (IS("--port")) INTVAL(0, 65535, p.port);
+    } else if (IS("--host")) {
+      NEEDVAL();
+      p.host = val;
+    } else if (IS("--port")) INTVAL(0, 65535, p.port);
     else if (IS("-c") || IS("--ctx-size")) INTVAL(0, 1 << 24, p.ctx_size);
     else if (IS("-np") || IS("--parallel")) INTVAL(1, 1024, p.parallel);
     else if (IS("--max-queue")) INTVAL(0, 1 << 20, p.max_queue);
@@ -209,20 +223,29 @@ int sm_cmd_serve(int argc, char **argv) {
         return 2;
       }
       p.max_body = (size_t)mb;
-    }
-    else if (IS("--api-key")) { NEEDVAL(); p.api_key = val; }
-    else if (IS("--allowed-origins") || IS("--cors")) { NEEDVAL(); p.allowed_origins = val; }
-    else if (IS("-a") || IS("--alias") || IS("--served-model-name")) { NEEDVAL(); p.alias = val; }
-    else if (IS("-t") || IS("--threads")) INTVAL(-1, 256, p.threads); /* the CPU backend's thread limit */
-    else if (IS("-C") || IS("--cpu-mask") || IS("-Cr") || IS("--cpu-range")) { NEEDVAL(); p.cpu_mask = val; }
-    else if (IS("--poll")) INTVAL(0, 100, p.cpu_poll);
+    } else if (IS("--api-key")) {
+      NEEDVAL();
+      p.api_key = val;
+    } else if (IS("--allowed-origins") || IS("--cors")) {
+      NEEDVAL();
+      p.allowed_origins = val;
+    } else if (IS("-a") || IS("--alias") || IS("--served-model-name")) {
+      NEEDVAL();
+      p.alias = val;
+    } else if (IS("-t") || IS("--threads")) INTVAL(-1, 256, p.threads); /* the CPU backend's thread limit */
+    else if (IS("-C") || IS("--cpu-mask") || IS("-Cr") || IS("--cpu-range")) {
+      NEEDVAL();
+      p.cpu_mask = val;
+    } else if (IS("--poll")) INTVAL(0, 100, p.cpu_poll);
     else if (IS("--numa")) {
       NEEDVAL();
       smelt_numa nm;
-      if (smelt_numa_parse(val, &nm)) { fprintf(stderr, "smelt serve: %s\n", smelt_last_error()); return 2; }
+      if (smelt_numa_parse(val, &nm)) {
+        fprintf(stderr, "smelt serve: %s\n", smelt_last_error());
+        return 2;
+      }
       p.numa = (int)nm;
-    }
-    else if (IS("--kv-blocks")) INTVAL(1, 1 << 24, p.kv_blocks);
+    } else if (IS("--kv-blocks")) INTVAL(1, 1 << 24, p.kv_blocks);
     else if (IS("--block-size")) INTVAL(1, 4096, p.block_size);
     else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) INTVAL(1, 1 << 20, p.max_batch_tokens);
     else if (IS("--no-prefix-cache")) p.no_prefix_cache = true;
@@ -237,10 +260,13 @@ int sm_cmd_serve(int argc, char **argv) {
         return 2;
       }
       p.image_files_dir = img_dir;
-    }
-    else if (IS("-ctk") || IS("--cache-type-k")) { NEEDVAL(); ctk = val; }
-    else if (IS("-ctv") || IS("--cache-type-v")) { NEEDVAL(); ctv = val; }
-    else if (IS("--max-conns")) INTVAL(1, 1 << 20, p.max_conns);
+    } else if (IS("-ctk") || IS("--cache-type-k")) {
+      NEEDVAL();
+      ctk = val;
+    } else if (IS("-ctv") || IS("--cache-type-v")) {
+      NEEDVAL();
+      ctv = val;
+    } else if (IS("--max-conns")) INTVAL(1, 1 << 20, p.max_conns);
     else if (IS("--max-conns-per-ip")) INTVAL(0, 1 << 20, p.max_conns_per_ip);
     else if (IS("--http-threads")) INTVAL(1, 256, p.http_threads);
     else if (IS("--header-timeout")) SECVAL(0.1, 86400, p.header_timeout);
@@ -254,10 +280,11 @@ int sm_cmd_serve(int argc, char **argv) {
         return 2;
       }
       p.max_buffered_body = (size_t)mb;
-    }
-    else if (IS("--shutdown-timeout")) SECVAL(0, 86400, p.shutdown_timeout);
-    else if (IS("--log-file")) { NEEDVAL(); p.log_file = val; }
-    else if (IS("--offline")) offline = true;
+    } else if (IS("--shutdown-timeout")) SECVAL(0, 86400, p.shutdown_timeout);
+    else if (IS("--log-file")) {
+      NEEDVAL();
+      p.log_file = val;
+    } else if (IS("--offline")) offline = true;
     else if (IS("--estimate-memory")) estimate = true;
     else if (IS("--force")) force = true;
     else if (IS("--force-context")) force_ctx = true;
@@ -267,15 +294,21 @@ int sm_cmd_serve(int argc, char **argv) {
       if (!strcmp(val, "auto")) p.device = SMELT_DEVICE_AUTO;
       else if (!strcmp(val, "cpu")) p.device = SMELT_DEVICE_CPU;
       else if (!strcmp(val, "cuda") || !strcmp(val, "gpu")) p.device = SMELT_DEVICE_CUDA;
-      else { fprintf(stderr, "smelt serve: --device must be auto, cpu or cuda\n"); return 2; }
-    }
-    else if (IS("--tool-format")) { NEEDVAL(); p.tool_format = val; }
-    else if (IS("--pooling")) {
+      else {
+        fprintf(stderr, "smelt serve: --device must be auto, cpu or cuda\n");
+        return 2;
+      }
+    } else if (IS("--tool-format")) {
       NEEDVAL();
-      if (strcmp(val, "last") && strcmp(val, "mean")) { fprintf(stderr, "smelt serve: --pooling must be last or mean\n"); return 2; }
+      p.tool_format = val;
+    } else if (IS("--pooling")) {
+      NEEDVAL();
+      if (strcmp(val, "last") && strcmp(val, "mean")) {
+        fprintf(stderr, "smelt serve: --pooling must be last or mean\n");
+        return 2;
+      }
       p.pooling = !strcmp(val, "mean");
-    }
-    else if (IS("--reasoning-format")) {
+    } else if (IS("--reasoning-format")) {
       NEEDVAL();
       if (strcmp(val, "auto") && strcmp(val, "deepseek") && strcmp(val, "none") && strcmp(val, "deepseek-legacy")) {
         fprintf(stderr, "smelt serve: --reasoning-format must be auto, deepseek or none\n");
@@ -284,39 +317,39 @@ int sm_cmd_serve(int argc, char **argv) {
       p.reasoning_format = val;
     }
     /* llama-server flags that mean nothing here: accepted with a notice */
-    else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers") || IS("-sm") || IS("--split-mode") ||
-             IS("-ts") || IS("--tensor-split") || IS("-mg") || IS("--main-gpu")) {
+    else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers") || IS("-sm") || IS("--split-mode") || IS("-ts") ||
+             IS("--tensor-split") || IS("-mg") || IS("--main-gpu")) {
       NEEDVAL();
       fprintf(stderr, "smelt serve: note: %s %s has no effect here (ignored)\n", name, val);
-    }
-    else if (IS("-fa") || IS("--flash-attn")) {
-      if (!val && i + 1 < argc && (!strcmp(argv[i + 1], "on") || !strcmp(argv[i + 1], "off") ||
-                                   !strcmp(argv[i + 1], "auto") || !strcmp(argv[i + 1], "1") || !strcmp(argv[i + 1], "0")))
+    } else if (IS("-fa") || IS("--flash-attn")) {
+      if (!val && i + 1 < argc &&
+          (!strcmp(argv[i + 1], "on") || !strcmp(argv[i + 1], "off") || !strcmp(argv[i + 1], "auto") ||
+           !strcmp(argv[i + 1], "1") || !strcmp(argv[i + 1], "0")))
         val = argv[++i];
       fprintf(stderr, "smelt serve: note: %s has no effect here (attention kernels are chosen by the backend)\n", name);
-    }
-    else if (IS("--jinja") || IS("--no-jinja") || IS("-cb") || IS("--cont-batching") || IS("--mlock") ||
-             IS("--metrics") || IS("--slots") || IS("--no-webui") || IS("--log-colors") || IS("--log-disable")) {
+    } else if (IS("--jinja") || IS("--no-jinja") || IS("-cb") || IS("--cont-batching") || IS("--mlock") ||
+               IS("--metrics") || IS("--slots") || IS("--no-webui") || IS("--log-colors") || IS("--log-disable")) {
       fprintf(stderr, "smelt serve: note: %s has no effect here (ignored)\n", name);
-    }
-    else if (a[0] != '-' && !model) {
+    } else if (a[0] != '-' && !model) {
       model = a;
-      if (n_refs == MAX_MODELS) { fprintf(stderr, "smelt serve: more than %d -m models\n", MAX_MODELS); return 2; }
+      if (n_refs == MAX_MODELS) {
+        fprintf(stderr, "smelt serve: more than %d -m models\n", MAX_MODELS);
+        return 2;
+      }
       refs[n_refs++] = a;
-    }
-    else {
+    } else {
       /* "did you mean": the spellings above, as a table for sm_args_suggest */
       static const sm_arg names[] = {
-        { .names = "--help|--model|--host|--port|--ctx-size|--parallel|--max-queue|--max-body|--api-key" },
-        { .names = "--allowed-origins|--cors|--alias|--served-model-name|--threads|--kv-blocks|--block-size" },
-        { .names = "--batch-size|--ubatch-size|--no-prefix-cache|--no-mmap|--max-conns|--max-conns-per-ip" },
-        { .names = "--http-threads|--header-timeout|--body-timeout|--timeout|--max-buffered-body" },
-        { .names = "--shutdown-timeout|--log-file|--offline|--estimate-memory|--force|--verbose|--device" },
-        { .names = "--force-context|--models-dir|--models-max|--models-memory|--models-load-timeout" },
-        { .names = "--allow-image-urls|--allow-image-files" },
-        { .names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path" },
-        { .names = "--cpu-mask|--cpu-range|--numa|--poll" },
-        { .names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v" },
+        {.names = "--help|--model|--host|--port|--ctx-size|--parallel|--max-queue|--max-body|--api-key"},
+        {.names = "--allowed-origins|--cors|--alias|--served-model-name|--threads|--kv-blocks|--block-size"},
+        {.names = "--batch-size|--ubatch-size|--no-prefix-cache|--no-mmap|--max-conns|--max-conns-per-ip"},
+        {.names = "--http-threads|--header-timeout|--body-timeout|--timeout|--max-buffered-body"},
+        {.names = "--shutdown-timeout|--log-file|--offline|--estimate-memory|--force|--verbose|--device"},
+        {.names = "--force-context|--models-dir|--models-max|--models-memory|--models-load-timeout"},
+        {.names = "--allow-image-urls|--allow-image-files"},
+        {.names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path"},
+        {.names = "--cpu-mask|--cpu-range|--numa|--poll"},
+        {.names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v"},
       };
       char sug[160];
       sm_args_suggest(names, (int)(sizeof names / sizeof names[0]), name, sug, sizeof sug);
@@ -392,9 +425,10 @@ int sm_cmd_serve(int argc, char **argv) {
       sm_config_free(&cfg);
       if (trained > 0 && p.ctx_size > trained) {
         if (!force_ctx) {
-          fprintf(stderr, "smelt serve: -c/--ctx-size %d is larger than the context of %s (%d tokens, "
-                          "max_position_embeddings); --force-context uses it anyway\n", p.ctx_size, ids[n_dirs - 1],
-                  trained);
+          fprintf(stderr,
+                  "smelt serve: -c/--ctx-size %d is larger than the context of %s (%d tokens, "
+                  "max_position_embeddings); --force-context uses it anyway\n",
+                  p.ctx_size, ids[n_dirs - 1], trained);
           rc = 2;
           break;
         }

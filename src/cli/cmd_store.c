@@ -46,9 +46,12 @@ int sm_cmd_inspect(int argc, char **argv) {
   bool json = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) { inspect_usage(stdout); return 0; }
-    else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(model = need_arg(argc, argv, &i))) return 2; }
-    else if (!strcmp(a, "--max-tokens") || !strcmp(a, "-n") || !strcmp(a, "--ctx")) {
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      inspect_usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+      if (!(model = need_arg(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "--max-tokens") || !strcmp(a, "-n") || !strcmp(a, "--ctx")) {
       if (!(v = need_arg(argc, argv, &i))) return 2;
       if (parse_int(v, &max_tokens) || max_tokens <= 0) {
         fprintf(stderr, "smelt inspect: bad --max-tokens '%s'\n", v);
@@ -58,11 +61,15 @@ int sm_cmd_inspect(int argc, char **argv) {
       if (!(ctk = need_arg(argc, argv, &i))) return 2;
     } else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
       if (!(ctv = need_arg(argc, argv, &i))) return 2;
-    }
-    else if (!strcmp(a, "--device")) { if (!(device = need_arg(argc, argv, &i))) return 2; }
-    else if (!strcmp(a, "--json")) json = true;
+    } else if (!strcmp(a, "--device")) {
+      if (!(device = need_arg(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "--json")) json = true;
     else if (a[0] != '-' && !model) model = a;
-    else { fprintf(stderr, "smelt inspect: unknown option '%s'\n", a); inspect_usage(stderr); return 2; }
+    else {
+      fprintf(stderr, "smelt inspect: unknown option '%s'\n", a);
+      inspect_usage(stderr);
+      return 2;
+    }
   }
   smelt_kv_type kvt = SMELT_KV_F16;
   if (sm_cli_kv_type("inspect", ctk, ctv, &kvt)) return 2;
@@ -71,14 +78,24 @@ int sm_cmd_inspect(int argc, char **argv) {
   bool cuda;
   if (!strcmp(device, "cpu")) cuda = false;
   else if (!strcmp(device, "cuda") || !strcmp(device, "gpu")) cuda = true;
-  else { fprintf(stderr, "smelt inspect: --device must be cpu or cuda (got '%s')\n", device); return 2; }
+  else {
+    fprintf(stderr, "smelt inspect: --device must be cpu or cuda (got '%s')\n", device);
+    return 2;
+  }
 
   char *dir = NULL;
   smelt_status s = sm_store_resolve(model, false, &dir);
-  if (s) { fprintf(stderr, "smelt inspect: %s\n", sm_errmsg()); return 2; }
+  if (s) {
+    fprintf(stderr, "smelt inspect: %s\n", sm_errmsg());
+    return 2;
+  }
   sm_mem_estimate e;
   s = sm_store_estimate(dir, max_tokens, kvb, cuda, &e);
-  if (s) { fprintf(stderr, "smelt inspect: %s\n", sm_errmsg()); free(dir); return 2; }
+  if (s) {
+    fprintf(stderr, "smelt inspect: %s\n", sm_errmsg());
+    free(dir);
+    return 2;
+  }
   const char *verdict = !e.available_known ? "UNKNOWN" : (e.fits ? "FITS" : "DOES NOT FIT");
   if (json) {
     cJSON *j = cJSON_CreateObject();
@@ -123,14 +140,17 @@ int sm_cmd_inspect(int argc, char **argv) {
   } else {
     char b1[32], b2[32], b3[32];
     printf("model        %s\n", dir);
-    printf("arch         %s%s\n", e.arch[0] ? e.arch : "?", (sm_family_runnable(e.arch) != NULL) ? "" : " (not supported)");
+    printf("arch         %s%s\n", e.arch[0] ? e.arch : "?",
+           (sm_family_runnable(e.arch) != NULL) ? "" : " (not supported)");
     printf("shape        %d layers, %d heads, %d kv heads, head dim %d, hidden %d, ffn %d, vocab %d\n", e.n_layers,
            e.n_heads, e.n_kv_heads, e.head_dim, e.hidden, e.intermediate, e.vocab);
-    if (e.quant_bits && e.quant_mode) printf("quantization %s (%d-bit, group size %d)\n",
-                                             sm_qmode_name((sm_qmode)e.quant_mode), e.quant_bits, e.quant_group);
+    if (e.quant_bits && e.quant_mode)
+      printf("quantization %s (%d-bit, group size %d)\n", sm_qmode_name((sm_qmode)e.quant_mode), e.quant_bits,
+             e.quant_group);
     else if (e.quant_bits) printf("quantization %d-bit, group size %d\n", e.quant_bits, e.quant_group);
     else printf("quantization none\n");
-    if (e.n_params >= 1000000000ull) printf("parameters   %.2f B (%llu)\n", (double)e.n_params / 1e9, (unsigned long long)e.n_params);
+    if (e.n_params >= 1000000000ull)
+      printf("parameters   %.2f B (%llu)\n", (double)e.n_params / 1e9, (unsigned long long)e.n_params);
     else printf("parameters   %.2f M (%llu)\n", (double)e.n_params / 1e6, (unsigned long long)e.n_params);
     if (e.n_experts > 0) {
       const bool bn = e.n_active_params >= 1000000000ull;
@@ -157,8 +177,8 @@ int sm_cmd_inspect(int argc, char **argv) {
     if (e.available_known)
       printf("available    %s (%s)\n", sm_store_fmt_bytes(e.available_bytes, b2, 32),
              getenv("SMELT_AVAILABLE_MEMORY") && *getenv("SMELT_AVAILABLE_MEMORY")
-                 ? "SMELT_AVAILABLE_MEMORY"
-                 : (cuda ? "free device memory" : "MemAvailable"));
+               ? "SMELT_AVAILABLE_MEMORY"
+               : (cuda ? "free device memory" : "MemAvailable"));
     else printf("available    unknown (%s)\n", cuda ? "no CUDA memory query in this build" : "no /proc/meminfo");
     printf("verdict      %s\n", verdict);
   }
@@ -176,9 +196,13 @@ int sm_cmd_list(int argc, char **argv) {
     else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) verbose = true;
     else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       printf("usage: smelt list [--json | -q | -v]\nThe built-in models, and the models in the store (%s) and the "
-             "Hugging Face cache.\n", "$SMELT_CACHE_DIR/models");
+             "Hugging Face cache.\n",
+             "$SMELT_CACHE_DIR/models");
       return 0;
-    } else { fprintf(stderr, "smelt list: unknown option '%s'\n", a); return 2; }
+    } else {
+      fprintf(stderr, "smelt list: unknown option '%s'\n", a);
+      return 2;
+    }
   }
   sm_store_entry *e, *b;
   size_t n, nb;
@@ -223,7 +247,8 @@ int sm_cmd_list(int argc, char **argv) {
     if (n_store == 0) {
       char *root = sm_store_root(), *hf = sm_store_hf_cache();
       fprintf(stderr, "no models in %s or %s; try `smelt pull Qwen3-0.6B-4bit`\n", root, hf);
-      free(root); free(hf);
+      free(root);
+      free(hf);
     }
   }
   sm_store_list_free(e, n);
@@ -245,7 +270,10 @@ int sm_cmd_rm(int argc, char **argv) {
       return 2;
     } else n_names++;
   }
-  if (!n_names) { fprintf(stderr, "usage: smelt rm [--yes] NAME...\n"); return 2; }
+  if (!n_names) {
+    fprintf(stderr, "usage: smelt rm [--yes] NAME...\n");
+    return 2;
+  }
   for (int i = 1; i < argc; i++) {
     if (argv[i][0] == '-' && argv[i][1]) continue;
     char *dir = NULL;
@@ -264,8 +292,10 @@ int sm_cmd_rm(int argc, char **argv) {
         continue;
       }
     }
-    if (sm_store_remove(dir)) { fprintf(stderr, "smelt rm: %s\n", sm_errmsg()); rc = 1; }
-    else fprintf(stderr, "removed %s\n", dir);
+    if (sm_store_remove(dir)) {
+      fprintf(stderr, "smelt rm: %s\n", sm_errmsg());
+      rc = 1;
+    } else fprintf(stderr, "removed %s\n", dir);
     free(dir);
   }
   return rc;
@@ -316,9 +346,10 @@ int sm_cmd_arch(int argc, char **argv) {
       cJSON_AddBoolToObject(o, "runnable", run);
       cJSON_AddBoolToObject(o, "cpu", run);
       cJSON_AddBoolToObject(o, "cuda", run && cuda);
-      cJSON_AddStringToObject(o, "notes", sm_vlm_images(vlms[i]->model_type)
-                                              ? "image input through the checkpoint's vision tower (src/vision)"
-                                              : "text model only: image input is not supported");
+      cJSON_AddStringToObject(o, "notes",
+                              sm_vlm_images(vlms[i]->model_type)
+                                ? "image input through the checkpoint's vision tower (src/vision)"
+                                : "text model only: image input is not supported");
       cJSON_AddItemToArray(arr, o);
     }
     print_json(arr);
@@ -340,7 +371,8 @@ int sm_cmd_arch(int argc, char **argv) {
     }
   printf("\nKnown, not runnable:\n");
   for (size_t i = 0; i < n; i++)
-    if (!fams[i]->recipe) printf("%-16s %s: %s\n", fams[i]->model_type, fams[i]->description, fams[i]->notes ? fams[i]->notes : "");
+    if (!fams[i]->recipe)
+      printf("%-16s %s: %s\n", fams[i]->model_type, fams[i]->description, fams[i]->notes ? fams[i]->notes : "");
   printf("\nWeights: MLX safetensors, dense f32/f16/bf16, affine-quantized 2/3/4/5/6/8-bit (group 32/64/128) or\n"
          "mxfp4/mxfp8/nvfp4, per module.\n");
   if (!cuda) printf("* this smelt was built without CUDA.\n");
@@ -358,13 +390,24 @@ int sm_cmd_pull(int argc, char **argv) {
              "(HF_ENDPOINT, HF_TOKEN) into the store; bare names are mlx-community/<name>.\n"
              "Interrupted downloads resume on the next pull. Prints the model directory.\n");
       return 0;
-    } else if (argv[i][0] == '-') { fprintf(stderr, "smelt pull: unknown option '%s'\n", argv[i]); return 2; }
-    else if (!ref) ref = argv[i];
-    else { fprintf(stderr, "smelt pull: one model at a time\n"); return 2; }
+    } else if (argv[i][0] == '-') {
+      fprintf(stderr, "smelt pull: unknown option '%s'\n", argv[i]);
+      return 2;
+    } else if (!ref) ref = argv[i];
+    else {
+      fprintf(stderr, "smelt pull: one model at a time\n");
+      return 2;
+    }
   }
-  if (!ref) { fprintf(stderr, "usage: smelt pull [-q] [owner/]name\n"); return 2; }
+  if (!ref) {
+    fprintf(stderr, "usage: smelt pull [-q] [owner/]name\n");
+    return 2;
+  }
   char *dir = NULL;
-  if (sm_store_pull(ref, !quiet, &dir)) { fprintf(stderr, "smelt pull: %s\n", sm_errmsg()); return 1; }
+  if (sm_store_pull(ref, !quiet, &dir)) {
+    fprintf(stderr, "smelt pull: %s\n", sm_errmsg());
+    return 1;
+  }
   puts(dir);
   free(dir);
   return 0;

@@ -23,7 +23,10 @@ bool sm_conv_init(sm_conv *c, const smelt_tokenizer *tok, const char *template_a
   }
   char *src = NULL;
   size_t len = 0;
-  if (!strcmp(template_arg, "raw")) { c->raw = true; return true; }
+  if (!strcmp(template_arg, "raw")) {
+    c->raw = true;
+    return true;
+  }
   if (sm_file_exists(template_arg)) {
     if (sm_read_file_max(template_arg, SM_FILE_MAX_JSON, &src, &len)) {
       fprintf(stderr, "smelt %s: --chat-template: %s\n", cmd, smelt_last_error());
@@ -35,8 +38,10 @@ bool sm_conv_init(sm_conv *c, const smelt_tokenizer *tok, const char *template_a
   } else if (!strcmp(template_arg, "chatml")) {
     src = sm_xstrdup(k_chatml);
   } else {
-    fprintf(stderr, "smelt %s: --chat-template: '%s' is neither a file nor a template name (the tokenizer's named "
-                    "templates, chatml, raw)\n", cmd, template_arg);
+    fprintf(stderr,
+            "smelt %s: --chat-template: '%s' is neither a file nor a template name (the tokenizer's named "
+            "templates, chatml, raw)\n",
+            cmd, template_arg);
     sm_conv_free(c);
     return false;
   }
@@ -89,7 +94,9 @@ void sm_conv_set_system(sm_conv *c, const char *text) {
   if (text && *text) cJSON_InsertItemInArray(c->msgs, 0, message("system", text));
 }
 
-const char *sm_conv_system(const sm_conv *c) { return has_system(c) ? content_of(cJSON_GetArrayItem(c->msgs, 0)) : NULL; }
+const char *sm_conv_system(const sm_conv *c) {
+  return has_system(c) ? content_of(cJSON_GetArrayItem(c->msgs, 0)) : NULL;
+}
 
 void sm_conv_add(sm_conv *c, const char *role, const char *content) {
   if (!c->n_pending || strcmp(role, "user")) {
@@ -215,7 +222,10 @@ smelt_status sm_conv_tokens_mm(const sm_conv *c, int32_t **ids, int *n, sm_mm_sp
     return sm_err(SMELT_ERR_INVALID, "images need a chat template (not --raw)");
   }
   if (n_order) {
-    if ((st = render(c, &text))) { free(order); return st; }
+    if ((st = render(c, &text))) {
+      free(order);
+      return st;
+    }
     st = sm_vision_tokenize(c->vision, c->tok, text, false, order, n_order, ids, n, spans);
     free(text);
     free(order);
@@ -244,7 +254,10 @@ smelt_status sm_conv_save(const sm_conv *c, const char *path) {
   char *s = cJSON_Print(o);
   cJSON_Delete(o);
   FILE *f = fopen(path, "w");
-  if (!f) { free(s); return sm_err(SMELT_ERR_IO, "cannot write %s: %s", path, strerror(errno)); }
+  if (!f) {
+    free(s);
+    return sm_err(SMELT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+  }
   bool ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
   ok = (fclose(f) == 0) && ok;
   free(s);
@@ -267,7 +280,8 @@ smelt_status sm_conv_load(sm_conv *c, const char *path) {
     if (st) break;
     const char *r = role_of(m);
     if (!r || !content_of(m) || (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")))
-      st = sm_err(SMELT_ERR_FORMAT, "%s: message %d needs a role (system, user, assistant) and a text content", path, i);
+      st = sm_err(SMELT_ERR_FORMAT, "%s: message %d needs a role (system, user, assistant) and a text content", path,
+                  i);
     else if (!strcmp(r, "system") && i != 0)
       st = sm_err(SMELT_ERR_FORMAT, "%s: message %d: a system message can only come first", path, i);
     i++;

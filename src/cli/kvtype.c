@@ -13,8 +13,10 @@ void sm_cli_kv_alias(int argc, char **argv) {
 
 int sm_cli_kv_type(const char *cmd, const char *k, const char *v, smelt_kv_type *out) {
   if (k && v && strcmp(k, v) != 0) {
-    fprintf(stderr, "smelt %s: --cache-type-k %s and --cache-type-v %s differ; smelt keeps K and V in one type "
-                    "(f16, bf16 or f32)\n", cmd, k, v);
+    fprintf(stderr,
+            "smelt %s: --cache-type-k %s and --cache-type-v %s differ; smelt keeps K and V in one type "
+            "(f16, bf16 or f32)\n",
+            cmd, k, v);
     return 2;
   }
   const char *t = k ? k : v;

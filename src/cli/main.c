@@ -29,14 +29,34 @@ int main(int argc, char **argv) {
     argv[0] = "serve";
     return sm_cmd_serve(argc, argv);
   }
-  if (argc < 2) { usage(stderr); return 2; }
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
   const char *cmd = argv[1];
-  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
-  if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) { printf("smelt %s\n", SMELT_VERSION); return 0; }
-  static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
-    { "run", sm_cmd_run }, { "generate", sm_cmd_generate }, { "serve", sm_cmd_serve }, { "bench", sm_cmd_bench }, { "perplexity", sm_cmd_perplexity },
-    { "inspect", sm_cmd_inspect }, { "list", sm_cmd_list }, { "ls", sm_cmd_list }, { "rm", sm_cmd_rm },
-    { "arch", sm_cmd_arch }, { "pull", sm_cmd_pull },
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+    printf("smelt %s\n", SMELT_VERSION);
+    return 0;
+  }
+  static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+  } cmds[] = {
+    {"run", sm_cmd_run},
+    {"generate", sm_cmd_generate},
+    {"serve", sm_cmd_serve},
+    {"bench", sm_cmd_bench},
+    {"perplexity", sm_cmd_perplexity},
+    {"inspect", sm_cmd_inspect},
+    {"list", sm_cmd_list},
+    {"ls", sm_cmd_list},
+    {"rm", sm_cmd_rm},
+    {"arch", sm_cmd_arch},
+    {"pull", sm_cmd_pull},
   };
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (!strcmp(cmd, cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);

@@ -48,7 +48,8 @@ static void banner(sm_chat *c, const char *label) {
   sm_session_measure_decode(c->sess, 4, &tps);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   char dev[64];
-  if (!strcmp(info.backend, "cpu")) snprintf(dev, sizeof dev, "cpu, %d threads", c->o->threads ? c->o->threads : (int)cores);
+  if (!strcmp(info.backend, "cpu"))
+    snprintf(dev, sizeof dev, "cpu, %d threads", c->o->threads ? c->o->threads : (int)cores);
   else snprintf(dev, sizeof dev, "%s", info.backend);
   fprintf(stderr, "smelt %s | %s: %s, %d layers, %.1f MiB | %s | context %d tokens (%s KV) | decode ~%.0f tok/s\n",
           SMELT_VERSION, label, info.arch, info.n_layers, info.weight_bytes / 1048576.0, dev,
@@ -96,7 +97,10 @@ static char *read_message(bool *intr) {
     bool first = !*rest;
     free(l);
     for (;;) {
-      if (!(l = get_line("... ", intr))) { sm_buf_free(&b); return NULL; }
+      if (!(l = get_line("... ", intr))) {
+        sm_buf_free(&b);
+        return NULL;
+      }
       bool end = ends_with(l, "\"\"\"");
       if (end) l[strlen(l) - 3] = 0;
       if (!first || *l || !end) {
@@ -113,7 +117,10 @@ static char *read_message(bool *intr) {
     sm_buf_puts(&b, l);
     sm_buf_putc(&b, '\n');
     free(l);
-    if (!(l = get_line("... ", intr))) { sm_buf_free(&b); return NULL; }
+    if (!(l = get_line("... ", intr))) {
+      sm_buf_free(&b);
+      return NULL;
+    }
   }
   sm_buf_puts(&b, l);
   free(l);
@@ -128,7 +135,10 @@ static int command(sm_chat *c, const char *line) {
   const char *arg = line + k;
   while (*arg == ' ' || *arg == '\t') arg++;
   if (!strcmp(name, "/exit") || !strcmp(name, "/quit") || !strcmp(name, "/bye")) return 1;
-  if (!strcmp(name, "/help") || !strcmp(name, "/?")) { fputs(k_help, stderr); return 0; }
+  if (!strcmp(name, "/help") || !strcmp(name, "/?")) {
+    fputs(k_help, stderr);
+    return 0;
+  }
   if (!strcmp(name, "/clear")) {
     sm_conv_clear(&c->conv);
     fprintf(stderr, "[conversation cleared]\n");
@@ -136,23 +146,35 @@ static int command(sm_chat *c, const char *line) {
   }
   if (!strcmp(name, "/system")) {
     if (!*arg) fprintf(stderr, "[system prompt: %s]\n", sm_conv_system(&c->conv) ? sm_conv_system(&c->conv) : "(none)");
-    else if (!strcmp(arg, "-")) { sm_conv_set_system(&c->conv, NULL); fprintf(stderr, "[system prompt removed]\n"); }
-    else { sm_conv_set_system(&c->conv, arg); fprintf(stderr, "[system prompt set]\n"); }
+    else if (!strcmp(arg, "-")) {
+      sm_conv_set_system(&c->conv, NULL);
+      fprintf(stderr, "[system prompt removed]\n");
+    } else {
+      sm_conv_set_system(&c->conv, arg);
+      fprintf(stderr, "[system prompt set]\n");
+    }
     return 0;
   }
   if (!strcmp(name, "/save") || !strcmp(name, "/load")) {
-    if (!*arg) { fprintf(stderr, "%s needs a file name\n", name); return 0; }
+    if (!*arg) {
+      fprintf(stderr, "%s needs a file name\n", name);
+      return 0;
+    }
     bool save = name[1] == 's';
     smelt_status st = save ? sm_conv_save(&c->conv, arg) : sm_conv_load(&c->conv, arg);
     if (st) fprintf(stderr, "%s: %s\n", name, smelt_last_error());
     else if (save) fprintf(stderr, "[saved %d messages to %s]\n", sm_conv_count(&c->conv), arg);
-    else fprintf(stderr, "[loaded %d messages from %s%s]\n", sm_conv_count(&c->conv), arg,
-                 sm_conv_system(&c->conv) ? ", with a system prompt" : "");
+    else
+      fprintf(stderr, "[loaded %d messages from %s%s]\n", sm_conv_count(&c->conv), arg,
+              sm_conv_system(&c->conv) ? ", with a system prompt" : "");
     return 0;
   }
   if (!strcmp(name, "/regenerate") || !strcmp(name, "/regen")) {
     if (sm_conv_last(&c->conv, "assistant")) sm_conv_pop(&c->conv, "assistant");
-    if (!sm_conv_last(&c->conv, "user")) { fprintf(stderr, "nothing to regenerate\n"); return 0; }
+    if (!sm_conv_last(&c->conv, "user")) {
+      fprintf(stderr, "nothing to regenerate\n");
+      return 0;
+    }
     return 2;
   }
   fprintf(stderr, "unknown command %s; /help lists the commands (//text sends /text)\n", name);
@@ -177,12 +199,18 @@ int sm_repl(sm_chat *c, const char *label) {
       fputc('\n', stderr); /* Ctrl+D: end the prompt's line */
       break;
     }
-    if (!msg[0]) { free(msg); continue; }
+    if (!msg[0]) {
+      free(msg);
+      continue;
+    }
     add_history(msg);
     int what = 0;
     if (msg[0] == '/' && msg[1] != '/') {
       what = command(c, msg);
-      if (what == 1) { free(msg); break; }
+      if (what == 1) {
+        free(msg);
+        break;
+      }
     } else {
       sm_conv_add(&c->conv, "user", msg[0] == '/' ? msg + 1 : msg);
       what = 2;

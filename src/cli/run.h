@@ -43,14 +43,14 @@ struct sm_vision;
 struct sm_vimage;
 struct sm_mm_span;
 typedef struct {
-  cJSON *msgs;                 /* [{role, content}], a system message first when there is one */
+  cJSON *msgs; /* [{role, content}], a system message first when there is one */
   const smelt_tokenizer *tok;
-  sm_jinja *tpl;               /* --chat-template; NULL: the tokenizer's own */
-  bool raw;                    /* no template: the messages' text one after another */
+  sm_jinja *tpl; /* --chat-template; NULL: the tokenizer's own */
+  bool raw;      /* no template: the messages' text one after another */
   /* images: content parts {"type": "image", "smelt_image": k} of user messages refer to imgs[k] */
   const struct sm_vision *vision;
   struct sm_vimage **imgs;
-  int n_imgs, n_pending;       /* the last n_pending images go with the next user message */
+  int n_imgs, n_pending; /* the last n_pending images go with the next user message */
 } sm_conv;
 /* template_arg: NULL, a file, a template name of the tokenizer ("tool_use"), "chatml" or "raw". */
 bool sm_conv_init(sm_conv *c, const smelt_tokenizer *tok, const char *template_arg, bool raw, const char *cmd);
@@ -58,11 +58,11 @@ void sm_conv_free(sm_conv *c);
 void sm_conv_set_system(sm_conv *c, const char *text); /* NULL or "": none */
 const char *sm_conv_system(const sm_conv *c);          /* NULL when none */
 void sm_conv_add(sm_conv *c, const char *role, const char *content);
-bool sm_conv_pop(sm_conv *c, const char *role);        /* remove the last message if it has this role */
+bool sm_conv_pop(sm_conv *c, const char *role);               /* remove the last message if it has this role */
 const char *sm_conv_last(const sm_conv *c, const char *role); /* content of the last message, if of role */
-void sm_conv_clear(sm_conv *c);                        /* all but the system message */
-int sm_conv_count(const sm_conv *c);                   /* messages, the system one not counted */
-bool sm_conv_drop_oldest(sm_conv *c);                  /* the oldest turn (never the last user message) */
+void sm_conv_clear(sm_conv *c);                               /* all but the system message */
+int sm_conv_count(const sm_conv *c);                          /* messages, the system one not counted */
+bool sm_conv_drop_oldest(sm_conv *c);                         /* the oldest turn (never the last user message) */
 smelt_status sm_conv_tokens(const sm_conv *c, int32_t **ids, int *n); /* rendered with the reply prompt */
 /* Images for the next user message (the conversation takes a reference; vision: the model's tower). */
 void sm_conv_add_image(sm_conv *c, const struct sm_vision *vision, struct sm_vimage *img);
@@ -77,9 +77,9 @@ typedef struct {
   sm_session *sess;
   sm_conv conv;
   run_opts *o;
-  bool interactive;  /* REPL: notices as one-liners, Ctrl+C stops a reply */
-  bool cache_tried;  /* the prompt cache was considered (first turn only) */
-  bool cache_save;   /* write the prompt cache after this turn */
+  bool interactive; /* REPL: notices as one-liners, Ctrl+C stops a reply */
+  bool cache_tried; /* the prompt cache was considered (first turn only) */
+  bool cache_save;  /* write the prompt cache after this turn */
 } sm_chat;
 /* Generate the reply to the conversation (its last message is the user's) and append it; the
  * reply streams to stdout, notices and stats to stderr. Fits the context first (drops the oldest
@@ -98,11 +98,11 @@ void sm_chat_cache_after(sm_chat *c, int n, const char *cmd);
 int sm_repl(sm_chat *c, const char *label);
 
 /* ---- Ctrl+C (interrupt.c) ---- */
-void sm_interrupt_install(void);    /* SIGINT sets a flag instead of ending the process */
+void sm_interrupt_install(void); /* SIGINT sets a flag instead of ending the process */
 void sm_interrupt_restore(void);
 bool sm_interrupted(void);
 void sm_interrupt_clear(void);
-bool sm_interrupt_cb(void *ud);     /* for sm_session_opts.cancelled */
+bool sm_interrupt_cb(void *ud); /* for sm_session_opts.cancelled */
 
 /* ---- progress bars on a terminal (progress.c) ---- */
 typedef struct {
@@ -113,7 +113,7 @@ typedef struct {
 /* Shown only when stderr is a terminal and enable is set. */
 void sm_progress_start(sm_progress *p, const char *label, bool enable);
 void sm_progress_update(sm_progress *p, long done, long total);
-void sm_progress_end(sm_progress *p); /* erases the bar */
+void sm_progress_end(sm_progress *p);                /* erases the bar */
 void sm_progress_cb(void *p, long done, long total); /* sm_progress_update for callbacks */
 
 #endif

@@ -26,10 +26,16 @@ smelt_status sm_engine_embed(sm_engine *e, const int32_t *ids, int n, sm_pooling
     uint8_t done = 0;
     if ((st = sm_engine_step(e, &s, 1, logits, &done))) break;
     int k = before - sm_seq_pending(s); /* rows of this step: the sequence's next k tokens */
-    if (k <= 0) { st = sm_err(SMELT_ERR_INVALID, "embeddings: the step made no progress"); break; }
+    if (k <= 0) {
+      st = sm_err(SMELT_ERR_INVALID, "embeddings: the step made no progress");
+      break;
+    }
     if (k > rows_cap) {
       float *r = realloc(rows, sizeof(float) * (size_t)k * H);
-      if (!r) { st = sm_err(SMELT_ERR_OOM, "embeddings: %d rows", k); break; }
+      if (!r) {
+        st = sm_err(SMELT_ERR_OOM, "embeddings: %d rows", k);
+        break;
+      }
       rows = r;
       rows_cap = k;
     }

@@ -10,37 +10,44 @@
 #include <string.h>
 
 struct sm_seq {
-  int32_t *tok; int n_tok, cap_tok;
-  int n_done;                 /* tokens whose K/V are in the cache */
-  int32_t *blk; int n_blk;    /* physical block ids (max_blocks capacity) */
-  uint64_t *bhash;            /* chain hash of each full, registered-or-hashed block */
-  int n_hashed;               /* full blocks whose hash has been computed */
-  int slot;                   /* hybrid models: recurrent state slot (-1 until the first step) */
-  int snap_slot, snap_pos;    /* a snapshot of the state after snap_pos tokens (-1: none) */
-  sm_seq_mm *mm;              /* images (mm.h), NULL for text */
+  int32_t *tok;
+  int n_tok, cap_tok;
+  int n_done; /* tokens whose K/V are in the cache */
+  int32_t *blk;
+  int n_blk;               /* physical block ids (max_blocks capacity) */
+  uint64_t *bhash;         /* chain hash of each full, registered-or-hashed block */
+  int n_hashed;            /* full blocks whose hash has been computed */
+  int slot;                /* hybrid models: recurrent state slot (-1 until the first step) */
+  int snap_slot, snap_pos; /* a snapshot of the state after snap_pos tokens (-1: none) */
+  sm_seq_mm *mm;           /* images (mm.h), NULL for text */
 };
 
 struct sm_engine {
   smelt_model *m;
   sm_engine_params p;
   sm_kv_cache kv;
-  int max_blocks;             /* per sequence */
-  int *ref;                   /* [n_blocks] */
-  uint64_t *hash;             /* [n_blocks] 0 = not in the prefix map */
-  uint64_t *parent;           /* [n_blocks] parent chain hash (for verification) */
-  int32_t *btok;              /* [n_blocks * block_size] tokens of registered blocks */
-  int *free_stack; int n_free;   /* ref==0, not cached */
-  int *lru_prev, *lru_next; int lru_head, lru_tail; int n_cached; /* ref==0, cached */
-  int *map; int map_cap;      /* open addressing: block id or -1 (tombstone -2) */
+  int max_blocks;   /* per sequence */
+  int *ref;         /* [n_blocks] */
+  uint64_t *hash;   /* [n_blocks] 0 = not in the prefix map */
+  uint64_t *parent; /* [n_blocks] parent chain hash (for verification) */
+  int32_t *btok;    /* [n_blocks * block_size] tokens of registered blocks */
+  int *free_stack;
+  int n_free; /* ref==0, not cached */
+  int *lru_prev, *lru_next;
+  int lru_head, lru_tail;
+  int n_cached; /* ref==0, cached */
+  int *map;
+  int map_cap; /* open addressing: block id or -1 (tombstone -2) */
   uint64_t prefix_hits;
   /* step scratch */
   int32_t *b_tok, *b_pos, *b_seq, *b_out, *b_table;
   int b_cap, b_table_cap;
-  float *lg_tmp;   /* logits rows of a step before they are copied out (kept between steps) */
-  size_t lg_cap;   /* floats */
-  bool rec;               /* the model has recurrent layers: state slots, no prefix cache */
+  float *lg_tmp; /* logits rows of a step before they are copied out (kept between steps) */
+  size_t lg_cap; /* floats */
+  bool rec;      /* the model has recurrent layers: state slots, no prefix cache */
   sm_state_slots slots;
-  int32_t *b_slot; int b_slot_cap;
+  int32_t *b_slot;
+  int b_slot_cap;
   sm_mm_scratch *mms; /* image rows of a step (mm.h) */
 };
 
@@ -54,7 +61,11 @@ void sm_engine_params_default(sm_engine_params *p) {
 }
 
 static uint64_t mix64(uint64_t x) {
-  x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL; x ^= x >> 27; x *= 0x94d049bb133111ebULL; x ^= x >> 31;
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
   return x;
 }
 static uint64_t chain_hash(uint64_t parent, const int32_t *t, int n) {
@@ -76,41 +87,57 @@ static int map_find(const sm_engine *e, uint64_t h) {
 static void map_insert(sm_engine *e, int blk, uint64_t h) {
   int mask = e->map_cap - 1;
   for (int i = (int)(h & (uint64_t)mask);; i = (i + 1) & mask)
-    if (e->map[i] < 0) { e->map[i] = blk; e->hash[blk] = h; return; }
+    if (e->map[i] < 0) {
+      e->map[i] = blk;
+      e->hash[blk] = h;
+      return;
+    }
 }
 static void map_remove(sm_engine *e, int blk) {
   int mask = e->map_cap - 1;
   uint64_t h = e->hash[blk];
   for (int i = (int)(h & (uint64_t)mask), k = 0; k < e->map_cap; i = (i + 1) & mask, k++) {
     if (e->map[i] == -1) break;
-    if (e->map[i] == blk) { e->map[i] = -2; break; }
+    if (e->map[i] == blk) {
+      e->map[i] = -2;
+      break;
+    }
   }
   e->hash[blk] = 0;
 }
 
 /* ---- LRU of cached free blocks ---- */
 static void lru_push(sm_engine *e, int b) {
-  e->lru_prev[b] = e->lru_tail; e->lru_next[b] = -1;
-  if (e->lru_tail >= 0) e->lru_next[e->lru_tail] = b; else e->lru_head = b;
-  e->lru_tail = b; e->n_cached++;
+  e->lru_prev[b] = e->lru_tail;
+  e->lru_next[b] = -1;
+  if (e->lru_tail >= 0) e->lru_next[e->lru_tail] = b;
+  else e->lru_head = b;
+  e->lru_tail = b;
+  e->n_cached++;
 }
 static void lru_unlink(sm_engine *e, int b) {
-  if (e->lru_prev[b] >= 0) e->lru_next[e->lru_prev[b]] = e->lru_next[b]; else e->lru_head = e->lru_next[b];
-  if (e->lru_next[b] >= 0) e->lru_prev[e->lru_next[b]] = e->lru_prev[b]; else e->lru_tail = e->lru_prev[b];
+  if (e->lru_prev[b] >= 0) e->lru_next[e->lru_prev[b]] = e->lru_next[b];
+  else e->lru_head = e->lru_next[b];
+  if (e->lru_next[b] >= 0) e->lru_prev[e->lru_next[b]] = e->lru_prev[b];
+  else e->lru_tail = e->lru_prev[b];
   e->n_cached--;
 }
 
 static int block_alloc(sm_engine *e) {
   int b;
   if (e->n_free > 0) b = e->free_stack[--e->n_free];
-  else if (e->lru_head >= 0) { b = e->lru_head; lru_unlink(e, b); map_remove(e, b); }
-  else return -1;
+  else if (e->lru_head >= 0) {
+    b = e->lru_head;
+    lru_unlink(e, b);
+    map_remove(e, b);
+  } else return -1;
   e->ref[b] = 1;
   return b;
 }
 static void block_release(sm_engine *e, int b) {
   if (--e->ref[b] > 0) return;
-  if (e->hash[b]) lru_push(e, b); else e->free_stack[e->n_free++] = b;
+  if (e->hash[b]) lru_push(e, b);
+  else e->free_stack[e->n_free++] = b;
 }
 static void block_retain(sm_engine *e, int b) {
   if (e->ref[b]++ == 0 && e->hash[b]) lru_unlink(e, b);
@@ -118,7 +145,8 @@ static void block_retain(sm_engine *e, int b) {
 
 smelt_status sm_engine_create(smelt_model *m, const sm_engine_params *pp, sm_engine **out) {
   sm_engine_params p;
-  if (pp) p = *pp; else sm_engine_params_default(&p);
+  if (pp) p = *pp;
+  else sm_engine_params_default(&p);
   if (p.block_size <= 0) p.block_size = 16;
   if (p.max_seqs <= 0) p.max_seqs = 1;
   if (p.max_context <= 0) p.max_context = m->max_context;
@@ -130,12 +158,17 @@ smelt_status sm_engine_create(smelt_model *m, const sm_engine_params *pp, sm_eng
   sm_engine *e = sm_xcalloc(1, sizeof *e);
   e->rec = m->cfg.rec.kind != SM_REC_NONE;
   if (e->rec) p.prefix_cache = false; /* see the file comment */
-  e->m = m; e->p = p; e->max_blocks = max_blocks;
+  e->m = m;
+  e->p = p;
+  e->max_blocks = max_blocks;
   /* hybrid models: a state slot per running sequence, one for a sequence of its own (embeddings) and
    * one for a snapshot (sm_seq_checkpoint) */
   const int n_slots = e->rec ? p.max_seqs + 2 : 0;
   smelt_status st = sm_kv_alloc(m, p.n_blocks, p.block_size, n_slots, &e->kv);
-  if (st) { free(e); return st; }
+  if (st) {
+    free(e);
+    return st;
+  }
   sm_state_slots_init(&e->slots, n_slots);
   int nb = p.n_blocks;
   e->ref = sm_xcalloc((size_t)nb, sizeof(int));
@@ -152,7 +185,10 @@ smelt_status sm_engine_create(smelt_model *m, const sm_engine_params *pp, sm_eng
   while (e->map_cap < 2 * nb) e->map_cap <<= 1;
   e->map = sm_xmalloc(sizeof(int) * (size_t)e->map_cap);
   for (int i = 0; i < e->map_cap; i++) e->map[i] = -1;
-  if ((st = sm_model_reserve(m, p.max_batch_tokens, p.max_seqs))) { sm_engine_free(e); return st; }
+  if ((st = sm_model_reserve(m, p.max_batch_tokens, p.max_seqs))) {
+    sm_engine_free(e);
+    return st;
+  }
   *out = e;
   return SMELT_OK;
 }
@@ -160,9 +196,20 @@ smelt_status sm_engine_create(smelt_model *m, const sm_engine_params *pp, sm_eng
 void sm_engine_free(sm_engine *e) {
   if (!e) return;
   sm_kv_free(e->m, &e->kv);
-  free(e->ref); free(e->hash); free(e->parent); free(e->btok); free(e->free_stack);
-  free(e->lru_prev); free(e->lru_next); free(e->map);
-  free(e->b_tok); free(e->b_pos); free(e->b_seq); free(e->b_out); free(e->b_table); free(e->lg_tmp);
+  free(e->ref);
+  free(e->hash);
+  free(e->parent);
+  free(e->btok);
+  free(e->free_stack);
+  free(e->lru_prev);
+  free(e->lru_next);
+  free(e->map);
+  free(e->b_tok);
+  free(e->b_pos);
+  free(e->b_seq);
+  free(e->b_out);
+  free(e->b_table);
+  free(e->lg_tmp);
   free(e->b_slot);
   sm_state_slots_free(&e->slots);
   sm_mm_scratch_free(e->mms);
@@ -191,7 +238,10 @@ void sm_seq_free(sm_engine *e, sm_seq *s) {
   drop_snapshot(e, s);
   for (int i = 0; i < s->n_blk; i++) block_release(e, s->blk[i]);
   sm_seq_mm_free(s->mm);
-  free(s->tok); free(s->blk); free(s->bhash); free(s);
+  free(s->tok);
+  free(s->blk);
+  free(s->bhash);
+  free(s);
 }
 
 smelt_status sm_seq_append(sm_engine *e, sm_seq *s, const int32_t *ids, int n) {
@@ -313,8 +363,8 @@ smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, u
   return step(e, seqs, n, logits, done, NULL, NULL, NULL);
 }
 
-smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, int32_t *tokens,
-                                   float *logits, uint8_t *done) {
+smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, int32_t *tokens, float *logits,
+                                   uint8_t *done) {
   if (n > 0 && (!smp || !tokens)) return sm_err(SMELT_ERR_INVALID, "step_sample: samplers and tokens required");
   for (int i = 0; i < n; i++)
     if (!smp[i] && !logits) return sm_err(SMELT_ERR_INVALID, "step_sample: sequence %d needs a logits buffer", i);
@@ -413,26 +463,39 @@ static smelt_status sample_rows(sm_engine *e, sm_seq **seqs, int n, const int *o
     if (host) memcpy(dst, host + (size_t)out_of[i] * V, sizeof(float) * (size_t)V);
     else be->download(be, dst, m->logits + (size_t)out_of[i] * V, sizeof(float) * (size_t)V);
   }
-  free(host); free(req); free(tok); free(req_of);
+  free(host);
+  free(req);
+  free(tok);
+  free(req_of);
   return st;
 }
 
 static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, float *all_logits,
                          sm_sampler **smp, int32_t *tokens) {
   int bs = e->p.block_size, budget = e->p.max_batch_tokens;
-  if (n > e->p.max_seqs) return sm_err(SMELT_ERR_LIMIT, "%d sequences in one step, engine sized for %d", n, e->p.max_seqs);
+  if (n > e->p.max_seqs)
+    return sm_err(SMELT_ERR_LIMIT, "%d sequences in one step, engine sized for %d", n, e->p.max_seqs);
   int *take = sm_xcalloc((size_t)(n ? n : 1), sizeof(int));
   /* decode tokens first (1 each), then prefill chunks with what's left */
   int total = 0, need_blocks = 0;
   for (int i = 0; i < n; i++) {
     int pend = sm_seq_pending(seqs[i]);
-    if (pend > 0) { take[i] = 1; total++; }
+    if (pend > 0) {
+      take[i] = 1;
+      total++;
+    }
   }
-  if (total > budget) { free(take); return sm_err(SMELT_ERR_LIMIT, "batch budget too small"); }
+  if (total > budget) {
+    free(take);
+    return sm_err(SMELT_ERR_LIMIT, "batch budget too small");
+  }
   for (int i = 0; i < n; i++) {
     int pend = sm_seq_pending(seqs[i]);
     int more = SM_MIN(pend - take[i], budget - total);
-    if (more > 0) { take[i] += more; total += more; }
+    if (more > 0) {
+      take[i] += more;
+      total += more;
+    }
   }
   /* images (mm.h): a bidirectional span is computed in one step; what a step reaches is encoded first */
   bool any_mm = false;
@@ -447,7 +510,10 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
     total -= take[i] - t;
     take[i] = t;
     smelt_status st = sm_seq_mm_encode(s->mm, e->m, s->n_done, s->n_done + t);
-    if (st) { free(take); return st; }
+    if (st) {
+      free(take);
+      return st;
+    }
     any_mm |= t > 0;
   }
   for (int i = 0; i < n; i++) {
@@ -504,12 +570,23 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
       e->b_pos[t] = p;
       e->b_seq[t] = i;
     }
-    if (all_logits) { for (int j = 0; j < take[i]; j++) e->b_out[n_out++] = t - take[i] + j; }
-    else if (take[i] > 0 && s->n_done + take[i] == s->n_tok) { out_of[i] = n_out; e->b_out[n_out++] = t - 1; }
+    if (all_logits) {
+      for (int j = 0; j < take[i]; j++) e->b_out[n_out++] = t - take[i] + j;
+    } else if (take[i] > 0 && s->n_done + take[i] == s->n_tok) {
+      out_of[i] = n_out;
+      e->b_out[n_out++] = t - 1;
+    }
   }
-  sm_batch b = { .n_tokens = total, .tokens = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .n_seqs = n,
-                 .max_blocks = e->max_blocks, .block_table = e->b_table, .n_out = n_out, .out_rows = e->b_out,
-                 .state_slot = e->rec ? e->b_slot : NULL };
+  sm_batch b = {.n_tokens = total,
+                .tokens = e->b_tok,
+                .pos = e->b_pos,
+                .seq = e->b_seq,
+                .n_seqs = n,
+                .max_blocks = e->max_blocks,
+                .block_table = e->b_table,
+                .n_out = n_out,
+                .out_rows = e->b_out,
+                .state_slot = e->rec ? e->b_slot : NULL};
   if (any_mm) { /* image rows and M-RoPE positions of the batch */
     sm_mm_scratch *sc = e->mms ? e->mms : (e->mms = sm_xcalloc(1, sizeof *e->mms));
     bool rp = false;
@@ -556,7 +633,8 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
     }
     if (sampling && total) st = sample_rows(e, seqs, n, out_of, n_out, smp, tokens, logits);
   }
-  free(out_of); free(take);
+  free(out_of);
+  free(take);
   return st;
 }
 
@@ -589,9 +667,16 @@ static smelt_status launch_async(sm_engine *e, sm_seq *s, sm_sampler *smp, bool 
   e->b_pos[0] = p;
   e->b_seq[0] = 0;
   e->b_out[0] = 0;
-  sm_batch b = { .n_tokens = 1, .tokens = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .n_seqs = 1,
-                 .max_blocks = e->max_blocks, .block_table = e->b_table, .n_out = 1, .out_rows = e->b_out,
-                 .feed_token = feed };
+  sm_batch b = {.n_tokens = 1,
+                .tokens = e->b_tok,
+                .pos = e->b_pos,
+                .seq = e->b_seq,
+                .n_seqs = 1,
+                .max_blocks = e->max_blocks,
+                .block_table = e->b_table,
+                .n_out = 1,
+                .out_rows = e->b_out,
+                .feed_token = feed};
   smelt_status st = sm_model_forward(e->m, &e->kv, &b, NULL);
   if (st) return st;
   s->n_done++;
@@ -698,8 +783,11 @@ bool sm_engine_recurrent(const sm_engine *e) { return e->rec; }
 /* Host copies of the K/V slots of tokens [t0, t0+n) of s in one layer, block run by block run
  * (elements of the cache's type, copied as they are). */
 static smelt_status kv_copy(sm_engine *e, sm_seq *s, int layer, int t0, int n, void *k, void *v, bool to_host) {
-  if (e->rec) return sm_err(SMELT_ERR_UNSUPPORTED, "KV export and import (prompt caches, saved sessions) are not "
-                            "supported for models with recurrent layers (%s)", e->m->cfg.model_type);
+  if (e->rec)
+    return sm_err(SMELT_ERR_UNSUPPORTED,
+                  "KV export and import (prompt caches, saved sessions) are not "
+                  "supported for models with recurrent layers (%s)",
+                  e->m->cfg.model_type);
   if (layer < 0 || layer >= e->kv.n_layers) return sm_err(SMELT_ERR_INVALID, "KV layer %d out of range", layer);
   if (t0 < 0 || n < 0 || t0 + n > s->n_blk * e->p.block_size)
     return sm_err(SMELT_ERR_INVALID, "KV tokens [%d, %d) outside the sequence's blocks", t0, t0 + n);
@@ -725,14 +813,16 @@ static smelt_status kv_copy(sm_engine *e, sm_seq *s, int layer, int t0, int n, v
 }
 
 smelt_status sm_seq_kv_read(sm_engine *e, const sm_seq *s, int layer, int t0, int n, void *k, void *v) {
-  if (t0 + n > s->n_done) return sm_err(SMELT_ERR_INVALID, "KV of tokens [%d, %d) not computed (%d are)", t0, t0 + n, s->n_done);
+  if (t0 + n > s->n_done)
+    return sm_err(SMELT_ERR_INVALID, "KV of tokens [%d, %d) not computed (%d are)", t0, t0 + n, s->n_done);
   return kv_copy(e, (sm_seq *)s, layer, t0, n, k, v, true);
 }
 
 smelt_status sm_seq_kv_reserve(sm_engine *e, sm_seq *s, int n) {
   if (e->rec) return kv_copy(e, s, 0, 0, 0, NULL, NULL, false); /* the error */
   if (s->n_done || s->n_blk) return sm_err(SMELT_ERR_INVALID, "KV import into a sequence that already has KV");
-  if (n < 0 || n > s->n_tok) return sm_err(SMELT_ERR_INVALID, "KV import of %d tokens into a sequence of %d", n, s->n_tok);
+  if (n < 0 || n > s->n_tok)
+    return sm_err(SMELT_ERR_INVALID, "KV import of %d tokens into a sequence of %d", n, s->n_tok);
   const int nb = (n + e->p.block_size - 1) / e->p.block_size;
   if (nb > e->n_free + e->n_cached)
     return sm_err(SMELT_ERR_OOM, "KV cache full: need %d blocks, %d free", nb, e->n_free + e->n_cached);

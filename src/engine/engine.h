@@ -49,8 +49,8 @@ smelt_status sm_seq_set_media(sm_engine *e, sm_seq *s, const struct sm_mm_span *
 /* The computed tokens of s that equal ids (with the images of spans) from the start: what a session
  * keeps of s for a new prompt. */
 int sm_seq_common_prefix(const sm_seq *s, const int32_t *ids, int n, const struct sm_mm_span *spans, int n_spans);
-int sm_seq_len(const sm_seq *s);            /* tokens appended so far */
-int sm_seq_pending(const sm_seq *s);        /* appended but not yet computed */
+int sm_seq_len(const sm_seq *s);     /* tokens appended so far */
+int sm_seq_pending(const sm_seq *s); /* appended but not yet computed */
 const int32_t *sm_seq_tokens(const sm_seq *s);
 /* Fork: new sequence sharing all full blocks of s (copy-on-write for the partial one). */
 sm_seq *sm_seq_fork(sm_engine *e, sm_seq *s);
@@ -70,8 +70,8 @@ smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, u
  * may be NULL when every smp[i] is set). The samplers must be distinct. Nothing is appended:
  * the caller appends the tokens it keeps. Backends without a sample op (or engines with
  * host_sample) download the logits and sample on the host, with the same result. */
-smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, int32_t *tokens,
-                                   float *logits, uint8_t *done);
+smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, int32_t *tokens, float *logits,
+                                   uint8_t *done);
 
 /* Decode after s: s has no pending tokens and `first` is the token sampled after it (not yet
  * appended). Appends first, then produces up to max_new tokens with smp, calling emit for each

@@ -6,7 +6,8 @@
 #include "tokenizer/tokenizer.h"
 
 static bool is_eos(const smelt_model *m, int32_t t) {
-  for (int i = 0; i < m->cfg.n_eos; i++) if (m->cfg.eos_ids[i] == t) return true;
+  for (int i = 0; i < m->cfg.n_eos; i++)
+    if (m->cfg.eos_ids[i] == t) return true;
   return false;
 }
 
@@ -36,11 +37,18 @@ typedef struct {
 static bool emit_piece(void *ud, int32_t tok) {
   gen_emit *g = ud;
   g->stats->n_generated++;
-  if (is_eos(g->m, tok)) { g->stats->stop_reason = 1; return false; }
+  if (is_eos(g->m, tok)) {
+    g->stats->stop_reason = 1;
+    return false;
+  }
   char *piece = NULL;
   size_t len = sm_detok_push(g->dt, tok, &piece);
   bool go = true;
-  if (len && g->cb && !g->cb(piece, len, g->user)) { g->stats->stop_reason = 1; g->stop = true; go = false; }
+  if (len && g->cb && !g->cb(piece, len, g->user)) {
+    g->stats->stop_reason = 1;
+    g->stop = true;
+    go = false;
+  }
   free(piece);
   return go && g->stats->n_generated < g->max_tokens;
 }
@@ -54,8 +62,9 @@ static void gen_params(const sm_engine_params *base, sm_engine_params *ep) {
   }
 }
 
-smelt_status sm_generate_ids(smelt_model *m, const sm_engine_params *base, const int32_t *ids, int n_ids, int max_tokens,
-                             const smelt_sampling *sp, smelt_piece_cb cb, void *user, smelt_stats *stats) {
+smelt_status sm_generate_ids(smelt_model *m, const sm_engine_params *base, const int32_t *ids, int n_ids,
+                             int max_tokens, const smelt_sampling *sp, smelt_piece_cb cb, void *user,
+                             smelt_stats *stats) {
   if (!m->tok) return sm_err(SMELT_ERR_INVALID, "model has no tokenizer.json; cannot detokenize");
   smelt_stats local;
   if (!stats) stats = &local;
@@ -79,14 +88,15 @@ smelt_status sm_generate_ids(smelt_model *m, const sm_engine_params *base, const
   stats->n_prompt = n_ids;
   double t0 = sm_now(), t1 = t0;
   st = sm_seq_append(e, s, ids, n_ids);
-  gen_emit ge = { m, dt, cb, user, stats, max_tokens, false };
+  gen_emit ge = {m, dt, cb, user, stats, max_tokens, false};
   int32_t tok = -1;
   uint8_t done = 0;
   /* the prompt (sampled where the logits are: only the token id comes back) */
   while (!st && !done) st = sm_engine_step_sample(e, &s, 1, &psmp, &tok, NULL, &done);
   t1 = sm_now();
   /* then one token a step, the next step already queued on the device (sm_engine_decode) */
-  if (!st && max_tokens > 0 && emit_piece(&ge, tok)) st = sm_engine_decode(e, s, psmp, tok, max_tokens - 1, emit_piece, &ge, NULL);
+  if (!st && max_tokens > 0 && emit_piece(&ge, tok))
+    st = sm_engine_decode(e, s, psmp, tok, max_tokens - 1, emit_piece, &ge, NULL);
   bool stop = ge.stop;
   char *rest = NULL;
   size_t len = sm_detok_flush(dt, &rest);
@@ -122,13 +132,27 @@ smelt_status smelt_eval_logits(smelt_model *m, const int32_t *ids, int n, float 
     int c = SM_MIN(256, n - s0);
     for (int i = 0; i < c; i++) rows[i] = i;
     const int32_t slot = 0; /* hybrid models: the one sequence's state */
-    sm_batch b = { .n_tokens = c, .tokens = ids + s0, .pos = pos + s0, .seq = seq, .n_seqs = 1, .max_blocks = nb,
-                   .block_table = table, .n_out = c, .out_rows = rows, .state_slot = kv.n_slots ? &slot : NULL };
+    sm_batch b = {.n_tokens = c,
+                  .tokens = ids + s0,
+                  .pos = pos + s0,
+                  .seq = seq,
+                  .n_seqs = 1,
+                  .max_blocks = nb,
+                  .block_table = table,
+                  .n_out = c,
+                  .out_rows = rows,
+                  .state_slot = kv.n_slots ? &slot : NULL};
     st = sm_model_forward(m, &kv, &b, logits + (size_t)s0 * m->cfg.vocab_size);
   }
-  free(pos); free(seq); free(rows); free(table);
+  free(pos);
+  free(seq);
+  free(rows);
+  free(table);
   sm_kv_free(m, &kv);
-  if (st) { free(logits); return st; }
+  if (st) {
+    free(logits);
+    return st;
+  }
   *out = logits;
   return SMELT_OK;
 }

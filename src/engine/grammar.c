@@ -9,8 +9,8 @@
 #include <string.h>
 #include "engine/grammar_int.h"
 
-#define ACCEPT (-1)           /* in a stack set: the text can end here */
-#define MAX_EXPAND 100000     /* expansion steps for one advance (a safety net) */
+#define ACCEPT (-1)       /* in a stack set: the text can end here */
+#define MAX_EXPAND 100000 /* expansion steps for one advance (a safety net) */
 #define COMPACT_NODES (1 << 20)
 
 /* ---------------------------------------------------------------- vocabulary trie */
@@ -30,8 +30,8 @@ struct sm_grammar_vocab {
   uint8_t *is_eos;
   int32_t *eos;
   int n_eos;
-  char *bytes;       /* the bytes of every token (for accept) */
-  int64_t *off;      /* token t: bytes[off[t] .. off[t+1]) */
+  char *bytes;  /* the bytes of every token (for accept) */
+  int64_t *off; /* token t: bytes[off[t] .. off[t+1]) */
   int max_len;
 };
 
@@ -64,7 +64,10 @@ sm_grammar_vocab *sm_grammar_vocab_new(const smelt_tokenizer *t, int vocab, cons
   v->off = sm_xmalloc(sizeof(int64_t) * (size_t)(vocab + 1));
   v->eos = sm_xmalloc(sizeof(int32_t) * (size_t)(n_eos ? n_eos : 1));
   for (int i = 0; i < n_eos; i++)
-    if (eos[i] >= 0 && eos[i] < vocab) { v->is_eos[eos[i]] = 1; v->eos[v->n_eos++] = eos[i]; }
+    if (eos[i] >= 0 && eos[i] < vocab) {
+      v->is_eos[eos[i]] = 1;
+      v->eos[v->n_eos++] = eos[i];
+    }
   sm_buf all = SM_BUF_INIT, piece = SM_BUF_INIT;
   for (int32_t id = 0; id < vocab; id++) {
     v->next_tok[id] = -1;
@@ -87,7 +90,13 @@ sm_grammar_vocab *sm_grammar_vocab_new(const smelt_tokenizer *t, int vocab, cons
 
 void sm_grammar_vocab_free(sm_grammar_vocab *v) {
   if (!v) return;
-  free(v->n); free(v->next_tok); free(v->special); free(v->is_eos); free(v->eos); free(v->bytes); free(v->off);
+  free(v->n);
+  free(v->next_tok);
+  free(v->special);
+  free(v->is_eos);
+  free(v->eos);
+  free(v->bytes);
+  free(v->off);
   free(v);
 }
 
@@ -95,7 +104,10 @@ int sm_grammar_vocab_size(const sm_grammar_vocab *v) { return v ? v->vocab : 0; 
 
 /* ---------------------------------------------------------------- stacks */
 
-typedef struct { int32_t *v; int n, cap; } iset;
+typedef struct {
+  int32_t *v;
+  int n, cap;
+} iset;
 
 static void iset_add(iset *s, int32_t x) {
   for (int i = 0; i < s->n; i++)
@@ -130,13 +142,31 @@ struct sm_grammar_state {
   iset tmp_in, tmp_out;
   /* caches, valid while node ids are (until compact): interned stack sets, byte transitions
    * between them, and whole masks of recent states (a JSON string's state recurs every step) */
-  int32_t *spool; size_t spool_n, spool_cap;
-  size_t *soff; int32_t *slen; int n_sets, cap_sets;
-  int32_t *smap; int smap_cap;
-  struct tkey { int32_t sid; uint32_t pval; int32_t prem_byte; } *tk;
-  struct tval { int32_t sid; uint32_t pval; int32_t prem; } *tv;
+  int32_t *spool;
+  size_t spool_n, spool_cap;
+  size_t *soff;
+  int32_t *slen;
+  int n_sets, cap_sets;
+  int32_t *smap;
+  int smap_cap;
+  struct tkey {
+    int32_t sid;
+    uint32_t pval;
+    int32_t prem_byte;
+  } * tk;
+  struct tval {
+    int32_t sid;
+    uint32_t pval;
+    int32_t prem;
+  } * tv;
   int t_n, t_cap;
-  struct mcache { int32_t sid; uint32_t pval; int prem; int count; uint32_t *bits; } mc[8];
+  struct mcache {
+    int32_t sid;
+    uint32_t pval;
+    int prem;
+    int count;
+    uint32_t *bits;
+  } mc[8];
   int mc_next;
 };
 
@@ -181,10 +211,16 @@ static int32_t intern(sm_grammar_state *s, int32_t pos, int32_t up) {
 static void expand(sm_grammar_state *s, int32_t pos, int32_t up, iset *out) {
   const sm_grammar *g = s->g;
   for (;;) {
-    if (--s->expand_budget < 0) { s->failed = true; return; }
+    if (--s->expand_budget < 0) {
+      s->failed = true;
+      return;
+    }
     const sm_gelem *e = &g->el[pos];
     if (e->type == GE_END || e->type == GE_ALT) {
-      if (up < 0) { iset_add(out, ACCEPT); return; }
+      if (up < 0) {
+        iset_add(out, ACCEPT);
+        return;
+      }
       pos = s->pos[up];
       up = s->up[up];
       continue;
@@ -216,7 +252,7 @@ static void advance_cp(sm_grammar_state *s, const iset *in, uint32_t cp, iset *o
 
 /* An unfinished UTF-8 character is kept as pval = value bits so far | (total length << 24), and
  * prem = continuation bytes still to come. */
-#define PV_VAL(p) ((p) & 0xFFFFFFu)
+#define PV_VAL(p) ((p)&0xFFFFFFu)
 #define PV_LEN(p) ((p) >> 24)
 
 /* stacks of in whose next character may begin with the unfinished UTF-8 (pval, prem) */
@@ -240,20 +276,32 @@ static void filter_partial(sm_grammar_state *s, const iset *in, uint32_t pval, i
 /* one byte: (in, pval, prem) -> (out, *pval, *prem). out empty: rejected. */
 static void step_byte(sm_grammar_state *s, const iset *in, uint32_t *pval, int *prem, uint8_t b, iset *out) {
   if (*prem == 0) {
-    if (b < 0x80) { advance_cp(s, in, b, out); return; }
+    if (b < 0x80) {
+      advance_cp(s, in, b, out);
+      return;
+    }
     int need = (b >> 5) == 6 ? 1 : (b >> 4) == 14 ? 2 : (b >> 3) == 30 ? 3 : -1;
-    if (need < 0 || b == 0xC0 || b == 0xC1 || b > 0xF4) { out->n = 0; return; }
+    if (need < 0 || b == 0xC0 || b == 0xC1 || b > 0xF4) {
+      out->n = 0;
+      return;
+    }
     *pval = (need == 1 ? (b & 0x1Fu) : need == 2 ? (b & 0x0Fu) : (b & 0x07u)) | ((uint32_t)(need + 1) << 24);
     *prem = need;
     filter_partial(s, in, *pval, *prem, out);
     return;
   }
-  if ((b & 0xC0) != 0x80) { out->n = 0; return; }
+  if ((b & 0xC0) != 0x80) {
+    out->n = 0;
+    return;
+  }
   *pval = ((PV_VAL(*pval) << 6) | (b & 0x3Fu)) | (PV_LEN(*pval) << 24);
   if (--*prem == 0) {
     static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
     uint32_t cp = PV_VAL(*pval);
-    if (cp < min_cp[PV_LEN(*pval)] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) { out->n = 0; return; }
+    if (cp < min_cp[PV_LEN(*pval)] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      out->n = 0;
+      return;
+    }
     advance_cp(s, in, cp, out);
   } else {
     filter_partial(s, in, *pval, *prem, out);
@@ -280,10 +328,21 @@ sm_grammar_state *sm_grammar_state_new(const sm_grammar *g, const sm_grammar_voc
 
 void sm_grammar_state_free(sm_grammar_state *s) {
   if (!s) return;
-  free(s->pos); free(s->up); free(s->hmap); free(s->cur.v);
-  free(s->lvl_sid); free(s->lvl_pval); free(s->lvl_prem);
-  free(s->tmp_in.v); free(s->tmp_out.v);
-  free(s->spool); free(s->soff); free(s->slen); free(s->smap); free(s->tk); free(s->tv);
+  free(s->pos);
+  free(s->up);
+  free(s->hmap);
+  free(s->cur.v);
+  free(s->lvl_sid);
+  free(s->lvl_pval);
+  free(s->lvl_prem);
+  free(s->tmp_in.v);
+  free(s->tmp_out.v);
+  free(s->spool);
+  free(s->soff);
+  free(s->slen);
+  free(s->smap);
+  free(s->tk);
+  free(s->tv);
   for (int i = 0; i < 8; i++) free(s->mc[i].bits);
   free(s);
 }
@@ -294,7 +353,8 @@ static void clear_caches(sm_grammar_state *s);
 static void compact(sm_grammar_state *s) {
   int32_t *map = sm_xmalloc(sizeof(int32_t) * (size_t)s->n_nodes);
   memset(map, 0xff, sizeof(int32_t) * (size_t)s->n_nodes);
-  int32_t *npos = sm_xmalloc(sizeof(int32_t) * (size_t)s->cap_nodes), *nup = sm_xmalloc(sizeof(int32_t) * (size_t)s->cap_nodes);
+  int32_t *npos = sm_xmalloc(sizeof(int32_t) * (size_t)s->cap_nodes),
+          *nup = sm_xmalloc(sizeof(int32_t) * (size_t)s->cap_nodes);
   int n = 0;
   /* copy each stack bottom-up so parents get ids first */
   int32_t chain[4096];
@@ -303,7 +363,12 @@ static void compact(sm_grammar_state *s) {
     if (k == ACCEPT) continue;
     int depth = 0;
     for (int32_t x = k; x >= 0 && map[x] < 0 && depth < 4096; x = s->up[x]) chain[depth++] = x;
-    if (depth == 4096) { free(map); free(npos); free(nup); return; } /* very deep: keep everything */
+    if (depth == 4096) {
+      free(map);
+      free(npos);
+      free(nup);
+      return;
+    } /* very deep: keep everything */
     while (depth--) {
       int32_t x = chain[depth];
       map[x] = n;
@@ -374,7 +439,10 @@ static void set_sort(iset *x) {
   for (int i = 1; i < x->n; i++) {
     int32_t v = x->v[i];
     int j = i;
-    while (j > 0 && x->v[j - 1] > v) { x->v[j] = x->v[j - 1]; j--; }
+    while (j > 0 && x->v[j - 1] > v) {
+      x->v[j] = x->v[j - 1];
+      j--;
+    }
     x->v[j] = v;
   }
 }
@@ -462,7 +530,11 @@ static void transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem
   s->tmp_in.n = 0;
   for (int i = 0; i < s->slen[sid]; i++) iset_add(&s->tmp_in, s->spool[s->soff[sid] + (size_t)i]);
   step_byte(s, &s->tmp_in, &pval, &prem, b, &s->tmp_out);
-  if (s->failed) { s->failed = false; *osid = -1; return; } /* not cached */
+  if (s->failed) {
+    s->failed = false;
+    *osid = -1;
+    return;
+  } /* not cached */
   set_sort(&s->tmp_out);
   *osid = s->tmp_out.n ? set_intern(s, &s->tmp_out) : -1;
   *opval = pval;
@@ -502,7 +574,10 @@ int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
     }
   if (sm_grammar_complete(s))
     for (int i = 0; i < v->n_eos; i++)
-      if (!sm_mask_test(mask, v->eos[i])) { sm_mask_set(mask, v->eos[i]); count++; }
+      if (!sm_mask_test(mask, v->eos[i])) {
+        sm_mask_set(mask, v->eos[i]);
+        count++;
+      }
   /* depth-first walk of the trie; level d holds the state after d bytes */
   s->lvl_sid[0] = sid0;
   s->lvl_pval[0] = s->pval;
@@ -512,14 +587,24 @@ int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
   path[0] = v->n[0].child;
   while (d >= 0) {
     int32_t c = path[d];
-    if (c < 0) { d--; if (d >= 0) path[d] = v->n[path[d]].sibling; continue; }
+    if (c < 0) {
+      d--;
+      if (d >= 0) path[d] = v->n[path[d]].sibling;
+      continue;
+    }
     int32_t sid;
     uint32_t pval;
     int prem;
     transition(s, s->lvl_sid[d], s->lvl_pval[d], s->lvl_prem[d], v->n[c].byte, &sid, &pval, &prem);
-    if (sid < 0) { path[d] = v->n[c].sibling; continue; }
+    if (sid < 0) {
+      path[d] = v->n[c].sibling;
+      continue;
+    }
     for (int32_t t = v->n[c].tok; t >= 0; t = v->next_tok[t])
-      if (!v->special[t] && !sm_mask_test(mask, t)) { sm_mask_set(mask, t); count++; }
+      if (!v->special[t] && !sm_mask_test(mask, t)) {
+        sm_mask_set(mask, t);
+        count++;
+      }
     if (v->n[c].child >= 0 && d + 2 < s->n_lvl && d + 1 < (1 << 12)) {
       path[d] = c; /* resumed at c's sibling when the child level is done */
       d++;
@@ -591,8 +676,7 @@ smelt_status sm_grammar_accept(sm_grammar_state *s, int32_t tok) {
   }
   if (st != SMELT_OK && !v->special[tok])
     st = accept_bytes(s, v->bytes + v->off[tok], (size_t)(v->off[tok + 1] - v->off[tok]), &a, &b);
-  else if (st != SMELT_OK)
-    st = sm_err(SMELT_ERR_INVALID, "grammar: special token %d is not allowed here", tok);
+  else if (st != SMELT_OK) st = sm_err(SMELT_ERR_INVALID, "grammar: special token %d is not allowed here", tok);
   free(a.v);
   free(b.v);
   return st;

@@ -14,8 +14,8 @@ typedef struct {
 
 typedef struct {
   bool neg;
-  int n;         /* ranges */
-  uint32_t *r;   /* lo0, hi0, lo1, hi1, ... (inclusive) */
+  int n;       /* ranges */
+  uint32_t *r; /* lo0, hi0, lo1, hi1, ... (inclusive) */
 } sm_gcls;
 
 struct sm_grammar {

@@ -7,7 +7,7 @@
 #include "engine/grammar_int.h"
 
 #define MAX_ELEMS (2 << 20) /* elements in all: bounds {m,n} expansions */
-#define MAX_DEPTH 200        /* nested groups */
+#define MAX_DEPTH 200       /* nested groups */
 
 typedef struct {
   sm_gelem *e;
@@ -33,8 +33,10 @@ static void perr(pstate *ps, const char *at, const char *fmt, ...) {
   if (ps->err[0]) return;
   int line = 1, col = 1;
   for (const char *q = ps->src; q < at && *q; q++) {
-    if (*q == '\n') { line++; col = 1; }
-    else col++;
+    if (*q == '\n') {
+      line++;
+      col = 1;
+    } else col++;
   }
   char msg[160];
   va_list ap;
@@ -127,33 +129,55 @@ static int64_t parse_char(pstate *ps, const char **pp) {
       uint32_t v = 0;
       for (int i = 0; i < nhex; i++) {
         int h = hexval(p[2 + i]);
-        if (h < 0) { perr(ps, p, "bad \\%c escape", c); return -1; }
+        if (h < 0) {
+          perr(ps, p, "bad \\%c escape", c);
+          return -1;
+        }
         v = v * 16 + (uint32_t)h;
       }
-      if (v > 0x10FFFF) { perr(ps, p, "code point out of range"); return -1; }
+      if (v > 0x10FFFF) {
+        perr(ps, p, "code point out of range");
+        return -1;
+      }
       *pp = p + 2 + nhex;
       return v;
     }
     int64_t v;
     switch (c) {
-    case 'n': v = '\n'; break;
-    case 'r': v = '\r'; break;
-    case 't': v = '\t'; break;
-    case '0': v = 0; break;
-    case '\\': case '"': case '[': case ']': case '-': case '/': case '^': case '\'': v = c; break;
-    default: perr(ps, p, "unknown escape '\\%c'", c ? c : '0'); return -1;
+      case 'n': v = '\n'; break;
+      case 'r': v = '\r'; break;
+      case 't': v = '\t'; break;
+      case '0': v = 0; break;
+      case '\\':
+      case '"':
+      case '[':
+      case ']':
+      case '-':
+      case '/':
+      case '^':
+      case '\'': v = c; break;
+      default: perr(ps, p, "unknown escape '\\%c'", c ? c : '0'); return -1;
     }
     *pp = p + 2;
     return v;
   }
   unsigned char b = (unsigned char)*p;
-  if (!b) { perr(ps, p, "unexpected end of grammar"); return -1; }
+  if (!b) {
+    perr(ps, p, "unexpected end of grammar");
+    return -1;
+  }
   int len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-  if (!len) { perr(ps, p, "invalid UTF-8"); return -1; }
+  if (!len) {
+    perr(ps, p, "invalid UTF-8");
+    return -1;
+  }
   uint32_t v = len == 1 ? b : len == 2 ? (b & 0x1F) : len == 3 ? (b & 0x0F) : (b & 0x07);
   for (int i = 1; i < len; i++) {
     unsigned char cb = (unsigned char)p[i];
-    if ((cb & 0xC0) != 0x80) { perr(ps, p, "invalid UTF-8"); return -1; }
+    if ((cb & 0xC0) != 0x80) {
+      perr(ps, p, "invalid UTF-8");
+      return -1;
+    }
     v = (v << 6) | (cb & 0x3F);
   }
   *pp = p + len;
@@ -172,9 +196,15 @@ static void copy_elems(pstate *ps, int dst, int src, int from, int to) {
 static void repeat(pstate *ps, int rule, int start, int min, int max, const char *at) {
   rbuf *r = &ps->rules[rule];
   int len = r->n - start;
-  if (len <= 0) { perr(ps, at, "repetition without a preceding symbol"); return; }
+  if (len <= 0) {
+    perr(ps, at, "repetition without a preceding symbol");
+    return;
+  }
   long extra = (long)len * (max < 0 ? min + 2 : max + 2);
-  if (ps->total + extra > MAX_ELEMS) { perr(ps, at, "repetition makes the grammar too large"); return; }
+  if (ps->total + extra > MAX_ELEMS) {
+    perr(ps, at, "repetition makes the grammar too large");
+    return;
+  }
   /* keep the symbol in a rule of its own */
   int sym = new_rule(ps, rule);
   r = &ps->rules[rule];
@@ -226,7 +256,10 @@ static const char *parse_sequence(pstate *ps, const char *p, int rule, bool nest
       p++;
       last = here;
       while (*p != '"') {
-        if (!*p) { perr(ps, p, "unterminated literal"); return p; }
+        if (!*p) {
+          perr(ps, p, "unterminated literal");
+          return p;
+        }
         int64_t c = parse_char(ps, &p);
         if (c < 0) return p;
         uint32_t rg[2] = {(uint32_t)c, (uint32_t)c};
@@ -240,14 +273,28 @@ static const char *parse_sequence(pstate *ps, const char *p, int rule, bool nest
       uint32_t *rg = NULL;
       int n = 0, cap = 0;
       while (*p != ']') {
-        if (!*p) { free(rg); perr(ps, p, "unterminated character class"); return p; }
+        if (!*p) {
+          free(rg);
+          perr(ps, p, "unterminated character class");
+          return p;
+        }
         int64_t lo = parse_char(ps, &p), hi = lo;
-        if (lo < 0) { free(rg); return p; }
+        if (lo < 0) {
+          free(rg);
+          return p;
+        }
         if (*p == '-' && p[1] != ']') {
           p++;
           hi = parse_char(ps, &p);
-          if (hi < 0) { free(rg); return p; }
-          if (hi < lo) { free(rg); perr(ps, p, "character range is reversed"); return p; }
+          if (hi < 0) {
+            free(rg);
+            return p;
+          }
+          if (hi < lo) {
+            free(rg);
+            perr(ps, p, "character range is reversed");
+            return p;
+          }
         }
         if (n == cap) {
           cap = cap ? cap * 2 : 8;
@@ -269,7 +316,10 @@ static const char *parse_sequence(pstate *ps, const char *p, int rule, bool nest
     } else if (*p == '<' && p[1] == '[') {
       const char *q = p + 2;
       int id = parse_int(&q);
-      if (id < 0 || q[0] != ']' || q[1] != '>') { perr(ps, p, "token reference must be <[id]>"); return p; }
+      if (id < 0 || q[0] != ']' || q[1] != '>') {
+        perr(ps, p, "token reference must be <[id]>");
+        return p;
+      }
       last = here;
       push(ps, rule, GE_TOK, id);
       p = skip_space(q + 2, nested);
@@ -282,22 +332,34 @@ static const char *parse_sequence(pstate *ps, const char *p, int rule, bool nest
       push(ps, rule, GE_REF, rule_id(ps, s, (size_t)(p - s)));
       p = skip_space(p, nested);
     } else if (*p == '(') {
-      if (++ps->depth > MAX_DEPTH) { perr(ps, p, "groups nested too deeply"); return p; }
+      if (++ps->depth > MAX_DEPTH) {
+        perr(ps, p, "groups nested too deeply");
+        return p;
+      }
       int sub = new_rule(ps, rule);
       p = parse_alternates(ps, skip_space(p + 1, true), sub, true);
       ps->depth--;
       if (ps->err[0]) return p;
-      if (*p != ')') { perr(ps, p, "expected ')'"); return p; }
+      if (*p != ')') {
+        perr(ps, p, "expected ')'");
+        return p;
+      }
       last = here;
       push(ps, rule, GE_REF, sub);
       p = skip_space(p + 1, nested);
     } else if (*p == '*' || *p == '+' || *p == '?') {
-      if (last < 0) { perr(ps, p, "'%c' without a preceding symbol", *p); return p; }
+      if (last < 0) {
+        perr(ps, p, "'%c' without a preceding symbol", *p);
+        return p;
+      }
       repeat(ps, rule, last, *p == '+' ? 1 : 0, *p == '?' ? 1 : -1, p);
       last = -1;
       p = skip_space(p + 1, nested);
     } else if (*p == '{') {
-      if (last < 0) { perr(ps, p, "'{' without a preceding symbol"); return p; }
+      if (last < 0) {
+        perr(ps, p, "'{' without a preceding symbol");
+        return p;
+      }
       const char *q = skip_space(p + 1, true);
       int mn = parse_int(&q), mx;
       if (mn < 0) mn = 0;
@@ -309,8 +371,14 @@ static const char *parse_sequence(pstate *ps, const char *p, int rule, bool nest
       } else {
         mx = mn;
       }
-      if (*q != '}') { perr(ps, p, "bad repetition count (expected {m}, {m,}, {m,n} or {,n})"); return p; }
-      if (mx >= 0 && mx < mn) { perr(ps, p, "repetition maximum is below the minimum"); return p; }
+      if (*q != '}') {
+        perr(ps, p, "bad repetition count (expected {m}, {m,}, {m,n} or {,n})");
+        return p;
+      }
+      if (mx >= 0 && mx < mn) {
+        perr(ps, p, "repetition maximum is below the minimum");
+        return p;
+      }
       repeat(ps, rule, last, mn, mx, p);
       last = -1;
       p = skip_space(q + 1, nested);
@@ -336,7 +404,10 @@ static const char *parse_alternates(pstate *ps, const char *p, int rule, bool ne
 static bool alt_end(uint8_t t) { return t == GE_END || t == GE_ALT; }
 
 static void free_pstate(pstate *ps) {
-  for (int i = 0; i < ps->n_rules; i++) { free(ps->rules[i].e); free(ps->names[i]); }
+  for (int i = 0; i < ps->n_rules; i++) {
+    free(ps->rules[i].e);
+    free(ps->names[i]);
+  }
   free(ps->rules);
   free(ps->names);
   for (int i = 0; i < ps->n_cls; i++) free(ps->cls[i].r);
@@ -353,7 +424,10 @@ static void compute_nullable(const sm_grammar *g, bool *nul) {
       for (int a = g->alt_off[r]; a < g->alt_off[r + 1] && !nul[r]; a++) {
         int i = g->alts[a];
         while (g->el[i].type == GE_REF && nul[g->el[i].v]) i++;
-        if (alt_end(g->el[i].type)) { nul[r] = true; changed = true; }
+        if (alt_end(g->el[i].type)) {
+          nul[r] = true;
+          changed = true;
+        }
       }
     }
   }
@@ -386,15 +460,27 @@ smelt_status sm_grammar_compile(const char *src, sm_grammar **out) {
   while (*p && !ps.err[0]) {
     const char *s = p;
     while (is_word(*p)) p++;
-    if (p == s) { perr(&ps, p, "expected a rule name"); break; }
+    if (p == s) {
+      perr(&ps, p, "expected a rule name");
+      break;
+    }
     int r = rule_id(&ps, s, (size_t)(p - s));
-    if (ps.rules[r].defined) { perr(&ps, s, "rule '%s' is defined twice", ps.names[r]); break; }
+    if (ps.rules[r].defined) {
+      perr(&ps, s, "rule '%s' is defined twice", ps.names[r]);
+      break;
+    }
     ps.rules[r].defined = true;
     p = skip_space(p, false);
-    if (strncmp(p, "::=", 3)) { perr(&ps, p, "expected '::='"); break; }
+    if (strncmp(p, "::=", 3)) {
+      perr(&ps, p, "expected '::='");
+      break;
+    }
     p = parse_alternates(&ps, skip_space(p + 3, true), r, false);
     if (ps.err[0]) break;
-    if (*p && *p != '\n' && *p != '\r') { perr(&ps, p, "unexpected '%c'", *p); break; }
+    if (*p && *p != '\n' && *p != '\r') {
+      perr(&ps, p, "unexpected '%c'", *p);
+      break;
+    }
     p = skip_space(p, true);
   }
   int root = -1;

@@ -7,47 +7,72 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { P_SPACE, P_BOOLEAN, P_NULL, P_INTEGER, P_NUMBER, P_STRING, P_CHAR, P_VALUE, P_OBJECT, P_ARRAY,
-       P_INTEGRAL, P_DECIMAL, P_DATE, P_TIME, P_DATETIME, P_UUID, P_COUNT };
-
-static const struct { const char *name, *body; int deps[4]; } PRIM[P_COUNT] = {
-    [P_SPACE] = {"space", "| \" \" | \"\\n\" [ \\t]{0,20}", {-1}},
-    [P_BOOLEAN] = {"boolean", "(\"true\" | \"false\") space", {P_SPACE, -1}},
-    [P_NULL] = {"null", "\"null\" space", {P_SPACE, -1}},
-    [P_INTEGRAL] = {"integral-part", "[0] | [1-9] [0-9]{0,15}", {-1}},
-    [P_DECIMAL] = {"decimal-part", "[0-9]{1,16}", {-1}},
-    [P_INTEGER] = {"integer", "(\"-\"? integral-part) space", {P_INTEGRAL, P_SPACE, -1}},
-    [P_NUMBER] = {"number", "(\"-\"? integral-part) (\".\" decimal-part)? ([eE] [-+]? integral-part)? space",
-                  {P_INTEGRAL, P_DECIMAL, P_SPACE, -1}},
-    [P_CHAR] = {"char", "[^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})", {-1}},
-    [P_STRING] = {"string", "\"\\\"\" char* \"\\\"\" space", {P_CHAR, P_SPACE, -1}},
-    [P_VALUE] = {"value", "object | array | string | number | boolean | null",
-                 {P_OBJECT, P_ARRAY, P_STRING, P_NUMBER}},
-    [P_OBJECT] = {"object",
-                  "\"{\" space ( string \":\" space value (\",\" space string \":\" space value)* )? \"}\" space",
-                  {P_STRING, P_VALUE, P_SPACE, -1}},
-    [P_ARRAY] = {"array", "\"[\" space ( value (\",\" space value)* )? \"]\" space", {P_VALUE, P_SPACE, -1}},
-    [P_DATE] = {"date", "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [1-2] [0-9] | \"3\" [0-1] )",
-                {-1}},
-    [P_TIME] = {"time",
-                "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{3} )? ( \"Z\" | ( \"+\" "
-                "| \"-\" ) ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )",
-                {-1}},
-    [P_DATETIME] = {"date-time", "date \"T\" time", {P_DATE, P_TIME, -1}},
-    [P_UUID] = {"uuid",
-                "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}",
-                {-1}},
+enum {
+  P_SPACE,
+  P_BOOLEAN,
+  P_NULL,
+  P_INTEGER,
+  P_NUMBER,
+  P_STRING,
+  P_CHAR,
+  P_VALUE,
+  P_OBJECT,
+  P_ARRAY,
+  P_INTEGRAL,
+  P_DECIMAL,
+  P_DATE,
+  P_TIME,
+  P_DATETIME,
+  P_UUID,
+  P_COUNT
 };
 
-typedef struct { char *ref, *rule; } refent;
+static const struct {
+  const char *name, *body;
+  int deps[4];
+} PRIM[P_COUNT] = {
+  [P_SPACE] = {"space", "| \" \" | \"\\n\" [ \\t]{0,20}", {-1}},
+  [P_BOOLEAN] = {"boolean", "(\"true\" | \"false\") space", {P_SPACE, -1}},
+  [P_NULL] = {"null", "\"null\" space", {P_SPACE, -1}},
+  [P_INTEGRAL] = {"integral-part", "[0] | [1-9] [0-9]{0,15}", {-1}},
+  [P_DECIMAL] = {"decimal-part", "[0-9]{1,16}", {-1}},
+  [P_INTEGER] = {"integer", "(\"-\"? integral-part) space", {P_INTEGRAL, P_SPACE, -1}},
+  [P_NUMBER] = {"number",
+                "(\"-\"? integral-part) (\".\" decimal-part)? ([eE] [-+]? integral-part)? space",
+                {P_INTEGRAL, P_DECIMAL, P_SPACE, -1}},
+  [P_CHAR] = {"char", "[^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})", {-1}},
+  [P_STRING] = {"string", "\"\\\"\" char* \"\\\"\" space", {P_CHAR, P_SPACE, -1}},
+  [P_VALUE] = {"value", "object | array | string | number | boolean | null", {P_OBJECT, P_ARRAY, P_STRING, P_NUMBER}},
+  [P_OBJECT] = {"object",
+                "\"{\" space ( string \":\" space value (\",\" space string \":\" space value)* )? \"}\" space",
+                {P_STRING, P_VALUE, P_SPACE, -1}},
+  [P_ARRAY] = {"array", "\"[\" space ( value (\",\" space value)* )? \"]\" space", {P_VALUE, P_SPACE, -1}},
+  [P_DATE] = {"date",
+              "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [1-2] [0-9] | \"3\" [0-1] )",
+              {-1}},
+  [P_TIME] = {"time",
+              "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{3} )? ( \"Z\" | ( \"+\" "
+              "| \"-\" ) ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )",
+              {-1}},
+  [P_DATETIME] = {"date-time", "date \"T\" time", {P_DATE, P_TIME, -1}},
+  [P_UUID] = {"uuid",
+              "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}",
+              {-1}},
+};
+
+typedef struct {
+  char *ref, *rule;
+} refent;
 
 struct sm_gbnf {
-  sm_buf rules;   /* the caller's and the schemas' rules */
-  sm_buf text;    /* rules + primitives, made by sm_gbnf_text */
+  sm_buf rules; /* the caller's and the schemas' rules */
+  sm_buf text;  /* rules + primitives, made by sm_gbnf_text */
   bool used[P_COUNT];
   int counter;
-  char **names; int n_names; /* rule names handed out */
-  refent *refs; int n_refs;
+  char **names;
+  int n_names; /* rule names handed out */
+  refent *refs;
+  int n_refs;
   const cJSON *doc; /* document of the schema being converted */
   bool strict;
   char err[300];
@@ -61,7 +86,10 @@ void sm_gbnf_free(sm_gbnf *b) {
   sm_buf_free(&b->text);
   for (int i = 0; i < b->n_names; i++) free(b->names[i]);
   free(b->names);
-  for (int i = 0; i < b->n_refs; i++) { free(b->refs[i].ref); free(b->refs[i].rule); }
+  for (int i = 0; i < b->n_refs; i++) {
+    free(b->refs[i].ref);
+    free(b->refs[i].rule);
+  }
   free(b->refs);
   free(b);
 }
@@ -69,7 +97,14 @@ void sm_gbnf_free(sm_gbnf *b) {
 static void use(sm_gbnf *b, int p) {
   if (b->used[p]) return;
   b->used[p] = true;
-  if (p == P_VALUE) { use(b, P_OBJECT); use(b, P_ARRAY); use(b, P_STRING); use(b, P_NUMBER); use(b, P_BOOLEAN); use(b, P_NULL); }
+  if (p == P_VALUE) {
+    use(b, P_OBJECT);
+    use(b, P_ARRAY);
+    use(b, P_STRING);
+    use(b, P_NUMBER);
+    use(b, P_BOOLEAN);
+    use(b, P_NULL);
+  }
   for (int i = 0; i < 4 && PRIM[p].deps[i] >= 0; i++) use(b, PRIM[p].deps[i]);
 }
 
@@ -125,12 +160,16 @@ static bool fail(sm_gbnf *b, const char *path, const char *fmt, ...) {
   return false;
 }
 
-static const char *const ANNOTATIONS[] = {"title", "description", "default", "examples", "$schema", "$id",
-                                          "$comment", "strict", "deprecated", "readOnly", "writeOnly", "$defs",
-                                          "definitions", "name", "nullable", "contentMediaType", "contentEncoding"};
-static const char *const HANDLED[] = {"type", "properties", "required", "additionalProperties", "enum", "const",
-                                      "anyOf", "oneOf", "allOf", "$ref", "items", "prefixItems", "minItems",
-                                      "maxItems", "minLength", "maxLength", "format"};
+static const char *const ANNOTATIONS[] = {"title",          "description", "default",   "examples",
+                                          "$schema",        "$id",         "$comment",  "strict",
+                                          "deprecated",     "readOnly",    "writeOnly", "$defs",
+                                          "definitions",    "name",        "nullable",  "contentMediaType",
+                                          "contentEncoding"};
+static const char *const HANDLED[] = {"type",     "properties", "required",  "additionalProperties",
+                                      "enum",     "const",      "anyOf",     "oneOf",
+                                      "allOf",    "$ref",       "items",     "prefixItems",
+                                      "minItems", "maxItems",   "minLength", "maxLength",
+                                      "format"};
 
 static bool in_list(const char *k, const char *const *l, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -143,7 +182,10 @@ static bool gen(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out);
 /* a sub-schema as a rule reference appended to out */
 static bool gen_ref(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out) {
   sm_buf body = SM_BUF_INIT;
-  if (!gen(b, s, path, &body)) { sm_buf_free(&body); return false; }
+  if (!gen(b, s, path, &body)) {
+    sm_buf_free(&body);
+    return false;
+  }
   const char *nm = fresh(b);
   sm_gbnf_add_rule(b, nm, sm_buf_str(&body));
   sm_buf_free(&body);
@@ -153,7 +195,10 @@ static bool gen_ref(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out) {
 
 static const cJSON *resolve(sm_gbnf *b, const char *ref, const char *path) {
   if (!strcmp(ref, "#")) return b->doc;
-  if (strncmp(ref, "#/", 2)) { fail(b, path, "$ref '%.60s' is not supported (only local '#/...' references)", ref); return NULL; }
+  if (strncmp(ref, "#/", 2)) {
+    fail(b, path, "$ref '%.60s' is not supported (only local '#/...' references)", ref);
+    return NULL;
+  }
   const cJSON *cur = b->doc;
   const char *p = ref + 2;
   while (*p && cur) {
@@ -162,8 +207,10 @@ static const cJSON *resolve(sm_gbnf *b, const char *ref, const char *path) {
     char key[256];
     size_t k = 0;
     for (size_t i = 0; i < n && k < sizeof key - 1; i++) {
-      if (p[i] == '~' && i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1')) { key[k++] = p[i + 1] == '0' ? '~' : '/'; i++; }
-      else key[k++] = p[i];
+      if (p[i] == '~' && i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1')) {
+        key[k++] = p[i + 1] == '0' ? '~' : '/';
+        i++;
+      } else key[k++] = p[i];
     }
     key[k] = 0;
     cur = cJSON_IsArray(cur) ? cJSON_GetArrayItem(cur, atoi(key)) : cJSON_GetObjectItemCaseSensitive(cur, key);
@@ -189,16 +236,22 @@ static bool gen_object(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out
       return fail(b, path, "required property '%.60s' is not in 'properties'", r->valuestring);
   }
   if (np == 0) {
-    if (cJSON_IsFalse(addl)) { sm_buf_puts(out, "\"{\" space \"}\" space"); return true; }
+    if (cJSON_IsFalse(addl)) {
+      sm_buf_puts(out, "\"{\" space \"}\" space");
+      return true;
+    }
     if (cJSON_IsObject(addl)) {
       /* any keys, values of the given schema */
       char sub[300];
       snprintf(sub, sizeof sub, "%s/additionalProperties", path);
       sm_buf v = SM_BUF_INIT;
-      if (!gen_ref(b, addl, sub, &v)) { sm_buf_free(&v); return false; }
+      if (!gen_ref(b, addl, sub, &v)) {
+        sm_buf_free(&v);
+        return false;
+      }
       use(b, P_STRING);
-      sm_buf_printf(out, "\"{\" space ( string \":\" space %s (\",\" space string \":\" space %s)* )? \"}\" space",
-                    v.p, v.p);
+      sm_buf_printf(out, "\"{\" space ( string \":\" space %s (\",\" space string \":\" space %s)* )? \"}\" space", v.p,
+                    v.p);
       sm_buf_free(&v);
       return true;
     }
@@ -222,7 +275,12 @@ static bool gen_object(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out
     sm_gbnf_literal(&body, key, strlen(key));
     free(key);
     sm_buf_puts(&body, " space \":\" space ");
-    if (!gen_ref(b, p, sub, &body)) { sm_buf_free(&body); free(kv); free(required); return false; }
+    if (!gen_ref(b, p, sub, &body)) {
+      sm_buf_free(&body);
+      free(kv);
+      free(required);
+      return false;
+    }
     kv[i] = fresh(b);
     sm_gbnf_add_rule(b, kv[i], sm_buf_str(&body));
     sm_buf_free(&body);
@@ -251,14 +309,18 @@ static bool gen_object(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out
     sm_buf_free(&f);
   }
   sm_buf_printf(out, "\"{\" space %s \"}\" space", first[0]);
-  free(after); free(first); free(kv); free(required);
+  free(after);
+  free(first);
+  free(kv);
+  free(required);
   return true;
 }
 
 static bool gen_array(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out) {
   const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
   const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(s, "prefixItems");
-  const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minItems"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maxItems");
+  const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minItems"),
+              *mx = cJSON_GetObjectItemCaseSensitive(s, "maxItems");
   int lo = cJSON_IsNumber(mn) ? (int)mn->valuedouble : 0, hi = cJSON_IsNumber(mx) ? (int)mx->valuedouble : -1;
   if (lo < 0 || (hi >= 0 && hi < lo)) return fail(b, path, "minItems/maxItems are inconsistent");
   if (lo > 1000 || hi > 1000) return fail(b, path, "minItems/maxItems above 1000 are not supported");
@@ -280,7 +342,10 @@ static bool gen_array(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out)
   sm_buf item = SM_BUF_INIT;
   snprintf(sub, sizeof sub, "%s/items", path);
   if (items && !cJSON_IsBool(items)) {
-    if (!gen_ref(b, items, sub, &item)) { sm_buf_free(&item); return false; }
+    if (!gen_ref(b, items, sub, &item)) {
+      sm_buf_free(&item);
+      return false;
+    }
   } else {
     use(b, P_VALUE);
     sm_buf_puts(&item, "value");
@@ -301,11 +366,15 @@ static bool gen_array(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out)
 
 static bool gen_string(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out) {
   const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
-  const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minLength"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maxLength");
+  const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minLength"),
+              *mx = cJSON_GetObjectItemCaseSensitive(s, "maxLength");
   use(b, P_SPACE);
   if (cJSON_IsString(fmt)) {
-    int p = !strcmp(fmt->valuestring, "date") ? P_DATE : !strcmp(fmt->valuestring, "time") ? P_TIME
-          : !strcmp(fmt->valuestring, "date-time") ? P_DATETIME : !strcmp(fmt->valuestring, "uuid") ? P_UUID : -1;
+    int p = !strcmp(fmt->valuestring, "date")      ? P_DATE
+          : !strcmp(fmt->valuestring, "time")      ? P_TIME
+          : !strcmp(fmt->valuestring, "date-time") ? P_DATETIME
+          : !strcmp(fmt->valuestring, "uuid")      ? P_UUID
+                                                   : -1;
     if (p >= 0) {
       use(b, p);
       sm_buf_printf(out, "\"\\\"\" %s \"\\\"\" space", PRIM[p].name);
@@ -313,7 +382,11 @@ static bool gen_string(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out
     }
     if (b->strict) return fail(b, path, "format '%.40s' is not supported", fmt->valuestring);
   }
-  if (!mn && !mx) { use(b, P_STRING); sm_buf_puts(out, "string"); return true; }
+  if (!mn && !mx) {
+    use(b, P_STRING);
+    sm_buf_puts(out, "string");
+    return true;
+  }
   int lo = cJSON_IsNumber(mn) ? (int)mn->valuedouble : 0, hi = cJSON_IsNumber(mx) ? (int)mx->valuedouble : -1;
   if (lo < 0 || (hi >= 0 && hi < lo)) return fail(b, path, "minLength/maxLength are inconsistent");
   if (lo > 10000 || hi > 10000) return fail(b, path, "minLength/maxLength above 10000 are not supported");
@@ -327,8 +400,11 @@ static bool gen_type(sm_gbnf *b, const cJSON *s, const char *t, const char *path
   if (!strcmp(t, "object")) return gen_object(b, s, path, out);
   if (!strcmp(t, "array")) return gen_array(b, s, path, out);
   if (!strcmp(t, "string")) return gen_string(b, s, path, out);
-  int p = !strcmp(t, "integer") ? P_INTEGER : !strcmp(t, "number") ? P_NUMBER : !strcmp(t, "boolean") ? P_BOOLEAN
-        : !strcmp(t, "null") ? P_NULL : -1;
+  int p = !strcmp(t, "integer") ? P_INTEGER
+        : !strcmp(t, "number")  ? P_NUMBER
+        : !strcmp(t, "boolean") ? P_BOOLEAN
+        : !strcmp(t, "null")    ? P_NULL
+                                : -1;
   if (p < 0) return fail(b, path, "unknown type '%.40s'", t);
   use(b, p);
   sm_buf_puts(out, PRIM[p].name);
@@ -337,17 +413,25 @@ static bool gen_type(sm_gbnf *b, const cJSON *s, const char *t, const char *path
 
 static bool gen(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out) {
   if (b->err[0]) return false;
-  if (cJSON_IsTrue(s) || (cJSON_IsObject(s) && !s->child)) { use(b, P_VALUE); sm_buf_puts(out, "value"); return true; }
+  if (cJSON_IsTrue(s) || (cJSON_IsObject(s) && !s->child)) {
+    use(b, P_VALUE);
+    sm_buf_puts(out, "value");
+    return true;
+  }
   if (!cJSON_IsObject(s)) return fail(b, path, "a schema must be an object or true");
   for (const cJSON *k = s->child; k; k = k->next) {
-    if (in_list(k->string, HANDLED, SM_ARRAY_LEN(HANDLED)) || in_list(k->string, ANNOTATIONS, SM_ARRAY_LEN(ANNOTATIONS)))
+    if (in_list(k->string, HANDLED, SM_ARRAY_LEN(HANDLED)) ||
+        in_list(k->string, ANNOTATIONS, SM_ARRAY_LEN(ANNOTATIONS)))
       continue;
     if (b->strict) return fail(b, path, "keyword '%.40s' is not supported", k->string);
   }
   const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
   if (cJSON_IsString(ref)) {
     for (int i = 0; i < b->n_refs; i++)
-      if (!strcmp(b->refs[i].ref, ref->valuestring)) { sm_buf_puts(out, b->refs[i].rule); return true; }
+      if (!strcmp(b->refs[i].ref, ref->valuestring)) {
+        sm_buf_puts(out, b->refs[i].rule);
+        return true;
+      }
     const cJSON *target = resolve(b, ref->valuestring, path);
     if (!target) return false;
     const char *nm = fresh(b);
@@ -356,7 +440,10 @@ static bool gen(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out) {
     b->refs[b->n_refs].rule = sm_xstrdup(nm);
     b->n_refs++;
     sm_buf body = SM_BUF_INIT;
-    if (!gen(b, target, ref->valuestring, &body)) { sm_buf_free(&body); return false; }
+    if (!gen(b, target, ref->valuestring, &body)) {
+      sm_buf_free(&body);
+      return false;
+    }
     sm_gbnf_add_rule(b, nm, sm_buf_str(&body));
     sm_buf_free(&body);
     sm_buf_puts(out, nm);
@@ -364,7 +451,10 @@ static bool gen(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out) {
   }
   char sub[300];
   const cJSON *cst = cJSON_GetObjectItemCaseSensitive(s, "const");
-  if (cst) { json_literal(b, out, cst); return true; }
+  if (cst) {
+    json_literal(b, out, cst);
+    return true;
+  }
   const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
   if (en) {
     if (!cJSON_IsArray(en) || !en->child) return fail(b, path, "'enum' must be a non-empty array");
@@ -377,7 +467,8 @@ static bool gen(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out) {
     return true;
   }
   const char *alt_kw = cJSON_GetObjectItemCaseSensitive(s, "anyOf") ? "anyOf"
-                     : cJSON_GetObjectItemCaseSensitive(s, "oneOf") ? "oneOf" : NULL;
+                     : cJSON_GetObjectItemCaseSensitive(s, "oneOf") ? "oneOf"
+                                                                    : NULL;
   if (alt_kw) {
     const cJSON *alts = cJSON_GetObjectItemCaseSensitive(s, alt_kw);
     if (!cJSON_IsArray(alts) || !alts->child) return fail(b, path, "'%s' must be a non-empty array", alt_kw);
@@ -395,7 +486,8 @@ static bool gen(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out) {
   if (all) {
     if (!cJSON_IsArray(all) || !all->child) return fail(b, path, "'allOf' must be a non-empty array");
     /* merge object schemas: properties in order, required together */
-    cJSON *m = cJSON_CreateObject(), *mp = cJSON_AddObjectToObject(m, "properties"), *mr = cJSON_AddArrayToObject(m, "required");
+    cJSON *m = cJSON_CreateObject(), *mp = cJSON_AddObjectToObject(m, "properties"),
+          *mr = cJSON_AddArrayToObject(m, "required");
     cJSON_AddStringToObject(m, "type", "object");
     cJSON_AddFalseToObject(m, "additionalProperties");
     int k = 0;
@@ -411,8 +503,9 @@ static bool gen(sm_gbnf *b, const cJSON *s, const char *path, sm_buf *out) {
       }
       const cJSON *q;
       cJSON_ArrayForEach(q, xp) if (!cJSON_GetObjectItemCaseSensitive(mp, q->string))
-          cJSON_AddItemToObject(mp, q->string, cJSON_Duplicate(q, 1));
-      cJSON_ArrayForEach(q, cJSON_GetObjectItemCaseSensitive(x, "required")) cJSON_AddItemToArray(mr, cJSON_Duplicate(q, 1));
+        cJSON_AddItemToObject(mp, q->string, cJSON_Duplicate(q, 1));
+      cJSON_ArrayForEach(q, cJSON_GetObjectItemCaseSensitive(x, "required"))
+        cJSON_AddItemToArray(mr, cJSON_Duplicate(q, 1));
     }
     bool ok = gen_object(b, m, path, out);
     cJSON_Delete(m);

@@ -31,7 +31,8 @@ static void grow(sm_seq_mm *mm, int need) {
   mm->keys = sm_xrealloc(mm->keys, sizeof(int32_t) * (size_t)cap);
   if (mm->rpos) {
     int32_t *r = sm_xmalloc(sizeof(int32_t) * 3 * (size_t)cap);
-    for (int a = 0; a < 3; a++) memcpy(r + (size_t)a * cap, mm->rpos + (size_t)a * mm->cap, sizeof(int32_t) * (size_t)mm->cap);
+    for (int a = 0; a < 3; a++)
+      memcpy(r + (size_t)a * cap, mm->rpos + (size_t)a * mm->cap, sizeof(int32_t) * (size_t)mm->cap);
     free(mm->rpos);
     mm->rpos = r;
   }
@@ -93,7 +94,8 @@ smelt_status sm_seq_set_media_impl(sm_seq_mm **out, const smelt_model *m, const 
     int cnt = 0;
     for (int t = s->t0; t < s->t1; t++) cnt += sm_vision_is_image_token(m->vision, tok[t]);
     if (cnt != s->img->n_embd)
-      return sm_err(SMELT_ERR_INVALID, "image span %d holds %d image tokens for %d embedding rows", i, cnt, s->img->n_embd);
+      return sm_err(SMELT_ERR_INVALID, "image span %d holds %d image tokens for %d embedding rows", i, cnt,
+                    s->img->n_embd);
   }
   if (!mm) {
     mm = sm_xcalloc(1, sizeof *mm);
@@ -142,9 +144,9 @@ int sm_seq_mm_take(const sm_seq_mm *mm, const smelt_model *m, int done, int want
     const sm_mm_span *sp = &mm->spans[s];
     if (sp->t1 <= done || sp->t0 >= end || sp->t1 <= end) continue;
     /* the step would end inside span s */
-    if (sp->t0 > done) return sp->t0 - done;      /* stop before it */
-    if (sp->t1 - done > budget) return -1;        /* it never fits a step */
-    return 0;                                     /* the whole remainder next step */
+    if (sp->t0 > done) return sp->t0 - done; /* stop before it */
+    if (sp->t1 - done > budget) return -1;   /* it never fits a step */
+    return 0;                                /* the whole remainder next step */
   }
   return want;
 }
@@ -159,8 +161,8 @@ smelt_status sm_seq_mm_encode(sm_seq_mm *mm, smelt_model *m, int p0, int p1) {
   return SMELT_OK;
 }
 
-void sm_mm_batch_rows(sm_mm_scratch *sc, const sm_seq_mm *mm, const smelt_model *m, const int32_t *tok, int p0,
-                      int p1, int row, int n_total, int32_t *rpos, int32_t *span) {
+void sm_mm_batch_rows(sm_mm_scratch *sc, const sm_seq_mm *mm, const smelt_model *m, const int32_t *tok, int p0, int p1,
+                      int row, int n_total, int32_t *rpos, int32_t *span) {
   if (span) {
     for (int t = p0; t < p1; t++) span[2 * (row + t - p0)] = span[2 * (row + t - p0) + 1] = t;
     for (int s = 0; mm && s < mm->n_spans; s++) /* a span's image tokens see each other */
@@ -181,7 +183,10 @@ void sm_mm_batch_rows(sm_mm_scratch *sc, const sm_seq_mm *mm, const smelt_model 
     int off = 0; /* image tokens of the span before t */
     for (int t = sp->t0; t < p0; t++) off += sm_vision_is_image_token(m->vision, tok[t]);
     for (int t = SM_MAX(p0, sp->t0); t < SM_MIN(p1, sp->t1);) {
-      if (!sm_vision_is_image_token(m->vision, tok[t])) { t++; continue; }
+      if (!sm_vision_is_image_token(m->vision, tok[t])) {
+        t++;
+        continue;
+      }
       int t1 = t;
       while (t1 < SM_MIN(p1, sp->t1) && sm_vision_is_image_token(m->vision, tok[t1])) t1++;
       if (sc->n_embd == sc->cap_embd) {
@@ -201,7 +206,8 @@ void sm_mm_batch_rows(sm_mm_scratch *sc, const sm_seq_mm *mm, const smelt_model 
           sc->cap_deep = SM_MAX(need, 2 * sc->cap_deep);
           sc->deep = sm_xrealloc(sc->deep, sizeof(float *) * (size_t)sc->cap_deep);
         }
-        for (int l = 0; l < e->n_deep; l++) sc->deep[(size_t)(sc->n_embd - 1) * e->n_deep + l] = e->deep[l] + (size_t)off * e->dim;
+        for (int l = 0; l < e->n_deep; l++)
+          sc->deep[(size_t)(sc->n_embd - 1) * e->n_deep + l] = e->deep[l] + (size_t)off * e->dim;
       }
       off += b->n;
       t = t1;

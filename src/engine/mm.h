@@ -10,10 +10,10 @@
 typedef struct sm_seq_mm {
   sm_mm_span *spans; /* ascending, references held */
   int n_spans;
-  int32_t *keys;     /* [cap] prefix-cache key of each token: the token, or a pseudo-id from the image hash */
-  int32_t *rpos;     /* [3][cap] (axis stride cap) M-RoPE positions, NULL when the model has none */
+  int32_t *keys; /* [cap] prefix-cache key of each token: the token, or a pseudo-id from the image hash */
+  int32_t *rpos; /* [3][cap] (axis stride cap) M-RoPE positions, NULL when the model has none */
   int cap;
-  int32_t delta;     /* rope position - index of tokens appended after the spans */
+  int32_t delta; /* rope position - index of tokens appended after the spans */
 } sm_seq_mm;
 
 /* step scratch of the batch's image rows (engine-owned) */
@@ -22,9 +22,9 @@ typedef struct sm_mm_scratch {
   int n_embd, cap_embd;
   const float **deep; /* n_deep pointers per run */
   int cap_deep;
-  int32_t *rpos;      /* [3][n_tokens] */
+  int32_t *rpos; /* [3][n_tokens] */
   int cap_rpos;
-  int32_t *span;      /* [n_tokens][2] attention spans (bidirectional images) */
+  int32_t *span; /* [n_tokens][2] attention spans (bidirectional images) */
   int cap_span;
 } sm_mm_scratch;
 
@@ -50,8 +50,8 @@ smelt_status sm_seq_mm_encode(sm_seq_mm *mm, smelt_model *m, int p0, int p1);
 /* The batch rows [row, row + p1 - p0) are tokens [p0, p1) of a sequence: add their image runs to sc,
  * (M-RoPE) their positions at rpos + row (axis stride n_total) and (bidirectional images) their
  * attention spans at span + 2 row. mm may be NULL (text only); rpos and span may be NULL. */
-void sm_mm_batch_rows(sm_mm_scratch *sc, const sm_seq_mm *mm, const smelt_model *m, const int32_t *tok, int p0,
-                      int p1, int row, int n_total, int32_t *rpos, int32_t *span);
+void sm_mm_batch_rows(sm_mm_scratch *sc, const sm_seq_mm *mm, const smelt_model *m, const int32_t *tok, int p0, int p1,
+                      int row, int n_total, int32_t *rpos, int32_t *span);
 /* after the rows of all sequences: the runs' deepstack pointers */
 void sm_mm_batch_done(sm_mm_scratch *sc);
 void sm_mm_scratch_free(sm_mm_scratch *sc);

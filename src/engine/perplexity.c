@@ -20,7 +20,10 @@ smelt_status sm_perplexity_progress(smelt_model *m, const int32_t *ids, int n, i
     if (len < 2) break;
     float *lg = NULL;
     smelt_status st = smelt_eval_logits(m, ids + s, len, &lg);
-    if (st) { free(lsm); return st; }
+    if (st) {
+      free(lsm);
+      return st;
+    }
     for (int i = 0; i + 1 < len; i++) {
       sm_log_softmax(lg + (size_t)i * V, V, lsm);
       nll -= lsm[ids[s + i + 1]];

@@ -22,7 +22,7 @@
 static uint32_t kv_code(sm_dtype t) { return t == SM_DT_F32 ? 1 : t == SM_DT_F16 ? 2 : t == SM_DT_BF16 ? 3 : 0; }
 static const char *kv_code_name(uint32_t c) { return c == 1 ? "f32" : c == 2 ? "f16" : c == 3 ? "bf16" : "unknown"; }
 #define MAX_TOKENS (1 << 24)
-static const char k_magic[8] = { 'S', 'M', 'E', 'L', 'T', 'K', 'V', 0 };
+static const char k_magic[8] = {'S', 'M', 'E', 'L', 'T', 'K', 'V', 0};
 
 struct sm_prompt_cache {
   FILE *f;
@@ -32,8 +32,12 @@ struct sm_prompt_cache {
   int32_t *tok;
 };
 
-static void put_u32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint32_t get_u32(const uint8_t *p) { return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static void put_u32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get_u32(const uint8_t *p) {
+  return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 smelt_status sm_model_fingerprint(const smelt_model *m, uint8_t out[32]) {
   sm_sha256 h;
@@ -90,7 +94,8 @@ static smelt_status wr(FILE *f, sm_sha256 *h, const void *p, size_t n, const cha
 smelt_status sm_prompt_cache_save(sm_engine *e, const sm_seq *s, int n, const char *path) {
   smelt_model *m = sm_engine_model(e);
   if (n < 1 || n > sm_seq_len(s) - sm_seq_pending(s))
-    return sm_err(SMELT_ERR_INVALID, "prompt cache: %d tokens asked, %d computed", n, sm_seq_len(s) - sm_seq_pending(s));
+    return sm_err(SMELT_ERR_INVALID, "prompt cache: %d tokens asked, %d computed", n,
+                  sm_seq_len(s) - sm_seq_pending(s));
   const int L = m->cfg.num_hidden_layers;
   const sm_dtype dt = sm_engine_kv_dtype(e);
   const size_t row = (size_t)m->cfg.num_key_value_heads * m->cfg.head_dim * sm_dtype_size(dt); /* bytes */
@@ -149,7 +154,11 @@ void sm_prompt_cache_close(sm_prompt_cache *pc) {
   free(pc);
 }
 
-#define BAD(code, ...) do { st = sm_err(code, __VA_ARGS__); goto fail; } while (0)
+#define BAD(code, ...) \
+  do { \
+    st = sm_err(code, __VA_ARGS__); \
+    goto fail; \
+  } while (0)
 
 smelt_status sm_prompt_cache_open(const char *path, const smelt_model *m, sm_prompt_cache **out) {
   *out = NULL;
@@ -174,18 +183,23 @@ smelt_status sm_prompt_cache_open(const char *path, const smelt_model *m, sm_pro
   char name[61];
   memcpy(name, hdr + 68, 60);
   name[60] = 0;
-  for (char *c = name; *c; c++) if ((unsigned char)*c < 0x20) *c = '?';
+  for (char *c = name; *c; c++)
+    if ((unsigned char)*c < 0x20) *c = '?';
   uint8_t fp[32];
   if ((st = sm_model_fingerprint(m, fp))) goto fail;
   if (memcmp(fp, hdr + 16, 32))
-    BAD(SMELT_ERR_INVALID, "prompt cache %s: made with another model ('%s'; config or weights differ); delete it or "
-        "use another file", path, name);
+    BAD(SMELT_ERR_INVALID,
+        "prompt cache %s: made with another model ('%s'; config or weights differ); delete it or "
+        "use another file",
+        path, name);
   const uint32_t dt = get_u32(hdr + 48), L = get_u32(hdr + 52), H = get_u32(hdr + 56), D = get_u32(hdr + 60);
   if (dt != kv_code(m->kv_dtype) || L != (uint32_t)m->cfg.num_hidden_layers ||
       H != (uint32_t)m->cfg.num_key_value_heads || D != (uint32_t)m->cfg.head_dim)
-    BAD(SMELT_ERR_INVALID, "prompt cache %s: KV format %u layers x %u KV heads x %u %s differs from the model's "
-        "%d x %d x %d %s", path, L, H, D, kv_code_name(dt), m->cfg.num_hidden_layers, m->cfg.num_key_value_heads,
-        m->cfg.head_dim, kv_code_name(kv_code(m->kv_dtype)));
+    BAD(SMELT_ERR_INVALID,
+        "prompt cache %s: KV format %u layers x %u KV heads x %u %s differs from the model's "
+        "%d x %d x %d %s",
+        path, L, H, D, kv_code_name(dt), m->cfg.num_hidden_layers, m->cfg.num_key_value_heads, m->cfg.head_dim,
+        kv_code_name(kv_code(m->kv_dtype)));
   const uint32_t n = get_u32(hdr + 64);
   if (n < 1 || n > MAX_TOKENS) BAD(SMELT_ERR_FORMAT, "prompt cache %s: bad token count %u", path, n);
   pc->n = (int)n;
@@ -197,7 +211,10 @@ smelt_status sm_prompt_cache_open(const char *path, const smelt_model *m, sm_pro
         (unsigned long long)size, (unsigned long long)want, n);
   pc->tok = sm_xmalloc(sizeof(int32_t) * n);
   uint8_t *tb = sm_xmalloc(4ull * n);
-  if (fread(tb, 1, 4ull * n, pc->f) != 4ull * n) { free(tb); BAD(SMELT_ERR_IO, "prompt cache %s: short read", path); }
+  if (fread(tb, 1, 4ull * n, pc->f) != 4ull * n) {
+    free(tb);
+    BAD(SMELT_ERR_IO, "prompt cache %s: short read", path);
+  }
   for (uint32_t i = 0; i < n; i++) pc->tok[i] = (int32_t)get_u32(tb + 4ull * i);
   free(tb);
   /* the checksum over everything but itself */
@@ -208,7 +225,10 @@ smelt_status sm_prompt_cache_open(const char *path, const smelt_model *m, sm_pro
   uint64_t left = size - 32;
   while (left) {
     size_t c = (size_t)SM_MIN(left, (uint64_t)(1 << 20));
-    if (fread(buf, 1, c, pc->f) != c) { free(buf); BAD(SMELT_ERR_IO, "prompt cache %s: short read", path); }
+    if (fread(buf, 1, c, pc->f) != c) {
+      free(buf);
+      BAD(SMELT_ERR_IO, "prompt cache %s: short read", path);
+    }
     sm_sha256_update(&h, buf, c);
     left -= c;
   }
@@ -242,7 +262,8 @@ smelt_status sm_prompt_cache_restore(const sm_prompt_cache *pc, sm_engine *e, sm
   if (pc->n_layers != m->cfg.num_hidden_layers ||
       pc->row != (size_t)m->cfg.num_key_value_heads * m->cfg.head_dim * sm_dtype_size(sm_engine_kv_dtype(e)))
     return sm_err(SMELT_ERR_INVALID, "prompt cache %s: opened for another model", pc->path);
-  if (n < 0 || n > pc->n) return sm_err(SMELT_ERR_INVALID, "prompt cache %s: %d of %d tokens asked", pc->path, n, pc->n);
+  if (n < 0 || n > pc->n)
+    return sm_err(SMELT_ERR_INVALID, "prompt cache %s: %d of %d tokens asked", pc->path, n, pc->n);
   if (sm_seq_len(s)) return sm_err(SMELT_ERR_INVALID, "prompt cache restore into a sequence that is not empty");
   if (!n) return SMELT_OK;
   smelt_status st = sm_seq_append(e, s, pc->tok, n);

@@ -21,14 +21,20 @@ static uint64_t splitmix(uint64_t *x) {
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 static uint64_t next_u64(uint64_t *s) {
   uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-  s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45);
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
   return r;
 }
 static double next_unit(uint64_t *s) { return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0); }
 
 void sm_sampler_init(sm_sampler *s, const smelt_sampling *p, int vocab) {
   memset(s, 0, sizeof *s);
-  if (p) s->p = *p; else smelt_sampling_default(&s->p);
+  if (p) s->p = *p;
+  else smelt_sampling_default(&s->p);
   s->vocab = vocab;
   uint64_t seed = s->p.seed;
   if (!seed) {
@@ -42,14 +48,23 @@ void sm_sampler_init(sm_sampler *s, const smelt_sampling *p, int vocab) {
 }
 
 void sm_sampler_free(sm_sampler *s) {
-  free(s->probs); free(s->idx); free(s->pen); free(s->hkey); free(s->hcnt);
-  s->probs = NULL; s->idx = NULL; s->pen = NULL; s->hkey = NULL; s->hcnt = NULL;
+  free(s->probs);
+  free(s->idx);
+  free(s->pen);
+  free(s->hkey);
+  free(s->hcnt);
+  s->probs = NULL;
+  s->idx = NULL;
+  s->pen = NULL;
+  s->hkey = NULL;
+  s->hcnt = NULL;
   s->pen_cap = s->hcap = 0;
 }
 
 void sm_log_softmax(const float *x, int n, float *out) {
   float mx = -INFINITY;
-  for (int i = 0; i < n; i++) if (x[i] > mx) mx = x[i];
+  for (int i = 0; i < n; i++)
+    if (x[i] > mx) mx = x[i];
   double sum = 0;
   for (int i = 0; i < n; i++) sum += exp((double)x[i] - mx);
   float lse = mx + (float)log(sum);
@@ -64,7 +79,10 @@ void sm_top_n(const float *v, int n, int k, int32_t *out_idx) {
     if (m < k) m++;
     else if (!(v[i] > v[out_idx[m - 1]])) continue;
     int j = m - 1;
-    while (j > 0 && v[i] > v[out_idx[j - 1]]) { out_idx[j] = out_idx[j - 1]; j--; }
+    while (j > 0 && v[i] > v[out_idx[j - 1]]) {
+      out_idx[j] = out_idx[j - 1];
+      j--;
+    }
     out_idx[j] = i;
   }
 }
@@ -86,7 +104,10 @@ static int count_penalties(sm_sampler *s, const int32_t *hist, int nh) {
   }
   int32_t *keys = s->hkey;
   int *cnt = s->hcnt;
-  for (int i = 0; i < cap; i++) { keys[i] = -1; cnt[i] = 0; }
+  for (int i = 0; i < cap; i++) {
+    keys[i] = -1;
+    cnt[i] = 0;
+  }
   int n = 0;
   for (int i = start; i < nh; i++) {
     int32_t t = hist[i];
@@ -103,7 +124,11 @@ static int count_penalties(sm_sampler *s, const int32_t *hist, int nh) {
   }
   int k = 0;
   for (int i = 0; i < cap; i++)
-    if (keys[i] >= 0) { s->pen[k].token = keys[i]; s->pen[k].count = cnt[i]; k++; }
+    if (keys[i] >= 0) {
+      s->pen[k].token = keys[i];
+      s->pen[k].count = cnt[i];
+      k++;
+    }
   return k;
 }
 

@@ -22,8 +22,11 @@ typedef struct {
   /* scratch */
   float *probs;
   int32_t *idx;
-  sm_tok_count *pen; int pen_cap; /* penalty counts of the last prepare */
-  int32_t *hkey; int *hcnt; int hcap;
+  sm_tok_count *pen;
+  int pen_cap; /* penalty counts of the last prepare */
+  int32_t *hkey;
+  int *hcnt;
+  int hcap;
 } sm_sampler;
 
 void sm_sampler_init(sm_sampler *s, const smelt_sampling *p, int vocab);

@@ -17,11 +17,11 @@ struct sm_session {
 
 const char *sm_stop_name(sm_stop s) {
   switch (s) {
-  case SM_STOP_LENGTH: return "length";
-  case SM_STOP_EOS: return "eos";
-  case SM_STOP_CONTEXT: return "context";
-  case SM_STOP_CANCELLED: return "cancelled";
-  default: return "none";
+    case SM_STOP_LENGTH: return "length";
+    case SM_STOP_EOS: return "eos";
+    case SM_STOP_CONTEXT: return "context";
+    case SM_STOP_CANCELLED: return "cancelled";
+    default: return "none";
   }
 }
 
@@ -51,9 +51,14 @@ smelt_status sm_session_create(smelt_model *m, smelt_model *draft, int n_draft, 
   smelt_status st = sm_engine_create(m, &ep, &s->e);
   if (!st && draft) st = sm_engine_create(draft, &ep, &s->de);
   if (!st && draft && (sm_engine_recurrent(s->e) || sm_engine_recurrent(s->de)))
-    st = sm_err(SMELT_ERR_UNSUPPORTED, "speculative decoding is not supported with a model that has recurrent layers "
-                "(%s)", sm_engine_recurrent(s->e) ? m->cfg.model_type : draft->cfg.model_type);
-  if (st) { sm_session_free(s); return st; }
+    st = sm_err(SMELT_ERR_UNSUPPORTED,
+                "speculative decoding is not supported with a model that has recurrent layers "
+                "(%s)",
+                sm_engine_recurrent(s->e) ? m->cfg.model_type : draft->cfg.model_type);
+  if (st) {
+    sm_session_free(s);
+    return st;
+  }
   s->s = sm_seq_new(s->e);
   if (draft) {
     s->d = sm_seq_new(s->de);
@@ -100,7 +105,8 @@ static smelt_status sync_tokens(sm_engine *e, sm_seq *q, const int32_t *ids, int
 }
 
 static bool is_eos(const smelt_model *m, int32_t t) {
-  for (int i = 0; i < m->cfg.n_eos; i++) if (m->cfg.eos_ids[i] == t) return true;
+  for (int i = 0; i < m->cfg.n_eos; i++)
+    if (m->cfg.eos_ids[i] == t) return true;
   return false;
 }
 
@@ -137,14 +143,27 @@ static bool emit_tok(void *ud, int32_t tok) {
   sess_emit *g = ud;
   const sm_session_opts *o = g->o;
   g->n_gen++;
-  if (!o->ignore_eos && is_eos(g->m, tok)) { g->stop = SM_STOP_EOS; return false; }
+  if (!o->ignore_eos && is_eos(g->m, tok)) {
+    g->stop = SM_STOP_EOS;
+    return false;
+  }
   char *piece = NULL;
   size_t len = sm_detok_push(g->dt, tok, &piece);
   bool go = !(len && o->on_piece && !o->on_piece(piece, len, o->user));
   free(piece);
-  if (!go) { g->stop = SM_STOP_CANCELLED; g->cb_stop = true; return false; }
-  if (o->cancelled && o->cancelled(o->ud)) { g->stop = SM_STOP_CANCELLED; return false; }
-  if (g->n_gen >= g->max_new) { g->stop = g->ctx_limited ? SM_STOP_CONTEXT : SM_STOP_LENGTH; return false; }
+  if (!go) {
+    g->stop = SM_STOP_CANCELLED;
+    g->cb_stop = true;
+    return false;
+  }
+  if (o->cancelled && o->cancelled(o->ud)) {
+    g->stop = SM_STOP_CANCELLED;
+    return false;
+  }
+  if (g->n_gen >= g->max_new) {
+    g->stop = g->ctx_limited ? SM_STOP_CONTEXT : SM_STOP_LENGTH;
+    return false;
+  }
   return true;
 }
 
@@ -154,7 +173,10 @@ static smelt_status run(sm_session *s, const int32_t *ids, int n, const sm_mm_sp
   if (!stats) stats = &local;
   memset(stats, 0, sizeof *stats);
   sm_session_opts defo;
-  if (!o) { memset(&defo, 0, sizeof defo); o = &defo; }
+  if (!o) {
+    memset(&defo, 0, sizeof defo);
+    o = &defo;
+  }
   if (n <= 0) return sm_err(SMELT_ERR_INVALID, "empty prompt");
   if (generate ? n >= s->ctx : n > s->ctx)
     return sm_err(SMELT_ERR_LIMIT, "prompt of %d tokens does not fit the context size %d%s", n, s->ctx,
@@ -190,10 +212,13 @@ static smelt_status run(sm_session *s, const int32_t *ids, int n, const sm_mm_sp
     stats->st.peak_rss = sm_peak_rss();
     return st;
   }
-  sess_emit g = { .m = s->m, .o = o, .dt = sm_detok_new(s->m->tok, true) };
+  sess_emit g = {.m = s->m, .o = o, .dt = sm_detok_new(s->m->tok, true)};
   g.max_new = s->ctx - n;
   g.ctx_limited = true;
-  if (o->max_tokens >= 0 && o->max_tokens <= g.max_new) { g.max_new = o->max_tokens; g.ctx_limited = false; }
+  if (o->max_tokens >= 0 && o->max_tokens <= g.max_new) {
+    g.max_new = o->max_tokens;
+    g.ctx_limited = false;
+  }
   if (g.max_new <= 0) {
     /* nothing to generate: the sequence holds exactly the prompt */
   } else if (s->d) {

@@ -22,7 +22,7 @@ typedef struct {
   int n_reused;    /* prompt tokens whose KV was already held (kept from before, or a prompt cache) */
   int n_prefilled; /* prompt tokens computed by this call (n_prompt - n_reused) */
   sm_stop stop;
-  int n_accepted;  /* with a draft model: generated tokens that came from it */
+  int n_accepted; /* with a draft model: generated tokens that came from it */
 } sm_session_stats;
 
 typedef struct {
@@ -45,12 +45,12 @@ typedef struct {
 smelt_status sm_session_create(smelt_model *m, smelt_model *draft, int n_draft, int max_context, int max_batch,
                                sm_session **out);
 void sm_session_free(sm_session *s);
-int sm_session_context(const sm_session *s);                /* tokens it can hold */
-int sm_session_len(const sm_session *s);                    /* tokens whose KV it holds */
-const int32_t *sm_session_tokens(const sm_session *s);      /* those tokens */
-void sm_session_reset(sm_session *s);                       /* drop all KV */
+int sm_session_context(const sm_session *s);           /* tokens it can hold */
+int sm_session_len(const sm_session *s);               /* tokens whose KV it holds */
+const int32_t *sm_session_tokens(const sm_session *s); /* those tokens */
+void sm_session_reset(sm_session *s);                  /* drop all KV */
 sm_engine *sm_session_engine(sm_session *s);
-sm_seq *sm_session_seq(sm_session *s);                      /* the target sequence */
+sm_seq *sm_session_seq(sm_session *s); /* the target sequence */
 
 /* Generate after the prompt ids[0..n): keeps the KV of the longest common prefix with the tokens
  * held (always recomputing at least the last prompt token), prefills the rest, then decodes.

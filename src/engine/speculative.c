@@ -10,7 +10,8 @@
 
 static int32_t argmax(const float *l, int n) {
   int32_t b = 0;
-  for (int i = 1; i < n; i++) if (l[i] > l[b]) b = i;
+  for (int i = 1; i < n; i++)
+    if (l[i] > l[b]) b = i;
   return b;
 }
 
@@ -18,8 +19,10 @@ smelt_status sm_spec_decode(sm_engine *e, sm_seq *s, sm_engine *de, sm_seq *d, i
                             sm_sampler *smp, float *lg, bool (*emit)(void *ud, int32_t tok), void *ud, int *accepted) {
   smelt_model *m = sm_engine_model(e), *dm = sm_engine_model(de);
   if (sm_engine_recurrent(e) || sm_engine_recurrent(de)) /* rejected draft tokens cannot be taken back */
-    return sm_err(SMELT_ERR_UNSUPPORTED, "speculative decoding is not supported with a model that has recurrent "
-                  "layers (%s)", sm_engine_recurrent(e) ? m->cfg.model_type : dm->cfg.model_type);
+    return sm_err(SMELT_ERR_UNSUPPORTED,
+                  "speculative decoding is not supported with a model that has recurrent "
+                  "layers (%s)",
+                  sm_engine_recurrent(e) ? m->cfg.model_type : dm->cfg.model_type);
   const int V = m->cfg.vocab_size, DV = dm->cfg.vocab_size, ctx = sm_engine_max_context(e);
   float *dl = sm_xmalloc(sizeof(float) * (size_t)DV);
   int32_t *prop = sm_xmalloc(sizeof(int32_t) * (size_t)(n_draft + 1));
@@ -76,7 +79,8 @@ smelt_status sm_spec_decode(sm_engine *e, sm_seq *s, sm_engine *de, sm_seq *d, i
 }
 
 static bool is_eos(const smelt_model *m, int32_t t) {
-  for (int i = 0; i < m->cfg.n_eos; i++) if (m->cfg.eos_ids[i] == t) return true;
+  for (int i = 0; i < m->cfg.n_eos; i++)
+    if (m->cfg.eos_ids[i] == t) return true;
   return false;
 }
 
@@ -92,11 +96,18 @@ typedef struct {
 static bool emit_piece(void *ud, int32_t t) {
   spec_emit *g = ud;
   g->stats->n_generated++;
-  if (is_eos(g->m, t)) { g->stats->stop_reason = 1; return false; }
+  if (is_eos(g->m, t)) {
+    g->stats->stop_reason = 1;
+    return false;
+  }
   char *piece = NULL;
   size_t len = sm_detok_push(g->dt, t, &piece);
   bool go = true;
-  if (len && g->cb && !g->cb(piece, len, g->user)) { g->stats->stop_reason = 1; g->cb_stop = true; go = false; }
+  if (len && g->cb && !g->cb(piece, len, g->user)) {
+    g->stats->stop_reason = 1;
+    g->cb_stop = true;
+    go = false;
+  }
   free(piece);
   return go;
 }
@@ -105,8 +116,10 @@ smelt_status sm_generate_speculative(smelt_model *m, smelt_model *dm, const sm_e
                                      const int32_t *ids, int n_ids, int max_tokens, const smelt_sampling *sp,
                                      smelt_piece_cb cb, void *user, smelt_stats *stats, int *accepted) {
   if (m->cfg.rec.kind != SM_REC_NONE || dm->cfg.rec.kind != SM_REC_NONE)
-    return sm_err(SMELT_ERR_UNSUPPORTED, "speculative decoding is not supported with a model that has recurrent "
-                  "layers (%s)", m->cfg.rec.kind != SM_REC_NONE ? m->cfg.model_type : dm->cfg.model_type);
+    return sm_err(SMELT_ERR_UNSUPPORTED,
+                  "speculative decoding is not supported with a model that has recurrent "
+                  "layers (%s)",
+                  m->cfg.rec.kind != SM_REC_NONE ? m->cfg.model_type : dm->cfg.model_type);
   if (!m->tok) return sm_err(SMELT_ERR_INVALID, "model has no tokenizer.json; cannot detokenize");
   if (dm->cfg.vocab_size > m->cfg.vocab_size)
     return sm_err(SMELT_ERR_INVALID, "draft vocabulary (%d) is larger than the model's (%d)", dm->cfg.vocab_size,
@@ -132,7 +145,10 @@ smelt_status sm_generate_speculative(smelt_model *m, smelt_model *dm, const sm_e
   sm_engine *e = NULL, *de = NULL;
   smelt_status st = sm_engine_create(m, &ep, &e);
   if (!st) st = sm_engine_create(dm, &ep, &de);
-  if (st) { sm_engine_free(e); return st; }
+  if (st) {
+    sm_engine_free(e);
+    return st;
+  }
   int V = m->cfg.vocab_size;
   sm_seq *s = sm_seq_new(e), *d = sm_seq_new(de);
   sm_sampler smp;
@@ -148,7 +164,7 @@ smelt_status sm_generate_speculative(smelt_model *m, smelt_model *dm, const sm_e
     while (!st && !done) st = sm_engine_step(e, &s, 1, lg, &done);
   }
   double t1 = sm_now();
-  spec_emit g = { m, dt, cb, user, stats, false };
+  spec_emit g = {m, dt, cb, user, stats, false};
   if (!st) st = sm_spec_decode(e, s, de, d, n_draft, max_tokens, &smp, lg, emit_piece, &g, accepted);
   char *rest = NULL;
   size_t len = sm_detok_flush(dt, &rest);

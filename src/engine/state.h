@@ -15,7 +15,7 @@ typedef struct {
 
 void sm_state_slots_init(sm_state_slots *p, int n);
 void sm_state_slots_free(sm_state_slots *p);
-int sm_state_slot_get(sm_state_slots *p);          /* -1 when none is free */
+int sm_state_slot_get(sm_state_slots *p);            /* -1 when none is free */
 void sm_state_slot_put(sm_state_slots *p, int slot); /* slot < 0: nothing */
 
 /* Copy every recurrent layer's state of slot src into slot dst (backend copies, in stream order). */

@@ -10,8 +10,8 @@
 typedef sm_config_defaults family;
 
 /* unknown model types: sizes required; PretrainedConfig defaults otherwise */
-static const family k_generic = {.type = "", .eps = 1e-6f, .theta = 10000.f, .act = "silu", .tie = true,
-                                 .sw_mode = 1, .bos = -1, .eos = -1};
+static const family k_generic =
+  {.type = "", .eps = 1e-6f, .theta = 10000.f, .act = "silu", .tie = true, .sw_mode = 1, .bos = -1, .eos = -1};
 
 static const family *find_family(sm_config_defaults_fn lookup, const char *type) {
   const family *f = lookup ? lookup(type) : NULL;
@@ -90,10 +90,15 @@ static smelt_status add_token_ids(sm_config *c, const cJSON *v, const char *file
   return SMELT_OK;
 }
 
-#define TRY(x) do { smelt_status rc_ = (x); if (rc_ != SMELT_OK) return rc_; } while (0)
+#define TRY(x) \
+  do { \
+    smelt_status rc_ = (x); \
+    if (rc_ != SMELT_OK) return rc_; \
+  } while (0)
 
 static smelt_status check_range(const char *file, const char *key, long long v, long long lo, long long hi) {
-  if (v < lo || v > hi) return sm_err(SMELT_ERR_FORMAT, "%s: %s = %lld is out of range [%lld, %lld]", file, key, v, lo, hi);
+  if (v < lo || v > hi)
+    return sm_err(SMELT_ERR_FORMAT, "%s: %s = %lld is out of range [%lld, %lld]", file, key, v, lo, hi);
   return SMELT_OK;
 }
 
@@ -113,7 +118,10 @@ static smelt_status parse_rope(sm_config *c, const cJSON *rs, const char *file) 
   if (get(&s, "llama_4_scaling_beta")) TRY(get_float(&s, "llama_4_scaling_beta", &c->rope_llama4_beta));
   if (!(c->rope_llama4_beta >= 0)) return sm_err(SMELT_ERR_FORMAT, "%s: llama_4_scaling_beta must be >= 0", file);
   if (c->rope_llama4_beta > 0) TRY(get_int(&s, "original_max_position_embeddings", &c->rope_original_max_pos));
-  if (!tv || !strcmp(type, "default") || !strcmp(type, "mrope")) { c->rope_type = SM_ROPE_NONE; return SMELT_OK; }
+  if (!tv || !strcmp(type, "default") || !strcmp(type, "mrope")) {
+    c->rope_type = SM_ROPE_NONE;
+    return SMELT_OK;
+  }
   float factor = 0;
   bool has_factor = get(&s, "factor") != NULL;
   TRY(get_float(&s, "factor", &factor));
@@ -125,7 +133,8 @@ static smelt_status parse_rope(sm_config *c, const cJSON *rs, const char *file) 
   } else if (!strcmp(type, "llama3")) {
     const char *need[] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
     for (size_t i = 0; i < SM_ARRAY_LEN(need); i++)
-      if (!get(&s, need[i])) return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling type 'llama3' needs \"%s\"", file, need[i]);
+      if (!get(&s, need[i]))
+        return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling type 'llama3' needs \"%s\"", file, need[i]);
     c->rope_type = SM_ROPE_LLAMA3;
     TRY(get_float(&s, "low_freq_factor", &c->rope_low_freq_factor));
     TRY(get_float(&s, "high_freq_factor", &c->rope_high_freq_factor));
@@ -150,7 +159,8 @@ static smelt_status parse_rope(sm_config *c, const cJSON *rs, const char *file) 
   } else if (!strcmp(type, "longrope") || !strcmp(type, "su")) {
     c->rope_type = SM_ROPE_LONGROPE;
     if (!cJSON_IsArray(get(&s, "short_factor")) || !cJSON_IsArray(get(&s, "long_factor")))
-      return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling type '%s' needs short_factor and long_factor lists", file, type);
+      return sm_err(SMELT_ERR_FORMAT, "%s: rope_scaling type '%s' needs short_factor and long_factor lists", file,
+                    type);
     TRY(get_float(&s, "attention_factor", &c->rope_attn_factor));
     TRY(get_int(&s, "original_max_position_embeddings", &c->rope_original_max_pos));
   } else {
@@ -172,8 +182,10 @@ static smelt_status quant_entry_params(const src *s, const char *what, int dmode
   if (mm[0]) {
     int m = sm_qmode_parse(mm);
     if (m < 0)
-      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization%s%s: mode '%s' is not supported (affine, mxfp4, mxfp8, "
-                    "nvfp4)", s->file, what[0] ? " of " : "", what, mm);
+      return sm_err(SMELT_ERR_UNSUPPORTED,
+                    "%s: quantization%s%s: mode '%s' is not supported (affine, mxfp4, mxfp8, "
+                    "nvfp4)",
+                    s->file, what[0] ? " of " : "", what, mm);
     *mode = m;
   }
   *bits = *mode == dmode ? dbits : (*mode == SM_QMODE_AFFINE ? 4 : sm_qmode_bits((sm_qmode)*mode));
@@ -182,11 +194,13 @@ static smelt_status quant_entry_params(const src *s, const char *what, int dmode
   TRY(get_int(s, "group_size", group));
   if (*mode == SM_QMODE_AFFINE) {
     if (!valid_bits(*bits) || !valid_group(*group))
-      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization%s%s: bits %d / group_size %d not supported (bits 2,3,4,5,6,8; "
-                    "group_size 32,64,128)", s->file, what[0] ? " of " : "", what, *bits, *group);
+      return sm_err(SMELT_ERR_UNSUPPORTED,
+                    "%s: quantization%s%s: bits %d / group_size %d not supported (bits 2,3,4,5,6,8; "
+                    "group_size 32,64,128)",
+                    s->file, what[0] ? " of " : "", what, *bits, *group);
   } else if (*bits != sm_qmode_bits((sm_qmode)*mode) || *group != sm_qmode_group((sm_qmode)*mode)) {
-    return sm_err(SMELT_ERR_FORMAT, "%s: quantization%s%s: mode %s needs bits %d and group_size %d (not %d / %d)", s->file,
-                  what[0] ? " of " : "", what, sm_qmode_name((sm_qmode)*mode), sm_qmode_bits((sm_qmode)*mode),
+    return sm_err(SMELT_ERR_FORMAT, "%s: quantization%s%s: mode %s needs bits %d and group_size %d (not %d / %d)",
+                  s->file, what[0] ? " of " : "", what, sm_qmode_name((sm_qmode)*mode), sm_qmode_bits((sm_qmode)*mode),
                   sm_qmode_group((sm_qmode)*mode), *bits, *group);
   }
   return SMELT_OK;
@@ -195,7 +209,10 @@ static smelt_status quant_entry_params(const src *s, const char *what, int dmode
 static smelt_status parse_quant(sm_config *c, const char *file) {
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(c->json, "quantization");
   const char *qname = "quantization";
-  if (!q || cJSON_IsNull(q)) { q = cJSON_GetObjectItemCaseSensitive(c->json, "quantization_config"); qname = "quantization_config"; }
+  if (!q || cJSON_IsNull(q)) {
+    q = cJSON_GetObjectItemCaseSensitive(c->json, "quantization_config");
+    qname = "quantization_config";
+  }
   if ((!q || cJSON_IsNull(q)) && c->text && c->text != c->json) {
     q = cJSON_GetObjectItemCaseSensitive(c->text, "quantization");
     if (!q || cJSON_IsNull(q)) q = cJSON_GetObjectItemCaseSensitive(c->text, "quantization_config");
@@ -206,8 +223,10 @@ static smelt_status parse_quant(sm_config *c, const char *file) {
   char method[32] = "";
   TRY(get_str(&s, "quant_method", method, sizeof method));
   if (method[0] && strcmp(method, "mlx") && strcmp(method, "affine"))
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: quantization method '%s' is not supported (MLX quantization: modes "
-                  "affine, mxfp4, mxfp8, nvfp4)", file, method);
+    return sm_err(SMELT_ERR_UNSUPPORTED,
+                  "%s: quantization method '%s' is not supported (MLX quantization: modes "
+                  "affine, mxfp4, mxfp8, nvfp4)",
+                  file, method);
   c->quant = (cJSON *)q;
   /* mlx defaults: affine 4-bit, group 64 */
   TRY(quant_entry_params(&s, "", SM_QMODE_AFFINE, 4, 64, &c->q_mode, &c->q_bits, &c->q_group_size));
@@ -295,9 +314,11 @@ static smelt_status parse_layer_lists(sm_config *c, const src *s, const family *
       if (!strcmp(e->valuestring, "sliding_attention")) c->layer_sliding[l] = 1;
       else if (!strcmp(e->valuestring, "full_attention")) c->layer_sliding[l] = 0;
       else if (kind >= 0) c->layer_kind[l] = (uint8_t)kind;
-      else return sm_err(SMELT_ERR_UNSUPPORTED, "%s: layer_types[%d] = '%.40s' is not supported (full_attention, "
-                         "sliding_attention%s)", s->file, l, e->valuestring,
-                         f->rec ? ", attention, linear_attention, mamba, conv, mlp, moe" : "");
+      else
+        return sm_err(SMELT_ERR_UNSUPPORTED,
+                      "%s: layer_types[%d] = '%.40s' is not supported (full_attention, "
+                      "sliding_attention%s)",
+                      s->file, l, e->valuestring, f->rec ? ", attention, linear_attention, mamba, conv, mlp, moe" : "");
     }
     c->has_layer_types = true;
   }
@@ -321,7 +342,8 @@ static smelt_status parse_layer_lists(sm_config *c, const src *s, const family *
   bool bidir = false;
   TRY(get_bool(s, "use_bidirectional_attention", &bidir));
   if (bidir)
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: use_bidirectional_attention (an embedding model) is not supported", s->file);
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: use_bidirectional_attention (an embedding model) is not supported",
+                  s->file);
   return SMELT_OK;
 }
 
@@ -329,7 +351,10 @@ static smelt_status parse_layer_lists(sm_config *c, const src *s, const family *
 static const cJSON *get_any(const src *s, const char *const *keys, const char **which) {
   for (; *keys; keys++) {
     const cJSON *v = get(s, *keys);
-    if (v) { if (which) *which = *keys; return v; }
+    if (v) {
+      if (which) *which = *keys;
+      return v;
+    }
   }
   return NULL;
 }
@@ -355,7 +380,8 @@ static smelt_status parse_rec_layers(sm_config *c, const src *s) {
   const cJSON *lbt = get(s, "layers_block_type");
   const cJSON *fai = get(s, "full_attn_idxs");
   if (pat && !c->has_layer_types) {
-    if (!cJSON_IsString(pat)) return sm_err(SMELT_ERR_FORMAT, "%s: \"hybrid_override_pattern\" must be a string", s->file);
+    if (!cJSON_IsString(pat))
+      return sm_err(SMELT_ERR_FORMAT, "%s: \"hybrid_override_pattern\" must be a string", s->file);
     const size_t n = strlen(pat->valuestring);
     if (n == 0 || n > SM_MAX_LAYERS || strspn(pat->valuestring, "M*-E") != n)
       return sm_err(SMELT_ERR_FORMAT, "%s: hybrid_override_pattern '%.40s' must be 1 to %d of M, *, - and E", s->file,
@@ -369,24 +395,29 @@ static smelt_status parse_rec_layers(sm_config *c, const src *s) {
   } else if (lbt && !c->has_layer_types) {
     const int n = cJSON_IsArray(lbt) ? cJSON_GetArraySize(lbt) : 0;
     if (n < 1 || n > SM_MAX_LAYERS)
-      return sm_err(SMELT_ERR_FORMAT, "%s: \"layers_block_type\" must be a list of 1 to %d layer kinds", s->file, SM_MAX_LAYERS);
+      return sm_err(SMELT_ERR_FORMAT, "%s: \"layers_block_type\" must be a list of 1 to %d layer kinds", s->file,
+                    SM_MAX_LAYERS);
     c->num_hidden_layers = n;
     int l = 0;
     for (const cJSON *e = lbt->child; e; e = e->next, l++) {
       const int k = cJSON_IsString(e) ? hybrid_kind(e->valuestring) : -1;
       if (k < 0)
-        return sm_err(SMELT_ERR_UNSUPPORTED, "%s: layers_block_type[%d] is not one of attention, full_attention, "
-                      "mamba, linear_attention, mlp, moe", s->file, l);
+        return sm_err(SMELT_ERR_UNSUPPORTED,
+                      "%s: layers_block_type[%d] is not one of attention, full_attention, "
+                      "mamba, linear_attention, mlp, moe",
+                      s->file, l);
       c->layer_kind[l] = (uint8_t)k;
     }
     c->has_layer_types = true;
   } else if (fai && !c->has_layer_types) {
-    if (!cJSON_IsArray(fai)) return sm_err(SMELT_ERR_FORMAT, "%s: \"full_attn_idxs\" must be a list of layer indices", s->file);
+    if (!cJSON_IsArray(fai))
+      return sm_err(SMELT_ERR_FORMAT, "%s: \"full_attn_idxs\" must be a list of layer indices", s->file);
     for (int l = 0; l < c->num_hidden_layers; l++) c->layer_kind[l] = SM_LK_REC;
     for (const cJSON *e = fai->child; e; e = e->next) {
       int l;
       if (to_int(e, s->file, "full_attn_idxs", &l) || l < 0 || l >= c->num_hidden_layers)
-        return sm_err(SMELT_ERR_FORMAT, "%s: full_attn_idxs must hold layer indices below %d", s->file, c->num_hidden_layers);
+        return sm_err(SMELT_ERR_FORMAT, "%s: full_attn_idxs must hold layer indices below %d", s->file,
+                      c->num_hidden_layers);
       c->layer_kind[l] = SM_LK_ATTN;
     }
     c->has_layer_types = true;
@@ -428,96 +459,99 @@ static smelt_status parse_rec(sm_config *c, const src *s, const family *f) {
     if (c->layer_kind[l] == SM_LK_MOE && !r->n_experts) r->n_experts = 1;
   const int H = c->hidden_size;
   switch (r->kind) {
-  case SM_REC_GDN:
-    TRY(get_int(s, "linear_num_key_heads", &r->gdn_k_heads));
-    TRY(get_int(s, "linear_num_value_heads", &r->gdn_v_heads));
-    TRY(get_int(s, "linear_key_head_dim", &r->gdn_k_dim));
-    TRY(get_int(s, "linear_value_head_dim", &r->gdn_v_dim));
-    TRY(check_range(file, "linear_num_key_heads", r->gdn_k_heads, 1, 4096));
-    TRY(check_range(file, "linear_num_value_heads", r->gdn_v_heads, 1, 4096));
-    TRY(check_range(file, "linear_key_head_dim", r->gdn_k_dim, 1, 1024));
-    TRY(check_range(file, "linear_value_head_dim", r->gdn_v_dim, 1, 1024));
-    if (r->gdn_v_heads % r->gdn_k_heads)
-      return sm_err(SMELT_ERR_FORMAT, "%s: linear_num_value_heads (%d) is not a multiple of linear_num_key_heads (%d)",
-                    file, r->gdn_v_heads, r->gdn_k_heads);
-    if (r->n_experts) { /* Qwen3-Next: MoE unless every layer is in mlp_only_layers */
-      int step = 1;
-      TRY(get_int(s, "decoder_sparse_step", &step));
-      const cJSON *mol = get(s, "mlp_only_layers");
-      int n_only = cJSON_IsArray(mol) ? cJSON_GetArraySize(mol) : 0;
-      if (step <= 0 || step > c->num_hidden_layers || n_only >= c->num_hidden_layers) r->n_experts = 0;
+    case SM_REC_GDN:
+      TRY(get_int(s, "linear_num_key_heads", &r->gdn_k_heads));
+      TRY(get_int(s, "linear_num_value_heads", &r->gdn_v_heads));
+      TRY(get_int(s, "linear_key_head_dim", &r->gdn_k_dim));
+      TRY(get_int(s, "linear_value_head_dim", &r->gdn_v_dim));
+      TRY(check_range(file, "linear_num_key_heads", r->gdn_k_heads, 1, 4096));
+      TRY(check_range(file, "linear_num_value_heads", r->gdn_v_heads, 1, 4096));
+      TRY(check_range(file, "linear_key_head_dim", r->gdn_k_dim, 1, 1024));
+      TRY(check_range(file, "linear_value_head_dim", r->gdn_v_dim, 1, 1024));
+      if (r->gdn_v_heads % r->gdn_k_heads)
+        return sm_err(SMELT_ERR_FORMAT,
+                      "%s: linear_num_value_heads (%d) is not a multiple of linear_num_key_heads (%d)", file,
+                      r->gdn_v_heads, r->gdn_k_heads);
+      if (r->n_experts) { /* Qwen3-Next: MoE unless every layer is in mlp_only_layers */
+        int step = 1;
+        TRY(get_int(s, "decoder_sparse_step", &step));
+        const cJSON *mol = get(s, "mlp_only_layers");
+        int n_only = cJSON_IsArray(mol) ? cJSON_GetArraySize(mol) : 0;
+        if (step <= 0 || step > c->num_hidden_layers || n_only >= c->num_hidden_layers) r->n_experts = 0;
+      }
+      break;
+    case SM_REC_SHORTCONV: {
+      /* LFM2: the MLP size from block_ff_dim with its auto adjustment (Lfm2MLP), its other key names */
+      int ff = c->intermediate_size, mult_of = 256;
+      bool adjust = true;
+      float ffm = 1.0f;
+      TRY(get_int(s, "block_ff_dim", &ff));
+      TRY(get_bool(s, "block_auto_adjust_ff_dim", &adjust));
+      TRY(get_int(s, "block_multiple_of", &mult_of));
+      const cJSON *m = get(s, "block_ffn_dim_multiplier");
+      if (m) TRY(to_float(m, file, "block_ffn_dim_multiplier", &ffm));
+      TRY(check_range(file, "block_multiple_of", mult_of, 1, 1 << 20));
+      if (adjust) {
+        ff = (int)(2.0 * ff / 3.0);
+        if (m) ff = (int)(ffm * ff);
+        ff = mult_of * ((ff + mult_of - 1) / mult_of);
+      }
+      TRY(check_range(file, "feed-forward size", ff, 1, 1 << 20));
+      c->intermediate_size = ff;
+      if (get(s, "theta")) TRY(get_float(s, "theta", &c->rope_theta));
+      if (!(c->rope_theta > 0)) return sm_err(SMELT_ERR_FORMAT, "%s: theta must be > 0", file);
+      TRY(get_bool(s, "tie_embedding", &c->tie_word_embeddings));
+      break;
     }
-    break;
-  case SM_REC_SHORTCONV: {
-    /* LFM2: the MLP size from block_ff_dim with its auto adjustment (Lfm2MLP), its other key names */
-    int ff = c->intermediate_size, mult_of = 256;
-    bool adjust = true;
-    float ffm = 1.0f;
-    TRY(get_int(s, "block_ff_dim", &ff));
-    TRY(get_bool(s, "block_auto_adjust_ff_dim", &adjust));
-    TRY(get_int(s, "block_multiple_of", &mult_of));
-    const cJSON *m = get(s, "block_ffn_dim_multiplier");
-    if (m) TRY(to_float(m, file, "block_ffn_dim_multiplier", &ffm));
-    TRY(check_range(file, "block_multiple_of", mult_of, 1, 1 << 20));
-    if (adjust) {
-      ff = (int)(2.0 * ff / 3.0);
-      if (m) ff = (int)(ffm * ff);
-      ff = mult_of * ((ff + mult_of - 1) / mult_of);
+    case SM_REC_MAMBA2: {
+      TRY(get_int_any(s, KEYS("mamba_num_heads", "mamba_n_heads"), &r->m_heads));
+      TRY(get_int_any(s, KEYS("ssm_state_size", "mamba_d_state"), &r->m_state));
+      TRY(get_int_any(s, KEYS("n_groups", "mamba_n_groups"), &r->m_groups));
+      TRY(get_int_any(s, KEYS("expand", "mamba_expand"), &r->m_expand));
+      const cJSON *hd = get_any(s, KEYS("mamba_head_dim", "mamba_d_head"), NULL);
+      if (hd && !(cJSON_IsString(hd) && !strcmp(hd->valuestring, "auto")))
+        TRY(to_int(hd, file, "mamba_head_dim", &r->m_head_dim));
+      TRY(check_range(file, "mamba heads", r->m_heads, 1, 65536));
+      if (r->m_head_dim == 0) {
+        if ((r->m_expand * H) % r->m_heads)
+          return sm_err(SMELT_ERR_FORMAT, "%s: mamba heads (%d) must divide mamba_expand * hidden_size", file,
+                        r->m_heads);
+        r->m_head_dim = r->m_expand * H / r->m_heads;
+      }
+      TRY(check_range(file, "mamba head dim", r->m_head_dim, 1, 4096));
+      TRY(check_range(file, "ssm state size", r->m_state, 1, 4096));
+      TRY(check_range(file, "mamba groups", r->m_groups, 1, r->m_heads));
+      if (r->m_heads % r->m_groups)
+        return sm_err(SMELT_ERR_FORMAT, "%s: mamba groups (%d) must divide the mamba heads (%d)", file, r->m_groups,
+                      r->m_heads);
+      bool use_bias = false;
+      TRY(get_bool(s, "mamba_proj_bias", &r->m_proj_bias));
+      TRY(get_bool(s, "use_bias", &use_bias)); /* Nemotron-H: transformers gives in/out_proj use_bias */
+      r->m_proj_bias |= use_bias;
+      const cJSON *tsl = get_any(s, KEYS("time_step_limit", "mamba_dt_limit"), NULL);
+      if (tsl) {
+        const cJSON *a = cJSON_IsArray(tsl) && cJSON_GetArraySize(tsl) == 2 ? tsl->child : NULL;
+        double lo = a ? limit_value(a) : NAN, hi = a ? limit_value(a->next) : NAN;
+        if (!(lo >= 0) || !(hi >= lo))
+          return sm_err(SMELT_ERR_FORMAT, "%s: \"time_step_limit\" must be [min, max] with 0 <= min <= max", file);
+        r->dt_min = (float)lo;
+        r->dt_max = hi > 3e38 ? INFINITY : (float)hi;
+      }
+      char pe[32] = "";
+      TRY(get_str(s, "position_embedding_type", pe, sizeof pe));
+      if (pe[0]) r->no_rope = strcmp(pe, "rope") != 0;
+      /* Nemotron-H's MLP activation; its earlier configs name the attention head size attention_head_dim */
+      TRY(get_str(s, "mlp_hidden_act", c->hidden_act, sizeof c->hidden_act));
+      if (!get(s, "head_dim") && get(s, "attention_head_dim")) {
+        TRY(get_int(s, "attention_head_dim", &c->head_dim));
+        TRY(check_range(file, "attention_head_dim", c->head_dim, 1, 1024));
+      }
+      /* GraniteMoeHybrid without experts: transformers' MLP is its shared_mlp */
+      if (!r->n_experts) TRY(get_int(s, "shared_intermediate_size", &c->intermediate_size));
+      TRY(check_range(file, "shared_intermediate_size", c->intermediate_size, 1, 1 << 20));
+      break;
     }
-    TRY(check_range(file, "feed-forward size", ff, 1, 1 << 20));
-    c->intermediate_size = ff;
-    if (get(s, "theta")) TRY(get_float(s, "theta", &c->rope_theta));
-    if (!(c->rope_theta > 0)) return sm_err(SMELT_ERR_FORMAT, "%s: theta must be > 0", file);
-    TRY(get_bool(s, "tie_embedding", &c->tie_word_embeddings));
-    break;
-  }
-  case SM_REC_MAMBA2: {
-    TRY(get_int_any(s, KEYS("mamba_num_heads", "mamba_n_heads"), &r->m_heads));
-    TRY(get_int_any(s, KEYS("ssm_state_size", "mamba_d_state"), &r->m_state));
-    TRY(get_int_any(s, KEYS("n_groups", "mamba_n_groups"), &r->m_groups));
-    TRY(get_int_any(s, KEYS("expand", "mamba_expand"), &r->m_expand));
-    const cJSON *hd = get_any(s, KEYS("mamba_head_dim", "mamba_d_head"), NULL);
-    if (hd && !(cJSON_IsString(hd) && !strcmp(hd->valuestring, "auto")))
-      TRY(to_int(hd, file, "mamba_head_dim", &r->m_head_dim));
-    TRY(check_range(file, "mamba heads", r->m_heads, 1, 65536));
-    if (r->m_head_dim == 0) {
-      if ((r->m_expand * H) % r->m_heads)
-        return sm_err(SMELT_ERR_FORMAT, "%s: mamba heads (%d) must divide mamba_expand * hidden_size", file, r->m_heads);
-      r->m_head_dim = r->m_expand * H / r->m_heads;
-    }
-    TRY(check_range(file, "mamba head dim", r->m_head_dim, 1, 4096));
-    TRY(check_range(file, "ssm state size", r->m_state, 1, 4096));
-    TRY(check_range(file, "mamba groups", r->m_groups, 1, r->m_heads));
-    if (r->m_heads % r->m_groups)
-      return sm_err(SMELT_ERR_FORMAT, "%s: mamba groups (%d) must divide the mamba heads (%d)", file, r->m_groups, r->m_heads);
-    bool use_bias = false;
-    TRY(get_bool(s, "mamba_proj_bias", &r->m_proj_bias));
-    TRY(get_bool(s, "use_bias", &use_bias)); /* Nemotron-H: transformers gives in/out_proj use_bias */
-    r->m_proj_bias |= use_bias;
-    const cJSON *tsl = get_any(s, KEYS("time_step_limit", "mamba_dt_limit"), NULL);
-    if (tsl) {
-      const cJSON *a = cJSON_IsArray(tsl) && cJSON_GetArraySize(tsl) == 2 ? tsl->child : NULL;
-      double lo = a ? limit_value(a) : NAN, hi = a ? limit_value(a->next) : NAN;
-      if (!(lo >= 0) || !(hi >= lo))
-        return sm_err(SMELT_ERR_FORMAT, "%s: \"time_step_limit\" must be [min, max] with 0 <= min <= max", file);
-      r->dt_min = (float)lo;
-      r->dt_max = hi > 3e38 ? INFINITY : (float)hi;
-    }
-    char pe[32] = "";
-    TRY(get_str(s, "position_embedding_type", pe, sizeof pe));
-    if (pe[0]) r->no_rope = strcmp(pe, "rope") != 0;
-    /* Nemotron-H's MLP activation; its earlier configs name the attention head size attention_head_dim */
-    TRY(get_str(s, "mlp_hidden_act", c->hidden_act, sizeof c->hidden_act));
-    if (!get(s, "head_dim") && get(s, "attention_head_dim")) {
-      TRY(get_int(s, "attention_head_dim", &c->head_dim));
-      TRY(check_range(file, "attention_head_dim", c->head_dim, 1, 1024));
-    }
-    /* GraniteMoeHybrid without experts: transformers' MLP is its shared_mlp */
-    if (!r->n_experts) TRY(get_int(s, "shared_intermediate_size", &c->intermediate_size));
-    TRY(check_range(file, "shared_intermediate_size", c->intermediate_size, 1, 1 << 20));
-    break;
-  }
-  case SM_REC_NONE: break;
+    case SM_REC_NONE: break;
   }
   return SMELT_OK;
 }
@@ -527,19 +561,19 @@ void sm_config_rec_state(const sm_config *c, size_t *conv_floats, size_t *ssm_fl
   const size_t K1 = r->conv_kernel > 1 ? (size_t)r->conv_kernel - 1 : 0;
   *conv_floats = K1 * (size_t)sm_config_rec_conv_dim(c);
   switch (r->kind) {
-  case SM_REC_GDN: *ssm_floats = (size_t)r->gdn_v_heads * r->gdn_v_dim * r->gdn_k_dim; break;
-  case SM_REC_MAMBA2: *ssm_floats = (size_t)r->m_heads * r->m_head_dim * r->m_state; break;
-  default: *ssm_floats = 0; break;
+    case SM_REC_GDN: *ssm_floats = (size_t)r->gdn_v_heads * r->gdn_v_dim * r->gdn_k_dim; break;
+    case SM_REC_MAMBA2: *ssm_floats = (size_t)r->m_heads * r->m_head_dim * r->m_state; break;
+    default: *ssm_floats = 0; break;
   }
 }
 
 int sm_config_rec_conv_dim(const sm_config *c) {
   const sm_rec_config *r = &c->rec;
   switch (r->kind) {
-  case SM_REC_GDN: return 2 * r->gdn_k_heads * r->gdn_k_dim + r->gdn_v_heads * r->gdn_v_dim;
-  case SM_REC_SHORTCONV: return c->hidden_size;
-  case SM_REC_MAMBA2: return r->m_heads * r->m_head_dim + 2 * r->m_groups * r->m_state;
-  default: return 0;
+    case SM_REC_GDN: return 2 * r->gdn_k_heads * r->gdn_k_dim + r->gdn_v_heads * r->gdn_v_dim;
+    case SM_REC_SHORTCONV: return c->hidden_size;
+    case SM_REC_MAMBA2: return r->m_heads * r->m_head_dim + 2 * r->m_groups * r->m_state;
+    default: return 0;
   }
 }
 
@@ -553,7 +587,8 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   const cJSON *root = c->json;
   if (!cJSON_IsObject(root)) return sm_err(SMELT_ERR_FORMAT, "%s: not a JSON object", file);
   const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
-  if (tc && !cJSON_IsNull(tc) && !cJSON_IsObject(tc)) return sm_err(SMELT_ERR_FORMAT, "%s: \"text_config\" must be an object", file);
+  if (tc && !cJSON_IsNull(tc) && !cJSON_IsObject(tc))
+    return sm_err(SMELT_ERR_FORMAT, "%s: \"text_config\" must be an object", file);
   c->text = (cJSON *)(cJSON_IsObject(tc) ? tc : root);
   src s = {c->text, root, file};
 
@@ -572,9 +607,11 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   /* the outer type names a packaging whose LM type is known: use it when the text config does not say */
   if (!mt && of && of->text_type && (cJSON_IsObject(tc) || vision)) type = of->text_type;
   if (strlen(type) >= sizeof c->model_type || strlen(outer) >= sizeof c->vlm_type)
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: model_type '%.40s...' is too long", file, strlen(type) >= sizeof c->model_type ? type : outer);
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: model_type '%.40s...' is too long", file,
+                  strlen(type) >= sizeof c->model_type ? type : outer);
   snprintf(c->model_type, sizeof c->model_type, "%s", type);
-  if ((cJSON_IsObject(tc) && rmt && strcmp(outer, type)) || vision) snprintf(c->vlm_type, sizeof c->vlm_type, "%s", outer);
+  if ((cJSON_IsObject(tc) && rmt && strcmp(outer, type)) || vision)
+    snprintf(c->vlm_type, sizeof c->vlm_type, "%s", outer);
   const family *f = find_family(lookup, c->model_type);
 
   c->vocab_size = f->vocab;
@@ -589,10 +626,10 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   TRY(get_int(&s, "num_hidden_layers", &c->num_hidden_layers));
   TRY(get_int(&s, "num_attention_heads", &c->num_attention_heads));
   TRY(get_int(&s, "max_position_embeddings", &c->max_position_embeddings));
-  const char *req[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                       "max_position_embeddings"};
-  int *reqv[] = {&c->vocab_size, &c->hidden_size, &c->intermediate_size, &c->num_hidden_layers, &c->num_attention_heads,
-                 &c->max_position_embeddings};
+  const char *req[] = {"vocab_size",        "hidden_size",         "intermediate_size",
+                       "num_hidden_layers", "num_attention_heads", "max_position_embeddings"};
+  int *reqv[] = {&c->vocab_size,        &c->hidden_size,         &c->intermediate_size,
+                 &c->num_hidden_layers, &c->num_attention_heads, &c->max_position_embeddings};
   for (size_t i = 0; i < SM_ARRAY_LEN(req); i++)
     if (!get(&s, req[i]) && *reqv[i] == 0) {
       if (i == 5) c->max_position_embeddings = 2048; /* PretrainedConfig has no default; be lenient */
@@ -616,8 +653,9 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   TRY(get_int(&s, "head_dim", &c->head_dim));
   if (c->head_dim == 0) {
     if (c->hidden_size % c->num_attention_heads)
-      return sm_err(SMELT_ERR_FORMAT, "%s: hidden_size (%d) is not a multiple of num_attention_heads (%d) and no head_dim is given",
-                    file, c->hidden_size, c->num_attention_heads);
+      return sm_err(SMELT_ERR_FORMAT,
+                    "%s: hidden_size (%d) is not a multiple of num_attention_heads (%d) and no head_dim is given", file,
+                    c->hidden_size, c->num_attention_heads);
     c->head_dim = c->hidden_size / c->num_attention_heads;
   }
   TRY(check_range(file, "head_dim", c->head_dim, 1, 1024));
@@ -630,7 +668,8 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   else if (get(&s, "layer_norm_eps")) TRY(get_float(&s, "layer_norm_eps", &c->rms_norm_eps));
   else if (get(&s, "norm_eps")) TRY(get_float(&s, "norm_eps", &c->rms_norm_eps)); /* LFM2 */
   else TRY(get_float(&s, "layer_norm_epsilon", &c->rms_norm_eps));
-  if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1)) return sm_err(SMELT_ERR_FORMAT, "%s: rms_norm_eps %g out of range (0, 1)", file, c->rms_norm_eps);
+  if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
+    return sm_err(SMELT_ERR_FORMAT, "%s: rms_norm_eps %g out of range (0, 1)", file, c->rms_norm_eps);
 
   /* rope */
   c->rope_theta = f->theta;
@@ -653,8 +692,10 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
         if (!tv) tv = get(&ss, "type");
         if (tv && cJSON_IsString(tv)) snprintf(st, sizeof st, "%s", tv->valuestring);
         if (strcmp(st, "default"))
-          return sm_err(SMELT_ERR_UNSUPPORTED, "%s: rope_parameters.sliding_attention type '%s' is not supported "
-                        "(only default)", file, st);
+          return sm_err(SMELT_ERR_UNSUPPORTED,
+                        "%s: rope_parameters.sliding_attention type '%s' is not supported "
+                        "(only default)",
+                        file, st);
       }
     } else {
       TRY(parse_rope(c, rp, file));
@@ -678,11 +719,13 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   float prf = f->partial_rotary > 0 ? f->partial_rotary : 1.0f;
   TRY(get_float(&s, "partial_rotary_factor", &prf));
   if (c->rope_partial_factor > 0) prf = c->rope_partial_factor;
-  if (!(prf > 0 && prf <= 1)) return sm_err(SMELT_ERR_FORMAT, "%s: partial_rotary_factor %g out of range (0, 1]", file, prf);
+  if (!(prf > 0 && prf <= 1))
+    return sm_err(SMELT_ERR_FORMAT, "%s: partial_rotary_factor %g out of range (0, 1]", file, prf);
   c->partial_rotary_dim = (int)(c->head_dim * prf);
   if (c->partial_rotary_dim < 2 || c->partial_rotary_dim % 2)
-    return sm_err(SMELT_ERR_FORMAT, "%s: rotary dimension %d (head_dim %d * partial_rotary_factor %g) must be even and >= 2",
-                  file, c->partial_rotary_dim, c->head_dim, prf);
+    return sm_err(SMELT_ERR_FORMAT,
+                  "%s: rotary dimension %d (head_dim %d * partial_rotary_factor %g) must be even and >= 2", file,
+                  c->partial_rotary_dim, c->head_dim, prf);
 
   c->tie_word_embeddings = f->tie;
   c->attention_bias = f->attn_bias;
@@ -712,7 +755,8 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   if (cJSON_IsString(swp)) { /* EXAONE 4: "LLLG", repeated over the layers (L: sliding, G: full) */
     size_t n = strlen(swp->valuestring);
     if (n == 0 || strspn(swp->valuestring, "LG") != n)
-      return sm_err(SMELT_ERR_FORMAT, "%s: sliding_window_pattern '%.40s' must be a string of L and G", file, swp->valuestring);
+      return sm_err(SMELT_ERR_FORMAT, "%s: sliding_window_pattern '%.40s' must be a string of L and G", file,
+                    swp->valuestring);
     c->has_layer_types = true;
     for (int l = 0; l < c->num_hidden_layers; l++) c->layer_sliding[l] = swp->valuestring[l % n] == 'L';
     c->sliding_window_pattern = 0;
@@ -745,7 +789,8 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   /* multipliers (Granite) and logit_scale (Cohere) */
   c->embedding_multiplier = c->attention_multiplier = c->residual_multiplier = c->logits_scaling = 1.0f;
   c->logit_scale = f->logit_scale > 0 ? f->logit_scale : 1.0f;
-  const char *mk[] = {"embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling", "logit_scale"};
+  const char *mk[] = {"embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling",
+                      "logit_scale"};
   float *mv[] = {&c->embedding_multiplier, &c->attention_multiplier, &c->residual_multiplier, &c->logits_scaling,
                  &c->logit_scale};
   for (size_t i = 0; i < SM_ARRAY_LEN(mk); i++) {
@@ -781,8 +826,12 @@ static smelt_status parse_gen(sm_config *c, const cJSON *g, const family *f, boo
     TRY(get_int(&s, "top_k", &c->gen_top_k));
     TRY(get_float(&s, "repetition_penalty", &c->gen_repetition_penalty));
     bool ds = false;
-    if (get(&s, "do_sample")) { TRY(get_bool(&s, "do_sample", &ds)); c->gen_do_sample = ds; }
-    if (c->gen_temperature < 0 || c->gen_top_p < 0 || c->gen_top_p > 1 || c->gen_top_k < 0 || c->gen_repetition_penalty < 0)
+    if (get(&s, "do_sample")) {
+      TRY(get_bool(&s, "do_sample", &ds));
+      c->gen_do_sample = ds;
+    }
+    if (c->gen_temperature < 0 || c->gen_top_p < 0 || c->gen_top_p > 1 || c->gen_top_k < 0 ||
+        c->gen_repetition_penalty < 0)
       return sm_err(SMELT_ERR_FORMAT, "%s: sampling parameter out of range", file);
     TRY(add_token_ids(c, get(&s, "eos_token_id"), file, "eos_token_id"));
     if (!cfg_has_bos) {
@@ -791,7 +840,10 @@ static smelt_status parse_gen(sm_config *c, const cJSON *g, const family *f, boo
       int b;
       if (bos && (to_int(bos, file, "bos_token_id", &b) != SMELT_OK || b < 0))
         return sm_err(SMELT_ERR_FORMAT, "%s: \"bos_token_id\" must be a token id", file);
-      if (bos) { c->bos_id = b; cfg_has_bos = true; }
+      if (bos) {
+        c->bos_id = b;
+        cfg_has_bos = true;
+      }
     }
   }
   (void)cfg_has_eos;
@@ -804,7 +856,9 @@ static smelt_status parse_gen(sm_config *c, const cJSON *g, const family *f, boo
  * transformers configs carry them (Nemotron-H's time_step_limit). A copy with those tokens outside
  * strings replaced by 1e999 (which parses as infinity), -1e999 and null; NULL when there are none. */
 static char *python_literals(const char *js, size_t len, size_t *out_len) {
-  static const struct { const char *tok, *rep; } k[] = { {"-Infinity", "-1e999"}, {"Infinity", "1e999"}, {"NaN", "null"} };
+  static const struct {
+    const char *tok, *rep;
+  } k[] = {{"-Infinity", "-1e999"}, {"Infinity", "1e999"}, {"NaN", "null"}};
   sm_buf b = SM_BUF_INIT;
   bool in_str = false, any = false;
   size_t from = 0;
@@ -815,7 +869,10 @@ static char *python_literals(const char *js, size_t len, size_t *out_len) {
       else if (ch == '"') in_str = false;
       continue;
     }
-    if (ch == '"') { in_str = true; continue; }
+    if (ch == '"') {
+      in_str = true;
+      continue;
+    }
     for (size_t j = 0; j < SM_ARRAY_LEN(k); j++) {
       const size_t n = strlen(k[j].tok);
       if (i + n <= len && !memcmp(js + i, k[j].tok, n)) {
@@ -828,7 +885,10 @@ static char *python_literals(const char *js, size_t len, size_t *out_len) {
       }
     }
   }
-  if (!any) { sm_buf_free(&b); return NULL; }
+  if (!any) {
+    sm_buf_free(&b);
+    return NULL;
+  }
   sm_buf_put(&b, js + from, len - from);
   *out_len = b.n;
   return sm_buf_take(&b);

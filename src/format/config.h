@@ -22,15 +22,15 @@ typedef enum {
  * moe_intermediate_size), norm_topk_prob, routed_scaling_factor, n_group / topk_group, and which layers
  * are dense (first_k_dense_replace, moe_layer_freq, decoder_sparse_step, mlp_only_layers). */
 typedef struct {
-  int n_experts;       /* 0: not a mixture-of-experts model */
-  int top_k;           /* num_experts_per_tok */
-  int expert_inter;    /* an expert's intermediate size */
-  int shared_inter;    /* the shared expert(s)' intermediate size; 0: none */
-  bool norm_topk;      /* norm_topk_prob */
-  float routed_scale;  /* routed_scaling_factor */
+  int n_experts;      /* 0: not a mixture-of-experts model */
+  int top_k;          /* num_experts_per_tok */
+  int expert_inter;   /* an expert's intermediate size */
+  int shared_inter;   /* the shared expert(s)' intermediate size; 0: none */
+  bool norm_topk;     /* norm_topk_prob */
+  float routed_scale; /* routed_scaling_factor */
   int n_group, topk_group;
   float swiglu_limit, swiglu_alpha; /* gpt-oss clamped SwiGLU */
-  int use_qk_norm;     /* GLM-4 MoE use_qk_norm: -1 absent, 0/1 */
+  int use_qk_norm;                  /* GLM-4 MoE use_qk_norm: -1 absent, 0/1 */
   uint8_t moe_layer[SM_MAX_LAYERS]; /* 1: layer l's MLP is the mixture */
 } sm_moe_config;
 
@@ -40,9 +40,9 @@ typedef struct {
   bool norm_topk;
   float routed_scale;
   int n_group, topk_group;
-  int first_dense;   /* first_k_dense_replace */
-  int layer_freq;    /* moe_layer_freq: MoE layers are those l >= first_dense with l % layer_freq == 0 (0: 1) */
-  int sparse_step;   /* decoder_sparse_step: MoE layers are those with (l + 1) % sparse_step == 0 (0: 1) */
+  int first_dense; /* first_k_dense_replace */
+  int layer_freq;  /* moe_layer_freq: MoE layers are those l >= first_dense with l % layer_freq == 0 (0: 1) */
+  int sparse_step; /* decoder_sparse_step: MoE layers are those with (l + 1) % sparse_step == 0 (0: 1) */
   float swiglu_limit, swiglu_alpha;
 } sm_moe_defaults;
 
@@ -62,12 +62,12 @@ typedef enum {
  * defaults (kind != NONE marks a hybrid family). */
 typedef struct {
   sm_rec_kind kind;
-  int attn_interval;    /* no layer list: every attn_interval-th layer (1-based) is attention; 0: none is */
-  int conv_kernel;      /* width of the causal depthwise convolution */
-  bool conv_bias;       /* the convolution has a bias (LFM2: its in/out projections too) */
-  int gdn_k_heads, gdn_v_heads, gdn_k_dim, gdn_v_dim; /* Gated DeltaNet */
+  int attn_interval; /* no layer list: every attn_interval-th layer (1-based) is attention; 0: none is */
+  int conv_kernel;   /* width of the causal depthwise convolution */
+  bool conv_bias;    /* the convolution has a bias (LFM2: its in/out projections too) */
+  int gdn_k_heads, gdn_v_heads, gdn_k_dim, gdn_v_dim;   /* Gated DeltaNet */
   int m_heads, m_head_dim, m_state, m_groups, m_expand; /* Mamba-2 (m_head_dim 0: expand*hidden/heads) */
-  bool m_proj_bias;     /* Mamba-2 in_proj / out_proj biases */
+  bool m_proj_bias;                                     /* Mamba-2 in_proj / out_proj biases */
   bool m_norm_grouped;  /* the gated norm normalizes each of the m_groups groups (Nemotron-H), not the whole */
   float dt_min, dt_max; /* Mamba-2 time_step_limit (0, inf: none) */
   bool no_rope;         /* attention layers have no RoPE (Nemotron-H; Granite unless position_embedding_type
@@ -76,29 +76,29 @@ typedef struct {
 } sm_rec_config;
 
 typedef struct {
-  char model_type[32];         /* "llama","mistral","qwen2","qwen3","gemma","gemma2","gemma3_text","phi3",...
+  char model_type[32]; /* "llama","mistral","qwen2","qwen3","gemma","gemma2","gemma3_text","phi3",...
                                   (text_config's model_type when the LM is nested under text_config) */
   int vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads;
-  int head_dim;                /* config head_dim or hidden/heads */
+  int head_dim; /* config head_dim or hidden/heads */
   int max_position_embeddings;
   float rms_norm_eps, rope_theta;
-  int partial_rotary_dim;      /* rotary dims per head (== head_dim unless partial_rotary_factor) */
+  int partial_rotary_dim; /* rotary dims per head (== head_dim unless partial_rotary_factor) */
   /* rope_scaling */
-  int rope_type;               /* sm_rope_type */
+  int rope_type; /* sm_rope_type */
   float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
   int rope_original_max_pos;
   float rope_beta_fast, rope_beta_slow, rope_attn_factor; /* yarn, longrope (attn_factor 0 = not given) */
-  float rope_mscale, rope_mscale_all_dim; /* yarn: 0 = not given */
-  bool rope_truncate;                     /* yarn: floor/ceil the correction range (transformers default true) */
-  float rope_partial_factor;              /* partial_rotary_factor given inside rope_parameters (v5), 0 = not given */
-  float rope_llama4_beta;                 /* llama_4_scaling_beta (Ministral 3): query scale past original_max_pos */
-  const cJSON *rope_params;               /* the rope_scaling / rope_parameters object (borrowed from json), or NULL */
+  float rope_mscale, rope_mscale_all_dim;                 /* yarn: 0 = not given */
+  bool rope_truncate;        /* yarn: floor/ceil the correction range (transformers default true) */
+  float rope_partial_factor; /* partial_rotary_factor given inside rope_parameters (v5), 0 = not given */
+  float rope_llama4_beta;    /* llama_4_scaling_beta (Ministral 3): query scale past original_max_pos */
+  const cJSON *rope_params;  /* the rope_scaling / rope_parameters object (borrowed from json), or NULL */
   bool tie_word_embeddings;
-  bool attention_bias;         /* qwen2: true (q/k/v have biases, o_proj has none) */
+  bool attention_bias; /* qwen2: true (q/k/v have biases, o_proj has none) */
   bool mlp_bias;
-  int sliding_window;          /* 0 = none (qwen2/3 with use_sliding_window=false -> 0) */
-  int sliding_window_pattern;  /* gemma2: 2, gemma3: 6 (every Nth layer is global); 0 = n/a */
-  float rope_local_theta;      /* gemma3 rope_local_base_freq for sliding layers; 0 = n/a */
+  int sliding_window;         /* 0 = none (qwen2/3 with use_sliding_window=false -> 0) */
+  int sliding_window_pattern; /* gemma2: 2, gemma3: 6 (every Nth layer is global); 0 = n/a */
+  float rope_local_theta;     /* gemma3 rope_local_base_freq for sliding layers; 0 = n/a */
   /* per-layer kinds from config.json: "layer_types" (or EXAONE's string sliding_window_pattern, "LLLG"),
    * and SmolLM3's "no_rope_layers" (1 = the layer rotates) */
   bool has_layer_types, has_no_rope_layers;
@@ -106,27 +106,31 @@ typedef struct {
   uint8_t layer_rope[SM_MAX_LAYERS];    /* no_rope_layers[l] */
   uint8_t layer_kind[SM_MAX_LAYERS];    /* sm_layer_kind (all SM_LK_ATTN for non-hybrid families) */
   sm_rec_config rec;                    /* hybrid models: the recurrent layers (kind NONE otherwise) */
-  int no_rope_layer_interval;  /* SmolLM3: every Nth layer is NoPE when no_rope_layers is absent; 0 = n/a */
-  bool use_sliding_window;     /* the config's use_sliding_window (families with sw_mode 2) */
-  int max_window_layers;       /* Qwen2/3: layers from this one on slide (with use_sliding_window) */
+  int no_rope_layer_interval;           /* SmolLM3: every Nth layer is NoPE when no_rope_layers is absent; 0 = n/a */
+  bool use_sliding_window;              /* the config's use_sliding_window (families with sw_mode 2) */
+  int max_window_layers;                /* Qwen2/3: layers from this one on slide (with use_sliding_window) */
   /* Granite multipliers and Cohere's logit_scale (1 when absent) */
   float embedding_multiplier, attention_multiplier, residual_multiplier, logits_scaling, logit_scale;
   /* vision-language checkpoints: the outer model_type ("gemma3", "mistral3", "qwen2_5_vl", ...) when the LM
    * is packaged next to a vision tower (text_config and/or vision_config); "" for a text model */
   char vlm_type[32];
-  char hidden_act[32];         /* gemma families: hidden_activation preferred */
-  int n_eos; int32_t eos_ids[16]; int32_t bos_id; /* -1 if none; eos from config AND generation_config (union) */
+  char hidden_act[32]; /* gemma families: hidden_activation preferred */
+  int n_eos;
+  int32_t eos_ids[16];
+  int32_t bos_id; /* -1 if none; eos from config AND generation_config (union) */
   float final_logit_softcapping, attn_logit_softcapping, query_pre_attn_scalar; /* 0 if absent */
   /* quantization ("quantization" or "quantization_config" block): default bits/group_size (0 = unquantized)
    * and mode (sm_qmode: affine, mxfp4, mxfp8, nvfp4) */
   int q_bits, q_group_size, q_mode;
-  cJSON *json;                 /* whole config.json, owned */
-  cJSON *quant;                /* the quantization block (borrowed from json), may be NULL */
-  cJSON *text;                 /* object the LM fields were read from (json or its text_config), borrowed */
-  sm_moe_config moe;           /* mixture-of-experts models (moe.n_experts > 0) */
+  cJSON *json;       /* whole config.json, owned */
+  cJSON *quant;      /* the quantization block (borrowed from json), may be NULL */
+  cJSON *text;       /* object the LM fields were read from (json or its text_config), borrowed */
+  sm_moe_config moe; /* mixture-of-experts models (moe.n_experts > 0) */
   /* generation_config defaults (0/absent if not given) */
-  float gen_temperature, gen_top_p; int gen_top_k; float gen_repetition_penalty;
-  int gen_do_sample;           /* -1 absent, else 0/1 */
+  float gen_temperature, gen_top_p;
+  int gen_top_k;
+  float gen_repetition_penalty;
+  int gen_do_sample; /* -1 absent, else 0/1 */
 } sm_config;
 
 /* Hugging Face class defaults of one model family (its *Config __init__ defaults), for the fields a
@@ -138,23 +142,23 @@ typedef struct {
   float eps, theta;
   const char *act;
   bool tie, attn_bias;
-  int sw_mode;          /* 0: no sliding window, 1: "sliding_window" (default below), 2: only if use_sliding_window */
+  int sw_mode; /* 0: no sliding window, 1: "sliding_window" (default below), 2: only if use_sliding_window */
   int sliding;
-  int bos, eos;         /* -1 = none */
+  int bos, eos; /* -1 = none */
   float final_softcap, attn_softcap, qpas;
   int sw_pattern;
   float local_theta;
-  bool gemma_act;       /* prefer "hidden_activation" over "hidden_act" */
-  int no_rope_interval; /* SmolLM3 no_rope_layer_interval */
-  int max_window_layers;/* Qwen2/3 max_window_layers default */
-  float logit_scale;    /* Cohere: 0.0625; 0 = 1 */
-  float partial_rotary; /* partial_rotary_factor default (GLM-4: 0.5); 0 = 1 */
-  int orig_max_pos;     /* original_max_position_embeddings class default (Phi-3: 4096); 0 = none */
+  bool gemma_act;        /* prefer "hidden_activation" over "hidden_act" */
+  int no_rope_interval;  /* SmolLM3 no_rope_layer_interval */
+  int max_window_layers; /* Qwen2/3 max_window_layers default */
+  float logit_scale;     /* Cohere: 0.0625; 0 = 1 */
+  float partial_rotary;  /* partial_rotary_factor default (GLM-4: 0.5); 0 = 1 */
+  int orig_max_pos;      /* original_max_position_embeddings class default (Phi-3: 4096); 0 = none */
   /* vision-language packagings: the model_type of the LM when text_config does not name it (or when the
    * LM's fields sit at the top level next to a vision_config) */
   const char *text_type;
   const sm_moe_defaults *moe; /* mixture-of-experts families: their MoE defaults (NULL: not MoE) */
-  const sm_rec_config *rec; /* hybrid families: the recurrent-layer defaults (NULL: attention only) */
+  const sm_rec_config *rec;   /* hybrid families: the recurrent-layer defaults (NULL: attention only) */
 } sm_config_defaults;
 /* the defaults of a model_type, NULL when unknown (generic PretrainedConfig defaults then apply) */
 typedef const sm_config_defaults *(*sm_config_defaults_fn)(const char *model_type);

@@ -39,7 +39,11 @@ static smelt_status bool_of(const sm_config *c, const char *file, const char *ke
   return SMELT_OK;
 }
 
-#define TRY(x) do { smelt_status rc_ = (x); if (rc_ != SMELT_OK) return rc_; } while (0)
+#define TRY(x) \
+  do { \
+    smelt_status rc_ = (x); \
+    if (rc_ != SMELT_OK) return rc_; \
+  } while (0)
 
 smelt_status sm_config_parse_moe(sm_config *c, const sm_moe_defaults *d, const char *file) {
   sm_moe_config *m = &c->moe;
@@ -58,10 +62,11 @@ smelt_status sm_config_parse_moe(sm_config *c, const sm_moe_defaults *d, const c
   m->topk_group = d->topk_group > 0 ? d->topk_group : 1;
   m->swiglu_limit = d->swiglu_limit;
   m->swiglu_alpha = d->swiglu_alpha;
-  const char *ek[] = { "num_experts", "num_local_experts", "n_routed_experts" };
+  const char *ek[] = {"num_experts", "num_local_experts", "n_routed_experts"};
   for (size_t i = 0; i < sizeof ek / sizeof ek[0]; i++) TRY(int_of(c, file, ek[i], 1, 4096, &m->n_experts));
   TRY(int_of(c, file, "num_experts_per_tok", 1, 1 << 16, &m->top_k));
-  if (m->n_experts <= 0) return sm_err(SMELT_ERR_FORMAT, "%s: a %s model needs the number of experts", file, c->model_type);
+  if (m->n_experts <= 0)
+    return sm_err(SMELT_ERR_FORMAT, "%s: a %s model needs the number of experts", file, c->model_type);
   if (m->top_k < 1 || m->top_k > m->n_experts || m->top_k > 64)
     return sm_err(SMELT_ERR_FORMAT, "%s: num_experts_per_tok = %d must be in [1, min(64, %d experts)]", file, m->top_k,
                   m->n_experts);
@@ -103,7 +108,8 @@ smelt_status sm_config_parse_moe(sm_config *c, const sm_moe_defaults *d, const c
     m->moe_layer[l] = l >= first && (freq <= 1 || l % freq == 0) && (step <= 1 || (l + 1) % step == 0);
   const cJSON *mo = val(c, "mlp_only_layers");
   if (mo) {
-    if (!cJSON_IsArray(mo)) return sm_err(SMELT_ERR_FORMAT, "%s: \"mlp_only_layers\" must be a list of layer indices", file);
+    if (!cJSON_IsArray(mo))
+      return sm_err(SMELT_ERR_FORMAT, "%s: \"mlp_only_layers\" must be a list of layer indices", file);
     for (const cJSON *e = mo->child; e; e = e->next) {
       if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= nl)
         return sm_err(SMELT_ERR_FORMAT, "%s: mlp_only_layers: entries must be layer indices below %d", file, nl);

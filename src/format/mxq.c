@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-static const char *const k_names[SM_QMODE_COUNT] = { "affine", "mxfp4", "mxfp8", "nvfp4" };
+static const char *const k_names[SM_QMODE_COUNT] = {"affine", "mxfp4", "mxfp8", "nvfp4"};
 
 const char *sm_qmode_name(sm_qmode m) { return (unsigned)m < SM_QMODE_COUNT ? k_names[m] : "?"; }
 
@@ -18,8 +18,8 @@ int sm_qmode_parse(const char *name) {
 int sm_qmode_bits(sm_qmode m) { return m == SM_QMODE_MXFP8 ? 8 : m == SM_QMODE_AFFINE ? 0 : 4; }
 int sm_qmode_group(sm_qmode m) { return m == SM_QMODE_NVFP4 ? 16 : m == SM_QMODE_AFFINE ? 0 : 32; }
 
-const float sm_fp4_e2m1_lut[16] = { +0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
-                                    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f };
+const float sm_fp4_e2m1_lut[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
+                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 float sm_fp8_e4m3_to_f32(uint8_t c) {
   /* MLX: the code's low 7 bits shifted into a half's exponent/mantissa, times 256 */

@@ -26,10 +26,13 @@ struct sm_st {
   size_t total;
 };
 
-static const struct { const char *name; size_t size; } k_dtypes[SM_DT_COUNT] = {
-  [SM_DT_F32] = {"F32", 4}, [SM_DT_F16] = {"F16", 2},   [SM_DT_BF16] = {"BF16", 2}, [SM_DT_F64] = {"F64", 8},
-  [SM_DT_U8] = {"U8", 1},   [SM_DT_I8] = {"I8", 1},     [SM_DT_U16] = {"U16", 2},   [SM_DT_I16] = {"I16", 2},
-  [SM_DT_U32] = {"U32", 4}, [SM_DT_I32] = {"I32", 4},   [SM_DT_U64] = {"U64", 8},   [SM_DT_I64] = {"I64", 8},
+static const struct {
+  const char *name;
+  size_t size;
+} k_dtypes[SM_DT_COUNT] = {
+  [SM_DT_F32] = {"F32", 4},   [SM_DT_F16] = {"F16", 2}, [SM_DT_BF16] = {"BF16", 2}, [SM_DT_F64] = {"F64", 8},
+  [SM_DT_U8] = {"U8", 1},     [SM_DT_I8] = {"I8", 1},   [SM_DT_U16] = {"U16", 2},   [SM_DT_I16] = {"I16", 2},
+  [SM_DT_U32] = {"U32", 4},   [SM_DT_I32] = {"I32", 4}, [SM_DT_U64] = {"U64", 8},   [SM_DT_I64] = {"I64", 8},
   [SM_DT_BOOL] = {"BOOL", 1},
 };
 
@@ -107,7 +110,10 @@ static bool json_uint(const cJSON *v, uint64_t *out) {
   return true;
 }
 
-typedef struct { size_t idx; uint64_t begin, end; } range;
+typedef struct {
+  size_t idx;
+  uint64_t begin, end;
+} range;
 
 static int cmp_range(const void *a, const void *b) {
   const range *x = a, *y = b;
@@ -118,7 +124,8 @@ static int cmp_range(const void *a, const void *b) {
 
 /* Parse one safetensors image and append its tensors to st (file index `fi`). */
 static smelt_status parse_image(sm_st *st, const uint8_t *data, size_t size, int fi, const char *fname) {
-  if (size < 8) return sm_err(SMELT_ERR_FORMAT, "%s: truncated safetensors file (%zu bytes, need at least 8)", fname, size);
+  if (size < 8)
+    return sm_err(SMELT_ERR_FORMAT, "%s: truncated safetensors file (%zu bytes, need at least 8)", fname, size);
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | data[i];
   if (hlen > SM_ST_MAX_HEADER)
@@ -127,7 +134,8 @@ static smelt_status parse_image(sm_st *st, const uint8_t *data, size_t size, int
   if (hlen > size - 8)
     return sm_err(SMELT_ERR_FORMAT, "%s: safetensors header length %llu larger than the file (%zu bytes): truncated?",
                   fname, (unsigned long long)hlen, size);
-  if (hlen < 2) return sm_err(SMELT_ERR_FORMAT, "%s: safetensors header too short (%llu bytes)", fname, (unsigned long long)hlen);
+  if (hlen < 2)
+    return sm_err(SMELT_ERR_FORMAT, "%s: safetensors header too short (%llu bytes)", fname, (unsigned long long)hlen);
   const char *hdr = (const char *)data + 8;
   if (hdr[0] != '{') return sm_err(SMELT_ERR_FORMAT, "%s: safetensors header does not start with '{'", fname);
   if (memchr(hdr, 0, hlen)) return sm_err(SMELT_ERR_FORMAT, "%s: safetensors header contains a NUL byte", fname);
@@ -172,16 +180,34 @@ static smelt_status parse_image(sm_st *st, const uint8_t *data, size_t size, int
 
   for (cJSON *e = root->child; e; e = e->next) {
     const char *name = e->string;
-    if (!name) { rc = sm_err(SMELT_ERR_FORMAT, "%s: header entry without a name", fname); goto done; }
+    if (!name) {
+      rc = sm_err(SMELT_ERR_FORMAT, "%s: header entry without a name", fname);
+      goto done;
+    }
     if (strcmp(name, "__metadata__") == 0) continue;
-    if (!cJSON_IsObject(e)) { rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor '%s': entry is not an object", fname, name); goto done; }
-    if (!name[0]) { rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor with an empty name", fname); goto done; }
+    if (!cJSON_IsObject(e)) {
+      rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor '%s': entry is not an object", fname, name);
+      goto done;
+    }
+    if (!name[0]) {
+      rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor with an empty name", fname);
+      goto done;
+    }
     cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
     cJSON *of = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-    if (!cJSON_IsString(dt)) { rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor '%s': missing or non-string \"dtype\"", fname, name); goto done; }
-    if (!cJSON_IsArray(sh)) { rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor '%s': missing or non-array \"shape\"", fname, name); goto done; }
-    if (!cJSON_IsArray(of)) { rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor '%s': missing or non-array \"data_offsets\"", fname, name); goto done; }
+    if (!cJSON_IsString(dt)) {
+      rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor '%s': missing or non-string \"dtype\"", fname, name);
+      goto done;
+    }
+    if (!cJSON_IsArray(sh)) {
+      rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor '%s': missing or non-array \"shape\"", fname, name);
+      goto done;
+    }
+    if (!cJSON_IsArray(of)) {
+      rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor '%s': missing or non-array \"data_offsets\"", fname, name);
+      goto done;
+    }
     int dtype = dtype_from_name(dt->valuestring);
     if (dtype < 0) {
       rc = sm_err(SMELT_ERR_UNSUPPORTED, "%s: tensor '%s': unsupported dtype \"%.32s\"", fname, name, dt->valuestring);
@@ -229,13 +255,14 @@ static smelt_status parse_image(sm_st *st, const uint8_t *data, size_t size, int
       goto done;
     }
     if (en > dsize) {
-      rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] outside the data block (%llu bytes): truncated file?",
+      rc = sm_err(SMELT_ERR_FORMAT,
+                  "%s: tensor '%s': data_offsets [%llu, %llu] outside the data block (%llu bytes): truncated file?",
                   fname, name, (unsigned long long)b, (unsigned long long)en, (unsigned long long)dsize);
       goto done;
     }
     if (en - b != nbytes) {
-      rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor '%s': shape/dtype need %llu bytes but data_offsets span %llu", fname, name,
-                  (unsigned long long)nbytes, (unsigned long long)(en - b));
+      rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor '%s': shape/dtype need %llu bytes but data_offsets span %llu", fname,
+                  name, (unsigned long long)nbytes, (unsigned long long)(en - b));
       goto done;
     }
     t.data = base + b;
@@ -264,8 +291,7 @@ static smelt_status parse_image(sm_st *st, const uint8_t *data, size_t size, int
     size_t other = st->ht[j] - 1;
     if (other != i) {
       const sm_tensor *o = &st->t[other];
-      if (o->file == fi)
-        rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor '%s' appears twice in the header", fname, o->name);
+      if (o->file == fi) rc = sm_err(SMELT_ERR_FORMAT, "%s: tensor '%s' appears twice in the header", fname, o->name);
       else
         rc = sm_err(SMELT_ERR_FORMAT, "tensor '%s' appears in two shards: %s and %s", o->name,
                     st->files ? st->files[o->file] : "?", fname);
@@ -293,7 +319,10 @@ smelt_status sm_st_parse_buffer(const void *data, size_t size, sm_st **out) {
   st->files[0] = sm_xstrdup("<buffer>");
   st->n_files = 1;
   smelt_status rc = parse_image(st, data, size, 0, "<buffer>");
-  if (rc != SMELT_OK) { sm_st_close(st); return rc; }
+  if (rc != SMELT_OK) {
+    sm_st_close(st);
+    return rc;
+  }
   if (!st->ht_cap) ht_rebuild(st, 0);
   *out = st;
   return SMELT_OK;
@@ -349,17 +378,25 @@ static smelt_status open_index(sm_st *st, const char *dir, const char *index_pat
   char **names = NULL;
   for (cJSON *e = wm->child; e; e = e->next) {
     if (!cJSON_IsString(e) || !e->string) {
-      rc = sm_err(SMELT_ERR_FORMAT, "%s: weight_map entry '%s' is not a file name", index_path, e->string ? e->string : "?");
+      rc = sm_err(SMELT_ERR_FORMAT, "%s: weight_map entry '%s' is not a file name", index_path,
+                  e->string ? e->string : "?");
       goto out;
     }
     if (!safe_rel_path(e->valuestring)) {
-      rc = sm_err(SMELT_ERR_FORMAT, "%s: weight_map entry '%s' names an unsafe path '%s'", index_path, e->string, e->valuestring);
+      rc = sm_err(SMELT_ERR_FORMAT, "%s: weight_map entry '%s' names an unsafe path '%s'", index_path, e->string,
+                  e->valuestring);
       goto out;
     }
-    if (n == cap) { cap = cap ? cap * 2 : 16; names = sm_xrealloc(names, cap * sizeof *names); }
+    if (n == cap) {
+      cap = cap ? cap * 2 : 16;
+      names = sm_xrealloc(names, cap * sizeof *names);
+    }
     names[n++] = e->valuestring;
   }
-  if (n == 0) { rc = sm_err(SMELT_ERR_FORMAT, "%s: empty weight_map", index_path); goto out; }
+  if (n == 0) {
+    rc = sm_err(SMELT_ERR_FORMAT, "%s: empty weight_map", index_path);
+    goto out;
+  }
   qsort(names, n, sizeof *names, cmp_str);
   for (size_t i = 0; i < n && rc == SMELT_OK; i++) {
     if (i && strcmp(names[i], names[i - 1]) == 0) continue;
@@ -372,7 +409,8 @@ static smelt_status open_index(sm_st *st, const char *dir, const char *index_pat
   for (cJSON *e = wm->child; e; e = e->next) {
     const sm_tensor *t = sm_st_find(st, e->string);
     if (!t) {
-      rc = sm_err(SMELT_ERR_FORMAT, "%s lists tensor '%s' in %s, but no shard contains it", index_path, e->string, e->valuestring);
+      rc = sm_err(SMELT_ERR_FORMAT, "%s lists tensor '%s' in %s, but no shard contains it", index_path, e->string,
+                  e->valuestring);
       goto out;
     }
   }
@@ -390,7 +428,10 @@ static smelt_status open_dir_glob(sm_st *st, const char *dir) {
   struct dirent *de;
   while ((de = readdir(d))) {
     if (de->d_name[0] == '.' || !ends_with(de->d_name, ".safetensors")) continue;
-    if (n == cap) { cap = cap ? cap * 2 : 16; names = sm_xrealloc(names, cap * sizeof *names); }
+    if (n == cap) {
+      cap = cap ? cap * 2 : 16;
+      names = sm_xrealloc(names, cap * sizeof *names);
+    }
     names[n++] = sm_xstrdup(de->d_name);
   }
   closedir(d);
@@ -426,7 +467,10 @@ smelt_status sm_st_open_opts(const char *path, bool copy, sm_st **out) {
   } else {
     rc = sm_err(SMELT_ERR_IO, "%s: no such file or directory", path);
   }
-  if (rc != SMELT_OK) { sm_st_close(st); return rc; }
+  if (rc != SMELT_OK) {
+    sm_st_close(st);
+    return rc;
+  }
   if (!st->ht_cap) ht_rebuild(st, 0);
   *out = st;
   return SMELT_OK;

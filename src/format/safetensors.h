@@ -10,9 +10,20 @@ extern "C" {
 #endif
 
 typedef enum {
-  SM_DT_F32 = 0, SM_DT_F16, SM_DT_BF16, SM_DT_F64,
-  SM_DT_U8, SM_DT_I8, SM_DT_U16, SM_DT_I16, SM_DT_U32, SM_DT_I32, SM_DT_U64, SM_DT_I64,
-  SM_DT_BOOL, SM_DT_COUNT
+  SM_DT_F32 = 0,
+  SM_DT_F16,
+  SM_DT_BF16,
+  SM_DT_F64,
+  SM_DT_U8,
+  SM_DT_I8,
+  SM_DT_U16,
+  SM_DT_I16,
+  SM_DT_U32,
+  SM_DT_I32,
+  SM_DT_U64,
+  SM_DT_I64,
+  SM_DT_BOOL,
+  SM_DT_COUNT
 } sm_dtype;
 
 size_t sm_dtype_size(sm_dtype t);
@@ -26,7 +37,7 @@ typedef struct {
   int64_t shape[SM_ST_MAX_DIMS];
   const void *data; /* into the mmap */
   size_t nbytes;
-  int file;         /* index of the shard it came from */
+  int file; /* index of the shard it came from */
 } sm_tensor;
 
 typedef struct sm_st sm_st;

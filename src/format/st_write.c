@@ -6,28 +6,47 @@
 #include <string.h>
 
 typedef struct {
-  char *name; sm_dtype dt; int ndim; int64_t shape[SM_ST_MAX_DIMS];
-  void *data; size_t nbytes;
-  void (*fill)(void *, void *, size_t, const char *); void *user;
+  char *name;
+  sm_dtype dt;
+  int ndim;
+  int64_t shape[SM_ST_MAX_DIMS];
+  void *data;
+  size_t nbytes;
+  void (*fill)(void *, void *, size_t, const char *);
+  void *user;
 } stw_entry;
 
-struct sm_st_writer { stw_entry *e; int n, cap; };
+struct sm_st_writer {
+  stw_entry *e;
+  int n, cap;
+};
 
 sm_st_writer *sm_stw_new(void) { return sm_xcalloc(1, sizeof(sm_st_writer)); }
 
 void sm_stw_add(sm_st_writer *w, const char *name, sm_dtype dt, int ndim, const int64_t *shape, const void *data,
                 void (*fill)(void *, void *, size_t, const char *), void *user) {
-  if (w->n == w->cap) { w->cap = w->cap * 2 + 16; w->e = sm_xrealloc(w->e, sizeof(stw_entry) * (size_t)w->cap); }
+  if (w->n == w->cap) {
+    w->cap = w->cap * 2 + 16;
+    w->e = sm_xrealloc(w->e, sizeof(stw_entry) * (size_t)w->cap);
+  }
   stw_entry *t = &w->e[w->n++];
   memset(t, 0, sizeof *t);
   t->name = sm_xstrdup(name);
   t->dt = dt;
   t->ndim = ndim;
   size_t n = sm_dtype_size(dt);
-  for (int i = 0; i < ndim; i++) { t->shape[i] = shape[i]; n *= (size_t)shape[i]; }
+  for (int i = 0; i < ndim; i++) {
+    t->shape[i] = shape[i];
+    n *= (size_t)shape[i];
+  }
   t->nbytes = n;
-  if (fill) { t->fill = fill; t->user = user; }
-  else { t->data = sm_xmalloc(n); memcpy(t->data, data, n); }
+  if (fill) {
+    t->fill = fill;
+    t->user = user;
+  } else {
+    t->data = sm_xmalloc(n);
+    memcpy(t->data, data, n);
+  }
 }
 
 smelt_status sm_stw_write(sm_st_writer *w, const char *path) {
@@ -51,7 +70,11 @@ smelt_status sm_stw_write(sm_st_writer *w, const char *path) {
   char *tmp = sm_xmalloc(strlen(path) + 8);
   sprintf(tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "wb");
-  if (!f) { free(js); free(tmp); return sm_err(SMELT_ERR_IO, "cannot write %s: %s", path, strerror(errno)); }
+  if (!f) {
+    free(js);
+    free(tmp);
+    return sm_err(SMELT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+  }
   uint64_t hlen = hl + pad;
   uint8_t le[8];
   for (int i = 0; i < 8; i++) le[i] = (uint8_t)(hlen >> (8 * i));
@@ -83,7 +106,10 @@ smelt_status sm_stw_write(sm_st_writer *w, const char *path) {
 
 void sm_stw_free(sm_st_writer *w) {
   if (!w) return;
-  for (int i = 0; i < w->n; i++) { free(w->e[i].name); free(w->e[i].data); }
+  for (int i = 0; i < w->n; i++) {
+    free(w->e[i].name);
+    free(w->e[i].data);
+  }
   free(w->e);
   free(w);
 }

@@ -11,153 +11,320 @@ extern const sm_tensor_names sm_names_llama, sm_names_qwen3;
 
 /* ---- Qwen3-MoE (Qwen3MoeConfig) */
 static const sm_moe_defaults qwen3_moe_moe = {
-  .n_experts = 128, .top_k = 8, .expert_inter = 768, .norm_topk = false, .sparse_step = 1,
+  .n_experts = 128,
+  .top_k = 8,
+  .expert_inter = 768,
+  .norm_topk = false,
+  .sparse_step = 1,
 };
 static const sm_config_defaults qwen3_moe_defaults = {
-  .type = "qwen3_moe", .vocab = 151936, .hidden = 2048, .inter = 6144, .layers = 24, .heads = 32, .kv = 4,
-  .max_pos = 32768, .eps = 1e-6f, .theta = 10000.f, .act = "silu", .sw_mode = 2, .sliding = 4096, .bos = -1,
-  .eos = -1, .max_window_layers = 28, .moe = &qwen3_moe_moe,
+  .type = "qwen3_moe",
+  .vocab = 151936,
+  .hidden = 2048,
+  .inter = 6144,
+  .layers = 24,
+  .heads = 32,
+  .kv = 4,
+  .max_pos = 32768,
+  .eps = 1e-6f,
+  .theta = 10000.f,
+  .act = "silu",
+  .sw_mode = 2,
+  .sliding = 4096,
+  .bos = -1,
+  .eos = -1,
+  .max_window_layers = 28,
+  .moe = &qwen3_moe_moe,
 };
 static const sm_recipe qwen3_moe_recipe = {
-  .attn_bias = SM_BIAS_QKVO, .qk_norm = SM_QK_NORM_HEAD, .window = SM_WIN_FROM_LAYER,
+  .attn_bias = SM_BIAS_QKVO,
+  .qk_norm = SM_QK_NORM_HEAD,
+  .window = SM_WIN_FROM_LAYER,
 };
 static const sm_moe_spec qwen_moe = {
-  .route = SM_ROUTE_SOFTMAX, .router = "mlp.gate", .experts = "mlp.switch_mlp",
+  .route = SM_ROUTE_SOFTMAX,
+  .router = "mlp.gate",
+  .experts = "mlp.switch_mlp",
 };
 const sm_family sm_family_qwen3_moe = {
   .model_type = "qwen3_moe",
   .description = "Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B, 235B-A22B)",
   .example = "mlx-community/Qwen3-30B-A3B-4bit",
-  .defaults = &qwen3_moe_defaults, .names = &sm_names_qwen3, .recipe = &qwen3_moe_recipe, .moe = &qwen_moe,
+  .defaults = &qwen3_moe_defaults,
+  .names = &sm_names_qwen3,
+  .recipe = &qwen3_moe_recipe,
+  .moe = &qwen_moe,
 };
 
 /* ---- Qwen2-MoE (Qwen2MoeConfig): q/k/v biases, a shared expert with a sigmoid gate */
 static const sm_moe_defaults qwen2_moe_moe = {
-  .n_experts = 60, .top_k = 4, .expert_inter = 1408, .shared_inter = 5632, .norm_topk = false, .sparse_step = 1,
+  .n_experts = 60,
+  .top_k = 4,
+  .expert_inter = 1408,
+  .shared_inter = 5632,
+  .norm_topk = false,
+  .sparse_step = 1,
 };
 static const sm_config_defaults qwen2_moe_defaults = {
-  .type = "qwen2_moe", .vocab = 151936, .hidden = 2048, .inter = 5632, .layers = 24, .heads = 16, .kv = 16,
-  .max_pos = 32768, .eps = 1e-6f, .theta = 10000.f, .act = "silu", .sw_mode = 2, .sliding = 4096, .bos = -1,
-  .eos = -1, .max_window_layers = 28, .moe = &qwen2_moe_moe,
+  .type = "qwen2_moe",
+  .vocab = 151936,
+  .hidden = 2048,
+  .inter = 5632,
+  .layers = 24,
+  .heads = 16,
+  .kv = 16,
+  .max_pos = 32768,
+  .eps = 1e-6f,
+  .theta = 10000.f,
+  .act = "silu",
+  .sw_mode = 2,
+  .sliding = 4096,
+  .bos = -1,
+  .eos = -1,
+  .max_window_layers = 28,
+  .moe = &qwen2_moe_moe,
 };
-static const sm_recipe qwen2_moe_recipe = { .qkv_bias = true, .window = SM_WIN_FROM_LAYER };
+static const sm_recipe qwen2_moe_recipe = {.qkv_bias = true, .window = SM_WIN_FROM_LAYER};
 static const sm_moe_spec qwen2_moe_spec = {
-  .route = SM_ROUTE_SOFTMAX, .router = "mlp.gate", .experts = "mlp.switch_mlp", .shared = "mlp.shared_expert",
+  .route = SM_ROUTE_SOFTMAX,
+  .router = "mlp.gate",
+  .experts = "mlp.switch_mlp",
+  .shared = "mlp.shared_expert",
   .shared_gate = "mlp.shared_expert_gate",
 };
 const sm_family sm_family_qwen2_moe = {
   .model_type = "qwen2_moe",
   .description = "Qwen1.5-MoE / Qwen2-MoE (shared expert with a sigmoid gate)",
   .example = "mlx-community/Qwen1.5-MoE-A2.7B-Chat-4bit",
-  .defaults = &qwen2_moe_defaults, .names = &sm_names_llama, .recipe = &qwen2_moe_recipe, .moe = &qwen2_moe_spec,
+  .defaults = &qwen2_moe_defaults,
+  .names = &sm_names_llama,
+  .recipe = &qwen2_moe_recipe,
+  .moe = &qwen2_moe_spec,
 };
 
 /* ---- Mixtral (MixtralConfig): block_sparse_moe, softmax over the top k logits */
-static const sm_moe_defaults mixtral_moe = { .n_experts = 8, .top_k = 2 };
+static const sm_moe_defaults mixtral_moe = {.n_experts = 8, .top_k = 2};
 static const sm_config_defaults mixtral_defaults = {
-  .type = "mixtral", .vocab = 32000, .hidden = 4096, .inter = 14336, .layers = 32, .heads = 32, .kv = 8,
-  .max_pos = 131072, .eps = 1e-5f, .theta = 1000000.f, .act = "silu", .sw_mode = 1, .sliding = 0, .bos = 1, .eos = 2,
+  .type = "mixtral",
+  .vocab = 32000,
+  .hidden = 4096,
+  .inter = 14336,
+  .layers = 32,
+  .heads = 32,
+  .kv = 8,
+  .max_pos = 131072,
+  .eps = 1e-5f,
+  .theta = 1000000.f,
+  .act = "silu",
+  .sw_mode = 1,
+  .sliding = 0,
+  .bos = 1,
+  .eos = 2,
   .moe = &mixtral_moe,
 };
-static const sm_recipe mixtral_recipe = { .window = SM_WIN_ALL };
+static const sm_recipe mixtral_recipe = {.window = SM_WIN_ALL};
 static const sm_moe_spec mixtral_spec = {
-  .route = SM_ROUTE_TOPK_SOFTMAX, .router = "block_sparse_moe.gate", .experts = "block_sparse_moe.switch_mlp",
+  .route = SM_ROUTE_TOPK_SOFTMAX,
+  .router = "block_sparse_moe.gate",
+  .experts = "block_sparse_moe.switch_mlp",
 };
 const sm_family sm_family_mixtral = {
   .model_type = "mixtral",
   .description = "Mixtral 8x7B / 8x22B (top-2 of 8 experts)",
   .example = "mlx-community/Mixtral-8x7B-Instruct-v0.1-4bit",
-  .defaults = &mixtral_defaults, .names = &sm_names_llama, .recipe = &mixtral_recipe, .moe = &mixtral_spec,
+  .defaults = &mixtral_defaults,
+  .names = &sm_names_llama,
+  .recipe = &mixtral_recipe,
+  .moe = &mixtral_spec,
 };
 
 /* ---- gpt-oss (GptOssConfig) */
 static const sm_tensor_names gpt_oss_names = {
-  .root = "model.", .embed = "embed_tokens", .final_norm = "norm", .lm_head = "lm_head", .layers = "layers",
-  .t = {
-    [SM_T_ATTN_NORM] = "input_layernorm",
-    [SM_T_Q] = "self_attn.q_proj", [SM_T_K] = "self_attn.k_proj", [SM_T_V] = "self_attn.v_proj",
-    [SM_T_O] = "self_attn.o_proj",
-    [SM_T_FFN_NORM] = "post_attention_layernorm",
-  },
+  .root = "model.",
+  .embed = "embed_tokens",
+  .final_norm = "norm",
+  .lm_head = "lm_head",
+  .layers = "layers",
+  .t =
+    {
+      [SM_T_ATTN_NORM] = "input_layernorm",
+      [SM_T_Q] = "self_attn.q_proj",
+      [SM_T_K] = "self_attn.k_proj",
+      [SM_T_V] = "self_attn.v_proj",
+      [SM_T_O] = "self_attn.o_proj",
+      [SM_T_FFN_NORM] = "post_attention_layernorm",
+    },
 };
 static const sm_moe_defaults gpt_oss_moe = {
-  .n_experts = 128, .top_k = 4, .swiglu_limit = 7.0f, .swiglu_alpha = 1.702f,
+  .n_experts = 128,
+  .top_k = 4,
+  .swiglu_limit = 7.0f,
+  .swiglu_alpha = 1.702f,
 };
 static const sm_config_defaults gpt_oss_defaults = {
-  .type = "gpt_oss", .vocab = 201088, .hidden = 2880, .inter = 2880, .layers = 36, .heads = 64, .kv = 8,
-  .head_dim = 64, .max_pos = 131072, .eps = 1e-5f, .theta = 150000.f, .act = "silu", .attn_bias = true,
-  .sw_mode = 1, .sliding = 128, .sw_pattern = 2, .bos = -1, .eos = -1, .moe = &gpt_oss_moe,
+  .type = "gpt_oss",
+  .vocab = 201088,
+  .hidden = 2880,
+  .inter = 2880,
+  .layers = 36,
+  .heads = 64,
+  .kv = 8,
+  .head_dim = 64,
+  .max_pos = 131072,
+  .eps = 1e-5f,
+  .theta = 150000.f,
+  .act = "silu",
+  .attn_bias = true,
+  .sw_mode = 1,
+  .sliding = 128,
+  .sw_pattern = 2,
+  .bos = -1,
+  .eos = -1,
+  .moe = &gpt_oss_moe,
 };
 static const sm_recipe gpt_oss_recipe = {
-  .attn_bias = SM_BIAS_QKVO, .window = SM_WIN_PATTERN, .attn_sinks = true,
+  .attn_bias = SM_BIAS_QKVO,
+  .window = SM_WIN_PATTERN,
+  .attn_sinks = true,
 };
 static const sm_moe_spec gpt_oss_spec = {
-  .route = SM_ROUTE_TOPK_SOFTMAX, .router = "mlp.router", .experts = "mlp.experts", .router_bias = true,
-  .expert_bias = true, .clamped_swiglu = true,
+  .route = SM_ROUTE_TOPK_SOFTMAX,
+  .router = "mlp.router",
+  .experts = "mlp.experts",
+  .router_bias = true,
+  .expert_bias = true,
+  .clamped_swiglu = true,
 };
 const sm_family sm_family_gpt_oss = {
   .model_type = "gpt_oss",
   .description = "gpt-oss 20b / 120b (attention sinks, sliding window, MoE)",
   .example = "mlx-community/gpt-oss-20b-MXFP4-Q8",
-  .defaults = &gpt_oss_defaults, .names = &gpt_oss_names, .recipe = &gpt_oss_recipe, .moe = &gpt_oss_spec,
+  .defaults = &gpt_oss_defaults,
+  .names = &gpt_oss_names,
+  .recipe = &gpt_oss_recipe,
+  .moe = &gpt_oss_spec,
 };
 
 /* ---- GLM-4.5 / 4.6 / 4.7 MoE (Glm4MoeConfig) */
 static const sm_moe_defaults glm4_moe_moe = {
-  .n_experts = 128, .top_k = 8, .expert_inter = 1408, .n_shared = 1, .norm_topk = true, .routed_scale = 1.0f,
-  .n_group = 1, .topk_group = 1, .first_dense = 1,
+  .n_experts = 128,
+  .top_k = 8,
+  .expert_inter = 1408,
+  .n_shared = 1,
+  .norm_topk = true,
+  .routed_scale = 1.0f,
+  .n_group = 1,
+  .topk_group = 1,
+  .first_dense = 1,
 };
 static const sm_config_defaults glm4_moe_defaults = {
-  .type = "glm4_moe", .vocab = 151552, .hidden = 4096, .inter = 10944, .layers = 46, .heads = 96, .kv = 8,
-  .head_dim = 128, .max_pos = 131072, .eps = 1e-5f, .theta = 10000.f, .act = "silu", .bos = -1, .eos = -1,
-  .partial_rotary = 0.5f, .moe = &glm4_moe_moe,
+  .type = "glm4_moe",
+  .vocab = 151552,
+  .hidden = 4096,
+  .inter = 10944,
+  .layers = 46,
+  .heads = 96,
+  .kv = 8,
+  .head_dim = 128,
+  .max_pos = 131072,
+  .eps = 1e-5f,
+  .theta = 10000.f,
+  .act = "silu",
+  .bos = -1,
+  .eos = -1,
+  .partial_rotary = 0.5f,
+  .moe = &glm4_moe_moe,
 };
 static const sm_recipe glm4_moe_recipe = {
-  .attn_bias = SM_BIAS_QKV, .qk_norm = SM_QK_NORM_HEAD, .qk_norm_if_config = true, .window = SM_WIN_NONE,
+  .attn_bias = SM_BIAS_QKV,
+  .qk_norm = SM_QK_NORM_HEAD,
+  .qk_norm_if_config = true,
+  .window = SM_WIN_NONE,
 };
 static const sm_tensor_names glm4_moe_names = {
-  .root = "model.", .embed = "embed_tokens", .final_norm = "norm", .lm_head = "lm_head", .layers = "layers",
-  .t = {
-    [SM_T_ATTN_NORM] = "input_layernorm",
-    [SM_T_Q] = "self_attn.q_proj", [SM_T_K] = "self_attn.k_proj", [SM_T_V] = "self_attn.v_proj",
-    [SM_T_O] = "self_attn.o_proj",
-    [SM_T_Q_NORM] = "self_attn.q_norm", [SM_T_K_NORM] = "self_attn.k_norm",
-    [SM_T_FFN_NORM] = "post_attention_layernorm",
-    [SM_T_GATE] = "mlp.gate_proj", [SM_T_UP] = "mlp.up_proj", [SM_T_DOWN] = "mlp.down_proj",
-  },
+  .root = "model.",
+  .embed = "embed_tokens",
+  .final_norm = "norm",
+  .lm_head = "lm_head",
+  .layers = "layers",
+  .t =
+    {
+      [SM_T_ATTN_NORM] = "input_layernorm",
+      [SM_T_Q] = "self_attn.q_proj",
+      [SM_T_K] = "self_attn.k_proj",
+      [SM_T_V] = "self_attn.v_proj",
+      [SM_T_O] = "self_attn.o_proj",
+      [SM_T_Q_NORM] = "self_attn.q_norm",
+      [SM_T_K_NORM] = "self_attn.k_norm",
+      [SM_T_FFN_NORM] = "post_attention_layernorm",
+      [SM_T_GATE] = "mlp.gate_proj",
+      [SM_T_UP] = "mlp.up_proj",
+      [SM_T_DOWN] = "mlp.down_proj",
+    },
 };
 static const sm_moe_spec glm4_moe_spec = {
-  .route = SM_ROUTE_SIGMOID, .router = "mlp.gate", .correction = "mlp.gate.e_score_correction_bias",
-  .experts = "mlp.switch_mlp", .shared = "mlp.shared_experts",
+  .route = SM_ROUTE_SIGMOID,
+  .router = "mlp.gate",
+  .correction = "mlp.gate.e_score_correction_bias",
+  .experts = "mlp.switch_mlp",
+  .shared = "mlp.shared_experts",
 };
 const sm_family sm_family_glm4_moe = {
   .model_type = "glm4_moe",
   .description = "GLM-4.5 / 4.6 / 4.7 MoE (sigmoid routing, shared expert)",
   .example = "mlx-community/GLM-4.5-Air-4bit",
-  .defaults = &glm4_moe_defaults, .names = &glm4_moe_names, .recipe = &glm4_moe_recipe, .moe = &glm4_moe_spec,
+  .defaults = &glm4_moe_defaults,
+  .names = &glm4_moe_names,
+  .recipe = &glm4_moe_recipe,
+  .moe = &glm4_moe_spec,
 };
 
 /* ---- DeepSeek-V3 / R1 and Kimi-K2 (DeepseekV3Config): known, not runnable */
 static const sm_moe_defaults deepseek_v3_moe = {
-  .n_experts = 256, .top_k = 8, .expert_inter = 2048, .n_shared = 1, .norm_topk = true, .routed_scale = 2.5f,
-  .n_group = 8, .topk_group = 4, .first_dense = 3, .layer_freq = 1,
+  .n_experts = 256,
+  .top_k = 8,
+  .expert_inter = 2048,
+  .n_shared = 1,
+  .norm_topk = true,
+  .routed_scale = 2.5f,
+  .n_group = 8,
+  .topk_group = 4,
+  .first_dense = 3,
+  .layer_freq = 1,
 };
 static const sm_config_defaults deepseek_v3_defaults = {
-  .type = "deepseek_v3", .vocab = 129280, .hidden = 7168, .inter = 18432, .layers = 61, .heads = 128, .kv = 128,
-  .head_dim = 192, .max_pos = 4096, .eps = 1e-6f, .theta = 10000.f, .act = "silu", .bos = 0, .eos = 1,
+  .type = "deepseek_v3",
+  .vocab = 129280,
+  .hidden = 7168,
+  .inter = 18432,
+  .layers = 61,
+  .heads = 128,
+  .kv = 128,
+  .head_dim = 192,
+  .max_pos = 4096,
+  .eps = 1e-6f,
+  .theta = 10000.f,
+  .act = "silu",
+  .bos = 0,
+  .eos = 1,
   .moe = &deepseek_v3_moe,
 };
-static const char *const deepseek_aliases[] = { "kimi_k2", NULL };
+static const char *const deepseek_aliases[] = {"kimi_k2", NULL};
 /* its experts as mlx-lm stacks them (for `smelt inspect`'s active parameters; the family does not run) */
 static const sm_moe_spec deepseek_v3_spec = {
-  .route = SM_ROUTE_SIGMOID, .router = "mlp.gate", .correction = "mlp.gate.e_score_correction_bias",
-  .experts = "mlp.switch_mlp", .shared = "mlp.shared_experts",
+  .route = SM_ROUTE_SIGMOID,
+  .router = "mlp.gate",
+  .correction = "mlp.gate.e_score_correction_bias",
+  .experts = "mlp.switch_mlp",
+  .shared = "mlp.shared_experts",
 };
 const sm_family sm_family_deepseek_v3 = {
-  .model_type = "deepseek_v3", .aliases = deepseek_aliases,
+  .model_type = "deepseek_v3",
+  .aliases = deepseek_aliases,
   .description = "DeepSeek-V3 / R1, Kimi-K2 (multi-head latent attention, 256 experts)",
   .example = "mlx-community/DeepSeek-V3-0324-4bit",
-  .defaults = &deepseek_v3_defaults, .moe = &deepseek_v3_spec,
+  .defaults = &deepseek_v3_defaults,
+  .moe = &deepseek_v3_spec,
   .notes = "not runnable yet: its multi-head latent attention (q_a/q_b and kv_a/kv_b projections, the compressed "
            "latent KV cache) is not implemented",
 };

@@ -7,63 +7,117 @@
 #include "model/family.h"
 
 #define QWEN_NEXT_ATTN \
-    [SM_T_ATTN_NORM] = "input_layernorm", \
-    [SM_T_Q] = "self_attn.q_proj", [SM_T_K] = "self_attn.k_proj", [SM_T_V] = "self_attn.v_proj", \
-    [SM_T_O] = "self_attn.o_proj", [SM_T_Q_NORM] = "self_attn.q_norm", [SM_T_K_NORM] = "self_attn.k_norm", \
-    [SM_T_FFN_NORM] = "post_attention_layernorm", \
-    [SM_T_GATE] = "mlp.gate_proj", [SM_T_UP] = "mlp.up_proj", [SM_T_DOWN] = "mlp.down_proj", \
-    [SM_T_REC_CONV] = "linear_attn.conv1d", [SM_T_REC_DT_BIAS] = "linear_attn.dt_bias", \
-    [SM_T_REC_A_LOG] = "linear_attn.A_log", [SM_T_REC_NORM] = "linear_attn.norm", \
-    [SM_T_REC_OUT] = "linear_attn.out_proj"
+  [SM_T_ATTN_NORM] = "input_layernorm", [SM_T_Q] = "self_attn.q_proj", [SM_T_K] = "self_attn.k_proj", \
+  [SM_T_V] = "self_attn.v_proj", [SM_T_O] = "self_attn.o_proj", [SM_T_Q_NORM] = "self_attn.q_norm", \
+  [SM_T_K_NORM] = "self_attn.k_norm", [SM_T_FFN_NORM] = "post_attention_layernorm", [SM_T_GATE] = "mlp.gate_proj", \
+  [SM_T_UP] = "mlp.up_proj", [SM_T_DOWN] = "mlp.down_proj", [SM_T_REC_CONV] = "linear_attn.conv1d", \
+  [SM_T_REC_DT_BIAS] = "linear_attn.dt_bias", [SM_T_REC_A_LOG] = "linear_attn.A_log", \
+  [SM_T_REC_NORM] = "linear_attn.norm", [SM_T_REC_OUT] = "linear_attn.out_proj"
 
 static const sm_tensor_names qwen3_5_names = {
-  .root = "model.", .embed = "embed_tokens", .final_norm = "norm", .lm_head = "lm_head", .layers = "layers",
-  .t = {
-    QWEN_NEXT_ATTN,
-    [SM_T_REC_IN] = "linear_attn.in_proj_qkv", [SM_T_REC_Z] = "linear_attn.in_proj_z",
-    [SM_T_REC_B] = "linear_attn.in_proj_b", [SM_T_REC_A] = "linear_attn.in_proj_a",
-  },
+  .root = "model.",
+  .embed = "embed_tokens",
+  .final_norm = "norm",
+  .lm_head = "lm_head",
+  .layers = "layers",
+  .t =
+    {
+      QWEN_NEXT_ATTN,
+      [SM_T_REC_IN] = "linear_attn.in_proj_qkv",
+      [SM_T_REC_Z] = "linear_attn.in_proj_z",
+      [SM_T_REC_B] = "linear_attn.in_proj_b",
+      [SM_T_REC_A] = "linear_attn.in_proj_a",
+    },
 };
 static const sm_tensor_names qwen3_next_names = {
-  .root = "model.", .embed = "embed_tokens", .final_norm = "norm", .lm_head = "lm_head", .layers = "layers",
-  .t = {
-    QWEN_NEXT_ATTN,
-    [SM_T_REC_IN_FUSED] = "linear_attn.in_proj_qkvz", [SM_T_REC_BA_FUSED] = "linear_attn.in_proj_ba",
-  },
+  .root = "model.",
+  .embed = "embed_tokens",
+  .final_norm = "norm",
+  .lm_head = "lm_head",
+  .layers = "layers",
+  .t =
+    {
+      QWEN_NEXT_ATTN,
+      [SM_T_REC_IN_FUSED] = "linear_attn.in_proj_qkvz",
+      [SM_T_REC_BA_FUSED] = "linear_attn.in_proj_ba",
+    },
 };
 static const sm_recipe qwen_next_recipe = {
-  .attn_bias = SM_BIAS_QKVO, .qk_norm = SM_QK_NORM_HEAD, .window = SM_WIN_NONE, .attn_out_gate = true,
+  .attn_bias = SM_BIAS_QKVO,
+  .qk_norm = SM_QK_NORM_HEAD,
+  .window = SM_WIN_NONE,
+  .attn_out_gate = true,
 };
 
 /* Qwen3_5TextConfig */
 static const sm_rec_config qwen3_5_rec = {
-  .kind = SM_REC_GDN, .attn_interval = 4, .conv_kernel = 4, .gdn_k_heads = 16, .gdn_v_heads = 32, .gdn_k_dim = 128,
+  .kind = SM_REC_GDN,
+  .attn_interval = 4,
+  .conv_kernel = 4,
+  .gdn_k_heads = 16,
+  .gdn_v_heads = 32,
+  .gdn_k_dim = 128,
   .gdn_v_dim = 128,
 };
 static const sm_config_defaults qwen3_5_defaults = {
-  .type = "qwen3_5_text", .vocab = 248320, .hidden = 4096, .inter = 12288, .layers = 32, .heads = 16, .kv = 4,
-  .head_dim = 256, .max_pos = 32768, .eps = 1e-6f, .theta = 10000.f, .act = "silu", .bos = -1, .eos = -1,
-  .partial_rotary = 0.25f, .rec = &qwen3_5_rec,
+  .type = "qwen3_5_text",
+  .vocab = 248320,
+  .hidden = 4096,
+  .inter = 12288,
+  .layers = 32,
+  .heads = 16,
+  .kv = 4,
+  .head_dim = 256,
+  .max_pos = 32768,
+  .eps = 1e-6f,
+  .theta = 10000.f,
+  .act = "silu",
+  .bos = -1,
+  .eos = -1,
+  .partial_rotary = 0.25f,
+  .rec = &qwen3_5_rec,
 };
 const sm_family sm_family_qwen3_5_text = {
   .model_type = "qwen3_5_text",
   .description = "Qwen3.5 / 3.6 dense text model (Gated DeltaNet + gated attention)",
   .example = "mlx-community/Qwen3.5-9B-4bit",
-  .defaults = &qwen3_5_defaults, .names = &qwen3_5_names, .recipe = &qwen_next_recipe,
+  .defaults = &qwen3_5_defaults,
+  .names = &qwen3_5_names,
+  .recipe = &qwen_next_recipe,
   .notes = "recurrent layers: no prefix cache, prompt cache files or speculative decoding",
-  .synth = "{\"layer_types\": [\"linear_attention\", \"full_attention\"], \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, "
-           "\"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, \"partial_rotary_factor\": 0.5, \"num_experts\": 0}",
+  .synth =
+    "{\"layer_types\": [\"linear_attention\", \"full_attention\"], \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, "
+    "\"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, \"partial_rotary_factor\": 0.5, \"num_experts\": 0}",
 };
 
 /* Qwen3_5MoeTextConfig: known, not runnable */
 static const sm_rec_config qwen3_5_moe_rec = {
-  .kind = SM_REC_GDN, .attn_interval = 4, .conv_kernel = 4, .gdn_k_heads = 16, .gdn_v_heads = 32, .gdn_k_dim = 128,
-  .gdn_v_dim = 128, .n_experts = 256,
+  .kind = SM_REC_GDN,
+  .attn_interval = 4,
+  .conv_kernel = 4,
+  .gdn_k_heads = 16,
+  .gdn_v_heads = 32,
+  .gdn_k_dim = 128,
+  .gdn_v_dim = 128,
+  .n_experts = 256,
 };
 static const sm_config_defaults qwen3_5_moe_defaults = {
-  .type = "qwen3_5_moe_text", .vocab = 248320, .hidden = 2048, .inter = 512, .layers = 40, .heads = 16, .kv = 2,
-  .head_dim = 256, .max_pos = 32768, .eps = 1e-6f, .theta = 10000.f, .act = "silu", .bos = -1, .eos = -1,
-  .partial_rotary = 0.25f, .rec = &qwen3_5_moe_rec,
+  .type = "qwen3_5_moe_text",
+  .vocab = 248320,
+  .hidden = 2048,
+  .inter = 512,
+  .layers = 40,
+  .heads = 16,
+  .kv = 2,
+  .head_dim = 256,
+  .max_pos = 32768,
+  .eps = 1e-6f,
+  .theta = 10000.f,
+  .act = "silu",
+  .bos = -1,
+  .eos = -1,
+  .partial_rotary = 0.25f,
+  .rec = &qwen3_5_moe_rec,
 };
 const sm_family sm_family_qwen3_5_moe_text = {
   .model_type = "qwen3_5_moe_text",
@@ -74,21 +128,43 @@ const sm_family sm_family_qwen3_5_moe_text = {
 
 /* Qwen3NextConfig */
 static const sm_rec_config qwen3_next_rec = {
-  .kind = SM_REC_GDN, .attn_interval = 4, .conv_kernel = 4, .gdn_k_heads = 16, .gdn_v_heads = 32, .gdn_k_dim = 128,
-  .gdn_v_dim = 128, .n_experts = 512,
+  .kind = SM_REC_GDN,
+  .attn_interval = 4,
+  .conv_kernel = 4,
+  .gdn_k_heads = 16,
+  .gdn_v_heads = 32,
+  .gdn_k_dim = 128,
+  .gdn_v_dim = 128,
+  .n_experts = 512,
 };
 static const sm_config_defaults qwen3_next_defaults = {
-  .type = "qwen3_next", .vocab = 151936, .hidden = 2048, .inter = 5632, .layers = 48, .heads = 16, .kv = 2,
-  .head_dim = 256, .max_pos = 32768, .eps = 1e-6f, .theta = 10000.f, .act = "silu", .bos = -1, .eos = -1,
-  .partial_rotary = 0.25f, .rec = &qwen3_next_rec,
+  .type = "qwen3_next",
+  .vocab = 151936,
+  .hidden = 2048,
+  .inter = 5632,
+  .layers = 48,
+  .heads = 16,
+  .kv = 2,
+  .head_dim = 256,
+  .max_pos = 32768,
+  .eps = 1e-6f,
+  .theta = 10000.f,
+  .act = "silu",
+  .bos = -1,
+  .eos = -1,
+  .partial_rotary = 0.25f,
+  .rec = &qwen3_next_rec,
 };
 const sm_family sm_family_qwen3_next = {
   .model_type = "qwen3_next",
   .description = "Qwen3-Next (Gated DeltaNet + gated attention; fused projections)",
   .example = "mlx-community/Qwen3-Next-80B-A3B-Instruct-4bit",
-  .defaults = &qwen3_next_defaults, .names = &qwen3_next_names, .recipe = &qwen_next_recipe,
+  .defaults = &qwen3_next_defaults,
+  .names = &qwen3_next_names,
+  .recipe = &qwen_next_recipe,
   .notes = "dense configurations only (the published Qwen3-Next models are MoE: not yet); recurrent layers: no "
            "prefix cache, prompt cache files or speculative decoding",
-  .synth = "{\"layer_types\": [\"linear_attention\", \"full_attention\"], \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, "
-           "\"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, \"partial_rotary_factor\": 0.5, \"num_experts\": 0}",
+  .synth =
+    "{\"layer_types\": [\"linear_attention\", \"full_attention\"], \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, "
+    "\"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, \"partial_rotary_factor\": 0.5, \"num_experts\": 0}",
 };

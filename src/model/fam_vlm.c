@@ -8,55 +8,75 @@ bool sm_vlm_images(const char *t) {
   return t && (!strcmp(t, "gemma3") || !strcmp(t, "mistral3") || !strcmp(t, "qwen2_5_vl") || !strcmp(t, "qwen3_vl"));
 }
 
-static const char *const vision_skip[] = { "vision_tower.", "multi_modal_projector.", NULL };
+static const char *const vision_skip[] = {"vision_tower.", "multi_modal_projector.", NULL};
 
-static const sm_config_defaults gemma3_defaults = { .type = "gemma3", .text_type = "gemma3_text" };
+static const sm_config_defaults gemma3_defaults = {.type = "gemma3", .text_type = "gemma3_text"};
 const sm_vlm_packaging sm_vlm_gemma3 = {
-  .model_type = "gemma3", .description = "Gemma 3 vision-language checkpoints (text model: gemma3_text)",
-  .example = "mlx-community/gemma-3-4b-it-4bit", .defaults = &gemma3_defaults, .lm_prefix = "language_model.",
+  .model_type = "gemma3",
+  .description = "Gemma 3 vision-language checkpoints (text model: gemma3_text)",
+  .example = "mlx-community/gemma-3-4b-it-4bit",
+  .defaults = &gemma3_defaults,
+  .lm_prefix = "language_model.",
   .skip = vision_skip,
 };
 
-static const sm_config_defaults mistral3_defaults = { .type = "mistral3", .text_type = "mistral" };
+static const sm_config_defaults mistral3_defaults = {.type = "mistral3", .text_type = "mistral"};
 const sm_vlm_packaging sm_vlm_mistral3 = {
   .model_type = "mistral3",
   .description = "Mistral Small 3.1/3.2, Ministral 3 (text model: mistral, ministral3)",
-  .example = "mlx-community/Mistral-Small-3.2-24B-Instruct-2506-4bit", .defaults = &mistral3_defaults,
-  .lm_prefix = "language_model.", .skip = vision_skip,
+  .example = "mlx-community/Mistral-Small-3.2-24B-Instruct-2506-4bit",
+  .defaults = &mistral3_defaults,
+  .lm_prefix = "language_model.",
+  .skip = vision_skip,
 };
 
-static const sm_config_defaults qwen2_5_vl_defaults = { .type = "qwen2_5_vl", .text_type = "qwen2_5_vl_text" };
+static const sm_config_defaults qwen2_5_vl_defaults = {.type = "qwen2_5_vl", .text_type = "qwen2_5_vl_text"};
 const sm_vlm_packaging sm_vlm_qwen2_5_vl = {
-  .model_type = "qwen2_5_vl", .description = "Qwen2.5-VL (text model: qwen2_5_vl_text)",
-  .example = "mlx-community/Qwen2.5-VL-3B-Instruct-4bit", .defaults = &qwen2_5_vl_defaults,
-  .lm_prefix = "language_model.", .skip = vision_skip,
+  .model_type = "qwen2_5_vl",
+  .description = "Qwen2.5-VL (text model: qwen2_5_vl_text)",
+  .example = "mlx-community/Qwen2.5-VL-3B-Instruct-4bit",
+  .defaults = &qwen2_5_vl_defaults,
+  .lm_prefix = "language_model.",
+  .skip = vision_skip,
 };
 
-static const sm_config_defaults qwen3_vl_defaults = { .type = "qwen3_vl", .text_type = "qwen3_vl_text" };
+static const sm_config_defaults qwen3_vl_defaults = {.type = "qwen3_vl", .text_type = "qwen3_vl_text"};
 const sm_vlm_packaging sm_vlm_qwen3_vl = {
-  .model_type = "qwen3_vl", .description = "Qwen3-VL (text model: qwen3_vl_text)",
-  .example = "mlx-community/Qwen3-VL-4B-Instruct-4bit", .defaults = &qwen3_vl_defaults,
-  .lm_prefix = "language_model.", .skip = vision_skip,
+  .model_type = "qwen3_vl",
+  .description = "Qwen3-VL (text model: qwen3_vl_text)",
+  .example = "mlx-community/Qwen3-VL-4B-Instruct-4bit",
+  .defaults = &qwen3_vl_defaults,
+  .lm_prefix = "language_model.",
+  .skip = vision_skip,
 };
 
 /* Gemma 4's text model is not runnable (fam_gemma.c); the packaging is known so that loading one names
  * that reason instead of an unknown type */
-static const sm_config_defaults gemma4_defaults = { .type = "gemma4", .text_type = "gemma4_text" };
+static const sm_config_defaults gemma4_defaults = {.type = "gemma4", .text_type = "gemma4_text"};
 const sm_vlm_packaging sm_vlm_gemma4 = {
-  .model_type = "gemma4", .description = "Gemma 4 (text model: gemma4_text, not runnable)",
-  .defaults = &gemma4_defaults, .lm_prefix = "language_model.", .skip = vision_skip,
+  .model_type = "gemma4",
+  .description = "Gemma 4 (text model: gemma4_text, not runnable)",
+  .defaults = &gemma4_defaults,
+  .lm_prefix = "language_model.",
+  .skip = vision_skip,
 };
 
 /* Qwen3.5 / 3.6: mlx-lm and mlx-vlm write the text model under "language_model." (mlx-lm drops the vision
  * tower) */
-static const sm_config_defaults qwen3_5_defaults = { .type = "qwen3_5", .text_type = "qwen3_5_text" };
+static const sm_config_defaults qwen3_5_defaults = {.type = "qwen3_5", .text_type = "qwen3_5_text"};
 const sm_vlm_packaging sm_vlm_qwen3_5 = {
-  .model_type = "qwen3_5", .description = "Qwen3.5 / 3.6 (text model: qwen3_5_text)",
-  .example = "mlx-community/Qwen3.5-9B-4bit", .defaults = &qwen3_5_defaults, .lm_prefix = "language_model.",
+  .model_type = "qwen3_5",
+  .description = "Qwen3.5 / 3.6 (text model: qwen3_5_text)",
+  .example = "mlx-community/Qwen3.5-9B-4bit",
+  .defaults = &qwen3_5_defaults,
+  .lm_prefix = "language_model.",
   .skip = vision_skip,
 };
-static const sm_config_defaults qwen3_5_moe_defaults = { .type = "qwen3_5_moe", .text_type = "qwen3_5_moe_text" };
+static const sm_config_defaults qwen3_5_moe_defaults = {.type = "qwen3_5_moe", .text_type = "qwen3_5_moe_text"};
 const sm_vlm_packaging sm_vlm_qwen3_5_moe = {
-  .model_type = "qwen3_5_moe", .description = "Qwen3.5 / 3.6 MoE (text model: qwen3_5_moe_text, not runnable)",
-  .defaults = &qwen3_5_moe_defaults, .lm_prefix = "language_model.", .skip = vision_skip,
+  .model_type = "qwen3_5_moe",
+  .description = "Qwen3.5 / 3.6 MoE (text model: qwen3_5_moe_text, not runnable)",
+  .defaults = &qwen3_5_moe_defaults,
+  .lm_prefix = "language_model.",
+  .skip = vision_skip,
 };

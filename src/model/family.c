@@ -3,32 +3,55 @@
 #include "model/family.h"
 #include <string.h>
 
-extern const sm_family sm_family_llama, sm_family_mistral, sm_family_ministral3, sm_family_smollm3,
-  sm_family_granite, sm_family_qwen2, sm_family_qwen3, sm_family_qwen2_5_vl_text, sm_family_qwen3_vl_text,
-  sm_family_gemma, sm_family_gemma2, sm_family_gemma3_text, sm_family_phi3, sm_family_olmo2, sm_family_olmo3,
-  sm_family_exaone4, sm_family_glm4, sm_family_cohere2, sm_family_gemma4_text, sm_family_qwen3_moe,
-  sm_family_qwen2_moe, sm_family_mixtral, sm_family_gpt_oss, sm_family_glm4_moe, sm_family_deepseek_v3,
-  sm_family_lfm2, sm_family_nemotron_h, sm_family_granitemoehybrid, sm_family_qwen3_5_text, sm_family_qwen3_next,
-  sm_family_qwen3_5_moe_text;
+extern const sm_family sm_family_llama, sm_family_mistral, sm_family_ministral3, sm_family_smollm3, sm_family_granite,
+  sm_family_qwen2, sm_family_qwen3, sm_family_qwen2_5_vl_text, sm_family_qwen3_vl_text, sm_family_gemma,
+  sm_family_gemma2, sm_family_gemma3_text, sm_family_phi3, sm_family_olmo2, sm_family_olmo3, sm_family_exaone4,
+  sm_family_glm4, sm_family_cohere2, sm_family_gemma4_text, sm_family_qwen3_moe, sm_family_qwen2_moe, sm_family_mixtral,
+  sm_family_gpt_oss, sm_family_glm4_moe, sm_family_deepseek_v3, sm_family_lfm2, sm_family_nemotron_h,
+  sm_family_granitemoehybrid, sm_family_qwen3_5_text, sm_family_qwen3_next, sm_family_qwen3_5_moe_text;
 extern const sm_vlm_packaging sm_vlm_gemma3, sm_vlm_mistral3, sm_vlm_qwen2_5_vl, sm_vlm_qwen3_vl, sm_vlm_gemma4,
   sm_vlm_qwen3_5, sm_vlm_qwen3_5_moe;
 
 static const sm_family *const g_families[] = {
-  &sm_family_llama, &sm_family_mistral, &sm_family_ministral3, &sm_family_qwen2, &sm_family_qwen3,
-  &sm_family_gemma, &sm_family_gemma2, &sm_family_gemma3_text, &sm_family_phi3, &sm_family_smollm3,
-  &sm_family_olmo2, &sm_family_olmo3, &sm_family_granite, &sm_family_glm4, &sm_family_exaone4, &sm_family_cohere2,
-  &sm_family_qwen2_5_vl_text, &sm_family_qwen3_vl_text,
+  &sm_family_llama,
+  &sm_family_mistral,
+  &sm_family_ministral3,
+  &sm_family_qwen2,
+  &sm_family_qwen3,
+  &sm_family_gemma,
+  &sm_family_gemma2,
+  &sm_family_gemma3_text,
+  &sm_family_phi3,
+  &sm_family_smollm3,
+  &sm_family_olmo2,
+  &sm_family_olmo3,
+  &sm_family_granite,
+  &sm_family_glm4,
+  &sm_family_exaone4,
+  &sm_family_cohere2,
+  &sm_family_qwen2_5_vl_text,
+  &sm_family_qwen3_vl_text,
   /* mixtures of experts (fam_moe.c) */
-  &sm_family_qwen3_moe, &sm_family_qwen2_moe, &sm_family_mixtral, &sm_family_gpt_oss, &sm_family_glm4_moe,
+  &sm_family_qwen3_moe,
+  &sm_family_qwen2_moe,
+  &sm_family_mixtral,
+  &sm_family_gpt_oss,
+  &sm_family_glm4_moe,
   /* hybrid (recurrent + attention) families */
-  &sm_family_qwen3_5_text, &sm_family_qwen3_next, &sm_family_lfm2, &sm_family_nemotron_h, &sm_family_granitemoehybrid,
+  &sm_family_qwen3_5_text,
+  &sm_family_qwen3_next,
+  &sm_family_lfm2,
+  &sm_family_nemotron_h,
+  &sm_family_granitemoehybrid,
   /* known configs, not runnable */
-  &sm_family_gemma4_text, &sm_family_deepseek_v3, &sm_family_qwen3_5_moe_text,
+  &sm_family_gemma4_text,
+  &sm_family_deepseek_v3,
+  &sm_family_qwen3_5_moe_text,
 };
 
 static const sm_vlm_packaging *const g_vlms[] = {
-  &sm_vlm_gemma3, &sm_vlm_mistral3, &sm_vlm_qwen2_5_vl, &sm_vlm_qwen3_vl, &sm_vlm_gemma4, &sm_vlm_qwen3_5,
-  &sm_vlm_qwen3_5_moe,
+  &sm_vlm_gemma3, &sm_vlm_mistral3, &sm_vlm_qwen2_5_vl,  &sm_vlm_qwen3_vl,
+  &sm_vlm_gemma4, &sm_vlm_qwen3_5,  &sm_vlm_qwen3_5_moe,
 };
 
 const sm_family *sm_family_find(const char *model_type) {
@@ -93,12 +116,12 @@ const char *sm_family_runnable_list(void) {
 
 static bool layer_rotates(const sm_recipe *r, const sm_config *c, int l, bool sliding) {
   switch (r->rope) {
-  case SM_ROPE_ALL: return true;
-  case SM_ROPE_SLIDING_ONLY: return sliding && c->sliding_window > 0;
-  case SM_ROPE_GLOBAL_NOPE: return c->sliding_window == 0 || sliding;
-  case SM_ROPE_LIST:
-    if (c->has_no_rope_layers) return c->layer_rope[l] != 0;
-    return c->no_rope_layer_interval <= 0 || (l + 1) % c->no_rope_layer_interval != 0;
+    case SM_ROPE_ALL: return true;
+    case SM_ROPE_SLIDING_ONLY: return sliding && c->sliding_window > 0;
+    case SM_ROPE_GLOBAL_NOPE: return c->sliding_window == 0 || sliding;
+    case SM_ROPE_LIST:
+      if (c->has_no_rope_layers) return c->layer_rope[l] != 0;
+      return c->no_rope_layer_interval <= 0 || (l + 1) % c->no_rope_layer_interval != 0;
   }
   return true;
 }
@@ -108,20 +131,20 @@ void sm_family_layer_spec(const sm_family *f, const sm_config *c, int layer, sm_
   memset(out, 0, sizeof *out);
   bool sliding = false;
   switch (r->window) {
-  case SM_WIN_NONE: break;
-  case SM_WIN_ALL: sliding = c->sliding_window > 0; break;
-  case SM_WIN_PATTERN:
-    if (c->has_layer_types) sliding = c->layer_sliding[layer];
-    else sliding = c->sliding_window_pattern > 0 && (layer + 1) % c->sliding_window_pattern != 0;
-    break;
-  case SM_WIN_NOPE:
-    if (c->has_layer_types) sliding = c->layer_sliding[layer];
-    else sliding = c->use_sliding_window && c->sliding_window > 0 && !layer_rotates(r, c, layer, false);
-    break;
-  case SM_WIN_FROM_LAYER:
-    if (c->has_layer_types) sliding = c->layer_sliding[layer];
-    else sliding = c->use_sliding_window && c->sliding_window > 0 && layer >= c->max_window_layers;
-    break;
+    case SM_WIN_NONE: break;
+    case SM_WIN_ALL: sliding = c->sliding_window > 0; break;
+    case SM_WIN_PATTERN:
+      if (c->has_layer_types) sliding = c->layer_sliding[layer];
+      else sliding = c->sliding_window_pattern > 0 && (layer + 1) % c->sliding_window_pattern != 0;
+      break;
+    case SM_WIN_NOPE:
+      if (c->has_layer_types) sliding = c->layer_sliding[layer];
+      else sliding = c->use_sliding_window && c->sliding_window > 0 && !layer_rotates(r, c, layer, false);
+      break;
+    case SM_WIN_FROM_LAYER:
+      if (c->has_layer_types) sliding = c->layer_sliding[layer];
+      else sliding = c->use_sliding_window && c->sliding_window > 0 && layer >= c->max_window_layers;
+      break;
   }
   out->sliding = sliding;
   out->window = sliding ? c->sliding_window : 0;
@@ -141,16 +164,35 @@ bool sm_family_slot_used(const sm_family *f, const sm_config *c, int layer, sm_l
   sm_family_layer_spec(f, c, layer, &sp);
   const bool attn = sp.kind == SM_LK_ATTN, rec = sp.kind == SM_LK_REC;
   switch (s) {
-  case SM_T_ATTN_NORM: case SM_T_ATTN_OUT_NORM: return attn || rec;
-  case SM_T_Q: case SM_T_K: case SM_T_V: case SM_T_O: case SM_T_QKV: case SM_T_Q_NORM: case SM_T_K_NORM:
-    return attn;
-  case SM_T_ATTN_GATE: return attn && f->recipe->attn_out_gate;
-  case SM_T_FFN_NORM: case SM_T_GATE: case SM_T_UP: case SM_T_GATE_UP: case SM_T_DOWN: case SM_T_FFN_OUT_NORM:
-    return sp.ffn;
-  case SM_T_REC_IN_FUSED: case SM_T_REC_BA_FUSED: case SM_T_REC_IN: case SM_T_REC_Z: case SM_T_REC_B: case SM_T_REC_A:
-  case SM_T_REC_CONV: case SM_T_REC_DT_BIAS: case SM_T_REC_A_LOG: case SM_T_REC_D: case SM_T_REC_NORM: case SM_T_REC_OUT:
-    return rec;
-  case SM_T_LAYER_COUNT: break;
+    case SM_T_ATTN_NORM:
+    case SM_T_ATTN_OUT_NORM: return attn || rec;
+    case SM_T_Q:
+    case SM_T_K:
+    case SM_T_V:
+    case SM_T_O:
+    case SM_T_QKV:
+    case SM_T_Q_NORM:
+    case SM_T_K_NORM: return attn;
+    case SM_T_ATTN_GATE: return attn && f->recipe->attn_out_gate;
+    case SM_T_FFN_NORM:
+    case SM_T_GATE:
+    case SM_T_UP:
+    case SM_T_GATE_UP:
+    case SM_T_DOWN:
+    case SM_T_FFN_OUT_NORM: return sp.ffn;
+    case SM_T_REC_IN_FUSED:
+    case SM_T_REC_BA_FUSED:
+    case SM_T_REC_IN:
+    case SM_T_REC_Z:
+    case SM_T_REC_B:
+    case SM_T_REC_A:
+    case SM_T_REC_CONV:
+    case SM_T_REC_DT_BIAS:
+    case SM_T_REC_A_LOG:
+    case SM_T_REC_D:
+    case SM_T_REC_NORM:
+    case SM_T_REC_OUT: return rec;
+    case SM_T_LAYER_COUNT: break;
   }
   return false;
 }
@@ -161,40 +203,60 @@ static void rec_slot_shape(const sm_config *c, sm_layer_tensor s, int64_t *rows,
   const int64_t H = c->hidden_size, conv = sm_config_rec_conv_dim(c);
   int64_t heads = 0, inner = 0, norm = 0, z = 0, b = 0, a = 0, fused = 0, ba = 0;
   switch (r->kind) {
-  case SM_REC_GDN:
-    heads = r->gdn_v_heads;
-    inner = (int64_t)r->gdn_v_heads * r->gdn_v_dim;
-    norm = r->gdn_v_dim;
-    z = inner; b = a = heads;
-    fused = conv + inner; ba = 2 * heads;
-    break;
-  case SM_REC_MAMBA2:
-    heads = r->m_heads;
-    inner = (int64_t)r->m_heads * r->m_head_dim;
-    norm = inner;
-    z = inner; a = heads;
-    fused = inner + conv + heads;
-    break;
-  case SM_REC_SHORTCONV:
-    inner = H;
-    z = b = H;
-    fused = 3 * H;
-    break;
-  case SM_REC_NONE: break;
+    case SM_REC_GDN:
+      heads = r->gdn_v_heads;
+      inner = (int64_t)r->gdn_v_heads * r->gdn_v_dim;
+      norm = r->gdn_v_dim;
+      z = inner;
+      b = a = heads;
+      fused = conv + inner;
+      ba = 2 * heads;
+      break;
+    case SM_REC_MAMBA2:
+      heads = r->m_heads;
+      inner = (int64_t)r->m_heads * r->m_head_dim;
+      norm = inner;
+      z = inner;
+      a = heads;
+      fused = inner + conv + heads;
+      break;
+    case SM_REC_SHORTCONV:
+      inner = H;
+      z = b = H;
+      fused = 3 * H;
+      break;
+    case SM_REC_NONE: break;
   }
   *cols = H;
   switch (s) {
-  case SM_T_REC_IN_FUSED: *rows = fused; break;
-  case SM_T_REC_BA_FUSED: *rows = ba; break;
-  case SM_T_REC_IN: *rows = conv; break;
-  case SM_T_REC_Z: *rows = z; break;
-  case SM_T_REC_B: *rows = b; break;
-  case SM_T_REC_A: *rows = a; break;
-  case SM_T_REC_CONV: *rows = conv; *cols = r->conv_kernel; break;
-  case SM_T_REC_DT_BIAS: case SM_T_REC_A_LOG: case SM_T_REC_D: *rows = heads; *cols = 0; break;
-  case SM_T_REC_NORM: *rows = norm; *cols = 0; break;
-  case SM_T_REC_OUT: *rows = H; *cols = inner; break;
-  default: *rows = 0; *cols = 0; break;
+    case SM_T_REC_IN_FUSED: *rows = fused; break;
+    case SM_T_REC_BA_FUSED: *rows = ba; break;
+    case SM_T_REC_IN: *rows = conv; break;
+    case SM_T_REC_Z: *rows = z; break;
+    case SM_T_REC_B: *rows = b; break;
+    case SM_T_REC_A: *rows = a; break;
+    case SM_T_REC_CONV:
+      *rows = conv;
+      *cols = r->conv_kernel;
+      break;
+    case SM_T_REC_DT_BIAS:
+    case SM_T_REC_A_LOG:
+    case SM_T_REC_D:
+      *rows = heads;
+      *cols = 0;
+      break;
+    case SM_T_REC_NORM:
+      *rows = norm;
+      *cols = 0;
+      break;
+    case SM_T_REC_OUT:
+      *rows = H;
+      *cols = inner;
+      break;
+    default:
+      *rows = 0;
+      *cols = 0;
+      break;
   }
 }
 
@@ -204,25 +266,57 @@ void sm_family_slot_shape(const sm_family *f, const sm_config *c, sm_layer_tenso
   const bool full = f->recipe && f->recipe->qk_norm == SM_QK_NORM_FULL;
   *cols = 0;
   switch (s) {
-  case SM_T_ATTN_NORM: case SM_T_FFN_NORM: case SM_T_ATTN_OUT_NORM: case SM_T_FFN_OUT_NORM: *rows = H; break;
-  case SM_T_Q_NORM: *rows = full ? nq : hd; break;
-  case SM_T_K_NORM: *rows = full ? nkv : hd; break;
-  case SM_T_Q: *rows = f->recipe && f->recipe->attn_out_gate ? 2 * nq : nq; *cols = H; break;
-  case SM_T_ATTN_GATE: *rows = nq; *cols = H; break;
-  case SM_T_K: case SM_T_V: *rows = nkv; *cols = H; break;
-  case SM_T_QKV: *rows = nq + 2 * nkv; *cols = H; break;
-  case SM_T_O: *rows = H; *cols = nq; break;
-  case SM_T_GATE: case SM_T_UP: *rows = F; *cols = H; break;
-  case SM_T_GATE_UP: *rows = 2 * F; *cols = H; break;
-  case SM_T_DOWN: *rows = H; *cols = F; break;
-  case SM_T_LAYER_COUNT: *rows = 0; break;
-  default: rec_slot_shape(c, s, rows, cols); break;
+    case SM_T_ATTN_NORM:
+    case SM_T_FFN_NORM:
+    case SM_T_ATTN_OUT_NORM:
+    case SM_T_FFN_OUT_NORM: *rows = H; break;
+    case SM_T_Q_NORM: *rows = full ? nq : hd; break;
+    case SM_T_K_NORM: *rows = full ? nkv : hd; break;
+    case SM_T_Q:
+      *rows = f->recipe && f->recipe->attn_out_gate ? 2 * nq : nq;
+      *cols = H;
+      break;
+    case SM_T_ATTN_GATE:
+      *rows = nq;
+      *cols = H;
+      break;
+    case SM_T_K:
+    case SM_T_V:
+      *rows = nkv;
+      *cols = H;
+      break;
+    case SM_T_QKV:
+      *rows = nq + 2 * nkv;
+      *cols = H;
+      break;
+    case SM_T_O:
+      *rows = H;
+      *cols = nq;
+      break;
+    case SM_T_GATE:
+    case SM_T_UP:
+      *rows = F;
+      *cols = H;
+      break;
+    case SM_T_GATE_UP:
+      *rows = 2 * F;
+      *cols = H;
+      break;
+    case SM_T_DOWN:
+      *rows = H;
+      *cols = F;
+      break;
+    case SM_T_LAYER_COUNT: *rows = 0; break;
+    default: rec_slot_shape(c, s, rows, cols); break;
   }
 }
 
 smelt_status sm_family_act(const sm_family *f, const sm_config *c, sm_act *out) {
   const char *a = c->hidden_act;
-  if (!strcmp(a, "silu") || !strcmp(a, "swish")) { *out = SM_ACT_SILU; return SMELT_OK; }
+  if (!strcmp(a, "silu") || !strcmp(a, "swish")) {
+    *out = SM_ACT_SILU;
+    return SMELT_OK;
+  }
   /* the tanh approximation of GELU, under its transformers names (ACT2FN) */
   if (!strcmp(a, "gelu_pytorch_tanh") || !strcmp(a, "gelu_new") || !strcmp(a, "gelu_fast")) {
     *out = SM_ACT_GELU_TANH;

@@ -10,39 +10,46 @@
 /* The per-layer tensors, by slot. A family names each slot it has (sm_tensor_names.t); the
  * loader reads exactly those, and fails on any tensor of the checkpoint it did not read. */
 typedef enum {
-  SM_T_ATTN_NORM,      /* norm before attention (absent in post-norm families: attention reads x) */
-  SM_T_Q, SM_T_K, SM_T_V, SM_T_O,
-  SM_T_QKV,            /* fused q|k|v rows (Phi-3): the loader makes Q, K, V row views of it */
-  SM_T_Q_NORM, SM_T_K_NORM, /* RMSNorm of q and k (recipe qk_norm: per head or over the whole projection) */
-  SM_T_ATTN_OUT_NORM,  /* norm of the attention output before the residual add (Gemma 2/3, OLMo 2, GLM-4) */
-  SM_T_FFN_NORM,       /* norm before the MLP */
-  SM_T_GATE, SM_T_UP,
-  SM_T_GATE_UP,        /* fused gate|up rows (Phi-3, GLM-4): the loader makes GATE, UP row views of it */
+  SM_T_ATTN_NORM, /* norm before attention (absent in post-norm families: attention reads x) */
+  SM_T_Q,
+  SM_T_K,
+  SM_T_V,
+  SM_T_O,
+  SM_T_QKV, /* fused q|k|v rows (Phi-3): the loader makes Q, K, V row views of it */
+  SM_T_Q_NORM,
+  SM_T_K_NORM,        /* RMSNorm of q and k (recipe qk_norm: per head or over the whole projection) */
+  SM_T_ATTN_OUT_NORM, /* norm of the attention output before the residual add (Gemma 2/3, OLMo 2, GLM-4) */
+  SM_T_FFN_NORM,      /* norm before the MLP */
+  SM_T_GATE,
+  SM_T_UP,
+  SM_T_GATE_UP, /* fused gate|up rows (Phi-3, GLM-4): the loader makes GATE, UP row views of it */
   SM_T_DOWN,
-  SM_T_FFN_OUT_NORM,   /* norm of the MLP output before the residual add */
+  SM_T_FFN_OUT_NORM, /* norm of the MLP output before the residual add */
   /* the recurrent mixer of hybrid families (config.h sm_rec_kind), on their recurrent layers only */
-  SM_T_REC_IN_FUSED,   /* fused input projection, split by the loader into the row views below: Mamba-2
+  SM_T_REC_IN_FUSED, /* fused input projection, split by the loader into the row views below: Mamba-2
                         * in_proj (z | xBC | dt), LFM2 in_proj (B | C | x), Qwen3-Next in_proj_qkvz (per key
                         * head q | k | v | z, rearranged into q | k | v | z) */
-  SM_T_REC_BA_FUSED,   /* Qwen3-Next in_proj_ba (per key head b | a): views REC_B, REC_A */
-  SM_T_REC_IN,         /* the projection into the convolution (Qwen3.5 in_proj_qkv; Mamba-2 xBC; LFM2 x) */
-  SM_T_REC_Z,          /* the output gate (Qwen3.5 in_proj_z; Mamba-2 z; LFM2 C) */
-  SM_T_REC_B,          /* Gated DeltaNet beta (in_proj_b); LFM2 B (gates the convolution's input) */
-  SM_T_REC_A,          /* Gated DeltaNet decay input (in_proj_a); Mamba-2 dt */
-  SM_T_REC_CONV,       /* depthwise convolution [channels][kernel] ("<name>.weight" [channels, kernel, 1]) */
-  SM_T_REC_DT_BIAS, SM_T_REC_A_LOG, SM_T_REC_D, /* per-head parameters, named without ".weight" */
-  SM_T_REC_NORM,       /* the gated RMSNorm of the mixer output */
-  SM_T_REC_OUT,        /* output projection */
-  SM_T_ATTN_GATE,      /* gated attention (recipe attn_out_gate): the q_proj rows of the gate (a row view) */
+  SM_T_REC_BA_FUSED, /* Qwen3-Next in_proj_ba (per key head b | a): views REC_B, REC_A */
+  SM_T_REC_IN,       /* the projection into the convolution (Qwen3.5 in_proj_qkv; Mamba-2 xBC; LFM2 x) */
+  SM_T_REC_Z,        /* the output gate (Qwen3.5 in_proj_z; Mamba-2 z; LFM2 C) */
+  SM_T_REC_B,        /* Gated DeltaNet beta (in_proj_b); LFM2 B (gates the convolution's input) */
+  SM_T_REC_A,        /* Gated DeltaNet decay input (in_proj_a); Mamba-2 dt */
+  SM_T_REC_CONV,     /* depthwise convolution [channels][kernel] ("<name>.weight" [channels, kernel, 1]) */
+  SM_T_REC_DT_BIAS,
+  SM_T_REC_A_LOG,
+  SM_T_REC_D,     /* per-head parameters, named without ".weight" */
+  SM_T_REC_NORM,  /* the gated RMSNorm of the mixer output */
+  SM_T_REC_OUT,   /* output projection */
+  SM_T_ATTN_GATE, /* gated attention (recipe attn_out_gate): the q_proj rows of the gate (a row view) */
   SM_T_LAYER_COUNT
 } sm_layer_tensor;
 
 typedef struct {
-  const char *root;       /* prefix of the decoder's tensors, e.g. "model." */
-  const char *embed;      /* under root: "embed_tokens" (".weight" and, quantized, ".scales"/".biases") */
-  const char *final_norm; /* under root: "norm" */
-  const char *lm_head;    /* at the top level: "lm_head"; absent in the checkpoint = tied to embed */
-  const char *layers;     /* under root: layer l's tensors are <root><layers>.<l>.<t[slot]> */
+  const char *root;                /* prefix of the decoder's tensors, e.g. "model." */
+  const char *embed;               /* under root: "embed_tokens" (".weight" and, quantized, ".scales"/".biases") */
+  const char *final_norm;          /* under root: "norm" */
+  const char *lm_head;             /* at the top level: "lm_head"; absent in the checkpoint = tied to embed */
+  const char *layers;              /* under root: layer l's tensors are <root><layers>.<l>.<t[slot]> */
   const char *t[SM_T_LAYER_COUNT]; /* NULL: the family has no such tensor */
 } sm_tensor_names;
 
@@ -56,11 +63,11 @@ typedef enum { SM_BIAS_NONE, SM_BIAS_QKV, SM_BIAS_QKVO } sm_bias_rule;
 
 /* which layers attend over a sliding window of config.sliding_window positions */
 typedef enum {
-  SM_WIN_NONE,    /* none: every layer attends to the whole context (sliding_window is ignored) */
-  SM_WIN_ALL,     /* every layer, when config.json gives a sliding_window (Mistral, Phi-3) */
-  SM_WIN_PATTERN, /* config layer_types (or EXAONE's "LLLG"); else every sliding_window_pattern-th layer
+  SM_WIN_NONE,       /* none: every layer attends to the whole context (sliding_window is ignored) */
+  SM_WIN_ALL,        /* every layer, when config.json gives a sliding_window (Mistral, Phi-3) */
+  SM_WIN_PATTERN,    /* config layer_types (or EXAONE's "LLLG"); else every sliding_window_pattern-th layer
                    * (1-based) is full and the others slide (Gemma 2/3, Cohere 2, OLMo 3, EXAONE 4) */
-  SM_WIN_NOPE,    /* config layer_types; else, with use_sliding_window, the NoPE layers slide (SmolLM3) */
+  SM_WIN_NOPE,       /* config layer_types; else, with use_sliding_window, the NoPE layers slide (SmolLM3) */
   SM_WIN_FROM_LAYER, /* config layer_types; else, with use_sliding_window, layers >= max_window_layers (Qwen2/3) */
 } sm_window_rule;
 
@@ -113,10 +120,10 @@ typedef struct {
   sm_rope_rule rope;
   sm_local_rope local_rope;
   /* hybrid families (config.h sm_rec_config: which layers are recurrent and what they compute) */
-  bool attn_out_gate;     /* q_proj rows per head are q | gate: attention output times sigmoid(gate) (Qwen3-Next,
+  bool attn_out_gate; /* q_proj rows per head are q | gate: attention output times sigmoid(gate) (Qwen3-Next,
                            * Qwen3.5) */
   sm_ffn_kind ffn;
-  bool single_block;      /* each layer is one block, a mixer or an MLP (Nemotron-H); else mixer then MLP */
+  bool single_block; /* each layer is one block, a mixer or an MLP (Nemotron-H); else mixer then MLP */
 } sm_recipe;
 
 /* A mixture-of-experts MLP (moe.c), in the layers config.json makes sparse (sm_moe_config.moe_layer; the
@@ -128,25 +135,25 @@ typedef struct {
  *   <shared>.gate_proj/...     the shared expert(s), a dense MLP of shared_inter, when named
  *   <shared_gate>.weight       [1][hidden]: the shared expert's output times sigmoid(shared_gate . x) */
 typedef struct {
-  int route;               /* backend.h SM_ROUTE_*: how router logits become experts and weights */
+  int route; /* backend.h SM_ROUTE_*: how router logits become experts and weights */
   const char *router, *correction, *experts, *shared, *shared_gate;
-  bool router_bias;        /* the router Linear has a bias (gpt-oss) */
-  bool expert_bias;        /* the experts' projections have biases (gpt-oss) */
-  bool clamped_swiglu;     /* gpt-oss's activation: config swiglu_limit / swiglu_alpha (backend swiglu_clamp) */
+  bool router_bias;    /* the router Linear has a bias (gpt-oss) */
+  bool expert_bias;    /* the experts' projections have biases (gpt-oss) */
+  bool clamped_swiglu; /* gpt-oss's activation: config swiglu_limit / swiglu_alpha (backend swiglu_clamp) */
 } sm_moe_spec;
 
 typedef struct sm_family {
-  const char *model_type;         /* config.json model_type */
-  const char *const *aliases;     /* NULL-terminated other model_type names for the same entry, or NULL */
-  const char *description;        /* for `smelt arch` */
-  const char *example;            /* an example hub repository */
+  const char *model_type;     /* config.json model_type */
+  const char *const *aliases; /* NULL-terminated other model_type names for the same entry, or NULL */
+  const char *description;    /* for `smelt arch` */
+  const char *example;        /* an example hub repository */
   const sm_config_defaults *defaults;
   /* NULL for families whose config smelt understands (inspect, memory estimates) but which it
    * cannot run yet */
   const sm_tensor_names *names;
   const sm_recipe *recipe;
-  const char *notes;              /* limits a user should know, for `smelt arch` (NULL: none) */
-  const sm_moe_spec *moe;         /* mixture-of-experts families (NULL: every layer has the dense MLP) */
+  const char *notes;      /* limits a user should know, for `smelt arch` (NULL: none) */
+  const sm_moe_spec *moe; /* mixture-of-experts families (NULL: every layer has the dense MLP) */
   /* hybrid families: config.json members (a JSON object's text) that give synthetic checkpoints
    * (sm_make_synthetic) small recurrent layers and a mix of layer kinds; NULL: none */
   const char *synth;
@@ -157,7 +164,7 @@ typedef struct sm_family {
  * LM; the vision tensors (prefixes in skip) are loaded by src/vision where it has the packaging's
  * tower (sm_vlm_images), else skipped deliberately (text only, the model's note says so). */
 typedef struct {
-  const char *model_type;             /* the outer config model_type: "gemma3", "mistral3", ... */
+  const char *model_type; /* the outer config model_type: "gemma3", "mistral3", ... */
   const char *description, *example;
   const sm_config_defaults *defaults; /* the outer type's defaults: text_type */
   const char *lm_prefix;              /* "language_model." */
@@ -187,11 +194,11 @@ const char *sm_family_runnable_list(void);
 
 /* What the recipe gives layer l of a model with this config. */
 typedef struct {
-  int window;  /* attention window in positions; 0 = whole context */
-  bool sliding;/* a sliding-window layer (its RoPE may be the local one) */
-  int rope;    /* -1: NoPE; 0: the model's RoPE; 1: the local RoPE of sliding layers */
+  int window;         /* attention window in positions; 0 = whole context */
+  bool sliding;       /* a sliding-window layer (its RoPE may be the local one) */
+  int rope;           /* -1: NoPE; 0: the model's RoPE; 1: the local RoPE of sliding layers */
   sm_layer_kind kind; /* attention, recurrent, MLP-only (config.h) */
-  bool ffn;    /* the layer has a feed-forward block */
+  bool ffn;           /* the layer has a feed-forward block */
 } sm_layer_spec;
 void sm_family_layer_spec(const sm_family *f, const sm_config *c, int layer, sm_layer_spec *out);
 /* Whether layer l of this family and config has a tensor in slot s (the slot named or not). */

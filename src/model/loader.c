@@ -51,7 +51,8 @@ static bool valid_bits(int b) { return b == 2 || b == 3 || b == 4 || b == 5 || b
 
 /* does tensor t have the shape [n_stack][rows][last] ([rows][last] when n_stack is 0) */
 static bool shape_is(const sm_tensor *t, int64_t n_stack, int64_t rows, int64_t last) {
-  if (n_stack) return t->ndim == 3 && t->shape[0] == n_stack && t->shape[1] == rows && (last < 0 || t->shape[2] == last);
+  if (n_stack)
+    return t->ndim == 3 && t->shape[0] == n_stack && t->shape[1] == rows && (last < 0 || t->shape[2] == last);
   return t->ndim == 2 && t->shape[0] == rows && (last < 0 || t->shape[1] == last);
 }
 
@@ -90,8 +91,10 @@ smelt_status sm_load_linear(smelt_model *m, sm_load_ctx *ts, const char *prefix,
   int cbits = 0, cgs = 0, cmode = 0;
   sm_config_quant_mode_for(&m->cfg, prefix, &cbits, &cgs, &cmode);
   if (!tb && (!cbits || cmode == SM_QMODE_AFFINE))
-    return sm_err(SMELT_ERR_FORMAT, "%s has .scales but no .biases, and config.json gives it no microscaling mode "
-                  "(mxfp4, mxfp8, nvfp4)", prefix);
+    return sm_err(SMELT_ERR_FORMAT,
+                  "%s has .scales but no .biases, and config.json gives it no microscaling mode "
+                  "(mxfp4, mxfp8, nvfp4)",
+                  prefix);
   if (tb && cbits && cmode != SM_QMODE_AFFINE)
     return sm_err(SMELT_ERR_FORMAT, "%s: config.json says mode %s but the checkpoint has affine .biases", prefix,
                   sm_qmode_name((sm_qmode)cmode));
@@ -106,8 +109,9 @@ smelt_status sm_load_linear(smelt_model *m, sm_load_ctx *ts, const char *prefix,
   const int gs = (int)(cols / sl);
   if (!tb) { /* a microscaling mode: the config's, checked against the shapes */
     if (bits != sm_qmode_bits((sm_qmode)cmode) || gs != sm_qmode_group((sm_qmode)cmode))
-      return sm_err(SMELT_ERR_FORMAT, "%s: tensor shapes imply %d bits / group %d but mode %s has %d / %d", prefix, bits,
-                    gs, sm_qmode_name((sm_qmode)cmode), sm_qmode_bits((sm_qmode)cmode), sm_qmode_group((sm_qmode)cmode));
+      return sm_err(SMELT_ERR_FORMAT, "%s: tensor shapes imply %d bits / group %d but mode %s has %d / %d", prefix,
+                    bits, gs, sm_qmode_name((sm_qmode)cmode), sm_qmode_bits((sm_qmode)cmode),
+                    sm_qmode_group((sm_qmode)cmode));
     if (tsc->dtype != SM_DT_U8)
       return sm_err(SMELT_ERR_FORMAT, "%s.scales: mode %s needs uint8 scale codes, not %s", prefix,
                     sm_qmode_name((sm_qmode)cmode), sm_dtype_name(tsc->dtype));
@@ -155,17 +159,28 @@ smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int6
   if (!t) return optional ? SMELT_OK : sm_err(SMELT_ERR_FORMAT, "missing tensor %s", name);
   if (n_stack ? (t->ndim != 2 || t->shape[0] != n_stack || t->shape[1] != n0) : (t->ndim != 1 || t->shape[0] != n0)) {
     if (n_stack)
-      return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld, %lld]", name, (long long)n_stack, (long long)n0);
+      return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld, %lld]", name, (long long)n_stack,
+                    (long long)n0);
     return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld]", name, (long long)n0);
   }
   const int64_t n = n_stack ? n_stack * n0 : n0;
   float *h = sm_xmalloc(sizeof(float) * (size_t)n);
   for (int64_t i = 0; i < n; i++) {
     switch (t->dtype) {
-    case SM_DT_F32: memcpy(&h[i], (const char *)t->data + 4 * i, 4); break;
-    case SM_DT_F16: { uint16_t v; memcpy(&v, (const char *)t->data + 2 * i, 2); h[i] = sm_f16_to_f32(v); } break;
-    case SM_DT_BF16: { uint16_t v; memcpy(&v, (const char *)t->data + 2 * i, 2); h[i] = sm_bf16_to_f32(v); } break;
-    default: free(h); return sm_err(SMELT_ERR_UNSUPPORTED, "%s: dtype %s not supported", name, sm_dtype_name(t->dtype));
+      case SM_DT_F32: memcpy(&h[i], (const char *)t->data + 4 * i, 4); break;
+      case SM_DT_F16: {
+        uint16_t v;
+        memcpy(&v, (const char *)t->data + 2 * i, 2);
+        h[i] = sm_f16_to_f32(v);
+      } break;
+      case SM_DT_BF16: {
+        uint16_t v;
+        memcpy(&v, (const char *)t->data + 2 * i, 2);
+        h[i] = sm_bf16_to_f32(v);
+      } break;
+      default:
+        free(h);
+        return sm_err(SMELT_ERR_UNSUPPORTED, "%s: dtype %s not supported", name, sm_dtype_name(t->dtype));
     }
   }
   if (perm) {
@@ -175,7 +190,10 @@ smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int6
     h = p;
   }
   float *d = m->be->alloc(m->be, sizeof(float) * (size_t)n);
-  if (!d) { free(h); return sm_err(SMELT_ERR_OOM, "out of backend memory"); }
+  if (!d) {
+    free(h);
+    return sm_err(SMELT_ERR_OOM, "out of backend memory");
+  }
   m->be->upload(m->be, d, h, sizeof(float) * (size_t)n);
   free(h);
   *out = own(m, d);
@@ -215,17 +233,20 @@ static smelt_status check_recipe(smelt_model *m) {
                   m->fam->model_type);
   for (int l = 0; !dense_mlp && l < m->cfg.num_hidden_layers; l++)
     if (!m->cfg.moe.moe_layer[l])
-      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: layer %d of this %s model would be dense, which the family does not have",
-                    m->dir, l, m->fam->model_type);
+      return sm_err(SMELT_ERR_UNSUPPORTED,
+                    "%s: layer %d of this %s model would be dense, which the family does not have", m->dir, l,
+                    m->fam->model_type);
   if (m->cfg.rec.n_experts > 0)
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: this %s checkpoint has mixture-of-experts layers, which smelt does not run "
-                  "yet (its dense variants run)", m->dir, m->fam->model_type);
+    return sm_err(SMELT_ERR_UNSUPPORTED,
+                  "%s: this %s checkpoint has mixture-of-experts layers, which smelt does not run "
+                  "yet (its dense variants run)",
+                  m->dir, m->fam->model_type);
   if (m->cfg.rec.kind != SM_REC_NONE) {
     const sm_backend *be = m->be;
     if (!be->copy || !be->mul || !be->sigmoid_mul || !be->relu2 || !be->conv1d || !be->ssm_scan || !be->gated_delta ||
         !be->gated_rmsnorm)
-      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: the %s backend has no ops for recurrent layers (model family %s)", m->dir,
-                    be->name, m->fam->model_type);
+      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: the %s backend has no ops for recurrent layers (model family %s)",
+                    m->dir, be->name, m->fam->model_type);
   }
   if (m->cfg.mlp_bias)
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: mlp_bias is not supported for model family %s", m->dir,
@@ -268,7 +289,10 @@ static void permute_weight(smelt_model *m, sm_weight *w, const int64_t *perm) {
     if (bi) memcpy(bi + (size_t)i * gb, (const uint8_t *)w->biases + (size_t)perm[i] * gb, gb);
   }
   w->data = d;
-  if (gb) { w->scales = sc; w->biases = bi; }
+  if (gb) {
+    w->scales = sc;
+    w->biases = bi;
+  }
 }
 
 /* A depthwise convolution's weight as [channels][kernel] floats: MLX checkpoints store [C, K, 1] (the
@@ -277,21 +301,35 @@ static smelt_status load_conv(smelt_model *m, sm_load_ctx *ts, const char *name,
   const sm_tensor *t = take(m, ts, name);
   *out = NULL;
   if (!t) return sm_err(SMELT_ERR_FORMAT, "missing tensor %s", name);
-  const bool ok = (t->ndim == 3 && t->shape[0] == C && ((t->shape[1] == K && t->shape[2] == 1) ||
-                                                       (t->shape[1] == 1 && t->shape[2] == K))) ||
+  const bool ok = (t->ndim == 3 && t->shape[0] == C &&
+                   ((t->shape[1] == K && t->shape[2] == 1) || (t->shape[1] == 1 && t->shape[2] == K))) ||
                   (t->ndim == 2 && t->shape[0] == C && t->shape[1] == K);
-  if (!ok) return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld, %lld, 1]", name, (long long)C, (long long)K);
+  if (!ok)
+    return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld, %lld, 1]", name, (long long)C, (long long)K);
   float *h = sm_xmalloc(sizeof(float) * (size_t)(C * K));
   for (int64_t i = 0; i < C * K; i++) {
     switch (t->dtype) {
-    case SM_DT_F32: memcpy(&h[i], (const char *)t->data + 4 * i, 4); break;
-    case SM_DT_F16: { uint16_t v; memcpy(&v, (const char *)t->data + 2 * i, 2); h[i] = sm_f16_to_f32(v); } break;
-    case SM_DT_BF16: { uint16_t v; memcpy(&v, (const char *)t->data + 2 * i, 2); h[i] = sm_bf16_to_f32(v); } break;
-    default: free(h); return sm_err(SMELT_ERR_UNSUPPORTED, "%s: dtype %s not supported", name, sm_dtype_name(t->dtype));
+      case SM_DT_F32: memcpy(&h[i], (const char *)t->data + 4 * i, 4); break;
+      case SM_DT_F16: {
+        uint16_t v;
+        memcpy(&v, (const char *)t->data + 2 * i, 2);
+        h[i] = sm_f16_to_f32(v);
+      } break;
+      case SM_DT_BF16: {
+        uint16_t v;
+        memcpy(&v, (const char *)t->data + 2 * i, 2);
+        h[i] = sm_bf16_to_f32(v);
+      } break;
+      default:
+        free(h);
+        return sm_err(SMELT_ERR_UNSUPPORTED, "%s: dtype %s not supported", name, sm_dtype_name(t->dtype));
     }
   }
   float *d = m->be->alloc(m->be, sizeof(float) * (size_t)(C * K));
-  if (!d) { free(h); return sm_err(SMELT_ERR_OOM, "out of backend memory"); }
+  if (!d) {
+    free(h);
+    return sm_err(SMELT_ERR_OOM, "out of backend memory");
+  }
   m->be->upload(m->be, d, h, sizeof(float) * (size_t)(C * K));
   free(h);
   *out = own(m, d);
@@ -357,20 +395,20 @@ static void split_rec(const smelt_model *m, sm_layer *L) {
   if (L->w[SM_T_REC_IN_FUSED].data) {
     if (rc->kind == SM_REC_GDN) {
       const int64_t vd = (int64_t)rc->gdn_v_heads * rc->gdn_v_dim;
-      split_rows(L, SM_T_REC_IN_FUSED, 2, (const sm_layer_tensor[]){ SM_T_REC_IN, SM_T_REC_Z },
-                 (const int64_t[]){ conv, vd });
+      split_rows(L, SM_T_REC_IN_FUSED, 2, (const sm_layer_tensor[]){SM_T_REC_IN, SM_T_REC_Z},
+                 (const int64_t[]){conv, vd});
     } else if (rc->kind == SM_REC_MAMBA2) {
       const int64_t I = (int64_t)rc->m_heads * rc->m_head_dim;
-      split_rows(L, SM_T_REC_IN_FUSED, 3, (const sm_layer_tensor[]){ SM_T_REC_Z, SM_T_REC_IN, SM_T_REC_A },
-                 (const int64_t[]){ I, conv, rc->m_heads });
+      split_rows(L, SM_T_REC_IN_FUSED, 3, (const sm_layer_tensor[]){SM_T_REC_Z, SM_T_REC_IN, SM_T_REC_A},
+                 (const int64_t[]){I, conv, rc->m_heads});
     } else if (rc->kind == SM_REC_SHORTCONV) {
-      split_rows(L, SM_T_REC_IN_FUSED, 3, (const sm_layer_tensor[]){ SM_T_REC_B, SM_T_REC_Z, SM_T_REC_IN },
-                 (const int64_t[]){ H, H, H });
+      split_rows(L, SM_T_REC_IN_FUSED, 3, (const sm_layer_tensor[]){SM_T_REC_B, SM_T_REC_Z, SM_T_REC_IN},
+                 (const int64_t[]){H, H, H});
     }
   }
   if (L->w[SM_T_REC_BA_FUSED].data)
-    split_rows(L, SM_T_REC_BA_FUSED, 2, (const sm_layer_tensor[]){ SM_T_REC_B, SM_T_REC_A },
-               (const int64_t[]){ rc->gdn_v_heads, rc->gdn_v_heads });
+    split_rows(L, SM_T_REC_BA_FUSED, 2, (const sm_layer_tensor[]){SM_T_REC_B, SM_T_REC_A},
+               (const int64_t[]){rc->gdn_v_heads, rc->gdn_v_heads});
 }
 
 static smelt_status read_layer(smelt_model *m, sm_load_ctx *ts, int l) {
@@ -402,7 +440,9 @@ static smelt_status read_layer(smelt_model *m, sm_load_ctx *ts, int l) {
     if (moe && (s == SM_T_GATE || s == SM_T_UP || s == SM_T_DOWN || s == SM_T_GATE_UP)) continue;
     const int64_t *perm = s == SM_T_Q || (s == SM_T_Q_NORM && r->qk_norm == SM_QK_NORM_FULL) ? perm_q
                         : s == SM_T_K || (s == SM_T_K_NORM && r->qk_norm == SM_QK_NORM_FULL) ? perm_k
-                        : s == SM_T_REC_IN_FUSED ? perm_in : s == SM_T_REC_BA_FUSED ? perm_ba : NULL;
+                        : s == SM_T_REC_IN_FUSED                                             ? perm_in
+                        : s == SM_T_REC_BA_FUSED                                             ? perm_ba
+                                                                                             : NULL;
     if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && r->qk_norm == SM_QK_NORM_HEAD && r->rope_interleaved)
       perm = perm_q; /* first hd */
     int64_t rows, cols;
@@ -473,7 +513,7 @@ static smelt_status read_tensors(smelt_model *m, sm_load_ctx *ts) {
   /* as mlx-lm: with tie_word_embeddings the embedding is the LM head, and a lm_head tensor is dropped */
   snprintf(p, sizeof p, "%s%s", m->prefix, nm->lm_head);
   if (c->tie_word_embeddings) {
-    const char *sfx[] = { "weight", "scales", "biases" };
+    const char *sfx[] = {"weight", "scales", "biases"};
     for (size_t i = 0; i < SM_ARRAY_LEN(sfx); i++) {
       snprintf(n, sizeof n, "%s.%s", p, sfx[i]);
       take(m, ts, n);
@@ -511,17 +551,23 @@ static smelt_status check_all_taken(smelt_model *m, sm_load_ctx *ts) {
   for (size_t i = 0; i < sm_st_count(m->st); i++) {
     const sm_tensor *t = sm_st_at(m->st, i);
     if (bsearch(&t, ts->p, ts->n, sizeof *ts->p, ptr_cmp) || ignorable(t->name)) continue;
-    if (vision_tensor(m, t->name)) { n_vision++; continue; }
+    if (vision_tensor(m, t->name)) {
+      n_vision++;
+      continue;
+    }
     if (!first) first = t->name;
     n_left++;
   }
   if (n_left)
     return sm_err(SMELT_ERR_UNSUPPORTED,
                   "%s: tensor %s (and %zu more) is not used by the %s recipe: this checkpoint has parts smelt does "
-                  "not implement for this family", m->dir, first, n_left - 1, m->fam->model_type);
+                  "not implement for this family",
+                  m->dir, first, n_left - 1, m->fam->model_type);
   if (m->vlm && !m->vision && !m->note[0])
-    snprintf(m->note, sizeof m->note, "%s is a vision-language checkpoint (%s) without %s: smelt runs its text model "
-             "(%s)", m->dir, m->vlm->model_type, n_vision ? "a vision tower smelt can load" : "vision tensors",
+    snprintf(m->note, sizeof m->note,
+             "%s is a vision-language checkpoint (%s) without %s: smelt runs its text model "
+             "(%s)",
+             m->dir, m->vlm->model_type, n_vision ? "a vision tower smelt can load" : "vision tensors",
              m->fam->model_type);
   return SMELT_OK;
 }
@@ -548,8 +594,10 @@ static smelt_status find_packaging(smelt_model *m) {
   if (!m->cfg.vlm_type[0]) return SMELT_OK;
   m->vlm = sm_vlm_find(m->cfg.vlm_type);
   if (!m->vlm)
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: '%s' is a vision-language checkpoint whose packaging smelt does not know "
-                  "(known: gemma3, mistral3, qwen2_5_vl, qwen3_vl)", m->dir, m->cfg.vlm_type);
+    return sm_err(SMELT_ERR_UNSUPPORTED,
+                  "%s: '%s' is a vision-language checkpoint whose packaging smelt does not know "
+                  "(known: gemma3, mistral3, qwen2_5_vl, qwen3_vl)",
+                  m->dir, m->cfg.vlm_type);
   char n[320];
   snprintf(n, sizeof n, "%s%s%s.weight", m->vlm->lm_prefix, m->fam->names->root, m->fam->names->embed);
   m->prefix = m->vlm->lm_prefix;
@@ -564,7 +612,7 @@ smelt_status sm_model_load_weights(smelt_model *m) {
   smelt_status st = check_recipe(m);
   if (!st) st = find_packaging(m);
   if (st) return st;
-  sm_load_ctx ts = { 0 };
+  sm_load_ctx ts = {0};
   st = read_tensors(m, &ts);
   if (!st) st = load_vision(m, &ts);
   if (!st) st = check_all_taken(m, &ts);

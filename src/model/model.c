@@ -15,7 +15,7 @@ void smelt_model_params_default(smelt_model_params *p) {
   p->cpu_poll = 50;
 }
 
-static const char *const k_numa_names[] = { "none", "distribute", "isolate" };
+static const char *const k_numa_names[] = {"none", "distribute", "isolate"};
 smelt_status smelt_numa_parse(const char *s, smelt_numa *out) {
   for (unsigned i = 0; s && i < sizeof k_numa_names / sizeof k_numa_names[0]; i++)
     if (!strcmp(s, k_numa_names[i])) {
@@ -25,7 +25,7 @@ smelt_status smelt_numa_parse(const char *s, smelt_numa *out) {
   return sm_err(SMELT_ERR_INVALID, "--numa %s: expected none, distribute or isolate", s ? s : "(null)");
 }
 
-static const char *const k_kv_names[] = { "f16", "bf16", "f32" };
+static const char *const k_kv_names[] = {"f16", "bf16", "f32"};
 const char *smelt_kv_type_name(smelt_kv_type t) {
   return (unsigned)t < sizeof k_kv_names / sizeof k_kv_names[0] ? k_kv_names[t] : "?";
 }
@@ -50,24 +50,29 @@ static void setup_scales(smelt_model *m) {
   if (r->embed_scale_sqrt) m->embed_scale = sqrtf((float)c->hidden_size);
   if (r->multipliers) m->embed_scale = c->embedding_multiplier;
   switch (r->attn_scale) {
-  case SM_ATTN_SCALE_HEAD_DIM: m->attn_scale = 1.0f / sqrtf((float)c->head_dim); break;
-  case SM_ATTN_SCALE_QPAS:
-    m->attn_scale = 1.0f / sqrtf(c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar : (float)c->head_dim);
-    break;
-  case SM_ATTN_SCALE_MULTIPLIER: m->attn_scale = c->attention_multiplier; break;
+    case SM_ATTN_SCALE_HEAD_DIM: m->attn_scale = 1.0f / sqrtf((float)c->head_dim); break;
+    case SM_ATTN_SCALE_QPAS:
+      m->attn_scale = 1.0f / sqrtf(c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar : (float)c->head_dim);
+      break;
+    case SM_ATTN_SCALE_MULTIPLIER: m->attn_scale = c->attention_multiplier; break;
   }
 }
 
-smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params, sm_backend *be,
-                              smelt_model **out) {
+smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params, sm_backend *be, smelt_model **out) {
   smelt_model_params defp;
-  if (!params) { smelt_model_params_default(&defp); params = &defp; }
+  if (!params) {
+    smelt_model_params_default(&defp);
+    params = &defp;
+  }
   *out = NULL;
   smelt_model *m = sm_xcalloc(1, sizeof *m);
   m->be = be;
   m->dir = sm_xstrdup(dir ? dir : "(null)");
   smelt_status st;
-  if (!dir || !sm_dir_exists(dir)) { st = sm_err(SMELT_ERR_IO, "model directory not found: %s", m->dir); goto fail; }
+  if (!dir || !sm_dir_exists(dir)) {
+    st = sm_err(SMELT_ERR_IO, "model directory not found: %s", m->dir);
+    goto fail;
+  }
   if ((st = sm_family_config_load(dir, &m->cfg))) goto fail;
   m->fam = sm_family_runnable(m->cfg.model_type);
   if (!m->fam) {
@@ -79,7 +84,10 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params,
                   sm_family_runnable_list());
     goto fail;
   }
-  if (!be) { st = sm_err(SMELT_ERR_BACKEND, "no backend"); goto fail; }
+  if (!be) {
+    st = sm_err(SMELT_ERR_BACKEND, "no backend");
+    goto fail;
+  }
   if ((unsigned)params->kv_type > SMELT_KV_F32) {
     st = sm_err(SMELT_ERR_INVALID, "KV cache type %d: expected f16, bf16 or f32", (int)params->kv_type);
     goto fail;
@@ -94,30 +102,37 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params,
   char *tj = sm_path_join(dir, "tokenizer.json");
   if (sm_file_exists(tj) || sm_regular_or_absent(tj)) { /* a FIFO or device is an error, not "no tokenizer" */
     st = smelt_tokenizer_load(dir, &m->tok);
-    if (st) { free(tj); goto fail; }
+    if (st) {
+      free(tj);
+      goto fail;
+    }
   }
   free(tj);
   if (m->vision) sm_vision_set_tokenizer(m->vision, m->tok);
   *out = m;
   return SMELT_OK;
-fail:
-  {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", sm_errmsg());
-    smelt_model_free(m);
-    return sm_err(st, "%s", msg);
-  }
+fail : {
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", sm_errmsg());
+  smelt_model_free(m);
+  return sm_err(st, "%s", msg);
+}
 }
 
 smelt_status smelt_model_load(const char *dir, const smelt_model_params *params, smelt_model **out) {
   smelt_model_params defp;
-  if (!params) { smelt_model_params_default(&defp); params = &defp; }
+  if (!params) {
+    smelt_model_params_default(&defp);
+    params = &defp;
+  }
   *out = NULL;
   if (!dir || !sm_dir_exists(dir)) return sm_err(SMELT_ERR_IO, "model directory not found: %s", dir ? dir : "(null)");
   if (params->cpu_poll < 0 || params->cpu_poll > 100)
     return sm_err(SMELT_ERR_INVALID, "CPU poll level %d: expected 0..100", params->cpu_poll);
-  sm_cpu_opts cpu = { .n_threads = params->n_threads, .cpu_mask = params->cpu_mask, .numa = params->numa,
-                      .poll = params->cpu_poll };
+  sm_cpu_opts cpu = {.n_threads = params->n_threads,
+                     .cpu_mask = params->cpu_mask,
+                     .numa = params->numa,
+                     .poll = params->cpu_poll};
   sm_backend *be = sm_backend_create_opts(params->device, 0, &cpu);
   if (!be) {
     char msg[768];
@@ -133,10 +148,12 @@ void smelt_model_free(smelt_model *m) {
   if (m->be) {
     sm_backend *be = m->be;
     sm_model_release_weights(m);
-    float **scr[] = { &m->x, &m->xb, &m->xb2, &m->q, &m->k, &m->v, &m->att, &m->gate, &m->up, &m->xo, &m->logits,
-                      &m->agate };
-    for (size_t i = 0; i < SM_ARRAY_LEN(scr); i++) if (*scr[i]) be->free(be, *scr[i]);
-    for (int i = 0; i < SM_REC_SCRATCH; i++) if (m->rec[i]) be->free(be, m->rec[i]);
+    float **scr[] = {&m->x,   &m->xb,   &m->xb2, &m->q,  &m->k,      &m->v,
+                     &m->att, &m->gate, &m->up,  &m->xo, &m->logits, &m->agate};
+    for (size_t i = 0; i < SM_ARRAY_LEN(scr); i++)
+      if (*scr[i]) be->free(be, *scr[i]);
+    for (int i = 0; i < SM_REC_SCRATCH; i++)
+      if (m->rec[i]) be->free(be, m->rec[i]);
     if (m->rope_pos_dev) be->free(be, m->rope_pos_dev);
     be->destroy(be);
   }
@@ -212,11 +229,15 @@ smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slo
     kv->v[l] = m->be->alloc(m->be, bytes);
     if (!kv->k[l] || !kv->v[l]) {
       sm_kv_free(m, kv);
-      return sm_err(SMELT_ERR_OOM, "cannot allocate KV cache (%zu MiB)", 2 * bytes * (size_t)sm_config_attn_layers(c) >> 20);
+      return sm_err(SMELT_ERR_OOM, "cannot allocate KV cache (%zu MiB)",
+                    2 * bytes * (size_t)sm_config_attn_layers(c) >> 20);
     }
   }
   if (c->rec.kind == SM_REC_NONE) return SMELT_OK;
-  if (n_slots <= 0) { sm_kv_free(m, kv); return sm_err(SMELT_ERR_INVALID, "a hybrid model's cache needs state slots"); }
+  if (n_slots <= 0) {
+    sm_kv_free(m, kv);
+    return sm_err(SMELT_ERR_INVALID, "a hybrid model's cache needs state slots");
+  }
   sm_config_rec_state(c, &kv->conv_floats, &kv->ssm_floats);
   kv->n_slots = n_slots;
   kv->conv = sm_xcalloc((size_t)kv->n_layers, sizeof(float *));

@@ -17,8 +17,8 @@ typedef struct {
   float *vec[SM_T_LAYER_COUNT];  /* backend buffers */
   float *bias[SM_T_LAYER_COUNT]; /* backend buffers */
   sm_layer_spec spec;
-  struct sm_moe_layer *moe;      /* the layer's mixture of experts (moe.c; NULL: the dense MLP of w[]) */
-  float *sinks;                  /* attention sink logits per head (recipe attn_sinks), backend buffer */
+  struct sm_moe_layer *moe; /* the layer's mixture of experts (moe.c; NULL: the dense MLP of w[]) */
+  float *sinks;             /* attention sink logits per head (recipe attn_sinks), backend buffer */
 } sm_layer;
 
 /* The recurrent mixer's activation buffers (recurrent.c): projections into the convolution, its output,
@@ -27,12 +27,12 @@ enum { SM_REC_S_IN, SM_REC_S_CONV, SM_REC_S_Z, SM_REC_S_B, SM_REC_S_A, SM_REC_S_
 
 /* A RoPE table (rope.c): the model's, or sliding layers' local one */
 typedef struct {
-  float *inv;      /* backend buffer: n_rows x rot/2 */
+  float *inv; /* backend buffer: n_rows x rot/2 */
   int rot, n_rows, pos0;
-  float mscale;    /* on the rotated dims (rope_ext) */
-  float attn_mul;  /* the attention factor folded into the attention scale */
-  bool ext;        /* needs rope_ext (position rows or mscale) */
-  int pos_limit;   /* positions >= this have no row (dynamic NTK: past max_context); 0 = none */
+  float mscale;   /* on the rotated dims (rope_ext) */
+  float attn_mul; /* the attention factor folded into the attention scale */
+  bool ext;       /* needs rope_ext (position rows or mscale) */
+  int pos_limit;  /* positions >= this have no row (dynamic NTK: past max_context); 0 = none */
 } sm_rope_tab;
 
 struct smelt_model {
@@ -45,34 +45,36 @@ struct smelt_model {
   sm_weight embed, lm_head;
   float *final_norm;
   sm_layer *layers;
-  sm_rope_tab ropes[2];  /* [0] the model's RoPE, [1] the local RoPE of sliding layers (layer spec.rope) */
-  float q_beta;          /* Llama-4 query scaling (rope_ext beta), 0 = off */
+  sm_rope_tab ropes[2]; /* [0] the model's RoPE, [1] the local RoPE of sliding layers (layer spec.rope) */
+  float q_beta;         /* Llama-4 query scaling (rope_ext beta), 0 = off */
   int q_beta_pos;
   sm_act act;
-  sm_qk_norm qk_norm;    /* the recipe's q/k norms as this config has them */
+  sm_qk_norm qk_norm;             /* the recipe's q/k norms as this config has them */
   struct sm_moe_scratch *moe_scr; /* mixture-of-experts activations (moe.c) */
   size_t moe_expert_bytes;        /* bytes of the routed experts' weights, of which a token reads top_k / n_experts */
-  float attn_scale;      /* before the RoPE attention factor */
-  float embed_scale;     /* 1: none */
-  const sm_vlm_packaging *vlm; /* vision-language checkpoint: its packaging, else NULL */
-  struct sm_vision *vision;    /* its vision tower when loaded (src/vision), else NULL */
-  int32_t *mrope_axis;   /* M-RoPE (Qwen-VL): backend int32 [rot/2], the position axis of each frequency */
-  int32_t *rope_pos_dev; /* backend copy of a batch's rope_pos */
+  float attn_scale;               /* before the RoPE attention factor */
+  float embed_scale;              /* 1: none */
+  const sm_vlm_packaging *vlm;    /* vision-language checkpoint: its packaging, else NULL */
+  struct sm_vision *vision;       /* its vision tower when loaded (src/vision), else NULL */
+  int32_t *mrope_axis;            /* M-RoPE (Qwen-VL): backend int32 [rot/2], the position axis of each frequency */
+  int32_t *rope_pos_dev;          /* backend copy of a batch's rope_pos */
   int rope_pos_cap;
-  const char *prefix;    /* of every tensor name: "" or the packaging's lm_prefix */
-  char note[224];        /* what a user should know about this model ("" if nothing) */
+  const char *prefix; /* of every tensor name: "" or the packaging's lm_prefix */
+  char note[224];     /* what a user should know about this model ("" if nothing) */
   int max_context;
   sm_dtype kv_dtype; /* KV cache element type: SM_DT_F16, SM_DT_BF16 or SM_DT_F32 */
   size_t weight_bytes;
   /* scratch activations, sized for scratch_tokens rows */
   int scratch_tokens, scratch_out;
   float *x, *xb, *xb2, *q, *k, *v, *att, *gate, *up, *xo, *logits;
-  float *agate;                  /* gated attention: the gate rows (recipe attn_out_gate) */
-  float *rec[SM_REC_SCRATCH];    /* hybrid models: the recurrent mixer's activations (recurrent.c) */
+  float *agate;               /* gated attention: the gate rows (recipe attn_out_gate) */
+  float *rec[SM_REC_SCRATCH]; /* hybrid models: the recurrent mixer's activations (recurrent.c) */
   /* backend buffers made for weights (converted norms/biases, rope table), freed with the model */
-  void **owned; int n_owned;
+  void **owned;
+  int n_owned;
   /* host copies of weights the loader rearranged (permuted q/k rows), freed with the model */
-  void **host_owned; int n_host_owned;
+  void **host_owned;
+  int n_host_owned;
 };
 
 /* Load a model onto a given backend (the model takes ownership of be, also on failure). */
@@ -114,10 +116,10 @@ smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int6
 const sm_tensor *sm_load_take(smelt_model *m, sm_load_ctx *ctx, const char *name);
 
 /* moe.c: mixture-of-experts layers and attention sinks (family.h sm_moe_spec, recipe attn_sinks) */
-smelt_status sm_moe_check(smelt_model *m);        /* the family's and config's MoE fields agree */
+smelt_status sm_moe_check(smelt_model *m); /* the family's and config's MoE fields agree */
 smelt_status sm_moe_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const char *layer_prefix);
-smelt_status sm_moe_prepare(smelt_model *m);      /* backend prepare_weight of the expert weights */
-void sm_moe_release(smelt_model *m);              /* ... and their release, and the scratch */
+smelt_status sm_moe_prepare(smelt_model *m);               /* backend prepare_weight of the expert weights */
+void sm_moe_release(smelt_model *m);                       /* ... and their release, and the scratch */
 smelt_status sm_moe_reserve(smelt_model *m, int n_tokens); /* the MoE scratch for n tokens (sm_model_reserve) */
 /* out[n][hidden] = the mixture of layer L on x[n][hidden] (routed experts and shared experts) */
 smelt_status sm_moe_forward(smelt_model *m, const sm_layer *L, const float *x, int n, float *out);

@@ -19,10 +19,10 @@ typedef struct sm_moe_layer {
   sm_moe_route route;
   sm_weight router;
   float *router_bias, *correction;
-  sm_weight gate, up, down;             /* stacked: n_experts * rows */
+  sm_weight gate, up, down; /* stacked: n_experts * rows */
   float *gate_bias, *up_bias, *down_bias;
-  sm_weight sh_gate, sh_up, sh_down;    /* the shared expert (data NULL: none) */
-  sm_weight sh_route;                   /* its sigmoid gate, one row (data NULL: none) */
+  sm_weight sh_gate, sh_up, sh_down; /* the shared expert (data NULL: none) */
+  sm_weight sh_route;                /* its sigmoid gate, one row (data NULL: none) */
 } sm_moe_layer;
 
 typedef struct sm_moe_scratch {
@@ -46,8 +46,10 @@ smelt_status sm_moe_check(smelt_model *m) {
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: the %s backend has no mixture-of-experts ops", m->dir, be->name);
   /* gpt-oss: transformers' class default RoPE (YaRN) is not one smelt fills in; its configs give it */
   if (sp->clamped_swiglu && !m->cfg.rope_params)
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: config.json of this %s model gives no rope_scaling (the class default, "
-                  "YaRN with factor 32, is not applied by smelt: add it to config.json)", m->dir, m->fam->model_type);
+    return sm_err(SMELT_ERR_UNSUPPORTED,
+                  "%s: config.json of this %s model gives no rope_scaling (the class default, "
+                  "YaRN with factor 32, is not applied by smelt: add it to config.json)",
+                  m->dir, m->fam->model_type);
   if (sp->clamped_swiglu && !(mc->swiglu_limit > 0 && mc->swiglu_alpha > 0))
     return sm_err(SMELT_ERR_FORMAT, "%s: %s needs swiglu_limit and swiglu_alpha > 0", m->dir, m->fam->model_type);
   if (sp->route == SM_ROUTE_SIGMOID && mc->n_group > 1 && !sp->correction)
@@ -58,8 +60,8 @@ smelt_status sm_moe_check(smelt_model *m) {
 static smelt_status load_mlp(smelt_model *m, sm_load_ctx *ts, const char *pre, int64_t n_stack, int64_t inter,
                              sm_weight *g, sm_weight *u, sm_weight *d, float **bias, bool with_bias) {
   const int64_t H = m->cfg.hidden_size;
-  const char *nm[3] = { "gate_proj", "up_proj", "down_proj" };
-  sm_weight *w[3] = { g, u, d };
+  const char *nm[3] = {"gate_proj", "up_proj", "down_proj"};
+  sm_weight *w[3] = {g, u, d};
   char n[320];
   smelt_status st;
   for (int i = 0; i < 3; i++) {
@@ -99,16 +101,16 @@ smelt_status sm_moe_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const cha
     snprintf(n, sizeof n, "%s.%s", p, sp->correction);
     if ((st = sm_load_vec(m, ts, n, 0, E, &M->correction, false, NULL))) return st;
   }
-  float *eb[3] = { NULL, NULL, NULL };
+  float *eb[3] = {NULL, NULL, NULL};
   snprintf(n, sizeof n, "%s.%s", p, sp->experts);
   if ((st = load_mlp(m, ts, n, E, mc->expert_inter, &M->gate, &M->up, &M->down, eb, sp->expert_bias))) return st;
-  const sm_weight *ew[3] = { &M->gate, &M->up, &M->down };
+  const sm_weight *ew[3] = {&M->gate, &M->up, &M->down};
   for (int i = 0; i < 3; i++) {
     const sm_weight *w = ew[i];
     const size_t n = (size_t)w->rows * (size_t)w->cols;
     m->moe_expert_bytes += !w->bits ? n * sm_dtype_size(w->dtype)
-                         : n * (size_t)w->bits / 8 + (size_t)w->rows * (size_t)(w->cols / w->group_size) *
-                                                         (w->qmode ? 1 : 2 * sm_dtype_size(w->dtype));
+                                    : n * (size_t)w->bits / 8 + (size_t)w->rows * (size_t)(w->cols / w->group_size) *
+                                                                  (w->qmode ? 1 : 2 * sm_dtype_size(w->dtype));
   }
   M->gate_bias = eb[0];
   M->up_bias = eb[1];
@@ -121,15 +123,20 @@ smelt_status sm_moe_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const cha
       if ((st = sm_load_linear(m, ts, n, 0, 1, H, &M->sh_route, false))) return st;
     }
   }
-  M->route = (sm_moe_route){ .kind = sp->route, .n_experts = (int)E, .top_k = mc->top_k, .norm = mc->norm_topk,
-                             .scale = mc->routed_scale, .correction = M->correction, .n_group = mc->n_group,
-                             .topk_group = mc->topk_group };
+  M->route = (sm_moe_route){.kind = sp->route,
+                            .n_experts = (int)E,
+                            .top_k = mc->top_k,
+                            .norm = mc->norm_topk,
+                            .scale = mc->routed_scale,
+                            .correction = M->correction,
+                            .n_group = mc->n_group,
+                            .topk_group = mc->topk_group};
   return SMELT_OK;
 }
 
 /* the layer's weights, in the order prepare / release walk them */
 static int layer_weights(sm_moe_layer *M, sm_weight **w) {
-  sm_weight *all[] = { &M->router, &M->gate, &M->up, &M->down, &M->sh_gate, &M->sh_up, &M->sh_down, &M->sh_route };
+  sm_weight *all[] = {&M->router, &M->gate, &M->up, &M->down, &M->sh_gate, &M->sh_up, &M->sh_down, &M->sh_route};
   int n = 0;
   for (size_t i = 0; i < SM_ARRAY_LEN(all); i++)
     if (all[i]->data) w[n++] = all[i];
@@ -152,7 +159,7 @@ smelt_status sm_moe_prepare(smelt_model *m) {
 static void free_scratch(smelt_model *m) {
   sm_moe_scratch *s = m->moe_scr;
   if (!s) return;
-  float *bufs[] = { s->logits, s->wts, s->g, s->u, s->y, s->sg, s->su, s->sh, s->s, (float *)s->ids };
+  float *bufs[] = {s->logits, s->wts, s->g, s->u, s->y, s->sg, s->su, s->sh, s->s, (float *)s->ids};
   for (size_t i = 0; i < SM_ARRAY_LEN(bufs); i++)
     if (bufs[i]) m->be->free(m->be, bufs[i]);
   free(s);
@@ -181,10 +188,20 @@ smelt_status sm_moe_reserve(smelt_model *m, int n) {
   const size_t Fe = (size_t)mc->expert_inter, Fs = (size_t)(mc->shared_inter > 0 ? mc->shared_inter : 1);
   sm_moe_scratch *s = sm_xcalloc(1, sizeof *s);
   m->moe_scr = s;
-  struct { float **p; size_t floats; } want[] = {
-    { &s->logits, N * (size_t)mc->n_experts }, { &s->wts, N * k }, { (float **)&s->ids, N * k },
-    { &s->g, N * k * Fe }, { &s->u, N * k * Fe }, { &s->y, N * k * H },
-    { &s->sg, N * Fs }, { &s->su, N * Fs }, { &s->sh, N * H }, { &s->s, N },
+  struct {
+    float **p;
+    size_t floats;
+  } want[] = {
+    {&s->logits, N * (size_t)mc->n_experts},
+    {&s->wts, N * k},
+    {(float **)&s->ids, N * k},
+    {&s->g, N * k * Fe},
+    {&s->u, N * k * Fe},
+    {&s->y, N * k * H},
+    {&s->sg, N * Fs},
+    {&s->su, N * Fs},
+    {&s->sh, N * H},
+    {&s->s, N},
   };
   for (size_t i = 0; i < SM_ARRAY_LEN(want); i++) {
     *want[i].p = m->be->alloc(m->be, want[i].floats * sizeof(float));

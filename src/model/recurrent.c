@@ -15,23 +15,22 @@ void sm_rec_scratch(const sm_config *c, size_t per[SM_REC_SCRATCH]) {
   for (int i = 0; i < SM_REC_SCRATCH; i++) per[i] = 1;
   per[SM_REC_S_IN] = per[SM_REC_S_CONV] = conv;
   switch (r->kind) {
-  case SM_REC_GDN:
-    per[SM_REC_S_Z] = per[SM_REC_S_Y] = (size_t)r->gdn_v_heads * r->gdn_v_dim;
-    per[SM_REC_S_B] = per[SM_REC_S_A] = (size_t)r->gdn_v_heads;
-    break;
-  case SM_REC_MAMBA2:
-    per[SM_REC_S_Z] = per[SM_REC_S_Y] = (size_t)r->m_heads * r->m_head_dim;
-    per[SM_REC_S_A] = (size_t)r->m_heads;
-    break;
-  case SM_REC_SHORTCONV:
-    per[SM_REC_S_Z] = per[SM_REC_S_B] = per[SM_REC_S_Y] = H;
-    break;
-  case SM_REC_NONE: break;
+    case SM_REC_GDN:
+      per[SM_REC_S_Z] = per[SM_REC_S_Y] = (size_t)r->gdn_v_heads * r->gdn_v_dim;
+      per[SM_REC_S_B] = per[SM_REC_S_A] = (size_t)r->gdn_v_heads;
+      break;
+    case SM_REC_MAMBA2:
+      per[SM_REC_S_Z] = per[SM_REC_S_Y] = (size_t)r->m_heads * r->m_head_dim;
+      per[SM_REC_S_A] = (size_t)r->m_heads;
+      break;
+    case SM_REC_SHORTCONV: per[SM_REC_S_Z] = per[SM_REC_S_B] = per[SM_REC_S_Y] = H; break;
+    case SM_REC_NONE: break;
   }
 }
 
 /* y[n][rows] = W x (+ bias) */
-static void proj(smelt_model *m, sm_mm_role role, const sm_layer *L, sm_layer_tensor s, const float *x, int n, float *y) {
+static void proj(smelt_model *m, sm_mm_role role, const sm_layer *L, sm_layer_tensor s, const float *x, int n,
+                 float *y) {
   sm_backend *be = m->be;
   be->matmul(be, role, &L->w[s], x, n, y);
   if (L->bias[s]) be->add_rows(be, y, L->bias[s], n, (int)L->w[s].rows);
@@ -46,46 +45,49 @@ void sm_rec_mixer(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain
   const int conv = sm_config_rec_conv_dim(c), K = r->conv_kernel;
   const float eps = c->rms_norm_eps;
   switch (r->kind) {
-  case SM_REC_GDN: {
-    const int nk = r->gdn_k_heads, nv = r->gdn_v_heads, dk = r->gdn_k_dim, dv = r->gdn_v_dim, kd = nk * dk;
-    proj(m, SM_MM_REC_IN, L, SM_T_REC_IN, ain, n, s[SM_REC_S_IN]);
-    proj(m, SM_MM_REC_IN, L, SM_T_REC_Z, ain, n, s[SM_REC_S_Z]);
-    proj(m, SM_MM_REC_IN, L, SM_T_REC_B, ain, n, s[SM_REC_S_B]);
-    proj(m, SM_MM_REC_IN, L, SM_T_REC_A, ain, n, s[SM_REC_S_A]);
-    be->conv1d(be, s[SM_REC_S_CONV], s[SM_REC_S_IN], L->vec[SM_T_REC_CONV], L->bias[SM_T_REC_CONV], conv, K, true, kv, l);
-    const float *qkv = s[SM_REC_S_CONV];
-    be->gated_delta(be, s[SM_REC_S_Y], qkv, qkv + kd, qkv + 2 * kd, conv, s[SM_REC_S_A], s[SM_REC_S_B],
-                    L->vec[SM_T_REC_A_LOG], L->vec[SM_T_REC_DT_BIAS], nk, nv, dk, dv, kv, l);
-    be->gated_rmsnorm(be, s[SM_REC_S_Y], s[SM_REC_S_Y], s[SM_REC_S_Z], L->vec[SM_T_REC_NORM], n, nv * dv, dv, dv, eps,
-                      true);
-    proj(m, SM_MM_REC_OUT, L, SM_T_REC_OUT, s[SM_REC_S_Y], n, out);
-    break;
-  }
-  case SM_REC_MAMBA2: {
-    const int nh = r->m_heads, P = r->m_head_dim, G = r->m_groups, N = r->m_state, I = nh * P;
-    proj(m, SM_MM_REC_IN, L, SM_T_REC_Z, ain, n, s[SM_REC_S_Z]);
-    proj(m, SM_MM_REC_IN, L, SM_T_REC_IN, ain, n, s[SM_REC_S_IN]);
-    proj(m, SM_MM_REC_IN, L, SM_T_REC_A, ain, n, s[SM_REC_S_A]);
-    be->conv1d(be, s[SM_REC_S_CONV], s[SM_REC_S_IN], L->vec[SM_T_REC_CONV], L->bias[SM_T_REC_CONV], conv, K, true, kv, l);
-    const float *xbc = s[SM_REC_S_CONV];
-    be->ssm_scan(be, s[SM_REC_S_Y], xbc, xbc + I, xbc + I + G * N, conv, s[SM_REC_S_A], L->vec[SM_T_REC_DT_BIAS],
-                 L->vec[SM_T_REC_A_LOG], L->vec[SM_T_REC_D], nh, P, G, N, r->dt_min, r->dt_max, kv, l);
-    be->gated_rmsnorm(be, s[SM_REC_S_Y], s[SM_REC_S_Y], s[SM_REC_S_Z], L->vec[SM_T_REC_NORM], n, I,
-                      r->m_norm_grouped ? I / G : I, I, eps, false);
-    proj(m, SM_MM_REC_OUT, L, SM_T_REC_OUT, s[SM_REC_S_Y], n, out);
-    break;
-  }
-  case SM_REC_SHORTCONV: {
-    const int H = c->hidden_size;
-    proj(m, SM_MM_REC_IN, L, SM_T_REC_B, ain, n, s[SM_REC_S_B]);
-    proj(m, SM_MM_REC_IN, L, SM_T_REC_Z, ain, n, s[SM_REC_S_Z]);
-    proj(m, SM_MM_REC_IN, L, SM_T_REC_IN, ain, n, s[SM_REC_S_IN]);
-    be->mul(be, s[SM_REC_S_IN], s[SM_REC_S_B], s[SM_REC_S_IN], (size_t)n * H);
-    be->conv1d(be, s[SM_REC_S_CONV], s[SM_REC_S_IN], L->vec[SM_T_REC_CONV], L->bias[SM_T_REC_CONV], H, K, false, kv, l);
-    be->mul(be, s[SM_REC_S_Y], s[SM_REC_S_Z], s[SM_REC_S_CONV], (size_t)n * H);
-    proj(m, SM_MM_REC_OUT, L, SM_T_REC_OUT, s[SM_REC_S_Y], n, out);
-    break;
-  }
-  case SM_REC_NONE: break;
+    case SM_REC_GDN: {
+      const int nk = r->gdn_k_heads, nv = r->gdn_v_heads, dk = r->gdn_k_dim, dv = r->gdn_v_dim, kd = nk * dk;
+      proj(m, SM_MM_REC_IN, L, SM_T_REC_IN, ain, n, s[SM_REC_S_IN]);
+      proj(m, SM_MM_REC_IN, L, SM_T_REC_Z, ain, n, s[SM_REC_S_Z]);
+      proj(m, SM_MM_REC_IN, L, SM_T_REC_B, ain, n, s[SM_REC_S_B]);
+      proj(m, SM_MM_REC_IN, L, SM_T_REC_A, ain, n, s[SM_REC_S_A]);
+      be->conv1d(be, s[SM_REC_S_CONV], s[SM_REC_S_IN], L->vec[SM_T_REC_CONV], L->bias[SM_T_REC_CONV], conv, K, true, kv,
+                 l);
+      const float *qkv = s[SM_REC_S_CONV];
+      be->gated_delta(be, s[SM_REC_S_Y], qkv, qkv + kd, qkv + 2 * kd, conv, s[SM_REC_S_A], s[SM_REC_S_B],
+                      L->vec[SM_T_REC_A_LOG], L->vec[SM_T_REC_DT_BIAS], nk, nv, dk, dv, kv, l);
+      be->gated_rmsnorm(be, s[SM_REC_S_Y], s[SM_REC_S_Y], s[SM_REC_S_Z], L->vec[SM_T_REC_NORM], n, nv * dv, dv, dv, eps,
+                        true);
+      proj(m, SM_MM_REC_OUT, L, SM_T_REC_OUT, s[SM_REC_S_Y], n, out);
+      break;
+    }
+    case SM_REC_MAMBA2: {
+      const int nh = r->m_heads, P = r->m_head_dim, G = r->m_groups, N = r->m_state, I = nh * P;
+      proj(m, SM_MM_REC_IN, L, SM_T_REC_Z, ain, n, s[SM_REC_S_Z]);
+      proj(m, SM_MM_REC_IN, L, SM_T_REC_IN, ain, n, s[SM_REC_S_IN]);
+      proj(m, SM_MM_REC_IN, L, SM_T_REC_A, ain, n, s[SM_REC_S_A]);
+      be->conv1d(be, s[SM_REC_S_CONV], s[SM_REC_S_IN], L->vec[SM_T_REC_CONV], L->bias[SM_T_REC_CONV], conv, K, true, kv,
+                 l);
+      const float *xbc = s[SM_REC_S_CONV];
+      be->ssm_scan(be, s[SM_REC_S_Y], xbc, xbc + I, xbc + I + G * N, conv, s[SM_REC_S_A], L->vec[SM_T_REC_DT_BIAS],
+                   L->vec[SM_T_REC_A_LOG], L->vec[SM_T_REC_D], nh, P, G, N, r->dt_min, r->dt_max, kv, l);
+      be->gated_rmsnorm(be, s[SM_REC_S_Y], s[SM_REC_S_Y], s[SM_REC_S_Z], L->vec[SM_T_REC_NORM], n, I,
+                        r->m_norm_grouped ? I / G : I, I, eps, false);
+      proj(m, SM_MM_REC_OUT, L, SM_T_REC_OUT, s[SM_REC_S_Y], n, out);
+      break;
+    }
+    case SM_REC_SHORTCONV: {
+      const int H = c->hidden_size;
+      proj(m, SM_MM_REC_IN, L, SM_T_REC_B, ain, n, s[SM_REC_S_B]);
+      proj(m, SM_MM_REC_IN, L, SM_T_REC_Z, ain, n, s[SM_REC_S_Z]);
+      proj(m, SM_MM_REC_IN, L, SM_T_REC_IN, ain, n, s[SM_REC_S_IN]);
+      be->mul(be, s[SM_REC_S_IN], s[SM_REC_S_B], s[SM_REC_S_IN], (size_t)n * H);
+      be->conv1d(be, s[SM_REC_S_CONV], s[SM_REC_S_IN], L->vec[SM_T_REC_CONV], L->bias[SM_T_REC_CONV], H, K, false, kv,
+                 l);
+      be->mul(be, s[SM_REC_S_Y], s[SM_REC_S_Z], s[SM_REC_S_CONV], (size_t)n * H);
+      proj(m, SM_MM_REC_OUT, L, SM_T_REC_OUT, s[SM_REC_S_Y], n, out);
+      break;
+    }
+    case SM_REC_NONE: break;
   }
 }

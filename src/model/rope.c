@@ -32,7 +32,9 @@ static smelt_status factor_list(const sm_config *c, const char *key, int half, d
   return SMELT_OK;
 }
 
-static double yarn_get_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0; }
+static double yarn_get_mscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
 
 /* the model's RoPE (rope_theta, rope_scaling): rows of inv (n_rows x half, malloc'd) */
 static smelt_status model_rope(const smelt_model *m, sm_rope_tab *t, double **rows_out) {
@@ -44,90 +46,97 @@ static smelt_status model_rope(const smelt_model *m, sm_rope_tab *t, double **ro
   t->n_rows = 1;
   t->mscale = 1.0f;
   switch ((sm_rope_type)c->rope_type) {
-  case SM_ROPE_NONE: break;
-  case SM_ROPE_LINEAR:
-    for (int i = 0; i < half; i++) inv[i] /= c->rope_factor;
-    break;
-  case SM_ROPE_LLAMA3: {
-    const double factor = c->rope_factor, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
-    const double old = c->rope_original_max_pos, low_wl = old / lo, high_wl = old / hi;
-    for (int i = 0; i < half; i++) {
-      double f = inv[i], wl = 2 * M_PI / f;
-      if (wl < high_wl) continue;
-      if (wl > low_wl) inv[i] = f / factor;
-      else {
-        double smooth = (old / wl - lo) / (hi - lo);
-        inv[i] = (1 - smooth) * f / factor + smooth * f;
+    case SM_ROPE_NONE: break;
+    case SM_ROPE_LINEAR:
+      for (int i = 0; i < half; i++) inv[i] /= c->rope_factor;
+      break;
+    case SM_ROPE_LLAMA3: {
+      const double factor = c->rope_factor, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+      const double old = c->rope_original_max_pos, low_wl = old / lo, high_wl = old / hi;
+      for (int i = 0; i < half; i++) {
+        double f = inv[i], wl = 2 * M_PI / f;
+        if (wl < high_wl) continue;
+        if (wl > low_wl) inv[i] = f / factor;
+        else {
+          double smooth = (old / wl - lo) / (hi - lo);
+          inv[i] = (1 - smooth) * f / factor + smooth * f;
+        }
       }
+      break;
     }
-    break;
-  }
-  case SM_ROPE_DYNAMIC: {
-    /* _compute_dynamic_ntk_parameters: seq_len = max(seq_len, max_position_embeddings); a token at
+    case SM_ROPE_DYNAMIC: {
+      /* _compute_dynamic_ntk_parameters: seq_len = max(seq_len, max_position_embeddings); a token at
      * position p is rotated with seq_len = p + 1 (transformers' decode step); rows past max_pos */
-    const int mp = c->max_position_embeddings;
-    const int n_rows = m->max_context > mp ? 1 + (m->max_context - mp) : 1;
-    inv = sm_xrealloc(inv, sizeof(double) * (size_t)half * (size_t)n_rows);
-    for (int r = 1; r < n_rows; r++) {
-      const double seq_len = (double)mp + r; /* position mp + r - 1 */
-      const double base = theta * pow(c->rope_factor * seq_len / mp - (c->rope_factor - 1), (double)rot / (rot - 2));
-      default_inv(base, rot, inv + (size_t)r * half);
+      const int mp = c->max_position_embeddings;
+      const int n_rows = m->max_context > mp ? 1 + (m->max_context - mp) : 1;
+      inv = sm_xrealloc(inv, sizeof(double) * (size_t)half * (size_t)n_rows);
+      for (int r = 1; r < n_rows; r++) {
+        const double seq_len = (double)mp + r; /* position mp + r - 1 */
+        const double base = theta * pow(c->rope_factor * seq_len / mp - (c->rope_factor - 1), (double)rot / (rot - 2));
+        default_inv(base, rot, inv + (size_t)r * half);
+      }
+      t->n_rows = n_rows;
+      t->pos0 = mp;
+      t->pos_limit = n_rows > 1 ? m->max_context : 0;
+      if (n_rows == 1) t->pos_limit = mp; /* default frequencies only up to max_position_embeddings */
+      break;
     }
-    t->n_rows = n_rows;
-    t->pos0 = mp;
-    t->pos_limit = n_rows > 1 ? m->max_context : 0;
-    if (n_rows == 1) t->pos_limit = mp; /* default frequencies only up to max_position_embeddings */
-    break;
-  }
-  case SM_ROPE_YARN: {
-    const double factor = c->rope_factor, orig = c->rope_original_max_pos;
-    double af = c->rope_attn_factor;
-    if (!(af > 0)) {
-      if (c->rope_mscale > 0 && c->rope_mscale_all_dim > 0)
-        af = yarn_get_mscale(factor, c->rope_mscale) / yarn_get_mscale(factor, c->rope_mscale_all_dim);
-      else af = yarn_get_mscale(factor, 1.0);
+    case SM_ROPE_YARN: {
+      const double factor = c->rope_factor, orig = c->rope_original_max_pos;
+      double af = c->rope_attn_factor;
+      if (!(af > 0)) {
+        if (c->rope_mscale > 0 && c->rope_mscale_all_dim > 0)
+          af = yarn_get_mscale(factor, c->rope_mscale) / yarn_get_mscale(factor, c->rope_mscale_all_dim);
+        else af = yarn_get_mscale(factor, 1.0);
+      }
+      const double bf = c->rope_beta_fast, bs = c->rope_beta_slow;
+      double lo = rot * log(orig / (bf * 2 * M_PI)) / (2 * log(theta));
+      double hi = rot * log(orig / (bs * 2 * M_PI)) / (2 * log(theta));
+      if (c->rope_truncate) {
+        lo = floor(lo);
+        hi = ceil(hi);
+      }
+      if (lo < 0) lo = 0;
+      if (hi > rot - 1) hi = rot - 1;
+      if (lo == hi) hi += 0.001;
+      for (int i = 0; i < half; i++) {
+        double pos_freq = pow(theta, (double)((float)(2 * i) / (float)rot));
+        double extra = 1.0 / pos_freq, inter = 1.0 / (factor * pos_freq);
+        double ramp = ((double)(float)i - lo) / (hi - lo);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        double ef = 1.0 - ramp; /* inv_freq_extrapolation_factor */
+        inv[i] = inter * (1 - ef) + extra * ef;
+      }
+      t->mscale = (float)af;
+      break;
     }
-    const double bf = c->rope_beta_fast, bs = c->rope_beta_slow;
-    double lo = rot * log(orig / (bf * 2 * M_PI)) / (2 * log(theta));
-    double hi = rot * log(orig / (bs * 2 * M_PI)) / (2 * log(theta));
-    if (c->rope_truncate) { lo = floor(lo); hi = ceil(hi); }
-    if (lo < 0) lo = 0;
-    if (hi > rot - 1) hi = rot - 1;
-    if (lo == hi) hi += 0.001;
-    for (int i = 0; i < half; i++) {
-      double pos_freq = pow(theta, (double)((float)(2 * i) / (float)rot));
-      double extra = 1.0 / pos_freq, inter = 1.0 / (factor * pos_freq);
-      double ramp = ((double)(float)i - lo) / (hi - lo);
-      ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
-      double ef = 1.0 - ramp; /* inv_freq_extrapolation_factor */
-      inv[i] = inter * (1 - ef) + extra * ef;
+    case SM_ROPE_LONGROPE: {
+      const int orig = c->rope_original_max_pos;
+      double factor = c->rope_factor > 0 ? c->rope_factor : (double)c->max_position_embeddings / orig;
+      double af = c->rope_attn_factor;
+      if (!(af > 0)) af = factor <= 1.0 ? 1.0 : sqrt(1 + log(factor) / log((double)orig));
+      double *sf = sm_xmalloc(sizeof(double) * (size_t)half * 2), *lf = sf + half;
+      smelt_status st = factor_list(c, "short_factor", half, sf);
+      if (!st) st = factor_list(c, "long_factor", half, lf);
+      if (st) {
+        free(sf);
+        free(inv);
+        return st;
+      }
+      double base[1024];
+      default_inv(theta, rot, base);
+      /* short factors up to orig, the long ones past it (per position; see the file comment) */
+      const int n_rows = m->max_context > orig ? 2 : 1;
+      for (int i = 0; i < half; i++) {
+        inv[i] = base[i] / sf[i];
+        inv[half + i] = base[i] / lf[i];
+      }
+      free(sf);
+      t->n_rows = n_rows;
+      t->pos0 = orig;
+      t->mscale = (float)af;
+      break;
     }
-    t->mscale = (float)af;
-    break;
-  }
-  case SM_ROPE_LONGROPE: {
-    const int orig = c->rope_original_max_pos;
-    double factor = c->rope_factor > 0 ? c->rope_factor : (double)c->max_position_embeddings / orig;
-    double af = c->rope_attn_factor;
-    if (!(af > 0)) af = factor <= 1.0 ? 1.0 : sqrt(1 + log(factor) / log((double)orig));
-    double *sf = sm_xmalloc(sizeof(double) * (size_t)half * 2), *lf = sf + half;
-    smelt_status st = factor_list(c, "short_factor", half, sf);
-    if (!st) st = factor_list(c, "long_factor", half, lf);
-    if (st) { free(sf); free(inv); return st; }
-    double base[1024];
-    default_inv(theta, rot, base);
-    /* short factors up to orig, the long ones past it (per position; see the file comment) */
-    const int n_rows = m->max_context > orig ? 2 : 1;
-    for (int i = 0; i < half; i++) {
-      inv[i] = base[i] / sf[i];
-      inv[half + i] = base[i] / lf[i];
-    }
-    free(sf);
-    t->n_rows = n_rows;
-    t->pos0 = orig;
-    t->mscale = (float)af;
-    break;
-  }
   }
   *rows_out = inv;
   return SMELT_OK;
@@ -138,7 +147,10 @@ static smelt_status upload(smelt_model *m, sm_rope_tab *t, const double *rows) {
   float *f = sm_xmalloc(sizeof(float) * n);
   for (size_t i = 0; i < n; i++) f[i] = (float)rows[i];
   t->inv = m->be->alloc(m->be, sizeof(float) * n);
-  if (!t->inv) { free(f); return sm_err(SMELT_ERR_OOM, "out of backend memory"); }
+  if (!t->inv) {
+    free(f);
+    return sm_err(SMELT_ERR_OOM, "out of backend memory");
+  }
   m->be->upload(m->be, t->inv, f, sizeof(float) * n);
   sm_model_own(m, t->inv);
   free(f);
@@ -154,13 +166,16 @@ static smelt_status mrope_table(smelt_model *m, int rot) {
   if (!sec) return SMELT_OK;
   const int half = rot / 2;
   int s[3], sum = 0;
-  if (!cJSON_IsArray(sec) || cJSON_GetArraySize(sec) != 3) return sm_err(SMELT_ERR_FORMAT, "%s: mrope_section must list 3 sizes", m->dir);
+  if (!cJSON_IsArray(sec) || cJSON_GetArraySize(sec) != 3)
+    return sm_err(SMELT_ERR_FORMAT, "%s: mrope_section must list 3 sizes", m->dir);
   for (int i = 0; i < 3; i++) {
     const cJSON *e = cJSON_GetArrayItem(sec, i);
-    if (!cJSON_IsNumber(e) || e->valueint < 0) return sm_err(SMELT_ERR_FORMAT, "%s: mrope_section[%d] is not a size", m->dir, i);
+    if (!cJSON_IsNumber(e) || e->valueint < 0)
+      return sm_err(SMELT_ERR_FORMAT, "%s: mrope_section[%d] is not a size", m->dir, i);
     sum += (s[i] = e->valueint);
   }
-  if (sum != half) return sm_err(SMELT_ERR_FORMAT, "%s: mrope_section sums to %d, not rotary dims / 2 = %d", m->dir, sum, half);
+  if (sum != half)
+    return sm_err(SMELT_ERR_FORMAT, "%s: mrope_section sums to %d, not rotary dims / 2 = %d", m->dir, sum, half);
   const bool inter = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rp, "mrope_interleaved"));
   int32_t ax[1024];
   for (int i = 0; i < half; i++) {
@@ -177,8 +192,9 @@ static smelt_status mrope_table(smelt_model *m, int rot) {
 smelt_status sm_model_setup_rope(smelt_model *m) {
   const sm_config *c = &m->cfg;
   const int rot = c->partial_rotary_dim > 0 ? c->partial_rotary_dim : c->head_dim;
-  if (rot < 2 || rot > c->head_dim || rot % 2 || rot / 2 > 1024) return sm_err(SMELT_ERR_FORMAT, "bad rotary dimension %d", rot);
-  bool used[2] = { false, false };
+  if (rot < 2 || rot > c->head_dim || rot % 2 || rot / 2 > 1024)
+    return sm_err(SMELT_ERR_FORMAT, "bad rotary dimension %d", rot);
+  bool used[2] = {false, false};
   for (int l = 0; l < c->num_hidden_layers; l++)
     if (m->layers[l].spec.rope >= 0) used[m->layers[l].spec.rope] = true;
   for (int k = 0; k < 2; k++) {
@@ -195,7 +211,7 @@ smelt_status sm_model_setup_rope(smelt_model *m) {
       if ((st = model_rope(m, t, &rows))) return st;
     } else { /* the local RoPE of sliding layers: default type */
       double theta = m->fam->recipe->local_rope == SM_LOCAL_ROPE_THETA && c->rope_local_theta > 0 ? c->rope_local_theta
-                                                                                                    : c->rope_theta;
+                                                                                                  : c->rope_theta;
       rows = sm_xmalloc(sizeof(double) * (size_t)(rot / 2));
       default_inv(theta, rot, rows);
     }

@@ -11,45 +11,55 @@
 #include "model/model.h"
 
 static const sm_synth_shape g_shapes[] = {
-  { "test", 64, 2, 4, 2, 256, 512, false, NULL, 0, NULL },
-  { "tiny", 256, 4, 8, 4, 768, 4096, true, NULL, 0, NULL },
-  { "test1b", 2048, 2, 32, 8, 8192, 1024, true, NULL, 0, NULL },   /* two Llama-3.2-1B layers, small vocab (tests) */
-  { "test8b", 4096, 2, 32, 8, 14336, 1024, true, NULL, 0, NULL },  /* two Llama-3.1-8B layers, small vocab (tests) */
-  { "1b", 2048, 16, 32, 8, 8192, 128256, true, NULL, 0, NULL },   /* Llama-3.2-1B */
-  { "3b", 3072, 28, 24, 8, 8192, 128256, true, NULL, 0, NULL },   /* Llama-3.2-3B */
-  { "8b", 4096, 32, 32, 8, 14336, 128256, false, NULL, 0, NULL }, /* Llama-3.1-8B */
+  {"test", 64, 2, 4, 2, 256, 512, false, NULL, 0, NULL},
+  {"tiny", 256, 4, 8, 4, 768, 4096, true, NULL, 0, NULL},
+  {"test1b", 2048, 2, 32, 8, 8192, 1024, true, NULL, 0, NULL},  /* two Llama-3.2-1B layers, small vocab (tests) */
+  {"test8b", 4096, 2, 32, 8, 14336, 1024, true, NULL, 0, NULL}, /* two Llama-3.1-8B layers, small vocab (tests) */
+  {"1b", 2048, 16, 32, 8, 8192, 128256, true, NULL, 0, NULL},   /* Llama-3.2-1B */
+  {"3b", 3072, 28, 24, 8, 8192, 128256, true, NULL, 0, NULL},   /* Llama-3.2-3B */
+  {"8b", 4096, 32, 32, 8, 14336, 128256, false, NULL, 0, NULL}, /* Llama-3.1-8B */
   /* other families' shapes (and the config members that change what a layer computes) */
-  { "gemma3-1b", 1152, 26, 4, 1, 6912, 262144, true, "gemma3_text", 256,
-    "{\"sliding_window\": 512, \"max_position_embeddings\": 32768, \"rope_theta\": 1000000}" },
-  { "gemma3-4b", 2560, 34, 8, 4, 10240, 262208, true, "gemma3_text", 256,
-    "{\"sliding_window\": 1024, \"rope_theta\": 1000000, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}}" },
-  { "phi4-mini", 3072, 32, 24, 8, 8192, 200064, true, "phi3", 128,
-    "{\"partial_rotary_factor\": 0.75, \"original_max_position_embeddings\": 4096, \"rope_theta\": 10000,"
-    " \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": \"48x1.0\", \"long_factor\": \"48x1.5\"}}" },
-  { "mistral-small-24b", 5120, 40, 32, 8, 32768, 131072, false, "mistral", 128,
-    "{\"rope_theta\": 1000000000, \"sliding_window\": null}" },
+  {"gemma3-1b", 1152, 26, 4, 1, 6912, 262144, true, "gemma3_text", 256,
+   "{\"sliding_window\": 512, \"max_position_embeddings\": 32768, \"rope_theta\": 1000000}"},
+  {"gemma3-4b", 2560, 34, 8, 4, 10240, 262208, true, "gemma3_text", 256,
+   "{\"sliding_window\": 1024, \"rope_theta\": 1000000, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}}"},
+  {"phi4-mini", 3072, 32, 24, 8, 8192, 200064, true, "phi3", 128,
+   "{\"partial_rotary_factor\": 0.75, \"original_max_position_embeddings\": 4096, \"rope_theta\": 10000,"
+   " \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": \"48x1.0\", \"long_factor\": \"48x1.5\"}}"},
+  {"mistral-small-24b", 5120, 40, 32, 8, 32768, 131072, false, "mistral", 128,
+   "{\"rope_theta\": 1000000000, \"sliding_window\": null}"},
   /* mixtures of experts: ffn is the dense intermediate size, the experts' sizes are in the extra config */
-  { "qwen3-30b-a3b", 2048, 48, 32, 4, 6144, 151936, false, "qwen3_moe", 128,
-    "{\"num_experts\": 128, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 768, \"norm_topk_prob\": true,"
-    " \"rope_theta\": 1000000, \"max_position_embeddings\": 40960}" },
+  {"qwen3-30b-a3b", 2048, 48, 32, 4, 6144, 151936, false, "qwen3_moe", 128,
+   "{\"num_experts\": 128, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 768, \"norm_topk_prob\": true,"
+   " \"rope_theta\": 1000000, \"max_position_embeddings\": 40960}"},
   /* gpt-oss-20b as mlx-community's MXFP4-Q8: experts mxfp4, the rest affine (--bits, default 8 bits) */
-  { "gpt-oss-20b", 2880, 24, 64, 8, 2880, 201088, false, "gpt_oss", 64,
-    "{\"num_local_experts\": 32, \"num_experts_per_tok\": 4, \"sliding_window\": 128, \"swiglu_limit\": 7.0,"
-    " \"attention_bias\": true,"
-    " \"rope_theta\": 150000, \"smelt_expert_mode\": \"mxfp4\", \"rope_scaling\": {\"rope_type\": \"yarn\","
-    " \"factor\": 32.0, \"beta_fast\": 32.0, \"beta_slow\": 1.0, \"truncate\": false,"
-    " \"original_max_position_embeddings\": 4096}}" },
+  {"gpt-oss-20b", 2880, 24, 64, 8, 2880, 201088, false, "gpt_oss", 64,
+   "{\"num_local_experts\": 32, \"num_experts_per_tok\": 4, \"sliding_window\": 128, \"swiglu_limit\": 7.0,"
+   " \"attention_bias\": true,"
+   " \"rope_theta\": 150000, \"smelt_expert_mode\": \"mxfp4\", \"rope_scaling\": {\"rope_type\": \"yarn\","
+   " \"factor\": 32.0, \"beta_fast\": 32.0, \"beta_slow\": 1.0, \"truncate\": false,"
+   " \"original_max_position_embeddings\": 4096}}"},
   /* hybrid models (recurrent layers; "layer_types": null drops the family's two-layer test pattern) */
-  { "qwen3.5-9b", 4096, 32, 16, 4, 12288, 248320, false, "qwen3_5_text", 256, /* Qwen3.5-9B's text model */
-    "{\"layer_types\": null, \"full_attention_interval\": 4, \"linear_num_key_heads\": 16,"
-    " \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,"
-    " \"linear_conv_kernel_dim\": 4, \"partial_rotary_factor\": 0.25, \"rope_theta\": 10000000}" },
-  { "lfm2-1.2b", 2048, 16, 32, 8, 8192, 65536, true, "lfm2", 64, /* LFM2-1.2B */
-    "{\"layer_types\": null, \"full_attn_idxs\": [2, 5, 8, 10, 12, 14], \"rope_theta\": 1000000}" },
+  {"qwen3.5-9b", 4096, 32, 16, 4, 12288, 248320, false, "qwen3_5_text", 256, /* Qwen3.5-9B's text model */
+   "{\"layer_types\": null, \"full_attention_interval\": 4, \"linear_num_key_heads\": 16,"
+   " \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,"
+   " \"linear_conv_kernel_dim\": 4, \"partial_rotary_factor\": 0.25, \"rope_theta\": 10000000}"},
+  {"lfm2-1.2b", 2048, 16, 32, 8, 8192, 65536, true, "lfm2", 64, /* LFM2-1.2B */
+   "{\"layer_types\": null, \"full_attn_idxs\": [2, 5, 8, 10, 12, 14], \"rope_theta\": 1000000}"},
 };
-static uint64_t rng_next(uint64_t *s) { uint64_t x = *s; x ^= x << 13; x ^= x >> 7; x ^= x << 17; return *s = x; }
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return *s = x;
+}
 
-typedef struct { int bits; uint64_t seed; bool conv; } fill_ctx;
+typedef struct {
+  int bits;
+  uint64_t seed;
+  bool conv;
+} fill_ctx;
 
 static bool has_suffix(const char *s, const char *suf) {
   const size_t n = strlen(s), k = strlen(suf);
@@ -100,7 +110,7 @@ static void fill_scale_codes(void *user, void *dst, size_t n, const char *name) 
   uint8_t *h = dst;
   for (size_t i = 0; i < n; i++) {
     const unsigned r = (unsigned)(rng_next(&s) % 3);
-    if (c->bits == SM_QMODE_NVFP4) h[i] = (uint8_t)(0x08 + r); /* E4M3 2^-6 .. 1.25 * 2^-6 */
+    if (c->bits == SM_QMODE_NVFP4) h[i] = (uint8_t)(0x08 + r);     /* E4M3 2^-6 .. 1.25 * 2^-6 */
     else if (c->bits == SM_QMODE_MXFP8) h[i] = (uint8_t)(113 + r); /* elements up to 448 */
     else h[i] = (uint8_t)(119 + r);
   }
@@ -111,13 +121,16 @@ static void add_weight(sm_st_writer *w, fill_ctx *fc, fill_ctx *scm, const char 
                        int64_t cols, int bits, int gs, int mode) {
   char n[512];
   const int nd = n_stack ? 3 : 2;
-  int64_t sh[3] = { n_stack, rows, cols }, *d = n_stack ? sh : sh + 1;
+  int64_t sh[3] = {n_stack, rows, cols}, *d = n_stack ? sh : sh + 1;
   snprintf(n, sizeof n, "%s.weight", prefix);
   if (bits == 0) {
     sm_stw_add(w, n, SM_DT_BF16, nd, d, NULL, fill_random, fc);
     return;
   }
-  if (mode) { bits = sm_qmode_bits((sm_qmode)mode); gs = sm_qmode_group((sm_qmode)mode); }
+  if (mode) {
+    bits = sm_qmode_bits((sm_qmode)mode);
+    gs = sm_qmode_group((sm_qmode)mode);
+  }
   sh[2] = cols * bits / 32;
   sm_stw_add(w, n, SM_DT_U32, nd, d, NULL, fill_random, fc);
   sh[2] = cols / gs;
@@ -130,7 +143,8 @@ static void add_weight(sm_st_writer *w, fill_ctx *fc, fill_ctx *scm, const char 
   snprintf(n, sizeof n, "%s.biases", prefix);
   sm_stw_add(w, n, SM_DT_BF16, nd, d, NULL, fill_random, fc);
 }
-static void add_linear(sm_st_writer *w, fill_ctx *fc, const char *prefix, int64_t rows, int64_t cols, int bits, int gs) {
+static void add_linear(sm_st_writer *w, fill_ctx *fc, const char *prefix, int64_t rows, int64_t cols, int bits,
+                       int gs) {
   add_weight(w, fc, NULL, prefix, 0, rows, cols, bits, gs, 0);
 }
 
@@ -138,7 +152,10 @@ static void add_linear(sm_st_writer *w, fill_ctx *fc, const char *prefix, int64_
 static void expand_lists(cJSON *o) {
   for (cJSON *e = o ? o->child : NULL, *next; e; e = next) {
     next = e->next;
-    if (cJSON_IsObject(e)) { expand_lists(e); continue; }
+    if (cJSON_IsObject(e)) {
+      expand_lists(e);
+      continue;
+    }
     int n;
     double v;
     if (!cJSON_IsString(e) || sscanf(e->valuestring, "%dx%lf", &n, &v) != 2 || n <= 0 || n > 4096) continue;
@@ -153,9 +170,10 @@ static void expand_lists(cJSON *o) {
  * them: 4 experts, 2 a token, experts (and a shared expert) of the shape's ffn */
 static void moe_config(cJSON *c, const sm_family *fam, const sm_synth_shape *sh) {
   const sm_moe_spec *sp = fam->moe;
-  const char *ek = sp->route == SM_ROUTE_SIGMOID ? "n_routed_experts"
-                 : sp->route == SM_ROUTE_TOPK_SOFTMAX ? "num_local_experts" : "num_experts";
-  const char *keys[] = { "num_experts", "num_local_experts", "n_routed_experts" };
+  const char *ek = sp->route == SM_ROUTE_SIGMOID      ? "n_routed_experts"
+                 : sp->route == SM_ROUTE_TOPK_SOFTMAX ? "num_local_experts"
+                                                      : "num_experts";
+  const char *keys[] = {"num_experts", "num_local_experts", "n_routed_experts"};
   bool has = false;
   for (size_t i = 0; i < SM_ARRAY_LEN(keys); i++) has |= cJSON_GetObjectItemCaseSensitive(c, keys[i]) != NULL;
   if (!has) cJSON_AddNumberToObject(c, ek, 4);
@@ -194,13 +212,13 @@ static void add_moe_layer(sm_st_writer *w, fill_ctx *fc, fill_ctx *scm, const sm
     snprintf(n, sizeof n, "%s.%s", p, sp->correction);
     sm_stw_add(w, n, SM_DT_F32, 1, &E, NULL, fill_random, fc); /* zero-ish: f32 bits of small integers */
   }
-  const char *pn[3] = { "gate_proj", "up_proj", "down_proj" };
+  const char *pn[3] = {"gate_proj", "up_proj", "down_proj"};
   for (int i = 0; i < 3; i++) {
     const int64_t rows = i == 2 ? H : Fe, cols = i == 2 ? Fe : H;
     snprintf(n, sizeof n, "%s.%s.%s", p, sp->experts, pn[i]);
     add_weight(w, fc, scm, n, E, rows, cols, bits, gs, emode);
     if (sp->expert_bias) {
-      int64_t bs[2] = { E, rows };
+      int64_t bs[2] = {E, rows};
       snprintf(n, sizeof n, "%s.%s.%s.bias", p, sp->experts, pn[i]);
       sm_stw_add(w, n, SM_DT_BF16, 2, bs, NULL, fill_random, fc);
     }
@@ -257,11 +275,15 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
     cJSON_AddNumberToObject(rs, "high_freq_factor", 4.0);
     cJSON_AddNumberToObject(rs, "original_max_position_embeddings", 8192);
   }
-  const char *extras[2] = { fam->synth, sh->extra };
+  const char *extras[2] = {fam->synth, sh->extra};
   for (int xi = 0; xi < 2; xi++) {
     if (!extras[xi]) continue;
     cJSON *x = cJSON_Parse(extras[xi]);
-    if (!x) { cJSON_Delete(c); st = sm_err(SMELT_ERR_INVALID, "synthetic %s: bad extra config", sh->name); goto out; }
+    if (!x) {
+      cJSON_Delete(c);
+      st = sm_err(SMELT_ERR_INVALID, "synthetic %s: bad extra config", sh->name);
+      goto out;
+    }
     expand_lists(x);
     for (cJSON *e = x->child; e; e = e->next) {
       cJSON_DeleteItemFromObjectCaseSensitive(c, e->string);
@@ -274,7 +296,11 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   int emode = 0;
   const cJSON *em = cJSON_GetObjectItemCaseSensitive(c, "smelt_expert_mode");
   if (cJSON_IsString(em)) emode = sm_qmode_parse(em->valuestring);
-  if (emode < 0) { cJSON_Delete(c); st = sm_err(SMELT_ERR_INVALID, "synthetic %s: bad smelt_expert_mode", sh->name); goto out; }
+  if (emode < 0) {
+    cJSON_Delete(c);
+    st = sm_err(SMELT_ERR_INVALID, "synthetic %s: bad smelt_expert_mode", sh->name);
+    goto out;
+  }
   cJSON_DeleteItemFromObjectCaseSensitive(c, "smelt_expert_mode");
   if (!bits) emode = 0;
   if (fam->moe) moe_config(c, fam, sh);
@@ -283,7 +309,7 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
     cJSON_AddNumberToObject(q, "group_size", gs);
     cJSON_AddNumberToObject(q, "bits", bits);
     for (int l = 0; emode && fam->moe && l < sh->layers; l++) {
-      const char *pn[3] = { "gate_proj", "up_proj", "down_proj" };
+      const char *pn[3] = {"gate_proj", "up_proj", "down_proj"};
       for (int i = 0; i < 3; i++) {
         char n[256];
         snprintf(n, sizeof n, "%s%s.%d.%s.%s", fam->names->root, fam->names->layers, l, fam->moe->experts, pn[i]);
@@ -297,7 +323,11 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   char *js = cJSON_Print(c);
   cJSON_Delete(c);
   FILE *f = fopen(cfgp, "w");
-  if (!f) { free(js); st = sm_err(SMELT_ERR_IO, "cannot write %s", cfgp); goto out; }
+  if (!f) {
+    free(js);
+    st = sm_err(SMELT_ERR_IO, "cannot write %s", cfgp);
+    goto out;
+  }
   fputs(js, f);
   fclose(f);
   free(js);
@@ -305,8 +335,8 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
    * (layer kinds, recurrent sizes) */
   if ((st = sm_family_config_load(dir, &cfg))) goto out;
   sm_st_writer *w = sm_stw_new();
-  fill_ctx fc = { bits, 12345, false }, fconv = { 0, 777, true }, scm[SM_QMODE_COUNT];
-  for (int i = 0; i < SM_QMODE_COUNT; i++) scm[i] = (fill_ctx){ i, 777 + (uint64_t)i, false };
+  fill_ctx fc = {bits, 12345, false}, fconv = {0, 777, true}, scm[SM_QMODE_COUNT];
+  for (int i = 0; i < SM_QMODE_COUNT; i++) scm[i] = (fill_ctx){i, 777 + (uint64_t)i, false};
   const sm_tensor_names *nm = fam->names;
   const int64_t H = sh->hidden;
   const sm_rec_config *rc = &cfg.rec;
@@ -314,7 +344,7 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   snprintf(n, sizeof n, "%s%s", nm->root, nm->embed);
   add_linear(w, &fc, n, sh->vocab, H, bits, gs);
   if (!cfg.tie_word_embeddings) add_linear(w, &fc, nm->lm_head, sh->vocab, H, bits, gs);
-  int64_t vs[1] = { H };
+  int64_t vs[1] = {H};
   snprintf(n, sizeof n, "%s%s.weight", nm->root, nm->final_norm);
   sm_stw_add(w, n, SM_DT_BF16, 1, vs, NULL, fill_random, &fc);
   const bool qk = r->qk_norm != SM_QK_NORM_NONE && (!r->qk_norm_if_config || cfg.moe.use_qk_norm == 1);
@@ -328,7 +358,7 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
       sm_family_slot_shape(fam, &cfg, (sm_layer_tensor)s, &rows, &cols);
       snprintf(n, sizeof n, "%s%s.%d.%s", nm->root, nm->layers, l, nm->t[s]);
       if (s == SM_T_REC_CONV) { /* [channels, kernel, 1], as MLX stores a depthwise Conv1d */
-        int64_t cs[3] = { rows, cols, 1 };
+        int64_t cs[3] = {rows, cols, 1};
         snprintf(n, sizeof n, "%s%s.%d.%s.weight", nm->root, nm->layers, l, nm->t[s]);
         sm_stw_add(w, n, SM_DT_BF16, 3, cs, NULL, fill_random, &fconv);
         if (rc->conv_bias) {
@@ -349,7 +379,8 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
       add_linear(w, &fc, n, rows, cols, bits, gs);
       const bool qkv = s == SM_T_Q || s == SM_T_K || s == SM_T_V || s == SM_T_QKV;
       const bool rec_bias = (s == SM_T_REC_IN_FUSED || s == SM_T_REC_OUT) &&
-                            ((rc->kind == SM_REC_MAMBA2 && rc->m_proj_bias) || (rc->kind == SM_REC_SHORTCONV && rc->conv_bias));
+                            ((rc->kind == SM_REC_MAMBA2 && rc->m_proj_bias) ||
+                             (rc->kind == SM_REC_SHORTCONV && rc->conv_bias));
       if (rec_bias || (qkv && (r->qkv_bias || (cfg.attention_bias && r->attn_bias != SM_BIAS_NONE))) ||
           (s == SM_T_O && cfg.attention_bias && r->attn_bias == SM_BIAS_QKVO)) {
         snprintf(n, sizeof n, "%s%s.%d.%s.bias", nm->root, nm->layers, l, nm->t[s]);
@@ -380,6 +411,7 @@ const sm_synth_shape *sm_synth_all(size_t *n) {
 }
 
 const sm_synth_shape *sm_synth_find(const char *name) {
-  for (size_t i = 0; i < SM_ARRAY_LEN(g_shapes); i++) if (!strcmp(g_shapes[i].name, name)) return &g_shapes[i];
+  for (size_t i = 0; i < SM_ARRAY_LEN(g_shapes); i++)
+    if (!strcmp(g_shapes[i].name, name)) return &g_shapes[i];
   return NULL;
 }

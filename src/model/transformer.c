@@ -125,14 +125,17 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     const int lim = m->ropes[k].pos_limit;
     for (int i = 0; lim > 0 && i < b->n_tokens; i++)
       if (b->pos[i] >= lim)
-        return sm_err(SMELT_ERR_LIMIT, "position %d is past this model's dynamic-NTK RoPE table (%d positions: load "
-                      "it with a larger max_context)", b->pos[i], lim);
+        return sm_err(SMELT_ERR_LIMIT,
+                      "position %d is past this model's dynamic-NTK RoPE table (%d positions: load "
+                      "it with a larger max_context)",
+                      b->pos[i], lim);
   }
   for (int i = 0; i < b->n_embd; i++) {
     const sm_batch_embd *e = &b->embd[i];
     if (e->row < 0 || e->n <= 0 || e->row + e->n > b->n_tokens || !e->src || e->n_deep < 0 ||
         e->n_deep > c->num_hidden_layers || (e->n_deep && !e->deep))
-      return sm_err(SMELT_ERR_INVALID, "batch embedding run %d (rows %d+%d of %d) is invalid", i, e->row, e->n, b->n_tokens);
+      return sm_err(SMELT_ERR_INVALID, "batch embedding run %d (rows %d+%d of %d) is invalid", i, e->row, e->n,
+                    b->n_tokens);
   }
   smelt_status st = sm_model_reserve(m, b->n_tokens, b->n_out);
   if (st) return st;
@@ -187,7 +190,7 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
       }
     }
     float *mout = r->parallel_residual ? m->xb : m->xb2; /* xb is free once gate and up have read it */
-    if (L->moe) { /* a mixture of experts (moe.c) */
+    if (L->moe) {                                        /* a mixture of experts (moe.c) */
       if ((st = sm_moe_forward(m, L, min, n, mout))) return st;
     } else if (r->ffn == SM_FFN_PLAIN) { /* down(act(up(x))) */
       be->matmul(be, SM_MM_UP, &L->w[SM_T_UP], min, n, m->up);

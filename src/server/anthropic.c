@@ -8,19 +8,22 @@
 #include <string.h>
 #include "tokenizer/chat.h"
 
-#define FAIL(param, ...)                                                           \
-  do {                                                                             \
+#define FAIL(param, ...) \
+  do { \
     sm_api_error_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__); \
-    return false;                                                                  \
+    return false; \
   } while (0)
 
 char *sm_anth_error_json(const sm_api_error *e) {
   cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "error");
   cJSON_AddStringToObject(root, "type", "error");
-  const char *t = e->http_status == 401 ? "authentication_error" : e->http_status == 404 ? "not_found_error"
-                : e->http_status == 413 ? "request_too_large" : e->http_status == 429 ? "rate_limit_error"
-                : e->http_status == 503 ? "overloaded_error" : e->http_status >= 500 ? "api_error"
-                : "invalid_request_error";
+  const char *t = e->http_status == 401 ? "authentication_error"
+                : e->http_status == 404 ? "not_found_error"
+                : e->http_status == 413 ? "request_too_large"
+                : e->http_status == 429 ? "rate_limit_error"
+                : e->http_status == 503 ? "overloaded_error"
+                : e->http_status >= 500 ? "api_error"
+                                        : "invalid_request_error";
   cJSON_AddStringToObject(o, "type", t);
   if (e->param[0]) {
     char m[700];
@@ -36,7 +39,10 @@ char *sm_anth_error_json(const sm_api_error *e) {
 
 /* text of a string or of an array of text blocks; NULL (and err) on other blocks */
 static bool text_of(const cJSON *c, const char *param, sm_buf *out, sm_api_error *err) {
-  if (cJSON_IsString(c)) { sm_buf_puts(out, c->valuestring); return true; }
+  if (cJSON_IsString(c)) {
+    sm_buf_puts(out, c->valuestring);
+    return true;
+  }
   if (!cJSON_IsArray(c)) FAIL(param, "content must be a string or an array of content blocks");
   const cJSON *b;
   cJSON_ArrayForEach(b, c) {
@@ -59,11 +65,15 @@ static bool convert_message(const cJSON *m, int idx, cJSON *out, sm_api_error *e
   char param[48];
   snprintf(param, sizeof param, "messages[%d]", idx);
   if (!cJSON_IsObject(m)) FAIL(param, "%s must be an object", param);
-  const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+  const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"),
+              *content = cJSON_GetObjectItemCaseSensitive(m, "content");
   if (!cJSON_IsString(role) || (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant")))
     FAIL(param, "%s.role must be 'user' or 'assistant'", param);
   bool user = role->valuestring[0] == 'u';
-  if (cJSON_IsString(content)) { add_msg(out, role->valuestring, content->valuestring); return true; }
+  if (cJSON_IsString(content)) {
+    add_msg(out, role->valuestring, content->valuestring);
+    return true;
+  }
   if (!cJSON_IsArray(content)) FAIL(param, "%s.content must be a string or an array of content blocks", param);
   sm_buf text = SM_BUF_INIT, thinking = SM_BUF_INIT;
   cJSON *calls = NULL;
@@ -73,7 +83,12 @@ static bool convert_message(const cJSON *m, int idx, cJSON *out, sm_api_error *e
     const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
     if (!strcmp(t, "text")) {
       const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "text");
-      if (!cJSON_IsString(tx)) { sm_buf_free(&text); sm_buf_free(&thinking); cJSON_Delete(calls); FAIL(param, "a text block needs 'text'"); }
+      if (!cJSON_IsString(tx)) {
+        sm_buf_free(&text);
+        sm_buf_free(&thinking);
+        cJSON_Delete(calls);
+        FAIL(param, "a text block needs 'text'");
+      }
       sm_buf_puts(&text, tx->valuestring);
     } else if (!strcmp(t, "thinking") && !user) {
       const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "thinking");
@@ -83,7 +98,12 @@ static bool convert_message(const cJSON *m, int idx, cJSON *out, sm_api_error *e
     } else if (!strcmp(t, "tool_use") && !user) {
       const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "id"), *nm = cJSON_GetObjectItemCaseSensitive(b, "name");
       const cJSON *in = cJSON_GetObjectItemCaseSensitive(b, "input");
-      if (!cJSON_IsString(nm)) { sm_buf_free(&text); sm_buf_free(&thinking); cJSON_Delete(calls); FAIL(param, "a tool_use block needs 'name'"); }
+      if (!cJSON_IsString(nm)) {
+        sm_buf_free(&text);
+        sm_buf_free(&thinking);
+        cJSON_Delete(calls);
+        FAIL(param, "a tool_use block needs 'name'");
+      }
       if (!calls) calls = cJSON_CreateArray();
       cJSON *c = cJSON_CreateObject(), *fn;
       if (cJSON_IsString(id)) cJSON_AddStringToObject(c, "id", id->valuestring);
@@ -94,10 +114,19 @@ static bool convert_message(const cJSON *m, int idx, cJSON *out, sm_api_error *e
       cJSON_AddItemToArray(calls, c);
     } else if (!strcmp(t, "tool_result") && user) {
       /* text so far is a user turn; the result is a tool message */
-      if (text.n) { add_msg(out, "user", sm_buf_str(&text)); sm_buf_clear(&text); }
-      const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id"), *rc = cJSON_GetObjectItemCaseSensitive(b, "content");
+      if (text.n) {
+        add_msg(out, "user", sm_buf_str(&text));
+        sm_buf_clear(&text);
+      }
+      const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id"),
+                  *rc = cJSON_GetObjectItemCaseSensitive(b, "content");
       sm_buf r = SM_BUF_INIT;
-      if (rc && !cJSON_IsNull(rc) && !text_of(rc, param, &r, err)) { sm_buf_free(&r); sm_buf_free(&text); sm_buf_free(&thinking); return false; }
+      if (rc && !cJSON_IsNull(rc) && !text_of(rc, param, &r, err)) {
+        sm_buf_free(&r);
+        sm_buf_free(&text);
+        sm_buf_free(&thinking);
+        return false;
+      }
       cJSON *tm = cJSON_CreateObject();
       cJSON_AddStringToObject(tm, "role", "tool");
       cJSON_AddStringToObject(tm, "content", sm_buf_str(&r));
@@ -138,7 +167,10 @@ bool sm_anth_parse_fields(const cJSON *root, sm_api_request *r, sm_api_error *er
   const cJSON *sys = cJSON_GetObjectItemCaseSensitive(root, "system");
   if (sys && !cJSON_IsNull(sys)) {
     sm_buf s = SM_BUF_INIT;
-    if (!text_of(sys, "system", &s, err)) { sm_buf_free(&s); return false; }
+    if (!text_of(sys, "system", &s, err)) {
+      sm_buf_free(&s);
+      return false;
+    }
     add_msg(r->messages, "system", sm_buf_str(&s));
     sm_buf_free(&s);
   }
@@ -162,7 +194,8 @@ bool sm_anth_parse_fields(const cJSON *root, sm_api_request *r, sm_api_error *er
   r->parallel_tool_calls = true;
   if (tc && !cJSON_IsNull(tc)) {
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(tc, "type");
-    if (!cJSON_IsObject(tc) || !cJSON_IsString(ty)) FAIL("tool_choice", "'tool_choice' must be an object with a 'type'");
+    if (!cJSON_IsObject(tc) || !cJSON_IsString(ty))
+      FAIL("tool_choice", "'tool_choice' must be an object with a 'type'");
     const char *t = ty->valuestring;
     if (!strcmp(t, "auto")) r->tool_choice = SM_TOOLS_AUTO;
     else if (!strcmp(t, "any")) r->tool_choice = SM_TOOLS_REQUIRED;
@@ -183,10 +216,17 @@ bool sm_anth_parse_fields(const cJSON *root, sm_api_request *r, sm_api_error *er
     int k = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, tools) {
-      const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name"), *sc = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
+      const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name"),
+                  *sc = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
       const cJSON *ds = cJSON_GetObjectItemCaseSensitive(t, "description");
-      if (!cJSON_IsString(nm)) { cJSON_Delete(arr); FAIL("tools", "tools[%d].name must be a string", k); }
-      if (sc && !cJSON_IsObject(sc)) { cJSON_Delete(arr); FAIL("tools", "tools[%d].input_schema must be an object", k); }
+      if (!cJSON_IsString(nm)) {
+        cJSON_Delete(arr);
+        FAIL("tools", "tools[%d].name must be a string", k);
+      }
+      if (sc && !cJSON_IsObject(sc)) {
+        cJSON_Delete(arr);
+        FAIL("tools", "tools[%d].input_schema must be an object", k);
+      }
       found |= r->tool_name && !strcmp(r->tool_name, nm->valuestring);
       cJSON *o = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(o, "function");
       cJSON_AddStringToObject(o, "type", "function");
@@ -196,7 +236,10 @@ bool sm_anth_parse_fields(const cJSON *root, sm_api_request *r, sm_api_error *er
       cJSON_AddItemToArray(arr, o);
       k++;
     }
-    if (!found) { cJSON_Delete(arr); FAIL("tool_choice", "tool_choice names '%.60s', which is not in 'tools'", r->tool_name); }
+    if (!found) {
+      cJSON_Delete(arr);
+      FAIL("tool_choice", "tool_choice names '%.60s', which is not in 'tools'", r->tool_name);
+    }
     if (k && r->tool_choice != SM_TOOLS_NONE) r->tools = arr;
     else cJSON_Delete(arr);
   }
@@ -304,7 +347,8 @@ cJSON *sm_anth_count_tokens(const sm_oai *o, const char *body, size_t len, sm_ap
   size_t n = 0;
   if (sm_chat_apply(o->tok, req.messages, req.tools, true, req.chat_template_kwargs, &text) != SMELT_OK ||
       smelt_tokenize(o->tok, text, strlen(text), false, &ids, &n) != SMELT_OK) {
-    sm_api_error_set(err, 400, "invalid_request_error", "messages", NULL, "could not render the prompt: %s", sm_errmsg());
+    sm_api_error_set(err, 400, "invalid_request_error", "messages", NULL, "could not render the prompt: %s",
+                     sm_errmsg());
   } else {
     out = cJSON_CreateObject();
     cJSON_AddNumberToObject(out, "input_tokens", (double)n);
@@ -366,8 +410,14 @@ static void block_stop(sm_sse *st, int index) {
 /* st->rs_index: the open thinking block, st->msg_index: the open text block; tool blocks are
  * opened as their calls appear (c->calls_sent), and only one block is open at a time */
 static void close_open(sm_sse *st) {
-  if (st->rs_index >= 0) { block_stop(st, st->rs_index); st->rs_index = -2; }
-  if (st->msg_index >= 0) { block_stop(st, st->msg_index); st->msg_index = -2; }
+  if (st->rs_index >= 0) {
+    block_stop(st, st->rs_index);
+    st->rs_index = -2;
+  }
+  if (st->msg_index >= 0) {
+    block_stop(st, st->msg_index);
+    st->msg_index = -2;
+  }
 }
 
 void sm_anth_sse_produce(sm_sse *st) {
@@ -422,7 +472,10 @@ void sm_anth_sse_produce(sm_sse *st) {
   if (c->sent < start && cs > start) c->sent = start;
   if (cs > c->sent && st->msg_index != -2) {
     if (st->msg_index < 0) {
-      if (st->rs_index >= 0) { block_stop(st, st->rs_index); st->rs_index = -2; }
+      if (st->rs_index >= 0) {
+        block_stop(st, st->rs_index);
+        st->rs_index = -2;
+      }
       cJSON *b = cJSON_CreateObject();
       cJSON_AddStringToObject(b, "type", "text");
       cJSON_AddStringToObject(b, "text", "");

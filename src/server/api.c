@@ -45,7 +45,10 @@ void sm_api_request_free(sm_api_request *r) {
   free(r->tool_name);
   free(r->prompt);
   free(r->prompt_ids);
-  for (int i = 0; i < r->n_prompts; i++) { free(r->prompts[i]); free(r->prompt_lists[i]); }
+  for (int i = 0; i < r->n_prompts; i++) {
+    free(r->prompts[i]);
+    free(r->prompt_lists[i]);
+  }
   free(r->prompts);
   for (int i = 0; i < r->n_images; i++) free(r->image_urls[i]);
   free(r->image_urls);
@@ -59,10 +62,10 @@ void sm_api_request_free(sm_api_request *r) {
   memset(r, 0, sizeof *r);
 }
 
-#define FAIL(param, ...)                                                                  \
-  do {                                                                                    \
-    sm_api_error_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__);        \
-    return false;                                                                         \
+#define FAIL(param, ...) \
+  do { \
+    sm_api_error_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__); \
+    return false; \
   } while (0)
 
 static const char *type_name(const cJSON *v) {
@@ -112,7 +115,10 @@ static bool get_str(const cJSON *root, const char *key, char **out, sm_api_error
 static bool content_to_string(const cJSON *c, const char *param, char **out, sm_api_error *err) {
   *out = NULL;
   if (!c || cJSON_IsNull(c)) return true;
-  if (cJSON_IsString(c)) { *out = sm_xstrdup(c->valuestring); return true; }
+  if (cJSON_IsString(c)) {
+    *out = sm_xstrdup(c->valuestring);
+    return true;
+  }
   if (!cJSON_IsArray(c)) FAIL(param, "'content' must be a string or an array of content parts, got %s", type_name(c));
   sm_buf s = SM_BUF_INIT;
   const cJSON *part;
@@ -121,14 +127,20 @@ static bool content_to_string(const cJSON *c, const char *param, char **out, sm_
     if (cJSON_IsString(part)) txt = part->valuestring;
     else if (cJSON_IsObject(part)) {
       const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
-      if (!cJSON_IsString(ty)) { sm_buf_free(&s); FAIL(param, "content part without a string 'type'"); }
+      if (!cJSON_IsString(ty)) {
+        sm_buf_free(&s);
+        FAIL(param, "content part without a string 'type'");
+      }
       const char *t = ty->valuestring;
       if (strcmp(t, "text") && strcmp(t, "input_text") && strcmp(t, "output_text")) {
         sm_buf_free(&s);
         FAIL(param, "content part type '%.40s' is not supported (text only)", t);
       }
       const cJSON *tx = cJSON_GetObjectItemCaseSensitive(part, "text");
-      if (!cJSON_IsString(tx)) { sm_buf_free(&s); FAIL(param, "text content part needs a string 'text'"); }
+      if (!cJSON_IsString(tx)) {
+        sm_buf_free(&s);
+        FAIL(param, "text content part needs a string 'text'");
+      }
       txt = tx->valuestring;
     } else {
       sm_buf_free(&s);
@@ -244,7 +256,10 @@ static bool norm_message(const cJSON *m, int idx, cJSON *out_arr, sm_api_request
   else cJSON_AddStringToObject(o, "content", "");
   free(content);
   if (tc && !cJSON_IsNull(tc)) {
-    if (!cJSON_IsArray(tc)) { cJSON_Delete(o); FAIL(param, "%s.tool_calls must be an array", param); }
+    if (!cJSON_IsArray(tc)) {
+      cJSON_Delete(o);
+      FAIL(param, "%s.tool_calls must be an array", param);
+    }
     cJSON *arr = cJSON_AddArrayToObject(o, "tool_calls");
     const cJSON *c;
     cJSON_ArrayForEach(c, tc) {
@@ -393,13 +408,11 @@ static bool parse_response_format(const cJSON *rf, const char *param, sm_api_req
   const cJSON *schema = cJSON_GetObjectItemCaseSensitive(holder, "schema");
   const cJSON *strict = cJSON_GetObjectItemCaseSensitive(holder, "strict");
   if (strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict)) FAIL(param, "'%s' strict must be a boolean", param);
-  if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
-    FAIL(param, "'%s' schema must be an object", param);
+  if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema)) FAIL(param, "'%s' schema must be an object", param);
   r->json_mode = true;
   r->schema_strict = cJSON_IsTrue(strict);
   if (schema && !cJSON_IsTrue(schema)) r->json_schema = cJSON_Duplicate(schema, 1);
-  else { /* no schema: any JSON object */
-    r->json_schema = cJSON_CreateObject();
+  else { /* no schema: any JSON object */ r->json_schema = cJSON_CreateObject();
     cJSON_AddStringToObject(r->json_schema, "type", "object");
   }
   return true;
@@ -408,7 +421,10 @@ static bool parse_response_format(const cJSON *rf, const char *param, sm_api_req
 /* llama-server's grammar (GBNF text) and json_schema fields */
 static bool parse_grammar_fields(const cJSON *root, sm_api_request *r, sm_api_error *err) {
   if (!get_str(root, "grammar", &r->grammar, err)) return false;
-  if (r->grammar && !r->grammar[0]) { free(r->grammar); r->grammar = NULL; }
+  if (r->grammar && !r->grammar[0]) {
+    free(r->grammar);
+    r->grammar = NULL;
+  }
   const cJSON *js = cJSON_GetObjectItemCaseSensitive(root, "json_schema");
   if (js && !cJSON_IsNull(js)) {
     if (!cJSON_IsObject(js)) FAIL("json_schema", "'json_schema' must be an object");
@@ -478,10 +494,11 @@ static bool parse_common(const cJSON *root, sm_api_request *r, sm_api_error *err
   if (kw && !cJSON_IsNull(kw)) {
     if (!cJSON_IsObject(kw)) FAIL("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     /* extra template variables may not replace what the server puts in the context */
-    static const char *const reserved[] = {
-        "messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token", "unk_token",
-        "pad_token", "sep_token", "cls_token", "mask_token", "additional_special_tokens", "raise_exception",
-        "strftime_now", "range", "dict", "namespace", "cycler", "joiner", "lipsum"};
+    static const char *const reserved[] = {"messages",        "tools",        "documents",  "add_generation_prompt",
+                                           "bos_token",       "eos_token",    "unk_token",  "pad_token",
+                                           "sep_token",       "cls_token",    "mask_token", "additional_special_tokens",
+                                           "raise_exception", "strftime_now", "range",      "dict",
+                                           "namespace",       "cycler",       "joiner",     "lipsum"};
     for (const cJSON *c = kw->child; c; c = c->next)
       for (size_t i = 0; i < SM_ARRAY_LEN(reserved); i++)
         if (c->string && !strcmp(c->string, reserved[i]))
@@ -519,7 +536,10 @@ static bool parse_chat(const cJSON *root, sm_api_request *r, sm_api_error *err) 
     r->top_logprobs = (int)d;
   }
   if (!get_num(root, "n_probs", 0, SM_API_MAX_TOP_LOGPROBS, true, &d, &given, err)) return false;
-  if (given && d > 0 && !r->logprobs) { r->logprobs = true; r->top_logprobs = (int)d; } /* llama-server */
+  if (given && d > 0 && !r->logprobs) {
+    r->logprobs = true;
+    r->top_logprobs = (int)d;
+  } /* llama-server */
   if (!parse_response_format(cJSON_GetObjectItemCaseSensitive(root, "response_format"), "response_format", r, err))
     return false;
   return parse_tools(root, r, err);
@@ -528,7 +548,8 @@ static bool parse_chat(const cJSON *root, sm_api_request *r, sm_api_error *err) 
 static bool parse_completions_prompt(const cJSON *root, sm_api_request *r, sm_api_error *err) {
   const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
   if (!p) FAIL("prompt", "'prompt' is required");
-  if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && (cJSON_IsString(p->child) || cJSON_IsArray(p->child))) p = p->child;
+  if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && (cJSON_IsString(p->child) || cJSON_IsArray(p->child)))
+    p = p->child;
   if (cJSON_IsArray(p) && p->child && (cJSON_IsString(p->child) || cJSON_IsArray(p->child))) {
     /* several prompts: strings or token-id lists; the choices are prompt-major */
     int n = cJSON_GetArraySize(p), i = 0;
@@ -538,12 +559,17 @@ static bool parse_completions_prompt(const cJSON *root, sm_api_request *r, sm_ap
     r->n_prompts = n;
     const cJSON *e;
     cJSON_ArrayForEach(e, p) {
-      if (cJSON_IsString(e)) { r->prompts[i++] = sm_xstrdup(e->valuestring); continue; }
-      if (!cJSON_IsArray(e) || !e->child) FAIL("prompt", "'prompt[%d]' must be a string or a non-empty array of token ids", i);
+      if (cJSON_IsString(e)) {
+        r->prompts[i++] = sm_xstrdup(e->valuestring);
+        continue;
+      }
+      if (!cJSON_IsArray(e) || !e->child)
+        FAIL("prompt", "'prompt[%d]' must be a string or a non-empty array of token ids", i);
       r->prompt_lists[i] = sm_xmalloc(sizeof(int32_t) * (size_t)cJSON_GetArraySize(e));
       const cJSON *t;
       cJSON_ArrayForEach(t, e) {
-        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble > 2147483647.0)
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
+            t->valuedouble > 2147483647.0)
           FAIL("prompt", "token ids in 'prompt[%d]' must be non-negative integers", i);
         r->prompt_lists[i][r->prompt_lens[i]++] = (int32_t)t->valuedouble;
       }
@@ -576,9 +602,15 @@ static bool parse_completions(const cJSON *root, sm_api_request *r, sm_api_error
   double d;
   bool given;
   if (!get_num(root, "logprobs", 0, 5, true, &d, &given, err)) return false;
-  if (given) { r->logprobs = true; r->top_logprobs = (int)d; }
+  if (given) {
+    r->logprobs = true;
+    r->top_logprobs = (int)d;
+  }
   if (!get_num(root, "n_probs", 0, SM_API_MAX_TOP_LOGPROBS, true, &d, &given, err)) return false;
-  if (given && d > 0 && !r->logprobs) { r->logprobs = true; r->top_logprobs = (int)d; } /* llama-server */
+  if (given && d > 0 && !r->logprobs) {
+    r->logprobs = true;
+    r->top_logprobs = (int)d;
+  } /* llama-server */
   if (!get_bool(root, "echo", &r->echo, err)) return false;
   const cJSON *bo = cJSON_GetObjectItemCaseSensitive(root, "best_of");
   if (cJSON_IsNumber(bo) && bo->valuedouble > 1) FAIL("best_of", "'best_of' > 1 is not supported");
@@ -659,9 +691,7 @@ static bool parse_responses(const cJSON *root, sm_api_request *r, sm_api_error *
   return parse_tools(root, r, err);
 }
 
-static int cmp_key(const void *a, const void *b) {
-  return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
+static int cmp_key(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* The first key that occurs twice in one object anywhere in v, or NULL. RFC 8259 leaves
  * duplicates undefined and parsers disagree (first or last wins), so they are refused. */
@@ -745,7 +775,10 @@ long sm_stop_find(const char *text, size_t len, size_t from, char *const *stops,
     if (!sl || sl > len) continue;
     for (size_t p = from; p + sl <= len; p++) {
       if (best >= 0 && (long)p >= best) break;
-      if (text[p] == stops[i][0] && !memcmp(text + p, stops[i], sl)) { best = (long)p; break; }
+      if (text[p] == stops[i][0] && !memcmp(text + p, stops[i], sl)) {
+        best = (long)p;
+        break;
+      }
     }
   }
   return best;
@@ -756,8 +789,10 @@ size_t sm_stop_holdback(const char *text, size_t len, char *const *stops, int n_
   for (int i = 0; i < n_stops; i++) {
     size_t sl = strlen(stops[i]);
     for (size_t k = SM_MIN(sl - 1, len); k > best; k--)
-      if (!memcmp(text + len - k, stops[i], k)) { best = k; break; }
+      if (!memcmp(text + len - k, stops[i], k)) {
+        best = k;
+        break;
+      }
   }
   return best;
 }
-

@@ -31,37 +31,45 @@ char *sm_api_error_json(const sm_api_error *e);
 
 typedef struct {
   sm_ep_kind kind;
-  char *model;      /* requested model (informational), may be NULL */
-  cJSON *messages;  /* chat/responses: normalized [{role, content(string|null), tool_calls?, ...}] */
-  cJSON *tools;     /* tools array for the template, NULL if none (or tool_choice "none") */
+  char *model;                 /* requested model (informational), may be NULL */
+  cJSON *messages;             /* chat/responses: normalized [{role, content(string|null), tool_calls?, ...}] */
+  cJSON *tools;                /* tools array for the template, NULL if none (or tool_choice "none") */
   cJSON *chat_template_kwargs; /* extra template context, NULL if none */
-  char *prompt;     /* completions: prompt text, NULL if prompt_ids used */
-  char **prompts;   /* completions with an array of >= 2 prompts: each a string ... */
-  int32_t **prompt_lists; int *prompt_lens; /* ... or a token-id list (prompts[i] NULL) */
+  char *prompt;                /* completions: prompt text, NULL if prompt_ids used */
+  char **prompts;              /* completions with an array of >= 2 prompts: each a string ... */
+  int32_t **prompt_lists;
+  int *prompt_lens; /* ... or a token-id list (prompts[i] NULL) */
   int n_prompts;
-  int32_t *prompt_ids; int n_prompt_ids; /* completions: token-id prompt */
+  int32_t *prompt_ids;
+  int n_prompt_ids;        /* completions: token-id prompt */
   smelt_sampling sampling; /* seed: 0 if not given (has_seed false) */
-  bool has_seed; uint64_t seed;
+  bool has_seed;
+  uint64_t seed;
   bool has_temperature, has_top_p, has_top_k;
-  int n;            /* choices */
-  int max_tokens;   /* -1 = not given */
-  char *stop[SM_API_MAX_STOP]; int n_stop;
+  int n;          /* choices */
+  int max_tokens; /* -1 = not given */
+  char *stop[SM_API_MAX_STOP];
+  int n_stop;
   bool stream, include_usage;
-  bool ignore_eos;  /* vLLM / llama-server: keep generating after end-of-sequence tokens */
-  bool logprobs; int top_logprobs; /* completions: logprobs=k -> logprobs=true, top_logprobs=k */
-  bool json_mode;   /* response_format json_object / json_schema, or a json_schema field */
-  cJSON *json_schema; /* the schema to enforce ({"type":"object"} for json_object), NULL if none */
-  bool schema_strict; /* json_schema.strict: unsupported schema keywords are an error */
-  char *grammar;    /* llama-server's `grammar` (GBNF), NULL if none */
-  int tool_choice;  /* SM_TOOLS_* */
-  char *tool_name;  /* SM_TOOLS_NAMED: the function */
+  bool ignore_eos; /* vLLM / llama-server: keep generating after end-of-sequence tokens */
+  bool logprobs;
+  int top_logprobs;         /* completions: logprobs=k -> logprobs=true, top_logprobs=k */
+  bool json_mode;           /* response_format json_object / json_schema, or a json_schema field */
+  cJSON *json_schema;       /* the schema to enforce ({"type":"object"} for json_object), NULL if none */
+  bool schema_strict;       /* json_schema.strict: unsupported schema keywords are an error */
+  char *grammar;            /* llama-server's `grammar` (GBNF), NULL if none */
+  int tool_choice;          /* SM_TOOLS_* */
+  char *tool_name;          /* SM_TOOLS_NAMED: the function */
   bool parallel_tool_calls; /* default true */
-  bool echo;        /* completions echo (prompt text is prepended) */
-  char *user;       /* ignored, kept for completeness */
-  char *reasoning_effort; /* handed to the chat template, NULL if not given */
-  int32_t *bias_ids; float *bias_vals; int n_bias; /* logit_bias */
-  bool emb_base64;  /* embeddings: encoding_format base64 */
-  char **image_urls; int n_images; /* image content parts in order (data:, http(s):); the messages hold
+  bool echo;                /* completions echo (prompt text is prepended) */
+  char *user;               /* ignored, kept for completeness */
+  char *reasoning_effort;   /* handed to the chat template, NULL if not given */
+  int32_t *bias_ids;
+  float *bias_vals;
+  int n_bias;      /* logit_bias */
+  bool emb_base64; /* embeddings: encoding_format base64 */
+  char **image_urls;
+  int n_images; /* image content parts in order (data:, http(s):); the messages hold
                                     * {type: "image"} parts at their places */
 } sm_api_request;
 

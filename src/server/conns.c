@@ -165,13 +165,17 @@ static void reap(sm_sock *k, const char *what, double limit) {
                       "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
                       "Content-Length: %d\r\n\r\n%s",
                       bl, body);
-    if (send(k->fd, msg, (size_t)ml, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* the client is gone: just close */ }
+    if (send(k->fd, msg, (size_t)ml, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* the client is gone: just close */
+    }
   }
   shutdown(k->fd, SHUT_RDWR); /* the library sees end of input and closes the connection */
   k->reaped = true;
 }
 
-typedef struct { int fd; uint64_t serial; } watch_ent;
+typedef struct {
+  int fd;
+  uint64_t serial;
+} watch_ent;
 
 static void *watchdog(void *arg) {
   sm_conns *g = arg;
@@ -218,7 +222,8 @@ static void *watchdog(void *arg) {
     if (r <= 0) continue;
     if (pfd[n].revents & POLLIN) {
       uint64_t v;
-      if (read(g->wake_fd, &v, sizeof v) < 0) { /* nothing pending */ }
+      if (read(g->wake_fd, &v, sizeof v) < 0) { /* nothing pending */
+      }
     }
     size_t ng = 0;
     for (size_t i = 0; i < n; i++)
@@ -255,7 +260,8 @@ void sm_conns_free(sm_conns *g) {
   if (g->started) {
     atomic_store(&g->stop, true);
     uint64_t one = 1;
-    if (write(g->wake_fd, &one, sizeof one) < 0) { /* it wakes within WATCH_MS anyway */ }
+    if (write(g->wake_fd, &one, sizeof one) < 0) { /* it wakes within WATCH_MS anyway */
+    }
     pthread_join(g->thread, NULL);
   }
   if (g->wake_fd >= 0) close(g->wake_fd);

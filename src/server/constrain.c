@@ -7,10 +7,10 @@
 #include <string.h>
 #include "engine/grammar_schema.h"
 
-#define REJECT(param, ...)                                                          \
-  do {                                                                              \
-    sm_api_error_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__);  \
-    goto fail;                                                                      \
+#define REJECT(param, ...) \
+  do { \
+    sm_api_error_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__); \
+    goto fail; \
   } while (0)
 
 bool sm_constrain_build(const smelt_tokenizer *tok, const sm_toolfmt *fmt, const sm_api_request *r, sm_grammar **out,

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define REJECT(param, code, ...)                                                      \
-  do {                                                                                \
-    sm_api_error_set(err, 400, "invalid_request_error", param, code, __VA_ARGS__);    \
-    goto fail;                                                                        \
+#define REJECT(param, code, ...) \
+  do { \
+    sm_api_error_set(err, 400, "invalid_request_error", param, code, __VA_ARGS__); \
+    goto fail; \
   } while (0)
 
 sm_job *sm_emb_make_job(const sm_oai *o, sm_api_request *req, sm_api_error *err) {
@@ -33,9 +33,15 @@ sm_job *sm_emb_make_job(const sm_oai *o, sm_api_request *req, sm_api_error *err)
       ids = sm_xmalloc(sizeof(int32_t) * (n ? n : 1));
       memcpy(ids, list, sizeof(int32_t) * n);
       for (size_t i = 0; i < n; i++)
-        if (ids[i] >= o->vocab) { free(ids); REJECT("input", NULL, "input %d: token id out of the vocabulary", p); }
+        if (ids[i] >= o->vocab) {
+          free(ids);
+          REJECT("input", NULL, "input %d: token id out of the vocabulary", p);
+        }
     }
-    if (n == 0) { free(ids); REJECT("input", NULL, "input %d is empty", p); }
+    if (n == 0) {
+      free(ids);
+      REJECT("input", NULL, "input %d is empty", p);
+    }
     if ((int)n > o->ctx) {
       free(ids);
       REJECT("input", "context_length_exceeded", "input %d has %zu tokens, more than the context (%d)", p, n, o->ctx);

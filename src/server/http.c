@@ -35,23 +35,40 @@ struct sm_http {
   atomic_bool draining;
 };
 
-enum { EP_NONE = 0, EP_CHAT, EP_COMPL, EP_RESP, EP_MODELS, EP_HEALTH, EP_METRICS, EP_MODEL, EP_TOKENIZE, EP_DETOKENIZE,
-       EP_APPLY_TEMPLATE, EP_PROPS, EP_SLOTS, EP_MESSAGES, EP_COUNT_TOKENS, EP_EMBEDDINGS, EP_SLOT_ACTION };
+enum {
+  EP_NONE = 0,
+  EP_CHAT,
+  EP_COMPL,
+  EP_RESP,
+  EP_MODELS,
+  EP_HEALTH,
+  EP_METRICS,
+  EP_MODEL,
+  EP_TOKENIZE,
+  EP_DETOKENIZE,
+  EP_APPLY_TEMPLATE,
+  EP_PROPS,
+  EP_SLOTS,
+  EP_MESSAGES,
+  EP_COUNT_TOKENS,
+  EP_EMBEDDINGS,
+  EP_SLOT_ACTION
+};
 
 /* one request (MHD's per-request context, created when its request line arrives) */
 typedef struct {
   sm_sock *k;
   int ep;
   const char *ep_name;
-  bool checked;     /* the checks on the headers are done */
-  bool final_seen;  /* the whole request has arrived */
+  bool checked;    /* the checks on the headers are done */
+  bool final_seen; /* the whole request has arrived */
   sm_buf body;
-  size_t reserved;  /* body bytes reserved in the guard's budget */
+  size_t reserved; /* body bytes reserved in the guard's budget */
   bool too_large, over_budget;
-  sm_job *job;      /* a non-streaming request waiting for its job */
-  sm_served *sv;    /* its model, held until the request ends */
-  bool waiting;     /* parked until its model is loaded */
-  int ticket;       /* sm_models_acquire's */
+  sm_job *job;   /* a non-streaming request waiting for its job */
+  sm_served *sv; /* its model, held until the request ends */
+  bool waiting;  /* parked until its model is loaded */
+  int ticket;    /* sm_models_acquire's */
 } req;
 
 /* a streaming response */
@@ -133,7 +150,8 @@ static enum MHD_Result send_error(sm_http *h, struct MHD_Connection *c, req *rq,
 }
 
 static enum MHD_Result send_err(sm_http *h, struct MHD_Connection *c, req *rq, int status, const char *type,
-                                const char *code, int flags, const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+                                const char *code, int flags, const char *fmt, ...)
+  __attribute__((format(printf, 8, 9)));
 static enum MHD_Result send_err(sm_http *h, struct MHD_Connection *c, req *rq, int status, const char *type,
                                 const char *code, int flags, const char *fmt, ...) {
   sm_api_error e;
@@ -275,7 +293,8 @@ static enum MHD_Result handle_generate(sm_http *h, struct MHD_Connection *c, req
     st->sv = sv; /* the stream holds the model now */
     rq->sv = NULL;
     sm_sse_init(&st->sse, &sv->oai, j); /* takes the handler's reference */
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st,
+                                                               stream_free);
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
@@ -298,10 +317,14 @@ static enum MHD_Result handle_slot_action(sm_http *h, struct MHD_Connection *c, 
   if (!*ids || *end || id < 0 || id >= sv->oai.parallel || ids[0] == '-' || ids[0] == '+')
     return send_err(h, c, rq, 400, "invalid_request_error", NULL, 0, "'%.40s' is not a slot id (0 to %d)", ids,
                     sv->oai.parallel - 1);
-  int op = !action ? 0 : !strcmp(action, "save") ? SM_SLOT_SAVE : !strcmp(action, "restore") ? SM_SLOT_RESTORE
-         : !strcmp(action, "erase") ? SM_SLOT_ERASE : 0;
+  int op = !action                    ? 0
+         : !strcmp(action, "save")    ? SM_SLOT_SAVE
+         : !strcmp(action, "restore") ? SM_SLOT_RESTORE
+         : !strcmp(action, "erase")   ? SM_SLOT_ERASE
+                                      : 0;
   if (!op)
-    return send_err(h, c, rq, 400, "invalid_request_error", NULL, 0, "the query's 'action' must be save, restore or erase");
+    return send_err(h, c, rq, 400, "invalid_request_error", NULL, 0,
+                    "the query's 'action' must be save, restore or erase");
   char *path = NULL;
   if (op != SM_SLOT_ERASE) {
     if (!h->p->slot_save_path)
@@ -310,7 +333,8 @@ static enum MHD_Result handle_slot_action(sm_http *h, struct MHD_Connection *c, 
     if (sm_engine_recurrent(sv->eng))
       return send_err(h, c, rq, 501, "not_supported_error", NULL, 0,
                       "slot save and restore go through the prefix cache, which models with recurrent layers (%s) "
-                      "do not use", sv->oai.arch);
+                      "do not use",
+                      sv->oai.arch);
     cJSON *root = rq->body.n ? cJSON_ParseWithLength(rq->body.p, rq->body.n) : NULL;
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(root, "filename");
     const char *f = cJSON_IsString(fn) ? fn->valuestring : NULL;
@@ -329,7 +353,8 @@ static enum MHD_Result handle_slot_action(sm_http *h, struct MHD_Connection *c, 
   int rc = sm_sched_submit(&sv->sched, j);
   if (rc == 503) return send_draining(h, c, rq);
   if (rc == 429)
-    return send_err(h, c, rq, 429, "rate_limit_error", "queue_full", 0, "the server is busy (request queue is full); retry later");
+    return send_err(h, c, rq, 429, "rate_limit_error", "queue_full", 0,
+                    "the server is busy (request queue is full); retry later");
   return wait_job(h, c, rq, j);
 }
 
@@ -366,8 +391,8 @@ static enum MHD_Result handle_metrics(sm_http *h, struct MHD_Connection *c, req 
 
 /* CORS preflight: only for an allowed origin, and only request headers from the allow-list */
 static bool header_allowed(const char *name, size_t n) {
-  static const char *const ok[] = {"authorization", "content-type", "x-api-key", "openai-organization",
-                                   "openai-project", "openai-beta", "accept"};
+  static const char *const ok[] = {"authorization",  "content-type", "x-api-key", "openai-organization",
+                                   "openai-project", "openai-beta",  "accept"};
   for (size_t i = 0; i < SM_ARRAY_LEN(ok); i++)
     if (strlen(ok[i]) == n && !strncasecmp(name, ok[i], n)) return true;
   return n > 12 && !strncasecmp(name, "x-stainless-", 12); /* the openai clients' telemetry headers */
@@ -418,22 +443,38 @@ static bool auth_ok(sm_http *h, struct MHD_Connection *c) {
 }
 
 static int route(const char *url, const char **name) {
-  static const struct { const char *path; int ep; const char *name; } R[] = {
-      {"/v1/chat/completions", EP_CHAT, "/v1/chat/completions"}, {"/chat/completions", EP_CHAT, "/v1/chat/completions"},
-      {"/v1/completions", EP_COMPL, "/v1/completions"},          {"/completions", EP_COMPL, "/v1/completions"},
-      {"/v1/responses", EP_RESP, "/v1/responses"},               {"/responses", EP_RESP, "/v1/responses"},
-      {"/v1/models", EP_MODELS, "/v1/models"},                   {"/models", EP_MODELS, "/v1/models"},
-      {"/health", EP_HEALTH, "/health"},                         {"/v1/health", EP_HEALTH, "/health"},
-      {"/metrics", EP_METRICS, "/metrics"},
-      {"/tokenize", EP_TOKENIZE, "/tokenize"},                   {"/detokenize", EP_DETOKENIZE, "/detokenize"},
-      {"/apply-template", EP_APPLY_TEMPLATE, "/apply-template"}, {"/props", EP_PROPS, "/props"},
-      {"/slots", EP_SLOTS, "/slots"},
-      {"/v1/messages", EP_MESSAGES, "/v1/messages"},             {"/messages", EP_MESSAGES, "/v1/messages"},
-      {"/v1/messages/count_tokens", EP_COUNT_TOKENS, "/v1/messages/count_tokens"},
-      {"/v1/embeddings", EP_EMBEDDINGS, "/v1/embeddings"},       {"/embeddings", EP_EMBEDDINGS, "/v1/embeddings"},
+  static const struct {
+    const char *path;
+    int ep;
+    const char *name;
+  } R[] = {
+    {"/v1/chat/completions", EP_CHAT, "/v1/chat/completions"},
+    {"/chat/completions", EP_CHAT, "/v1/chat/completions"},
+    {"/v1/completions", EP_COMPL, "/v1/completions"},
+    {"/completions", EP_COMPL, "/v1/completions"},
+    {"/v1/responses", EP_RESP, "/v1/responses"},
+    {"/responses", EP_RESP, "/v1/responses"},
+    {"/v1/models", EP_MODELS, "/v1/models"},
+    {"/models", EP_MODELS, "/v1/models"},
+    {"/health", EP_HEALTH, "/health"},
+    {"/v1/health", EP_HEALTH, "/health"},
+    {"/metrics", EP_METRICS, "/metrics"},
+    {"/tokenize", EP_TOKENIZE, "/tokenize"},
+    {"/detokenize", EP_DETOKENIZE, "/detokenize"},
+    {"/apply-template", EP_APPLY_TEMPLATE, "/apply-template"},
+    {"/props", EP_PROPS, "/props"},
+    {"/slots", EP_SLOTS, "/slots"},
+    {"/v1/messages", EP_MESSAGES, "/v1/messages"},
+    {"/messages", EP_MESSAGES, "/v1/messages"},
+    {"/v1/messages/count_tokens", EP_COUNT_TOKENS, "/v1/messages/count_tokens"},
+    {"/v1/embeddings", EP_EMBEDDINGS, "/v1/embeddings"},
+    {"/embeddings", EP_EMBEDDINGS, "/v1/embeddings"},
   };
   for (size_t i = 0; i < SM_ARRAY_LEN(R); i++)
-    if (!strcmp(url, R[i].path)) { *name = R[i].name; return R[i].ep; }
+    if (!strcmp(url, R[i].path)) {
+      *name = R[i].name;
+      return R[i].ep;
+    }
   if (!strncmp(url, "/slots/", 7) && url[7] && !strchr(url + 7, '/')) {
     *name = "/slots/{id}";
     return EP_SLOT_ACTION;
@@ -455,8 +496,13 @@ typedef struct {
 
 static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
   framing *f = cls;
-  if (!strcasecmp(key, "Content-Length")) { f->n_cl++; f->cl = value; }
-  else if (!strcasecmp(key, "Transfer-Encoding")) { f->n_te++; f->te = value; }
+  if (!strcasecmp(key, "Content-Length")) {
+    f->n_cl++;
+    f->cl = value;
+  } else if (!strcasecmp(key, "Transfer-Encoding")) {
+    f->n_te++;
+    f->te = value;
+  }
   return MHD_YES;
 }
 
@@ -603,36 +649,36 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   sm_served *sv = rq->sv;
   const sm_oai *o = sv ? &sv->oai : NULL;
   switch (rq->ep) {
-  case EP_CHAT: return handle_generate(h, c, rq, SM_EP_CHAT);
-  case EP_COMPL: return handle_generate(h, c, rq, SM_EP_COMPLETIONS);
-  case EP_RESP: return handle_generate(h, c, rq, SM_EP_RESPONSES);
-  case EP_MODELS: return send_json(h, c, rq, 200, sm_models_list(h->models), 0);
-  case EP_MODEL:
-  case EP_TOKENIZE:
-  case EP_DETOKENIZE:
-  case EP_APPLY_TEMPLATE: {
-    sm_api_error err;
-    cJSON *r = rq->ep == EP_MODEL ? sm_models_get(h->models, strchr(url + 1, '/') + (url[1] == 'v' ? 8 : 1), &err)
-             : rq->ep == EP_TOKENIZE ? sm_llama_tokenize(o, rq->body.p, rq->body.n, &err)
-             : rq->ep == EP_DETOKENIZE ? sm_llama_detokenize(o, rq->body.p, rq->body.n, &err)
-             : sm_llama_apply_template(o, rq->body.p, rq->body.n, &err);
-    return r ? send_json(h, c, rq, 200, r, 0) : send_error(h, c, rq, &err, 0);
-  }
-  case EP_PROPS: return send_json(h, c, rq, 200, sm_llama_props(o), 0);
-  case EP_SLOTS: return send_json(h, c, rq, 200, sm_llama_slots(o, &sv->sched), 0);
-  case EP_SLOT_ACTION: return handle_slot_action(h, c, rq, url);
-  case EP_MESSAGES: return handle_generate(h, c, rq, SM_EP_MESSAGES);
-  case EP_EMBEDDINGS: return handle_generate(h, c, rq, SM_EP_EMBEDDINGS);
-  case EP_COUNT_TOKENS: {
-    sm_api_error err;
-    cJSON *r = sm_anth_count_tokens(o, rq->body.p, rq->body.n, &err);
-    return r ? send_json(h, c, rq, 200, r, 0) : send_error(h, c, rq, &err, 0);
-  }
-  case EP_METRICS: return handle_metrics(h, c, rq);
-  default: {
-    static const char ok[] = "{\"status\":\"ok\"}";
-    return send_body(h, c, rq, 200, "application/json", ok, sizeof ok - 1, 0);
-  }
+    case EP_CHAT: return handle_generate(h, c, rq, SM_EP_CHAT);
+    case EP_COMPL: return handle_generate(h, c, rq, SM_EP_COMPLETIONS);
+    case EP_RESP: return handle_generate(h, c, rq, SM_EP_RESPONSES);
+    case EP_MODELS: return send_json(h, c, rq, 200, sm_models_list(h->models), 0);
+    case EP_MODEL:
+    case EP_TOKENIZE:
+    case EP_DETOKENIZE:
+    case EP_APPLY_TEMPLATE: {
+      sm_api_error err;
+      cJSON *r = rq->ep == EP_MODEL    ? sm_models_get(h->models, strchr(url + 1, '/') + (url[1] == 'v' ? 8 : 1), &err)
+               : rq->ep == EP_TOKENIZE ? sm_llama_tokenize(o, rq->body.p, rq->body.n, &err)
+               : rq->ep == EP_DETOKENIZE ? sm_llama_detokenize(o, rq->body.p, rq->body.n, &err)
+                                         : sm_llama_apply_template(o, rq->body.p, rq->body.n, &err);
+      return r ? send_json(h, c, rq, 200, r, 0) : send_error(h, c, rq, &err, 0);
+    }
+    case EP_PROPS: return send_json(h, c, rq, 200, sm_llama_props(o), 0);
+    case EP_SLOTS: return send_json(h, c, rq, 200, sm_llama_slots(o, &sv->sched), 0);
+    case EP_SLOT_ACTION: return handle_slot_action(h, c, rq, url);
+    case EP_MESSAGES: return handle_generate(h, c, rq, SM_EP_MESSAGES);
+    case EP_EMBEDDINGS: return handle_generate(h, c, rq, SM_EP_EMBEDDINGS);
+    case EP_COUNT_TOKENS: {
+      sm_api_error err;
+      cJSON *r = sm_anth_count_tokens(o, rq->body.p, rq->body.n, &err);
+      return r ? send_json(h, c, rq, 200, r, 0) : send_error(h, c, rq, &err, 0);
+    }
+    case EP_METRICS: return handle_metrics(h, c, rq);
+    default: {
+      static const char ok[] = "{\"status\":\"ok\"}";
+      return send_body(h, c, rq, 200, "application/json", ok, sizeof ok - 1, 0);
+    }
   }
 }
 
@@ -718,13 +764,13 @@ sm_http *sm_http_start(const sm_http_cfg *cfg) {
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     unsigned threads = (unsigned)(h->p->http_threads > 0 ? h->p->http_threads : 1);
-    h->d = MHD_start_daemon(
-        flags, (uint16_t)h->p->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
-        MHD_OPTION_EXTERNAL_LOGGER, on_log, h, MHD_OPTION_CONNECTION_LIMIT, (unsigned)h->p->max_conns,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)h->p->max_conns_per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)h->p->timeout, MHD_OPTION_END);
+    h->d = MHD_start_daemon(flags, (uint16_t)h->p->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_log, h, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)h->p->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            (unsigned)h->p->max_conns_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)h->p->timeout,
+                            MHD_OPTION_END);
     if (!h->d) fprintf(stderr, "smelt serve: could not listen on %s:%d: %s\n", h->p->host, h->p->port, strerror(errno));
   }
   if (ai) freeaddrinfo(ai);

@@ -44,7 +44,10 @@ bool sm_base64_decode(const char *s, size_t len, unsigned char **out, size_t *ou
   int bits = 0;
   for (size_t i = 0; i < len; i++) {
     const int v = b64_val((unsigned char)s[i]);
-    if (v < 0) { free(o); return false; }
+    if (v < 0) {
+      free(o);
+      return false;
+    }
     acc = (acc << 6) | (uint32_t)v;
     bits += 6;
     if (bits >= 8) {
@@ -52,7 +55,10 @@ bool sm_base64_decode(const char *s, size_t len, unsigned char **out, size_t *ou
       o[n++] = (unsigned char)(acc >> bits);
     }
   }
-  if (bits >= 6) { free(o); return false; } /* a lone trailing character */
+  if (bits >= 6) {
+    free(o);
+    return false;
+  } /* a lone trailing character */
   *out = o;
   *out_len = n;
   return true;
@@ -68,7 +74,10 @@ typedef struct {
 static size_t dl_write(char *ptr, size_t sz, size_t nm, void *ud) {
   dl_buf *b = ud;
   const size_t k = sz * nm;
-  if (b->n + k > b->max) { b->too_big = true; return 0; }
+  if (b->n + k > b->max) {
+    b->too_big = true;
+    return 0;
+  }
   if (b->n + k + 1 > b->cap) { /* doubling: a chunk at a time would copy the image over and over */
     size_t c = b->cap ? b->cap * 2 : 65536;
     while (c < b->n + k + 1) c *= 2;
@@ -88,8 +97,11 @@ static void curl_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 static bool fetch(const char *url, const sm_image_policy *pol, unsigned char **out, size_t *len, char *why, size_t wn) {
   pthread_once(&g_curl_once, curl_init);
   CURL *h = curl_easy_init();
-  if (!h) { snprintf(why, wn, "cannot start a download"); return false; }
-  dl_buf b = { NULL, 0, 0, pol->max_bytes, false };
+  if (!h) {
+    snprintf(why, wn, "cannot start a download");
+    return false;
+  }
+  dl_buf b = {NULL, 0, 0, pol->max_bytes, false};
   char cerr[CURL_ERROR_SIZE] = "";
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -106,7 +118,8 @@ static bool fetch(const char *url, const sm_image_policy *pol, unsigned char **o
   const CURLcode rc = curl_easy_perform(h);
   curl_easy_cleanup(h);
   if (rc != CURLE_OK) {
-    if (b.too_big || rc == CURLE_FILESIZE_EXCEEDED) snprintf(why, wn, "the image is larger than %zu bytes", pol->max_bytes);
+    if (b.too_big || rc == CURLE_FILESIZE_EXCEEDED)
+      snprintf(why, wn, "the image is larger than %zu bytes", pol->max_bytes);
     else snprintf(why, wn, "download failed: %s", cerr[0] ? cerr : curl_easy_strerror(rc));
     free(b.p);
     return false;
@@ -120,8 +133,14 @@ static bool fetch(const char *url, const sm_image_policy *pol, unsigned char **o
 static bool read_local(const char *path, const sm_image_policy *pol, unsigned char **out, size_t *len, char *why,
                        size_t wn) {
   char real[PATH_MAX];
-  if (path[0] != '/') { snprintf(why, wn, "a local image path must be absolute"); return false; }
-  if (!realpath(path, real)) { snprintf(why, wn, "cannot open the image file: %s", strerror(errno)); return false; }
+  if (path[0] != '/') {
+    snprintf(why, wn, "a local image path must be absolute");
+    return false;
+  }
+  if (!realpath(path, real)) {
+    snprintf(why, wn, "cannot open the image file: %s", strerror(errno));
+    return false;
+  }
   const size_t dl = strlen(pol->files_dir);
   if (strncmp(real, pol->files_dir, dl) || (real[dl] != '/' && !(dl == 1 && pol->files_dir[0] == '/'))) {
     snprintf(why, wn, "the image file is outside the directory the server reads images from (--allow-image-files)");
@@ -134,7 +153,11 @@ static bool read_local(const char *path, const sm_image_policy *pol, unsigned ch
     if (fd >= 0) close(fd);
     return false;
   }
-  if (!S_ISREG(st.st_mode)) { close(fd); snprintf(why, wn, "the image path is not a regular file"); return false; }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    snprintf(why, wn, "the image path is not a regular file");
+    return false;
+  }
   if ((uint64_t)st.st_size > pol->max_bytes) {
     close(fd);
     snprintf(why, wn, "the image is larger than %zu bytes", pol->max_bytes);
@@ -162,17 +185,24 @@ static bool read_local(const char *path, const sm_image_policy *pol, unsigned ch
 static bool local_file(const char *url, const sm_image_policy *pol, unsigned char **out, size_t *len, char *why,
                        size_t wn) {
   if (!pol->files_dir) {
-    snprintf(why, wn, "the server does not read local image files (start it with --allow-image-files DIR, or send "
+    snprintf(why, wn,
+             "the server does not read local image files (start it with --allow-image-files DIR, or send "
              "the image as a data: URL)");
     return false;
   }
   if (url[0] == '/') return read_local(url, pol, out, len, why, wn);
   const char *p = url + 7; /* file://[localhost]/path */
   if (!strncmp(p, "localhost/", 10)) p += 9;
-  if (*p != '/') { snprintf(why, wn, "a file: URL names no local absolute path"); return false; }
+  if (*p != '/') {
+    snprintf(why, wn, "a file: URL names no local absolute path");
+    return false;
+  }
   int n = 0;
   char *dec = curl_easy_unescape(NULL, p, 0, &n);
-  if (!dec) { snprintf(why, wn, "cannot decode the file: URL"); return false; }
+  if (!dec) {
+    snprintf(why, wn, "cannot decode the file: URL");
+    return false;
+  }
   bool ok = (size_t)n == strlen(dec) ? read_local(dec, pol, out, len, why, wn)
                                      : (snprintf(why, wn, "the file: URL holds a NUL byte"), false);
   curl_free(dec);
@@ -184,20 +214,30 @@ static bool image_bytes(const char *url, const sm_image_policy *pol, unsigned ch
                         size_t wn) {
   if (!strncmp(url, "data:", 5)) {
     const char *comma = strchr(url, ',');
-    if (!comma) { snprintf(why, wn, "a data: URL without ','"); return false; }
+    if (!comma) {
+      snprintf(why, wn, "a data: URL without ','");
+      return false;
+    }
     const size_t hl = (size_t)(comma - url);
     if (hl < 12 || memcmp(comma - 7, ";base64", 7)) {
       snprintf(why, wn, "data: URLs of images must be base64 (data:image/...;base64,...)");
       return false;
     }
     const size_t dl = strlen(comma + 1);
-    if (dl / 4 * 3 > pol->max_bytes) { snprintf(why, wn, "the image is larger than %zu bytes", pol->max_bytes); return false; }
-    if (!sm_base64_decode(comma + 1, dl, out, len)) { snprintf(why, wn, "the data: URL is not valid base64"); return false; }
+    if (dl / 4 * 3 > pol->max_bytes) {
+      snprintf(why, wn, "the image is larger than %zu bytes", pol->max_bytes);
+      return false;
+    }
+    if (!sm_base64_decode(comma + 1, dl, out, len)) {
+      snprintf(why, wn, "the data: URL is not valid base64");
+      return false;
+    }
     return true;
   }
   if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8)) {
     if (!pol->allow_urls) {
-      snprintf(why, wn, "the server does not fetch image URLs (start it with --allow-image-urls, or send the image "
+      snprintf(why, wn,
+               "the server does not fetch image URLs (start it with --allow-image-urls, or send the image "
                "as a data: URL)");
       return false;
     }
@@ -225,7 +265,7 @@ bool sm_request_images(const sm_vision *v, const char *model_id, const char *why
     size_t len = 0;
     char why[256];
     bool ok = image_bytes(req->image_urls[i], pol, &data, &len, why, sizeof why);
-    sm_image im = { 0 };
+    sm_image im = {0};
     if (ok && sm_image_decode(data, len, &pol->lim, &im)) {
       snprintf(why, sizeof why, "%s", sm_errmsg());
       ok = false;

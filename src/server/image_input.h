@@ -9,11 +9,11 @@
 #include "vision/vision.h"
 
 typedef struct {
-  bool allow_urls;     /* fetch http(s) image URLs */
+  bool allow_urls;       /* fetch http(s) image URLs */
   const char *files_dir; /* read files under this directory (a real path, no trailing '/'); NULL: none */
-  size_t max_bytes;    /* an encoded image (data or download) */
-  long timeout_s;      /* a download */
-  sm_image_limits lim; /* decoded size */
+  size_t max_bytes;      /* an encoded image (data or download) */
+  long timeout_s;        /* a download */
+  sm_image_limits lim;   /* decoded size */
 } sm_image_policy;
 
 void sm_image_policy_default(sm_image_policy *p);

@@ -6,10 +6,10 @@
 #include <string.h>
 #include "tokenizer/chat.h"
 
-#define FAIL(param, ...)                                                            \
-  do {                                                                              \
-    sm_api_error_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__);  \
-    goto fail;                                                                      \
+#define FAIL(param, ...) \
+  do { \
+    sm_api_error_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__); \
+    goto fail; \
   } while (0)
 
 static cJSON *parse_body(const char *body, size_t len, sm_api_error *err) {
@@ -39,7 +39,10 @@ cJSON *sm_llama_tokenize(const sm_oai *o, const char *body, size_t len, sm_api_e
   cJSON *arr = cJSON_AddArrayToObject(out, "tokens");
   sm_buf pb = SM_BUF_INIT;
   for (size_t i = 0; i < n; i++) {
-    if (!cJSON_IsTrue(pieces)) { cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i])); continue; }
+    if (!cJSON_IsTrue(pieces)) {
+      cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+      continue;
+    }
     cJSON *e = cJSON_CreateObject();
     cJSON_AddNumberToObject(e, "id", ids[i]);
     sm_tok_piece_bytes(o->tok, ids[i], &pb);

@@ -7,7 +7,11 @@
 #include "base/strbuf.h"
 
 #define MAX_SERIES 64
-typedef struct { char endpoint[48]; int status; uint64_t n; } req_series;
+typedef struct {
+  char endpoint[48];
+  int status;
+  uint64_t n;
+} req_series;
 
 struct sm_metrics {
   pthread_mutex_t mu;
@@ -90,7 +94,10 @@ void sm_metrics_preempt(sm_metrics *m) {
 void sm_metrics_label(sm_buf *out, const char *v) {
   for (; *v; v++) {
     if (*v == '\\' || *v == '"') sm_buf_putc(out, '\\');
-    if (*v == '\n') { sm_buf_puts(out, "\\n"); continue; }
+    if (*v == '\n') {
+      sm_buf_puts(out, "\\n");
+      continue;
+    }
     sm_buf_putc(out, *v);
   }
 }
@@ -125,12 +132,14 @@ void sm_metrics_render_requests(sm_metrics *m, sm_buf *b) {
 }
 
 enum { C_PROMPT, C_GEN, C_CACHED, C_PREEMPT, C_CANCEL, N_COUNTERS };
-static const struct { const char *name, *help; } k_counters[N_COUNTERS] = {
-    {"smelt_prompt_tokens_total", "Prompt tokens processed (including cached ones)."},
-    {"smelt_generation_tokens_total", "Tokens generated."},
-    {"smelt_prompt_cached_tokens_total", "Prompt tokens reported as cached to clients."},
-    {"smelt_preemptions_total", "Sequences preempted (requeued) on KV cache exhaustion."},
-    {"smelt_requests_cancelled_total", "Requests cancelled by client disconnect."},
+static const struct {
+  const char *name, *help;
+} k_counters[N_COUNTERS] = {
+  {"smelt_prompt_tokens_total", "Prompt tokens processed (including cached ones)."},
+  {"smelt_generation_tokens_total", "Tokens generated."},
+  {"smelt_prompt_cached_tokens_total", "Prompt tokens reported as cached to clients."},
+  {"smelt_preemptions_total", "Sequences preempted (requeued) on KV cache exhaustion."},
+  {"smelt_requests_cancelled_total", "Requests cancelled by client disconnect."},
 };
 
 typedef struct {
@@ -186,24 +195,26 @@ void sm_metrics_render_models(sm_metrics *const *ms, const sm_metrics_gauges *gs
   head(b, "smelt_inter_token_latency_seconds", "histogram", "Time between consecutive generated tokens of a sequence.");
   for (int i = 0; i < n; i++) render_hist(b, "smelt_inter_token_latency_seconds", &snap[i].itl, names, i);
   free(snap);
-  static const struct { const char *name, *type, *help; } G[] = {
-      {"smelt_requests_queued", "gauge", "Requests waiting for a free sequence slot."},
-      {"smelt_requests_running", "gauge", "Requests being generated."},
-      {"smelt_sequences_running", "gauge", "Sequences (choices) being generated."},
-      {"smelt_kv_cache_blocks_used", "gauge", "KV cache blocks held by live sequences."},
-      {"smelt_kv_cache_blocks_total", "gauge", "KV cache blocks in total."},
-      {"smelt_kv_cache_blocks_cached", "gauge", "Free KV blocks still holding a reusable prefix."},
-      {"smelt_kv_cache_block_size", "gauge", "Tokens per KV block."},
-      {"smelt_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache."},
+  static const struct {
+    const char *name, *type, *help;
+  } G[] = {
+    {"smelt_requests_queued", "gauge", "Requests waiting for a free sequence slot."},
+    {"smelt_requests_running", "gauge", "Requests being generated."},
+    {"smelt_sequences_running", "gauge", "Sequences (choices) being generated."},
+    {"smelt_kv_cache_blocks_used", "gauge", "KV cache blocks held by live sequences."},
+    {"smelt_kv_cache_blocks_total", "gauge", "KV cache blocks in total."},
+    {"smelt_kv_cache_blocks_cached", "gauge", "Free KV blocks still holding a reusable prefix."},
+    {"smelt_kv_cache_block_size", "gauge", "Tokens per KV block."},
+    {"smelt_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache."},
   };
   for (size_t k = 0; k < SM_ARRAY_LEN(G); k++) {
     head(b, G[k].name, G[k].type, G[k].help);
     for (int i = 0; i < n; i++) {
       const sm_metrics_gauges *g = &gs[i];
       if (!g->loaded) continue;
-      const uint64_t v[] = {(uint64_t)g->queued, (uint64_t)g->running_requests, (uint64_t)g->running_seqs,
-                            (uint64_t)g->kv_blocks_used, (uint64_t)g->kv_blocks_total, (uint64_t)g->kv_blocks_cached,
-                            (uint64_t)g->kv_block_size, g->prefix_hit_tokens};
+      const uint64_t v[] = {(uint64_t)g->queued,         (uint64_t)g->running_requests, (uint64_t)g->running_seqs,
+                            (uint64_t)g->kv_blocks_used, (uint64_t)g->kv_blocks_total,  (uint64_t)g->kv_blocks_cached,
+                            (uint64_t)g->kv_block_size,  g->prefix_hit_tokens};
       sm_buf_puts(b, G[k].name);
       labels(b, names, i, NULL);
       sm_buf_printf(b, " %llu\n", (unsigned long long)v[k]);

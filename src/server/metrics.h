@@ -9,8 +9,8 @@
 
 #define SM_HIST_MAX_BUCKETS 16
 typedef struct {
-  int n;                                  /* finite buckets */
-  double le[SM_HIST_MAX_BUCKETS];         /* upper bounds, ascending */
+  int n;                                   /* finite buckets */
+  double le[SM_HIST_MAX_BUCKETS];          /* upper bounds, ascending */
   uint64_t count[SM_HIST_MAX_BUCKETS + 1]; /* per bucket (not cumulative); last = +Inf */
   double sum;
   uint64_t total;

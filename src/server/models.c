@@ -21,19 +21,19 @@ typedef struct {
   sm_metrics *metrics; /* this model's counters (kept across loads) */
   int users;           /* requests holding it */
   double last_used;
-  uint64_t want_seq;   /* load order */
-  bool reload;         /* asked for while unloading */
-  int attempts;        /* loads started */
-  char err[640];       /* why the last load failed */
+  uint64_t want_seq; /* load order */
+  bool reload;       /* asked for while unloading */
+  int attempts;      /* loads started */
+  char err[640];     /* why the last load failed */
   bool bytes_known;
-  uint64_t bytes;      /* estimated memory (with --models-memory) */
-  sm_sock **waiters;   /* parked requests */
+  uint64_t bytes;    /* estimated memory (with --models-memory) */
+  sm_sock **waiters; /* parked requests */
   int n_waiters, cap_waiters;
   /* requests resumed by a successful load, each counted in users until it takes the model (so
    * that the next load cannot unload it before they do) or goes away */
   sm_sock **granted;
   int n_granted, cap_granted;
-  long created;        /* loaded at (unix s) */
+  long created; /* loaded at (unix s) */
   uint64_t loads, unloads;
 } entry;
 
@@ -137,8 +137,8 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   for (int i = 0; i < info.n_eos; i++) sm_sched_add_eos(sc, info.eos_ids[i]);
   const char *eos_tok = sm_tok_eos_token(tok);
   if (eos_tok) sm_sched_add_eos(sc, sm_tok_token_id(tok, eos_tok));
-  static const char *const ends[] = {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<end_of_turn>",
-                                     "<|endoftext|>", "<|end|>", "</s>"};
+  static const char *const ends[] = {"<|im_end|>",    "<|eot_id|>",    "<|eom_id|>", "<|end_of_text|>",
+                                     "<end_of_turn>", "<|endoftext|>", "<|end|>",    "</s>"};
   for (size_t i = 0; i < SM_ARRAY_LEN(ends); i++) {
     int32_t tid = sm_tok_token_id(tok, ends[i]);
     if (tid >= 0 && sm_tok_is_special(tok, tid)) sm_sched_add_eos(sc, tid);
@@ -272,7 +272,8 @@ static bool scan_models_dir(sm_models *r, const char *root) {
   }
   free(top);
   if (ok && r->n == before) {
-    fprintf(stderr, "smelt serve: --models-dir %s holds no model (no DIR/NAME/config.json or DIR/OWNER/NAME/config.json)\n",
+    fprintf(stderr,
+            "smelt serve: --models-dir %s holds no model (no DIR/NAME/config.json or DIR/OWNER/NAME/config.json)\n",
             root);
     return false;
   }
@@ -406,7 +407,8 @@ static void *loader_main(void *arg) {
       char *dir = sm_xstrdup(w->dir);
       pthread_mutex_unlock(&r->mu);
       /* the KV cache the engine will allocate: --kv-blocks, else -np sequences of the context */
-      smelt_status st = sm_store_estimate(dir, r->p->ctx_size > 0 ? r->p->ctx_size : 0, kvb, r->p->device == SMELT_DEVICE_CUDA, &est);
+      smelt_status st = sm_store_estimate(dir, r->p->ctx_size > 0 ? r->p->ctx_size : 0, kvb,
+                                          r->p->device == SMELT_DEVICE_CUDA, &est);
       if (st == SMELT_OK) {
         int tokens = r->p->kv_blocks > 0 ? r->p->kv_blocks * (r->p->block_size > 0 ? r->p->block_size : 16)
                                          : est.max_tokens * r->p->parallel;

@@ -20,15 +20,15 @@
 
 /* A loaded model. */
 typedef struct {
-  char id[256];      /* the name requests use */
-  char *dir;         /* its directory */
+  char id[256]; /* the name requests use */
+  char *dir;    /* its directory */
   smelt_model *model;
   sm_engine *eng;
   sm_sched sched;
   bool sched_init;
   sm_oai oai;
-  sm_pcache pc;      /* --prompt-cache / slots (pcache.h) */
-  int index;         /* in the registry */
+  sm_pcache pc; /* --prompt-cache / slots (pcache.h) */
+  int index;    /* in the registry */
 } sm_served;
 
 typedef struct sm_models sm_models;
@@ -75,8 +75,8 @@ cJSON *sm_models_get(sm_models *r, const char *id, sm_api_error *err);
 void sm_models_metrics(sm_models *r, sm_buf *out);
 
 /* Serving state across the loaded models. */
-bool sm_models_idle(sm_models *r);                        /* nothing queued, running or waiting for a load */
-bool sm_models_fatal(sm_models *r, char *msg, size_t n);  /* an engine stopped on a fatal error */
+bool sm_models_idle(sm_models *r);                       /* nothing queued, running or waiting for a load */
+bool sm_models_fatal(sm_models *r, char *msg, size_t n); /* an engine stopped on a fatal error */
 void sm_models_fail_all(sm_models *r, int status, const char *msg);
 
 #endif

@@ -11,10 +11,10 @@
 #include "tokenizer/chat.h"
 #include "vision/vision.h"
 
-#define REJECT(status, param, code, ...)                                             \
-  do {                                                                               \
+#define REJECT(status, param, code, ...) \
+  do { \
     sm_api_error_set(err, status, "invalid_request_error", param, code, __VA_ARGS__); \
-    goto fail;                                                                       \
+    goto fail; \
   } while (0)
 
 /* DeepSeek's templates concatenate tool-call arguments as strings: give them the JSON text */
@@ -41,7 +41,8 @@ static sm_job *multi_prompt_job(const sm_oai *o, sm_api_request *req, sm_api_err
   sm_buf all = SM_BUF_INIT; /* the prompts' ids, one after the other */
   int *off = sm_xmalloc(sizeof(int) * (size_t)np), *len = sm_xmalloc(sizeof(int) * (size_t)np);
   int min_room = o->ctx;
-  if (total > o->parallel) REJECT(400, "prompt", NULL, "%d prompts x n=%d choices exceed the server's --parallel (%d)", np, per, o->parallel);
+  if (total > o->parallel)
+    REJECT(400, "prompt", NULL, "%d prompts x n=%d choices exceed the server's --parallel (%d)", np, per, o->parallel);
   if (req->stream) REJECT(400, "stream", NULL, "streaming is not supported with several prompts");
   for (int p = 0; p < np; p++) {
     int32_t *ids = NULL;
@@ -54,12 +55,16 @@ static sm_job *multi_prompt_job(const sm_oai *o, sm_api_request *req, sm_api_err
       ids = sm_xmalloc(sizeof(int32_t) * n);
       memcpy(ids, req->prompt_lists[p], sizeof(int32_t) * n);
       for (size_t i = 0; i < n; i++)
-        if (ids[i] >= o->vocab) { free(ids); REJECT(400, "prompt", NULL, "prompt %d: token id out of the vocabulary", p); }
+        if (ids[i] >= o->vocab) {
+          free(ids);
+          REJECT(400, "prompt", NULL, "prompt %d: token id out of the vocabulary", p);
+        }
     }
     if (n == 0 || (int)n >= o->ctx || (max_tokens > 0 && (long)n + max_tokens > o->ctx)) {
       free(ids);
-      REJECT(400, "prompt", n ? "context_length_exceeded" : NULL, "prompt %d: %zu tokens do not fit the context of %d%s", p, n,
-             o->ctx, max_tokens > 0 ? " with max_tokens" : "");
+      REJECT(400, "prompt", n ? "context_length_exceeded" : NULL,
+             "prompt %d: %zu tokens do not fit the context of %d%s", p, n, o->ctx,
+             max_tokens > 0 ? " with max_tokens" : "");
     }
     off[p] = (int)(all.n / sizeof(int32_t));
     len[p] = (int)n;
@@ -444,7 +449,10 @@ cJSON *sm_oai_full_response(const sm_oai *o, sm_job *j) {
       else cJSON_AddNullToObject(m, "content");
       if (f.reasoning) cJSON_AddStringToObject(m, "reasoning_content", f.reasoning);
       cJSON_AddNullToObject(m, "refusal");
-      if (f.tool_calls) { cJSON_AddItemToObject(m, "tool_calls", f.tool_calls); f.tool_calls = NULL; }
+      if (f.tool_calls) {
+        cJSON_AddItemToObject(m, "tool_calls", f.tool_calls);
+        f.tool_calls = NULL;
+      }
       if (j->req.logprobs) cJSON_AddItemToObject(cj, "logprobs", chat_logprobs(o, j, c, 0, nt));
       else cJSON_AddNullToObject(cj, "logprobs");
     } else {
@@ -492,7 +500,8 @@ cJSON *sm_oai_chunk(const sm_oai *o, sm_job *j, int i, const char *text, size_t 
     if (role) cJSON_AddStringToObject(d, "role", "assistant");
     if (text) cJSON_AddStringToObject(d, "content", t);
     if (tool_calls) cJSON_AddItemToObject(d, "tool_calls", tool_calls); /* entries carry their index */
-    if (j->req.logprobs && tto > tfrom) cJSON_AddItemToObject(cj, "logprobs", chat_logprobs(o, j, &j->ch[i], tfrom, tto));
+    if (j->req.logprobs && tto > tfrom)
+      cJSON_AddItemToObject(cj, "logprobs", chat_logprobs(o, j, &j->ch[i], tfrom, tto));
     else cJSON_AddNullToObject(cj, "logprobs");
   } else {
     cJSON_AddStringToObject(cj, "text", t);
@@ -535,10 +544,18 @@ cJSON *sm_oai_usage_chunk(const sm_oai *o, sm_job *j) {
 void sm_oai_put_utf8(sm_buf *out, const char *s, size_t n) {
   size_t i = 0, run = 0; /* run: valid bytes not yet copied, ending at i */
   while (i < n) {
-    if ((unsigned char)s[i] < 0x80) { i++; run++; continue; }
+    if ((unsigned char)s[i] < 0x80) {
+      i++;
+      run++;
+      continue;
+    }
     utf8proc_int32_t cp;
     utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
-    if (k > 0) { i += (size_t)k; run += (size_t)k; continue; }
+    if (k > 0) {
+      i += (size_t)k;
+      run += (size_t)k;
+      continue;
+    }
     sm_buf_put(out, s + i - run, run);
     run = 0;
     sm_buf_put(out, "\xEF\xBF\xBD", 3); /* U+FFFD for the offending byte */

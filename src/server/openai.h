@@ -17,11 +17,11 @@ typedef struct {
   /* generation_config.json defaults for requests that do not set them (0 = none) */
   float gen_temperature, gen_top_p;
   int gen_top_k;
-  const sm_toolfmt *tfmt; /* tool-call format of the chat template (or --tool-format) */
-  bool reasoning;         /* split <think> text into reasoning_content (--reasoning-format) */
-  long created;           /* when the model was loaded (unix seconds) */
-  const char *model_path; /* the model directory */
-  int pooling;            /* embeddings: sm_pooling (--pooling) */
+  const sm_toolfmt *tfmt;         /* tool-call format of the chat template (or --tool-format) */
+  bool reasoning;                 /* split <think> text into reasoning_content (--reasoning-format) */
+  long created;                   /* when the model was loaded (unix seconds) */
+  const char *model_path;         /* the model directory */
+  int pooling;                    /* embeddings: sm_pooling (--pooling) */
   const struct sm_vision *vision; /* the model's vision tower, NULL: image parts are refused */
   const char *vision_note;        /* why a model takes no images (its note), may be NULL */
   sm_image_policy images;         /* data: and http(s) image URLs */

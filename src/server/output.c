@@ -22,7 +22,10 @@ void sm_view_build(const sm_job *j, const sm_choice *c, sm_view *v) {
   if (j->tfmt && j->tfmt->kind == SM_TF_HARMONY) {
     sm_toolfmt_scan(j->tfmt, text, len, final, tools, &v->tc);
     if (!j->tool_mode && v->tc.n) { /* calls without tools in the request: leave them out */
-      for (int i = 0; i < v->tc.n; i++) { free(v->tc.calls[i].name); sm_buf_free(&v->tc.calls[i].args); }
+      for (int i = 0; i < v->tc.n; i++) {
+        free(v->tc.calls[i].name);
+        sm_buf_free(&v->tc.calls[i].args);
+      }
       v->tc.n = 0;
     }
     if (j->reasoning) {

@@ -6,10 +6,10 @@
 #include "server/sched.h"
 
 typedef struct {
-  sm_buf reasoning;     /* thinking text */
+  sm_buf reasoning;      /* thinking text */
   size_t reasoning_safe; /* bytes of reasoning that can be streamed */
-  size_t reasoning_end; /* offset in the generated text where the reasoning ends (token counting) */
-  sm_tc_scan tc;        /* content (tc.content, tc.safe) and tool calls */
+  size_t reasoning_end;  /* offset in the generated text where the reasoning ends (token counting) */
+  sm_tc_scan tc;         /* content (tc.content, tc.safe) and tool calls */
 } sm_view;
 
 /* Under the scheduler's mutex: the view of choice c (finished: c->finish set, else the first

@@ -31,16 +31,14 @@ bool sm_pcache_open(sm_pcache *pc, sm_engine *e, const char *path, bool ro) {
   const int n = sm_prompt_cache_len(f), ctx = sm_engine_max_context(e);
   bool ok = false;
   if (n > ctx) {
-    fprintf(stderr, "smelt serve: prompt cache %s holds %d tokens, more than the context size %d (-c)\n", path, n,
-            ctx);
+    fprintf(stderr, "smelt serve: prompt cache %s holds %d tokens, more than the context size %d (-c)\n", path, n, ctx);
   } else if (sm_prompt_cache_seed(f, e, &pc->n_seeded) != SMELT_OK) {
     fprintf(stderr, "smelt serve: prompt cache %s: %s\n", path, smelt_last_error());
   } else {
     pc->n_file = n;
     pc->file_tok = sm_xmalloc(sizeof(int32_t) * (size_t)n);
     memcpy(pc->file_tok, sm_prompt_cache_tokens(f), sizeof(int32_t) * (size_t)n);
-    fprintf(stderr, "smelt serve: prompt cache %s: %d of its %d tokens in the prefix cache\n", path, pc->n_seeded,
-            n);
+    fprintf(stderr, "smelt serve: prompt cache %s: %d of its %d tokens in the prefix cache\n", path, pc->n_seeded, n);
     ok = true;
   }
   sm_prompt_cache_close(f);

@@ -16,7 +16,7 @@ typedef struct {
   bool ro;           /* never written */
   int32_t *file_tok; /* the file's tokens at start */
   int n_file;
-  int n_seeded;      /* tokens put into the prefix cache (whole blocks) */
+  int n_seeded; /* tokens put into the prefix cache (whole blocks) */
 } sm_pcache;
 
 /* After the engine is created, before it serves: open and check path against the engine's

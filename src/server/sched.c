@@ -20,7 +20,10 @@ static void job_free(sm_job *j) {
     free(c->mask);
     free(c->gen);
     sm_buf_free(&c->text);
-    for (int k = 0; k < c->n_toks; k++) { free(c->toks[k].top_ids); free(c->toks[k].top_lps); }
+    for (int k = 0; k < c->n_toks; k++) {
+      free(c->toks[k].top_ids);
+      free(c->toks[k].top_lps);
+    }
     free(c->toks);
     free(c->args_sent);
   }
@@ -121,7 +124,10 @@ static void job_fail(sm_sched *s, sm_job *j, int status, const char *msg) {
 
 static void update_safe(sm_sched *s, sm_job *j, sm_choice *c) {
   (void)s;
-  if (c->finish) { c->safe = c->text.n; return; }
+  if (c->finish) {
+    c->safe = c->text.n;
+    return;
+  }
   size_t safe = c->text.n - sm_stop_holdback(c->text.p, c->text.n, j->req.stop, j->req.n_stop);
   if (safe > c->safe) c->safe = safe;
 }
@@ -162,7 +168,10 @@ static bool admit(sm_sched *s, sm_job *j) {
         sm_choice *c = &j->ch[i];
         sm_seq *q = sm_seq_new(e);
         if (!q) return false;
-        if (sm_seq_append(e, q, j->prompt + c->p_off, c->p_len) != SMELT_OK) { sm_seq_free(e, q); return false; }
+        if (sm_seq_append(e, q, j->prompt + c->p_off, c->p_len) != SMELT_OK) {
+          sm_seq_free(e, q);
+          return false;
+        }
         int reused = sm_seq_use_prefix_cache(e, q);
         note_hot(s, j->prompt + c->p_off, reused);
         j->n_cached += reused;
@@ -175,7 +184,10 @@ static bool admit(sm_sched *s, sm_job *j) {
     sm_seq *q = sm_seq_new(e);
     if (!q) return false;
     if (sm_seq_append(e, q, j->prompt, j->n_prompt) != SMELT_OK ||
-        sm_seq_set_media(e, q, j->spans, j->n_spans) != SMELT_OK) { sm_seq_free(e, q); return false; }
+        sm_seq_set_media(e, q, j->spans, j->n_spans) != SMELT_OK) {
+      sm_seq_free(e, q);
+      return false;
+    }
     j->n_cached = sm_seq_use_prefix_cache(e, q);
     note_hot(s, j->prompt, j->n_cached);
     j->ch[0].seq = q;
@@ -297,13 +309,19 @@ static void preempt_newest(sm_sched *s) {
     }
     for (int i = 0; i < nj->n; i++) {
       sm_choice *c = &nj->ch[i];
-      if (!c->finish) { c->finish = SM_FIN_LENGTH; update_safe(s, nj, c); }
+      if (!c->finish) {
+        c->finish = SM_FIN_LENGTH;
+        update_safe(s, nj, c);
+      }
     }
     job_finish(s, nj);
     return;
   }
   /* the reserved fork slots are given back with the sequences */
-  if (nj->fork_pending) { s->active_seqs -= nj->n - 1; nj->fork_pending = false; }
+  if (nj->fork_pending) {
+    s->active_seqs -= nj->n - 1;
+    nj->fork_pending = false;
+  }
   release_seqs(s, nj, false);
   remove_active(s, nj);
   nj->queued = true;
@@ -351,7 +369,10 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
       rec.ntop = k;
       rec.top_ids = sm_xmalloc(sizeof(int32_t) * (size_t)k);
       rec.top_lps = sm_xmalloc(sizeof(float) * (size_t)k);
-      for (int i = 0; i < k; i++) { rec.top_ids[i] = topbuf[i]; rec.top_lps[i] = lpbuf[topbuf[i]]; }
+      for (int i = 0; i < k; i++) {
+        rec.top_ids[i] = topbuf[i];
+        rec.top_lps[i] = lpbuf[topbuf[i]];
+      }
     }
   }
   bool eos = !j->req.ignore_eos && is_eos(s, tok);
@@ -444,7 +465,10 @@ static void *engine_main(void *arg) {
     for (int i = 0; i < s->n_active;) {
       sm_job *j = s->active[i];
       if (j->cancelled) {
-        if (j->fork_pending) { s->active_seqs -= j->n - 1; j->fork_pending = false; }
+        if (j->fork_pending) {
+          s->active_seqs -= j->n - 1;
+          j->fork_pending = false;
+        }
         job_finish(s, j);
       } else i++;
     }
@@ -459,7 +483,10 @@ static void *engine_main(void *arg) {
         sm_metrics_cancel(s->metrics);
         job_signal(j);
         sm_job_unref(s, j);
-      } else { prev = j; pp = &j->next; }
+      } else {
+        prev = j;
+        pp = &j->next;
+      }
     }
     /* admit waiting jobs while sequence slots are free */
     if (s->n_active == 0) s->admit_blocked = false;
@@ -502,7 +529,9 @@ static void *engine_main(void *arg) {
       sm_job *j = s->active[a];
       for (int i = 0; i < j->n && n < cap; i++)
         if (j->ch[i].seq && !j->ch[i].finish) {
-          seqs[n] = j->ch[i].seq; bjob[n] = j; bci[n] = i;
+          seqs[n] = j->ch[i].seq;
+          bjob[n] = j;
+          bci[n] = i;
           /* sampled on the backend unless the host needs the whole row: logprobs, or the
            * prompt row that the other choices of an n > 1 request are forked from */
           bsmp[n] = j->req.logprobs || (i == 0 && j->fork_pending) ? NULL : &j->ch[i].sampler;
@@ -535,7 +564,7 @@ static void *engine_main(void *arg) {
       while (s->n_active) job_fail(s, s->active[0], 500, msg);
       continue;
     }
-    char fmsg[sizeof ((sm_job *)0)->errmsg];
+    char fmsg[sizeof((sm_job *)0)->errmsg];
     if (s->after_step && s->after_step(s->after_step_arg, fmsg, sizeof fmsg)) {
       /* the step's results cannot be trusted (e.g. the weights file changed): publish nothing */
       pthread_mutex_lock(&s->mu);
@@ -547,7 +576,10 @@ static void *engine_main(void *arg) {
     for (int k = 0; k < n; k++) {
       if (!done[k]) continue;
       sm_job *j = bjob[k];
-      if (bsmp[k]) { process_token(s, j, bci[k], NULL, btok[k], lpbuf, topbuf); continue; }
+      if (bsmp[k]) {
+        process_token(s, j, bci[k], NULL, btok[k], lpbuf, topbuf);
+        continue;
+      }
       float *row = logits + (size_t)k * (size_t)s->vocab;
       if (bci[k] == 0 && j->fork_pending) {
         /* n > 1: the prompt was computed once; fork it for the other choices */
@@ -591,8 +623,16 @@ static void *engine_main(void *arg) {
   /* shutdown: fail everything still around */
   fail_all_now(s, 503, "server is shutting down");
   pthread_mutex_unlock(&s->mu);
-  free(logits); free(tmp); free(lpbuf); free(topbuf); free(seqs); free(bjob); free(bci); free(done);
-  free(bsmp); free(btok);
+  free(logits);
+  free(tmp);
+  free(lpbuf);
+  free(topbuf);
+  free(seqs);
+  free(bjob);
+  free(bci);
+  free(done);
+  free(bsmp);
+  free(btok);
   return NULL;
 }
 
@@ -703,11 +743,14 @@ int sm_sched_submit(sm_sched *s, sm_job *j) {
   j->sched = s;
   j->seq_no = atomic_fetch_add(&g_next_id, 1) + 1; /* unique across the server's models: ids derive from it */
   snprintf(j->id, sizeof j->id, "%s-%016llx%04llx",
-           kind == SM_EP_CHAT ? "chatcmpl" : kind == SM_EP_COMPLETIONS ? "cmpl" : kind == SM_EP_MESSAGES ? "msg" : "resp_",
+           kind == SM_EP_CHAT          ? "chatcmpl"
+           : kind == SM_EP_COMPLETIONS ? "cmpl"
+           : kind == SM_EP_MESSAGES    ? "msg"
+                                       : "resp_",
            (unsigned long long)sm_mix64((uint64_t)j->created ^ (j->seq_no << 20)),
            (unsigned long long)(j->seq_no & 0xffff));
   if (kind == SM_EP_MESSAGES) j->id[3] = '_'; /* msg_<hex> */
-  if (kind == SM_EP_RESPONSES) { /* resp_<hex> */
+  if (kind == SM_EP_RESPONSES) {              /* resp_<hex> */
     memmove(j->id + 5, j->id + 6, strlen(j->id + 6) + 1);
   }
   j->queued = true;
@@ -750,7 +793,10 @@ void sm_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
 static void fail_all_now(sm_sched *s, int status, const char *msg) {
   while (s->n_active) {
     sm_job *j = s->active[0];
-    if (j->fork_pending) { s->active_seqs -= j->n - 1; j->fork_pending = false; }
+    if (j->fork_pending) {
+      s->active_seqs -= j->n - 1;
+      j->fork_pending = false;
+    }
     job_fail(s, j, status, msg);
   }
   while (s->qhead) {

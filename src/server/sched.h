@@ -39,19 +39,19 @@ typedef struct {
   size_t safe; /* bytes of text that can be sent (no stop string / tool call can start before) */
   sm_tokrec *toks;
   int n_toks, cap_toks;
-  int finish; /* SM_FIN_* */
-  int stop_hit; /* the stop string that ended the text, -1: none */
-  int p_off, p_len; /* several prompts: this choice's prompt is job->prompt[p_off..+p_len) */
+  int finish;           /* SM_FIN_* */
+  int stop_hit;         /* the stop string that ended the text, -1: none */
+  int p_off, p_len;     /* several prompts: this choice's prompt is job->prompt[p_off..+p_len) */
   int slot;             /* the slot (GET /slots) its sequence holds, -1: none */
   sm_grammar_state *gs; /* constrained decoding (job->grammar), engine thread only */
   uint32_t *mask;       /* allowed tokens for the next sample, valid when mask_ok */
   bool mask_ok;
   double t_last;
   /* streaming progress, kept by the HTTP side */
-  size_t sent;     /* content bytes sent */
-  size_t rsent;    /* reasoning bytes sent */
+  size_t sent;  /* content bytes sent */
+  size_t rsent; /* reasoning bytes sent */
   int toks_sent;
-  int calls_sent;  /* tool calls announced (id, name) */
+  int calls_sent;    /* tool calls announced (id, name) */
   size_t *args_sent; /* argument bytes sent per call */
   int args_cap;
   bool end_sent;
@@ -60,21 +60,21 @@ typedef struct {
 typedef struct sm_job sm_job;
 typedef struct sm_sched sm_sched;
 struct sm_job {
-  int refs; /* under the scheduler's mutex */
+  int refs;        /* under the scheduler's mutex */
   sm_sched *sched; /* the scheduler it was submitted to (its mutex guards the job) */
   sm_api_request req;
   int32_t *prompt;
   int n_prompt, max_tokens, n_cached;
   struct sm_mm_span *spans; /* images in the prompt (references), NULL when none */
   int n_spans;
-  sm_grammar *grammar; /* NULL: unconstrained */
-  int per_prompt;      /* several prompts: choices per prompt (0: one prompt shared by all) */
-  float *emb;          /* embeddings: n x emb_dim floats, filled by the engine thread */
+  sm_grammar *grammar;  /* NULL: unconstrained */
+  int per_prompt;       /* several prompts: choices per prompt (0: one prompt shared by all) */
+  float *emb;           /* embeddings: n x emb_dim floats, filled by the engine thread */
   int emb_dim, pooling; /* sm_pooling */
   sm_choice *ch;
   int n;
   /* a slot action (POST /slots/{id}?action=...), run by the engine thread instead of generating */
-  int slot_op;         /* SM_SLOT_* (0: none) */
+  int slot_op; /* SM_SLOT_* (0: none) */
   int slot_id;
   char *slot_file;     /* the file's path */
   int slot_tokens;     /* tokens saved, restored or erased */

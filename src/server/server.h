@@ -5,10 +5,10 @@
 #include "base/base.h"
 
 typedef struct {
-  const char *host;            /* default 127.0.0.1 */
-  int port;                    /* default 8080; 0 = any free port (printed at start) */
-  const char *model_dir;       /* one model: its resolved directory */
-  const char *alias;           /* one model: the id reported by the API (default: directory name) */
+  const char *host;      /* default 127.0.0.1 */
+  int port;              /* default 8080; 0 = any free port (printed at start) */
+  const char *model_dir; /* one model: its resolved directory */
+  const char *alias;     /* one model: the id reported by the API (default: directory name) */
   /* several models (models.h): -m given more than once, and/or a directory of models */
   const char *const *model_dirs; /* resolved directories of the -m models */
   const char *const *model_ids;  /* their names */
@@ -34,26 +34,26 @@ typedef struct {
   int block_size;              /* KV block tokens (0 = engine default) */
   int max_batch_tokens;        /* prefill chunk (0 = engine default) */
   bool no_prefix_cache;
-  int device;                  /* smelt_device */
-  bool verbose;                /* log each request, and the HTTP library's messages, to the log */
-  bool no_mmap;                /* read the weights into memory instead of mapping them */
-  int kv_type;                 /* smelt_kv_type of the KV cache (0: f16) */
-  bool host_sample;            /* sample on the host, not the device (SMELT_HOST_SAMPLE) */
+  int device;       /* smelt_device */
+  bool verbose;     /* log each request, and the HTTP library's messages, to the log */
+  bool no_mmap;     /* read the weights into memory instead of mapping them */
+  int kv_type;      /* smelt_kv_type of the KV cache (0: f16) */
+  bool host_sample; /* sample on the host, not the device (SMELT_HOST_SAMPLE) */
   /* connections */
-  int max_conns;               /* open connections in all (default 1024) */
-  int max_conns_per_ip;        /* per client address (default 256; 0 = no limit) */
-  int http_threads;            /* HTTP worker threads (default 4) */
-  double header_timeout;       /* s to receive a request's line and headers (default 20) */
-  double body_timeout;         /* s to receive a request's body after its headers (default 60) */
-  int timeout;                 /* s of inactivity while reading or writing (default 600) */
-  size_t max_buffered_body;    /* request bodies in memory, all connections together (default 64 MiB) */
-  double shutdown_timeout;     /* s that in-flight requests get after SIGTERM/SIGINT (default 20) */
-  const char *log_file;        /* log to this file (reopened on SIGHUP) instead of stderr */
-  const char *tool_format;     /* tool-call format (toolcall.h names); NULL = from the chat template */
+  int max_conns;                /* open connections in all (default 1024) */
+  int max_conns_per_ip;         /* per client address (default 256; 0 = no limit) */
+  int http_threads;             /* HTTP worker threads (default 4) */
+  double header_timeout;        /* s to receive a request's line and headers (default 20) */
+  double body_timeout;          /* s to receive a request's body after its headers (default 60) */
+  int timeout;                  /* s of inactivity while reading or writing (default 600) */
+  size_t max_buffered_body;     /* request bodies in memory, all connections together (default 64 MiB) */
+  double shutdown_timeout;      /* s that in-flight requests get after SIGTERM/SIGINT (default 20) */
+  const char *log_file;         /* log to this file (reopened on SIGHUP) instead of stderr */
+  const char *tool_format;      /* tool-call format (toolcall.h names); NULL = from the chat template */
   const char *reasoning_format; /* "auto"/"deepseek" (split <think> text, default), "none" (keep it in content) */
-  int pooling;                 /* embeddings: 0 last token (default), 1 mean */
-  bool allow_image_urls;       /* fetch http(s) image URLs of requests (default: data: URLs only) */
-  const char *image_files_dir; /* read local image files under this directory (a real path); NULL: none */
+  int pooling;                  /* embeddings: 0 last token (default), 1 mean */
+  bool allow_image_urls;        /* fetch http(s) image URLs of requests (default: data: URLs only) */
+  const char *image_files_dir;  /* read local image files under this directory (a real path); NULL: none */
 } sm_server_params;
 
 /* Exit codes of sm_server_run */

@@ -36,8 +36,7 @@ static void sse_event(sm_sse *st, const char *type, cJSON *j) {
 
 static void stream_err(sm_sse *st) {
   sm_api_error e;
-  sm_api_error_set(&e, st->j->fail_status ? st->j->fail_status : 500, "server_error", NULL, NULL, "%s",
-                   st->j->errmsg);
+  sm_api_error_set(&e, st->j->fail_status ? st->j->fail_status : 500, "server_error", NULL, NULL, "%s", st->j->errmsg);
   char *b = sm_api_error_json(&e);
   sm_buf_puts(&st->out, "data: ");
   sm_oai_put_utf8(&st->out, b, strlen(b));
@@ -161,7 +160,9 @@ static void produce_responses(sm_sse *st) {
     const char *ty = cJSON_GetObjectItemCaseSensitive(it, "type")->valuestring;
     int idx;
     if (!strcmp(ty, "message")) {
-      const char *text = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(it, "content"), 0), "text")->valuestring;
+      const char *text =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(it, "content"), 0), "text")
+          ->valuestring;
       if (st->msg_index < 0) add_message_item(st);
       idx = st->msg_index;
       size_t tl = strlen(text);
@@ -175,10 +176,13 @@ static void produce_responses(sm_sse *st) {
       cJSON_AddStringToObject(e, "item_id", mid);
       cJSON_AddNumberToObject(e, "output_index", idx);
       cJSON_AddNumberToObject(e, "content_index", 0);
-      cJSON_AddItemToObject(e, "part", cJSON_Duplicate(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(it, "content"), 0), 1));
+      cJSON_AddItemToObject(e, "part",
+                            cJSON_Duplicate(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(it, "content"), 0), 1));
       sse_event(st, "response.content_part.done", e);
     } else if (!strcmp(ty, "reasoning")) {
-      const char *text = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(it, "content"), 0), "text")->valuestring;
+      const char *text =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(it, "content"), 0), "text")
+          ->valuestring;
       if (st->rs_index < 0) add_reasoning_item(st);
       idx = st->rs_index;
       text_event(st, "response.reasoning_text.done", "rs", idx, "text", text, strlen(text));

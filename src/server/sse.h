@@ -9,15 +9,15 @@
 typedef struct {
   const sm_oai *o;
   sm_job *j;
-  sm_buf out;       /* produced, not yet sent: out.p[off..out.n) */
+  sm_buf out; /* produced, not yet sent: out.p[off..out.n) */
   size_t off;
   bool head_sent;
-  bool finished;    /* the last event is in out */
-  int seqnum;       /* responses: sequence_number of the next event */
-  size_t resp_sent; /* responses: text bytes sent */
-  size_t rs_sent;   /* responses: reasoning bytes sent */
+  bool finished;           /* the last event is in out */
+  int seqnum;              /* responses: sequence_number of the next event */
+  size_t resp_sent;        /* responses: text bytes sent */
+  size_t rs_sent;          /* responses: reasoning bytes sent */
   int msg_index, rs_index; /* responses: output_index of the message / reasoning item, -1: not added */
-  int next_index;   /* responses: output_index of the next item added */
+  int next_index;          /* responses: output_index of the next item added */
 } sm_sse;
 
 void sm_sse_init(sm_sse *st, const sm_oai *o, sm_job *j);

@@ -10,21 +10,24 @@
 #include <string.h>
 
 static const sm_toolfmt FORMATS[SM_TF_COUNT] = {
-    [SM_TF_GENERIC] = {SM_TF_GENERIC, "generic", false},
-    [SM_TF_HERMES] = {SM_TF_HERMES, "hermes", false},
-    [SM_TF_QWEN3_CODER] = {SM_TF_QWEN3_CODER, "qwen3_coder", false},
-    [SM_TF_LLAMA3] = {SM_TF_LLAMA3, "llama3", true},
-    [SM_TF_MISTRAL] = {SM_TF_MISTRAL, "mistral", true},
-    [SM_TF_HARMONY] = {SM_TF_HARMONY, "harmony", true},
-    [SM_TF_DEEPSEEK] = {SM_TF_DEEPSEEK, "deepseek", true},
-    [SM_TF_GLM45] = {SM_TF_GLM45, "glm45", false},
-    [SM_TF_GEMMA] = {SM_TF_GEMMA, "gemma", false},
+  [SM_TF_GENERIC] = {SM_TF_GENERIC, "generic", false},
+  [SM_TF_HERMES] = {SM_TF_HERMES, "hermes", false},
+  [SM_TF_QWEN3_CODER] = {SM_TF_QWEN3_CODER, "qwen3_coder", false},
+  [SM_TF_LLAMA3] = {SM_TF_LLAMA3, "llama3", true},
+  [SM_TF_MISTRAL] = {SM_TF_MISTRAL, "mistral", true},
+  [SM_TF_HARMONY] = {SM_TF_HARMONY, "harmony", true},
+  [SM_TF_DEEPSEEK] = {SM_TF_DEEPSEEK, "deepseek", true},
+  [SM_TF_GLM45] = {SM_TF_GLM45, "glm45", false},
+  [SM_TF_GEMMA] = {SM_TF_GEMMA, "gemma", false},
 };
 
 const sm_toolfmt *sm_toolfmt_detect(const char *t) {
   if (!t) return &FORMATS[SM_TF_GENERIC];
   if (strstr(t, "<|channel|>") && strstr(t, "functions.")) return &FORMATS[SM_TF_HARMONY];
-  if (strstr(t, "tool\xE2\x96\x81" "calls\xE2\x96\x81" "begin")) return &FORMATS[SM_TF_DEEPSEEK];
+  if (strstr(t, "tool\xE2\x96\x81"
+                "calls\xE2\x96\x81"
+                "begin"))
+    return &FORMATS[SM_TF_DEEPSEEK];
   if (strstr(t, "<function=") && strstr(t, "<parameter=")) return &FORMATS[SM_TF_QWEN3_CODER];
   if (strstr(t, "<arg_key>")) return &FORMATS[SM_TF_GLM45];
   if (strstr(t, "[TOOL_CALLS]")) return &FORMATS[SM_TF_MISTRAL];
@@ -57,7 +60,10 @@ sm_tc_call *sm_tc_add(sm_tc_scan *out) {
 }
 
 static void drop_calls(sm_tc_scan *s) {
-  for (int i = 0; i < s->n; i++) { free(s->calls[i].name); sm_buf_free(&s->calls[i].args); }
+  for (int i = 0; i < s->n; i++) {
+    free(s->calls[i].name);
+    sm_buf_free(&s->calls[i].args);
+  }
   s->n = 0;
 }
 
@@ -89,7 +95,10 @@ long sm_json_value_end(const char *s, size_t n, size_t i) {
   char c = s[i];
   if (c == '"') {
     for (size_t k = i + 1; k < n; k++) {
-      if (s[k] == '\\') { k++; continue; }
+      if (s[k] == '\\') {
+        k++;
+        continue;
+      }
       if (s[k] == '"') return (long)k + 1;
       if ((unsigned char)s[k] < 0x20) return TC_BAD;
     }
@@ -144,10 +153,19 @@ long sm_tc_json_call(const char *s, size_t n, sm_tc_scan *out) {
     char *key = json_string(s + i, (size_t)ke - i);
     if (!key) return TC_BAD;
     i = sm_skip_ws(s, n, (size_t)ke);
-    if (i >= n) { free(key); return TC_INCOMPLETE; }
-    if (s[i] != ':') { free(key); return TC_BAD; }
+    if (i >= n) {
+      free(key);
+      return TC_INCOMPLETE;
+    }
+    if (s[i] != ':') {
+      free(key);
+      return TC_BAD;
+    }
     i = sm_skip_ws(s, n, i + 1);
-    if (i >= n) { free(key); return TC_INCOMPLETE; }
+    if (i >= n) {
+      free(key);
+      return TC_INCOMPLETE;
+    }
     long ve = sm_json_value_end(s, n, i);
     if (!strcmp(key, "function") && s[i] == '{') {
       /* {"function": {"name":..., "arguments":...}}: the inner object is the call */
@@ -157,7 +175,12 @@ long sm_tc_json_call(const char *s, size_t n, sm_tc_scan *out) {
       if (r < 0) return r;
       i = sm_skip_ws(s, n, i + (size_t)r);
       if (i >= n) return TC_INCOMPLETE;
-      if (s[i] == ',') { i = sm_skip_ws(s, n, i + 1); c = &out->calls[out->n - 1]; have_args = true; continue; }
+      if (s[i] == ',') {
+        i = sm_skip_ws(s, n, i + 1);
+        c = &out->calls[out->n - 1];
+        have_args = true;
+        continue;
+      }
       if (s[i] != '}') return TC_BAD;
       return (long)i + 1;
     }
@@ -190,7 +213,10 @@ long sm_tc_json_call(const char *s, size_t n, sm_tc_scan *out) {
     }
     i = sm_skip_ws(s, n, (size_t)ve);
     if (i >= n) return TC_INCOMPLETE;
-    if (s[i] == ',') { i = sm_skip_ws(s, n, i + 1); continue; }
+    if (s[i] == ',') {
+      i = sm_skip_ws(s, n, i + 1);
+      continue;
+    }
     if (s[i] != '}') return TC_BAD;
     break;
   }
@@ -232,7 +258,10 @@ static long sec_llama3(const char *s, size_t n, const cJSON *tools, sm_tc_scan *
     if (r < 0) return r;
     i += (size_t)r;
     size_t k = sm_skip_ws(s, n, i);
-    if (k < n && (s[k] == ';' || (arr && s[k] == ','))) { i = sm_skip_ws(s, n, k + 1); continue; }
+    if (k < n && (s[k] == ';' || (arr && s[k] == ','))) {
+      i = sm_skip_ws(s, n, k + 1);
+      continue;
+    }
     if (arr) {
       if (k >= n) return TC_INCOMPLETE;
       if (s[k] != ']') return TC_BAD;
@@ -278,7 +307,8 @@ static long sec_deepseek(const char *s, size_t n, const cJSON *tools, sm_tc_scan
     i = sm_skip_ws(s, n, i);
     if (i >= n) return TC_INCOMPLETE;
     if (sm_has(s + i, n - i, DS_CALLS_END_)) return (long)(i + strlen(DS_CALLS_END_));
-    if (!sm_has(s + i, n - i, DS_CALL_BEGIN_)) return sm_starts(s + i, n - i, DS_CALL_BEGIN_) || sm_starts(s + i, n - i, DS_CALLS_END_) ? TC_INCOMPLETE : TC_BAD;
+    if (!sm_has(s + i, n - i, DS_CALL_BEGIN_))
+      return sm_starts(s + i, n - i, DS_CALL_BEGIN_) || sm_starts(s + i, n - i, DS_CALLS_END_) ? TC_INCOMPLETE : TC_BAD;
     i += strlen(DS_CALL_BEGIN_);
     const char *sep = memmem(s + i, n - i, DS_SEP_, strlen(DS_SEP_));
     sm_tc_call *c = sm_tc_add(out);
@@ -348,7 +378,12 @@ static void scan_harmony(const char *s, size_t n, bool final, sm_tc_scan *out) {
     for (size_t k = b; k < n && !endm; k++)
       if (s[k] == '<')
         for (int e = 0; e < 3; e++)
-          if (sm_has(s + k, n - k, ends[e])) { endm = s + k; be = k; i = k + strlen(ends[e]); break; }
+          if (sm_has(s + k, n - k, ends[e])) {
+            endm = s + k;
+            be = k;
+            i = k + strlen(ends[e]);
+            break;
+          }
     bool complete = endm != NULL;
     if (!complete) { /* a marker may be arriving: hold back its beginning */
       be = n;
@@ -356,7 +391,10 @@ static void scan_harmony(const char *s, size_t n, bool final, sm_tc_scan *out) {
       for (int e = 0; e < 3 && !final; e++) {
         size_t ml = strlen(ends[e]);
         for (size_t l = SM_MIN(ml - 1, be - b); l > 0; l--)
-          if (!memcmp(s + be - l, ends[e], l)) { be -= l; break; }
+          if (!memcmp(s + be - l, ends[e], l)) {
+            be -= l;
+            break;
+          }
       }
     }
     if (to) {
@@ -389,22 +427,22 @@ typedef struct {
 static int markers_of(const sm_toolfmt *f, marker_t *m) {
   int k = 0;
   switch (f->kind) {
-  case SM_TF_GENERIC:
-    m[k++] = (marker_t){"<tool_call>", sec_hermes};
-    m[k++] = (marker_t){"<|python_tag|>", sec_llama3};
-    m[k++] = (marker_t){NULL, sec_llama3};
-    break;
-  case SM_TF_HERMES: m[k++] = (marker_t){"<tool_call>", sec_hermes}; break;
-  case SM_TF_QWEN3_CODER: m[k++] = (marker_t){"<tool_call>", sm_tc_sec_qwen3_coder}; break;
-  case SM_TF_GLM45: m[k++] = (marker_t){"<tool_call>", sm_tc_sec_glm45}; break;
-  case SM_TF_LLAMA3:
-    m[k++] = (marker_t){"<|python_tag|>", sec_llama3};
-    m[k++] = (marker_t){NULL, sec_llama3};
-    break;
-  case SM_TF_MISTRAL: m[k++] = (marker_t){"[TOOL_CALLS]", sec_mistral}; break;
-  case SM_TF_DEEPSEEK: m[k++] = (marker_t){DS_CALLS_BEGIN_, sec_deepseek}; break;
-  case SM_TF_GEMMA: m[k++] = (marker_t){"```tool_code", sm_tc_sec_gemma}; break;
-  default: break;
+    case SM_TF_GENERIC:
+      m[k++] = (marker_t){"<tool_call>", sec_hermes};
+      m[k++] = (marker_t){"<|python_tag|>", sec_llama3};
+      m[k++] = (marker_t){NULL, sec_llama3};
+      break;
+    case SM_TF_HERMES: m[k++] = (marker_t){"<tool_call>", sec_hermes}; break;
+    case SM_TF_QWEN3_CODER: m[k++] = (marker_t){"<tool_call>", sm_tc_sec_qwen3_coder}; break;
+    case SM_TF_GLM45: m[k++] = (marker_t){"<tool_call>", sm_tc_sec_glm45}; break;
+    case SM_TF_LLAMA3:
+      m[k++] = (marker_t){"<|python_tag|>", sec_llama3};
+      m[k++] = (marker_t){NULL, sec_llama3};
+      break;
+    case SM_TF_MISTRAL: m[k++] = (marker_t){"[TOOL_CALLS]", sec_mistral}; break;
+    case SM_TF_DEEPSEEK: m[k++] = (marker_t){DS_CALLS_BEGIN_, sec_deepseek}; break;
+    case SM_TF_GEMMA: m[k++] = (marker_t){"```tool_code", sm_tc_sec_gemma}; break;
+    default: break;
   }
   return k;
 }
@@ -444,18 +482,30 @@ void sm_toolfmt_scan(const sm_toolfmt *f, const char *text, size_t len, bool fin
       if (!mk[k].marker) { /* JSON call at the start of the text only */
         if (pos == 0 && out->n == 0) {
           size_t w = sm_skip_ws(rest, rn, 0);
-          if (w == rn) { if (hold > 0) hold = 0; }
-          else if (rest[w] == '{' || rest[w] == '[') { if (best < 0 || (long)w < best) { best = (long)w; which = k; } }
+          if (w == rn) {
+            if (hold > 0) hold = 0;
+          } else if (rest[w] == '{' || rest[w] == '[') {
+            if (best < 0 || (long)w < best) {
+              best = (long)w;
+              which = k;
+            }
+          }
         }
         continue;
       }
       const char *m = mk[k].marker;
       const char *p = memmem(rest, rn, m, strlen(m));
-      if (p && (best < 0 || p - rest < best)) { best = p - rest; which = k; }
+      if (p && (best < 0 || p - rest < best)) {
+        best = p - rest;
+        which = k;
+      }
       /* a proper prefix of the marker at the end */
       size_t ml = strlen(m);
       for (size_t l = SM_MIN(ml - 1, rn); l > 0; l--)
-        if (!memcmp(rest + rn - l, m, l)) { if ((long)(rn - l) < hold) hold = (long)(rn - l); break; }
+        if (!memcmp(rest + rn - l, m, l)) {
+          if ((long)(rn - l) < hold) hold = (long)(rn - l);
+          break;
+        }
     }
     if (best < 0) {
       sm_buf_put(&out->content, rest, rn);
@@ -468,14 +518,23 @@ void sm_toolfmt_scan(const sm_toolfmt *f, const char *text, size_t len, bool fin
     long r = mk[which].sec(rest + best, rn - (size_t)best, tools, out);
     if (r == TC_INCOMPLETE && final && before > 0) {
       /* cut off (max_tokens) after complete calls: keep those, drop the unfinished one */
-      for (int i = before; i < out->n; i++) { free(out->calls[i].name); sm_buf_free(&out->calls[i].args); }
+      for (int i = before; i < out->n; i++) {
+        free(out->calls[i].name);
+        sm_buf_free(&out->calls[i].args);
+      }
       out->n = before;
       break;
     }
-    if (r < 0) { bad = r == TC_BAD || final; break; }
+    if (r < 0) {
+      bad = r == TC_BAD || final;
+      break;
+    }
     if (!mk[which].marker) { /* a bare JSON call is the whole text */
       size_t after = (size_t)best + (size_t)r;
-      if (sm_skip_ws(rest, rn, after) < rn) { bad = true; break; }
+      if (sm_skip_ws(rest, rn, after) < rn) {
+        bad = true;
+        break;
+      }
     }
     pos += (size_t)best + (size_t)r;
     if (pos >= len) break;

@@ -26,8 +26,16 @@
 #include "tokenizer/tokenizer.h"
 
 typedef enum {
-  SM_TF_GENERIC = 0, SM_TF_HERMES, SM_TF_QWEN3_CODER, SM_TF_LLAMA3, SM_TF_MISTRAL, SM_TF_HARMONY,
-  SM_TF_DEEPSEEK, SM_TF_GLM45, SM_TF_GEMMA, SM_TF_COUNT
+  SM_TF_GENERIC = 0,
+  SM_TF_HERMES,
+  SM_TF_QWEN3_CODER,
+  SM_TF_LLAMA3,
+  SM_TF_MISTRAL,
+  SM_TF_HARMONY,
+  SM_TF_DEEPSEEK,
+  SM_TF_GLM45,
+  SM_TF_GEMMA,
+  SM_TF_COUNT
 } sm_toolfmt_kind;
 
 typedef struct {
@@ -44,9 +52,9 @@ const char *sm_toolfmt_names(void); /* "hermes, qwen3_coder, ..." */
 
 /* One call found in (possibly unfinished) text. */
 typedef struct {
-  char *name;   /* NULL until the whole name is known */
-  sm_buf args;  /* JSON text of the arguments so far (only grows while streaming) */
-  bool done;    /* the call (and its arguments) is complete */
+  char *name;  /* NULL until the whole name is known */
+  sm_buf args; /* JSON text of the arguments so far (only grows while streaming) */
+  bool done;   /* the call (and its arguments) is complete */
 } sm_tc_call;
 
 typedef struct {

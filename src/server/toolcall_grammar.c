@@ -12,7 +12,11 @@
 static void marker(sm_buf *o, const smelt_tokenizer *tok, const char *m) {
   int32_t id = tok ? sm_tok_token_id(tok, m) : -1;
   if (id >= 0 && sm_tok_is_special(tok, id)) sm_buf_printf(o, " <[%d]> ", id);
-  else { sm_buf_putc(o, ' '); sm_gbnf_literal(o, m, strlen(m)); sm_buf_putc(o, ' '); }
+  else {
+    sm_buf_putc(o, ' ');
+    sm_gbnf_literal(o, m, strlen(m));
+    sm_buf_putc(o, ' ');
+  }
 }
 
 static void lit(sm_buf *o, const char *s) {
@@ -52,7 +56,10 @@ static smelt_status xml_params(sm_gbnf *b, const cJSON *params, bool glm, sm_buf
     } else {
       const char *rule;
       smelt_status st = sm_gbnf_add_schema(b, p, false, &rule);
-      if (st) { sm_buf_free(&item); return st; }
+      if (st) {
+        sm_buf_free(&item);
+        return st;
+      }
       sm_buf_printf(&item, " %s ", rule);
     }
     lit(&item, glm ? "</arg_value>\n" : "\n</parameter>\n");
@@ -71,63 +78,68 @@ static smelt_status one_call(sm_gbnf *b, const sm_toolfmt *f, const smelt_tokeni
   smelt_status st = SMELT_OK;
   if (f->kind != SM_TF_QWEN3_CODER && f->kind != SM_TF_GLM45) {
     st = sm_gbnf_add_schema(b, params, false, &args);
-    if (st) { cJSON_Delete(empty); return st; }
+    if (st) {
+      cJSON_Delete(empty);
+      return st;
+    }
   }
   sm_buf nb = SM_BUF_INIT;
   switch (f->kind) {
-  case SM_TF_GENERIC:
-  case SM_TF_HERMES:
-    lit(o, "<tool_call>\n{\"name\": ");
-    json_str_lit(o, name);
-    lit(o, ", \"arguments\": ");
-    sm_buf_printf(o, " %s ", args);
-    lit(o, "}\n</tool_call>");
-    break;
-  case SM_TF_LLAMA3:
-    lit(o, "{\"name\": ");
-    json_str_lit(o, name);
-    lit(o, ", \"parameters\": ");
-    sm_buf_printf(o, " %s ", args);
-    lit(o, "}");
-    break;
-  case SM_TF_MISTRAL:
-    lit(o, "{\"name\": ");
-    json_str_lit(o, name);
-    lit(o, ", \"arguments\": ");
-    sm_buf_printf(o, " %s ", args);
-    lit(o, "}");
-    break;
-  case SM_TF_HARMONY:
-    marker(o, tok, "<|channel|>");
-    sm_buf_printf(&nb, "commentary to=functions.%s ", name);
-    lit(o, sm_buf_str(&nb));
-    marker(o, tok, "<|constrain|>");
-    lit(o, "json");
-    marker(o, tok, "<|message|>");
-    sm_buf_printf(o, " %s ", args);
-    break;
-  case SM_TF_DEEPSEEK:
-    marker(o, tok, DS_CALL_BEGIN_);
-    lit(o, name);
-    marker(o, tok, DS_SEP_);
-    sm_buf_printf(o, " %s ", args);
-    marker(o, tok, DS_CALL_END_);
-    break;
-  case SM_TF_QWEN3_CODER:
-    sm_buf_printf(&nb, "<tool_call>\n<function=%s>\n", name);
-    lit(o, sm_buf_str(&nb));
-    st = xml_params(b, params, false, o);
-    lit(o, "</function>\n</tool_call>");
-    break;
-  case SM_TF_GLM45:
-    sm_buf_printf(&nb, "<tool_call>%s\n", name);
-    lit(o, sm_buf_str(&nb));
-    st = xml_params(b, params, true, o);
-    lit(o, "</tool_call>");
-    break;
-  default:
-    st = sm_err(SMELT_ERR_UNSUPPORTED, "tool_choice 'required' or a named function is not supported for the '%s' "
-                "tool-call format", f->name);
+    case SM_TF_GENERIC:
+    case SM_TF_HERMES:
+      lit(o, "<tool_call>\n{\"name\": ");
+      json_str_lit(o, name);
+      lit(o, ", \"arguments\": ");
+      sm_buf_printf(o, " %s ", args);
+      lit(o, "}\n</tool_call>");
+      break;
+    case SM_TF_LLAMA3:
+      lit(o, "{\"name\": ");
+      json_str_lit(o, name);
+      lit(o, ", \"parameters\": ");
+      sm_buf_printf(o, " %s ", args);
+      lit(o, "}");
+      break;
+    case SM_TF_MISTRAL:
+      lit(o, "{\"name\": ");
+      json_str_lit(o, name);
+      lit(o, ", \"arguments\": ");
+      sm_buf_printf(o, " %s ", args);
+      lit(o, "}");
+      break;
+    case SM_TF_HARMONY:
+      marker(o, tok, "<|channel|>");
+      sm_buf_printf(&nb, "commentary to=functions.%s ", name);
+      lit(o, sm_buf_str(&nb));
+      marker(o, tok, "<|constrain|>");
+      lit(o, "json");
+      marker(o, tok, "<|message|>");
+      sm_buf_printf(o, " %s ", args);
+      break;
+    case SM_TF_DEEPSEEK:
+      marker(o, tok, DS_CALL_BEGIN_);
+      lit(o, name);
+      marker(o, tok, DS_SEP_);
+      sm_buf_printf(o, " %s ", args);
+      marker(o, tok, DS_CALL_END_);
+      break;
+    case SM_TF_QWEN3_CODER:
+      sm_buf_printf(&nb, "<tool_call>\n<function=%s>\n", name);
+      lit(o, sm_buf_str(&nb));
+      st = xml_params(b, params, false, o);
+      lit(o, "</function>\n</tool_call>");
+      break;
+    case SM_TF_GLM45:
+      sm_buf_printf(&nb, "<tool_call>%s\n", name);
+      lit(o, sm_buf_str(&nb));
+      st = xml_params(b, params, true, o);
+      lit(o, "</tool_call>");
+      break;
+    default:
+      st = sm_err(SMELT_ERR_UNSUPPORTED,
+                  "tool_choice 'required' or a named function is not supported for the '%s' "
+                  "tool-call format",
+                  f->name);
   }
   sm_buf_free(&nb);
   cJSON_Delete(empty);
@@ -149,7 +161,10 @@ smelt_status sm_toolfmt_grammar(const sm_toolfmt *f, const smelt_tokenizer *tok,
     if (!cJSON_IsString(nm) || (name && strcmp(nm->valuestring, name))) continue;
     sm_buf body = SM_BUF_INIT;
     st = one_call(b, f, tok, nm->valuestring, cJSON_GetObjectItemCaseSensitive(fn, "parameters"), &body);
-    if (st) { sm_buf_free(&body); break; }
+    if (st) {
+      sm_buf_free(&body);
+      break;
+    }
     char rn[32];
     snprintf(rn, sizeof rn, "call%d", k);
     sm_gbnf_add_rule(b, rn, sm_buf_str(&body));

@@ -15,7 +15,8 @@ static const char *param_type(const cJSON *tools, const char *name, const char *
     if (!cJSON_IsObject(fn)) fn = t;
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
     if (!cJSON_IsString(nm) || !name || strcmp(nm->valuestring, name)) continue;
-    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(fn, "parameters"), "properties");
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(fn, "parameters"),
+                                                       "properties");
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pr, key), "type");
     return cJSON_IsString(ty) ? ty->valuestring : NULL;
   }
@@ -30,7 +31,10 @@ void sm_tc_xml_value(const cJSON *tools, const char *name, const char *key, cons
   cJSON *j = NULL;
   if (!ty || strcmp(ty, "string")) {
     j = cJSON_ParseWithLength(v, n);
-    if (j && cJSON_IsString(j) && ty) { cJSON_Delete(j); j = NULL; } /* keep the text as written */
+    if (j && cJSON_IsString(j) && ty) {
+      cJSON_Delete(j);
+      j = NULL;
+    } /* keep the text as written */
   }
   if (!j) {
     char *t = sm_xmalloc(n + 1);
@@ -125,7 +129,10 @@ long sm_tc_sec_glm45(const char *s, size_t n, const cJSON *tools, sm_tc_scan *ou
   for (;;) {
     i = sm_skip_ws(s, n, i);
     if (i >= n) return TC_INCOMPLETE;
-    if (sm_has(s + i, n - i, "</tool_call>")) { close_args(c); return (long)(i + 12); }
+    if (sm_has(s + i, n - i, "</tool_call>")) {
+      close_args(c);
+      return (long)(i + 12);
+    }
     long r = expect(s, n, i, "<arg_key>");
     if (r < 0) return sm_starts(s + i, n - i, "</tool_call>") ? TC_INCOMPLETE : r;
     i = (size_t)r;
@@ -163,7 +170,10 @@ static long py_literal(const char *s, size_t n, size_t i, sm_buf *out, int depth
         sm_buf_putc(&raw, s[k]);
       }
     }
-    if (k >= n) { sm_buf_free(&raw); return TC_INCOMPLETE; }
+    if (k >= n) {
+      sm_buf_free(&raw);
+      return TC_INCOMPLETE;
+    }
     cJSON *j = cJSON_CreateString(sm_buf_str(&raw));
     char *p = cJSON_PrintUnformatted(j);
     sm_buf_puts(out, p);
@@ -179,7 +189,10 @@ static long py_literal(const char *s, size_t n, size_t i, sm_buf *out, int depth
     bool first = true;
     for (;;) {
       if (k >= n) return TC_INCOMPLETE;
-      if (s[k] == close) { sm_buf_putc(out, close); return (long)k + 1; }
+      if (s[k] == close) {
+        sm_buf_putc(out, close);
+        return (long)k + 1;
+      }
       if (!first) sm_buf_puts(out, ", ");
       first = false;
       long r = py_literal(s, n, k, out, depth + 1);
@@ -208,7 +221,10 @@ static long py_literal(const char *s, size_t n, size_t i, sm_buf *out, int depth
   else if (l == 4 && !memcmp(s + i, "None", 4)) sm_buf_puts(out, "null");
   else {
     cJSON *j = cJSON_ParseWithLength(s + i, l);
-    if (!cJSON_IsNumber(j)) { cJSON_Delete(j); return TC_BAD; }
+    if (!cJSON_IsNumber(j)) {
+      cJSON_Delete(j);
+      return TC_BAD;
+    }
     cJSON_Delete(j);
     sm_buf_put(out, s + i, l);
   }
@@ -228,14 +244,20 @@ static long py_call(const char *s, size_t n, size_t i, sm_tc_scan *out) {
   size_t k = sm_skip_ws(s, n, ne + 1);
   for (;;) {
     if (k >= n) return TC_INCOMPLETE;
-    if (s[k] == ')') { close_args(c); return (long)k + 1; }
+    if (s[k] == ')') {
+      close_args(c);
+      return (long)k + 1;
+    }
     size_t a = k;
     while (k < n && (isalnum((unsigned char)s[k]) || s[k] == '_')) k++;
     if (k >= n) return TC_INCOMPLETE;
     if (k == a || s[k] != '=') return TC_BAD;
     sm_buf val = SM_BUF_INIT;
     long r = py_literal(s, n, k + 1, &val, 0);
-    if (r < 0) { sm_buf_free(&val); return r; }
+    if (r < 0) {
+      sm_buf_free(&val);
+      return r;
+    }
     sm_buf_puts(&c->args, c->args.n ? ", " : "{");
     sm_buf_putc(&c->args, '"');
     sm_buf_put(&c->args, s + a, k - a);
@@ -261,7 +283,10 @@ long sm_tc_sec_gemma(const char *s, size_t n, const cJSON *tools, sm_tc_scan *ou
     if (r < 0) return r;
     i = sm_skip_ws(s, n, (size_t)r);
     if (i >= n) return TC_INCOMPLETE;
-    if (s[i] == ',' || (!list && s[i] != '`')) { i = sm_skip_ws(s, n, s[i] == ',' ? i + 1 : i); continue; }
+    if (s[i] == ',' || (!list && s[i] != '`')) {
+      i = sm_skip_ws(s, n, s[i] == ',' ? i + 1 : i);
+      continue;
+    }
     if (list) {
       if (s[i] != ']') return TC_BAD;
       i = sm_skip_ws(s, n, i + 1);

@@ -20,7 +20,11 @@ bool sm_store_host_mem_available(uint64_t *bytes) {
   bool ok = false;
   while (fgets(line, sizeof line, f)) {
     unsigned long long kb;
-    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) { *bytes = (uint64_t)kb * 1024; ok = true; break; }
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+      *bytes = (uint64_t)kb * 1024;
+      ok = true;
+      break;
+    }
   }
   fclose(f);
   return ok;
@@ -40,12 +44,28 @@ bool sm_store_parse_size(const char *s, uint64_t *out) {
   if (end == s || !(v >= 0) || v > 1e18) return false; /* also nan and inf */
   double m = 1;
   switch (*end) {
-  case 0: break;
-  case 'k': case 'K': m = 1024.0; end++; break;
-  case 'm': case 'M': m = 1048576.0; end++; break;
-  case 'g': case 'G': m = 1073741824.0; end++; break;
-  case 't': case 'T': m = 1099511627776.0; end++; break;
-  default: return false;
+    case 0: break;
+    case 'k':
+    case 'K':
+      m = 1024.0;
+      end++;
+      break;
+    case 'm':
+    case 'M':
+      m = 1048576.0;
+      end++;
+      break;
+    case 'g':
+    case 'G':
+      m = 1073741824.0;
+      end++;
+      break;
+    case 't':
+    case 'T':
+      m = 1099511627776.0;
+      end++;
+      break;
+    default: return false;
   }
   if (*end == 'i') end++;
   if (*end == 'B' || *end == 'b') end++;
@@ -107,13 +127,18 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   if (out->n_layers <= 0 || out->n_heads <= 0 || out->head_dim <= 0 || out->n_layers > 100000 ||
       out->n_kv_heads > 100000 || out->head_dim > 100000) {
     sm_config_free(&cfg);
-    return sm_err(SMELT_ERR_FORMAT, "%s/config.json: missing or bad num_hidden_layers / num_attention_heads / "
-                  "head_dim", model_dir);
+    return sm_err(SMELT_ERR_FORMAT,
+                  "%s/config.json: missing or bad num_hidden_layers / num_attention_heads / "
+                  "head_dim",
+                  model_dir);
   }
 
   sm_st *st = NULL;
   s = sm_st_open(model_dir, &st);
-  if (s) { sm_config_free(&cfg); return s; }
+  if (s) {
+    sm_config_free(&cfg);
+    return s;
+  }
   out->n_tensors = sm_st_count(st);
   out->weights_bytes = sm_st_total_bytes(st);
   /* mixtures of experts: the stacked routed experts' tensors ("<layer>.<experts>.<proj>.*") */
@@ -168,8 +193,8 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   if (n <= 0) n = out->max_pos > 0 ? SM_MIN(out->max_pos, 8192) : 4096;
   out->max_tokens = n;
   out->kv_bytes_per_elem = kv_bytes_per_elem;
-  out->kv_bytes_per_token =
-      2ull * (uint64_t)out->attn_layers * (uint64_t)out->n_kv_heads * (uint64_t)out->head_dim * (uint64_t)kv_bytes_per_elem;
+  out->kv_bytes_per_token = 2ull * (uint64_t)out->attn_layers * (uint64_t)out->n_kv_heads * (uint64_t)out->head_dim *
+                            (uint64_t)kv_bytes_per_elem;
   out->kv_bytes = out->kv_bytes_per_token * (uint64_t)n;
   /* scratch activations (float32) for a prefill chunk of T = min(N, 512) rows: x, xb, xb2, xo (hidden),
    * q (heads*hd), k, v (kv_heads*hd), gate, up (intermediate), attention scores (heads * N);
@@ -189,7 +214,8 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   out->activation_bytes = 4ull * (T * row + (uint64_t)out->vocab);
   sm_config_free(&cfg);
   out->runtime_bytes = out->activation_bytes + (out->weights_bytes + out->kv_bytes) / 10;
-  out->total_bytes = out->weights_bytes + out->kv_bytes + out->runtime_bytes + out->state_bytes * (uint64_t)out->state_slots;
+  out->total_bytes = out->weights_bytes + out->kv_bytes + out->runtime_bytes +
+                     out->state_bytes * (uint64_t)out->state_slots;
 
   out->cuda = cuda;
   const char *ov = sm_store_settings_get()->available_memory;
@@ -224,8 +250,10 @@ smelt_status sm_store_check_fits(const char *model_dir, int max_tokens, int kv_b
             e.max_tokens, e.available_known ? a : "unknown", cuda ? "free device memory" : "available",
             !e.available_known ? "UNKNOWN" : (e.fits ? "FITS" : "DOES NOT FIT"));
   if (!e.fits && !force)
-    return sm_err(SMELT_ERR_LIMIT, "model needs about %s but only %s is available (lower --max-tokens / use a "
-                  "smaller KV dtype or a more quantized model, or pass --force)", t, a);
+    return sm_err(SMELT_ERR_LIMIT,
+                  "model needs about %s but only %s is available (lower --max-tokens / use a "
+                  "smaller KV dtype or a more quantized model, or pass --force)",
+                  t, a);
   return SMELT_OK;
 }
 

@@ -48,11 +48,18 @@ static char *hf_token(void) {
   else if (set->home) p = sm_path_join(set->home, ".cache/huggingface/token");
   else return NULL;
   char *txt = NULL;
-  if (sm_read_file(p, &txt, NULL) != SMELT_OK) { free(p); sm_err_clear(); return NULL; }
+  if (sm_read_file(p, &txt, NULL) != SMELT_OK) {
+    free(p);
+    sm_err_clear();
+    return NULL;
+  }
   free(p);
   size_t l = strlen(txt);
   while (l && (txt[l - 1] == '\n' || txt[l - 1] == '\r' || txt[l - 1] == ' ')) txt[--l] = 0;
-  if (!l) { free(txt); return NULL; }
+  if (!l) {
+    free(txt);
+    return NULL;
+  }
   return txt;
 }
 
@@ -78,8 +85,8 @@ static void curl_common(CURL *c, struct curl_slist *hdr, char *errbuf) {
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);   /* abort a stalled transfer ... */
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);   /* ... after 60 s without data */
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L); /* abort a stalled transfer ... */
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L); /* ... after 60 s without data */
   errbuf[0] = 0;
 }
 
@@ -95,8 +102,8 @@ static size_t mem_write(char *d, size_t sz, size_t nm, void *u) {
 static bool wanted_file(const char *f) {
   if (!*f || strchr(f, '/') || strchr(f, '\\') || f[0] == '.') return false;
   for (const char *p = f; *p; p++)
-    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
-          *p == '_' || *p == '.'))
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
+          *p == '.'))
       return false;
   const char *dot = strrchr(f, '.');
   const char *ext = dot ? dot : "";
@@ -135,8 +142,8 @@ static bool safe_revision(const char *r) {
       seg = p + 1;
       continue;
     }
-    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.' ||
-          *p == '_' || *p == '-'))
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' ||
+          *p == '-'))
       return false;
   }
 }
@@ -148,7 +155,10 @@ static smelt_status parse_listing(const char *txt, const char *repo, hub_file **
   cJSON *j = cJSON_Parse(txt);
   if (!j) return sm_err(SMELT_ERR_FORMAT, "hub answered with invalid JSON for %s", repo);
   cJSON *arr = cJSON_IsArray(j) ? j : cJSON_GetObjectItemCaseSensitive(j, "siblings");
-  if (!cJSON_IsArray(arr)) { cJSON_Delete(j); return sm_err(SMELT_ERR_FORMAT, "hub listing of %s has no files", repo); }
+  if (!cJSON_IsArray(arr)) {
+    cJSON_Delete(j);
+    return sm_err(SMELT_ERR_FORMAT, "hub listing of %s has no files", repo);
+  }
   cJSON *sha = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "sha") : NULL;
   if (cJSON_IsString(sha) && sha->valuestring[0] && !safe_revision(sha->valuestring)) {
     char shown[80];
@@ -156,8 +166,10 @@ static smelt_status parse_listing(const char *txt, const char *repo, hub_file **
     for (char *p = shown; *p; p++)
       if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) *p = '?';
     cJSON_Delete(j);
-    return sm_err(SMELT_ERR_FORMAT, "the hub listed an invalid revision '%s' for %s (expected a commit id or a "
-                  "branch name)", shown, repo);
+    return sm_err(SMELT_ERR_FORMAT,
+                  "the hub listed an invalid revision '%s' for %s (expected a commit id or a "
+                  "branch name)",
+                  shown, repo);
   }
   *rev = sm_xstrdup(cJSON_IsString(sha) ? sha->valuestring : "");
   hub_file *v = NULL;
@@ -169,7 +181,10 @@ static smelt_status parse_listing(const char *txt, const char *repo, hub_file **
     cJSON *ty = cJSON_GetObjectItemCaseSensitive(e, "type");
     if (!cJSON_IsString(nm) || (cJSON_IsString(ty) && strcmp(ty->valuestring, "file") != 0)) continue;
     if (!wanted_file(nm->valuestring)) continue;
-    if (k == cap) { cap = cap ? cap * 2 : 16; v = sm_xrealloc(v, cap * sizeof *v); }
+    if (k == cap) {
+      cap = cap ? cap * 2 : 16;
+      v = sm_xrealloc(v, cap * sizeof *v);
+    }
     hub_file *f = &v[k++];
     memset(f, 0, sizeof *f);
     f->path = sm_xstrdup(nm->valuestring);
@@ -186,7 +201,10 @@ static smelt_status parse_listing(const char *txt, const char *repo, hub_file **
         if (is_hex64(hs)) memcpy(f->sha256, hs, 65);
       }
     }
-    if (cJSON_IsNumber(sz) && sz->valuedouble >= 0) { f->size = (uint64_t)sz->valuedouble; f->has_size = true; }
+    if (cJSON_IsNumber(sz) && sz->valuedouble >= 0) {
+      f->size = (uint64_t)sz->valuedouble;
+      f->has_size = true;
+    }
   }
   cJSON_Delete(j);
   bool cfg = false, st = false;
@@ -199,8 +217,10 @@ static smelt_status parse_listing(const char *txt, const char *repo, hub_file **
     free(v);
     free(*rev);
     *rev = NULL;
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s has no %s: smelt needs an MLX/safetensors checkpoint "
-                  "(try an mlx-community/... repo)", repo, cfg ? "*.safetensors weights" : "config.json");
+    return sm_err(SMELT_ERR_UNSUPPORTED,
+                  "%s has no %s: smelt needs an MLX/safetensors checkpoint "
+                  "(try an mlx-community/... repo)",
+                  repo, cfg ? "*.safetensors weights" : "config.json");
   }
   *out = v;
   *n = k;
@@ -229,7 +249,10 @@ static smelt_status fetch_listing(const char *ep, const char *repo, const char *
   sm_buf mb = SM_BUF_INIT;
   smelt_status s = SMELT_OK;
   for (int attempt = 0; attempt < 3; attempt++) {
-    if (attempt) { struct timespec ts = {0, 300000000L}; nanosleep(&ts, NULL); }
+    if (attempt) {
+      struct timespec ts = {0, 300000000L};
+      nanosleep(&ts, NULL);
+    }
     sm_buf_clear(&mb);
     curl_easy_reset(c);
     curl_common(c, hdr, errbuf);
@@ -244,7 +267,10 @@ static smelt_status fetch_listing(const char *ep, const char *repo, const char *
       s = sm_err(SMELT_ERR_IO, "cannot reach %s: %s", ep, errbuf[0] ? errbuf : curl_easy_strerror(rc));
       continue;
     }
-    if (code >= 500) { s = http_error(code, repo, repo, ep, token != NULL); continue; }
+    if (code >= 500) {
+      s = http_error(code, repo, repo, ep, token != NULL);
+      continue;
+    }
     if (code != 200) {
       char what[300];
       snprintf(what, sizeof what, "model repo %s", repo);
@@ -338,7 +364,10 @@ static size_t file_write(char *d, size_t sz, size_t nm, void *u) {
 }
 
 static int xferinfo(void *u, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
-  (void)dltotal; (void)ultotal; (void)ulnow; (void)dlnow;
+  (void)dltotal;
+  (void)ultotal;
+  (void)ulnow;
+  (void)dlnow;
   dl_ctx *x = u;
   if (x->pg->on) draw(x->pg, x->have, false);
   return 0;
@@ -351,7 +380,10 @@ static bool hash_prefix(FILE *fp, sm_sha256 *sha, uint64_t *have) {
   char *buf = sm_xmalloc(1 << 20);
   uint64_t n = 0;
   size_t r;
-  while ((r = fread(buf, 1, 1 << 20, fp)) > 0) { sm_sha256_update(sha, buf, r); n += r; }
+  while ((r = fread(buf, 1, 1 << 20, fp)) > 0) {
+    sm_sha256_update(sha, buf, r);
+    n += r;
+  }
   bool ok = !ferror(fp);
   free(buf);
   *have = n;
@@ -361,9 +393,8 @@ static bool hash_prefix(FILE *fp, sm_sha256 *sha, uint64_t *have) {
 
 /* Download url into `part` (resuming), verify, rename to `final`. *fatal set for errors
  * that must discard the partial download (checksum/size mismatch). */
-static smelt_status download_file(CURL *c, const char *url, struct curl_slist *hdr, const hub_file *f,
-                                  const char *part, const char *final, progress *pg, const char *ep, bool token,
-                                  bool *fatal) {
+static smelt_status download_file(CURL *c, const char *url, struct curl_slist *hdr, const hub_file *f, const char *part,
+                                  const char *final, progress *pg, const char *ep, bool token, bool *fatal) {
   *fatal = false;
   const int retries = sm_store_settings_get()->pull_retries >= 0 ? sm_store_settings_get()->pull_retries : 5;
   smelt_status s = SMELT_OK;
@@ -372,15 +403,24 @@ static smelt_status download_file(CURL *c, const char *url, struct curl_slist *h
   for (int attempt = 0; attempt <= retries; attempt++) {
     if (attempt > 0) {
       struct timespec ts = {0, (long)SM_MIN(attempt, 10) * 200000000L};
-      while (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+      while (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+      }
       nanosleep(&ts, NULL);
     }
     FILE *fp = fopen(part, "a+b");
     if (!fp) return sm_err(SMELT_ERR_IO, "cannot write %s: %s", part, strerror(errno));
     dl_ctx x = {.fp = fp, .c = c, .pg = pg, .limit = f->has_size ? f->size : SM_PULL_MAX_UNLISTED};
-    if (!hash_prefix(fp, &x.sha, &x.have)) { fclose(fp); return sm_err(SMELT_ERR_IO, "cannot read %s", part); }
+    if (!hash_prefix(fp, &x.sha, &x.have)) {
+      fclose(fp);
+      return sm_err(SMELT_ERR_IO, "cannot read %s", part);
+    }
     if (f->has_size && x.have > f->size) { /* garbage: start over */
-      if (ftruncate(fileno(fp), 0) != 0) { fclose(fp); return sm_err(SMELT_ERR_IO, "cannot truncate %s", part); }
+      if (ftruncate(fileno(fp), 0) != 0) {
+        fclose(fp);
+        return sm_err(SMELT_ERR_IO, "cannot truncate %s", part);
+      }
       rewind(fp);
       sm_sha256_init(&x.sha);
       x.have = 0;
@@ -420,8 +460,8 @@ static smelt_status download_file(CURL *c, const char *url, struct curl_slist *h
     if (x.over) {
       *fatal = true;
       if (f->has_size)
-        return sm_err(SMELT_ERR_FORMAT, "%s: the hub sent more than the %llu bytes it lists; download stopped",
-                      f->path, (unsigned long long)f->size);
+        return sm_err(SMELT_ERR_FORMAT, "%s: the hub sent more than the %llu bytes it lists; download stopped", f->path,
+                      (unsigned long long)f->size);
       return sm_err(SMELT_ERR_LIMIT, "%s: no size listed and more than %llu bytes sent; download stopped", f->path,
                     (unsigned long long)SM_PULL_MAX_UNLISTED);
     }
@@ -433,8 +473,8 @@ static smelt_status download_file(CURL *c, const char *url, struct curl_slist *h
     if (rc == CURLE_WRITE_ERROR) return sm_err(SMELT_ERR_IO, "cannot write %s: disk full?", part);
     if (rc != CURLE_OK || code >= 400) {
       if (rc != CURLE_OK)
-        s = sm_err(SMELT_ERR_IO, "download of %s interrupted after %llu bytes: %s", f->path,
-                   (unsigned long long)x.have, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+        s = sm_err(SMELT_ERR_IO, "download of %s interrupted after %llu bytes: %s", f->path, (unsigned long long)x.have,
+                   errbuf[0] ? errbuf : curl_easy_strerror(rc));
       else s = sm_err(SMELT_ERR_IO, "download of %s failed: HTTP %ld", f->path, code);
       if (pg->verbose && attempt < retries) {
         if (pg->on) fputc('\n', stderr);
@@ -458,8 +498,10 @@ static smelt_status download_file(CURL *c, const char *url, struct curl_slist *h
     sm_sha256_hex(dg, hex);
     if (f->sha256[0] && strcmp(hex, f->sha256) != 0) {
       *fatal = true;
-      return sm_err(SMELT_ERR_FORMAT, "sha256 mismatch for %s: expected %s, got %s (corrupt download; nothing was "
-                    "stored)", f->path, f->sha256, hex);
+      return sm_err(SMELT_ERR_FORMAT,
+                    "sha256 mismatch for %s: expected %s, got %s (corrupt download; nothing was "
+                    "stored)",
+                    f->path, f->sha256, hex);
     }
     if (rename(part, final) != 0) return sm_err(SMELT_ERR_IO, "cannot rename %s: %s", part, strerror(errno));
     pg->done += x.have;
@@ -469,7 +511,8 @@ static smelt_status download_file(CURL *c, const char *url, struct curl_slist *h
 }
 
 static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f) {
-  (void)st; (void)f;
+  (void)st;
+  (void)f;
   return (flag == FTW_DP ? rmdir(p) : unlink(p)) ? -1 : 0;
 }
 static void rm_rf(const char *p) { nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
@@ -479,7 +522,10 @@ static bool mkdir_p(const char *path) {
   for (char *s = p + 1; *s; s++) {
     if (*s == '/') {
       *s = 0;
-      if (mkdir(p, 0755) != 0 && errno != EEXIST) { free(p); return false; }
+      if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+        free(p);
+        return false;
+      }
       *s = '/';
     }
   }
@@ -529,20 +575,32 @@ smelt_status sm_store_pull(const char *ref, bool show_progress, char **dir) {
     free(mp);
     if (same) {
       if (show_progress) fprintf(stderr, "%s is up to date (%s)\n", repo, rev);
-      if (dir) { *dir = dest; dest = NULL; }
+      if (dir) {
+        *dir = dest;
+        dest = NULL;
+      }
       keep_tmp = true; /* leave the store untouched */
       goto done;
     }
   }
-  if (!mkdir_p(tmproot)) { s = sm_err(SMELT_ERR_IO, "cannot create %s: %s", tmproot, strerror(errno)); goto done; }
+  if (!mkdir_p(tmproot)) {
+    s = sm_err(SMELT_ERR_IO, "cannot create %s: %s", tmproot, strerror(errno));
+    goto done;
+  }
   lockfd = open(lockp, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
   if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
     s = sm_err(SMELT_ERR_IO, "another smelt is downloading %s (lock %s)", repo, lockp);
-    if (lockfd >= 0) { close(lockfd); lockfd = -1; }
+    if (lockfd >= 0) {
+      close(lockfd);
+      lockfd = -1;
+    }
     keep_tmp = true;
     goto done;
   }
-  if (!mkdir_p(tmp)) { s = sm_err(SMELT_ERR_IO, "cannot create %s: %s", tmp, strerror(errno)); goto done; }
+  if (!mkdir_p(tmp)) {
+    s = sm_err(SMELT_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    goto done;
+  }
   progress pg = {.on = show_progress && isatty(2), .verbose = show_progress, .t0 = sm_now()};
   for (size_t i = 0; i < nf; i++) pg.total += files[i].size;
   if (show_progress) {
@@ -551,7 +609,10 @@ smelt_status sm_store_pull(const char *ref, bool show_progress, char **dir) {
   }
   c = curl_easy_init();
   hdr = auth_headers(token);
-  if (!c) { s = sm_err(SMELT_ERR_IO, "curl init failed"); goto done; }
+  if (!c) {
+    s = sm_err(SMELT_ERR_IO, "curl init failed");
+    goto done;
+  }
   for (size_t i = 0; i < nf; i++) {
     const hub_file *f = &files[i];
     char *final = sm_path_join(tmp, f->path);
@@ -562,7 +623,8 @@ smelt_status sm_store_pull(const char *ref, bool show_progress, char **dir) {
     struct stat st;
     if (stat(final, &st) == 0 && (!f->has_size || (uint64_t)st.st_size == f->size) && !f->sha256[0]) {
       pg.done += (uint64_t)st.st_size; /* finished in an earlier run (sha-less files only: re-verify the rest) */
-      free(final); free(part);
+      free(final);
+      free(part);
       continue;
     }
     if (stat(final, &st) == 0) rename(final, part); /* re-verify through the .part path */
@@ -572,15 +634,19 @@ smelt_status sm_store_pull(const char *ref, bool show_progress, char **dir) {
     if (rev && *rev) {
       size_t o = 0;
       for (const char *q = rev; *q && o + 4 < sizeof rev_enc; q++) {
-        if (*q == '/') { memcpy(rev_enc + o, "%2F", 3); o += 3; }
-        else rev_enc[o++] = *q;
+        if (*q == '/') {
+          memcpy(rev_enc + o, "%2F", 3);
+          o += 3;
+        } else rev_enc[o++] = *q;
       }
       rev_enc[o] = 0;
     }
     snprintf(url, ul, "%s/%s/resolve/%s/%s", ep, repo, rev_enc, f->path);
     bool fatal = false;
     s = download_file(c, url, hdr, f, part, final, &pg, ep, token != NULL, &fatal);
-    free(url); free(final); free(part);
+    free(url);
+    free(final);
+    free(part);
     if (s) {
       if (pg.on) fputc('\n', stderr);
       keep_tmp = !fatal;
@@ -599,10 +665,18 @@ smelt_status sm_store_pull(const char *ref, bool show_progress, char **dir) {
     cJSON_Delete(meta);
     char *mp = sm_path_join(tmp, ".smelt-pull.json");
     FILE *mf = fopen(mp, "wb");
-    if (mf) { fputs(txt, mf); fclose(mf); }
-    free(mp); free(txt);
+    if (mf) {
+      fputs(txt, mf);
+      fclose(mf);
+    }
+    free(mp);
+    free(txt);
   }
-  if (!mkdir_p(ownerdir)) { s = sm_err(SMELT_ERR_IO, "cannot create %s: %s", ownerdir, strerror(errno)); keep_tmp = true; goto done; }
+  if (!mkdir_p(ownerdir)) {
+    s = sm_err(SMELT_ERR_IO, "cannot create %s: %s", ownerdir, strerror(errno));
+    keep_tmp = true;
+    goto done;
+  }
   if (sm_dir_exists(dest)) { /* replacing an older copy */
     size_t ol = strlen(tmp) + 8;
     char *old = sm_xmalloc(ol);
@@ -610,12 +684,16 @@ smelt_status sm_store_pull(const char *ref, bool show_progress, char **dir) {
     rm_rf(old);
     if (rename(dest, old) != 0) {
       s = sm_err(SMELT_ERR_IO, "cannot replace %s: %s", dest, strerror(errno));
-      free(old); keep_tmp = true; goto done;
+      free(old);
+      keep_tmp = true;
+      goto done;
     }
     if (rename(tmp, dest) != 0) {
       s = sm_err(SMELT_ERR_IO, "cannot move the download into %s: %s", dest, strerror(errno));
       rename(old, dest);
-      free(old); keep_tmp = true; goto done;
+      free(old);
+      keep_tmp = true;
+      goto done;
     }
     rm_rf(old);
     free(old);
@@ -625,7 +703,10 @@ smelt_status sm_store_pull(const char *ref, bool show_progress, char **dir) {
     goto done;
   }
   if (show_progress) fprintf(stderr, "%s -> %s\n", repo, dest);
-  if (dir) { *dir = dest; dest = NULL; }
+  if (dir) {
+    *dir = dest;
+    dest = NULL;
+  }
 
 done:
   if (!keep_tmp && sm_dir_exists(tmp)) rm_rf(tmp);
@@ -633,11 +714,24 @@ done:
     if (!keep_tmp) unlink(lockp);
     close(lockfd);
   }
-  if (!keep_tmp) { rmdir(tmproot); rmdir(root); } /* only if empty */
+  if (!keep_tmp) {
+    rmdir(tmproot);
+    rmdir(root);
+  } /* only if empty */
   if (hdr) curl_slist_free_all(hdr);
   if (c) curl_easy_cleanup(c);
   for (size_t i = 0; i < nf; i++) free(files[i].path);
-  free(files); free(rev); free(ep); free(token); free(root); free(tmproot); free(tmp); free(lockp);
-  free(ownerdir); free(dest); free(owner); free(name);
+  free(files);
+  free(rev);
+  free(ep);
+  free(token);
+  free(root);
+  free(tmproot);
+  free(tmp);
+  free(lockp);
+  free(ownerdir);
+  free(dest);
+  free(owner);
+  free(name);
   return s;
 }

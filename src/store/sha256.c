@@ -32,9 +32,23 @@ static void block(uint32_t h[8], const uint8_t *p) {
     uint32_t S0 = ROR(a, 2) ^ ROR(a, 13) ^ ROR(a, 22);
     uint32_t mj = (a & b) ^ (a & c) ^ (b & c);
     uint32_t t2 = S0 + mj;
-    hh = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+    hh = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
   }
-  h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+  h[0] += a;
+  h[1] += b;
+  h[2] += c;
+  h[3] += d;
+  h[4] += e;
+  h[5] += f;
+  h[6] += g;
+  h[7] += hh;
 }
 
 void sm_sha256_init(sm_sha256 *s) {
@@ -51,13 +65,22 @@ void sm_sha256_update(sm_sha256 *s, const void *data, size_t len) {
   if (s->n) {
     size_t t = SM_MIN(len, 64 - s->n);
     memcpy(s->buf + s->n, p, t);
-    s->n += t; p += t; len -= t;
+    s->n += t;
+    p += t;
+    len -= t;
     if (s->n < 64) return;
     block(s->h, s->buf);
     s->n = 0;
   }
-  while (len >= 64) { block(s->h, p); p += 64; len -= 64; }
-  if (len) { memcpy(s->buf, p, len); s->n = len; }
+  while (len >= 64) {
+    block(s->h, p);
+    p += 64;
+    len -= 64;
+  }
+  if (len) {
+    memcpy(s->buf, p, len);
+    s->n = len;
+  }
 }
 
 void sm_sha256_final(sm_sha256 *s, uint8_t out[32]) {
@@ -69,13 +92,18 @@ void sm_sha256_final(sm_sha256 *s, uint8_t out[32]) {
   sm_sha256_update(s, pad, padlen);
   sm_sha256_update(s, lenb, 8);
   for (int i = 0; i < 8; i++) {
-    out[4 * i] = (uint8_t)(s->h[i] >> 24); out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
-    out[4 * i + 2] = (uint8_t)(s->h[i] >> 8); out[4 * i + 3] = (uint8_t)s->h[i];
+    out[4 * i] = (uint8_t)(s->h[i] >> 24);
+    out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
+    out[4 * i + 2] = (uint8_t)(s->h[i] >> 8);
+    out[4 * i + 3] = (uint8_t)s->h[i];
   }
 }
 
 void sm_sha256_hex(const uint8_t d[32], char out[65]) {
   static const char hx[] = "0123456789abcdef";
-  for (int i = 0; i < 32; i++) { out[2 * i] = hx[d[i] >> 4]; out[2 * i + 1] = hx[d[i] & 15]; }
+  for (int i = 0; i < 32; i++) {
+    out[2 * i] = hx[d[i] >> 4];
+    out[2 * i + 1] = hx[d[i] & 15];
+  }
   out[64] = 0;
 }

@@ -25,9 +25,13 @@ static const char *own(const char *s) { return s && *s ? sm_xstrdup(s) : NULL; }
 
 void sm_store_configure(const sm_store_settings *s) {
   sm_store_settings d;
-  if (!s) { sm_store_settings_default(&d); s = &d; }
-  const char **old[] = {&g_set.home, &g_set.cache_dir, &g_set.hf_home, &g_set.hf_hub_cache, &g_set.default_org,
-                        &g_set.default_model, &g_set.hf_endpoint, &g_set.hf_token, &g_set.available_memory};
+  if (!s) {
+    sm_store_settings_default(&d);
+    s = &d;
+  }
+  const char **old[] = {&g_set.home,         &g_set.cache_dir,   &g_set.hf_home,
+                        &g_set.hf_hub_cache, &g_set.default_org, &g_set.default_model,
+                        &g_set.hf_endpoint,  &g_set.hf_token,    &g_set.available_memory};
   for (size_t i = 0; i < SM_ARRAY_LEN(old); i++) free((char *)*old[i]);
   g_set.home = own(s->home);
   g_set.cache_dir = own(s->cache_dir);
@@ -77,18 +81,28 @@ smelt_status sm_store_parse_ref(const char *ref, char **owner, char **name) {
   char *deforg = NULL;
   if (!slash) {
     deforg = sm_xstrdup(g_set.default_org ? g_set.default_org : "mlx-community");
-    o = deforg; on = strlen(o); n = ref; nn = strlen(ref);
+    o = deforg;
+    on = strlen(o);
+    n = ref;
+    nn = strlen(ref);
   } else {
-    o = ref; on = (size_t)(slash - ref); n = slash + 1; nn = strlen(n);
+    o = ref;
+    on = (size_t)(slash - ref);
+    n = slash + 1;
+    nn = strlen(n);
     if (strchr(n, '/')) return sm_err(SMELT_ERR_INVALID, "bad model name '%s': expected owner/name", ref);
   }
   if (!valid_part(o, on) || !valid_part(n, nn)) {
     free(deforg);
-    return sm_err(SMELT_ERR_INVALID,
-                  "bad model name '%s': expected [owner/]name of letters, digits, '-', '_', '.'", ref);
+    return sm_err(SMELT_ERR_INVALID, "bad model name '%s': expected [owner/]name of letters, digits, '-', '_', '.'",
+                  ref);
   }
-  *owner = sm_xmalloc(on + 1); memcpy(*owner, o, on); (*owner)[on] = 0;
-  *name = sm_xmalloc(nn + 1); memcpy(*name, n, nn); (*name)[nn] = 0;
+  *owner = sm_xmalloc(on + 1);
+  memcpy(*owner, o, on);
+  (*owner)[on] = 0;
+  *name = sm_xmalloc(nn + 1);
+  memcpy(*name, n, nn);
+  (*name)[nn] = 0;
   free(deforg);
   return SMELT_OK;
 }
@@ -107,7 +121,8 @@ char *sm_store_hf_snapshot(const char *owner, const char *name) {
   char *rel = sm_xmalloc(len);
   snprintf(rel, len, "models--%s--%s", owner, name);
   char *repo = sm_path_join(cache, rel);
-  free(rel); free(cache);
+  free(rel);
+  free(cache);
   char *snaps = sm_path_join(repo, "snapshots");
   char *result = NULL;
   /* refs/main names the snapshot to use */
@@ -118,7 +133,8 @@ char *sm_store_hf_snapshot(const char *owner, const char *name) {
     while (l && (rev[l - 1] == '\n' || rev[l - 1] == '\r' || rev[l - 1] == ' ')) rev[--l] = 0;
     if (valid_part(rev, l)) {
       char *d = sm_path_join(snaps, rev);
-      if (has_config(d)) result = d; else free(d);
+      if (has_config(d)) result = d;
+      else free(d);
     }
     free(rev);
   }
@@ -134,13 +150,16 @@ char *sm_store_hf_snapshot(const char *owner, const char *name) {
         char *d = sm_path_join(snaps, e->d_name);
         struct stat st;
         if (has_config(d) && stat(d, &st) == 0 && (!result || st.st_mtime > best)) {
-          free(result); result = d; best = st.st_mtime;
+          free(result);
+          result = d;
+          best = st.st_mtime;
         } else free(d);
       }
       closedir(dd);
     }
   }
-  free(snaps); free(repo);
+  free(snaps);
+  free(repo);
   return result;
 }
 
@@ -159,7 +178,10 @@ char *sm_store_builtin_dir(void) {
       bool ok = has_config(t);
       free(t);
       char real[PATH_MAX];
-      if (ok && realpath(d, real)) { free(d); return sm_xstrdup(real); }
+      if (ok && realpath(d, real)) {
+        free(d);
+        return sm_xstrdup(real);
+      }
       free(d);
     }
   }
@@ -170,7 +192,7 @@ char *sm_store_builtin_dir(void) {
 #ifdef SMELT_SOURCE_MODELS_DIR
     SMELT_SOURCE_MODELS_DIR,
 #endif
-    NULL };
+    NULL};
   for (int i = 0; dirs[i]; i++) {
     char *t = sm_path_join(dirs[i], "smelt-tiny");
     bool ok = has_config(t);
@@ -210,20 +232,30 @@ smelt_status sm_store_resolve(const char *ref, bool allow_download, char **dir) 
   *dir = NULL;
   if (!ref || !*ref) {
     char *d = sm_store_default_model();
-    if (!d) return sm_err(SMELT_ERR_NOT_FOUND, "no model given and the default model (smelt-tiny) is not installed; "
-                                               "pass -m MODEL or set SMELT_DEFAULT_MODEL");
+    if (!d)
+      return sm_err(SMELT_ERR_NOT_FOUND, "no model given and the default model (smelt-tiny) is not installed; "
+                                         "pass -m MODEL or set SMELT_DEFAULT_MODEL");
     *dir = d;
     return SMELT_OK;
   }
-  if (sm_dir_exists(ref)) { *dir = sm_xstrdup(ref); return SMELT_OK; }
+  if (sm_dir_exists(ref)) {
+    *dir = sm_xstrdup(ref);
+    return SMELT_OK;
+  }
   if (ref[0] == '~' && ref[1] == '/') {
     char *p = sm_store_home_join(ref + 2);
-    if (sm_dir_exists(p)) { *dir = p; return SMELT_OK; }
+    if (sm_dir_exists(p)) {
+      *dir = p;
+      return SMELT_OK;
+    }
     free(p);
   }
   /* a built-in model's name never goes to the hub */
   char *bi = looks_like_path(ref) ? NULL : sm_store_builtin(ref);
-  if (bi) { *dir = bi; return SMELT_OK; }
+  if (bi) {
+    *dir = bi;
+    return SMELT_OK;
+  }
   if (looks_like_path(ref) || sm_file_exists(ref))
     return sm_err(SMELT_ERR_NOT_FOUND, "model directory '%s' does not exist", ref);
   char *owner, *name;
@@ -232,11 +264,22 @@ smelt_status sm_store_resolve(const char *ref, bool allow_download, char **dir) 
   char *root = sm_store_root();
   char *od = sm_path_join(root, owner);
   char *d = sm_path_join(od, name);
-  free(od); free(root);
-  if (has_config(d)) { *dir = d; free(owner); free(name); return SMELT_OK; }
+  free(od);
+  free(root);
+  if (has_config(d)) {
+    *dir = d;
+    free(owner);
+    free(name);
+    return SMELT_OK;
+  }
   free(d);
   d = sm_store_hf_snapshot(owner, name);
-  if (d) { *dir = d; free(owner); free(name); return SMELT_OK; }
+  if (d) {
+    *dir = d;
+    free(owner);
+    free(name);
+    return SMELT_OK;
+  }
   if (allow_download) {
     size_t l = strlen(owner) + strlen(name) + 2;
     char *full = sm_xmalloc(l);
@@ -244,10 +287,13 @@ smelt_status sm_store_resolve(const char *ref, bool allow_download, char **dir) 
     s = sm_store_pull(full, true, dir);
     free(full);
   } else {
-    s = sm_err(SMELT_ERR_NOT_FOUND, "model %s/%s not found in the store or the Hugging Face cache; "
-                                    "run `smelt pull %s/%s`", owner, name, owner, name);
+    s = sm_err(SMELT_ERR_NOT_FOUND,
+               "model %s/%s not found in the store or the Hugging Face cache; "
+               "run `smelt pull %s/%s`",
+               owner, name, owner, name);
   }
-  free(owner); free(name);
+  free(owner);
+  free(name);
   return s;
 }
 
@@ -263,8 +309,7 @@ static bool inside(const char *path, const char *root) {
 static int du_cb(const char *p, const struct stat *st, int flag, struct FTW *f) {
   (void)f;
   if (flag == FTW_F) g_du += (uint64_t)st->st_size;
-  else if (flag == FTW_SL) { /* the HF cache's snapshot files link into the repo's blobs/ */
-    char real[PATH_MAX];
+  else if (flag == FTW_SL) { /* the HF cache's snapshot files link into the repo's blobs/ */ char real[PATH_MAX];
     struct stat ts;
     if (realpath(p, real) && inside(real, g_du_root) && stat(real, &ts) == 0 && S_ISREG(ts.st_mode))
       g_du += (uint64_t)ts.st_size;
@@ -300,7 +345,10 @@ static void read_config_meta(const char *dir, sm_store_entry *e) {
     cJSON *j = cJSON_Parse(txt);
     if (j) {
       cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
-      if (cJSON_IsString(mt)) { free(e->arch); e->arch = sm_xstrdup(mt->valuestring); }
+      if (cJSON_IsString(mt)) {
+        free(e->arch);
+        e->arch = sm_xstrdup(mt->valuestring);
+      }
       cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "quantization");
       if (!cJSON_IsObject(q)) q = cJSON_GetObjectItemCaseSensitive(j, "quantization_config");
       if (cJSON_IsObject(q)) {
@@ -317,10 +365,16 @@ static void read_config_meta(const char *dir, sm_store_entry *e) {
   e->supported = sm_family_type_runnable(e->arch);
 }
 
-typedef struct { sm_store_entry *v; size_t n, cap; } entry_vec;
+typedef struct {
+  sm_store_entry *v;
+  size_t n, cap;
+} entry_vec;
 
 static void add_entry(entry_vec *ev, const char *name, char *path, const char *source) {
-  if (ev->n == ev->cap) { ev->cap = ev->cap ? ev->cap * 2 : 16; ev->v = sm_xrealloc(ev->v, ev->cap * sizeof *ev->v); }
+  if (ev->n == ev->cap) {
+    ev->cap = ev->cap ? ev->cap * 2 : 16;
+    ev->v = sm_xrealloc(ev->v, ev->cap * sizeof *ev->v);
+  }
   sm_store_entry *e = &ev->v[ev->n++];
   memset(e, 0, sizeof *e);
   e->name = sm_xstrdup(name);
@@ -376,7 +430,8 @@ smelt_status sm_store_list(sm_store_entry **out, size_t *n) {
       char owner[256], name[256];
       size_t ol = (size_t)(sep - rest);
       if (ol == 0 || ol >= sizeof owner || strlen(sep + 2) >= sizeof name) continue;
-      memcpy(owner, rest, ol); owner[ol] = 0;
+      memcpy(owner, rest, ol);
+      owner[ol] = 0;
       strcpy(name, sep + 2);
       char *snap = sm_store_hf_snapshot(owner, name);
       if (snap) {
@@ -416,7 +471,11 @@ smelt_status sm_store_list_builtin(sm_store_entry **out, size_t *n) {
 }
 
 void sm_store_list_free(sm_store_entry *e, size_t n) {
-  for (size_t i = 0; i < n; i++) { free(e[i].name); free(e[i].path); free(e[i].arch); }
+  for (size_t i = 0; i < n; i++) {
+    free(e[i].name);
+    free(e[i].path);
+    free(e[i].arch);
+  }
   free(e);
 }
 
@@ -437,10 +496,15 @@ smelt_status sm_store_locate_removable(const char *ref, char **dir) {
   } else {
     char *owner, *name;
     smelt_status s = sm_store_parse_ref(ref, &owner, &name);
-    if (s) { free(root); return s; }
+    if (s) {
+      free(root);
+      return s;
+    }
     char *od = sm_path_join(root, owner);
     candidate = sm_path_join(od, name);
-    free(od); free(owner); free(name);
+    free(od);
+    free(owner);
+    free(name);
   }
   free(root);
   if (!realpath(candidate, rtarget)) {
@@ -465,7 +529,8 @@ smelt_status sm_store_locate_removable(const char *ref, char **dir) {
 }
 
 static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f) {
-  (void)st; (void)f;
+  (void)st;
+  (void)f;
   return (flag == FTW_DP ? rmdir(p) : unlink(p)) ? -1 : 0;
 }
 
@@ -479,7 +544,10 @@ smelt_status sm_store_remove(const char *dir) {
     return s;
   }
   char *sl = strrchr(checked, '/');
-  if (sl) { *sl = 0; rmdir(checked); } /* the owner folder, if now empty */
+  if (sl) {
+    *sl = 0;
+    rmdir(checked);
+  } /* the owner folder, if now empty */
   free(checked);
   return SMELT_OK;
 }
@@ -488,7 +556,10 @@ const char *sm_store_fmt_bytes(uint64_t b, char *buf, size_t n) {
   static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = (double)b;
   int i = 0;
-  while (v >= 1024 && i < 4) { v /= 1024; i++; }
+  while (v >= 1024 && i < 4) {
+    v /= 1024;
+    i++;
+  }
   if (i == 0) snprintf(buf, n, "%llu B", (unsigned long long)b);
   else snprintf(buf, n, "%.2f %s", v, u[i]);
   return buf;

@@ -58,14 +58,14 @@ char *sm_store_hf_snapshot(const char *owner, const char *name);
 
 /* ---- listing ---- */
 typedef struct {
-  char *name;       /* owner/name */
-  char *path;       /* directory */
-  const char *source; /* "store" or "hf" */
+  char *name;          /* owner/name */
+  char *path;          /* directory */
+  const char *source;  /* "store" or "hf" */
   uint64_t size_bytes; /* sum of the files (symlinks followed) */
-  char *arch;       /* config model_type, "" if unknown */
-  int bits;         /* quantization bits, 0 = not quantized */
+  char *arch;          /* config model_type, "" if unknown */
+  int bits;            /* quantization bits, 0 = not quantized */
   int group_size;
-  bool supported;   /* the family registry runs this arch (src/model/family.h) */
+  bool supported; /* the family registry runs this arch (src/model/family.h) */
 } sm_store_entry;
 /* Models in the store and the HF cache, sorted by name (store first on ties). */
 smelt_status sm_store_list(sm_store_entry **out, size_t *n);
@@ -86,32 +86,32 @@ smelt_status sm_store_remove(const char *dir);
 typedef struct {
   char arch[64];
   int n_layers, n_heads, n_kv_heads, head_dim, hidden, intermediate, vocab, max_pos;
-  int quant_bits, quant_group;     /* 0 = dense */
-  int quant_mode;                  /* sm_qmode of the default quantization (format/mxq.h) */
+  int quant_bits, quant_group; /* 0 = dense */
+  int quant_mode;              /* sm_qmode of the default quantization (format/mxq.h) */
   size_t n_tensors;
-  uint64_t weights_bytes;          /* sum of tensor bytes in the safetensors headers */
-  uint64_t n_params;               /* packed uint32 counted as 32/bits params each */
+  uint64_t weights_bytes; /* sum of tensor bytes in the safetensors headers */
+  uint64_t n_params;      /* packed uint32 counted as 32/bits params each */
   /* mixtures of experts (n_experts > 0): the routed experts' share, and what one token uses of it */
   int n_experts, top_k;
   uint64_t expert_params, expert_bytes;
-  uint64_t n_active_params;        /* n_params less the unchosen experts' (= n_params without experts) */
-  uint64_t active_bytes;           /* weight bytes a token reads: weights_bytes less the unchosen experts' */
-  size_t n_vision_tensors;         /* of a vision tower and projector (counted in the above too) */
+  uint64_t n_active_params; /* n_params less the unchosen experts' (= n_params without experts) */
+  uint64_t active_bytes;    /* weight bytes a token reads: weights_bytes less the unchosen experts' */
+  size_t n_vision_tensors;  /* of a vision tower and projector (counted in the above too) */
   uint64_t vision_bytes, vision_params;
-  int max_tokens;                  /* tokens the KV cache is sized for */
+  int max_tokens; /* tokens the KV cache is sized for */
   int kv_bytes_per_elem;
-  int attn_layers;                 /* layers with a KV cache (all but a hybrid model's recurrent / MLP ones) */
-  uint64_t kv_bytes_per_token;     /* 2 * attn_layers * n_kv_heads * head_dim * kv_bytes_per_elem */
-  uint64_t kv_bytes;               /* kv_bytes_per_token * max_tokens */
-  uint64_t state_bytes;            /* hybrid models: recurrent state of one sequence (float32), else 0 */
-  int state_slots;                 /* state slots a one-sequence engine keeps (in total_bytes) */
-  uint64_t activation_bytes;       /* scratch activations (see docs/store.md) */
-  uint64_t runtime_bytes;          /* activations + 10% of (weights + kv) */
-  uint64_t total_bytes;            /* weights + kv + runtime */
+  int attn_layers;             /* layers with a KV cache (all but a hybrid model's recurrent / MLP ones) */
+  uint64_t kv_bytes_per_token; /* 2 * attn_layers * n_kv_heads * head_dim * kv_bytes_per_elem */
+  uint64_t kv_bytes;           /* kv_bytes_per_token * max_tokens */
+  uint64_t state_bytes;        /* hybrid models: recurrent state of one sequence (float32), else 0 */
+  int state_slots;             /* state slots a one-sequence engine keeps (in total_bytes) */
+  uint64_t activation_bytes;   /* scratch activations (see docs/store.md) */
+  uint64_t runtime_bytes;      /* activations + 10% of (weights + kv) */
+  uint64_t total_bytes;        /* weights + kv + runtime */
   bool cuda;
   bool available_known;
-  uint64_t available_bytes;        /* MemAvailable, or free device memory */
-  bool fits;                       /* total <= available (true when unknown) */
+  uint64_t available_bytes; /* MemAvailable, or free device memory */
+  bool fits;                /* total <= available (true when unknown) */
 } sm_mem_estimate;
 
 /* Estimate the memory a model needs for max_tokens of context (<= 0: the model's
@@ -141,7 +141,12 @@ bool sm_store_parse_size(const char *s, uint64_t *out);
 const char *sm_store_fmt_bytes(uint64_t b, char *buf, size_t n);
 
 /* ---- SHA-256 (download verification) ---- */
-typedef struct { uint32_t h[8]; uint64_t len; uint8_t buf[64]; size_t n; } sm_sha256;
+typedef struct {
+  uint32_t h[8];
+  uint64_t len;
+  uint8_t buf[64];
+  size_t n;
+} sm_sha256;
 void sm_sha256_init(sm_sha256 *s);
 void sm_sha256_update(sm_sha256 *s, const void *data, size_t len);
 void sm_sha256_final(sm_sha256 *s, uint8_t out[32]);

@@ -36,8 +36,7 @@ static smelt_status get_compiled(const char *src, sm_jinja **out, bool *owned) {
   } else if (i < CHAT_CACHE_N) {
     g_cache[i].src = sm_xstrdup(src);
     g_cache[i].tpl = t;
-  } else
-    *owned = true;
+  } else *owned = true;
   pthread_mutex_unlock(&g_cache_mu);
   *out = t;
   return SMELT_OK;

@@ -14,13 +14,15 @@ jv *jj_builtin_member(jj_rt *r, jv *obj, jstr name) {
     static const struct {
       const char *n;
       jj_funckind k;
-    } M[] = {{"upper", M_STR_UPPER},         {"lower", M_STR_LOWER},       {"strip", M_STR_STRIP},
-             {"lstrip", M_STR_LSTRIP},       {"rstrip", M_STR_RSTRIP},     {"title", M_STR_TITLE},
-             {"capitalize", M_STR_CAPITALIZE}, {"startswith", M_STR_STARTSWITH}, {"endswith", M_STR_ENDSWITH},
-             {"split", M_STR_SPLIT},         {"replace", M_STR_REPLACE},   {"find", M_STR_FIND},
-             {"count", M_STR_COUNT},         {"join", M_STR_JOIN},         {"isdigit", M_STR_ISDIGIT},
-             {"isalpha", M_STR_ISALPHA},     {"isspace", M_STR_ISSPACE},
-             {"format", M_STR_FORMAT}};
+    } M[] = {{"upper", M_STR_UPPER},           {"lower", M_STR_LOWER},
+             {"strip", M_STR_STRIP},           {"lstrip", M_STR_LSTRIP},
+             {"rstrip", M_STR_RSTRIP},         {"title", M_STR_TITLE},
+             {"capitalize", M_STR_CAPITALIZE}, {"startswith", M_STR_STARTSWITH},
+             {"endswith", M_STR_ENDSWITH},     {"split", M_STR_SPLIT},
+             {"replace", M_STR_REPLACE},       {"find", M_STR_FIND},
+             {"count", M_STR_COUNT},           {"join", M_STR_JOIN},
+             {"isdigit", M_STR_ISDIGIT},       {"isalpha", M_STR_ISALPHA},
+             {"isspace", M_STR_ISSPACE},       {"format", M_STR_FORMAT}};
     for (size_t i = 0; i < sizeof M / sizeof M[0]; i++)
       if (jj_eqs(name, M[i].n)) return jj_func_new(r, M[i].k, obj);
     return NULL;
@@ -71,7 +73,8 @@ bool jj_test(jj_rt *r, jstr name, jv *v, jv *args, int na) {
   if (T("mapping")) return v->t == V_DICT;
   /* len() and __getitem__ */
   if (T("sequence"))
-    return v->t == V_STR || v->t == V_DICT || v->t == V_UNDEF || (v->t == V_LIST && (v->lk == LK_LIST || v->lk == LK_RANGE));
+    return v->t == V_STR || v->t == V_DICT || v->t == V_UNDEF ||
+           (v->t == V_LIST && (v->lk == LK_LIST || v->lk == LK_RANGE));
   if (T("iterable")) return v->t == V_STR || v->t == V_DICT || v->t == V_UNDEF || v->t == V_LIST || v->t == V_LOOP;
   if (T("callable")) return v->t == V_FUNC || v->t == V_UNDEF || v->t == V_LOOP;
   if (T("escaped")) return false;
@@ -144,8 +147,7 @@ static jv *do_tojson(jj_rt *r, jv *v, jv *args, jv *kwargs) {
       o.indent_str = ind->u.s.s;
       o.indent_len = ind->u.s.n;
       o.pretty = true;
-    } else
-      jj_fail(r, "TypeError: can't multiply sequence by non-int of type '%s'", jj_tname(ind));
+    } else jj_fail(r, "TypeError: can't multiply sequence by non-int of type '%s'", jj_tname(ind));
   }
   o.ensure_ascii = ea && jj_truthy(ea);
   o.sort_keys = sk && jj_truthy(sk);
@@ -154,8 +156,7 @@ static jv *do_tojson(jj_rt *r, jv *v, jv *args, jv *kwargs) {
       jj_fail(r, "tojson: separators must be a pair of strings");
     o.item_sep = sep->u.l->v[0]->u.s.s;
     o.key_sep = sep->u.l->v[1]->u.s.s;
-  } else if (sep && sep->t != V_NONE)
-    jj_fail(r, "tojson: separators must be a pair of strings");
+  } else if (sep && sep->t != V_NONE) jj_fail(r, "tojson: separators must be a pair of strings");
   sm_buf *b = jj_buf(r);
   jj_to_json(r, b, v, &o, 0);
   return jj_buf_value(r, b);
@@ -166,7 +167,8 @@ static jv *do_int(jj_rt *r, jv *v, jv *dflt, jv *base) {
   if (!dflt) dflt = jj_int(r, 0);
   int b = 10;
   if (base) {
-    if (base->t != V_INT || base->u.i < 0 || base->u.i == 1 || base->u.i > 36) jj_fail(r, "ValueError: int() base must be >= 2 and <= 36, or 0");
+    if (base->t != V_INT || base->u.i < 0 || base->u.i == 1 || base->u.i > 36)
+      jj_fail(r, "ValueError: int() base must be >= 2 and <= 36, or 0");
     b = (int)base->u.i;
   }
   double f;
@@ -279,11 +281,14 @@ jv *jj_filter(jj_rt *r, jv *v, jstr name, jv *args, jv *kwargs, jj_env *env) {
   }
   if (F("round")) {
     jv *prec = jj_arg(args, kwargs, 0, "precision"), *method = jj_arg(args, kwargs, 1, "method");
-    if (method && !(method->t == V_STR && (jj_eqs(method->u.s, "common") || jj_eqs(method->u.s, "floor") || jj_eqs(method->u.s, "ceil"))))
+    if (method && !(method->t == V_STR &&
+                    (jj_eqs(method->u.s, "common") || jj_eqs(method->u.s, "floor") || jj_eqs(method->u.s, "ceil"))))
       jj_fail(r, "FilterArgumentError: method must be common, ceil or floor");
     if (v->t == V_UNDEF) jj_undef_fail(r, v);
-    if (v->t != V_INT && v->t != V_FLOAT && v->t != V_BOOL) jj_fail(r, "TypeError: type %s doesn't define __round__ method", jj_tname(v));
-    if (prec && prec->t != V_INT) jj_fail(r, "TypeError: '%s' object cannot be interpreted as an integer", jj_tname(prec));
+    if (v->t != V_INT && v->t != V_FLOAT && v->t != V_BOOL)
+      jj_fail(r, "TypeError: type %s doesn't define __round__ method", jj_tname(v));
+    if (prec && prec->t != V_INT)
+      jj_fail(r, "TypeError: '%s' object cannot be interpreted as an integer", jj_tname(prec));
     int64_t p = prec ? prec->u.i : 0;
     if (p > 15 || p < -15) jj_fail(r, "round: precision out of range");
     bool common = !method || jj_eqs(method->u.s, "common");
@@ -315,7 +320,8 @@ jv *jj_filter(jj_rt *r, jv *v, jstr name, jv *args, jv *kwargs, jj_env *env) {
       jv *o = str_arg(r, jj_arg(args, kwargs, 0, "old")), *nw = str_arg(r, jj_arg(args, kwargs, 1, "new"));
       jv *c = jj_arg(args, kwargs, 2, "count");
       if (!o || !nw) jj_fail(r, "TypeError: do_replace() missing required arguments");
-      if (c && c->t != V_INT && c->t != V_NONE) jj_fail(r, "TypeError: '%s' object cannot be interpreted as an integer", jj_tname(c));
+      if (c && c->t != V_INT && c->t != V_NONE)
+        jj_fail(r, "TypeError: '%s' object cannot be interpreted as an integer", jj_tname(c));
       return jj_str_replace(r, s, o, nw, c && c->t == V_INT ? c->u.i : -1);
     }
     int64_t c = 0; /* wordcount: runs of \w */
@@ -324,7 +330,8 @@ jv *jj_filter(jj_rt *r, jv *v, jstr name, jv *args, jv *kwargs, jj_env *env) {
       int32_t cp;
       i += jj_utf8_next(s->u.s.s, s->u.s.n, i, &cp);
       utf8proc_category_t k = cp < 0 ? UTF8PROC_CATEGORY_CN : utf8proc_category(cp);
-      bool w = cp == '_' || (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || (k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO);
+      bool w = cp == '_' || (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||
+               (k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO);
       if (w && !inw) c++;
       inw = w;
     }
@@ -339,7 +346,8 @@ jv *jj_filter(jj_rt *r, jv *v, jstr name, jv *args, jv *kwargs, jj_env *env) {
   }
   /* ---- filters over an iterable ---- */
   if (F("first")) {
-    if (jj_is_iter(v)) return v->u.l->pos < v->u.l->n ? v->u.l->v[v->u.l->pos++] : jj_undef(r, "No first item, sequence was empty.");
+    if (jj_is_iter(v))
+      return v->u.l->pos < v->u.l->n ? v->u.l->v[v->u.l->pos++] : jj_undef(r, "No first item, sequence was empty.");
     jv *l = jj_iterate(r, v);
     return l->u.l->n ? l->u.l->v[0] : jj_undef(r, "No first item, sequence was empty.");
   }
@@ -383,7 +391,8 @@ jv *jj_filter(jj_rt *r, jv *v, jstr name, jv *args, jv *kwargs, jj_env *env) {
     jv *rev = jj_arg(args, kwargs, 0, "reverse"), *cs = jj_arg(args, kwargs, 1, "case_sensitive");
     jv *attr = jj_arg(args, kwargs, 2, "attribute");
     if (attr && attr->t != V_NONE) attr = jj_str_of(r, attr, false);
-    return jj_sorted(r, jj_iterate(r, v), rev && jj_truthy(rev), cs && jj_truthy(cs), attr && attr->t == V_STR ? attr : NULL);
+    return jj_sorted(r, jj_iterate(r, v), rev && jj_truthy(rev), cs && jj_truthy(cs),
+                     attr && attr->t == V_STR ? attr : NULL);
   }
   if (F("unique")) {
     jv *cs = jj_arg(args, kwargs, 0, "case_sensitive"), *attr = jj_arg(args, kwargs, 1, "attribute");
@@ -414,7 +423,8 @@ jv *jj_filter(jj_rt *r, jv *v, jstr name, jv *args, jv *kwargs, jj_env *env) {
     jv *l = jj_iterate(r, v);
     if (!acc) acc = jj_int(r, 0);
     for (size_t i = 0; i < l->u.l->n; i++)
-      acc = num_add(r, acc, attr && attr->t == V_STR ? jj_attr_path(r, l->u.l->v[i], attr->u.s.s, attr->u.s.n) : l->u.l->v[i]);
+      acc = num_add(r, acc,
+                    attr && attr->t == V_STR ? jj_attr_path(r, l->u.l->v[i], attr->u.s.s, attr->u.s.n) : l->u.l->v[i]);
     return acc;
   }
   if (F("batch")) {
@@ -521,12 +531,12 @@ jv *jj_call_builtin(jj_rt *r, jv *fnv, jv *args, jv *kwargs) {
         else if (a0->t == V_LIST) {
           for (size_t i = 0; i < a0->u.l->n; i++) {
             jv *p = a0->u.l->v[i];
-            if (p->t != V_LIST || p->u.l->n != 2) jj_fail(r, "namespace expected an object or an iterable of [key, value] pairs");
+            if (p->t != V_LIST || p->u.l->n != 2)
+              jj_fail(r, "namespace expected an object or an iterable of [key, value] pairs");
             if (p->u.l->v[0]->t != V_STR) jj_fail(r, "namespace keys must be strings");
             jj_dict_setj(r, ns->u.d, p->u.l->v[0]->u.s, p->u.l->v[1]);
           }
-        } else
-          jj_fail(r, "'%s' object is not iterable", jj_tname(a0));
+        } else jj_fail(r, "'%s' object is not iterable", jj_tname(a0));
       }
       if (kwargs)
         for (size_t i = 0; i < kwargs->u.d->n; i++) jj_dict_setj(r, ns->u.d, kwargs->u.d->k[i], kwargs->u.d->v[i]);
@@ -556,8 +566,7 @@ jv *jj_call_builtin(jj_rt *r, jv *fnv, jv *args, jv *kwargs) {
       for (size_t i = 0; i < pats->u.l->n; i++) {
         jv *p = pats->u.l->v[i];
         if (p->t != V_STR) jj_fail(r, "%s() tuple elements must be strings", nm);
-        if (p->u.s.n <= self->u.s.n &&
-            !memcmp(self->u.s.s + (sw ? 0 : self->u.s.n - p->u.s.n), p->u.s.s, p->u.s.n))
+        if (p->u.s.n <= self->u.s.n && !memcmp(self->u.s.s + (sw ? 0 : self->u.s.n - p->u.s.n), p->u.s.s, p->u.s.n))
           return r->vtrue;
       }
       return r->vfalse;
@@ -612,8 +621,8 @@ jv *jj_call_builtin(jj_rt *r, jv *fnv, jv *args, jv *kwargs) {
         size_t l = jj_utf8_next(self->u.s.s, self->u.s.n, i, &cp);
         utf8proc_category_t c = utf8proc_category(cp);
         bool ok = fn->kind == M_STR_ISDIGIT ? c == UTF8PROC_CATEGORY_ND
-                  : fn->kind == M_STR_ISALPHA ? (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO)
-                                              : jj_is_space_at(self->u.s.s, self->u.s.n, i, NULL);
+                : fn->kind == M_STR_ISALPHA ? (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO)
+                                            : jj_is_space_at(self->u.s.s, self->u.s.n, i, NULL);
         if (!ok) return r->vfalse;
         i += l;
       }
@@ -653,4 +662,3 @@ jv *jj_call_builtin(jj_rt *r, jv *fnv, jv *args, jv *kwargs) {
   }
   jj_fail(r, "Cannot call something that is not a function");
 }
-

@@ -25,8 +25,7 @@ static void eval_args(jj_rt *r, const jj_nodes *an, jj_env *env, jv **args, jv *
       jv *v = eval(r, x->a, env);
       if (v->t != V_LIST) jj_fail(r, "Cannot unpack non-iterable type: %s", jj_tname(v));
       for (size_t j = 0; j < v->u.l->n; j++) jj_list_push(r, a, v->u.l->v[j]);
-    } else if (x->kind != N_KWARG && x->kind != N_KWSPREAD)
-      jj_list_push(r, a, eval(r, x, env));
+    } else if (x->kind != N_KWARG && x->kind != N_KWSPREAD) jj_list_push(r, a, eval(r, x, env));
   }
   for (int i = 0; i < an->n; i++) {
     const jj_node *x = an->v[i];
@@ -53,7 +52,8 @@ static void eval_args(jj_rt *r, const jj_nodes *an, jj_env *env, jv **args, jv *
 static jv *py_attr(jj_rt *r, jv *obj, jstr name) {
   if (obj->t == V_NS) return jj_dict_get(obj->u.d, name.s, name.n);
   if (obj->t == V_LOOP) return jj_loop_attr(r, obj, name);
-  if (obj->t == V_STR || obj->t == V_DICT || (obj->t == V_LIST && obj->lk == LK_LIST)) return jj_builtin_member(r, obj, name);
+  if (obj->t == V_STR || obj->t == V_DICT || (obj->t == V_LIST && obj->lk == LK_LIST))
+    return jj_builtin_member(r, obj, name);
   return NULL;
 }
 
@@ -96,8 +96,8 @@ jv *jj_getitem(jj_rt *r, jv *obj, jv *key) {
   return v ? v : jj_undef_attr(r, obj, key);
 }
 
-static void slice_idx(int64_t len, bool hs, int64_t start, bool he, int64_t stop, int64_t step,
-                      int64_t *o_start, int64_t *o_stop) {
+static void slice_idx(int64_t len, bool hs, int64_t start, bool he, int64_t stop, int64_t step, int64_t *o_start,
+                      int64_t *o_stop) {
   if (step >= 0) {
     start = !hs ? 0 : start < 0 ? SM_MAX(len + start, 0) : SM_MIN(start, len);
     stop = !he ? len : stop < 0 ? SM_MAX(len + stop, 0) : SM_MIN(stop, len);
@@ -116,7 +116,8 @@ static jv *do_slice(jj_rt *r, jv *obj, const jj_node *sl, jj_env *env) {
   jv *c = sl->c ? eval(r, sl->c, env) : r->none;
   if (c->t == V_INT && c->u.i == 0) jj_fail(r, "ValueError: slice step cannot be zero");
   /* Python raises TypeError (which Jinja2 turns into an undefined value) for other objects and indices */
-  if ((obj->t != V_LIST || obj->lk != LK_LIST) && obj->t != V_STR) return jj_undef(r, "%s object has no element slice", jj_tname(obj));
+  if ((obj->t != V_LIST || obj->lk != LK_LIST) && obj->t != V_STR)
+    return jj_undef(r, "%s object has no element slice", jj_tname(obj));
   if ((a->t != V_INT && a->t != V_NONE) || (b->t != V_INT && b->t != V_NONE) || (c->t != V_INT && c->t != V_NONE))
     return jj_undef(r, "%s object has no element slice", jj_tname(obj));
   int64_t step = c->t == V_INT ? c->u.i : 1;
@@ -188,7 +189,8 @@ static jv *binop(jj_rt *r, const jj_node *n, jj_env *env) {
   }
   if (l->t == V_UNDEF) jj_undef_fail(r, l);
   if (rt->t == V_UNDEF) jj_undef_fail(r, rt);
-  static const char *opn[] = {"+", "-", "~", "*", "/", "//", "%", "**", "==", "!=", "<", ">", "<=", ">=", "and", "or", "in", "not in"};
+  static const char *opn[] = {"+",  "-", "~", "*",  "/",  "//",  "%",  "**", "==",
+                              "!=", "<", ">", "<=", ">=", "and", "or", "in", "not in"};
   /* bool is an int in Python */
   jv lb, rb;
   if (l->t == V_BOOL) lb = (jv){.t = V_INT, .u.i = l->u.b}, l = &lb;
@@ -224,7 +226,10 @@ static jv *binop(jj_rt *r, const jj_node *n, jj_env *env) {
           for (int64_t k = 0; k < e; k++) {
             if (__builtin_mul_overflow(res, base, &res)) jj_fail(r, "integer overflow");
             if (res == 0 || res == 1) break;
-            if (res == -1) { res = (e - k - 1) % 2 ? -res : res; break; }
+            if (res == -1) {
+              res = (e - k - 1) % 2 ? -res : res;
+              break;
+            }
           }
           return jj_int(r, res);
         }
@@ -255,7 +260,8 @@ static jv *binop(jj_rt *r, const jj_node *n, jj_env *env) {
   }
   if (op == OP_MOD && l->t == V_STR) return jj_py_percent(r, l, rt);
   /* list + list, tuple + tuple */
-  if (op == OP_ADD && l->t == V_LIST && rt->t == V_LIST && l->lk == LK_LIST && rt->lk == LK_LIST && l->tuple == rt->tuple) {
+  if (op == OP_ADD && l->t == V_LIST && rt->t == V_LIST && l->lk == LK_LIST && rt->lk == LK_LIST &&
+      l->tuple == rt->tuple) {
     jv *o = jj_list_new(r);
     o->tuple = l->tuple;
     for (size_t i = 0; i < l->u.l->n; i++) jj_list_push(r, o, l->u.l->v[i]);
@@ -318,8 +324,7 @@ static void bind_params(jj_rt *r, const jj_node *def, const jj_nodes *params, jv
     va->tuple = 1;
     for (size_t i = np; i < na; i++) jj_list_push(r, va, args->u.l->v[i]);
     jj_env_set(r, scope, van, va);
-  } else if (na > np)
-    jj_fail(r, "macro %s takes not more than %zu argument(s)", disp, np);
+  } else if (na > np) jj_fail(r, "macro %s takes not more than %zu argument(s)", disp, np);
   for (size_t i = 0; i < np; i++)
     if (pending[i]) jj_env_set(r, scope, params->v[i]->s, eval(r, params->v[i]->a, scope));
 }
@@ -409,10 +414,8 @@ static jv *eval(jj_rt *r, const jj_node *n, jj_env *env) {
         int64_t x = a->t == V_BOOL ? a->u.b : a->u.i;
         if (n->op == OP_NEG && x == INT64_MIN) jj_fail(r, "integer overflow");
         res = jj_int(r, n->op == OP_NEG ? -x : x);
-      } else if (a->t == V_FLOAT)
-        res = jj_float(r, n->op == OP_NEG ? -a->u.f : a->u.f);
-      else
-        jj_fail(r, "TypeError: bad operand type for unary %s: '%s'", n->op == OP_NEG ? "-" : "+", jj_tname(a));
+      } else if (a->t == V_FLOAT) res = jj_float(r, n->op == OP_NEG ? -a->u.f : a->u.f);
+      else jj_fail(r, "TypeError: bad operand type for unary %s: '%s'", n->op == OP_NEG ? "-" : "+", jj_tname(a));
       break;
     }
     case N_FILTER: {
@@ -433,8 +436,10 @@ static jv *eval(jj_rt *r, const jj_node *n, jj_env *env) {
       break;
     }
     case N_SELECT:
-      res = jj_truthy(eval(r, n->b, env)) ? eval(r, n->a, env)
-                                          : jj_undef(r, "the inline if-expression on line %d evaluated to false and no else section was defined.", n->line);
+      res = jj_truthy(eval(r, n->b, env))
+            ? eval(r, n->a, env)
+            : jj_undef(r, "the inline if-expression on line %d evaluated to false and no else section was defined.",
+                       n->line);
       break;
     case N_TERNARY: res = jj_truthy(eval(r, n->a, env)) ? eval(r, n->b, env) : eval(r, n->c, env); break;
     case N_SLICE: jj_fail(r, "unexpected slice");
@@ -456,7 +461,8 @@ static void bind_target(jj_rt *r, const jj_node *target, jv *val, jj_env *env) {
   val = jj_iterate(r, val);
   if ((size_t)target->l1.n > val->u.l->n)
     jj_fail(r, "ValueError: not enough values to unpack (expected %d, got %zu)", target->l1.n, val->u.l->n);
-  if ((size_t)target->l1.n < val->u.l->n) jj_fail(r, "ValueError: too many values to unpack (expected %d)", target->l1.n);
+  if ((size_t)target->l1.n < val->u.l->n)
+    jj_fail(r, "ValueError: too many values to unpack (expected %d)", target->l1.n);
   for (int j = 0; j < target->l1.n; j++) {
     if (target->l1.v[j]->kind != N_IDENT) jj_fail(r, "Cannot unpack to non-identifier");
     jj_env_set(r, env, target->l1.v[j]->s, val->u.l->v[j]);
@@ -472,8 +478,8 @@ struct jj_loop {
   jv *iter;               /* the iterator looped over, or NULL */
   size_t iter_base, next; /* iter->pos at the start; next source index to read */
   const jj_node *target, *test;
-  jj_env *env;            /* where the test is evaluated */
-  jv **ahead;             /* items read ahead (they passed the test) */
+  jj_env *env; /* where the test is evaluated */
+  jv **ahead;  /* items read ahead (they passed the test) */
   size_t nahead, cap;
   int64_t index0;
   jv *prev, *changed; /* changed: args of the last loop.changed() call, NULL before it */
@@ -572,8 +578,7 @@ static void exec_for(jj_rt *r, const jj_node *n, jj_env *env, sm_buf *out) {
     for (size_t i = it->u.l->pos; i < it->u.l->n; i++) jj_list_push(r, L->src, it->u.l->v[i]);
     L->iter = it;
     L->iter_base = it->u.l->pos;
-  } else
-    L->src = jj_iterate(r, it);
+  } else L->src = jj_iterate(r, it);
   L->target = n->a;
   L->test = test;
   L->env = env;
@@ -633,8 +638,7 @@ static void exec_stmt(jj_rt *r, const jj_node *n, jj_env *env, sm_buf *out) {
         if (obj->t != V_NS) jj_fail(r, "TemplateRuntimeError: cannot assign attribute on non-namespace object");
         if (a->op || a->b->kind != N_IDENT) jj_fail(r, "Cannot assign to member with non-identifier property");
         jj_dict_setj(r, obj->u.d, a->b->s, rhs);
-      } else
-        jj_fail(r, "Invalid LHS inside assignment expression");
+      } else jj_fail(r, "Invalid LHS inside assignment expression");
       return;
     }
     case N_MACRO: {

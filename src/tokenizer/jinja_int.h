@@ -20,8 +20,8 @@
 /* ---- limits (guard against runaway templates) ---- */
 #define JJ_MAX_PARSE_DEPTH 200
 #define JJ_MAX_EVAL_DEPTH 400
-#define JJ_MAX_ITERATIONS 5000000L   /* total loop iterations per render */
-#define JJ_MAX_ARENA (512u << 20)    /* bytes of runtime values per render */
+#define JJ_MAX_ITERATIONS 5000000L /* total loop iterations per render */
+#define JJ_MAX_ARENA (512u << 20)  /* bytes of runtime values per render */
 #define JJ_MAX_RANGE 1000000L
 
 /* ---- arena ---- */
@@ -43,9 +43,32 @@ typedef struct {
 
 /* ---- tokens ---- */
 typedef enum {
-  T_TEXT, T_NUM, T_STR, T_IDENT, T_EQUALS, T_LPAREN, T_RPAREN, T_OPEN_STMT, T_CLOSE_STMT,
-  T_OPEN_EXPR, T_CLOSE_EXPR, T_LBRACKET, T_RBRACKET, T_LBRACE, T_RBRACE, T_COMMA, T_DOT,
-  T_COLON, T_PIPE, T_ADD, T_MUL, T_POW, T_CMP, T_UNARY, T_COMMENT, T_EOF
+  T_TEXT,
+  T_NUM,
+  T_STR,
+  T_IDENT,
+  T_EQUALS,
+  T_LPAREN,
+  T_RPAREN,
+  T_OPEN_STMT,
+  T_CLOSE_STMT,
+  T_OPEN_EXPR,
+  T_CLOSE_EXPR,
+  T_LBRACKET,
+  T_RBRACKET,
+  T_LBRACE,
+  T_RBRACE,
+  T_COMMA,
+  T_DOT,
+  T_COLON,
+  T_PIPE,
+  T_ADD,
+  T_MUL,
+  T_POW,
+  T_CMP,
+  T_UNARY,
+  T_COMMENT,
+  T_EOF
 } jj_toktype;
 
 typedef struct {
@@ -56,16 +79,60 @@ typedef struct {
 
 /* ---- AST ---- */
 typedef enum {
-  N_STR, N_INT, N_FLOAT, N_IDENT, N_LIST, N_TUPLE, N_DICT, N_MEMBER, N_SLICE, N_CALL, N_KWARG,
-  N_SPREAD, N_KWSPREAD, N_BINOP, N_UNARY, N_FILTER, N_TEST, N_SELECT, N_TERNARY,
+  N_STR,
+  N_INT,
+  N_FLOAT,
+  N_IDENT,
+  N_LIST,
+  N_TUPLE,
+  N_DICT,
+  N_MEMBER,
+  N_SLICE,
+  N_CALL,
+  N_KWARG,
+  N_SPREAD,
+  N_KWSPREAD,
+  N_BINOP,
+  N_UNARY,
+  N_FILTER,
+  N_TEST,
+  N_SELECT,
+  N_TERNARY,
   /* statements */
-  N_IF, N_FOR, N_SET, N_MACRO, N_CALLBLOCK, N_FILTERBLOCK, N_BREAK, N_CONTINUE, N_COMMENT,
+  N_IF,
+  N_FOR,
+  N_SET,
+  N_MACRO,
+  N_CALLBLOCK,
+  N_FILTERBLOCK,
+  N_BREAK,
+  N_CONTINUE,
+  N_COMMENT,
   N_WITH /* l2: N_KWARG assignments (s = name, a = value), l1: body */
 } jj_nodekind;
 
 typedef enum {
-  OP_ADD, OP_SUB, OP_TILDE, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW, OP_EQ, OP_NE, OP_LT,
-  OP_GT, OP_LE, OP_GE, OP_AND, OP_OR, OP_IN, OP_NOTIN, OP_NOT, OP_NEG, OP_POS
+  OP_ADD,
+  OP_SUB,
+  OP_TILDE,
+  OP_MUL,
+  OP_DIV,
+  OP_FLOORDIV,
+  OP_MOD,
+  OP_POW,
+  OP_EQ,
+  OP_NE,
+  OP_LT,
+  OP_GT,
+  OP_LE,
+  OP_GE,
+  OP_AND,
+  OP_OR,
+  OP_IN,
+  OP_NOTIN,
+  OP_NOT,
+  OP_NEG,
+  OP_POS
 } jj_op;
 
 typedef struct jj_node jj_node;
@@ -77,9 +144,9 @@ typedef struct {
 struct jj_node {
   jj_nodekind kind;
   int line;
-  int op;           /* jj_op for BINOP/UNARY; computed flag for MEMBER; negate for TEST */
-  bool has_args;    /* FILTER/TEST: called with an argument list */
-  jstr s;           /* STR value, IDENT/FILTER/TEST/MACRO name, KWARG key */
+  int op;        /* jj_op for BINOP/UNARY; computed flag for MEMBER; negate for TEST */
+  bool has_args; /* FILTER/TEST: called with an argument list */
+  jstr s;        /* STR value, IDENT/FILTER/TEST/MACRO name, KWARG key */
   int64_t i;
   double f;
   jj_node *a, *b, *c; /* children (see parser for each kind) */
@@ -87,9 +154,7 @@ struct jj_node {
 };
 
 /* ---- runtime values ---- */
-typedef enum {
-  V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_NS, V_FUNC, V_LOOP
-} jj_vtype;
+typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_NS, V_FUNC, V_LOOP } jj_vtype;
 
 /* what a V_LIST stands for in Python: a list (or a tuple, see jv.tuple), a one-pass iterator
  * (generator, reversed()), a dict view (d.items(), d.keys(), d.values()) or a range() */
@@ -99,7 +164,7 @@ typedef struct jv jv;
 typedef struct {
   jv **v;
   size_t n, cap;
-  size_t pos; /* LK_GEN / LK_REVITER: items already consumed */
+  size_t pos;       /* LK_GEN / LK_REVITER: items already consumed */
   int64_t range[3]; /* LK_RANGE: start, stop, step */
 } jj_list;
 typedef struct {
@@ -109,12 +174,38 @@ typedef struct {
 } jj_dict;
 
 typedef enum {
-  F_MACRO, F_CALLER, F_RANGE, F_RAISE, F_STRFTIME, F_NAMESPACE, F_LOOP_CYCLE, F_LOOP_CHANGED,
+  F_MACRO,
+  F_CALLER,
+  F_RANGE,
+  F_RAISE,
+  F_STRFTIME,
+  F_NAMESPACE,
+  F_LOOP_CYCLE,
+  F_LOOP_CHANGED,
   /* bound methods; self = receiver */
-  M_STR_UPPER, M_STR_LOWER, M_STR_STRIP, M_STR_LSTRIP, M_STR_RSTRIP, M_STR_TITLE, M_STR_CAPITALIZE,
-  M_STR_STARTSWITH, M_STR_ENDSWITH, M_STR_SPLIT, M_STR_REPLACE, M_STR_FIND, M_STR_COUNT,
-  M_STR_JOIN, M_STR_FORMAT, M_STR_ISDIGIT, M_STR_ISALPHA, M_STR_ISSPACE,
-  M_DICT_GET, M_DICT_ITEMS, M_DICT_KEYS, M_DICT_VALUES, M_DICT_DICTSORT
+  M_STR_UPPER,
+  M_STR_LOWER,
+  M_STR_STRIP,
+  M_STR_LSTRIP,
+  M_STR_RSTRIP,
+  M_STR_TITLE,
+  M_STR_CAPITALIZE,
+  M_STR_STARTSWITH,
+  M_STR_ENDSWITH,
+  M_STR_SPLIT,
+  M_STR_REPLACE,
+  M_STR_FIND,
+  M_STR_COUNT,
+  M_STR_JOIN,
+  M_STR_FORMAT,
+  M_STR_ISDIGIT,
+  M_STR_ISALPHA,
+  M_STR_ISSPACE,
+  M_DICT_GET,
+  M_DICT_ITEMS,
+  M_DICT_KEYS,
+  M_DICT_VALUES,
+  M_DICT_DICTSORT
 } jj_funckind;
 
 typedef struct jj_env jj_env;
@@ -128,15 +219,15 @@ typedef struct {
 typedef struct jj_loop jj_loop; /* the `loop` object of a for loop (jinja_eval.c) */
 
 struct jv {
-  uint8_t t;     /* jj_vtype */
-  uint8_t tuple; /* LIST: a Python tuple */
-  uint8_t lk;    /* LIST: LK_* */
-  uint8_t kwargs;/* DICT holding keyword arguments of a call */
+  uint8_t t;      /* jj_vtype */
+  uint8_t tuple;  /* LIST: a Python tuple */
+  uint8_t lk;     /* LIST: LK_* */
+  uint8_t kwargs; /* DICT holding keyword arguments of a call */
   union {
     bool b;
     int64_t i;
     double f;
-    jstr s;     /* STR; UNDEF: the message an operation on it raises (empty: none known) */
+    jstr s; /* STR; UNDEF: the message an operation on it raises (empty: none known) */
     jj_list *l;
     jj_dict *d;
     jj_func *fn;

@@ -270,9 +270,7 @@ static void skip_leading_ws(lexer *L) {
 }
 
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
-static bool is_word(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '_';
-}
+static bool is_word(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '_'; }
 
 static int hexval(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -399,14 +397,12 @@ static const struct {
   const char *seq;
   jj_toktype type;
 } MAPPING[] = {
-    {"{%", T_OPEN_STMT}, {"%}", T_CLOSE_STMT}, {"{{", T_OPEN_EXPR}, {"}}", T_CLOSE_EXPR},
-    {"(", T_LPAREN},     {")", T_RPAREN},      {"{", T_LBRACE},     {"}", T_RBRACE},
-    {"[", T_LBRACKET},   {"]", T_RBRACKET},    {",", T_COMMA},      {".", T_DOT},
-    {":", T_COLON},      {"|", T_PIPE},        {"<=", T_CMP},       {">=", T_CMP},
-    {"==", T_CMP},       {"!=", T_CMP},        {"<", T_CMP},        {">", T_CMP},
-    {"+", T_ADD},        {"-", T_ADD},         {"~", T_ADD},        {"**", T_POW},
-    {"*", T_MUL},        {"//", T_MUL},        {"/", T_MUL},        {"%", T_MUL},
-    {"=", T_EQUALS},
+  {"{%", T_OPEN_STMT}, {"%}", T_CLOSE_STMT}, {"{{", T_OPEN_EXPR}, {"}}", T_CLOSE_EXPR}, {"(", T_LPAREN},
+  {")", T_RPAREN},     {"{", T_LBRACE},      {"}", T_RBRACE},     {"[", T_LBRACKET},    {"]", T_RBRACKET},
+  {",", T_COMMA},      {".", T_DOT},         {":", T_COLON},      {"|", T_PIPE},        {"<=", T_CMP},
+  {">=", T_CMP},       {"==", T_CMP},        {"!=", T_CMP},       {"<", T_CMP},         {">", T_CMP},
+  {"+", T_ADD},        {"-", T_ADD},         {"~", T_ADD},        {"**", T_POW},        {"*", T_MUL},
+  {"//", T_MUL},       {"/", T_MUL},         {"%", T_MUL},        {"=", T_EQUALS},
 };
 
 static void tokenize(lexer *L) {
@@ -416,8 +412,8 @@ static void tokenize(lexer *L) {
     jj_toktype lt = last_type(L);
     if (lt == T_EOF || lt == T_CLOSE_STMT || lt == T_CLOSE_EXPR || lt == T_COMMENT) {
       size_t st = L->pos;
-      while (L->pos < L->len && !(s[L->pos] == '{' && (s[L->pos + 1] == '%' || s[L->pos + 1] == '{' ||
-                                                        s[L->pos + 1] == '#')))
+      while (L->pos < L->len &&
+             !(s[L->pos] == '{' && (s[L->pos + 1] == '%' || s[L->pos + 1] == '{' || s[L->pos + 1] == '#')))
         L->pos++;
       if (L->pos > st) {
         push_tok(L, T_TEXT, s + st, L->pos - st, L->ln[st]);
@@ -524,8 +520,7 @@ static void tokenize(lexer *L) {
       push_tok(L, T_IDENT, s + st, L->pos - st, line);
       continue;
     }
-    if ((unsigned char)ch >= 0x20 && (unsigned char)ch < 0x7f)
-      lex_fail(L, line, "Unexpected character: %c", ch);
+    if ((unsigned char)ch >= 0x20 && (unsigned char)ch < 0x7f) lex_fail(L, line, "Unexpected character: %c", ch);
     lex_fail(L, line, "Unexpected character (byte 0x%02x)", (unsigned char)ch);
   }
   push_tok(L, T_EOF, "", 0, L->len ? L->ln[L->len - 1] : 1);

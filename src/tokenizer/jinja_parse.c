@@ -32,13 +32,32 @@ __attribute__((format(printf, 3, 4))) static void pfail(parser *P, int line, con
 }
 
 static const char *tokname(jj_toktype t) {
-  static const char *names[] = {"Text", "NumericLiteral", "StringLiteral", "Identifier", "Equals",
-                                "OpenParen", "CloseParen", "OpenStatement", "CloseStatement",
-                                "OpenExpression", "CloseExpression", "OpenSquareBracket",
-                                "CloseSquareBracket", "OpenCurlyBracket", "CloseCurlyBracket", "Comma",
-                                "Dot", "Colon", "Pipe", "AdditiveBinaryOperator",
-                                "MultiplicativeBinaryOperator", "ExponentiationBinaryOperator",
-                                "ComparisonBinaryOperator", "UnaryOperator", "Comment", "end of template"};
+  static const char *names[] = {"Text",
+                                "NumericLiteral",
+                                "StringLiteral",
+                                "Identifier",
+                                "Equals",
+                                "OpenParen",
+                                "CloseParen",
+                                "OpenStatement",
+                                "CloseStatement",
+                                "OpenExpression",
+                                "CloseExpression",
+                                "OpenSquareBracket",
+                                "CloseSquareBracket",
+                                "OpenCurlyBracket",
+                                "CloseCurlyBracket",
+                                "Comma",
+                                "Dot",
+                                "Colon",
+                                "Pipe",
+                                "AdditiveBinaryOperator",
+                                "MultiplicativeBinaryOperator",
+                                "ExponentiationBinaryOperator",
+                                "ComparisonBinaryOperator",
+                                "UnaryOperator",
+                                "Comment",
+                                "end of template"};
   return names[t];
 }
 
@@ -122,8 +141,7 @@ static jj_node *parse_seq(parser *P, bool primary) {
 
 static void parse_until(parser *P, nvec *body, const char *a, const char *b, const char *c) {
   for (;;) {
-    if (tk(P)->type == T_EOF)
-      pfail(P, tline(P), "unexpected end of template, expected {%% %s %%}", a);
+    if (tk(P)->type == T_EOF) pfail(P, tline(P), "unexpected end of template, expected {%% %s %%}", a);
     if (is_stmt(P, a) || (b && is_stmt(P, b)) || (c && is_stmt(P, c))) return;
     nv_push(P, body, parse_any(P));
   }
@@ -391,11 +409,12 @@ static jj_node *parse_cmp(parser *P) {
       P->cur++;
     } else if (tk(P)->type == T_CMP) {
       jstr v = tk(P)->v;
-      op = v.s[0] == '=' ? OP_EQ : v.s[0] == '!' ? OP_NE : v.s[0] == '<' ? (v.n == 2 ? OP_LE : OP_LT)
-                                                                           : (v.n == 2 ? OP_GE : OP_GT);
+      op = v.s[0] == '=' ? OP_EQ
+         : v.s[0] == '!' ? OP_NE
+         : v.s[0] == '<' ? (v.n == 2 ? OP_LE : OP_LT)
+                         : (v.n == 2 ? OP_GE : OP_GT);
       P->cur++;
-    } else
-      break;
+    } else break;
     l = binop(P, op, l, parse_add(P), line);
   }
   return l;
@@ -443,8 +462,8 @@ static bool test_arg_start(parser *P) {
   jj_token *t = tk(P);
   if (t->type == T_NUM || t->type == T_STR || t->type == T_LBRACKET || t->type == T_LBRACE) return true;
   if (t->type == T_IDENT)
-    return !(is_ident(P, "else") || is_ident(P, "or") || is_ident(P, "and") || is_ident(P, "if") ||
-             is_ident(P, "is") || is_ident(P, "in") || is_ident(P, "not"));
+    return !(is_ident(P, "else") || is_ident(P, "or") || is_ident(P, "and") || is_ident(P, "if") || is_ident(P, "is") ||
+             is_ident(P, "in") || is_ident(P, "not"));
   return false;
 }
 static jj_node *parse_test(parser *P) {
@@ -556,8 +575,8 @@ static jj_nodes parse_args(parser *P, bool params) {
       if (tk(P)->type == T_EQUALS) {
         P->cur++;
         if (arg->kind != N_IDENT)
-          pfail(P, line, params ? "Expected identifier for parameter declaration"
-                                : "Expected identifier for keyword argument");
+          pfail(P, line,
+                params ? "Expected identifier for parameter declaration" : "Expected identifier for keyword argument");
         jj_node *kw = mk(P, N_KWARG, line);
         kw->s = arg->s;
         kw->a = parse_expression(P);
@@ -572,10 +591,10 @@ static jj_nodes parse_args(parser *P, bool params) {
       }
       if (arg->kind == N_KWARG) saw_kw = true;
       else if (saw_kw)
-        pfail(P, line, params ? "Non-default argument follows default argument"
-                              : "Positional arguments must come before keyword arguments");
-      else if (saw_spread)
-        pfail(P, line, "Positional arguments must not follow `*` argument unpacking");
+        pfail(P, line,
+              params ? "Non-default argument follows default argument"
+                     : "Positional arguments must come before keyword arguments");
+      else if (saw_spread) pfail(P, line, "Positional arguments must not follow `*` argument unpacking");
     }
     nv_push(P, &v, arg);
     if (tk(P)->type == T_COMMA) P->cur++;

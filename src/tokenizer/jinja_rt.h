@@ -29,13 +29,13 @@ const char *jj_tname(const jv *v); /* Python's type name: 'str', 'list', 'genera
 
 /* ---- undefined values (jinja_value.c): Jinja2's default Undefined ---- */
 __attribute__((format(printf, 2, 3))) jv *jj_undef(jj_rt *r, const char *fmt, ...); /* with the message it raises */
-jv *jj_undef_attr(jj_rt *r, const jv *obj, const jv *name);     /* "'dict object' has no attribute 'x'" */
+jv *jj_undef_attr(jj_rt *r, const jv *obj, const jv *name);          /* "'dict object' has no attribute 'x'" */
 __attribute__((noreturn)) void jj_undef_fail(jj_rt *r, const jv *u); /* raise UndefinedError for u */
 
 /* ---- scratch buffers (jinja_value.c) ---- */
-sm_buf *jj_buf(jj_rt *r);                /* an empty buffer for building text */
-jstr jj_buf_take(jj_rt *r, sm_buf *b);   /* copy the text into the arena; b goes back to the pool */
-jv *jj_buf_value(jj_rt *r, sm_buf *b);   /* the same, as a string value */
+sm_buf *jj_buf(jj_rt *r);              /* an empty buffer for building text */
+jstr jj_buf_take(jj_rt *r, sm_buf *b); /* copy the text into the arena; b goes back to the pool */
+jv *jj_buf_value(jj_rt *r, sm_buf *b); /* the same, as a string value */
 void jj_bufs_free(jj_rt *r);
 
 /* ---- values (jinja_value.c) ---- */
@@ -64,7 +64,7 @@ jv *jj_chars_of(jj_rt *r, jv *s);
 /* Python iter(v) run to the end: a plain list of the items (dict: keys, str: characters, undefined:
  * none); consumes a generator; fails for what is not iterable */
 jv *jj_iterate(jj_rt *r, jv *v);
-bool jj_is_iter(const jv *v); /* a one-pass iterator (LK_GEN / LK_REVITER) */
+bool jj_is_iter(const jv *v);          /* a one-pass iterator (LK_GEN / LK_REVITER) */
 int64_t jj_len(jj_rt *r, const jv *v); /* Python len(); fails where Python has none */
 jj_env *jj_env_new(jj_rt *r, jj_env *parent);
 void jj_env_set(jj_rt *r, jj_env *e, jstr name, jv *v);
@@ -90,7 +90,10 @@ bool jj_py_printable(uint32_t cp);                  /* Python str.isprintable of
 bool jj_truthy(const jv *v);
 static inline bool jj_is_num(const jv *v) { return v->t == V_INT || v->t == V_FLOAT; }
 static inline double jj_num_of(const jv *v) {
-  return v->t == V_INT ? (double)v->u.i : v->t == V_FLOAT ? v->u.f : v->t == V_BOOL ? (double)v->u.b : __builtin_nan("");
+  return v->t == V_INT   ? (double)v->u.i
+       : v->t == V_FLOAT ? v->u.f
+       : v->t == V_BOOL  ? (double)v->u.b
+                         : __builtin_nan("");
 }
 bool jj_strict_eq(const jv *a, const jv *b);
 bool jj_loose_eq(jj_rt *r, const jv *a, const jv *b);
@@ -130,7 +133,7 @@ jv *jj_call_builtin(jj_rt *r, jv *fn, jv *args, jv *kwargs); /* every function b
 
 /* ---- evaluator (jinja_eval.c) ---- */
 jv *jj_call(jj_rt *r, jv *fn, jv *args, jv *kwargs, jv *caller /* NULL: none */);
-bool jj_py_in(jj_rt *r, jv *x, jv *container); /* Python's `x in container` */
+bool jj_py_in(jj_rt *r, jv *x, jv *container);   /* Python's `x in container` */
 jv *jj_loop_attr(jj_rt *r, jv *loop, jstr name); /* NULL if none */
 jv *jj_getattr(jj_rt *r, jv *obj, jv *name);     /* obj.name (Jinja2's sandboxed getattr) */
 jv *jj_getitem(jj_rt *r, jv *obj, jv *key);      /* obj[key] (Jinja2's sandboxed getitem) */

@@ -68,8 +68,14 @@ static void put_case(sm_buf *b, const char *s, size_t n, size_t at, size_t len, 
     return;
   }
   if (mode == 0) {
-    if (c == 0x130) { sm_buf_puts(b, "i\xcc\x87"); return; }
-    if (c == 0x3a3) { sm_buf_puts(b, final_sigma(s, n, at, len) ? "\xcf\x82" : "\xcf\x83"); return; }
+    if (c == 0x130) {
+      sm_buf_puts(b, "i\xcc\x87");
+      return;
+    }
+    if (c == 0x3a3) {
+      sm_buf_puts(b, final_sigma(s, n, at, len) ? "\xcf\x82" : "\xcf\x83");
+      return;
+    }
   } else if (c == 0xdf) {
     sm_buf_puts(b, mode == 1 ? "SS" : "Ss");
     return;
@@ -143,7 +149,8 @@ bool jj_py_iscase(const jv *v, bool upper) {
     i += jj_utf8_next(v->u.s.s, v->u.s.n, i, &c);
     if (c < 0 || !is_cased(c)) continue;
     utf8proc_category_t k = utf8proc_category(c);
-    bool lo = k == UTF8PROC_CATEGORY_LL || (k != UTF8PROC_CATEGORY_LU && k != UTF8PROC_CATEGORY_LT && utf8proc_toupper(c) != c);
+    bool lo = k == UTF8PROC_CATEGORY_LL ||
+              (k != UTF8PROC_CATEGORY_LU && k != UTF8PROC_CATEGORY_LT && utf8proc_toupper(c) != c);
     bool up = k == UTF8PROC_CATEGORY_LU || (k != UTF8PROC_CATEGORY_LL && utf8proc_tolower(c) != c);
     if (k == UTF8PROC_CATEGORY_LT || (upper ? !up : !lo)) return false;
     any = true;
@@ -237,7 +244,8 @@ jv *jj_split_str(jj_rt *r, jv *s, jv *sep, int64_t maxsplit) {
   if (!sep->u.s.n) jj_fail(r, "ValueError: empty separator");
   size_t i = 0;
   for (;;) {
-    const char *f = (maxsplit < 0 || (int64_t)o->u.l->n < maxsplit) ? jj_memmem(p + i, n - i, sep->u.s.s, sep->u.s.n) : NULL;
+    const char *f = (maxsplit < 0 || (int64_t)o->u.l->n < maxsplit) ? jj_memmem(p + i, n - i, sep->u.s.s, sep->u.s.n)
+                                                                    : NULL;
     jstr w = {p + i, f ? (size_t)(f - (p + i)) : n - i};
     jj_list_push(r, o, jj_jstr(r, w));
     if (!f) return o;
@@ -276,8 +284,7 @@ jv *jj_indent(jj_rt *r, jv *s, jv *width, bool first, bool blank) {
     int64_t w = width->t == V_BOOL ? width->u.b : width->u.i;
     if (w > 1000) jj_fail(r, "indent width too large");
     for (int64_t i = 0; i < w; i++) sm_buf_putc(ind, ' ');
-  } else
-    jj_fail(r, "TypeError: can't multiply sequence by non-int of type '%s'", jj_tname(width));
+  } else jj_fail(r, "TypeError: can't multiply sequence by non-int of type '%s'", jj_tname(width));
   jv *indv = jj_buf_value(r, ind);
   sm_buf *t = jj_buf(r);
   sm_buf_put(t, s->u.s.s, s->u.s.n);
@@ -304,7 +311,9 @@ static size_t scan_digits(const char *p, size_t st, size_t n, int base, bool all
     size_t d = i;
     if (d < n && p[d] == '_' && (d > st || allow_leading_us)) d++;
     if (d >= n) break;
-    int c = p[d], v = c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'z' ? (c | 0x20) - 'a' + 10 : 99;
+    int c = p[d], v = c >= '0' && c <= '9'                   ? c - '0'
+                    : (c | 0x20) >= 'a' && (c | 0x20) <= 'z' ? (c | 0x20) - 'a' + 10
+                                                             : 99;
     if (v >= base) break;
     i = d + 1;
   }
@@ -492,14 +501,10 @@ jv *jj_py_percent(jj_rt *r, jv *fmt, jv *arg) {
         len = p;
       }
       put_padded(b, tv->u.s.s, len, width, strchr(flags, '-') ? '<' : '>', " ", 1);
-    } else if (strchr("diouxXeEfFgG", conv))
-      put_num(r, b, flags, width, prec, conv, x);
-    else if (conv == 'c' && x->t == V_STR && jj_cp_count(x->u.s.s, x->u.s.n) == 1)
-      sm_buf_put(b, x->u.s.s, x->u.s.n);
-    else if (conv == 'c' && x->t == V_INT && x->u.i >= 0 && x->u.i < 0x110000)
-      sm_buf_put_cp(b, (uint32_t)x->u.i);
-    else
-      jj_fail(r, "ValueError: unsupported format character '%c'", conv);
+    } else if (strchr("diouxXeEfFgG", conv)) put_num(r, b, flags, width, prec, conv, x);
+    else if (conv == 'c' && x->t == V_STR && jj_cp_count(x->u.s.s, x->u.s.n) == 1) sm_buf_put(b, x->u.s.s, x->u.s.n);
+    else if (conv == 'c' && x->t == V_INT && x->u.i >= 0 && x->u.i < 0x110000) sm_buf_put_cp(b, (uint32_t)x->u.i);
+    else jj_fail(r, "ValueError: unsupported format character '%c'", conv);
   }
   if (!used_map && ((items && next < items->u.l->n) || (!items && !next && arg->t != V_DICT)))
     jj_fail(r, "TypeError: not all arguments converted during string formatting");
@@ -513,12 +518,24 @@ jv *jj_py_format(jj_rt *r, jv *fmt, jv *args, jv *kwargs) {
   sm_buf *b = jj_buf(r);
   for (size_t i = 0; i < n;) {
     char c = s[i];
-    if (c == '}' ) {
-      if (i + 1 < n && s[i + 1] == '}') { sm_buf_putc(b, '}'); i += 2; continue; }
+    if (c == '}') {
+      if (i + 1 < n && s[i + 1] == '}') {
+        sm_buf_putc(b, '}');
+        i += 2;
+        continue;
+      }
       jj_fail(r, "ValueError: Single '}' encountered in format string");
     }
-    if (c != '{') { sm_buf_putc(b, c); i++; continue; }
-    if (i + 1 < n && s[i + 1] == '{') { sm_buf_putc(b, '{'); i += 2; continue; }
+    if (c != '{') {
+      sm_buf_putc(b, c);
+      i++;
+      continue;
+    }
+    if (i + 1 < n && s[i + 1] == '{') {
+      sm_buf_putc(b, '{');
+      i += 2;
+      continue;
+    }
     size_t e = i + 1;
     while (e < n && s[e] != '}' && s[e] != '!' && s[e] != ':') e++;
     jstr field = {s + i + 1, e - i - 1};
@@ -537,7 +554,8 @@ jv *jj_py_format(jj_rt *r, jv *fmt, jv *args, jv *kwargs) {
     for (size_t k = 0; k < field.n; k++) digits = digits && field.s[k] >= '0' && field.s[k] <= '9';
     if (!field.n || digits) {
       size_t k = field.n ? (size_t)strtoul(field.s, NULL, 10) : autoi++;
-      if (k >= jj_nargs(args)) jj_fail(r, "IndexError: Replacement index %zu out of range for positional args tuple", k);
+      if (k >= jj_nargs(args))
+        jj_fail(r, "IndexError: Replacement index %zu out of range for positional args tuple", k);
       x = args->u.l->v[k];
     } else {
       x = kwargs ? jj_dict_get(kwargs->u.d, field.s, field.n) : NULL;
@@ -548,8 +566,7 @@ jv *jj_py_format(jj_rt *r, jv *fmt, jv *args, jv *kwargs) {
       if (conv == 's') jj_to_str(r, t, x);
       else jj_repr(r, t, x);
       x = jj_buf_value(r, t);
-    } else if (conv)
-      jj_fail(r, "ValueError: Unknown conversion specifier %c", conv);
+    } else if (conv) jj_fail(r, "ValueError: Unknown conversion specifier %c", conv);
     /* the spec */
     const char *p = spec.s, *pe = spec.s + spec.n;
     char fill[5] = " ", align = 0, sign = 0, type = 0;
@@ -575,8 +592,10 @@ jv *jj_py_format(jj_rt *r, jv *fmt, jv *args, jv *kwargs) {
     if (p != pe || width > 200 || prec > 100) jj_fail(r, "ValueError: Invalid format specifier");
     sm_buf *t = jj_buf(r);
     if (x->t == V_STR || (!type && x->t != V_INT && x->t != V_FLOAT) || type == 's') {
-      if (type && type != 's') jj_fail(r, "ValueError: Unknown format code '%c' for object of type '%s'", type, jj_tname(x));
-      if (x->t != V_STR && spec.n) jj_fail(r, "TypeError: unsupported format string passed to %s.__format__", jj_tname(x));
+      if (type && type != 's')
+        jj_fail(r, "ValueError: Unknown format code '%c' for object of type '%s'", type, jj_tname(x));
+      if (x->t != V_STR && spec.n)
+        jj_fail(r, "TypeError: unsupported format string passed to %s.__format__", jj_tname(x));
       jj_to_str(r, t, x);
       jv *tv = jj_buf_value(r, t);
       size_t len = tv->u.s.n;
@@ -605,13 +624,12 @@ jv *jj_py_format(jj_rt *r, jv *fmt, jv *args, jv *kwargs) {
         int k = 71;
         bits[k] = 0;
         uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-        do bits[--k] = (char)('0' + (u & 1)), u >>= 1; while (u);
+        do bits[--k] = (char)('0' + (u & 1)), u >>= 1;
+        while (u);
         if (v < 0) sm_buf_putc(t, '-');
         sm_buf_puts(t, bits + k);
-      } else
-        put_num(r, t, flags, 0, prec, type, x);
-    } else
-      jj_fail(r, "ValueError: Unknown format code '%c' for object of type '%s'", type, jj_tname(x));
+      } else put_num(r, t, flags, 0, prec, type, x);
+    } else jj_fail(r, "ValueError: Unknown format code '%c' for object of type '%s'", type, jj_tname(x));
     jv *tv = jj_buf_value(r, t);
     if (group) { /* 1,234,567 */
       size_t sg = tv->u.s.n && tv->u.s.s[0] == '-' ? 1 : 0, nd = tv->u.s.n - sg;
@@ -628,8 +646,7 @@ jv *jj_py_format(jj_rt *r, jv *fmt, jv *args, jv *kwargs) {
       sm_buf_put(b, tv->u.s.s, sg);
       for (int64_t k = (int64_t)tv->u.s.n; k < width; k++) sm_buf_putc(b, '0');
       sm_buf_put(b, tv->u.s.s + sg, tv->u.s.n - sg);
-    } else
-      put_padded(b, tv->u.s.s, tv->u.s.n, width, align ? align : '>', fill, filln);
+    } else put_padded(b, tv->u.s.s, tv->u.s.n, width, align ? align : '>', fill, filln);
   }
   return jj_buf_value(r, b);
 }

@@ -60,9 +60,10 @@ void jj_bufs_free(jj_rt *r) {
 }
 
 const char *jj_tname(const jv *v) {
-  static const char *n[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list", "dict", "Namespace",
-                            "function", "LoopContext"};
-  static const char *lk[] = {"list", "generator", "list_reverseiterator", "dict_items", "dict_keys", "dict_values", "range"};
+  static const char *n[] = {"Undefined", "NoneType", "bool",      "int",      "float",      "str",
+                            "list",      "dict",     "Namespace", "function", "LoopContext"};
+  static const char *lk[] = {"list",        "generator", "list_reverseiterator", "dict_items", "dict_keys",
+                             "dict_values", "range"};
   if (v->t == V_LIST) return v->tuple ? "tuple" : lk[v->lk];
   return n[v->t];
 }
@@ -242,7 +243,8 @@ jv *jj_from_json(jj_rt *r, const cJSON *j, int depth) {
   }
   if (cJSON_IsObject(j)) {
     jv *d = jj_dict_new(r, V_DICT);
-    for (const cJSON *c = j->child; c; c = c->next) jj_dict_set(r, d->u.d, c->string ? c->string : "", jj_from_json(r, c, depth + 1));
+    for (const cJSON *c = j->child; c; c = c->next)
+      jj_dict_set(r, d->u.d, c->string ? c->string : "", jj_from_json(r, c, depth + 1));
     return d;
   }
   return r->none;
@@ -280,12 +282,10 @@ static void jj_json_str(sm_buf *b, const char *s, size_t n, bool ascii) {
       if (cp >= 0x10000) {
         cp -= 0x10000;
         snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
-      } else
-        snprintf(esc, sizeof esc, "\\u%04x", cp);
+      } else snprintf(esc, sizeof esc, "\\u%04x", cp);
       sm_buf_puts(b, esc);
       i += l;
-    } else
-      sm_buf_putc(b, (char)c), i++;
+    } else sm_buf_putc(b, (char)c), i++;
   }
   sm_buf_putc(b, '"');
 }
@@ -294,7 +294,8 @@ static void json_newline(sm_buf *b, const json_opts *o, int depth) {
   sm_buf_putc(b, '\n');
   for (int k = 0; k < depth; k++)
     if (o->indent_str) sm_buf_put(b, o->indent_str, o->indent_len);
-    else for (int j = 0; j < o->indent; j++) sm_buf_putc(b, ' ');
+    else
+      for (int j = 0; j < o->indent; j++) sm_buf_putc(b, ' ');
 }
 
 void jj_to_json(jj_rt *r, sm_buf *b, const jv *v, const json_opts *o, int depth) {
@@ -305,7 +306,10 @@ void jj_to_json(jj_rt *r, sm_buf *b, const jv *v, const json_opts *o, int depth)
   switch (v->t) {
     case V_NONE: sm_buf_puts(b, "null"); return;
     case V_BOOL: sm_buf_puts(b, v->u.b ? "true" : "false"); return;
-    case V_INT: snprintf(num, sizeof num, "%lld", (long long)v->u.i); sm_buf_puts(b, num); return;
+    case V_INT:
+      snprintf(num, sizeof num, "%lld", (long long)v->u.i);
+      sm_buf_puts(b, num);
+      return;
     case V_FLOAT:
       if (isnan(v->u.f)) sm_buf_puts(b, "NaN");
       else if (isinf(v->u.f)) sm_buf_puts(b, v->u.f < 0 ? "-Infinity" : "Infinity");
@@ -334,8 +338,7 @@ void jj_to_json(jj_rt *r, sm_buf *b, const jv *v, const json_opts *o, int depth)
               if (c > 0 || (c == 0 && ka.n > kb.n)) {
                 order[j] = order[j - 1];
                 j--;
-              } else
-                break;
+              } else break;
             }
             order[j] = x;
           }
@@ -362,9 +365,18 @@ void jj_to_json(jj_rt *r, sm_buf *b, const jv *v, const json_opts *o, int depth)
 
 /* Python's repr() of a float (shortest round-trip digits; exponent form below 1e-4 and from 1e16) */
 void jj_py_float(double d, char *out, size_t outn) {
-  if (isnan(d)) { snprintf(out, outn, "nan"); return; }
-  if (isinf(d)) { snprintf(out, outn, d < 0 ? "-inf" : "inf"); return; }
-  if (d == 0) { snprintf(out, outn, signbit(d) ? "-0.0" : "0.0"); return; }
+  if (isnan(d)) {
+    snprintf(out, outn, "nan");
+    return;
+  }
+  if (isinf(d)) {
+    snprintf(out, outn, d < 0 ? "-inf" : "inf");
+    return;
+  }
+  if (d == 0) {
+    snprintf(out, outn, signbit(d) ? "-0.0" : "0.0");
+    return;
+  }
   char tmp[64];
   int p;
   for (p = 1; p <= 17; p++) {
@@ -393,7 +405,8 @@ void jj_py_float(double d, char *out, size_t outn) {
     } else {
       for (int i = 0; i <= e; i++) buf[o++] = i < k ? digits[i] : '0';
       buf[o++] = '.';
-      if (k > e + 1) for (int i = e + 1; i < k; i++) buf[o++] = digits[i];
+      if (k > e + 1)
+        for (int i = e + 1; i < k; i++) buf[o++] = digits[i];
       else buf[o++] = '0';
     }
   } else {
@@ -425,8 +438,7 @@ static void py_repr_str(sm_buf *b, const char *s, size_t n) {
       if (cp < 0x100) sm_buf_printf(b, "\\x%02x", (unsigned)cp);
       else if (cp < 0x10000) sm_buf_printf(b, "\\u%04x", (unsigned)cp);
       else sm_buf_printf(b, "\\U%08x", (unsigned)cp);
-    } else
-      sm_buf_put(b, s + i, l);
+    } else sm_buf_put(b, s + i, l);
     i += l;
   }
   sm_buf_putc(b, qc);
@@ -445,7 +457,8 @@ static void py_repr(jj_rt *r, sm_buf *b, const jv *v, int depth) {
       }
       if (v->lk == LK_RANGE) {
         const int64_t *g = v->u.l->range;
-        sm_buf_printf(b, g[2] == 1 ? "range(%lld, %lld)" : "range(%lld, %lld, %lld)", (long long)g[0], (long long)g[1], (long long)g[2]);
+        sm_buf_printf(b, g[2] == 1 ? "range(%lld, %lld)" : "range(%lld, %lld, %lld)", (long long)g[0], (long long)g[1],
+                      (long long)g[2]);
         return;
       }
       if (v->lk != LK_LIST) sm_buf_printf(b, "%s(", jj_tname(v));
@@ -482,8 +495,14 @@ void jj_to_str(jj_rt *r, sm_buf *b, const jv *v) {
     case V_UNDEF: return;
     case V_NONE: sm_buf_puts(b, "None"); return;
     case V_BOOL: sm_buf_puts(b, v->u.b ? "True" : "False"); return;
-    case V_INT: snprintf(num, sizeof num, "%lld", (long long)v->u.i); sm_buf_puts(b, num); return;
-    case V_FLOAT: jj_py_float(v->u.f, num, sizeof num); sm_buf_puts(b, num); return;
+    case V_INT:
+      snprintf(num, sizeof num, "%lld", (long long)v->u.i);
+      sm_buf_puts(b, num);
+      return;
+    case V_FLOAT:
+      jj_py_float(v->u.f, num, sizeof num);
+      sm_buf_puts(b, num);
+      return;
     case V_STR: sm_buf_put(b, v->u.s.s, v->u.s.n); return;
     case V_LIST:
     case V_DICT:
@@ -622,8 +641,7 @@ jv *jj_attr_path(jj_rt *r, jv *item, const char *path, size_t n) {
       memcpy(buf, path + i, j - i);
       buf[j - i] = 0;
       key = jj_int(r, strtoll(buf, NULL, 10));
-    } else
-      key = jj_strn(r, path + i, j - i);
+    } else key = jj_strn(r, path + i, j - i);
     v = jj_getitem(r, v, key);
     i = j + 1;
   }
@@ -731,9 +749,15 @@ jv *jj_arg(jv *args, jv *kwargs, size_t i, const char *name) {
 jv *jj_arith_int(jj_rt *r, int op, int64_t a, int64_t b) {
   int64_t res;
   switch (op) {
-    case OP_ADD: if (__builtin_add_overflow(a, b, &res)) jj_fail(r, "integer overflow"); return jj_int(r, res);
-    case OP_SUB: if (__builtin_sub_overflow(a, b, &res)) jj_fail(r, "integer overflow"); return jj_int(r, res);
-    case OP_MUL: if (__builtin_mul_overflow(a, b, &res)) jj_fail(r, "integer overflow"); return jj_int(r, res);
+    case OP_ADD:
+      if (__builtin_add_overflow(a, b, &res)) jj_fail(r, "integer overflow");
+      return jj_int(r, res);
+    case OP_SUB:
+      if (__builtin_sub_overflow(a, b, &res)) jj_fail(r, "integer overflow");
+      return jj_int(r, res);
+    case OP_MUL:
+      if (__builtin_mul_overflow(a, b, &res)) jj_fail(r, "integer overflow");
+      return jj_int(r, res);
     case OP_FLOORDIV: {
       if (b == 0) jj_fail(r, "division by zero");
       if (a == INT64_MIN && b == -1) jj_fail(r, "integer overflow");

@@ -32,16 +32,16 @@ static pthread_mutex_t info_mu = PTHREAD_MUTEX_INITIALIZER;
 /* PCRE2's spelling of each class (NULL: none, always spelled out) */
 static const char *pcre_name(int cls) {
   static const char *n[SM_CLS_COUNT] = {
-      [SM_CLS_L] = "\\p{L}",   [SM_CLS_LC] = "\\p{L&}", [SM_CLS_Lu] = "\\p{Lu}", [SM_CLS_Ll] = "\\p{Ll}",
-      [SM_CLS_Lt] = "\\p{Lt}", [SM_CLS_Lm] = "\\p{Lm}", [SM_CLS_Lo] = "\\p{Lo}", [SM_CLS_M] = "\\p{M}",
-      [SM_CLS_Mn] = "\\p{Mn}", [SM_CLS_Mc] = "\\p{Mc}", [SM_CLS_Me] = "\\p{Me}", [SM_CLS_N] = "\\p{N}",
-      [SM_CLS_Nd] = "\\p{Nd}", [SM_CLS_Nl] = "\\p{Nl}", [SM_CLS_No] = "\\p{No}", [SM_CLS_P] = "\\p{P}",
-      [SM_CLS_Pc] = "\\p{Pc}", [SM_CLS_Pd] = "\\p{Pd}", [SM_CLS_Ps] = "\\p{Ps}", [SM_CLS_Pe] = "\\p{Pe}",
-      [SM_CLS_Pi] = "\\p{Pi}", [SM_CLS_Pf] = "\\p{Pf}", [SM_CLS_Po] = "\\p{Po}", [SM_CLS_S] = "\\p{S}",
-      [SM_CLS_Sm] = "\\p{Sm}", [SM_CLS_Sc] = "\\p{Sc}", [SM_CLS_Sk] = "\\p{Sk}", [SM_CLS_So] = "\\p{So}",
-      [SM_CLS_Z] = "\\p{Z}",   [SM_CLS_Zs] = "\\p{Zs}", [SM_CLS_Zl] = "\\p{Zl}", [SM_CLS_Zp] = "\\p{Zp}",
-      [SM_CLS_Cc] = "\\p{Cc}", [SM_CLS_Cf] = "\\p{Cf}", [SM_CLS_Co] = "\\p{Co}", [SM_CLS_SPACE] = "\\s",
-      [SM_CLS_WORD] = "\\w",
+    [SM_CLS_L] = "\\p{L}",   [SM_CLS_LC] = "\\p{L&}", [SM_CLS_Lu] = "\\p{Lu}", [SM_CLS_Ll] = "\\p{Ll}",
+    [SM_CLS_Lt] = "\\p{Lt}", [SM_CLS_Lm] = "\\p{Lm}", [SM_CLS_Lo] = "\\p{Lo}", [SM_CLS_M] = "\\p{M}",
+    [SM_CLS_Mn] = "\\p{Mn}", [SM_CLS_Mc] = "\\p{Mc}", [SM_CLS_Me] = "\\p{Me}", [SM_CLS_N] = "\\p{N}",
+    [SM_CLS_Nd] = "\\p{Nd}", [SM_CLS_Nl] = "\\p{Nl}", [SM_CLS_No] = "\\p{No}", [SM_CLS_P] = "\\p{P}",
+    [SM_CLS_Pc] = "\\p{Pc}", [SM_CLS_Pd] = "\\p{Pd}", [SM_CLS_Ps] = "\\p{Ps}", [SM_CLS_Pe] = "\\p{Pe}",
+    [SM_CLS_Pi] = "\\p{Pi}", [SM_CLS_Pf] = "\\p{Pf}", [SM_CLS_Po] = "\\p{Po}", [SM_CLS_S] = "\\p{S}",
+    [SM_CLS_Sm] = "\\p{Sm}", [SM_CLS_Sc] = "\\p{Sc}", [SM_CLS_Sk] = "\\p{Sk}", [SM_CLS_So] = "\\p{So}",
+    [SM_CLS_Z] = "\\p{Z}",   [SM_CLS_Zs] = "\\p{Zs}", [SM_CLS_Zl] = "\\p{Zl}", [SM_CLS_Zp] = "\\p{Zp}",
+    [SM_CLS_Cc] = "\\p{Cc}", [SM_CLS_Cf] = "\\p{Cf}", [SM_CLS_Co] = "\\p{Co}", [SM_CLS_SPACE] = "\\s",
+    [SM_CLS_WORD] = "\\w",
   };
   return n[cls];
 }
@@ -76,10 +76,10 @@ static size_t scan(const char *pat, const sm_buf *text, sm_uc_pair **out) {
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
     const unsigned char *s = (const unsigned char *)text->p + ov[0];
     uint32_t c = s[0] < 0x80 ? s[0]
-                 : s[0] < 0xE0 ? ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F)
-                 : s[0] < 0xF0 ? ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F)
-                               : ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
-                                     ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
+               : s[0] < 0xE0 ? ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F)
+               : s[0] < 0xF0 ? ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F)
+                             : ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
+                                 ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
     if (n && v[n - 1].hi + 1 == c) v[n - 1].hi = c;
     else {
       if (n == cap) cap = cap ? cap * 2 : 64, v = sm_xrealloc(v, cap * sizeof *v);
@@ -110,7 +110,8 @@ static cls_info *info(int cls) {
         while (j < sm_uc_nranges && sm_uc_ranges[j].hi < g.lo) j++;
         for (size_t k = j; k < sm_uc_nranges && sm_uc_ranges[k].lo <= g.hi; k++) {
           uint32_t lo = SM_MAX(g.lo, sm_uc_ranges[k].lo), hi = SM_MIN(g.hi, sm_uc_ranges[k].hi);
-          if (na == cap) cap = cap ? cap * 2 : 256, assigned_out = sm_xrealloc(assigned_out, cap * sizeof *assigned_out);
+          if (na == cap)
+            cap = cap ? cap * 2 : 256, assigned_out = sm_xrealloc(assigned_out, cap * sizeof *assigned_out);
           assigned_out[na++] = (sm_uc_pair){lo, hi};
         }
       }
@@ -144,7 +145,8 @@ static void put_range(sm_buf *b, uint32_t lo, uint32_t hi) {
 /* surrogates cannot occur in UTF-8 text, and PCRE2 rejects them in a UTF pattern */
 static void put_ranges(sm_buf *b, const sm_uc_pair *v, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    if (v[i].lo < 0xD800 || v[i].lo > 0xDFFF) put_range(b, v[i].lo, v[i].hi < 0xD800 || v[i].lo > 0xDFFF ? v[i].hi : 0xD7FF);
+    if (v[i].lo < 0xD800 || v[i].lo > 0xDFFF)
+      put_range(b, v[i].lo, v[i].hi < 0xD800 || v[i].lo > 0xDFFF ? v[i].hi : 0xD7FF);
     if (v[i].hi > 0xDFFF && v[i].lo <= 0xDFFF) put_range(b, 0xE000, v[i].hi);
   }
 }
@@ -177,20 +179,46 @@ static int class_of_name(const char *s, size_t n) {
     const char *a, *b;
     int cls;
   } T[] = {
-      {"l", "letter", SM_CLS_L}, {"lc", "casedletter", SM_CLS_LC}, {"l&", "", SM_CLS_LC},
-      {"lu", "uppercaseletter", SM_CLS_Lu}, {"ll", "lowercaseletter", SM_CLS_Ll}, {"lt", "titlecaseletter", SM_CLS_Lt},
-      {"lm", "modifierletter", SM_CLS_Lm}, {"lo", "otherletter", SM_CLS_Lo}, {"m", "mark", SM_CLS_M},
-      {"mn", "nonspacingmark", SM_CLS_Mn}, {"mc", "spacingmark", SM_CLS_Mc}, {"me", "enclosingmark", SM_CLS_Me},
-      {"n", "number", SM_CLS_N}, {"nd", "decimalnumber", SM_CLS_Nd}, {"nl", "letternumber", SM_CLS_Nl},
-      {"no", "othernumber", SM_CLS_No}, {"p", "punctuation", SM_CLS_P}, {"pc", "connectorpunctuation", SM_CLS_Pc},
-      {"pd", "dashpunctuation", SM_CLS_Pd}, {"ps", "openpunctuation", SM_CLS_Ps}, {"pe", "closepunctuation", SM_CLS_Pe},
-      {"pi", "initialpunctuation", SM_CLS_Pi}, {"pf", "finalpunctuation", SM_CLS_Pf},
-      {"po", "otherpunctuation", SM_CLS_Po}, {"s", "symbol", SM_CLS_S}, {"sm", "mathsymbol", SM_CLS_Sm},
-      {"sc", "currencysymbol", SM_CLS_Sc}, {"sk", "modifiersymbol", SM_CLS_Sk}, {"so", "othersymbol", SM_CLS_So},
-      {"z", "separator", SM_CLS_Z}, {"zs", "spaceseparator", SM_CLS_Zs}, {"zl", "lineseparator", SM_CLS_Zl},
-      {"zp", "paragraphseparator", SM_CLS_Zp}, {"c", "other", SM_CLS_C}, {"cc", "control", SM_CLS_Cc},
-      {"cf", "format", SM_CLS_Cf}, {"co", "privateuse", SM_CLS_Co}, {"cn", "unassigned", SM_CLS_Cn},
-      {"whitespace", "space", SM_CLS_SPACE}, {"word", "", SM_CLS_WORD},
+    {"l", "letter", SM_CLS_L},
+    {"lc", "casedletter", SM_CLS_LC},
+    {"l&", "", SM_CLS_LC},
+    {"lu", "uppercaseletter", SM_CLS_Lu},
+    {"ll", "lowercaseletter", SM_CLS_Ll},
+    {"lt", "titlecaseletter", SM_CLS_Lt},
+    {"lm", "modifierletter", SM_CLS_Lm},
+    {"lo", "otherletter", SM_CLS_Lo},
+    {"m", "mark", SM_CLS_M},
+    {"mn", "nonspacingmark", SM_CLS_Mn},
+    {"mc", "spacingmark", SM_CLS_Mc},
+    {"me", "enclosingmark", SM_CLS_Me},
+    {"n", "number", SM_CLS_N},
+    {"nd", "decimalnumber", SM_CLS_Nd},
+    {"nl", "letternumber", SM_CLS_Nl},
+    {"no", "othernumber", SM_CLS_No},
+    {"p", "punctuation", SM_CLS_P},
+    {"pc", "connectorpunctuation", SM_CLS_Pc},
+    {"pd", "dashpunctuation", SM_CLS_Pd},
+    {"ps", "openpunctuation", SM_CLS_Ps},
+    {"pe", "closepunctuation", SM_CLS_Pe},
+    {"pi", "initialpunctuation", SM_CLS_Pi},
+    {"pf", "finalpunctuation", SM_CLS_Pf},
+    {"po", "otherpunctuation", SM_CLS_Po},
+    {"s", "symbol", SM_CLS_S},
+    {"sm", "mathsymbol", SM_CLS_Sm},
+    {"sc", "currencysymbol", SM_CLS_Sc},
+    {"sk", "modifiersymbol", SM_CLS_Sk},
+    {"so", "othersymbol", SM_CLS_So},
+    {"z", "separator", SM_CLS_Z},
+    {"zs", "spaceseparator", SM_CLS_Zs},
+    {"zl", "lineseparator", SM_CLS_Zl},
+    {"zp", "paragraphseparator", SM_CLS_Zp},
+    {"c", "other", SM_CLS_C},
+    {"cc", "control", SM_CLS_Cc},
+    {"cf", "format", SM_CLS_Cf},
+    {"co", "privateuse", SM_CLS_Co},
+    {"cn", "unassigned", SM_CLS_Cn},
+    {"whitespace", "space", SM_CLS_SPACE},
+    {"word", "", SM_CLS_WORD},
   };
   for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
     if (!strcmp(k, T[i].a) || (T[i].b[0] && !strcmp(k, T[i].b))) return T[i].cls;
@@ -225,7 +253,10 @@ void sm_uc_translate_regex(const char *pat, sm_buf *out) {
         }
         if (nl) cls = class_of_name(nm, nl);
       } else if (strchr("sSdDwWhH", e)) {
-        cls = (e | 0x20) == 's' ? SM_CLS_SPACE : (e | 0x20) == 'd' ? SM_CLS_Nd : (e | 0x20) == 'w' ? SM_CLS_WORD : SM_CLS_HEX;
+        cls = (e | 0x20) == 's' ? SM_CLS_SPACE
+            : (e | 0x20) == 'd' ? SM_CLS_Nd
+            : (e | 0x20) == 'w' ? SM_CLS_WORD
+                                : SM_CLS_HEX;
         neg = e >= 'A' && e <= 'Z';
       }
       if (cls >= 0) {

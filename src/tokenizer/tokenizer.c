@@ -23,7 +23,8 @@ static double jnum(const cJSON *o, const char *key, double def) {
 }
 static uint32_t first_cp(const char *s) {
   if (!s || !*s) return 0;
-  uint32_t cp; sm_utf8_dec(s, strlen(s), &cp);
+  uint32_t cp;
+  sm_utf8_dec(s, strlen(s), &cp);
   return cp;
 }
 
@@ -31,11 +32,14 @@ static smelt_status parse_pattern(const cJSON *j, sm_pattern *p, const char *whe
   const char *s;
   if (!cJSON_IsObject(j)) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: %s: missing pattern", where);
   if ((s = jstr(j, "String"))) {
-    p->kind = PAT_STRING; p->lit = sm_xstrdup(s); p->litlen = strlen(s);
+    p->kind = PAT_STRING;
+    p->lit = sm_xstrdup(s);
+    p->litlen = strlen(s);
     return SMELT_OK;
   }
   if ((s = jstr(j, "Regex"))) {
-    int err; PCRE2_SIZE eo;
+    int err;
+    PCRE2_SIZE eo;
     p->kind = PAT_REGEX;
     sm_buf tr = SM_BUF_INIT;
     sm_uc_translate_regex(s, &tr);
@@ -44,7 +48,8 @@ static smelt_status parse_pattern(const cJSON *j, sm_pattern *p, const char *whe
     if (!p->re) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof msg);
-      return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: %s: regex \"%.120s\" not supported: %s", where, s, (char *)msg);
+      return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: %s: regex \"%.120s\" not supported: %s", where, s,
+                    (char *)msg);
     }
     pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE);
     return SMELT_OK;
@@ -73,13 +78,19 @@ static smelt_status parse_norm(const cJSON *j, sm_norm *n) {
   else if (!strcmp(ty, "Lowercase")) n->type = NORM_LOWER;
   else if (!strcmp(ty, "StripAccents")) n->type = NORM_STRIP_ACCENTS;
   else if (!strcmp(ty, "Strip")) {
-    n->type = NORM_STRIP; n->left = jbool(j, "strip_left", true); n->right = jbool(j, "strip_right", true);
+    n->type = NORM_STRIP;
+    n->left = jbool(j, "strip_left", true);
+    n->right = jbool(j, "strip_right", true);
   } else if (!strcmp(ty, "Prepend")) {
     const char *s = jstr(j, "prepend");
-    n->type = NORM_PREPEND; n->str = sm_xstrdup(s ? s : ""); n->slen = strlen(n->str);
+    n->type = NORM_PREPEND;
+    n->str = sm_xstrdup(s ? s : "");
+    n->slen = strlen(n->str);
   } else if (!strcmp(ty, "Replace")) {
     const char *s = jstr(j, "content");
-    n->type = NORM_REPLACE; n->str = sm_xstrdup(s ? s : ""); n->slen = strlen(n->str);
+    n->type = NORM_REPLACE;
+    n->str = sm_xstrdup(s ? s : "");
+    n->slen = strlen(n->str);
     return parse_pattern(cJSON_GetObjectItemCaseSensitive(j, "pattern"), &n->pat, "Replace normalizer");
   } else if (!strcmp(ty, "Sequence")) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "normalizers");
@@ -95,7 +106,9 @@ static smelt_status parse_norm(const cJSON *j, sm_norm *n) {
 }
 static void free_norm(sm_norm *n) {
   for (int i = 0; i < n->nkids; i++) free_norm(&n->kids[i]);
-  free(n->kids); free(n->str); sm_pattern_free(&n->pat);
+  free(n->kids);
+  free(n->str);
+  sm_pattern_free(&n->pat);
 }
 
 static int parse_behavior(const char *b) {
@@ -113,34 +126,45 @@ static smelt_status parse_pretok(const cJSON *j, sm_pretok *p, bool *bytelevel) 
   if (!strcmp(ty, "Split")) {
     p->type = PT_SPLIT;
     p->behavior = parse_behavior(jstr(j, "behavior"));
-    if (!p->behavior) return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: unknown split behavior '%s'", jstr(j, "behavior"));
+    if (!p->behavior)
+      return sm_err(SMELT_ERR_UNSUPPORTED, "tokenizer.json: unknown split behavior '%s'", jstr(j, "behavior"));
     p->invert = jbool(j, "invert", false);
     return parse_pattern(cJSON_GetObjectItemCaseSensitive(j, "pattern"), &p->pat, "Split pre-tokenizer");
   } else if (!strcmp(ty, "ByteLevel")) {
-    p->type = PT_BYTELEVEL; p->add_prefix_space = jbool(j, "add_prefix_space", true);
+    p->type = PT_BYTELEVEL;
+    p->add_prefix_space = jbool(j, "add_prefix_space", true);
     p->use_regex = jbool(j, "use_regex", true);
     *bytelevel = true;
   } else if (!strcmp(ty, "Metaspace")) {
     const char *r = jstr(j, "replacement");
     p->type = PT_METASPACE;
     p->repl = r ? first_cp(r) : 0x2581;
-    sm_buf b = {0}; sm_buf_put_cp(&b, p->repl);
-    memcpy(p->repl_s, b.p, b.n); p->repl_len = (int)b.n; sm_buf_free(&b);
+    sm_buf b = {0};
+    sm_buf_put_cp(&b, p->repl);
+    memcpy(p->repl_s, b.p, b.n);
+    p->repl_len = (int)b.n;
+    sm_buf_free(&b);
     p->prepend_scheme = prepend_scheme(j);
     p->split = jbool(j, "split", true);
   } else if (!strcmp(ty, "Digits")) {
-    p->type = PT_DIGITS; p->individual = jbool(j, "individual_digits", false);
+    p->type = PT_DIGITS;
+    p->individual = jbool(j, "individual_digits", false);
   } else if (!strcmp(ty, "Whitespace")) p->type = PT_WHITESPACE;
   else if (!strcmp(ty, "WhitespaceSplit")) p->type = PT_WHITESPACE_SPLIT;
   else if (!strcmp(ty, "Punctuation")) {
-    p->type = PT_PUNCT; p->behavior = parse_behavior(jstr(j, "behavior"));
+    p->type = PT_PUNCT;
+    p->behavior = parse_behavior(jstr(j, "behavior"));
     if (!p->behavior) p->behavior = SPLIT_ISOLATED;
   } else if (!strcmp(ty, "CharDelimiterSplit")) {
-    p->type = PT_CHAR_DELIM; p->repl = first_cp(jstr(j, "delimiter"));
+    p->type = PT_CHAR_DELIM;
+    p->repl = first_cp(jstr(j, "delimiter"));
   } else if (!strcmp(ty, "BertPreTokenizer")) {
-    p->type = PT_SEQ; p->nkids = 2; p->kids = sm_xcalloc(2, sizeof(sm_pretok));
+    p->type = PT_SEQ;
+    p->nkids = 2;
+    p->kids = sm_xcalloc(2, sizeof(sm_pretok));
     p->kids[0].type = PT_WHITESPACE_SPLIT;
-    p->kids[1].type = PT_PUNCT; p->kids[1].behavior = SPLIT_ISOLATED;
+    p->kids[1].type = PT_PUNCT;
+    p->kids[1].behavior = SPLIT_ISOLATED;
   } else if (!strcmp(ty, "Sequence")) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "pretokenizers");
     p->type = PT_SEQ;
@@ -155,7 +179,8 @@ static smelt_status parse_pretok(const cJSON *j, sm_pretok *p, bool *bytelevel) 
 }
 static void free_pretok(sm_pretok *p) {
   for (int i = 0; i < p->nkids; i++) free_pretok(&p->kids[i]);
-  free(p->kids); sm_pattern_free(&p->pat);
+  free(p->kids);
+  sm_pattern_free(&p->pat);
 }
 
 static smelt_status parse_decoder(const cJSON *j, sm_decoder *d) {
@@ -166,13 +191,19 @@ static smelt_status parse_decoder(const cJSON *j, sm_decoder *d) {
   else if (!strcmp(ty, "Fuse")) d->type = DEC_FUSE;
   else if (!strcmp(ty, "Metaspace")) {
     const char *r = jstr(j, "replacement");
-    d->type = DEC_METASPACE; d->repl = r ? first_cp(r) : 0x2581; d->prepend_scheme = prepend_scheme(j);
+    d->type = DEC_METASPACE;
+    d->repl = r ? first_cp(r) : 0x2581;
+    d->prepend_scheme = prepend_scheme(j);
   } else if (!strcmp(ty, "Strip")) {
-    d->type = DEC_STRIP; d->ch = first_cp(jstr(j, "content"));
-    d->start = (int)jnum(j, "start", 0); d->stop = (int)jnum(j, "stop", 0);
+    d->type = DEC_STRIP;
+    d->ch = first_cp(jstr(j, "content"));
+    d->start = (int)jnum(j, "start", 0);
+    d->stop = (int)jnum(j, "stop", 0);
   } else if (!strcmp(ty, "Replace")) {
     const char *s = jstr(j, "content");
-    d->type = DEC_REPLACE; d->str = sm_xstrdup(s ? s : ""); d->slen = strlen(d->str);
+    d->type = DEC_REPLACE;
+    d->str = sm_xstrdup(s ? s : "");
+    d->slen = strlen(d->str);
     return parse_pattern(cJSON_GetObjectItemCaseSensitive(j, "pattern"), &d->pat, "Replace decoder");
   } else if (!strcmp(ty, "Sequence")) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "decoders");
@@ -188,15 +219,21 @@ static smelt_status parse_decoder(const cJSON *j, sm_decoder *d) {
 }
 static bool has_bytefallback(const sm_decoder *d) {
   if (d->type == DEC_BYTEFALLBACK) return true;
-  for (int i = 0; i < d->nkids; i++) if (has_bytefallback(&d->kids[i])) return true;
+  for (int i = 0; i < d->nkids; i++)
+    if (has_bytefallback(&d->kids[i])) return true;
   return false;
 }
 static void free_decoder(sm_decoder *d) {
   for (int i = 0; i < d->nkids; i++) free_decoder(&d->kids[i]);
-  free(d->kids); free(d->str); sm_pattern_free(&d->pat);
+  free(d->kids);
+  free(d->str);
+  sm_pattern_free(&d->pat);
 }
 
-static void ids_push(int32_t **v, int *n, int32_t x) { *v = sm_xrealloc(*v, (size_t)(*n + 1) * sizeof(int32_t)); (*v)[(*n)++] = x; }
+static void ids_push(int32_t **v, int *n, int32_t x) {
+  *v = sm_xrealloc(*v, (size_t)(*n + 1) * sizeof(int32_t));
+  (*v)[(*n)++] = x;
+}
 static smelt_status special_pair(const smelt_tokenizer *t, const cJSON *pair, int32_t *id) {
   /* ["<s>", 0] */
   const cJSON *n = cJSON_GetArrayItem(pair, 1);
@@ -217,13 +254,17 @@ static smelt_status parse_post(const smelt_tokenizer *t, const cJSON *j, sm_post
     const cJSON *it;
     cJSON_ArrayForEach(it, single) {
       const cJSON *st = cJSON_GetObjectItemCaseSensitive(it, "SpecialToken");
-      if (cJSON_GetObjectItemCaseSensitive(it, "Sequence")) { after = true; continue; }
+      if (cJSON_GetObjectItemCaseSensitive(it, "Sequence")) {
+        after = true;
+        continue;
+      }
       if (!st) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: bad TemplateProcessing item");
       const char *name = jstr(st, "id");
       const cJSON *tok = name ? cJSON_GetObjectItemCaseSensitive(sp, name) : NULL;
       const cJSON *ids = tok ? cJSON_GetObjectItemCaseSensitive(tok, "ids") : NULL;
       if (!cJSON_IsArray(ids))
-        return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: TemplateProcessing special token '%s' undefined", name ? name : "?");
+        return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: TemplateProcessing special token '%s' undefined",
+                      name ? name : "?");
       const cJSON *x;
       cJSON_ArrayForEach(x, ids) {
         if (after) ids_push(&p->post, &p->npost, (int32_t)x->valuedouble);
@@ -231,11 +272,13 @@ static smelt_status parse_post(const smelt_tokenizer *t, const cJSON *j, sm_post
       }
     }
   } else if (!strcmp(ty, "BertProcessing") || !strcmp(ty, "RobertaProcessing")) {
-    int32_t cls = 0, sep = 0; smelt_status st;
+    int32_t cls = 0, sep = 0;
+    smelt_status st;
     p->type = POST_BERT;
     if ((st = special_pair(t, cJSON_GetObjectItemCaseSensitive(j, "cls"), &cls))) return st;
     if ((st = special_pair(t, cJSON_GetObjectItemCaseSensitive(j, "sep"), &sep))) return st;
-    ids_push(&p->pre, &p->npre, cls); ids_push(&p->post, &p->npost, sep);
+    ids_push(&p->pre, &p->npre, cls);
+    ids_push(&p->post, &p->npost, sep);
   } else if (!strcmp(ty, "Sequence")) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "processors");
     p->type = POST_SEQ;
@@ -250,7 +293,9 @@ static smelt_status parse_post(const smelt_tokenizer *t, const cJSON *j, sm_post
 }
 static void free_post(sm_post *p) {
   for (int i = 0; i < p->nkids; i++) free_post(&p->kids[i]);
-  free(p->kids); free(p->pre); free(p->post);
+  free(p->kids);
+  free(p->pre);
+  free(p->post);
 }
 
 static void trie_insert(sm_trie *tr, const char *s, size_t n, int32_t tok) {
@@ -267,7 +312,9 @@ static void trie_insert(sm_trie *tr, const char *s, size_t n, int32_t tok) {
     if (*slot < 0) {
       if (tr->n == tr->cap) {
         /* slot may point into nodes: remember it as an index */
-        ptrdiff_t off = (slot >= (int32_t *)tr->nodes && slot < (int32_t *)(tr->nodes + tr->n)) ? (char *)slot - (char *)tr->nodes : -1;
+        ptrdiff_t off = (slot >= (int32_t *)tr->nodes && slot < (int32_t *)(tr->nodes + tr->n))
+                        ? (char *)slot - (char *)tr->nodes
+                        : -1;
         tr->cap = tr->cap ? tr->cap * 2 : 256;
         tr->nodes = sm_xrealloc(tr->nodes, tr->cap * sizeof(sm_trie_node));
         if (off >= 0) slot = (int32_t *)((char *)tr->nodes + off);
@@ -291,7 +338,10 @@ static smelt_status nul_sentinel(char *buf, size_t len, uint32_t *cp) {
   bool any = false;
   for (size_t i = 0; i + 5 < len; i++) {
     if (buf[i] != '\\') continue;
-    if (buf[i + 1] == 'u' && !memcmp(buf + i + 2, "0000", 4)) { any = true; break; }
+    if (buf[i + 1] == 'u' && !memcmp(buf + i + 2, "0000", 4)) {
+      any = true;
+      break;
+    }
     i++; /* skip the escaped character */
   }
   if (!any) return SMELT_OK;
@@ -321,8 +371,10 @@ static char *tok_str(const smelt_tokenizer *t, const char *s, size_t *n) {
   size_t k = 0;
   char u8[3] = {(char)0xEF, (char)(0x80 | ((t->nul_cp >> 6) & 0x3F)), (char)(0x80 | (t->nul_cp & 0x3F))};
   for (size_t i = 0; i < l;) {
-    if (t->nul_cp && i + 3 <= l && !memcmp(s + i, u8, 3)) { o[k++] = 0; i += 3; }
-    else o[k++] = s[i++];
+    if (t->nul_cp && i + 3 <= l && !memcmp(s + i, u8, 3)) {
+      o[k++] = 0;
+      i += 3;
+    } else o[k++] = s[i++];
   }
   o[k] = 0;
   *n = k;
@@ -331,25 +383,33 @@ static char *tok_str(const smelt_tokenizer *t, const char *s, size_t *n) {
 
 static char *dup_token_field(const cJSON *v) {
   if (cJSON_IsString(v)) return sm_xstrdup(v->valuestring);
-  if (cJSON_IsObject(v)) { const char *c = jstr(v, "content"); return c ? sm_xstrdup(c) : NULL; }
+  if (cJSON_IsObject(v)) {
+    const char *c = jstr(v, "content");
+    return c ? sm_xstrdup(c) : NULL;
+  }
   return NULL;
 }
 static char *dir_of(const char *path) {
   const char *sl = strrchr(path, '/');
   if (!sl) return sm_xstrdup(".");
   char *d = sm_xmalloc((size_t)(sl - path) + 1);
-  memcpy(d, path, (size_t)(sl - path)); d[sl - path] = 0;
+  memcpy(d, path, (size_t)(sl - path));
+  d[sl - path] = 0;
   return d;
 }
 
 static smelt_status load_config(smelt_tokenizer *t, const char *cfg_path, const char *dir) {
   if (cfg_path && sm_file_exists(cfg_path)) {
-    char *buf; size_t len;
+    char *buf;
+    size_t len;
     smelt_status st = sm_read_file(cfg_path, &buf, &len);
     if (st) return st;
     cJSON *j = cJSON_ParseWithLength(buf, len);
     free(buf);
-    if (!j || !cJSON_IsObject(j)) { cJSON_Delete(j); return sm_err(SMELT_ERR_FORMAT, "%s: invalid JSON", cfg_path); }
+    if (!j || !cJSON_IsObject(j)) {
+      cJSON_Delete(j);
+      return sm_err(SMELT_ERR_FORMAT, "%s: invalid JSON", cfg_path);
+    }
     t->bos_token = dup_token_field(cJSON_GetObjectItemCaseSensitive(j, "bos_token"));
     t->eos_token = dup_token_field(cJSON_GetObjectItemCaseSensitive(j, "eos_token"));
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(j, "chat_template");
@@ -361,7 +421,8 @@ static smelt_status load_config(smelt_tokenizer *t, const char *cfg_path, const 
         if (!nm || !tp) continue;
         t->tmpl_names = sm_xrealloc(t->tmpl_names, (size_t)(t->n_tmpl + 1) * sizeof(char *));
         t->tmpl_bodies = sm_xrealloc(t->tmpl_bodies, (size_t)(t->n_tmpl + 1) * sizeof(char *));
-        t->tmpl_names[t->n_tmpl] = sm_xstrdup(nm); t->tmpl_bodies[t->n_tmpl] = sm_xstrdup(tp);
+        t->tmpl_names[t->n_tmpl] = sm_xstrdup(nm);
+        t->tmpl_bodies[t->n_tmpl] = sm_xstrdup(tp);
         t->n_tmpl++;
         if (!strcmp(nm, "default") && !t->chat_template) t->chat_template = sm_xstrdup(tp);
       }
@@ -370,8 +431,12 @@ static smelt_status load_config(smelt_tokenizer *t, const char *cfg_path, const 
   }
   char *jp = sm_path_join(dir, "chat_template.jinja");
   if (sm_file_exists(jp)) {
-    char *buf; size_t len;
-    if (sm_read_file(jp, &buf, &len) == SMELT_OK) { free(t->chat_template); t->chat_template = buf; }
+    char *buf;
+    size_t len;
+    if (sm_read_file(jp, &buf, &len) == SMELT_OK) {
+      free(t->chat_template);
+      t->chat_template = buf;
+    }
   }
   free(jp);
   return SMELT_OK;
@@ -402,7 +467,8 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
   }
   cJSON_ArrayForEach(it, added) {
     double id = jnum(it, "id", -1);
-    if (id < 0 || id > 1e8 || !jstr(it, "content")) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: bad added_tokens entry");
+    if (id < 0 || id > 1e8 || !jstr(it, "content"))
+      return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: bad added_tokens entry");
     if ((int64_t)id > max_id) max_id = (int64_t)id;
   }
   t->n_ids = (int32_t)(max_id + 1);
@@ -418,19 +484,27 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
     t->vkey_len[t->n_vkeys] = (uint32_t)kl;
     t->vkeys[t->n_vkeys++] = k;
     sm_smap_put(&t->vocab, k, kl, id);
-    t->id_tok[id] = k; t->id_len[id] = (uint32_t)kl;
+    t->id_tok[id] = k;
+    t->id_len[id] = (uint32_t)kl;
   }
   /* chars c such that "c\u2581" occurs inside a vocab token */
   for (size_t i = 0; i < t->n_vkeys; i++) {
-    const char *k = t->vkeys[i]; size_t kl = t->vkey_len[i];
+    const char *k = t->vkeys[i];
+    size_t kl = t->vkey_len[i];
     if (kl >= 3 && !memcmp(k, "\xE2\x96\x81", 3)) t->ms_chunk = true;
     for (size_t p = 1; p + 3 <= kl; p++) {
       if (memcmp(k + p, "\xE2\x96\x81", 3)) continue;
-      size_t q = p - 1; while (q > 0 && ((uint8_t)k[q] & 0xC0) == 0x80) q--;
-      uint32_t c; sm_utf8_dec(k + q, kl - q, &c);
-      int j = 0; while (j < t->n_ms_prev && t->ms_prev[j] != c) j++;
+      size_t q = p - 1;
+      while (q > 0 && ((uint8_t)k[q] & 0xC0) == 0x80) q--;
+      uint32_t c;
+      sm_utf8_dec(k + q, kl - q, &c);
+      int j = 0;
+      while (j < t->n_ms_prev && t->ms_prev[j] != c) j++;
       if (j == t->n_ms_prev) {
-        if (t->n_ms_prev >= 4096) { t->ms_chunk = false; break; }
+        if (t->n_ms_prev >= 4096) {
+          t->ms_chunk = false;
+          break;
+        }
         t->ms_prev = sm_xrealloc(t->ms_prev, (size_t)(t->n_ms_prev + 1) * sizeof(uint32_t));
         t->ms_prev[t->n_ms_prev++] = c;
       }
@@ -449,10 +523,17 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
     free(u);
   }
   const char *cp = jstr(model, "continuing_subword_prefix"), *ew = jstr(model, "end_of_word_suffix");
-  if (cp && *cp) { t->cont_prefix = sm_xstrdup(cp); t->cont_prefix_len = strlen(cp); }
-  if (ew && *ew) { t->eow_suffix = sm_xstrdup(ew); t->eow_suffix_len = strlen(ew); }
+  if (cp && *cp) {
+    t->cont_prefix = sm_xstrdup(cp);
+    t->cont_prefix_len = strlen(cp);
+  }
+  if (ew && *ew) {
+    t->eow_suffix = sm_xstrdup(ew);
+    t->eow_suffix_len = strlen(ew);
+  }
   for (int b = 0; b < 256; b++) {
-    char nm[8]; snprintf(nm, sizeof nm, "<0x%02X>", b);
+    char nm[8];
+    snprintf(nm, sizeof nm, "<0x%02X>", b);
     t->byte_ids[b] = sm_smap_get(&t->vocab, nm, 6);
   }
   /* merges */
@@ -460,29 +541,47 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
   sm_buf tmp = {0};
   char *ma = NULL, *mb = NULL;
   cJSON_ArrayForEach(it, merges) {
-    const char *a, *b; size_t al, bl;
-    free(ma); free(mb); ma = mb = NULL;
+    const char *a, *b;
+    size_t al, bl;
+    free(ma);
+    free(mb);
+    ma = mb = NULL;
     if (cJSON_IsString(it)) {
       size_t ml;
       ma = tok_str(t, it->valuestring, &ml);
       const char *sp = memchr(ma, ' ', ml);
-      if (!sp) { free(ma); return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d is not 'a b'", rank); }
-      a = ma; al = (size_t)(sp - a); b = sp + 1; bl = ml - al - 1;
+      if (!sp) {
+        free(ma);
+        return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d is not 'a b'", rank);
+      }
+      a = ma;
+      al = (size_t)(sp - a);
+      b = sp + 1;
+      bl = ml - al - 1;
     } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
                cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
       a = ma = tok_str(t, cJSON_GetArrayItem(it, 0)->valuestring, &al);
       b = mb = tok_str(t, cJSON_GetArrayItem(it, 1)->valuestring, &bl);
     } else return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d has a bad format", rank);
     int32_t ia = sm_smap_get(&t->vocab, a, al), ib = sm_smap_get(&t->vocab, b, bl);
-    sm_buf_clear(&tmp); sm_buf_put(&tmp, a, al);
-    size_t skip = (t->cont_prefix_len && bl >= t->cont_prefix_len && !memcmp(b, t->cont_prefix, t->cont_prefix_len)) ? t->cont_prefix_len : 0;
+    sm_buf_clear(&tmp);
+    sm_buf_put(&tmp, a, al);
+    size_t skip = (t->cont_prefix_len && bl >= t->cont_prefix_len && !memcmp(b, t->cont_prefix, t->cont_prefix_len))
+                  ? t->cont_prefix_len
+                  : 0;
     sm_buf_put(&tmp, b + skip, bl - skip);
     int32_t in = sm_smap_get(&t->vocab, tmp.p, tmp.n);
-    if (ia < 0 || ib < 0 || in < 0) { sm_buf_free(&tmp); free(ma); free(mb); return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d refers to tokens not in the vocab", rank); }
+    if (ia < 0 || ib < 0 || in < 0) {
+      sm_buf_free(&tmp);
+      free(ma);
+      free(mb);
+      return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d refers to tokens not in the vocab", rank);
+    }
     if (!sm_pmap_get(&t->merges, ia, ib)) sm_pmap_put(&t->merges, ia, ib, rank, in);
     rank++;
   }
-  free(ma); free(mb);
+  free(ma);
+  free(mb);
   sm_buf_free(&tmp);
   /* normalizer (needed before the added tokens) */
   const cJSON *j;
@@ -517,14 +616,18 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
     if (known < 0) known = sm_smap_get(&t->vocab, a->content, a->len);
     if (known >= 0) a->id = known;
     else a->id = (int32_t)((max_added >= (int64_t)nv || nv == 0) ? max_added + 1 : (int64_t)nv);
-    if (a->id >= t->n_ids) { free(a->content); return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: added token ids are inconsistent"); }
+    if (a->id >= t->n_ids) {
+      free(a->content);
+      return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: added token ids are inconsistent");
+    }
     if (a->id > max_added) max_added = a->id;
     a->special = jbool(it, "special", false);
     a->single_word = jbool(it, "single_word", false);
     a->lstrip = jbool(it, "lstrip", false);
     a->rstrip = jbool(it, "rstrip", false);
     a->normalized = jbool(it, "normalized", !a->special);
-    t->id_tok[a->id] = a->content; t->id_len[a->id] = (uint32_t)a->len;
+    t->id_tok[a->id] = a->content;
+    t->id_len[a->id] = (uint32_t)a->len;
     t->id_special[a->id] = a->special;
     sm_smap_put(&t->added_map, a->content, a->len, a->id);
     if (a->normalized && t->normalizer) {
@@ -543,11 +646,15 @@ smelt_status sm_tok_load_files(const char *tokenizer_json, const char *tokenizer
   *out = NULL;
   sm_bl_init();
   if (!sm_file_exists(tokenizer_json)) return sm_err(SMELT_ERR_IO, "tokenizer file not found: %s", tokenizer_json);
-  char *buf; size_t len;
+  char *buf;
+  size_t len;
   smelt_status st = sm_read_file(tokenizer_json, &buf, &len);
   if (st) return st;
   uint32_t nul = 0;
-  if ((st = nul_sentinel(buf, len, &nul))) { free(buf); return st; }
+  if ((st = nul_sentinel(buf, len, &nul))) {
+    free(buf);
+    return st;
+  }
   cJSON *root = cJSON_ParseWithLength(buf, len);
   free(buf);
   if (!root || !cJSON_IsObject(root)) {
@@ -566,7 +673,8 @@ smelt_status sm_tok_load_files(const char *tokenizer_json, const char *tokenizer
     free(dir);
   }
   if (st) {
-    char msg[512]; snprintf(msg, sizeof msg, "%s", sm_errmsg());
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", sm_errmsg());
     smelt_tokenizer_free(t);
     return sm_err(st, "%s", msg);
   }
@@ -586,28 +694,59 @@ smelt_status smelt_tokenizer_load(const char *model_dir, smelt_tokenizer **out) 
   } else if (!sm_file_exists(tj)) st = sm_err(SMELT_ERR_IO, "no tokenizer.json in %s", model_dir);
   else st = sm_tok_load_files(tj, tc, out);
   free(jt);
-  free(tj); free(tc);
+  free(tj);
+  free(tc);
   return st;
 }
 
 void smelt_tokenizer_free(smelt_tokenizer *t) {
   if (!t) return;
   for (size_t i = 0; i < t->n_vkeys; i++) free(t->vkeys[i]);
-  free(t->vkeys); free(t->vkey_len); free(t->id_tok); free(t->id_len); free(t->id_special);
-  sm_smap_free(&t->vocab); sm_smap_free(&t->added_map); sm_pmap_free(&t->merges);
-  free(t->cont_prefix); free(t->eow_suffix); free(t->ms_prev);
+  free(t->vkeys);
+  free(t->vkey_len);
+  free(t->id_tok);
+  free(t->id_len);
+  free(t->id_special);
+  sm_smap_free(&t->vocab);
+  sm_smap_free(&t->added_map);
+  sm_pmap_free(&t->merges);
+  free(t->cont_prefix);
+  free(t->eow_suffix);
+  free(t->ms_prev);
   for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
   free(t->added);
-  free(t->trie_raw.nodes); free(t->trie_norm.nodes);
-  if (t->normalizer) { free_norm(t->normalizer); free(t->normalizer); }
-  if (t->pretok) { free_pretok(t->pretok); free(t->pretok); }
-  if (t->post) { free_post(t->post); free(t->post); }
-  if (t->decoder) { free_decoder(t->decoder); free(t->decoder); }
-  free(t->bos_token); free(t->eos_token); free(t->chat_template);
-  for (int i = 0; i < t->n_tmpl; i++) { free(t->tmpl_names[i]); free(t->tmpl_bodies[i]); }
-  free(t->tmpl_names); free(t->tmpl_bodies);
+  free(t->trie_raw.nodes);
+  free(t->trie_norm.nodes);
+  if (t->normalizer) {
+    free_norm(t->normalizer);
+    free(t->normalizer);
+  }
+  if (t->pretok) {
+    free_pretok(t->pretok);
+    free(t->pretok);
+  }
+  if (t->post) {
+    free_post(t->post);
+    free(t->post);
+  }
+  if (t->decoder) {
+    free_decoder(t->decoder);
+    free(t->decoder);
+  }
+  free(t->bos_token);
+  free(t->eos_token);
+  free(t->chat_template);
+  for (int i = 0; i < t->n_tmpl; i++) {
+    free(t->tmpl_names[i]);
+    free(t->tmpl_bodies[i]);
+  }
+  free(t->tmpl_names);
+  free(t->tmpl_bodies);
   if (t->cache) {
-    for (size_t i = 0; i < SM_CACHE_SLOTS; i++) { free(t->cache[i].word); free(t->cache[i].ids); }
+    for (size_t i = 0; i < SM_CACHE_SLOTS; i++) {
+      free(t->cache[i].word);
+      free(t->cache[i].ids);
+    }
     free(t->cache);
   }
   pthread_mutex_destroy(&t->cache_mu);
@@ -632,7 +771,10 @@ const char *sm_tok_id_to_token(const smelt_tokenizer *t, int32_t id) {
   return (t && id >= 0 && id < t->n_ids) ? t->id_tok[id] : NULL;
 }
 const char *sm_tok_id_token(const smelt_tokenizer *t, int32_t id, size_t *len) {
-  if (!t || id < 0 || id >= t->n_ids || !t->id_tok[id]) { if (len) *len = 0; return NULL; }
+  if (!t || id < 0 || id >= t->n_ids || !t->id_tok[id]) {
+    if (len) *len = 0;
+    return NULL;
+  }
   if (len) *len = t->id_len[id];
   return t->id_tok[id];
 }
@@ -644,138 +786,197 @@ const char *sm_tok_eos_token(const smelt_tokenizer *t) { return t ? t->eos_token
 const char *sm_tok_chat_template(const smelt_tokenizer *t, const char *name) {
   if (!t) return NULL;
   if (!name || !strcmp(name, "default")) return t->chat_template;
-  for (int i = 0; i < t->n_tmpl; i++) if (!strcmp(t->tmpl_names[i], name)) return t->tmpl_bodies[i];
+  for (int i = 0; i < t->n_tmpl; i++)
+    if (!strcmp(t->tmpl_names[i], name)) return t->tmpl_bodies[i];
   return NULL;
 }
 static bool post_adds_prefix(const sm_post *p) {
   if (!p) return false;
-  if (p->type == POST_SEQ) { for (int i = 0; i < p->nkids; i++) if (post_adds_prefix(&p->kids[i])) return true; return false; }
+  if (p->type == POST_SEQ) {
+    for (int i = 0; i < p->nkids; i++)
+      if (post_adds_prefix(&p->kids[i])) return true;
+    return false;
+  }
   return p->npre > 0;
 }
 bool sm_tok_adds_bos(const smelt_tokenizer *t) { return t && post_adds_prefix(t->post); }
 
 /* ---------------- decoding ---------------- */
-typedef struct { sm_buf *v; size_t n; } slist;
-static void sl_free(slist *l) { for (size_t i = 0; i < l->n; i++) sm_buf_free(&l->v[i]); free(l->v); l->v = NULL; l->n = 0; }
+typedef struct {
+  sm_buf *v;
+  size_t n;
+} slist;
+static void sl_free(slist *l) {
+  for (size_t i = 0; i < l->n; i++) sm_buf_free(&l->v[i]);
+  free(l->v);
+  l->v = NULL;
+  l->n = 0;
+}
 
 static void dec_apply(const sm_decoder *d, slist *l) {
   switch (d->type) {
-  case DEC_BYTELEVEL: {
-    sm_buf raw = {0};
-    for (size_t i = 0; i < l->n; i++) {
-      const char *s = l->v[i].p ? l->v[i].p : ""; size_t n = l->v[i].n;
-      size_t mark = raw.n; bool ok = true;
-      for (size_t k = 0; k < n;) {
-        uint32_t cp; int cl = sm_utf8_dec(s + k, n - k, &cp);
-        int b = sm_bl_dec(cp);
-        if (b < 0) { ok = false; break; }
-        sm_buf_putc(&raw, (char)b); k += (size_t)cl;
-      }
-      if (!ok) { raw.n = mark; sm_buf_put(&raw, s, n); }
-    }
-    sl_free(l);
-    l->v = sm_xcalloc(1, sizeof(sm_buf)); l->n = 1;
-    sm_utf8_lossy(&l->v[0], raw.p ? raw.p : "", raw.n);
-    sm_buf_free(&raw);
-    return;
-  }
-  case DEC_FUSE: {
-    sm_buf all = {0};
-    for (size_t i = 0; i < l->n; i++) sm_buf_put(&all, l->v[i].p ? l->v[i].p : "", l->v[i].n);
-    sl_free(l);
-    l->v = sm_xcalloc(1, sizeof(sm_buf)); l->n = 1; l->v[0] = all;
-    return;
-  }
-  case DEC_BYTEFALLBACK: {
-    sm_buf *nv = sm_xcalloc(l->n + 1, sizeof(sm_buf));
-    size_t nn = 0;
-    sm_buf bytes = {0}; size_t nbytes = 0;
-    for (size_t i = 0; i <= l->n; i++) {
-      int byte = -1;
-      if (i < l->n) {
-        const char *s = l->v[i].p;
-        if (l->v[i].n == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>') {
-          char h[3] = {s[3], s[4], 0}; char *e;
-          long v = strtol(h, &e, 16);
-          bool hex = ((h[0] >= '0' && h[0] <= '9') || ((h[0] | 0x20) >= 'a' && (h[0] | 0x20) <= 'f')) &&
-                     ((h[1] >= '0' && h[1] <= '9') || ((h[1] | 0x20) >= 'a' && (h[1] | 0x20) <= 'f'));
-          if (hex && *e == 0) byte = (int)v;
-        }
-      }
-      if (byte >= 0) { sm_buf_putc(&bytes, (char)byte); nbytes++; continue; }
-      if (nbytes) {
-        if (sm_utf8_valid(bytes.p, bytes.n)) { nv[nn] = (sm_buf){0}; sm_buf_put(&nv[nn], bytes.p, bytes.n); nn++; }
-        else {
-          nv = sm_xrealloc(nv, (l->n + 1 + nbytes) * sizeof(sm_buf));
-          for (size_t k = 0; k < nbytes; k++) { nv[nn] = (sm_buf){0}; sm_buf_put(&nv[nn], "\xEF\xBF\xBD", 3); nn++; }
-        }
-        sm_buf_clear(&bytes); nbytes = 0;
-      }
-      if (i < l->n) { nv[nn++] = l->v[i]; l->v[i] = (sm_buf){0}; }
-    }
-    sm_buf_free(&bytes);
-    sl_free(l);
-    l->v = nv; l->n = nn;
-    return;
-  }
-  case DEC_METASPACE: case DEC_STRIP: case DEC_REPLACE: {
-    for (size_t i = 0; i < l->n; i++) {
-      const char *s = l->v[i].p ? l->v[i].p : ""; size_t n = l->v[i].n;
-      sm_buf o = {0};
-      if (d->type == DEC_REPLACE) {
-        sm_buf in = l->v[i];
-        pcre2_match_data *md = d->pat.kind == PAT_REGEX ? pcre2_match_data_create(4, NULL) : NULL;
-        size_t k = 0, last = 0;
-        if (d->pat.kind == PAT_STRING) {
-          while (d->pat.litlen && k + d->pat.litlen <= n) {
-            const char *f = memmem(s + k, n - k, d->pat.lit, d->pat.litlen);
-            if (!f) break;
-            size_t st = (size_t)(f - s);
-            sm_buf_put(&o, s + last, st - last); sm_buf_put(&o, d->str, d->slen);
-            k = last = st + d->pat.litlen;
-          }
-        } else {
-          size_t ms, me;
-          while (k <= n && sm_re_find(d->pat.re, md, s, n, k, &ms, &me)) {
-            if (me == ms) { if (ms >= n) break; k = ms + 1; while (k < n && ((uint8_t)s[k] & 0xC0) == 0x80) k++; continue; }
-            sm_buf_put(&o, s + last, ms - last); sm_buf_put(&o, d->str, d->slen);
-            k = last = me;
-          }
-        }
-        sm_buf_put(&o, s + last, n - last);
-        if (md) pcre2_match_data_free(md);
-        sm_buf_free(&in);
-      } else if (d->type == DEC_METASPACE) {
+    case DEC_BYTELEVEL: {
+      sm_buf raw = {0};
+      for (size_t i = 0; i < l->n; i++) {
+        const char *s = l->v[i].p ? l->v[i].p : "";
+        size_t n = l->v[i].n;
+        size_t mark = raw.n;
+        bool ok = true;
         for (size_t k = 0; k < n;) {
-          uint32_t cp; int cl = sm_utf8_dec(s + k, n - k, &cp);
-          if (cp == d->repl) { if (!(i == 0 && d->prepend_scheme != PREPEND_NEVER)) sm_buf_putc(&o, ' '); }
-          else sm_buf_put(&o, s + k, (size_t)cl);
+          uint32_t cp;
+          int cl = sm_utf8_dec(s + k, n - k, &cp);
+          int b = sm_bl_dec(cp);
+          if (b < 0) {
+            ok = false;
+            break;
+          }
+          sm_buf_putc(&raw, (char)b);
           k += (size_t)cl;
         }
-        sm_buf_free(&l->v[i]);
-      } else { /* Strip */
-        size_t a = 0, b = n;
-        for (int c = 0; c < d->start && a < b; c++) {
-          uint32_t cp; int cl = sm_utf8_dec(s + a, b - a, &cp);
-          if (cp != d->ch) break;
-          a += (size_t)cl;
+        if (!ok) {
+          raw.n = mark;
+          sm_buf_put(&raw, s, n);
         }
-        for (int c = 0; c < d->stop && b > a; c++) {
-          size_t k = b - 1; while (k > a && ((uint8_t)s[k] & 0xC0) == 0x80) k--;
-          uint32_t cp; sm_utf8_dec(s + k, b - k, &cp);
-          if (cp != d->ch) break;
-          b = k;
-        }
-        sm_buf_put(&o, s + a, b - a);
-        sm_buf_free(&l->v[i]);
       }
-      l->v[i] = o;
+      sl_free(l);
+      l->v = sm_xcalloc(1, sizeof(sm_buf));
+      l->n = 1;
+      sm_utf8_lossy(&l->v[0], raw.p ? raw.p : "", raw.n);
+      sm_buf_free(&raw);
+      return;
     }
-    return;
-  }
-  case DEC_SEQ:
-    for (int k = 0; k < d->nkids; k++) dec_apply(&d->kids[k], l);
-    return;
+    case DEC_FUSE: {
+      sm_buf all = {0};
+      for (size_t i = 0; i < l->n; i++) sm_buf_put(&all, l->v[i].p ? l->v[i].p : "", l->v[i].n);
+      sl_free(l);
+      l->v = sm_xcalloc(1, sizeof(sm_buf));
+      l->n = 1;
+      l->v[0] = all;
+      return;
+    }
+    case DEC_BYTEFALLBACK: {
+      sm_buf *nv = sm_xcalloc(l->n + 1, sizeof(sm_buf));
+      size_t nn = 0;
+      sm_buf bytes = {0};
+      size_t nbytes = 0;
+      for (size_t i = 0; i <= l->n; i++) {
+        int byte = -1;
+        if (i < l->n) {
+          const char *s = l->v[i].p;
+          if (l->v[i].n == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>') {
+            char h[3] = {s[3], s[4], 0};
+            char *e;
+            long v = strtol(h, &e, 16);
+            bool hex = ((h[0] >= '0' && h[0] <= '9') || ((h[0] | 0x20) >= 'a' && (h[0] | 0x20) <= 'f')) &&
+                       ((h[1] >= '0' && h[1] <= '9') || ((h[1] | 0x20) >= 'a' && (h[1] | 0x20) <= 'f'));
+            if (hex && *e == 0) byte = (int)v;
+          }
+        }
+        if (byte >= 0) {
+          sm_buf_putc(&bytes, (char)byte);
+          nbytes++;
+          continue;
+        }
+        if (nbytes) {
+          if (sm_utf8_valid(bytes.p, bytes.n)) {
+            nv[nn] = (sm_buf){0};
+            sm_buf_put(&nv[nn], bytes.p, bytes.n);
+            nn++;
+          } else {
+            nv = sm_xrealloc(nv, (l->n + 1 + nbytes) * sizeof(sm_buf));
+            for (size_t k = 0; k < nbytes; k++) {
+              nv[nn] = (sm_buf){0};
+              sm_buf_put(&nv[nn], "\xEF\xBF\xBD", 3);
+              nn++;
+            }
+          }
+          sm_buf_clear(&bytes);
+          nbytes = 0;
+        }
+        if (i < l->n) {
+          nv[nn++] = l->v[i];
+          l->v[i] = (sm_buf){0};
+        }
+      }
+      sm_buf_free(&bytes);
+      sl_free(l);
+      l->v = nv;
+      l->n = nn;
+      return;
+    }
+    case DEC_METASPACE:
+    case DEC_STRIP:
+    case DEC_REPLACE: {
+      for (size_t i = 0; i < l->n; i++) {
+        const char *s = l->v[i].p ? l->v[i].p : "";
+        size_t n = l->v[i].n;
+        sm_buf o = {0};
+        if (d->type == DEC_REPLACE) {
+          sm_buf in = l->v[i];
+          pcre2_match_data *md = d->pat.kind == PAT_REGEX ? pcre2_match_data_create(4, NULL) : NULL;
+          size_t k = 0, last = 0;
+          if (d->pat.kind == PAT_STRING) {
+            while (d->pat.litlen && k + d->pat.litlen <= n) {
+              const char *f = memmem(s + k, n - k, d->pat.lit, d->pat.litlen);
+              if (!f) break;
+              size_t st = (size_t)(f - s);
+              sm_buf_put(&o, s + last, st - last);
+              sm_buf_put(&o, d->str, d->slen);
+              k = last = st + d->pat.litlen;
+            }
+          } else {
+            size_t ms, me;
+            while (k <= n && sm_re_find(d->pat.re, md, s, n, k, &ms, &me)) {
+              if (me == ms) {
+                if (ms >= n) break;
+                k = ms + 1;
+                while (k < n && ((uint8_t)s[k] & 0xC0) == 0x80) k++;
+                continue;
+              }
+              sm_buf_put(&o, s + last, ms - last);
+              sm_buf_put(&o, d->str, d->slen);
+              k = last = me;
+            }
+          }
+          sm_buf_put(&o, s + last, n - last);
+          if (md) pcre2_match_data_free(md);
+          sm_buf_free(&in);
+        } else if (d->type == DEC_METASPACE) {
+          for (size_t k = 0; k < n;) {
+            uint32_t cp;
+            int cl = sm_utf8_dec(s + k, n - k, &cp);
+            if (cp == d->repl) {
+              if (!(i == 0 && d->prepend_scheme != PREPEND_NEVER)) sm_buf_putc(&o, ' ');
+            } else sm_buf_put(&o, s + k, (size_t)cl);
+            k += (size_t)cl;
+          }
+          sm_buf_free(&l->v[i]);
+        } else { /* Strip */
+          size_t a = 0, b = n;
+          for (int c = 0; c < d->start && a < b; c++) {
+            uint32_t cp;
+            int cl = sm_utf8_dec(s + a, b - a, &cp);
+            if (cp != d->ch) break;
+            a += (size_t)cl;
+          }
+          for (int c = 0; c < d->stop && b > a; c++) {
+            size_t k = b - 1;
+            while (k > a && ((uint8_t)s[k] & 0xC0) == 0x80) k--;
+            uint32_t cp;
+            sm_utf8_dec(s + k, b - k, &cp);
+            if (cp != d->ch) break;
+            b = k;
+          }
+          sm_buf_put(&o, s + a, b - a);
+          sm_buf_free(&l->v[i]);
+        }
+        l->v[i] = o;
+      }
+      return;
+    }
+    case DEC_SEQ:
+      for (int k = 0; k < d->nkids; k++) dec_apply(&d->kids[k], l);
+      return;
   }
 }
 
@@ -795,7 +996,10 @@ static char *decode_ids(const smelt_tokenizer *t, const int32_t *ids, size_t n, 
     dec_apply(t->decoder, &l);
     for (size_t i = 0; i < l.n; i++) sm_buf_put(&res, l.v[i].p ? l.v[i].p : "", l.v[i].n);
   } else {
-    for (size_t i = 0; i < l.n; i++) { if (i) sm_buf_putc(&res, ' '); sm_buf_put(&res, l.v[i].p ? l.v[i].p : "", l.v[i].n); }
+    for (size_t i = 0; i < l.n; i++) {
+      if (i) sm_buf_putc(&res, ' ');
+      sm_buf_put(&res, l.v[i].p ? l.v[i].p : "", l.v[i].n);
+    }
   }
   sl_free(&l);
   if (out_len) *out_len = res.n;
@@ -822,26 +1026,32 @@ smelt_status sm_tok_decode(const smelt_tokenizer *t, const int32_t *ids, size_t 
 struct sm_detok {
   const smelt_tokenizer *t;
   bool skip;
-  int32_t *ids; size_t n, cap;
+  int32_t *ids;
+  size_t n, cap;
   size_t prefix, read;
   sm_buf emitted;
 };
 sm_detok *sm_detok_new(const smelt_tokenizer *t, bool skip_special) {
   if (!t) return NULL;
   sm_detok *d = sm_xcalloc(1, sizeof *d);
-  d->t = t; d->skip = skip_special;
+  d->t = t;
+  d->skip = skip_special;
   return d;
 }
 static size_t emit(sm_detok *d, const char *s, size_t n, char **out) {
   char *o = sm_xmalloc(n + 1);
-  memcpy(o, s, n); o[n] = 0;
+  memcpy(o, s, n);
+  o[n] = 0;
   sm_buf_put(&d->emitted, s, n);
   *out = o;
   return n;
 }
 size_t sm_detok_push(sm_detok *d, int32_t id, char **out) {
   if (!d || !out) return 0;
-  if (d->n == d->cap) { d->cap = d->cap ? d->cap * 2 : 64; d->ids = sm_xrealloc(d->ids, d->cap * sizeof(int32_t)); }
+  if (d->n == d->cap) {
+    d->cap = d->cap ? d->cap * 2 : 64;
+    d->ids = sm_xrealloc(d->ids, d->cap * sizeof(int32_t));
+  }
   d->ids[d->n++] = id;
   /* ByteFallback turns a whole run of <0xXX> tokens into U+FFFDs when the run is invalid, so
    * text that ends in such a run may still change: hold it */
@@ -851,7 +1061,10 @@ size_t sm_detok_push(sm_detok *d, int32_t id, char **out) {
       int32_t x = d->ids[i];
       if (x < 0 || x >= t->n_ids || !t->id_tok[x] || (d->skip && t->id_special[x])) continue;
       const char *s = t->id_tok[x];
-      if (t->id_len[x] == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>') { *out = sm_xstrdup(""); return 0; }
+      if (t->id_len[x] == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>') {
+        *out = sm_xstrdup("");
+        return 0;
+      }
       break;
     }
   }
@@ -862,9 +1075,11 @@ size_t sm_detok_push(sm_detok *d, int32_t id, char **out) {
   bool incomplete = nlen >= 3 && !memcmp(cur + nlen - 3, "\xEF\xBF\xBD", 3);
   if (nlen > plen && !incomplete && !memcmp(cur, prev, plen)) {
     r = emit(d, cur + plen, nlen - plen, out);
-    d->prefix = d->read; d->read = d->n;
+    d->prefix = d->read;
+    d->read = d->n;
   } else *out = sm_xstrdup("");
-  free(prev); free(cur);
+  free(prev);
+  free(cur);
   return r;
 }
 size_t sm_detok_flush(sm_detok *d, char **out) {
@@ -881,5 +1096,7 @@ size_t sm_detok_flush(sm_detok *d, char **out) {
 }
 void sm_detok_free(sm_detok *d) {
   if (!d) return;
-  free(d->ids); sm_buf_free(&d->emitted); free(d);
+  free(d->ids);
+  sm_buf_free(&d->emitted);
+  free(d);
 }

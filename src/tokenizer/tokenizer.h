@@ -6,8 +6,7 @@
 #include "base/strbuf.h"
 
 /* Load from explicit file paths (tokenizer_config may be NULL). */
-smelt_status sm_tok_load_files(const char *tokenizer_json, const char *tokenizer_config_json,
-                               smelt_tokenizer **out);
+smelt_status sm_tok_load_files(const char *tokenizer_json, const char *tokenizer_config_json, smelt_tokenizer **out);
 /* Vocab lookups: id of an exact token string (added tokens included), -1 if absent. */
 int32_t sm_tok_token_id(const smelt_tokenizer *t, const char *token);
 /* Raw vocab string of id (as in tokenizer.json), NULL if out of range. Borrowed. */

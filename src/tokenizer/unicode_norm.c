@@ -9,8 +9,17 @@
 #include "base/base.h"
 #include "tokenizer/unicode_norm.h"
 
-enum { SBASE = 0xAC00, LBASE = 0x1100, VBASE = 0x1161, TBASE = 0x11A7, LCOUNT = 19, VCOUNT = 21, TCOUNT = 28,
-       NCOUNT = VCOUNT * TCOUNT, SCOUNT = LCOUNT * NCOUNT };
+enum {
+  SBASE = 0xAC00,
+  LBASE = 0x1100,
+  VBASE = 0x1161,
+  TBASE = 0x11A7,
+  LCOUNT = 19,
+  VCOUNT = 21,
+  TCOUNT = 28,
+  NCOUNT = VCOUNT * TCOUNT,
+  SCOUNT = LCOUNT * NCOUNT
+};
 
 static uint8_t ccc_of(uint32_t c) {
   if (c < 0x300) return 0;
@@ -36,7 +45,8 @@ static const sm_norm_decomp *find_decomp(const sm_norm_decomp *t, size_t n, uint
 static uint32_t compose_pair(uint32_t a, uint32_t b) {
   if (a >= LBASE && a < LBASE + LCOUNT && b >= VBASE && b < VBASE + VCOUNT)
     return SBASE + ((a - LBASE) * VCOUNT + (b - VBASE)) * TCOUNT;
-  if (a >= SBASE && a < SBASE + SCOUNT && (a - SBASE) % TCOUNT == 0 && b > TBASE && b < TBASE + TCOUNT) return a + (b - TBASE);
+  if (a >= SBASE && a < SBASE + SCOUNT && (a - SBASE) % TCOUNT == 0 && b > TBASE && b < TBASE + TCOUNT)
+    return a + (b - TBASE);
   size_t lo = 0, hi = sm_norm_ncomps;
   while (lo < hi) {
     size_t m = (lo + hi) / 2;
@@ -176,8 +186,7 @@ void sm_unorm(sm_norm_form form, const char *s, size_t n, sm_buf *out) {
     if (c < 0) { /* not text: pass the byte through, as a boundary */
       flush(&b, form, out);
       sm_buf_put(out, s + i, 1);
-    } else
-      decompose_into(&b, (uint32_t)c, compat);
+    } else decompose_into(&b, (uint32_t)c, compat);
     i += l;
   }
   flush(&b, form, out);

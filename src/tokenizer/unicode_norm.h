@@ -19,11 +19,22 @@ void sm_unorm_lowercase(const char *s, size_t n, sm_buf *out);     /* char::to_l
 bool sm_hf_is_punctuation(uint32_t c); /* is_ascii_punctuation() || unicode_categories is_punctuation() */
 
 /* ---- generated tables (unicode_norm_tables.c) ---- */
-typedef struct { uint32_t lo, hi; uint8_t ccc; } sm_norm_ccc_range;
-typedef struct { uint32_t cp, off, len; } sm_norm_decomp;
-typedef struct { uint32_t a, b, c; } sm_norm_comp;
-typedef struct { uint32_t lo, hi; } sm_norm_range;
-typedef struct { uint32_t cp, l1, l2; } sm_norm_lower;
+typedef struct {
+  uint32_t lo, hi;
+  uint8_t ccc;
+} sm_norm_ccc_range;
+typedef struct {
+  uint32_t cp, off, len;
+} sm_norm_decomp;
+typedef struct {
+  uint32_t a, b, c;
+} sm_norm_comp;
+typedef struct {
+  uint32_t lo, hi;
+} sm_norm_range;
+typedef struct {
+  uint32_t cp, l1, l2;
+} sm_norm_lower;
 extern const sm_norm_ccc_range sm_norm_ccc[];
 extern const size_t sm_norm_nccc;
 extern const uint32_t sm_norm_pool[];

@@ -37,7 +37,8 @@ bool sm_uc_rust_is_numeric(uint32_t cp) {
 }
 bool sm_uc_rust_is_alphanumeric(uint32_t cp) {
   if (cp < 0x80) return (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
-  return in_pairs(sm_uc_rust_alphabetic, sm_uc_rust_alphabetic_n, cp) || in_pairs(sm_uc_rust_numeric, sm_uc_rust_numeric_n, cp);
+  return in_pairs(sm_uc_rust_alphabetic, sm_uc_rust_alphabetic_n, cp) ||
+         in_pairs(sm_uc_rust_numeric, sm_uc_rust_numeric_n, cp);
 }
 
 /* membership from a code point's category and flags (the same for every code point of a range) */

@@ -51,7 +51,10 @@ static void png_fail(png_structp png, png_const_charp msg) {
   snprintf(s->msg, sizeof s->msg, "%s", msg);
   longjmp(s->jb, 1);
 }
-static void png_quiet(png_structp png, png_const_charp msg) { (void)png; (void)msg; }
+static void png_quiet(png_structp png, png_const_charp msg) {
+  (void)png;
+  (void)msg;
+}
 static void png_read_mem(png_structp png, png_bytep out, png_size_t n) {
   png_src *s = png_get_io_ptr(png);
   if (n > s->n - s->off) png_error(png, "truncated file");
@@ -78,7 +81,7 @@ static void png_row_rgb(const uint8_t *in, int w, int nch, int depth, bool grey1
 }
 
 static smelt_status decode_png(const uint8_t *data, size_t len, const sm_image_limits *lim, sm_image *out) {
-  png_src s = { .p = data, .n = len };
+  png_src s = {.p = data, .n = len};
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &s, png_fail, png_quiet);
   png_infop info = png ? png_create_info_struct(png) : NULL;
   if (!png || !info) {
@@ -90,7 +93,9 @@ static smelt_status decode_png(const uint8_t *data, size_t len, const sm_image_l
   png_bytep *volatile rows = NULL;
   if (setjmp(s.jb)) {
     png_destroy_read_struct(&png, &info, NULL);
-    free(buf); free(rgb); free(rows);
+    free(buf);
+    free(rgb);
+    free(rows);
     return sm_err(SMELT_ERR_FORMAT, "corrupt PNG image: %s", s.msg);
   }
   png_set_read_fn(png, &s, png_read_mem);
@@ -118,7 +123,9 @@ static smelt_status decode_png(const uint8_t *data, size_t len, const sm_image_l
   rgb = malloc((size_t)w * h * 3);
   if (!buf || !rows || !rgb) {
     png_destroy_read_struct(&png, &info, NULL);
-    free(buf); free(rows); free(rgb);
+    free(buf);
+    free(rows);
+    free(rgb);
     return sm_err(SMELT_ERR_OOM, "PNG image of %ux%u pixels", (unsigned)w, (unsigned)h);
   }
   for (png_uint_32 y = 0; y < h; y++) rows[y] = buf + rb * y;
@@ -145,7 +152,10 @@ static void jpeg_fail(j_common_ptr cinfo) {
   e->pub.format_message(cinfo, e->msg);
   longjmp(e->jb, 1);
 }
-static void jpeg_quiet(j_common_ptr cinfo, int level) { (void)cinfo; (void)level; }
+static void jpeg_quiet(j_common_ptr cinfo, int level) {
+  (void)cinfo;
+  (void)level;
+}
 
 /* Pillow's Convert.c cmyk2rgb, on the inverted samples of its "CMYK;I" raw mode (Adobe convention) */
 static uint8_t cmyk_chan(int c, int nk) {
@@ -164,7 +174,8 @@ static smelt_status decode_jpeg(const uint8_t *data, size_t len, const sm_image_
   err.pub.emit_message = jpeg_quiet;
   if (setjmp(err.jb)) {
     jpeg_destroy_decompress(&ci);
-    free(rgb); free(row);
+    free(rgb);
+    free(row);
     return sm_err(SMELT_ERR_FORMAT, "corrupt JPEG image: %s", err.msg);
   }
   jpeg_create_decompress(&ci);
@@ -187,7 +198,8 @@ static smelt_status decode_jpeg(const uint8_t *data, size_t len, const sm_image_
   row = malloc((size_t)w * nc);
   if (!rgb || !row) {
     jpeg_destroy_decompress(&ci);
-    free(rgb); free(row);
+    free(rgb);
+    free(row);
     return sm_err(SMELT_ERR_OOM, "JPEG image of %dx%d pixels", w, h);
   }
   while ((int)ci.output_scanline < h) {
@@ -231,7 +243,7 @@ static smelt_status decode_webp(const uint8_t *data, size_t len, const sm_image_
 }
 
 smelt_status sm_image_decode(const void *data, size_t len, const sm_image_limits *lim, sm_image *out) {
-  const sm_image_limits def = { SM_IMAGE_MAX_SIDE, SM_IMAGE_MAX_PIXELS };
+  const sm_image_limits def = {SM_IMAGE_MAX_SIDE, SM_IMAGE_MAX_PIXELS};
   memset(out, 0, sizeof *out);
   if (!lim) lim = &def;
   if (!data || !len) return sm_err(SMELT_ERR_FORMAT, "empty image data");

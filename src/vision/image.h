@@ -35,8 +35,12 @@ const char *sm_image_format(const void *data, size_t len);
 
 /* Pillow's resampling filters (Image.Resampling values, as preprocessor_config.json's "resample") */
 typedef enum {
-  SM_RESAMPLE_NEAREST = 0, SM_RESAMPLE_LANCZOS = 1, SM_RESAMPLE_BILINEAR = 2, SM_RESAMPLE_BICUBIC = 3,
-  SM_RESAMPLE_BOX = 4, SM_RESAMPLE_HAMMING = 5,
+  SM_RESAMPLE_NEAREST = 0,
+  SM_RESAMPLE_LANCZOS = 1,
+  SM_RESAMPLE_BILINEAR = 2,
+  SM_RESAMPLE_BICUBIC = 3,
+  SM_RESAMPLE_BOX = 4,
+  SM_RESAMPLE_HAMMING = 5,
 } sm_resample;
 /* dst = src resized to w x h with Image.resize((w, h), resample=filter), byte for byte as Pillow
  * computes it for an RGB image (two separable passes in fixed point). */

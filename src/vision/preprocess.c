@@ -6,8 +6,8 @@
 #include <string.h>
 #include "vision/preprocess.h"
 
-static const float clip_mean[3] = { 0.48145466f, 0.4578275f, 0.40821073f };
-static const float clip_std[3] = { 0.26862954f, 0.26130258f, 0.27577711f };
+static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+static const float clip_std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
 
 void sm_imgproc_defaults(sm_imgproc_kind kind, sm_imgproc *p) {
   memset(p, 0, sizeof *p);
@@ -19,23 +19,23 @@ void sm_imgproc_defaults(sm_imgproc_kind kind, sm_imgproc *p) {
     p->std[c] = kind == SM_IMGPROC_FIXED ? 0.5f : clip_std[c];
   }
   switch (kind) {
-  case SM_IMGPROC_QWEN:
-    p->resample = SM_RESAMPLE_BICUBIC;
-    p->patch = 14;
-    p->merge = 2;
-    p->temporal = 2;
-    p->min_pixels = 56 * 56;
-    p->max_pixels = 28 * 28 * 1280;
-    break;
-  case SM_IMGPROC_FIXED:
-    p->resample = SM_RESAMPLE_BILINEAR;
-    p->height = p->width = 896;
-    break;
-  case SM_IMGPROC_PIXTRAL:
-    p->resample = SM_RESAMPLE_BICUBIC;
-    p->patch = 16;
-    p->longest_edge = 1024;
-    break;
+    case SM_IMGPROC_QWEN:
+      p->resample = SM_RESAMPLE_BICUBIC;
+      p->patch = 14;
+      p->merge = 2;
+      p->temporal = 2;
+      p->min_pixels = 56 * 56;
+      p->max_pixels = 28 * 28 * 1280;
+      break;
+    case SM_IMGPROC_FIXED:
+      p->resample = SM_RESAMPLE_BILINEAR;
+      p->height = p->width = 896;
+      break;
+    case SM_IMGPROC_PIXTRAL:
+      p->resample = SM_RESAMPLE_BICUBIC;
+      p->patch = 16;
+      p->longest_edge = 1024;
+      break;
   }
 }
 
@@ -109,42 +109,42 @@ static smelt_status parse_one(const cJSON *o, sm_imgproc *p) {
   if (size && !cJSON_IsNull(size) && !cJSON_IsObject(size))
     return sm_err(SMELT_ERR_FORMAT, "image processor config: \"size\" must be an object");
   switch (p->kind) {
-  case SM_IMGPROC_QWEN: {
-    if ((st = patch_size(o, &p->patch))) return st;
-    if ((st = num(o, "merge_size", 1, 64, &d, &f))) return st;
-    if (f) p->merge = (int)d;
-    if ((st = num(o, "temporal_patch_size", 1, 64, &d, &f))) return st;
-    if (f) p->temporal = (int)d;
-    /* size {shortest_edge, longest_edge} are pixel counts here; min_pixels / max_pixels win */
-    if (size && (st = num(size, "shortest_edge", 1, 1e12, &d, &f))) return st;
-    if (size && f) p->min_pixels = (long)d;
-    if (size && (st = num(size, "longest_edge", 1, 1e12, &d, &f))) return st;
-    if (size && f) p->max_pixels = (long)d;
-    if ((st = num(o, "min_pixels", 1, 1e12, &d, &f))) return st;
-    if (f) p->min_pixels = (long)d;
-    if ((st = num(o, "max_pixels", 1, 1e12, &d, &f))) return st;
-    if (f) p->max_pixels = (long)d;
-    if (p->min_pixels > p->max_pixels)
-      return sm_err(SMELT_ERR_FORMAT, "image processor config: min_pixels %ld > max_pixels %ld", p->min_pixels,
-                    p->max_pixels);
-    break;
-  }
-  case SM_IMGPROC_FIXED: {
-    bool pan = false;
-    if ((st = flag(o, "do_pan_and_scan", &pan))) return st;
-    if (pan) /* Gemma 3's crops of wide images: off in the released processors' configs */
-      return sm_err(SMELT_ERR_UNSUPPORTED, "image processor config: \"do_pan_and_scan\": true is not supported");
-    if (size && (st = num(size, "height", 1, 16384, &d, &f))) return st;
-    if (size && f) p->height = (int)d;
-    if (size && (st = num(size, "width", 1, 16384, &d, &f))) return st;
-    if (size && f) p->width = (int)d;
-    break;
-  }
-  case SM_IMGPROC_PIXTRAL:
-    if ((st = patch_size(o, &p->patch))) return st;
-    if (size && (st = num(size, "longest_edge", 1, 16384, &d, &f))) return st;
-    if (size && f) p->longest_edge = (int)d;
-    break;
+    case SM_IMGPROC_QWEN: {
+      if ((st = patch_size(o, &p->patch))) return st;
+      if ((st = num(o, "merge_size", 1, 64, &d, &f))) return st;
+      if (f) p->merge = (int)d;
+      if ((st = num(o, "temporal_patch_size", 1, 64, &d, &f))) return st;
+      if (f) p->temporal = (int)d;
+      /* size {shortest_edge, longest_edge} are pixel counts here; min_pixels / max_pixels win */
+      if (size && (st = num(size, "shortest_edge", 1, 1e12, &d, &f))) return st;
+      if (size && f) p->min_pixels = (long)d;
+      if (size && (st = num(size, "longest_edge", 1, 1e12, &d, &f))) return st;
+      if (size && f) p->max_pixels = (long)d;
+      if ((st = num(o, "min_pixels", 1, 1e12, &d, &f))) return st;
+      if (f) p->min_pixels = (long)d;
+      if ((st = num(o, "max_pixels", 1, 1e12, &d, &f))) return st;
+      if (f) p->max_pixels = (long)d;
+      if (p->min_pixels > p->max_pixels)
+        return sm_err(SMELT_ERR_FORMAT, "image processor config: min_pixels %ld > max_pixels %ld", p->min_pixels,
+                      p->max_pixels);
+      break;
+    }
+    case SM_IMGPROC_FIXED: {
+      bool pan = false;
+      if ((st = flag(o, "do_pan_and_scan", &pan))) return st;
+      if (pan) /* Gemma 3's crops of wide images: off in the released processors' configs */
+        return sm_err(SMELT_ERR_UNSUPPORTED, "image processor config: \"do_pan_and_scan\": true is not supported");
+      if (size && (st = num(size, "height", 1, 16384, &d, &f))) return st;
+      if (size && f) p->height = (int)d;
+      if (size && (st = num(size, "width", 1, 16384, &d, &f))) return st;
+      if (size && f) p->width = (int)d;
+      break;
+    }
+    case SM_IMGPROC_PIXTRAL:
+      if ((st = patch_size(o, &p->patch))) return st;
+      if (size && (st = num(size, "longest_edge", 1, 16384, &d, &f))) return st;
+      if (size && f) p->longest_edge = (int)d;
+      break;
   }
   return SMELT_OK;
 }
@@ -176,8 +176,8 @@ static smelt_status smart_resize(int h, int w, int factor, long min_px, long max
     wb = ceil(w * beta / factor) * factor;
   }
   if (hb < factor || wb < factor || hb > 4 * SM_IMAGE_MAX_SIDE || wb > 4 * SM_IMAGE_MAX_SIDE)
-    return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels resizes to %.0fx%.0f, outside the model's range", w, h,
-                  wb, hb);
+    return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels resizes to %.0fx%.0f, outside the model's range", w, h, wb,
+                  hb);
   *oh = (int)hb;
   *ow = (int)wb;
   return SMELT_OK;
@@ -188,38 +188,40 @@ smelt_status sm_imgproc_target(const sm_imgproc *p, int h, int w, int *oh, int *
   *oh = h;
   *ow = w;
   switch (p->kind) {
-  case SM_IMGPROC_QWEN:
-    /* without do_resize the image must already be a multiple of the patch grid */
-    if (!p->do_resize) {
-      const int f = p->patch * p->merge;
-      if (h % f || w % f)
-        return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels is not a multiple of %d (do_resize is off)", w, h, f);
+    case SM_IMGPROC_QWEN:
+      /* without do_resize the image must already be a multiple of the patch grid */
+      if (!p->do_resize) {
+        const int f = p->patch * p->merge;
+        if (h % f || w % f)
+          return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels is not a multiple of %d (do_resize is off)", w, h, f);
+        return SMELT_OK;
+      }
+      return smart_resize(h, w, p->patch * p->merge, p->min_pixels, p->max_pixels, oh, ow);
+    case SM_IMGPROC_FIXED:
+      if (p->do_resize) {
+        *oh = p->height;
+        *ow = p->width;
+      } else if (h != p->height || w != p->width)
+        return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels must be %dx%d (do_resize is off)", w, h, p->width,
+                      p->height);
+      return SMELT_OK;
+    case SM_IMGPROC_PIXTRAL: {
+      double hh = h, ww = w;
+      if (p->do_resize) {
+        const double ratio = SM_MAX((double)h / p->longest_edge, (double)w / p->longest_edge);
+        if (ratio > 1) { /* floor, so that the image stays within longest_edge */
+          hh = floor(h / ratio);
+          ww = floor(w / ratio);
+        }
+      }
+      if (hh < 1 || ww < 1) return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels is too thin", w, h);
+      *oh = (((int)hh - 1) / p->patch + 1) * p->patch;
+      *ow = (((int)ww - 1) / p->patch + 1) * p->patch;
+      if (!p->do_resize && (*oh != h || *ow != w))
+        return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels is not a multiple of %d (do_resize is off)", w, h,
+                      p->patch);
       return SMELT_OK;
     }
-    return smart_resize(h, w, p->patch * p->merge, p->min_pixels, p->max_pixels, oh, ow);
-  case SM_IMGPROC_FIXED:
-    if (p->do_resize) { *oh = p->height; *ow = p->width; }
-    else if (h != p->height || w != p->width)
-      return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels must be %dx%d (do_resize is off)", w, h, p->width,
-                    p->height);
-    return SMELT_OK;
-  case SM_IMGPROC_PIXTRAL: {
-    double hh = h, ww = w;
-    if (p->do_resize) {
-      const double ratio = SM_MAX((double)h / p->longest_edge, (double)w / p->longest_edge);
-      if (ratio > 1) { /* floor, so that the image stays within longest_edge */
-        hh = floor(h / ratio);
-        ww = floor(w / ratio);
-      }
-    }
-    if (hh < 1 || ww < 1) return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels is too thin", w, h);
-    *oh = (((int)hh - 1) / p->patch + 1) * p->patch;
-    *ow = (((int)ww - 1) / p->patch + 1) * p->patch;
-    if (!p->do_resize && (*oh != h || *ow != w))
-      return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels is not a multiple of %d (do_resize is off)", w, h,
-                    p->patch);
-    return SMELT_OK;
-  }
   }
   return sm_err(SMELT_ERR_INVALID, "unknown image processor");
 }
@@ -235,7 +237,7 @@ smelt_status sm_imgproc_run(const sm_imgproc *p, const sm_image *im, sm_pixels *
   int th, tw;
   smelt_status st = sm_imgproc_target(p, im->h, im->w, &th, &tw);
   if (st) return st;
-  sm_image rs = { 0 };
+  sm_image rs = {0};
   const sm_image *src = im;
   if (th != im->h || tw != im->w) {
     if ((st = sm_image_resize(im, tw, th, p->resample, &rs))) return st;
@@ -275,8 +277,7 @@ float *sm_qwen_patchify(const sm_pixels *px, int ps, int ms, int tps) {
           for (int c = 0; c < 3; c++)
             for (int t = 0; t < tps; t++)
               for (int y = 0; y < ps; y++)
-                for (int x = 0; x < ps; x++)
-                  *o++ = px->px[(size_t)c * plane + (size_t)(y0 + y) * px->w + x0 + x];
+                for (int x = 0; x < ps; x++) *o++ = px->px[(size_t)c * plane + (size_t)(y0 + y) * px->w + x0 + x];
         }
   return out;
 }

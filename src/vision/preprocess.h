@@ -20,11 +20,11 @@ typedef struct {
   bool do_resize, do_rescale, do_normalize;
   double rescale_factor;
   float mean[3], std[3];
-  int patch;             /* QWEN: patch_size; PIXTRAL: the resize multiple (patch_size * spatial_merge_size) */
-  int merge, temporal;   /* QWEN: merge_size, temporal_patch_size */
+  int patch;                   /* QWEN: patch_size; PIXTRAL: the resize multiple (patch_size * spatial_merge_size) */
+  int merge, temporal;         /* QWEN: merge_size, temporal_patch_size */
   long min_pixels, max_pixels; /* QWEN */
-  int height, width;     /* FIXED */
-  int longest_edge;      /* PIXTRAL */
+  int height, width;           /* FIXED */
+  int longest_edge;            /* PIXTRAL */
 } sm_imgproc;
 
 /* The class defaults of a kind (QWEN: patch 14, Qwen2-VL's min/max pixels; FIXED: 896 x 896;

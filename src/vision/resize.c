@@ -54,7 +54,9 @@ static int coeffs(int in_size, int out_size, const filter *fl, int **bounds_out,
   int *bounds = malloc(sizeof(int) * (size_t)out_size * 2);
   int32_t *ik = malloc(sizeof(int32_t) * (size_t)out_size * ksize);
   if (!kk || !bounds || !ik) {
-    free(kk); free(bounds); free(ik);
+    free(kk);
+    free(bounds);
+    free(ik);
     return -1;
   }
   for (int xx = 0; xx < out_size; xx++) {
@@ -80,7 +82,8 @@ static int coeffs(int in_size, int out_size, const filter *fl, int **bounds_out,
     bounds[xx * 2 + 1] = xmax;
   }
   for (size_t i = 0; i < (size_t)out_size * ksize; i++)
-    ik[i] = kk[i] < 0 ? (int32_t)(-0.5 + kk[i] * (1 << PRECISION_BITS)) : (int32_t)(0.5 + kk[i] * (1 << PRECISION_BITS));
+    ik[i] = kk[i] < 0 ? (int32_t)(-0.5 + kk[i] * (1 << PRECISION_BITS))
+                      : (int32_t)(0.5 + kk[i] * (1 << PRECISION_BITS));
   free(kk);
   *bounds_out = bounds;
   *kk_out = ik;
@@ -121,19 +124,19 @@ smelt_status sm_image_resize(const sm_image *src, int w, int h, sm_resample fk, 
     return sm_err(SMELT_ERR_INVALID, "resize to %dx%d pixels", w, h);
   filter fl;
   switch (fk) {
-  case SM_RESAMPLE_BOX: fl = (filter){ box_filter, 0.5 }; break;
-  case SM_RESAMPLE_BILINEAR: fl = (filter){ bilinear_filter, 1.0 }; break;
-  case SM_RESAMPLE_HAMMING: fl = (filter){ hamming_filter, 1.0 }; break;
-  case SM_RESAMPLE_BICUBIC: fl = (filter){ bicubic_filter, 2.0 }; break;
-  case SM_RESAMPLE_LANCZOS: fl = (filter){ lanczos_filter, 3.0 }; break;
-  default: return sm_err(SMELT_ERR_UNSUPPORTED, "image resampling filter %d is not supported", (int)fk);
+    case SM_RESAMPLE_BOX: fl = (filter){box_filter, 0.5}; break;
+    case SM_RESAMPLE_BILINEAR: fl = (filter){bilinear_filter, 1.0}; break;
+    case SM_RESAMPLE_HAMMING: fl = (filter){hamming_filter, 1.0}; break;
+    case SM_RESAMPLE_BICUBIC: fl = (filter){bicubic_filter, 2.0}; break;
+    case SM_RESAMPLE_LANCZOS: fl = (filter){lanczos_filter, 3.0}; break;
+    default: return sm_err(SMELT_ERR_UNSUPPORTED, "image resampling filter %d is not supported", (int)fk);
   }
   const size_t bytes = (size_t)w * h * 3;
   uint8_t *out = malloc(bytes);
   if (!out) return sm_err(SMELT_ERR_OOM, "resized image of %dx%d pixels", w, h);
   if (w == src->w && h == src->h) { /* Image.resize returns a copy */
     memcpy(out, src->rgb, bytes);
-    *dst = (sm_image){ w, h, out };
+    *dst = (sm_image){w, h, out};
     return SMELT_OK;
   }
   const uint8_t *cur = src->rgb;
@@ -145,7 +148,10 @@ smelt_status sm_image_resize(const sm_image *src, int w, int h, sm_resample fk, 
     const int ks = coeffs(src->w, w, &fl, &bounds, &kk);
     tmp = h != src->h ? malloc((size_t)w * src->h * 3) : out;
     if (ks < 0 || !tmp) {
-      if (ks >= 0) { free(bounds); free(kk); }
+      if (ks >= 0) {
+        free(bounds);
+        free(kk);
+      }
       free(out);
       return sm_err(SMELT_ERR_OOM, "resize to %dx%d pixels", w, h);
     }
@@ -169,6 +175,6 @@ smelt_status sm_image_resize(const sm_image *src, int w, int h, sm_resample fk, 
     free(kk);
     if (tmp && tmp != out) free(tmp);
   }
-  *dst = (sm_image){ w, h, out };
+  *dst = (sm_image){w, h, out};
   return SMELT_OK;
 }

@@ -23,10 +23,10 @@ typedef struct smelt_tokenizer smelt_tokenizer;
 /* An encoded image in the vision cache (engine thread; pins: atomic, any thread). */
 typedef struct sm_venc {
   uint8_t hash[32];
-  int n_embd, dim;   /* rows of embeddings, LM hidden size */
-  float *embd;       /* backend buffer n_embd x dim */
-  int n_deep;        /* Qwen3-VL deepstack: rows added after the first n_deep decoder layers */
-  float **deep;      /* [n_deep] backend buffers n_embd x dim */
+  int n_embd, dim; /* rows of embeddings, LM hidden size */
+  float *embd;     /* backend buffer n_embd x dim */
+  int n_deep;      /* Qwen3-VL deepstack: rows added after the first n_deep decoder layers */
+  float **deep;    /* [n_deep] backend buffers n_embd x dim */
   size_t bytes;
   _Atomic int pins;
   uint64_t last_use;
@@ -36,13 +36,13 @@ typedef struct sm_venc {
 /* One image prepared for a model. */
 typedef struct sm_vimage {
   _Atomic int refs;
-  uint8_t hash[32];  /* of the pixel values and the layout */
-  int h, w;          /* resized */
-  int gh, gw;        /* patch grid */
-  int n_embd;        /* embedding rows */
-  int rows, cols;    /* the grid of embedding rows (Qwen: merged grid; Pixtral: merged rows x cols; Gemma: 16x16) */
-  float *px;         /* pixel values [3][h][w] (freed once encoded) */
-  sm_venc *enc;      /* set by sm_vision_encode (one pin) */
+  uint8_t hash[32]; /* of the pixel values and the layout */
+  int h, w;         /* resized */
+  int gh, gw;       /* patch grid */
+  int n_embd;       /* embedding rows */
+  int rows, cols;   /* the grid of embedding rows (Qwen: merged grid; Pixtral: merged rows x cols; Gemma: 16x16) */
+  float *px;        /* pixel values [3][h][w] (freed once encoded) */
+  sm_venc *enc;     /* set by sm_vision_encode (one pin) */
 } sm_vimage;
 
 /* Load the vision tower of m's checkpoint (the loader calls it when the packaging's vision tensors are
@@ -96,8 +96,8 @@ bool sm_vision_is_image_token(const sm_vision *v, int32_t id);
 /* M-RoPE (Qwen-VL): 3-axis rope positions of tokens [0, n) holding the spans (rpos: 3 x n, axis-major),
  * as transformers' get_rope_index; *next: the position of a token appended after them. Other
  * families: rpos NULL is returned false. */
-bool sm_vision_mrope(const sm_vision *v, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans,
-                     int32_t *rpos, int32_t *next);
+bool sm_vision_mrope(const sm_vision *v, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans, int32_t *rpos,
+                     int32_t *next);
 /* Gemma 3: the tokens of an image attend to each other in both directions during prefill. */
 bool sm_vision_bidirectional(const sm_vision *v);
 

@@ -43,7 +43,8 @@ static smelt_status get_num(cfg c, const char *key, double def, double *out) {
   const cJSON *v = c.o ? cJSON_GetObjectItemCaseSensitive(c.o, key) : NULL;
   *out = def;
   if (!v || cJSON_IsNull(v)) return SMELT_OK;
-  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return sm_err(SMELT_ERR_FORMAT, "%s: \"%s\" must be a number", c.what, key);
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+    return sm_err(SMELT_ERR_FORMAT, "%s: \"%s\" must be a number", c.what, key);
   *out = v->valuedouble;
   return SMELT_OK;
 }
@@ -78,7 +79,8 @@ typedef struct {
   sm_load_ctx *ctx;
 } ld;
 
-static smelt_status lin(ld *l, const char *name, int64_t rows, int64_t cols, sm_weight *w, float **bias, bool has_bias) {
+static smelt_status lin(ld *l, const char *name, int64_t rows, int64_t cols, sm_weight *w, float **bias,
+                        bool has_bias) {
   smelt_status st = sm_load_linear(l->m, l->ctx, name, 0, rows, cols, w, false);
   if (st) return st;
   if (bias) {
@@ -95,10 +97,22 @@ static smelt_status vec(ld *l, const char *name, int64_t n, float **out, bool op
 
 static float ld_el(const sm_tensor *t, size_t i) {
   switch (t->dtype) {
-  case SM_DT_F32: { float f; memcpy(&f, (const char *)t->data + 4 * i, 4); return f; }
-  case SM_DT_F16: { uint16_t h; memcpy(&h, (const char *)t->data + 2 * i, 2); return sm_f16_to_f32(h); }
-  case SM_DT_BF16: { uint16_t h; memcpy(&h, (const char *)t->data + 2 * i, 2); return sm_bf16_to_f32(h); }
-  default: return 0.f;
+    case SM_DT_F32: {
+      float f;
+      memcpy(&f, (const char *)t->data + 4 * i, 4);
+      return f;
+    }
+    case SM_DT_F16: {
+      uint16_t h;
+      memcpy(&h, (const char *)t->data + 2 * i, 2);
+      return sm_f16_to_f32(h);
+    }
+    case SM_DT_BF16: {
+      uint16_t h;
+      memcpy(&h, (const char *)t->data + 2 * i, 2);
+      return sm_bf16_to_f32(h);
+    }
+    default: return 0.f;
   }
 }
 
@@ -111,15 +125,16 @@ static smelt_status patch_conv(ld *l, const char *name, int out, int t, int p, b
   const sm_tensor *w = sm_load_take(l->m, l->ctx, n);
   if (!w) return sm_err(SMELT_ERR_FORMAT, "missing tensor %s", n);
   if (w->dtype != SM_DT_F32 && w->dtype != SM_DT_F16 && w->dtype != SM_DT_BF16)
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: dtype %s (a dense float conv weight is expected)", n, sm_dtype_name(w->dtype));
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: dtype %s (a dense float conv weight is expected)", n,
+                  sm_dtype_name(w->dtype));
   const int k = 3 * t * p * p, nd = t > 1 ? 5 : 4;
   const bool mlx = w->ndim == nd && w->shape[0] == out && w->shape[nd - 1] == 3 && w->shape[nd - 2] == p &&
                    w->shape[nd - 3] == p && (t == 1 || w->shape[1] == t);
   const bool torch = w->ndim == nd && w->shape[0] == out && w->shape[1] == 3 && w->shape[nd - 1] == p &&
                      w->shape[nd - 2] == p && (t == 1 || w->shape[2] == t);
   if (!mlx && !torch)
-    return sm_err(SMELT_ERR_FORMAT, "%s: shape does not match a %d-channel conv of %dx%d%s patches to %d features", n, 3,
-                  p, p, t > 1 ? " x2 frames" : "", out);
+    return sm_err(SMELT_ERR_FORMAT, "%s: shape does not match a %d-channel conv of %dx%d%s patches to %d features", n,
+                  3, p, p, t > 1 ? " x2 frames" : "", out);
   v->patch_k = k;
   sm_weight *pw = &v->patch_w;
   memset(pw, 0, sizeof *pw);
@@ -136,7 +151,7 @@ static smelt_status patch_conv(ld *l, const char *name, int out, int t, int p, b
           for (int y = 0; y < p; y++)
             for (int x = 0; x < p; x++)
               d[(size_t)o * k + (((size_t)tt * p + y) * p + x) * 3 + c] =
-                  ld_el(w, (size_t)o * k + (((size_t)c * t + tt) * p + y) * p + x);
+                ld_el(w, (size_t)o * k + (((size_t)c * t + tt) * p + y) * p + x);
     pw->dtype = SM_DT_F32;
     pw->data = d;
   }
@@ -160,50 +175,54 @@ static smelt_status block(ld *l, const char *p, sm_vit_layer *L) {
   smelt_status st;
 #define NM(fmt) (snprintf(n, sizeof n, "%.200s" fmt, p), n)
   switch (v->kind) {
-  case SM_VIT_QWEN25:
-  case SM_VIT_QWEN3:
-    if ((st = vec(l, NM("norm1.weight"), H, &L->n1w, false)) || (st = vec(l, NM("norm2.weight"), H, &L->n2w, false)))
-      return st;
-    if (v->layernorm &&
-        ((st = vec(l, NM("norm1.bias"), H, &L->n1b, false)) || (st = vec(l, NM("norm2.bias"), H, &L->n2b, false))))
-      return st;
-    if ((st = lin(l, NM("attn.qkv"), 3 * H, H, &L->qkv, &L->qb, true)) ||
-        (st = lin(l, NM("attn.proj"), H, H, &L->o, &L->ob, true)))
-      return st;
-    L->q = sm_weight_rows(&L->qkv, 0, H);
-    L->k = sm_weight_rows(&L->qkv, H, H);
-    L->v = sm_weight_rows(&L->qkv, 2 * H, H);
-    L->kb = L->qb + H;
-    L->vb = L->qb + 2 * H;
-    if (v->gated)
-      return (st = lin(l, NM("mlp.gate_proj"), I, H, &L->gate, &L->gateb, true)) ? st
-             : (st = lin(l, NM("mlp.up_proj"), I, H, &L->up, &L->upb, true))     ? st
-                                                                                   : lin(l, NM("mlp.down_proj"), H, I, &L->down, &L->downb, true);
-    if ((st = lin(l, NM("mlp.linear_fc1"), I, H, &L->fc1, &L->fc1b, true))) return st;
-    return lin(l, NM("mlp.linear_fc2"), H, I, &L->fc2, &L->fc2b, true);
-  case SM_VIT_SIGLIP:
-    if ((st = vec(l, NM("layer_norm1.weight"), H, &L->n1w, false)) || (st = vec(l, NM("layer_norm1.bias"), H, &L->n1b, false)) ||
-        (st = vec(l, NM("layer_norm2.weight"), H, &L->n2w, false)) || (st = vec(l, NM("layer_norm2.bias"), H, &L->n2b, false)))
-      return st;
-    if ((st = lin(l, NM("self_attn.q_proj"), H, H, &L->q, &L->qb, true)) ||
-        (st = lin(l, NM("self_attn.k_proj"), H, H, &L->k, &L->kb, true)) ||
-        (st = lin(l, NM("self_attn.v_proj"), H, H, &L->v, &L->vb, true)) ||
-        (st = lin(l, NM("self_attn.out_proj"), H, H, &L->o, &L->ob, true)))
-      return st;
-    if ((st = lin(l, NM("mlp.fc1"), I, H, &L->fc1, &L->fc1b, true))) return st;
-    return lin(l, NM("mlp.fc2"), H, I, &L->fc2, &L->fc2b, true);
-  case SM_VIT_PIXTRAL:
-    if ((st = vec(l, NM("attention_norm.weight"), H, &L->n1w, false)) || (st = vec(l, NM("ffn_norm.weight"), H, &L->n2w, false)))
-      return st;
-    if ((st = lin(l, NM("attention.q_proj"), H, H, &L->q, NULL, false)) ||
-        (st = lin(l, NM("attention.k_proj"), H, H, &L->k, NULL, false)) ||
-        (st = lin(l, NM("attention.v_proj"), H, H, &L->v, NULL, false)) ||
-        (st = lin(l, NM("attention.o_proj"), H, H, &L->o, NULL, false)))
-      return st;
-    if ((st = lin(l, NM("feed_forward.gate_proj"), I, H, &L->gate, NULL, false)) ||
-        (st = lin(l, NM("feed_forward.up_proj"), I, H, &L->up, NULL, false)))
-      return st;
-    return lin(l, NM("feed_forward.down_proj"), H, I, &L->down, NULL, false);
+    case SM_VIT_QWEN25:
+    case SM_VIT_QWEN3:
+      if ((st = vec(l, NM("norm1.weight"), H, &L->n1w, false)) || (st = vec(l, NM("norm2.weight"), H, &L->n2w, false)))
+        return st;
+      if (v->layernorm &&
+          ((st = vec(l, NM("norm1.bias"), H, &L->n1b, false)) || (st = vec(l, NM("norm2.bias"), H, &L->n2b, false))))
+        return st;
+      if ((st = lin(l, NM("attn.qkv"), 3 * H, H, &L->qkv, &L->qb, true)) ||
+          (st = lin(l, NM("attn.proj"), H, H, &L->o, &L->ob, true)))
+        return st;
+      L->q = sm_weight_rows(&L->qkv, 0, H);
+      L->k = sm_weight_rows(&L->qkv, H, H);
+      L->v = sm_weight_rows(&L->qkv, 2 * H, H);
+      L->kb = L->qb + H;
+      L->vb = L->qb + 2 * H;
+      if (v->gated)
+        return (st = lin(l, NM("mlp.gate_proj"), I, H, &L->gate, &L->gateb, true)) ? st
+             : (st = lin(l, NM("mlp.up_proj"), I, H, &L->up, &L->upb, true))
+               ? st
+               : lin(l, NM("mlp.down_proj"), H, I, &L->down, &L->downb, true);
+      if ((st = lin(l, NM("mlp.linear_fc1"), I, H, &L->fc1, &L->fc1b, true))) return st;
+      return lin(l, NM("mlp.linear_fc2"), H, I, &L->fc2, &L->fc2b, true);
+    case SM_VIT_SIGLIP:
+      if ((st = vec(l, NM("layer_norm1.weight"), H, &L->n1w, false)) ||
+          (st = vec(l, NM("layer_norm1.bias"), H, &L->n1b, false)) ||
+          (st = vec(l, NM("layer_norm2.weight"), H, &L->n2w, false)) ||
+          (st = vec(l, NM("layer_norm2.bias"), H, &L->n2b, false)))
+        return st;
+      if ((st = lin(l, NM("self_attn.q_proj"), H, H, &L->q, &L->qb, true)) ||
+          (st = lin(l, NM("self_attn.k_proj"), H, H, &L->k, &L->kb, true)) ||
+          (st = lin(l, NM("self_attn.v_proj"), H, H, &L->v, &L->vb, true)) ||
+          (st = lin(l, NM("self_attn.out_proj"), H, H, &L->o, &L->ob, true)))
+        return st;
+      if ((st = lin(l, NM("mlp.fc1"), I, H, &L->fc1, &L->fc1b, true))) return st;
+      return lin(l, NM("mlp.fc2"), H, I, &L->fc2, &L->fc2b, true);
+    case SM_VIT_PIXTRAL:
+      if ((st = vec(l, NM("attention_norm.weight"), H, &L->n1w, false)) ||
+          (st = vec(l, NM("ffn_norm.weight"), H, &L->n2w, false)))
+        return st;
+      if ((st = lin(l, NM("attention.q_proj"), H, H, &L->q, NULL, false)) ||
+          (st = lin(l, NM("attention.k_proj"), H, H, &L->k, NULL, false)) ||
+          (st = lin(l, NM("attention.v_proj"), H, H, &L->v, NULL, false)) ||
+          (st = lin(l, NM("attention.o_proj"), H, H, &L->o, NULL, false)))
+        return st;
+      if ((st = lin(l, NM("feed_forward.gate_proj"), I, H, &L->gate, NULL, false)) ||
+          (st = lin(l, NM("feed_forward.up_proj"), I, H, &L->up, NULL, false)))
+        return st;
+      return lin(l, NM("feed_forward.down_proj"), H, I, &L->down, NULL, false);
   }
 #undef NM
   return SMELT_OK;
@@ -246,7 +265,11 @@ static smelt_status rope_tables(sm_vision *v, double theta) {
   }
   v->rope_inv = v->be->alloc(v->be, sizeof(float) * half);
   v->rope_axis = v->be->alloc(v->be, sizeof(int32_t) * half);
-  if (!v->rope_inv || !v->rope_axis) { free(inv); free(ax); return sm_err(SMELT_ERR_OOM, "vision RoPE table"); }
+  if (!v->rope_inv || !v->rope_axis) {
+    free(inv);
+    free(ax);
+    return sm_err(SMELT_ERR_OOM, "vision RoPE table");
+  }
   sm_vit_own(v, v->rope_inv);
   sm_vit_own(v, v->rope_axis);
   v->be->upload(v->be, v->rope_inv, inv, sizeof(float) * half);
@@ -259,14 +282,17 @@ static smelt_status rope_tables(sm_vision *v, double theta) {
 /* the image processor: the family's defaults, then preprocessor_config.json / processor_config.json */
 static smelt_status load_proc(sm_vision *v, sm_imgproc_kind kind) {
   sm_imgproc_defaults(kind, &v->proc);
-  cJSON *js[2] = { NULL, NULL };
-  const char *files[2] = { "preprocessor_config.json", "processor_config.json" };
+  cJSON *js[2] = {NULL, NULL};
+  const char *files[2] = {"preprocessor_config.json", "processor_config.json"};
   smelt_status st = SMELT_OK;
   for (int i = 0; i < 2 && !st; i++) {
     char *path = sm_path_join(v->m->dir, files[i]), *txt = NULL;
     size_t len = 0;
     if (sm_file_exists(path)) {
-      if ((st = sm_read_file_max(path, SM_FILE_MAX_JSON, &txt, &len))) { free(path); break; }
+      if ((st = sm_read_file_max(path, SM_FILE_MAX_JSON, &txt, &len))) {
+        free(path);
+        break;
+      }
       js[i] = cJSON_ParseWithLength(txt, len);
       free(txt);
       if (!js[i]) st = sm_err(SMELT_ERR_FORMAT, "%s: not valid JSON", path);
@@ -290,13 +316,15 @@ static smelt_status load_proc(sm_vision *v, sm_imgproc_kind kind) {
   cJSON_Delete(js[1]);
   if (st) return st;
   /* what the tower needs of the processor */
-  if (kind == SM_IMGPROC_QWEN && (v->proc.patch != v->patch || v->proc.merge != v->merge || v->proc.temporal != v->temporal))
-    return sm_err(SMELT_ERR_FORMAT, "%s: the image processor's patch %d / merge %d / temporal %d differ from the vision "
-                  "tower's %d / %d / %d", v->m->dir, v->proc.patch, v->proc.merge, v->proc.temporal, v->patch, v->merge,
-                  v->temporal);
+  if (kind == SM_IMGPROC_QWEN &&
+      (v->proc.patch != v->patch || v->proc.merge != v->merge || v->proc.temporal != v->temporal))
+    return sm_err(SMELT_ERR_FORMAT,
+                  "%s: the image processor's patch %d / merge %d / temporal %d differ from the vision "
+                  "tower's %d / %d / %d",
+                  v->m->dir, v->proc.patch, v->proc.merge, v->proc.temporal, v->patch, v->merge, v->temporal);
   if (kind == SM_IMGPROC_FIXED && (v->proc.height != v->side * v->patch || v->proc.width != v->side * v->patch))
-    return sm_err(SMELT_ERR_FORMAT, "%s: the image processor's size %dx%d differs from the vision tower's %d", v->m->dir,
-                  v->proc.width, v->proc.height, v->side * v->patch);
+    return sm_err(SMELT_ERR_FORMAT, "%s: the image processor's size %dx%d differs from the vision tower's %d",
+                  v->m->dir, v->proc.width, v->proc.height, v->side * v->patch);
   if (kind == SM_IMGPROC_PIXTRAL) {
     /* Mistral 3 resizes to multiples of patch * spatial_merge_size */
     if (v->proc.patch != v->patch && v->proc.patch != v->patch * v->merge)
@@ -311,13 +339,16 @@ static smelt_status load_proc(sm_vision *v, sm_imgproc_kind kind) {
 static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
   smelt_model *m = v->m;
   const cJSON *root = m->cfg.json, *vcj = cJSON_GetObjectItemCaseSensitive(root, "vision_config");
-  cfg vc = { vcj, "vision_config" }, top = { root, "config.json" };
-  ld l = { v, m, ctx };
+  cfg vc = {vcj, "vision_config"}, top = {root, "config.json"};
+  ld l = {v, m, ctx};
   smelt_status st;
   char n[320];
   const char *vt = m->cfg.vlm_type;
-  v->kind = !strcmp(vt, "qwen2_5_vl") ? SM_VIT_QWEN25 : !strcmp(vt, "qwen3_vl") ? SM_VIT_QWEN3
-          : !strcmp(vt, "gemma3") ? SM_VIT_SIGLIP : !strcmp(vt, "mistral3") ? SM_VIT_PIXTRAL : 0;
+  v->kind = !strcmp(vt, "qwen2_5_vl") ? SM_VIT_QWEN25
+          : !strcmp(vt, "qwen3_vl")   ? SM_VIT_QWEN3
+          : !strcmp(vt, "gemma3")     ? SM_VIT_SIGLIP
+          : !strcmp(vt, "mistral3")   ? SM_VIT_PIXTRAL
+                                      : 0;
   if (!v->kind) return sm_err(SMELT_ERR_UNSUPPORTED, "image input is not supported for %s checkpoints", vt);
   if (!cJSON_IsObject(vcj)) return sm_err(SMELT_ERR_FORMAT, "%s: config.json has no \"vision_config\" object", m->dir);
   const bool qwen = v->kind == SM_VIT_QWEN25 || v->kind == SM_VIT_QWEN3;
@@ -331,19 +362,24 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
     return sm_err(st, "%s: %s", m->dir, sm_errmsg());
   if (qwen && in_ch == 3 && (st = get_int(vc, "in_channels", 1, 16, 3, &in_ch))) return st;
   if (!v->layers || !v->hidden || !v->heads || !v->inter)
-    return sm_err(SMELT_ERR_FORMAT, "%s: vision_config needs depth/num_hidden_layers, hidden_size, heads and "
-                  "intermediate_size", m->dir);
+    return sm_err(SMELT_ERR_FORMAT,
+                  "%s: vision_config needs depth/num_hidden_layers, hidden_size, heads and "
+                  "intermediate_size",
+                  m->dir);
   if (in_ch != 3) return sm_err(SMELT_ERR_UNSUPPORTED, "%s: vision input of %d channels (3 expected)", m->dir, in_ch);
-  if (v->hidden % v->heads) return sm_err(SMELT_ERR_FORMAT, "%s: vision hidden_size %d is not a multiple of heads %d", m->dir, v->hidden, v->heads);
+  if (v->hidden % v->heads)
+    return sm_err(SMELT_ERR_FORMAT, "%s: vision hidden_size %d is not a multiple of heads %d", m->dir, v->hidden,
+                  v->heads);
   v->head_dim = v->hidden / v->heads;
   if (v->kind == SM_VIT_PIXTRAL && (st = get_int(vc, "head_dim", 1, 1024, v->head_dim, &v->head_dim))) return st;
   if (v->head_dim * v->heads != v->hidden || v->head_dim % 4)
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: vision head_dim %d (a multiple of 4 with heads * head_dim = hidden)", m->dir,
-                  v->head_dim);
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: vision head_dim %d (a multiple of 4 with heads * head_dim = hidden)",
+                  m->dir, v->head_dim);
   v->out_dim = m->cfg.hidden_size;
   v->temporal = 1;
   v->merge = 1;
-  const char *act = get_str(vc, "hidden_act", v->kind == SM_VIT_SIGLIP || v->kind == SM_VIT_QWEN3 ? "gelu_pytorch_tanh" : "silu");
+  const char *act = get_str(vc, "hidden_act",
+                            v->kind == SM_VIT_SIGLIP || v->kind == SM_VIT_QWEN3 ? "gelu_pytorch_tanh" : "silu");
   v->gated = v->kind == SM_VIT_QWEN25 || v->kind == SM_VIT_PIXTRAL;
   if (v->gated ? strcmp(act, "silu") : strcmp(act, "gelu_pytorch_tanh") && strcmp(act, "gelu_tanh"))
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: vision hidden_act \"%s\" is not supported for %s (%s)", m->dir, act, vt,
@@ -353,138 +389,151 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
   sm_imgproc_kind pk = SM_IMGPROC_QWEN;
   const char *pfx = "vision_tower.";
   switch (v->kind) {
-  case SM_VIT_QWEN25:
-  case SM_VIT_QWEN3: {
-    int out;
-    if ((st = get_int(vc, "spatial_merge_size", 1, 8, 2, &v->merge)) ||
-        (st = get_int(vc, "temporal_patch_size", 1, 8, 2, &v->temporal)) ||
-        (st = get_int(vc, "out_hidden_size", 1, 1 << 16, m->cfg.hidden_size, &out)))
-      return st;
-    if (out != m->cfg.hidden_size)
-      return sm_err(SMELT_ERR_FORMAT, "%s: vision out_hidden_size %d differs from the text hidden_size %d", m->dir, out,
-                    m->cfg.hidden_size);
-    v->layernorm = v->kind == SM_VIT_QWEN3;
-    v->eps = 1e-6f;
-    if ((st = patch_conv(&l, "vision_tower.patch_embed.proj", v->hidden, v->temporal, v->patch, &has_bias))) return st;
-    if (v->kind == SM_VIT_QWEN25) {
-      int *full, nf;
-      if ((st = get_int(vc, "window_size", 1, 1 << 16, 112, &v->window))) return st;
-      if ((st = get_list(vc, "fullatt_block_indexes", v->layers, &full, &nf))) return st;
-      v->full_layer = sm_xcalloc((size_t)v->layers, sizeof(bool));
-      for (int i = 0; i < nf; i++) v->full_layer[full[i]] = true;
-      free(full);
-      if (v->window % (v->patch * v->merge))
-        return sm_err(SMELT_ERR_UNSUPPORTED, "%s: window_size %d is not a multiple of patch * merge", m->dir, v->window);
-    } else {
-      int npos;
-      if ((st = get_int(vc, "num_position_embeddings", 1, 1 << 20, 2304, &npos))) return st;
-      v->pos_side = (int)lround(sqrt((double)npos));
-      if (v->pos_side * v->pos_side != npos)
-        return sm_err(SMELT_ERR_FORMAT, "%s: num_position_embeddings %d is not a square", m->dir, npos);
-      sm_weight pe;
-      if ((st = sm_load_linear(m, ctx, "vision_tower.pos_embed", 0, npos, v->hidden, &pe, false))) return st;
-      v->pos_host = host_own(v, dense_rows(&pe));
-      if ((st = get_list(vc, "deepstack_visual_indexes", v->layers, &v->deep_layer, &v->n_deep))) return st;
+    case SM_VIT_QWEN25:
+    case SM_VIT_QWEN3: {
+      int out;
+      if ((st = get_int(vc, "spatial_merge_size", 1, 8, 2, &v->merge)) ||
+          (st = get_int(vc, "temporal_patch_size", 1, 8, 2, &v->temporal)) ||
+          (st = get_int(vc, "out_hidden_size", 1, 1 << 16, m->cfg.hidden_size, &out)))
+        return st;
+      if (out != m->cfg.hidden_size)
+        return sm_err(SMELT_ERR_FORMAT, "%s: vision out_hidden_size %d differs from the text hidden_size %d", m->dir,
+                      out, m->cfg.hidden_size);
+      v->layernorm = v->kind == SM_VIT_QWEN3;
+      v->eps = 1e-6f;
+      if ((st = patch_conv(&l, "vision_tower.patch_embed.proj", v->hidden, v->temporal, v->patch, &has_bias)))
+        return st;
+      if (v->kind == SM_VIT_QWEN25) {
+        int *full, nf;
+        if ((st = get_int(vc, "window_size", 1, 1 << 16, 112, &v->window))) return st;
+        if ((st = get_list(vc, "fullatt_block_indexes", v->layers, &full, &nf))) return st;
+        v->full_layer = sm_xcalloc((size_t)v->layers, sizeof(bool));
+        for (int i = 0; i < nf; i++) v->full_layer[full[i]] = true;
+        free(full);
+        if (v->window % (v->patch * v->merge))
+          return sm_err(SMELT_ERR_UNSUPPORTED, "%s: window_size %d is not a multiple of patch * merge", m->dir,
+                        v->window);
+      } else {
+        int npos;
+        if ((st = get_int(vc, "num_position_embeddings", 1, 1 << 20, 2304, &npos))) return st;
+        v->pos_side = (int)lround(sqrt((double)npos));
+        if (v->pos_side * v->pos_side != npos)
+          return sm_err(SMELT_ERR_FORMAT, "%s: num_position_embeddings %d is not a square", m->dir, npos);
+        sm_weight pe;
+        if ((st = sm_load_linear(m, ctx, "vision_tower.pos_embed", 0, npos, v->hidden, &pe, false))) return st;
+        v->pos_host = host_own(v, dense_rows(&pe));
+        if ((st = get_list(vc, "deepstack_visual_indexes", v->layers, &v->deep_layer, &v->n_deep))) return st;
+      }
+      if ((st = get_num(vc, "rope_theta", 10000.0, &d))) return st;
+      if ((st = rope_tables(v, d))) return st;
+      pfx = "vision_tower.blocks.";
+      if ((st = get_int(top, "image_token_id", 0, m->cfg.vocab_size - 1, 151655, &v->image_token)) ||
+          (st = get_int(top, "vision_start_token_id", 0, m->cfg.vocab_size - 1, 151652, &v->vision_start)) ||
+          (st = get_int(top, "vision_end_token_id", 0, m->cfg.vocab_size - 1, 151653, &v->vision_end)))
+        return st;
+      break;
     }
-    if ((st = get_num(vc, "rope_theta", 10000.0, &d))) return st;
-    if ((st = rope_tables(v, d))) return st;
-    pfx = "vision_tower.blocks.";
-    if ((st = get_int(top, "image_token_id", 0, m->cfg.vocab_size - 1, 151655, &v->image_token)) ||
-        (st = get_int(top, "vision_start_token_id", 0, m->cfg.vocab_size - 1, 151652, &v->vision_start)) ||
-        (st = get_int(top, "vision_end_token_id", 0, m->cfg.vocab_size - 1, 151653, &v->vision_end)))
-      return st;
-    break;
-  }
-  case SM_VIT_SIGLIP: {
-    int image_size, mm_tokens;
-    if ((st = get_int(vc, "image_size", 1, 1 << 14, 224, &image_size))) return st;
-    if ((st = get_num(vc, "layer_norm_eps", 1e-6, &d))) return st;
-    v->eps = (float)d;
-    v->layernorm = true;
-    v->side = image_size / v->patch;
-    if (v->side * v->patch != image_size) return sm_err(SMELT_ERR_FORMAT, "%s: image_size is not a multiple of patch_size", m->dir);
-    cfg tc = { m->cfg.text, "text_config" };
-    if ((st = get_int(top, "mm_tokens_per_image", 1, 1 << 20, 256, &mm_tokens)) ||
-        (st = get_int(tc, "mm_tokens_per_image", 1, 1 << 20, mm_tokens, &mm_tokens)))
-      return st;
-    v->mm_side = (int)lround(sqrt((double)mm_tokens));
-    if (v->mm_side * v->mm_side != mm_tokens || v->side % v->mm_side)
-      return sm_err(SMELT_ERR_FORMAT, "%s: mm_tokens_per_image %d does not pool the %dx%d patch grid", m->dir, mm_tokens,
-                    v->side, v->side);
-    if ((st = patch_conv(&l, "vision_tower.vision_model.embeddings.patch_embedding", v->hidden, 1, v->patch, &has_bias)))
-      return st;
-    sm_weight pe;
-    const int npos = v->side * v->side;
-    if ((st = sm_load_linear(m, ctx, "vision_tower.vision_model.embeddings.position_embedding", 0, npos, v->hidden, &pe, false)))
-      return st;
-    float *ph = dense_rows(&pe);
-    v->pos_embed = v->be->alloc(v->be, sizeof(float) * (size_t)npos * v->hidden);
-    if (!v->pos_embed) { free(ph); return sm_err(SMELT_ERR_OOM, "vision position embeddings"); }
-    sm_vit_own(v, v->pos_embed);
-    v->be->upload(v->be, v->pos_embed, ph, sizeof(float) * (size_t)npos * v->hidden);
-    free(ph);
-    if ((st = vec(&l, "vision_tower.vision_model.post_layernorm.weight", v->hidden, &v->post_w, false)) ||
-        (st = vec(&l, "vision_tower.vision_model.post_layernorm.bias", v->hidden, &v->post_b, false)) ||
-        (st = vec(&l, "multi_modal_projector.mm_soft_emb_norm.weight", v->hidden, &v->mm_norm, false)))
-      return st;
-    /* mm_input_projection_weight is [vision hidden][text hidden] (an einsum, not a Linear) */
-    const sm_tensor *pw = sm_load_take(m, ctx, "multi_modal_projector.mm_input_projection_weight");
-    if (!pw || pw->ndim != 2 || pw->shape[0] != v->hidden || pw->shape[1] != v->out_dim ||
-        (pw->dtype != SM_DT_F32 && pw->dtype != SM_DT_F16 && pw->dtype != SM_DT_BF16))
-      return sm_err(SMELT_ERR_FORMAT, "multi_modal_projector.mm_input_projection_weight: a float [%d, %d] tensor expected",
-                    v->hidden, v->out_dim);
-    float *t = host_own(v, sm_xmalloc(sizeof(float) * (size_t)v->hidden * v->out_dim));
-    for (int r = 0; r < v->out_dim; r++)
-      for (int c = 0; c < v->hidden; c++) t[(size_t)r * v->hidden + c] = ld_el(pw, (size_t)c * v->out_dim + r);
-    v->mm_proj = (sm_weight){ .rows = v->out_dim, .cols = v->hidden, .dtype = SM_DT_F32, .data = t };
-    v->weight_bytes += pw->nbytes;
-    pfx = "vision_tower.vision_model.encoder.layers.";
-    pk = SM_IMGPROC_FIXED;
-    if ((st = get_int(top, "image_token_index", 0, m->cfg.vocab_size - 1, 262144, &v->image_token)) ||
-        (st = get_int(top, "boi_token_index", 0, m->cfg.vocab_size - 1, 255999, &v->boi)) ||
-        (st = get_int(top, "eoi_token_index", 0, m->cfg.vocab_size - 1, 256000, &v->eoi)))
-      return st;
-    break;
-  }
-  case SM_VIT_PIXTRAL: {
-    int fl, image_size;
-    if ((st = get_int(top, "spatial_merge_size", 1, 8, 2, &v->merge)) ||
-        (st = get_int(vc, "image_size", 1, 1 << 16, 1024, &image_size)) ||
-        (st = get_int(top, "vision_feature_layer", -1 - v->layers, v->layers, -1, &fl)))
-      return st;
-    v->side = image_size / v->patch; /* max patches per side: the position ids' row stride */
-    v->feature_layer = fl < 0 ? v->layers + 1 + fl : fl;
-    v->eps = 1e-5f;
-    if ((st = get_num(vc, "rope_theta", 10000.0, &d))) return st;
-    if ((st = rope_tables(v, d))) return st;
-    if ((st = patch_conv(&l, "vision_tower.vision_model.patch_conv", v->hidden, 1, v->patch, &has_bias))) return st;
-    if ((st = vec(&l, "vision_tower.vision_model.ln_pre.weight", v->hidden, &v->ln_pre, false))) return st;
-    v->proj_eps = m->cfg.rms_norm_eps;
-    const char *pact = get_str(top, "projector_hidden_act", "gelu");
-    if (strcmp(pact, "gelu")) return sm_err(SMELT_ERR_UNSUPPORTED, "%s: projector_hidden_act \"%s\" (gelu expected)", m->dir, pact);
-    const cJSON *pb = cJSON_GetObjectItemCaseSensitive(root, "multimodal_projector_bias");
-    const bool bias = cJSON_IsTrue(pb);
-    const int H = v->hidden, T = v->out_dim;
-    if ((st = vec(&l, "multi_modal_projector.norm.weight", H, &v->proj_norm, false))) return st;
-    sm_weight mw;
-    if ((st = sm_load_linear(m, ctx, "multi_modal_projector.patch_merger.merging_layer", 0, H, 4 * H, &mw, false))) return st;
-    /* columns c*4 + k (unfold's order) -> k*H + c, so that the input is 4 gathered rows */
-    float *dm = dense_rows(&mw), *pm = host_own(v, sm_xmalloc(sizeof(float) * (size_t)H * 4 * H));
-    for (int r = 0; r < H; r++)
-      for (int c = 0; c < H; c++)
-        for (int k = 0; k < 4; k++) pm[(size_t)r * 4 * H + (size_t)k * H + c] = dm[(size_t)r * 4 * H + (size_t)c * 4 + k];
-    free(dm);
-    v->merge_w = (sm_weight){ .rows = H, .cols = 4 * H, .dtype = SM_DT_F32, .data = pm };
-    if ((st = lin(&l, "multi_modal_projector.linear_1", T, H, &v->lin1, &v->lin1b, bias)) ||
-        (st = lin(&l, "multi_modal_projector.linear_2", T, T, &v->lin2, &v->lin2b, bias)))
-      return st;
-    pfx = "vision_tower.vision_model.transformer.layers.";
-    pk = SM_IMGPROC_PIXTRAL;
-    if ((st = get_int(top, "image_token_index", 0, m->cfg.vocab_size - 1, 10, &v->image_token))) return st;
-    v->img_break = v->img_end = -1; /* from the tokenizer (sm_vision_set_tokenizer) */
-    if (v->merge != 2) return sm_err(SMELT_ERR_UNSUPPORTED, "%s: spatial_merge_size %d (2 is supported)", m->dir, v->merge);
-    break;
-  }
+    case SM_VIT_SIGLIP: {
+      int image_size, mm_tokens;
+      if ((st = get_int(vc, "image_size", 1, 1 << 14, 224, &image_size))) return st;
+      if ((st = get_num(vc, "layer_norm_eps", 1e-6, &d))) return st;
+      v->eps = (float)d;
+      v->layernorm = true;
+      v->side = image_size / v->patch;
+      if (v->side * v->patch != image_size)
+        return sm_err(SMELT_ERR_FORMAT, "%s: image_size is not a multiple of patch_size", m->dir);
+      cfg tc = {m->cfg.text, "text_config"};
+      if ((st = get_int(top, "mm_tokens_per_image", 1, 1 << 20, 256, &mm_tokens)) ||
+          (st = get_int(tc, "mm_tokens_per_image", 1, 1 << 20, mm_tokens, &mm_tokens)))
+        return st;
+      v->mm_side = (int)lround(sqrt((double)mm_tokens));
+      if (v->mm_side * v->mm_side != mm_tokens || v->side % v->mm_side)
+        return sm_err(SMELT_ERR_FORMAT, "%s: mm_tokens_per_image %d does not pool the %dx%d patch grid", m->dir,
+                      mm_tokens, v->side, v->side);
+      if ((st = patch_conv(&l, "vision_tower.vision_model.embeddings.patch_embedding", v->hidden, 1, v->patch,
+                           &has_bias)))
+        return st;
+      sm_weight pe;
+      const int npos = v->side * v->side;
+      if ((st = sm_load_linear(m, ctx, "vision_tower.vision_model.embeddings.position_embedding", 0, npos, v->hidden,
+                               &pe, false)))
+        return st;
+      float *ph = dense_rows(&pe);
+      v->pos_embed = v->be->alloc(v->be, sizeof(float) * (size_t)npos * v->hidden);
+      if (!v->pos_embed) {
+        free(ph);
+        return sm_err(SMELT_ERR_OOM, "vision position embeddings");
+      }
+      sm_vit_own(v, v->pos_embed);
+      v->be->upload(v->be, v->pos_embed, ph, sizeof(float) * (size_t)npos * v->hidden);
+      free(ph);
+      if ((st = vec(&l, "vision_tower.vision_model.post_layernorm.weight", v->hidden, &v->post_w, false)) ||
+          (st = vec(&l, "vision_tower.vision_model.post_layernorm.bias", v->hidden, &v->post_b, false)) ||
+          (st = vec(&l, "multi_modal_projector.mm_soft_emb_norm.weight", v->hidden, &v->mm_norm, false)))
+        return st;
+      /* mm_input_projection_weight is [vision hidden][text hidden] (an einsum, not a Linear) */
+      const sm_tensor *pw = sm_load_take(m, ctx, "multi_modal_projector.mm_input_projection_weight");
+      if (!pw || pw->ndim != 2 || pw->shape[0] != v->hidden || pw->shape[1] != v->out_dim ||
+          (pw->dtype != SM_DT_F32 && pw->dtype != SM_DT_F16 && pw->dtype != SM_DT_BF16))
+        return sm_err(SMELT_ERR_FORMAT,
+                      "multi_modal_projector.mm_input_projection_weight: a float [%d, %d] tensor expected", v->hidden,
+                      v->out_dim);
+      float *t = host_own(v, sm_xmalloc(sizeof(float) * (size_t)v->hidden * v->out_dim));
+      for (int r = 0; r < v->out_dim; r++)
+        for (int c = 0; c < v->hidden; c++) t[(size_t)r * v->hidden + c] = ld_el(pw, (size_t)c * v->out_dim + r);
+      v->mm_proj = (sm_weight){.rows = v->out_dim, .cols = v->hidden, .dtype = SM_DT_F32, .data = t};
+      v->weight_bytes += pw->nbytes;
+      pfx = "vision_tower.vision_model.encoder.layers.";
+      pk = SM_IMGPROC_FIXED;
+      if ((st = get_int(top, "image_token_index", 0, m->cfg.vocab_size - 1, 262144, &v->image_token)) ||
+          (st = get_int(top, "boi_token_index", 0, m->cfg.vocab_size - 1, 255999, &v->boi)) ||
+          (st = get_int(top, "eoi_token_index", 0, m->cfg.vocab_size - 1, 256000, &v->eoi)))
+        return st;
+      break;
+    }
+    case SM_VIT_PIXTRAL: {
+      int fl, image_size;
+      if ((st = get_int(top, "spatial_merge_size", 1, 8, 2, &v->merge)) ||
+          (st = get_int(vc, "image_size", 1, 1 << 16, 1024, &image_size)) ||
+          (st = get_int(top, "vision_feature_layer", -1 - v->layers, v->layers, -1, &fl)))
+        return st;
+      v->side = image_size / v->patch; /* max patches per side: the position ids' row stride */
+      v->feature_layer = fl < 0 ? v->layers + 1 + fl : fl;
+      v->eps = 1e-5f;
+      if ((st = get_num(vc, "rope_theta", 10000.0, &d))) return st;
+      if ((st = rope_tables(v, d))) return st;
+      if ((st = patch_conv(&l, "vision_tower.vision_model.patch_conv", v->hidden, 1, v->patch, &has_bias))) return st;
+      if ((st = vec(&l, "vision_tower.vision_model.ln_pre.weight", v->hidden, &v->ln_pre, false))) return st;
+      v->proj_eps = m->cfg.rms_norm_eps;
+      const char *pact = get_str(top, "projector_hidden_act", "gelu");
+      if (strcmp(pact, "gelu"))
+        return sm_err(SMELT_ERR_UNSUPPORTED, "%s: projector_hidden_act \"%s\" (gelu expected)", m->dir, pact);
+      const cJSON *pb = cJSON_GetObjectItemCaseSensitive(root, "multimodal_projector_bias");
+      const bool bias = cJSON_IsTrue(pb);
+      const int H = v->hidden, T = v->out_dim;
+      if ((st = vec(&l, "multi_modal_projector.norm.weight", H, &v->proj_norm, false))) return st;
+      sm_weight mw;
+      if ((st = sm_load_linear(m, ctx, "multi_modal_projector.patch_merger.merging_layer", 0, H, 4 * H, &mw, false)))
+        return st;
+      /* columns c*4 + k (unfold's order) -> k*H + c, so that the input is 4 gathered rows */
+      float *dm = dense_rows(&mw), *pm = host_own(v, sm_xmalloc(sizeof(float) * (size_t)H * 4 * H));
+      for (int r = 0; r < H; r++)
+        for (int c = 0; c < H; c++)
+          for (int k = 0; k < 4; k++)
+            pm[(size_t)r * 4 * H + (size_t)k * H + c] = dm[(size_t)r * 4 * H + (size_t)c * 4 + k];
+      free(dm);
+      v->merge_w = (sm_weight){.rows = H, .cols = 4 * H, .dtype = SM_DT_F32, .data = pm};
+      if ((st = lin(&l, "multi_modal_projector.linear_1", T, H, &v->lin1, &v->lin1b, bias)) ||
+          (st = lin(&l, "multi_modal_projector.linear_2", T, T, &v->lin2, &v->lin2b, bias)))
+        return st;
+      pfx = "vision_tower.vision_model.transformer.layers.";
+      pk = SM_IMGPROC_PIXTRAL;
+      if ((st = get_int(top, "image_token_index", 0, m->cfg.vocab_size - 1, 10, &v->image_token))) return st;
+      v->img_break = v->img_end = -1; /* from the tokenizer (sm_vision_set_tokenizer) */
+      if (v->merge != 2)
+        return sm_err(SMELT_ERR_UNSUPPORTED, "%s: spatial_merge_size %d (2 is supported)", m->dir, v->merge);
+      break;
+    }
   }
   if (v->kind != SM_VIT_SIGLIP && has_bias != (v->kind == SM_VIT_QWEN3))
     return sm_err(SMELT_ERR_FORMAT, "%s: the patch embedding %s a bias", m->dir, has_bias ? "has" : "lacks");
@@ -502,15 +551,15 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
     }
   }
   if ((st = load_proc(v, pk))) return st;
-  snprintf(v->desc, sizeof v->desc, "%s vision tower: %d blocks, %d wide, %d heads, patch %d%s", vt, v->layers, v->hidden,
-           v->heads, v->patch, v->kind == SM_VIT_PIXTRAL || v->merge > 1 ? ", 2x2 merge" : "");
+  snprintf(v->desc, sizeof v->desc, "%s vision tower: %d blocks, %d wide, %d heads, patch %d%s", vt, v->layers,
+           v->hidden, v->heads, v->patch, v->kind == SM_VIT_PIXTRAL || v->merge > 1 ? ", 2x2 merge" : "");
   return SMELT_OK;
 }
 
 static sm_weight **all_weights(sm_vision *v, int *n) {
-  static const size_t lw[] = { offsetof(sm_vit_layer, q), offsetof(sm_vit_layer, k), offsetof(sm_vit_layer, v),
-                               offsetof(sm_vit_layer, o), offsetof(sm_vit_layer, fc1), offsetof(sm_vit_layer, fc2),
-                               offsetof(sm_vit_layer, gate), offsetof(sm_vit_layer, up), offsetof(sm_vit_layer, down) };
+  static const size_t lw[] = {offsetof(sm_vit_layer, q),    offsetof(sm_vit_layer, k),   offsetof(sm_vit_layer, v),
+                              offsetof(sm_vit_layer, o),    offsetof(sm_vit_layer, fc1), offsetof(sm_vit_layer, fc2),
+                              offsetof(sm_vit_layer, gate), offsetof(sm_vit_layer, up),  offsetof(sm_vit_layer, down)};
   sm_weight **p = sm_xmalloc(sizeof(sm_weight *) * ((size_t)v->layers * 9 + 8 + 2 * (size_t)v->n_deep));
   int k = 0;
   for (int i = 0; v->L && i < v->layers; i++)
@@ -563,8 +612,10 @@ void sm_vision_free(sm_vision *v) {
   for (int i = 0; i < nw; i++)
     if (ws[i]->dev) be->release_weight(be, ws[i]);
   free(ws);
-  for (size_t i = 0; i < SM_ARRAY_LEN(v->buf); i++) if (v->buf[i]) be->free(be, v->buf[i]);
-  for (size_t i = 0; i < SM_ARRAY_LEN(v->ibuf); i++) if (v->ibuf[i]) be->free(be, v->ibuf[i]);
+  for (size_t i = 0; i < SM_ARRAY_LEN(v->buf); i++)
+    if (v->buf[i]) be->free(be, v->buf[i]);
+  for (size_t i = 0; i < SM_ARRAY_LEN(v->ibuf); i++)
+    if (v->ibuf[i]) be->free(be, v->ibuf[i]);
   for (int i = 0; i < v->n_owned; i++) be->free(be, v->owned[i]);
   for (int i = 0; i < v->n_host_owned; i++) free(v->host_owned[i]);
   free(v->owned);

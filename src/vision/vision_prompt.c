@@ -13,20 +13,20 @@ static const char *tok_str(const smelt_tokenizer *t, int32_t id) { return t ? sm
 /* the text of the family's image token in a rendered prompt (what HF's processor looks for) */
 static const char *image_text(const sm_vision *v, const smelt_tokenizer *t) {
   switch (v->kind) {
-  case SM_VIT_QWEN25:
-  case SM_VIT_QWEN3:
-  case SM_VIT_PIXTRAL: return tok_str(t, v->image_token);
-  case SM_VIT_SIGLIP: return tok_str(t, v->boi);
+    case SM_VIT_QWEN25:
+    case SM_VIT_QWEN3:
+    case SM_VIT_PIXTRAL: return tok_str(t, v->image_token);
+    case SM_VIT_SIGLIP: return tok_str(t, v->boi);
   }
   return NULL;
 }
 
 const char *sm_vision_marker(const sm_vision *v) {
   switch (v->kind) {
-  case SM_VIT_QWEN25:
-  case SM_VIT_QWEN3: return "<|vision_start|><|image_pad|><|vision_end|>";
-  case SM_VIT_SIGLIP: return "<start_of_image>";
-  case SM_VIT_PIXTRAL: return "[IMG]";
+    case SM_VIT_QWEN25:
+    case SM_VIT_QWEN3: return "<|vision_start|><|image_pad|><|vision_end|>";
+    case SM_VIT_SIGLIP: return "<start_of_image>";
+    case SM_VIT_PIXTRAL: return "[IMG]";
   }
   return "";
 }
@@ -38,29 +38,29 @@ static smelt_status expand(const sm_vision *v, const smelt_tokenizer *t, const s
   const char *img = tok_str(t, v->image_token);
   if (!img) return sm_err(SMELT_ERR_FORMAT, "the tokenizer has no image token (id %d)", v->image_token);
   switch (v->kind) {
-  case SM_VIT_QWEN25:
-  case SM_VIT_QWEN3:
-    for (int i = 0; i < im->n_embd; i++) sm_buf_puts(b, img);
-    return SMELT_OK;
-  case SM_VIT_SIGLIP: {
-    const char *boi = tok_str(t, v->boi), *eoi = tok_str(t, v->eoi);
-    if (!boi || !eoi) return sm_err(SMELT_ERR_FORMAT, "the tokenizer lacks Gemma 3's image start/end tokens");
-    sm_buf_puts(b, "\n\n");
-    sm_buf_puts(b, boi);
-    for (int i = 0; i < im->n_embd; i++) sm_buf_puts(b, img);
-    sm_buf_puts(b, eoi);
-    sm_buf_puts(b, "\n\n");
-    return SMELT_OK;
-  }
-  case SM_VIT_PIXTRAL: {
-    const char *br = tok_str(t, v->img_break), *end = tok_str(t, v->img_end);
-    if (!br || !end) return sm_err(SMELT_ERR_FORMAT, "the tokenizer lacks [IMG_BREAK] / [IMG_END]");
-    for (int r = 0; r < im->rows; r++) {
-      for (int c = 0; c < im->cols; c++) sm_buf_puts(b, img);
-      sm_buf_puts(b, r + 1 < im->rows ? br : end);
+    case SM_VIT_QWEN25:
+    case SM_VIT_QWEN3:
+      for (int i = 0; i < im->n_embd; i++) sm_buf_puts(b, img);
+      return SMELT_OK;
+    case SM_VIT_SIGLIP: {
+      const char *boi = tok_str(t, v->boi), *eoi = tok_str(t, v->eoi);
+      if (!boi || !eoi) return sm_err(SMELT_ERR_FORMAT, "the tokenizer lacks Gemma 3's image start/end tokens");
+      sm_buf_puts(b, "\n\n");
+      sm_buf_puts(b, boi);
+      for (int i = 0; i < im->n_embd; i++) sm_buf_puts(b, img);
+      sm_buf_puts(b, eoi);
+      sm_buf_puts(b, "\n\n");
+      return SMELT_OK;
     }
-    return SMELT_OK;
-  }
+    case SM_VIT_PIXTRAL: {
+      const char *br = tok_str(t, v->img_break), *end = tok_str(t, v->img_end);
+      if (!br || !end) return sm_err(SMELT_ERR_FORMAT, "the tokenizer lacks [IMG_BREAK] / [IMG_END]");
+      for (int r = 0; r < im->rows; r++) {
+        for (int c = 0; c < im->cols; c++) sm_buf_puts(b, img);
+        sm_buf_puts(b, r + 1 < im->rows ? br : end);
+      }
+      return SMELT_OK;
+    }
   }
   return SMELT_OK;
 }
@@ -69,9 +69,13 @@ static smelt_status find_spans(const sm_vision *v, const int32_t *ids, int n, sm
                                sm_mm_span *spans) {
   int k = 0;
   for (int t = 0; t < n;) {
-    if (ids[t] != v->image_token) { t++; continue; }
+    if (ids[t] != v->image_token) {
+      t++;
+      continue;
+    }
     if (k == n_img)
-      return sm_err(SMELT_ERR_INVALID, "the prompt has more image tokens than the %d image%s given", n_img, n_img == 1 ? "" : "s");
+      return sm_err(SMELT_ERR_INVALID, "the prompt has more image tokens than the %d image%s given", n_img,
+                    n_img == 1 ? "" : "s");
     const int t0 = t;
     int cnt = 0;
     if (v->kind == SM_VIT_PIXTRAL) { /* [IMG] rows separated by [IMG_BREAK], closed by [IMG_END] */
@@ -79,15 +83,20 @@ static smelt_status find_spans(const sm_vision *v, const int32_t *ids, int n, sm
       if (t < n && ids[t] == v->img_end) t++;
       else return sm_err(SMELT_ERR_INVALID, "image %d: its [IMG] tokens are not closed by [IMG_END]", k + 1);
     } else {
-      while (t < n && ids[t] == v->image_token) { cnt++; t++; }
+      while (t < n && ids[t] == v->image_token) {
+        cnt++;
+        t++;
+      }
     }
     if (cnt != imgs[k]->n_embd)
       return sm_err(SMELT_ERR_INVALID, "image %d: %d image tokens in the prompt, its embedding has %d rows", k + 1, cnt,
                     imgs[k]->n_embd);
-    spans[k] = (sm_mm_span){ t0, t, imgs[k] };
+    spans[k] = (sm_mm_span){t0, t, imgs[k]};
     k++;
   }
-  if (k != n_img) return sm_err(SMELT_ERR_INVALID, "%d image%s given but the prompt has tokens for %d", n_img, n_img == 1 ? "" : "s", k);
+  if (k != n_img)
+    return sm_err(SMELT_ERR_INVALID, "%d image%s given but the prompt has tokens for %d", n_img, n_img == 1 ? "" : "s",
+                  k);
   return SMELT_OK;
 }
 
@@ -96,7 +105,10 @@ smelt_status sm_vision_spans(const sm_vision *v, const int32_t *ids, int n, sm_v
   *out = NULL;
   sm_mm_span *s = sm_xcalloc((size_t)(n_img ? n_img : 1), sizeof *s);
   smelt_status st = find_spans(v, ids, n, imgs, n_img, s);
-  if (st) { free(s); return st; }
+  if (st) {
+    free(s);
+    return st;
+  }
   for (int i = 0; i < n_img; i++) sm_vimage_ref(s[i].img);
   *out = s;
   return SMELT_OK;
@@ -118,27 +130,33 @@ smelt_status sm_vision_tokenize(const sm_vision *v, const smelt_tokenizer *tok, 
     if (k >= n_img) continue; /* counted below */
     /* Gemma 3 expands <start_of_image> itself (its replacement holds it); Qwen / Pixtral the image token */
     smelt_status st = expand(v, tok, imgs[k], &b);
-    if (st) { sm_buf_free(&b); return st; }
+    if (st) {
+      sm_buf_free(&b);
+      return st;
+    }
   }
   sm_buf_puts(&b, p);
   if (k != n_img) {
     sm_buf_free(&b);
-    return sm_err(SMELT_ERR_INVALID, "the prompt has %d image placeholder%s (%s) for %d image%s", k, k == 1 ? "" : "s", mk,
-                  n_img, n_img == 1 ? "" : "s");
+    return sm_err(SMELT_ERR_INVALID, "the prompt has %d image placeholder%s (%s) for %d image%s", k, k == 1 ? "" : "s",
+                  mk, n_img, n_img == 1 ? "" : "s");
   }
   int32_t *t = NULL;
   size_t nt = 0;
   smelt_status st = smelt_tokenize(tok, sm_buf_str(&b), b.n, add_special, &t, &nt);
   sm_buf_free(&b);
   if (st) return st;
-  if ((st = sm_vision_spans(v, t, (int)nt, imgs, n_img, spans))) { free(t); return st; }
+  if ((st = sm_vision_spans(v, t, (int)nt, imgs, n_img, spans))) {
+    free(t);
+    return st;
+  }
   *ids = t;
   *n_ids = (int)nt;
   return SMELT_OK;
 }
 
-bool sm_vision_mrope(const sm_vision *v, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans,
-                     int32_t *rpos, int32_t *next) {
+bool sm_vision_mrope(const sm_vision *v, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans, int32_t *rpos,
+                     int32_t *next) {
   (void)ids;
   if (v->kind != SM_VIT_QWEN25 && v->kind != SM_VIT_QWEN3) return false;
   int st = 0, p = 0;

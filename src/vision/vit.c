@@ -32,15 +32,13 @@ smelt_status sm_vimage_new(const sm_vision *v, const sm_image *img, sm_vimage **
   im->gh = px.h / v->patch;
   im->gw = px.w / v->patch;
   switch (v->kind) {
-  case SM_VIT_QWEN25:
-  case SM_VIT_QWEN3:
-  case SM_VIT_PIXTRAL:
-    im->rows = im->gh / v->merge;
-    im->cols = im->gw / v->merge;
-    break;
-  case SM_VIT_SIGLIP:
-    im->rows = im->cols = v->mm_side;
-    break;
+    case SM_VIT_QWEN25:
+    case SM_VIT_QWEN3:
+    case SM_VIT_PIXTRAL:
+      im->rows = im->gh / v->merge;
+      im->cols = im->gw / v->merge;
+      break;
+    case SM_VIT_SIGLIP: im->rows = im->cols = v->mm_side; break;
   }
   im->n_embd = im->rows * im->cols;
   if (im->n_embd <= 0 || (v->kind != SM_VIT_SIGLIP && (im->gh % v->merge || im->gw % v->merge))) {
@@ -49,7 +47,7 @@ smelt_status sm_vimage_new(const sm_vision *v, const sm_image *img, sm_vimage **
   }
   sm_sha256 s;
   sm_sha256_init(&s);
-  const int hdr[4] = { (int)v->kind, im->h, im->w, v->patch };
+  const int hdr[4] = {(int)v->kind, im->h, im->w, v->patch};
   sm_sha256_update(&s, hdr, sizeof hdr);
   sm_sha256_update(&s, im->px, sizeof(float) * 3 * (size_t)im->h * im->w);
   sm_sha256_final(&s, im->hash);
@@ -79,11 +77,11 @@ static int32_t *ibuf(sm_vision *v, int i, const int32_t *host, size_t n) {
 
 /* ---------------- the encoder ---------------- */
 typedef struct {
-  int n;                 /* patches */
-  const int32_t *pos;    /* backend [2][n] (rows, columns) or NULL */
-  const int32_t *seg;    /* full attention segments (host) */
+  int n;              /* patches */
+  const int32_t *pos; /* backend [2][n] (rows, columns) or NULL */
+  const int32_t *seg; /* full attention segments (host) */
   int n_seg;
-  const int32_t *wseg;   /* window segments (Qwen2.5-VL) */
+  const int32_t *wseg; /* window segments (Qwen2.5-VL) */
   int n_wseg;
 } enc_args;
 
@@ -163,8 +161,7 @@ static float *patch_rows(const sm_vision *v, const sm_vimage *im, const int32_t 
     for (int t = 0; t < T; t++)
       for (int y = 0; y < p; y++)
         for (int x = 0; x < p; x++)
-          for (int c = 0; c < 3; c++)
-            *o++ = im->px[(size_t)c * plane + (size_t)(py * p + y) * im->w + px * p + x];
+          for (int c = 0; c < 3; c++) *o++ = im->px[(size_t)c * plane + (size_t)(py * p + y) * im->w + px * p + x];
   }
   return P;
 }
@@ -185,9 +182,9 @@ static float *qwen3_pos(const sm_vision *v, const sm_vimage *im, const int32_t *
     const float hy = linspace_at((float)(S - 1), im->gh, y), wx = linspace_at((float)(S - 1), im->gw, x);
     const int y0 = (int)hy, x0 = (int)wx, y1 = SM_MIN(y0 + 1, S - 1), x1 = SM_MIN(x0 + 1, S - 1);
     const float dh = hy - (float)y0, dw = wx - (float)x0;
-    const float w4[4] = { (1 - dh) * (1 - dw), (1 - dh) * dw, dh * (1 - dw), dh * dw };
-    const float *e[4] = { v->pos_host + ((size_t)y0 * S + x0) * H, v->pos_host + ((size_t)y0 * S + x1) * H,
-                          v->pos_host + ((size_t)y1 * S + x0) * H, v->pos_host + ((size_t)y1 * S + x1) * H };
+    const float w4[4] = {(1 - dh) * (1 - dw), (1 - dh) * dw, dh * (1 - dw), dh * dw};
+    const float *e[4] = {v->pos_host + ((size_t)y0 * S + x0) * H, v->pos_host + ((size_t)y0 * S + x1) * H,
+                         v->pos_host + ((size_t)y1 * S + x0) * H, v->pos_host + ((size_t)y1 * S + x1) * H};
     float *o = out + (size_t)r * H;
     for (int d = 0; d < H; d++) o[d] = e[0][d] * w4[0] + e[1][d] * w4[1] + e[2][d] * w4[2] + e[3][d] * w4[3];
   }
@@ -248,8 +245,8 @@ static smelt_status enc_qwen(sm_vision *v, sm_vimage *im, sm_venc *e) {
     pos[i] = order[2 * i];
     pos[n + i] = order[2 * i + 1];
   }
-  const int32_t seg[2] = { 0, n };
-  enc_args a = { n, NULL, seg, 1, wseg, n_wseg };
+  const int32_t seg[2] = {0, n};
+  enc_args a = {n, NULL, seg, 1, wseg, n_wseg};
   if (!st) {
     float *x = v->buf[B_X];
     be->upload(be, v->buf[B_P], P, sizeof(float) * (size_t)n * v->patch_k);
@@ -308,8 +305,8 @@ static smelt_status enc_siglip(sm_vision *v, sm_vimage *im, sm_venc *e) {
   be->matmul(be, SM_MM_OTHER, &v->patch_w, v->buf[B_P], n, x);
   if (v->patch_b) be->add_rows(be, x, v->patch_b, n, H);
   be->add(be, x, v->pos_embed, (size_t)n * H);
-  const int32_t seg[2] = { 0, n };
-  enc_args a = { n, NULL, seg, 1, NULL, 0 };
+  const int32_t seg[2] = {0, n};
+  enc_args a = {n, NULL, seg, 1, NULL, 0};
   for (int l = 0; l < v->layers; l++) block(v, l, &a, x);
   float *xb = v->buf[B_XB], *acc = v->buf[B_T], *tmp = v->buf[B_P];
   be->layernorm(be, xb, x, v->post_w, v->post_b, n, H, v->eps);
@@ -348,8 +345,8 @@ static smelt_status enc_pixtral(sm_vision *v, sm_vimage *im, sm_venc *e) {
   free(P);
   be->matmul(be, SM_MM_OTHER, &v->patch_w, v->buf[B_P], n, x);
   be->rmsnorm(be, x, x, v->ln_pre, n, H, v->eps, 0.f);
-  const int32_t seg[2] = { 0, n };
-  enc_args a = { n, ibuf(v, 1, pos, 2 * (size_t)n), seg, 1, NULL, 0 };
+  const int32_t seg[2] = {0, n};
+  enc_args a = {n, ibuf(v, 1, pos, 2 * (size_t)n), seg, 1, NULL, 0};
   free(pos);
   if (!a.pos) return sm_err(SMELT_ERR_OOM, "vision positions");
   for (int l = 0; l < v->feature_layer; l++) block(v, l, &a, x);
@@ -431,8 +428,9 @@ smelt_status sm_vision_encode(sm_vision *v, sm_vimage *im) {
     return sm_err(SMELT_ERR_OOM, "out of backend memory for image embeddings");
   }
   e->bytes = bytes * (size_t)(1 + e->n_deep);
-  smelt_status st = v->kind == SM_VIT_SIGLIP ? enc_siglip(v, im, e) : v->kind == SM_VIT_PIXTRAL ? enc_pixtral(v, im, e)
-                                                                                               : enc_qwen(v, im, e);
+  smelt_status st = v->kind == SM_VIT_SIGLIP  ? enc_siglip(v, im, e)
+                  : v->kind == SM_VIT_PIXTRAL ? enc_pixtral(v, im, e)
+                                              : enc_qwen(v, im, e);
   if (st) {
     venc_free(v, e);
     return st;

@@ -15,12 +15,12 @@ typedef enum {
 
 /* one encoder block; a NULL bias / norm pointer: none */
 typedef struct {
-  sm_weight qkv, q, k, v, o;  /* fused qkv (Qwen): q, k, v are its row views */
+  sm_weight qkv, q, k, v, o; /* fused qkv (Qwen): q, k, v are its row views */
   float *qb, *kb, *vb, *ob;
   float *n1w, *n1b, *n2w, *n2b;
-  sm_weight fc1, fc2;         /* plain MLP (GELU) */
+  sm_weight fc1, fc2; /* plain MLP (GELU) */
   float *fc1b, *fc2b;
-  sm_weight gate, up, down;   /* gated MLP (SiLU) */
+  sm_weight gate, up, down; /* gated MLP (SiLU) */
   float *gateb, *upb, *downb;
 } sm_vit_layer;
 
@@ -40,9 +40,9 @@ struct sm_vision {
   char desc[160];
   /* encoder */
   int hidden, heads, head_dim, inter, layers, patch, temporal, merge, out_dim;
-  bool layernorm, gated;  /* LayerNorm with bias (else RMSNorm); gated SiLU MLP (else GELU-tanh) */
+  bool layernorm, gated; /* LayerNorm with bias (else RMSNorm); gated SiLU MLP (else GELU-tanh) */
   float eps;
-  sm_weight patch_w;      /* [hidden][patch_k]: conv weight, columns in (t, y, x, c) order */
+  sm_weight patch_w; /* [hidden][patch_k]: conv weight, columns in (t, y, x, c) order */
   int patch_k;
   float *patch_b;
   sm_vit_layer *L;
@@ -50,33 +50,33 @@ struct sm_vision {
   float *rope_inv;
   int32_t *rope_axis;
   /* Qwen2.5-VL window attention */
-  int window;             /* pixels */
-  bool *full_layer;       /* [layers] */
+  int window;       /* pixels */
+  bool *full_layer; /* [layers] */
   /* Qwen3-VL: learned positions (host, float32) interpolated per image; deepstack */
   float *pos_host;
   int pos_side;
   int n_deep;
-  int *deep_layer;        /* [n_deep] block indexes */
+  int *deep_layer; /* [n_deep] block indexes */
   sm_vit_merger merger, *deep;
   /* SigLIP */
-  float *pos_embed;       /* backend [n_pos][hidden] */
+  float *pos_embed; /* backend [n_pos][hidden] */
   float *post_w, *post_b;
-  float *mm_norm;         /* Gemma RMSNorm (1 + w) */
-  sm_weight mm_proj;      /* [out_dim][hidden] */
-  int mm_side;            /* tokens per side after the pool (16) */
-  int side;               /* patches per side (64) */
+  float *mm_norm;    /* Gemma RMSNorm (1 + w) */
+  sm_weight mm_proj; /* [out_dim][hidden] */
+  int mm_side;       /* tokens per side after the pool (16) */
+  int side;          /* patches per side (64) */
   /* Pixtral / Mistral 3 */
   float *ln_pre;
-  int feature_layer;      /* hidden state used: after this many blocks */
+  int feature_layer; /* hidden state used: after this many blocks */
   float *proj_norm;
   float proj_eps;
-  sm_weight merge_w;      /* [hidden][4*hidden], columns in (k, c) order */
+  sm_weight merge_w; /* [hidden][4*hidden], columns in (k, c) order */
   sm_weight lin1, lin2;
   float *lin1b, *lin2b;
   /* tokens */
   int32_t image_token, vision_start, vision_end; /* Qwen */
-  int32_t boi, eoi;                             /* Gemma 3 */
-  int32_t img_break, img_end;                   /* Pixtral */
+  int32_t boi, eoi;                              /* Gemma 3 */
+  int32_t img_break, img_end;                    /* Pixtral */
   size_t weight_bytes;
   /* cache of encoded images and scratch (engine thread) */
   sm_venc *cache;

@@ -23,11 +23,21 @@
 #include <string.h>
 
 static int g_fail = 0;
-#define CHECK(c, ...) do { if (!(c)) { g_fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#define CHECK(c, ...) \
+  do { \
+    if (!(c)) { \
+      g_fail++; \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__); \
+      printf("\n"); \
+    } \
+  } while (0)
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static double urand(void) { /* [0,1) */
-  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
   return (double)(rng >> 11) / 9007199254740992.0;
 }
 static float frand(float lo, float hi) { return lo + (hi - lo) * (float)urand(); }
@@ -45,7 +55,11 @@ static double ld_f(const void *p, size_t i, sm_dtype t) {
 }
 
 /* A test weight plus its exact dequantized values (double). */
-typedef struct { sm_weight w; void *data, *scales, *biases; double *deq; } tw;
+typedef struct {
+  sm_weight w;
+  void *data, *scales, *biases;
+  double *deq;
+} tw;
 
 /* MLX-style affine quantize of wf[rows][cols]: returns packed data in MLX layout. */
 static void make_quant(tw *t, int64_t rows, int64_t cols, int bits, int gs, sm_dtype sdt) {
@@ -65,7 +79,10 @@ static void make_quant(tw *t, int64_t rows, int64_t cols, int bits, int gs, sm_d
     for (int64_t g = 0; g < ng; g++) {
       const float *wg = wf + r * cols + g * gs;
       float mn = wg[0], mx = wg[0];
-      for (int j = 1; j < gs; j++) { if (wg[j] < mn) mn = wg[j]; if (wg[j] > mx) mx = wg[j]; }
+      for (int j = 1; j < gs; j++) {
+        if (wg[j] < mn) mn = wg[j];
+        if (wg[j] > mx) mx = wg[j];
+      }
       float scale = (mx - mn) / n_bins;
       if (scale < 1e-7f) scale = 1e-7f;
       size_t si = r * ng + g;
@@ -89,8 +106,14 @@ static void make_quant(tw *t, int64_t rows, int64_t cols, int bits, int gs, sm_d
   }
   free(wf);
   t->data = out;
-  t->w = (sm_weight){.rows = rows, .cols = cols, .bits = bits, .group_size = gs, .dtype = sdt,
-                     .data = out, .scales = t->scales, .biases = t->biases};
+  t->w = (sm_weight){.rows = rows,
+                     .cols = cols,
+                     .bits = bits,
+                     .group_size = gs,
+                     .dtype = sdt,
+                     .data = out,
+                     .scales = t->scales,
+                     .biases = t->biases};
 }
 
 static void make_dense(tw *t, int64_t rows, int64_t cols, sm_dtype dt) {
@@ -103,7 +126,12 @@ static void make_dense(tw *t, int64_t rows, int64_t cols, sm_dtype dt) {
   t->scales = t->biases = NULL;
   t->w = (sm_weight){.rows = rows, .cols = cols, .bits = 0, .dtype = dt, .data = t->data};
 }
-static void free_tw(tw *t) { free(t->data); free(t->scales); free(t->biases); free(t->deq); }
+static void free_tw(tw *t) {
+  free(t->data);
+  free(t->scales);
+  free(t->biases);
+  free(t->deq);
+}
 
 static double g_worst_mm = 0, g_worst_i8 = 0, g_worst_i8_rel = 0;
 static int g_n_i8 = 0;
@@ -120,7 +148,11 @@ static void check_matmul(sm_backend *be, tw *t, int n, const char *what) {
   for (int i = 0; i < n; i++)
     for (int64_t r = 0; r < M; r++) {
       double ref = 0, mag = 0, bound = 0, mag2 = 0;
-      for (int64_t k = 0; k < K; k++) { double p = (double)x[i * K + k] * t->deq[r * K + k]; ref += p; mag += fabs(p); }
+      for (int64_t k = 0; k < K; k++) {
+        double p = (double)x[i * K + k] * t->deq[r * K + k];
+        ref += p;
+        mag += fabs(p);
+      }
       if (i8) {
         /* ref8: the int8 arithmetic as specified in cpu_internal.h, in double from the
          * float-rounded xq (float inv = 127/max, xq = rint(x*inv)): the kernel must match
@@ -128,7 +160,8 @@ static void check_matmul(sm_backend *be, tw *t, int n, const char *what) {
         double ref8 = 0;
         for (int64_t g = 0; g < K / gs; g++) {
           size_t si = (size_t)(r * (K / gs) + g);
-          double sq = 0, sc = ld_f(t->w.scales, si, t->w.dtype), b = t->w.biases ? ld_f(t->w.biases, si, t->w.dtype) : 0;
+          double sq = 0, sc = ld_f(t->w.scales, si, t->w.dtype),
+                 b = t->w.biases ? ld_f(t->w.biases, si, t->w.dtype) : 0;
           float mxf = 0.f;
           for (int j = 0; j < gs; j++) mxf = fmaxf(mxf, fabsf(x[i * K + g * gs + j]));
           float inv = mxf > 0.f ? 127.f / mxf : 0.f;
@@ -146,9 +179,13 @@ static void check_matmul(sm_backend *be, tw *t, int n, const char *what) {
         }
         double e = fabs(y[i * M + r] - ref), b = bound * (1 + 1e-4) + 1e-5 * mag2 + 1e-30;
         double e8 = fabs(y[i * M + r] - ref8), b8 = 1e-5 * mag2 + 1e-30;
-        if (!(e <= b)) { worst_b = INFINITY; CHECK(0, "matmul %s n=%d row %lld: int8 err %.3g > bound %.3g", what, n, (long long)r, e, b); }
-        else if (e / b > worst_b) worst_b = e / b;
-        if (!(e8 <= b8)) CHECK(0, "matmul %s n=%d row %lld: differs from the int8 arithmetic by %.3g > %.3g", what, n, (long long)r, e8, b8);
+        if (!(e <= b)) {
+          worst_b = INFINITY;
+          CHECK(0, "matmul %s n=%d row %lld: int8 err %.3g > bound %.3g", what, n, (long long)r, e, b);
+        } else if (e / b > worst_b) worst_b = e / b;
+        if (!(e8 <= b8))
+          CHECK(0, "matmul %s n=%d row %lld: differs from the int8 arithmetic by %.3g > %.3g", what, n, (long long)r,
+                e8, b8);
         if (e / (mag + 1e-30) > g_worst_i8_rel) g_worst_i8_rel = e / (mag + 1e-30);
         continue;
       }
@@ -162,7 +199,8 @@ static void check_matmul(sm_backend *be, tw *t, int n, const char *what) {
   if (worst > g_worst_mm) g_worst_mm = worst;
   CHECK(worst <= 1e-5, "matmul %s n=%d: rel err %.3g", what, n, worst);
   be->release_weight(be, &t->w);
-  free(x); free(y);
+  free(x);
+  free(y);
 }
 
 static void test_matmul(sm_backend *be) {
@@ -178,7 +216,8 @@ static void test_matmul(sm_backend *be) {
         int64_t rows = rowsv[ci % 5], cols = (int64_t)gs * (1 + ci % 4) * (gs == 32 ? 3 : 1);
         tw t;
         make_quant(&t, rows, cols, bitsv[bi], gs, dtv[di]);
-        snprintf(what, sizeof what, "q%d g%d dt%d %lldx%lld", bitsv[bi], gs, (int)dtv[di], (long long)rows, (long long)cols);
+        snprintf(what, sizeof what, "q%d g%d dt%d %lldx%lld", bitsv[bi], gs, (int)dtv[di], (long long)rows,
+                 (long long)cols);
         check_matmul(be, &t, 1, what);
         check_matmul(be, &t, 2, what);
         check_matmul(be, &t, 7, what);
@@ -202,13 +241,14 @@ static void test_matmul(sm_backend *be) {
   }
   /* int8 path shapes: odd numbers of 128-blocks, a partial 16-group window, odd rows */
   {
-    static const int64_t sh[][4] = {{4, 896, 64, 3}, {8, 1152, 32, 7}, {4, 2176, 128, 5}, {8, 640, 64, 9},
+    static const int64_t sh[][4] = {{4, 896, 64, 3},   {8, 1152, 32, 7},  {4, 2176, 128, 5}, {8, 640, 64, 9},
                                     {8, 1088, 32, 11}, {8, 1280, 128, 6}, {4, 1536, 32, 4}};
     static const sm_dtype sdt[] = {SM_DT_F16, SM_DT_BF16, SM_DT_F32};
     for (int s = 0; s < 7; s++) {
       tw t;
       make_quant(&t, sh[s][3], sh[s][1], (int)sh[s][0], (int)sh[s][2], sdt[s % 3]);
-      snprintf(what, sizeof what, "q%d g%d %lldx%lld", (int)sh[s][0], (int)sh[s][2], (long long)sh[s][3], (long long)sh[s][1]);
+      snprintf(what, sizeof what, "q%d g%d %lldx%lld", (int)sh[s][0], (int)sh[s][2], (long long)sh[s][3],
+               (long long)sh[s][1]);
       check_matmul(be, &t, 1, what);
       check_matmul(be, &t, 3, what);
       free_tw(&t);
@@ -230,7 +270,8 @@ static void test_matmul(sm_backend *be) {
           int64_t rows = rowsv8[si % 7];
           tw t;
           make_quant(&t, rows, cols, bitsv[bi], gs, dtv[di]);
-          snprintf(what, sizeof what, "i8 q%d g%d dt%d %lldx%lld", bitsv[bi], gs, (int)dtv[di], (long long)rows, (long long)cols);
+          snprintf(what, sizeof what, "i8 q%d g%d dt%d %lldx%lld", bitsv[bi], gs, (int)dtv[di], (long long)rows,
+                   (long long)cols);
           check_matmul(be, &t, 1, what);
           check_matmul(be, &t, 2, what);
           if (si % 3 == 0) check_matmul(be, &t, 7, what);
@@ -243,7 +284,8 @@ static void test_matmul(sm_backend *be) {
     for (int s = 0; s < 4; s++) {
       tw t;
       make_dense(&t, dshape[s][0], dshape[s][1], dtv[di]);
-      snprintf(what, sizeof what, "dense dt%d %lldx%lld", (int)dtv[di], (long long)dshape[s][0], (long long)dshape[s][1]);
+      snprintf(what, sizeof what, "dense dt%d %lldx%lld", (int)dtv[di], (long long)dshape[s][0],
+               (long long)dshape[s][1]);
       check_matmul(be, &t, 1, what);
       check_matmul(be, &t, 9, what);
       free_tw(&t);
@@ -269,8 +311,15 @@ static void test_matmul(sm_backend *be) {
 
 static sm_batch mk_batch(int n, int32_t *tok, int32_t *pos, int32_t *seq, int n_seqs, int max_blocks, int32_t *table,
                          int n_out, int32_t *out_rows) {
-  return (sm_batch){.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = n_seqs, .max_blocks = max_blocks,
-                    .block_table = table, .n_out = n_out, .out_rows = out_rows};
+  return (sm_batch){.n_tokens = n,
+                    .tokens = tok,
+                    .pos = pos,
+                    .seq = seq,
+                    .n_seqs = n_seqs,
+                    .max_blocks = max_blocks,
+                    .block_table = table,
+                    .n_out = n_out,
+                    .out_rows = out_rows};
 }
 
 static void test_elementwise(sm_backend *be) {
@@ -278,15 +327,24 @@ static void test_elementwise(sm_backend *be) {
   float *a = malloc(n * 4), *b = malloc(n * 4), *y = malloc(n * 4);
   for (int round = 0; round < 2; round++) {
     size_t m = round ? n : 37;
-    for (size_t i = 0; i < m; i++) { a[i] = frand(-8, 8) * (i % 97 == 3 ? 15.f : 1.f); b[i] = frand(-2, 2); } /* some in +-120 */
+    for (size_t i = 0; i < m; i++) {
+      a[i] = frand(-8, 8) * (i % 97 == 3 ? 15.f : 1.f);
+      b[i] = frand(-2, 2);
+    } /* some in +-120 */
     double w = 0;
     be->silu_mul(be, y, a, b, m);
-    for (size_t i = 0; i < m; i++) { double g = a[i], r = g / (1 + exp(-g)) * b[i]; w = fmax(w, fabs(y[i] - r) / fmax(1, fabs(r))); }
+    for (size_t i = 0; i < m; i++) {
+      double g = a[i], r = g / (1 + exp(-g)) * b[i];
+      w = fmax(w, fabs(y[i] - r) / fmax(1, fabs(r)));
+    }
     CHECK(w < 1e-5, "silu_mul err %g", w);
     memcpy(y, a, m * 4);
     be->silu_mul(be, y, y, b, m); /* aliasing */
     w = 0;
-    for (size_t i = 0; i < m; i++) { double g = a[i], r = g / (1 + exp(-g)) * b[i]; w = fmax(w, fabs(y[i] - r) / fmax(1, fabs(r))); }
+    for (size_t i = 0; i < m; i++) {
+      double g = a[i], r = g / (1 + exp(-g)) * b[i];
+      w = fmax(w, fabs(y[i] - r) / fmax(1, fabs(r)));
+    }
     CHECK(w < 1e-5, "silu_mul alias err %g", w);
     be->gelu_mul(be, y, a, b, m);
     w = 0;
@@ -347,13 +405,21 @@ static void test_elementwise(sm_backend *be) {
     free(tmp);
     free(wt);
   }
-  free(yy); free(y0); free(a); free(b); free(y);
+  free(yy);
+  free(y0);
+  free(a);
+  free(b);
+  free(y);
 }
 
 static void test_rope_embed_gather(sm_backend *be) {
   enum { NT = 9, NH = 3, HD = 40, ROT = 24 };
   int32_t tok[NT], pos[NT], seq[NT], out_rows[3] = {8, 0, 4}, table[1] = {0};
-  for (int t = 0; t < NT; t++) { tok[t] = (t * 7) % 50; pos[t] = t * 1000 + 3; seq[t] = 0; }
+  for (int t = 0; t < NT; t++) {
+    tok[t] = (t * 7) % 50;
+    pos[t] = t * 1000 + 3;
+    seq[t] = 0;
+  }
   tok[5] = 4999; /* out of range for a 50-row embedding -> zeros */
   sm_batch b = mk_batch(NT, tok, pos, seq, 1, 1, table, 3, out_rows);
   CHECK(be->set_batch(be, &b) == SMELT_OK, "set_batch");
@@ -427,7 +493,10 @@ static void test_layernorm_rope_ext(sm_backend *be) {
   enum { R = 5, D = 48 };
   float x[R * D], w[D], bi[D], y[R * D];
   for (int i = 0; i < R * D; i++) x[i] = frand(-2, 2) + (i % D == 3 ? 5.f : 0.f); /* a mean far from 0 */
-  for (int j = 0; j < D; j++) { w[j] = frand(0.5f, 1.5f); bi[j] = frand(-1, 1); }
+  for (int j = 0; j < D; j++) {
+    w[j] = frand(0.5f, 1.5f);
+    bi[j] = frand(-1, 1);
+  }
   for (int withb = 0; withb < 2; withb++) {
     be->layernorm(be, y, x, w, withb ? bi : NULL, R, D, 1e-5f);
     double e = 0;
@@ -458,7 +527,7 @@ static void test_layernorm_rope_ext(sm_backend *be) {
   for (int r = 0; r < NROWS; r++)
     for (int i = 0; i < ROT / 2; i++) inv[r * ROT / 2 + i] = powf(10000.f, -2.f * i / ROT) / (1.f + r);
   for (int variant = 0; variant < 2; variant++) {
-    sm_rope_ext e = { inv, ROT, NROWS, POS0, 1.19f, variant ? 0.1f : 0.f, variant ? 32 : 0 };
+    sm_rope_ext e = {inv, ROT, NROWS, POS0, 1.19f, variant ? 0.1f : 0.f, variant ? 32 : 0};
     float v[NT * NH * HD], v0[NT * NH * HD];
     for (int i = 0; i < NT * NH * HD; i++) v0[i] = v[i] = frand(-1, 1);
     be->rope_ext(be, v, NH, HD, &e);
@@ -504,18 +573,30 @@ static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, cons
     kk[l] = be->alloc(be, sizeof(float) * NB * BS * KW);
     vv[l] = be->alloc(be, sizeof(float) * NB * BS * KW);
   }
-  kv.k = kk; kv.v = vv;
+  kv.k = kk;
+  kv.v = vv;
   int32_t table[2 * MAXB];
   int perm[NB];
   for (int i = 0; i < NB; i++) perm[i] = i;
-  for (int i = NB - 1; i > 0; i--) { int j = (int)(urand() * (i + 1)); int t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+  for (int i = NB - 1; i > 0; i--) {
+    int j = (int)(urand() * (i + 1));
+    int t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
   for (int i = 0; i < 2 * MAXB; i++) table[i] = perm[i];
   /* logical history */
   enum { P0 = 300, P1 = 150 }; /* P1 > 2 chunks: windowed rows of a tile start in different chunks */
   float *K0 = malloc(sizeof(float) * (P0 + 1) * KW), *V0 = malloc(sizeof(float) * (P0 + 1) * KW);
   float *K1 = malloc(sizeof(float) * P1 * KW), *V1 = malloc(sizeof(float) * P1 * KW);
-  for (int i = 0; i < (P0 + 1) * KW; i++) { K0[i] = kv_round(frand(-1, 1), dt); V0[i] = kv_round(frand(-1, 1), dt); }
-  for (int i = 0; i < P1 * KW; i++) { K1[i] = kv_round(frand(-1, 1), dt); V1[i] = kv_round(frand(-1, 1), dt); }
+  for (int i = 0; i < (P0 + 1) * KW; i++) {
+    K0[i] = kv_round(frand(-1, 1), dt);
+    V0[i] = kv_round(frand(-1, 1), dt);
+  }
+  for (int i = 0; i < P1 * KW; i++) {
+    K1[i] = kv_round(frand(-1, 1), dt);
+    V1[i] = kv_round(frand(-1, 1), dt);
+  }
   const int layer = 1;
   /* batch 1: prefill seq 0 positions [0, P0) */
   {
@@ -524,22 +605,33 @@ static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, cons
     sm_batch b = mk_batch(P0, tok, pos, seq, 2, MAXB, table, 0, NULL);
     CHECK(be->set_batch(be, &b) == SMELT_OK, "set_batch 1");
     be->kv_store(be, &kv, layer, K0, V0);
-    free(tok); free(pos); free(seq);
+    free(tok);
+    free(pos);
+    free(seq);
   }
   /* batch 2: seq 0 decodes position P0, seq 1 prefills [0, P1) */
   enum { NT = 1 + P1 };
   int32_t tok[NT] = {0}, pos[NT], seq[NT];
-  pos[0] = P0; seq[0] = 0;
-  for (int p = 0; p < P1; p++) { pos[1 + p] = p; seq[1 + p] = 1; }
+  pos[0] = P0;
+  seq[0] = 0;
+  for (int p = 0; p < P1; p++) {
+    pos[1 + p] = p;
+    seq[1 + p] = 1;
+  }
   float *kb = malloc(sizeof(float) * NT * KW), *vb = malloc(sizeof(float) * NT * KW);
-  memcpy(kb, K0 + (size_t)P0 * KW, sizeof(float) * KW); memcpy(vb, V0 + (size_t)P0 * KW, sizeof(float) * KW);
-  memcpy(kb + KW, K1, sizeof(float) * P1 * KW); memcpy(vb + KW, V1, sizeof(float) * P1 * KW);
+  memcpy(kb, K0 + (size_t)P0 * KW, sizeof(float) * KW);
+  memcpy(vb, V0 + (size_t)P0 * KW, sizeof(float) * KW);
+  memcpy(kb + KW, K1, sizeof(float) * P1 * KW);
+  memcpy(vb + KW, V1, sizeof(float) * P1 * KW);
   sm_batch b = mk_batch(NT, tok, pos, seq, 2, MAXB, table, 0, NULL);
   CHECK(be->set_batch(be, &b) == SMELT_OK, "set_batch 2");
   be->kv_store(be, &kv, layer, kb, vb);
   float *q = malloc(sizeof(float) * NT * NH * HD), *out = malloc(sizeof(float) * NT * NH * HD);
   for (int i = 0; i < NT * NH * HD; i++) q[i] = frand(-1, 1);
-  struct { int window; float softcap; } cfg[] = {{0, 0}, {64, 0}, {0, 5.0f}, {3, 2.0f}};
+  struct {
+    int window;
+    float softcap;
+  } cfg[] = {{0, 0}, {64, 0}, {0, 5.0f}, {3, 2.0f}};
   double *o = malloc(sizeof(double) * HD), *sc = malloc(sizeof(double) * (P0 + 1));
   for (int c = 0; c < 4; c++) {
     float scale = 1.0f / sqrtf(HD) * 2.0f;
@@ -580,19 +672,31 @@ static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, cons
       if (memcmp(one, out + (size_t)t * NH * HD, sizeof(float) * NH * HD)) differ++;
     }
     free(one);
-    CHECK(!differ, "attention %dq/%dkv hd%d dt%d cfg %d: %d tokens differ alone vs in the batch", NH, NKV, HD, (int)dt, c,
-          differ);
+    CHECK(!differ, "attention %dq/%dkv hd%d dt%d cfg %d: %d tokens differ alone vs in the batch", NH, NKV, HD, (int)dt,
+          c, differ);
     be->set_batch(be, &b);
   }
-  for (int l = 0; l < L; l++) { be->free(be, kk[l]); be->free(be, vv[l]); }
-  free(K0); free(V0); free(K1); free(V1); free(kb); free(vb); free(q); free(out); free(o); free(sc);
+  for (int l = 0; l < L; l++) {
+    be->free(be, kk[l]);
+    be->free(be, vv[l]);
+  }
+  free(K0);
+  free(V0);
+  free(K1);
+  free(V1);
+  free(kb);
+  free(vb);
+  free(q);
+  free(out);
+  free(o);
+  free(sc);
 }
 static void test_attention(sm_backend *be) {
   test_attention_cfg(be, 8, 2, 64, SM_DT_F32);  /* GQA 4 */
   test_attention_cfg(be, 6, 6, 40, SM_DT_F32);  /* MHA, head_dim % 16 != 0 */
   test_attention_cfg(be, 20, 1, 32, SM_DT_F32); /* MQA: 20 heads on one KV head */
   test_attention_cfg(be, 16, 2, 128, SM_DT_F32);
-  test_attention_cfg(be, 8, 2, 64, SM_DT_F16);  /* half-precision caches: widened by the kernels */
+  test_attention_cfg(be, 8, 2, 64, SM_DT_F16); /* half-precision caches: widened by the kernels */
   test_attention_cfg(be, 6, 6, 40, SM_DT_BF16);
   test_attention_cfg(be, 80, 1, 32, SM_DT_F16); /* MQA with more query heads than rows per item */
 }
@@ -601,10 +705,12 @@ static void test_attention(sm_backend *be) {
  * a message naming the variable; SMELT_CPU_NO_GFNI changes the 4-bit int8 kernel, not its
  * results; the thread count is the one asked for. */
 static void test_tuning(void) {
-  static const struct { const char *var, *val; } bad[] = {
-    {"SMELT_CPU_ISA", "sse9"}, {"SMELT_CPU_ISA", "7"}, {"SMELT_CPU_EXACT", "yes"}, {"SMELT_CPU_NO_GFNI", "2"},
-    {"SMELT_CPU_PACK", "-1"}, {"SMELT_CPU_AMX", "on"}, {"SMELT_CPU_AMX_MIN_N", "1"}, {"SMELT_CPU_MV_CHUNKS", "65"},
-    {"SMELT_CPU_PREFETCH", "x"}, {"SMELT_CPU_BATCH_INVARIANT", "2"}};
+  static const struct {
+    const char *var, *val;
+  } bad[] = {{"SMELT_CPU_ISA", "sse9"},         {"SMELT_CPU_ISA", "7"},        {"SMELT_CPU_EXACT", "yes"},
+             {"SMELT_CPU_NO_GFNI", "2"},        {"SMELT_CPU_PACK", "-1"},      {"SMELT_CPU_AMX", "on"},
+             {"SMELT_CPU_AMX_MIN_N", "1"},      {"SMELT_CPU_MV_CHUNKS", "65"}, {"SMELT_CPU_PREFETCH", "x"},
+             {"SMELT_CPU_BATCH_INVARIANT", "2"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     setenv(bad[i].var, bad[i].val, 1);
     sm_backend *be = sm_cpu_backend_create(1);
@@ -638,7 +744,10 @@ int main(void) {
   static const char *isas[] = {"scalar", "avx2", "avx512"};
   int ran = 0;
   for (int i = 0; i < 3; i++) {
-    if (!sm_cpu_kernels_by_name(isas[i])) { printf("skip %s (not supported by this CPU)\n", isas[i]); continue; }
+    if (!sm_cpu_kernels_by_name(isas[i])) {
+      printf("skip %s (not supported by this CPU)\n", isas[i]);
+      continue;
+    }
     setenv("SMELT_CPU_ISA", isas[i], 1);
     const bool has_i8 = sm_cpu_kernels_by_name(isas[i])->i8_ok != NULL;
     for (int exact = 0; exact <= (has_i8 ? 1 : 0); exact++)
@@ -661,7 +770,8 @@ int main(void) {
         printf("%-6s threads=%d%s: %s (worst matmul rel err %.2g", isas[i], nth, exact ? " exact" : "",
                g_fail == f0 ? "ok" : "FAILED", g_worst_mm);
         if (g_n_i8)
-          printf("; int8 path: %d matmuls, worst err/bound %.3f, worst err/sum|x w| %.2g", g_n_i8, g_worst_i8, g_worst_i8_rel);
+          printf("; int8 path: %d matmuls, worst err/bound %.3f, worst err/sum|x w| %.2g", g_n_i8, g_worst_i8,
+                 g_worst_i8_rel);
         printf(")\n");
         be->destroy(be);
         ran++;

@@ -20,10 +20,23 @@
 #include <string.h>
 
 static int g_fail = 0;
-#define CHECK(c, ...) do { if (!(c)) { g_fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#define CHECK(c, ...) \
+  do { \
+    if (!(c)) { \
+      g_fail++; \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__); \
+      printf("\n"); \
+    } \
+  } while (0)
 
 static uint64_t rng = 0x243F6A8885A308D3ull;
-static uint32_t urand32(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 16); }
+static uint32_t urand32(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (uint32_t)(rng >> 16);
+}
 static float frand(float lo, float hi) { return lo + (hi - lo) * (float)(urand32() & 0xffffff) / 16777216.f; }
 
 static void st_f(void *p, size_t i, sm_dtype t, float v) {
@@ -33,7 +46,11 @@ static void st_f(void *p, size_t i, sm_dtype t, float v) {
 }
 
 /* random codes (little-endian bit stream per row), scales, biases (NULL with no_bias) */
-typedef struct { sm_weight w; uint8_t *q; void *s, *b; } qw;
+typedef struct {
+  sm_weight w;
+  uint8_t *q;
+  void *s, *b;
+} qw;
 static void make_w(qw *t, int64_t rows, int64_t cols, int bits, int gs, sm_dtype dt, bool no_bias) {
   const size_t rowb = (size_t)cols * (size_t)bits / 8, ng = (size_t)(cols / gs), es = dt == SM_DT_F32 ? 4 : 2;
   t->q = calloc((size_t)rows * rowb, 1);
@@ -52,10 +69,20 @@ static void make_w(qw *t, int64_t rows, int64_t cols, int bits, int gs, sm_dtype
     st_f(t->s, i, dt, frand(0.001f, 0.05f) * (i % 11 == 0 ? -1.f : 1.f));
     if (t->b) st_f(t->b, i, dt, frand(-0.5f, 0.5f));
   }
-  t->w = (sm_weight){.rows = rows, .cols = cols, .bits = bits, .group_size = gs, .dtype = dt, .data = t->q,
-                     .scales = t->s, .biases = t->b};
+  t->w = (sm_weight){.rows = rows,
+                     .cols = cols,
+                     .bits = bits,
+                     .group_size = gs,
+                     .dtype = dt,
+                     .data = t->q,
+                     .scales = t->s,
+                     .biases = t->b};
 }
-static void free_w(qw *t) { free(t->q); free(t->s); free(t->b); }
+static void free_w(qw *t) {
+  free(t->q);
+  free(t->s);
+  free(t->b);
+}
 
 static void fill_x(float *x, size_t n) {
   for (size_t i = 0; i < n; i++) {
@@ -71,7 +98,8 @@ static void test_pack(const qw *t) {
   if (!p) return;
   const int64_t K = w->cols, ng = p->ng;
   uint8_t *U = sm_aligned_alloc((size_t)16 * (size_t)K), *U2 = sm_aligned_alloc((size_t)16 * (size_t)K);
-  float *S = sm_aligned_alloc(sizeof(float) * 4 * (size_t)ng * 16), *B = S + ng * 16, *S2 = B + ng * 16, *B2 = S2 + ng * 16;
+  float *S = sm_aligned_alloc(sizeof(float) * 4 * (size_t)ng * 16), *B = S + ng * 16, *S2 = B + ng * 16,
+        *B2 = S2 + ng * 16;
   const size_t rowb = (size_t)K * (size_t)w->bits / 8;
   int bad = 0;
   for (int64_t rb = 0; rb < p->nrb; rb++) {
@@ -99,32 +127,39 @@ static void test_pack(const qw *t) {
   }
   CHECK(!bad, "pack/unpack q%d g%d dt%d %lldx%lld: %d mismatches", w->bits, w->group_size, (int)w->dtype,
         (long long)w->rows, (long long)K, bad);
-  free(U); free(U2); free(S);
+  free(U);
+  free(U2);
+  free(S);
   sm_cpu_packed_free(p);
 }
 
 static void test_quant(void) {
   static const int gsv[] = {32, 64, 128};
   for (int vi = 0; vi < 2; vi++)
-  for (int gi = 0; gi < 3; gi++) {
-    if (!(vi ? sm_i8avx2_ok() : sm_i8avx512_ok())) break;
-    const int gs = gsv[gi], K = gs * 9, n = 3;
-    float *x = malloc(sizeof(float) * (size_t)(n * K));
-    fill_x(x, (size_t)(n * K));
-    for (int j = 0; j < gs; j++) x[2 * gs + j] = 0.f;              /* an all-zero group */
-    for (int j = 0; j < gs; j++) x[3 * gs + j] = 1e-30f * (float)(j - 7); /* tiny values */
-    for (int j = 0; j < gs; j++) x[4 * gs + j] = 3e4f * (float)(j % 5 - 2); /* large ones, exact ties */
-    int8_t *q1 = malloc((size_t)(n * K)), *q2 = malloc((size_t)(n * K));
-    float *s1 = malloc(sizeof(float) * 4 * (size_t)(n * K / gs)), *u1 = s1 + n * K / gs, *s2 = u1 + n * K / gs,
-          *u2 = s2 + n * K / gs;
-    for (int t = 0; t < n; t++)
-      sm_cpu_quant_x_ref(x + t * K, K, gs, q1 + t * K, s1 + t * (K / gs), u1 + t * (K / gs));
-    (vi ? sm_i8avx2_quant : sm_i8avx512_quant)(x, K, gs, 0, n, q2, s2, u2);
-    CHECK(!memcmp(q1, q2, (size_t)(n * K)), "quant %s g%d: xq differs", vi ? "avx2" : "avx512", gs);
-    CHECK(!memcmp(s1, s2, sizeof(float) * (size_t)(n * K / gs)), "quant %s g%d: xs differs", vi ? "avx2" : "avx512", gs);
-    CHECK(!memcmp(u1, u2, sizeof(float) * (size_t)(n * K / gs)), "quant %s g%d: xsum differs", vi ? "avx2" : "avx512", gs);
-    free(x); free(q1); free(q2); free(s1);
-  }
+    for (int gi = 0; gi < 3; gi++) {
+      if (!(vi ? sm_i8avx2_ok() : sm_i8avx512_ok())) break;
+      const int gs = gsv[gi], K = gs * 9, n = 3;
+      float *x = malloc(sizeof(float) * (size_t)(n * K));
+      fill_x(x, (size_t)(n * K));
+      for (int j = 0; j < gs; j++) x[2 * gs + j] = 0.f;                       /* an all-zero group */
+      for (int j = 0; j < gs; j++) x[3 * gs + j] = 1e-30f * (float)(j - 7);   /* tiny values */
+      for (int j = 0; j < gs; j++) x[4 * gs + j] = 3e4f * (float)(j % 5 - 2); /* large ones, exact ties */
+      int8_t *q1 = malloc((size_t)(n * K)), *q2 = malloc((size_t)(n * K));
+      float *s1 = malloc(sizeof(float) * 4 * (size_t)(n * K / gs)), *u1 = s1 + n * K / gs, *s2 = u1 + n * K / gs,
+            *u2 = s2 + n * K / gs;
+      for (int t = 0; t < n; t++)
+        sm_cpu_quant_x_ref(x + t * K, K, gs, q1 + t * K, s1 + t * (K / gs), u1 + t * (K / gs));
+      (vi ? sm_i8avx2_quant : sm_i8avx512_quant)(x, K, gs, 0, n, q2, s2, u2);
+      CHECK(!memcmp(q1, q2, (size_t)(n * K)), "quant %s g%d: xq differs", vi ? "avx2" : "avx512", gs);
+      CHECK(!memcmp(s1, s2, sizeof(float) * (size_t)(n * K / gs)), "quant %s g%d: xs differs", vi ? "avx2" : "avx512",
+            gs);
+      CHECK(!memcmp(u1, u2, sizeof(float) * (size_t)(n * K / gs)), "quant %s g%d: xsum differs", vi ? "avx2" : "avx512",
+            gs);
+      free(x);
+      free(q1);
+      free(q2);
+      free(s1);
+    }
 }
 
 /* kern_amx.c compiled with emulated tiles (amx_emu.c) */
@@ -166,12 +201,22 @@ static void check_amx_emu(const qw *t, int n, int tchunk) {
   for (size_t i = 0; i < (size_t)n * (size_t)M; i++) bad += memcmp(&y[i], &r[i], 4) != 0;
   CHECK(!bad, "AMX (emulated) q%d g%d dt%d %lldx%lld n=%d chunk %d: %zu outputs differ from the canonical arithmetic",
         w->bits, w->group_size, (int)w->dtype, (long long)M, (long long)K, n, tchunk, bad);
-  free(x); free(y); free(r); free(xq); free(xs); free(U); free(SC); free(work);
+  free(x);
+  free(y);
+  free(r);
+  free(xq);
+  free(xs);
+  free(U);
+  free(SC);
+  free(work);
   sm_cpu_packed_free(p);
 }
 
 static void test_amx_emu(void) {
-  if (!sm_i8avx512_ok()) { printf("skip the AMX kernel with emulated tiles (its epilogue needs AVX-512)\n"); return; }
+  if (!sm_i8avx512_ok()) {
+    printf("skip the AMX kernel with emulated tiles (its epilogue needs AVX-512)\n");
+    return;
+  }
   static const int bitsv[] = {2, 3, 4, 5, 6, 8}, gsv[] = {32, 64, 128}, nv[] = {1, 5, 16, 17, 40};
   static const sm_dtype dtv[] = {SM_DT_F16, SM_DT_BF16, SM_DT_F32};
   int ci = 0, f0 = g_fail;
@@ -199,10 +244,15 @@ static void check_exact(sm_backend *be, qw *t, int n, const char *what) {
   if (sm_cpu_backend_uses_amx(be, &t->w, n)) g_amx_runs++;
   size_t bad = 0, first = 0;
   for (size_t i = 0; i < (size_t)n * (size_t)M; i++)
-    if (memcmp(&y[i], &r[i], 4)) { if (!bad) first = i; bad++; }
-  CHECK(!bad, "%s n=%d: %zu outputs differ from the canonical arithmetic (first: token %zu row %zu: %.9g vs %.9g)", what,
-        n, bad, first / (size_t)M, first % (size_t)M, bad ? y[first] : 0.f, bad ? r[first] : 0.f);
-  free(x); free(y); free(r);
+    if (memcmp(&y[i], &r[i], 4)) {
+      if (!bad) first = i;
+      bad++;
+    }
+  CHECK(!bad, "%s n=%d: %zu outputs differ from the canonical arithmetic (first: token %zu row %zu: %.9g vs %.9g)",
+        what, n, bad, first / (size_t)M, first % (size_t)M, bad ? y[first] : 0.f, bad ? r[first] : 0.f);
+  free(x);
+  free(y);
+  free(r);
 }
 
 /* token i alone, in one batch of all, and at another position of a shuffled batch: same bits */
@@ -229,7 +279,12 @@ static void check_invariance(sm_backend *be, qw *t, const char *what) {
     if (memcmp(part, all + (size_t)off * M, sizeof(float) * (size_t)sz * (size_t)M)) bad++;
   }
   CHECK(!bad, "%s: %d token results depend on the batch", what, bad);
-  free(x); free(xr); free(all); free(one); free(rev); free(part);
+  free(x);
+  free(xr);
+  free(all);
+  free(one);
+  free(rev);
+  free(part);
 }
 
 static void run_matmuls(sm_backend *be, const char *tag) {
@@ -288,7 +343,10 @@ int main(void) {
   /* the AVX-512 kernel set (VNNI, AMX) and the AVX2 one (AVX-VNNI where the CPU has it, else AVX2) */
   static const char *isas[] = {"avx512", "avx2"};
   for (int ii = 0; ii < 2; ii++) {
-    if (!sm_cpu_kernels_by_name(isas[ii])) { printf("skip %s (not supported by this CPU)\n", isas[ii]); continue; }
+    if (!sm_cpu_kernels_by_name(isas[ii])) {
+      printf("skip %s (not supported by this CPU)\n", isas[ii]);
+      continue;
+    }
     setenv("SMELT_CPU_ISA", isas[ii], 1);
     for (int use_amx = 0; use_amx <= (amx && ii == 0 ? 1 : 0); use_amx++) {
       setenv("SMELT_CPU_AMX", use_amx ? "1" : "0", 1);
@@ -311,8 +369,10 @@ int main(void) {
     }
   }
   /* tuning values documented as "same results" */
-  static const char *const tv[][2] = {{"SMELT_CPU_MV_CHUNKS", "0"}, {"SMELT_CPU_MV_CHUNKS", "64"},
-                                       {"SMELT_CPU_PREFETCH", "4096"}, {"SMELT_CPU_HUGEPAGES", "1"}};
+  static const char *const tv[][2] = {{"SMELT_CPU_MV_CHUNKS", "0"},
+                                      {"SMELT_CPU_MV_CHUNKS", "64"},
+                                      {"SMELT_CPU_PREFETCH", "4096"},
+                                      {"SMELT_CPU_HUGEPAGES", "1"}};
   unsetenv("SMELT_CPU_ISA");
   for (int i = 0; i < 4; i++) {
     setenv(tv[i][0], tv[i][1], 1);

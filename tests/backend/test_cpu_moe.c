@@ -18,7 +18,9 @@
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static double urand(void) {
-  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
   return (double)(rng >> 11) / 9007199254740992.0;
 }
 static float frand(float lo, float hi) { return lo + (hi - lo) * (float)urand(); }
@@ -31,7 +33,7 @@ static double e4m3(int c) {
   return c & 128 ? -v : v;
 }
 static double fp4(int c) {
-  static const double mag[8] = { 0, 0.5, 1, 1.5, 2, 3, 4, 6 };
+  static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
   return c & 8 ? -mag[c & 7] : mag[c & 7];
 }
 
@@ -61,10 +63,20 @@ static void make_mx(mxw *t, int mode, int64_t rows, int64_t cols) {
       const int code = bits == 8 ? t->q[r * rb + j] : (t->q[r * rb + j / 2] >> (4 * (j & 1))) & 15;
       t->deq[r * cols + j] = s * (bits == 8 ? e4m3(code) : fp4(code));
     }
-  t->w = (sm_weight){ .rows = rows, .cols = cols, .bits = bits, .group_size = gs, .qmode = mode, .dtype = SM_DT_U8,
-                      .data = t->q, .scales = t->s };
+  t->w = (sm_weight){.rows = rows,
+                     .cols = cols,
+                     .bits = bits,
+                     .group_size = gs,
+                     .qmode = mode,
+                     .dtype = SM_DT_U8,
+                     .data = t->q,
+                     .scales = t->s};
 }
-static void free_mx(mxw *t) { free(t->q); free(t->s); free(t->deq); }
+static void free_mx(mxw *t) {
+  free(t->q);
+  free(t->s);
+  free(t->deq);
+}
 
 /* y = x . W^T against the double product of deq; returns the worst error relative to sum|x w| */
 static double check_mm(sm_backend *be, const sm_weight *w, const double *deq, int n) {
@@ -89,9 +101,9 @@ static double check_mm(sm_backend *be, const sm_weight *w, const double *deq, in
 }
 
 static void test_mx_matmul(sm_backend *be, const char *tag) {
-  static const int modes[] = { SM_QMODE_MXFP4, SM_QMODE_MXFP8, SM_QMODE_NVFP4 };
-  static const int64_t shapes[][2] = { { 5, 64 }, { 37, 96 }, { 70, 640 }, { 33, 288 } };
-  static const int ns[] = { 1, 2, 5, 9 };
+  static const int modes[] = {SM_QMODE_MXFP4, SM_QMODE_MXFP8, SM_QMODE_NVFP4};
+  static const int64_t shapes[][2] = {{5, 64}, {37, 96}, {70, 640}, {33, 288}};
+  static const int ns[] = {1, 2, 5, 9};
   for (int mi = 0; mi < 3; mi++)
     for (int si = 0; si < 4; si++) {
       mxw t;
@@ -125,10 +137,10 @@ static void test_route(sm_backend *be, const char *tag) {
   int32_t ids[8];
   float w[8];
   /* softmax: the tie of experts 1 and 2 goes to the lower index first */
-  const float l1[6] = { 1, 3, 3, 0, 2, -1 };
+  const float l1[6] = {1, 3, 3, 0, 2, -1};
   double z = 0;
   for (int e = 0; e < 6; e++) z += exp(l1[e]);
-  sm_moe_route r = { .kind = SM_ROUTE_SOFTMAX, .n_experts = 6, .top_k = 3, .scale = 1.f };
+  sm_moe_route r = {.kind = SM_ROUTE_SOFTMAX, .n_experts = 6, .top_k = 3, .scale = 1.f};
   route(be, &r, l1, ids, w);
   CHECK(ids[0] == 1 && ids[1] == 2 && ids[2] == 4, "%s: softmax ids %d %d %d", tag, ids[0], ids[1], ids[2]);
   CHECK(fabs(w[0] - exp(3) / z) < 1e-6 && fabs(w[2] - exp(2) / z) < 1e-6, "%s: softmax weights %g %g", tag, w[0], w[2]);
@@ -139,8 +151,8 @@ static void test_route(sm_backend *be, const char *tag) {
   CHECK(fabs(w[0] - 2 * exp(3) / s3) < 1e-6 && fabs(w[2] - 2 * exp(2) / s3) < 1e-6, "%s: softmax norm/scale %g %g", tag,
         w[0], w[2]);
   /* the top k of the logits, softmax over them */
-  r = (sm_moe_route){ .kind = SM_ROUTE_TOPK_SOFTMAX, .n_experts = 6, .top_k = 2, .scale = 1.f };
-  const float l2[6] = { 0.5f, -1, 4, 4, 1, 3.5f };
+  r = (sm_moe_route){.kind = SM_ROUTE_TOPK_SOFTMAX, .n_experts = 6, .top_k = 2, .scale = 1.f};
+  const float l2[6] = {0.5f, -1, 4, 4, 1, 3.5f};
   route(be, &r, l2, ids, w);
   CHECK(ids[0] == 2 && ids[1] == 3 && fabs(w[0] - 0.5) < 1e-6 && fabs(w[1] - 0.5) < 1e-6, "%s: top-k softmax %d %d %g",
         tag, ids[0], ids[1], w[0]);
@@ -151,7 +163,7 @@ static void test_route(sm_backend *be, const char *tag) {
   /* sigmoid: the choice is sigmoid + correction, the weights sigmoid; 4 groups of 2, the 2 best groups
    * (by the sum of their two best choice scores) kept: groups 1 (0.8 + 0.7) and 3 (0.6 + 0.65), so expert 0
    * (0.9) is not chosen */
-  const double target[8] = { 0.9, 0.1, 0.8, 0.7, 0.85, 0.0, 0.6, 0.65 };
+  const double target[8] = {0.9, 0.1, 0.8, 0.7, 0.85, 0.0, 0.6, 0.65};
   float l3[8], corr[8];
   for (int e = 0; e < 8; e++) {
     l3[e] = (float)(e - 3) * 0.7f;
@@ -159,14 +171,22 @@ static void test_route(sm_backend *be, const char *tag) {
   }
   float *dcorr = be->alloc(be, sizeof corr);
   be->upload(be, dcorr, corr, sizeof corr);
-  r = (sm_moe_route){ .kind = SM_ROUTE_SIGMOID, .n_experts = 8, .top_k = 3, .norm = true, .scale = 2.5f,
-                      .correction = dcorr, .n_group = 4, .topk_group = 2 };
+  r = (sm_moe_route){.kind = SM_ROUTE_SIGMOID,
+                     .n_experts = 8,
+                     .top_k = 3,
+                     .norm = true,
+                     .scale = 2.5f,
+                     .correction = dcorr,
+                     .n_group = 4,
+                     .topk_group = 2};
   route(be, &r, l3, ids, w);
-  CHECK(ids[0] == 2 && ids[1] == 3 && ids[2] == 7, "%s: group-limited sigmoid ids %d %d %d", tag, ids[0], ids[1], ids[2]);
+  CHECK(ids[0] == 2 && ids[1] == 3 && ids[2] == 7, "%s: group-limited sigmoid ids %d %d %d", tag, ids[0], ids[1],
+        ids[2]);
   double sg[3], ssum = 0;
   for (int j = 0; j < 3; j++) ssum += sg[j] = 1 / (1 + exp(-(double)l3[ids[j] < 8 ? ids[j] : 0]));
   for (int j = 0; j < 3; j++)
-    CHECK(fabs(w[j] - 2.5 * sg[j] / ssum) < 1e-6, "%s: sigmoid weight %d: %g want %g", tag, j, w[j], 2.5 * sg[j] / ssum);
+    CHECK(fabs(w[j] - 2.5 * sg[j] / ssum) < 1e-6, "%s: sigmoid weight %d: %g want %g", tag, j, w[j],
+          2.5 * sg[j] / ssum);
   /* without groups: expert 0 (0.9) first */
   r.n_group = r.topk_group = 1;
   route(be, &r, l3, ids, w);
@@ -198,7 +218,10 @@ static void test_experts(sm_backend *be, const char *tag) {
           const float *xs = x + (size_t)(per_slot ? s : s / k) * K;
           const double *wr = t.deq + (size_t)(ids[s] * R + r) * K;
           double ref = per_slot ? bias[ids[s] * R + r] : 0, mag = fabs(ref);
-          for (int j = 0; j < K; j++) { ref += xs[j] * wr[j]; mag += fabs(xs[j] * wr[j]); }
+          for (int j = 0; j < K; j++) {
+            ref += xs[j] * wr[j];
+            mag += fabs(xs[j] * wr[j]);
+          }
           const double e = fabs(y[s * R + r] - ref) / (mag + 1e-30);
           if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
         }
@@ -221,11 +244,11 @@ static void test_experts_batch(sm_backend *be, const char *tag) {
     sc[i] = sm_f32_to_bf16(frand(0.001f, 0.01f));
     bi[i] = sm_f32_to_bf16(frand(-0.05f, 0.0f));
   }
-  const sm_weight w = { .rows = E * R, .cols = K, .bits = 4, .group_size = G, .dtype = SM_DT_BF16, .data = q,
-                        .scales = sc, .biases = bi };
+  const sm_weight w =
+    {.rows = E * R, .cols = K, .bits = 4, .group_size = G, .dtype = SM_DT_BF16, .data = q, .scales = sc, .biases = bi};
   for (int n = 1; n <= 2; n++) {
     const int k = 3, ns = n * k;
-    int32_t ids[6] = { 4, 0, 2, 2, 1, 4 };
+    int32_t ids[6] = {4, 0, 2, 2, 1, 4};
     float x[2 * K], y[6 * R], yr[R];
     for (int i = 0; i < n * K; i++) x[i] = frand(-1, 1);
     be->matmul_experts(be, SM_MM_EXPERT_UP, &w, R, NULL, x, false, n, k, ids, y);
@@ -259,7 +282,10 @@ static void test_elementwise(sm_backend *be, const char *tag) {
   /* clamped SwiGLU: values on both sides of the limits */
   enum { M = 64 };
   float g[M], u[M], o[M];
-  for (int i = 0; i < M; i++) { g[i] = frand(-12, 12); u[i] = frand(-12, 12); }
+  for (int i = 0; i < M; i++) {
+    g[i] = frand(-12, 12);
+    u[i] = frand(-12, 12);
+  }
   be->swiglu_clamp(be, o, g, u, M, 1.702f, 7.f);
   worst = 0;
   for (int i = 0; i < M; i++) {
@@ -268,7 +294,7 @@ static void test_elementwise(sm_backend *be, const char *tag) {
     worst = fmax(worst, fabs(o[i] - ref) / fmax(1, fabs(ref)));
   }
   CHECK(worst < 1e-5, "%s: swiglu_clamp err %g", tag, worst);
-  float yy[N * D], gg[N] = { -3, 0, 2.5f };
+  float yy[N * D], gg[N] = {-3, 0, 2.5f};
   memcpy(yy, out, sizeof yy);
   be->sigmoid_gate_rows(be, yy, gg, N, D);
   worst = 0;
@@ -284,22 +310,26 @@ static void test_elementwise(sm_backend *be, const char *tag) {
 static void test_sinks(sm_backend *be, const char *tag) {
   enum { NH = 4, NKV = 2, HD = 32, BS = 16, NB = 4, P = 40 };
   const int KW = NKV * HD;
-  sm_kv_cache kv = { .n_layers = 1, .n_kv_heads = NKV, .head_dim = HD, .block_size = BS, .n_blocks = NB,
-                     .dtype = SM_DT_F32 };
+  sm_kv_cache kv =
+    {.n_layers = 1, .n_kv_heads = NKV, .head_dim = HD, .block_size = BS, .n_blocks = NB, .dtype = SM_DT_F32};
   void *kk = be->alloc(be, sizeof(float) * NB * BS * KW), *vv = be->alloc(be, sizeof(float) * NB * BS * KW);
   kv.k = &kk;
   kv.v = &vv;
-  int32_t tok[P] = { 0 }, pos[P], seq[P] = { 0 }, table[NB] = { 2, 0, 3, 1 };
+  int32_t tok[P] = {0}, pos[P], seq[P] = {0}, table[NB] = {2, 0, 3, 1};
   for (int p = 0; p < P; p++) pos[p] = p;
-  sm_batch b = { .n_tokens = P, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 1, .max_blocks = NB,
-                 .block_table = table };
+  sm_batch b =
+    {.n_tokens = P, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 1, .max_blocks = NB, .block_table = table};
   CHECK(be->set_batch(be, &b) == SMELT_OK, "%s: set_batch", tag);
-  float *K = malloc(sizeof(float) * P * KW), *V = malloc(sizeof(float) * P * KW), *q = malloc(sizeof(float) * P * NH * HD);
+  float *K = malloc(sizeof(float) * P * KW), *V = malloc(sizeof(float) * P * KW),
+        *q = malloc(sizeof(float) * P * NH * HD);
   float *out = malloc(sizeof(float) * P * NH * HD);
-  for (int i = 0; i < P * KW; i++) { K[i] = frand(-1, 1); V[i] = frand(-1, 1); }
+  for (int i = 0; i < P * KW; i++) {
+    K[i] = frand(-1, 1);
+    V[i] = frand(-1, 1);
+  }
   for (int i = 0; i < P * NH * HD; i++) q[i] = frand(-1, 1);
   be->kv_store(be, &kv, 0, K, V);
-  const float sinks[NH] = { -30.f, 0.f, 1.5f, 40.f }; /* negligible, moderate, above every score */
+  const float sinks[NH] = {-30.f, 0.f, 1.5f, 40.f}; /* negligible, moderate, above every score */
   float *ds = be->alloc(be, sizeof sinks);
   be->upload(be, ds, sinks, sizeof sinks);
   for (int c = 0; c < 2; c++) {
@@ -310,7 +340,7 @@ static void test_sinks(sm_backend *be, const char *tag) {
     for (int t = 0; t < P; t++)
       for (int h = 0; h < NH; h++) {
         const int kvh = h / (NH / NKV), lo = window && t - window + 1 > 0 ? t - window + 1 : 0;
-        double s[P], m = sinks[h], l = 0, o[HD] = { 0 };
+        double s[P], m = sinks[h], l = 0, o[HD] = {0};
         for (int p = lo; p <= t; p++) {
           s[p] = 0;
           for (int d = 0; d < HD; d++) s[p] += (double)q[(t * NH + h) * HD + d] * K[p * KW + kvh * HD + d];
@@ -337,7 +367,7 @@ static void test_sinks(sm_backend *be, const char *tag) {
 }
 
 int main(void) {
-  static const char *isas[] = { "scalar", "avx2", "avx512" };
+  static const char *isas[] = {"scalar", "avx2", "avx512"};
   int ran = 0;
   for (int i = 0; i < 3; i++) {
     if (!sm_cpu_kernels_by_name(isas[i])) continue;

@@ -11,7 +11,15 @@
 #include <string.h>
 
 static int g_fail = 0;
-#define CHECK(c, ...) do { if (!(c)) { g_fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#define CHECK(c, ...) \
+  do { \
+    if (!(c)) { \
+      g_fail++; \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__); \
+      printf("\n"); \
+    } \
+  } while (0)
 
 static int cpus_of(const cpu_set_t *s, int *out, int max) {
   int n = 0;
@@ -21,9 +29,13 @@ static int cpus_of(const cpu_set_t *s, int *out, int max) {
 }
 
 static void test_parse(void) {
-  static const struct { const char *s; int n, cpus[6]; } good[] = {
-    {"0x1", 1, {0}}, {"0x3", 2, {0, 1}}, {"f0", 4, {4, 5, 6, 7}}, {"0X10", 1, {4}}, {"3", 2, {0, 1}},
-    {"0-3", 4, {0, 1, 2, 3}}, {"2-2", 1, {2}}, {"1,5-6", 3, {1, 5, 6}}, {"0-1,8-9", 4, {0, 1, 8, 9}},
+  static const struct {
+    const char *s;
+    int n, cpus[6];
+  } good[] = {
+    {"0x1", 1, {0}},          {"0x3", 2, {0, 1}},      {"f0", 4, {4, 5, 6, 7}},
+    {"0X10", 1, {4}},         {"3", 2, {0, 1}},        {"0-3", 4, {0, 1, 2, 3}},
+    {"2-2", 1, {2}},          {"1,5-6", 3, {1, 5, 6}}, {"0-1,8-9", 4, {0, 1, 8, 9}},
     {"0x100000000", 1, {32}},
   };
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
@@ -31,8 +43,8 @@ static void test_parse(void) {
     int got[8], n = 0;
     bool ok = sm_cpu_parse_mask(good[i].s, &s);
     if (ok) n = cpus_of(&s, got, 8);
-    CHECK(ok && n == good[i].n && !memcmp(got, good[i].cpus, sizeof(int) * (size_t)n), "mask '%s': ok=%d n=%d", good[i].s,
-          ok, n);
+    CHECK(ok && n == good[i].n && !memcmp(got, good[i].cpus, sizeof(int) * (size_t)n), "mask '%s': ok=%d n=%d",
+          good[i].s, ok, n);
   }
   static const char *bad[] = {"", "0x", "0", "0x0", "zz", "3-1", "1,,2", "0-", "-3", "1;2", "0x1g"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -56,7 +68,10 @@ static int last_cpu(void) {
   return last;
 }
 
-typedef struct { _Atomic int cpu[8]; _Atomic long sum; } rec_ctx;
+typedef struct {
+  _Atomic int cpu[8];
+  _Atomic long sum;
+} rec_ctx;
 static void rec_job(void *v, int tid, int nth) {
   (void)nth;
   rec_ctx *r = v;
@@ -77,7 +92,8 @@ static void test_plan_and_pool(void) {
   n = 3;
   CHECK(sm_cpu_place_plan(&o, &n, &sets) == SMELT_OK && sets && n == 3, "plan 3 threads");
   if (sets) {
-    for (int i = 0; i < 3; i++) CHECK(CPU_COUNT(&sets[i]) == 1 && CPU_ISSET(cpu, &sets[i]), "thread %d not on CPU %d", i, cpu);
+    for (int i = 0; i < 3; i++)
+      CHECK(CPU_COUNT(&sets[i]) == 1 && CPU_ISSET(cpu, &sets[i]), "thread %d not on CPU %d", i, cpu);
     /* the pool's threads (and the caller, as thread 0) run there */
     for (int poll = 0; poll <= 50; poll += 50) {
       sm_pool *p = sm_pool_create(3, sets, poll);
@@ -85,9 +101,11 @@ static void test_plan_and_pool(void) {
       rec_ctx r;
       memset(&r, 0, sizeof r);
       for (int it = 0; it < 300; it++) sm_pool_run(p, rec_job, &r);
-      CHECK(atomic_load(&r.sum) == 300 * 6, "poll %d: %ld job calls' sum, expected %d", poll, atomic_load(&r.sum), 300 * 6);
-      for (int i = 0; i < 3; i++) CHECK(atomic_load(&r.cpu[i]) == cpu, "poll %d: thread %d ran on CPU %d, pinned to %d", poll, i,
-                                        atomic_load(&r.cpu[i]), cpu);
+      CHECK(atomic_load(&r.sum) == 300 * 6, "poll %d: %ld job calls' sum, expected %d", poll, atomic_load(&r.sum),
+            300 * 6);
+      for (int i = 0; i < 3; i++)
+        CHECK(atomic_load(&r.cpu[i]) == cpu, "poll %d: thread %d ran on CPU %d, pinned to %d", poll, i,
+              atomic_load(&r.cpu[i]), cpu);
       sm_pool_destroy(p);
     }
     free(sets);
@@ -101,7 +119,7 @@ static void test_plan_and_pool(void) {
   o.cpu_mask = "1000-1000";
   n = 0;
   CHECK(sm_cpu_place_plan(&o, &n, &sets) != SMELT_OK && strstr(smelt_last_error(), "--cpu-mask") &&
-            strstr(smelt_last_error(), "1000"),
+          strstr(smelt_last_error(), "1000"),
         "unavailable CPU: '%s'", smelt_last_error());
   o.cpu_mask = "0-";
   CHECK(sm_cpu_place_plan(&o, &n, &sets) != SMELT_OK && strstr(smelt_last_error(), "--cpu-mask 0-"), "bad mask: '%s'",
@@ -116,7 +134,8 @@ static void test_plan_and_pool(void) {
     sets = NULL;
     smelt_status st = sm_cpu_place_plan(&q, &n, &sets);
     CHECK(st == SMELT_OK && n == 2, "numa %d: %s", m, smelt_last_error());
-    if (sets) for (int i = 0; i < n; i++) CHECK(CPU_COUNT(&sets[i]) > 0, "numa %d: thread %d has no CPU", m, i);
+    if (sets)
+      for (int i = 0; i < n; i++) CHECK(CPU_COUNT(&sets[i]) > 0, "numa %d: thread %d has no CPU", m, i);
     free(sets);
     sm_backend *be = sm_cpu_backend_create_opts(&q);
     CHECK(be && be->n_threads == 2, "backend with numa %d", m);

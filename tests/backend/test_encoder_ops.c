@@ -8,10 +8,14 @@
 
 static uint64_t rng = 88172645463325252ULL;
 static float frand(void) {
-  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
   return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.f - 1.f;
 }
-static void fill(float *x, size_t n, float s) { for (size_t i = 0; i < n; i++) x[i] = frand() * s; }
+static void fill(float *x, size_t n, float s) {
+  for (size_t i = 0; i < n; i++) x[i] = frand() * s;
+}
 
 static double max_abs(const float *a, const double *b, size_t n) {
   double m = 0;
@@ -35,17 +39,24 @@ static void test_attention_seg(sm_backend *be, int n, int nh, int nkv, int hd, c
         double mx = -INFINITY, sum = 0;
         for (int j = seg[s]; j < seg[s + 1]; j++) {
           double d = 0;
-          for (int e = 0; e < hd; e++) d += (double)q[((size_t)t * nh + h) * hd + e] * k[((size_t)j * nkv + g) * hd + e];
+          for (int e = 0; e < hd; e++)
+            d += (double)q[((size_t)t * nh + h) * hd + e] * k[((size_t)j * nkv + g) * hd + e];
           p[j] = d * scale;
           mx = fmax(mx, p[j]);
         }
         for (int j = seg[s]; j < seg[s + 1]; j++) sum += (p[j] = exp(p[j] - mx));
         for (int j = seg[s]; j < seg[s + 1]; j++)
-          for (int e = 0; e < hd; e++) ref[((size_t)t * nh + h) * hd + e] += p[j] / sum * v[((size_t)j * nkv + g) * hd + e];
+          for (int e = 0; e < hd; e++)
+            ref[((size_t)t * nh + h) * hd + e] += p[j] / sum * v[((size_t)j * nkv + g) * hd + e];
       }
   const double err = max_abs(out, ref, nq);
   CHECK(err < 2e-5, "attention_seg n %d heads %d/%d hd %d, %d segments: max err %g", n, nh, nkv, hd, n_seg, err);
-  free(q); free(k); free(v); free(out); free(ref); free(p);
+  free(q);
+  free(k);
+  free(v);
+  free(out);
+  free(ref);
+  free(p);
 }
 
 static void test_rope_axes(sm_backend *be) {
@@ -81,8 +92,13 @@ static void test_rope_axes(sm_backend *be) {
       }
     }
   CHECK(max_abs(x, ref, (size_t)n * nh * hd) < 1e-5, "rope_axes: max err %g", max_abs(x, ref, (size_t)n * nh * hd));
-  be->free(be, dinv); be->free(be, dax); be->free(be, dpos); be->free(be, dx);
-  free(x); free(x0); free(ref);
+  be->free(be, dinv);
+  be->free(be, dax);
+  be->free(be, dpos);
+  be->free(be, dx);
+  free(x);
+  free(x0);
+  free(ref);
 }
 
 static void test_small_ops(sm_backend *be) {
@@ -107,7 +123,7 @@ static void test_small_ops(sm_backend *be) {
   const int rows = 10, dim = 13, nout = 6;
   float *src = malloc(sizeof(float) * rows * dim), *dst = malloc(sizeof(float) * nout * dim);
   fill(src, (size_t)rows * dim, 1.f);
-  int32_t idx[6] = { 9, 0, 3, 3, 7, 1 };
+  int32_t idx[6] = {9, 0, 3, 3, 7, 1};
   int32_t *didx = be->alloc(be, sizeof idx);
   be->upload(be, didx, idx, sizeof idx);
   be->gather_rows(be, dst, src, didx, nout, dim);
@@ -117,18 +133,23 @@ static void test_small_ops(sm_backend *be) {
   be->copy(be, dst, src + 5, 40 * sizeof(float));
   CHECK(!memcmp(dst, src + 5, 160), "copy");
   be->free(be, didx);
-  free(src); free(dst); free(x); free(y); free(y2); free(ref);
+  free(src);
+  free(dst);
+  free(x);
+  free(y);
+  free(y2);
+  free(ref);
 }
 
 int main(void) {
   for (int th = 1; th <= 4; th += 3) {
     sm_backend *be = sm_cpu_backend_create(th);
-    const int32_t one[] = { 0, 37 }, win[] = { 0, 16, 32, 45, 61, 64, 100 }, unit[] = { 0, 1, 2, 3 };
+    const int32_t one[] = {0, 37}, win[] = {0, 16, 32, 45, 61, 64, 100}, unit[] = {0, 1, 2, 3};
     test_attention_seg(be, 37, 4, 4, 16, one, 1);
-    test_attention_seg(be, 100, 6, 2, 20, win, 6);     /* uneven windows, GQA */
-    test_attention_seg(be, 3, 2, 1, 72, unit, 3);      /* one-token segments: out = v */
-    const int32_t big[] = { 0, 300, 301, 700 };
-    test_attention_seg(be, 700, 2, 2, 40, big, 3);     /* segments longer than a key chunk */
+    test_attention_seg(be, 100, 6, 2, 20, win, 6); /* uneven windows, GQA */
+    test_attention_seg(be, 3, 2, 1, 72, unit, 3);  /* one-token segments: out = v */
+    const int32_t big[] = {0, 300, 301, 700};
+    test_attention_seg(be, 700, 2, 2, 40, big, 3); /* segments longer than a key chunk */
     test_rope_axes(be);
     test_small_ops(be);
     be->destroy(be);

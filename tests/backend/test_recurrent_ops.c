@@ -17,11 +17,15 @@
 
 static uint64_t g_rng = 0x243F6A8885A308D3ull;
 static double urand(void) {
-  g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
   return (double)(g_rng >> 11) / 9007199254740992.0;
 }
 static float frand(float lo, float hi) { return lo + (hi - lo) * (float)urand(); }
-static void fill(float *p, size_t n, float lo, float hi) { for (size_t i = 0; i < n; i++) p[i] = frand(lo, hi); }
+static void fill(float *p, size_t n, float lo, float hi) {
+  for (size_t i = 0; i < n; i++) p[i] = frand(lo, hi);
+}
 static double dsilu(double x) { return x / (1 + exp(-x)); }
 static double dsoftplus(double x) { return x > 20 ? x : log1p(exp(x)); }
 
@@ -31,7 +35,10 @@ static void cmp(const char *what, const float *got, const double *ref, size_t n)
   size_t at = 0;
   for (size_t i = 0; i < n; i++) {
     double e = fabs(got[i] - ref[i]) / (1 + fabs(ref[i]));
-    if (!(e <= worst)) { worst = e; at = i; }
+    if (!(e <= worst)) {
+      worst = e;
+      at = i;
+    }
   }
   if (worst > g_worst) g_worst = worst;
   CHECK(worst <= 2e-5, "%s: element %zu: got %.7g want %.7g (rel err %.3g)", what, at, got[at], ref[at], worst);
@@ -39,9 +46,9 @@ static void cmp(const char *what, const float *got, const double *ref, size_t n)
 
 /* ---- the batches: sequences A (7 tokens, slot 2) and B (5 tokens, slot 0) in three steps ---- */
 enum { LA = 7, LB = 5, NSTEP = 3 };
-static const int k_take[NSTEP][2] = { { 4, 1 }, { 1, 4 }, { 2, 0 } }; /* tokens of A, B per step */
-static const bool k_b_first[NSTEP] = { false, true, false };          /* B's run before A's */
-static const int32_t k_slot[2] = { 2, 0 };
+static const int k_take[NSTEP][2] = {{4, 1}, {1, 4}, {2, 0}}; /* tokens of A, B per step */
+static const bool k_b_first[NSTEP] = {false, true, false};    /* B's run before A's */
+static const int32_t k_slot[2] = {2, 0};
 
 typedef struct {
   int n, seq_len[2], done[2];
@@ -62,8 +69,8 @@ static void make_step(step_t *s, int k, const int done[2]) {
       s->n++;
     }
   }
-  s->b = (sm_batch){ .n_tokens = s->n, .tokens = s->tok, .pos = s->pos, .seq = s->seq, .n_seqs = 2,
-                     .state_slot = k_slot };
+  s->b =
+    (sm_batch){.n_tokens = s->n, .tokens = s->tok, .pos = s->pos, .seq = s->seq, .n_seqs = 2, .state_slot = k_slot};
 }
 
 /* a cache of one recurrent layer with three slots of garbage */
@@ -119,14 +126,15 @@ static void ref_conv(const float *x, int L, const float *w, const float *bias, i
 
 static void test_conv1d(sm_backend *be, bool act, bool with_bias) {
   const int C = 37, K = 4;
-  float *w = malloc(sizeof(float) * C * K), bias[37], *xa = malloc(sizeof(float) * LA * C), *xb = malloc(sizeof(float) * LB * C);
+  float *w = malloc(sizeof(float) * C * K), bias[37], *xa = malloc(sizeof(float) * LA * C),
+        *xb = malloc(sizeof(float) * LB * C);
   fill(w, C * K, -1, 1);
   fill(bias, C, -0.5f, 0.5f);
   fill(xa, LA * C, -2, 2);
   fill(xb, LB * C, -2, 2);
   sm_kv_cache kv = make_cache(be, (size_t)(K - 1) * C, 0);
   float *ya = calloc(LA * C, sizeof(float)), *yb = calloc(LB * C, sizeof(float));
-  int done[2] = { 0, 0 };
+  int done[2] = {0, 0};
   for (int k = 0; k < NSTEP; k++) {
     step_t s;
     make_step(&s, k, done);
@@ -135,7 +143,8 @@ static void test_conv1d(sm_backend *be, bool act, bool with_bias) {
     be->conv1d(be, y, x, w, with_bias ? bias : NULL, C, K, act, &kv, 0);
     be->sync(be);
     scatter(&s, y, ya, yb, C);
-    free(x); free(y);
+    free(x);
+    free(y);
     done[0] += k_take[k][0];
     done[1] += k_take[k][1];
   }
@@ -151,7 +160,13 @@ static void test_conv1d(sm_backend *be, bool act, bool with_bias) {
   for (int j = 0; j < K - 1; j++)
     for (int c = 0; c < C; c++) want[j * C + c] = xa[(size_t)(LA - (K - 1) + j) * C + c];
   cmp("conv1d state A", st + 2 * (K - 1) * C, want, (size_t)(K - 1) * C);
-  free(w); free(xa); free(xb); free(ya); free(yb); free(ra); free(rb);
+  free(w);
+  free(xa);
+  free(xb);
+  free(ya);
+  free(yb);
+  free(ra);
+  free(rb);
   free_cache(be, &kv);
 }
 
@@ -192,7 +207,7 @@ static void test_ssm_scan(sm_backend *be, float dt_min, float dt_max) {
   fill(D, MH, 0.5f, 1.5f);
   sm_kv_cache kv = make_cache(be, 1, (size_t)MH * MP * MN);
   float ya[LA * MH * MP], yb[LB * MH * MP];
-  int done[2] = { 0, 0 };
+  int done[2] = {0, 0};
   for (int k = 0; k < NSTEP; k++) {
     step_t s;
     make_step(&s, k, done);
@@ -203,7 +218,9 @@ static void test_ssm_scan(sm_backend *be, float dt_min, float dt_max) {
                  dt_max, &kv, 0);
     be->sync(be);
     scatter(&s, y, ya, yb, MH * MP);
-    free(x); free(dt); free(y);
+    free(x);
+    free(dt);
+    free(y);
     done[0] += k_take[k][0];
     done[1] += k_take[k][1];
   }
@@ -227,16 +244,28 @@ static void ref_gdn(const float *qkv, const float *a, const float *b, int L, con
       const float *q = qkv + (size_t)t * GLD + hk * GDK, *k = qkv + (size_t)t * GLD + GHK * GDK + hk * GDK;
       const float *v = qkv + (size_t)t * GLD + 2 * GHK * GDK + h * GDV;
       double qn[GDK], kn[GDK], sq = 0, sk = 0;
-      for (int j = 0; j < GDK; j++) { sq += (double)q[j] * q[j]; sk += (double)k[j] * k[j]; }
-      for (int j = 0; j < GDK; j++) { qn[j] = q[j] / sqrt(sq + 1e-6) / sqrt((double)GDK); kn[j] = k[j] / sqrt(sk + 1e-6); }
+      for (int j = 0; j < GDK; j++) {
+        sq += (double)q[j] * q[j];
+        sk += (double)k[j] * k[j];
+      }
+      for (int j = 0; j < GDK; j++) {
+        qn[j] = q[j] / sqrt(sq + 1e-6) / sqrt((double)GDK);
+        kn[j] = k[j] / sqrt(sk + 1e-6);
+      }
       const double g = exp(-exp((double)A_log[h]) * dsoftplus((double)a[t * GHV + h] + dt_bias[h]));
       const double beta = 1 / (1 + exp(-(double)b[t * GHV + h]));
       for (int i = 0; i < GDV; i++) {
         double kv = 0;
-        for (int j = 0; j < GDK; j++) { S[i][j] *= g; kv += S[i][j] * kn[j]; }
+        for (int j = 0; j < GDK; j++) {
+          S[i][j] *= g;
+          kv += S[i][j] * kn[j];
+        }
         const double d = beta * (v[i] - kv);
         double o = 0;
-        for (int j = 0; j < GDK; j++) { S[i][j] += d * kn[j]; o += S[i][j] * qn[j]; }
+        for (int j = 0; j < GDK; j++) {
+          S[i][j] += d * kn[j];
+          o += S[i][j] * qn[j];
+        }
         y[(size_t)t * GHV * GDV + h * GDV + i] = o;
       }
     }
@@ -255,7 +284,7 @@ static void test_gated_delta(sm_backend *be) {
   fill(dt_bias, GHV, -1, 1);
   sm_kv_cache kv = make_cache(be, 1, (size_t)GHV * GDV * GDK);
   float ya[LA * GHV * GDV], yb[LB * GHV * GDV];
-  int done[2] = { 0, 0 };
+  int done[2] = {0, 0};
   for (int k = 0; k < NSTEP; k++) {
     step_t s;
     make_step(&s, k, done);
@@ -265,7 +294,10 @@ static void test_gated_delta(sm_backend *be) {
     be->gated_delta(be, y, x, x + GHK * GDK, x + 2 * GHK * GDK, GLD, a, b, A_log, dt_bias, GHK, GHV, GDK, GDV, &kv, 0);
     be->sync(be);
     scatter(&s, y, ya, yb, GHV * GDV);
-    free(x); free(a); free(b); free(y);
+    free(x);
+    free(a);
+    free(b);
+    free(y);
     done[0] += k_take[k][0];
     done[1] += k_take[k][1];
   }
@@ -348,8 +380,8 @@ int main(void) {
     test_gated_rmsnorm(be, false, 48, true);
     test_elementwise(be);
     /* the recurrent ops' batch rule: a sequence's tokens in one run of consecutive positions */
-    int32_t tok[3] = { 0, 0, 0 }, pos[3] = { 0, 0, 1 }, seq[3] = { 0, 1, 0 }, slots[2] = { 0, 1 };
-    sm_batch bad = { .n_tokens = 3, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 2, .state_slot = slots };
+    int32_t tok[3] = {0, 0, 0}, pos[3] = {0, 0, 1}, seq[3] = {0, 1, 0}, slots[2] = {0, 1};
+    sm_batch bad = {.n_tokens = 3, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 2, .state_slot = slots};
     CHECK(be->set_batch(be, &bad) != SMELT_OK, "a sequence split in two runs is refused");
     printf("threads %d: worst rel err %.3g\n", nth, g_worst);
     be->destroy(be);

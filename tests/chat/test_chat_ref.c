@@ -102,8 +102,8 @@ static int run_case(const cJSON *c) {
     const char *contains = cJSON_GetStringValue(cJSON_GetObjectItem(c, "error_contains"));
     const cJSON *line = cJSON_GetObjectItem(c, "error_line");
     if (st == SMELT_OK) {
-      fprintf(stderr, "FAIL %s: reference failed (%s) but smelt rendered: %.200s\n", name,
-              cJSON_GetStringValue(error), out);
+      fprintf(stderr, "FAIL %s: reference failed (%s) but smelt rendered: %.200s\n", name, cJSON_GetStringValue(error),
+              out);
       ok = 0;
     } else if (st != SMELT_ERR_FORMAT && strcmp(kind, "model")) {
       fprintf(stderr, "FAIL %s: status %d is not SMELT_ERR_FORMAT\n", name, (int)st);
@@ -122,8 +122,7 @@ static int run_case(const cJSON *c) {
         }
       }
     }
-  } else
-    ok = -2;
+  } else ok = -2;
   free(out);
   return ok;
 }
@@ -179,15 +178,15 @@ int main(int argc, char **argv) {
       if (is_known(nm)) {
         if (r == 1) known_pass++, fprintf(stderr, "FAIL %s: listed as a known difference but matches: remove it\n", nm);
         else known++;
-      } else if (r != 1)
-        failed++;
+      } else if (r != 1) failed++;
     }
     cJSON_Delete(root);
   }
   for (int i = 0; i < ngroups; i++)
     printf("%-22s %4d/%-4d identical\n", groups[i].name, groups[i].pass, groups[i].pass + groups[i].fail);
-  printf("total: %d/%d cases match Python Jinja2 (%d known differences, listed); @huggingface/jinja differs from it on %d\n",
-         total - failed - known - known_pass, total, known, hf_differs);
+  printf(
+    "total: %d/%d cases match Python Jinja2 (%d known differences, listed); @huggingface/jinja differs from it on %d\n",
+    total - failed - known - known_pass, total, known, hf_differs);
   for (int i = 0; i < ntoks; i++) smelt_tokenizer_free(toks[i].tok), free(toks[i].dir);
   free(known_txt);
   return failed || known_pass ? 1 : 0;

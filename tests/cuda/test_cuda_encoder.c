@@ -18,10 +18,14 @@ int main(void) {
 static sm_backend *G, *C;
 static uint64_t g_rng = 0x5eed;
 static float frand(void) {
-  g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
   return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.f - 1.f;
 }
-static void fill(float *p, size_t n, float a) { for (size_t i = 0; i < n; i++) p[i] = a * frand(); }
+static void fill(float *p, size_t n, float a) {
+  for (size_t i = 0; i < n; i++) p[i] = a * frand();
+}
 static void *dup_dev(const void *h, size_t bytes) {
   void *d = G->alloc(G, bytes);
   G->upload(G, d, h, bytes);
@@ -46,7 +50,9 @@ static double rel_l2(const float *a, const float *b, size_t n) {
 static void test_attention_seg(int n, int nh, int nkv, int hd, const int32_t *seg, int n_seg) {
   const size_t nq = (size_t)n * nh * hd, nk = (size_t)n * nkv * hd;
   float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *o = malloc(nq * 4);
-  fill(q, nq, 2.f); fill(k, nk, 2.f); fill(v, nk, 1.f);
+  fill(q, nq, 2.f);
+  fill(k, nk, 2.f);
+  fill(v, nk, 1.f);
   float *dq = dup_dev(q, nq * 4), *dk = dup_dev(k, nk * 4), *dv = dup_dev(v, nk * 4), *dout = G->alloc(G, nq * 4);
   const float scale = 1.f / sqrtf((float)hd);
   C->attention_seg(C, o, q, k, v, n, nh, nkv, hd, scale, seg, n_seg);
@@ -54,8 +60,15 @@ static void test_attention_seg(int n, int nh, int nkv, int hd, const int32_t *se
   float *h = get(dout, nq);
   const double e = rel_l2(h, o, nq);
   CHECK(e < 1e-5, "attention_seg n %d heads %d/%d hd %d segments %d: rel err %g", n, nh, nkv, hd, n_seg, e);
-  free(h); free(q); free(k); free(v); free(o);
-  G->free(G, dq); G->free(G, dk); G->free(G, dv); G->free(G, dout);
+  free(h);
+  free(q);
+  free(k);
+  free(v);
+  free(o);
+  G->free(G, dq);
+  G->free(G, dk);
+  G->free(G, dv);
+  G->free(G, dout);
 }
 
 static void test_small_ops(void) {
@@ -65,7 +78,10 @@ static void test_small_ops(void) {
   float *x = malloc(N * 4), inv[32];
   int32_t axis[32], pos[3 * 37];
   fill(x, N, 1.f);
-  for (int i = 0; i < half; i++) { inv[i] = powf(1000.f, -(float)i / half); axis[i] = i % 3; }
+  for (int i = 0; i < half; i++) {
+    inv[i] = powf(1000.f, -(float)i / half);
+    axis[i] = i % 3;
+  }
   for (int i = 0; i < 3 * n; i++) pos[i] = (i * 131) % 900;
   float *dx = dup_dev(x, N * 4), *dinv = dup_dev(inv, sizeof inv);
   int32_t *dax = dup_dev(axis, sizeof axis), *dpos = dup_dev(pos, sizeof pos);
@@ -86,7 +102,7 @@ static void test_small_ops(void) {
     CHECK(rel_l2(h, r, M) < 1e-6, "gelu (%s): rel err %g", t ? "tanh" : "erf", rel_l2(h, r, M));
     free(h);
   }
-  int32_t idx[7] = { 5, 0, 36, 36, 12, 1, 30 };
+  int32_t idx[7] = {5, 0, 36, 36, 12, 1, 30};
   int32_t *didx = dup_dev(idx, sizeof idx);
   const int dim = nh * hd;
   float *gr = malloc(7 * (size_t)dim * 4), *dg = G->alloc(G, 7 * (size_t)dim * 4);
@@ -99,9 +115,18 @@ static void test_small_ops(void) {
   h = get(dr, 5000);
   CHECK(!memcmp(h, a + 3, 5000 * 4), "copy");
   free(h);
-  G->free(G, dx); G->free(G, dinv); G->free(G, dax); G->free(G, dpos); G->free(G, da); G->free(G, dr);
-  G->free(G, didx); G->free(G, dg);
-  free(x); free(a); free(r); free(gr);
+  G->free(G, dx);
+  G->free(G, dinv);
+  G->free(G, dax);
+  G->free(G, dpos);
+  G->free(G, da);
+  G->free(G, dr);
+  G->free(G, didx);
+  G->free(G, dg);
+  free(x);
+  free(a);
+  free(r);
+  free(gr);
 }
 
 /* attention over a paged cache with attn_span: a prefill of n tokens of one sequence (a cached prefix
@@ -118,26 +143,42 @@ static void test_attention_span(int nh, int nkv, int hd, int window, int p0, int
     span[2 * t] = in ? g0 : pos[t];
     span[2 * t + 1] = in ? g1 - 1 : pos[t];
   }
-  pos[n] = 50; seq[n] = 1; span[2 * n] = span[2 * n + 1] = 50;
-  sm_batch b = { .n_tokens = nt, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 2, .max_blocks = max_blocks,
-                 .block_table = table, .attn_span = span };
+  pos[n] = 50;
+  seq[n] = 1;
+  span[2 * n] = span[2 * n + 1] = 50;
+  sm_batch b = {.n_tokens = nt,
+                .tokens = tok,
+                .pos = pos,
+                .seq = seq,
+                .n_seqs = 2,
+                .max_blocks = max_blocks,
+                .block_table = table,
+                .attn_span = span};
   const size_t cache = (size_t)n_blocks * bs * row;
   float *kc = malloc(cache * 4);
   fill(kc, cache, 1.f);
-  void *ck[1] = { malloc(cache * 4) }, *cv[1] = { malloc(cache * 4) }, *gk[1], *gv[1];
+  void *ck[1] = {malloc(cache * 4)}, *cv[1] = {malloc(cache * 4)}, *gk[1], *gv[1];
   memcpy(ck[0], kc, cache * 4);
   fill(kc, cache, 1.f);
   memcpy(cv[0], kc, cache * 4);
   gk[0] = dup_dev(ck[0], cache * 4);
   gv[0] = dup_dev(cv[0], cache * 4);
-  sm_kv_cache kvc = { .n_layers = 1, .n_kv_heads = nkv, .head_dim = hd, .block_size = bs, .n_blocks = n_blocks,
-                      .dtype = SM_DT_F32, .k = ck, .v = cv };
+  sm_kv_cache kvc = {.n_layers = 1,
+                     .n_kv_heads = nkv,
+                     .head_dim = hd,
+                     .block_size = bs,
+                     .n_blocks = n_blocks,
+                     .dtype = SM_DT_F32,
+                     .k = ck,
+                     .v = cv};
   sm_kv_cache kvg = kvc;
   kvg.k = gk;
   kvg.v = gv;
   const size_t nq = (size_t)nt * nh * hd, nk = (size_t)nt * row;
   float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *o = malloc(nq * 4);
-  fill(q, nq, 2.f); fill(k, nk, 1.f); fill(v, nk, 1.f);
+  fill(q, nq, 2.f);
+  fill(k, nk, 1.f);
+  fill(v, nk, 1.f);
   float *dq = dup_dev(q, nq * 4), *dk = dup_dev(k, nk * 4), *dv = dup_dev(v, nk * 4), *dout = G->alloc(G, nq * 4);
   CHECK(C->set_batch(C, &b) == SMELT_OK && G->set_batch(G, &b) == SMELT_OK, "set_batch: %s", smelt_last_error());
   C->kv_store(C, &kvc, 0, k, v);
@@ -157,9 +198,25 @@ static void test_attention_span(int nh, int nkv, int hd, int window, int p0, int
   float *o2 = malloc(nq * 4);
   C->attention(C, o2, q, &kvc, 0, nh, scale, window, 0.f);
   CHECK(rel_l2(o2, o, nq) > 1e-3, "attention spans change the result (%g)", rel_l2(o2, o, nq));
-  free(o2); free(h); free(q); free(k); free(v); free(o); free(kc); free(tok); free(pos); free(seq); free(span);
-  free(ck[0]); free(cv[0]);
-  G->free(G, gk[0]); G->free(G, gv[0]); G->free(G, dq); G->free(G, dk); G->free(G, dv); G->free(G, dout);
+  free(o2);
+  free(h);
+  free(q);
+  free(k);
+  free(v);
+  free(o);
+  free(kc);
+  free(tok);
+  free(pos);
+  free(seq);
+  free(span);
+  free(ck[0]);
+  free(cv[0]);
+  G->free(G, gk[0]);
+  G->free(G, gv[0]);
+  G->free(G, dq);
+  G->free(G, dk);
+  G->free(G, dv);
+  G->free(G, dout);
 }
 
 int main(void) {
@@ -169,17 +226,17 @@ int main(void) {
     return 77;
   }
   C = sm_cpu_backend_create(0);
-  const int32_t one[] = { 0, 1000 }, win[] = { 0, 64, 128, 192, 200, 256, 320, 384 }, odd[] = { 0, 1, 33, 34, 100 };
-  test_attention_seg(1000, 16, 16, 80, one, 1);  /* Qwen2.5-VL ViT head */
-  test_attention_seg(384, 16, 16, 80, win, 7);   /* windows (one short) */
-  test_attention_seg(100, 4, 2, 72, odd, 4);     /* SigLIP head dim, GQA, 1-token segment */
-  test_attention_seg(257, 16, 16, 64, (const int32_t[]){ 0, 257 }, 1); /* Pixtral */
-  test_attention_seg(50, 2, 2, 16, (const int32_t[]){ 0, 20, 50 }, 2);
-  test_attention_seg(130, 8, 8, 128, (const int32_t[]){ 0, 130 }, 1);
+  const int32_t one[] = {0, 1000}, win[] = {0, 64, 128, 192, 200, 256, 320, 384}, odd[] = {0, 1, 33, 34, 100};
+  test_attention_seg(1000, 16, 16, 80, one, 1);                      /* Qwen2.5-VL ViT head */
+  test_attention_seg(384, 16, 16, 80, win, 7);                       /* windows (one short) */
+  test_attention_seg(100, 4, 2, 72, odd, 4);                         /* SigLIP head dim, GQA, 1-token segment */
+  test_attention_seg(257, 16, 16, 64, (const int32_t[]){0, 257}, 1); /* Pixtral */
+  test_attention_seg(50, 2, 2, 16, (const int32_t[]){0, 20, 50}, 2);
+  test_attention_seg(130, 8, 8, 128, (const int32_t[]){0, 130}, 1);
   test_small_ops();
-  test_attention_span(8, 4, 64, 0, 0, 300, 10, 266);     /* Gemma-like: 256 image tokens after a prefix */
-  test_attention_span(8, 4, 256, 20, 5, 80, 20, 60);     /* a window shorter than the group */
-  test_attention_span(4, 2, 16, 0, 30, 40, 20, 50);      /* the group started in the cache */
+  test_attention_span(8, 4, 64, 0, 0, 300, 10, 266); /* Gemma-like: 256 image tokens after a prefix */
+  test_attention_span(8, 4, 256, 20, 5, 80, 20, 60); /* a window shorter than the group */
+  test_attention_span(4, 2, 16, 0, 30, 40, 20, 50);  /* the group started in the cache */
   C->destroy(C);
   G->destroy(G);
   TEST_END();

@@ -24,7 +24,7 @@ int main(void) {
 #include "backend/cuda/cuda_api.h"
 
 typedef struct {
-  int nodes;          /* kernel launches of the captured decode graph */
+  int nodes; /* kernel launches of the captured decode graph */
   long fused[SM_CUDA_STATS_MAX];
   long unfused[SM_CUDA_STATS_MAX];
   sm_cuda_stats st;
@@ -33,7 +33,7 @@ typedef struct {
 static bool decode(const char *family, int layers, int hidden, int ffn, step_info *out) {
   char dir[256];
   snprintf(dir, sizeof dir, "/tmp/smelt-fusions-%s-%d-%d-%d", family, hidden, layers, (int)getpid());
-  sm_synth_shape sh = { "fusions", hidden, layers, 32, 8, ffn, 1024, true, family, 0, NULL };
+  sm_synth_shape sh = {"fusions", hidden, layers, 32, 8, ffn, 1024, true, family, 0, NULL};
   CHECK(sm_make_synthetic(&sh, 4, 64, dir, false) == SMELT_OK, "%s: synthetic: %s", family, smelt_last_error());
   smelt_model_params p;
   smelt_model_params_default(&p);
@@ -51,7 +51,7 @@ static bool decode(const char *family, int layers, int hidden, int ffn, step_inf
     CHECK(sm_engine_create(m, &ep, &e) == SMELT_OK, "%s: engine: %s", family, smelt_last_error());
     float *lg = malloc(sizeof(float) * 1024);
     sm_seq *q = sm_seq_new(e);
-    int32_t ids[8] = { 3, 141, 59, 265, 358, 979, 323, 84 };
+    int32_t ids[8] = {3, 141, 59, 265, 358, 979, 323, 84};
     sm_seq_append(e, q, ids, 8);
     for (int step = 0; step < 6 && ok; step++) {
       uint8_t d = 0;
@@ -92,9 +92,9 @@ static int op_index(const sm_cuda_stats *st, const char *name) {
 typedef struct {
   const char *family;
   int hidden, ffn;
-  int launches;             /* kernels a decode layer launches */
-  const char *fused[6];     /* fusion entries firing once a layer */
-  const char *unfused_op;   /* an op run alone in every layer (the recipe's op the fused paths lack) */
+  int launches;           /* kernels a decode layer launches */
+  const char *fused[6];   /* fusion entries firing once a layer */
+  const char *unfused_op; /* an op run alone in every layer (the recipe's op the fused paths lack) */
   int unfused_n;
 } layer_case;
 
@@ -104,13 +104,14 @@ static void check_case(const layer_case *c) {
   memset(&b, 0, sizeof b);
   if (!decode(c->family, 2, c->hidden, c->ffn, &a) || !decode(c->family, 3, c->hidden, c->ffn, &b)) return;
   const int per_layer = b.nodes - a.nodes;
-  printf("%s (hidden %d): %d kernel launches a decode step with 2 layers, %d with 3: %d a layer\n", c->family, c->hidden,
-         a.nodes, b.nodes, per_layer);
+  printf("%s (hidden %d): %d kernel launches a decode step with 2 layers, %d with 3: %d a layer\n", c->family,
+         c->hidden, a.nodes, b.nodes, per_layer);
   for (int i = 0; i < b.st.n_fusions; i++)
     if (b.fused[i] || a.fused[i])
       printf("  %-28s %ld with 2 layers, %ld with 3\n", b.st.fusion[i], a.fused[i], b.fused[i]);
   for (int i = 0; i < b.st.n_op_types; i++)
-    if (b.unfused[i] || a.unfused[i]) printf("  unfused %-20s %ld with 2 layers, %ld with 3\n", b.st.op[i], a.unfused[i], b.unfused[i]);
+    if (b.unfused[i] || a.unfused[i])
+      printf("  unfused %-20s %ld with 2 layers, %ld with 3\n", b.st.op[i], a.unfused[i], b.unfused[i]);
   CHECK(per_layer == c->launches, "%s (hidden %d): %d launches a decode layer, expected %d", c->family, c->hidden,
         per_layer, c->launches);
   for (int k = 0; k < 6 && c->fused[k]; k++) {
@@ -140,14 +141,14 @@ int main(void) {
   /* the 1B shape: q/k/v, attention with rope and the KV store, o, and the MLP (k_mlp1 with the add +
    * rmsnorm before it); the add + rmsnorm after it runs alone (its int8 x for the next q/k/v) */
   const layer_case cases[] = {
-    { "llama", 2048, 8192, 5, { "matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "add+rmsnorm" }, NULL, 0 },
-    { "mistral", 2048, 8192, 5, { "matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "add+rmsnorm" }, NULL, 0 },
+    {"llama", 2048, 8192, 5, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "add+rmsnorm"}, NULL, 0},
+    {"mistral", 2048, 8192, 5, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "add+rmsnorm"}, NULL, 0},
     /* qwen2: the q/k/v biases run alone (three add_rows a layer) */
-    { "qwen2", 2048, 8192, 8, { "matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp" }, "add_rows", 3 },
+    {"qwen2", 2048, 8192, 8, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp"}, "add_rows", 3},
     /* qwen3: the per-head q/k norms are kernels of their own */
-    { "qwen3", 2048, 8192, 7, { "matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "rmsnorm+quant" }, NULL, 0 },
+    {"qwen3", 2048, 8192, 7, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "rmsnorm+quant"}, NULL, 0},
     /* the 8B shape: k_mlp1 also does the add + rmsnorm after it, deferred to the q/k/v launch */
-    { "llama", 4096, 14336, 4, { "matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp+add+quant" }, NULL, 0 },
+    {"llama", 4096, 14336, 4, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp+add+quant"}, NULL, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
   TEST_END();

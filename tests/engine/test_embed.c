@@ -21,7 +21,10 @@ int main(int argc, char **argv) {
   mp.device = SMELT_DEVICE_CPU;
   mp.max_seqs = 4;
   smelt_model *m = NULL;
-  if (smelt_model_load(dir, &mp, &m)) { printf("cannot load %s: %s\n", dir, smelt_last_error()); return 1; }
+  if (smelt_model_load(dir, &mp, &m)) {
+    printf("cannot load %s: %s\n", dir, smelt_last_error());
+    return 1;
+  }
   sm_engine_params ep;
   sm_engine_params_default(&ep);
   ep.max_seqs = 4;
@@ -60,7 +63,8 @@ int main(int argc, char **argv) {
     sm_engine_embed(e, ids, (int)i, SM_POOL_LAST, tmp);
     for (int k = 0; k < H; k++) acc[k] += tmp[k] / (float)n;
   }
-  CHECK(t_max_rel(mean, acc, (size_t)H, 1.0) < 1e-4, "mean pooling vs prefixes: %g", t_max_rel(mean, acc, (size_t)H, 1.0));
+  CHECK(t_max_rel(mean, acc, (size_t)H, 1.0) < 1e-4, "mean pooling vs prefixes: %g",
+        t_max_rel(mean, acc, (size_t)H, 1.0));
   /* chunked prefill gives the same vectors */
   sm_engine *e2 = NULL;
   ep.max_batch_tokens = 7;
@@ -73,7 +77,12 @@ int main(int argc, char **argv) {
     sm_engine_free(e2);
   }
   CHECK(sm_engine_embed(e, ids, 0, SM_POOL_LAST, tmp) != SMELT_OK, "empty input is an error");
-  free(tmp); free(h); free(mean); free(acc); free(logits); free(ids);
+  free(tmp);
+  free(h);
+  free(mean);
+  free(acc);
+  free(logits);
+  free(ids);
   sm_st_close(st);
   sm_engine_free(e);
   smelt_model_free(m);

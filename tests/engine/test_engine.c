@@ -14,16 +14,25 @@ static const double TOL = 2e-3;
 static float *ref_logits(const int32_t *ids, int n) {
   float *l = NULL;
   smelt_status st = smelt_eval_logits(M, ids, n, &l);
-  if (st) { fprintf(stderr, "eval: %s\n", smelt_last_error()); exit(1); }
+  if (st) {
+    fprintf(stderr, "eval: %s\n", smelt_last_error());
+    exit(1);
+  }
   return l;
 }
 
 static void fill(int32_t *t, int n, uint64_t seed) {
-  for (int i = 0; i < n; i++) { seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; t[i] = (int32_t)((seed >> 33) % (uint64_t)V); }
+  for (int i = 0; i < n; i++) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    t[i] = (int32_t)((seed >> 33) % (uint64_t)V);
+  }
 }
 
 /* sm_engine_decode against the loop it replaces (step, emit, append), on a fresh engine each */
-typedef struct { int32_t tok[64]; int n, stop_at; } rec_t;
+typedef struct {
+  int32_t tok[64];
+  int n, stop_at;
+} rec_t;
 static bool rec_emit(void *ud, int32_t t) {
   rec_t *r = ud;
   if (r->n < 64) r->tok[r->n] = t;
@@ -79,17 +88,25 @@ int main(int argc, char **argv) {
   mkdir(dir, 0755);
   char mdir[512];
   snprintf(mdir, sizeof mdir, "%s/model-q4", dir);
-  if (sm_make_synthetic(sm_synth_find("test"), 4, 32, mdir, false)) { fprintf(stderr, "%s\n", smelt_last_error()); return 1; }
+  if (sm_make_synthetic(sm_synth_find("test"), 4, 32, mdir, false)) {
+    fprintf(stderr, "%s\n", smelt_last_error());
+    return 1;
+  }
   smelt_model_params mp;
   smelt_model_params_default(&mp);
   mp.device = SMELT_DEVICE_CPU;
   mp.max_context = 256;
-  if (smelt_model_load(mdir, &mp, &M)) { fprintf(stderr, "load: %s\n", smelt_last_error()); return 1; }
+  if (smelt_model_load(mdir, &mp, &M)) {
+    fprintf(stderr, "load: %s\n", smelt_last_error());
+    return 1;
+  }
   V = smelt_model_vocab_size(M);
   enum { N = 60 };
   int32_t a[N], b[N], c[N];
-  fill(a, N, 1); fill(b, N, 2);
-  memcpy(c, a, sizeof(int32_t) * 40); fill(c + 40, N - 40, 3); /* c shares a 40-token prefix with a */
+  fill(a, N, 1);
+  fill(b, N, 2);
+  memcpy(c, a, sizeof(int32_t) * 40);
+  fill(c + 40, N - 40, 3); /* c shares a 40-token prefix with a */
   float *ra = ref_logits(a, N), *rb = ref_logits(b, N), *rc = ref_logits(c, N);
   /* logits must not be degenerate (test could not fail otherwise) */
   double spread = 0;
@@ -98,7 +115,10 @@ int main(int argc, char **argv) {
 
   sm_engine_params ep;
   sm_engine_params_default(&ep);
-  ep.max_seqs = 4; ep.max_context = 128; ep.max_batch_tokens = 24; ep.block_size = 16;
+  ep.max_seqs = 4;
+  ep.max_context = 128;
+  ep.max_batch_tokens = 24;
+  ep.block_size = 16;
   sm_engine *e = NULL;
   CHECK(sm_engine_create(M, &ep, &e) == SMELT_OK, "engine create: %s", smelt_last_error());
   float *lg = malloc(sizeof(float) * 4 * V);
@@ -109,7 +129,10 @@ int main(int argc, char **argv) {
   sm_seq_append(e, s, a, 30);
   int steps = 0;
   done[0] = 0;
-  while (!done[0]) { CHECK(sm_engine_step(e, &s, 1, lg, done) == SMELT_OK, "step"); steps++; }
+  while (!done[0]) {
+    CHECK(sm_engine_step(e, &s, 1, lg, done) == SMELT_OK, "step");
+    steps++;
+  }
   CHECK(steps == 2, "prompt of 30 with budget 24 takes 2 steps (took %d)", steps);
   CHECK(t_max_rel(lg, ra + 29 * V, V, 1.0) < TOL, "prefill logits differ: %g", t_max_rel(lg, ra + 29 * V, V, 1.0));
   double worst = 0;
@@ -122,24 +145,36 @@ int main(int argc, char **argv) {
   sm_seq_free(e, s);
 
   /* 2. three sequences in one continuous batch, joining at different times */
-  sm_seq *q[3] = { sm_seq_new(e), sm_seq_new(e), sm_seq_new(e) };
-  const int32_t *src[3] = { a, b, c };
-  const float *ref[3] = { ra, rb, rc };
-  int next[3] = { 20, 9, 33 };
+  sm_seq *q[3] = {sm_seq_new(e), sm_seq_new(e), sm_seq_new(e)};
+  const int32_t *src[3] = {a, b, c};
+  const float *ref[3] = {ra, rb, rc};
+  int next[3] = {20, 9, 33};
   sm_seq_append(e, q[0], a, 20);
   int active = 1;
   double wb = 0;
   for (int it = 0; it < 200; it++) {
-    if (it == 3 && active == 1) { sm_seq_append(e, q[1], b, 9); active = 2; }
-    if (it == 6 && active == 2) { sm_seq_append(e, q[2], c, 33); active = 3; }
+    if (it == 3 && active == 1) {
+      sm_seq_append(e, q[1], b, 9);
+      active = 2;
+    }
+    if (it == 6 && active == 2) {
+      sm_seq_append(e, q[2], c, 33);
+      active = 3;
+    }
     memset(done, 0, sizeof done);
-    if (sm_engine_step(e, q, active, lg, done)) { CHECK(0, "batched step: %s", smelt_last_error()); break; }
+    if (sm_engine_step(e, q, active, lg, done)) {
+      CHECK(0, "batched step: %s", smelt_last_error());
+      break;
+    }
     bool all_end = true;
     for (int i = 0; i < active; i++) {
       if (done[i]) {
         int p = sm_seq_len(q[i]) - 1;
         wb = fmax(wb, t_max_rel(lg + (size_t)i * V, ref[i] + (size_t)p * V, V, 1.0));
-        if (next[i] < N) { sm_seq_append(e, q[i], &src[i][next[i]], 1); next[i]++; }
+        if (next[i] < N) {
+          sm_seq_append(e, q[i], &src[i][next[i]], 1);
+          next[i]++;
+        }
       }
       if (next[i] < N || sm_seq_pending(q[i])) all_end = false;
     }
@@ -175,36 +210,50 @@ int main(int argc, char **argv) {
   CHECK(reused == 48, "prefix cache reused %d tokens, expected 48", reused);
   done[0] = 0;
   while (!done[0]) sm_engine_step(e, &pc, 1, lg, done);
-  CHECK(t_max_rel(lg, rc + 49 * V, V, 1.0) < TOL, "logits after prefix reuse differ: %g", t_max_rel(lg, rc + 49 * V, V, 1.0));
+  CHECK(t_max_rel(lg, rc + 49 * V, V, 1.0) < TOL, "logits after prefix reuse differ: %g",
+        t_max_rel(lg, rc + 49 * V, V, 1.0));
   /* 4. fork: continue both with different tokens */
   sm_seq *fk = sm_seq_fork(e, pc);
-  sm_seq *two[2] = { pc, fk };
+  sm_seq *two[2] = {pc, fk};
   sm_seq_append(e, pc, &c[50], 1);
   sm_seq_append(e, fk, &a[50], 1); /* fk = c[0:50] + a[50] */
   float *lp = malloc(sizeof(float) * V), *lf = malloc(sizeof(float) * V);
-  bool got[2] = { false, false };
+  bool got[2] = {false, false};
   for (int it = 0; it < 10 && !(got[0] && got[1]); it++) {
-    uint8_t d2[2] = { 0, 0 };
+    uint8_t d2[2] = {0, 0};
     if (sm_engine_step(e, two, 2, lg, d2)) break;
-    if (d2[0]) { memcpy(lp, lg, sizeof(float) * V); got[0] = true; }
-    if (d2[1]) { memcpy(lf, lg + V, sizeof(float) * V); got[1] = true; }
+    if (d2[0]) {
+      memcpy(lp, lg, sizeof(float) * V);
+      got[0] = true;
+    }
+    if (d2[1]) {
+      memcpy(lf, lg + V, sizeof(float) * V);
+      got[1] = true;
+    }
   }
   CHECK(got[0] && got[1], "fork step did not complete");
   CHECK(t_max_rel(lp, rc + 50 * V, V, 1.0) < TOL, "fork parent logits differ");
   int32_t cf[51];
-  memcpy(cf, c, sizeof(int32_t) * 50); cf[50] = a[50];
+  memcpy(cf, c, sizeof(int32_t) * 50);
+  cf[50] = a[50];
   float *rf = ref_logits(cf, 51);
   CHECK(t_max_rel(lf, rf + 50 * V, V, 1.0) < TOL, "fork child logits differ: %g", t_max_rel(lf, rf + 50 * V, V, 1.0));
-  free(rf); free(lp); free(lf);
-  sm_seq_free(e, pc); sm_seq_free(e, fk);
+  free(rf);
+  free(lp);
+  free(lf);
+  sm_seq_free(e, pc);
+  sm_seq_free(e, fk);
   sm_engine_free(e);
 
   /* 5. KV exhaustion is an error, not a crash, and freeing recovers */
-  ep.n_blocks = 6; ep.max_context = 64; ep.max_seqs = 2;
+  ep.n_blocks = 6;
+  ep.max_context = 64;
+  ep.max_seqs = 2;
   CHECK(sm_engine_create(M, &ep, &e) == SMELT_OK, "small engine");
   sm_seq *x1 = sm_seq_new(e), *x2 = sm_seq_new(e);
-  sm_seq_append(e, x1, a, 60); sm_seq_append(e, x2, b, 60);
-  sm_seq *xs[2] = { x1, x2 };
+  sm_seq_append(e, x1, a, 60);
+  sm_seq_append(e, x2, b, 60);
+  sm_seq *xs[2] = {x1, x2};
   smelt_status r = SMELT_OK;
   bool x1_done = false;
   for (int i = 0; i < 10 && !r; i++) {
@@ -225,7 +274,8 @@ int main(int argc, char **argv) {
   /* context limit */
   int32_t badtok = V + 5;
   CHECK(sm_seq_append(e, x1, &badtok, 1) == SMELT_ERR_INVALID, "out-of-vocab token rejected");
-  CHECK(sm_seq_append(e, x1, a, 4) == SMELT_OK && sm_seq_append(e, x1, a, 1) == SMELT_ERR_LIMIT, "context limit enforced");
+  CHECK(sm_seq_append(e, x1, a, 4) == SMELT_OK && sm_seq_append(e, x1, a, 1) == SMELT_ERR_LIMIT,
+        "context limit enforced");
   sm_seq_free(e, x1);
   /* 6. sm_engine_decode (one step at a time on the CPU: no sample_async) == the stepwise loop,
    * greedy and seeded sampling, run to max_new or stopped by the callback */
@@ -237,8 +287,8 @@ int main(int argc, char **argv) {
           "decode refuses a sequence with pending tokens");
     sm_seq_free(e, pq);
   }
-  const float temps[] = { 0.f, 0.9f };
-  const int stops[] = { 0, 5, 1 };
+  const float temps[] = {0.f, 0.9f};
+  const int stops[] = {0, 5, 1};
   for (int ti = 0; ti < 2; ti++)
     for (int si = 0; si < 3; si++) {
       rec_t r1, r2;
@@ -248,20 +298,31 @@ int main(int argc, char **argv) {
       decode_case(b, 9, temps[ti], 12, stops[si], false, &r2, s2, &l2);
       CHECK(r1.n == r2.n && r1.n == (stops[si] ? stops[si] : 12), "decode T %g stop %d: %d vs %d tokens", temps[ti],
             stops[si], r1.n, r2.n);
-      CHECK(!memcmp(r1.tok, r2.tok, sizeof(int32_t) * (size_t)r1.n), "decode T %g stop %d: different tokens",
-            temps[ti], stops[si]);
+      CHECK(!memcmp(r1.tok, r2.tok, sizeof(int32_t) * (size_t)r1.n), "decode T %g stop %d: different tokens", temps[ti],
+            stops[si]);
       CHECK(l1 == l2 && l1 == 9 + r1.n && !memcmp(s1, s2, sizeof(int32_t) * (size_t)l1),
             "decode T %g stop %d: sequence state %d vs %d tokens", temps[ti], stops[si], l1, l2);
     }
   /* a fed token is a device-side feature: the CPU backend rejects it */
   {
     int32_t t0 = 1, p0 = 0, s0 = 0, tb = 0, o0 = 0;
-    sm_batch fb = { .n_tokens = 1, .tokens = &t0, .pos = &p0, .seq = &s0, .n_seqs = 1, .max_blocks = 1,
-                    .block_table = &tb, .n_out = 1, .out_rows = &o0, .feed_token = 1 };
+    sm_batch fb = {.n_tokens = 1,
+                   .tokens = &t0,
+                   .pos = &p0,
+                   .seq = &s0,
+                   .n_seqs = 1,
+                   .max_blocks = 1,
+                   .block_table = &tb,
+                   .n_out = 1,
+                   .out_rows = &o0,
+                   .feed_token = 1};
     CHECK(M->be->set_batch(M->be, &fb) == SMELT_ERR_UNSUPPORTED, "cpu set_batch rejects feed_token");
   }
   sm_engine_free(e);
-  free(lg); free(ra); free(rb); free(rc);
+  free(lg);
+  free(ra);
+  free(rb);
+  free(rc);
   smelt_model_free(M);
   TEST_END();
 }

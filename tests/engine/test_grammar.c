@@ -11,7 +11,10 @@
 
 static bool accepts(const char *gbnf, const char *text, bool want_complete) {
   sm_grammar *g = NULL;
-  if (sm_grammar_compile(gbnf, &g)) { fprintf(stderr, "compile: %s\n", sm_errmsg()); return false; }
+  if (sm_grammar_compile(gbnf, &g)) {
+    fprintf(stderr, "compile: %s\n", sm_errmsg());
+    return false;
+  }
   sm_grammar_state *s = sm_grammar_state_new(g, NULL);
   bool ok = sm_grammar_accept_bytes(s, text, strlen(text)) == SMELT_OK;
   if (ok && want_complete) ok = sm_grammar_complete(s);
@@ -25,7 +28,10 @@ static bool compile_fails(const char *gbnf, const char *needle) {
   smelt_status st = sm_grammar_compile(gbnf, &g);
   sm_grammar_free(g);
   if (st == SMELT_OK) return false;
-  if (needle && !strstr(sm_errmsg(), needle)) { fprintf(stderr, "message: %s\n", sm_errmsg()); return false; }
+  if (needle && !strstr(sm_errmsg(), needle)) {
+    fprintf(stderr, "message: %s\n", sm_errmsg());
+    return false;
+  }
   return true;
 }
 
@@ -43,7 +49,11 @@ static void test_gbnf(void) {
   CHECK(!accepts("root ::= [\\u00e0-\\u00ff]", "\xC3\x80", false), "\\u range rejects U+00C0");
   CHECK(compile_fails("root ::= \"x\"\n  | \"y\"", "rule name"), "a line starting with | does not continue a rule");
   CHECK(accepts("root ::= \"x\" |\n \"y\"", "y", true), "alternative on the next line");
-  CHECK(accepts("root ::= .{3}", "a\xE2\x82\xAC" "b", true), "dot matches a 3-byte character");
+  CHECK(accepts("root ::= .{3}",
+                "a\xE2\x82\xAC"
+                "b",
+                true),
+        "dot matches a 3-byte character");
   CHECK(accepts("root ::= item (\",\" item)*\nitem ::= [a-z]+ | \"(\" root \")\"", "a,(b,(c)),d", true),
         "recursion through a group");
   CHECK(compile_fails("root ::= \"a\" undefined-rule", "undefined-rule"), "undefined rule");
@@ -62,7 +72,11 @@ static void test_gbnf(void) {
 static bool schema_accepts(const char *schema_json, const char *text, bool strict) {
   cJSON *sc = cJSON_Parse(schema_json);
   char *gb = NULL;
-  if (sm_schema_to_gbnf(sc, strict, &gb)) { fprintf(stderr, "schema: %s\n", sm_errmsg()); cJSON_Delete(sc); return false; }
+  if (sm_schema_to_gbnf(sc, strict, &gb)) {
+    fprintf(stderr, "schema: %s\n", sm_errmsg());
+    cJSON_Delete(sc);
+    return false;
+  }
   cJSON_Delete(sc);
   bool ok = accepts(gb, text, true);
   free(gb);
@@ -79,8 +93,9 @@ static bool schema_error(const char *schema_json, const char *needle) {
 }
 
 static void test_schema(void) {
-  const char *obj = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\",\"maxLength\":3},"
-                    "\"c\":{\"type\":\"boolean\"}},\"required\":[\"b\"],\"additionalProperties\":false}";
+  const char *obj =
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\",\"maxLength\":3},"
+    "\"c\":{\"type\":\"boolean\"}},\"required\":[\"b\"],\"additionalProperties\":false}";
   CHECK(schema_accepts(obj, "{\"b\": \"xy\"}", true), "only required");
   CHECK(schema_accepts(obj, "{\"a\": -12, \"b\": \"xyz\", \"c\": true}", true), "all");
   CHECK(schema_accepts(obj, "{\"b\":\"\",\"c\":false}", true), "required then optional");
@@ -88,7 +103,8 @@ static void test_schema(void) {
   CHECK(!schema_accepts(obj, "{\"b\": \"wxyz\"}", true), "maxLength");
   CHECK(!schema_accepts(obj, "{\"b\": \"x\", \"a\": 1}", true), "order follows the schema");
   CHECK(!schema_accepts(obj, "{\"a\": 01, \"b\": \"x\"}", true), "no leading zero");
-  const char *opt = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"null\"},\"y\":{\"enum\":[\"r\",2,[true]]}}}";
+  const char *opt =
+    "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"null\"},\"y\":{\"enum\":[\"r\",2,[true]]}}}";
   CHECK(schema_accepts(opt, "{}", true), "all optional: empty");
   CHECK(schema_accepts(opt, "{\"y\": [true]}", true), "enum array value");
   CHECK(schema_accepts(opt, "{\"x\": null, \"y\": 2}", true), "both");
@@ -98,17 +114,21 @@ static void test_schema(void) {
   CHECK(schema_accepts(arr, "[1.5, -2e10]", true), "array min");
   CHECK(!schema_accepts(arr, "[1]", true), "array too short");
   CHECK(!schema_accepts(arr, "[1,2,3,4]", true), "array too long");
-  const char *ref = "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
-                    "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\",\"kids\"],"
-                    "\"additionalProperties\":false}},\"$ref\":\"#/$defs/node\"}";
+  const char *ref =
+    "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+    "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\",\"kids\"],"
+    "\"additionalProperties\":false}},\"$ref\":\"#/$defs/node\"}";
   CHECK(schema_accepts(ref, "{\"v\": 1, \"kids\": [{\"v\": 2, \"kids\": []}]}", true), "recursive $ref");
-  CHECK(schema_accepts("{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "\"q\\u00e9\\n\"", true), "anyOf string escapes");
+  CHECK(schema_accepts("{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "\"q\\u00e9\\n\"", true),
+        "anyOf string escapes");
   CHECK(schema_accepts("{\"type\":[\"integer\",\"null\"]}", "null", true), "type list");
   CHECK(schema_accepts("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-29\"", true), "date");
   CHECK(!schema_accepts("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-13-01\"", true), "bad month");
   CHECK(schema_accepts("{\"type\":\"object\"}", "{\"k\": [1, {\"z\": null}], \"m\": \"s\"}", true), "json_object");
   CHECK(schema_accepts("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"const\":1}},\"required\":[\"a\"]},"
-                       "{\"properties\":{\"b\":{\"type\":\"boolean\"}}}]}", "{\"a\": 1, \"b\": false}", true), "allOf");
+                       "{\"properties\":{\"b\":{\"type\":\"boolean\"}}}]}",
+                       "{\"a\": 1, \"b\": false}", true),
+        "allOf");
   CHECK(schema_error("{\"type\":\"string\",\"pattern\":\"^a\"}", "pattern"), "pattern unsupported in strict");
   CHECK(schema_accepts("{\"type\":\"integer\",\"minimum\":3}", "7", false), "minimum ignored when not strict");
   CHECK(schema_error("{\"type\":\"object\",\"required\":[\"q\"],\"properties\":{}}", "required property 'q'"),
@@ -132,7 +152,10 @@ static void test_mask(const char *src_dir) {
   snprintf(path, sizeof path, "%s/models/smelt-tiny/tokenizer.json", src_dir);
   snprintf(cfg, sizeof cfg, "%s/models/smelt-tiny/tokenizer_config.json", src_dir);
   smelt_tokenizer *tok = NULL;
-  if (sm_tok_load_files(path, cfg, &tok)) { CHECK(false, "tokenizer: %s", sm_errmsg()); return; }
+  if (sm_tok_load_files(path, cfg, &tok)) {
+    CHECK(false, "tokenizer: %s", sm_errmsg());
+    return;
+  }
   int V = smelt_tokenizer_vocab_size(tok);
   int32_t eos[2] = {1, 4};
   sm_grammar_vocab *voc = sm_grammar_vocab_new(tok, V, eos, 2);
@@ -234,7 +257,10 @@ static void test_walks(const char *src_dir, const char *gbnf, int walks) {
   snprintf(path, sizeof path, "%s/models/smelt-tiny/tokenizer.json", src_dir);
   snprintf(cfg, sizeof cfg, "%s/models/smelt-tiny/tokenizer_config.json", src_dir);
   smelt_tokenizer *tok = NULL;
-  if (sm_tok_load_files(path, cfg, &tok)) { CHECK(false, "tokenizer: %s", sm_errmsg()); return; }
+  if (sm_tok_load_files(path, cfg, &tok)) {
+    CHECK(false, "tokenizer: %s", sm_errmsg());
+    return;
+  }
   int V = smelt_tokenizer_vocab_size(tok);
   int32_t eos[1] = {1};
   sm_grammar_vocab *voc = sm_grammar_vocab_new(tok, V, eos, 1);
@@ -254,8 +280,13 @@ static void test_walks(const char *src_dir, const char *gbnf, int walks) {
     sm_grammar_state *s = sm_grammar_state_new(g, voc);
     for (int k = 0; k < 60; k++) {
       int c = sm_grammar_mask(s, mask);
-      if (c == 0) { stuck += !sm_grammar_finished(s); break; }
-      x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+      if (c == 0) {
+        stuck += !sm_grammar_finished(s);
+        break;
+      }
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
       /* half of the time a single-byte token that starts or continues a UTF-8 character, if
        * one is allowed (these are rare among all tokens), else any allowed token */
       int32_t t = -1;
@@ -271,7 +302,10 @@ static void test_walks(const char *src_dir, const char *gbnf, int walks) {
       int r = (int)((x >> 1) % (uint64_t)c);
       for (int32_t i = 0; i < V && t < 0; i++)
         if (sm_mask_test(mask, i) && r-- == 0) t = i;
-      if (sm_grammar_accept(s, t) != SMELT_OK) { rejected++; break; }
+      if (sm_grammar_accept(s, t) != SMELT_OK) {
+        rejected++;
+        break;
+      }
       if (sm_grammar_ended(s)) break;
     }
     sm_grammar_state_free(s);
@@ -290,8 +324,9 @@ int main(int argc, char **argv) {
     test_mask(argv[1]);
     /* short strings of any characters, then a closing quote */
     test_walks(argv[1], "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,12} \"\\\"\"", 400);
-    cJSON *sc = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":6},"
-                            "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"maxItems\":3}},\"required\":[\"a\"]}");
+    cJSON *sc = cJSON_Parse(
+      "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":6},"
+      "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"maxItems\":3}},\"required\":[\"a\"]}");
     char *gb = NULL;
     sm_schema_to_gbnf(sc, false, &gb);
     test_walks(argv[1], gb, 200);

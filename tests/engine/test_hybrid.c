@@ -52,8 +52,10 @@ static void chunks_case(const int32_t *ids, int n, int chunk, const float *ref) 
     uint8_t done = 0;
     for (int k = 0; !done && k < 100; k++)
       CHECK(sm_engine_step(e, &q, 1, lg, &done) == SMELT_OK, "%s: step: %s", g_fam, smelt_last_error());
-    CHECK(t_max_rel(lg, ref + (size_t)(i + c - 1) * V, (size_t)V, 1e-3) < TOL, "%s: chunk %d: logits after token %d "
-          "differ from one full forward", g_fam, chunk, i + c - 1);
+    CHECK(t_max_rel(lg, ref + (size_t)(i + c - 1) * V, (size_t)V, 1e-3) < TOL,
+          "%s: chunk %d: logits after token %d "
+          "differ from one full forward",
+          g_fam, chunk, i + c - 1);
   }
   free(lg);
   sm_seq_free(e, q);
@@ -64,7 +66,7 @@ static void chunks_case(const int32_t *ids, int n, int chunk, const float *ref) 
  * while others decode; each one's logits equal its own full forward */
 static void batch_case(void) {
   enum { NS = 16, GEN = 4 };
-  const int lens[NS] = { 3, 17, 9, 30, 1, 12, 5, 22, 2, 14, 7, 26, 11, 4, 19, 8 };
+  const int lens[NS] = {3, 17, 9, 30, 1, 12, 5, 22, 2, 14, 7, 26, 11, 4, 19, 8};
   int32_t ids[NS][40];
   float *ref[NS];
   for (int s = 0; s < NS; s++) {
@@ -125,7 +127,10 @@ static void fork_truncate_case(void) {
   float *ref = NULL;
   CHECK(smelt_eval_logits(M, ids, 40, &ref) == SMELT_OK, "eval");
   sm_engine *e = engine(2, 64, true);
-  if (!e) { free(ref); return; }
+  if (!e) {
+    free(ref);
+    return;
+  }
   float *lg = malloc(sizeof(float) * (size_t)V);
   sm_seq *q = sm_seq_new(e);
   sm_seq_append(e, q, ids, 21); /* a partial last block (block size 16) */
@@ -143,7 +148,8 @@ static void fork_truncate_case(void) {
   CHECK(t_max_rel(lg, ref + 23 * (size_t)V, (size_t)V, 1e-3) < TOL, "%s: parent after fork differs", g_fam);
   /* truncation without a snapshot: back to the start, everything recomputed */
   CHECK(sm_seq_truncate(e, q, 10) == SMELT_OK, "truncate");
-  CHECK(sm_seq_len(q) == 10 && sm_seq_pending(q) == 10, "%s: rewound to the start (pending %d)", g_fam, sm_seq_pending(q));
+  CHECK(sm_seq_len(q) == 10 && sm_seq_pending(q) == 10, "%s: rewound to the start (pending %d)", g_fam,
+        sm_seq_pending(q));
   run(e, q, lg);
   CHECK(t_max_rel(lg, ref + 9 * (size_t)V, (size_t)V, 1e-3) < TOL, "%s: recomputed after truncation", g_fam);
   /* with a snapshot at 10: truncating to 12 after going on to 30 rewinds to 10 */
@@ -168,7 +174,7 @@ static void fork_truncate_case(void) {
   /* state slots: max_seqs (2) + 2; a fifth sequence's first step finds none */
   sm_seq *x = sm_seq_new(e);
   sm_seq_append(e, x, ids, 4);
-  sm_seq *all[2] = { p, x };
+  sm_seq *all[2] = {p, x};
   uint8_t done[2];
   float *lg2 = malloc(sizeof(float) * 2 * (size_t)V);
   smelt_status st = sm_engine_step(e, all, 2, lg2, done);
@@ -214,7 +220,7 @@ int main(int argc, char **argv) {
     g_fam = f->model_type;
     char dir[700];
     snprintf(dir, sizeof dir, "%s/%s", root, f->model_type);
-    sm_synth_shape sh = { "hybrid", 64, 2, 4, 2, 128, 211, false, f->model_type, 16, NULL };
+    sm_synth_shape sh = {"hybrid", 64, 2, 4, 2, 128, 211, false, f->model_type, 16, NULL};
     CHECK(sm_make_synthetic(&sh, 0, 32, dir, false) == SMELT_OK, "%s: synthetic: %s", g_fam, smelt_last_error());
     smelt_model_params mp;
     smelt_model_params_default(&mp);

@@ -78,7 +78,10 @@ int main(int argc, char **argv) {
   smelt_model *m32 = load(dir, SMELT_KV_F32);
   if (!m32) {
     free(text);
-    if (g_cuda) { printf("no usable CUDA backend: skipping\n"); return 77; }
+    if (g_cuda) {
+      printf("no usable CUDA backend: skipping\n");
+      return 77;
+    }
     CHECK(0, "load the built-in model");
     TEST_END();
   }

@@ -23,7 +23,10 @@ static bool run(smelt_model *m, const int32_t *ids, int n, int batch, int tail, 
   ep.max_batch_tokens = batch;
   ep.prefix_cache = false;
   sm_engine *e = NULL;
-  if (sm_engine_create(m, &ep, &e)) { fprintf(stderr, "engine: %s\n", smelt_last_error()); return false; }
+  if (sm_engine_create(m, &ep, &e)) {
+    fprintf(stderr, "engine: %s\n", smelt_last_error());
+    return false;
+  }
   sm_seq *q = sm_seq_new(e);
   bool ok = sm_seq_append(e, q, ids, n - tail) == SMELT_OK;
   uint8_t done = 0;
@@ -41,7 +44,8 @@ static bool run(smelt_model *m, const int32_t *ids, int n, int batch, int tail, 
 
 static int argmax(const float *x, int n) {
   int b = 0;
-  for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[b]) b = i;
   return b;
 }
 
@@ -50,7 +54,7 @@ int main(int argc, char **argv) {
   const char *dev = getenv("SMELT_LONG_DEVICE");
   g_cuda = dev && !strcmp(dev, "cuda");
   /* 4 query heads of 64 over 2 KV heads, 2 layers */
-  static const sm_synth_shape sh = { "longtest", 256, 2, 4, 2, 512, 1024, true, NULL, 64, NULL };
+  static const sm_synth_shape sh = {"longtest", 256, 2, 4, 2, 512, 1024, true, NULL, 64, NULL};
   CHECK(sm_make_synthetic(&sh, 4, 64, tmp, false) == SMELT_OK, "synthetic model: %s", smelt_last_error());
   smelt_model_params p;
   smelt_model_params_default(&p);
@@ -58,7 +62,10 @@ int main(int argc, char **argv) {
   p.max_context = N + 16;
   smelt_model *m = NULL;
   if (smelt_model_load(tmp, &p, &m)) {
-    if (g_cuda) { printf("no usable CUDA backend: skipping (%s)\n", smelt_last_error()); return 77; }
+    if (g_cuda) {
+      printf("no usable CUDA backend: skipping (%s)\n", smelt_last_error());
+      return 77;
+    }
     CHECK(0, "load: %s", smelt_last_error());
     TEST_END();
   }
@@ -66,7 +73,9 @@ int main(int argc, char **argv) {
   int32_t *ids = malloc(sizeof(int32_t) * N);
   uint64_t s = 0x9e3779b97f4a7c15ull;
   for (int i = 0; i < N; i++) {
-    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
     ids[i] = (int32_t)(s % (uint64_t)V);
   }
   float *whole = malloc(sizeof(float) * V), *chunked = malloc(sizeof(float) * V), *dec = malloc(sizeof(float) * V);

@@ -45,33 +45,39 @@ int main(int argc, char **argv) {
   CHECK(strstr(smelt_last_error(), "not found") != NULL, "message: %s", smelt_last_error());
 
   clone(good, d);
-  write_file(d, "config.json", "{\"model_type\": \"transformer-xl\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
-                               " \"num_attention_heads\": 4, \"intermediate_size\": 256, \"vocab_size\": 512}");
+  write_file(d, "config.json",
+             "{\"model_type\": \"transformer-xl\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+             " \"num_attention_heads\": 4, \"intermediate_size\": 256, \"vocab_size\": 512}");
   CHECK(try_load(d) == SMELT_ERR_UNSUPPORTED, "unknown family");
-  CHECK(strstr(smelt_last_error(), "transformer-xl") && strstr(smelt_last_error(), "llama"), "message: %s", smelt_last_error());
+  CHECK(strstr(smelt_last_error(), "transformer-xl") && strstr(smelt_last_error(), "llama"), "message: %s",
+        smelt_last_error());
 
   clone(good, d);
   write_file(d, "config.json", "{\"model_type\": \"llama\", \"hidden_size\": 64,");
   CHECK(try_load(d) != SMELT_OK, "truncated config.json");
 
   clone(good, d);
-  write_file(d, "config.json", "{\"model_type\": \"llama\", \"hidden_size\": 128, \"num_hidden_layers\": 2,"
-                               " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 256,"
-                               " \"vocab_size\": 512, \"quantization\": {\"bits\": 4, \"group_size\": 64}}");
+  write_file(d, "config.json",
+             "{\"model_type\": \"llama\", \"hidden_size\": 128, \"num_hidden_layers\": 2,"
+             " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 256,"
+             " \"vocab_size\": 512, \"quantization\": {\"bits\": 4, \"group_size\": 64}}");
   CHECK(try_load(d) == SMELT_ERR_FORMAT, "hidden size mismatch with tensors");
-  CHECK(strstr(smelt_last_error(), "shape") || strstr(smelt_last_error(), "expected"), "message: %s", smelt_last_error());
+  CHECK(strstr(smelt_last_error(), "shape") || strstr(smelt_last_error(), "expected"), "message: %s",
+        smelt_last_error());
 
   clone(good, d);
-  write_file(d, "config.json", "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 3,"
-                               " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 256,"
-                               " \"vocab_size\": 512, \"quantization\": {\"bits\": 4, \"group_size\": 64}}");
+  write_file(d, "config.json",
+             "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 3,"
+             " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 256,"
+             " \"vocab_size\": 512, \"quantization\": {\"bits\": 4, \"group_size\": 64}}");
   CHECK(try_load(d) == SMELT_ERR_FORMAT, "missing layer tensors");
   CHECK(strstr(smelt_last_error(), "model.layers.2"), "message names the tensor: %s", smelt_last_error());
 
   clone(good, d);
-  write_file(d, "config.json", "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
-                               " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 256,"
-                               " \"vocab_size\": 512, \"quantization\": {\"bits\": 8, \"group_size\": 64}}");
+  write_file(d, "config.json",
+             "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+             " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 256,"
+             " \"vocab_size\": 512, \"quantization\": {\"bits\": 8, \"group_size\": 64}}");
   CHECK(try_load(d) == SMELT_ERR_FORMAT, "config bits disagree with packed shapes");
 
   /* truncated safetensors */

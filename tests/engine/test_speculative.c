@@ -4,10 +4,17 @@
 #include "engine/engine.h"
 #include "../test_util.h"
 
-typedef struct { char buf[8192]; size_t len; } text;
+typedef struct {
+  char buf[8192];
+  size_t len;
+} text;
 static bool collect(const char *p, size_t l, void *u) {
   text *t = u;
-  if (t->len + l < sizeof t->buf) { memcpy(t->buf + t->len, p, l); t->len += l; t->buf[t->len] = 0; }
+  if (t->len + l < sizeof t->buf) {
+    memcpy(t->buf + t->len, p, l);
+    t->len += l;
+    t->buf[t->len] = 0;
+  }
   return true;
 }
 
@@ -18,15 +25,18 @@ static smelt_model *load(const char *root, const char *name) {
   smelt_model_params_default(&mp);
   mp.device = SMELT_DEVICE_CPU;
   smelt_model *m = NULL;
-  if (smelt_model_load(dir, &mp, &m)) { fprintf(stderr, "%s: %s\n", name, smelt_last_error()); exit(1); }
+  if (smelt_model_load(dir, &mp, &m)) {
+    fprintf(stderr, "%s: %s\n", name, smelt_last_error());
+    exit(1);
+  }
   return m;
 }
 
 int main(int argc, char **argv) {
   const char *root = argc > 1 ? argv[1] : ".";
   smelt_model *m = load(root, "smelt-tiny"), *d = load(root, "smelt-tiny-draft");
-  const char *prompts[] = { "In the beginning God created", "The module defines the following functions:",
-                            "And it came to pass" };
+  const char *prompts[] = {"In the beginning God created",
+                           "The module defines the following functions:", "And it came to pass"};
   int total_acc = 0;
   for (int pi = 0; pi < 3; pi++) {
     int32_t *ids = NULL;
@@ -35,9 +45,13 @@ int main(int argc, char **argv) {
     for (int mode = 0; mode < 2; mode++) {
       smelt_sampling sp;
       smelt_sampling_default(&sp);
-      if (mode) { sp.temperature = 0.8f; sp.top_p = 0.95f; sp.seed = 100 + pi; }
+      if (mode) {
+        sp.temperature = 0.8f;
+        sp.top_p = 0.95f;
+        sp.seed = 100 + pi;
+      }
       for (int k = 1; k <= 6; k += 5) {
-        text a = { .len = 0 }, b = { .len = 0 };
+        text a = {.len = 0}, b = {.len = 0};
         smelt_stats sa, sb;
         int acc = 0;
         CHECK(sm_generate_ids(m, NULL, ids, (int)n, 48, &sp, collect, &a, &sa) == SMELT_OK, "plain generation");

@@ -14,7 +14,10 @@ static void write_file(const char *dir, const char *name, const char *text) {
   char p[600];
   snprintf(p, sizeof p, "%s/%s", dir, name);
   FILE *f = fopen(p, "wb");
-  if (!f) { perror(p); exit(2); }
+  if (!f) {
+    perror(p);
+    exit(2);
+  }
   fputs(text, f);
   fclose(f);
 }
@@ -191,8 +194,8 @@ static void test_mistral(void) {
                     " \"num_hidden_layers\": 32, \"sliding_window\": 4096, \"vocab_size\": 32000}";
   CHECK_EQ_I(load("mistral01", v01, NULL, &c), SMELT_OK);
   CHECK_EQ_I(c.sliding_window, 4096);
-  CHECK_EQ_I(c.num_key_value_heads, 8);      /* MistralConfig default */
-  CHECK_EQ_I(c.intermediate_size, 14336);    /* MistralConfig default */
+  CHECK_EQ_I(c.num_key_value_heads, 8);   /* MistralConfig default */
+  CHECK_EQ_I(c.intermediate_size, 14336); /* MistralConfig default */
   CHECK_EQ_F(c.rope_theta, 10000.0);
   CHECK_EQ_F(c.rms_norm_eps, 1e-6);
   CHECK_EQ_I(c.eos_ids[0], 2);
@@ -341,7 +344,8 @@ static void test_gemma2_phi(void) {
            " \"num_hidden_layers\": 32, \"num_key_value_heads\": 8, \"original_max_position_embeddings\": 4096,"
            " \"partial_rotary_factor\": 0.75, \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"long_factor\": [%s],"
            " \"short_factor\": [%s], \"type\": \"longrope\"}, \"rope_theta\": 10000.0, \"sliding_window\": 262144,"
-           " \"tie_word_embeddings\": true, \"vocab_size\": 200064}", lf, sf);
+           " \"tie_word_embeddings\": true, \"vocab_size\": 200064}",
+           lf, sf);
   CHECK_EQ_I(load("phi4mini", p4, "{\"eos_token_id\": [200020, 199999]}", &c), SMELT_OK);
   CHECK_EQ_I(c.head_dim, 128);
   CHECK_EQ_I(c.partial_rotary_dim, 96);
@@ -353,10 +357,11 @@ static void test_gemma2_phi(void) {
   sm_config_free(&c);
 
   /* yarn (Qwen2.5 long-context recipe) */
-  const char *yarn = "{\"model_type\": \"qwen2\", \"hidden_size\": 896, \"intermediate_size\": 4864,"
-                     " \"num_attention_heads\": 14, \"num_key_value_heads\": 2, \"num_hidden_layers\": 24,"
-                     " \"vocab_size\": 151936, \"max_position_embeddings\": 32768,"
-                     " \"rope_scaling\": {\"factor\": 4.0, \"original_max_position_embeddings\": 32768, \"type\": \"yarn\"}}";
+  const char *yarn =
+    "{\"model_type\": \"qwen2\", \"hidden_size\": 896, \"intermediate_size\": 4864,"
+    " \"num_attention_heads\": 14, \"num_key_value_heads\": 2, \"num_hidden_layers\": 24,"
+    " \"vocab_size\": 151936, \"max_position_embeddings\": 32768,"
+    " \"rope_scaling\": {\"factor\": 4.0, \"original_max_position_embeddings\": 32768, \"type\": \"yarn\"}}";
   CHECK_EQ_I(load("yarn", yarn, NULL, &c), SMELT_OK);
   CHECK_EQ_I(c.rope_type, SM_ROPE_YARN);
   CHECK_EQ_F(c.rope_factor, 4.0);
@@ -397,10 +402,11 @@ static void test_layer_kinds(void) {
   sm_config_free(&c);
 
   /* LGAI-EXAONE/EXAONE-4.0-32B style: a string pattern; the full layers are NoPE */
-  const char *ex = "{\"model_type\": \"exaone4\", \"hidden_size\": 5120, \"intermediate_size\": 27392,"
-                   " \"num_hidden_layers\": 8, \"num_attention_heads\": 40, \"num_key_value_heads\": 8, \"head_dim\": 128,"
-                   " \"vocab_size\": 102400, \"max_position_embeddings\": 131072, \"sliding_window\": 4096,"
-                   " \"sliding_window_pattern\": \"LLLG\", \"rope_theta\": 1000000.0}";
+  const char *ex =
+    "{\"model_type\": \"exaone4\", \"hidden_size\": 5120, \"intermediate_size\": 27392,"
+    " \"num_hidden_layers\": 8, \"num_attention_heads\": 40, \"num_key_value_heads\": 8, \"head_dim\": 128,"
+    " \"vocab_size\": 102400, \"max_position_embeddings\": 131072, \"sliding_window\": 4096,"
+    " \"sliding_window_pattern\": \"LLLG\", \"rope_theta\": 1000000.0}";
   CHECK_EQ_I(load("exaone4", ex, NULL, &c), SMELT_OK);
   CHECK(c.has_layer_types && c.layer_sliding[2] && !c.layer_sliding[3] && c.layer_sliding[4] && !c.layer_sliding[7]);
   f = sm_family_runnable("exaone4");
@@ -478,9 +484,10 @@ static void test_layer_kinds(void) {
   sm_config_free(&c);
 
   /* Qwen2 with use_sliding_window: the layers from max_window_layers on slide (Qwen2Config.layer_types) */
-  const char *qsw = "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"intermediate_size\": 128,"
-                    " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-                    " \"vocab_size\": 100, \"use_sliding_window\": true, \"sliding_window\": 32, \"max_window_layers\": 2}";
+  const char *qsw =
+    "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"intermediate_size\": 128,"
+    " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"vocab_size\": 100, \"use_sliding_window\": true, \"sliding_window\": 32, \"max_window_layers\": 2}";
   CHECK_EQ_I(load("qwen2sw", qsw, NULL, &c), SMELT_OK);
   f = sm_family_runnable("qwen2");
   sm_family_layer_spec(f, &c, 1, &sp);
@@ -514,10 +521,11 @@ static void test_vlm_and_rope(void) {
   CHECK(c.attention_bias);
   sm_config_free(&c);
   /* Mistral-Small-3.1: text_config names the LM (mistral) */
-  const char *m3 = "{\"model_type\": \"mistral3\", \"text_config\": {\"model_type\": \"mistral\","
-                   " \"hidden_size\": 5120, \"intermediate_size\": 32768, \"num_hidden_layers\": 40,"
-                   " \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": 128, \"vocab_size\": 131072,"
-                   " \"rope_theta\": 1000000000.0, \"sliding_window\": null}, \"vision_config\": {\"hidden_size\": 1024}}";
+  const char *m3 =
+    "{\"model_type\": \"mistral3\", \"text_config\": {\"model_type\": \"mistral\","
+    " \"hidden_size\": 5120, \"intermediate_size\": 32768, \"num_hidden_layers\": 40,"
+    " \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": 128, \"vocab_size\": 131072,"
+    " \"rope_theta\": 1000000000.0, \"sliding_window\": null}, \"vision_config\": {\"hidden_size\": 1024}}";
   CHECK_EQ_I(load("mistral3", m3, NULL, &c), SMELT_OK);
   CHECK_STR(c.model_type, "mistral");
   CHECK_STR(c.vlm_type, "mistral3");
@@ -558,8 +566,9 @@ static void test_vlm_and_rope(void) {
   CHECK_EQ_I(c.rope_original_max_pos, 4096);
   sm_config_free(&c);
   /* a Gemma 4 checkpoint: understood, named, not runnable */
-  const char *g4 = "{\"model_type\": \"gemma4\", \"text_config\": {\"hidden_size\": 64, \"intermediate_size\": 128,"
-                   " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100}, \"vision_config\": {}}";
+  const char *g4 =
+    "{\"model_type\": \"gemma4\", \"text_config\": {\"hidden_size\": 64, \"intermediate_size\": 128,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100}, \"vision_config\": {}}";
   CHECK_EQ_I(load("gemma4", g4, NULL, &c), SMELT_OK);
   CHECK_STR(c.model_type, "gemma4_text");
   CHECK(sm_family_find("gemma4_text") != NULL && sm_family_runnable("gemma4_text") == NULL);
@@ -614,13 +623,17 @@ static void test_errors(void) {
       "num_key_value_heads");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":0}", NULL, SMELT_ERR_FORMAT, "num_attention_heads");
   BAD("{\"model_type\":\"llama\",\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":1000000000,"
-      "\"hidden_size\":64,\"num_attention_heads\":4}", NULL, SMELT_ERR_FORMAT, "vocab_size");
-  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"head_dim\":100000}", NULL, SMELT_ERR_FORMAT, "head_dim");
-  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rms_norm_eps\":-1}", NULL, SMELT_ERR_FORMAT, "rms_norm_eps");
+      "\"hidden_size\":64,\"num_attention_heads\":4}",
+      NULL, SMELT_ERR_FORMAT, "vocab_size");
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"head_dim\":100000}", NULL, SMELT_ERR_FORMAT,
+      "head_dim");
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rms_norm_eps\":-1}", NULL, SMELT_ERR_FORMAT,
+      "rms_norm_eps");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rope_theta\":0}", NULL, SMELT_ERR_FORMAT, "rope_theta");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"partial_rotary_factor\":1.5}", NULL, SMELT_ERR_FORMAT,
       "partial_rotary_factor");
-  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}",
+  BAD("{" BASE
+      ",\"hidden_size\":64,\"num_attention_heads\":4,\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}",
       NULL, SMELT_ERR_FORMAT, "low_freq_factor");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rope_scaling\":{\"rope_type\":\"linear\"}}", NULL,
       SMELT_ERR_FORMAT, "factor");
@@ -635,20 +648,26 @@ static void test_errors(void) {
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"quantization\":{\"bits\":4,\"group_size\":48}}", NULL,
       SMELT_ERR_UNSUPPORTED, "group_size");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"quantization\":{\"bits\":4,\"group_size\":64,"
-      "\"model.layers.0.mlp.up_proj\":{\"bits\":9}}}", NULL, SMELT_ERR_UNSUPPORTED, "model.layers.0.mlp.up_proj");
+      "\"model.layers.0.mlp.up_proj\":{\"bits\":9}}}",
+      NULL, SMELT_ERR_UNSUPPORTED, "model.layers.0.mlp.up_proj");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"quantization_config\":{\"quant_method\":\"gptq\","
-      "\"bits\":4,\"group_size\":128}}", NULL, SMELT_ERR_UNSUPPORTED, "gptq");
-  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"quantization\":4}", NULL, SMELT_ERR_FORMAT, "quantization");
+      "\"bits\":4,\"group_size\":128}}",
+      NULL, SMELT_ERR_UNSUPPORTED, "gptq");
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"quantization\":4}", NULL, SMELT_ERR_FORMAT,
+      "quantization");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"tie_word_embeddings\":\"yes\"}", NULL, SMELT_ERR_FORMAT,
       "tie_word_embeddings");
-  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"text_config\":7}", NULL, SMELT_ERR_FORMAT, "text_config");
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"text_config\":7}", NULL, SMELT_ERR_FORMAT,
+      "text_config");
   /* unknown family: sizes are required */
   BAD("{\"model_type\":\"newfamily\",\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,"
-      "\"vocab_size\":100}", NULL, SMELT_ERR_FORMAT, "intermediate_size");
+      "\"vocab_size\":100}",
+      NULL, SMELT_ERR_FORMAT, "intermediate_size");
   /* generation config */
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4}", "{\"temperature\":", SMELT_ERR_FORMAT,
       "generation_config");
-  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4}", "{\"top_p\":7}", SMELT_ERR_FORMAT, "generation_config");
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4}", "{\"top_p\":7}", SMELT_ERR_FORMAT,
+      "generation_config");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4}",
       "{\"eos_token_id\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", SMELT_ERR_LIMIT, "eos");
 
@@ -656,7 +675,8 @@ static void test_errors(void) {
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"layer_types\":[\"full_attention\"]}", NULL,
       SMELT_ERR_FORMAT, "layer_types");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"layer_types\":[\"full_attention\","
-      "\"chunked_attention\"]}", NULL, SMELT_ERR_UNSUPPORTED, "chunked_attention");
+      "\"chunked_attention\"]}",
+      NULL, SMELT_ERR_UNSUPPORTED, "chunked_attention");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"sliding_window_pattern\":\"LXG\"}", NULL,
       SMELT_ERR_FORMAT, "sliding_window_pattern");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"no_rope_layers\":[1,2]}", NULL, SMELT_ERR_FORMAT,
@@ -668,13 +688,15 @@ static void test_errors(void) {
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"residual_multiplier\":0}", NULL, SMELT_ERR_FORMAT,
       "residual_multiplier");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rope_scaling\":{\"rope_type\":\"proportional\","
-      "\"factor\":1}}", NULL, SMELT_ERR_UNSUPPORTED, "proportional");
+      "\"factor\":1}}",
+      NULL, SMELT_ERR_UNSUPPORTED, "proportional");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rope_scaling\":{\"rope_type\":\"yarn\","
-      "\"factor\":4,\"beta_fast\":0}}", NULL, SMELT_ERR_FORMAT, "beta_fast");
+      "\"factor\":4,\"beta_fast\":0}}",
+      NULL, SMELT_ERR_FORMAT, "beta_fast");
   BAD("{\"model_type\":\"gemma3_text\",\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"
       "\"hidden_size\":64,\"num_attention_heads\":4,\"rope_parameters\":{\"full_attention\":{\"rope_type\":"
-      "\"default\"},\"sliding_attention\":{\"rope_type\":\"linear\",\"factor\":2}}}", NULL, SMELT_ERR_UNSUPPORTED,
-      "sliding_attention");
+      "\"default\"},\"sliding_attention\":{\"rope_type\":\"linear\",\"factor\":2}}}",
+      NULL, SMELT_ERR_UNSUPPORTED, "sliding_attention");
 
   /* missing directory / file */
   sm_config c;
@@ -685,12 +707,16 @@ static void test_errors(void) {
   snprintf(d, sizeof d, "%s/badcfg", g_tmp);
   mkdir(d, 0755);
   write_file(d, "config.json", "{\"model_type\":\"llama\",\"hidden_size\":-1}");
-  CHECK(sm_family_config_load(d, &c) == SMELT_ERR_FORMAT && strstr(sm_errmsg(), "badcfg") && strstr(sm_errmsg(), "hidden_size"));
+  CHECK(sm_family_config_load(d, &c) == SMELT_ERR_FORMAT && strstr(sm_errmsg(), "badcfg") &&
+        strstr(sm_errmsg(), "hidden_size"));
 }
 
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "/tmp/smelt_cfg_test_XXXXXX");
-  if (!mkdtemp(g_tmp)) { perror("mkdtemp"); return 2; }
+  if (!mkdtemp(g_tmp)) {
+    perror("mkdtemp");
+    return 2;
+  }
   test_llama3();
   test_qwen2();
   test_qwen3();

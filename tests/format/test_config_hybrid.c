@@ -80,8 +80,9 @@ static void test_qwen3_5(void) {
   }
   sm_config_free(&c);
   /* without layer_types: every full_attention_interval-th layer (default 4) is attention */
-  const char *js2 = "{\"model_type\": \"qwen3_5_text\", \"hidden_size\": 64, \"intermediate_size\": 128,"
-                    " \"num_hidden_layers\": 8, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100}";
+  const char *js2 =
+    "{\"model_type\": \"qwen3_5_text\", \"hidden_size\": 64, \"intermediate_size\": 128,"
+    " \"num_hidden_layers\": 8, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100}";
   CHECK_EQ_I(parse(js2, &c), SMELT_OK);
   CHECK(c.layer_kind[2] == SM_LK_REC && c.layer_kind[3] == SM_LK_ATTN && count_kind(&c, SM_LK_ATTN) == 2);
   CHECK_EQ_I(c.head_dim, 256); /* Qwen3_5TextConfig defaults */
@@ -105,8 +106,9 @@ static void test_qwen3_next(void) {
   CHECK_EQ_I(count_kind(&c, SM_LK_ATTN), 12);
   sm_config_free(&c);
   /* a dense configuration */
-  const char *js2 = "{\"model_type\": \"qwen3_next\", \"hidden_size\": 64, \"intermediate_size\": 128,"
-                    " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100, \"num_experts\": 0}";
+  const char *js2 =
+    "{\"model_type\": \"qwen3_next\", \"hidden_size\": 64, \"intermediate_size\": 128,"
+    " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100, \"num_experts\": 0}";
   CHECK_EQ_I(parse(js2, &c), SMELT_OK);
   CHECK_EQ_I(c.rec.n_experts, 0);
   sm_config_free(&c);
@@ -136,18 +138,20 @@ static void test_lfm2(void) {
   CHECK(cf == 2 * 2048 && sf == 0);
   sm_config_free(&c);
   /* the block_* adjustment with a multiplier, transformers-5 rope_parameters, layer_types */
-  const char *js2 = "{\"model_type\": \"lfm2\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-                    " \"vocab_size\": 100, \"intermediate_size\": 300, \"block_ffn_dim_multiplier\": 1.5,"
-                    " \"block_multiple_of\": 64, \"layer_types\": [\"conv\", \"full_attention\"],"
-                    " \"rope_parameters\": {\"rope_theta\": 20000.0, \"rope_type\": \"default\"}}";
+  const char *js2 =
+    "{\"model_type\": \"lfm2\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"vocab_size\": 100, \"intermediate_size\": 300, \"block_ffn_dim_multiplier\": 1.5,"
+    " \"block_multiple_of\": 64, \"layer_types\": [\"conv\", \"full_attention\"],"
+    " \"rope_parameters\": {\"rope_theta\": 20000.0, \"rope_type\": \"default\"}}";
   CHECK_EQ_I(parse(js2, &c), SMELT_OK);
   CHECK_EQ_I(c.intermediate_size, 320); /* int(1.5 * int(2 * 300 / 3)) = 300 -> 320 */
   CHECK_EQ_F(c.rope_theta, 20000.0);
   CHECK(c.layer_kind[0] == SM_LK_REC && c.layer_kind[1] == SM_LK_ATTN);
   sm_config_free(&c);
   /* neither layer_types nor full_attn_idxs: every layer is attention (Lfm2Config) */
-  const char *js3 = "{\"model_type\": \"lfm2\", \"hidden_size\": 64, \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-                    " \"vocab_size\": 100, \"intermediate_size\": 96}";
+  const char *js3 =
+    "{\"model_type\": \"lfm2\", \"hidden_size\": 64, \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"vocab_size\": 100, \"intermediate_size\": 96}";
   CHECK_EQ_I(parse(js3, &c), SMELT_OK);
   CHECK_EQ_I(count_kind(&c, SM_LK_ATTN), 3);
   sm_config_free(&c);
@@ -192,11 +196,12 @@ static void test_nemotron_h(void) {
   sm_config_free(&c);
   /* transformers 5: layers_block_type sets the layer count; time_step_limit as other writers spell it;
    * MoE blocks */
-  const char *js2 = "{\"model_type\": \"nemotron_h\", \"hidden_size\": 64, \"num_hidden_layers\": 9,"
-                    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100, \"intermediate_size\": 96,"
-                    " \"layers_block_type\": [\"mamba\", \"moe\", \"attention\"], \"mamba_num_heads\": 4,"
-                    " \"mamba_head_dim\": 16, \"n_groups\": 2, \"ssm_state_size\": 16,"
-                    " \"time_step_limit\": [0.001, {\"__float__\": \"Infinity\"}]}";
+  const char *js2 =
+    "{\"model_type\": \"nemotron_h\", \"hidden_size\": 64, \"num_hidden_layers\": 9,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100, \"intermediate_size\": 96,"
+    " \"layers_block_type\": [\"mamba\", \"moe\", \"attention\"], \"mamba_num_heads\": 4,"
+    " \"mamba_head_dim\": 16, \"n_groups\": 2, \"ssm_state_size\": 16,"
+    " \"time_step_limit\": [0.001, {\"__float__\": \"Infinity\"}]}";
   CHECK_EQ_I(parse(js2, &c), SMELT_OK);
   CHECK_EQ_I(c.num_hidden_layers, 3);
   CHECK(c.layer_kind[1] == SM_LK_MOE && c.rec.n_experts > 0);
@@ -226,9 +231,10 @@ static void test_granite_hybrid(void) {
   sm_config_free(&c);
   /* defaults: without layer_types every layer is Mamba-2; "auto" head size; num_local_experts 8 (MoE);
    * RoPE with position_embedding_type "rope" */
-  const char *js2 = "{\"model_type\": \"granitemoehybrid\", \"hidden_size\": 64, \"intermediate_size\": 96,"
-                    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100,"
-                    " \"mamba_n_heads\": 8, \"mamba_d_head\": \"auto\", \"position_embedding_type\": \"rope\"}";
+  const char *js2 =
+    "{\"model_type\": \"granitemoehybrid\", \"hidden_size\": 64, \"intermediate_size\": 96,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100,"
+    " \"mamba_n_heads\": 8, \"mamba_d_head\": \"auto\", \"position_embedding_type\": \"rope\"}";
   CHECK_EQ_I(parse(js2, &c), SMELT_OK);
   CHECK(count_kind(&c, SM_LK_REC) == 2 && c.rec.m_head_dim == 16 && c.rec.n_experts == 8 && !c.rec.no_rope);
   sm_config_free(&c);
@@ -237,11 +243,15 @@ static void test_granite_hybrid(void) {
 static void test_errors(void) {
   sm_config c;
   /* a hybrid kind in a family without recurrent layers */
-  CHECK_EQ_I(parse("{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2,"
-                   " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100, \"layer_types\": [\"mamba\", \"full_attention\"]}", &c),
-             SMELT_ERR_UNSUPPORTED);
-  const char *base = "{\"model_type\": \"qwen3_5_text\", \"hidden_size\": 64, \"intermediate_size\": 96,"
-                     " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100, ";
+  CHECK_EQ_I(
+    parse(
+      "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2,"
+      " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100, \"layer_types\": [\"mamba\", \"full_attention\"]}",
+      &c),
+    SMELT_ERR_UNSUPPORTED);
+  const char *base =
+    "{\"model_type\": \"qwen3_5_text\", \"hidden_size\": 64, \"intermediate_size\": 96,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100, ";
   char js[600];
   snprintf(js, sizeof js, "%s\"linear_num_key_heads\": 3, \"linear_num_value_heads\": 4}", base);
   CHECK_EQ_I(parse(js, &c), SMELT_ERR_FORMAT); /* value heads not a multiple of key heads */
@@ -249,8 +259,9 @@ static void test_errors(void) {
   CHECK_EQ_I(parse(js, &c), SMELT_ERR_FORMAT);
   snprintf(js, sizeof js, "%s\"layer_types\": [\"linear_attention\", \"bogus\"]}", base);
   CHECK_EQ_I(parse(js, &c), SMELT_ERR_UNSUPPORTED);
-  const char *nh = "{\"model_type\": \"nemotron_h\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-                   " \"vocab_size\": 100, \"intermediate_size\": 96, ";
+  const char *nh =
+    "{\"model_type\": \"nemotron_h\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"vocab_size\": 100, \"intermediate_size\": 96, ";
   snprintf(js, sizeof js, "%s\"hybrid_override_pattern\": \"M*X\"}", nh);
   CHECK_EQ_I(parse(js, &c), SMELT_ERR_FORMAT);
   snprintf(js, sizeof js, "%s\"mamba_num_heads\": 6, \"n_groups\": 4}", nh);
@@ -267,12 +278,14 @@ static void test_errors(void) {
   CHECK_EQ_I(parse(js, &c), SMELT_OK);
   CHECK(isinf(c.rec.dt_max));
   sm_config_free(&c);
-  const char *gr = "{\"model_type\": \"granitemoehybrid\", \"hidden_size\": 64, \"intermediate_size\": 96,"
-                   " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100, ";
+  const char *gr =
+    "{\"model_type\": \"granitemoehybrid\", \"hidden_size\": 64, \"intermediate_size\": 96,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100, ";
   snprintf(js, sizeof js, "%s\"mamba_n_heads\": 7}", gr); /* 7 does not divide expand * hidden */
   CHECK_EQ_I(parse(js, &c), SMELT_ERR_FORMAT);
-  const char *lf = "{\"model_type\": \"lfm2\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-                   " \"vocab_size\": 100, \"intermediate_size\": 96, ";
+  const char *lf =
+    "{\"model_type\": \"lfm2\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"vocab_size\": 100, \"intermediate_size\": 96, ";
   snprintf(js, sizeof js, "%s\"full_attn_idxs\": [0, 2]}", lf);
   CHECK_EQ_I(parse(js, &c), SMELT_ERR_FORMAT);
 }

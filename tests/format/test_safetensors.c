@@ -20,7 +20,10 @@ static uint8_t *image(const char *json, size_t data_len, size_t *out_len) {
 
 static void write_file(const char *path, const void *d, size_t n) {
   FILE *f = fopen(path, "wb");
-  if (!f) { perror(path); exit(2); }
+  if (!f) {
+    perror(path);
+    exit(2);
+  }
   fwrite(d, 1, n, f);
   fclose(f);
 }
@@ -43,7 +46,8 @@ static void expect_fail(const char *json, size_t data_len, smelt_status want, co
   g_checks++;
   if (rc == SMELT_OK || (want != SMELT_OK && rc != want) || st != NULL || (needle && !strstr(sm_errmsg(), needle))) {
     g_fail++;
-    fprintf(stderr, "line %d: expected failure (%d, '%s'), got %d '%s'\n", line, want, needle ? needle : "", rc, sm_errmsg());
+    fprintf(stderr, "line %d: expected failure (%d, '%s'), got %d '%s'\n", line, want, needle ? needle : "", rc,
+            sm_errmsg());
   }
   if (rc == SMELT_OK) sm_st_close(st);
   free(b);
@@ -51,17 +55,20 @@ static void expect_fail(const char *json, size_t data_len, smelt_status want, co
 #define FAIL(json, dl, want, needle) expect_fail(json, dl, want, needle, __LINE__)
 
 static void test_basic(void) {
-  const char *j =
-    "{\"__metadata__\":{\"format\":\"mlx\"},"
-    "\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
-    "\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[24,32]},"
-    "\"scalar\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[32,33]},"
-    "\"empty\":{\"dtype\":\"BOOL\",\"shape\":[0,5],\"data_offsets\":[33,33]}}";
+  const char *j = "{\"__metadata__\":{\"format\":\"mlx\"},"
+                  "\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                  "\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[24,32]},"
+                  "\"scalar\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[32,33]},"
+                  "\"empty\":{\"dtype\":\"BOOL\",\"shape\":[0,5],\"data_offsets\":[33,33]}}";
   size_t n;
   uint8_t *b = image(j, 33, &n);
   sm_st *st = NULL;
   CHECK_EQ_I(sm_st_parse_buffer(b, n, &st), SMELT_OK);
-  if (!st) { fprintf(stderr, "%s\n", sm_errmsg()); free(b); return; }
+  if (!st) {
+    fprintf(stderr, "%s\n", sm_errmsg());
+    free(b);
+    return;
+  }
   CHECK_EQ_I(sm_st_count(st), 4);
   CHECK_EQ_I(sm_st_total_bytes(st), 33);
   const uint8_t *data = b + 8 + strlen(j);
@@ -100,17 +107,20 @@ static void test_basic(void) {
 
 static void test_dtypes(void) {
   /* element sizes from the safetensors spec */
-  static const struct { const char *n; size_t sz; sm_dtype dt; } dts[] = {
-    {"F32", 4, SM_DT_F32}, {"F16", 2, SM_DT_F16}, {"BF16", 2, SM_DT_BF16}, {"F64", 8, SM_DT_F64},
-    {"U8", 1, SM_DT_U8}, {"I8", 1, SM_DT_I8}, {"U16", 2, SM_DT_U16}, {"I16", 2, SM_DT_I16},
-    {"U32", 4, SM_DT_U32}, {"I32", 4, SM_DT_I32}, {"U64", 8, SM_DT_U64}, {"I64", 8, SM_DT_I64},
-    {"BOOL", 1, SM_DT_BOOL}};
+  static const struct {
+    const char *n;
+    size_t sz;
+    sm_dtype dt;
+  } dts[] = {{"F32", 4, SM_DT_F32},  {"F16", 2, SM_DT_F16}, {"BF16", 2, SM_DT_BF16}, {"F64", 8, SM_DT_F64},
+             {"U8", 1, SM_DT_U8},    {"I8", 1, SM_DT_I8},   {"U16", 2, SM_DT_U16},   {"I16", 2, SM_DT_I16},
+             {"U32", 4, SM_DT_U32},  {"I32", 4, SM_DT_I32}, {"U64", 8, SM_DT_U64},   {"I64", 8, SM_DT_I64},
+             {"BOOL", 1, SM_DT_BOOL}};
   char json[4096] = "{";
   size_t off = 0;
   for (size_t i = 0; i < SM_ARRAY_LEN(dts); i++) {
     char e[128];
-    snprintf(e, sizeof e, "%s\"t_%s\":{\"dtype\":\"%s\",\"shape\":[3],\"data_offsets\":[%zu,%zu]}", i ? "," : "", dts[i].n,
-             dts[i].n, off, off + 3 * dts[i].sz);
+    snprintf(e, sizeof e, "%s\"t_%s\":{\"dtype\":\"%s\",\"shape\":[3],\"data_offsets\":[%zu,%zu]}", i ? "," : "",
+             dts[i].n, dts[i].n, off, off + 3 * dts[i].sz);
     strcat(json, e);
     off += 3 * dts[i].sz;
     CHECK_EQ_I(sm_dtype_size(dts[i].dt), dts[i].sz);
@@ -149,7 +159,8 @@ static void test_padding_and_many(void) {
   char *j = malloc(cap);
   len += (size_t)snprintf(j + len, cap - len, "{");
   for (int i = 0; i < N; i++)
-    len += (size_t)snprintf(j + len, cap - len, "%s\"model.layers.%d.w\":{\"dtype\":\"F16\",\"shape\":[%d,0],\"data_offsets\":[%d,%d]}",
+    len += (size_t)snprintf(j + len, cap - len,
+                            "%s\"model.layers.%d.w\":{\"dtype\":\"F16\",\"shape\":[%d,0],\"data_offsets\":[%d,%d]}",
                             i ? "," : "", i, i % 7, 0, 0);
   snprintf(j + len, cap - len, "}");
   /* all zero-sized at offset 0: legal, no overlap */
@@ -160,7 +171,8 @@ static void test_padding_and_many(void) {
   len = 0;
   len += (size_t)snprintf(j + len, cap - len, "{");
   for (int i = 0; i < N; i++)
-    len += (size_t)snprintf(j + len, cap - len, "%s\"model.layers.%d.w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[%d,%d]}",
+    len += (size_t)snprintf(j + len, cap - len,
+                            "%s\"model.layers.%d.w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[%d,%d]}",
                             i ? "," : "", N - 1 - i, 4 * i, 4 * i + 4);
   snprintf(j + len, cap - len, "}");
   b = image(j, 4 * N, &n);
@@ -197,7 +209,11 @@ static void test_errors(void) {
   memset(b, 0xff, 8);
   CHECK(sm_st_parse_buffer(b, n, &st) == SMELT_ERR_FORMAT);
   CHECK(strstr(sm_errmsg(), "100 MB") != NULL);
-  b[0] = 0; b[1] = 0; b[2] = 0; b[3] = 0x40; b[4] = b[5] = b[6] = b[7] = 0; /* 1 GiB */
+  b[0] = 0;
+  b[1] = 0;
+  b[2] = 0;
+  b[3] = 0x40;
+  b[4] = b[5] = b[6] = b[7] = 0; /* 1 GiB */
   CHECK(sm_st_parse_buffer(b, n, &st) == SMELT_ERR_FORMAT);
   free(b);
 
@@ -234,21 +250,25 @@ static void test_errors(void) {
   FAIL("{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1e300,1e300]}}", 16, SMELT_ERR_FORMAT, "data_offsets");
   /* overlapping */
   FAIL("{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
-       "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[4,12]}}", 16, SMELT_ERR_FORMAT, "overlapping");
+       "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[4,12]}}",
+       16, SMELT_ERR_FORMAT, "overlapping");
   FAIL("{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[8,16]},"
-       "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[8,16]}}", 16, SMELT_ERR_FORMAT, "overlapping");
+       "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[8,16]}}",
+       16, SMELT_ERR_FORMAT, "overlapping");
   /* negative / fractional / huge dims */
   FAIL("{\"w\":{\"dtype\":\"U8\",\"shape\":[-4],\"data_offsets\":[0,4]}}", 16, SMELT_ERR_FORMAT, "negative");
   FAIL("{\"w\":{\"dtype\":\"U8\",\"shape\":[2,-2],\"data_offsets\":[0,4]}}", 16, SMELT_ERR_FORMAT, "negative");
   FAIL("{\"w\":{\"dtype\":\"U8\",\"shape\":[2.5],\"data_offsets\":[0,4]}}", 16, SMELT_ERR_FORMAT, "shape");
   FAIL("{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,2],\"data_offsets\":[0,0]}}", 16, SMELT_ERR_FORMAT,
        "overflow");
-  FAIL("{\"w\":{\"dtype\":\"F64\",\"shape\":[4611686018427387904],\"data_offsets\":[0,0]}}", 16, SMELT_ERR_FORMAT, NULL);
+  FAIL("{\"w\":{\"dtype\":\"F64\",\"shape\":[4611686018427387904],\"data_offsets\":[0,0]}}", 16, SMELT_ERR_FORMAT,
+       NULL);
   FAIL("{\"w\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 16, SMELT_ERR_UNSUPPORTED,
        "dimensions");
   /* duplicate names in one header */
   FAIL("{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
-       "\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}", 16, SMELT_ERR_FORMAT, "twice");
+       "\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}",
+       16, SMELT_ERR_FORMAT, "twice");
   /* NUL byte inside the header */
   char withnul[] = "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
   b = image(withnul, 1, &n);
@@ -261,7 +281,10 @@ static char g_tmp[256];
 
 static void test_files(void) {
   snprintf(g_tmp, sizeof g_tmp, "/tmp/smelt_st_test_XXXXXX");
-  if (!mkdtemp(g_tmp)) { perror("mkdtemp"); exit(2); }
+  if (!mkdtemp(g_tmp)) {
+    perror("mkdtemp");
+    exit(2);
+  }
   char d[512], p[600];
 
   /* sharded with index; a stray consolidated file that the index must make us ignore */
@@ -269,7 +292,8 @@ static void test_files(void) {
   mkdir(d, 0755);
   write_image(d, "model-00001-of-00002.safetensors",
               "{\"model.embed_tokens.weight\":{\"dtype\":\"BF16\",\"shape\":[4,2],\"data_offsets\":[0,16]},"
-              "\"model.norm.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]}}", 24);
+              "\"model.norm.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]}}",
+              24);
   write_image(d, "model-00002-of-00002.safetensors",
               "{\"lm_head.weight\":{\"dtype\":\"U32\",\"shape\":[4,1],\"data_offsets\":[0,16]}}", 16);
   write_image(d, "consolidated.safetensors",

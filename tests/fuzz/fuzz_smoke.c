@@ -20,7 +20,10 @@ static void fuzz_fail(const char *msg, int line) {
     char fn[64];
     snprintf(fn, sizeof fn, "fuzz_smoke_fail_%d.bin", g_failures);
     FILE *f = fopen(fn, "wb");
-    if (f) { fwrite(g_cur, 1, g_cur_len, f); fclose(f); }
+    if (f) {
+      fwrite(g_cur, 1, g_cur_len, f);
+      fclose(f);
+    }
     fprintf(stderr, "FAIL (line %d): %s; input saved to %s\n", line, msg, fn);
   }
   g_failures++;
@@ -28,27 +31,48 @@ static void fuzz_fail(const char *msg, int line) {
 #define FUZZ_FAIL(msg) fuzz_fail(msg, __LINE__)
 #include "fuzz_targets.h"
 
-static void run_st(const uint8_t *d, size_t n) { g_cur = d; g_cur_len = n; fuzz_safetensors_one(d, n); }
-static void run_cfg(const uint8_t *d, size_t n) { g_cur = d; g_cur_len = n; fuzz_config_one(d, n); }
+static void run_st(const uint8_t *d, size_t n) {
+  g_cur = d;
+  g_cur_len = n;
+  fuzz_safetensors_one(d, n);
+}
+static void run_cfg(const uint8_t *d, size_t n) {
+  g_cur = d;
+  g_cur_len = n;
+  fuzz_config_one(d, n);
+}
 
 /* ------------------------------------------------------------------ rng */
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
   return g_rng;
 }
 static size_t rn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 
 /* ---------------------------------------------------------------- buffer */
-typedef struct { char *p; size_t n, cap; } buf;
+typedef struct {
+  char *p;
+  size_t n, cap;
+} buf;
 static void b_reserve(buf *b, size_t extra) {
   if (b->n + extra + 1 > b->cap) {
     b->cap = (b->n + extra + 1) * 2;
     b->p = realloc(b->p, b->cap);
-    if (!b->p) { fprintf(stderr, "oom\n"); exit(2); }
+    if (!b->p) {
+      fprintf(stderr, "oom\n");
+      exit(2);
+    }
   }
 }
-static void b_add(buf *b, const void *s, size_t n) { b_reserve(b, n); memcpy(b->p + b->n, s, n); b->n += n; b->p[b->n] = 0; }
+static void b_add(buf *b, const void *s, size_t n) {
+  b_reserve(b, n);
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = 0;
+}
 static void b_str(buf *b, const char *s) { b_add(b, s, strlen(s)); }
 static void b_printf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #include <stdarg.h>
@@ -80,7 +104,12 @@ static void b_erase(buf *b, size_t at, size_t n) {
 static const char *k_dt[] = {"F32", "F16", "BF16", "F64", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "BOOL"};
 static const size_t k_dt_size[] = {4, 2, 2, 8, 1, 1, 2, 2, 4, 4, 8, 8, 1};
 
-typedef struct { char name[48]; int dt, ndim; int64_t shape[8]; uint64_t begin, end; } gen_tensor;
+typedef struct {
+  char name[48];
+  int dt, ndim;
+  int64_t shape[8];
+  uint64_t begin, end;
+} gen_tensor;
 
 /* random valid header; fills ts (<= 16 tensors); returns data size */
 static size_t gen_header(buf *h, gen_tensor *ts, int *nt) {
@@ -98,7 +127,8 @@ static size_t gen_header(buf *h, gen_tensor *ts, int *nt) {
     }
     if (i == n) break;
     gen_tensor *t = &ts[i];
-    snprintf(t->name, sizeof t->name, "model.layers.%d.%s", (int)rn(40), (const char *[]){"w", "scales", "biases", "q_proj.weight"}[rn(4)]);
+    snprintf(t->name, sizeof t->name, "model.layers.%d.%s", (int)rn(40),
+             (const char *[]){"w", "scales", "biases", "q_proj.weight"}[rn(4)]);
     /* make names unique */
     char suffix[16];
     snprintf(suffix, sizeof suffix, ".%d", i);
@@ -106,7 +136,10 @@ static size_t gen_header(buf *h, gen_tensor *ts, int *nt) {
     t->dt = (int)rn(13);
     t->ndim = (int)rn(5);
     uint64_t numel = 1;
-    for (int d = 0; d < t->ndim; d++) { t->shape[d] = (int64_t)rn(rn(8) ? 5 : 1) + (rn(6) ? 1 : 0); numel *= (uint64_t)t->shape[d]; }
+    for (int d = 0; d < t->ndim; d++) {
+      t->shape[d] = (int64_t)rn(rn(8) ? 5 : 1) + (rn(6) ? 1 : 0);
+      numel *= (uint64_t)t->shape[d];
+    }
     t->begin = off;
     t->end = off + numel * k_dt_size[t->dt];
     off = t->end + (rn(5) ? 0 : rn(8)); /* occasional gaps */
@@ -146,7 +179,10 @@ static void check_valid(const buf *img, const buf *h, const gen_tensor *ts, int 
   const uint8_t *base = (const uint8_t *)img->p + 8 + h->n;
   for (int i = 0; i < nt; i++) {
     const sm_tensor *t = sm_st_find(st, ts[i].name);
-    if (!t) { FUZZ_FAIL("generated tensor missing"); continue; }
+    if (!t) {
+      FUZZ_FAIL("generated tensor missing");
+      continue;
+    }
     if ((int)t->dtype != ts[i].dt || t->ndim != ts[i].ndim || (const uint8_t *)t->data != base + ts[i].begin ||
         t->nbytes != ts[i].end - ts[i].begin)
       FUZZ_FAIL("generated tensor differs");
@@ -159,17 +195,87 @@ static void check_valid(const buf *img, const buf *h, const gen_tensor *ts, int 
 
 /* ---------------------------------------------------------- mutators */
 static const char *k_tokens[] = {
-  "-1", "0", "1", "-0", "0.5", "1e308", "-1e308", "1e-320", "4294967296", "9007199254740993", "18446744073709551615",
-  "18446744073709551616", "9223372036854775807", "2147483648", "-2147483649", "NaN", "Infinity", "null", "true",
-  "false", "[]", "{}", "[0,0]", "[1,2,3]", "\"\"", "\"F32\"", "\"BF16\"", "\"F8_E4M3\"", "\"I4\"", "\"x\"",
-  "\"__metadata__\"", "\"dtype\"", "\"shape\"", "\"data_offsets\"", "{\"a\":1}", "\"\\u0000\"", "\"\\ud800\"",
-  "[[[[[[[[[[", "]]]]", "{{{{", "}}}", ",", ":", "\"", "\\", " ", "\n", "\xff", "\xc3\xa9",
-  "\"text_config\"", "\"quantization\"", "\"bits\"", "\"group_size\"", "\"rope_scaling\"", "\"rope_type\"",
-  "\"llama3\"", "\"yarn\"", "\"linear\"", "\"longrope\"", "\"eos_token_id\"", "\"head_dim\"", "\"hidden_size\"",
-  "\"num_key_value_heads\"", "\"num_attention_heads\"", "\"model_type\"", "\"gemma3\"", "\"qwen2\"", "\"phi3\"",
-  "\"partial_rotary_factor\"", "\"sliding_window\"", "\"use_sliding_window\"", "\"rope_parameters\"",
-  "{\"bits\":8,\"group_size\":32}", "{\"bits\":3}", "{\"group_size\":7}", "\"mode\"", "\"mxfp4\"",
-  "[1,106]", "[128001,128008,128009]", "\"full_attention\"", "{\"rope_type\":\"yarn\",\"factor\":2}",
+  "-1",
+  "0",
+  "1",
+  "-0",
+  "0.5",
+  "1e308",
+  "-1e308",
+  "1e-320",
+  "4294967296",
+  "9007199254740993",
+  "18446744073709551615",
+  "18446744073709551616",
+  "9223372036854775807",
+  "2147483648",
+  "-2147483649",
+  "NaN",
+  "Infinity",
+  "null",
+  "true",
+  "false",
+  "[]",
+  "{}",
+  "[0,0]",
+  "[1,2,3]",
+  "\"\"",
+  "\"F32\"",
+  "\"BF16\"",
+  "\"F8_E4M3\"",
+  "\"I4\"",
+  "\"x\"",
+  "\"__metadata__\"",
+  "\"dtype\"",
+  "\"shape\"",
+  "\"data_offsets\"",
+  "{\"a\":1}",
+  "\"\\u0000\"",
+  "\"\\ud800\"",
+  "[[[[[[[[[[",
+  "]]]]",
+  "{{{{",
+  "}}}",
+  ",",
+  ":",
+  "\"",
+  "\\",
+  " ",
+  "\n",
+  "\xff",
+  "\xc3\xa9",
+  "\"text_config\"",
+  "\"quantization\"",
+  "\"bits\"",
+  "\"group_size\"",
+  "\"rope_scaling\"",
+  "\"rope_type\"",
+  "\"llama3\"",
+  "\"yarn\"",
+  "\"linear\"",
+  "\"longrope\"",
+  "\"eos_token_id\"",
+  "\"head_dim\"",
+  "\"hidden_size\"",
+  "\"num_key_value_heads\"",
+  "\"num_attention_heads\"",
+  "\"model_type\"",
+  "\"gemma3\"",
+  "\"qwen2\"",
+  "\"phi3\"",
+  "\"partial_rotary_factor\"",
+  "\"sliding_window\"",
+  "\"use_sliding_window\"",
+  "\"rope_parameters\"",
+  "{\"bits\":8,\"group_size\":32}",
+  "{\"bits\":3}",
+  "{\"group_size\":7}",
+  "\"mode\"",
+  "\"mxfp4\"",
+  "[1,106]",
+  "[128001,128008,128009]",
+  "\"full_attention\"",
+  "{\"rope_type\":\"yarn\",\"factor\":2}",
 };
 
 /* number or token boundaries */
@@ -185,73 +291,89 @@ static void mutate_text(buf *b) {
   int k = 1 + (int)rn(3);
   for (int m = 0; m < k; m++) {
     switch (rn(8)) {
-    case 0: { /* replace a number by a token */
-      size_t at = find_number(b, rn(b->n));
-      if (at >= b->n) break;
-      size_t e = at + 1;
-      while (e < b->n && ((b->p[e] >= '0' && b->p[e] <= '9') || strchr(".eE+-", b->p[e]))) e++;
-      b_erase(b, at, e - at);
-      const char *t = k_tokens[rn(SM_ARRAY_LEN(k_tokens))];
-      b_insert(b, at, t, strlen(t));
-      break;
-    }
-    case 1: { /* insert a token anywhere */
-      const char *t = k_tokens[rn(SM_ARRAY_LEN(k_tokens))];
-      b_insert(b, rn(b->n + 1), t, strlen(t));
-      break;
-    }
-    case 2: /* delete a span */
-      b_erase(b, rn(b->n), 1 + rn(rn(4) ? 4 : 64));
-      break;
-    case 3: { /* duplicate a span */
-      if (!b->n) break;
-      size_t at = rn(b->n), len = 1 + rn(SM_MIN((size_t)80, b->n - at));
-      char tmp[128];
-      memcpy(tmp, b->p + at, len);
-      b_insert(b, rn(b->n + 1), tmp, len);
-      break;
-    }
-    case 4: /* random byte */
-      if (b->n) b->p[rn(b->n)] = (char)rn(256);
-      break;
-    case 5: /* ASCII punctuation */
-      if (b->n) b->p[rn(b->n)] = "{}[]\",:-0123456789 eE."[rn(22)];
-      break;
-    case 6: { /* negate or grow a number */
-      size_t at = find_number(b, rn(b->n));
-      const char *t = rn(2) ? "-" : "99999";
-      if (at < b->n) b_insert(b, at, t, strlen(t));
-      break;
-    }
-    default: { /* swap two digits far apart (reorders offsets) */
-      size_t x = find_number(b, rn(b->n)), y = find_number(b, rn(b->n));
-      if (x < b->n && y < b->n) { char c = b->p[x]; b->p[x] = b->p[y]; b->p[y] = c; }
-      break;
-    }
+      case 0: { /* replace a number by a token */
+        size_t at = find_number(b, rn(b->n));
+        if (at >= b->n) break;
+        size_t e = at + 1;
+        while (e < b->n && ((b->p[e] >= '0' && b->p[e] <= '9') || strchr(".eE+-", b->p[e]))) e++;
+        b_erase(b, at, e - at);
+        const char *t = k_tokens[rn(SM_ARRAY_LEN(k_tokens))];
+        b_insert(b, at, t, strlen(t));
+        break;
+      }
+      case 1: { /* insert a token anywhere */
+        const char *t = k_tokens[rn(SM_ARRAY_LEN(k_tokens))];
+        b_insert(b, rn(b->n + 1), t, strlen(t));
+        break;
+      }
+      case 2: /* delete a span */ b_erase(b, rn(b->n), 1 + rn(rn(4) ? 4 : 64)); break;
+      case 3: { /* duplicate a span */
+        if (!b->n) break;
+        size_t at = rn(b->n), len = 1 + rn(SM_MIN((size_t)80, b->n - at));
+        char tmp[128];
+        memcpy(tmp, b->p + at, len);
+        b_insert(b, rn(b->n + 1), tmp, len);
+        break;
+      }
+      case 4: /* random byte */
+        if (b->n) b->p[rn(b->n)] = (char)rn(256);
+        break;
+      case 5: /* ASCII punctuation */
+        if (b->n) b->p[rn(b->n)] = "{}[]\",:-0123456789 eE."[rn(22)];
+        break;
+      case 6: { /* negate or grow a number */
+        size_t at = find_number(b, rn(b->n));
+        const char *t = rn(2) ? "-" : "99999";
+        if (at < b->n) b_insert(b, at, t, strlen(t));
+        break;
+      }
+      default: { /* swap two digits far apart (reorders offsets) */
+        size_t x = find_number(b, rn(b->n)), y = find_number(b, rn(b->n));
+        if (x < b->n && y < b->n) {
+          char c = b->p[x];
+          b->p[x] = b->p[y];
+          b->p[y] = c;
+        }
+        break;
+      }
     }
   }
 }
 
 static void mutate_binary(buf *img) {
   switch (rn(5)) {
-  case 0: if (img->n) img->p[rn(img->n)] ^= (char)(1u << rn(8)); break;
-  case 1: if (img->n) img->n = rn(img->n); break;
-  case 2: if (img->n >= 8) img->p[rn(8)] = (char)rn(256); break; /* length prefix */
-  case 3: { char junk[16]; for (int i = 0; i < 16; i++) junk[i] = (char)rnd(); b_add(img, junk, 1 + rn(16)); break; }
-  default:
-    if (img->n >= 8) { /* plausible but wrong length */
-      uint64_t l = 0;
-      for (int i = 7; i >= 0; i--) l = (l << 8) | (uint8_t)img->p[i];
-      l += (uint64_t)(int64_t)((int)rn(33) - 16);
-      for (int i = 0; i < 8; i++) img->p[i] = (char)(l >> (8 * i));
+    case 0:
+      if (img->n) img->p[rn(img->n)] ^= (char)(1u << rn(8));
+      break;
+    case 1:
+      if (img->n) img->n = rn(img->n);
+      break;
+    case 2:
+      if (img->n >= 8) img->p[rn(8)] = (char)rn(256);
+      break; /* length prefix */
+    case 3: {
+      char junk[16];
+      for (int i = 0; i < 16; i++) junk[i] = (char)rnd();
+      b_add(img, junk, 1 + rn(16));
+      break;
     }
+    default:
+      if (img->n >= 8) { /* plausible but wrong length */
+        uint64_t l = 0;
+        for (int i = 7; i >= 0; i--) l = (l << 8) | (uint8_t)img->p[i];
+        l += (uint64_t)(int64_t)((int)rn(33) - 16);
+        for (int i = 0; i < 8; i++) img->p[i] = (char)(l >> (8 * i));
+      }
   }
 }
 
 /* ------------------------------------------------------------- corpus */
 static int run_corpus_dir(const char *dir, void (*fn)(const uint8_t *, size_t), buf *keep, int *nkeep) {
   DIR *d = opendir(dir);
-  if (!d) { fprintf(stderr, "cannot open corpus dir %s\n", dir); return -1; }
+  if (!d) {
+    fprintf(stderr, "cannot open corpus dir %s\n", dir);
+    return -1;
+  }
   struct dirent *de;
   int n = 0;
   while ((de = readdir(d))) {
@@ -276,7 +398,10 @@ static int run_corpus_dir(const char *dir, void (*fn)(const uint8_t *, size_t), 
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: %s <corpus dir> [iterations]\n", argv[0]); return 2; }
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s <corpus dir> [iterations]\n", argv[0]);
+    return 2;
+  }
   int iters = argc > 2 ? atoi(argv[2]) : 20000;
   const char *seed = getenv("SMELT_FUZZ_SEED");
   if (seed) g_rng = strtoull(seed, NULL, 0) | 1;
@@ -288,7 +413,10 @@ int main(int argc, char **argv) {
   int n1 = run_corpus_dir(p, run_st, NULL, NULL);
   snprintf(p, sizeof p, "%s/config", argv[1]);
   int n2 = run_corpus_dir(p, run_cfg, cfgs, &ncfg);
-  if (n1 <= 0 || n2 <= 0 || ncfg == 0) { fprintf(stderr, "empty corpus\n"); return 2; }
+  if (n1 <= 0 || n2 <= 0 || ncfg == 0) {
+    fprintf(stderr, "empty corpus\n");
+    return 2;
+  }
   printf("corpus: %d safetensors, %d config files\n", n1, n2);
 
   /* safetensors: valid images, then mutations */
@@ -310,7 +438,10 @@ int main(int argc, char **argv) {
     g_cur = (const uint8_t *)img.p;
     g_cur_len = img.n;
     sm_st *st = NULL;
-    if (sm_st_parse_buffer(img.p, img.n, &st) == SMELT_OK) { accepted++; sm_st_close(st); }
+    if (sm_st_parse_buffer(img.p, img.n, &st) == SMELT_OK) {
+      accepted++;
+      sm_st_close(st);
+    }
     fuzz_safetensors_one((const uint8_t *)img.p, img.n);
   }
   printf("safetensors: %d mutated images, %d still accepted\n", iters, accepted);
@@ -327,7 +458,10 @@ int main(int argc, char **argv) {
     g_cur = (const uint8_t *)c.p;
     g_cur_len = c.n;
     sm_config cc;
-    if (sm_config_parse(c.p, c.n, NULL, 0, sm_family_defaults, &cc) == SMELT_OK) { cfg_ok++; sm_config_free(&cc); }
+    if (sm_config_parse(c.p, c.n, NULL, 0, sm_family_defaults, &cc) == SMELT_OK) {
+      cfg_ok++;
+      sm_config_free(&cc);
+    }
     fuzz_config_one((const uint8_t *)c.p, c.n);
   }
   printf("config: %d mutated configs, %d still accepted\n", iters, cfg_ok);

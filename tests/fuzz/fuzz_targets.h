@@ -28,7 +28,10 @@ __attribute__((unused)) static void fuzz_safetensors_one(const uint8_t *data, si
   size_t total = 0;
   for (size_t i = 0; i < sm_st_count(st); i++) {
     const sm_tensor *t = sm_st_at(st, i);
-    if (!t || !t->name) { FUZZ_FAIL("missing tensor"); continue; }
+    if (!t || !t->name) {
+      FUZZ_FAIL("missing tensor");
+      continue;
+    }
     if (sm_st_find(st, t->name) != t) FUZZ_FAIL("lookup mismatch");
     if (t->ndim < 0 || t->ndim > SM_ST_MAX_DIMS || (unsigned)t->dtype >= SM_DT_COUNT) FUZZ_FAIL("bad dims/dtype");
     uint64_t n = sm_dtype_size(t->dtype);
@@ -71,8 +74,12 @@ __attribute__((unused)) static void fuzz_config_one(const uint8_t *data, size_t 
     FUZZ_FAIL("accepted config violates invariants");
   if (memchr(c.model_type, 0, sizeof c.model_type) == NULL || memchr(c.hidden_act, 0, sizeof c.hidden_act) == NULL)
     FUZZ_FAIL("unterminated string");
-  static const char *mods[] = {"model.embed_tokens", "lm_head", "model.layers.0.mlp.down_proj.weight",
-                               "language_model.model.layers.0.self_attn.q_proj", "", "x"};
+  static const char *mods[] = {"model.embed_tokens",
+                               "lm_head",
+                               "model.layers.0.mlp.down_proj.weight",
+                               "language_model.model.layers.0.self_attn.q_proj",
+                               "",
+                               "x"};
   for (size_t i = 0; i < sizeof mods / sizeof mods[0]; i++) {
     int b = -1, g = -1;
     sm_config_quant_for(&c, mods[i], &b, &g);

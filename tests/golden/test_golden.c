@@ -17,7 +17,10 @@ static void check_fixture(const char *dir) {
   char path[1024];
   snprintf(path, sizeof path, "%s/manifest.json", dir);
   char *js = NULL;
-  if (sm_read_file(path, &js, NULL)) { CHECK(0, "%s: %s", dir, smelt_last_error()); return; }
+  if (sm_read_file(path, &js, NULL)) {
+    CHECK(0, "%s: %s", dir, smelt_last_error());
+    return;
+  }
   cJSON *man = cJSON_Parse(js);
   free(js);
   const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(man, "name"));
@@ -42,11 +45,17 @@ static void check_fixture(const char *dir) {
    * than original_max_position_embeddings so that longrope's long rows exist) */
   mp.max_context = 256;
   smelt_model *m = NULL;
-  if (smelt_model_load(dir, &mp, &m)) { CHECK(0, "%s: load: %s", name, smelt_last_error()); goto out; }
+  if (smelt_model_load(dir, &mp, &m)) {
+    CHECK(0, "%s: load: %s", name, smelt_last_error());
+    goto out;
+  }
   int V = smelt_model_vocab_size(m);
   /* 1. logits of every prompt position */
   float *lg = NULL;
-  if (smelt_eval_logits(m, ids, np, &lg)) { CHECK(0, "%s: eval: %s", name, smelt_last_error()); goto out; }
+  if (smelt_eval_logits(m, ids, np, &lg)) {
+    CHECK(0, "%s: eval: %s", name, smelt_last_error());
+    goto out;
+  }
   snprintf(path, sizeof path, "%s/logits.f32", dir);
   char *ref = NULL;
   size_t rl = 0;
@@ -64,7 +73,8 @@ static void check_fixture(const char *dir) {
     }
     double rel = sqrt(d2 / r2);
     max_abs_seen = max_abs;
-    printf("%-24s logits max_abs %.2e (tol %.0e)  rel_l2 %.2e (tol %.0e)\n", name, max_abs, max_abs_tol, rel, rel_l2_tol);
+    printf("%-24s logits max_abs %.2e (tol %.0e)  rel_l2 %.2e (tol %.0e)\n", name, max_abs, max_abs_tol, rel,
+           rel_l2_tol);
     CHECK(max_abs <= max_abs_tol && rel <= rel_l2_tol, "%s: logits differ from transformers", name);
   }
   free(ref);
@@ -97,7 +107,11 @@ static void check_fixture(const char *dir) {
         sm_seq_append(e, s, &ids[i], 1);
         uint8_t done = 0;
         while (!done)
-          if (sm_engine_step(e, &s, 1, l1, &done)) { CHECK(0, "%s: step: %s", name, smelt_last_error()); ok = false; break; }
+          if (sm_engine_step(e, &s, 1, l1, &done)) {
+            CHECK(0, "%s: step: %s", name, smelt_last_error());
+            ok = false;
+            break;
+          }
         for (int j = 0; ok && j < V; j++) {
           double d = fabs((double)l1[j] - r[(size_t)i * V + j]);
           if (d > max_abs || d != d) max_abs = d != d ? INFINITY : d;
@@ -129,7 +143,10 @@ static void check_fixture(const char *dir) {
   sm_engine_params_default(&ep);
   ep.max_context = np + ng + 1;
   sm_engine *e = NULL;
-  if (sm_engine_create(m, &ep, &e)) { CHECK(0, "%s: engine: %s", name, smelt_last_error()); goto out; }
+  if (sm_engine_create(m, &ep, &e)) {
+    CHECK(0, "%s: engine: %s", name, smelt_last_error());
+    goto out;
+  }
   sm_seq *s = sm_seq_new(e);
   sm_seq_append(e, s, ids, np);
   float *l1 = malloc(sizeof(float) * V);
@@ -137,16 +154,25 @@ static void check_fixture(const char *dir) {
   bool diverged = false;
   for (int k = 0; k < ng; k++) {
     uint8_t done = 0;
-    while (!done) if (sm_engine_step(e, &s, 1, l1, &done)) { CHECK(0, "step: %s", smelt_last_error()); break; }
+    while (!done)
+      if (sm_engine_step(e, &s, 1, l1, &done)) {
+        CHECK(0, "step: %s", smelt_last_error());
+        break;
+      }
     int32_t t = 0;
-    for (int j = 1; j < V; j++) if (l1[j] > l1[t]) t = j;
+    for (int j = 1; j < V; j++)
+      if (l1[j] > l1[t]) t = j;
     int32_t want = cJSON_GetArrayItem(gids, k)->valueint;
     const cJSON *mv = cJSON_GetArrayItem(margins, k);
     double mg = cJSON_IsNumber(mv) ? mv->valuedouble : 1.0;
     if (mg < margin_min) break; /* a near-tie: further tokens are not meaningful to compare */
     checked++;
     if (t == want) same++;
-    else { diverged = true; fprintf(stderr, "%s: step %d: smelt %d, transformers %d\n", name, k, t, want); break; }
+    else {
+      diverged = true;
+      fprintf(stderr, "%s: step %d: smelt %d, transformers %d\n", name, k, t, want);
+      break;
+    }
     sm_seq_append(e, s, &want, 1);
   }
   printf("%-24s greedy: %d/%d tokens identical\n", name, same, checked);
@@ -167,7 +193,10 @@ static void check_kv_types(const char *dir) {
   snprintf(path, sizeof path, "%s/manifest.json", dir);
   char *js = NULL, *ref = NULL;
   size_t rl = 0;
-  if (sm_read_file(path, &js, NULL)) { CHECK(0, "%s: %s", dir, smelt_last_error()); return; }
+  if (sm_read_file(path, &js, NULL)) {
+    CHECK(0, "%s: %s", dir, smelt_last_error());
+    return;
+  }
   cJSON *man = cJSON_Parse(js);
   free(js);
   const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(man, "name"));
@@ -177,10 +206,10 @@ static void check_kv_types(const char *dir) {
   for (int i = 0; i < np; i++) ids[i] = cJSON_GetArrayItem(pids, i)->valueint;
   snprintf(path, sizeof path, "%s/logits.f32", dir);
   sm_read_file(path, &ref, &rl);
-  const smelt_kv_type types[2] = { SMELT_KV_F16, SMELT_KV_BF16 };
+  const smelt_kv_type types[2] = {SMELT_KV_F16, SMELT_KV_BF16};
   /* rel_l2 / max_abs bounds: about three times the largest error measured over the 24 fixtures on the
    * CPU (f16: rel_l2 <= 1.1e-3, max_abs <= 1.8e-2; bf16: rel_l2 <= 6.6e-3, max_abs <= 0.12) */
-  const double rel_tol[2] = { 3e-3, 2e-2 }, abs_tol[2] = { 8e-2, 0.4 };
+  const double rel_tol[2] = {3e-3, 2e-2}, abs_tol[2] = {8e-2, 0.4};
   for (int k = 0; k < 2; k++) {
     smelt_model_params mp;
     smelt_model_params_default(&mp);
@@ -189,7 +218,10 @@ static void check_kv_types(const char *dir) {
     mp.max_context = 256; /* as check_fixture */
     smelt_model *m = NULL;
     float *lg = NULL;
-    if (smelt_model_load(dir, &mp, &m)) { CHECK(0, "%s: load: %s", name, smelt_last_error()); break; }
+    if (smelt_model_load(dir, &mp, &m)) {
+      CHECK(0, "%s: load: %s", name, smelt_last_error());
+      break;
+    }
     const int V = smelt_model_vocab_size(m);
     smelt_model_info info;
     smelt_model_get_info(m, &info);
@@ -208,8 +240,8 @@ static void check_kv_types(const char *dir) {
       const double rel = sqrt(d2 / r2);
       /* on CUDA the bf16 tensor-core matmuls' error comes on top: the device tolerance holds */
       const double rt = g_cuda ? 3e-2 : rel_tol[k], at = g_cuda ? 0.25 : abs_tol[k];
-      printf("%-24s KV %-4s logits max_abs %.2e (tol %.2g)  rel_l2 %.2e (tol %.2g)\n", name, smelt_kv_type_name(types[k]),
-             max_abs, at, rel, rt);
+      printf("%-24s KV %-4s logits max_abs %.2e (tol %.2g)  rel_l2 %.2e (tol %.2g)\n", name,
+             smelt_kv_type_name(types[k]), max_abs, at, rel, rt);
       CHECK(max_abs <= at && rel <= rt, "%s: logits with a %s KV cache differ from transformers", name,
             smelt_kv_type_name(types[k]));
     }
@@ -227,14 +259,23 @@ int main(int argc, char **argv) {
 #ifdef SMELT_HAVE_CUDA
   if (g_cuda) {
     sm_backend *be = sm_cuda_backend_create(0);
-    if (!be) { printf("no usable GPU (%s): skipping\n", smelt_last_error()); return 77; }
+    if (!be) {
+      printf("no usable GPU (%s): skipping\n", smelt_last_error());
+      return 77;
+    }
     be->destroy(be);
   }
 #else
-  if (g_cuda) { printf("built without CUDA: skipping\n"); return 77; }
+  if (g_cuda) {
+    printf("built without CUDA: skipping\n");
+    return 77;
+  }
 #endif
   DIR *d = opendir(root);
-  if (!d) { fprintf(stderr, "no fixtures at %s\n", root); return 1; }
+  if (!d) {
+    fprintf(stderr, "no fixtures at %s\n", root);
+    return 1;
+  }
   struct dirent *de;
   char *names[64];
   int n = 0;

@@ -70,7 +70,10 @@ static void check_fixture(const char *dir) {
   char path[2200];
   snprintf(path, sizeof path, "%.1000s/manifest.json", dir);
   char *js = NULL;
-  if (sm_read_file(path, &js, NULL)) { CHECK(0, "%s: %s", dir, smelt_last_error()); return; }
+  if (sm_read_file(path, &js, NULL)) {
+    CHECK(0, "%s: %s", dir, smelt_last_error());
+    return;
+  }
   cJSON *man = cJSON_Parse(js);
   free(js);
   const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(man, "name"));
@@ -95,23 +98,35 @@ static void check_fixture(const char *dir) {
   int32_t *ids = NULL;
   sm_engine *e = NULL;
   float *lg = NULL, *emb_ref = NULL, *lg_ref = NULL;
-  if (smelt_model_load(dir, &mp, &m)) { CHECK(0, "%s: load: %s", name, smelt_last_error()); goto out; }
+  if (smelt_model_load(dir, &mp, &m)) {
+    CHECK(0, "%s: load: %s", name, smelt_last_error());
+    goto out;
+  }
   CHECK(m->vision != NULL, "%s: no vision tower (%s)", name, m->note);
   if (!m->vision) goto out;
   /* 1. the image and the prompt's tokens */
   snprintf(path, sizeof path, "%.1000s/%.1000s", dir, cJSON_GetStringValue(cJSON_GetObjectItem(man, "image")));
   sm_image im;
-  if (sm_image_load(path, 0, NULL, &im)) { CHECK(0, "%s: %s", name, smelt_last_error()); goto out; }
+  if (sm_image_load(path, 0, NULL, &im)) {
+    CHECK(0, "%s: %s", name, smelt_last_error());
+    goto out;
+  }
   smelt_status st = sm_vimage_new(m->vision, &im, &img);
   sm_image_free(&im);
-  if (st) { CHECK(0, "%s: prepare: %s", name, smelt_last_error()); goto out; }
+  if (st) {
+    CHECK(0, "%s: prepare: %s", name, smelt_last_error());
+    goto out;
+  }
   const cJSON *grid = cJSON_GetObjectItem(man, "embedding_grid");
   CHECK(img->rows == cJSON_GetArrayItem(grid, 0)->valueint && img->cols == cJSON_GetArrayItem(grid, 1)->valueint,
         "%s: embedding grid %dx%d", name, img->rows, img->cols);
   int n_ids = 0;
   st = sm_vision_tokenize(m->vision, m->tok, cJSON_GetStringValue(cJSON_GetObjectItem(man, "prompt")), false, &img, 1,
                           &ids, &n_ids, &spans);
-  if (st) { CHECK(0, "%s: tokenize: %s", name, smelt_last_error()); goto out; }
+  if (st) {
+    CHECK(0, "%s: tokenize: %s", name, smelt_last_error());
+    goto out;
+  }
   CHECK(n_ids == np && !memcmp(ids, want, sizeof(int32_t) * (size_t)np), "%s: prompt ids differ (%d vs %d tokens)",
         name, n_ids, np);
   const cJSON *sp = cJSON_GetObjectItem(man, "span");
@@ -119,7 +134,10 @@ static void check_fixture(const char *dir) {
         "%s: span [%d, %d)", name, spans[0].t0, spans[0].t1);
   if (n_ids != np) goto out;
   /* 2. the embeddings */
-  if ((st = sm_vision_encode(m->vision, img))) { CHECK(0, "%s: encode: %s", name, smelt_last_error()); goto out; }
+  if ((st = sm_vision_encode(m->vision, img))) {
+    CHECK(0, "%s: encode: %s", name, smelt_last_error());
+    goto out;
+  }
   size_t ne = 0;
   emb_ref = read_f32(dir, "embeddings.f32", &ne);
   const sm_venc *enc = img->enc;
@@ -129,7 +147,8 @@ static void check_fixture(const char *dir) {
   if (emb_ref && ne == rows * (size_t)(1 + enc->n_deep)) {
     float *got = malloc(sizeof(float) * ne);
     m->be->download(m->be, got, enc->embd, sizeof(float) * rows);
-    for (int l = 0; l < enc->n_deep; l++) m->be->download(m->be, got + rows * (1 + l), enc->deep[l], sizeof(float) * rows);
+    for (int l = 0; l < enc->n_deep; l++)
+      m->be->download(m->be, got + rows * (1 + l), enc->deep[l], sizeof(float) * rows);
     compare(name, "embeddings", got, emb_ref, ne, emb_tol, rel_tol * 10);
     free(got);
   }
@@ -139,7 +158,10 @@ static void check_fixture(const char *dir) {
   ep.max_context = 128;
   ep.max_seqs = 2;
   ep.max_batch_tokens = 64;
-  if ((st = sm_engine_create(m, &ep, &e))) { CHECK(0, "%s: engine: %s", name, smelt_last_error()); goto out; }
+  if ((st = sm_engine_create(m, &ep, &e))) {
+    CHECK(0, "%s: engine: %s", name, smelt_last_error());
+    goto out;
+  }
   const int V = m->cfg.vocab_size;
   size_t nl = 0;
   lg_ref = read_f32(dir, "logits.f32", &nl);
@@ -156,7 +178,8 @@ static void check_fixture(const char *dir) {
   memcpy(row, lg + (size_t)(np - 1) * V, sizeof(float) * V);
   for (int k = 0; k < ng; k++) {
     int best = 0;
-    for (int j = 1; j < V; j++) if (row[j] > row[best]) best = j;
+    for (int j = 1; j < V; j++)
+      if (row[j] > row[best]) best = j;
     if (best != cJSON_GetArrayItem(gids, k)->valueint) {
       const double mg = cJSON_GetArrayItem(margins, k)->valuedouble;
       CHECK(mg < margin_min, "%s: greedy token %d is %d, expected %d (margin %.3f)", name, k, best,
@@ -166,7 +189,10 @@ static void check_fixture(const char *dir) {
     n_ok++;
     uint8_t done = 0;
     int32_t t = best;
-    if (sm_seq_append(e, s, &t, 1) || sm_engine_step(e, &s, 1, row, &done)) { CHECK(0, "%s: decode: %s", name, smelt_last_error()); break; }
+    if (sm_seq_append(e, s, &t, 1) || sm_engine_step(e, &s, 1, row, &done)) {
+      CHECK(0, "%s: decode: %s", name, smelt_last_error());
+      break;
+    }
   }
   printf("%-20s greedy       %d/%d\n", name, n_ok, ng);
   free(row);
@@ -199,10 +225,10 @@ static void check_fixture(const char *dir) {
     ep.prefix_cache = false;
     e = NULL;
     if (!sm_engine_create(m, &ep, &e)) {
-      sm_seq *a = sm_seq_new(e), *b = sm_seq_new(e), *q[2] = { b, a };
-      int32_t txt[5] = { 72, 105, 33, 10, 65 };
+      sm_seq *a = sm_seq_new(e), *b = sm_seq_new(e), *q[2] = {b, a};
+      int32_t txt[5] = {72, 105, 33, 10, 65};
       float *two = malloc(sizeof(float) * 2 * V);
-      uint8_t done[2] = { 0, 0 };
+      uint8_t done[2] = {0, 0};
       st = sm_seq_append(e, a, ids, np);
       if (!st) st = sm_seq_set_media(e, a, spans, 1);
       if (!st) st = sm_seq_append(e, b, txt, 5);
@@ -233,12 +259,18 @@ int main(int argc, char **argv) {
   g_cuda = dev && !strcmp(dev, "cuda");
   if (g_cuda) {
     sm_backend *be = sm_backend_create(SMELT_DEVICE_CUDA, 0, 0);
-    if (!be) { printf("SKIP: no CUDA backend (%s)\n", smelt_last_error()); return 77; }
+    if (!be) {
+      printf("SKIP: no CUDA backend (%s)\n", smelt_last_error());
+      return 77;
+    }
     be->destroy(be);
   }
   const char *root = argc > 1 ? argv[1] : "tests/golden/vision";
   DIR *d = opendir(root);
-  if (!d) { fprintf(stderr, "no fixtures at %s\n", root); return 1; }
+  if (!d) {
+    fprintf(stderr, "no fixtures at %s\n", root);
+    return 1;
+  }
   struct dirent *de;
   char **names = NULL;
   int n = 0;

@@ -17,7 +17,10 @@ static double ppl_of(const char *model, const char *text, int window, int max_to
   smelt_model_params_default(&mp);
   mp.device = SMELT_DEVICE_CPU;
   smelt_model *m = NULL;
-  if (smelt_model_load(dir, &mp, &m)) { fprintf(stderr, "%s: %s\n", model, smelt_last_error()); return -1; }
+  if (smelt_model_load(dir, &mp, &m)) {
+    fprintf(stderr, "%s: %s\n", model, smelt_last_error());
+    return -1;
+  }
   int32_t *ids = NULL;
   size_t n = 0;
   double ppl = -1;
@@ -42,9 +45,15 @@ int main(int argc, char **argv) {
   root = argc > 1 ? argv[1] : ".";
   char p[1024], *text = NULL, *evs = NULL;
   snprintf(p, sizeof p, "%s/tests/golden/heldout.txt", root);
-  if (sm_read_file(p, &text, NULL)) { fprintf(stderr, "%s\n", smelt_last_error()); return 1; }
+  if (sm_read_file(p, &text, NULL)) {
+    fprintf(stderr, "%s\n", smelt_last_error());
+    return 1;
+  }
   snprintf(p, sizeof p, "%s/models/smelt-tiny/eval.json", root);
-  if (sm_read_file(p, &evs, NULL)) { fprintf(stderr, "%s\n", smelt_last_error()); return 1; }
+  if (sm_read_file(p, &evs, NULL)) {
+    fprintf(stderr, "%s\n", smelt_last_error());
+    return 1;
+  }
   cJSON *ev = cJSON_Parse(evs);
 
   double q512 = ppl_of("smelt-tiny", text, 512, 0), f512 = ppl_of("smelt-tiny-bf16", text, 512, 0);

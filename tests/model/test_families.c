@@ -28,7 +28,10 @@ static void write_text(const char *dir, const char *name, const char *text) {
   char p[600];
   snprintf(p, sizeof p, "%s/%s", dir, name);
   FILE *f = fopen(p, "w");
-  if (!f) { perror(p); exit(1); }
+  if (!f) {
+    perror(p);
+    exit(1);
+  }
   fputs(text, f);
   fclose(f);
 }
@@ -47,13 +50,14 @@ static void test_all_families(void) {
     CHECK(f->names && f->example && f->description, "%s: registry entry incomplete", f->model_type);
     char dir[256];
     snprintf(dir, sizeof dir, "%s/%s", g_root, f->model_type);
-    sm_synth_shape sh = { "fam", 64, 2, 4, 2, 128, 200, false, f->model_type, 16, NULL };
-    CHECK(sm_make_synthetic(&sh, 4, 32, dir, false) == SMELT_OK, "%s: synthetic: %s", f->model_type, smelt_last_error());
+    sm_synth_shape sh = {"fam", 64, 2, 4, 2, 128, 200, false, f->model_type, 16, NULL};
+    CHECK(sm_make_synthetic(&sh, 4, 32, dir, false) == SMELT_OK, "%s: synthetic: %s", f->model_type,
+          smelt_last_error());
     smelt_status st;
     smelt_model *m = load(dir, 64, &st);
     CHECK(st == SMELT_OK && m, "%s: load: %s", f->model_type, smelt_last_error());
     if (!m) continue;
-    int32_t a[6] = { 1, 5, 9, 13, 17, 21 }, b[6] = { 1, 5, 9, 13, 17, 22 };
+    int32_t a[6] = {1, 5, 9, 13, 17, 21}, b[6] = {1, 5, 9, 13, 17, 22};
     float *la = NULL, *lb = NULL;
     CHECK(smelt_eval_logits(m, a, 6, &la) == SMELT_OK && smelt_eval_logits(m, b, 6, &lb) == SMELT_OK, "%s: eval: %s",
           f->model_type, smelt_last_error());
@@ -93,9 +97,9 @@ static void repackage(const char *src, const char *dst, const char *prefix, cons
     snprintf(n, sizeof n, "%s%s", prefix, t->name);
     sm_stw_add(w, n, t->dtype, t->ndim, t->shape, t->data, NULL, NULL);
   }
-  static const uint16_t ones[8] = { 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80 };
+  static const uint16_t ones[8] = {0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80};
   for (const char *const *e = extra; e && *e; e++) {
-    int64_t shape[1] = { 8 };
+    int64_t shape[1] = {8};
     sm_stw_add(w, *e, SM_DT_BF16, 1, shape, ones, NULL, NULL);
   }
   snprintf(p, sizeof p, "%s/model.safetensors", dst);
@@ -117,9 +121,10 @@ static void test_vlm(void) {
   if (!cfg) return;
   size_t len = strlen(cfg) + 256;
   char *vcfg = malloc(len);
-  snprintf(vcfg, len, "{\"model_type\": \"gemma3\", \"vision_config\": {\"hidden_size\": 8}, \"text_config\": %s}", cfg);
-  static const char *const vision[] = { "vision_tower.vision_model.post_layernorm.weight",
-                                        "multi_modal_projector.mm_soft_emb_norm.weight", NULL };
+  snprintf(vcfg, len, "{\"model_type\": \"gemma3\", \"vision_config\": {\"hidden_size\": 8}, \"text_config\": %s}",
+           cfg);
+  static const char *const vision[] = {"vision_tower.vision_model.post_layernorm.weight",
+                                       "multi_modal_projector.mm_soft_emb_norm.weight", NULL};
   repackage(text, vlm, "language_model.", vision);
   write_text(vlm, "config.json", vcfg);
   smelt_status st;
@@ -134,7 +139,7 @@ static void test_vlm(void) {
           info.note);
     /* the same logits as the text checkpoint */
     smelt_model *t = load(text, 64, &st);
-    int32_t ids[4] = { 3, 1, 4, 1 };
+    int32_t ids[4] = {3, 1, 4, 1};
     float *a = NULL, *b = NULL;
     if (t && smelt_eval_logits(m, ids, 4, &a) == SMELT_OK && smelt_eval_logits(t, ids, 4, &b) == SMELT_OK)
       CHECK(!memcmp(a, b, sizeof(float) * 4 * 200), "packaged and text logits differ");
@@ -145,7 +150,7 @@ static void test_vlm(void) {
     smelt_model_free(m);
   }
   /* any other tensor is still an error that names it */
-  static const char *const odd[] = { "vision_tower.x.weight", "audio_tower.conv.weight", NULL };
+  static const char *const odd[] = {"vision_tower.x.weight", "audio_tower.conv.weight", NULL};
   repackage(text, bad, "language_model.", odd);
   write_text(bad, "config.json", vcfg);
   m = load(bad, 64, &st);
@@ -153,7 +158,7 @@ static void test_vlm(void) {
         smelt_last_error());
   smelt_model_free(m);
   /* a text checkpoint does not skip vision tensors */
-  static const char *const vt[] = { "vision_tower.x.weight", NULL };
+  static const char *const vt[] = {"vision_tower.x.weight", NULL};
   repackage(text, plain, "", vt);
   write_text(plain, "config.json", cfg);
   m = load(plain, 64, &st);
@@ -164,7 +169,8 @@ static void test_vlm(void) {
   snprintf(vcfg, len, "{\"model_type\": \"llava\", \"vision_config\": {}, \"text_config\": %s}", cfg);
   write_text(vlm, "config.json", vcfg);
   m = load(vlm, 64, &st);
-  CHECK(st == SMELT_ERR_UNSUPPORTED && strstr(smelt_last_error(), "llava"), "unknown packaging: %s", smelt_last_error());
+  CHECK(st == SMELT_ERR_UNSUPPORTED && strstr(smelt_last_error(), "llava"), "unknown packaging: %s",
+        smelt_last_error());
   smelt_model_free(m);
   free(vcfg);
   free(cfg);
@@ -174,16 +180,19 @@ static void test_not_runnable(void) {
   char d[256];
   snprintf(d, sizeof d, "%s/gemma4", g_root);
   mkdir(d, 0755);
-  write_text(d, "config.json", "{\"model_type\": \"gemma4\", \"vision_config\": {}, \"text_config\": {\"model_type\":"
-                               " \"gemma4_text\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
-                               " \"num_attention_heads\": 4, \"vocab_size\": 100}}");
+  write_text(d, "config.json",
+             "{\"model_type\": \"gemma4\", \"vision_config\": {}, \"text_config\": {\"model_type\":"
+             " \"gemma4_text\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+             " \"num_attention_heads\": 4, \"vocab_size\": 100}}");
   smelt_status st;
   smelt_model *m = load(d, 64, &st);
   CHECK(st == SMELT_ERR_UNSUPPORTED && strstr(smelt_last_error(), "gemma4_text") &&
-          strstr(smelt_last_error(), "global_head_dim"), "gemma4: %s", smelt_last_error());
+          strstr(smelt_last_error(), "global_head_dim"),
+        "gemma4: %s", smelt_last_error());
   smelt_model_free(m);
-  write_text(d, "config.json", "{\"model_type\": \"rwkv7\", \"hidden_size\": 64, \"intermediate_size\": 128,"
-                               " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100}");
+  write_text(d, "config.json",
+             "{\"model_type\": \"rwkv7\", \"hidden_size\": 64, \"intermediate_size\": 128,"
+             " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100}");
   m = load(d, 64, &st);
   CHECK(st == SMELT_ERR_UNSUPPORTED && strstr(smelt_last_error(), "'rwkv7'"), "unknown type: %s", smelt_last_error());
   smelt_model_free(m);
@@ -193,8 +202,18 @@ static void test_not_runnable(void) {
 static void test_dynamic_limit(void) {
   char d[256];
   snprintf(d, sizeof d, "%s/dyn", g_root);
-  sm_synth_shape sh = { "dyn", 64, 2, 4, 2, 128, 200, false, "llama", 16,
-                        "{\"max_position_embeddings\": 16, \"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}}" };
+  sm_synth_shape sh =
+    {"dyn",
+     64,
+     2,
+     4,
+     2,
+     128,
+     200,
+     false,
+     "llama",
+     16,
+     "{\"max_position_embeddings\": 16, \"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}}"};
   CHECK(sm_make_synthetic(&sh, 0, 0, d, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   int32_t ids[40];
   for (int i = 0; i < 40; i++) ids[i] = (i * 7) % 200;
@@ -234,10 +253,20 @@ static void test_dynamic_limit(void) {
 static void test_longrope_rows(void) {
   char d[256];
   snprintf(d, sizeof d, "%s/longrope", g_root);
-  sm_synth_shape sh = { "lr", 64, 2, 4, 2, 128, 200, false, "phi3", 16,
-                        "{\"partial_rotary_factor\": 0.5, \"original_max_position_embeddings\": 16, \"max_position_embeddings\": 64,"
-                        " \"rope_theta\": 10000, \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": \"4x2.0\","
-                        " \"long_factor\": \"4x8.0\"}}" };
+  sm_synth_shape sh =
+    {"lr",
+     64,
+     2,
+     4,
+     2,
+     128,
+     200,
+     false,
+     "phi3",
+     16,
+     "{\"partial_rotary_factor\": 0.5, \"original_max_position_embeddings\": 16, \"max_position_embeddings\": 64,"
+     " \"rope_theta\": 10000, \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": \"4x2.0\","
+     " \"long_factor\": \"4x8.0\"}}"};
   CHECK(sm_make_synthetic(&sh, 0, 0, d, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   smelt_status st;
   for (int ctx = 16; ctx <= 32; ctx += 16) {
@@ -262,7 +291,10 @@ static void test_longrope_rows(void) {
 
 int main(void) {
   snprintf(g_root, sizeof g_root, "/tmp/smelt-families-XXXXXX");
-  if (!mkdtemp(g_root)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(g_root)) {
+    perror("mkdtemp");
+    return 1;
+  }
   test_all_families();
   test_vlm();
   test_not_runnable();

@@ -43,7 +43,10 @@ static smelt_status r_set_batch(sm_backend *b, const sm_batch *bt) {
   sm_buf_clear(&R(b)->log); /* the log holds the current step */
   return R(b)->in->set_batch(R(b)->in, bt);
 }
-static void r_embed(sm_backend *b, const sm_weight *e, float *o) { note(b, "embed"); R(b)->in->embed(R(b)->in, e, o); }
+static void r_embed(sm_backend *b, const sm_weight *e, float *o) {
+  note(b, "embed");
+  R(b)->in->embed(R(b)->in, e, o);
+}
 static void r_matmul(sm_backend *b, sm_mm_role role, const sm_weight *w, const float *x, int n, float *y) {
   char t[32];
   snprintf(t, sizeof t, "mm:%s", sm_mm_role_name(role));
@@ -54,7 +57,8 @@ static void r_rmsnorm(sm_backend *b, float *o, const float *x, const float *w, i
   note(b, "rmsnorm");
   R(b)->in->rmsnorm(R(b)->in, o, x, w, n, d, e, off);
 }
-static void r_layernorm(sm_backend *b, float *o, const float *x, const float *w, const float *bi, int n, int d, float e) {
+static void r_layernorm(sm_backend *b, float *o, const float *x, const float *w, const float *bi, int n, int d,
+                        float e) {
   note(b, "layernorm");
   R(b)->in->layernorm(R(b)->in, o, x, w, bi, n, d, e);
 }
@@ -70,8 +74,8 @@ static void r_kv_store(sm_backend *b, const sm_kv_cache *kv, int l, const float 
   note(b, "kv_store");
   R(b)->in->kv_store(R(b)->in, kv, l, k, v);
 }
-static void r_attention(sm_backend *b, float *o, const float *q, const sm_kv_cache *kv, int l, int nh, float sc, int win,
-                        float cap) {
+static void r_attention(sm_backend *b, float *o, const float *q, const sm_kv_cache *kv, int l, int nh, float sc,
+                        int win, float cap) {
   note(b, win > 0 ? "attention:window" : "attention");
   R(b)->in->attention(R(b)->in, o, q, kv, l, nh, sc, win, cap);
 }
@@ -83,12 +87,18 @@ static void r_gelu_mul(sm_backend *b, float *o, const float *g, const float *u, 
   note(b, "gelu_mul");
   R(b)->in->gelu_mul(R(b)->in, o, g, u, n);
 }
-static void r_add(sm_backend *b, float *y, const float *x, size_t n) { note(b, "add"); R(b)->in->add(R(b)->in, y, x, n); }
+static void r_add(sm_backend *b, float *y, const float *x, size_t n) {
+  note(b, "add");
+  R(b)->in->add(R(b)->in, y, x, n);
+}
 static void r_add_rows(sm_backend *b, float *y, const float *x, int n, int d) {
   note(b, "add_rows");
   R(b)->in->add_rows(R(b)->in, y, x, n, d);
 }
-static void r_scale(sm_backend *b, float *y, float s, size_t n) { note(b, "scale"); R(b)->in->scale(R(b)->in, y, s, n); }
+static void r_scale(sm_backend *b, float *y, float s, size_t n) {
+  note(b, "scale");
+  R(b)->in->scale(R(b)->in, y, s, n);
+}
 static void r_softcap(sm_backend *b, float *y, float c, size_t n) {
   note(b, "softcap");
   R(b)->in->softcap(R(b)->in, y, c, n);
@@ -127,7 +137,10 @@ static void r_attention_sinks(sm_backend *b, float *o, const float *q, const sm_
   R(b)->in->attention_sinks(R(b)->in, o, q, kv, l, nh, sc, win, cap, sinks);
 }
 
-static void r_copy(sm_backend *b, void *d, const void *s, size_t n) { note(b, "copy"); R(b)->in->copy(R(b)->in, d, s, n); }
+static void r_copy(sm_backend *b, void *d, const void *s, size_t n) {
+  note(b, "copy");
+  R(b)->in->copy(R(b)->in, d, s, n);
+}
 static void r_mul(sm_backend *b, float *y, const float *a, const float *x, size_t n) {
   note(b, "mul");
   R(b)->in->mul(R(b)->in, y, a, x, n);
@@ -136,21 +149,24 @@ static void r_sigmoid_mul(sm_backend *b, float *y, const float *g, size_t n) {
   note(b, "sigmoid_mul");
   R(b)->in->sigmoid_mul(R(b)->in, y, g, n);
 }
-static void r_relu2(sm_backend *b, float *y, size_t n) { note(b, "relu2"); R(b)->in->relu2(R(b)->in, y, n); }
+static void r_relu2(sm_backend *b, float *y, size_t n) {
+  note(b, "relu2");
+  R(b)->in->relu2(R(b)->in, y, n);
+}
 static void r_conv1d(sm_backend *b, float *o, const float *x, const float *w, const float *bi, int C, int K, bool act,
                      const sm_kv_cache *kv, int l) {
   note(b, "conv1d");
   R(b)->in->conv1d(R(b)->in, o, x, w, bi, C, K, act, kv, l);
 }
 static void r_ssm_scan(sm_backend *b, float *y, const float *x, const float *B, const float *C, int ld, const float *dt,
-                       const float *dtb, const float *al, const float *D, int nh, int P, int G, int N, float lo, float hi,
-                       const sm_kv_cache *kv, int l) {
+                       const float *dtb, const float *al, const float *D, int nh, int P, int G, int N, float lo,
+                       float hi, const sm_kv_cache *kv, int l) {
   note(b, "ssm_scan");
   R(b)->in->ssm_scan(R(b)->in, y, x, B, C, ld, dt, dtb, al, D, nh, P, G, N, lo, hi, kv, l);
 }
-static void r_gated_delta(sm_backend *b, float *y, const float *q, const float *k, const float *v, int ld, const float *a,
-                          const float *bb, const float *al, const float *dtb, int hk, int hv, int dk, int dv,
-                          const sm_kv_cache *kv, int l) {
+static void r_gated_delta(sm_backend *b, float *y, const float *q, const float *k, const float *v, int ld,
+                          const float *a, const float *bb, const float *al, const float *dtb, int hk, int hv, int dk,
+                          int dv, const sm_kv_cache *kv, int l) {
   note(b, "gated_delta");
   R(b)->in->gated_delta(R(b)->in, y, q, k, v, ld, a, bb, al, dtb, hk, hv, dk, dv, kv, l);
 }
@@ -165,16 +181,44 @@ static sm_backend *rec_create(void) {
   r->in = sm_cpu_backend_create(1);
   sm_backend *b = &r->base;
   b->name = "rec";
-  b->destroy = r_destroy; b->alloc = r_alloc; b->free = r_free; b->upload = r_upload; b->download = r_download;
-  b->sync = r_sync; b->prepare_weight = r_prepare; b->release_weight = r_release; b->set_batch = r_set_batch;
-  b->embed = r_embed; b->matmul = r_matmul; b->rmsnorm = r_rmsnorm; b->layernorm = r_layernorm; b->rope = r_rope;
-  b->rope_ext = r_rope_ext; b->kv_store = r_kv_store;
-  b->attention = r_attention; b->silu_mul = r_silu_mul; b->gelu_mul = r_gelu_mul; b->add = r_add;
-  b->add_rows = r_add_rows; b->scale = r_scale; b->softcap = r_softcap; b->gather_out = r_gather;
-  b->moe_route = r_moe_route; b->matmul_experts = r_matmul_experts; b->moe_combine = r_moe_combine;
-  b->swiglu_clamp = r_swiglu_clamp; b->sigmoid_gate_rows = r_sigmoid_gate_rows; b->attention_sinks = r_attention_sinks;
-  b->copy = r_copy; b->mul = r_mul; b->sigmoid_mul = r_sigmoid_mul; b->relu2 = r_relu2; b->conv1d = r_conv1d;
-  b->ssm_scan = r_ssm_scan; b->gated_delta = r_gated_delta; b->gated_rmsnorm = r_gated_rmsnorm;
+  b->destroy = r_destroy;
+  b->alloc = r_alloc;
+  b->free = r_free;
+  b->upload = r_upload;
+  b->download = r_download;
+  b->sync = r_sync;
+  b->prepare_weight = r_prepare;
+  b->release_weight = r_release;
+  b->set_batch = r_set_batch;
+  b->embed = r_embed;
+  b->matmul = r_matmul;
+  b->rmsnorm = r_rmsnorm;
+  b->layernorm = r_layernorm;
+  b->rope = r_rope;
+  b->rope_ext = r_rope_ext;
+  b->kv_store = r_kv_store;
+  b->attention = r_attention;
+  b->silu_mul = r_silu_mul;
+  b->gelu_mul = r_gelu_mul;
+  b->add = r_add;
+  b->add_rows = r_add_rows;
+  b->scale = r_scale;
+  b->softcap = r_softcap;
+  b->gather_out = r_gather;
+  b->moe_route = r_moe_route;
+  b->matmul_experts = r_matmul_experts;
+  b->moe_combine = r_moe_combine;
+  b->swiglu_clamp = r_swiglu_clamp;
+  b->sigmoid_gate_rows = r_sigmoid_gate_rows;
+  b->attention_sinks = r_attention_sinks;
+  b->copy = r_copy;
+  b->mul = r_mul;
+  b->sigmoid_mul = r_sigmoid_mul;
+  b->relu2 = r_relu2;
+  b->conv1d = r_conv1d;
+  b->ssm_scan = r_ssm_scan;
+  b->gated_delta = r_gated_delta;
+  b->gated_rmsnorm = r_gated_rmsnorm;
   return b; /* no sample ops: the engine samples on the host */
 }
 
@@ -202,110 +246,185 @@ static sm_backend *rec_create(void) {
 static const struct {
   const char *family, *extra, *pre, *layer[3], *head;
 } k_cases[] = {
-  { "llama", NULL, "", { LLAMA_LAYER, LLAMA_LAYER }, HEAD },
-  { "mistral", "{\"sliding_window\": 8}", "",
-    { "rmsnorm " QKV " " ROPE " attention:window mm:o add " MLP, "rmsnorm " QKV " " ROPE " attention:window mm:o add " MLP },
-    HEAD },
+  {"llama", NULL, "", {LLAMA_LAYER, LLAMA_LAYER}, HEAD},
+  {"mistral",
+   "{\"sliding_window\": 8}",
+   "",
+   {"rmsnorm " QKV " " ROPE " attention:window mm:o add " MLP,
+    "rmsnorm " QKV " " ROPE " attention:window mm:o add " MLP},
+   HEAD},
   /* the Llama-4 query scaling past original_max_position_embeddings: rope_ext */
-  { "ministral3", "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 8.0, \"original_max_position_embeddings\": 32,"
-                  " \"mscale\": 1.0, \"mscale_all_dim\": 1.0, \"llama_4_scaling_beta\": 0.1}}", "",
-    { "rmsnorm " QKV " " ROPEX " " ATTN_OUT " " MLP, "rmsnorm " QKV " " ROPEX " " ATTN_OUT " " MLP }, HEAD },
-  { "qwen2", NULL, "", { "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " " MLP,
-                         "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " " MLP }, HEAD },
-  { "qwen3", NULL, "", { "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP,
-                         "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP }, HEAD },
-  { "qwen2_5_vl_text", NULL, "", { "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " " MLP,
-                                   "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " " MLP }, HEAD },
-  { "qwen3_vl_text", NULL, "", { "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP,
-                                 "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP }, HEAD },
+  {"ministral3",
+   "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 8.0, \"original_max_position_embeddings\": 32,"
+   " \"mscale\": 1.0, \"mscale_all_dim\": 1.0, \"llama_4_scaling_beta\": 0.1}}",
+   "",
+   {"rmsnorm " QKV " " ROPEX " " ATTN_OUT " " MLP, "rmsnorm " QKV " " ROPEX " " ATTN_OUT " " MLP},
+   HEAD},
+  {"qwen2",
+   NULL,
+   "",
+   {"rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " " MLP,
+    "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " " MLP},
+   HEAD},
+  {"qwen3",
+   NULL,
+   "",
+   {"rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP,
+    "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP},
+   HEAD},
+  {"qwen2_5_vl_text",
+   NULL,
+   "",
+   {"rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " " MLP,
+    "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " " MLP},
+   HEAD},
+  {"qwen3_vl_text",
+   NULL,
+   "",
+   {"rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP,
+    "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP},
+   HEAD},
   /* Gemma: embeddings scaled, GELU */
-  { "gemma", NULL, " scale", { "rmsnorm " QKV " " ROPE " " ATTN_OUT " " GELU_MLP, "rmsnorm " QKV " " ROPE " " ATTN_OUT " " GELU_MLP },
-    HEAD },
+  {"gemma",
+   NULL,
+   " scale",
+   {"rmsnorm " QKV " " ROPE " " ATTN_OUT " " GELU_MLP, "rmsnorm " QKV " " ROPE " " ATTN_OUT " " GELU_MLP},
+   HEAD},
   /* Gemma 2: sliding layer 0, full layer 1, norms on the sublayer outputs, final softcap */
-  { "gemma2", "{\"sliding_window\": 8}", " scale",
-    { "rmsnorm " QKV " " ROPE " attention:window mm:o rmsnorm add " SANDWICH_MLP,
-      "rmsnorm " QKV " " ROPE " attention mm:o rmsnorm add " SANDWICH_MLP }, HEAD " softcap" },
+  {"gemma2",
+   "{\"sliding_window\": 8}",
+   " scale",
+   {"rmsnorm " QKV " " ROPE " attention:window mm:o rmsnorm add " SANDWICH_MLP,
+    "rmsnorm " QKV " " ROPE " attention mm:o rmsnorm add " SANDWICH_MLP},
+   HEAD " softcap"},
   /* Gemma 3: q/k norms, the sliding layer with its local RoPE */
-  { "gemma3_text", "{\"sliding_window\": 8, \"sliding_window_pattern\": 2}", " scale",
-    { "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " attention:window mm:o rmsnorm add " SANDWICH_MLP,
-      "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " SANDWICH_MLP }, HEAD },
+  {"gemma3_text",
+   "{\"sliding_window\": 8, \"sliding_window_pattern\": 2}",
+   " scale",
+   {"rmsnorm " QKV " rmsnorm rmsnorm " ROPE " attention:window mm:o rmsnorm add " SANDWICH_MLP,
+    "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " SANDWICH_MLP},
+   HEAD},
   /* Phi-4-mini style: fused qkv / gate_up as row views, partial rotary with longrope: rope_ext */
-  { "phi3", "{\"partial_rotary_factor\": 0.75, \"original_max_position_embeddings\": 32, \"rope_scaling\":"
-            " {\"type\": \"longrope\", \"short_factor\": \"6x1.0\", \"long_factor\": \"6x2.0\"}}", "",
-    { "rmsnorm " QKV " " ROPEX " " ATTN_OUT " " MLP, "rmsnorm " QKV " " ROPEX " " ATTN_OUT " " MLP }, HEAD },
+  {"phi3",
+   "{\"partial_rotary_factor\": 0.75, \"original_max_position_embeddings\": 32, \"rope_scaling\":"
+   " {\"type\": \"longrope\", \"short_factor\": \"6x1.0\", \"long_factor\": \"6x2.0\"}}",
+   "",
+   {"rmsnorm " QKV " " ROPEX " " ATTN_OUT " " MLP, "rmsnorm " QKV " " ROPEX " " ATTN_OUT " " MLP},
+   HEAD},
   /* SmolLM3: layer 1 NoPE */
-  { "smollm3", "{\"no_rope_layers\": [1, 0]}", "",
-    { LLAMA_LAYER, "rmsnorm " QKV " kv_store " ATTN_OUT " " MLP }, HEAD },
+  {"smollm3", "{\"no_rope_layers\": [1, 0]}", "", {LLAMA_LAYER, "rmsnorm " QKV " kv_store " ATTN_OUT " " MLP}, HEAD},
   /* OLMo 2: no pre-norms, q/k norms over the whole projection, post-norms */
-  { "olmo2", NULL, "", { QKV " rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " POST_MLP,
-                         QKV " rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " POST_MLP }, HEAD },
-  { "olmo3", "{\"sliding_window\": 8, \"layer_types\": [\"sliding_attention\", \"full_attention\"]}", "",
-    { QKV " rmsnorm rmsnorm " ROPE " attention:window mm:o rmsnorm add " POST_MLP,
-      QKV " rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " POST_MLP }, HEAD },
+  {"olmo2",
+   NULL,
+   "",
+   {QKV " rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " POST_MLP,
+    QKV " rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " POST_MLP},
+   HEAD},
+  {"olmo3",
+   "{\"sliding_window\": 8, \"layer_types\": [\"sliding_attention\", \"full_attention\"]}",
+   "",
+   {QKV " rmsnorm rmsnorm " ROPE " attention:window mm:o rmsnorm add " POST_MLP,
+    QKV " rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " POST_MLP},
+   HEAD},
   /* Granite: embedding, residual and logit multipliers */
-  { "granite", "{\"embedding_multiplier\": 12.0, \"attention_multiplier\": 0.015625, \"residual_multiplier\": 0.22,"
-               " \"logits_scaling\": 8.0}", " scale",
-    { "rmsnorm " QKV " " ROPE " attention mm:o scale add rmsnorm mm:gate mm:up silu_mul mm:down scale add",
-      "rmsnorm " QKV " " ROPE " attention mm:o scale add rmsnorm mm:gate mm:up silu_mul mm:down scale add" },
-    HEAD " scale" },
+  {"granite",
+   "{\"embedding_multiplier\": 12.0, \"attention_multiplier\": 0.015625, \"residual_multiplier\": 0.22,"
+   " \"logits_scaling\": 8.0}",
+   " scale",
+   {"rmsnorm " QKV " " ROPE " attention mm:o scale add rmsnorm mm:gate mm:up silu_mul mm:down scale add",
+    "rmsnorm " QKV " " ROPE " attention mm:o scale add rmsnorm mm:gate mm:up silu_mul mm:down scale add"},
+   HEAD " scale"},
   /* GLM-4: interleaved partial RoPE (q/k rows permuted at load: the plain rope op), four norms */
-  { "glm4", NULL, "", { "rmsnorm " QKV " " ROPE " attention mm:o rmsnorm add rmsnorm mm:gate mm:up silu_mul mm:down rmsnorm add",
-                        "rmsnorm " QKV " " ROPE " attention mm:o rmsnorm add rmsnorm mm:gate mm:up silu_mul mm:down rmsnorm add" },
-    HEAD },
+  {"glm4",
+   NULL,
+   "",
+   {"rmsnorm " QKV " " ROPE " attention mm:o rmsnorm add rmsnorm mm:gate mm:up silu_mul mm:down rmsnorm add",
+    "rmsnorm " QKV " " ROPE " attention mm:o rmsnorm add rmsnorm mm:gate mm:up silu_mul mm:down rmsnorm add"},
+   HEAD},
   /* EXAONE 4: q/k norms, post-norms, the full layer NoPE */
-  { "exaone4", "{\"sliding_window\": 8, \"sliding_window_pattern\": 2}", "",
-    { QKV " rmsnorm rmsnorm " ROPE " attention:window mm:o rmsnorm add " POST_MLP,
-      QKV " rmsnorm rmsnorm kv_store attention mm:o rmsnorm add " POST_MLP }, HEAD },
+  {"exaone4",
+   "{\"sliding_window\": 8, \"sliding_window_pattern\": 2}",
+   "",
+   {QKV " rmsnorm rmsnorm " ROPE " attention:window mm:o rmsnorm add " POST_MLP,
+    QKV " rmsnorm rmsnorm kv_store attention mm:o rmsnorm add " POST_MLP},
+   HEAD},
   /* Cohere 2: LayerNorm, attention and MLP in parallel, RoPE on the sliding layer only, logit_scale */
-  { "cohere2", "{\"sliding_window\": 8, \"sliding_window_pattern\": 2}", "",
-    { "layernorm " QKV " " ROPE " attention:window mm:o mm:gate mm:up silu_mul mm:down add add",
-      "layernorm " QKV " kv_store attention mm:o mm:gate mm:up silu_mul mm:down add add" },
-    "gather_out layernorm mm:lm_head scale" },
+  {"cohere2",
+   "{\"sliding_window\": 8, \"sliding_window_pattern\": 2}",
+   "",
+   {"layernorm " QKV " " ROPE " attention:window mm:o mm:gate mm:up silu_mul mm:down add add",
+    "layernorm " QKV " kv_store attention mm:o mm:gate mm:up silu_mul mm:down add add"},
+   "gather_out layernorm mm:lm_head scale"},
   /* Qwen3-MoE: Qwen3's attention, every layer a mixture */
-  { "qwen3_moe", NULL, "", { "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE,
-                             "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE }, HEAD },
+  {"qwen3_moe",
+   NULL,
+   "",
+   {"rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE,
+    "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE},
+   HEAD},
   /* Qwen2-MoE: the shared expert and its sigmoid gate */
-  { "qwen2_moe", NULL, "",
-    { "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " rmsnorm mm:router " EXPERTS " " SHARED
-      " mm:shared_gate sigmoid_gate_rows add add",
-      "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " rmsnorm mm:router " EXPERTS " " SHARED
-      " mm:shared_gate sigmoid_gate_rows add add" }, HEAD },
-  { "mixtral", "{\"sliding_window\": 8}", "",
-    { "rmsnorm " QKV " " ROPE " attention:window mm:o add " MOE, "rmsnorm " QKV " " ROPE " attention:window mm:o add " MOE },
-    HEAD },
+  {"qwen2_moe",
+   NULL,
+   "",
+   {"rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " rmsnorm mm:router " EXPERTS " " SHARED
+    " mm:shared_gate sigmoid_gate_rows add add",
+    "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " " ATTN_OUT " rmsnorm mm:router " EXPERTS " " SHARED
+    " mm:shared_gate sigmoid_gate_rows add add"},
+   HEAD},
+  {"mixtral",
+   "{\"sliding_window\": 8}",
+   "",
+   {"rmsnorm " QKV " " ROPE " attention:window mm:o add " MOE,
+    "rmsnorm " QKV " " ROPE " attention:window mm:o add " MOE},
+   HEAD},
   /* gpt-oss: biases, attention sinks, sliding layer 0 and full layer 1, router bias, clamped SwiGLU */
-  { "gpt_oss", "{\"sliding_window\": 8, \"attention_bias\": true}", "",
-    { "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " attention_sinks:window mm:o add_rows add rmsnorm mm:router "
-      "add_rows moe_route mmx:expert_gate mmx:expert_up swiglu_clamp mmx:expert_down moe_combine add",
-      "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " attention_sinks mm:o add_rows add rmsnorm mm:router "
-      "add_rows moe_route mmx:expert_gate mmx:expert_up swiglu_clamp mmx:expert_down moe_combine add" }, HEAD },
+  {"gpt_oss",
+   "{\"sliding_window\": 8, \"attention_bias\": true}",
+   "",
+   {"rmsnorm " QKV " add_rows add_rows add_rows " ROPE " attention_sinks:window mm:o add_rows add rmsnorm mm:router "
+    "add_rows moe_route mmx:expert_gate mmx:expert_up swiglu_clamp mmx:expert_down moe_combine add",
+    "rmsnorm " QKV " add_rows add_rows add_rows " ROPE " attention_sinks mm:o add_rows add rmsnorm mm:router "
+    "add_rows moe_route mmx:expert_gate mmx:expert_up swiglu_clamp mmx:expert_down moe_combine add"},
+   HEAD},
   /* GLM-4 MoE: layer 0 dense (first_k_dense_replace 1), q/k norms with use_qk_norm, the shared expert */
-  { "glm4_moe", "{\"use_qk_norm\": true, \"attention_bias\": true, \"n_group\": 2, \"topk_group\": 1}", "",
-    { "rmsnorm " QKV " add_rows add_rows add_rows rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP,
-      "rmsnorm " QKV " add_rows add_rows add_rows rmsnorm rmsnorm " ROPE " " ATTN_OUT " rmsnorm mm:router " EXPERTS
-      " " SHARED " add add" }, HEAD },
+  {"glm4_moe",
+   "{\"use_qk_norm\": true, \"attention_bias\": true, \"n_group\": 2, \"topk_group\": 1}",
+   "",
+   {"rmsnorm " QKV " add_rows add_rows add_rows rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP,
+    "rmsnorm " QKV " add_rows add_rows add_rows rmsnorm rmsnorm " ROPE " " ATTN_OUT " rmsnorm mm:router " EXPERTS
+    " " SHARED " add add"},
+   HEAD},
   /* hybrid families: a recurrent layer, then attention */
   /* Qwen3.5 / Qwen3-Next: Gated DeltaNet (in_proj qkv, z, b, a), gated attention */
-  { "qwen3_5_text", NULL, "", { "rmsnorm " GDN " add " MLP, GATED_ATTN }, HEAD },
-  { "qwen3_next", NULL, "", { "rmsnorm " GDN " add " MLP, GATED_ATTN }, HEAD },
+  {"qwen3_5_text", NULL, "", {"rmsnorm " GDN " add " MLP, GATED_ATTN}, HEAD},
+  {"qwen3_next", NULL, "", {"rmsnorm " GDN " add " MLP, GATED_ATTN}, HEAD},
   /* LFM2: conv(B * x) * C, attention with q/k norms */
-  { "lfm2", NULL, "", { "rmsnorm mm:rec_in mm:rec_in mm:rec_in mul conv1d mul mm:rec_out add " MLP,
-                        "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP }, HEAD },
+  {"lfm2",
+   NULL,
+   "",
+   {"rmsnorm mm:rec_in mm:rec_in mm:rec_in mul conv1d mul mm:rec_out add " MLP,
+    "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP},
+   HEAD},
   /* Nemotron-H: Mamba-2, attention without RoPE, a squared-ReLU MLP, each a layer of its own */
-  { "nemotron_h", NULL, "", { "rmsnorm " MAMBA2 " add", "rmsnorm " QKV " kv_store " ATTN_OUT,
-                              "rmsnorm mm:up relu2 mm:down add" }, HEAD },
+  {"nemotron_h",
+   NULL,
+   "",
+   {"rmsnorm " MAMBA2 " add", "rmsnorm " QKV " kv_store " ATTN_OUT, "rmsnorm mm:up relu2 mm:down add"},
+   HEAD},
   /* Granite 4.0-H: Mamba-2, attention with RoPE (position_embedding_type rope), multipliers */
-  { "granitemoehybrid", NULL, " scale",
-    { "rmsnorm " MAMBA2 " scale add rmsnorm mm:gate mm:up silu_mul mm:down scale add",
-      "rmsnorm " QKV " " ROPE " attention mm:o scale add rmsnorm mm:gate mm:up silu_mul mm:down scale add" },
-    HEAD " scale" },
+  {"granitemoehybrid",
+   NULL,
+   " scale",
+   {"rmsnorm " MAMBA2 " scale add rmsnorm mm:gate mm:up silu_mul mm:down scale add",
+    "rmsnorm " QKV " " ROPE " attention mm:o scale add rmsnorm mm:gate mm:up silu_mul mm:down scale add"},
+   HEAD " scale"},
 };
 
 static void run_case(int ci, const char *root) {
   const char *fam = k_cases[ci].family;
   char dir[512];
   snprintf(dir, sizeof dir, "%s/%s", root, fam);
-  sm_synth_shape sh = { "opseq", 64, 2, 4, 2, 128, 300, false, fam, 16, k_cases[ci].extra };
+  sm_synth_shape sh = {"opseq", 64, 2, 4, 2, 128, 300, false, fam, 16, k_cases[ci].extra};
   CHECK(sm_make_synthetic(&sh, 4, 32, dir, false) == SMELT_OK, "%s: synthetic: %s", fam, smelt_last_error());
   smelt_model_params mp;
   smelt_model_params_default(&mp);
@@ -315,7 +434,11 @@ static void run_case(int ci, const char *root) {
   smelt_model *rm = NULL, *cm = NULL;
   CHECK(sm_model_load_on(dir, &mp, rec_create(), &rm) == SMELT_OK, "%s: load: %s", fam, smelt_last_error());
   CHECK(smelt_model_load(dir, &mp, &cm) == SMELT_OK, "%s: load cpu: %s", fam, smelt_last_error());
-  if (!rm || !cm) { smelt_model_free(rm); smelt_model_free(cm); return; }
+  if (!rm || !cm) {
+    smelt_model_free(rm);
+    smelt_model_free(cm);
+    return;
+  }
   rec_be *r = R(rm->be);
   int32_t ids[20];
   for (int i = 0; i < 20; i++) ids[i] = (int32_t)((i * 37 + 11) % 300);
@@ -356,7 +479,10 @@ static void run_case(int ci, const char *root) {
 
 int main(void) {
   char root[] = "/tmp/smelt-opseq-XXXXXX";
-  if (!mkdtemp(root)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(root)) {
+    perror("mkdtemp");
+    return 1;
+  }
   for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) run_case((int)i, root);
   /* every runnable family has its case */
   size_t n;
@@ -364,7 +490,8 @@ int main(void) {
   for (size_t i = 0; i < n; i++) {
     if (!all[i]->recipe) continue;
     bool found = false;
-    for (size_t j = 0; j < sizeof k_cases / sizeof k_cases[0]; j++) found |= !strcmp(k_cases[j].family, all[i]->model_type);
+    for (size_t j = 0; j < sizeof k_cases / sizeof k_cases[0]; j++)
+      found |= !strcmp(k_cases[j].family, all[i]->model_type);
     CHECK(found, "family %s has no op-sequence case", all[i]->model_type);
   }
   char cmd[600];

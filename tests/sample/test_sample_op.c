@@ -25,7 +25,9 @@
 static sm_backend *B;
 static uint64_t rs = 0x243f6a8885a308d3ULL;
 static uint64_t rnd(void) {
-  rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+  rs ^= rs << 13;
+  rs ^= rs >> 7;
+  rs ^= rs << 17;
   return rs;
 }
 static double unif(void) { return (double)(rnd() >> 11) * (1.0 / 9007199254740992.0); }
@@ -39,29 +41,29 @@ enum { R_GAUSS, R_TIES, R_NEGINF, R_WEIRD, R_HUGE, R_ALLNEG, R_FLAT, R_NKIND };
 static void make_row(float *l, int V, int kind) {
   for (int i = 0; i < V; i++) {
     switch (kind) {
-    case R_GAUSS: l[i] = 3 * gauss(); break;
-    case R_TIES: l[i] = (float)(rnd() % 4); break;
-    case R_NEGINF: l[i] = rnd() % 3 ? -INFINITY : 2 * gauss(); break;
-    case R_WEIRD: {
-      unsigned k = (unsigned)(rnd() % 16);
-      l[i] = k == 0 ? NAN : k == 1 ? INFINITY : k == 2 ? -0.0f : k == 3 ? 0.0f : k == 4 ? -INFINITY : gauss();
-      break;
-    }
-    case R_HUGE: l[i] = (float)(1e30 * gauss()); break;
-    case R_ALLNEG: l[i] = -INFINITY; break;
-    case R_FLAT: l[i] = 1.0f + (float)(rnd() % 3) * 1e-7f; break;
+      case R_GAUSS: l[i] = 3 * gauss(); break;
+      case R_TIES: l[i] = (float)(rnd() % 4); break;
+      case R_NEGINF: l[i] = rnd() % 3 ? -INFINITY : 2 * gauss(); break;
+      case R_WEIRD: {
+        unsigned k = (unsigned)(rnd() % 16);
+        l[i] = k == 0 ? NAN : k == 1 ? INFINITY : k == 2 ? -0.0f : k == 3 ? 0.0f : k == 4 ? -INFINITY : gauss();
+        break;
+      }
+      case R_HUGE: l[i] = (float)(1e30 * gauss()); break;
+      case R_ALLNEG: l[i] = -INFINITY; break;
+      case R_FLAT: l[i] = 1.0f + (float)(rnd() % 3) * 1e-7f; break;
     }
   }
 }
 
 static void random_params(smelt_sampling *p, int V) {
-  static const float Ts[] = { 0, 1e-30f, 0.01f, 0.7f, 1, 1.5f, 1e30f, -1 };
-  static const float tps[] = { 1, 0.9f, 0.5f, 0.01f, 0, -1, 1.5f, 0.999f };
-  static const float mps[] = { 0, 0.05f, 0.5f, 1, 2, 0 };
-  static const float reps[] = { 1, 1.3f, 0.8f, 1 };
+  static const float Ts[] = {0, 1e-30f, 0.01f, 0.7f, 1, 1.5f, 1e30f, -1};
+  static const float tps[] = {1, 0.9f, 0.5f, 0.01f, 0, -1, 1.5f, 0.999f};
+  static const float mps[] = {0, 0.05f, 0.5f, 1, 2, 0};
+  static const float reps[] = {1, 1.3f, 0.8f, 1};
   smelt_sampling_default(p);
   p->temperature = Ts[rnd() % SM_ARRAY_LEN(Ts)];
-  int ks[] = { 0, 1, 5, 50, V - 1, V, V + 5, -1 };
+  int ks[] = {0, 1, 5, 50, V - 1, V, V + 5, -1};
   p->top_k = ks[rnd() % SM_ARRAY_LEN(ks)];
   p->top_p = tps[rnd() % SM_ARRAY_LEN(tps)];
   p->min_p = mps[rnd() % SM_ARRAY_LEN(mps)];
@@ -91,7 +93,7 @@ static smelt_status op(const float *rows, int n_rows, int V, const sm_sample_req
 }
 
 static void test_random_rows(bool big) {
-  int Vs[] = { 1, 2, 7, 64, 1000, 8192, 50000 };
+  int Vs[] = {1, 2, 7, 64, 1000, 8192, 50000};
   int nv = big ? 7 : 6;
   int n_cases = 0, bad = 0;
   for (int vi = 0; vi < nv; vi++) {
@@ -130,7 +132,8 @@ static void test_random_rows(bool big) {
       sm_sampler_free(&a);
       sm_sampler_free(&h);
     }
-    free(row); free(tmp);
+    free(row);
+    free(tmp);
   }
   CHECK(bad == 0, "op == host sampler on %d random rows/draws (%d differ)", n_cases, bad);
   printf("random rows: %d cases, %d mismatches\n", n_cases, bad);
@@ -161,9 +164,21 @@ static void test_batches(void) {
     }
     smelt_status st = op(rows, n_rows, V, req, n_req, got, true);
     CHECK(st == SMELT_OK, "batched op: %s", smelt_last_error());
-    for (int i = 0; i < n_req; i++) { total++; bad += got[i] != want[i]; }
-    for (int i = 0; i < n_req; i++) { sm_sampler_free(&sa[i]); sm_sampler_free(&sh[i]); }
-    free(sa); free(sh); free(req); free(got); free(want); free(rows); free(tmp);
+    for (int i = 0; i < n_req; i++) {
+      total++;
+      bad += got[i] != want[i];
+    }
+    for (int i = 0; i < n_req; i++) {
+      sm_sampler_free(&sa[i]);
+      sm_sampler_free(&sh[i]);
+    }
+    free(sa);
+    free(sh);
+    free(req);
+    free(got);
+    free(want);
+    free(rows);
+    free(tmp);
   }
   CHECK(bad == 0, "batched op == host sampler (%d of %d differ)", bad, total);
   printf("batches: %d requests, %d mismatches\n", total, bad);
@@ -174,15 +189,20 @@ static void test_edges(void) {
   const int V = 3000;
   float *row = malloc(sizeof(float) * V), *tmp = malloc(sizeof(float) * V), *e = malloc(sizeof(float) * V);
   int32_t *idx = malloc(sizeof(int32_t) * V);
-  const double us[] = { 0.0, 1.0 - 1.0 / 9007199254740992.0, 0.5, 1e-300, 0.25 };
+  const double us[] = {0.0, 1.0 - 1.0 / 9007199254740992.0, 0.5, 1e-300, 0.25};
   int bad = 0, n = 0;
   for (int it = 0; it < 60; it++) {
     make_row(row, V, it % R_NKIND);
     smelt_sampling p;
     random_params(&p, V);
     for (size_t k = 0; k < SM_ARRAY_LEN(us); k++) {
-      sm_sample_req r = { .row = 0, .temperature = p.temperature ? p.temperature : 1, .top_k = p.top_k,
-                          .top_p = p.top_p, .min_p = p.min_p, .repetition_penalty = 1, .u = us[k] };
+      sm_sample_req r = {.row = 0,
+                         .temperature = p.temperature ? p.temperature : 1,
+                         .top_k = p.top_k,
+                         .top_p = p.top_p,
+                         .min_p = p.min_p,
+                         .repetition_penalty = 1,
+                         .u = us[k]};
       int32_t got = -1;
       smelt_status st = op(row, 1, V, &r, 1, &got, false);
       memcpy(tmp, row, sizeof(float) * V);
@@ -200,23 +220,26 @@ static void test_edges(void) {
     int32_t best = -1;
     for (int i = 0; i < V; i++)
       if (row[i] == row[i] && (best < 0 || row[i] > row[best])) best = i;
-    sm_sample_req g = { .row = 0, .temperature = 0, .top_p = 1, .repetition_penalty = 1 };
-    sm_sample_req k1 = { .row = 0, .temperature = 1, .top_k = 1, .top_p = 1, .repetition_penalty = 1, .u = unif() };
-    int32_t got[2] = { -1, -1 };
-    sm_sample_req two[2] = { g, k1 };
+    sm_sample_req g = {.row = 0, .temperature = 0, .top_p = 1, .repetition_penalty = 1};
+    sm_sample_req k1 = {.row = 0, .temperature = 1, .top_k = 1, .top_p = 1, .repetition_penalty = 1, .u = unif()};
+    int32_t got[2] = {-1, -1};
+    sm_sample_req two[2] = {g, k1};
     smelt_status st = op(row, 1, V, two, 2, got, false);
     if (st || got[0] != best || got[1] != best) gbad++;
   }
   CHECK(gbad == 0, "greedy and top_k=1 give the first maximum (%d wrong)", gbad);
   /* bad requests are refused, not crashed on */
-  sm_sample_req r = { .row = 3, .temperature = 0 };
+  sm_sample_req r = {.row = 3, .temperature = 0};
   int32_t t;
   CHECK(op(row, 1, V, &r, 1, &t, false) == SMELT_ERR_INVALID, "row out of range refused");
-  sm_tok_count pc = { V + 5, 1 };
-  sm_sample_req r2 = { .row = 0, .temperature = 1, .repetition_penalty = 1.5f, .n_pen = 1, .pen = &pc };
+  sm_tok_count pc = {V + 5, 1};
+  sm_sample_req r2 = {.row = 0, .temperature = 1, .repetition_penalty = 1.5f, .n_pen = 1, .pen = &pc};
   CHECK(op(row, 1, V, &r2, 1, &t, false) == SMELT_ERR_INVALID, "penalty token out of range refused");
   printf("edges: %d explicit-u requests, %d mismatches\n", n, bad);
-  free(row); free(tmp); free(e); free(idx);
+  free(row);
+  free(tmp);
+  free(e);
+  free(idx);
 }
 
 /* timing of the op on a Llama-3-sized row (informational) */
@@ -226,18 +249,25 @@ static void timing(void) {
   make_row(row, V, R_GAUSS);
   float *d = B->alloc(B, sizeof(float) * V);
   B->upload(B, d, row, sizeof(float) * V);
-  struct { const char *name; sm_sample_req r; } cfg[] = {
-    { "greedy", { .temperature = 0, .top_p = 1 } },
-    { "T=0.8 (natural order)", { .temperature = 0.8f, .top_p = 1, .u = 0.3 } },
-    { "T=0.8 top_k=40", { .temperature = 0.8f, .top_k = 40, .top_p = 1, .u = 0.3 } },
-    { "T=0.8 top_p=0.9", { .temperature = 0.8f, .top_p = 0.9f, .u = 0.3 } },
+  struct {
+    const char *name;
+    sm_sample_req r;
+  } cfg[] = {
+    {"greedy", {.temperature = 0, .top_p = 1}},
+    {"T=0.8 (natural order)", {.temperature = 0.8f, .top_p = 1, .u = 0.3}},
+    {"T=0.8 top_k=40", {.temperature = 0.8f, .top_k = 40, .top_p = 1, .u = 0.3}},
+    {"T=0.8 top_p=0.9", {.temperature = 0.8f, .top_p = 0.9f, .u = 0.3}},
   };
   for (size_t c = 0; c < SM_ARRAY_LEN(cfg); c++) {
     int32_t t;
     B->sample(B, d, 1, V, &cfg[c].r, 1, &t); /* warm-up */
     int n = 0;
     double t0 = sm_now(), t1;
-    do { B->sample(B, d, 1, V, &cfg[c].r, 1, &t); n++; t1 = sm_now(); } while (t1 - t0 < 0.2 && n < 2000);
+    do {
+      B->sample(B, d, 1, V, &cfg[c].r, 1, &t);
+      n++;
+      t1 = sm_now();
+    } while (t1 - t0 < 0.2 && n < 2000);
     printf("timing %-5s vocab %d, %-22s %9.1f us/call\n", B->name, V, cfg[c].name, 1e6 * (t1 - t0) / n);
   }
   {
@@ -246,14 +276,16 @@ static void timing(void) {
     do {
       B->download(B, host, d, sizeof(float) * V);
       int32_t b = 0;
-      for (int i = 1; i < V; i++) if (host[i] > host[b]) b = i;
+      for (int i = 1; i < V; i++)
+        if (host[i] > host[b]) b = i;
       n++;
       t1 = sm_now();
     } while (t1 - t0 < 0.2 && n < 2000);
     printf("timing %-5s vocab %d, %-22s %9.1f us/call\n", B->name, V, "download + host argmax", 1e6 * (t1 - t0) / n);
   }
   B->free(B, d);
-  free(row); free(host);
+  free(row);
+  free(host);
 }
 
 /* ---------------- end to end ---------------- */
@@ -304,7 +336,7 @@ static void batch_e2e(smelt_model *m, const smelt_sampling *cfgs, int ncfg) {
     sm_seq *seqs[NS];
     sm_sampler smp[NS];
     sm_sampler *ps[NS];
-    int got[NS] = { 0 };
+    int got[NS] = {0};
     for (int i = 0; i < NS; i++) {
       seqs[i] = sm_seq_new(e);
       int32_t pr[40];
@@ -327,15 +359,18 @@ static void batch_e2e(smelt_model *m, const smelt_sampling *cfgs, int ncfg) {
       else st = sm_engine_step_sample(e, seqs, NS, ps, tk, lg, done);
       for (int i = 0; !st && i < NS; i++) {
         if (!done[i]) continue;
-        int32_t t = pass == 0 || !ps[i] ? sm_sampler_sample(&smp[i], lg + (size_t)i * V, sm_seq_tokens(seqs[i]),
-                                                            sm_seq_len(seqs[i]))
-                                        : tk[i];
+        int32_t t = pass == 0 || !ps[i]
+                    ? sm_sampler_sample(&smp[i], lg + (size_t)i * V, sm_seq_tokens(seqs[i]), sm_seq_len(seqs[i]))
+                    : tk[i];
         if (got[i] < STEPS) toks[pass][i][got[i]++] = t;
         st = sm_seq_append(e, seqs[i], &t, 1);
       }
     }
     CHECK(st == SMELT_OK, "batch loop: %s", smelt_last_error());
-    for (int i = 0; i < NS; i++) { sm_seq_free(e, seqs[i]); sm_sampler_free(&smp[i]); }
+    for (int i = 0; i < NS; i++) {
+      sm_seq_free(e, seqs[i]);
+      sm_sampler_free(&smp[i]);
+    }
     free(lg);
     sm_engine_free(e);
   }
@@ -345,7 +380,10 @@ static void batch_e2e(smelt_model *m, const smelt_sampling *cfgs, int ncfg) {
 static bool text_cb(const char *piece, size_t len, void *user) {
   char *buf = user;
   size_t have = strlen(buf);
-  if (have + len < 8192) { memcpy(buf + have, piece, len); buf[have + len] = 0; }
+  if (have + len < 8192) {
+    memcpy(buf + have, piece, len);
+    buf[have + len] = 0;
+  }
   return true;
 }
 
@@ -366,12 +404,22 @@ static void test_e2e(const char *src, smelt_device dev) {
   smelt_sampling cfg[4];
   smelt_sampling_default(&cfg[0]); /* greedy */
   smelt_sampling_default(&cfg[1]);
-  cfg[1].temperature = 0.9f; cfg[1].top_p = 0.9f; cfg[1].seed = 1234;
+  cfg[1].temperature = 0.9f;
+  cfg[1].top_p = 0.9f;
+  cfg[1].seed = 1234;
   smelt_sampling_default(&cfg[2]);
-  cfg[2].temperature = 1.2f; cfg[2].top_k = 20; cfg[2].min_p = 0.02f; cfg[2].repetition_penalty = 1.3f;
-  cfg[2].frequency_penalty = 0.3f; cfg[2].presence_penalty = 0.2f; cfg[2].penalty_last_n = 16; cfg[2].seed = 99;
+  cfg[2].temperature = 1.2f;
+  cfg[2].top_k = 20;
+  cfg[2].min_p = 0.02f;
+  cfg[2].repetition_penalty = 1.3f;
+  cfg[2].frequency_penalty = 0.3f;
+  cfg[2].presence_penalty = 0.2f;
+  cfg[2].penalty_last_n = 16;
+  cfg[2].seed = 99;
   smelt_sampling_default(&cfg[3]);
-  cfg[3].temperature = 0.7f; cfg[3].seed = 5; cfg[3].repetition_penalty = 1.1f;
+  cfg[3].temperature = 0.7f;
+  cfg[3].seed = 5;
+  cfg[3].repetition_penalty = 1.1f;
   sm_engine_params ep;
   sm_engine_params_default(&ep);
   ep.max_context = 256;
@@ -407,9 +455,12 @@ static void test_e2e(const char *src, smelt_device dev) {
     smelt_status a = sm_generate_ids(m, NULL, prompt, 12, 40, &cfg[c], text_cb, t1, &s1);
     smelt_status b = sm_generate_ids(m, &hs, prompt, 12, 40, &cfg[c], text_cb, t2, &s2);
     CHECK(a == SMELT_OK && b == SMELT_OK, "generate: %s", smelt_last_error());
-    CHECK(s1.n_generated == s2.n_generated && !strcmp(t1, t2), "config %d: sm_generate_ids same text with the op "
-          "and with host sampling (%d/%d tokens)", c, s1.n_generated, s2.n_generated);
-    free(t1); free(t2);
+    CHECK(s1.n_generated == s2.n_generated && !strcmp(t1, t2),
+          "config %d: sm_generate_ids same text with the op "
+          "and with host sampling (%d/%d tokens)",
+          c, s1.n_generated, s2.n_generated);
+    free(t1);
+    free(t2);
   }
   smelt_model_free(m);
 }
@@ -424,7 +475,10 @@ int main(int argc, char **argv) {
     return 77;
 #else
     B = sm_cuda_backend_create(0);
-    if (!B) { printf("skipped: %s\n", smelt_last_error()); return 77; }
+    if (!B) {
+      printf("skipped: %s\n", smelt_last_error());
+      return 77;
+    }
 #endif
   } else {
     B = sm_cpu_backend_create(2);

@@ -19,15 +19,28 @@ static int byte_to_unicode(int b) {
 }
 
 static void utf8(int cp, char *out) {
-  if (cp < 0x80) { out[0] = (char)cp; out[1] = 0; }
-  else if (cp < 0x800) { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 63)); out[2] = 0; }
-  else { out[0] = (char)(0xE0 | (cp >> 12)); out[1] = (char)(0x80 | ((cp >> 6) & 63)); out[2] = (char)(0x80 | (cp & 63)); out[3] = 0; }
+  if (cp < 0x80) {
+    out[0] = (char)cp;
+    out[1] = 0;
+  } else if (cp < 0x800) {
+    out[0] = (char)(0xC0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 63));
+    out[2] = 0;
+  } else {
+    out[0] = (char)(0xE0 | (cp >> 12));
+    out[1] = (char)(0x80 | ((cp >> 6) & 63));
+    out[2] = (char)(0x80 | (cp & 63));
+    out[3] = 0;
+  }
 }
 
 static int write_json(const char *dir, const char *name, cJSON *j) {
   char *p = sm_path_join(dir, name), *s = cJSON_Print(j);
   FILE *f = fopen(p, "w");
-  if (!f) { fprintf(stderr, "cannot write %s\n", p); return 1; }
+  if (!f) {
+    fprintf(stderr, "cannot write %s\n", p);
+    return 1;
+  }
   fputs(s, f);
   fclose(f);
   free(p);
@@ -37,15 +50,24 @@ static int write_json(const char *dir, const char *name, cJSON *j) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: %s DIR [LAYERS [FAMILY]]\n", argv[0]); return 2; }
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s DIR [LAYERS [FAMILY]]\n", argv[0]);
+    return 2;
+  }
   const char *dir = argv[1];
   const int layers = argc > 2 ? atoi(argv[2]) : 2;
-  if (layers < 1 || layers > 16) { fprintf(stderr, "LAYERS must be 1 to 16\n"); return 2; }
+  if (layers < 1 || layers > 16) {
+    fprintf(stderr, "LAYERS must be 1 to 16\n");
+    return 2;
+  }
   static const char *specials[] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>"};
   int vocab = 256 + 4;
   sm_synth_shape sh = {"srvtest", 64, layers, 4, 2, 160, vocab, true, argc > 3 ? argv[3] : NULL, 0, NULL};
   mkdir(dir, 0755);
-  if (sm_make_synthetic(&sh, 0, 0, dir, false) != SMELT_OK) { fprintf(stderr, "%s\n", smelt_last_error()); return 1; }
+  if (sm_make_synthetic(&sh, 0, 0, dir, false) != SMELT_OK) {
+    fprintf(stderr, "%s\n", smelt_last_error());
+    return 1;
+  }
   cJSON *t = cJSON_CreateObject();
   cJSON_AddStringToObject(t, "version", "1.0");
   cJSON *added = cJSON_AddArrayToObject(t, "added_tokens");
@@ -108,10 +130,11 @@ int main(int argc, char **argv) {
   cJSON *c = cJSON_CreateObject();
   cJSON_AddStringToObject(c, "eos_token", "<|im_end|>");
   cJSON_AddNullToObject(c, "bos_token");
-  cJSON_AddStringToObject(c, "chat_template",
-      "{%- if tools %}{{ '<|im_start|>system\\n# Tools\\n' }}{%- for t in tools %}{{ t | tojson }}{{ '\\n' }}{%- endfor %}"
-      "{{ '<|im_end|>\\n' }}{%- endif %}"
-      "{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-      "{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}");
+  cJSON_AddStringToObject(
+    c, "chat_template",
+    "{%- if tools %}{{ '<|im_start|>system\\n# Tools\\n' }}{%- for t in tools %}{{ t | tojson }}{{ '\\n' }}{%- endfor %}"
+    "{{ '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}");
   return write_json(dir, "tokenizer_config.json", c);
 }

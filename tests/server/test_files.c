@@ -15,9 +15,12 @@
 #include "base/mapguard.h"
 
 static int fails = 0;
-#define CHECK(c)                                                                                  \
-  do {                                                                                            \
-    if (!(c)) { fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); fails++; } \
+#define CHECK(c) \
+  do { \
+    if (!(c)) { \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
+      fails++; \
+    } \
   } while (0)
 
 static char g_dir[256];
@@ -53,8 +56,16 @@ static void test_loaders(void) {
   free(buf);
   CHECK(sm_read_file(link, &buf, &len) == SMELT_OK && len == 100); /* a link to a regular file is fine */
   free(buf);
-  unlink(fifo); unlink(big); unlink(ok); unlink(link); unlink(devlink);
-  free(fifo); free(big); free(ok); free(link); free(devlink);
+  unlink(fifo);
+  unlink(big);
+  unlink(ok);
+  unlink(link);
+  unlink(devlink);
+  free(fifo);
+  free(big);
+  free(ok);
+  free(link);
+  free(devlink);
 }
 
 /* sum of the bytes of a mapping (volatile: every page is read) */
@@ -95,7 +106,7 @@ static void test_mapguard(void) {
   CHECK(!sm_mapguard_check(msg, sizeof msg));
   CHECK(truncate(wf, (off_t)n / 4) == 0);
   unsigned long after = sum_bytes(m.data, m.size);
-  CHECK(after < before && after > 0);                           /* the first quarter still reads */
+  CHECK(after < before && after > 0);                             /* the first quarter still reads */
   CHECK(sum_bytes((const char *)m.data + n / 4, n - n / 4) == 0); /* the rest reads as zeros */
   CHECK(sm_mapguard_check(msg, sizeof msg));
   CHECK(strstr(msg, "weights.bin") && strstr(msg, "changed size") && strstr(msg, "read faults"));
@@ -127,11 +138,17 @@ static void test_mapguard(void) {
 
 int main(void) {
   snprintf(g_dir, sizeof g_dir, "/tmp/smelt-test-files-XXXXXX");
-  if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(g_dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
   test_loaders();
   test_mapguard();
   rmdir(g_dir);
-  if (fails) { fprintf(stderr, "%d checks failed\n", fails); return 1; }
+  if (fails) {
+    fprintf(stderr, "%d checks failed\n", fails);
+    return 1;
+  }
   printf("server files: all checks passed\n");
   return 0;
 }

@@ -11,9 +11,12 @@
 #include "server/toolcall.h"
 
 static int fails = 0;
-#define CHECK(c)                                                              \
-  do {                                                                        \
-    if (!(c)) { fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); fails++; } \
+#define CHECK(c) \
+  do { \
+    if (!(c)) { \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
+      fails++; \
+    } \
   } while (0)
 
 /* expect a 400-type error with the given param ("" = null) */
@@ -21,7 +24,12 @@ static void expect_err(sm_ep_kind k, const char *body, int status, const char *p
   sm_api_request r;
   sm_api_error e;
   bool ok = sm_api_parse(k, body, strlen(body), &r, &e);
-  if (ok) { fprintf(stderr, "expected error for: %s\n", body); fails++; sm_api_request_free(&r); return; }
+  if (ok) {
+    fprintf(stderr, "expected error for: %s\n", body);
+    fails++;
+    sm_api_request_free(&r);
+    return;
+  }
   if (e.http_status != status || strcmp(e.param, param)) {
     fprintf(stderr, "body %s: got status %d param '%s' (%s), want %d '%s'\n", body, e.http_status, e.param, e.message,
             status, param);
@@ -33,7 +41,9 @@ static void expect_err(sm_ep_kind k, const char *body, int status, const char *p
   CHECK(cJSON_IsString(cJSON_GetObjectItem(o, "message")) && cJSON_GetObjectItem(o, "message")->valuestring[0]);
   CHECK(cJSON_IsString(cJSON_GetObjectItem(o, "type")));
   CHECK(cJSON_GetObjectItem(o, "param") && cJSON_GetObjectItem(o, "code"));
-  if (param[0]) CHECK(cJSON_IsString(cJSON_GetObjectItem(o, "param")) && !strcmp(cJSON_GetObjectItem(o, "param")->valuestring, param));
+  if (param[0])
+    CHECK(cJSON_IsString(cJSON_GetObjectItem(o, "param")) &&
+          !strcmp(cJSON_GetObjectItem(o, "param")->valuestring, param));
   else CHECK(cJSON_IsNull(cJSON_GetObjectItem(o, "param")));
   cJSON_Delete(j);
   free(js);
@@ -53,16 +63,16 @@ static void test_parse(void) {
   sm_api_request r;
   /* valid chat with every option */
   const char *full =
-      "{\"model\":\"x\",\"messages\":[{\"role\":\"developer\",\"content\":\"sys\"},"
-      "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},"
-      "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
-      "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]},"
-      "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"42\"}],"
-      "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"frequency_penalty\":0.1,"
-      "\"presence_penalty\":-0.2,\"repetition_penalty\":1.1,\"seed\":7,\"n\":3,\"max_completion_tokens\":9,"
-      "\"stop\":[\"END\",\"\\n\\n\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},"
-      "\"logprobs\":true,\"top_logprobs\":5,\"response_format\":{\"type\":\"json_object\"},"
-      "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]}";
+    "{\"model\":\"x\",\"messages\":[{\"role\":\"developer\",\"content\":\"sys\"},"
+    "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},"
+    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+    "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]},"
+    "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"42\"}],"
+    "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"frequency_penalty\":0.1,"
+    "\"presence_penalty\":-0.2,\"repetition_penalty\":1.1,\"seed\":7,\"n\":3,\"max_completion_tokens\":9,"
+    "\"stop\":[\"END\",\"\\n\\n\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+    "\"logprobs\":true,\"top_logprobs\":5,\"response_format\":{\"type\":\"json_object\"},"
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]}";
   if (parse_ok(SM_EP_CHAT, full, &r)) {
     CHECK(r.n == 3 && r.max_tokens == 9 && r.n_stop == 2 && !strcmp(r.stop[1], "\n\n"));
     CHECK(r.stream && r.include_usage && r.logprobs && r.top_logprobs == 5 && r.json_mode);
@@ -73,8 +83,9 @@ static void test_parse(void) {
     CHECK(!strcmp(cJSON_GetObjectItem(m0, "role")->valuestring, "system"));
     CHECK(!strcmp(cJSON_GetObjectItem(m1, "content")->valuestring, "ab"));
     cJSON *m2 = cJSON_GetArrayItem(r.messages, 2);
-    cJSON *args = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(m2, "tool_calls"), 0),
-                                                          "function"), "arguments");
+    cJSON *args =
+      cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(m2, "tool_calls"), 0), "function"),
+                          "arguments");
     CHECK(cJSON_IsObject(args) && cJSON_GetObjectItem(args, "x")->valueint == 1); /* object for the template */
     CHECK(cJSON_GetArraySize(r.tools) == 1);
     sm_api_request_free(&r);
@@ -88,7 +99,8 @@ static void test_parse(void) {
   /* tool_choice none drops tools; stop as string; max_tokens */
   if (parse_ok(SM_EP_CHAT,
                "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"none\",\"stop\":\"x\","
-               "\"max_tokens\":3,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", &r)) {
+               "\"max_tokens\":3,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
+               &r)) {
     CHECK(r.tools == NULL && r.n_stop == 1 && r.max_tokens == 3);
     sm_api_request_free(&r);
   }
@@ -97,7 +109,10 @@ static void test_parse(void) {
     CHECK(r.prompt && !strcmp(r.prompt, "abc") && r.logprobs && r.top_logprobs == 2 && r.echo);
     sm_api_request_free(&r);
   }
-  if (parse_ok(SM_EP_COMPLETIONS, "{\"prompt\":[\"abc\"]}", &r)) { CHECK(!strcmp(r.prompt, "abc")); sm_api_request_free(&r); }
+  if (parse_ok(SM_EP_COMPLETIONS, "{\"prompt\":[\"abc\"]}", &r)) {
+    CHECK(!strcmp(r.prompt, "abc"));
+    sm_api_request_free(&r);
+  }
   if (parse_ok(SM_EP_COMPLETIONS, "{\"prompt\":[1,2,3]}", &r)) {
     CHECK(r.n_prompt_ids == 3 && r.prompt_ids[2] == 3);
     sm_api_request_free(&r);
@@ -110,7 +125,8 @@ static void test_parse(void) {
   }
   if (parse_ok(SM_EP_RESPONSES,
                "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"hi\"}]}],"
-               "\"text\":{\"format\":{\"type\":\"json_object\"}}}", &r)) {
+               "\"text\":{\"format\":{\"type\":\"json_object\"}}}",
+               &r)) {
     CHECK(r.json_mode && cJSON_GetArraySize(r.messages) == 1);
     sm_api_request_free(&r);
   }
@@ -126,17 +142,24 @@ static void test_parse(void) {
   expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "messages[0]");
   expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0]");
   expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0]");
-  expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400, "messages[0]");
+  expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
+             "messages[0]");
   /* images: user messages only, with a URL; text and images keep their order as template parts */
-  expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"system\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
-             "{\"url\":\"data:,\"}}]}]}", 400, "messages[0]");
-  expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
-             "{\"url\":\"data:,\"}},{\"type\":\"audio\"}]}]}", 400, "messages[0]");
+  expect_err(SM_EP_CHAT,
+             "{\"messages\":[{\"role\":\"system\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+             "{\"url\":\"data:,\"}}]}]}",
+             400, "messages[0]");
+  expect_err(SM_EP_CHAT,
+             "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+             "{\"url\":\"data:,\"}},{\"type\":\"audio\"}]}]}",
+             400, "messages[0]");
   {
     sm_api_request r;
-    if (parse_ok(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+    if (parse_ok(SM_EP_CHAT,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
                  "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,AA==\",\"detail\":\"low\"}},"
-                 "{\"type\":\"image_url\",\"image_url\":\"http://h/i.png\"}]}]}", &r)) {
+                 "{\"type\":\"image_url\",\"image_url\":\"http://h/i.png\"}]}]}",
+                 &r)) {
       const cJSON *parts = cJSON_GetObjectItem(cJSON_GetArrayItem(r.messages, 0), "content");
       CHECK(r.n_images == 2 && !strcmp(r.image_urls[0], "data:image/png;base64,AA==") &&
             !strcmp(r.image_urls[1], "http://h/i.png"));
@@ -146,20 +169,27 @@ static void test_parse(void) {
             !strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(parts, 2), "type")->valuestring, "image"));
       sm_api_request_free(&r);
     }
-    if (parse_ok(SM_EP_RESPONSES, "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\","
-                 "\"image_url\":\"data:x\"},{\"type\":\"input_text\",\"text\":\"b\"}]}]}", &r)) {
+    if (parse_ok(SM_EP_RESPONSES,
+                 "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\","
+                 "\"image_url\":\"data:x\"},{\"type\":\"input_text\",\"text\":\"b\"}]}]}",
+                 &r)) {
       CHECK(r.n_images == 1 && !strcmp(r.image_urls[0], "data:x"));
       sm_api_request_free(&r);
     }
     /* text-only content parts stay a string */
-    if (parse_ok(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]}]}", &r)) {
+    if (parse_ok(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]}]}",
+                 &r)) {
       CHECK(r.n_images == 0 && cJSON_IsString(cJSON_GetObjectItem(cJSON_GetArrayItem(r.messages, 0), "content")));
       sm_api_request_free(&r);
     }
   }
   const char *M = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
   char b[512];
-#define E(extra, param) do { snprintf(b, sizeof b, "{%s,%s}", M, extra); expect_err(SM_EP_CHAT, b, 400, param); } while (0)
+#define E(extra, param) \
+  do { \
+    snprintf(b, sizeof b, "{%s,%s}", M, extra); \
+    expect_err(SM_EP_CHAT, b, 400, param); \
+  } while (0)
   E("\"temperature\":\"hot\"", "temperature");
   E("\"temperature\":3", "temperature");
   E("\"temperature\":-0.1", "temperature");
@@ -227,8 +257,10 @@ static void test_toolcalls(void) {
   cJSON *calls;
   char *content;
   /* Hermes / Qwen */
-  int n = sm_toolcall_parse("Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
-                            "</tool_call>\n<tool_call>{\"name\":\"t2\",\"arguments\":{}}</tool_call>", 1, &calls, &content);
+  int n =
+    sm_toolcall_parse("Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                      "</tool_call>\n<tool_call>{\"name\":\"t2\",\"arguments\":{}}</tool_call>",
+                      1, &calls, &content);
   CHECK(n == 2);
   if (n == 2) {
     cJSON *f = cJSON_GetObjectItem(cJSON_GetArrayItem(calls, 0), "function");
@@ -250,7 +282,8 @@ static void test_toolcalls(void) {
     CHECK(!strcmp(cJSON_GetObjectItem(f, "arguments")->valuestring, "{\"q\": \"x\"}")); /* as written */
   }
   cJSON_Delete(calls);
-  n = sm_toolcall_parse("<|python_tag|>{\"name\":\"a\",\"parameters\":{}}; {\"name\":\"b\",\"parameters\":{}}", 3, &calls, &content);
+  n = sm_toolcall_parse("<|python_tag|>{\"name\":\"a\",\"parameters\":{}}; {\"name\":\"b\",\"parameters\":{}}", 3,
+                        &calls, &content);
   CHECK(n == 2);
   cJSON_Delete(calls);
   free(content);
@@ -298,8 +331,8 @@ static void test_metrics(void) {
 static void test_hardening(void) {
   sm_api_request r;
   /* the same key twice in one object, at any depth, is refused (parsers disagree on which wins) */
-  expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,\"max_tokens\":9}", 400,
-             "");
+  expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,\"max_tokens\":9}",
+             400, "");
   expect_err(SM_EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"role\":\"system\",\"content\":\"a\"}]}", 400, "");
   expect_err(SM_EP_COMPLETIONS, "{\"prompt\":\"a\",\"x\":{\"y\":[{\"k\":1,\"j\":2,\"k\":3}]}}", 400, "");
   /* equal keys in different objects are fine */
@@ -315,27 +348,36 @@ static void test_hardening(void) {
   free(big);
   /* chat_template_kwargs may not replace what the server sets */
   expect_err(SM_EP_CHAT,
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":{\"messages\":[]}}",
-             400, "chat_template_kwargs");
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":{\"messages\":[]}}", 400,
+             "chat_template_kwargs");
   expect_err(SM_EP_CHAT,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":"
              "{\"enable_thinking\":false,\"add_generation_prompt\":false}}",
              400, "chat_template_kwargs");
-  if (parse_ok(SM_EP_CHAT,
-               "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":{\"enable_thinking\":false}}",
-               &r)) {
+  if (parse_ok(
+        SM_EP_CHAT,
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":{\"enable_thinking\":false}}",
+        &r)) {
     CHECK(cJSON_IsFalse(cJSON_GetObjectItem(r.chat_template_kwargs, "enable_thinking")));
     sm_api_request_free(&r);
   }
   /* output JSON: invalid UTF-8 becomes U+FFFD, valid text is unchanged */
-  static const struct { const char *in; size_t n; const char *out; } u[] = {
-      {"abc", 3, "abc"},
-      {"\xc3\xa9t\xc3\xa9", 5, "\xc3\xa9t\xc3\xa9"},                    /* été */
-      {"\xf0\x9f\xa9\xb7", 4, "\xf0\x9f\xa9\xb7"},                        /* U+1FA77 */
-      {"a\xff" "b", 3, "a\xef\xbf\xbd" "b"},                                  /* invalid byte */
-      {"\xe2\x82", 2, "\xef\xbf\xbd\xef\xbf\xbd"},                        /* truncated sequence */
-      {"\xc0\xaf", 2, "\xef\xbf\xbd\xef\xbf\xbd"},                        /* overlong '/' */
-      {"\xed\xa0\x80x", 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx"},    /* surrogate */
+  static const struct {
+    const char *in;
+    size_t n;
+    const char *out;
+  } u[] = {
+    {"abc", 3, "abc"},
+    {"\xc3\xa9t\xc3\xa9", 5, "\xc3\xa9t\xc3\xa9"}, /* été */
+    {"\xf0\x9f\xa9\xb7", 4, "\xf0\x9f\xa9\xb7"},   /* U+1FA77 */
+    {"a\xff"
+     "b",
+     3,
+     "a\xef\xbf\xbd"
+     "b"},                                                         /* invalid byte */
+    {"\xe2\x82", 2, "\xef\xbf\xbd\xef\xbf\xbd"},                   /* truncated sequence */
+    {"\xc0\xaf", 2, "\xef\xbf\xbd\xef\xbf\xbd"},                   /* overlong '/' */
+    {"\xed\xa0\x80x", 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx"}, /* surrogate */
   };
   for (size_t i = 0; i < SM_ARRAY_LEN(u); i++) {
     sm_buf b = SM_BUF_INIT;
@@ -357,15 +399,16 @@ static void test_hardening(void) {
 
 /* the base64 of image data: URLs (RFC 4648 vectors, optional padding, bad input refused) */
 static void test_base64(void) {
-  static const char *const enc[] = { "", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy", "Zm9vYg" };
-  static const char *const dec[] = { "", "f", "fo", "foo", "foob", "fooba", "foobar", "foob" };
+  static const char *const enc[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy", "Zm9vYg"};
+  static const char *const dec[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar", "foob"};
   for (size_t i = 0; i < sizeof enc / sizeof *enc; i++) {
     unsigned char *o = NULL;
     size_t n = 0;
     CHECK(sm_base64_decode(enc[i], strlen(enc[i]), &o, &n) && n == strlen(dec[i]) && !memcmp(o, dec[i], n));
     free(o);
   }
-  static const char *const bad[] = { "Z", "Zm9v!", "Zm 9v", "Zm9vY", "-_-_", "Zg===", "Zg=", "Zm8==", "Zm9v====", "Z===" };
+  static const char *const bad[] = {"Z",     "Zm9v!", "Zm 9v", "Zm9vY",    "-_-_",
+                                    "Zg===", "Zg=",   "Zm8==", "Zm9v====", "Z==="};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     unsigned char *o = NULL;
     size_t n = 0;
@@ -380,7 +423,10 @@ int main(void) {
   test_stop();
   test_toolcalls();
   test_metrics();
-  if (fails) { fprintf(stderr, "%d checks failed\n", fails); return 1; }
+  if (fails) {
+    fprintf(stderr, "%d checks failed\n", fails);
+    return 1;
+  }
   printf("server api: all checks passed\n");
   return 0;
 }

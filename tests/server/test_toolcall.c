@@ -21,12 +21,12 @@
 #include "tokenizer/chat.h"
 
 static const char *TOOLS =
-    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\",\"parameters\":"
-    "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"}},"
-    "\"required\":[\"city\"]}}},"
-    "{\"type\":\"function\",\"function\":{\"name\":\"add\",\"description\":\"Add\",\"parameters\":"
-    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\"},\"b\":{\"type\":\"number\"}},"
-    "\"required\":[\"a\",\"b\"]}}}]";
+  "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\",\"parameters\":"
+  "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"}},"
+  "\"required\":[\"city\"]}}},"
+  "{\"type\":\"function\",\"function\":{\"name\":\"add\",\"description\":\"Add\",\"parameters\":"
+  "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\"},\"b\":{\"type\":\"number\"}},"
+  "\"required\":[\"a\",\"b\"]}}}]";
 static const char *NAMES[2] = {"get_weather", "add"};
 static const char *ARGS[2] = {"{\"city\": \"Paris\", \"days\": 3}", "{\"a\": 1.5, \"b\": -2}"};
 
@@ -79,7 +79,10 @@ static char *render(const char *tpl, const cJSON *msgs, const cJSON *tools, bool
   cJSON_AddStringToObject(ctx, "bos_token", "");
   cJSON_AddStringToObject(ctx, "eos_token", "");
   char *out = NULL;
-  if (sm_jinja_render(j, ctx, &out)) { fprintf(stderr, "render: %s\n", sm_errmsg()); out = NULL; }
+  if (sm_jinja_render(j, ctx, &out)) {
+    fprintf(stderr, "render: %s\n", sm_errmsg());
+    out = NULL;
+  }
   cJSON_Delete(ctx);
   sm_jinja_free(j);
   return out;
@@ -102,7 +105,8 @@ static void check_text(const char *label, const sm_toolfmt *f, const char *text,
   for (int i = 0; i < fin.n && i < 2; i++) {
     CHECK(fin.calls[i].name && !strcmp(fin.calls[i].name, NAMES[i]), "%s: call %d name %s", label, i,
           fin.calls[i].name ? fin.calls[i].name : "(null)");
-    CHECK(same_json(sm_buf_str(&fin.calls[i].args), ARGS[i]), "%s: call %d args %s", label, i, sm_buf_str(&fin.calls[i].args));
+    CHECK(same_json(sm_buf_str(&fin.calls[i].args), ARGS[i]), "%s: call %d args %s", label, i,
+          sm_buf_str(&fin.calls[i].args));
   }
   int bad = 0;
   sm_tc_scan p = {0};
@@ -113,17 +117,24 @@ static void check_text(const char *label, const sm_toolfmt *f, const char *text,
     for (int i = 0; i < p.n && i < fin.n; i++) {
       sm_tc_call *c = &p.calls[i];
       if (c->name) {
-        if (strcmp(c->name, fin.calls[i].name)) { bad++; fprintf(stderr, "%s @%zu: name %s\n", label, k, c->name); }
+        if (strcmp(c->name, fin.calls[i].name)) {
+          bad++;
+          fprintf(stderr, "%s @%zu: name %s\n", label, k, c->name);
+        }
         if (prev_names[i] && strcmp(prev_names[i], c->name)) bad++;
         free(prev_names[i]);
         prev_names[i] = sm_xstrdup(c->name);
       }
       if (c->args.n > fin.calls[i].args.n || (c->args.n && memcmp(c->args.p, fin.calls[i].args.p, c->args.n))) {
         bad++;
-        fprintf(stderr, "%s @%zu: args %.*s not a prefix of %s\n", label, k, (int)c->args.n, c->args.p, fin.calls[i].args.p);
+        fprintf(stderr, "%s @%zu: args %.*s not a prefix of %s\n", label, k, (int)c->args.n, c->args.p,
+                fin.calls[i].args.p);
       }
     }
-    if (p.n > fin.n) { bad++; fprintf(stderr, "%s @%zu: %d calls\n", label, k, p.n); }
+    if (p.n > fin.n) {
+      bad++;
+      fprintf(stderr, "%s @%zu: %d calls\n", label, k, p.n);
+    }
     if (p.safe < prev_safe || p.safe > fin.content.n || (p.safe && memcmp(p.content.p, fin.content.p, p.safe))) {
       bad++;
       fprintf(stderr, "%s @%zu: safe content %zu not a growing prefix\n", label, k, p.safe);
@@ -162,14 +173,20 @@ static void strip_end(char *t, const char *const *ends) {
     while (n && (t[n - 1] == '\n' || t[n - 1] == ' ')) t[--n] = 0;
     for (int i = 0; ends[i]; i++) {
       size_t l = strlen(ends[i]);
-      if (n >= l && !memcmp(t + n - l, ends[i], l)) { n -= l; t[n] = 0; again = true; }
+      if (n >= l && !memcmp(t + n - l, ends[i], l)) {
+        n -= l;
+        t[n] = 0;
+        again = true;
+      }
     }
   }
 }
 
-static void from_template(const char *label, const char *tpl, sm_toolfmt_kind want, bool args_as_string,
-                          bool grammar) {
-  if (!tpl) { CHECK(false, "%s: template not found", label); return; }
+static void from_template(const char *label, const char *tpl, sm_toolfmt_kind want, bool args_as_string, bool grammar) {
+  if (!tpl) {
+    CHECK(false, "%s: template not found", label);
+    return;
+  }
   const sm_toolfmt *f = sm_toolfmt_detect(tpl);
   CHECK(f->kind == want, "%s: detected %s", label, f->name);
   cJSON *tools = cJSON_Parse(TOOLS);
@@ -196,14 +213,19 @@ static void from_template(const char *label, const char *tpl, sm_toolfmt_kind wa
   CHECK(prefix && full && !strncmp(full, prefix, strlen(prefix)), "%s: the render does not extend the prompt", label);
   if (prefix && full && !strncmp(full, prefix, strlen(prefix))) {
     char *gen = sm_xstrdup(full + strlen(prefix));
-    static const char *const ends[] = {"<|im_end|>", "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
+    static const char *const ends[] = {"<|im_end|>",
+                                       "<\xEF\xBD\x9C"
+                                       "end\xE2\x96\x81"
+                                       "of\xE2\x96\x81"
+                                       "sentence\xEF\xBD\x9C>",
                                        "<|eot_id|>", NULL};
     strip_end(gen, ends);
     check_text(label, f, gen, tools);
     /* the forcing grammar starts at the call (a template's empty <think></think> is not forced) */
     const char *call = gen;
     const char *te = strstr(gen, "</think>");
-    if (te) for (call = te + 8; *call == '\n' || *call == ' ';) call++;
+    if (te)
+      for (call = te + 8; *call == '\n' || *call == ' ';) call++;
     if (grammar) check_grammar(label, f, call, tools);
     free(gen);
   }
@@ -284,29 +306,40 @@ int main(int argc, char **argv) {
   from_template("deepseek-v3", dsv3, SM_TF_DEEPSEEK, true, false);
   from_template("deepseek-v3.1", ds31, SM_TF_DEEPSEEK, true, true);
   from_template("deepseek-r1", r1, SM_TF_DEEPSEEK, true, false);
-  free(qwen3); free(dsv3); free(coder); free(ds31); free(r1);
+  free(qwen3);
+  free(dsv3);
+  free(coder);
+  free(ds31);
+  free(r1);
   from_doc("llama3 python_tag", "llama3",
            "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}; "
-           "{\"name\": \"add\", \"parameters\": {\"a\": 1.5, \"b\": -2}}", true);
+           "{\"name\": \"add\", \"parameters\": {\"a\": 1.5, \"b\": -2}}",
+           true);
   from_doc("llama3 json", "llama3",
            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}; "
-           "{\"name\": \"add\", \"parameters\": {\"a\": 1.5, \"b\": -2}}", false);
+           "{\"name\": \"add\", \"parameters\": {\"a\": 1.5, \"b\": -2}}",
+           false);
   from_doc("mistral v3", "mistral",
            "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, "
-           "{\"name\": \"add\", \"arguments\": {\"a\": 1.5, \"b\": -2}}]", true);
-  from_doc("mistral v11", "mistral",
-           "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 3}[TOOL_CALLS]add[ARGS]{\"a\": 1.5, \"b\": -2}",
-           false);
-  from_doc("gpt-oss harmony", "harmony",
-           "<|channel|>analysis<|message|>Need weather and a sum.<|end|><|start|>assistant<|channel|>commentary "
-           "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 3}<|call|>"
-           "<|start|>assistant<|channel|>commentary to=functions.add <|constrain|>json<|message|>{\"a\": 1.5, \"b\": -2}",
-           false);
+           "{\"name\": \"add\", \"arguments\": {\"a\": 1.5, \"b\": -2}}]",
+           true);
+  from_doc(
+    "mistral v11", "mistral",
+    "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 3}[TOOL_CALLS]add[ARGS]{\"a\": 1.5, \"b\": -2}",
+    false);
+  from_doc(
+    "gpt-oss harmony", "harmony",
+    "<|channel|>analysis<|message|>Need weather and a sum.<|end|><|start|>assistant<|channel|>commentary "
+    "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 3}<|call|>"
+    "<|start|>assistant<|channel|>commentary to=functions.add <|constrain|>json<|message|>{\"a\": 1.5, \"b\": -2}",
+    false);
   from_doc("glm-4.5", "glm45",
            "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n"
            "<arg_value>3</arg_value>\n</tool_call>\n<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>1.5</arg_value>\n"
-           "<arg_key>b</arg_key>\n<arg_value>-2</arg_value>\n</tool_call>", true);
-  from_doc("gemma tool_code", "gemma", "```tool_code\n[get_weather(city=\"Paris\", days=3), add(a=1.5, b=-2)]\n```", false);
+           "<arg_key>b</arg_key>\n<arg_value>-2</arg_value>\n</tool_call>",
+           true);
+  from_doc("gemma tool_code", "gemma", "```tool_code\n[get_weather(city=\"Paris\", days=3), add(a=1.5, b=-2)]\n```",
+           false);
   test_misc();
   TEST_END();
 }

@@ -13,19 +13,28 @@
 #include <unistd.h>
 
 static int g_fail = 0;
-#define CHECK(c)                                                                   \
-  do {                                                                             \
-    if (!(c)) { fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); g_fail++; } \
+#define CHECK(c) \
+  do { \
+    if (!(c)) { \
+      fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); \
+      g_fail++; \
+    } \
   } while (0)
-#define CHECK_EQ_U(a, b)                                                                                        \
-  do {                                                                                                          \
-    unsigned long long _a = (unsigned long long)(a), _b = (unsigned long long)(b);                              \
-    if (_a != _b) { fprintf(stderr, "FAIL %s:%d: %s = %llu, want %llu\n", __FILE__, __LINE__, #a, _a, _b); g_fail++; } \
+#define CHECK_EQ_U(a, b) \
+  do { \
+    unsigned long long _a = (unsigned long long)(a), _b = (unsigned long long)(b); \
+    if (_a != _b) { \
+      fprintf(stderr, "FAIL %s:%d: %s = %llu, want %llu\n", __FILE__, __LINE__, #a, _a, _b); \
+      g_fail++; \
+    } \
   } while (0)
-#define CHECK_STR(a, b)                                                                                            \
-  do {                                                                                                             \
-    const char *_a = (a), *_b = (b);                                                                               \
-    if (!_a || strcmp(_a, _b)) { fprintf(stderr, "FAIL %s:%d: %s = '%s', want '%s'\n", __FILE__, __LINE__, #a, _a ? _a : "(null)", _b); g_fail++; } \
+#define CHECK_STR(a, b) \
+  do { \
+    const char *_a = (a), *_b = (b); \
+    if (!_a || strcmp(_a, _b)) { \
+      fprintf(stderr, "FAIL %s:%d: %s = '%s', want '%s'\n", __FILE__, __LINE__, #a, _a ? _a : "(null)", _b); \
+      g_fail++; \
+    } \
   } while (0)
 
 static char g_tmp[256];
@@ -34,13 +43,20 @@ static void mkdirs(const char *path) {
   char b[1024];
   snprintf(b, sizeof b, "%s", path);
   for (char *p = b + 1; *p; p++)
-    if (*p == '/') { *p = 0; mkdir(b, 0755); *p = '/'; }
+    if (*p == '/') {
+      *p = 0;
+      mkdir(b, 0755);
+      *p = '/';
+    }
   mkdir(b, 0755);
 }
 
 static void write_file(const char *path, const void *data, size_t n) {
   FILE *f = fopen(path, "wb");
-  if (!f) { perror(path); exit(1); }
+  if (!f) {
+    perror(path);
+    exit(1);
+  }
   fwrite(data, 1, n, f);
   fclose(f);
 }
@@ -51,9 +67,7 @@ static void write_text(const char *dir, const char *name, const char *txt) {
   write_file(p, txt, strlen(txt));
 }
 
-static char *tmp_path(const char *rel) {
-  return sm_path_join(g_tmp, rel);
-}
+static char *tmp_path(const char *rel) { return sm_path_join(g_tmp, rel); }
 
 /* ---------------- SHA-256 ---------------- */
 static void sha_hex(const void *d, size_t n, char out[65]) {
@@ -80,7 +94,11 @@ static void test_sha256(void) {
   char buf[997];
   memset(buf, 'a', sizeof buf);
   size_t left = 1000000;
-  while (left) { size_t k = left < sizeof buf ? left : sizeof buf; sm_sha256_update(&s, buf, k); left -= k; }
+  while (left) {
+    size_t k = left < sizeof buf ? left : sizeof buf;
+    sm_sha256_update(&s, buf, k);
+    left -= k;
+  }
   uint8_t dg[32];
   sm_sha256_final(&s, dg);
   sm_sha256_hex(dg, h);
@@ -106,20 +124,31 @@ static void test_parse_ref(void) {
   char *o, *n;
   set_store(&g_ss.default_org, NULL);
   CHECK(sm_store_parse_ref("Qwen3-0.6B-4bit", &o, &n) == SMELT_OK);
-  CHECK_STR(o, "mlx-community"); CHECK_STR(n, "Qwen3-0.6B-4bit");
-  free(o); free(n);
+  CHECK_STR(o, "mlx-community");
+  CHECK_STR(n, "Qwen3-0.6B-4bit");
+  free(o);
+  free(n);
   set_store(&g_ss.default_org, "acme");
   CHECK(sm_store_parse_ref("tiny", &o, &n) == SMELT_OK);
-  CHECK_STR(o, "acme"); CHECK_STR(n, "tiny");
-  free(o); free(n);
+  CHECK_STR(o, "acme");
+  CHECK_STR(n, "tiny");
+  free(o);
+  free(n);
   set_store(&g_ss.default_org, NULL);
   CHECK(sm_store_parse_ref("meta-llama/Llama-3.2-1B", &o, &n) == SMELT_OK);
-  CHECK_STR(o, "meta-llama"); CHECK_STR(n, "Llama-3.2-1B");
-  free(o); free(n);
+  CHECK_STR(o, "meta-llama");
+  CHECK_STR(n, "Llama-3.2-1B");
+  free(o);
+  free(n);
   const char *bad[] = {"", "a/b/c", "../x", "a/..", "a b", "a/.hidden", "/", "a/", "x;rm"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     smelt_status s = sm_store_parse_ref(bad[i], &o, &n);
-    if (s == SMELT_OK) { fprintf(stderr, "FAIL: parse_ref accepted '%s'\n", bad[i]); g_fail++; free(o); free(n); }
+    if (s == SMELT_OK) {
+      fprintf(stderr, "FAIL: parse_ref accepted '%s'\n", bad[i]);
+      g_fail++;
+      free(o);
+      free(n);
+    }
   }
 }
 
@@ -160,7 +189,8 @@ static void test_resolve(void) {
   make_model_dir(old, "{\"model_type\":\"llama\"}");
   struct timeval tv[2];
   gettimeofday(&tv[0], NULL);
-  tv[0].tv_sec += 1000; tv[1] = tv[0];
+  tv[0].tv_sec += 1000;
+  tv[1] = tv[0];
   utimes(old, tv);
   char *refs = tmp_path("hf/models--acme--tiny/refs");
   mkdirs(refs);
@@ -181,7 +211,9 @@ static void test_resolve(void) {
   set_store(&g_ss.hf_home, hfhome);
   char *hc = sm_store_hf_cache(), *want_hc = tmp_path("hfhome/hub");
   CHECK_STR(hc, want_hc);
-  free(hc); free(want_hc); free(hfhome);
+  free(hc);
+  free(want_hc);
+  free(hfhome);
   set_store(&g_ss.hf_hub_cache, hf);
 
   /* list: both, sorted, with arch/bits */
@@ -208,7 +240,7 @@ static void test_resolve(void) {
   char *outside = tmp_path("outside");
   make_model_dir(outside, "{}");
   CHECK(sm_store_locate_removable(outside, &d) == SMELT_ERR_INVALID);
-  CHECK(sm_store_locate_removable(snap, &d) == SMELT_ERR_INVALID); /* HF cache */
+  CHECK(sm_store_locate_removable(snap, &d) == SMELT_ERR_INVALID);          /* HF cache */
   CHECK(sm_store_locate_removable("acme/tiny", &d) == SMELT_ERR_NOT_FOUND); /* only in HF cache */
   char *ownerdir = tmp_path("cache/models/mlx-community");
   CHECK(sm_store_locate_removable(ownerdir, &d) == SMELT_ERR_INVALID);
@@ -240,12 +272,28 @@ static void test_resolve(void) {
   free(d);
   set_store(&g_ss.default_model, NULL);
 
-  free(cache); free(hf); free(root); free(want_root); free(m1); free(snap); free(old); free(refs); free(rm);
-  free(outside); free(ownerdir); free(evil); free(evil_link);
+  free(cache);
+  free(hf);
+  free(root);
+  free(want_root);
+  free(m1);
+  free(snap);
+  free(old);
+  free(refs);
+  free(rm);
+  free(outside);
+  free(ownerdir);
+  free(evil);
+  free(evil_link);
 }
 
 /* ---------------- memory estimate ---------------- */
-typedef struct { const char *name, *dtype; int ndim; int64_t shape[2]; size_t nbytes; } fx_tensor;
+typedef struct {
+  const char *name, *dtype;
+  int ndim;
+  int64_t shape[2];
+  size_t nbytes;
+} fx_tensor;
 
 static void write_safetensors(const char *path, const fx_tensor *t, int n) {
   char hdr[8192];
@@ -477,7 +525,7 @@ static void test_arch(void) {
  * HF_ENDPOINT: a download attempt would fail), and are listed as built-in */
 static void test_builtin(void) {
   setenv("HF_ENDPOINT", "http://127.0.0.1:9", 1);
-  const char *names[] = { "smelt-tiny", "smelt-tiny-draft", "models/smelt-tiny" };
+  const char *names[] = {"smelt-tiny", "smelt-tiny-draft", "models/smelt-tiny"};
   for (int i = 0; i < 3; i++) {
     char *d = NULL;
     CHECK(sm_store_resolve(names[i], true, &d) == SMELT_OK);
@@ -506,7 +554,10 @@ static void test_builtin(void) {
 
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "/tmp/smelt-store-test-XXXXXX");
-  if (!mkdtemp(g_tmp)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(g_tmp)) {
+    perror("mkdtemp");
+    return 1;
+  }
   test_sha256();
   test_parse_ref();
   test_arch();
@@ -517,7 +568,10 @@ int main(void) {
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
   if (system(cmd) != 0) fprintf(stderr, "warning: could not clean %s\n", g_tmp);
-  if (g_fail) { fprintf(stderr, "%d check(s) failed\n", g_fail); return 1; }
+  if (g_fail) {
+    fprintf(stderr, "%d check(s) failed\n", g_fail);
+    return 1;
+  }
   printf("store tests passed\n");
   return 0;
 }

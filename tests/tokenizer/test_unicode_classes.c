@@ -12,13 +12,21 @@
 #include "tokenizer/unicode_props.h"
 
 static int fails;
-#define CHECK(c, ...) do { if (!(c)) { fails++; printf("FAIL: " __VA_ARGS__); printf("\n"); } } while (0)
+#define CHECK(c, ...) \
+  do { \
+    if (!(c)) { \
+      fails++; \
+      printf("FAIL: " __VA_ARGS__); \
+      printf("\n"); \
+    } \
+  } while (0)
 
-static const char *names[SM_CLS_COUNT] = {
-    "\\p{L}", "\\p{LC}", "\\p{Lu}", "\\p{Ll}", "\\p{Lt}", "\\p{Lm}", "\\p{Lo}", "\\p{M}", "\\p{Mn}", "\\p{Mc}",
-    "\\p{Me}", "\\p{N}", "\\p{Nd}", "\\p{Nl}", "\\p{No}", "\\p{P}", "\\p{Pc}", "\\p{Pd}", "\\p{Ps}", "\\p{Pe}",
-    "\\p{Pi}", "\\p{Pf}", "\\p{Po}", "\\p{S}", "\\p{Sm}", "\\p{Sc}", "\\p{Sk}", "\\p{So}", "\\p{Z}", "\\p{Zs}",
-    "\\p{Zl}", "\\p{Zp}", "\\p{C}", "\\p{Cc}", "\\p{Cf}", "\\p{Co}", "\\p{Cn}", "\\s", "\\w", "\\h"};
+static const char *names[SM_CLS_COUNT] = {"\\p{L}",  "\\p{LC}", "\\p{Lu}", "\\p{Ll}", "\\p{Lt}", "\\p{Lm}", "\\p{Lo}",
+                                          "\\p{M}",  "\\p{Mn}", "\\p{Mc}", "\\p{Me}", "\\p{N}",  "\\p{Nd}", "\\p{Nl}",
+                                          "\\p{No}", "\\p{P}",  "\\p{Pc}", "\\p{Pd}", "\\p{Ps}", "\\p{Pe}", "\\p{Pi}",
+                                          "\\p{Pf}", "\\p{Po}", "\\p{S}",  "\\p{Sm}", "\\p{Sc}", "\\p{Sk}", "\\p{So}",
+                                          "\\p{Z}",  "\\p{Zs}", "\\p{Zl}", "\\p{Zp}", "\\p{C}",  "\\p{Cc}", "\\p{Cf}",
+                                          "\\p{Co}", "\\p{Cn}", "\\s",     "\\w",     "\\h"};
 
 /* every code point but surrogates, as UTF-8, with the offset of each */
 static sm_buf all;
@@ -41,7 +49,10 @@ static void check_pattern(const char *onig, int cls, bool neg) {
   PCRE2_SIZE eo;
   pcre2_code *re = pcre2_compile((PCRE2_SPTR)tr.p, tr.n, PCRE2_UTF | PCRE2_UCP, &err, &eo, NULL);
   CHECK(re, "%s does not compile", onig);
-  if (!re) { sm_buf_free(&tr); return; }
+  if (!re) {
+    sm_buf_free(&tr);
+    return;
+  }
   pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
   pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
   /* walk code points; each match must be the next expected member */
@@ -80,8 +91,10 @@ int main(void) {
   CHECK(sm_uc_gc(0x1FAE9) == SM_GC_So, "U+1FAE9 FACE WITH BAGS UNDER EYES is So (16.0)");
   CHECK(sm_uc_gc(0x1FAEA) == SM_GC_Cn, "U+1FAEA is unassigned in 16.0");
   CHECK(sm_uc_gc(0x10D40) == SM_GC_Nd && sm_uc_gc(0x11F50) == SM_GC_Nd, "Garay and Kawi digits are Nd");
-  CHECK(sm_uc_rust_is_numeric(0x11DE0) && !sm_uc_in_class(SM_CLS_N, 0x11DE0), "Tolong Siki digit: numeric in 17, not in 16");
-  CHECK(sm_uc_in_class(SM_CLS_SPACE, 0x3000) && !sm_uc_in_class(SM_CLS_SPACE, 0x180E) && !sm_uc_in_class(SM_CLS_SPACE, 0x200B),
+  CHECK(sm_uc_rust_is_numeric(0x11DE0) && !sm_uc_in_class(SM_CLS_N, 0x11DE0),
+        "Tolong Siki digit: numeric in 17, not in 16");
+  CHECK(sm_uc_in_class(SM_CLS_SPACE, 0x3000) && !sm_uc_in_class(SM_CLS_SPACE, 0x180E) &&
+          !sm_uc_in_class(SM_CLS_SPACE, 0x200B),
         "White_Space");
   CHECK(sm_uc_in_class(SM_CLS_WORD, 0x200D) && sm_uc_in_class(SM_CLS_WORD, 0x5F) && !sm_uc_in_class(SM_CLS_WORD, 0x2D),
         "\\w has Join_Control and Pc");

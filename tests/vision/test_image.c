@@ -58,7 +58,10 @@ static void test_resize(const cJSON *list) {
     const int w = cJSON_GetObjectItem(e, "w")->valueint, h = cJSON_GetObjectItem(e, "h")->valueint;
     const int f = cJSON_GetObjectItem(e, "filter")->valueint;
     sm_image im, out;
-    if (sm_image_load(path_of("images", n), 0, NULL, &im)) { CHECK(0, "load %s", n); continue; }
+    if (sm_image_load(path_of("images", n), 0, NULL, &im)) {
+      CHECK(0, "load %s", n);
+      continue;
+    }
     smelt_status st = sm_image_resize(&im, w, h, (sm_resample)f, &out);
     CHECK(st == SMELT_OK, "resize %s to %dx%d filter %d: %s", n, w, h, f, sm_errmsg());
     size_t len;
@@ -83,8 +86,10 @@ static void test_proc(const cJSON *list) {
   for (const cJSON *e = list->child; e; e = e->next) {
     const char *kind = cJSON_GetObjectItem(e, "kind")->valuestring, *n = cJSON_GetObjectItem(e, "image")->valuestring;
     sm_imgproc p;
-    sm_imgproc_defaults(!strcmp(kind, "qwen") ? SM_IMGPROC_QWEN : !strcmp(kind, "fixed") ? SM_IMGPROC_FIXED
-                                                                                          : SM_IMGPROC_PIXTRAL, &p);
+    sm_imgproc_defaults(!strcmp(kind, "qwen")    ? SM_IMGPROC_QWEN
+                        : !strcmp(kind, "fixed") ? SM_IMGPROC_FIXED
+                                                 : SM_IMGPROC_PIXTRAL,
+                        &p);
     /* the case's settings, given the way a preprocessor_config.json gives them */
     cJSON *cfg = cJSON_CreateObject();
     if (!strcmp(kind, "qwen")) {
@@ -111,7 +116,10 @@ static void test_proc(const cJSON *list) {
     CHECK(st == SMELT_OK, "parse %s config: %s", kind, sm_errmsg());
     sm_image im;
     sm_pixels px;
-    if (sm_image_load(path_of("images", n), 0, NULL, &im)) { CHECK(0, "load %s", n); continue; }
+    if (sm_image_load(path_of("images", n), 0, NULL, &im)) {
+      CHECK(0, "load %s", n);
+      continue;
+    }
     st = sm_imgproc_run(&p, &im, &px);
     CHECK(st == SMELT_OK, "%s processor on %s: %s", kind, n, sm_errmsg());
     sm_image_free(&im);
@@ -179,25 +187,25 @@ static void test_errors(void) {
   size_t len;
   uint8_t *png = slurp(path_of("images", "rgb_37x23.png"), &len);
   /* truncated in the pixel data: an error naming the format, no crash */
-  CHECK(sm_image_decode(png, len / 2, NULL, &im) == SMELT_ERR_FORMAT && strstr(sm_errmsg(), "PNG"),
-        "truncated PNG: %s", sm_errmsg());
+  CHECK(sm_image_decode(png, len / 2, NULL, &im) == SMELT_ERR_FORMAT && strstr(sm_errmsg(), "PNG"), "truncated PNG: %s",
+        sm_errmsg());
   /* a flipped byte in the compressed data (CRC / zlib error) */
   uint8_t *bad = malloc(len);
   memcpy(bad, png, len);
   bad[len / 2] ^= 0x5a;
   CHECK(sm_image_decode(bad, len, NULL, &im) == SMELT_ERR_FORMAT, "corrupt PNG: %s", sm_errmsg());
   /* limits: refused before decoding */
-  sm_image_limits lim = { 20, 1L << 20 };
-  CHECK(sm_image_decode(png, len, &lim, &im) == SMELT_ERR_LIMIT && strstr(sm_errmsg(), "37x23"),
-        "side limit: %s", sm_errmsg());
-  lim = (sm_image_limits){ 1000, 800 };
-  CHECK(sm_image_decode(png, len, &lim, &im) == SMELT_ERR_LIMIT && strstr(sm_errmsg(), "800"),
-        "pixel limit: %s", sm_errmsg());
+  sm_image_limits lim = {20, 1L << 20};
+  CHECK(sm_image_decode(png, len, &lim, &im) == SMELT_ERR_LIMIT && strstr(sm_errmsg(), "37x23"), "side limit: %s",
+        sm_errmsg());
+  lim = (sm_image_limits){1000, 800};
+  CHECK(sm_image_decode(png, len, &lim, &im) == SMELT_ERR_LIMIT && strstr(sm_errmsg(), "800"), "pixel limit: %s",
+        sm_errmsg());
   free(bad);
   free(png);
   uint8_t *jpg = slurp(path_of("images", "rgb_45x30.jpg"), &len);
-  CHECK(sm_image_decode(jpg, 200, NULL, &im) == SMELT_ERR_FORMAT && strstr(sm_errmsg(), "JPEG"),
-        "truncated JPEG: %s", sm_errmsg());
+  CHECK(sm_image_decode(jpg, 200, NULL, &im) == SMELT_ERR_FORMAT && strstr(sm_errmsg(), "JPEG"), "truncated JPEG: %s",
+        sm_errmsg());
   free(jpg);
   uint8_t *wp = slurp(path_of("images", "rgb_27x19.webp"), &len);
   CHECK(sm_image_decode(wp, len - 40, NULL, &im) == SMELT_ERR_FORMAT && strstr(sm_errmsg(), "WebP"),
@@ -207,8 +215,8 @@ static void test_errors(void) {
         "unknown format: %s", sm_errmsg());
   CHECK(sm_image_decode("", 0, NULL, &im) == SMELT_ERR_FORMAT, "empty data: %s", sm_errmsg());
   /* a PNG header claiming 100000 x 100000 pixels: refused from the header */
-  static const uint8_t huge[] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R',
-                                  0, 1, 0x86, 0xa0, 0, 1, 0x86, 0xa0, 8, 2, 0, 0, 0, 0x0c, 0x5b, 0x6b, 0x4e };
+  static const uint8_t huge[] = {0x89, 'P',  'N',  'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I',  'H',  'D',  'R', 0,
+                                 1,    0x86, 0xa0, 0,   1,    0x86, 0xa0, 8,    2, 0, 0, 0,  0x0c, 0x5b, 0x6b, 0x4e};
   smelt_status st = sm_image_decode(huge, sizeof huge, NULL, &im);
   CHECK(st == SMELT_ERR_LIMIT || st == SMELT_ERR_FORMAT, "huge PNG header: %d %s", st, sm_errmsg());
   /* config errors name the member */
@@ -230,7 +238,10 @@ int main(int argc, char **argv) {
   char *m = slurp(path_of(".", "manifest.json"), &len);
   cJSON *man = cJSON_ParseWithLength(m, len);
   free(m);
-  if (!man) { fprintf(stderr, "bad manifest\n"); return 1; }
+  if (!man) {
+    fprintf(stderr, "bad manifest\n");
+    return 1;
+  }
   test_decode(cJSON_GetObjectItem(man, "decode"));
   test_resize(cJSON_GetObjectItem(man, "resize"));
   test_proc(cJSON_GetObjectItem(man, "proc"));

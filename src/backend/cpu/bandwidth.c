@@ -103,12 +103,12 @@ static uint64_t sum_u64(const uint8_t *p, size_t n, bool pf) {
   return a ^ b ^ c ^ d;
 }
 #if defined(__x86_64__)
-#define PF4(p)                                                                                                         \
-  do {                                                                                                                 \
-    _mm_prefetch((const char *)(p) + PF_DIST, _MM_HINT_T1);                                                            \
-    _mm_prefetch((const char *)(p) + PF_DIST + 64, _MM_HINT_T1);                                                       \
-    _mm_prefetch((const char *)(p) + PF_DIST + 128, _MM_HINT_T1);                                                      \
-    _mm_prefetch((const char *)(p) + PF_DIST + 192, _MM_HINT_T1);                                                      \
+#define PF4(p) \
+  do { \
+    _mm_prefetch((const char *)(p) + PF_DIST, _MM_HINT_T1); \
+    _mm_prefetch((const char *)(p) + PF_DIST + 64, _MM_HINT_T1); \
+    _mm_prefetch((const char *)(p) + PF_DIST + 128, _MM_HINT_T1); \
+    _mm_prefetch((const char *)(p) + PF_DIST + 192, _MM_HINT_T1); \
   } while (0)
 __attribute__((target("avx2"))) static uint64_t sum_avx2(const uint8_t *p, size_t n, bool pf) {
   __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;

@@ -18,10 +18,15 @@ static int64_t kv_slot(const cpu_be *c, const sm_kv_cache *kv, int s, int32_t po
 
 /* n floats into a cache row of dtype dt (f16 / bf16: round to nearest even) */
 static void kv_put(void *dst, sm_dtype dt, const float *x, size_t n) {
-  if (dt == SM_DT_F32) { memcpy(dst, x, n * sizeof(float)); return; }
+  if (dt == SM_DT_F32) {
+    memcpy(dst, x, n * sizeof(float));
+    return;
+  }
   uint16_t *d = dst;
-  if (dt == SM_DT_F16) for (size_t i = 0; i < n; i++) d[i] = sm_f32_to_f16(x[i]);
-  else for (size_t i = 0; i < n; i++) d[i] = sm_f32_to_bf16(x[i]);
+  if (dt == SM_DT_F16)
+    for (size_t i = 0; i < n; i++) d[i] = sm_f32_to_f16(x[i]);
+  else
+    for (size_t i = 0; i < n; i++) d[i] = sm_f32_to_bf16(x[i]);
 }
 
 void sm_cpu_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const float *k, const float *v) {
@@ -47,8 +52,7 @@ static void kv_slots(const cpu_be *c, const sm_kv_cache *kv, int s, int32_t p0, 
     int32_t blk = -1;
     if (bs > 0 && bi < c->b.max_blocks) blk = c->b.block_table[(size_t)s * (size_t)c->b.max_blocks + (size_t)bi];
     if (bs <= 0) run = np - j;
-    for (int u = 0; u < run; u++)
-      out[j + u] = blk >= 0 && blk < kv->n_blocks ? (int64_t)blk * bs + off + u : -1;
+    for (int u = 0; u < run; u++) out[j + u] = blk >= 0 && blk < kv->n_blocks ? (int64_t)blk * bs + off + u : -1;
     j += run;
   }
 }
@@ -76,7 +80,8 @@ static void gen_scores(const sm_cpu_kern *k, const float *q, int ldq, int nq, co
   for (int i = 0; i < nq; i++)
     for (int j = 0; j < np; j++) s[(size_t)i * lds + j] = k->dot(q + (size_t)i * ldq, kr[j], hd);
 }
-static void gen_pv(const sm_cpu_kern *k, const float *p, int ldp, int nq, const float *const *vr, int np, int hd, float *acc) {
+static void gen_pv(const sm_cpu_kern *k, const float *p, int ldp, int nq, const float *const *vr, int np, int hd,
+                   float *acc) {
   for (int i = 0; i < nq; i++)
     for (int j = 0; j < np; j++)
       if (p[(size_t)i * ldp + j] != 0.f) k->axpy(acc + (size_t)i * hd, p[(size_t)i * ldp + j], vr[j], hd);
@@ -109,7 +114,8 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
     int32_t plo = INT32_MAX, phi = -1;
     for (int i = 0; i < R; i++) {
       int t = t0 + i / nh, h = h0 + i % nh;
-      memcpy(Q + (size_t)i * hd, a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd, (size_t)hd * sizeof(float));
+      memcpy(Q + (size_t)i * hd, a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd,
+             (size_t)hd * sizeof(float));
       int32_t pos = c->b.pos[t];
       hi[i] = pos;
       lo[i] = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
@@ -134,7 +140,8 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
       for (int j = 0; j < np; j++) {
         int64_t s = sl[j];
         if (s < 0) continue;
-        const char *ks = Kc + ((size_t)s * krow + (size_t)kvh * hd) * es, *vs = Vc + ((size_t)s * krow + (size_t)kvh * hd) * es;
+        const char *ks = Kc + ((size_t)s * krow + (size_t)kvh * hd) * es,
+                   *vs = Vc + ((size_t)s * krow + (size_t)kvh * hd) * es;
         if (wide) {
           k->widen(kw + (size_t)nv * hd, ks, kv->dtype, (size_t)hd);
           k->widen(vw + (size_t)nv * hd, vs, kv->dtype, (size_t)hd);
@@ -162,20 +169,30 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
           }
         }
       }
-      { int64_t *t = sl; sl = sln; sln = t; }
+      {
+        int64_t *t = sl;
+        sl = sln;
+        sln = t;
+      }
       if (!nv) continue;
       if (k->att_scores) k->att_scores(Q, hd, R, kr, nv, hd, S, ATT_CHUNK);
       else gen_scores(k, Q, hd, R, kr, nv, hd, S, ATT_CHUNK);
       for (int i = 0; i < R; i++) {
         float *sr = S + (size_t)i * ATT_CHUNK, cm = -INFINITY;
         for (int j = 0; j < nv; j++) {
-          if (pp[j] < lo[i] || pp[j] > hi[i]) { sr[j] = -INFINITY; continue; }
+          if (pp[j] < lo[i] || pp[j] > hi[i]) {
+            sr[j] = -INFINITY;
+            continue;
+          }
           float sc = sr[j] * a->scale;
           if (a->softcap > 0.f) sc = a->softcap * tanhf(sc / a->softcap);
           sr[j] = sc;
           if (sc > cm) cm = sc;
         }
-        if (cm == -INFINITY) { memset(sr, 0, (size_t)nv * sizeof(float)); continue; }
+        if (cm == -INFINITY) {
+          memset(sr, 0, (size_t)nv * sizeof(float));
+          continue;
+        }
         if (cm > m[i]) {
           float f = m[i] == -INFINITY ? 0.f : expf(m[i] - cm);
           if (f != 1.f) k->scal(acc + (size_t)i * hd, f, hd);
@@ -223,8 +240,16 @@ static void attention(sm_backend *be, float *out, const float *q, const sm_kv_ca
   }
   if (nt <= 0) return;
   const int grp = n_heads / kv->n_kv_heads;
-  att_ctx a = {.c = c, .out = out, .q = q, .kv = kv, .layer = layer, .n_heads = n_heads, .window = window,
-               .scale = scale, .softcap = softcap, .sinks = sinks};
+  att_ctx a = {.c = c,
+               .out = out,
+               .q = q,
+               .kv = kv,
+               .layer = layer,
+               .n_heads = n_heads,
+               .window = window,
+               .scale = scale,
+               .softcap = softcap,
+               .sinks = sinks};
   a.hsub = grp < ATT_ROWS ? grp : ATT_ROWS;
   a.n_hsub = (grp + a.hsub - 1) / a.hsub;
   /* tiles: runs of consecutive positions of one sequence, at most ATT_ROWS/hsub tokens */

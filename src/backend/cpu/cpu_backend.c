@@ -11,38 +11,118 @@
 /* ---------------- tuning (read once per backend instance, see tuning.h) ---------------- */
 static const char *const isa_names[] = {"auto", "scalar", "avx2", "avx512", NULL};
 static const sm_tune_entry cpu_tune[] = {
-  {"SMELT_CPU_ISA", offsetof(cpu_tuning, isa), ISA_AUTO, ISA_AUTO, ISA_AVX512, 0,
-   "CPU kernel set: auto (the best this CPU supports), scalar, avx2 or avx512", {{0, 0}}, isa_names},
-  {"SMELT_CPU_EXACT", offsetof(cpu_tuning, exact), 0, 0, 1, SM_TUNE_USER,
-   "1: float activations in one-token matmuls too (batch-invariant results; slower decode)", {{0, 0}}, NULL},
-  {"SMELT_CPU_NO_GFNI", offsetof(cpu_tuning, no_gfni), 0, 0, 1, 0,
+  {"SMELT_CPU_ISA",
+   offsetof(cpu_tuning, isa),
+   ISA_AUTO,
+   ISA_AUTO,
+   ISA_AVX512,
+   0,
+   "CPU kernel set: auto (the best this CPU supports), scalar, avx2 or avx512",
+   {{0, 0}},
+   isa_names},
+  {"SMELT_CPU_EXACT",
+   offsetof(cpu_tuning, exact),
+   0,
+   0,
+   1,
+   SM_TUNE_USER,
+   "1: float activations in one-token matmuls too (batch-invariant results; slower decode)",
+   {{0, 0}},
+   NULL},
+  {"SMELT_CPU_NO_GFNI",
+   offsetof(cpu_tuning, no_gfni),
+   0,
+   0,
+   1,
+   0,
    "1: 4-bit int8 matvec of unpacked weights without the GFNI nibble unpack (A/B measurements; same results)",
-   {{0, 0}}, NULL},
-  {"SMELT_CPU_PACK", offsetof(cpu_tuning, pack), 1, 0, 1, 0,
+   {{0, 0}},
+   NULL},
+  {"SMELT_CPU_PACK",
+   offsetof(cpu_tuning, pack),
+   1,
+   0,
+   1,
+   0,
    "0: no repacking of quantized weights at load (the int8 path then runs only one-token matmuls, with the "
-   "unpacked-weight kernels)", {{0, 0}}, NULL},
-  {"SMELT_CPU_AMX", offsetof(cpu_tuning, amx), 1, 0, 1, 0,
-   "0: batched int8 matmuls on AVX-512 VNNI even where the CPU has AMX (same results)", {{0, 0}}, NULL},
-  {"SMELT_CPU_AMX_MIN_N", offsetof(cpu_tuning, amx_min_n), 8, 2, 1 << 20, 0,
-   "tokens from which a batched int8 matmul uses AMX tiles instead of VNNI (same results)", {{0, 0}}, NULL},
-  {"SMELT_CPU_PREFETCH", offsetof(cpu_tuning, pf), 0, 0, 1 << 20, 0,
-   "software prefetch distance (bytes) of the packed one-token matvec; 0: none (same results)", {{0, 0}}, NULL},
-  {"SMELT_CPU_MV_CHUNKS", offsetof(cpu_tuning, mv_chunks), 4, 0, 64, 0,
+   "unpacked-weight kernels)",
+   {{0, 0}},
+   NULL},
+  {"SMELT_CPU_AMX",
+   offsetof(cpu_tuning, amx),
+   1,
+   0,
+   1,
+   0,
+   "0: batched int8 matmuls on AVX-512 VNNI even where the CPU has AMX (same results)",
+   {{0, 0}},
+   NULL},
+  {"SMELT_CPU_AMX_MIN_N",
+   offsetof(cpu_tuning, amx_min_n),
+   8,
+   2,
+   1 << 20,
+   0,
+   "tokens from which a batched int8 matmul uses AMX tiles instead of VNNI (same results)",
+   {{0, 0}},
+   NULL},
+  {"SMELT_CPU_PREFETCH",
+   offsetof(cpu_tuning, pf),
+   0,
+   0,
+   1 << 20,
+   0,
+   "software prefetch distance (bytes) of the packed one-token matvec; 0: none (same results)",
+   {{0, 0}},
+   NULL},
+  {"SMELT_CPU_MV_CHUNKS",
+   offsetof(cpu_tuning, mv_chunks),
+   4,
+   0,
+   64,
+   0,
    "work chunks per thread in a one-token matmul, taken dynamically; 0: one static share per thread (same results)",
-   {{0, 0}}, NULL},
-  {"SMELT_CPU_HUGEPAGES", offsetof(cpu_tuning, huge), 0, 0, 1, 0,
+   {{0, 0}},
+   NULL},
+  {"SMELT_CPU_HUGEPAGES",
+   offsetof(cpu_tuning, huge),
+   0,
+   0,
+   1,
+   0,
    "1: packed weights (and the bandwidth probe's buffer) on transparent huge pages (same results; loading may "
-   "take longer where the kernel compacts memory for them)", {{0, 0}}, NULL},
-  {"SMELT_CPU_BATCH_INVARIANT", offsetof(cpu_tuning, invariant), 0, 0, 1, SM_TUNE_USER,
+   "take longer where the kernel compacts memory for them)",
+   {{0, 0}},
+   NULL},
+  {"SMELT_CPU_BATCH_INVARIANT",
+   offsetof(cpu_tuning, invariant),
+   0,
+   0,
+   1,
+   SM_TUNE_USER,
    "1: float-path matmuls (dense or unpacked weights, SMELT_CPU_EXACT) run one token at a time, so that every "
-   "token's result is independent of its batch (slower prefill)", {{0, 0}}, NULL},
+   "token's result is independent of its batch (slower prefill)",
+   {{0, 0}},
+   NULL},
 };
 
 /* ---------------- memory ---------------- */
-static void *be_alloc(sm_backend *be, size_t bytes) { (void)be; return sm_aligned_alloc(bytes); }
-static void be_free(sm_backend *be, void *p) { (void)be; free(p); }
-static void be_upload(sm_backend *be, void *dst, const void *src, size_t n) { (void)be; if (n && dst != src) memcpy(dst, src, n); }
-static void be_download(sm_backend *be, void *dst, const void *src, size_t n) { (void)be; if (n && dst != src) memcpy(dst, src, n); }
+static void *be_alloc(sm_backend *be, size_t bytes) {
+  (void)be;
+  return sm_aligned_alloc(bytes);
+}
+static void be_free(sm_backend *be, void *p) {
+  (void)be;
+  free(p);
+}
+static void be_upload(sm_backend *be, void *dst, const void *src, size_t n) {
+  (void)be;
+  if (n && dst != src) memcpy(dst, src, n);
+}
+static void be_download(sm_backend *be, void *dst, const void *src, size_t n) {
+  (void)be;
+  if (n && dst != src) memcpy(dst, src, n);
+}
 static void be_sync(sm_backend *be) { (void)be; }
 
 bool sm_cpu_weight_ok(const sm_weight *w) {
@@ -101,14 +181,16 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
   int n = b->n_tokens;
   if (n > 0 && (!b->tokens || !b->pos || !b->seq)) return sm_err(SMELT_ERR_INVALID, "cpu: batch arrays missing");
   for (int t = 0; t < n; t++) {
-    if (b->seq[t] < 0 || b->seq[t] >= b->n_seqs) return sm_err(SMELT_ERR_INVALID, "cpu: token %d has bad seq %d", t, b->seq[t]);
+    if (b->seq[t] < 0 || b->seq[t] >= b->n_seqs)
+      return sm_err(SMELT_ERR_INVALID, "cpu: token %d has bad seq %d", t, b->seq[t]);
     if (b->pos[t] < 0) return sm_err(SMELT_ERR_INVALID, "cpu: token %d has negative position", t);
   }
   size_t nt = (size_t)b->n_seqs * (size_t)b->max_blocks;
   if (nt && !b->block_table) return sm_err(SMELT_ERR_INVALID, "cpu: block table missing");
   if (b->n_out > 0 && !b->out_rows) return sm_err(SMELT_ERR_INVALID, "cpu: out_rows missing");
   for (int i = 0; i < b->n_out; i++)
-    if (b->out_rows[i] < 0 || b->out_rows[i] >= n) return sm_err(SMELT_ERR_INVALID, "cpu: out_rows[%d] out of range", i);
+    if (b->out_rows[i] < 0 || b->out_rows[i] >= n)
+      return sm_err(SMELT_ERR_INVALID, "cpu: out_rows[%d] out of range", i);
   size_t ct = c->cap_tok;
   c->tokens = grow(c->tokens, &ct, (size_t)n, 4);
   ct = c->cap_tok;
@@ -128,7 +210,7 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
   if (b->state_slot) {
     if (!sm_cpu_batch_rec_ok(b))
       return sm_err(SMELT_ERR_INVALID, "cpu: recurrent state needs each sequence's tokens in one run of consecutive "
-                    "positions");
+                                       "positions");
     c->slots = grow(c->slots, &c->cap_slots, (size_t)b->n_seqs, 4);
     if (b->n_seqs) memcpy(c->slots, b->state_slot, (size_t)b->n_seqs * 4);
   }
@@ -155,7 +237,8 @@ typedef struct {
   _Atomic size_t next __attribute__((aligned(64))); /* its own cache line */
 } pfor_ctx;
 static void pfor_job(void *vctx, int tid, int nth) {
-  (void)tid; (void)nth;
+  (void)tid;
+  (void)nth;
   pfor_ctx *p = vctx;
   for (;;) {
     size_t i0 = atomic_fetch_add_explicit(&p->next, p->chunk, memory_order_relaxed);
@@ -167,7 +250,10 @@ static void pfor_job(void *vctx, int tid, int nth) {
 /* run fn over [0,n) in chunks; single-threaded when work (n*cost) is small */
 void sm_cpu_pfor(cpu_be *c, size_t n, size_t cost_per_item, range_fn fn, void *ctx) {
   if (n == 0) return;
-  if (c->nth == 1 || n == 1 || n * cost_per_item < PAR_MIN_ELEMS) { fn(ctx, 0, n); return; }
+  if (c->nth == 1 || n == 1 || n * cost_per_item < PAR_MIN_ELEMS) {
+    fn(ctx, 0, n);
+    return;
+  }
   size_t chunk = n / ((size_t)c->nth * 8);
   sm_cpu_pfor_chunk(c, n, chunk ? chunk : 1, fn, ctx);
 }
@@ -179,7 +265,11 @@ void sm_cpu_pfor_chunk(cpu_be *c, size_t n, size_t chunk, range_fn fn, void *ctx
 
 
 /* ---------------- embed ---------------- */
-typedef struct { cpu_be *c; const sm_weight *w; float *out; } emb_ctx;
+typedef struct {
+  cpu_be *c;
+  const sm_weight *w;
+  float *out;
+} emb_ctx;
 static void emb_range(void *vctx, size_t t0, size_t t1) {
   emb_ctx *e = vctx;
   const int64_t D = e->w->cols;
@@ -187,7 +277,8 @@ static void emb_range(void *vctx, size_t t0, size_t t1) {
     int32_t tok = e->c->b.tokens[t];
     float *o = e->out + t * (size_t)D;
     if (tok < 0 || tok >= e->w->rows) memset(o, 0, (size_t)D * sizeof(float));
-    else if (e->w->bits == 0 && e->w->dtype == SM_DT_F32) memcpy(o, (const float *)e->w->data + (size_t)tok * (size_t)D, (size_t)D * 4);
+    else if (e->w->bits == 0 && e->w->dtype == SM_DT_F32)
+      memcpy(o, (const float *)e->w->data + (size_t)tok * (size_t)D, (size_t)D * 4);
     else sm_weight_row_f32(e->w, tok, o);
   }
 }
@@ -202,7 +293,13 @@ static void be_embed(sm_backend *be, const sm_weight *emb, float *out) {
 }
 
 /* ---------------- rmsnorm ---------------- */
-typedef struct { const sm_cpu_kern *k; float *out; const float *x, *w; int dim; float eps, off; } rms_ctx;
+typedef struct {
+  const sm_cpu_kern *k;
+  float *out;
+  const float *x, *w;
+  int dim;
+  float eps, off;
+} rms_ctx;
 static void rms_range(void *vctx, size_t i0, size_t i1) {
   rms_ctx *r = vctx;
   for (size_t i = i0; i < i1; i++) {
@@ -216,7 +313,8 @@ static void rms_range(void *vctx, size_t i0, size_t i1) {
       for (int j = 0; j < r->dim; j++) o[j] = x[j] * inv * (r->w[j] + r->off);
   }
 }
-static void be_rmsnorm(sm_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps, float off) {
+static void be_rmsnorm(sm_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps,
+                       float off) {
   cpu_be *c = CB(be);
   if (n <= 0 || dim <= 0) return;
   rms_ctx r = {c->k, out, x, w, dim, eps, off};
@@ -224,7 +322,12 @@ static void be_rmsnorm(sm_backend *be, float *out, const float *x, const float *
 }
 
 /* ---------------- rope ---------------- */
-typedef struct { cpu_be *c; float *x; int nh, hd, rot; const float *inv; } rope_ctx;
+typedef struct {
+  cpu_be *c;
+  float *x;
+  int nh, hd, rot;
+  const float *inv;
+} rope_ctx;
 static void rope_range(void *vctx, size_t t0, size_t t1) {
   rope_ctx *r = vctx;
   int half = r->rot / 2;
@@ -258,7 +361,12 @@ static void be_rope(sm_backend *be, float *x, int n_heads, int head_dim, int rot
 }
 
 /* ---------------- rope_ext (position-dependent frequencies, scaled rotated dims) ---------------- */
-typedef struct { cpu_be *c; float *x; int nh, hd; const sm_rope_ext *r; } ropex_ctx;
+typedef struct {
+  cpu_be *c;
+  float *x;
+  int nh, hd;
+  const sm_rope_ext *r;
+} ropex_ctx;
 static void ropex_range(void *vctx, size_t t0, size_t t1) {
   ropex_ctx *r = vctx;
   const sm_rope_ext *e = r->r;
@@ -291,7 +399,12 @@ static void be_rope_ext(sm_backend *be, float *x, int n_heads, int head_dim, con
 }
 
 /* ---------------- layernorm ---------------- */
-typedef struct { float *out; const float *x, *w, *b; int dim; float eps; } ln_ctx;
+typedef struct {
+  float *out;
+  const float *x, *w, *b;
+  int dim;
+  float eps;
+} ln_ctx;
 static void ln_range(void *vctx, size_t i0, size_t i1) {
   ln_ctx *l = vctx;
   for (size_t i = i0; i < i1; i++) {
@@ -314,7 +427,12 @@ static void be_layernorm(sm_backend *be, float *out, const float *x, const float
 }
 
 /* ---------------- elementwise ---------------- */
-typedef struct { const sm_cpu_kern *k; float *out; const float *a, *b; float s; } ew_ctx;
+typedef struct {
+  const sm_cpu_kern *k;
+  float *out;
+  const float *a, *b;
+  float s;
+} ew_ctx;
 static void silu_range(void *v, size_t i0, size_t i1) {
   ew_ctx *e = v;
   e->k->silu_mul(e->out + i0, e->a + i0, e->b + i0, i1 - i0);
@@ -347,7 +465,11 @@ static void be_add(sm_backend *be, float *y, const float *x, size_t n) {
   ew_ctx e = {NULL, y, x, NULL, 0};
   sm_cpu_pfor(CB(be), n, 1, add_range, &e);
 }
-typedef struct { float *y; const float *b; int dim; } addrows_ctx;
+typedef struct {
+  float *y;
+  const float *b;
+  int dim;
+} addrows_ctx;
 static void addrows_range(void *v, size_t r0, size_t r1) {
   addrows_ctx *a = v;
   for (size_t r = r0; r < r1; r++)
@@ -374,14 +496,24 @@ static void be_gather_out(sm_backend *be, float *dst, const float *src, int dim)
 }
 
 /* ---------------- recurrent models (kernels in ssm.c) ---------------- */
-static void be_copy(sm_backend *be, void *dst, const void *src, size_t n) { (void)be; if (n && dst != src) memmove(dst, src, n); }
-typedef struct { float *y; const float *a, *b; int op; } ew3_ctx; /* op 0: y = a*b, 1: y *= sigmoid(a), 2: relu2 */
+static void be_copy(sm_backend *be, void *dst, const void *src, size_t n) {
+  (void)be;
+  if (n && dst != src) memmove(dst, src, n);
+}
+typedef struct {
+  float *y;
+  const float *a, *b;
+  int op;
+} ew3_ctx; /* op 0: y = a*b, 1: y *= sigmoid(a), 2: relu2 */
 static void ew3_range(void *v, size_t i0, size_t i1) {
   ew3_ctx *e = v;
   for (size_t i = i0; i < i1; i++) {
     if (e->op == 0) e->y[i] = e->a[i] * e->b[i];
     else if (e->op == 1) e->y[i] *= 1.f / (1.f + expf(-e->a[i]));
-    else { const float r = e->y[i] > 0.f ? e->y[i] : 0.f; e->y[i] = r * r; }
+    else {
+      const float r = e->y[i] > 0.f ? e->y[i] : 0.f;
+      e->y[i] = r * r;
+    }
   }
 }
 static void be_mul(sm_backend *be, float *y, const float *a, const float *b, size_t n) {
@@ -402,8 +534,8 @@ static void be_conv1d(sm_backend *be, float *out, const float *x, const float *w
   sm_cpu_conv1d(c->pool, &c->b, out, x, w, bias, C, K, act, kv, layer);
 }
 static void be_ssm_scan(sm_backend *be, float *y, const float *x, const float *B, const float *Cm, int ld,
-                        const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh, int P, int G,
-                        int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer) {
+                        const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh, int P,
+                        int G, int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer) {
   cpu_be *c = CB(be);
   sm_cpu_ssm_scan(c->pool, &c->b, y, x, B, Cm, ld, dt_in, dt_bias, A_log, D, nh, P, G, N, dt_min, dt_max, kv, layer);
 }
@@ -429,7 +561,11 @@ static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, i
   if (!logits || !out) return sm_err(SMELT_ERR_INVALID, "sample: missing buffers");
   float *row = malloc(sizeof(float) * 2 * (size_t)vocab);
   int32_t *idx = malloc(sizeof(int32_t) * (size_t)vocab);
-  if (!row || !idx) { free(row); free(idx); return sm_err(SMELT_ERR_OOM, "sample: scratch of %d floats", vocab); }
+  if (!row || !idx) {
+    free(row);
+    free(idx);
+    return sm_err(SMELT_ERR_OOM, "sample: scratch of %d floats", vocab);
+  }
   for (int i = 0; i < n_req; i++) {
     memcpy(row, logits + (size_t)req[i].row * (size_t)vocab, sizeof(float) * (size_t)vocab);
     out[i] = sm_sample_row(&req[i], row, vocab, row + vocab, idx);
@@ -453,8 +589,17 @@ static void be_destroy(sm_backend *be) {
   sm_pool_destroy(c->pool);
   for (int i = 0; i < c->nth; i++) free(c->gscratch[i]);
   free(c->gscratch);
-  free(c->tokens); free(c->pos); free(c->seq); free(c->table); free(c->out_rows); free(c->slots); free(c->span);
-  free(c->xp); free(c->xsum); free(c->xs); free(c->xq);
+  free(c->tokens);
+  free(c->pos);
+  free(c->seq);
+  free(c->table);
+  free(c->out_rows);
+  free(c->slots);
+  free(c->span);
+  free(c->xp);
+  free(c->xsum);
+  free(c->xs);
+  free(c->xq);
   sm_cpu_matmul_free(c);
   free(c);
 }
@@ -496,7 +641,11 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
   c->numa = o->numa != SMELT_NUMA_NONE;
   c->pool = sm_pool_create(n_threads, sets, o->poll);
   free(sets);
-  if (!c->pool) { free(c); sm_err(SMELT_ERR_OOM, "cpu: thread pool"); return NULL; }
+  if (!c->pool) {
+    free(c);
+    sm_err(SMELT_ERR_OOM, "cpu: thread pool");
+    return NULL;
+  }
   c->nth = sm_pool_size(c->pool);
   c->gscratch = sm_xcalloc((size_t)c->nth, sizeof(float *));
   c->pu = sm_xcalloc((size_t)c->nth, sizeof(uint8_t *));
@@ -505,7 +654,11 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
   for (int i = 0; i < c->nth; i++) {
     c->gscratch[i] = sm_aligned_alloc(sm_cpu_gemm_scratch_bytes());
     c->amxw[i] = sm_aligned_alloc(SM_AMX_SCRATCH);
-    if (!c->gscratch[i] || !c->amxw[i]) { be_destroy(&c->base); sm_err(SMELT_ERR_OOM, "cpu: scratch"); return NULL; }
+    if (!c->gscratch[i] || !c->amxw[i]) {
+      be_destroy(&c->base);
+      sm_err(SMELT_ERR_OOM, "cpu: scratch");
+      return NULL;
+    }
   }
   sm_backend *b = &c->base;
   b->name = "cpu";
@@ -564,7 +717,7 @@ const char *sm_cpu_backend_isa(const sm_backend *be) { return ((const cpu_be *)b
 bool sm_cpu_backend_uses_i8(const sm_backend *be, const sm_weight *w, int n) {
   const cpu_be *c = (const cpu_be *)be;
   if (c->exact || !w || !w->bits || w->qmode != SM_QMODE_AFFINE) return false; /* microscaling: cpu_mxq.c */
-  if (w->dev) return true; /* packed: every batch size */
+  if (w->dev) return true;                                                     /* packed: every batch size */
   return (n < 4 || c->tune.invariant) && c->k->i8_ok && c->k->prep_xq && c->k->matvec_i8 && w->cols >= I8_MIN_COLS &&
          c->k->i8_ok(w);
 }

@@ -43,22 +43,22 @@ typedef struct {
   int8_t *xq;
   size_t cap_x;
   cpu_tuning tune;
-  bool exact; /* SMELT_CPU_EXACT=1: no int8 activations */
-  bool gfni;  /* the 4-bit int8 matvec uses GFNI */
-  bool pack;  /* prepare_weight packs quantized weights for the int8 kernels */
+  bool exact;           /* SMELT_CPU_EXACT=1: no int8 activations */
+  bool gfni;            /* the 4-bit int8 matvec uses GFNI */
+  bool pack;            /* prepare_weight packs quantized weights for the int8 kernels */
   const sm_i8_kern *ik; /* the int8 kernels of packed weights (with pack) */
-  bool amx;   /* batched int8 matmuls may use AMX */
-  bool numa;  /* threads placed over NUMA nodes: static row split (pages first touched by their reader) */
+  bool amx;             /* batched int8 matmuls may use AMX */
+  bool numa;            /* threads placed over NUMA nodes: static row split (pages first touched by their reader) */
   /* per-thread float gemm scratch */
   float **gscratch;
   /* packed int8 path: quantized activations (shared) and per-thread unpacked row blocks */
   int8_t *pxq;
   float *pxs, *pxsum; /* pxsum points into pxs's allocation */
   size_t cap_pxq, cap_pxs;
-  uint8_t **pu;  /* [nth] 4 row blocks of 16 x cols codes */
-  float **psc;   /* [nth] SC then BI of 4 row blocks */
+  uint8_t **pu; /* [nth] 4 row blocks of 16 x cols codes */
+  float **psc;  /* [nth] SC then BI of 4 row blocks */
   size_t cap_pu, cap_psc;
-  void **amxw;   /* [nth] SM_AMX_SCRATCH bytes */
+  void **amxw;      /* [nth] SM_AMX_SCRATCH bytes */
   double bandwidth; /* measured read bandwidth (bytes/s), 0 until measured */
 } cpu_be;
 

@@ -18,7 +18,8 @@ typedef struct {
 } enc_pfor;
 
 static void enc_job(void *vctx, int tid, int nth) {
-  (void)tid; (void)nth;
+  (void)tid;
+  (void)nth;
   enc_pfor *p = vctx;
   for (;;) {
     const size_t i0 = atomic_fetch_add_explicit(&p->next, p->chunk, memory_order_relaxed);
@@ -31,8 +32,11 @@ static void run(sm_backend *be, size_t n, size_t cost, enc_range_fn fn, void *ct
   sm_pool *pool = sm_cpu_backend_pool(be);
   const int nth = sm_pool_size(pool);
   if (!n) return;
-  if (nth == 1 || n == 1 || n * cost < ENC_PAR_MIN) { fn(ctx, 0, n); return; }
-  enc_pfor p = { .fn = fn, .ctx = ctx, .n = n };
+  if (nth == 1 || n == 1 || n * cost < ENC_PAR_MIN) {
+    fn(ctx, 0, n);
+    return;
+  }
+  enc_pfor p = {.fn = fn, .ctx = ctx, .n = n};
   const size_t chunk = n / ((size_t)nth * 4);
   p.chunk = chunk ? chunk : 1;
   atomic_init(&p.next, 0);
@@ -67,7 +71,10 @@ static void seg_range(void *vctx, size_t i0, size_t i1) {
     const int lo = a->seg[s], hi = a->seg[s + 1];
     const int R = SM_MIN(SEG_ROWS, hi - t0);
     memset(acc, 0, sizeof(float) * (size_t)R * hd);
-    for (int i = 0; i < R; i++) { m[i] = -INFINITY; l[i] = 0.f; }
+    for (int i = 0; i < R; i++) {
+      m[i] = -INFINITY;
+      l[i] = 0.f;
+    }
     const float *Q = a->q + (size_t)t0 * qs + (size_t)h * hd;
     for (int j0 = lo; j0 < hi; j0 += SEG_CHUNK) {
       const int np = SM_MIN(SEG_CHUNK, hi - j0);
@@ -120,7 +127,10 @@ static void be_attention_seg(sm_backend *be, float *out, const float *q, const f
   }
   int n_tiles = 0;
   for (int s = 0; s < n_seg; s++) {
-    if (seg[s + 1] < seg[s]) { sm_err(SMELT_ERR_INVALID, "attention_seg: segments not ascending"); return; }
+    if (seg[s + 1] < seg[s]) {
+      sm_err(SMELT_ERR_INVALID, "attention_seg: segments not ascending");
+      return;
+    }
     n_tiles += (seg[s + 1] - seg[s] + SEG_ROWS - 1) / SEG_ROWS;
   }
   int32_t *t0 = sm_xmalloc(sizeof(int32_t) * (size_t)(n_tiles ? n_tiles : 1) * 2), *ts = t0 + n_tiles;
@@ -133,7 +143,7 @@ static void be_attention_seg(sm_backend *be, float *out, const float *q, const f
     }
     cost = SM_MAX(cost, (size_t)(seg[s + 1] - seg[s]));
   }
-  seg_ctx a = { sm_cpu_backend_kern(be), out, q, k, v, n_heads, n_kv_heads, head_dim, scale, t0, ts, seg, n_tiles };
+  seg_ctx a = {sm_cpu_backend_kern(be), out, q, k, v, n_heads, n_kv_heads, head_dim, scale, t0, ts, seg, n_tiles};
   run(be, (size_t)n_tiles * n_heads, cost * SEG_ROWS * (size_t)head_dim * 2, seg_range, &a);
   free(t0);
 }
@@ -172,7 +182,7 @@ static void rax_range(void *vctx, size_t t0, size_t t1) {
 static void be_rope_axes(sm_backend *be, float *x, int n, int n_heads, int head_dim, int rot_dim, const float *inv,
                          const int32_t *axis, const int32_t *pos) {
   if (n <= 0 || n_heads <= 0 || rot_dim < 2 || rot_dim % 2 || rot_dim > head_dim) return;
-  rax_ctx r = { x, n, n_heads, head_dim, rot_dim, inv, axis, pos };
+  rax_ctx r = {x, n, n_heads, head_dim, rot_dim, inv, axis, pos};
   run(be, (size_t)n, (size_t)n_heads * (size_t)rot_dim * 4, rax_range, &r);
 }
 
@@ -194,7 +204,7 @@ static void gelu_range(void *vctx, size_t i0, size_t i1) {
     for (size_t i = i0; i < i1; i++) g->y[i] = 0.5f * g->x[i] * (1.f + erff(g->x[i] * 0.70710678118654752f));
 }
 static void be_gelu(sm_backend *be, float *y, const float *x, size_t n, bool tanh_approx) {
-  gelu_ctx g = { y, x, tanh_approx };
+  gelu_ctx g = {y, x, tanh_approx};
   run(be, n, 8, gelu_range, &g);
 }
 
@@ -211,7 +221,7 @@ static void gat_range(void *vctx, size_t i0, size_t i1) {
 }
 static void be_gather_rows(sm_backend *be, float *dst, const float *src, const int32_t *idx, int n, int dim) {
   if (n <= 0 || dim <= 0) return;
-  gat_ctx g = { dst, src, idx, dim };
+  gat_ctx g = {dst, src, idx, dim};
   run(be, (size_t)n, (size_t)dim, gat_range, &g);
 }
 

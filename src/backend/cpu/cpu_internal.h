@@ -147,8 +147,8 @@ typedef struct {
   const sm_cpu_packed *p;
   const int8_t *xq;
   const float *xs, *xsum;
-  int n;            /* tokens */
-  int pf;           /* software prefetch distance in bytes (decode), 0: none */
+  int n;  /* tokens */
+  int pf; /* software prefetch distance in bytes (decode), 0: none */
 } sm_i8_arg;
 bool sm_i8avx512_ok(void);
 /* quantize tokens [t0, t1) of x[n][cols] (canonical) */
@@ -172,8 +172,8 @@ bool sm_i8avxvnni_ok(void);
 void sm_i8avxvnni_quant(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum);
 void sm_i8avxvnni_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
 void sm_i8avxvnni_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
-void sm_i8avxvnni_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
-                       float *y, int64_t ldy);
+void sm_i8avxvnni_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0,
+                       int t1, float *y, int64_t ldy);
 /* a set of the four, by CPU */
 typedef struct {
   const char *name; /* "avx512vnni", "avxvnni", "avx2" */
@@ -241,22 +241,22 @@ bool sm_cpu_backend_uses_amx(const sm_backend *be, const sm_weight *w, int n);
 bool sm_cpu_batch_rec_ok(const sm_batch *b);
 void sm_cpu_conv1d(sm_pool *pool, const sm_batch *b, float *out, const float *x, const float *w, const float *bias,
                    int C, int K, bool act_silu, const sm_kv_cache *kv, int layer);
-void sm_cpu_ssm_scan(sm_pool *pool, const sm_batch *b, float *y, const float *x, const float *B, const float *Cm, int ld,
-                     const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh, int P, int G,
-                     int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer);
-void sm_cpu_gated_delta(sm_pool *pool, const sm_batch *b, float *y, const float *q, const float *k, const float *v, int ld,
-                        const float *a, const float *bb, const float *A_log, const float *dt_bias, int Hk, int Hv, int Dk,
-                        int Dv, const sm_kv_cache *kv, int layer);
+void sm_cpu_ssm_scan(sm_pool *pool, const sm_batch *b, float *y, const float *x, const float *B, const float *Cm,
+                     int ld, const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh,
+                     int P, int G, int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer);
+void sm_cpu_gated_delta(sm_pool *pool, const sm_batch *b, float *y, const float *q, const float *k, const float *v,
+                        int ld, const float *a, const float *bb, const float *A_log, const float *dt_bias, int Hk,
+                        int Hv, int Dk, int Dv, const sm_kv_cache *kv, int layer);
 void sm_cpu_gated_rmsnorm(sm_pool *pool, float *out, const float *x, const float *z, const float *w, int n, int dim,
                           int group, int wdim, float eps, bool norm_first);
 
 /* shared helpers */
 static inline float sm_cpu_ldf(const void *p, size_t i, sm_dtype t) {
   switch (t) {
-  case SM_DT_F32: return ((const float *)p)[i];
-  case SM_DT_F16: return sm_f16_to_f32(((const uint16_t *)p)[i]);
-  case SM_DT_BF16: return sm_bf16_to_f32(((const uint16_t *)p)[i]);
-  default: return 0.f;
+    case SM_DT_F32: return ((const float *)p)[i];
+    case SM_DT_F16: return sm_f16_to_f32(((const uint16_t *)p)[i]);
+    case SM_DT_BF16: return sm_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return 0.f;
   }
 }
 /* extract element j of a little-endian bit stream (bits <= 8) */

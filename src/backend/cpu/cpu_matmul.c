@@ -76,11 +76,16 @@ static void matmul_unpacked(sm_backend *be, const sm_weight *w, const float *x, 
     }
     const bool i8 = sm_cpu_backend_uses_i8(be, w, n);
     for (int t = 0; t < n; t++) {
-      mv_ctx m = {.k = c->k, .a = {.w = w, .xp = c->xp, .xsum = c->xsum, .xq = c->xq, .xs = c->xs, .gfni = c->gfni},
-                  .y = y + (size_t)t * (size_t)M, .i8 = i8};
+      mv_ctx m = {.k = c->k,
+                  .a = {.w = w, .xp = c->xp, .xsum = c->xsum, .xq = c->xq, .xs = c->xs, .gfni = c->gfni},
+                  .y = y + (size_t)t * (size_t)M,
+                  .i8 = i8};
       if (i8) c->k->prep_xq(w, x + (size_t)t * (size_t)K, c->xq, c->xs, c->xsum);
       else c->k->prep_x(w, x + (size_t)t * (size_t)K, c->xp, c->xsum);
-      if (c->nth == 1 || M * K < PAR_MIN_ELEMS) { mv_range(&m, 0, (size_t)M); continue; }
+      if (c->nth == 1 || M * K < PAR_MIN_ELEMS) {
+        mv_range(&m, 0, (size_t)M);
+        continue;
+      }
       size_t chunk = (size_t)M / ((size_t)c->nth * 16);
       chunk = (chunk + 15) & ~(size_t)15;
       sm_cpu_pfor_chunk(c, (size_t)M, chunk < 16 ? 16 : chunk, mv_range, &m);
@@ -188,7 +193,7 @@ static void pgemm_job(void *v, int tid, int nth) {
     } else {
       for (int j = 0; j < nrb; j++)
         g->c->ik->gemm(&g->a, U + (size_t)j * 16 * (size_t)K, SC + (size_t)j * (size_t)ng * 16,
-                         BI + (size_t)j * (size_t)ng * 16, rb0 + j, t0, t1, g->y, M);
+                       BI + (size_t)j * (size_t)ng * 16, rb0 + j, t0, t1, g->y, M);
     }
   }
   if (g->amx) sm_amx_release();
@@ -247,7 +252,10 @@ void sm_cpu_matmul(sm_backend *be, sm_mm_role role, const sm_weight *w, const fl
     return;
   }
   if (w->rows == 0) return;
-  if (w->qmode != SM_QMODE_AFFINE) { sm_cpu_mxq_matmul(c->pool, c->k, w, x, n, y); return; }
+  if (w->qmode != SM_QMODE_AFFINE) {
+    sm_cpu_mxq_matmul(c->pool, c->k, w, x, n, y);
+    return;
+  }
   if (w->dev && !c->exact) matmul_packed(c, (const sm_cpu_packed *)w->dev, x, n, y);
   else matmul_unpacked(be, w, x, n, y);
 }
@@ -270,7 +278,7 @@ void sm_cpu_matmul_free(cpu_be *c) {
 /* ---------------- many one-token matvecs in one dispatch (cpu_internal.h) ---------------- */
 typedef struct {
   const sm_cpu_kern *k;
-  sm_mv_arg *a;      /* [nw] prepared arguments */
+  sm_mv_arg *a; /* [nw] prepared arguments */
   float *const *ys;
   const bool *i8;
   const int64_t *c0; /* [nw + 1] first chunk of each matvec */
@@ -278,7 +286,8 @@ typedef struct {
   _Atomic int64_t next;
 } mvb_ctx;
 static void mvb_job(void *vctx, int tid, int nth) {
-  (void)tid; (void)nth;
+  (void)tid;
+  (void)nth;
   mvb_ctx *m = vctx;
   for (;;) {
     const int64_t ci = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed);
@@ -315,15 +324,19 @@ void sm_cpu_matvec_batch(sm_backend *be, const sm_weight *ws, const float *const
     char *b = sm_aligned_alloc(sizeof(float) * (size_t)(K + 64) * 3 + (size_t)K + 64);
     if (!b) abort();
     bufs[i] = b;
-    a[i] = (sm_mv_arg){ .w = w, .xp = (float *)b, .xsum = (float *)b + K + 64, .xs = (float *)b + 2 * (K + 64),
-                        .xq = (int8_t *)((float *)b + 3 * (K + 64)), .gfni = c->gfni };
+    a[i] = (sm_mv_arg){.w = w,
+                       .xp = (float *)b,
+                       .xsum = (float *)b + K + 64,
+                       .xs = (float *)b + 2 * (K + 64),
+                       .xq = (int8_t *)((float *)b + 3 * (K + 64)),
+                       .gfni = c->gfni};
     i8[i] = sm_cpu_backend_uses_i8(be, w, 1);
     if (i8[i]) c->k->prep_xq(w, xs[i], (int8_t *)a[i].xq, (float *)a[i].xs, (float *)a[i].xsum);
     else c->k->prep_x(w, xs[i], (float *)a[i].xp, (float *)a[i].xsum);
     total += (w->rows + chunk - 1) / chunk;
   }
   c0[nw] = total;
-  mvb_ctx m = { .k = c->k, .a = a, .ys = ys, .i8 = i8, .c0 = c0, .chunk = chunk, .n_chunks = total };
+  mvb_ctx m = {.k = c->k, .a = a, .ys = ys, .i8 = i8, .c0 = c0, .chunk = chunk, .n_chunks = total};
   atomic_init(&m.next, 0);
   if (total > 0) {
     if (c->nth == 1) mvb_job(&m, 0, 1);

@@ -75,7 +75,8 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
       yg = sm_xmalloc(sizeof(float) * cap * (size_t)rows);
     }
     for (int i = 0; i < m; i++)
-      memcpy(xg + (size_t)i * (size_t)K, x + (size_t)(x_per_slot ? sl[i] : sl[i] / k) * (size_t)K, sizeof(float) * (size_t)K);
+      memcpy(xg + (size_t)i * (size_t)K, x + (size_t)(x_per_slot ? sl[i] : sl[i] / k) * (size_t)K,
+             sizeof(float) * (size_t)K);
     if (mp > m) memset(xg + (size_t)m * (size_t)K, 0, sizeof(float) * (size_t)(mp - m) * (size_t)K);
     be->matmul(be, role, &v, xg, mp, yg);
     for (int i = 0; i < m; i++)

@@ -43,7 +43,8 @@ static void mv_rows(const sm_weight *w, const float *x, int64_t r0, int64_t r1, 
       float acc = 0.f;
       if (w->bits == 4) {
         const uint8_t *q = row + g * gs / 2;
-        for (int64_t j = 0; j < gs / 2; j++) acc += g_fp4_pair[q[j]][0] * xg[2 * j] + g_fp4_pair[q[j]][1] * xg[2 * j + 1];
+        for (int64_t j = 0; j < gs / 2; j++)
+          acc += g_fp4_pair[q[j]][0] * xg[2 * j] + g_fp4_pair[q[j]][1] * xg[2 * j + 1];
       } else {
         const uint8_t *q = row + g * gs;
         for (int64_t j = 0; j < gs; j++) acc += g_e4m3[q[j]] * xg[j];
@@ -86,7 +87,8 @@ typedef struct {
 } mxq_job;
 
 static void mv_job(void *v, int tid, int nth) {
-  (void)tid; (void)nth;
+  (void)tid;
+  (void)nth;
   mxq_job *j = v;
   const int64_t M = j->w->rows;
   for (;;) {
@@ -102,7 +104,8 @@ static void mv_job(void *v, int tid, int nth) {
 }
 
 static void gemm_job(void *v, int tid, int nth) {
-  (void)tid; (void)nth;
+  (void)tid;
+  (void)nth;
   mxq_job *j = v;
   const int panel = j->k->panel;
   const int64_t M = j->w->rows, K = j->w->cols;
@@ -126,7 +129,7 @@ static void gemm_job(void *v, int tid, int nth) {
 void sm_cpu_mxq_matmul(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, const float *x, int n, float *y) {
   init_tables();
   const int64_t M = w->rows;
-  mxq_job j = { .k = k, .w = w, .x = x, .n = n, .y = y };
+  mxq_job j = {.k = k, .w = w, .x = x, .n = n, .y = y};
   atomic_init(&j.next, 0);
   const int nth = sm_pool_size(pool);
   if (n < 4) {

@@ -26,7 +26,8 @@ static bool parse_list(const char *s, cpu_set_t *set) {
     for (long i = a; i <= b; i++) CPU_SET((int)i, set);
     if (*s == ',') s++;
     else if (*s && !isspace((unsigned char)*s)) return false;
-    else while (isspace((unsigned char)*s)) s++;
+    else
+      while (isspace((unsigned char)*s)) s++;
   }
   return true;
 }
@@ -84,7 +85,8 @@ smelt_status sm_cpu_place_plan(const sm_cpu_opts *o, int *n_threads, cpu_set_t *
   if (masked) {
     cpu_set_t m;
     if (!sm_cpu_parse_mask(o->cpu_mask, &m))
-      return sm_err(SMELT_ERR_INVALID, "--cpu-mask %s: expected a hex mask (0xff) or a CPU list (0-7,16-23)", o->cpu_mask);
+      return sm_err(SMELT_ERR_INVALID, "--cpu-mask %s: expected a hex mask (0xff) or a CPU list (0-7,16-23)",
+                    o->cpu_mask);
     CPU_AND(&base, &m, &allowed);
     if (!CPU_EQUAL(&base, &m)) {
       for (int i = 0; i < CPU_SETSIZE; i++)
@@ -128,7 +130,10 @@ smelt_status sm_cpu_place_plan(const sm_cpu_opts *o, int *n_threads, cpu_set_t *
       s[i] = t;
       used += CPU_COUNT(&t) > 0;
     }
-    if (used < n) { free(s); return sm_err(SMELT_ERR_INVALID, "--numa distribute: no usable CPU on the NUMA nodes"); }
+    if (used < n) {
+      free(s);
+      return sm_err(SMELT_ERR_INVALID, "--numa distribute: no usable CPU on the NUMA nodes");
+    }
   } else if (masked) {
     /* one CPU per thread, in the mask's order (round-robin past its end) */
     for (int i = 0; i < n; i++) {

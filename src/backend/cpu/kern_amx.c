@@ -27,11 +27,15 @@ typedef struct {
   uint16_t colsb[16];
   uint8_t rows[16];
 } tilecfg;
-static _Thread_local struct { tilecfg cfg; uint8_t tm[8][16][64]; } emu;
+static _Thread_local struct {
+  tilecfg cfg;
+  uint8_t tm[8][16][64];
+} emu;
 static void emu_load(int t, const void *p, size_t stride) {
   if (!emu.cfg.palette || emu.cfg.rows[t] > 16 || emu.cfg.colsb[t] > 64) abort();
   memset(emu.tm[t], 0, sizeof emu.tm[t]);
-  for (int r = 0; r < emu.cfg.rows[t]; r++) memcpy(emu.tm[t][r], (const uint8_t *)p + (size_t)r * stride, emu.cfg.colsb[t]);
+  for (int r = 0; r < emu.cfg.rows[t]; r++)
+    memcpy(emu.tm[t][r], (const uint8_t *)p + (size_t)r * stride, emu.cfg.colsb[t]);
 }
 static void emu_store(int t, void *p, size_t stride) {
   if (!emu.cfg.palette) abort();
@@ -118,10 +122,16 @@ static void configure(int ks) {
   tilecfg c __attribute__((aligned(64)));
   memset(&c, 0, sizeof c);
   c.palette = 1;
-  for (int j = 0; j < 4; j++) { c.rows[j] = 16; c.colsb[j] = 64; }
+  for (int j = 0; j < 4; j++) {
+    c.rows[j] = 16;
+    c.colsb[j] = 64;
+  }
   c.rows[4] = 16;
   c.colsb[4] = (uint16_t)ks;
-  for (int j = 5; j < 7; j++) { c.rows[j] = (uint8_t)(ks / 4); c.colsb[j] = 64; }
+  for (int j = 5; j < 7; j++) {
+    c.rows[j] = (uint8_t)(ks / 4);
+    c.colsb[j] = 64;
+  }
   _tile_loadconfig(&c);
   cfg_ks = ks;
 }
@@ -133,10 +143,10 @@ void sm_amx_release(void) {
   }
 }
 
-#define AMX_STEP(J, BT)                                                                                    \
-  if (nrb > J) {                                                                                           \
-    _tile_loadd(BT, U + (size_t)J * 16 * (size_t)K + (size_t)(k0 / 4) * 64, 64);                           \
-    _tile_dpbsud(J, 4, BT);                                                                                \
+#define AMX_STEP(J, BT) \
+  if (nrb > J) { \
+    _tile_loadd(BT, U + (size_t)J * 16 * (size_t)K + (size_t)(k0 / 4) * 64, 64); \
+    _tile_dpbsud(J, 4, BT); \
   }
 
 void sm_amx_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb0, int nrb, int t0,
@@ -145,7 +155,7 @@ void sm_amx_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const fl
   const int64_t K = p->cols, ng = p->ng;
   const int gs = p->gs, ks = gs == 32 ? 32 : 64;
   configure(ks);
-  int32_t *C = work;                     /* [4][16][16] */
+  int32_t *C = work;                           /* [4][16][16] */
   float *acc = (float *)((char *)work + 4096); /* [4][16][16] */
   for (int tt = t0; tt < t1; tt += 16) {
     const int nt = t1 - tt < 16 ? t1 - tt : 16;
@@ -186,7 +196,8 @@ void sm_amx_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const fl
       for (int t = 0; t < nt; t++) {
         const float *xsum = a->xsum + (size_t)(tt + t) * (size_t)ng;
         __m512 bacc = _mm512_setzero_ps();
-        for (int64_t g = 0; g < ng; g++) bacc = _mm512_fmadd_ps(_mm512_load_ps(bij + g * 16), _mm512_set1_ps(xsum[g]), bacc);
+        for (int64_t g = 0; g < ng; g++)
+          bacc = _mm512_fmadd_ps(_mm512_load_ps(bij + g * 16), _mm512_set1_ps(xsum[g]), bacc);
         _mm512_mask_storeu_ps(y + (size_t)(tt + t) * (size_t)ldy + (size_t)rb * 16, m,
                               _mm512_add_ps(_mm512_load_ps(acc + j * 256 + t * 16), bacc));
       }
@@ -199,6 +210,16 @@ bool sm_amx_ok(void) { return false; }
 void sm_amx_release(void) {}
 void sm_amx_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb0, int nrb, int t0,
                  int t1, float *y, int64_t ldy, void *work) {
-  (void)a; (void)U; (void)SC; (void)BI; (void)rb0; (void)nrb; (void)t0; (void)t1; (void)y; (void)ldy; (void)work;
+  (void)a;
+  (void)U;
+  (void)SC;
+  (void)BI;
+  (void)rb0;
+  (void)nrb;
+  (void)t0;
+  (void)t1;
+  (void)y;
+  (void)ldy;
+  (void)work;
 }
 #endif

@@ -10,10 +10,17 @@
 
 static inline float ldsc(const void *p, size_t i, sm_dtype t) {
   switch (t) {
-  case SM_DT_F32: return ((const float *)p)[i];
-  case SM_DT_F16: return _cvtsh_ss(((const uint16_t *)p)[i]);
-  case SM_DT_BF16: { union { uint32_t u; float f; } v; v.u = (uint32_t)((const uint16_t *)p)[i] << 16; return v.f; }
-  default: return 0.f;
+    case SM_DT_F32: return ((const float *)p)[i];
+    case SM_DT_F16: return _cvtsh_ss(((const uint16_t *)p)[i]);
+    case SM_DT_BF16: {
+      union {
+        uint32_t u;
+        float f;
+      } v;
+      v.u = (uint32_t)((const uint16_t *)p)[i] << 16;
+      return v.f;
+    }
+    default: return 0.f;
   }
 }
 static inline float hsum(__m256 v) {
@@ -29,7 +36,10 @@ static inline __m256i tailmask(int n) { /* first n lanes (0..8) */
 
 static void prep_x(const sm_weight *w, const float *x, float *xp, float *xsum) {
   int64_t K = w->cols;
-  if (w->bits == 0) { memcpy(xp, x, (size_t)K * sizeof(float)); return; }
+  if (w->bits == 0) {
+    memcpy(xp, x, (size_t)K * sizeof(float));
+    return;
+  }
   int gs = w->group_size;
   for (int64_t g = 0; g < K / gs; g++) {
     __m256 s = _mm256_setzero_ps();
@@ -38,7 +48,10 @@ static void prep_x(const sm_weight *w, const float *x, float *xp, float *xsum) {
   }
   if (w->bits == 4) {
     for (int64_t b = 0; b < K; b += 16)
-      for (int j = 0; j < 8; j++) { xp[b + j] = x[b + 2 * j]; xp[b + 8 + j] = x[b + 2 * j + 1]; }
+      for (int j = 0; j < 8; j++) {
+        xp[b + j] = x[b + 2 * j];
+        xp[b + 8 + j] = x[b + 2 * j + 1];
+      }
   } else if (w->bits == 2) {
     for (int64_t b = 0; b < K; b += 16)
       for (int j = 0; j < 4; j++)
@@ -49,7 +62,10 @@ static void prep_x(const sm_weight *w, const float *x, float *xp, float *xsum) {
 }
 
 /* generic: 8 b-bit values in natural order from p (8 readable bytes) */
-typedef struct { __m128i ctrl; __m256i shift, mask; } gen_unpack;
+typedef struct {
+  __m128i ctrl;
+  __m256i shift, mask;
+} gen_unpack;
 static inline gen_unpack gen_init(int bits) {
   gen_unpack u;
   uint8_t c[16];
@@ -116,8 +132,10 @@ static void mv_q2(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
         int32_t v;
         memcpy(&v, q, 4);
         __m256i b = _mm256_cvtepu8_epi32(_mm_set1_epi32(v));
-        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(b, shA), m2)), _mm256_loadu_ps(xp), a0);
-        a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(b, shB), m2)), _mm256_loadu_ps(xp + 8), a1);
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(b, shA), m2)), _mm256_loadu_ps(xp),
+                             a0);
+        a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(b, shB), m2)),
+                             _mm256_loadu_ps(xp + 8), a1);
         q += 4;
         xp += 16;
       }
@@ -141,8 +159,10 @@ static void mv_q8(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
       for (int j = 0; j < gs; j += 64) _mm_prefetch((const char *)q + j + SM_PF_DIST, _MM_HINT_T0);
       __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
       for (int j = 0; j < gs; j += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q))), _mm256_loadu_ps(xp), a0);
-        a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8)))), _mm256_loadu_ps(xp + 8), a1);
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q))),
+                             _mm256_loadu_ps(xp), a0);
+        a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8)))),
+                             _mm256_loadu_ps(xp + 8), a1);
         q += 16;
         xp += 16;
       }
@@ -171,7 +191,11 @@ static void mv_qgen(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
       __m256 a0 = _mm256_setzero_ps();
       for (int j = 0; j < gs; j += 8) {
         const uint8_t *p = row + off;
-        if (off + 8 > rb) { memset(tmp, 0, sizeof tmp); memcpy(tmp, p, rb - off); p = tmp; }
+        if (off + 8 > rb) {
+          memset(tmp, 0, sizeof tmp);
+          memcpy(tmp, p, rb - off);
+          p = tmp;
+        }
         a0 = _mm256_fmadd_ps(gen_load8(&u, p), _mm256_loadu_ps(xp), a0);
         off += (size_t)bits;
         xp += 8;
@@ -186,10 +210,11 @@ static void mv_qgen(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
 
 static inline __m256 ld_dense(const void *p, int64_t i, sm_dtype t) {
   switch (t) {
-  case SM_DT_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
-  case SM_DT_BF16:
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i))), 16));
-  default: return _mm256_loadu_ps((const float *)p + i);
+    case SM_DT_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+    case SM_DT_BF16:
+      return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i))), 16));
+    default: return _mm256_loadu_ps((const float *)p + i);
   }
 }
 
@@ -216,11 +241,11 @@ static void mv_dense(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
 
 static void matvec(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
   switch (a->w->bits) {
-  case 0: mv_dense(a, r0, r1, y); break;
-  case 2: mv_q2(a, r0, r1, y); break;
-  case 4: mv_q4(a, r0, r1, y); break;
-  case 8: mv_q8(a, r0, r1, y); break;
-  default: mv_qgen(a, r0, r1, y); break;
+    case 0: mv_dense(a, r0, r1, y); break;
+    case 2: mv_q2(a, r0, r1, y); break;
+    case 4: mv_q4(a, r0, r1, y); break;
+    case 8: mv_q8(a, r0, r1, y); break;
+    default: mv_qgen(a, r0, r1, y); break;
   }
 }
 
@@ -246,7 +271,11 @@ static void deq_range(const sm_weight *w, int64_t r, int64_t k0, int kc, float *
     int64_t kk = k0 + k;
     size_t off = (size_t)kk * (size_t)bits / 8;
     const uint8_t *p = row + off;
-    if (off + 8 > rb) { memset(tmp, 0, sizeof tmp); memcpy(tmp, p, rb - off); p = tmp; }
+    if (off + 8 > rb) {
+      memset(tmp, 0, sizeof tmp);
+      memcpy(tmp, p, rb - off);
+      p = tmp;
+    }
     size_t si = (size_t)(r * ng + kk / gs);
     float s = ldsc(w->scales, si, w->dtype), b = w->biases ? ldsc(w->biases, si, w->dtype) : 0.f;
     _mm256_storeu_ps(out + k, _mm256_fmadd_ps(gen_load8(&u, p), _mm256_set1_ps(s), _mm256_set1_ps(b)));
@@ -264,7 +293,8 @@ static void pack_panel(const sm_weight *w, int64_t r0, int nr, int64_t k0, int k
 }
 
 static inline __attribute__((always_inline)) void gemm_micro(const float *P, int kc, const float *x, int64_t ldx,
-                                                            float *y, int64_t ldy, __m256i m0, __m256i m1, const int NT) {
+                                                             float *y, int64_t ldy, __m256i m0, __m256i m1,
+                                                             const int NT) {
   __m256 c0[6], c1[6];
 #pragma GCC unroll 6
   for (int i = 0; i < NT; i++) {
@@ -292,12 +322,12 @@ static void gemm_panel(const float *P, int kc, const float *x, int64_t ldx, int 
   int t = 0;
   for (; t + 6 <= nt; t += 6) gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 6);
   switch (nt - t) {
-  case 5: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 5); break;
-  case 4: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 4); break;
-  case 3: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 3); break;
-  case 2: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 2); break;
-  case 1: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 1); break;
-  default: break;
+    case 5: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 5); break;
+    case 4: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 4); break;
+    case 3: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 3); break;
+    case 2: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 2); break;
+    case 1: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 1); break;
+    default: break;
   }
 }
 
@@ -316,7 +346,8 @@ static float dot(const float *a, const float *b, int n) {
 static void axpy(float *y, float a, const float *x, int n) {
   __m256 va = _mm256_set1_ps(a);
   int i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   for (; i < n; i++) y[i] += a * x[i];
 }
 static void scal(float *y, float a, int n) {
@@ -329,7 +360,8 @@ static void scal(float *y, float a, int n) {
 /* ---------------- elementwise (vector exp; rel. error ~2e-7) ---------------- */
 static inline __m256 vexp(__m256 x) {
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
   __m256 p = _mm256_set1_ps(1.f / 5040.f);
@@ -346,7 +378,9 @@ static inline __m256 vexp(__m256 x) {
 static inline __m256 vtanh(__m256 x) {
   const __m256 sign = _mm256_set1_ps(-0.f);
   __m256 ax = _mm256_andnot_ps(sign, x);
-  __m256 t = _mm256_sub_ps(_mm256_set1_ps(1.f), _mm256_div_ps(_mm256_set1_ps(2.f), _mm256_add_ps(vexp(_mm256_add_ps(ax, ax)), _mm256_set1_ps(1.f))));
+  __m256 t =
+    _mm256_sub_ps(_mm256_set1_ps(1.f),
+                  _mm256_div_ps(_mm256_set1_ps(2.f), _mm256_add_ps(vexp(_mm256_add_ps(ax, ax)), _mm256_set1_ps(1.f))));
   return _mm256_or_ps(t, _mm256_and_ps(x, sign));
 }
 static inline __m256 ld_n(const float *p, size_t n) { /* n < 8 lanes, rest 0 */
@@ -360,7 +394,9 @@ static inline void st_n(float *p, __m256 v, size_t n) {
   memcpy(p, t, n * sizeof(float));
 }
 static inline __m256 silu8(__m256 v, __m256 u) {
-  return _mm256_mul_ps(_mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.f), vexp(_mm256_sub_ps(_mm256_setzero_ps(), v)))), u);
+  return _mm256_mul_ps(_mm256_div_ps(v,
+                                     _mm256_add_ps(_mm256_set1_ps(1.f), vexp(_mm256_sub_ps(_mm256_setzero_ps(), v)))),
+                       u);
 }
 static inline __m256 gelu8(__m256 v, __m256 u) {
   const __m256 k0 = _mm256_set1_ps(0.7978845608028654f), k1 = _mm256_set1_ps(0.044715f), h = _mm256_set1_ps(0.5f);
@@ -380,7 +416,8 @@ static void gelu_mul(float *out, const float *g, const float *u, size_t n) {
 static void softcap(float *y, float cap, size_t n) {
   const __m256 c = _mm256_set1_ps(cap), inv = _mm256_set1_ps(1.f / cap);
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(c, vtanh(_mm256_mul_ps(_mm256_loadu_ps(y + i), inv))));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(c, vtanh(_mm256_mul_ps(_mm256_loadu_ps(y + i), inv))));
   if (i < n) st_n(y + i, _mm256_mul_ps(c, vtanh(_mm256_mul_ps(ld_n(y + i, n - i), inv))), n - i);
 }
 
@@ -392,14 +429,25 @@ static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
   else
     for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(
-                                    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i))), 16)));
+      _mm256_storeu_ps(out + i,
+                       _mm256_castsi256_ps(
+                         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i))), 16)));
   for (; i < n; i++) out[i] = dt == SM_DT_F16 ? sm_f16_to_f32(s[i]) : sm_bf16_to_f32(s[i]);
 }
 
 const sm_cpu_kern sm_cpu_kern_avx2 = {
-  .name = "avx2", .panel = PANEL, .prep_x = prep_x, .matvec = matvec, .pack_panel = pack_panel,
-  .gemm_panel = gemm_panel, .dot = dot, .axpy = axpy, .scal = scal,
-  .silu_mul = silu_mul, .gelu_mul = gelu_mul, .softcap = softcap, .widen = widen,
+  .name = "avx2",
+  .panel = PANEL,
+  .prep_x = prep_x,
+  .matvec = matvec,
+  .pack_panel = pack_panel,
+  .gemm_panel = gemm_panel,
+  .dot = dot,
+  .axpy = axpy,
+  .scal = scal,
+  .silu_mul = silu_mul,
+  .gelu_mul = gelu_mul,
+  .softcap = softcap,
+  .widen = widen,
 };
 #endif

@@ -13,10 +13,17 @@
 
 static inline float ldsc(const void *p, size_t i, sm_dtype t) {
   switch (t) {
-  case SM_DT_F32: return ((const float *)p)[i];
-  case SM_DT_F16: return _cvtsh_ss(((const uint16_t *)p)[i]);
-  case SM_DT_BF16: { union { uint32_t u; float f; } v; v.u = (uint32_t)((const uint16_t *)p)[i] << 16; return v.f; }
-  default: return 0.f;
+    case SM_DT_F32: return ((const float *)p)[i];
+    case SM_DT_F16: return _cvtsh_ss(((const uint16_t *)p)[i]);
+    case SM_DT_BF16: {
+      union {
+        uint32_t u;
+        float f;
+      } v;
+      v.u = (uint32_t)((const uint16_t *)p)[i] << 16;
+      return v.f;
+    }
+    default: return 0.f;
   }
 }
 
@@ -25,7 +32,10 @@ static inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 /* ---------------- x preparation ---------------- */
 static void prep_x(const sm_weight *w, const float *x, float *xp, float *xsum) {
   int64_t K = w->cols;
-  if (w->bits == 0) { memcpy(xp, x, (size_t)K * sizeof(float)); return; }
+  if (w->bits == 0) {
+    memcpy(xp, x, (size_t)K * sizeof(float));
+    return;
+  }
   int gs = w->group_size;
   for (int64_t g = 0; g < K / gs; g++) {
     __m512 s = _mm512_setzero_ps();
@@ -34,7 +44,10 @@ static void prep_x(const sm_weight *w, const float *x, float *xp, float *xsum) {
   }
   if (w->bits == 4) {
     for (int64_t b = 0; b < K; b += 32)
-      for (int j = 0; j < 16; j++) { xp[b + j] = x[b + 2 * j]; xp[b + 16 + j] = x[b + 2 * j + 1]; }
+      for (int j = 0; j < 16; j++) {
+        xp[b + j] = x[b + 2 * j];
+        xp[b + 16 + j] = x[b + 2 * j + 1];
+      }
   } else if (w->bits == 2) {
     for (int64_t b = 0; b < K; b += 32)
       for (int j = 0; j < 8; j++)
@@ -45,7 +58,11 @@ static void prep_x(const sm_weight *w, const float *x, float *xp, float *xsum) {
 }
 
 /* generic unpack of 16 consecutive b-bit values (natural order) from p (16 readable bytes) */
-typedef struct { __m256i ctrl; __m512i shift; __m512i mask; } gen_unpack;
+typedef struct {
+  __m256i ctrl;
+  __m512i shift;
+  __m512i mask;
+} gen_unpack;
 static inline gen_unpack gen_init(int bits) {
   gen_unpack u;
   uint8_t c[32];
@@ -74,7 +91,12 @@ static inline __m512 gen_load16(const gen_unpack *u, const uint8_t *p) {
 static inline __attribute__((always_inline)) float ldsc_c(const void *p, size_t i, const int DT) {
   if (DT == SM_DT_F32) return ((const float *)p)[i];
   if (DT == SM_DT_F16) return _cvtsh_ss(((const uint16_t *)p)[i]);
-  union { uint32_t u; float f; } v; v.u = (uint32_t)((const uint16_t *)p)[i] << 16; return v.f;
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.u = (uint32_t)((const uint16_t *)p)[i] << 16;
+  return v.f;
 }
 static inline __attribute__((always_inline)) void mv_q4_t(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y,
                                                           const int GS, const int DT) {
@@ -113,8 +135,9 @@ static inline __attribute__((always_inline)) void mv_q4_t(const sm_mv_arg *a, in
       t1 = _mm512_fmadd_ps(_mm512_add_ps(b0, b1), _mm512_set1_ps(ldsc_c(S, si1 + (size_t)g, DT)), t1);
       if (B) {
         float xs = a->xsum[g];
-        bs = _mm512_fmadd_ps(_mm512_setr_ps(ldsc_c(B, si0 + (size_t)g, DT), ldsc_c(B, si1 + (size_t)g, DT), 0, 0, 0, 0, 0, 0,
-                                            0, 0, 0, 0, 0, 0, 0, 0), _mm512_set1_ps(xs), bs);
+        bs = _mm512_fmadd_ps(_mm512_setr_ps(ldsc_c(B, si0 + (size_t)g, DT), ldsc_c(B, si1 + (size_t)g, DT), 0, 0, 0, 0,
+                                            0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                             _mm512_set1_ps(xs), bs);
       }
     }
     float bb[16];
@@ -143,22 +166,22 @@ static inline __attribute__((always_inline)) void mv_q4_t(const sm_mv_arg *a, in
     y[r - r0] = hsum(tot) + bsum;
   }
 }
-#define MV_Q4_DT(GS)                                                                              \
-  static void mv_q4_g##GS(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {                \
-    switch (a->w->dtype) {                                                                        \
-    case SM_DT_F16: mv_q4_t(a, r0, r1, y, GS, SM_DT_F16); break;                                  \
-    case SM_DT_BF16: mv_q4_t(a, r0, r1, y, GS, SM_DT_BF16); break;                                \
-    default: mv_q4_t(a, r0, r1, y, GS, SM_DT_F32); break;                                         \
-    }                                                                                             \
+#define MV_Q4_DT(GS) \
+  static void mv_q4_g##GS(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) { \
+    switch (a->w->dtype) { \
+      case SM_DT_F16: mv_q4_t(a, r0, r1, y, GS, SM_DT_F16); break; \
+      case SM_DT_BF16: mv_q4_t(a, r0, r1, y, GS, SM_DT_BF16); break; \
+      default: mv_q4_t(a, r0, r1, y, GS, SM_DT_F32); break; \
+    } \
   }
 MV_Q4_DT(32)
 MV_Q4_DT(64)
 MV_Q4_DT(128)
 static void mv_q4(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
   switch (a->w->group_size) {
-  case 32: mv_q4_g32(a, r0, r1, y); break;
-  case 64: mv_q4_g64(a, r0, r1, y); break;
-  default: mv_q4_g128(a, r0, r1, y); break;
+    case 32: mv_q4_g32(a, r0, r1, y); break;
+    case 64: mv_q4_g64(a, r0, r1, y); break;
+    default: mv_q4_g128(a, r0, r1, y); break;
   }
 }
 
@@ -242,7 +265,11 @@ static void mv_qgen(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
       __m512 a0 = _mm512_setzero_ps();
       for (int j = 0; j < gs; j += 16) {
         const uint8_t *p = row + off;
-        if (off + 16 > rb) { memset(tmp, 0, sizeof tmp); memcpy(tmp, p, rb - off); p = tmp; }
+        if (off + 16 > rb) {
+          memset(tmp, 0, sizeof tmp);
+          memcpy(tmp, p, rb - off);
+          p = tmp;
+        }
         a0 = _mm512_fmadd_ps(gen_load16(&u, p), _mm512_loadu_ps(xp), a0);
         off += step;
         xp += 16;
@@ -257,20 +284,20 @@ static void mv_qgen(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
 
 static inline __m512 ld_dense(const void *p, int64_t i, sm_dtype t) {
   switch (t) {
-  case SM_DT_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
-  case SM_DT_BF16:
-    return _mm512_castsi512_ps(_mm512_slli_epi32(
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i))), 16));
-  default: return _mm512_loadu_ps((const float *)p + i);
+    case SM_DT_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
+    case SM_DT_BF16:
+      return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i))), 16));
+    default: return _mm512_loadu_ps((const float *)p + i);
   }
 }
 static inline __m512 ld_dense_mask(const void *p, int64_t i, sm_dtype t, __mmask16 m) {
   switch (t) {
-  case SM_DT_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
-  case SM_DT_BF16:
-    return _mm512_castsi512_ps(
+    case SM_DT_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
+    case SM_DT_BF16:
+      return _mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i)), 16));
-  default: return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    default: return _mm512_maskz_loadu_ps(m, (const float *)p + i);
   }
 }
 
@@ -304,11 +331,11 @@ static void mv_dense(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
 
 static void matvec(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
   switch (a->w->bits) {
-  case 0: mv_dense(a, r0, r1, y); break;
-  case 2: mv_q2(a, r0, r1, y); break;
-  case 4: mv_q4(a, r0, r1, y); break;
-  case 8: mv_q8(a, r0, r1, y); break;
-  default: mv_qgen(a, r0, r1, y); break;
+    case 0: mv_dense(a, r0, r1, y); break;
+    case 2: mv_q2(a, r0, r1, y); break;
+    case 4: mv_q4(a, r0, r1, y); break;
+    case 8: mv_q8(a, r0, r1, y); break;
+    default: mv_qgen(a, r0, r1, y); break;
   }
 }
 
@@ -339,7 +366,11 @@ static void deq_range(const sm_weight *w, int64_t r, int64_t k0, int kc, float *
     int64_t kk = k0 + k;
     size_t off = (size_t)kk * (size_t)bits / 8;
     const uint8_t *p = row + off;
-    if (off + 16 > rb) { memset(tmp, 0, sizeof tmp); memcpy(tmp, p, rb - off); p = tmp; }
+    if (off + 16 > rb) {
+      memset(tmp, 0, sizeof tmp);
+      memcpy(tmp, p, rb - off);
+      p = tmp;
+    }
     size_t si = (size_t)(r * ng + kk / gs);
     float s = ldsc(w->scales, si, w->dtype), b = w->biases ? ldsc(w->biases, si, w->dtype) : 0.f;
     _mm512_storeu_ps(out + k, _mm512_fmadd_ps(gen_load16(&u, p), _mm512_set1_ps(s), _mm512_set1_ps(b)));
@@ -388,8 +419,8 @@ static void pack_panel(const sm_weight *w, int64_t r0, int nr, int64_t k0, int k
 }
 
 static inline __attribute__((always_inline)) void gemm_micro(const float *P, int kc, const float *x, int64_t ldx,
-                                                            float *y, int64_t ldy, __mmask16 m0, __mmask16 m1,
-                                                            const int NT) {
+                                                             float *y, int64_t ldy, __mmask16 m0, __mmask16 m1,
+                                                             const int NT) {
   __m512 c0[6], c1[6];
 #pragma GCC unroll 6
   for (int i = 0; i < NT; i++) {
@@ -418,12 +449,12 @@ static void gemm_panel(const float *P, int kc, const float *x, int64_t ldx, int 
   int t = 0;
   for (; t + 6 <= nt; t += 6) gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 6);
   switch (nt - t) {
-  case 5: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 5); break;
-  case 4: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 4); break;
-  case 3: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 3); break;
-  case 2: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 2); break;
-  case 1: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 1); break;
-  default: break;
+    case 5: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 5); break;
+    case 4: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 4); break;
+    case 3: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 3); break;
+    case 2: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 2); break;
+    case 1: gemm_micro(P, kc, x + t * ldx, ldx, y + t * ldy, ldy, m0, m1, 1); break;
+    default: break;
   }
 }
 
@@ -444,10 +475,12 @@ static float dot(const float *a, const float *b, int n) {
 static void axpy(float *y, float a, const float *x, int n) {
   __m512 va = _mm512_set1_ps(a);
   int i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
   if (i < n) {
     __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    _mm512_mask_storeu_ps(y + i, m,
+                          _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
   }
 }
 static void scal(float *y, float a, int n) {
@@ -458,25 +491,25 @@ static void scal(float *y, float a, int n) {
 }
 
 /* ---------------- attention tiles ---------------- */
-static inline __attribute__((always_inline)) void sc_tile(const float *q, int ldq, const float *const *kr, int np, int hd,
-                                                          float *s, int lds, const int NQ) {
+static inline __attribute__((always_inline)) void sc_tile(const float *q, int ldq, const float *const *kr, int np,
+                                                          int hd, float *s, int lds, const int NQ) {
   int j = 0;
   for (; j + 2 <= np; j += 2) {
     __m512 a[NQ], b[NQ];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < NQ; i++) a[i] = b[i] = _mm512_setzero_ps();
     const float *k0 = kr[j], *k1 = kr[j + 1];
     for (int d = 0; d < hd; d += 16) {
       __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1);
       __m512 v0 = _mm512_maskz_loadu_ps(m, k0 + d), v1 = _mm512_maskz_loadu_ps(m, k1 + d);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int i = 0; i < NQ; i++) {
         __m512 qv = _mm512_maskz_loadu_ps(m, q + (size_t)i * ldq + d);
         a[i] = _mm512_fmadd_ps(qv, v0, a[i]);
         b[i] = _mm512_fmadd_ps(qv, v1, b[i]);
       }
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < NQ; i++) {
       s[(size_t)i * lds + j] = hsum(a[i]);
       s[(size_t)i * lds + j + 1] = hsum(b[i]);
@@ -484,15 +517,15 @@ static inline __attribute__((always_inline)) void sc_tile(const float *q, int ld
   }
   for (; j < np; j++) {
     __m512 a[NQ];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < NQ; i++) a[i] = _mm512_setzero_ps();
     for (int d = 0; d < hd; d += 16) {
       __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1);
       __m512 v0 = _mm512_maskz_loadu_ps(m, kr[j] + d);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int i = 0; i < NQ; i++) a[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + (size_t)i * ldq + d), v0, a[i]);
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < NQ; i++) s[(size_t)i * lds + j] = hsum(a[i]);
   }
 }
@@ -527,14 +560,15 @@ static inline __attribute__((always_inline)) void tr16(__m512 m[16]) {
 static inline __attribute__((always_inline)) void sct_tile(const float *q, int ldq, const float *KT, int hd, int np,
                                                            float *s, int lds, const int NQ) {
   __m512 a[NQ][4];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < NQ; i++)
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int v = 0; v < 4; v++) a[i][v] = _mm512_setzero_ps();
   for (int d = 0; d < hd; d++) {
     const float *kt = KT + (size_t)d * 64;
-    __m512 k0 = _mm512_load_ps(kt), k1 = _mm512_load_ps(kt + 16), k2 = _mm512_load_ps(kt + 32), k3 = _mm512_load_ps(kt + 48);
-    #pragma GCC unroll 8
+    __m512 k0 = _mm512_load_ps(kt), k1 = _mm512_load_ps(kt + 16), k2 = _mm512_load_ps(kt + 32),
+           k3 = _mm512_load_ps(kt + 48);
+#pragma GCC unroll 8
     for (int i = 0; i < NQ; i++) {
       __m512 qb = _mm512_set1_ps(q[(size_t)i * ldq + d]);
       a[i][0] = _mm512_fmadd_ps(qb, k0, a[i][0]);
@@ -543,9 +577,9 @@ static inline __attribute__((always_inline)) void sct_tile(const float *q, int l
       a[i][3] = _mm512_fmadd_ps(qb, k3, a[i][3]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < NQ; i++)
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int v = 0; v < 4; v++) {
       int n = np - 16 * v;
       if (n <= 0) break;
@@ -572,17 +606,17 @@ static void att_scores(const float *q, int ldq, int nq, const float *const *kr, 
   for (; i + 4 <= nq; i += 4) sc_tile(q + (size_t)i * ldq, ldq, kr, np, hd, s + (size_t)i * lds, lds, 4);
   for (; i < nq; i++) sc_tile(q + (size_t)i * ldq, ldq, kr, np, hd, s + (size_t)i * lds, lds, 1);
 }
-static inline __attribute__((always_inline)) void pv_tile(const float *p, int ldp, const float *const *vr, int np, int d,
-                                                          __mmask16 m, float *acc, int hd, const int NQ) {
+static inline __attribute__((always_inline)) void pv_tile(const float *p, int ldp, const float *const *vr, int np,
+                                                          int d, __mmask16 m, float *acc, int hd, const int NQ) {
   __m512 a[NQ];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < NQ; i++) a[i] = _mm512_maskz_loadu_ps(m, acc + (size_t)i * hd + d);
   for (int j = 0; j < np; j++) {
     __m512 v = _mm512_maskz_loadu_ps(m, vr[j] + d);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < NQ; i++) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[(size_t)i * ldp + j]), v, a[i]);
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < NQ; i++) _mm512_mask_storeu_ps(acc + (size_t)i * hd + d, m, a[i]);
 }
 static void att_pv(const float *p, int ldp, int nq, const float *const *vr, int np, int hd, float *acc) {
@@ -598,7 +632,8 @@ static void att_pv(const float *p, int ldp, int nq, const float *const *vr, int 
 /* ---------------- elementwise (vector exp; rel. error ~2e-7) ---------------- */
 static inline __m512 vexp(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.f)), _mm512_set1_ps(88.f));
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
   __m512 p = _mm512_set1_ps(1.f / 5040.f);
@@ -616,10 +651,14 @@ static inline __m512 vexp(__m512 x) {
 static inline __m512 vtanh(__m512 x) {
   const __m512 sign = _mm512_set1_ps(-0.f);
   __m512 ax = _mm512_andnot_ps(sign, x);
-  __m512 t = _mm512_sub_ps(_mm512_set1_ps(1.f), _mm512_div_ps(_mm512_set1_ps(2.f), _mm512_add_ps(vexp(_mm512_add_ps(ax, ax)), _mm512_set1_ps(1.f))));
+  __m512 t =
+    _mm512_sub_ps(_mm512_set1_ps(1.f),
+                  _mm512_div_ps(_mm512_set1_ps(2.f), _mm512_add_ps(vexp(_mm512_add_ps(ax, ax)), _mm512_set1_ps(1.f))));
   return _mm512_or_ps(t, _mm512_and_ps(x, sign));
 }
-static inline __mmask16 tmask(size_t i, size_t n) { return n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1); }
+static inline __mmask16 tmask(size_t i, size_t n) {
+  return n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+}
 static void silu_mul(float *out, const float *g, const float *u, size_t n) {
   for (size_t i = 0; i < n; i += 16) {
     __mmask16 m = tmask(i, n);
@@ -652,16 +691,30 @@ static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
   for (size_t i = 0; i < n; i += 16) {
     const __mmask16 m = tmask(i, n);
     const __m256i h = _mm256_maskz_loadu_epi16(m, s + i);
-    const __m512 v = dt == SM_DT_F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    const __m512 v = dt == SM_DT_F16 ? _mm512_cvtph_ps(h)
+                                     : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     _mm512_mask_storeu_ps(out + i, m, v);
   }
 }
 
 const sm_cpu_kern sm_cpu_kern_avx512 = {
-  .name = "avx512", .panel = PANEL, .prep_x = prep_x, .matvec = matvec, .pack_panel = pack_panel,
-  .gemm_panel = gemm_panel, .dot = dot, .axpy = axpy, .scal = scal,
-  .silu_mul = silu_mul, .gelu_mul = gelu_mul, .softcap = softcap, .att_scores = att_scores, .att_pv = att_pv,
+  .name = "avx512",
+  .panel = PANEL,
+  .prep_x = prep_x,
+  .matvec = matvec,
+  .pack_panel = pack_panel,
+  .gemm_panel = gemm_panel,
+  .dot = dot,
+  .axpy = axpy,
+  .scal = scal,
+  .silu_mul = silu_mul,
+  .gelu_mul = gelu_mul,
+  .softcap = softcap,
+  .att_scores = att_scores,
+  .att_pv = att_pv,
   .widen = widen,
-  .i8_ok = sm_avx512vnni_i8_ok, .prep_xq = sm_avx512vnni_prep_xq, .matvec_i8 = sm_avx512vnni_matvec_i8,
+  .i8_ok = sm_avx512vnni_i8_ok,
+  .prep_xq = sm_avx512vnni_prep_xq,
+  .matvec_i8 = sm_avx512vnni_matvec_i8,
 };
 #endif

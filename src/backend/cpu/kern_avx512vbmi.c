@@ -35,7 +35,8 @@ bool sm_avx512vbmi_ok(void) {
 static inline __attribute__((always_inline)) __m512 ld16(const void *p, size_t i, __mmask16 m, const int DT) {
   if (DT == SM_DT_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
   if (DT == SM_DT_BF16)
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i)), 16));
+    return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i)), 16));
   return _mm512_maskz_loadu_ps(m, (const float *)p + i);
 }
 
@@ -136,13 +137,13 @@ static inline __attribute__((always_inline)) void mv_t(const sm_mv_arg *a, int64
   }
 }
 
-#define MV_DT(BITS, GS)                                                                           \
-  static void mv_q##BITS##_g##GS(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {         \
-    switch (a->w->dtype) {                                                                        \
-    case SM_DT_F16: mv_t(a, r0, r1, y, BITS, GS, SM_DT_F16); break;                               \
-    case SM_DT_BF16: mv_t(a, r0, r1, y, BITS, GS, SM_DT_BF16); break;                             \
-    default: mv_t(a, r0, r1, y, BITS, GS, SM_DT_F32); break;                                      \
-    }                                                                                             \
+#define MV_DT(BITS, GS) \
+  static void mv_q##BITS##_g##GS(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) { \
+    switch (a->w->dtype) { \
+      case SM_DT_F16: mv_t(a, r0, r1, y, BITS, GS, SM_DT_F16); break; \
+      case SM_DT_BF16: mv_t(a, r0, r1, y, BITS, GS, SM_DT_BF16); break; \
+      default: mv_t(a, r0, r1, y, BITS, GS, SM_DT_F32); break; \
+    } \
   }
 #define MV_GS(BITS) MV_DT(BITS, 32) MV_DT(BITS, 64) MV_DT(BITS, 128)
 MV_GS(2)
@@ -150,11 +151,11 @@ MV_GS(3)
 MV_GS(5)
 MV_GS(6)
 
-#define DISPATCH(BITS)                                   \
-  case BITS:                                             \
-    if (gs == 32) mv_q##BITS##_g32(a, r0, r1, y);        \
-    else if (gs == 64) mv_q##BITS##_g64(a, r0, r1, y);   \
-    else mv_q##BITS##_g128(a, r0, r1, y);                \
+#define DISPATCH(BITS) \
+  case BITS: \
+    if (gs == 32) mv_q##BITS##_g32(a, r0, r1, y); \
+    else if (gs == 64) mv_q##BITS##_g64(a, r0, r1, y); \
+    else mv_q##BITS##_g128(a, r0, r1, y); \
     break;
 /* bits 2, 3, 5, 6; cols % 64 == 0; group size 32, 64 or 128 */
 void sm_avx512vbmi_matvec_i8(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {
@@ -164,7 +165,7 @@ void sm_avx512vbmi_matvec_i8(const sm_mv_arg *a, int64_t r0, int64_t r1, float *
     DISPATCH(3)
     DISPATCH(5)
     DISPATCH(6)
-  default: break;
+    default: break;
   }
 }
 #endif

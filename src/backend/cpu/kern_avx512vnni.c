@@ -74,7 +74,8 @@ void sm_avx512vnni_prep_xq(const sm_weight *w, const float *x, int8_t *xq, float
         _mm_storeu_si128((__m128i *)(xq + blk + 64 + off), q16(_mm512_permutex2var_ps(a, od, b), inv));
       }
     } else if (w->bits == 8 || (g * gs) / 128 == K / 128) { /* natural order (also the 64-element tail) */
-      for (int j = 0; j < gs; j += 16) _mm_storeu_si128((__m128i *)(xq + g * gs + j), q16(_mm512_loadu_ps(xg + j), inv));
+      for (int j = 0; j < gs; j += 16)
+        _mm_storeu_si128((__m128i *)(xq + g * gs + j), q16(_mm512_loadu_ps(xg + j), inv));
     } else {
       /* 2/3/5/6 bits (kern_avx512vbmi.c): per 128-element chunk, the runs of 8 elements are
        * split in two 64-byte halves A, B so that lane l of A and of B belong to one group:
@@ -99,7 +100,8 @@ void sm_avx512vnni_prep_xq(const sm_weight *w, const float *x, int8_t *xq, float
 static inline __attribute__((always_inline)) __m512 ld16(const void *p, size_t i, __mmask16 m, const int DT) {
   if (DT == SM_DT_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
   if (DT == SM_DT_BF16)
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i)), 16));
+    return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i)), 16));
   return _mm512_maskz_loadu_ps(m, (const float *)p + i);
 }
 
@@ -124,7 +126,7 @@ static inline __attribute__((always_inline)) void blk_step(__m512 f[][2], const 
     __m512i acc;
     if (BITS == 4) {
       acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(wv, m4), x0);
-            /* high nibbles: one GFNI affine op (bit i <- bit i+4) where available */
+      /* high nibbles: one GFNI affine op (bit i <- bit i+4) where available */
       __m512i hi;
       if (GF) __asm__("vgf2p8affineqb $0, %2, %1, %0" : "=v"(hi) : "v"(wv), "v"(gfm)); /* GFNI: no target needed */
       else hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
@@ -181,13 +183,13 @@ static inline __attribute__((always_inline)) void mv_i8_t(const sm_mv_arg *a, in
   }
 }
 
-#define MV_DT(BITS, GS, GF, ATTR)                                                                 \
-  ATTR static void mv_q##BITS##_g##GS##_##GF(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) {  \
-    switch (a->w->dtype) {                                                                        \
-    case SM_DT_F16: mv_i8_t(a, r0, r1, y, BITS, GS, SM_DT_F16, GF); break;                        \
-    case SM_DT_BF16: mv_i8_t(a, r0, r1, y, BITS, GS, SM_DT_BF16, GF); break;                      \
-    default: mv_i8_t(a, r0, r1, y, BITS, GS, SM_DT_F32, GF); break;                               \
-    }                                                                                             \
+#define MV_DT(BITS, GS, GF, ATTR) \
+  ATTR static void mv_q##BITS##_g##GS##_##GF(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y) { \
+    switch (a->w->dtype) { \
+      case SM_DT_F16: mv_i8_t(a, r0, r1, y, BITS, GS, SM_DT_F16, GF); break; \
+      case SM_DT_BF16: mv_i8_t(a, r0, r1, y, BITS, GS, SM_DT_BF16, GF); break; \
+      default: mv_i8_t(a, r0, r1, y, BITS, GS, SM_DT_F32, GF); break; \
+    } \
   }
 MV_DT(4, 32, 0, )
 MV_DT(4, 64, 0, )

@@ -65,7 +65,8 @@ void I8(quant)(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, fl
         __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + j), inv));
         __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + j + 8), inv));
         __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8); /* a0..7, b0..7 as int16 */
-        _mm_storeu_si128((__m128i *)(q + j), _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1)));
+        _mm_storeu_si128((__m128i *)(q + j),
+                         _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1)));
       }
     }
 }
@@ -73,7 +74,9 @@ void I8(quant)(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, fl
 /* ---- quad v, half h (rows 8h..8h+7) of the super block at src, unpacked ---- */
 AI __m256i ld(const uint8_t *p) { return _mm256_load_si256((const __m256i *)p); }
 AI __m256i srl(__m256i v, int s) { return _mm256_srli_epi16(v, s); }
-AI __m256i mv_bit(__m256i v, int from, int to) { return to >= from ? _mm256_slli_epi16(v, to - from) : srl(v, from - to); }
+AI __m256i mv_bit(__m256i v, int from, int to) {
+  return to >= from ? _mm256_slli_epi16(v, to - from) : srl(v, from - to);
+}
 AI __m256i quad(const uint8_t *src, int v, int h, const int BITS) {
   const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
   const int o = 32 * h;
@@ -81,7 +84,8 @@ AI __m256i quad(const uint8_t *src, int v, int h, const int BITS) {
   if (BITS == 4 || BITS == 5 || BITS == 6) {
     __m256i q = _mm256_and_si256(srl(ld(src + 64 * (v % 4) + o), 4 * (v / 4)), m4);
     if (BITS == 6)
-      q = _mm256_or_si256(q, _mm256_and_si256(mv_bit(ld(src + 256 + 64 * (v % 2) + o), 2 * (v / 2), 4), _mm256_set1_epi8(0x30)));
+      q = _mm256_or_si256(q, _mm256_and_si256(mv_bit(ld(src + 256 + 64 * (v % 2) + o), 2 * (v / 2), 4),
+                                              _mm256_set1_epi8(0x30)));
     if (BITS == 5) q = _mm256_or_si256(q, _mm256_and_si256(mv_bit(ld(src + 256 + o), v, 4), _mm256_set1_epi8(0x10)));
     return q;
   }
@@ -122,7 +126,10 @@ AI __m256i bcast4(const int8_t *p) {
 /* the valid rows of half h of row block rb: 8 floats from v to y (y = row 16 rb + 8 h) */
 AI void store_rows(float *y, __m256 v, int64_t rows, int64_t rb, int h) {
   const int64_t n = rows - rb * 16 - 8 * h;
-  if (n >= 8) { _mm256_storeu_ps(y, v); return; }
+  if (n >= 8) {
+    _mm256_storeu_ps(y, v);
+    return;
+  }
   float t[8];
   _mm256_storeu_ps(t, v);
   for (int64_t i = 0; i < n; i++) y[i] = t[i];
@@ -206,7 +213,8 @@ AI void gemm_t(const sm_i8_arg *a, const uint8_t *U, const float *SC, const floa
     for (int t = 0; t < T; t++) {
       const __m256 xs = _mm256_set1_ps(a->xs[(size_t)(t0 + t) * (size_t)ng + (size_t)g]);
       for (int h = 0; h < 2; h++)
-        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t][h]), _mm256_mul_ps(_mm256_load_ps(SC + g * 16 + 8 * h), xs), acc[t][h]);
+        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t][h]),
+                                    _mm256_mul_ps(_mm256_load_ps(SC + g * 16 + 8 * h), xs), acc[t][h]);
     }
   }
   for (int t = 0; t < T; t++) {
@@ -214,31 +222,42 @@ AI void gemm_t(const sm_i8_arg *a, const uint8_t *U, const float *SC, const floa
     for (int h = 0; h < 2; h++) {
       if (rb * 16 + 8 * h >= p->rows) continue;
       __m256 bacc = _mm256_setzero_ps();
-      for (int64_t g = 0; g < ng; g++) bacc = _mm256_fmadd_ps(_mm256_load_ps(BI + g * 16 + 8 * h), _mm256_set1_ps(xsum[g]), bacc);
-      store_rows(y + (size_t)(t0 + t) * (size_t)ldy + (size_t)rb * 16 + 8 * h, _mm256_add_ps(acc[t][h], bacc), p->rows, rb, h);
+      for (int64_t g = 0; g < ng; g++)
+        bacc = _mm256_fmadd_ps(_mm256_load_ps(BI + g * 16 + 8 * h), _mm256_set1_ps(xsum[g]), bacc);
+      store_rows(y + (size_t)(t0 + t) * (size_t)ldy + (size_t)rb * 16 + 8 * h, _mm256_add_ps(acc[t][h], bacc), p->rows,
+                 rb, h);
     }
   }
 }
 
-#define DT_SWITCH(CALL)                                                                                    \
-  switch (p->sdt) {                                                                                        \
-  case SM_DT_F16: { const int DT = SM_DT_F16; CALL; } break;                                               \
-  case SM_DT_BF16: { const int DT = SM_DT_BF16; CALL; } break;                                             \
-  default: { const int DT = SM_DT_F32; CALL; } break;                                                      \
+#define DT_SWITCH(CALL) \
+  switch (p->sdt) { \
+    case SM_DT_F16: { \
+      const int DT = SM_DT_F16; \
+      CALL; \
+    } break; \
+    case SM_DT_BF16: { \
+      const int DT = SM_DT_BF16; \
+      CALL; \
+    } break; \
+    default: { \
+      const int DT = SM_DT_F32; \
+      CALL; \
+    } break; \
   }
-#define BITS_FNS(B)                                                                                        \
-  static void mv_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {                           \
-    const sm_cpu_packed *p = a->p;                                                                         \
-    DT_SWITCH(mv_t(a, rb0, rb1, y, B, DT))                                                                 \
-  }                                                                                                        \
-  static void unp_q##B(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI) {            \
-    DT_SWITCH(unpack_t(p, rb, U, SC, BI, B, DT))                                                           \
-  }                                                                                                        \
-  static void gemm_q##B(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, \
-                        int t0, int t1, float *y, int64_t ldy) {                                           \
-    int t = t0;                                                                                            \
-    for (; t + 2 <= t1; t += 2) gemm_t(a, U, SC, BI, rb, t, y, ldy, 2, B);                                 \
-    if (t < t1) gemm_t(a, U, SC, BI, rb, t, y, ldy, 1, B);                                                 \
+#define BITS_FNS(B) \
+  static void mv_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { \
+    const sm_cpu_packed *p = a->p; \
+    DT_SWITCH(mv_t(a, rb0, rb1, y, B, DT)) \
+  } \
+  static void unp_q##B(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI) { \
+    DT_SWITCH(unpack_t(p, rb, U, SC, BI, B, DT)) \
+  } \
+  static void gemm_q##B(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, \
+                        int t1, float *y, int64_t ldy) { \
+    int t = t0; \
+    for (; t + 2 <= t1; t += 2) gemm_t(a, U, SC, BI, rb, t, y, ldy, 2, B); \
+    if (t < t1) gemm_t(a, U, SC, BI, rb, t, y, ldy, 1, B); \
   }
 BITS_FNS(2)
 BITS_FNS(3)
@@ -247,14 +266,14 @@ BITS_FNS(5)
 BITS_FNS(6)
 BITS_FNS(8)
 
-#define BITS_SWITCH(F, ...)                                                                                \
-  switch (bits) {                                                                                          \
-  case 2: F##_q2(__VA_ARGS__); break;                                                                      \
-  case 3: F##_q3(__VA_ARGS__); break;                                                                      \
-  case 4: F##_q4(__VA_ARGS__); break;                                                                      \
-  case 5: F##_q5(__VA_ARGS__); break;                                                                      \
-  case 6: F##_q6(__VA_ARGS__); break;                                                                      \
-  default: F##_q8(__VA_ARGS__); break;                                                                     \
+#define BITS_SWITCH(F, ...) \
+  switch (bits) { \
+    case 2: F##_q2(__VA_ARGS__); break; \
+    case 3: F##_q3(__VA_ARGS__); break; \
+    case 4: F##_q4(__VA_ARGS__); break; \
+    case 5: F##_q5(__VA_ARGS__); break; \
+    case 6: F##_q6(__VA_ARGS__); break; \
+    default: F##_q8(__VA_ARGS__); break; \
   }
 void I8(matvec)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {
   const int bits = a->p->bits;
@@ -264,8 +283,8 @@ void I8(unpack)(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float
   const int bits = p->bits;
   BITS_SWITCH(unp, p, rb, U, SC, BI)
 }
-void I8(gemm)(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1, float *y,
-              int64_t ldy) {
+void I8(gemm)(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
+              float *y, int64_t ldy) {
   const int bits = a->p->bits;
   BITS_SWITCH(gemm, a, U, SC, BI, rb, t0, t1, y, ldy)
 }
@@ -279,14 +298,38 @@ void I8(gemm)(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float
 #endif
 bool I8(ok)(void) { return false; }
 void I8(quant)(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum) {
-  (void)x; (void)K; (void)gs; (void)t0; (void)t1; (void)xq; (void)xs; (void)xsum;
+  (void)x;
+  (void)K;
+  (void)gs;
+  (void)t0;
+  (void)t1;
+  (void)xq;
+  (void)xs;
+  (void)xsum;
 }
-void I8(matvec)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { (void)a; (void)rb0; (void)rb1; (void)y; }
+void I8(matvec)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {
+  (void)a;
+  (void)rb0;
+  (void)rb1;
+  (void)y;
+}
 void I8(unpack)(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI) {
-  (void)p; (void)rb; (void)U; (void)SC; (void)BI;
+  (void)p;
+  (void)rb;
+  (void)U;
+  (void)SC;
+  (void)BI;
 }
-void I8(gemm)(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1, float *y,
-              int64_t ldy) {
-  (void)a; (void)U; (void)SC; (void)BI; (void)rb; (void)t0; (void)t1; (void)y; (void)ldy;
+void I8(gemm)(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
+              float *y, int64_t ldy) {
+  (void)a;
+  (void)U;
+  (void)SC;
+  (void)BI;
+  (void)rb;
+  (void)t0;
+  (void)t1;
+  (void)y;
+  (void)ldy;
 }
 #endif

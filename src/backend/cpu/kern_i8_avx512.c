@@ -51,7 +51,8 @@ void sm_i8avx512_quant(const float *x, int64_t K, int gs, int t0, int t1, int8_t
       const __m512 inv = _mm512_set1_ps(mx > 0.f ? 127.f / mx : 0.f);
       int8_t *q = xq + (size_t)t * (size_t)K + g * gs;
       for (int j = 0; j < gs; j += 16)
-        _mm_storeu_si128((__m128i *)(q + j), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xg + j), inv))));
+        _mm_storeu_si128((__m128i *)(q + j),
+                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xg + j), inv))));
     }
 }
 
@@ -64,10 +65,10 @@ AI __m512i mv_bit(__m512i v, int from, int to) { return to >= from ? sll(v, to -
 AI void unpack_sb(const uint8_t *src, __m512i Q[8], const int BITS) {
   const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x03), m1 = _mm512_set1_epi8(0x01);
   if (BITS == 8) {
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int v = 0; v < 8; v++) Q[v] = _mm512_load_si512(src + 64 * v);
   } else if (BITS == 4 || BITS == 5 || BITS == 6) {
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int v = 0; v < 4; v++) {
       __m512i p = _mm512_load_si512(src + 64 * v);
       Q[v] = _mm512_and_si512(p, m4);
@@ -75,30 +76,30 @@ AI void unpack_sb(const uint8_t *src, __m512i Q[8], const int BITS) {
     }
     if (BITS == 6) {
       const __m512i h = _mm512_set1_epi8(0x30);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int v = 0; v < 2; v++) {
         __m512i p = _mm512_load_si512(src + 256 + 64 * v);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int j = 0; j < 4; j++) /* quad v+2j at bits 2j..2j+1 -> bits 4..5 */
           Q[v + 2 * j] = _mm512_ternarylogic_epi32(Q[v + 2 * j], mv_bit(p, 2 * j, 4), h, 0xF8); /* a | (b & c) */
       }
     } else if (BITS == 5) {
       const __m512i h = _mm512_set1_epi8(0x10);
       __m512i p = _mm512_load_si512(src + 256);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int v = 0; v < 8; v++) Q[v] = _mm512_ternarylogic_epi32(Q[v], mv_bit(p, v, 4), h, 0xF8);
     }
   } else { /* 2, 3 */
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int v = 0; v < 2; v++) {
       __m512i p = _mm512_load_si512(src + 64 * v);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int j = 0; j < 4; j++) Q[v + 2 * j] = _mm512_and_si512(srl(p, 2 * j), m2);
     }
     if (BITS == 3) {
       const __m512i h = _mm512_set1_epi8(0x04);
       __m512i p = _mm512_load_si512(src + 128);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int v = 0; v < 8; v++) Q[v] = _mm512_ternarylogic_epi32(Q[v], mv_bit(p, v, 2), h, 0xF8);
     }
   }
@@ -155,13 +156,13 @@ AI void mv_t(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y, const int B
   }
 }
 
-#define MV(B)                                                                                              \
-  static void mv_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {                           \
-    switch (a->p->sdt) {                                                                                   \
-    case SM_DT_F16: mv_t(a, rb0, rb1, y, B, SM_DT_F16); break;                                             \
-    case SM_DT_BF16: mv_t(a, rb0, rb1, y, B, SM_DT_BF16); break;                                           \
-    default: mv_t(a, rb0, rb1, y, B, SM_DT_F32); break;                                                    \
-    }                                                                                                      \
+#define MV(B) \
+  static void mv_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { \
+    switch (a->p->sdt) { \
+      case SM_DT_F16: mv_t(a, rb0, rb1, y, B, SM_DT_F16); break; \
+      case SM_DT_BF16: mv_t(a, rb0, rb1, y, B, SM_DT_BF16); break; \
+      default: mv_t(a, rb0, rb1, y, B, SM_DT_F32); break; \
+    } \
   }
 MV(2)
 MV(3)
@@ -172,12 +173,12 @@ MV(8)
 
 void sm_i8avx512_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {
   switch (a->p->bits) {
-  case 2: mv_q2(a, rb0, rb1, y); break;
-  case 3: mv_q3(a, rb0, rb1, y); break;
-  case 4: mv_q4(a, rb0, rb1, y); break;
-  case 5: mv_q5(a, rb0, rb1, y); break;
-  case 6: mv_q6(a, rb0, rb1, y); break;
-  default: mv_q8(a, rb0, rb1, y); break;
+    case 2: mv_q2(a, rb0, rb1, y); break;
+    case 3: mv_q3(a, rb0, rb1, y); break;
+    case 4: mv_q4(a, rb0, rb1, y); break;
+    case 5: mv_q5(a, rb0, rb1, y); break;
+    case 6: mv_q6(a, rb0, rb1, y); break;
+    default: mv_q8(a, rb0, rb1, y); break;
   }
 }
 
@@ -196,13 +197,13 @@ AI void unpack_t(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, floa
     }
   }
 }
-#define UNP(B)                                                                                             \
-  static void unp_q##B(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI) {            \
-    switch (p->sdt) {                                                                                      \
-    case SM_DT_F16: unpack_t(p, rb, U, SC, BI, B, SM_DT_F16); break;                                       \
-    case SM_DT_BF16: unpack_t(p, rb, U, SC, BI, B, SM_DT_BF16); break;                                     \
-    default: unpack_t(p, rb, U, SC, BI, B, SM_DT_F32); break;                                              \
-    }                                                                                                      \
+#define UNP(B) \
+  static void unp_q##B(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI) { \
+    switch (p->sdt) { \
+      case SM_DT_F16: unpack_t(p, rb, U, SC, BI, B, SM_DT_F16); break; \
+      case SM_DT_BF16: unpack_t(p, rb, U, SC, BI, B, SM_DT_BF16); break; \
+      default: unpack_t(p, rb, U, SC, BI, B, SM_DT_F32); break; \
+    } \
   }
 UNP(2)
 UNP(3)
@@ -212,12 +213,12 @@ UNP(6)
 UNP(8)
 void sm_i8avx512_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI) {
   switch (p->bits) {
-  case 2: unp_q2(p, rb, U, SC, BI); break;
-  case 3: unp_q3(p, rb, U, SC, BI); break;
-  case 4: unp_q4(p, rb, U, SC, BI); break;
-  case 5: unp_q5(p, rb, U, SC, BI); break;
-  case 6: unp_q6(p, rb, U, SC, BI); break;
-  default: unp_q8(p, rb, U, SC, BI); break;
+    case 2: unp_q2(p, rb, U, SC, BI); break;
+    case 3: unp_q3(p, rb, U, SC, BI); break;
+    case 4: unp_q4(p, rb, U, SC, BI); break;
+    case 5: unp_q5(p, rb, U, SC, BI); break;
+    case 6: unp_q6(p, rb, U, SC, BI); break;
+    default: unp_q8(p, rb, U, SC, BI); break;
   }
 }
 
@@ -258,33 +259,57 @@ AI void gemm_t(const sm_i8_arg *a, const uint8_t *U, const float *SC, const floa
   }
 }
 
-void sm_i8avx512_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
-                      float *y, int64_t ldy) {
+void sm_i8avx512_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0,
+                      int t1, float *y, int64_t ldy) {
   int t = t0;
   for (; t + 8 <= t1; t += 8) gemm_t(a, U, SC, BI, rb, t, y, ldy, 8);
   switch (t1 - t) {
-  case 7: gemm_t(a, U, SC, BI, rb, t, y, ldy, 7); break;
-  case 6: gemm_t(a, U, SC, BI, rb, t, y, ldy, 6); break;
-  case 5: gemm_t(a, U, SC, BI, rb, t, y, ldy, 5); break;
-  case 4: gemm_t(a, U, SC, BI, rb, t, y, ldy, 4); break;
-  case 3: gemm_t(a, U, SC, BI, rb, t, y, ldy, 3); break;
-  case 2: gemm_t(a, U, SC, BI, rb, t, y, ldy, 2); break;
-  case 1: gemm_t(a, U, SC, BI, rb, t, y, ldy, 1); break;
-  default: break;
+    case 7: gemm_t(a, U, SC, BI, rb, t, y, ldy, 7); break;
+    case 6: gemm_t(a, U, SC, BI, rb, t, y, ldy, 6); break;
+    case 5: gemm_t(a, U, SC, BI, rb, t, y, ldy, 5); break;
+    case 4: gemm_t(a, U, SC, BI, rb, t, y, ldy, 4); break;
+    case 3: gemm_t(a, U, SC, BI, rb, t, y, ldy, 3); break;
+    case 2: gemm_t(a, U, SC, BI, rb, t, y, ldy, 2); break;
+    case 1: gemm_t(a, U, SC, BI, rb, t, y, ldy, 1); break;
+    default: break;
   }
 }
 #else
 #include "backend/cpu/cpu_internal.h"
 bool sm_i8avx512_ok(void) { return false; }
 void sm_i8avx512_quant(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum) {
-  (void)x; (void)K; (void)gs; (void)t0; (void)t1; (void)xq; (void)xs; (void)xsum;
+  (void)x;
+  (void)K;
+  (void)gs;
+  (void)t0;
+  (void)t1;
+  (void)xq;
+  (void)xs;
+  (void)xsum;
 }
-void sm_i8avx512_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { (void)a; (void)rb0; (void)rb1; (void)y; }
+void sm_i8avx512_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {
+  (void)a;
+  (void)rb0;
+  (void)rb1;
+  (void)y;
+}
 void sm_i8avx512_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI) {
-  (void)p; (void)rb; (void)U; (void)SC; (void)BI;
+  (void)p;
+  (void)rb;
+  (void)U;
+  (void)SC;
+  (void)BI;
 }
-void sm_i8avx512_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
-                      float *y, int64_t ldy) {
-  (void)a; (void)U; (void)SC; (void)BI; (void)rb; (void)t0; (void)t1; (void)y; (void)ldy;
+void sm_i8avx512_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0,
+                      int t1, float *y, int64_t ldy) {
+  (void)a;
+  (void)U;
+  (void)SC;
+  (void)BI;
+  (void)rb;
+  (void)t0;
+  (void)t1;
+  (void)y;
+  (void)ldy;
 }
 #endif

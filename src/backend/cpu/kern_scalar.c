@@ -111,11 +111,17 @@ static void scal(float *y, float a, int n) {
 }
 
 static void silu_mul(float *out, const float *g, const float *u, size_t n) {
-  for (size_t i = 0; i < n; i++) { float v = g[i]; out[i] = v / (1.f + expf(-v)) * u[i]; }
+  for (size_t i = 0; i < n; i++) {
+    float v = g[i];
+    out[i] = v / (1.f + expf(-v)) * u[i];
+  }
 }
 static void gelu_mul(float *out, const float *g, const float *u, size_t n) {
   const float k0 = 0.7978845608028654f, k1 = 0.044715f;
-  for (size_t i = 0; i < n; i++) { float v = g[i]; out[i] = 0.5f * v * (1.f + tanhf(k0 * (v + k1 * v * v * v))) * u[i]; }
+  for (size_t i = 0; i < n; i++) {
+    float v = g[i];
+    out[i] = 0.5f * v * (1.f + tanhf(k0 * (v + k1 * v * v * v))) * u[i];
+  }
 }
 static void softcap(float *y, float cap, size_t n) {
   float inv = 1.f / cap;
@@ -124,14 +130,26 @@ static void softcap(float *y, float cap, size_t n) {
 
 static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
   const uint16_t *s = src;
-  if (dt == SM_DT_F16) for (size_t i = 0; i < n; i++) out[i] = sm_f16_to_f32(s[i]);
-  else for (size_t i = 0; i < n; i++) out[i] = sm_bf16_to_f32(s[i]);
+  if (dt == SM_DT_F16)
+    for (size_t i = 0; i < n; i++) out[i] = sm_f16_to_f32(s[i]);
+  else
+    for (size_t i = 0; i < n; i++) out[i] = sm_bf16_to_f32(s[i]);
 }
 
 const sm_cpu_kern sm_cpu_kern_scalar = {
-  .name = "scalar", .panel = PANEL, .prep_x = prep_x, .matvec = matvec, .pack_panel = pack_panel,
-  .gemm_panel = gemm_panel, .dot = dot, .axpy = axpy, .scal = scal,
-  .silu_mul = silu_mul, .gelu_mul = gelu_mul, .softcap = softcap, .widen = widen,
+  .name = "scalar",
+  .panel = PANEL,
+  .prep_x = prep_x,
+  .matvec = matvec,
+  .pack_panel = pack_panel,
+  .gemm_panel = gemm_panel,
+  .dot = dot,
+  .axpy = axpy,
+  .scal = scal,
+  .silu_mul = silu_mul,
+  .gelu_mul = gelu_mul,
+  .softcap = softcap,
+  .widen = widen,
 };
 
 #if defined(__x86_64__)

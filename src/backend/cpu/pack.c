@@ -63,16 +63,25 @@ static void pack_sb(const uint8_t c[16][32], int bits, uint8_t *dst) {
 
 /* the 32 codes (bits each) of the little-endian bit stream starting at the byte src */
 static void codes32(const uint8_t *src, int bits, uint8_t *c) {
-  if (bits == 8) { memcpy(c, src, 32); return; }
+  if (bits == 8) {
+    memcpy(c, src, 32);
+    return;
+  }
   if (bits == 4) {
-    for (int j = 0; j < 16; j++) { c[2 * j] = src[j] & 15; c[2 * j + 1] = src[j] >> 4; }
+    for (int j = 0; j < 16; j++) {
+      c[2 * j] = src[j] & 15;
+      c[2 * j + 1] = src[j] >> 4;
+    }
     return;
   }
   const unsigned mask = (1u << bits) - 1;
   uint64_t buf = 0;
   int nb = 0;
   for (int j = 0; j < 32; j++) {
-    while (nb < bits) { buf |= (uint64_t)*src++ << nb; nb += 8; }
+    while (nb < bits) {
+      buf |= (uint64_t)*src++ << nb;
+      nb += 8;
+    }
     c[j] = (uint8_t)(buf & mask);
     buf >>= bits;
     nb -= bits;
@@ -85,13 +94,15 @@ void sm_cpu_unpack_sb_ref(const uint8_t *src, int bits, uint8_t q[8][64]) {
     for (int o = 0; o < 64; o++) {
       unsigned x = 0;
       switch (bits) {
-      case 8: x = src[v * 64 + o]; break;
-      case 4: x = (p4[(v % 4) * 64 + o] >> (4 * (v / 4))) & 15; break;
-      case 2: x = (p2[(v % 2) * 64 + o] >> (2 * (v / 2))) & 3; break;
-      case 6: x = ((p4[(v % 4) * 64 + o] >> (4 * (v / 4))) & 15) | (((p2[(v % 2) * 64 + o] >> (2 * (v / 2))) & 3) << 4); break;
-      case 5: x = ((p4[(v % 4) * 64 + o] >> (4 * (v / 4))) & 15) | (((p1[o] >> v) & 1) << 4); break;
-      case 3: x = ((p2[(v % 2) * 64 + o] >> (2 * (v / 2))) & 3) | (((p1[o] >> v) & 1) << 2); break;
-      default: break;
+        case 8: x = src[v * 64 + o]; break;
+        case 4: x = (p4[(v % 4) * 64 + o] >> (4 * (v / 4))) & 15; break;
+        case 2: x = (p2[(v % 2) * 64 + o] >> (2 * (v / 2))) & 3; break;
+        case 6:
+          x = ((p4[(v % 4) * 64 + o] >> (4 * (v / 4))) & 15) | (((p2[(v % 2) * 64 + o] >> (2 * (v / 2))) & 3) << 4);
+          break;
+        case 5: x = ((p4[(v % 4) * 64 + o] >> (4 * (v / 4))) & 15) | (((p1[o] >> v) & 1) << 4); break;
+        case 3: x = ((p2[(v % 2) * 64 + o] >> (2 * (v / 2))) & 3) | (((p1[o] >> v) & 1) << 2); break;
+        default: break;
       }
       q[v][o] = (uint8_t)x;
     }
@@ -126,7 +137,8 @@ static void pack_rb(const sm_weight *w, const sm_cpu_packed *p, int64_t rb) {
       for (int r = 0; r < 16; r++) {
         const int64_t row = rb * 16 + r;
         /* code g*gs + 32s starts at a byte: 32 codes are 4*bits bytes */
-        if (row < w->rows) codes32((const uint8_t *)w->data + (size_t)row * rowb + (size_t)(g * gs + s * 32) * bits / 8, bits, c[r]);
+        if (row < w->rows)
+          codes32((const uint8_t *)w->data + (size_t)row * rowb + (size_t)(g * gs + s * 32) * bits / 8, bits, c[r]);
         else memset(c[r], 0, 32);
       }
       pack_sb(c, bits, dst + 32 * es + (size_t)s * 64 * (size_t)bits);
@@ -156,7 +168,10 @@ sm_cpu_packed *sm_cpu_pack(const sm_weight *w, sm_pool *pool, bool huge_pages) {
   p->gbytes = (size_t)32 * (size_t)p->es + (size_t)2 * (size_t)p->gs * (size_t)p->bits;
   p->rbbytes = (size_t)p->ng * p->gbytes;
   p->data = sm_cpu_alloc_huge((size_t)p->nrb * p->rbbytes, huge_pages);
-  if (!p->data) { free(p); return NULL; }
+  if (!p->data) {
+    free(p);
+    return NULL;
+  }
   pack_ctx c = {.w = w, .p = p};
   if (pool) sm_pool_run(pool, pack_job, &c);
   else pack_job(&c, 0, 1);
@@ -170,7 +185,11 @@ void sm_cpu_packed_free(sm_cpu_packed *p) {
 }
 
 static float ld_scale(const uint8_t *p, int i, int es, sm_dtype dt) {
-  if (es == 4) { float v; memcpy(&v, p + 4 * i, 4); return v; }
+  if (es == 4) {
+    float v;
+    memcpy(&v, p + 4 * i, 4);
+    return v;
+  }
   uint16_t h;
   memcpy(&h, p + 2 * i, 2);
   return dt == SM_DT_F16 ? sm_f16_to_f32(h) : sm_bf16_to_f32(h);

@@ -11,7 +11,10 @@
 
 /* the run of batch tokens of each sequence: first[s], count[s] (0 when it has none) */
 static void seq_runs(const sm_batch *b, int32_t *first, int32_t *count) {
-  for (int s = 0; s < b->n_seqs; s++) { first[s] = 0; count[s] = 0; }
+  for (int s = 0; s < b->n_seqs; s++) {
+    first[s] = 0;
+    count[s] = 0;
+  }
   for (int t = 0; t < b->n_tokens; t++) {
     const int s = b->seq[t];
     if (!count[s]) first[s] = t;
@@ -50,7 +53,8 @@ typedef struct {
   _Atomic int next;
 } items_ctx;
 static void items_job(void *v, int tid, int nth) {
-  (void)tid; (void)nth;
+  (void)tid;
+  (void)nth;
   items_ctx *p = v;
   for (int i; (i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < p->n;) p->fn(p->ctx, i);
 }
@@ -132,7 +136,8 @@ static void scan_item(void *v, int item) {
   if (!n) return;
   float *st = slot_ptr(c->b, c->kv->ssm, c->kv, c->layer, s, c->kv->ssm_floats);
   if (!st) {
-    for (int t = t0; t < t0 + n; t++) memset(c->y + (size_t)t * c->nh * P + (size_t)h * P, 0, sizeof(float) * (size_t)P);
+    for (int t = t0; t < t0 + n; t++)
+      memset(c->y + (size_t)t * c->nh * P + (size_t)h * P, 0, sizeof(float) * (size_t)P);
     return;
   }
   float *S = st + (size_t)h * P * N;
@@ -158,9 +163,9 @@ static void scan_item(void *v, int item) {
   }
 }
 
-void sm_cpu_ssm_scan(sm_pool *pool, const sm_batch *b, float *y, const float *x, const float *B, const float *Cm, int ld,
-                     const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh, int P, int G,
-                     int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer) {
+void sm_cpu_ssm_scan(sm_pool *pool, const sm_batch *b, float *y, const float *x, const float *B, const float *Cm,
+                     int ld, const float *dt_in, const float *dt_bias, const float *A_log, const float *D, int nh,
+                     int P, int G, int N, float dt_min, float dt_max, const sm_kv_cache *kv, int layer) {
   if (b->n_tokens <= 0 || nh <= 0 || P <= 0 || N <= 0 || G <= 0 || nh % G || !kv) return;
   int32_t first[b->n_seqs], count[b->n_seqs];
   seq_runs(b, first, count);
@@ -186,7 +191,8 @@ static void gdn_item(void *vp, int item) {
   if (!n) return;
   float *st = slot_ptr(c->b, c->kv->ssm, c->kv, c->layer, s, c->kv->ssm_floats);
   if (!st) {
-    for (int t = t0; t < t0 + n; t++) memset(c->y + (size_t)t * c->Hv * Dv + (size_t)h * Dv, 0, sizeof(float) * (size_t)Dv);
+    for (int t = t0; t < t0 + n; t++)
+      memset(c->y + (size_t)t * c->Hv * Dv + (size_t)h * Dv, 0, sizeof(float) * (size_t)Dv);
     return;
   }
   float *S = st + (size_t)h * Dv * Dk;
@@ -197,27 +203,39 @@ static void gdn_item(void *vp, int item) {
     const float *q = c->q + (size_t)t * c->ld + (size_t)hk * Dk, *k = c->k + (size_t)t * c->ld + (size_t)hk * Dk;
     const float *v = c->v + (size_t)t * c->ld + (size_t)h * Dv;
     float sq = 0.f, sk = 0.f;
-    for (int j = 0; j < Dk; j++) { sq += q[j] * q[j]; sk += k[j] * k[j]; }
+    for (int j = 0; j < Dk; j++) {
+      sq += q[j] * q[j];
+      sk += k[j] * k[j];
+    }
     const float iq = 1.f / sqrtf(sq + 1e-6f) / sqrtf((float)Dk), ik = 1.f / sqrtf(sk + 1e-6f);
-    for (int j = 0; j < Dk; j++) { qn[j] = q[j] * iq; kn[j] = k[j] * ik; }
+    for (int j = 0; j < Dk; j++) {
+      qn[j] = q[j] * iq;
+      kn[j] = k[j] * ik;
+    }
     const float g = expf(A * softplus(c->a[(size_t)t * c->Hv + h] + c->dt_bias[h]));
     const float beta = 1.f / (1.f + expf(-c->bb[(size_t)t * c->Hv + h]));
     float *y = c->y + (size_t)t * c->Hv * Dv + (size_t)h * Dv;
     for (int i = 0; i < Dv; i++) {
       float *Si = S + (size_t)i * Dk;
       float kv = 0.f;
-      for (int j = 0; j < Dk; j++) { Si[j] *= g; kv += Si[j] * kn[j]; }
+      for (int j = 0; j < Dk; j++) {
+        Si[j] *= g;
+        kv += Si[j] * kn[j];
+      }
       const float d = beta * (v[i] - kv);
       float o = 0.f;
-      for (int j = 0; j < Dk; j++) { Si[j] += d * kn[j]; o += Si[j] * qn[j]; }
+      for (int j = 0; j < Dk; j++) {
+        Si[j] += d * kn[j];
+        o += Si[j] * qn[j];
+      }
       y[i] = o;
     }
   }
 }
 
-void sm_cpu_gated_delta(sm_pool *pool, const sm_batch *b, float *y, const float *q, const float *k, const float *v, int ld,
-                        const float *a, const float *bb, const float *A_log, const float *dt_bias, int Hk, int Hv, int Dk,
-                        int Dv, const sm_kv_cache *kv, int layer) {
+void sm_cpu_gated_delta(sm_pool *pool, const sm_batch *b, float *y, const float *q, const float *k, const float *v,
+                        int ld, const float *a, const float *bb, const float *A_log, const float *dt_bias, int Hk,
+                        int Hv, int Dk, int Dv, const sm_kv_cache *kv, int layer) {
   if (b->n_tokens <= 0 || Hk <= 0 || Hv <= 0 || Hv % Hk || Dk <= 0 || Dk > 1024 || Dv <= 0 || !kv) return;
   int32_t first[b->n_seqs], count[b->n_seqs];
   seq_runs(b, first, count);

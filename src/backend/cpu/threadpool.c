@@ -36,12 +36,15 @@ struct sm_pool {
   _Alignas(CL) pthread_mutex_t mu;
   pthread_cond_t cv;
   pthread_t *th;
-  cpu_set_t *sets;      /* [n] or NULL: no pinning */
-  pthread_t caller;     /* the thread last pinned as thread 0 */
+  cpu_set_t *sets;  /* [n] or NULL: no pinning */
+  pthread_t caller; /* the thread last pinned as thread 0 */
   bool caller_pinned;
 };
 
-typedef struct { sm_pool *p; int tid; } worker_arg;
+typedef struct {
+  sm_pool *p;
+  int tid;
+} worker_arg;
 
 static uint64_t now_ns(void) {
   struct timespec t;
@@ -144,7 +147,10 @@ void sm_pool_run(sm_pool *p, sm_pool_fn fn, void *ctx) {
     p->caller = pthread_self();
     p->caller_pinned = true;
   }
-  if (p->n == 1) { fn(ctx, 0, 1); return; }
+  if (p->n == 1) {
+    fn(ctx, 0, 1);
+    return;
+  }
   p->fn = fn;
   p->ctx = ctx;
   atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);

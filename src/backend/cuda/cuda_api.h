@@ -11,17 +11,17 @@ extern "C" {
 
 #define SM_CUDA_STATS_MAX 24
 typedef struct {
-  int n_fusions;                              /* entries of the fusion table, in order */
+  int n_fusions; /* entries of the fusion table, in order */
   const char *fusion[SM_CUDA_STATS_MAX];
-  long fused_last[SM_CUDA_STATS_MAX];         /* fired in the last executed (eager or captured) forward */
+  long fused_last[SM_CUDA_STATS_MAX]; /* fired in the last executed (eager or captured) forward */
   long fused_all[SM_CUDA_STATS_MAX];
   int n_op_types;
-  const char *op[SM_CUDA_STATS_MAX];          /* op types */
-  long unfused_last[SM_CUDA_STATS_MAX];       /* run alone in the last executed forward, by op type */
-  int graph_nodes_last;                       /* kernel launches of the last captured graph */
+  const char *op[SM_CUDA_STATS_MAX];    /* op types */
+  long unfused_last[SM_CUDA_STATS_MAX]; /* run alone in the last executed forward, by op type */
+  int graph_nodes_last;                 /* kernel launches of the last captured graph */
   long graph_launches, captures, eager_forwards;
-  long gsample_steps;                         /* greedy samples taken inside the decode graph */
-  long gmeta_steps;                           /* fed steps whose batch metadata rode as kernel parameters */
+  long gsample_steps;                                /* greedy samples taken inside the decode graph */
+  long gmeta_steps;                                  /* fed steps whose batch metadata rode as kernel parameters */
   long mvq4, mvr, guq4, mlp, mlp_dnorm, attn_decode; /* launches issued (replays not counted) */
 } sm_cuda_stats;
 

@@ -7,10 +7,10 @@
 
 typedef struct {
   /* user-facing (docs/cuda.md) */
-  int graphs;    /* SMELT_CUDA_GRAPHS: replay small steps as CUDA graphs */
-  int fuse;      /* SMELT_CUDA_FUSE: 0 runs every op as its own kernel */
-  int profile;   /* SMELT_CUDA_PROFILE: time every op (graphs off), table at exit */
-  int stats;     /* SMELT_CUDA_STATS: 1 step times, graph and fusion counts at exit; 2 also the decode timeline */
+  int graphs;  /* SMELT_CUDA_GRAPHS: replay small steps as CUDA graphs */
+  int fuse;    /* SMELT_CUDA_FUSE: 0 runs every op as its own kernel */
+  int profile; /* SMELT_CUDA_PROFILE: time every op (graphs off), table at exit */
+  int stats;   /* SMELT_CUDA_STATS: 1 step times, graph and fusion counts at exit; 2 also the decode timeline */
   /* tuning */
   int pdl;       /* programmatic dependent launch */
   int q4;        /* 4-bit weights on the int8 kernels: 0 never, 1 >= 1 Mi elements, 2 all */
