@@ -6,6 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # CUDA (no GPU here: the kernels must compile, their tests skip) for sm_80 only, half the compile time of
 # the default sm_80 + sm_90: the GPU machine builds sm_90 (bench/cuda/device_run.sh)
+# style: the C sources as .clang-format writes them (scripts/format.sh)
+if ! command -v clang-format-14 >/dev/null && ! clang-format --version 2>/dev/null | grep -q "version 14"; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang-format-14
+fi
+if ! scripts/format.sh --check; then echo "test.sh: the files above are not formatted (run scripts/format.sh)" >&2; exit 1; fi
 SMELT_CMAKE_FLAGS="-DSMELT_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=80 ${SMELT_CMAKE_FLAGS:-}" scripts/setup.sh
 ctest --test-dir build --output-on-failure -j2 --timeout 900
 [ "${SMELT_TEST_ASAN:-1}" = 0 ] && exit 0
