@@ -36,7 +36,8 @@ typedef struct sm_weight {
   int qmode;      /* sm_qmode (quantized only; 0 = affine) */
   sm_dtype dtype; /* dense elements, or affine scales/biases, or SM_DT_U8 (microscaling scale codes) */
   const void *data, *scales, *biases;
-  void *dev; /* backend-private handle; NULL until prepare_weight */
+  void *dev;    /* backend-private handle; NULL until prepare_weight */
+  bool stacked; /* an expert stack: matmul_experts reads it through per-expert row views */
 } sm_weight;
 
 /* Sub-view of rows [r0, r0+n) of w (no copy). */

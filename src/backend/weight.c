@@ -16,6 +16,7 @@ static size_t dt_size(sm_dtype t) {
 sm_weight sm_weight_rows(const sm_weight *w, int64_t r0, int64_t n) {
   sm_weight v = *w;
   v.dev = NULL;
+  v.stacked = false;
   if (r0 < 0 || n < 0 || r0 + n > w->rows) {
     v.rows = 0;
     return v;

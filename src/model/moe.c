@@ -104,6 +104,7 @@ smelt_status sm_moe_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const cha
   float *eb[3] = {NULL, NULL, NULL};
   snprintf(n, sizeof n, "%s.%s", p, sp->experts);
   if ((st = load_mlp(m, ts, n, E, mc->expert_inter, &M->gate, &M->up, &M->down, eb, sp->expert_bias))) return st;
+  M->gate.stacked = M->up.stacked = M->down.stacked = true;
   const sm_weight *ew[3] = {&M->gate, &M->up, &M->down};
   for (int i = 0; i < 3; i++) {
     const sm_weight *w = ew[i];
