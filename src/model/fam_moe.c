@@ -241,27 +241,6 @@ static const sm_recipe glm4_moe_recipe = {
   .qk_norm_if_config = true,
   .window = SM_WIN_NONE,
 };
-static const sm_tensor_names glm4_moe_names = {
-  .root = "model.",
-  .embed = "embed_tokens",
-  .final_norm = "norm",
-  .lm_head = "lm_head",
-  .layers = "layers",
-  .t =
-    {
-      [SM_T_ATTN_NORM] = "input_layernorm",
-      [SM_T_Q] = "self_attn.q_proj",
-      [SM_T_K] = "self_attn.k_proj",
-      [SM_T_V] = "self_attn.v_proj",
-      [SM_T_O] = "self_attn.o_proj",
-      [SM_T_Q_NORM] = "self_attn.q_norm",
-      [SM_T_K_NORM] = "self_attn.k_norm",
-      [SM_T_FFN_NORM] = "post_attention_layernorm",
-      [SM_T_GATE] = "mlp.gate_proj",
-      [SM_T_UP] = "mlp.up_proj",
-      [SM_T_DOWN] = "mlp.down_proj",
-    },
-};
 static const sm_moe_spec glm4_moe_spec = {
   .route = SM_ROUTE_SIGMOID,
   .router = "mlp.gate",
@@ -274,7 +253,7 @@ const sm_family sm_family_glm4_moe = {
   .description = "GLM-4.5 / 4.6 / 4.7 MoE (sigmoid routing, shared expert)",
   .example = "mlx-community/GLM-4.5-Air-4bit",
   .defaults = &glm4_moe_defaults,
-  .names = &glm4_moe_names,
+  .names = &sm_names_qwen3,
   .recipe = &glm4_moe_recipe,
   .moe = &glm4_moe_spec,
 };

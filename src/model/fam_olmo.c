@@ -85,27 +85,6 @@ const sm_family sm_family_olmo3 = {
   .recipe = &olmo3_recipe,
 };
 
-static const sm_tensor_names exaone4_names = {
-  .root = "model.",
-  .embed = "embed_tokens",
-  .final_norm = "norm",
-  .lm_head = "lm_head",
-  .layers = "layers",
-  .t =
-    {
-      [SM_T_Q] = "self_attn.q_proj",
-      [SM_T_K] = "self_attn.k_proj",
-      [SM_T_V] = "self_attn.v_proj",
-      [SM_T_O] = "self_attn.o_proj",
-      [SM_T_Q_NORM] = "self_attn.q_norm",
-      [SM_T_K_NORM] = "self_attn.k_norm",
-      [SM_T_ATTN_OUT_NORM] = "post_attention_layernorm",
-      [SM_T_GATE] = "mlp.gate_proj",
-      [SM_T_UP] = "mlp.up_proj",
-      [SM_T_DOWN] = "mlp.down_proj",
-      [SM_T_FFN_OUT_NORM] = "post_feedforward_layernorm",
-    },
-};
 static const sm_config_defaults exaone4_defaults = {
   .type = "exaone4",
   .vocab = 102400,
@@ -134,6 +113,6 @@ const sm_family sm_family_exaone4 = {
   .description = "EXAONE 4.0 (post-norm block, q/k RMSNorm, NoPE full layers)",
   .example = "mlx-community/EXAONE-4.0-1.2B-4bit",
   .defaults = &exaone4_defaults,
-  .names = &exaone4_names,
+  .names = &olmo2_names, /* the same names as OLMo 2 */
   .recipe = &exaone4_recipe,
 };
