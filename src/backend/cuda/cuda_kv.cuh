@@ -51,18 +51,10 @@ template <typename KT> static __device__ __forceinline__ typename kv_raw4<KT>::T
   return *(const typename kv_raw4<KT>::T *)p;
 }
 
-/* elements p[0..3] (p 4-element aligned) through the read-only path, L2 (.cg) or generic loads */
+/* elements p[0..3] (p 4-element aligned) through the read-only path, widened to floats */
 static __device__ __forceinline__ float4 kv_ldg4(const float *p) { return __ldg((const float4 *)p); }
 template <typename KT> static __device__ __forceinline__ float4 kv_ldg4(const KT *p) {
   return kv_h4(__ldg((const uint2 *)p), KT());
-}
-static __device__ __forceinline__ float4 kv_ldcg4(const float *p) { return __ldcg((const float4 *)p); }
-template <typename KT> static __device__ __forceinline__ float4 kv_ldcg4(const KT *p) {
-  return kv_h4(__ldcg((const uint2 *)p), KT());
-}
-static __device__ __forceinline__ float4 kv_ld4(const float *p) { return *(const float4 *)p; }
-template <typename KT> static __device__ __forceinline__ float4 kv_ld4(const KT *p) {
-  return kv_h4(*(const uint2 *)p, KT());
 }
 
 /* the instance of a kernel template for a cache of sm_dtype dt: body(KT) with KT the element type */
