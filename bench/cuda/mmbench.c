@@ -25,8 +25,8 @@ int main(int argc, char **argv) {
     printf("SKIP: no usable CUDA device (%s)\n", smelt_last_error());
     return 77;
   }
-  const long shapes[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}, {4096, 4096}, {14336, 4096}, {4096, 14336},
-                            {128256, 2048}};
+  const long shapes[][2] = {{2048, 2048},  {8192, 2048},  {2048, 8192},  {4096, 4096},
+                            {14336, 4096}, {4096, 14336}, {128256, 2048}};
   srand(1);
   printf("%-14s", "M x K");
   for (int i = 0; i < nn; i++) printf(" %9d", ns[i]);
@@ -35,14 +35,26 @@ int main(int argc, char **argv) {
     const long M = shapes[si][0], K = shapes[si][1], gs = 64;
     sm_weight w;
     memset(&w, 0, sizeof w);
-    w.rows = M; w.cols = K; w.bits = 4; w.group_size = (int)gs; w.dtype = SM_DT_BF16;
+    w.rows = M;
+    w.cols = K;
+    w.bits = 4;
+    w.group_size = (int)gs;
+    w.dtype = SM_DT_BF16;
     const size_t nb = (size_t)M * K / 2, ng = (size_t)M * (K / gs);
     uint8_t *d = malloc(nb);
     uint16_t *s = malloc(ng * 2), *b = malloc(ng * 2);
     for (size_t i = 0; i < nb; i++) d[i] = (uint8_t)rand();
-    for (size_t i = 0; i < ng; i++) { s[i] = 0x3c00 - 0x0a00; b[i] = 0xbc00 - 0x0800; } /* ~0.0078, ~-0.5 bf16-ish */
-    w.data = d; w.scales = s; w.biases = b;
-    if (G->prepare_weight(G, &w) != SMELT_OK) { printf("prepare: %s\n", smelt_last_error()); return 1; }
+    for (size_t i = 0; i < ng; i++) {
+      s[i] = 0x3c00 - 0x0a00;
+      b[i] = 0xbc00 - 0x0800;
+    } /* ~0.0078, ~-0.5 bf16-ish */
+    w.data = d;
+    w.scales = s;
+    w.biases = b;
+    if (G->prepare_weight(G, &w) != SMELT_OK) {
+      printf("prepare: %s\n", smelt_last_error());
+      return 1;
+    }
     const int nmax = ns[nn - 1];
     float *x = G->alloc(G, (size_t)nmax * K * 4), *y = G->alloc(G, (size_t)nmax * M * 4);
     float *hx = malloc((size_t)nmax * K * 4);
@@ -64,7 +76,10 @@ int main(int argc, char **argv) {
     G->free(G, x);
     G->free(G, y);
     G->release_weight(G, &w);
-    free(d); free(s); free(b); free(hx);
+    free(d);
+    free(s);
+    free(b);
+    free(hx);
   }
   G->destroy(G);
   return 0;
