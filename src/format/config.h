@@ -44,6 +44,7 @@ typedef struct {
   int layer_freq;  /* moe_layer_freq: MoE layers are those l >= first_dense with l % layer_freq == 0 (0: 1) */
   int sparse_step; /* decoder_sparse_step: MoE layers are those with (l + 1) % sparse_step == 0 (0: 1) */
   float swiglu_limit, swiglu_alpha;
+  bool optional; /* "num_experts": 0 makes every layer dense (Qwen3-Next's HF class: num_experts > 0 chooses) */
 } sm_moe_defaults;
 
 /* Layer kinds of hybrid models (config "layer_types", "layers_block_type", "hybrid_override_pattern",
@@ -72,7 +73,7 @@ typedef struct {
   float dt_min, dt_max; /* Mamba-2 time_step_limit (0, inf: none) */
   bool no_rope;         /* attention layers have no RoPE (Nemotron-H; Granite unless position_embedding_type
                          * is "rope") */
-  int n_experts;        /* > 0: mixture-of-experts feed-forward layers (smelt does not run them yet) */
+  int n_experts;        /* > 0: mixture-of-experts feed-forward layers (run only by families with an sm_moe_spec) */
 } sm_rec_config;
 
 typedef struct {

@@ -63,7 +63,13 @@ smelt_status sm_config_parse_moe(sm_config *c, const sm_moe_defaults *d, const c
   m->swiglu_limit = d->swiglu_limit;
   m->swiglu_alpha = d->swiglu_alpha;
   const char *ek[] = {"num_experts", "num_local_experts", "n_routed_experts"};
-  for (size_t i = 0; i < sizeof ek / sizeof ek[0]; i++) TRY(int_of(c, file, ek[i], 1, 4096, &m->n_experts));
+  for (size_t i = 0; i < sizeof ek / sizeof ek[0]; i++)
+    TRY(int_of(c, file, ek[i], d->optional ? 0 : 1, 4096, &m->n_experts));
+  if (d->optional && m->n_experts == 0) { /* a dense model of the family: no layer has the mixture */
+    memset(m, 0, sizeof *m);
+    m->use_qk_norm = qk ? cJSON_IsTrue(qk) : -1;
+    return SMELT_OK;
+  }
   TRY(int_of(c, file, "num_experts_per_tok", 1, 1 << 16, &m->top_k));
   if (m->n_experts <= 0)
     return sm_err(SMELT_ERR_FORMAT, "%s: a %s model needs the number of experts", file, c->model_type);

@@ -1,10 +1,14 @@
 /* Qwen3-Next and Qwen3.5 / 3.6: three Gated DeltaNet layers to one gated attention layer (q_proj also
- * gives a sigmoid gate of the attention output; per-head q/k RMSNorm; partial RoPE), SwiGLU MLPs. MLX
+ * gives a sigmoid gate of the attention output; per-head q/k RMSNorm; partial RoPE), SwiGLU MLPs or, in
+ * the MoE variants (Qwen3-Next-80B-A3B, qwen3_5_moe_text), a mixture of experts (softmax routing, top k
+ * renormalized with norm_topk_prob) plus a shared expert times a sigmoid gate (moe.c), under mlx-lm's
+ * names: mlp.gate, mlp.switch_mlp.{gate,up,down}_proj, mlp.shared_expert.*, mlp.shared_expert_gate. MLX
  * checkpoints carry the RMSNorm weights with Qwen's (1 + w) already added (mlx-lm's sanitize), so the
  * recipe has no norm offset. Qwen3-Next's projections are fused per key head (in_proj_qkvz, in_proj_ba;
- * the loader rearranges them), Qwen3.5's separate. The MoE variants (Qwen3-Next-80B-A3B, qwen3_5_moe)
- * are refused at load: smelt has no MoE layers yet. */
+ * the loader rearranges them), Qwen3.5's separate. Qwen3-Next's MoE layers are those of decoder_sparse_step
+ * not in mlp_only_layers ("num_experts": 0: all dense); every layer of qwen3_5_moe_text is MoE. */
 #include "model/family.h"
+#include "backend/backend.h"
 
 #define QWEN_NEXT_ATTN \
   [SM_T_ATTN_NORM] = "input_layernorm", [SM_T_Q] = "self_attn.q_proj", [SM_T_K] = "self_attn.k_proj", \
@@ -41,6 +45,13 @@ static const sm_tensor_names qwen3_next_names = {
       [SM_T_REC_IN_FUSED] = "linear_attn.in_proj_qkvz",
       [SM_T_REC_BA_FUSED] = "linear_attn.in_proj_ba",
     },
+};
+static const sm_moe_spec qwen_next_moe = {
+  .route = SM_ROUTE_SOFTMAX,
+  .router = "mlp.gate",
+  .experts = "mlp.switch_mlp",
+  .shared = "mlp.shared_expert",
+  .shared_gate = "mlp.shared_expert_gate",
 };
 static const sm_recipe qwen_next_recipe = {
   .attn_bias = SM_BIAS_QKVO,
@@ -90,7 +101,7 @@ const sm_family sm_family_qwen3_5_text = {
     "\"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, \"partial_rotary_factor\": 0.5, \"num_experts\": 0}",
 };
 
-/* Qwen3_5MoeTextConfig: known, not runnable */
+/* Qwen3_5MoeTextConfig */
 static const sm_rec_config qwen3_5_moe_rec = {
   .kind = SM_REC_GDN,
   .attn_interval = 4,
@@ -99,7 +110,14 @@ static const sm_rec_config qwen3_5_moe_rec = {
   .gdn_v_heads = 32,
   .gdn_k_dim = 128,
   .gdn_v_dim = 128,
+};
+static const sm_moe_defaults qwen3_5_moe_moe = {
   .n_experts = 256,
+  .top_k = 8,
+  .expert_inter = 512,
+  .shared_inter = 512,
+  .norm_topk = true,
+  .sparse_step = 1,
 };
 static const sm_config_defaults qwen3_5_moe_defaults = {
   .type = "qwen3_5_moe_text",
@@ -117,13 +135,21 @@ static const sm_config_defaults qwen3_5_moe_defaults = {
   .bos = -1,
   .eos = -1,
   .partial_rotary = 0.25f,
+  .moe = &qwen3_5_moe_moe,
   .rec = &qwen3_5_moe_rec,
 };
 const sm_family sm_family_qwen3_5_moe_text = {
   .model_type = "qwen3_5_moe_text",
-  .description = "Qwen3.5 / 3.6 MoE text model",
+  .description = "Qwen3.5 / 3.6 MoE text model (Gated DeltaNet + gated attention; routed + shared experts)",
+  .example = "mlx-community/Qwen3.5-35B-A3B-4bit",
   .defaults = &qwen3_5_moe_defaults,
-  .notes = "not runnable yet: smelt has no mixture-of-experts layers",
+  .names = &qwen3_5_names,
+  .recipe = &qwen_next_recipe,
+  .moe = &qwen_next_moe,
+  .notes = "recurrent layers: no prefix cache, prompt cache files or speculative decoding",
+  .synth =
+    "{\"layer_types\": [\"linear_attention\", \"full_attention\"], \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, "
+    "\"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, \"partial_rotary_factor\": 0.5}",
 };
 
 /* Qwen3NextConfig */
@@ -135,7 +161,15 @@ static const sm_rec_config qwen3_next_rec = {
   .gdn_v_heads = 32,
   .gdn_k_dim = 128,
   .gdn_v_dim = 128,
+};
+static const sm_moe_defaults qwen3_next_moe = {
   .n_experts = 512,
+  .top_k = 10,
+  .expert_inter = 512,
+  .shared_inter = 512,
+  .norm_topk = true,
+  .sparse_step = 1,
+  .optional = true,
 };
 static const sm_config_defaults qwen3_next_defaults = {
   .type = "qwen3_next",
@@ -153,18 +187,20 @@ static const sm_config_defaults qwen3_next_defaults = {
   .bos = -1,
   .eos = -1,
   .partial_rotary = 0.25f,
+  .moe = &qwen3_next_moe,
   .rec = &qwen3_next_rec,
 };
 const sm_family sm_family_qwen3_next = {
   .model_type = "qwen3_next",
-  .description = "Qwen3-Next (Gated DeltaNet + gated attention; fused projections)",
+  .description = "Qwen3-Next (Gated DeltaNet + gated attention; fused projections; routed + shared experts)",
   .example = "mlx-community/Qwen3-Next-80B-A3B-Instruct-4bit",
   .defaults = &qwen3_next_defaults,
   .names = &qwen3_next_names,
   .recipe = &qwen_next_recipe,
-  .notes = "dense configurations only (the published Qwen3-Next models are MoE: not yet); recurrent layers: no "
-           "prefix cache, prompt cache files or speculative decoding",
+  .moe = &qwen_next_moe,
+  .notes = "recurrent layers: no prefix cache, prompt cache files or speculative decoding",
+  /* layer 0 (Gated DeltaNet) has the mixture, layer 1 (attention) the dense MLP */
   .synth =
     "{\"layer_types\": [\"linear_attention\", \"full_attention\"], \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, "
-    "\"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, \"partial_rotary_factor\": 0.5, \"num_experts\": 0}",
+    "\"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, \"partial_rotary_factor\": 0.5, \"mlp_only_layers\": [1]}",
 };

@@ -75,7 +75,8 @@ const sm_vlm_packaging sm_vlm_qwen3_5 = {
 static const sm_config_defaults qwen3_5_moe_defaults = {.type = "qwen3_5_moe", .text_type = "qwen3_5_moe_text"};
 const sm_vlm_packaging sm_vlm_qwen3_5_moe = {
   .model_type = "qwen3_5_moe",
-  .description = "Qwen3.5 / 3.6 MoE (text model: qwen3_5_moe_text, not runnable)",
+  .description = "Qwen3.5 / 3.6 MoE (text model: qwen3_5_moe_text)",
+  .example = "mlx-community/Qwen3.5-35B-A3B-4bit",
   .defaults = &qwen3_5_moe_defaults,
   .lm_prefix = "language_model.",
   .skip = vision_skip,

@@ -40,13 +40,13 @@ static const sm_family *const g_families[] = {
   /* hybrid (recurrent + attention) families */
   &sm_family_qwen3_5_text,
   &sm_family_qwen3_next,
+  &sm_family_qwen3_5_moe_text,
   &sm_family_lfm2,
   &sm_family_nemotron_h,
   &sm_family_granitemoehybrid,
   /* known configs, not runnable */
   &sm_family_gemma4_text,
   &sm_family_deepseek_v3,
-  &sm_family_qwen3_5_moe_text,
 };
 
 static const sm_vlm_packaging *const g_vlms[] = {

@@ -236,7 +236,7 @@ static smelt_status check_recipe(smelt_model *m) {
       return sm_err(SMELT_ERR_UNSUPPORTED,
                     "%s: layer %d of this %s model would be dense, which the family does not have", m->dir, l,
                     m->fam->model_type);
-  if (m->cfg.rec.n_experts > 0)
+  if (m->cfg.rec.n_experts > 0 && !m->fam->moe)
     return sm_err(SMELT_ERR_UNSUPPORTED,
                   "%s: this %s checkpoint has mixture-of-experts layers, which smelt does not run "
                   "yet (its dense variants run)",

@@ -37,8 +37,9 @@ smelt_status sm_moe_check(smelt_model *m) {
   if (m->fam->recipe->attn_sinks && !be->attention_sinks)
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: the %s backend has no attention with sinks (needed by %s)", m->dir,
                   be->name, m->fam->model_type);
-  if (!sp) return SMELT_OK;
   const sm_moe_config *mc = &m->cfg.moe;
+  const sm_moe_defaults *md = m->fam->defaults ? m->fam->defaults->moe : NULL;
+  if (!sp || (mc->n_experts == 0 && md && md->optional)) return SMELT_OK; /* a dense model of the family */
   if (mc->n_experts <= 0 || mc->top_k <= 0 || mc->expert_inter <= 0)
     return sm_err(SMELT_ERR_FORMAT, "%s: config.json of a %s model has no experts", m->dir, m->fam->model_type);
   if (!be->moe_route || !be->matmul_experts || !be->moe_combine || !be->sigmoid_gate_rows ||
@@ -182,7 +183,7 @@ void sm_moe_release(smelt_model *m) {
 }
 
 smelt_status sm_moe_reserve(smelt_model *m, int n) {
-  if (!m->fam->moe || (m->moe_scr && m->moe_scr->tokens >= n)) return SMELT_OK;
+  if (!m->fam->moe || m->cfg.moe.n_experts <= 0 || (m->moe_scr && m->moe_scr->tokens >= n)) return SMELT_OK;
   free_scratch(m);
   const sm_moe_config *mc = &m->cfg.moe;
   const size_t N = (size_t)n, k = (size_t)mc->top_k, H = (size_t)m->cfg.hidden_size;

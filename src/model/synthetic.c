@@ -44,6 +44,16 @@ static const sm_synth_shape g_shapes[] = {
    "{\"layer_types\": null, \"full_attention_interval\": 4, \"linear_num_key_heads\": 16,"
    " \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,"
    " \"linear_conv_kernel_dim\": 4, \"partial_rotary_factor\": 0.25, \"rope_theta\": 10000000}"},
+  {"qwen3.5-35b-a3b", 2048, 40, 16, 2, 512, 248320, false, "qwen3_5_moe_text", 256, /* Qwen3.5-35B-A3B's text model */
+   "{\"layer_types\": null, \"full_attention_interval\": 4, \"linear_num_key_heads\": 16,"
+   " \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,"
+   " \"num_experts\": 256, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 512,"
+   " \"shared_expert_intermediate_size\": 512, \"partial_rotary_factor\": 0.25, \"rope_theta\": 10000000}"},
+  {"qwen3-next-80b-a3b", 2048, 48, 16, 2, 5120, 151936, false, "qwen3_next", 256, /* Qwen3-Next-80B-A3B */
+   "{\"layer_types\": null, \"mlp_only_layers\": null, \"full_attention_interval\": 4, \"linear_num_key_heads\": 16,"
+   " \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,"
+   " \"num_experts\": 512, \"num_experts_per_tok\": 10, \"moe_intermediate_size\": 512,"
+   " \"shared_expert_intermediate_size\": 512, \"partial_rotary_factor\": 0.25, \"rope_theta\": 10000000}"},
   {"lfm2-1.2b", 2048, 16, 32, 8, 8192, 65536, true, "lfm2", 64, /* LFM2-1.2B */
    "{\"layer_types\": null, \"full_attn_idxs\": [2, 5, 8, 10, 12, 14], \"rope_theta\": 1000000}"},
 };

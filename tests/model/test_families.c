@@ -176,6 +176,42 @@ static void test_vlm(void) {
   free(cfg);
 }
 
+/* Qwen3.5 MoE as mlx-lm writes the vision-packaged checkpoint (qwen3_5_moe: the text model under
+ * language_model., its config under text_config): the same logits as the text model */
+static void test_vlm_qwen3_5_moe(void) {
+  char text[256], vlm[256], p[600], *cfg = NULL;
+  snprintf(text, sizeof text, "%s/qwen3_5_moe_text", g_root); /* made by test_all_families */
+  snprintf(vlm, sizeof vlm, "%s/qwen3_5_moe_vlm", g_root);
+  snprintf(p, sizeof p, "%s/config.json", text);
+  CHECK(sm_read_file(p, &cfg, NULL) == SMELT_OK, "read %s", p);
+  if (!cfg) return;
+  const size_t len = strlen(cfg) + 128;
+  char *vcfg = malloc(len);
+  snprintf(vcfg, len, "{\"model_type\": \"qwen3_5_moe\", \"vision_config\": {}, \"text_config\": %s}", cfg);
+  static const char *const vision[] = {"vision_tower.blocks.0.norm1.weight", NULL};
+  repackage(text, vlm, "language_model.", vision);
+  write_text(vlm, "config.json", vcfg);
+  smelt_status st;
+  smelt_model *m = load(vlm, 64, &st), *t = load(text, 64, &st);
+  CHECK(m && t, "qwen3_5_moe checkpoint loads: %s", smelt_last_error());
+  if (m && t) {
+    smelt_model_info info;
+    smelt_model_get_info(m, &info);
+    CHECK(!strcmp(info.arch, "qwen3_5_moe_text"), "arch %s", info.arch);
+    int32_t ids[5] = {3, 1, 4, 1, 5};
+    float *a = NULL, *b = NULL;
+    if (smelt_eval_logits(m, ids, 5, &a) == SMELT_OK && smelt_eval_logits(t, ids, 5, &b) == SMELT_OK)
+      CHECK(!memcmp(a, b, sizeof(float) * 5 * 200), "qwen3_5_moe: packaged and text logits differ");
+    else CHECK(0, "eval: %s", smelt_last_error());
+    free(a);
+    free(b);
+  }
+  smelt_model_free(t);
+  smelt_model_free(m);
+  free(vcfg);
+  free(cfg);
+}
+
 static void test_not_runnable(void) {
   char d[256];
   snprintf(d, sizeof d, "%s/gemma4", g_root);
@@ -297,6 +333,7 @@ int main(void) {
   }
   test_all_families();
   test_vlm();
+  test_vlm_qwen3_5_moe();
   test_not_runnable();
   test_dynamic_limit();
   test_longrope_rows();

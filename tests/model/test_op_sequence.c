@@ -242,7 +242,10 @@ static sm_backend *rec_create(void) {
 #define SHARED "mm:gate mm:up silu_mul mm:down"
 #define GDN "mm:rec_in mm:rec_in mm:rec_in mm:rec_in conv1d gated_delta gated_rmsnorm mm:rec_out"
 #define MAMBA2 "mm:rec_in mm:rec_in mm:rec_in conv1d ssm_scan gated_rmsnorm mm:rec_out"
-#define GATED_ATTN "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " attention mm:attn_gate sigmoid_mul mm:o add " MLP
+#define GATED_ATTN_BLOCK "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " attention mm:attn_gate sigmoid_mul mm:o add"
+#define GATED_ATTN GATED_ATTN_BLOCK " " MLP
+/* Qwen3-Next / Qwen3.5 MoE: routed experts, then the shared expert times its sigmoid gate */
+#define SHARED_MOE "rmsnorm mm:router " EXPERTS " " SHARED " mm:shared_gate sigmoid_gate_rows add add"
 static const struct {
   const char *family, *extra, *pre, *layer[3], *head;
 } k_cases[] = {
@@ -397,7 +400,11 @@ static const struct {
   /* hybrid families: a recurrent layer, then attention */
   /* Qwen3.5 / Qwen3-Next: Gated DeltaNet (in_proj qkv, z, b, a), gated attention */
   {"qwen3_5_text", NULL, "", {"rmsnorm " GDN " add " MLP, GATED_ATTN}, HEAD},
-  {"qwen3_next", NULL, "", {"rmsnorm " GDN " add " MLP, GATED_ATTN}, HEAD},
+  /* Qwen3-Next: layer 0 a mixture (mlp_only_layers [1] in its synthetic config), layer 1 dense */
+  {"qwen3_next", NULL, "", {"rmsnorm " GDN " add " SHARED_MOE, GATED_ATTN}, HEAD},
+  {"qwen3_next", "{\"num_experts\": 0}", "", {"rmsnorm " GDN " add " MLP, GATED_ATTN}, HEAD},
+  /* Qwen3.5 MoE: every layer a mixture */
+  {"qwen3_5_moe_text", NULL, "", {"rmsnorm " GDN " add " SHARED_MOE, GATED_ATTN_BLOCK " " SHARED_MOE}, HEAD},
   /* LFM2: conv(B * x) * C, attention with q/k norms */
   {"lfm2",
    NULL,
@@ -423,7 +430,7 @@ static const struct {
 static void run_case(int ci, const char *root) {
   const char *fam = k_cases[ci].family;
   char dir[512];
-  snprintf(dir, sizeof dir, "%s/%s", root, fam);
+  snprintf(dir, sizeof dir, "%s/%s-%d", root, fam, ci); /* a family may have several cases */
   sm_synth_shape sh = {"opseq", 64, 2, 4, 2, 128, 300, false, fam, 16, k_cases[ci].extra};
   CHECK(sm_make_synthetic(&sh, 4, 32, dir, false) == SMELT_OK, "%s: synthetic: %s", fam, smelt_last_error());
   smelt_model_params mp;
