@@ -189,7 +189,8 @@ typedef struct {
  *   SIGMOID       s = sigmoid(l); choice s + correction (the n_group groups with the largest sums of their two
  *                 largest choice scores, topk_group of them, are kept; the others' experts score 0); weight s_e
  *                 (GLM-4 MoE, DeepSeek-V3)
- * then, with norm, the k weights are divided by their sum (+ 1e-20 for SIGMOID, as transformers), and all are
+ * then, with norm, the k weights are divided by their sum (+ norm_eps for SIGMOID: 1e-20 as transformers' DeepSeek-V3 /
+ * GLM-4 MoE when 0, LFM2-MoE 1e-6), and all are
  * multiplied by scale. Softmax and sigmoid in float32. */
 enum { SM_ROUTE_SOFTMAX, SM_ROUTE_TOPK_SOFTMAX, SM_ROUTE_SIGMOID };
 typedef struct {
@@ -197,6 +198,7 @@ typedef struct {
   int n_experts, top_k; /* top_k <= 64 */
   bool norm;
   float scale;
+  float norm_eps;          /* SIGMOID with norm: added to the weights' sum (0: 1e-20) */
   const float *correction; /* backend buffer [n_experts] (SIGMOID; NULL: none) */
   int n_group, topk_group; /* SIGMOID group-limited choice; n_group <= 1: off */
 } sm_moe_route;

@@ -65,7 +65,7 @@ void sm_moe_route_row(const sm_moe_route *r, const float *logits, const float *c
       }
       top_k(choice, E, k, ids);
       for (int j = 0; j < k; j++) sum += wts[j] = p[ids[j]];
-      if (r->norm) sum += 1e-20f;
+      if (r->norm) sum += r->norm_eps > 0 ? r->norm_eps : 1e-20f;
       break;
     }
   }

@@ -485,13 +485,16 @@ static smelt_status parse_rec(sm_config *c, const src *s, const family *f) {
       int ff = c->intermediate_size, mult_of = 256;
       bool adjust = true;
       float ffm = 1.0f;
-      TRY(get_int(s, "block_ff_dim", &ff));
-      TRY(get_bool(s, "block_auto_adjust_ff_dim", &adjust));
-      TRY(get_int(s, "block_multiple_of", &mult_of));
-      const cJSON *m = get(s, "block_ffn_dim_multiplier");
-      if (m) TRY(to_float(m, file, "block_ffn_dim_multiplier", &ffm));
-      TRY(check_range(file, "block_multiple_of", mult_of, 1, 1 << 20));
-      if (adjust) {
+      const cJSON *m = NULL;
+      if (!f->moe) { /* LFM2-MoE (Lfm2MoeMLP) takes intermediate_size as it is */
+        TRY(get_int(s, "block_ff_dim", &ff));
+        TRY(get_bool(s, "block_auto_adjust_ff_dim", &adjust));
+        TRY(get_int(s, "block_multiple_of", &mult_of));
+        m = get(s, "block_ffn_dim_multiplier");
+        if (m) TRY(to_float(m, file, "block_ffn_dim_multiplier", &ffm));
+        TRY(check_range(file, "block_multiple_of", mult_of, 1, 1 << 20));
+      }
+      if (adjust && !f->moe) {
         ff = (int)(2.0 * ff / 3.0);
         if (m) ff = (int)(ffm * ff);
         ff = mult_of * ((ff + mult_of - 1) / mult_of);

@@ -20,7 +20,7 @@ typedef enum {
  * (num_experts, num_local_experts or n_routed_experts), num_experts_per_tok, moe_intermediate_size (else
  * intermediate_size), shared experts (shared_expert_intermediate_size, or n_shared_experts times
  * moe_intermediate_size), norm_topk_prob, routed_scaling_factor, n_group / topk_group, and which layers
- * are dense (first_k_dense_replace, moe_layer_freq, decoder_sparse_step, mlp_only_layers). */
+ * are dense (first_k_dense_replace or num_dense_layers, moe_layer_freq, decoder_sparse_step, mlp_only_layers). */
 typedef struct {
   int n_experts;      /* 0: not a mixture-of-experts model */
   int top_k;          /* num_experts_per_tok */
@@ -31,6 +31,7 @@ typedef struct {
   int n_group, topk_group;
   float swiglu_limit, swiglu_alpha; /* gpt-oss clamped SwiGLU */
   int use_qk_norm;                  /* GLM-4 MoE use_qk_norm: -1 absent, 0/1 */
+  bool no_correction;               /* use_expert_bias false (LFM2-MoE): no choice-score correction vector */
   uint8_t moe_layer[SM_MAX_LAYERS]; /* 1: layer l's MLP is the mixture */
 } sm_moe_config;
 

@@ -87,6 +87,9 @@ smelt_status sm_config_parse_moe(sm_config *c, const sm_moe_defaults *d, const c
   if (n_shared > 0) m->shared_inter = n_shared * m->expert_inter;
   TRY(int_of(c, file, "shared_expert_intermediate_size", 0, 1 << 20, &m->shared_inter));
   TRY(bool_of(c, file, "norm_topk_prob", &m->norm_topk));
+  bool use_bias = true;
+  TRY(bool_of(c, file, "use_expert_bias", &use_bias));
+  m->no_correction = !use_bias;
   TRY(float_of(c, file, "routed_scaling_factor", &m->routed_scale));
   TRY(int_of(c, file, "n_group", 1, 64, &m->n_group));
   TRY(int_of(c, file, "topk_group", 1, 64, &m->topk_group));
@@ -108,6 +111,7 @@ smelt_status sm_config_parse_moe(sm_config *c, const sm_moe_defaults *d, const c
   /* which layers have the mixture */
   int first = d->first_dense, freq = d->layer_freq, step = d->sparse_step;
   TRY(int_of(c, file, "first_k_dense_replace", 0, 1 << 20, &first));
+  TRY(int_of(c, file, "num_dense_layers", 0, 1 << 20, &first)); /* LFM2-MoE's name */
   TRY(int_of(c, file, "moe_layer_freq", 1, 1 << 20, &freq));
   TRY(int_of(c, file, "decoder_sparse_step", 1, 1 << 20, &step));
   for (int l = 0; l < nl; l++)

@@ -140,6 +140,7 @@ typedef struct {
   bool router_bias;    /* the router Linear has a bias (gpt-oss) */
   bool expert_bias;    /* the experts' projections have biases (gpt-oss) */
   bool clamped_swiglu; /* gpt-oss's activation: config swiglu_limit / swiglu_alpha (backend swiglu_clamp) */
+  float norm_eps;      /* SIGMOID routing with norm_topk_prob: added to the weights' sum (0: 1e-20; LFM2-MoE 1e-6) */
 } sm_moe_spec;
 
 typedef struct sm_family {

@@ -98,7 +98,7 @@ smelt_status sm_moe_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const cha
     snprintf(n, sizeof n, "%s.%s.bias", p, sp->router);
     if ((st = sm_load_vec(m, ts, n, 0, E, &M->router_bias, false, NULL))) return st;
   }
-  if (sp->correction) {
+  if (sp->correction && !mc->no_correction) {
     snprintf(n, sizeof n, "%s.%s", p, sp->correction);
     if ((st = sm_load_vec(m, ts, n, 0, E, &M->correction, false, NULL))) return st;
   }
@@ -130,6 +130,7 @@ smelt_status sm_moe_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const cha
                             .top_k = mc->top_k,
                             .norm = mc->norm_topk,
                             .scale = mc->routed_scale,
+                            .norm_eps = sp->norm_eps,
                             .correction = M->correction,
                             .n_group = mc->n_group,
                             .topk_group = mc->topk_group};

@@ -54,6 +54,9 @@ static const sm_synth_shape g_shapes[] = {
    " \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,"
    " \"num_experts\": 512, \"num_experts_per_tok\": 10, \"moe_intermediate_size\": 512,"
    " \"shared_expert_intermediate_size\": 512, \"partial_rotary_factor\": 0.25, \"rope_theta\": 10000000}"},
+  {"lfm2-8b-a1b", 2048, 24, 32, 8, 7168, 65536, true, "lfm2_moe", 64, /* LFM2-8B-A1B's sizes, 6 attention layers */
+   "{\"layer_types\": null, \"full_attn_idxs\": [2, 6, 10, 14, 18, 21], \"num_experts\": 32,"
+   " \"num_experts_per_tok\": 4, \"moe_intermediate_size\": 1792, \"num_dense_layers\": 2, \"rope_theta\": 1000000}"},
   {"lfm2-1.2b", 2048, 16, 32, 8, 8192, 65536, true, "lfm2", 64, /* LFM2-1.2B */
    "{\"layer_types\": null, \"full_attn_idxs\": [2, 5, 8, 10, 12, 14], \"rope_theta\": 1000000}"},
 };
@@ -228,7 +231,7 @@ static void add_moe_layer(sm_st_writer *w, fill_ctx *fc, fill_ctx *scm, const sm
     snprintf(n, sizeof n, "%s.%s.bias", p, sp->router);
     sm_stw_add(w, n, SM_DT_BF16, 1, &E, NULL, fill_random, fc);
   }
-  if (sp->correction) {
+  if (sp->correction && !mc->no_correction) {
     snprintf(n, sizeof n, "%s.%s", p, sp->correction);
     sm_stw_add(w, n, SM_DT_F32, 1, &E, NULL, fill_random, fc); /* zero-ish: f32 bits of small integers */
   }

@@ -1474,7 +1474,8 @@ static void test_attention_sinks(void) {
 
 /* whole synthetic mixture-of-experts models (qwen3_moe, qwen2_moe with its shared expert, glm4_moe with
  * its dense first layer and group-limited sigmoid routing, gpt_oss with mxfp4 experts and sinks, the
- * hybrids qwen3_next and qwen3_5_moe_text with Gated DeltaNet layers and shared experts): prefill
+ * hybrids qwen3_next and qwen3_5_moe_text with Gated DeltaNet layers and shared experts, lfm2_moe with
+ * short convolutions and sigmoid routing): prefill
  * of 24 tokens (recorded: the row kernels) and of 100 (eager: grouped GEMMs), decode steps (graphs) */
 static void test_moe_model(const char *family, int bits, const char *extra) {
   char dir[256];
@@ -1557,6 +1558,7 @@ static void test_moe(void) {
   /* hybrids with mixtures: Qwen3-Next (layer 0 a mixture, layer 1 dense), Qwen3.5 MoE (every layer) */
   test_moe_model("qwen3_next", 4, "{\"num_experts\": 8, \"num_experts_per_tok\": 2}");
   test_moe_model("qwen3_5_moe_text", 8, NULL);
+  test_moe_model("lfm2_moe", 4, "{\"n_routed_experts\": 8, \"num_experts_per_tok\": 2}");
 }
 
 /* the pass tests to run (argument "moe": only the mixture-of-experts tests, 64; "hybrid": only those of

@@ -9,8 +9,8 @@
  *    needing more than there are fails with SMELT_ERR_OOM;
  *  - what is refused for such models is refused: prefix reuse (0 tokens reported), KV export/import,
  *    speculative decoding;
- *  - mixture-of-experts hybrids (Qwen3-Next, Qwen3.5 MoE): a checkpoint with an expert tensor missing or
- *    misnamed fails to load with an error naming the tensor. */
+ *  - mixture-of-experts hybrids (Qwen3-Next, Qwen3.5 MoE, LFM2-MoE): a checkpoint with an expert or router
+ *    tensor missing or misnamed fails to load with an error naming the tensor. */
 #include <string.h>
 #include <sys/stat.h>
 #include "engine/engine.h"
@@ -255,15 +255,23 @@ static void bad_expert_case(const char *src, const char *dst, const char *name, 
 }
 
 static void expert_tensor_cases(const sm_family *f, const char *dir, const char *root) {
+  int l = 0; /* the first layer with the mixture */
+  while (l < M->cfg.num_hidden_layers && !M->cfg.moe.moe_layer[l]) l++;
+  CHECK(l < M->cfg.num_hidden_layers, "%s: no mixture-of-experts layer in the synthetic model", g_fam);
+  const char *pre = f->names->root, *ls = f->names->layers;
   char name[300], to[300], dst[900];
-  /* layer 0 has the mixture in every MoE family's synthetic layer mix */
-  snprintf(name, sizeof name, "%s%s.0.%s.up_proj.weight", f->names->root, f->names->layers, f->moe->experts);
-  snprintf(to, sizeof to, "%s%s.0.mlp.experts.up_proj.weight", f->names->root, f->names->layers);
+  snprintf(name, sizeof name, "%s%s.%d.%s.up_proj.weight", pre, ls, l, f->moe->experts);
+  snprintf(to, sizeof to, "%s%s.%d.mlp.experts.up_proj.weight", pre, ls, l);
   snprintf(dst, sizeof dst, "%s/%s-misnamed", root, f->model_type);
   bad_expert_case(dir, dst, name, to);
   snprintf(dst, sizeof dst, "%s/%s-missing", root, f->model_type);
-  snprintf(name, sizeof name, "%s%s.0.%s.down_proj.weight", f->names->root, f->names->layers, f->moe->shared);
+  snprintf(name, sizeof name, "%s%s.%d.%s.weight", pre, ls, l, f->moe->router);
   bad_expert_case(dir, dst, name, NULL);
+  if (f->moe->shared) {
+    snprintf(dst, sizeof dst, "%s/%s-missing-shared", root, f->model_type);
+    snprintf(name, sizeof name, "%s%s.%d.%s.down_proj.weight", pre, ls, l, f->moe->shared);
+    bad_expert_case(dir, dst, name, NULL);
+  }
 }
 
 int main(int argc, char **argv) {
@@ -303,14 +311,14 @@ int main(int argc, char **argv) {
     batch_case();
     fork_truncate_case();
     refusals_case();
-    smelt_model_free(M);
     if (f->moe) {
       expert_tensor_cases(f, dir, root);
       ran_moe++;
     }
+    smelt_model_free(M);
     ran++;
   }
-  CHECK(ran == 6, "hybrid families run: %d", ran);
-  CHECK(ran_moe == 2, "mixture-of-experts hybrid families run: %d", ran_moe);
+  CHECK(ran == 7, "hybrid families run: %d", ran);
+  CHECK(ran_moe == 3, "mixture-of-experts hybrid families run: %d", ran_moe);
   TEST_END();
 }

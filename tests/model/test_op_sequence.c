@@ -412,6 +412,20 @@ static const struct {
    {"rmsnorm mm:rec_in mm:rec_in mm:rec_in mul conv1d mul mm:rec_out add " MLP,
     "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MLP},
    HEAD},
+  /* LFM2-MoE: layer 0 dense (num_dense_layers 1 in its synthetic config), layer 1 a sigmoid-routed mixture */
+  {"lfm2_moe",
+   NULL,
+   "",
+   {"rmsnorm mm:rec_in mm:rec_in mm:rec_in mul conv1d mul mm:rec_out add " MLP,
+    "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE},
+   HEAD},
+  /* without use_expert_bias: no choice correction (no expert_bias tensor) */
+  {"lfm2_moe",
+   "{\"use_expert_bias\": false}",
+   "",
+   {"rmsnorm mm:rec_in mm:rec_in mm:rec_in mul conv1d mul mm:rec_out add " MLP,
+    "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE},
+   HEAD},
   /* Nemotron-H: Mamba-2, attention without RoPE, a squared-ReLU MLP, each a layer of its own */
   {"nemotron_h",
    NULL,

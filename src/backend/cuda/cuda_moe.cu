@@ -107,8 +107,8 @@ __global__ void k_rows(cu_weight w, int64_t rows, const int32_t *ids, int k, con
 }
 
 /* one warp a token (sm_moe_route_row's algorithm); shared: 2 * E floats */
-__global__ void k_route(const float *logits, int kind, int E, int k, int norm, float scale, const float *corr, int ng,
-                        int tkg, int32_t *ids, float *wts) {
+__global__ void k_route(const float *logits, int kind, int E, int k, int norm, float scale, float eps, const float *corr,
+                        int ng, int tkg, int32_t *ids, float *wts) {
   extern __shared__ float sm[];
   __shared__ float gsc[64];
   __shared__ int kept[64], sel[64];
@@ -187,7 +187,7 @@ __global__ void k_route(const float *logits, int kind, int E, int k, int norm, f
       for (int j = 0; j < k; j++) sum += w[j] /= z;
     } else {
       for (int j = 0; j < k; j++) sum += w[j] = p[sel[j]];
-      if (kind == SM_ROUTE_SIGMOID && norm) sum += 1e-20f;
+      if (kind == SM_ROUTE_SIGMOID && norm) sum += eps;
     }
     for (int j = 0; j < k; j++) {
       float v = w[j];
@@ -367,7 +367,7 @@ void cu_moe_exec(cuda_be *c, const cu_op *o) {
   switch (o->type) {
   case OP_MOE_ROUTE: {
     const size_t smem = sizeof(float) * 2 * (size_t)o->rt.ne;
-    k_route<<<o->rt.n, 32, smem, s>>>(o->rt.logits, o->rt.kind, o->rt.ne, o->rt.k, o->rt.norm, o->rt.scale, o->rt.corr,
+    k_route<<<o->rt.n, 32, smem, s>>>(o->rt.logits, o->rt.kind, o->rt.ne, o->rt.k, o->rt.norm, o->rt.scale, o->rt.eps, o->rt.corr,
                                       o->rt.ng, o->rt.tkg, o->rt.ids, o->rt.wts);
     break;
   }
@@ -412,6 +412,7 @@ static void be_moe_route(sm_backend *be, const float *logits, int n, const sm_mo
   o.type = OP_MOE_ROUTE;
   o.rt.logits = logits; o.rt.ids = ids; o.rt.wts = wts; o.rt.corr = r->correction; o.rt.n = n; o.rt.kind = r->kind;
   o.rt.ne = r->n_experts; o.rt.k = r->top_k; o.rt.norm = r->norm; o.rt.scale = r->scale;
+  o.rt.eps = r->norm_eps > 0 ? r->norm_eps : 1e-20f;
   o.rt.ng = r->n_group > 1 ? r->n_group : 1; o.rt.tkg = r->topk_group;
   cu_submit(c, &o);
 }
