@@ -1294,9 +1294,12 @@ static void test_moe_route(void) {
   fill(corr, E, 0.2f);
   float *dl = dup_dev(lg, (size_t)NT * E), *dcorr = dup_dev(corr, E);
   const sm_moe_route rs[] = {
-    {SM_ROUTE_SOFTMAX, E, K, false, 1.f, NULL, 1, 1},      {SM_ROUTE_SOFTMAX, E, K, true, 1.f, NULL, 1, 1},
-    {SM_ROUTE_TOPK_SOFTMAX, E, K, false, 1.f, NULL, 1, 1}, {SM_ROUTE_SIGMOID, E, K, true, 2.5f, NULL, 1, 1},
-    {SM_ROUTE_SIGMOID, E, K, true, 1.f, NULL, 8, 3},
+    {SM_ROUTE_SOFTMAX, E, K, false, 1.f, 0.f, NULL, 1, 1},
+    {SM_ROUTE_SOFTMAX, E, K, true, 1.f, 0.f, NULL, 1, 1},
+    {SM_ROUTE_TOPK_SOFTMAX, E, K, false, 1.f, 0.f, NULL, 1, 1},
+    {SM_ROUTE_SIGMOID, E, K, true, 2.5f, 0.f, NULL, 1, 1},
+    {SM_ROUTE_SIGMOID, E, K, true, 1.f, 0.f, NULL, 8, 3},
+    {SM_ROUTE_SIGMOID, E, K, true, 1.f, 1e-6f, NULL, 1, 1}, /* LFM2-MoE's epsilon */
   };
   for (size_t i = 0; i < SM_ARRAY_LEN(rs); i++) {
     sm_moe_route rc = rs[i], rg = rs[i];
