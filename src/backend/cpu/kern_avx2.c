@@ -2,6 +2,7 @@
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2")
 #include "backend/cpu/cpu_internal.h"
+#include "backend/kv_quant.h"
 #include <immintrin.h>
 #include <string.h>
 #ifndef SM_PF_DIST
@@ -421,8 +422,35 @@ static void softcap(float *y, float cap, size_t n) {
   if (i < n) st_n(y + i, _mm256_mul_ps(c, vtanh(_mm256_mul_ps(ld_n(y + i, n - i), inv))), n - i);
 }
 
-/* F16C / shift widening of half-precision KV rows */
+/* a q8_0 head row of n values: 8 codes at a time sign-extended, converted and scaled by their group's
+ * f16 scale (the last, shorter group and a row of other lengths by the reference) */
+static void widen_q8(float *out, const void *src, size_t n) {
+  const int8_t *q = src;
+  const uint16_t *sc = (const uint16_t *)((const char *)src + sm_kv_scale_offset(SM_DT_Q8_0, (int)n));
+  size_t i = 0;
+  for (; i + SM_KV_QGROUP <= n; i += SM_KV_QGROUP) {
+    const __m256 d = _mm256_set1_ps(sm_f16_to_f32(sc[i / SM_KV_QGROUP]));
+    for (size_t j = i; j < i + SM_KV_QGROUP; j += 8) {
+      const __m256i w = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + j)));
+      _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_cvtepi32_ps(w), d));
+    }
+  }
+  if (i < n) {
+    const float d = sm_f16_to_f32(sc[i / SM_KV_QGROUP]);
+    for (; i < n; i++) out[i] = (float)q[i] * d;
+  }
+}
+
+/* F16C / shift widening of half-precision KV rows; quantized head rows dequantized */
 static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
+  if (dt == SM_DT_Q8_0) {
+    widen_q8(out, src, n);
+    return;
+  }
+  if (dt == SM_DT_Q4_0) {
+    sm_kv_dequantize_row(out, src, dt, (int)n);
+    return;
+  }
   const uint16_t *s = src;
   size_t i = 0;
   if (dt == SM_DT_F16)
