@@ -93,14 +93,21 @@ void sm_kv_quantize_row(void *dst, sm_dtype dt, const float *x, int head_dim) {
   }
 }
 
-void sm_kv_dequantize_row(float *out, const void *src, sm_dtype dt, int head_dim) {
+void sm_kv_dequantize_tail(float *out, const void *src, sm_dtype dt, int head_dim, int i0) {
   const uint8_t *row = src;
   const size_t so = sm_kv_scale_offset(dt, head_dim);
-  for (int i = 0; i < head_dim; i++) {
+  for (int g0 = i0 - i0 % SM_KV_QGROUP; g0 < head_dim; g0 += SM_KV_QGROUP) {
     uint16_t s16;
-    memcpy(&s16, row + so + 2 * (size_t)(i / SM_KV_QGROUP), 2);
+    memcpy(&s16, row + so + 2 * (size_t)(g0 / SM_KV_QGROUP), 2);
     const float d = sm_f16_to_f32(s16);
-    if (dt == SM_DT_Q8_0) out[i] = (float)((const int8_t *)row)[i] * d;
-    else out[i] = (float)((int)((row[i / 2] >> (4 * (i & 1))) & 15) - 8) * d;
+    const int i1 = SM_MIN(g0 + SM_KV_QGROUP, head_dim);
+    if (dt == SM_DT_Q8_0)
+      for (int i = SM_MAX(g0, i0); i < i1; i++) out[i] = (float)((const int8_t *)row)[i] * d;
+    else
+      for (int i = SM_MAX(g0, i0); i < i1; i++) out[i] = (float)((int)((row[i / 2] >> (4 * (i & 1))) & 15) - 8) * d;
   }
+}
+
+void sm_kv_dequantize_row(float *out, const void *src, sm_dtype dt, int head_dim) {
+  sm_kv_dequantize_tail(out, src, dt, head_dim, 0);
 }

@@ -31,5 +31,7 @@ smelt_kv_type sm_kv_type_of(sm_dtype dt);
 void sm_kv_quantize_row(void *dst, sm_dtype dt, const float *x, int head_dim);
 /* one quantized head row back to floats (the reference; the CPU kernels' widen has fast paths) */
 void sm_kv_dequantize_row(float *out, const void *src, sm_dtype dt, int head_dim);
+/* the same for values [i0, head_dim) of the row only (out[i0..head_dim)): the tail a fast path leaves */
+void sm_kv_dequantize_tail(float *out, const void *src, sm_dtype dt, int head_dim, int i0);
 
 #endif

@@ -699,6 +699,25 @@ static void widen_q8(float *out, const void *src, size_t n) {
   }
 }
 
+/* a q4_0 head row of n values: a group of 32 from 16 bytes, nibbles split and interleaved back into
+ * order (a last, shorter group by the reference) */
+static void widen_q4(float *out, const void *src, size_t n) {
+  const uint8_t *q = src;
+  const uint16_t *sc = (const uint16_t *)((const char *)src + sm_kv_scale_offset(SM_DT_Q4_0, (int)n));
+  const __m128i m = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
+  size_t i = 0;
+  for (; i + SM_KV_QGROUP <= n; i += SM_KV_QGROUP) {
+    const __m512 d = _mm512_set1_ps(sm_f16_to_f32(sc[i / SM_KV_QGROUP]));
+    const __m128i x = _mm_loadu_si128((const __m128i *)(q + i / 2));
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(x, m), e),
+                  hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), m), e);
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_unpacklo_epi8(lo, hi))), d));
+    _mm512_storeu_ps(out + i + 16,
+                     _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_unpackhi_epi8(lo, hi))), d));
+  }
+  sm_kv_dequantize_tail(out, src, SM_DT_Q4_0, (int)n, (int)i);
+}
+
 /* half-precision KV rows to float: vcvtph2ps (f16), a 16-bit shift (bf16); quantized head rows
  * dequantized */
 static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
@@ -707,7 +726,7 @@ static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
     return;
   }
   if (dt == SM_DT_Q4_0) {
-    sm_kv_dequantize_row(out, src, dt, (int)n);
+    widen_q4(out, src, n);
     return;
   }
   const uint16_t *s = src;
