@@ -75,7 +75,7 @@ void sm_kv_quantize_row(void *dst, sm_dtype dt, const float *x, int head_dim) {
       const float d = sm_f16_to_f32(s16), id = d > 0.f ? 1.f / d : 0.f;
       for (int i = i0; i < i1; i++) {
         float q = rintf(x[i] * id);
-        q = q > 127.f ? 127.f : q < -127.f ? -127.f : q;
+        q = q > 127.f ? 127.f : q < -127.f ? -127.f : q == q ? q : 0.f; /* NaN: 0 */
         ((int8_t *)row)[i] = (int8_t)q;
       }
     } else {
@@ -85,7 +85,7 @@ void sm_kv_quantize_row(void *dst, sm_dtype dt, const float *x, int head_dim) {
       const float d = sm_f16_to_f32(s16), id = d != 0.f ? 1.f / d : 0.f;
       for (int i = i0; i < i1; i++) {
         float q = rintf(x[i] * id) + 8.f;
-        q = q > 15.f ? 15.f : q < 0.f ? 0.f : q;
+        q = q > 15.f ? 15.f : q < 0.f ? 0.f : q == q ? q : 8.f; /* NaN: 0 */
         row[i / 2] |= (uint8_t)((unsigned)q << (4 * (i & 1)));
       }
     }

@@ -6,7 +6,8 @@
  *   q8_0: code q in [-127, 127] (int8), x = q * d, d = max|x| / 127
  *   q4_0: code q in [0, 15] (two per byte, value 2i in the low nibble of byte i), x = (q - 8) * d,
  *         d = -m / 8 with m the group's value of largest magnitude (so m itself is exact)
- * A position's row is n_kv_heads head rows, so paged blocks, the prefix cache, swapping and prompt
+ * The scale is f16 and finite (a group beyond its range saturates); a NaN value is stored as 0.
+ * A position's row is n_kv_heads head rows, so paged blocks, the prefix cache, forks and prompt
  * cache files move quantized rows by copying bytes like any other type. */
 #ifndef SM_KV_QUANT_H
 #define SM_KV_QUANT_H

@@ -39,7 +39,6 @@ smelt_status smelt_kv_type_parse(const char *s, smelt_kv_type *out) {
   return sm_err(SMELT_ERR_INVALID, "KV cache type '%s': expected f16, bf16, f32, q8_0 or q4_0", s ? s : "(null)");
 }
 
-
 /* the recipe's scalars: embedding scale, attention scale */
 static void setup_scales(smelt_model *m) {
   const sm_config *c = &m->cfg;
