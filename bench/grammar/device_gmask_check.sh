@@ -32,7 +32,7 @@ timeout 100 $B/bench/grammar/bench_gmask --dir $SYN --write-only >$OUT/gmask-wri
 WR=$!
 
 # 1: ctests
-(cd $B && timeout 100 ctest -R "^(cuda_gmask|sample_mask_cuda|sample_op_cuda|sample_mask)$" -V >$OUT/gmask-ctest.log 2>&1)
+(cd $B && timeout 100 ctest -j4 -R "^(cuda_gmask|sample_mask_cuda|sample_op_cuda|sample_mask)$" -V >$OUT/gmask-ctest.log 2>&1)
 rc=$?
 grep -E "masked|mismatches|passed, |FAIL|Passed|Failed|\*\*\*|SKIP|skipped" $OUT/gmask-ctest.log | grep -vE "^ +Start" | tail -20
 if [ $rc = 0 ] && ! grep -q "Skipped" $OUT/gmask-ctest.log; then
