@@ -314,15 +314,19 @@ int sm_cmd_bench(int argc, char **argv) {
 int sm_cmd_perplexity(int argc, char **argv) {
   static const struct option lo[] = {{"model", 1, 0, 'm'},        {"file", 1, 0, 'f'},         {"ctx", 1, 0, 'c'},
                                      {"threads", 1, 0, 't'},      {"device", 1, 0, 'd'},       {"help", 0, 0, 'h'},
-                                     {"cache-type-k", 1, 0, 'K'}, {"cache-type-v", 1, 0, 'V'}, {0, 0, 0, 0}};
+                                     {"cache-type-k", 1, 0, 'K'}, {"cache-type-v", 1, 0, 'V'}, {"decode", 0, 0, 'D'},
+                                     {"deterministic", 0, 0, 'I'}, {0, 0, 0, 0}};
   const char *model = NULL, *file = NULL, *device = NULL, *ctk = NULL, *ctv = NULL;
   int ctx = 256, threads = 0, c;
+  bool decode = false, det = false;
   optind = 1;
   sm_cli_kv_alias(argc, argv);
   while ((c = getopt_long(argc, argv, "m:f:c:t:d:h", lo, NULL)) != -1) {
     switch (c) {
       case 'K': ctk = optarg; break;
       case 'V': ctv = optarg; break;
+      case 'D': decode = true; break;
+      case 'I': det = true; break;
       case 'm': model = optarg; break;
       case 'f': file = optarg; break;
       case 'c': ctx = atoi(optarg); break;
@@ -330,7 +334,10 @@ int sm_cmd_perplexity(int argc, char **argv) {
       case 'd': device = optarg; break;
       case 'h':
         printf("usage: smelt perplexity [-m MODEL] -f TEXTFILE [-c WINDOW=256] [-t THREADS] [--device cpu|cuda]\n"
-               "                        [-ctk f16|bf16|f32]\n");
+               "                        [-ctk f16|bf16|f32] [--decode] [--deterministic]\n"
+               "  --decode         score token by token through one-token forward steps (the decode kernels)\n"
+               "                   instead of one prefill a window\n"
+               "  --deterministic  batch-invariant kernels (as smelt serve --deterministic)\n");
         return 0;
       default: return 2;
     }
@@ -352,6 +359,7 @@ int sm_cmd_perplexity(int argc, char **argv) {
   mp.n_threads = threads;
   mp.max_context = ctx;
   mp.kv_type = kvt;
+  mp.deterministic = det;
   if (device) mp.device = !strcmp(device, "cuda") ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
   smelt_model *m = NULL;
   int32_t *ids = NULL;
@@ -366,10 +374,10 @@ int sm_cmd_perplexity(int argc, char **argv) {
                 m->cfg.max_position_embeddings);
   sm_progress prog; /* a bar on a terminal */
   sm_progress_start(&prog, "perplexity", true);
-  if (!st) st = sm_perplexity_progress(m, ids, (int)n, ctx, &ppl, &scored, sm_progress_cb, &prog);
+  if (!st) st = sm_perplexity_progress(m, ids, (int)n, ctx, decode, &ppl, &scored, sm_progress_cb, &prog);
   sm_progress_end(&prog);
   if (st) fprintf(stderr, "smelt perplexity: %s\n", smelt_last_error());
-  else printf("perplexity %.4f over %d tokens (window %d)\n", ppl, scored, ctx);
+  else printf("perplexity %.4f over %d tokens (window %d%s)\n", ppl, scored, ctx, decode ? ", one token a step" : "");
   free(ids);
   free(text);
   free(dir);

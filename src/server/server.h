@@ -37,6 +37,7 @@ typedef struct {
   int device;       /* smelt_device */
   bool verbose;     /* log each request, and the HTTP library's messages, to the log */
   bool no_mmap;     /* read the weights into memory instead of mapping them */
+  bool deterministic; /* batch-invariant kernels (smelt_model_params.deterministic) */
   int kv_type;      /* smelt_kv_type of the KV cache (0: f16) */
   bool host_sample; /* sample on the host, not the device (SMELT_HOST_SAMPLE) */
   /* connections */

@@ -617,6 +617,7 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
   }
   cpu_tuning tune;
   if (sm_tune_read(cpu_tune, SM_ARRAY_LEN(cpu_tune), 0, &tune)) return NULL;
+  if (o->batch_invariant) tune.invariant = 1; /* smelt_model_params.deterministic: what the variable sets */
   const sm_cpu_kern *k = tune.isa == ISA_AUTO ? sm_cpu_best_kernels() : sm_cpu_kernels_by_name(isa_names[tune.isa]);
   if (!k) {
     sm_err(SMELT_ERR_UNSUPPORTED, "SMELT_CPU_ISA=%s: this CPU does not support it (best: %s)", isa_names[tune.isa],
@@ -664,6 +665,7 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
   sm_backend *b = &c->base;
   b->name = "cpu";
   b->n_threads = c->nth;
+  b->batch_invariant = tune.invariant != 0;
   b->destroy = be_destroy;
   b->alloc = be_alloc;
   b->free = be_free;
