@@ -312,10 +312,17 @@ int sm_cmd_bench(int argc, char **argv) {
 }
 
 int sm_cmd_perplexity(int argc, char **argv) {
-  static const struct option lo[] = {{"model", 1, 0, 'm'},        {"file", 1, 0, 'f'},         {"ctx", 1, 0, 'c'},
-                                     {"threads", 1, 0, 't'},      {"device", 1, 0, 'd'},       {"help", 0, 0, 'h'},
-                                     {"cache-type-k", 1, 0, 'K'}, {"cache-type-v", 1, 0, 'V'}, {"decode", 0, 0, 'D'},
-                                     {"deterministic", 0, 0, 'I'}, {0, 0, 0, 0}};
+  static const struct option lo[] = {{"model", 1, 0, 'm'},
+                                     {"file", 1, 0, 'f'},
+                                     {"ctx", 1, 0, 'c'},
+                                     {"threads", 1, 0, 't'},
+                                     {"device", 1, 0, 'd'},
+                                     {"help", 0, 0, 'h'},
+                                     {"cache-type-k", 1, 0, 'K'},
+                                     {"cache-type-v", 1, 0, 'V'},
+                                     {"decode", 0, 0, 'D'},
+                                     {"deterministic", 0, 0, 'I'},
+                                     {0, 0, 0, 0}};
   const char *model = NULL, *file = NULL, *device = NULL, *ctk = NULL, *ctv = NULL;
   int ctx = 256, threads = 0, c;
   bool decode = false, det = false;

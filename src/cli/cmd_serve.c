@@ -46,9 +46,9 @@ static void usage(FILE *f) {
        "      --block-size N       tokens per KV block (default 16)\n"
        "  -b, --batch-size N       tokens per forward step (prefill chunk, default 512)\n"
        "      --no-prefix-cache    disable prefix caching\n"
-       "      --no-mmap            read the weights into memory instead of mapping the files\n"
        "      --deterministic      batch-invariant kernels: a request's greedy or seeded output does not\n"
-       "                           depend on the other requests running with it (slower; docs/server.md)\n" SM_CLI_KV_HELP
+       "                           depend on the other requests running with it (slower; docs/server.md)\n"
+       "      --no-mmap            read the weights into memory instead of mapping the files\n" SM_CLI_KV_HELP
        "      --offline            never download the model\n"
        "      --tool-format F      tool-call format: generic, hermes, qwen3_coder, llama3, mistral, harmony,\n"
        "                           deepseek, glm45, gemma (default: from the chat template)\n"

@@ -12,8 +12,7 @@ smelt_status sm_perplexity(smelt_model *m, const int32_t *ids, int n, int ctx, d
 
 /* logits after each of ids[0..len) (len * vocab floats), each from a one-token step on one sequence */
 static smelt_status eval_decode(smelt_model *m, const int32_t *ids, int len, float *logits) {
-  if (len > m->max_context)
-    return sm_err(SMELT_ERR_LIMIT, "%d tokens exceed the context size %d", len, m->max_context);
+  if (len > m->max_context) return sm_err(SMELT_ERR_LIMIT, "%d tokens exceed the context size %d", len, m->max_context);
   const int bs = 16, nb = (len + bs - 1) / bs;
   sm_kv_cache kv;
   smelt_status st = sm_kv_alloc(m, nb, bs, 1, &kv);

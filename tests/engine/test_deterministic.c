@@ -137,8 +137,7 @@ int main(int argc, char **argv) {
   }
   int32_t *ids = NULL;
   size_t n = 0;
-  CHECK(text && smelt_tokenize(smelt_model_tokenizer(md), text, strlen(text), true, &ids, &n) == SMELT_OK,
-        "tokenize");
+  CHECK(text && smelt_tokenize(smelt_model_tokenizer(md), text, strlen(text), true, &ids, &n) == SMELT_OK, "tokenize");
   CHECK(n >= 2000, "held-out text: %zu tokens", n);
   if (n < 2000) {
     smelt_model_free(md);
@@ -159,8 +158,7 @@ int main(int argc, char **argv) {
   /* default mode: report */
   const int dd = together_vs_alone(md, reqs);
   CHECK(dd >= 0, "default mode: generation failed");
-  printf("%s default mode: %d of %d requests differ together vs alone (%.1f%%)\n", name, dd, N_REQ,
-         100.0 * dd / N_REQ);
+  printf("%s default mode: %d of %d requests differ together vs alone (%.1f%%)\n", name, dd, N_REQ, 100.0 * dd / N_REQ);
   double pp = 0, pd = 0;
   CHECK(sm_perplexity_progress(md, ids, PPL_TOK, PPL_WIN, false, &pp, NULL, NULL, NULL) == SMELT_OK, "prefill: %s",
         smelt_last_error());
@@ -179,12 +177,12 @@ int main(int argc, char **argv) {
     printf("%s deterministic mode: %d of %d requests differ together vs alone\n", name, di, N_REQ);
     CHECK(di == 0, "deterministic mode: %d of %d requests differ", di, N_REQ);
     double qp = 0, qd = 0;
-    CHECK(sm_perplexity_progress(mi, ids, PPL_TOK, PPL_WIN, false, &qp, NULL, NULL, NULL) == SMELT_OK,
-          "prefill: %s", smelt_last_error());
+    CHECK(sm_perplexity_progress(mi, ids, PPL_TOK, PPL_WIN, false, &qp, NULL, NULL, NULL) == SMELT_OK, "prefill: %s",
+          smelt_last_error());
     CHECK(sm_perplexity_progress(mi, ids, PPL_TOK, PPL_WIN, true, &qd, NULL, NULL, NULL) == SMELT_OK, "decode: %s",
           smelt_last_error());
-    printf("%s deterministic mode: perplexity prefill %.5f, token by token %.5f (%+.2e vs default prefill)\n", name,
-           qp, qd, qp / pp - 1);
+    printf("%s deterministic mode: perplexity prefill %.5f, token by token %.5f (%+.2e vs default prefill)\n", name, qp,
+           qd, qp / pp - 1);
     CHECK(qp > 1 && qp == qd, "deterministic mode: decode-path perplexity %.17g != prefill %.17g", qd, qp);
     CHECK(fabs(qp / pp - 1) < 5e-3, "deterministic mode moves perplexity by %+.2e", qp / pp - 1);
     smelt_model_free(mi);
