@@ -100,8 +100,8 @@ static const sm_tune_entry cpu_tune[] = {
    0,
    1,
    SM_TUNE_USER,
-   "1: float-path matmuls (dense or unpacked weights, SMELT_CPU_EXACT) run one token at a time, so that every "
-   "token's result is independent of its batch (slower prefill)",
+   "1: float-path matmuls (dense or unpacked weights, SMELT_CPU_EXACT) run the GEMM at every batch size (one "
+   "multiply-add chain per output), so that every token's result is independent of its batch (slower decode)",
    {{0, 0}},
    NULL},
 };
