@@ -168,8 +168,8 @@ static void test_matmul(int only_bits) {
   g_rng = 0x1234567 + (uint64_t)(only_bits + 1); /* its data does not depend on the tests before it */
   const int bits_list[] = {0, 2, 3, 4, 5, 6, 8};
   const sm_dtype dts[] = {SM_DT_BF16, SM_DT_F16, SM_DT_F32};
-  const int64_t shapes[][2] = {{37, 256}, {300, 1280}, {2304, 2048}};
-  const int ns_all[] = {1, 2, 3, 8, 12, 40};
+  const int64_t shapes[][2] = {{1, 256}, {37, 256}, {300, 1280}, {2304, 2048}}; /* 1 row: a shared expert's gate */
+  const int ns_all[] = {1, 2, 3, 8, 12, 17, 33, 40};
   const int ns_q4[] = {1, 2, 7, 8, 16, 17, 33, 64, 100, 256, 300}; /* 17-256: cuda_qmma.cu */
   int combo = 0;
   for (size_t bi = 0; bi < SM_ARRAY_LEN(bits_list); bi++)
@@ -207,9 +207,7 @@ static void test_matmul(int only_bits) {
           } else if (bits == 4 && n > 8) {
             tol = 3e-3; /* weights and x rounded to f16 once, f32 sums (tensor-core kernel or cuBLAS) */
           }
-          if (bits == 4 && n > 16 && g_q4)
-            printf("matmul q4 gs %d dt %d M %lld K %lld n %d: rel err %.3g\n", gs, (int)dts[di], (long long)M,
-                   (long long)K, n, e);
+          if (M * n < 32) tol *= 4; /* a few outputs (one row): the relative error of single dot products */
           CHECK(e < tol, "matmul bits %d gs %d dt %d M %lld K %lld n %d: rel err %g", bits, gs, (int)dts[di],
                 (long long)M, (long long)K, n, e);
           G->free(G, dx);

@@ -11,14 +11,13 @@
  * (k_qmma_prep) with each 8 values stored as x0 x4 x1 x5 x2 x6 x3 x7, so that the matching B
  * fragments are plain 32-bit halves of one 16-byte shared-memory read. A weight is s q + b rounded
  * once to f16 (hfma2), as the dequantize + cuBLAS path rounds it; x is rounded to f16 (clamped to
- * +-65504), as there. Blocks: 4 warps of 32 weight rows x 32 or 64 tokens; x, the weights and their
+ * +-65504), as there. Blocks: 4 or 8 warps of 32 weight rows x 32 or 64 tokens; x, the weights and their
  * scales staged in shared memory by cp.async (3-4 stages of 128 values); k split over blocks until
  * there are about two blocks an SM, the partial sums added in a fixed order by a second kernel
  * (results do not depend on the schedule). */
 #include "backend/cuda/cuda_qmma.cuh"
 #include "backend/cuda/cuda_ldst.cuh"
 
-#define QM_BM 128 /* weight rows a block: 4 warps x 32 */
 #define QM_BN 64  /* tokens a block */
 #define QM_BK 128 /* values of a row a stage */
 #define QM_XS 160 /* halves per token of a staged x tile: 128 + 32 padding (conflict-free 16-byte reads) */
@@ -79,24 +78,26 @@ static __device__ __forceinline__ void qm_dq(uint32_t w, __half2 s, __half2 b, u
 
 /* shared memory of one pipeline stage: x (BN tokens x QM_XS halves), the block's rows' 64 bytes of
  * weights, and their (scale, bias) units (at most 4 a row: group size 32) */
-template <int BN> struct qm_stage {
+template <int BN, int BM> struct qm_stage {
   __half x[BN * QM_XS];
-  uint4 w[QM_BM * 4];
-  float2 sb[QM_BM * 4];
+  uint4 w[BM * 4];
+  float2 sb[BM * 4];
 };
-/* pipeline stages (all but one in flight while one is computed): two blocks an SM */
-template <int BN> struct qm_cfg { static constexpr int STG = BN == 64 ? 3 : 4; };
+/* pipeline stages (all but one in flight while one is computed): as many as leave room for two blocks
+ * an SM (BM 128) or one (BM 256) */
+template <int BN, int BM> struct qm_cfg { static constexpr int STG = BN == 64 || BM == 256 ? 3 : 4; };
 
-template <int SBK, int BN>
-__global__ void __launch_bounds__(128) k_qmma4(const uint32_t *__restrict__ wq, const void *__restrict__ sb, int M,
+/* BM weight rows a block: BM / 32 warps of 32 rows (BM threads) */
+template <int SBK, int BN, int BM>
+__global__ void __launch_bounds__(BM) k_qmma4(const uint32_t *__restrict__ wq, const void *__restrict__ sb, int M,
                                                int K, int gs, const __half *__restrict__ xp, int n, int per,
                                                float *__restrict__ ws, float *__restrict__ y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  constexpr int STG = qm_cfg<BN>::STG;
+  constexpr int STG = qm_cfg<BN, BM>::STG;
   extern __shared__ __align__(16) unsigned char qm_smem[];
-  qm_stage<BN> *stg = (qm_stage<BN> *)qm_smem;
+  qm_stage<BN, BM> *stg = (qm_stage<BN, BM> *)qm_smem;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const int row0 = blockIdx.x * QM_BM, tok0 = blockIdx.y * BN;
+  const int row0 = blockIdx.x * BM, tok0 = blockIdx.y * BN;
   const int64_t W4 = K / 32; /* 16-byte units a row */
   const int G = K / gs, nst = K / QM_BK, ngr = QM_BK / gs;
   const int kc0 = blockIdx.z * per, ns = min(per, nst - kc0);
@@ -107,20 +108,20 @@ __global__ void __launch_bounds__(128) k_qmma4(const uint32_t *__restrict__ wq, 
    * so that a warp's reads of one j are 64 contiguous bytes a token; weights [row][unit]; the rows'
    * (scale, bias) units of the stage in order */
   auto issue = [&](int i) {
-    qm_stage<BN> &S = stg[i % STG];
+    qm_stage<BN, BM> &S = stg[i % STG];
     const int kc = kc0 + i;
-    for (int u = threadIdx.x; u < BN * 16; u += 128) {
+    for (int u = threadIdx.x; u < BN * 16; u += BM) {
       const int t = u >> 4, c = u & 15;
       __half *dst = &S.x[t * QM_XS + ((c & 3) * 4 + (c >> 2)) * 8];
       if (tok0 + t < n) qm_cp16(dst, xp + (int64_t)(tok0 + t) * K + (int64_t)kc * QM_BK + c * 8);
       else *(uint4 *)dst = z4;
     }
-    for (int u = threadIdx.x; u < QM_BM * 4; u += 128) {
+    for (int u = threadIdx.x; u < BM * 4; u += BM) {
       const int r = u >> 2, c = u & 3;
       if (row0 + r < M) qm_cp16(&S.w[u], (const uint4 *)wq + (int64_t)(row0 + r) * W4 + kc * 4 + c);
       else S.w[u] = z4;
     }
-    for (int u = threadIdx.x; u < QM_BM * ngr; u += 128) {
+    for (int u = threadIdx.x; u < BM * ngr; u += BM) {
       const int r = u / ngr, c = u % ngr;
       const char *src = (const char *)sb + ((int64_t)(row0 + r) * G + (int64_t)kc * ngr + c) * SBB;
       if (row0 + r < M) {
@@ -147,7 +148,7 @@ __global__ void __launch_bounds__(128) k_qmma4(const uint32_t *__restrict__ wq, 
     __syncthreads();
     if (i + STG - 1 < ns) issue(i + STG - 1);
     qm_commit();
-    const qm_stage<BN> &S = stg[i % STG];
+    const qm_stage<BN, BM> &S = stg[i % STG];
     uint4 wv[4];
     __half2 sc[4], bi[4];
 #pragma unroll
@@ -197,18 +198,29 @@ __global__ void __launch_bounds__(128) k_qmma4(const uint32_t *__restrict__ wq, 
 #endif
 }
 
-template <int SBK, int BN>
+template <int SBK, int BN, int BM>
 static void qmma_launch(const cu_ctx *cx, const cu_weight *w, const __half *x16, int n, int S, int per, float *ws,
                         float *y) {
-  const size_t smem = sizeof(qm_stage<BN>) * qm_cfg<BN>::STG;
+  const size_t smem = sizeof(qm_stage<BN, BM>) * qm_cfg<BN, BM>::STG;
   static bool attr; /* one attribute per instance */
   if (!attr) {
-    cudaFuncSetAttribute(k_qmma4<SBK, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_qmma4<SBK, BN, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     attr = true;
   }
-  const dim3 grid((unsigned)((w->rows + QM_BM - 1) / QM_BM), (unsigned)((n + BN - 1) / BN), (unsigned)S);
-  k_qmma4<SBK, BN><<<grid, 128, smem, cx->s>>>((const uint32_t *)w->q, w->sb, (int)w->rows, (int)w->cols, w->gs, x16,
-                                               n, per, ws, y);
+  const dim3 grid((unsigned)((w->rows + BM - 1) / BM), (unsigned)((n + BN - 1) / BN), (unsigned)S);
+  k_qmma4<SBK, BN, BM><<<grid, BM, smem, cx->s>>>((const uint32_t *)w->q, w->sb, (int)w->rows, (int)w->cols, w->gs,
+                                                  x16, n, per, ws, y);
+}
+template <int SBK>
+static void qmma_pick(const cu_ctx *cx, const cu_weight *w, const __half *x16, int n, int BN, int BM, int S, int per,
+                      float *ws, float *y) {
+  if (BM == 256) {
+    if (BN == 32) qmma_launch<SBK, 32, 256>(cx, w, x16, n, S, per, ws, y);
+    else qmma_launch<SBK, 64, 256>(cx, w, x16, n, S, per, ws, y);
+  } else {
+    if (BN == 32) qmma_launch<SBK, 32, 128>(cx, w, x16, n, S, per, ws, y);
+    else qmma_launch<SBK, 64, 128>(cx, w, x16, n, S, per, ws, y);
+  }
 }
 
 /* y = the sum of the S partial products in ws, in order (the same result for any schedule) */
@@ -234,8 +246,10 @@ void cu_qmma(const cu_ctx *cx, const cu_weight *w, const float *x, int n, float 
   k_qmma_prep<<<(unsigned)pb, 256, 0, cx->s>>>((const float4 *)x, n8, (uint4 *)x16);
   /* split k (at most 8 slices of at least 2 stages) until there are about two blocks an SM, as the
    * workspace allows */
+  /* 256-row blocks halve the reads of x (every block reads all of it) where there are rows enough */
+  const int BM = cx->t->qmma_bm ? cx->t->qmma_bm : w->rows >= 4096 || n >= 128 ? 256 : 128;
   const int BN = n <= 32 ? 32 : 64, nst = (int)(w->cols / QM_BK);
-  const int64_t tiles = ((w->rows + QM_BM - 1) / QM_BM) * ((n + BN - 1) / BN);
+  const int64_t tiles = ((w->rows + BM - 1) / BM) * ((n + BN - 1) / BN);
   const size_t part = (size_t)n * (size_t)w->rows * 4;
   int S = (int)((2 * cx->n_sm + tiles - 1) / tiles);
   if (S > nst / 2) S = nst / 2;
@@ -246,16 +260,9 @@ void cu_qmma(const cu_ctx *cx, const cu_weight *w, const float *x, int n, float 
   S = (nst + per - 1) / per;
   float *wsf = (float *)ws;
   const __half *xh = (const __half *)x16;
-  if (w->sbk == SBK_F32) {
-    if (BN == 32) qmma_launch<SBK_F32, 32>(cx, w, xh, n, S, per, wsf, y);
-    else qmma_launch<SBK_F32, 64>(cx, w, xh, n, S, per, wsf, y);
-  } else if (w->sbk == SBK_F16) {
-    if (BN == 32) qmma_launch<SBK_F16, 32>(cx, w, xh, n, S, per, wsf, y);
-    else qmma_launch<SBK_F16, 64>(cx, w, xh, n, S, per, wsf, y);
-  } else {
-    if (BN == 32) qmma_launch<SBK_BF16, 32>(cx, w, xh, n, S, per, wsf, y);
-    else qmma_launch<SBK_BF16, 64>(cx, w, xh, n, S, per, wsf, y);
-  }
+  if (w->sbk == SBK_F32) qmma_pick<SBK_F32>(cx, w, xh, n, BN, BM, S, per, wsf, y);
+  else if (w->sbk == SBK_F16) qmma_pick<SBK_F16>(cx, w, xh, n, BN, BM, S, per, wsf, y);
+  else qmma_pick<SBK_BF16>(cx, w, xh, n, BN, BM, S, per, wsf, y);
   if (S > 1) {
     const int64_t n4 = (int64_t)n * w->rows / 4;
     int64_t rb = (n4 + 255) / 256;
