@@ -228,6 +228,13 @@ struct sm_backend {
   const char *name; /* "cpu", "cuda" */
   bool kv_quant;    /* kv_store and attention take quantized caches (SM_DT_Q8_0, SM_DT_Q4_0) */
   int n_threads;    /* host threads the backend computes with (CPU: its pool; 0 where not applicable) */
+  /* Batch-invariant mode (set at creation, sm_backend_opts): every op computes a token's result with the
+   * same arithmetic in the same order whatever else is in the batch (its size, the token's row, other
+   * sequences, prefill or decode): matmuls reduce each output of each token in one order that does not
+   * depend on n, and attention splits a token's positions at boundaries that depend only on its own
+   * position. Not covered on CUDA: the routed experts (matmul_experts), attention with sinks or attn_span,
+   * and attention shapes its decode kernel does not take (more than 8 query heads a KV head). */
+  bool batch_invariant;
   void (*destroy)(sm_backend *be);
 
   /* memory */
@@ -399,9 +406,14 @@ struct sm_backend {
  * of CUDA (when built and a GPU is present) and CPU. index: the device ordinal (GPUs); threads: CPU
  * threads (0 = all cores). NULL with sm_err set when it cannot be made. */
 sm_backend *sm_backend_create(smelt_device dev, int index, int threads);
-/* the same with the CPU backend's options (used when dev is CPU, or AUTO falls back to it) */
+/* Options of every backend kind (smelt_model_params.deterministic) */
+typedef struct {
+  bool batch_invariant; /* sm_backend.batch_invariant */
+} sm_backend_opts;
+/* the same with the CPU backend's options (used when dev is CPU, or AUTO falls back to it) and the
+ * options of every kind (NULL: defaults) */
 typedef struct sm_cpu_opts sm_cpu_opts;
-sm_backend *sm_backend_create_opts(smelt_device dev, int index, const sm_cpu_opts *cpu);
+sm_backend *sm_backend_create_opts(smelt_device dev, int index, const sm_cpu_opts *cpu, const sm_backend_opts *opts);
 
 sm_backend *sm_cpu_backend_create(int n_threads); /* n_threads 0 = all cores */
 /* CPU backend options (smelt_model_params' cpu fields; docs/cpu.md) */
@@ -410,11 +422,13 @@ struct sm_cpu_opts {
   const char *cpu_mask; /* NULL or "": no pinning; else hex mask or CPU list, one CPU per thread */
   smelt_numa numa;      /* DISTRIBUTE: thread i on NUMA node i % nodes; ISOLATE: the caller's node */
   int poll;             /* 0..100: how long idle threads spin before they sleep */
+  bool batch_invariant; /* sm_backend.batch_invariant */
 };
 sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o);
 #ifdef SMELT_HAVE_CUDA
 /* NULL (with sm_err set) when no usable GPU. */
 sm_backend *sm_cuda_backend_create(int device);
+sm_backend *sm_cuda_backend_create_opts(int device, const sm_backend_opts *opts); /* opts NULL: defaults */
 #endif
 
 #ifdef __cplusplus
