@@ -76,6 +76,9 @@ typedef struct {
   int max_seqs;          /* concurrent sequences the KV cache is sized for; 0 = 1 */
   bool no_mmap;          /* read the weights into memory instead of mapping the files */
   smelt_kv_type kv_type; /* KV cache element type (default f16) */
+  bool deterministic;    /* batch-invariant kernels: a token's logits do not depend on what else is in its
+                          * forward step (batch size, its row, prefill or decode), so greedy and seeded
+                          * outputs are the same under any load; slower (docs/server.md) */
 } smelt_model_params;
 
 void smelt_model_params_default(smelt_model_params *p);

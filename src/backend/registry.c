@@ -12,14 +12,16 @@ const char *sm_mm_role_name(sm_mm_role r) {
 
 sm_backend *sm_backend_create(smelt_device dev, int index, int threads) {
   sm_cpu_opts o = {.n_threads = threads, .poll = 50};
-  return sm_backend_create_opts(dev, index, &o);
+  return sm_backend_create_opts(dev, index, &o, NULL);
 }
 
-sm_backend *sm_backend_create_opts(smelt_device dev, int index, const sm_cpu_opts *cpu) {
+sm_backend *sm_backend_create_opts(smelt_device dev, int index, const sm_cpu_opts *cpu, const sm_backend_opts *opts) {
+  const sm_backend_opts def = {0};
+  if (!opts) opts = &def;
   switch (dev) {
     case SMELT_DEVICE_CUDA:
 #ifdef SMELT_HAVE_CUDA
-      return sm_cuda_backend_create(index);
+      return sm_cuda_backend_create_opts(index, opts);
 #else
       sm_err(SMELT_ERR_UNSUPPORTED, "this smelt was built without CUDA");
       return NULL;
@@ -27,13 +29,15 @@ sm_backend *sm_backend_create_opts(smelt_device dev, int index, const sm_cpu_opt
     case SMELT_DEVICE_AUTO:
 #ifdef SMELT_HAVE_CUDA
     {
-      sm_backend *be = sm_cuda_backend_create(index);
+      sm_backend *be = sm_cuda_backend_create_opts(index, opts);
       if (be) return be;
     }
 #endif
       /* fall through */
     case SMELT_DEVICE_CPU: {
-      sm_backend *be = sm_cpu_backend_create_opts(cpu);
+      sm_cpu_opts o = *cpu;
+      o.batch_invariant = o.batch_invariant || opts->batch_invariant;
+      sm_backend *be = sm_cpu_backend_create_opts(&o);
       if (!be) sm_err(SMELT_ERR_BACKEND, "cannot create the CPU backend: %s", sm_errmsg());
       return be;
     }

@@ -64,7 +64,7 @@ static void usage(void) {
   printf("usage: smelt bench [-m MODEL | --synthetic SHAPE [--bits 0|2|3|4|5|6|8]\n"
          "                   [--group-size 32|64|128]] [-p PROMPT_TOKENS=512] [-n GEN_TOKENS=128] [-r REPEAT=1]\n"
          "                   [-t THREADS] [--device cpu|cuda] [-ctk f16|bf16|f32|q8_0|q4_0] [--dir DIR] [--json]\n"
-         "                   [--cpu-mask M] [--numa distribute|isolate|none] [--poll 0..100]\n"
+         "                   [--cpu-mask M] [--numa distribute|isolate|none] [--poll 0..100] [--deterministic]\n"
          "Synthetic models are random-weight MLX checkpoints written once to --dir (default $TMPDIR).\n"
          "SHAPE: ");
   print_shapes(stdout);
@@ -76,19 +76,29 @@ static void usage(void) {
 }
 
 int sm_cmd_bench(int argc, char **argv) {
-  static const struct option lo[] = {{"model", 1, 0, 'm'},         {"synthetic", 1, 0, 'S'},
-                                     {"bits", 1, 0, 'b'},          {"group-size", 1, 0, 'g'},
-                                     {"prompt-tokens", 1, 0, 'p'}, {"gen-tokens", 1, 0, 'n'},
-                                     {"threads", 1, 0, 't'},       {"device", 1, 0, 'd'},
-                                     {"repeat", 1, 0, 'r'},        {"dir", 1, 0, 'D'},
-                                     {"json", 0, 0, 'j'},          {"cache-type-k", 1, 0, 'K'},
-                                     {"cache-type-v", 1, 0, 'V'},  {"help", 0, 0, 'h'},
-                                     {"cpu-mask", 1, 0, 'C'},      {"numa", 1, 0, 'N'},
-                                     {"poll", 1, 0, 'P'},          {0, 0, 0, 0}};
+  static const struct option lo[] = {{"model", 1, 0, 'm'},
+                                     {"synthetic", 1, 0, 'S'},
+                                     {"bits", 1, 0, 'b'},
+                                     {"group-size", 1, 0, 'g'},
+                                     {"prompt-tokens", 1, 0, 'p'},
+                                     {"gen-tokens", 1, 0, 'n'},
+                                     {"threads", 1, 0, 't'},
+                                     {"device", 1, 0, 'd'},
+                                     {"repeat", 1, 0, 'r'},
+                                     {"dir", 1, 0, 'D'},
+                                     {"json", 0, 0, 'j'},
+                                     {"cache-type-k", 1, 0, 'K'},
+                                     {"cache-type-v", 1, 0, 'V'},
+                                     {"help", 0, 0, 'h'},
+                                     {"cpu-mask", 1, 0, 'C'},
+                                     {"numa", 1, 0, 'N'},
+                                     {"poll", 1, 0, 'P'},
+                                     {"deterministic", 0, 0, 'I'},
+                                     {0, 0, 0, 0}};
   const char *model = NULL, *synth = NULL, *device = NULL, *sdir = NULL, *ctk = NULL, *ctv = NULL, *cpu_mask = NULL;
   int bits = 4, gs = 64, P = 512, N = 128, threads = 0, reps = 1, poll = 50, c;
   smelt_numa numa = SMELT_NUMA_NONE;
-  bool json = false, ok = true;
+  bool json = false, ok = true, det = false;
   optind = 1;
   sm_cli_kv_alias(argc, argv);
   while ((c = getopt_long(argc, argv, "m:S:b:g:p:n:t:d:r:D:jhC:", lo, NULL)) != -1) {
@@ -114,6 +124,7 @@ int sm_cmd_bench(int argc, char **argv) {
       case 'd': device = optarg; break;
       case 'D': sdir = optarg; break;
       case 'j': json = true; break;
+      case 'I': det = true; break;
       case 'h': usage(); return 0;
       default: return 2;
     }
@@ -172,6 +183,7 @@ int sm_cmd_bench(int argc, char **argv) {
   mp.cpu_poll = poll;
   mp.max_context = P + N + 16;
   mp.kv_type = kvt;
+  mp.deterministic = det;
   if (device) mp.device = !strcmp(device, "cuda") ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
   smelt_model *m = NULL;
   double tl = sm_now();
@@ -313,17 +325,28 @@ int sm_cmd_bench(int argc, char **argv) {
 }
 
 int sm_cmd_perplexity(int argc, char **argv) {
-  static const struct option lo[] = {{"model", 1, 0, 'm'},        {"file", 1, 0, 'f'},         {"ctx", 1, 0, 'c'},
-                                     {"threads", 1, 0, 't'},      {"device", 1, 0, 'd'},       {"help", 0, 0, 'h'},
-                                     {"cache-type-k", 1, 0, 'K'}, {"cache-type-v", 1, 0, 'V'}, {0, 0, 0, 0}};
+  static const struct option lo[] = {{"model", 1, 0, 'm'},
+                                     {"file", 1, 0, 'f'},
+                                     {"ctx", 1, 0, 'c'},
+                                     {"threads", 1, 0, 't'},
+                                     {"device", 1, 0, 'd'},
+                                     {"help", 0, 0, 'h'},
+                                     {"cache-type-k", 1, 0, 'K'},
+                                     {"cache-type-v", 1, 0, 'V'},
+                                     {"decode", 0, 0, 'D'},
+                                     {"deterministic", 0, 0, 'I'},
+                                     {0, 0, 0, 0}};
   const char *model = NULL, *file = NULL, *device = NULL, *ctk = NULL, *ctv = NULL;
   int ctx = 256, threads = 0, c;
+  bool decode = false, det = false;
   optind = 1;
   sm_cli_kv_alias(argc, argv);
   while ((c = getopt_long(argc, argv, "m:f:c:t:d:h", lo, NULL)) != -1) {
     switch (c) {
       case 'K': ctk = optarg; break;
       case 'V': ctv = optarg; break;
+      case 'D': decode = true; break;
+      case 'I': det = true; break;
       case 'm': model = optarg; break;
       case 'f': file = optarg; break;
       case 'c': ctx = atoi(optarg); break;
@@ -331,7 +354,10 @@ int sm_cmd_perplexity(int argc, char **argv) {
       case 'd': device = optarg; break;
       case 'h':
         printf("usage: smelt perplexity [-m MODEL] -f TEXTFILE [-c WINDOW=256] [-t THREADS] [--device cpu|cuda]\n"
-               "                        [-ctk f16|bf16|f32|q8_0|q4_0]\n");
+               "                        [-ctk f16|bf16|f32|q8_0|q4_0] [--decode] [--deterministic]\n"
+               "  --decode         score token by token through one-token forward steps (the decode kernels)\n"
+               "                   instead of one prefill a window\n"
+               "  --deterministic  batch-invariant kernels (as smelt serve --deterministic)\n");
         return 0;
       default: return 2;
     }
@@ -353,6 +379,7 @@ int sm_cmd_perplexity(int argc, char **argv) {
   mp.n_threads = threads;
   mp.max_context = ctx;
   mp.kv_type = kvt;
+  mp.deterministic = det;
   if (device) mp.device = !strcmp(device, "cuda") ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
   smelt_model *m = NULL;
   int32_t *ids = NULL;
@@ -367,10 +394,10 @@ int sm_cmd_perplexity(int argc, char **argv) {
                 m->cfg.max_position_embeddings);
   sm_progress prog; /* a bar on a terminal */
   sm_progress_start(&prog, "perplexity", true);
-  if (!st) st = sm_perplexity_progress(m, ids, (int)n, ctx, &ppl, &scored, sm_progress_cb, &prog);
+  if (!st) st = sm_perplexity_progress(m, ids, (int)n, ctx, decode, &ppl, &scored, sm_progress_cb, &prog);
   sm_progress_end(&prog);
   if (st) fprintf(stderr, "smelt perplexity: %s\n", smelt_last_error());
-  else printf("perplexity %.4f over %d tokens (window %d)\n", ppl, scored, ctx);
+  else printf("perplexity %.4f over %d tokens (window %d%s)\n", ppl, scored, ctx, decode ? ", one token a step" : "");
   free(ids);
   free(text);
   free(dir);

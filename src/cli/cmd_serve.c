@@ -46,6 +46,8 @@ static void usage(FILE *f) {
        "      --block-size N       tokens per KV block (default 16)\n"
        "  -b, --batch-size N       tokens per forward step (prefill chunk, default 512)\n"
        "      --no-prefix-cache    disable prefix caching\n"
+       "      --deterministic      batch-invariant kernels: a request's greedy or seeded output does not\n"
+       "                           depend on the other requests running with it (slower; docs/server.md)\n"
        "      --no-mmap            read the weights into memory instead of mapping the files\n" SM_CLI_KV_HELP
        "      --offline            never download the model\n"
        "      --tool-format F      tool-call format: generic, hermes, qwen3_coder, llama3, mistral, harmony,\n"
@@ -250,6 +252,7 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) INTVAL(1, 1 << 20, p.max_batch_tokens);
     else if (IS("--no-prefix-cache")) p.no_prefix_cache = true;
     else if (IS("--no-mmap")) p.no_mmap = true;
+    else if (IS("--deterministic")) p.deterministic = true;
     else if (IS("--allow-image-urls")) p.allow_image_urls = true;
     else if (IS("--allow-image-files")) {
       static char img_dir[PATH_MAX];
@@ -346,7 +349,7 @@ int sm_cmd_serve(int argc, char **argv) {
         {.names = "--http-threads|--header-timeout|--body-timeout|--timeout|--max-buffered-body"},
         {.names = "--shutdown-timeout|--log-file|--offline|--estimate-memory|--force|--verbose|--device"},
         {.names = "--force-context|--models-dir|--models-max|--models-memory|--models-load-timeout"},
-        {.names = "--allow-image-urls|--allow-image-files"},
+        {.names = "--allow-image-urls|--allow-image-files|--deterministic"},
         {.names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path"},
         {.names = "--cpu-mask|--cpu-range|--numa|--poll"},
         {.names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v"},

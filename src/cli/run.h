@@ -18,7 +18,8 @@ typedef struct {
   int n_predict, threads, ctx, draft_n, batch, ngl, overflow, numa, poll;
   smelt_device device;
   smelt_kv_type kv_k, kv_v; /* -ctk / -ctv (--kv-type sets both): one type in smelt */
-  bool device_set, ngl_set, no_stats, raw, estimate, force, ignore_eos, no_mmap, force_ctx, prompt_cache_ro;
+  bool device_set, ngl_set, no_stats, raw, estimate, force, ignore_eos, no_mmap, force_ctx, prompt_cache_ro,
+    deterministic;
   bool temp_set, top_p_set, top_k_set, n_predict_set, rep_set, kv_k_set, kv_v_set, poll_set;
   smelt_sampling s;
   const char *images[SM_RUN_MAX_IMAGES]; /* --image FILE (run: with the first message) */

@@ -308,6 +308,10 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
      .kind = SM_ARG_FLAG,
      .dst = &o->no_mmap,
      .help = "read the weights into memory instead of mapping the files"},
+    {.names = "--deterministic",
+     .kind = SM_ARG_FLAG,
+     .dst = &o->deterministic,
+     .help = "batch-invariant kernels (the same output as in a batch of any size; slower)"},
     {.names = "--estimate-memory",
      .kind = SM_ARG_FLAG,
      .dst = &o->estimate,
@@ -439,6 +443,7 @@ static bool load_one(const char *cmd, const run_opts *o, const char *ref, const 
   if (o->poll_set) p.cpu_poll = o->poll;
   p.max_context = o->ctx;
   p.no_mmap = o->no_mmap;
+  p.deterministic = o->deterministic;
   p.device = o->device;
   if (o->kv_k_set) p.kv_type = o->kv_k;
   else if (o->kv_v_set) p.kv_type = o->kv_v;

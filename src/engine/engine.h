@@ -91,9 +91,10 @@ smelt_status sm_generate_ids(smelt_model *m, const sm_engine_params *ep, const i
 /* Perplexity of ids, scored in non-overlapping windows of ctx tokens (each window's
  * first token is context only). */
 smelt_status sm_perplexity(smelt_model *m, const int32_t *ids, int n, int ctx, double *ppl, int *n_scored);
-/* The same, calling progress (may be NULL) after each window with the tokens done of n. */
-smelt_status sm_perplexity_progress(smelt_model *m, const int32_t *ids, int n, int ctx, double *ppl, int *n_scored,
-                                    void (*progress)(void *ud, long done, long total), void *ud);
+/* The same, calling progress (may be NULL) after each window with the tokens done of n; one_token: each
+ * window's logits from one-token forward steps (the decode path) instead of one prefill. */
+smelt_status sm_perplexity_progress(smelt_model *m, const int32_t *ids, int n, int ctx, bool one_token, double *ppl,
+                                    int *n_scored, void (*progress)(void *ud, long done, long total), void *ud);
 
 /* One sequence: compute all its pending tokens (at most max_batch_tokens) in one step and
  * return the logits after each of them: logits[j*vocab..] for j < *n_rows = pending. */

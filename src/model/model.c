@@ -136,7 +136,8 @@ smelt_status smelt_model_load(const char *dir, const smelt_model_params *params,
                      .cpu_mask = params->cpu_mask,
                      .numa = params->numa,
                      .poll = params->cpu_poll};
-  sm_backend *be = sm_backend_create_opts(params->device, 0, &cpu);
+  const sm_backend_opts bo = {.batch_invariant = params->deterministic};
+  sm_backend *be = sm_backend_create_opts(params->device, 0, &cpu, &bo);
   if (!be) {
     char msg[768];
     snprintf(msg, sizeof msg, "%s", sm_errmsg());

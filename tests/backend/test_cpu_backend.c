@@ -810,6 +810,56 @@ static void test_tuning(void) {
   free_tw(&t);
 }
 
+/* Batch-invariant mode (sm_cpu_opts.batch_invariant): every token's matmul output in a batch of n (at any
+ * row) equals, bit for bit, its output alone, for dense and quantized weights on the float path (dense,
+ * rows under I8_MIN_COLS columns) and on the int8 path (packed); prints how many (weight, n, row) cases
+ * differ without the mode (the float path's matvec and GEMM round differently). */
+static void test_batch_invariant(int nth) {
+  enum { NMAX = 13 };
+  sm_cpu_opts o = {.n_threads = nth, .poll = 50};
+  int base_diff = 0, cases = 0;
+  for (int inv = 0; inv <= 1; inv++) {
+    o.batch_invariant = inv;
+    sm_backend *be = sm_cpu_backend_create_opts(&o);
+    CHECK(be && be->batch_invariant == (inv != 0), "create (batch_invariant %d)", inv);
+    if (!be) continue;
+    for (int kind = 0; kind < 4; kind++) {
+      tw t;
+      if (kind == 0) make_dense(&t, 70, 96, SM_DT_F32);
+      else if (kind == 1) make_dense(&t, 33, 200, SM_DT_BF16);
+      else if (kind == 2) make_quant(&t, 48, 512, 4, 64, SM_DT_F16);
+      else make_quant(&t, 40, 1024, 4, 64, SM_DT_BF16);
+      const int64_t M = t.w.rows, K = t.w.cols;
+      CHECK(be->prepare_weight(be, &t.w) == SMELT_OK, "prepare: %s", sm_errmsg());
+      float *x = malloc(sizeof(float) * NMAX * K), *y1 = malloc(sizeof(float) * NMAX * M);
+      float *yn = malloc(sizeof(float) * NMAX * M);
+      for (int64_t i = 0; i < NMAX * K; i++) x[i] = frand(-1.f, 1.f);
+      for (int r = 0; r < NMAX; r++) be->matmul(be, SM_MM_OTHER, &t.w, x + r * K, 1, y1 + r * M);
+      static const int ns[] = {2, 3, 4, 5, 7, 13};
+      for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
+        const int n = ns[a], r0 = NMAX - n; /* the batch is rows r0 .. NMAX-1 */
+        be->matmul(be, SM_MM_OTHER, &t.w, x + r0 * K, n, yn);
+        for (int r = 0; r < n; r++) {
+          const bool same = !memcmp(yn + r * M, y1 + (r0 + r) * M, sizeof(float) * M);
+          if (inv) CHECK(same, "batch-invariant: weight %d, row %d of %d differs from the row alone", kind, r, n);
+          else {
+            base_diff += !same;
+            cases++;
+          }
+        }
+      }
+      free(x);
+      free(y1);
+      free(yn);
+      be->release_weight(be, &t.w);
+      free_tw(&t);
+    }
+    be->destroy(be);
+  }
+  printf("%-6s threads=%d: batch-invariant matmuls equal alone; default mode: %d of %d rows differ\n",
+         getenv("SMELT_CPU_ISA"), nth, base_diff, cases);
+}
+
 int main(void) {
   static const char *isas[] = {"scalar", "avx2", "avx512"};
   int ran = 0;
@@ -838,6 +888,7 @@ int main(void) {
         test_layernorm_rope_ext(be);
         test_attention(be);
         test_kv_quant_rows(be);
+        if (!exact) test_batch_invariant(nth);
         printf("%-6s threads=%d%s: %s (worst matmul rel err %.2g", isas[i], nth, exact ? " exact" : "",
                g_fail == f0 ? "ok" : "FAILED", g_worst_mm);
         if (g_n_i8)

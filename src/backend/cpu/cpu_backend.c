@@ -100,8 +100,8 @@ static const sm_tune_entry cpu_tune[] = {
    0,
    1,
    SM_TUNE_USER,
-   "1: float-path matmuls (dense or unpacked weights, SMELT_CPU_EXACT) run one token at a time, so that every "
-   "token's result is independent of its batch (slower prefill)",
+   "1: float-path matmuls (dense or unpacked weights, SMELT_CPU_EXACT) run the GEMM at every batch size (one "
+   "multiply-add chain per output), so that every token's result is independent of its batch (slower decode)",
    {{0, 0}},
    NULL},
 };
@@ -617,6 +617,7 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
   }
   cpu_tuning tune;
   if (sm_tune_read(cpu_tune, SM_ARRAY_LEN(cpu_tune), 0, &tune)) return NULL;
+  if (o->batch_invariant) tune.invariant = 1; /* smelt_model_params.deterministic: what the variable sets */
   const sm_cpu_kern *k = tune.isa == ISA_AUTO ? sm_cpu_best_kernels() : sm_cpu_kernels_by_name(isa_names[tune.isa]);
   if (!k) {
     sm_err(SMELT_ERR_UNSUPPORTED, "SMELT_CPU_ISA=%s: this CPU does not support it (best: %s)", isa_names[tune.isa],
@@ -665,6 +666,7 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
   b->name = "cpu";
   b->kv_quant = true;
   b->n_threads = c->nth;
+  b->batch_invariant = tune.invariant != 0;
   b->destroy = be_destroy;
   b->alloc = be_alloc;
   b->free = be_free;

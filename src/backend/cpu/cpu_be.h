@@ -17,7 +17,7 @@ typedef struct {
   int amx;       /* 1: AMX tiles for batched int8 matmuls where the CPU has them */
   int amx_min_n; /* tokens from which a batched matmul takes the AMX kernel */
   int pf;        /* software prefetch distance of the packed decode matvec (bytes; 0 off) */
-  int invariant; /* 1: float-path matmuls of any batch run the one-token kernel per token */
+  int invariant; /* 1: float-path matmuls run the GEMM at every batch size (batch-invariant) */
   int mv_chunks; /* work chunks per thread of the packed decode matvec; 0: one static share each */
   int huge;      /* 1: packed weights and the probe buffer on transparent huge pages */
 } cpu_tuning;

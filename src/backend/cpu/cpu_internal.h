@@ -79,8 +79,10 @@ typedef struct {
   void (*matvec_i8)(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);
 } sm_cpu_kern;
 
-/* y[n][rows] = x . W^T for a weight in an MLX microscaling mode (cpu_mxq.c) */
-void sm_cpu_mxq_matmul(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, const float *x, int n, float *y);
+/* y[n][rows] = x . W^T for a weight in an MLX microscaling mode (cpu_mxq.c); gemm: the GEMM for every n
+ * (batch-invariant: each output one multiply-add chain in k order), else matvecs below 4 tokens */
+void sm_cpu_mxq_matmul(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, const float *x, int n, float *y,
+                       bool gemm);
 
 /* ys[i][0..rows) = ws[i] . xs[i] for i < nw: one-token matvecs of different weights and inputs (the chosen
  * experts of a decode step) in one dispatch of the backend's threads (cpu_backend.c) */

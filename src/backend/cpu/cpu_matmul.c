@@ -3,8 +3,10 @@
  * matvec (one token), the VNNI GEMM or the AMX GEMM (batches), all with the same canonical
  * arithmetic, so a token's output does not depend on its batch. Everything else (dense weights,
  * narrow or unpacked quantized weights, SMELT_CPU_EXACT=1) runs the float kernels: per-token
- * matvecs below GEMM_MIN_N tokens (or always with SMELT_CPU_BATCH_INVARIANT=1), else a GEMM over
- * dequantized panels. MLX microscaling weights (mxfp4, mxfp8, nvfp4) run cpu_mxq.c. */
+ * matvecs below GEMM_MIN_N tokens, else a GEMM over dequantized panels; in batch-invariant mode
+ * (SMELT_CPU_BATCH_INVARIANT=1, sm_backend.batch_invariant) the GEMM for every batch size, whose
+ * outputs are each one multiply-add chain in k order. MLX microscaling weights (mxfp4, mxfp8, nvfp4)
+ * run cpu_mxq.c (the same rule). */
 #include "backend/cpu/cpu_be.h"
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +62,11 @@ static void gemm_job(void *vctx, int tid, int nth) {
 static void matmul_unpacked(sm_backend *be, const sm_weight *w, const float *x, int n, float *y) {
   cpu_be *c = CB(be);
   const int64_t M = w->rows, K = w->cols;
-  if (n < GEMM_MIN_N || c->tune.invariant) {
+  const bool i8 = sm_cpu_backend_uses_i8(be, w, n);
+  /* batch-invariant mode: the int8 matvec per token where it applies, else the GEMM for every n (it
+   * computes each output as one multiply-add chain over k in order, whatever the batch and the token's
+   * place in it; the float matvec's summation tree differs) */
+  if (c->tune.invariant ? i8 : n < GEMM_MIN_N) {
     size_t ng = w->bits ? (size_t)(K / w->group_size) : 1;
     if ((size_t)K + 64 > c->cap_x || ng + 16 > c->cap_x) {
       free(c->xp);
@@ -74,7 +80,6 @@ static void matmul_unpacked(sm_backend *be, const sm_weight *w, const float *x, 
       c->xq = sm_aligned_alloc(c->cap_x);
       if (!c->xp || !c->xsum || !c->xs || !c->xq) abort();
     }
-    const bool i8 = sm_cpu_backend_uses_i8(be, w, n);
     for (int t = 0; t < n; t++) {
       mv_ctx m = {.k = c->k,
                   .a = {.w = w, .xp = c->xp, .xsum = c->xsum, .xq = c->xq, .xs = c->xs, .gfni = c->gfni},
@@ -253,7 +258,7 @@ void sm_cpu_matmul(sm_backend *be, sm_mm_role role, const sm_weight *w, const fl
   }
   if (w->rows == 0) return;
   if (w->qmode != SM_QMODE_AFFINE) {
-    sm_cpu_mxq_matmul(c->pool, c->k, w, x, n, y);
+    sm_cpu_mxq_matmul(c->pool, c->k, w, x, n, y, c->tune.invariant);
     return;
   }
   if (w->dev && !c->exact) matmul_packed(c, (const sm_cpu_packed *)w->dev, x, n, y);

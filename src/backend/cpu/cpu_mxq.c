@@ -126,13 +126,14 @@ static void gemm_job(void *v, int tid, int nth) {
   free(P);
 }
 
-void sm_cpu_mxq_matmul(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, const float *x, int n, float *y) {
+void sm_cpu_mxq_matmul(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, const float *x, int n, float *y,
+                       bool gemm) {
   init_tables();
   const int64_t M = w->rows;
   mxq_job j = {.k = k, .w = w, .x = x, .n = n, .y = y};
   atomic_init(&j.next, 0);
   const int nth = sm_pool_size(pool);
-  if (n < 4) {
+  if (n < 4 && !gemm) {
     int64_t chunk = M / ((int64_t)nth * 8);
     j.chunk = chunk < 8 ? 8 : chunk;
     j.n_items = (M + j.chunk - 1) / j.chunk * j.chunk * n;

@@ -31,6 +31,8 @@ struct cu_attn_args {
 };
 
 bool cu_attn_dec_ok(int hd, int G, sm_dtype dt);
+/* splits of every decode-attention launch in batch-invariant mode (backend.h; SMELT_CUDA_ATTN_S overrides) */
+#define CU_ATTN_INV_SPLITS 8
 int cu_attn_dec_splits(const cu_tune *t, int n_tokens, int nkv, int n_sm);
 int cu_attn_dec_warps(int hd, int G, sm_dtype dt);
 size_t cu_attn_dec_smem(const cu_tune *t, int hd, int G, int S, sm_dtype dt);

@@ -106,6 +106,7 @@ static smelt_status be_sample_async(sm_backend *be, const float *logits, int n_r
   c->d_feed = c->d_meta;
   int ncand = 0;
   if (c->rec && n_rows >= 1 && req->row >= 0 && req->row < n_rows && req->n_pen == 0 &&
+      req->n_bias == 0 && !req->mask &&
       sm_sample_plan(req->temperature, req->top_k, req->top_p, vocab, &ncand) == SM_SAMPLE_GREEDY) {
     /* greedy: the argmax joins the recorded forward (one graph with it), the token is written to
      * the next step's input and to the mapped pinned slot: no separate launch, no download */
@@ -352,13 +353,15 @@ static void be_matmul(sm_backend *be, sm_mm_role role, const sm_weight *w, const
   if (n <= 0 || !w || w->rows <= 0) return;
   if (!w_ready(w)) { cudaMemsetAsync(y, 0, (size_t)n * w->rows * 4, c->s); return; }
   const cu_weight *cw = (const cu_weight *)w->dev;
-  if (cw->kind == CW_Q4 && cu_use_matvec(cw, n)) {
-    if (!cu_ensure_buf(c, &c->xq, &c->xq_cap, cu_q4_scratch_bytes(n, cw->cols)) ||
-        !cu_ensure_buf(c, &c->xq2, &c->xq2_cap, cu_q4_scratch_bytes(n, cw->cols)) ||
+  const bool inv = c->base.batch_invariant; /* one-token matvecs for every token (x_matmul) */
+  const int nq = inv ? 1 : n;               /* columns a matvec launch takes */
+  if (cw->kind == CW_Q4 && (inv || cu_use_matvec(cw, n))) {
+    if (!cu_ensure_buf(c, &c->xq, &c->xq_cap, cu_q4_scratch_bytes(nq, cw->cols)) ||
+        !cu_ensure_buf(c, &c->xq2, &c->xq2_cap, cu_q4_scratch_bytes(nq, cw->cols)) ||
         !cu_ensure_buf(c, (void **)&c->ssp, &c->ssp_cap, sizeof(float) * (size_t)(cw->cols / 32 + 1)))
       return;
   }
-  if (!cu_use_matvec(cw, n) && !(cw->kind == CW_DENSE && cw->dtype == SM_DT_F32)) {
+  if (!inv && !cu_use_matvec(cw, n) && !(cw->kind == CW_DENSE && cw->dtype == SM_DT_F32)) {
     if (!cu_ensure_buf(c, &c->x16, &c->x16_cap, (size_t)n * cw->cols * 2)) return;
     if (cw->kind != CW_DENSE) {
       size_t want = (size_t)cw->rows * cw->cols * 2;
@@ -453,7 +456,14 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   const int G = n_heads / kv->n_kv_heads;
   int Sd = 0; /* > 0: one-token-per-sequence decode kernel with Sd splits */
   bool glong = false;
-  if (c->n_tiles == nt && !c->has_span && cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) {
+  if (c->base.batch_invariant && !c->has_span && cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) {
+    /* batch-invariant mode: every token, prefill or decode, on the decode kernel (its sequence's
+     * earlier tokens of this step are in the cache: kv_store ran before, and no PDL overlaps them)
+     * with a split count that does not depend on the batch (so a token's splits start at positions that
+     * depend only on its own position) and the cluster combine at every length */
+    Sd = c->t.attn_s >= 1 ? c->t.attn_s : CU_ATTN_INV_SPLITS;
+    if (cu_attn_dec_smem(&c->t, kv->head_dim, G, Sd, kv->dtype) > c->smem_optin) Sd = 0;
+  } else if (c->n_tiles == nt && !c->has_span && cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) {
     Sd = cu_attn_dec_splits(&c->t, nt, kv->n_kv_heads, c->n_sm);
     if (cu_attn_dec_smem(&c->t, kv->head_dim, G, Sd, kv->dtype) > c->smem_optin) Sd = 0;
     if (Sd > 1 && c->t.attn_long > 0) { /* long contexts: the global-memory split combine (a new graph) */
@@ -678,7 +688,9 @@ static void be_destroy(sm_backend *be) {
   free(c);
 }
 
-extern "C" sm_backend *sm_cuda_backend_create(int device) {
+extern "C" sm_backend *sm_cuda_backend_create(int device) { return sm_cuda_backend_create_opts(device, NULL); }
+
+extern "C" sm_backend *sm_cuda_backend_create_opts(int device, const sm_backend_opts *opts) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count <= 0) {
@@ -705,6 +717,15 @@ extern "C" sm_backend *sm_cuda_backend_create(int device) {
   c->smem_optin = prop.sharedMemPerBlockOptin;
   c->arch = prop.major * 10 + prop.minor;
   if (cu_tune_read(c->arch, &c->t)) { free(c); return NULL; }
+  if (opts && opts->batch_invariant) {
+    /* batch-invariant mode (backend.h): no fusions (their kernels exist for some step shapes only and
+     * round differently from the unfused ops), and no programmatic dependent launch (the decode
+     * attention kernel that every token then runs reads older K/V rows before waiting for the previous
+     * kernel, which in a prefill step is the kv_store that wrote them) */
+    c->base.batch_invariant = true;
+    c->t.fuse = 0;
+    c->t.pdl = 0;
+  }
   c->graphs_on = c->t.graphs != 0;
   c->cx.t = &c->t;
   c->cx.carve = -1; /* the driver's choice until a weight takes the int8 kernels */

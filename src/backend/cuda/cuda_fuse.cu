@@ -488,6 +488,14 @@ static bool pattern_at(const fx *f, const uint16_t *pat, int i) {
 /* ---------------- one op, unfused ---------------- */
 static void x_matmul(cuda_be *c, const cu_op *o) {
   const cu_weight *cw = o->mm.cw;
+  if (c->base.batch_invariant) { /* every token through the one-token kernel: the same order for any n */
+    const int role = cu_q4_role((sm_mm_role)o->mm.role);
+    for (int t = 0; t < o->mm.n; t++) {
+      float *y = o->mm.y + (size_t)t * cw->rows;
+      cu_matvec_multi(&c->cx, &cw, &y, 1, o->mm.x + (size_t)t * cw->cols, 1, c->xq, role);
+    }
+    return;
+  }
   if (cu_use_matvec(cw, o->mm.n)) {
     float *y = o->mm.y;
     cu_matvec_multi(&c->cx, &cw, &y, 1, o->mm.x, o->mm.n, c->xq, cu_q4_role((sm_mm_role)o->mm.role));
