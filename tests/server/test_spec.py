@@ -12,9 +12,10 @@ GPU) one-token and multi-token kernels round differently: a greedy output may le
 only where the plain output's two best tokens are within NEAR_TIE of each other (checked with
 logprobs); the differing fraction is printed.
 
-usage: test_spec.py SMELT_BIN MODELS_DIR [--bench N]
+usage: test_spec.py SMELT_BIN MODELS_DIR [--bench N] [-- SERVER_ARGS...]
   --bench N: no checks; N concurrent requests of 128 tokens, generated tok/s with and without
   speculation (a measurement for the docs, not a test)
+  SERVER_ARGS: more options for every server (e.g. -t 1)
 """
 import json
 import os
@@ -29,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 BIN, MODELS = sys.argv[1], sys.argv[2]
 BENCH = int(sys.argv[sys.argv.index("--bench") + 1]) if "--bench" in sys.argv else 0
 
+EXTRA = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
 DEVICE = os.environ.get("SMELT_SPEC_DEVICE", "cpu")
 STRICT = DEVICE == "cpu"
 NEAR_TIE = 0.1  # nats between the two best tokens where CUDA rounding may pick either
@@ -45,9 +47,9 @@ def check(cond, msg):
 class Server:
     def __init__(self, *args):
         self.p = subprocess.Popen([BIN, "serve", "-m", MODELS + "/smelt-tiny", "--host", "127.0.0.1", "--port", "0",
-                                   "--device", DEVICE, "-np", "8", *args],
+                                   "--device", DEVICE, "-np", "8", *EXTRA, *args],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  env=dict(os.environ, SMELT_CPU_BATCH_INVARIANT="1"))
+                                  env=dict(os.environ, SMELT_CPU_BATCH_INVARIANT=os.environ.get("SMELT_CPU_BATCH_INVARIANT", "1")))
         self.log, self.port = [], None
         ready = threading.Event()
 
