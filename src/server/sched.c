@@ -631,7 +631,7 @@ static void *engine_main(void *arg) {
         n_drafted += nprop[k];
       }
     }
-    smelt_status st;
+    smelt_status st = SMELT_OK;
     if (n_drafted) { /* every row comes to the host: the drafted sequences' rows are verified there */
       size_t need = (size_t)(n + n_drafted) * (size_t)s->vocab;
       if (need > rows_cap) {
@@ -640,12 +640,14 @@ static void *engine_main(void *arg) {
         rows_cap = need;
       }
       st = sm_engine_step_rows(s->eng, seqs, n, all, rows, row0, nrows, done);
-      if (st) /* the drafts are not computed: back to the state before them */
+      if (st) { /* the drafts are not computed: back to the state before them, and a plain step */
         for (int k = 0; k < n; k++)
           if (nprop[k]) sm_seq_truncate(s->eng, seqs[k], sm_seq_len(seqs[k]) - nprop[k]);
-    } else {
-      st = sm_engine_step_sample(s->eng, seqs, n, bsmp, btok, logits, done);
+        n_drafted = 0;
+        memset(done, 0, (size_t)n);
+      }
     }
+    if (!n_drafted) st = sm_engine_step_sample(s->eng, seqs, n, bsmp, btok, logits, done);
     if (st == SMELT_ERR_OOM) {
       pthread_mutex_lock(&s->mu);
       preempt_newest(s);

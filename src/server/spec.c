@@ -33,6 +33,9 @@ static smelt_status sync_draft(sm_sched *s, sm_choice *c) {
   sm_engine *de = s->spec.deng;
   const int32_t *t = sm_seq_tokens(c->seq);
   const int len = sm_seq_len(c->seq);
+  for (int i = 0; i < len; i++) /* a token the draft model does not have: this choice is not drafted */
+    if (t[i] < 0 || t[i] >= s->spec.dvocab)
+      return sm_err(SMELT_ERR_INVALID, "token %d not in the draft vocabulary", t[i]);
   if (!c->dseq) {
     if (!(c->dseq = sm_seq_new(de))) return sm_err(SMELT_ERR_OOM, "no draft sequence");
     smelt_status st = sm_seq_append(de, c->dseq, t, len);
@@ -82,9 +85,12 @@ void sm_spec_propose(sm_sched *s, sm_choice **cs, const int *kmax, const float *
   }
   smelt_status st = SMELT_OK;
   int maxk = 0;
-  for (int i = 0; i < n && !st; i++) {
+  for (int i = 0; i < n; i++) {
     if (kmax[i] <= 0) continue;
-    st = sync_draft(s, cs[i]);
+    if (sync_draft(s, cs[i]) != SMELT_OK) { /* this choice only: no drafts this step */
+      sm_spec_drop(s, cs[i]);
+      continue;
+    }
     live[i] = true;
     maxk = SM_MAX(maxk, kmax[i]);
   }
