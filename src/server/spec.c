@@ -46,8 +46,10 @@ static smelt_status sync_draft(sm_sched *s, sm_choice *c) {
   const int32_t *d = sm_seq_tokens(c->dseq);
   int dl = sm_seq_len(c->dseq), k = 0;
   while (k < dl && k < len && d[k] == t[k]) k++;
+  /* the draft needs its logits after the last token: at least that token is computed again */
+  k = SM_MIN(k, len - 1);
   smelt_status st = k < dl ? sm_seq_truncate(de, c->dseq, k) : SMELT_OK;
-  if (!st && k < len) st = sm_seq_append(de, c->dseq, t + k, len - k);
+  if (!st) st = sm_seq_append(de, c->dseq, t + k, len - k);
   return st;
 }
 
@@ -115,7 +117,10 @@ void sm_spec_propose(sm_sched *s, sm_choice **cs, const int *kmax, const float *
       uint8_t *sd = sm_xcalloc((size_t)left, 1);
       int u = 0;
       for (int q = 0; q < m; q++)
-        if (!done[q]) {
+        if (!done[q] && sm_seq_pending(ds[q]) == 0) { /* cannot happen (sync_draft); never loop on it */
+          done[q] = 1;
+          live[who[q]] = false;
+        } else if (!done[q]) {
           sub[u] = ds[q];
           map[u++] = q;
         }

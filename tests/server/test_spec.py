@@ -269,6 +269,18 @@ def main():
         check([c["text"] for c in both[0]["choices"]] == [c["text"] for c in ref[0]["choices"]] or not STRICT,
               "n=2 next to a drafted request: outputs differ")
         compare("drafted next to n=2", ref[1:], both[1:])
+        # a KV cache too small for every request at once (32 blocks of 16 tokens: one context; 6
+        # requests of ~106 tokens need 42): preemption (drafts dropped with the sequences,
+        # recomputed on readmission) keeps the outputs
+        tight = Server("-md", MODELS + "/smelt-tiny-draft", "--draft-max", "4", "--kv-blocks", "32")
+        try:
+            bodies = [body(p, GREEDY, 100, ignore_eos=True) for p in PROMPTS]
+            compare("draft, KV cache of 32 blocks", run_all(plain, bodies), run_all(tight, bodies))
+            pre = tight.metric("smelt_preemptions_total")
+            print("preemptions with 32 KV blocks: %s" % pre)
+            check(pre and pre > 0, "no preemption with 32 KV blocks: the case was not exercised")
+        finally:
+            tight.stop()
     finally:
         for s in (plain, draft, ngram):
             s.stop()
