@@ -60,8 +60,7 @@ static void test_step_rows(smelt_model *m) {
   ep.max_context = 256;
   ep.max_batch_tokens = 64;
   sm_engine *e1 = NULL, *e2 = NULL, *e3 = NULL;
-  CHECK(!sm_engine_create(m, &ep, &e1) && !sm_engine_create(m, &ep, &e2) && !sm_engine_create(m, &ep, &e3),
-        "engines");
+  CHECK(!sm_engine_create(m, &ep, &e1) && !sm_engine_create(m, &ep, &e2) && !sm_engine_create(m, &ep, &e3), "engines");
   int32_t pa[37], pb[29];
   for (int i = 0; i < 37; i++) pa[i] = 100 + i * 7;
   for (int i = 0; i < 29; i++) pb[i] = 300 + i * 3;
@@ -109,8 +108,8 @@ static void test_step_rows(smelt_model *m) {
     for (int r = 0; r < 5; r++) {
       uint8_t d = 0;
       while (!d) sm_engine_step(e3, &a3, 1, one, &d);
-      CHECK(max_diff(rows + (size_t)(row0[0] + r) * V, one, V) == 0, "step %d: A's row %d differs from one-token decode",
-            t, r);
+      CHECK(max_diff(rows + (size_t)(row0[0] + r) * V, one, V) == 0,
+            "step %d: A's row %d differs from one-token decode", t, r);
       n_checked++;
       if (r < 4) sm_seq_append(e3, a3, &v[r + 1], 1);
     }
