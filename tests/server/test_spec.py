@@ -47,7 +47,7 @@ def check(cond, msg):
 class Server:
     def __init__(self, *args):
         self.p = subprocess.Popen([BIN, "serve", "-m", MODELS + "/smelt-tiny", "--host", "127.0.0.1", "--port", "0",
-                                   "--device", DEVICE, "-np", "8", *EXTRA, *args],
+                                   "--device", DEVICE, "-np", "8", "-t", "1", *EXTRA, *args],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   env=dict(os.environ, SMELT_CPU_BATCH_INVARIANT=os.environ.get("SMELT_CPU_BATCH_INVARIANT", "1")))
         self.log, self.port = [], None
@@ -109,7 +109,7 @@ def run_all(srv, bodies):
         return list(ex.map(srv.complete, bodies))
 
 
-def body(prompt, mode, n=48, **kw):
+def body(prompt, mode, n=40, **kw):
     b = {"prompt": prompt, "max_tokens": n}
     b.update(mode)
     b.update(kw)
@@ -178,10 +178,24 @@ def bench(n):
             srv.stop()
 
 
+def bad_flags():
+    """refused at start with exit status 2 (1: a model that cannot be found) and a message naming the flag"""
+    for args, code, what in ((["--draft-max", "99"], 2, "--draft-max"), (["--spec-type", "eagle"], 2, "--spec-type"),
+                             (["--draft-max", "2", "--draft-min", "5"], 2, "--draft-min"),
+                             (["-md", MODELS + "/smelt-tiny-draft", "--spec-type", "ngram-simple"], 2, "-md"),
+                             (["--spec-type", "draft"], 2, "-md"), (["--draft-p-min", "2"], 2, "--draft-p-min"),
+                             (["-md", MODELS + "/no-such-model", "--offline"], 1, "no-such-model")):
+        r = subprocess.run([BIN, "serve", "-m", MODELS + "/smelt-tiny", "--port", "0", *args], capture_output=True,
+                           timeout=60, text=True)
+        check(r.returncode == code and what in r.stderr,
+              "serve %s: exit %d (want %d), %r" % (" ".join(args), r.returncode, code, r.stderr[-300:]))
+
+
 def main():
     if BENCH:
         bench(BENCH)
         return
+    bad_flags()
     plain = Server()
     draft = Server("-md", MODELS + "/smelt-tiny-draft", "--draft-max", "4")
     ngram = Server("--spec-type", "ngram-simple", "--draft-max", "4")
