@@ -58,6 +58,15 @@ static void usage(FILE *f) {
        "                           in a request body count against --max-body)\n"
        "      --allow-image-files DIR  read image files under DIR named by requests (file:// URLs or absolute\n"
        "                           paths; default: none)\n"
+       "Speculative decoding (one model; output equals decoding without it, docs/server.md):\n"
+       "  -md, --model-draft REF   draft model (same tokenizer) proposing tokens that the model verifies\n"
+       "                           in its batched step (also --draft-model)\n"
+       "      --spec-type T        none (default, or draft with -md) or ngram-simple: draft tokens from\n"
+       "                           the request's own prompt and output (prompt lookup)\n"
+       "      --draft-max N        draft tokens per step, 1..32 (default 16; also --draft, --draft-n)\n"
+       "      --draft-min N        verify drafts of at least N tokens only (default 0)\n"
+       "      --draft-p-min P      draft model: stop a draft at a token below probability P (default 0.75)\n"
+       "      --spec-ngram-size-n N  ngram-simple: look up the last N tokens (then fewer), 1..16 (default 3)\n"
        "  llama-server flags without meaning here are accepted with a notice: -ngl/--n-gpu-layers N,\n"
        "  -fa/--flash-attn [on|off|auto], --jinja, --no-jinja, -cb/--cont-batching, --mlock, --metrics,\n"
        "  --slots, --no-webui, -sm/--split-mode M, -ts/--tensor-split L, -mg/--main-gpu N, --numa M,\n"
@@ -103,7 +112,8 @@ static bool parse_int(const char *s, long lo, long hi, long *out) {
 int sm_cmd_serve(int argc, char **argv) {
   sm_server_params p;
   sm_server_params_default(&p);
-  const char *model = NULL, *ctk = NULL, *ctv = NULL;
+  const char *model = NULL, *ctk = NULL, *ctv = NULL, *draft = NULL;
+  bool spec_none = false, spec_draft = false;
   enum { MAX_MODELS = 64 };
   const char *refs[MAX_MODELS]; /* -m given more than once */
   int n_refs = 0;
@@ -320,6 +330,30 @@ int sm_cmd_serve(int argc, char **argv) {
       p.reasoning_format = val;
     }
     /* llama-server flags that mean nothing here: accepted with a notice */
+    else if (IS("-md") || IS("--model-draft") || IS("--draft-model")) {
+      NEEDVAL();
+      draft = val;
+    } else if (IS("--spec-type")) {
+      NEEDVAL();
+      if (!strcmp(val, "ngram-simple") || !strcmp(val, "ngram")) p.spec_ngram = true;
+      else if (!strcmp(val, "none")) spec_none = true;
+      else if (!strcmp(val, "draft")) spec_draft = true;
+      else {
+        fprintf(stderr, "smelt serve: --spec-type: '%s' is not one of none, draft, ngram-simple\n", val);
+        return 2;
+      }
+    } else if (IS("--draft-max") || IS("--draft") || IS("--draft-n")) INTVAL(1, 32, p.draft_max);
+    else if (IS("--draft-min") || IS("--draft-n-min")) INTVAL(0, 32, p.draft_min);
+    else if (IS("--draft-p-min")) {
+      NEEDVAL();
+      char *end;
+      double d = strtod(val, &end);
+      if (!*val || *end || !(d >= 0 && d <= 1)) {
+        fprintf(stderr, "smelt serve: --draft-p-min: '%s' is not a probability in 0 to 1\n", val);
+        return 2;
+      }
+      p.draft_p_min = (float)d;
+    } else if (IS("--spec-ngram-size-n") || IS("--spec-ngram-simple-size-n")) INTVAL(1, 16, p.spec_ngram_n);
     else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers") || IS("-sm") || IS("--split-mode") || IS("-ts") ||
              IS("--tensor-split") || IS("-mg") || IS("--main-gpu")) {
       NEEDVAL();
@@ -352,7 +386,9 @@ int sm_cmd_serve(int argc, char **argv) {
         {.names = "--allow-image-urls|--allow-image-files|--deterministic"},
         {.names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path"},
         {.names = "--cpu-mask|--cpu-range|--numa|--poll"},
-        {.names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v"},
+        {.names = "--model-draft|--draft-model|--spec-type|--draft-max|--draft-min|--draft-p-min"},
+        {.names = "--spec-ngram-size-n"},
+        {.names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v|-md"},
       };
       char sug[160];
       sm_args_suggest(names, (int)(sizeof names / sizeof names[0]), name, sug, sizeof sug);
@@ -394,6 +430,34 @@ int sm_cmd_serve(int argc, char **argv) {
     fprintf(stderr, "smelt serve: --prompt-cache-ro needs --prompt-cache FILE\n");
     return 2;
   }
+  if (spec_none && (draft || p.spec_ngram)) {
+    fprintf(stderr, "smelt serve: --spec-type none with %s\n", draft ? "-md" : "--spec-type ngram-simple");
+    return 2;
+  }
+  if (spec_draft && !draft) {
+    fprintf(stderr, "smelt serve: --spec-type draft needs a draft model (-md)\n");
+    return 2;
+  }
+  if (draft && p.spec_ngram) {
+    fprintf(stderr, "smelt serve: use either a draft model (-md) or --spec-type ngram-simple, not both\n");
+    return 2;
+  }
+  if ((draft || p.spec_ngram) && multi) {
+    fprintf(stderr, "smelt serve: speculative decoding (%s) works with one model\n",
+            draft ? "-md" : "--spec-type ngram-simple");
+    return 2;
+  }
+  if (p.draft_min > p.draft_max) {
+    fprintf(stderr, "smelt serve: --draft-min %d is larger than --draft-max %d\n", p.draft_min, p.draft_max);
+    return 2;
+  }
+  char *draft_dir = NULL;
+  if (draft && (sm_store_resolve(draft, !offline, &draft_dir) != SMELT_OK || !draft_dir)) {
+    fprintf(stderr, "smelt serve: cannot find the draft model '%s': %s\n", draft, smelt_last_error());
+    free(draft_dir);
+    return 1;
+  }
+  p.draft_dir = draft_dir;
   if (!n_refs && !p.models_dir) refs[n_refs++] = model; /* LLAMA_ARG_MODEL, or NULL: the default model */
   char *dirs[MAX_MODELS];
   char ids[MAX_MODELS][256];
@@ -455,5 +519,6 @@ int sm_cmd_serve(int argc, char **argv) {
     rc = sm_server_run(&p);
   }
   for (int i = 0; i < n_dirs; i++) free(dirs[i]);
+  free(draft_dir);
   return rc;
 }

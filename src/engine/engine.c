@@ -357,7 +357,15 @@ static void register_full(sm_engine *e, sm_seq *s) {
   }
 }
 
-static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, float *all_logits,
+/* all_logits: a logits row after every computed token of the sequences with all[i] (all == NULL:
+ * every sequence), rows in order; those sequences compute all their pending tokens first (row0[i],
+ * nrows[i]: where their rows are; may be NULL) */
+typedef struct {
+  float *logits;
+  const uint8_t *all;
+  int *row0, *nrows;
+} step_rows;
+static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, const step_rows *rows,
                          sm_sampler **smp, int32_t *tokens);
 
 smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done) {
@@ -379,9 +387,17 @@ smelt_status sm_engine_step_all(sm_engine *e, sm_seq *s, float *logits, int *n_r
   if (pend > e->p.max_batch_tokens)
     return sm_err(SMELT_ERR_LIMIT, "%d pending tokens exceed the step budget %d", pend, e->p.max_batch_tokens);
   uint8_t done = 0;
-  smelt_status st = step(e, &s, 1, NULL, &done, logits, NULL, NULL);
+  step_rows r = {.logits = logits};
+  smelt_status st = step(e, &s, 1, NULL, &done, &r, NULL, NULL);
   if (!st) *n_rows = pend;
   return st;
+}
+
+smelt_status sm_engine_step_rows(sm_engine *e, sm_seq **seqs, int n, const uint8_t *all, float *logits, int *row0,
+                                 int *nrows, uint8_t *done) {
+  if (!all || !logits || !row0 || !nrows) return sm_err(SMELT_ERR_INVALID, "step_rows: all arguments are required");
+  step_rows r = {.logits = logits, .all = all, .row0 = row0, .nrows = nrows};
+  return step(e, seqs, n, NULL, done, &r, NULL, NULL);
 }
 
 void sm_seq_checkpoint(sm_engine *e, sm_seq *s) {
@@ -471,19 +487,22 @@ static smelt_status sample_rows(sm_engine *e, sm_seq **seqs, int n, const int *o
   return st;
 }
 
-static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, float *all_logits,
+static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, const step_rows *rows,
                          sm_sampler **smp, int32_t *tokens) {
   int bs = e->p.block_size, budget = e->p.max_batch_tokens;
   if (n > e->p.max_seqs)
     return sm_err(SMELT_ERR_LIMIT, "%d sequences in one step, engine sized for %d", n, e->p.max_seqs);
+  float *all_logits = rows ? rows->logits : NULL;
+#define ALL_ROWS(i) (all_logits && (!rows->all || rows->all[i]))
   int *take = sm_xcalloc((size_t)(n ? n : 1), sizeof(int));
-  /* decode tokens first (1 each), then prefill chunks with what's left */
+  /* sequences that want every row take all their pending tokens, then decode tokens (1 each),
+   * then prefill chunks with what's left */
   int total = 0, need_blocks = 0;
   for (int i = 0; i < n; i++) {
     int pend = sm_seq_pending(seqs[i]);
     if (pend > 0) {
-      take[i] = 1;
-      total++;
+      take[i] = ALL_ROWS(i) ? pend : 1;
+      total += take[i];
     }
   }
   if (total > budget) {
@@ -571,8 +590,18 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
       e->b_pos[t] = p;
       e->b_seq[t] = i;
     }
-    if (all_logits) {
+    if (rows && rows->row0) {
+      rows->row0[i] = n_out;
+      rows->nrows[i] = 0;
+    }
+    if (ALL_ROWS(i)) {
+      if (rows->nrows) rows->nrows[i] = take[i];
       for (int j = 0; j < take[i]; j++) e->b_out[n_out++] = t - take[i] + j;
+    } else if (all_logits) {
+      if (take[i] > 0 && s->n_done + take[i] == s->n_tok) {
+        rows->nrows[i] = 1;
+        e->b_out[n_out++] = t - 1;
+      }
     } else if (take[i] > 0 && s->n_done + take[i] == s->n_tok) {
       out_of[i] = n_out;
       e->b_out[n_out++] = t - 1;
@@ -628,7 +657,7 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
     for (int i = 0; i < n; i++) {
       seqs[i]->n_done += take[i];
       register_full(e, seqs[i]);
-      done[i] = out_of[i] >= 0;
+      done[i] = all_logits ? rows->nrows && rows->nrows[i] > 0 && seqs[i]->n_done == seqs[i]->n_tok : out_of[i] >= 0;
       if (done[i] && !all_logits && !sampling)
         memcpy(logits + (size_t)i * V, tmp + (size_t)out_of[i] * V, sizeof(float) * (size_t)V);
     }
@@ -637,6 +666,7 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
   free(out_of);
   free(take);
   return st;
+#undef ALL_ROWS
 }
 
 /* ---- pipelined single-sequence decode ---- */

@@ -99,6 +99,14 @@ smelt_status sm_perplexity_progress(smelt_model *m, const int32_t *ids, int n, i
 /* One sequence: compute all its pending tokens (at most max_batch_tokens) in one step and
  * return the logits after each of them: logits[j*vocab..] for j < *n_rows = pending. */
 smelt_status sm_engine_step_all(sm_engine *e, sm_seq *s, float *logits, int *n_rows);
+/* Speculative verification in a batch: like sm_engine_step, but a sequence with all[i] set computes
+ * all its pending tokens in this step (they come first in the step budget: SMELT_ERR_LIMIT when
+ * they exceed it) and gets a logits row after each of them; the others get the row after their
+ * last token when it is computed. Rows are consecutive: sequence i's are logits[(row0[i] + j) *
+ * vocab..] for j < nrows[i] (0: no row). logits holds, for each sequence, its pending tokens'
+ * rows (all[i]) or one row. done[i] = 1 when all of the sequence's tokens are computed. */
+smelt_status sm_engine_step_rows(sm_engine *e, sm_seq **seqs, int n, const uint8_t *all, float *logits, int *row0,
+                                 int *nrows, uint8_t *done);
 /* Drop tokens after the first len (speculative decoding rollback); frees their blocks. For a model with
  * recurrent layers, dropping computed tokens rewinds the sequence to its snapshot (sm_seq_checkpoint)
  * when that is at or before len, else to the start: the tokens after that point become pending again

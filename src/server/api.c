@@ -460,6 +460,13 @@ static bool parse_common(const cJSON *root, sm_api_request *r, sm_api_error *err
   r->n = given ? (int)d : 1;
   if (!get_bool(root, "stream", &r->stream, err)) return false;
   if (!get_bool(root, "ignore_eos", &r->ignore_eos, err)) return false;
+  /* llama-server's per-request speculative decoding fields (flat, dotted keys) */
+  if (!get_num(root, "speculative.n_max", 0, 32, true, &d, &r->has_spec_n_max, err)) return false;
+  if (r->has_spec_n_max) r->spec_n_max = (int)d;
+  if (!get_num(root, "speculative.n_min", 0, 32, true, &d, &r->has_spec_n_min, err)) return false;
+  if (r->has_spec_n_min) r->spec_n_min = (int)d;
+  if (!get_num(root, "speculative.p_min", 0, 1, false, &d, &r->has_spec_p_min, err)) return false;
+  if (r->has_spec_p_min) r->spec_p_min = (float)d;
   const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
   if (so && !cJSON_IsNull(so)) {
     if (!cJSON_IsObject(so)) FAIL("stream_options", "'stream_options' must be an object");

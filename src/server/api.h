@@ -52,6 +52,11 @@ typedef struct {
   int n_stop;
   bool stream, include_usage;
   bool ignore_eos; /* vLLM / llama-server: keep generating after end-of-sequence tokens */
+  /* llama-server's speculative.n_max (draft tokens per step, 0: no speculation), speculative.n_min and
+   * speculative.p_min; not given: the server's --draft-max, --draft-min, --draft-p-min */
+  bool has_spec_n_max, has_spec_n_min, has_spec_p_min;
+  int spec_n_max, spec_n_min;
+  float spec_p_min;
   bool logprobs;
   int top_logprobs;         /* completions: logprobs=k -> logprobs=true, top_logprobs=k */
   bool json_mode;           /* response_format json_object / json_schema, or a json_schema field */

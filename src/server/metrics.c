@@ -17,7 +17,7 @@ struct sm_metrics {
   pthread_mutex_t mu;
   req_series req[MAX_SERIES];
   int n_req;
-  uint64_t prompt_tokens, gen_tokens, cached_tokens, preemptions, cancelled;
+  uint64_t prompt_tokens, gen_tokens, cached_tokens, preemptions, cancelled, spec_drafted, spec_accepted;
   sm_hist ttft, itl;
 };
 
@@ -85,6 +85,13 @@ void sm_metrics_cancel(sm_metrics *m) {
   m->cancelled++;
   pthread_mutex_unlock(&m->mu);
 }
+void sm_metrics_spec(sm_metrics *m, uint64_t drafted, uint64_t accepted) {
+  pthread_mutex_lock(&m->mu);
+  m->spec_drafted += drafted;
+  m->spec_accepted += accepted;
+  pthread_mutex_unlock(&m->mu);
+}
+
 void sm_metrics_preempt(sm_metrics *m) {
   pthread_mutex_lock(&m->mu);
   m->preemptions++;
@@ -131,7 +138,7 @@ void sm_metrics_render_requests(sm_metrics *m, sm_buf *b) {
   pthread_mutex_unlock(&m->mu);
 }
 
-enum { C_PROMPT, C_GEN, C_CACHED, C_PREEMPT, C_CANCEL, N_COUNTERS };
+enum { C_PROMPT, C_GEN, C_CACHED, C_PREEMPT, C_CANCEL, C_DRAFTED, C_ACCEPTED, N_COUNTERS };
 static const struct {
   const char *name, *help;
 } k_counters[N_COUNTERS] = {
@@ -140,6 +147,8 @@ static const struct {
   {"smelt_prompt_cached_tokens_total", "Prompt tokens reported as cached to clients."},
   {"smelt_preemptions_total", "Sequences preempted (requeued) on KV cache exhaustion."},
   {"smelt_requests_cancelled_total", "Requests cancelled by client disconnect."},
+  {"smelt_spec_draft_tokens_total", "Speculative decoding: draft tokens proposed for verification."},
+  {"smelt_spec_accepted_tokens_total", "Speculative decoding: draft tokens the model accepted."},
 };
 
 typedef struct {
@@ -154,6 +163,8 @@ static void take_snapshot(sm_metrics *m, snapshot *s) {
   s->c[C_CACHED] = m->cached_tokens;
   s->c[C_PREEMPT] = m->preemptions;
   s->c[C_CANCEL] = m->cancelled;
+  s->c[C_DRAFTED] = m->spec_drafted;
+  s->c[C_ACCEPTED] = m->spec_accepted;
   s->ttft = m->ttft;
   s->itl = m->itl;
   pthread_mutex_unlock(&m->mu);
@@ -189,6 +200,14 @@ void sm_metrics_render_models(sm_metrics *const *ms, const sm_metrics_gauges *gs
       labels(b, names, i, NULL);
       sm_buf_printf(b, " %llu\n", (unsigned long long)snap[i].c[c]);
     }
+  }
+  head(b, "smelt_spec_acceptance_rate", "gauge",
+       "Speculative decoding: accepted / proposed draft tokens so far (0 before any draft).");
+  for (int i = 0; i < n; i++) {
+    sm_buf_puts(b, "smelt_spec_acceptance_rate");
+    labels(b, names, i, NULL);
+    const uint64_t d = snap[i].c[C_DRAFTED];
+    sm_buf_printf(b, " %.6f\n", d ? (double)snap[i].c[C_ACCEPTED] / (double)d : 0.0);
   }
   head(b, "smelt_time_to_first_token_seconds", "histogram", "Time from request arrival to the first generated token.");
   for (int i = 0; i < n; i++) render_hist(b, "smelt_time_to_first_token_seconds", &snap[i].ttft, names, i);

@@ -65,7 +65,9 @@ static void served_free(sm_served *sv) {
   if (sv->sched_init) sm_sched_destroy(&sv->sched);
   sm_pcache_free(&sv->pc);
   if (sv->eng) sm_engine_free(sv->eng);
+  if (sv->deng) sm_engine_free(sv->deng);
   if (sv->model) smelt_model_free(sv->model);
+  if (sv->draft) smelt_model_free(sv->draft);
   free(sv->dir);
   free(sv);
 }
@@ -131,8 +133,47 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
     goto fail;
   }
   int vocab = smelt_model_vocab_size(sv->model);
+  if ((p->draft_dir || p->spec_ngram) && sm_engine_recurrent(sv->eng)) {
+    snprintf(err, n_err, "speculative decoding: models with recurrent layers (%s) cannot take back rejected tokens",
+             smelt_model_arch(sv->model));
+    goto fail;
+  }
+  if (p->draft_dir) {
+    fprintf(stderr, "smelt serve: loading the draft model %s\n", p->draft_dir);
+    if (smelt_model_load(p->draft_dir, &mp, &sv->draft) != SMELT_OK) {
+      snprintf(err, n_err, "could not load the draft model: %s", smelt_last_error());
+      goto fail;
+    }
+    const int dv = smelt_model_vocab_size(sv->draft);
+    if (dv > vocab) {
+      snprintf(err, n_err, "the draft model's vocabulary (%d) is larger than the model's (%d)", dv, vocab);
+      goto fail;
+    }
+    if (sv->draft->cfg.rec.kind != SM_REC_NONE) {
+      snprintf(err, n_err, "speculative decoding: the draft model has recurrent layers (%s)",
+               smelt_model_arch(sv->draft));
+      goto fail;
+    }
+    sm_engine_params dep = ep;
+    dep.n_blocks = 0; /* enough for every sequence at full context */
+    dep.prefix_cache = true;
+    if (sm_engine_create(sv->draft, &dep, &sv->deng) != SMELT_OK) {
+      snprintf(err, n_err, "could not create the draft model's engine: %s", smelt_last_error());
+      goto fail;
+    }
+  }
   sm_sched *sc = &sv->sched;
   sm_sched_init(sc, sv->eng, tok, metrics, vocab, p->parallel, p->max_queue);
+  if (p->draft_dir || p->spec_ngram) {
+    sc->spec.on = true;
+    sc->spec.n_max = p->draft_max;
+    sc->spec.n_min = p->draft_min;
+    sc->spec.p_min = p->draft_p_min;
+    sc->spec.ngram_n = p->spec_ngram_n;
+    sc->spec.deng = sv->deng;
+    sc->spec.dvocab = sv->draft ? smelt_model_vocab_size(sv->draft) : 0;
+    sc->spec.budget = SM_MAX(ep.max_batch_tokens, p->parallel); /* as the engine sizes it */
+  }
   sv->sched_init = true;
   sc->after_step = weights_changed;
   for (int i = 0; i < info.n_eos; i++) sm_sched_add_eos(sc, info.eos_ids[i]);
@@ -174,6 +215,9 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   }
   fprintf(stderr, "smelt serve: model '%s' (%s), ctx %d, parallel %d, %d KV blocks of %d\n", sv->id, o->arch, o->ctx,
           p->parallel, sc->stats.n_blocks, sc->stats.block_size);
+  if (sc->spec.on)
+    fprintf(stderr, "smelt serve: speculative decoding: %s, up to %d draft tokens a step (at least %d)\n",
+            sv->draft ? "draft model" : "n-gram prompt lookup", sc->spec.n_max, sc->spec.n_min);
   fprintf(stderr, "smelt serve: tool-call format %s, reasoning %s\n", o->tfmt->name,
           o->reasoning ? "split into reasoning_content" : "not split");
   return sv;

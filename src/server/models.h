@@ -24,6 +24,8 @@ typedef struct {
   char *dir;    /* its directory */
   smelt_model *model;
   sm_engine *eng;
+  smelt_model *draft; /* speculative decoding: the draft model (-md) and its engine, or NULL */
+  sm_engine *deng;
   sm_sched sched;
   bool sched_init;
   sm_oai oai;

@@ -2,6 +2,7 @@
  * (see sched.h). */
 #include "server/sched.h"
 #include "server/pcache.h"
+#include "server/spec.h"
 #include "vision/vision.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +74,7 @@ static void take_slot(sm_sched *s, sm_choice *c) {
 /* under mu: choice c's sequence ends; with record, its slot keeps the sequence's tokens (what a
  * slot save writes) */
 static void drop_seq(sm_sched *s, sm_choice *c, bool record) {
+  sm_spec_drop(s, c);
   if (c->seq) {
     if (record && c->slot >= 0) {
       int n = sm_seq_len(c->seq);
@@ -346,15 +348,27 @@ static void ensure_mask(sm_sched *s, sm_choice *c) {
   c->mask_ok = true;
 }
 
+/* mu NOT held: the choice cannot go on (its sequence is full) */
+static void end_choice(sm_sched *s, sm_job *j, sm_choice *c) {
+  pthread_mutex_lock(&s->mu);
+  if (!c->finish) c->finish = SM_FIN_LENGTH;
+  update_safe(s, j, c);
+  job_signal(j);
+  pthread_mutex_unlock(&s->mu);
+}
+
 /* Sample one token for choice ci of job j from logits row (modified), or, when row is NULL, take
- * tok, already sampled on the backend (sm_engine_step_sample). Engine thread, mu NOT held. */
-static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t tok, float *lpbuf, int32_t *topbuf) {
+ * tok, already sampled on the backend (sm_engine_step_sample); the sampler sees the first hist
+ * tokens of the sequence (-1: all). The token is appended to the sequence when append and the
+ * choice goes on. Returns the token. Engine thread, mu NOT held. */
+static int32_t process_token_at(sm_sched *s, sm_job *j, int ci, float *row, int32_t tok, float *lpbuf, int32_t *topbuf,
+                                int hist, bool append) {
   sm_choice *c = &j->ch[ci];
   sm_tokrec rec = {0};
   if (row && j->req.logprobs) sm_log_softmax(row, s->vocab, lpbuf);
   if (row) {
     ensure_mask(s, c);
-    tok = sm_sampler_sample(&c->sampler, row, sm_seq_tokens(c->seq), sm_seq_len(c->seq));
+    tok = sm_sampler_sample(&c->sampler, row, sm_seq_tokens(c->seq), hist < 0 ? sm_seq_len(c->seq) : hist);
   }
   if (tok < 0 || tok >= s->vocab) tok = s->n_eos ? s->eos[0] : 0;
   bool grammar_end = false, refused = false;
@@ -437,16 +451,54 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
   pthread_mutex_unlock(&s->mu);
   free(piece);
   free(tail);
-  if (!c->finish) {
+  if (!c->finish && append) {
     smelt_status st = sm_seq_append(s->eng, c->seq, &tok, 1);
-    if (st != SMELT_OK) {
-      pthread_mutex_lock(&s->mu);
-      c->finish = SM_FIN_LENGTH;
-      update_safe(s, j, c);
-      job_signal(j);
-      pthread_mutex_unlock(&s->mu);
-    }
+    if (st != SMELT_OK) end_choice(s, j, c);
   }
+  return tok;
+}
+
+static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t tok, float *lpbuf, int32_t *topbuf) {
+  process_token_at(s, j, ci, row, tok, lpbuf, topbuf, -1, true);
+}
+
+/* Speculative decoding: how many draft tokens choice c of j may have verified in this step (0:
+ * none), at most budget; pmin: its draft probability floor */
+static int spec_room(sm_sched *s, sm_job *j, sm_choice *c, int budget, float *pmin) {
+  const int nmax = j->req.has_spec_n_max ? j->req.spec_n_max : s->spec.n_max;
+  *pmin = j->req.has_spec_p_min ? j->req.spec_p_min : s->spec.p_min;
+  /* constrained choices (the grammar state cannot be rolled back) and forked choices (their
+   * sequences share KV blocks) are decoded one token a step */
+  if (nmax <= 0 || c->gs || j->fork_pending || (j->n > 1 && !j->per_prompt) || c->n_gen == 0 ||
+      sm_seq_pending(c->seq) != 1)
+    return 0;
+  int k = SM_MIN(nmax, j->max_tokens - c->n_gen - 1); /* the verified step emits up to k + 1 tokens */
+  k = SM_MIN(k, sm_engine_max_context(s->eng) - sm_seq_len(c->seq));
+  return SM_MAX(0, SM_MIN(k, budget));
+}
+
+/* Speculative decoding: sample choice ci of j along its verified rows (row r follows the draft
+ * tokens prop[0..r)), keeping draft tokens while they equal the samples; then the sequence keeps
+ * the accepted tokens and gets the last sample appended (what one-token steps would have left).
+ * Returns the draft tokens accepted. */
+static int spec_verify(sm_sched *s, sm_job *j, int ci, float *rows, int nrows, const int32_t *prop, int np,
+                       float *lpbuf, int32_t *topbuf) {
+  sm_choice *c = &j->ch[ci];
+  const int base = sm_seq_len(c->seq) - np; /* up to the last token emitted before this step */
+  int r = 0, acc = 0;
+  int32_t tok = -1;
+  if (nrows <= 0) return 0;
+  for (; r < nrows; r++) {
+    tok = process_token_at(s, j, ci, rows + (size_t)r * (size_t)s->vocab, -1, lpbuf, topbuf, base + r, false);
+    const bool match = r < np && tok == prop[r];
+    acc += match;
+    if (c->finish || !match) break;
+  }
+  if (r == nrows) r = nrows - 1;
+  if (sm_seq_truncate(s->eng, c->seq, base + r) != SMELT_OK ||
+      (!c->finish && sm_seq_append(s->eng, c->seq, &tok, 1) != SMELT_OK))
+    end_choice(s, j, c);
+  return acc;
 }
 
 static void *engine_main(void *arg) {
@@ -462,6 +514,16 @@ static void *engine_main(void *arg) {
   uint8_t *done = sm_xmalloc((size_t)cap);
   sm_sampler **bsmp = sm_xmalloc(sizeof(sm_sampler *) * (size_t)cap); /* NULL: full logits row needed */
   int32_t *btok = sm_xmalloc(sizeof(int32_t) * (size_t)cap);
+  /* speculative decoding: per batch entry its draft tokens and verified rows */
+  const int pcap = s->spec.on ? SM_MAX(1, s->spec.n_max) : 1;
+  int32_t *prop = sm_xmalloc(sizeof(int32_t) * (size_t)cap * (size_t)pcap);
+  int *kmax = sm_xmalloc(sizeof(int) * (size_t)cap), *nprop = sm_xmalloc(sizeof(int) * (size_t)cap);
+  int *row0 = sm_xmalloc(sizeof(int) * (size_t)cap), *nrows = sm_xmalloc(sizeof(int) * (size_t)cap);
+  float *pmin = sm_xmalloc(sizeof(float) * (size_t)cap);
+  uint8_t *all = sm_xmalloc((size_t)cap);
+  sm_choice **bch = sm_xmalloc(sizeof(sm_choice *) * (size_t)cap);
+  float *rows = NULL;
+  size_t rows_cap = 0;
 
   pthread_mutex_lock(&s->mu);
   while (!s->stopping) {
@@ -550,11 +612,46 @@ static void *engine_main(void *arg) {
       if (!any) job_finish(s, j);
       else a++;
     }
-    if (n == 0) continue;
+    if (n <= 0) continue;
     pthread_mutex_unlock(&s->mu);
     for (int k = 0; k < n; k++) ensure_mask(s, &bjob[k]->ch[bci[k]]);
     memset(done, 0, (size_t)n);
-    smelt_status st = sm_engine_step_sample(s->eng, seqs, n, bsmp, btok, logits, done);
+    /* speculative decoding: draft tokens for the choices that may have them, within the step's
+     * token budget (every sequence computes at least one token) */
+    int n_drafted = 0;
+    if (s->spec.on) {
+      int budget = s->spec.budget - n;
+      for (int k = 0; k < n; k++) {
+        bch[k] = &bjob[k]->ch[bci[k]];
+        kmax[k] = SM_MIN(pcap, spec_room(s, bjob[k], bch[k], budget, &pmin[k]));
+        budget -= kmax[k];
+      }
+      sm_spec_propose(s, bch, kmax, pmin, n, prop, pcap, nprop);
+      for (int k = 0; k < n; k++) {
+        const int nmin = bjob[k]->req.has_spec_n_min ? bjob[k]->req.spec_n_min : s->spec.n_min;
+        if (nprop[k] < nmin || (nprop[k] && sm_seq_append(s->eng, seqs[k], prop + (size_t)k * pcap, nprop[k])))
+          nprop[k] = 0;
+        all[k] = nprop[k] > 0;
+        n_drafted += nprop[k];
+      }
+    }
+    smelt_status st = SMELT_OK;
+    if (n_drafted) { /* every row comes to the host: the drafted sequences' rows are verified there */
+      size_t need = (size_t)(n + n_drafted) * (size_t)s->vocab;
+      if (need > rows_cap) {
+        free(rows);
+        rows = sm_xmalloc(sizeof(float) * need);
+        rows_cap = need;
+      }
+      st = sm_engine_step_rows(s->eng, seqs, n, all, rows, row0, nrows, done);
+      if (st) { /* the drafts are not computed: back to the state before them, and a plain step */
+        for (int k = 0; k < n; k++)
+          if (nprop[k]) sm_seq_truncate(s->eng, seqs[k], sm_seq_len(seqs[k]) - nprop[k]);
+        n_drafted = 0;
+        memset(done, 0, (size_t)n);
+      }
+    }
+    if (!n_drafted) st = sm_engine_step_sample(s->eng, seqs, n, bsmp, btok, logits, done);
     if (st == SMELT_ERR_OOM) {
       pthread_mutex_lock(&s->mu);
       preempt_newest(s);
@@ -577,14 +674,20 @@ static void *engine_main(void *arg) {
       fail_all_now(s, 500, fmsg);
       continue;
     }
+    uint64_t n_accepted = 0;
     for (int k = 0; k < n; k++) {
       if (!done[k]) continue;
       sm_job *j = bjob[k];
-      if (bsmp[k]) {
+      if (n_drafted && all[k]) {
+        n_accepted += (uint64_t)spec_verify(s, j, bci[k], rows + (size_t)row0[k] * (size_t)s->vocab, nrows[k],
+                                            prop + (size_t)k * pcap, nprop[k], lpbuf, topbuf);
+        continue;
+      }
+      if (!n_drafted && bsmp[k]) {
         process_token(s, j, bci[k], NULL, btok[k], lpbuf, topbuf);
         continue;
       }
-      float *row = logits + (size_t)k * (size_t)s->vocab;
+      float *row = n_drafted ? rows + (size_t)row0[k] * (size_t)s->vocab : logits + (size_t)k * (size_t)s->vocab;
       if (bci[k] == 0 && j->fork_pending) {
         /* n > 1: the prompt was computed once; fork it for the other choices */
         j->fork_pending = false;
@@ -611,6 +714,7 @@ static void *engine_main(void *arg) {
       }
       process_token(s, j, bci[k], row, -1, lpbuf, topbuf);
     }
+    if (n_drafted) sm_metrics_spec(s->metrics, (uint64_t)n_drafted, n_accepted);
     pthread_mutex_lock(&s->mu);
     /* free the KV of finished choices right away */
     for (int k = 0; k < n; k++) {
@@ -637,6 +741,17 @@ static void *engine_main(void *arg) {
   free(done);
   free(bsmp);
   free(btok);
+  free(prop);
+  free(kmax);
+  free(nprop);
+  free(row0);
+  free(nrows);
+  free(pmin);
+  free(all);
+  free(bch);
+  free(rows);
+  free(s->spec.dl);
+  s->spec.dl = NULL;
   return NULL;
 }
 

@@ -30,6 +30,7 @@ typedef struct {
 
 typedef struct {
   sm_seq *seq;
+  sm_seq *dseq; /* speculative decoding with a draft model: the draft engine's copy (spec.h) */
   sm_sampler sampler;
   bool sampler_ok;
   sm_detok *detok;
@@ -137,6 +138,19 @@ struct sm_sched {
   bool *slot_busy;
   int32_t **slot_tok;
   int *slot_n;
+  /* speculative decoding (spec.h), set before sm_sched_start; on: draft tokens are verified in
+   * the batched step */
+  struct {
+    bool on;
+    int n_max, n_min; /* draft tokens per step (--draft-max, --draft-min) */
+    float p_min;      /* a draft model's proposal stops below this probability (--draft-p-min) */
+    int ngram_n;      /* n-gram mode: the longest n-gram looked up (--spec-ngram-size-n) */
+    int budget;       /* tokens per step of the engine (max_batch_tokens) */
+    sm_engine *deng;  /* the draft model's engine (NULL: n-gram mode); owned by the caller */
+    int dvocab;
+    float *dl; /* draft logits (engine thread) */
+    size_t dl_cap;
+  } spec;
   bool fail_pending; /* sm_sched_fail_all asked; done by the engine thread */
   int fail_status;
   char fail_msg[256];

@@ -32,6 +32,9 @@ void sm_server_params_default(sm_server_params *p) {
   p->shutdown_timeout = 20;
   p->models_max = 4;
   p->models_load_timeout = 300;
+  p->draft_max = 16;
+  p->draft_p_min = 0.75f;
+  p->spec_ngram_n = 3;
 }
 
 /* the log: stderr, or --log-file (appended; reopened on SIGHUP for log rotation) */

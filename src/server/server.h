@@ -55,6 +55,13 @@ typedef struct {
   int pooling;                  /* embeddings: 0 last token (default), 1 mean */
   bool allow_image_urls;        /* fetch http(s) image URLs of requests (default: data: URLs only) */
   const char *image_files_dir;  /* read local image files under this directory (a real path); NULL: none */
+  /* speculative decoding (one model): a draft model (-md, its resolved directory) or n-gram lookup */
+  const char *draft_dir; /* NULL: no draft model */
+  bool spec_ngram;       /* --spec-type ngram-simple */
+  int draft_max;         /* draft tokens per step (default 16) */
+  int draft_min;         /* fewer drafted tokens are not verified (default 0) */
+  float draft_p_min;     /* a draft model's proposal stops below this probability (default 0.75) */
+  int spec_ngram_n;      /* n-gram mode: longest n-gram looked up (default 3) */
 } sm_server_params;
 
 /* Exit codes of sm_server_run */
