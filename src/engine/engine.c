@@ -130,8 +130,7 @@ static int block_alloc(sm_engine *e) {
   else if (e->lru_head >= 0) {
     b = e->lru_head;
     lru_unlink(e, b);
-    if (e->tier.spill)
-      e->tier.spill(e->tier.ud, e, b, e->hash[b], e->parent[b], e->btok + (size_t)b * e->p.block_size);
+    if (e->tier.spill) e->tier.spill(e->tier.ud, e, b, e->hash[b], e->parent[b], e->btok + (size_t)b * e->p.block_size);
     map_remove(e, b);
   } else return -1;
   e->ref[b] = 1;
@@ -917,7 +916,8 @@ void sm_engine_each_prefix_block(sm_engine *e,
                                             const int32_t *tok),
                                  void *ud) {
   const int bs = e->p.block_size;
-  for (int b = e->lru_head; b >= 0; b = e->lru_next[b]) fn(ud, e, b, e->hash[b], e->parent[b], e->btok + (size_t)b * bs);
+  for (int b = e->lru_head; b >= 0; b = e->lru_next[b])
+    fn(ud, e, b, e->hash[b], e->parent[b], e->btok + (size_t)b * bs);
   for (int b = 0; b < e->p.n_blocks; b++)
     if (e->ref[b] > 0 && e->hash[b]) fn(ud, e, b, e->hash[b], e->parent[b], e->btok + (size_t)b * bs);
 }

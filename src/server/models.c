@@ -127,8 +127,9 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   }
   /* the disk tier of the prefix cache: before the prompt cache file (which may evict blocks) */
   if (p->kv_cache_dir && sm_engine_recurrent(sv->eng)) {
-    fprintf(stderr, "smelt serve: note: --kv-cache-dir: models with recurrent layers (%s) do not use the prefix "
-                    "cache; model '%s' has no disk cache\n",
+    fprintf(stderr,
+            "smelt serve: note: --kv-cache-dir: models with recurrent layers (%s) do not use the prefix "
+            "cache; model '%s' has no disk cache\n",
             smelt_model_arch(sv->model), sv->id);
   } else if (p->kv_cache_dir && !(sv->disk = sm_pdisk_open(sv->eng, p->kv_cache_dir, p->kv_cache_disk_size))) {
     snprintf(err, n_err, "the KV disk cache (--kv-cache-dir %s) could not be opened", p->kv_cache_dir);

@@ -32,7 +32,7 @@ struct sm_pdisk {
   uint8_t *buf; /* one file */
   ent *e;
   int n_e, cap_e, free_e; /* entries made; free list head (-1: none) */
-  int *map;        /* entry index, -1 empty, -2 tombstone */
+  int *map;               /* entry index, -1 empty, -2 tombstone */
   int map_cap, map_fill;
   int head, tail;
   bool warned_write, warned_big;
@@ -246,8 +246,8 @@ sm_pdisk *sm_pdisk_open(sm_engine *e, const char *dir, uint64_t limit) {
   }
   if (!mkdir_one(dir)) goto fail;
   char sub[64];
-  snprintf(sub, sizeof sub, "%02x%02x%02x%02x%02x%02x%02x%02x-%s-b%u", d->fp[0], d->fp[1], d->fp[2], d->fp[3],
-           d->fp[4], d->fp[5], d->fp[6], d->fp[7], kv_name(d->dt), d->bs);
+  snprintf(sub, sizeof sub, "%02x%02x%02x%02x%02x%02x%02x%02x-%s-b%u", d->fp[0], d->fp[1], d->fp[2], d->fp[3], d->fp[4],
+           d->fp[5], d->fp[6], d->fp[7], kv_name(d->dt), d->bs);
   d->dir = sm_path_join(dir, sub);
   if (!mkdir_one(d->dir)) goto fail;
   d->buf = sm_xmalloc(d->file_bytes);
@@ -261,7 +261,8 @@ sm_pdisk *sm_pdisk_open(sm_engine *e, const char *dir, uint64_t limit) {
     fprintf(stderr, "smelt serve: --kv-cache-dir: the model has no prefix cache\n");
     goto fail;
   }
-  fprintf(stderr, "smelt serve: KV disk cache %s: %llu blocks (%llu bytes) from earlier runs, limit %llu bytes, %zu a block\n",
+  fprintf(stderr,
+          "smelt serve: KV disk cache %s: %llu blocks (%llu bytes) from earlier runs, limit %llu bytes, %zu a block\n",
           d->dir, (unsigned long long)atomic_load(&d->files), (unsigned long long)atomic_load(&d->bytes),
           (unsigned long long)limit, d->file_bytes);
   return d;
@@ -295,8 +296,9 @@ static void spill(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t paren
   }
   if (d->file_bytes > d->limit) {
     if (!d->warned_big)
-      fprintf(stderr, "smelt serve: KV disk cache: a block takes %zu bytes, more than the limit %llu: nothing is "
-                      "written\n",
+      fprintf(stderr,
+              "smelt serve: KV disk cache: a block takes %zu bytes, more than the limit %llu: nothing is "
+              "written\n",
               d->file_bytes, (unsigned long long)d->limit);
     d->warned_big = true;
     return;
@@ -420,7 +422,8 @@ static bool fetch(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t paren
   else if (memcmp(b + 16, d->fp, 32)) snprintf(why, sizeof why, "made with another model (config or weights differ)");
   else if (get_u32(b + 48) != d->dt || get_u32(b + 52) != d->layers || get_u32(b + 56) != d->heads ||
            get_u32(b + 60) != d->hdim || get_u32(b + 64) != d->bs)
-    snprintf(why, sizeof why, "KV format %u layers x %u KV heads x %u %s, blocks of %u, differs from %u x %u x %u %s, %u",
+    snprintf(why, sizeof why,
+             "KV format %u layers x %u KV heads x %u %s, blocks of %u, differs from %u x %u x %u %s, %u",
              get_u32(b + 52), get_u32(b + 56), get_u32(b + 60), kv_name(get_u32(b + 48)), get_u32(b + 64), d->layers,
              d->heads, d->hdim, kv_name(d->dt), d->bs);
   else if (get_u64(b + 72) != hash) snprintf(why, sizeof why, "holds another block than its name says");
