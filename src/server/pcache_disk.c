@@ -213,7 +213,7 @@ static void scan(sm_pdisk *d) {
   }
   closedir(dh);
   sm_buf_free(&p);
-  qsort(f, (size_t)n, sizeof *f, cmp_found);
+  if (n) qsort(f, (size_t)n, sizeof *f, cmp_found);
   for (int i = 0; i < n; i++)
     if (find(d, f[i].hash) < 0) add(d, f[i].hash);
   free(f);
@@ -360,14 +360,30 @@ static void spill(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t paren
   sm_buf_free(&tmp);
 }
 
+/* shutdown: the blocks not on disk yet are counted, then written but for the oldest ones that the
+ * limit would delete again at once */
+typedef struct {
+  sm_pdisk *d;
+  uint64_t n, skip;
+  bool write;
+} persist_ctx;
+
 static void persist_one(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t parent, const int32_t *tok) {
-  spill(ud, e, blk, hash, parent, tok);
+  persist_ctx *c = ud;
+  if (find(c->d, hash) >= 0) return;
+  if (!c->write) c->n++;
+  else if (c->skip) c->skip--;
+  else spill(c->d, e, blk, hash, parent, tok);
 }
 
 void sm_pdisk_persist(sm_pdisk *d, sm_engine *e) {
   if (!d) return;
-  const uint64_t w0 = atomic_load(&d->writes);
-  sm_engine_each_prefix_block(e, persist_one, d);
+  const uint64_t w0 = atomic_load(&d->writes), fit = d->limit / d->file_bytes;
+  persist_ctx c = {.d = d};
+  sm_engine_each_prefix_block(e, persist_one, &c);
+  c.write = true;
+  c.skip = c.n > fit ? c.n - fit : 0;
+  sm_engine_each_prefix_block(e, persist_one, &c);
   fprintf(stderr, "smelt serve: KV disk cache %s: %llu blocks written at shutdown, %llu blocks (%llu bytes) kept\n",
           d->dir, (unsigned long long)(atomic_load(&d->writes) - w0), (unsigned long long)atomic_load(&d->files),
           (unsigned long long)atomic_load(&d->bytes));

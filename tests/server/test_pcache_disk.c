@@ -226,6 +226,13 @@ int main(int argc, char **argv) {
   CHECK(st.files == 3 && st.bytes == 3 * file_bytes && st.evictions > 0 && st.writes == st.evictions + 3,
         "files %llu, writes %llu, evictions %llu", (unsigned long long)st.files, (unsigned long long)st.writes,
         (unsigned long long)st.evictions);
+  /* at shutdown no more than the limit holds is written (not all the memory cache's blocks) */
+  sm_pdisk_stats st2;
+  sm_pdisk_persist(d, e);
+  sm_pdisk_get_stats(d, &st2);
+  CHECK(st2.writes - st.writes >= 1 && st2.writes - st.writes <= 3 && st2.files == 3,
+        "shutdown wrote %llu blocks, %llu files", (unsigned long long)(st2.writes - st.writes),
+        (unsigned long long)st2.files);
   sm_pdisk_close(d, e);
   sm_engine_free(e);
 
