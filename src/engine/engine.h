@@ -154,13 +154,14 @@ smelt_status sm_engine_embed(sm_engine *e, const int32_t *ids, int n, sm_pooling
  * tokens; its chain hash, its parent's and its block_size tokens (prefix-cache keys: image tokens
  * are keys of the image) identify it, sm_engine_block_read copies its KV out. fetch: the next full
  * block of a prompt is not in memory: fill block blk (allocated for it) with sm_engine_block_write
- * and return true, or return false (blk is given back). The engine keeps a copy of *t. */
+ * and return true, or return false (blk is given back). */
 typedef struct {
   void *ud;
   void (*spill)(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t parent, const int32_t *tok);
   bool (*fetch)(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t parent, const int32_t *tok);
 } sm_prefix_tier;
-/* false (nothing set) when the engine has no prefix cache (off, or a model with recurrent layers) */
+/* The engine keeps a copy of *t (NULL: no tier). False (nothing set) when the engine has no prefix
+ * cache (off, or a model with recurrent layers). */
 bool sm_engine_set_prefix_tier(sm_engine *e, const sm_prefix_tier *t);
 /* Bytes of one block's K and V, every attention layer: per layer K [block_size][kv_heads * head_dim]
  * then V likewise, elements of sm_engine_kv_dtype; the layout of the host copies below. */
