@@ -225,7 +225,7 @@ void sm_metrics_render_models(sm_metrics *const *ms, const sm_metrics_gauges *gs
   } D[] = {
     {"smelt_kv_disk_hits_total", "counter", "KV blocks read back from the disk cache for a prompt."},
     {"smelt_kv_disk_hit_tokens_total", "counter", "Prompt tokens whose KV was read back from the disk cache."},
-    {"smelt_kv_disk_writes_total", "counter", "KV blocks written to the disk cache."},
+    {"smelt_kv_disk_writes_total", "counter", "KV blocks spilled to the disk cache (written or queued)."},
     {"smelt_kv_disk_evictions_total", "counter", "Disk cache files deleted to stay within the size limit."},
     {"smelt_kv_disk_rejected_total", "counter",
      "Disk cache files refused (corrupt, truncated, mismatched) and deleted."},

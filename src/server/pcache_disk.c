@@ -1,10 +1,15 @@
 /* The disk tier of the server's prefix cache (see pcache_disk.h): the file index (an open-addressing
  * map from chain hash to an LRU list of files), block files written on eviction and at shutdown,
- * and read back, checked, on a prefix miss. */
+ * and read back, checked, on a prefix miss.
+ * The engine thread owns the index and copies an evicted block to host memory; a writer thread of
+ * the tier computes the checksum and writes the file, so that the engine's steps do not wait for
+ * the disk. A block still queued is read back from its host copy. Dropping an entry whose write
+ * is under way cancels it (the writer skips it, or deletes the file it just wrote). */
 #include "server/pcache_disk.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,9 +23,20 @@
 #define HDR_BYTES 128
 static const char k_magic[8] = {'S', 'M', 'E', 'L', 'T', 'K', 'V', 'B'};
 
+/* a block file to write (writer thread); the fields under the mutex are marked */
+typedef struct job {
+  struct job *next; /* the queue, then the done list (mutex) */
+  uint64_t hash;
+  uint8_t *buf;    /* the file; the writer fills in its checksum */
+  int ent;         /* the index entry, -1 once dropped (mutex) */
+  bool cancelled;  /* dropped before the file was written (mutex) */
+  bool done, fail; /* the writer is through with it; the file could not be written (mutex) */
+} job;
+
 typedef struct {
   uint64_t hash;
   int prev, next; /* LRU list (head: the least recently used); next: free list when unused */
+  job *pending;   /* its write, until the engine thread has seen it done (NULL: on disk) */
 } ent;
 
 struct sm_pdisk {
@@ -36,6 +52,15 @@ struct sm_pdisk {
   int map_cap, map_fill;
   int head, tail;
   bool warned_write, warned_big;
+  /* the writer */
+  pthread_t writer;
+  bool writer_started, stop; /* stop: mutex */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;          /* work for the writer, room in the queue, a job done */
+  job *q_head, *q_tail, *fin; /* queued; done, not yet seen by the engine thread */
+  size_t q_bytes, q_cap;      /* bytes queued or being written; the most before spill waits */
+  int write_err;              /* errno of the first failed write (mutex) */
+  char write_path[512];
   _Atomic uint64_t hits, hit_tokens, writes, evictions, rejected, bytes_written, bytes_read, files, bytes;
 };
 
@@ -121,6 +146,7 @@ static void add(sm_pdisk *d, uint64_t h) {
     x = d->n_e++;
   }
   d->e[x].hash = h;
+  d->e[x].pending = NULL;
   lru_append(d, x);
   map_put(d, x);
   atomic_fetch_add(&d->files, 1);
@@ -132,12 +158,23 @@ static void name_of(const sm_pdisk *d, uint64_t h, sm_buf *out) {
   sm_buf_printf(out, "%s/%016llx.kvb", d->dir, (unsigned long long)h);
 }
 
-/* forget entry x and delete its file */
+/* forget entry x and delete its file (or cancel its write) */
 static void drop(sm_pdisk *d, int x) {
-  sm_buf p = SM_BUF_INIT;
-  name_of(d, d->e[x].hash, &p);
-  unlink(sm_buf_str(&p));
-  sm_buf_free(&p);
+  bool written = true;
+  job *j = d->e[x].pending;
+  if (j) {
+    pthread_mutex_lock(&d->mu);
+    j->ent = -1;
+    written = j->done;
+    if (!j->done) j->cancelled = true;
+    pthread_mutex_unlock(&d->mu);
+  }
+  if (written) {
+    sm_buf p = SM_BUF_INIT;
+    name_of(d, d->e[x].hash, &p);
+    unlink(sm_buf_str(&p));
+    sm_buf_free(&p);
+  }
   const int mask = d->map_cap - 1;
   for (int i = (int)(mix(d->e[x].hash) & (uint64_t)mask), k = 0; k < d->map_cap; i = (i + 1) & mask, k++) {
     if (d->map[i] == -1) break;
@@ -221,6 +258,8 @@ static void scan(sm_pdisk *d) {
 }
 
 static void spill(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t parent, const int32_t *tok);
+static void *writer_main(void *arg);
+static void reap(sm_pdisk *d);
 static bool fetch(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t parent, const int32_t *tok);
 
 sm_pdisk *sm_pdisk_open(sm_engine *e, const char *dir, uint64_t limit) {
@@ -251,15 +290,24 @@ sm_pdisk *sm_pdisk_open(sm_engine *e, const char *dir, uint64_t limit) {
   d->dir = sm_path_join(dir, sub);
   if (!mkdir_one(d->dir)) goto fail;
   d->buf = sm_xmalloc(d->file_bytes);
+  pthread_mutex_init(&d->mu, NULL);
+  pthread_cond_init(&d->cv, NULL);
+  d->q_cap = SM_MAX((size_t)64 << 20, 4 * d->file_bytes);
   scan(d);
   while (atomic_load(&d->bytes) > d->limit && d->head >= 0) { /* a smaller limit than last time */
     drop(d, d->head);
     atomic_fetch_add(&d->evictions, 1);
   }
+  if (pthread_create(&d->writer, NULL, writer_main, d) != 0) {
+    fprintf(stderr, "smelt serve: --kv-cache-dir: cannot start the writer thread\n");
+    goto fail;
+  }
+  d->writer_started = true;
   sm_prefix_tier t = {.ud = d, .spill = spill, .fetch = fetch};
   if (!sm_engine_set_prefix_tier(e, &t)) {
     fprintf(stderr, "smelt serve: --kv-cache-dir: the model has no prefix cache\n");
-    goto fail;
+    sm_pdisk_close(d, NULL);
+    return NULL;
   }
   fprintf(stderr,
           "smelt serve: KV disk cache %s: %llu blocks (%llu bytes) from earlier runs, limit %llu bytes, %zu a block\n",
@@ -267,16 +315,23 @@ sm_pdisk *sm_pdisk_open(sm_engine *e, const char *dir, uint64_t limit) {
           (unsigned long long)limit, d->file_bytes);
   return d;
 fail:
-  free(d->dir);
-  free(d->map);
-  free(d->buf);
-  free(d);
+  sm_pdisk_close(d, NULL);
   return NULL;
 }
 
 void sm_pdisk_close(sm_pdisk *d, sm_engine *e) {
   if (!d) return;
   if (e) sm_engine_set_prefix_tier(e, NULL);
+  if (d->writer_started) { /* the queued files are written first */
+    pthread_mutex_lock(&d->mu);
+    d->stop = true;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->writer, NULL);
+    reap(d);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+  }
   free(d->dir);
   free(d->map);
   free(d->e);
@@ -286,8 +341,104 @@ void sm_pdisk_close(sm_pdisk *d, sm_engine *e) {
 
 /* ---- writing ---- */
 
+/* writer thread: one file */
+static bool write_file(const sm_pdisk *d, job *j, int *err) {
+  sm_buf path = SM_BUF_INIT, tmp = SM_BUF_INIT;
+  name_of(d, j->hash, &path);
+  sm_buf_printf(&tmp, "%s.tmp", sm_buf_str(&path));
+  put_u32(j->buf + d->file_bytes - 4, crc(j->buf, d->file_bytes - 4));
+  int fd = open(sm_buf_str(&tmp), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0;
+  *err = errno;
+  for (size_t off = 0; ok && off < d->file_bytes;) {
+    ssize_t w = write(fd, j->buf + off, d->file_bytes - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      ok = false;
+      *err = w < 0 ? errno : ENOSPC;
+    } else off += (size_t)w;
+  }
+  if (fd >= 0 && close(fd) != 0 && ok) {
+    ok = false;
+    *err = errno;
+  }
+  if (ok && rename(sm_buf_str(&tmp), sm_buf_str(&path)) != 0) {
+    ok = false;
+    *err = errno;
+  }
+  if (!ok) unlink(sm_buf_str(&tmp));
+  sm_buf_free(&path);
+  sm_buf_free(&tmp);
+  return ok;
+}
+
+static void *writer_main(void *arg) {
+  sm_pdisk *d = arg;
+  pthread_mutex_lock(&d->mu);
+  for (;;) {
+    while (!d->q_head && !d->stop) pthread_cond_wait(&d->cv, &d->mu);
+    if (!d->q_head) break;
+    job *j = d->q_head;
+    if (!(d->q_head = j->next)) d->q_tail = NULL;
+    bool ok = true;
+    int err = 0;
+    if (!j->cancelled) {
+      pthread_mutex_unlock(&d->mu);
+      ok = write_file(d, j, &err);
+      pthread_mutex_lock(&d->mu);
+      if (ok && j->cancelled) { /* dropped while it was being written */
+        sm_buf p = SM_BUF_INIT;
+        name_of(d, j->hash, &p);
+        unlink(sm_buf_str(&p));
+        sm_buf_free(&p);
+      }
+    }
+    if (!ok && !d->write_err) {
+      d->write_err = err ? err : EIO;
+      sm_buf p = SM_BUF_INIT;
+      name_of(d, j->hash, &p);
+      snprintf(d->write_path, sizeof d->write_path, "%s", sm_buf_str(&p));
+      sm_buf_free(&p);
+    }
+    j->done = true;
+    j->fail = !ok;
+    j->next = d->fin;
+    d->fin = j;
+    d->q_bytes -= d->file_bytes;
+    pthread_cond_broadcast(&d->cv);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
+}
+
+/* engine thread: the writes done since the last call are seen (their entries are on disk, or
+ * dropped when the write failed) */
+static void reap(sm_pdisk *d) {
+  pthread_mutex_lock(&d->mu);
+  job *j = d->fin;
+  d->fin = NULL;
+  const int err = d->write_err;
+  pthread_mutex_unlock(&d->mu);
+  while (j) {
+    job *next = j->next;
+    if (j->ent >= 0) {
+      d->e[j->ent].pending = NULL;
+      if (j->fail) drop(d, j->ent);
+    }
+    free(j->buf);
+    free(j);
+    j = next;
+  }
+  if (err && !d->warned_write) {
+    fprintf(stderr, "smelt serve: KV disk cache: cannot write %s: %s (blocks that cannot be written are dropped)\n",
+            d->write_path, strerror(err));
+    d->warned_write = true;
+  }
+}
+
 static void spill(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t parent, const int32_t *tok) {
   sm_pdisk *d = ud;
+  reap(d);
   const int x = find(d, hash);
   if (x >= 0) { /* on disk already: it is recent again */
     lru_unlink(d, x);
@@ -307,7 +458,9 @@ static void spill(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t paren
     drop(d, d->head);
     atomic_fetch_add(&d->evictions, 1);
   }
-  uint8_t *b = d->buf;
+  job *j = sm_xcalloc(1, sizeof *j);
+  j->hash = hash;
+  uint8_t *b = j->buf = sm_xmalloc(d->file_bytes);
   memset(b, 0, HDR_BYTES);
   memcpy(b, k_magic, 8);
   put_u32(b + 8, SM_PDISK_VERSION);
@@ -322,42 +475,28 @@ static void spill(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t paren
   put_u64(b + 80, parent);
   for (uint32_t i = 0; i < d->bs; i++) put_u32(b + HDR_BYTES + 4 * i, (uint32_t)tok[i]);
   sm_engine_block_read(e, blk, b + HDR_BYTES + 4 * d->bs);
-  put_u32(b + d->file_bytes - 4, crc(b, d->file_bytes - 4));
-  sm_buf path = SM_BUF_INIT, tmp = SM_BUF_INIT;
-  name_of(d, hash, &path);
-  sm_buf_printf(&tmp, "%s.tmp", sm_buf_str(&path));
-  int fd = open(sm_buf_str(&tmp), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0;
-  int err = errno;
-  for (size_t off = 0; ok && off < d->file_bytes;) {
-    ssize_t w = write(fd, b + off, d->file_bytes - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      ok = false;
-      err = w < 0 ? errno : ENOSPC;
-    } else off += (size_t)w;
-  }
-  if (fd >= 0 && close(fd) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (ok && rename(sm_buf_str(&tmp), sm_buf_str(&path)) != 0) {
-    ok = false;
-    err = errno;
-  }
-  if (ok) {
-    add(d, hash);
-    atomic_fetch_add(&d->writes, 1);
-    atomic_fetch_add(&d->bytes_written, d->file_bytes);
-  } else {
-    unlink(sm_buf_str(&tmp));
-    if (!d->warned_write)
-      fprintf(stderr, "smelt serve: KV disk cache: cannot write %s: %s (blocks that cannot be written are dropped)\n",
-              sm_buf_str(&path), strerror(err));
-    d->warned_write = true;
-  }
-  sm_buf_free(&path);
-  sm_buf_free(&tmp);
+  add(d, hash);
+  const int nx = find(d, hash);
+  d->e[nx].pending = j;
+  j->ent = nx;
+  atomic_fetch_add(&d->writes, 1);
+  atomic_fetch_add(&d->bytes_written, d->file_bytes);
+  pthread_mutex_lock(&d->mu);
+  while (d->q_bytes && d->q_bytes + d->file_bytes > d->q_cap) pthread_cond_wait(&d->cv, &d->mu);
+  if (d->q_tail) d->q_tail->next = j;
+  else d->q_head = j;
+  d->q_tail = j;
+  d->q_bytes += d->file_bytes;
+  pthread_cond_broadcast(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
+void sm_pdisk_flush(sm_pdisk *d) {
+  if (!d) return;
+  pthread_mutex_lock(&d->mu);
+  while (d->q_bytes) pthread_cond_wait(&d->cv, &d->mu);
+  pthread_mutex_unlock(&d->mu);
+  reap(d);
 }
 
 /* shutdown: the blocks not on disk yet are counted, then written but for the oldest ones that the
@@ -384,6 +523,7 @@ void sm_pdisk_persist(sm_pdisk *d, sm_engine *e) {
   c.write = true;
   c.skip = c.n > fit ? c.n - fit : 0;
   sm_engine_each_prefix_block(e, persist_one, &c);
+  sm_pdisk_flush(d);
   fprintf(stderr, "smelt serve: KV disk cache %s: %llu blocks written at shutdown, %llu blocks (%llu bytes) kept\n",
           d->dir, (unsigned long long)(atomic_load(&d->writes) - w0), (unsigned long long)atomic_load(&d->files),
           (unsigned long long)atomic_load(&d->bytes));
@@ -399,10 +539,35 @@ static bool reject(sm_pdisk *d, int x, const char *path, const char *why) {
   return false;
 }
 
+/* the block of a well-formed file image b (or a queued one) is the one asked for: parent and tokens
+ * (a 64-bit hash of another chain is a miss) */
+static bool same_block(const sm_pdisk *d, const uint8_t *b, uint64_t parent, const int32_t *tok) {
+  if (get_u64(b + 80) != parent) return false;
+  for (uint32_t i = 0; i < d->bs; i++)
+    if ((int32_t)get_u32(b + HDR_BYTES + 4 * i) != tok[i]) return false;
+  return true;
+}
+
+static void hit(sm_pdisk *d, sm_engine *e, int blk, int x, const uint8_t *b) {
+  sm_engine_block_write(e, blk, b + HDR_BYTES + 4 * d->bs);
+  lru_unlink(d, x);
+  lru_append(d, x);
+  atomic_fetch_add(&d->hits, 1);
+  atomic_fetch_add(&d->hit_tokens, d->bs);
+  atomic_fetch_add(&d->bytes_read, d->file_bytes);
+}
+
 static bool fetch(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t parent, const int32_t *tok) {
   sm_pdisk *d = ud;
+  reap(d);
   const int x = find(d, hash);
   if (x < 0) return false;
+  if (d->e[x].pending) { /* still queued or being written: its host copy (the writer only adds the checksum) */
+    const uint8_t *b = d->e[x].pending->buf;
+    if (!same_block(d, b, parent, tok)) return false;
+    hit(d, e, blk, x, b);
+    return true;
+  }
   sm_buf path = SM_BUF_INIT;
   name_of(d, hash, &path);
   const char *p = sm_buf_str(&path);
@@ -445,16 +610,9 @@ static bool fetch(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t paren
   else if (get_u64(b + 72) != hash) snprintf(why, sizeof why, "holds another block than its name says");
   if (why[0]) goto out;
   /* a well-formed file of another chain with the same 64-bit hash: a miss, the file stays */
-  if (get_u64(b + 80) != parent) goto out;
-  for (uint32_t i = 0; i < d->bs; i++)
-    if ((int32_t)get_u32(b + HDR_BYTES + 4 * i) != tok[i]) goto out;
-  sm_engine_block_write(e, blk, b + HDR_BYTES + 4 * d->bs);
+  if (!same_block(d, b, parent, tok)) goto out;
+  hit(d, e, blk, x, b);
   futimens(fd, NULL); /* recent again, for the order after a restart */
-  lru_unlink(d, x);
-  lru_append(d, x);
-  atomic_fetch_add(&d->hits, 1);
-  atomic_fetch_add(&d->hit_tokens, d->bs);
-  atomic_fetch_add(&d->bytes_read, d->file_bytes);
   ok = true;
 out:
   if (fd >= 0) close(fd);

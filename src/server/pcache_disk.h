@@ -17,8 +17,11 @@
  *   then per layer K [block size][KV heads * head size] elements, V likewise
  *   last 4 bytes: CRC-32 (zlib) of everything before them.
  * A file that is truncated, corrupt, of another version, model, KV format or block size is logged
- * once, deleted and never used (the request computes those tokens). All calls come from the
- * model's engine thread (or after it stopped); the counters may be read from any thread. */
+ * once, deleted and never used (the request computes those tokens).
+ * An evicted block is copied to host memory on the engine thread and written by a writer thread of
+ * the tier (at most 64 MiB queued; beyond that the engine thread waits); a block still queued is
+ * read back from that copy. All calls come from the model's engine thread (or after it stopped);
+ * the counters may be read from any thread. */
 #ifndef SM_SERVER_PCACHE_DISK_H
 #define SM_SERVER_PCACHE_DISK_H
 #include "engine/engine.h"
@@ -31,14 +34,17 @@ typedef struct sm_pdisk sm_pdisk;
  * there (the oldest first; files of the wrong size are deleted) and attach the tier to e.
  * limit: bytes the files may take in all (> 0). NULL after printing why. */
 sm_pdisk *sm_pdisk_open(sm_engine *e, const char *dir, uint64_t limit);
-/* Write every block of e's prefix cache that is not on disk yet (shutdown, engine thread stopped). */
+/* Write every block of e's prefix cache that is not on disk yet, as many as the limit holds, the
+ * most recently used (shutdown, engine thread stopped); returns when they are written. */
 void sm_pdisk_persist(sm_pdisk *d, sm_engine *e);
-/* Detach from e and free (the files stay). */
+/* Wait until the queued blocks are written. */
+void sm_pdisk_flush(sm_pdisk *d);
+/* Detach from e, write what is queued and free (the files stay). */
 void sm_pdisk_close(sm_pdisk *d, sm_engine *e);
 
 typedef struct {
   uint64_t hits, hit_tokens; /* blocks (and their tokens) read back for a prompt */
-  uint64_t writes;           /* blocks written */
+  uint64_t writes;           /* blocks spilled (written, or queued for the writer) */
   uint64_t evictions;        /* files deleted for the byte limit */
   uint64_t rejected;         /* files refused (corrupt, truncated, mismatched) and deleted */
   uint64_t bytes_written, bytes_read;

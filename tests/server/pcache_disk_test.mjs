@@ -93,6 +93,16 @@ const blockFiles = (dir) => {
   return fs.readdirSync(sub).map((f) => path.join(sub, f));
 };
 const dirBytes = (dir) => blockFiles(dir).reduce((a, f) => a + fs.statSync(f).size, 0);
+// files are written by the tier's writer thread: wait until the directory holds what /metrics counts
+async function settled(url, dir) {
+  for (let i = 0; i < 200; i++) {
+    const m = await metrics(url);
+    const files = blockFiles(dir);
+    if (!files.some((f) => f.endsWith('.tmp')) && files.length === m.smelt_kv_disk_files) return m;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  assert.fail(`the files of ${dir} never matched /metrics`);
+}
 
 // CRC-32 (zlib's polynomial), to forge a well-formed file of another model
 const CRC = new Uint32Array(256).map((_, n) => {
@@ -130,7 +140,7 @@ try {
     let m = await metrics(S.url);
     assert.equal(m.smelt_kv_disk_writes_total, 0, 'nothing evicted yet');
     await S.client.chat.completions.create(ask(WEATHER, 'Hi'));
-    m = await metrics(S.url);
+    m = await settled(S.url, DIR);
     assert.ok(m.smelt_kv_disk_writes_total >= 10, `the library prefix was evicted to disk (${m.smelt_kv_disk_writes_total})`);
     assert.equal(m.smelt_kv_disk_files, blockFiles(DIR).length);
     assert.equal(m.smelt_kv_disk_bytes, dirBytes(DIR));
@@ -177,6 +187,7 @@ try {
     const S = await startServer([...SMALL, '--kv-cache-dir', DIR3, '--kv-cache-disk-size', String(limit)]);
     for (const [sys, q] of [[LIBRARY, 'a'], [WEATHER, 'b'], [LIBRARY, 'c'], [WEATHER, 'd']]) {
       await S.client.chat.completions.create(ask(sys, q));
+      await settled(S.url, DIR3);
       assert.ok(dirBytes(DIR3) <= limit, `${dirBytes(DIR3)} bytes on disk, limit ${limit}`);
     }
     const m = await metrics(S.url);
@@ -205,7 +216,7 @@ try {
       for (const f of blockFiles(D)) damage(f);
       const r = await S.client.chat.completions.create(ask(LIBRARY, 'Who wrote Emma?'));
       assert.equal(answer(r), answer(REF.cold), 'the answer is still the computed one');
-      const m = await metrics(S.url);
+      const m = await settled(S.url, D);
       assert.equal(m.smelt_kv_disk_hits_total, 0, 'no damaged file used');
       assert.ok(m.smelt_kv_disk_rejected_total >= 1);
       assert.equal(m.smelt_kv_disk_files, before + m.smelt_kv_disk_writes_total - m.smelt_kv_disk_rejected_total -

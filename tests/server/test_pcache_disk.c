@@ -142,6 +142,7 @@ int main(int argc, char **argv) {
   sm_pdisk_get_stats(d, &st);
   CHECK(st.writes == 0 && st.files == 0, "nothing evicted yet: %llu", (unsigned long long)st.writes);
   run(e, p2, N2, lg);
+  sm_pdisk_flush(d);
   sm_pdisk_get_stats(d, &st);
   CHECK(st.writes >= 10, "p1's blocks written when p2 evicted them: %llu", (unsigned long long)st.writes);
   CHECK(dir_bytes(dir) == st.bytes && st.bytes == st.bytes_written, "bytes on disk %llu, counted %llu",
@@ -218,8 +219,10 @@ int main(int argc, char **argv) {
   d = sm_pdisk_open(e, dir, limit);
   for (int k = 0; k < 3; k++) {
     run(e, p1, N1, lg);
+    sm_pdisk_flush(d);
     CHECK(dir_bytes(dir) <= limit, "%llu bytes", (unsigned long long)dir_bytes(dir));
     run(e, p2, N2, lg);
+    sm_pdisk_flush(d);
     CHECK(dir_bytes(dir) <= limit, "%llu bytes", (unsigned long long)dir_bytes(dir));
   }
   sm_pdisk_get_stats(d, &st);
