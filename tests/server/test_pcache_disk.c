@@ -126,7 +126,9 @@ int main(int argc, char **argv) {
   sm_engine *big = engine(m, 64);
   CHECK(run(big, p1, N1, cold) == 0, "cold");
   CHECK(run(big, p1, N1, mem) == reuse, "memory hit");
-  CHECK(t_max_rel(mem, cold, (size_t)V, 1.0) < 1e-3, "memory hit vs cold: %g", t_max_rel(mem, cold, (size_t)V, 1.0));
+  /* (a sanity check: computing 8 tokens after a cached prefix or all 200 rounds differently on a GPU) */
+  CHECK(t_max_rel(mem, cold, (size_t)V, 1.0) < (g_cuda ? 1e-2 : 1e-3), "memory hit vs cold: %g",
+        t_max_rel(mem, cold, (size_t)V, 1.0));
   sm_engine_free(big);
 
   /* 16 blocks: p2 evicts p1's blocks, which go to disk and come back */
