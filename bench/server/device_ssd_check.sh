@@ -6,7 +6,7 @@
 # prefix was evicted is served from disk with the answer of a server with memory to spare, and the
 # smelt_kv_disk_* metrics move.
 #
-# usage (repo root): bash bench/cuda/device_env.sh first, then
+# usage (repo root): source bench/cuda/device_env.sh first, then
 #   bash bench/server/device_ssd_check.sh [BUILD_DIR]
 #   BUILD_DIR  a smelt build with CUDA (default build-dev; configured and built here when it has no
 #              smelt binary)
