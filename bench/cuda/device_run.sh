@@ -12,6 +12,7 @@
 #   n1 n8   ncu per-kernel times of graph-replayed decode steps (NCU_SKIP / NCU_COUNT)
 #   sw1 sw8 one 1B / 8B 4-bit decode bench per entry of SW="ENV=v ENV2=w|ENV=x" (SW_BITS, SW_P)
 #   mv      the quantized matvec microbenchmark (cuda_mvbench)
+#   mm      the batched 4-bit matmul microbenchmark (cuda_mmbench), tensor-core kernel and cuBLAS path
 #   kern    test_cuda_kernels alone
 # Needs the Debian packages in build-cudadeps/debs (device_env.sh). Logs go to $OUT.
 set -o pipefail
@@ -52,6 +53,7 @@ for stage in "$@"; do
       IFS='|' read -ra ents <<< "${SW:-X=0}"
       for ent in "${ents[@]}"; do env $ent bash -c "$(declare -f bench); B=$B OUT=$OUT bench $sh ${SW_BITS:-4} ${SW_P:-512} '$sh $ent'"; done ;;
     mv) timeout 240 $B/tests/cuda/cuda_mvbench 64 2>&1 | tee -a $OUT/mvbench.txt ;;
+    mm) for q in 256 0; do echo "SMELT_CUDA_QMMA=$q"; SMELT_CUDA_QMMA=$q timeout 120 $B/tests/cuda/cuda_mmbench 17,32,64,128,256; done 2>&1 | tee -a $OUT/mmbench.txt ;;
     kern) (timeout ${KERN_TO:-240} $B/tests/cuda/test_cuda_kernels 2>&1 | tee $OUT/kern.log | grep -E "FAIL|checks" | tail -40) ;;
     *) echo "unknown stage $stage" ;;
   esac

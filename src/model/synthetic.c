@@ -102,6 +102,16 @@ static void fill_random(void *user, void *dst, size_t n, const char *name) {
   }
 }
 
+/* a bf16 tensor of a quantized model (attention sinks, a one-row gate MLX leaves unquantized): values, not
+ * the random words of a packed weight */
+static void fill_dense(void *user, void *dst, size_t n, const char *name) {
+  fill_ctx *c = user;
+  const int bits = c->bits;
+  c->bits = 0;
+  fill_random(user, dst, n, name);
+  c->bits = bits;
+}
+
 /* scale codes of a microscaling mode (fill_ctx.bits: the mode): values near 2^-7, times elements up to 6 */
 static void fill_scale_codes(void *user, void *dst, size_t n, const char *name) {
   fill_ctx *c = user;
@@ -124,7 +134,7 @@ static void add_weight(sm_st_writer *w, fill_ctx *fc, fill_ctx *scm, const char 
   int64_t sh[3] = {n_stack, rows, cols}, *d = n_stack ? sh : sh + 1;
   snprintf(n, sizeof n, "%s.weight", prefix);
   if (bits == 0) {
-    sm_stw_add(w, n, SM_DT_BF16, nd, d, NULL, fill_random, fc);
+    sm_stw_add(w, n, SM_DT_BF16, nd, d, NULL, fill_dense, fc);
     return;
   }
   if (mode) {
@@ -373,7 +383,7 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
       }
       if (!cols) {
         snprintf(n, sizeof n, "%s%s.%d.%s.weight", nm->root, nm->layers, l, nm->t[s]);
-        sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
+        sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_dense, &fc);
         continue;
       }
       add_linear(w, &fc, n, rows, cols, bits, gs);
@@ -392,7 +402,7 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
       char sn[300];
       int64_t nh = sh->heads;
       snprintf(sn, sizeof sn, "%s.self_attn.sinks", n);
-      sm_stw_add(w, sn, SM_DT_BF16, 1, &nh, NULL, fill_random, &fc);
+      sm_stw_add(w, sn, SM_DT_BF16, 1, &nh, NULL, fill_dense, &fc);
     }
     if (moe) add_moe_layer(w, &fc, scm, fam, &cfg, n, bits, gs, emode);
   }

@@ -168,9 +168,9 @@ static void test_matmul(int only_bits) {
   g_rng = 0x1234567 + (uint64_t)(only_bits + 1); /* its data does not depend on the tests before it */
   const int bits_list[] = {0, 2, 3, 4, 5, 6, 8};
   const sm_dtype dts[] = {SM_DT_BF16, SM_DT_F16, SM_DT_F32};
-  const int64_t shapes[][2] = {{37, 256}, {300, 1280}, {2304, 2048}};
-  const int ns_all[] = {1, 2, 3, 8, 12, 40};
-  const int ns_q4[] = {1, 2, 7, 8, 16, 17, 33, 64};
+  const int64_t shapes[][2] = {{1, 256}, {37, 256}, {300, 1280}, {2304, 2048}}; /* 1 row: a shared expert's gate */
+  const int ns_all[] = {1, 2, 3, 8, 12, 17, 33, 40};
+  const int ns_q4[] = {1, 2, 7, 8, 16, 17, 33, 64, 100, 256, 300}; /* 17-256: cuda_qmma.cu */
   int combo = 0;
   for (size_t bi = 0; bi < SM_ARRAY_LEN(bits_list); bi++)
     for (size_t di = 0; di < SM_ARRAY_LEN(dts); di++)
@@ -204,7 +204,10 @@ static void test_matmul(int only_bits) {
             CHECK(ratio <= 1.0, "matmul q4 gs %d dt %d M %lld K %lld n %d: error / int8 bound %g (rel err %g)", gs,
                   (int)dts[di], (long long)M, (long long)K, n, ratio, e);
             tol = 5e-2; /* plus a sanity check on the relative error (short rows: up to ~1.5e-2) */
+          } else if (bits == 4 && n > 8) {
+            tol = 3e-3; /* weights and x rounded to f16 once, f32 sums (tensor-core kernel or cuBLAS) */
           }
+          if (M * n < 32) tol *= 4; /* a few outputs (one row): the relative error of single dot products */
           CHECK(e < tol, "matmul bits %d gs %d dt %d M %lld K %lld n %d: rel err %g", bits, gs, (int)dts[di],
                 (long long)M, (long long)K, n, e);
           G->free(G, dx);
@@ -1553,7 +1556,7 @@ static void test_moe(void) {
 }
 
 /* the pass tests to run (argument "moe": only the mixture-of-experts tests, 64; "hybrid": only those of
- * recurrent layers, 128) */
+ * recurrent layers, 128; "matmul": only the matmuls, 4 | 8) */
 static int g_only = ~0;
 
 /* one backend pass: G created with the tuning env (NAME=value ...), then the tests of mask
@@ -1615,8 +1618,9 @@ static void pass(const char *env, int mask) {
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "moe")) g_only = 64;
   else if (argc > 1 && !strcmp(argv[1], "hybrid")) g_only = 128;
+  else if (argc > 1 && !strcmp(argv[1], "matmul")) g_only = 4 | 8;
   else if (argc > 1) {
-    fprintf(stderr, "usage: %s [moe|hybrid]\n", argv[0]);
+    fprintf(stderr, "usage: %s [moe|hybrid|matmul]\n", argv[0]);
     return 2;
   }
   G = sm_cuda_backend_create(0);

@@ -1,6 +1,8 @@
 /* Matrix products of larger batches (more tokens than the matvec kernels take): cuBLAS GEMMs, with
  * x converted to the weights' half type (bf16 or f16 weights) and quantized weights dequantized to f16
- * a tile of rows at a time, with x in f16: 8x finer than bf16 (x clamped to f16's range, +-65504). */
+ * a tile of rows at a time, with x in f16: 8x finer than bf16 (x clamped to f16's range, +-65504).
+ * 4-bit weights of steps up to the tuning value qmma run on the tensor-core kernel (cuda_qmma.cu). */
+#include "backend/cuda/cuda_qmma.cuh"
 #include "backend/cuda/cuda_weights.cuh"
 
 #define GRID_STRIDE(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
@@ -16,6 +18,10 @@ void cu_gemm(const cu_ctx *cx, cublasHandle_t blas, const cu_weight *cw, const f
   if (cw->kind == CW_DENSE && cw->dtype == SM_DT_F32) {
     cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, n, (int)K, &one, cw->q, CUDA_R_32F, (int)K, x, CUDA_R_32F,
                  (int)K, &zero, y, CUDA_R_32F, (int)M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return;
+  }
+  if (cu_qmma_ok(cx, cw, n) && !((uintptr_t)x & 15)) {
+    cu_qmma(cx, cw, x, n, y, x16, deq, deq_bytes);
     return;
   }
   const bool f16 = cw->kind != CW_DENSE || cw->dtype == SM_DT_F16;

@@ -19,7 +19,6 @@
 #include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_weights.cuh"
 
-#define MOE_GROUPED_MIN 64 /* (token, slot) pairs from which an eager matmul_experts sorts them into GEMMs */
 
 /* ================= kernels ================= */
 
@@ -430,7 +429,7 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
   const cu_weight *cw = (const cu_weight *)w->dev;
   const int ns = n * k;
   /* eager batches (not recorded for a graph) of many slots: one GEMM per chosen expert */
-  const bool grouped = !c->rec && ns > MOE_GROUPED_MIN;
+  const bool grouped = !c->rec && ns > c->t.moe_grp;
   if (!grouped && ns > 65535) { /* the row kernel's grid (recorded batches are far smaller) */
     sm_err(SMELT_ERR_LIMIT, "cuda: matmul_experts: %d slots in a recorded step", ns);
     return;

@@ -41,6 +41,12 @@ static const sm_tune_entry k_table[] = {
   { "SMELT_CUDA_Q4WARPS", F(q4warps), 4000, 1, 1 << 20, 0, "fewest warps of the one-vector-a-round k_mvq4 tiling", {}, NULL },
   { "SMELT_CUDA_Q4HINT", F(q4hint), 1, 0, 4, 0,
     "k_mvq4 weight loads: 0 plain, 1 L2 128-byte, 2 256-byte prefetch, 3 evict-first, 4 both", {}, NULL },
+  { "SMELT_CUDA_QMMA", F(qmma), 128, 0, 1 << 20, 0,
+    "most tokens a step whose 4-bit matmuls use the tensor-core kernel (more: dequantize + cuBLAS; 0 never)", {}, NULL },
+  { "SMELT_CUDA_QMMA_BM", F(qmma_bm), 0, 0, 256, 0,
+    "weight rows a block of the tensor-core 4-bit kernel: 128, 256, or 0 (256 from 4096 rows or 128 tokens)", {}, NULL },
+  { "SMELT_CUDA_MOE_GROUPED", F(moe_grp), 64, 0, 1 << 30, 0,
+    "(token, expert) slots above which an eager expert matmul sorts them into one GEMM per expert", {}, NULL },
   { "SMELT_CUDA_ATTN_DIAG", F(attn_diag), 0, 0, 31, SM_TUNE_DEV,
     "decode attention parts left out (1 position loop, 2 partial exchange, 4 q load, 8 half K/V, 16 K/V)", {}, NULL },
   { "SMELT_CUDA_TRACE_L", F(trace_l), 325, 0, 1 << 30, SM_TUNE_DEV,
@@ -67,6 +73,8 @@ smelt_status cu_tune_read(int arch, cu_tune *out) {
   if (!valid_tiling(out->q4cfg) || !valid_tiling(out->q4long) || !out->q4long)
     return sm_err(SMELT_ERR_INVALID, "SMELT_CUDA_Q4CFG / Q4LONG: expected 11, 21, 41, 12, 22, 42, 14, 24, 44, 18 or 28");
   if (arch < 90) out->attn_cl = 0; /* clusters: sm_90 */
+  if (out->qmma_bm && out->qmma_bm != 128 && out->qmma_bm != 256)
+    return sm_err(SMELT_ERR_INVALID, "SMELT_CUDA_QMMA_BM=%d: expected 0, 128 or 256", out->qmma_bm);
   return SMELT_OK;
 }
 

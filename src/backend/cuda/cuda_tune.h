@@ -30,6 +30,9 @@ typedef struct {
   int q4long;    /* ... the automatic tiling for K > 8192 */
   int q4warps;   /* ... fewest warps for the one-vector-a-round tiling */
   int q4hint;    /* k_mvq4 weight load L2 hint */
+  int qmma;      /* most tokens of a step whose 4-bit matmuls run on the tensor-core kernel (cuda_qmma.cu) */
+  int qmma_bm;   /* weight rows a block of the tensor-core kernel (128, 256; 0 automatic) */
+  int moe_grp;   /* (token, expert) slots above which an eager matmul_experts runs one GEMM per expert */
   /* developer builds only (change results) */
   int attn_diag; /* decode attention parts left out (bit mask) */
   int trace_l;   /* SMELT_CUDA_TRACE builds: the layer launch traced */
