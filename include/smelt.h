@@ -51,9 +51,11 @@ typedef struct smelt_model smelt_model;
 
 typedef enum { SMELT_DEVICE_AUTO = 0, SMELT_DEVICE_CPU, SMELT_DEVICE_CUDA } smelt_device;
 /* Element type of the KV cache (llama-server's --cache-type-k / --cache-type-v). f16 halves the
- * memory and the bytes attention reads against f32; docs/kv-cache.md states each type's error. */
-typedef enum { SMELT_KV_F16 = 0, SMELT_KV_BF16, SMELT_KV_F32 } smelt_kv_type;
-const char *smelt_kv_type_name(smelt_kv_type t);                     /* "f16", "bf16", "f32" */
+ * memory and the bytes attention reads against f32; q8_0 and q4_0 (groups of 32 values with an f16
+ * scale, CPU backend only) take 34 and 18 bytes per 32 values; docs/kv-cache.md states each type's
+ * error. */
+typedef enum { SMELT_KV_F16 = 0, SMELT_KV_BF16, SMELT_KV_F32, SMELT_KV_Q8_0, SMELT_KV_Q4_0 } smelt_kv_type;
+const char *smelt_kv_type_name(smelt_kv_type t);                     /* "f16", "bf16", "f32", "q8_0", "q4_0" */
 smelt_status smelt_kv_type_parse(const char *s, smelt_kv_type *out); /* SMELT_ERR_INVALID naming s */
 
 /* Where the CPU backend's threads run (llama.cpp's --numa): NONE leaves it to the OS (or to

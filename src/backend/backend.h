@@ -45,9 +45,9 @@ sm_weight sm_weight_rows(const sm_weight *w, int64_t r0, int64_t n);
 /* Dequantize/convert row r into out[cols] (reference path; also used for embeddings). */
 void sm_weight_row_f32(const sm_weight *w, int64_t r, float *out);
 
-/* Paged KV cache: per layer a pool of n_blocks*block_size slots of
- * [n_kv_heads][head_dim] elements of dtype (SM_DT_F32, SM_DT_F16 or SM_DT_BF16; kv_store rounds
- * to nearest even) for K and for V. */
+/* Paged KV cache: per layer a pool of n_blocks*block_size slots of n_kv_heads head rows of head_dim
+ * values of dtype (SM_DT_F32, SM_DT_F16 or SM_DT_BF16, kv_store rounds to nearest even; SM_DT_Q8_0 or
+ * SM_DT_Q4_0, quantized head rows of sm_kv_head_bytes, src/backend/kv_quant.h) for K and for V. */
 typedef struct {
   int n_layers, n_kv_heads, head_dim, block_size, n_blocks;
   sm_dtype dtype; /* 0 (a zeroed struct): SM_DT_F32 */
@@ -210,6 +210,7 @@ void sm_moe_route_row(const sm_moe_route *r, const float *logits, const float *c
 typedef struct sm_backend sm_backend;
 struct sm_backend {
   const char *name; /* "cpu", "cuda" */
+  bool kv_quant;    /* kv_store and attention take quantized caches (SM_DT_Q8_0, SM_DT_Q4_0) */
   int n_threads;    /* host threads the backend computes with (CPU: its pool; 0 where not applicable) */
   void (*destroy)(sm_backend *be);
 

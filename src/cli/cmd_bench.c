@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "backend/kv_quant.h"
 #include "cli/cli.h"
 #include "cli/run.h"
 #include "engine/engine.h"
@@ -62,7 +63,7 @@ static void print_shapes(FILE *f) {
 static void usage(void) {
   printf("usage: smelt bench [-m MODEL | --synthetic SHAPE [--bits 0|2|3|4|5|6|8]\n"
          "                   [--group-size 32|64|128]] [-p PROMPT_TOKENS=512] [-n GEN_TOKENS=128] [-r REPEAT=1]\n"
-         "                   [-t THREADS] [--device cpu|cuda] [-ctk f16|bf16|f32] [--dir DIR] [--json]\n"
+         "                   [-t THREADS] [--device cpu|cuda] [-ctk f16|bf16|f32|q8_0|q4_0] [--dir DIR] [--json]\n"
          "                   [--cpu-mask M] [--numa distribute|isolate|none] [--poll 0..100]\n"
          "Synthetic models are random-weight MLX checkpoints written once to --dir (default $TMPDIR).\n"
          "SHAPE: ");
@@ -246,8 +247,8 @@ int sm_cmd_bench(int argc, char **argv) {
    * and the K/V rows of every position before it (on average P + N / 2; full attention in every
    * attention layer), and a hybrid model's recurrent state (read and written once) */
   const size_t per_tok = info.decode_bytes;
-  const double kv_pos = 2.0 * sm_config_attn_layers(&m->cfg) * info.n_kv_heads * info.head_dim *
-                        (info.kv_type == SMELT_KV_F32 ? 4 : 2);
+  const double kv_pos = 2.0 * sm_config_attn_layers(&m->cfg) * info.n_kv_heads *
+                        (double)sm_kv_head_bytes(m->kv_dtype, info.head_dim);
   const double kv_tok = kv_pos * (P + N / 2.0), state_tok = 2.0 * (double)sm_model_state_bytes(m);
   const double bw = smelt_model_bandwidth(m), roof = bw > 0 ? bw / ((double)per_tok + kv_tok + state_tok) : 0;
   const double ratio = roof > 0 ? sd.med / roof : 0;
@@ -330,7 +331,7 @@ int sm_cmd_perplexity(int argc, char **argv) {
       case 'd': device = optarg; break;
       case 'h':
         printf("usage: smelt perplexity [-m MODEL] -f TEXTFILE [-c WINDOW=256] [-t THREADS] [--device cpu|cuda]\n"
-               "                        [-ctk f16|bf16|f32]\n");
+               "                        [-ctk f16|bf16|f32|q8_0|q4_0]\n");
         return 0;
       default: return 2;
     }

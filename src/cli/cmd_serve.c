@@ -47,7 +47,7 @@ static void usage(FILE *f) {
        "      --device D           auto|cpu|cuda\n"
        "      --estimate-memory    check that weights + KV cache fit in memory before loading (--force: go on anyway)\n"
        "      --kv-blocks N        KV cache blocks (default: parallel * ctx / block size); a block's bytes\n"
-       "                           depend on -ctk (f32 doubles them)\n"
+       "                           depend on -ctk (f32 doubles them, q8_0 about halves them)\n"
        "      --block-size N       tokens per KV block (default 16)\n"
        "  -b, --batch-size N       tokens per forward step (prefill chunk, default 512)\n"
        "      --no-prefix-cache    disable prefix caching\n"
@@ -466,8 +466,7 @@ int sm_cmd_serve(int argc, char **argv) {
     }
     if (estimate) {
       int ctx_total = p.ctx_size > 0 ? p.ctx_size * (p.parallel > 0 ? p.parallel : 1) : 0;
-      if (sm_store_check_fits(dir, ctx_total, sm_store_kv_dtype_bytes(smelt_kv_type_name(kvt)),
-                              p.device == SMELT_DEVICE_CUDA, force, true) != SMELT_OK) {
+      if (sm_store_check_fits(dir, ctx_total, kvt, p.device == SMELT_DEVICE_CUDA, force, true) != SMELT_OK) {
         fprintf(stderr, "smelt serve: %s\n", smelt_last_error());
         rc = 1;
       }

@@ -33,11 +33,12 @@ static void print_json(cJSON *j) {
 
 /* ---- inspect ---- */
 static void inspect_usage(FILE *f) {
-  fprintf(f, "usage: smelt inspect -m MODEL [--max-tokens N] [-ctk f16|bf16|f32] [--device cpu|cuda] [--json]\n"
-             "Memory estimate: weights, KV cache for N tokens (in the cache type of -ctk / --cache-type-k,\n"
-             "also --kv-dtype; default f16, as run and serve use), the recurrent state of hybrid models,\n"
-             "runtime headroom, available memory.\n"
-             "Exit status: 0 FITS (or available memory unknown), 1 DOES NOT FIT, 2 error.\n");
+  fprintf(f,
+          "usage: smelt inspect -m MODEL [--max-tokens N] [-ctk f16|bf16|f32|q8_0|q4_0] [--device cpu|cuda] [--json]\n"
+          "Memory estimate: weights, KV cache for N tokens (in the cache type of -ctk / --cache-type-k,\n"
+          "also --kv-dtype; default f16, as run and serve use), the recurrent state of hybrid models,\n"
+          "runtime headroom, available memory.\n"
+          "Exit status: 0 FITS (or available memory unknown), 1 DOES NOT FIT, 2 error.\n");
 }
 
 int sm_cmd_inspect(int argc, char **argv) {
@@ -74,7 +75,6 @@ int sm_cmd_inspect(int argc, char **argv) {
   smelt_kv_type kvt = SMELT_KV_F16;
   if (sm_cli_kv_type("inspect", ctk, ctv, &kvt)) return 2;
   const char *kvd = smelt_kv_type_name(kvt);
-  const int kvb = sm_store_kv_dtype_bytes(kvd);
   bool cuda;
   if (!strcmp(device, "cpu")) cuda = false;
   else if (!strcmp(device, "cuda") || !strcmp(device, "gpu")) cuda = true;
@@ -90,7 +90,7 @@ int sm_cmd_inspect(int argc, char **argv) {
     return 2;
   }
   sm_mem_estimate e;
-  s = sm_store_estimate(dir, max_tokens, kvb, cuda, &e);
+  s = sm_store_estimate(dir, max_tokens, kvt, cuda, &e);
   if (s) {
     fprintf(stderr, "smelt inspect: %s\n", sm_errmsg());
     free(dir);

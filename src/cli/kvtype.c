@@ -15,15 +15,14 @@ int sm_cli_kv_type(const char *cmd, const char *k, const char *v, smelt_kv_type 
   if (k && v && strcmp(k, v) != 0) {
     fprintf(stderr,
             "smelt %s: --cache-type-k %s and --cache-type-v %s differ; smelt keeps K and V in one type "
-            "(f16, bf16 or f32)\n",
+            "(f16, bf16, f32, q8_0 or q4_0)\n",
             cmd, k, v);
     return 2;
   }
   const char *t = k ? k : v;
   if (!t) return 0;
   if (smelt_kv_type_parse(t, out) != SMELT_OK) {
-    fprintf(stderr, "smelt %s: %s (quantized KV caches such as q8_0 and q4_0 are not implemented)\n", cmd,
-            smelt_last_error());
+    fprintf(stderr, "smelt %s: %s\n", cmd, smelt_last_error());
     return 2;
   }
   return 0;

@@ -55,7 +55,7 @@ static bool parse_overflow(const char *v, void *dst, char *err, size_t n) {
 
 static bool parse_kv(const char *v, void *dst, char *err, size_t n) {
   if (smelt_kv_type_parse(v, dst) == SMELT_OK) return true;
-  snprintf(err, n, "'%s' is not a KV cache type (f16, bf16, f32)", v);
+  snprintf(err, n, "'%s' is not a KV cache type (f16, bf16, f32, q8_0, q4_0)", v);
   return false;
 }
 
@@ -286,14 +286,14 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
     {.names = "--kv-type|-ctk|--cache-type-k",
      .kind = SM_ARG_FN,
      .dst = &o->kv_k,
-     .meta = "f16|bf16|f32",
+     .meta = "f16|bf16|f32|q8_0|q4_0",
      .help = "KV cache element type (default f16)",
      .fn = parse_kv,
      .seen = &o->kv_k_set},
     {.names = "-ctv|--cache-type-v",
      .kind = SM_ARG_FN,
      .dst = &o->kv_v,
-     .meta = "f16|bf16|f32",
+     .meta = "f16|bf16|f32|q8_0|q4_0",
      .help = "the same (smelt has one type for K and V)",
      .fn = parse_kv,
      .seen = &o->kv_v_set},
@@ -448,8 +448,7 @@ static bool load_one(const char *cmd, const run_opts *o, const char *ref, const 
       fprintf(stderr, "smelt %s: note: -ngl %d: smelt runs all %d layers on one device, the GPU when there is one\n",
               cmd, o->ngl, layers);
   }
-  if (o->estimate && sm_store_check_fits(dir, o->ctx, sm_store_kv_dtype_bytes(smelt_kv_type_name(p.kv_type)),
-                                         p.device == SMELT_DEVICE_CUDA, o->force, true)) {
+  if (o->estimate && sm_store_check_fits(dir, o->ctx, p.kv_type, p.device == SMELT_DEVICE_CUDA, o->force, true)) {
     fprintf(stderr, "smelt %s: %s%s\n", cmd, what, smelt_last_error());
     free(dir);
     return false;

@@ -8,6 +8,7 @@
 #include "engine/state.h"
 #include <stdlib.h>
 #include <string.h>
+#include "backend/kv_quant.h"
 
 struct sm_seq {
   int32_t *tok;
@@ -811,7 +812,7 @@ static smelt_status kv_copy(sm_engine *e, sm_seq *s, int layer, int t0, int n, v
     return sm_err(SMELT_ERR_INVALID, "KV tokens [%d, %d) outside the sequence's blocks", t0, t0 + n);
   sm_backend *be = e->m->be;
   const int bs = e->p.block_size;
-  const size_t row = (size_t)e->kv.n_kv_heads * e->kv.head_dim * sm_dtype_size(e->kv.dtype); /* bytes */
+  const size_t row = (size_t)e->kv.n_kv_heads * sm_kv_head_bytes(e->kv.dtype, e->kv.head_dim); /* bytes */
   char *K = e->kv.k[layer], *V = e->kv.v[layer];
   for (int t = t0; t < t0 + n;) {
     const int in_blk = t % bs, run = SM_MIN(bs - in_blk, t0 + n - t);
@@ -876,7 +877,7 @@ bool sm_engine_set_prefix_tier(sm_engine *e, const sm_prefix_tier *t) {
 
 /* bytes of one block of one layer, K or V */
 static size_t block_layer_bytes(const sm_engine *e) {
-  return (size_t)e->p.block_size * e->kv.n_kv_heads * e->kv.head_dim * sm_dtype_size(e->kv.dtype);
+  return (size_t)e->p.block_size * e->kv.n_kv_heads * sm_kv_head_bytes(e->kv.dtype, e->kv.head_dim);
 }
 
 size_t sm_engine_block_bytes(const sm_engine *e) {

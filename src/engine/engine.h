@@ -121,7 +121,7 @@ smelt_status sm_generate_speculative(smelt_model *m, smelt_model *draft, const s
 
 /* KV export / import, for prompt cache files (prompt_cache.h) and restoring a session.
  * sm_seq_kv_read: K and V of the computed tokens [t0, t0+n) of one layer into host memory, each
- * [n][n_kv_heads * head_dim] elements of the cache's type (sm_engine_kv_dtype), as stored. Import
+ * [n][n_kv_heads] head rows of the cache's type (sm_engine_kv_dtype, sm_kv_head_bytes), as stored. Import
  * into a sequence that has its tokens appended but no KV yet: sm_seq_kv_reserve(n) allocates
  * blocks for the first n tokens, sm_seq_kv_write fills them (any order of layers and token
  * ranges), sm_seq_kv_commit(n) marks them computed (and, with the prefix cache on, registers its
@@ -131,7 +131,7 @@ smelt_status sm_seq_kv_read(sm_engine *e, const sm_seq *s, int layer, int t0, in
 smelt_status sm_seq_kv_reserve(sm_engine *e, sm_seq *s, int n);
 smelt_status sm_seq_kv_write(sm_engine *e, sm_seq *s, int layer, int t0, int n, const void *k, const void *v);
 smelt_status sm_seq_kv_commit(sm_engine *e, sm_seq *s, int n);
-sm_dtype sm_engine_kv_dtype(const sm_engine *e); /* SM_DT_F16, SM_DT_BF16 or SM_DT_F32 */
+sm_dtype sm_engine_kv_dtype(const sm_engine *e); /* SM_DT_F16, SM_DT_BF16, SM_DT_F32, SM_DT_Q8_0 or SM_DT_Q4_0 */
 /* Tokens per sequence the engine was created for. */
 int sm_engine_max_context(const sm_engine *e);
 
@@ -163,8 +163,8 @@ typedef struct {
 /* The engine keeps a copy of *t (NULL: no tier). False (nothing set) when the engine has no prefix
  * cache (off, or a model with recurrent layers). */
 bool sm_engine_set_prefix_tier(sm_engine *e, const sm_prefix_tier *t);
-/* Bytes of one block's K and V, every attention layer: per layer K [block_size][kv_heads * head_dim]
- * then V likewise, elements of sm_engine_kv_dtype; the layout of the host copies below. */
+/* Bytes of one block's K and V, every attention layer: per layer K [block_size][kv_heads] head rows
+ * of sm_engine_kv_dtype (sm_kv_head_bytes) then V likewise; the layout of the host copies below. */
 size_t sm_engine_block_bytes(const sm_engine *e);
 /* Host copy of block blk's KV (waits for the device), and the way back. */
 void sm_engine_block_read(sm_engine *e, int blk, void *host);

@@ -15,12 +15,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "base/strbuf.h"
+#include "backend/kv_quant.h"
 #include "store/store.h" /* sm_sha256 */
 
 #define HDR_BYTES 128
 /* the KV element type codes of the file */
-static uint32_t kv_code(sm_dtype t) { return t == SM_DT_F32 ? 1 : t == SM_DT_F16 ? 2 : t == SM_DT_BF16 ? 3 : 0; }
-static const char *kv_code_name(uint32_t c) { return c == 1 ? "f32" : c == 2 ? "f16" : c == 3 ? "bf16" : "unknown"; }
+/* the KV format's code in the header (part of what a file must match to load) */
+static uint32_t kv_code(sm_dtype t) {
+  return t == SM_DT_F32 ? 1 : t == SM_DT_F16 ? 2 : t == SM_DT_BF16 ? 3 : t == SM_DT_Q8_0 ? 4 : t == SM_DT_Q4_0 ? 5 : 0;
+}
+static const char *kv_code_name(uint32_t c) {
+  static const char *const n[] = {"unknown", "f32", "f16", "bf16", "q8_0", "q4_0"};
+  return c < sizeof n / sizeof n[0] ? n[c] : "unknown";
+}
 #define MAX_TOKENS (1 << 24)
 static const char k_magic[8] = {'S', 'M', 'E', 'L', 'T', 'K', 'V', 0};
 
@@ -98,7 +105,7 @@ smelt_status sm_prompt_cache_save(sm_engine *e, const sm_seq *s, int n, const ch
                   sm_seq_len(s) - sm_seq_pending(s));
   const int L = m->cfg.num_hidden_layers;
   const sm_dtype dt = sm_engine_kv_dtype(e);
-  const size_t row = (size_t)m->cfg.num_key_value_heads * m->cfg.head_dim * sm_dtype_size(dt); /* bytes */
+  const size_t row = (size_t)m->cfg.num_key_value_heads * sm_kv_head_bytes(dt, m->cfg.head_dim); /* bytes */
   if (!kv_code(dt)) return sm_err(SMELT_ERR_UNSUPPORTED, "prompt cache: KV element type %d", (int)dt);
   uint8_t hdr[HDR_BYTES];
   memset(hdr, 0, sizeof hdr);
@@ -204,7 +211,7 @@ smelt_status sm_prompt_cache_open(const char *path, const smelt_model *m, sm_pro
   if (n < 1 || n > MAX_TOKENS) BAD(SMELT_ERR_FORMAT, "prompt cache %s: bad token count %u", path, n);
   pc->n = (int)n;
   pc->n_layers = (int)L;
-  pc->row = (size_t)H * D * sm_dtype_size(m->kv_dtype);
+  pc->row = (size_t)H * sm_kv_head_bytes(m->kv_dtype, (int)D);
   const uint64_t want = HDR_BYTES + 4ull * n + 2ull * L * n * pc->row + 32;
   if (size != want)
     BAD(SMELT_ERR_FORMAT, "prompt cache %s: %llu bytes, %llu expected for %u tokens (truncated or damaged)", path,
@@ -260,7 +267,7 @@ int sm_prompt_cache_match(const sm_prompt_cache *pc, const int32_t *ids, int n) 
 smelt_status sm_prompt_cache_restore(const sm_prompt_cache *pc, sm_engine *e, sm_seq *s, int n) {
   smelt_model *m = sm_engine_model(e);
   if (pc->n_layers != m->cfg.num_hidden_layers ||
-      pc->row != (size_t)m->cfg.num_key_value_heads * m->cfg.head_dim * sm_dtype_size(sm_engine_kv_dtype(e)))
+      pc->row != (size_t)m->cfg.num_key_value_heads * sm_kv_head_bytes(sm_engine_kv_dtype(e), m->cfg.head_dim))
     return sm_err(SMELT_ERR_INVALID, "prompt cache %s: opened for another model", pc->path);
   if (n < 0 || n > pc->n)
     return sm_err(SMELT_ERR_INVALID, "prompt cache %s: %d of %d tokens asked", pc->path, n, pc->n);

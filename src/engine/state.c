@@ -2,6 +2,7 @@
  * sequences of hybrid models. */
 #include "engine/state.h"
 #include <stdlib.h>
+#include "backend/kv_quant.h"
 
 void sm_state_slots_init(sm_state_slots *p, int n) {
   p->n = n > 0 ? n : 0;
@@ -37,7 +38,7 @@ void sm_state_copy(smelt_model *m, const sm_kv_cache *kv, int dst, int src) {
 
 void sm_state_copy_block(smelt_model *m, const sm_kv_cache *kv, int dst, int src) {
   sm_backend *be = m->be;
-  const size_t bytes = (size_t)kv->block_size * kv->n_kv_heads * kv->head_dim * sm_dtype_size(kv->dtype);
+  const size_t bytes = (size_t)kv->block_size * kv->n_kv_heads * sm_kv_head_bytes(kv->dtype, kv->head_dim);
   for (int l = 0; l < kv->n_layers; l++) {
     if (!kv->k[l]) continue;
     be->copy(be, (char *)kv->k[l] + (size_t)dst * bytes, (const char *)kv->k[l] + (size_t)src * bytes, bytes);

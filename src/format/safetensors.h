@@ -23,7 +23,10 @@ typedef enum {
   SM_DT_U64,
   SM_DT_I64,
   SM_DT_BOOL,
-  SM_DT_COUNT
+  SM_DT_COUNT,
+  /* not safetensors types: the quantized KV cache formats (src/backend/kv_quant.h) */
+  SM_DT_Q8_0 = 64,
+  SM_DT_Q4_0
 } sm_dtype;
 
 size_t sm_dtype_size(sm_dtype t);

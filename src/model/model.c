@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "backend/kv_quant.h"
 #include "tokenizer/tokenizer.h"
 #include "vision/vision.h"
 
@@ -25,7 +26,7 @@ smelt_status smelt_numa_parse(const char *s, smelt_numa *out) {
   return sm_err(SMELT_ERR_INVALID, "--numa %s: expected none, distribute or isolate", s ? s : "(null)");
 }
 
-static const char *const k_kv_names[] = {"f16", "bf16", "f32"};
+static const char *const k_kv_names[] = {"f16", "bf16", "f32", "q8_0", "q4_0"};
 const char *smelt_kv_type_name(smelt_kv_type t) {
   return (unsigned)t < sizeof k_kv_names / sizeof k_kv_names[0] ? k_kv_names[t] : "?";
 }
@@ -35,10 +36,7 @@ smelt_status smelt_kv_type_parse(const char *s, smelt_kv_type *out) {
       *out = (smelt_kv_type)i;
       return SMELT_OK;
     }
-  return sm_err(SMELT_ERR_INVALID, "KV cache type '%s': expected f16, bf16 or f32", s ? s : "(null)");
-}
-static sm_dtype kv_dtype_of(smelt_kv_type t) {
-  return t == SMELT_KV_F32 ? SM_DT_F32 : t == SMELT_KV_BF16 ? SM_DT_BF16 : SM_DT_F16;
+  return sm_err(SMELT_ERR_INVALID, "KV cache type '%s': expected f16, bf16, f32, q8_0 or q4_0", s ? s : "(null)");
 }
 
 /* the recipe's scalars: embedding scale, attention scale */
@@ -88,11 +86,16 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params,
     st = sm_err(SMELT_ERR_BACKEND, "no backend");
     goto fail;
   }
-  if ((unsigned)params->kv_type > SMELT_KV_F32) {
-    st = sm_err(SMELT_ERR_INVALID, "KV cache type %d: expected f16, bf16 or f32", (int)params->kv_type);
+  if (sm_kv_dtype_of(params->kv_type) == SM_DT_COUNT) {
+    st = sm_err(SMELT_ERR_INVALID, "KV cache type %d: expected f16, bf16, f32, q8_0 or q4_0", (int)params->kv_type);
     goto fail;
   }
-  m->kv_dtype = kv_dtype_of(params->kv_type);
+  m->kv_dtype = sm_kv_dtype_of(params->kv_type);
+  if (sm_kv_quantized(m->kv_dtype) && !be->kv_quant) {
+    st = sm_err(SMELT_ERR_UNSUPPORTED, "KV type %s is not supported on %s yet (f16, bf16 and f32 are; or --device cpu)",
+                smelt_kv_type_name(params->kv_type), be->name);
+    goto fail;
+  }
   if ((st = sm_st_open_opts(dir, params->no_mmap, &m->st))) goto fail;
   if ((st = sm_model_load_weights(m))) goto fail;
   m->max_context = params->max_context > 0 ? params->max_context : SM_MIN(m->cfg.max_position_embeddings, 8192);
@@ -191,7 +194,7 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
   info->n_kv_heads = c->num_key_value_heads;
   info->head_dim = c->head_dim;
   info->max_context = m->max_context;
-  info->kv_type = m->kv_dtype == SM_DT_F32 ? SMELT_KV_F32 : m->kv_dtype == SM_DT_BF16 ? SMELT_KV_BF16 : SMELT_KV_F16;
+  info->kv_type = sm_kv_type_of(m->kv_dtype);
   info->weight_bytes = m->weight_bytes;
   size_t emb = m->embed.data != m->lm_head.data ? weight_nbytes(&m->embed) : 0;
   info->decode_bytes = m->weight_bytes > emb ? m->weight_bytes - emb : m->weight_bytes;
@@ -222,7 +225,7 @@ smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slo
   kv->dtype = m->kv_dtype;
   kv->k = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
   kv->v = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
-  const size_t bytes = (size_t)n_blocks * block_size * kv->n_kv_heads * kv->head_dim * sm_dtype_size(kv->dtype);
+  const size_t bytes = (size_t)n_blocks * block_size * kv->n_kv_heads * sm_kv_head_bytes(kv->dtype, kv->head_dim);
   for (int l = 0; l < kv->n_layers; l++) {
     if (c->layer_kind[l] != SM_LK_ATTN) continue; /* recurrent and MLP-only layers keep no KV */
     kv->k[l] = m->be->alloc(m->be, bytes);

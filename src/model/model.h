@@ -62,7 +62,7 @@ struct smelt_model {
   const char *prefix; /* of every tensor name: "" or the packaging's lm_prefix */
   char note[224];     /* what a user should know about this model ("" if nothing) */
   int max_context;
-  sm_dtype kv_dtype; /* KV cache element type: SM_DT_F16, SM_DT_BF16 or SM_DT_F32 */
+  sm_dtype kv_dtype; /* KV cache element type: SM_DT_F16, SM_DT_BF16, SM_DT_F32, SM_DT_Q8_0 or SM_DT_Q4_0 */
   size_t weight_bytes;
   /* scratch activations, sized for scratch_tokens rows */
   int scratch_tokens, scratch_out;

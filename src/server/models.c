@@ -415,16 +415,16 @@ static void *loader_main(void *arg) {
     }
     if (r->p->models_memory && !w->bytes_known) {
       sm_mem_estimate est;
-      const int kvb = r->p->kv_type == SMELT_KV_F32 ? 4 : 2;
+      const smelt_kv_type kvt = (smelt_kv_type)r->p->kv_type;
       char *dir = sm_xstrdup(w->dir);
       pthread_mutex_unlock(&r->mu);
       /* the KV cache the engine will allocate: --kv-blocks, else -np sequences of the context */
-      smelt_status st = sm_store_estimate(dir, r->p->ctx_size > 0 ? r->p->ctx_size : 0, kvb,
+      smelt_status st = sm_store_estimate(dir, r->p->ctx_size > 0 ? r->p->ctx_size : 0, kvt,
                                           r->p->device == SMELT_DEVICE_CUDA, &est);
       if (st == SMELT_OK) {
         int tokens = r->p->kv_blocks > 0 ? r->p->kv_blocks * (r->p->block_size > 0 ? r->p->block_size : 16)
                                          : est.max_tokens * r->p->parallel;
-        st = sm_store_estimate(dir, tokens, kvb, r->p->device == SMELT_DEVICE_CUDA, &est);
+        st = sm_store_estimate(dir, tokens, kvt, r->p->device == SMELT_DEVICE_CUDA, &est);
       }
       char msg[256];
       snprintf(msg, sizeof msg, "%s", st == SMELT_OK ? "" : smelt_last_error());

@@ -74,8 +74,14 @@ static uint32_t get_u32(const uint8_t *p) {
   return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 static uint64_t get_u64(const uint8_t *p) { return get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
-static uint32_t kv_code(sm_dtype t) { return t == SM_DT_F32 ? 1 : t == SM_DT_F16 ? 2 : t == SM_DT_BF16 ? 3 : 0; }
-static const char *kv_name(uint32_t c) { return c == 1 ? "f32" : c == 2 ? "f16" : c == 3 ? "bf16" : "unknown"; }
+/* the codes of prompt cache files (engine/prompt_cache.c) */
+static uint32_t kv_code(sm_dtype t) {
+  return t == SM_DT_F32 ? 1 : t == SM_DT_F16 ? 2 : t == SM_DT_BF16 ? 3 : t == SM_DT_Q8_0 ? 4 : t == SM_DT_Q4_0 ? 5 : 0;
+}
+static const char *kv_name(uint32_t c) {
+  static const char *const n[] = {"unknown", "f32", "f16", "bf16", "q8_0", "q4_0"};
+  return c < sizeof n / sizeof n[0] ? n[c] : "unknown";
+}
 static uint32_t crc(const uint8_t *p, size_t n) { return (uint32_t)crc32_z(crc32_z(0, NULL, 0), p, n); }
 
 /* ---- the index ---- */

@@ -9,12 +9,12 @@
  * its chain hash (<16 hex digits>.kvb). Layout, little-endian, version 1:
  *   0   "SMELTKVB"   8 u32 version   12 u32 header bytes (128)
  *   16  u8[32] model fingerprint (engine/prompt_cache.h sm_model_fingerprint)
- *   48  u32 KV element type (1 f32, 2 f16, 3 bf16)   52 u32 layers   56 u32 KV heads
+ *   48  u32 KV type (1 f32, 2 f16, 3 bf16, 4 q8_0, 5 q4_0)   52 u32 layers   56 u32 KV heads
  *   60  u32 head size   64 u32 block size (tokens)   68 u32 0
  *   72  u64 chain hash of the block   80 u64 chain hash of its parent (0: the first block)
  *   88  zeros up to 128
  *   128 i32 tokens[block size] (prefix-cache keys)
- *   then per layer K [block size][KV heads * head size] elements, V likewise
+ *   then per layer K [block size][KV heads] head rows of the KV type, V likewise
  *   last 4 bytes: CRC-32 (zlib) of everything before them.
  * A file that is truncated, corrupt, of another version, model, KV format or block size is logged
  * once, deleted and never used (the request computes those tokens).

@@ -1,6 +1,7 @@
 /* Memory estimate of a model directory: weights (safetensors headers), KV cache,
  * runtime headroom, and a fits / does-not-fit verdict against available memory. */
 #include "store/store.h"
+#include "backend/kv_quant.h"
 #include "model/family.h"
 #include "store/store_internal.h"
 #include "format/config.h"
@@ -28,13 +29,6 @@ bool sm_store_host_mem_available(uint64_t *bytes) {
   }
   fclose(f);
   return ok;
-}
-
-int sm_store_kv_dtype_bytes(const char *name) {
-  if (!name) return 0;
-  if (!strcmp(name, "f32") || !strcmp(name, "float32")) return 4;
-  if (!strcmp(name, "f16") || !strcmp(name, "float16") || !strcmp(name, "bf16") || !strcmp(name, "bfloat16")) return 2;
-  return 0;
 }
 
 /* "123", "16G", "512M", "2.5GiB" -> bytes */
@@ -95,12 +89,12 @@ static int count_rec_layers(const sm_config *c) {
   return n;
 }
 
-smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_bytes_per_elem, bool cuda,
+smelt_status sm_store_estimate(const char *model_dir, int max_tokens, smelt_kv_type kv_type, bool cuda,
                                sm_mem_estimate *out) {
   memset(out, 0, sizeof *out);
   if (!model_dir) return sm_err(SMELT_ERR_INVALID, "no model directory");
-  if (kv_bytes_per_elem <= 0 || kv_bytes_per_elem > 8)
-    return sm_err(SMELT_ERR_INVALID, "bad KV element size %d", kv_bytes_per_elem);
+  const sm_dtype kv_dt = sm_kv_dtype_of(kv_type);
+  if (kv_dt == SM_DT_COUNT) return sm_err(SMELT_ERR_INVALID, "bad KV cache type %d", (int)kv_type);
   sm_config cfg;
   smelt_status s = sm_family_config_load(model_dir, &cfg);
   if (s) return s;
@@ -192,9 +186,10 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   int n = max_tokens;
   if (n <= 0) n = out->max_pos > 0 ? SM_MIN(out->max_pos, 8192) : 4096;
   out->max_tokens = n;
-  out->kv_bytes_per_elem = kv_bytes_per_elem;
-  out->kv_bytes_per_token = 2ull * (uint64_t)out->attn_layers * (uint64_t)out->n_kv_heads * (uint64_t)out->head_dim *
-                            (uint64_t)kv_bytes_per_elem;
+  out->kv_type = kv_type;
+  /* what sm_kv_alloc allocates a position */
+  out->kv_bytes_per_token = 2ull * (uint64_t)out->attn_layers * (uint64_t)out->n_kv_heads *
+                            (uint64_t)sm_kv_head_bytes(kv_dt, out->head_dim);
   out->kv_bytes = out->kv_bytes_per_token * (uint64_t)n;
   /* scratch activations (float32) for a prefill chunk of T = min(N, 512) rows: x, xb, xb2, xo (hidden),
    * q (heads*hd), k, v (kv_heads*hd), gate, up (intermediate), attention scores (heads * N);
@@ -235,10 +230,10 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_byt
   return SMELT_OK;
 }
 
-smelt_status sm_store_check_fits(const char *model_dir, int max_tokens, int kv_bytes_per_elem, bool cuda, bool force,
+smelt_status sm_store_check_fits(const char *model_dir, int max_tokens, smelt_kv_type kv_type, bool cuda, bool force,
                                  bool verbose) {
   sm_mem_estimate e;
-  smelt_status s = sm_store_estimate(model_dir, max_tokens, kv_bytes_per_elem, cuda, &e);
+  smelt_status s = sm_store_estimate(model_dir, max_tokens, kv_type, cuda, &e);
   if (s) return s;
   char t[32], a[32], w[32], k[32];
   sm_store_fmt_bytes(e.total_bytes, t, sizeof t);

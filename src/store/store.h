@@ -99,9 +99,9 @@ typedef struct {
   size_t n_vision_tensors;  /* of a vision tower and projector (counted in the above too) */
   uint64_t vision_bytes, vision_params;
   int max_tokens; /* tokens the KV cache is sized for */
-  int kv_bytes_per_elem;
+  smelt_kv_type kv_type;
   int attn_layers;             /* layers with a KV cache (all but a hybrid model's recurrent / MLP ones) */
-  uint64_t kv_bytes_per_token; /* 2 * attn_layers * n_kv_heads * head_dim * kv_bytes_per_elem */
+  uint64_t kv_bytes_per_token; /* 2 * attn_layers * n_kv_heads * bytes of a head row (sm_kv_head_bytes) */
   uint64_t kv_bytes;           /* kv_bytes_per_token * max_tokens */
   uint64_t state_bytes;        /* hybrid models: recurrent state of one sequence (float32), else 0 */
   int state_slots;             /* state slots a one-sequence engine keeps (in total_bytes) */
@@ -115,16 +115,16 @@ typedef struct {
 } sm_mem_estimate;
 
 /* Estimate the memory a model needs for max_tokens of context (<= 0: the model's
- * max_position_embeddings capped at 8192) with KV elements of kv_bytes_per_elem bytes
- * (4 f32, 2 f16, 1 q8), and compare with what is available (host RAM, or device memory
+ * max_position_embeddings capped at 8192) with a KV cache of kv_type (the bytes the engine allocates
+ * a position), and compare with what is available (host RAM, or device memory
  * when cuda and a query hook is set). The available_memory setting (bytes, K/M/G suffix)
  * overrides the available amount. */
-smelt_status sm_store_estimate(const char *model_dir, int max_tokens, int kv_bytes_per_elem, bool cuda,
+smelt_status sm_store_estimate(const char *model_dir, int max_tokens, smelt_kv_type kv_type, bool cuda,
                                sm_mem_estimate *out);
 /* For generate/serve --estimate-memory: estimate, print a one-line summary to stderr (always when
  * verbose, else only when it does not fit) and return SMELT_ERR_LIMIT when the model will not fit
  * and !force. */
-smelt_status sm_store_check_fits(const char *model_dir, int max_tokens, int kv_bytes_per_elem, bool cuda, bool force,
+smelt_status sm_store_check_fits(const char *model_dir, int max_tokens, smelt_kv_type kv_type, bool cuda, bool force,
                                  bool verbose);
 bool sm_store_has_device_mem_query(void);
 /* Device memory query hook for CUDA (e.g. a wrapper of cudaMemGetInfo); NULL clears. */
@@ -132,8 +132,6 @@ typedef smelt_status (*sm_device_mem_fn)(uint64_t *free_bytes, uint64_t *total_b
 void sm_store_set_device_mem_query(sm_device_mem_fn fn);
 /* MemAvailable from /proc/meminfo (bytes); false if unreadable. */
 bool sm_store_host_mem_available(uint64_t *bytes);
-/* Bytes per KV element for a dtype name ("f32" 4, "f16"/"bf16" 2, "q8" 1); 0 if unknown. */
-int sm_store_kv_dtype_bytes(const char *name);
 /* A byte count with an optional K/M/G/T suffix (powers of 1024; "KiB", "KB" too): false when not
  * one (negative, nan, trailing text). */
 bool sm_store_parse_size(const char *s, uint64_t *out);

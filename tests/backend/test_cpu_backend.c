@@ -17,6 +17,7 @@
  *   attention: |y - ref| <= 1e-5 * max(1, max|V|) */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/kv_quant.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -561,6 +562,75 @@ static float kv_round(float v, sm_dtype dt) {
   return v;
 }
 
+/* rows of hd random values in [-1, 1] that a cache of dt holds exactly: rounded for f16 / bf16; for
+ * q8_0 / q4_0 codes times a power-of-two scale per group of 32, the group's extreme code present
+ * once (127 for q8_0, -8 for q4_0), so that quantizing gives back this scale and these codes */
+static void kv_fill(float *x, int rows, int hd, sm_dtype dt) {
+  if (!sm_kv_quantized(dt)) {
+    for (size_t i = 0; i < (size_t)rows * hd; i++) x[i] = kv_round(frand(-1, 1), dt);
+    return;
+  }
+  const bool q8 = dt == SM_DT_Q8_0;
+  for (int r = 0; r < rows; r++)
+    for (int g0 = 0; g0 < hd; g0 += SM_KV_QGROUP) {
+      const int n = hd - g0 < SM_KV_QGROUP ? hd - g0 : SM_KV_QGROUP, top = (int)(urand() * n);
+      const float d = q8 ? 1.f / 128 : 1.f / 8; /* codes up to 127 / 8: values up to about 1 */
+      float *g = x + (size_t)r * hd + g0;
+      for (int i = 0; i < n; i++) {
+        const int c = q8 ? (int)(urand() * 253) - 126 : (int)(urand() * 15) - 7; /* [-126, 126] / [-7, 7] */
+        g[i] = (float)c * d;
+      }
+      g[top] = q8 ? (urand() < 0.5 ? 127.f : -127.f) * d : -8.f * d;
+    }
+}
+
+/* quantized head rows: the quantizer's error bound on random data, exact codes given back, the row
+ * sizes, and every kernel table's widen equal to the reference dequantizer */
+static void test_kv_quant_rows(sm_backend *be) {
+  const int hds[] = {32, 40, 64, 80, 128, 256};
+  const sm_dtype dts[] = {SM_DT_Q8_0, SM_DT_Q4_0};
+  /* q8_0: codes + f16 scales, padded to 4 bytes; q4_0: nibbles + scales */
+  CHECK(sm_kv_head_bytes(SM_DT_Q8_0, 128) == 136 && sm_kv_head_bytes(SM_DT_Q4_0, 128) == 72, "head row bytes hd 128");
+  CHECK(sm_kv_head_bytes(SM_DT_Q8_0, 80) == 88 && sm_kv_head_bytes(SM_DT_Q4_0, 80) == 48, "head row bytes hd 80");
+  CHECK(sm_kv_head_bytes(SM_DT_Q8_0, 40) == 44 && sm_kv_head_bytes(SM_DT_F16, 40) == 80, "head row bytes hd 40");
+  const sm_cpu_kern *k = sm_cpu_backend_kern(be);
+  for (size_t di = 0; di < 2; di++)
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+      const sm_dtype dt = dts[di];
+      const int hd = hds[hi];
+      float x[256], y[256], z[256], w[256];
+      uint8_t row[512];
+      /* random data: q8_0 within half a step (max|x| / 127) of every value; q4_0's step is max|x| / 8
+       * and its codes reach -8 on the extreme's side but only +7 on the other, where a value beyond
+       * 7.5 steps is off by up to a step (llama.cpp's q4_0 does the same) */
+      for (int i = 0; i < hd; i++) x[i] = (float)(frand(-1, 1) * (i % 7 == 0 ? 3 : 1));
+      sm_kv_quantize_row(row, dt, x, hd);
+      sm_kv_dequantize_row(y, row, dt, hd);
+      double worst = 0;
+      for (int g0 = 0; g0 < hd; g0 += SM_KV_QGROUP) {
+        double amax = 0;
+        for (int i = g0; i < hd && i < g0 + SM_KV_QGROUP; i++) amax = fmax(amax, fabs(x[i]));
+        const double step = dt == SM_DT_Q8_0 ? amax / 127 : amax / 8;
+        for (int i = g0; i < hd && i < g0 + SM_KV_QGROUP; i++) worst = fmax(worst, fabs(x[i] - y[i]) / step);
+      }
+      const double bound = dt == SM_DT_Q8_0 ? 0.5 : 1.0;
+      CHECK(worst <= bound + 2e-3, "%s hd %d: error %.4f steps (bound %.1f and the f16 scale's rounding)",
+            sm_kv_dtype_name(dt), hd, worst, bound);
+      /* exactly representable rows come back exactly */
+      kv_fill(z, 1, hd, dt);
+      sm_kv_quantize_row(row, dt, z, hd);
+      sm_kv_dequantize_row(y, row, dt, hd);
+      CHECK(!memcmp(y, z, sizeof(float) * (size_t)hd), "%s hd %d: representable values not exact", sm_kv_dtype_name(dt),
+            hd);
+      /* the kernel table's widen (its fast paths) against the reference */
+      sm_kv_quantize_row(row, dt, x, hd);
+      sm_kv_dequantize_row(y, row, dt, hd);
+      k->widen(w, row, dt, (size_t)hd);
+      CHECK(!memcmp(w, y, sizeof(float) * (size_t)hd), "%s hd %d: %s widen differs from the reference",
+            sm_kv_dtype_name(dt), hd, k->name);
+    }
+}
+
 /* Attention against a double reference on the values the cache holds (f32, or f16/bf16-rounded:
  * the kernels widen them exactly), and batch invariance: each token of the mixed batch, run again
  * alone as a one-token step, gives the same bits. */
@@ -589,14 +659,10 @@ static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, cons
   enum { P0 = 300, P1 = 150 }; /* P1 > 2 chunks: windowed rows of a tile start in different chunks */
   float *K0 = malloc(sizeof(float) * (P0 + 1) * KW), *V0 = malloc(sizeof(float) * (P0 + 1) * KW);
   float *K1 = malloc(sizeof(float) * P1 * KW), *V1 = malloc(sizeof(float) * P1 * KW);
-  for (int i = 0; i < (P0 + 1) * KW; i++) {
-    K0[i] = kv_round(frand(-1, 1), dt);
-    V0[i] = kv_round(frand(-1, 1), dt);
-  }
-  for (int i = 0; i < P1 * KW; i++) {
-    K1[i] = kv_round(frand(-1, 1), dt);
-    V1[i] = kv_round(frand(-1, 1), dt);
-  }
+  kv_fill(K0, (P0 + 1) * NKV, HD, dt);
+  kv_fill(V0, (P0 + 1) * NKV, HD, dt);
+  kv_fill(K1, P1 * NKV, HD, dt);
+  kv_fill(V1, P1 * NKV, HD, dt);
   const int layer = 1;
   /* batch 1: prefill seq 0 positions [0, P0) */
   {
@@ -699,6 +765,10 @@ static void test_attention(sm_backend *be) {
   test_attention_cfg(be, 8, 2, 64, SM_DT_F16); /* half-precision caches: widened by the kernels */
   test_attention_cfg(be, 6, 6, 40, SM_DT_BF16);
   test_attention_cfg(be, 80, 1, 32, SM_DT_F16); /* MQA with more query heads than rows per item */
+  test_attention_cfg(be, 8, 2, 64, SM_DT_Q8_0); /* quantized caches: dequantized by the kernels */
+  test_attention_cfg(be, 6, 6, 40, SM_DT_Q8_0); /* a last group of 8 values */
+  test_attention_cfg(be, 16, 2, 128, SM_DT_Q4_0);
+  test_attention_cfg(be, 6, 6, 40, SM_DT_Q4_0);
 }
 
 /* The backend's tuning table (SMELT_CPU_*, read at creation): bad values refuse the creation with
@@ -767,6 +837,7 @@ int main(void) {
         test_rope_embed_gather(be);
         test_layernorm_rope_ext(be);
         test_attention(be);
+        test_kv_quant_rows(be);
         printf("%-6s threads=%d%s: %s (worst matmul rel err %.2g", isas[i], nth, exact ? " exact" : "",
                g_fail == f0 ? "ok" : "FAILED", g_worst_mm);
         if (g_n_i8)

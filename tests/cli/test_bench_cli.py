@@ -5,7 +5,7 @@
     roofline_ratio = decode_tok_s / roofline_tok_s (recomputed here);
   - decode of this tiny model stays under the bandwidth roofline (ratio <= 1);
   - -r 3: min <= median <= max, and the text output prints the three;
-  - bad input (-t abc, -r 0, -ctk q4_0, -ctk f16 -ctv f32, an unknown SMELT_CPU_ISA) exits non-zero with a
+  - bad input (-t abc, -r 0, -ctk q5_1, -ctk f16 -ctv f32, an unknown SMELT_CPU_ISA) exits non-zero with a
     message naming it.
 
 usage: test_bench_cli.py /path/to/smelt TMPDIR
@@ -69,7 +69,7 @@ check("2 threads" in out, "text output names the threads: %s" % out)
 check("median of 3 runs" in out and "% of roofline" in out, "text output: %s" % out)
 
 for args, env, word in ((["-t", "abc"], None, "-t"), (["-r", "0"], None, "-r"),
-                        (["-ctk", "q4_0"], None, "q4_0"), (["-ctk", "f16", "-ctv", "f32"], None, "--cache-type-v f32"),
+                        (["-ctk", "q5_1"], None, "q5_1"), (["-ctk", "f16", "-ctv", "f32"], None, "--cache-type-v f32"),
                         (["-t", "1"], {"SMELT_CPU_ISA": "sse9"}, "SMELT_CPU_ISA")):
     rc, out, err = bench(*args, env=env)
     check(rc != 0 and word in err, "%s %s: exit %d, stderr %r" % (args, env, rc, err))

@@ -83,7 +83,7 @@ for args, want in ((["--temp", "nan"], "--temp"), (["--temp", "inf"], "--temp"),
                    (["--draft-max", "99"], "--draft-max"), (["--seed", "x"], "-s/--seed"), (["-ngl", "x"], "-ngl"),
                    (["--presence-penalty", "3"], "--presence-penalty"), (["-b", "0"], "-b/--batch-size"),
                    (["--context-overflow", "shift"], "--context-overflow"), (["--device", "tpu"], "--device"),
-                   (["-ctk", "q8_0"], "--kv-type"), (["-ctk", "f16", "-ctv", "f32"], "-ctv")):
+                   (["-ctk", "q5_1"], "--kv-type"), (["-ctk", "f16", "-ctv", "f32"], "-ctv")):
     rc, out, err = run("run", "-p", "hi", "-n", "2", *args)
     check(rc == 2 and want in err and "[prompt" not in err, "%s rejected naming %s: rc %d %s" % (args, want, rc, err))
 rc, out, err = run("run", "-p", "hi", "-t", "100000")

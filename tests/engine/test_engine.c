@@ -1,5 +1,6 @@
 /* Engine: batched/continuous steps, prefix cache and forks must give the same logits as
- * one full-sequence forward pass. */
+ * one full-sequence forward pass, with the KV cache type given as the second argument (default f16;
+ * ctest runs q8_0 and q4_0 too: their rows are quantized alike whichever step writes them). */
 #include <string.h>
 #include <sys/stat.h>
 #include "engine/engine.h"
@@ -96,6 +97,10 @@ int main(int argc, char **argv) {
   smelt_model_params_default(&mp);
   mp.device = SMELT_DEVICE_CPU;
   mp.max_context = 256;
+  if (argc > 2 && smelt_kv_type_parse(argv[2], &mp.kv_type)) {
+    fprintf(stderr, "%s\n", smelt_last_error());
+    return 1;
+  }
   if (smelt_model_load(mdir, &mp, &M)) {
     fprintf(stderr, "load: %s\n", smelt_last_error());
     return 1;

@@ -293,6 +293,12 @@ int main(int argc, char **argv) {
     CHECK(sm_prompt_cache_open(path, mo, &p) != SMELT_OK && strstr(smelt_last_error(), "KV format"),
           "another KV type: %s", smelt_last_error());
     smelt_model_free(mo);
+    /* a quantized cache of the same bytes-per-row family is another format too (q8_0 vs f16) */
+    mo = load_kv(root, "smelt-tiny", 512, SMELT_KV_Q8_0);
+    CHECK(sm_prompt_cache_open(path, mo, &p) != SMELT_OK && strstr(smelt_last_error(), "KV format") &&
+            strstr(smelt_last_error(), "q8_0"),
+          "a q8_0 cache refuses the file: %s", smelt_last_error());
+    smelt_model_free(mo);
     unlink(bad);
     unlink(path);
   }
@@ -302,8 +308,8 @@ int main(int argc, char **argv) {
     int32_t *p2 = malloc(sizeof(int32_t) * n2);
     memcpy(p2, p1, sizeof(int32_t) * n1);
     memcpy(p2 + n1, x + 1, sizeof(int32_t) * (nx - 1));
-    const smelt_kv_type types[] = {SMELT_KV_F16, SMELT_KV_BF16, SMELT_KV_F32};
-    for (int i = 0; i < 3; i++) {
+    const smelt_kv_type types[] = {SMELT_KV_F16, SMELT_KV_BF16, SMELT_KV_F32, SMELT_KV_Q8_0, SMELT_KV_Q4_0};
+    for (int i = 0; i < 5; i++) {
       smelt_model *mk = load_kv(root, "smelt-tiny", 512, types[i]);
       roundtrip(mk, p2, n1, n2, path);
       smelt_model_free(mk);

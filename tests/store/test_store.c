@@ -349,7 +349,7 @@ static void test_estimate(void) {
 
   set_store(&g_ss.available_memory, "1G");
   sm_mem_estimate e;
-  smelt_status s = sm_store_estimate(dir, 100, 2, false, &e);
+  smelt_status s = sm_store_estimate(dir, 100, SMELT_KV_F16, false, &e);
   if (s) fprintf(stderr, "estimate: %s\n", sm_errmsg());
   CHECK(s == SMELT_OK);
   CHECK_STR(e.arch, "qwen3");
@@ -378,37 +378,37 @@ static void test_estimate(void) {
 
   /* exactly enough / one byte short */
   set_store(&g_ss.available_memory, "544793");
-  CHECK(sm_store_estimate(dir, 100, 2, false, &e) == SMELT_OK);
+  CHECK(sm_store_estimate(dir, 100, SMELT_KV_F16, false, &e) == SMELT_OK);
   CHECK(e.fits);
   set_store(&g_ss.available_memory, "544792");
-  CHECK(sm_store_estimate(dir, 100, 2, false, &e) == SMELT_OK);
+  CHECK(sm_store_estimate(dir, 100, SMELT_KV_F16, false, &e) == SMELT_OK);
   CHECK(!e.fits);
 
-  /* f32 and q8 KV; default context = max_position_embeddings (1024) */
-  CHECK(sm_store_estimate(dir, 0, 4, false, &e) == SMELT_OK);
+  /* f32 and q8_0 KV; default context = max_position_embeddings (1024) */
+  CHECK(sm_store_estimate(dir, 0, SMELT_KV_F32, false, &e) == SMELT_OK);
   CHECK_EQ_U(e.max_tokens, 1024);
   CHECK_EQ_U(e.kv_bytes_per_token, 1024);
   CHECK_EQ_U(e.kv_bytes, 1024 * 1024);
-  CHECK(sm_store_estimate(dir, 7, 1, false, &e) == SMELT_OK);
-  CHECK_EQ_U(e.kv_bytes, 256 * 7);
+  /* q8_0: a head row of 32 values is 32 int8 codes + one f16 scale, padded to 36 bytes: 2 * 2 * 2 * 36 */
+  CHECK(sm_store_estimate(dir, 7, SMELT_KV_Q8_0, false, &e) == SMELT_OK);
+  CHECK_EQ_U(e.kv_bytes_per_token, 288);
+  CHECK_EQ_U(e.kv_bytes, 288 * 7);
+  /* q4_0: 16 bytes of nibbles + the scale, padded to 20 */
+  CHECK(sm_store_estimate(dir, 7, SMELT_KV_Q4_0, false, &e) == SMELT_OK);
+  CHECK_EQ_U(e.kv_bytes_per_token, 160);
   set_store(&g_ss.available_memory, NULL);
 
   /* host memory from /proc/meminfo */
   uint64_t avail = 0;
   CHECK(sm_store_host_mem_available(&avail));
   CHECK(avail > (1u << 20));
-  CHECK(sm_store_estimate(dir, 100, 2, false, &e) == SMELT_OK);
+  CHECK(sm_store_estimate(dir, 100, SMELT_KV_F16, false, &e) == SMELT_OK);
   CHECK(e.available_known && e.available_bytes > 0);
   /* cuda without a query hook: unknown, not refused */
-  CHECK(sm_store_estimate(dir, 100, 2, true, &e) == SMELT_OK);
+  CHECK(sm_store_estimate(dir, 100, SMELT_KV_F16, true, &e) == SMELT_OK);
   CHECK(!e.available_known && e.fits);
 
-  CHECK_EQ_U(sm_store_kv_dtype_bytes("f32"), 4);
-  CHECK_EQ_U(sm_store_kv_dtype_bytes("f16"), 2);
-  CHECK_EQ_U(sm_store_kv_dtype_bytes("bf16"), 2);
-  CHECK_EQ_U(sm_store_kv_dtype_bytes("q8"), 0); /* no quantized cache exists */
-  CHECK_EQ_U(sm_store_kv_dtype_bytes("f8"), 0);
-  CHECK(sm_store_estimate(dir, 100, 0, false, &e) == SMELT_ERR_INVALID);
+  CHECK(sm_store_estimate(dir, 100, (smelt_kv_type)99, false, &e) == SMELT_ERR_INVALID);
 
   /* a vision tower and projector: counted in the weights and parameters, and on their own
    * (a 4-bit qkv [96 x 32]: 4 u32 a row, scales/biases [96 x 1]; a dense bf16 projector [64 x 32]) */
@@ -428,7 +428,7 @@ static void test_estimate(void) {
   st = sm_path_join(vdir, "model.safetensors");
   write_safetensors(st, vt, (int)(sizeof vt / sizeof vt[0]));
   free(st);
-  CHECK(sm_store_estimate(vdir, 100, 2, false, &e) == SMELT_OK);
+  CHECK(sm_store_estimate(vdir, 100, SMELT_KV_F16, false, &e) == SMELT_OK);
   CHECK_EQ_U(e.n_tensors, 5);
   CHECK_EQ_U(e.n_vision_tensors, 4);
   CHECK_EQ_U(e.vision_bytes, 96 * 16 + 96 * 2 * 2 + 64 * 64);
@@ -440,16 +440,16 @@ static void test_estimate(void) {
   /* bad inputs: clean errors */
   char *bad = tmp_path("badfixture");
   mkdirs(bad);
-  CHECK(sm_store_estimate(bad, 100, 2, false, &e) != SMELT_OK); /* no config */
+  CHECK(sm_store_estimate(bad, 100, SMELT_KV_F16, false, &e) != SMELT_OK); /* no config */
   write_text(bad, "config.json", "{\"model_type\":\"llama\",\"num_hidden_layers\":2}");
-  CHECK(sm_store_estimate(bad, 100, 2, false, &e) != SMELT_OK); /* no heads */
+  CHECK(sm_store_estimate(bad, 100, SMELT_KV_F16, false, &e) != SMELT_OK); /* no heads */
   write_text(bad, "config.json", "{not json");
-  CHECK(sm_store_estimate(bad, 100, 2, false, &e) != SMELT_OK);
+  CHECK(sm_store_estimate(bad, 100, SMELT_KV_F16, false, &e) != SMELT_OK);
   write_text(bad, "config.json",
              "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
              "\"vocab_size\":10,\"intermediate_size\":8}");
   write_text(bad, "model.safetensors", "\xff\xff\xff\xff\xff\xff\xff\xff{}");
-  CHECK(sm_store_estimate(bad, 100, 2, false, &e) != SMELT_OK); /* corrupt header */
+  CHECK(sm_store_estimate(bad, 100, SMELT_KV_F16, false, &e) != SMELT_OK); /* corrupt header */
   free(bad);
   free(dir);
 }
@@ -470,7 +470,7 @@ static void test_estimate_hybrid(void) {
   write_safetensors(st, t, 1);
   free(st);
   sm_mem_estimate e;
-  smelt_status s = sm_store_estimate(dir, 100, 2, false, &e);
+  smelt_status s = sm_store_estimate(dir, 100, SMELT_KV_F16, false, &e);
   if (s) fprintf(stderr, "estimate: %s\n", sm_errmsg());
   CHECK(s == SMELT_OK);
   CHECK_EQ_U(e.n_layers, 4);
@@ -487,7 +487,7 @@ static void test_estimate_hybrid(void) {
   write_text(dir, "config.json",
              "{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":4,"
              "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":100}");
-  CHECK(sm_store_estimate(dir, 100, 2, false, &e) == SMELT_OK);
+  CHECK(sm_store_estimate(dir, 100, SMELT_KV_F16, false, &e) == SMELT_OK);
   CHECK_EQ_U(e.attn_layers, 4);
   CHECK_EQ_U(e.state_bytes, 0);
   CHECK_EQ_U(e.kv_bytes_per_token, 1024);

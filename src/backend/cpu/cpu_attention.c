@@ -1,6 +1,7 @@
 /* CPU backend: the paged KV cache (store) and attention (online softmax over chunks of the cache,
  * query rows that share a KV head processed together). */
 #include "backend/cpu/cpu_be.h"
+#include "backend/kv_quant.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,13 +17,19 @@ static int64_t kv_slot(const cpu_be *c, const sm_kv_cache *kv, int s, int32_t po
   return (int64_t)blk * kv->block_size + pos % kv->block_size;
 }
 
-/* n floats into a cache row of dtype dt (f16 / bf16: round to nearest even) */
-static void kv_put(void *dst, sm_dtype dt, const float *x, size_t n) {
+/* a position's n_kv_heads head rows of hd floats into the cache row at dst, hb bytes a head (f16 /
+ * bf16: round to nearest even; q8_0 / q4_0: each head row quantized on its own) */
+static void kv_put(char *dst, sm_dtype dt, const float *x, int nkv, int hd, size_t hb) {
+  const size_t n = (size_t)nkv * (size_t)hd;
+  if (sm_kv_quantized(dt)) {
+    for (int h = 0; h < nkv; h++) sm_kv_quantize_row(dst + (size_t)h * hb, dt, x + (size_t)h * hd, hd);
+    return;
+  }
   if (dt == SM_DT_F32) {
     memcpy(dst, x, n * sizeof(float));
     return;
   }
-  uint16_t *d = dst;
+  uint16_t *d = (uint16_t *)dst;
   if (dt == SM_DT_F16)
     for (size_t i = 0; i < n; i++) d[i] = sm_f32_to_f16(x[i]);
   else
@@ -32,13 +39,14 @@ static void kv_put(void *dst, sm_dtype dt, const float *x, size_t n) {
 void sm_cpu_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const float *k, const float *v) {
   cpu_be *c = CB(be);
   if (!kv || layer < 0 || layer >= kv->n_layers) return;
-  const size_t row = (size_t)kv->n_kv_heads * (size_t)kv->head_dim, es = sm_dtype_size(kv->dtype);
+  const int nkv = kv->n_kv_heads, hd = kv->head_dim;
+  const size_t row = (size_t)nkv * (size_t)hd, hb = sm_kv_head_bytes(kv->dtype, hd), rb = (size_t)nkv * hb;
   char *K = kv->k[layer], *Vc = kv->v[layer];
   for (int t = 0; t < c->b.n_tokens; t++) {
     int64_t s = kv_slot(c, kv, c->b.seq[t], c->b.pos[t]);
     if (s < 0) continue;
-    kv_put(K + (size_t)s * row * es, kv->dtype, k + (size_t)t * row, row);
-    kv_put(Vc + (size_t)s * row * es, kv->dtype, v + (size_t)t * row, row);
+    kv_put(K + (size_t)s * rb, kv->dtype, k + (size_t)t * row, nkv, hd, hb);
+    kv_put(Vc + (size_t)s * rb, kv->dtype, v + (size_t)t * row, nkv, hd, hb);
   }
 }
 
@@ -93,9 +101,9 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
   const sm_cpu_kern *k = c->k;
   const sm_kv_cache *kv = a->kv;
   const int hd = kv->head_dim, nkv = kv->n_kv_heads, grp = a->n_heads / nkv;
-  const size_t krow = (size_t)nkv * (size_t)hd, es = sm_dtype_size(kv->dtype);
+  const size_t hb = sm_kv_head_bytes(kv->dtype, hd), krow = (size_t)nkv * hb; /* bytes */
   const char *Kc = kv->k[a->layer], *Vc = kv->v[a->layer];
-  /* a half-precision cache: a chunk's K/V rows are widened into kw / vw first (once for all rows) */
+  /* a half-precision or quantized cache: a chunk's K/V rows are widened into kw / vw first (once for all rows) */
   const bool wide = kv->dtype != SM_DT_F32;
   float *Q = sm_xmalloc((size_t)ATT_ROWS * (size_t)hd * sizeof(float) * 2), *acc = Q + (size_t)ATT_ROWS * hd;
   float *kw = wide ? sm_xmalloc((size_t)ATT_CHUNK * 2 * (size_t)hd * sizeof(float)) : NULL;
@@ -140,8 +148,7 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
       for (int j = 0; j < np; j++) {
         int64_t s = sl[j];
         if (s < 0) continue;
-        const char *ks = Kc + ((size_t)s * krow + (size_t)kvh * hd) * es,
-                   *vs = Vc + ((size_t)s * krow + (size_t)kvh * hd) * es;
+        const char *ks = Kc + (size_t)s * krow + (size_t)kvh * hb, *vs = Vc + (size_t)s * krow + (size_t)kvh * hb;
         if (wide) {
           k->widen(kw + (size_t)nv * hd, ks, kv->dtype, (size_t)hd);
           k->widen(vw + (size_t)nv * hd, vs, kv->dtype, (size_t)hd);
@@ -161,9 +168,9 @@ static void att_range(void *vctx, size_t i0, size_t i1) {
         kv_slots(c, kv, sq, p1, np1, sln);
         for (int j = 0; j < np1; j++) {
           if (sln[j] < 0) continue;
-          const char *kp = Kc + ((size_t)sln[j] * krow + (size_t)kvh * hd) * es;
-          const char *vp = Vc + ((size_t)sln[j] * krow + (size_t)kvh * hd) * es;
-          for (size_t o = 0; o < (size_t)hd * es; o += 64) {
+          const char *kp = Kc + (size_t)sln[j] * krow + (size_t)kvh * hb;
+          const char *vp = Vc + (size_t)sln[j] * krow + (size_t)kvh * hb;
+          for (size_t o = 0; o < hb; o += 64) {
             __builtin_prefetch(kp + o, 0, 2);
             __builtin_prefetch(vp + o, 0, 2);
           }

@@ -663,6 +663,7 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
   }
   sm_backend *b = &c->base;
   b->name = "cpu";
+  b->kv_quant = true;
   b->n_threads = c->nth;
   b->destroy = be_destroy;
   b->alloc = be_alloc;

@@ -71,7 +71,8 @@ typedef struct {
    * head and the tokens of a prefill tile). */
   void (*att_scores)(const float *q, int ldq, int nq, const float *const *kr, int np, int hd, float *s, int lds);
   void (*att_pv)(const float *p, int ldp, int nq, const float *const *vr, int np, int hd, float *acc);
-  /* n half-precision KV elements (dt SM_DT_F16 or SM_DT_BF16) widened to float (exact) */
+  /* n half-precision KV elements (dt SM_DT_F16 or SM_DT_BF16) widened to float (exact), or one quantized
+   * head row of n values (SM_DT_Q8_0, SM_DT_Q4_0, src/backend/kv_quant.h) dequantized */
   void (*widen)(float *out, const void *src, sm_dtype dt, size_t n);
   bool (*i8_ok)(const sm_weight *w);
   void (*prep_xq)(const sm_weight *w, const float *x, int8_t *xq, float *xs, float *xsum);

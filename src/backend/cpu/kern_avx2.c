@@ -2,6 +2,7 @@
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2")
 #include "backend/cpu/cpu_internal.h"
+#include "backend/kv_quant.h"
 #include <immintrin.h>
 #include <string.h>
 #ifndef SM_PF_DIST
@@ -421,8 +422,58 @@ static void softcap(float *y, float cap, size_t n) {
   if (i < n) st_n(y + i, _mm256_mul_ps(c, vtanh(_mm256_mul_ps(ld_n(y + i, n - i), inv))), n - i);
 }
 
-/* F16C / shift widening of half-precision KV rows */
+/* a q8_0 head row of n values: 8 codes at a time sign-extended, converted and scaled by their group's
+ * f16 scale (the last, shorter group and a row of other lengths by the reference) */
+static void widen_q8(float *out, const void *src, size_t n) {
+  const int8_t *q = src;
+  const uint16_t *sc = (const uint16_t *)((const char *)src + sm_kv_scale_offset(SM_DT_Q8_0, (int)n));
+  size_t i = 0;
+  for (; i + SM_KV_QGROUP <= n; i += SM_KV_QGROUP) {
+    const __m256 d = _mm256_set1_ps(sm_f16_to_f32(sc[i / SM_KV_QGROUP]));
+    for (size_t j = i; j < i + SM_KV_QGROUP; j += 8) {
+      const __m256i w = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + j)));
+      _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_cvtepi32_ps(w), d));
+    }
+  }
+  sm_kv_dequantize_tail(out, src, SM_DT_Q8_0, (int)n, (int)i);
+}
+
+/* the 32 signed 4-bit values (code - 8) of 16 bytes, in order: value 2i in the low nibble of byte i */
+static inline void q4_unpack32(const uint8_t *b, __m128i *v0, __m128i *v1) {
+  const __m128i x = _mm_loadu_si128((const __m128i *)b), m = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
+  const __m128i lo = _mm_sub_epi8(_mm_and_si128(x, m), e), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), m), e);
+  *v0 = _mm_unpacklo_epi8(lo, hi);
+  *v1 = _mm_unpackhi_epi8(lo, hi);
+}
+
+/* a q4_0 head row of n values: a group of 32 from 16 bytes (a last, shorter group by the reference) */
+static void widen_q4(float *out, const void *src, size_t n) {
+  const uint8_t *q = src;
+  const uint16_t *sc = (const uint16_t *)((const char *)src + sm_kv_scale_offset(SM_DT_Q4_0, (int)n));
+  size_t i = 0;
+  for (; i + SM_KV_QGROUP <= n; i += SM_KV_QGROUP) {
+    const __m256 d = _mm256_set1_ps(sm_f16_to_f32(sc[i / SM_KV_QGROUP]));
+    __m128i v[2];
+    q4_unpack32(q + i / 2, &v[0], &v[1]);
+    for (int h = 0; h < 2; h++) {
+      _mm256_storeu_ps(out + i + 16 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v[h])), d));
+      _mm256_storeu_ps(out + i + 16 * h + 8,
+                       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v[h], 8))), d));
+    }
+  }
+  sm_kv_dequantize_tail(out, src, SM_DT_Q4_0, (int)n, (int)i);
+}
+
+/* F16C / shift widening of half-precision KV rows; quantized head rows dequantized */
 static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
+  if (dt == SM_DT_Q8_0) {
+    widen_q8(out, src, n);
+    return;
+  }
+  if (dt == SM_DT_Q4_0) {
+    widen_q4(out, src, n);
+    return;
+  }
   const uint16_t *s = src;
   size_t i = 0;
   if (dt == SM_DT_F16)

@@ -3,6 +3,7 @@
 #if defined(__x86_64__)
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2")
 #include "backend/cpu/cpu_internal.h"
+#include "backend/kv_quant.h"
 #include <immintrin.h>
 #include <string.h>
 
@@ -685,8 +686,49 @@ static void softcap(float *y, float cap, size_t n) {
   }
 }
 
-/* half-precision KV rows to float: vcvtph2ps (f16), a 16-bit shift (bf16) */
+/* a q8_0 head row of n values: 16 codes at a time sign-extended, converted and scaled by their group's
+ * f16 scale (masked for a last, shorter group) */
+static void widen_q8(float *out, const void *src, size_t n) {
+  const int8_t *q = src;
+  const uint16_t *sc = (const uint16_t *)((const char *)src + sm_kv_scale_offset(SM_DT_Q8_0, (int)n));
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tmask(i, n);
+    const __m512 d = _mm512_set1_ps(sm_f16_to_f32(sc[i / SM_KV_QGROUP]));
+    const __m512i w = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + i));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_cvtepi32_ps(w), d));
+  }
+}
+
+/* a q4_0 head row of n values: a group of 32 from 16 bytes, nibbles split and interleaved back into
+ * order (a last, shorter group by the reference) */
+static void widen_q4(float *out, const void *src, size_t n) {
+  const uint8_t *q = src;
+  const uint16_t *sc = (const uint16_t *)((const char *)src + sm_kv_scale_offset(SM_DT_Q4_0, (int)n));
+  const __m128i m = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
+  size_t i = 0;
+  for (; i + SM_KV_QGROUP <= n; i += SM_KV_QGROUP) {
+    const __m512 d = _mm512_set1_ps(sm_f16_to_f32(sc[i / SM_KV_QGROUP]));
+    const __m128i x = _mm_loadu_si128((const __m128i *)(q + i / 2));
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(x, m), e),
+                  hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), m), e);
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_unpacklo_epi8(lo, hi))), d));
+    _mm512_storeu_ps(out + i + 16,
+                     _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_unpackhi_epi8(lo, hi))), d));
+  }
+  sm_kv_dequantize_tail(out, src, SM_DT_Q4_0, (int)n, (int)i);
+}
+
+/* half-precision KV rows to float: vcvtph2ps (f16), a 16-bit shift (bf16); quantized head rows
+ * dequantized */
 static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
+  if (dt == SM_DT_Q8_0) {
+    widen_q8(out, src, n);
+    return;
+  }
+  if (dt == SM_DT_Q4_0) {
+    widen_q4(out, src, n);
+    return;
+  }
   const uint16_t *s = src;
   for (size_t i = 0; i < n; i += 16) {
     const __mmask16 m = tmask(i, n);

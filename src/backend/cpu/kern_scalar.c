@@ -1,5 +1,6 @@
 /* Portable scalar kernels (fallback and reference path). */
 #include "backend/cpu/cpu_internal.h"
+#include "backend/kv_quant.h"
 #include <math.h>
 #include <string.h>
 
@@ -130,7 +131,8 @@ static void softcap(float *y, float cap, size_t n) {
 
 static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
   const uint16_t *s = src;
-  if (dt == SM_DT_F16)
+  if (sm_kv_quantized(dt)) sm_kv_dequantize_row(out, src, dt, (int)n);
+  else if (dt == SM_DT_F16)
     for (size_t i = 0; i < n; i++) out[i] = sm_f16_to_f32(s[i]);
   else
     for (size_t i = 0; i < n; i++) out[i] = sm_bf16_to_f32(s[i]);
