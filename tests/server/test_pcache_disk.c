@@ -3,7 +3,8 @@
  * prompt, with the logits of a memory-cache hit; damaged files are refused and deleted; the files
  * stay within the size limit; blocks written at shutdown serve a new engine. The KV goes through
  * the backend's upload / download, so SMELT_KVDISK_DEVICE=cuda runs the same on the CUDA backend
- * (exit 77 without one). Argument: the source directory; a scratch directory. */
+ * (exit 77 without one); on the CPU also with a q8_0 cache. Arguments: the source directory; a scratch
+ * directory. */
 #include <dirent.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -15,13 +16,14 @@
 enum { CTX = 256, BS = 16, N1 = 200, N2 = 240 };
 static bool g_cuda;
 
-static smelt_model *load(const char *src) {
+static smelt_model *load(const char *src, smelt_kv_type kv) {
   char dir[1024];
   snprintf(dir, sizeof dir, "%s/models/smelt-tiny", src);
   smelt_model_params mp;
   smelt_model_params_default(&mp);
   mp.device = g_cuda ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
   mp.max_context = CTX;
+  mp.kv_type = kv;
   smelt_model *m = NULL;
   if (smelt_model_load(dir, &mp, &m)) {
     fprintf(stderr, "load %s: %s\n", dir, smelt_last_error());
@@ -98,19 +100,12 @@ static bool same(const float *a, const float *b, int V) {
   return g_cuda ? t_max_rel(a, b, (size_t)V, 1.0) < 1e-5 : !memcmp(a, b, sizeof(float) * (size_t)V);
 }
 
-int main(int argc, char **argv) {
-  const char *src = argc > 1 ? argv[1] : ".", *tmp = argc > 2 ? argv[2] : "/tmp/smelt-kvdisk";
-  const char *dev = getenv("SMELT_KVDISK_DEVICE");
-  g_cuda = dev && !strcmp(dev, "cuda");
-  smelt_model *m = load(src);
-  if (!m) {
-    if (g_cuda) {
-      printf("no usable CUDA backend: skipping\n");
-      return 77;
-    }
-    CHECK(0, "load the built-in model");
-    TEST_END();
-  }
+/* the checks for one KV type; false: the model could not be loaded */
+static bool check(const char *src, const char *tmp_root, smelt_kv_type kv) {
+  smelt_model *m = load(src, kv);
+  if (!m) return false;
+  char tmp[900];
+  snprintf(tmp, sizeof tmp, "%s-%s", tmp_root, smelt_kv_type_name(kv));
   const int V = m->cfg.vocab_size;
   int32_t p1[N1], p2[N2];
   uint32_t r = 12345;
@@ -137,7 +132,7 @@ int main(int argc, char **argv) {
   sm_engine *e = engine(m, CTX / BS);
   sm_pdisk *d = sm_pdisk_open(e, dir, 1ull << 30);
   CHECK(d != NULL, "open %s", dir);
-  if (!d) TEST_END();
+  if (!d) return true;
   sm_pdisk_stats st;
   run(e, p1, N1, lg);
   CHECK(same(lg, cold, V), "a cold run with the tier attached");
@@ -241,10 +236,27 @@ int main(int argc, char **argv) {
   sm_pdisk_close(d, e);
   sm_engine_free(e);
 
-  printf("kv disk cache (%s): %llu-byte block files\n", g_cuda ? "cuda" : "cpu", (unsigned long long)file_bytes);
+  printf("kv disk cache (%s, %s): %llu-byte block files\n", g_cuda ? "cuda" : "cpu", smelt_kv_type_name(kv),
+         (unsigned long long)file_bytes);
   free(cold);
   free(mem);
   free(lg);
   smelt_model_free(m);
+  return true;
+}
+
+int main(int argc, char **argv) {
+  const char *src = argc > 1 ? argv[1] : ".", *tmp = argc > 2 ? argv[2] : "/tmp/smelt-kvdisk";
+  const char *dev = getenv("SMELT_KVDISK_DEVICE");
+  g_cuda = dev && !strcmp(dev, "cuda");
+  if (!check(src, tmp, SMELT_KV_F16)) {
+    if (g_cuda) {
+      printf("no usable CUDA backend: skipping\n");
+      return 77;
+    }
+    CHECK(0, "load the built-in model");
+  }
+  /* a quantized KV type (CPU backend only): blocks of head rows with their scales */
+  if (!g_cuda) CHECK(check(src, tmp, SMELT_KV_Q8_0), "load the built-in model with a q8_0 cache");
   TEST_END();
 }
