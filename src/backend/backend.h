@@ -120,10 +120,21 @@ typedef struct {
   int n_pen;               /* distinct token ids in [0, vocab) with their counts */
   const sm_tok_count *pen; /* host memory */
   double u;                /* uniform in [0, 1) drawn by the host (unused when greedy) */
+  /* Constrained decoding (step 0 of sm_sample_row), host memory read during the call. Device
+   * backends apply both on the device (the CUDA backend uploads all masks of a call in one copy
+   * from pinned memory), so a masked row is sampled like any other and its logits never come back. */
+  int n_bias;              /* OpenAI logit_bias: logit[bias_ids[i]] += bias_vals[i], i in order */
+  const int32_t *bias_ids; /* [n_bias] in [0, vocab) */
+  const float *bias_vals;  /* [n_bias] */
+  /* NULL, or a grammar mask of (vocab + 31) / 32 words: token t is allowed when bit t % 32 of word
+   * t / 32 is set; the others' logits become -inf. A mask that allows no token of [0, vocab) is
+   * refused (sm_sample_check). */
+  const uint32_t *mask;
 } sm_sample_req;
 
 /* Reference sampler, shared by the host sampler and the CPU backend; every backend's
  * sample op returns exactly this token for the same logits and request:
+ *  0. the logit biases in order, then the mask (masked logits -inf);
  *  1. penalties on pen[] tokens; every logit l becomes its key (NaN -> -inf, +inf -> FLT_MAX,
  *     -0 -> +0);
  *  2. greedy: the first index of the maximum key;
@@ -138,8 +149,13 @@ typedef struct {
  *     weight) (fallback: the last kept one of non-zero weight).
  * row (vocab floats) is overwritten; e (vocab floats) and idx (vocab ints) are scratch. */
 int32_t sm_sample_row(const sm_sample_req *r, float *row, int vocab, float *e, int32_t *idx);
-/* Argument checks for a sample op (rows, penalty tokens); SMELT_ERR_INVALID with a message. */
+/* (-1 when r->mask allows no token: sm_sample_check refuses such a request first.) */
+/* Argument checks for a sample op (rows, penalty and bias tokens, a mask that allows no token);
+ * SMELT_ERR_INVALID with a message. */
 smelt_status sm_sample_check(const sm_sample_req *req, int n_req, int n_rows, int vocab);
+/* Set the logits of the tokens whose bit in mask is clear to -inf (step 0 of sm_sample_row);
+ * returns the number of allowed tokens in [0, vocab). */
+int sm_sample_apply_mask(float *logits, int vocab, const uint32_t *mask);
 
 /* What a matmul computes in the model. The model states it with every matmul; backends use it to
  * pick kernels and fusions and never infer it from shapes. */
@@ -316,7 +332,8 @@ struct sm_backend {
   /* Optional (NULL: the engine downloads the logits and samples on the host): for each of
    * n_req requests, out_tokens[i] = sm_sample_row(req[i], row req[i].row of logits), where
    * logits is a backend buffer of n_rows x vocab floats (left unchanged). out_tokens is host
-   * memory; waits for all previous ops. */
+   * memory; waits for all previous ops. Requests with a grammar mask or logit biases are
+   * sampled here like the others (the backend applies them; see sm_sample_req). */
   smelt_status (*sample)(sm_backend *be, const float *logits, int n_rows, int vocab, const sm_sample_req *req,
                          int n_req, int32_t *out_tokens);
   /* Optional (NULL: no pipelined decode): the sample op for one request without waiting. The

@@ -1,5 +1,6 @@
-/* Reference token sampler on one row of logits (see backend.h, sm_sample_row). The host
- * sampler and the CPU backend call it; the CUDA kernels (cuda_sample.cu) reproduce it bit for
+/* Reference token sampler on one row of logits (see backend.h, sm_sample_row), with its
+ * constrained-decoding step (logit biases and the grammar mask). The host sampler and the CPU
+ * backend call it; the CUDA kernels (cuda_sample.cu) reproduce it bit for
  * bit with the arithmetic of sample_math.h. */
 #pragma GCC optimize("fp-contract=off")
 #include "backend/backend.h"
@@ -30,8 +31,32 @@ static void top_k_sorted(const float *v, int n, int k, int32_t *out) {
   }
 }
 
+int sm_sample_apply_mask(float *logits, int vocab, const uint32_t *mask) {
+  int allowed = 0;
+  for (int w = 0; w * 32 < vocab; w++) {
+    int end = SM_MIN(32, vocab - w * 32);
+    uint32_t m = end == 32 ? mask[w] : mask[w] & ((1u << end) - 1u);
+    allowed += __builtin_popcount(m);
+    if (m == 0xFFFFFFFFu) continue;
+    for (int b = 0; b < end; b++)
+      if (!((m >> b) & 1u)) logits[w * 32 + b] = -INFINITY;
+  }
+  return allowed;
+}
+
+/* some token of [0, vocab) is allowed (stops at the first one) */
+static bool mask_allows_any(const uint32_t *mask, int vocab) {
+  const int full = vocab / 32;
+  for (int w = 0; w < full; w++)
+    if (mask[w]) return true;
+  return vocab % 32 && (mask[full] & ((1u << (vocab % 32)) - 1u));
+}
+
 int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t *idx) {
   if (V <= 0) return 0;
+  for (int i = 0; i < r->n_bias; i++)
+    if (r->bias_ids[i] >= 0 && r->bias_ids[i] < V) l[r->bias_ids[i]] += r->bias_vals[i];
+  if (r->mask && sm_sample_apply_mask(l, V, r->mask) == 0) return -1;
   for (int i = 0; i < r->n_pen; i++) {
     int32_t t = r->pen[i].token;
     if (t < 0 || t >= V) continue;
@@ -110,6 +135,13 @@ smelt_status sm_sample_check(const sm_sample_req *req, int n_req, int n_rows, in
     for (int k = 0; k < r->n_pen; k++)
       if (r->pen[k].token < 0 || r->pen[k].token >= vocab)
         return sm_err(SMELT_ERR_INVALID, "sample: penalty token %d out of range (vocab %d)", r->pen[k].token, vocab);
+    if (r->n_bias < 0 || (r->n_bias > 0 && (!r->bias_ids || !r->bias_vals)))
+      return sm_err(SMELT_ERR_INVALID, "sample: request %d has a bad logit bias list", i);
+    for (int k = 0; k < r->n_bias; k++)
+      if (r->bias_ids[k] < 0 || r->bias_ids[k] >= vocab)
+        return sm_err(SMELT_ERR_INVALID, "sample: logit bias token %d out of range (vocab %d)", r->bias_ids[k], vocab);
+    if (r->mask && !mask_allows_any(r->mask, vocab))
+      return sm_err(SMELT_ERR_INVALID, "sample: request %d: its grammar mask allows no token", i);
   }
   return SMELT_OK;
 }

@@ -441,8 +441,9 @@ smelt_status sm_seq_truncate(sm_engine *e, sm_seq *s, int len) {
 }
 
 /* Sampling mode (tokens != NULL): the rows of sequences with a sampler are sampled by the
- * backend's sample op (or on the host from downloaded logits when it has none, or with
- * params.host_sample); only the other rows are downloaded, into logits. */
+ * backend's sample op, grammar masks and logit biases included (or on the host from downloaded
+ * logits when it has none, or with params.host_sample); only the other rows are downloaded,
+ * into logits. */
 static smelt_status sample_rows(sm_engine *e, sm_seq **seqs, int n, const int *out_of, int n_out, sm_sampler **smp,
                                 int32_t *tokens, float *logits) {
   smelt_model *m = e->m;
@@ -452,25 +453,24 @@ static smelt_status sample_rows(sm_engine *e, sm_seq **seqs, int n, const int *o
   int32_t *tok = sm_xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
   int *req_of = sm_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
   int nreq = 0;
-  bool masked = false; /* a grammar mask or logit biases: sampled on the host (sm_sampler_adjust) */
   for (int i = 0; i < n; i++) {
     if (out_of[i] < 0 || !smp[i]) continue;
     sm_sampler_prepare(smp[i], sm_seq_tokens(seqs[i]), sm_seq_len(seqs[i]), &req[nreq]);
     req[nreq].row = out_of[i];
     req_of[nreq++] = i;
-    masked |= smp[i]->mask != NULL || smp[i]->n_bias > 0;
   }
   smelt_status st = SMELT_OK;
   float *host = NULL; /* all rows on the host (fallback) */
-  if (nreq && be->sample && !e->p.host_sample && !masked) {
+  if (nreq && be->sample && !e->p.host_sample) {
     st = be->sample(be, m->logits, n_out, V, req, nreq, tok);
   } else if (n_out) {
-    host = malloc(sizeof(float) * (size_t)n_out * V);
-    if (!host) st = sm_err(SMELT_ERR_OOM, "logits of %d rows", n_out);
-    else be->download(be, host, m->logits, sizeof(float) * (size_t)n_out * V);
+    /* the same checks as a backend's sample op (a mask that allows nothing is an error) */
+    st = sm_sample_check(req, nreq, n_out, V);
+    host = st ? NULL : malloc(sizeof(float) * (size_t)n_out * V);
+    if (!st && !host) st = sm_err(SMELT_ERR_OOM, "logits of %d rows", n_out);
+    else if (!st) be->download(be, host, m->logits, sizeof(float) * (size_t)n_out * V);
     for (int k = 0; !st && k < nreq; k++) {
       sm_sampler *s = smp[req_of[k]];
-      sm_sampler_adjust(s, host + (size_t)req[k].row * V);
       tok[k] = sm_sample_row(&req[k], host + (size_t)req[k].row * V, V, s->probs, s->idx);
     }
   }

@@ -9,9 +9,9 @@
  *
  * Each step, sm_grammar_mask fills a bitset over the vocabulary (bit t set: token t keeps the
  * text a prefix of some sentence of the grammar); the sampler sets the logits of the other
- * tokens to -inf (sm_sample_apply_mask, engine/sampler.h) and sm_grammar_accept advances the
- * state by the sampled token. End-of-sequence tokens are allowed exactly when the text so far
- * is a complete sentence. Special tokens are never allowed, except where the grammar names one
+ * tokens to -inf (step 0 of sm_sample_row, backend.h; on the GPU for the CUDA backend) and
+ * sm_grammar_accept advances the state by the sampled token. End-of-sequence tokens are allowed
+ * exactly when the text so far is a complete sentence. Special tokens are never allowed, except where the grammar names one
  * with <[id]>.
  *
  * GBNF as in llama.cpp: `name ::= alternatives`, "literals" with \n \t \r \\ \" \xHH \uHHHH

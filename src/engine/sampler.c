@@ -144,28 +144,15 @@ void sm_sampler_prepare(sm_sampler *s, const int32_t *hist, int nh, sm_sample_re
   r->presence_penalty = p->presence_penalty;
   r->n_pen = count_penalties(s, hist, nh);
   r->pen = r->n_pen ? s->pen : NULL;
+  r->n_bias = s->n_bias;
+  r->bias_ids = s->bias_ids;
+  r->bias_vals = s->bias_vals;
+  r->mask = s->mask;
   int n;
   r->u = sm_sample_plan(p->temperature, p->top_k, p->top_p, s->vocab, &n) == SM_SAMPLE_GREEDY ? 0.0 : next_unit(s->rng);
 }
 
-void sm_sample_apply_mask(float *logits, int vocab, const uint32_t *mask) {
-  for (int w = 0; w * 32 < vocab; w++) {
-    uint32_t m = mask[w];
-    if (m == 0xFFFFFFFFu) continue;
-    int end = SM_MIN(32, vocab - w * 32);
-    for (int b = 0; b < end; b++)
-      if (!((m >> b) & 1u)) logits[w * 32 + b] = -INFINITY;
-  }
-}
-
-void sm_sampler_adjust(const sm_sampler *s, float *logits) {
-  for (int i = 0; i < s->n_bias; i++)
-    if (s->bias_ids[i] >= 0 && s->bias_ids[i] < s->vocab) logits[s->bias_ids[i]] += s->bias_vals[i];
-  if (s->mask) sm_sample_apply_mask(logits, s->vocab, s->mask);
-}
-
 int32_t sm_sampler_sample(sm_sampler *s, float *logits, const int32_t *hist, int nh) {
-  sm_sampler_adjust(s, logits);
   sm_sample_req r;
   sm_sampler_prepare(s, hist, nh, &r);
   return sm_sample_row(&r, logits, s->vocab, s->probs, s->idx);

@@ -11,11 +11,11 @@ typedef struct {
   int vocab;
   /* Optional allowed-token bitset over the vocabulary (bit t of word t/32; grammar.h fills it),
    * owned by the caller and read at every sample: tokens whose bit is clear are never drawn.
-   * Applied on the host (sm_sample_apply_mask): the engine samples masked rows from downloaded
-   * logits, so a backend kernel taking the bitset can replace that one function later. */
+   * sm_sampler_prepare passes it on in the request (sm_sample_req.mask), so the backend's sample
+   * op applies it where the logits are (on the GPU for the CUDA backend). */
   const uint32_t *mask;
   /* Optional logit biases (OpenAI logit_bias), owned by the caller: logit[bias_ids[i]] +=
-   * bias_vals[i] before sampling (host, like the mask). */
+   * bias_vals[i] before sampling (passed on in the request, like the mask). */
   const int32_t *bias_ids;
   const float *bias_vals;
   int n_bias;
@@ -32,17 +32,14 @@ typedef struct {
 void sm_sampler_init(sm_sampler *s, const smelt_sampling *p, int vocab);
 void sm_sampler_free(sm_sampler *s);
 /* Sample from logits (modified in place). history: previous tokens for penalties.
- * = sm_sampler_prepare + sm_sample_row (backend.h) on the host. */
+ * = sm_sampler_prepare + sm_sample_row (backend.h) on the host: -1 when the mask allows no token. */
 int32_t sm_sampler_sample(sm_sampler *s, float *logits, const int32_t *history, int n_history);
 /* The host's part of sampling one token, for a backend's sample op: req gets the parameters,
  * the (token, count) pairs of the penalty window of history (req->pen points into s, valid
- * until the next prepare) and, unless greedy, one uniform draw from s's generator, so the
- * seeded stream advances exactly as in sm_sampler_sample. req->row is set to 0. */
+ * until the next prepare), s's logit biases and mask (pointers) and, unless greedy, one uniform
+ * draw from s's generator, so the seeded stream advances exactly as in sm_sampler_sample.
+ * req->row is set to 0. */
 void sm_sampler_prepare(sm_sampler *s, const int32_t *history, int n_history, sm_sample_req *req);
-/* Set the logits of tokens whose bit in mask is clear to -inf (the grammar mask). */
-void sm_sample_apply_mask(float *logits, int vocab, const uint32_t *mask);
-/* The host-side adjustments of s before sampling: logit biases, then the mask. */
-void sm_sampler_adjust(const sm_sampler *s, float *logits);
 /* log-softmax of logits into out (vocab floats). */
 void sm_log_softmax(const float *logits, int n, float *out);
 /* top-n (by value) indices of v, sorted descending. */

@@ -39,6 +39,10 @@ smelt_status sm_spec_decode(sm_engine *e, sm_seq *s, sm_engine *de, sm_seq *d, i
       if (j < n_prop && tok == prop[j]) continue; /* draft token confirmed */
       break;
     }
+    if (tok < 0) { /* the sampler's grammar mask allows no token */
+      st = sm_err(SMELT_ERR_INVALID, "speculative decoding: the grammar mask allows no token");
+      break;
+    }
     int kept = SM_MIN(j, n_prop); /* draft tokens accepted this round */
     if (accepted) *accepted += kept;
     int base = sm_seq_len(s) - n_prop; /* length before the proposals */

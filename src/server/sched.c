@@ -334,11 +334,15 @@ static void preempt_newest(sm_sched *s) {
 }
 
 /* The grammar mask of a constrained choice for its next token (engine thread, mu not held).
- * When nothing may follow, only the end-of-sequence tokens are allowed. */
+ * When nothing may follow, only the end-of-sequence tokens are allowed; a model without one gets
+ * a mask that allows every token (a mask that allows none is an error of the sample op): the
+ * grammar refuses the token, which ends the choice without its text. */
 static void ensure_mask(sm_sched *s, sm_choice *c) {
   if (!c->gs || c->mask_ok) return;
-  if (sm_grammar_mask(c->gs, c->mask) == 0)
+  if (sm_grammar_mask(c->gs, c->mask) == 0) {
     for (int i = 0; i < s->n_eos; i++) sm_mask_set(c->mask, s->eos[i]);
+    if (!s->n_eos) memset(c->mask, 0xff, sizeof(uint32_t) * (size_t)((s->vocab + 31) / 32));
+  }
   c->mask_ok = true;
 }
 
@@ -353,11 +357,11 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
     tok = sm_sampler_sample(&c->sampler, row, sm_seq_tokens(c->seq), sm_seq_len(c->seq));
   }
   if (tok < 0 || tok >= s->vocab) tok = s->n_eos ? s->eos[0] : 0;
-  bool grammar_end = false;
+  bool grammar_end = false, refused = false;
   if (c->gs) {
     c->mask_ok = false;
-    /* a token outside the grammar (cannot happen with the mask applied) ends the choice */
-    if (sm_grammar_accept(c->gs, tok) != SMELT_OK) grammar_end = true;
+    /* a token outside the grammar (only when nothing may follow, see ensure_mask) ends the choice */
+    if (sm_grammar_accept(c->gs, tok) != SMELT_OK) grammar_end = refused = true;
     else grammar_end = sm_grammar_finished(c->gs);
   }
   rec.id = tok;
@@ -378,7 +382,7 @@ static void process_token(sm_sched *s, sm_job *j, int ci, float *row, int32_t to
   bool eos = !j->req.ignore_eos && is_eos(s, tok);
   char *piece = NULL, *tail = NULL;
   size_t plen = 0, tlen = 0;
-  if (!eos) plen = sm_detok_push(c->detok, tok, &piece);
+  if (!eos && !refused) plen = sm_detok_push(c->detok, tok, &piece);
   if (c->n_gen == c->cap_gen) {
     c->cap_gen = c->cap_gen ? c->cap_gen * 2 : 64;
     c->gen = sm_xrealloc(c->gen, sizeof(int32_t) * (size_t)c->cap_gen);

@@ -106,6 +106,7 @@ static smelt_status be_sample_async(sm_backend *be, const float *logits, int n_r
   c->d_feed = c->d_meta;
   int ncand = 0;
   if (c->rec && n_rows >= 1 && req->row >= 0 && req->row < n_rows && req->n_pen == 0 &&
+      req->n_bias == 0 && !req->mask &&
       sm_sample_plan(req->temperature, req->top_k, req->top_p, vocab, &ncand) == SM_SAMPLE_GREEDY) {
     /* greedy: the argmax joins the recorded forward (one graph with it), the token is written to
      * the next step's input and to the mapped pinned slot: no separate launch, no download */

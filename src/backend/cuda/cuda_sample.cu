@@ -6,7 +6,12 @@
  * sequential host loops bit for bit.
  *
  * Per call, on the backend's stream:
- *  - requests with penalties: copy their row (D2D) and penalize the (token, count) pairs;
+ *  - the requests, penalty pairs, logit biases and grammar masks ((vocab + 31) / 32 words a masked
+ *    request) are staged in one pinned host buffer and uploaded in one async copy;
+ *  - requests with a mask, biases or penalties: k_prep_rows copies their row with masked logits set
+ *    to -inf (one launch for all of them), k_bias adds the biases of allowed tokens (in order, one
+ *    thread a request) and k_penalize penalizes the (token, count) pairs; so a masked row is sampled
+ *    like any other and its logits never leave the device;
  *  - greedy requests: k_argmax, a grid of blocks per row (key = sm_sample_key(logit), first
  *    max index); the last block of a row (atomic counter) reduces the partial results;
  *  - sorted requests (top_k, or top_p < 1): keys + ids -> cub::DeviceRadixSort (descending,
@@ -31,7 +36,11 @@
 /* one request as the kernels see it */
 typedef struct {
   double u;
-  const float *src;   /* logits row (or its penalized copy) */
+  const float *src;   /* logits row (or its masked / biased / penalized copy) */
+  const float *orig;  /* the logits row (copy) */
+  const uint32_t *mask; /* grammar mask (device copy; NULL: none) */
+  int copy;           /* src is a copy of orig made by k_prep_rows */
+  int bias_off, n_bias; /* its logit biases in the staged dbias list */
   const float *keys;  /* sorted keys (NULL: src in natural order) */
   const int32_t *idx; /* token ids of the sorted keys */
   float *e;           /* scratch: e of each candidate */
@@ -40,8 +49,53 @@ typedef struct {
 } dreq;
 
 typedef struct { int32_t req, token, count; } dpen;
+typedef struct { int32_t token; float val; } dbias;
+
+static __device__ __forceinline__ bool allowed(const uint32_t *m, int i) { return (m[i >> 5] >> (i & 31)) & 1u; }
 
 /* ---------------- kernels ---------------- */
+/* grid (blocks, n_req): the working copy of each request that has one = its logits row with the
+ * tokens its mask leaves out at -inf (host: sm_sample_apply_mask after the biases, which only
+ * reach allowed tokens here, see k_bias) */
+static __global__ void k_prep_rows(const dreq *rq, int V) {
+  const dreq *r = &rq[blockIdx.y];
+  if (!r->copy) return;
+  const float *x = r->orig;
+  float *y = (float *)r->src;
+  const uint32_t *m = r->mask;
+  const int stride = gridDim.x * blockDim.x;
+  if ((V & 3) == 0 && (((uintptr_t)x | (uintptr_t)y) & 15) == 0) {
+    const float4 *x4 = (const float4 *)x;
+    float4 *y4 = (float4 *)y;
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < (V >> 2); j += stride) {
+      float4 v = x4[j];
+      if (m) {
+        const uint32_t w = m[j >> 3] >> ((j & 7) << 2);
+        if (!(w & 1u)) v.x = -INFINITY;
+        if (!(w & 2u)) v.y = -INFINITY;
+        if (!(w & 4u)) v.z = -INFINITY;
+        if (!(w & 8u)) v.w = -INFINITY;
+      }
+      y4[j] = v;
+    }
+  } else {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < V; i += stride)
+      y[i] = m && !allowed(m, i) ? -INFINITY : x[i];
+  }
+}
+
+/* one thread per request: its logit biases in order (the host's sequential +=), allowed tokens only */
+static __global__ void k_bias(const dreq *rq, int n_req, const dbias *b) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= n_req) return;
+  const dreq q = rq[r];
+  float *x = (float *)q.src;
+  for (int k = 0; k < q.n_bias; k++) {
+    const dbias a = b[q.bias_off + k];
+    if (!q.mask || allowed(q.mask, a.token)) x[a.token] = SM_FADD(x[a.token], a.val);
+  }
+}
+
 static __global__ void k_penalize(const dpen *p, int n, const dreq *rq) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -292,19 +346,24 @@ static smelt_status cuerr(cudaError_t e, const char *what) {
  * returns without waiting */
 static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample_req *req, int n_req, int32_t *out,
                         cudaStream_t s, int32_t *dev_dst) {
-  int n_pen_req = 0, n_sorted = 0, n_walk = 0, n_greedy = 0;
-  size_t total_pen = 0;
+  int n_copy = 0, n_mask = 0, n_sorted = 0, n_walk = 0, n_greedy = 0;
+  size_t total_pen = 0, total_bias = 0;
   for (int i = 0; i < n_req; i++) {
     int n;
     int mode = sm_sample_plan(req[i].temperature, req[i].top_k, req[i].top_p, V, &n);
     n_greedy += mode == SM_SAMPLE_GREEDY;
     n_walk += mode != SM_SAMPLE_GREEDY;
     n_sorted += mode == SM_SAMPLE_SORTED;
-    if (req[i].n_pen > 0) { n_pen_req++; total_pen += (size_t)req[i].n_pen; }
+    total_pen += (size_t)SM_MAX(req[i].n_pen, 0);
+    total_bias += (size_t)SM_MAX(req[i].n_bias, 0);
+    n_mask += req[i].mask != NULL;
+    n_copy += req[i].n_pen > 0 || req[i].n_bias > 0 || req[i].mask;
   }
-  const size_t Vz = (size_t)V;
+  const size_t Vz = (size_t)V, W = (Vz + 31) / 32;
   const size_t pen_off = (sizeof(dreq) * (size_t)n_req + 15) & ~(size_t)15;
-  const size_t stage = pen_off + sizeof(dpen) * total_pen;
+  const size_t bias_off = (pen_off + sizeof(dpen) * total_pen + 15) & ~(size_t)15;
+  const size_t mask_off = (bias_off + sizeof(dbias) * total_bias + 15) & ~(size_t)15;
+  const size_t stage = mask_off + sizeof(uint32_t) * W * (size_t)n_mask;
   size_t tmp_need = 0;
   cudaError_t ce;
   if (n_sorted) {
@@ -314,7 +373,7 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
   }
   const size_t cnt_before = x->cnt.cap;
   if (!hgrow(&x->h_stage, stage) || !dgrow(&x->d_stage, stage) ||
-      !dgrow(&x->rows, sizeof(float) * Vz * (size_t)n_pen_req) || !dgrow(&x->e, sizeof(float) * Vz * (size_t)n_walk) ||
+      !dgrow(&x->rows, sizeof(float) * Vz * (size_t)n_copy) || !dgrow(&x->e, sizeof(float) * Vz * (size_t)n_walk) ||
       !dgrow(&x->kin, n_sorted ? sizeof(float) * Vz : 0) || !dgrow(&x->iin, n_sorted ? sizeof(int32_t) * Vz : 0) ||
       !dgrow(&x->kout, sizeof(float) * Vz * (size_t)n_sorted) ||
       !dgrow(&x->iout, sizeof(int32_t) * Vz * (size_t)n_sorted) || !dgrow(&x->tmp, n_sorted ? SM_MAX(tmp_need, (size_t)256) : 0) || /* never NULL: CUB reads NULL as a size query */
@@ -324,7 +383,7 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
     return sm_err(SMELT_ERR_OOM, "cuda sample: out of memory for scratch (%d requests, vocab %d)", n_req, V);
   if (x->cnt.cap != cnt_before && (ce = cudaMemsetAsync(x->cnt.p, 0, x->cnt.cap, s)) != cudaSuccess)
     return cuerr(ce, "memset");
-  if (n_req == 1 && n_greedy == 1 && total_pen == 0) { /* one greedy row: no request upload */
+  if (n_req == 1 && n_greedy == 1 && n_copy == 0) { /* one greedy row as it is: no request upload */
     int nsplit = SM_MIN(ARG_MAX_SPLIT, SM_MAX(1, (V + ARG_CHUNK - 1) / ARG_CHUNK));
     int chunk = (((V + nsplit - 1) / nsplit) + 3) & ~3;
     nsplit = (V + chunk - 1) / chunk;
@@ -344,10 +403,13 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
   x->stage_live = false;
   dreq *h = (dreq *)x->h_stage.p;
   dpen *hp = (dpen *)((char *)x->h_stage.p + pen_off);
+  dbias *hb = (dbias *)((char *)x->h_stage.p + bias_off);
+  uint32_t *hm = (uint32_t *)((char *)x->h_stage.p + mask_off);
+  const uint32_t *dm = (const uint32_t *)((char *)x->d_stage.p + mask_off);
   float *rows = (float *)x->rows.p, *ebuf = (float *)x->e.p, *kout = (float *)x->kout.p;
   int32_t *iout = (int32_t *)x->iout.p;
-  int i_pen = 0, i_walk = 0, i_sort = 0;
-  size_t np = 0;
+  int i_copy = 0, i_mask = 0, i_walk = 0, i_sort = 0;
+  size_t np = 0, nbias = 0;
   for (int i = 0; i < n_req; i++) {
     const sm_sample_req *r = &req[i];
     dreq *d = &h[i];
@@ -361,11 +423,22 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
     d->freq = r->frequency_penalty;
     d->pres = r->presence_penalty;
     d->src = logits + (size_t)r->row * Vz;
+    if (r->n_pen > 0 || r->n_bias > 0 || r->mask) {
+      d->orig = d->src;
+      d->src = rows + (size_t)i_copy++ * Vz;
+      d->copy = 1;
+    }
+    if (r->mask) {
+      memcpy(hm + (size_t)i_mask * W, r->mask, sizeof(uint32_t) * W);
+      d->mask = dm + (size_t)i_mask++ * W;
+    }
+    d->bias_off = (int)nbias;
+    d->n_bias = SM_MAX(r->n_bias, 0);
+    for (int k = 0; k < d->n_bias; k++, nbias++) {
+      hb[nbias].token = r->bias_ids[k];
+      hb[nbias].val = r->bias_vals[k];
+    }
     if (r->n_pen > 0) {
-      float *copy = rows + (size_t)i_pen++ * Vz;
-      if ((ce = cudaMemcpyAsync(copy, d->src, sizeof(float) * Vz, cudaMemcpyDeviceToDevice, s)) != cudaSuccess)
-        return cuerr(ce, "row copy");
-      d->src = copy;
       for (int k = 0; k < r->n_pen; k++, np++) {
         hp[np].req = i;
         hp[np].token = r->pen[k].token;
@@ -385,6 +458,12 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
   if (x->stage_ev_ok && cudaEventRecord(x->stage_ev, s) == cudaSuccess) x->stage_live = true;
   else if ((ce = cudaStreamSynchronize(s)) != cudaSuccess) return cuerr(ce, "sync");
   const dreq *dq = (const dreq *)x->d_stage.p;
+  if (n_copy) {
+    unsigned nbx = (unsigned)SM_MIN((size_t)128, (Vz / 4 + 255) / 256 + 1);
+    k_prep_rows<<<dim3(nbx, (unsigned)n_req), 256, 0, s>>>(dq, V);
+  }
+  if (total_bias)
+    k_bias<<<(unsigned)((n_req + 63) / 64), 64, 0, s>>>(dq, n_req, (const dbias *)((char *)x->d_stage.p + bias_off));
   if (total_pen) {
     unsigned nb = (unsigned)((total_pen + 255) / 256);
     k_penalize<<<nb, 256, 0, s>>>((const dpen *)((char *)x->d_stage.p + pen_off), (int)total_pen, dq);
