@@ -25,6 +25,11 @@ static void usage(FILE *f) {
        "                           prefix that requests shared to it at shutdown (one model)\n"
        "      --prompt-cache-ro    use --prompt-cache FILE but never write it\n"
        "      --slot-save-path DIR POST /slots/{id}?action=save|restore write and read files in DIR\n"
+       "      --kv-cache-dir DIR   disk tier of the prefix cache: blocks evicted from memory go to files in\n"
+       "                           DIR and are read back when a prompt starts with them; what is still in\n"
+       "                           memory is written at shutdown, so a restarted server reuses it\n"
+       "      --kv-cache-disk-size BYTES  size limit of each model's files in --kv-cache-dir, the least\n"
+       "                           recently used deleted first (K/M/G/T suffixes; default 10G)\n"
        "      --host HOST          address to listen on (default 127.0.0.1)\n"
        "      --port N             port (default 8080; 0 = any free port)\n"
        "  -c, --ctx-size N         context tokens per sequence (default: model's, capped at 8192)\n"
@@ -117,7 +122,7 @@ int sm_cmd_serve(int argc, char **argv) {
   enum { MAX_MODELS = 64 };
   const char *refs[MAX_MODELS]; /* -m given more than once */
   int n_refs = 0;
-  bool offline = false, estimate = false, force = false, force_ctx = false;
+  bool offline = false, estimate = false, force = false, force_ctx = false, disk_size_given = false;
   long v;
   /* environment first, flags override */
   const char *e;
@@ -220,6 +225,20 @@ int sm_cmd_serve(int argc, char **argv) {
         return 2;
       }
       p.slot_save_path = val;
+    } else if (IS("--kv-cache-dir")) {
+      NEEDVAL();
+      if (!val[0]) {
+        fprintf(stderr, "smelt serve: --kv-cache-dir needs a directory\n");
+        return 2;
+      }
+      p.kv_cache_dir = val;
+    } else if (IS("--kv-cache-disk-size")) {
+      NEEDVAL();
+      if (!sm_store_parse_size(val, &p.kv_cache_disk_size) || !p.kv_cache_disk_size) {
+        fprintf(stderr, "smelt serve: --kv-cache-disk-size: '%s' is not a byte count above 0 (e.g. 20G)\n", val);
+        return 2;
+      }
+      disk_size_given = true;
     } else if (IS("--host")) {
       NEEDVAL();
       p.host = val;
@@ -385,7 +404,7 @@ int sm_cmd_serve(int argc, char **argv) {
         {.names = "--force-context|--models-dir|--models-max|--models-memory|--models-load-timeout"},
         {.names = "--allow-image-urls|--allow-image-files|--deterministic"},
         {.names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path"},
-        {.names = "--cpu-mask|--cpu-range|--numa|--poll"},
+        {.names = "--cpu-mask|--cpu-range|--numa|--poll|--kv-cache-dir|--kv-cache-disk-size"},
         {.names = "--model-draft|--draft-model|--spec-type|--draft-max|--draft-min|--draft-p-min"},
         {.names = "--spec-ngram-size-n"},
         {.names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v|-md"},
@@ -426,6 +445,15 @@ int sm_cmd_serve(int argc, char **argv) {
             p.prompt_cache ? "--prompt-cache" : "--slot-save-path");
     return 2;
   }
+  if (p.no_prefix_cache && p.kv_cache_dir) {
+    fprintf(stderr, "smelt serve: --kv-cache-dir is a tier of the prefix cache, which --no-prefix-cache turns off\n");
+    return 2;
+  }
+  if (disk_size_given && !p.kv_cache_dir) {
+    fprintf(stderr, "smelt serve: --kv-cache-disk-size needs --kv-cache-dir DIR\n");
+    return 2;
+  }
+  if (!p.kv_cache_disk_size) p.kv_cache_disk_size = 10ull << 30;
   if (p.prompt_cache_ro && !p.prompt_cache) {
     fprintf(stderr, "smelt serve: --prompt-cache-ro needs --prompt-cache FILE\n");
     return 2;

@@ -39,7 +39,8 @@ struct sm_engine {
   int n_cached; /* ref==0, cached */
   int *map;
   int map_cap; /* open addressing: block id or -1 (tombstone -2) */
-  uint64_t prefix_hits;
+  uint64_t prefix_hits, tier_hits;
+  sm_prefix_tier tier; /* a second tier of the prefix cache (spill / fetch NULL: none) */
   /* step scratch */
   int32_t *b_tok, *b_pos, *b_seq, *b_out, *b_table;
   int b_cap, b_table_cap;
@@ -130,6 +131,7 @@ static int block_alloc(sm_engine *e) {
   else if (e->lru_head >= 0) {
     b = e->lru_head;
     lru_unlink(e, b);
+    if (e->tier.spill) e->tier.spill(e->tier.ud, e, b, e->hash[b], e->parent[b], e->btok + (size_t)b * e->p.block_size);
     map_remove(e, b);
   } else return -1;
   e->ref[b] = 1;
@@ -286,6 +288,21 @@ int sm_seq_use_prefix_cache(sm_engine *e, sm_seq *s) {
     const int32_t *t = seq_keys(s) + (size_t)i * bs;
     uint64_t h = chain_hash(parent, t, bs);
     int b = map_find(e, h);
+    if (b < 0 && e->tier.fetch && e->n_free + e->n_cached > 0) { /* the tier may hold it */
+      b = block_alloc(e);
+      if (!e->tier.fetch(e->tier.ud, e, b, h, parent, t)) {
+        block_release(e, b);
+        break;
+      }
+      memcpy(e->btok + (size_t)b * bs, t, sizeof(int32_t) * (size_t)bs);
+      e->parent[b] = parent;
+      map_insert(e, b, h);
+      e->tier_hits += (uint64_t)bs;
+      s->blk[s->n_blk++] = b;
+      s->bhash[i] = h;
+      parent = h;
+      continue;
+    }
     if (b < 0 || e->parent[b] != parent || memcmp(e->btok + (size_t)b * bs, t, sizeof(int32_t) * (size_t)bs)) break;
     block_retain(e, b);
     s->blk[s->n_blk++] = b;
@@ -802,6 +819,7 @@ void sm_engine_get_stats(const sm_engine *e, sm_engine_stats *st) {
   st->blocks_used = e->p.n_blocks - e->n_free - e->n_cached;
   st->blocks_cached = e->n_cached;
   st->prefix_hits_tokens = e->prefix_hits;
+  st->tier_hits_tokens = e->tier_hits;
   st->state_slots = e->slots.n;
   st->state_slots_used = e->slots.n - e->slots.n_free;
   st->state_bytes = sm_model_state_bytes(e->m);
@@ -877,3 +895,60 @@ smelt_status sm_seq_kv_commit(sm_engine *e, sm_seq *s, int n) {
 
 int sm_engine_max_context(const sm_engine *e) { return e->p.max_context; }
 sm_dtype sm_engine_kv_dtype(const sm_engine *e) { return e->kv.dtype; }
+
+/* ---- a second tier of the prefix cache ---- */
+
+bool sm_engine_set_prefix_tier(sm_engine *e, const sm_prefix_tier *t) {
+  if (!e->p.prefix_cache || e->rec) return false;
+  if (t) e->tier = *t;
+  else memset(&e->tier, 0, sizeof e->tier);
+  return true;
+}
+
+/* bytes of one block of one layer, K or V */
+static size_t block_layer_bytes(const sm_engine *e) {
+  return (size_t)e->p.block_size * e->kv.n_kv_heads * sm_kv_head_bytes(e->kv.dtype, e->kv.head_dim);
+}
+
+size_t sm_engine_block_bytes(const sm_engine *e) {
+  size_t n = 0;
+  for (int l = 0; l < e->kv.n_layers; l++)
+    if (e->kv.k[l]) n += 2 * block_layer_bytes(e);
+  return n;
+}
+
+void sm_engine_block_read(sm_engine *e, int blk, void *host) {
+  sm_backend *be = e->m->be;
+  const size_t lb = block_layer_bytes(e);
+  char *h = host;
+  for (int l = 0; l < e->kv.n_layers; l++) {
+    if (!e->kv.k[l]) continue;
+    be->download(be, h, (const char *)e->kv.k[l] + (size_t)blk * lb, lb);
+    be->download(be, h + lb, (const char *)e->kv.v[l] + (size_t)blk * lb, lb);
+    h += 2 * lb;
+  }
+}
+
+void sm_engine_block_write(sm_engine *e, int blk, const void *host) {
+  sm_backend *be = e->m->be;
+  const size_t lb = block_layer_bytes(e);
+  const char *h = host;
+  for (int l = 0; l < e->kv.n_layers; l++) {
+    if (!e->kv.k[l]) continue;
+    be->upload(be, (char *)e->kv.k[l] + (size_t)blk * lb, h, lb);
+    be->upload(be, (char *)e->kv.v[l] + (size_t)blk * lb, h + lb, lb);
+    h += 2 * lb;
+  }
+  if (be->sync) be->sync(be); /* the caller may reuse host at once */
+}
+
+void sm_engine_each_prefix_block(sm_engine *e,
+                                 void (*fn)(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t parent,
+                                            const int32_t *tok),
+                                 void *ud) {
+  const int bs = e->p.block_size;
+  for (int b = e->lru_head; b >= 0; b = e->lru_next[b])
+    fn(ud, e, b, e->hash[b], e->parent[b], e->btok + (size_t)b * bs);
+  for (int b = 0; b < e->p.n_blocks; b++)
+    if (e->ref[b] > 0 && e->hash[b]) fn(ud, e, b, e->hash[b], e->parent[b], e->btok + (size_t)b * bs);
+}

@@ -158,10 +158,38 @@ smelt_status sm_spec_decode(sm_engine *e, sm_seq *s, sm_engine *de, sm_seq *d, i
 typedef enum { SM_POOL_LAST = 0, SM_POOL_MEAN } sm_pooling;
 smelt_status sm_engine_embed(sm_engine *e, const int32_t *ids, int n, sm_pooling pooling, float *out);
 
+/* A second tier of the prefix cache (the server's disk tier, server/pcache_disk.h), called on the
+ * engine's thread. spill: a cached block (free, in the prefix map) is about to be reused for other
+ * tokens; its chain hash, its parent's and its block_size tokens (prefix-cache keys: image tokens
+ * are keys of the image) identify it, sm_engine_block_read copies its KV out. fetch: the next full
+ * block of a prompt is not in memory: fill block blk (allocated for it) with sm_engine_block_write
+ * and return true, or return false (blk is given back). */
+typedef struct {
+  void *ud;
+  void (*spill)(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t parent, const int32_t *tok);
+  bool (*fetch)(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t parent, const int32_t *tok);
+} sm_prefix_tier;
+/* The engine keeps a copy of *t (NULL: no tier). False (nothing set) when the engine has no prefix
+ * cache (off, or a model with recurrent layers). */
+bool sm_engine_set_prefix_tier(sm_engine *e, const sm_prefix_tier *t);
+/* Bytes of one block's K and V, every attention layer: per layer K [block_size][kv_heads] head rows
+ * of sm_engine_kv_dtype (sm_kv_head_bytes) then V likewise; the layout of the host copies below. */
+size_t sm_engine_block_bytes(const sm_engine *e);
+/* Host copy of block blk's KV (waits for the device), and the way back. */
+void sm_engine_block_read(sm_engine *e, int blk, void *host);
+void sm_engine_block_write(sm_engine *e, int blk, const void *host);
+/* Every block of the prefix cache (held by sequences or cached), the least recently used first:
+ * what a tier keeps at shutdown. */
+void sm_engine_each_prefix_block(sm_engine *e,
+                                 void (*fn)(void *ud, sm_engine *e, int blk, uint64_t hash, uint64_t parent,
+                                            const int32_t *tok),
+                                 void *ud);
+
 /* Stats */
 typedef struct {
   int n_blocks, block_size, blocks_used, blocks_cached; /* cached: free but holding a prefix */
   uint64_t prefix_hits_tokens;                          /* tokens served from the prefix cache */
+  uint64_t tier_hits_tokens;                            /* of those, read back from the tier */
   int state_slots, state_slots_used;                    /* hybrid models: recurrent state slots */
   size_t state_bytes;                                   /* bytes of one slot (0: no recurrent layers) */
 } sm_engine_stats;

@@ -239,6 +239,36 @@ void sm_metrics_render_models(sm_metrics *const *ms, const sm_metrics_gauges *gs
       sm_buf_printf(b, " %llu\n", (unsigned long long)v[k]);
     }
   }
+  static const struct {
+    const char *name, *type, *help;
+  } D[] = {
+    {"smelt_kv_disk_hits_total", "counter", "KV blocks read back from the disk cache for a prompt."},
+    {"smelt_kv_disk_hit_tokens_total", "counter", "Prompt tokens whose KV was read back from the disk cache."},
+    {"smelt_kv_disk_writes_total", "counter", "KV blocks spilled to the disk cache (written or queued)."},
+    {"smelt_kv_disk_evictions_total", "counter", "Disk cache files deleted to stay within the size limit."},
+    {"smelt_kv_disk_rejected_total", "counter",
+     "Disk cache files refused (corrupt, truncated, mismatched) and deleted."},
+    {"smelt_kv_disk_written_bytes_total", "counter", "Bytes written to the disk cache."},
+    {"smelt_kv_disk_read_bytes_total", "counter", "Bytes read back from the disk cache."},
+    {"smelt_kv_disk_files", "gauge", "KV block files in the disk cache."},
+    {"smelt_kv_disk_bytes", "gauge", "Bytes of the disk cache's files."},
+    {"smelt_kv_disk_limit_bytes", "gauge", "The disk cache's size limit."},
+  };
+  bool any = false;
+  for (int i = 0; i < n; i++) any |= gs[i].loaded && gs[i].disk;
+  for (size_t k = 0; any && k < SM_ARRAY_LEN(D); k++) {
+    head(b, D[k].name, D[k].type, D[k].help);
+    for (int i = 0; i < n; i++) {
+      const sm_metrics_gauges *g = &gs[i];
+      if (!g->loaded || !g->disk) continue;
+      const uint64_t v[] = {g->disk_hits,     g->disk_hit_tokens,    g->disk_writes,     g->disk_evictions,
+                            g->disk_rejected, g->disk_bytes_written, g->disk_bytes_read, g->disk_files,
+                            g->disk_bytes,    g->disk_limit};
+      sm_buf_puts(b, D[k].name);
+      labels(b, names, i, NULL);
+      sm_buf_printf(b, " %llu\n", (unsigned long long)v[k]);
+    }
+  }
 }
 
 char *sm_metrics_render(sm_metrics *m, const sm_metrics_gauges *g) {

@@ -32,6 +32,10 @@ typedef struct {
   int queued, running_seqs, running_requests;
   int kv_blocks_used, kv_blocks_total, kv_blocks_cached, kv_block_size;
   uint64_t prefix_hit_tokens;
+  /* the prefix cache's disk tier (pcache_disk.h); its families are left out without one */
+  bool disk;
+  uint64_t disk_hits, disk_hit_tokens, disk_writes, disk_evictions, disk_rejected, disk_bytes_written, disk_bytes_read;
+  uint64_t disk_files, disk_bytes, disk_limit;
 } sm_metrics_gauges;
 /* smelt_requests_total of m */
 void sm_metrics_render_requests(sm_metrics *m, sm_buf *out);

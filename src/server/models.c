@@ -64,6 +64,7 @@ static void served_free(sm_served *sv) {
   if (!sv) return;
   if (sv->sched_init) sm_sched_destroy(&sv->sched);
   sm_pcache_free(&sv->pc);
+  sm_pdisk_close(sv->disk, sv->eng);
   if (sv->eng) sm_engine_free(sv->eng);
   if (sv->deng) sm_engine_free(sv->deng);
   if (sv->model) smelt_model_free(sv->model);
@@ -125,6 +126,16 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   if (with_pcache && p->prompt_cache && sm_engine_recurrent(sv->eng)) {
     snprintf(err, n_err, "--prompt-cache: models with recurrent layers (%s) do not use the prefix cache",
              smelt_model_arch(sv->model));
+    goto fail;
+  }
+  /* the disk tier of the prefix cache: before the prompt cache file (which may evict blocks) */
+  if (p->kv_cache_dir && sm_engine_recurrent(sv->eng)) {
+    fprintf(stderr,
+            "smelt serve: note: --kv-cache-dir: models with recurrent layers (%s) do not use the prefix "
+            "cache; model '%s' has no disk cache\n",
+            smelt_model_arch(sv->model), sv->id);
+  } else if (p->kv_cache_dir && !(sv->disk = sm_pdisk_open(sv->eng, p->kv_cache_dir, p->kv_cache_disk_size))) {
+    snprintf(err, n_err, "the KV disk cache (--kv-cache-dir %s) could not be opened", p->kv_cache_dir);
     goto fail;
   }
   /* the prompt cache file goes into the prefix cache before any request */
@@ -231,6 +242,7 @@ static void served_stop(sm_served *sv) {
   if (!sv || !sv->sched_init) return;
   sm_sched_stop(&sv->sched);
   sm_pcache_save(&sv->pc, sv->eng, &sv->sched);
+  sm_pdisk_persist(sv->disk, sv->eng);
 }
 
 /* ------------------------------------------------------------------ the registry */
@@ -737,6 +749,21 @@ void sm_models_metrics(sm_models *r, sm_buf *out) {
       pthread_mutex_lock(&e->sv->sched.mu);
       sm_sched_gauges(&e->sv->sched, &gs[i]);
       pthread_mutex_unlock(&e->sv->sched.mu);
+      if (e->sv->disk) {
+        sm_pdisk_stats ds;
+        sm_pdisk_get_stats(e->sv->disk, &ds);
+        gs[i].disk = true;
+        gs[i].disk_hits = ds.hits;
+        gs[i].disk_hit_tokens = ds.hit_tokens;
+        gs[i].disk_writes = ds.writes;
+        gs[i].disk_evictions = ds.evictions;
+        gs[i].disk_rejected = ds.rejected;
+        gs[i].disk_bytes_written = ds.bytes_written;
+        gs[i].disk_bytes_read = ds.bytes_read;
+        gs[i].disk_files = ds.files;
+        gs[i].disk_bytes = ds.bytes;
+        gs[i].disk_limit = ds.limit;
+      }
       gs[i].loaded = true;
     }
   }

@@ -16,6 +16,7 @@
 #include "server/conns.h"
 #include "server/openai.h"
 #include "server/pcache.h"
+#include "server/pcache_disk.h"
 #include "server/server.h"
 
 /* A loaded model. */
@@ -29,8 +30,9 @@ typedef struct {
   sm_sched sched;
   bool sched_init;
   sm_oai oai;
-  sm_pcache pc; /* --prompt-cache / slots (pcache.h) */
-  int index;    /* in the registry */
+  sm_pcache pc;   /* --prompt-cache / slots (pcache.h) */
+  sm_pdisk *disk; /* --kv-cache-dir (pcache_disk.h), NULL: none */
+  int index;      /* in the registry */
 } sm_served;
 
 typedef struct sm_models sm_models;

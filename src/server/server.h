@@ -20,6 +20,8 @@ typedef struct {
   const char *prompt_cache;    /* --prompt-cache FILE (one model) */
   bool prompt_cache_ro;        /* never write it */
   const char *slot_save_path;  /* POST /slots/{id}?action=save|restore: files in this directory */
+  const char *kv_cache_dir;    /* --kv-cache-dir: the prefix cache's disk tier (pcache_disk.h); NULL: none */
+  uint64_t kv_cache_disk_size; /* its byte limit (for each model) */
   int ctx_size;                /* tokens per sequence; 0 = model default */
   int parallel;                /* concurrent sequences (default 4) */
   int threads;                 /* CPU threads (0 = all) */
