@@ -13,6 +13,7 @@
  *    tensor missing or misnamed fails to load with an error naming the tensor. */
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "engine/engine.h"
 #include "engine/session.h"
 #include "format/st_write.h"
@@ -287,6 +288,11 @@ int main(int argc, char **argv) {
     g_fam = f->model_type;
     char dir[700];
     snprintf(dir, sizeof dir, "%s/%s", root, f->model_type);
+    char old[800]; /* a checkpoint left by an earlier build may have another layout: written afresh */
+    snprintf(old, sizeof old, "%s/config.json", dir);
+    unlink(old);
+    snprintf(old, sizeof old, "%s/model.safetensors", dir);
+    unlink(old);
     sm_synth_shape sh = {"hybrid", 64, 2, 4, 2, 128, 211, false, f->model_type, 16, NULL};
     CHECK(sm_make_synthetic(&sh, 0, 32, dir, false) == SMELT_OK, "%s: synthetic: %s", g_fam, smelt_last_error());
     smelt_model_params mp;
