@@ -60,8 +60,8 @@ static const sm_recipe qwen_next_recipe = {
   .attn_out_gate = true,
 };
 
-/* Qwen3_5TextConfig */
-static const sm_rec_config qwen3_5_rec = {
+/* the Gated DeltaNet defaults of Qwen3_5TextConfig, Qwen3_5MoeTextConfig and Qwen3NextConfig (the same) */
+static const sm_rec_config qwen_gdn_rec = {
   .kind = SM_REC_GDN,
   .attn_interval = 4,
   .conv_kernel = 4,
@@ -70,6 +70,8 @@ static const sm_rec_config qwen3_5_rec = {
   .gdn_k_dim = 128,
   .gdn_v_dim = 128,
 };
+
+/* Qwen3_5TextConfig */
 static const sm_config_defaults qwen3_5_defaults = {
   .type = "qwen3_5_text",
   .vocab = 248320,
@@ -86,7 +88,7 @@ static const sm_config_defaults qwen3_5_defaults = {
   .bos = -1,
   .eos = -1,
   .partial_rotary = 0.25f,
-  .rec = &qwen3_5_rec,
+  .rec = &qwen_gdn_rec,
 };
 const sm_family sm_family_qwen3_5_text = {
   .model_type = "qwen3_5_text",
@@ -102,15 +104,6 @@ const sm_family sm_family_qwen3_5_text = {
 };
 
 /* Qwen3_5MoeTextConfig */
-static const sm_rec_config qwen3_5_moe_rec = {
-  .kind = SM_REC_GDN,
-  .attn_interval = 4,
-  .conv_kernel = 4,
-  .gdn_k_heads = 16,
-  .gdn_v_heads = 32,
-  .gdn_k_dim = 128,
-  .gdn_v_dim = 128,
-};
 static const sm_moe_defaults qwen3_5_moe_moe = {
   .n_experts = 256,
   .top_k = 8,
@@ -136,7 +129,7 @@ static const sm_config_defaults qwen3_5_moe_defaults = {
   .eos = -1,
   .partial_rotary = 0.25f,
   .moe = &qwen3_5_moe_moe,
-  .rec = &qwen3_5_moe_rec,
+  .rec = &qwen_gdn_rec,
 };
 const sm_family sm_family_qwen3_5_moe_text = {
   .model_type = "qwen3_5_moe_text",
@@ -153,15 +146,6 @@ const sm_family sm_family_qwen3_5_moe_text = {
 };
 
 /* Qwen3NextConfig */
-static const sm_rec_config qwen3_next_rec = {
-  .kind = SM_REC_GDN,
-  .attn_interval = 4,
-  .conv_kernel = 4,
-  .gdn_k_heads = 16,
-  .gdn_v_heads = 32,
-  .gdn_k_dim = 128,
-  .gdn_v_dim = 128,
-};
 static const sm_moe_defaults qwen3_next_moe = {
   .n_experts = 512,
   .top_k = 10,
@@ -188,7 +172,7 @@ static const sm_config_defaults qwen3_next_defaults = {
   .eos = -1,
   .partial_rotary = 0.25f,
   .moe = &qwen3_next_moe,
-  .rec = &qwen3_next_rec,
+  .rec = &qwen_gdn_rec,
 };
 const sm_family sm_family_qwen3_next = {
   .model_type = "qwen3_next",
