@@ -65,20 +65,20 @@ static __device__ __forceinline__ uint4 ld_stream_h(const void *p, int h, uint64
 }
 
 
-template <int SBK> static __device__ __forceinline__ float2 load_sb(const void *sb, int64_t idx) {
-  if (SBK == SBK_F32) return __ldg((const float2 *)sb + idx);
-  uint32_t v = __ldg((const uint32_t *)sb + idx);
-  if (SBK == SBK_BF16) return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+/* a 16-bit (scale, bias) pair (scale in the low half) as floats */
+static __device__ __forceinline__ float2 sb16_decode(uint32_t v, bool bf16) {
+  if (bf16) return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
   __half2 h = *reinterpret_cast<__half2 *>(&v);
   return __half22float2(h);
+}
+template <int SBK> static __device__ __forceinline__ float2 load_sb(const void *sb, int64_t idx) {
+  if (SBK == SBK_F32) return __ldg((const float2 *)sb + idx);
+  return sb16_decode(__ldg((const uint32_t *)sb + idx), SBK == SBK_BF16);
 }
 /* 16-bit scales read with an L2 policy when ef (else load_sb) */
 static __device__ __forceinline__ float2 load_sb_p(const void *sb, int64_t idx, int sbk, bool ef, uint64_t pol) {
   if (sbk == SBK_F32 || !ef) return sbk == SBK_F32 ? load_sb<SBK_F32>(sb, idx) : sbk == SBK_F16 ? load_sb<SBK_F16>(sb, idx) : load_sb<SBK_BF16>(sb, idx);
-  uint32_t v = ldg_p((const uint32_t *)sb + idx, pol);
-  if (sbk == SBK_BF16) return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
-  __half2 h = *reinterpret_cast<__half2 *>(&v);
-  return __half22float2(h);
+  return sb16_decode(ldg_p((const uint32_t *)sb + idx, pol), sbk == SBK_BF16);
 }
 static __device__ __forceinline__ float2 load_sb_rt(const void *sb, int64_t idx, int sbk) {
   if (sbk == SBK_F32) return load_sb<SBK_F32>(sb, idx);

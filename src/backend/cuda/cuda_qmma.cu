@@ -53,9 +53,7 @@ template <int N> static __device__ __forceinline__ void qm_wait() { asm volatile
 /* a staged (scale, bias) unit as floats */
 template <int SBK> static __device__ __forceinline__ float2 qm_sb(const float2 *p) {
   if (SBK == SBK_F32) return *p;
-  const uint32_t v = *(const uint32_t *)p;
-  if (SBK == SBK_BF16) return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
-  return __half22float2(*(const __half2 *)&v);
+  return sb16_decode(*(const uint32_t *)p, SBK == SBK_BF16);
 }
 static __device__ __forceinline__ void qm_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                               uint32_t b1) {
