@@ -177,6 +177,8 @@ typedef enum {
   SM_MM_ATTN_GATE,   /* gated attention: the gate of the attention output */
   SM_MM_REC_IN,
   SM_MM_REC_OUT, /* recurrent mixers (hybrid models): into and out of the mixer */
+  SM_MM_MLA_UK,  /* multi-head latent attention: a head's query into the latent space (matmul_experts) */
+  SM_MM_MLA_UV,  /* ... and the attended latent out to the head's values (matmul_experts) */
   SM_MM_ROLES
 } sm_mm_role;
 const char *sm_mm_role_name(sm_mm_role r);
@@ -314,6 +316,17 @@ struct sm_backend {
    * is dropped: out = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sinks[h] - m)) (gpt-oss) */
   void (*attention_sinks)(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
                           float scale, int window, float softcap, const float *sinks);
+  /* Multi-head latent attention (DeepSeek-V2/V3, src/model/mla.c) on a layer whose cache has one KV head of
+   * head_dim = dc + dr: a position's row is its latent c (dc values) then its rotated key part kpe (dr); the
+   * layer's V buffer is its K buffer (a position's value is the first dc values of its row) and only K is
+   * written. First the batch's rows are stored, row of token t = [c[t][0..dc) | kpe[t][0..dr)] (in the cache's
+   * element type); then for token t and head h < n_heads, over the positions j it attends to (sm_batch,
+   * causal, no window):
+   *   s_j = scale * (q_lat[t][h] . c_j + q_pe[t][h] . kpe_j),   out[t][h][0..dc) = sum_j softmax(s)_j c_j
+   * q_lat and out [n][n_heads][dc], q_pe [n][n_heads][dr], c [n][dc], kpe [n][dr] (n: the batch's tokens).
+   * Caches of SM_DT_F32, SM_DT_F16 and SM_DT_BF16. */
+  void (*attention_mla)(sm_backend *be, float *out, const float *q_lat, const float *q_pe, const float *c,
+                        const float *kpe, const sm_kv_cache *kv, int layer, int n_heads, int dr, float scale);
 
   /* ---- ops with explicit shapes that read no batch state (vision encoders; rope_axes, copy and add
    * also serve the language model's image positions) ---- */

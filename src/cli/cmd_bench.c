@@ -259,7 +259,7 @@ int sm_cmd_bench(int argc, char **argv) {
    * and the K/V rows of every position before it (on average P + N / 2; full attention in every
    * attention layer), and a hybrid model's recurrent state (read and written once) */
   const size_t per_tok = info.decode_bytes;
-  const double kv_pos = 2.0 * sm_config_attn_layers(&m->cfg) * info.n_kv_heads *
+  const double kv_pos = (m->cfg.mla.kv_rank > 0 ? 1.0 : 2.0) * sm_config_attn_layers(&m->cfg) * info.n_kv_heads *
                         (double)sm_kv_head_bytes(m->kv_dtype, info.head_dim);
   const double kv_tok = kv_pos * (P + N / 2.0), state_tok = 2.0 * (double)sm_model_state_bytes(m);
   const double bw = smelt_model_bandwidth(m), roof = bw > 0 ? bw / ((double)per_tok + kv_tok + state_tok) : 0;

@@ -912,8 +912,8 @@ static size_t block_layer_bytes(const sm_engine *e) {
 
 size_t sm_engine_block_bytes(const sm_engine *e) {
   size_t n = 0;
-  for (int l = 0; l < e->kv.n_layers; l++)
-    if (e->kv.k[l]) n += 2 * block_layer_bytes(e);
+  for (int l = 0; l < e->kv.n_layers; l++) /* K, and V where it is not K's buffer (multi-head latent attention) */
+    if (e->kv.k[l]) n += (e->kv.v[l] == e->kv.k[l] ? 1 : 2) * block_layer_bytes(e);
   return n;
 }
 
@@ -924,8 +924,10 @@ void sm_engine_block_read(sm_engine *e, int blk, void *host) {
   for (int l = 0; l < e->kv.n_layers; l++) {
     if (!e->kv.k[l]) continue;
     be->download(be, h, (const char *)e->kv.k[l] + (size_t)blk * lb, lb);
-    be->download(be, h + lb, (const char *)e->kv.v[l] + (size_t)blk * lb, lb);
-    h += 2 * lb;
+    h += lb;
+    if (e->kv.v[l] == e->kv.k[l]) continue;
+    be->download(be, h, (const char *)e->kv.v[l] + (size_t)blk * lb, lb);
+    h += lb;
   }
 }
 
@@ -936,8 +938,10 @@ void sm_engine_block_write(sm_engine *e, int blk, const void *host) {
   for (int l = 0; l < e->kv.n_layers; l++) {
     if (!e->kv.k[l]) continue;
     be->upload(be, (char *)e->kv.k[l] + (size_t)blk * lb, h, lb);
-    be->upload(be, (char *)e->kv.v[l] + (size_t)blk * lb, h + lb, lb);
-    h += 2 * lb;
+    h += lb;
+    if (e->kv.v[l] == e->kv.k[l]) continue;
+    be->upload(be, (char *)e->kv.v[l] + (size_t)blk * lb, h, lb);
+    h += lb;
   }
   if (be->sync) be->sync(be); /* the caller may reuse host at once */
 }

@@ -42,6 +42,7 @@ void sm_state_copy_block(smelt_model *m, const sm_kv_cache *kv, int dst, int src
   for (int l = 0; l < kv->n_layers; l++) {
     if (!kv->k[l]) continue;
     be->copy(be, (char *)kv->k[l] + (size_t)dst * bytes, (const char *)kv->k[l] + (size_t)src * bytes, bytes);
-    be->copy(be, (char *)kv->v[l] + (size_t)dst * bytes, (const char *)kv->v[l] + (size_t)src * bytes, bytes);
+    if (kv->v[l] != kv->k[l]) /* multi-head latent attention: V is K's buffer */
+      be->copy(be, (char *)kv->v[l] + (size_t)dst * bytes, (const char *)kv->v[l] + (size_t)src * bytes, bytes);
   }
 }

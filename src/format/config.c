@@ -815,6 +815,7 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   }
   TRY(add_token_ids(c, get(&s, "eos_token_id"), file, "eos_token_id"));
   TRY(sm_config_parse_moe(c, f->moe, file));
+  TRY(sm_config_parse_mla(c, f->mla, file));
 
   return parse_quant(c, file);
 }

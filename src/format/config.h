@@ -48,6 +48,16 @@ typedef struct {
   bool optional; /* "num_experts": 0 makes every layer dense (Qwen3-Next's HF class: num_experts > 0 chooses) */
 } sm_moe_defaults;
 
+/* Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2, GLM-4.7-Flash; config_mla.c): kv_lora_rank, q_lora_rank
+ * (0: a plain q_proj), qk_rope_head_dim, qk_nope_head_dim, v_head_dim. For such a model the config's KV
+ * geometry is the latent cache's: num_key_value_heads 1, head_dim kv_rank + rope_dim (one cached row a position:
+ * the normalized latent, then the rotated key part), partial_rotary_dim rope_dim. */
+typedef struct {
+  int kv_rank; /* 0: not an MLA model */
+  int q_rank;
+  int rope_dim, nope_dim, v_dim;
+} sm_mla_config;
+
 /* Layer kinds of hybrid models (config "layer_types", "layers_block_type", "hybrid_override_pattern",
  * "full_attn_idxs" or "full_attention_interval"): attention, the family's recurrent mixer, an MLP-only
  * block (Nemotron-H "-"), or a mixture-of-experts block (Nemotron-H "E"; not runnable). */
@@ -128,6 +138,7 @@ typedef struct {
   cJSON *quant;      /* the quantization block (borrowed from json), may be NULL */
   cJSON *text;       /* object the LM fields were read from (json or its text_config), borrowed */
   sm_moe_config moe; /* mixture-of-experts models (moe.n_experts > 0) */
+  sm_mla_config mla; /* multi-head latent attention models (mla.kv_rank > 0) */
   /* generation_config defaults (0/absent if not given) */
   float gen_temperature, gen_top_p;
   int gen_top_k;
@@ -161,6 +172,7 @@ typedef struct {
   const char *text_type;
   const sm_moe_defaults *moe; /* mixture-of-experts families: their MoE defaults (NULL: not MoE) */
   const sm_rec_config *rec;   /* hybrid families: the recurrent-layer defaults (NULL: attention only) */
+  const sm_mla_config *mla;   /* multi-head latent attention families: their class defaults (NULL: none) */
 } sm_config_defaults;
 /* the defaults of a model_type, NULL when unknown (generic PretrainedConfig defaults then apply) */
 typedef const sm_config_defaults *(*sm_config_defaults_fn)(const char *model_type);
@@ -168,6 +180,9 @@ typedef const sm_config_defaults *(*sm_config_defaults_fn)(const char *model_typ
 /* config_moe.c: the mixture-of-experts fields (sm_moe_config) of a parsed config, with the family's
  * defaults (d may be NULL: not a mixture-of-experts family; then the fields are left zero). */
 smelt_status sm_config_parse_moe(sm_config *c, const sm_moe_defaults *d, const char *file);
+/* config_mla.c: the multi-head latent attention fields (sm_mla_config) with the family's defaults (d NULL: none),
+ * and the latent cache's geometry in head_dim / num_key_value_heads / partial_rotary_dim. */
+smelt_status sm_config_parse_mla(sm_config *c, const sm_mla_config *d, const char *file);
 
 /* Load <model_dir>/config.json and, if present, <model_dir>/generation_config.json. lookup (may be
  * NULL) gives the family defaults; the model layer's sm_family_config_load passes the registry's. */

@@ -2,8 +2,8 @@
  * Qwen2-MoE's shared expert with its sigmoid gate), Mixtral (softmax over the top k), gpt-oss (router
  * and expert biases, clamped SwiGLU, attention sinks, alternating sliding window, YaRN), GLM-4.5/4.6/4.7
  * MoE (sigmoid routing with a correction bias, group-limited, shared expert, dense first layers, partial
- * RoPE), and DeepSeek-V3 / Kimi-K2, whose multi-head latent attention smelt does not implement (known, not
- * runnable). Tensor names are mlx-lm's after sanitize(): the experts stacked with a leading expert axis. */
+ * RoPE), and DeepSeek-V3 / Kimi-K2 and GLM-4.7-Flash, whose multi-head latent attention is mla.c's.
+ * Tensor names are mlx-lm's after sanitize(): the experts stacked with a leading expert axis. */
 #include "model/family.h"
 #include "backend/backend.h"
 
@@ -258,7 +258,25 @@ const sm_family sm_family_glm4_moe = {
   .moe = &glm4_moe_spec,
 };
 
-/* ---- DeepSeek-V3 / R1 and Kimi-K2 (DeepseekV3Config): known, not runnable */
+/* ---- DeepSeek-V3 / R1 and Kimi-K2 (DeepseekV3Config), GLM-4.7-Flash (glm4_moe_lite): multi-head latent
+ * attention (mla.c) with a sigmoid-routed, group-limited mixture and shared experts after first dense layers.
+ * The attention's tensors are read by mla.c (mlx-lm's names, either kv_b_proj or its per-head split
+ * embed_q / unembed_out); these names are the rest of a layer. */
+static const sm_tensor_names deepseek_v3_names = {
+  .root = "model.",
+  .embed = "embed_tokens",
+  .final_norm = "norm",
+  .lm_head = "lm_head",
+  .layers = "layers",
+  .t =
+    {
+      [SM_T_ATTN_NORM] = "input_layernorm",
+      [SM_T_FFN_NORM] = "post_attention_layernorm",
+      [SM_T_GATE] = "mlp.gate_proj",
+      [SM_T_UP] = "mlp.up_proj",
+      [SM_T_DOWN] = "mlp.down_proj",
+    },
+};
 static const sm_moe_defaults deepseek_v3_moe = {
   .n_experts = 256,
   .top_k = 8,
@@ -270,6 +288,13 @@ static const sm_moe_defaults deepseek_v3_moe = {
   .topk_group = 4,
   .first_dense = 3,
   .layer_freq = 1,
+};
+static const sm_mla_config deepseek_v3_mla = {
+  .kv_rank = 512,
+  .q_rank = 1536,
+  .rope_dim = 64,
+  .nope_dim = 128,
+  .v_dim = 128,
 };
 static const sm_config_defaults deepseek_v3_defaults = {
   .type = "deepseek_v3",
@@ -287,9 +312,11 @@ static const sm_config_defaults deepseek_v3_defaults = {
   .bos = 0,
   .eos = 1,
   .moe = &deepseek_v3_moe,
+  .mla = &deepseek_v3_mla,
 };
 static const char *const deepseek_aliases[] = {"kimi_k2", NULL};
-/* its experts as mlx-lm stacks them (for `smelt inspect`'s active parameters; the family does not run) */
+/* mlx-lm's q_a_layernorm / kv_a_layernorm: eps 1e-6 */
+static const sm_recipe deepseek_v3_recipe = {.window = SM_WIN_NONE, .mla = true, .mla_norm_eps = 1e-6f};
 static const sm_moe_spec deepseek_v3_spec = {
   .route = SM_ROUTE_SIGMOID,
   .router = "mlp.gate",
@@ -303,7 +330,63 @@ const sm_family sm_family_deepseek_v3 = {
   .description = "DeepSeek-V3 / R1, Kimi-K2 (multi-head latent attention, 256 experts)",
   .example = "mlx-community/DeepSeek-V3-0324-4bit",
   .defaults = &deepseek_v3_defaults,
+  .names = &deepseek_v3_names,
+  .recipe = &deepseek_v3_recipe,
   .moe = &deepseek_v3_spec,
-  .notes = "not runnable yet: its multi-head latent attention (q_a/q_b and kv_a/kv_b projections, the compressed "
-           "latent KV cache) is not implemented",
+  /* synthetic checkpoints: small latent sizes, layer 0 dense, two expert groups, DeepSeek-V3's YaRN */
+  .synth = "{\"kv_lora_rank\": 64, \"q_lora_rank\": 64, \"qk_rope_head_dim\": 16, \"qk_nope_head_dim\": 32, "
+           "\"v_head_dim\": 32, \"first_k_dense_replace\": 1, \"n_group\": 2, \"topk_group\": 1, "
+           "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40, \"mscale\": 1.0, \"mscale_all_dim\": 1.0, "
+           "\"beta_fast\": 32, \"beta_slow\": 1, \"original_max_position_embeddings\": 4096}}",
+};
+
+/* GLM-4.7-Flash (mlx-lm glm4_moe_lite.py): DeepSeek-V3's design, its latent norms with rms_norm_eps */
+static const sm_moe_defaults glm4_moe_lite_moe = {
+  .n_experts = 64,
+  .top_k = 4,
+  .expert_inter = 1536,
+  .n_shared = 1,
+  .norm_topk = true,
+  .routed_scale = 1.8f,
+  .n_group = 1,
+  .topk_group = 1,
+  .first_dense = 1,
+  .layer_freq = 1,
+};
+static const sm_mla_config glm4_moe_lite_mla = {
+  .kv_rank = 512,
+  .q_rank = 768,
+  .rope_dim = 64,
+  .nope_dim = 192,
+  .v_dim = 256,
+};
+static const sm_config_defaults glm4_moe_lite_defaults = {
+  .type = "glm4_moe_lite",
+  .vocab = 154880,
+  .hidden = 2048,
+  .inter = 10240,
+  .layers = 47,
+  .heads = 20,
+  .kv = 20,
+  .head_dim = 64, /* the config's (qk_rope_head_dim); the latent cache's is set from the MLA sizes */
+  .max_pos = 202752,
+  .eps = 1e-5f,
+  .theta = 1000000.f,
+  .act = "silu",
+  .bos = -1,
+  .eos = -1,
+  .moe = &glm4_moe_lite_moe,
+  .mla = &glm4_moe_lite_mla,
+};
+static const sm_recipe glm4_moe_lite_recipe = {.window = SM_WIN_NONE, .mla = true};
+const sm_family sm_family_glm4_moe_lite = {
+  .model_type = "glm4_moe_lite",
+  .description = "GLM-4.7-Flash (multi-head latent attention, 64 experts)",
+  .example = "mlx-community/GLM-4.7-Flash-4bit",
+  .defaults = &glm4_moe_lite_defaults,
+  .names = &deepseek_v3_names,
+  .recipe = &glm4_moe_lite_recipe,
+  .moe = &deepseek_v3_spec,
+  .synth = "{\"kv_lora_rank\": 64, \"q_lora_rank\": 64, \"qk_rope_head_dim\": 16, \"qk_nope_head_dim\": 32, "
+           "\"v_head_dim\": 32, \"first_k_dense_replace\": 1}",
 };

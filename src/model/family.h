@@ -124,6 +124,9 @@ typedef struct {
                            * Qwen3.5) */
   sm_ffn_kind ffn;
   bool single_block; /* each layer is one block, a mixer or an MLP (Nemotron-H); else mixer then MLP */
+  /* multi-head latent attention (mla.c; config.h sm_mla_config) instead of q/k/v projections: DeepSeek-V3 */
+  bool mla;
+  float mla_norm_eps; /* eps of q_a_layernorm / kv_a_layernorm (0: config rms_norm_eps) */
 } sm_recipe;
 
 /* A mixture-of-experts MLP (moe.c), in the layers config.json makes sparse (sm_moe_config.moe_layer; the

@@ -223,7 +223,7 @@ static smelt_status check_recipe(smelt_model *m) {
   const sm_tensor_names *nm = m->fam->names;
   if (r->qk_norm != SM_QK_NORM_NONE && (!nm->t[SM_T_Q_NORM] || !nm->t[SM_T_K_NORM]))
     return sm_err(SMELT_ERR_FORMAT, "family %s: qk_norm without q/k norm tensor names", m->fam->model_type);
-  if (!(nm->t[SM_T_QKV] ? 1 : 0) == !(nm->t[SM_T_Q] && nm->t[SM_T_K] && nm->t[SM_T_V]))
+  if (!r->mla && !(nm->t[SM_T_QKV] ? 1 : 0) == !(nm->t[SM_T_Q] && nm->t[SM_T_K] && nm->t[SM_T_V]))
     return sm_err(SMELT_ERR_FORMAT, "family %s: names need either qkv or q, k and v", m->fam->model_type);
   const bool dense_mlp = nm->t[SM_T_GATE_UP] || nm->t[SM_T_GATE] || nm->t[SM_T_UP] || nm->t[SM_T_DOWN];
   if ((dense_mlp || !m->fam->moe) &&
@@ -260,6 +260,7 @@ static smelt_status check_recipe(smelt_model *m) {
     return sm_err(SMELT_ERR_FORMAT, "family %s: interleaved RoPE needs separate q and k", m->fam->model_type);
   /* q/k norms: the recipe's, or only when config.json's use_qk_norm says so (GLM-4 MoE) */
   m->qk_norm = r->qk_norm_if_config && m->cfg.moe.use_qk_norm != 1 ? SM_QK_NORM_NONE : r->qk_norm;
+  if ((st = sm_mla_check(m))) return st;
   return sm_moe_check(m);
 }
 
@@ -275,25 +276,31 @@ static int64_t *interleave_perm(int64_t rows, int hd, int rot) {
   return p;
 }
 
-/* w's rows rearranged (row i = row perm[i] of w) into host memory the model owns */
-static void permute_weight(smelt_model *m, sm_weight *w, const int64_t *perm) {
+/* w becomes n rows of itself (row i = row perm[i] of w), in host memory the model owns */
+void sm_load_gather_rows(smelt_model *m, sm_weight *w, const int64_t *perm, int64_t n) {
   const size_t es = sm_dtype_size(w->dtype);
   const size_t rb = w->bits ? (size_t)w->cols * (size_t)w->bits / 8 : (size_t)w->cols * es;
   const size_t gb = w->bits ? (size_t)(w->cols / w->group_size) * es : 0;
-  uint8_t *d = host_own(m, sm_xmalloc(rb * (size_t)w->rows));
-  uint8_t *sc = gb ? host_own(m, sm_xmalloc(gb * (size_t)w->rows)) : NULL;
-  uint8_t *bi = gb && w->biases ? host_own(m, sm_xmalloc(gb * (size_t)w->rows)) : NULL;
-  for (int64_t i = 0; i < w->rows; i++) {
+  uint8_t *d = host_own(m, sm_xmalloc(rb * (size_t)n));
+  uint8_t *sc = gb ? host_own(m, sm_xmalloc(gb * (size_t)n)) : NULL;
+  uint8_t *bi = gb && w->biases ? host_own(m, sm_xmalloc(gb * (size_t)n)) : NULL;
+  for (int64_t i = 0; i < n; i++) {
     memcpy(d + (size_t)i * rb, (const uint8_t *)w->data + (size_t)perm[i] * rb, rb);
     if (gb) memcpy(sc + (size_t)i * gb, (const uint8_t *)w->scales + (size_t)perm[i] * gb, gb);
     if (bi) memcpy(bi + (size_t)i * gb, (const uint8_t *)w->biases + (size_t)perm[i] * gb, gb);
   }
   w->data = d;
+  w->rows = n;
   if (gb) {
     w->scales = sc;
     w->biases = bi;
   }
 }
+static void permute_weight(smelt_model *m, sm_weight *w, const int64_t *perm) {
+  sm_load_gather_rows(m, w, perm, w->rows);
+}
+
+void *sm_model_host_own(smelt_model *m, void *p) { return host_own(m, p); }
 
 /* A depthwise convolution's weight as [channels][kernel] floats: MLX checkpoints store [C, K, 1] (the
  * PyTorch layout [C, 1, K] and [C, K] have the same element order) */
@@ -480,6 +487,7 @@ static smelt_status read_layer(smelt_model *m, sm_load_ctx *ts, int l) {
     }
   }
   if ((st = sm_moe_load_layer(m, ts, l, p))) goto out;
+  if (r->mla && (st = sm_mla_load_layer(m, ts, l, p))) goto out;
   if (nm->t[SM_T_GATE_UP] && !moe && L->w[SM_T_GATE_UP].data) {
     const sm_weight *f = &L->w[SM_T_GATE_UP];
     L->w[SM_T_GATE] = sm_weight_rows(f, 0, c->intermediate_size);
@@ -627,12 +635,14 @@ smelt_status sm_model_load_weights(smelt_model *m) {
       if (s == SM_T_QKV || s == SM_T_GATE_UP || s == SM_T_REC_IN_FUSED || s == SM_T_REC_BA_FUSED) continue;
       if (m->layers[l].w[s].data && (st = m->be->prepare_weight(m->be, &m->layers[l].w[s]))) return st;
     }
+  if ((st = sm_mla_prepare(m))) return st;
   return sm_moe_prepare(m);
 }
 
 void sm_model_release_weights(smelt_model *m) {
   sm_backend *be = m->be;
   sm_moe_release(m);
+  sm_mla_release(m);
   sm_vision_free(m->vision);
   m->vision = NULL;
   if (m->layers)

@@ -230,7 +230,8 @@ smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slo
   for (int l = 0; l < kv->n_layers; l++) {
     if (c->layer_kind[l] != SM_LK_ATTN) continue; /* recurrent and MLP-only layers keep no KV */
     kv->k[l] = m->be->alloc(m->be, bytes);
-    kv->v[l] = m->be->alloc(m->be, bytes);
+    /* multi-head latent attention: a position's value is part of its key row (backend.h attention_mla) */
+    kv->v[l] = m->fam->recipe->mla ? kv->k[l] : m->be->alloc(m->be, bytes);
     if (!kv->k[l] || !kv->v[l]) {
       sm_kv_free(m, kv);
       return sm_err(SMELT_ERR_OOM, "cannot allocate KV cache (%zu MiB)",
@@ -270,7 +271,7 @@ size_t sm_model_state_bytes(const smelt_model *m) {
 void sm_kv_free(smelt_model *m, sm_kv_cache *kv) {
   for (int l = 0; l < kv->n_layers; l++) {
     if (kv->k && kv->k[l]) m->be->free(m->be, kv->k[l]);
-    if (kv->v && kv->v[l]) m->be->free(m->be, kv->v[l]);
+    if (kv->v && kv->v[l] && (!kv->k || kv->v[l] != kv->k[l])) m->be->free(m->be, kv->v[l]);
     if (kv->conv && kv->conv[l]) m->be->free(m->be, kv->conv[l]);
     if (kv->ssm && kv->ssm[l]) m->be->free(m->be, kv->ssm[l]);
   }

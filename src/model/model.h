@@ -19,6 +19,7 @@ typedef struct {
   sm_layer_spec spec;
   struct sm_moe_layer *moe; /* the layer's mixture of experts (moe.c; NULL: the dense MLP of w[]) */
   float *sinks;             /* attention sink logits per head (recipe attn_sinks), backend buffer */
+  struct sm_mla_layer *mla; /* multi-head latent attention (recipe mla; mla.c), else NULL */
 } sm_layer;
 
 /* The recurrent mixer's activation buffers (recurrent.c): projections into the convolution, its output,
@@ -51,6 +52,7 @@ struct smelt_model {
   sm_act act;
   sm_qk_norm qk_norm;             /* the recipe's q/k norms as this config has them */
   struct sm_moe_scratch *moe_scr; /* mixture-of-experts activations (moe.c) */
+  struct sm_mla_scratch *mla_scr; /* multi-head latent attention activations (mla.c) */
   size_t moe_expert_bytes;        /* bytes of the routed experts' weights, of which a token reads top_k / n_experts */
   float attn_scale;               /* before the RoPE attention factor */
   float embed_scale;              /* 1: none */
@@ -123,6 +125,18 @@ void sm_moe_release(smelt_model *m);                       /* ... and their rele
 smelt_status sm_moe_reserve(smelt_model *m, int n_tokens); /* the MoE scratch for n tokens (sm_model_reserve) */
 /* out[n][hidden] = the mixture of layer L on x[n][hidden] (routed experts and shared experts) */
 smelt_status sm_moe_forward(smelt_model *m, const sm_layer *L, const float *x, int n, float *out);
+
+/* mla.c: multi-head latent attention (recipe mla, config.h sm_mla_config) */
+smelt_status sm_mla_check(smelt_model *m); /* the backend's ops and the config's shapes (OK for other families) */
+smelt_status sm_mla_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const char *layer_prefix);
+smelt_status sm_mla_prepare(smelt_model *m);
+void sm_mla_release(smelt_model *m);
+smelt_status sm_mla_reserve(smelt_model *m, int n_tokens);
+/* out[n][hidden] = the attention of layer l on ain[n][hidden] (o_proj included) */
+void sm_mla_attention(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain, int n, float *out);
+/* loader.c: w becomes n rows of itself, row i = row perm[i] (host copies the model owns) */
+void sm_load_gather_rows(smelt_model *m, sm_weight *w, const int64_t *perm, int64_t n);
+void *sm_model_host_own(smelt_model *m, void *host_buf); /* freed with the model */
 
 /* loader.c: the checkpoint's tensors into m (family names, recipe), uploaded to m->be */
 smelt_status sm_model_load_weights(smelt_model *m);

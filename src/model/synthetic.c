@@ -257,6 +257,44 @@ static void add_moe_layer(sm_st_writer *w, fill_ctx *fc, fill_ctx *scm, const sm
   }
 }
 
+/* the multi-head latent attention of layer l (mla.c), as mlx-lm writes it: embed_q / unembed_out per head, or
+ * with the config member smelt_mla_kv_b (removed from the config written) the older kv_b_proj; a projection
+ * whose input size the group size does not divide stays unquantized, as mlx-lm's quantize predicate leaves it */
+static void add_mla_layer(sm_st_writer *w, fill_ctx *fc, const sm_config *c, const char *p, int bits, int gs,
+                          bool kv_b) {
+  const sm_mla_config *a = &c->mla;
+  const int64_t H = c->num_attention_heads, hid = c->hidden_size, dn = a->nope_dim, dr = a->rope_dim,
+                dc = a->kv_rank, dv = a->v_dim;
+  char n[400];
+  const int64_t q_in = a->q_rank > 0 ? a->q_rank : hid;
+#define QB(cols) ((cols) % gs ? 0 : bits)
+  if (a->q_rank > 0) {
+    snprintf(n, sizeof n, "%s.self_attn.q_a_proj", p);
+    add_weight(w, fc, NULL, n, 0, a->q_rank, hid, QB(hid), gs, 0);
+    int64_t r = a->q_rank;
+    snprintf(n, sizeof n, "%s.self_attn.q_a_layernorm.weight", p);
+    sm_stw_add(w, n, SM_DT_BF16, 1, &r, NULL, fill_dense, fc);
+  }
+  snprintf(n, sizeof n, "%s.self_attn.%s", p, a->q_rank > 0 ? "q_b_proj" : "q_proj");
+  add_weight(w, fc, NULL, n, 0, H * (dn + dr), q_in, QB(q_in), gs, 0);
+  snprintf(n, sizeof n, "%s.self_attn.kv_a_proj_with_mqa", p);
+  add_weight(w, fc, NULL, n, 0, dc + dr, hid, QB(hid), gs, 0);
+  snprintf(n, sizeof n, "%s.self_attn.kv_a_layernorm.weight", p);
+  sm_stw_add(w, n, SM_DT_BF16, 1, &dc, NULL, fill_dense, fc);
+  if (kv_b) {
+    snprintf(n, sizeof n, "%s.self_attn.kv_b_proj", p);
+    add_weight(w, fc, NULL, n, 0, H * (dn + dv), dc, QB(dc), gs, 0);
+  } else {
+    snprintf(n, sizeof n, "%s.self_attn.embed_q", p);
+    add_weight(w, fc, NULL, n, H, dc, dn, QB(dn), gs, 0);
+    snprintf(n, sizeof n, "%s.self_attn.unembed_out", p);
+    add_weight(w, fc, NULL, n, H, dv, dc, QB(dc), gs, 0);
+  }
+  snprintf(n, sizeof n, "%s.self_attn.o_proj", p);
+  add_weight(w, fc, NULL, n, 0, hid, H * dv, QB(H * dv), gs, 0);
+#undef QB
+}
+
 /* Write a random-weight MLX-format checkpoint of a family into dir (skipped if it exists). */
 smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const char *dir, bool verbose) {
   const char *ftype = sh->family ? sh->family : "llama";
@@ -325,6 +363,8 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
     goto out;
   }
   cJSON_DeleteItemFromObjectCaseSensitive(c, "smelt_expert_mode");
+  const bool mla_kv_b = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "smelt_mla_kv_b"));
+  cJSON_DeleteItemFromObjectCaseSensitive(c, "smelt_mla_kv_b");
   if (!bits) emode = 0;
   if (fam->moe) moe_config(c, fam, sh);
   if (bits) {
@@ -418,6 +458,7 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
       sm_stw_add(w, sn, SM_DT_BF16, 1, &nh, NULL, fill_dense, &fc);
     }
     if (moe) add_moe_layer(w, &fc, scm, fam, &cfg, n, bits, gs, emode);
+    if (r->mla) add_mla_layer(w, &fc, &cfg, n, bits, gs, mla_kv_b);
   }
   st = sm_stw_write(w, stp);
   sm_stw_free(w);

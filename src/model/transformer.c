@@ -15,12 +15,13 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out) {
   if (n_tokens > m->scratch_tokens) {
     size_t n = (size_t)n_tokens, H = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
     size_t nq = (size_t)c->num_attention_heads * c->head_dim, nkv = (size_t)c->num_key_value_heads * c->head_dim;
+    if (m->fam->recipe->mla) nq = nkv = 1; /* mla.c has its own activations */
     size_t wide = SM_MAX(H, nq);
     if ((st = grow(m, &m->x, n * H)) || (st = grow(m, &m->xb, n * wide)) || (st = grow(m, &m->xb2, n * H)) ||
         (st = grow(m, &m->q, n * nq)) || (st = grow(m, &m->k, n * nkv)) || (st = grow(m, &m->v, n * nkv)) ||
         (st = grow(m, &m->att, n * nq)) || (st = grow(m, &m->gate, n * F)) || (st = grow(m, &m->up, n * F)))
       return st;
-    if ((st = sm_moe_reserve(m, n_tokens))) return st;
+    if ((st = sm_moe_reserve(m, n_tokens)) || (st = sm_mla_reserve(m, n_tokens))) return st;
     if (m->fam->recipe->attn_out_gate && (st = grow(m, &m->agate, n * nq))) return st;
     if (c->rec.kind != SM_REC_NONE) { /* the recurrent mixer's activations (recurrent.c) */
       size_t per[SM_REC_SCRATCH];
@@ -171,6 +172,7 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
         ain = m->xb;
       }
       if (L->spec.kind == SM_LK_REC) sm_rec_mixer(m, kv, l, ain, n, m->xb2);
+      else if (L->mla) sm_mla_attention(m, kv, l, ain, n, m->xb2);
       else attention_block(m, kv, l, ain, n, mrope, m->xb2);
       if (L->vec[SM_T_ATTN_OUT_NORM]) norm(m, m->xb2, m->xb2, L->vec[SM_T_ATTN_OUT_NORM], n, H);
       if (resid != 1.0f) be->scale(be, m->xb2, resid, (size_t)n * H);

@@ -90,7 +90,7 @@ static void test_published(void) {
           !c.moe.moe_layer[0] && c.moe.moe_layer[1] && c.moe.moe_layer[45] && c.partial_rotary_dim == 64,
         "glm4_moe");
   sm_config_free(&c);
-  /* deepseek-ai/DeepSeek-V3: group-limited routing; known, not runnable */
+  /* deepseek-ai/DeepSeek-V3: group-limited routing, multi-head latent attention (the class defaults) */
   CHECK(parse("{\"model_type\": \"deepseek_v3\", \"hidden_size\": 7168, \"intermediate_size\": 18432,"
               " \"moe_intermediate_size\": 2048, \"n_routed_experts\": 256, \"n_shared_experts\": 1,"
               " \"num_experts_per_tok\": 8, \"n_group\": 8, \"topk_group\": 4, \"routed_scaling_factor\": 2.5,"
@@ -102,9 +102,25 @@ static void test_published(void) {
   CHECK(c.moe.n_group == 8 && c.moe.topk_group == 4 && c.moe.routed_scale == 2.5f && !c.moe.moe_layer[2] &&
           c.moe.moe_layer[3],
         "deepseek_v3");
-  CHECK(sm_family_find("deepseek_v3") && !sm_family_runnable("deepseek_v3") && sm_family_find("kimi_k2") &&
-          strstr(sm_family_find("kimi_k2")->notes, "latent attention"),
-        "deepseek_v3 / kimi_k2: known, not runnable");
+  /* the latent cache's geometry: one KV head of kv_lora_rank + qk_rope_head_dim */
+  CHECK(c.mla.kv_rank == 512 && c.mla.q_rank == 1536 && c.mla.rope_dim == 64 && c.mla.nope_dim == 128 &&
+          c.mla.v_dim == 128 && c.head_dim == 576 && c.num_key_value_heads == 1 && c.partial_rotary_dim == 64,
+        "deepseek_v3 latent attention: %d %d %d %d %d, head_dim %d, kv heads %d", c.mla.kv_rank, c.mla.q_rank,
+        c.mla.rope_dim, c.mla.nope_dim, c.mla.v_dim, c.head_dim, c.num_key_value_heads);
+  CHECK(sm_family_runnable("deepseek_v3") && sm_family_runnable("kimi_k2") == sm_family_runnable("deepseek_v3") &&
+          sm_family_runnable("glm4_moe_lite"),
+        "deepseek_v3 / kimi_k2 / glm4_moe_lite runnable");
+  sm_config_free(&c);
+  /* DeepSeek-V2-Lite style: q_lora_rank null (a plain q_proj); GLM-4.7-Flash's class defaults */
+  CHECK(parse("{\"model_type\": \"deepseek_v3\", \"q_lora_rank\": null, \"kv_lora_rank\": 512,"
+              " \"qk_rope_head_dim\": 64, \"qk_nope_head_dim\": 128, \"v_head_dim\": 128}",
+              &c) == SMELT_OK &&
+          c.mla.q_rank == 0 && c.head_dim == 576,
+        "q_lora_rank null: %s", sm_errmsg());
+  sm_config_free(&c);
+  CHECK(parse("{\"model_type\": \"glm4_moe_lite\"}", &c) == SMELT_OK && c.mla.q_rank == 768 && c.mla.nope_dim == 192 &&
+          c.mla.v_dim == 256 && c.moe.n_experts == 64 && c.moe.top_k == 4 && !c.moe.moe_layer[0] && c.moe.moe_layer[1],
+        "glm4_moe_lite defaults: %s", sm_errmsg());
   sm_config_free(&c);
   /* the class defaults and mlp_only_layers / decoder_sparse_step */
   CHECK(parse("{\"model_type\": \"qwen3_moe\", \"num_hidden_layers\": 4, \"mlp_only_layers\": [0],"
@@ -123,6 +139,8 @@ static void test_errors(void) {
     const char *js, *want;
   } bad[] = {
     {"{\"model_type\": \"qwen3_moe\", \"num_experts\": 8, \"num_experts_per_tok\": 9}", "num_experts_per_tok"},
+    {"{\"model_type\": \"deepseek_v3\", \"qk_rope_head_dim\": 63}", "qk_rope_head_dim"},
+    {"{\"model_type\": \"deepseek_v3\", \"kv_lora_rank\": 0}", "kv_lora_rank"},
     {"{\"model_type\": \"qwen3_moe\", \"num_experts\": 0}", "num_experts"},
     {"{\"model_type\": \"glm4_moe\", \"n_routed_experts\": 12, \"n_group\": 5}", "n_group"},
     {"{\"model_type\": \"glm4_moe\", \"n_routed_experts\": 16, \"n_group\": 4, \"topk_group\": 1,"

@@ -136,6 +136,11 @@ static void r_attention_sinks(sm_backend *b, float *o, const float *q, const sm_
   note(b, win > 0 ? "attention_sinks:window" : "attention_sinks");
   R(b)->in->attention_sinks(R(b)->in, o, q, kv, l, nh, sc, win, cap, sinks);
 }
+static void r_attention_mla(sm_backend *b, float *o, const float *ql, const float *qp, const float *c,
+                            const float *kp, const sm_kv_cache *kv, int l, int nh, int dr, float sc) {
+  note(b, "attention_mla");
+  R(b)->in->attention_mla(R(b)->in, o, ql, qp, c, kp, kv, l, nh, dr, sc);
+}
 
 static void r_copy(sm_backend *b, void *d, const void *s, size_t n) {
   note(b, "copy");
@@ -211,6 +216,7 @@ static sm_backend *rec_create(void) {
   b->swiglu_clamp = r_swiglu_clamp;
   b->sigmoid_gate_rows = r_sigmoid_gate_rows;
   b->attention_sinks = r_attention_sinks;
+  b->attention_mla = r_attention_mla;
   b->copy = r_copy;
   b->mul = r_mul;
   b->sigmoid_mul = r_sigmoid_mul;
@@ -244,6 +250,9 @@ static sm_backend *rec_create(void) {
 #define MAMBA2 "mm:rec_in mm:rec_in mm:rec_in conv1d ssm_scan gated_rmsnorm mm:rec_out"
 #define GATED_ATTN_BLOCK "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " attention mm:attn_gate sigmoid_mul mm:o add"
 #define GATED_ATTN GATED_ATTN_BLOCK " " MLP
+/* multi-head latent attention (src/model/mla.c): q_a, its norm, q_b's nope and rope rows, kv_a's latent and
+ * rotated key rows, the latent's norm, RoPE, the per-head up-projections around attention over the latent */
+#define MLA "rmsnorm mm:q rmsnorm mm:q mm:q mm:k mm:k rmsnorm rope rope mmx:mla_uk attention_mla mmx:mla_uv mm:o add"
 /* Qwen3-Next / Qwen3.5 MoE: routed experts, then the shared expert times its sigmoid gate */
 #define SHARED_MOE "rmsnorm mm:router " EXPERTS " " SHARED " mm:shared_gate sigmoid_gate_rows add add"
 static const struct {
@@ -397,6 +406,23 @@ static const struct {
     "rmsnorm " QKV " add_rows add_rows add_rows rmsnorm rmsnorm " ROPE " " ATTN_OUT " rmsnorm mm:router " EXPERTS
     " " SHARED " add add"},
    HEAD},
+  /* DeepSeek-V3: multi-head latent attention, layer 0 dense, then group-limited routing and a shared expert */
+  {"deepseek_v3", NULL, "", {MLA " " MLP, MLA " rmsnorm mm:router " EXPERTS " " SHARED " add add"}, HEAD},
+  /* the older kv_b_proj checkpoints: the same ops */
+  {"deepseek_v3",
+   "{\"smelt_mla_kv_b\": true}",
+   "",
+   {MLA " " MLP, MLA " rmsnorm mm:router " EXPERTS " " SHARED " add add"},
+   HEAD},
+  /* a plain q_proj (q_lora_rank null, DeepSeek-V2-Lite style) */
+  {"deepseek_v3",
+   "{\"q_lora_rank\": null}",
+   "",
+   {"rmsnorm mm:q mm:q mm:k mm:k rmsnorm rope rope mmx:mla_uk attention_mla mmx:mla_uv mm:o add " MLP,
+    "rmsnorm mm:q mm:q mm:k mm:k rmsnorm rope rope mmx:mla_uk attention_mla mmx:mla_uv mm:o add rmsnorm mm:router "
+    EXPERTS " " SHARED " add add"},
+   HEAD},
+  {"glm4_moe_lite", NULL, "", {MLA " " MLP, MLA " rmsnorm mm:router " EXPERTS " " SHARED " add add"}, HEAD},
   /* hybrid families: a recurrent layer, then attention */
   /* Qwen3.5 / Qwen3-Next: Gated DeltaNet (in_proj qkv, z, b, a), gated attention */
   {"qwen3_5_text", NULL, "", {"rmsnorm " GDN " add " MLP, GATED_ATTN}, HEAD},

@@ -694,6 +694,7 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
   b->sample = be_sample;
   b->measure_bandwidth = be_measure_bandwidth;
   b->attention_sinks = sm_cpu_attention_sinks;
+  b->attention_mla = sm_cpu_attention_mla;
   sm_cpu_moe_install(b); /* mixture-of-experts ops (cpu_moe.c) */
   b->copy = be_copy;
   b->mul = be_mul;

@@ -80,4 +80,7 @@ void sm_cpu_attention(sm_backend *be, float *out, const float *q, const sm_kv_ca
 /* the same with a sink logit per head (backend.h attention_sinks) */
 void sm_cpu_attention_sinks(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
                             float scale, int window, float softcap, const float *sinks);
+/* multi-head latent attention (backend.h attention_mla; cpu_mla.c) */
+void sm_cpu_attention_mla(sm_backend *be, float *out, const float *q_lat, const float *q_pe, const float *c,
+                          const float *kpe, const sm_kv_cache *kv, int layer, int n_heads, int dr, float scale);
 #endif
