@@ -406,6 +406,8 @@ MOE = {
     "gpt_oss": dict(router="mlp.router", experts="mlp.experts", route="topk_softmax", bias=True),
     "glm4_moe": dict(router="mlp.gate", experts="mlp.switch_mlp", route="sigmoid", shared="mlp.shared_experts",
                      correction="mlp.gate.e_score_correction_bias"),
+    "deepseek_v3": dict(router="mlp.gate", experts="mlp.switch_mlp", route="sigmoid", shared="mlp.shared_experts",
+                        correction="mlp.gate.e_score_correction_bias"),
 }
 ROUTE_MARGINS = []  # the smallest gap between the k-th and (k+1)-th choice score of each routing (seed search)
 
@@ -415,6 +417,8 @@ def is_moe_layer(mt, tc, i):
         return i not in (tc.get("mlp_only_layers") or []) and (i + 1) % tc.get("decoder_sparse_step", 1) == 0
     if mt == "glm4_moe":
         return i >= tc.get("first_k_dense_replace", 1)
+    if mt == "deepseek_v3":
+        return i >= tc.get("first_k_dense_replace", 3) and i % tc.get("moe_layer_freq", 1) == 0
     return True
 
 
@@ -590,6 +594,49 @@ def forward(cfg, W, ids, n_prefill=None, embeds=None, rope_pos=None, deepstack=N
                 s /= s.sum(-1, keepdims=True)
             o = np.einsum("hts,shd->thd", s, v).reshape(T, nh * hd)
             return lin("self_attn.o_proj", o, fam.o_bias)
+
+        def mla_attention(h):
+            """DeepSeek-V3 (transformers' DeepseekV3Attention): queries through the q LoRA (or q_proj), the
+            compressed KV and the shared rotated key from kv_a_proj_with_mqa, keys and values per head from
+            kv_b_proj (or mlx-lm's split of it, embed_q / unembed_out), interleaved RoPE on the rope dims"""
+            dn, dr, dc, dv = tc["qk_nope_head_dim"], tc["qk_rope_head_dim"], tc["kv_lora_rank"], tc["v_head_dim"]
+            ab = bool(tc.get("attention_bias", False))
+            if tc.get("q_lora_rank"):
+                q = rmsnorm(lin("self_attn.q_a_proj", h, ab), W[p + "self_attn.q_a_layernorm.weight"], 1e-6)
+                q = lin("self_attn.q_b_proj", q)
+            else:
+                q = lin("self_attn.q_proj", h)
+            q = q.reshape(T, nh, dn + dr)
+            kv = lin("self_attn.kv_a_proj_with_mqa", h, ab)
+            c = rmsnorm(kv[:, :dc], W[p + "self_attn.kv_a_layernorm.weight"], 1e-6)
+            if p + "self_attn.embed_q.weight" in W:
+                kn = np.einsum("tc,hcn->thn", c, W[p + "self_attn.embed_q.weight"])
+                v = np.einsum("tc,hvc->thv", c, W[p + "self_attn.unembed_out.weight"])
+            else:
+                kvb = W[p + "self_attn.kv_b_proj.weight"].reshape(nh, dn + dv, dc)
+                kn = np.einsum("tc,hnc->thn", c, kvb[:, :dn])
+                v = np.einsum("tc,hvc->thv", c, kvb[:, dn:])
+            rp, _ = rope_params(tc)
+            if rp["rope_type"] == "yarn":
+                rp.setdefault("original_max_position_embeddings", tc["max_position_embeddings"])
+            inv, af = inv_freq(rp, dr, tc, T)
+            cos, sin = np.cos(pos[:, None] * inv) * af, np.sin(pos[:, None] * inv) * af
+            qpe = apply_rope(q[..., dn:], cos, sin, dr, True)
+            kpe = apply_rope(kv[:, None, dc:], cos, sin, dr, True)[:, 0]
+            scale = (dn + dr) ** -0.5
+            msa = rp.get("mscale_all_dim") if rp["rope_type"] != "default" else None
+            if msa and rp.get("factor", 1.0) > 1:
+                ms = 0.1 * msa * math.log(rp["factor"]) + 1.0
+                scale = scale * ms * ms
+            s = (np.einsum("thd,shd->hts", q[..., :dn], kn) + np.einsum("thd,sd->hts", qpe, kpe)) * scale
+            s = s + np.triu(np.full((T, T), -np.inf), 1)
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            o = np.einsum("hts,shv->thv", s, v).reshape(T, nh * dv)
+            return lin("self_attn.o_proj", o, ab)
+
+        if mt == "deepseek_v3":
+            attention = mla_attention  # noqa: F811
 
         def moe(h):
             sp = fam.moe

@@ -242,6 +242,29 @@ FIXTURES = [
                   num_experts_per_tok=2, moe_intermediate_size=64, n_shared_experts=1, n_group=2, topk_group=1,
                   routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1),
          quant=Q4, overrides={}),
+    # DeepSeek-V3: multi-head latent attention (q_lora_rank, the latent 64 + rotated 16 dims, interleaved RoPE,
+    # YaRN with mscale_all_dim), layer 0 dense, sigmoid routing over 2 groups (1 kept) with the correction bias,
+    # a shared expert; the router a plain weight (mlx-lm's MoEGate). kv_b_proj as mlx-lm's sanitize splits it
+    # (embed_q / unembed_out per head, each quantized), or, mla_layout "kv_b", as older conversions keep it
+    dict(name="deepseek_v3_q4_g64_bf16", head_gain=2.0, model_type="deepseek_v3", dtype="bfloat16", seed=3232,
+         cfg=dict(num_hidden_layers=2, tie_word_embeddings=False, rope_theta=10000.0, attention_bias=False,
+                  num_key_value_heads=4, q_lora_rank=64, kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=64,
+                  v_head_dim=32, head_dim=16, rope_interleave=True, n_routed_experts=8, num_experts_per_tok=2,
+                  moe_intermediate_size=64, n_shared_experts=1, n_group=2, topk_group=1, routed_scaling_factor=2.5,
+                  norm_topk_prob=True, first_k_dense_replace=1, moe_layer_freq=1, topk_method="noaux_tc",
+                  scoring_func="sigmoid",
+                  rope_scaling={"type": "yarn", "rope_type": "yarn", "factor": 40.0, "beta_fast": 32.0,
+                                "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                "original_max_position_embeddings": 64}),
+         quant=Q4, overrides={}),
+    dict(name="deepseek_v3_kvb_q4_g64_f16", head_gain=2.0, model_type="deepseek_v3", dtype="float16", seed=3333,
+         cfg=dict(num_hidden_layers=2, tie_word_embeddings=False, rope_theta=10000.0, attention_bias=False,
+                  num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=64,
+                  v_head_dim=32, head_dim=16, rope_interleave=True, n_routed_experts=8, num_experts_per_tok=2,
+                  moe_intermediate_size=64, n_shared_experts=1, n_group=2, topk_group=1, routed_scaling_factor=2.5,
+                  norm_topk_prob=True, first_k_dense_replace=1, moe_layer_freq=1, topk_method="noaux_tc",
+                  scoring_func="sigmoid"),
+         quant=Q4, overrides={}, mla_layout="kv_b"),
     # ---- hybrid families: recurrent layers (Gated DeltaNet, short convolution, Mamba-2) and attention
     # Qwen3.5 as mlx-lm writes it (text_config, language_model.*): three Gated DeltaNet layers then gated
     # attention with partial RoPE; (1 + w) norms stored as 1 + w; A_log in float32
@@ -313,9 +336,12 @@ MOE_HF = {"qwen3_moe": ("mlp.gate", "mlp.experts.%d.", ("gate_proj", "up_proj", 
           "qwen2_moe": ("mlp.gate", "mlp.experts.%d.", ("gate_proj", "up_proj", "down_proj")),
           "mixtral": ("block_sparse_moe.gate", "block_sparse_moe.experts.%d.", ("w1", "w3", "w2")),
           "gpt_oss": ("mlp.router", "mlp.experts.%d.", ("gate_proj", "up_proj", "down_proj")),
-          "glm4_moe": ("mlp.gate", "mlp.experts.%d.", ("gate_proj", "up_proj", "down_proj"))}
+          "glm4_moe": ("mlp.gate", "mlp.experts.%d.", ("gate_proj", "up_proj", "down_proj")),
+          "deepseek_v3": ("mlp.gate", "mlp.experts.%d.", ("gate_proj", "up_proj", "down_proj"))}
 MOE_MLX = {"qwen3_moe": "mlp.switch_mlp.", "qwen2_moe": "mlp.switch_mlp.", "mixtral": "block_sparse_moe.switch_mlp.",
-           "gpt_oss": "mlp.experts.", "glm4_moe": "mlp.switch_mlp."}
+           "gpt_oss": "mlp.experts.", "glm4_moe": "mlp.switch_mlp.", "deepseek_v3": "mlp.switch_mlp."}
+# multi-head latent attention families (their HF names: q_a_proj / q_b_proj or q_proj, kv_a_proj_with_mqa, kv_b_proj)
+MLA = ("deepseek_v3",)
 
 # vision tensors next to the LM in mlx-vlm checkpoints (a few, small): smelt must skip them deliberately
 VISION_TENSORS = {
@@ -353,7 +379,7 @@ def text_config_dict(fx):
     c = dict(BASE)
     c.update(fx["cfg"])
     c = {k: v for k, v in c.items() if v is not None or k in ("sliding_window", "final_logit_softcapping",
-                                                                "attn_logit_softcapping")}
+                                                                "attn_logit_softcapping", "q_lora_rank")}
     c["model_type"] = fx["model_type"]
     if "head_dim" not in c and fx["model_type"] != "cohere2":
         c["head_dim"] = c["hidden_size"] // c["num_attention_heads"]
@@ -534,13 +560,26 @@ def state_spec(mt, c):
 
         def vec(name, n=H):
             spec.append((p + name + ".weight", (n,)))
-        if mt == "phi3":
+        if mt in MLA:
+            dn, dr, dc, dv = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["kv_lora_rank"], c["v_head_dim"]
+            if c.get("q_lora_rank"):
+                lin("self_attn.q_a_proj", c["q_lora_rank"], H, c.get("attention_bias", False))
+                vec("self_attn.q_a_layernorm", c["q_lora_rank"])
+                lin("self_attn.q_b_proj", nh * (dn + dr), c["q_lora_rank"])
+            else:
+                lin("self_attn.q_proj", nh * (dn + dr), H)
+            lin("self_attn.kv_a_proj_with_mqa", dc + dr, H, c.get("attention_bias", False))
+            vec("self_attn.kv_a_layernorm", dc)
+            lin("self_attn.kv_b_proj", nh * (dn + dv), dc)
+            lin("self_attn.o_proj", H, nh * dv, c.get("attention_bias", False))
+        elif mt == "phi3":
             lin("self_attn.qkv_proj", nq + 2 * nk, H)
         else:
             lin("self_attn.q_proj", nq, H, qkv_b)
             lin("self_attn.k_proj", nk, H, qkv_b)
             lin("self_attn.v_proj", nk, H, qkv_b)
-        lin("self_attn.o_proj", H, nq, o_b)
+        if mt not in MLA:
+            lin("self_attn.o_proj", H, nq, o_b)
         if qkn == "head":
             vec("self_attn.q_norm", hd)
             vec("self_attn.k_norm", hd)
@@ -587,7 +626,7 @@ def moe_spec(mt, c, lin):
     Fe = c.get("moe_intermediate_size") or c["intermediate_size"]
     router, ex, names = MOE_HF[mt]
     lin(router, E, H, mt == "gpt_oss")
-    if mt == "glm4_moe":
+    if mt in ("glm4_moe", "deepseek_v3"):
         lin.spec.append((lin.p + "mlp.gate.e_score_correction_bias", (E,)))
     for e in range(E):
         lin(ex % e + names[0], Fe, H, mt == "gpt_oss")
@@ -599,7 +638,7 @@ def moe_spec(mt, c, lin):
         lin("mlp.shared_expert.up_proj", Fs, H)
         lin("mlp.shared_expert.down_proj", H, Fs)
         lin("mlp.shared_expert_gate", 1, H)
-    if mt == "glm4_moe" and c.get("n_shared_experts"):
+    if mt in ("glm4_moe", "deepseek_v3") and c.get("n_shared_experts"):
         Fs = c["n_shared_experts"] * Fe
         lin("mlp.shared_experts.gate_proj", Fs, H)
         lin("mlp.shared_experts.up_proj", Fs, H)
@@ -718,6 +757,26 @@ def build_hybrid(fx, c, spec, raw, tensors, used):
             used[name] = wr
 
 
+def split_kv_b(fx, c, tensors, module, w):
+    """kv_b_proj [H * (dn + dv), dc] as mlx-lm's sanitize writes it: embed_q [H, dc, dn] (each head's key rows,
+    transposed) and unembed_out [H, dv, dc] (its value rows), each quantized on its own (a module whose input
+    size the group size does not divide stays plain, as mlx-lm's quantize predicate leaves it). Returns the
+    kv_b_proj the reference sees: the two dequantized, put back."""
+    H, dn, dv, dc = c["num_attention_heads"], c["qk_nope_head_dim"], c["v_head_dim"], c["kv_lora_rank"]
+    w = mlxq.round_to_dtype(w, fx["dtype"]).reshape(H, dn + dv, dc)
+    base = module[: -len("kv_b_proj")]
+    parts = {"embed_q": np.ascontiguousarray(w[:, :dn, :].transpose(0, 2, 1)),
+             "unembed_out": np.ascontiguousarray(w[:, dn:, :])}
+    deq = {}
+    for k, arr in parts.items():
+        qp = qparams_for(fx, base + k)
+        if qp and arr.shape[-1] % qp["group_size"]:
+            qp = None
+        deq[k] = mlxq.add_linear(tensors, base + k, arr, fx["dtype"], qp)
+    out = np.concatenate([deq["embed_q"].transpose(0, 2, 1), deq["unembed_out"]], axis=1)
+    return out.reshape(H * (dn + dv), dc).astype(np.float32)
+
+
 def build_tensors(fx, c, spec, raw, rng):
     """MLX checkpoint tensors and the float32 weights (HF names) the reference sees. Per-expert weights are
     stacked along a leading expert axis under the family's MLX name (mlx-lm's sanitize), and quantized alike;
@@ -736,9 +795,12 @@ def build_tensors(fx, c, spec, raw, rng):
             continue
         w = raw[name]
         module = mlx_name(fx, name[: -len(".weight")]) if name.endswith(".weight") else None
-        if module is not None and w.ndim == 2:
-            # mlx-lm quantizes nn.Linear modules only: GLM-4 MoE's router is a plain weight
-            qp = None if (mt == "glm4_moe" and name.endswith("mlp.gate.weight")) else qparams_for(fx, module)
+        if mt in MLA and name.endswith("self_attn.kv_b_proj.weight") and fx.get("mla_layout") != "kv_b":
+            used[name] = split_kv_b(fx, c, tensors, module, w)
+        elif module is not None and w.ndim == 2:
+            # mlx-lm quantizes nn.Linear modules only: GLM-4 MoE's and DeepSeek-V3's routers are plain weights
+            qp = None if (mt in ("glm4_moe", "deepseek_v3") and name.endswith("mlp.gate.weight")) else \
+                qparams_for(fx, module)
             used[name] = mlxq.add_linear(tensors, module, w, fx["dtype"], qp)
         elif name.endswith("e_score_correction_bias"):  # kept in float32 (mlx-lm's cast_predicate)
             wr = w.astype(np.float32)

@@ -18,14 +18,16 @@
  * Checkpoints: W_UK and W_UV are mlx-lm's per-head embed_q [H][dc][dn] and unembed_out [H][dv][dc] (what its
  * sanitize writes since it split them), or, in older conversions, kv_b_proj [H * (dn + dv)][dc] as in the
  * Hugging Face checkpoint: its value rows are gathered into unembed_out's layout, and its key rows, which
- * embed_q has transposed, are dequantized and transposed at load into a 16-bit (float16 where the checkpoint
- * quantized them) [H][dc][dn] matrix: 2 * H * dc * dn bytes a layer more than the quantized rows. RoPE
+ * embed_q has transposed, are transposed at load into a [H][dc][dn] matrix of the checkpoint's dtype, or of
+ * float32 where it is quantized (its dequantized values, exactly: mlx-lm quantizes the transposed rows again
+ * instead): 4 * H * dc * dn bytes a layer, 32 MiB for DeepSeek-V3's, against 8 MiB in 4 bits. RoPE
  * rotates interleaved pairs (mlx-lm traditional=True, transformers rope_interleave): q_pe and kpe rows are
  * permuted at load into the rotate-half order of the backends' rope. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/kv_quant.h"
 #include "model/model.h"
 
 typedef struct sm_mla_layer {
@@ -59,18 +61,19 @@ smelt_status sm_mla_check(smelt_model *m) {
   if (m->kv_dtype != SM_DT_F16 && m->kv_dtype != SM_DT_BF16 && m->kv_dtype != SM_DT_F32)
     return sm_err(SMELT_ERR_UNSUPPORTED,
                   "%s: KV cache type %s is not supported with multi-head latent attention (f16, bf16, f32)", m->dir,
-                  sm_dtype_name(m->kv_dtype));
+                  smelt_kv_type_name(sm_kv_type_of(m->kv_dtype)));
   return SMELT_OK;
 }
 
 /* rotate-half order of dr interleaved dims: dim i < dr/2 is pair i's first element (2i), dr/2 + i its second */
 static int64_t deint(int64_t d, int dr) { return d < dr / 2 ? 2 * d : 2 * (d - dr / 2) + 1; }
 
-/* W_UK from kv_b_proj's key rows: [H][dc][dn] with element [h][r][j] = kv_b[h * (dn + dv) + j][r], 16-bit */
+/* W_UK from kv_b_proj's key rows: [H][dc][dn] with element [h][r][j] = kv_b[h * (dn + dv) + j][r], in the
+ * checkpoint's dtype, or float32 (exactly the dequantized values) where it is quantized */
 static smelt_status transpose_uk(smelt_model *m, const sm_weight *kvb, sm_weight *uk) {
   const sm_mla_config *a = &m->cfg.mla;
   const int64_t H = m->cfg.num_attention_heads, dn = a->nope_dim, dv = a->v_dim, dc = a->kv_rank;
-  const sm_dtype dt = kvb->bits ? SM_DT_F16 : kvb->dtype;
+  const sm_dtype dt = kvb->bits ? SM_DT_F32 : kvb->dtype;
   const size_t es = sm_dtype_size(dt);
   uint8_t *d = sm_model_host_own(m, sm_xmalloc(es * (size_t)(H * dc * dn)));
   float *row = sm_xmalloc(sizeof(float) * (size_t)dc);
@@ -81,7 +84,6 @@ static smelt_status transpose_uk(smelt_model *m, const sm_weight *kvb, sm_weight
         const size_t at = (size_t)((h * dc + r) * dn + j);
         if (dt == SM_DT_F32) memcpy(d + at * 4, &row[r], 4);
         else {
-          /* exact for a 16-bit source (its values), rounded to nearest for dequantized ones */
           const uint16_t v = dt == SM_DT_BF16 ? sm_f32_to_bf16(row[r]) : sm_f32_to_f16(row[r]);
           memcpy(d + at * 2, &v, 2);
         }

@@ -9,18 +9,18 @@
 #include <string.h>
 #include "backend/backend.h"
 
-static float mla_round(float x, sm_dtype dt) {
+static inline float mla_round(float x, sm_dtype dt) {
   if (dt == SM_DT_F16) return sm_f16_to_f32(sm_f32_to_f16(x));
   if (dt == SM_DT_BF16) return sm_bf16_to_f32(sm_f32_to_bf16(x));
   return x;
 }
 
-static float mla_rand(uint64_t *s) {
+static inline float mla_rand(uint64_t *s) {
   *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
   return (float)((*s >> 40) % 20001) / 10000.0f - 1.0f;
 }
 
-static double mla_check(sm_backend *be, int nh, int dc, int dr, sm_dtype dt) {
+static inline double mla_check(sm_backend *be, int nh, int dc, int dr, sm_dtype dt) {
   enum { BS = 4, NB = 8, MAXB = 4 };
   const int D = dc + dr, lens[2] = {10, 6};
   const int32_t table[2 * MAXB] = {5, 2, 7, -1, 0, 6, -1, -1}; /* seq 0: blocks 5 2 7, seq 1: 0 6 */

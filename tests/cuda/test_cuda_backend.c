@@ -15,6 +15,7 @@
 #endif
 #include "engine/engine.h"
 #include "model/model.h"
+#include "../backend/mla_check.h"
 
 #ifndef SMELT_HAVE_CUDA
 int main(void) {
@@ -1548,6 +1549,26 @@ static void test_moe_model(const char *family, int bits, const char *extra) {
   if (system(cmd)) {}
 }
 
+/* multi-head latent attention: the op against the double-precision reference (tests/backend/mla_check.h, as
+ * the CPU backend's test), then synthetic DeepSeek-V3 models (embed_q / unembed_out and the older kv_b_proj; a
+ * plain q_proj) CUDA vs CPU through prefill and decode */
+static void test_mla(void) {
+  const sm_dtype dts[3] = {SM_DT_F32, SM_DT_F16, SM_DT_BF16};
+  const int shapes[3][3] = {{5, 64, 16}, {16, 512, 64}, {1, 32, 8}};
+  for (int si = 0; si < 3; si++)
+    for (int d = 0; d < 3; d++) {
+      const double e = mla_check(G, shapes[si][0], shapes[si][1], shapes[si][2], dts[d]);
+      printf("attention_mla %d heads dc %d dr %d %s: err %.3g\n", shapes[si][0], shapes[si][1], shapes[si][2],
+             sm_dtype_name(dts[d]), e);
+      CHECK(e >= 0 && e < 1e-5, "cuda attention_mla %d heads, dc %d, dr %d, dtype %s: error %.3g (%s)", shapes[si][0],
+            shapes[si][1], shapes[si][2], sm_dtype_name(dts[d]), e, smelt_last_error());
+    }
+  test_moe_model("deepseek_v3", 4, NULL);
+  test_moe_model("deepseek_v3", 0, "{\"smelt_mla_kv_b\": true}");
+  test_moe_model("deepseek_v3", 4, "{\"q_lora_rank\": null, \"n_routed_experts\": 8}");
+  test_moe_model("glm4_moe_lite", 8, NULL);
+}
+
 static void test_moe(void) {
   test_mx_matmul();
   test_moe_route();
@@ -1565,13 +1586,13 @@ static void test_moe(void) {
 }
 
 /* the pass tests to run (argument "moe": only the mixture-of-experts tests, 64; "hybrid": only those of
- * recurrent layers, 128; "matmul": only the matmuls, 4 | 8) */
+ * recurrent layers, 128; "matmul": only the matmuls, 4 | 8; "mla": multi-head latent attention, 256) */
 static int g_only = ~0;
 
 /* one backend pass: G created with the tuning env (NAME=value ...), then the tests of mask
  * (1 elementwise, 2 attention, 4 matmul of 4-bit weights, 8 all widths, 16 models bits 4/0/3,
  * 32 model bits 4 on "test" and "tiny", 64 mixtures of experts and microscaling weights, 128 recurrent ops
- * and hybrid models) */
+ * and hybrid models, 256 multi-head latent attention) */
 static void pass(const char *env, int mask) {
   mask &= g_only;
   if (!mask) return;
@@ -1614,6 +1635,7 @@ static void pass(const char *env, int mask) {
     test_model(4);
     g_shape = "test";
   }
+  if (mask & 256) test_mla();
   if (mask & 128) {
     test_rec_ops();
     test_hybrid_models(4);
@@ -1628,8 +1650,9 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "moe")) g_only = 64;
   else if (argc > 1 && !strcmp(argv[1], "hybrid")) g_only = 128;
   else if (argc > 1 && !strcmp(argv[1], "matmul")) g_only = 4 | 8;
+  else if (argc > 1 && !strcmp(argv[1], "mla")) g_only = 256;
   else if (argc > 1) {
-    fprintf(stderr, "usage: %s [moe|hybrid|matmul]\n", argv[0]);
+    fprintf(stderr, "usage: %s [moe|hybrid|matmul|mla]\n", argv[0]);
     return 2;
   }
   G = sm_cuda_backend_create(0);
@@ -1641,7 +1664,7 @@ int main(int argc, char **argv) {
   C = sm_cpu_backend_create(0);
   /* the exact fp32-activation kernels for every 4-bit weight (by default weights of >= 1 Mi elements,
    * like the largest test shape, use int8 activations) */
-  pass("SMELT_CUDA_Q4=0", 1 | 2 | 8 | 16 | 64 | 128);
+  pass("SMELT_CUDA_Q4=0", 1 | 2 | 8 | 16 | 64 | 128 | 256);
   /* every 4-bit weight on the int8-activation kernels, norm and decode attention writing the int8 x;
    * the attention's L2 prefetch of the gate weight also for these small weights */
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_PF_MIN=0", 4 | 32);
@@ -1649,10 +1672,10 @@ int main(int argc, char **argv) {
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_FUSE=0", 2 | 32 | 128);
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_GRAPHS=0", 32 | 128);
   /* the MoE ops without fusion and without graphs (every step eager: routing and row kernels unrecorded) */
-  pass("SMELT_CUDA_FUSE=0 SMELT_CUDA_GRAPHS=0", 64);
+  pass("SMELT_CUDA_FUSE=0 SMELT_CUDA_GRAPHS=0", 64 | 256);
   /* 4-bit experts in the natural word order of CW_Q4 (the layout of real models' stacked experts, which
    * are past the 1 Mi elements from which 4-bit weights take it) */
-  pass("SMELT_CUDA_Q4=2", 64);
+  pass("SMELT_CUDA_Q4=2", 64 | 256);
   /* other k_mvq4 tilings and load hints */
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_Q4CFG=14 SMELT_CUDA_Q4HINT=3", 4 | 32);
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_Q4CFG=42 SMELT_CUDA_MVR=31", 4 | 32);

@@ -224,6 +224,10 @@ static void check_kv_types(const char *dir) {
     smelt_model *m = NULL;
     float *lg = NULL;
     if (smelt_model_load(dir, &mp, &m)) {
+      /* multi-head latent attention refuses the quantized caches (tests/model test_mla checks the error) */
+      if ((types[k] == SMELT_KV_Q8_0 || types[k] == SMELT_KV_Q4_0) &&
+          strstr(smelt_last_error(), "not supported with multi-head latent attention"))
+        continue;
       CHECK(0, "%s: load: %s", name, smelt_last_error());
       break;
     }

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_be.cuh"
 #include "backend/cuda/cuda_mlp.cuh"
+#include "backend/cuda/cuda_mla.cuh"
 #include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_weights.cuh"
 #include "backend/cuda/cuda_sample.cuh"
@@ -785,6 +786,7 @@ extern "C" sm_backend *sm_cuda_backend_create_opts(int device, const sm_backend_
   b->sample_async = be_sample_async;
   b->sample_wait = be_sample_wait;
   cu_moe_install(b); /* mixture-of-experts ops, attention sinks (cuda_moe.cu) */
+  cu_mla_install(b); /* multi-head latent attention (cuda_mla.cu) */
   b->mul = be_mul;
   b->sigmoid_mul = be_sigmoid_mul;
   b->relu2 = be_relu2;

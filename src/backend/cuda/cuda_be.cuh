@@ -21,7 +21,9 @@ enum {
   /* recurrent (hybrid) models: cuda_ssm.cu */
   OP_MUL, OP_SIGMUL, OP_RELU2, OP_CONV1D, OP_SSM, OP_GDN, OP_GNORM,
   /* ops with explicit shapes (cuda_encoder.cu) */
-  OP_ATTSEG, OP_ROPEAX, OP_GELU1, OP_GATHERROWS, OP_COPY, OP_COUNT
+  OP_ATTSEG, OP_ROPEAX, OP_GELU1, OP_GATHERROWS, OP_COPY,
+  /* multi-head latent attention (cuda_mla.cu) */
+  OP_ATTN_MLA, OP_COUNT
 };
 typedef struct {
   int type;
@@ -59,6 +61,7 @@ typedef struct {
     struct { float *y; const float *x; size_t n; int tanh_approx; } gl;                /* OP_GELU1 */
     struct { float *dst; const float *src; const int32_t *idx; int n, dim; } gr;      /* OP_GATHERROWS */
     struct { void *dst; const void *src; size_t bytes; } cp;                          /* OP_COPY */
+    struct { float *out; const float *ql, *qpe, *c, *kpe; void *K; int nh, dc, dr, bs, nblocks, dt; float scale; } mla;
   };
 } cu_op;
 const char *cu_op_name(int type);

@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_be.cuh"
 #include "backend/cuda/cuda_ew.cuh"
 #include "backend/cuda/cuda_mlp.cuh"
+#include "backend/cuda/cuda_mla.cuh"
 #include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_mv.cuh"
 #include "backend/cuda/cuda_q4.cuh"
@@ -33,7 +34,7 @@ const char *cu_op_name(int type) {
                                                "matmul_experts", "moe_combine", "swiglu_clamp", "sigmoid_gate_rows",
                                                "attention_sinks", "mul", "sigmoid_mul", "relu2", "conv1d", "ssm_scan",
                                                "gated_delta", "gated_rmsnorm", "attention_seg", "rope_axes", "gelu",
-                                               "gather_rows", "copy" };
+                                               "gather_rows", "copy", "attention_mla" };
   return type >= 0 && type < OP_COUNT ? names[type] : "?";
 }
 
@@ -74,6 +75,7 @@ void cu_op_io(const cu_op *o, const void *rd[4], int *nr, const void *wr[2], int
   case OP_GELU1: R(o->gl.x); W(o->gl.y); break;
   case OP_GATHERROWS: R(o->gr.src); W(o->gr.dst); break;
   case OP_COPY: R(o->cp.src); W(o->cp.dst); break;
+  case OP_ATTN_MLA: R(o->mla.ql); R(o->mla.qpe); R(o->mla.c); R(o->mla.kpe); W(o->mla.K); W(o->mla.out); break;
   }
 #undef R
 #undef W
@@ -573,6 +575,7 @@ static void exec_op_(cuda_be *c, const cu_op *o) {
     cu_gated_rmsnorm(cx, o->gn.out, o->gn.x, o->gn.z, o->gn.w, o->gn.n, o->gn.dim, o->gn.group, o->gn.wdim, o->gn.eps,
                      o->gn.nf);
     break;
+  case OP_ATTN_MLA: cu_mla_exec(c, o); break; /* multi-head latent attention (cuda_mla.cu) */
   default: cu_moe_exec(c, o); break; /* the mixture-of-experts ops and attention sinks (cuda_moe.cu) */
   }
 }
