@@ -4,12 +4,13 @@
  * written here in double precision from the checkpoint's tensors: keys k_nope = W_UK c and values W_UV c per
  * head, interleaved RoPE on the rope dims, softmax over q_nope . k_nope + q_pe . k_pe. The reference with the
  * RoPE taken out must disagree (the test sees the positions). Then the engine: decoding token by token over
- * small KV blocks, and a prefix-cache hit, give the logits of the whole-sequence forward; `smelt inspect`'s
+ * small KV blocks, a prefix-cache hit and a prompt cache file give the logits of the whole-sequence forward; `smelt inspect`'s
  * estimate counts the latent once a position. */
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "engine/engine.h"
+#include "engine/prompt_cache.h"
 #include "model/model.h"
 #include "store/store.h"
 #include "../test_util.h"
@@ -256,6 +257,22 @@ static void run(const char *root, int bits, const char *extra, bool q_lora, bool
     }
     CHECK(worst < 1e-4, "%s: %s logits differ from the whole-sequence forward by %.3g", dir,
           pass ? "prefix-cache" : "decode", worst);
+    if (pass == 1) { /* a prompt cache file of the first NT - 1 tokens, restored into a new sequence */
+      char path[600];
+      snprintf(path, sizeof path, "%s/prompt.cache", dir);
+      CHECK(sm_prompt_cache_save(en, s, NT - 1, path) == SMELT_OK, "prompt cache save: %s", smelt_last_error());
+      sm_prompt_cache *pc = NULL;
+      CHECK(sm_prompt_cache_open(path, m, &pc) == SMELT_OK, "prompt cache open: %s", smelt_last_error());
+      sm_seq *r = sm_seq_new(en);
+      if (pc) CHECK(sm_prompt_cache_restore(pc, en, r, NT - 1) == SMELT_OK, "restore: %s", smelt_last_error());
+      sm_seq_append(en, r, tok + NT - 1, 1);
+      uint8_t done = 0;
+      while (!done) CHECK(sm_engine_step(en, &r, 1, step, &done) == SMELT_OK, "step: %s", smelt_last_error());
+      const double e = t_max_rel(step, lg + (size_t)(NT - 1) * VOC, VOC, 1e-3);
+      CHECK(e < 1e-4, "%s: logits after a prompt cache file differ by %.3g", dir, e);
+      sm_prompt_cache_close(pc);
+      sm_seq_free(en, r);
+    }
     sm_seq_free(en, s);
   }
   free(step);
