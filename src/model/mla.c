@@ -31,9 +31,9 @@
 #include "model/model.h"
 
 typedef struct sm_mla_layer {
-  sm_weight q_a, q_full, kv_full;    /* q_a (data NULL without q_lora_rank); the permuted q_b / q_proj and kv_a */
+  sm_weight q_a, q_full, kv_full;      /* q_a (data NULL without q_lora_rank); the permuted q_b / q_proj and kv_a */
   sm_weight q_nope, q_pe, kv_c, kv_pe; /* row views of q_full and kv_full */
-  sm_weight uk, uv;                  /* stacked per head: [H][dc][dn], [H][dv][dc] */
+  sm_weight uk, uv;                    /* stacked per head: [H][dc][dn], [H][dv][dc] */
   sm_weight o;
   float *q_a_norm, *kv_norm;
   float *q_a_bias, *kv_bias, *o_bias; /* attention_bias (kv_bias: [dc | dr] permuted alike) */
@@ -56,8 +56,8 @@ smelt_status sm_mla_check(smelt_model *m) {
   if (a->kv_rank <= 0)
     return sm_err(SMELT_ERR_FORMAT, "family %s: multi-head latent attention without its config", m->fam->model_type);
   if (!m->be->attention_mla || !m->be->matmul_experts)
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: the %s backend has no multi-head latent attention (needed by %s)",
-                  m->dir, m->be->name, m->fam->model_type);
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: the %s backend has no multi-head latent attention (needed by %s)", m->dir,
+                  m->be->name, m->fam->model_type);
   if (m->kv_dtype != SM_DT_F16 && m->kv_dtype != SM_DT_BF16 && m->kv_dtype != SM_DT_F32)
     return sm_err(SMELT_ERR_UNSUPPORTED,
                   "%s: KV cache type %s is not supported with multi-head latent attention (f16, bf16, f32)", m->dir,
@@ -101,8 +101,8 @@ static smelt_status transpose_uk(smelt_model *m, const sm_weight *kvb, sm_weight
 smelt_status sm_mla_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const char *p) {
   const sm_config *c = &m->cfg;
   const sm_mla_config *a = &c->mla;
-  const int64_t H = c->num_attention_heads, hid = c->hidden_size, dn = a->nope_dim, dr = a->rope_dim,
-                dc = a->kv_rank, dv = a->v_dim, qh = dn + dr;
+  const int64_t H = c->num_attention_heads, hid = c->hidden_size, dn = a->nope_dim, dr = a->rope_dim, dc = a->kv_rank,
+                dv = a->v_dim, qh = dn + dr;
   sm_mla_layer *M = sm_xcalloc(1, sizeof *M);
   m->layers[l].mla = M;
   char n[384];

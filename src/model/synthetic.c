@@ -263,8 +263,8 @@ static void add_moe_layer(sm_st_writer *w, fill_ctx *fc, fill_ctx *scm, const sm
 static void add_mla_layer(sm_st_writer *w, fill_ctx *fc, const sm_config *c, const char *p, int bits, int gs,
                           bool kv_b) {
   const sm_mla_config *a = &c->mla;
-  const int64_t H = c->num_attention_heads, hid = c->hidden_size, dn = a->nope_dim, dr = a->rope_dim,
-                dc = a->kv_rank, dv = a->v_dim;
+  const int64_t H = c->num_attention_heads, hid = c->hidden_size, dn = a->nope_dim, dr = a->rope_dim, dc = a->kv_rank,
+                dv = a->v_dim;
   char n[400];
   const int64_t q_in = a->q_rank > 0 ? a->q_rank : hid;
 #define QB(cols) ((cols) % gs ? 0 : bits)

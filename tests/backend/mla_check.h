@@ -51,7 +51,8 @@ static inline double mla_check(sm_backend *be, int nh, int dc, int dr, sm_dtype 
   const float scale = 1.0f / sqrtf((float)(dc / 4 + dr));
   const size_t fq = sizeof(float) * (size_t)nh;
   float *dql = be->alloc(be, fq * dc * ntot), *dqp = be->alloc(be, fq * dr * ntot);
-  float *dc_ = be->alloc(be, sizeof(float) * (size_t)dc * ntot), *dkp = be->alloc(be, sizeof(float) * (size_t)dr * ntot);
+  float *dc_ = be->alloc(be, sizeof(float) * (size_t)dc * ntot),
+        *dkp = be->alloc(be, sizeof(float) * (size_t)dr * ntot);
   float *dout = be->alloc(be, fq * dc * ntot), *out = malloc(fq * dc * ntot);
   be->upload(be, dql, ql, fq * dc * ntot);
   be->upload(be, dqp, qp, fq * dr * ntot);
@@ -61,7 +62,12 @@ static inline double mla_check(sm_backend *be, int nh, int dc, int dr, sm_dtype 
   double worst = 0;
   for (int step = 0; step < 2; step++) {
     const int t0 = step ? lens[0] + lens[1] : 0, nt = step ? 2 : lens[0] + lens[1];
-    sm_batch b = {.n_tokens = nt, .tokens = tok, .pos = pos + t0, .seq = seq + t0, .n_seqs = 2, .max_blocks = MAXB,
+    sm_batch b = {.n_tokens = nt,
+                  .tokens = tok,
+                  .pos = pos + t0,
+                  .seq = seq + t0,
+                  .n_seqs = 2,
+                  .max_blocks = MAXB,
                   .block_table = table};
     if (be->set_batch(be, &b) != SMELT_OK) return -1;
     be->attention_mla(be, dout + (size_t)t0 * nh * dc, dql + (size_t)t0 * nh * dc, dqp + (size_t)t0 * nh * dr,
@@ -77,8 +83,10 @@ static inline double mla_check(sm_backend *be, int nh, int dc, int dr, sm_dtype 
         for (int u = 0; u < nj; u++) {
           const int j = js[u];
           double d = 0;
-          for (int e = 0; e < dc; e++) d += (double)ql[((size_t)i * nh + h) * dc + e] * mla_round(c[(size_t)j * dc + e], dt);
-          for (int e = 0; e < dr; e++) d += (double)qp[((size_t)i * nh + h) * dr + e] * mla_round(kp[(size_t)j * dr + e], dt);
+          for (int e = 0; e < dc; e++)
+            d += (double)ql[((size_t)i * nh + h) * dc + e] * mla_round(c[(size_t)j * dc + e], dt);
+          for (int e = 0; e < dr; e++)
+            d += (double)qp[((size_t)i * nh + h) * dr + e] * mla_round(kp[(size_t)j * dr + e], dt);
           sc[u] = d * scale;
           if (sc[u] > mx) mx = sc[u];
         }

@@ -291,8 +291,8 @@ static void run(const char *root, int bits, const char *extra, bool q_lora, bool
   /* quantized caches are refused with a clear error */
   mp.kv_type = SMELT_KV_Q8_0;
   m = NULL;
-  CHECK(smelt_model_load(dir, &mp, &m) != SMELT_OK && strstr(smelt_last_error(), "latent"),
-        "q8_0 KV cache for MLA: %s", m ? "loaded" : smelt_last_error());
+  CHECK(smelt_model_load(dir, &mp, &m) != SMELT_OK && strstr(smelt_last_error(), "latent"), "q8_0 KV cache for MLA: %s",
+        m ? "loaded" : smelt_last_error());
   smelt_model_free(m);
   /* the memory estimate: one latent row (K only) a position a layer */
   sm_mem_estimate est;

@@ -136,8 +136,8 @@ static void r_attention_sinks(sm_backend *b, float *o, const float *q, const sm_
   note(b, win > 0 ? "attention_sinks:window" : "attention_sinks");
   R(b)->in->attention_sinks(R(b)->in, o, q, kv, l, nh, sc, win, cap, sinks);
 }
-static void r_attention_mla(sm_backend *b, float *o, const float *ql, const float *qp, const float *c,
-                            const float *kp, const sm_kv_cache *kv, int l, int nh, int dr, float sc) {
+static void r_attention_mla(sm_backend *b, float *o, const float *ql, const float *qp, const float *c, const float *kp,
+                            const sm_kv_cache *kv, int l, int nh, int dr, float sc) {
   note(b, "attention_mla");
   R(b)->in->attention_mla(R(b)->in, o, ql, qp, c, kp, kv, l, nh, dr, sc);
 }
@@ -419,8 +419,8 @@ static const struct {
    "{\"q_lora_rank\": null}",
    "",
    {"rmsnorm mm:q mm:q mm:k mm:k rmsnorm rope rope mmx:mla_uk attention_mla mmx:mla_uv mm:o add " MLP,
-    "rmsnorm mm:q mm:q mm:k mm:k rmsnorm rope rope mmx:mla_uk attention_mla mmx:mla_uv mm:o add rmsnorm mm:router "
-    EXPERTS " " SHARED " add add"},
+    "rmsnorm mm:q mm:q mm:k mm:k rmsnorm rope rope mmx:mla_uk attention_mla mmx:mla_uv mm:o add rmsnorm mm:router " EXPERTS
+    " " SHARED " add add"},
    HEAD},
   {"glm4_moe_lite", NULL, "", {MLA " " MLP, MLA " rmsnorm mm:router " EXPERTS " " SHARED " add add"}, HEAD},
   /* hybrid families: a recurrent layer, then attention */
