@@ -118,6 +118,14 @@ static void test_published(void) {
           c.mla.q_rank == 0 && c.head_dim == 576,
         "q_lora_rank null: %s", sm_errmsg());
   sm_config_free(&c);
+  /* moonshotai/Kimi-K2: DeepSeek-V3's class (model_type kimi_k2), 384 experts in one group */
+  CHECK(parse("{\"model_type\": \"kimi_k2\", \"n_routed_experts\": 384, \"num_attention_heads\": 64,"
+              " \"n_group\": 1, \"topk_group\": 1, \"first_k_dense_replace\": 1}",
+              &c) == SMELT_OK &&
+          c.mla.kv_rank == 512 && c.head_dim == 576 && c.num_key_value_heads == 1 && c.moe.n_experts == 384 &&
+          !c.moe.moe_layer[0] && c.moe.moe_layer[1],
+        "kimi_k2: %s", sm_errmsg());
+  sm_config_free(&c);
   CHECK(parse("{\"model_type\": \"glm4_moe_lite\"}", &c) == SMELT_OK && c.mla.q_rank == 768 && c.mla.nope_dim == 192 &&
           c.mla.v_dim == 256 && c.moe.n_experts == 64 && c.moe.top_k == 4 && !c.moe.moe_layer[0] && c.moe.moe_layer[1],
         "glm4_moe_lite defaults: %s", sm_errmsg());
