@@ -236,8 +236,9 @@ struct sm_backend {
    * same arithmetic in the same order whatever else is in the batch (its size, the token's row, other
    * sequences, prefill or decode): matmuls reduce each output of each token in one order that does not
    * depend on n, and attention splits a token's positions at boundaries that depend only on its own
-   * position. Not covered on CUDA: the routed experts (matmul_experts), attention with sinks or attn_span,
-   * and attention shapes its decode kernel does not take (more than 8 query heads a KV head). */
+   * position. Not covered on CUDA: matmul_experts (the routed experts, multi-head latent attention's per-head
+   * projections), attention with sinks or attn_span, and attention shapes its decode kernel does not take (more
+   * than 8 query heads a KV head). */
   bool batch_invariant;
   void (*destroy)(sm_backend *be);
 
