@@ -172,6 +172,25 @@ int main(void) {
      NULL},
     /* the 8B shape: k_mlp1 also does the add + rmsnorm after it, deferred to the q/k/v launch */
     {"llama", 4096, 14336, 4, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp+add+quant"}, NULL, 0, NULL},
+    /* gemma3_text (Gemma-3-4B's layer shape): gelu(gate) * up quantized for the down projection */
+    {"gemma3_text",
+     2560,
+     10240,
+     13,
+     {"matvec group", "gelu+matvec", "add+rmsnorm"},
+     NULL,
+     0,
+     "{\"sliding_window\": 1024}"},
+    /* phi3 (Phi-4-mini's longrope and partial rotary): both rope_ext and the KV store in one launch */
+    {"phi3",
+     3072,
+     8192,
+     9,
+     {"matvec group", "rope_ext+kv_store", "add+rmsnorm"},
+     NULL,
+     0,
+     "{\"partial_rotary_factor\": 0.75, \"original_max_position_embeddings\": 4096, \"rope_scaling\": "
+     "{\"type\": \"longrope\", \"short_factor\": \"36x1.0\", \"long_factor\": \"36x1.5\"}}"},
     /* qwen3_moe (16 experts of the Qwen3-30B-A3B shape, 4 a token): the router's matvec and moe_route run
      * alone; the experts' gate, up and silu are one kernel, their down projection and the weighted sum
      * another */

@@ -338,7 +338,7 @@ static bool m_silu_mv(const fx *f, int i) {
 }
 static int r_silu_mv(fx *f, int i) {
   const cu_op *o = &f->ops[i], *m = &f->ops[i + 1];
-  return cu_matvec_silu(f->cx, m->mm.cw, o->ew.a, o->ew.b, 1, m->mm.y, f->c->xq) ? 2 : 0;
+  return cu_matvec_silu(f->cx, m->mm.cw, o->ew.a, o->ew.b, 1, m->mm.y, f->c->xq, o->type == OP_GELU) ? 2 : 0;
 }
 
 static void attn_args(const fx *f, const cu_op *at, cu_attn_args *a) {
@@ -452,6 +452,25 @@ static int r_rope_kv(fx *f, int i) {
                  c->d_table, kv->kv.row, c->max_blocks,       kv->kv.bs, kv->kv.nblocks};
   cu_rope_qk_store(f->cx, &d, o->rope.x, rk->rope.x, kv->kv.v, o->rope.inv, rk->rope.inv, c->n_tokens, o->rope.nh,
                    rk->rope.nh, o->rope.hd, o->rope.rot, rk->rope.rot);
+  return 3;
+}
+
+/* the same for two rope_ext (longrope, YaRN's attention factor, partial rotary: Phi-3/4) of the same
+ * position rows and without the Llama-4 query scaling */
+static bool m_ropex_kv(const fx *f, int i) {
+  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
+  return kv->kv.k == rk->rx.x && o->rx.hd == rk->rx.hd && rk->rx.nh * rk->rx.hd == kv->kv.row && o->rx.x != rk->rx.x &&
+         o->rx.x != kv->kv.v && rk->rx.x != kv->kv.v && o->rx.beta <= 0.f && rk->rx.beta <= 0.f &&
+         o->rx.n_rows == rk->rx.n_rows && o->rx.pos0 == rk->rx.pos0 && o->rx.n_rows >= 1;
+}
+static int r_ropex_kv(fx *f, int i) {
+  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
+  const cuda_be *c = f->c;
+  cu_kv_dst d = {kv->kv.K,   kv->kv.V,   (sm_dtype)kv->kv.dt, c->d_pos,  c->d_seq,
+                 c->d_table, kv->kv.row, c->max_blocks,       kv->kv.bs, kv->kv.nblocks};
+  const cu_rope_rows rr = {o->rx.n_rows, o->rx.pos0, o->rx.mscale, rk->rx.mscale};
+  cu_rope_qk_store(f->cx, &d, o->rx.x, rk->rx.x, kv->kv.v, o->rx.inv, rk->rx.inv, c->n_tokens, o->rx.nh, rk->rx.nh,
+                   o->rx.hd, o->rx.rot, rk->rx.rot, &rr);
   return 3;
 }
 
@@ -659,9 +678,11 @@ typedef struct {
 static const cu_fusion k_fusions[] = {
   {"rmsnorm+quant", {P(OP_RMSNORM)}, m_norm, r_norm},
   {"silu+matvec", {P(OP_SILU), P(OP_MATMUL)}, m_silu_mv, r_silu_mv},
+  {"gelu+matvec", {P(OP_GELU), P(OP_MATMUL)}, m_silu_mv, r_silu_mv},
   {"attention+quant", {P(OP_ATTN), P(OP_MATMUL)}, m_attn_q, r_attn_q},
   {"rope+kv_store+attention", {P(OP_ROPE), P(OP_ROPE), P(OP_KVSTORE), P(OP_ATTN)}, m_rope_attn, r_rope_attn},
   {"rope+kv_store", {P(OP_ROPE), P(OP_ROPE), P(OP_KVSTORE)}, m_rope_kv, r_rope_kv},
+  {"rope_ext+kv_store", {P(OP_ROPEX), P(OP_ROPEX), P(OP_KVSTORE)}, m_ropex_kv, r_ropex_kv},
   {"mlp", {MLP_PAT}, m_mlp, r_mlp},
   {"gate/up+silu quant", {MLP_PAT}, m_guq, r_guq},
   {"matvec group", {P(OP_MATMUL)}, m_mm_group, r_mm_group},
