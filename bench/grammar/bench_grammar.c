@@ -15,6 +15,7 @@
 #include "base/base.h"
 #include "engine/engine.h"
 #include "engine/grammar.h"
+#include "engine/grammar_cache.h"
 #include "engine/grammar_schema.h"
 #include "tokenizer/tokenizer.h"
 static const char *SCHEMA =
@@ -97,20 +98,166 @@ static void batch_masks(const sm_grammar *g, const sm_grammar_vocab *voc, int V,
   free(mask);
 }
 
+/* ---------------------------------------------------------------- --fresh B */
+
+/* schema i (i < 0: the shared one): the same shape with property names of its own */
+static char *schema_text(int i) {
+  char sfx[16] = "";
+  if (i >= 0) snprintf(sfx, sizeof sfx, "_%d", i);
+  sm_buf b = SM_BUF_INIT;
+  sm_buf_printf(&b,
+                "{\"type\":\"object\",\"properties\":{\"name%s\":{\"type\":\"string\"},\"age%s\":{\"type\":"
+                "\"integer\"},\"tags%s\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},\"address%s\":{"
+                "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"zip\":{\"type\":\"string\"}},"
+                "\"required\":[\"city\"]},\"score%s\":{\"type\":\"number\"},\"active%s\":{\"type\":\"boolean\"}},"
+                "\"required\":[\"name%s\",\"age%s\",\"tags%s\"],\"additionalProperties\":false}",
+                sfx, sfx, sfx, sfx, sfx, sfx, sfx, sfx, sfx);
+  return sm_buf_take(&b);
+}
+
+/* request k's answer under schema i (i < 0: the shared one): texts differ in their strings,
+ * numbers, array lengths and which optional properties they have */
+static char *answer_text(int k, int i) {
+  static const char *const names[] = {"Ruth of Moab", "Boaz", "Naomi", "Orpah the Moabite", "Obed", "Jesse",
+                                      "Elimelech", "Mahlon"};
+  static const char *const tags[] = {"gleaner", "widow", "faithful", "kinsman", "elder", "field", "barley", "gate"};
+  static const char *const cities[] = {"Bethlehem", "Moab", "Jerusalem", "Hebron"};
+  char sfx[16] = "";
+  if (i >= 0) snprintf(sfx, sizeof sfx, "_%d", i);
+  sm_buf b = SM_BUF_INIT;
+  sm_buf_printf(&b, "{\"name%s\": \"%s %d\", \"age%s\": %d, \"tags%s\": [", sfx, names[k % 8], k, sfx,
+                17 + (k * 13) % 80, sfx);
+  for (int t = 0; t < 1 + k % 4; t++) sm_buf_printf(&b, "%s\"%s\"", t ? ", " : "", tags[(k + 3 * t) % 8]);
+  sm_buf_puts(&b, "]");
+  if (k % 3 != 2) sm_buf_printf(&b, ", \"address%s\": {\"city\": \"%s\", \"zip\": \"J-%d\"}", sfx, cities[k % 4], 1000 + k);
+  if (k % 2 == 0) sm_buf_printf(&b, ", \"score%s\": %d.%02d", sfx, (k * 37) % 100, (k * 11) % 100);
+  if (k % 4 != 3) sm_buf_printf(&b, ", \"active%s\": %s", sfx, k % 2 ? "true" : "false");
+  sm_buf_puts(&b, "}");
+  return sm_buf_take(&b);
+}
+
+/* B fresh sequences that start together and each replay its own answer to the end: the host
+ * time to build the masks of each step, the first step apart (every state new) */
+static void fresh_run(const char *label, sm_grammar **g, const sm_grammar_vocab *voc, int V, int32_t **ids,
+                      const size_t *n, int B, sm_gmask_cache *cache) {
+  const size_t W = (size_t)(V + 31) / 32;
+  uint32_t *mask = malloc(sizeof(uint32_t) * W);
+  sm_grammar_state **st = calloc((size_t)B, sizeof *st);
+  size_t max_n = 0;
+  for (int i = 0; i < B; i++) {
+    st[i] = sm_grammar_state_new(g[i], voc);
+    sm_grammar_state_set_cache(st[i], cache);
+    if (n[i] > max_n) max_n = n[i];
+  }
+  sm_gmask_cache_stats s0 = {0}, s1 = {0};
+  if (cache) sm_gmask_cache_stats_get(cache, &s0);
+  double *cpu = malloc(sizeof(double) * (max_n + 1));
+  int steps = 0;
+  for (size_t k = 0; k <= max_n; k++, steps++) {
+    double c = cpu_now();
+    for (int i = 0; i < B; i++) {
+      if (k > n[i]) continue; /* this request is done */
+      sm_grammar_mask(st[i], mask);
+      if (k < n[i] && !sm_mask_test(mask, ids[i][k])) {
+        fprintf(stderr, "%s: sequence %d: token %zu masked\n", label, i, k);
+        exit(1);
+      }
+    }
+    cpu[k] = cpu_now() - c;
+    for (int i = 0; i < B; i++)
+      if (k < n[i]) sm_grammar_accept(st[i], ids[i][k]);
+  }
+  if (cache) sm_gmask_cache_stats_get(cache, &s1);
+  double rest = 0;
+  for (int k = 1; k < steps; k++) rest += cpu[k];
+  qsort(cpu + 1, (size_t)(steps - 1), sizeof(double), cmp_d);
+  printf("  %-34s first step %8.3f ms | later steps: mean %7.3f ms, p50 %7.3f ms, p90 %7.3f ms, max %7.3f ms", label,
+         cpu[0] * 1e3, rest / (steps - 1) * 1e3, cpu[1 + (steps - 1) / 2] * 1e3, cpu[1 + (steps - 1) * 9 / 10] * 1e3,
+         cpu[steps - 1] * 1e3);
+  if (cache) {
+    uint64_t h = s1.hits - s0.hits, m = s1.misses - s0.misses;
+    printf(" | hit rate %.1f%% (%llu/%llu), %zu masks, %.1f MiB", 100.0 * (double)h / (double)(h + m ? h + m : 1),
+           (unsigned long long)h, (unsigned long long)(h + m), s1.entries, (double)s1.bytes / (1 << 20));
+  }
+  printf("\n");
+  for (int i = 0; i < B; i++) sm_grammar_state_free(st[i]);
+  free(st);
+  free(cpu);
+  free(mask);
+}
+
+static void fresh_batches(const smelt_tokenizer *tok, const sm_grammar_vocab *voc, int V, int B, size_t cache_mb) {
+  sm_grammar **gs = calloc((size_t)B, sizeof *gs), **gd = calloc((size_t)B, sizeof *gd);
+  int32_t **is = calloc((size_t)B, sizeof *is), **id = calloc((size_t)B, sizeof *id);
+  size_t *ns = calloc((size_t)B, sizeof *ns), *nd = calloc((size_t)B, sizeof *nd), tot = 0;
+  for (int i = 0; i <= B; i++) { /* i == B: the shared schema; i < B: schema i */
+    char *sch = schema_text(i == B ? -1 : i), *gb = NULL;
+    cJSON *sc = cJSON_Parse(sch);
+    sm_grammar *g = NULL;
+    if (sm_schema_to_gbnf(sc, true, &gb) || sm_grammar_compile(gb, &g)) {
+      fprintf(stderr, "%s\n", sm_errmsg());
+      exit(1);
+    }
+    if (i == B)
+      for (int k = 0; k < B; k++) gs[k] = k ? sm_grammar_ref(g) : g; /* one grammar, as the server's pool */
+    else gd[i] = g;
+    cJSON_Delete(sc);
+    free(sch);
+    free(gb);
+  }
+  for (int k = 0; k < B; k++) {
+    char *a = answer_text(k, -1), *b = answer_text(k, k);
+    smelt_tokenize(tok, a, strlen(a), false, &is[k], &ns[k]);
+    smelt_tokenize(tok, b, strlen(b), false, &id[k], &nd[k]);
+    tot += ns[k];
+    free(a);
+    free(b);
+  }
+  printf("fresh batch: %d requests start together, %.0f tokens each on average; host CPU time to build the masks of a "
+         "step (all %d sequences); shared cache %zu MiB\n",
+         B, (double)tot / B, B, cache_mb);
+  sm_gmask_cache *c = sm_gmask_cache_new(cache_mb << 20);
+  printf("one schema for all %d requests:\n", B);
+  fresh_run("no shared cache", gs, voc, V, is, ns, B, NULL);
+  fresh_run("shared cache, cold", gs, voc, V, is, ns, B, c);
+  fresh_run("shared cache, next batch (warm)", gs, voc, V, is, ns, B, c);
+  sm_gmask_cache_clear(c);
+  printf("%d different schemas (one per request):\n", B);
+  fresh_run("no shared cache", gd, voc, V, id, nd, B, NULL);
+  fresh_run("shared cache, cold", gd, voc, V, id, nd, B, c);
+  sm_gmask_cache_free(c);
+  for (int k = 0; k < B; k++) {
+    sm_grammar_free(gs[k]);
+    sm_grammar_free(gd[k]);
+    free(is[k]);
+    free(id[k]);
+  }
+  free(gs);
+  free(gd);
+  free(is);
+  free(id);
+  free(ns);
+  free(nd);
+}
+
 int main(int argc, char **argv) {
   const char *dir = SMELT_SRC "/models/smelt-tiny", *tokdir = NULL;
-  int reps = 20, batch = 0;
+  int reps = 20, batch = 0, fresh = 0;
+  long cache_mb = 256;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--fresh") && i + 1 < argc) fresh = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--cache-mb") && i + 1 < argc) cache_mb = atol(argv[++i]);
     else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tokdir = argv[++i];
     else if (argv[i][0] == '-') {
-      fprintf(stderr, "usage: bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--tokenizer DIR]\n");
+      fprintf(stderr, "usage: bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--fresh B] [--cache-mb MB] "
+                      "[--tokenizer DIR]\n");
       return 2;
     } else dir = argv[i];
   }
-  if (reps < 1 || batch < 0) {
-    fprintf(stderr, "bench_grammar: --reps must be >= 1 and --batch >= 0\n");
+  if (reps < 1 || batch < 0 || fresh < 0 || cache_mb < 0) {
+    fprintf(stderr, "bench_grammar: --reps must be >= 1, --batch, --fresh and --cache-mb >= 0\n");
     return 2;
   }
   smelt_model *m = NULL;
@@ -161,7 +308,9 @@ int main(int argc, char **argv) {
   printf("%s %s, vocab %d, backend %s\n", tokdir ? "tokenizer" : "model", dir, V, backend);
   printf("vocabulary trie: %.1f ms (once per tokenizer)\n", t_vocab * 1e3);
   printf("grammar: %d rules; text %zu tokens\n", sm_grammar_n_rules(g), n);
-  if (batch > 0) {
+  if (fresh > 0) {
+    fresh_batches(tok, voc, V, fresh, (size_t)cache_mb);
+  } else if (batch > 0) {
     batch_masks(g, voc, V, ids, n, batch, reps * (int)n);
   } else {
     uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)((V + 31) / 32));

@@ -7,6 +7,7 @@
  * stacks are hash-consed nodes (position, parent), so copying or comparing a stack is one id. */
 #include <stdlib.h>
 #include <string.h>
+#include "engine/grammar_cache.h"
 #include "engine/grammar_int.h"
 
 #define ACCEPT (-1)       /* in a stack set: the text can end here */
@@ -22,6 +23,7 @@ typedef struct {
 } tnode;
 
 struct sm_grammar_vocab {
+  uint64_t id; /* sm_grammar_new_id: a key of the shared mask cache */
   int vocab;
   tnode *n;
   int n_nodes, cap;
@@ -34,6 +36,10 @@ struct sm_grammar_vocab {
   int64_t *off; /* token t: bytes[off[t] .. off[t+1]) */
   int max_len;
 };
+
+static atomic_uint_fast64_t g_next_id = 1;
+
+uint64_t sm_grammar_new_id(void) { return atomic_fetch_add(&g_next_id, 1); }
 
 static int32_t trie_child(sm_grammar_vocab *v, int32_t node, uint8_t b) {
   int32_t *link = &v->n[node].child;
@@ -53,6 +59,7 @@ static int32_t trie_child(sm_grammar_vocab *v, int32_t node, uint8_t b) {
 
 sm_grammar_vocab *sm_grammar_vocab_new(const smelt_tokenizer *t, int vocab, const int32_t *eos, int n_eos) {
   sm_grammar_vocab *v = sm_xcalloc(1, sizeof *v);
+  v->id = sm_grammar_new_id();
   v->vocab = vocab;
   v->cap = 1024;
   v->n = sm_xmalloc(sizeof(tnode) * (size_t)v->cap);
@@ -168,6 +175,10 @@ struct sm_grammar_state {
     uint32_t *bits;
   } mc[8];
   int mc_next;
+  /* the shared cache (NULL: none) and the scratch of its keys */
+  sm_gmask_cache *cache;
+  int32_t *key, *kbody, *koff, *kord;
+  size_t key_cap, body_cap, kidx_cap;
 };
 
 static uint32_t nhash(int32_t pos, int32_t up) {
@@ -344,8 +355,14 @@ void sm_grammar_state_free(sm_grammar_state *s) {
   free(s->tk);
   free(s->tv);
   for (int i = 0; i < 8; i++) free(s->mc[i].bits);
+  free(s->key);
+  free(s->kbody);
+  free(s->koff);
+  free(s->kord);
   free(s);
 }
+
+void sm_grammar_state_set_cache(sm_grammar_state *s, sm_gmask_cache *c) { s->cache = c; }
 
 static void clear_caches(sm_grammar_state *s);
 
@@ -544,17 +561,100 @@ static void transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem
   s->t_n++;
 }
 
+/* ---------------------------------------------------------------- shared cache keys */
+
+static void kbody_put(sm_grammar_state *s, size_t *n, int32_t x) {
+  if (*n == s->body_cap) {
+    s->body_cap = s->body_cap ? s->body_cap * 2 : 256;
+    s->kbody = sm_xrealloc(s->kbody, sizeof(int32_t) * s->body_cap);
+  }
+  s->kbody[(*n)++] = x;
+}
+
+/* stacks a, b of kbody (length, positions top to bottom): length first, then positions */
+static int stack_cmp(const int32_t *a, const int32_t *b) {
+  if (a[0] != b[0]) return a[0] < b[0] ? -1 : 1;
+  for (int32_t i = 1; i <= a[0]; i++)
+    if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
+  return 0;
+}
+
+/* The state in canonical form, in s->key (returns its length in words; *h its hash): the
+ * grammar's and vocabulary's ids, the unfinished UTF-8 character, then the set of stacks, each
+ * its rule positions from the top down, sorted. Everything the mask depends on: node ids (which
+ * differ between sequences) are left out, and two different stacks never serialize alike
+ * (stacks are hash-consed: a node is its position and its parent). An accepting entry is the
+ * empty stack. */
+static size_t state_key(sm_grammar_state *s, uint64_t *h) {
+  const int n = s->cur.n;
+  if ((size_t)n + 1 > s->kidx_cap) {
+    s->kidx_cap = (size_t)n + 16;
+    s->koff = sm_xrealloc(s->koff, sizeof(int32_t) * s->kidx_cap);
+    s->kord = sm_xrealloc(s->kord, sizeof(int32_t) * s->kidx_cap);
+  }
+  size_t bn = 0;
+  for (int i = 0; i < n; i++) {
+    s->koff[i] = (int32_t)bn;
+    kbody_put(s, &bn, 0);
+    int32_t len = 0;
+    for (int32_t k = s->cur.v[i]; k >= 0; k = s->up[k]) {
+      kbody_put(s, &bn, s->pos[k]);
+      len++;
+    }
+    s->kbody[s->koff[i]] = len;
+  }
+  for (int i = 0; i < n; i++) { /* insertion sort: a state has a few stacks */
+    int32_t x = s->koff[i];
+    int j = i;
+    while (j > 0 && stack_cmp(s->kbody + s->kord[j - 1], s->kbody + x) > 0) {
+      s->kord[j] = s->kord[j - 1];
+      j--;
+    }
+    s->kord[j] = x;
+  }
+  const size_t hdr = 7, len = hdr + bn;
+  if (len > s->key_cap) {
+    s->key_cap = len * 2;
+    s->key = sm_xrealloc(s->key, sizeof(int32_t) * s->key_cap);
+  }
+  int32_t *k = s->key;
+  k[0] = (int32_t)(uint32_t)s->g->id;
+  k[1] = (int32_t)(uint32_t)(s->g->id >> 32);
+  k[2] = (int32_t)(uint32_t)s->voc->id;
+  k[3] = (int32_t)(uint32_t)(s->voc->id >> 32);
+  k[4] = (int32_t)s->pval;
+  k[5] = s->prem;
+  k[6] = n;
+  size_t o = hdr;
+  for (int i = 0; i < n; i++) {
+    const int32_t *st = s->kbody + s->kord[i];
+    memcpy(k + o, st, sizeof(int32_t) * (size_t)(st[0] + 1));
+    o += (size_t)st[0] + 1;
+  }
+  uint64_t x = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < len; i++) x = (x ^ (uint32_t)k[i]) * 0x100000001b3ull;
+  *h = x ^ (x >> 31);
+  return len;
+}
+
 int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
   const sm_grammar_vocab *v = s->voc;
   int words = (v->vocab + 31) / 32, count = 0;
   memset(mask, 0, sizeof(uint32_t) * (size_t)words);
   if (s->ended) return 0;
+  uint64_t kh = 0;
+  size_t klen = 0;
+  if (s->cache) {
+    int cached;
+    klen = state_key(s, &kh) * sizeof(int32_t);
+    if (sm_gmask_cache_get(s->cache, kh, s->key, klen, mask, (size_t)words, &cached)) return cached;
+  }
   if (s->n_sets > 200000 || s->t_n > (1 << 21)) clear_caches(s);
   s->tmp_in.n = 0;
   for (int i = 0; i < s->cur.n; i++) iset_add(&s->tmp_in, s->cur.v[i]);
   set_sort(&s->tmp_in);
   int32_t sid0 = set_intern(s, &s->tmp_in);
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < 8 && !s->cache; i++) {
     struct mcache *m = &s->mc[i];
     if (m->sid == sid0 && m->pval == s->pval && m->prem == s->prem) {
       memcpy(mask, m->bits, sizeof(uint32_t) * (size_t)words);
@@ -615,6 +715,10 @@ int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
     } else {
       path[d] = v->n[c].sibling;
     }
+  }
+  if (s->cache) {
+    sm_gmask_cache_put(s->cache, kh, s->key, klen, mask, (size_t)words, count);
+    return count;
   }
   struct mcache *m = &s->mc[s->mc_next];
   s->mc_next = (s->mc_next + 1) % 8;
