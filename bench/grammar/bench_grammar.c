@@ -118,8 +118,8 @@ static char *schema_text(int i) {
 /* request k's answer under schema i (i < 0: the shared one): texts differ in their strings,
  * numbers, array lengths and which optional properties they have */
 static char *answer_text(int k, int i) {
-  static const char *const names[] = {"Ruth of Moab", "Boaz", "Naomi", "Orpah the Moabite", "Obed", "Jesse",
-                                      "Elimelech", "Mahlon"};
+  static const char *const names[] = {"Ruth of Moab", "Boaz",  "Naomi",     "Orpah the Moabite",
+                                      "Obed",         "Jesse", "Elimelech", "Mahlon"};
   static const char *const tags[] = {"gleaner", "widow", "faithful", "kinsman", "elder", "field", "barley", "gate"};
   static const char *const cities[] = {"Bethlehem", "Moab", "Jerusalem", "Hebron"};
   char sfx[16] = "";
@@ -129,7 +129,8 @@ static char *answer_text(int k, int i) {
                 17 + (k * 13) % 80, sfx);
   for (int t = 0; t < 1 + k % 4; t++) sm_buf_printf(&b, "%s\"%s\"", t ? ", " : "", tags[(k + 3 * t) % 8]);
   sm_buf_puts(&b, "]");
-  if (k % 3 != 2) sm_buf_printf(&b, ", \"address%s\": {\"city\": \"%s\", \"zip\": \"J-%d\"}", sfx, cities[k % 4], 1000 + k);
+  if (k % 3 != 2)
+    sm_buf_printf(&b, ", \"address%s\": {\"city\": \"%s\", \"zip\": \"J-%d\"}", sfx, cities[k % 4], 1000 + k);
   if (k % 2 == 0) sm_buf_printf(&b, ", \"score%s\": %d.%02d", sfx, (k * 37) % 100, (k * 11) % 100);
   if (k % 4 != 3) sm_buf_printf(&b, ", \"active%s\": %s", sfx, k % 2 ? "true" : "false");
   sm_buf_puts(&b, "}");

@@ -6,7 +6,7 @@
 #include <string.h>
 
 typedef struct gentry {
-  struct gentry *chain;      /* next in the bucket */
+  struct gentry *chain;       /* next in the bucket */
   struct gentry *prev, *next; /* LRU list: head = most recent */
   uint64_t h;
   size_t klen, words, size;

@@ -29,8 +29,8 @@ struct sm_grammar {
   sm_gcls *cls;
   int n_cls;
   int root;
-  uint64_t id;      /* unique in the process: a key of the shared mask cache */
-  atomic_int refs;  /* sm_grammar_ref / sm_grammar_free */
+  uint64_t id;     /* unique in the process: a key of the shared mask cache */
+  atomic_int refs; /* sm_grammar_ref / sm_grammar_free */
 };
 
 /* a fresh id for a grammar or a vocabulary (never reused, so a freed one's masks cannot be

@@ -134,7 +134,12 @@ static void check_walks(const char *name, const sm_grammar *g, size_t budget, in
   walk_job j[2];
   pthread_t th[2];
   for (int i = 0; i < threads; i++) {
-    j[i] = (walk_job){.g = g, .cache = c, .walks = walks, .seqs = seqs, .steps = steps, .seed = 0x9E3779B97F4A7C15ull + (uint64_t)i * 7919};
+    j[i] = (walk_job){.g = g,
+                      .cache = c,
+                      .walks = walks,
+                      .seqs = seqs,
+                      .steps = steps,
+                      .seed = 0x9E3779B97F4A7C15ull + (uint64_t)i * 7919};
     pthread_create(&th[i], NULL, walk, &j[i]);
   }
   int mism = 0, cnt = 0, checked = 0, fresh = 0;
@@ -150,8 +155,8 @@ static void check_walks(const char *name, const sm_grammar *g, size_t budget, in
   printf("%-28s %5d masks (%d also against a new state): cache %llu hits, %llu misses, %llu evictions, %zu kept\n",
          name, checked, fresh, (unsigned long long)st.hits, (unsigned long long)st.misses,
          (unsigned long long)st.evictions, st.entries);
-  CHECK(mism == 0 && cnt == 0, "%s: %d of %d cached masks differ from masks built without the cache (%d counts)",
-        name, mism, checked, cnt);
+  CHECK(mism == 0 && cnt == 0, "%s: %d of %d cached masks differ from masks built without the cache (%d counts)", name,
+        mism, checked, cnt);
   CHECK(st.hits + st.misses == (uint64_t)checked, "%s: every mask looked up (%llu of %d)", name,
         (unsigned long long)(st.hits + st.misses), checked);
   /* the walks repeat states (string interiors): the cache must be serving them */
@@ -221,8 +226,9 @@ int main(int argc, char **argv) {
     "\"required\":[\"name\"]}");
   sm_grammar *jo = compile_schema("{\"type\":\"object\"}"); /* response_format json_object */
   /* non-ASCII classes: 2-, 3- and 4-byte characters, and a bounded repetition */
-  sm_grammar *u8 = compile("root ::= (word \" \")+ \".\"\n"
-                           "word ::= [a-z\\u00E0-\\u00FF]{1,4} | [\\u4E00-\\u4E20]+ | \"\\u00E9t\\u00E9\" | [\\U0001F600-\\U0001F64F]");
+  sm_grammar *u8 = compile(
+    "root ::= (word \" \")+ \".\"\n"
+    "word ::= [a-z\\u00E0-\\u00FF]{1,4} | [\\u4E00-\\u4E20]+ | \"\\u00E9t\\u00E9\" | [\\U0001F600-\\U0001F64F]");
   check_walks("json schema", js, big, 12, 8, 40, 1);
   check_walks("json_object", jo, big, 12, 8, 40, 1);
   check_walks("gbnf utf-8", u8, big, 12, 8, 40, 1);
