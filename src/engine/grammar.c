@@ -22,11 +22,22 @@ typedef struct {
   uint8_t byte;
 } tnode;
 
+/* the trie in depth-first order, which the mask walks front to back (sequential memory: the
+ * linked form's pointer chasing was most of a walk's time on a 128k vocabulary) */
+typedef struct {
+  int32_t tok;   /* as tnode.tok */
+  int32_t end;   /* the index after this node's subtree (where a rejected byte resumes) */
+  int32_t depth; /* bytes from the root (1: a first byte) */
+  uint8_t byte;
+  uint8_t more; /* other tokens have the same bytes (next_tok) */
+} pnode;
+
 struct sm_grammar_vocab {
   uint64_t id; /* sm_grammar_new_id: a key of the shared mask cache */
   int vocab;
-  tnode *n;
+  tnode *n; /* while building */
   int n_nodes, cap;
+  pnode *pn;         /* n_nodes - 1 nodes, the root left out */
   int32_t *next_tok; /* tokens with the same bytes */
   uint8_t *special;  /* special tokens are only reachable through <[id]> */
   uint8_t *is_eos;
@@ -92,12 +103,44 @@ sm_grammar_vocab *sm_grammar_vocab_new(const smelt_tokenizer *t, int vocab, cons
   v->off[vocab] = (int64_t)all.n;
   v->bytes = sm_buf_take(&all);
   sm_buf_free(&piece);
+  /* depth-first order: cur[d] is the node at depth d + 1 on the path, at[d] its index */
+  v->pn = sm_xmalloc(sizeof(pnode) * (size_t)SM_MAX(v->n_nodes - 1, 1));
+  int32_t *cur = sm_xmalloc(sizeof(int32_t) * (size_t)(v->max_len + 2)),
+          *at = sm_xmalloc(sizeof(int32_t) * (size_t)(v->max_len + 2));
+  int32_t idx = 0;
+  int d = 0;
+  cur[0] = v->n[0].child;
+  while (d >= 0) {
+    int32_t c = cur[d];
+    if (c < 0) {
+      if (--d >= 0) {
+        v->pn[at[d]].end = idx;
+        cur[d] = v->n[cur[d]].sibling;
+      }
+      continue;
+    }
+    at[d] = idx;
+    int32_t t0 = v->n[c].tok;
+    v->pn[idx++] =
+      (pnode){.tok = t0, .end = -1, .depth = d + 1, .byte = v->n[c].byte, .more = t0 >= 0 && v->next_tok[t0] >= 0};
+    if (v->n[c].child >= 0) {
+      cur[++d] = v->n[c].child;
+    } else {
+      v->pn[at[d]].end = idx;
+      cur[d] = v->n[c].sibling;
+    }
+  }
+  free(cur);
+  free(at);
+  free(v->n);
+  v->n = NULL;
   return v;
 }
 
 void sm_grammar_vocab_free(sm_grammar_vocab *v) {
   if (!v) return;
   free(v->n);
+  free(v->pn);
   free(v->next_tok);
   free(v->special);
   free(v->is_eos);
@@ -156,16 +199,18 @@ struct sm_grammar_state {
   int n_sets, cap_sets;
   int32_t *smap;
   int smap_cap;
-  struct tkey {
-    int32_t sid;
-    uint32_t pval;
-    int32_t prem_byte;
-  } * tk;
-  struct tval {
-    int32_t sid;
-    uint32_t pval;
-    int32_t prem;
-  } * tv;
+  struct tent { /* key and value side by side: one cache line a probe */
+    struct tkey {
+      int32_t sid;
+      uint32_t pval;
+      int32_t prem_byte;
+    } k;
+    struct tval {
+      int32_t sid;
+      uint32_t pval;
+      int32_t prem;
+    } v;
+  } * te;
   int t_n, t_cap;
   struct mcache {
     int32_t sid;
@@ -352,8 +397,7 @@ void sm_grammar_state_free(sm_grammar_state *s) {
   free(s->soff);
   free(s->slen);
   free(s->smap);
-  free(s->tk);
-  free(s->tv);
+  free(s->te);
   for (int i = 0; i < 8; i++) free(s->mc[i].bits);
   free(s->key);
   free(s->kbody);
@@ -442,7 +486,7 @@ static void clear_caches(sm_grammar_state *s) {
   s->n_sets = 0;
   if (s->smap) memset(s->smap, 0xff, sizeof(int32_t) * (size_t)s->smap_cap);
   s->t_n = 0;
-  if (s->tk) memset(s->tk, 0xff, sizeof(struct tkey) * (size_t)s->t_cap);
+  if (s->te) memset(s->te, 0xff, sizeof(struct tent) * (size_t)s->t_cap);
   for (int i = 0; i < 8; i++) s->mc[i].sid = -1;
 }
 
@@ -512,21 +556,17 @@ static uint32_t tk_hash(const struct tkey *k) {
 
 static void tmap_grow(sm_grammar_state *s) {
   int old = s->t_cap, cap = old ? old * 2 : 1024;
-  struct tkey *ok = s->tk;
-  struct tval *ov = s->tv;
-  s->tk = sm_xmalloc(sizeof(struct tkey) * (size_t)cap);
-  s->tv = sm_xmalloc(sizeof(struct tval) * (size_t)cap);
-  memset(s->tk, 0xff, sizeof(struct tkey) * (size_t)cap);
+  struct tent *o = s->te;
+  s->te = sm_xmalloc(sizeof(struct tent) * (size_t)cap);
+  memset(s->te, 0xff, sizeof(struct tent) * (size_t)cap);
   s->t_cap = cap;
   for (int i = 0; i < old; i++) {
-    if (ok[i].sid < 0) continue;
-    uint32_t h = tk_hash(&ok[i]) & (uint32_t)(cap - 1);
-    while (s->tk[h].sid >= 0) h = (h + 1) & (uint32_t)(cap - 1);
-    s->tk[h] = ok[i];
-    s->tv[h] = ov[i];
+    if (o[i].k.sid < 0) continue;
+    uint32_t h = tk_hash(&o[i].k) & (uint32_t)(cap - 1);
+    while (s->te[h].k.sid >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+    s->te[h] = o[i];
   }
-  free(ok);
-  free(ov);
+  free(o);
 }
 
 /* (set sid, unfinished character) after byte b; *osid = -1 when b is rejected */
@@ -535,11 +575,12 @@ static void transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem
   struct tkey key = {sid, pval, prem << 8 | b};
   if (s->t_n * 2 >= s->t_cap) tmap_grow(s);
   uint32_t h = tk_hash(&key) & (uint32_t)(s->t_cap - 1);
-  while (s->tk[h].sid >= 0) {
-    if (s->tk[h].sid == sid && s->tk[h].pval == pval && s->tk[h].prem_byte == key.prem_byte) {
-      *osid = s->tv[h].sid;
-      *opval = s->tv[h].pval;
-      *oprem = s->tv[h].prem;
+  while (s->te[h].k.sid >= 0) {
+    const struct tent *e = &s->te[h];
+    if (e->k.sid == sid && e->k.pval == pval && e->k.prem_byte == key.prem_byte) {
+      *osid = e->v.sid;
+      *opval = e->v.pval;
+      *oprem = e->v.prem;
       return;
     }
     h = (h + 1) & (uint32_t)(s->t_cap - 1);
@@ -556,10 +597,10 @@ static void transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem
   *osid = s->tmp_out.n ? set_intern(s, &s->tmp_out) : -1;
   *opval = pval;
   *oprem = prem;
-  s->tk[h] = key;
-  s->tv[h] = (struct tval){*osid, pval, prem};
+  s->te[h] = (struct tent){key, {*osid, pval, prem}};
   s->t_n++;
 }
+
 
 /* ---------------------------------------------------------------- shared cache keys */
 
@@ -678,43 +719,34 @@ int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
         sm_mask_set(mask, v->eos[i]);
         count++;
       }
-  /* depth-first walk of the trie; level d holds the state after d bytes */
+  /* the trie in depth-first order; level d holds the state after d bytes of the current path */
   s->lvl_sid[0] = sid0;
   s->lvl_pval[0] = s->pval;
   s->lvl_prem[0] = s->prem;
-  int32_t path[1 << 12];
-  int d = 0;
-  path[0] = v->n[0].child;
-  while (d >= 0) {
-    int32_t c = path[d];
-    if (c < 0) {
-      d--;
-      if (d >= 0) path[d] = v->n[path[d]].sibling;
-      continue;
-    }
+  const int32_t n_pn = v->n_nodes - 1;
+  for (int32_t i = 0; i < n_pn;) {
+    const pnode *p = &v->pn[i];
+    const int d = p->depth - 1; /* the parent's level */
     int32_t sid;
     uint32_t pval;
     int prem;
-    transition(s, s->lvl_sid[d], s->lvl_pval[d], s->lvl_prem[d], v->n[c].byte, &sid, &pval, &prem);
-    if (sid < 0) {
-      path[d] = v->n[c].sibling;
+    transition(s, s->lvl_sid[d], s->lvl_pval[d], s->lvl_prem[d], p->byte, &sid, &pval, &prem);
+    if (sid < 0) { /* no token below this byte: skip the subtree */
+      i = p->end;
       continue;
     }
-    for (int32_t t = v->n[c].tok; t >= 0; t = v->next_tok[t])
-      if (!v->special[t] && !sm_mask_test(mask, t)) {
+    /* (special tokens are not in the trie) */
+    for (int32_t t = p->tok; t >= 0; t = p->more ? v->next_tok[t] : -1)
+      if (!sm_mask_test(mask, t)) {
         sm_mask_set(mask, t);
         count++;
       }
-    if (v->n[c].child >= 0 && d + 2 < s->n_lvl && d + 1 < (1 << 12)) {
-      path[d] = c; /* resumed at c's sibling when the child level is done */
-      d++;
-      s->lvl_sid[d] = sid;
-      s->lvl_pval[d] = pval;
-      s->lvl_prem[d] = prem;
-      path[d] = v->n[c].child;
-    } else {
-      path[d] = v->n[c].sibling;
+    if (p->end > i + 1) { /* children follow */
+      s->lvl_sid[d + 1] = sid;
+      s->lvl_pval[d + 1] = pval;
+      s->lvl_prem[d + 1] = prem;
     }
+    i++;
   }
   if (s->cache) {
     sm_gmask_cache_put(s->cache, kh, s->key, klen, mask, (size_t)words, count);
