@@ -212,6 +212,14 @@ struct sm_grammar_state {
     } v;
   } * te;
   int t_n, t_cap;
+  /* completed characters: the set after code point cp depends only on which of the set's stacks
+   * accept cp (a bit each), so (set, those bits) -> set serves every character alike (all the
+   * letters inside a JSON string, the ~60k multi-byte characters of a large vocabulary) */
+  struct cent {
+    int32_t sid, osid; /* sid -1: empty */
+    uint64_t bits;
+  } * ce;
+  int c_n, c_cap;
   struct mcache {
     int32_t sid;
     uint32_t pval;
@@ -358,6 +366,7 @@ static void step_byte(sm_grammar_state *s, const iset *in, uint32_t *pval, int *
       out->n = 0;
       return;
     }
+    *pval = 0; /* no unfinished character: one state whatever the last character was */
     advance_cp(s, in, cp, out);
   } else {
     filter_partial(s, in, *pval, *prem, out);
@@ -398,6 +407,7 @@ void sm_grammar_state_free(sm_grammar_state *s) {
   free(s->slen);
   free(s->smap);
   free(s->te);
+  free(s->ce);
   for (int i = 0; i < 8; i++) free(s->mc[i].bits);
   free(s->key);
   free(s->kbody);
@@ -487,6 +497,8 @@ static void clear_caches(sm_grammar_state *s) {
   if (s->smap) memset(s->smap, 0xff, sizeof(int32_t) * (size_t)s->smap_cap);
   s->t_n = 0;
   if (s->te) memset(s->te, 0xff, sizeof(struct tent) * (size_t)s->t_cap);
+  s->c_n = 0;
+  if (s->ce) memset(s->ce, 0xff, sizeof(struct cent) * (size_t)s->c_cap);
   for (int i = 0; i < 8; i++) s->mc[i].sid = -1;
 }
 
@@ -569,6 +581,81 @@ static void tmap_grow(sm_grammar_state *s) {
   free(o);
 }
 
+static uint32_t ce_hash(int32_t sid, uint64_t bits) {
+  uint64_t h = (uint64_t)(uint32_t)sid * 0x9E3779B97F4A7C15ull ^ bits * 0xC2B2AE3D27D4EB4Full;
+  return (uint32_t)(h >> 32) ^ (uint32_t)h;
+}
+
+static void cmap_grow(sm_grammar_state *s) {
+  int old = s->c_cap, cap = old ? old * 2 : 256;
+  struct cent *o = s->ce;
+  s->ce = sm_xmalloc(sizeof(struct cent) * (size_t)cap);
+  memset(s->ce, 0xff, sizeof(struct cent) * (size_t)cap);
+  s->c_cap = cap;
+  for (int i = 0; i < old; i++) {
+    if (o[i].sid < 0) continue;
+    uint32_t h = ce_hash(o[i].sid, o[i].bits) & (uint32_t)(cap - 1);
+    while (s->ce[h].sid >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+    s->ce[h] = o[i];
+  }
+  free(o);
+}
+
+/* Byte b when it completes a character (ASCII, or the last continuation byte) of set sid, its
+ * stacks in s->tmp_in: *osid, and (*pval, *prem) as step_byte leaves them, through the cache of
+ * (set, stacks that accept the character). false: not such a byte, or a set of more than 64
+ * stacks (then step_byte does it). */
+static bool complete_cp(sm_grammar_state *s, int32_t sid, uint32_t *pval, int *prem, uint8_t b, int32_t *osid) {
+  uint32_t cp;
+  if (*prem == 0 && b < 0x80) {
+    cp = b;
+  } else if (*prem == 1 && (b & 0xC0) == 0x80) {
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    cp = (PV_VAL(*pval) << 6) | (b & 0x3Fu);
+    if (cp < min_cp[PV_LEN(*pval)] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false; /* step_byte rejects */
+  } else {
+    return false;
+  }
+  const iset *in = &s->tmp_in;
+  if (in->n > 64) return false;
+  uint64_t bits = 0;
+  for (int i = 0; i < in->n; i++) {
+    int32_t k = in->v[i];
+    if (k == ACCEPT) continue;
+    const sm_gelem *e = &s->g->el[s->pos[k]];
+    if (e->type == GE_CLS && sm_gcls_match(&s->g->cls[e->v], cp)) bits |= 1ull << i;
+  }
+  if (!bits) {
+    *osid = -1;
+    goto done;
+  }
+  if (s->c_n * 2 >= s->c_cap) cmap_grow(s);
+  uint32_t h = ce_hash(sid, bits) & (uint32_t)(s->c_cap - 1);
+  while (s->ce[h].sid >= 0) {
+    if (s->ce[h].sid == sid && s->ce[h].bits == bits) {
+      *osid = s->ce[h].osid;
+      goto done;
+    }
+    h = (h + 1) & (uint32_t)(s->c_cap - 1);
+  }
+  advance_cp(s, in, cp, &s->tmp_out);
+  if (s->failed) { /* ran out of expansion steps: step_byte will say the same, uncached */
+    s->failed = false;
+    return false;
+  }
+  set_sort(&s->tmp_out);
+  *osid = s->tmp_out.n ? set_intern(s, &s->tmp_out) : -1;
+  s->ce[h] = (struct cent){sid, *osid, bits};
+  s->c_n++;
+done:
+  if (*prem == 1) { /* as step_byte: no unfinished character */
+    *pval = 0;
+    *prem = 0;
+  }
+  return true;
+}
+
 /* (set sid, unfinished character) after byte b; *osid = -1 when b is rejected */
 static void transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem, uint8_t b, int32_t *osid,
                        uint32_t *opval, int *oprem) {
@@ -587,6 +674,13 @@ static void transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem
   }
   s->tmp_in.n = 0;
   for (int i = 0; i < s->slen[sid]; i++) iset_add(&s->tmp_in, s->spool[s->soff[sid] + (size_t)i]);
+  if (complete_cp(s, sid, &pval, &prem, b, osid)) {
+    *opval = pval;
+    *oprem = prem;
+    s->te[h] = (struct tent){key, {*osid, pval, prem}};
+    s->t_n++;
+    return;
+  }
   step_byte(s, &s->tmp_in, &pval, &prem, b, &s->tmp_out);
   if (s->failed) {
     s->failed = false;
@@ -723,14 +817,36 @@ int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
   s->lvl_sid[0] = sid0;
   s->lvl_pval[0] = s->pval;
   s->lvl_prem[0] = s->prem;
+  /* the start state's transitions by byte, in front of the hash table: where a state recurs
+   * after each character (a string's inside) most nodes of the walk ask it */
+  struct {
+    int32_t sid;
+    uint32_t pval;
+    int32_t prem;
+  } row[256];
+  uint8_t known[256];
+  memset(known, 0, sizeof known);
   const int32_t n_pn = v->n_nodes - 1;
   for (int32_t i = 0; i < n_pn;) {
     const pnode *p = &v->pn[i];
     const int d = p->depth - 1; /* the parent's level */
     int32_t sid;
-    uint32_t pval;
-    int prem;
-    transition(s, s->lvl_sid[d], s->lvl_pval[d], s->lvl_prem[d], p->byte, &sid, &pval, &prem);
+    uint32_t pval = 0;
+    int prem = 0;
+    const bool root = s->lvl_sid[d] == sid0 && s->lvl_pval[d] == s->pval && s->lvl_prem[d] == s->prem;
+    if (root && known[p->byte]) {
+      sid = row[p->byte].sid;
+      pval = row[p->byte].pval;
+      prem = row[p->byte].prem;
+    } else {
+      transition(s, s->lvl_sid[d], s->lvl_pval[d], s->lvl_prem[d], p->byte, &sid, &pval, &prem);
+      if (root) {
+        known[p->byte] = 1;
+        row[p->byte].sid = sid;
+        row[p->byte].pval = pval;
+        row[p->byte].prem = prem;
+      }
+    }
     if (sid < 0) { /* no token below this byte: skip the subtree */
       i = p->end;
       continue;
