@@ -30,10 +30,10 @@ typedef struct {
   sm_cuda_stats st;
 } step_info;
 
-static bool decode(const char *family, int layers, int hidden, int ffn, step_info *out) {
+static bool decode(const char *family, int layers, int hidden, int ffn, const char *extra, step_info *out) {
   char dir[256];
   snprintf(dir, sizeof dir, "/tmp/smelt-fusions-%s-%d-%d-%d", family, hidden, layers, (int)getpid());
-  sm_synth_shape sh = {"fusions", hidden, layers, 32, 8, ffn, 1024, true, family, 0, NULL};
+  sm_synth_shape sh = {"fusions", hidden, layers, 32, 8, ffn, 1024, true, family, 0, extra};
   CHECK(sm_make_synthetic(&sh, 4, 64, dir, false) == SMELT_OK, "%s: synthetic: %s", family, smelt_last_error());
   smelt_model_params p;
   smelt_model_params_default(&p);
@@ -96,13 +96,15 @@ typedef struct {
   const char *fused[6];   /* fusion entries firing once a layer */
   const char *unfused_op; /* an op run alone in every layer (the recipe's op the fused paths lack) */
   int unfused_n;
+  const char *extra; /* more config (mixtures of experts), or NULL */
 } layer_case;
 
 static void check_case(const layer_case *c) {
   step_info a, b;
   memset(&a, 0, sizeof a);
   memset(&b, 0, sizeof b);
-  if (!decode(c->family, 2, c->hidden, c->ffn, &a) || !decode(c->family, 3, c->hidden, c->ffn, &b)) return;
+  if (!decode(c->family, 2, c->hidden, c->ffn, c->extra, &a) || !decode(c->family, 3, c->hidden, c->ffn, c->extra, &b))
+    return;
   const int per_layer = b.nodes - a.nodes;
   printf("%s (hidden %d): %d kernel launches a decode step with 2 layers, %d with 3: %d a layer\n", c->family,
          c->hidden, a.nodes, b.nodes, per_layer);
@@ -141,14 +143,65 @@ int main(void) {
   /* the 1B shape: q/k/v, attention with rope and the KV store, o, and the MLP (k_mlp1 with the add +
    * rmsnorm before it); the add + rmsnorm after it runs alone (its int8 x for the next q/k/v) */
   const layer_case cases[] = {
-    {"llama", 2048, 8192, 5, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "add+rmsnorm"}, NULL, 0},
-    {"mistral", 2048, 8192, 5, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "add+rmsnorm"}, NULL, 0},
+    {"llama",
+     2048,
+     8192,
+     5,
+     {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "add+rmsnorm"},
+     NULL,
+     0,
+     NULL},
+    {"mistral",
+     2048,
+     8192,
+     5,
+     {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "add+rmsnorm"},
+     NULL,
+     0,
+     NULL},
     /* qwen2: the q/k/v biases run alone (three add_rows a layer) */
-    {"qwen2", 2048, 8192, 8, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp"}, "add_rows", 3},
+    {"qwen2", 2048, 8192, 8, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp"}, "add_rows", 3, NULL},
     /* qwen3: the per-head q/k norms are kernels of their own */
-    {"qwen3", 2048, 8192, 7, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "rmsnorm+quant"}, NULL, 0},
+    {"qwen3",
+     2048,
+     8192,
+     7,
+     {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "rmsnorm+quant"},
+     NULL,
+     0,
+     NULL},
     /* the 8B shape: k_mlp1 also does the add + rmsnorm after it, deferred to the q/k/v launch */
-    {"llama", 4096, 14336, 4, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp+add+quant"}, NULL, 0},
+    {"llama", 4096, 14336, 4, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp+add+quant"}, NULL, 0, NULL},
+    /* gemma3_text (Gemma-3-4B's layer shape): gelu(gate) * up quantized for the down projection */
+    {"gemma3_text",
+     2560,
+     10240,
+     13,
+     {"matvec group", "gelu+matvec", "add+rmsnorm"},
+     NULL,
+     0,
+     "{\"sliding_window\": 1024}"},
+    /* phi3 (Phi-4-mini's longrope and partial rotary): both rope_ext and the KV store in one launch */
+    {"phi3",
+     3072,
+     8192,
+     9,
+     {"matvec group", "rope_ext+kv_store", "add+rmsnorm"},
+     NULL,
+     0,
+     "{\"partial_rotary_factor\": 0.75, \"original_max_position_embeddings\": 4096, \"rope_scaling\": "
+     "{\"type\": \"longrope\", \"short_factor\": \"36x1.0\", \"long_factor\": \"36x1.5\"}}"},
+    /* qwen3_moe (16 experts of the Qwen3-30B-A3B shape, 4 a token): the router's matvec and moe_route run
+     * alone; the experts' gate, up and silu are one kernel, their down projection and the weighted sum
+     * another */
+    {"qwen3_moe",
+     2048,
+     6144,
+     11,
+     {"matvec group", "rope+kv_store+attention", "experts gate/up+silu", "experts down+combine"},
+     "moe_route",
+     1,
+     "{\"num_experts\": 16, \"num_experts_per_tok\": 4, \"moe_intermediate_size\": 768, \"norm_topk_prob\": true}"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
   TEST_END();

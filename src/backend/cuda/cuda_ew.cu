@@ -159,7 +159,7 @@ template <typename KT>
 __global__ void k_rope_qk_store(float *q, float *k, const float *v, KT *Kc, KT *Vc, const int32_t *pos,
                                 const int32_t *seq, const int32_t *table, const float *invq, const float *invk,
                                 int n_tokens, int nh, int nkv, int hd, int halfq, int halfk, int max_blocks, int bs,
-                                int nblocks) {
+                                int nblocks, cu_rope_rows rr) {
   const int64_t nq = (int64_t)n_tokens * nh * halfq, row = (int64_t)nkv * hd;
   const int64_t total = nq + (int64_t)n_tokens * row;
   pdl_trigger();
@@ -169,12 +169,13 @@ __global__ void k_rope_qk_store(float *q, float *k, const float *v, KT *Kc, KT *
       int i = (int)(idx % halfq);
       int64_t th = idx / halfq;
       int t = (int)(th / nh);
-      float a = (float)pos[t] * invq[i], sn, cs;
+      const int p = pos[t], r = p < rr.pos0 ? 0 : min(p - rr.pos0 + 1, rr.n_rows - 1);
+      float a = (float)p * invq[(int64_t)r * halfq + i], sn, cs;
       sincosf(a, &sn, &cs);
       float *x = q + th * hd;
       float x0 = x[i], x1 = x[i + halfq];
-      x[i] = x0 * cs - x1 * sn;
-      x[i + halfq] = x0 * sn + x1 * cs;
+      x[i] = (x0 * cs - x1 * sn) * rr.mq;
+      x[i + halfq] = (x0 * sn + x1 * cs) * rr.mq;
       continue;
     }
     const int64_t j = idx - nq;
@@ -182,10 +183,11 @@ __global__ void k_rope_qk_store(float *q, float *k, const float *v, KT *Kc, KT *
     const int64_t sl = kv_slot(table, max_blocks, bs, nblocks, seq[t], pos[t]);
     if (sl >= 0) Vc[sl * row + e] = kv_from_f<KT>(v[j]);
     if (d < halfk) {
-      float a = (float)pos[t] * invk[d], sn, cs;
+      const int p = pos[t], r = p < rr.pos0 ? 0 : min(p - rr.pos0 + 1, rr.n_rows - 1);
+      float a = (float)p * invk[(int64_t)r * halfk + d], sn, cs;
       sincosf(a, &sn, &cs);
       float x0 = k[j], x1 = k[j + halfk];
-      float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
+      float r0 = (x0 * cs - x1 * sn) * rr.mk, r1 = (x0 * sn + x1 * cs) * rr.mk;
       k[j] = r0;
       k[j + halfk] = r1;
       if (sl >= 0) { Kc[sl * row + e] = kv_from_f<KT>(r0); Kc[sl * row + e + halfk] = kv_from_f<KT>(r1); }
@@ -245,11 +247,13 @@ void cu_kv_store(const cu_ctx *cx, const cu_kv_dst *d, const float *k, const flo
                             d->bs, d->nblocks));
 }
 void cu_rope_qk_store(const cu_ctx *cx, const cu_kv_dst *d, float *q, float *k, const float *v, const float *invq,
-                      const float *invk, int n_tokens, int nh, int nkv, int hd, int rotq, int rotk) {
+                      const float *invk, int n_tokens, int nh, int nkv, int hd, int rotq, int rotk,
+                      const cu_rope_rows *rows) {
+  const cu_rope_rows rr = rows ? *rows : cu_rope_rows{ 1, 0, 1.f, 1.f };
   const size_t total = (size_t)n_tokens * nh * (rotq / 2) + (size_t)n_tokens * d->row;
   CU_KV_DISPATCH(d->dt, cu_launch(cx, k_rope_qk_store<KT>, dim3(cu_ew_blocks(total)), dim3(256), 0, q, k, v,
                                   (KT *)d->K, (KT *)d->V, d->pos, d->seq, d->table, invq, invk, n_tokens, nh, nkv, hd,
-                                  rotq / 2, rotk / 2, d->max_blocks, d->bs, d->nblocks));
+                                  rotq / 2, rotk / 2, d->max_blocks, d->bs, d->nblocks, rr));
 }
 void cu_ew(const cu_ctx *cx, int kind, float *y, const float *a, const float *b, float s, size_t n, int dim) {
   const unsigned g = cu_ew_blocks(n);

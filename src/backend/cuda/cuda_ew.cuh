@@ -29,9 +29,17 @@ void cu_rope_ext(const cu_ctx *cx, float *x, const int32_t *pos, const cu_rope_e
 /* LayerNorm over rows of dim (weight w, optional bias b) */
 void cu_layernorm(const cu_ctx *cx, float *out, const float *x, const float *w, const float *b, int n, int dim, float eps);
 void cu_kv_store(const cu_ctx *cx, const cu_kv_dst *d, const float *k, const float *v, int n_tokens);
-/* rope(q) + rope(k) + kv_store(k, v) in one launch */
+/* rope(q) + rope(k) + kv_store(k, v) in one launch. rows (NULL: one row, no scaling) makes it two
+ * rope_ext of the same rows (sm_rope_ext without beta): invq / invk hold n_rows rows, token t at
+ * position p uses row p < pos0 ? 0 : min(p - pos0 + 1, n_rows - 1), and the rotated dims of q and k
+ * are multiplied by mq and mk */
+struct cu_rope_rows {
+  int n_rows, pos0;
+  float mq, mk;
+};
 void cu_rope_qk_store(const cu_ctx *cx, const cu_kv_dst *d, float *q, float *k, const float *v, const float *invq,
-                      const float *invk, int n_tokens, int nh, int nkv, int hd, int rotq, int rotk);
+                      const float *invk, int n_tokens, int nh, int nkv, int hd, int rotq, int rotk,
+                      const cu_rope_rows *rows = NULL);
 enum { CU_EW_SILU, CU_EW_GELU, CU_EW_ADD, CU_EW_ADD_ROWS, CU_EW_SCALE, CU_EW_SOFTCAP };
 /* SILU/GELU: y = act(a) * b; ADD: y += a; ADD_ROWS: y[i] += a[i % dim]; SCALE: y *= s; SOFTCAP: y = s tanh(y / s) */
 void cu_ew(const cu_ctx *cx, int kind, float *y, const float *a, const float *b, float s, size_t n, int dim);

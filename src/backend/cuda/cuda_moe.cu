@@ -5,7 +5,8 @@
  *   k rounds of a warp arg-max (ties to the lower expert index, as the reference sm_moe_route_row).
  * - matmul_experts: decode and small batches (everything a CUDA graph records) run one row kernel over
  *   the (token, slot) pairs, each warp a row of its slot's expert, so only the chosen experts are read
- *   and the expert ids never leave the device. Larger batches, which run eagerly, download the ids, sort
+ *   and the expert ids never leave the device (cuda_moe_mv.cu, with the fused gate/up and down kernels
+ *   the executor runs in their place). Larger batches, which run eagerly, download the ids, sort
  *   the slots by expert and run one cuBLAS GEMM per chosen expert on its gathered rows (cu_gemm: the
  *   expert's rows dequantized to f16 a tile at a time), then scatter the rows back.
  * - moe_combine, swiglu_clamp, sigmoid_gate_rows: elementwise kernels.
@@ -21,90 +22,6 @@
 
 
 /* ================= kernels ================= */
-
-/* lane's part of W[r] . x (any layout); the caller sums over the warp */
-static __device__ float row_dot_part(const cu_weight &w, int64_t r, const float *x, int lane) {
-  const int64_t K = w.cols;
-  float acc = 0.f;
-  if (w.kind == CW_DENSE) {
-    if (w.dtype == SM_DT_BF16) {
-      const __nv_bfloat16 *p = (const __nv_bfloat16 *)w.q + r * K;
-      for (int64_t j = lane; j < K; j += 32) acc += __bfloat162float(p[j]) * x[j];
-    } else if (w.dtype == SM_DT_F16) {
-      const __half *p = (const __half *)w.q + r * K;
-      for (int64_t j = lane; j < K; j += 32) acc += __half2float(p[j]) * x[j];
-    } else {
-      const float *p = (const float *)w.q + r * K;
-      for (int64_t j = lane; j < K; j += 32) acc += p[j] * x[j];
-    }
-  } else if (w.kind == CW_QFAST || w.kind == CW_Q4) { /* 2/4/8-bit words, E whole elements each */
-    const int bits = w.bits, E = 32 / bits;
-    const uint32_t mask = (1u << bits) - 1;
-    const int64_t W = K / E, G = K / w.gs;
-    const uint32_t *q = (const uint32_t *)w.q + r * W;
-    for (int64_t u = lane; u < W; u += 32) {
-      const uint32_t wd = q[w.kind == CW_Q4 ? u : cu_qfast_store_index(u, W)];
-      const int64_t j0 = u * E;
-      const float2 p = load_sb_rt(w.sb, r * G + j0 / w.gs, w.sbk);
-      const float4 *x4 = reinterpret_cast<const float4 *>(x + j0); /* E >= 4; rows of x 16-byte aligned */
-      float qx = 0.f, xs = 0.f;
-      for (int e4 = 0; e4 < E; e4 += 4) {
-        const float4 v = x4[e4 >> 2];
-        const float xv[4] = { v.x, v.y, v.z, v.w };
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          qx += (float)((wd >> ((e4 + i) * bits)) & mask) * xv[i];
-          xs += xv[i];
-        }
-      }
-      acc += p.x * qx + p.y * xs;
-    }
-  } else if (w.kind == CW_MXQ) {
-    const int E = w.bits == 4 ? 8 : 4;
-    const int64_t W = K / E;
-    const uint32_t *q = (const uint32_t *)w.q + r * W;
-    for (int64_t u = lane; u < W; u += 32) {
-      const uint32_t wd = q[u];
-      const int64_t j0 = u * E;
-      const float4 *x4 = reinterpret_cast<const float4 *>(x + j0);
-      float d = 0.f;
-      if (E == 8) {
-        const float4 a = x4[0], b = x4[1];
-        const float xv[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
-#pragma unroll
-        for (int e = 0; e < 8; e++) d += mxq_fp4((wd >> (4 * e)) & 15) * xv[e];
-      } else {
-        const float4 a = x4[0];
-        const float xv[4] = { a.x, a.y, a.z, a.w };
-#pragma unroll
-        for (int e = 0; e < 4; e++) d += mxq_e4m3((wd >> (8 * e)) & 255) * xv[e];
-      }
-      acc += mxq_scale(w, r, j0 / w.gs) * d;
-    }
-  } else { /* 3/5/6-bit bit streams */
-    for (int64_t j = lane; j < K; j += 32) acc += dq_elem(w, r, j) * x[j];
-  }
-  return acc;
-}
-
-/* block: 8 warps = 8 rows of one slot (blockIdx.y) */
-__global__ void k_rows(cu_weight w, int64_t rows, const int32_t *ids, int k, const float *x, int per_slot,
-                       const float *bias, float *y) {
-  const int lane = threadIdx.x & 31;
-  const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
-  const int s = blockIdx.y;
-  if (r >= rows) return;
-  const int64_t E = w.rows / rows;
-  const int e = ids ? ids[s] : 0;
-  float v = 0.f;
-  if (e >= 0 && e < E) {
-    v = row_dot_part(w, (int64_t)e * rows + r, x + (int64_t)(per_slot ? s : s / k) * w.cols, lane);
-#pragma unroll
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (bias) v += bias[(int64_t)e * rows + r];
-  }
-  if (lane == 0) y[(int64_t)s * rows + r] = v;
-}
 
 /* one warp a token (sm_moe_route_row's algorithm); shared: 2 * E floats */
 __global__ void k_route(const float *logits, int kind, int E, int k, int norm, float scale, float eps, const float *corr,
@@ -303,13 +220,6 @@ __global__ void k_attn_sinks(float *out, const float *q, const KT *K, const KT *
 }
 
 /* ================= launchers ================= */
-
-void cu_rows_matvec(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int32_t *ids, int k, const float *x,
-                    bool per_slot, const float *bias, float *y, int n_slots) {
-  if (n_slots <= 0 || rows <= 0) return;
-  const dim3 grid((unsigned)((rows + 7) / 8), (unsigned)n_slots);
-  k_rows<<<grid, 256, 0, cx->s>>>(*w, rows, ids, k, x, per_slot ? 1 : 0, bias, y);
-}
 
 /* rows [r0, r0 + nr) of w as a weight of its own (a row range of every layout is contiguous) */
 static cu_weight row_view(const cu_weight *w, int64_t r0, int64_t nr) {

@@ -13,5 +13,15 @@ void cu_moe_exec(cuda_be *c, const cu_op *o);
  * of n_slots columns (CW_MXQ weights of decode batches). */
 void cu_rows_matvec(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int32_t *ids, int k, const float *x,
                     bool per_slot, const float *bias, float *y, int n_slots);
+/* The fused expert kernels of decode (cuda_moe_mv.cu), for n tokens of k slots each, ids [n][k] the experts:
+ * gate/up + silu: h[s][r] = silu(Wg_e . x_t)[r] * (Wu_e . x_t)[r], s = t*k + j, e = ids[s] (an e out of range
+ * gives 0); _ok says whether the pair of weights (expert stacks of `rows` rows) fits. */
+bool cu_experts_gu_ok(const cu_weight *wg, const cu_weight *wu, int64_t rows);
+void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, int64_t rows, const int32_t *ids, int n,
+                   int k, const float *x, float *h);
+/* down + combine: out[t][r] = sum_j wts[t*k + j] * ((W_e . h[t*k + j])[r] (+ bias[e][r])) */
+bool cu_experts_dc_ok(const cu_weight *w, int64_t rows);
+void cu_experts_dc(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int32_t *ids, const float *wts, int n,
+                   int k, const float *h, const float *bias, float *out);
 
 #endif

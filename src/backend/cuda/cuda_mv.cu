@@ -463,12 +463,13 @@ static void mv2_dispatch(const cu_ctx *cx, const cu_weight *const *ws, float *co
   else launch_mv2<BITS, T, 8, 4, false>(cx, a, blocks, x, xu, K, gs, sbk, n, tl);
 }
 
-bool cu_matvec_silu(const cu_ctx *cx, const cu_weight *w, const float *g, const float *u, int n, float *y, void *xq) {
+bool cu_matvec_silu(const cu_ctx *cx, const cu_weight *w, const float *g, const float *u, int n, float *y, void *xq,
+                    bool gelu) {
   if (w->kind == CW_Q4 && xq && n >= 1 && n <= CU_Q4_MAX_N) {
-    cu_q4_matvec(cx, &w, &y, 1, g, u, n, xq, CU_Q4_DN);
+    cu_q4_matvec(cx, &w, &y, 1, g, u, n, xq, CU_Q4_DN, 0, 0, gelu);
     return true;
   }
-  if (n != 1 || w->kind != CW_DENSE || !mv2_ok(w, g) || ((uintptr_t)u & 15)) return false;
+  if (gelu || n != 1 || w->kind != CW_DENSE || !mv2_ok(w, g) || ((uintptr_t)u & 15)) return false;
   switch (w->dtype) {
   case SM_DT_BF16: mv2_dispatch<0, __nv_bfloat16>(cx, &w, &y, 1, g, u, n); break;
   case SM_DT_F16: mv2_dispatch<0, __half>(cx, &w, &y, 1, g, u, n); break;

@@ -12,8 +12,9 @@ mv_args cu_mv_args(const cu_weight *const *ws, float *const *ys, int nw, int rpb
 void cu_matvec_multi(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n,
                      void *xq, int role);
 bool cu_matvec_compatible(const cu_weight *a, const cu_weight *b);
-/* y[n][rows] = (silu(g) * u)[n][cols] . W^T without materializing silu(g) * u; false when no kernel
- * applies (the caller then runs silu_mul and a matvec) */
-bool cu_matvec_silu(const cu_ctx *cx, const cu_weight *w, const float *g, const float *u, int n, float *y, void *xq);
+/* y[n][rows] = (silu(g) * u)[n][cols] . W^T (gelu: gelu_tanh(g) * u, CW_Q4 only) without materializing
+ * the product; false when no kernel applies (the caller then runs silu_mul / gelu_mul and a matvec) */
+bool cu_matvec_silu(const cu_ctx *cx, const cu_weight *w, const float *g, const float *u, int n, float *y, void *xq,
+                    bool gelu = false);
 
 #endif

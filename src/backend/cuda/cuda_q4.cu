@@ -21,14 +21,18 @@
  *   y += scale * d * dot(q_w, q_x) + bias * S
  * (the bias term is exact; the error is the int8 rounding of x: |x - d q_x| <= d/2). */
 __global__ void __launch_bounds__(256) k_quant_x(const float *__restrict__ x, const float *__restrict__ xu,
-                                                 int64_t nblk, uint8_t *__restrict__ xq, float2 *__restrict__ xs) {
+                                                 int64_t nblk, uint8_t *__restrict__ xq, float2 *__restrict__ xs,
+                                                 int gelu) {
   const int lane = threadIdx.x & 31;
   const int64_t b = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
   pdl_trigger();
   pdl_wait();
   if (b >= nblk) return;
   float v = __ldca(x + b * 32 + lane);
-  if (xu) v = v / (1.f + expf(-v)) * __ldca(xu + b * 32 + lane);
+  if (xu) { /* the activations of silu_mul and gelu_mul (cuda_ew.cu) */
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+    v = (gelu ? 0.5f * v * (1.f + tanhf(k0 * (v + k1 * v * v * v))) : v / (1.f + expf(-v))) * __ldca(xu + b * 32 + lane);
+  }
   float a = fabsf(v), sum = v;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -733,12 +737,12 @@ static void q4_run(const cu_ctx *cx, const cu_weight *const *ws, float *const *y
 }
 
 void cu_q4_matvec(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x,
-                  const float *xu, int n, void *xqv, int role, int rb, int tl) {
+                  const float *xu, int n, void *xqv, int role, int rb, int tl, bool gelu) {
   const int64_t K = ws[0]->cols;
   const int64_t nblk = (int64_t)n * (K / 32);
   uint8_t *xq = (uint8_t *)xqv;
   float2 *xs = (float2 *)(xq + (size_t)n * (size_t)K);
-  cu_launch(cx, k_quant_x, dim3((unsigned)((nblk + 7) / 8)), dim3(256), 0, x, xu, nblk, xq, xs);
+  cu_launch(cx, k_quant_x, dim3((unsigned)((nblk + 7) / 8)), dim3(256), 0, x, xu, nblk, xq, xs, gelu ? 1 : 0);
   q4_run(cx, ws, ys, nw, n, xqv, role, NULL, rb, tl, false);
 }
 

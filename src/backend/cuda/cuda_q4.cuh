@@ -14,11 +14,12 @@ struct cu_q4_dnorm {
   int dim;
 };
 
-/* ys[i] = ws[i] . x for n <= CU_Q4_MAX_N columns: x (or silu(x) * xu when xu != NULL) is quantized
+/* ys[i] = ws[i] . x for n <= CU_Q4_MAX_N columns: x (or silu(x) * xu when xu != NULL, gelu_tanh(x) * xu
+ * with gelu) is quantized
  * into xq first (k_quant_x), then k_mvq4 runs with the tiling rb (rows a thread + 10 * vectors a
  * round) and tl (log2 threads a row), 0 = automatic. role: CU_Q4_* or -1 */
 void cu_q4_matvec(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x,
-                  const float *xu, int n, void *xq, int role, int rb = 0, int tl = 0);
+                  const float *xu, int n, void *xq, int role, int rb = 0, int tl = 0, bool gelu = false);
 /* the same with x already quantized in xq by the kernel before; dn (may be NULL, n = 1, k_mvq4 only:
  * cu_q4_dnorm_ok) applies a deferred rmsnorm */
 void cu_q4_matvec_preq(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xq,

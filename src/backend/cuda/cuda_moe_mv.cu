@@ -1,0 +1,374 @@
+/* The expert matvecs of decode and small batches (everything a CUDA graph records), reading only the
+ * chosen experts' rows:
+ * - k_rows, the matmul_experts op alone: one warp a row of its slot's expert, any weight layout;
+ * - the two fused kernels the executor runs in place of the routed-expert op chains (cuda_fuse.cu):
+ *   gate/up + silu, h[s][r] = silu(Wg_e[r] . x_t) * (Wu_e[r] . x_t) for each slot s = (t, j) with
+ *   e = ids[s] (k_xgu_*: one warp a row of both weights), and down + combine,
+ *   out[t][r] = sum_j wts[t][j] * (Wd_e[r] . h[t*k + j] (+ bias[e][r])) (k_xdc_*: one warp a row of a
+ *   token, all its slots' rows). Each has a 4-bit path (CW_Q4: a 16-byte load is 32 values, all of a
+ *   lane's loads issued before the first is used) and a path for any layout (row_dot_part).
+ * Every (row, token) is summed in the same order whatever the batch, like k_rows. */
+#include "backend/cuda/cuda_ldst.cuh"
+#include "backend/cuda/cuda_moe.cuh"
+#include "backend/cuda/cuda_weights.cuh"
+
+/* lane's part of W[r] . x (any layout); the caller sums over the warp */
+static __device__ float row_dot_part(const cu_weight &w, int64_t r, const float *x, int lane) {
+  const int64_t K = w.cols;
+  float acc = 0.f;
+  if (w.kind == CW_DENSE) {
+    if (w.dtype == SM_DT_BF16) {
+      const __nv_bfloat16 *p = (const __nv_bfloat16 *)w.q + r * K;
+      for (int64_t j = lane; j < K; j += 32) acc += __bfloat162float(p[j]) * x[j];
+    } else if (w.dtype == SM_DT_F16) {
+      const __half *p = (const __half *)w.q + r * K;
+      for (int64_t j = lane; j < K; j += 32) acc += __half2float(p[j]) * x[j];
+    } else {
+      const float *p = (const float *)w.q + r * K;
+      for (int64_t j = lane; j < K; j += 32) acc += p[j] * x[j];
+    }
+  } else if (w.kind == CW_QFAST || w.kind == CW_Q4) { /* 2/4/8-bit words, E whole elements each */
+    const int bits = w.bits, E = 32 / bits;
+    const uint32_t mask = (1u << bits) - 1;
+    const int64_t W = K / E, G = K / w.gs;
+    const uint32_t *q = (const uint32_t *)w.q + r * W;
+    for (int64_t u = lane; u < W; u += 32) {
+      const uint32_t wd = q[w.kind == CW_Q4 ? u : cu_qfast_store_index(u, W)];
+      const int64_t j0 = u * E;
+      const float2 p = load_sb_rt(w.sb, r * G + j0 / w.gs, w.sbk);
+      const float4 *x4 = reinterpret_cast<const float4 *>(x + j0); /* E >= 4; rows of x 16-byte aligned */
+      float qx = 0.f, xs = 0.f;
+      for (int e4 = 0; e4 < E; e4 += 4) {
+        const float4 v = x4[e4 >> 2];
+        const float xv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          qx += (float)((wd >> ((e4 + i) * bits)) & mask) * xv[i];
+          xs += xv[i];
+        }
+      }
+      acc += p.x * qx + p.y * xs;
+    }
+  } else if (w.kind == CW_MXQ) {
+    const int E = w.bits == 4 ? 8 : 4;
+    const int64_t W = K / E;
+    const uint32_t *q = (const uint32_t *)w.q + r * W;
+    for (int64_t u = lane; u < W; u += 32) {
+      const uint32_t wd = q[u];
+      const int64_t j0 = u * E;
+      const float4 *x4 = reinterpret_cast<const float4 *>(x + j0);
+      float d = 0.f;
+      if (E == 8) {
+        const float4 a = x4[0], b = x4[1];
+        const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) d += mxq_fp4((wd >> (4 * e)) & 15) * xv[e];
+      } else {
+        const float4 a = x4[0];
+        const float xv[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) d += mxq_e4m3((wd >> (8 * e)) & 255) * xv[e];
+      }
+      acc += mxq_scale(w, r, j0 / w.gs) * d;
+    }
+  } else { /* 3/5/6-bit bit streams */
+    for (int64_t j = lane; j < K; j += 32) acc += dq_elem(w, r, j) * x[j];
+  }
+  return acc;
+}
+
+/* block: 8 warps = 8 rows of one slot (blockIdx.y) */
+__global__ void k_rows(cu_weight w, int64_t rows, const int32_t *ids, int k, const float *x, int per_slot,
+                       const float *bias, float *y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int s = blockIdx.y;
+  if (r >= rows) return;
+  const int64_t E = w.rows / rows;
+  const int e = ids ? ids[s] : 0;
+  float v = 0.f;
+  if (e >= 0 && e < E) {
+    v = row_dot_part(w, (int64_t)e * rows + r, x + (int64_t)(per_slot ? s : s / k) * w.cols, lane);
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (bias) v += bias[(int64_t)e * rows + r];
+  }
+  if (lane == 0) y[(int64_t)s * rows + r] = v;
+}
+
+
+void cu_rows_matvec(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int32_t *ids, int k, const float *x,
+                    bool per_slot, const float *bias, float *y, int n_slots) {
+  if (n_slots <= 0 || rows <= 0) return;
+  const dim3 grid((unsigned)((rows + 7) / 8), (unsigned)n_slots);
+  k_rows<<<grid, 256, 0, cx->s>>>(*w, rows, ids, k, x, per_slot ? 1 : 0, bias, y);
+}
+
+
+/* ---------------- fused: gate/up + silu, down + combine ---------------- */
+
+/* x as the 4-bit kernels keep it in shared memory: 32-value chunk c (one 16-byte weight load) is 8
+ * float4s, its float4 i at c * 8 + (i ^ (c & 7)), so that the 8 lanes of a shared-memory phase, which
+ * read consecutive chunks, hit different banks */
+static __device__ __forceinline__ int xs_at(int64_t c, int i) { return (int)(c * 8 + (i ^ (int)(c & 7))); }
+/* chunk c of the staged x into xv, and its sum */
+static __device__ __forceinline__ float xs_load(const float4 *xs, int64_t c, float (&xv)[32]) {
+  float sx = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    const float4 v = xs[xs_at(c, i)];
+    xv[4 * i] = v.x;
+    xv[4 * i + 1] = v.y;
+    xv[4 * i + 2] = v.z;
+    xv[4 * i + 3] = v.w;
+    sx += (v.x + v.y) + (v.z + v.w);
+  }
+  return sx;
+}
+/* scale * sum_e q_e x_e + bias * sum_e x_e over the 32 values of a 16-byte CW_Q4 load, sx = sum_e x_e
+ * (decode_word's f = 2 + q/64: sum_e q_e x_e = 64 sum_e f_e x_e - 128 sx) */
+static __device__ __forceinline__ float q4_dot(const uint4 &q, float2 sb, const float (&xv)[32], float sx) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+  float fx = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    float f[8];
+    decode_word<4>(w[i], f);
+#pragma unroll
+    for (int e = 0; e < 8; e++) fx = fmaf(f[e], xv[8 * i + e], fx);
+  }
+  return 64.f * sb.x * fx + (sb.y - 128.f * sb.x) * sx;
+}
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+static __device__ __forceinline__ float silu_f(float g) { return g / (1.f + expf(-g)); }
+
+/* 16-byte asynchronous copy global -> shared (no registers held while in flight) */
+static __device__ __forceinline__ void cp16(void *dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+               : "memory");
+}
+static __device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+/* pair idx of (scale, bias) pairs held as the weight keeps them (sbk) */
+static __device__ __forceinline__ float2 sb_at(const void *sb, int64_t idx, int sbk) {
+  if (sbk == SBK_F32) return ((const float2 *)sb)[idx];
+  return sb16_decode(((const uint32_t *)sb)[idx], sbk == SBK_BF16);
+}
+static __device__ __forceinline__ int sb_bytes(int sbk) { return sbk == SBK_F32 ? 8 : 4; }
+
+/* Copy n rows of a CW_Q4 weight from row `row` (quants, then (scale, bias) pairs) into shared memory
+ * at W (n * cols / 32 uint4s) and S (n * sbw uint4s, sbw = G * sb_bytes / 16). */
+static __device__ __forceinline__ void q4_rows_async(uint4 *W, uint4 *S, const cu_weight &w, int64_t row, int n) {
+  const int64_t nch = w.cols >> 5, sbw = (w.cols / w.gs) * sb_bytes(w.sbk) / 16;
+  const uint4 *q = (const uint4 *)w.q + row * nch, *sb = (const uint4 *)w.sb + row * sbw;
+  for (int64_t i = threadIdx.x; i < n * nch; i += blockDim.x) cp16(W + i, q + i);
+  for (int64_t i = threadIdx.x; i < n * sbw; i += blockDim.x) cp16(S + i, sb + i);
+}
+
+/* block: 8 warps of R rows each (8R rows) of one slot (blockIdx.y). Every byte the block needs (the
+ * rows of both weights, their scales and x) is requested at once (cp.async) into shared memory:
+ * W_g, W_u [8R][nch] uint4, S_g, S_u [8R][sbw] uint4, then x (xs_at order). */
+template <int R>
+__global__ void __launch_bounds__(256)
+  k_xgu_q4(cu_weight wg, cu_weight wu, int64_t rows, const int32_t *ids, int k, const float *x, float *h) {
+  extern __shared__ uint4 sm[];
+  const int lane = threadIdx.x & 31, s = blockIdx.y, RB = 8 * R;
+  const int64_t rb = (int64_t)blockIdx.x * RB, nch = wg.cols >> 5, G = wg.cols / wg.gs;
+  const int nr = rows - rb < RB ? (int)(rows - rb) : RB;
+  const int64_t sbw = G * sb_bytes(wg.sbk) / 16;
+  uint4 *Wg = sm, *Wu = Wg + RB * nch, *Sg = Wu + RB * nch, *Su = Sg + RB * sbw;
+  float4 *X = (float4 *)(Su + RB * sbw);
+  pdl_wait();
+  const int e = ids[s];
+  const bool ok = e >= 0 && e < wg.rows / rows;
+  if (ok) {
+    q4_rows_async(Wg, Sg, wg, (int64_t)e * rows + rb, nr);
+    q4_rows_async(Wu, Su, wu, (int64_t)e * rows + rb, nr);
+    const float4 *x4 = (const float4 *)(x + (int64_t)(s / k) * wg.cols);
+    for (int g = threadIdx.x; g < (int)(wg.cols >> 2); g += blockDim.x) cp16(X + xs_at(g >> 3, g & 7), x4 + g);
+    cp_wait_all();
+  }
+  __syncthreads();
+  const int w0 = (threadIdx.x >> 5) * R;
+  float ag[R], au[R];
+#pragma unroll
+  for (int j = 0; j < R; j++) ag[j] = au[j] = 0.f;
+  if (ok)
+    for (int64_t c = lane; c < nch; c += 32) {
+      float xv[32];
+      const float sx = xs_load(X, c, xv);
+      const int64_t gi = (c << 5) / wg.gs;
+#pragma unroll
+      for (int j = 0; j < R; j++)
+        if (w0 + j < nr) {
+          ag[j] += q4_dot(Wg[(w0 + j) * nch + c], sb_at(Sg, (w0 + j) * G + gi, wg.sbk), xv, sx);
+          au[j] += q4_dot(Wu[(w0 + j) * nch + c], sb_at(Su, (w0 + j) * G + gi, wu.sbk), xv, sx);
+        }
+    }
+#pragma unroll
+  for (int j = 0; j < R; j++) {
+    const float g = warp_sum(ag[j]), u = warp_sum(au[j]);
+    if (lane == 0 && w0 + j < nr) h[(int64_t)s * rows + rb + w0 + j] = ok ? silu_f(g) * u : 0.f;
+  }
+}
+static size_t gu_smem(const cu_weight *w, int R) {
+  const size_t RB = 8 * (size_t)R, sbw = (size_t)(w->cols / w->gs) * (w->sbk == SBK_F32 ? 8 : 4) / 16;
+  return 16 * (2 * RB * (size_t)(w->cols >> 5) + 2 * RB * sbw) + 4 * (size_t)w->cols;
+}
+
+__global__ void __launch_bounds__(256)
+  k_xgu_any(cu_weight wg, cu_weight wu, int64_t rows, const int32_t *ids, int k, const float *x, float *h) {
+  const int lane = threadIdx.x & 31, s = blockIdx.y;
+  const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+  pdl_wait();
+  if (r >= rows) return;
+  const int e = ids[s];
+  float out = 0.f;
+  if (e >= 0 && e < wg.rows / rows) {
+    const float *xt = x + (int64_t)(s / k) * wg.cols;
+    const float ag = warp_sum(row_dot_part(wg, (int64_t)e * rows + r, xt, lane));
+    const float au = warp_sum(row_dot_part(wu, (int64_t)e * rows + r, xt, lane));
+    out = silu_f(ag) * au;
+  }
+  if (lane == 0) h[(int64_t)s * rows + r] = out;
+}
+
+/* block: 8 warps of R rows each (8R rows) of one token (blockIdx.y), for all its k slots, requested at
+ * once into shared memory: W [k][8R][nch] uint4, S [k][8R][sbw] uint4, then the slots' x rows (chunk
+ * j * nch + c = chunk c of slot j, xs_at order). A slot whose expert is out of range adds nothing. */
+template <int R>
+__global__ void __launch_bounds__(256) k_xdc_q4(cu_weight w, int64_t rows, const int32_t *ids, const float *wts, int k,
+                                                const float *hx, const float *bias, float *out) {
+  extern __shared__ uint4 sm[];
+  const int lane = threadIdx.x & 31, t = blockIdx.y, RB = 8 * R;
+  const int64_t rb = (int64_t)blockIdx.x * RB, nch = w.cols >> 5, G = w.cols / w.gs, E = w.rows / rows;
+  const int nr = rows - rb < RB ? (int)(rows - rb) : RB;
+  const int64_t sbw = G * sb_bytes(w.sbk) / 16, tot = (int64_t)k * nch;
+  uint4 *W = sm, *S = W + (int64_t)k * RB * nch;
+  float4 *X = (float4 *)(S + (int64_t)k * RB * sbw);
+  const int32_t *id = ids + (int64_t)t * k;
+  const float *wt = wts + (int64_t)t * k;
+  pdl_wait();
+  for (int j = 0; j < k; j++) {
+    const int e = id[j];
+    if (e >= 0 && e < E)
+      q4_rows_async(W + (int64_t)j * RB * nch, S + (int64_t)j * RB * sbw, w, (int64_t)e * rows + rb, nr);
+  }
+  const float4 *x4 = (const float4 *)(hx + (int64_t)t * k * w.cols);
+  for (int64_t g = threadIdx.x; g < tot * 8; g += blockDim.x) cp16(X + xs_at(g >> 3, (int)(g & 7)), x4 + g);
+  cp_wait_all();
+  __syncthreads();
+  const int w0 = (threadIdx.x >> 5) * R;
+  float acc[R];
+#pragma unroll
+  for (int m = 0; m < R; m++) acc[m] = 0.f;
+  for (int64_t i = lane; i < tot; i += 32) {
+    const int j = (int)(i / nch);
+    const int64_t c = i - (int64_t)j * nch;
+    const int e = id[j];
+    if (e < 0 || e >= E) continue;
+    const float wj = wt[j];
+    float xv[32];
+    const float sx = xs_load(X, i, xv);
+    const int64_t gi = (c << 5) / w.gs;
+#pragma unroll
+    for (int m = 0; m < R; m++)
+      if (w0 + m < nr) {
+        const int64_t rr = (int64_t)j * RB + w0 + m;
+        acc[m] += wj * q4_dot(W[rr * nch + c], sb_at(S, rr * G + gi, w.sbk), xv, sx);
+      }
+  }
+#pragma unroll
+  for (int m = 0; m < R; m++) {
+    float v = warp_sum(acc[m]);
+    if (lane == 0 && w0 + m < nr) {
+      if (bias)
+        for (int j = 0; j < k; j++) {
+          const int e = id[j];
+          if (e >= 0 && e < E) v += wt[j] * bias[(int64_t)e * rows + rb + w0 + m];
+        }
+      out[(int64_t)t * rows + rb + w0 + m] = v;
+    }
+  }
+}
+static size_t dc_smem(const cu_weight *w, int k, int R) {
+  const size_t RB = 8 * (size_t)R, sbw = (size_t)(w->cols / w->gs) * (w->sbk == SBK_F32 ? 8 : 4) / 16;
+  return (size_t)k * (16 * (RB * (size_t)(w->cols >> 5) + RB * sbw) + 4 * (size_t)w->cols);
+}
+
+__global__ void __launch_bounds__(256) k_xdc_any(cu_weight w, int64_t rows, const int32_t *ids, const float *wts, int k,
+                                                 const float *hx, const float *bias, float *out) {
+  const int lane = threadIdx.x & 31, t = blockIdx.y;
+  const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+  pdl_wait();
+  if (r >= rows) return;
+  const int64_t E = w.rows / rows;
+  float acc = 0.f;
+  for (int j = 0; j < k; j++) {
+    const int e = ids[(int64_t)t * k + j];
+    if (e < 0 || e >= E) continue;
+    float v = warp_sum(row_dot_part(w, (int64_t)e * rows + r, hx + ((int64_t)t * k + j) * w.cols, lane));
+    if (bias) v += bias[(int64_t)e * rows + r];
+    acc += wts[(int64_t)t * k + j] * v;
+  }
+  if (lane == 0) out[(int64_t)t * rows + r] = acc;
+}
+
+/* The 4-bit path: CW_Q4 whose groups hold whole 32-value loads and whose rows of (scale, bias) pairs
+ * are whole 16-byte copies, with 16 rows a block (R 2), or 8 where that needs too much shared memory
+ * (R 1); 0: neither fits (the any-layout kernel runs). */
+#define SMEM_MAX (200 * 1024)
+static int q4_rows(const cu_weight *w, size_t (*smem)(const cu_weight *, int, int), int k) {
+  if (w->kind != CW_Q4 || w->cols % 32 || w->gs % 32 || ((w->cols / w->gs) * (w->sbk == SBK_F32 ? 8 : 4)) % 16)
+    return 0;
+  return smem(w, k, 2) <= 100 * 1024 ? 2 : smem(w, k, 1) <= SMEM_MAX ? 1 : 0;
+}
+static size_t gu_smem_k(const cu_weight *w, int k, int R) {
+  (void)k;
+  return gu_smem(w, R);
+}
+/* a kernel's dynamic shared memory above the default 48 KiB */
+template <typename K> static void smem_optin(K kern, size_t bytes) {
+  if (bytes > 48 * 1024) cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+bool cu_experts_gu_ok(const cu_weight *wg, const cu_weight *wu, int64_t rows) {
+  if (wg->cols != wu->cols || wg->rows != wu->rows || rows <= 0 || wg->rows % rows || wg->cols % 4) return false;
+  const int a = q4_rows(wg, gu_smem_k, 1), b = q4_rows(wu, gu_smem_k, 1);
+  return a == b && (!a || (wg->gs == wu->gs && wg->sbk == wu->sbk));
+}
+
+void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, int64_t rows, const int32_t *ids, int n,
+                   int k, const float *x, float *h) {
+  const int R = q4_rows(wg, gu_smem_k, 1);
+  const dim3 grid((unsigned)((rows + 8 * (R ? R : 1) - 1) / (8 * (R ? R : 1))), (unsigned)(n * k));
+  if (R == 2) {
+    smem_optin(k_xgu_q4<2>, gu_smem(wg, 2));
+    cu_launch(cx, k_xgu_q4<2>, grid, dim3(256), gu_smem(wg, 2), *wg, *wu, rows, ids, k, x, h);
+  } else if (R == 1) {
+    smem_optin(k_xgu_q4<1>, gu_smem(wg, 1));
+    cu_launch(cx, k_xgu_q4<1>, grid, dim3(256), gu_smem(wg, 1), *wg, *wu, rows, ids, k, x, h);
+  } else {
+    cu_launch(cx, k_xgu_any, grid, dim3(256), 0, *wg, *wu, rows, ids, k, x, h);
+  }
+}
+
+bool cu_experts_dc_ok(const cu_weight *w, int64_t rows) { return rows > 0 && w->rows % rows == 0 && w->cols % 4 == 0; }
+
+void cu_experts_dc(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int32_t *ids, const float *wts, int n,
+                   int k, const float *h, const float *bias, float *out) {
+  const int R = q4_rows(w, dc_smem, k);
+  const dim3 grid((unsigned)((rows + 8 * (R ? R : 1) - 1) / (8 * (R ? R : 1))), (unsigned)n);
+  if (R == 2) {
+    smem_optin(k_xdc_q4<2>, dc_smem(w, k, 2));
+    cu_launch(cx, k_xdc_q4<2>, grid, dim3(256), dc_smem(w, k, 2), *w, rows, ids, wts, k, h, bias, out);
+  } else if (R == 1) {
+    smem_optin(k_xdc_q4<1>, dc_smem(w, k, 1));
+    cu_launch(cx, k_xdc_q4<1>, grid, dim3(256), dc_smem(w, k, 1), *w, rows, ids, wts, k, h, bias, out);
+  } else {
+    cu_launch(cx, k_xdc_any, grid, dim3(256), 0, *w, rows, ids, wts, k, h, bias, out);
+  }
+}
