@@ -4,7 +4,9 @@
  * point at a time, with an unfinished UTF-8 character carried between tokens. Unlike llama.cpp,
  * which checks every token against every stack, the mask walks a byte trie of the vocabulary
  * (the prefix-tree idea of outlines/xgrammar), so tokens sharing a prefix share its work, and
- * stacks are hash-consed nodes (position, parent), so copying or comparing a stack is one id. */
+ * stacks are hash-consed nodes (position, parent), so copying or comparing a stack is one id.
+ * Masks can be shared between sequences through a cache keyed by the state in canonical form
+ * (grammar_cache.h, state_key below). */
 #include <stdlib.h>
 #include <string.h>
 #include "engine/grammar_cache.h"
