@@ -11,7 +11,9 @@ and the text models of the vision-language packagings gemma3, mistral3, qwen2_5_
 under "language_model.", vision tensors ignored). Hybrid families (recurrent layers next to attention, each
 recurrence run token by token from a zero state, as transformers' recurrent reference functions do):
 qwen3_5_text and qwen3_next (Gated DeltaNet, gated attention), lfm2 (gated short convolution),
-nemotron_h and granitemoehybrid (Mamba-2). Quantization: MLX affine and the microscaling modes mxfp4,
+nemotron_h and granitemoehybrid (Mamba-2), and the hybrid mixtures of experts qwen3_5_moe_text and
+qwen3_next (softmax routing, shared expert with its sigmoid gate) and lfm2_moe (sigmoid routing steered by
+expert_bias). Quantization: MLX affine and the microscaling modes mxfp4,
 mxfp8, nvfp4 (per module). RoPE: default, linear, llama3, dynamic, yarn, longrope, mrope (text
 positions), partial and interleaved rotary, per-layer theta, NoPE layers.
 
@@ -39,9 +41,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # the text model type of a vision-language packaging whose text_config does not name it
 VLM_TEXT_TYPE = {"gemma3": "gemma3_text", "mistral3": "mistral", "qwen2_5_vl": "qwen2_5_vl_text",
-                 "qwen3_vl": "qwen3_vl_text", "qwen3_5": "qwen3_5_text"}
+                 "qwen3_vl": "qwen3_vl_text", "qwen3_5": "qwen3_5_text",
+                 "qwen3_5_moe": "qwen3_5_moe_text"}
 # hybrid families: recurrent layers (Gated DeltaNet, short convolution, Mamba-2) next to attention
-HYBRID = ("qwen3_5_text", "qwen3_next", "lfm2", "nemotron_h", "granitemoehybrid")
+HYBRID = ("qwen3_5_text", "qwen3_next", "lfm2", "nemotron_h", "granitemoehybrid", "qwen3_5_moe_text", "lfm2_moe")
+# a hybrid MoE family: the layers of its dense twin, with mixtures of experts as MLPs
+HYBRID_BASE = {"qwen3_5_moe_text": "qwen3_5_text", "lfm2_moe": "lfm2"}
 
 
 def read_safetensors(path):
@@ -406,6 +411,16 @@ MOE = {
     "gpt_oss": dict(router="mlp.router", experts="mlp.experts", route="topk_softmax", bias=True),
     "glm4_moe": dict(router="mlp.gate", experts="mlp.switch_mlp", route="sigmoid", shared="mlp.shared_experts",
                      correction="mlp.gate.e_score_correction_bias"),
+    # Qwen3NextSparseMoeBlock (Qwen3_5MoeSparseMoeBlock: the same, its router always renormalizes: the text
+    # config has no norm_topk_prob)
+    "qwen3_next": dict(router="mlp.gate", experts="mlp.switch_mlp", route="softmax", shared="mlp.shared_expert",
+                       shared_gate="mlp.shared_expert_gate", norm_default=True),
+    "qwen3_5_moe_text": dict(router="mlp.gate", experts="mlp.switch_mlp", route="softmax", shared="mlp.shared_expert",
+                             shared_gate="mlp.shared_expert_gate", norm_default=True),
+    # Lfm2MoeSparseMoeBlock: sigmoid scores; expert_bias (use_expert_bias) only steers the choice; the chosen
+    # scores over their sum + 1e-6, times routed_scaling_factor
+    "lfm2_moe": dict(router="feed_forward.gate", experts="feed_forward.switch_mlp", route="sigmoid",
+                     correction="feed_forward.expert_bias", norm_eps=1e-6),
 }
 ROUTE_MARGINS = []  # the smallest gap between the k-th and (k+1)-th choice score of each routing (seed search)
 
@@ -413,6 +428,17 @@ ROUTE_MARGINS = []  # the smallest gap between the k-th and (k+1)-th choice scor
 def is_moe_layer(mt, tc, i):
     if mt in ("qwen3_moe", "qwen2_moe"):
         return i not in (tc.get("mlp_only_layers") or []) and (i + 1) % tc.get("decoder_sparse_step", 1) == 0
+    if mt == "qwen3_next":
+        return (tc.get("num_experts") or 0) > 0 and i not in (tc.get("mlp_only_layers") or []) and \
+            (i + 1) % tc.get("decoder_sparse_step", 1) == 0
+    if mt == "lfm2_moe":
+        return i >= tc.get("num_dense_layers", 2)
+    if mt == "granitemoehybrid":
+        return (tc.get("num_local_experts") or 0) > 0
+    if mt == "nemotron_h":
+        return False  # its MoE layers are layers of their own ("E" in hybrid_override_pattern)
+    if mt in HYBRID and mt != "qwen3_5_moe_text":
+        return False
     if mt == "glm4_moe":
         return i >= tc.get("first_k_dense_replace", 1)
     return True
@@ -435,7 +461,7 @@ def route(spec, tc, logits, corr):
         p /= p.sum()
         ids = top(p, k)
         w = p[ids]
-        if r == "softmax_norm" or tc.get("norm_topk_prob", False):
+        if r == "softmax_norm" or tc.get("norm_topk_prob", spec.get("norm_default", False)):
             w = w / w.sum()
         return ids, w
     if r == "topk_softmax":
@@ -454,8 +480,40 @@ def route(spec, tc, logits, corr):
     ids = top(np.where(mask, choice, 0.0), k)
     w = s[ids]
     if tc.get("norm_topk_prob", True):
-        w = w / (w.sum() + 1e-20)
+        w = w / (w.sum() + spec.get("norm_eps", 1e-20))
     return ids, w * tc.get("routed_scaling_factor", 1.0)
+
+
+def moe_forward(sp, W, p, h, tc, actf):
+    """a mixture-of-experts MLP (sp: its MOE entry) of the layer whose MLX names start with p"""
+    lg = h @ W[p + sp["router"] + ".weight"].T
+    if sp.get("bias"):
+        lg = lg + W[p + sp["router"] + ".bias"]
+    corr = W[p + sp["correction"]] if sp.get("correction") and p + sp["correction"] in W else 0.0
+    ex = p + sp["experts"] + "."
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        ids, wts = route(sp, tc, lg[t], corr)
+        for e, w in zip(ids, wts):
+            g = W[ex + "gate_proj.weight"][e] @ h[t]
+            u = W[ex + "up_proj.weight"][e] @ h[t]
+            if sp.get("bias"):  # gpt-oss: biases and the clamped SwiGLU
+                g, u = g + W[ex + "gate_proj.bias"][e], u + W[ex + "up_proj.bias"][e]
+                lim, alpha = tc.get("swiglu_limit", 7.0), tc.get("swiglu_alpha", 1.702)
+                g, u = np.minimum(g, lim), np.clip(u, -lim, lim)
+                y = W[ex + "down_proj.weight"][e] @ (g / (1 + np.exp(-alpha * g)) * (u + 1))
+                y = y + W[ex + "down_proj.bias"][e]
+            else:
+                y = W[ex + "down_proj.weight"][e] @ (actf(g) * u)
+            out[t] += w * y
+    if sp.get("shared") and p + sp["shared"] + ".gate_proj.weight" in W:
+        sh = p + sp["shared"] + "."
+        y = (actf(h @ W[sh + "gate_proj.weight"].T) * (h @ W[sh + "up_proj.weight"].T)) @ \
+            W[sh + "down_proj.weight"].T
+        if sp.get("shared_gate"):
+            y = y / (1 + np.exp(-(h @ W[p + sp["shared_gate"] + ".weight"].T)))
+        out = out + y
+    return out
 
 
 def rmsnorm(x, w, eps, offset=0.0):
@@ -592,35 +650,7 @@ def forward(cfg, W, ids, n_prefill=None, embeds=None, rope_pos=None, deepstack=N
             return lin("self_attn.o_proj", o, fam.o_bias)
 
         def moe(h):
-            sp = fam.moe
-            lg = h @ W[p + sp["router"] + ".weight"].T
-            if sp.get("bias"):
-                lg = lg + W[p + sp["router"] + ".bias"]
-            corr = W[p + sp["correction"]] if sp.get("correction") else 0.0
-            ex = p + sp["experts"] + "."
-            out = np.zeros_like(h)
-            for t in range(h.shape[0]):
-                ids, wts = route(sp, tc, lg[t], corr)
-                for e, w in zip(ids, wts):
-                    g = W[ex + "gate_proj.weight"][e] @ h[t]
-                    u = W[ex + "up_proj.weight"][e] @ h[t]
-                    if sp.get("bias"):  # gpt-oss: biases and the clamped SwiGLU
-                        g, u = g + W[ex + "gate_proj.bias"][e], u + W[ex + "up_proj.bias"][e]
-                        lim, alpha = tc.get("swiglu_limit", 7.0), tc.get("swiglu_alpha", 1.702)
-                        g, u = np.minimum(g, lim), np.clip(u, -lim, lim)
-                        y = W[ex + "down_proj.weight"][e] @ (g / (1 + np.exp(-alpha * g)) * (u + 1))
-                        y = y + W[ex + "down_proj.bias"][e]
-                    else:
-                        y = W[ex + "down_proj.weight"][e] @ (act(fam, g) * u)
-                    out[t] += w * y
-            if sp.get("shared") and p + sp["shared"] + ".gate_proj.weight" in W:
-                sh = p + sp["shared"] + "."
-                y = (act(fam, h @ W[sh + "gate_proj.weight"].T) * (h @ W[sh + "up_proj.weight"].T)) @ \
-                    W[sh + "down_proj.weight"].T
-                if sp.get("shared_gate"):
-                    y = y / (1 + np.exp(-(h @ W[p + sp["shared_gate"] + ".weight"].T)))
-                out = out + y
-            return out
+            return moe_forward(fam.moe, W, p, h, tc, lambda g: act(fam, g))
 
         def mlp(h):
             if fam.moe and is_moe_layer(mt, tc, i):
@@ -676,6 +706,7 @@ def softplus(x):
 
 def hybrid_layer_types(mt, tc, n):
     """per layer: "attention", "recurrent" or "mlp" (transformers' config classes)"""
+    mt = HYBRID_BASE.get(mt, mt)
     lt = tc.get("layer_types") or tc.get("layers_block_type")
     pat = tc.get("hybrid_override_pattern")
     if mt == "nemotron_h" and pat is not None and lt is None:
@@ -814,6 +845,7 @@ def mamba2(W, p, h, tc, mt, eps):
 
 def forward_hybrid(cfg, W, ids, tc, mt):
     """logits [T, vocab] of a hybrid model's prompt ids (float64)"""
+    moe_mt, mt = mt, HYBRID_BASE.get(mt, mt)  # the MoE variants: the layers of the dense family
     pre = "language_model." if any(k.startswith("language_model.") for k in W) else ""
     root = pre + ("backbone." if mt == "nemotron_h" else "model.")
     H, nh = tc["hidden_size"], tc["num_attention_heads"]
@@ -870,6 +902,13 @@ def forward_hybrid(cfg, W, ids, tc, mt):
             return lin(a + ("out_proj" if mt == "lfm2" else "o_proj"), o)
 
         def mlp(h):
+            if is_moe_layer(moe_mt, tc, i):
+                if moe_mt not in MOE:
+                    raise NotImplementedError("%s: layer %d is a mixture of experts, which this forward does not "
+                                              "have for the family" % (moe_mt, i))
+                return moe_forward(MOE[moe_mt], W, p, h, tc, silu)
+            if moe_mt == "lfm2_moe":  # mlx-lm's sanitize names w1 / w3 / w2 as gate / up / down
+                return lin("feed_forward.down_proj", silu(lin("feed_forward.gate_proj", h)) * lin("feed_forward.up_proj", h))
             if mt == "nemotron_h":
                 u = np.maximum(lin("mixer.up_proj", h), 0)
                 return lin("mixer.down_proj", u * u)

@@ -20,8 +20,10 @@ Two references:
               the default mode.
 
 Usage:
-  python3 tools/make_golden.py [--numpy [--force]] [--only NAME[,NAME...]] [--seeds N] [OUTDIR]
-(OUTDIR: default tests/golden/fixtures; --seeds: candidate seeds per fixture, default 12)
+  python3 tools/make_golden.py [--numpy [--force]] [--only NAME[,NAME...]] [--seeds N | --keep-seed] [OUTDIR]
+(OUTDIR: default tests/golden/fixtures; --seeds: candidate seeds per fixture, default 12; --keep-seed: only
+the seed of the fixture already in OUTDIR, e.g. one chosen by a --numpy run, so that a transformers run
+remakes it without the seed search)
 (--numpy keeps a fixture of OUTDIR whose reference is transformers unless --force)
 One failing fixture does not stop the others; a summary table ends the run (exit 1 if any failed).
 Seeds are fixed per fixture; each fixture stays under 300 KB.
@@ -55,6 +57,12 @@ GEMMA = dict(hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tan
              tie_word_embeddings=True, rms_norm_eps=1e-6)
 Q4 = {"group_size": 64, "bits": 4}
 Q4_32 = {"group_size": 32, "bits": 4}
+
+
+def router_overrides(module, n_layers, first=0):
+    """mlx-lm's quant_predicate for MoE routers (and Qwen's shared-expert gates): 8-bit g64, by module"""
+    return {"model.layers.%d.%s" % (l, module): {"group_size": 64, "bits": 8} for l in range(first, n_layers)}
+
 
 # name, model_type (the text model's), dtype, seed, cfg (the text config), quant, overrides,
 # unquantized, vlm (packaging: outer model_type and layout), hf (the transformers model_type of the
@@ -305,6 +313,49 @@ FIXTURES = [
                   n_groups=2, conv_kernel=4, use_conv_bias=True, mamba_proj_bias=False, use_bias=False,
                   time_step_limit=[0.0, float("inf")], chunk_size=8),
          quant=None, overrides={}),
+    # ---- hybrid mixtures of experts: experts stacked as mlx-lm's sanitize writes them, routers (and Qwen's
+    # shared-expert gates) 8-bit g64 as its quant_predicate does
+    # Qwen3.5 / 3.6 MoE as mlx-lm writes it (qwen3_5_moe: text_config qwen3_5_moe_text, language_model.*):
+    # every layer a mixture (softmax top 2 of 6, renormalized) plus the shared expert times its sigmoid gate
+    dict(name="qwen3_5_moe_q4_g64_bf16", head_gain=3.0, model_type="qwen3_5_moe_text", dtype="bfloat16", seed=3232,
+         cfg=dict(num_hidden_layers=3, head_dim=16, tie_word_embeddings=False, rms_norm_eps=1e-6,
+                  attention_bias=False, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                  linear_value_head_dim=16, linear_conv_kernel_dim=4, full_attention_interval=3,
+                  num_experts=6, num_experts_per_tok=2, moe_intermediate_size=64,
+                  shared_expert_intermediate_size=64, rope_scaling=None,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                                   "mrope_section": [1, 1, 0], "mrope_interleaved": True}),
+         quant=Q4, overrides=dict(router_overrides("mlp.gate", 3), **router_overrides("mlp.shared_expert_gate", 3)),
+         vlm=dict(model_type="qwen3_5_moe", layout="text_config")),
+    # not quantized (bf16): Gated DeltaNet then gated attention; top 3 of 5 experts; tied head
+    dict(name="qwen3_5_moe_bf16", head_gain=2.0, model_type="qwen3_5_moe_text", dtype="bfloat16", seed=3333,
+         cfg=dict(num_hidden_layers=2, head_dim=16, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                  attention_bias=False, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                  linear_value_head_dim=16, linear_conv_kernel_dim=4, full_attention_interval=2,
+                  num_experts=5, num_experts_per_tok=3, moe_intermediate_size=16,
+                  shared_expert_intermediate_size=32, rope_scaling=None,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                                   "mrope_section": [1, 1, 0], "mrope_interleaved": True}),
+         quant=None, overrides={}, vlm=dict(model_type="qwen3_5_moe", layout="text_config")),
+    # Qwen3-Next as released (80B-A3B): every layer a mixture (mlx-lm's sanitize stacks the experts of every
+    # layer) with the shared expert and its gate; fused in_proj_qkvz / in_proj_ba
+    dict(name="qwen3_next_moe_q4_g64_bf16", head_gain=2.0, model_type="qwen3_next", dtype="bfloat16", seed=3434,
+         cfg=dict(num_hidden_layers=4, head_dim=16, tie_word_embeddings=False, rms_norm_eps=1e-6,
+                  attention_bias=False, rope_theta=10000.0, partial_rotary_factor=0.25, linear_num_key_heads=2,
+                  linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                  linear_conv_kernel_dim=4, full_attention_interval=4, num_experts=4, num_experts_per_tok=2,
+                  moe_intermediate_size=64, shared_expert_intermediate_size=64, norm_topk_prob=True,
+                  decoder_sparse_step=1, mlp_only_layers=[]),
+         quant=Q4, overrides=dict(router_overrides("mlp.gate", 4), **router_overrides("mlp.shared_expert_gate", 4))),
+    # LFM2-MoE (LFM2-8B-A1B style): layer 0's MLP dense (num_dense_layers 1), the others sigmoid-routed
+    # mixtures (top 2 of 6, expert_bias steering the choice, routed_scaling_factor 1.5), no shared expert
+    dict(name="lfm2_moe_q4_g64_bf16", head_gain=2.0, model_type="lfm2_moe", dtype="bfloat16", seed=3535,
+         cfg=dict(num_hidden_layers=4, rms_norm_eps=None, norm_eps=1e-5, tie_word_embeddings=True,
+                  intermediate_size=128, moe_intermediate_size=64, num_experts=6, num_experts_per_tok=2,
+                  num_dense_layers=1, use_expert_bias=True, routed_scaling_factor=1.5, norm_topk_prob=True,
+                  conv_L_cache=3, conv_bias=False, rope_theta=1000000.0,
+                  layer_types=["conv", "full_attention", "conv", "conv"]),
+         quant=Q4, overrides=router_overrides("feed_forward.gate", 4, first=1)),
 ]
 HYBRID = check_golden.HYBRID
 
@@ -313,9 +364,13 @@ MOE_HF = {"qwen3_moe": ("mlp.gate", "mlp.experts.%d.", ("gate_proj", "up_proj", 
           "qwen2_moe": ("mlp.gate", "mlp.experts.%d.", ("gate_proj", "up_proj", "down_proj")),
           "mixtral": ("block_sparse_moe.gate", "block_sparse_moe.experts.%d.", ("w1", "w3", "w2")),
           "gpt_oss": ("mlp.router", "mlp.experts.%d.", ("gate_proj", "up_proj", "down_proj")),
-          "glm4_moe": ("mlp.gate", "mlp.experts.%d.", ("gate_proj", "up_proj", "down_proj"))}
+          "glm4_moe": ("mlp.gate", "mlp.experts.%d.", ("gate_proj", "up_proj", "down_proj")),
+          "qwen3_next": ("mlp.gate", "mlp.experts.%d.", ("gate_proj", "up_proj", "down_proj")),
+          "qwen3_5_moe_text": ("mlp.gate", "mlp.experts.%d.", ("gate_proj", "up_proj", "down_proj")),
+          "lfm2_moe": ("feed_forward.gate", "feed_forward.experts.%d.", ("w1", "w3", "w2"))}
 MOE_MLX = {"qwen3_moe": "mlp.switch_mlp.", "qwen2_moe": "mlp.switch_mlp.", "mixtral": "block_sparse_moe.switch_mlp.",
-           "gpt_oss": "mlp.experts.", "glm4_moe": "mlp.switch_mlp."}
+           "gpt_oss": "mlp.experts.", "glm4_moe": "mlp.switch_mlp.", "qwen3_next": "mlp.switch_mlp.",
+           "qwen3_5_moe_text": "mlp.switch_mlp.", "lfm2_moe": "feed_forward.switch_mlp."}
 
 # vision tensors next to the LM in mlx-vlm checkpoints (a few, small): smelt must skip them deliberately
 VISION_TENSORS = {
@@ -333,6 +388,8 @@ VISION_TENSORS = {
                  ("vision_tower.merger.norm.weight", (8,))],
     "qwen3_5": [("vision_tower.patch_embed.proj.weight", (8, 2, 16, 16, 3)),
                 ("vision_tower.merger.norm.weight", (8,))],
+    "qwen3_5_moe": [("vision_tower.patch_embed.proj.weight", (8, 2, 16, 16, 3)),
+                    ("vision_tower.merger.norm.weight", (8,))],
 }
 VISION_CONFIG = {
     "gemma3": {"model_type": "siglip_vision_model", "hidden_size": 8, "image_size": 28, "patch_size": 14,
@@ -346,6 +403,8 @@ VISION_CONFIG = {
                  "deepstack_visual_indexes": []},
     "qwen3_5": {"depth": 1, "hidden_size": 8, "intermediate_size": 16, "num_heads": 1, "out_hidden_size": 64,
                 "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3},
+    "qwen3_5_moe": {"depth": 1, "hidden_size": 8, "intermediate_size": 16, "num_heads": 1, "out_hidden_size": 64,
+                    "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3},
 }
 
 
@@ -389,7 +448,15 @@ def bias_rules(mt, c):
 
 
 def hybrid_spec(mt, c):
-    """[(HF name, shape)] of a hybrid family's CausalLM (transformers' module names)"""
+    """[(HF name, shape)] of a hybrid family's CausalLM (transformers' module names; a mixture of experts as
+    HF-4.x per-expert modules, which build_tensors stacks as mlx-lm's sanitize does)"""
+    moe_mt, mt = mt, check_golden.HYBRID_BASE.get(mt, mt)
+    moe_layers = [i for i in range(c["num_hidden_layers"]) if check_golden.is_moe_layer(moe_mt, c, i)]
+    if moe_layers and moe_mt not in MOE_HF:
+        raise NotImplementedError("%s: layers %s would be mixtures of experts, which this script cannot write "
+                                  "for the family" % (moe_mt, moe_layers))
+    if moe_mt in check_golden.HYBRID_BASE and not moe_layers:
+        raise ValueError("%s fixture without a mixture-of-experts layer (num_experts %s)" % (moe_mt, c.get("num_experts")))
     H, F = c["hidden_size"], c["intermediate_size"]
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     hd = H // nh if mt in ("lfm2", "granitemoehybrid") else c.get("head_dim") or H // nh
@@ -400,7 +467,7 @@ def hybrid_spec(mt, c):
     spec = [(emb, (c["vocab_size"], H)), (fin, (H,))]
     if not c.get("tie_word_embeddings", False):
         spec.append(("lm_head.weight", (c["vocab_size"], H)))
-    if mt == "lfm2" and c.get("block_auto_adjust_ff_dim", True):
+    if moe_mt == "lfm2" and c.get("block_auto_adjust_ff_dim", True):  # Lfm2MoeMLP takes intermediate_size
         F = int(2 * c.get("block_ff_dim", F) / 3)
         if c.get("block_ffn_dim_multiplier") is not None:
             F = int(c["block_ffn_dim_multiplier"] * F)
@@ -413,6 +480,11 @@ def hybrid_spec(mt, c):
 
         def t(name, shape):
             spec.append((p + name, shape))
+
+        def lin(name, rows, cols, bias=False):
+            assert not bias
+            t(name + ".weight", (rows, cols))
+        lin.spec, lin.p = spec, p
         a = "mixer." if mt == "nemotron_h" else "self_attn."
         if kind == "attention":
             qrows = 2 * nh * hd if mt in ("qwen3_5_text", "qwen3_next") else nh * hd
@@ -478,6 +550,9 @@ def hybrid_spec(mt, c):
         if mt == "lfm2":
             t("operator_norm.weight", (H,))
             t("ffn_norm.weight", (H,))
+            if i in moe_layers:
+                moe_spec(moe_mt, c, lin)
+                continue
             t("feed_forward.w1.weight", (F, H))
             t("feed_forward.w3.weight", (F, H))
             t("feed_forward.w2.weight", (H, F))
@@ -487,6 +562,8 @@ def hybrid_spec(mt, c):
         if mt == "granitemoehybrid":
             t("shared_mlp.input_linear.weight", (2 * F, H))
             t("shared_mlp.output_linear.weight", (H, F))
+        elif i in moe_layers:
+            moe_spec(moe_mt, c, lin)
         else:
             t("mlp.gate_proj.weight", (F, H))
             t("mlp.up_proj.weight", (F, H))
@@ -500,7 +577,7 @@ QWEN_NORMS = (".input_layernorm.weight", ".post_attention_layernorm.weight", "mo
 
 
 def zero_centered(mt, name):
-    return mt in ("qwen3_5_text", "qwen3_next") and name.endswith(QWEN_NORMS)
+    return mt in ("qwen3_5_text", "qwen3_next", "qwen3_5_moe_text") and name.endswith(QWEN_NORMS)
 
 
 def state_spec(mt, c):
@@ -593,7 +670,9 @@ def moe_spec(mt, c, lin):
         lin(ex % e + names[0], Fe, H, mt == "gpt_oss")
         lin(ex % e + names[1], Fe, H, mt == "gpt_oss")
         lin(ex % e + names[2], H, Fe, mt == "gpt_oss")
-    if mt == "qwen2_moe":
+    if mt == "lfm2_moe" and c.get("use_expert_bias", True):
+        lin.spec.append((lin.p + "feed_forward.expert_bias", (E,)))
+    if mt in ("qwen2_moe", "qwen3_next", "qwen3_5_moe_text"):
         Fs = c["shared_expert_intermediate_size"]
         lin("mlp.shared_expert.gate_proj", Fs, H)
         lin("mlp.shared_expert.up_proj", Fs, H)
@@ -636,7 +715,7 @@ def random_weights(spec, c, rng, embed_init=1.0, layer_init=1.0, head_gain=1.0):
             w = 0.3 * rng.standard_normal(shape)
         elif name.endswith("self_attn.sinks"):
             w = rng.standard_normal(shape)
-        elif name.endswith("e_score_correction_bias"):
+        elif name.endswith("e_score_correction_bias") or name.endswith("expert_bias"):
             w = 0.1 * rng.standard_normal(shape)
         elif "embed_tokens" in name:
             # tied heads: a small embedding keeps the residual stream from being dominated by
@@ -670,28 +749,44 @@ EXPERT_RE = re.compile(r"^(model\.layers\.\d+\.)(.*)experts\.(\d+)\.(\w+)\.(weig
 MLX_PROJ = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}
 
 
+LFM2_MOE_MLP = {".feed_forward.w1.": ".feed_forward.gate_proj.", ".feed_forward.w3.": ".feed_forward.up_proj.",
+                ".feed_forward.w2.": ".feed_forward.down_proj."}
+
+
 def hybrid_mlx_name(fx, hf_name):
-    """mlx-lm's names: Nemotron-H's "backbone.", Granite's shared_mlp as mlp (split in build_tensors)"""
+    """mlx-lm's names: Nemotron-H's "backbone.", Granite's shared_mlp as mlp (split in build_tensors),
+    LFM2-MoE's dense feed_forward.w1 / w3 / w2 as gate_proj / up_proj / down_proj"""
     if fx["model_type"] == "nemotron_h" and hf_name.startswith("model."):
         hf_name = "backbone." + hf_name[len("model."):]
+    if fx["model_type"] == "lfm2_moe":
+        for a, b in LFM2_MOE_MLP.items():
+            hf_name = hf_name.replace(a, b)
     return mlx_name(fx, hf_name)
 
 
 def build_hybrid(fx, c, spec, raw, tensors, used):
     """a hybrid family's tensors as mlx-lm's sanitize leaves them: convolutions [C, K, 1], Qwen's norms
     stored as 1 + w, A_log kept in float32, Granite's shared_mlp.input_linear split into gate_proj and
-    up_proj"""
+    up_proj, LFM2-MoE's expert_bias in float32 (its cast_predicate). Returns the per-expert weights, which
+    build_tensors stacks."""
     dt = fx["dtype"]
     mt = fx["model_type"]
+    experts = []
 
     def plain(mname, arr, dtype):
         d, rawb = mlxq.encode_dtype(arr, dtype)
         tensors[mname] = (d, arr.shape, rawb)
 
-    for name, _ in spec:
+    for name, shape in spec:
         w = raw[name]
         mname = hybrid_mlx_name(fx, name)
-        if w.ndim == 3:  # [C, 1, K] -> [C, K, 1]
+        if EXPERT_RE.match(name):
+            experts.append((name, shape))
+        elif name.endswith("expert_bias"):
+            wr = w.astype(np.float32)
+            plain(mname, wr, "float32")
+            used[name] = wr
+        elif w.ndim == 3:  # [C, 1, K] -> [C, K, 1]
             wr = mlxq.round_to_dtype(w, dt)
             plain(mname, np.ascontiguousarray(wr.transpose(0, 2, 1)), dt)
             used[name] = wr
@@ -716,6 +811,7 @@ def build_hybrid(fx, c, spec, raw, tensors, used):
             wr = mlxq.round_to_dtype(w, dt)
             plain(mname, wr, dt)
             used[name] = wr
+    return experts
 
 
 def build_tensors(fx, c, spec, raw, rng):
@@ -726,8 +822,7 @@ def build_tensors(fx, c, spec, raw, rng):
     mt = fx["model_type"]
     stacks = {}  # (mlx module, weight|bias) -> [(expert, HF name)]
     if mt in HYBRID:
-        build_hybrid(fx, c, spec, raw, tensors, used)
-        spec = []
+        spec = build_hybrid(fx, c, spec, raw, tensors, used)  # what is left: the experts
     for name, _ in spec:
         m = EXPERT_RE.match(name)
         if m and mt in MOE_MLX:
@@ -771,6 +866,44 @@ def build_tensors(fx, c, spec, raw, rng):
     return tensors, used
 
 
+def check_layout(fx, c, tensors):
+    """the written names against mlx-lm's layout, for the mixtures of experts: no per-expert or
+    transformers-only names left, each MoE layer with its router and stacked [experts, rows, cols] experts
+    (and the shared expert where the family has one), no stack in a dense layer. Raises on any difference:
+    a fixture in a wrong layout would test the loader against the script, not against mlx-lm."""
+    mt = fx["model_type"]
+    bad = [k for k in tensors if re.search(r"\.experts\.\d+\.", k)]
+    if mt == "lfm2_moe":
+        bad += [k for k in tensors if re.search(r"\.feed_forward\.w[123]\.", k)]
+    if mt == "granitemoehybrid":
+        bad += [k for k in tensors if ".shared_mlp." in k]
+    if bad:
+        raise RuntimeError("%s: names that mlx-lm's sanitize does not leave: %s" % (fx["name"], sorted(bad)[:4]))
+    if mt not in MOE_MLX or mt == "gpt_oss":
+        return
+    E = c.get("num_experts") or c.get("num_local_experts") or c.get("n_routed_experts")
+    router = MOE_HF[mt][0]
+    for i in range(c["num_hidden_layers"]):
+        p = mlx_name(fx, "model.layers.%d." % i)
+        stacks = {k: v for k, v in tensors.items() if k.startswith(p + MOE_MLX[mt])}
+        if not check_golden.is_moe_layer(mt, c, i):
+            if stacks:
+                raise RuntimeError("%s: dense layer %d has stacked experts %s" % (fx["name"], i, sorted(stacks)[:2]))
+            continue
+        want = [p + router + ".weight"] + [p + MOE_MLX[mt] + x + ".weight" for x in ("gate_proj", "up_proj", "down_proj")]
+        if mt in ("qwen2_moe", "qwen3_next", "qwen3_5_moe_text"):
+            want += [p + "mlp.shared_expert.%s.weight" % x for x in ("gate_proj", "up_proj", "down_proj")]
+            want.append(p + "mlp.shared_expert_gate.weight")
+        if mt == "lfm2_moe" and c.get("use_expert_bias", True):
+            want.append(p + "feed_forward.expert_bias")
+        missing = [k for k in want if k not in tensors]
+        if missing:
+            raise RuntimeError("%s: MoE layer %d lacks %s" % (fx["name"], i, missing))
+        for k, (_, shape, _) in stacks.items():
+            if len(shape) != 3 or shape[0] != E:
+                raise RuntimeError("%s: %s has shape %s, not [%d experts, rows, cols]" % (fx["name"], k, shape, E))
+
+
 def st_arrays(tensors):
     """the MLX tensors as numpy arrays (what check_golden.read_safetensors gives for the written file)"""
     kinds = {"BF16": None, "F16": "<f2", "F32": "<f4", "U32": "<u4", "U8": np.uint8}
@@ -807,7 +940,7 @@ def route_margin(fx, c, tensors, seq):
     W = check_golden.weights_from_st(cfg, st_arrays(tensors))
     check_golden.ROUTE_MARGINS.clear()
     check_golden.forward(cfg, W, seq, len(PROMPT))
-    return min(check_golden.ROUTE_MARGINS)
+    return min(check_golden.ROUTE_MARGINS) if check_golden.ROUTE_MARGINS else math.inf  # inf: no MoE layer
 
 
 def numpy_reference(fx, c, tensors):
@@ -1005,6 +1138,7 @@ def realize(fx, c, seed, use_numpy):
     raw = random_weights(spec, c, rng, fx.get("embed_init", 1.0), fx.get("layer_init", 1.0),
                          fx.get("head_gain", 1.0))
     tensors, used = build_tensors(fx, c, spec, raw, rng)
+    check_layout(fx, c, tensors)
     if use_numpy:
         logits, gen, margins, ref = numpy_reference(fx, c, tensors)
     else:
@@ -1015,14 +1149,20 @@ def realize(fx, c, seed, use_numpy):
     return dict(seed=seed, tensors=tensors, logits=logits, gen=gen, margins=margins, ref=ref, route_margin=rm)
 
 
-def make_fixture(fx, outdir, use_numpy):
+def make_fixture(fx, outdir, use_numpy, keep_seed=False):
     name = fx["name"]
     c = text_config_dict(fx)
     # try a few seeds; keep the one whose greedy continuation is least degenerate and has
     # the widest top-1/top-2 gap (robust comparisons for reduced-precision runtimes)
+    seeds = [fx["seed"] + 1000 * k for k in range(N_SEEDS)]
+    if keep_seed:
+        mp = os.path.join(outdir, name, "manifest.json")
+        if not os.path.exists(mp):
+            raise RuntimeError("--keep-seed: no %s to take the seed from" % mp)
+        seeds = [json.load(open(mp))["seed"]]
     best, best_key = None, None
-    for k in range(N_SEEDS):
-        cand = realize(fx, c, fx["seed"] + 1000 * k, use_numpy)
+    for seed in seeds:
+        cand = realize(fx, c, seed, use_numpy)
         distinct = len(set(cand["gen"]))
         # mixtures of experts: no near-tie in any routing (a float32 runtime must choose the same experts)
         key = (cand["route_margin"] >= ROUTE_MARGIN_MIN, min(distinct, 12), min(cand["margins"]))
@@ -1094,7 +1234,8 @@ def main():
     args = sys.argv[1:]
     use_numpy = "--numpy" in args
     force = "--force" in args
-    args = [a for a in args if a not in ("--numpy", "--force")]
+    keep_seed = "--keep-seed" in args
+    args = [a for a in args if a not in ("--numpy", "--force", "--keep-seed")]
     only = None
     global N_SEEDS
     if "--seeds" in args:
@@ -1128,7 +1269,7 @@ def main():
     for fx in todo:
         print("== %s" % fx["name"], flush=True)
         try:
-            r = make_fixture(fx, outdir, use_numpy)
+            r = make_fixture(fx, outdir, use_numpy, keep_seed)
             results.append((fx["name"], True, "%7d bytes  seed %5d  min margin %.3f  distinct %2d" % (
                 r["size"], r["seed"], r["min_margin"], r["distinct"])))
         except Exception as e:

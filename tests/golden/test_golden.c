@@ -258,6 +258,7 @@ static void check_kv_types(const char *dir) {
   cJSON_Delete(man);
 }
 
+/* usage: test_golden [DIR [NAME ...]]: every fixture under DIR, or only the NAMEd ones (each must exist) */
 int main(int argc, char **argv) {
   const char *root = argc > 1 ? argv[1] : "tests/golden/fixtures";
   g_cuda = getenv("SMELT_GOLDEN_DEVICE") && !strcmp(getenv("SMELT_GOLDEN_DEVICE"), "cuda");
@@ -276,26 +277,40 @@ int main(int argc, char **argv) {
     return 77;
   }
 #endif
-  DIR *d = opendir(root);
-  if (!d) {
-    fprintf(stderr, "no fixtures at %s\n", root);
-    return 1;
-  }
-  struct dirent *de;
-  char *names[64];
+  char **names = NULL;
   int n = 0;
-  while ((de = readdir(d)) && n < 64) {
-    if (de->d_name[0] == '.') continue;
-    char p[1024];
-    snprintf(p, sizeof p, "%s/%s/manifest.json", root, de->d_name);
-    if (sm_file_exists(p)) names[n++] = sm_path_join(root, de->d_name);
+  if (argc > 2) {
+    names = sm_xmalloc(sizeof(char *) * (size_t)(argc - 2));
+    for (int i = 2; i < argc; i++) {
+      char p[1024];
+      snprintf(p, sizeof p, "%s/%s/manifest.json", root, argv[i]);
+      CHECK(sm_file_exists(p), "no fixture %s (%s)", argv[i], p);
+      if (sm_file_exists(p)) names[n++] = sm_path_join(root, argv[i]);
+    }
+  } else {
+    DIR *d = opendir(root);
+    if (!d) {
+      fprintf(stderr, "no fixtures at %s\n", root);
+      return 1;
+    }
+    struct dirent *de;
+    int cap = 0;
+    while ((de = readdir(d))) {
+      if (de->d_name[0] == '.') continue;
+      char p[1024];
+      snprintf(p, sizeof p, "%s/%s/manifest.json", root, de->d_name);
+      if (!sm_file_exists(p)) continue;
+      if (n == cap) names = sm_xrealloc(names, sizeof(char *) * (size_t)(cap = cap ? 2 * cap : 64));
+      names[n++] = sm_path_join(root, de->d_name);
+    }
+    closedir(d);
+    CHECK(n >= 4, "expected fixtures for >= 4 families, found %d", n);
   }
-  closedir(d);
-  CHECK(n >= 4, "expected fixtures for >= 4 families, found %d", n);
   for (int i = 0; i < n; i++) {
     check_fixture(names[i]);
     check_kv_types(names[i]);
     free(names[i]);
   }
+  free(names);
   TEST_END();
 }

@@ -4,27 +4,16 @@
 // flags accepted with a notice. The model is the tiny random-weight test model
 // (make_test_model), so checks compare independent paths, not fixed strings.
 // Env: SMELT_BIN, MAKE_TEST_MODEL, SMELT_TEST_MODEL_DIR, NODE_PATH.
-import { spawn, execFileSync } from 'node:child_process';
-import { createRequire } from 'node:module';
+import { execFileSync } from 'node:child_process';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
+import * as L from './lib.mjs';
+import { test, post } from './lib.mjs';
 
-const nodePath = process.env.NODE_PATH || path.resolve(path.dirname(new URL(import.meta.url).pathname), '../node/node_modules');
-const require = createRequire(path.join(nodePath, 'noop.js'));
-let OpenAI, Anthropic;
-try {
-  OpenAI = require('openai');
-  OpenAI = OpenAI.OpenAI || OpenAI.default || OpenAI;
-  Anthropic = require('@anthropic-ai/sdk');
-  Anthropic = Anthropic.Anthropic || Anthropic.default || Anthropic;
-} catch (e) {
-  console.log('openai / @anthropic-ai/sdk npm packages not installed: skipping', e.message);
-  process.exit(77);
-}
-const BIN = process.env.SMELT_BIN;
+const { OpenAI, Anthropic } = L.requirePackages({ OpenAI: 'openai', Anthropic: '@anthropic-ai/sdk' });
+const [BIN] = L.needEnv('SMELT_BIN');
 const MODEL = (process.env.SMELT_TEST_MODEL_DIR || '/tmp/smelt-agents-model');
-if (!BIN) { console.log('SMELT_BIN not set: skipping'); process.exit(77); }
 execFileSync(process.env.MAKE_TEST_MODEL, [MODEL]);
 // the same model with a template whose generation prompt opens a <think> block (as Qwen3's does)
 const THINK = MODEL + '-think';
@@ -36,29 +25,7 @@ tc.chat_template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.conten
   "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is false %}<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}";
 fs.writeFileSync(path.join(THINK, 'tokenizer_config.json'), JSON.stringify(tc));
 
-const servers = [];
-function startServer(model, args) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(BIN, ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
-    servers.push(p);
-    let log = '';
-    const t = setTimeout(() => reject(new Error('server did not start:\n' + log)), 20000);
-    p.stderr.on('data', (d) => {
-      log += d;
-      const m = /listening on (http:\/\/[^\s]+)/.exec(log);
-      if (m) { clearTimeout(t); resolve({ url: m[1], proc: p, log: () => log }); }
-    });
-    p.on('exit', (code) => { clearTimeout(t); reject(new Error(`server exited (${code}):\n${log}`)); });
-  });
-}
-const post = (url, body) => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-
-const results = [];
-async function test(name, fn) {
-  const t0 = Date.now();
-  try { await fn(); results.push([name, true]); console.log(`ok   ${name} (${Date.now() - t0} ms)`); }
-  catch (e) { results.push([name, false]); console.log(`FAIL ${name}: ${e.stack || e}`); }
-}
+const startServer = (model, args) => L.startServer(BIN, ['serve', '-m', model, ...L.LOCAL, ...args], { timeout: 20000 });
 
 const tools = [{ name: 'get_weather', description: 'Weather of a city',
   input_schema: { type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'], additionalProperties: false } }];
@@ -264,11 +231,8 @@ try {
     assert.equal(nn.choices[0].message.content.trim(), m.reasoning_content);
   });
 } catch (e) {
-  console.log('FAIL setup:', e.stack || e);
-  results.push(['setup', false]);
+  L.setupFailed(e);
 } finally {
-  for (const p of servers) p.kill('SIGTERM');
+  L.stopAll('SIGTERM');
 }
-const failed = results.filter(([, ok]) => !ok).length;
-console.log(`${results.length - failed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+L.finish();

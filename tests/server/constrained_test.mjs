@@ -3,40 +3,15 @@
 // unconstrained output is practically never valid JSON — checked below, so that the
 // constrained results mean something).
 // Env: SMELT_BIN, SMELT_MODEL (model dir), NODE_PATH (tests/node/node_modules), PAIRS (default 200).
-import { spawn } from 'node:child_process';
-import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
-import path from 'node:path';
+import * as L from './lib.mjs';
+import { test } from './lib.mjs';
 
-const nodePath = process.env.NODE_PATH || path.resolve(path.dirname(new URL(import.meta.url).pathname), '../node/node_modules');
-const require = createRequire(path.join(nodePath, 'noop.js'));
-let OpenAI, Ajv;
-try {
-  OpenAI = require('openai');
-  OpenAI = OpenAI.OpenAI || OpenAI.default || OpenAI;
-  Ajv = require('ajv');
-  Ajv = Ajv.default || Ajv;
-} catch (e) {
-  console.log('openai or ajv npm package not installed: skipping', e.message);
-  process.exit(77);
-}
-const BIN = process.env.SMELT_BIN, MODEL = process.env.SMELT_MODEL;
-if (!BIN || !MODEL) { console.log('SMELT_BIN / SMELT_MODEL not set: skipping'); process.exit(77); }
+const { OpenAI, Ajv } = L.requirePackages({ OpenAI: 'openai', Ajv: 'ajv' });
+const [BIN, MODEL] = L.needEnv('SMELT_BIN', 'SMELT_MODEL');
 const PAIRS = Number(process.env.PAIRS || 200);
 
-function startServer(args) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(BIN, ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
-    let log = '';
-    const t = setTimeout(() => reject(new Error('server did not start:\n' + log)), 30000);
-    p.stderr.on('data', (d) => {
-      log += d;
-      const m = /listening on (http:\/\/[^\s]+)/.exec(log);
-      if (m) { clearTimeout(t); resolve({ url: m[1], proc: p, log: () => log }); }
-    });
-    p.on('exit', (code) => { clearTimeout(t); reject(new Error(`server exited (${code}):\n${log}`)); });
-  });
-}
+const startServer = (args) => L.startServer(BIN, ['serve', '-m', MODEL, ...L.LOCAL, ...args]);
 
 // ---- seeded generator of schemas ----
 function rng(seed) {
@@ -89,13 +64,6 @@ async function pool(n, k, fn) {
   let next = 0;
   await Promise.all(Array.from({ length: k }, async () => { while (next < n) { const i = next++; out[i] = await fn(i); } }));
   return out;
-}
-
-const results = [];
-async function test(name, fn) {
-  const t0 = Date.now();
-  try { await fn(); results.push([name, true]); console.log(`ok   ${name} (${Date.now() - t0} ms)`); }
-  catch (e) { results.push([name, false]); console.log(`FAIL ${name}: ${e.stack || e}`); }
 }
 
 const srv = await startServer(['-np', '8', '-c', '512']);
@@ -246,6 +214,4 @@ try {
 } finally {
   srv.proc.kill('SIGTERM');
 }
-const failed = results.filter(([, ok]) => !ok).length;
-console.log(`${results.length - failed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+L.finish();

@@ -6,26 +6,16 @@
 // the built-in smelt-tiny (slow enough on the CPU to hold a model while another waits).
 // Answers are compared with single-model servers of the same models, not with fixed strings.
 // Env: SMELT_BIN, MAKE_TEST_MODEL, SMELT_TEST_MODEL_DIR, SMELT_TINY, NODE_PATH.
-import { spawn, spawnSync, execFileSync } from 'node:child_process';
-import { createRequire } from 'node:module';
+import { spawnSync, execFileSync } from 'node:child_process';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
+import * as L from './lib.mjs';
+import { test, post, metricValue as metric } from './lib.mjs';
 
-const nodePath = process.env.NODE_PATH || path.resolve(path.dirname(new URL(import.meta.url).pathname), '../node/node_modules');
-const require = createRequire(path.join(nodePath, 'noop.js'));
-let OpenAI;
-try {
-  OpenAI = require('openai');
-  OpenAI = OpenAI.OpenAI || OpenAI.default || OpenAI;
-} catch (e) {
-  console.log('openai npm package not installed: skipping', e.message);
-  process.exit(77);
-}
-const BIN = process.env.SMELT_BIN;
+const { OpenAI } = L.requirePackages({ OpenAI: 'openai' });
+const [BIN, TINY] = L.needEnv('SMELT_BIN', 'SMELT_TINY');
 const ROOT = process.env.SMELT_TEST_MODEL_DIR || '/tmp/smelt-models-test';
-const TINY = process.env.SMELT_TINY;
-if (!BIN || !TINY) { console.log('SMELT_BIN / SMELT_TINY not set: skipping'); process.exit(77); }
 fs.rmSync(ROOT, { recursive: true, force: true });
 fs.mkdirSync(ROOT, { recursive: true });
 const ALPHA = path.join(ROOT, 'alpha'), BETA = path.join(ROOT, 'beta');
@@ -34,34 +24,8 @@ execFileSync(process.env.MAKE_TEST_MODEL, [BETA, '3']);
 // a directory that holds no model is left out of --models-dir
 fs.mkdirSync(path.join(ROOT, 'empty'));
 
-const servers = [];
-function startServer(args) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(BIN, ['serve', '--host', '127.0.0.1', '--port', '0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
-    servers.push(p);
-    let log = '';
-    const t = setTimeout(() => reject(new Error('server did not start:\n' + log)), 30000);
-    p.stderr.on('data', (d) => {
-      log += d;
-      const m = /listening on (http:\/\/[^\s]+)/.exec(log);
-      if (m) { clearTimeout(t); resolve({ url: m[1], proc: p, log: () => log }); }
-    });
-    p.on('exit', (code) => { clearTimeout(t); reject(new Error(`server exited (${code}):\n${log}`)); });
-  });
-}
-const post = (url, body) => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-async function metrics(url) { return (await fetch(url + '/metrics')).text(); }
-function metric(text, name) {
-  const m = new RegExp('^' + name.replace(/[{}"=\/.]/g, (c) => '\\' + c) + ' (\\S+)$', 'm').exec(text);
-  return m ? Number(m[1]) : NaN;
-}
-
-const results = [];
-async function test(name, fn) {
-  const t0 = Date.now();
-  try { await fn(); results.push([name, true]); console.log(`ok   ${name} (${Date.now() - t0} ms)`); }
-  catch (e) { results.push([name, false]); console.log(`FAIL ${name}: ${e.stack || e}`); }
-}
+const startServer = (args) => L.startServer(BIN, ['serve', ...L.LOCAL, ...args]);
+const metrics = L.metricsText;
 
 // a chat request whose answer (text and logprobs) depends on the model's weights
 const ask = (model, q, n = 12) => ({ model, messages: [{ role: 'user', content: q }], max_tokens: n, temperature: 0,
@@ -227,7 +191,7 @@ try {
   });
 
   await test('servers exit cleanly on SIGTERM', async () => {
-    for (const s of servers) {
+    for (const s of L.servers) {
       if (s.exitCode !== null || s.signalCode !== null) continue;
       const done = new Promise((res) => s.on('exit', (code, sig) => res([code, sig])));
       s.kill('SIGTERM');
@@ -236,11 +200,8 @@ try {
     }
   });
 } catch (e) {
-  console.log('FAIL setup:', e.stack || e);
-  results.push(['setup', false]);
+  L.setupFailed(e);
 } finally {
-  for (const p of servers) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+  L.stopAll();
 }
-const failed = results.filter(([, ok]) => !ok).length;
-console.log(`${results.length - failed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+L.finish();

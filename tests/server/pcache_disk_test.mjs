@@ -6,77 +6,28 @@
 // answer stays right); a restarted server reuses what the previous one wrote at shutdown.
 // Model: the tiny random-weight test model (make_test_model), byte-level tokenizer.
 // Env: SMELT_BIN, MAKE_TEST_MODEL, SMELT_TEST_MODEL_DIR, NODE_PATH.
-import { spawn, spawnSync, execFileSync } from 'node:child_process';
-import { createRequire } from 'node:module';
+import { spawnSync, execFileSync } from 'node:child_process';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
+import * as L from './lib.mjs';
+import { test } from './lib.mjs';
 
-const nodePath = process.env.NODE_PATH || path.resolve(path.dirname(new URL(import.meta.url).pathname), '../node/node_modules');
-const require = createRequire(path.join(nodePath, 'noop.js'));
-let OpenAI;
-try {
-  OpenAI = require('openai');
-  OpenAI = OpenAI.OpenAI || OpenAI.default || OpenAI;
-} catch (e) {
-  console.log('openai npm package not installed: skipping', e.message);
-  process.exit(77);
-}
-const BIN = process.env.SMELT_BIN;
+const { OpenAI } = L.requirePackages({ OpenAI: 'openai' });
+const [BIN] = L.needEnv('SMELT_BIN');
 const ROOT = process.env.SMELT_TEST_MODEL_DIR || '/tmp/smelt-pcache-disk-test';
-if (!BIN) { console.log('SMELT_BIN not set: skipping'); process.exit(77); }
 fs.rmSync(ROOT, { recursive: true, force: true });
 fs.mkdirSync(ROOT, { recursive: true });
 const MODEL = path.join(ROOT, 'model');
 execFileSync(process.env.MAKE_TEST_MODEL, [MODEL, '2']);
 const DEVICE = process.env.SMELT_TEST_DEVICE ? ['--device', process.env.SMELT_TEST_DEVICE] : [];
 
-const servers = [];
 // one sequence of 512 tokens and no more KV blocks than it needs (32 of 16): a prompt of 400
 // tokens evicts most of what the one before it left in the memory cache
 const SMALL = ['-np', '1', '-c', '512', '--kv-blocks', '32'];
-function startServer(args) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(BIN, ['serve', '--host', '127.0.0.1', '--port', '0', '-m', MODEL, ...DEVICE, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
-    servers.push(p);
-    let log = '';
-    const t = setTimeout(() => reject(new Error('server did not start:\n' + log)), 30000);
-    const exited = new Promise((res) => p.on('exit', (code, sig) => res([code, sig])));
-    p.stderr.on('data', (d) => {
-      log += d;
-      const m = /listening on (http:\/\/[^\s]+)/.exec(log);
-      if (m) {
-        clearTimeout(t);
-        const client = new OpenAI({ baseURL: m[1] + '/v1', apiKey: 'x', maxRetries: 0 });
-        const stop = async () => {
-          p.kill('SIGTERM');
-          const [code, sig] = await exited;
-          assert.equal(code, 0, `server exited with ${code} (${sig}):\n${log}`);
-          return log;
-        };
-        resolve({ url: m[1], client, log: () => log, stop });
-      }
-    });
-    exited.then(([code]) => { clearTimeout(t); reject(new Error(`server exited (${code}):\n${log}`)); });
-  });
-}
-function refuse(args) {
-  const r = spawnSync(BIN, ['serve', '--host', '127.0.0.1', '--port', '0', '-m', MODEL, ...args], { encoding: 'utf8', timeout: 30000 });
-  return [r.status, r.stderr];
-}
-async function metrics(url) {
-  const t = await (await fetch(url + '/metrics')).text();
-  const out = {};
-  for (const m of t.matchAll(/^(smelt_\w+) (\S+)$/gm)) out[m[1]] = Number(m[2]);
-  return out;
-}
-
-const results = [];
-async function test(name, fn) {
-  const t0 = Date.now();
-  try { await fn(); results.push([name, true]); console.log(`ok   ${name} (${Date.now() - t0} ms)`); }
-  catch (e) { results.push([name, false]); console.log(`FAIL ${name}: ${e.stack || e}`); }
-}
+const startServer = (args) => L.startServer(BIN, ['serve', ...L.LOCAL, '-m', MODEL, ...DEVICE, ...args], { OpenAI });
+const refuse = (args) => L.refuse(BIN, ['serve', ...L.LOCAL, '-m', MODEL, ...args]);
+const metrics = L.metricMap;
 
 // byte-level tokenizer: about a token per byte
 const LIBRARY = 'You are a careful assistant for a small library. ' + 'Answer briefly and cite the shelf number. '.repeat(5);
@@ -280,11 +231,8 @@ try {
     assert.match(h.stdout, /--kv-cache-disk-size BYTES/);
   });
 } catch (e) {
-  console.log('FAIL setup:', e.stack || e);
-  results.push(['setup', false]);
+  L.setupFailed(e);
 } finally {
-  for (const p of servers) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+  L.stopAll();
 }
-const failed = results.filter(([, ok]) => !ok).length;
-console.log(`${results.length - failed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+L.finish();

@@ -5,25 +5,17 @@
 // are refused at start with a message saying which. Model: the tiny random-weight test model
 // (make_test_model) and a deeper one for the mismatch.
 // Env: SMELT_BIN, MAKE_TEST_MODEL, SMELT_TEST_MODEL_DIR, NODE_PATH.
-import { spawn, spawnSync, execFileSync } from 'node:child_process';
-import { createRequire } from 'node:module';
+import { execFileSync } from 'node:child_process';
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import * as L from './lib.mjs';
+import { test, metric } from './lib.mjs';
 
-const nodePath = process.env.NODE_PATH || path.resolve(path.dirname(new URL(import.meta.url).pathname), '../node/node_modules');
-const require = createRequire(path.join(nodePath, 'noop.js'));
-let OpenAI;
-try {
-  OpenAI = require('openai');
-  OpenAI = OpenAI.OpenAI || OpenAI.default || OpenAI;
-} catch (e) {
-  console.log('openai npm package not installed: skipping', e.message);
-  process.exit(77);
-}
-const BIN = process.env.SMELT_BIN;
+const { OpenAI } = L.requirePackages({ OpenAI: 'openai' });
+const [BIN] = L.needEnv('SMELT_BIN');
 const ROOT = process.env.SMELT_TEST_MODEL_DIR || '/tmp/smelt-pcache-test';
-if (!BIN) { console.log('SMELT_BIN not set: skipping'); process.exit(77); }
 fs.rmSync(ROOT, { recursive: true, force: true });
 fs.mkdirSync(ROOT, { recursive: true });
 const MODEL = path.join(ROOT, 'model'), OTHER = path.join(ROOT, 'other');
@@ -31,57 +23,16 @@ execFileSync(process.env.MAKE_TEST_MODEL, [MODEL, '2']);
 execFileSync(process.env.MAKE_TEST_MODEL, [OTHER, '3']);
 const FILE = path.join(ROOT, 'system.kv');
 
-const servers = [];
-function startServer(args) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(BIN, ['serve', '--host', '127.0.0.1', '--port', '0', '-np', '2', '-c', '512', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
-    servers.push(p);
-    let log = '';
-    const t = setTimeout(() => reject(new Error('server did not start:\n' + log)), 30000);
-    const exited = new Promise((res) => p.on('exit', (code, sig) => res([code, sig])));
-    p.stderr.on('data', (d) => {
-      log += d;
-      const m = /listening on (http:\/\/[^\s]+)/.exec(log);
-      if (m) {
-        clearTimeout(t);
-        const client = new OpenAI({ baseURL: m[1] + '/v1', apiKey: 'x', maxRetries: 0 });
-        // SIGTERM; resolves with the log once the server exited with status 0
-        const stop = async () => {
-          p.kill('SIGTERM');
-          const [code, sig] = await exited;
-          assert.equal(code, 0, `server exited with ${code} (${sig}):\n${log}`);
-          return log;
-        };
-        resolve({ url: m[1], client, log: () => log, stop });
-      }
-    });
-    exited.then(([code]) => { clearTimeout(t); reject(new Error(`server exited (${code}):\n${log}`)); });
-  });
-}
+const SERVE = ['serve', ...L.LOCAL, '-np', '2', '-c', '512'];
+const startServer = (args) => L.startServer(BIN, [...SERVE, ...args], { OpenAI });
 // a server that must not start: its status and message
-function refuse(args) {
-  const r = spawnSync(BIN, ['serve', '--host', '127.0.0.1', '--port', '0', '-np', '2', '-c', '512', ...args], { encoding: 'utf8', timeout: 30000 });
-  return [r.status, r.stderr];
-}
-async function metric(url, name) {
-  const t = await (await fetch(url + '/metrics')).text();
-  const m = new RegExp('^' + name + ' (\\S+)$', 'm').exec(t);
-  return m ? Number(m[1]) : NaN;
-}
+const refuse = (args) => L.refuse(BIN, [...SERVE, ...args]);
 
-const results = [];
-async function test(name, fn) {
-  const t0 = Date.now();
-  try { await fn(); results.push([name, true]); console.log(`ok   ${name} (${Date.now() - t0} ms)`); }
-  catch (e) { results.push([name, false]); console.log(`FAIL ${name}: ${e.stack || e}`); }
-}
-
-// a long system prompt shared by the requests (byte-level tokenizer: about a token per byte)
 const SYSTEM = 'You are a careful assistant for a small library. ' + 'Answer briefly and cite the shelf number. '.repeat(5);
 const ask = (q, n = 8) => ({ model: 'm', messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: q }],
   max_tokens: n, temperature: 0, logprobs: true, top_logprobs: 2 });
 const answer = (r) => JSON.stringify([r.choices[0].message.content, r.choices[0].logprobs.content.map((t) => [t.token, t.logprob.toFixed(4)])]);
-const sha = (f) => require('node:crypto').createHash('sha256').update(fs.readFileSync(f)).digest('hex');
+const sha = (f) => crypto.createHash('sha256').update(fs.readFileSync(f)).digest('hex');
 
 try {
   let saved = 0;
@@ -242,11 +193,8 @@ try {
     assert.equal(st, 2, err);
   });
 } catch (e) {
-  console.log('FAIL setup:', e.stack || e);
-  results.push(['setup', false]);
+  L.setupFailed(e);
 } finally {
-  for (const p of servers) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+  L.stopAll();
 }
-const failed = results.filter(([, ok]) => !ok).length;
-console.log(`${results.length - failed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+L.finish();

@@ -3,52 +3,19 @@
 // The model is a tiny random-weight llama with a byte-level tokenizer (tests/server/make_test_model.c),
 // so the checks are consistency checks against independent paths (stream vs non-stream, batched vs
 // alone, with vs without stop strings, chat vs responses), not fixed expected strings.
-import { spawn, spawnSync, execFileSync } from 'node:child_process';
-import { createRequire } from 'node:module';
+import { spawnSync, execFileSync } from 'node:child_process';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import net from 'node:net';
-import path from 'node:path';
+import * as L from './lib.mjs';
+import { test, metric } from './lib.mjs';
 
-const nodePath = process.env.NODE_PATH || path.resolve(path.dirname(new URL(import.meta.url).pathname), '../node/node_modules');
-const require = createRequire(path.join(nodePath, 'noop.js'));
-let OpenAI;
-try {
-  OpenAI = require('openai');
-  OpenAI = OpenAI.OpenAI || OpenAI.default || OpenAI;
-} catch (e) {
-  console.log('openai npm package not installed: skipping', e.message);
-  process.exit(77);
-}
-
-const BIN = process.env.SMELT_BIN;
+const { OpenAI } = L.requirePackages({ OpenAI: 'openai' });
+const [BIN] = L.needEnv('SMELT_BIN');
 const MODEL = process.env.SMELT_TEST_MODEL_DIR || '/tmp/smelt-srvtest-model';
-if (!BIN) { console.log('SMELT_BIN not set: skipping'); process.exit(77); }
 execFileSync(process.env.MAKE_TEST_MODEL, [MODEL]); // always: the model's files change with the generator
 
-const servers = [];
-function startServer(args, env = {}) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(BIN, ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', ...args],
-      { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
-    servers.push(p);
-    let log = '';
-    p.smeltLog = () => log;
-    const t = setTimeout(() => reject(new Error('server did not start:\n' + log)), 20000);
-    p.stderr.on('data', (d) => {
-      log += d;
-      const m = /listening on (http:\/\/[^\s]+)/.exec(log);
-      if (m) { clearTimeout(t); resolve({ url: m[1], proc: p, log: () => log }); }
-    });
-    p.on('exit', (code) => { clearTimeout(t); reject(new Error(`server exited (${code}):\n${log}`)); });
-  });
-}
-
-async function metric(url, name) {
-  const t = await (await fetch(url + '/metrics')).text();
-  const m = new RegExp('^' + name.replace(/[{}"=\/]/g, (c) => '\\' + c) + ' (\\S+)$', 'm').exec(t);
-  return m ? Number(m[1]) : NaN;
-}
+const startServer = (args, env = {}) =>
+  L.startServer(BIN, ['serve', '-m', MODEL, ...L.LOCAL, ...args], { env: { ...process.env, ...env }, timeout: 20000 });
 
 // Sends raw bytes, returns the first response {status, headers, body} (or null when the server
 // closes without one); gives up after ms.
@@ -74,13 +41,6 @@ function rawRequest(url, bytes, ms = 5000) {
     sock.on('close', () => finish(parse()));
     sock.write(bytes);
   });
-}
-
-const results = [];
-async function test(name, fn) {
-  const t0 = Date.now();
-  try { await fn(); results.push([name, true]); console.log(`ok   ${name} (${Date.now() - t0} ms)`); }
-  catch (e) { results.push([name, false]); console.log(`FAIL ${name}: ${e.stack || e}`); }
 }
 
 const LONG = 'The quick brown fox jumps over the lazy dog while the cat watches from the old wooden fence. '.repeat(3);
@@ -413,7 +373,7 @@ async function main() {
 
   /* SIGTERM ends each server with status 0 (under ASan+UBSan a report at exit, a leak, fails here) */
   await test('servers exit cleanly on SIGTERM', async () => {
-    for (const s of servers) {
+    for (const s of L.servers) {
       const done = s.exitCode !== null || s.signalCode !== null ? Promise.resolve([s.exitCode, s.signalCode])
         : new Promise((res) => s.on('exit', (code, sig) => res([code, sig])));
       s.kill('SIGTERM');
@@ -421,9 +381,7 @@ async function main() {
       assert.equal(code, 0, `server exited with ${code} (signal ${sig}):\n${s.smeltLog().slice(-4000)}`);
     }
   });
-  const failed = results.filter((r) => !r[1]);
-  console.log(`${results.length - failed.length}/${results.length} passed`);
-  process.exit(failed.length ? 1 : 0);
+  L.finish();
 }
 
-main().catch((e) => { console.error(e); for (const s of servers) s.kill('SIGKILL'); process.exit(1); });
+main().catch((e) => { console.error(e); L.stopAll(); process.exit(1); });

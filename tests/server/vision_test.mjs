@@ -5,25 +5,16 @@
 // with a chat template added; replies are checked against `smelt run --image` on the same model and
 // between the paths (no fixed strings).
 // Env: SMELT_BIN, MAKE_TEST_MODEL, SMELT_SOURCE_DIR, SMELT_TEST_DIR, NODE_PATH.
-import { spawn, execFileSync } from 'node:child_process';
-import { createRequire } from 'node:module';
+import { execFileSync } from 'node:child_process';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
+import * as L from './lib.mjs';
+import { test } from './lib.mjs';
 
-const nodePath = process.env.NODE_PATH;
-const require = createRequire(path.join(nodePath || '.', 'noop.js'));
-let OpenAI;
-try {
-  OpenAI = require('openai');
-  OpenAI = OpenAI.OpenAI || OpenAI.default || OpenAI;
-} catch (e) {
-  console.log('openai npm package not installed: skipping', e.message);
-  process.exit(77);
-}
-const BIN = process.env.SMELT_BIN, SRC = process.env.SMELT_SOURCE_DIR, DIR = process.env.SMELT_TEST_DIR;
-if (!BIN || !SRC || !DIR) { console.log('SMELT_BIN / SMELT_SOURCE_DIR / SMELT_TEST_DIR not set: skipping'); process.exit(77); }
+const { OpenAI } = L.requirePackages({ OpenAI: 'openai' });
+const [BIN, SRC, DIR] = L.needEnv('SMELT_BIN', 'SMELT_SOURCE_DIR', 'SMELT_TEST_DIR');
 
 // the vision model: the fixture plus a chat template that renders image parts as Qwen2.5-VL's does
 const VLM = path.join(DIR, 'vlm');
@@ -42,28 +33,9 @@ const PNG = path.join(SRC, 'tests/vision/data/images/rgb_61x45.png');
 const dataUrl = (f, mime) => `data:${mime};base64,` + fs.readFileSync(f).toString('base64');
 const JPG_URL = dataUrl(IMAGE, 'image/jpeg'), PNG_URL = dataUrl(PNG, 'image/png');
 
-const servers = [];
-function startServer(model, args = []) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(BIN, ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', '--device', 'cpu', '-t', '2', ...args],
-      { stdio: ['ignore', 'ignore', 'pipe'] });
-    servers.push(p);
-    let log = '';
-    const t = setTimeout(() => reject(new Error('server did not start:\n' + log)), 20000);
-    p.stderr.on('data', (d) => {
-      log += d;
-      const m = /listening on (http:\/\/[^\s]+)/.exec(log);
-      if (m) { clearTimeout(t); resolve({ url: m[1], proc: p }); }
-    });
-    p.on('exit', (code) => { clearTimeout(t); reject(new Error(`server exited (${code}):\n${log}`)); });
-  });
-}
+const startServer = (model, args = []) =>
+  L.startServer(BIN, ['serve', '-m', model, ...L.LOCAL, '--device', 'cpu', '-t', '2', ...args], { timeout: 20000 });
 
-const results = [];
-async function test(name, fn) {
-  try { await fn(); results.push([name, true]); console.log('ok   ' + name); }
-  catch (e) { results.push([name, false]); console.log('FAIL ' + name + '\n     ' + (e.stack || e).toString().split('\n').slice(0, 4).join('\n     ')); }
-}
 async function rejects400(p, re) {
   try { await p; } catch (e) {
     assert.equal(e.status, 400, 'status ' + e.status + ': ' + e.message);
@@ -198,11 +170,8 @@ try {
     rejects400(c3.chat.completions.create({ model: 'texty', messages: userMsg(JPG_URL), max_tokens: 4 }), /model 'texty' does not accept images/));
   srv3.proc.kill('SIGTERM');
 } catch (e) {
-  console.log('FAIL setup: ' + (e.stack || e));
-  results.push(['setup', false]);
+  L.setupFailed(e);
 } finally {
-  for (const p of servers) { try { p.kill('SIGKILL'); } catch { /* gone */ } }
+  L.stopAll();
 }
-const bad = results.filter((r) => !r[1]).length;
-console.log(`${results.length - bad} passed, ${bad} failed`);
-process.exit(bad ? 1 : 0);
+L.finish();
