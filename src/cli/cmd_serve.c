@@ -58,6 +58,9 @@ static void usage(FILE *f) {
        "      --tool-format F      tool-call format: generic, hermes, qwen3_coder, llama3, mistral, harmony,\n"
        "                           deepseek, glm45, gemma (default: from the chat template)\n"
        "      --reasoning-format F auto|deepseek: <think> text -> reasoning_content (default); none: kept in content\n"
+       "      --grammar-cache BYTES  token masks of constrained requests (JSON schema, grammar, tools) kept\n"
+       "                           for other sequences in the same parser state, least recently used\n"
+       "                           dropped (K/M/G suffixes; default 128M; 0: none)\n"
        "      --pooling P          /v1/embeddings: last (the last token's hidden state, default) or mean\n"
        "      --allow-image-urls   fetch http(s) image URLs of requests (default: only data: URLs; images\n"
        "                           in a request body count against --max-body)\n"
@@ -246,7 +249,13 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("-c") || IS("--ctx-size")) INTVAL(0, 1 << 24, p.ctx_size);
     else if (IS("-np") || IS("--parallel")) INTVAL(1, 1024, p.parallel);
     else if (IS("--max-queue")) INTVAL(0, 1 << 20, p.max_queue);
-    else if (IS("--max-body")) {
+    else if (IS("--grammar-cache")) {
+      NEEDVAL();
+      if (!sm_store_parse_size(val, &p.grammar_cache)) {
+        fprintf(stderr, "smelt serve: --grammar-cache: '%s' is not a byte count (e.g. 256M; 0: no cache)\n", val);
+        return 2;
+      }
+    } else if (IS("--max-body")) {
       long mb;
       NEEDVAL();
       if (!parse_int(val, 1, 1L << 40, &mb)) {
@@ -406,7 +415,7 @@ int sm_cmd_serve(int argc, char **argv) {
         {.names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path"},
         {.names = "--cpu-mask|--cpu-range|--numa|--poll|--kv-cache-dir|--kv-cache-disk-size"},
         {.names = "--model-draft|--draft-model|--spec-type|--draft-max|--draft-min|--draft-p-min"},
-        {.names = "--spec-ngram-size-n"},
+        {.names = "--spec-ngram-size-n|--grammar-cache"},
         {.names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v|-md"},
       };
       char sug[160];

@@ -4,9 +4,12 @@
  * point at a time, with an unfinished UTF-8 character carried between tokens. Unlike llama.cpp,
  * which checks every token against every stack, the mask walks a byte trie of the vocabulary
  * (the prefix-tree idea of outlines/xgrammar), so tokens sharing a prefix share its work, and
- * stacks are hash-consed nodes (position, parent), so copying or comparing a stack is one id. */
+ * stacks are hash-consed nodes (position, parent), so copying or comparing a stack is one id.
+ * Masks can be shared between sequences through a cache keyed by the state in canonical form
+ * (grammar_cache.h, state_key below). */
 #include <stdlib.h>
 #include <string.h>
+#include "engine/grammar_cache.h"
 #include "engine/grammar_int.h"
 
 #define ACCEPT (-1)       /* in a stack set: the text can end here */
@@ -21,10 +24,22 @@ typedef struct {
   uint8_t byte;
 } tnode;
 
+/* the trie in depth-first order, which the mask walks front to back (sequential memory: the
+ * linked form's pointer chasing was most of a walk's time on a 128k vocabulary) */
+typedef struct {
+  int32_t tok;   /* as tnode.tok */
+  int32_t end;   /* the index after this node's subtree (where a rejected byte resumes) */
+  int32_t depth; /* bytes from the root (1: a first byte) */
+  uint8_t byte;
+  uint8_t more; /* other tokens have the same bytes (next_tok) */
+} pnode;
+
 struct sm_grammar_vocab {
+  uint64_t id; /* sm_grammar_new_id: a key of the shared mask cache */
   int vocab;
-  tnode *n;
+  tnode *n; /* while building */
   int n_nodes, cap;
+  pnode *pn;         /* n_nodes - 1 nodes, the root left out */
   int32_t *next_tok; /* tokens with the same bytes */
   uint8_t *special;  /* special tokens are only reachable through <[id]> */
   uint8_t *is_eos;
@@ -34,6 +49,10 @@ struct sm_grammar_vocab {
   int64_t *off; /* token t: bytes[off[t] .. off[t+1]) */
   int max_len;
 };
+
+static atomic_uint_fast64_t g_next_id = 1;
+
+uint64_t sm_grammar_new_id(void) { return atomic_fetch_add(&g_next_id, 1); }
 
 static int32_t trie_child(sm_grammar_vocab *v, int32_t node, uint8_t b) {
   int32_t *link = &v->n[node].child;
@@ -53,6 +72,7 @@ static int32_t trie_child(sm_grammar_vocab *v, int32_t node, uint8_t b) {
 
 sm_grammar_vocab *sm_grammar_vocab_new(const smelt_tokenizer *t, int vocab, const int32_t *eos, int n_eos) {
   sm_grammar_vocab *v = sm_xcalloc(1, sizeof *v);
+  v->id = sm_grammar_new_id();
   v->vocab = vocab;
   v->cap = 1024;
   v->n = sm_xmalloc(sizeof(tnode) * (size_t)v->cap);
@@ -85,12 +105,44 @@ sm_grammar_vocab *sm_grammar_vocab_new(const smelt_tokenizer *t, int vocab, cons
   v->off[vocab] = (int64_t)all.n;
   v->bytes = sm_buf_take(&all);
   sm_buf_free(&piece);
+  /* depth-first order: cur[d] is the node at depth d + 1 on the path, at[d] its index */
+  v->pn = sm_xmalloc(sizeof(pnode) * (size_t)SM_MAX(v->n_nodes - 1, 1));
+  int32_t *cur = sm_xmalloc(sizeof(int32_t) * (size_t)(v->max_len + 2)),
+          *at = sm_xmalloc(sizeof(int32_t) * (size_t)(v->max_len + 2));
+  int32_t idx = 0;
+  int d = 0;
+  cur[0] = v->n[0].child;
+  while (d >= 0) {
+    int32_t c = cur[d];
+    if (c < 0) {
+      if (--d >= 0) {
+        v->pn[at[d]].end = idx;
+        cur[d] = v->n[cur[d]].sibling;
+      }
+      continue;
+    }
+    at[d] = idx;
+    int32_t t0 = v->n[c].tok;
+    v->pn[idx++] =
+      (pnode){.tok = t0, .end = -1, .depth = d + 1, .byte = v->n[c].byte, .more = t0 >= 0 && v->next_tok[t0] >= 0};
+    if (v->n[c].child >= 0) {
+      cur[++d] = v->n[c].child;
+    } else {
+      v->pn[at[d]].end = idx;
+      cur[d] = v->n[c].sibling;
+    }
+  }
+  free(cur);
+  free(at);
+  free(v->n);
+  v->n = NULL;
   return v;
 }
 
 void sm_grammar_vocab_free(sm_grammar_vocab *v) {
   if (!v) return;
   free(v->n);
+  free(v->pn);
   free(v->next_tok);
   free(v->special);
   free(v->is_eos);
@@ -149,17 +201,27 @@ struct sm_grammar_state {
   int n_sets, cap_sets;
   int32_t *smap;
   int smap_cap;
-  struct tkey {
-    int32_t sid;
-    uint32_t pval;
-    int32_t prem_byte;
-  } * tk;
-  struct tval {
-    int32_t sid;
-    uint32_t pval;
-    int32_t prem;
-  } * tv;
+  struct tent { /* key and value side by side: one cache line a probe */
+    struct tkey {
+      int32_t sid;
+      uint32_t pval;
+      int32_t prem_byte;
+    } k;
+    struct tval {
+      int32_t sid;
+      uint32_t pval;
+      int32_t prem;
+    } v;
+  } * te;
   int t_n, t_cap;
+  /* completed characters: the set after code point cp depends only on which of the set's stacks
+   * accept cp (a bit each), so (set, those bits) -> set serves every character alike (all the
+   * letters inside a JSON string, the ~60k multi-byte characters of a large vocabulary) */
+  struct cent {
+    int32_t sid, osid; /* sid -1: empty */
+    uint64_t bits;
+  } * ce;
+  int c_n, c_cap;
   struct mcache {
     int32_t sid;
     uint32_t pval;
@@ -168,6 +230,10 @@ struct sm_grammar_state {
     uint32_t *bits;
   } mc[8];
   int mc_next;
+  /* the shared cache (NULL: none) and the scratch of its keys */
+  sm_gmask_cache *cache;
+  int32_t *key, *kbody, *koff, *kord;
+  size_t key_cap, body_cap, kidx_cap;
 };
 
 static uint32_t nhash(int32_t pos, int32_t up) {
@@ -302,6 +368,7 @@ static void step_byte(sm_grammar_state *s, const iset *in, uint32_t *pval, int *
       out->n = 0;
       return;
     }
+    *pval = 0; /* no unfinished character: one state whatever the last character was */
     advance_cp(s, in, cp, out);
   } else {
     filter_partial(s, in, *pval, *prem, out);
@@ -341,11 +408,17 @@ void sm_grammar_state_free(sm_grammar_state *s) {
   free(s->soff);
   free(s->slen);
   free(s->smap);
-  free(s->tk);
-  free(s->tv);
+  free(s->te);
+  free(s->ce);
   for (int i = 0; i < 8; i++) free(s->mc[i].bits);
+  free(s->key);
+  free(s->kbody);
+  free(s->koff);
+  free(s->kord);
   free(s);
 }
+
+void sm_grammar_state_set_cache(sm_grammar_state *s, sm_gmask_cache *c) { s->cache = c; }
 
 static void clear_caches(sm_grammar_state *s);
 
@@ -425,7 +498,9 @@ static void clear_caches(sm_grammar_state *s) {
   s->n_sets = 0;
   if (s->smap) memset(s->smap, 0xff, sizeof(int32_t) * (size_t)s->smap_cap);
   s->t_n = 0;
-  if (s->tk) memset(s->tk, 0xff, sizeof(struct tkey) * (size_t)s->t_cap);
+  if (s->te) memset(s->te, 0xff, sizeof(struct tent) * (size_t)s->t_cap);
+  s->c_n = 0;
+  if (s->ce) memset(s->ce, 0xff, sizeof(struct cent) * (size_t)s->c_cap);
   for (int i = 0; i < 8; i++) s->mc[i].sid = -1;
 }
 
@@ -495,21 +570,92 @@ static uint32_t tk_hash(const struct tkey *k) {
 
 static void tmap_grow(sm_grammar_state *s) {
   int old = s->t_cap, cap = old ? old * 2 : 1024;
-  struct tkey *ok = s->tk;
-  struct tval *ov = s->tv;
-  s->tk = sm_xmalloc(sizeof(struct tkey) * (size_t)cap);
-  s->tv = sm_xmalloc(sizeof(struct tval) * (size_t)cap);
-  memset(s->tk, 0xff, sizeof(struct tkey) * (size_t)cap);
+  struct tent *o = s->te;
+  s->te = sm_xmalloc(sizeof(struct tent) * (size_t)cap);
+  memset(s->te, 0xff, sizeof(struct tent) * (size_t)cap);
   s->t_cap = cap;
   for (int i = 0; i < old; i++) {
-    if (ok[i].sid < 0) continue;
-    uint32_t h = tk_hash(&ok[i]) & (uint32_t)(cap - 1);
-    while (s->tk[h].sid >= 0) h = (h + 1) & (uint32_t)(cap - 1);
-    s->tk[h] = ok[i];
-    s->tv[h] = ov[i];
+    if (o[i].k.sid < 0) continue;
+    uint32_t h = tk_hash(&o[i].k) & (uint32_t)(cap - 1);
+    while (s->te[h].k.sid >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+    s->te[h] = o[i];
   }
-  free(ok);
-  free(ov);
+  free(o);
+}
+
+static uint32_t ce_hash(int32_t sid, uint64_t bits) {
+  uint64_t h = (uint64_t)(uint32_t)sid * 0x9E3779B97F4A7C15ull ^ bits * 0xC2B2AE3D27D4EB4Full;
+  return (uint32_t)(h >> 32) ^ (uint32_t)h;
+}
+
+static void cmap_grow(sm_grammar_state *s) {
+  int old = s->c_cap, cap = old ? old * 2 : 256;
+  struct cent *o = s->ce;
+  s->ce = sm_xmalloc(sizeof(struct cent) * (size_t)cap);
+  memset(s->ce, 0xff, sizeof(struct cent) * (size_t)cap);
+  s->c_cap = cap;
+  for (int i = 0; i < old; i++) {
+    if (o[i].sid < 0) continue;
+    uint32_t h = ce_hash(o[i].sid, o[i].bits) & (uint32_t)(cap - 1);
+    while (s->ce[h].sid >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+    s->ce[h] = o[i];
+  }
+  free(o);
+}
+
+/* Byte b when it completes a character (ASCII, or the last continuation byte) of set sid, its
+ * stacks in s->tmp_in: *osid, and (*pval, *prem) as step_byte leaves them, through the cache of
+ * (set, stacks that accept the character). false: not such a byte, or a set of more than 64
+ * stacks (then step_byte does it). */
+static bool complete_cp(sm_grammar_state *s, int32_t sid, uint32_t *pval, int *prem, uint8_t b, int32_t *osid) {
+  uint32_t cp;
+  if (*prem == 0 && b < 0x80) {
+    cp = b;
+  } else if (*prem == 1 && (b & 0xC0) == 0x80) {
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    cp = (PV_VAL(*pval) << 6) | (b & 0x3Fu);
+    if (cp < min_cp[PV_LEN(*pval)] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false; /* step_byte rejects */
+  } else {
+    return false;
+  }
+  const iset *in = &s->tmp_in;
+  if (in->n > 64) return false;
+  uint64_t bits = 0;
+  for (int i = 0; i < in->n; i++) {
+    int32_t k = in->v[i];
+    if (k == ACCEPT) continue;
+    const sm_gelem *e = &s->g->el[s->pos[k]];
+    if (e->type == GE_CLS && sm_gcls_match(&s->g->cls[e->v], cp)) bits |= 1ull << i;
+  }
+  if (!bits) {
+    *osid = -1;
+    goto done;
+  }
+  if (s->c_n * 2 >= s->c_cap) cmap_grow(s);
+  uint32_t h = ce_hash(sid, bits) & (uint32_t)(s->c_cap - 1);
+  while (s->ce[h].sid >= 0) {
+    if (s->ce[h].sid == sid && s->ce[h].bits == bits) {
+      *osid = s->ce[h].osid;
+      goto done;
+    }
+    h = (h + 1) & (uint32_t)(s->c_cap - 1);
+  }
+  advance_cp(s, in, cp, &s->tmp_out);
+  if (s->failed) { /* ran out of expansion steps: step_byte will say the same, uncached */
+    s->failed = false;
+    return false;
+  }
+  set_sort(&s->tmp_out);
+  *osid = s->tmp_out.n ? set_intern(s, &s->tmp_out) : -1;
+  s->ce[h] = (struct cent){sid, *osid, bits};
+  s->c_n++;
+done:
+  if (*prem == 1) { /* as step_byte: no unfinished character */
+    *pval = 0;
+    *prem = 0;
+  }
+  return true;
 }
 
 /* (set sid, unfinished character) after byte b; *osid = -1 when b is rejected */
@@ -518,17 +664,25 @@ static void transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem
   struct tkey key = {sid, pval, prem << 8 | b};
   if (s->t_n * 2 >= s->t_cap) tmap_grow(s);
   uint32_t h = tk_hash(&key) & (uint32_t)(s->t_cap - 1);
-  while (s->tk[h].sid >= 0) {
-    if (s->tk[h].sid == sid && s->tk[h].pval == pval && s->tk[h].prem_byte == key.prem_byte) {
-      *osid = s->tv[h].sid;
-      *opval = s->tv[h].pval;
-      *oprem = s->tv[h].prem;
+  while (s->te[h].k.sid >= 0) {
+    const struct tent *e = &s->te[h];
+    if (e->k.sid == sid && e->k.pval == pval && e->k.prem_byte == key.prem_byte) {
+      *osid = e->v.sid;
+      *opval = e->v.pval;
+      *oprem = e->v.prem;
       return;
     }
     h = (h + 1) & (uint32_t)(s->t_cap - 1);
   }
   s->tmp_in.n = 0;
   for (int i = 0; i < s->slen[sid]; i++) iset_add(&s->tmp_in, s->spool[s->soff[sid] + (size_t)i]);
+  if (complete_cp(s, sid, &pval, &prem, b, osid)) {
+    *opval = pval;
+    *oprem = prem;
+    s->te[h] = (struct tent){key, {*osid, pval, prem}};
+    s->t_n++;
+    return;
+  }
   step_byte(s, &s->tmp_in, &pval, &prem, b, &s->tmp_out);
   if (s->failed) {
     s->failed = false;
@@ -539,9 +693,85 @@ static void transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem
   *osid = s->tmp_out.n ? set_intern(s, &s->tmp_out) : -1;
   *opval = pval;
   *oprem = prem;
-  s->tk[h] = key;
-  s->tv[h] = (struct tval){*osid, pval, prem};
+  s->te[h] = (struct tent){key, {*osid, pval, prem}};
   s->t_n++;
+}
+
+
+/* ---------------------------------------------------------------- shared cache keys */
+
+static void kbody_put(sm_grammar_state *s, size_t *n, int32_t x) {
+  if (*n == s->body_cap) {
+    s->body_cap = s->body_cap ? s->body_cap * 2 : 256;
+    s->kbody = sm_xrealloc(s->kbody, sizeof(int32_t) * s->body_cap);
+  }
+  s->kbody[(*n)++] = x;
+}
+
+/* stacks a, b of kbody (length, positions top to bottom): length first, then positions */
+static int stack_cmp(const int32_t *a, const int32_t *b) {
+  if (a[0] != b[0]) return a[0] < b[0] ? -1 : 1;
+  for (int32_t i = 1; i <= a[0]; i++)
+    if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
+  return 0;
+}
+
+/* The state in canonical form, in s->key (returns its length in words; *h its hash): the
+ * grammar's and vocabulary's ids, the unfinished UTF-8 character, then the set of stacks, each
+ * its rule positions from the top down, sorted. Everything the mask depends on: node ids (which
+ * differ between sequences) are left out, and two different stacks never serialize alike
+ * (stacks are hash-consed: a node is its position and its parent). An accepting entry is the
+ * empty stack. */
+static size_t state_key(sm_grammar_state *s, uint64_t *h) {
+  const int n = s->cur.n;
+  if ((size_t)n + 1 > s->kidx_cap) {
+    s->kidx_cap = (size_t)n + 16;
+    s->koff = sm_xrealloc(s->koff, sizeof(int32_t) * s->kidx_cap);
+    s->kord = sm_xrealloc(s->kord, sizeof(int32_t) * s->kidx_cap);
+  }
+  size_t bn = 0;
+  for (int i = 0; i < n; i++) {
+    s->koff[i] = (int32_t)bn;
+    kbody_put(s, &bn, 0);
+    int32_t len = 0;
+    for (int32_t k = s->cur.v[i]; k >= 0; k = s->up[k]) {
+      kbody_put(s, &bn, s->pos[k]);
+      len++;
+    }
+    s->kbody[s->koff[i]] = len;
+  }
+  for (int i = 0; i < n; i++) { /* insertion sort: a state has a few stacks */
+    int32_t x = s->koff[i];
+    int j = i;
+    while (j > 0 && stack_cmp(s->kbody + s->kord[j - 1], s->kbody + x) > 0) {
+      s->kord[j] = s->kord[j - 1];
+      j--;
+    }
+    s->kord[j] = x;
+  }
+  const size_t hdr = 7, len = hdr + bn;
+  if (len > s->key_cap) {
+    s->key_cap = len * 2;
+    s->key = sm_xrealloc(s->key, sizeof(int32_t) * s->key_cap);
+  }
+  int32_t *k = s->key;
+  k[0] = (int32_t)(uint32_t)s->g->id;
+  k[1] = (int32_t)(uint32_t)(s->g->id >> 32);
+  k[2] = (int32_t)(uint32_t)s->voc->id;
+  k[3] = (int32_t)(uint32_t)(s->voc->id >> 32);
+  k[4] = (int32_t)s->pval;
+  k[5] = s->prem;
+  k[6] = n;
+  size_t o = hdr;
+  for (int i = 0; i < n; i++) {
+    const int32_t *st = s->kbody + s->kord[i];
+    memcpy(k + o, st, sizeof(int32_t) * (size_t)(st[0] + 1));
+    o += (size_t)st[0] + 1;
+  }
+  uint64_t x = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < len; i++) x = (x ^ (uint32_t)k[i]) * 0x100000001b3ull;
+  *h = x ^ (x >> 31);
+  return len;
 }
 
 int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
@@ -549,12 +779,19 @@ int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
   int words = (v->vocab + 31) / 32, count = 0;
   memset(mask, 0, sizeof(uint32_t) * (size_t)words);
   if (s->ended) return 0;
+  uint64_t kh = 0;
+  size_t klen = 0;
+  if (s->cache) {
+    int cached;
+    klen = state_key(s, &kh) * sizeof(int32_t);
+    if (sm_gmask_cache_get(s->cache, kh, s->key, klen, mask, (size_t)words, &cached)) return cached;
+  }
   if (s->n_sets > 200000 || s->t_n > (1 << 21)) clear_caches(s);
   s->tmp_in.n = 0;
   for (int i = 0; i < s->cur.n; i++) iset_add(&s->tmp_in, s->cur.v[i]);
   set_sort(&s->tmp_in);
   int32_t sid0 = set_intern(s, &s->tmp_in);
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < 8 && !s->cache; i++) {
     struct mcache *m = &s->mc[i];
     if (m->sid == sid0 && m->pval == s->pval && m->prem == s->prem) {
       memcpy(mask, m->bits, sizeof(uint32_t) * (size_t)words);
@@ -578,43 +815,60 @@ int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
         sm_mask_set(mask, v->eos[i]);
         count++;
       }
-  /* depth-first walk of the trie; level d holds the state after d bytes */
+  /* the trie in depth-first order; level d holds the state after d bytes of the current path */
   s->lvl_sid[0] = sid0;
   s->lvl_pval[0] = s->pval;
   s->lvl_prem[0] = s->prem;
-  int32_t path[1 << 12];
-  int d = 0;
-  path[0] = v->n[0].child;
-  while (d >= 0) {
-    int32_t c = path[d];
-    if (c < 0) {
-      d--;
-      if (d >= 0) path[d] = v->n[path[d]].sibling;
-      continue;
-    }
+  /* the start state's transitions by byte, in front of the hash table: where a state recurs
+   * after each character (a string's inside) most nodes of the walk ask it */
+  struct {
     int32_t sid;
     uint32_t pval;
-    int prem;
-    transition(s, s->lvl_sid[d], s->lvl_pval[d], s->lvl_prem[d], v->n[c].byte, &sid, &pval, &prem);
-    if (sid < 0) {
-      path[d] = v->n[c].sibling;
+    int32_t prem;
+  } row[256];
+  uint8_t known[256];
+  memset(known, 0, sizeof known);
+  const int32_t n_pn = v->n_nodes - 1;
+  for (int32_t i = 0; i < n_pn;) {
+    const pnode *p = &v->pn[i];
+    const int d = p->depth - 1; /* the parent's level */
+    int32_t sid;
+    uint32_t pval = 0;
+    int prem = 0;
+    const bool root = s->lvl_sid[d] == sid0 && s->lvl_pval[d] == s->pval && s->lvl_prem[d] == s->prem;
+    if (root && known[p->byte]) {
+      sid = row[p->byte].sid;
+      pval = row[p->byte].pval;
+      prem = row[p->byte].prem;
+    } else {
+      transition(s, s->lvl_sid[d], s->lvl_pval[d], s->lvl_prem[d], p->byte, &sid, &pval, &prem);
+      if (root) {
+        known[p->byte] = 1;
+        row[p->byte].sid = sid;
+        row[p->byte].pval = pval;
+        row[p->byte].prem = prem;
+      }
+    }
+    if (sid < 0) { /* no token below this byte: skip the subtree */
+      i = p->end;
       continue;
     }
-    for (int32_t t = v->n[c].tok; t >= 0; t = v->next_tok[t])
-      if (!v->special[t] && !sm_mask_test(mask, t)) {
+    /* (special tokens are not in the trie) */
+    for (int32_t t = p->tok; t >= 0; t = p->more ? v->next_tok[t] : -1)
+      if (!sm_mask_test(mask, t)) {
         sm_mask_set(mask, t);
         count++;
       }
-    if (v->n[c].child >= 0 && d + 2 < s->n_lvl && d + 1 < (1 << 12)) {
-      path[d] = c; /* resumed at c's sibling when the child level is done */
-      d++;
-      s->lvl_sid[d] = sid;
-      s->lvl_pval[d] = pval;
-      s->lvl_prem[d] = prem;
-      path[d] = v->n[c].child;
-    } else {
-      path[d] = v->n[c].sibling;
+    if (p->end > i + 1) { /* children follow */
+      s->lvl_sid[d + 1] = sid;
+      s->lvl_pval[d + 1] = pval;
+      s->lvl_prem[d + 1] = prem;
     }
+    i++;
+  }
+  if (s->cache) {
+    sm_gmask_cache_put(s->cache, kh, s->key, klen, mask, (size_t)words, count);
+    return count;
   }
   struct mcache *m = &s->mc[s->mc_next];
   s->mc_next = (s->mc_next + 1) % 8;

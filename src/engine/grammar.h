@@ -27,11 +27,14 @@
 typedef struct sm_grammar sm_grammar;
 typedef struct sm_grammar_vocab sm_grammar_vocab;
 typedef struct sm_grammar_state sm_grammar_state;
+typedef struct sm_gmask_cache sm_gmask_cache; /* grammar_cache.h */
 
 /* Compile GBNF text; the start rule is `root`. SMELT_ERR_FORMAT with "line L col C: ..." on a
  * syntax error, an undefined rule, left recursion or a grammar too large. */
 smelt_status sm_grammar_compile(const char *gbnf, sm_grammar **out);
+/* sm_grammar_free drops a reference; the last one frees. sm_grammar_ref adds one (returns g). */
 void sm_grammar_free(sm_grammar *g);
+sm_grammar *sm_grammar_ref(sm_grammar *g);
 int sm_grammar_n_rules(const sm_grammar *g);
 
 /* The vocabulary of tokenizer t (vocab ids [0, vocab)); eos: the end-of-sequence ids. */
@@ -42,6 +45,9 @@ int sm_grammar_vocab_size(const sm_grammar_vocab *v);
 /* A fresh state at the start of g. Both g and v must outlive it. */
 sm_grammar_state *sm_grammar_state_new(const sm_grammar *g, const sm_grammar_vocab *v);
 void sm_grammar_state_free(sm_grammar_state *s);
+/* Look masks up in (and add new ones to) c, shared with other sequences and threads; NULL: none
+ * (each state still keeps its own few most recent masks). c must outlive s. */
+void sm_grammar_state_set_cache(sm_grammar_state *s, sm_gmask_cache *c);
 /* mask: (vocab + 31) / 32 words, bit t of word t/32 set when token t is allowed next.
  * Returns the number of allowed tokens (0: nothing can follow; the caller ends the sequence). */
 int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask);

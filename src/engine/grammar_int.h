@@ -3,6 +3,7 @@
  * Repetitions and groups were turned into extra rules by the compiler. */
 #ifndef SM_GRAMMAR_INT_H
 #define SM_GRAMMAR_INT_H
+#include <stdatomic.h>
 #include "engine/grammar.h"
 
 enum { GE_END = 0, GE_ALT, GE_REF, GE_CLS, GE_TOK };
@@ -28,7 +29,13 @@ struct sm_grammar {
   sm_gcls *cls;
   int n_cls;
   int root;
+  uint64_t id;     /* unique in the process: a key of the shared mask cache */
+  atomic_int refs; /* sm_grammar_ref / sm_grammar_free */
 };
+
+/* a fresh id for a grammar or a vocabulary (never reused, so a freed one's masks cannot be
+ * taken for a new one's) */
+uint64_t sm_grammar_new_id(void);
 
 static inline bool sm_gcls_match(const sm_gcls *c, uint32_t cp) {
   bool in = false;

@@ -502,6 +502,8 @@ smelt_status sm_grammar_compile(const char *src, sm_grammar **out) {
   }
   /* flatten */
   sm_grammar *g = sm_xcalloc(1, sizeof *g);
+  g->id = sm_grammar_new_id();
+  atomic_init(&g->refs, 1);
   g->n_rules = ps.n_rules;
   g->root = root;
   long n_el = 0, n_alts = 0;
@@ -545,8 +547,13 @@ smelt_status sm_grammar_compile(const char *src, sm_grammar **out) {
   return SMELT_OK;
 }
 
+sm_grammar *sm_grammar_ref(sm_grammar *g) {
+  if (g) atomic_fetch_add(&g->refs, 1);
+  return g;
+}
+
 void sm_grammar_free(sm_grammar *g) {
-  if (!g) return;
+  if (!g || atomic_fetch_sub(&g->refs, 1) > 1) return;
   for (int i = 0; i < g->n_rules; i++) free(g->names[i]);
   free(g->names);
   for (int i = 0; i < g->n_cls; i++) free(g->cls[i].r);

@@ -13,8 +13,8 @@
     goto fail; \
   } while (0)
 
-bool sm_constrain_build(const smelt_tokenizer *tok, const sm_toolfmt *fmt, const sm_api_request *r, sm_grammar **out,
-                        sm_api_error *err) {
+bool sm_constrain_build(const smelt_tokenizer *tok, const sm_toolfmt *fmt, sm_gpool *pool, const sm_api_request *r,
+                        sm_grammar **out, sm_api_error *err) {
   *out = NULL;
   char *gbnf = NULL;
   const char *param = r->grammar ? "grammar" : r->kind == SM_EP_RESPONSES ? "text.format" : "response_format";
@@ -32,7 +32,8 @@ bool sm_constrain_build(const smelt_tokenizer *tok, const sm_toolfmt *fmt, const
   } else {
     return true;
   }
-  if (sm_grammar_compile(gbnf, out) != SMELT_OK) REJECT(param, "%s", sm_errmsg());
+  if ((pool ? sm_gpool_get(pool, gbnf, out) : sm_grammar_compile(gbnf, out)) != SMELT_OK)
+    REJECT(param, "%s", sm_errmsg());
   free(gbnf);
   return true;
 fail:

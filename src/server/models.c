@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include "base/mapguard.h"
+#include "server/gpool.h"
 #include "store/store.h"
 
 enum { ST_UNLOADED = 0, ST_WANT, ST_LOADING, ST_LOADED, ST_UNLOADING, ST_FAILED };
@@ -50,6 +51,7 @@ struct sm_models {
   uint64_t want_counter;
   int n_loaded;
   uint64_t mem_loaded;
+  sm_gpool *gpool; /* compiled grammars and grammar masks, shared by the models */
 };
 
 /* ------------------------------------------------------------------ one loaded model */
@@ -75,7 +77,7 @@ static void served_free(sm_served *sv) {
 
 /* Load the model of dir as `id` and start its engine thread. NULL with err filled on failure. */
 static sm_served *served_load(const sm_server_params *p, const char *dir, const char *id, sm_metrics *metrics,
-                              bool with_pcache, char *err, size_t n_err) {
+                              sm_gpool *gpool, bool with_pcache, char *err, size_t n_err) {
   sm_served *sv = sm_xcalloc(1, sizeof *sv);
   snprintf(sv->id, sizeof sv->id, "%s", id);
   sv->dir = sm_xstrdup(dir);
@@ -175,6 +177,7 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   }
   sm_sched *sc = &sv->sched;
   sm_sched_init(sc, sv->eng, tok, metrics, vocab, p->parallel, p->max_queue);
+  sc->gcache = sm_gpool_masks(gpool);
   if (p->draft_dir || p->spec_ngram) {
     sc->spec.on = true;
     sc->spec.n_max = p->draft_max;
@@ -210,7 +213,8 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
                 .model_path = sv->dir,
                 .pooling = p->pooling,
                 .vision = sv->model->vision,
-                .vision_note = sv->model->note};
+                .vision_note = sv->model->note,
+                .gpool = gpool};
   sm_image_policy_default(&o->images);
   o->images.allow_urls = p->allow_image_urls;
   o->images.files_dir = p->image_files_dir;
@@ -354,6 +358,7 @@ static void single_id(const sm_server_params *p, char *out, size_t n) {
 sm_models *sm_models_new(const sm_server_params *p) {
   sm_models *r = sm_xcalloc(1, sizeof *r);
   r->p = p;
+  r->gpool = sm_gpool_new(p->grammar_cache);
   pthread_mutex_init(&r->mu, NULL);
   pthread_cond_init(&r->cv, NULL);
   r->multi = p->models_dir || p->n_models > 1;
@@ -516,7 +521,7 @@ static void *loader_main(void *arg) {
     snprintf(id, sizeof id, "%s", w->id);
     sm_metrics *mt = w->metrics;
     pthread_mutex_unlock(&r->mu);
-    sm_served *sv = served_load(r->p, dir, id, mt, false, err, sizeof err);
+    sm_served *sv = served_load(r->p, dir, id, mt, r->gpool, false, err, sizeof err);
     free(dir);
     if (!sv) fprintf(stderr, "smelt serve: model '%s': %s\n", id, err);
     pthread_mutex_lock(&r->mu);
@@ -543,7 +548,7 @@ bool sm_models_start(sm_models *r) {
   if (!r->multi) {
     char err[320];
     entry *e = &r->e[0];
-    e->sv = served_load(r->p, e->dir, e->id, e->metrics, true, err, sizeof err);
+    e->sv = served_load(r->p, e->dir, e->id, e->metrics, r->gpool, true, err, sizeof err);
     if (!e->sv) {
       fprintf(stderr, "smelt serve: %s\n", err);
       return false;
@@ -588,6 +593,7 @@ void sm_models_free(sm_models *r) {
     free(e->granted);
   }
   free(r->e);
+  sm_gpool_free(r->gpool);
   pthread_mutex_destroy(&r->mu);
   pthread_cond_destroy(&r->cv);
   free(r);
@@ -795,6 +801,33 @@ void sm_models_metrics(sm_models *r, sm_buf *out) {
   free(ms);
   free(gs);
   free(names);
+  /* constrained decoding, shared by the models */
+  uint64_t compiled, reused;
+  sm_gpool_counts(r->gpool, &compiled, &reused);
+  sm_gmask_cache_stats gc = {0};
+  if (sm_gpool_masks(r->gpool)) sm_gmask_cache_stats_get(sm_gpool_masks(r->gpool), &gc);
+  sm_buf_printf(
+    out,
+    "# HELP smelt_grammars_compiled_total Grammars compiled (JSON schemas, GBNF, tool calls).\n"
+    "# TYPE smelt_grammars_compiled_total counter\n"
+    "smelt_grammars_compiled_total %llu\n"
+    "# HELP smelt_grammars_reused_total Constrained requests that reused a compiled grammar of the same text.\n"
+    "# TYPE smelt_grammars_reused_total counter\n"
+    "smelt_grammars_reused_total %llu\n"
+    "# HELP smelt_grammar_mask_cache_hits_total Token masks taken from the shared grammar mask cache.\n"
+    "# TYPE smelt_grammar_mask_cache_hits_total counter\n"
+    "smelt_grammar_mask_cache_hits_total %llu\n"
+    "# HELP smelt_grammar_mask_cache_misses_total Token masks built because the cache did not have them.\n"
+    "# TYPE smelt_grammar_mask_cache_misses_total counter\n"
+    "smelt_grammar_mask_cache_misses_total %llu\n"
+    "# HELP smelt_grammar_mask_cache_evictions_total Masks dropped to stay within --grammar-cache.\n"
+    "# TYPE smelt_grammar_mask_cache_evictions_total counter\n"
+    "smelt_grammar_mask_cache_evictions_total %llu\n"
+    "# HELP smelt_grammar_mask_cache_bytes Bytes of the masks kept.\n"
+    "# TYPE smelt_grammar_mask_cache_bytes gauge\n"
+    "smelt_grammar_mask_cache_bytes %zu\n",
+    (unsigned long long)compiled, (unsigned long long)reused, (unsigned long long)gc.hits,
+    (unsigned long long)gc.misses, (unsigned long long)gc.evictions, gc.bytes);
 }
 
 bool sm_models_idle(sm_models *r) {

@@ -72,7 +72,7 @@ static sm_job *multi_prompt_job(const sm_oai *o, sm_api_request *req, sm_api_err
     free(ids);
     min_room = SM_MIN(min_room, o->ctx - (int)n);
   }
-  if (!sm_constrain_build(o->tok, o->tfmt, req, &grammar, err)) goto fail;
+  if (!sm_constrain_build(o->tok, o->tfmt, o->gpool, req, &grammar, err)) goto fail;
   int n_all = (int)(all.n / sizeof(int32_t));
   int32_t *prompt = sm_xmalloc(all.n);
   memcpy(prompt, all.p, all.n);
@@ -181,7 +181,7 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
            "prompt, %d for the completion). Please reduce the prompt or the completion length.",
            o->ctx, (long)n_ids + (max_tokens > 0 ? max_tokens : 0), n_ids, max_tokens > 0 ? max_tokens : 0);
   if (max_tokens <= 0) max_tokens = o->ctx - (int)n_ids;
-  if (!sm_constrain_build(o->tok, o->tfmt, &req, &grammar, err)) goto fail;
+  if (!sm_constrain_build(o->tok, o->tfmt, o->gpool, &req, &grammar, err)) goto fail;
   bool tool_mode = req.tools != NULL && kind != SM_EP_COMPLETIONS;
   bool harmony = kind != SM_EP_COMPLETIONS && o->tfmt && o->tfmt->kind == SM_TF_HARMONY;
   sm_job *j = sm_job_new(&req, ids, (int)n_ids, max_tokens, tool_mode);

@@ -25,6 +25,7 @@ typedef struct {
   const struct sm_vision *vision; /* the model's vision tower, NULL: image parts are refused */
   const char *vision_note;        /* why a model takes no images (its note), may be NULL */
   sm_image_policy images;         /* data: and http(s) image URLs */
+  struct sm_gpool *gpool;         /* compiled grammars by text (gpool.h); NULL: compiled per request */
 } sm_oai;
 
 /* Parse a request body of the given endpoint and build its job (not yet queued). On failure

@@ -160,6 +160,7 @@ static bool admit(sm_sched *s, sm_job *j) {
       if (j->grammar) {
         if (!s->gvocab) s->gvocab = sm_grammar_vocab_new(s->tok, s->vocab, s->eos, s->n_eos);
         c->gs = sm_grammar_state_new(j->grammar, s->gvocab);
+        sm_grammar_state_set_cache(c->gs, s->gcache);
         c->mask = sm_xmalloc(sizeof(uint32_t) * (size_t)((s->vocab + 31) / 32));
         c->sampler.mask = c->mask;
       }

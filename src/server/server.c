@@ -20,6 +20,7 @@ void sm_server_params_default(sm_server_params *p) {
   p->port = 8080;
   p->parallel = 4;
   p->max_queue = 64;
+  p->grammar_cache = 128ull << 20;
   p->max_body = 1u << 20;
   p->max_conns = 1024;
   p->max_conns_per_ip = 256;

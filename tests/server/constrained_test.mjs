@@ -182,6 +182,35 @@ try {
     assert.equal(e.status, 400);
     assert.equal((await e.json()).error.param, 'tool_choice');
   });
+  await test('requests with the same schema share one grammar and its masks; --grammar-cache 0 gives the same outputs', async () => {
+    const metric = (t, name) => Number((new RegExp('^' + name + ' (\\S+)$', 'm').exec(t) || [])[1]);
+    const schema = topSchema(900);
+    const req = (i) => ({ model: 'x', messages: [{ role: 'user', content: PROMPTS[i % PROMPTS.length] }], max_tokens: 300, temperature: 0.9,
+      seed: 900 + i, response_format: { type: 'json_schema', json_schema: { name: 'same', schema, strict: true } } });
+    const m0 = await (await fetch(srv.url + '/metrics')).text();
+    const outs = await pool(8, 8, async (i) => (await client.chat.completions.create(req(i))).choices[0].message.content);
+    const m1 = await (await fetch(srv.url + '/metrics')).text();
+    assert.equal(metric(m1, 'smelt_grammars_compiled_total') - metric(m0, 'smelt_grammars_compiled_total'), 1, 'one grammar for 8 requests');
+    assert.equal(metric(m1, 'smelt_grammars_reused_total') - metric(m0, 'smelt_grammars_reused_total'), 7);
+    const hits = metric(m1, 'smelt_grammar_mask_cache_hits_total') - metric(m0, 'smelt_grammar_mask_cache_hits_total');
+    const misses = metric(m1, 'smelt_grammar_mask_cache_misses_total') - metric(m0, 'smelt_grammar_mask_cache_misses_total');
+    assert.ok(hits > misses, `mask cache: ${hits} hits, ${misses} misses`);
+    for (const o of outs) assert.ok(ajv.validate(schema, JSON.parse(o)), o);
+    // the same requests one at a time, on a server without the cache and on this one: equal outputs
+    const off = await startServer(['-np', '8', '-c', '512', '--grammar-cache', '0']);
+    try {
+      const offClient = new OpenAI({ baseURL: off.url + '/v1', apiKey: 'x', maxRetries: 0 });
+      for (let i = 0; i < 4; i++) {
+        const a = (await client.chat.completions.create(req(i))).choices[0].message.content;
+        const b = (await offClient.chat.completions.create(req(i))).choices[0].message.content;
+        assert.equal(a, b, `request ${i}: with and without the mask cache`);
+      }
+      const mo = await (await fetch(off.url + '/metrics')).text();
+      assert.equal(metric(mo, 'smelt_grammar_mask_cache_hits_total') + metric(mo, 'smelt_grammar_mask_cache_misses_total'), 0);
+    } finally {
+      off.proc.kill('SIGTERM');
+    }
+  });
 } finally {
   srv.proc.kill('SIGTERM');
 }
