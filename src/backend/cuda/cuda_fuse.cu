@@ -637,25 +637,30 @@ static int r_add_norm(fx *f, int i) {
   return 2;
 }
 
-/* the routed experts' gate and up of the same x and ids, then silu(gate) * up whose inputs die there:
- * one kernel writes silu's output (cu_experts_gu) */
+/* the routed experts' gate and up of the same x and ids, then silu(gate) * up (or gpt-oss's clamped SwiGLU,
+ * with the experts' biases) whose inputs die there: one kernel writes the activation's output (cu_experts_gu) */
 static bool m_experts_gu(const fx *f, int i) {
-  const cu_op *g = &f->ops[i], *u = &f->ops[i + 1], *sl = &f->ops[i + 2];
-  if (g->mx.grouped || u->mx.grouped || g->mx.per_slot || u->mx.per_slot || g->mx.bias || u->mx.bias ||
-      g->mx.ids != u->mx.ids || g->mx.x != u->mx.x || g->mx.n != u->mx.n || g->mx.k != u->mx.k ||
-      g->mx.rows != u->mx.rows || g->mx.y == u->mx.y || !cu_experts_gu_ok(g->mx.cw, u->mx.cw, g->mx.rows) ||
-      !aligned16(g->mx.x))
+  const cu_op *g = &f->ops[i], *u = &f->ops[i + 1], *ac = &f->ops[i + 2];
+  if (g->mx.grouped || u->mx.grouped || g->mx.per_slot || u->mx.per_slot || g->mx.ids != u->mx.ids ||
+      g->mx.x != u->mx.x || g->mx.n != u->mx.n || g->mx.k != u->mx.k || g->mx.rows != u->mx.rows ||
+      g->mx.y == u->mx.y || !cu_experts_gu_ok(g->mx.cw, u->mx.cw, g->mx.rows) || !aligned16(g->mx.x))
     return false;
   const size_t ns = (size_t)g->mx.n * g->mx.k;
-  if (sl->ew.a != g->mx.y || sl->ew.b != u->mx.y || sl->ew.n != ns * (size_t)g->mx.rows || sl->ew.y == g->mx.x ||
-      (const void *)sl->ew.y == (const void *)g->mx.ids)
+  /* the activation: silu_mul (no biases) or gpt-oss's swiglu_clamp, reading gate's and up's outputs */
+  const bool sw = ac->type == OP_SWIGLU_CLAMP;
+  const float *ag = sw ? ac->sw.g : ac->ew.a, *au = sw ? ac->sw.u : ac->ew.b;
+  float *out = sw ? ac->sw.out : ac->ew.y;
+  const size_t n = sw ? ac->sw.n : ac->ew.n;
+  if ((!sw && (g->mx.bias || u->mx.bias)) || ag != g->mx.y || au != u->mx.y || n != ns * (size_t)g->mx.rows ||
+      out == g->mx.x || (const void *)out == (const void *)g->mx.ids || out == g->mx.bias || out == u->mx.bias)
     return false;
-  return (sl->ew.y == g->mx.y || dead_after(f, i + 2, g->mx.y)) &&
-         (sl->ew.y == u->mx.y || dead_after(f, i + 2, u->mx.y));
+  return (out == g->mx.y || dead_after(f, i + 2, g->mx.y)) && (out == u->mx.y || dead_after(f, i + 2, u->mx.y));
 }
 static int r_experts_gu(fx *f, int i) {
-  const cu_op *g = &f->ops[i], *u = &f->ops[i + 1], *sl = &f->ops[i + 2];
-  cu_experts_gu(f->cx, g->mx.cw, u->mx.cw, g->mx.rows, g->mx.ids, g->mx.n, g->mx.k, g->mx.x, sl->ew.y);
+  const cu_op *g = &f->ops[i], *u = &f->ops[i + 1], *ac = &f->ops[i + 2];
+  const bool sw = ac->type == OP_SWIGLU_CLAMP;
+  cu_experts_gu(f->cx, g->mx.cw, u->mx.cw, g->mx.rows, g->mx.ids, g->mx.n, g->mx.k, g->mx.x, sw ? ac->sw.out : ac->ew.y,
+                g->mx.bias, u->mx.bias, sw, sw ? ac->sw.alpha : 0.f, sw ? ac->sw.limit : 0.f);
   return 3;
 }
 
@@ -703,6 +708,10 @@ static const cu_fusion k_fusions[] = {
   {"add+rmsnorm+mlp", {P(OP_ADD), P(OP_RMSNORM), MLP_PAT, P(OP_ADD), P(OP_RMSNORM)}, m_mlp_norm, r_mlp_norm},
   {"add+rmsnorm", {P(OP_ADD), P(OP_RMSNORM)}, m_add_norm, r_add_norm},
   {"experts gate/up+silu", {PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_SILU)}, m_experts_gu, r_experts_gu},
+  {"experts gate/up+swiglu",
+   {PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_SWIGLU_CLAMP)},
+   m_experts_gu,
+   r_experts_gu},
   {"experts down+combine", {PX(SM_MM_EXPERT_DOWN), P(OP_MOE_COMBINE)}, m_experts_dc, r_experts_dc},
 };
 #define N_FUSIONS ((int)(sizeof k_fusions / sizeof k_fusions[0]))

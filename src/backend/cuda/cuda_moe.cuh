@@ -14,11 +14,13 @@ void cu_moe_exec(cuda_be *c, const cu_op *o);
 void cu_rows_matvec(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int32_t *ids, int k, const float *x,
                     bool per_slot, const float *bias, float *y, int n_slots);
 /* The fused expert kernels of decode (cuda_moe_mv.cu), for n tokens of k slots each, ids [n][k] the experts:
- * gate/up + silu: h[s][r] = silu(Wg_e . x_t)[r] * (Wu_e . x_t)[r], s = t*k + j, e = ids[s] (an e out of range
- * gives 0); _ok says whether the pair of weights (expert stacks of `rows` rows) fits. */
+ * gate/up + activation: h[s][r] = act(g, u), g = (Wg_e . x_t)[r] (+ bg[e][r]), u = (Wu_e . x_t)[r] (+ bu[e][r]),
+ * s = t*k + j, e = ids[s] (an e out of range gives 0); act silu(g) * u, or with clamp gpt-oss's clamped SwiGLU
+ * (swiglu_clamp's alpha and limit). _ok says whether the pair of weights (expert stacks of `rows` rows) fits. */
 bool cu_experts_gu_ok(const cu_weight *wg, const cu_weight *wu, int64_t rows);
 void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, int64_t rows, const int32_t *ids, int n,
-                   int k, const float *x, float *h);
+                   int k, const float *x, float *h, const float *bg = NULL, const float *bu = NULL, bool clamp = false,
+                   float alpha = 0.f, float limit = 0.f);
 /* down + combine: out[t][r] = sum_j wts[t*k + j] * ((W_e . h[t*k + j])[r] (+ bias[e][r])) */
 bool cu_experts_dc_ok(const cu_weight *w, int64_t rows);
 void cu_experts_dc(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int32_t *ids, const float *wts, int n,

@@ -9,6 +9,7 @@
  *   lane's loads issued before the first is used) and a path for any layout (row_dot_part).
  * Every (row, token) is summed in the same order whatever the batch, like k_rows. */
 #include "backend/cuda/cuda_ldst.cuh"
+#include "backend/cuda/cuda_mxq.cuh"
 #include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_weights.cuh"
 
@@ -157,36 +158,78 @@ static __device__ __forceinline__ float2 sb_at(const void *sb, int64_t idx, int 
   if (sbk == SBK_F32) return ((const float2 *)sb)[idx];
   return sb16_decode(((const uint32_t *)sb)[idx], sbk == SBK_BF16);
 }
-static __device__ __forceinline__ int sb_bytes(int sbk) { return sbk == SBK_F32 ? 8 : 4; }
 
-/* Copy n rows of a CW_Q4 weight from row `row` (quants, then (scale, bias) pairs) into shared memory
- * at W (n * cols / 32 uint4s) and S (n * sbw uint4s, sbw = G * sb_bytes / 16). */
-static __device__ __forceinline__ void q4_rows_async(uint4 *W, uint4 *S, const cu_weight &w, int64_t row, int n) {
-  const int64_t nch = w.cols >> 5, sbw = (w.cols / w.gs) * sb_bytes(w.sbk) / 16;
+/* The layouts with a fast path: 4-bit affine (CW_Q4) whose groups hold whole 16-byte loads and whose
+ * rows of (scale, bias) pairs are whole 16-byte copies, and mxfp4 (CW_MXQ, 4-bit, one E8M0 scale per 32
+ * values, read from global memory as it is used); 0: none (the warp-a-row kernels run). */
+enum { XF_ANY = 0, XF_Q4 = 1, XF_MX4 = 2 };
+static int fast_fmt(const cu_weight *w) {
+  if (w->cols % 32) return XF_ANY;
+  if (w->kind == CW_Q4 && w->gs % 32 == 0 && ((w->cols / w->gs) * (w->sbk == SBK_F32 ? 8 : 4)) % 16 == 0) return XF_Q4;
+  if (w->kind == CW_MXQ && w->bits == 4 && w->gs == 32 && w->qmode != SM_QMODE_NVFP4) return XF_MX4;
+  return XF_ANY;
+}
+/* uint4s of a row's (scale, bias) pairs kept in shared memory */
+static __host__ __device__ __forceinline__ int64_t sb_words(int F, int64_t cols, int gs, int sbk) {
+  return F == XF_Q4 ? (cols / gs) * (sbk == SBK_F32 ? 8 : 4) / 16 : 0;
+}
+
+/* Copy n rows of a weight of fast layout F from row `row` into shared memory: the quants at W
+ * (n * cols / 32 uint4s), CW_Q4's (scale, bias) pairs at S (n * sb_words uint4s). */
+template <int F>
+static __device__ __forceinline__ void rows_async(uint4 *W, uint4 *S, const cu_weight &w, int64_t row, int n) {
+  const int64_t nch = w.cols >> 5, sbw = sb_words(F, w.cols, w.gs, w.sbk);
   const uint4 *q = (const uint4 *)w.q + row * nch, *sb = (const uint4 *)w.sb + row * sbw;
   for (int64_t i = threadIdx.x; i < n * nch; i += blockDim.x) cp16(W + i, q + i);
   for (int64_t i = threadIdx.x; i < n * sbw; i += blockDim.x) cp16(S + i, sb + i);
 }
 
+/* W[r] . x over chunk c (32 values) of row r: srow its row in the shared S, grow in the weight */
+template <int F>
+static __device__ __forceinline__ float chunk_dot(const uint4 &q, const cu_weight &w, const uint4 *S, int64_t srow,
+                                                  int64_t grow, int64_t c, const float (&xv)[32], float sx) {
+  if (F == XF_Q4) return q4_dot(q, sb_at(S, srow * (w.cols / w.gs) + (c << 5) / w.gs, w.sbk), xv, sx);
+  const uint32_t wd[4] = { q.x, q.y, q.z, q.w };
+  float d = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int e = 0; e < 8; e++) d = fmaf(mxq_fp4((wd[i] >> (4 * e)) & 15), xv[8 * i + e], d);
+  return mxq_scale(w, grow, c) * d;
+}
+
+/* the activations of the gate/up kernels: silu(g) * u, or gpt-oss's clamped SwiGLU (swiglu_clamp) */
+struct xact {
+  int clamp;
+  float alpha, limit;
+};
+static __device__ __forceinline__ float act_f(const xact &a, float g, float u) {
+  if (!a.clamp) return silu_f(g) * u;
+  const float gv = fminf(g, a.limit), uv = fminf(fmaxf(u, -a.limit), a.limit);
+  return gv / (1.f + expf(-a.alpha * gv)) * (uv + 1.f);
+}
+
 /* block: 8 warps of R rows each (8R rows) of one slot (blockIdx.y). Every byte the block needs (the
  * rows of both weights, their scales and x) is requested at once (cp.async) into shared memory:
- * W_g, W_u [8R][nch] uint4, S_g, S_u [8R][sbw] uint4, then x (xs_at order). */
-template <int R>
-__global__ void __launch_bounds__(256)
-  k_xgu_q4(cu_weight wg, cu_weight wu, int64_t rows, const int32_t *ids, int k, const float *x, float *h) {
+ * W_g, W_u [8R][nch] uint4, S_g, S_u [8R][sbw] uint4, then x (xs_at order). bg / bu: the experts'
+ * biases or NULL. */
+template <int R, int F>
+__global__ void __launch_bounds__(256) k_xgu_fast(cu_weight wg, cu_weight wu, int64_t rows, const int32_t *ids, int k,
+                                                 const float *x, float *h, const float *bg, const float *bu, xact act) {
   extern __shared__ uint4 sm[];
   const int lane = threadIdx.x & 31, s = blockIdx.y, RB = 8 * R;
-  const int64_t rb = (int64_t)blockIdx.x * RB, nch = wg.cols >> 5, G = wg.cols / wg.gs;
+  const int64_t rb = (int64_t)blockIdx.x * RB, nch = wg.cols >> 5;
   const int nr = rows - rb < RB ? (int)(rows - rb) : RB;
-  const int64_t sbw = G * sb_bytes(wg.sbk) / 16;
+  const int64_t sbw = sb_words(F, wg.cols, wg.gs, wg.sbk);
   uint4 *Wg = sm, *Wu = Wg + RB * nch, *Sg = Wu + RB * nch, *Su = Sg + RB * sbw;
   float4 *X = (float4 *)(Su + RB * sbw);
   pdl_wait();
   const int e = ids[s];
   const bool ok = e >= 0 && e < wg.rows / rows;
+  const int64_t row0 = (int64_t)e * rows + rb;
   if (ok) {
-    q4_rows_async(Wg, Sg, wg, (int64_t)e * rows + rb, nr);
-    q4_rows_async(Wu, Su, wu, (int64_t)e * rows + rb, nr);
+    rows_async<F>(Wg, Sg, wg, row0, nr);
+    rows_async<F>(Wu, Su, wu, row0, nr);
     const float4 *x4 = (const float4 *)(x + (int64_t)(s / k) * wg.cols);
     for (int g = threadIdx.x; g < (int)(wg.cols >> 2); g += blockDim.x) cp16(X + xs_at(g >> 3, g & 7), x4 + g);
     cp_wait_all();
@@ -200,27 +243,30 @@ __global__ void __launch_bounds__(256)
     for (int64_t c = lane; c < nch; c += 32) {
       float xv[32];
       const float sx = xs_load(X, c, xv);
-      const int64_t gi = (c << 5) / wg.gs;
 #pragma unroll
       for (int j = 0; j < R; j++)
         if (w0 + j < nr) {
-          ag[j] += q4_dot(Wg[(w0 + j) * nch + c], sb_at(Sg, (w0 + j) * G + gi, wg.sbk), xv, sx);
-          au[j] += q4_dot(Wu[(w0 + j) * nch + c], sb_at(Su, (w0 + j) * G + gi, wu.sbk), xv, sx);
+          ag[j] += chunk_dot<F>(Wg[(w0 + j) * nch + c], wg, Sg, w0 + j, row0 + w0 + j, c, xv, sx);
+          au[j] += chunk_dot<F>(Wu[(w0 + j) * nch + c], wu, Su, w0 + j, row0 + w0 + j, c, xv, sx);
         }
     }
 #pragma unroll
   for (int j = 0; j < R; j++) {
-    const float g = warp_sum(ag[j]), u = warp_sum(au[j]);
-    if (lane == 0 && w0 + j < nr) h[(int64_t)s * rows + rb + w0 + j] = ok ? silu_f(g) * u : 0.f;
+    float g = warp_sum(ag[j]), u = warp_sum(au[j]);
+    if (lane == 0 && w0 + j < nr) {
+      if (ok && bg) g += bg[row0 + w0 + j];
+      if (ok && bu) u += bu[row0 + w0 + j];
+      h[(int64_t)s * rows + rb + w0 + j] = ok ? act_f(act, g, u) : 0.f;
+    }
   }
 }
 static size_t gu_smem(const cu_weight *w, int R) {
-  const size_t RB = 8 * (size_t)R, sbw = (size_t)(w->cols / w->gs) * (w->sbk == SBK_F32 ? 8 : 4) / 16;
+  const size_t RB = 8 * (size_t)R, sbw = (size_t)sb_words(fast_fmt(w), w->cols, w->gs, w->sbk);
   return 16 * (2 * RB * (size_t)(w->cols >> 5) + 2 * RB * sbw) + 4 * (size_t)w->cols;
 }
 
-__global__ void __launch_bounds__(256)
-  k_xgu_any(cu_weight wg, cu_weight wu, int64_t rows, const int32_t *ids, int k, const float *x, float *h) {
+__global__ void __launch_bounds__(256) k_xgu_any(cu_weight wg, cu_weight wu, int64_t rows, const int32_t *ids, int k,
+                                                const float *x, float *h, const float *bg, const float *bu, xact act) {
   const int lane = threadIdx.x & 31, s = blockIdx.y;
   const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
   pdl_wait();
@@ -228,10 +274,11 @@ __global__ void __launch_bounds__(256)
   const int e = ids[s];
   float out = 0.f;
   if (e >= 0 && e < wg.rows / rows) {
+    const int64_t row = (int64_t)e * rows + r;
     const float *xt = x + (int64_t)(s / k) * wg.cols;
-    const float ag = warp_sum(row_dot_part(wg, (int64_t)e * rows + r, xt, lane));
-    const float au = warp_sum(row_dot_part(wu, (int64_t)e * rows + r, xt, lane));
-    out = silu_f(ag) * au;
+    const float ag = warp_sum(row_dot_part(wg, row, xt, lane)) + (bg ? bg[row] : 0.f);
+    const float au = warp_sum(row_dot_part(wu, row, xt, lane)) + (bu ? bu[row] : 0.f);
+    out = act_f(act, ag, au);
   }
   if (lane == 0) h[(int64_t)s * rows + r] = out;
 }
@@ -239,14 +286,14 @@ __global__ void __launch_bounds__(256)
 /* block: 8 warps of R rows each (8R rows) of one token (blockIdx.y), for all its k slots, requested at
  * once into shared memory: W [k][8R][nch] uint4, S [k][8R][sbw] uint4, then the slots' x rows (chunk
  * j * nch + c = chunk c of slot j, xs_at order). A slot whose expert is out of range adds nothing. */
-template <int R>
-__global__ void __launch_bounds__(256) k_xdc_q4(cu_weight w, int64_t rows, const int32_t *ids, const float *wts, int k,
-                                                const float *hx, const float *bias, float *out) {
+template <int R, int F>
+__global__ void __launch_bounds__(256) k_xdc_fast(cu_weight w, int64_t rows, const int32_t *ids, const float *wts, int k,
+                                                 const float *hx, const float *bias, float *out) {
   extern __shared__ uint4 sm[];
   const int lane = threadIdx.x & 31, t = blockIdx.y, RB = 8 * R;
-  const int64_t rb = (int64_t)blockIdx.x * RB, nch = w.cols >> 5, G = w.cols / w.gs, E = w.rows / rows;
+  const int64_t rb = (int64_t)blockIdx.x * RB, nch = w.cols >> 5, E = w.rows / rows;
   const int nr = rows - rb < RB ? (int)(rows - rb) : RB;
-  const int64_t sbw = G * sb_bytes(w.sbk) / 16, tot = (int64_t)k * nch;
+  const int64_t sbw = sb_words(F, w.cols, w.gs, w.sbk), tot = (int64_t)k * nch;
   uint4 *W = sm, *S = W + (int64_t)k * RB * nch;
   float4 *X = (float4 *)(S + (int64_t)k * RB * sbw);
   const int32_t *id = ids + (int64_t)t * k;
@@ -254,8 +301,7 @@ __global__ void __launch_bounds__(256) k_xdc_q4(cu_weight w, int64_t rows, const
   pdl_wait();
   for (int j = 0; j < k; j++) {
     const int e = id[j];
-    if (e >= 0 && e < E)
-      q4_rows_async(W + (int64_t)j * RB * nch, S + (int64_t)j * RB * sbw, w, (int64_t)e * rows + rb, nr);
+    if (e >= 0 && e < E) rows_async<F>(W + (int64_t)j * RB * nch, S + (int64_t)j * RB * sbw, w, (int64_t)e * rows + rb, nr);
   }
   const float4 *x4 = (const float4 *)(hx + (int64_t)t * k * w.cols);
   for (int64_t g = threadIdx.x; g < tot * 8; g += blockDim.x) cp16(X + xs_at(g >> 3, (int)(g & 7)), x4 + g);
@@ -273,12 +319,11 @@ __global__ void __launch_bounds__(256) k_xdc_q4(cu_weight w, int64_t rows, const
     const float wj = wt[j];
     float xv[32];
     const float sx = xs_load(X, i, xv);
-    const int64_t gi = (c << 5) / w.gs;
 #pragma unroll
     for (int m = 0; m < R; m++)
       if (w0 + m < nr) {
         const int64_t rr = (int64_t)j * RB + w0 + m;
-        acc[m] += wj * q4_dot(W[rr * nch + c], sb_at(S, rr * G + gi, w.sbk), xv, sx);
+        acc[m] += wj * chunk_dot<F>(W[rr * nch + c], w, S, rr, (int64_t)e * rows + rb + w0 + m, c, xv, sx);
       }
   }
 #pragma unroll
@@ -295,12 +340,12 @@ __global__ void __launch_bounds__(256) k_xdc_q4(cu_weight w, int64_t rows, const
   }
 }
 static size_t dc_smem(const cu_weight *w, int k, int R) {
-  const size_t RB = 8 * (size_t)R, sbw = (size_t)(w->cols / w->gs) * (w->sbk == SBK_F32 ? 8 : 4) / 16;
+  const size_t RB = 8 * (size_t)R, sbw = (size_t)sb_words(fast_fmt(w), w->cols, w->gs, w->sbk);
   return (size_t)k * (16 * (RB * (size_t)(w->cols >> 5) + RB * sbw) + 4 * (size_t)w->cols);
 }
 
 __global__ void __launch_bounds__(256) k_xdc_any(cu_weight w, int64_t rows, const int32_t *ids, const float *wts, int k,
-                                                 const float *hx, const float *bias, float *out) {
+                                                const float *hx, const float *bias, float *out) {
   const int lane = threadIdx.x & 31, t = blockIdx.y;
   const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
   pdl_wait();
@@ -317,13 +362,11 @@ __global__ void __launch_bounds__(256) k_xdc_any(cu_weight w, int64_t rows, cons
   if (lane == 0) out[(int64_t)t * rows + r] = acc;
 }
 
-/* The 4-bit path: CW_Q4 whose groups hold whole 32-value loads and whose rows of (scale, bias) pairs
- * are whole 16-byte copies, with 16 rows a block (R 2), or 8 where that needs too much shared memory
- * (R 1); 0: neither fits (the any-layout kernel runs). */
+/* Rows a block of the fast kernels takes: 16 (R 2), or 8 where that needs too much shared memory (R 1);
+ * 0: no fast path (the layout has none, or even 8 rows do not fit). */
 #define SMEM_MAX (200 * 1024)
-static int q4_rows(const cu_weight *w, size_t (*smem)(const cu_weight *, int, int), int k) {
-  if (w->kind != CW_Q4 || w->cols % 32 || w->gs % 32 || ((w->cols / w->gs) * (w->sbk == SBK_F32 ? 8 : 4)) % 16)
-    return 0;
+static int fast_rows(const cu_weight *w, size_t (*smem)(const cu_weight *, int, int), int k) {
+  if (!fast_fmt(w)) return 0;
   return smem(w, k, 2) <= 100 * 1024 ? 2 : smem(w, k, 1) <= SMEM_MAX ? 1 : 0;
 }
 static size_t gu_smem_k(const cu_weight *w, int k, int R) {
@@ -337,38 +380,45 @@ template <typename K> static void smem_optin(K kern, size_t bytes) {
 
 bool cu_experts_gu_ok(const cu_weight *wg, const cu_weight *wu, int64_t rows) {
   if (wg->cols != wu->cols || wg->rows != wu->rows || rows <= 0 || wg->rows % rows || wg->cols % 4) return false;
-  const int a = q4_rows(wg, gu_smem_k, 1), b = q4_rows(wu, gu_smem_k, 1);
-  return a == b && (!a || (wg->gs == wu->gs && wg->sbk == wu->sbk));
+  const int a = fast_rows(wg, gu_smem_k, 1), b = fast_rows(wu, gu_smem_k, 1);
+  return a == b && fast_fmt(wg) == fast_fmt(wu) &&
+         (!a || (wg->gs == wu->gs && wg->sbk == wu->sbk && wg->qmode == wu->qmode));
 }
 
 void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, int64_t rows, const int32_t *ids, int n,
-                   int k, const float *x, float *h) {
-  const int R = q4_rows(wg, gu_smem_k, 1);
+                   int k, const float *x, float *h, const float *bg, const float *bu, bool clamp, float alpha,
+                   float limit) {
+  const int R = fast_rows(wg, gu_smem_k, 1), F = fast_fmt(wg);
   const dim3 grid((unsigned)((rows + 8 * (R ? R : 1) - 1) / (8 * (R ? R : 1))), (unsigned)(n * k));
-  if (R == 2) {
-    smem_optin(k_xgu_q4<2>, gu_smem(wg, 2));
-    cu_launch(cx, k_xgu_q4<2>, grid, dim3(256), gu_smem(wg, 2), *wg, *wu, rows, ids, k, x, h);
-  } else if (R == 1) {
-    smem_optin(k_xgu_q4<1>, gu_smem(wg, 1));
-    cu_launch(cx, k_xgu_q4<1>, grid, dim3(256), gu_smem(wg, 1), *wg, *wu, rows, ids, k, x, h);
-  } else {
-    cu_launch(cx, k_xgu_any, grid, dim3(256), 0, *wg, *wu, rows, ids, k, x, h);
-  }
+  const xact a = { clamp ? 1 : 0, alpha, limit };
+#define GU_GO(R_, F_)                                                                                              \
+  do {                                                                                                             \
+    smem_optin(k_xgu_fast<R_, F_>, gu_smem(wg, R_));                                                               \
+    cu_launch(cx, k_xgu_fast<R_, F_>, grid, dim3(256), gu_smem(wg, R_), *wg, *wu, rows, ids, k, x, h, bg, bu, a);  \
+  } while (0)
+  if (R == 2 && F == XF_Q4) GU_GO(2, XF_Q4);
+  else if (R == 1 && F == XF_Q4) GU_GO(1, XF_Q4);
+  else if (R == 2 && F == XF_MX4) GU_GO(2, XF_MX4);
+  else if (R == 1 && F == XF_MX4) GU_GO(1, XF_MX4);
+  else cu_launch(cx, k_xgu_any, grid, dim3(256), 0, *wg, *wu, rows, ids, k, x, h, bg, bu, a);
+#undef GU_GO
 }
 
 bool cu_experts_dc_ok(const cu_weight *w, int64_t rows) { return rows > 0 && w->rows % rows == 0 && w->cols % 4 == 0; }
 
 void cu_experts_dc(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int32_t *ids, const float *wts, int n,
                    int k, const float *h, const float *bias, float *out) {
-  const int R = q4_rows(w, dc_smem, k);
+  const int R = fast_rows(w, dc_smem, k), F = fast_fmt(w);
   const dim3 grid((unsigned)((rows + 8 * (R ? R : 1) - 1) / (8 * (R ? R : 1))), (unsigned)n);
-  if (R == 2) {
-    smem_optin(k_xdc_q4<2>, dc_smem(w, k, 2));
-    cu_launch(cx, k_xdc_q4<2>, grid, dim3(256), dc_smem(w, k, 2), *w, rows, ids, wts, k, h, bias, out);
-  } else if (R == 1) {
-    smem_optin(k_xdc_q4<1>, dc_smem(w, k, 1));
-    cu_launch(cx, k_xdc_q4<1>, grid, dim3(256), dc_smem(w, k, 1), *w, rows, ids, wts, k, h, bias, out);
-  } else {
-    cu_launch(cx, k_xdc_any, grid, dim3(256), 0, *w, rows, ids, wts, k, h, bias, out);
-  }
+#define DC_GO(R_, F_)                                                                                              \
+  do {                                                                                                             \
+    smem_optin(k_xdc_fast<R_, F_>, dc_smem(w, k, R_));                                                             \
+    cu_launch(cx, k_xdc_fast<R_, F_>, grid, dim3(256), dc_smem(w, k, R_), *w, rows, ids, wts, k, h, bias, out);    \
+  } while (0)
+  if (R == 2 && F == XF_Q4) DC_GO(2, XF_Q4);
+  else if (R == 1 && F == XF_Q4) DC_GO(1, XF_Q4);
+  else if (R == 2 && F == XF_MX4) DC_GO(2, XF_MX4);
+  else if (R == 1 && F == XF_MX4) DC_GO(1, XF_MX4);
+  else cu_launch(cx, k_xdc_any, grid, dim3(256), 0, *w, rows, ids, wts, k, h, bias, out);
+#undef DC_GO
 }
