@@ -28,42 +28,13 @@
 #include "backend/cuda/cuda_weights.cuh"
 
 const char *cu_op_name(int type) {
-  static const char *const names[OP_COUNT] = {"embed",
-                                              "matmul",
-                                              "rmsnorm",
-                                              "rope",
-                                              "kv_store",
-                                              "attention",
-                                              "silu_mul",
-                                              "gelu_mul",
-                                              "add",
-                                              "add_rows",
-                                              "scale",
-                                              "softcap",
-                                              "gather_out",
-                                              "argmax",
-                                              "metadata",
-                                              "layernorm",
-                                              "rope_ext",
-                                              "moe_route",
-                                              "matmul_experts",
-                                              "moe_combine",
-                                              "swiglu_clamp",
-                                              "sigmoid_gate_rows",
-                                              "attention_sinks",
-                                              "mul",
-                                              "sigmoid_mul",
-                                              "relu2",
-                                              "conv1d",
-                                              "ssm_scan",
-                                              "gated_delta",
-                                              "gated_rmsnorm",
-                                              "attention_seg",
-                                              "rope_axes",
-                                              "gelu",
-                                              "gather_rows",
-                                              "copy",
-                                              "attention_mla"};
+  static const char *const names[OP_COUNT] = { "embed", "matmul", "rmsnorm", "rope", "kv_store", "attention", "silu_mul",
+                                               "gelu_mul", "add", "add_rows", "scale", "softcap", "gather_out",
+                                               "argmax", "metadata", "layernorm", "rope_ext", "moe_route",
+                                               "matmul_experts", "moe_combine", "swiglu_clamp", "sigmoid_gate_rows",
+                                               "attention_sinks", "mul", "sigmoid_mul", "relu2", "conv1d", "ssm_scan",
+                                               "gated_delta", "gated_rmsnorm", "attention_seg", "rope_axes", "gelu",
+                                               "gather_rows", "copy", "attention_mla" };
   return type >= 0 && type < OP_COUNT ? names[type] : "?";
 }
 
@@ -72,164 +43,39 @@ void cu_op_io(const cu_op *o, const void *rd[4], int *nr, const void *wr[2], int
 #define R(p) (rd[(*nr)++] = (p))
 #define W(p) (wr[(*nw)++] = (p))
   switch (o->type) {
-    case OP_EMBED: W(o->emb.out); break;
-    case OP_MATMUL:
-      R(o->mm.x);
-      W(o->mm.y);
-      break;
-    case OP_RMSNORM:
-      R(o->norm.x);
-      R(o->norm.w);
-      W(o->norm.out);
-      break;
-    case OP_ROPE:
-      R(o->rope.x);
-      W(o->rope.x);
-      break;
-    case OP_KVSTORE:
-      R(o->kv.k);
-      R(o->kv.v);
-      W(o->kv.K);
-      W(o->kv.V);
-      break;
-    case OP_ATTN:
-      R(o->at.q);
-      R(o->at.K);
-      R(o->at.V);
-      W(o->at.out);
-      break;
-    case OP_SILU:
-    case OP_GELU:
-      R(o->ew.a);
-      R(o->ew.b);
-      W(o->ew.y);
-      break;
-    case OP_ADD:
-    case OP_ADDROWS:
-      R(o->ew.y);
-      R(o->ew.a);
-      W(o->ew.y);
-      break;
-    case OP_SCALE:
-    case OP_SOFTCAP:
-      R(o->ew.y);
-      W(o->ew.y);
-      break;
-    case OP_GATHER:
-      R(o->gat.src);
-      W(o->gat.dst);
-      break;
-    case OP_ARGMAX: R(o->am.logits); break;
-    case OP_META: W(o->meta.dst); break;
-    case OP_LAYERNORM:
-      R(o->ln.x);
-      R(o->ln.w);
-      if (o->ln.b) R(o->ln.b);
-      W(o->ln.out);
-      break;
-    case OP_ROPEX:
-      R(o->rx.x);
-      W(o->rx.x);
-      break;
-    case OP_MOE_ROUTE:
-      R(o->rt.logits);
-      W(o->rt.ids);
-      W(o->rt.wts);
-      break;
-    case OP_MM_EXPERTS:
-      R(o->mx.x);
-      R(o->mx.ids);
-      W(o->mx.y);
-      break;
-    case OP_MOE_COMBINE:
-      R(o->cb.y);
-      R(o->cb.w);
-      W(o->cb.out);
-      break;
-    case OP_SWIGLU_CLAMP:
-      R(o->sw.g);
-      R(o->sw.u);
-      W(o->sw.out);
-      break;
-    case OP_SIGMOID_GATE:
-      R(o->sg.y);
-      R(o->sg.g);
-      W(o->sg.y);
-      break;
-    case OP_ATTN_SINKS:
-      R(o->as.q);
-      R(o->as.K);
-      R(o->as.V);
-      W(o->as.out);
-      break;
-    case OP_MUL:
-      R(o->ew.a);
-      R(o->ew.b);
-      W(o->ew.y);
-      break;
-    case OP_SIGMUL:
-      R(o->ew.y);
-      R(o->ew.a);
-      W(o->ew.y);
-      break;
-    case OP_RELU2:
-      R(o->ew.y);
-      W(o->ew.y);
-      break;
-    case OP_CONV1D:
-      R(o->cv.x);
-      R(o->cv.w);
-      W(o->cv.out);
-      W(o->cv.st);
-      break;
-    case OP_SSM:
-      R(o->ss.x);
-      R(o->ss.dt);
-      W(o->ss.y);
-      W(o->ss.st);
-      break;
-    case OP_GDN:
-      R(o->gd.q);
-      R(o->gd.a);
-      R(o->gd.b);
-      W(o->gd.y);
-      break;
-    case OP_GNORM:
-      R(o->gn.x);
-      R(o->gn.z);
-      R(o->gn.w);
-      W(o->gn.out);
-      break;
-    case OP_ATTSEG:
-      R(o->asg.q);
-      R(o->asg.k);
-      R(o->asg.v);
-      W(o->asg.out);
-      break;
-    case OP_ROPEAX:
-      R(o->rax.x);
-      W(o->rax.x);
-      break;
-    case OP_GELU1:
-      R(o->gl.x);
-      W(o->gl.y);
-      break;
-    case OP_GATHERROWS:
-      R(o->gr.src);
-      W(o->gr.dst);
-      break;
-    case OP_COPY:
-      R(o->cp.src);
-      W(o->cp.dst);
-      break;
-    case OP_ATTN_MLA:
-      R(o->mla.ql);
-      R(o->mla.qpe);
-      R(o->mla.c);
-      R(o->mla.kpe);
-      W(o->mla.K);
-      W(o->mla.out);
-      break;
+  case OP_EMBED: W(o->emb.out); break;
+  case OP_MATMUL: R(o->mm.x); W(o->mm.y); break;
+  case OP_RMSNORM: R(o->norm.x); R(o->norm.w); W(o->norm.out); break;
+  case OP_ROPE: R(o->rope.x); W(o->rope.x); break;
+  case OP_KVSTORE: R(o->kv.k); R(o->kv.v); W(o->kv.K); W(o->kv.V); break;
+  case OP_ATTN: R(o->at.q); R(o->at.K); R(o->at.V); W(o->at.out); break;
+  case OP_SILU: case OP_GELU: R(o->ew.a); R(o->ew.b); W(o->ew.y); break;
+  case OP_ADD: case OP_ADDROWS: R(o->ew.y); R(o->ew.a); W(o->ew.y); break;
+  case OP_SCALE: case OP_SOFTCAP: R(o->ew.y); W(o->ew.y); break;
+  case OP_GATHER: R(o->gat.src); W(o->gat.dst); break;
+  case OP_ARGMAX: R(o->am.logits); break;
+  case OP_META: W(o->meta.dst); break;
+  case OP_LAYERNORM: R(o->ln.x); R(o->ln.w); if (o->ln.b) R(o->ln.b); W(o->ln.out); break;
+  case OP_ROPEX: R(o->rx.x); W(o->rx.x); break;
+  case OP_MOE_ROUTE: R(o->rt.logits); W(o->rt.ids); W(o->rt.wts); break;
+  case OP_MM_EXPERTS: R(o->mx.x); R(o->mx.ids); W(o->mx.y); break;
+  case OP_MOE_COMBINE: R(o->cb.y); R(o->cb.w); W(o->cb.out); break;
+  case OP_SWIGLU_CLAMP: R(o->sw.g); R(o->sw.u); W(o->sw.out); break;
+  case OP_SIGMOID_GATE: R(o->sg.y); R(o->sg.g); W(o->sg.y); break;
+  case OP_ATTN_SINKS: R(o->as.q); R(o->as.K); R(o->as.V); W(o->as.out); break;
+  case OP_MUL: R(o->ew.a); R(o->ew.b); W(o->ew.y); break;
+  case OP_SIGMUL: R(o->ew.y); R(o->ew.a); W(o->ew.y); break;
+  case OP_RELU2: R(o->ew.y); W(o->ew.y); break;
+  case OP_CONV1D: R(o->cv.x); R(o->cv.w); W(o->cv.out); W(o->cv.st); break;
+  case OP_SSM: R(o->ss.x); R(o->ss.dt); W(o->ss.y); W(o->ss.st); break;
+  case OP_GDN: R(o->gd.q); R(o->gd.a); R(o->gd.b); W(o->gd.y); break;
+  case OP_GNORM: R(o->gn.x); R(o->gn.z); R(o->gn.w); W(o->gn.out); break;
+  case OP_ATTSEG: R(o->asg.q); R(o->asg.k); R(o->asg.v); W(o->asg.out); break;
+  case OP_ROPEAX: R(o->rax.x); W(o->rax.x); break;
+  case OP_GELU1: R(o->gl.x); W(o->gl.y); break;
+  case OP_GATHERROWS: R(o->gr.src); W(o->gr.dst); break;
+  case OP_COPY: R(o->cp.src); W(o->cp.dst); break;
+  case OP_ATTN_MLA: R(o->mla.ql); R(o->mla.qpe); R(o->mla.c); R(o->mla.kpe); W(o->mla.K); W(o->mla.out); break;
   }
 #undef R
 #undef W
@@ -239,7 +85,7 @@ void cu_op_io(const cu_op *o, const void *rd[4], int *nr, const void *wr[2], int
 typedef struct {
   const void *preq; /* c->xq holds the int8 x of this buffer (preq_n columns), for the next op */
   int preq_n;
-  bool predn; /* ... without its rms, which its reader applies (dn_dim, dn_eps) */
+  bool predn;       /* ... without its rms, which its reader applies (dn_dim, dn_eps) */
   int dn_dim;
   float dn_eps;
 } fx_pass;
@@ -248,8 +94,8 @@ typedef struct {
   const cu_ctx *cx;
   const cu_op *ops;
   int n;
-  fx_pass in, out;     /* what the op before left / what this one leaves */
-  const void *redir_x; /* k_mlp1 with the norm left x + a of the residual redir_x in redir_src */
+  fx_pass in, out;        /* what the op before left / what this one leaves */
+  const void *redir_x;    /* k_mlp1 with the norm left x + a of the residual redir_x in redir_src */
   const float *redir_src;
 } fx;
 
@@ -332,10 +178,7 @@ static int r_norm(fx *f, int i) {
   if (!cu_norm_q(f->cx, out, (float *)o->norm.x, NULL, o->norm.w, o->norm.n, o->norm.dim, o->norm.eps, o->norm.off,
                  q ? f->c->xq : NULL))
     return 0;
-  if (q) {
-    f->out.preq = o->norm.out;
-    f->out.preq_n = o->norm.n;
-  }
+  if (q) { f->out.preq = o->norm.out; f->out.preq_n = o->norm.n; }
   return 1;
 }
 
@@ -361,19 +204,10 @@ static void attn_args(const fx *f, const cu_op *at, cu_attn_args *a) {
   a->K = at->at.K;
   a->V = at->at.V;
   a->dt = (sm_dtype)at->at.dt;
-  a->pos = c->d_pos;
-  a->seq = c->d_seq;
-  a->table = c->d_table;
-  a->max_blocks = c->max_blocks;
-  a->bs = at->at.bs;
-  a->nblocks = at->at.nblocks;
-  a->n_tokens = c->n_tokens;
-  a->n_heads = at->at.nh;
-  a->nkv = at->at.nkv;
-  a->hd = at->at.hd;
-  a->scale = at->at.scale;
-  a->window = at->at.window;
-  a->softcap = at->at.softcap;
+  a->pos = c->d_pos; a->seq = c->d_seq; a->table = c->d_table;
+  a->max_blocks = c->max_blocks; a->bs = at->at.bs; a->nblocks = at->at.nblocks;
+  a->n_tokens = c->n_tokens; a->n_heads = at->at.nh; a->nkv = at->at.nkv; a->hd = at->at.hd;
+  a->scale = at->at.scale; a->window = at->at.window; a->softcap = at->at.softcap;
   a->S = at->at.splits;
   a->global_combine = at->at.glong != 0;
 }
@@ -442,14 +276,16 @@ static int r_rope_attn(fx *f, int i) {
     break;
   }
   cu_attn_decode(f->cx, &a);
-  if (xq) {
-    f->out.preq = at->at.out;
-    f->out.preq_n = f->ops[i + 4].mm.n;
-  }
+  if (xq) { f->out.preq = at->at.out; f->out.preq_n = f->ops[i + 4].mm.n; }
   return 4;
 }
 
 /* rope(q), rope(k), kv_store(k, v) in one kernel */
+/* where the KV store op kv writes in the current batch */
+static cu_kv_dst kv_dst_of(const cuda_be *c, const cu_op *kv) {
+  return cu_kv_dst{ kv->kv.K, kv->kv.V, (sm_dtype)kv->kv.dt, c->d_pos, c->d_seq, c->d_table, kv->kv.row, c->max_blocks,
+                    kv->kv.bs, kv->kv.nblocks };
+}
 static bool m_rope_kv(const fx *f, int i) {
   const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
   return kv->kv.k == rk->rope.x && o->rope.hd == rk->rope.hd && rk->rope.nh * rk->rope.hd == kv->kv.row &&
@@ -458,8 +294,7 @@ static bool m_rope_kv(const fx *f, int i) {
 static int r_rope_kv(fx *f, int i) {
   const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
   const cuda_be *c = f->c;
-  cu_kv_dst d = {kv->kv.K,   kv->kv.V,   (sm_dtype)kv->kv.dt, c->d_pos,  c->d_seq,
-                 c->d_table, kv->kv.row, c->max_blocks,       kv->kv.bs, kv->kv.nblocks};
+  const cu_kv_dst d = kv_dst_of(c, kv);
   cu_rope_qk_store(f->cx, &d, o->rope.x, rk->rope.x, kv->kv.v, o->rope.inv, rk->rope.inv, c->n_tokens, o->rope.nh,
                    rk->rope.nh, o->rope.hd, o->rope.rot, rk->rope.rot);
   return 3;
@@ -476,8 +311,7 @@ static bool m_ropex_kv(const fx *f, int i) {
 static int r_ropex_kv(fx *f, int i) {
   const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
   const cuda_be *c = f->c;
-  cu_kv_dst d = {kv->kv.K,   kv->kv.V,   (sm_dtype)kv->kv.dt, c->d_pos,  c->d_seq,
-                 c->d_table, kv->kv.row, c->max_blocks,       kv->kv.bs, kv->kv.nblocks};
+  const cu_kv_dst d = kv_dst_of(c, kv);
   const cu_rope_rows rr = {o->rx.n_rows, o->rx.pos0, o->rx.mscale, rk->rx.mscale};
   cu_rope_qk_store(f->cx, &d, o->rx.x, rk->rx.x, kv->kv.v, o->rx.inv, rk->rx.inv, c->n_tokens, o->rx.nh, rk->rx.nh,
                    o->rx.hd, o->rx.rot, rk->rx.rot, &rr);
@@ -535,7 +369,7 @@ static int r_mm_group(fx *f, int i) {
   const int nw = mm_group(f, i, ws, ys), role = cu_q4_role((sm_mm_role)o->mm.role);
   const bool pq = f->in.preq == o->mm.x && f->in.preq_n == o->mm.n && o->mm.cw->kind == CW_Q4;
   if (pq) {
-    const cu_q4_dnorm dn = {f->c->ssp, f->in.dn_dim / 32, f->in.dn_eps, f->in.dn_dim};
+    const cu_q4_dnorm dn = { f->c->ssp, f->in.dn_dim / 32, f->in.dn_eps, f->in.dn_dim };
     cu_q4_matvec_preq(f->cx, ws, ys, nw, o->mm.n, f->c->xq, role, f->in.predn ? &dn : NULL);
   } else {
     cu_matvec_multi(f->cx, ws, ys, nw, o->mm.x, o->mm.n, f->c->xq, role);
@@ -572,7 +406,7 @@ static bool mlp_norm_flow(const fx *f, int i) {
 }
 static cu_mlp_norm mlp_norm_of(const fx *f, int i) {
   const cu_op *ad = &f->ops[i], *nr = &f->ops[i + 1];
-  return cu_mlp_norm{ad->ew.y, ad->ew.a, nr->norm.w, nr->norm.off, nr->norm.eps, nr->norm.out};
+  return cu_mlp_norm{ ad->ew.y, ad->ew.a, nr->norm.w, nr->norm.off, nr->norm.eps, nr->norm.out };
 }
 /* ... and the add + rmsnorm after it deferred: the second norm only feeds one launch of the next
  * layer's q/k/v (k_mvq4), which applies the rms */
@@ -593,7 +427,7 @@ static int r_mlp_norm_dn(fx *f, int i) {
   const cu_op *ad = &f->ops[i], *g = &f->ops[i + 2], *u = &f->ops[i + 3], *dn = &f->ops[i + 5], *nr2 = &f->ops[i + 7];
   if (!cu_mlp_claim(f->cx)) return 0;
   const cu_mlp_norm nm = mlp_norm_of(f, i);
-  const cu_mlp_dnorm dz = {ad->ew.y, nr2->norm.w, nr2->norm.off, f->c->xq, f->c->ssp};
+  const cu_mlp_dnorm dz = { ad->ew.y, nr2->norm.w, nr2->norm.off, f->c->xq, f->c->ssp };
   if (!cu_mlp(f->cx, g->mm.cw, u->mm.cw, dn->mm.cw, g->mm.y, u->mm.y, dn->mm.y, NULL, f->c->xq2, &nm, &dz)) return 0;
   f->out.preq = nr2->norm.out;
   f->out.preq_n = 1;
@@ -627,10 +461,7 @@ static int r_add_norm(fx *f, int i) {
   float *out = q && norm_out_dead(f, i + 1, p->norm.out) ? NULL : p->norm.out;
   if (cu_norm_q(f->cx, out, o->ew.y, o->ew.a, p->norm.w, p->norm.n, p->norm.dim, p->norm.eps, p->norm.off,
                 q ? f->c->xq : NULL, src)) {
-    if (q) {
-      f->out.preq = p->norm.out;
-      f->out.preq_n = p->norm.n;
-    }
+    if (q) { f->out.preq = p->norm.out; f->out.preq_n = p->norm.n; }
   } else {
     cu_add_rmsnorm(f->cx, p->norm.out, o->ew.y, o->ew.a, p->norm.w, p->norm.n, p->norm.dim, p->norm.eps, p->norm.off);
   }
@@ -691,28 +522,25 @@ typedef struct {
   int (*run)(fx *f, int i); /* ops consumed, 0: declined */
 } cu_fusion;
 static const cu_fusion k_fusions[] = {
-  {"rmsnorm+quant", {P(OP_RMSNORM)}, m_norm, r_norm},
-  {"silu+matvec", {P(OP_SILU), P(OP_MATMUL)}, m_silu_mv, r_silu_mv},
-  {"gelu+matvec", {P(OP_GELU), P(OP_MATMUL)}, m_silu_mv, r_silu_mv},
-  {"attention+quant", {P(OP_ATTN), P(OP_MATMUL)}, m_attn_q, r_attn_q},
-  {"rope+kv_store+attention", {P(OP_ROPE), P(OP_ROPE), P(OP_KVSTORE), P(OP_ATTN)}, m_rope_attn, r_rope_attn},
-  {"rope+kv_store", {P(OP_ROPE), P(OP_ROPE), P(OP_KVSTORE)}, m_rope_kv, r_rope_kv},
-  {"rope_ext+kv_store", {P(OP_ROPEX), P(OP_ROPEX), P(OP_KVSTORE)}, m_ropex_kv, r_ropex_kv},
-  {"mlp", {MLP_PAT}, m_mlp, r_mlp},
-  {"gate/up+silu quant", {MLP_PAT}, m_guq, r_guq},
-  {"matvec group", {P(OP_MATMUL)}, m_mm_group, r_mm_group},
-  {"add+rmsnorm+mlp+add+quant",
-   {P(OP_ADD), P(OP_RMSNORM), MLP_PAT, P(OP_ADD), P(OP_RMSNORM), PM(SM_MM_Q), PM(SM_MM_K), PM(SM_MM_V)},
-   m_mlp_norm_dn,
-   r_mlp_norm_dn},
-  {"add+rmsnorm+mlp", {P(OP_ADD), P(OP_RMSNORM), MLP_PAT, P(OP_ADD), P(OP_RMSNORM)}, m_mlp_norm, r_mlp_norm},
-  {"add+rmsnorm", {P(OP_ADD), P(OP_RMSNORM)}, m_add_norm, r_add_norm},
-  {"experts gate/up+silu", {PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_SILU)}, m_experts_gu, r_experts_gu},
-  {"experts gate/up+swiglu",
-   {PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_SWIGLU_CLAMP)},
-   m_experts_gu,
-   r_experts_gu},
-  {"experts down+combine", {PX(SM_MM_EXPERT_DOWN), P(OP_MOE_COMBINE)}, m_experts_dc, r_experts_dc},
+  { "rmsnorm+quant", { P(OP_RMSNORM) }, m_norm, r_norm },
+  { "silu+matvec", { P(OP_SILU), P(OP_MATMUL) }, m_silu_mv, r_silu_mv },
+  { "gelu+matvec", { P(OP_GELU), P(OP_MATMUL) }, m_silu_mv, r_silu_mv },
+  { "attention+quant", { P(OP_ATTN), P(OP_MATMUL) }, m_attn_q, r_attn_q },
+  { "rope+kv_store+attention", { P(OP_ROPE), P(OP_ROPE), P(OP_KVSTORE), P(OP_ATTN) }, m_rope_attn, r_rope_attn },
+  { "rope+kv_store", { P(OP_ROPE), P(OP_ROPE), P(OP_KVSTORE) }, m_rope_kv, r_rope_kv },
+  { "rope_ext+kv_store", { P(OP_ROPEX), P(OP_ROPEX), P(OP_KVSTORE) }, m_ropex_kv, r_ropex_kv },
+  { "mlp", { MLP_PAT }, m_mlp, r_mlp },
+  { "gate/up+silu quant", { MLP_PAT }, m_guq, r_guq },
+  { "matvec group", { P(OP_MATMUL) }, m_mm_group, r_mm_group },
+  { "add+rmsnorm+mlp+add+quant",
+    { P(OP_ADD), P(OP_RMSNORM), MLP_PAT, P(OP_ADD), P(OP_RMSNORM), PM(SM_MM_Q), PM(SM_MM_K), PM(SM_MM_V) },
+    m_mlp_norm_dn, r_mlp_norm_dn },
+  { "add+rmsnorm+mlp", { P(OP_ADD), P(OP_RMSNORM), MLP_PAT, P(OP_ADD), P(OP_RMSNORM) }, m_mlp_norm, r_mlp_norm },
+  { "add+rmsnorm", { P(OP_ADD), P(OP_RMSNORM) }, m_add_norm, r_add_norm },
+  { "experts gate/up+silu", { PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_SILU) }, m_experts_gu, r_experts_gu },
+  { "experts gate/up+swiglu", { PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_SWIGLU_CLAMP) }, m_experts_gu,
+    r_experts_gu },
+  { "experts down+combine", { PX(SM_MM_EXPERT_DOWN), P(OP_MOE_COMBINE) }, m_experts_dc, r_experts_dc },
 };
 #define N_FUSIONS ((int)(sizeof k_fusions / sizeof k_fusions[0]))
 static_assert(N_FUSIONS <= CU_MAX_FUSIONS, "fusion counters");
@@ -761,10 +589,9 @@ static void x_attention(cuda_be *c, const cu_op *o) {
     cu_attn_decode(&c->cx, &a);
     return;
   }
-  cu_attn_tiled t = {o->at.out,     c->part,      o->at.q,       o->at.K,    o->at.V,    (sm_dtype)o->at.dt,
-                     c->d_pos,      c->d_seq,     c->d_table,    c->d_tiles, c->n_tiles, c->n_tokens,
-                     c->max_blocks, o->at.bs,     o->at.nblocks, o->at.nh,   o->at.nkv,  o->at.hd,
-                     o->at.scale,   o->at.window, o->at.softcap, o->at.span};
+  cu_attn_tiled t = { o->at.out, c->part, o->at.q, o->at.K, o->at.V, (sm_dtype)o->at.dt, c->d_pos, c->d_seq, c->d_table, c->d_tiles,
+                      c->n_tiles, c->n_tokens, c->max_blocks, o->at.bs, o->at.nblocks, o->at.nh, o->at.nkv, o->at.hd,
+                      o->at.scale, o->at.window, o->at.softcap, o->at.span };
   cu_attn_tiled_run(&c->cx, &t, c->smem_optin);
 }
 
@@ -772,82 +599,67 @@ static void exec_op_(cuda_be *c, const cu_op *o) {
   const cu_ctx *cx = &c->cx;
   const int nt = c->n_tokens;
   switch (o->type) {
-    case OP_EMBED: cu_embed(cx, o->emb.cw, c->d_tokens, nt, o->emb.out); break;
-    case OP_MATMUL: x_matmul(c, o); break;
-    case OP_RMSNORM:
-      cu_rmsnorm(cx, o->norm.out, o->norm.x, o->norm.w, o->norm.n, o->norm.dim, o->norm.eps, o->norm.off);
-      break;
-    case OP_ROPE: cu_rope(cx, o->rope.x, c->d_pos, o->rope.inv, nt, o->rope.nh, o->rope.hd, o->rope.rot); break;
-    case OP_KVSTORE: {
-      cu_kv_dst d = {o->kv.K,    o->kv.V,   (sm_dtype)o->kv.dt, c->d_pos, c->d_seq,
-                     c->d_table, o->kv.row, c->max_blocks,      o->kv.bs, o->kv.nblocks};
-      cu_kv_store(cx, &d, o->kv.k, o->kv.v, nt);
-      break;
-    }
-    case OP_ATTN: x_attention(c, o); break;
-    case OP_SILU: cu_ew(cx, CU_EW_SILU, o->ew.y, o->ew.a, o->ew.b, 0.f, o->ew.n, 0); break;
-    case OP_GELU: cu_ew(cx, CU_EW_GELU, o->ew.y, o->ew.a, o->ew.b, 0.f, o->ew.n, 0); break;
-    case OP_ADD: cu_ew(cx, CU_EW_ADD, o->ew.y, o->ew.a, NULL, 0.f, o->ew.n, 0); break;
-    case OP_ADDROWS: cu_ew(cx, CU_EW_ADD_ROWS, o->ew.y, o->ew.a, NULL, 0.f, o->ew.n, o->ew.dim); break;
-    case OP_SCALE: cu_ew(cx, CU_EW_SCALE, o->ew.y, NULL, NULL, o->ew.s, o->ew.n, 0); break;
-    case OP_SOFTCAP: cu_ew(cx, CU_EW_SOFTCAP, o->ew.y, NULL, NULL, o->ew.s, o->ew.n, 0); break;
-    case OP_META: cu_meta_launch(c, o->meta.dst); break;
-    case OP_ARGMAX:
-      cu_argmax1(cx, o->am.logits, o->am.vocab, c->am_pv, c->am_pi, c->am_cnt, o->am.dtok, o->am.htok);
-      cu_count(cx, CU_K_ARGMAX);
-      break;
-    case OP_GATHER: cu_gather(cx, o->gat.dst, o->gat.src, c->d_out, c->n_out, o->gat.dim); break;
-    case OP_LAYERNORM: cu_layernorm(cx, o->ln.out, o->ln.x, o->ln.w, o->ln.b, o->ln.n, o->ln.dim, o->ln.eps); break;
-    case OP_ROPEX: {
-      cu_rope_ext_args a = {o->rx.inv, o->rx.rot, o->rx.n_rows, o->rx.pos0, o->rx.mscale, o->rx.beta, o->rx.beta_pos};
-      cu_rope_ext(cx, o->rx.x, c->d_pos, &a, nt, o->rx.nh, o->rx.hd);
-      break;
-    }
-    case OP_ATTSEG:
-    case OP_ROPEAX:
-    case OP_GELU1:
-    case OP_GATHERROWS:
-    case OP_COPY: cu_exec_encoder_op(c, o); break;
-    case OP_MUL: cu_rec_ew(cx, CU_REW_MUL, o->ew.y, o->ew.a, o->ew.b, o->ew.n); break;
-    case OP_SIGMUL: cu_rec_ew(cx, CU_REW_SIGMUL, o->ew.y, o->ew.a, NULL, o->ew.n); break;
-    case OP_RELU2: cu_rec_ew(cx, CU_REW_RELU2, o->ew.y, NULL, NULL, o->ew.n); break;
-    case OP_CONV1D:
-    case OP_SSM:
-    case OP_GDN: {
-      const cu_rec_batch rb = {c->d_pos, c->d_rslot, c->d_rfirst, c->d_rcount};
-      if (o->type == OP_CONV1D)
-        cu_conv1d(cx, &rb, o->cv.out, o->cv.x, o->cv.w, o->cv.b, o->cv.st, o->cv.sf, o->cv.C, o->cv.K, o->cv.act,
-                  o->cv.nseq);
-      else if (o->type == OP_SSM)
-        cu_ssm_scan(cx, &rb, o->ss.y, o->ss.x, o->ss.B, o->ss.C, o->ss.ld, o->ss.dt, o->ss.dtb, o->ss.al, o->ss.D,
-                    o->ss.st, o->ss.sf, o->ss.nh, o->ss.P, o->ss.G, o->ss.N, o->ss.lo, o->ss.hi, o->ss.nseq);
-      else
-        cu_gated_delta(cx, &rb, o->gd.y, o->gd.q, o->gd.k, o->gd.v, o->gd.ld, o->gd.a, o->gd.b, o->gd.al, o->gd.dtb,
-                       o->gd.st, o->gd.sf, o->gd.hk, o->gd.hv, o->gd.dk, o->gd.dv, o->gd.nseq);
-      break;
-    }
-    case OP_GNORM:
-      cu_gated_rmsnorm(cx, o->gn.out, o->gn.x, o->gn.z, o->gn.w, o->gn.n, o->gn.dim, o->gn.group, o->gn.wdim, o->gn.eps,
-                       o->gn.nf);
-      break;
-    case OP_ATTN_MLA: cu_mla_exec(c, o); break; /* multi-head latent attention (cuda_mla.cu) */
-    default: cu_moe_exec(c, o); break; /* the mixture-of-experts ops and attention sinks (cuda_moe.cu) */
+  case OP_EMBED: cu_embed(cx, o->emb.cw, c->d_tokens, nt, o->emb.out); break;
+  case OP_MATMUL: x_matmul(c, o); break;
+  case OP_RMSNORM: cu_rmsnorm(cx, o->norm.out, o->norm.x, o->norm.w, o->norm.n, o->norm.dim, o->norm.eps, o->norm.off); break;
+  case OP_ROPE: cu_rope(cx, o->rope.x, c->d_pos, o->rope.inv, nt, o->rope.nh, o->rope.hd, o->rope.rot); break;
+  case OP_KVSTORE: {
+    const cu_kv_dst d = kv_dst_of(c, o);
+    cu_kv_store(cx, &d, o->kv.k, o->kv.v, nt);
+    break;
+  }
+  case OP_ATTN: x_attention(c, o); break;
+  case OP_SILU: cu_ew(cx, CU_EW_SILU, o->ew.y, o->ew.a, o->ew.b, 0.f, o->ew.n, 0); break;
+  case OP_GELU: cu_ew(cx, CU_EW_GELU, o->ew.y, o->ew.a, o->ew.b, 0.f, o->ew.n, 0); break;
+  case OP_ADD: cu_ew(cx, CU_EW_ADD, o->ew.y, o->ew.a, NULL, 0.f, o->ew.n, 0); break;
+  case OP_ADDROWS: cu_ew(cx, CU_EW_ADD_ROWS, o->ew.y, o->ew.a, NULL, 0.f, o->ew.n, o->ew.dim); break;
+  case OP_SCALE: cu_ew(cx, CU_EW_SCALE, o->ew.y, NULL, NULL, o->ew.s, o->ew.n, 0); break;
+  case OP_SOFTCAP: cu_ew(cx, CU_EW_SOFTCAP, o->ew.y, NULL, NULL, o->ew.s, o->ew.n, 0); break;
+  case OP_META: cu_meta_launch(c, o->meta.dst); break;
+  case OP_ARGMAX:
+    cu_argmax1(cx, o->am.logits, o->am.vocab, c->am_pv, c->am_pi, c->am_cnt, o->am.dtok, o->am.htok);
+    cu_count(cx, CU_K_ARGMAX);
+    break;
+  case OP_GATHER: cu_gather(cx, o->gat.dst, o->gat.src, c->d_out, c->n_out, o->gat.dim); break;
+  case OP_LAYERNORM: cu_layernorm(cx, o->ln.out, o->ln.x, o->ln.w, o->ln.b, o->ln.n, o->ln.dim, o->ln.eps); break;
+  case OP_ROPEX: {
+    cu_rope_ext_args a = { o->rx.inv, o->rx.rot, o->rx.n_rows, o->rx.pos0, o->rx.mscale, o->rx.beta, o->rx.beta_pos };
+    cu_rope_ext(cx, o->rx.x, c->d_pos, &a, nt, o->rx.nh, o->rx.hd);
+    break;
+  }
+  case OP_ATTSEG: case OP_ROPEAX: case OP_GELU1: case OP_GATHERROWS: case OP_COPY: cu_exec_encoder_op(c, o); break;
+  case OP_MUL: cu_rec_ew(cx, CU_REW_MUL, o->ew.y, o->ew.a, o->ew.b, o->ew.n); break;
+  case OP_SIGMUL: cu_rec_ew(cx, CU_REW_SIGMUL, o->ew.y, o->ew.a, NULL, o->ew.n); break;
+  case OP_RELU2: cu_rec_ew(cx, CU_REW_RELU2, o->ew.y, NULL, NULL, o->ew.n); break;
+  case OP_CONV1D: case OP_SSM: case OP_GDN: {
+    const cu_rec_batch rb = { c->d_pos, c->d_rslot, c->d_rfirst, c->d_rcount };
+    if (o->type == OP_CONV1D)
+      cu_conv1d(cx, &rb, o->cv.out, o->cv.x, o->cv.w, o->cv.b, o->cv.st, o->cv.sf, o->cv.C, o->cv.K, o->cv.act, o->cv.nseq);
+    else if (o->type == OP_SSM)
+      cu_ssm_scan(cx, &rb, o->ss.y, o->ss.x, o->ss.B, o->ss.C, o->ss.ld, o->ss.dt, o->ss.dtb, o->ss.al, o->ss.D, o->ss.st,
+                  o->ss.sf, o->ss.nh, o->ss.P, o->ss.G, o->ss.N, o->ss.lo, o->ss.hi, o->ss.nseq);
+    else
+      cu_gated_delta(cx, &rb, o->gd.y, o->gd.q, o->gd.k, o->gd.v, o->gd.ld, o->gd.a, o->gd.b, o->gd.al, o->gd.dtb,
+                     o->gd.st, o->gd.sf, o->gd.hk, o->gd.hv, o->gd.dk, o->gd.dv, o->gd.nseq);
+    break;
+  }
+  case OP_GNORM:
+    cu_gated_rmsnorm(cx, o->gn.out, o->gn.x, o->gn.z, o->gn.w, o->gn.n, o->gn.dim, o->gn.group, o->gn.wdim, o->gn.eps,
+                     o->gn.nf);
+    break;
+  case OP_ATTN_MLA: cu_mla_exec(c, o); break; /* multi-head latent attention (cuda_mla.cu) */
+  default: cu_moe_exec(c, o); break; /* the mixture-of-experts ops and attention sinks (cuda_moe.cu) */
   }
 }
 
 void cu_exec_op(cuda_be *c, const cu_op *o) {
-  if (!c->t.profile) {
-    exec_op_(c, o);
-    return;
-  }
+  if (!c->t.profile) { exec_op_(c, o); return; }
   char lab[64];
   if (o->type == OP_MATMUL) {
     const cu_weight *w = o->mm.cw;
     snprintf(lab, sizeof lab, "matmul %s %s%d %lldx%lld n%s", sm_mm_role_name((sm_mm_role)o->mm.role),
              w->bits ? "q" : "dense", w->bits ? w->bits : (int)w->dtype, (long long)w->rows, (long long)w->cols,
-             o->mm.n == 1          ? "=1"
-             : o->mm.n <= CU_MAX_N ? "<=8"
-                                   : ">8");
+             o->mm.n == 1 ? "=1" : o->mm.n <= CU_MAX_N ? "<=8" : ">8");
   } else if (o->type == OP_ATTN) snprintf(lab, sizeof lab, "attention n%s", c->n_tokens == 1 ? "=1" : ">1");
   else snprintf(lab, sizeof lab, "%s", cu_op_name(o->type));
   double flop = 0; /* prefill attention: 4 hd flop (q.k and p.v) a head and attended position */
