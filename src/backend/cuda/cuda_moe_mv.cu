@@ -2,11 +2,12 @@
  * chosen experts' rows:
  * - k_rows, the matmul_experts op alone: one warp a row of its slot's expert, any weight layout;
  * - the two fused kernels the executor runs in place of the routed-expert op chains (cuda_fuse.cu):
- *   gate/up + silu, h[s][r] = silu(Wg_e[r] . x_t) * (Wu_e[r] . x_t) for each slot s = (t, j) with
- *   e = ids[s] (k_xgu_*: one warp a row of both weights), and down + combine,
- *   out[t][r] = sum_j wts[t][j] * (Wd_e[r] . h[t*k + j] (+ bias[e][r])) (k_xdc_*: one warp a row of a
- *   token, all its slots' rows). Each has a 4-bit path (CW_Q4: a 16-byte load is 32 values, all of a
- *   lane's loads issued before the first is used) and a path for any layout (row_dot_part).
+ *   gate/up + activation, h[s][r] = act((Wg_e[r] . x_t) (+ bias), (Wu_e[r] . x_t) (+ bias)) for each slot
+ *   s = (t, j) with e = ids[s] (k_xgu_*; act silu(g) * u or gpt-oss's clamped SwiGLU), and down + combine,
+ *   out[t][r] = sum_j wts[t][j] * (Wd_e[r] . h[t*k + j] (+ bias[e][r])) (k_xdc_*: a row of a token, all its
+ *   slots' rows). Each has a fast path for 4-bit affine (CW_Q4) and mxfp4 weights, whose blocks request all
+ *   the bytes they need at once (cp.async into shared memory: 8 or 16 rows, their scales, x) and compute
+ *   from there, and a path for any layout (one warp a row, row_dot_part).
  * Every (row, token) is summed in the same order whatever the batch, like k_rows. */
 #include "backend/cuda/cuda_ldst.cuh"
 #include "backend/cuda/cuda_mxq.cuh"
@@ -145,7 +146,6 @@ static __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-static __device__ __forceinline__ float silu_f(float g) { return g / (1.f + expf(-g)); }
 
 /* 16-byte asynchronous copy global -> shared (no registers held while in flight) */
 static __device__ __forceinline__ void cp16(void *dst, const void *src) {
@@ -204,9 +204,7 @@ struct xact {
   float alpha, limit;
 };
 static __device__ __forceinline__ float act_f(const xact &a, float g, float u) {
-  if (!a.clamp) return silu_f(g) * u;
-  const float gv = fminf(g, a.limit), uv = fminf(fmaxf(u, -a.limit), a.limit);
-  return gv / (1.f + expf(-a.alpha * gv)) * (uv + 1.f);
+  return a.clamp ? cu_swiglu_clamp(g, u, a.alpha, a.limit) : cu_silu(g) * u;
 }
 
 /* block: 8 warps of R rows each (8R rows) of one slot (blockIdx.y). Every byte the block needs (the
@@ -365,14 +363,12 @@ __global__ void __launch_bounds__(256) k_xdc_any(cu_weight w, int64_t rows, cons
 /* Rows a block of the fast kernels takes: 16 (R 2), or 8 where that needs too much shared memory (R 1);
  * 0: no fast path (the layout has none, or even 8 rows do not fit). */
 #define SMEM_MAX (200 * 1024)
-static int fast_rows(const cu_weight *w, size_t (*smem)(const cu_weight *, int, int), int k) {
+static int fast_rows(const cu_weight *w, size_t smem16, size_t smem8) {
   if (!fast_fmt(w)) return 0;
-  return smem(w, k, 2) <= 100 * 1024 ? 2 : smem(w, k, 1) <= SMEM_MAX ? 1 : 0;
+  return smem16 <= 100 * 1024 ? 2 : smem8 <= SMEM_MAX ? 1 : 0;
 }
-static size_t gu_smem_k(const cu_weight *w, int k, int R) {
-  (void)k;
-  return gu_smem(w, R);
-}
+static int gu_rows(const cu_weight *w) { return fast_rows(w, gu_smem(w, 2), gu_smem(w, 1)); }
+static int dc_rows(const cu_weight *w, int k) { return fast_rows(w, dc_smem(w, k, 2), dc_smem(w, k, 1)); }
 /* a kernel's dynamic shared memory above the default 48 KiB */
 template <typename K> static void smem_optin(K kern, size_t bytes) {
   if (bytes > 48 * 1024) cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
@@ -380,7 +376,7 @@ template <typename K> static void smem_optin(K kern, size_t bytes) {
 
 bool cu_experts_gu_ok(const cu_weight *wg, const cu_weight *wu, int64_t rows) {
   if (wg->cols != wu->cols || wg->rows != wu->rows || rows <= 0 || wg->rows % rows || wg->cols % 4) return false;
-  const int a = fast_rows(wg, gu_smem_k, 1), b = fast_rows(wu, gu_smem_k, 1);
+  const int a = gu_rows(wg), b = gu_rows(wu);
   return a == b && fast_fmt(wg) == fast_fmt(wu) &&
          (!a || (wg->gs == wu->gs && wg->sbk == wu->sbk && wg->qmode == wu->qmode));
 }
@@ -388,7 +384,7 @@ bool cu_experts_gu_ok(const cu_weight *wg, const cu_weight *wu, int64_t rows) {
 void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, int64_t rows, const int32_t *ids, int n,
                    int k, const float *x, float *h, const float *bg, const float *bu, bool clamp, float alpha,
                    float limit) {
-  const int R = fast_rows(wg, gu_smem_k, 1), F = fast_fmt(wg);
+  const int R = gu_rows(wg), F = fast_fmt(wg);
   const dim3 grid((unsigned)((rows + 8 * (R ? R : 1) - 1) / (8 * (R ? R : 1))), (unsigned)(n * k));
   const xact a = { clamp ? 1 : 0, alpha, limit };
 #define GU_GO(R_, F_)                                                                                              \
@@ -408,7 +404,7 @@ bool cu_experts_dc_ok(const cu_weight *w, int64_t rows) { return rows > 0 && w->
 
 void cu_experts_dc(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int32_t *ids, const float *wts, int n,
                    int k, const float *h, const float *bias, float *out) {
-  const int R = fast_rows(w, dc_smem, k), F = fast_fmt(w);
+  const int R = dc_rows(w, k), F = fast_fmt(w);
   const dim3 grid((unsigned)((rows + 8 * (R ? R : 1) - 1) / (8 * (R ? R : 1))), (unsigned)n);
 #define DC_GO(R_, F_)                                                                                              \
   do {                                                                                                             \
