@@ -27,6 +27,17 @@ static __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+/* the activations of the gated MLPs, one definition for every kernel that applies them: silu,
+ * gelu with the tanh approximation, and gpt-oss's clamped SwiGLU (backend.h swiglu_clamp) */
+static __device__ __forceinline__ float cu_silu(float x) { return x / (1.f + expf(-x)); }
+static __device__ __forceinline__ float cu_gelu_tanh(float x) {
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  return 0.5f * x * (1.f + tanhf(k0 * (x + k1 * x * x * x)));
+}
+static __device__ __forceinline__ float cu_swiglu_clamp(float g, float u, float alpha, float limit) {
+  const float gv = fminf(g, limit), uv = fminf(fmaxf(u, -limit), limit);
+  return gv / (1.f + expf(-alpha * gv)) * (uv + 1.f);
+}
 static __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -105,10 +105,9 @@ __global__ void k_rope_axes(float *x, const float *inv, const int32_t *axis, con
 }
 
 __global__ void k_gelu1(float *y, const float *x, size_t n, int tanh_approx) {
-  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const float a = x[i];
-    y[i] = tanh_approx ? 0.5f * a * (1.f + tanhf(k0 * (a + k1 * a * a * a))) : 0.5f * a * (1.f + erff(a * 0.70710678118654752f));
+    y[i] = tanh_approx ? cu_gelu_tanh(a) : 0.5f * a * (1.f + erff(a * 0.70710678118654752f));
   }
 }
 

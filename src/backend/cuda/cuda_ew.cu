@@ -199,11 +199,10 @@ __global__ void k_rope_qk_store(float *q, float *k, const float *v, KT *Kc, KT *
 
 #define GRID_STRIDE(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 __global__ void k_silu_mul(float *o, const float *g, const float *u, size_t n) {
-  GRID_STRIDE(i, n) { float a = g[i]; o[i] = a / (1.f + expf(-a)) * u[i]; }
+  GRID_STRIDE(i, n) o[i] = cu_silu(g[i]) * u[i];
 }
 __global__ void k_gelu_mul(float *o, const float *g, const float *u, size_t n) {
-  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
-  GRID_STRIDE(i, n) { float a = g[i]; o[i] = 0.5f * a * (1.f + tanhf(k0 * (a + k1 * a * a * a))) * u[i]; }
+  GRID_STRIDE(i, n) o[i] = cu_gelu_tanh(g[i]) * u[i];
 }
 __global__ void k_add(float *y, const float *x, size_t n) { GRID_STRIDE(i, n) y[i] += x[i]; }
 __global__ void k_add_rows(float *y, const float *b, size_t n, int dim) { GRID_STRIDE(i, n) y[i] += b[i % dim]; }

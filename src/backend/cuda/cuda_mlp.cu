@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
     }
     __syncthreads(); /* hsm[it & 1] is complete; hsm[(it + 1) & 1] was read by warp 0 before this */
     if (warp == 0) { /* the chunk's quantization, as k_quant_x */
-      const float g = hsm[it & 1][lane], hv = g / (1.f + expf(-g)) * hsm[it & 1][32 + lane];
+      const float g = hsm[it & 1][lane], hv = cu_silu(g) * hsm[it & 1][32 + lane];
       float am = fabsf(hv), sum = hv;
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {

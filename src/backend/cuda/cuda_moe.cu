@@ -127,8 +127,7 @@ __global__ void k_combine(float *out, const float *y, const float *w, int n, int
 
 __global__ void k_swiglu_clamp(float *out, const float *g, const float *u, size_t n, float alpha, float limit) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const float gv = fminf(g[i], limit), uv = fminf(fmaxf(u[i], -limit), limit);
-    out[i] = gv / (1.f + expf(-alpha * gv)) * (uv + 1.f);
+    out[i] = cu_swiglu_clamp(g[i], u[i], alpha, limit);
   }
 }
 

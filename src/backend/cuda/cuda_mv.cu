@@ -239,10 +239,10 @@ static __device__ __forceinline__ void load_x(float (&xv)[EPV], const float *__r
     float4 t = __ldca(xp + e);
     if (SILU) {
       const float4 u = __ldca(reinterpret_cast<const float4 *>(xu + off) + e);
-      t.x = t.x / (1.f + expf(-t.x)) * u.x;
-      t.y = t.y / (1.f + expf(-t.y)) * u.y;
-      t.z = t.z / (1.f + expf(-t.z)) * u.z;
-      t.w = t.w / (1.f + expf(-t.w)) * u.w;
+      t.x = cu_silu(t.x) * u.x;
+      t.y = cu_silu(t.y) * u.y;
+      t.z = cu_silu(t.z) * u.z;
+      t.w = cu_silu(t.w) * u.w;
     }
     xv[4 * e] = t.x; xv[4 * e + 1] = t.y; xv[4 * e + 2] = t.z; xv[4 * e + 3] = t.w;
   }

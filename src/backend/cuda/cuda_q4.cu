@@ -29,10 +29,7 @@ __global__ void __launch_bounds__(256) k_quant_x(const float *__restrict__ x, co
   pdl_wait();
   if (b >= nblk) return;
   float v = __ldca(x + b * 32 + lane);
-  if (xu) { /* the activations of silu_mul and gelu_mul (cuda_ew.cu) */
-    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
-    v = (gelu ? 0.5f * v * (1.f + tanhf(k0 * (v + k1 * v * v * v))) : v / (1.f + expf(-v))) * __ldca(xu + b * 32 + lane);
-  }
+  if (xu) v = (gelu ? cu_gelu_tanh(v) : cu_silu(v)) * __ldca(xu + b * 32 + lane);
   float a = fabsf(v), sum = v;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -85,7 +82,7 @@ static __device__ __forceinline__ void glu_finish(const mv_args &a, const glu_ar
   for (int c = warp; c < n; c += 4) {
     const int64_t i = (int64_t)c * M + chunk * 32 + lane;
     const float g = __ldcg(a.y[0] + i), u = __ldcg(a.y[1] + i);
-    float v = g / (1.f + expf(-g)) * u;
+    float v = cu_silu(g) * u;
     float am = fabsf(v), sum = v;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -536,7 +533,7 @@ __global__ void __launch_bounds__(256, 4) k_gu_q4(const mv_args a, const uint4 *
   if (sub == 0) {
     a.y[0][row] = ag;
     a.y[1][row] = au;
-    hsm[j] = ag / (1.f + expf(-ag)) * au;
+    hsm[j] = cu_silu(ag) * au;
   }
   __syncthreads();
   if (threadIdx.x < 32) { /* the chunk's quantization, as k_quant_x */

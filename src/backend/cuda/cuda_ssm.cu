@@ -16,7 +16,6 @@ static __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 static __device__ __forceinline__ float softplusf(float x) { return x > 20.f ? x : log1pf(expf(x)); }
-static __device__ __forceinline__ float siluf(float x) { return x / (1.f + expf(-x)); }
 
 /* ---------------- element-wise ---------------- */
 __global__ void k_rec_ew(int kind, float *y, const float *a, const float *b, size_t n) {
@@ -60,7 +59,7 @@ __global__ void k_conv1d(cu_rec_batch rb, float *out, const float *x, const floa
       for (int j = 0; j < CU_CONV_MAX_K - 1; j++)
         if (j == K1 - 1) hist[j] = xv;
     }
-    out[(size_t)t * C + ch] = act ? siluf(acc) : acc;
+    out[(size_t)t * C + ch] = act ? cu_silu(acc) : acc;
   }
 #pragma unroll
   for (int j = 0; j < CU_CONV_MAX_K - 1; j++)
@@ -189,7 +188,7 @@ __global__ void k_gated_rmsnorm(float *out, const float *x, const float *z, cons
   float *o = out + (size_t)r * dim + g0;
   float ss = 0.f;
   for (int j = threadIdx.x; j < group; j += blockDim.x) {
-    const float v = norm_first ? xr[j] : xr[j] * siluf(zr[j]);
+    const float v = norm_first ? xr[j] : xr[j] * cu_silu(zr[j]);
     ss = fmaf(v, v, ss);
   }
   __shared__ float red[32];
@@ -205,7 +204,7 @@ __global__ void k_gated_rmsnorm(float *out, const float *x, const float *z, cons
   const float inv = rsqrtf(red[0] / (float)group + eps);
   for (int j = threadIdx.x; j < group; j += blockDim.x) {
     const float wv = w[(g0 + j) % wdim];
-    o[j] = norm_first ? xr[j] * inv * wv * siluf(zr[j]) : xr[j] * siluf(zr[j]) * inv * wv;
+    o[j] = norm_first ? xr[j] * inv * wv * cu_silu(zr[j]) : xr[j] * cu_silu(zr[j]) * inv * wv;
   }
 }
 void cu_gated_rmsnorm(const cu_ctx *cx, float *out, const float *x, const float *z, const float *w, int n, int dim,
