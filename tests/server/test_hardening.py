@@ -30,55 +30,18 @@ import sys
 import threading
 import time
 
+import srvlib
+from srvlib import FAILS, check
+
 BIN, MAKE_MODEL, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 ONLY = set(sys.argv[4:])
-FAILS = []
-
-
-def check(cond, msg):
-    if not cond:
-        FAILS.append(msg)
-        print("FAIL:", msg, file=sys.stderr, flush=True)
-    return cond
 
 
 # ---------------------------------------------------------------- helpers
-class Server:
+class Server(srvlib.Server):
     def __init__(self, model, *args, log_file=None):
         """log_file: the server logs there (--log-file), not to stderr"""
-        if log_file:
-            args = args + ("--log-file", log_file)
-        self.p = subprocess.Popen([BIN, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", *args],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.log = []
-        self.port = None
-        ready = threading.Event()
-
-        def reader():
-            for line in iter(self.p.stderr.readline, b""):
-                line = line.decode("utf-8", "replace")
-                self.log.append(line)
-                m = re.search(r"listening on http://[^\s]+:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=reader, daemon=True).start()
-        if log_file:
-            for _ in range(300):
-                m = os.path.exists(log_file) and re.search(r"listening on http://[^\s]+:(\d+)", open(log_file).read())
-                if m or self.p.poll() is not None:
-                    self.port = int(m.group(1)) if m else None
-                    break
-                time.sleep(0.1)
-        ready.wait(30)
-        if self.port is None:
-            self.stop()  # never leave a server behind
-            raise RuntimeError("server did not start:\n" + "".join(self.log))
-
-    def text(self):
-        return "".join(self.log)
+        super().__init__(BIN, ["-m", model, *args], log_file=log_file)
 
     def rss(self):
         with open("/proc/%d/status" % self.p.pid) as f:
@@ -86,17 +49,6 @@ class Server:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
         return 0
-
-    def wait(self, t):
-        try:
-            return self.p.wait(t)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait(10)
 
 
 def connect(port, src=None, timeout=5):

@@ -22,10 +22,12 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+
+import srvlib
+from srvlib import FAILS, check
 
 BIN, MODELS = sys.argv[1], sys.argv[2]
 BENCH = int(sys.argv[sys.argv.index("--bench") + 1]) if "--bench" in sys.argv else 0
@@ -34,44 +36,19 @@ EXTRA = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
 DEVICE = os.environ.get("SMELT_SPEC_DEVICE", "cpu")
 STRICT = DEVICE == "cpu"
 NEAR_TIE = 0.1  # nats between the two best tokens where CUDA rounding may pick either
-FAILS = []
 
 
-def check(cond, msg):
-    if not cond:
-        FAILS.append(msg)
-        print("FAIL:", msg, file=sys.stderr, flush=True)
-    return cond
-
-
-class Server:
+class Server(srvlib.Server):
     def __init__(self, *args):
-        self.p = subprocess.Popen([BIN, "serve", "-m", MODELS + "/smelt-tiny", "--host", "127.0.0.1", "--port", "0",
-                                   "--device", DEVICE, "-np", "8", "-t", "1", *EXTRA, *args],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  env=dict(os.environ, SMELT_CPU_BATCH_INVARIANT=os.environ.get("SMELT_CPU_BATCH_INVARIANT", "1")))
-        self.log, self.port = [], None
-        ready = threading.Event()
-
-        def reader():
-            for line in iter(self.p.stderr.readline, b""):
-                line = line.decode("utf-8", "replace")
-                self.log.append(line)
-                m = re.search(r"listening on http://[^\s]+:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=reader, daemon=True).start()
-        ready.wait(60)
-        if self.port is None:
-            self.stop()
-            log = "".join(self.log)
-            if DEVICE != "cpu" and re.search(r"CUDA|cuda|GPU", log):
-                print("no usable %s device: skipped\n%s" % (DEVICE, log))
+        env = dict(os.environ, SMELT_CPU_BATCH_INVARIANT=os.environ.get("SMELT_CPU_BATCH_INVARIANT", "1"))
+        try:
+            super().__init__(BIN, ["-m", MODELS + "/smelt-tiny", "--device", DEVICE, "-np", "8", "-t", "1", *EXTRA, *args],
+                             env=env, wait_s=60)
+        except srvlib.StartError as e:
+            if DEVICE != "cpu" and re.search(r"CUDA|cuda|GPU", e.log):
+                print("no usable %s device: skipped\n%s" % (DEVICE, e.log))
                 sys.exit(77)
-            raise RuntimeError("server did not start:\n" + log)
+            raise
 
     def post(self, path, body):
         req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), json.dumps(body).encode(),
@@ -86,11 +63,6 @@ class Server:
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.port, timeout=30) as r:
             m = re.search(r"^%s (\S+)$" % re.escape(name), r.read().decode(), re.M)
         return float(m.group(1)) if m else None
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait(10)
 
 
 PROMPTS = ["In the beginning God created", "The module defines the following functions:", "And it came to pass",
