@@ -1422,9 +1422,10 @@ static void test_moe_experts(void) {
   free(r);
 }
 
-/* attention with sinks over a paged cache (f32 and f16 elements), a window on some calls */
+/* attention with sinks over a paged cache (f32 and f16 elements), a window on some calls; 300
+ * positions: the kernel's warps each take more than one chunk of 32 */
 static void test_attention_sinks(void) {
-  enum { NH = 8, NKV = 2, HD = 64, BS = 16, NB = 8, P = 70 };
+  enum { NH = 8, NKV = 2, HD = 64, BS = 16, NB = 20, P = 300 };
   const int KW = NKV * HD;
   for (int dti = 0; dti < 2; dti++) {
     const sm_dtype dt = dti ? SM_DT_F16 : SM_DT_F32;
@@ -1436,7 +1437,8 @@ static void test_attention_sinks(void) {
     kc.v = &cv;
     kg.k = &gk;
     kg.v = &gv;
-    int32_t tok[P] = {0}, pos[P], seq[P] = {0}, table[NB] = {3, 1, 7, 0, 2, 6, 5, 4};
+    int32_t tok[P] = {0}, pos[P], seq[P] = {0}, table[NB];
+    for (int i = 0; i < NB; i++) table[i] = (7 * i + 3) % NB; /* a permutation (7 and 20 coprime) */
     for (int p = 0; p < P; p++) pos[p] = p;
     sm_batch b =
       {.n_tokens = P, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = 1, .max_blocks = NB, .block_table = table};

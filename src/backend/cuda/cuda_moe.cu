@@ -10,8 +10,8 @@
  *   the slots by expert and run one cuBLAS GEMM per chosen expert on its gathered rows (cu_gemm: the
  *   expert's rows dequantized to f16 a tile at a time), then scatter the rows back.
  * - moe_combine, swiglu_clamp, sigmoid_gate_rows: elementwise kernels.
- * - attention_sinks: one warp a (token, head), an online softmax over the paged cache whose denominator
- *   gets the head's sink; written for correctness (no tiling), as the reference for faster kernels. */
+ * - attention_sinks: one block a (token, head) whose warps take chunks of 32 positions (a lane scores a
+ *   position), online softmaxes combined at the end with the head's sink in the denominator. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,67 +154,93 @@ __global__ void k_scatter_rows(float *y, const float *yg, const int32_t *perm, c
   }
 }
 
-/* one warp a (token, head): online softmax over the allowed positions, the sink in the denominator */
+/* one block a (token, head), its warps taking chunks of 32 positions in turn: each lane scores one
+ * position of the chunk (its whole K row against q, kept scaled in shared memory), the warp keeps an
+ * online softmax and adds the chunk's V rows (a lane a few dims); the warps' partial sums are then
+ * combined and normalized with the sink in the denominator. shared: (hd + NW * (hd + 2)) floats */
 template <typename KT>
-__global__ void k_attn_sinks(float *out, const float *q, const KT *K, const KT *V, const float *sinks, const int32_t *pos,
-                             const int32_t *seq, const int32_t *table, int max_blocks, int bs, int nblocks, int n_tokens,
-                             int nh, int nkv, int hd, float scale, int window, float softcap) {
-  const int wi = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-  if (wi >= n_tokens * nh) return;
-  const int t = wi / nh, h = wi % nh, kvh = h / (nh / nkv), nd = (hd + 31) / 32;
+__global__ void __launch_bounds__(256)
+  k_attn_sinks(float *out, const float *q, const KT *K, const KT *V, const float *sinks, const int32_t *pos,
+               const int32_t *seq, const int32_t *table, int max_blocks, int bs, int nblocks, int nh, int nkv, int hd,
+               float scale, int window, float softcap) {
+  extern __shared__ float sm[];
+  const int t = blockIdx.x / nh, h = blockIdx.x % nh, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int NW = blockDim.x >> 5, kvh = h / (nh / nkv);
   const int p1 = pos[t], sq = seq[t], p0 = window > 0 && p1 - window + 1 > 0 ? p1 - window + 1 : 0;
-  float qv[8], acc[8];
-#pragma unroll
-  for (int i = 0; i < 8; i++) {
-    const int d = lane + 32 * i;
-    qv[i] = i < nd && d < hd ? q[((int64_t)t * nh + h) * hd + d] : 0.f;
-    acc[i] = 0.f;
-  }
-  float m = -INFINITY, l = 0.f;
+  float *qs = sm, *wacc = sm + hd, *wm = wacc + NW * hd, *wl = wm + NW;
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[((int64_t)t * nh + h) * hd + i] * scale;
+  __syncthreads();
   const int64_t row = (int64_t)nkv * hd;
-  for (int p = p0; p <= p1; p++) {
-    const int32_t blk = table[(int64_t)sq * max_blocks + p / bs];
-    if (blk < 0 || blk >= nblocks) continue;
-    const int64_t base = ((int64_t)blk * bs + p % bs) * row + (int64_t)kvh * hd;
-    float s = 0.f;
+  float m = -INFINITY, l = 0.f, acc[8];
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-      const int d = lane + 32 * i;
-      if (i < nd && d < hd) s += qv[i] * kv_to_f(K[base + d]);
+  for (int i = 0; i < 8; i++) acc[i] = 0.f;
+  for (int c0 = p0 + warp * 32; c0 <= p1; c0 += NW * 32) {
+    const int p = c0 + lane;
+    float sc = -INFINITY;
+    long long base = -1;
+    if (p <= p1) {
+      const int32_t blk = table[(int64_t)sq * max_blocks + p / bs];
+      if (blk >= 0 && blk < nblocks) {
+        base = ((int64_t)blk * bs + p % bs) * row + (int64_t)kvh * hd;
+        float d = 0.f;
+        for (int i = 0; i < hd; i++) d += qs[i] * kv_to_f(K[base + i]);
+        sc = softcap > 0.f ? softcap * tanhf(d / softcap) : d;
+      }
     }
+    float cm = sc;
 #pragma unroll
-    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    s *= scale;
-    if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-    if (s > m) {
-      const float f = expf(m - s);
-      l *= f;
+    for (int o = 16; o; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+    if (cm == -INFINITY) continue; /* no allowed position in the chunk (the same for the whole warp) */
+    const float mn = fmaxf(m, cm), f = expf(m - mn);
+    const float e = base >= 0 ? expf(sc - mn) : 0.f;
+    float es = e;
 #pragma unroll
-      for (int i = 0; i < 8; i++) acc[i] *= f;
-      m = s;
-    }
-    const float e = expf(s - m);
-    l += e;
+    for (int o = 16; o; o >>= 1) es += __shfl_xor_sync(0xffffffffu, es, o);
+    l = l * f + es;
+    m = mn;
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-      const int d = lane + 32 * i;
-      if (i < nd && d < hd) acc[i] += e * kv_to_f(V[base + d]);
+    for (int i = 0; i < 8; i++) acc[i] *= f;
+    for (int j = 0; j < 32; j++) {
+      const float ej = __shfl_sync(0xffffffffu, e, j);
+      const long long bj = __shfl_sync(0xffffffffu, base, j);
+      if (bj < 0) continue;
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const int d = lane + 32 * i;
+        if (d < hd) acc[i] += ej * kv_to_f(V[bj + d]);
+      }
     }
   }
-  float inv = 0.f;
-  if (l > 0.f) {
-    const float sk = sinks[h];
-    if (sk > m) {
-      const float f = expf(m - sk);
-      inv = f / (l * f + 1.f);
-    } else {
-      inv = 1.f / (l + expf(sk - m));
-    }
+  if (lane == 0) {
+    wm[warp] = m;
+    wl[warp] = l;
   }
 #pragma unroll
   for (int i = 0; i < 8; i++) {
     const int d = lane + 32 * i;
-    if (i < nd && d < hd) out[((int64_t)t * nh + h) * hd + d] = acc[i] * inv;
+    if (d < hd) wacc[warp * hd + d] = acc[i];
+  }
+  __syncthreads();
+  float M = -INFINITY;
+  for (int w = 0; w < NW; w++) M = fmaxf(M, wm[w]);
+  float L = 0.f;
+  for (int w = 0; w < NW; w++)
+    if (wm[w] > -INFINITY) L += wl[w] * expf(wm[w] - M);
+  float inv = 0.f;
+  if (L > 0.f) {
+    const float sk = sinks[h];
+    if (sk > M) {
+      const float f = expf(M - sk);
+      inv = f / (L * f + 1.f);
+    } else {
+      inv = 1.f / (L + expf(sk - M));
+    }
+  }
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float A = 0.f;
+    for (int w = 0; w < NW; w++)
+      if (wm[w] > -INFINITY) A += wacc[w * hd + d] * expf(wm[w] - M);
+    out[((int64_t)t * nh + h) * hd + d] = A * inv;
   }
 }
 
@@ -296,12 +322,14 @@ void cu_moe_exec(cuda_be *c, const cu_op *o) {
     k_sigmoid_gate<<<cu_ew_blocks((size_t)o->sg.n * o->sg.dim), 256, 0, s>>>(o->sg.y, o->sg.g, o->sg.n, o->sg.dim);
     break;
   case OP_ATTN_SINKS: {
-    const unsigned blocks = (unsigned)((c->n_tokens * o->as.nh + 3) / 4);
+    const unsigned blocks = (unsigned)(c->n_tokens * o->as.nh);
+    const size_t smem = sizeof(float) * ((size_t)o->as.hd + 8 * ((size_t)o->as.hd + 2));
     CU_KV_DISPATCH((sm_dtype)o->as.dt,
-                   k_attn_sinks<KT><<<blocks, 128, 0, s>>>(o->as.out, o->as.q, (const KT *)o->as.K, (const KT *)o->as.V,
-                                                           o->as.sinks, c->d_pos, c->d_seq, c->d_table, c->max_blocks,
-                                                           o->as.bs, o->as.nblocks, c->n_tokens, o->as.nh, o->as.nkv,
-                                                           o->as.hd, o->as.scale, o->as.window, o->as.softcap));
+                   k_attn_sinks<KT><<<blocks, 256, smem, s>>>(o->as.out, o->as.q, (const KT *)o->as.K,
+                                                             (const KT *)o->as.V, o->as.sinks, c->d_pos, c->d_seq,
+                                                             c->d_table, c->max_blocks, o->as.bs, o->as.nblocks,
+                                                             o->as.nh, o->as.nkv, o->as.hd, o->as.scale, o->as.window,
+                                                             o->as.softcap));
     break;
   }
   }
