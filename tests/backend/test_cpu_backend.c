@@ -633,9 +633,10 @@ static void test_kv_quant_rows(sm_backend *be) {
 
 /* Attention against a double reference on the values the cache holds (f32, or f16/bf16-rounded:
  * the kernels widen them exactly), and batch invariance: each token of the mixed batch, run again
- * alone as a one-token step, gives the same bits. */
+ * alone as a one-token step, gives the same bits. The decoding token sits past two key segments
+ * (ATT_SEG, 1,024): alone, with fewer items than threads, its segments run as separate work items. */
 static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, const int HD, sm_dtype dt) {
-  enum { BS = 16, NB = 40, MAXB = 20, L = 2 };
+  enum { BS = 32, NB = 144, MAXB = 72, L = 2 };
   const int KW = NKV * HD;
   sm_kv_cache kv = {.n_layers = L, .n_kv_heads = NKV, .head_dim = HD, .block_size = BS, .n_blocks = NB, .dtype = dt};
   void *kk[L], *vv[L];
@@ -656,7 +657,7 @@ static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, cons
   }
   for (int i = 0; i < 2 * MAXB; i++) table[i] = perm[i];
   /* logical history */
-  enum { P0 = 300, P1 = 150 }; /* P1 > 2 chunks: windowed rows of a tile start in different chunks */
+  enum { P0 = 2200, P1 = 150 }; /* P1 > 2 chunks: windowed rows of a tile start in different chunks */
   float *K0 = malloc(sizeof(float) * (P0 + 1) * KW), *V0 = malloc(sizeof(float) * (P0 + 1) * KW);
   float *K1 = malloc(sizeof(float) * P1 * KW), *V1 = malloc(sizeof(float) * P1 * KW);
   kv_fill(K0, (P0 + 1) * NKV, HD, dt);
@@ -769,6 +770,16 @@ static void test_attention(sm_backend *be) {
   test_attention_cfg(be, 6, 6, 40, SM_DT_Q8_0); /* a last group of 8 values */
   test_attention_cfg(be, 16, 2, 128, SM_DT_Q4_0);
   test_attention_cfg(be, 6, 6, 40, SM_DT_Q4_0);
+}
+/* four threads: a GQA decode alone has two items, so its segments run as work items of their own */
+static void test_attention_threads(void) {
+  sm_backend *be = sm_cpu_backend_create(4);
+  CHECK(be != NULL, "create (4 threads)");
+  if (!be) return;
+  test_attention_cfg(be, 8, 2, 64, SM_DT_F16);
+  test_attention_cfg(be, 16, 2, 128, SM_DT_F32);
+  test_attention_cfg(be, 6, 6, 40, SM_DT_Q8_0); /* six items: whole items alone too */
+  be->destroy(be);
 }
 
 /* The backend's tuning table (SMELT_CPU_*, read at creation): bad values refuse the creation with
@@ -901,6 +912,7 @@ int main(void) {
     unsetenv("SMELT_CPU_EXACT");
   }
   unsetenv("SMELT_CPU_ISA");
+  test_attention_threads();
   test_tuning();
   sm_backend *be = sm_cpu_backend_create(0);
   printf("default: %s\n", sm_cpu_backend_isa(be));

@@ -68,9 +68,18 @@ static void kv_slots(const cpu_be *c, const sm_kv_cache *kv, int s, int32_t p0, 
 /* ---------------- attention ---------------- */
 /* Work item = (tile of consecutive tokens of one sequence, KV head, sub-group of <= ATT_ROWS/...
  * query heads): its query rows (tokens x heads that share the KV head) are processed together,
- * so each K/V row is loaded once per item instead of once per query head and token. */
+ * so each K/V row is loaded once per item instead of once per query head and token.
+ *
+ * A row's key range is cut into segments of ATT_SEG positions at fixed absolute boundaries; each
+ * segment's online softmax starts empty and the segments' (max, sum, accumulator) are merged in
+ * order (att_merge). When the items are fewer than the threads (decode of a few sequences at depth)
+ * every (item, segment) becomes its own work item and the merge runs afterwards; otherwise an item
+ * runs its segments one after the other. Both compute the same operations in the same order, so a
+ * row's result does not depend on the batch it is in or on the thread count (batch invariance,
+ * docs/cpu.md). */
 #define ATT_CHUNK 64
-#define ATT_ROWS 64 /* query rows per item: K/V chunks are widened and transposed once for all */
+#define ATT_ROWS 64  /* query rows per item: K/V chunks are widened and transposed once for all */
+#define ATT_SEG 1024 /* positions a segment (a multiple of ATT_CHUNK) */
 typedef struct {
   cpu_be *c;
   float *out;
@@ -81,6 +90,9 @@ typedef struct {
   const float *sinks;   /* per-head sink logits (attention_sinks) or NULL */
   const int32_t *tile0; /* [n_tiles+1] first token of each tile */
   int n_tiles, hsub, n_hsub;
+  int nseg;    /* > 0: work items are (item, segment) pairs, nseg segments an item; 0: whole items */
+  int rmax;    /* rows of the largest item (the partials' stride) */
+  float *part; /* with nseg: [item][segment][rmax][hd + 2] (max, sum, accumulator) */
 } att_ctx;
 
 static void gen_scores(const sm_cpu_kern *k, const float *q, int ldq, int nq, const float *const *kr, int np, int hd,
@@ -95,144 +107,285 @@ static void gen_pv(const sm_cpu_kern *k, const float *p, int ldp, int nq, const 
       if (p[(size_t)i * ldp + j] != 0.f) k->axpy(acc + (size_t)i * hd, p[(size_t)i * ldp + j], vr[j], hd);
 }
 
-static void att_range(void *vctx, size_t i0, size_t i1) {
-  att_ctx *a = vctx;
+/* an item's rows: token t0 + i / nh, head h0 + i % nh for i < R; their key ranges [lo, hi] and the
+ * union [plo, phi] (plo rounded down to a chunk) */
+typedef struct {
+  int t0, h0, nh, R, kvh, sq;
+  int32_t plo, phi, lo[ATT_ROWS], hi[ATT_ROWS];
+} att_rows;
+
+static void rows_of(const att_ctx *a, size_t item, att_rows *r) {
+  const cpu_be *c = a->c;
+  const int nkv = a->kv->n_kv_heads, grp = a->n_heads / nkv;
+  const int hs = (int)(item % (size_t)a->n_hsub);
+  r->kvh = (int)(item / (size_t)a->n_hsub % (size_t)nkv);
+  const int tile = (int)(item / ((size_t)a->n_hsub * (size_t)nkv));
+  r->t0 = a->tile0[tile];
+  const int ntt = a->tile0[tile + 1] - r->t0;
+  r->h0 = r->kvh * grp + hs * a->hsub;
+  r->nh = grp - hs * a->hsub < a->hsub ? grp - hs * a->hsub : a->hsub;
+  r->R = ntt * r->nh;
+  r->sq = c->b.seq[r->t0];
+  r->plo = INT32_MAX;
+  r->phi = -1;
+  for (int i = 0; i < r->R; i++) {
+    const int t = r->t0 + i / r->nh;
+    const int32_t pos = c->b.pos[t];
+    r->hi[i] = pos;
+    r->lo[i] = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+    if (c->b.attn_span) { /* widened (bidirectional image tokens) */
+      r->lo[i] = SM_MIN(r->lo[i], c->b.attn_span[2 * t]);
+      r->hi[i] = SM_MAX(r->hi[i], c->b.attn_span[2 * t + 1]);
+    }
+    if (r->lo[i] < r->plo) r->plo = r->lo[i];
+    if (r->hi[i] > r->phi) r->phi = r->hi[i];
+  }
+  /* chunks start at multiples of ATT_CHUNK whatever the item's rows: every row sees the same
+   * chunks (those before its window or after its position masked), so its result does not
+   * depend on the tokens it shares an item with (batch invariance) */
+  if (r->plo <= r->phi) r->plo -= r->plo % ATT_CHUNK;
+}
+
+/* per-call scratch of the segment kernel */
+typedef struct {
+  float *Q, *acc, *tot, *kw, *vw;
+  float m[ATT_ROWS], l[ATT_ROWS], tm[ATT_ROWS], tl[ATT_ROWS];
+} att_buf;
+
+static void buf_init(att_buf *b, const att_ctx *a) {
+  const int hd = a->kv->head_dim;
+  b->Q = sm_xmalloc((size_t)ATT_ROWS * (size_t)hd * sizeof(float) * 3);
+  b->acc = b->Q + (size_t)ATT_ROWS * hd;
+  b->tot = b->acc + (size_t)ATT_ROWS * hd;
+  /* a half-precision or quantized cache: a chunk's K/V rows are widened into kw / vw first (once for all rows) */
+  b->kw = a->kv->dtype != SM_DT_F32 ? sm_xmalloc((size_t)ATT_CHUNK * 2 * (size_t)hd * sizeof(float)) : NULL;
+  b->vw = b->kw ? b->kw + (size_t)ATT_CHUNK * hd : NULL;
+}
+static void buf_free(att_buf *b) {
+  free(b->Q);
+  free(b->kw);
+}
+
+/* the rows' online softmax over positions [p0, p1] (p0 a multiple of ATT_CHUNK), from empty:
+ * b->m, b->l, b->acc */
+static void att_span(const att_ctx *a, const att_rows *r, att_buf *b, int32_t p0, int32_t p1) {
   const cpu_be *c = a->c;
   const sm_cpu_kern *k = c->k;
   const sm_kv_cache *kv = a->kv;
-  const int hd = kv->head_dim, nkv = kv->n_kv_heads, grp = a->n_heads / nkv;
+  const int hd = kv->head_dim, nkv = kv->n_kv_heads, R = r->R, kvh = r->kvh;
   const size_t hb = sm_kv_head_bytes(kv->dtype, hd), krow = (size_t)nkv * hb; /* bytes */
   const char *Kc = kv->k[a->layer], *Vc = kv->v[a->layer];
-  /* a half-precision or quantized cache: a chunk's K/V rows are widened into kw / vw first (once for all rows) */
-  const bool wide = kv->dtype != SM_DT_F32;
-  float *Q = sm_xmalloc((size_t)ATT_ROWS * (size_t)hd * sizeof(float) * 2), *acc = Q + (size_t)ATT_ROWS * hd;
-  float *kw = wide ? sm_xmalloc((size_t)ATT_CHUNK * 2 * (size_t)hd * sizeof(float)) : NULL;
-  float *vw = wide ? kw + (size_t)ATT_CHUNK * hd : NULL;
-  float S[ATT_ROWS * ATT_CHUNK], m[ATT_ROWS], l[ATT_ROWS];
-  int32_t lo[ATT_ROWS], hi[ATT_ROWS];
+  const bool wide = b->kw != NULL;
+  float S[ATT_ROWS * ATT_CHUNK], *m = b->m, *l = b->l, *acc = b->acc;
   const float *kr[ATT_CHUNK], *vr[ATT_CHUNK];
   int32_t pp[ATT_CHUNK];
-  for (size_t it = i0; it < i1; it++) {
-    const int hs = (int)(it % (size_t)a->n_hsub);
-    const int kvh = (int)(it / (size_t)a->n_hsub % (size_t)nkv);
-    const int tile = (int)(it / ((size_t)a->n_hsub * (size_t)nkv));
-    const int t0 = a->tile0[tile], ntt = a->tile0[tile + 1] - t0;
-    const int h0 = kvh * grp + hs * a->hsub, nh = grp - hs * a->hsub < a->hsub ? grp - hs * a->hsub : a->hsub;
-    const int R = ntt * nh, sq = c->b.seq[t0];
-    int32_t plo = INT32_MAX, phi = -1;
-    for (int i = 0; i < R; i++) {
-      int t = t0 + i / nh, h = h0 + i % nh;
-      memcpy(Q + (size_t)i * hd, a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd,
-             (size_t)hd * sizeof(float));
-      int32_t pos = c->b.pos[t];
-      hi[i] = pos;
-      lo[i] = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
-      if (c->b.attn_span) { /* widened (bidirectional image tokens) */
-        lo[i] = SM_MIN(lo[i], c->b.attn_span[2 * t]);
-        hi[i] = SM_MAX(hi[i], c->b.attn_span[2 * t + 1]);
+  for (int i = 0; i < R; i++) {
+    m[i] = -INFINITY;
+    l[i] = 0.f;
+  }
+  memset(acc, 0, (size_t)R * (size_t)hd * sizeof(float));
+  int64_t slb[2][ATT_CHUNK], *sl = slb[0], *sln = slb[1];
+  if (p0 <= p1) kv_slots(c, kv, r->sq, p0, p1 - p0 + 1 < ATT_CHUNK ? p1 - p0 + 1 : ATT_CHUNK, sl);
+  for (int32_t c0 = p0; c0 <= p1; c0 += ATT_CHUNK) {
+    int np = p1 - c0 + 1 < ATT_CHUNK ? p1 - c0 + 1 : ATT_CHUNK, nv = 0;
+    for (int j = 0; j < np; j++) {
+      int64_t s = sl[j];
+      if (s < 0) continue;
+      const char *ks = Kc + (size_t)s * krow + (size_t)kvh * hb, *vs = Vc + (size_t)s * krow + (size_t)kvh * hb;
+      if (wide) {
+        k->widen(b->kw + (size_t)nv * hd, ks, kv->dtype, (size_t)hd);
+        k->widen(b->vw + (size_t)nv * hd, vs, kv->dtype, (size_t)hd);
+        kr[nv] = b->kw + (size_t)nv * hd;
+        vr[nv] = b->vw + (size_t)nv * hd;
+      } else {
+        kr[nv] = (const float *)ks;
+        vr[nv] = (const float *)vs;
       }
-      if (lo[i] < plo) plo = lo[i];
-      if (hi[i] > phi) phi = hi[i];
-      m[i] = -INFINITY;
-      l[i] = 0.f;
+      pp[nv++] = c0 + j;
     }
-    memset(acc, 0, (size_t)R * (size_t)hd * sizeof(float));
-    /* chunks start at multiples of ATT_CHUNK whatever the item's rows: every row sees the same
-     * chunks (those before its window or after its position masked), so its result does not
-     * depend on the tokens it shares an item with (batch invariance) */
-    plo -= plo % ATT_CHUNK;
-    int64_t slb[2][ATT_CHUNK], *sl = slb[0], *sln = slb[1];
-    if (plo <= phi) kv_slots(c, kv, sq, plo, phi - plo + 1 < ATT_CHUNK ? phi - plo + 1 : ATT_CHUNK, sl);
-    for (int32_t p0 = plo; p0 <= phi; p0 += ATT_CHUNK) {
-      int np = phi - p0 + 1 < ATT_CHUNK ? phi - p0 + 1 : ATT_CHUNK, nv = 0;
-      for (int j = 0; j < np; j++) {
-        int64_t s = sl[j];
-        if (s < 0) continue;
-        const char *ks = Kc + (size_t)s * krow + (size_t)kvh * hb, *vs = Vc + (size_t)s * krow + (size_t)kvh * hb;
-        if (wide) {
-          k->widen(kw + (size_t)nv * hd, ks, kv->dtype, (size_t)hd);
-          k->widen(vw + (size_t)nv * hd, vs, kv->dtype, (size_t)hd);
-          kr[nv] = kw + (size_t)nv * hd;
-          vr[nv] = vw + (size_t)nv * hd;
-        } else {
-          kr[nv] = (const float *)ks;
-          vr[nv] = (const float *)vs;
-        }
-        pp[nv++] = p0 + j;
-      }
-      /* K/V rows of one head are short pieces (hd floats) spread over the cache blocks with a
-       * stride of n_kv_heads*hd: prefetch the next chunk's rows while this one is computed */
-      const int32_t p1 = p0 + ATT_CHUNK;
-      if (p1 <= phi) {
-        const int np1 = phi - p1 + 1 < ATT_CHUNK ? phi - p1 + 1 : ATT_CHUNK;
-        kv_slots(c, kv, sq, p1, np1, sln);
-        for (int j = 0; j < np1; j++) {
-          if (sln[j] < 0) continue;
-          const char *kp = Kc + (size_t)sln[j] * krow + (size_t)kvh * hb;
-          const char *vp = Vc + (size_t)sln[j] * krow + (size_t)kvh * hb;
-          for (size_t o = 0; o < hb; o += 64) {
-            __builtin_prefetch(kp + o, 0, 2);
-            __builtin_prefetch(vp + o, 0, 2);
-          }
+    /* K/V rows of one head are short pieces (hd floats) spread over the cache blocks with a
+     * stride of n_kv_heads*hd: prefetch the next chunk's rows while this one is computed */
+    const int32_t c1 = c0 + ATT_CHUNK;
+    if (c1 <= p1) {
+      const int np1 = p1 - c1 + 1 < ATT_CHUNK ? p1 - c1 + 1 : ATT_CHUNK;
+      kv_slots(c, kv, r->sq, c1, np1, sln);
+      for (int j = 0; j < np1; j++) {
+        if (sln[j] < 0) continue;
+        const char *kp = Kc + (size_t)sln[j] * krow + (size_t)kvh * hb;
+        const char *vp = Vc + (size_t)sln[j] * krow + (size_t)kvh * hb;
+        for (size_t o = 0; o < hb; o += 64) {
+          __builtin_prefetch(kp + o, 0, 2);
+          __builtin_prefetch(vp + o, 0, 2);
         }
       }
-      {
-        int64_t *t = sl;
-        sl = sln;
-        sln = t;
-      }
-      if (!nv) continue;
-      if (k->att_scores) k->att_scores(Q, hd, R, kr, nv, hd, S, ATT_CHUNK);
-      else gen_scores(k, Q, hd, R, kr, nv, hd, S, ATT_CHUNK);
-      for (int i = 0; i < R; i++) {
-        float *sr = S + (size_t)i * ATT_CHUNK, cm = -INFINITY;
-        for (int j = 0; j < nv; j++) {
-          if (pp[j] < lo[i] || pp[j] > hi[i]) {
-            sr[j] = -INFINITY;
-            continue;
-          }
-          float sc = sr[j] * a->scale;
-          if (a->softcap > 0.f) sc = a->softcap * tanhf(sc / a->softcap);
-          sr[j] = sc;
-          if (sc > cm) cm = sc;
-        }
-        if (cm == -INFINITY) {
-          memset(sr, 0, (size_t)nv * sizeof(float));
+    }
+    {
+      int64_t *t = sl;
+      sl = sln;
+      sln = t;
+    }
+    if (!nv) continue;
+    if (k->att_scores) k->att_scores(b->Q, hd, R, kr, nv, hd, S, ATT_CHUNK);
+    else gen_scores(k, b->Q, hd, R, kr, nv, hd, S, ATT_CHUNK);
+    for (int i = 0; i < R; i++) {
+      float *sr = S + (size_t)i * ATT_CHUNK, cm = -INFINITY;
+      for (int j = 0; j < nv; j++) {
+        if (pp[j] < r->lo[i] || pp[j] > r->hi[i]) {
+          sr[j] = -INFINITY;
           continue;
         }
-        if (cm > m[i]) {
-          float f = m[i] == -INFINITY ? 0.f : expf(m[i] - cm);
-          if (f != 1.f) k->scal(acc + (size_t)i * hd, f, hd);
-          l[i] *= f;
-          m[i] = cm;
-        }
-        for (int j = 0; j < nv; j++) {
-          float e = sr[j] == -INFINITY ? 0.f : expf(sr[j] - m[i]);
-          sr[j] = e;
-          l[i] += e;
-        }
+        float sc = sr[j] * a->scale;
+        if (a->softcap > 0.f) sc = a->softcap * tanhf(sc / a->softcap);
+        sr[j] = sc;
+        if (sc > cm) cm = sc;
       }
-      if (k->att_pv) k->att_pv(S, ATT_CHUNK, R, vr, nv, hd, acc);
-      else gen_pv(k, S, ATT_CHUNK, R, vr, nv, hd, acc);
+      if (cm == -INFINITY) {
+        memset(sr, 0, (size_t)nv * sizeof(float));
+        continue;
+      }
+      if (cm > m[i]) {
+        float f = m[i] == -INFINITY ? 0.f : expf(m[i] - cm);
+        if (f != 1.f) k->scal(acc + (size_t)i * hd, f, hd);
+        l[i] *= f;
+        m[i] = cm;
+      }
+      for (int j = 0; j < nv; j++) {
+        float e = sr[j] == -INFINITY ? 0.f : expf(sr[j] - m[i]);
+        sr[j] = e;
+        l[i] += e;
+      }
     }
-    for (int i = 0; i < R; i++) {
-      int t = t0 + i / nh, h = h0 + i % nh;
-      float *o = a->out + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
-      float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
-      if (a->sinks && l[i] > 0.f) { /* the sink's e^(sink - m) joins the denominator (scaled when sink > m) */
-        const float sk = a->sinks[h];
-        if (sk > m[i]) {
-          const float f = expf(m[i] - sk);
-          inv = f / (l[i] * f + 1.f);
-        } else {
-          inv = 1.f / (l[i] + expf(sk - m[i]));
-        }
+    if (k->att_pv) k->att_pv(S, ATT_CHUNK, R, vr, nv, hd, acc);
+    else gen_pv(k, S, ATT_CHUNK, R, vr, nv, hd, acc);
+  }
+}
+
+/* row i's running (tm, tl, tot) += a segment's (ms, ls, accs); a segment without positions is skipped */
+static void att_merge(int hd, float *tm, float *tl, float *tot, float ms, float ls, const float *accs) {
+  if (ms == -INFINITY) return;
+  if (*tm == -INFINITY) {
+    *tm = ms;
+    *tl = ls;
+    memcpy(tot, accs, (size_t)hd * sizeof(float));
+    return;
+  }
+  const float M = ms > *tm ? ms : *tm, ft = expf(*tm - M), fs = expf(ms - M);
+  for (int d = 0; d < hd; d++) tot[d] = tot[d] * ft + accs[d] * fs;
+  *tl = *tl * ft + ls * fs;
+  *tm = M;
+}
+
+/* the rows' outputs from their merged (tm, tl, tot) */
+static void att_final(const att_ctx *a, const att_rows *r, const float *tm, const float *tl, const float *tot) {
+  const int hd = a->kv->head_dim;
+  for (int i = 0; i < r->R; i++) {
+    const int t = r->t0 + i / r->nh, h = r->h0 + i % r->nh;
+    float *o = a->out + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
+    float inv = tl[i] > 0.f ? 1.f / tl[i] : 0.f;
+    if (a->sinks && tl[i] > 0.f) { /* the sink's e^(sink - m) joins the denominator (scaled when sink > m) */
+      const float sk = a->sinks[h];
+      if (sk > tm[i]) {
+        const float f = expf(tm[i] - sk);
+        inv = f / (tl[i] * f + 1.f);
+      } else {
+        inv = 1.f / (tl[i] + expf(sk - tm[i]));
       }
-      for (int d = 0; d < hd; d++) o[d] = acc[(size_t)i * hd + d] * inv;
+    }
+    for (int d = 0; d < hd; d++) o[d] = tot[(size_t)i * hd + d] * inv;
+  }
+}
+
+static void load_q(const att_ctx *a, const att_rows *r, float *Q) {
+  const int hd = a->kv->head_dim;
+  for (int i = 0; i < r->R; i++) {
+    const int t = r->t0 + i / r->nh, h = r->h0 + i % r->nh;
+    memcpy(Q + (size_t)i * hd, a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd,
+           (size_t)hd * sizeof(float));
+  }
+}
+
+/* whole items: each runs its segments in order and writes its outputs */
+static void att_items(void *vctx, size_t i0, size_t i1) {
+  const att_ctx *a = vctx;
+  const int hd = a->kv->head_dim;
+  att_buf b;
+  buf_init(&b, a);
+  att_rows r;
+  for (size_t it = i0; it < i1; it++) {
+    rows_of(a, it, &r);
+    load_q(a, &r, b.Q);
+    for (int i = 0; i < r.R; i++) {
+      b.tm[i] = -INFINITY;
+      b.tl[i] = 0.f;
+    }
+    for (int32_t s0 = r.plo - r.plo % ATT_SEG; r.plo <= r.phi && s0 <= r.phi; s0 += ATT_SEG) {
+      att_span(a, &r, &b, s0 > r.plo ? s0 : r.plo, s0 + ATT_SEG - 1 < r.phi ? s0 + ATT_SEG - 1 : r.phi);
+      for (int i = 0; i < r.R; i++)
+        att_merge(hd, &b.tm[i], &b.tl[i], b.tot + (size_t)i * hd, b.m[i], b.l[i], b.acc + (size_t)i * hd);
+    }
+    att_final(a, &r, b.tm, b.tl, b.tot);
+  }
+  buf_free(&b);
+}
+
+/* (item, segment) pairs: each writes its segment's partials */
+static float *part_of(const att_ctx *a, size_t item, int seg) {
+  return a->part + ((size_t)item * (size_t)a->nseg + (size_t)seg) * (size_t)a->rmax * (size_t)(a->kv->head_dim + 2);
+}
+static void att_segs(void *vctx, size_t i0, size_t i1) {
+  const att_ctx *a = vctx;
+  const int hd = a->kv->head_dim;
+  att_buf b;
+  buf_init(&b, a);
+  att_rows r;
+  size_t loaded = SIZE_MAX;
+  for (size_t it = i0; it < i1; it++) {
+    const size_t item = it / (size_t)a->nseg;
+    const int seg = (int)(it % (size_t)a->nseg);
+    if (item != loaded) {
+      rows_of(a, item, &r);
+      load_q(a, &r, b.Q);
+      loaded = item;
+    }
+    const int32_t s0 = seg * ATT_SEG, s1 = s0 + ATT_SEG - 1;
+    const int32_t p0 = s0 > r.plo ? s0 : r.plo, p1 = s1 < r.phi ? s1 : r.phi;
+    float *pt = part_of(a, item, seg);
+    if (p0 > p1) { /* no position of this segment: marked empty */
+      for (int i = 0; i < r.R; i++) pt[(size_t)i * (hd + 2)] = -INFINITY;
+      continue;
+    }
+    att_span(a, &r, &b, p0, p1);
+    for (int i = 0; i < r.R; i++) {
+      float *pr = pt + (size_t)i * (hd + 2);
+      pr[0] = b.m[i];
+      pr[1] = b.l[i];
+      memcpy(pr + 2, b.acc + (size_t)i * hd, (size_t)hd * sizeof(float));
     }
   }
-  free(Q);
-  free(kw);
+  buf_free(&b);
+}
+/* then per item: its segments merged in order */
+static void att_join(void *vctx, size_t i0, size_t i1) {
+  const att_ctx *a = vctx;
+  const int hd = a->kv->head_dim;
+  float *tot = sm_xmalloc((size_t)ATT_ROWS * (size_t)hd * sizeof(float)), tm[ATT_ROWS], tl[ATT_ROWS];
+  att_rows r;
+  for (size_t item = i0; item < i1; item++) {
+    rows_of(a, item, &r);
+    for (int i = 0; i < r.R; i++) {
+      tm[i] = -INFINITY;
+      tl[i] = 0.f;
+    }
+    for (int seg = 0; seg < a->nseg; seg++) {
+      const float *pt = part_of(a, item, seg);
+      for (int i = 0; i < r.R; i++) {
+        const float *pr = pt + (size_t)i * (hd + 2);
+        att_merge(hd, &tm[i], &tl[i], tot + (size_t)i * hd, pr[0], pr[1], pr + 2);
+      }
+    }
+    att_final(a, &r, tm, tl, tot);
+  }
+  free(tot);
 }
 
 static void attention(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
@@ -262,20 +415,39 @@ static void attention(sm_backend *be, float *out, const float *q, const sm_kv_ca
   /* tiles: runs of consecutive positions of one sequence, at most ATT_ROWS/hsub tokens */
   const int tt = ATT_ROWS / a.hsub;
   int32_t *tile0 = sm_xmalloc(((size_t)nt + 1) * sizeof(int32_t));
-  int n_tiles = 0;
+  int n_tiles = 0, maxt = 1;
+  int32_t maxpos = 0;
   for (int t = 0; t < nt;) {
     int e = t + 1;
     while (e < nt && e - t < tt && c->b.seq[e] == c->b.seq[t] && c->b.pos[e] == c->b.pos[e - 1] + 1) e++;
     tile0[n_tiles++] = t;
+    if (e - t > maxt) maxt = e - t;
     t = e;
   }
   tile0[n_tiles] = nt;
+  for (int t = 0; t < nt; t++) {
+    int32_t hi = c->b.pos[t];
+    if (c->b.attn_span && c->b.attn_span[2 * t + 1] > hi) hi = c->b.attn_span[2 * t + 1];
+    if (hi > maxpos) maxpos = hi;
+  }
   a.tile0 = tile0;
   a.n_tiles = n_tiles;
-  /* cost estimate per item: rows * attended length * head_dim */
-  size_t cost = (size_t)kv->head_dim * 4 * (size_t)a.hsub * (size_t)(nt < tt ? nt : tt);
-  cost *= (size_t)(c->b.pos[nt - 1] + 1);
-  sm_cpu_pfor(c, (size_t)n_tiles * (size_t)kv->n_kv_heads * (size_t)a.n_hsub, cost, att_range, &a);
+  const size_t items = (size_t)n_tiles * (size_t)kv->n_kv_heads * (size_t)a.n_hsub;
+  const int nseg = maxpos / ATT_SEG + 1;
+  if (c->nth > 1 && items < (size_t)c->nth && nseg > 1) {
+    /* fewer items than threads and more than one segment: (item, segment) pairs, then the merge */
+    a.nseg = nseg;
+    a.rmax = maxt * a.hsub;
+    a.part = sm_xmalloc(items * (size_t)nseg * (size_t)a.rmax * (size_t)(kv->head_dim + 2) * sizeof(float));
+    sm_cpu_pfor_chunk(c, items * (size_t)nseg, 1, att_segs, &a);
+    sm_cpu_pfor_chunk(c, items, 1, att_join, &a);
+    free(a.part);
+  } else {
+    /* cost estimate per item: rows * attended length * head_dim */
+    size_t cost = (size_t)kv->head_dim * 4 * (size_t)a.hsub * (size_t)(nt < tt ? nt : tt);
+    cost *= (size_t)(c->b.pos[nt - 1] + 1);
+    sm_cpu_pfor(c, items, cost, att_items, &a);
+  }
   free(tile0);
 }
 void sm_cpu_attention(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
