@@ -1678,6 +1678,8 @@ int main(int argc, char **argv) {
   /* 4-bit experts in the natural word order of CW_Q4 (the layout of real models' stacked experts, which
    * are past the 1 Mi elements from which 4-bit weights take it) */
   pass("SMELT_CUDA_Q4=2", 64 | 256);
+  /* every new device buffer filled with NaN bytes: a kernel that reads memory nothing wrote fails */
+  pass("SMELT_CUDA_POISON=1", 2 | 64);
   /* other k_mvq4 tilings and load hints */
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_Q4CFG=14 SMELT_CUDA_Q4HINT=3", 4 | 32);
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_Q4CFG=42 SMELT_CUDA_MVR=31", 4 | 32);

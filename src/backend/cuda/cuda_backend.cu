@@ -38,6 +38,7 @@ bool cu_ensure_buf(cuda_be *c, void **p, size_t *cap, size_t need) {
   *cap = 0;
   size_t n = need + need / 4;
   if (!cu_ck(c, cudaMalloc(p, n), "scratch alloc")) { *p = NULL; return false; }
+  if (c->t.poison) cudaMemset(*p, 0xff, n);
   *cap = n;
   return true;
 }
@@ -46,6 +47,7 @@ bool cu_ensure_buf(cuda_be *c, void **p, size_t *cap, size_t need) {
 static void *be_alloc(sm_backend *be, size_t bytes) {
   void *p = NULL;
   if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) { cudaGetLastError(); return NULL; }
+  if (CB(be)->t.poison) cudaMemset(p, 0xff, bytes ? bytes : 16);
   return p;
 }
 static void be_free(sm_backend *be, void *p) {

@@ -51,6 +51,9 @@ static const sm_tune_entry k_table[] = {
     "decode attention parts left out (1 position loop, 2 partial exchange, 4 q load, 8 half K/V, 16 K/V)", {}, NULL },
   { "SMELT_CUDA_TRACE_L", F(trace_l), 325, 0, 1 << 30, SM_TUNE_DEV,
     "SMELT_CUDA_TRACE builds: the attention / MLP launch whose timeline is recorded", {}, NULL },
+  { "SMELT_CUDA_POISON", F(poison), 0, 0, 1, 0,
+    "1: new activation, scratch and cache buffers are filled with 0xff bytes (NaN), so a read of memory no "
+    "kernel wrote shows", {}, NULL },
 };
 #undef F
 

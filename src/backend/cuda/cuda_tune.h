@@ -36,6 +36,7 @@ typedef struct {
   /* developer builds only (change results) */
   int attn_diag; /* decode attention parts left out (bit mask) */
   int trace_l;   /* SMELT_CUDA_TRACE builds: the layer launch traced */
+  int poison;    /* 1: new device buffers filled with 0xff bytes (NaN) */
 } cu_tune;
 
 /* the table (for docs tests and `describe`), and reading it for a device of compute capability arch
