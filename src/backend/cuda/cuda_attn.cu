@@ -163,17 +163,23 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   extern __shared__ float4 sm4[];
   float *sm = (float *)sm4;
   const int t = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
-  const int G = n_heads / nkv, hd4 = hd >> 2, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  /* AT_HS (bit 20): the Gr (5..8, bits 21-24) query heads of a KV head are split over two blocks, the
+   * first 4 and the rest (grid.y = 2 x the KV heads, nkv the launch's); K/V rows and the new k/v are
+   * addressed by the real KV head kvh >> 1; h0: this block's first query head */
+  const int vsh = (cl >> 20) & 1, Gr = vsh ? (cl >> 21) & 15 : n_heads / nkv;
+  const int G = vsh ? ((kvh & 1) ? Gr - 4 : 4) : Gr, h0 = vsh ? (kvh >> 1) * Gr + 4 * (kvh & 1) : kvh * G;
+  const int hd4 = hd >> 2, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   float *Qs = sm;                        /* [G][hd] (scaled q) */
   float *Ws = Qs + G * hd;               /* [NW warps][G][hd] accumulators, then [G][S] weights */
   float *Ml = Ws + NW * G * hd;          /* [NW warps][G][2] (max, sum) */
   __shared__ int last;
-  const int64_t row = (int64_t)nkv * hd, koff = (int64_t)kvh * hd;
+  const int64_t row = (int64_t)(nkv >> vsh) * hd, koff = (int64_t)(kvh >> vsh) * hd;
+  const int64_t kvt = (int64_t)t * (nkv >> vsh) + (kvh >> vsh); /* the new k/v's row of rp.k / rp.v */
   const int p = pos[t], sq = seq[t];
   const int lo = window > 0 ? max(0, p - window + 1) : 0;
   const int len = p - lo + 1, per = (len + S - 1) / S;
   const int a0 = lo + z * per, a1 = min(p + 1, a0 + per);
-  const float *qg = q + ((int64_t)t * n_heads + (int64_t)kvh * G) * hd;
+  const float *qg = q + ((int64_t)t * n_heads + (int64_t)h0) * hd;
   const bool fused = rp.k != NULL;
   float *Kp = Ml + 2 * NW * G, *Vp = Kp + hd; /* the new position's k (rotated) and v */
   TRA_BEGIN
@@ -183,7 +189,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
    * bytes (P (32 + 2) floats), so that the owner waits for its own partials, without a cluster
    * barrier and its GPU-scope fence */
   __shared__ __align__(8) unsigned long long rsc_mb;
-  const bool sta = (cl & 8448) == 8448 && z < (n_heads / nkv) * (hd >> 5);
+  const bool sta = (cl & 8448) == 8448 && z < G * (hd >> 5);
   if (sta && threadIdx.x == 0) {
     const unsigned mb = (unsigned)__cvta_generic_to_shared(&rsc_mb);
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mb) : "memory");
@@ -292,14 +298,11 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
           asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane) : "memory");
           asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane) : "memory");
         }
-      } else { /* 8 bytes a lane: .ca (.cg copies 16) */
-        if (kvef) {
-          asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 8, %2;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane), "l"(kvpol) : "memory");
-          asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 8, %2;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane), "l"(kvpol) : "memory");
-        } else {
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane) : "memory");
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane) : "memory");
-        }
+      } else { /* 8 bytes a lane: .ca (.cg copies 16), without an L2 cache hint: with the hint, ptxas
+                * 13.0 gave one register allocation of the f16 instance an LDGSTS whose policy descriptor
+                * was an odd uniform register, an illegal instruction on the H100 */
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dk), "l"(Kc + sl * row + koff + 4 * lane) : "memory");
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dv), "l"(Vc + sl * row + koff + 4 * lane) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -335,8 +338,8 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   const int diag = (cl >> 15) & 31;
   /* (the float instance keeps its pointer select: other forms changed its register allocation) */
   if (hoist) {
-    const float *kt = fused ? rp.k + ((int64_t)t * nkv + kvh) * hd : (const float *)(Kc + (own_sl >= 0 ? own_sl : 0) * row + koff);
-    const float *vt = fused ? rp.v + ((int64_t)t * nkv + kvh) * hd : (const float *)(Vc + (own_sl >= 0 ? own_sl : 0) * row + koff);
+    const float *kt = fused ? rp.k + kvt * hd : (const float *)(Kc + (own_sl >= 0 ? own_sl : 0) * row + koff);
+    const float *vt = fused ? rp.v + kvt * hd : (const float *)(Vc + (own_sl >= 0 ? own_sl : 0) * row + koff);
     const KT *kc = Kc + (own_sl >= 0 ? own_sl : 0) * row + koff, *vc = Vc + (own_sl >= 0 ? own_sl : 0) * row + koff;
 #pragma unroll
     for (int u = 0; u < 2; u++) {
@@ -408,8 +411,8 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     }
   } else if (ownb) { /* this block's range holds the new position */
     const int64_t sl = at_slot(table, max_blocks, bs, nblocks, sq, p);
-    const float *kt = fused ? rp.k + ((int64_t)t * nkv + kvh) * hd : (const float *)(Kc + (sl >= 0 ? sl : 0) * row + koff);
-    const float *vt = fused ? rp.v + ((int64_t)t * nkv + kvh) * hd : (const float *)(Vc + (sl >= 0 ? sl : 0) * row + koff);
+    const float *kt = fused ? rp.k + kvt * hd : (const float *)(Kc + (sl >= 0 ? sl : 0) * row + koff);
+    const float *vt = fused ? rp.v + kvt * hd : (const float *)(Vc + (sl >= 0 ? sl : 0) * row + koff);
     const KT *kc = Kc + (sl >= 0 ? sl : 0) * row + koff, *vc = Vc + (sl >= 0 ? sl : 0) * row + koff;
     for (int d = tid; d < hd; d += NW * 32) {
       float v = at_new(fused, kt, kc, d);
@@ -660,7 +663,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     /* warps that combine (SMELT_CUDA_ATTN_CW): 1, 4 (a quarter of the partials each) or all 8 */
     const int cw = (cl & 2048) ? ((cl & 16384) && NW == 8 ? 8 : 4) : 1;
     if (warp < cw && z < G * nq) {
-      const int g = z / nq, d = (z % nq) * 32 + lane, h = kvh * G + g;
+      const int g = z / nq, d = (z % nq) * 32 + lane, h = h0 + g;
       float2 ml[4];
       float wk[4];
       float M = -INFINITY, L = 0.f;
@@ -756,7 +759,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   }
   __syncthreads();
   for (int i = tid; i < G * hd; i += NW * 32) {
-    const int g = i / hd, d = i % hd, h = kvh * G + g;
+    const int g = i / hd, d = i % hd, h = h0 + g;
     float M = FM[g], L = FL[g], o = 0.f;
     if (!oldm) {
 #pragma unroll
@@ -801,7 +804,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     const int nout = G * hd, nch = (nout + 31) / 32;
     for (int ch = z + S * warp; ch < nch; ch += NW * S) {
       const int i = ch * 32 + lane, ii = i < nout ? i : nout - 1;
-      const int g = ii / hd, d = ii % hd, h = kvh * G + g;
+      const int g = ii / hd, d = ii % hd, h = h0 + g;
       float o = 0.f, L = 0.f;
       if ((cl & 3) == 2 && hd % 32 == 0 && !(cl & 128)) {
         /* S <= 16; the chunk's 32 outputs are of one head g: lane k < S reads split k's (max, sum)
@@ -871,7 +874,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
    * the S partials of an output loaded together (16 at a time) */
   float *Wz = Ws; /* [G][S] (the accumulators are consumed) */
   for (int g = warp; g < G; g += NW) {
-    const float *pp = part + ((int64_t)t * n_heads + kvh * G + g) * S * (hd + 2);
+    const float *pp = part + ((int64_t)t * n_heads + h0 + g) * S * (hd + 2);
     float mz[2], lz[2];
 #pragma unroll
     for (int k = 0; k < 2; k++) { /* S <= 64 */
@@ -900,7 +903,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   }
   __syncthreads();
   for (int i = tid; i < G * hd; i += NW * 32) {
-    const int g = i / hd, d = i % hd, h = kvh * G + g;
+    const int g = i / hd, d = i % hd, h = h0 + g;
     const float *pp = part + ((int64_t)t * n_heads + h) * S * (hd + 2) + 2 + d;
     float o = 0.f;
     for (int z0 = 0; z0 < S; z0 += 16) {
@@ -923,7 +926,8 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
  * developer diagnostics (5 bits from AT_DIAG: 1 no position loop, 2 no partial exchange, 4 no q load,
  * 8 half the K/V bytes, 16 no K/V loads; wrong results); AT_DEFAULT: the new position's k/v read
  * before q (4), RSC partials combined by all eight warps (2048 | 16384) and sent with st.async (8192) */
-enum { AT_CL = 2, AT_TRIG = 3, AT_RSC = 256, AT_STG = 9, AT_KVEF = 4096, AT_DIAG = 15, AT_DEFAULT = 4 | 2048 | 16384 | 8192 };
+enum { AT_CL = 2, AT_TRIG = 3, AT_RSC = 256, AT_STG = 9, AT_KVEF = 4096, AT_DIAG = 15, AT_HS = 1 << 20,
+       AT_DEFAULT = 4 | 2048 | 16384 | 8192 };
 
 static size_t at_base_smem(int hd, int G, int S, int nw) {
   size_t acc = (size_t)nw * G * hd, wz = (size_t)G * S;
@@ -941,7 +945,14 @@ static size_t at_smem(const cu_tune *t, int hd, int G, int S, int nw, bool rsc) 
   return ns ? at_stg_off(hd, G, S, nw, rsc) + at_stg_bytes(hd, nw, ns, 4)
             : at_base_smem(hd, G, S, nw) + (rsc ? at_rsc_bytes(S, nw) : 0);
 }
+/* 5 to 8 query heads a KV head (Qwen2.5-7B's 7, Qwen3-30B-A3B's and Llama-70B's 8) run as two blocks
+ * of at most 4 (attn_hsplit): the 8-warp kernel with the reduce-scatter of scores, instead of the
+ * 4-warp one for G <= 8 */
+int cu_attn_dec_hsplit(const cu_tune *t, int hd, int G) {
+  return t->attn_hsplit && G >= 5 && G <= 8 && hd % 32 == 0 && hd <= 128 ? 2 : 1;
+}
 size_t cu_attn_dec_smem(const cu_tune *t, int hd, int G, int S, sm_dtype dt) {
+  if (cu_attn_dec_hsplit(t, hd, G) == 2) G = 4;
   const int Sc = S < 16 ? S : 16, nw = cu_attn_dec_warps(hd, G, dt);
   return at_smem(t, hd, G, Sc, nw, at_rsc(hd, G, Sc, nw, true));
 }
@@ -1010,11 +1021,12 @@ static void attn_launch(const cu_ctx *cx, void (*kern)(KArgs...), dim3 grid, int
 
 void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
   const cu_tune *t = cx->t;
-  const int G = x->n_heads / x->nkv, hd = x->hd, hd4 = hd / 4;
+  const int Gr = x->n_heads / x->nkv, hs = cu_attn_dec_hsplit(t, x->hd, Gr), nkv = x->nkv * hs;
+  const int G = hs == 2 ? 4 : Gr, hd = x->hd, hd4 = hd / 4;
   int S = x->S;
   const bool cl = !x->global_combine && t->attn_cl >= 2 && S > 1;
   if (cl && S > t->attn_cl) S = t->attn_cl;
-  dim3 grid((unsigned)x->n_tokens, (unsigned)x->nkv, (unsigned)S);
+  dim3 grid((unsigned)x->n_tokens, (unsigned)nkv, (unsigned)S);
   uint8_t *xq = (uint8_t *)x->xq;
   float2 *xs = xq ? (float2 *)(xq + (size_t)x->n_tokens * x->n_heads * hd) : NULL;
   at_rope rp = { x->kraw, x->vraw, x->invq, x->invk, x->halfq, x->halfk, { NULL, NULL }, { 0, 0 } };
@@ -1029,13 +1041,14 @@ void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
   const size_t sm = at_smem(t, hd, G, S, nw, rsc);
   const int nstg = at_nstg(t, hd, nw);
   const int flags = AT_DEFAULT | (cl ? AT_CL : 0) | (t->attn_trig << AT_TRIG) | (rsc ? AT_RSC : 0) |
-                    (nstg << AT_STG) | (t->attn_kvef ? AT_KVEF : 0) | ((t->attn_diag & 31) << AT_DIAG);
+                    (nstg << AT_STG) | (t->attn_kvef ? AT_KVEF : 0) | ((t->attn_diag & 31) << AT_DIAG) |
+                    (hs == 2 ? AT_HS | Gr << 21 : 0);
 #define AD2_LW(GM, NJ, B, HW, NW)                                                                           \
   do {                                                                                                    \
     set_smem<KT, GM, NJ, B, HW, NW>(sm, t->attn_cl > 8);                                                  \
     attn_launch(cx, k_attn_dec2<KT, GM, NJ, B, HW, NW>, grid, NW * 32, sm, cl, x->out, xq, xs, x->part,   \
                 x->cnt, x->q, rp, (KT *)x->K, (KT *)x->V, x->pos, x->seq, x->table, x->max_blocks, x->bs,      \
-                x->nblocks, x->n_heads, x->nkv, hd, x->scale, x->window, x->softcap, S, flags);             \
+                x->nblocks, x->n_heads, nkv, hd, x->scale, x->window, x->softcap, S, flags);                \
   } while (0)
   CU_KV_DISPATCH(x->dt, {
     if (nw == 8) { /* 8 warps of 4 positions a batch (128 registers) */

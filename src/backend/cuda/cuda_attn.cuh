@@ -10,7 +10,7 @@ struct cu_attn_args {
   float *out;
   void *xq;        /* may be NULL (hd % 32 == 0): also the int8 layout of out (cu_q4_scratch_bytes) */
   float *part;     /* n_tokens * n_heads * S * (hd + 2) floats when S > 1 */
-  int *cnt;        /* n_tokens * nkv ints, zero (left zero) */
+  int *cnt;        /* n_tokens * nkv * cu_attn_dec_hsplit ints, zero (left zero) */
   const float *q;
   /* kraw != NULL: rope + kv_store fused in: q, kraw, vraw are the projections before rotation (rotated
    * with invq / halfq, invk / halfk) and the new k, v are written into K, V here */
@@ -34,6 +34,9 @@ bool cu_attn_dec_ok(int hd, int G, sm_dtype dt);
 /* splits of every decode-attention launch in batch-invariant mode (backend.h; SMELT_CUDA_ATTN_S overrides) */
 #define CU_ATTN_INV_SPLITS 8
 int cu_attn_dec_splits(const cu_tune *t, int n_tokens, int nkv, int n_sm);
+/* 2 where the decode kernel splits a KV head's query heads over two blocks (its launch then has
+ * twice the KV heads: splits, smem and counters are counted for nkv * this), else 1 */
+int cu_attn_dec_hsplit(const cu_tune *t, int hd, int G);
 int cu_attn_dec_warps(int hd, int G, sm_dtype dt);
 size_t cu_attn_dec_smem(const cu_tune *t, int hd, int G, int S, sm_dtype dt);
 void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *a);

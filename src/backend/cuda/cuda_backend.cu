@@ -456,7 +456,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
     if (kv && kv->head_dim > 0 && n_heads > 0) cudaMemsetAsync(out, 0, (size_t)nt * n_heads * kv->head_dim * 4, c->s);
     return;
   }
-  const int G = n_heads / kv->n_kv_heads;
+  const int G = n_heads / kv->n_kv_heads, hs = cu_attn_dec_hsplit(&c->t, kv->head_dim, G);
   int Sd = 0; /* > 0: one-token-per-sequence decode kernel with Sd splits */
   bool glong = false;
   if (c->base.batch_invariant && !c->has_span && cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) {
@@ -467,7 +467,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
     Sd = c->t.attn_s >= 1 ? c->t.attn_s : CU_ATTN_INV_SPLITS;
     if (cu_attn_dec_smem(&c->t, kv->head_dim, G, Sd, kv->dtype) > c->smem_optin) Sd = 0;
   } else if (c->n_tiles == nt && !c->has_span && cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) {
-    Sd = cu_attn_dec_splits(&c->t, nt, kv->n_kv_heads, c->n_sm);
+    Sd = cu_attn_dec_splits(&c->t, nt, kv->n_kv_heads * hs, c->n_sm);
     if (cu_attn_dec_smem(&c->t, kv->head_dim, G, Sd, kv->dtype) > c->smem_optin) Sd = 0;
     if (Sd > 1 && c->t.attn_long > 0) { /* long contexts: the global-memory split combine (a new graph) */
       int maxlen = 1;
@@ -480,7 +480,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
     }
   }
   if (Sd > 1) {
-    size_t need = sizeof(int) * (size_t)nt * kv->n_kv_heads, old = c->att_cnt_cap;
+    size_t need = sizeof(int) * (size_t)nt * kv->n_kv_heads * hs, old = c->att_cnt_cap;
     if (!cu_ensure_buf(c, (void **)&c->att_cnt, &c->att_cnt_cap, need)) return;
     if (c->att_cnt_cap != old && !cu_ck(c, cudaMemset(c->att_cnt, 0, c->att_cnt_cap), "attention counters")) return;
   }

@@ -31,6 +31,8 @@ static const sm_tune_entry k_table[] = {
   { "SMELT_CUDA_ATTN_STG", F(attn_stg), 1, 0, 2, 0, "K/V batches a decode attention warp stages before its wait", {}, NULL },
   { "SMELT_CUDA_ATTN_TRIG", F(attn_trig), 2, 0, 2, 0,
     "where decode attention lets the next kernel launch: 0 start, 1 first K/V loads, 2 after its loop", {}, NULL },
+  { "SMELT_CUDA_ATTN_HSPLIT", F(attn_hsplit), 1, 0, 1, 0,
+    "decode attention with 5 to 8 query heads a KV head: two blocks of at most 4 (1) or one block (0)", {}, NULL },
   { "SMELT_CUDA_ATTN_FA", F(attn_fa), 1, 0, 1, 0,
     "prefill attention on tensor cores with f16 operands (sm_80+); 0: the f32 CUDA-core kernel", {}, NULL },
   { "SMELT_CUDA_MVR", F(mvr), -1, -1, 31, 0,
