@@ -536,16 +536,16 @@ static void test_attention_cases(void) {
   test_attention_case(20, 20, 80, 0, 0.f, 130, 60, 9);      /* MHA, hd 80 */
   test_attention_case(16, 8, 256, 100, 50.f, 257, 500, 80); /* sliding window + softcap, hd 256 */
   /* one token per sequence (the decode kernel k_attn_dec2, split over the key range) */
-  test_attention_case(32, 8, 128, 0, 0.f, 1, 600, 700); /* llama-8B decode, splits */
-  test_attention_case(32, 8, 64, 0, 0.f, 1, 5, 1000);   /* llama-1B shape */
-  test_attention_case(16, 2, 64, 50, 0.f, 1, 20, 900);  /* sliding window */
-  test_attention_case(8, 1, 256, 0, 30.f, 1, 300, 2);   /* softcap, hd 256 */
-  test_attention_case(28, 4, 96, 0, 0.f, 1, 130, 33);   /* G 7, hd 96 */
-  test_attention_case(4, 2, 16, 0, 0.f, 1, 0, 64);      /* tiny head dim */
-  test_attention_case(32, 2, 64, 0, 0.f, 1, 40, 90);    /* G 16: one token per sequence on the tiled kernel */
-  test_attention_case(32, 4, 128, 0, 0.f, 1, 600, 700); /* G 8 (Qwen3-30B-A3B): two blocks a KV head */
+  test_attention_case(32, 8, 128, 0, 0.f, 1, 600, 700);  /* llama-8B decode, splits */
+  test_attention_case(32, 8, 64, 0, 0.f, 1, 5, 1000);    /* llama-1B shape */
+  test_attention_case(16, 2, 64, 50, 0.f, 1, 20, 900);   /* sliding window */
+  test_attention_case(8, 1, 256, 0, 30.f, 1, 300, 2);    /* softcap, hd 256 */
+  test_attention_case(28, 4, 96, 0, 0.f, 1, 130, 33);    /* G 7, hd 96 */
+  test_attention_case(4, 2, 16, 0, 0.f, 1, 0, 64);       /* tiny head dim */
+  test_attention_case(32, 2, 64, 0, 0.f, 1, 40, 90);     /* G 16: one token per sequence on the tiled kernel */
+  test_attention_case(32, 4, 128, 0, 0.f, 1, 600, 700);  /* G 8 (Qwen3-30B-A3B): two blocks a KV head */
   test_attention_case(64, 8, 64, 128, 0.f, 1, 300, 200); /* G 8, hd 64, sliding window (gpt-oss) */
-  test_attention_case(40, 8, 128, 0, 0.f, 1, 300, 500); /* G 5 (Qwen2.5-14B): blocks of 4 and 1 heads */
+  test_attention_case(40, 8, 128, 0, 0.f, 1, 300, 500);  /* G 5 (Qwen2.5-14B): blocks of 4 and 1 heads */
   /* one sequence decoding alone (16 splits at these shapes) */
   test_attention_case(32, 8, 128, 0, 0.f, 0, 0, 700); /* llama-8B */
   test_attention_case(32, 8, 64, 0, 0.f, 0, 0, 5);    /* llama-1B, splits without positions */

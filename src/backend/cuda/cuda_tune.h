@@ -34,9 +34,9 @@ typedef struct {
   int qmma_bm;   /* weight rows a block of the tensor-core kernel (128, 256; 0 automatic) */
   int moe_grp;   /* (token, expert) slots above which an eager matmul_experts runs one GEMM per expert */
   /* developer builds only (change results) */
-  int attn_diag; /* decode attention parts left out (bit mask) */
-  int trace_l;   /* SMELT_CUDA_TRACE builds: the layer launch traced */
-  int poison;    /* 1: new device buffers filled with 0xff bytes (NaN) */
+  int attn_diag;   /* decode attention parts left out (bit mask) */
+  int trace_l;     /* SMELT_CUDA_TRACE builds: the layer launch traced */
+  int poison;      /* 1: new device buffers filled with 0xff bytes (NaN) */
   int attn_hsplit; /* 1: decode attention with 5 to 8 query heads a KV head as two blocks */
 } cu_tune;
 
