@@ -1,20 +1,10 @@
-/* Private interface of the CPU backend: thread pool and per-ISA kernel tables. */
+/* Private interface of the CPU backend: thread placement and per-ISA kernel tables (the thread
+ * pool is base/pool.h). */
 #ifndef SM_CPU_INTERNAL_H
 #define SM_CPU_INTERNAL_H
 #include "backend/backend.h"
+#include "base/pool.h"
 #include <sched.h>
-
-/* ---- thread pool: persistent workers, the caller runs as thread 0 ---- */
-typedef struct sm_pool sm_pool;
-typedef void (*sm_pool_fn)(void *ctx, int tid, int nth);
-/* sets: [n_threads] CPU sets thread i is pinned to (NULL: no pinning); poll: 0..100, how long
- * idle workers spin before they sleep (llama.cpp's --poll; 50: 2 ms) */
-sm_pool *sm_pool_create(int n_threads, const cpu_set_t *sets, int poll);
-bool sm_pool_pinned(const sm_pool *p);
-void sm_pool_destroy(sm_pool *p);
-int sm_pool_size(const sm_pool *p);
-/* Runs fn(ctx, tid, nth) on every thread (tid 0 = caller) and waits for all. */
-void sm_pool_run(sm_pool *p, sm_pool_fn fn, void *ctx);
 
 /* ---- thread placement (cpu_place.c) ---- */
 /* "0xff" (hex, CPU 0 = lowest bit) or "0-7,16-23" */

@@ -3,9 +3,10 @@
  * how long they spin is the poll level (llama.cpp's --poll, 0..100). The counters that the
  * dispatcher writes, the one the workers write and the sleep count live on separate cache lines,
  * so finishing workers do not disturb the ones still spinning. Threads may be pinned to CPU sets
- * (cpu_place.c); the caller runs as thread 0 and is pinned to thread 0's set the first time it
+ * (backend/cpu/cpu_place.c makes them); the caller runs as thread 0 and is pinned to thread 0's set the first time it
  * dispatches. */
-#include "backend/cpu/cpu_internal.h"
+#include "base/pool.h"
+#include "base/base.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
