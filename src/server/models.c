@@ -178,6 +178,7 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   sm_sched *sc = &sv->sched;
   sm_sched_init(sc, sv->eng, tok, metrics, vocab, p->parallel, p->max_queue);
   sc->gcache = sm_gpool_masks(gpool);
+  sc->mask_threads = p->grammar_threads;
   if (p->draft_dir || p->spec_ngram) {
     sc->spec.on = true;
     sc->spec.n_max = p->draft_max;

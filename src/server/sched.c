@@ -9,6 +9,7 @@
 #include <string.h>
 #include <stdatomic.h>
 #include <time.h>
+#include <unistd.h>
 
 static atomic_uint_fast64_t g_next_id;
 
@@ -336,17 +337,40 @@ static void preempt_newest(sm_sched *s) {
   sm_metrics_preempt(s->metrics);
 }
 
-/* The grammar mask of a constrained choice for its next token (engine thread, mu not held).
+/* A constrained choice's mask for its next token, from what the grammar allows (count tokens).
  * When nothing may follow, only the end-of-sequence tokens are allowed; a model without one gets
  * a mask that allows every token (a mask that allows none is an error of the sample op): the
  * grammar refuses the token, which ends the choice without its text. */
-static void ensure_mask(sm_sched *s, sm_choice *c) {
-  if (!c->gs || c->mask_ok) return;
-  if (sm_grammar_mask(c->gs, c->mask) == 0) {
+static void mask_done(sm_sched *s, sm_choice *c, int count) {
+  if (count == 0) {
     for (int i = 0; i < s->n_eos; i++) sm_mask_set(c->mask, s->eos[i]);
     if (!s->n_eos) memset(c->mask, 0xff, sizeof(uint32_t) * (size_t)((s->vocab + 31) / 32));
   }
   c->mask_ok = true;
+}
+/* the same for one choice (engine thread, mu not held) */
+static void ensure_mask(sm_sched *s, sm_choice *c) {
+  if (!c->gs || c->mask_ok) return;
+  mask_done(s, c, sm_grammar_mask(c->gs, c->mask));
+}
+/* ... for the n choices of a step, the masks built at once on the mask pool */
+typedef struct {
+  sm_choice **ch;
+  sm_grammar_state **gs;
+  uint32_t **mask;
+  int *count;
+} mask_batch;
+static void ensure_masks(sm_sched *s, mask_batch *mb, sm_choice *const *ch, int n) {
+  int m = 0;
+  for (int k = 0; k < n; k++)
+    if (ch[k]->gs && !ch[k]->mask_ok) {
+      mb->ch[m] = ch[k];
+      mb->gs[m] = ch[k]->gs;
+      mb->mask[m] = ch[k]->mask;
+      m++;
+    }
+  sm_grammar_mask_many(mb->gs, mb->mask, mb->count, m, s->mpool);
+  for (int i = 0; i < m; i++) mask_done(s, mb->ch[i], mb->count[i]);
 }
 
 /* mu NOT held: the choice cannot go on (its sequence is full) */
@@ -523,6 +547,8 @@ static void *engine_main(void *arg) {
   float *pmin = sm_xmalloc(sizeof(float) * (size_t)cap);
   uint8_t *all = sm_xmalloc((size_t)cap);
   sm_choice **bch = sm_xmalloc(sizeof(sm_choice *) * (size_t)cap);
+  mask_batch mbatch = {sm_xmalloc(sizeof(sm_choice *) * (size_t)cap), sm_xmalloc(sizeof(sm_grammar_state *) * (size_t)cap),
+                       sm_xmalloc(sizeof(uint32_t *) * (size_t)cap), sm_xmalloc(sizeof(int) * (size_t)cap)};
   float *rows = NULL;
   size_t rows_cap = 0;
 
@@ -615,7 +641,8 @@ static void *engine_main(void *arg) {
     }
     if (n <= 0) continue;
     pthread_mutex_unlock(&s->mu);
-    for (int k = 0; k < n; k++) ensure_mask(s, &bjob[k]->ch[bci[k]]);
+    for (int k = 0; k < n; k++) bch[k] = &bjob[k]->ch[bci[k]];
+    ensure_masks(s, &mbatch, bch, n);
     memset(done, 0, (size_t)n);
     /* speculative decoding: draft tokens for the choices that may have them, within the step's
      * token budget (every sequence computes at least one token) */
@@ -750,6 +777,10 @@ static void *engine_main(void *arg) {
   free(pmin);
   free(all);
   free(bch);
+  free(mbatch.ch);
+  free(mbatch.gs);
+  free(mbatch.mask);
+  free(mbatch.count);
   free(rows);
   free(s->spec.dl);
   s->spec.dl = NULL;
@@ -782,6 +813,12 @@ void sm_sched_add_eos(sm_sched *s, int32_t id) {
 }
 
 bool sm_sched_start(sm_sched *s) {
+  int nt = s->mask_threads;
+  if (nt <= 0) { /* automatic: the CPUs less the engine thread's, at most 8 */
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    nt = ncpu > 1 ? (int)SM_MIN(ncpu - 1, 8) : 1;
+  }
+  if (nt > 1 && !s->mpool) s->mpool = sm_pool_create(nt, NULL, 0); /* NULL (no threads): built serially */
   s->thread_started = pthread_create(&s->thread, NULL, engine_main, s) == 0;
   return s->thread_started;
 }
@@ -807,6 +844,8 @@ void sm_sched_destroy(sm_sched *s) {
   s->n_hot = 0;
   sm_grammar_vocab_free(s->gvocab);
   s->gvocab = NULL;
+  if (s->mpool) sm_pool_destroy(s->mpool);
+  s->mpool = NULL;
   free(s->active);
   s->active = NULL;
   pthread_mutex_destroy(&s->mu);

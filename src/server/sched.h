@@ -124,6 +124,8 @@ struct sm_sched {
   sm_engine_stats stats;
   sm_grammar_vocab *gvocab; /* built on the first constrained request (engine thread) */
   sm_gmask_cache *gcache;   /* masks shared between constrained sequences (NULL: none); set before start */
+  int mask_threads;         /* threads that build a step's masks (0: automatic); set before start */
+  sm_pool *mpool;           /* their pool (engine thread; NULL: masks built on the engine thread) */
   /* called by the engine thread after every step (mu not held): true when the step's results
    * cannot be trusted; msg says why. Every job then fails and `fatal` is set. */
   bool (*after_step)(void *arg, char *msg, size_t msg_size);

@@ -58,6 +58,7 @@ typedef struct {
   bool allow_image_urls;        /* fetch http(s) image URLs of requests (default: data: URLs only) */
   const char *image_files_dir;  /* read local image files under this directory (a real path); NULL: none */
   uint64_t grammar_cache;       /* bytes of grammar masks shared between requests (default 128 MiB; 0: none) */
+  int grammar_threads;          /* threads that build a step's grammar masks (0: automatic, 1: the engine's) */
   /* speculative decoding (one model): a draft model (-md, its resolved directory) or n-gram lookup */
   const char *draft_dir; /* NULL: no draft model */
   bool spec_ngram;       /* --spec-type ngram-simple */

@@ -2,7 +2,8 @@
  * fill are identical to masks built without it, over random walks of a JSON-schema grammar, a
  * GBNF grammar of non-ASCII characters (tokens that end inside a UTF-8 character), json_object
  * and bounded repetitions; with a budget so small that masks are evicted all the time; from two
- * threads at once; and the cache's own LRU bookkeeping. */
+ * threads at once; and the cache's own LRU bookkeeping. sm_grammar_mask_many (a step's masks at
+ * once, on a pool of threads) equals sm_grammar_mask state by state. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,6 +166,58 @@ static void check_walks(const char *name, const sm_grammar *g, size_t budget, in
   sm_gmask_cache_free(c);
 }
 
+/* sm_grammar_mask_many, on a pool of 3 threads and on the caller alone, against sm_grammar_mask on
+ * states of their own fed the same tokens: sequences in pairs that take the same tokens (one key:
+ * one walk, one copy), walking until they end, with and without a shared cache */
+static void test_many(const sm_grammar *g) {
+  enum { N = 16, STEPS = 48 };
+  if (!g) return;
+  const size_t W = (size_t)(g_V + 31) / 32;
+  sm_pool *pool = sm_pool_create(3, NULL, 0);
+  CHECK(pool != NULL, "pool");
+  for (int use_cache = 0; use_cache < 2 && pool; use_cache++) {
+    sm_gmask_cache *c = use_cache ? sm_gmask_cache_new(64u << 20) : NULL;
+    sm_grammar_state *ms[N], *rs[N];
+    uint32_t *mm[N], *r = malloc(4 * W);
+    int cnt[N], mism = 0, checked = 0, ended = 0;
+    for (int q = 0; q < N; q++) {
+      ms[q] = sm_grammar_state_new(g, g_voc);
+      sm_grammar_state_set_cache(ms[q], c);
+      rs[q] = sm_grammar_state_new(g, g_voc);
+      mm[q] = malloc(4 * W);
+    }
+    uint64_t x = 0x2545F4914F6CDD1Dull + (uint64_t)use_cache;
+    for (int k = 0; k < STEPS; k++) {
+      sm_grammar_mask_many(ms, mm, cnt, N, k % 2 ? pool : NULL);
+      for (int q = 0; q < N; q++) {
+        const int cr = sm_grammar_mask(rs[q], r);
+        checked++;
+        mism += memcmp(mm[q], r, 4 * W) != 0 || cnt[q] != cr;
+      }
+      for (int q = 0; q < N; q += 2) {
+        const int32_t t = cnt[q] ? pick(mm[q], cnt[q], &x) : -1;
+        for (int u = q; u < q + 2 && t >= 0; u++) {
+          sm_grammar_accept(ms[u], t); /* refused once ended: the state stays */
+          sm_grammar_accept(rs[u], t);
+        }
+      }
+    }
+    for (int q = 0; q < N; q++) {
+      ended += sm_grammar_ended(ms[q]);
+      sm_grammar_state_free(ms[q]);
+      sm_grammar_state_free(rs[q]);
+      free(mm[q]);
+    }
+    free(r);
+    sm_gmask_cache_free(c);
+    printf("mask_many %s: %d masks, %d of %d sequences ended\n", use_cache ? "shared cache" : "no cache", checked,
+           ended, N);
+    CHECK(mism == 0, "mask_many (%s): %d of %d masks differ from sm_grammar_mask's", use_cache ? "cache" : "no cache",
+          mism, checked);
+  }
+  if (pool) sm_pool_destroy(pool);
+}
+
 /* LRU bookkeeping on synthetic keys: budget, eviction order, byte-exact keys */
 static void test_lru(void) {
   const size_t words = 64;
@@ -235,6 +288,8 @@ int main(int argc, char **argv) {
   check_walks("json schema, tiny budget", js, tiny, 6, 8, 40, 1);
   check_walks("gbnf utf-8, tiny budget", u8, tiny, 6, 8, 40, 1);
   check_walks("json schema, 2 threads", js, big, 6, 8, 40, 2);
+  test_many(js);
+  test_many(u8);
   /* the cache is keyed by grammar: two grammars in one cache never see each other's masks */
   sm_gmask_cache *c = sm_gmask_cache_new(big);
   sm_grammar *ga = compile("root ::= \"a\" [a-z]*"), *gb = compile("root ::= \"a\" [0-9]*");

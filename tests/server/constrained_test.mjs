@@ -66,7 +66,9 @@ async function pool(n, k, fn) {
   return out;
 }
 
-const srv = await startServer(['-np', '8', '-c', '512']);
+// masks built on a pool of 3 threads here; the server started below without the mask cache builds
+// them on its default pool (one thread on a 2-core machine): their outputs must agree
+const srv = await startServer(['-np', '8', '-c', '512', '--grammar-threads', '3']);
 const client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'x', maxRetries: 0 });
 const ajv = new Ajv({ strict: false });
 try {
