@@ -547,7 +547,8 @@ static void *engine_main(void *arg) {
   float *pmin = sm_xmalloc(sizeof(float) * (size_t)cap);
   uint8_t *all = sm_xmalloc((size_t)cap);
   sm_choice **bch = sm_xmalloc(sizeof(sm_choice *) * (size_t)cap);
-  mask_batch mbatch = {sm_xmalloc(sizeof(sm_choice *) * (size_t)cap), sm_xmalloc(sizeof(sm_grammar_state *) * (size_t)cap),
+  mask_batch mbatch = {sm_xmalloc(sizeof(sm_choice *) * (size_t)cap),
+                       sm_xmalloc(sizeof(sm_grammar_state *) * (size_t)cap),
                        sm_xmalloc(sizeof(uint32_t *) * (size_t)cap), sm_xmalloc(sizeof(int) * (size_t)cap)};
   float *rows = NULL;
   size_t rows_cap = 0;
