@@ -40,9 +40,7 @@ if [ -f "$LL/CMakeLists.txt" ]; then
   LB=${LLAMA_BUILD:-$LL/build-cpu}
   if [ ! -x $LB/bin/llama-bench ]; then
     el "building llama.cpp (CPU only, GGML_NATIVE) in $LB"
-    cmake -S $LL -B $LB -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_CURL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >$OUT/llama-cmake.log 2>&1 &&
-      cmake --build $LB -j$J --target llama-bench >$OUT/llama-build.log 2>&1 ||
+    bash bench/peer/build_llamacpp.sh $LL $LB cpu $J $OUT llama-bench ||
       { el "llama.cpp build failed: smelt alone"; tail -20 $OUT/llama-build.log $OUT/llama-cmake.log; LB=; }
   fi
   [ -n "$LB" ] && export LD_LIBRARY_PATH=$LB/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

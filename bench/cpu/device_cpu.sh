@@ -37,9 +37,7 @@ B=build-cpu
 SP=$!
 if [ -n "$LL" ]; then
   LB=$OUT/llama-build
-  ( cmake -S "$LL" -B $LB -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_CURL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >$OUT/llama-cmake.log 2>&1 &&
-    cmake --build $LB -j$J --target llama-bench >$OUT/llama-build.log 2>&1 ) &
+  bash bench/peer/build_llamacpp.sh "$LL" $LB cpu $J $OUT llama-bench &
   LP=$!
 fi
 wait $SP || { el "smelt build failed"; tail -30 $OUT/smelt-build.log $OUT/smelt-cmake.log; exit 1; }

@@ -12,9 +12,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 B=${1:-build-dev}; L=${2:-llamacpp}
 PP=${PP:-4096 16384 65536}
 T0=$(date +%s)
-(cmake -S $L -B $L/build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-   -DCMAKE_BUILD_TYPE=Release >$OUT/llama-cmake.log 2>&1 &&
- cmake --build $L/build -j10 --target llama-bench llama-batched-bench >$OUT/llama-build.log 2>&1; echo $? >$OUT/llama-build.rc) &
+(bash bench/peer/build_llamacpp.sh $L $L/build cuda 10 $OUT llama-bench llama-batched-bench; echo $? >$OUT/llama-build.rc) &
 LB=$!
 (for s in 8b 1b; do python3 bench/peer/make_gguf.py $L $s /tmp/m$s.gguf || exit 1; done >$OUT/gguf.log 2>&1; echo $? >$OUT/gguf.rc) &
 GG=$!

@@ -11,9 +11,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 B=${1:-build-dev}; L=${2:-llamacpp}
 T0=$(date +%s)
 # llama.cpp builds in the background while smelt builds and its model is written
-(cmake -S $L -B $L/build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-   -DCMAKE_BUILD_TYPE=Release >$OUT/llama-cmake.log 2>&1 &&
- cmake --build $L/build -j12 --target llama-bench >$OUT/llama-build.log 2>&1; echo $? >$OUT/llama-build.rc) &
+(bash bench/peer/build_llamacpp.sh $L $L/build cuda 12 $OUT llama-bench; echo $? >$OUT/llama-build.rc) &
 LB=$!
 (python3 bench/peer/make_gguf.py $L 30b-a3b /tmp/m30b.gguf >$OUT/gguf.log 2>&1; echo $? >$OUT/gguf.rc) &
 GG=$!

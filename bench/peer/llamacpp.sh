@@ -6,9 +6,7 @@
 # usage (repo root): bash bench/peer/llamacpp.sh LLAMA_CPP_DIR
 set -e
 SRC=$1
-cmake -S $SRC -B $SRC/build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-  -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build $SRC/build -j16 --target llama-bench llama-batched-bench >/dev/null
+bash bench/peer/build_llamacpp.sh $SRC $SRC/build cuda 16 /tmp llama-bench llama-batched-bench
 L=$SRC/build/bin
 export LD_LIBRARY_PATH=$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 for s in 8b 1b; do [ -f /tmp/m$s.gguf ] || python3 bench/peer/make_gguf.py $SRC $s /tmp/m$s.gguf; done
