@@ -21,6 +21,7 @@
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "../test_util.h"
+#include "sample_backend.h"
 
 static sm_backend *B;
 static uint64_t rs = 0x9e3779b97f4a7c15ULL;
@@ -410,24 +411,10 @@ static void test_e2e(const char *src, smelt_device dev) {
 }
 
 int main(int argc, char **argv) {
-  const char *which = argc > 1 ? argv[1] : "cpu";
   const char *src = argc > 2 ? argv[2] : ".";
-  bool cuda = !strcmp(which, "cuda");
-  if (cuda) {
-#ifndef SMELT_HAVE_CUDA
-    printf("built without CUDA: skipped\n");
-    return 77;
-#else
-    B = sm_cuda_backend_create(0);
-    if (!B) {
-      printf("skipped: %s\n", smelt_last_error());
-      return 77;
-    }
-#endif
-  } else {
-    B = sm_cpu_backend_create(2);
-  }
-  CHECK(B && B->sample, "%s backend has a sample op", which);
+  bool cuda;
+  B = sample_backend(argc, argv, &cuda);
+  CHECK(B && B->sample, "%s backend has a sample op", cuda ? "cuda" : "cpu");
   if (!B || !B->sample) TEST_END();
   test_batches();
   test_sampler_stream();
