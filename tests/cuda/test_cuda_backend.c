@@ -552,6 +552,7 @@ static void test_attention_cases(void) {
   test_attention_case(8, 4, 32, 0, 0.f, 0, 0, 300);   /* the tiny model (hd 32, G 2) */
   test_attention_case(32, 4, 128, 0, 0.f, 0, 0, 700); /* G 8 alone */
   test_attention_case(28, 4, 128, 0, 0.f, 0, 0, 700); /* G 7 alone (Qwen2.5-7B) */
+  test_attention_case(40, 8, 128, 0, 0.f, 0, 0, 700); /* G 5 alone: blocks of 4 and 1 heads, RSC combine */
   test_attention_case(24, 4, 64, 0, 0.f, 0, 0, 300);  /* G 6, hd 64 (half-warp positions) */
   /* long contexts: more than 32 positions a warp (the slots of a warp's positions are read 32 at
    * a time; batches of 12 positions straddle those chunks) */
@@ -1595,7 +1596,8 @@ static void test_moe(void) {
 }
 
 /* the pass tests to run (argument "moe": only the mixture-of-experts tests, 64; "hybrid": only those of
- * recurrent layers, 128; "matmul": only the matmuls, 4 | 8; "mla": multi-head latent attention, 256) */
+ * recurrent layers, 128; "matmul": only the matmuls, 4 | 8; "mla": multi-head latent attention, 256;
+ * "attention": the attention ops, 2) */
 static int g_only = ~0;
 
 /* one backend pass: G created with the tuning env (NAME=value ...), then the tests of mask
@@ -1660,8 +1662,9 @@ int main(int argc, char **argv) {
   else if (argc > 1 && !strcmp(argv[1], "hybrid")) g_only = 128;
   else if (argc > 1 && !strcmp(argv[1], "matmul")) g_only = 4 | 8;
   else if (argc > 1 && !strcmp(argv[1], "mla")) g_only = 256;
+  else if (argc > 1 && !strcmp(argv[1], "attention")) g_only = 2;
   else if (argc > 1) {
-    fprintf(stderr, "usage: %s [moe|hybrid|matmul|mla]\n", argv[0]);
+    fprintf(stderr, "usage: %s [moe|hybrid|matmul|mla|attention]\n", argv[0]);
     return 2;
   }
   G = sm_cuda_backend_create(0);
