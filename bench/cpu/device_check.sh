@@ -32,8 +32,7 @@ $PY -c "import numpy" 2>/dev/null || PY=/usr/bin/python3
 # ---- builds (not counted in BUDGET) ----
 if [ ! -x $B/smelt ]; then
   el "building smelt in $B"
-  cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >$OUT/smelt-cmake.log 2>&1 &&
-    cmake --build $B -j$J >$OUT/smelt-build.log 2>&1 || { el "smelt build failed"; tail -30 $OUT/smelt-build.log $OUT/smelt-cmake.log; exit 1; }
+  bash bench/cuda/build_smelt.sh $B $OUT/smelt $J || { el "smelt build failed"; exit 1; }
 fi
 LB=
 if [ -f "$LL/CMakeLists.txt" ]; then
@@ -41,7 +40,7 @@ if [ -f "$LL/CMakeLists.txt" ]; then
   if [ ! -x $LB/bin/llama-bench ]; then
     el "building llama.cpp (CPU only, GGML_NATIVE) in $LB"
     bash bench/peer/build_llamacpp.sh $LL $LB cpu $J $OUT llama-bench ||
-      { el "llama.cpp build failed: smelt alone"; tail -20 $OUT/llama-build.log $OUT/llama-cmake.log; LB=; }
+      { el "llama.cpp build failed: smelt alone"; tail -n 20 $OUT/llama-build.log $OUT/llama-cmake.log; LB=; }
   fi
   [ -n "$LB" ] && export LD_LIBRARY_PATH=$LB/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 else
@@ -49,7 +48,7 @@ else
 fi
 
 # ---- model files (not counted): smelt's synthetic checkpoints in /tmp (a short bench writes
-# them and pages them in), the GGUFs alongside (the same files bench/peer/llamacpp.sh uses) ----
+# them and pages them in), the GGUFs alongside (the same files bench/cuda/device_long.sh uses) ----
 for sh in $SHAPES; do
   [ -n "$LB" ] && [ ! -s /tmp/m$sh.gguf ] && { $PY bench/peer/make_gguf.py $LL $sh /tmp/m$sh.gguf >$OUT/gguf-$sh.log 2>&1 ||
     { el "make_gguf $sh failed"; tail -5 $OUT/gguf-$sh.log; rm -f /tmp/m$sh.gguf; }; } &

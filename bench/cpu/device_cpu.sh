@@ -40,10 +40,10 @@ if [ -n "$LL" ]; then
   bash bench/peer/build_llamacpp.sh "$LL" $LB cpu $J $OUT llama-bench &
   LP=$!
 fi
-wait $SP || { el "smelt build failed"; tail -30 $OUT/smelt-build.log $OUT/smelt-cmake.log; exit 1; }
+wait $SP || { el "smelt build failed"; tail -n 30 $OUT/smelt-build.log $OUT/smelt-cmake.log; exit 1; }
 el "smelt built"
 if [ -n "$LL" ]; then
-  if wait $LP; then el "llama.cpp built"; else el "llama.cpp build failed (smelt only)"; tail -20 $OUT/llama-build.log $OUT/llama-cmake.log; LL=; fi
+  if wait $LP; then el "llama.cpp built"; else el "llama.cpp build failed (smelt only)"; tail -n 20 $OUT/llama-build.log $OUT/llama-cmake.log; LL=; fi
 fi
 
 # ---- the CPU backend's tests on this CPU ----
@@ -56,7 +56,7 @@ done
 qbench=""
 for sh in $SHAPES; do
   if [ -n "$LL" ]; then
-    Q=/tmp/m$sh.gguf # bench/peer/llamacpp.sh's file names: made once for both
+    Q=/tmp/m$sh.gguf # bench/cuda/device_long.sh's file names: made once for both
     [ -s $Q ] || timeout 300 $PY bench/peer/make_gguf.py "$LL" $sh $Q >$OUT/gguf-$sh.log 2>&1 ||
       { el "make_gguf $sh failed"; tail $OUT/gguf-$sh.log; rm -f $Q; }
     el "$sh Q4_0 GGUF: $(du -h $Q 2>/dev/null | cut -f1)"

@@ -9,8 +9,7 @@ B=${1:-build-dev}
 set -o pipefail
 fail=()
 if [ ! -x "$B/smelt" ]; then
-  cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >/tmp/kvq-cmake.log 2>&1 &&
-    cmake --build "$B" -j16 >/tmp/kvq-build.log 2>&1 || { tail -30 /tmp/kvq-build.log; echo "RESULT: FAIL (build)"; exit 1; }
+  bash bench/cuda/build_smelt.sh "$B" /tmp/kvq || { echo "RESULT: FAIL (build)"; exit 1; }
 fi
 t0=$(date +%s)
 D=${KVQ_DIR:-/tmp/kvq-synth}

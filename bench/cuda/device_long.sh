@@ -17,8 +17,7 @@ LB=$!
 (for s in 8b 1b; do python3 bench/peer/make_gguf.py $L $s /tmp/m$s.gguf || exit 1; done >$OUT/gguf.log 2>&1; echo $? >$OUT/gguf.rc) &
 GG=$!
 if [ ! -x "$B/smelt" ]; then
-  (cmake -S . -B $B -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >$OUT/cmake.log 2>&1 &&
-    cmake --build $B -j6 >$OUT/build.log 2>&1) || { tail -30 $OUT/build.log; exit 1; }
+  bash bench/cuda/build_smelt.sh $B $OUT/smelt 6 || exit 1
 fi
 echo "smelt built ($(( $(date +%s) - T0 )) s)"
 nvidia-smi --query-gpu=name --format=csv,noheader

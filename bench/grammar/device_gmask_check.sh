@@ -19,8 +19,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 B=${1:-build-dev}
 if [ ! -x "$B/bench/grammar/bench_gmask" ]; then
   B=build-dev
-  cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >$OUT/gmask-cmake.log 2>&1 &&
-    cmake --build $B -j16 >$OUT/gmask-build.log 2>&1 || { tail -30 $OUT/gmask-build.log; exit 1; }
+  bash bench/cuda/build_smelt.sh $B $OUT/gmask || exit 1
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $OUT/gmask-gpu.txt
 SUM=$OUT/gmask-summary.txt; : > $SUM

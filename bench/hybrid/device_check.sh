@@ -16,8 +16,7 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 if [ ! -x "$B/smelt" ]; then
   echo "building $B ..."
-  cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >"$OUT/hybrid-cmake.log" 2>&1 &&
-    cmake --build "$B" -j16 >"$OUT/hybrid-build.log" 2>&1 || { tail -30 "$OUT/hybrid-build.log"; exit 1; }
+  bash bench/cuda/build_smelt.sh "$B" "$OUT/hybrid" || exit 1
 fi
 T0=$(date +%s)
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)

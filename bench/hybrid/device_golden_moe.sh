@@ -16,8 +16,7 @@ NAMES="qwen3_5_moe_q4_g64_bf16 qwen3_5_moe_bf16 qwen3_next_moe_q4_g64_bf16 lfm2_
 FX=tests/golden/fixtures
 if [ ! -x "$B/tests/golden/test_golden" ]; then
   echo "building $B ..."
-  cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >"$OUT/golden-moe-cmake.log" 2>&1 &&
-    cmake --build "$B" -j16 >"$OUT/golden-moe-build.log" 2>&1 || { tail -30 "$OUT/golden-moe-build.log"; exit 1; }
+  bash bench/cuda/build_smelt.sh "$B" "$OUT/golden-moe" || exit 1
 fi
 T0=$(date +%s)
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)

@@ -16,8 +16,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 B=${1:-build-dev}
 if [ ! -x "$B/smelt" ]; then
   B=build-dev
-  cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >$OUT/moe-cmake.log 2>&1 &&
-    cmake --build $B -j16 >$OUT/moe-build.log 2>&1 || { tail -30 $OUT/moe-build.log; exit 1; }
+  bash bench/cuda/build_smelt.sh $B $OUT/moe || exit 1
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $OUT/moe-gpu.txt
 T0=$(date +%s)

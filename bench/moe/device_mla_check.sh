@@ -19,8 +19,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 B=${1:-build-dev}
 if [ ! -x "$B/smelt" ]; then
   B=build-dev
-  cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >$OUT/mla-cmake.log 2>&1 &&
-    cmake --build $B -j16 >$OUT/mla-build.log 2>&1 || { tail -30 $OUT/mla-build.log; exit 1; }
+  bash bench/cuda/build_smelt.sh $B $OUT/mla || exit 1
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $OUT/mla-gpu.txt
 T0=$(date +%s)

@@ -17,8 +17,7 @@ LB=$!
 GG=$!
 if [ ! -x "$B/smelt" ]; then
   B=build-dev
-  (cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >$OUT/cmake.log 2>&1 &&
-    cmake --build $B -j8 >$OUT/build.log 2>&1) || { tail -30 $OUT/build.log; exit 1; }
+  bash bench/cuda/build_smelt.sh $B $OUT/smelt 8 || exit 1
 fi
 echo "smelt built ($(( $(date +%s) - T0 )) s)"
 nvidia-smi --query-gpu=name --format=csv,noheader

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Builds llama.cpp from a source tree for the side-by-side benchmarks (bench/peer/llamacpp.sh,
-# bench/cuda/device_long.sh, bench/moe/device_speed.sh, bench/cpu/device_check.sh and device_cpu.sh):
+# Builds llama.cpp from a source tree for the side-by-side benchmarks (bench/cuda/device_long.sh,
+# bench/moe/device_speed.sh, bench/cpu/device_check.sh and device_cpu.sh):
 # one configuration per backend, Release, no curl, no tests; logs llama-cmake.log and
 # llama-build.log in LOG_DIR. Exit status: the build's.
 #   cuda: GGML_CUDA for sm_90 (the GPU machines' H100 and H200)

@@ -15,8 +15,7 @@ set -o pipefail
 B=${1:-}
 if [ -z "$B" ] || [ ! -x "$B/smelt" ]; then
   B=${B:-build-dev}
-  cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >/tmp/det-cmake.log 2>&1 &&
-    cmake --build $B -j16 >/tmp/det-build.log 2>&1 || { tail -30 /tmp/det-build.log; exit 1; }
+  bash bench/cuda/build_smelt.sh $B /tmp/det || exit 1
 fi
 T=/tmp/det-check
 mkdir -p $T
