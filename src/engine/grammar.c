@@ -883,6 +883,13 @@ static int mask_build(sm_grammar_state *s, uint32_t *mask, bool lookup) {
   return count;
 }
 int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask) { return mask_build(s, mask, true); }
+int sm_gstate_mask_walk(sm_grammar_state *s, uint32_t *mask) { return mask_build(s, mask, false); }
+const void *sm_gstate_key(sm_grammar_state *s, uint64_t *h, size_t *bytes) {
+  *bytes = state_key(s, h) * sizeof(int32_t);
+  return s->key;
+}
+const sm_grammar_vocab *sm_gstate_vocab(const sm_grammar_state *s) { return s->voc; }
+sm_gmask_cache *sm_gstate_cache(const sm_grammar_state *s) { return s->cache; }
 
 static smelt_status accept_bytes(sm_grammar_state *s, const char *b, size_t n, iset *tmp_a, iset *tmp_b) {
   uint32_t pval = s->pval;
@@ -937,72 +944,4 @@ smelt_status sm_grammar_accept(sm_grammar_state *s, int32_t tok) {
   free(a.v);
   free(b.v);
   return st;
-}
-
-/* ---------------------------------------------------------------- many states at once */
-
-typedef struct {
-  sm_grammar_state *const *s;
-  uint32_t *const *masks;
-  int *counts;
-  const int *todo; /* the states to walk */
-  int n;
-  _Atomic int next;
-} many_ctx;
-
-static void many_run(void *vctx, int tid, int nth) {
-  (void)tid;
-  (void)nth;
-  many_ctx *m = vctx;
-  for (int j; (j = atomic_fetch_add(&m->next, 1)) < m->n;) {
-    const int i = m->todo[j];
-    m->counts[i] = mask_build(m->s[i], m->masks[i], false);
-  }
-}
-
-/* Ended states are done here. Of the states with the same key (sequences of one schema at the same
- * point) the first is looked up in the shared cache or walked, and the others copy its mask (a
- * shared cache counts them as hits). The walks run on the pool when there are two or more (waking
- * its threads costs more than a lookup). */
-void sm_grammar_mask_many(sm_grammar_state *const *s, uint32_t *const *masks, int *counts, int n, sm_pool *pool) {
-  const size_t nn = (size_t)(n > 0 ? n : 1);
-  int *todo = sm_xmalloc(sizeof(int) * nn), *dup = sm_xmalloc(sizeof(int) * nn), *uq = sm_xmalloc(sizeof(int) * nn);
-  int nt = 0, nu = 0;
-  uint64_t *kh = sm_xmalloc(sizeof(uint64_t) * nn);
-  size_t *kl = sm_xmalloc(sizeof(size_t) * nn);
-  for (int i = 0; i < n; i++) {
-    dup[i] = -1;
-    const int words = (s[i]->voc->vocab + 31) / 32;
-    if (s[i]->ended) {
-      memset(masks[i], 0, sizeof(uint32_t) * (size_t)words);
-      counts[i] = 0;
-      continue;
-    }
-    kl[i] = state_key(s[i], &kh[i]) * sizeof(int32_t);
-    for (int j = 0; j < nu && dup[i] < 0; j++) {
-      const int u = uq[j];
-      if (kh[u] == kh[i] && kl[u] == kl[i] && s[u]->voc == s[i]->voc && s[u]->cache == s[i]->cache &&
-          !memcmp(s[u]->key, s[i]->key, kl[i]))
-        dup[i] = u;
-    }
-    if (dup[i] >= 0) continue;
-    uq[nu++] = i;
-    if (!(s[i]->cache && sm_gmask_cache_get(s[i]->cache, kh[i], s[i]->key, kl[i], masks[i], (size_t)words, &counts[i])))
-      todo[nt++] = i;
-  }
-  many_ctx m = {.s = s, .masks = masks, .counts = counts, .todo = todo, .n = nt};
-  atomic_init(&m.next, 0);
-  if (pool && nt > 1) sm_pool_run(pool, many_run, &m);
-  else many_run(&m, 0, 1);
-  for (int i = 0; i < n; i++)
-    if (dup[i] >= 0) {
-      memcpy(masks[i], masks[dup[i]], sizeof(uint32_t) * (size_t)((s[i]->voc->vocab + 31) / 32));
-      counts[i] = counts[dup[i]];
-      if (s[i]->cache) sm_gmask_cache_note_hit(s[i]->cache);
-    }
-  free(todo);
-  free(dup);
-  free(uq);
-  free(kh);
-  free(kl);
 }

@@ -36,6 +36,13 @@ struct sm_grammar {
 /* a fresh id for a grammar or a vocabulary (never reused, so a freed one's masks cannot be
  * taken for a new one's) */
 uint64_t sm_grammar_new_id(void);
+/* grammar.c, for grammar_many.c: the state's canonical key (the bytes stay in the state until its next
+ * call; *h its hash, *bytes its length), its vocabulary and shared cache, and its mask walked without
+ * asking the shared cache first (the caller just did) */
+const void *sm_gstate_key(sm_grammar_state *s, uint64_t *h, size_t *bytes);
+const sm_grammar_vocab *sm_gstate_vocab(const sm_grammar_state *s);
+sm_gmask_cache *sm_gstate_cache(const sm_grammar_state *s);
+int sm_gstate_mask_walk(sm_grammar_state *s, uint32_t *mask);
 
 static inline bool sm_gcls_match(const sm_gcls *c, uint32_t cp) {
   bool in = false;
