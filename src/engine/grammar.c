@@ -6,163 +6,23 @@
  * (the prefix-tree idea of outlines/xgrammar), so tokens sharing a prefix share its work, and
  * stacks are hash-consed nodes (position, parent), so copying or comparing a stack is one id.
  * Masks can be shared between sequences through a cache keyed by the state in canonical form
- * (grammar_cache.h, state_key below). */
+ * (grammar_cache.h, state_key below). A state without an unfinished character builds its mask
+ * from what its stacks' top positions decide (grammar_pos.c) and walks the whole trie only when
+ * that gives up. The vocabulary trie is grammar_vocab.c. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "engine/grammar_cache.h"
-#include "engine/grammar_int.h"
-
-#define ACCEPT (-1)       /* in a stack set: the text can end here */
-#define MAX_EXPAND 100000 /* expansion steps for one advance (a safety net) */
-#define COMPACT_NODES (1 << 20)
-
-/* ---------------------------------------------------------------- vocabulary trie */
-
-typedef struct {
-  int32_t child, sibling; /* -1: none */
-  int32_t tok;            /* first token ending here, -1: none (more via next_tok) */
-  uint8_t byte;
-} tnode;
-
-/* the trie in depth-first order, which the mask walks front to back (sequential memory: the
- * linked form's pointer chasing was most of a walk's time on a 128k vocabulary) */
-typedef struct {
-  int32_t tok;   /* as tnode.tok */
-  int32_t end;   /* the index after this node's subtree (where a rejected byte resumes) */
-  int32_t depth; /* bytes from the root (1: a first byte) */
-  uint8_t byte;
-  uint8_t more; /* other tokens have the same bytes (next_tok) */
-} pnode;
-
-struct sm_grammar_vocab {
-  uint64_t id; /* sm_grammar_new_id: a key of the shared mask cache */
-  int vocab;
-  tnode *n; /* while building */
-  int n_nodes, cap;
-  pnode *pn;         /* n_nodes - 1 nodes, the root left out */
-  int32_t *next_tok; /* tokens with the same bytes */
-  uint8_t *special;  /* special tokens are only reachable through <[id]> */
-  uint8_t *is_eos;
-  int32_t *eos;
-  int n_eos;
-  char *bytes;  /* the bytes of every token (for accept) */
-  int64_t *off; /* token t: bytes[off[t] .. off[t+1]) */
-  int max_len;
-};
+#include "engine/grammar_state.h"
 
 static atomic_uint_fast64_t g_next_id = 1;
 
 uint64_t sm_grammar_new_id(void) { return atomic_fetch_add(&g_next_id, 1); }
 
-static int32_t trie_child(sm_grammar_vocab *v, int32_t node, uint8_t b) {
-  int32_t *link = &v->n[node].child;
-  while (*link >= 0 && v->n[*link].byte < b) link = &v->n[*link].sibling;
-  if (*link >= 0 && v->n[*link].byte == b) return *link;
-  if (v->n_nodes == v->cap) {
-    v->cap *= 2;
-    v->n = sm_xrealloc(v->n, sizeof(tnode) * (size_t)v->cap);
-    link = &v->n[node].child; /* re-find after realloc */
-    while (*link >= 0 && v->n[*link].byte < b) link = &v->n[*link].sibling;
-  }
-  int32_t id = v->n_nodes++;
-  v->n[id] = (tnode){.child = -1, .sibling = *link, .tok = -1, .byte = b};
-  *link = id;
-  return id;
-}
-
-sm_grammar_vocab *sm_grammar_vocab_new(const smelt_tokenizer *t, int vocab, const int32_t *eos, int n_eos) {
-  sm_grammar_vocab *v = sm_xcalloc(1, sizeof *v);
-  v->id = sm_grammar_new_id();
-  v->vocab = vocab;
-  v->cap = 1024;
-  v->n = sm_xmalloc(sizeof(tnode) * (size_t)v->cap);
-  v->n[0] = (tnode){.child = -1, .sibling = -1, .tok = -1};
-  v->n_nodes = 1;
-  v->next_tok = sm_xmalloc(sizeof(int32_t) * (size_t)vocab);
-  v->special = sm_xcalloc((size_t)vocab, 1);
-  v->is_eos = sm_xcalloc((size_t)vocab, 1);
-  v->off = sm_xmalloc(sizeof(int64_t) * (size_t)(vocab + 1));
-  v->eos = sm_xmalloc(sizeof(int32_t) * (size_t)(n_eos ? n_eos : 1));
-  for (int i = 0; i < n_eos; i++)
-    if (eos[i] >= 0 && eos[i] < vocab) {
-      v->is_eos[eos[i]] = 1;
-      v->eos[v->n_eos++] = eos[i];
-    }
-  sm_buf all = SM_BUF_INIT, piece = SM_BUF_INIT;
-  for (int32_t id = 0; id < vocab; id++) {
-    v->next_tok[id] = -1;
-    v->off[id] = (int64_t)all.n;
-    bool known = sm_tok_piece_bytes(t, id, &piece);
-    v->special[id] = !known || sm_tok_is_special(t, id) || piece.n == 0;
-    if (v->special[id]) continue;
-    sm_buf_put(&all, piece.p, piece.n);
-    if ((int)piece.n > v->max_len) v->max_len = (int)piece.n;
-    int32_t node = 0;
-    for (size_t k = 0; k < piece.n; k++) node = trie_child(v, node, (uint8_t)piece.p[k]);
-    v->next_tok[id] = v->n[node].tok;
-    v->n[node].tok = id;
-  }
-  v->off[vocab] = (int64_t)all.n;
-  v->bytes = sm_buf_take(&all);
-  sm_buf_free(&piece);
-  /* depth-first order: cur[d] is the node at depth d + 1 on the path, at[d] its index */
-  v->pn = sm_xmalloc(sizeof(pnode) * (size_t)SM_MAX(v->n_nodes - 1, 1));
-  int32_t *cur = sm_xmalloc(sizeof(int32_t) * (size_t)(v->max_len + 2)),
-          *at = sm_xmalloc(sizeof(int32_t) * (size_t)(v->max_len + 2));
-  int32_t idx = 0;
-  int d = 0;
-  cur[0] = v->n[0].child;
-  while (d >= 0) {
-    int32_t c = cur[d];
-    if (c < 0) {
-      if (--d >= 0) {
-        v->pn[at[d]].end = idx;
-        cur[d] = v->n[cur[d]].sibling;
-      }
-      continue;
-    }
-    at[d] = idx;
-    int32_t t0 = v->n[c].tok;
-    v->pn[idx++] =
-      (pnode){.tok = t0, .end = -1, .depth = d + 1, .byte = v->n[c].byte, .more = t0 >= 0 && v->next_tok[t0] >= 0};
-    if (v->n[c].child >= 0) {
-      cur[++d] = v->n[c].child;
-    } else {
-      v->pn[at[d]].end = idx;
-      cur[d] = v->n[c].sibling;
-    }
-  }
-  free(cur);
-  free(at);
-  free(v->n);
-  v->n = NULL;
-  return v;
-}
-
-void sm_grammar_vocab_free(sm_grammar_vocab *v) {
-  if (!v) return;
-  free(v->n);
-  free(v->pn);
-  free(v->next_tok);
-  free(v->special);
-  free(v->is_eos);
-  free(v->eos);
-  free(v->bytes);
-  free(v->off);
-  free(v);
-}
-
-int sm_grammar_vocab_size(const sm_grammar_vocab *v) { return v ? v->vocab : 0; }
-
 /* ---------------------------------------------------------------- stacks */
 
-typedef struct {
-  int32_t *v;
-  int n, cap;
-} iset;
 
-static void iset_add(iset *s, int32_t x) {
+void sm_gs_iset_add(iset *s, int32_t x) {
   for (int i = 0; i < s->n; i++)
     if (s->v[i] == x) return;
   if (s->n == s->cap) {
@@ -172,70 +32,6 @@ static void iset_add(iset *s, int32_t x) {
   s->v[s->n++] = x;
 }
 
-struct sm_grammar_state {
-  const sm_grammar *g;
-  const sm_grammar_vocab *voc;
-  /* hash-consed nodes: a stack is its top node; node k = (pos[k], up[k]), up -1 = bottom */
-  int32_t *pos, *up;
-  int n_nodes, cap_nodes;
-  int32_t *hmap; /* open addressing, -1 empty */
-  int hcap;
-  /* current state */
-  iset cur;
-  uint32_t pval; /* unfinished UTF-8 character: value so far, bytes still to come */
-  int prem;
-  bool ended;
-  bool failed; /* an expansion ran past MAX_EXPAND */
-  int expand_budget;
-  /* mask scratch: the walk's state per trie depth (an interned set, the unfinished character) */
-  int32_t *lvl_sid;
-  int n_lvl;
-  uint32_t *lvl_pval;
-  int *lvl_prem;
-  iset tmp_in, tmp_out;
-  /* caches, valid while node ids are (until compact): interned stack sets, byte transitions
-   * between them, and whole masks of recent states (a JSON string's state recurs every step) */
-  int32_t *spool;
-  size_t spool_n, spool_cap;
-  size_t *soff;
-  int32_t *slen;
-  int n_sets, cap_sets;
-  int32_t *smap;
-  int smap_cap;
-  struct tent { /* key and value side by side: one cache line a probe */
-    struct tkey {
-      int32_t sid;
-      uint32_t pval;
-      int32_t prem_byte;
-    } k;
-    struct tval {
-      int32_t sid;
-      uint32_t pval;
-      int32_t prem;
-    } v;
-  } * te;
-  int t_n, t_cap;
-  /* completed characters: the set after code point cp depends only on which of the set's stacks
-   * accept cp (a bit each), so (set, those bits) -> set serves every character alike (all the
-   * letters inside a JSON string, the ~60k multi-byte characters of a large vocabulary) */
-  struct cent {
-    int32_t sid, osid; /* sid -1: empty */
-    uint64_t bits;
-  } * ce;
-  int c_n, c_cap;
-  struct mcache {
-    int32_t sid;
-    uint32_t pval;
-    int prem;
-    int count;
-    uint32_t *bits;
-  } mc[8];
-  int mc_next;
-  /* the shared cache (NULL: none) and the scratch of its keys */
-  sm_gmask_cache *cache;
-  int32_t *key, *kbody, *koff, *kord;
-  size_t key_cap, body_cap, kidx_cap;
-};
 
 static uint32_t nhash(int32_t pos, int32_t up) {
   uint64_t h = (uint64_t)(uint32_t)pos * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uint32_t)(up + 1) * 0xC2B2AE3D27D4EB4Full;
@@ -254,7 +50,7 @@ static void rehash(sm_grammar_state *s, int cap) {
   }
 }
 
-static int32_t intern(sm_grammar_state *s, int32_t pos, int32_t up) {
+int32_t sm_gs_intern(sm_grammar_state *s, int32_t pos, int32_t up) {
   uint32_t h = nhash(pos, up) & (uint32_t)(s->hcap - 1);
   while (s->hmap[h] >= 0) {
     int32_t k = s->hmap[h];
@@ -284,8 +80,8 @@ static void expand(sm_grammar_state *s, int32_t pos, int32_t up, iset *out) {
     }
     const sm_gelem *e = &g->el[pos];
     if (e->type == GE_END || e->type == GE_ALT) {
-      if (up < 0) {
-        iset_add(out, ACCEPT);
+      if (up < 0) { /* -1: the grammar's end; CTX: the unknown frames under a position's walk */
+        sm_gs_iset_add(out, up == CTX ? CTX : ACCEPT);
         return;
       }
       pos = s->pos[up];
@@ -293,12 +89,12 @@ static void expand(sm_grammar_state *s, int32_t pos, int32_t up, iset *out) {
       continue;
     }
     if (e->type == GE_CLS || e->type == GE_TOK) {
-      iset_add(out, intern(s, pos, up));
+      sm_gs_iset_add(out, sm_gs_intern(s, pos, up));
       return;
     }
     /* GE_REF: a continuation frame unless the reference ends the alternative (tail call) */
     const sm_gelem *nx = &g->el[pos + 1];
-    int32_t cont = (nx->type == GE_END || nx->type == GE_ALT) ? up : intern(s, pos + 1, up);
+    int32_t cont = (nx->type == GE_END || nx->type == GE_ALT) ? up : sm_gs_intern(s, pos + 1, up);
     int r = e->v;
     for (int a = g->alt_off[r]; a < g->alt_off[r + 1]; a++) expand(s, g->alts[a], cont, out);
     return;
@@ -311,7 +107,7 @@ static void advance_cp(sm_grammar_state *s, const iset *in, uint32_t cp, iset *o
   s->expand_budget = MAX_EXPAND;
   for (int i = 0; i < in->n; i++) {
     int32_t k = in->v[i];
-    if (k == ACCEPT) continue;
+    if (k < 0) continue;
     const sm_gelem *e = &s->g->el[s->pos[k]];
     if (e->type == GE_CLS && sm_gcls_match(&s->g->cls[e->v], cp)) expand(s, s->pos[k] + 1, s->up[k], out);
   }
@@ -334,9 +130,9 @@ static void filter_partial(sm_grammar_state *s, const iset *in, uint32_t pval, i
   if (lo > hi) return;
   for (int i = 0; i < in->n; i++) {
     int32_t k = in->v[i];
-    if (k == ACCEPT) continue;
+    if (k < 0) continue;
     const sm_gelem *e = &s->g->el[s->pos[k]];
-    if (e->type == GE_CLS && sm_gcls_match_range(&s->g->cls[e->v], lo, hi)) iset_add(out, k);
+    if (e->type == GE_CLS && sm_gcls_match_range(&s->g->cls[e->v], lo, hi)) sm_gs_iset_add(out, k);
   }
 }
 
@@ -376,7 +172,8 @@ static void step_byte(sm_grammar_state *s, const iset *in, uint32_t *pval, int *
   }
 }
 
-sm_grammar_state *sm_grammar_state_new(const sm_grammar *g, const sm_grammar_vocab *v) {
+/* a state of g with no stacks yet */
+sm_grammar_state *sm_gs_alloc(const sm_grammar *g, const sm_grammar_vocab *v) {
   sm_grammar_state *s = sm_xcalloc(1, sizeof *s);
   s->g = g;
   s->voc = v;
@@ -385,7 +182,6 @@ sm_grammar_state *sm_grammar_state_new(const sm_grammar *g, const sm_grammar_voc
   s->up = sm_xmalloc(sizeof(int32_t) * (size_t)s->cap_nodes);
   rehash(s, 1024);
   s->expand_budget = MAX_EXPAND;
-  for (int a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++) expand(s, g->alts[a], -1, &s->cur);
   s->n_lvl = (v ? v->max_len : 0) + 2;
   s->lvl_sid = sm_xcalloc((size_t)s->n_lvl, sizeof(int32_t));
   s->lvl_pval = sm_xcalloc((size_t)s->n_lvl, sizeof(uint32_t));
@@ -394,8 +190,17 @@ sm_grammar_state *sm_grammar_state_new(const sm_grammar *g, const sm_grammar_voc
   return s;
 }
 
+sm_grammar_state *sm_grammar_state_new(const sm_grammar *g, const sm_grammar_vocab *v) {
+  sm_grammar_state *s = sm_gs_alloc(g, v);
+  for (int a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++) expand(s, g->alts[a], -1, &s->cur);
+  return s;
+}
+
 void sm_grammar_state_free(sm_grammar_state *s) {
   if (!s) return;
+  sm_grammar_state_free(s->pre_scratch);
+  free(s->ent);
+  free(s->lvl_ctx);
   free(s->pos);
   free(s->up);
   free(s->hmap);
@@ -421,7 +226,7 @@ void sm_grammar_state_free(sm_grammar_state *s) {
 
 void sm_grammar_state_set_cache(sm_grammar_state *s, sm_gmask_cache *c) { s->cache = c; }
 
-static void clear_caches(sm_grammar_state *s);
+void sm_gs_clear_caches(sm_grammar_state *s);
 
 /* Keep only the nodes the current stacks use (the mask interns many that are never kept). */
 static void compact(sm_grammar_state *s) {
@@ -434,7 +239,7 @@ static void compact(sm_grammar_state *s) {
   int32_t chain[4096];
   for (int i = 0; i < s->cur.n; i++) {
     int32_t k = s->cur.v[i];
-    if (k == ACCEPT) continue;
+    if (k < 0) continue;
     int depth = 0;
     for (int32_t x = k; x >= 0 && map[x] < 0 && depth < 4096; x = s->up[x]) chain[depth++] = x;
     if (depth == 4096) {
@@ -452,7 +257,7 @@ static void compact(sm_grammar_state *s) {
     }
   }
   for (int i = 0; i < s->cur.n; i++)
-    if (s->cur.v[i] != ACCEPT) s->cur.v[i] = map[s->cur.v[i]];
+    if (s->cur.v[i] >= 0) s->cur.v[i] = map[s->cur.v[i]];
   free(map);
   free(s->pos);
   free(s->up);
@@ -460,7 +265,7 @@ static void compact(sm_grammar_state *s) {
   s->up = nup;
   s->n_nodes = n;
   rehash(s, s->hcap);
-  clear_caches(s);
+  sm_gs_clear_caches(s);
 }
 
 static bool has_accept(const iset *s) {
@@ -477,7 +282,7 @@ bool sm_grammar_ended(const sm_grammar_state *s) { return s->ended; }
 
 static void set_copy(iset *dst, const iset *src) {
   dst->n = 0;
-  for (int i = 0; i < src->n; i++) iset_add(dst, src->v[i]);
+  for (int i = 0; i < src->n; i++) sm_gs_iset_add(dst, src->v[i]);
 }
 
 /* stacks of in with <[tok]> on top, advanced past it */
@@ -486,7 +291,7 @@ static void advance_tok(sm_grammar_state *s, const iset *in, int32_t tok, iset *
   s->expand_budget = MAX_EXPAND;
   for (int i = 0; i < in->n; i++) {
     int32_t k = in->v[i];
-    if (k == ACCEPT) continue;
+    if (k < 0) continue;
     const sm_gelem *e = &s->g->el[s->pos[k]];
     if (e->type == GE_TOK && e->v == tok) expand(s, s->pos[k] + 1, s->up[k], out);
   }
@@ -494,7 +299,7 @@ static void advance_tok(sm_grammar_state *s, const iset *in, int32_t tok, iset *
 
 /* ---------------------------------------------------------------- caches */
 
-static void clear_caches(sm_grammar_state *s) {
+void sm_gs_clear_caches(sm_grammar_state *s) {
   s->spool_n = 0;
   s->n_sets = 0;
   if (s->smap) memset(s->smap, 0xff, sizeof(int32_t) * (size_t)s->smap_cap);
@@ -537,7 +342,7 @@ static void smap_grow(sm_grammar_state *s) {
 }
 
 /* the id of the (sorted) set x */
-static int32_t set_intern(sm_grammar_state *s, const iset *x) {
+int32_t sm_gs_set_intern(sm_grammar_state *s, const iset *x) {
   if ((s->n_sets + 1) * 2 > s->smap_cap) smap_grow(s);
   uint32_t h = (uint32_t)set_hash(x->v, x->n) & (uint32_t)(s->smap_cap - 1);
   while (s->smap[h] >= 0) {
@@ -625,7 +430,7 @@ static bool complete_cp(sm_grammar_state *s, int32_t sid, uint32_t *pval, int *p
   uint64_t bits = 0;
   for (int i = 0; i < in->n; i++) {
     int32_t k = in->v[i];
-    if (k == ACCEPT) continue;
+    if (k < 0) continue;
     const sm_gelem *e = &s->g->el[s->pos[k]];
     if (e->type == GE_CLS && sm_gcls_match(&s->g->cls[e->v], cp)) bits |= 1ull << i;
   }
@@ -648,7 +453,7 @@ static bool complete_cp(sm_grammar_state *s, int32_t sid, uint32_t *pval, int *p
     return false;
   }
   set_sort(&s->tmp_out);
-  *osid = s->tmp_out.n ? set_intern(s, &s->tmp_out) : -1;
+  *osid = s->tmp_out.n ? sm_gs_set_intern(s, &s->tmp_out) : -1;
   s->ce[h] = (struct cent){sid, *osid, bits};
   s->c_n++;
 done:
@@ -660,8 +465,8 @@ done:
 }
 
 /* (set sid, unfinished character) after byte b; *osid = -1 when b is rejected */
-static void transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem, uint8_t b, int32_t *osid,
-                       uint32_t *opval, int *oprem) {
+void sm_gs_transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem, uint8_t b, int32_t *osid,
+                      uint32_t *opval, int *oprem) {
   struct tkey key = {sid, pval, prem << 8 | b};
   if (s->t_n * 2 >= s->t_cap) tmap_grow(s);
   uint32_t h = tk_hash(&key) & (uint32_t)(s->t_cap - 1);
@@ -676,7 +481,7 @@ static void transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem
     h = (h + 1) & (uint32_t)(s->t_cap - 1);
   }
   s->tmp_in.n = 0;
-  for (int i = 0; i < s->slen[sid]; i++) iset_add(&s->tmp_in, s->spool[s->soff[sid] + (size_t)i]);
+  for (int i = 0; i < s->slen[sid]; i++) sm_gs_iset_add(&s->tmp_in, s->spool[s->soff[sid] + (size_t)i]);
   if (complete_cp(s, sid, &pval, &prem, b, osid)) {
     *opval = pval;
     *oprem = prem;
@@ -685,13 +490,14 @@ static void transition(sm_grammar_state *s, int32_t sid, uint32_t pval, int prem
     return;
   }
   step_byte(s, &s->tmp_in, &pval, &prem, b, &s->tmp_out);
-  if (s->failed) {
+  if (s->failed) { /* not cached */
     s->failed = false;
+    s->n_fail++;
     *osid = -1;
     return;
-  } /* not cached */
+  }
   set_sort(&s->tmp_out);
-  *osid = s->tmp_out.n ? set_intern(s, &s->tmp_out) : -1;
+  *osid = s->tmp_out.n ? sm_gs_set_intern(s, &s->tmp_out) : -1;
   *opval = pval;
   *oprem = prem;
   s->te[h] = (struct tent){key, {*osid, pval, prem}};
@@ -788,11 +594,11 @@ static int mask_build(sm_grammar_state *s, uint32_t *mask, bool lookup) {
     klen = state_key(s, &kh) * sizeof(int32_t);
     if (lookup && sm_gmask_cache_get(s->cache, kh, s->key, klen, mask, (size_t)words, &cached)) return cached;
   }
-  if (s->n_sets > 200000 || s->t_n > (1 << 21)) clear_caches(s);
+  if (s->n_sets > 200000 || s->t_n > (1 << 21)) sm_gs_clear_caches(s);
   s->tmp_in.n = 0;
-  for (int i = 0; i < s->cur.n; i++) iset_add(&s->tmp_in, s->cur.v[i]);
+  for (int i = 0; i < s->cur.n; i++) sm_gs_iset_add(&s->tmp_in, s->cur.v[i]);
   set_sort(&s->tmp_in);
-  int32_t sid0 = set_intern(s, &s->tmp_in);
+  int32_t sid0 = sm_gs_set_intern(s, &s->tmp_in);
   for (int i = 0; i < 8 && !s->cache; i++) {
     struct mcache *m = &s->mc[i];
     if (m->sid == sid0 && m->pval == s->pval && m->prem == s->prem) {
@@ -804,7 +610,7 @@ static int mask_build(sm_grammar_state *s, uint32_t *mask, bool lookup) {
   if (s->prem == 0)
     for (int i = 0; i < s->cur.n; i++) {
       int32_t k = s->cur.v[i];
-      if (k == ACCEPT) continue;
+      if (k < 0) continue;
       const sm_gelem *e = &s->g->el[s->pos[k]];
       if (e->type == GE_TOK && e->v >= 0 && e->v < v->vocab && !sm_mask_test(mask, e->v)) {
         sm_mask_set(mask, e->v);
@@ -817,6 +623,13 @@ static int mask_build(sm_grammar_state *s, uint32_t *mask, bool lookup) {
         sm_mask_set(mask, v->eos[i]);
         count++;
       }
+  if (s->prem == 0 && !s->no_pre) { /* what the positions decide, and their uncertain tokens */
+    const int c = sm_gs_pos_mask(s, mask);
+    if (c >= 0) {
+      count = c;
+      goto store;
+    }
+  }
   /* the trie in depth-first order; level d holds the state after d bytes of the current path */
   s->lvl_sid[0] = sid0;
   s->lvl_pval[0] = s->pval;
@@ -843,7 +656,7 @@ static int mask_build(sm_grammar_state *s, uint32_t *mask, bool lookup) {
       pval = row[p->byte].pval;
       prem = row[p->byte].prem;
     } else {
-      transition(s, s->lvl_sid[d], s->lvl_pval[d], s->lvl_prem[d], p->byte, &sid, &pval, &prem);
+      sm_gs_transition(s, s->lvl_sid[d], s->lvl_pval[d], s->lvl_prem[d], p->byte, &sid, &pval, &prem);
       if (root) {
         known[p->byte] = 1;
         row[p->byte].sid = sid;
@@ -868,6 +681,7 @@ static int mask_build(sm_grammar_state *s, uint32_t *mask, bool lookup) {
     }
     i++;
   }
+store:
   if (s->cache) {
     sm_gmask_cache_put(s->cache, kh, s->key, klen, mask, (size_t)words, count);
     return count;

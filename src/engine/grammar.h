@@ -49,6 +49,15 @@ void sm_grammar_state_free(sm_grammar_state *s);
 /* Look masks up in (and add new ones to) c, shared with other sequences and threads; NULL: none
  * (each state still keeps its own few most recent masks). c must outlive s. */
 void sm_grammar_state_set_cache(sm_grammar_state *s, sm_gmask_cache *c);
+/* Compute what each position of g decides on its own with vocabulary v (grammar_int.h), so that
+ * masks walk only the tokens left uncertain instead of the vocabulary. What is not computed here
+ * is computed by the first mask that needs it. Thread-safe; the results live as long as g. Costs
+ * about a mask walk per position of g: a server does it when a request's grammar is compiled. */
+void sm_grammar_precompute(const sm_grammar *g, const sm_grammar_vocab *v);
+/* Whether s builds masks from what its stacks' tops decide, shared by all states of the grammar
+ * (default: XGrammar's adaptive token mask cache; grammar_int.h), or walks the vocabulary with the
+ * whole state every time (for tests and benchmarks comparing the two). */
+void sm_grammar_state_use_positions(sm_grammar_state *s, bool on);
 /* mask: (vocab + 31) / 32 words, bit t of word t/32 set when token t is allowed next.
  * Returns the number of allowed tokens (0: nothing can follow; the caller ends the sequence). */
 int sm_grammar_mask(sm_grammar_state *s, uint32_t *mask);

@@ -13,6 +13,7 @@ typedef struct {
   sm_gelem *e;
   int n, cap;
   bool defined;
+  bool gen; /* made here for a group or a repetition */
 } rbuf;
 
 typedef struct {
@@ -79,6 +80,7 @@ static int new_rule(pstate *ps, int parent) {
   snprintf(nm, sizeof nm, "%.60s-%d", ps->names[parent], ps->n_rules);
   int r = rule_id(ps, nm, strlen(nm));
   ps->rules[r].defined = true;
+  ps->rules[r].gen = true;
   return r;
 }
 
@@ -514,6 +516,8 @@ smelt_status sm_grammar_compile(const char *src, sm_grammar **out) {
   g->el = sm_xmalloc(sizeof(sm_gelem) * (size_t)(n_el + 1));
   g->alts = sm_xmalloc(sizeof(int32_t) * (size_t)(n_alts + 1));
   g->alt_off = sm_xmalloc(sizeof(int) * (size_t)(ps.n_rules + 1));
+  g->gen = sm_xcalloc((size_t)ps.n_rules + 1, 1);
+  for (int i = 0; i < ps.n_rules; i++) g->gen[i] = ps.rules[i].gen;
   int e = 0, a = 0;
   for (int i = 0; i < ps.n_rules; i++) {
     g->alt_off[i] = a;
@@ -554,6 +558,7 @@ sm_grammar *sm_grammar_ref(sm_grammar *g) {
 
 void sm_grammar_free(sm_grammar *g) {
   if (!g || atomic_fetch_sub(&g->refs, 1) > 1) return;
+  sm_gpre_free_all(g);
   for (int i = 0; i < g->n_rules; i++) free(g->names[i]);
   free(g->names);
   for (int i = 0; i < g->n_cls; i++) free(g->cls[i].r);
@@ -561,6 +566,7 @@ void sm_grammar_free(sm_grammar *g) {
   free(g->el);
   free(g->alts);
   free(g->alt_off);
+  free(g->gen);
   free(g);
 }
 

