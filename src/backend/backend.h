@@ -248,6 +248,9 @@ struct sm_backend {
   void (*upload)(sm_backend *be, void *dst, const void *src, size_t bytes);
   void (*download)(sm_backend *be, void *dst, const void *src, size_t bytes); /* waits */
   void (*sync)(sm_backend *be);
+  /* optional: start the ops issued so far without waiting for them (a device backend that
+   * records ops launches them), so the host can work while they run; NULL: ops run as issued */
+  void (*submit)(sm_backend *be);
   smelt_status (*prepare_weight)(sm_backend *be, sm_weight *w);
   void (*release_weight)(sm_backend *be, sm_weight *w);
 

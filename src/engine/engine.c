@@ -50,7 +50,9 @@ struct sm_engine {
   sm_state_slots slots;
   int32_t *b_slot;
   int b_slot_cap;
-  sm_mm_scratch *mms; /* image rows of a step (mm.h) */
+  sm_mm_scratch *mms;               /* image rows of a step (mm.h) */
+  void (*before_sample)(void *arg); /* sm_engine_set_before_sample */
+  void *before_sample_arg;
 };
 
 void sm_engine_params_default(sm_engine_params *p) {
@@ -678,6 +680,10 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
       if (done[i] && !all_logits && !sampling)
         memcpy(logits + (size_t)i * V, tmp + (size_t)out_of[i] * V, sizeof(float) * (size_t)V);
     }
+    if (sampling && total && e->before_sample) { /* host work while the device computes the step */
+      if (e->m->be->submit) e->m->be->submit(e->m->be);
+      e->before_sample(e->before_sample_arg);
+    }
     if (sampling && total) st = sample_rows(e, seqs, n, out_of, n_out, smp, tokens, logits);
   }
   free(out_of);
@@ -811,6 +817,11 @@ smelt_status sm_engine_decode(sm_engine *e, sm_seq *s, sm_sampler *smp, int32_t 
   if (sa >= 0) be->sample_wait(be, sa, &dummy);
   if (sb >= 0) be->sample_wait(be, sb, &dummy);
   return st;
+}
+
+void sm_engine_set_before_sample(sm_engine *e, void (*fn)(void *arg), void *arg) {
+  e->before_sample = fn;
+  e->before_sample_arg = arg;
 }
 
 void sm_engine_get_stats(const sm_engine *e, sm_engine_stats *st) {

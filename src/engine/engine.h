@@ -72,6 +72,10 @@ smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, u
  * host_sample) download the logits and sample on the host, with the same result. */
 smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, int32_t *tokens, float *logits,
                                    uint8_t *done);
+/* fn(arg) runs in every sm_engine_step_sample that samples, after the step's forward pass is
+ * issued (and started on a device backend: backend.h submit) and before the samplers are read:
+ * host work that the samplers need, such as grammar masks, overlaps the device's. NULL: none. */
+void sm_engine_set_before_sample(sm_engine *e, void (*fn)(void *arg), void *arg);
 
 /* Decode after s: s has no pending tokens and `first` is the token sampled after it (not yet
  * appended). Appends first, then produces up to max_new tokens with smp, calling emit for each

@@ -215,7 +215,8 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
                 .pooling = p->pooling,
                 .vision = sv->model->vision,
                 .vision_note = sv->model->note,
-                .gpool = gpool};
+                .gpool = gpool,
+                .sched = sc};
   sm_image_policy_default(&o->images);
   o->images.allow_urls = p->allow_image_urls;
   o->images.files_dir = p->image_files_dir;

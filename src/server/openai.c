@@ -35,6 +35,13 @@ static void args_as_strings(cJSON *messages) {
 
 /* /v1/completions with several prompts: one job whose choices are prompt-major (prompt p,
  * choice c -> index p * n + c), each with a sequence of its own. Takes over req. */
+/* what each position of the request's grammar decides, computed here on the HTTP thread (a
+ * grammar used before has it already; the first constrained request builds the grammar
+ * vocabulary too), not on the engine thread between steps (grammar.h, sm_grammar_precompute) */
+static void precompute(const sm_oai *o, const sm_grammar *g) {
+  if (g && o->sched) sm_grammar_precompute(g, sm_sched_grammar_vocab(o->sched));
+}
+
 static sm_job *multi_prompt_job(const sm_oai *o, sm_api_request *req, sm_api_error *err) {
   int np = req->n_prompts, per = req->n, total = np * per, max_tokens = req->max_tokens;
   sm_grammar *grammar = NULL;
@@ -73,6 +80,7 @@ static sm_job *multi_prompt_job(const sm_oai *o, sm_api_request *req, sm_api_err
     min_room = SM_MIN(min_room, o->ctx - (int)n);
   }
   if (!sm_constrain_build(o->tok, o->tfmt, o->gpool, req, &grammar, err)) goto fail;
+  precompute(o, grammar);
   int n_all = (int)(all.n / sizeof(int32_t));
   int32_t *prompt = sm_xmalloc(all.n);
   memcpy(prompt, all.p, all.n);
@@ -182,6 +190,7 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
            o->ctx, (long)n_ids + (max_tokens > 0 ? max_tokens : 0), n_ids, max_tokens > 0 ? max_tokens : 0);
   if (max_tokens <= 0) max_tokens = o->ctx - (int)n_ids;
   if (!sm_constrain_build(o->tok, o->tfmt, o->gpool, &req, &grammar, err)) goto fail;
+  precompute(o, grammar);
   bool tool_mode = req.tools != NULL && kind != SM_EP_COMPLETIONS;
   bool harmony = kind != SM_EP_COMPLETIONS && o->tfmt && o->tfmt->kind == SM_TF_HARMONY;
   sm_job *j = sm_job_new(&req, ids, (int)n_ids, max_tokens, tool_mode);

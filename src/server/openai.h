@@ -26,6 +26,8 @@ typedef struct {
   const char *vision_note;        /* why a model takes no images (its note), may be NULL */
   sm_image_policy images;         /* data: and http(s) image URLs */
   struct sm_gpool *gpool;         /* compiled grammars by text (gpool.h); NULL: compiled per request */
+  sm_sched *sched;                /* its grammar vocabulary: a grammar's positions are computed before
+                                     the job is queued (NULL: by the masks that need them) */
 } sm_oai;
 
 /* Parse a request body of the given endpoint and build its job (not yet queued). On failure

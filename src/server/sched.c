@@ -159,8 +159,7 @@ static bool admit(sm_sched *s, sm_job *j) {
       take_slot(s, c); /* forked choices too: their sequences are reserved */
       c->detok = sm_detok_new(s->tok, !j->keep_special);
       if (j->grammar) {
-        if (!s->gvocab) s->gvocab = sm_grammar_vocab_new(s->tok, s->vocab, s->eos, s->n_eos);
-        c->gs = sm_grammar_state_new(j->grammar, s->gvocab);
+        c->gs = sm_grammar_state_new(j->grammar, sm_sched_grammar_vocab(s));
         sm_grammar_state_set_cache(c->gs, s->gcache);
         c->mask = sm_xmalloc(sizeof(uint32_t) * (size_t)((s->vocab + 31) / 32));
         c->sampler.mask = c->mask;
@@ -371,6 +370,19 @@ static void ensure_masks(sm_sched *s, mask_batch *mb, sm_choice *const *ch, int 
     }
   sm_grammar_mask_many(mb->gs, mb->mask, mb->count, m, s->mpool);
   for (int i = 0; i < m; i++) mask_done(s, mb->ch[i], mb->count[i]);
+}
+
+/* the masks of a step's choices, built by the engine while the device computes the step
+ * (sm_engine_set_before_sample) */
+typedef struct {
+  sm_sched *s;
+  mask_batch *mb;
+  sm_choice *const *ch;
+  int n;
+} step_masks;
+static void build_step_masks(void *arg) {
+  step_masks *sm = arg;
+  ensure_masks(sm->s, sm->mb, sm->ch, sm->n);
 }
 
 /* mu NOT held: the choice cannot go on (its sequence is full) */
@@ -643,7 +655,6 @@ static void *engine_main(void *arg) {
     if (n <= 0) continue;
     pthread_mutex_unlock(&s->mu);
     for (int k = 0; k < n; k++) bch[k] = &bjob[k]->ch[bci[k]];
-    ensure_masks(s, &mbatch, bch, n);
     memset(done, 0, (size_t)n);
     /* speculative decoding: draft tokens for the choices that may have them, within the step's
      * token budget (every sequence computes at least one token) */
@@ -672,6 +683,7 @@ static void *engine_main(void *arg) {
         rows = sm_xmalloc(sizeof(float) * need);
         rows_cap = need;
       }
+      ensure_masks(s, &mbatch, bch, n);
       st = sm_engine_step_rows(s->eng, seqs, n, all, rows, row0, nrows, done);
       if (st) { /* the drafts are not computed: back to the state before them, and a plain step */
         for (int k = 0; k < n; k++)
@@ -680,7 +692,12 @@ static void *engine_main(void *arg) {
         memset(done, 0, (size_t)n);
       }
     }
-    if (!n_drafted) st = sm_engine_step_sample(s->eng, seqs, n, bsmp, btok, logits, done);
+    if (!n_drafted) { /* the grammar masks are built while the device runs the step */
+      step_masks smk = {s, &mbatch, bch, n};
+      sm_engine_set_before_sample(s->eng, build_step_masks, &smk);
+      st = sm_engine_step_sample(s->eng, seqs, n, bsmp, btok, logits, done);
+      sm_engine_set_before_sample(s->eng, NULL, NULL);
+    }
     if (st == SMELT_ERR_OOM) {
       pthread_mutex_lock(&s->mu);
       preempt_newest(s);
@@ -801,6 +818,7 @@ void sm_sched_init(sm_sched *s, sm_engine *eng, const smelt_tokenizer *tok, sm_m
   s->parallel = parallel;
   s->max_queue = max_queue;
   pthread_mutex_init(&s->mu, NULL);
+  pthread_mutex_init(&s->gv_mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   sm_engine_get_stats(eng, &s->stats);
   s->slot_busy = sm_xcalloc((size_t)parallel, sizeof(bool));
@@ -824,6 +842,13 @@ bool sm_sched_start(sm_sched *s) {
   return s->thread_started;
 }
 
+const sm_grammar_vocab *sm_sched_grammar_vocab(sm_sched *s) {
+  pthread_mutex_lock(&s->gv_mu);
+  if (!s->gvocab) s->gvocab = sm_grammar_vocab_new(s->tok, s->vocab, s->eos, s->n_eos);
+  pthread_mutex_unlock(&s->gv_mu);
+  return s->gvocab;
+}
+
 void sm_sched_stop(sm_sched *s) {
   if (!s->thread_started) return;
   pthread_mutex_lock(&s->mu);
@@ -845,6 +870,7 @@ void sm_sched_destroy(sm_sched *s) {
   s->n_hot = 0;
   sm_grammar_vocab_free(s->gvocab);
   s->gvocab = NULL;
+  pthread_mutex_destroy(&s->gv_mu);
   if (s->mpool) sm_pool_destroy(s->mpool);
   s->mpool = NULL;
   free(s->active);

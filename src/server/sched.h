@@ -122,7 +122,8 @@ struct sm_sched {
   pthread_t thread;
   bool thread_started;
   sm_engine_stats stats;
-  sm_grammar_vocab *gvocab; /* built on the first constrained request (engine thread) */
+  sm_grammar_vocab *gvocab; /* built on the first constrained request (sm_sched_grammar_vocab) */
+  pthread_mutex_t gv_mu;    /* guards building it */
   sm_gmask_cache *gcache;   /* masks shared between constrained sequences (NULL: none); set before start */
   int mask_threads;         /* threads that build a step's masks (0: automatic); set before start */
   sm_pool *mpool;           /* their pool (engine thread; NULL: masks built on the engine thread) */
@@ -170,6 +171,9 @@ void sm_sched_init(sm_sched *s, sm_engine *eng, const smelt_tokenizer *tok, sm_m
                    int parallel, int max_queue);
 void sm_sched_add_eos(sm_sched *s, int32_t id); /* ignored when out of range or already known */
 bool sm_sched_start(sm_sched *s);               /* starts the engine thread */
+/* The grammar vocabulary of the model's tokenizer, built by the first caller (any thread; the
+ * HTTP threads build it and the positions of a request's grammar before queueing it). */
+const sm_grammar_vocab *sm_sched_grammar_vocab(sm_sched *s);
 /* Stops the engine thread; jobs still queued or running fail with 503. */
 void sm_sched_stop(sm_sched *s);
 void sm_sched_destroy(sm_sched *s);

@@ -71,6 +71,7 @@ static void be_download(sm_backend *be, void *dst, const void *src, size_t n) {
   cu_ck(c, cudaStreamSynchronize(c->s), "sync");
   cu_stats_collect(c);
 }
+static void be_submit(sm_backend *be) { cu_flush(CB(be)); }
 static void be_sync(sm_backend *be) {
   cuda_be *c = CB(be);
   cu_flush(c);
@@ -765,6 +766,7 @@ extern "C" sm_backend *sm_cuda_backend_create_opts(int device, const sm_backend_
   b->upload = be_upload;
   b->download = be_download;
   b->sync = be_sync;
+  b->submit = be_submit;
   b->prepare_weight = be_prepare_weight;
   b->release_weight = be_release_weight;
   b->set_batch = be_set_batch;
