@@ -2,7 +2,13 @@
  * non-streaming /v1/completions requests in flight and reports generated tokens/s and
  * request latency. Same role as bench.mjs, for machines without node.
  *   bench_server_load [--url http://127.0.0.1:8080] [--concurrency 1,4,16,64]
- *                     [--requests-per-level R] [--max-tokens 64] [--prompt-words 64] */
+ *                     [--requests-per-level R] [--max-tokens 64] [--prompt-words 64] [--schemas 1|2]
+ * --schemas 1: every request carries a JSON schema of its own (llama-server's `json_schema`
+ * field: an object of ten required properties, strings and integers, named by request and
+ * property), so each constrained sequence walks grammar states of its own and none finishes its
+ * answer in fewer than about 60 tokens: with --max-tokens 48 or less, constrained and plain
+ * requests keep the same batch, and their tokens/s give what constrained decoding costs a step.
+ * --schemas 2: the same with strings of at most 6 characters (maxLength). */
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <pthread.h>
@@ -12,7 +18,7 @@
 #include <time.h>
 
 static const char *g_url = "http://127.0.0.1:8080";
-static int g_max_tokens = 64, g_prompt_words = 64;
+static int g_max_tokens = 64, g_prompt_words = 64, g_schemas = 0;
 
 typedef struct {
   char *buf;
@@ -57,6 +63,18 @@ static void *worker(void *arg) {
     cJSON_AddNumberToObject(b, "max_tokens", g_max_tokens);
     cJSON_AddNumberToObject(b, "temperature", 0.7);
     cJSON_AddNumberToObject(b, "seed", i + 1);
+    if (g_schemas) {
+      char sch[2048];
+      int so = snprintf(sch, sizeof sch, "{\"type\":\"object\",\"properties\":{");
+      for (int k = 0; k < 10; k++)
+        so += snprintf(sch + so, sizeof sch - (size_t)so, "%s\"p%d_%d\":{\"type\":\"%s\"%s}", k ? "," : "", i, k,
+                       k % 2 ? "integer" : "string", k % 2 || g_schemas < 2 ? "" : ",\"maxLength\":6");
+      so += snprintf(sch + so, sizeof sch - (size_t)so, "},\"required\":[");
+      for (int k = 0; k < 10; k++)
+        so += snprintf(sch + so, sizeof sch - (size_t)so, "%s\"p%d_%d\"", k ? "," : "", i, k);
+      snprintf(sch + so, sizeof sch - (size_t)so, "],\"additionalProperties\":false}");
+      cJSON_AddItemToObject(b, "json_schema", cJSON_Parse(sch));
+    }
     char *body = cJSON_PrintUnformatted(b);
     cJSON_Delete(b);
     membuf m = {0};
@@ -98,13 +116,15 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--requests-per-level")) per_level = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--max-tokens")) g_max_tokens = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--prompt-words")) g_prompt_words = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--schemas")) g_schemas = atoi(argv[i + 1]);
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
     }
   }
   curl_global_init(CURL_GLOBAL_DEFAULT);
-  printf("%-11s %9s %12s %12s %12s %7s\n", "concurrency", "requests", "tokens/s", "lat p50 s", "lat p90 s", "errors");
+  printf("%-11s %9s %12s %12s %12s %7s %10s\n", "concurrency", "requests", "tokens/s", "lat p50 s", "lat p90 s",
+         "errors", "tok/req");
   char *lv = strdup(levels);
   for (char *t = strtok(lv, ","); t; t = strtok(NULL, ",")) {
     int n = atoi(t);
@@ -132,7 +152,8 @@ int main(int argc, char **argv) {
     }
     double el = now() - t0;
     qsort(lat, (size_t)reqs, sizeof(double), cmp_d);
-    printf("%-11d %9d %12.1f %12.3f %12.3f %7d\n", n, reqs, tokens / el, lat[reqs / 2], lat[(int)(reqs * 0.9)], errors);
+    printf("%-11d %9d %12.1f %12.3f %12.3f %7d %10.1f\n", n, reqs, tokens / el, lat[reqs / 2], lat[(int)(reqs * 0.9)],
+           errors, reqs > errors ? (double)tokens / (reqs - errors) : 0.0);
     fflush(stdout);
     free(lat);
     free(w);
