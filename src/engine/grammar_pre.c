@@ -20,7 +20,7 @@
 #include "engine/grammar_int.h"
 
 #define UNSET (-3)       /* below(): no member seen yet */
-#define MAX_ENTRIES 4096 /* deeper keys per table; past it masks walk whole states */
+#define MAX_ENTRIES 1024 /* deeper keys per table; past it masks walk whole states */
 
 typedef struct {
   uint64_t h;
