@@ -40,6 +40,11 @@ struct sm_pool {
   cpu_set_t *sets;  /* [n] or NULL: no pinning */
   pthread_t caller; /* the thread last pinned as thread 0 */
   bool caller_pinned;
+  /* statistics (sm_pool_stats_on): each thread's time in fn in the last run, a cache line each */
+  bool st_on;
+  uint64_t *busy;
+  uint64_t last_end;
+  sm_pool_stats st;
 };
 
 typedef struct {
@@ -83,7 +88,13 @@ static void *worker(void *arg) {
     }
     seen = g;
     if (atomic_load(&p->quit)) break;
-    p->fn(p->ctx, wa.tid, p->n);
+    if (p->st_on) {
+      const uint64_t t1 = now_ns();
+      p->fn(p->ctx, wa.tid, p->n);
+      p->busy[wa.tid * (CL / 8)] = now_ns() - t1;
+    } else {
+      p->fn(p->ctx, wa.tid, p->n);
+    }
     atomic_fetch_add_explicit(&p->n_done, 1, memory_order_release);
   }
   return NULL;
@@ -136,7 +147,26 @@ void sm_pool_destroy(sm_pool *p) {
   pthread_cond_destroy(&p->cv);
   free(p->th);
   free(p->sets);
+  free(p->busy);
   free(p);
+}
+
+void sm_pool_stats_on(sm_pool *p) {
+  if (p->st_on) return;
+  p->busy = sm_xcalloc((size_t)p->n * (CL / 8), sizeof(uint64_t));
+  p->st.threads = p->n;
+  p->st_on = true; /* the workers see it with the next run's generation */
+}
+
+void sm_pool_stats_get(const sm_pool *p, sm_pool_stats *st) {
+  *st = p->st;
+  st->threads = p->n;
+}
+
+/* the caller's part of a run with statistics */
+static void run_timed(sm_pool *p, sm_pool_fn fn, void *ctx, uint64_t t0) {
+  fn(ctx, 0, p->n);
+  p->busy[0] = now_ns() - t0;
 }
 
 int sm_pool_size(const sm_pool *p) { return p->n; }
@@ -148,19 +178,35 @@ void sm_pool_run(sm_pool *p, sm_pool_fn fn, void *ctx) {
     p->caller = pthread_self();
     p->caller_pinned = true;
   }
+  const uint64_t t0 = p->st_on ? now_ns() : 0;
+  if (p->st_on && p->last_end) p->st.gap_ns += t0 - p->last_end;
   if (p->n == 1) {
-    fn(ctx, 0, 1);
-    return;
+    if (p->st_on) run_timed(p, fn, ctx, t0);
+    else fn(ctx, 0, 1);
+  } else {
+    p->fn = fn;
+    p->ctx = ctx;
+    atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes fn/ctx, ordered before n_sleeping read */
+    wake(p);
+    if (p->st_on) run_timed(p, fn, ctx, t0);
+    else fn(ctx, 0, p->n);
+    /* spin; yield now and then so an oversubscribed machine can run the late worker */
+    for (unsigned spins = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - 1;) {
+      SM_PAUSE();
+      if (++spins % 4096 == 0) sched_yield();
+    }
   }
-  p->fn = fn;
-  p->ctx = ctx;
-  atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
-  atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes fn/ctx, ordered before n_sleeping read */
-  wake(p);
-  fn(ctx, 0, p->n);
-  /* spin; yield now and then so an oversubscribed machine can run the late worker */
-  for (unsigned spins = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - 1;) {
-    SM_PAUSE();
-    if (++spins % 4096 == 0) sched_yield();
+  if (!p->st_on) return;
+  const uint64_t t1 = now_ns();
+  uint64_t mx = 0;
+  for (int i = 0; i < p->n; i++) {
+    const uint64_t b = p->busy[i * (CL / 8)];
+    p->st.busy_ns += b;
+    if (b > mx) mx = b;
   }
+  p->st.busy_max_ns += mx;
+  p->st.wall_ns += t1 - t0;
+  p->st.runs++;
+  p->last_end = t1;
 }

@@ -4,6 +4,7 @@
 #define SM_POOL_H
 #include <sched.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef struct sm_pool sm_pool;
 typedef void (*sm_pool_fn)(void *ctx, int tid, int nth);
@@ -15,5 +16,15 @@ void sm_pool_destroy(sm_pool *p);
 int sm_pool_size(const sm_pool *p);
 /* Runs fn(ctx, tid, nth) on every thread (tid 0 = caller) and waits for all. */
 void sm_pool_run(sm_pool *p, sm_pool_fn fn, void *ctx);
+/* Time statistics of the runs, kept once sm_pool_stats_on was called (before any run, from the
+ * thread that runs the pool): how many runs; their wall time from dispatch until the last thread
+ * is done; the threads' time inside fn, summed, and summed over runs for the busiest thread of each
+ * run; the caller's time between runs. */
+typedef struct {
+  uint64_t runs, wall_ns, busy_ns, busy_max_ns, gap_ns;
+  int threads;
+} sm_pool_stats;
+void sm_pool_stats_on(sm_pool *p);
+void sm_pool_stats_get(const sm_pool *p, sm_pool_stats *st);
 
 #endif

@@ -1,7 +1,8 @@
 /* CPU thread placement and the thread pool: mask parsing (hex as llama.cpp's --cpu-mask, lists as
  * its --cpu-range), the placement plan (thread count from the mask, one CPU per thread, errors that
  * name the option), workers really running on the CPUs they were given, NUMA mode names, and a
- * pool that sleeps at once (--poll 0) or spins still doing every dispatch. */
+ * pool that sleeps at once (--poll 0) or spins still doing every dispatch, and its time statistics
+ * (SMELT_CPU_STATS). */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
 #include <sched.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int g_fail = 0;
 #define CHECK(c, ...) \
@@ -143,9 +145,51 @@ static void test_plan_and_pool(void) {
   }
 }
 
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+static void spin_ns(uint64_t ns) {
+  const uint64_t t0 = mono_ns();
+  while (mono_ns() - t0 < ns) {}
+}
+/* thread i works (i + 1) * 100 us a run */
+static void stair_job(void *ctx, int tid, int nth) {
+  (void)ctx;
+  (void)nth;
+  spin_ns(100000ull * (uint64_t)(tid + 1));
+}
+
+/* SMELT_CPU_STATS' numbers: runs counted, the threads' work and the busiest thread's at least what
+ * they spent (the bounds are from below: a shared machine only adds time), the caller's time
+ * between runs, nothing counted before the statistics are on */
+static void test_pool_stats(void) {
+  sm_pool *p = sm_pool_create(3, NULL, 50);
+  sm_pool_run(p, stair_job, NULL);
+  sm_pool_stats_on(p);
+  const int runs = 40;
+  for (int i = 0; i < runs; i++) {
+    sm_pool_run(p, stair_job, NULL);
+    spin_ns(150000);
+  }
+  sm_pool_stats s;
+  sm_pool_stats_get(p, &s);
+  CHECK(s.runs == (uint64_t)runs && s.threads == 3, "stats: %llu runs of %d threads", (unsigned long long)s.runs,
+        s.threads);
+  CHECK(s.busy_ns >= (uint64_t)runs * 600000ull, "stats: threads busy %llu ns, at least %llu expected",
+        (unsigned long long)s.busy_ns, (unsigned long long)runs * 600000ull);
+  CHECK(s.busy_max_ns >= (uint64_t)runs * 300000ull && s.wall_ns >= s.busy_max_ns,
+        "stats: busiest thread %llu ns, wall %llu ns", (unsigned long long)s.busy_max_ns,
+        (unsigned long long)s.wall_ns);
+  CHECK(s.gap_ns >= (uint64_t)(runs - 1) * 150000ull, "stats: %llu ns between runs", (unsigned long long)s.gap_ns);
+  sm_pool_destroy(p);
+}
+
 int main(void) {
   test_parse();
   test_plan_and_pool();
+  test_pool_stats();
   printf(g_fail ? "%d FAILURES\n" : "all passed\n", g_fail);
   return g_fail != 0;
 }

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -82,6 +83,16 @@ static const sm_tune_entry cpu_tune[] = {
    64,
    0,
    "work chunks per thread in a one-token matmul, taken dynamically; 0: one static share per thread (same results)",
+   {{0, 0}},
+   NULL},
+  {"SMELT_CPU_STATS",
+   offsetof(cpu_tuning, stats),
+   0,
+   0,
+   1,
+   0,
+   "1: time the thread pool's runs (ops and their parts) and print at exit how the wall time splits into "
+   "the threads' work, their waiting for the slowest and the time between runs",
    {{0, 0}},
    NULL},
   {"SMELT_CPU_HUGEPAGES",
@@ -587,6 +598,18 @@ static double be_measure_bandwidth(sm_backend *be) {
 static void be_destroy(sm_backend *be) {
   cpu_be *c = CB(be);
   if (!c) return;
+  if (c->tune.stats && c->pool) {
+    sm_pool_stats s;
+    sm_pool_stats_get(c->pool, &s);
+    const double wall = (double)s.wall_ns, gap = (double)s.gap_ns, all = wall + gap > 0 ? wall + gap : 1;
+    fprintf(stderr,
+            "cpu stats: %llu pool runs, %.1f us a run; of the %.1f ms in and between runs: runs %.1f%% (threads "
+            "busy %.1f%% of the runs' thread time, the busiest thread of each run %.1f%% of their wall), between "
+            "runs %.1f%%\n",
+            (unsigned long long)s.runs, s.runs ? wall / (double)s.runs / 1e3 : 0.0, all / 1e6, 100.0 * wall / all,
+            wall > 0 ? 100.0 * (double)s.busy_ns / (wall * s.threads) : 0.0,
+            wall > 0 ? 100.0 * (double)s.busy_max_ns / wall : 0.0, 100.0 * gap / all);
+  }
   sm_pool_destroy(c->pool);
   for (int i = 0; i < c->nth; i++) free(c->gscratch[i]);
   free(c->gscratch);
@@ -648,6 +671,7 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
     sm_err(SMELT_ERR_OOM, "cpu: thread pool");
     return NULL;
   }
+  if (tune.stats) sm_pool_stats_on(c->pool);
   c->nth = sm_pool_size(c->pool);
   c->gscratch = sm_xcalloc((size_t)c->nth, sizeof(float *));
   c->pu = sm_xcalloc((size_t)c->nth, sizeof(uint8_t *));

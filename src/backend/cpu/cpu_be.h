@@ -20,6 +20,7 @@ typedef struct {
   int invariant; /* 1: float-path matmuls run the GEMM at every batch size (batch-invariant) */
   int mv_chunks; /* work chunks per thread of the packed decode matvec; 0: one static share each */
   int huge;      /* 1: packed weights and the probe buffer on transparent huge pages */
+  int stats;     /* 1: the pool's time statistics, printed when the backend is destroyed */
 } cpu_tuning;
 
 #define PAR_MIN_ELEMS (1 << 15)
