@@ -1,6 +1,7 @@
 /* CPU backend: implements the sm_backend op table on host memory with a persistent
  * thread pool and run-time selected SIMD kernels (see cpu_internal.h). */
 #include "backend/cpu/cpu_be.h"
+#include "backend/sample_math.h"
 #include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -564,26 +565,78 @@ static void be_gated_rmsnorm(sm_backend *be, float *out, const float *x, const f
 
 /* ---------------- sampling ---------------- */
 /* The reference sampler (sample.c) on a copy of each row: logits stay unchanged. */
+/* A greedy row without biases, mask or penalties: sm_sample_row's rule (the first index of the
+ * largest key) with each thread taking a contiguous share of the row and the shares' bests combined
+ * in order, so the token is the same as one thread's. */
+typedef struct {
+  const float *l;
+  int V;
+  float *bv;
+  int32_t *bi;
+} greedy_ctx;
+static void greedy_job(void *v, int tid, int nth) {
+  greedy_ctx *g = v;
+  const int lo = (int)((int64_t)g->V * tid / nth), hi = (int)((int64_t)g->V * (tid + 1) / nth);
+  float best = -INFINITY;
+  int32_t bi = -1;
+  for (int i = lo; i < hi; i++) {
+    const float k = sm_sample_key(g->l[i]);
+    if (bi < 0 || k > best) {
+      best = k;
+      bi = i;
+    }
+  }
+  g->bv[tid] = best;
+  g->bi[tid] = bi;
+}
+#define GREEDY_PAR_MIN 8192 /* vocabulary from which a greedy row is split over the threads */
+
 static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, int vocab, const sm_sample_req *req,
                               int n_req, int32_t *out) {
-  (void)be;
+  cpu_be *c = CB(be);
   smelt_status st = sm_sample_check(req, n_req, n_rows, vocab);
   if (st) return st;
   if (n_req == 0) return SMELT_OK;
   if (!logits || !out) return sm_err(SMELT_ERR_INVALID, "sample: missing buffers");
-  float *row = malloc(sizeof(float) * 2 * (size_t)vocab);
-  int32_t *idx = malloc(sizeof(int32_t) * (size_t)vocab);
-  if (!row || !idx) {
-    free(row);
-    free(idx);
-    return sm_err(SMELT_ERR_OOM, "sample: scratch of %d floats", vocab);
+  if ((size_t)vocab > c->cap_s) { /* kept between calls: a large vocabulary's rows are megabytes */
+    float *row = malloc(sizeof(float) * 2 * (size_t)vocab);
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)vocab);
+    if (!row || !idx) {
+      free(row);
+      free(idx);
+      return sm_err(SMELT_ERR_OOM, "sample: scratch of %d floats", vocab);
+    }
+    free(c->srow);
+    free(c->sidx);
+    c->srow = row;
+    c->sidx = idx;
+    c->cap_s = (size_t)vocab;
+  }
+  if (!c->sbv) {
+    c->sbv = sm_xmalloc(sizeof(float) * (size_t)c->nth);
+    c->sbi = sm_xmalloc(sizeof(int32_t) * (size_t)c->nth);
   }
   for (int i = 0; i < n_req; i++) {
-    memcpy(row, logits + (size_t)req[i].row * (size_t)vocab, sizeof(float) * (size_t)vocab);
-    out[i] = sm_sample_row(&req[i], row, vocab, row + vocab, idx);
+    const sm_sample_req *r = &req[i];
+    const float *l = logits + (size_t)r->row * (size_t)vocab;
+    int n_plan;
+    if (c->nth > 1 && vocab >= GREEDY_PAR_MIN && !r->n_bias && !r->mask && !r->n_pen &&
+        sm_sample_plan(r->temperature, r->top_k, r->top_p, vocab, &n_plan) == SM_SAMPLE_GREEDY) {
+      greedy_ctx g = {l, vocab, c->sbv, c->sbi};
+      sm_pool_run(c->pool, greedy_job, &g);
+      float best = -INFINITY;
+      int32_t bi = -1;
+      for (int k = 0; k < c->nth; k++)
+        if (c->sbi[k] >= 0 && (bi < 0 || c->sbv[k] > best)) {
+          best = c->sbv[k];
+          bi = c->sbi[k];
+        }
+      out[i] = bi < 0 ? 0 : bi;
+      continue;
+    }
+    memcpy(c->srow, l, sizeof(float) * (size_t)vocab);
+    out[i] = sm_sample_row(r, c->srow, vocab, c->srow + vocab, c->sidx);
   }
-  free(row);
-  free(idx);
   return SMELT_OK;
 }
 
@@ -611,6 +664,10 @@ static void be_destroy(sm_backend *be) {
             wall > 0 ? 100.0 * (double)s.busy_max_ns / wall : 0.0, 100.0 * gap / all);
   }
   sm_pool_destroy(c->pool);
+  free(c->srow);
+  free(c->sidx);
+  free(c->sbv);
+  free(c->sbi);
   for (int i = 0; i < c->nth; i++) free(c->gscratch[i]);
   free(c->gscratch);
   free(c->tokens);

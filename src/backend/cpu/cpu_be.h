@@ -61,6 +61,12 @@ typedef struct {
   size_t cap_pu, cap_psc;
   void **amxw;      /* [nth] SM_AMX_SCRATCH bytes */
   double bandwidth; /* measured read bandwidth (bytes/s), 0 until measured */
+  /* the sample op's scratch: a row, its candidates, and the greedy split's per-thread bests */
+  float *srow;
+  int32_t *sidx;
+  size_t cap_s;
+  float *sbv;
+  int32_t *sbi;
 } cpu_be;
 
 static inline cpu_be *CB(sm_backend *be) { return (cpu_be *)be; }
