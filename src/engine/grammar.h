@@ -54,6 +54,9 @@ void sm_grammar_state_set_cache(sm_grammar_state *s, sm_gmask_cache *c);
  * is computed by the first mask that needs it. Thread-safe; the results live as long as g. Costs
  * about a mask walk per position of g: a server does it when a request's grammar is compiled. */
 void sm_grammar_precompute(const sm_grammar *g, const sm_grammar_vocab *v);
+/* The entries of positions shared between grammars of one vocabulary (grammar_share.c): how many
+ * a grammar took from another since the process started, and how many are held now. */
+void sm_grammar_shared_counts(uint64_t *hits, uint64_t *entries);
 /* Whether s builds masks from what its stacks' tops decide, shared by all states of the grammar
  * (default: XGrammar's adaptive token mask cache; grammar_int.h), or walks the vocabulary with the
  * whole state every time (for tests and benchmarks comparing the two). */

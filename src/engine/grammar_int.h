@@ -83,7 +83,7 @@ typedef struct {
   atomic_int refs;    /* a grammar's table and the shared entries (grammar_share.c) hold them */
   bool usable;        /* false: a walk ran out of expansion steps; walk the whole state */
   int32_t n_acc;      /* accepted tokens */
-  uint32_t *acc_bits; /* as a bitset over the vocabulary when many, else */
+  uint32_t *acc_bits; /* as a bitset over the vocabulary ((vocab + 31) / 32 words) when many, else */
   int32_t *acc_list;  /* as a list */
   int32_t n_unc;      /* uncertain tokens */
   /* the part of the trie that leads to them, in depth-first order: node (index into the
@@ -91,6 +91,7 @@ typedef struct {
    * subtree of a refused byte */
   int32_t n_sub;
   int32_t (*sub)[2];
+  size_t bytes; /* all the entry holds */
 } sm_gpre_entry;
 
 typedef struct sm_gpre sm_gpre;
@@ -136,6 +137,7 @@ bool sm_gpre_text(const sm_gpre *t, const sm_grammar *g, const int32_t *key, int
  * the entry to use with one reference for the caller (e, or one put first: e's dropped). */
 sm_gpre_entry *sm_gshare_get(uint64_t vocab_id, const sm_gtext *x);
 sm_gpre_entry *sm_gshare_put(uint64_t vocab_id, const sm_gtext *x, sm_gpre_entry *e);
+
 /* the tables of g (sm_grammar_free) */
 void sm_gpre_free_all(sm_grammar *g);
 

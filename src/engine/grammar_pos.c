@@ -108,6 +108,8 @@ static sm_gpre_entry *pos_walk(sm_grammar_state *s, const sm_gpre *t, const int3
     path[top++] = j;
   }
   while (top > 0) e->sub[path[--top]][1] = n_sub;
+  e->bytes = sizeof *e + sizeof *e->sub * (size_t)n_sub +
+             (e->acc_bits ? sizeof(uint32_t) * (size_t)words : sizeof(int32_t) * (size_t)n_acc);
   free(sub);
   free(path);
   return e;

@@ -22,7 +22,7 @@ typedef struct {
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static sent *g_map;
 static size_t g_cap, g_count, g_bytes;
-static uint64_t g_tick;
+static uint64_t g_tick, g_hits;
 
 /* under g_mu: the slot of (vocab, x): its entry, or the empty slot where it goes */
 static sent *slot(uint64_t vocab, const sm_gtext *x) {
@@ -57,20 +57,16 @@ sm_gpre_entry *sm_gshare_get(uint64_t vocab_id, const sm_gtext *x) {
       s->used = ++g_tick;
       e = s->e;
       atomic_fetch_add(&e->refs, 1);
+      g_hits++;
     }
   }
   pthread_mutex_unlock(&g_mu);
   return e;
 }
 
-static size_t entry_bytes(const sm_gpre_entry *e, size_t words) {
-  return sizeof *e + sizeof(int32_t) * words + (e->acc_bits ? 0 : sizeof(int32_t) * (size_t)e->n_acc) +
-         sizeof *e->sub * (size_t)e->n_sub;
-}
-
 sm_gpre_entry *sm_gshare_put(uint64_t vocab_id, const sm_gtext *x, sm_gpre_entry *e) {
-  const size_t bytes = entry_bytes(e, x->n) + (e->acc_bits ? 4 * (size_t)((e->n_acc + 31) / 32) : 0);
-  if (bytes > SHARE_BYTES / 16) return e; /* not worth a sixteenth of the budget */
+  const size_t bytes = e->bytes + sizeof(int32_t) * x->n; /* the entry and its key */
+  if (bytes > SHARE_BYTES / 16) return e;                 /* not worth a sixteenth of the budget */
   pthread_mutex_lock(&g_mu);
   if ((g_count + 1) * 2 > g_cap) {
     sent *old = g_map;
@@ -112,4 +108,11 @@ sm_gpre_entry *sm_gshare_put(uint64_t vocab_id, const sm_gtext *x, sm_gpre_entry
   }
   pthread_mutex_unlock(&g_mu);
   return e;
+}
+
+void sm_grammar_shared_counts(uint64_t *hits, uint64_t *entries) {
+  pthread_mutex_lock(&g_mu);
+  *hits = g_hits;
+  *entries = g_count;
+  pthread_mutex_unlock(&g_mu);
 }

@@ -255,7 +255,7 @@ static void test_mask(const char *src_dir) {
  * vocabulary with the whole state each time (no positions' tables), follows the same tokens:
  * both masks must be equal bit for bit at every step. tok_json: the tokenizer's files (NULL:
  * the built-in model's). */
-static void test_walks(const char *src_dir, const char *tok_json, const char *gbnf, int walks) {
+static void test_walks(const char *src_dir, const char *tok_json, const char *gbnf, int walks, const char *gbnf2) {
   char path[1024], cfg[1024];
   if (tok_json) {
     snprintf(path, sizeof path, "%s/tokenizer.json", tok_json);
@@ -274,6 +274,7 @@ static void test_walks(const char *src_dir, const char *tok_json, const char *gb
   sm_grammar_vocab *voc = sm_grammar_vocab_new(tok, V, eos, 1);
   sm_grammar *g = NULL;
   CHECK(sm_grammar_compile(gbnf, &g) == SMELT_OK, "compile: %s", sm_errmsg());
+  uint64_t hits0 = 0, held0 = 0, hits1 = 0, held1 = 0;
   const size_t W = (size_t)(V + 31) / 32;
   uint32_t *mask = calloc(W, 4), *ref = calloc(W, 4);
   int32_t byte_tok[256];
@@ -285,6 +286,7 @@ static void test_walks(const char *src_dir, const char *tok_json, const char *gb
   sm_buf_free(&pb);
   uint64_t x = 88172645463325252ull;
   int stuck = 0, rejected = 0, differ = 0, steps = 0;
+again:
   for (int w = 0; g && w < walks; w++) {
     sm_grammar_state *s = sm_grammar_state_new(g, voc), *r = sm_grammar_state_new(g, voc);
     sm_grammar_state_use_positions(r, false);
@@ -333,6 +335,21 @@ static void test_walks(const char *src_dir, const char *tok_json, const char *gb
   }
   CHECK(stuck == 0 && rejected == 0, "random walks: %d stuck, %d allowed tokens rejected", stuck, rejected);
   CHECK(differ == 0, "random walks: %d of %d masks differ from the whole-state walk's", differ, steps);
+  /* a second grammar of the same vocabulary whose rules repeat the first's (another JSON schema): it
+   * takes entries the first one computed (grammar_share.c), and its masks are right too */
+  if (gbnf2 && g) {
+    sm_grammar_shared_counts(&hits0, &held0);
+    sm_grammar_free(g);
+    g = NULL;
+    CHECK(sm_grammar_compile(gbnf2, &g) == SMELT_OK, "compile: %s", sm_errmsg());
+    gbnf2 = NULL;
+    goto again;
+  }
+  if (hits0 || held0) {
+    sm_grammar_shared_counts(&hits1, &held1);
+    CHECK(hits1 > hits0, "the second grammar took no shared entry (%llu hits before, %llu after)",
+          (unsigned long long)hits0, (unsigned long long)hits1);
+  }
   free(mask);
   free(ref);
   sm_grammar_free(g);
@@ -346,14 +363,21 @@ int main(int argc, char **argv) {
   if (argc > 1) {
     test_mask(argv[1]);
     /* short strings of any characters, then a closing quote */
-    test_walks(argv[1], NULL, "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,12} \"\\\"\"", 400);
+    test_walks(argv[1], NULL, "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,12} \"\\\"\"", 400, NULL);
     cJSON *sc = cJSON_Parse(
       "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":6},"
       "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"maxItems\":3}},\"required\":[\"a\"]}");
-    char *gb = NULL;
+    char *gb = NULL, *gb2 = NULL;
     sm_schema_to_gbnf(sc, false, &gb);
-    test_walks(argv[1], NULL, gb, 200);
+    cJSON_Delete(sc);
+    sc =
+      cJSON_Parse(/* the same with other property names */
+                  "{\"type\":\"object\",\"properties\":{\"alpha\":{\"type\":\"string\",\"maxLength\":6},"
+                  "\"beta\":{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"maxItems\":3}},\"required\":[\"alpha\"]}");
+    sm_schema_to_gbnf(sc, false, &gb2);
+    test_walks(argv[1], NULL, gb, 200, gb2);
     free(gb);
+    free(gb2);
     cJSON_Delete(sc);
     /* grammars whose positions need the frames below them: recursion, rules used from many
      * places, empty alternatives, ambiguity, characters of several bytes, tokens by id */
@@ -364,7 +388,7 @@ int main(int argc, char **argv) {
       "root ::= (w \" \")* w \".\"\nw ::= [a-zA-Z\\u00e0-\\u00ff\\u0400-\\u04ff\\u4e00-\\u9fa5]+ | \"the\" | \"a\"",
       "root ::= \"ab\" (<[3]> | \"c\") item+\nitem ::= \"d\" | \"de\" item | [^a-z]",
     };
-    for (size_t i = 0; i < sizeof more / sizeof *more; i++) test_walks(argv[1], NULL, more[i], 150);
+    for (size_t i = 0; i < sizeof more / sizeof *more; i++) test_walks(argv[1], NULL, more[i], 150, NULL);
     /* a JSON schema through a large real vocabulary (Llama 3.1's 128,256 tokens, most of them
      * starting with a space), when the npm tokenizers are installed */
     char l3[1024];
@@ -381,8 +405,16 @@ int main(int argc, char **argv) {
         "\"string\"}}},\"score\":{\"type\":\"number\"}},\"required\":[\"name\",\"age\"]}");
       gb = NULL;
       sm_schema_to_gbnf(sc, false, &gb);
-      test_walks(argv[1], l3, gb, 60);
+      cJSON_Delete(sc);
+      sc = cJSON_Parse(
+        "{\"type\":\"object\",\"properties\":{\"title\":{\"type\":\"string\",\"maxLength\":12},\"n\":{\"type\":"
+        "\"integer\"},\"labels\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":8}},\"where\":{"
+        "\"type\":\"object\",\"properties\":{\"town\":{\"type\":\"string\"}}}},\"required\":[\"title\"]}");
+      gb2 = NULL;
+      sm_schema_to_gbnf(sc, false, &gb2);
+      test_walks(argv[1], l3, gb, 60, gb2);
       free(gb);
+      free(gb2);
       cJSON_Delete(sc);
     } else {
       printf("note: %s not found, skipping the Llama 3.1 vocabulary\n", l3f);
