@@ -633,8 +633,9 @@ static void test_kv_quant_rows(sm_backend *be) {
 
 /* Attention against a double reference on the values the cache holds (f32, or f16/bf16-rounded:
  * the kernels widen them exactly), and batch invariance: each token of the mixed batch, run again
- * alone as a one-token step, gives the same bits. The decoding token sits past two key segments
- * (ATT_SEG, 1,024): alone, with fewer items than threads, its segments run as separate work items. */
+ * alone as a one-token step, gives the same bits. The decoding token sits past many key segments
+ * (ATT_SEG, 64 positions): alone, with fewer items than threads, its segments run as separate work
+ * items. */
 static void test_attention_cfg(sm_backend *be, const int NH, const int NKV, const int HD, sm_dtype dt) {
   enum { BS = 32, NB = 144, MAXB = 72, L = 2 };
   const int KW = NKV * HD;

@@ -78,8 +78,8 @@ static void kv_slots(const cpu_be *c, const sm_kv_cache *kv, int s, int32_t p0, 
  * row's result does not depend on the batch it is in or on the thread count (batch invariance,
  * docs/cpu.md). */
 #define ATT_CHUNK 64
-#define ATT_ROWS 64  /* query rows per item: K/V chunks are widened and transposed once for all */
-#define ATT_SEG 1024 /* positions a segment (a multiple of ATT_CHUNK) */
+#define ATT_ROWS 64 /* query rows per item: K/V chunks are widened and transposed once for all */
+#define ATT_SEG 64  /* positions a segment (a multiple of ATT_CHUNK) */
 typedef struct {
   cpu_be *c;
   float *out;
