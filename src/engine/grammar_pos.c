@@ -135,13 +135,14 @@ static int mask_popcount(const uint32_t *m, int words) {
 #define KEY_MAX 64
 #define UNC_OWN 16384 /* trie nodes of uncertain tokens past which a stack takes a key of its own */
 
-static sm_grammar_state *scratch(sm_grammar_state *s) {
-  if (s->pre_scratch && s->pre_scratch->n_nodes > COMPACT_NODES) {
-    sm_grammar_state_free(s->pre_scratch);
-    s->pre_scratch = NULL;
+/* the scratch state in *slot for walks of g with v, made anew once it holds too many nodes */
+static sm_grammar_state *scratch(sm_grammar_state **slot, const sm_grammar *g, const sm_grammar_vocab *v) {
+  if (*slot && (*slot)->n_nodes > COMPACT_NODES) {
+    sm_grammar_state_free(*slot);
+    *slot = NULL;
   }
-  if (!s->pre_scratch) s->pre_scratch = sm_gs_alloc(s->g, s->voc);
-  return s->pre_scratch;
+  if (!*slot) *slot = sm_gs_alloc(g, v);
+  return *slot;
 }
 
 /* The entry of key (n words): another grammar's of the same text (sm_gpre_text) when there is
@@ -170,7 +171,7 @@ static const sm_gpre_entry *compute_entry(sm_gpre *t, const sm_grammar *g, const
 /* the entry of position pos, computed here when no thread has yet */
 static const sm_gpre_entry *pos_entry(sm_grammar_state *s, int32_t pos) {
   const sm_gpre_entry *e = sm_gpre_get(s->pre, pos);
-  return e ? e : compute_entry(s->pre, s->g, s->voc, scratch(s), pos);
+  return e ? e : compute_entry(s->pre, s->g, s->voc, scratch(&s->pre_scratch, s->g, s->voc), pos);
 }
 
 /* The entry of stack k's own key (NULL: the table is full), for a stack whose position's key
@@ -208,7 +209,8 @@ static const sm_gpre_entry *stack_entry(sm_grammar_state *s, int32_t k) {
   h ^= h >> 29;
   const sm_gpre_entry *e = sm_gpre_find(s->pre, key, n, h);
   if (e) return e;
-  return sm_gpre_add(s->pre, key, n, h, key_entry(s->pre, s->g, s->voc, scratch(s), key, n));
+  return sm_gpre_add(s->pre, key, n, h,
+                     key_entry(s->pre, s->g, s->voc, scratch(&s->pre_scratch, s->g, s->voc), key, n));
 }
 
 /* the uncertain tokens of e walked from stack k alone, over the part of the trie leading to them */
@@ -275,12 +277,7 @@ void sm_grammar_precompute(const sm_grammar *g, const sm_grammar_vocab *v) {
   sm_grammar_state *s = NULL;
   for (int32_t i = 0; i < g->n_el; i++) {
     if (g->el[i].type != GE_CLS || sm_gpre_get(t, i)) continue;
-    if (s && s->n_nodes > COMPACT_NODES) {
-      sm_grammar_state_free(s);
-      s = NULL;
-    }
-    if (!s) s = sm_gs_alloc(g, v);
-    compute_entry(t, g, v, s, i);
+    compute_entry(t, g, v, scratch(&s, g, v), i);
   }
   sm_grammar_state_free(s);
   sm_gpre_set_complete(t);

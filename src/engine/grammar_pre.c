@@ -177,6 +177,22 @@ static sm_gpre *table_new(const sm_grammar *g, uint64_t vocab_id) {
   return t;
 }
 
+/* a table and the entries it holds */
+static void table_free(sm_gpre *t) {
+  for (int i = 0; i < t->n_el; i++) sm_gpre_entry_unref(atomic_load(&t->pe[i]));
+  for (int i = 0; i < t->cap; i++) {
+    free(t->map[i].key);
+    sm_gpre_entry_unref(t->map[i].e);
+  }
+  free(t->map);
+  pthread_mutex_destroy(&t->mu);
+  free(t->pe);
+  free(t->rule_of);
+  free(t->below);
+  free(t->follow);
+  free(t);
+}
+
 sm_gpre *sm_gpre_table(const sm_grammar *g, const sm_grammar_vocab *v) {
   sm_grammar *gm = (sm_grammar *)g; /* the tables are a cache: g stays the same grammar */
   sm_gpre *head = atomic_load(&gm->pre);
@@ -188,13 +204,7 @@ sm_gpre *sm_gpre_table(const sm_grammar *g, const sm_grammar_vocab *v) {
     if (atomic_compare_exchange_weak(&gm->pre, &head, nt)) return nt;
     for (sm_gpre *t = head; t; t = t->next) /* another thread added tables meanwhile */
       if (t->vocab_id == v->id) {
-        nt->next = NULL;
-        pthread_mutex_destroy(&nt->mu);
-        free(nt->pe);
-        free(nt->rule_of);
-        free(nt->below);
-        free(nt->follow);
-        free(nt);
+        table_free(nt);
         return t;
       }
   }
@@ -362,18 +372,7 @@ void sm_gpre_free_all(sm_grammar *g) {
   sm_gpre *t = atomic_load(&g->pre);
   while (t) {
     sm_gpre *nx = t->next;
-    for (int i = 0; i < t->n_el; i++) sm_gpre_entry_unref(atomic_load(&t->pe[i]));
-    for (int i = 0; i < t->cap; i++) {
-      free(t->map[i].key);
-      sm_gpre_entry_unref(t->map[i].e);
-    }
-    free(t->map);
-    pthread_mutex_destroy(&t->mu);
-    free(t->pe);
-    free(t->rule_of);
-    free(t->below);
-    free(t->follow);
-    free(t);
+    table_free(t);
     t = nx;
   }
   atomic_store(&g->pre, NULL);
