@@ -2,6 +2,7 @@
  * (see sched.h). */
 #include "server/sched.h"
 #include "server/pcache.h"
+#include "server/sched_masks.h"
 #include "server/spec.h"
 #include "vision/vision.h"
 #include <stdio.h>
@@ -336,55 +337,6 @@ static void preempt_newest(sm_sched *s) {
   sm_metrics_preempt(s->metrics);
 }
 
-/* A constrained choice's mask for its next token, from what the grammar allows (count tokens).
- * When nothing may follow, only the end-of-sequence tokens are allowed; a model without one gets
- * a mask that allows every token (a mask that allows none is an error of the sample op): the
- * grammar refuses the token, which ends the choice without its text. */
-static void mask_done(sm_sched *s, sm_choice *c, int count) {
-  if (count == 0) {
-    for (int i = 0; i < s->n_eos; i++) sm_mask_set(c->mask, s->eos[i]);
-    if (!s->n_eos) memset(c->mask, 0xff, sizeof(uint32_t) * (size_t)((s->vocab + 31) / 32));
-  }
-  c->mask_ok = true;
-}
-/* the same for one choice (engine thread, mu not held) */
-static void ensure_mask(sm_sched *s, sm_choice *c) {
-  if (!c->gs || c->mask_ok) return;
-  mask_done(s, c, sm_grammar_mask(c->gs, c->mask));
-}
-/* ... for the n choices of a step, the masks built at once on the mask pool */
-typedef struct {
-  sm_choice **ch;
-  sm_grammar_state **gs;
-  uint32_t **mask;
-  int *count;
-} mask_batch;
-static void ensure_masks(sm_sched *s, mask_batch *mb, sm_choice *const *ch, int n) {
-  int m = 0;
-  for (int k = 0; k < n; k++)
-    if (ch[k]->gs && !ch[k]->mask_ok) {
-      mb->ch[m] = ch[k];
-      mb->gs[m] = ch[k]->gs;
-      mb->mask[m] = ch[k]->mask;
-      m++;
-    }
-  sm_grammar_mask_many(mb->gs, mb->mask, mb->count, m, s->mpool);
-  for (int i = 0; i < m; i++) mask_done(s, mb->ch[i], mb->count[i]);
-}
-
-/* the masks of a step's choices, built by the engine while the device computes the step
- * (sm_engine_set_before_sample) */
-typedef struct {
-  sm_sched *s;
-  mask_batch *mb;
-  sm_choice *const *ch;
-  int n;
-} step_masks;
-static void build_step_masks(void *arg) {
-  step_masks *sm = arg;
-  ensure_masks(sm->s, sm->mb, sm->ch, sm->n);
-}
-
 /* mu NOT held: the choice cannot go on (its sequence is full) */
 static void end_choice(sm_sched *s, sm_job *j, sm_choice *c) {
   pthread_mutex_lock(&s->mu);
@@ -404,14 +356,14 @@ static int32_t process_token_at(sm_sched *s, sm_job *j, int ci, float *row, int3
   sm_tokrec rec = {0};
   if (row && j->req.logprobs) sm_log_softmax(row, s->vocab, lpbuf);
   if (row) {
-    ensure_mask(s, c);
+    sm_choice_ensure_mask(s, c);
     tok = sm_sampler_sample(&c->sampler, row, sm_seq_tokens(c->seq), hist < 0 ? sm_seq_len(c->seq) : hist);
   }
   if (tok < 0 || tok >= s->vocab) tok = s->n_eos ? s->eos[0] : 0;
   bool grammar_end = false, refused = false;
   if (c->gs) {
     c->mask_ok = false;
-    /* a token outside the grammar (only when nothing may follow, see ensure_mask) ends the choice */
+    /* a token outside the grammar (only when nothing may follow, see sm_choice_ensure_mask) ends the choice */
     if (sm_grammar_accept(c->gs, tok) != SMELT_OK) grammar_end = refused = true;
     else grammar_end = sm_grammar_finished(c->gs);
   }
@@ -559,9 +511,7 @@ static void *engine_main(void *arg) {
   float *pmin = sm_xmalloc(sizeof(float) * (size_t)cap);
   uint8_t *all = sm_xmalloc((size_t)cap);
   sm_choice **bch = sm_xmalloc(sizeof(sm_choice *) * (size_t)cap);
-  mask_batch mbatch = {sm_xmalloc(sizeof(sm_choice *) * (size_t)cap),
-                       sm_xmalloc(sizeof(sm_grammar_state *) * (size_t)cap),
-                       sm_xmalloc(sizeof(uint32_t *) * (size_t)cap), sm_xmalloc(sizeof(int) * (size_t)cap)};
+  sm_step_masks *smk = sm_step_masks_new(s, cap);
   float *rows = NULL;
   size_t rows_cap = 0;
 
@@ -683,7 +633,7 @@ static void *engine_main(void *arg) {
         rows = sm_xmalloc(sizeof(float) * need);
         rows_cap = need;
       }
-      ensure_masks(s, &mbatch, bch, n);
+      sm_step_masks_build(smk, bch, n);
       st = sm_engine_step_rows(s->eng, seqs, n, all, rows, row0, nrows, done);
       if (st) { /* the drafts are not computed: back to the state before them, and a plain step */
         for (int k = 0; k < n; k++)
@@ -693,8 +643,8 @@ static void *engine_main(void *arg) {
       }
     }
     if (!n_drafted) { /* the grammar masks are built while the device runs the step */
-      step_masks smk = {s, &mbatch, bch, n};
-      sm_engine_set_before_sample(s->eng, build_step_masks, &smk);
+      sm_step_masks_set(smk, bch, n);
+      sm_engine_set_before_sample(s->eng, sm_step_masks_run, smk);
       st = sm_engine_step_sample(s->eng, seqs, n, bsmp, btok, logits, done);
       sm_engine_set_before_sample(s->eng, NULL, NULL);
     }
@@ -795,10 +745,7 @@ static void *engine_main(void *arg) {
   free(pmin);
   free(all);
   free(bch);
-  free(mbatch.ch);
-  free(mbatch.gs);
-  free(mbatch.mask);
-  free(mbatch.count);
+  sm_step_masks_free(smk);
   free(rows);
   free(s->spec.dl);
   s->spec.dl = NULL;
