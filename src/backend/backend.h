@@ -59,6 +59,7 @@ typedef struct {
   int n_slots;
   size_t conv_floats, ssm_floats;
   float **conv, **ssm; /* [n_layers] backend buffers; NULL for attention layers */
+  int tp_id;           /* tensor parallelism: the other ranks' copy of this cache (src/model/tp.c) */
 } sm_kv_cache;
 
 /* Rows of a batch whose input embedding is given instead of looked up (images in a prompt): batch rows
@@ -227,6 +228,17 @@ typedef struct {
 void sm_moe_route_row(const sm_moe_route *r, const float *logits, const float *correction, int32_t *ids, float *wts,
                       float *scratch);
 
+/* Joining a tensor-parallel group (comm_init): the group's id from rank 0's comm_make_id, and a block of
+ * memory that every rank maps at the same address (made before the ranks were forked; the CPU backend's
+ * collectives run through it) */
+#define SM_COMM_ID_BYTES 128
+typedef struct {
+  int n_ranks, rank;
+  uint8_t id[SM_COMM_ID_BYTES];
+  void *shared;
+  size_t shared_bytes;
+} sm_comm_init;
+
 typedef struct sm_backend sm_backend;
 struct sm_backend {
   const char *name; /* "cpu", "cuda" */
@@ -370,6 +382,18 @@ struct sm_backend {
                                int *slot);
   smelt_status (*sample_wait)(sm_backend *be, int slot, int32_t *token);
 
+  /* ---- tensor parallelism (src/model/tp.c; all optional, NULL where the backend has none) ----
+   * The ranks of a group are processes with one backend each; they issue the same collectives in the
+   * same order. comm_make_id (NULL when comm_init needs no id) fills the group's id on rank 0, which
+   * sends it to the others; every rank then calls comm_init, which returns once all have joined. */
+  smelt_status (*comm_make_id)(sm_backend *be, uint8_t id[SM_COMM_ID_BYTES]);
+  smelt_status (*comm_init)(sm_backend *be, const sm_comm_init *ci);
+  /* ordered with the other ops: x[0..n) = the sum over the ranks of their x (every rank gets the same
+   * values); x[0..n) = rank 0's x; dst[r * n + i] = rank r's src[i] (dst holds n_ranks * n floats) */
+  void (*all_reduce)(sm_backend *be, float *x, size_t n);
+  void (*broadcast)(sm_backend *be, float *x, size_t n);
+  void (*all_gather)(sm_backend *be, float *dst, const float *src, size_t n);
+
   /* Optional (may be NULL): measured streaming-read bandwidth of the memory the weights
    * live in, bytes/s (device-to-device copy on GPUs: bytes read + written), with the threads
    * the backend computes with. For rooflines. */
@@ -425,6 +449,9 @@ struct sm_backend {
  * of CUDA (when built and a GPU is present) and CPU. index: the device ordinal (GPUs); threads: CPU
  * threads (0 = all cores). NULL with sm_err set when it cannot be made. */
 sm_backend *sm_backend_create(smelt_device dev, int index, int threads);
+/* whether this process has tried to make a CUDA backend (CUDA is then initialized here, and a forked child
+ * cannot use it: src/model/tp.c) */
+bool sm_backend_cuda_touched(void);
 /* Options of every backend kind (smelt_model_params.deterministic) */
 typedef struct {
   bool batch_invariant; /* sm_backend.batch_invariant */

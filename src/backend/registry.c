@@ -1,6 +1,10 @@
 /* The backend registry: which backends this build has and how to make one (backend.h). */
+#include <stdatomic.h>
 #include <string.h>
 #include "backend/backend.h"
+
+static atomic_bool g_cuda_touched;
+bool sm_backend_cuda_touched(void) { return atomic_load(&g_cuda_touched); }
 
 const char *sm_mm_role_name(sm_mm_role r) {
   static const char *const names[SM_MM_ROLES] = {"other",       "q",         "k",           "v",           "o",
@@ -21,6 +25,7 @@ sm_backend *sm_backend_create_opts(smelt_device dev, int index, const sm_cpu_opt
   switch (dev) {
     case SMELT_DEVICE_CUDA:
 #ifdef SMELT_HAVE_CUDA
+      atomic_store(&g_cuda_touched, true);
       return sm_cuda_backend_create_opts(index, opts);
 #else
       sm_err(SMELT_ERR_UNSUPPORTED, "this smelt was built without CUDA");
@@ -29,6 +34,7 @@ sm_backend *sm_backend_create_opts(smelt_device dev, int index, const sm_cpu_opt
     case SMELT_DEVICE_AUTO:
 #ifdef SMELT_HAVE_CUDA
     {
+      atomic_store(&g_cuda_touched, true);
       sm_backend *be = sm_cuda_backend_create_opts(index, opts);
       if (be) return be;
     }

@@ -776,7 +776,8 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
   b->measure_bandwidth = be_measure_bandwidth;
   b->attention_sinks = sm_cpu_attention_sinks;
   b->attention_mla = sm_cpu_attention_mla;
-  sm_cpu_moe_install(b); /* mixture-of-experts ops (cpu_moe.c) */
+  sm_cpu_moe_install(b);  /* mixture-of-experts ops (cpu_moe.c) */
+  sm_cpu_comm_install(b); /* tensor-parallel collectives (cpu_comm.c) */
   b->copy = be_copy;
   b->mul = be_mul;
   b->sigmoid_mul = be_sigmoid_mul;

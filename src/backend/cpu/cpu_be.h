@@ -67,6 +67,10 @@ typedef struct {
   size_t cap_s;
   float *sbv;
   int32_t *sbi;
+  /* tensor parallelism (cpu_comm.c): the group's shared block, this process's rank */
+  void *comm;
+  size_t comm_bytes;
+  int comm_ranks, comm_rank;
 } cpu_be;
 
 static inline cpu_be *CB(sm_backend *be) { return (cpu_be *)be; }

@@ -81,6 +81,9 @@ void sm_cpu_matvec_batch(sm_backend *be, const sm_weight *ws, const float *const
 /* Sets the mixture-of-experts ops of a CPU backend (cpu_moe.c): moe_route, matmul_experts, moe_combine,
  * swiglu_clamp, sigmoid_gate_rows (built on the backend's own matmul). */
 void sm_cpu_moe_install(sm_backend *be);
+/* Sets the tensor-parallel collectives of a CPU backend (cpu_comm.c): comm_init, all_reduce, broadcast,
+ * all_gather through the group's shared memory block. */
+void sm_cpu_comm_install(sm_backend *be);
 
 /* ---- packed weights of the int8 path (pack.c) ----
  * prepare_weight repacks an MLX affine-quantized weight (bits 2..8, group 32/64/128) into row

@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 
-#define SM_CUDA_STATS_MAX 24
+#define SM_CUDA_STATS_MAX 48
 typedef struct {
   int n_fusions; /* entries of the fusion table, in order */
   const char *fusion[SM_CUDA_STATS_MAX];

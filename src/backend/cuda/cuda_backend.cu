@@ -664,6 +664,7 @@ static void be_destroy(sm_backend *be) {
   cu_trace_report();
   cu_prof_free(c);
   cu_graphs_clear(c);
+  cu_comm_destroy(c);
   for (int i = 0; i < N_GRAPHS; i++) free(c->graphs[i].ops);
   free(c->ops);
   if (c->part) cudaFree(c->part);
@@ -791,6 +792,7 @@ extern "C" sm_backend *sm_cuda_backend_create_opts(int device, const sm_backend_
   b->sample_wait = be_sample_wait;
   cu_moe_install(b); /* mixture-of-experts ops, attention sinks (cuda_moe.cu) */
   cu_mla_install(b); /* multi-head latent attention (cuda_mla.cu) */
+  cu_comm_install(b); /* tensor-parallel collectives (cuda_comm.cu) */
   b->mul = be_mul;
   b->sigmoid_mul = be_sigmoid_mul;
   b->relu2 = be_relu2;

@@ -23,7 +23,9 @@ enum {
   /* ops with explicit shapes (cuda_encoder.cu) */
   OP_ATTSEG, OP_ROPEAX, OP_GELU1, OP_GATHERROWS, OP_COPY,
   /* multi-head latent attention (cuda_mla.cu) */
-  OP_ATTN_MLA, OP_COUNT
+  OP_ATTN_MLA,
+  /* tensor-parallel collectives (cuda_comm.cu) */
+  OP_ALLREDUCE, OP_BCAST, OP_ALLGATHER, OP_COUNT
 };
 typedef struct {
   int type;
@@ -62,6 +64,7 @@ typedef struct {
     struct { float *dst; const float *src; const int32_t *idx; int n, dim; } gr;      /* OP_GATHERROWS */
     struct { void *dst; const void *src; size_t bytes; } cp;                          /* OP_COPY */
     struct { float *out; const float *ql, *qpe, *c, *kpe; void *K; int nh, dc, dr, bs, nblocks, dt; float scale; } mla;
+    struct { float *dst; const float *src; size_t n; } cm; /* OP_ALLREDUCE / OP_BCAST (src == dst), OP_ALLGATHER */
   };
 } cu_op;
 const char *cu_op_name(int type);
@@ -87,7 +90,7 @@ typedef struct {
   int nodes;                 /* kernel nodes (launches) of the graph */
 } cu_graph;
 
-#define CU_MAX_FUSIONS 16
+#define CU_MAX_FUSIONS 24
 typedef struct {
   sm_backend base;
   int dev, n_sm, arch;
@@ -138,6 +141,8 @@ typedef struct {
   uint64_t tick;
   bool graphs_on;
   bool failed;
+  void *nccl; /* tensor parallelism: the group's ncclComm_t (cuda_comm.cu), NULL outside a group */
+  void *car;  /* ... and its one-shot all-reduce through the peers' memory, NULL where it is not set up */
   /* what the executor did: per fusion table entry and per unfused op type, in the last forward and in all */
   long fused_last[CU_MAX_FUSIONS], fused_all[CU_MAX_FUSIONS];
   long unfused_last[OP_COUNT], unfused_all[OP_COUNT];
@@ -172,6 +177,15 @@ void cu_submit(cuda_be *c, const cu_op *o); /* record (or run, when not recordin
 void cu_flush(cuda_be *c);                  /* run what was recorded: a graph replay, a capture or eagerly */
 void cu_graphs_clear(cuda_be *c);
 void cu_meta_launch(cuda_be *c, int32_t *dst); /* OP_META: c->meta_blob into dst */
+
+/* cuda_comm.cu: the tensor-parallel collectives (NCCL), their ops' executor, the communicator's end */
+void cu_comm_install(sm_backend *b);
+void cu_comm_exec(cuda_be *c, const cu_op *o);
+void cu_comm_destroy(cuda_be *c);
+/* an all-reduce of y, x += y and out = rmsnorm(x) in one kernel (the fusion table's all_reduce+add+rmsnorm):
+ * whether it can run for n rows of dim, and running it */
+bool cu_comm_ar_norm_ok(cuda_be *c, const float *y, const float *x, const float *out, const float *w, int n, int dim);
+void cu_comm_ar_norm(cuda_be *c, float *y, float *x, float *out, const float *w, int n, int dim, float eps, float off);
 
 /* cuda_fuse.cu */
 void cu_exec_ops(cuda_be *c);                /* the recorded ops, through the fusion table */

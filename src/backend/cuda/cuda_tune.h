@@ -33,6 +33,7 @@ typedef struct {
   int qmma;      /* most tokens of a step whose 4-bit matmuls run on the tensor-core kernel (cuda_qmma.cu) */
   int qmma_bm;   /* weight rows a block of the tensor-core kernel (128, 256; 0 automatic) */
   int moe_grp;   /* (token, expert) slots above which an eager matmul_experts runs one GEMM per expert */
+  int comm_ar;   /* tensor parallelism: small all-reduces through the peers' memory (cuda_comm.cu); 0: NCCL only */
   /* developer builds only (change results) */
   int attn_diag;   /* decode attention parts left out (bit mask) */
   int trace_l;     /* SMELT_CUDA_TRACE builds: the layer launch traced */
