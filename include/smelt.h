@@ -79,9 +79,17 @@ typedef struct {
   bool deterministic;    /* batch-invariant kernels: a token's logits do not depend on what else is in its
                           * forward step (batch size, its row, prefill or decode), so greedy and seeded
                           * outputs are the same under any load; slower (docs/server.md) */
+  int tensor_parallel;   /* 0 or 1: one device; N > 1: the model split over N ranks, one process each, started
+                          * by smelt_model_load (CUDA: GPUs 0..N-1, through NCCL; CPU: shared memory;
+                          * docs/parallel.md) */
 } smelt_model_params;
 
 void smelt_model_params_default(smelt_model_params *p);
+/* The other ranks of a model split over several devices (tensor_parallel) are forked by smelt_model_load; when
+ * this process has already used CUDA (whose state does not survive a fork), they re-execute this program
+ * instead, with arguments that it must hand here first thing in main: returns -1 when argv is not a rank's
+ * (go on as usual), else the rank's exit status once rank 0 ends it. The smelt binary does so. */
+int smelt_tp_rank_main(int argc, char **argv);
 /* Load an MLX-format model directory (config.json, *.safetensors, tokenizer files). */
 smelt_status smelt_model_load(const char *dir, const smelt_model_params *p, smelt_model **out);
 void smelt_model_free(smelt_model *m);
@@ -107,12 +115,14 @@ typedef struct {
   /* sampling defaults from generation_config.json: 0 when not given; do_sample -1 when not given */
   float gen_temperature, gen_top_p;
   int gen_top_k, gen_do_sample;
-  const char *note; /* what a user should know about this model, e.g. that a vision-language
+  const char *note;    /* what a user should know about this model, e.g. that a vision-language
                               checkpoint runs as a text model; "" when nothing */
+  int tensor_parallel; /* ranks it is split over (1: one device) */
 } smelt_model_info;
 void smelt_model_get_info(const smelt_model *m, smelt_model_info *info);
 /* Measured streaming-read bandwidth of the memory the model's weights live in, bytes/s, with the
- * threads the backend computes with (the decode roofline is this over decode_bytes); 0 if unknown. */
+ * threads the backend computes with (the decode roofline is this over decode_bytes); 0 if unknown.
+ * Split over N ranks: N times rank 0's. */
 double smelt_model_bandwidth(smelt_model *m);
 
 /* ---- sampling & generation ---- */

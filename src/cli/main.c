@@ -22,6 +22,8 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  const int rank = smelt_tp_rank_main(argc, argv); /* a tensor-parallel rank of another smelt (src/model/tp.c) */
+  if (rank >= 0) return rank;
   if (sm_cli_configure_store()) return 2;
   const char *base = strrchr(argv[0], '/');
   base = base ? base + 1 : argv[0];

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "backend/kv_quant.h"
+#include "model/tp.h"
 #include "tokenizer/tokenizer.h"
 #include "vision/vision.h"
 
@@ -57,6 +58,11 @@ static void setup_scales(smelt_model *m) {
 }
 
 smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params, sm_backend *be, smelt_model **out) {
+  return sm_model_load_rank(dir, params, be, NULL, out);
+}
+
+smelt_status sm_model_load_rank(const char *dir, const smelt_model_params *params, sm_backend *be, struct sm_tp *tp,
+                                smelt_model **out) {
   smelt_model_params defp;
   if (!params) {
     smelt_model_params_default(&defp);
@@ -65,6 +71,7 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params,
   *out = NULL;
   smelt_model *m = sm_xcalloc(1, sizeof *m);
   m->be = be;
+  m->tp = tp;
   m->dir = sm_xstrdup(dir ? dir : "(null)");
   smelt_status st;
   if (!dir || !sm_dir_exists(dir)) {
@@ -117,6 +124,7 @@ smelt_status sm_model_load_on(const char *dir, const smelt_model_params *params,
 fail : {
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", sm_errmsg());
+  m->tp = NULL; /* the caller's (tp.c) */
   smelt_model_free(m);
   return sm_err(st, "%s", msg);
 }
@@ -132,6 +140,9 @@ smelt_status smelt_model_load(const char *dir, const smelt_model_params *params,
   if (!dir || !sm_dir_exists(dir)) return sm_err(SMELT_ERR_IO, "model directory not found: %s", dir ? dir : "(null)");
   if (params->cpu_poll < 0 || params->cpu_poll > 100)
     return sm_err(SMELT_ERR_INVALID, "CPU poll level %d: expected 0..100", params->cpu_poll);
+  if (params->tensor_parallel < 0 || params->tensor_parallel > SM_TP_MAX)
+    return sm_err(SMELT_ERR_INVALID, "--tensor-parallel %d: expected 1..%d", params->tensor_parallel, SM_TP_MAX);
+  if (params->tensor_parallel > 1) return sm_tp_load(dir, params, out);
   sm_cpu_opts cpu = {.n_threads = params->n_threads,
                      .cpu_mask = params->cpu_mask,
                      .numa = params->numa,
@@ -149,6 +160,7 @@ smelt_status smelt_model_load(const char *dir, const smelt_model_params *params,
 
 void smelt_model_free(smelt_model *m) {
   if (!m) return;
+  if (m->tp) sm_tp_free(m); /* rank 0: the other ranks end first */
   if (m->be) {
     sm_backend *be = m->be;
     sm_model_release_weights(m);
@@ -159,6 +171,9 @@ void smelt_model_free(smelt_model *m) {
     for (int i = 0; i < SM_REC_SCRATCH; i++)
       if (m->rec[i]) be->free(be, m->rec[i]);
     if (m->rope_pos_dev) be->free(be, m->rope_pos_dev);
+    if (m->tp_lg) be->free(be, m->tp_lg);
+    if (m->tp_part) be->free(be, m->tp_part);
+    if (m->tp_idx) be->free(be, m->tp_idx);
     be->destroy(be);
   }
   free(m->owned);
@@ -191,8 +206,9 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
   info->n_layers = c->num_hidden_layers;
   info->hidden = c->hidden_size;
   info->vocab = c->vocab_size;
-  info->n_heads = c->num_attention_heads;
-  info->n_kv_heads = c->num_key_value_heads;
+  info->n_heads = m->tp ? m->tp->full_heads : c->num_attention_heads;
+  info->n_kv_heads = m->tp ? m->tp->full_kv_heads : c->num_key_value_heads;
+  info->tensor_parallel = m->tp ? m->tp->n : 1;
   info->head_dim = c->head_dim;
   info->max_context = m->max_context;
   info->kv_type = sm_kv_type_of(m->kv_dtype);
@@ -212,12 +228,17 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
 }
 
 double smelt_model_bandwidth(smelt_model *m) {
-  return m->be && m->be->measure_bandwidth ? m->be->measure_bandwidth(m->be) : 0;
+  const double bw = m->be && m->be->measure_bandwidth ? m->be->measure_bandwidth(m->be) : 0;
+  return m->tp ? bw * m->tp->n : bw; /* tensor parallelism: each rank reads its shard from its own memory */
 }
 
 smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slots, sm_kv_cache *kv) {
   const sm_config *c = &m->cfg;
   memset(kv, 0, sizeof *kv);
+  if (m->tp && m->tp->rank == 0) { /* the other ranks' copies first (they answer) */
+    smelt_status st = sm_tp_kv_alloc(m, kv, n_blocks, block_size, n_slots);
+    if (st) return st;
+  }
   kv->n_layers = c->num_hidden_layers;
   kv->n_kv_heads = c->num_key_value_heads;
   kv->head_dim = c->head_dim;
@@ -269,6 +290,7 @@ size_t sm_model_state_bytes(const smelt_model *m) {
 }
 
 void sm_kv_free(smelt_model *m, sm_kv_cache *kv) {
+  if (m->tp && m->tp->rank == 0 && kv->tp_id) sm_tp_kv_free(m, kv);
   for (int l = 0; l < kv->n_layers; l++) {
     if (kv->k && kv->k[l]) m->be->free(m->be, kv->k[l]);
     if (kv->v && kv->v[l] && (!kv->k || kv->v[l] != kv->k[l])) m->be->free(m->be, kv->v[l]);

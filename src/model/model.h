@@ -74,6 +74,13 @@ struct smelt_model {
   /* backend buffers made for weights (converted norms/biases, rope table), freed with the model */
   void **owned;
   int n_owned;
+  /* tensor parallelism (tp.h): this rank's group, NULL on one device; the gathered logits
+   * [ranks][n_out][vocab / ranks] (rank 0, n_out > 1), this rank's part of them, and the row order that
+   * puts them together (tp_idx, for tp_idx_n rows) */
+  struct sm_tp *tp;
+  float *tp_lg, *tp_part;
+  int32_t *tp_idx;
+  int tp_idx_n;
   /* host copies of weights the loader rearranged (permuted q/k rows), freed with the model */
   void **host_owned;
   int n_host_owned;
@@ -81,6 +88,9 @@ struct smelt_model {
 
 /* Load a model onto a given backend (the model takes ownership of be, also on failure). */
 smelt_status sm_model_load_on(const char *dir, const smelt_model_params *p, sm_backend *be, smelt_model **out);
+/* ... as rank tp->rank of a tensor-parallel group (tp.h; the model keeps tp), or alone when tp is NULL */
+smelt_status sm_model_load_rank(const char *dir, const smelt_model_params *p, sm_backend *be, struct sm_tp *tp,
+                                smelt_model **out);
 
 /* Run the model over batch b (see backend.h), writing logits of b->out_rows into
  * host logits[n_out][vocab]. The caller (engine) owns the KV cache. */

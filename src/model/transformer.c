@@ -1,5 +1,6 @@
 /* The shared decoder-only transformer forward pass: one layer recipe (family.h) for every family. */
 #include "model/model.h"
+#include "model/tp.h"
 #include <math.h>
 #include <string.h>
 
@@ -34,6 +35,11 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out) {
   if (n_out > m->scratch_out) {
     if ((st = grow(m, &m->xo, (size_t)n_out * c->hidden_size)) ||
         (st = grow(m, &m->logits, (size_t)n_out * c->vocab_size)))
+      return st;
+    /* tensor parallelism with the vocabulary split: this rank's logits, and (rank 0) all ranks' */
+    if (m->tp && m->tp->vocab_split &&
+        ((st = grow(m, &m->tp_part, (size_t)n_out * (c->vocab_size / m->tp->n))) ||
+         (m->tp->rank == 0 && (st = grow(m, &m->tp_lg, (size_t)n_out * c->vocab_size)))))
       return st;
     m->scratch_out = n_out;
   }
@@ -98,6 +104,7 @@ static void attention_block(smelt_model *m, const sm_kv_cache *kv, int l, const 
     be->sigmoid_mul(be, m->att, m->agate, (size_t)n * nh * hd);
   }
   be->matmul(be, SM_MM_O, &L->w[SM_T_O], m->att, n, out);
+  if (m->tp) be->all_reduce(be, out, (size_t)n * H); /* the ranks' heads' shares */
   if (L->bias[SM_T_O]) be->add_rows(be, out, L->bias[SM_T_O], n, H);
 }
 
@@ -152,7 +159,11 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     }
     be->upload(be, m->rope_pos_dev, b->rope_pos, sizeof(int32_t) * 3 * (size_t)b->n_tokens);
   }
-  if ((st = be->set_batch(be, b))) return st;
+  if (m->tp && (st = sm_tp_step(m, kv, b))) return st; /* before set_batch: an upload ends a recorded step */
+  if ((st = be->set_batch(be, b))) {
+    if (m->tp) m->tp->broken = true; /* the other ranks run this step: the group's collectives are out of step */
+    return st;
+  }
   const sm_recipe *r = m->fam->recipe;
   const int n = b->n_tokens, H = c->hidden_size, F = c->intermediate_size;
   const float resid = r->multipliers ? c->residual_multiplier : 1.0f;
@@ -163,6 +174,9 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
   if (m->embed_scale != 1.0f) be->scale(be, m->x, m->embed_scale, (size_t)n * H);
   for (int i = 0; i < b->n_embd; i++) /* image rows: their embeddings, unscaled */
     be->copy(be, m->x + (size_t)b->embd[i].row * H, b->embd[i].src, sizeof(float) * (size_t)b->embd[i].n * H);
+  /* tensor parallelism: a token only rank 0's device holds (pipelined decode) or image rows only rank 0
+   * has: its embeddings go to the other ranks */
+  if (m->tp && m->tp->bcast_x) be->broadcast(be, m->x, (size_t)n * H);
   for (int l = 0; l < c->num_hidden_layers; l++) {
     const sm_layer *L = &m->layers[l];
     const float *ain = m->x;
@@ -205,16 +219,28 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
       else be->silu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
       be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->gate, n, mout);
     }
+    if (m->tp) be->all_reduce(be, mout, (size_t)n * H); /* the ranks' MLP columns' shares */
     if (L->vec[SM_T_FFN_OUT_NORM]) norm(m, mout, mout, L->vec[SM_T_FFN_OUT_NORM], n, H);
     if (resid != 1.0f) be->scale(be, mout, resid, (size_t)n * H);
     if (r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);
     be->add(be, m->x, mout, (size_t)n * H);
     add_deepstack(m, b, l);
   }
-  if (b->n_out > 0) {
+  if (b->n_out > 0 && m->tp && m->tp->rank != 0 && !m->tp->vocab_split) {
+    return SMELT_OK; /* rank 0 holds the whole LM head; the caller (tp.c) starts the step */
+  } else if (b->n_out > 0) {
     be->gather_out(be, m->xo, m->x, H);
     norm(m, m->xo, m->xo, m->final_norm, b->n_out, H);
-    be->matmul(be, SM_MM_LM_HEAD, &m->lm_head, m->xo, b->n_out, m->logits);
+    if (m->tp && m->tp->vocab_split) { /* each rank's vocabulary rows, then all of them on rank 0 */
+      const int nr = m->tp->n, vr = c->vocab_size / nr;
+      be->matmul(be, SM_MM_LM_HEAD, &m->lm_head, m->xo, b->n_out, m->tp_part);
+      const bool reorder = m->tp->rank == 0 && b->n_out > 1; /* [rank][row] to [row][rank] */
+      be->all_gather(be, reorder ? m->tp_lg : m->logits, m->tp_part, (size_t)b->n_out * vr);
+      if (reorder) be->gather_rows(be, m->logits, m->tp_lg, m->tp_idx, b->n_out * nr, vr);
+      if (m->tp->rank != 0) return SMELT_OK; /* the caller (tp.c) starts the step */
+    } else {
+      be->matmul(be, SM_MM_LM_HEAD, &m->lm_head, m->xo, b->n_out, m->logits);
+    }
     const size_t nl = (size_t)b->n_out * c->vocab_size;
     if (r->multipliers && c->logits_scaling != 1.0f) be->scale(be, m->logits, 1.0f / c->logits_scaling, nl);
     if (r->logit_scale && c->logit_scale != 1.0f) be->scale(be, m->logits, c->logit_scale, nl);

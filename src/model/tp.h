@@ -1,0 +1,56 @@
+/* Tensor parallelism: one model split over the ranks of a group, one process a rank (tp.c), each with
+ * its own backend (a GPU each on CUDA). Rank 0 is the caller's process: it tokenizes, schedules and
+ * samples; before each forward step it sends the step's batch to the other ranks, which run the same
+ * step on their shards. The collectives are backend ops (backend.h all_reduce / broadcast / all_gather).
+ *
+ * The split (tp_shard.c, Megatron-style): attention heads and KV heads over the ranks (KV heads
+ * replicated when there are fewer than ranks), the MLP's intermediate columns over the ranks, an
+ * all-reduce after the attention output projection and after the MLP's down projection, the LM head's
+ * vocabulary rows over the ranks with an all-gather of the logits. Embeddings and norms are replicated. */
+#ifndef SM_MODEL_TP_H
+#define SM_MODEL_TP_H
+#include <pthread.h>
+#include <sys/types.h>
+#include "model/model.h"
+
+#define SM_TP_MAX 16
+
+typedef struct sm_tp {
+  int n, rank;
+  bool vocab_split;              /* the LM head's rows are split (vocab % n == 0), else rank 0 holds it whole */
+  int full_heads, full_kv_heads; /* the model's sizes before the split (smelt_model_get_info) */
+  bool bcast_x;                  /* this step broadcasts rank 0's embeddings (a fed token, image rows) */
+  bool broken;                   /* rank 0 failed a step the others ran: no more steps */
+  /* the group (rank 0): a socket to each other rank, their processes, the watchdog */
+  int fd[SM_TP_MAX];
+  pid_t pid[SM_TP_MAX];
+  int wake[2]; /* a pipe that ends the watchdog */
+  bool watching;
+  pthread_t watch;
+  int next_kv; /* ids of the KV caches the other ranks mirror */
+  void *buf;   /* message scratch */
+  size_t cap, last_len;
+  void *shared; /* a memfd's block shared by the group (the CPU backend's collectives) */
+  size_t shared_bytes;
+  int shm_fd; /* (rank 0) that memfd, for ranks started by exec */
+} sm_tp;
+
+/* smelt_model_load with tensor_parallel > 1: forks the other ranks, loads the model's shard on each and
+ * joins them into a group */
+smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_model **out);
+/* after the other ranks were told to stop (rank 0), the group's end */
+void sm_tp_free(smelt_model *m);
+/* before a forward step's set_batch: rank 0 sends the batch to the other ranks (kv: the cache they mirror)
+ * and has the row order of its gathered logits on the device; refuses what the split does not run */
+smelt_status sm_tp_step(smelt_model *m, const sm_kv_cache *kv, const sm_batch *b);
+/* rank 0: the other ranks allocate / free their copy of a KV cache (kv->tp_id) */
+smelt_status sm_tp_kv_alloc(smelt_model *m, sm_kv_cache *kv, int n_blocks, int block_size, int n_slots);
+void sm_tp_kv_free(smelt_model *m, const sm_kv_cache *kv);
+
+/* tp_shard.c: replaces the loaded (whole) weights of m by this rank's shard and the config's head and
+ * MLP sizes by the rank's; an error names what cannot be split */
+smelt_status sm_tp_shard(smelt_model *m);
+/* whether a model of this config and family does not split over n ranks, and why (into why); a quantized
+ * config is checked with its default group size (`smelt inspect`; the loader checks every weight's) */
+bool sm_tp_split_problem(const sm_config *c, const sm_family *fam, int n, char *why, size_t len);
+#endif

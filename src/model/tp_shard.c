@@ -1,0 +1,131 @@
+/* This rank's shard of a loaded model (tp.h): the whole weights as loaded (views of the checkpoint) become
+ * the rank's rows or columns, and the config's head and MLP sizes the rank's, so the forward pass runs
+ * unchanged on the smaller shapes. Row splits are views; column splits (the attention output and the
+ * MLP's down projection) are host copies of the rank's columns, whole quantization groups each. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model/tp.h"
+
+static size_t el_size(sm_dtype t) { return t == SM_DT_F32 ? 4 : t == SM_DT_U8 ? 1 : 2; }
+
+/* columns [c0, c0 + nc) of w as a compact host copy the model owns */
+static smelt_status cols(smelt_model *m, sm_weight *w, int64_t c0, int64_t nc, const char *what, int layer) {
+  if (!w->data) return SMELT_OK;
+  if (w->bits && (c0 % w->group_size || nc % w->group_size))
+    return sm_err(SMELT_ERR_UNSUPPORTED,
+                  "tensor parallelism over %d ranks: layer %d's %s splits into %lld columns a rank, not a "
+                  "multiple of its quantization group (%d)",
+                  m->tp->n, layer, what, (long long)nc, w->group_size);
+  sm_weight v = *w;
+  v.dev = NULL;
+  v.cols = nc;
+  const size_t rows = (size_t)w->rows;
+  if (!w->bits) {
+    const size_t es = el_size(w->dtype), rb = (size_t)nc * es, wb = (size_t)w->cols * es;
+    uint8_t *d = sm_model_host_own(m, sm_xmalloc(rows * rb));
+    for (size_t r = 0; r < rows; r++) memcpy(d + r * rb, (const uint8_t *)w->data + r * wb + (size_t)c0 * es, rb);
+    v.data = d;
+  } else {
+    const size_t rb = (size_t)nc * w->bits / 8, wb = (size_t)w->cols * w->bits / 8, o = (size_t)c0 * w->bits / 8;
+    uint8_t *d = sm_model_host_own(m, sm_xmalloc(rows * rb));
+    for (size_t r = 0; r < rows; r++) memcpy(d + r * rb, (const uint8_t *)w->data + r * wb + o, rb);
+    v.data = d;
+    const size_t es = el_size(w->dtype), gn = (size_t)(nc / w->group_size), gw = (size_t)(w->cols / w->group_size),
+                 g0 = (size_t)(c0 / w->group_size);
+    const void *src[2] = {w->scales, w->biases};
+    const void **dst[2] = {&v.scales, &v.biases};
+    for (int k = 0; k < 2; k++) {
+      if (!src[k]) continue;
+      uint8_t *s = sm_model_host_own(m, sm_xmalloc(rows * gn * es));
+      for (size_t r = 0; r < rows; r++) memcpy(s + r * gn * es, (const uint8_t *)src[k] + (r * gw + g0) * es, gn * es);
+      *dst[k] = s;
+    }
+  }
+  *w = v;
+  return SMELT_OK;
+}
+
+bool sm_tp_split_problem(const sm_config *c, const sm_family *fam, int n, char *why, size_t len) {
+  const sm_recipe *rc = fam ? fam->recipe : NULL;
+  const int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads > 0 ? c->num_key_value_heads : nh,
+                hd = c->head_dim > 0 ? c->head_dim : (nh > 0 ? c->hidden_size / nh : 0), F = c->intermediate_size,
+                gs = c->q_bits ? c->q_group_size : 0;
+  const char *kind = !rc                              ? "this family's"
+                   : fam->moe || c->moe.n_experts > 0 ? "mixture-of-experts"
+                   : rc->mla                          ? "multi-head latent attention"
+                   : c->rec.kind != SM_REC_NONE       ? "hybrid recurrent"
+                   : rc->attn_out_gate                ? "gated-attention"
+                   : rc->qk_norm == SM_QK_NORM_FULL   ? "whole-projection q/k norm"
+                                                      : NULL;
+  if (kind) {
+    snprintf(why, len, "tensor parallelism (--tensor-parallel %d) does not split %s models yet (%s)", n, kind,
+             c->model_type);
+    return true;
+  }
+  if (nh <= 0 || nh % n || F % n || (nkv % n && n % nkv)) {
+    snprintf(why, len,
+             "tensor parallelism over %d ranks: %lld attention heads, %lld KV heads and an MLP of %lld do not split "
+             "evenly (heads and MLP size must divide by the ranks, KV heads divide or be divided by them)",
+             n, (long long)nh, (long long)nkv, (long long)F);
+    return true;
+  }
+  if (gs > 0 && ((nh / n * hd) % gs || (F / n) % gs)) {
+    snprintf(why, len,
+             "tensor parallelism over %d ranks: o_proj and down_proj split into %lld and %lld columns a rank, not "
+             "multiples of the quantization group (%lld)",
+             n, (long long)(nh / n * hd), (long long)(F / n), (long long)gs);
+    return true;
+  }
+  return false;
+}
+
+static smelt_status unsupported(const smelt_model *m, const char *what) {
+  return sm_err(SMELT_ERR_UNSUPPORTED, "tensor parallelism (--tensor-parallel %d) does not split %s models yet (%s)",
+                m->tp->n, what, m->cfg.model_type);
+}
+
+smelt_status sm_tp_shard(smelt_model *m) {
+  sm_tp *tp = m->tp;
+  sm_config *c = &m->cfg;
+  const int n = tp->n, r = tp->rank;
+  const int64_t hd = c->head_dim, nh = c->num_attention_heads, nkv = c->num_key_value_heads, F = c->intermediate_size,
+                V = c->vocab_size;
+  char why[320];
+  if (m->qk_norm == SM_QK_NORM_FULL) return unsupported(m, "whole-projection q/k norm");
+  for (int l = 0; l < c->num_hidden_layers; l++)
+    if (m->layers[l].sinks) return unsupported(m, "attention-sink");
+  /* (the weights' own quantization groups are checked below, tensor by tensor) */
+  sm_config q = *c;
+  q.q_bits = 0;
+  if (sm_tp_split_problem(&q, m->fam, n, why, sizeof why)) return sm_err(SMELT_ERR_UNSUPPORTED, "%s", why);
+  const int64_t nql = nh / n * hd, nkvl = (nkv >= n ? nkv / n : 1) * hd, Fl = F / n;
+  const int64_t kv0 = nkv >= n ? r * nkvl : (int64_t)(r / (n / nkv)) * hd; /* first K/V row of the rank */
+  smelt_status st;
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    sm_layer *L = &m->layers[l];
+    if (L->spec.kind == SM_LK_ATTN) {
+      L->w[SM_T_Q] = sm_weight_rows(&L->w[SM_T_Q], r * nql, nql);
+      L->w[SM_T_K] = sm_weight_rows(&L->w[SM_T_K], kv0, nkvl);
+      L->w[SM_T_V] = sm_weight_rows(&L->w[SM_T_V], kv0, nkvl);
+      if (L->bias[SM_T_Q]) L->bias[SM_T_Q] += r * nql;
+      if (L->bias[SM_T_K]) L->bias[SM_T_K] += kv0;
+      if (L->bias[SM_T_V]) L->bias[SM_T_V] += kv0;
+      if ((st = cols(m, &L->w[SM_T_O], r * nql, nql, "o_proj", l))) return st; /* its bias: after the sum */
+    }
+    if (L->spec.ffn) {
+      if (L->w[SM_T_GATE].data) L->w[SM_T_GATE] = sm_weight_rows(&L->w[SM_T_GATE], r * Fl, Fl);
+      L->w[SM_T_UP] = sm_weight_rows(&L->w[SM_T_UP], r * Fl, Fl);
+      if ((st = cols(m, &L->w[SM_T_DOWN], r * Fl, Fl, "down_proj", l))) return st;
+      if (L->bias[SM_T_GATE] || L->bias[SM_T_UP] || L->bias[SM_T_DOWN]) return unsupported(m, "MLP-bias");
+    }
+  }
+  tp->vocab_split = V % n == 0;
+  if (tp->vocab_split) m->lm_head = sm_weight_rows(&m->lm_head, r * (V / n), V / n);
+  tp->full_heads = (int)nh;
+  tp->full_kv_heads = (int)nkv;
+  c->num_attention_heads = (int)(nh / n);
+  c->num_key_value_heads = (int)(nkvl / hd);
+  c->intermediate_size = (int)Fl;
+  return SMELT_OK;
+}

@@ -1,0 +1,197 @@
+/* Tensor parallelism (src/model/tp.c, tp_shard.c): a model split over 2 and 4 ranks gives the logits of the
+ * whole model: a prefill's every row (the gathered vocabulary split, put back in row order) and decode steps
+ * of two sequences together through the engine. Shapes cover a quantized Llama, and a bf16 Qwen2 with q/k/v
+ * biases, tied embeddings, one KV head for two ranks (replicated K/V) and a vocabulary 4 ranks do not split
+ * (the LM head whole on rank 0). Unsplittable models fail with an error that says why.
+ * `test_tp SOURCE_DIR` runs the ranks on the CPU (the shared-memory collectives); `test_tp cuda SOURCE_DIR` on
+ * GPUs 0..3 through NCCL, skipped where there are fewer than two GPUs. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "engine/engine.h"
+#include "model/model.h"
+#include "../test_util.h"
+
+#define NT 24
+#define NDEC 8
+
+static smelt_device dev = SMELT_DEVICE_CPU;
+
+static smelt_model *load(const char *dir, int tp) {
+  smelt_model_params mp;
+  smelt_model_params_default(&mp);
+  mp.device = dev;
+  mp.n_threads = 1;
+  mp.max_context = 64;
+  mp.max_seqs = 2;
+  mp.kv_type = SMELT_KV_F32;
+  mp.tensor_parallel = tp;
+  smelt_model *m = NULL;
+  CHECK(smelt_model_load(dir, &mp, &m) == SMELT_OK, "%s: load with %d ranks: %s", dir, tp, smelt_last_error());
+  return m;
+}
+
+/* prefill logits of every row, then NDEC decode steps of two sequences together (tokens fixed, the
+ * same for every split): out = [NT rows][vocab] then [NDEC][2][vocab] */
+static float *run(smelt_model *m, const int32_t *tok, int vocab) {
+  float *out = calloc((size_t)(NT + 2 * NDEC) * vocab, sizeof(float)), *lg = NULL;
+  CHECK(smelt_eval_logits(m, tok, NT, &lg) == SMELT_OK, "eval: %s", smelt_last_error());
+  if (lg) memcpy(out, lg, sizeof(float) * NT * vocab);
+  free(lg);
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  ep.max_context = 64;
+  ep.max_seqs = 2;
+  ep.block_size = 8;
+  sm_engine *en = NULL;
+  CHECK(sm_engine_create(m, &ep, &en) == SMELT_OK, "engine: %s", smelt_last_error());
+  if (!en) return out;
+  sm_seq *s[2] = {sm_seq_new(en), sm_seq_new(en)};
+  sm_seq_append(en, s[0], tok, NT / 2);
+  sm_seq_append(en, s[1], tok + 3, NT / 3);
+  float *step = malloc(sizeof(float) * 2 * vocab);
+  for (int k = 0; k < NDEC; k++) {
+    uint8_t done[2] = {0, 0};
+    while (!done[0] || !done[1])
+      CHECK(sm_engine_step(en, s, 2, step, done) == SMELT_OK, "step: %s", smelt_last_error());
+    memcpy(out + (size_t)(NT + 2 * k) * vocab, step, sizeof(float) * 2 * vocab);
+    const int32_t next[2] = {(int32_t)((k * 31 + 5) % vocab), (int32_t)((k * 17 + 2) % vocab)};
+    sm_seq_append(en, s[0], &next[0], 1);
+    sm_seq_append(en, s[1], &next[1], 1);
+  }
+  free(step);
+  sm_seq_free(en, s[0]);
+  sm_seq_free(en, s[1]);
+  sm_engine_free(en);
+  return out;
+}
+
+static void compare(const char *dir, int tp, double tol) {
+  smelt_model *m = load(dir, 1);
+  if (!m) return;
+  const int vocab = smelt_model_vocab_size(m);
+  int32_t tok[NT];
+  for (int i = 0; i < NT; i++) tok[i] = (int32_t)((i * 53 + 7) % vocab);
+  float *ref = run(m, tok, vocab);
+  smelt_model_free(m);
+  m = load(dir, tp);
+  if (m) {
+    smelt_model_info info;
+    smelt_model_get_info(m, &info);
+    CHECK(info.tensor_parallel == tp, "info: %d ranks", info.tensor_parallel);
+    float *got = run(m, tok, vocab);
+    const size_t np = (size_t)NT * vocab, nd = (size_t)2 * NDEC * vocab;
+    const double ep = t_max_rel(got, ref, np, 1e-3), ed = t_max_rel(got + np, ref + np, nd, 1e-3);
+    printf("%s, %d ranks: prefill logits off by %.2e, decode %.2e (relative)\n", dir, tp, ep, ed);
+    CHECK(ep < tol, "%s, %d ranks: prefill logits differ by %.3g", dir, tp, ep);
+    CHECK(ed < tol, "%s, %d ranks: decode logits differ by %.3g", dir, tp, ed);
+    free(got);
+    smelt_model_free(m);
+  }
+  free(ref);
+}
+
+static void refused(const char *dir, int tp, const char *want) {
+  smelt_model_params mp;
+  smelt_model_params_default(&mp);
+  mp.device = dev;
+  mp.n_threads = 1;
+  mp.tensor_parallel = tp;
+  smelt_model *m = NULL;
+  smelt_status st = smelt_model_load(dir, &mp, &m);
+  CHECK(st != SMELT_OK && strstr(smelt_last_error(), want), "%s over %d ranks: %s (wanted an error with '%s')", dir, tp,
+        st ? smelt_last_error() : "loaded", want);
+  smelt_model_free(m);
+  int ws;
+  CHECK(waitpid(-1, &ws, WNOHANG) < 0, "a rank's process is left over after a refused load");
+}
+
+/* CUDA: whether GPU `index` exists, asked in a child (this process must not start CUDA before it forks) */
+static bool gpu_exists(int index) {
+  pid_t p = fork();
+  if (p == 0) {
+    smelt_model_params mp;
+    (void)mp;
+    sm_backend *be = sm_backend_create(SMELT_DEVICE_CUDA, index, 0);
+    _exit(be ? 0 : 1);
+  }
+  int ws = 0;
+  waitpid(p, &ws, 0);
+  return WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+}
+
+int main(int argc, char **argv) {
+  const int rank = smelt_tp_rank_main(argc, argv); /* the ranks after a CUDA model was loaded here */
+  if (rank >= 0) return rank;
+  int max_tp = 4;
+  double tol = 1e-4, tol_q = 1e-4;
+  const char *src = argc > 1 ? argv[argc - 1] : ".";
+  if (argc > 2 && !strcmp(argv[1], "cuda")) {
+#ifndef SMELT_HAVE_CUDA
+    printf("SKIP: built without CUDA\n");
+    return 0;
+#endif
+    dev = SMELT_DEVICE_CUDA;
+    if (!gpu_exists(1)) {
+      printf("SKIP: fewer than two GPUs\n");
+      return 0;
+    }
+    max_tp = gpu_exists(3) ? 4 : 2;
+    tol = 2e-3;   /* kernels of other shapes round differently */
+    tol_q = 2e-2; /* and a decode step's 4-bit MLP quantizes its activations to int8 by rows, which now are halves */
+  }
+  char root[] = "/tmp/smelt-tp-XXXXXX";
+  if (!mkdtemp(root)) return 1;
+  char a[600], b[600], c[600];
+  snprintf(a, sizeof a, "%s/llama-q4", root);
+  snprintf(b, sizeof b, "%s/qwen2-bf16", root);
+  snprintf(c, sizeof c, "%s/moe", root);
+  const sm_synth_shape sa = {"tp-llama", 256, 2, 8, 4, 768, 4096, false, NULL, 32, NULL};
+  const sm_synth_shape sb = {"tp-qwen2", 256, 2, 8, 1, 512, 4098, true, "qwen2", 32, NULL};
+  const sm_synth_shape sc = {"tp-moe",
+                             256,
+                             1,
+                             8,
+                             4,
+                             768,
+                             4096,
+                             false,
+                             "qwen3_moe",
+                             32,
+                             "{\"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 128,"
+                             " \"norm_topk_prob\": true}"};
+  CHECK(sm_make_synthetic(&sa, 4, 64, a, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
+  CHECK(sm_make_synthetic(&sb, 0, 0, b, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
+  CHECK(sm_make_synthetic(&sc, 4, 64, c, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
+  for (int tp = 2; tp <= max_tp; tp *= 2) {
+    compare(a, tp, tol_q);
+    compare(b, tp, tol);
+  }
+  /* golden fixtures that split (unquantized: the quantized ones' o_proj columns are half a group a rank):
+   * Llama, and Gemma 2 with its softcaps, sandwich norms and sliding layers */
+  const char *fx[] = {"llama_bf16", "gemma2_bf16"};
+  for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
+    char d[700];
+    snprintf(d, sizeof d, "%s/tests/golden/fixtures/%s", src, fx[i]);
+    compare(d, 2, tol);
+  }
+  char q[700];
+  snprintf(q, sizeof q, "%s/tests/golden/fixtures/llama_q4_g64_bf16", src);
+  refused(q, 2, "quantization group");
+  refused(a, 3, "split evenly");
+  refused(c, 2, "mixture-of-experts");
+#ifdef SMELT_HAVE_CUDA
+  if (dev == SMELT_DEVICE_CPU) { /* once this process has tried CUDA, the ranks start by exec (through main) */
+    sm_backend *be = sm_backend_create(SMELT_DEVICE_CUDA, 0, 0);
+    if (be) be->destroy(be);
+    CHECK(sm_backend_cuda_touched(), "CUDA not marked as used");
+    compare(a, 2, tol_q);
+  }
+#endif
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", root);
+  TEST_END();
+}
