@@ -25,7 +25,7 @@ void sm_cli_engine_env(sm_engine_params *p);
  * *out (untouched when neither is given); 0, or 2 after a message on stderr */
 int sm_cli_kv_type(const char *cmd, const char *k, const char *v, smelt_kv_type *out);
 /* -ctk / -ctv (llama.cpp's spellings) into --cache-type-k / --cache-type-v, for getopt_long */
-void sm_cli_kv_alias(int argc, char **argv);
+void sm_cli_kv_alias(int argc, char **argv); /* -ctk, -ctv, -tp: their long names (getopt_long) */
 #define SM_CLI_KV_HELP \
   "  -ctk, --cache-type-k T   KV cache element type: f16 (default), bf16, f32, or q8_0 / q4_0 (8 / 4 bits\n" \
   "                           in groups of 32, CPU only; -ctv / --cache-type-v: the same; K and V share one type)\n"

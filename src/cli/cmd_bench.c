@@ -65,6 +65,7 @@ static void usage(void) {
          "                   [--group-size 32|64|128]] [-p PROMPT_TOKENS=512] [-n GEN_TOKENS=128] [-r REPEAT=1]\n"
          "                   [-t THREADS] [--device cpu|cuda] [-ctk f16|bf16|f32|q8_0|q4_0] [--dir DIR] [--json]\n"
          "                   [--cpu-mask M] [--numa distribute|isolate|none] [--poll 0..100] [--deterministic]\n"
+         "                   [-tp N (split the model over N GPUs, one process each)]\n"
          "Synthetic models are random-weight MLX checkpoints written once to --dir (default $TMPDIR).\n"
          "SHAPE: ");
   print_shapes(stdout);
@@ -94,9 +95,10 @@ int sm_cmd_bench(int argc, char **argv) {
                                      {"numa", 1, 0, 'N'},
                                      {"poll", 1, 0, 'P'},
                                      {"deterministic", 0, 0, 'I'},
+                                     {"tensor-parallel", 1, 0, 'T'},
                                      {0, 0, 0, 0}};
   const char *model = NULL, *synth = NULL, *device = NULL, *sdir = NULL, *ctk = NULL, *ctv = NULL, *cpu_mask = NULL;
-  int bits = 4, gs = 64, P = 512, N = 128, threads = 0, reps = 1, poll = 50, c;
+  int bits = 4, gs = 64, P = 512, N = 128, threads = 0, reps = 1, poll = 50, tp = 1, c;
   smelt_numa numa = SMELT_NUMA_NONE;
   bool json = false, ok = true, det = false;
   optind = 1;
@@ -125,6 +127,7 @@ int sm_cmd_bench(int argc, char **argv) {
       case 'D': sdir = optarg; break;
       case 'j': json = true; break;
       case 'I': det = true; break;
+      case 'T': ok = opt_int("--tensor-parallel", optarg, 1, 16, &tp); break;
       case 'h': usage(); return 0;
       default: return 2;
     }
@@ -184,6 +187,7 @@ int sm_cmd_bench(int argc, char **argv) {
   mp.max_context = P + N + 16;
   mp.kv_type = kvt;
   mp.deterministic = det;
+  mp.tensor_parallel = tp;
   if (device) mp.device = !strcmp(device, "cuda") ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
   smelt_model *m = NULL;
   double tl = sm_now();
@@ -287,6 +291,7 @@ int sm_cmd_bench(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "roofline_tok_s", roof);
     cJSON_AddNumberToObject(j, "roofline_ratio", ratio);
     cJSON_AddNumberToObject(j, "peak_rss", (double)rss);
+    cJSON_AddNumberToObject(j, "tensor_parallel", info.tensor_parallel);
     char *txt = cJSON_PrintUnformatted(j);
     printf("%s\n", txt);
     free(txt);
@@ -294,10 +299,12 @@ int sm_cmd_bench(int argc, char **argv) {
   } else {
     printf("model      %s (%s, %d layers, hidden %d, vocab %d)\n", synth ? synth : dir, info.arch, info.n_layers,
            info.hidden, V);
+    char split[48] = "";
+    if (info.tensor_parallel > 1) snprintf(split, sizeof split, ", split over %d ranks", info.tensor_parallel);
     if (info.n_threads > 0)
-      printf("backend    %s, %d thread%s, load %.2f s\n", info.backend, info.n_threads, info.n_threads > 1 ? "s" : "",
-             load_s);
-    else printf("backend    %s, load %.2f s\n", info.backend, load_s);
+      printf("backend    %s, %d thread%s%s, load %.2f s\n", info.backend, info.n_threads, info.n_threads > 1 ? "s" : "",
+             split, load_s);
+    else printf("backend    %s%s, load %.2f s\n", info.backend, split, load_s);
     if (reps == 1) {
       printf("prefill    %d tokens: %.1f tok/s\n", P, sp.med);
       printf("decode     %d tokens: %.2f tok/s (%.2f ms/token)\n", N, sd.med, 1000.0 / sd.med);
@@ -335,9 +342,10 @@ int sm_cmd_perplexity(int argc, char **argv) {
                                      {"cache-type-v", 1, 0, 'V'},
                                      {"decode", 0, 0, 'D'},
                                      {"deterministic", 0, 0, 'I'},
+                                     {"tensor-parallel", 1, 0, 'T'},
                                      {0, 0, 0, 0}};
   const char *model = NULL, *file = NULL, *device = NULL, *ctk = NULL, *ctv = NULL;
-  int ctx = 256, threads = 0, c;
+  int ctx = 256, threads = 0, tp = 1, c;
   bool decode = false, det = false;
   optind = 1;
   sm_cli_kv_alias(argc, argv);
@@ -347,6 +355,9 @@ int sm_cmd_perplexity(int argc, char **argv) {
       case 'V': ctv = optarg; break;
       case 'D': decode = true; break;
       case 'I': det = true; break;
+      case 'T':
+        if (!opt_int("--tensor-parallel", optarg, 1, 16, &tp)) return 2;
+        break;
       case 'm': model = optarg; break;
       case 'f': file = optarg; break;
       case 'c': ctx = atoi(optarg); break;
@@ -357,7 +368,8 @@ int sm_cmd_perplexity(int argc, char **argv) {
                "                        [-ctk f16|bf16|f32|q8_0|q4_0] [--decode] [--deterministic]\n"
                "  --decode         score token by token through one-token forward steps (the decode kernels)\n"
                "                   instead of one prefill a window\n"
-               "  --deterministic  batch-invariant kernels (as smelt serve --deterministic)\n");
+               "  --deterministic  batch-invariant kernels (as smelt serve --deterministic)\n"
+               "  -tp N            split the model over N GPUs, one process each\n");
         return 0;
       default: return 2;
     }
@@ -380,6 +392,7 @@ int sm_cmd_perplexity(int argc, char **argv) {
   mp.max_context = ctx;
   mp.kv_type = kvt;
   mp.deterministic = det;
+  mp.tensor_parallel = tp;
   if (device) mp.device = !strcmp(device, "cuda") ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
   smelt_model *m = NULL;
   int32_t *ids = NULL;

@@ -53,7 +53,8 @@ static void usage(FILE *f) {
        "      --no-prefix-cache    disable prefix caching\n"
        "      --deterministic      batch-invariant kernels: a request's greedy or seeded output does not\n"
        "                           depend on the other requests running with it (slower; docs/server.md)\n"
-       "      --no-mmap            read the weights into memory instead of mapping the files\n" SM_CLI_KV_HELP
+       "      --no-mmap            read the weights into memory instead of mapping the files\n"
+       "  -tp, --tensor-parallel N split the model over N GPUs, one process each (docs/parallel.md)\n" SM_CLI_KV_HELP
        "      --offline            never download the model\n"
        "      --tool-format F      tool-call format: generic, hermes, qwen3_coder, llama3, mistral, harmony,\n"
        "                           deepseek, glm45, gemma (default: from the chat template)\n"
@@ -294,6 +295,7 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("--no-prefix-cache")) p.no_prefix_cache = true;
     else if (IS("--no-mmap")) p.no_mmap = true;
     else if (IS("--deterministic")) p.deterministic = true;
+    else if (IS("-tp") || IS("--tensor-parallel")) INTVAL(1, 16, p.tensor_parallel);
     else if (IS("--allow-image-urls")) p.allow_image_urls = true;
     else if (IS("--allow-image-files")) {
       static char img_dir[PATH_MAX];
@@ -388,7 +390,10 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers") || IS("-sm") || IS("--split-mode") || IS("-ts") ||
              IS("--tensor-split") || IS("-mg") || IS("--main-gpu")) {
       NEEDVAL();
-      fprintf(stderr, "smelt serve: note: %s %s has no effect here (ignored)\n", name, val);
+      const bool split = IS("-sm") || IS("--split-mode") || IS("-ts") || IS("--tensor-split") || IS("-mg") ||
+                         IS("--main-gpu");
+      fprintf(stderr, "smelt serve: note: %s %s has no effect here (ignored%s)\n", name, val,
+              split ? "; -tp N splits a model over GPUs 0..N-1" : "");
     } else if (IS("-fa") || IS("--flash-attn")) {
       if (!val && i + 1 < argc &&
           (!strcmp(argv[i + 1], "on") || !strcmp(argv[i + 1], "off") || !strcmp(argv[i + 1], "auto") ||
@@ -414,12 +419,12 @@ int sm_cmd_serve(int argc, char **argv) {
         {.names = "--http-threads|--header-timeout|--body-timeout|--timeout|--max-buffered-body"},
         {.names = "--shutdown-timeout|--log-file|--offline|--estimate-memory|--force|--verbose|--device"},
         {.names = "--force-context|--models-dir|--models-max|--models-memory|--models-load-timeout"},
-        {.names = "--allow-image-urls|--allow-image-files|--deterministic"},
+        {.names = "--allow-image-urls|--allow-image-files|--deterministic|--tensor-parallel"},
         {.names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path"},
         {.names = "--cpu-mask|--cpu-range|--numa|--poll|--kv-cache-dir|--kv-cache-disk-size"},
         {.names = "--model-draft|--draft-model|--spec-type|--draft-max|--draft-min|--draft-p-min"},
         {.names = "--spec-ngram-size-n|--grammar-cache|--grammar-threads"},
-        {.names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v|-md"},
+        {.names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v|-md|-tp"},
       };
       char sug[160];
       sm_args_suggest(names, (int)(sizeof names / sizeof names[0]), name, sug, sizeof sug);

@@ -33,17 +33,18 @@ static void print_json(cJSON *j) {
 
 /* ---- inspect ---- */
 static void inspect_usage(FILE *f) {
-  fprintf(f,
-          "usage: smelt inspect -m MODEL [--max-tokens N] [-ctk f16|bf16|f32|q8_0|q4_0] [--device cpu|cuda] [--json]\n"
-          "Memory estimate: weights, KV cache for N tokens (in the cache type of -ctk / --cache-type-k,\n"
-          "also --kv-dtype; default f16, as run and serve use), the recurrent state of hybrid models,\n"
-          "runtime headroom, available memory.\n"
-          "Exit status: 0 FITS (or available memory unknown), 1 DOES NOT FIT, 2 error.\n");
+  fprintf(f, "usage: smelt inspect -m MODEL [--max-tokens N] [-ctk f16|bf16|f32|q8_0|q4_0] [--device cpu|cuda]\n"
+             "                     [-tp N] [--json]\n"
+             "Memory estimate: weights, KV cache for N tokens (in the cache type of -ctk / --cache-type-k,\n"
+             "also --kv-dtype; default f16, as run and serve use), the recurrent state of hybrid models,\n"
+             "runtime headroom, available memory. -tp N (--tensor-parallel): whether the model splits over N\n"
+             "devices and what the largest rank needs, against one device's memory.\n"
+             "Exit status: 0 FITS (or available memory unknown), 1 DOES NOT FIT or DOES NOT SPLIT, 2 error.\n");
 }
 
 int sm_cmd_inspect(int argc, char **argv) {
   const char *model = NULL, *ctk = NULL, *ctv = NULL, *device = "cpu";
-  int max_tokens = 0;
+  int max_tokens = 0, tp = 1;
   bool json = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -64,6 +65,12 @@ int sm_cmd_inspect(int argc, char **argv) {
       if (!(ctv = need_arg(argc, argv, &i))) return 2;
     } else if (!strcmp(a, "--device")) {
       if (!(device = need_arg(argc, argv, &i))) return 2;
+    } else if (!strcmp(a, "-tp") || !strcmp(a, "--tensor-parallel")) {
+      if (!(v = need_arg(argc, argv, &i))) return 2;
+      if (parse_int(v, &tp) || tp < 1 || tp > 16) {
+        fprintf(stderr, "smelt inspect: --tensor-parallel '%s': expected 1 to 16\n", v);
+        return 2;
+      }
     } else if (!strcmp(a, "--json")) json = true;
     else if (a[0] != '-' && !model) model = a;
     else {
@@ -91,12 +98,15 @@ int sm_cmd_inspect(int argc, char **argv) {
   }
   sm_mem_estimate e;
   s = sm_store_estimate(dir, max_tokens, kvt, cuda, &e);
+  if (!s && tp > 1) s = sm_store_estimate_split(dir, tp, &e);
   if (s) {
     fprintf(stderr, "smelt inspect: %s\n", sm_errmsg());
     free(dir);
     return 2;
   }
-  const char *verdict = !e.available_known ? "UNKNOWN" : (e.fits ? "FITS" : "DOES NOT FIT");
+  const char *verdict = e.split_error[0]   ? "DOES NOT SPLIT"
+                      : !e.available_known ? "UNKNOWN"
+                                           : (e.fits ? "FITS" : "DOES NOT FIT");
   if (json) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", dir);
@@ -132,6 +142,14 @@ int sm_cmd_inspect(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "runtime_bytes", (double)e.runtime_bytes);
     cJSON_AddNumberToObject(j, "total_bytes", (double)e.total_bytes);
     cJSON_AddStringToObject(j, "device", cuda ? "cuda" : "cpu");
+    cJSON_AddNumberToObject(j, "tensor_parallel", tp);
+    if (tp > 1) {
+      cJSON_AddNumberToObject(j, "rank_weights_bytes", (double)e.rank_weights_bytes);
+      cJSON_AddNumberToObject(j, "rank_kv_bytes", (double)e.rank_kv_bytes);
+      cJSON_AddNumberToObject(j, "rank_total_bytes", (double)e.rank_total_bytes);
+      if (e.split_error[0]) cJSON_AddStringToObject(j, "split_error", e.split_error);
+      else cJSON_AddNullToObject(j, "split_error");
+    }
     if (e.available_known) cJSON_AddNumberToObject(j, "available_bytes", (double)e.available_bytes);
     else cJSON_AddNullToObject(j, "available_bytes");
     cJSON_AddBoolToObject(j, "fits", e.fits);
@@ -174,6 +192,11 @@ int sm_cmd_inspect(int argc, char **argv) {
     printf("runtime      %s (activations %s + 10%%)\n", sm_store_fmt_bytes(e.runtime_bytes, b1, 32),
            sm_store_fmt_bytes(e.activation_bytes, b3, 32));
     printf("total        %s\n", sm_store_fmt_bytes(e.total_bytes, b1, 32));
+    if (tp > 1 && e.split_error[0]) printf("split        over %d ranks: %s\n", tp, e.split_error);
+    else if (tp > 1)
+      printf("split        over %d ranks: %s weights + %s KV cache + runtime = %s for the largest rank\n", tp,
+             sm_store_fmt_bytes(e.rank_weights_bytes, b1, 32), sm_store_fmt_bytes(e.rank_kv_bytes, b2, 32),
+             sm_store_fmt_bytes(e.rank_total_bytes, b3, 32));
     if (e.available_known)
       printf("available    %s (%s)\n", sm_store_fmt_bytes(e.available_bytes, b2, 32),
              getenv("SMELT_AVAILABLE_MEMORY") && *getenv("SMELT_AVAILABLE_MEMORY")
@@ -183,7 +206,7 @@ int sm_cmd_inspect(int argc, char **argv) {
     printf("verdict      %s\n", verdict);
   }
   free(dir);
-  return e.fits ? 0 : 1;
+  return e.fits && !e.split_error[0] ? 0 : 1;
 }
 
 /* ---- list ---- */

@@ -8,6 +8,7 @@ void sm_cli_kv_alias(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-ctk")) argv[i] = "--cache-type-k";
     else if (!strcmp(argv[i], "-ctv")) argv[i] = "--cache-type-v";
+    else if (!strcmp(argv[i], "-tp")) argv[i] = "--tensor-parallel";
   }
 }
 

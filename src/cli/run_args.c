@@ -250,6 +250,13 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
      .hi = MAX_THREADS,
      .meta = "N",
      .help = "CPU threads (default: all cores)"},
+    {.names = "-tp|--tensor-parallel",
+     .kind = SM_ARG_INT,
+     .dst = &o->tp,
+     .lo = 1,
+     .hi = 16,
+     .meta = "N",
+     .help = "split the model over N GPUs, one process each (docs/parallel.md)"},
     {.names = "--cpu-mask|-C|--cpu-range|-Cr",
      .kind = SM_ARG_STR,
      .dst = &o->cpu_mask,
@@ -280,7 +287,7 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
      .dst = &o->ngl,
      .meta = "N",
      .help =
-       "0 = run on the CPU; any other value (e.g. 99, all) = the GPU when there is one; smelt does not split a model",
+       "0 = run on the CPU; any other value (e.g. 99, all) = the GPU when there is one (-tp N splits a model over GPUs)",
      .fn = parse_ngl,
      .seen = &o->ngl_set},
     {.names = "--kv-type|-ctk|--cache-type-k",
@@ -444,6 +451,7 @@ static bool load_one(const char *cmd, const run_opts *o, const char *ref, const 
   p.max_context = o->ctx;
   p.no_mmap = o->no_mmap;
   p.deterministic = o->deterministic;
+  p.tensor_parallel = o->tp;
   p.device = o->device;
   if (o->kv_k_set) p.kv_type = o->kv_k;
   else if (o->kv_v_set) p.kv_type = o->kv_v;

@@ -93,6 +93,7 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   mp.no_mmap = p->no_mmap;
   mp.kv_type = (smelt_kv_type)p->kv_type;
   mp.deterministic = p->deterministic;
+  mp.tensor_parallel = p->tensor_parallel;
   fprintf(stderr, "smelt serve: loading %s%s\n", dir, p->no_mmap ? " (into memory: --no-mmap)" : "");
   char fmsg[512];
   if (smelt_model_load(dir, &mp, &sv->model) != SMELT_OK) {

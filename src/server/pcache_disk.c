@@ -311,7 +311,8 @@ sm_pdisk *sm_pdisk_open(sm_engine *e, const char *dir, uint64_t limit) {
   d->writer_started = true;
   sm_prefix_tier t = {.ud = d, .spill = spill, .fetch = fetch};
   if (!sm_engine_set_prefix_tier(e, &t)) {
-    fprintf(stderr, "smelt serve: --kv-cache-dir: the model has no prefix cache\n");
+    fprintf(stderr, "smelt serve: --kv-cache-dir: not for this model (no prefix cache, recurrent layers, or split "
+                    "over several ranks)\n");
     sm_pdisk_close(d, NULL);
     return NULL;
   }

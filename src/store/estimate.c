@@ -3,6 +3,7 @@
 #include "store/store.h"
 #include "backend/kv_quant.h"
 #include "model/family.h"
+#include "model/tp.h"
 #include "store/store_internal.h"
 #include "format/config.h"
 #include "format/safetensors.h"
@@ -143,10 +144,16 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, smelt_kv_t
     out->top_k = cfg.moe.top_k;
     snprintf(ex, sizeof ex, ".%s.", fam->moe->experts);
   }
-  char buf[1024];
+  char buf[1024], emb[160] = "", lmh[160] = "";
+  if (fam && fam->names) {
+    snprintf(emb, sizeof emb, "%s%s.", fam->names->root, fam->names->embed);
+    snprintf(lmh, sizeof lmh, "%s.", fam->names->lm_head);
+  }
   for (size_t i = 0; i < out->n_tensors; i++) {
     const sm_tensor *t = sm_st_at(st, i);
     const bool vision = sm_vision_tensor(t->name);
+    if (emb[0] && !vision && strstr(t->name, emb)) out->embed_bytes += t->nbytes;
+    if (lmh[0] && !vision && strstr(t->name, lmh)) out->lm_head_bytes += t->nbytes;
     if (vision) {
       out->vision_bytes += t->nbytes;
       out->n_vision_tensors++;
@@ -253,3 +260,28 @@ smelt_status sm_store_check_fits(const char *model_dir, int max_tokens, smelt_kv
 }
 
 bool sm_store_has_device_mem_query(void) { return g_dev_mem != NULL; }
+
+smelt_status sm_store_estimate_split(const char *model_dir, int tp, sm_mem_estimate *e) {
+  if (tp < 2 || tp > 16) return sm_err(SMELT_ERR_INVALID, "--tensor-parallel %d: expected 2..16", tp);
+  sm_config cfg;
+  smelt_status s = sm_family_config_load(model_dir, &cfg);
+  if (s) return s;
+  e->tp = tp;
+  e->split_error[0] = 0;
+  sm_tp_split_problem(&cfg, sm_family_find(cfg.model_type), tp, e->split_error, sizeof e->split_error);
+  const bool tied = cfg.tie_word_embeddings || !e->lm_head_bytes, vocab_split = cfg.vocab_size % tp == 0;
+  sm_config_free(&cfg);
+  /* rank 0, the largest: the embedding and a vision tower whole, the layers' weights split; the LM head split by
+   * vocabulary rows (a tied one: a copy of the rank's rows of the embedding), or whole on rank 0 */
+  const uint64_t whole = e->embed_bytes + e->vision_bytes, lm = tied ? 0 : e->lm_head_bytes,
+                 layers = e->weights_bytes - whole - lm;
+  e->rank_weights_bytes = whole + layers / (uint64_t)tp;
+  if (tied) e->rank_weights_bytes += vocab_split ? e->embed_bytes / (uint64_t)tp : 0;
+  else e->rank_weights_bytes += vocab_split ? lm / (uint64_t)tp : lm;
+  const int kv_rank = e->n_kv_heads >= tp ? e->n_kv_heads / tp : 1;
+  e->rank_kv_bytes = e->kv_bytes / (uint64_t)e->n_kv_heads * (uint64_t)kv_rank;
+  e->rank_total_bytes = e->rank_weights_bytes + e->rank_kv_bytes + e->activation_bytes +
+                        (e->rank_weights_bytes + e->rank_kv_bytes) / 10 + e->state_bytes * (uint64_t)e->state_slots;
+  e->fits = !e->available_known || e->rank_total_bytes <= e->available_bytes;
+  return SMELT_OK;
+}

@@ -112,6 +112,13 @@ typedef struct {
   bool available_known;
   uint64_t available_bytes; /* MemAvailable, or free device memory */
   bool fits;                /* total <= available (true when unknown) */
+  uint64_t embed_bytes;     /* the embedding table (kept whole by every rank of a split model) */
+  uint64_t lm_head_bytes;   /* an untied LM head (0: tied to the embedding) */
+  /* split over tp > 1 ranks (sm_store_estimate_split): one rank's share, and why the model does not split
+   * ("" when it does); fits then compares the rank's total with what one device has */
+  int tp;
+  uint64_t rank_weights_bytes, rank_kv_bytes, rank_total_bytes;
+  char split_error[320];
 } sm_mem_estimate;
 
 /* Estimate the memory a model needs for max_tokens of context (<= 0: the model's
@@ -121,6 +128,9 @@ typedef struct {
  * overrides the available amount. */
 smelt_status sm_store_estimate(const char *model_dir, int max_tokens, smelt_kv_type kv_type, bool cuda,
                                sm_mem_estimate *out);
+/* The same estimate for one of tp ranks of a split model (docs/parallel.md: heads, KV heads, the MLP and
+ * an untied LM head split; the embedding table, norms and a vision tower whole on every rank). */
+smelt_status sm_store_estimate_split(const char *model_dir, int tp, sm_mem_estimate *e);
 /* For generate/serve --estimate-memory: estimate, print a one-line summary to stderr (always when
  * verbose, else only when it does not fit) and return SMELT_ERR_LIMIT when the model will not fit
  * and !force. */

@@ -445,6 +445,27 @@ def main():
         rc2, out2, _ = run("inspect", "-m", "acme/tiny", "--max-tokens", "1000", "--kv-dtype", "f16",
                            SMELT_AVAILABLE_MEMORY=str(total))
         check(rc2 == 0 and "FITS" in out2, "exactly enough FITS: rc=%d" % rc2)
+    # -tp N: the largest rank's share (docs/parallel.md): the embedding whole, plus (tied, N divides the vocabulary)
+    # its copy of the rank's LM-head rows; the rest and the KV heads (at least one a rank) divided
+    emb = sum(len(t[3]) for t in TENSORS if t[0].startswith("model.embed_tokens."))
+    kv = 2 * LAYERS * KV_HEADS * HEAD_DIM * 2 * 1000
+    for tp, kv_heads in ((2, 1), (4, 1)):
+        rc, out, err = run("inspect", "-m", "acme/tiny", "--max-tokens", "1000", "-tp", str(tp), "--json",
+                           SMELT_AVAILABLE_MEMORY="64G")
+        check(rc == 0, "inspect -tp %d rc=%d err=%s" % (tp, rc, err))
+        if rc == 0:
+            j = json.loads(out)
+            want = emb + (WEIGHT_BYTES - emb) // tp + emb // tp
+            check(j["tensor_parallel"] == tp and j["split_error"] is None and j["verdict"] == "FITS",
+                  "-tp %d: %s" % (tp, out))
+            check(j["rank_weights_bytes"] == want, "-tp %d rank weights %s vs %d" % (tp, j["rank_weights_bytes"], want))
+            check(j["rank_kv_bytes"] == kv // KV_HEADS * kv_heads, "-tp %d rank KV %s" % (tp, j["rank_kv_bytes"]))
+    for tp in (3, 16):
+        rc, out, err = run("inspect", "-m", "acme/tiny", "-tp", str(tp), SMELT_AVAILABLE_MEMORY="64G")
+        check(rc == 1 and "DOES NOT SPLIT" in out and "split evenly" in out, "-tp %d: rc=%d\n%s" % (tp, rc, out))
+    for bad in ("0", "17", "x"):
+        rc, out, err = run("inspect", "-m", "acme/tiny", "-tp", bad)
+        check(rc == 2 and "tensor-parallel" in err, "-tp %s is a usage error: rc=%d %s" % (bad, rc, err))
     rc, out, err = run("inspect", "-m", "acme/tiny", "--kv-dtype", "f8")
     check(rc == 2, "bad --kv-dtype is a usage error (2)")
     rc, out, err = run("inspect", "-m", "acme/not-here")
