@@ -135,6 +135,8 @@ void sm_moe_release(smelt_model *m);                       /* ... and their rele
 smelt_status sm_moe_reserve(smelt_model *m, int n_tokens); /* the MoE scratch for n tokens (sm_model_reserve) */
 /* out[n][hidden] = the mixture of layer L on x[n][hidden] (routed experts and shared experts) */
 smelt_status sm_moe_forward(smelt_model *m, const sm_layer *L, const float *x, int n, float *out);
+/* tensor parallelism (tp_shard.c): layer l's experts as rank r of n keeps them */
+smelt_status sm_moe_split(smelt_model *m, int l, int r, int n);
 
 /* mla.c: multi-head latent attention (recipe mla, config.h sm_mla_config) */
 smelt_status sm_mla_check(smelt_model *m); /* the backend's ops and the config's shapes (OK for other families) */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "model/model.h"
+#include "model/tp.h"
 
 typedef struct sm_moe_layer {
   sm_moe_route route;
@@ -134,6 +135,54 @@ smelt_status sm_moe_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const cha
                             .correction = M->correction,
                             .n_group = mc->n_group,
                             .topk_group = mc->topk_group};
+  return SMELT_OK;
+}
+
+/* a bias of stacked experts [E][rows] as rank r of n keeps it: columns [r * rows / n, ...) of each expert's
+ * (a new backend buffer the model owns) */
+static smelt_status split_bias(smelt_model *m, float **b, int64_t E, int64_t rows, int r, int n) {
+  if (!*b) return SMELT_OK;
+  const int64_t rl = rows / n;
+  float *d = m->be->alloc(m->be, sizeof(float) * (size_t)(E * rl));
+  if (!d) return sm_err(SMELT_ERR_OOM, "out of backend memory for the experts' biases");
+  sm_model_own(m, d);
+  for (int64_t e = 0; e < E; e++) m->be->copy(m->be, d + e * rl, *b + e * rows + r * rl, sizeof(float) * (size_t)rl);
+  *b = d;
+  return SMELT_OK;
+}
+
+/* rows [r * rows / n, ...) of each of the E stacked experts of w (a host copy) */
+static void split_rows(smelt_model *m, sm_weight *w, int64_t E, int64_t rows, int r, int n) {
+  const int64_t rl = rows / n;
+  int64_t *perm = sm_xmalloc(sizeof(int64_t) * (size_t)(E * rl));
+  for (int64_t e = 0; e < E; e++)
+    for (int64_t i = 0; i < rl; i++) perm[e * rl + i] = e * rows + r * rl + i;
+  sm_load_gather_rows(m, w, perm, E * rl);
+  free(perm);
+}
+
+/* Rank r of n keeps columns [r * F / n, (r + 1) * F / n) of every expert's MLP (rows of gate and up, columns of
+ * down; F the expert's intermediate size) and of the shared expert's. The router and the shared expert's gate
+ * stay whole (every rank routes alike), the routed experts' down biases on rank 0 only (added once to the sum
+ * the all-reduce after the layer makes). */
+smelt_status sm_moe_split(smelt_model *m, int l, int r, int n) {
+  sm_moe_layer *M = m->layers[l].moe;
+  const sm_moe_config *mc = &m->cfg.moe;
+  const int64_t E = mc->n_experts, Fe = mc->expert_inter, Fl = Fe / n;
+  smelt_status st;
+  split_rows(m, &M->gate, E, Fe, r, n);
+  split_rows(m, &M->up, E, Fe, r, n);
+  M->gate.stacked = M->up.stacked = true;
+  if ((st = sm_tp_cols(m, &M->down, r * Fl, Fl, "experts' down_proj", l))) return st;
+  M->down.stacked = true;
+  if ((st = split_bias(m, &M->gate_bias, E, Fe, r, n)) || (st = split_bias(m, &M->up_bias, E, Fe, r, n))) return st;
+  if (r != 0) M->down_bias = NULL;
+  if (M->sh_gate.data) {
+    const int64_t Fs = mc->shared_inter, Sl = Fs / n;
+    M->sh_gate = sm_weight_rows(&M->sh_gate, r * Sl, Sl);
+    M->sh_up = sm_weight_rows(&M->sh_up, r * Sl, Sl);
+    if ((st = sm_tp_cols(m, &M->sh_down, r * Sl, Sl, "shared expert's down_proj", l))) return st;
+  }
   return SMELT_OK;
 }
 

@@ -53,4 +53,7 @@ smelt_status sm_tp_shard(smelt_model *m);
 /* whether a model of this config and family does not split over n ranks, and why (into why); a quantized
  * config is checked with its default group size (`smelt inspect`; the loader checks every weight's) */
 bool sm_tp_split_problem(const sm_config *c, const sm_family *fam, int n, char *why, size_t len);
+/* w becomes its columns [c0, c0 + nc): a host copy the model owns; an error names what (of layer) when the
+ * columns are not whole quantization groups */
+smelt_status sm_tp_cols(smelt_model *m, sm_weight *w, int64_t c0, int64_t nc, const char *what, int layer);
 #endif

@@ -9,8 +9,7 @@
 
 static size_t el_size(sm_dtype t) { return t == SM_DT_F32 ? 4 : t == SM_DT_U8 ? 1 : 2; }
 
-/* columns [c0, c0 + nc) of w as a compact host copy the model owns */
-static smelt_status cols(smelt_model *m, sm_weight *w, int64_t c0, int64_t nc, const char *what, int layer) {
+smelt_status sm_tp_cols(smelt_model *m, sm_weight *w, int64_t c0, int64_t nc, const char *what, int layer) {
   if (!w->data) return SMELT_OK;
   if (w->bits && (c0 % w->group_size || nc % w->group_size))
     return sm_err(SMELT_ERR_UNSUPPORTED,
@@ -51,13 +50,12 @@ bool sm_tp_split_problem(const sm_config *c, const sm_family *fam, int n, char *
   const int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads > 0 ? c->num_key_value_heads : nh,
                 hd = c->head_dim > 0 ? c->head_dim : (nh > 0 ? c->hidden_size / nh : 0), F = c->intermediate_size,
                 gs = c->q_bits ? c->q_group_size : 0;
-  const char *kind = !rc                              ? "this family's"
-                   : fam->moe || c->moe.n_experts > 0 ? "mixture-of-experts"
-                   : rc->mla                          ? "multi-head latent attention"
-                   : c->rec.kind != SM_REC_NONE       ? "hybrid recurrent"
-                   : rc->attn_out_gate                ? "gated-attention"
-                   : rc->qk_norm == SM_QK_NORM_FULL   ? "whole-projection q/k norm"
-                                                      : NULL;
+  const char *kind = !rc                            ? "this family's"
+                   : rc->mla                        ? "multi-head latent attention"
+                   : c->rec.kind != SM_REC_NONE     ? "hybrid recurrent"
+                   : rc->attn_out_gate              ? "gated-attention"
+                   : rc->qk_norm == SM_QK_NORM_FULL ? "whole-projection q/k norm"
+                                                    : NULL;
   if (kind) {
     snprintf(why, len, "tensor parallelism (--tensor-parallel %d) does not split %s models yet (%s)", n, kind,
              c->model_type);
@@ -68,6 +66,22 @@ bool sm_tp_split_problem(const sm_config *c, const sm_family *fam, int n, char *
              "tensor parallelism over %d ranks: %lld attention heads, %lld KV heads and an MLP of %lld do not split "
              "evenly (heads and MLP size must divide by the ranks, KV heads divide or be divided by them)",
              n, (long long)nh, (long long)nkv, (long long)F);
+    return true;
+  }
+  const int64_t Fe = fam->moe && c->moe.n_experts > 0 ? c->moe.expert_inter : 0,
+                Fs = Fe ? (c->moe.shared_inter > 0 ? c->moe.shared_inter : 0) : 0;
+  if (Fe % n || Fs % n) {
+    snprintf(
+      why, len,
+      "tensor parallelism over %d ranks: experts of %lld and a shared expert of %lld columns do not split evenly", n,
+      (long long)Fe, (long long)Fs);
+    return true;
+  }
+  if (gs > 0 && ((Fe / n) % gs || (Fs / n) % gs)) {
+    snprintf(why, len,
+             "tensor parallelism over %d ranks: the experts' down_proj splits into %lld columns a rank (shared: "
+             "%lld), not multiples of the quantization group (%lld)",
+             n, (long long)(Fe / n), (long long)(Fs / n), (long long)gs);
     return true;
   }
   if (gs > 0 && ((nh / n * hd) % gs || (F / n) % gs)) {
@@ -93,8 +107,6 @@ smelt_status sm_tp_shard(smelt_model *m) {
                 V = c->vocab_size;
   char why[320];
   if (m->qk_norm == SM_QK_NORM_FULL) return unsupported(m, "whole-projection q/k norm");
-  for (int l = 0; l < c->num_hidden_layers; l++)
-    if (m->layers[l].sinks) return unsupported(m, "attention-sink");
   /* (the weights' own quantization groups are checked below, tensor by tensor) */
   sm_config q = *c;
   q.q_bits = 0;
@@ -109,14 +121,17 @@ smelt_status sm_tp_shard(smelt_model *m) {
       L->w[SM_T_K] = sm_weight_rows(&L->w[SM_T_K], kv0, nkvl);
       L->w[SM_T_V] = sm_weight_rows(&L->w[SM_T_V], kv0, nkvl);
       if (L->bias[SM_T_Q]) L->bias[SM_T_Q] += r * nql;
+      if (L->sinks) L->sinks += r * (nh / n); /* one a head (gpt-oss) */
       if (L->bias[SM_T_K]) L->bias[SM_T_K] += kv0;
       if (L->bias[SM_T_V]) L->bias[SM_T_V] += kv0;
-      if ((st = cols(m, &L->w[SM_T_O], r * nql, nql, "o_proj", l))) return st; /* its bias: after the sum */
+      if ((st = sm_tp_cols(m, &L->w[SM_T_O], r * nql, nql, "o_proj", l))) return st; /* its bias: after the sum */
     }
-    if (L->spec.ffn) {
+    if (L->moe) {
+      if ((st = sm_moe_split(m, l, r, n))) return st;
+    } else if (L->spec.ffn) {
       if (L->w[SM_T_GATE].data) L->w[SM_T_GATE] = sm_weight_rows(&L->w[SM_T_GATE], r * Fl, Fl);
       L->w[SM_T_UP] = sm_weight_rows(&L->w[SM_T_UP], r * Fl, Fl);
-      if ((st = cols(m, &L->w[SM_T_DOWN], r * Fl, Fl, "down_proj", l))) return st;
+      if ((st = sm_tp_cols(m, &L->w[SM_T_DOWN], r * Fl, Fl, "down_proj", l))) return st;
       if (L->bias[SM_T_GATE] || L->bias[SM_T_UP] || L->bias[SM_T_DOWN]) return unsupported(m, "MLP-bias");
     }
   }
@@ -127,5 +142,7 @@ smelt_status sm_tp_shard(smelt_model *m) {
   c->num_attention_heads = (int)(nh / n);
   c->num_key_value_heads = (int)(nkvl / hd);
   c->intermediate_size = (int)Fl;
+  c->moe.expert_inter /= n;
+  c->moe.shared_inter /= n;
   return SMELT_OK;
 }

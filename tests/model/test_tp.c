@@ -1,8 +1,10 @@
 /* Tensor parallelism (src/model/tp.c, tp_shard.c): a model split over 2 and 4 ranks gives the logits of the
  * whole model: a prefill's every row (the gathered vocabulary split, put back in row order) and decode steps
- * of two sequences together through the engine. Shapes cover a quantized Llama, and a bf16 Qwen2 with q/k/v
+ * of two sequences together through the engine. Shapes cover a quantized Llama, a bf16 Qwen2 with q/k/v
  * biases, tied embeddings, one KV head for two ranks (replicated K/V) and a vocabulary 4 ranks do not split
- * (the LM head whole on rank 0). Unsplittable models fail with an error that says why.
+ * (the LM head whole on rank 0), and mixtures of experts (each expert's columns split): Qwen3-MoE 4-bit,
+ * Qwen2-MoE with its gated shared expert, gpt-oss with sinks and expert biases. Unsplittable models fail with
+ * an error that says why.
  * `test_tp SOURCE_DIR` runs the ranks on the CPU (the shared-memory collectives); `test_tp cuda SOURCE_DIR` on
  * GPUs 0..3 through NCCL, skipped where there are fewer than two GPUs. */
 #include <stdio.h>
@@ -144,44 +146,53 @@ int main(int argc, char **argv) {
   }
   char root[] = "/tmp/smelt-tp-XXXXXX";
   if (!mkdtemp(root)) return 1;
-  char a[600], b[600], c[600];
+  char a[600], b[600], c[600], d[600], e[600];
   snprintf(a, sizeof a, "%s/llama-q4", root);
   snprintf(b, sizeof b, "%s/qwen2-bf16", root);
-  snprintf(c, sizeof c, "%s/moe", root);
+  snprintf(c, sizeof c, "%s/moe-q4", root);
+  snprintf(d, sizeof d, "%s/qwen2moe-bf16", root);
+  snprintf(e, sizeof e, "%s/gptoss-bf16", root);
   const sm_synth_shape sa = {"tp-llama", 256, 2, 8, 4, 768, 4096, false, NULL, 32, NULL};
   const sm_synth_shape sb = {"tp-qwen2", 256, 2, 8, 1, 512, 4098, true, "qwen2", 32, NULL};
-  const sm_synth_shape sc = {"tp-moe",
-                             256,
-                             1,
-                             8,
-                             4,
-                             768,
-                             4096,
-                             false,
-                             "qwen3_moe",
-                             32,
-                             "{\"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 128,"
-                             " \"norm_topk_prob\": true}"};
+  /* mixtures of experts, each expert's columns split: 4-bit (256 / 4 ranks = a group of 64 a rank); a shared
+   * expert with its sigmoid gate (bf16); gpt-oss with attention sinks, biases everywhere (the experts' too),
+   * the clamped SwiGLU and sliding layers (bf16) */
+  const char *moe_q4 = "{\"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 256, "
+                       "\"norm_topk_prob\": true}";
+  const char *moe_sh = "{\"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 128, "
+                       "\"shared_expert_intermediate_size\": 256}";
+  const char *oss = "{\"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"sliding_window\": 8, "
+                    "\"swiglu_limit\": 7.0, \"attention_bias\": true, \"rope_theta\": 150000, \"rope_scaling\": "
+                    "{\"rope_type\": \"yarn\", \"factor\": 32.0, \"beta_fast\": 32.0, \"beta_slow\": 1.0, "
+                    "\"truncate\": false, \"original_max_position_embeddings\": 4096}}";
+  const sm_synth_shape sc = {"tp-moe", 256, 2, 8, 4, 768, 4096, false, "qwen3_moe", 32, moe_q4};
+  const sm_synth_shape sd = {"tp-qwen2moe", 256, 2, 8, 4, 768, 4096, false, "qwen2_moe", 32, moe_sh};
+  const sm_synth_shape se = {"tp-gptoss", 256, 2, 8, 4, 256, 4096, false, "gpt_oss", 32, oss};
   CHECK(sm_make_synthetic(&sa, 4, 64, a, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&sb, 0, 0, b, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&sc, 4, 64, c, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
+  CHECK(sm_make_synthetic(&sd, 0, 0, d, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
+  CHECK(sm_make_synthetic(&se, 0, 0, e, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   for (int tp = 2; tp <= max_tp; tp *= 2) {
     compare(a, tp, tol_q);
     compare(b, tp, tol);
+    compare(c, tp, tol_q);
+    compare(d, tp, tol);
+    compare(e, tp, tol);
   }
   /* golden fixtures that split (unquantized: the quantized ones' o_proj columns are half a group a rank):
    * Llama, and Gemma 2 with its softcaps, sandwich norms and sliding layers */
   const char *fx[] = {"llama_bf16", "gemma2_bf16"};
   for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
-    char d[700];
-    snprintf(d, sizeof d, "%s/tests/golden/fixtures/%s", src, fx[i]);
-    compare(d, 2, tol);
+    char fd[700];
+    snprintf(fd, sizeof fd, "%s/tests/golden/fixtures/%s", src, fx[i]);
+    compare(fd, 2, tol);
   }
   char q[700];
   snprintf(q, sizeof q, "%s/tests/golden/fixtures/llama_q4_g64_bf16", src);
   refused(q, 2, "quantization group");
   refused(a, 3, "split evenly");
-  refused(c, 2, "mixture-of-experts");
+  refused(c, 8, "quantization group"); /* 32 columns of o_proj and of an expert a rank: half a group */
 #ifdef SMELT_HAVE_CUDA
   if (dev == SMELT_DEVICE_CPU) { /* once this process has tried CUDA, the ranks start by exec (through main) */
     sm_backend *be = sm_backend_create(SMELT_DEVICE_CUDA, 0, 0);
