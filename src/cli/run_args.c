@@ -451,7 +451,7 @@ static bool load_one(const char *cmd, const run_opts *o, const char *ref, const 
   p.max_context = o->ctx;
   p.no_mmap = o->no_mmap;
   p.deterministic = o->deterministic;
-  p.tensor_parallel = o->tp;
+  p.tensor_parallel = *what ? 0 : o->tp; /* a draft model runs whole on rank 0's device */
   p.device = o->device;
   if (o->kv_k_set) p.kv_type = o->kv_k;
   else if (o->kv_v_set) p.kv_type = o->kv_v;

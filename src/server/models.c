@@ -154,6 +154,7 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   }
   if (p->draft_dir) {
     fprintf(stderr, "smelt serve: loading the draft model %s\n", p->draft_dir);
+    mp.tensor_parallel = 0; /* the draft runs whole on rank 0's device */
     if (smelt_model_load(p->draft_dir, &mp, &sv->draft) != SMELT_OK) {
       snprintf(err, n_err, "could not load the draft model: %s", smelt_last_error());
       goto fail;
