@@ -29,6 +29,7 @@
 #include <string.h>
 #include "backend/kv_quant.h"
 #include "model/model.h"
+#include "model/tp.h"
 
 typedef struct sm_mla_layer {
   sm_weight q_a, q_full, kv_full;      /* q_a (data NULL without q_lora_rank); the permuted q_b / q_proj and kv_a */
@@ -178,6 +179,21 @@ out:
   return st;
 }
 
+/* Tensor parallelism (tp_shard.c): rank r of n keeps its heads' rows of q_b (nope and rope parts), W_UK and
+ * W_UV, and their columns of o_proj; q_a, kv_a and their norms stay whole, so every rank keeps the whole
+ * latent cache (one KV head, replicated like the KV heads of a model with fewer than the ranks) */
+smelt_status sm_mla_split(smelt_model *m, int l, int r, int n) {
+  sm_mla_layer *M = m->layers[l].mla;
+  const sm_mla_config *a = &m->cfg.mla;
+  const int64_t Hl = m->cfg.num_attention_heads / n, dn = a->nope_dim, dr = a->rope_dim, dc = a->kv_rank, dv = a->v_dim;
+  M->q_nope = sm_weight_rows(&M->q_nope, r * Hl * dn, Hl * dn);
+  M->q_pe = sm_weight_rows(&M->q_pe, r * Hl * dr, Hl * dr);
+  M->uk = sm_weight_rows(&M->uk, r * Hl * dc, Hl * dc);
+  M->uv = sm_weight_rows(&M->uv, r * Hl * dv, Hl * dv);
+  M->uk.stacked = M->uv.stacked = true;
+  return sm_tp_cols(m, &M->o, r * Hl * dv, Hl * dv, "o_proj", l); /* its bias: after the sum */
+}
+
 static sm_weight *layer_weights(sm_mla_layer *M, int i) {
   sm_weight *w[] = {&M->q_a, &M->q_nope, &M->q_pe, &M->kv_c, &M->kv_pe, &M->uk, &M->uv, &M->o};
   return i < (int)SM_ARRAY_LEN(w) ? w[i] : NULL;
@@ -303,5 +319,6 @@ void sm_mla_attention(smelt_model *m, const sm_kv_cache *kv, int l, const float 
   be->attention_mla(be, s->lat, s->ql, s->qpe, s->c, s->kpe, kv, l, H, dr, mla_scale(m));
   be->matmul_experts(be, SM_MM_MLA_UV, &M->uv, a->v_dim, NULL, s->lat, true, n, H, s->ids, s->vo);
   be->matmul(be, SM_MM_O, &M->o, s->vo, n, out);
+  if (m->tp) be->all_reduce(be, out, (size_t)n * (size_t)c->hidden_size); /* the ranks' heads' shares */
   if (M->o_bias) be->add_rows(be, out, M->o_bias, n, c->hidden_size);
 }

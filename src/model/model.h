@@ -146,6 +146,8 @@ void sm_mla_release(smelt_model *m);
 smelt_status sm_mla_reserve(smelt_model *m, int n_tokens);
 /* out[n][hidden] = the attention of layer l on ain[n][hidden] (o_proj included) */
 void sm_mla_attention(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain, int n, float *out);
+/* tensor parallelism (tp_shard.c): layer l's heads as rank r of n keeps them */
+smelt_status sm_mla_split(smelt_model *m, int l, int r, int n);
 /* loader.c: w becomes n rows of itself, row i = row perm[i] (host copies the model owns) */
 void sm_load_gather_rows(smelt_model *m, sm_weight *w, const int64_t *perm, int64_t n);
 void *sm_model_host_own(smelt_model *m, void *host_buf); /* freed with the model */

@@ -269,7 +269,7 @@ static void add_mla_layer(sm_st_writer *w, fill_ctx *fc, const sm_config *c, con
                 dv = a->v_dim;
   char n[400];
   const int64_t q_in = a->q_rank > 0 ? a->q_rank : hid;
-#define QB(cols) ((cols) % gs ? 0 : bits)
+#define QB(cols) (!bits || (cols) % gs ? 0 : bits) /* (bf16: gs is 0) */
   if (a->q_rank > 0) {
     snprintf(n, sizeof n, "%s.self_attn.q_a_proj", p);
     add_weight(w, fc, NULL, n, 0, a->q_rank, hid, QB(hid), gs, 0);

@@ -51,7 +51,6 @@ bool sm_tp_split_problem(const sm_config *c, const sm_family *fam, int n, char *
                 hd = c->head_dim > 0 ? c->head_dim : (nh > 0 ? c->hidden_size / nh : 0), F = c->intermediate_size,
                 gs = c->q_bits ? c->q_group_size : 0;
   const char *kind = !rc                            ? "this family's"
-                   : rc->mla                        ? "multi-head latent attention"
                    : c->rec.kind != SM_REC_NONE     ? "hybrid recurrent"
                    : rc->attn_out_gate              ? "gated-attention"
                    : rc->qk_norm == SM_QK_NORM_FULL ? "whole-projection q/k norm"
@@ -84,11 +83,12 @@ bool sm_tp_split_problem(const sm_config *c, const sm_family *fam, int n, char *
              n, (long long)(Fe / n), (long long)(Fs / n), (long long)gs);
     return true;
   }
-  if (gs > 0 && ((nh / n * hd) % gs || (F / n) % gs)) {
+  const int64_t ocols = nh / n * (rc->mla ? c->mla.v_dim : hd); /* o_proj's columns a rank */
+  if (gs > 0 && (ocols % gs || (F / n) % gs)) {
     snprintf(why, len,
              "tensor parallelism over %d ranks: o_proj and down_proj split into %lld and %lld columns a rank, not "
              "multiples of the quantization group (%lld)",
-             n, (long long)(nh / n * hd), (long long)(F / n), (long long)gs);
+             n, (long long)ocols, (long long)(F / n), (long long)gs);
     return true;
   }
   return false;
@@ -116,7 +116,9 @@ smelt_status sm_tp_shard(smelt_model *m) {
   smelt_status st;
   for (int l = 0; l < c->num_hidden_layers; l++) {
     sm_layer *L = &m->layers[l];
-    if (L->spec.kind == SM_LK_ATTN) {
+    if (L->mla) {
+      if ((st = sm_mla_split(m, l, r, n))) return st;
+    } else if (L->spec.kind == SM_LK_ATTN) {
       L->w[SM_T_Q] = sm_weight_rows(&L->w[SM_T_Q], r * nql, nql);
       L->w[SM_T_K] = sm_weight_rows(&L->w[SM_T_K], kv0, nkvl);
       L->w[SM_T_V] = sm_weight_rows(&L->w[SM_T_V], kv0, nkvl);

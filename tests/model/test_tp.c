@@ -3,7 +3,8 @@
  * of two sequences together through the engine. Shapes cover a quantized Llama, a bf16 Qwen2 with q/k/v
  * biases, tied embeddings, one KV head for two ranks (replicated K/V) and a vocabulary 4 ranks do not split
  * (the LM head whole on rank 0), and mixtures of experts (each expert's columns split): Qwen3-MoE 4-bit,
- * Qwen2-MoE with its gated shared expert, gpt-oss with sinks and expert biases. Unsplittable models fail with
+ * Qwen2-MoE with its gated shared expert, gpt-oss with sinks and expert biases, DeepSeek-V3 with its latent
+ * attention. Unsplittable models fail with
  * an error that says why.
  * `test_tp SOURCE_DIR` runs the ranks on the CPU (the shared-memory collectives); `test_tp cuda SOURCE_DIR` on
  * GPUs 0..3 through NCCL, skipped where there are fewer than two GPUs. */
@@ -146,12 +147,13 @@ int main(int argc, char **argv) {
   }
   char root[] = "/tmp/smelt-tp-XXXXXX";
   if (!mkdtemp(root)) return 1;
-  char a[600], b[600], c[600], d[600], e[600];
+  char a[600], b[600], c[600], d[600], e[600], f[600];
   snprintf(a, sizeof a, "%s/llama-q4", root);
   snprintf(b, sizeof b, "%s/qwen2-bf16", root);
   snprintf(c, sizeof c, "%s/moe-q4", root);
   snprintf(d, sizeof d, "%s/qwen2moe-bf16", root);
   snprintf(e, sizeof e, "%s/gptoss-bf16", root);
+  snprintf(f, sizeof f, "%s/dsv3-bf16", root);
   const sm_synth_shape sa = {"tp-llama", 256, 2, 8, 4, 768, 4096, false, NULL, 32, NULL};
   const sm_synth_shape sb = {"tp-qwen2", 256, 2, 8, 1, 512, 4098, true, "qwen2", 32, NULL};
   /* mixtures of experts, each expert's columns split: 4-bit (256 / 4 ranks = a group of 64 a rank); a shared
@@ -168,17 +170,22 @@ int main(int argc, char **argv) {
   const sm_synth_shape sc = {"tp-moe", 256, 2, 8, 4, 768, 4096, false, "qwen3_moe", 32, moe_q4};
   const sm_synth_shape sd = {"tp-qwen2moe", 256, 2, 8, 4, 768, 4096, false, "qwen2_moe", 32, moe_sh};
   const sm_synth_shape se = {"tp-gptoss", 256, 2, 8, 4, 256, 4096, false, "gpt_oss", 32, oss};
+  /* DeepSeek-V3 (the family's synthetic sizes): multi-head latent attention split by heads with the latent
+   * cache whole on every rank, a dense first layer, sigmoid routing over two expert groups, a shared expert */
+  const sm_synth_shape sf = {"tp-dsv3", 256, 2, 8, 8, 256, 4096, false, "deepseek_v3", 32, NULL};
   CHECK(sm_make_synthetic(&sa, 4, 64, a, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&sb, 0, 0, b, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&sc, 4, 64, c, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&sd, 0, 0, d, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&se, 0, 0, e, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
+  CHECK(sm_make_synthetic(&sf, 0, 0, f, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   for (int tp = 2; tp <= max_tp; tp *= 2) {
     compare(a, tp, tol_q);
     compare(b, tp, tol);
     compare(c, tp, tol_q);
     compare(d, tp, tol);
     compare(e, tp, tol);
+    compare(f, tp, tol);
   }
   /* golden fixtures that split (unquantized: the quantized ones' o_proj columns are half a group a rank):
    * Llama, and Gemma 2 with its softcaps, sandwich norms and sliding layers */
