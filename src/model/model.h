@@ -170,7 +170,7 @@ typedef struct {
   int head_dim;       /* 0 = hidden / heads */
   const char *extra;  /* more config.json members (a JSON object's text), or NULL */
 } sm_synth_shape;
-/* "test", "tiny", "test1b", "test8b", "1b", "3b", "8b", and shapes of other families ("gemma3-4b",
+/* "test", "tiny", "test1b", "test8b", "1b", "3b", "8b", "70b", and shapes of other families ("gemma3-4b",
  * "phi4-mini", "mistral-small-24b", the hybrid "qwen3.5-9b" and "lfm2-1.2b"); NULL if unknown */
 const sm_synth_shape *sm_synth_find(const char *name);
 const sm_synth_shape *sm_synth_all(size_t *n);

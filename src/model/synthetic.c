@@ -18,6 +18,7 @@ static const sm_synth_shape g_shapes[] = {
   {"1b", 2048, 16, 32, 8, 8192, 128256, true, NULL, 0, NULL},   /* Llama-3.2-1B */
   {"3b", 3072, 28, 24, 8, 8192, 128256, true, NULL, 0, NULL},   /* Llama-3.2-3B */
   {"8b", 4096, 32, 32, 8, 14336, 128256, false, NULL, 0, NULL}, /* Llama-3.1-8B */
+  {"70b", 8192, 80, 64, 8, 28672, 128256, false, NULL, 0, NULL}, /* Llama-3.3-70B (several GPUs at 4 bits and up) */
   /* other families' shapes (and the config members that change what a layer computes) */
   {"gemma3-1b", 1152, 26, 4, 1, 6912, 262144, true, "gemma3_text", 256,
    "{\"sliding_window\": 512, \"max_position_embeddings\": 32768, \"rope_theta\": 1000000}"},
@@ -33,6 +34,9 @@ static const sm_synth_shape g_shapes[] = {
   /* mixtures of experts: ffn is the dense intermediate size, the experts' sizes are in the extra config */
   {"qwen3-30b-a3b", 2048, 48, 32, 4, 6144, 151936, false, "qwen3_moe", 128,
    "{\"num_experts\": 128, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 768, \"norm_topk_prob\": true,"
+   " \"rope_theta\": 1000000, \"max_position_embeddings\": 40960}"},
+  {"qwen3-235b-a22b", 4096, 94, 64, 4, 12288, 151936, false, "qwen3_moe", 128, /* four GPUs at 4 bits */
+   "{\"num_experts\": 128, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 1536, \"norm_topk_prob\": true,"
    " \"rope_theta\": 1000000, \"max_position_embeddings\": 40960}"},
   /* gpt-oss-20b as mlx-community's MXFP4-Q8: experts mxfp4, the rest affine (--bits, default 8 bits) */
   {"gpt-oss-20b", 2880, 24, 64, 8, 2880, 201088, false, "gpt_oss", 64,
