@@ -289,6 +289,33 @@ size_t sm_model_state_bytes(const smelt_model *m) {
   return sizeof(float) * (cf + sf) * (size_t)n_rec;
 }
 
+void sm_kv_copy_state(smelt_model *m, const sm_kv_cache *kv, int dst, int src) {
+  sm_backend *be = m->be;
+  if (dst == src || dst < 0 || src < 0 || dst >= kv->n_slots || src >= kv->n_slots) return;
+  if (m->tp && m->tp->rank == 0) sm_tp_kv_copy(m, kv, false, dst, src);
+  for (int l = 0; l < kv->n_layers; l++) {
+    if (kv->conv && kv->conv[l])
+      be->copy(be, kv->conv[l] + (size_t)dst * kv->conv_floats, kv->conv[l] + (size_t)src * kv->conv_floats,
+               sizeof(float) * kv->conv_floats);
+    if (kv->ssm && kv->ssm[l])
+      be->copy(be, kv->ssm[l] + (size_t)dst * kv->ssm_floats, kv->ssm[l] + (size_t)src * kv->ssm_floats,
+               sizeof(float) * kv->ssm_floats);
+  }
+}
+
+void sm_kv_copy_block(smelt_model *m, const sm_kv_cache *kv, int dst, int src) {
+  sm_backend *be = m->be;
+  if (dst < 0 || src < 0 || dst >= kv->n_blocks || src >= kv->n_blocks) return;
+  if (m->tp && m->tp->rank == 0) sm_tp_kv_copy(m, kv, true, dst, src);
+  const size_t bytes = (size_t)kv->block_size * kv->n_kv_heads * sm_kv_head_bytes(kv->dtype, kv->head_dim);
+  for (int l = 0; l < kv->n_layers; l++) {
+    if (!kv->k[l]) continue;
+    be->copy(be, (char *)kv->k[l] + (size_t)dst * bytes, (const char *)kv->k[l] + (size_t)src * bytes, bytes);
+    if (kv->v[l] != kv->k[l]) /* multi-head latent attention: V is K's buffer */
+      be->copy(be, (char *)kv->v[l] + (size_t)dst * bytes, (const char *)kv->v[l] + (size_t)src * bytes, bytes);
+  }
+}
+
 void sm_kv_free(smelt_model *m, sm_kv_cache *kv) {
   if (m->tp && m->tp->rank == 0 && kv->tp_id) sm_tp_kv_free(m, kv);
   for (int l = 0; l < kv->n_layers; l++) {

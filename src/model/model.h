@@ -101,6 +101,10 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out);
  * hybrid model also n_slots recurrent state slots (n_slots > 0 required then, ignored otherwise). */
 smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slots, sm_kv_cache *kv);
 void sm_kv_free(smelt_model *m, sm_kv_cache *kv);
+/* Copy every recurrent layer's state of slot src into slot dst; the K/V of cache block src into block dst,
+ * every attention layer (backend copies, in stream order; a split model's other ranks do the same) */
+void sm_kv_copy_state(smelt_model *m, const sm_kv_cache *kv, int dst, int src);
+void sm_kv_copy_block(smelt_model *m, const sm_kv_cache *kv, int dst, int src);
 /* Bytes of one sequence's recurrent state (all recurrent layers); 0 without recurrent layers. */
 size_t sm_model_state_bytes(const smelt_model *m);
 

@@ -36,6 +36,14 @@ static void proj(smelt_model *m, sm_mm_role role, const sm_layer *L, sm_layer_te
   if (L->bias[s]) be->add_rows(be, y, L->bias[s], n, (int)L->w[s].rows);
 }
 
+/* the output projection; with the model split (tp.h) the ranks' shares summed before the bias */
+static void out_proj(smelt_model *m, const sm_layer *L, const float *y, int n, float *out) {
+  sm_backend *be = m->be;
+  be->matmul(be, SM_MM_REC_OUT, &L->w[SM_T_REC_OUT], y, n, out);
+  if (m->tp) be->all_reduce(be, out, (size_t)n * (size_t)m->cfg.hidden_size);
+  if (L->bias[SM_T_REC_OUT]) be->add_rows(be, out, L->bias[SM_T_REC_OUT], n, (int)L->w[SM_T_REC_OUT].rows);
+}
+
 void sm_rec_mixer(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain, int n, float *out) {
   const sm_config *c = &m->cfg;
   const sm_rec_config *r = &c->rec;
@@ -58,7 +66,7 @@ void sm_rec_mixer(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain
                       L->vec[SM_T_REC_A_LOG], L->vec[SM_T_REC_DT_BIAS], nk, nv, dk, dv, kv, l);
       be->gated_rmsnorm(be, s[SM_REC_S_Y], s[SM_REC_S_Y], s[SM_REC_S_Z], L->vec[SM_T_REC_NORM], n, nv * dv, dv, dv, eps,
                         true);
-      proj(m, SM_MM_REC_OUT, L, SM_T_REC_OUT, s[SM_REC_S_Y], n, out);
+      out_proj(m, L, s[SM_REC_S_Y], n, out);
       break;
     }
     case SM_REC_MAMBA2: {
@@ -73,7 +81,7 @@ void sm_rec_mixer(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain
                    L->vec[SM_T_REC_A_LOG], L->vec[SM_T_REC_D], nh, P, G, N, r->dt_min, r->dt_max, kv, l);
       be->gated_rmsnorm(be, s[SM_REC_S_Y], s[SM_REC_S_Y], s[SM_REC_S_Z], L->vec[SM_T_REC_NORM], n, I,
                         r->m_norm_grouped ? I / G : I, I, eps, false);
-      proj(m, SM_MM_REC_OUT, L, SM_T_REC_OUT, s[SM_REC_S_Y], n, out);
+      out_proj(m, L, s[SM_REC_S_Y], n, out);
       break;
     }
     case SM_REC_SHORTCONV: {
@@ -85,7 +93,7 @@ void sm_rec_mixer(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain
       be->conv1d(be, s[SM_REC_S_CONV], s[SM_REC_S_IN], L->vec[SM_T_REC_CONV], L->bias[SM_T_REC_CONV], H, K, false, kv,
                  l);
       be->mul(be, s[SM_REC_S_Y], s[SM_REC_S_Z], s[SM_REC_S_CONV], (size_t)n * H);
-      proj(m, SM_MM_REC_OUT, L, SM_T_REC_OUT, s[SM_REC_S_Y], n, out);
+      out_proj(m, L, s[SM_REC_S_Y], n, out);
       break;
     }
     case SM_REC_NONE: break;

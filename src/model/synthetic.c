@@ -13,11 +13,11 @@
 static const sm_synth_shape g_shapes[] = {
   {"test", 64, 2, 4, 2, 256, 512, false, NULL, 0, NULL},
   {"tiny", 256, 4, 8, 4, 768, 4096, true, NULL, 0, NULL},
-  {"test1b", 2048, 2, 32, 8, 8192, 1024, true, NULL, 0, NULL},  /* two Llama-3.2-1B layers, small vocab (tests) */
-  {"test8b", 4096, 2, 32, 8, 14336, 1024, true, NULL, 0, NULL}, /* two Llama-3.1-8B layers, small vocab (tests) */
-  {"1b", 2048, 16, 32, 8, 8192, 128256, true, NULL, 0, NULL},   /* Llama-3.2-1B */
-  {"3b", 3072, 28, 24, 8, 8192, 128256, true, NULL, 0, NULL},   /* Llama-3.2-3B */
-  {"8b", 4096, 32, 32, 8, 14336, 128256, false, NULL, 0, NULL}, /* Llama-3.1-8B */
+  {"test1b", 2048, 2, 32, 8, 8192, 1024, true, NULL, 0, NULL},   /* two Llama-3.2-1B layers, small vocab (tests) */
+  {"test8b", 4096, 2, 32, 8, 14336, 1024, true, NULL, 0, NULL},  /* two Llama-3.1-8B layers, small vocab (tests) */
+  {"1b", 2048, 16, 32, 8, 8192, 128256, true, NULL, 0, NULL},    /* Llama-3.2-1B */
+  {"3b", 3072, 28, 24, 8, 8192, 128256, true, NULL, 0, NULL},    /* Llama-3.2-3B */
+  {"8b", 4096, 32, 32, 8, 14336, 128256, false, NULL, 0, NULL},  /* Llama-3.1-8B */
   {"70b", 8192, 80, 64, 8, 28672, 128256, false, NULL, 0, NULL}, /* Llama-3.3-70B (several GPUs at 4 bits and up) */
   /* other families' shapes (and the config members that change what a layer computes) */
   {"gemma3-1b", 1152, 26, 4, 1, 6912, 262144, true, "gemma3_text", 256,

@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-enum { MSG_READY = 1, MSG_ID, MSG_FORWARD, MSG_KV_ALLOC, MSG_KV_FREE, MSG_QUIT, MSG_STATUS };
+enum { MSG_READY = 1, MSG_ID, MSG_FORWARD, MSG_KV_ALLOC, MSG_KV_FREE, MSG_QUIT, MSG_STATUS, MSG_KV_COPY };
 typedef struct {
   uint32_t type, len;
 } msg_head;
@@ -216,6 +216,12 @@ static int worker(const char *dir, const smelt_model_params *p, sm_tp *tp, int f
       st = sm_kv_alloc(m, a[1], a[2], a[3], &kvs[a[0]].kv);
       kvs[a[0]].live = !st;
       send_status(fd, st, st ? sm_errmsg() : "");
+    } else if (type == MSG_KV_COPY && len == 16) {
+      int32_t a[4];
+      memcpy(a, buf, sizeof a);
+      if (a[0] <= 0 || a[0] >= n_kv || !kvs[a[0]].live) fail(fd, SMELT_ERR_INVALID, "copy in an unknown KV cache");
+      if (a[1]) sm_kv_copy_block(m, &kvs[a[0]].kv, a[2], a[3]);
+      else sm_kv_copy_state(m, &kvs[a[0]].kv, a[2], a[3]);
     } else if (type == MSG_KV_FREE && len == 4) {
       int32_t id;
       memcpy(&id, buf, 4);
@@ -510,6 +516,12 @@ smelt_status sm_tp_kv_alloc(smelt_model *m, sm_kv_cache *kv, int n_blocks, int b
   sm_tp_kv_free(m, kv);
   kv->tp_id = 0;
   return sm_err(st, "%s", msg);
+}
+
+void sm_tp_kv_copy(smelt_model *m, const sm_kv_cache *kv, bool block, int dst, int src) {
+  sm_tp *tp = m->tp;
+  const int32_t a[4] = {kv->tp_id, block ? 1 : 0, dst, src};
+  for (int r = 1; r < tp->n; r++) send_msg(tp->fd[r], MSG_KV_COPY, a, sizeof a);
 }
 
 void sm_tp_kv_free(smelt_model *m, const sm_kv_cache *kv) {

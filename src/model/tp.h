@@ -46,6 +46,8 @@ smelt_status sm_tp_step(smelt_model *m, const sm_kv_cache *kv, const sm_batch *b
 /* rank 0: the other ranks allocate / free their copy of a KV cache (kv->tp_id) */
 smelt_status sm_tp_kv_alloc(smelt_model *m, sm_kv_cache *kv, int n_blocks, int block_size, int n_slots);
 void sm_tp_kv_free(smelt_model *m, const sm_kv_cache *kv);
+/* rank 0: the other ranks copy a recurrent state slot (block false) or a KV block of their copy of kv */
+void sm_tp_kv_copy(smelt_model *m, const sm_kv_cache *kv, bool block, int dst, int src);
 
 /* tp_shard.c: replaces the loaded (whole) weights of m by this rank's shard and the config's head and
  * MLP sizes by the rank's; an error names what cannot be split */

@@ -50,11 +50,10 @@ bool sm_tp_split_problem(const sm_config *c, const sm_family *fam, int n, char *
   const int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads > 0 ? c->num_key_value_heads : nh,
                 hd = c->head_dim > 0 ? c->head_dim : (nh > 0 ? c->hidden_size / nh : 0), F = c->intermediate_size,
                 gs = c->q_bits ? c->q_group_size : 0;
-  const char *kind = !rc                            ? "this family's"
-                   : c->rec.kind != SM_REC_NONE     ? "hybrid recurrent"
-                   : rc->attn_out_gate              ? "gated-attention"
-                   : rc->qk_norm == SM_QK_NORM_FULL ? "whole-projection q/k norm"
-                                                    : NULL;
+  const char *kind = !rc                                                     ? "this family's"
+                   : c->rec.kind != SM_REC_NONE && c->rec.kind != SM_REC_GDN ? "Mamba-2 and short-convolution hybrid"
+                   : rc->qk_norm == SM_QK_NORM_FULL                          ? "whole-projection q/k norm"
+                                                                             : NULL;
   if (kind) {
     snprintf(why, len, "tensor parallelism (--tensor-parallel %d) does not split %s models yet (%s)", n, kind,
              c->model_type);
@@ -69,6 +68,12 @@ bool sm_tp_split_problem(const sm_config *c, const sm_family *fam, int n, char *
   }
   const int64_t Fe = fam->moe && c->moe.n_experts > 0 ? c->moe.expert_inter : 0,
                 Fs = Fe ? (c->moe.shared_inter > 0 ? c->moe.shared_inter : 0) : 0;
+  if (c->rec.kind == SM_REC_GDN && (c->rec.gdn_k_heads % n || c->rec.gdn_v_heads % n)) {
+    snprintf(why, len,
+             "tensor parallelism over %d ranks: %d linear-attention key heads (%d value heads) do not split evenly", n,
+             c->rec.gdn_k_heads, c->rec.gdn_v_heads);
+    return true;
+  }
   if (Fe % n || Fs % n) {
     snprintf(
       why, len,
@@ -99,6 +104,46 @@ static smelt_status unsupported(const smelt_model *m, const char *what) {
                 m->tp->n, what, m->cfg.model_type);
 }
 
+/* A Gated DeltaNet mixer (recurrent.c) split by its key heads and their value heads: the rank's q, k and v rows
+ * of in_proj and the same channels of the convolution, its rows of z, b and a, its A_log and dt_bias, its
+ * columns of out_proj (the all-reduce after it sums the ranks' shares) */
+static smelt_status split_gdn(smelt_model *m, sm_layer *L, int l, int r, int n) {
+  const sm_rec_config *rc = &m->cfg.rec;
+  sm_backend *be = m->be;
+  const int64_t dk = rc->gdn_k_dim, dv = rc->gdn_v_dim, K = rc->conv_kernel, kd = (int64_t)rc->gdn_k_heads * dk,
+                kdl = kd / n, vdl = (int64_t)rc->gdn_v_heads * dv / n, nvl = rc->gdn_v_heads / n, C = 2 * kdl + vdl;
+  if (L->bias[SM_T_REC_IN] || L->bias[SM_T_REC_Z] || L->bias[SM_T_REC_OUT])
+    return unsupported(m, "biased linear-attention");
+  /* the rank's channels: its q rows, its k rows, its v rows (global offsets and lengths) */
+  const int64_t seg[3][3] = {{0, r * kdl, kdl}, {kdl, kd + r * kdl, kdl}, {2 * kdl, 2 * kd + r * vdl, vdl}};
+  int64_t *ch = sm_xmalloc(sizeof(int64_t) * (size_t)C);
+  for (int s = 0; s < 3; s++)
+    for (int64_t i = 0; i < seg[s][2]; i++) ch[seg[s][0] + i] = seg[s][1] + i;
+  sm_load_gather_rows(m, &L->w[SM_T_REC_IN], ch, C);
+  free(ch);
+  float *src[2] = {L->vec[SM_T_REC_CONV], L->bias[SM_T_REC_CONV]};
+  float **dst[2] = {&L->vec[SM_T_REC_CONV], &L->bias[SM_T_REC_CONV]};
+  for (int k = 0; k < 2; k++) { /* the convolution's weights [C][K] and bias [C] */
+    if (!src[k]) continue;
+    const int64_t w = k ? 1 : K;
+    float *d = be->alloc(be, sizeof(float) * (size_t)(C * w));
+    if (!d) return sm_err(SMELT_ERR_OOM, "out of backend memory for the split convolution");
+    sm_model_own(m, d);
+    for (int s = 0; s < 3; s++)
+      be->copy(be, d + seg[s][0] * w, src[k] + seg[s][1] * w, sizeof(float) * (size_t)(seg[s][2] * w));
+    *dst[k] = d;
+  }
+  L->w[SM_T_REC_Z] = sm_weight_rows(&L->w[SM_T_REC_Z], r * vdl, vdl);
+  const sm_layer_tensor per_head[2] = {SM_T_REC_B, SM_T_REC_A};
+  for (int k = 0; k < 2; k++) {
+    L->w[per_head[k]] = sm_weight_rows(&L->w[per_head[k]], r * nvl, nvl);
+    if (L->bias[per_head[k]]) L->bias[per_head[k]] += r * nvl;
+  }
+  L->vec[SM_T_REC_A_LOG] += r * nvl;
+  L->vec[SM_T_REC_DT_BIAS] += r * nvl;
+  return sm_tp_cols(m, &L->w[SM_T_REC_OUT], r * vdl, vdl, "linear attention's out_proj", l);
+}
+
 smelt_status sm_tp_shard(smelt_model *m) {
   sm_tp *tp = m->tp;
   sm_config *c = &m->cfg;
@@ -118,12 +163,18 @@ smelt_status sm_tp_shard(smelt_model *m) {
     sm_layer *L = &m->layers[l];
     if (L->mla) {
       if ((st = sm_mla_split(m, l, r, n))) return st;
+    } else if (L->spec.kind == SM_LK_REC) {
+      if ((st = split_gdn(m, L, l, r, n))) return st;
     } else if (L->spec.kind == SM_LK_ATTN) {
       L->w[SM_T_Q] = sm_weight_rows(&L->w[SM_T_Q], r * nql, nql);
       L->w[SM_T_K] = sm_weight_rows(&L->w[SM_T_K], kv0, nkvl);
       L->w[SM_T_V] = sm_weight_rows(&L->w[SM_T_V], kv0, nkvl);
       if (L->bias[SM_T_Q]) L->bias[SM_T_Q] += r * nql;
       if (L->sinks) L->sinks += r * (nh / n); /* one a head (gpt-oss) */
+      if (L->w[SM_T_ATTN_GATE].data) {        /* gated attention: the gate rows of the rank's heads */
+        L->w[SM_T_ATTN_GATE] = sm_weight_rows(&L->w[SM_T_ATTN_GATE], r * nql, nql);
+        if (L->bias[SM_T_ATTN_GATE]) L->bias[SM_T_ATTN_GATE] += r * nql;
+      }
       if (L->bias[SM_T_K]) L->bias[SM_T_K] += kv0;
       if (L->bias[SM_T_V]) L->bias[SM_T_V] += kv0;
       if ((st = sm_tp_cols(m, &L->w[SM_T_O], r * nql, nql, "o_proj", l))) return st; /* its bias: after the sum */
@@ -145,6 +196,8 @@ smelt_status sm_tp_shard(smelt_model *m) {
   c->num_key_value_heads = (int)(nkvl / hd);
   c->intermediate_size = (int)Fl;
   c->moe.expert_inter /= n;
+  c->rec.gdn_k_heads /= n;
+  c->rec.gdn_v_heads /= n;
   c->moe.shared_inter /= n;
   return SMELT_OK;
 }

@@ -4,7 +4,8 @@
  * biases, tied embeddings, one KV head for two ranks (replicated K/V) and a vocabulary 4 ranks do not split
  * (the LM head whole on rank 0), and mixtures of experts (each expert's columns split): Qwen3-MoE 4-bit,
  * Qwen2-MoE with its gated shared expert, gpt-oss with sinks and expert biases, DeepSeek-V3 with its latent
- * attention. Unsplittable models fail with
+ * attention; hybrid Qwen3.5 and Qwen3-Next (Gated DeltaNet, gated attention), whose state slots a rewind
+ * copies on every rank. Unsplittable models fail with
  * an error that says why.
  * `test_tp SOURCE_DIR` runs the ranks on the CPU (the shared-memory collectives); `test_tp cuda SOURCE_DIR` on
  * GPUs 0..3 through NCCL, skipped where there are fewer than two GPUs. */
@@ -19,6 +20,7 @@
 
 #define NT 24
 #define NDEC 8
+#define NROWS (NT + 2 * NDEC + 2) /* prefill rows, decode steps of two sequences, a step again after a rewind */
 
 static smelt_device dev = SMELT_DEVICE_CPU;
 
@@ -39,7 +41,7 @@ static smelt_model *load(const char *dir, int tp) {
 /* prefill logits of every row, then NDEC decode steps of two sequences together (tokens fixed, the
  * same for every split): out = [NT rows][vocab] then [NDEC][2][vocab] */
 static float *run(smelt_model *m, const int32_t *tok, int vocab) {
-  float *out = calloc((size_t)(NT + 2 * NDEC) * vocab, sizeof(float)), *lg = NULL;
+  float *out = calloc((size_t)NROWS * vocab, sizeof(float)), *lg = NULL;
   CHECK(smelt_eval_logits(m, tok, NT, &lg) == SMELT_OK, "eval: %s", smelt_last_error());
   if (lg) memcpy(out, lg, sizeof(float) * NT * vocab);
   free(lg);
@@ -64,6 +66,17 @@ static float *run(smelt_model *m, const int32_t *tok, int vocab) {
     sm_seq_append(en, s[0], &next[0], 1);
     sm_seq_append(en, s[1], &next[1], 1);
   }
+  /* a checkpoint, a step, then back to it and another step (hybrid models: their state slot copied back) */
+  sm_seq_checkpoint(en, s[0]);
+  const int len = sm_seq_len(s[0]);
+  for (int k = 0; k < 2; k++) {
+    if (k) CHECK(sm_seq_truncate(en, s[0], len) == SMELT_OK, "truncate: %s", smelt_last_error());
+    const int32_t t = (int32_t)(k * 7 + 3);
+    sm_seq_append(en, s[0], &t, 1);
+    uint8_t done = 0;
+    while (!done) CHECK(sm_engine_step(en, s, 1, step, &done) == SMELT_OK, "step: %s", smelt_last_error());
+    memcpy(out + (size_t)(NT + 2 * NDEC + k) * vocab, step, sizeof(float) * vocab);
+  }
   free(step);
   sm_seq_free(en, s[0]);
   sm_seq_free(en, s[1]);
@@ -85,7 +98,7 @@ static void compare(const char *dir, int tp, double tol) {
     smelt_model_get_info(m, &info);
     CHECK(info.tensor_parallel == tp, "info: %d ranks", info.tensor_parallel);
     float *got = run(m, tok, vocab);
-    const size_t np = (size_t)NT * vocab, nd = (size_t)2 * NDEC * vocab;
+    const size_t np = (size_t)NT * vocab, nd = (size_t)(NROWS - NT) * vocab;
     const double ep = t_max_rel(got, ref, np, 1e-3), ed = t_max_rel(got + np, ref + np, nd, 1e-3);
     printf("%s, %d ranks: prefill logits off by %.2e, decode %.2e (relative)\n", dir, tp, ep, ed);
     CHECK(ep < tol, "%s, %d ranks: prefill logits differ by %.3g", dir, tp, ep);
@@ -147,13 +160,15 @@ int main(int argc, char **argv) {
   }
   char root[] = "/tmp/smelt-tp-XXXXXX";
   if (!mkdtemp(root)) return 1;
-  char a[600], b[600], c[600], d[600], e[600], f[600];
+  char a[600], b[600], c[600], d[600], e[600], f[600], g[600], h[600];
   snprintf(a, sizeof a, "%s/llama-q4", root);
   snprintf(b, sizeof b, "%s/qwen2-bf16", root);
   snprintf(c, sizeof c, "%s/moe-q4", root);
   snprintf(d, sizeof d, "%s/qwen2moe-bf16", root);
   snprintf(e, sizeof e, "%s/gptoss-bf16", root);
   snprintf(f, sizeof f, "%s/dsv3-bf16", root);
+  snprintf(g, sizeof g, "%s/qwen35-bf16", root);
+  snprintf(h, sizeof h, "%s/qwen3next-q4", root);
   const sm_synth_shape sa = {"tp-llama", 256, 2, 8, 4, 768, 4096, false, NULL, 32, NULL};
   const sm_synth_shape sb = {"tp-qwen2", 256, 2, 8, 1, 512, 4098, true, "qwen2", 32, NULL};
   /* mixtures of experts, each expert's columns split: 4-bit (256 / 4 ranks = a group of 64 a rank); a shared
@@ -173,12 +188,26 @@ int main(int argc, char **argv) {
   /* DeepSeek-V3 (the family's synthetic sizes): multi-head latent attention split by heads with the latent
    * cache whole on every rank, a dense first layer, sigmoid routing over two expert groups, a shared expert */
   const sm_synth_shape sf = {"tp-dsv3", 256, 2, 8, 8, 256, 4096, false, "deepseek_v3", 32, NULL};
+  /* hybrid: Gated DeltaNet layers split by key heads (and their value heads) with gated attention every second
+   * layer; Qwen3.5 dense bf16, Qwen3-Next with experts, 4-bit */
+  const char *gdn = "{\"layer_types\": null, \"full_attention_interval\": 2, \"linear_num_key_heads\": 4, "
+                    "\"linear_num_value_heads\": 8, \"linear_key_head_dim\": 32, \"linear_value_head_dim\": 32, "
+                    "\"linear_conv_kernel_dim\": 4, \"partial_rotary_factor\": 0.25}";
+  const char *gdn_moe = "{\"layer_types\": null, \"mlp_only_layers\": null, \"full_attention_interval\": 2, "
+                        "\"linear_num_key_heads\": 4, \"linear_num_value_heads\": 8, \"linear_key_head_dim\": 64, "
+                        "\"linear_value_head_dim\": 64, \"linear_conv_kernel_dim\": 4, \"num_experts\": 4, "
+                        "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 256, "
+                        "\"shared_expert_intermediate_size\": 256, \"partial_rotary_factor\": 0.25}";
+  const sm_synth_shape sg = {"tp-qwen35", 256, 4, 8, 2, 512, 4096, false, "qwen3_5_text", 32, gdn};
+  const sm_synth_shape sh = {"tp-qwen3next", 512, 4, 8, 2, 1024, 4096, false, "qwen3_next", 64, gdn_moe};
   CHECK(sm_make_synthetic(&sa, 4, 64, a, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&sb, 0, 0, b, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&sc, 4, 64, c, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&sd, 0, 0, d, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&se, 0, 0, e, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&sf, 0, 0, f, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
+  CHECK(sm_make_synthetic(&sg, 0, 0, g, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
+  CHECK(sm_make_synthetic(&sh, 4, 64, h, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   for (int tp = 2; tp <= max_tp; tp *= 2) {
     compare(a, tp, tol_q);
     compare(b, tp, tol);
@@ -186,6 +215,8 @@ int main(int argc, char **argv) {
     compare(d, tp, tol);
     compare(e, tp, tol);
     compare(f, tp, tol);
+    compare(g, tp, tol);
+    compare(h, tp, tol_q);
   }
   /* golden fixtures that split (unquantized: the quantized ones' o_proj columns are half a group a rank):
    * Llama, and Gemma 2 with its softcaps, sandwich norms and sliding layers */
