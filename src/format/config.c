@@ -574,7 +574,7 @@ int sm_config_rec_conv_dim(const sm_config *c) {
   const sm_rec_config *r = &c->rec;
   switch (r->kind) {
     case SM_REC_GDN: return 2 * r->gdn_k_heads * r->gdn_k_dim + r->gdn_v_heads * r->gdn_v_dim;
-    case SM_REC_SHORTCONV: return c->hidden_size;
+    case SM_REC_SHORTCONV: return r->sc_channels ? r->sc_channels : c->hidden_size;
     case SM_REC_MAMBA2: return r->m_heads * r->m_head_dim + 2 * r->m_groups * r->m_state;
     default: return 0;
   }

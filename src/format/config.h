@@ -77,6 +77,7 @@ typedef struct {
   int attn_interval; /* no layer list: every attn_interval-th layer (1-based) is attention; 0: none is */
   int conv_kernel;   /* width of the causal depthwise convolution */
   bool conv_bias;    /* the convolution has a bias (LFM2: its in/out projections too) */
+  int sc_channels;   /* short convolution: its channels (0: hidden_size; a rank's share of a split model) */
   int gdn_k_heads, gdn_v_heads, gdn_k_dim, gdn_v_dim;   /* Gated DeltaNet */
   int m_heads, m_head_dim, m_state, m_groups, m_expand; /* Mamba-2 (m_head_dim 0: expand*hidden/heads) */
   bool m_proj_bias;                                     /* Mamba-2 in_proj / out_proj biases */

@@ -11,7 +11,7 @@
 
 void sm_rec_scratch(const sm_config *c, size_t per[SM_REC_SCRATCH]) {
   const sm_rec_config *r = &c->rec;
-  const size_t conv = (size_t)sm_config_rec_conv_dim(c), H = (size_t)c->hidden_size;
+  const size_t conv = (size_t)sm_config_rec_conv_dim(c);
   for (int i = 0; i < SM_REC_SCRATCH; i++) per[i] = 1;
   per[SM_REC_S_IN] = per[SM_REC_S_CONV] = conv;
   switch (r->kind) {
@@ -23,7 +23,7 @@ void sm_rec_scratch(const sm_config *c, size_t per[SM_REC_SCRATCH]) {
       per[SM_REC_S_Z] = per[SM_REC_S_Y] = (size_t)r->m_heads * r->m_head_dim;
       per[SM_REC_S_A] = (size_t)r->m_heads;
       break;
-    case SM_REC_SHORTCONV: per[SM_REC_S_Z] = per[SM_REC_S_B] = per[SM_REC_S_Y] = H; break;
+    case SM_REC_SHORTCONV: per[SM_REC_S_Z] = per[SM_REC_S_B] = per[SM_REC_S_Y] = conv; break;
     case SM_REC_NONE: break;
   }
 }
@@ -85,7 +85,7 @@ void sm_rec_mixer(smelt_model *m, const sm_kv_cache *kv, int l, const float *ain
       break;
     }
     case SM_REC_SHORTCONV: {
-      const int H = c->hidden_size;
+      const int H = conv; /* channels: hidden_size, or a rank's share of them */
       proj(m, SM_MM_REC_IN, L, SM_T_REC_B, ain, n, s[SM_REC_S_B]);
       proj(m, SM_MM_REC_IN, L, SM_T_REC_Z, ain, n, s[SM_REC_S_Z]);
       proj(m, SM_MM_REC_IN, L, SM_T_REC_IN, ain, n, s[SM_REC_S_IN]);

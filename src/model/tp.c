@@ -117,7 +117,9 @@ static void *watch(void *arg) {
       }
       int ws = 0;
       char how[64] = "";
-      if (waitpid(tp->pid[r], &ws, WNOHANG) == tp->pid[r]) {
+      pid_t w = 0; /* its socket closes as it exits: give the exit a moment to be seen */
+      for (int k = 0; k < 200 && (w = waitpid(tp->pid[r], &ws, WNOHANG)) == 0; k++) usleep(5000);
+      if (w == tp->pid[r]) {
         if (WIFSIGNALED(ws)) snprintf(how, sizeof how, " (signal %d)", WTERMSIG(ws));
         else if (WIFEXITED(ws)) snprintf(how, sizeof how, " (exit status %d)", WEXITSTATUS(ws));
       }

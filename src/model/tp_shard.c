@@ -50,10 +50,10 @@ bool sm_tp_split_problem(const sm_config *c, const sm_family *fam, int n, char *
   const int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads > 0 ? c->num_key_value_heads : nh,
                 hd = c->head_dim > 0 ? c->head_dim : (nh > 0 ? c->hidden_size / nh : 0), F = c->intermediate_size,
                 gs = c->q_bits ? c->q_group_size : 0;
-  const char *kind = !rc                                                     ? "this family's"
-                   : c->rec.kind != SM_REC_NONE && c->rec.kind != SM_REC_GDN ? "Mamba-2 and short-convolution hybrid"
-                   : rc->qk_norm == SM_QK_NORM_FULL                          ? "whole-projection q/k norm"
-                                                                             : NULL;
+  const char *kind = !rc                                                    ? "this family's"
+                   : c->rec.kind == SM_REC_MAMBA2 && !c->rec.m_norm_grouped ? "Mamba-2 (a norm over all its heads)"
+                   : rc->qk_norm == SM_QK_NORM_FULL                         ? "whole-projection q/k norm"
+                                                                            : NULL;
   if (kind) {
     snprintf(why, len, "tensor parallelism (--tensor-parallel %d) does not split %s models yet (%s)", n, kind,
              c->model_type);
@@ -68,6 +68,15 @@ bool sm_tp_split_problem(const sm_config *c, const sm_family *fam, int n, char *
   }
   const int64_t Fe = fam->moe && c->moe.n_experts > 0 ? c->moe.expert_inter : 0,
                 Fs = Fe ? (c->moe.shared_inter > 0 ? c->moe.shared_inter : 0) : 0;
+  const sm_rec_config *rec = &c->rec;
+  if ((rec->kind == SM_REC_MAMBA2 && (rec->m_heads % n || rec->m_groups % n)) ||
+      (rec->kind == SM_REC_SHORTCONV && c->hidden_size % n)) {
+    snprintf(
+      why, len,
+      "tensor parallelism over %d ranks: the recurrent layers' %d heads in %d groups (or %d channels) do not split evenly",
+      n, rec->m_heads, rec->m_groups, c->hidden_size);
+    return true;
+  }
   if (c->rec.kind == SM_REC_GDN && (c->rec.gdn_k_heads % n || c->rec.gdn_v_heads % n)) {
     snprintf(why, len,
              "tensor parallelism over %d ranks: %d linear-attention key heads (%d value heads) do not split evenly", n,
@@ -104,44 +113,91 @@ static smelt_status unsupported(const smelt_model *m, const char *what) {
                 m->tp->n, what, m->cfg.model_type);
 }
 
-/* A Gated DeltaNet mixer (recurrent.c) split by its key heads and their value heads: the rank's q, k and v rows
- * of in_proj and the same channels of the convolution, its rows of z, b and a, its A_log and dt_bias, its
- * columns of out_proj (the all-reduce after it sums the ranks' shares) */
-static smelt_status split_gdn(smelt_model *m, sm_layer *L, int l, int r, int n) {
-  const sm_rec_config *rc = &m->cfg.rec;
+/* rows of the recurrent mixer's input projection and the same channels of its convolution (weights [C][K], bias,
+ * a bias of the projection) as rank r keeps them: nseg segments {first local channel, first global one, count} */
+static smelt_status gather_channels(smelt_model *m, sm_layer *L, const int64_t (*seg)[3], int nseg, int64_t C) {
   sm_backend *be = m->be;
-  const int64_t dk = rc->gdn_k_dim, dv = rc->gdn_v_dim, K = rc->conv_kernel, kd = (int64_t)rc->gdn_k_heads * dk,
-                kdl = kd / n, vdl = (int64_t)rc->gdn_v_heads * dv / n, nvl = rc->gdn_v_heads / n, C = 2 * kdl + vdl;
-  if (L->bias[SM_T_REC_IN] || L->bias[SM_T_REC_Z] || L->bias[SM_T_REC_OUT])
-    return unsupported(m, "biased linear-attention");
-  /* the rank's channels: its q rows, its k rows, its v rows (global offsets and lengths) */
-  const int64_t seg[3][3] = {{0, r * kdl, kdl}, {kdl, kd + r * kdl, kdl}, {2 * kdl, 2 * kd + r * vdl, vdl}};
+  const int64_t K = m->cfg.rec.conv_kernel;
   int64_t *ch = sm_xmalloc(sizeof(int64_t) * (size_t)C);
-  for (int s = 0; s < 3; s++)
+  for (int s = 0; s < nseg; s++)
     for (int64_t i = 0; i < seg[s][2]; i++) ch[seg[s][0] + i] = seg[s][1] + i;
   sm_load_gather_rows(m, &L->w[SM_T_REC_IN], ch, C);
   free(ch);
-  float *src[2] = {L->vec[SM_T_REC_CONV], L->bias[SM_T_REC_CONV]};
-  float **dst[2] = {&L->vec[SM_T_REC_CONV], &L->bias[SM_T_REC_CONV]};
-  for (int k = 0; k < 2; k++) { /* the convolution's weights [C][K] and bias [C] */
+  float *src[3] = {L->vec[SM_T_REC_CONV], L->bias[SM_T_REC_CONV], L->bias[SM_T_REC_IN]};
+  float **dst[3] = {&L->vec[SM_T_REC_CONV], &L->bias[SM_T_REC_CONV], &L->bias[SM_T_REC_IN]};
+  for (int k = 0; k < 3; k++) {
     if (!src[k]) continue;
     const int64_t w = k ? 1 : K;
     float *d = be->alloc(be, sizeof(float) * (size_t)(C * w));
-    if (!d) return sm_err(SMELT_ERR_OOM, "out of backend memory for the split convolution");
+    if (!d) return sm_err(SMELT_ERR_OOM, "out of backend memory for a split recurrent layer");
     sm_model_own(m, d);
-    for (int s = 0; s < 3; s++)
+    for (int s = 0; s < nseg; s++)
       be->copy(be, d + seg[s][0] * w, src[k] + seg[s][1] * w, sizeof(float) * (size_t)(seg[s][2] * w));
     *dst[k] = d;
   }
-  L->w[SM_T_REC_Z] = sm_weight_rows(&L->w[SM_T_REC_Z], r * vdl, vdl);
-  const sm_layer_tensor per_head[2] = {SM_T_REC_B, SM_T_REC_A};
-  for (int k = 0; k < 2; k++) {
-    L->w[per_head[k]] = sm_weight_rows(&L->w[per_head[k]], r * nvl, nvl);
-    if (L->bias[per_head[k]]) L->bias[per_head[k]] += r * nvl;
+  return SMELT_OK;
+}
+
+/* rows [r0, r0 + n) of slot s, with its bias */
+static void rows_of(sm_layer *L, sm_layer_tensor s, int64_t r0, int64_t n) {
+  L->w[s] = sm_weight_rows(&L->w[s], r0, n);
+  if (L->bias[s]) L->bias[s] += r0;
+}
+
+/* A recurrent mixer (recurrent.c) split over the ranks; each rank keeps a share of every sequence's state and
+ * its columns of out_proj (the all-reduce after it sums the ranks' shares, then the bias is added):
+ *  - Gated DeltaNet: key heads with their value heads (q, k, v rows of in_proj and those convolution
+ *    channels; rows of z, b and a; A_log, dt_bias);
+ *  - Mamba-2: heads with their groups (x, B, C rows and channels; rows of z and dt; A_log, D, dt_bias, the
+ *    norm's weights);
+ *  - LFM2's short convolution: channels (rows of B, C and x, the convolution's). */
+static smelt_status split_rec(smelt_model *m, sm_layer *L, int l, int r, int n) {
+  const sm_rec_config *rc = &m->cfg.rec;
+  const int64_t K = rc->conv_kernel;
+  int64_t out_cols, out_n;
+  smelt_status st;
+  switch (rc->kind) {
+    case SM_REC_GDN: {
+      if (L->bias[SM_T_REC_Z]) return unsupported(m, "biased linear-attention");
+      const int64_t dk = rc->gdn_k_dim, dv = rc->gdn_v_dim, kd = (int64_t)rc->gdn_k_heads * dk, kdl = kd / n,
+                    vdl = (int64_t)rc->gdn_v_heads * dv / n, nvl = rc->gdn_v_heads / n;
+      const int64_t seg[3][3] = {{0, r * kdl, kdl}, {kdl, kd + r * kdl, kdl}, {2 * kdl, 2 * kd + r * vdl, vdl}};
+      if ((st = gather_channels(m, L, seg, 3, 2 * kdl + vdl))) return st;
+      rows_of(L, SM_T_REC_Z, r * vdl, vdl);
+      rows_of(L, SM_T_REC_B, r * nvl, nvl);
+      rows_of(L, SM_T_REC_A, r * nvl, nvl);
+      L->vec[SM_T_REC_A_LOG] += r * nvl;
+      L->vec[SM_T_REC_DT_BIAS] += r * nvl;
+      out_cols = r * vdl, out_n = vdl;
+      break;
+    }
+    case SM_REC_MAMBA2: {
+      const int64_t P = rc->m_head_dim, N = rc->m_state, I = (int64_t)rc->m_heads * P, GN = (int64_t)rc->m_groups * N,
+                    nhl = rc->m_heads / n, Il = nhl * P, GNl = GN / n;
+      const int64_t seg[3][3] = {{0, r * Il, Il}, {Il, I + r * GNl, GNl}, {Il + GNl, I + GN + r * GNl, GNl}};
+      if ((st = gather_channels(m, L, seg, 3, Il + 2 * GNl))) return st;
+      rows_of(L, SM_T_REC_Z, r * Il, Il);
+      rows_of(L, SM_T_REC_A, r * nhl, nhl);
+      L->vec[SM_T_REC_A_LOG] += r * nhl;
+      L->vec[SM_T_REC_DT_BIAS] += r * nhl;
+      if (L->vec[SM_T_REC_D]) L->vec[SM_T_REC_D] += r * nhl;
+      L->vec[SM_T_REC_NORM] += r * Il;
+      out_cols = r * Il, out_n = Il;
+      break;
+    }
+    case SM_REC_SHORTCONV: {
+      const int64_t Hl = m->cfg.hidden_size / n;
+      rows_of(L, SM_T_REC_B, r * Hl, Hl);
+      rows_of(L, SM_T_REC_Z, r * Hl, Hl);
+      rows_of(L, SM_T_REC_IN, r * Hl, Hl);
+      L->vec[SM_T_REC_CONV] += r * Hl * K;
+      if (L->bias[SM_T_REC_CONV]) L->bias[SM_T_REC_CONV] += r * Hl;
+      out_cols = r * Hl, out_n = Hl;
+      break;
+    }
+    default: return unsupported(m, "this kind of recurrent");
   }
-  L->vec[SM_T_REC_A_LOG] += r * nvl;
-  L->vec[SM_T_REC_DT_BIAS] += r * nvl;
-  return sm_tp_cols(m, &L->w[SM_T_REC_OUT], r * vdl, vdl, "linear attention's out_proj", l);
+  return sm_tp_cols(m, &L->w[SM_T_REC_OUT], out_cols, out_n, "the recurrent mixer's out_proj", l);
 }
 
 smelt_status sm_tp_shard(smelt_model *m) {
@@ -164,7 +220,7 @@ smelt_status sm_tp_shard(smelt_model *m) {
     if (L->mla) {
       if ((st = sm_mla_split(m, l, r, n))) return st;
     } else if (L->spec.kind == SM_LK_REC) {
-      if ((st = split_gdn(m, L, l, r, n))) return st;
+      if ((st = split_rec(m, L, l, r, n))) return st;
     } else if (L->spec.kind == SM_LK_ATTN) {
       L->w[SM_T_Q] = sm_weight_rows(&L->w[SM_T_Q], r * nql, nql);
       L->w[SM_T_K] = sm_weight_rows(&L->w[SM_T_K], kv0, nkvl);
@@ -198,6 +254,9 @@ smelt_status sm_tp_shard(smelt_model *m) {
   c->moe.expert_inter /= n;
   c->rec.gdn_k_heads /= n;
   c->rec.gdn_v_heads /= n;
+  c->rec.m_heads /= n;
+  c->rec.m_groups /= n;
+  if (c->rec.kind == SM_REC_SHORTCONV) c->rec.sc_channels = c->hidden_size / n;
   c->moe.shared_inter /= n;
   return SMELT_OK;
 }

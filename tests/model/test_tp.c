@@ -4,8 +4,8 @@
  * biases, tied embeddings, one KV head for two ranks (replicated K/V) and a vocabulary 4 ranks do not split
  * (the LM head whole on rank 0), and mixtures of experts (each expert's columns split): Qwen3-MoE 4-bit,
  * Qwen2-MoE with its gated shared expert, gpt-oss with sinks and expert biases, DeepSeek-V3 with its latent
- * attention; hybrid Qwen3.5 and Qwen3-Next (Gated DeltaNet, gated attention), whose state slots a rewind
- * copies on every rank. Unsplittable models fail with
+ * attention; hybrid Qwen3.5 and Qwen3-Next (Gated DeltaNet, gated attention), Nemotron-H (Mamba-2) and LFM2
+ * (short convolution), whose state slots a rewind copies on every rank. Unsplittable models fail with
  * an error that says why.
  * `test_tp SOURCE_DIR` runs the ranks on the CPU (the shared-memory collectives); `test_tp cuda SOURCE_DIR` on
  * GPUs 0..3 through NCCL, skipped where there are fewer than two GPUs. */
@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
   }
   char root[] = "/tmp/smelt-tp-XXXXXX";
   if (!mkdtemp(root)) return 1;
-  char a[600], b[600], c[600], d[600], e[600], f[600], g[600], h[600];
+  char a[600], b[600], c[600], d[600], e[600], f[600], g[600], h[600], i2[600], j2[600];
   snprintf(a, sizeof a, "%s/llama-q4", root);
   snprintf(b, sizeof b, "%s/qwen2-bf16", root);
   snprintf(c, sizeof c, "%s/moe-q4", root);
@@ -169,6 +169,8 @@ int main(int argc, char **argv) {
   snprintf(f, sizeof f, "%s/dsv3-bf16", root);
   snprintf(g, sizeof g, "%s/qwen35-bf16", root);
   snprintf(h, sizeof h, "%s/qwen3next-q4", root);
+  snprintf(i2, sizeof i2, "%s/nemotronh-bf16", root);
+  snprintf(j2, sizeof j2, "%s/lfm2-bf16", root);
   const sm_synth_shape sa = {"tp-llama", 256, 2, 8, 4, 768, 4096, false, NULL, 32, NULL};
   const sm_synth_shape sb = {"tp-qwen2", 256, 2, 8, 1, 512, 4098, true, "qwen2", 32, NULL};
   /* mixtures of experts, each expert's columns split: 4-bit (256 / 4 ranks = a group of 64 a rank); a shared
@@ -200,6 +202,13 @@ int main(int argc, char **argv) {
                         "\"shared_expert_intermediate_size\": 256, \"partial_rotary_factor\": 0.25}";
   const sm_synth_shape sg = {"tp-qwen35", 256, 4, 8, 2, 512, 4096, false, "qwen3_5_text", 32, gdn};
   const sm_synth_shape sh = {"tp-qwen3next", 512, 4, 8, 2, 1024, 4096, false, "qwen3_next", 64, gdn_moe};
+  /* Mamba-2 (Nemotron-H: heads and their groups, the grouped norm) and LFM2's short convolution (channels) */
+  const char *mamba = "{\"hybrid_override_pattern\": \"M*-M\", \"mamba_num_heads\": 8, \"mamba_head_dim\": 16, "
+                      "\"ssm_state_size\": 16, \"n_groups\": 4, \"conv_kernel\": 4}";
+  const char *sconv = "{\"layer_types\": [\"conv\", \"full_attention\", \"conv\", \"full_attention\"], "
+                      "\"conv_L_cache\": 3}";
+  const sm_synth_shape si = {"tp-nemotronh", 256, 4, 8, 4, 512, 4096, false, "nemotron_h", 32, mamba};
+  const sm_synth_shape sj = {"tp-lfm2", 256, 4, 8, 4, 512, 4096, true, "lfm2", 32, sconv};
   CHECK(sm_make_synthetic(&sa, 4, 64, a, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&sb, 0, 0, b, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&sc, 4, 64, c, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
@@ -208,6 +217,8 @@ int main(int argc, char **argv) {
   CHECK(sm_make_synthetic(&sf, 0, 0, f, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&sg, 0, 0, g, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   CHECK(sm_make_synthetic(&sh, 4, 64, h, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
+  CHECK(sm_make_synthetic(&si, 0, 0, i2, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
+  CHECK(sm_make_synthetic(&sj, 0, 0, j2, false) == SMELT_OK, "synthetic: %s", smelt_last_error());
   for (int tp = 2; tp <= max_tp; tp *= 2) {
     compare(a, tp, tol_q);
     compare(b, tp, tol);
@@ -217,10 +228,13 @@ int main(int argc, char **argv) {
     compare(f, tp, tol);
     compare(g, tp, tol);
     compare(h, tp, tol_q);
+    compare(i2, tp, tol);
+    compare(j2, tp, tol);
   }
   /* golden fixtures that split (unquantized: the quantized ones' o_proj columns are half a group a rank):
-   * Llama, and Gemma 2 with its softcaps, sandwich norms and sliding layers */
-  const char *fx[] = {"llama_bf16", "gemma2_bf16"};
+   * Llama, Gemma 2 with its softcaps, sandwich norms and sliding layers, and the hybrids, whose random norm
+   * weights (the synthetic models' are ones) show a rank reading another's */
+  const char *fx[] = {"llama_bf16", "gemma2_bf16", "nemotron_h_bf16", "qwen3_5_bf16", "qwen3_5_moe_bf16"};
   for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
     char fd[700];
     snprintf(fd, sizeof fd, "%s/tests/golden/fixtures/%s", src, fx[i]);
