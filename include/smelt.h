@@ -65,23 +65,27 @@ typedef enum { SMELT_NUMA_NONE = 0, SMELT_NUMA_DISTRIBUTE, SMELT_NUMA_ISOLATE } 
 smelt_status smelt_numa_parse(const char *s, smelt_numa *out); /* "none", "distribute", "isolate" */
 
 typedef struct {
-  smelt_device device;   /* AUTO: CUDA when built and a GPU is present, else CPU */
-  int n_threads;         /* CPU threads; 0 = all cores */
-  const char *cpu_mask;  /* CPU threads' placement, one CPU each: hex mask "0xff" or list "0-7,16-23";
+  smelt_device device;     /* AUTO: CUDA when built and a GPU is present, else CPU */
+  int n_threads;           /* CPU threads; 0 = all cores */
+  const char *cpu_mask;    /* CPU threads' placement, one CPU each: hex mask "0xff" or list "0-7,16-23";
                            NULL = not pinned (llama.cpp's --cpu-mask / --cpu-range) */
-  smelt_numa numa;       /* CPU threads over NUMA nodes (llama.cpp's --numa) */
-  int cpu_poll;          /* 0..100: how long idle CPU threads busy-wait for work before sleeping
+  smelt_numa numa;         /* CPU threads over NUMA nodes (llama.cpp's --numa) */
+  int cpu_poll;            /* 0..100: how long idle CPU threads busy-wait for work before sleeping
                           (llama.cpp's --poll; default 50 = 2 ms; 0 = sleep at once) */
-  int max_context;       /* 0 = model's max_position_embeddings (capped at 8192) */
-  int max_seqs;          /* concurrent sequences the KV cache is sized for; 0 = 1 */
-  bool no_mmap;          /* read the weights into memory instead of mapping the files */
-  smelt_kv_type kv_type; /* KV cache element type (default f16) */
-  bool deterministic;    /* batch-invariant kernels: a token's logits do not depend on what else is in its
+  int max_context;         /* 0 = model's max_position_embeddings (capped at 8192) */
+  int max_seqs;            /* concurrent sequences the KV cache is sized for; 0 = 1 */
+  bool no_mmap;            /* read the weights into memory instead of mapping the files */
+  smelt_kv_type kv_type;   /* KV cache element type (default f16) */
+  bool deterministic;      /* batch-invariant kernels: a token's logits do not depend on what else is in its
                           * forward step (batch size, its row, prefill or decode), so greedy and seeded
                           * outputs are the same under any load; slower (docs/server.md) */
-  int tensor_parallel;   /* 0 or 1: one device; N > 1: the model split over N ranks, one process each, started
+  int tensor_parallel;     /* 0 or 1: one device; N > 1: the model split over N ranks, one process each, started
                           * by smelt_model_load (CUDA: GPUs 0..N-1, through NCCL; CPU: shared memory;
                           * docs/parallel.md) */
+  int nnodes, node_rank;   /* the ranks on nnodes hosts (0/1: one), tensor_parallel / nnodes each; this host's
+                          * index. On node_rank > 0 smelt_model_load runs that host's ranks until rank 0
+                          * ends them, then exits the process with their status: it does not return */
+  const char *master_addr; /* "host:port" where rank 0 (node 0) listens for the other hosts' ranks */
 } smelt_model_params;
 
 void smelt_model_params_default(smelt_model_params *p);

@@ -237,6 +237,9 @@ typedef struct {
   uint8_t id[SM_COMM_ID_BYTES];
   void *shared;
   size_t shared_bytes;
+  /* ranks on several hosts (shared NULL): stream sockets, rank 0's to every rank (fds[r], r >= 1), another
+   * rank's to rank 0 (fds[0]); the CPU backend's collectives then pass through rank 0 */
+  const int *fds;
 } sm_comm_init;
 
 typedef struct sm_backend sm_backend;

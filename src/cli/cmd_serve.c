@@ -54,7 +54,10 @@ static void usage(FILE *f) {
        "      --deterministic      batch-invariant kernels: a request's greedy or seeded output does not\n"
        "                           depend on the other requests running with it (slower; docs/server.md)\n"
        "      --no-mmap            read the weights into memory instead of mapping the files\n"
-       "  -tp, --tensor-parallel N split the model over N GPUs, one process each (docs/parallel.md)\n" SM_CLI_KV_HELP
+       "  -tp, --tensor-parallel N split the model over N GPUs, one process each (docs/parallel.md)\n"
+       "      --nnodes N --node-rank R --master-addr HOST:PORT\n"
+       "                           the -tp ranks on N hosts, each started with the same command and its own R;\n"
+       "                           node 0 serves, the others run ranks only\n" SM_CLI_KV_HELP
        "      --offline            never download the model\n"
        "      --tool-format F      tool-call format: generic, hermes, qwen3_coder, llama3, mistral, harmony,\n"
        "                           deepseek, glm45, gemma (default: from the chat template)\n"
@@ -296,7 +299,12 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("--no-mmap")) p.no_mmap = true;
     else if (IS("--deterministic")) p.deterministic = true;
     else if (IS("-tp") || IS("--tensor-parallel")) INTVAL(1, 16, p.tensor_parallel);
-    else if (IS("--allow-image-urls")) p.allow_image_urls = true;
+    else if (IS("--nnodes")) INTVAL(1, 16, p.nnodes);
+    else if (IS("--node-rank")) INTVAL(0, 15, p.node_rank);
+    else if (IS("--master-addr")) {
+      NEEDVAL();
+      p.master_addr = val;
+    } else if (IS("--allow-image-urls")) p.allow_image_urls = true;
     else if (IS("--allow-image-files")) {
       static char img_dir[PATH_MAX];
       struct stat sst;
@@ -420,6 +428,7 @@ int sm_cmd_serve(int argc, char **argv) {
         {.names = "--shutdown-timeout|--log-file|--offline|--estimate-memory|--force|--verbose|--device"},
         {.names = "--force-context|--models-dir|--models-max|--models-memory|--models-load-timeout"},
         {.names = "--allow-image-urls|--allow-image-files|--deterministic|--tensor-parallel"},
+        {.names = "--nnodes|--node-rank|--master-addr"},
         {.names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path"},
         {.names = "--cpu-mask|--cpu-range|--numa|--poll|--kv-cache-dir|--kv-cache-disk-size"},
         {.names = "--model-draft|--draft-model|--spec-type|--draft-max|--draft-min|--draft-p-min"},

@@ -13,6 +13,9 @@
 #include "model/tp.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -165,6 +168,31 @@ static bool parse_batch(const void *p, size_t len, int32_t *kv_id, bool *bcast, 
   return true;
 }
 
+/* the model files as a rank sees them: config.json and every tensor's name, type, shape and size (ranks on
+ * several hosts must load the same checkpoint) */
+static uint64_t fingerprint(const smelt_model *m) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+#define MIX(p, n) \
+  do { \
+    const unsigned char *b_ = (const unsigned char *)(p); \
+    for (size_t i_ = 0; i_ < (size_t)(n); i_++) h = (h ^ b_[i_]) * 0x100000001b3ULL; \
+  } while (0)
+  char *path = sm_path_join(m->dir, "config.json"), *text = NULL;
+  size_t len = 0;
+  if (!sm_read_file(path, &text, &len)) MIX(text, len);
+  free(text);
+  free(path);
+  for (size_t i = 0; i < sm_st_count(m->st); i++) {
+    const sm_tensor *t = sm_st_at(m->st, i);
+    MIX(t->name, strlen(t->name) + 1);
+    MIX(&t->dtype, sizeof t->dtype);
+    MIX(t->shape, sizeof(t->shape[0]) * (size_t)t->ndim);
+    MIX(&t->nbytes, sizeof t->nbytes);
+  }
+#undef MIX
+  return h;
+}
+
 /* a failed step: why, to rank 0 (its watchdog prints it), and the end of this process at once (rank 0 may
  * be waiting for this rank in a collective; a clean-up could wait for it too) */
 _Noreturn static void fail(int fd, smelt_status st, const char *why) {
@@ -179,15 +207,21 @@ static int worker(const char *dir, const smelt_model_params *p, sm_tp *tp, int f
     cpu.n_threads = nc >= tp->n ? (int)(nc / tp->n) : 1;
   }
   const sm_backend_opts bo = {.batch_invariant = p->deterministic};
-  sm_backend *be = sm_backend_create_opts(p->device, tp->rank, &cpu, &bo);
+  sm_backend *be = sm_backend_create_opts(p->device, tp->local, &cpu, &bo);
   smelt_model *m = NULL;
   smelt_status st = be ? sm_model_load_rank(dir, p, be, tp, &m) : SMELT_ERR_BACKEND;
-  send_status(fd, st, st ? sm_errmsg() : be ? be->name : ""); /* loaded: the backend's name */
+  char ready[96] = "";
+  if (!st) snprintf(ready, sizeof ready, "%s %016llx", be->name, (unsigned long long)fingerprint(m));
+  send_status(fd, st, st ? sm_errmsg() : ready); /* loaded: the backend's name and the files' fingerprint */
   if (st) return 1;
   void *buf = NULL;
   size_t cap = 0, len = 0;
   uint32_t type = 0;
-  sm_comm_init ci = {.n_ranks = tp->n, .rank = tp->rank, .shared = tp->shared, .shared_bytes = tp->shared_bytes};
+  sm_comm_init ci = {.n_ranks = tp->n,
+                     .rank = tp->rank,
+                     .shared = tp->shared,
+                     .shared_bytes = tp->shared_bytes,
+                     .fds = tp->shared ? NULL : &fd};
   if (!recv_msg(fd, &type, &buf, &cap, &len) || type != MSG_ID || len != SM_COMM_ID_BYTES) return 1;
   memcpy(ci.id, buf, SM_COMM_ID_BYTES);
   if ((st = m->be->comm_init(m->be, &ci))) {
@@ -247,7 +281,7 @@ static int worker(const char *dir, const smelt_model_params *p, sm_tp *tp, int f
 
 #define RANK_ARG "__smelt-tp-rank"
 
-/* argv of an exec'd rank: RANK_ARG rank ranks socket-fd shared-fd model-dir params */
+/* argv of an exec'd rank: RANK_ARG rank ranks socket-fd shared-fd (-1: ranks on several hosts) model-dir params */
 static void exec_rank(int r, int n, int fd, int shm_fd, const char *dir, const smelt_model_params *p) {
   char a[5][24], prm[160];
   snprintf(a[0], sizeof a[0], "%d", r);
@@ -257,7 +291,7 @@ static void exec_rank(int r, int n, int fd, int shm_fd, const char *dir, const s
   snprintf(prm, sizeof prm, "%d,%d,%d,%d,%d,%d,%d,%d,%d", (int)p->device, p->n_threads, (int)p->numa, p->cpu_poll,
            p->max_context, p->max_seqs, (int)p->no_mmap, (int)p->kv_type, (int)p->deterministic);
   fcntl(fd, F_SETFD, 0); /* both survive the exec */
-  fcntl(shm_fd, F_SETFD, 0);
+  if (shm_fd >= 0) fcntl(shm_fd, F_SETFD, 0);
   char *argv[] = {"smelt", RANK_ARG, a[0], a[1], a[2], a[3], (char *)dir, prm, NULL};
   execv("/proc/self/exe", argv);
   char why[256];
@@ -269,7 +303,7 @@ int smelt_tp_rank_main(int argc, char **argv) {
   if (argc < 2 || strcmp(argv[1], RANK_ARG)) return -1;
   int r, n, fd, shm_fd, v[9];
   if (argc != 8 || sscanf(argv[2], "%d", &r) != 1 || sscanf(argv[3], "%d", &n) != 1 ||
-      sscanf(argv[4], "%d", &fd) != 1 || sscanf(argv[5], "%d", &shm_fd) != 1 ||
+      sscanf(argv[4], "%d", &fd) != 1 || sscanf(argv[5], "%d", &shm_fd) != 1 || shm_fd < -1 ||
       sscanf(argv[7], "%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]) !=
         9 ||
       n < 2 || n > SM_TP_MAX || r < 1 || r >= n) {
@@ -284,15 +318,145 @@ int smelt_tp_rank_main(int argc, char **argv) {
   sm_tp *tp = sm_xcalloc(1, sizeof *tp);
   tp->n = n;
   tp->rank = r;
+  tp->local = r;
   tp->shared_bytes = SHARED_BYTES;
-  tp->shared = mmap(NULL, SHARED_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, shm_fd, 0);
-  close(shm_fd);
+  tp->shared = shm_fd < 0 ? NULL : mmap(NULL, SHARED_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, shm_fd, 0);
+  if (shm_fd >= 0) close(shm_fd);
   for (int j = 0; j < SM_TP_MAX; j++) tp->fd[j] = -1;
   if (tp->shared == MAP_FAILED) {
     send_status(fd, SMELT_ERR_IO, "cannot map the group's shared memory");
     return 1;
   }
   return worker(argv[6], &p, tp, fd);
+}
+
+/* ---- ranks on several hosts ---- */
+
+#define HELLO_MAGIC 0x534d5450u /* "SMTP" */
+typedef struct {
+  uint32_t magic;
+  int32_t rank, n;
+} hello;
+
+/* "host:port" */
+static smelt_status addr_of(const char *a, struct addrinfo **out, bool passive) {
+  char host[256];
+  const char *c = a ? strrchr(a, ':') : NULL;
+  if (!c || c == a || (size_t)(c - a) >= sizeof host || !c[1])
+    return sm_err(SMELT_ERR_INVALID, "--master-addr '%s': expected HOST:PORT", a ? a : "");
+  memcpy(host, a, (size_t)(c - a));
+  host[c - a] = 0;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
+  const int e = getaddrinfo(host, c + 1, &hints, out);
+  return e ? sm_err(SMELT_ERR_IO, "--master-addr %s: %s", a, gai_strerror(e)) : SMELT_OK;
+}
+
+static int listen_master(const char *a) {
+  struct addrinfo *ai;
+  if (addr_of(a, &ai, true)) return -1;
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, SM_TP_MAX)) {
+    sm_err(SMELT_ERR_IO, "tensor parallelism: cannot listen on %s: %s", a, strerror(errno));
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(ai);
+  return fd;
+}
+
+/* another host's rank: to rank 0 (retrying while it starts, 120 s), then its hello */
+static int connect_master(const char *a, int rank, int n) {
+  struct addrinfo *ai;
+  if (addr_of(a, &ai, false)) return -1;
+  int fd = -1;
+  for (int k = 0; k < 1200 && fd < 0; k++) {
+    fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen)) {
+      close(fd);
+      fd = -1;
+      usleep(100000);
+    }
+  }
+  freeaddrinfo(ai);
+  const hello h = {HELLO_MAGIC, rank, n};
+  if (fd < 0 || !write_all(fd, &h, sizeof h)) {
+    sm_err(SMELT_ERR_IO, "tensor-parallel rank %d: cannot reach rank 0 at %s", rank, a);
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+/* another host's rank: when rank 0's side of the socket closes, rank 0 is gone or has sent its last message;
+ * a rank still running 10 s later is stuck in a collective that will not complete (rank 0's death does not
+ * reach another host's processes as a signal), so it ends */
+static void *remote_watch(void *arg) {
+  struct pollfd pf = {.fd = *(const int *)arg, .events = POLLRDHUP};
+  while (poll(&pf, 1, -1) < 0 && errno == EINTR) {}
+  sleep(10);
+  fprintf(stderr, "smelt: tensor-parallel rank: rank 0 is gone; stopping\n");
+  _exit(1);
+  return NULL;
+}
+
+/* node_rank > 0: this host's ranks, until rank 0 ends them; then the process ends with their status */
+static void run_node(const char *dir, const smelt_model_params *p, int n, int first, int per) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid[SM_TP_MAX];
+  for (int i = 0; i < per; i++) {
+    pid[i] = fork();
+    if (pid[i] == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      static int fd;
+      fd = connect_master(p->master_addr, first + i, n);
+      if (fd < 0) {
+        fprintf(stderr, "smelt: %s\n", sm_errmsg());
+        _exit(1);
+      }
+      pthread_t w;
+      if (pthread_create(&w, NULL, remote_watch, &fd) == 0) pthread_detach(w);
+      sm_tp *mine = sm_xcalloc(1, sizeof *mine);
+      mine->n = n;
+      mine->rank = first + i;
+      mine->local = i;
+      for (int j = 0; j < SM_TP_MAX; j++) mine->fd[j] = -1;
+      _exit(worker(dir, p, mine, fd));
+    }
+  }
+  int worst = 0;
+  for (int i = 0; i < per; i++) {
+    int ws = 0;
+    if (pid[i] > 0 && waitpid(pid[i], &ws, 0) == pid[i] && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0)) worst = 1;
+    if (pid[i] < 0) worst = 1;
+  }
+  fprintf(stderr, "smelt: tensor-parallel node %d: its ranks %d..%d ended%s\n", p->node_rank, first, first + per - 1,
+          worst ? " (one of them failed)" : "");
+  exit(worst);
+}
+
+/* rank 0: the other hosts' ranks, by their hellos (120 s) */
+static smelt_status accept_ranks(sm_tp *tp, int lfd, int first_remote) {
+  for (int k = first_remote; k < tp->n; k++) {
+    struct pollfd pf = {.fd = lfd, .events = POLLIN};
+    if (poll(&pf, 1, 120000) != 1)
+      return sm_err(SMELT_ERR_IO, "tensor parallelism: the other hosts' ranks did not all join");
+    const int fd = accept(lfd, NULL, NULL);
+    hello h;
+    if (fd < 0 || !read_all(fd, &h, sizeof h) || h.magic != HELLO_MAGIC || h.n != tp->n || h.rank < first_remote ||
+        h.rank >= tp->n || tp->fd[h.rank] >= 0) {
+      if (fd >= 0) close(fd);
+      return sm_err(SMELT_ERR_IO, "tensor parallelism: a connection that is not one of the group's ranks (%d of %d)",
+                    fd >= 0 ? h.rank : -1, tp->n);
+    }
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    tp->fd[h.rank] = fd;
+  }
+  return SMELT_OK;
 }
 
 /* ---- rank 0 ---- */
@@ -333,6 +497,7 @@ static void tp_destroy(sm_tp *tp) {
   if (tp->wake[1] >= 0) close(tp->wake[1]);
   if (tp->shared) munmap(tp->shared, tp->shared_bytes);
   if (tp->shm_fd >= 0) close(tp->shm_fd);
+  if (tp->lfd >= 0) close(tp->lfd);
   free(tp->buf);
   free(tp);
 }
@@ -345,12 +510,21 @@ void sm_tp_free(smelt_model *m) {
 }
 
 smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_model **out) {
-  const int n = p->tensor_parallel;
+  const int n = p->tensor_parallel, nn = p->nnodes > 1 ? p->nnodes : 1;
   if (p->cpu_mask && *p->cpu_mask)
     return sm_err(SMELT_ERR_UNSUPPORTED, "--cpu-mask with --tensor-parallel: each rank would take the same CPUs");
+  if (nn > 1 && (n % nn || p->node_rank < 0 || p->node_rank >= nn || !p->master_addr))
+    return sm_err(SMELT_ERR_INVALID,
+                  "--nnodes %d --node-rank %d: the ranks (%d) must divide by the hosts, the host's index must be "
+                  "below them, and --master-addr HOST:PORT is needed",
+                  nn, p->node_rank, n);
+  const int per = n / nn;                                                       /* ranks a host */
+  if (nn > 1 && p->node_rank > 0) run_node(dir, p, n, p->node_rank * per, per); /* does not return */
+  int lfd = nn > 1 ? listen_master(p->master_addr) : -2;
+  if (lfd == -1) return sm_err(SMELT_ERR_IO, "%s", sm_errmsg());
   sm_tp *tp = sm_xcalloc(1, sizeof *tp);
   tp->n = n;
-  tp->wake[0] = tp->wake[1] = tp->shm_fd = -1;
+  tp->wake[0] = tp->wake[1] = tp->shm_fd = tp->lfd = -1;
   for (int r = 0; r < SM_TP_MAX; r++) tp->fd[r] = -1;
   tp->shared_bytes = SHARED_BYTES;
   tp->shm_fd = memfd_create("smelt-tp", MFD_CLOEXEC);
@@ -360,8 +534,10 @@ smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_mode
   if (tp->shared == MAP_FAILED) {
     tp->shared = NULL;
     tp_destroy(tp);
+    if (lfd >= 0) close(lfd);
     return sm_err(SMELT_ERR_OOM, "tensor parallelism: cannot map the group's shared memory");
   }
+  tp->lfd = lfd;
   if (pipe(tp->wake)) {
     tp_destroy(tp);
     return sm_err(SMELT_ERR_IO, "tensor parallelism: pipe: %s", strerror(errno));
@@ -370,7 +546,7 @@ smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_mode
   fflush(stderr);
   const pid_t parent = getpid();
   const bool by_exec = sm_backend_cuda_touched();
-  for (int r = 1; r < n; r++) {
+  for (int r = 1; r < per; r++) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
       tp_destroy(tp);
@@ -390,15 +566,17 @@ smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_mode
       close(tp->wake[1]);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(1);
+      if (lfd >= 0) close(lfd);
       if (by_exec) {
-        exec_rank(r, n, sv[1], tp->shm_fd, dir, p);
+        exec_rank(r, n, sv[1], nn > 1 ? -1 : tp->shm_fd, dir, p);
         _exit(1);
       }
       close(tp->shm_fd);
       sm_tp *mine = sm_xcalloc(1, sizeof *mine);
       mine->n = n;
       mine->rank = r;
-      mine->shared = tp->shared;
+      mine->local = r;
+      mine->shared = nn > 1 ? NULL : tp->shared; /* several hosts: the CPU backend's collectives use the sockets */
       mine->shared_bytes = tp->shared_bytes;
       for (int j = 0; j < SM_TP_MAX; j++) mine->fd[j] = -1;
       _exit(worker(dir, p, mine, sv[1]));
@@ -417,19 +595,22 @@ smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_mode
   sm_backend *be = sm_backend_create_opts(p->device, 0, &cpu, &bo);
   smelt_model *m = NULL;
   smelt_status st = be ? sm_model_load_rank(dir, p, be, tp, &m) : SMELT_ERR_BACKEND;
+  if (!st && nn > 1) st = accept_ranks(tp, lfd, per);
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", st ? sm_errmsg() : "");
-  for (int r = 1; r < n; r++) { /* the others' loads: the first error is the answer */
+  char ready[96] = "";
+  if (m) snprintf(ready, sizeof ready, "%s %016llx", m->be->name, (unsigned long long)fingerprint(m));
+  for (int r = 1; r < n && tp->fd[r] >= 0; r++) { /* the others' loads: the first error is the answer */
     smelt_status sr = recv_status(tp, r, MSG_STATUS);
-    if (!sr && m) { /* all on one kind of backend (AUTO could leave a rank without a GPU on the CPU) */
-      char name[32];
-      snprintf(name, sizeof name, "%s", m->be->name);
-      if (strncmp((const char *)tp->buf + 4, name, strlen(name)) || tp->last_len != 4 + strlen(name))
-        sr = sm_err(SMELT_ERR_BACKEND,
-                    "tensor-parallel rank %d runs on another kind of device than rank 0 (%s): one "
-                    "GPU a rank is needed",
-                    r, name);
-    }
+    const char *got = (const char *)tp->buf + 4;
+    const size_t gl = tp->last_len - 4, nl = strcspn(ready, " ");
+    if (!sr && m && (gl < nl || strncmp(got, ready, nl) || (gl > nl && got[nl] != ' ')))
+      /* all on one kind of backend (AUTO could leave a rank without a GPU on the CPU) */
+      sr = sm_err(SMELT_ERR_BACKEND,
+                  "tensor-parallel rank %d runs on another kind of device than rank 0 (%.*s): one GPU a rank is needed",
+                  r, (int)nl, ready);
+    else if (!sr && m && (gl != strlen(ready) || memcmp(got, ready, gl)))
+      sr = sm_err(SMELT_ERR_INVALID, "tensor-parallel rank %d loaded other model files than rank 0 (%s)", r, m->dir);
     if (sr && !st) {
       st = sr;
       snprintf(msg, sizeof msg, "%s", sm_errmsg());
@@ -441,7 +622,11 @@ smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_mode
     snprintf(msg, sizeof msg, "%s", sm_errmsg());
   }
   if (!st) { /* the group: rank 0's id to all, then everyone joins */
-    sm_comm_init ci = {.n_ranks = n, .rank = 0, .shared = tp->shared, .shared_bytes = tp->shared_bytes};
+    sm_comm_init ci = {.n_ranks = n,
+                       .rank = 0,
+                       .shared = nn > 1 ? NULL : tp->shared,
+                       .shared_bytes = tp->shared_bytes,
+                       .fds = tp->fd};
     if (m->be->comm_make_id) st = m->be->comm_make_id(m->be, ci.id);
     for (int r = 1; !st && r < n; r++)
       if (!send_msg(tp->fd[r], MSG_ID, ci.id, SM_COMM_ID_BYTES))

@@ -17,6 +17,7 @@
 
 typedef struct sm_tp {
   int n, rank;
+  int local;                     /* this rank's device index on its host */
   bool vocab_split;              /* the LM head's rows are split (vocab % n == 0), else rank 0 holds it whole */
   int full_heads, full_kv_heads; /* the model's sizes before the split (smelt_model_get_info) */
   bool bcast_x;                  /* this step broadcasts rank 0's embeddings (a fed token, image rows) */
@@ -33,6 +34,7 @@ typedef struct sm_tp {
   void *shared; /* a memfd's block shared by the group (the CPU backend's collectives) */
   size_t shared_bytes;
   int shm_fd; /* (rank 0) that memfd, for ranks started by exec */
+  int lfd;    /* (rank 0) the socket the other hosts' ranks reached it on, -1 on one host */
 } sm_tp;
 
 /* smelt_model_load with tensor_parallel > 1: forks the other ranks, loads the model's shard on each and

@@ -94,6 +94,9 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   mp.kv_type = (smelt_kv_type)p->kv_type;
   mp.deterministic = p->deterministic;
   mp.tensor_parallel = p->tensor_parallel;
+  mp.nnodes = p->nnodes;
+  mp.node_rank = p->node_rank;
+  mp.master_addr = p->master_addr;
   fprintf(stderr, "smelt serve: loading %s%s\n", dir, p->no_mmap ? " (into memory: --no-mmap)" : "");
   char fmsg[512];
   if (smelt_model_load(dir, &mp, &sv->model) != SMELT_OK) {
@@ -154,7 +157,7 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   }
   if (p->draft_dir) {
     fprintf(stderr, "smelt serve: loading the draft model %s\n", p->draft_dir);
-    mp.tensor_parallel = 0; /* the draft runs whole on rank 0's device */
+    mp.tensor_parallel = mp.nnodes = 0; /* the draft runs whole on rank 0's device */
     if (smelt_model_load(p->draft_dir, &mp, &sv->draft) != SMELT_OK) {
       snprintf(err, n_err, "could not load the draft model: %s", smelt_last_error());
       goto fail;

@@ -36,13 +36,15 @@ typedef struct {
   int block_size;              /* KV block tokens (0 = engine default) */
   int max_batch_tokens;        /* prefill chunk (0 = engine default) */
   bool no_prefix_cache;
-  int device;          /* smelt_device */
-  bool verbose;        /* log each request, and the HTTP library's messages, to the log */
-  bool no_mmap;        /* read the weights into memory instead of mapping them */
-  bool deterministic;  /* batch-invariant kernels (smelt_model_params.deterministic) */
-  int tensor_parallel; /* ranks the model is split over (smelt_model_params.tensor_parallel; 0/1: one) */
-  int kv_type;         /* smelt_kv_type of the KV cache (0: f16) */
-  bool host_sample;    /* sample on the host, not the device (SMELT_HOST_SAMPLE) */
+  int device;              /* smelt_device */
+  bool verbose;            /* log each request, and the HTTP library's messages, to the log */
+  bool no_mmap;            /* read the weights into memory instead of mapping them */
+  bool deterministic;      /* batch-invariant kernels (smelt_model_params.deterministic) */
+  int tensor_parallel;     /* ranks the model is split over (smelt_model_params.tensor_parallel; 0/1: one) */
+  int nnodes, node_rank;   /* ... on several hosts (smelt_model_params) */
+  const char *master_addr; /* HOST:PORT of node 0 */
+  int kv_type;             /* smelt_kv_type of the KV cache (0: f16) */
+  bool host_sample;        /* sample on the host, not the device (SMELT_HOST_SAMPLE) */
   /* connections */
   int max_conns;                /* open connections in all (default 1024) */
   int max_conns_per_ip;         /* per client address (default 256; 0 = no limit) */

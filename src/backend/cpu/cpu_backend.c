@@ -664,6 +664,8 @@ static void be_destroy(sm_backend *be) {
             wall > 0 ? 100.0 * (double)s.busy_max_ns / wall : 0.0, 100.0 * gap / all);
   }
   sm_pool_destroy(c->pool);
+  free(c->comm_fds);
+  free(c->comm_buf);
   free(c->srow);
   free(c->sidx);
   free(c->sbv);

@@ -71,6 +71,9 @@ typedef struct {
   void *comm;
   size_t comm_bytes;
   int comm_ranks, comm_rank;
+  int *comm_fds;   /* ranks on several hosts: sockets (sm_comm_init.fds), NULL with the shared block */
+  float *comm_buf; /* ... rank 0's sum or gather */
+  size_t comm_cap;
 } cpu_be;
 
 static inline cpu_be *CB(sm_backend *be) { return (cpu_be *)be; }
