@@ -455,6 +455,8 @@ sm_backend *sm_backend_create(smelt_device dev, int index, int threads);
 /* whether this process has tried to make a CUDA backend (CUDA is then initialized here, and a forked child
  * cannot use it: src/model/tp.c) */
 bool sm_backend_cuda_touched(void);
+/* GPUs there are, without initializing CUDA in this process (llama-server's --split-mode row) */
+int sm_backend_gpu_count(void);
 /* Options of every backend kind (smelt_model_params.deterministic) */
 typedef struct {
   bool batch_invariant; /* sm_backend.batch_invariant */

@@ -1,10 +1,34 @@
 /* The backend registry: which backends this build has and how to make one (backend.h). */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "backend/backend.h"
+#ifdef SMELT_HAVE_CUDA
+#include "backend/cuda/cuda_api.h"
+#endif
 
 static atomic_bool g_cuda_touched;
 bool sm_backend_cuda_touched(void) { return atomic_load(&g_cuda_touched); }
+
+int sm_backend_gpu_count(void) {
+#ifdef SMELT_HAVE_CUDA
+  /* asked in a child, which CUDA is initialized in, not this process (a fork would not carry it) */
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t p = fork();
+  if (p == 0) {
+    const int n = sm_cuda_device_count();
+    _exit(n > 200 ? 200 : n);
+  }
+  int ws = 0;
+  if (p < 0 || waitpid(p, &ws, 0) != p || !WIFEXITED(ws)) return 0;
+  return WEXITSTATUS(ws);
+#else
+  return 0;
+#endif
+}
 
 const char *sm_mm_role_name(sm_mm_role r) {
   static const char *const names[SM_MM_ROLES] = {"other",       "q",         "k",           "v",           "o",

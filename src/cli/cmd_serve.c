@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "cli/args.h"
+#include "backend/backend.h"
 #include "cli/cli.h"
 #include "server/server.h"
 #include "model/family.h"
@@ -81,10 +82,11 @@ static void usage(FILE *f) {
        "      --draft-min N        verify drafts of at least N tokens only (default 0)\n"
        "      --draft-p-min P      draft model: stop a draft at a token below probability P (default 0.75)\n"
        "      --spec-ngram-size-n N  ngram-simple: look up the last N tokens (then fewer), 1..16 (default 3)\n"
+       "  -sm, --split-mode none|layer|row  row: the model split over every GPU (as -tp N); layer: a notice\n"
+       "  -ts, --tensor-split L    with -sm row: equal shares (1,1) split over that many GPUs; unequal: an error\n"
        "  llama-server flags without meaning here are accepted with a notice: -ngl/--n-gpu-layers N,\n"
        "  -fa/--flash-attn [on|off|auto], --jinja, --no-jinja, -cb/--cont-batching, --mlock, --metrics,\n"
-       "  --slots, --no-webui, -sm/--split-mode M, -ts/--tensor-split L, -mg/--main-gpu N, --numa M,\n"
-       "  --log-colors, --log-disable\n"
+       "  --slots, --no-webui, -mg/--main-gpu N, --numa M, --log-colors, --log-disable\n"
        "Connections:\n"
        "      --max-conns N        open connections in all (default 1024)\n"
        "      --max-conns-per-ip N open connections per client address (default 256; 0 = no limit)\n"
@@ -157,6 +159,8 @@ int sm_cmd_serve(int argc, char **argv) {
     }
     *envi[i].dst = (int)v;
   }
+  const char *split_mode = NULL; /* llama-server's -sm */
+  int ts_ranks = 0;              /* the GPUs -ts gives a share */
   for (int i = 1; i < argc; i++) {
     char *a = argv[i], *val = NULL;
     char name[64];
@@ -395,13 +399,39 @@ int sm_cmd_serve(int argc, char **argv) {
       }
       p.draft_p_min = (float)d;
     } else if (IS("--spec-ngram-size-n") || IS("--spec-ngram-simple-size-n")) INTVAL(1, 16, p.spec_ngram_n);
-    else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers") || IS("-sm") || IS("--split-mode") || IS("-ts") ||
-             IS("--tensor-split") || IS("-mg") || IS("--main-gpu")) {
+    else if (IS("-sm") || IS("--split-mode")) { /* llama-server's: row maps to -tp over every GPU */ NEEDVAL();
+      if (!strcmp(val, "none") || !strcmp(val, "row")) split_mode = val;
+      else if (!strcmp(val, "layer"))
+        fprintf(stderr, "smelt serve: note: -sm layer: smelt splits a model by rows over GPUs (-sm row, -tp N); "
+                        "layers are not split, so this runs on one GPU\n");
+      else {
+        fprintf(stderr, "smelt serve: --split-mode %s: expected none, layer or row\n", val);
+        return 2;
+      }
+    } else if (IS("-ts") || IS("--tensor-split")) { /* equal shares map to -tp; zero shares leave a GPU out */
       NEEDVAL();
-      const bool split = IS("-sm") || IS("--split-mode") || IS("-ts") || IS("--tensor-split") || IS("-mg") ||
-                         IS("--main-gpu");
-      fprintf(stderr, "smelt serve: note: %s %s has no effect here (ignored%s)\n", name, val,
-              split ? "; -tp N splits a model over GPUs 0..N-1" : "");
+      char *end = (char *)val;
+      double first = 0;
+      ts_ranks = 0;
+      for (;;) {
+        const double v = strtod(end, &end);
+        if (!(v >= 0 && v < 1e9) || (*end && *end != ',')) {
+          fprintf(stderr, "smelt serve: --tensor-split %s: expected shares like 1,1 (one a GPU)\n", val);
+          return 2;
+        }
+        if (v > 0 && first > 0 && v != first) {
+          fprintf(stderr,
+                  "smelt serve: --tensor-split %s: smelt splits a model into equal shares (-tp N); unequal ones "
+                  "are not built\n",
+                  val);
+          return 2;
+        }
+        if (v > 0) first = v, ts_ranks++;
+        if (!*end++) break;
+      }
+    } else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers") || IS("-mg") || IS("--main-gpu")) {
+      NEEDVAL();
+      fprintf(stderr, "smelt serve: note: %s %s has no effect here (ignored)\n", name, val);
     } else if (IS("-fa") || IS("--flash-attn")) {
       if (!val && i + 1 < argc &&
           (!strcmp(argv[i + 1], "on") || !strcmp(argv[i + 1], "off") || !strcmp(argv[i + 1], "auto") ||
@@ -447,6 +477,16 @@ int sm_cmd_serve(int argc, char **argv) {
 #undef SECVAL
   }
   if (p.threads < 0) p.threads = 0;
+  if (!p.tensor_parallel && split_mode && !strcmp(split_mode, "row")) { /* every GPU, or the -ts shares' */
+    const int n = ts_ranks > 0 ? ts_ranks : sm_backend_gpu_count();
+    if (n > 16) p.tensor_parallel = 16;
+    else if (n >= 2) p.tensor_parallel = n;
+    fprintf(stderr, "smelt serve: -sm row: %s\n",
+            n >= 2 ? "the model split over the GPUs (as -tp N)" : "one GPU or none: nothing to split");
+    if (n > 16) fprintf(stderr, "smelt serve: note: -sm row: %d GPUs; smelt splits over at most 16\n", n);
+  } else if (ts_ranks > 0 && !p.tensor_parallel) {
+    fprintf(stderr, "smelt serve: note: --tensor-split takes effect with -sm row (or -tp N)\n");
+  }
   smelt_kv_type kvt = SMELT_KV_F16;
   if (sm_cli_kv_type("serve", ctk, ctv, &kvt)) return 2;
   p.kv_type = (int)kvt;

@@ -71,6 +71,16 @@ try {
     assert.match(S.log(), /tensor-parallel rank 1 ended \(signal 9\)/);
   });
 
+  await test("llama-server's -sm row -ts 1,1 splits over two ranks; unequal shares are refused", async () => {
+    const S = await serve(['-sm', 'row', '-ts', '1,1']);
+    assert.equal(ranksOf(S.proc.pid).length, 1, 'one other rank process');
+    same(answer((await S.client.chat.completions.create(ask(QS[0]))).choices[0]), ref[0], 'answer');
+    await S.stop();
+    const [status, err] = L.refuse(BIN, ['serve', ...L.LOCAL, '--device', DEV, '-m', MODEL, '-sm', 'row', '-ts', '3,1'], { env: ENV });
+    assert.equal(status, 2);
+    assert.match(err, /equal shares/);
+  });
+
   await test('-tp 3 on a model of 4 heads is refused at start', async () => {
     const [status, err] = L.refuse(BIN, ['serve', ...L.LOCAL, '--device', DEV, '-m', MODEL, '-tp', '3'], { env: ENV });
     assert.notEqual(status, 0);

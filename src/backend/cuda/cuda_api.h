@@ -27,6 +27,7 @@ typedef struct {
 
 void sm_cuda_get_stats(sm_backend *be, sm_cuda_stats *out);
 const char *sm_cuda_device_name(sm_backend *be, char *buf, size_t n);
+int sm_cuda_device_count(void); /* GPUs this process sees (0 on an error); initializes CUDA here */
 /* the tuning value name (an SMELT_CUDA_* variable) of this backend */
 int sm_cuda_tune_value(sm_backend *be, const char *name);
 

@@ -805,6 +805,13 @@ extern "C" sm_backend *sm_cuda_backend_create_opts(int device, const sm_backend_
 }
 
 /* ================= what the backend tells (cuda_api.h) ================= */
+extern "C" int sm_cuda_device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  cudaGetLastError();
+  return n;
+}
+
 extern "C" const char *sm_cuda_device_name(sm_backend *be, char *buf, size_t n) {
   cudaDeviceProp p;
   if (!be || cudaGetDeviceProperties(&p, CB(be)->dev) != cudaSuccess) { snprintf(buf, n, "?"); return buf; }
