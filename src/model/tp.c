@@ -1,6 +1,6 @@
-/* The tensor-parallel group (tp.h): rank 0 forks the other ranks, each loads its shard on its own
- * backend, and rank 0 drives them with messages over a socket each: the forward steps' batches and the
- * KV caches to mirror. The collectives between the ranks' backends carry the activations; the sockets
+/* The tensor-parallel group (tp.h): rank 0 forks the other ranks of its host (those of other hosts connect
+ * to it over TCP: run_node), each loads its shard on its own backend, and rank 0 drives them with messages
+ * over a socket each: the forward steps' batches and the KV caches and copies to mirror. The collectives between the ranks' backends carry the activations; the sockets
  * carry only the host-side batch, so a rank never waits on rank 0's host beyond receiving it.
  *
  * A rank that fails ends the group: its process writes why and exits, and rank 0's watchdog thread
@@ -28,7 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-enum { MSG_READY = 1, MSG_ID, MSG_FORWARD, MSG_KV_ALLOC, MSG_KV_FREE, MSG_QUIT, MSG_STATUS, MSG_KV_COPY };
+enum { MSG_ID = 2, MSG_FORWARD, MSG_KV_ALLOC, MSG_KV_FREE, MSG_QUIT, MSG_STATUS, MSG_KV_COPY };
 typedef struct {
   uint32_t type, len;
 } msg_head;
