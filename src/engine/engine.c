@@ -331,11 +331,11 @@ static sm_seq *fork_rec(sm_engine *e, sm_seq *s) {
   }
   if (partial) {
     const int b = block_alloc(e);
-    sm_state_copy_block(e->m, &e->kv, b, s->blk[full]);
+    sm_kv_copy_block(e->m, &e->kv, b, s->blk[full]);
     c->blk[c->n_blk++] = b;
   }
   c->slot = sm_state_slot_get(&e->slots);
-  sm_state_copy(e->m, &e->kv, c->slot, s->slot);
+  sm_kv_copy_state(e->m, &e->kv, c->slot, s->slot);
   c->n_done = s->n_done;
   return c;
 }
@@ -423,7 +423,7 @@ void sm_seq_checkpoint(sm_engine *e, sm_seq *s) {
   if (!e->rec || s->slot < 0 || s->n_done == 0) return;
   if (s->snap_slot < 0) s->snap_slot = sm_state_slot_get(&e->slots);
   if (s->snap_slot < 0) return; /* no slot free: truncation recomputes from the start */
-  sm_state_copy(e->m, &e->kv, s->snap_slot, s->slot);
+  sm_kv_copy_state(e->m, &e->kv, s->snap_slot, s->slot);
   s->snap_pos = s->n_done;
 }
 
@@ -434,7 +434,7 @@ smelt_status sm_seq_truncate(sm_engine *e, sm_seq *s, int len) {
   if (e->rec && s->n_done > len) {
     /* the recurrent state cannot be unwound: back to the snapshot (or the start), recomputing the rest */
     if (s->snap_slot >= 0 && s->snap_pos <= len) {
-      sm_state_copy(e->m, &e->kv, s->slot, s->snap_slot);
+      sm_kv_copy_state(e->m, &e->kv, s->slot, s->snap_slot);
       s->n_done = s->snap_pos;
     } else {
       s->n_done = 0;

@@ -1,5 +1,5 @@
-/* Recurrent state slots (state.h): a free list of slot ids and the device copies that fork and rewind
- * sequences of hybrid models. */
+/* Recurrent state slots (state.h): a free list of slot ids (the copies that fork and rewind sequences of
+ * hybrid models are model.c's sm_kv_copy_state / sm_kv_copy_block). */
 #include "engine/state.h"
 #include <stdlib.h>
 
@@ -21,7 +21,3 @@ int sm_state_slot_get(sm_state_slots *p) { return p->n_free > 0 ? p->free_stack[
 void sm_state_slot_put(sm_state_slots *p, int slot) {
   if (slot >= 0 && slot < p->n && p->n_free < p->n) p->free_stack[p->n_free++] = slot;
 }
-
-void sm_state_copy(smelt_model *m, const sm_kv_cache *kv, int dst, int src) { sm_kv_copy_state(m, kv, dst, src); }
-
-void sm_state_copy_block(smelt_model *m, const sm_kv_cache *kv, int dst, int src) { sm_kv_copy_block(m, kv, dst, src); }

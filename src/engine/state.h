@@ -18,9 +18,4 @@ void sm_state_slots_free(sm_state_slots *p);
 int sm_state_slot_get(sm_state_slots *p);            /* -1 when none is free */
 void sm_state_slot_put(sm_state_slots *p, int slot); /* slot < 0: nothing */
 
-/* Copy every recurrent layer's state of slot src into slot dst (backend copies, in stream order). */
-void sm_state_copy(smelt_model *m, const sm_kv_cache *kv, int dst, int src);
-/* Copy the K/V of cache block src into block dst, every attention layer. */
-void sm_state_copy_block(smelt_model *m, const sm_kv_cache *kv, int dst, int src);
-
 #endif

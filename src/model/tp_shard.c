@@ -7,8 +7,6 @@
 #include <string.h>
 #include "model/tp.h"
 
-static size_t el_size(sm_dtype t) { return t == SM_DT_F32 ? 4 : t == SM_DT_U8 ? 1 : 2; }
-
 smelt_status sm_tp_cols(smelt_model *m, sm_weight *w, int64_t c0, int64_t nc, const char *what, int layer) {
   if (!w->data) return SMELT_OK;
   if (w->bits && (c0 % w->group_size || nc % w->group_size))
@@ -21,7 +19,7 @@ smelt_status sm_tp_cols(smelt_model *m, sm_weight *w, int64_t c0, int64_t nc, co
   v.cols = nc;
   const size_t rows = (size_t)w->rows;
   if (!w->bits) {
-    const size_t es = el_size(w->dtype), rb = (size_t)nc * es, wb = (size_t)w->cols * es;
+    const size_t es = sm_dtype_size(w->dtype), rb = (size_t)nc * es, wb = (size_t)w->cols * es;
     uint8_t *d = sm_model_host_own(m, sm_xmalloc(rows * rb));
     for (size_t r = 0; r < rows; r++) memcpy(d + r * rb, (const uint8_t *)w->data + r * wb + (size_t)c0 * es, rb);
     v.data = d;
@@ -30,8 +28,8 @@ smelt_status sm_tp_cols(smelt_model *m, sm_weight *w, int64_t c0, int64_t nc, co
     uint8_t *d = sm_model_host_own(m, sm_xmalloc(rows * rb));
     for (size_t r = 0; r < rows; r++) memcpy(d + r * rb, (const uint8_t *)w->data + r * wb + o, rb);
     v.data = d;
-    const size_t es = el_size(w->dtype), gn = (size_t)(nc / w->group_size), gw = (size_t)(w->cols / w->group_size),
-                 g0 = (size_t)(c0 / w->group_size);
+    const size_t es = sm_dtype_size(w->dtype), gn = (size_t)(nc / w->group_size),
+                 gw = (size_t)(w->cols / w->group_size), g0 = (size_t)(c0 / w->group_size);
     const void *src[2] = {w->scales, w->biases};
     const void **dst[2] = {&v.scales, &v.biases};
     for (int k = 0; k < 2; k++) {
