@@ -41,7 +41,7 @@ static void barrier(cpu_be *c) {
 
 /* ---- ranks on several hosts: through rank 0's sockets ---- */
 
-static void xfer(cpu_be *c, int fd, void *p, size_t bytes, bool out) {
+static void xfer(int fd, void *p, size_t bytes, bool out) {
   char *b = p;
   while (bytes) {
     const ssize_t k = out ? send(fd, b, bytes, MSG_NOSIGNAL) : read(fd, b, bytes);
@@ -53,7 +53,6 @@ static void xfer(cpu_be *c, int fd, void *p, size_t bytes, bool out) {
     b += k;
     bytes -= (size_t)k;
   }
-  (void)c;
 }
 
 static float *hub_buf(cpu_be *c, size_t n) {
@@ -65,27 +64,31 @@ static float *hub_buf(cpu_be *c, size_t n) {
   return c->comm_buf;
 }
 
-/* kind 0: sum into x; 1: rank 0's x; 2: dst = every rank's src, in rank order */
+/* the three collectives: dst = the sum of the ranks' src (dst may be src); dst = rank 0's src; dst = every
+ * rank's src in rank order */
+enum { COMM_SUM, COMM_BCAST, COMM_GATHER };
+
+/* kind through rank 0 over the ranks' sockets */
 static void hub(cpu_be *c, int kind, float *dst, const float *src, size_t n) {
   const int R = c->comm_ranks;
   const size_t b = n * sizeof(float);
   if (c->comm_rank != 0) {
     const int fd = c->comm_fds[0];
-    if (kind != 1) xfer(c, fd, (void *)src, b, true);
-    xfer(c, fd, dst, kind == 2 ? b * (size_t)R : b, false);
+    if (kind != COMM_BCAST) xfer(fd, (void *)src, b, true);
+    xfer(fd, dst, kind == COMM_GATHER ? b * (size_t)R : b, false);
     return;
   }
-  if (kind == 0) {
+  if (kind == COMM_SUM) {
     float *t = hub_buf(c, n);
     for (int r = 1; r < R; r++) {
-      xfer(c, c->comm_fds[r], t, b, false);
+      xfer(c->comm_fds[r], t, b, false);
       for (size_t i = 0; i < n; i++) dst[i] += t[i];
     }
-  } else if (kind == 2) {
+  } else if (kind == COMM_GATHER) {
     if (dst != src) memmove(dst, src, b);
-    for (int r = 1; r < R; r++) xfer(c, c->comm_fds[r], dst + (size_t)r * n, b, false);
+    for (int r = 1; r < R; r++) xfer(c->comm_fds[r], dst + (size_t)r * n, b, false);
   }
-  for (int r = 1; r < R; r++) xfer(c, c->comm_fds[r], dst, kind == 2 ? b * (size_t)R : b, true);
+  for (int r = 1; r < R; r++) xfer(c->comm_fds[r], dst, kind == COMM_GATHER ? b * (size_t)R : b, true);
 }
 
 static smelt_status comm_init(sm_backend *be, const sm_comm_init *ci) {
@@ -108,64 +111,35 @@ static smelt_status comm_init(sm_backend *be, const sm_comm_init *ci) {
   return SMELT_OK;
 }
 
-static void all_reduce(sm_backend *be, float *x, size_t n) {
-  cpu_be *c = CB(be);
-  if (c->comm_fds) {
-    hub(c, 0, x, x, n);
-    return;
-  }
-  size_t chunk;
-  float *mine = slot(c, c->comm_rank, &chunk);
+/* kind as hub's, through the shared block in chunks of a slot: each rank's chunk into its slot (rank 0's
+ * alone for a broadcast), a barrier, every rank reads the slots it needs, a barrier frees them */
+static void shm(cpu_be *c, int kind, float *dst, const float *src, size_t n) {
+  size_t chunk, ch;
+  float *mine = slot(c, kind == COMM_BCAST ? 0 : c->comm_rank, &chunk);
   for (size_t o = 0; o < n; o += chunk) {
     const size_t k = n - o < chunk ? n - o : chunk;
-    memcpy(mine, x + o, k * sizeof(float));
+    if (kind != COMM_BCAST || c->comm_rank == 0) memcpy(mine, src + o, k * sizeof(float));
     barrier(c);
-    size_t ch;
-    const float *s0 = slot(c, 0, &ch);
-    for (size_t i = 0; i < k; i++) x[o + i] = s0[i];
-    for (int r = 1; r < c->comm_ranks; r++) {
+    for (int r = 0; r < c->comm_ranks; r++) {
       const float *s = slot(c, r, &ch);
-      for (size_t i = 0; i < k; i++) x[o + i] += s[i];
+      if (kind == COMM_SUM)
+        for (size_t i = 0; i < k; i++) dst[o + i] = r ? dst[o + i] + s[i] : s[i];
+      else if (kind == COMM_GATHER) memcpy(dst + (size_t)r * n + o, s, k * sizeof(float));
+      else if (r == 0 && c->comm_rank != 0) memcpy(dst + o, s, k * sizeof(float));
     }
     barrier(c); /* the slots are free again */
   }
 }
 
-static void broadcast(sm_backend *be, float *x, size_t n) {
+static void collective(sm_backend *be, int kind, float *dst, const float *src, size_t n) {
   cpu_be *c = CB(be);
-  if (c->comm_fds) {
-    hub(c, 1, x, x, n);
-    return;
-  }
-  size_t chunk;
-  float *s0 = slot(c, 0, &chunk);
-  for (size_t o = 0; o < n; o += chunk) {
-    const size_t k = n - o < chunk ? n - o : chunk;
-    if (c->comm_rank == 0) memcpy(s0, x + o, k * sizeof(float));
-    barrier(c);
-    if (c->comm_rank != 0) memcpy(x + o, s0, k * sizeof(float));
-    barrier(c);
-  }
+  if (c->comm_fds) hub(c, kind, dst, src, n);
+  else shm(c, kind, dst, src, n);
 }
-
+static void all_reduce(sm_backend *be, float *x, size_t n) { collective(be, COMM_SUM, x, x, n); }
+static void broadcast(sm_backend *be, float *x, size_t n) { collective(be, COMM_BCAST, x, x, n); }
 static void all_gather(sm_backend *be, float *dst, const float *src, size_t n) {
-  cpu_be *c = CB(be);
-  if (c->comm_fds) {
-    hub(c, 2, dst, src, n);
-    return;
-  }
-  size_t chunk;
-  float *mine = slot(c, c->comm_rank, &chunk);
-  for (size_t o = 0; o < n; o += chunk) {
-    const size_t k = n - o < chunk ? n - o : chunk;
-    memcpy(mine, src + o, k * sizeof(float));
-    barrier(c);
-    for (int r = 0; r < c->comm_ranks; r++) {
-      size_t ch;
-      memcpy(dst + (size_t)r * n + o, slot(c, r, &ch), k * sizeof(float));
-    }
-    barrier(c);
-  }
+  collective(be, COMM_GATHER, dst, src, n);
 }
 
 void sm_cpu_comm_install(sm_backend *be) {
