@@ -95,6 +95,26 @@ static smelt_status recv_status(sm_tp *tp, int r, uint32_t want) {
   return sm_err((smelt_status)code, "tensor-parallel rank %d: %.*s", r, (int)(len - 4), (char *)tp->buf + 4);
 }
 
+/* rank 0: one message to every other rank; an error names the first that has ended (the others still get it,
+ * so that every live rank answers what asks for an answer) */
+static smelt_status send_all(sm_tp *tp, uint32_t type, const void *p, size_t len) {
+  smelt_status st = SMELT_OK;
+  for (int r = 1; r < tp->n; r++)
+    if (!send_msg(tp->fd[r], type, p, len) && !st) st = sm_err(SMELT_ERR_BACKEND, "tensor-parallel rank %d ended", r);
+  return st;
+}
+
+/* a rank's backend: device `local` of its host; a CPU rank takes its share of the cores unless told */
+static sm_backend *rank_backend(const smelt_model_params *p, int n_ranks, int local) {
+  sm_cpu_opts cpu = {.n_threads = p->n_threads, .numa = p->numa, .poll = p->cpu_poll};
+  if (!cpu.n_threads) {
+    const long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu.n_threads = nc >= n_ranks ? (int)(nc / n_ranks) : 1;
+  }
+  const sm_backend_opts bo = {.batch_invariant = p->deterministic};
+  return sm_backend_create_opts(p->device, local, &cpu, &bo);
+}
+
 /* ---- rank 0's watchdog ---- */
 
 static void *watch(void *arg) {
@@ -201,13 +221,7 @@ _Noreturn static void fail(int fd, smelt_status st, const char *why) {
 }
 
 static int worker(const char *dir, const smelt_model_params *p, sm_tp *tp, int fd) {
-  sm_cpu_opts cpu = {.n_threads = p->n_threads, .numa = p->numa, .poll = p->cpu_poll};
-  if (!cpu.n_threads) {
-    long nc = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu.n_threads = nc >= tp->n ? (int)(nc / tp->n) : 1;
-  }
-  const sm_backend_opts bo = {.batch_invariant = p->deterministic};
-  sm_backend *be = sm_backend_create_opts(p->device, tp->local, &cpu, &bo);
+  sm_backend *be = rank_backend(p, tp->n, tp->local);
   smelt_model *m = NULL;
   smelt_status st = be ? sm_model_load_rank(dir, p, be, tp, &m) : SMELT_ERR_BACKEND;
   char ready[96] = "";
@@ -586,13 +600,7 @@ smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_mode
     tp->pid[r] = pid;
   }
   /* rank 0's shard */
-  sm_cpu_opts cpu = {.n_threads = p->n_threads, .numa = p->numa, .poll = p->cpu_poll};
-  if (!cpu.n_threads) {
-    long nc = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu.n_threads = nc >= n ? (int)(nc / n) : 1;
-  }
-  const sm_backend_opts bo = {.batch_invariant = p->deterministic};
-  sm_backend *be = sm_backend_create_opts(p->device, 0, &cpu, &bo);
+  sm_backend *be = rank_backend(p, n, 0);
   smelt_model *m = NULL;
   smelt_status st = be ? sm_model_load_rank(dir, p, be, tp, &m) : SMELT_ERR_BACKEND;
   if (!st && nn > 1) st = accept_ranks(tp, lfd, per);
@@ -628,9 +636,7 @@ smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_mode
                        .shared_bytes = tp->shared_bytes,
                        .fds = tp->fd};
     if (m->be->comm_make_id) st = m->be->comm_make_id(m->be, ci.id);
-    for (int r = 1; !st && r < n; r++)
-      if (!send_msg(tp->fd[r], MSG_ID, ci.id, SM_COMM_ID_BYTES))
-        st = sm_err(SMELT_ERR_BACKEND, "tensor-parallel rank %d ended", r);
+    if (!st) st = send_all(tp, MSG_ID, ci.id, SM_COMM_ID_BYTES);
     if (!st && pthread_create(&tp->watch, NULL, watch, tp) == 0) tp->watching = true;
     if (!st) st = m->be->comm_init(m->be, &ci);
     if (st) snprintf(msg, sizeof msg, "%s", sm_errmsg());
@@ -677,20 +683,14 @@ static smelt_status send_step(smelt_model *m, const sm_kv_cache *kv, const sm_ba
   if (fl & 4) PUT(b->attn_span, 2 * (size_t)n);
   if (fl & 8) PUT(b->rope_pos, 3 * (size_t)n);
 #undef PUT
-  for (int r = 1; r < tp->n; r++)
-    if (!send_msg(tp->fd[r], MSG_FORWARD, v, words * 4))
-      return sm_err(SMELT_ERR_BACKEND, "tensor-parallel rank %d ended", r);
-  return SMELT_OK;
+  return send_all(tp, MSG_FORWARD, v, words * 4);
 }
 
 smelt_status sm_tp_kv_alloc(smelt_model *m, sm_kv_cache *kv, int n_blocks, int block_size, int n_slots) {
   sm_tp *tp = m->tp;
   kv->tp_id = ++tp->next_kv;
   const int32_t a[4] = {kv->tp_id, n_blocks, block_size, n_slots};
-  smelt_status st = SMELT_OK;
-  for (int r = 1; r < tp->n; r++)
-    if (!send_msg(tp->fd[r], MSG_KV_ALLOC, a, sizeof a))
-      st = sm_err(SMELT_ERR_BACKEND, "tensor-parallel rank %d ended", r);
+  smelt_status st = send_all(tp, MSG_KV_ALLOC, a, sizeof a);
   char msg[1024] = "";
   for (int r = 1; r < tp->n; r++) {
     smelt_status sr = recv_status(tp, r, MSG_STATUS);
@@ -708,13 +708,13 @@ smelt_status sm_tp_kv_alloc(smelt_model *m, sm_kv_cache *kv, int n_blocks, int b
 void sm_tp_kv_copy(smelt_model *m, const sm_kv_cache *kv, bool block, int dst, int src) {
   sm_tp *tp = m->tp;
   const int32_t a[4] = {kv->tp_id, block ? 1 : 0, dst, src};
-  for (int r = 1; r < tp->n; r++) send_msg(tp->fd[r], MSG_KV_COPY, a, sizeof a);
+  send_all(tp, MSG_KV_COPY, a, sizeof a); /* a rank that has ended: the watchdog ends the group */
 }
 
 void sm_tp_kv_free(smelt_model *m, const sm_kv_cache *kv) {
   sm_tp *tp = m->tp;
   const int32_t id = kv->tp_id;
-  for (int r = 1; r < tp->n; r++) send_msg(tp->fd[r], MSG_KV_FREE, &id, sizeof id);
+  send_all(tp, MSG_KV_FREE, &id, sizeof id);
 }
 
 smelt_status sm_tp_step(smelt_model *m, const sm_kv_cache *kv, const sm_batch *b) {
