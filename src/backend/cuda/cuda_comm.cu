@@ -64,7 +64,29 @@ static __device__ __forceinline__ uint32_t ld_acquire(const uint32_t *a) {
   return v;
 }
 
-/* the barrier's release by the flag writer covers the block's writes before the __syncthreads (cumulativity) */
+/* after block b copied its share in: let the next kernel launch (it may read its weights while this one
+ * waits), then meet the peers' block b. The release by the flag writer covers the block's writes before the
+ * __syncthreads (cumulativity). */
+template <int R> static __device__ __forceinline__ void ar_meet(const ar_peers &p, int b, int rank, uint32_t ep) {
+  __syncthreads();
+  pdl_trigger();
+  if (threadIdx.x < R) {
+    st_release(&p.sig[threadIdx.x]->flag[b][rank], ep);
+    while ((int)(ld_acquire(&p.sig[rank]->flag[b][threadIdx.x]) - ep) < 0) {}
+  }
+  __syncthreads();
+}
+/* float4 i of every rank's copy, summed in rank order */
+template <int R> static __device__ __forceinline__ float4 ar_sum(const ar_peers &p, size_t i) {
+  float4 s = __ldcg((const float4 *)p.data[0] + i);
+#pragma unroll
+  for (int r = 1; r < R; r++) {
+    const float4 v = __ldcg((const float4 *)p.data[r] + i);
+    s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+  }
+  return s;
+}
+
 template <int R>
 __global__ void __launch_bounds__(AR_CH) k_allreduce(float *__restrict__ x, int n4, int rank, ar_peers p) {
   __shared__ uint32_t ep;
@@ -74,22 +96,8 @@ __global__ void __launch_bounds__(AR_CH) k_allreduce(float *__restrict__ x, int 
   __syncthreads();
   const size_t half = AR_MAX_BYTES / sizeof(float4) * (ep & 1);
   if (i < n4) ((float4 *)p.data[rank])[half + i] = __ldcg((const float4 *)x + i);
-  __syncthreads();
-  pdl_trigger(); /* the next kernel may launch and read its weights while this one waits for the peers */
-  if (threadIdx.x < R) {
-    st_release(&p.sig[threadIdx.x]->flag[b][rank], ep);
-    while ((int)(ld_acquire(&p.sig[rank]->flag[b][threadIdx.x]) - ep) < 0) {
-    }
-  }
-  __syncthreads();
-  if (i >= n4) return;
-  float4 s = __ldcg((const float4 *)p.data[0] + half + i);
-#pragma unroll
-  for (int r = 1; r < R; r++) {
-    const float4 v = __ldcg((const float4 *)p.data[r] + half + i);
-    s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
-  }
-  ((float4 *)x)[i] = s;
+  ar_meet<R>(p, b, rank, ep);
+  if (i < n4) ((float4 *)x)[i] = ar_sum<R>(p, half + i);
 }
 
 /* The all-reduce of y fused with the residual add and the norm after it (one block a row of dim):
@@ -106,22 +114,10 @@ __global__ void __launch_bounds__(1024) k_allreduce_add_norm(float *y, float *x,
   const size_t half = AR_MAX_BYTES / sizeof(float4) * (ep & 1) + (size_t)b * d4;
   float4 *y4 = (float4 *)y + (size_t)b * d4, *x4 = (float4 *)x + (size_t)b * d4, *o4 = (float4 *)out + (size_t)b * d4;
   for (int j = threadIdx.x; j < d4; j += blockDim.x) ((float4 *)p.data[rank])[half + j] = __ldcg(y4 + j);
-  __syncthreads();
-  pdl_trigger();
-  if (threadIdx.x < R) {
-    st_release(&p.sig[threadIdx.x]->flag[b][rank], ep);
-    while ((int)(ld_acquire(&p.sig[rank]->flag[b][threadIdx.x]) - ep) < 0) {
-    }
-  }
-  __syncthreads();
+  ar_meet<R>(p, b, rank, ep);
   float ss = 0.f;
   for (int j = threadIdx.x; j < d4; j += blockDim.x) {
-    float4 s = __ldcg((const float4 *)p.data[0] + half + j);
-#pragma unroll
-    for (int r = 1; r < R; r++) {
-      const float4 v = __ldcg((const float4 *)p.data[r] + half + j);
-      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
-    }
+    const float4 s = ar_sum<R>(p, half + j);
     y4[j] = s;
     float4 v = __ldcg(x4 + j);
     v.x += s.x, v.y += s.y, v.z += s.z, v.w += s.w;
@@ -158,9 +154,15 @@ void cu_comm_ar_norm(cuda_be *c, float *y, float *x, float *out, const float *w,
   const ar_state *a = (const ar_state *)c->car;
   const int th = dim / 4 >= 1024 ? 1024 : (dim / 4 + 31) / 32 * 32;
   switch (a->n) {
-  case 2: cu_launch(&c->cx, k_allreduce_add_norm<2>, dim3(n), dim3(th), 0, y, x, out, w, dim, eps, off, a->rank, a->pn); break;
-  case 4: cu_launch(&c->cx, k_allreduce_add_norm<4>, dim3(n), dim3(th), 0, y, x, out, w, dim, eps, off, a->rank, a->pn); break;
-  case 8: cu_launch(&c->cx, k_allreduce_add_norm<8>, dim3(n), dim3(th), 0, y, x, out, w, dim, eps, off, a->rank, a->pn); break;
+    case 2:
+      cu_launch(&c->cx, k_allreduce_add_norm<2>, dim3(n), dim3(th), 0, y, x, out, w, dim, eps, off, a->rank, a->pn);
+      break;
+    case 4:
+      cu_launch(&c->cx, k_allreduce_add_norm<4>, dim3(n), dim3(th), 0, y, x, out, w, dim, eps, off, a->rank, a->pn);
+      break;
+    case 8:
+      cu_launch(&c->cx, k_allreduce_add_norm<8>, dim3(n), dim3(th), 0, y, x, out, w, dim, eps, off, a->rank, a->pn);
+      break;
   }
 }
 
@@ -172,9 +174,9 @@ static void ar_run(cuda_be *c, float *x, size_t n) {
   const ar_state *a = (const ar_state *)c->car;
   const int n4 = (int)(n / 4), nb = (n4 + AR_CH - 1) / AR_CH;
   switch (a->n) { /* with programmatic dependent launch (cuda_common.cuh) */
-  case 2: cu_launch(&c->cx, k_allreduce<2>, dim3(nb), dim3(AR_CH), 0, x, n4, a->rank, a->p); break;
-  case 4: cu_launch(&c->cx, k_allreduce<4>, dim3(nb), dim3(AR_CH), 0, x, n4, a->rank, a->p); break;
-  case 8: cu_launch(&c->cx, k_allreduce<8>, dim3(nb), dim3(AR_CH), 0, x, n4, a->rank, a->p); break;
+    case 2: cu_launch(&c->cx, k_allreduce<2>, dim3(nb), dim3(AR_CH), 0, x, n4, a->rank, a->p); break;
+    case 4: cu_launch(&c->cx, k_allreduce<4>, dim3(nb), dim3(AR_CH), 0, x, n4, a->rank, a->p); break;
+    case 8: cu_launch(&c->cx, k_allreduce<8>, dim3(nb), dim3(AR_CH), 0, x, n4, a->rank, a->p); break;
   }
 }
 
@@ -274,7 +276,9 @@ static void submit_cm(sm_backend *be, int type, float *dst, const float *src, si
   cu_op o;
   memset(&o, 0, sizeof o);
   o.type = type;
-  o.cm.dst = dst; o.cm.src = src; o.cm.n = n;
+  o.cm.dst = dst;
+  o.cm.src = src;
+  o.cm.n = n;
   cu_submit(CB(be), &o);
 }
 static void be_all_reduce(sm_backend *be, float *x, size_t n) { submit_cm(be, OP_ALLREDUCE, x, x, n); }
@@ -292,12 +296,12 @@ void cu_comm_exec(cuda_be *c, const cu_op *o) {
   }
   ncclResult_t r = ncclSuccess;
   switch (o->type) {
-  case OP_ALLREDUCE:
-    if (ar_fits(c, o->cm.dst, o->cm.n)) ar_run(c, o->cm.dst, o->cm.n);
-    else r = ncclAllReduce(o->cm.src, o->cm.dst, o->cm.n, ncclFloat32, ncclSum, comm, c->s);
-    break;
-  case OP_BCAST: r = ncclBroadcast(o->cm.src, o->cm.dst, o->cm.n, ncclFloat32, 0, comm, c->s); break;
-  case OP_ALLGATHER: r = ncclAllGather(o->cm.src, o->cm.dst, o->cm.n, ncclFloat32, comm, c->s); break;
+    case OP_ALLREDUCE:
+      if (ar_fits(c, o->cm.dst, o->cm.n)) ar_run(c, o->cm.dst, o->cm.n);
+      else r = ncclAllReduce(o->cm.src, o->cm.dst, o->cm.n, ncclFloat32, ncclSum, comm, c->s);
+      break;
+    case OP_BCAST: r = ncclBroadcast(o->cm.src, o->cm.dst, o->cm.n, ncclFloat32, 0, comm, c->s); break;
+    case OP_ALLGATHER: r = ncclAllGather(o->cm.src, o->cm.dst, o->cm.n, ncclFloat32, comm, c->s); break;
   }
   if (r != ncclSuccess) {
     nccl_err(r, cu_op_name(o->type));
@@ -320,9 +324,14 @@ void cu_comm_install(sm_backend *b) {
   b->all_gather = be_all_gather;
 }
 #else
-bool cu_comm_ar_norm_ok(cuda_be *, const float *, const float *, const float *, const float *, int, int) { return false; }
+bool cu_comm_ar_norm_ok(cuda_be *, const float *, const float *, const float *, const float *, int, int) {
+  return false;
+}
 void cu_comm_ar_norm(cuda_be *, float *, float *, float *, const float *, int, int, float, float) {}
-void cu_comm_exec(cuda_be *c, const cu_op *o) { (void)o; c->failed = true; }
+void cu_comm_exec(cuda_be *c, const cu_op *o) {
+  (void)o;
+  c->failed = true;
+}
 void cu_comm_destroy(cuda_be *c) { (void)c; }
 void cu_comm_install(sm_backend *b) { (void)b; }
 #endif
