@@ -205,7 +205,6 @@ smelt_status sm_tp_shard(smelt_model *m) {
   const int64_t hd = c->head_dim, nh = c->num_attention_heads, nkv = c->num_key_value_heads, F = c->intermediate_size,
                 V = c->vocab_size;
   char why[320];
-  if (m->qk_norm == SM_QK_NORM_FULL) return unsupported(m, "whole-projection q/k norm");
   /* (the weights' own quantization groups are checked below, tensor by tensor) */
   sm_config q = *c;
   q.q_bits = 0;
