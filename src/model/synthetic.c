@@ -31,6 +31,8 @@ static const sm_synth_shape g_shapes[] = {
    "{\"rope_theta\": 1000000000, \"sliding_window\": null}"},
   {"qwen2.5-7b", 3584, 28, 28, 4, 18944, 152064, false, "qwen2", 128, /* Qwen2.5-7B: 7 query heads a KV head */
    "{\"rope_theta\": 1000000}"},
+  {"qwen3-8b", 4096, 36, 32, 8, 12288, 151936, false, "qwen3", 128, /* Qwen3-8B: per-head q/k norms */
+   "{\"rope_theta\": 1000000, \"max_position_embeddings\": 40960}"},
   /* mixtures of experts: ffn is the dense intermediate size, the experts' sizes are in the extra config */
   {"qwen3-30b-a3b", 2048, 48, 32, 4, 6144, 151936, false, "qwen3_moe", 128,
    "{\"num_experts\": 128, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 768, \"norm_topk_prob\": true,"

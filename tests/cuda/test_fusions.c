@@ -161,32 +161,44 @@ int main(void) {
      NULL},
     /* qwen2: the q/k/v biases run alone (three add_rows a layer) */
     {"qwen2", 2048, 8192, 8, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp"}, "add_rows", 3, NULL},
-    /* qwen3: the per-head q/k norms are kernels of their own */
+    /* qwen3: the per-head q/k norms are one kernel of their own */
     {"qwen3",
      2048,
      8192,
-     7,
-     {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp", "rmsnorm+quant"},
+     6,
+     {"matvec group", "rmsnorm pair", "rope+kv_store+attention", "add+rmsnorm+mlp"},
      NULL,
      0,
      NULL},
     /* the 8B shape: k_mlp1 also does the add + rmsnorm after it, deferred to the q/k/v launch */
     {"llama", 4096, 14336, 4, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp+add+quant"}, NULL, 0, NULL},
-    /* gemma3_text (Gemma-3-4B's layer shape): gelu(gate) * up quantized for the down projection */
+    /* Qwen3-8B's shape: the same, and the q/k head norms' launch */
+    {"qwen3",
+     4096,
+     12288,
+     5,
+     {"matvec group", "rmsnorm pair", "rope+kv_store+attention", "add+rmsnorm+mlp+add+quant"},
+     NULL,
+     0,
+     NULL},
+    /* gemma3_text (Gemma-3-4B's layer shape): the MLP with gelu(gate) * up in k_mlp1, the q/k head norms in
+     * one launch, each output norm with the residual add and the next norm */
     {"gemma3_text",
      2560,
      10240,
-     13,
-     {"matvec group", "gelu+matvec", "add+rmsnorm"},
+     8,
+     {"matvec group", "mlp (gelu)", "rmsnorm pair", "rmsnorm+add+rmsnorm", "rope+kv_store+attention"},
      NULL,
      0,
      "{\"sliding_window\": 1024}"},
-    /* phi3 (Phi-4-mini's longrope and partial rotary): both rope_ext and the KV store in one launch */
+    /* phi3 (Phi-4-mini's longrope and partial rotary): both rope_ext and the KV store in the attention launch;
+     * its gate_up_proj's halves in k_mlp1 with the norms before and after it (the q/k/v launch, k_mvr at
+     * K = 3072, applies the deferred rms) */
     {"phi3",
      3072,
      8192,
-     9,
-     {"matvec group", "rope_ext+kv_store", "add+rmsnorm"},
+     4,
+     {"matvec group", "rope_ext+kv_store+attention", "add+rmsnorm+mlp+add+quant"},
      NULL,
      0,
      "{\"partial_rotary_factor\": 0.75, \"original_max_position_embeddings\": 4096, \"rope_scaling\": "
@@ -197,8 +209,8 @@ int main(void) {
     {"qwen3_moe",
      2048,
      6144,
-     11,
-     {"matvec group", "rope+kv_store+attention", "experts gate/up+silu", "experts down+combine"},
+     10,
+     {"matvec group", "rmsnorm pair", "rope+kv_store+attention", "experts gate/up+silu", "experts down+combine"},
      "moe_route",
      1,
      "{\"num_experts\": 16, \"num_experts_per_tok\": 4, \"moe_intermediate_size\": 768, \"norm_topk_prob\": true}"},

@@ -6,7 +6,10 @@
  *    both models, partial blocks, and the roles it takes by default;
  *  - k_mlp1 (gate/up + silu quantization + down in one persistent kernel) against the separate
  *    kernels at both models' shapes, three launches in a row, a captured graph replayed, with the add
- *    + rmsnorm before it (bitwise against k_norm_q + k_mlp1) and the deferred add + rmsnorm after it.
+ *    + rmsnorm before it (bitwise against k_norm_q + k_mlp1) and the deferred add + rmsnorm after it;
+ *  - the norm launches that do two norms' work (cu_norm_pre_q: a sandwich's output norm, the residual
+ *    add and the next norm with its int8 x; cu_norm_pair: the q and k head norms) bitwise against
+ *    cu_norm_q run twice, and cu_norm_q against a double-precision reference.
  * Exits 77 (ctest SKIP) without a usable GPU. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_mlp.cuh"
@@ -174,13 +177,15 @@ static void test_mvr(const int64_t *rows, int nw, int64_t K, int role, cudaStrea
       CHECK(e < 1e-5, "mvr weight %d %lldx%lld: %g vs k_mvq4", i, (long long)rows[i], (long long)K, e);
     }
   }
-  /* roles outside the mask, and the automatic default (lm_head only at these shapes) */
+  /* roles outside the mask, and the automatic default (lm_head; q/k/v and o of K <= mvr_kmax) */
   long c0 = g_cnt.launch[CU_K_MVR];
   cu_q4_matvec_preq(&g_cx, ws, y, nw, 1, xq, CU_Q4_DN);
   CHECK(g_cnt.launch[CU_K_MVR] == c0, "mvr used for the down role by default");
   c0 = g_cnt.launch[CU_K_MVR];
   cu_q4_matvec_preq(&g_cx, ws, y, nw, 1, xq, role);
-  CHECK(g_cnt.launch[CU_K_MVR] == c0, "mvr used by default for role %d", role);
+  const bool want = (role == CU_Q4_QKV || role == CU_Q4_O) && K <= g_tune.mvr_kmax;
+  CHECK(g_cnt.launch[CU_K_MVR] - c0 == (want ? 1 : 0), "mvr %s by default for role %d, K = %lld",
+        want ? "not used" : "used", role, (long long)K);
   for (int i = 0; i < nw; i++) CK(cudaMemset(y[i], 0xff, rows[i] * 4));
   c0 = g_cnt.launch[CU_K_MVR];
   cu_q4_matvec_preq(&g_cx, ws, y, nw, 1, xq, CU_Q4_LM); /* lm_head: k_mvr by default */
@@ -199,13 +204,14 @@ static void test_mvr(const int64_t *rows, int nw, int64_t K, int role, cudaStrea
  * k_quant_x (silu) and k_mvq4 down; several launches with different x, then one launch captured in a
  * graph and replayed (its grid barrier's counters are reused) */
 static void mlp_reference(const cu_weight *g, const cu_weight *u, const cu_weight *d, void *xq, void *hq2, float *rg,
-                          float *ru, float *ry) {
+                          float *ru, float *ry, bool gelu) {
   const cu_weight *ws[2] = { g, u };
   float *rys[2] = { rg, ru };
   cu_q4_matvec_preq(ctx_mvr(0), ws, rys, 2, 1, xq, CU_Q4_GU);
-  cu_q4_matvec(ctx_mvr(0), &d, &ry, 1, rg, ru, 1, hq2, CU_Q4_DN);
+  cu_q4_matvec(ctx_mvr(0), &d, &ry, 1, rg, ru, 1, hq2, CU_Q4_DN, 0, 0, gelu);
 }
-static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
+/* gelu: h = gelu_tanh(gate) * up (Gemma) */
+static void test_mlp(int64_t F, int64_t K, cudaStream_t s, bool gelu = false) {
   cu_weight g = make_w(F, K), u = make_w(F, K), d = make_w(K, F);
   float *dx, *gy, *uy, *y, *rg, *ru, *ry;
   void *xq, *hq, *hq2;
@@ -222,9 +228,9 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
     for (auto &v : x) v = (2.f * frnd() - 1.f) * (rep + 1);
     CK(cudaMemcpy(dx, x.data(), K * 4, cudaMemcpyHostToDevice));
     quantize_x(&g, dx, xq, rg, s);
-    mlp_reference(&g, &u, &d, xq, hq2, rg, ru, ry);
+    mlp_reference(&g, &u, &d, xq, hq2, rg, ru, ry, gelu);
     CK(cudaMemset(y, 0xff, K * 4)); CK(cudaMemset(gy, 0xff, F * 4)); CK(cudaMemset(hq, 0xff, cu_q4_scratch_bytes(1, F)));
-    CHECK(cu_mlp(&g_cx, &g, &u, &d, gy, uy, y, xq, hq), "cu_mlp launch");
+    CHECK(cu_mlp(&g_cx, &g, &u, &d, gy, uy, y, xq, hq, NULL, NULL, gelu), "cu_mlp launch");
     CK(cudaStreamSynchronize(s));
     CK(cudaGetLastError());
     const std::vector<float> rgh = get(rg, F), ruh = get(ru, F), ryh = get(ry, K);
@@ -250,7 +256,7 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
     cudaGraph_t gr;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    const bool cap = cu_mlp(&g_cx, &g, &u, &d, gy, uy, y, xq, hq);
+    const bool cap = cu_mlp(&g_cx, &g, &u, &d, gy, uy, y, xq, hq, NULL, NULL, gelu);
     CK(cudaStreamEndCapture(s, &gr));
     CHECK(cap, "cu_mlp (captured)");
     CK(cudaGraphInstantiate(&ge, gr, 0));
@@ -259,7 +265,7 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
       for (auto &v : x) v = (2.f * frnd() - 1.f) * (rep % 2 ? 3.f : 0.5f);
       CK(cudaMemcpy(dx, x.data(), K * 4, cudaMemcpyHostToDevice));
       quantize_x(&g, dx, xq, rg, s);
-      mlp_reference(&g, &u, &d, xq, hq2, rg, ru, ry);
+      mlp_reference(&g, &u, &d, xq, hq2, rg, ru, ry, gelu);
       CK(cudaMemset(y, 0xff, K * 4));
       CK(cudaGraphLaunch(ge, s));
       CK(cudaStreamSynchronize(s));
@@ -282,10 +288,10 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
     CK(cudaMemcpy(ra, ad.data(), K * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(rw, nw.data(), K * 4, cudaMemcpyHostToDevice));
     CHECK(cu_norm_q(&g_cx, NULL, rx2, ra, rw, 1, (int)K, 1e-5f, 0.f, xq), "cu_norm_q");
-    CHECK(cu_mlp(&g_cx, &g, &u, &d, rg, ru, ry, xq, hq2), "cu_mlp (reference)");
+    CHECK(cu_mlp(&g_cx, &g, &u, &d, rg, ru, ry, xq, hq2, NULL, NULL, gelu), "cu_mlp (reference)");
     const cu_mlp_norm nm = { rx, ra, rw, 0.f, 1e-5f, hout };
     CK(cudaMemset(hq, 0xff, cu_q4_scratch_bytes(1, F)));
-    CHECK(cu_mlp(&g_cx, &g, &u, &d, gy, uy, y, NULL, hq, &nm), "cu_mlp with the norm");
+    CHECK(cu_mlp(&g_cx, &g, &u, &d, gy, uy, y, NULL, hq, &nm, NULL, gelu), "cu_mlp with the norm");
     CK(cudaStreamSynchronize(s));
     CK(cudaGetLastError());
     std::vector<uint8_t> q0(cu_q4_scratch_bytes(1, F)), q1(q0.size());
@@ -303,7 +309,7 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
      * partial sums of squares), the rms applied by the next k_mvq4 (q/k/v, cu_q4_dnorm): against
      * cu_norm_q + k_mvq4 (only rounding differs: x * w vs x / rms * w quantized) */
     const bool dn_ok = cu_mlp_dnorm_ok(&g_cx, &g, &u, &d);
-    CHECK(dn_ok == (K == 4096), "mlp_dnorm_ok %lldx%lld: %d (the down items pair up in as many rounds for the 8B shape)",
+    CHECK(dn_ok == (K > 2048), "mlp_dnorm_ok %lldx%lld: %d (the down items pair up in as many rounds above K = 2048)",
           (long long)F, (long long)K, (int)dn_ok);
     if (dn_ok) {
       const int64_t qr[3] = { 2 * K, K, K };
@@ -336,7 +342,7 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
       for (int i = 0; i < 3; i++) CK(cudaMemset(qy[i], 0xff, qr[i] * 4));
       const cu_mlp_dnorm dz = { rx, rn1, 0.25f, xq2, ssp };
       const long c0 = g_cnt.launch[CU_K_MLP1_DNORM];
-      CHECK(cu_mlp(&g_cx, &g, &u, &d, gy, uy, y, NULL, hq, &nm, &dz), "cu_mlp with the deferred norm");
+      CHECK(cu_mlp(&g_cx, &g, &u, &d, gy, uy, y, NULL, hq, &nm, &dz, gelu), "cu_mlp with the deferred norm");
       CHECK(g_cnt.launch[CU_K_MLP1_DNORM] == c0 + 1, "deferred-norm launches counted");
       CHECK(cu_q4_dnorm_ok(ctx_mvr(0), qws, 3, CU_Q4_QKV), "dnorm_ok for k_mvq4 q/k/v");
       const cu_q4_dnorm dn = { ssp, (int)(K / 32), 1e-6f, (int)K };
@@ -356,6 +362,18 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
         CHECK(e < 2e-3, "mlp with the deferred norm %lldx%lld: weight %d vs cu_norm_q + k_mvq4 %g", (long long)F,
               (long long)K, i, e);
       }
+      /* k_mvr applies the deferred norm too */
+      for (int i = 0; i < 3; i++) CK(cudaMemset(qy[i], 0xff, qr[i] * 4));
+      const long m0 = g_cnt.launch[CU_K_MVR];
+      cu_q4_matvec_preq(ctx_mvr(1), qws, qy, 3, 1, xq2, CU_Q4_QKV, &dn);
+      CK(cudaStreamSynchronize(s));
+      CHECK(g_cnt.launch[CU_K_MVR] == m0 + 1, "k_mvr with the deferred norm %lldx%lld: not launched", (long long)F,
+            (long long)K);
+      for (int i = 0; i < 3; i++) {
+        const double e = rel_max(get(qy[i], qr[i]), get(qref[i], qr[i]));
+        CHECK(e < 2e-3, "k_mvr with the deferred norm %lldx%lld: weight %d vs cu_norm_q + k_mvq4 %g", (long long)F,
+              (long long)K, i, e);
+      }
       /* the next k_mvq4 launch without a deferred norm does not scale */
       cu_q4_matvec_preq(ctx_mvr(0), qws, qy, 3, 1, xq, CU_Q4_QKV);
       CK(cudaStreamSynchronize(s));
@@ -368,6 +386,72 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s) {
   cudaFree(dx); cudaFree(gy); cudaFree(uy); cudaFree(y); cudaFree(rg); cudaFree(ru); cudaFree(ry);
   cudaFree(xq); cudaFree(hq); cudaFree(hq2);
   cudaFree(g.q); cudaFree(g.sb); cudaFree(u.q); cudaFree(u.sb); cudaFree(d.q); cudaFree(d.sb);
+}
+
+/* cu_norm_pre_q and cu_norm_pair against cu_norm_q run twice (bitwise), cu_norm_q against doubles */
+static void test_norms(int rows, int dim, float off, cudaStream_t s) {
+  const size_t n = (size_t)rows * dim;
+  std::vector<float> hx(n), ha(n), hw(dim), hw2(dim);
+  for (auto &v : hx) v = 4.f * frnd() - 2.f;
+  for (auto &v : ha) v = 8.f * frnd() - 4.f;
+  for (auto &v : hw) v = frnd() - 0.5f;
+  for (auto &v : hw2) v = frnd() + 0.25f;
+  float *x, *x2, *a, *w, *w2, *t, *o1, *o2, *o3, *o4;
+  float *bufs[10];
+  for (int i = 0; i < 10; i++) CK(cudaMalloc(&bufs[i], n * 4 > (size_t)dim * 4 ? n * 4 : (size_t)dim * 4));
+  x = bufs[0]; x2 = bufs[1]; a = bufs[2]; w = bufs[3]; w2 = bufs[4]; t = bufs[5]; o1 = bufs[6]; o2 = bufs[7];
+  o3 = bufs[8]; o4 = bufs[9];
+  void *xq1, *xq2;
+  CK(cudaMalloc(&xq1, n * 2));
+  CK(cudaMalloc(&xq2, n * 2));
+  CK(cudaMemcpy(x, hx.data(), n * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(x2, hx.data(), n * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(a, ha.data(), n * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(w, hw.data(), (size_t)dim * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(w2, hw2.data(), (size_t)dim * 4, cudaMemcpyHostToDevice));
+  /* two launches: t = rmsnorm(a) * (w2 + off); x += t; o1 = rmsnorm(x) * (w + off) with its int8 x */
+  CHECK(cu_norm_q(&g_cx, t, a, NULL, w2, rows, dim, 1e-6f, off, NULL), "cu_norm_q (a)");
+  CHECK(cu_norm_q(&g_cx, o1, x, t, w, rows, dim, 1e-5f, off, dim % 32 ? NULL : xq1), "cu_norm_q (x + t)");
+  /* one */
+  CHECK(cu_norm_pre_q(&g_cx, o2, x2, a, w2, off, 1e-6f, w, rows, dim, 1e-5f, off, dim % 32 ? NULL : xq2, NULL),
+        "cu_norm_pre_q %dx%d", rows, dim);
+  CK(cudaStreamSynchronize(s));
+  CHECK(get(x, n) == get(x2, n), "cu_norm_pre_q %dx%d: the residual x + rmsnorm(a) differs", rows, dim);
+  CHECK(get(o1, n) == get(o2, n), "cu_norm_pre_q %dx%d: the norm differs", rows, dim);
+  if (dim % 32 == 0) {
+    std::vector<uint8_t> q1(n + (size_t)rows * (dim / 32) * 8), q2(q1.size());
+    CK(cudaMemcpy(q1.data(), xq1, q1.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(q2.data(), xq2, q2.size(), cudaMemcpyDeviceToHost));
+    CHECK(q1 == q2, "cu_norm_pre_q %dx%d: the int8 x differs", rows, dim);
+  }
+  /* cu_norm_q (t above) against doubles */
+  const std::vector<float> ht = get(t, n);
+  double e = 0;
+  for (int r = 0; r < rows; r++) {
+    double ss = 0;
+    for (int d = 0; d < dim; d++) ss += (double)ha[(size_t)r * dim + d] * ha[(size_t)r * dim + d];
+    const double inv = 1.0 / sqrt(ss / dim + 1e-6);
+    for (int d = 0; d < dim; d++) {
+      const double want = ha[(size_t)r * dim + d] * inv * ((double)hw2[d] + off);
+      e = fmax(e, fabs(want - ht[(size_t)r * dim + d]) / (fabs(want) + 1e-3));
+    }
+  }
+  CHECK(e < 1e-5, "cu_norm_q %dx%d against doubles: relative error %g", rows, dim, e);
+  /* the pair (in place, as the head norms run), rows and rows / 2 + 1, against two cu_norm_q */
+  const int r2 = rows / 2 + 1;
+  CK(cudaMemcpy(o3, ha.data(), n * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(o4, hx.data(), (size_t)r2 * dim * 4, cudaMemcpyHostToDevice));
+  CHECK(cu_norm_pair(&g_cx, o3, o3, w, rows, o4, o4, w2, r2, dim, 1e-6f, off), "cu_norm_pair %dx%d", rows, dim);
+  CK(cudaMemcpy(o1, ha.data(), n * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(o2, hx.data(), (size_t)r2 * dim * 4, cudaMemcpyHostToDevice));
+  CHECK(cu_norm_q(&g_cx, o1, o1, NULL, w, rows, dim, 1e-6f, off, NULL), "cu_norm_q (pair 1)");
+  CHECK(cu_norm_q(&g_cx, o2, o2, NULL, w2, r2, dim, 1e-6f, off, NULL), "cu_norm_q (pair 2)");
+  CK(cudaStreamSynchronize(s));
+  CHECK(get(o3, n) == get(o1, n), "cu_norm_pair %dx%d: the first norm differs", rows, dim);
+  CHECK(get(o4, (size_t)r2 * dim) == get(o2, (size_t)r2 * dim), "cu_norm_pair %dx%d: the second norm differs", rows, dim);
+  for (int i = 0; i < 10; i++) CK(cudaFree(bufs[i]));
+  CK(cudaFree(xq1));
+  CK(cudaFree(xq2));
 }
 
 int main() {
@@ -388,6 +472,10 @@ int main() {
   g_cx.n_sm = nsm;
   g_cx.arch = major * 10 + minor;
   g_cx.cnt = &g_cnt;
+  test_norms(3, 2560, 1.f, s);  /* Gemma-3-4B's hidden size, (1 + w) */
+  test_norms(2, 8192, 0.f, s);  /* two float4 a thread */
+  test_norms(12, 256, 1.f, s);  /* head norms */
+  test_norms(5, 100, 0.f, s);   /* dim not a multiple of 32: no int8 x */
   test_guq(14336, 4096, s, false); /* Llama-3.1-8B: k_mvr takes gate/up */
   test_guq(13824, 5120, s, true);  /* a 14B shape: k_mvr cannot (K = 5120) */
   test_guq(8192, 2048, s, false);  /* Llama-3.2-1B: gate weights below 32 Mi elements */
@@ -409,6 +497,10 @@ int main() {
   if (major >= 9) { /* k_mlp1: sm_90 */
     test_mlp(14336, 4096, s); /* Llama-3.1-8B */
     test_mlp(8192, 2048, s);  /* Llama-3.2-1B */
+    test_mlp(8192, 3072, s);  /* Llama-3.2-3B, Phi-4-mini */
+    test_mlp(12288, 4096, s); /* Qwen3-8B */
+    test_mlp(10240, 2560, s, true); /* Gemma-3-4B: gelu, K not a multiple of 1024 */
+    test_mlp(15360, 3840, s, true); /* Gemma-3-12B */
   }
   printf("%d checks, %d failed\n", checks, fails);
   return fails ? 1 : 0;

@@ -40,6 +40,11 @@ static __device__ __forceinline__ float dot4(float4 a, float4 b, float s) {
 struct at_rope {
   const float *k, *v, *invq, *invk;
   int halfq, halfk;
+  /* position-dependent frequencies (rope_ext: longrope's short / long factors, dynamic NTK): the token at
+   * position p takes row p < pos0 ? 0 : min(p - pos0 + 1, n_rows - 1) of invq / invk (rows of halfq /
+   * halfk); the rotated dims are then multiplied by msq / msk (1 for plain RoPE) */
+  int n_rows, pos0;
+  float msq, msk;
   const char *pf[2]; /* weights of a later kernel to prefetch into L2 once K/V are consumed (may be NULL) */
   long long pfn[2];  /* bytes (multiples of 16) */
 };
@@ -181,6 +186,8 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
   const int a0 = lo + z * per, a1 = min(p + 1, a0 + per);
   const float *qg = q + ((int64_t)t * n_heads + (int64_t)h0) * hd;
   const bool fused = rp.k != NULL;
+  const int rrow = rp.n_rows > 1 ? (p < rp.pos0 ? 0 : min(p - rp.pos0 + 1, rp.n_rows - 1)) : 0;
+  const float *invq = rp.invq + (int64_t)rrow * rp.halfq, *invk = rp.invk + (int64_t)rrow * rp.halfk;
   float *Kp = Ml + 2 * NW * G, *Vp = Kp + hd; /* the new position's k (rotated) and v */
   TRA_BEGIN
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -274,7 +281,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
 #pragma unroll
     for (int u = 0; u < 2; u++) {
       const int d = tid + NW * 32 * u;
-      if (fused && d < 2 * rp.halfk) sincosf((float)p * rp.invk[d < rp.halfk ? d : d - rp.halfk], &hs[u], &hc[u]);
+      if (fused && d < 2 * rp.halfk) sincosf((float)p * invk[d < rp.halfk ? d : d - rp.halfk], &hs[u], &hc[u]);
     }
   }
   load_batch(0);
@@ -325,9 +332,9 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       qpo[u] = 0;
       if (i < G * hd && d < 2 * rp.halfq) {
         float sn, cs;
-        sincosf((float)p * rp.invq[d < rp.halfq ? d : d - rp.halfq], &sn, &cs);
-        qa[u] = cs * scale;
-        qb[u] = (d < rp.halfq ? -sn : sn) * scale;
+        sincosf((float)p * invq[d < rp.halfq ? d : d - rp.halfq], &sn, &cs);
+        qa[u] = cs * scale * rp.msq;
+        qb[u] = (d < rp.halfq ? -sn : sn) * scale * rp.msq;
         qpo[u] = d < rp.halfq ? rp.halfq : -rp.halfq;
       }
     }
@@ -385,9 +392,9 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       if (d < 2 * rp.halfq) {
         const int j = d < rp.halfq ? d : d - rp.halfq;
         float sn, cs;
-        sincosf((float)p * rp.invq[j], &sn, &cs);
+        sincosf((float)p * invq[j], &sn, &cs);
         const float x0 = __ldca(qg + i - d + j), x1 = __ldca(qg + i - d + j + rp.halfq);
-        v = d < rp.halfq ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
+        v = (d < rp.halfq ? x0 * cs - x1 * sn : x0 * sn + x1 * cs) * rp.msq;
       }
       Qs[i] = v * scale;
     }
@@ -400,7 +407,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       float v = hk[u];
       if (fused && d < 2 * rp.halfk) {
         const float sn = hs[u], cs = hc[u];
-        v = d < rp.halfk ? hk0[u] * cs - hk1[u] * sn : hk0[u] * sn + hk1[u] * cs;
+        v = (d < rp.halfk ? hk0[u] * cs - hk1[u] * sn : hk0[u] * sn + hk1[u] * cs) * rp.msk;
       }
       Kp[d] = kv_round<KT>(v); /* as the cache holds it */
       Vp[d] = kv_round<KT>(hv[u]);
@@ -419,9 +426,9 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       if (fused && d < 2 * rp.halfk) {
         const int j = d < rp.halfk ? d : d - rp.halfk;
         float sn, cs;
-        sincosf((float)p * rp.invk[j], &sn, &cs);
+        sincosf((float)p * invk[j], &sn, &cs);
         const float x0 = at_new(fused, kt, kc, j), x1 = at_new(fused, kt, kc, j + rp.halfk);
-        v = d < rp.halfk ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
+        v = (d < rp.halfk ? x0 * cs - x1 * sn : x0 * sn + x1 * cs) * rp.msk;
       }
       Kp[d] = kv_round<KT>(v);
       const float vv = at_new(fused, vt, vc, d);
@@ -1029,7 +1036,9 @@ void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
   dim3 grid((unsigned)x->n_tokens, (unsigned)nkv, (unsigned)S);
   uint8_t *xq = (uint8_t *)x->xq;
   float2 *xs = xq ? (float2 *)(xq + (size_t)x->n_tokens * x->n_heads * hd) : NULL;
-  at_rope rp = { x->kraw, x->vraw, x->invq, x->invk, x->halfq, x->halfk, { NULL, NULL }, { 0, 0 } };
+  at_rope rp = { x->kraw, x->vraw, x->invq, x->invk, x->halfq, x->halfk, x->rope_rows > 1 ? x->rope_rows : 1,
+                 x->rope_pos0, x->rope_rows > 0 ? x->msq : 1.f, x->rope_rows > 0 ? x->msk : 1.f,
+                 { NULL, NULL }, { 0, 0 } };
   for (int i = 0; i < 2; i++)
     if (x->pf[i] && x->pfn[i] >= 16) {
       rp.pf[i] = (const char *)x->pf[i];

@@ -16,6 +16,10 @@ struct cu_attn_args {
    * with invq / halfq, invk / halfk) and the new k, v are written into K, V here */
   const float *kraw, *vraw, *invq, *invk;
   int halfq, halfk;
+  /* rope_ext fused in (rope_rows >= 1; 0: plain RoPE): rows of invq / invk by position (sm_rope_ext's
+   * n_rows / pos0) and the rotated dims' multipliers msq / msk */
+  int rope_rows, rope_pos0;
+  float msq, msk;
   void *K, *V; /* the cache: elements of dt */
   sm_dtype dt;
   const int32_t *pos, *seq, *table;

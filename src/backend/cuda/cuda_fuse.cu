@@ -184,6 +184,45 @@ static int r_norm(fx *f, int i) {
   return 1;
 }
 
+/* rmsnorm(a) into t, x += t, rmsnorm(x): a sandwich norm's output norm (Gemma's post-attention and
+ * post-feedforward norms), the residual add and the next norm in one k_norm_q (t is not written: its
+ * only reader is the add) */
+static bool m_norm_add_norm(const fx *f, int i) {
+  const cu_op *o = &f->ops[i], *ad = &f->ops[i + 1], *p = &f->ops[i + 2];
+  const void *t = o->norm.out;
+  return ad->ew.a == t && ad->ew.y != t && ad->ew.y != o->norm.x && (size_t)o->norm.n * (size_t)o->norm.dim == ad->ew.n &&
+         p->norm.x == ad->ew.y && p->norm.n == o->norm.n && p->norm.dim == o->norm.dim && p->norm.out != ad->ew.y &&
+         p->norm.out != o->norm.x && dead_after(f, i + 1, t);
+}
+static int r_norm_add_norm(fx *f, int i) {
+  const cu_op *o = &f->ops[i], *ad = &f->ops[i + 1], *p = &f->ops[i + 2];
+  const bool q = norm_feeds_q4(f, i + 2);
+  const float *src = f->redir_x == ad->ew.y ? f->redir_src : NULL;
+  float *out = q && norm_out_dead(f, i + 2, p->norm.out) ? NULL : p->norm.out;
+  if (!cu_norm_pre_q(f->cx, out, ad->ew.y, o->norm.x, o->norm.w, o->norm.off, o->norm.eps, p->norm.w, p->norm.n,
+                     p->norm.dim, p->norm.eps, p->norm.off, q ? f->c->xq : NULL, src))
+    return 0;
+  f->redir_x = NULL;
+  if (q) { f->out.preq = p->norm.out; f->out.preq_n = p->norm.n; }
+  return 3;
+}
+
+/* two rmsnorms of the same shape, the second neither reading nor overwriting what the first reads or
+ * writes (the per-head q and k norms), neither feeding a 4-bit matvec: one launch */
+static bool m_norm_pair(const fx *f, int i) {
+  const cu_op *o = &f->ops[i], *p = &f->ops[i + 1];
+  return p->norm.dim == o->norm.dim && p->norm.eps == o->norm.eps && p->norm.off == o->norm.off &&
+         p->norm.x != o->norm.out && p->norm.out != o->norm.x && p->norm.out != o->norm.out &&
+         !norm_feeds_q4(f, i) && !norm_feeds_q4(f, i + 1);
+}
+static int r_norm_pair(fx *f, int i) {
+  const cu_op *o = &f->ops[i], *p = &f->ops[i + 1];
+  return cu_norm_pair(f->cx, o->norm.out, (float *)o->norm.x, o->norm.w, o->norm.n, p->norm.out, (float *)p->norm.x,
+                      p->norm.w, p->norm.n, o->norm.dim, o->norm.eps, o->norm.off)
+             ? 2
+             : 0;
+}
+
 /* silu(gate) * up whose only reader is the next one-token matmul: computed in that matmul's x load
  * (or quantized for it, CW_Q4) */
 static bool m_silu_mv(const fx *f, int i) {
@@ -245,19 +284,12 @@ static bool m_rope_attn(const fx *f, int i) {
          rk->rope.x != kv->kv.v && at->at.out != o->rope.x && at->at.out != rk->rope.x && at->at.out != kv->kv.v &&
          dead_after(f, i + 3, o->rope.x) && dead_after(f, i + 3, rk->rope.x);
 }
-static int r_rope_attn(fx *f, int i) {
-  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2], *at = &f->ops[i + 3];
+/* the fused attention launch of rope(+ext)+kv_store+attention at ops i .. i + 3 (a: the rope fields set) */
+static int rope_attn_go(fx *f, int i, cu_attn_args *a) {
   const cu_tune *t = f->cx->t;
-  cu_attn_args a;
-  attn_args(f, at, &a);
+  const cu_op *at = &f->ops[i + 3];
   const bool xq = attn_feeds_q4(f, at, op(f, i + 4));
-  a.xq = xq ? f->c->xq : NULL;
-  a.kraw = rk->rope.x;
-  a.vraw = kv->kv.v;
-  a.invq = o->rope.inv;
-  a.invk = rk->rope.inv;
-  a.halfq = o->rope.rot / 2;
-  a.halfk = rk->rope.rot / 2;
+  a->xq = xq ? f->c->xq : NULL;
   /* L2 prefetch of the first bytes of the gate weight (after the o projection) while the memory is
    * otherwise idle: measured to pay on the 8B shape (2.42 vs 2.45 ms a step), not on the 1B one */
   for (int j = i + 4; t->pf_kb && j < f->n && j < i + 12; j++) {
@@ -270,16 +302,58 @@ static int r_rope_attn(fx *f, int i) {
     const size_t sbb = dn ? 0 : (size_t)gw->rows * (size_t)(gw->cols / gw->gs) * 4;
     const size_t pfb = (size_t)t->pf_kb << 10, want = pfb < qb / 2 ? pfb : qb / 2;
     if (qb >= (size_t)t->pf_min_kb << 10) {
-      a.pf[0] = gw->q;
-      a.pfn[0] = want;
-      a.pf[1] = gw->sb;
-      a.pfn[1] = (size_t)((double)sbb * want / qb);
+      a->pf[0] = gw->q;
+      a->pfn[0] = want;
+      a->pf[1] = gw->sb;
+      a->pfn[1] = (size_t)((double)sbb * want / qb);
     }
     break;
   }
-  cu_attn_decode(f->cx, &a);
+  cu_attn_decode(f->cx, a);
   if (xq) { f->out.preq = at->at.out; f->out.preq_n = f->ops[i + 4].mm.n; }
   return 4;
+}
+static int r_rope_attn(fx *f, int i) {
+  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2], *at = &f->ops[i + 3];
+  cu_attn_args a;
+  attn_args(f, at, &a);
+  a.kraw = rk->rope.x;
+  a.vraw = kv->kv.v;
+  a.invq = o->rope.inv;
+  a.invk = rk->rope.inv;
+  a.halfq = o->rope.rot / 2;
+  a.halfk = rk->rope.rot / 2;
+  return rope_attn_go(f, i, &a);
+}
+
+/* the same for two rope_ext of the same position rows, without the Llama-4 query scaling (Phi-3/4's
+ * longrope and partial rotary) */
+static bool m_ropex_attn(const fx *f, int i) {
+  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2], *at = &f->ops[i + 3];
+  const int hd = at->at.hd;
+  return at->at.splits > 0 && kv->kv.k == rk->rx.x && at->at.q == o->rx.x && at->at.K == kv->kv.K &&
+         at->at.V == kv->kv.V && o->rx.hd == hd && kv->kv.bs == at->at.bs && kv->kv.nblocks == at->at.nblocks &&
+         rk->rx.hd == hd && o->rx.nh == at->at.nh && rk->rx.nh == at->at.nkv && rk->rx.nh * rk->rx.hd == kv->kv.row &&
+         o->rx.x != rk->rx.x && o->rx.x != kv->kv.v && rk->rx.x != kv->kv.v && at->at.out != o->rx.x &&
+         at->at.out != rk->rx.x && at->at.out != kv->kv.v && o->rx.beta <= 0.f && rk->rx.beta <= 0.f &&
+         o->rx.n_rows == rk->rx.n_rows && o->rx.pos0 == rk->rx.pos0 && o->rx.n_rows >= 1 &&
+         dead_after(f, i + 3, o->rx.x) && dead_after(f, i + 3, rk->rx.x);
+}
+static int r_ropex_attn(fx *f, int i) {
+  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2], *at = &f->ops[i + 3];
+  cu_attn_args a;
+  attn_args(f, at, &a);
+  a.kraw = rk->rx.x;
+  a.vraw = kv->kv.v;
+  a.invq = o->rx.inv;
+  a.invk = rk->rx.inv;
+  a.halfq = o->rx.rot / 2;
+  a.halfk = rk->rx.rot / 2;
+  a.rope_rows = o->rx.n_rows;
+  a.rope_pos0 = o->rx.pos0;
+  a.msq = o->rx.mscale;
+  a.msk = rk->rx.mscale;
+  return rope_attn_go(f, i, &a);
 }
 
 /* rope(q), rope(k), kv_store(k, v) in one kernel */
@@ -339,7 +413,10 @@ static bool m_mlp(const fx *f, int i) {
 static int r_mlp(fx *f, int i) {
   const cu_op *g = &f->ops[i], *u = &f->ops[i + 1], *dn = &f->ops[i + 3];
   if (!cu_mlp_claim(f->cx)) return 0;
-  return cu_mlp(f->cx, g->mm.cw, u->mm.cw, dn->mm.cw, g->mm.y, u->mm.y, dn->mm.y, f->c->xq, f->c->xq2) ? 4 : 0;
+  return cu_mlp(f->cx, g->mm.cw, u->mm.cw, dn->mm.cw, g->mm.y, u->mm.y, dn->mm.y, f->c->xq, f->c->xq2, NULL, NULL,
+                f->ops[i + 2].type == OP_GELU)
+             ? 4
+             : 0;
 }
 /* gate/up with silu(gate) * up quantized in one kernel (k_gu_q4), then down */
 static bool m_guq(const fx *f, int i) {
@@ -544,14 +621,19 @@ typedef struct {
   int (*run)(fx *f, int i); /* ops consumed, 0: declined */
 } cu_fusion;
 static const cu_fusion k_fusions[] = {
+  { "rmsnorm+add+rmsnorm", { P(OP_RMSNORM), P(OP_ADD), P(OP_RMSNORM) }, m_norm_add_norm, r_norm_add_norm },
+  { "rmsnorm pair", { P(OP_RMSNORM), P(OP_RMSNORM) }, m_norm_pair, r_norm_pair },
   { "rmsnorm+quant", { P(OP_RMSNORM) }, m_norm, r_norm },
   { "silu+matvec", { P(OP_SILU), P(OP_MATMUL) }, m_silu_mv, r_silu_mv },
   { "gelu+matvec", { P(OP_GELU), P(OP_MATMUL) }, m_silu_mv, r_silu_mv },
   { "attention+quant", { P(OP_ATTN), P(OP_MATMUL) }, m_attn_q, r_attn_q },
   { "rope+kv_store+attention", { P(OP_ROPE), P(OP_ROPE), P(OP_KVSTORE), P(OP_ATTN) }, m_rope_attn, r_rope_attn },
+  { "rope_ext+kv_store+attention", { P(OP_ROPEX), P(OP_ROPEX), P(OP_KVSTORE), P(OP_ATTN) }, m_ropex_attn,
+    r_ropex_attn },
   { "rope+kv_store", { P(OP_ROPE), P(OP_ROPE), P(OP_KVSTORE) }, m_rope_kv, r_rope_kv },
   { "rope_ext+kv_store", { P(OP_ROPEX), P(OP_ROPEX), P(OP_KVSTORE) }, m_ropex_kv, r_ropex_kv },
   { "mlp", { MLP_PAT }, m_mlp, r_mlp },
+  { "mlp (gelu)", { PM(SM_MM_GATE), PM(SM_MM_UP), P(OP_GELU), PM(SM_MM_DOWN) }, m_mlp, r_mlp },
   { "gate/up+silu quant", { MLP_PAT }, m_guq, r_guq },
   { "matvec group", { P(OP_MATMUL) }, m_mm_group, r_mm_group },
   { "add+rmsnorm+mlp+add+quant",

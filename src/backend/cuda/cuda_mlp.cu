@@ -1,6 +1,7 @@
 /* The one-token MLP of 4-bit models in one persistent kernel (k_mlp1): the residual add and rmsnorm
  * before it, gate and up, silu(gate) * up quantized, a grid barrier, down, and (deferred) the add and
- * rmsnorm after it. Shapes of Llama-3.2-1B and Llama-3.1-8B (K = 1024 VG, F = 1024 VD). */
+ * rmsnorm after it; silu(gate) * up, or gelu_tanh(gate) * up (Gemma). Shapes of Llama-3.2-1B,
+ * Llama-3.2-3B / Phi-4-mini, Qwen3-8B, Llama-3.1-8B, Gemma-3-4B and Gemma-3-12B (K <= 1024 VG, F = 1024 VD). */
 #include <mutex>
 #include <stdio.h>
 #include <string.h>
@@ -29,7 +30,8 @@ void cu_mlp_set_trace(unsigned long long *buf) {
  * pair per launch, zero, left zero), request their first down rows, wait at the barrier (split so
  * that the arrival's fences do not wait for those loads), stage h in shared memory and take
  * 16-row items of the down projection (a warp a row, pipelined the same way). One launch instead
- * of gate/up, the quantization of h and down. Needs K = 1024 VG, F = 1024 VD, 16-bit scales. */
+ * of gate/up, the quantization of h and down. Needs K a multiple of 32 with K / 32 <= 32 VG (a lane's
+ * vectors past K / 32 are zero), F = 1024 VD, 16-bit scales. */
 #ifdef SMELT_CUDA_TRACE
 /* MLP launches: [64] block arrivals (launch = arrivals / grid), [65] the launch traced, [66 + 2k] /
  * [67 + 2k] first / last block at event k (TRM(k)) */
@@ -68,7 +70,8 @@ struct mlp_args {
   uint8_t *dq8;
   float2 *dxs;
   float *dssp;
-  int ef; /* tuning wef & 3: 1 the weights, 2 their scales read with the L2 evict-first policy */
+  int ef;   /* tuning wef & 3: 1 the weights, 2 their scales read with the L2 evict-first policy */
+  int gelu; /* h = gelu_tanh(gate) * up (else silu) */
 };
 template <int VG, int VD, bool NORM>
 __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *__restrict__ xq,
@@ -77,7 +80,7 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
   __shared__ float2 xd[32 * (VD > VG ? VD : VG)];
   __shared__ float hsm[2][64];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, half = warp >> 3, wr = warp & 7;
-  const int V = 32 * VG, VF = 32 * VD, lg = m.lg, sbk = m.sbk;
+  const int V = m.K >> 5, VF = 32 * VD, lg = m.lg, sbk = m.sbk;
   const int G = V >> lg, GF = VF >> lg, nch = m.F >> 5, ndn = m.K >> 4;
   const uint4 *__restrict__ wq = half ? m.uq : m.gq;
   const uint32_t *__restrict__ wsb = half ? m.usb : m.gsb;
@@ -99,13 +102,14 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
     for (int r = 0; r < 4; r++) {
       const int64_t row = (int64_t)c * 32 + wr * 4 + r;
 #pragma unroll
-      for (int k = 0; k < VG; k++) w[r][k] = MLP_LDW(wq + row * V + lane + 32 * k);
+      for (int k = 0; k < VG; k++)
+        w[r][k] = lane + 32 * k < V ? MLP_LDW(wq + row * V + lane + 32 * k) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int r = 0; r < 4; r++) {
       const int64_t row = (int64_t)c * 32 + wr * 4 + r;
 #pragma unroll
-      for (int k = 0; k < VG; k++) p[r][k] = MLP_LDS(wsb + row * G + ((lane + 32 * k) >> lg));
+      for (int k = 0; k < VG; k++) p[r][k] = lane + 32 * k < V ? MLP_LDS(wsb + row * G + ((lane + 32 * k) >> lg)) : 0u;
     }
   }
   /* NORM: the norm weight does not depend on the previous kernel: read before the wait */
@@ -129,6 +133,11 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
   } else {
     mlp_norm_q(m.nx, m.na, gw, m.off, m.eps, m.hout, dim4, xa, xb, xd, &hsm[0][0]); /* hsm is free until the first chunk */
   }
+  for (int v = V + threadIdx.x; v < 32 * VG; v += 512) { /* the vectors past K / 32: zero (their weights are zero) */
+    xa[v] = make_uint4(0, 0, 0, 0);
+    xb[v] = make_uint4(0, 0, 0, 0);
+    xd[v] = make_float2(0.f, 0.f);
+  }
   __syncthreads();
   if (threadIdx.x == 0) TRM(2);
   for (int it = 0; c < nch; c += gridDim.x, it++) {
@@ -143,7 +152,7 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
       for (int r = 0; r < 4; r++) {
         const float2 pp = sb_pair(p[r][k], sbk);
         acc[r] = fmaf(pp.x, (float)dot_q4(w[r][k], x0, x1) * d2.x, fmaf(pp.y, d2.y, acc[r]));
-        if (cn < nch) { /* the next chunk's vector into the consumed registers */
+        if (cn < nch && v < V) { /* the next chunk's vector into the consumed registers */
           const int64_t row = (int64_t)cn * 32 + wr * 4 + r;
           w[r][k] = MLP_LDW(wq + row * V + v);
           p[r][k] = MLP_LDS(wsb + row * G + (v >> lg));
@@ -160,7 +169,7 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
     }
     __syncthreads(); /* hsm[it & 1] is complete; hsm[(it + 1) & 1] was read by warp 0 before this */
     if (warp == 0) { /* the chunk's quantization, as k_quant_x */
-      const float g = hsm[it & 1][lane], hv = cu_silu(g) * hsm[it & 1][32 + lane];
+      const float g = hsm[it & 1][lane], hv = (m.gelu ? cu_gelu_tanh(g) : cu_silu(g)) * hsm[it & 1][32 + lane];
       float am = fabsf(hv), sum = hv;
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
@@ -265,14 +274,26 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
 #undef MLP_LDW
 #undef MLP_LDS
 
-/* shapes k_mlp1 has a variant for (gate/up K x F, down F x K) */
-static bool mlp_shape(const cu_weight *g, const cu_weight *u, const cu_weight *d) {
+/* the shapes k_mlp1 has a variant for (gate/up K x F, down F x K), as VG * 100 + VD
+ * (K <= 1024 VG, F = 1024 VD), 0 for none */
+static int mlp_shape(const cu_weight *g, const cu_weight *u, const cu_weight *d) {
   if (g->kind != CW_Q4 || u->kind != CW_Q4 || d->kind != CW_Q4 || g->sbk == SBK_F32 || u->sbk != g->sbk ||
       d->sbk != g->sbk || u->gs != g->gs || d->gs != g->gs || g->rows != u->rows || g->cols != u->cols ||
       d->cols != g->rows || d->rows != g->cols || (g->gs != 32 && g->gs != 64 && g->gs != 128))
-    return false;
+    return 0;
   const int64_t K = g->cols, F = g->rows;
-  return (K == 4096 && F == 14336) || (K == 2048 && F == 8192);
+  if (K % 32 || F % 1024 || K > 4096) return 0;
+  const int code = (int)((K / 32 + 31) / 32) * 100 + (int)(F / 1024);
+  switch (code) {
+  case 208: /* Llama-3.2-1B */
+  case 308: /* Llama-3.2-3B, Phi-4-mini */
+  case 310: /* Gemma-3-4B */
+  case 412: /* Qwen3-8B */
+  case 414: /* Llama-3.1-8B, Mistral-7B, Gemma-2-9B */
+  case 415: /* Gemma-3-12B */
+    return code;
+  default: return 0;
+  }
 }
 /* the grid: as many blocks as fit at once on the device (every block must be resident for the grid
  * barrier), the same for the variants of a shape */
@@ -299,7 +320,11 @@ static std::mutex s_init_mu;
 void cu_mlp_init(int dev) {
   std::lock_guard<std::mutex> lk(s_init_mu);
   mlp_grid<4, 14>(); /* occupancy queries outside any stream capture */
+  mlp_grid<4, 12>();
+  mlp_grid<3, 8>();
   mlp_grid<2, 8>();
+  mlp_grid<3, 10>();
+  mlp_grid<4, 15>();
   if (dev < 0 || dev >= 16 || s_bar[dev]) return;
   if (cudaMalloc(&s_bar[dev], MLP_BAR_PAIRS * 2 * sizeof(unsigned)) != cudaSuccess) { s_bar[dev] = NULL; return; }
   cudaMemset(s_bar[dev], 0, MLP_BAR_PAIRS * 2 * sizeof(unsigned));
@@ -327,26 +352,37 @@ void cu_mlp_release(cudaStream_t s) {
     if (s_mlp_owned[d] && s_mlp_owner[d] == s) s_mlp_owned[d] = false;
 }
 
+/* the grid of a shape's variant (mlp_shape), 0 for none */
+static int mlp_grid_of(int shape) {
+  switch (shape) {
+  case 414: return mlp_grid<4, 14>();
+  case 412: return mlp_grid<4, 12>();
+  case 308: return mlp_grid<3, 8>();
+  case 208: return mlp_grid<2, 8>();
+  case 310: return mlp_grid<3, 10>();
+  case 415: return mlp_grid<4, 15>();
+  default: return 0;
+  }
+}
 bool cu_mlp_ok(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, const cu_weight *d, int n) {
   if (n != 1 || cx->arch < 90 || !mlp_shape(g, u, d)) return false;
   if (cx->dev < 0 || cx->dev >= 16 || !s_bar[cx->dev]) return false; /* cu_mlp_init */
-  return (g->cols == 4096 ? mlp_grid<4, 14>() : mlp_grid<2, 8>()) > 0;
+  return mlp_grid_of(mlp_shape(g, u, d)) > 0;
 }
 bool cu_mlp_dnorm_ok(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, const cu_weight *d) {
   if (!cu_mlp_ok(cx, g, u, d, 1)) return false;
-  const int grid = g->cols == 4096 ? mlp_grid<4, 14>() : mlp_grid<2, 8>();
+  const int grid = mlp_grid_of(mlp_shape(g, u, d));
   const int ndn = (int)(g->cols / 16);
   /* the pairs of down items take no more rounds of the grid than single items */
   return grid > 0 && ndn % 2 == 0 && 2 * ((ndn / 2 + grid - 1) / grid) == (ndn + grid - 1) / grid;
 }
 bool cu_mlp(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, const cu_weight *d, float *gy, float *uy,
-            float *y, const void *xqv, void *hqv, const cu_mlp_norm *norm, const cu_mlp_dnorm *dnm) {
+            float *y, const void *xqv, void *hqv, const cu_mlp_norm *norm, const cu_mlp_dnorm *dnm, bool gelu) {
   if (!cu_mlp_ok(cx, g, u, d, 1)) return false;
   if (dnm && (!norm || !norm->hout || !cu_mlp_dnorm_ok(cx, g, u, d))) return false;
   if (norm && (((uintptr_t)norm->x | (uintptr_t)norm->a | (uintptr_t)norm->w | (uintptr_t)norm->hout) & 15)) return false;
   const int dev = cx->dev;
-  const bool big = g->cols == 4096;
-  const int grid = big ? mlp_grid<4, 14>() : mlp_grid<2, 8>();
+  const int shape = mlp_shape(g, u, d), grid = mlp_grid_of(shape);
   mlp_args m;
   memset(&m, 0, sizeof m);
   m.gq = (const uint4 *)g->q; m.uq = (const uint4 *)u->q; m.dq = (const uint4 *)d->q;
@@ -362,6 +398,7 @@ bool cu_mlp(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, const cu_w
     m.bar = s_bar[dev] + 2 * (s_bar_next[dev]++ % MLP_BAR_PAIRS);
   }
   m.ef = cx->t->wef & 3;
+  m.gelu = gelu ? 1 : 0;
   m.nx = norm ? norm->x : NULL; m.na = norm ? norm->a : NULL; m.nw = norm ? norm->w : NULL;
   m.off = norm ? norm->off : 0.f; m.eps = norm ? norm->eps : 0.f; m.hout = norm ? norm->hout : NULL;
   m.dx = dnm ? dnm->xres : NULL;
@@ -377,8 +414,14 @@ bool cu_mlp(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, const cu_w
     if (norm) cu_launch(cx, k_mlp1<VG_, VD_, true>, dim3(grid), dim3(512), 0, m, xq, xs);          \
     else cu_launch(cx, k_mlp1<VG_, VD_, false>, dim3(grid), dim3(512), 0, m, xq, xs);              \
   } while (0)
-  if (big) MLP_GO(4, 14);
-  else MLP_GO(2, 8);
+  switch (shape) {
+  case 414: MLP_GO(4, 14); break;
+  case 412: MLP_GO(4, 12); break;
+  case 308: MLP_GO(3, 8); break;
+  case 310: MLP_GO(3, 10); break;
+  case 415: MLP_GO(4, 15); break;
+  default: MLP_GO(2, 8); break;
+  }
 #undef MLP_GO
   cu_count(cx, dnm ? CU_K_MLP1_DNORM : CU_K_MLP1);
   return true;

@@ -23,16 +23,17 @@ struct cu_mlp_dnorm {
 
 void cu_mlp_init(int dev); /* per-device state (backend creation, on dev) */
 void cu_mlp_set_trace(unsigned long long *buf);
-/* whether cu_mlp runs for these weights (n = 1, sm_90, the 1B and 8B shapes) */
+/* whether cu_mlp runs for these weights (n = 1, sm_90, the shapes of cuda_mlp.cu) */
 bool cu_mlp_ok(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, const cu_weight *d, int n);
 bool cu_mlp_dnorm_ok(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, const cu_weight *d);
-/* gate/up of x (quantized in xq, or from norm), h = silu(gate) * up quantized into hq
+/* gate/up of x (quantized in xq, or from norm), h = silu(gate) * up (gelu: gelu_tanh(gate) * up) quantized into hq
  * (cu_q4_scratch_bytes(1, gate rows)), y = down(h); gy / uy receive gate and up. false (nothing
  * launched) when no variant fits. Its grid barrier needs every block resident at once: one stream
  * of such launches per device (cu_mlp_claim; two concurrent ones could wait for each other).
  * Buffers x, a, hout, y, gy, uy, xres distinct (xres may be x), 16-byte aligned. */
 bool cu_mlp(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, const cu_weight *d, float *gy, float *uy,
-            float *y, const void *xq, void *hq, const cu_mlp_norm *norm = NULL, const cu_mlp_dnorm *dn = NULL);
+            float *y, const void *xq, void *hq, const cu_mlp_norm *norm = NULL, const cu_mlp_dnorm *dn = NULL,
+            bool gelu = false);
 /* whether the stream of cx may launch k_mlp1 on its device (the first stream that asks, until
  * cu_mlp_release) */
 bool cu_mlp_claim(const cu_ctx *cx);

@@ -275,7 +275,8 @@ __global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4
  * each row (and their scale/bias words): every weight load of the block is issued before the
  * wait, so a matvec queued behind a latency-bound kernel (decode attention, a norm) has its whole
  * weight slice in flight while that kernel runs, and after the wait only x (staged once in shared
- * memory) and the dot products remain. Same arithmetic as k_mvq4. Needs V = K/32 <= 32 VT and
+ * memory) and the dot products remain. Same arithmetic as k_mvq4, with its deferred rmsnorm (a.ssp: the
+ * rows scaled by 1 / rms of the partial sums of squares the kernel before left). Needs V = K/32 <= 32 VT and
  * 16-bit scales; VT = ceil(V / 32) in 1..4, 8, 14. Tuning mvr: bit mask of CU_Q4_* roles that use it (n = 1). */
 template <int VT, int RT, int NW>
 __global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32)) /* <= 128 registers */
@@ -342,6 +343,7 @@ __global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32))
   }
 #endif
   pdl_wait();
+  const float4 dn_v = a.ssp ? dn_load(a.ssp, a.nss, lane) : make_float4(0.f, 0.f, 0.f, 0.f);
 #ifdef SMELT_CUDA_TRACE
   if (trk) {
     tr_m[33] = tr_now();
@@ -389,9 +391,11 @@ __global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32))
       acc[r] = fmaf(pp.x, (float)d * d2.x, fmaf(pp.y, d2.y, acc[r]));
     }
   }
+  /* deferred rmsnorm: the same inverse as k_norm_q's in every warp */
+  const float inv = a.ssp ? 1.0f / sqrtf(warp_sum(dn_sum(dn_v)) / a.dn_dim + a.dn_eps) : 1.f;
 #pragma unroll
   for (int r = 0; r < RT; r++) {
-    const float t = warp_sum(acc[r]);
+    const float t = warp_sum(acc[r]) * inv;
     if (lane == r && row0 + r < M) y[row0 + r] = t;
   }
 #ifdef SMELT_CUDA_TRACE
@@ -409,13 +413,16 @@ __global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32))
 /* automatic choice, from in-graph A/Bs on the H100 (docs/benchmarks.md): lm_head (1B 0.546 vs
  * 0.569-0.573 ms a step, 8B equal) and gate/up of >= 32 Mi elements (8B 2.301 vs 2.325-2.334 ms
  * with k_gu_q4); q/k/v (8B 2.396 vs 2.33), o (equal) and down (2.352) measured slower */
+/* the automatic roles (measured on the H100, docs/cuda.md): the lm_head, large gate/up, and the q/k/v, o and
+ * gate/up projections of at most mvr_kmax inputs (Gemma-3-4B, Phi-4-mini, Llama-3.2-1B/3B; not the 8B shapes) */
 static bool mvr_on(const cu_ctx *cx, int role, const cu_weight *w) {
   if (cx->t->mvr >= 0) return (cx->t->mvr >> role) & 1;
   if (role == CU_Q4_LM) return true;
+  if ((role == CU_Q4_QKV || role == CU_Q4_O || role == CU_Q4_GU) && w->cols <= cx->t->mvr_kmax) return true;
   return role == CU_Q4_GU && w->rows * w->cols >= ((int64_t)32 << 20);
 }
 static bool mvr_launch(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const uint4 *xq,
-                       const float2 *xs, int role, bool dry = false) {
+                       const float2 *xs, int role, bool dry = false, const cu_q4_dnorm *dn = NULL) {
   if (role < 0 || role >= CU_Q4_ROLES || nw < 1 || nw > 3 || !mvr_on(cx, role, ws[0])) return false;
   const cu_weight *w0 = ws[0];
   if (w0->kind != CW_Q4 || w0->sbk == SBK_F32 || w0->cols % 64 || w0->cols > 16384 || w0->cols < 1024) return false;
@@ -433,6 +440,12 @@ static bool mvr_launch(const cu_ctx *cx, const cu_weight *const *ws, float *cons
   mv_args a;
   memset(&a, 0, sizeof a);
   a.ef = (cx->t->wef >> 4) & 3;
+  if (dn) {
+    a.ssp = dn->ssp;
+    a.nss = dn->nss;
+    a.dn_eps = dn->eps;
+    a.dn_dim = (float)dn->dim;
+  }
   int nb = 0;
   for (int i = 0; i < 3; i++) {
     a.bstart[i] = i < nw ? nb : 0x7fffffff;
@@ -561,20 +574,55 @@ static bool guq_shape(const cu_weight *g, const cu_weight *u) {
 /* ---------------- fused (residual add +) rmsnorm (+ int8 x quantization) ----------------
  * One block per row, one float4 per thread and pass (values stay in registers: one read of
  * x and a). With xq: also writes the CW_Q4 x layout of k_quant_x (per 32 values: int8 in
- * nibble order, (max|v|/127, exact sum)) so the next dp4a matvec needs no quantize launch. */
-template <int VPT>
-__global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
-                                                 const float *__restrict__ a, const float *__restrict__ w, int dim,
-                                                 float eps, float off, uint8_t *__restrict__ xq,
-                                                 float2 *__restrict__ xs, const float *xsrc) {
-  const int dim4 = dim >> 2, row = blockIdx.x;
+ * nibble order, (max|v|/127, exact sum)) so the next dp4a matvec needs no quantize launch.
+ * PRE: a is first normalized itself, a * rms(a)^-1 * (pw + poff) (the output norm of a sandwich:
+ * Gemma's post-attention / post-feedforward norm before the residual add). Rows from n1 on are a
+ * second norm of the same shape (out2, x2, w2; no a, no xq): the q and k head norms in one launch. */
+struct nq_args {
+  float *out, *x;
+  const float *a, *w;
+  int dim;
+  float eps, off;
+  uint8_t *xq;
+  float2 *xs;
+  const float *xsrc;
+  const float *pw; /* PRE */
+  float poff, peps;
+  int n1; /* rows of the first norm */
+  float *out2, *x2;
+  const float *w2;
+};
+static __device__ __forceinline__ float block_sum(float v, float *red) {
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    t = warp_sum(t);
+    if (threadIdx.x == 0) red[0] = t;
+  }
+  __syncthreads();
+  return red[0];
+}
+template <int VPT, bool PRE>
+__global__ void __launch_bounds__(1024) k_norm_q(const nq_args na) {
+  const int dim = na.dim, dim4 = dim >> 2;
+  const bool second = (int)blockIdx.x >= na.n1;
+  const int row = second ? (int)blockIdx.x - na.n1 : (int)blockIdx.x;
+  float *out = second ? na.out2 : na.out, *x = second ? na.x2 : na.x;
+  const float *w = second ? na.w2 : na.w;
+  const float *a = second ? NULL : na.a, *xsrc = second ? NULL : na.xsrc;
+  uint8_t *xq = second ? NULL : na.xq;
+  float2 *xs = na.xs;
+  const float eps = na.eps, off = na.off;
   pdl_trigger();
-  float4 gw[VPT]; /* the norm weight does not depend on the previous kernel: read before the wait */
+  float4 gw[VPT], pw[PRE ? VPT : 1]; /* the norm weights do not depend on the previous kernel: read before the wait */
   const float4 *w4 = (const float4 *)w;
 #pragma unroll
   for (int i = 0; i < VPT; i++) {
     const int idx = threadIdx.x + i * blockDim.x;
     gw[i] = idx < dim4 ? w4[idx] : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (PRE) pw[PRE ? i : 0] = idx < dim4 ? ((const float4 *)na.pw)[idx] : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   pdl_wait();
   float4 *xr = (float4 *)(x + (int64_t)row * dim);
@@ -592,6 +640,21 @@ __global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
       if (ar) b[i] = __ldca(ar + idx);
     }
   }
+  __shared__ float red[32];
+  if (PRE) { /* a's own norm, as a k_norm_q of a alone computes it */
+    float sa = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; i++)
+      sa = fmaf(b[i].x, b[i].x, fmaf(b[i].y, b[i].y, fmaf(b[i].z, b[i].z, fmaf(b[i].w, b[i].w, sa))));
+    const float ia = 1.0f / sqrtf(block_sum(sa, red) / (float)dim + na.peps);
+    __syncthreads(); /* red[0] read by every thread before the next reduction writes red */
+#pragma unroll
+    for (int i = 0; i < VPT; i++) {
+      const float4 g = pw[PRE ? i : 0];
+      b[i].x = b[i].x * ia * (g.x + na.poff); b[i].y = b[i].y * ia * (g.y + na.poff);
+      b[i].z = b[i].z * ia * (g.z + na.poff); b[i].w = b[i].w * ia * (g.w + na.poff);
+    }
+  }
 #pragma unroll
   for (int i = 0; i < VPT; i++) {
     const int idx = threadIdx.x + i * blockDim.x;
@@ -603,17 +666,7 @@ __global__ void __launch_bounds__(1024) k_norm_q(float *out, float *x,
       ss = fmaf(v[i].x, v[i].x, fmaf(v[i].y, v[i].y, fmaf(v[i].z, v[i].z, fmaf(v[i].w, v[i].w, ss))));
     }
   }
-  __shared__ float red[32];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-    t = warp_sum(t);
-    if (threadIdx.x == 0) red[0] = t;
-  }
-  __syncthreads();
-  const float inv = 1.0f / sqrtf(red[0] / (float)dim + eps);
+  const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)dim + eps);
   float4 *o4 = out ? (float4 *)(out + (int64_t)row * dim) : NULL;
 #pragma unroll
   for (int i = 0; i < VPT; i++) {
@@ -725,7 +778,8 @@ static void q4_run(const cu_ctx *cx, const cu_weight *const *ws, float *const *y
   const int V = (int)(K / 32);
   const uint4 *q4 = (const uint4 *)xqv;
   const float2 *xs = (const float2 *)((const uint8_t *)xqv + (size_t)n * (size_t)K);
-  if (mvr && n == 1 && !dn && rb <= 0 && mvr_launch(cx, ws, ys, nw, q4, xs, role)) return;
+  if (mvr && n == 1 && rb <= 0 && (!dn || dn->nss <= 128) && mvr_launch(cx, ws, ys, nw, q4, xs, role, false, dn))
+    return;
   if (rb <= 0) rb = q4_rb(cx, n, V, role);
   int64_t M = 0;
   for (int i = 0; i < nw; i++) M += ws[i]->rows;
@@ -753,8 +807,9 @@ bool cu_q4_mvr_ok(const cu_ctx *cx, const cu_weight *const *ws, int nw, int role
 }
 
 bool cu_q4_dnorm_ok(const cu_ctx *cx, const cu_weight *const *ws, int nw, int role) {
-  if (nw < 1 || nw > 3 || ws[0]->kind != CW_Q4 || ws[0]->cols > 4096 || ws[0]->cols % 128) return false; /* dn_load */
-  return !cu_q4_mvr_ok(cx, ws, nw, role); /* k_mvr has no deferred norm: k_mvq4 must take it */
+  (void)cx;
+  (void)role; /* k_mvq4 and k_mvr both apply it */
+  return nw >= 1 && nw <= 3 && ws[0]->kind == CW_Q4 && ws[0]->cols <= 4096 && ws[0]->cols % 128 == 0; /* dn_load */
 }
 
 /* k_mvr takes gate/up where it applies (measured faster than k_gu_q4 for the 8B shape: silu(gate)*up is
@@ -781,23 +836,65 @@ void cu_q4_guq(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, float *
   cu_count(cx, CU_K_GUQ4);
 }
 
-bool cu_norm_q(const cu_ctx *cx, float *out, float *x, const float *a, const float *w, int n, int dim, float eps,
-               float off, void *xqv, const float *xsrc) {
-  if (n <= 0 || dim <= 0 || dim % 4 || (xqv && dim % 32) || (((uintptr_t)out | (uintptr_t)x | (uintptr_t)a |
-      (uintptr_t)w | (uintptr_t)xsrc) & 15))
-    return false;
+/* threads a row and float4s a thread of k_norm_q for dim; false when dim is too large */
+static bool norm_shape(int dim, int *th_out, int *vpt_out) {
   const int dim4 = dim / 4;
   int th = ((dim4 + 31) / 32) * 32, vpt = 1;
   while (th > 1024) { vpt *= 2; th = ((dim4 + vpt - 1) / vpt + 31) / 32 * 32; }
   if (vpt > 8) return false;
-  if (th < 64) th = 64;
-  uint8_t *xq = (uint8_t *)xqv;
-  float2 *xs = xq ? (float2 *)(xq + (size_t)n * (size_t)dim) : NULL;
-  switch (vpt) {
-  case 1: cu_launch(cx, k_norm_q<1>, dim3(n), dim3(th), 0, out, x, a, w, dim, eps, off, xq, xs, xsrc); break;
-  case 2: cu_launch(cx, k_norm_q<2>, dim3(n), dim3(th), 0, out, x, a, w, dim, eps, off, xq, xs, xsrc); break;
-  case 4: cu_launch(cx, k_norm_q<4>, dim3(n), dim3(th), 0, out, x, a, w, dim, eps, off, xq, xs, xsrc); break;
-  default: cu_launch(cx, k_norm_q<8>, dim3(n), dim3(th), 0, out, x, a, w, dim, eps, off, xq, xs, xsrc); break;
-  }
+  *th_out = th < 64 ? 64 : th;
+  *vpt_out = vpt;
   return true;
+}
+static bool norm_launch(const cu_ctx *cx, const nq_args &na, int rows, bool pre) {
+  int th, vpt;
+  if (!norm_shape(na.dim, &th, &vpt)) return false;
+#define NQ_GO(V_)                                                                  \
+  do {                                                                             \
+    if (pre) cu_launch(cx, k_norm_q<V_, true>, dim3(rows), dim3(th), 0, na);      \
+    else cu_launch(cx, k_norm_q<V_, false>, dim3(rows), dim3(th), 0, na);         \
+  } while (0)
+  switch (vpt) {
+  case 1: NQ_GO(1); break;
+  case 2: NQ_GO(2); break;
+  case 4: NQ_GO(4); break;
+  default: NQ_GO(8); break;
+  }
+#undef NQ_GO
+  return true;
+}
+static bool nq_ok(int n, int dim, const void *xq, const void *p0, const void *p1, const void *p2, const void *p3,
+                  const void *p4) {
+  return n > 0 && dim > 0 && dim % 4 == 0 && !(xq && dim % 32) &&
+         !(((uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3 | (uintptr_t)p4) & 15);
+}
+
+bool cu_norm_q(const cu_ctx *cx, float *out, float *x, const float *a, const float *w, int n, int dim, float eps,
+               float off, void *xqv, const float *xsrc) {
+  return cu_norm_pre_q(cx, out, x, a, NULL, 0.f, 0.f, w, n, dim, eps, off, xqv, xsrc);
+}
+
+bool cu_norm_pre_q(const cu_ctx *cx, float *out, float *x, const float *a, const float *pw, float poff, float peps,
+                   const float *w, int n, int dim, float eps, float off, void *xqv, const float *xsrc) {
+  if (!nq_ok(n, dim, xqv, out, x, a, w, xsrc) || (pw && (!a || ((uintptr_t)pw & 15)))) return false;
+  nq_args na;
+  memset(&na, 0, sizeof na);
+  na.out = out; na.x = x; na.a = a; na.w = w; na.dim = dim; na.eps = eps; na.off = off;
+  na.xq = (uint8_t *)xqv;
+  na.xs = xqv ? (float2 *)(na.xq + (size_t)n * (size_t)dim) : NULL;
+  na.xsrc = xsrc;
+  na.pw = pw; na.poff = poff; na.peps = peps;
+  na.n1 = n;
+  return norm_launch(cx, na, n, pw != NULL);
+}
+
+bool cu_norm_pair(const cu_ctx *cx, float *out1, float *x1, const float *w1, int n1, float *out2, float *x2,
+                  const float *w2, int n2, int dim, float eps, float off) {
+  if (!nq_ok(n1, dim, NULL, out1, x1, w1, out2, x2) || !nq_ok(n2, dim, NULL, w2, NULL, NULL, NULL, NULL)) return false;
+  nq_args na;
+  memset(&na, 0, sizeof na);
+  na.out = out1; na.x = x1; na.w = w1; na.dim = dim; na.eps = eps; na.off = off;
+  na.n1 = n1;
+  na.out2 = out2; na.x2 = x2; na.w2 = w2;
+  return norm_launch(cx, na, n1 + n2, false);
 }

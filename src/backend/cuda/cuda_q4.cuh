@@ -20,7 +20,7 @@ struct cu_q4_dnorm {
  * round) and tl (log2 threads a row), 0 = automatic. role: CU_Q4_* or -1 */
 void cu_q4_matvec(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x,
                   const float *xu, int n, void *xq, int role, int rb = 0, int tl = 0, bool gelu = false);
-/* the same with x already quantized in xq by the kernel before; dn (may be NULL, n = 1, k_mvq4 only:
+/* the same with x already quantized in xq by the kernel before; dn (may be NULL, n = 1, k_mvq4 or k_mvr:
  * cu_q4_dnorm_ok) applies a deferred rmsnorm */
 void cu_q4_matvec_preq(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xq,
                        int role, const cu_q4_dnorm *dn = NULL);
@@ -37,5 +37,13 @@ void cu_q4_guq(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, float *
  * instead of x (+ a). false (nothing launched) when the shape or alignment is not supported */
 bool cu_norm_q(const cu_ctx *cx, float *out, float *x, const float *a, const float *w, int n, int dim, float eps,
                float off, void *xq, const float *xsrc = NULL);
+/* the same with a first normalized itself, a * rms(a)^-1 * (pw + poff) with its own eps, before the add
+ * (a sandwich norm's output norm and the residual add in one launch; a, pw not NULL) */
+bool cu_norm_pre_q(const cu_ctx *cx, float *out, float *x, const float *a, const float *pw, float poff, float peps,
+                   const float *w, int n, int dim, float eps, float off, void *xq, const float *xsrc);
+/* two rmsnorms of the same dim, eps and offset in one launch (out_i = rmsnorm(x_i) * (w_i + off), n_i rows;
+ * the q and k head norms) */
+bool cu_norm_pair(const cu_ctx *cx, float *out1, float *x1, const float *w1, int n1, float *out2, float *x2,
+                  const float *w2, int n2, int dim, float eps, float off);
 
 #endif

@@ -37,6 +37,8 @@ static const sm_tune_entry k_table[] = {
     "prefill attention on tensor cores with f16 operands (sm_80+); 0: the f32 CUDA-core kernel", {}, NULL },
   { "SMELT_CUDA_MVR", F(mvr), -1, -1, 31, 0,
     "roles using k_mvr for one token (bits: 1 q/k/v, 2 o, 4 gate/up, 8 down, 16 lm_head); -1 automatic", {}, NULL },
+  { "SMELT_CUDA_MVR_KMAX", F(mvr_kmax), 3072, 0, 16384, 0,
+    "automatic k_mvr roles: q/k/v, o and gate/up projections of at most this many inputs take it", {}, NULL },
   { "SMELT_CUDA_Q4CFG", F(q4cfg), 0, 0, 44, 0,
     "k_mvq4 tiling for one token: rows a thread (1/2/4/8) + 10 * vectors a round (1/2/4); 0 automatic", {}, NULL },
   { "SMELT_CUDA_Q4LONG", F(q4long), 12, 11, 44, 0, "the automatic k_mvq4 tiling for K > 8192 (as SMELT_CUDA_Q4CFG)", {}, NULL },

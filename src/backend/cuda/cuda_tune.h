@@ -26,6 +26,7 @@ typedef struct {
   int attn_trig; /* where decode attention lets the next kernel launch: 0 start, 1 first K/V loads, 2 after the loop */
   int attn_fa;   /* prefill attention on tensor cores (f16 operands, cuda_attn_flash.cu); 0: the f32 CUDA-core kernel */
   int mvr;       /* roles (bit mask of CU_Q4_*) that use k_mvr for one token; -1: automatic */
+  int mvr_kmax;  /* ... automatic: q/k/v, o and gate/up projections of at most this many inputs */
   int q4cfg;     /* k_mvq4 tiling for one token (rows a thread + 10 * vectors a round; 0: automatic) */
   int q4long;    /* ... the automatic tiling for K > 8192 */
   int q4warps;   /* ... fewest warps for the one-vector-a-round tiling */
