@@ -207,6 +207,24 @@ static int r_norm_add_norm(fx *f, int i) {
   return 3;
 }
 
+/* a gated rmsnorm (Gated DeltaNet, Mamba-2) whose output a one-token-path 4-bit matvec reads (the mixer's
+ * output projection): the norm also writes its int8 x */
+static bool m_gnorm_q(const fx *f, int i) {
+  const cu_op *o = &f->ops[i], *m = &f->ops[i + 1];
+  const cu_weight *w = m->mm.cw;
+  return m->mm.x == o->gn.out && m->mm.n == o->gn.n && w->kind == CW_Q4 && cu_use_matvec(w, m->mm.n) &&
+         w->cols == o->gn.dim && o->gn.group % 32 == 0 && f->c->xq &&
+         f->c->xq_cap >= cu_q4_scratch_bytes(m->mm.n, w->cols);
+}
+static int r_gnorm_q(fx *f, int i) {
+  const cu_op *o = &f->ops[i];
+  cu_gated_rmsnorm(f->cx, o->gn.out, o->gn.x, o->gn.z, o->gn.w, o->gn.n, o->gn.dim, o->gn.group, o->gn.wdim, o->gn.eps,
+                   o->gn.nf, f->c->xq);
+  f->out.preq = o->gn.out;
+  f->out.preq_n = o->gn.n;
+  return 1;
+}
+
 /* two rmsnorms of the same shape, the second neither reading nor overwriting what the first reads or
  * writes (the per-head q and k norms), neither feeding a 4-bit matvec: one launch */
 static bool m_norm_pair(const fx *f, int i) {
@@ -624,6 +642,7 @@ static const cu_fusion k_fusions[] = {
   { "rmsnorm+add+rmsnorm", { P(OP_RMSNORM), P(OP_ADD), P(OP_RMSNORM) }, m_norm_add_norm, r_norm_add_norm },
   { "rmsnorm pair", { P(OP_RMSNORM), P(OP_RMSNORM) }, m_norm_pair, r_norm_pair },
   { "rmsnorm+quant", { P(OP_RMSNORM) }, m_norm, r_norm },
+  { "gated_rmsnorm+quant", { P(OP_GNORM), P(OP_MATMUL) }, m_gnorm_q, r_gnorm_q },
   { "silu+matvec", { P(OP_SILU), P(OP_MATMUL) }, m_silu_mv, r_silu_mv },
   { "gelu+matvec", { P(OP_GELU), P(OP_MATMUL) }, m_silu_mv, r_silu_mv },
   { "attention+quant", { P(OP_ATTN), P(OP_MATMUL) }, m_attn_q, r_attn_q },

@@ -49,8 +49,12 @@ static __device__ __forceinline__ void mv_word(const uint32_t (&wd)[R], int u, c
   }
   }
 
-template <int BITS, int R, int N, int SBK>
+/* k_mv_qfast: a warp R rows, 4 warps a block. SPLIT (R = 1; small weights, few rows: routers, Gated DeltaNet's
+ * b and a): a block one row, its 4 warps taking every fourth 128-word chunk of it, summed at the end, so
+ * that a row's loads are in flight at once instead of one chunk after the other */
+template <int BITS, int R, int N, int SBK, bool SPLIT = false>
 __global__ void __launch_bounds__(128) k_mv_qfast(const mv_args a, const float *__restrict__ x, int K, int gs, int n) {
+  static_assert(!SPLIT || R == 1, "a split row");
   constexpr int E = 32 / BITS;
   const int wi = (int)blockIdx.x >= a.bstart[2] ? 2 : (int)blockIdx.x >= a.bstart[1] ? 1 : 0;
   /* selects, not indexing: a dynamically indexed parameter array would go to local memory */
@@ -60,9 +64,10 @@ __global__ void __launch_bounds__(128) k_mv_qfast(const mv_args a, const float *
   const int M = wi == 0 ? a.M[0] : wi == 1 ? a.M[1] : a.M[2];
   const int bst = wi == 0 ? a.bstart[0] : wi == 1 ? a.bstart[1] : a.bstart[2];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row0 = (((int)blockIdx.x - bst) * 4 + warp) * R;
-  if (row0 >= M) return;
+  const int row0 = SPLIT ? (int)blockIdx.x - bst : (((int)blockIdx.x - bst) * 4 + warp) * R;
+  if (row0 >= M) return; /* SPLIT: the whole block */
   const int W = K / E, C = W / 128, G = K / gs;
+  const int c0 = SPLIT ? warp : 0, cs = SPLIT ? 4 : 1;
   int64_t rows[R];
 #pragma unroll
   for (int r = 0; r < R; r++) rows[r] = row0 + r < M ? row0 + r : M - 1;
@@ -74,11 +79,11 @@ __global__ void __launch_bounds__(128) k_mv_qfast(const mv_args a, const float *
 
   pdl_trigger();
 #pragma unroll 2
-  for (int c = 0; c < C; c++) {
+  for (int c = c0; c < C; c += cs) {
     uint4 v[R];
 #pragma unroll
     for (int r = 0; r < R; r++) v[r] = ld_stream(q + rows[r] * W + (int64_t)c * 128 + lane * 4);
-    if (c == 0) pdl_wait(); /* weights of the first chunk are requested before waiting for x */
+    if (c == c0) pdl_wait(); /* weights of the first chunk are requested before waiting for x */
     uint32_t wd[R];
 #pragma unroll
     for (int r = 0; r < R; r++) wd[r] = v[r].x;
@@ -94,19 +99,31 @@ __global__ void __launch_bounds__(128) k_mv_qfast(const mv_args a, const float *
     mv_word<BITS, R, N, SBK>(wd, c * 128 + 96 + lane, rows, sb, G, gs, x, K, n, acc);
   }
   pdl_wait();
-  for (int u = C * 128 + lane; u < W; u += 32) {
+  for (int u = C * 128 + 32 * c0 + lane; u < W; u += 32 * cs) {
     uint32_t wd[R];
 #pragma unroll
     for (int r = 0; r < R; r++) wd[r] = __ldg(q + rows[r] * W + u);
     mv_word<BITS, R, N, SBK>(wd, u, rows, sb, G, gs, x, K, n, acc);
   }
-#pragma unroll
-  for (int r = 0; r < R; r++)
+  if constexpr (SPLIT) {
+    __shared__ float red[4][N];
 #pragma unroll
     for (int c = 0; c < N; c++) {
-      float v = warp_sum(acc[r][c]);
-      if (lane == 0 && row0 + r < M && c < n) y[(int64_t)c * M + row0 + r] = v;
+      const float v = warp_sum(acc[0][c]);
+      if (lane == 0) red[warp][c] = v;
     }
+    __syncthreads();
+    if (threadIdx.x < N && (int)threadIdx.x < n)
+      y[(int64_t)threadIdx.x * M + row0] = (red[0][threadIdx.x] + red[1][threadIdx.x]) + (red[2][threadIdx.x] + red[3][threadIdx.x]);
+  } else {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int c = 0; c < N; c++) {
+        float v = warp_sum(acc[r][c]);
+        if (lane == 0 && row0 + r < M && c < n) y[(int64_t)c * M + row0 + r] = v;
+      }
+  }
 }
 
 /* Generic MLX-layout quantized matvec (any bits): a warp per row, a lane per 32-element
@@ -389,11 +406,25 @@ mv_args cu_mv_args(const cu_weight *const *ws, float *const *ys, int nw, int rpb
   *blocks = (unsigned)b;
   return a;
 }
+/* split rows (k_mv_qfast SPLIT) where the weights have at most this many rows in all and a row several
+ * 128-word chunks: one block a row still fills the GPU with loads (measured on the H100, docs/cuda.md) */
+#define QFAST_SPLIT_ROWS 1024
 template <int BITS, int R, int N>
 static void launch_qfast(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n) {
   unsigned blocks;
-  mv_args a = cu_mv_args(ws, ys, nw, 4 * R, &blocks);
   const int K = (int)ws[0]->cols, gs = ws[0]->gs;
+  int64_t M = 0;
+  for (int i = 0; i < nw; i++) M += ws[i]->rows;
+  if (R == 1 && M <= QFAST_SPLIT_ROWS && K / (32 / BITS) >= 2 * 128) {
+    mv_args a = cu_mv_args(ws, ys, nw, 1, &blocks);
+    switch (ws[0]->sbk) {
+    case SBK_F16: cu_launch(cx, k_mv_qfast<BITS, 1, N, SBK_F16, true>, dim3(blocks), dim3(128), 0, a, x, K, gs, n); break;
+    case SBK_F32: cu_launch(cx, k_mv_qfast<BITS, 1, N, SBK_F32, true>, dim3(blocks), dim3(128), 0, a, x, K, gs, n); break;
+    default: cu_launch(cx, k_mv_qfast<BITS, 1, N, SBK_BF16, true>, dim3(blocks), dim3(128), 0, a, x, K, gs, n); break;
+    }
+    return;
+  }
+  mv_args a = cu_mv_args(ws, ys, nw, 4 * R, &blocks);
   switch (ws[0]->sbk) {
   case SBK_F16: cu_launch(cx, k_mv_qfast<BITS, R, N, SBK_F16>, dim3(blocks), dim3(128), 0, a, x, K, gs, n); break;
   case SBK_F32: cu_launch(cx, k_mv_qfast<BITS, R, N, SBK_F32>, dim3(blocks), dim3(128), 0, a, x, K, gs, n); break;

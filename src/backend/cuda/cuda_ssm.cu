@@ -180,9 +180,11 @@ void cu_gated_delta(const cu_ctx *cx, const cu_rec_batch *rb, float *y, const fl
                                                                        sf, Hk, Hv, Dk, Dv);
 }
 
-/* ---------------- gated RMSNorm: block = (row, group) ---------------- */
+/* ---------------- gated RMSNorm: block = (row, group) ----------------
+ * xq (may be NULL; group % 32 == 0): also the int8 x of a 4-bit matvec of out (k_quant_x's layout and
+ * formulas), each warp quantizing its 32 values */
 __global__ void k_gated_rmsnorm(float *out, const float *x, const float *z, const float *w, int dim, int group, int wdim,
-                                float eps, int norm_first) {
+                                float eps, int norm_first, uint8_t *xq, float2 *xs) {
   const int per_row = dim / group, r = blockIdx.x / per_row, g0 = (blockIdx.x % per_row) * group;
   const float *xr = x + (size_t)r * dim + g0, *zr = z + (size_t)r * dim + g0;
   float *o = out + (size_t)r * dim + g0;
@@ -202,14 +204,38 @@ __global__ void k_gated_rmsnorm(float *out, const float *x, const float *z, cons
   }
   __syncthreads();
   const float inv = rsqrtf(red[0] / (float)group + eps);
+  if (xq) {
+    const int lane = threadIdx.x & 31;
+    for (int base = threadIdx.x & ~31; base < group; base += blockDim.x) { /* whole warps */
+      const int j = base + lane;
+      const float wv = w[(g0 + j) % wdim];
+      const float v = norm_first ? xr[j] * inv * wv * cu_silu(zr[j]) : xr[j] * cu_silu(zr[j]) * inv * wv;
+      o[j] = v;
+      float a = fabsf(v), sum = v;
+#pragma unroll
+      for (int s = 16; s > 0; s >>= 1) {
+        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, s));
+        sum += __shfl_xor_sync(0xffffffffu, sum, s);
+      }
+      int qi = a > 0.f ? __float2int_rn(v * (127.f / a)) : 0;
+      qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+      const int64_t b = ((int64_t)r * dim + g0 + base) >> 5;
+      const int jj = lane >> 3, e = lane & 7;
+      xq[b * 32 + (2 * jj + (e & 1)) * 4 + (e >> 1)] = (uint8_t)(int8_t)qi;
+      if (lane == 0) xs[b] = make_float2(a * (1.f / 127.f), sum);
+    }
+    return;
+  }
   for (int j = threadIdx.x; j < group; j += blockDim.x) {
     const float wv = w[(g0 + j) % wdim];
     o[j] = norm_first ? xr[j] * inv * wv * cu_silu(zr[j]) : xr[j] * cu_silu(zr[j]) * inv * wv;
   }
 }
 void cu_gated_rmsnorm(const cu_ctx *cx, float *out, const float *x, const float *z, const float *w, int n, int dim,
-                      int group, int wdim, float eps, int norm_first) {
+                      int group, int wdim, float eps, int norm_first, void *xqv) {
   if (n <= 0) return;
   const int threads = group >= 256 ? 256 : group >= 128 ? 128 : 64;
-  k_gated_rmsnorm<<<n * (dim / group), threads, 0, cx->s>>>(out, x, z, w, dim, group, wdim, eps, norm_first);
+  uint8_t *xq = group % 32 ? NULL : (uint8_t *)xqv;
+  float2 *xs = xq ? (float2 *)(xq + (size_t)n * (size_t)dim) : NULL;
+  k_gated_rmsnorm<<<n * (dim / group), threads, 0, cx->s>>>(out, x, z, w, dim, group, wdim, eps, norm_first, xq, xs);
 }

@@ -24,7 +24,9 @@ void cu_ssm_scan(const cu_ctx *cx, const cu_rec_batch *rb, float *y, const float
 void cu_gated_delta(const cu_ctx *cx, const cu_rec_batch *rb, float *y, const float *q, const float *k, const float *v,
                     int ld, const float *a, const float *b, const float *A_log, const float *dt_bias, float *st, size_t sf,
                     int Hk, int Hv, int Dk, int Dv, int nseq);
+/* xq (may be NULL; used where group % 32 == 0): also the int8 x of out for a 4-bit matvec
+ * (cu_q4_scratch_bytes(n, dim) bytes) */
 void cu_gated_rmsnorm(const cu_ctx *cx, float *out, const float *x, const float *z, const float *w, int n, int dim,
-                      int group, int wdim, float eps, int norm_first);
+                      int group, int wdim, float eps, int norm_first, void *xq = NULL);
 
 #endif
