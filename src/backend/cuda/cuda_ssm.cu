@@ -5,8 +5,8 @@
  * striding over the row, and walks the sequence's tokens; a block holds 8 such rows. This keeps the
  * per-token work exact and simple; long prefills are bound by the sequential walk (a chunked form would
  * use the tensor cores). The convolution gives each thread one channel of one sequence, its window of
- * the last K-1 inputs in registers. Launches are plain (no programmatic dependent launch): each kernel
- * waits for the one before. */
+ * the last K-1 inputs in registers. Launches use programmatic dependent launch (cu_launch): each kernel
+ * lets the next one launch at once and waits for the one before before it reads anything. */
 #include <math.h>
 #include "backend/cuda/cuda_ssm.cuh"
 
@@ -19,6 +19,8 @@ static __device__ __forceinline__ float softplusf(float x) { return x > 20.f ? x
 
 /* ---------------- element-wise ---------------- */
 __global__ void k_rec_ew(int kind, float *y, const float *a, const float *b, size_t n) {
+  pdl_trigger(); /* programmatic dependent launch: nothing is read before the wait */
+  pdl_wait();
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     if (kind == CU_REW_MUL) y[i] = a[i] * b[i];
     else if (kind == CU_REW_SIGMUL) y[i] *= 1.f / (1.f + expf(-a[i]));
@@ -26,12 +28,14 @@ __global__ void k_rec_ew(int kind, float *y, const float *a, const float *b, siz
   }
 }
 void cu_rec_ew(const cu_ctx *cx, int kind, float *y, const float *a, const float *b, size_t n) {
-  if (n) k_rec_ew<<<cu_ew_blocks(n), 256, 0, cx->s>>>(kind, y, a, b, n);
+  if (n) cu_launch(cx, k_rec_ew, dim3(cu_ew_blocks(n)), dim3(256), 0, kind, y, a, b, n);
 }
 
 /* ---------------- causal depthwise convolution: thread = (sequence, channel) ---------------- */
 __global__ void k_conv1d(cu_rec_batch rb, float *out, const float *x, const float *w, const float *bias, float *st,
                          size_t sf, int C, int K, int act) {
+  pdl_trigger(); /* programmatic dependent launch: nothing is read before the wait */
+  pdl_wait();
   const int ch = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
   const int n = rb.count[s];
   if (ch >= C || n <= 0) return;
@@ -68,13 +72,15 @@ __global__ void k_conv1d(cu_rec_batch rb, float *out, const float *x, const floa
 void cu_conv1d(const cu_ctx *cx, const cu_rec_batch *rb, float *out, const float *x, const float *w, const float *bias,
                float *st, size_t sf, int C, int K, int act, int nseq) {
   if (C <= 0 || nseq <= 0) return;
-  k_conv1d<<<dim3((C + 255) / 256, nseq), 256, 0, cx->s>>>(*rb, out, x, w, bias, st, sf, C, K, act);
+  cu_launch(cx, k_conv1d, dim3((C + 255) / 256, nseq), dim3(256), 0, *rb, out, x, w, bias, st, sf, C, K, act);
 }
 
 /* ---------------- Mamba-2 selective scan: warp = (sequence, head, row p) ---------------- */
 __global__ void k_ssm_scan(cu_rec_batch rb, float *y, const float *x, const float *B, const float *Cm, int ld,
                            const float *dt_in, const float *dt_bias, const float *A_log, const float *D, float *st,
                            size_t sf, int nh, int P, int G, int N, float dt_min, float dt_max) {
+  pdl_trigger(); /* programmatic dependent launch: nothing is read before the wait */
+  pdl_wait();
   const int lane = threadIdx.x, p = blockIdx.x * blockDim.y + threadIdx.y, h = blockIdx.y, s = blockIdx.z;
   const int n = rb.count[s];
   if (p >= P || n <= 0) return; /* whole warps */
@@ -115,14 +121,16 @@ void cu_ssm_scan(const cu_ctx *cx, const cu_rec_batch *rb, float *y, const float
                  const float *dt, const float *dt_bias, const float *A_log, const float *D, float *st, size_t sf, int nh,
                  int P, int G, int N, float dt_min, float dt_max, int nseq) {
   if (nseq <= 0) return;
-  k_ssm_scan<<<dim3((P + 7) / 8, nh, nseq), dim3(32, 8), 0, cx->s>>>(*rb, y, x, B, Cm, ld, dt, dt_bias, A_log, D, st, sf,
-                                                                   nh, P, G, N, dt_min, dt_max);
+  cu_launch(cx, k_ssm_scan, dim3((P + 7) / 8, nh, nseq), dim3(32, 8), 0, *rb, y, x, B, Cm, ld, dt, dt_bias, A_log, D, st,
+            sf, nh, P, G, N, dt_min, dt_max);
 }
 
 /* ---------------- gated delta rule: warp = (sequence, value head, row i) ---------------- */
 __global__ void k_gated_delta(cu_rec_batch rb, float *y, const float *q, const float *k, const float *v, int ld,
                               const float *a, const float *b, const float *A_log, const float *dt_bias, float *st,
                               size_t sf, int Hk, int Hv, int Dk, int Dv) {
+  pdl_trigger(); /* programmatic dependent launch: nothing is read before the wait */
+  pdl_wait();
   const int lane = threadIdx.x, i = blockIdx.x * blockDim.y + threadIdx.y, h = blockIdx.y, s = blockIdx.z;
   const int n = rb.count[s];
   if (i >= Dv || n <= 0) return; /* whole warps */
@@ -176,8 +184,8 @@ void cu_gated_delta(const cu_ctx *cx, const cu_rec_batch *rb, float *y, const fl
                     int ld, const float *a, const float *b, const float *A_log, const float *dt_bias, float *st, size_t sf,
                     int Hk, int Hv, int Dk, int Dv, int nseq) {
   if (nseq <= 0) return;
-  k_gated_delta<<<dim3((Dv + 7) / 8, Hv, nseq), dim3(32, 8), 0, cx->s>>>(*rb, y, q, k, v, ld, a, b, A_log, dt_bias, st,
-                                                                       sf, Hk, Hv, Dk, Dv);
+  cu_launch(cx, k_gated_delta, dim3((Dv + 7) / 8, Hv, nseq), dim3(32, 8), 0, *rb, y, q, k, v, ld, a, b, A_log, dt_bias,
+            st, sf, Hk, Hv, Dk, Dv);
 }
 
 /* ---------------- gated RMSNorm: block = (row, group) ----------------
@@ -185,6 +193,8 @@ void cu_gated_delta(const cu_ctx *cx, const cu_rec_batch *rb, float *y, const fl
  * formulas), each warp quantizing its 32 values */
 __global__ void k_gated_rmsnorm(float *out, const float *x, const float *z, const float *w, int dim, int group, int wdim,
                                 float eps, int norm_first, uint8_t *xq, float2 *xs) {
+  pdl_trigger(); /* programmatic dependent launch: nothing is read before the wait */
+  pdl_wait();
   const int per_row = dim / group, r = blockIdx.x / per_row, g0 = (blockIdx.x % per_row) * group;
   const float *xr = x + (size_t)r * dim + g0, *zr = z + (size_t)r * dim + g0;
   float *o = out + (size_t)r * dim + g0;
@@ -237,5 +247,6 @@ void cu_gated_rmsnorm(const cu_ctx *cx, float *out, const float *x, const float 
   const int threads = group >= 256 ? 256 : group >= 128 ? 128 : 64;
   uint8_t *xq = group % 32 ? NULL : (uint8_t *)xqv;
   float2 *xs = xq ? (float2 *)(xq + (size_t)n * (size_t)dim) : NULL;
-  k_gated_rmsnorm<<<n * (dim / group), threads, 0, cx->s>>>(out, x, z, w, dim, group, wdim, eps, norm_first, xq, xs);
+  cu_launch(cx, k_gated_rmsnorm, dim3(n * (dim / group)), dim3(threads), 0, out, x, z, w, dim, group, wdim, eps, norm_first,
+            xq, xs);
 }
