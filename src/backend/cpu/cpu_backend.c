@@ -153,15 +153,15 @@ bool sm_cpu_weight_ok(const sm_weight *w) {
 
 /* Quantized weights wide enough for the int8 path are repacked for its kernels (cpu_internal.h,
  * "packed weights"); w->dev is then the packed copy. The original stays in place for embedding
- * lookups and views. Expert stacks are not packed: matmul_experts runs row views of the original,
- * so a packed copy would only double their memory. */
+ * lookups and views. Expert stacks are packed whole: matmul_experts runs an expert's row blocks of
+ * the packed copy (cpu_moe.c). */
 static smelt_status be_prepare_weight(sm_backend *be, sm_weight *w) {
   cpu_be *c = CB(be);
   if (!w) return sm_err(SMELT_ERR_INVALID, "cpu: NULL weight");
   if (!sm_cpu_weight_ok(w))
     return sm_err(SMELT_ERR_UNSUPPORTED, "cpu: unsupported weight (rows %lld cols %lld bits %d group %d dtype %d)",
                   (long long)w->rows, (long long)w->cols, w->bits, w->group_size, (int)w->dtype);
-  if (c->pack && !w->dev && !w->stacked && w->bits && w->cols >= I8_MIN_COLS && sm_cpu_packable(w)) {
+  if (c->pack && !w->dev && w->bits && w->cols >= I8_MIN_COLS && sm_cpu_packable(w)) {
     sm_cpu_packed *p = sm_cpu_pack(w, c->pool, c->tune.huge);
     if (!p)
       return sm_err(SMELT_ERR_OOM, "cpu: no memory for the packed copy of a %lldx%lld weight", (long long)w->rows,

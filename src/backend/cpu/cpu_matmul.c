@@ -283,7 +283,10 @@ void sm_cpu_matmul_free(cpu_be *c) {
 /* ---------------- many one-token matvecs in one dispatch (cpu_internal.h) ---------------- */
 typedef struct {
   const sm_cpu_kern *k;
-  sm_mv_arg *a; /* [nw] prepared arguments */
+  const sm_i8_kern *ik;
+  sm_mv_arg *a;    /* [nw] prepared arguments */
+  sm_i8_arg *ia;   /* [nw] ... of packed weights */
+  const bool *pk;  /* [nw] packed: chunks are row blocks of 16 rows */
   float *const *ys;
   const bool *i8;
   const int64_t *c0; /* [nw + 1] first chunk of each matvec */
@@ -299,6 +302,11 @@ static void mvb_job(void *vctx, int tid, int nth) {
     if (ci >= m->n_chunks) break;
     int i = 0;
     while (m->c0[i + 1] <= ci) i++;
+    if (m->pk[i]) {
+      const int64_t rb = ci - m->c0[i];
+      m->ik->matvec(&m->ia[i], rb, rb + 1, m->ys[i]);
+      continue;
+    }
     const int64_t r0 = (ci - m->c0[i]) * m->chunk, rows = m->a[i].w->rows;
     const int64_t r1 = r0 + m->chunk < rows ? r0 + m->chunk : rows;
     if (m->i8[i]) m->k->matvec_i8(&m->a[i], r0, r1, m->ys[i] + r0);
@@ -306,20 +314,44 @@ static void mvb_job(void *vctx, int tid, int nth) {
   }
 }
 
-/* The weights are row views (sm_weight_rows: no packed copy), so the unpacked-weight kernels run them;
- * other weights (packed, microscaling, unsupported) run on their own through sm_cpu_matmul. */
+/* The weights are row views: of the original (sm_weight_rows), run by the unpacked-weight kernels, or of
+ * a packed copy (w->dev: an expert's row blocks, cpu_moe.c), run by the packed int8 matvec with x quantized
+ * once for consecutive weights of the same x; other weights (microscaling, unsupported) run on their own
+ * through sm_cpu_matmul. */
 void sm_cpu_matvec_batch(sm_backend *be, const sm_weight *ws, const float *const *xs, float *const *ys, int nw) {
   cpu_be *c = CB(be);
   if (nw <= 0) return;
   sm_mv_arg *a = sm_xcalloc((size_t)nw, sizeof *a);
-  bool *i8 = sm_xcalloc((size_t)nw, sizeof *i8);
+  sm_i8_arg *ia = sm_xcalloc((size_t)nw, sizeof *ia);
+  bool *i8 = sm_xcalloc((size_t)nw, sizeof *i8), *pk = sm_xcalloc((size_t)nw, sizeof *pk);
   int64_t *c0 = sm_xcalloc((size_t)nw + 1, sizeof *c0);
   void **bufs = sm_xcalloc((size_t)nw, sizeof *bufs);
   const int64_t chunk = 16;
   int64_t total = 0;
+  int last_pk = -1; /* the last packed weight, whose quantized x the next may share */
   for (int i = 0; i < nw; i++) {
     const sm_weight *w = &ws[i];
     c0[i] = total;
+    if (w->dev && !c->exact && c->ik && w->qmode == SM_QMODE_AFFINE) {
+      const sm_cpu_packed *p = w->dev;
+      const int64_t K = p->cols, ng = p->ng;
+      const sm_i8_arg *prev = last_pk >= 0 ? &ia[last_pk] : NULL;
+      if (prev && xs[last_pk] == xs[i] && prev->p->cols == K && prev->p->gs == p->gs) {
+        ia[i] = *prev;
+      } else {
+        char *b = sm_aligned_alloc((size_t)K + 64 + sizeof(float) * 2 * (size_t)ng);
+        if (!b) abort();
+        bufs[i] = b;
+        ia[i] = (sm_i8_arg){.xq = (int8_t *)b, .xs = (float *)(b + K + 64), .xsum = (float *)(b + K + 64) + ng, .n = 1};
+        c->ik->quant(xs[i], K, p->gs, 0, 1, (int8_t *)ia[i].xq, (float *)ia[i].xs, (float *)ia[i].xsum);
+      }
+      ia[i].p = p;
+      ia[i].pf = c->tune.pf;
+      pk[i] = true;
+      last_pk = i;
+      total += p->nrb;
+      continue;
+    }
     if (!sm_cpu_weight_ok(w) || w->qmode != SM_QMODE_AFFINE || (w->dev && !c->exact)) {
       sm_cpu_matmul(be, SM_MM_OTHER, w, xs[i], 1, ys[i]);
       continue;
@@ -341,7 +373,8 @@ void sm_cpu_matvec_batch(sm_backend *be, const sm_weight *ws, const float *const
     total += (w->rows + chunk - 1) / chunk;
   }
   c0[nw] = total;
-  mvb_ctx m = {.k = c->k, .a = a, .ys = ys, .i8 = i8, .c0 = c0, .chunk = chunk, .n_chunks = total};
+  mvb_ctx m = {.k = c->k, .ik = c->ik, .a = a, .ia = ia, .pk = pk, .ys = ys, .i8 = i8, .c0 = c0, .chunk = chunk,
+               .n_chunks = total};
   atomic_init(&m.next, 0);
   if (total > 0) {
     if (c->nth == 1) mvb_job(&m, 0, 1);
@@ -351,5 +384,7 @@ void sm_cpu_matvec_batch(sm_backend *be, const sm_weight *ws, const float *const
   free(bufs);
   free(c0);
   free(i8);
+  free(pk);
+  free(ia);
   free(a);
 }

@@ -2,7 +2,8 @@
  * the routed experts' matmul, the weighted combine, gpt-oss's clamped SwiGLU and the sigmoid gate of a
  * shared expert.
  *
- * matmul_experts reads only the chosen experts' rows of the stacked weight: a decode step runs the k
+ * matmul_experts reads only the chosen experts' rows of the stacked weight (of its packed copy where
+ * prepare_weight made one: an expert's row blocks): a decode step runs the k
  * chosen experts' matvecs in one dispatch of the backend's threads (sm_cpu_matvec_batch), and a batch
  * groups the (token, slot) pairs by expert and runs the backend's own matmul once per chosen expert (a
  * GEMM of its tokens instead of one matvec per token). Which kernel a token's row gets depends only on the batch size, as for dense
@@ -14,6 +15,21 @@
 #include "backend/cpu/cpu_internal.h"
 
 #define GEMM_MIN 4 /* the backend's matmul runs a GEMM from this many rows on (cpu_matmul.c GEMM_MIN_N) */
+
+/* rows [r0, r0 + n) of the expert stack w: a view of the original, and of the packed copy (pv) where w has
+ * one (prepare_weight) and the rows are whole row blocks of 16 */
+static sm_weight expert_rows(const sm_weight *w, int64_t r0, int64_t n, sm_cpu_packed *pv) {
+  sm_weight v = sm_weight_rows(w, r0, n);
+  const sm_cpu_packed *p = w->dev;
+  if (p && v.rows == n && r0 % 16 == 0 && n % 16 == 0) {
+    *pv = *p;
+    pv->rows = n;
+    pv->nrb = n / 16;
+    pv->data = p->data + (size_t)(r0 / 16) * p->rbbytes;
+    v.dev = pv;
+  }
+  return v;
+}
 
 static void be_moe_route(sm_backend *be, const float *logits, int n, const sm_moe_route *r, int32_t *ids, float *wts) {
   (void)be;
@@ -49,16 +65,18 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
   float *xg = NULL, *yg = NULL;
   if (n < GEMM_MIN) { /* decode: every slot's matvec in one dispatch of the backend's threads */
     sm_weight *ws = sm_xmalloc(sizeof(sm_weight) * (size_t)ns);
+    sm_cpu_packed *pv = sm_xmalloc(sizeof(sm_cpu_packed) * (size_t)ns);
     const float **xs = sm_xmalloc(sizeof(float *) * (size_t)ns);
     float **ys = sm_xmalloc(sizeof(float *) * (size_t)ns);
     int nv = 0;
     for (int s = 0; s < ns; s++) {
       if (ids[s] < 0 || ids[s] >= E) continue;
-      ws[nv] = sm_weight_rows(w, (int64_t)ids[s] * rows, rows);
+      ws[nv] = expert_rows(w, (int64_t)ids[s] * rows, rows, &pv[nv]);
       xs[nv] = x + (size_t)(x_per_slot ? s : s / k) * (size_t)K;
       ys[nv++] = y + (size_t)s * (size_t)rows;
     }
     sm_cpu_matvec_batch(be, ws, xs, ys, nv);
+    free(pv);
     free(ws);
     free(xs);
     free(ys);
@@ -67,7 +85,8 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
     const int m = cnt[e + 1] - cnt[e];
     if (!m) continue;
     const int *sl = order + cnt[e];
-    const sm_weight v = sm_weight_rows(w, (int64_t)e * rows, rows);
+    sm_cpu_packed pve;
+    const sm_weight v = expert_rows(w, (int64_t)e * rows, rows, &pve);
     const int mp = m < GEMM_MIN ? GEMM_MIN : m; /* rows the matmul gets (padding: zeros) */
     if (!xg) {
       const size_t cap = (size_t)(ns > GEMM_MIN ? ns : GEMM_MIN);
