@@ -284,9 +284,9 @@ void sm_cpu_matmul_free(cpu_be *c) {
 typedef struct {
   const sm_cpu_kern *k;
   const sm_i8_kern *ik;
-  sm_mv_arg *a;    /* [nw] prepared arguments */
-  sm_i8_arg *ia;   /* [nw] ... of packed weights */
-  const bool *pk;  /* [nw] packed: chunks are row blocks of 16 rows */
+  sm_mv_arg *a;   /* [nw] prepared arguments */
+  sm_i8_arg *ia;  /* [nw] ... of packed weights */
+  const bool *pk; /* [nw] packed: chunks are row blocks of 16 rows */
   float *const *ys;
   const bool *i8;
   const int64_t *c0; /* [nw + 1] first chunk of each matvec */
@@ -373,7 +373,15 @@ void sm_cpu_matvec_batch(sm_backend *be, const sm_weight *ws, const float *const
     total += (w->rows + chunk - 1) / chunk;
   }
   c0[nw] = total;
-  mvb_ctx m = {.k = c->k, .ik = c->ik, .a = a, .ia = ia, .pk = pk, .ys = ys, .i8 = i8, .c0 = c0, .chunk = chunk,
+  mvb_ctx m = {.k = c->k,
+               .ik = c->ik,
+               .a = a,
+               .ia = ia,
+               .pk = pk,
+               .ys = ys,
+               .i8 = i8,
+               .c0 = c0,
+               .chunk = chunk,
                .n_chunks = total};
   atomic_init(&m.next, 0);
   if (total > 0) {
