@@ -291,16 +291,20 @@ static int r_attn_q(fx *f, int i) {
 }
 
 /* rope(q), rope(k), kv_store(k, v) and decode attention (and the int8 x of the o projection) in one
- * kernel, when the rotated q and k are not read afterwards */
-static bool m_rope_attn(const fx *f, int i) {
-  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2], *at = &f->ops[i + 3];
+ * kernel, when the rotated q and k are not read afterwards: the dataflow of ops i .. i + 3, given the
+ * rotations' buffers (qx, kx) and heads (plain rope or rope_ext) */
+static bool rope_attn_flow(const fx *f, int i, const float *qx, int qnh, int qhd, const float *kx, int knh, int khd) {
+  const cu_op *kv = &f->ops[i + 2], *at = &f->ops[i + 3];
   const int hd = at->at.hd;
-  return at->at.splits > 0 && kv->kv.k == rk->rope.x && at->at.q == o->rope.x && at->at.K == kv->kv.K &&
-         at->at.V == kv->kv.V && o->rope.hd == hd && kv->kv.bs == at->at.bs && kv->kv.nblocks == at->at.nblocks &&
-         rk->rope.hd == hd && o->rope.nh == at->at.nh && rk->rope.nh == at->at.nkv &&
-         rk->rope.nh * rk->rope.hd == kv->kv.row && o->rope.x != rk->rope.x && o->rope.x != kv->kv.v &&
-         rk->rope.x != kv->kv.v && at->at.out != o->rope.x && at->at.out != rk->rope.x && at->at.out != kv->kv.v &&
-         dead_after(f, i + 3, o->rope.x) && dead_after(f, i + 3, rk->rope.x);
+  return at->at.splits > 0 && kv->kv.k == kx && at->at.q == qx && at->at.K == kv->kv.K && at->at.V == kv->kv.V &&
+         qhd == hd && kv->kv.bs == at->at.bs && kv->kv.nblocks == at->at.nblocks && khd == hd && qnh == at->at.nh &&
+         knh == at->at.nkv && knh * khd == kv->kv.row && qx != kx && qx != kv->kv.v && kx != kv->kv.v &&
+         at->at.out != qx && at->at.out != kx && at->at.out != kv->kv.v && dead_after(f, i + 3, qx) &&
+         dead_after(f, i + 3, kx);
+}
+static bool m_rope_attn(const fx *f, int i) {
+  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1];
+  return rope_attn_flow(f, i, o->rope.x, o->rope.nh, o->rope.hd, rk->rope.x, rk->rope.nh, rk->rope.hd);
 }
 /* the fused attention launch of rope(+ext)+kv_store+attention at ops i .. i + 3 (a: the rope fields set) */
 static int rope_attn_go(fx *f, int i, cu_attn_args *a) {
@@ -331,42 +335,35 @@ static int rope_attn_go(fx *f, int i, cu_attn_args *a) {
   if (xq) { f->out.preq = at->at.out; f->out.preq_n = f->ops[i + 4].mm.n; }
   return 4;
 }
+/* the attention arguments of ops i .. i + 3 with the rotations' k, frequencies and rotated dims */
+static void rope_attn_args(const fx *f, int i, const float *kx, const float *invq, int rotq, const float *invk,
+                           int rotk, cu_attn_args *a) {
+  attn_args(f, &f->ops[i + 3], a);
+  a->kraw = kx;
+  a->vraw = f->ops[i + 2].kv.v;
+  a->invq = invq;
+  a->invk = invk;
+  a->halfq = rotq / 2;
+  a->halfk = rotk / 2;
+}
 static int r_rope_attn(fx *f, int i) {
-  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2], *at = &f->ops[i + 3];
+  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1];
   cu_attn_args a;
-  attn_args(f, at, &a);
-  a.kraw = rk->rope.x;
-  a.vraw = kv->kv.v;
-  a.invq = o->rope.inv;
-  a.invk = rk->rope.inv;
-  a.halfq = o->rope.rot / 2;
-  a.halfk = rk->rope.rot / 2;
+  rope_attn_args(f, i, rk->rope.x, o->rope.inv, o->rope.rot, rk->rope.inv, rk->rope.rot, &a);
   return rope_attn_go(f, i, &a);
 }
 
 /* the same for two rope_ext of the same position rows, without the Llama-4 query scaling (Phi-3/4's
  * longrope and partial rotary) */
 static bool m_ropex_attn(const fx *f, int i) {
-  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2], *at = &f->ops[i + 3];
-  const int hd = at->at.hd;
-  return at->at.splits > 0 && kv->kv.k == rk->rx.x && at->at.q == o->rx.x && at->at.K == kv->kv.K &&
-         at->at.V == kv->kv.V && o->rx.hd == hd && kv->kv.bs == at->at.bs && kv->kv.nblocks == at->at.nblocks &&
-         rk->rx.hd == hd && o->rx.nh == at->at.nh && rk->rx.nh == at->at.nkv && rk->rx.nh * rk->rx.hd == kv->kv.row &&
-         o->rx.x != rk->rx.x && o->rx.x != kv->kv.v && rk->rx.x != kv->kv.v && at->at.out != o->rx.x &&
-         at->at.out != rk->rx.x && at->at.out != kv->kv.v && o->rx.beta <= 0.f && rk->rx.beta <= 0.f &&
-         o->rx.n_rows == rk->rx.n_rows && o->rx.pos0 == rk->rx.pos0 && o->rx.n_rows >= 1 &&
-         dead_after(f, i + 3, o->rx.x) && dead_after(f, i + 3, rk->rx.x);
+  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1];
+  return o->rx.beta <= 0.f && rk->rx.beta <= 0.f && o->rx.n_rows == rk->rx.n_rows && o->rx.pos0 == rk->rx.pos0 &&
+         o->rx.n_rows >= 1 && rope_attn_flow(f, i, o->rx.x, o->rx.nh, o->rx.hd, rk->rx.x, rk->rx.nh, rk->rx.hd);
 }
 static int r_ropex_attn(fx *f, int i) {
-  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2], *at = &f->ops[i + 3];
+  const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1];
   cu_attn_args a;
-  attn_args(f, at, &a);
-  a.kraw = rk->rx.x;
-  a.vraw = kv->kv.v;
-  a.invq = o->rx.inv;
-  a.invk = rk->rx.inv;
-  a.halfq = o->rx.rot / 2;
-  a.halfk = rk->rx.rot / 2;
+  rope_attn_args(f, i, rk->rx.x, o->rx.inv, o->rx.rot, rk->rx.inv, rk->rx.rot, &a);
   a.rope_rows = o->rx.n_rows;
   a.rope_pos0 = o->rx.pos0;
   a.msq = o->rx.mscale;

@@ -30,17 +30,7 @@ __global__ void __launch_bounds__(256) k_quant_x(const float *__restrict__ x, co
   if (b >= nblk) return;
   float v = __ldca(x + b * 32 + lane);
   if (xu) v = (gelu ? cu_gelu_tanh(v) : cu_silu(v)) * __ldca(xu + b * 32 + lane);
-  float a = fabsf(v), sum = v;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-    sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  }
-  int qi = a > 0.f ? __float2int_rn(v * (127.f / a)) : 0;
-  qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
-  const int j = lane >> 3, e = lane & 7;
-  xq[b * 32 + (2 * j + (e & 1)) * 4 + (e >> 1)] = (uint8_t)(int8_t)qi;
-  if (lane == 0) xs[b] = make_float2(a * (1.f / 127.f), sum);
+  quant_x32(v, lane, b, xq, xs);
 }
 
 /* UNR vectors of each of the RB rows are loaded before any is used (UNR*RB independent

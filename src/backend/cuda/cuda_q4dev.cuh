@@ -1,6 +1,6 @@
-/* Device helpers shared by the one-token CUDA kernels (cuda_q4.cu, cuda_mlp.cu, cuda_attn.cu): the CW_Q4
- * int8-activation dot product, the int8 x layout written by norms and attention, barriers of
- * resident blocks and the paged KV-cache slot lookup. Include after cuda_common.cuh. */
+/* Device helpers shared by the one-token CUDA kernels (cuda_q4.cu, cuda_mlp.cu, cuda_attn.cu, cuda_ssm.cu):
+ * the CW_Q4 int8-activation dot product, the int8 x layout written by norms, attention and the gated
+ * norm, barriers of resident blocks and the paged KV-cache slot lookup. Include after cuda_common.cuh. */
 #ifndef SM_CUDA_Q4DEV_CUH
 #define SM_CUDA_Q4DEV_CUH
 
@@ -8,6 +8,22 @@ static __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+/* The CW_Q4 int8 x of one 32-value block b held by a whole warp (lane l: value l): per block d =
+ * max|x|/127, q = rint(x/d) in nibble order, and the exact float sum (cuda_q4.cu's k_quant_x) */
+static __device__ __forceinline__ void quant_x32(float v, int lane, int64_t b, uint8_t *xq, float2 *xs) {
+  float a = fabsf(v), sum = v;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  }
+  int qi = a > 0.f ? __float2int_rn(v * (127.f / a)) : 0;
+  qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+  const int j = lane >> 3, e = lane & 7;
+  xq[b * 32 + (2 * j + (e & 1)) * 4 + (e >> 1)] = (uint8_t)(int8_t)qi;
+  if (lane == 0) xs[b] = make_float2(a * (1.f / 127.f), sum);
 }
 
 /* deferred rmsnorm: this lane's share of the n (<= 128, n % 4 == 0) partial sums of squares, one

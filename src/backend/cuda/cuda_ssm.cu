@@ -9,12 +9,7 @@
  * lets the next one launch at once and waits for the one before before it reads anything. */
 #include <math.h>
 #include "backend/cuda/cuda_ssm.cuh"
-
-static __device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+#include "backend/cuda/cuda_q4dev.cuh"
 static __device__ __forceinline__ float softplusf(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
 /* ---------------- element-wise ---------------- */
@@ -189,8 +184,8 @@ void cu_gated_delta(const cu_ctx *cx, const cu_rec_batch *rb, float *y, const fl
 }
 
 /* ---------------- gated RMSNorm: block = (row, group) ----------------
- * xq (may be NULL; group % 32 == 0): also the int8 x of a 4-bit matvec of out (k_quant_x's layout and
- * formulas), each warp quantizing its 32 values */
+ * xq (may be NULL; group % 32 == 0): also the int8 x of a 4-bit matvec of out (quant_x32), each warp
+ * quantizing its 32 values */
 __global__ void k_gated_rmsnorm(float *out, const float *x, const float *z, const float *w, int dim, int group, int wdim,
                                 float eps, int norm_first, uint8_t *xq, float2 *xs) {
   pdl_trigger(); /* programmatic dependent launch: nothing is read before the wait */
@@ -221,18 +216,7 @@ __global__ void k_gated_rmsnorm(float *out, const float *x, const float *z, cons
       const float wv = w[(g0 + j) % wdim];
       const float v = norm_first ? xr[j] * inv * wv * cu_silu(zr[j]) : xr[j] * cu_silu(zr[j]) * inv * wv;
       o[j] = v;
-      float a = fabsf(v), sum = v;
-#pragma unroll
-      for (int s = 16; s > 0; s >>= 1) {
-        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, s));
-        sum += __shfl_xor_sync(0xffffffffu, sum, s);
-      }
-      int qi = a > 0.f ? __float2int_rn(v * (127.f / a)) : 0;
-      qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
-      const int64_t b = ((int64_t)r * dim + g0 + base) >> 5;
-      const int jj = lane >> 3, e = lane & 7;
-      xq[b * 32 + (2 * jj + (e & 1)) * 4 + (e >> 1)] = (uint8_t)(int8_t)qi;
-      if (lane == 0) xs[b] = make_float2(a * (1.f / 127.f), sum);
+      quant_x32(v, lane, ((int64_t)r * dim + g0 + base) >> 5, xq, xs);
     }
     return;
   }
