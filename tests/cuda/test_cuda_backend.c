@@ -546,6 +546,9 @@ static void test_attention_cases(void) {
   test_attention_case(32, 4, 128, 0, 0.f, 1, 600, 700);  /* G 8 (Qwen3-30B-A3B): two blocks a KV head */
   test_attention_case(64, 8, 64, 128, 0.f, 1, 300, 200); /* G 8, hd 64, sliding window (gpt-oss) */
   test_attention_case(40, 8, 128, 0, 0.f, 1, 300, 500);  /* G 5 (Qwen2.5-14B): blocks of 4 and 1 heads */
+  test_attention_case(8, 4, 256, 0, 0.f, 1, 600, 700);   /* G 2, hd 256 (Gemma-3-4B): 8 warps, 4 positions a batch */
+  test_attention_case(16, 4, 256, 0, 0.f, 1, 500, 300);  /* G 4, hd 256 (Qwen3.5): 8 warps, 2 positions a batch */
+  test_attention_case(16, 2, 256, 0, 0.f, 1, 40, 650);   /* G 8, hd 256 (Qwen3-Next): two blocks a KV head */
   /* one sequence decoding alone (16 splits at these shapes) */
   test_attention_case(32, 8, 128, 0, 0.f, 0, 0, 700); /* llama-8B */
   test_attention_case(32, 8, 64, 0, 0.f, 0, 0, 5);    /* llama-1B, splits without positions */
@@ -554,11 +557,14 @@ static void test_attention_cases(void) {
   test_attention_case(28, 4, 128, 0, 0.f, 0, 0, 700); /* G 7 alone (Qwen2.5-7B) */
   test_attention_case(40, 8, 128, 0, 0.f, 0, 0, 700); /* G 5 alone: blocks of 4 and 1 heads, RSC combine */
   test_attention_case(24, 4, 64, 0, 0.f, 0, 0, 300);  /* G 6, hd 64 (half-warp positions) */
+  test_attention_case(8, 4, 256, 0, 0.f, 0, 0, 700);  /* G 2, hd 256 alone */
+  test_attention_case(16, 4, 256, 0, 0.f, 0, 0, 90);  /* G 4, hd 256 alone */
   /* long contexts: more than 32 positions a warp (the slots of a warp's positions are read 32 at
    * a time; batches of 12 positions straddle those chunks) */
   test_attention_case(32, 8, 128, 0, 0.f, 1, 2400, 2100); /* llama-8B decode, 16 splits */
   test_attention_case(32, 8, 64, 0, 0.f, 1, 2500, 1300);  /* llama-1B shape (half-warp positions) */
   test_attention_case(32, 4, 128, 0, 0.f, 1, 2400, 2100); /* G 8 */
+  test_attention_case(8, 4, 256, 0, 0.f, 1, 2400, 2100);  /* G 2, hd 256 */
 }
 
 /* pipelined decode (sm_engine_decode: step k+1 queued before token k is read, its token fed on
@@ -1706,6 +1712,7 @@ int main(int argc, char **argv) {
   pass("SMELT_CUDA_ATTN_S=8 SMELT_CUDA_ATTN_STG=2", 2);
   pass("SMELT_CUDA_ATTN_TRIG=0", 2);
   pass("SMELT_CUDA_ATTN_HSPLIT=0", 2); /* 5 to 8 query heads a KV head in one 4-warp block */
+  pass("SMELT_CUDA_ATTN_W256=4", 2);   /* head dims of 129 to 256 on the 4-warp kernel */
   /* the one-token MLP in the decode graph (k_mlp1: gate/up, silu(gate)*up quantized, down; with the
    * add + rmsnorm before it, and for the 8B shape the add + rmsnorm after it deferred to the next
    * q/k/v), and k_mvr where the tuning asks for it (the lm_head by default; MVR=31: every role)

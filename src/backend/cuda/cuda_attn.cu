@@ -956,11 +956,12 @@ static size_t at_smem(const cu_tune *t, int hd, int G, int S, int nw, bool rsc) 
  * of at most 4 (attn_hsplit): the 8-warp kernel with the reduce-scatter of scores, instead of the
  * 4-warp one for G <= 8 */
 int cu_attn_dec_hsplit(const cu_tune *t, int hd, int G) {
-  return t->attn_hsplit && G >= 5 && G <= 8 && hd % 32 == 0 && hd <= 128 ? 2 : 1;
+  return t->attn_hsplit && G >= 5 && G <= 8 && hd % 32 == 0 && (hd <= 128 || (hd <= 256 && t->attn_w256 == 8)) ? 2
+                                                                                                              : 1;
 }
 size_t cu_attn_dec_smem(const cu_tune *t, int hd, int G, int S, sm_dtype dt) {
   if (cu_attn_dec_hsplit(t, hd, G) == 2) G = 4;
-  const int Sc = S < 16 ? S : 16, nw = cu_attn_dec_warps(hd, G, dt);
+  const int Sc = S < 16 ? S : 16, nw = cu_attn_dec_warps(t, hd, G, dt);
   return at_smem(t, hd, G, Sc, nw, at_rsc(hd, G, Sc, nw, true));
 }
 
@@ -970,12 +971,12 @@ bool cu_attn_dec_ok(int hd, int G, sm_dtype dt) {
 
 /* 8 warps a block for G <= 4, hd <= 128 (the position loop is latency-bound: ncu showed ~1 eligible
  * warp a scheduler at 4 warps and 255 registers; 8 warps capped at 128 registers, 4 positions a batch,
- * measured fastest on the H100), else 4 */
+ * measured fastest on the H100), and for G <= 4, hd <= 256 with attn_w256 8 and a 16-bit cache (two
+ * chunks of a row a lane; G <= 2 four positions a batch, else two; an f32 cache spills there); else 4 */
 /* (the same for every cache type: a 16-bit cache is read with the f32 layout, 8 bytes a lane; 16 bytes
  * a lane in half-warps with 4 warps measured slower on the H100: 8B 4-bit decode 464.9 vs 487.7 tok/s) */
-int cu_attn_dec_warps(int hd, int G, sm_dtype dt) {
-  (void)dt;
-  return G <= 4 && hd <= 128 ? 8 : 4;
+int cu_attn_dec_warps(const cu_tune *t, int hd, int G, sm_dtype dt) {
+  return G <= 4 && (hd <= 128 || (hd <= 256 && t->attn_w256 == 8 && dt != SM_DT_F32)) ? 8 : 4;
 }
 int cu_attn_dec_splits(const cu_tune *t, int n_tokens, int nkv, int n_sm) {
   if (t->attn_s >= 1) return t->attn_s;
@@ -1045,7 +1046,7 @@ void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
       rp.pfn[i] = (long long)(x->pfn[i] & ~(size_t)15);
     }
   const bool hw = hd4 <= 16; /* hd <= 64: half-warp positions */
-  const int nw = cu_attn_dec_warps(hd, G, x->dt);
+  const int nw = cu_attn_dec_warps(t, hd, G, x->dt);
   const bool rsc = at_rsc(hd, G, S, nw, cl);
   const size_t sm = at_smem(t, hd, G, S, nw, rsc);
   const int nstg = at_nstg(t, hd, nw);
@@ -1060,9 +1061,11 @@ void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
                 x->nblocks, x->n_heads, nkv, hd, x->scale, x->window, x->softcap, S, flags);                \
   } while (0)
   CU_KV_DISPATCH(x->dt, {
-    if (nw == 8) { /* 8 warps of 4 positions a batch (128 registers) */
+    if (nw == 8) { /* 8 warps (128 registers) */
       if (hw) AD2_LW(4, 1, 4, true, 8);
-      else AD2_LW(4, 1, 4, false, 8);
+      else if (hd4 <= 32) AD2_LW(4, 1, 4, false, 8);
+      else if (G <= 2) AD2_LW(2, 2, 4, false, 8); /* hd > 128 */
+      else AD2_LW(4, 2, 2, false, 8);
     } else if (G <= 4) AD2_LW(4, 2, 4, false, 4); /* hd > 128 */
     else if (hw) AD2_LW(8, 1, 4, true, 4);
     else if (hd4 <= 32) AD2_LW(8, 1, 4, false, 4);

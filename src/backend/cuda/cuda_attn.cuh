@@ -41,7 +41,7 @@ int cu_attn_dec_splits(const cu_tune *t, int n_tokens, int nkv, int n_sm);
 /* 2 where the decode kernel splits a KV head's query heads over two blocks (its launch then has
  * twice the KV heads: splits, smem and counters are counted for nkv * this), else 1 */
 int cu_attn_dec_hsplit(const cu_tune *t, int hd, int G);
-int cu_attn_dec_warps(int hd, int G, sm_dtype dt);
+int cu_attn_dec_warps(const cu_tune *t, int hd, int G, sm_dtype dt);
 size_t cu_attn_dec_smem(const cu_tune *t, int hd, int G, int S, sm_dtype dt);
 void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *a);
 void cu_attn_set_trace(unsigned long long *buf);

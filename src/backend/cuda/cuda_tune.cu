@@ -33,6 +33,8 @@ static const sm_tune_entry k_table[] = {
     "where decode attention lets the next kernel launch: 0 start, 1 first K/V loads, 2 after its loop", {}, NULL },
   { "SMELT_CUDA_ATTN_HSPLIT", F(attn_hsplit), 1, 0, 1, 0,
     "decode attention with 5 to 8 query heads a KV head: two blocks of at most 4 (1) or one block (0)", {}, NULL },
+  { "SMELT_CUDA_ATTN_W256", F(attn_w256), 8, 4, 8, 0,
+    "decode attention warps a block for head dims of 129 to 256 (Gemma, Qwen3.5, Qwen3-Next): 4 or 8", {}, NULL },
   { "SMELT_CUDA_ATTN_FA", F(attn_fa), 1, 0, 1, 0,
     "prefill attention on tensor cores with f16 operands (sm_80+); 0: the f32 CUDA-core kernel", {}, NULL },
   { "SMELT_CUDA_MVR", F(mvr), -1, -1, 31, 0,
@@ -81,6 +83,8 @@ smelt_status cu_tune_read(int arch, cu_tune *out) {
     return sm_err(SMELT_ERR_INVALID, "SMELT_CUDA_ATTN_CL=%d: expected 0, 2, 4, 8 or 16", out->attn_cl);
   if (!valid_tiling(out->q4cfg) || !valid_tiling(out->q4long) || !out->q4long)
     return sm_err(SMELT_ERR_INVALID, "SMELT_CUDA_Q4CFG / Q4LONG: expected 11, 21, 41, 12, 22, 42, 14, 24, 44, 18 or 28");
+  if (out->attn_w256 != 4 && out->attn_w256 != 8)
+    return sm_err(SMELT_ERR_INVALID, "SMELT_CUDA_ATTN_W256=%d: expected 4 or 8", out->attn_w256);
   if (arch < 90) out->attn_cl = 0; /* clusters: sm_90 */
   if (out->qmma_bm && out->qmma_bm != 128 && out->qmma_bm != 256)
     return sm_err(SMELT_ERR_INVALID, "SMELT_CUDA_QMMA_BM=%d: expected 0, 128 or 256", out->qmma_bm);

@@ -40,6 +40,7 @@ typedef struct {
   int trace_l;     /* SMELT_CUDA_TRACE builds: the layer launch traced */
   int poison;      /* 1: new device buffers filled with 0xff bytes (NaN) */
   int attn_hsplit; /* 1: decode attention with 5 to 8 query heads a KV head as two blocks */
+  int attn_w256;   /* decode attention warps a block for head dims of 129 to 256 (4 or 8) */
 } cu_tune;
 
 /* the table (for docs tests and `describe`), and reading it for a device of compute capability arch
