@@ -203,16 +203,16 @@ int main(void) {
      0,
      "{\"partial_rotary_factor\": 0.75, \"original_max_position_embeddings\": 4096, \"rope_scaling\": "
      "{\"type\": \"longrope\", \"short_factor\": \"36x1.0\", \"long_factor\": \"36x1.5\"}}"},
-    /* qwen3_moe (16 experts of the Qwen3-30B-A3B shape, 4 a token): the router's matvec and moe_route run
-     * alone; the experts' gate, up and silu are one kernel, their down projection and the weighted sum
-     * another */
+    /* qwen3_moe (16 experts of the Qwen3-30B-A3B shape, 4 a token): the router's matvec runs alone; the
+     * routing, the experts' gate, up and silu are one kernel, their down projection and the weighted sum
+     * another (moe_route never runs alone) */
     {"qwen3_moe",
      2048,
      6144,
-     10,
-     {"matvec group", "rmsnorm pair", "rope+kv_store+attention", "experts gate/up+silu", "experts down+combine"},
+     9,
+     {"matvec group", "rmsnorm pair", "rope+kv_store+attention", "route+experts gate/up+silu", "experts down+combine"},
      "moe_route",
-     1,
+     0,
      "{\"num_experts\": 16, \"num_experts_per_tok\": 4, \"moe_intermediate_size\": 768, \"norm_topk_prob\": true}"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);

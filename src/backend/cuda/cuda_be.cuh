@@ -90,7 +90,7 @@ typedef struct {
   int nodes;                 /* kernel nodes (launches) of the graph */
 } cu_graph;
 
-#define CU_MAX_FUSIONS 24
+#define CU_MAX_FUSIONS 32
 typedef struct {
   sm_backend base;
   int dev, n_sm, arch;

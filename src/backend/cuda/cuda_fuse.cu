@@ -609,6 +609,28 @@ static int r_experts_gu(fx *f, int i) {
   return 3;
 }
 
+/* moe_route whose ids only the gate/up pair after it reads first: the gate/up kernel routes for itself
+ * (every block its slot's token; the token's first block writes ids and weights for down+combine) */
+static bool m_route_gu(const fx *f, int i) {
+  const cu_op *rt = &f->ops[i], *g = &f->ops[i + 1], *ac = &f->ops[i + 3];
+  /* every block reads the logits while others write h: they must not overlap */
+  const float *h = ac->type == OP_SWIGLU_CLAMP ? ac->sw.out : ac->ew.y;
+  const size_t hn = ac->type == OP_SWIGLU_CLAMP ? ac->sw.n : ac->ew.n, ln = (size_t)rt->rt.n * (size_t)rt->rt.ne;
+  if (h < rt->rt.logits + ln && rt->rt.logits < h + hn) return false;
+  return m_experts_gu(f, i + 1) && rt->rt.ids == g->mx.ids && rt->rt.n == g->mx.n && rt->rt.k == g->mx.k &&
+         rt->rt.k <= CU_ROUTE_MAX_K && rt->rt.ng <= CU_ROUTE_MAX_GROUPS &&
+         (const void *)rt->rt.logits != (const void *)rt->rt.wts && (const void *)g->mx.x != (const void *)rt->rt.wts &&
+         cu_experts_gu_route_ok(g->mx.cw, g->mx.rows, rt->rt.ne);
+}
+static int r_route_gu(fx *f, int i) {
+  const cu_op *rt = &f->ops[i], *g = &f->ops[i + 1], *u = &f->ops[i + 2], *ac = &f->ops[i + 3];
+  const bool sw = ac->type == OP_SWIGLU_CLAMP;
+  const cu_route r = cu_route_of(rt);
+  cu_experts_gu(f->cx, g->mx.cw, u->mx.cw, g->mx.rows, g->mx.ids, g->mx.n, g->mx.k, g->mx.x, sw ? ac->sw.out : ac->ew.y,
+                g->mx.bias, u->mx.bias, sw, sw ? ac->sw.alpha : 0.f, sw ? ac->sw.limit : 0.f, &r);
+  return 4;
+}
+
 /* the routed experts' down projection (one x a slot) and the weighted sum of its rows, whose only reader
  * it is: one kernel sums each token's slots as it goes (cu_experts_dc) */
 static bool m_experts_dc(const fx *f, int i) {
@@ -657,6 +679,10 @@ static const cu_fusion k_fusions[] = {
     m_mlp_norm_dn, r_mlp_norm_dn },
   { "add+rmsnorm+mlp", { P(OP_ADD), P(OP_RMSNORM), MLP_PAT, P(OP_ADD), P(OP_RMSNORM) }, m_mlp_norm, r_mlp_norm },
   { "add+rmsnorm", { P(OP_ADD), P(OP_RMSNORM) }, m_add_norm, r_add_norm },
+  { "route+experts gate/up+silu", { P(OP_MOE_ROUTE), PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_SILU) },
+    m_route_gu, r_route_gu },
+  { "route+experts gate/up+swiglu",
+    { P(OP_MOE_ROUTE), PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_SWIGLU_CLAMP) }, m_route_gu, r_route_gu },
   { "experts gate/up+silu", { PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_SILU) }, m_experts_gu, r_experts_gu },
   { "experts gate/up+swiglu", { PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_SWIGLU_CLAMP) }, m_experts_gu,
     r_experts_gu },

@@ -18,101 +18,17 @@
 #include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_ldst.cuh"
 #include "backend/cuda/cuda_moe.cuh"
+#include "backend/cuda/cuda_route.cuh"
 #include "backend/cuda/cuda_weights.cuh"
 
 
 /* ================= kernels ================= */
 
-/* one warp a token (sm_moe_route_row's algorithm); shared: 2 * E floats */
-__global__ void k_route(const float *logits, int kind, int E, int k, int norm, float scale, float eps, const float *corr,
-                        int ng, int tkg, int32_t *ids, float *wts) {
+/* one warp a token (cu_route_token); shared: 2 E floats */
+__global__ void k_route(const cu_route r) {
   extern __shared__ float sm[];
-  __shared__ float gsc[64];
-  __shared__ int kept[64], sel[64];
-  float *p = sm, *ch = sm + E;
-  const int t = blockIdx.x, lane = threadIdx.x;
-  const float *l = logits + (int64_t)t * E;
-  if (kind == SM_ROUTE_SOFTMAX) {
-    float mx = -INFINITY, z = 0.f;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
-    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    for (int e = lane; e < E; e += 32) z += p[e] = expf(l[e] - mx);
-    for (int o = 16; o; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
-    for (int e = lane; e < E; e += 32) ch[e] = p[e] = p[e] / z;
-  } else if (kind == SM_ROUTE_TOPK_SOFTMAX) {
-    for (int e = lane; e < E; e += 32) ch[e] = p[e] = l[e];
-  } else {
-    for (int e = lane; e < E; e += 32) {
-      p[e] = 1.f / (1.f + expf(-l[e]));
-      ch[e] = p[e] + (corr ? corr[e] : 0.f);
-    }
-  }
-  __syncwarp();
-  if (kind == SM_ROUTE_SIGMOID && ng > 1) { /* the topk_group groups of the largest top-2 sums stay */
-    const int per = E / ng;
-    for (int g = lane; g < ng; g += 32) {
-      float b1 = -INFINITY, b2 = -INFINITY;
-      for (int e = g * per; e < (g + 1) * per; e++) {
-        const float v = ch[e];
-        if (v > b1) { b2 = b1; b1 = v; } else if (v > b2) b2 = v;
-      }
-      gsc[g] = b1 + b2;
-      kept[g] = 0;
-    }
-    __syncwarp();
-    for (int j = 0; j < tkg; j++) {
-      float bv = -INFINITY;
-      int bi = 0x7fffffff;
-      for (int g = lane; g < ng; g += 32)
-        if (!kept[g] && (gsc[g] > bv || (gsc[g] == bv && g < bi))) { bv = gsc[g]; bi = g; }
-      for (int o = 16; o; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-      }
-      if (lane == 0 && bi < ng) kept[bi] = 1;
-      __syncwarp();
-    }
-    for (int e = lane; e < E; e += 32)
-      if (!kept[e / per]) ch[e] = 0.f;
-    __syncwarp();
-  }
-  for (int j = 0; j < k; j++) { /* a chosen expert's score becomes NaN, which no comparison picks again */
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int e = lane; e < E; e += 32) {
-      const float v = ch[e];
-      if (v > bv || (v == bv && e < bi)) { bv = v; bi = e; }
-    }
-    for (int o = 16; o; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-    }
-    if (lane == 0) {
-      sel[j] = bi < E ? bi : 0;
-      ch[sel[j]] = __int_as_float(0x7fc00000);
-    }
-    __syncwarp();
-  }
-  if (lane == 0) {
-    float w[64], sum = 0.f;
-    if (kind == SM_ROUTE_TOPK_SOFTMAX) {
-      const float mx = l[sel[0]];
-      float z = 0.f;
-      for (int j = 0; j < k; j++) z += w[j] = expf(l[sel[j]] - mx);
-      for (int j = 0; j < k; j++) sum += w[j] /= z;
-    } else {
-      for (int j = 0; j < k; j++) sum += w[j] = p[sel[j]];
-      if (kind == SM_ROUTE_SIGMOID && norm) sum += eps;
-    }
-    for (int j = 0; j < k; j++) {
-      float v = w[j];
-      if (norm && kind != SM_ROUTE_TOPK_SOFTMAX) v /= sum;
-      ids[(int64_t)t * k + j] = sel[j];
-      wts[(int64_t)t * k + j] = v * scale;
-    }
-  }
+  __shared__ int sel[CU_ROUTE_MAX_K];
+  cu_route_token(r, blockIdx.x, sm, sel, true);
 }
 
 __global__ void k_combine(float *out, const float *y, const float *w, int n, int k, int dim) {
@@ -302,8 +218,7 @@ void cu_moe_exec(cuda_be *c, const cu_op *o) {
   switch (o->type) {
   case OP_MOE_ROUTE: {
     const size_t smem = sizeof(float) * 2 * (size_t)o->rt.ne;
-    k_route<<<o->rt.n, 32, smem, s>>>(o->rt.logits, o->rt.kind, o->rt.ne, o->rt.k, o->rt.norm, o->rt.scale, o->rt.eps, o->rt.corr,
-                                      o->rt.ng, o->rt.tkg, o->rt.ids, o->rt.wts);
+    k_route<<<o->rt.n, 32, smem, s>>>(cu_route_of(o));
     break;
   }
   case OP_MM_EXPERTS:

@@ -3,6 +3,7 @@
 #ifndef SM_CUDA_MOE_CUH
 #define SM_CUDA_MOE_CUH
 #include "backend/cuda/cuda_be.cuh"
+#include "backend/cuda/cuda_route.cuh"
 
 /* sets the ops of b (a cuda_be) */
 void cu_moe_install(sm_backend *b);
@@ -18,9 +19,21 @@ void cu_rows_matvec(const cu_ctx *cx, const cu_weight *w, int64_t rows, const in
  * s = t*k + j, e = ids[s] (an e out of range gives 0); act silu(g) * u, or with clamp gpt-oss's clamped SwiGLU
  * (swiglu_clamp's alpha and limit). _ok says whether the pair of weights (expert stacks of `rows` rows) fits. */
 bool cu_experts_gu_ok(const cu_weight *wg, const cu_weight *wu, int64_t rows);
+/* rt (not NULL): the routing as well (a moe_route op writing ids): every block routes its slot's token
+ * itself (cu_route_token) and the first block of a token writes its ids and weights. _route_ok says
+ * whether the weights take the fused kernel with routing of E experts. */
+bool cu_experts_gu_route_ok(const cu_weight *wg, int64_t rows, int E);
 void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, int64_t rows, const int32_t *ids, int n,
                    int k, const float *x, float *h, const float *bg = NULL, const float *bu = NULL, bool clamp = false,
-                   float alpha = 0.f, float limit = 0.f);
+                   float alpha = 0.f, float limit = 0.f, const cu_route *rt = NULL);
+/* the routing of a recorded moe_route op */
+static inline cu_route cu_route_of(const cu_op *o) {
+  cu_route r;
+  r.logits = o->rt.logits; r.corr = o->rt.corr; r.ids = o->rt.ids; r.wts = o->rt.wts;
+  r.kind = o->rt.kind; r.E = o->rt.ne; r.k = o->rt.k; r.norm = o->rt.norm; r.ng = o->rt.ng; r.tkg = o->rt.tkg;
+  r.scale = o->rt.scale; r.eps = o->rt.eps;
+  return r;
+}
 /* down + combine: out[t][r] = sum_j wts[t*k + j] * ((W_e . h[t*k + j])[r] (+ bias[e][r])) */
 bool cu_experts_dc_ok(const cu_weight *w, int64_t rows);
 void cu_experts_dc(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int32_t *ids, const float *wts, int n,

@@ -213,8 +213,10 @@ static __device__ __forceinline__ float act_f(const xact &a, float g, float u) {
  * biases or NULL. */
 template <int R, int F>
 __global__ void __launch_bounds__(256) k_xgu_fast(cu_weight wg, cu_weight wu, int64_t rows, const int32_t *ids, int k,
-                                                 const float *x, float *h, const float *bg, const float *bu, xact act) {
+                                                 const float *x, float *h, const float *bg, const float *bu, xact act,
+                                                 const cu_route rt) {
   extern __shared__ uint4 sm[];
+  __shared__ int sel[CU_ROUTE_MAX_K];
   const int lane = threadIdx.x & 31, s = blockIdx.y, RB = 8 * R;
   const int64_t rb = (int64_t)blockIdx.x * RB, nch = wg.cols >> 5;
   const int nr = rows - rb < RB ? (int)(rows - rb) : RB;
@@ -222,7 +224,12 @@ __global__ void __launch_bounds__(256) k_xgu_fast(cu_weight wg, cu_weight wu, in
   uint4 *Wg = sm, *Wu = Wg + RB * nch, *Sg = Wu + RB * nch, *Su = Sg + RB * sbw;
   float4 *X = (float4 *)(Su + RB * sbw);
   pdl_wait();
-  const int e = ids[s];
+  int e;
+  if (rt.logits) { /* route the slot's token (warp 0); the token's first block writes its ids and weights */
+    if (threadIdx.x < 32) cu_route_token(rt, s / k, (float *)(X + (wg.cols >> 2)), sel, blockIdx.x == 0 && s % k == 0);
+    __syncthreads();
+    e = sel[s % k];
+  } else e = ids[s];
   const bool ok = e >= 0 && e < wg.rows / rows;
   const int64_t row0 = (int64_t)e * rows + rb;
   if (ok) {
@@ -368,6 +375,8 @@ static int fast_rows(const cu_weight *w, size_t smem16, size_t smem8) {
   return smem16 <= 100 * 1024 ? 2 : smem8 <= SMEM_MAX ? 1 : 0;
 }
 static int gu_rows(const cu_weight *w) { return fast_rows(w, gu_smem(w, 2), gu_smem(w, 1)); }
+/* the routing's scores after x (k_xgu_fast with routing) */
+static size_t route_smem(int E) { return sizeof(float) * 2 * (size_t)E; }
 static int dc_rows(const cu_weight *w, int k) { return fast_rows(w, dc_smem(w, k, 2), dc_smem(w, k, 1)); }
 /* a kernel's dynamic shared memory above the default 48 KiB */
 template <typename K> static void smem_optin(K kern, size_t bytes) {
@@ -381,16 +390,26 @@ bool cu_experts_gu_ok(const cu_weight *wg, const cu_weight *wu, int64_t rows) {
          (!a || (wg->gs == wu->gs && wg->sbk == wu->sbk && wg->qmode == wu->qmode));
 }
 
+bool cu_experts_gu_route_ok(const cu_weight *wg, int64_t rows, int E) {
+  const int R = gu_rows(wg);
+  return R && rows > 0 && E > 0 && E <= 1024 && gu_smem(wg, R) + route_smem(E) <= SMEM_MAX;
+}
+
 void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, int64_t rows, const int32_t *ids, int n,
                    int k, const float *x, float *h, const float *bg, const float *bu, bool clamp, float alpha,
-                   float limit) {
+                   float limit, const cu_route *rt) {
   const int R = gu_rows(wg), F = fast_fmt(wg);
   const dim3 grid((unsigned)((rows + 8 * (R ? R : 1) - 1) / (8 * (R ? R : 1))), (unsigned)(n * k));
   const xact a = { clamp ? 1 : 0, alpha, limit };
+  cu_route r;
+  memset(&r, 0, sizeof r);
+  if (rt) r = *rt;
+  const size_t rs = rt ? route_smem(rt->E) : 0;
 #define GU_GO(R_, F_)                                                                                              \
   do {                                                                                                             \
-    smem_optin(k_xgu_fast<R_, F_>, gu_smem(wg, R_));                                                               \
-    cu_launch(cx, k_xgu_fast<R_, F_>, grid, dim3(256), gu_smem(wg, R_), *wg, *wu, rows, ids, k, x, h, bg, bu, a);  \
+    smem_optin(k_xgu_fast<R_, F_>, gu_smem(wg, R_) + rs);                                                          \
+    cu_launch(cx, k_xgu_fast<R_, F_>, grid, dim3(256), gu_smem(wg, R_) + rs, *wg, *wu, rows, ids, k, x, h, bg, bu, a, \
+              r);                                                                                                  \
   } while (0)
   if (R == 2 && F == XF_Q4) GU_GO(2, XF_Q4);
   else if (R == 1 && F == XF_Q4) GU_GO(1, XF_Q4);
