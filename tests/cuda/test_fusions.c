@@ -181,13 +181,15 @@ int main(void) {
      NULL,
      0,
      NULL},
-    /* gemma3_text (Gemma-3-4B's layer shape): the MLP with gelu(gate) * up in k_mlp1, the q/k head norms in
-     * one launch, each output norm with the residual add and the next norm */
+    /* gemma3_text (Gemma-3-4B's layer shape): the MLP with gelu(gate) * up in k_mlp1, which also computes
+     * the post-attention norm, the residual add and the pre-feedforward norm; the q/k head norms in one
+     * launch; the post-feedforward norm with the residual add and the next norm */
     {"gemma3_text",
      2560,
      10240,
-     8,
-     {"matvec group", "mlp (gelu)", "rmsnorm pair", "rmsnorm+add+rmsnorm", "rope+kv_store+attention"},
+     7,
+     {"matvec group", "rmsnorm+add+rmsnorm+mlp (gelu)", "rmsnorm pair", "rmsnorm+add+rmsnorm",
+      "rope+kv_store+attention"},
      NULL,
      0,
      "{\"sliding_window\": 1024}"},

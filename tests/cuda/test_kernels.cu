@@ -289,7 +289,7 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s, bool gelu = false) {
     CK(cudaMemcpy(rw, nw.data(), K * 4, cudaMemcpyHostToDevice));
     CHECK(cu_norm_q(&g_cx, NULL, rx2, ra, rw, 1, (int)K, 1e-5f, 0.f, xq), "cu_norm_q");
     CHECK(cu_mlp(&g_cx, &g, &u, &d, rg, ru, ry, xq, hq2, NULL, NULL, gelu), "cu_mlp (reference)");
-    const cu_mlp_norm nm = { rx, ra, rw, 0.f, 1e-5f, hout };
+    const cu_mlp_norm nm = { rx, ra, rw, 0.f, 1e-5f, hout, NULL, 0.f, 0.f };
     CK(cudaMemset(hq, 0xff, cu_q4_scratch_bytes(1, F)));
     CHECK(cu_mlp(&g_cx, &g, &u, &d, gy, uy, y, NULL, hq, &nm, NULL, gelu), "cu_mlp with the norm");
     CK(cudaStreamSynchronize(s));
@@ -305,6 +305,43 @@ static void test_mlp(int64_t F, int64_t K, cudaStream_t s, bool gelu = false) {
     CHECK(!memcmp(y0.data(), y1.data(), K * 4), "mlp with the norm: down differs (%g)", rel_max(y1, y0));
     CHECK(!memcmp(h0.data(), h1.data(), K * 4), "mlp with the norm: x + a differs");
     CHECK(!memcmp(x1.data(), xr.data(), K * 4), "mlp with the norm wrote x");
+    /* with a sandwich norm's output norm of a first (Gemma; K <= 3072): bitwise cu_norm_pre_q followed by it */
+    const bool pre_ok = cu_mlp_pre_ok(&g_cx, &g, &u, &d);
+    CHECK(pre_ok == (K <= 3072), "mlp_pre_ok %lldx%lld: %d", (long long)F, (long long)K, (int)pre_ok);
+    if (pre_ok) {
+      std::vector<float> pw((size_t)K);
+      for (auto &v : pw) v = frnd() - 0.5f;
+      float *rpw, *rx3;
+      CK(cudaMalloc(&rpw, K * 4)); CK(cudaMalloc(&rx3, K * 4));
+      CK(cudaMemcpy(rpw, pw.data(), K * 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(rx3, xr.data(), K * 4, cudaMemcpyHostToDevice));
+      /* outputs of their own: the deferred-norm check below reads y and hout of the plain norm's run */
+      float *sg, *su, *sy, *sg2, *su2, *sy2, *sh;
+      uint8_t *sq, *sq2;
+      CK(cudaMalloc(&sg, F * 4)); CK(cudaMalloc(&su, F * 4)); CK(cudaMalloc(&sy, K * 4));
+      CK(cudaMalloc(&sg2, F * 4)); CK(cudaMalloc(&su2, F * 4)); CK(cudaMalloc(&sy2, K * 4));
+      CK(cudaMalloc(&sh, K * 4));
+      CK(cudaMalloc(&sq, cu_q4_scratch_bytes(1, F))); CK(cudaMalloc(&sq2, cu_q4_scratch_bytes(1, F)));
+      CHECK(cu_norm_pre_q(&g_cx, NULL, rx3, ra, rpw, 1.f, 1e-6f, rw, 1, (int)K, 1e-5f, 0.f, xq, NULL), "cu_norm_pre_q");
+      CHECK(cu_mlp(&g_cx, &g, &u, &d, sg2, su2, sy2, xq, sq2, NULL, NULL, gelu), "cu_mlp (reference, sandwich)");
+      const cu_mlp_norm np = { rx, ra, rw, 0.f, 1e-5f, sh, rpw, 1.f, 1e-6f };
+      CK(cudaMemset(sq, 0xff, cu_q4_scratch_bytes(1, F)));
+      CK(cudaMemset(sh, 0xff, K * 4));
+      CHECK(cu_mlp(&g_cx, &g, &u, &d, sg, su, sy, NULL, sq, &np, NULL, gelu), "cu_mlp with the sandwich norm");
+      CK(cudaStreamSynchronize(s));
+      CK(cudaGetLastError());
+      std::vector<uint8_t> s0(cu_q4_scratch_bytes(1, F)), s1(s0.size());
+      CK(cudaMemcpy(s0.data(), sq2, s0.size(), cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(s1.data(), sq, s1.size(), cudaMemcpyDeviceToHost));
+      CHECK(!memcmp(get(sg2, F).data(), get(sg, F).data(), F * 4) && !memcmp(get(su2, F).data(), get(su, F).data(), F * 4),
+            "mlp with the sandwich norm %lldx%lld: gate/up differ from cu_norm_pre_q + mlp", (long long)F, (long long)K);
+      CHECK(!memcmp(s0.data(), s1.data(), s0.size()), "mlp with the sandwich norm: quantized h differs");
+      CHECK(!memcmp(get(sy2, K).data(), get(sy, K).data(), K * 4), "mlp with the sandwich norm: down differs");
+      CHECK(!memcmp(get(rx3, K).data(), get(sh, K).data(), K * 4), "mlp with the sandwich norm: x + norm(a) differs");
+      CHECK(!memcmp(get(rx, K).data(), xr.data(), K * 4), "mlp with the sandwich norm wrote x");
+      CK(cudaFree(rpw)); CK(cudaFree(rx3)); CK(cudaFree(sg)); CK(cudaFree(su)); CK(cudaFree(sy));
+      CK(cudaFree(sg2)); CK(cudaFree(su2)); CK(cudaFree(sy2)); CK(cudaFree(sh)); CK(cudaFree(sq)); CK(cudaFree(sq2));
+    }
     /* the second add + rmsnorm deferred (cu_mlp_dnorm: x written, its int8 x not divided by the rms,
      * partial sums of squares), the rms applied by the next k_mvq4 (q/k/v, cu_q4_dnorm): against
      * cu_norm_q + k_mvq4 (only rounding differs: x * w vs x / rms * w quantized) */

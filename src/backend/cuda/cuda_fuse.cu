@@ -500,8 +500,53 @@ static bool mlp_norm_flow(const fx *f, int i) {
 }
 static cu_mlp_norm mlp_norm_of(const fx *f, int i) {
   const cu_op *ad = &f->ops[i], *nr = &f->ops[i + 1];
-  return cu_mlp_norm{ ad->ew.y, ad->ew.a, nr->norm.w, nr->norm.off, nr->norm.eps, nr->norm.out };
+  return cu_mlp_norm{ ad->ew.y, ad->ew.a, nr->norm.w, nr->norm.off, nr->norm.eps, nr->norm.out, NULL, 0.f, 0.f };
 }
+/* ops i..: t = rmsnorm(a) (a sandwich norm's output norm), x += t, out = rmsnorm(x) feeding gate/up,
+ * gelu or silu * up, down (-> b); then the post-feedforward sandwich norm of b, x += it and the next
+ * norm, fused (rmsnorm+add+rmsnorm at i + 7), for one token: k_mlp1 runs the first three ops and the
+ * MLP (Gemma 2 / 3), leaving x + t in out, which that fused launch reads instead of x */
+static bool sandwich_mlp_flow(const fx *f, int i) {
+  if (i + 9 >= f->n) return false;
+  const cu_op *n0 = &f->ops[i], *ad = &f->ops[i + 1], *nr = &f->ops[i + 2], *g = &f->ops[i + 3], *u = &f->ops[i + 4],
+              *ac = &f->ops[i + 5], *dn = &f->ops[i + 6], *n2 = &f->ops[i + 7], *ad2 = &f->ops[i + 8],
+              *n3 = &f->ops[i + 9];
+  const cuda_be *c = f->c;
+  if (f->redir_x == ad->ew.y || !c->xq2 || !m_norm_add_norm(f, i)) return false;
+  const void *x = ad->ew.y, *a = n0->norm.x, *out = nr->norm.out, *b = dn->mm.y;
+  const int dim = nr->norm.dim;
+  if (n0->norm.n != 1 || nr->norm.n != 1 || n0->norm.dim != dim || a == x || out == x || out == a || out == b ||
+      g->mm.x != out || u->mm.x != out || g->mm.n != 1 || u->mm.n != 1 || dn->mm.n != 1 || g->mm.y == u->mm.y ||
+      g->mm.y == out || u->mm.y == out || g->mm.y == x || g->mm.y == a || u->mm.y == x || u->mm.y == a)
+    return false;
+  const cu_weight *gw = g->mm.cw, *uw = u->mm.cw, *dw = dn->mm.cw;
+  if (ac->ew.a != g->mm.y || ac->ew.b != u->mm.y || !cu_mlp_pre_ok(f->cx, gw, uw, dw) || gw->cols != dim ||
+      ac->ew.n != (size_t)gw->rows || dn->mm.x != ac->ew.y || b == ac->ew.y || b == x || b == out ||
+      !dead_after(f, i + 6, ac->ew.y) || c->xq2_cap < cu_q4_scratch_bytes(1, dw->cols))
+    return false;
+  if (!norm_out_dead(f, i + 2, out)) return false; /* out holds x + t until the fused launch at i + 7 */
+  if (n2->type != OP_RMSNORM || ad2->type != OP_ADD || n3->type != OP_RMSNORM || n2->norm.x != b ||
+      n2->norm.n != 1 || n2->norm.dim != dim || ad2->ew.y != x || ad2->ew.a != n2->norm.out || !m_norm_add_norm(f, i + 7))
+    return false;
+  return aligned16(x) && aligned16(a) && aligned16(out) && aligned16(b) && aligned16(n0->norm.w) &&
+         aligned16(nr->norm.w) && aligned16(n2->norm.w) && aligned16(n3->norm.w) && aligned16(n3->norm.out) &&
+         dim % 32 == 0;
+}
+static bool m_sandwich_mlp(const fx *f, int i) { return sandwich_mlp_flow(f, i); }
+static int r_sandwich_mlp(fx *f, int i) {
+  const cu_op *n0 = &f->ops[i], *ad = &f->ops[i + 1], *nr = &f->ops[i + 2], *g = &f->ops[i + 3], *u = &f->ops[i + 4],
+              *ac = &f->ops[i + 5], *dn = &f->ops[i + 6];
+  if (!cu_mlp_claim(f->cx)) return 0;
+  const cu_mlp_norm nm = { ad->ew.y, n0->norm.x, nr->norm.w, nr->norm.off, nr->norm.eps, nr->norm.out,
+                           n0->norm.w, n0->norm.off, n0->norm.eps };
+  if (!cu_mlp(f->cx, g->mm.cw, u->mm.cw, dn->mm.cw, g->mm.y, u->mm.y, dn->mm.y, NULL, f->c->xq2, &nm, NULL,
+              ac->type == OP_GELU))
+    return 0;
+  f->redir_x = ad->ew.y;
+  f->redir_src = nm.hout;
+  return 7;
+}
+
 /* ... and the add + rmsnorm after it deferred: the second norm only feeds one launch of the next
  * layer's q/k/v (k_mvq4), which applies the rms */
 static bool m_mlp_norm_dn(const fx *f, int i) {
@@ -658,6 +703,10 @@ typedef struct {
   int (*run)(fx *f, int i); /* ops consumed, 0: declined */
 } cu_fusion;
 static const cu_fusion k_fusions[] = {
+  { "rmsnorm+add+rmsnorm+mlp (gelu)",
+    { P(OP_RMSNORM), P(OP_ADD), P(OP_RMSNORM), PM(SM_MM_GATE), PM(SM_MM_UP), P(OP_GELU), PM(SM_MM_DOWN) },
+    m_sandwich_mlp, r_sandwich_mlp },
+  { "rmsnorm+add+rmsnorm+mlp", { P(OP_RMSNORM), P(OP_ADD), P(OP_RMSNORM), MLP_PAT }, m_sandwich_mlp, r_sandwich_mlp },
   { "rmsnorm+add+rmsnorm", { P(OP_RMSNORM), P(OP_ADD), P(OP_RMSNORM) }, m_norm_add_norm, r_norm_add_norm },
   { "rmsnorm pair", { P(OP_RMSNORM), P(OP_RMSNORM) }, m_norm_pair, r_norm_pair },
   { "rmsnorm+quant", { P(OP_RMSNORM) }, m_norm, r_norm },

@@ -60,6 +60,9 @@ struct mlp_args {
   const float *nx, *na, *nw;
   float off, eps;
   float *hout;
+  /* NORM 2: the sandwich norm before (na normed first with pw, poff, peps: mlp_norm_q<true>) */
+  const float *pw;
+  float poff, peps;
   /* DNORM (with NORM; dx != NULL): the residual add after down and the next norm's int8
    * x, deferred: block b takes the down items 2b, 2b + 1 (rows 32b .. 32b + 31), then writes
    * dx = hout + y for them, dq8 / dxs = their int8 quantization of dx * (dw + doff) (not divided by
@@ -73,7 +76,8 @@ struct mlp_args {
   int ef;   /* tuning wef & 3: 1 the weights, 2 their scales read with the L2 evict-first policy */
   int gelu; /* h = gelu_tanh(gate) * up (else silu) */
 };
-template <int VG, int VD, bool NORM>
+/* NORM: 0 x given (xq, xs), 1 the add + rmsnorm before (nx, na, nw), 2 also na's own norm (pw) */
+template <int VG, int VD, int NORM>
 __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *__restrict__ xq,
                                                 const float2 *__restrict__ xs) {
   __shared__ uint4 xa[32 * (VD > VG ? VD : VG)], xb[32 * (VD > VG ? VD : VG)];
@@ -131,7 +135,8 @@ __global__ void __launch_bounds__(512, 1) k_mlp1(const mlp_args m, const uint4 *
       xd[v] = __ldcg(xs + v);
     }
   } else {
-    mlp_norm_q(m.nx, m.na, gw, m.off, m.eps, m.hout, dim4, xa, xb, xd, &hsm[0][0]); /* hsm is free until the first chunk */
+    mlp_norm_q<NORM == 2>(m.nx, m.na, gw, m.off, m.eps, m.hout, dim4, xa, xb, xd, &hsm[0][0], m.pw, m.poff,
+                          m.peps); /* hsm is free until the first chunk */
   }
   for (int v = V + threadIdx.x; v < 32 * VG; v += 512) { /* the vectors past K / 32: zero (their weights are zero) */
     xa[v] = make_uint4(0, 0, 0, 0);
@@ -295,6 +300,8 @@ static int mlp_shape(const cu_weight *g, const cu_weight *u, const cu_weight *d)
   default: return 0;
   }
 }
+/* NORM 2 (the sandwich norm before) is built for VG <= this: at VG 4 it made ptxas spill 32 bytes */
+#define MLP_PRE_VG 3
 /* the grid: as many blocks as fit at once on the device (every block must be resident for the grid
  * barrier), the same for the variants of a shape */
 template <int VG, int VD> static int mlp_grid() {
@@ -303,9 +310,14 @@ template <int VG, int VD> static int mlp_grid() {
     int nb = 0, nb2 = 0, dev = 0, nsm = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mlp1<VG, VD, false>, 512, 0) != cudaSuccess) nb = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb2, k_mlp1<VG, VD, true>, 512, 0) != cudaSuccess) nb2 = 0;
+    int nb3 = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mlp1<VG, VD, 0>, 512, 0) != cudaSuccess) nb = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb2, k_mlp1<VG, VD, 1>, 512, 0) != cudaSuccess) nb2 = 0;
     nb = nb < nb2 ? nb : nb2;
+    if constexpr (VG <= MLP_PRE_VG) {
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb3, k_mlp1<VG, VD, 2>, 512, 0) != cudaSuccess) nb3 = 0;
+      nb = nb < nb3 ? nb : nb3;
+    }
     grid = nb * nsm;
   }
   return grid;
@@ -364,6 +376,17 @@ static int mlp_grid_of(int shape) {
   default: return 0;
   }
 }
+/* the launch of a shape's variant (mode: k_mlp1's NORM) */
+template <int VG, int VD>
+static void mlp_go(const cu_ctx *cx, int grid, const mlp_args &m, const uint4 *xq, const float2 *xs, int mode) {
+  if (mode == 2) {
+    if constexpr (VG <= MLP_PRE_VG) cu_launch(cx, k_mlp1<VG, VD, 2>, dim3(grid), dim3(512), 0, m, xq, xs);
+  } else if (mode == 1) cu_launch(cx, k_mlp1<VG, VD, 1>, dim3(grid), dim3(512), 0, m, xq, xs);
+  else cu_launch(cx, k_mlp1<VG, VD, 0>, dim3(grid), dim3(512), 0, m, xq, xs);
+}
+bool cu_mlp_pre_ok(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, const cu_weight *d) {
+  return cu_mlp_ok(cx, g, u, d, 1) && mlp_shape(g, u, d) / 100 <= MLP_PRE_VG;
+}
 bool cu_mlp_ok(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, const cu_weight *d, int n) {
   if (n != 1 || cx->arch < 90 || !mlp_shape(g, u, d)) return false;
   if (cx->dev < 0 || cx->dev >= 16 || !s_bar[cx->dev]) return false; /* cu_mlp_init */
@@ -380,7 +403,10 @@ bool cu_mlp(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, const cu_w
             float *y, const void *xqv, void *hqv, const cu_mlp_norm *norm, const cu_mlp_dnorm *dnm, bool gelu) {
   if (!cu_mlp_ok(cx, g, u, d, 1)) return false;
   if (dnm && (!norm || !norm->hout || !cu_mlp_dnorm_ok(cx, g, u, d))) return false;
-  if (norm && (((uintptr_t)norm->x | (uintptr_t)norm->a | (uintptr_t)norm->w | (uintptr_t)norm->hout) & 15)) return false;
+  if (norm && (((uintptr_t)norm->x | (uintptr_t)norm->a | (uintptr_t)norm->w | (uintptr_t)norm->hout |
+                (uintptr_t)norm->pw) & 15))
+    return false;
+  if (norm && norm->pw && (!norm->a || !cu_mlp_pre_ok(cx, g, u, d))) return false;
   const int dev = cx->dev;
   const int shape = mlp_shape(g, u, d), grid = mlp_grid_of(shape);
   mlp_args m;
@@ -401,6 +427,7 @@ bool cu_mlp(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, const cu_w
   m.gelu = gelu ? 1 : 0;
   m.nx = norm ? norm->x : NULL; m.na = norm ? norm->a : NULL; m.nw = norm ? norm->w : NULL;
   m.off = norm ? norm->off : 0.f; m.eps = norm ? norm->eps : 0.f; m.hout = norm ? norm->hout : NULL;
+  m.pw = norm ? norm->pw : NULL; m.poff = norm ? norm->poff : 0.f; m.peps = norm ? norm->peps : 0.f;
   m.dx = dnm ? dnm->xres : NULL;
   m.dw = dnm ? dnm->w : NULL;
   m.doff = dnm ? dnm->off : 0.f;
@@ -409,20 +436,15 @@ bool cu_mlp(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, const cu_w
   m.dssp = dnm ? dnm->ssp : NULL;
   const uint4 *xq = (const uint4 *)xqv;
   const float2 *xs = xqv ? (const float2 *)((const uint8_t *)xqv + (size_t)g->cols) : NULL;
-#define MLP_GO(VG_, VD_)                                                                          \
-  do {                                                                                            \
-    if (norm) cu_launch(cx, k_mlp1<VG_, VD_, true>, dim3(grid), dim3(512), 0, m, xq, xs);          \
-    else cu_launch(cx, k_mlp1<VG_, VD_, false>, dim3(grid), dim3(512), 0, m, xq, xs);              \
-  } while (0)
+  const int mode = norm && norm->pw ? 2 : norm ? 1 : 0;
   switch (shape) {
-  case 414: MLP_GO(4, 14); break;
-  case 412: MLP_GO(4, 12); break;
-  case 308: MLP_GO(3, 8); break;
-  case 310: MLP_GO(3, 10); break;
-  case 415: MLP_GO(4, 15); break;
-  default: MLP_GO(2, 8); break;
+  case 414: mlp_go<4, 14>(cx, grid, m, xq, xs, mode); break;
+  case 412: mlp_go<4, 12>(cx, grid, m, xq, xs, mode); break;
+  case 308: mlp_go<3, 8>(cx, grid, m, xq, xs, mode); break;
+  case 310: mlp_go<3, 10>(cx, grid, m, xq, xs, mode); break;
+  case 415: mlp_go<4, 15>(cx, grid, m, xq, xs, mode); break;
+  default: mlp_go<2, 8>(cx, grid, m, xq, xs, mode); break;
   }
-#undef MLP_GO
   cu_count(cx, dnm ? CU_K_MLP1_DNORM : CU_K_MLP1);
   return true;
 }

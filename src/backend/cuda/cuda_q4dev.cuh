@@ -62,13 +62,50 @@ static __device__ __forceinline__ int dot_q4(const uint4 u, const uint4 x0, cons
  * k_norm_q computes it (bitwise): thread t holds float4 t + 512 k (k < 2), i.e. a lane of k_norm_q's
  * warp W = warp + 16 k (its block has max(dim4, 64) threads). gw: the norm weight's float4s of
  * this thread; add may be NULL (v = src); block 0 writes v to vout (may be NULL); red: 33 floats of
- * shared scratch. Needs 512 threads; ends with a block barrier. */
+ * shared scratch. PRE (add not NULL): add is first normed itself, add * (pw + poff) / rms(add) with
+ * peps, as k_norm_q<VPT, true> does (a sandwich norm's output norm). Needs 512 threads; ends with a
+ * block barrier. */
+template <bool PRE>
 static __device__ __forceinline__ void mlp_norm_q(const float *src, const float *add, const float4 (&gw)[2],
                                                   float off, float eps, float *vout, int dim4, uint4 *xa, uint4 *xb,
-                                                  float2 *xd, float *red) {
+                                                  float2 *xd, float *red, const float *pw, float poff,
+                                                  float peps) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nvw = (dim4 < 64 ? 64 : dim4) >> 5;
-  float4 hv[2];
+  float4 hv[2], bv[2], pg[2];
+  if (PRE) { /* add's own rms: its sum of squares reduced as k_norm_q's block_sum (pw's float4s are
+              * loaded with add's: held over the wait they made ptxas spill at VG = 4) */
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int W = warp + 16 * k, idx = threadIdx.x + 512 * k;
+      bv[k] = pg[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (W >= nvw) continue;
+      float sa = 0.f;
+      if (idx < dim4) {
+        const float4 b = __ldcg((const float4 *)add + idx);
+        pg[k] = __ldg((const float4 *)pw + idx);
+        sa = fmaf(b.x, b.x, fmaf(b.y, b.y, fmaf(b.z, b.z, fmaf(b.w, b.w, sa))));
+        bv[k] = b;
+      }
+      sa = warp_sum(sa);
+      if (lane == 0) red[W] = sa;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      float t = threadIdx.x < nvw ? red[threadIdx.x] : 0.f;
+      t = warp_sum(t);
+      if (threadIdx.x == 0) red[32] = t;
+    }
+    __syncthreads();
+    const float ia = 1.0f / sqrtf(red[32] / (float)(4 * dim4) + peps);
+    __syncthreads(); /* red[32] read by every thread before the next reduction writes red */
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const float4 g = pg[k];
+      bv[k].x = bv[k].x * ia * (g.x + poff); bv[k].y = bv[k].y * ia * (g.y + poff);
+      bv[k].z = bv[k].z * ia * (g.z + poff); bv[k].w = bv[k].w * ia * (g.w + poff);
+    }
+  }
 #pragma unroll
   for (int k = 0; k < 2; k++) {
     const int W = warp + 16 * k, idx = threadIdx.x + 512 * k;
@@ -78,7 +115,7 @@ static __device__ __forceinline__ void mlp_norm_q(const float *src, const float 
     if (idx < dim4) {
       float4 v = __ldcg((const float4 *)src + idx);
       if (add) {
-        const float4 b = __ldcg((const float4 *)add + idx);
+        const float4 b = PRE ? bv[k] : __ldcg((const float4 *)add + idx);
         v.x += b.x; v.y += b.y; v.z += b.z; v.w += b.w;
       }
       if (blockIdx.x == 0 && vout) ((float4 *)vout)[idx] = v;
