@@ -2,11 +2,15 @@
 """A random-weight GGUF of a Llama shape in Q4_0, for llama.cpp side by side with smelt's synthetic
 checkpoints (`smelt bench --synthetic 8b --bits 4`): same layer shapes, a placeholder SentencePiece
 vocabulary of the same size. Uses gguf-py from a llama.cpp source tree.
+Shapes mistral-small-24b (Mistral-Small-24B, "llama" architecture) and phi4-mini (Phi-4-mini: llama.cpp's
+"phi3" architecture with fused qkv and gate/up, 96 of 128 head dims rotated; without longrope's factor
+tensors, which this architecture reads for whole-head rotation only, and with an untied output matrix of
+the same size as smelt's tied one) match `smelt bench --synthetic mistral-small-24b|phi4-mini`.
 Shape 30b-a3b is Qwen3-30B-A3B's (`smelt bench --synthetic qwen3-30b-a3b`) as llama.cpp's "llama"
 architecture with experts (Mixtral's graph: 128 experts, 8 a token, softmax routing); it lacks only the
 per-head q/k RMS norms of qwen3_moe (2 x 4,608 values a layer).
 
-usage: make_gguf.py LLAMA_CPP_DIR 1b|8b|30b-a3b OUT.gguf
+usage: make_gguf.py LLAMA_CPP_DIR 1b|8b|mistral-small-24b|phi4-mini|30b-a3b OUT.gguf
 """
 import sys
 
@@ -23,12 +27,15 @@ import gguf  # noqa: E402
 SHAPES = {
     "1b": dict(layers=16, dim=2048, ffn=8192, heads=32, kv_heads=8, vocab=128256),
     "8b": dict(layers=32, dim=4096, ffn=14336, heads=32, kv_heads=8, vocab=128256),
+    "mistral-small-24b": dict(layers=40, dim=5120, ffn=32768, heads=32, kv_heads=8, vocab=131072, head_dim=128),
+    "phi4-mini": dict(layers=32, dim=3072, ffn=8192, heads=24, kv_heads=8, vocab=200064, arch="phi3", rot=96),
     "30b-a3b": dict(layers=48, dim=2048, ffn=768, heads=32, kv_heads=4, vocab=151936, head_dim=128,
                     experts=128, experts_used=8),
 }
 s = SHAPES[sys.argv[2]]
 rng = np.random.default_rng(7)
-w = gguf.GGUFWriter(sys.argv[3], "llama")
+ARCH = s.get("arch", "llama")
+w = gguf.GGUFWriter(sys.argv[3], ARCH)
 hd = s.get("head_dim", s["dim"] // s["heads"])
 E = s.get("experts", 0)
 w.add_context_length(131072)
@@ -37,7 +44,9 @@ w.add_block_count(s["layers"])
 w.add_feed_forward_length(s["ffn"])
 w.add_head_count(s["heads"])
 w.add_head_count_kv(s["kv_heads"])
-w.add_rope_dimension_count(hd)
+w.add_rope_dimension_count(s.get("rot", hd))
+if ARCH == "phi3":
+    w.add_sliding_window(131072)  # this llama.cpp requires it of phi3 models of 128k context
 if "head_dim" in s:
     w.add_key_length(hd)
     w.add_value_length(hd)
@@ -86,12 +95,18 @@ add_q("output.weight", V, d)
 for i in range(s["layers"]):
     p = "blk.%d." % i
     add_norm(p + "attn_norm.weight", d)
-    add_q(p + "attn_q.weight", qd, d)
-    add_q(p + "attn_k.weight", kv, d)
-    add_q(p + "attn_v.weight", kv, d)
+    if ARCH == "phi3":
+        add_q(p + "attn_qkv.weight", qd + 2 * kv, d)
+    else:
+        add_q(p + "attn_q.weight", qd, d)
+        add_q(p + "attn_k.weight", kv, d)
+        add_q(p + "attn_v.weight", kv, d)
     add_q(p + "attn_output.weight", d, qd)
     add_norm(p + "ffn_norm.weight", d)
-    if E:
+    if ARCH == "phi3":
+        add_q(p + "ffn_up.weight", 2 * f, d)
+        add_q(p + "ffn_down.weight", d, f)
+    elif E:
         w.add_tensor(p + "ffn_gate_inp.weight", rng.standard_normal((E, d), dtype=np.float32) * 0.02)
         add_q(p + "ffn_gate_exps.weight", f, d, E)
         add_q(p + "ffn_up_exps.weight", f, d, E)
