@@ -372,7 +372,8 @@ static void test_sinks(sm_backend *be, const char *tag) {
  * of its expert's rows (sm_cpu_i8_ref, bit for bit). g_packed: configurations that packed (must be > 0). */
 static int g_packed;
 static void test_stack_packed(sm_backend *be, const char *tag) {
-  enum { E = 4, R = 48, C = 1024, GS = 64, KS = 2 };
+  /* R: 13 row blocks an expert, so that a decode dispatch's chunks take several (and a remainder) */
+  enum { E = 4, R = 208, C = 1024, GS = 64, KS = 2 };
   uint8_t *q = calloc((size_t)E * R * C / 2, 1);
   uint16_t *s = malloc(sizeof(uint16_t) * E * R * (C / GS)), *b = malloc(sizeof(uint16_t) * E * R * (C / GS));
   for (size_t i = 0; i < (size_t)E * R * C / 2; i++) q[i] = (uint8_t)(urand() * 256);

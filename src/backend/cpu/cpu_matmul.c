@@ -286,11 +286,11 @@ typedef struct {
   const sm_i8_kern *ik;
   sm_mv_arg *a;   /* [nw] prepared arguments */
   sm_i8_arg *ia;  /* [nw] ... of packed weights */
-  const bool *pk; /* [nw] packed: chunks are row blocks of 16 rows */
+  const bool *pk; /* [nw] packed (its units are row blocks of 16 rows; else 16 rows of the weight) */
   float *const *ys;
   const bool *i8;
-  const int64_t *c0; /* [nw + 1] first chunk of each matvec */
-  int64_t chunk, n_chunks;
+  const int64_t *c0;     /* [nw + 1] first chunk of each matvec */
+  int64_t per, n_chunks; /* units of 16 rows a chunk */
   _Atomic int64_t next;
 } mvb_ctx;
 static void mvb_job(void *vctx, int tid, int nth) {
@@ -302,13 +302,14 @@ static void mvb_job(void *vctx, int tid, int nth) {
     if (ci >= m->n_chunks) break;
     int i = 0;
     while (m->c0[i + 1] <= ci) i++;
+    const int64_t u0 = (ci - m->c0[i]) * m->per;
     if (m->pk[i]) {
-      const int64_t rb = ci - m->c0[i];
-      m->ik->matvec(&m->ia[i], rb, rb + 1, m->ys[i]);
+      const int64_t nrb = m->ia[i].p->nrb;
+      m->ik->matvec(&m->ia[i], u0, u0 + m->per < nrb ? u0 + m->per : nrb, m->ys[i]);
       continue;
     }
-    const int64_t r0 = (ci - m->c0[i]) * m->chunk, rows = m->a[i].w->rows;
-    const int64_t r1 = r0 + m->chunk < rows ? r0 + m->chunk : rows;
+    const int64_t r0 = u0 * 16, rows = m->a[i].w->rows;
+    const int64_t r1 = r0 + 16 * m->per < rows ? r0 + 16 * m->per : rows;
     if (m->i8[i]) m->k->matvec_i8(&m->a[i], r0, r1, m->ys[i] + r0);
     else m->k->matvec(&m->a[i], r0, r1, m->ys[i] + r0);
   }
@@ -326,9 +327,8 @@ void sm_cpu_matvec_batch(sm_backend *be, const sm_weight *ws, const float *const
   bool *i8 = sm_xcalloc((size_t)nw, sizeof *i8), *pk = sm_xcalloc((size_t)nw, sizeof *pk);
   int64_t *c0 = sm_xcalloc((size_t)nw + 1, sizeof *c0);
   void **bufs = sm_xcalloc((size_t)nw, sizeof *bufs);
-  const int64_t chunk = 16;
-  int64_t total = 0;
-  int last_pk = -1; /* the last packed weight, whose quantized x the next may share */
+  int64_t total = 0; /* units of 16 rows */
+  int last_pk = -1;  /* the last packed weight, whose quantized x the next may share */
   for (int i = 0; i < nw; i++) {
     const sm_weight *w = &ws[i];
     c0[i] = total;
@@ -370,21 +370,24 @@ void sm_cpu_matvec_batch(sm_backend *be, const sm_weight *ws, const float *const
     i8[i] = sm_cpu_backend_uses_i8(be, w, 1);
     if (i8[i]) c->k->prep_xq(w, xs[i], (int8_t *)a[i].xq, (float *)a[i].xs, (float *)a[i].xsum);
     else c->k->prep_x(w, xs[i], (float *)a[i].xp, (float *)a[i].xsum);
-    total += (w->rows + chunk - 1) / chunk;
+    total += (w->rows + 15) / 16;
   }
   c0[nw] = total;
-  mvb_ctx m = {.k = c->k,
-               .ik = c->ik,
-               .a = a,
-               .ia = ia,
-               .pk = pk,
-               .ys = ys,
-               .i8 = i8,
-               .c0 = c0,
-               .chunk = chunk,
-               .n_chunks = total};
+  /* chunks of `per` units, about mv_chunks a thread as the one-matvec path takes them: one 16-row unit a
+   * chunk had the threads meet on the shared counter every ~10 KB of weights */
+  int64_t per = total / ((int64_t)c->nth * (c->tune.mv_chunks > 0 ? c->tune.mv_chunks : 1));
+  if (per < 1) per = 1;
+  int64_t n_chunks = 0;
+  for (int i = 0; i < nw; i++) {
+    const int64_t u = c0[i + 1] - c0[i];
+    c0[i] = n_chunks;
+    n_chunks += (u + per - 1) / per;
+  }
+  c0[nw] = n_chunks;
+  mvb_ctx m = {
+    .k = c->k, .ik = c->ik, .a = a, .ia = ia, .pk = pk, .ys = ys, .i8 = i8, .c0 = c0, .per = per, .n_chunks = n_chunks};
   atomic_init(&m.next, 0);
-  if (total > 0) {
+  if (n_chunks > 0) {
     if (c->nth == 1) mvb_job(&m, 0, 1);
     else sm_pool_run(c->pool, mvb_job, &m);
   }
