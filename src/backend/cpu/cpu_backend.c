@@ -83,7 +83,8 @@ static const sm_tune_entry cpu_tune[] = {
    0,
    64,
    0,
-   "work chunks per thread in a one-token matmul, taken dynamically; 0: one static share per thread (same results)",
+   "work chunks per thread in a one-token matmul and a batch of expert matvecs, taken dynamically; 0: one static "
+   "share per thread (a batch: one chunk each) (same results)",
    {{0, 0}},
    NULL},
   {"SMELT_CPU_STATS",
