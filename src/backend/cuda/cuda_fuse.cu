@@ -471,32 +471,41 @@ static int r_mm_group(fx *f, int i) {
   return nw;
 }
 
+/* ops j..j + 4: out = rmsnorm(x) of one token feeding gate and up, their activation and down, as k_mlp1
+ * runs them with the norm computed inside from the residual's inputs x and a; out, which it does not
+ * write as the norm would, holds x + a until the next add (nothing else reads it before it is written
+ * again). What mlp_norm_flow and sandwich_mlp_flow both ask. */
+static bool mlp_normed(const fx *f, int j, const void *x, const void *a) {
+  const cu_op *nr = &f->ops[j], *g = &f->ops[j + 1], *u = &f->ops[j + 2], *ac = &f->ops[j + 3], *dn = &f->ops[j + 4];
+  const cuda_be *c = f->c;
+  const void *out = nr->norm.out, *b = dn->mm.y;
+  const int dim = nr->norm.dim;
+  if (!c->xq2 || nr->norm.n != 1 || nr->norm.x != x || out == x || out == a || out == b || g->mm.x != out ||
+      u->mm.x != out || g->mm.n != 1 || u->mm.n != 1 || dn->mm.n != 1 || g->mm.y == u->mm.y || g->mm.y == out ||
+      u->mm.y == out || g->mm.y == x || g->mm.y == a || u->mm.y == x || u->mm.y == a)
+    return false;
+  const cu_weight *gw = g->mm.cw, *uw = u->mm.cw, *dw = dn->mm.cw;
+  if (ac->ew.a != g->mm.y || ac->ew.b != u->mm.y || !cu_mlp_ok(f->cx, gw, uw, dw, 1) || gw->cols != dim ||
+      ac->ew.n != (size_t)gw->rows || dn->mm.x != ac->ew.y || b == ac->ew.y || b == x || b == out ||
+      !dead_after(f, j + 4, ac->ew.y) || c->xq2_cap < cu_q4_scratch_bytes(1, dw->cols))
+    return false;
+  return norm_out_dead(f, j, out) && aligned16(x) && aligned16(a) && aligned16(out) && aligned16(b) &&
+         aligned16(nr->norm.w) && dim % 32 == 0;
+}
 /* ops i..: x += a; out = rmsnorm(x) feeding gate/up; silu * mul; down (-> b); x += b; rmsnorm(x), for
  * one token: the first add + rmsnorm and the whole MLP run in k_mlp1, which leaves x + a in out (dead
  * otherwise) for the second add to read */
 static bool mlp_norm_flow(const fx *f, int i) {
-  const cu_op *ad = &f->ops[i], *nr = &f->ops[i + 1], *g = &f->ops[i + 2], *u = &f->ops[i + 3], *sl = &f->ops[i + 4],
-              *dn = &f->ops[i + 5], *ad2 = &f->ops[i + 6], *nr2 = &f->ops[i + 7];
-  const cuda_be *c = f->c;
-  if (f->redir_x == ad->ew.y || !c->xq || !c->xq2) return false;
-  const void *x = ad->ew.y, *a = ad->ew.a, *out = nr->norm.out, *b = dn->mm.y;
+  const cu_op *ad = &f->ops[i], *nr = &f->ops[i + 1], *dn = &f->ops[i + 5], *ad2 = &f->ops[i + 6],
+              *nr2 = &f->ops[i + 7];
+  const void *x = ad->ew.y, *b = dn->mm.y;
   const int dim = nr->norm.dim;
-  if (nr->norm.n != 1 || nr->norm.x != x || (size_t)dim != ad->ew.n || out == x || out == a || out == b ||
-      g->mm.x != out || u->mm.x != out || g->mm.n != 1 || u->mm.n != 1 || dn->mm.n != 1 || g->mm.y == u->mm.y ||
-      g->mm.y == out || u->mm.y == out || g->mm.y == x || g->mm.y == a || u->mm.y == x || u->mm.y == a)
+  if (f->redir_x == ad->ew.y || !f->c->xq || (size_t)dim != ad->ew.n || !mlp_normed(f, i + 1, x, ad->ew.a))
     return false;
-  const cu_weight *gw = g->mm.cw, *uw = u->mm.cw, *dw = dn->mm.cw;
-  if (sl->ew.a != g->mm.y || sl->ew.b != u->mm.y || !cu_mlp_ok(f->cx, gw, uw, dw, 1) || gw->cols != dim ||
-      sl->ew.n != (size_t)gw->rows || dn->mm.x != sl->ew.y || b == sl->ew.y || b == x || b == out ||
-      !dead_after(f, i + 5, sl->ew.y) || c->xq2_cap < cu_q4_scratch_bytes(1, dw->cols))
-    return false;
-  /* out holds x + a until the second add: nothing else reads or writes it before */
-  if (!norm_out_dead(f, i + 1, out)) return false;
   if (ad2->ew.y != x || ad2->ew.a != b || ad2->ew.n != (size_t)dim || nr2->norm.x != x || nr2->norm.n != 1 ||
       nr2->norm.dim != dim || nr2->norm.out == x || nr2->norm.out == b)
     return false;
-  return aligned16(x) && aligned16(a) && aligned16(out) && aligned16(b) && aligned16(nr->norm.w) &&
-         aligned16(nr2->norm.w) && aligned16(nr2->norm.out) && dim % 32 == 0;
+  return aligned16(nr2->norm.w) && aligned16(nr2->norm.out);
 }
 static cu_mlp_norm mlp_norm_of(const fx *f, int i) {
   const cu_op *ad = &f->ops[i], *nr = &f->ops[i + 1];
@@ -509,28 +518,18 @@ static cu_mlp_norm mlp_norm_of(const fx *f, int i) {
 static bool sandwich_mlp_flow(const fx *f, int i) {
   if (i + 9 >= f->n) return false;
   const cu_op *n0 = &f->ops[i], *ad = &f->ops[i + 1], *nr = &f->ops[i + 2], *g = &f->ops[i + 3], *u = &f->ops[i + 4],
-              *ac = &f->ops[i + 5], *dn = &f->ops[i + 6], *n2 = &f->ops[i + 7], *ad2 = &f->ops[i + 8],
-              *n3 = &f->ops[i + 9];
-  const cuda_be *c = f->c;
-  if (f->redir_x == ad->ew.y || !c->xq2 || !m_norm_add_norm(f, i)) return false;
-  const void *x = ad->ew.y, *a = n0->norm.x, *out = nr->norm.out, *b = dn->mm.y;
+              *dn = &f->ops[i + 6], *n2 = &f->ops[i + 7], *ad2 = &f->ops[i + 8], *n3 = &f->ops[i + 9];
+  if (f->redir_x == ad->ew.y || !m_norm_add_norm(f, i)) return false;
+  const void *x = ad->ew.y, *a = n0->norm.x, *b = dn->mm.y;
   const int dim = nr->norm.dim;
-  if (n0->norm.n != 1 || nr->norm.n != 1 || n0->norm.dim != dim || a == x || out == x || out == a || out == b ||
-      g->mm.x != out || u->mm.x != out || g->mm.n != 1 || u->mm.n != 1 || dn->mm.n != 1 || g->mm.y == u->mm.y ||
-      g->mm.y == out || u->mm.y == out || g->mm.y == x || g->mm.y == a || u->mm.y == x || u->mm.y == a)
+  if (n0->norm.n != 1 || n0->norm.dim != dim || a == x || !mlp_normed(f, i + 2, x, a) ||
+      !cu_mlp_pre_ok(f->cx, g->mm.cw, u->mm.cw, dn->mm.cw))
     return false;
-  const cu_weight *gw = g->mm.cw, *uw = u->mm.cw, *dw = dn->mm.cw;
-  if (ac->ew.a != g->mm.y || ac->ew.b != u->mm.y || !cu_mlp_pre_ok(f->cx, gw, uw, dw) || gw->cols != dim ||
-      ac->ew.n != (size_t)gw->rows || dn->mm.x != ac->ew.y || b == ac->ew.y || b == x || b == out ||
-      !dead_after(f, i + 6, ac->ew.y) || c->xq2_cap < cu_q4_scratch_bytes(1, dw->cols))
-    return false;
-  if (!norm_out_dead(f, i + 2, out)) return false; /* out holds x + t until the fused launch at i + 7 */
+  /* the post-feedforward norm, the add and the next norm: the fused launch that reads x + t from out */
   if (n2->type != OP_RMSNORM || ad2->type != OP_ADD || n3->type != OP_RMSNORM || n2->norm.x != b ||
       n2->norm.n != 1 || n2->norm.dim != dim || ad2->ew.y != x || ad2->ew.a != n2->norm.out || !m_norm_add_norm(f, i + 7))
     return false;
-  return aligned16(x) && aligned16(a) && aligned16(out) && aligned16(b) && aligned16(n0->norm.w) &&
-         aligned16(nr->norm.w) && aligned16(n2->norm.w) && aligned16(n3->norm.w) && aligned16(n3->norm.out) &&
-         dim % 32 == 0;
+  return aligned16(n0->norm.w) && aligned16(n2->norm.w) && aligned16(n3->norm.w) && aligned16(n3->norm.out);
 }
 static bool m_sandwich_mlp(const fx *f, int i) { return sandwich_mlp_flow(f, i); }
 static int r_sandwich_mlp(fx *f, int i) {
