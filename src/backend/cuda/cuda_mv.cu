@@ -52,6 +52,19 @@ static __device__ __forceinline__ void mv_word(const uint32_t (&wd)[R], int u, c
 /* k_mv_qfast: a warp R rows, 4 warps a block. SPLIT (R = 1; small weights, few rows: routers, Gated DeltaNet's
  * b and a): a block one row, its 4 warps taking every fourth 128-word chunk of it, summed at the end, so
  * that a row's loads are in flight at once instead of one chunk after the other */
+/* a warp's R rows x N columns of sums (one partial a lane) into y[c][row0 + r], rows below M, columns below n */
+template <int R, int N>
+static __device__ __forceinline__ void mv_store(const float (&acc)[R][N], int lane, float *__restrict__ y, int row0,
+                                                int M, int n) {
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int c = 0; c < N; c++) {
+      float v = warp_sum(acc[r][c]);
+      if (lane == 0 && row0 + r < M && c < n) y[(int64_t)c * M + row0 + r] = v;
+    }
+}
+
 template <int BITS, int R, int N, int SBK, bool SPLIT = false>
 __global__ void __launch_bounds__(128) k_mv_qfast(const mv_args a, const float *__restrict__ x, int K, int gs, int n) {
   static_assert(!SPLIT || R == 1, "a split row");
@@ -116,13 +129,7 @@ __global__ void __launch_bounds__(128) k_mv_qfast(const mv_args a, const float *
     if (threadIdx.x < N && (int)threadIdx.x < n)
       y[(int64_t)threadIdx.x * M + row0] = (red[0][threadIdx.x] + red[1][threadIdx.x]) + (red[2][threadIdx.x] + red[3][threadIdx.x]);
   } else {
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-      for (int c = 0; c < N; c++) {
-        float v = warp_sum(acc[r][c]);
-        if (lane == 0 && row0 + r < M && c < n) y[(int64_t)c * M + row0 + r] = v;
-      }
+    mv_store<R, N>(acc, lane, y, row0, M, n);
   }
 }
 
@@ -231,13 +238,7 @@ __global__ void __launch_bounds__(128) k_mv_dense(const mv_args a, const float *
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int c = 0; c < N; c++) {
-      float v = warp_sum(acc[r][c]);
-      if (lane == 0 && row0 + r < M && c < n) y[(int64_t)c * M + row0 + r] = v;
-    }
+  mv_store<R, N>(acc, lane, y, row0, M, n);
 }
 
 /* ---------------- decode matvec (16-byte vectors, several rows per thread) ----------------

@@ -58,6 +58,18 @@ static __device__ __forceinline__ int dot_q4(const uint4 u, const uint4 x0, cons
   d = __dp4a((int)(u.w & MK), (int)x1.z, d);
   return __dp4a((int)((u.w >> 4) & MK), (int)x1.w, d);
 }
+/* mlp_norm_q's block sum, after each of k_norm_q's nvw warps (emulated) wrote its sum to red[W]: warp 0
+ * adds them into red[32] as k_norm_q's block_sum does (bitwise); every thread returns the total */
+static __device__ __forceinline__ float mlp_norm_total(int nvw, float *red) {
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = threadIdx.x < nvw ? red[threadIdx.x] : 0.f;
+    t = warp_sum(t);
+    if (threadIdx.x == 0) red[32] = t;
+  }
+  __syncthreads();
+  return red[32];
+}
 /* k_mlp1's rmsnorm of v = src + add (dim4 float4s) into the int8 x layout in xa / xb / xd, as
  * k_norm_q computes it (bitwise): thread t holds float4 t + 512 k (k < 2), i.e. a lane of k_norm_q's
  * warp W = warp + 16 k (its block has max(dim4, 64) threads). gw: the norm weight's float4s of
@@ -90,14 +102,7 @@ static __device__ __forceinline__ void mlp_norm_q(const float *src, const float 
       sa = warp_sum(sa);
       if (lane == 0) red[W] = sa;
     }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      float t = threadIdx.x < nvw ? red[threadIdx.x] : 0.f;
-      t = warp_sum(t);
-      if (threadIdx.x == 0) red[32] = t;
-    }
-    __syncthreads();
-    const float ia = 1.0f / sqrtf(red[32] / (float)(4 * dim4) + peps);
+    const float ia = 1.0f / sqrtf(mlp_norm_total(nvw, red) / (float)(4 * dim4) + peps);
     __syncthreads(); /* red[32] read by every thread before the next reduction writes red */
 #pragma unroll
     for (int k = 0; k < 2; k++) {
@@ -125,14 +130,7 @@ static __device__ __forceinline__ void mlp_norm_q(const float *src, const float 
     ss = warp_sum(ss);
     if (lane == 0) red[W] = ss;
   }
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float t = threadIdx.x < nvw ? red[threadIdx.x] : 0.f;
-    t = warp_sum(t);
-    if (threadIdx.x == 0) red[32] = t;
-  }
-  __syncthreads();
-  const float inv = 1.0f / sqrtf(red[32] / (float)(4 * dim4) + eps);
+  const float inv = 1.0f / sqrtf(mlp_norm_total(nvw, red) / (float)(4 * dim4) + eps);
 #pragma unroll
   for (int k = 0; k < 2; k++) {
     const int W = warp + 16 * k, idx = threadIdx.x + 512 * k;
