@@ -124,16 +124,7 @@ __global__ void __launch_bounds__(1024) k_allreduce_add_norm(float *y, float *x,
     x4[j] = v;
     ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
   }
-  for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (threadIdx.x == 0) red[0] = v;
-  }
-  __syncthreads();
-  const float inv = 1.0f / sqrtf(red[0] / (float)dim + eps);
+  const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)dim + eps);
   for (int j = threadIdx.x; j < d4; j += blockDim.x) {
     const float4 v = x4[j], g = ((const float4 *)w)[j];
     o4[j] = make_float4(v.x * inv * (g.x + off), v.y * inv * (g.y + off), v.z * inv * (g.z + off),

@@ -27,6 +27,27 @@ static __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+/* the sum of v over the warp's 32 lanes, in every lane */
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+/* the sum of v over the block (blockDim.x a multiple of 32, at most 1024): each warp's sum into red[warp],
+ * warp 0 adds them into red[0]; every thread returns it. red: 32 floats of shared memory, free again once
+ * every thread has read the result */
+static __device__ __forceinline__ float block_sum(float v, float *red) {
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    t = warp_sum(t);
+    if (threadIdx.x == 0) red[0] = t;
+  }
+  __syncthreads();
+  return red[0];
+}
 /* the activations of the gated MLPs, one definition for every kernel that applies them: silu,
  * gelu with the tanh approximation, and gpt-oss's clamped SwiGLU (backend.h swiglu_clamp) */
 static __device__ __forceinline__ float cu_silu(float x) { return x / (1.f + expf(-x)); }

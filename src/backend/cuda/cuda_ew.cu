@@ -5,11 +5,6 @@
 #include "backend/cuda/cuda_ew.cuh"
 #include "backend/cuda/cuda_kv.cuh"
 
-static __device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 __global__ void k_rmsnorm(float *out, const float *x, const float *w, int dim, float eps, float off) {
   const float *xr = x + (int64_t)blockIdx.x * dim;
@@ -17,16 +12,7 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int dim, f
   float ss = 0.f;
   for (int j = threadIdx.x; j < dim; j += blockDim.x) ss = fmaf(xr[j], xr[j], ss);
   __shared__ float red[32];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-    v = warp_sum(v);
-    if (threadIdx.x == 0) red[0] = v;
-  }
-  __syncthreads();
-  const float inv = 1.0f / sqrtf(red[0] / (float)dim + eps);
+  const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)dim + eps);
   for (int j = threadIdx.x; j < dim; j += blockDim.x) o[j] = xr[j] * inv * (w[j] + off);
 }
 
@@ -42,16 +28,7 @@ __global__ void k_add_rmsnorm(float *out, float *x, const float *a, const float 
     ss = fmaf(v, v, ss);
   }
   __shared__ float red[32];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-    v = warp_sum(v);
-    if (threadIdx.x == 0) red[0] = v;
-  }
-  __syncthreads();
-  const float inv = 1.0f / sqrtf(red[0] / (float)dim + eps);
+  const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)dim + eps);
   for (int j = threadIdx.x; j < dim; j += blockDim.x) o[j] = xr[j] * inv * (w[j] + off);
 }
 

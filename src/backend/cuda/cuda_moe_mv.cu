@@ -141,11 +141,6 @@ static __device__ __forceinline__ float q4_dot(const uint4 &q, float2 sb, const 
   }
   return 64.f * sb.x * fx + (sb.y - 128.f * sb.x) * sx;
 }
-static __device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 /* 16-byte asynchronous copy global -> shared (no registers held while in flight) */
 static __device__ __forceinline__ void cp16(void *dst, const void *src) {

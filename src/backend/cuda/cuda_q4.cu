@@ -582,18 +582,6 @@ struct nq_args {
   float *out2, *x2;
   const float *w2;
 };
-static __device__ __forceinline__ float block_sum(float v, float *red) {
-  v = warp_sum(v);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-    t = warp_sum(t);
-    if (threadIdx.x == 0) red[0] = t;
-  }
-  __syncthreads();
-  return red[0];
-}
 template <int VPT, bool PRE>
 __global__ void __launch_bounds__(1024) k_norm_q(const nq_args na) {
   const int dim = na.dim, dim4 = dim >> 2;

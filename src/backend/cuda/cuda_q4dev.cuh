@@ -4,12 +4,6 @@
 #ifndef SM_CUDA_Q4DEV_CUH
 #define SM_CUDA_Q4DEV_CUH
 
-static __device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 /* The CW_Q4 int8 x of one 32-value block b held by a whole warp (lane l: value l): per block d =
  * max|x|/127, q = rint(x/d) in nibble order, and the exact float sum (cuda_q4.cu's k_quant_x) */
 static __device__ __forceinline__ void quant_x32(float v, int lane, int64_t b, uint8_t *xq, float2 *xs) {

@@ -199,16 +199,7 @@ __global__ void k_gated_rmsnorm(float *out, const float *x, const float *z, cons
     ss = fmaf(v, v, ss);
   }
   __shared__ float red[32];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-    v = warp_sum(v);
-    if (threadIdx.x == 0) red[0] = v;
-  }
-  __syncthreads();
-  const float inv = rsqrtf(red[0] / (float)group + eps);
+  const float inv = rsqrtf(block_sum(ss, red) / (float)group + eps);
   if (xq) {
     const int lane = threadIdx.x & 31;
     for (int base = threadIdx.x & ~31; base < group; base += blockDim.x) { /* whole warps */
