@@ -540,20 +540,7 @@ __global__ void __launch_bounds__(256, 4) k_gu_q4(const mv_args a, const uint4 *
   }
   __syncthreads();
   if (threadIdx.x < 32) { /* the chunk's quantization, as k_quant_x */
-    const int lane = threadIdx.x;
-    const float v = hsm[lane];
-    float am = fabsf(v), sum = v;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
-      sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    }
-    int qi = am > 0.f ? __float2int_rn(v * (127.f / am)) : 0;
-    qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
-    const int jj = lane >> 3, e = lane & 7;
-    const int64_t b = blockIdx.x;
-    hq[b * 32 + (2 * jj + (e & 1)) * 4 + (e >> 1)] = (uint8_t)(int8_t)qi;
-    if (lane == 0) hs[b] = make_float2(am * (1.f / 127.f), sum);
+    quant_x32(hsm[threadIdx.x], threadIdx.x, blockIdx.x, hq, hs);
   }
 }
 static bool guq_shape(const cu_weight *g, const cu_weight *u) {
