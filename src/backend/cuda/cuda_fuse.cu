@@ -23,6 +23,7 @@
 #include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_mv.cuh"
 #include "backend/cuda/cuda_q4.cuh"
+#include "backend/cuda/cuda_qmma.cuh"
 #include "backend/cuda/cuda_sample.cuh"
 #include "backend/cuda/cuda_ssm.cuh"
 #include "backend/cuda/cuda_weights.cuh"
@@ -471,6 +472,45 @@ static int r_mm_group(fx *f, int i) {
   return nw;
 }
 
+/* 4-bit matmuls of one x and role class (q/k/v, gate/up) in a step of more tokens than the matvecs take:
+ * one launch of the tensor-core kernel for all of them (cu_qmma_multi) */
+static bool m_gemm_group(const fx *f, int i) {
+  const cu_op *o = &f->ops[i];
+  const cu_weight *ws[3];
+  float *ys[3];
+  if (f->c->base.batch_invariant || o->mm.cw->kind != CW_Q4 || cu_use_matvec(o->mm.cw, o->mm.n) ||
+      !aligned16(o->mm.x))
+    return false;
+  const int nw = mm_group(f, i, ws, ys);
+  return nw > 1 && cu_qmma_group_ok(f->cx, ws, nw, o->mm.n);
+}
+static int r_gemm_group(fx *f, int i) {
+  const cu_op *o = &f->ops[i];
+  const cu_weight *ws[3];
+  float *ys[3];
+  const int nw = mm_group(f, i, ws, ys);
+  cu_qmma_multi(f->cx, ws, ys, nw, o->mm.x, o->mm.n, f->c->x16, f->c->deq, f->c->deq_cap);
+  return nw;
+}
+
+/* silu(gate) * up (or gelu) read only by the 4-bit matmul after it, in a step the tensor-core kernel
+ * takes: the activation is computed where x is converted to f16 for it (the product is not stored) */
+static bool m_silu_gemm(const fx *f, int i) {
+  const cu_op *o = &f->ops[i], *m = &f->ops[i + 1];
+  const cu_weight *cw = m->mm.cw;
+  return !f->c->base.batch_invariant && cw->kind == CW_Q4 && !cu_use_matvec(cw, m->mm.n) &&
+         cu_qmma_group_ok(f->cx, &cw, 1, m->mm.n) && m->mm.x == o->ew.y && m->mm.y != o->ew.a &&
+         m->mm.y != o->ew.b && m->mm.y != o->ew.y && o->ew.n == (size_t)m->mm.n * (size_t)cw->cols &&
+         aligned16(o->ew.a) && aligned16(o->ew.b) && dead_after(f, i + 1, o->ew.y);
+}
+static int r_silu_gemm(fx *f, int i) {
+  const cu_op *o = &f->ops[i], *m = &f->ops[i + 1];
+  float *y = m->mm.y;
+  cu_qmma_multi(f->cx, &m->mm.cw, &y, 1, o->ew.a, m->mm.n, f->c->x16, f->c->deq, f->c->deq_cap, o->ew.b,
+                o->type == OP_GELU ? 2 : 1);
+  return 2;
+}
+
 /* ops j..j + 4: out = rmsnorm(x) of one token feeding gate and up, their activation and down, as k_mlp1
  * runs them with the norm computed inside from the residual's inputs x and a; out, which it does not
  * write as the norm would, holds x + a until the next add (nothing else reads it before it is written
@@ -722,6 +762,9 @@ static const cu_fusion k_fusions[] = {
   { "mlp (gelu)", { PM(SM_MM_GATE), PM(SM_MM_UP), P(OP_GELU), PM(SM_MM_DOWN) }, m_mlp, r_mlp },
   { "gate/up+silu quant", { MLP_PAT }, m_guq, r_guq },
   { "matvec group", { P(OP_MATMUL) }, m_mm_group, r_mm_group },
+  { "gemm group", { P(OP_MATMUL) }, m_gemm_group, r_gemm_group },
+  { "silu+gemm", { P(OP_SILU), P(OP_MATMUL) }, m_silu_gemm, r_silu_gemm },
+  { "gelu+gemm", { P(OP_GELU), P(OP_MATMUL) }, m_silu_gemm, r_silu_gemm },
   { "add+rmsnorm+mlp+add+quant",
     { P(OP_ADD), P(OP_RMSNORM), MLP_PAT, P(OP_ADD), P(OP_RMSNORM), PM(SM_MM_Q), PM(SM_MM_K), PM(SM_MM_V) },
     m_mlp_norm_dn, r_mlp_norm_dn },

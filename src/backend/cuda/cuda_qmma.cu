@@ -14,8 +14,17 @@
  * +-65504), as there. Blocks: 4 or 8 warps of 32 weight rows x 32 or 64 tokens; x, the weights and their
  * scales staged in shared memory by cp.async (3-4 stages of 128 values); k split over blocks until
  * there are about two blocks an SM, the partial sums added in a fixed order by a second kernel
- * (results do not depend on the schedule). */
+ * (results do not depend on the schedule).
+ *
+ * One launch takes up to three weights of the same x (q/k/v, gate/up: the "gemm group" fusion), and
+ * the conversion of x can compute a gated MLP's silu(gate) * up (or gelu) on the way ("silu+gemm").
+ * The three kernels use programmatic dependent launch: the matmul requests its first weight stages
+ * before it waits for the conversion, and each lets the next one launch early. At 64 tokens a step
+ * these kernels are bound by latency more than by bandwidth (docs/cuda.md), so fewer and overlapped
+ * launches are what pays there. A thread-block-cluster sum of the split-k slices through distributed
+ * shared memory, instead of the second kernel, measured slower on the H200 and is not used. */
 #include "backend/cuda/cuda_qmma.cuh"
+#include <string.h>
 #include "backend/cuda/cuda_ldst.cuh"
 
 #define QM_BN 64  /* tokens a block */
@@ -29,9 +38,19 @@ bool cu_qmma_ok(const cu_ctx *cx, const cu_weight *w, int n) {
 static __device__ __forceinline__ __half fh(float v) { return __float2half_rn(fminf(fmaxf(v, -65504.f), 65504.f)); }
 
 /* x [n][K] f32 -> f16, each 8 values stored as x0 x4 x1 x5 x2 x6 x3 x7 */
-__global__ void k_qmma_prep(const float4 *__restrict__ x, int64_t n8, uint4 *__restrict__ xp) {
+static __device__ __forceinline__ float4 qm_act(float4 v, const float4 *xu, int64_t j, int act) {
+  if (!xu) return v;
+  const float4 u = __ldcg(xu + j);
+  if (act == 2) return make_float4(cu_gelu_tanh(v.x) * u.x, cu_gelu_tanh(v.y) * u.y, cu_gelu_tanh(v.z) * u.z,
+                                   cu_gelu_tanh(v.w) * u.w);
+  return make_float4(cu_silu(v.x) * u.x, cu_silu(v.y) * u.y, cu_silu(v.z) * u.z, cu_silu(v.w) * u.w);
+}
+/* with xu: x is act(x) * xu first (act 1 silu, 2 gelu_tanh: a gated MLP's down projection) */
+__global__ void k_qmma_prep(const float4 *x, const float4 *xu, int act, int64_t n8, uint4 *xp) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
-    const float4 a = x[2 * i], b = x[2 * i + 1];
+    const float4 a = qm_act(__ldcg(x + 2 * i), xu, 2 * i, act), b = qm_act(__ldcg(x + 2 * i + 1), xu, 2 * i + 1, act);
     __half2 p[4] = {__halves2half2(fh(a.x), fh(b.x)), __halves2half2(fh(a.y), fh(b.y)),
                     __halves2half2(fh(a.z), fh(b.z)), __halves2half2(fh(a.w), fh(b.w))};
     xp[i] = *(const uint4 *)p;
@@ -85,17 +104,34 @@ template <int BN, int BM> struct qm_stage {
  * an SM (BM 128) or one (BM 256) */
 template <int BN, int BM> struct qm_cfg { static constexpr int STG = BN == 64 || BM == 256 ? 3 : 4; };
 
+/* one launch for up to QM_MAXW weights of the same x (q/k/v, gate/up): blocks b0[i] .. b0[i + 1] - 1
+ * (along x) take weight i, whose split-k partial sums go to ws[i] */
+#define QM_MAXW 3
+struct qm_args {
+  const uint32_t *wq[QM_MAXW];
+  const void *sb[QM_MAXW];
+  float *y[QM_MAXW], *ws[QM_MAXW];
+  int M[QM_MAXW], b0[QM_MAXW], nw;
+  int K, gs, n, per;
+  const __half *xp;
+};
+
 /* BM weight rows a block: BM / 32 warps of 32 rows (BM threads) */
-template <int SBK, int BN, int BM>
-__global__ void __launch_bounds__(BM) k_qmma4(const uint32_t *__restrict__ wq, const void *__restrict__ sb, int M,
-                                               int K, int gs, const __half *__restrict__ xp, int n, int per,
-                                               float *__restrict__ ws, float *__restrict__ y) {
+template <int SBK, int BN, int BM> __global__ void __launch_bounds__(BM) k_qmma4(const qm_args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int STG = qm_cfg<BN, BM>::STG;
   extern __shared__ __align__(16) unsigned char qm_smem[];
   qm_stage<BN, BM> *stg = (qm_stage<BN, BM> *)qm_smem;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const int row0 = blockIdx.x * BM, tok0 = blockIdx.y * BN;
+  const int wi = (a.nw > 1 && (int)blockIdx.x >= a.b0[1]) + (a.nw > 2 && (int)blockIdx.x >= a.b0[2]);
+  const uint32_t *__restrict__ wq = wi == 0 ? a.wq[0] : wi == 1 ? a.wq[1] : a.wq[2];
+  const void *__restrict__ sb = wi == 0 ? a.sb[0] : wi == 1 ? a.sb[1] : a.sb[2];
+  float *y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
+  float *ws = wi == 0 ? a.ws[0] : wi == 1 ? a.ws[1] : a.ws[2];
+  const int M = wi == 0 ? a.M[0] : wi == 1 ? a.M[1] : a.M[2];
+  const int K = a.K, gs = a.gs, n = a.n, per = a.per;
+  const __half *__restrict__ xp = a.xp;
+  const int row0 = ((int)blockIdx.x - (wi == 0 ? 0 : wi == 1 ? a.b0[1] : a.b0[2])) * BM, tok0 = blockIdx.y * BN;
   const int64_t W4 = K / 32; /* 16-byte units a row */
   const int G = K / gs, nst = K / QM_BK, ngr = QM_BK / gs;
   const int kc0 = blockIdx.z * per, ns = min(per, nst - kc0);
@@ -105,7 +141,7 @@ __global__ void __launch_bounds__(BM) k_qmma4(const uint32_t *__restrict__ wq, c
   /* stage i (k-stage kc0 + i): x unit c (values 8c..8c+7, c = 4 q' + j) of a token at [token][4 j + q'],
    * so that a warp's reads of one j are 64 contiguous bytes a token; weights [row][unit]; the rows'
    * (scale, bias) units of the stage in order */
-  auto issue = [&](int i) {
+  auto issue_x = [&](int i) {
     qm_stage<BN, BM> &S = stg[i % STG];
     const int kc = kc0 + i;
     for (int u = threadIdx.x; u < BN * 16; u += BM) {
@@ -114,6 +150,10 @@ __global__ void __launch_bounds__(BM) k_qmma4(const uint32_t *__restrict__ wq, c
       if (tok0 + t < n) qm_cp16(dst, xp + (int64_t)(tok0 + t) * K + (int64_t)kc * QM_BK + c * 8);
       else *(uint4 *)dst = z4;
     }
+  };
+  auto issue_w = [&](int i) {
+    qm_stage<BN, BM> &S = stg[i % STG];
+    const int kc = kc0 + i;
     for (int u = threadIdx.x; u < BM * 4; u += BM) {
       const int r = u >> 2, c = u & 3;
       if (row0 + r < M) qm_cp16(&S.w[u], (const uint4 *)wq + (int64_t)(row0 + r) * W4 + kc * 4 + c);
@@ -135,16 +175,25 @@ __global__ void __launch_bounds__(BM) k_qmma4(const uint32_t *__restrict__ wq, c
   for (int m = 0; m < 2; m++)
 #pragma unroll
     for (int t = 0; t < BN / 8; t++) acc[m][t][0] = acc[m][t][1] = acc[m][t][2] = acc[m][t][3] = 0.f;
+  /* the first stages' weights are requested before the wait for the kernel before (x) */
+#pragma unroll
+  for (int i = 0; i < STG - 1; i++)
+    if (i < ns) issue_w(i);
+  pdl_wait();
+  pdl_trigger();
 #pragma unroll
   for (int i = 0; i < STG - 1; i++) {
-    if (i < ns) issue(i);
+    if (i < ns) issue_x(i);
     qm_commit();
   }
   const int gi = 32 * q / gs; /* the thread's group in a stage */
   for (int i = 0; i < ns; i++) {
     qm_wait<STG - 2>();
     __syncthreads();
-    if (i + STG - 1 < ns) issue(i + STG - 1);
+    if (i + STG - 1 < ns) {
+      issue_w(i + STG - 1);
+      issue_x(i + STG - 1);
+    }
     qm_commit();
     const qm_stage<BN, BM> &S = stg[i % STG];
     uint4 wv[4];
@@ -196,75 +245,117 @@ __global__ void __launch_bounds__(BM) k_qmma4(const uint32_t *__restrict__ wq, c
 #endif
 }
 
-template <int SBK, int BN, int BM>
-static void qmma_launch(const cu_ctx *cx, const cu_weight *w, const __half *x16, int n, int S, int per, float *ws,
-                        float *y) {
+template <int SBK, int BN, int BM> static void qmma_launch(const cu_ctx *cx, const qm_args &a, int blocks, int S) {
   const size_t smem = sizeof(qm_stage<BN, BM>) * qm_cfg<BN, BM>::STG;
   static bool attr; /* one attribute per instance */
   if (!attr) {
     cudaFuncSetAttribute(k_qmma4<SBK, BN, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     attr = true;
   }
-  const dim3 grid((unsigned)((w->rows + BM - 1) / BM), (unsigned)((n + BN - 1) / BN), (unsigned)S);
-  k_qmma4<SBK, BN, BM><<<grid, BM, smem, cx->s>>>((const uint32_t *)w->q, w->sb, (int)w->rows, (int)w->cols, w->gs,
-                                                  x16, n, per, ws, y);
+  cu_launch(cx, k_qmma4<SBK, BN, BM>, dim3((unsigned)blocks, (unsigned)((a.n + BN - 1) / BN), (unsigned)S), dim3(BM),
+            smem, a);
 }
-template <int SBK>
-static void qmma_pick(const cu_ctx *cx, const cu_weight *w, const __half *x16, int n, int BN, int BM, int S, int per,
-                      float *ws, float *y) {
+template <int SBK> static void qmma_pick(const cu_ctx *cx, const qm_args &a, int blocks, int BN, int BM, int S) {
   if (BM == 256) {
-    if (BN == 32) qmma_launch<SBK, 32, 256>(cx, w, x16, n, S, per, ws, y);
-    else qmma_launch<SBK, 64, 256>(cx, w, x16, n, S, per, ws, y);
+    if (BN == 32) qmma_launch<SBK, 32, 256>(cx, a, blocks, S);
+    else qmma_launch<SBK, 64, 256>(cx, a, blocks, S);
   } else {
-    if (BN == 32) qmma_launch<SBK, 32, 128>(cx, w, x16, n, S, per, ws, y);
-    else qmma_launch<SBK, 64, 128>(cx, w, x16, n, S, per, ws, y);
+    if (BN == 32) qmma_launch<SBK, 32, 128>(cx, a, blocks, S);
+    else qmma_launch<SBK, 64, 128>(cx, a, blocks, S);
   }
 }
 
-/* y = the sum of the S partial products in ws, in order (the same result for any schedule) */
-__global__ void k_qmma_reduce(const float4 *__restrict__ ws, int S, int64_t n4, float4 *__restrict__ y) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
-    float4 a = ws[i];
-    for (int s = 1; s < S; s++) {
-      const float4 b = ws[(int64_t)s * n4 + i];
-      a.x += b.x;
-      a.y += b.y;
-      a.z += b.z;
-      a.w += b.w;
+/* y[i] = the sum of the S partial products in ws[i], in order (the same result for any schedule); the
+ * weights' outputs one after another along the grid */
+__global__ void k_qmma_reduce(const qm_args a, int S, int64_t tot4) {
+  pdl_wait();
+  pdl_trigger();
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < tot4; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t j = i;
+    int w = 0;
+    while (w + 1 < a.nw && j >= (int64_t)a.n * a.M[w] / 4) j -= (int64_t)a.n * a.M[w++] / 4;
+    const int64_t n4 = (int64_t)a.n * a.M[w] / 4;
+    const float4 *p = (const float4 *)a.ws[w];
+    float4 s = __ldcg(p + j);
+    for (int k = 1; k < S; k++) {
+      const float4 b = __ldcg(p + (int64_t)k * n4 + j);
+      s.x += b.x;
+      s.y += b.y;
+      s.z += b.z;
+      s.w += b.w;
     }
-    y[i] = a;
+    ((float4 *)a.y[w])[j] = s;
+  }
+}
+
+bool cu_qmma_group_ok(const cu_ctx *cx, const cu_weight *const *ws, int nw, int n) {
+  if (nw < 1 || nw > QM_MAXW) return false;
+  for (int i = 0; i < nw; i++)
+    if (!cu_qmma_ok(cx, ws[i], n) || ws[i]->cols != ws[0]->cols || ws[i]->gs != ws[0]->gs || ws[i]->sbk != ws[0]->sbk)
+      return false;
+  return true;
+}
+
+void cu_qmma_multi(const cu_ctx *cx, const cu_weight *const *w, float *const *y, int nw, const float *x, int n,
+                   void *x16, void *ws, size_t ws_bytes, const float *xu, int act) {
+  const int64_t K = w[0]->cols, n8 = (int64_t)n * K / 8;
+  int64_t pb = (n8 + 255) / 256;
+  if (pb > 4096) pb = 4096;
+  cu_launch(cx, k_qmma_prep, dim3((unsigned)pb), dim3(256), 0, (const float4 *)x, (const float4 *)xu, act, n8,
+            (uint4 *)x16);
+  int64_t rows = 0;
+  bool even = true; /* every weight's n * rows a multiple of 4 (float4 partial sums) */
+  for (int i = 0; i < nw; i++) {
+    rows += w[i]->rows;
+    even = even && (n * w[i]->rows) % 4 == 0;
+  }
+  /* 256-row blocks halve the reads of x (every block reads all of it) where there are rows enough */
+  const int BM = cx->t->qmma_bm ? cx->t->qmma_bm : rows >= 4096 || n >= 128 ? 256 : 128;
+  const int BN = n <= 32 ? 32 : 64, nst = (int)(K / QM_BK);
+  qm_args a;
+  memset(&a, 0, sizeof a);
+  int blocks = 0;
+  for (int i = 0; i < nw; i++) {
+    a.wq[i] = (const uint32_t *)w[i]->q;
+    a.sb[i] = w[i]->sb;
+    a.y[i] = y[i];
+    a.M[i] = (int)w[i]->rows;
+    a.b0[i] = blocks;
+    blocks += (int)((w[i]->rows + BM - 1) / BM);
+  }
+  a.nw = nw;
+  a.K = (int)K;
+  a.gs = w[0]->gs;
+  a.n = n;
+  a.xp = (const __half *)x16;
+  /* split k (at most 8 slices of at least 2 stages) until there are about two blocks an SM, as the
+   * workspace allows */
+  const int64_t tiles = (int64_t)blocks * ((n + BN - 1) / BN);
+  const size_t part = (size_t)n * (size_t)rows * 4;
+  int S = (int)((2 * cx->n_sm + tiles - 1) / tiles);
+  if (S > nst / 2) S = nst / 2;
+  if (S > 8) S = 8;
+  if (S > 1 && (size_t)S * part > ws_bytes) S = (int)(ws_bytes / part);
+  if (S < 1 || !even) S = 1;
+  a.per = (nst + S - 1) / S;
+  S = (nst + a.per - 1) / a.per;
+  size_t off = 0;
+  for (int i = 0; i < nw; i++) {
+    a.ws[i] = (float *)ws + off;
+    off += (size_t)S * n * w[i]->rows;
+  }
+  if (w[0]->sbk == SBK_F32) qmma_pick<SBK_F32>(cx, a, blocks, BN, BM, S);
+  else if (w[0]->sbk == SBK_F16) qmma_pick<SBK_F16>(cx, a, blocks, BN, BM, S);
+  else qmma_pick<SBK_BF16>(cx, a, blocks, BN, BM, S);
+  if (S > 1) {
+    const int64_t tot4 = (int64_t)n * rows / 4;
+    int64_t rb = (tot4 + 255) / 256;
+    if (rb > 4096) rb = 4096;
+    cu_launch(cx, k_qmma_reduce, dim3((unsigned)rb), dim3(256), 0, a, S, tot4);
   }
 }
 
 void cu_qmma(const cu_ctx *cx, const cu_weight *w, const float *x, int n, float *y, void *x16, void *ws,
              size_t ws_bytes) {
-  const int64_t n8 = (int64_t)n * w->cols / 8;
-  int64_t pb = (n8 + 255) / 256;
-  if (pb > 4096) pb = 4096;
-  k_qmma_prep<<<(unsigned)pb, 256, 0, cx->s>>>((const float4 *)x, n8, (uint4 *)x16);
-  /* split k (at most 8 slices of at least 2 stages) until there are about two blocks an SM, as the
-   * workspace allows */
-  /* 256-row blocks halve the reads of x (every block reads all of it) where there are rows enough */
-  const int BM = cx->t->qmma_bm ? cx->t->qmma_bm : w->rows >= 4096 || n >= 128 ? 256 : 128;
-  const int BN = n <= 32 ? 32 : 64, nst = (int)(w->cols / QM_BK);
-  const int64_t tiles = ((w->rows + BM - 1) / BM) * ((n + BN - 1) / BN);
-  const size_t part = (size_t)n * (size_t)w->rows * 4;
-  int S = (int)((2 * cx->n_sm + tiles - 1) / tiles);
-  if (S > nst / 2) S = nst / 2;
-  if (S > 8) S = 8;
-  if (S > 1 && (size_t)S * part > ws_bytes) S = (int)(ws_bytes / part);
-  if (S < 1 || (n * w->rows) % 4) S = 1;
-  const int per = (nst + S - 1) / S;
-  S = (nst + per - 1) / per;
-  float *wsf = (float *)ws;
-  const __half *xh = (const __half *)x16;
-  if (w->sbk == SBK_F32) qmma_pick<SBK_F32>(cx, w, xh, n, BN, BM, S, per, wsf, y);
-  else if (w->sbk == SBK_F16) qmma_pick<SBK_F16>(cx, w, xh, n, BN, BM, S, per, wsf, y);
-  else qmma_pick<SBK_BF16>(cx, w, xh, n, BN, BM, S, per, wsf, y);
-  if (S > 1) {
-    const int64_t n4 = (int64_t)n * w->rows / 4;
-    int64_t rb = (n4 + 255) / 256;
-    if (rb > 4096) rb = 4096;
-    k_qmma_reduce<<<(unsigned)rb, 256, 0, cx->s>>>((const float4 *)ws, S, n4, (float4 *)y);
-  }
+  cu_qmma_multi(cx, &w, &y, 1, x, n, x16, ws, ws_bytes);
 }
