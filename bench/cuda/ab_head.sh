@@ -1,6 +1,6 @@
 #!/bin/bash
 # A/B of the working tree against a reference tree, interleaved, on the GPU machine.
-# Before the device call, here: mkdir -p ab-ref && git archive REV CMakeLists.txt src include | tar -x -C ab-ref
+# Before the device call, here: mkdir -p ab-ref && git archive REV CMakeLists.txt cmake src include | tar -x -C ab-ref
 # (an untracked directory travels with the working tree). Then: bash bench/cuda/ab_head.sh
 # AB_ROUNDS (default "1 2 3"), AB_LONG=1: also 8B after a 2,200-token prompt, AB_BF16=1: also 8B bf16.
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
