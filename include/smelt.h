@@ -82,6 +82,8 @@ typedef struct {
   int tensor_parallel;     /* 0 or 1: one device; N > 1: the model split over N ranks, one process each, started
                           * by smelt_model_load (CUDA: GPUs 0..N-1, through NCCL; CPU: shared memory;
                           * docs/parallel.md) */
+  int pipeline_parallel;   /* 0 or 1: one device; N > 1: the layers split in N consecutive stages over N ranks,
+                          * one process each, started as for tensor_parallel (not both) */
   int nnodes, node_rank;   /* the ranks on nnodes hosts (0/1: one), tensor_parallel / nnodes each; this host's
                           * index. On node_rank > 0 smelt_model_load runs that host's ranks until rank 0
                           * ends them, then exits the process with their status: it does not return */
@@ -119,9 +121,10 @@ typedef struct {
   /* sampling defaults from generation_config.json: 0 when not given; do_sample -1 when not given */
   float gen_temperature, gen_top_p;
   int gen_top_k, gen_do_sample;
-  const char *note;    /* what a user should know about this model, e.g. that a vision-language
+  const char *note;      /* what a user should know about this model, e.g. that a vision-language
                               checkpoint runs as a text model; "" when nothing */
-  int tensor_parallel; /* ranks it is split over (1: one device) */
+  int tensor_parallel;   /* ranks its heads and MLP are split over (1: one device) */
+  int pipeline_parallel; /* ranks its layers are split over (1: one device) */
 } smelt_model_info;
 void smelt_model_get_info(const smelt_model *m, smelt_model_info *info);
 /* Measured streaming-read bandwidth of the memory the model's weights live in, bytes/s, with the

@@ -66,6 +66,7 @@ static void usage(void) {
          "                   [-t THREADS] [--device cpu|cuda] [-ctk f16|bf16|f32|q8_0|q4_0] [--dir DIR] [--json]\n"
          "                   [--cpu-mask M] [--numa distribute|isolate|none] [--poll 0..100] [--deterministic]\n"
          "                   [-tp N (split the model over N GPUs, one process each)]\n"
+         "                   [-pp N (split its layers in N stages over N GPUs, one process each)]\n"
          "Synthetic models are random-weight MLX checkpoints written once to --dir (default $TMPDIR).\n"
          "SHAPE: ");
   print_shapes(stdout);
@@ -96,9 +97,10 @@ int sm_cmd_bench(int argc, char **argv) {
                                      {"poll", 1, 0, 'P'},
                                      {"deterministic", 0, 0, 'I'},
                                      {"tensor-parallel", 1, 0, 'T'},
+                                     {"pipeline-parallel", 1, 0, 'L'},
                                      {0, 0, 0, 0}};
   const char *model = NULL, *synth = NULL, *device = NULL, *sdir = NULL, *ctk = NULL, *ctv = NULL, *cpu_mask = NULL;
-  int bits = 4, gs = 64, P = 512, N = 128, threads = 0, reps = 1, poll = 50, tp = 1, c;
+  int bits = 4, gs = 64, P = 512, N = 128, threads = 0, reps = 1, poll = 50, tp = 1, pp = 1, c;
   smelt_numa numa = SMELT_NUMA_NONE;
   bool json = false, ok = true, det = false;
   optind = 1;
@@ -128,6 +130,7 @@ int sm_cmd_bench(int argc, char **argv) {
       case 'j': json = true; break;
       case 'I': det = true; break;
       case 'T': ok = opt_int("--tensor-parallel", optarg, 1, 16, &tp); break;
+      case 'L': ok = opt_int("--pipeline-parallel", optarg, 1, 16, &pp); break;
       case 'h': usage(); return 0;
       default: return 2;
     }
@@ -188,6 +191,7 @@ int sm_cmd_bench(int argc, char **argv) {
   mp.kv_type = kvt;
   mp.deterministic = det;
   mp.tensor_parallel = tp;
+  mp.pipeline_parallel = pp;
   if (device) mp.device = !strcmp(device, "cuda") ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
   smelt_model *m = NULL;
   double tl = sm_now();
@@ -292,6 +296,7 @@ int sm_cmd_bench(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "roofline_ratio", ratio);
     cJSON_AddNumberToObject(j, "peak_rss", (double)rss);
     cJSON_AddNumberToObject(j, "tensor_parallel", info.tensor_parallel);
+    cJSON_AddNumberToObject(j, "pipeline_parallel", info.pipeline_parallel);
     char *txt = cJSON_PrintUnformatted(j);
     printf("%s\n", txt);
     free(txt);
@@ -301,6 +306,7 @@ int sm_cmd_bench(int argc, char **argv) {
            info.hidden, V);
     char split[48] = "";
     if (info.tensor_parallel > 1) snprintf(split, sizeof split, ", split over %d ranks", info.tensor_parallel);
+    if (info.pipeline_parallel > 1) snprintf(split, sizeof split, ", %d pipeline stages", info.pipeline_parallel);
     if (info.n_threads > 0)
       printf("backend    %s, %d thread%s%s, load %.2f s\n", info.backend, info.n_threads, info.n_threads > 1 ? "s" : "",
              split, load_s);
@@ -343,9 +349,10 @@ int sm_cmd_perplexity(int argc, char **argv) {
                                      {"decode", 0, 0, 'D'},
                                      {"deterministic", 0, 0, 'I'},
                                      {"tensor-parallel", 1, 0, 'T'},
+                                     {"pipeline-parallel", 1, 0, 'L'},
                                      {0, 0, 0, 0}};
   const char *model = NULL, *file = NULL, *device = NULL, *ctk = NULL, *ctv = NULL;
-  int ctx = 256, threads = 0, tp = 1, c;
+  int ctx = 256, threads = 0, tp = 1, pp = 1, c;
   bool decode = false, det = false;
   optind = 1;
   sm_cli_kv_alias(argc, argv);
@@ -358,6 +365,9 @@ int sm_cmd_perplexity(int argc, char **argv) {
       case 'T':
         if (!opt_int("--tensor-parallel", optarg, 1, 16, &tp)) return 2;
         break;
+      case 'L':
+        if (!opt_int("--pipeline-parallel", optarg, 1, 16, &pp)) return 2;
+        break;
       case 'm': model = optarg; break;
       case 'f': file = optarg; break;
       case 'c': ctx = atoi(optarg); break;
@@ -369,7 +379,8 @@ int sm_cmd_perplexity(int argc, char **argv) {
                "  --decode         score token by token through one-token forward steps (the decode kernels)\n"
                "                   instead of one prefill a window\n"
                "  --deterministic  batch-invariant kernels (as smelt serve --deterministic)\n"
-               "  -tp N            split the model over N GPUs, one process each\n");
+               "  -tp N            split the model over N GPUs, one process each\n"
+               "  -pp N            split the model's layers in N stages over N GPUs, one process each\n");
         return 0;
       default: return 2;
     }
@@ -393,6 +404,7 @@ int sm_cmd_perplexity(int argc, char **argv) {
   mp.kv_type = kvt;
   mp.deterministic = det;
   mp.tensor_parallel = tp;
+  mp.pipeline_parallel = pp;
   if (device) mp.device = !strcmp(device, "cuda") ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
   smelt_model *m = NULL;
   int32_t *ids = NULL;

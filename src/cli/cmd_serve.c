@@ -56,6 +56,7 @@ static void usage(FILE *f) {
        "                           depend on the other requests running with it (slower; docs/server.md)\n"
        "      --no-mmap            read the weights into memory instead of mapping the files\n"
        "  -tp, --tensor-parallel N split the model over N GPUs, one process each (docs/parallel.md)\n"
+       "  -pp, --pipeline-parallel N  split the model's layers in N stages over N GPUs, one process each\n"
        "      --nnodes N --node-rank R --master-addr HOST:PORT\n"
        "                           the -tp ranks on N hosts, each started with the same command and its own R;\n"
        "                           node 0 serves, the others run ranks only\n" SM_CLI_KV_HELP
@@ -82,8 +83,10 @@ static void usage(FILE *f) {
        "      --draft-min N        verify drafts of at least N tokens only (default 0)\n"
        "      --draft-p-min P      draft model: stop a draft at a token below probability P (default 0.75)\n"
        "      --spec-ngram-size-n N  ngram-simple: look up the last N tokens (then fewer), 1..16 (default 3)\n"
-       "  -sm, --split-mode none|layer|row  row: the model split over every GPU (as -tp N); layer: a notice\n"
-       "  -ts, --tensor-split L    with -sm row: equal shares (1,1) split over that many GPUs; unequal: an error\n"
+       "  -sm, --split-mode none|layer|row  row: the model split over every GPU (as -tp N); layer: its layers\n"
+       "                           (as -pp N)\n"
+       "  -ts, --tensor-split L    with -sm row or layer: equal shares (1,1) split over that many GPUs; unequal: an\n"
+       "                           error\n"
        "  llama-server flags without meaning here are accepted with a notice: -ngl/--n-gpu-layers N,\n"
        "  -fa/--flash-attn [on|off|auto], --jinja, --no-jinja, -cb/--cont-batching, --mlock, --metrics,\n"
        "  --slots, --no-webui, -mg/--main-gpu N, --numa M, --log-colors, --log-disable\n"
@@ -303,6 +306,7 @@ int sm_cmd_serve(int argc, char **argv) {
     else if (IS("--no-mmap")) p.no_mmap = true;
     else if (IS("--deterministic")) p.deterministic = true;
     else if (IS("-tp") || IS("--tensor-parallel")) INTVAL(1, 16, p.tensor_parallel);
+    else if (IS("-pp") || IS("--pipeline-parallel")) INTVAL(1, 16, p.pipeline_parallel);
     else if (IS("--nnodes")) INTVAL(1, 16, p.nnodes);
     else if (IS("--node-rank")) INTVAL(0, 15, p.node_rank);
     else if (IS("--master-addr")) {
@@ -399,11 +403,9 @@ int sm_cmd_serve(int argc, char **argv) {
       }
       p.draft_p_min = (float)d;
     } else if (IS("--spec-ngram-size-n") || IS("--spec-ngram-simple-size-n")) INTVAL(1, 16, p.spec_ngram_n);
-    else if (IS("-sm") || IS("--split-mode")) { /* llama-server's: row maps to -tp over every GPU */ NEEDVAL();
-      if (!strcmp(val, "none") || !strcmp(val, "row")) split_mode = val;
-      else if (!strcmp(val, "layer"))
-        fprintf(stderr, "smelt serve: note: -sm layer: smelt splits a model by rows over GPUs (-sm row, -tp N); "
-                        "layers are not split, so this runs on one GPU\n");
+    else if (IS("-sm") || IS("--split-mode")) { /* llama-server's: row maps to -tp, layer to -pp over every GPU */
+      NEEDVAL();
+      if (!strcmp(val, "none") || !strcmp(val, "row") || !strcmp(val, "layer")) split_mode = val;
       else {
         fprintf(stderr, "smelt serve: --split-mode %s: expected none, layer or row\n", val);
         return 2;
@@ -457,13 +459,13 @@ int sm_cmd_serve(int argc, char **argv) {
         {.names = "--http-threads|--header-timeout|--body-timeout|--timeout|--max-buffered-body"},
         {.names = "--shutdown-timeout|--log-file|--offline|--estimate-memory|--force|--verbose|--device"},
         {.names = "--force-context|--models-dir|--models-max|--models-memory|--models-load-timeout"},
-        {.names = "--allow-image-urls|--allow-image-files|--deterministic|--tensor-parallel"},
+        {.names = "--allow-image-urls|--allow-image-files|--deterministic|--tensor-parallel|--pipeline-parallel"},
         {.names = "--nnodes|--node-rank|--master-addr"},
         {.names = "--prompt-cache|--prompt-cache-ro|--tool-format|--reasoning-format|--pooling|--slot-save-path"},
         {.names = "--cpu-mask|--cpu-range|--numa|--poll|--kv-cache-dir|--kv-cache-disk-size"},
         {.names = "--model-draft|--draft-model|--spec-type|--draft-max|--draft-min|--draft-p-min"},
         {.names = "--spec-ngram-size-n|--grammar-cache|--grammar-threads"},
-        {.names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v|-md|-tp"},
+        {.names = "-h|-m|-c|-np|-a|-t|-b|-ub|-to|-v|-md|-tp|-pp"},
       };
       char sug[160];
       sm_args_suggest(names, (int)(sizeof names / sizeof names[0]), name, sug, sizeof sug);
@@ -477,15 +479,18 @@ int sm_cmd_serve(int argc, char **argv) {
 #undef SECVAL
   }
   if (p.threads < 0) p.threads = 0;
-  if (!p.tensor_parallel && split_mode && !strcmp(split_mode, "row")) { /* every GPU, or the -ts shares' */
-    const int n = ts_ranks > 0 ? ts_ranks : sm_backend_gpu_count();
-    if (n > 16) p.tensor_parallel = 16;
-    else if (n >= 2) p.tensor_parallel = n;
-    fprintf(stderr, "smelt serve: -sm row: %s\n",
-            n >= 2 ? "the model split over the GPUs (as -tp N)" : "one GPU or none: nothing to split");
-    if (n > 16) fprintf(stderr, "smelt serve: note: -sm row: %d GPUs; smelt splits over at most 16\n", n);
-  } else if (ts_ranks > 0 && !p.tensor_parallel) {
-    fprintf(stderr, "smelt serve: note: --tensor-split takes effect with -sm row (or -tp N)\n");
+  const bool sm_row = split_mode && !strcmp(split_mode, "row"), sm_layer = split_mode && !strcmp(split_mode, "layer");
+  if (!p.tensor_parallel && !p.pipeline_parallel && (sm_row || sm_layer)) { /* every GPU, or the -ts shares' */
+    const int n = ts_ranks > 0 ? ts_ranks : sm_backend_gpu_count(), k = n > 16 ? 16 : n;
+    if (k >= 2 && sm_row) p.tensor_parallel = k;
+    else if (k >= 2) p.pipeline_parallel = k;
+    fprintf(stderr, "smelt serve: -sm %s: %s\n", split_mode,
+            n < 2    ? "one GPU or none: nothing to split"
+            : sm_row ? "the model split over the GPUs (as -tp N)"
+                     : "the model's layers split over the GPUs (as -pp N)");
+    if (n > 16) fprintf(stderr, "smelt serve: note: -sm %s: %d GPUs; smelt splits over at most 16\n", split_mode, n);
+  } else if (ts_ranks > 0 && !p.tensor_parallel && !p.pipeline_parallel) {
+    fprintf(stderr, "smelt serve: note: --tensor-split takes effect with -sm row or layer (or -tp N, -pp N)\n");
   }
   smelt_kv_type kvt = SMELT_KV_F16;
   if (sm_cli_kv_type("serve", ctk, ctv, &kvt)) return 2;

@@ -9,6 +9,7 @@ void sm_cli_kv_alias(int argc, char **argv) {
     if (!strcmp(argv[i], "-ctk")) argv[i] = "--cache-type-k";
     else if (!strcmp(argv[i], "-ctv")) argv[i] = "--cache-type-v";
     else if (!strcmp(argv[i], "-tp")) argv[i] = "--tensor-parallel";
+    else if (!strcmp(argv[i], "-pp")) argv[i] = "--pipeline-parallel";
   }
 }
 

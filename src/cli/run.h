@@ -15,7 +15,7 @@ enum { SM_OVERFLOW_DROP = 0, SM_OVERFLOW_ERROR = 1 };
 typedef struct {
   const char *model, *prompt, *file, *system, *draft, *chat_template, *prompt_cache, *history;
   const char *cpu_mask; /* --cpu-mask */
-  int n_predict, threads, ctx, draft_n, batch, ngl, overflow, numa, poll, tp, nnodes, node_rank;
+  int n_predict, threads, ctx, draft_n, batch, ngl, overflow, numa, poll, tp, pp, nnodes, node_rank;
   const char *master_addr; /* --master-addr */
   smelt_device device;
   smelt_kv_type kv_k, kv_v; /* -ctk / -ctv (--kv-type sets both): one type in smelt */

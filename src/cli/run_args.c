@@ -257,6 +257,13 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
      .hi = 16,
      .meta = "N",
      .help = "split the model over N GPUs, one process each (docs/parallel.md)"},
+    {.names = "-pp|--pipeline-parallel",
+     .kind = SM_ARG_INT,
+     .dst = &o->pp,
+     .lo = 1,
+     .hi = 16,
+     .meta = "N",
+     .help = "split the model's layers in N stages over N GPUs, one process each (docs/parallel.md)"},
     {.names = "--nnodes",
      .kind = SM_ARG_INT,
      .dst = &o->nnodes,
@@ -471,6 +478,7 @@ static bool load_one(const char *cmd, const run_opts *o, const char *ref, const 
   p.no_mmap = o->no_mmap;
   p.deterministic = o->deterministic;
   p.tensor_parallel = *what ? 0 : o->tp; /* a draft model runs whole on rank 0's device */
+  p.pipeline_parallel = *what ? 0 : o->pp;
   p.nnodes = *what ? 0 : o->nnodes;
   p.node_rank = o->node_rank;
   p.master_addr = o->master_addr;

@@ -626,12 +626,13 @@ smelt_status sm_model_load_weights(smelt_model *m) {
   if (!st) st = load_vision(m, &ts);
   if (!st) st = check_all_taken(m, &ts);
   free(ts.p);
-  if (!st && m->tp) st = sm_tp_shard(m); /* tensor parallelism: this rank's shard */
+  /* tensor parallelism: this rank's shard; pipeline parallelism: its layers */
+  if (!st && m->tp) st = m->tp->pp ? sm_pp_shard(m) : sm_tp_shard(m);
   if (st) return st;
   /* let the backend upload / repack (fused weights: their row views) */
-  if ((st = m->be->prepare_weight(m->be, &m->embed))) return st;
+  if (m->embed.data && (st = m->be->prepare_weight(m->be, &m->embed))) return st;
   if (m->lm_head.data == m->embed.data && m->lm_head.rows == m->embed.rows) m->lm_head.dev = m->embed.dev;
-  else if ((st = m->be->prepare_weight(m->be, &m->lm_head))) return st;
+  else if (m->lm_head.data && (st = m->be->prepare_weight(m->be, &m->lm_head))) return st;
   for (int l = 0; l < m->cfg.num_hidden_layers; l++)
     for (int s = 0; s < SM_T_LAYER_COUNT; s++) {
       if (s == SM_T_QKV || s == SM_T_GATE_UP || s == SM_T_REC_IN_FUSED || s == SM_T_REC_BA_FUSED) continue;

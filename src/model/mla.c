@@ -319,6 +319,6 @@ void sm_mla_attention(smelt_model *m, const sm_kv_cache *kv, int l, const float 
   be->attention_mla(be, s->lat, s->ql, s->qpe, s->c, s->kpe, kv, l, H, dr, mla_scale(m));
   be->matmul_experts(be, SM_MM_MLA_UV, &M->uv, a->v_dim, NULL, s->lat, true, n, H, s->ids, s->vo);
   be->matmul(be, SM_MM_O, &M->o, s->vo, n, out);
-  if (m->tp) be->all_reduce(be, out, (size_t)n * (size_t)c->hidden_size); /* the ranks' heads' shares */
+  if (sm_tp_sums(m)) be->all_reduce(be, out, (size_t)n * (size_t)c->hidden_size); /* the ranks' heads' shares */
   if (M->o_bias) be->add_rows(be, out, M->o_bias, n, c->hidden_size);
 }

@@ -142,7 +142,12 @@ smelt_status smelt_model_load(const char *dir, const smelt_model_params *params,
     return sm_err(SMELT_ERR_INVALID, "CPU poll level %d: expected 0..100", params->cpu_poll);
   if (params->tensor_parallel < 0 || params->tensor_parallel > SM_TP_MAX)
     return sm_err(SMELT_ERR_INVALID, "--tensor-parallel %d: expected 1..%d", params->tensor_parallel, SM_TP_MAX);
-  if (params->tensor_parallel > 1) return sm_tp_load(dir, params, out);
+  if (params->pipeline_parallel < 0 || params->pipeline_parallel > SM_TP_MAX)
+    return sm_err(SMELT_ERR_INVALID, "--pipeline-parallel %d: expected 1..%d", params->pipeline_parallel, SM_TP_MAX);
+  if (params->tensor_parallel > 1 && params->pipeline_parallel > 1)
+    return sm_err(SMELT_ERR_UNSUPPORTED, "--tensor-parallel %d with --pipeline-parallel %d: one or the other",
+                  params->tensor_parallel, params->pipeline_parallel);
+  if (params->tensor_parallel > 1 || params->pipeline_parallel > 1) return sm_tp_load(dir, params, out);
   sm_cpu_opts cpu = {.n_threads = params->n_threads,
                      .cpu_mask = params->cpu_mask,
                      .numa = params->numa,
@@ -173,6 +178,7 @@ void smelt_model_free(smelt_model *m) {
     if (m->rope_pos_dev) be->free(be, m->rope_pos_dev);
     if (m->tp_lg) be->free(be, m->tp_lg);
     if (m->tp_part) be->free(be, m->tp_part);
+    if (m->pp_zero) be->free(be, m->pp_zero);
     if (m->tp_idx) be->free(be, m->tp_idx);
     be->destroy(be);
   }
@@ -208,7 +214,8 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
   info->vocab = c->vocab_size;
   info->n_heads = m->tp ? m->tp->full_heads : c->num_attention_heads;
   info->n_kv_heads = m->tp ? m->tp->full_kv_heads : c->num_key_value_heads;
-  info->tensor_parallel = m->tp ? m->tp->n : 1;
+  info->tensor_parallel = sm_tp_sums(m) ? m->tp->n : 1;
+  info->pipeline_parallel = m->tp && m->tp->pp ? m->tp->n : 1;
   info->head_dim = c->head_dim;
   info->max_context = m->max_context;
   info->kv_type = sm_kv_type_of(m->kv_dtype);
@@ -229,7 +236,9 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
 
 double smelt_model_bandwidth(smelt_model *m) {
   const double bw = m->be && m->be->measure_bandwidth ? m->be->measure_bandwidth(m->be) : 0;
-  return m->tp ? bw * m->tp->n : bw; /* tensor parallelism: each rank reads its shard from its own memory */
+  /* tensor parallelism: each rank reads its shard from its own memory at once (the stages of a pipeline
+   * read theirs one after another) */
+  return sm_tp_sums(m) ? bw * m->tp->n : bw;
 }
 
 smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slots, sm_kv_cache *kv) {
@@ -248,8 +257,10 @@ smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slo
   kv->k = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
   kv->v = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
   const size_t bytes = (size_t)n_blocks * block_size * kv->n_kv_heads * sm_kv_head_bytes(kv->dtype, kv->head_dim);
+  const bool pp = m->tp && m->tp->pp; /* a pipeline stage keeps the KV of its layers only */
   for (int l = 0; l < kv->n_layers; l++) {
     if (c->layer_kind[l] != SM_LK_ATTN) continue; /* recurrent and MLP-only layers keep no KV */
+    if (pp && (l < m->tp->l0 || l >= m->tp->l1)) continue;
     kv->k[l] = m->be->alloc(m->be, bytes);
     /* multi-head latent attention: a position's value is part of its key row (backend.h attention_mla) */
     kv->v[l] = m->fam->recipe->mla ? kv->k[l] : m->be->alloc(m->be, bytes);
@@ -270,6 +281,7 @@ smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slo
   kv->ssm = sm_xcalloc((size_t)kv->n_layers, sizeof(float *));
   for (int l = 0; l < kv->n_layers; l++) {
     if (c->layer_kind[l] != SM_LK_REC) continue;
+    if (pp && (l < m->tp->l0 || l >= m->tp->l1)) continue;
     kv->conv[l] = m->be->alloc(m->be, sizeof(float) * kv->conv_floats * (size_t)n_slots);
     if (kv->ssm_floats) kv->ssm[l] = m->be->alloc(m->be, sizeof(float) * kv->ssm_floats * (size_t)n_slots);
     if (!kv->conv[l] || (kv->ssm_floats && !kv->ssm[l])) {

@@ -81,6 +81,7 @@ struct smelt_model {
   float *tp_lg, *tp_part;
   int32_t *tp_idx;
   int tp_idx_n;
+  float *pp_zero; /* pipeline parallelism: zeros the size of x (a rank's share of a stage's hand-over) */
   /* host copies of weights the loader rearranged (permuted q/k rows), freed with the model */
   void **host_owned;
   int n_host_owned;

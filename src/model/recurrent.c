@@ -8,6 +8,7 @@
  *  - LFM2's gated short convolution: B, C, x projected, conv(B * x) (no activation), times C, out_proj.
  * The tensors are the loader's slots (family.h SM_T_REC_*), fused projections already split into views. */
 #include "model/model.h"
+#include "model/tp.h"
 
 void sm_rec_scratch(const sm_config *c, size_t per[SM_REC_SCRATCH]) {
   const sm_rec_config *r = &c->rec;
@@ -40,7 +41,7 @@ static void proj(smelt_model *m, sm_mm_role role, const sm_layer *L, sm_layer_te
 static void out_proj(smelt_model *m, const sm_layer *L, const float *y, int n, float *out) {
   sm_backend *be = m->be;
   be->matmul(be, SM_MM_REC_OUT, &L->w[SM_T_REC_OUT], y, n, out);
-  if (m->tp) be->all_reduce(be, out, (size_t)n * (size_t)m->cfg.hidden_size);
+  if (sm_tp_sums(m)) be->all_reduce(be, out, (size_t)n * (size_t)m->cfg.hidden_size);
   if (L->bias[SM_T_REC_OUT]) be->add_rows(be, out, L->bias[SM_T_REC_OUT], n, (int)L->w[SM_T_REC_OUT].rows);
 }
 

@@ -302,8 +302,9 @@ static void exec_rank(int r, int n, int fd, int shm_fd, const char *dir, const s
   snprintf(a[1], sizeof a[1], "%d", n);
   snprintf(a[2], sizeof a[2], "%d", fd);
   snprintf(a[3], sizeof a[3], "%d", shm_fd);
-  snprintf(prm, sizeof prm, "%d,%d,%d,%d,%d,%d,%d,%d,%d", (int)p->device, p->n_threads, (int)p->numa, p->cpu_poll,
-           p->max_context, p->max_seqs, (int)p->no_mmap, (int)p->kv_type, (int)p->deterministic);
+  snprintf(prm, sizeof prm, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", (int)p->device, p->n_threads, (int)p->numa, p->cpu_poll,
+           p->max_context, p->max_seqs, (int)p->no_mmap, (int)p->kv_type, (int)p->deterministic,
+           p->pipeline_parallel > 1);
   fcntl(fd, F_SETFD, 0); /* both survive the exec */
   if (shm_fd >= 0) fcntl(shm_fd, F_SETFD, 0);
   char *argv[] = {"smelt", RANK_ARG, a[0], a[1], a[2], a[3], (char *)dir, prm, NULL};
@@ -315,11 +316,11 @@ static void exec_rank(int r, int n, int fd, int shm_fd, const char *dir, const s
 
 int smelt_tp_rank_main(int argc, char **argv) {
   if (argc < 2 || strcmp(argv[1], RANK_ARG)) return -1;
-  int r, n, fd, shm_fd, v[9];
+  int r, n, fd, shm_fd, v[10];
   if (argc != 8 || sscanf(argv[2], "%d", &r) != 1 || sscanf(argv[3], "%d", &n) != 1 ||
       sscanf(argv[4], "%d", &fd) != 1 || sscanf(argv[5], "%d", &shm_fd) != 1 || shm_fd < -1 ||
-      sscanf(argv[7], "%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]) !=
-        9 ||
+      sscanf(argv[7], "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8],
+             &v[9]) != 10 ||
       n < 2 || n > SM_TP_MAX || r < 1 || r >= n) {
     fprintf(stderr, "smelt: malformed tensor-parallel rank arguments\n");
     return 2;
@@ -328,8 +329,11 @@ int smelt_tp_rank_main(int argc, char **argv) {
   smelt_model_params_default(&p);
   p.device = (smelt_device)v[0], p.n_threads = v[1], p.numa = (smelt_numa)v[2], p.cpu_poll = v[3];
   p.max_context = v[4], p.max_seqs = v[5], p.no_mmap = v[6], p.kv_type = (smelt_kv_type)v[7];
-  p.deterministic = v[8], p.tensor_parallel = n;
+  p.deterministic = v[8];
+  if (v[9]) p.pipeline_parallel = n;
+  else p.tensor_parallel = n;
   sm_tp *tp = sm_xcalloc(1, sizeof *tp);
+  tp->pp = v[9] != 0;
   tp->n = n;
   tp->rank = r;
   tp->local = r;
@@ -435,6 +439,7 @@ static void run_node(const char *dir, const smelt_model_params *p, int n, int fi
       if (pthread_create(&w, NULL, remote_watch, &fd) == 0) pthread_detach(w);
       sm_tp *mine = sm_xcalloc(1, sizeof *mine);
       mine->n = n;
+      mine->pp = p->pipeline_parallel > 1;
       mine->rank = first + i;
       mine->local = i;
       for (int j = 0; j < SM_TP_MAX; j++) mine->fd[j] = -1;
@@ -524,7 +529,8 @@ void sm_tp_free(smelt_model *m) {
 }
 
 smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_model **out) {
-  const int n = p->tensor_parallel, nn = p->nnodes > 1 ? p->nnodes : 1;
+  const int n = p->pipeline_parallel > 1 ? p->pipeline_parallel : p->tensor_parallel,
+            nn = p->nnodes > 1 ? p->nnodes : 1;
   if (p->cpu_mask && *p->cpu_mask)
     return sm_err(SMELT_ERR_UNSUPPORTED, "--cpu-mask with --tensor-parallel: each rank would take the same CPUs");
   if (nn > 1 && (n % nn || p->node_rank < 0 || p->node_rank >= nn || !p->master_addr))
@@ -538,6 +544,7 @@ smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_mode
   if (lfd == -1) return sm_err(SMELT_ERR_IO, "%s", sm_errmsg());
   sm_tp *tp = sm_xcalloc(1, sizeof *tp);
   tp->n = n;
+  tp->pp = p->pipeline_parallel > 1;
   tp->wake[0] = tp->wake[1] = tp->shm_fd = tp->lfd = -1;
   for (int r = 0; r < SM_TP_MAX; r++) tp->fd[r] = -1;
   tp->shared_bytes = SHARED_BYTES;
@@ -588,6 +595,7 @@ smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_mode
       close(tp->shm_fd);
       sm_tp *mine = sm_xcalloc(1, sizeof *mine);
       mine->n = n;
+      mine->pp = tp->pp;
       mine->rank = r;
       mine->local = r;
       mine->shared = nn > 1 ? NULL : tp->shared; /* several hosts: the CPU backend's collectives use the sockets */

@@ -18,6 +18,8 @@
 typedef struct sm_tp {
   int n, rank;
   int local;                     /* this rank's device index on its host */
+  bool pp;                       /* pipeline parallelism: the ranks hold consecutive layers (pp.c), not shards */
+  int l0, l1;                    /* (pp) this rank's layers [l0, l1) */
   bool vocab_split;              /* the LM head's rows are split (vocab % n == 0), else rank 0 holds it whole */
   int full_heads, full_kv_heads; /* the model's sizes before the split (smelt_model_get_info) */
   bool bcast_x;                  /* this step broadcasts rank 0's embeddings (a fed token, image rows) */
@@ -50,6 +52,16 @@ smelt_status sm_tp_kv_alloc(smelt_model *m, sm_kv_cache *kv, int n_blocks, int b
 void sm_tp_kv_free(smelt_model *m, const sm_kv_cache *kv);
 /* rank 0: the other ranks copy a recurrent state slot (block false) or a KV block of their copy of kv */
 void sm_tp_kv_copy(smelt_model *m, const sm_kv_cache *kv, bool block, int dst, int src);
+
+/* whether the ranks hold shards of every layer whose partial outputs are summed (tensor parallelism) */
+static inline bool sm_tp_sums(const smelt_model *m) { return m->tp && !m->tp->pp; }
+/* pp.c: the first layer of stage s of n over `layers` layers (s = n: layers) */
+int sm_pp_first(int layers, int n, int s);
+/* pp.c: drops the weights of the layers other stages hold (and, off rank 0, the embeddings, the LM head and
+ * the vision tower) before they are uploaded; sets tp->l0, tp->l1 */
+smelt_status sm_pp_shard(smelt_model *m);
+/* pp.c: in a forward step, after stage src's last layer: its output x (n floats) on every rank */
+smelt_status sm_pp_pass(smelt_model *m, int src, size_t n);
 
 /* tp_shard.c: replaces the loaded (whole) weights of m by this rank's shard and the config's head and
  * MLP sizes by the rank's; an error names what cannot be split */

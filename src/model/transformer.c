@@ -2,6 +2,7 @@
 #include "model/model.h"
 #include "model/tp.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static smelt_status grow(smelt_model *m, float **p, size_t floats) {
@@ -23,6 +24,12 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out) {
         (st = grow(m, &m->att, n * nq)) || (st = grow(m, &m->gate, n * F)) || (st = grow(m, &m->up, n * F)))
       return st;
     if ((st = sm_moe_reserve(m, n_tokens)) || (st = sm_mla_reserve(m, n_tokens))) return st;
+    if (m->tp && m->tp->pp) { /* zeros for the stages' hand-over (pp.c) */
+      if ((st = grow(m, &m->pp_zero, n * H))) return st;
+      float *z = sm_xcalloc(n * H, sizeof(float));
+      m->be->upload(m->be, m->pp_zero, z, n * H * sizeof(float));
+      free(z);
+    }
     if (m->fam->recipe->attn_out_gate && (st = grow(m, &m->agate, n * nq))) return st;
     if (c->rec.kind != SM_REC_NONE) { /* the recurrent mixer's activations (recurrent.c) */
       size_t per[SM_REC_SCRATCH];
@@ -104,7 +111,7 @@ static void attention_block(smelt_model *m, const sm_kv_cache *kv, int l, const 
     be->sigmoid_mul(be, m->att, m->agate, (size_t)n * nh * hd);
   }
   be->matmul(be, SM_MM_O, &L->w[SM_T_O], m->att, n, out);
-  if (m->tp) be->all_reduce(be, out, (size_t)n * H); /* the ranks' heads' shares */
+  if (sm_tp_sums(m)) be->all_reduce(be, out, (size_t)n * H); /* the ranks' heads' shares */
   if (L->bias[SM_T_O]) be->add_rows(be, out, L->bias[SM_T_O], n, H);
 }
 
@@ -170,14 +177,22 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
 
   /* The order of these calls is what backends fuse (the CUDA fusion table, cuda_fuse.cu); tests/model
    * test_op_sequence pins it per family. */
-  be->embed(be, &m->embed, m->x);
-  if (m->embed_scale != 1.0f) be->scale(be, m->x, m->embed_scale, (size_t)n * H);
-  for (int i = 0; i < b->n_embd; i++) /* image rows: their embeddings, unscaled */
-    be->copy(be, m->x + (size_t)b->embd[i].row * H, b->embd[i].src, sizeof(float) * (size_t)b->embd[i].n * H);
+  /* pipeline parallelism: stage s (rank s) runs layers [first(s), first(s + 1)); rank 0 embeds */
+  const int pp = m->tp && m->tp->pp ? m->tp->n : 0;
+  if (!pp || m->tp->rank == 0) {
+    be->embed(be, &m->embed, m->x);
+    if (m->embed_scale != 1.0f) be->scale(be, m->x, m->embed_scale, (size_t)n * H);
+    for (int i = 0; i < b->n_embd; i++) /* image rows: their embeddings, unscaled */
+      be->copy(be, m->x + (size_t)b->embd[i].row * H, b->embd[i].src, sizeof(float) * (size_t)b->embd[i].n * H);
+  }
   /* tensor parallelism: a token only rank 0's device holds (pipelined decode) or image rows only rank 0
    * has: its embeddings go to the other ranks */
-  if (m->tp && m->tp->bcast_x) be->broadcast(be, m->x, (size_t)n * H);
-  for (int l = 0; l < c->num_hidden_layers; l++) {
+  if (sm_tp_sums(m) && m->tp->bcast_x) be->broadcast(be, m->x, (size_t)n * H);
+  for (int l = 0, s = 0; l < c->num_hidden_layers; l++) {
+    if (pp) { /* the stage's output to the next stage (every rank takes part in the collective) */
+      if (l == sm_pp_first(c->num_hidden_layers, pp, s + 1) && (st = sm_pp_pass(m, s++, (size_t)n * H))) return st;
+      if (s != m->tp->rank) continue;
+    }
     const sm_layer *L = &m->layers[l];
     const float *ain = m->x;
     if (L->spec.kind == SM_LK_ATTN || L->spec.kind == SM_LK_REC) { /* attention or a recurrent mixer */
@@ -219,13 +234,15 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
       else be->silu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
       be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->gate, n, mout);
     }
-    if (m->tp) be->all_reduce(be, mout, (size_t)n * H); /* the ranks' MLP columns' shares */
+    if (sm_tp_sums(m)) be->all_reduce(be, mout, (size_t)n * H); /* the ranks' MLP columns' shares */
     if (L->vec[SM_T_FFN_OUT_NORM]) norm(m, mout, mout, L->vec[SM_T_FFN_OUT_NORM], n, H);
     if (resid != 1.0f) be->scale(be, mout, resid, (size_t)n * H);
     if (r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);
     be->add(be, m->x, mout, (size_t)n * H);
     add_deepstack(m, b, l);
   }
+  /* the last stage's output to rank 0, which holds the LM head */
+  if (pp && (st = sm_pp_pass(m, pp - 1, (size_t)n * H))) return st;
   if (b->n_out > 0 && m->tp && m->tp->rank != 0 && !m->tp->vocab_split) {
     return SMELT_OK; /* rank 0 holds the whole LM head; the caller (tp.c) starts the step */
   } else if (b->n_out > 0) {

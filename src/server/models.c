@@ -94,6 +94,7 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   mp.kv_type = (smelt_kv_type)p->kv_type;
   mp.deterministic = p->deterministic;
   mp.tensor_parallel = p->tensor_parallel;
+  mp.pipeline_parallel = p->pipeline_parallel;
   mp.nnodes = p->nnodes;
   mp.node_rank = p->node_rank;
   mp.master_addr = p->master_addr;
@@ -157,7 +158,7 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   }
   if (p->draft_dir) {
     fprintf(stderr, "smelt serve: loading the draft model %s\n", p->draft_dir);
-    mp.tensor_parallel = mp.nnodes = 0; /* the draft runs whole on rank 0's device */
+    mp.tensor_parallel = mp.pipeline_parallel = mp.nnodes = 0; /* the draft runs whole on rank 0's device */
     if (smelt_model_load(p->draft_dir, &mp, &sv->draft) != SMELT_OK) {
       snprintf(err, n_err, "could not load the draft model: %s", smelt_last_error());
       goto fail;

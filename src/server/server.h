@@ -41,6 +41,7 @@ typedef struct {
   bool no_mmap;            /* read the weights into memory instead of mapping them */
   bool deterministic;      /* batch-invariant kernels (smelt_model_params.deterministic) */
   int tensor_parallel;     /* ranks the model is split over (smelt_model_params.tensor_parallel; 0/1: one) */
+  int pipeline_parallel;   /* stages its layers are split in (smelt_model_params.pipeline_parallel; 0/1: one) */
   int nnodes, node_rank;   /* ... on several hosts (smelt_model_params) */
   const char *master_addr; /* HOST:PORT of node 0 */
   int kv_type;             /* smelt_kv_type of the KV cache (0: f16) */
