@@ -8,7 +8,8 @@
  * property), so each constrained sequence walks grammar states of its own and none finishes its
  * answer in fewer than about 60 tokens: with --max-tokens 48 or less, constrained and plain
  * requests keep the same batch, and their tokens/s give what constrained decoding costs a step.
- * --schemas 2: the same with strings of at most 6 characters (maxLength). */
+ * --schemas 2: the same with strings of at most 6 characters (maxLength).
+ * The first five failed requests are described on stderr (curl's error, HTTP status, body). */
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <pthread.h>
@@ -19,6 +20,7 @@
 
 static const char *g_url = "http://127.0.0.1:8080";
 static int g_max_tokens = 64, g_prompt_words = 64, g_schemas = 0;
+static int g_err_shown; /* failed requests described on stderr (the first 5) */
 
 typedef struct {
   char *buf;
@@ -92,7 +94,8 @@ static void *worker(void *arg) {
     cJSON *r = rc == CURLE_OK && status == 200 ? cJSON_Parse(m.buf) : NULL;
     cJSON *ct = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "usage"), "completion_tokens");
     if (cJSON_IsNumber(ct)) w->tokens += ct->valueint;
-    else w->errors++;
+    else if (++w->errors, __atomic_fetch_add(&g_err_shown, 1, __ATOMIC_RELAXED) < 5) /* what went wrong */
+      fprintf(stderr, "request %d: %s, HTTP %ld: %.200s\n", i, curl_easy_strerror(rc), status, m.buf ? m.buf : "");
     cJSON_Delete(r);
     free(m.buf);
     free(body);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "base/strbuf.h"
 
 #define MAX_SERIES 64
@@ -136,6 +137,14 @@ void sm_metrics_render_requests(sm_metrics *m, sm_buf *b) {
     sm_buf_printf(b, "smelt_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->req[i].endpoint, m->req[i].status,
                   (unsigned long long)m->req[i].n);
   pthread_mutex_unlock(&m->mu);
+  /* the process's resident memory under Prometheus' standard name (leak checks under load) */
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long long pages = 0, res = 0;
+  if (f && fscanf(f, "%llu %llu", &pages, &res) == 2) {
+    head(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+    sm_buf_printf(b, "process_resident_memory_bytes %llu\n", res * (unsigned long long)sysconf(_SC_PAGESIZE));
+  }
+  if (f) fclose(f);
 }
 
 enum { C_PROMPT, C_GEN, C_CACHED, C_PREEMPT, C_CANCEL, C_DRAFTED, C_ACCEPTED, N_COUNTERS };
