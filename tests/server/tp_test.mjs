@@ -2,7 +2,8 @@
 // SMELT_TP_DEVICE=cuda over two GPUs through NCCL) behind the official openai client. Its greedy answers
 // and log-probabilities are those of the unsplit model, alone and in concurrent batches, streamed, and
 // from the prefix cache; the ranks end with the server; a rank that dies takes the server down with an
-// error that names it; a model that does not split is refused at start.
+// error that names it; a model that does not split is refused at start. Split by layers (-pp 2, -sm layer)
+// its answers are the unsplit model's too, and more stages than layers are refused.
 // Model: the tiny random-weight test model (4 heads, 2 KV heads, bf16). Env: SMELT_BIN, MAKE_TEST_MODEL,
 // SMELT_TEST_MODEL_DIR, NODE_PATH, SMELT_TP_DEVICE (cpu).
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -79,6 +80,25 @@ try {
     const [status, err] = L.refuse(BIN, ['serve', ...L.LOCAL, '--device', DEV, '-m', MODEL, '-sm', 'row', '-ts', '3,1'], { env: ENV });
     assert.equal(status, 2);
     assert.match(err, /equal shares/);
+  });
+
+  await test(`-pp 2 and -sm layer (${DEV}): the unsplit model's answers, alone, together and streamed`, async () => {
+    for (const args of [['-pp', '2'], ['-sm', 'layer', '-ts', '1,1']]) {
+      const S = await serve(args);
+      assert.equal(ranksOf(S.proc.pid).length, 1, `${args.join(' ')}: one other rank process`);
+      let worst = 0;
+      for (let i = 0; i < QS.length; i++) worst = Math.max(worst, same(answer((await S.client.chat.completions.create(ask(QS[i]))).choices[0]), ref[i], `alone ${i}`));
+      const together = await Promise.all(QS.map((q) => S.client.chat.completions.create(ask(q))));
+      together.forEach((r, i) => { worst = Math.max(worst, same(answer(r.choices[0]), ref[i], `together ${i}`)); });
+      let text = '';
+      for await (const ch of await S.client.chat.completions.create({ ...ask(QS[3]), stream: true })) text += ch.choices[0]?.delta?.content || '';
+      assert.equal(text, ref[3].map(([t]) => t).join(''), 'streamed text');
+      console.log(`     ${args.join(' ')}: largest log-probability difference to the unsplit model ${worst.toExponential(2)}`);
+      await S.stop();
+    }
+    const [status, err] = L.refuse(BIN, ['serve', ...L.LOCAL, '--device', DEV, '-m', MODEL, '-pp', '3'], { env: ENV });
+    assert.notEqual(status, 0);
+    assert.match(err, /fewer than the stages/);
   });
 
   await test('-tp 3 on a model of 4 heads is refused at start', async () => {
