@@ -34,17 +34,18 @@ static void print_json(cJSON *j) {
 /* ---- inspect ---- */
 static void inspect_usage(FILE *f) {
   fprintf(f, "usage: smelt inspect -m MODEL [--max-tokens N] [-ctk f16|bf16|f32|q8_0|q4_0] [--device cpu|cuda]\n"
-             "                     [-tp N] [--json]\n"
+             "                     [-tp N | -pp N] [--json]\n"
              "Memory estimate: weights, KV cache for N tokens (in the cache type of -ctk / --cache-type-k,\n"
              "also --kv-dtype; default f16, as run and serve use), the recurrent state of hybrid models,\n"
              "runtime headroom, available memory. -tp N (--tensor-parallel): whether the model splits over N\n"
-             "devices and what the largest rank needs, against one device's memory.\n"
+             "devices and what the largest rank needs, against one device's memory; -pp N (--pipeline-parallel):\n"
+             "the same for its layers in N stages.\n"
              "Exit status: 0 FITS (or available memory unknown), 1 DOES NOT FIT or DOES NOT SPLIT, 2 error.\n");
 }
 
 int sm_cmd_inspect(int argc, char **argv) {
   const char *model = NULL, *ctk = NULL, *ctv = NULL, *device = "cpu";
-  int max_tokens = 0, tp = 1;
+  int max_tokens = 0, tp = 1, pp = 1;
   bool json = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -69,6 +70,12 @@ int sm_cmd_inspect(int argc, char **argv) {
       if (!(v = need_arg(argc, argv, &i))) return 2;
       if (parse_int(v, &tp) || tp < 1 || tp > 16) {
         fprintf(stderr, "smelt inspect: --tensor-parallel '%s': expected 1 to 16\n", v);
+        return 2;
+      }
+    } else if (!strcmp(a, "-pp") || !strcmp(a, "--pipeline-parallel")) {
+      if (!(v = need_arg(argc, argv, &i))) return 2;
+      if (parse_int(v, &pp) || pp < 1 || pp > 16) {
+        fprintf(stderr, "smelt inspect: --pipeline-parallel '%s': expected 1 to 16\n", v);
         return 2;
       }
     } else if (!strcmp(a, "--json")) json = true;
@@ -98,7 +105,14 @@ int sm_cmd_inspect(int argc, char **argv) {
   }
   sm_mem_estimate e;
   s = sm_store_estimate(dir, max_tokens, kvt, cuda, &e);
+  if (tp > 1 && pp > 1) {
+    fprintf(stderr, "smelt inspect: -tp and -pp: one or the other\n");
+    free(dir);
+    return 2;
+  }
   if (!s && tp > 1) s = sm_store_estimate_split(dir, tp, &e);
+  if (!s && pp > 1) s = sm_store_estimate_stages(dir, pp, &e);
+  const int ranks = tp > 1 ? tp : pp;
   if (s) {
     fprintf(stderr, "smelt inspect: %s\n", sm_errmsg());
     free(dir);
@@ -143,7 +157,8 @@ int sm_cmd_inspect(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "total_bytes", (double)e.total_bytes);
     cJSON_AddStringToObject(j, "device", cuda ? "cuda" : "cpu");
     cJSON_AddNumberToObject(j, "tensor_parallel", tp);
-    if (tp > 1) {
+    cJSON_AddNumberToObject(j, "pipeline_parallel", pp);
+    if (ranks > 1) {
       cJSON_AddNumberToObject(j, "rank_weights_bytes", (double)e.rank_weights_bytes);
       cJSON_AddNumberToObject(j, "rank_kv_bytes", (double)e.rank_kv_bytes);
       cJSON_AddNumberToObject(j, "rank_total_bytes", (double)e.rank_total_bytes);
@@ -192,9 +207,10 @@ int sm_cmd_inspect(int argc, char **argv) {
     printf("runtime      %s (activations %s + 10%%)\n", sm_store_fmt_bytes(e.runtime_bytes, b1, 32),
            sm_store_fmt_bytes(e.activation_bytes, b3, 32));
     printf("total        %s\n", sm_store_fmt_bytes(e.total_bytes, b1, 32));
-    if (tp > 1 && e.split_error[0]) printf("split        over %d ranks: %s\n", tp, e.split_error);
-    else if (tp > 1)
-      printf("split        over %d ranks: %s weights + %s KV cache + runtime = %s for the largest rank\n", tp,
+    const char *unit = tp > 1 ? "ranks" : "stages";
+    if (ranks > 1 && e.split_error[0]) printf("split        over %d %s: %s\n", ranks, unit, e.split_error);
+    else if (ranks > 1)
+      printf("split        over %d %s: %s weights + %s KV cache + runtime = %s for the largest rank\n", ranks, unit,
              sm_store_fmt_bytes(e.rank_weights_bytes, b1, 32), sm_store_fmt_bytes(e.rank_kv_bytes, b2, 32),
              sm_store_fmt_bytes(e.rank_total_bytes, b3, 32));
     if (e.available_known)

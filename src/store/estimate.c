@@ -261,6 +261,34 @@ smelt_status sm_store_check_fits(const char *model_dir, int max_tokens, smelt_kv
 
 bool sm_store_has_device_mem_query(void) { return g_dev_mem != NULL; }
 
+smelt_status sm_store_estimate_stages(const char *model_dir, int pp, sm_mem_estimate *e) {
+  if (pp < 2 || pp > 16) return sm_err(SMELT_ERR_INVALID, "--pipeline-parallel %d: expected 2..16", pp);
+  e->tp = pp;
+  e->split_error[0] = 0;
+  const int L = e->n_layers;
+  if (L < pp) {
+    snprintf(e->split_error, sizeof e->split_error, "the model has %d layers, fewer than the stages", L);
+    return SMELT_OK;
+  }
+  const bool tied = !e->lm_head_bytes;
+  const uint64_t whole = e->embed_bytes + e->vision_bytes + (tied ? 0 : e->lm_head_bytes),
+                 layers = e->weights_bytes - whole;
+  e->rank_weights_bytes = e->rank_kv_bytes = e->rank_total_bytes = 0;
+  for (int r = 0; r < pp; r++) { /* the largest stage (sm_pp_first's split) */
+    const uint64_t nl = (uint64_t)((int64_t)L * (r + 1) / pp - (int64_t)L * r / pp);
+    const uint64_t w = layers / (uint64_t)L * nl + (r == 0 ? whole : 0), kv = e->kv_bytes / (uint64_t)L * nl,
+                   st = e->state_bytes * (uint64_t)e->state_slots / (uint64_t)L * nl;
+    const uint64_t t = w + kv + e->activation_bytes + (w + kv) / 10 + st;
+    if (t > e->rank_total_bytes) {
+      e->rank_weights_bytes = w;
+      e->rank_kv_bytes = kv;
+      e->rank_total_bytes = t;
+    }
+  }
+  e->fits = !e->available_known || e->rank_total_bytes <= e->available_bytes;
+  return SMELT_OK;
+}
+
 smelt_status sm_store_estimate_split(const char *model_dir, int tp, sm_mem_estimate *e) {
   if (tp < 2 || tp > 16) return sm_err(SMELT_ERR_INVALID, "--tensor-parallel %d: expected 2..16", tp);
   sm_config cfg;

@@ -114,8 +114,9 @@ typedef struct {
   bool fits;                /* total <= available (true when unknown) */
   uint64_t embed_bytes;     /* the embedding table (kept whole by every rank of a split model) */
   uint64_t lm_head_bytes;   /* an untied LM head (0: tied to the embedding) */
-  /* split over tp > 1 ranks (sm_store_estimate_split): one rank's share, and why the model does not split
-   * ("" when it does); fits then compares the rank's total with what one device has */
+  /* split over tp > 1 ranks (sm_store_estimate_split, or stages: sm_store_estimate_stages): the largest
+   * rank's share, and why the model does not split ("" when it does); fits then compares the rank's total
+   * with what one device has */
   int tp;
   uint64_t rank_weights_bytes, rank_kv_bytes, rank_total_bytes;
   char split_error[320];
@@ -131,6 +132,10 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, smelt_kv_t
 /* The same estimate for one of tp ranks of a split model (docs/parallel.md: heads, KV heads, the MLP and
  * an untied LM head split; the embedding table, norms and a vision tower whole on every rank). */
 smelt_status sm_store_estimate_split(const char *model_dir, int tp, sm_mem_estimate *e);
+/* the same for the layers split in pp consecutive stages (pipeline parallelism): rank 0 holds its layers,
+ * the embeddings, the LM head and a vision tower; the others their layers (layers taken as equal in size);
+ * split_error when the model has fewer layers than stages */
+smelt_status sm_store_estimate_stages(const char *model_dir, int pp, sm_mem_estimate *e);
 /* For generate/serve --estimate-memory: estimate, print a one-line summary to stderr (always when
  * verbose, else only when it does not fit) and return SMELT_ERR_LIMIT when the model will not fit
  * and !force. */

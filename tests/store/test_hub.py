@@ -463,6 +463,29 @@ def main():
     for tp in (3, 16):
         rc, out, err = run("inspect", "-m", "acme/tiny", "-tp", str(tp), SMELT_AVAILABLE_MEMORY="64G")
         check(rc == 1 and "DOES NOT SPLIT" in out and "split evenly" in out, "-tp %d: rc=%d\n%s" % (tp, rc, out))
+    # -pp N: the largest stage (weights and KV): stage r holds layers LAYERS * r // N .. LAYERS * (r + 1) // N - 1,
+    # rank 0 also the embedding (tied: also the LM head)
+    layer_bytes = (WEIGHT_BYTES - emb) // LAYERS
+    for pp in range(2, LAYERS + 1):
+        stages = []
+        for r in range(pp):
+            nl = LAYERS * (r + 1) // pp - LAYERS * r // pp
+            stages.append((layer_bytes * nl + (emb if r == 0 else 0), kv // LAYERS * nl))
+        want_w, want_kv = max(stages, key=lambda x: x[0] + x[1])
+        rc, out, err = run("inspect", "-m", "acme/tiny", "--max-tokens", "1000", "-pp", str(pp), "--json",
+                           SMELT_AVAILABLE_MEMORY="64G")
+        check(rc == 0, "inspect -pp %d rc=%d err=%s" % (pp, rc, err))
+        if rc == 0:
+            j = json.loads(out)
+            check(j["pipeline_parallel"] == pp and j["split_error"] is None and j["verdict"] == "FITS",
+                  "-pp %d: %s" % (pp, out))
+            check(j["rank_weights_bytes"] == want_w and j["rank_kv_bytes"] == want_kv,
+                  "-pp %d: rank weights %s, KV %s vs %d, %d" % (pp, j["rank_weights_bytes"], j["rank_kv_bytes"],
+                                                               want_w, want_kv))
+    rc, out, err = run("inspect", "-m", "acme/tiny", "-pp", str(LAYERS + 1), SMELT_AVAILABLE_MEMORY="64G")
+    check(rc == 1 and "DOES NOT SPLIT" in out and "fewer than the stages" in out, "-pp %d: rc=%d\n%s" % (LAYERS + 1, rc, out))
+    rc, out, err = run("inspect", "-m", "acme/tiny", "-pp", "2", "-tp", "2")
+    check(rc == 2 and "one or the other" in err, "-pp with -tp: rc=%d %s" % (rc, err))
     for bad in ("0", "17", "x"):
         rc, out, err = run("inspect", "-m", "acme/tiny", "-tp", bad)
         check(rc == 2 and "tensor-parallel" in err, "-tp %s is a usage error: rc=%d %s" % (bad, rc, err))
