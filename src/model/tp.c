@@ -82,17 +82,20 @@ static bool send_status(int fd, smelt_status st, const char *text) {
   memcpy(b + 4, text, n);
   return send_msg(fd, MSG_STATUS, b, 4 + n);
 }
+/* how messages name a rank of the group */
+static const char *kind(const sm_tp *tp) { return tp->pp ? "pipeline" : "tensor-parallel"; }
+
 /* the answer of rank r to what was just sent: OK or its error, as an sm_err naming the rank */
 static smelt_status recv_status(sm_tp *tp, int r, uint32_t want) {
   uint32_t type = 0;
   size_t len = 0;
   if (!recv_msg(tp->fd[r], &type, &tp->buf, &tp->cap, &len) || (type != want && type != MSG_STATUS) || len < 4)
-    return sm_err(SMELT_ERR_BACKEND, "tensor-parallel rank %d ended without an answer", r);
+    return sm_err(SMELT_ERR_BACKEND, "%s rank %d ended without an answer", kind(tp), r);
   tp->last_len = len;
   int32_t code;
   memcpy(&code, tp->buf, 4);
   if (!code) return SMELT_OK;
-  return sm_err((smelt_status)code, "tensor-parallel rank %d: %.*s", r, (int)(len - 4), (char *)tp->buf + 4);
+  return sm_err((smelt_status)code, "%s rank %d: %.*s", kind(tp), r, (int)(len - 4), (char *)tp->buf + 4);
 }
 
 /* rank 0: one message to every other rank; an error names the first that has ended (the others still get it,
@@ -100,7 +103,7 @@ static smelt_status recv_status(sm_tp *tp, int r, uint32_t want) {
 static smelt_status send_all(sm_tp *tp, uint32_t type, const void *p, size_t len) {
   smelt_status st = SMELT_OK;
   for (int r = 1; r < tp->n; r++)
-    if (!send_msg(tp->fd[r], type, p, len) && !st) st = sm_err(SMELT_ERR_BACKEND, "tensor-parallel rank %d ended", r);
+    if (!send_msg(tp->fd[r], type, p, len) && !st) st = sm_err(SMELT_ERR_BACKEND, "%s rank %d ended", kind(tp), r);
   return st;
 }
 
@@ -146,7 +149,7 @@ static void *watch(void *arg) {
         if (WIFSIGNALED(ws)) snprintf(how, sizeof how, " (signal %d)", WTERMSIG(ws));
         else if (WIFEXITED(ws)) snprintf(how, sizeof how, " (exit status %d)", WEXITSTATUS(ws));
       }
-      fprintf(stderr, "smelt: tensor-parallel rank %d ended%s%s; stopping all ranks\n", r, how, why);
+      fprintf(stderr, "smelt: %s rank %d ended%s%s; stopping all ranks\n", kind(tp), r, how, why);
       for (int j = 1; j < tp->n; j++) kill(tp->pid[j], SIGKILL);
       _exit(1);
     }
@@ -728,7 +731,8 @@ void sm_tp_kv_free(smelt_model *m, const sm_kv_cache *kv) {
 smelt_status sm_tp_step(smelt_model *m, const sm_kv_cache *kv, const sm_batch *b) {
   sm_tp *tp = m->tp;
   for (int i = 0; i < b->n_embd; i++)
-    if (b->embd[i].n_deep > 0) return sm_err(SMELT_ERR_UNSUPPORTED, "tensor parallelism with deepstack image features");
+    if (b->embd[i].n_deep > 0)
+      return sm_err(SMELT_ERR_UNSUPPORTED, "a split model (-tp, -pp) with deepstack image features");
   if (tp->rank != 0) return SMELT_OK;
   tp->bcast_x = b->feed_token || b->n_embd > 0;
   smelt_status st = send_step(m, kv, b);
