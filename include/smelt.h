@@ -84,6 +84,8 @@ typedef struct {
                           * docs/parallel.md) */
   int pipeline_parallel;   /* 0 or 1: one device; N > 1: the layers split in N consecutive stages over N ranks,
                           * one process each, started as for tensor_parallel (not both) */
+  const float *pp_shares;  /* with pipeline_parallel: each stage's share of the layers (N values > 0, llama.cpp's
+                          * --tensor-split); NULL: as equal as the layers allow */
   int nnodes, node_rank;   /* the ranks on nnodes hosts (0/1: one), tensor_parallel / nnodes each; this host's
                           * index. On node_rank > 0 smelt_model_load runs that host's ranks until rank 0
                           * ends them, then exits the process with their status: it does not return */

@@ -85,8 +85,8 @@ static void usage(FILE *f) {
        "      --spec-ngram-size-n N  ngram-simple: look up the last N tokens (then fewer), 1..16 (default 3)\n"
        "  -sm, --split-mode none|layer|row  row: the model split over every GPU (as -tp N); layer: its layers\n"
        "                           (as -pp N)\n"
-       "  -ts, --tensor-split L    with -sm row or layer: equal shares (1,1) split over that many GPUs; unequal: an\n"
-       "                           error\n"
+       "  -ts, --tensor-split L    shares (1,1) a GPU: with -sm row equal ones, with -sm layer or -pp N the\n"
+       "                           stages' shares of the layers (3,1: three quarters on GPU 0)\n"
        "  llama-server flags without meaning here are accepted with a notice: -ngl/--n-gpu-layers N,\n"
        "  -fa/--flash-attn [on|off|auto], --jinja, --no-jinja, -cb/--cont-batching, --mlock, --metrics,\n"
        "  --slots, --no-webui, -mg/--main-gpu N, --numa M, --log-colors, --log-disable\n"
@@ -164,6 +164,8 @@ int sm_cmd_serve(int argc, char **argv) {
   }
   const char *split_mode = NULL; /* llama-server's -sm */
   int ts_ranks = 0;              /* the GPUs -ts gives a share */
+  static float ts_share[16];     /* their shares, in order */
+  bool ts_unequal = false;
   for (int i = 1; i < argc; i++) {
     char *a = argv[i], *val = NULL;
     char name[64];
@@ -415,20 +417,15 @@ int sm_cmd_serve(int argc, char **argv) {
       char *end = (char *)val;
       double first = 0;
       ts_ranks = 0;
+      ts_unequal = false;
       for (;;) {
         const double v = strtod(end, &end);
-        if (!(v >= 0 && v < 1e9) || (*end && *end != ',')) {
-          fprintf(stderr, "smelt serve: --tensor-split %s: expected shares like 1,1 (one a GPU)\n", val);
+        if (!(v >= 0 && v < 1e9) || (*end && *end != ',') || (v > 0 && ts_ranks == 16)) {
+          fprintf(stderr, "smelt serve: --tensor-split %s: expected shares like 1,1 (one a GPU, at most 16)\n", val);
           return 2;
         }
-        if (v > 0 && first > 0 && v != first) {
-          fprintf(stderr,
-                  "smelt serve: --tensor-split %s: smelt splits a model into equal shares (-tp N); unequal ones "
-                  "are not built\n",
-                  val);
-          return 2;
-        }
-        if (v > 0) first = v, ts_ranks++;
+        if (v > 0 && first > 0 && v != first) ts_unequal = true;
+        if (v > 0) first = v, ts_share[ts_ranks++] = (float)v;
         if (!*end++) break;
       }
     } else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers") || IS("-mg") || IS("--main-gpu")) {
@@ -480,6 +477,16 @@ int sm_cmd_serve(int argc, char **argv) {
   }
   if (p.threads < 0) p.threads = 0;
   const bool sm_row = split_mode && !strcmp(split_mode, "row"), sm_layer = split_mode && !strcmp(split_mode, "layer");
+  /* unequal shares: the layers of a pipeline (-sm layer, -pp N); heads and columns split only equally */
+  if (ts_unequal && (sm_row || p.tensor_parallel > 1 || (!sm_layer && p.pipeline_parallel <= 1))) {
+    fprintf(stderr, "smelt serve: --tensor-split: unequal shares split layers (-sm layer or -pp N); -sm row and -tp N "
+                    "split a model into equal shares\n");
+    return 2;
+  }
+  if (ts_ranks > 0 && p.pipeline_parallel > 1 && ts_ranks != p.pipeline_parallel) {
+    fprintf(stderr, "smelt serve: --tensor-split gives %d shares for -pp %d\n", ts_ranks, p.pipeline_parallel);
+    return 2;
+  }
   if (!p.tensor_parallel && !p.pipeline_parallel && (sm_row || sm_layer)) { /* every GPU, or the -ts shares' */
     const int n = ts_ranks > 0 ? ts_ranks : sm_backend_gpu_count(), k = n > 16 ? 16 : n;
     if (k >= 2 && sm_row) p.tensor_parallel = k;
@@ -492,6 +499,7 @@ int sm_cmd_serve(int argc, char **argv) {
   } else if (ts_ranks > 0 && !p.tensor_parallel && !p.pipeline_parallel) {
     fprintf(stderr, "smelt serve: note: --tensor-split takes effect with -sm row or layer (or -tp N, -pp N)\n");
   }
+  if (ts_ranks > 0 && p.pipeline_parallel > 1) p.pp_shares = ts_share; /* the stages' shares of the layers */
   smelt_kv_type kvt = SMELT_KV_F16;
   if (sm_cli_kv_type("serve", ctk, ctv, &kvt)) return 2;
   p.kv_type = (int)kvt;

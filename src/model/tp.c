@@ -298,9 +298,15 @@ static int worker(const char *dir, const smelt_model_params *p, sm_tp *tp, int f
 
 #define RANK_ARG "__smelt-tp-rank"
 
-/* argv of an exec'd rank: RANK_ARG rank ranks socket-fd shared-fd (-1: ranks on several hosts) model-dir params */
+/* a pipeline's stage shares from the parameters (tp->shares all 0 when none were given) */
+static void set_shares(sm_tp *tp, const smelt_model_params *p) {
+  for (int s = 0; s < SM_TP_MAX; s++) tp->shares[s] = p->pp_shares && s < tp->n ? p->pp_shares[s] : 0.f;
+}
+
+/* argv of an exec'd rank: RANK_ARG rank ranks socket-fd shared-fd (-1: ranks on several hosts) model-dir params
+ * (ten integers, then a pipeline's stage shares as s0:s1:..., or none) */
 static void exec_rank(int r, int n, int fd, int shm_fd, const char *dir, const smelt_model_params *p) {
-  char a[5][24], prm[160];
+  char a[5][24], prm[512];
   snprintf(a[0], sizeof a[0], "%d", r);
   snprintf(a[1], sizeof a[1], "%d", n);
   snprintf(a[2], sizeof a[2], "%d", fd);
@@ -308,6 +314,8 @@ static void exec_rank(int r, int n, int fd, int shm_fd, const char *dir, const s
   snprintf(prm, sizeof prm, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", (int)p->device, p->n_threads, (int)p->numa, p->cpu_poll,
            p->max_context, p->max_seqs, (int)p->no_mmap, (int)p->kv_type, (int)p->deterministic,
            p->pipeline_parallel > 1);
+  for (int s = 0; p->pp_shares && p->pipeline_parallel > 1 && s < n; s++)
+    snprintf(prm + strlen(prm), sizeof prm - strlen(prm), "%s%.9g", s ? ":" : ",", (double)p->pp_shares[s]);
   fcntl(fd, F_SETFD, 0); /* both survive the exec */
   if (shm_fd >= 0) fcntl(shm_fd, F_SETFD, 0);
   char *argv[] = {"smelt", RANK_ARG, a[0], a[1], a[2], a[3], (char *)dir, prm, NULL};
@@ -338,6 +346,12 @@ int smelt_tp_rank_main(int argc, char **argv) {
   sm_tp *tp = sm_xcalloc(1, sizeof *tp);
   tp->pp = v[9] != 0;
   tp->n = n;
+  const char *sh = argv[7]; /* the shares after the ten integers */
+  for (int k = 0; k < 10 && sh; k++) sh = strchr(sh, ','), sh = sh ? sh + 1 : NULL;
+  for (int s = 0; sh && *sh && s < n; s++) {
+    tp->shares[s] = strtof(sh, (char **)&sh);
+    if (*sh == ':') sh++;
+  }
   tp->rank = r;
   tp->local = r;
   tp->shared_bytes = SHARED_BYTES;
@@ -443,6 +457,7 @@ static void run_node(const char *dir, const smelt_model_params *p, int n, int fi
       sm_tp *mine = sm_xcalloc(1, sizeof *mine);
       mine->n = n;
       mine->pp = p->pipeline_parallel > 1;
+      set_shares(mine, p);
       mine->rank = first + i;
       mine->local = i;
       for (int j = 0; j < SM_TP_MAX; j++) mine->fd[j] = -1;
@@ -548,6 +563,7 @@ smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_mode
   sm_tp *tp = sm_xcalloc(1, sizeof *tp);
   tp->n = n;
   tp->pp = p->pipeline_parallel > 1;
+  set_shares(tp, p);
   tp->wake[0] = tp->wake[1] = tp->shm_fd = tp->lfd = -1;
   for (int r = 0; r < SM_TP_MAX; r++) tp->fd[r] = -1;
   tp->shared_bytes = SHARED_BYTES;
@@ -599,6 +615,7 @@ smelt_status sm_tp_load(const char *dir, const smelt_model_params *p, smelt_mode
       sm_tp *mine = sm_xcalloc(1, sizeof *mine);
       mine->n = n;
       mine->pp = tp->pp;
+      memcpy(mine->shares, tp->shares, sizeof mine->shares);
       mine->rank = r;
       mine->local = r;
       mine->shared = nn > 1 ? NULL : tp->shared; /* several hosts: the CPU backend's collectives use the sockets */

@@ -19,6 +19,8 @@ typedef struct sm_tp {
   int n, rank;
   int local;                     /* this rank's device index on its host */
   bool pp;                       /* pipeline parallelism: the ranks hold consecutive layers (pp.c), not shards */
+  float shares[SM_TP_MAX];       /* (pp) the stages' shares of the layers (all 0: equal) */
+  int first[SM_TP_MAX + 1];      /* (pp) the first layer of each stage, then the model's layers */
   int l0, l1;                    /* (pp) this rank's layers [l0, l1) */
   bool vocab_split;              /* the LM head's rows are split (vocab % n == 0), else rank 0 holds it whole */
   int full_heads, full_kv_heads; /* the model's sizes before the split (smelt_model_get_info) */
@@ -55,8 +57,10 @@ void sm_tp_kv_copy(smelt_model *m, const sm_kv_cache *kv, bool block, int dst, i
 
 /* whether the ranks hold shards of every layer whose partial outputs are summed (tensor parallelism) */
 static inline bool sm_tp_sums(const smelt_model *m) { return m->tp && !m->tp->pp; }
-/* pp.c: the first layer of stage s of n over `layers` layers (s = n: layers) */
-int sm_pp_first(int layers, int n, int s);
+/* pp.c: first[s], the first layer of each of the n stages over `layers` layers, and first[n] = layers: in
+ * proportion to shares (n values > 0; NULL or all 0: as equal as can be), each stage at least one layer;
+ * an error says why not (fewer layers than stages, bad shares) */
+smelt_status sm_pp_plan(int layers, int n, const float *shares, int *first);
 /* pp.c: drops the weights of the layers other stages hold (and, off rank 0, the embeddings, the LM head and
  * the vision tower) before they are uploaded; sets tp->l0, tp->l1 */
 smelt_status sm_pp_shard(smelt_model *m);

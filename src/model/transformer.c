@@ -177,7 +177,7 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
 
   /* The order of these calls is what backends fuse (the CUDA fusion table, cuda_fuse.cu); tests/model
    * test_op_sequence pins it per family. */
-  /* pipeline parallelism: stage s (rank s) runs layers [first(s), first(s + 1)); rank 0 embeds */
+  /* pipeline parallelism: stage s (rank s) runs layers [first[s], first[s + 1]); rank 0 embeds */
   const int pp = m->tp && m->tp->pp ? m->tp->n : 0;
   if (!pp || m->tp->rank == 0) {
     be->embed(be, &m->embed, m->x);
@@ -190,7 +190,7 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
   if (sm_tp_sums(m) && m->tp->bcast_x) be->broadcast(be, m->x, (size_t)n * H);
   for (int l = 0, s = 0; l < c->num_hidden_layers; l++) {
     if (pp) { /* the stage's output to the next stage (every rank takes part in the collective) */
-      if (l == sm_pp_first(c->num_hidden_layers, pp, s + 1) && (st = sm_pp_pass(m, s++, (size_t)n * H))) return st;
+      if (l == m->tp->first[s + 1] && (st = sm_pp_pass(m, s++, (size_t)n * H))) return st;
       if (s != m->tp->rank) continue;
     }
     const sm_layer *L = &m->layers[l];

@@ -95,6 +95,7 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   mp.deterministic = p->deterministic;
   mp.tensor_parallel = p->tensor_parallel;
   mp.pipeline_parallel = p->pipeline_parallel;
+  mp.pp_shares = p->pp_shares;
   mp.nnodes = p->nnodes;
   mp.node_rank = p->node_rank;
   mp.master_addr = p->master_addr;

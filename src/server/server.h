@@ -42,6 +42,7 @@ typedef struct {
   bool deterministic;      /* batch-invariant kernels (smelt_model_params.deterministic) */
   int tensor_parallel;     /* ranks the model is split over (smelt_model_params.tensor_parallel; 0/1: one) */
   int pipeline_parallel;   /* stages its layers are split in (smelt_model_params.pipeline_parallel; 0/1: one) */
+  const float *pp_shares;  /* their shares of the layers (smelt_model_params.pp_shares; NULL: equal) */
   int nnodes, node_rank;   /* ... on several hosts (smelt_model_params) */
   const char *master_addr; /* HOST:PORT of node 0 */
   int kv_type;             /* smelt_kv_type of the KV cache (0: f16) */

@@ -266,16 +266,17 @@ smelt_status sm_store_estimate_stages(const char *model_dir, int pp, sm_mem_esti
   e->tp = pp;
   e->split_error[0] = 0;
   const int L = e->n_layers;
-  if (L < pp) {
-    snprintf(e->split_error, sizeof e->split_error, "the model has %d layers, fewer than the stages", L);
+  int first[SM_TP_MAX + 1];
+  if (sm_pp_plan(L, pp, NULL, first)) { /* (the model's layers, fewer than the stages) */
+    snprintf(e->split_error, sizeof e->split_error, "%s", sm_errmsg());
     return SMELT_OK;
   }
   const bool tied = !e->lm_head_bytes;
   const uint64_t whole = e->embed_bytes + e->vision_bytes + (tied ? 0 : e->lm_head_bytes),
                  layers = e->weights_bytes - whole;
   e->rank_weights_bytes = e->rank_kv_bytes = e->rank_total_bytes = 0;
-  for (int r = 0; r < pp; r++) { /* the largest stage (sm_pp_first's split) */
-    const uint64_t nl = (uint64_t)((int64_t)L * (r + 1) / pp - (int64_t)L * r / pp);
+  for (int r = 0; r < pp; r++) { /* the largest stage (sm_pp_plan's split) */
+    const uint64_t nl = (uint64_t)(first[r + 1] - first[r]);
     const uint64_t w = layers / (uint64_t)L * nl + (r == 0 ? whole : 0), kv = e->kv_bytes / (uint64_t)L * nl,
                    st = e->state_bytes * (uint64_t)e->state_slots / (uint64_t)L * nl;
     const uint64_t t = w + kv + e->activation_bytes + (w + kv) / 10 + st;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "engine/engine.h"
 #include "model/model.h"
+#include "model/tp.h"
 #include "../test_util.h"
 
 #define NT 24
@@ -23,7 +24,8 @@
 #define NROWS (NT + 2 * NDEC + 2) /* prefill rows, decode steps of two sequences, a step again after a rewind */
 
 static smelt_device dev = SMELT_DEVICE_CPU;
-static bool g_pp; /* split by layers (pipeline parallelism) instead of by heads and columns */
+static bool g_pp;             /* split by layers (pipeline parallelism) instead of by heads and columns */
+static const float *g_shares; /* (g_pp) the stages' shares of the layers */
 
 static smelt_model *load(const char *dir, int tp) {
   smelt_model_params mp;
@@ -35,6 +37,7 @@ static smelt_model *load(const char *dir, int tp) {
   mp.kv_type = SMELT_KV_F32;
   if (g_pp && tp > 1) mp.pipeline_parallel = tp;
   else mp.tensor_parallel = tp;
+  mp.pp_shares = g_shares;
   smelt_model *m = NULL;
   CHECK(smelt_model_load(dir, &mp, &m) == SMELT_OK, "%s: load with %d ranks: %s", dir, tp, smelt_last_error());
   return m;
@@ -113,6 +116,15 @@ static void compare(const char *dir, int tp, double tol) {
   free(ref);
 }
 
+/* the stages' first layers for layers, n stages and shares, against want (n + 1 values) */
+static void plan(int layers, int n, const float *shares, const int *want) {
+  int first[SM_TP_MAX + 1] = {0};
+  CHECK(sm_pp_plan(layers, n, shares, first) == SMELT_OK, "plan of %d layers in %d: %s", layers, n, smelt_last_error());
+  for (int s = 0; s <= n; s++)
+    CHECK(first[s] == want[s], "plan of %d layers in %d stages: stage %d starts at %d, not %d", layers, n, s, first[s],
+          want[s]);
+}
+
 static void refused(const char *dir, int tp, const char *want) {
   smelt_model_params mp;
   smelt_model_params_default(&mp);
@@ -120,6 +132,7 @@ static void refused(const char *dir, int tp, const char *want) {
   mp.n_threads = 1;
   if (g_pp) mp.pipeline_parallel = tp;
   else mp.tensor_parallel = tp;
+  mp.pp_shares = g_shares;
   smelt_model *m = NULL;
   smelt_status st = smelt_model_load(dir, &mp, &m);
   CHECK(st != SMELT_OK && strstr(smelt_last_error(), want), "%s over %d ranks: %s (wanted an error with '%s')", dir, tp,
@@ -247,6 +260,24 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
       if (n == 2 || i >= 6) compare(all[i], n, tol_pp); /* the first six have two layers: two stages at most */
   compare(q, 2, tol_pp);
+  /* the plans: equal, in proportion, and a stage rounded to no layer keeping one */
+  plan(6, 4, NULL, (const int[]){0, 2, 3, 5, 6});
+  plan(4, 2, (const float[]){3, 1}, (const int[]){0, 3, 4});
+  plan(4, 3, (const float[]){8, 1, 1}, (const int[]){0, 2, 3, 4});
+  plan(4, 2, (const float[]){1, 1000}, (const int[]){0, 1, 4});
+  plan(80, 4, (const float[]){24, 24, 16, 16}, (const int[]){0, 24, 48, 64, 80});
+  /* unequal shares (llama.cpp's --tensor-split): 3 of 4 layers on stage 0, and shares that round a stage
+   * to no layer (it keeps one) */
+  const float s31[] = {3, 1}, s811[] = {8, 1, 1};
+  g_shares = s31;
+  compare(h, 2, tol_pp);
+  compare(j2, 2, tol_pp);
+  g_shares = s811;
+  compare(g, 3, tol_pp);
+  const float bad[] = {1, -1};
+  g_shares = bad;
+  refused(g, 2, "not a positive number");
+  g_shares = NULL;
   refused(a, 3, "fewer than the stages");
   {
     smelt_model_params mp;

@@ -82,8 +82,8 @@ try {
     assert.match(err, /equal shares/);
   });
 
-  await test(`-pp 2 and -sm layer (${DEV}): the unsplit model's answers, alone, together and streamed`, async () => {
-    for (const args of [['-pp', '2'], ['-sm', 'layer', '-ts', '1,1']]) {
+  await test(`-pp 2, -sm layer and unequal -ts (${DEV}): the unsplit model's answers, alone, together and streamed`, async () => {
+    for (const args of [['-pp', '2'], ['-sm', 'layer', '-ts', '1,1'], ['-pp', '2', '-ts', '3,1']]) {
       const S = await serve(args);
       assert.equal(ranksOf(S.proc.pid).length, 1, `${args.join(' ')}: one other rank process`);
       let worst = 0;
@@ -99,6 +99,9 @@ try {
     const [status, err] = L.refuse(BIN, ['serve', ...L.LOCAL, '--device', DEV, '-m', MODEL, '-pp', '3'], { env: ENV });
     assert.notEqual(status, 0);
     assert.match(err, /fewer than the stages/);
+    const [s2, e2] = L.refuse(BIN, ['serve', ...L.LOCAL, '--device', DEV, '-m', MODEL, '-pp', '2', '-ts', '1,1,1'], { env: ENV });
+    assert.equal(s2, 2);
+    assert.match(e2, /3 shares for -pp 2/);
   });
 
   await test('-tp 3 on a model of 4 heads is refused at start', async () => {

@@ -463,13 +463,14 @@ def main():
     for tp in (3, 16):
         rc, out, err = run("inspect", "-m", "acme/tiny", "-tp", str(tp), SMELT_AVAILABLE_MEMORY="64G")
         check(rc == 1 and "DOES NOT SPLIT" in out and "split evenly" in out, "-tp %d: rc=%d\n%s" % (tp, rc, out))
-    # -pp N: the largest stage (weights and KV): stage r holds layers LAYERS * r // N .. LAYERS * (r + 1) // N - 1,
-    # rank 0 also the embedding (tied: also the LM head)
+    # -pp N: the largest stage (weights and KV): stage r holds layers round(LAYERS * r / N) ..
+    # round(LAYERS * (r + 1) / N) - 1 (src/model/pp.c), rank 0 also the embedding (tied: also the LM head)
     layer_bytes = (WEIGHT_BYTES - emb) // LAYERS
     for pp in range(2, LAYERS + 1):
         stages = []
+        first = [int(LAYERS * s / pp + 0.5) for s in range(pp + 1)]
         for r in range(pp):
-            nl = LAYERS * (r + 1) // pp - LAYERS * r // pp
+            nl = first[r + 1] - first[r]
             stages.append((layer_bytes * nl + (emb if r == 0 else 0), kv // LAYERS * nl))
         want_w, want_kv = max(stages, key=lambda x: x[0] + x[1])
         rc, out, err = run("inspect", "-m", "acme/tiny", "--max-tokens", "1000", "-pp", str(pp), "--json",
