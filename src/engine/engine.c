@@ -843,9 +843,10 @@ bool sm_engine_recurrent(const sm_engine *e) { return e->rec; }
 /* Host copies of the K/V slots of tokens [t0, t0+n) of s in one layer, block run by block run
  * (elements of the cache's type, copied as they are). */
 static smelt_status kv_copy(sm_engine *e, sm_seq *s, int layer, int t0, int n, void *k, void *v, bool to_host) {
-  if (e->m->tp) /* rank 0 holds its own heads' K/V only */
+  if (e->m->tp) /* rank 0 holds its own heads' (or layers') K/V only */
     return sm_err(SMELT_ERR_UNSUPPORTED,
-                  "KV export and import (prompt caches, saved sessions) are not supported with tensor parallelism");
+                  "KV export and import (prompt caches, saved sessions) are not supported with a "
+                  "model split over ranks (-tp, -pp)");
   if (e->rec)
     return sm_err(SMELT_ERR_UNSUPPORTED,
                   "KV export and import (prompt caches, saved sessions) are not "
@@ -913,7 +914,7 @@ sm_dtype sm_engine_kv_dtype(const sm_engine *e) { return e->kv.dtype; }
 /* ---- a second tier of the prefix cache ---- */
 
 bool sm_engine_set_prefix_tier(sm_engine *e, const sm_prefix_tier *t) {
-  if (!e->p.prefix_cache || e->rec || e->m->tp) return false; /* (tensor parallelism: rank 0 has its heads only) */
+  if (!e->p.prefix_cache || e->rec || e->m->tp) return false; /* (a split model: rank 0 has its share only) */
   if (t) e->tier = *t;
   else memset(&e->tier, 0, sizeof e->tier);
   return true;
