@@ -58,7 +58,7 @@ static void usage(FILE *f) {
        "  -tp, --tensor-parallel N split the model over N GPUs, one process each (docs/parallel.md)\n"
        "  -pp, --pipeline-parallel N  split the model's layers in N stages over N GPUs, one process each\n"
        "      --nnodes N --node-rank R --master-addr HOST:PORT\n"
-       "                           the -tp ranks on N hosts, each started with the same command and its own R;\n"
+       "                           the -tp or -pp ranks on N hosts, each started with the same command and its own R;\n"
        "                           node 0 serves, the others run ranks only\n" SM_CLI_KV_HELP
        "      --offline            never download the model\n"
        "      --tool-format F      tool-call format: generic, hermes, qwen3_coder, llama3, mistral, harmony,\n"

@@ -270,7 +270,7 @@ int sm_run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
      .lo = 1,
      .hi = 16,
      .meta = "N",
-     .help = "with -tp: the ranks on N hosts, each started with the same command and its --node-rank"},
+     .help = "with -tp or -pp: the ranks on N hosts, each started with the same command and its --node-rank"},
     {.names = "--node-rank",
      .kind = SM_ARG_INT,
      .dst = &o->node_rank,
