@@ -9,10 +9,13 @@
  * answer in fewer than about 60 tokens: with --max-tokens 48 or less, constrained and plain
  * requests keep the same batch, and their tokens/s give what constrained decoding costs a step.
  * --schemas 2: the same with strings of at most 6 characters (maxLength).
+ * --stream: streamed requests (with usage in the last chunk); also prints the time to the first token and
+ * the gaps between a request's chunks (inter-token latency), p50 and p99 over the level, in ms.
  * The first five failed requests are described on stderr (curl's error, HTTP status, body). */
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,13 +24,54 @@
 static const char *g_url = "http://127.0.0.1:8080";
 static int g_max_tokens = 64, g_prompt_words = 64, g_schemas = 0;
 static int g_err_shown; /* failed requests described on stderr (the first 5) */
+static int g_stream;
+
+static double now(void);
+
+/* doubles that grow (the inter-token gaps of a worker's requests) */
+typedef struct {
+  double *v;
+  size_t n, cap;
+} dvec;
+static void dvec_push(dvec *d, double x) {
+  if (d->n == d->cap) {
+    d->cap = d->cap ? 2 * d->cap : 256;
+    d->v = realloc(d->v, d->cap * sizeof(double));
+  }
+  d->v[d->n++] = x;
+}
 
 typedef struct {
   char *buf;
   size_t len;
+  /* --stream: a chunk's arrival ("data: {" at the start of a line) */
+  int m;            /* characters of "data: " matched */
+  bool mid;         /* inside a line */
+  double t0, first; /* the request's start, its first chunk's arrival (0: none yet) */
+  double last;      /* the previous chunk's arrival */
+  dvec *gaps;
 } membuf;
 static size_t on_data(char *p, size_t sz, size_t n, void *u) {
   membuf *m = u;
+  for (size_t i = 0; g_stream && i < sz * n; i++) {
+    const char ch = p[i];
+    if (m->m == 6) {
+      if (ch == '{') { /* a chunk */
+        const double t = now();
+        if (m->first == 0) m->first = t;
+        else dvec_push(m->gaps, t - m->last);
+        m->last = t;
+      }
+      m->m = 0;
+      m->mid = true;
+    } else if ((m->m > 0 || !m->mid) && ch == "data: "[m->m]) {
+      m->m++;
+      m->mid = true;
+    } else {
+      m->m = 0;
+      m->mid = ch != '\n';
+    }
+  }
   m->buf = realloc(m->buf, m->len + sz * n + 1);
   memcpy(m->buf + m->len, p, sz * n);
   m->len += sz * n;
@@ -43,7 +87,8 @@ static double now(void) {
 
 typedef struct {
   int first, count, tokens, errors;
-  double *lat;
+  double *lat, *ttft; /* a request's latency and (--stream) time to its first chunk (-1: none) */
+  dvec gaps;          /* (--stream) the gaps between chunks of its requests */
 } worker_t;
 
 static void *worker(void *arg) {
@@ -65,6 +110,11 @@ static void *worker(void *arg) {
     cJSON_AddNumberToObject(b, "max_tokens", g_max_tokens);
     cJSON_AddNumberToObject(b, "temperature", 0.7);
     cJSON_AddNumberToObject(b, "seed", i + 1);
+    if (g_stream) {
+      cJSON_AddBoolToObject(b, "stream", 1);
+      cJSON *so = cJSON_AddObjectToObject(b, "stream_options");
+      cJSON_AddBoolToObject(so, "include_usage", 1);
+    }
     if (g_schemas) {
       char sch[2048];
       int so = snprintf(sch, sizeof sch, "{\"type\":\"object\",\"properties\":{");
@@ -80,6 +130,7 @@ static void *worker(void *arg) {
     char *body = cJSON_PrintUnformatted(b);
     cJSON_Delete(b);
     membuf m = {0};
+    m.gaps = &w->gaps;
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
@@ -87,11 +138,20 @@ static void *worker(void *arg) {
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &m);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 600L);
     double t0 = now();
+    m.t0 = t0;
     CURLcode rc = curl_easy_perform(c);
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     w->lat[k] = now() - t0;
-    cJSON *r = rc == CURLE_OK && status == 200 ? cJSON_Parse(m.buf) : NULL;
+    w->ttft[k] = m.first > 0 ? m.first - t0 : -1;
+    /* streamed: the usage rides in the last chunk with data (the one before "data: [DONE]") */
+    const char *resp = m.buf;
+    if (g_stream && m.buf) {
+      const char *d = strstr(m.buf, "\"usage\":{");
+      while (d && d > m.buf && strncmp(d, "data: ", 6)) d--;
+      resp = d && !strncmp(d, "data: ", 6) ? d + 6 : NULL;
+    }
+    cJSON *r = rc == CURLE_OK && status == 200 && resp ? cJSON_Parse(resp) : NULL;
     cJSON *ct = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "usage"), "completion_tokens");
     if (cJSON_IsNumber(ct)) w->tokens += ct->valueint;
     else if (++w->errors, __atomic_fetch_add(&g_err_shown, 1, __ATOMIC_RELAXED) < 5) /* what went wrong */
@@ -113,21 +173,32 @@ static int cmp_d(const void *a, const void *b) {
 int main(int argc, char **argv) {
   const char *levels = "1,4,16,64";
   int per_level = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--url")) g_url = argv[i + 1];
-    else if (!strcmp(argv[i], "--concurrency")) levels = argv[i + 1];
-    else if (!strcmp(argv[i], "--requests-per-level")) per_level = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--max-tokens")) g_max_tokens = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--prompt-words")) g_prompt_words = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--schemas")) g_schemas = atoi(argv[i + 1]);
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--stream")) {
+      g_stream = 1;
+      continue;
+    }
+    if (i + 1 == argc) {
+      fprintf(stderr, "option %s needs a value\n", argv[i]);
+      return 2;
+    }
+    const char *o = argv[i], *v = argv[++i];
+    if (!strcmp(o, "--url")) g_url = v;
+    else if (!strcmp(o, "--concurrency")) levels = v;
+    else if (!strcmp(o, "--requests-per-level")) per_level = atoi(v);
+    else if (!strcmp(o, "--max-tokens")) g_max_tokens = atoi(v);
+    else if (!strcmp(o, "--prompt-words")) g_prompt_words = atoi(v);
+    else if (!strcmp(o, "--schemas")) g_schemas = atoi(v);
     else {
-      fprintf(stderr, "unknown option %s\n", argv[i]);
+      fprintf(stderr, "unknown option %s\n", o);
       return 2;
     }
   }
   curl_global_init(CURL_GLOBAL_DEFAULT);
-  printf("%-11s %9s %12s %12s %12s %7s %10s\n", "concurrency", "requests", "tokens/s", "lat p50 s", "lat p90 s",
-         "errors", "tok/req");
+  printf("%-11s %9s %12s %12s %12s %7s %10s", "concurrency", "requests", "tokens/s", "lat p50 s", "lat p90 s", "errors",
+         "tok/req");
+  if (g_stream) printf(" %10s %10s %10s %10s", "ttft p50", "ttft p99", "itl p50", "itl p99");
+  printf("\n");
   char *lv = strdup(levels);
   for (char *t = strtok(lv, ","); t; t = strtok(NULL, ",")) {
     int n = atoi(t);
@@ -142,21 +213,39 @@ int main(int argc, char **argv) {
       w[i].first = i * per;
       w[i].count = per;
       w[i].lat = calloc((size_t)per, sizeof(double));
+      w[i].ttft = calloc((size_t)per, sizeof(double));
       pthread_create(&th[i], NULL, worker, &w[i]);
     }
     int tokens = 0, errors = 0;
-    double *lat = calloc((size_t)reqs, sizeof(double));
+    double *lat = calloc((size_t)reqs, sizeof(double)), *ttft = calloc((size_t)reqs, sizeof(double));
+    dvec gaps = {0};
+    size_t nt = 0;
     for (int i = 0; i < n; i++) {
       pthread_join(th[i], NULL);
       tokens += w[i].tokens;
       errors += w[i].errors;
       memcpy(lat + i * per, w[i].lat, sizeof(double) * (size_t)per);
+      for (int k = 0; k < per; k++)
+        if (w[i].ttft[k] >= 0) ttft[nt++] = w[i].ttft[k];
+      for (size_t k = 0; k < w[i].gaps.n; k++) dvec_push(&gaps, w[i].gaps.v[k]);
       free(w[i].lat);
+      free(w[i].ttft);
+      free(w[i].gaps.v);
     }
     double el = now() - t0;
     qsort(lat, (size_t)reqs, sizeof(double), cmp_d);
-    printf("%-11d %9d %12.1f %12.3f %12.3f %7d %10.1f\n", n, reqs, tokens / el, lat[reqs / 2], lat[(int)(reqs * 0.9)],
+    printf("%-11d %9d %12.1f %12.3f %12.3f %7d %10.1f", n, reqs, tokens / el, lat[reqs / 2], lat[(int)(reqs * 0.9)],
            errors, reqs > errors ? (double)tokens / (reqs - errors) : 0.0);
+    if (g_stream) {
+      qsort(ttft, nt, sizeof(double), cmp_d);
+      qsort(gaps.v, gaps.n, sizeof(double), cmp_d);
+      const double q[4] = {nt ? ttft[nt / 2] : 0, nt ? ttft[(size_t)((double)nt * 0.99)] : 0,
+                           gaps.n ? gaps.v[gaps.n / 2] : 0, gaps.n ? gaps.v[(size_t)((double)gaps.n * 0.99)] : 0};
+      printf(" %10.1f %10.1f %10.2f %10.2f", 1e3 * q[0], 1e3 * q[1], 1e3 * q[2], 1e3 * q[3]);
+    }
+    printf("\n");
+    free(ttft);
+    free(gaps.v);
     fflush(stdout);
     free(lat);
     free(w);
