@@ -2,6 +2,7 @@
 # On the GPU machine (repo root): serve a random-weight Llama-3.2-1B-shaped 4-bit model on CUDA
 # (with the built-in model's tokenizer, so text round-trips) and measure throughput vs concurrency.
 # Needs build-cudadeps/debs (see bench/cuda/device_env.sh). usage: bash bench/server/device_server_bench.sh [LEVELS]
+# (STREAM=1: streamed requests, with time to first token and inter-token latency)
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 source bench/cuda/device_env.sh
@@ -16,5 +17,5 @@ NP=$(echo $LEVELS | tr ',' '\n' | sort -n | tail -1) # a slot for every client o
 $B/smelt serve -m $M --device cuda -np $NP -c 1024 --port 18080 >$OUT/serve.log 2>&1 &
 SP=$!
 for i in $(seq 1 120); do (echo > /dev/tcp/127.0.0.1/18080) 2>/dev/null && break; sleep 0.5; done
-$B/bench/server/bench_server_load --url http://127.0.0.1:18080 --concurrency $LEVELS --max-tokens 128 --prompt-words 64 | tee $OUT/server_bench.txt
+$B/bench/server/bench_server_load --url http://127.0.0.1:18080 --concurrency $LEVELS --max-tokens 128 --prompt-words 64 ${STREAM:+--stream} | tee $OUT/server_bench.txt
 kill $SP; wait $SP 2>/dev/null
