@@ -10,12 +10,15 @@ B=build-dev
 [ -f $B/build.ninja ] || cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >$OUT/cmake-srv.log 2>&1
 cmake --build $B -j16 --target smelt bench_server_load >$OUT/build-srv.log 2>&1 || { tail -30 $OUT/build-srv.log; exit 1; }
 M=/tmp/smelt-bench-1b-q4-g64
-$B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 16 -n 2 >/dev/null 2>&1
+# (the bench also gives the step roofline's terms: weight bytes a step, K/V bytes a position, bandwidth)
+ROOF=$($B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 16 -n 2 --json 2>/dev/null | tail -1 |
+  python3 -c "import json,sys; d=json.load(sys.stdin); print('%d,%g,%g' % (d['weight_bytes_per_token'], d['kv_bytes_per_position'], d['bandwidth_gb_s'] * 1e9))")
 cp models/smelt-tiny/tokenizer.json models/smelt-tiny/tokenizer_config.json $M/
 LEVELS=${1:-1,4,16,64}
 NP=$(echo $LEVELS | tr ',' '\n' | sort -n | tail -1) # a slot for every client of the largest level
 $B/smelt serve -m $M --device cuda -np $NP -c 1024 --port 18080 >$OUT/serve.log 2>&1 &
 SP=$!
 for i in $(seq 1 120); do (echo > /dev/tcp/127.0.0.1/18080) 2>/dev/null && break; sleep 0.5; done
-$B/bench/server/bench_server_load --url http://127.0.0.1:18080 --concurrency $LEVELS --max-tokens 128 --prompt-words 64 ${STREAM:+--stream} | tee $OUT/server_bench.txt
+$B/bench/server/bench_server_load --url http://127.0.0.1:18080 --concurrency $LEVELS --max-tokens 128 --prompt-words 64 ${STREAM:+--stream} \
+  ${ROOF:+--roofline $ROOF} | tee $OUT/server_bench.txt
 kill $SP; wait $SP 2>/dev/null

@@ -11,6 +11,11 @@
  * --schemas 2: the same with strings of at most 6 characters (maxLength).
  * --stream: streamed requests (with usage in the last chunk); also prints the time to the first token and
  * the gaps between a request's chunks (inter-token latency), p50 and p99 over the level, in ms.
+ * --roofline W,KV,BW: also each level's step roofline and the ratio to it. A decode step of c sequences
+ * reads the weights (W bytes, smelt bench --json's weight_bytes_per_token) and each sequence's K/V (KV
+ * bytes a position, kv_bytes_per_position, times its context: on average the prompt plus half the answer,
+ * from the responses' usage) at BW bytes/s (bandwidth_gb_s * 1e9): c * BW / (W + c * context * KV)
+ * tokens/s.
  * The first five failed requests are described on stderr (curl's error, HTTP status, body). */
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -25,6 +30,7 @@ static const char *g_url = "http://127.0.0.1:8080";
 static int g_max_tokens = 64, g_prompt_words = 64, g_schemas = 0;
 static int g_err_shown; /* failed requests described on stderr (the first 5) */
 static int g_stream;
+static double g_roof_w, g_roof_kv, g_roof_bw; /* --roofline */
 
 static double now(void);
 
@@ -87,6 +93,7 @@ static double now(void) {
 
 typedef struct {
   int first, count, tokens, errors;
+  long prompt_tokens; /* of the requests that succeeded */
   double *lat, *ttft; /* a request's latency and (--stream) time to its first chunk (-1: none) */
   dvec gaps;          /* (--stream) the gaps between chunks of its requests */
 } worker_t;
@@ -153,6 +160,8 @@ static void *worker(void *arg) {
     }
     cJSON *r = rc == CURLE_OK && status == 200 && resp ? cJSON_Parse(resp) : NULL;
     cJSON *ct = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "usage"), "completion_tokens");
+    cJSON *pt = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "usage"), "prompt_tokens");
+    if (cJSON_IsNumber(ct) && cJSON_IsNumber(pt)) w->prompt_tokens += pt->valueint;
     if (cJSON_IsNumber(ct)) w->tokens += ct->valueint;
     else if (++w->errors, __atomic_fetch_add(&g_err_shown, 1, __ATOMIC_RELAXED) < 5) /* what went wrong */
       fprintf(stderr, "request %d: %s, HTTP %ld: %.200s\n", i, curl_easy_strerror(rc), status, m.buf ? m.buf : "");
@@ -189,7 +198,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(o, "--max-tokens")) g_max_tokens = atoi(v);
     else if (!strcmp(o, "--prompt-words")) g_prompt_words = atoi(v);
     else if (!strcmp(o, "--schemas")) g_schemas = atoi(v);
-    else {
+    else if (!strcmp(o, "--roofline")) {
+      if (sscanf(v, "%lf,%lf,%lf", &g_roof_w, &g_roof_kv, &g_roof_bw) != 3 || !(g_roof_w > 0) || !(g_roof_kv >= 0) ||
+          !(g_roof_bw > 0)) {
+        fprintf(stderr, "--roofline %s: expected W,KV,BW (weight bytes a step, K/V bytes a position, bytes/s)\n", v);
+        return 2;
+      }
+    } else {
       fprintf(stderr, "unknown option %s\n", o);
       return 2;
     }
@@ -198,6 +213,7 @@ int main(int argc, char **argv) {
   printf("%-11s %9s %12s %12s %12s %7s %10s", "concurrency", "requests", "tokens/s", "lat p50 s", "lat p90 s", "errors",
          "tok/req");
   if (g_stream) printf(" %10s %10s %10s %10s", "ttft p50", "ttft p99", "itl p50", "itl p99");
+  if (g_roof_bw > 0) printf(" %12s %7s", "roofline/s", "ratio");
   printf("\n");
   char *lv = strdup(levels);
   for (char *t = strtok(lv, ","); t; t = strtok(NULL, ",")) {
@@ -217,6 +233,7 @@ int main(int argc, char **argv) {
       pthread_create(&th[i], NULL, worker, &w[i]);
     }
     int tokens = 0, errors = 0;
+    long prompt = 0;
     double *lat = calloc((size_t)reqs, sizeof(double)), *ttft = calloc((size_t)reqs, sizeof(double));
     dvec gaps = {0};
     size_t nt = 0;
@@ -224,6 +241,7 @@ int main(int argc, char **argv) {
       pthread_join(th[i], NULL);
       tokens += w[i].tokens;
       errors += w[i].errors;
+      prompt += w[i].prompt_tokens;
       memcpy(lat + i * per, w[i].lat, sizeof(double) * (size_t)per);
       for (int k = 0; k < per; k++)
         if (w[i].ttft[k] >= 0) ttft[nt++] = w[i].ttft[k];
@@ -242,6 +260,11 @@ int main(int argc, char **argv) {
       const double q[4] = {nt ? ttft[nt / 2] : 0, nt ? ttft[(size_t)((double)nt * 0.99)] : 0,
                            gaps.n ? gaps.v[gaps.n / 2] : 0, gaps.n ? gaps.v[(size_t)((double)gaps.n * 0.99)] : 0};
       printf(" %10.1f %10.1f %10.2f %10.2f", 1e3 * q[0], 1e3 * q[1], 1e3 * q[2], 1e3 * q[3]);
+    }
+    if (g_roof_bw > 0 && reqs > errors) { /* the step roofline at this concurrency */
+      const double ok = reqs - errors, ctx = (double)prompt / ok + (double)tokens / ok / 2.0;
+      const double roof = n * g_roof_bw / (g_roof_w + n * ctx * g_roof_kv);
+      printf(" %12.1f %6.1f%%", roof, 100.0 * (tokens / el) / roof);
     }
     printf("\n");
     free(ttft);

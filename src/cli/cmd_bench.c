@@ -290,6 +290,7 @@ int sm_cmd_bench(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "weight_bytes_per_token", (double)per_tok);
     cJSON_AddStringToObject(j, "kv_type", smelt_kv_type_name(info.kv_type));
     cJSON_AddNumberToObject(j, "kv_bytes_per_token", kv_tok);
+    cJSON_AddNumberToObject(j, "kv_bytes_per_position", kv_pos);
     cJSON_AddNumberToObject(j, "state_bytes_per_token", state_tok);
     cJSON_AddNumberToObject(j, "bandwidth_gb_s", bw / 1e9);
     cJSON_AddNumberToObject(j, "roofline_tok_s", roof);
