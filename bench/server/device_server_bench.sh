@@ -16,7 +16,7 @@ ROOF=$($B/smelt bench --synthetic 1b --bits 4 --device cuda --dir /tmp -p 16 -n 
 cp models/smelt-tiny/tokenizer.json models/smelt-tiny/tokenizer_config.json $M/
 LEVELS=${1:-1,4,16,64}
 NP=$(echo $LEVELS | tr ',' '\n' | sort -n | tail -1) # a slot for every client of the largest level
-$B/smelt serve -m $M --device cuda -np $NP -c 1024 --port 18080 >$OUT/serve.log 2>&1 &
+$B/smelt serve -m $M --device cuda -np $NP -c 1024 --max-conns-per-ip 0 --port 18080 >$OUT/serve.log 2>&1 &
 SP=$!
 for i in $(seq 1 120); do (echo > /dev/tcp/127.0.0.1/18080) 2>/dev/null && break; sleep 0.5; done
 $B/bench/server/bench_server_load --url http://127.0.0.1:18080 --concurrency $LEVELS --max-tokens 128 --prompt-words 64 ${STREAM:+--stream} \
