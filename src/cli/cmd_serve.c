@@ -524,6 +524,15 @@ int sm_cmd_serve(int argc, char **argv) {
             p.prompt_cache ? "--prompt-cache" : "--slot-save-path");
     return 2;
   }
+  if ((p.tensor_parallel > 1 || p.pipeline_parallel > 1) && (p.prompt_cache || p.slot_save_path || p.kv_cache_dir)) {
+    fprintf(stderr,
+            "smelt serve: %s: not with a model split over ranks (-tp, -pp, -sm): rank 0 holds only its share "
+            "of the KV cache\n",
+            p.prompt_cache     ? "--prompt-cache"
+            : p.slot_save_path ? "--slot-save-path"
+                               : "--kv-cache-dir");
+    return 2;
+  }
   if (p.no_prefix_cache && p.kv_cache_dir) {
     fprintf(stderr, "smelt serve: --kv-cache-dir is a tier of the prefix cache, which --no-prefix-cache turns off\n");
     return 2;

@@ -102,6 +102,13 @@ try {
     const [s2, e2] = L.refuse(BIN, ['serve', ...L.LOCAL, '--device', DEV, '-m', MODEL, '-pp', '2', '-ts', '1,1,1'], { env: ENV });
     assert.equal(s2, 2);
     assert.match(e2, /3 shares for -pp 2/);
+    for (const [flag, val] of [['--prompt-cache', path.join(ROOT, 'pc.bin')], ['--slot-save-path', ROOT], ['--kv-cache-dir', path.join(ROOT, 'kvd')]]) {
+      for (const split of [['-pp', '2'], ['-tp', '2']]) {
+        const [s3, e3] = L.refuse(BIN, ['serve', ...L.LOCAL, '--device', DEV, '-m', MODEL, ...split, flag, val], { env: ENV });
+        assert.equal(s3, 2, `${split.join(' ')} ${flag}`);
+        assert.match(e3, /not with a model split over ranks/);
+      }
+    }
   });
 
   await test('-tp 3 on a model of 4 heads is refused at start', async () => {
