@@ -4,7 +4,8 @@
 # shapes on 1, 2 (and 4) GPUs in one call, so the ratios compare like with like.
 # usage (repo root, after `source bench/cuda/device_env.sh`):
 #   bash bench/parallel/device_tp.sh BUILD_DIR OUT_DIR [SHAPE:BITS ...]   (default: 8b:0 8b:4)
-# env TESTS=REGEX: also these ctest tests; AB_SHAPE, STATS_SHAPE, PROF_SHAPE: one shape again on all GPUs with
+# (test_tp cuda also splits its models by layers); env SPLIT=pp: the benches and the generation split by layers
+# (-pp N) instead of by heads (-tp N); TESTS=REGEX: also these ctest tests; AB_SHAPE, STATS_SHAPE, PROF_SHAPE: one shape again on all GPUs with
 # NCCL-only all-reduces, with SMELT_CUDA_STATS=1, or with per-op profiles on 1 and 2 GPUs (PROF_SHAPE)
 set -u
 B=$1 O=$2
@@ -31,19 +32,20 @@ echo "== test_tp cuda"
 timeout 600 "$B/tests/model/test_tp" cuda "$PWD" 2>&1 | tail -14
 [ -n "${TESTS:-}" ] && (cd "$B" && ctest -R "$TESTS" --output-on-failure 2>&1 | tail -8)
 S=$B/smelt
+X=-${SPLIT:-tp}
 for sb in $SHAPES; do
   sh=${sb%%:*} bits=${sb##*:}
   for tp in 1 2 4; do
     [ "$tp" -gt "$NG" ] && continue
-    echo "== $sh bits $bits tp $tp"
-    timeout 900 "$S" bench --synthetic "$sh" --bits "$bits" --device cuda -p 512 -n 128 -r 3 -tp "$tp" --dir /tmp/synth 2>&1 |
+    echo "== $sh bits $bits ${X#-} $tp"
+    timeout 900 "$S" bench --synthetic "$sh" --bits "$bits" --device cuda -p 512 -n 128 -r 3 $X "$tp" --dir /tmp/synth 2>&1 |
       grep -v "^\s*$" | tail -6
   done
 done
 echo "== greedy generation of the built-in model, 1 and $NG GPUs"
 P="Write a short story about a lighthouse keeper who finds a message in a bottle."
 "$S" generate -p "$P" -n 64 --temp 0 --device cuda >"$O/gen1.txt" 2>/dev/null
-"$S" generate -p "$P" -n 64 --temp 0 --device cuda -tp "$NG" >"$O/gen$NG.txt" 2>"$O/gen$NG.err"
+"$S" generate -p "$P" -n 64 --temp 0 --device cuda $X "$NG" >"$O/gen$NG.txt" 2>"$O/gen$NG.err"
 if cmp -s "$O/gen1.txt" "$O/gen$NG.txt"; then echo "identical ($(wc -w <"$O/gen1.txt") words)"; else
   echo "DIFFER"; head -c 400 "$O/gen1.txt"; echo; head -c 400 "$O/gen$NG.txt"; tail -3 "$O/gen$NG.err"; fi
 if [ -n "${AB_SHAPE:-}" ]; then
