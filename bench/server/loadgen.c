@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "sse_scan.h"
 
 static const char *g_url = "http://127.0.0.1:8080";
 static int g_max_tokens = 64, g_prompt_words = 64, g_schemas = 0;
@@ -51,33 +52,20 @@ typedef struct {
   char *buf;
   size_t len;
   /* --stream: a chunk's arrival ("data: {" at the start of a line) */
-  int m;            /* characters of "data: " matched */
-  bool mid;         /* inside a line */
+  sse_scan sse;
   double t0, first; /* the request's start, its first chunk's arrival (0: none yet) */
   double last;      /* the previous chunk's arrival */
   dvec *gaps;
 } membuf;
 static size_t on_data(char *p, size_t sz, size_t n, void *u) {
   membuf *m = u;
-  for (size_t i = 0; g_stream && i < sz * n; i++) {
-    const char ch = p[i];
-    if (m->m == 6) {
-      if (ch == '{') { /* a chunk */
-        const double t = now();
-        if (m->first == 0) m->first = t;
-        else dvec_push(m->gaps, t - m->last);
-        m->last = t;
-      }
-      m->m = 0;
-      m->mid = true;
-    } else if ((m->m > 0 || !m->mid) && ch == "data: "[m->m]) {
-      m->m++;
-      m->mid = true;
-    } else {
-      m->m = 0;
-      m->mid = ch != '\n';
+  for (size_t i = 0; g_stream && i < sz * n; i++)
+    if (sse_byte(&m->sse, p[i]) == '{') { /* a chunk */
+      const double t = now();
+      if (m->first == 0) m->first = t;
+      else dvec_push(m->gaps, t - m->last);
+      m->last = t;
     }
-  }
   m->buf = realloc(m->buf, m->len + sz * n + 1);
   memcpy(m->buf + m->len, p, sz * n);
   m->len += sz * n;

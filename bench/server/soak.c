@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "sse_scan.h"
 
 static const char *g_url = "http://127.0.0.1:8080";
 static int g_max_tokens = 128, g_prompt_words = 64;
@@ -45,9 +46,8 @@ static uint64_t mix(uint64_t x) { /* splitmix64: the request's own pseudo-random
 typedef struct {
   int chunks, stop_after; /* stop_after > 0: hang up once that many chunks came */
   bool done;              /* "data: [DONE]" seen */
-  int m;                  /* characters of "data: " matched at the start of a line */
-  bool mid;               /* inside a line (not at its start) */
-  char first[200];        /* the start of the body (a failure's description) */
+  sse_scan sse;
+  char first[200]; /* the start of the body (a failure's description) */
   size_t nfirst;
 } stream_t;
 
@@ -62,19 +62,9 @@ static size_t on_data(char *p, size_t sz, size_t n, void *u) {
     s->first[s->nfirst] = 0;
   }
   for (size_t i = 0; i < len; i++) {
-    const char ch = p[i];
-    if (s->m == 6) {
-      if (ch == '{') s->chunks++;
-      else if (ch == '[') s->done = true;
-      s->m = 0;
-      s->mid = true;
-    } else if ((s->m > 0 || !s->mid) && ch == "data: "[s->m]) {
-      s->m++;
-      s->mid = true;
-    } else {
-      s->m = 0;
-      s->mid = ch != '\n';
-    }
+    const char e = sse_byte(&s->sse, p[i]);
+    if (e == '{') s->chunks++;
+    else if (e == '[') s->done = true;
   }
   if (s->stop_after > 0 && s->chunks >= s->stop_after) return 0; /* hang up */
   return len;
