@@ -215,7 +215,7 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
   info->n_heads = m->tp ? m->tp->full_heads : c->num_attention_heads;
   info->n_kv_heads = m->tp ? m->tp->full_kv_heads : c->num_key_value_heads;
   info->tensor_parallel = sm_tp_sums(m) ? m->tp->n : 1;
-  info->pipeline_parallel = m->tp && m->tp->pp ? m->tp->n : 1;
+  info->pipeline_parallel = sm_pp_stages(m) ? sm_pp_stages(m) : 1;
   info->head_dim = c->head_dim;
   info->max_context = m->max_context;
   info->kv_type = sm_kv_type_of(m->kv_dtype);
@@ -257,10 +257,9 @@ smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slo
   kv->k = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
   kv->v = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
   const size_t bytes = (size_t)n_blocks * block_size * kv->n_kv_heads * sm_kv_head_bytes(kv->dtype, kv->head_dim);
-  const bool pp = m->tp && m->tp->pp; /* a pipeline stage keeps the KV of its layers only */
   for (int l = 0; l < kv->n_layers; l++) {
     if (c->layer_kind[l] != SM_LK_ATTN) continue; /* recurrent and MLP-only layers keep no KV */
-    if (pp && (l < m->tp->l0 || l >= m->tp->l1)) continue;
+    if (!sm_pp_holds(m, l)) continue;             /* a pipeline stage keeps the KV of its layers only */
     kv->k[l] = m->be->alloc(m->be, bytes);
     /* multi-head latent attention: a position's value is part of its key row (backend.h attention_mla) */
     kv->v[l] = m->fam->recipe->mla ? kv->k[l] : m->be->alloc(m->be, bytes);
@@ -280,8 +279,7 @@ smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slo
   kv->conv = sm_xcalloc((size_t)kv->n_layers, sizeof(float *));
   kv->ssm = sm_xcalloc((size_t)kv->n_layers, sizeof(float *));
   for (int l = 0; l < kv->n_layers; l++) {
-    if (c->layer_kind[l] != SM_LK_REC) continue;
-    if (pp && (l < m->tp->l0 || l >= m->tp->l1)) continue;
+    if (c->layer_kind[l] != SM_LK_REC || !sm_pp_holds(m, l)) continue;
     kv->conv[l] = m->be->alloc(m->be, sizeof(float) * kv->conv_floats * (size_t)n_slots);
     if (kv->ssm_floats) kv->ssm[l] = m->be->alloc(m->be, sizeof(float) * kv->ssm_floats * (size_t)n_slots);
     if (!kv->conv[l] || (kv->ssm_floats && !kv->ssm[l])) {

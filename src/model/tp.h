@@ -57,6 +57,12 @@ void sm_tp_kv_copy(smelt_model *m, const sm_kv_cache *kv, bool block, int dst, i
 
 /* whether the ranks hold shards of every layer whose partial outputs are summed (tensor parallelism) */
 static inline bool sm_tp_sums(const smelt_model *m) { return m->tp && !m->tp->pp; }
+/* the stages of a model split by layers (pipeline parallelism), 0 otherwise */
+static inline int sm_pp_stages(const smelt_model *m) { return m->tp && m->tp->pp ? m->tp->n : 0; }
+/* whether this rank holds layer l (every layer but on a pipeline's other stages) */
+static inline bool sm_pp_holds(const smelt_model *m, int l) {
+  return !sm_pp_stages(m) || (l >= m->tp->l0 && l < m->tp->l1);
+}
 /* pp.c: first[s], the first layer of each of the n stages over `layers` layers, and first[n] = layers: in
  * proportion to shares (n values > 0; NULL or all 0: as equal as can be), each stage at least one layer;
  * an error says why not (fewer layers than stages, bad shares) */

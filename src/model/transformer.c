@@ -24,7 +24,7 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out) {
         (st = grow(m, &m->att, n * nq)) || (st = grow(m, &m->gate, n * F)) || (st = grow(m, &m->up, n * F)))
       return st;
     if ((st = sm_moe_reserve(m, n_tokens)) || (st = sm_mla_reserve(m, n_tokens))) return st;
-    if (m->tp && m->tp->pp) { /* zeros for the stages' hand-over (pp.c) */
+    if (sm_pp_stages(m)) { /* zeros for the stages' hand-over (pp.c) */
       if ((st = grow(m, &m->pp_zero, n * H))) return st;
       float *z = sm_xcalloc(n * H, sizeof(float));
       m->be->upload(m->be, m->pp_zero, z, n * H * sizeof(float));
@@ -178,7 +178,7 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
   /* The order of these calls is what backends fuse (the CUDA fusion table, cuda_fuse.cu); tests/model
    * test_op_sequence pins it per family. */
   /* pipeline parallelism: stage s (rank s) runs layers [first[s], first[s + 1]); rank 0 embeds */
-  const int pp = m->tp && m->tp->pp ? m->tp->n : 0;
+  const int pp = sm_pp_stages(m);
   if (!pp || m->tp->rank == 0) {
     be->embed(be, &m->embed, m->x);
     if (m->embed_scale != 1.0f) be->scale(be, m->x, m->embed_scale, (size_t)n * H);
