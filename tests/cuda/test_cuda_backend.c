@@ -171,7 +171,7 @@ static void test_matmul(int only_bits) {
   const sm_dtype dts[] = {SM_DT_BF16, SM_DT_F16, SM_DT_F32};
   const int64_t shapes[][2] = {{1, 256}, {37, 256}, {300, 1280}, {2304, 2048}}; /* 1 row: a shared expert's gate */
   const int ns_all[] = {1, 2, 3, 8, 12, 17, 33, 40};
-  const int ns_q4[] = {1, 2, 7, 8, 16, 17, 33, 64, 100, 256, 300}; /* 17-256: cuda_qmma.cu */
+  const int ns_q4[] = {1, 2, 7, 8, 16, 17, 33, 64, 100, 128, 256, 300}; /* 17-256: cuda_qmma.cu */
   int combo = 0;
   for (size_t bi = 0; bi < SM_ARRAY_LEN(bits_list); bi++)
     for (size_t di = 0; di < SM_ARRAY_LEN(dts); di++)

@@ -11,10 +11,10 @@
  * (k_qmma_prep) with each 8 values stored as x0 x4 x1 x5 x2 x6 x3 x7, so that the matching B
  * fragments are plain 32-bit halves of one 16-byte shared-memory read. A weight is s q + b rounded
  * once to f16 (hfma2), as the dequantize + cuBLAS path rounds it; x is rounded to f16 (clamped to
- * +-65504), as there. Blocks: 4 or 8 warps of 32 weight rows x 32 or 64 tokens; x, the weights and their
- * scales staged in shared memory by cp.async (3-4 stages of 128 values); k split over blocks until
- * there are about two blocks an SM, the partial sums added in a fixed order by a second kernel
- * (results do not depend on the schedule).
+ * +-65504), as there. Blocks: 4 or 8 warps of 32 weight rows x 32 or 64 tokens; x, the weights and
+ * their scales staged in shared memory by cp.async (3-4 stages of 128 values); k split into as many
+ * slices as give the fewest rounds of blocks an SM (cu_qmma_multi), whose partial sums a second
+ * kernel adds in a fixed order (results do not depend on the schedule).
  *
  * One launch takes up to three weights of the same x (q/k/v, gate/up: the "gemm group" fusion), and
  * the conversion of x can compute a gated MLP's silu(gate) * up (or gelu) on the way ("silu+gemm").
@@ -29,7 +29,7 @@
 
 #define QM_BN 64  /* tokens a block */
 #define QM_BK 128 /* values of a row a stage */
-#define QM_XS 160 /* halves per token of a staged x tile: 128 + 32 padding (conflict-free 16-byte reads) */
+#define QM_FILL 2 /* stages of time a round of blocks spends filling its pipeline (the split-k choice) */
 
 bool cu_qmma_ok(const cu_ctx *cx, const cu_weight *w, int n) {
   return cx->arch >= 80 && w->kind == CW_Q4 && w->bits == 4 && w->cols % QM_BK == 0 && n > 0 && n <= cx->t->qmma;
@@ -58,14 +58,15 @@ __global__ void k_qmma_prep(const float4 *x, const float4 *xu, int act, int64_t 
 }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-static __device__ __forceinline__ void qm_cp16(void *dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src));
+/* cp.async to a shared-window address (32 bits: no conversion of a generic pointer a copy) */
+static __device__ __forceinline__ void qm_cp16(uint32_t dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
 }
-static __device__ __forceinline__ void qm_cp8(void *dst, const void *src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src));
+static __device__ __forceinline__ void qm_cp8(uint32_t dst, const void *src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src));
 }
-static __device__ __forceinline__ void qm_cp4(void *dst, const void *src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src));
+static __device__ __forceinline__ void qm_cp4(uint32_t dst, const void *src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src));
 }
 static __device__ __forceinline__ void qm_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N> static __device__ __forceinline__ void qm_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
@@ -81,28 +82,46 @@ static __device__ __forceinline__ void qm_mma(float c[4], uint32_t a0, uint32_t 
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-/* the 8 nibbles of w as f16x2 pairs (e, e + 4), each s q + b */
+/* i, or i % n past n (the rows and tokens past the end of a tile) */
+static __device__ __forceinline__ int qm_wrap(int i, int n) { return i < n ? i : i % n; }
+/* (v & m) | 0x64006400 in one instruction */
+static __device__ __forceinline__ uint32_t qm_lop(uint32_t v, uint32_t m) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "r"(m), "r"(0x64006400u));
+  return r;
+}
+/* the 8 nibbles of w as f16x2 pairs (e, e + 4), each s q + b: nibbles 0 and 2 come out as 1024 + q
+ * (minus 1024: q), nibbles 1 and 3 as 1024 + 16 q (times 1/16 minus 64: q), both exact, so one shift,
+ * four lop3 and eight half2 operations make the 8 weights */
 static __device__ __forceinline__ void qm_dq(uint32_t w, __half2 s, __half2 b, uint32_t o[4]) {
-  const __half2 k1024 = __float2half2_rn(1024.f);
+  const __half2 k1024 = __float2half2_rn(1024.f), k16 = __float2half2_rn(1.f / 16), km64 = __float2half2_rn(-64.f);
+  const uint32_t h = w >> 8;
+  const uint32_t v[4] = {qm_lop(w, 0x000F000Fu), qm_lop(w, 0x00F000F0u), qm_lop(h, 0x000F000Fu), qm_lop(h, 0x00F000F0u)};
 #pragma unroll
   for (int e = 0; e < 4; e++) {
-    uint32_t v = ((w >> (4 * e)) & 0x000F000Fu) | 0x64006400u;
-    __half2 h = __hfma2(__hsub2(*(__half2 *)&v, k1024), s, b);
-    o[e] = *(uint32_t *)&h;
+    const __half2 q = e & 1 ? __hfma2(*(const __half2 *)&v[e], k16, km64) : __hsub2(*(const __half2 *)&v[e], k1024);
+    const __half2 r = __hfma2(q, s, b);
+    o[e] = *(const uint32_t *)&r;
   }
 }
 #endif
 
-/* shared memory of one pipeline stage: x (BN tokens x QM_XS halves), the block's rows' 64 bytes of
- * weights, and their (scale, bias) units (at most 4 a row: group size 32) */
-template <int BN, int BM> struct qm_stage {
-  __half x[BN * QM_XS];
+/* shared memory of one pipeline stage: x (BN tokens x 128 halves; the 16-byte slot s of token t at
+ * s ^ 4 (t & 1), so that the warps' 16-byte reads and copies meet no bank conflicts without padding),
+ * the block's rows' 64 bytes of weights, and their (scale, bias) units (at most 4 a row: group size
+ * 32; 8 bytes for f32 scales, else 4) */
+template <int SBK, int BN, int BM> struct qm_stage {
+  __half x[BN * QM_BK];
   uint4 w[BM * 4];
-  float2 sb[BM * 4];
+  uint32_t sb[BM * 4 * (SBK == SBK_F32 ? 2 : 1)];
 };
-/* pipeline stages (all but one in flight while one is computed): as many as leave room for two blocks
- * an SM (BM 128) or one (BM 256) */
-template <int BN, int BM> struct qm_cfg { static constexpr int STG = BN == 64 || BM == 256 ? 3 : 4; };
+/* pipeline stages (all but one in flight while one is computed): 3 for 64-token tiles, 4 for 32 (two
+ * blocks an SM fit either way with 16-bit scales); MB, the blocks an SM the registers are capped for:
+ * 1 for 64 tokens x 256 rows (the cap of two, 128 registers, spills and measured slower) */
+template <int BN, int BM> struct qm_cfg {
+  static constexpr int STG = BN == 64 ? 3 : 4;
+  static constexpr int MB = BN == 64 && BM == 256 ? 1 : 2;
+};
 
 /* one launch for up to QM_MAXW weights of the same x (q/k/v, gate/up): blocks b0[i] .. b0[i + 1] - 1
  * (along x) take weight i, whose split-k partial sums go to ws[i] */
@@ -117,56 +136,78 @@ struct qm_args {
 };
 
 /* BM weight rows a block: BM / 32 warps of 32 rows (BM threads) */
-template <int SBK, int BN, int BM> __global__ void __launch_bounds__(BM) k_qmma4(const qm_args a) {
+template <int SBK, int BN, int BM>
+__global__ void __launch_bounds__(BM, (qm_cfg<BN, BM>::MB)) k_qmma4(const qm_args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int STG = qm_cfg<BN, BM>::STG;
+  constexpr int SBW = SBK == SBK_F32 ? 2 : 1; /* words of a (scale, bias) unit */
+  constexpr int SBB = 4 * SBW;
+  constexpr int XU = BN * 16 / BM; /* x copies a thread a stage */
   extern __shared__ __align__(16) unsigned char qm_smem[];
-  qm_stage<BN, BM> *stg = (qm_stage<BN, BM> *)qm_smem;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  qm_stage<SBK, BN, BM> *stg = (qm_stage<SBK, BN, BM> *)qm_smem;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
   const int wi = (a.nw > 1 && (int)blockIdx.x >= a.b0[1]) + (a.nw > 2 && (int)blockIdx.x >= a.b0[2]);
   const uint32_t *__restrict__ wq = wi == 0 ? a.wq[0] : wi == 1 ? a.wq[1] : a.wq[2];
-  const void *__restrict__ sb = wi == 0 ? a.sb[0] : wi == 1 ? a.sb[1] : a.sb[2];
+  const char *__restrict__ sb = (const char *)(wi == 0 ? a.sb[0] : wi == 1 ? a.sb[1] : a.sb[2]);
   float *y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
   float *ws = wi == 0 ? a.ws[0] : wi == 1 ? a.ws[1] : a.ws[2];
   const int M = wi == 0 ? a.M[0] : wi == 1 ? a.M[1] : a.M[2];
   const int K = a.K, gs = a.gs, n = a.n, per = a.per;
-  const __half *__restrict__ xp = a.xp;
   const int row0 = ((int)blockIdx.x - (wi == 0 ? 0 : wi == 1 ? a.b0[1] : a.b0[2])) * BM, tok0 = blockIdx.y * BN;
   const int64_t W4 = K / 32; /* 16-byte units a row */
-  const int G = K / gs, nst = K / QM_BK, ngr = QM_BK / gs;
+  const int G = K / gs, nst = K / QM_BK, lg = gs == 32 ? 2 : gs == 64 ? 1 : 0; /* log2 of the groups a stage */
   const int kc0 = blockIdx.z * per, ns = min(per, nst - kc0);
-  const uint4 z4 = make_uint4(0, 0, 0, 0);
-  constexpr int SBB = SBK == SBK_F32 ? 8 : 4; /* bytes of a (scale, bias) unit */
 
-  /* stage i (k-stage kc0 + i): x unit c (values 8c..8c+7, c = 4 q' + j) of a token at [token][4 j + q'],
-   * so that a warp's reads of one j are 64 contiguous bytes a token; weights [row][unit]; the rows'
-   * (scale, bias) units of the stage in order */
-  auto issue_x = [&](int i) {
-    qm_stage<BN, BM> &S = stg[i % STG];
-    const int kc = kc0 + i;
-    for (int u = threadIdx.x; u < BN * 16; u += BM) {
-      const int t = u >> 4, c = u & 15;
-      __half *dst = &S.x[t * QM_XS + ((c & 3) * 4 + (c >> 2)) * 8];
-      if (tok0 + t < n) qm_cp16(dst, xp + (int64_t)(tok0 + t) * K + (int64_t)kc * QM_BK + c * 8);
-      else *(uint4 *)dst = z4;
-    }
-  };
-  auto issue_w = [&](int i) {
-    qm_stage<BN, BM> &S = stg[i % STG];
-    const int kc = kc0 + i;
-    for (int u = threadIdx.x; u < BM * 4; u += BM) {
-      const int r = u >> 2, c = u & 3;
-      if (row0 + r < M) qm_cp16(&S.w[u], (const uint4 *)wq + (int64_t)(row0 + r) * W4 + kc * 4 + c);
-      else S.w[u] = z4;
-    }
-    for (int u = threadIdx.x; u < BM * ngr; u += BM) {
-      const int r = u / ngr, c = u % ngr;
-      const char *src = (const char *)sb + ((int64_t)(row0 + r) * G + (int64_t)kc * ngr + c) * SBB;
-      if (row0 + r < M) {
-        if (SBB == 8) qm_cp8(&S.sb[r * 4 + c], src);
-        else qm_cp4(&S.sb[r * 4 + c], src);
+  /* The thread's copies of a stage: weight units tid + j BM (row tid / 4 + j BM / 4, unit tid % 4);
+   * (scale, bias) units tid + j BM of the stage's [row][group] block, j < 2^lg; x slots tid + j BM
+   * (token tid / 16 + j BM / 16, slot tid % 16, which holds values 8c..8c+7 with c = 4 (slot % 4) +
+   * slot / 4: thread q' reads units 4 q' + j of a token as slots 4 j + q', 64 contiguous bytes).
+   * Their sources are 32-bit offsets from bases that move a stage at a time, and rows past M and
+   * tokens past n copy row r % M and token t % n instead (a row of the product depends only on its
+   * own weight row, a token only on its own x, and those outputs are never stored): no predicates
+   * and no 64-bit address arithmetic a copy. Wrapping, not clamping: 15 tokens of a 32-token tile
+   * all reading the last token's row made every block of a 17-token step hit one L2 line (1.5 times
+   * slower on the H200). */
+  const uint4 *__restrict__ wb = (const uint4 *)wq + (int64_t)kc0 * 4;
+  const char *__restrict__ sbb = sb + ((int64_t)kc0 << lg) * SBB;
+  const __half *__restrict__ xb = a.xp + (int64_t)kc0 * QM_BK;
+  uint32_t wo[4], so[4], xo[XU];
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    wo[j] = (uint32_t)(qm_wrap(row0 + (tid >> 2) + j * (BM / 4), M) * W4 + (tid & 3));
+    so[j] = (uint32_t)((qm_wrap(row0 + (tid >> lg) + j * (BM >> lg), M) * G + (tid & ((1 << lg) - 1))) * SBB);
+  }
+  const int xs = tid & 15, xt = tid >> 4;
+#pragma unroll
+  for (int j = 0; j < XU; j++)
+    xo[j] = (uint32_t)(qm_wrap(tok0 + xt + j * (BM / 16), n) * K + ((xs & 3) * 4 + (xs >> 2)) * 8);
+  /* shared-window addresses of the thread's first copies in stage 0 (the j-th is a constant further) */
+  const uint32_t sm0 = (uint32_t)__cvta_generic_to_shared(qm_smem);
+  typedef qm_stage<SBK, BN, BM> stage_t;
+  constexpr uint32_t SZ = sizeof(stage_t);
+  const uint32_t sw = sm0 + (uint32_t)offsetof(stage_t, w) + tid * 16,
+                 ss = sm0 + (uint32_t)offsetof(stage_t, sb) +
+                      ((tid >> lg) * 4 + (tid & ((1 << lg) - 1))) * SBB,
+                 sx = sm0 + (xt * QM_BK + (xs ^ ((xt & 1) << 2)) * 8) * 2; /* BM / 16 is even: one parity */
+  const int ssj = (BM >> lg) * 4 * SBB;                                   /* (scale, bias) copies apart */
+
+  /* stage i of the block into buffer st */
+  auto issue_w = [&](int i, uint32_t st) {
+    const uint4 *w = wb + i * 4;
+#pragma unroll
+    for (int j = 0; j < 4; j++) qm_cp16(sw + st * SZ + j * BM * 16, w + wo[j]);
+    const char *src = sbb + ((i << lg) * SBB);
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+      if (j < (1 << lg)) {
+        if (SBW == 2) qm_cp8(ss + st * SZ + j * ssj, src + so[j]);
+        else qm_cp4(ss + st * SZ + j * ssj, src + so[j]);
       }
-    }
+  };
+  auto issue_x = [&](int i, uint32_t st) {
+    const __half *x = xb + i * QM_BK;
+#pragma unroll
+    for (int j = 0; j < XU; j++) qm_cp16(sx + st * SZ + j * (BM / 16) * QM_BK * 2, x + xo[j]);
   };
 
   /* the warp's 32 rows: m16 tile m holds rows warp * 32 + 16 m + g and + 8 */
@@ -178,31 +219,34 @@ template <int SBK, int BN, int BM> __global__ void __launch_bounds__(BM) k_qmma4
   /* the first stages' weights are requested before the wait for the kernel before (x) */
 #pragma unroll
   for (int i = 0; i < STG - 1; i++)
-    if (i < ns) issue_w(i);
+    if (i < ns) issue_w(i, i);
   pdl_wait();
   pdl_trigger();
 #pragma unroll
   for (int i = 0; i < STG - 1; i++) {
-    if (i < ns) issue_x(i);
+    if (i < ns) issue_x(i, i);
     qm_commit();
   }
   const int gi = 32 * q / gs; /* the thread's group in a stage */
+  uint32_t rd = 0, wr = STG - 1; /* the buffers read and written */
   for (int i = 0; i < ns; i++) {
     qm_wait<STG - 2>();
     __syncthreads();
     if (i + STG - 1 < ns) {
-      issue_w(i + STG - 1);
-      issue_x(i + STG - 1);
+      issue_w(i + STG - 1, wr);
+      issue_x(i + STG - 1, wr);
     }
     qm_commit();
-    const qm_stage<BN, BM> &S = stg[i % STG];
+    wr = wr == STG - 1 ? 0 : wr + 1;
+    const qm_stage<SBK, BN, BM> &S = stg[rd];
+    rd = rd == STG - 1 ? 0 : rd + 1;
     uint4 wv[4];
     __half2 sc[4], bi[4];
 #pragma unroll
     for (int r = 0; r < 4; r++) { /* rows g, g + 8, g + 16, g + 24 of the warp */
       const int lr = warp * 32 + 8 * r + g;
       wv[r] = S.w[lr * 4 + q];
-      const float2 p = qm_sb<SBK>(&S.sb[lr * 4 + gi]);
+      const float2 p = qm_sb<SBK>((const float2 *)&S.sb[(lr * 4 + gi) * SBW]);
       sc[r] = __float2half2_rn(p.x);
       bi[r] = __float2half2_rn(p.y);
     }
@@ -213,7 +257,7 @@ template <int SBK, int BN, int BM> __global__ void __launch_bounds__(BM) k_qmma4
       for (int r = 0; r < 4; r++) qm_dq((&wv[r].x)[j], sc[r], bi[r], a[r]);
 #pragma unroll
       for (int t = 0; t < BN / 8; t++) {
-        const uint4 xv = *(const uint4 *)&S.x[(t * 8 + g) * QM_XS + (j * 4 + q) * 8];
+        const uint4 xv = *(const uint4 *)&S.x[(t * 8 + g) * QM_BK + ((j * 4 + q) ^ ((g & 1) << 2)) * 8];
 #pragma unroll
         for (int m = 0; m < 2; m++) {
           qm_mma(acc[m][t], a[2 * m][0], a[2 * m + 1][0], a[2 * m][1], a[2 * m + 1][1], xv.x, xv.y);
@@ -245,24 +289,46 @@ template <int SBK, int BN, int BM> __global__ void __launch_bounds__(BM) k_qmma4
 #endif
 }
 
-template <int SBK, int BN, int BM> static void qmma_launch(const cu_ctx *cx, const qm_args &a, int blocks, int S) {
-  const size_t smem = sizeof(qm_stage<BN, BM>) * qm_cfg<BN, BM>::STG;
-  static bool attr; /* one attribute per instance */
-  if (!attr) {
-    cudaFuncSetAttribute(k_qmma4<SBK, BN, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    attr = true;
+/* one instance: its shared memory set up once, its blocks an SM, its launch */
+template <int SBK, int BN, int BM> struct qm_kern {
+  static size_t smem() { return sizeof(qm_stage<SBK, BN, BM>) * qm_cfg<BN, BM>::STG; }
+  static int occ() {
+    static int o; /* blocks an SM, once per instance */
+    if (!o) {
+      cudaFuncSetAttribute(k_qmma4<SBK, BN, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem());
+      cudaFuncSetAttribute(k_qmma4<SBK, BN, BM>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+      int v = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, k_qmma4<SBK, BN, BM>, BM, smem()) != cudaSuccess) v = 1;
+      o = v < 1 ? 1 : v;
+    }
+    return o;
   }
-  cu_launch(cx, k_qmma4<SBK, BN, BM>, dim3((unsigned)blocks, (unsigned)((a.n + BN - 1) / BN), (unsigned)S), dim3(BM),
-            smem, a);
-}
-template <int SBK> static void qmma_pick(const cu_ctx *cx, const qm_args &a, int blocks, int BN, int BM, int S) {
+  static void launch(const cu_ctx *cx, const qm_args &a, int blocks, int S) {
+    occ();
+    cu_launch(cx, k_qmma4<SBK, BN, BM>, dim3((unsigned)blocks, (unsigned)((a.n + BN - 1) / BN), (unsigned)S),
+              dim3(BM), smem(), a);
+  }
+};
+/* S 0: the instance's blocks an SM; else its launch with S k slices */
+template <int SBK> static int qm_pick(const cu_ctx *cx, const qm_args &a, int blocks, int BN, int BM, int S) {
+#define QM_DO(bn, bm)                                                                                          \
+  do {                                                                                                         \
+    if (!S) return qm_kern<SBK, bn, bm>::occ();                                                                \
+    qm_kern<SBK, bn, bm>::launch(cx, a, blocks, S);                                                            \
+    return 0;                                                                                                  \
+  } while (0)
   if (BM == 256) {
-    if (BN == 32) qmma_launch<SBK, 32, 256>(cx, a, blocks, S);
-    else qmma_launch<SBK, 64, 256>(cx, a, blocks, S);
-  } else {
-    if (BN == 32) qmma_launch<SBK, 32, 128>(cx, a, blocks, S);
-    else qmma_launch<SBK, 64, 128>(cx, a, blocks, S);
+    if (BN == 32) QM_DO(32, 256);
+    QM_DO(64, 256);
   }
+  if (BN == 32) QM_DO(32, 128);
+  QM_DO(64, 128);
+#undef QM_DO
+}
+static int qm_dispatch(const cu_ctx *cx, int sbk, const qm_args &a, int blocks, int BN, int BM, int S) {
+  if (sbk == SBK_F32) return qm_pick<SBK_F32>(cx, a, blocks, BN, BM, S);
+  if (sbk == SBK_F16) return qm_pick<SBK_F16>(cx, a, blocks, BN, BM, S);
+  return qm_pick<SBK_BF16>(cx, a, blocks, BN, BM, S);
 }
 
 /* y[i] = the sum of the S partial products in ws[i], in order (the same result for any schedule); the
@@ -328,14 +394,29 @@ void cu_qmma_multi(const cu_ctx *cx, const cu_weight *const *w, float *const *y,
   a.gs = w[0]->gs;
   a.n = n;
   a.xp = (const __half *)x16;
-  /* split k (at most 8 slices of at least 2 stages) until there are about two blocks an SM, as the
-   * workspace allows */
+  /* split k into S slices of per stages: the fewest rounds of blocks an SM, with a pipeline fill a
+   * round of resident blocks (QM_FILL stages), at most 8 slices of at least 2 stages, as the
+   * workspace allows; ties go to fewer slices (less partial-sum traffic) */
   const int64_t tiles = (int64_t)blocks * ((n + BN - 1) / BN);
   const size_t part = (size_t)n * (size_t)rows * 4;
-  int S = (int)((2 * cx->n_sm + tiles - 1) / tiles);
-  if (S > nst / 2) S = nst / 2;
-  if (S > 8) S = 8;
-  if (S > 1 && (size_t)S * part > ws_bytes) S = (int)(ws_bytes / part);
+  const int64_t slots = (int64_t)qm_dispatch(cx, w[0]->sbk, a, blocks, BN, BM, 0) * cx->n_sm;
+  int S = 1;
+  if (cx->t->qmma_split) S = cx->t->qmma_split;
+  else {
+    double best = 0;
+    for (int s = 1; s <= 8 && (s == 1 || 2 * s <= nst); s++) {
+      if (s > 1 && (size_t)s * part > ws_bytes) break;
+      const int p = (nst + s - 1) / s;
+      const int64_t b = tiles * ((nst + p - 1) / p);
+      const double c = (double)((b + cx->n_sm - 1) / cx->n_sm) * p + QM_FILL * (double)((b + slots - 1) / slots);
+      if (s == 1 || c < best) {
+        best = c;
+        S = s;
+      }
+    }
+  }
+  if (S > nst) S = nst;
+  if ((size_t)S * part > ws_bytes) S = (int)(ws_bytes / part);
   if (S < 1 || !even) S = 1;
   a.per = (nst + S - 1) / S;
   S = (nst + a.per - 1) / a.per;
@@ -344,9 +425,7 @@ void cu_qmma_multi(const cu_ctx *cx, const cu_weight *const *w, float *const *y,
     a.ws[i] = (float *)ws + off;
     off += (size_t)S * n * w[i]->rows;
   }
-  if (w[0]->sbk == SBK_F32) qmma_pick<SBK_F32>(cx, a, blocks, BN, BM, S);
-  else if (w[0]->sbk == SBK_F16) qmma_pick<SBK_F16>(cx, a, blocks, BN, BM, S);
-  else qmma_pick<SBK_BF16>(cx, a, blocks, BN, BM, S);
+  qm_dispatch(cx, w[0]->sbk, a, blocks, BN, BM, S);
   if (S > 1) {
     const int64_t tot4 = (int64_t)n * rows / 4;
     int64_t rb = (tot4 + 255) / 256;

@@ -55,6 +55,8 @@ static const sm_tune_entry k_table[] = {
     "(token, expert) slots above which an eager expert matmul sorts them into one GEMM per expert", {}, NULL },
   { "SMELT_CUDA_COMM_AR", F(comm_ar), 1, 0, 1, 0,
     "tensor parallelism: all-reduces of up to 512 KB as one kernel reading the peers' memory (1); 0: NCCL only", {}, NULL },
+  { "SMELT_CUDA_QMMA_SPLIT", F(qmma_split), 0, 0, 8, SM_TUNE_DEV,
+    "k slices of the tensor-core 4-bit kernel (1-8; 0: the fewest rounds of blocks an SM)", {}, NULL },
   { "SMELT_CUDA_ATTN_DIAG", F(attn_diag), 0, 0, 31, SM_TUNE_DEV,
     "decode attention parts left out (1 position loop, 2 partial exchange, 4 q load, 8 half K/V, 16 K/V)", {}, NULL },
   { "SMELT_CUDA_TRACE_L", F(trace_l), 325, 0, 1 << 30, SM_TUNE_DEV,

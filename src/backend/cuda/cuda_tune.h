@@ -36,6 +36,7 @@ typedef struct {
   int moe_grp;   /* (token, expert) slots above which an eager matmul_experts runs one GEMM per expert */
   int comm_ar;   /* tensor parallelism: small all-reduces through the peers' memory (cuda_comm.cu); 0: NCCL only */
   /* developer builds only (change results) */
+  int qmma_split;  /* k slices of the tensor-core kernel (1-8; 0 automatic) */
   int attn_diag;   /* decode attention parts left out (bit mask) */
   int trace_l;     /* SMELT_CUDA_TRACE builds: the layer launch traced */
   int poison;      /* 1: new device buffers filled with 0xff bytes (NaN) */
