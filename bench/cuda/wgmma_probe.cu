@@ -8,7 +8,7 @@
  * Layout. A block is one warpgroup (128 threads) of 64 weight rows: warp w holds rows 16w..16w+15 of
  * the m64 tile, thread (g = lane / 4, q = lane % 4) rows g and g + 8, as mma.sync's A fragment. In a
  * 128-value stage of a row, thread q loads words 4q..4q+3 (values 32q..32q+31) and makes of word j
- * the f16 pairs (nibble e, nibble e + 4), e = 0..3 (the 0x6400 trick of cuda_qmma.cu); k16 step
+ * the f16 pairs (nibble e, nibble e + 4), e = 0..3 (qm_dq, the product's); k16 step
  * u = 2j + h takes pairs e = 2h (k 2q, 2q+1) and 2h + 1 (k 2q+8, 2q+9). So the logical k l of step u
  * is the value 32 (l % 8 / 2) + 8j + 2h + (l >= 8) + 4 (l % 2) of the stage, and x is stored in that
  * order (xprep): in no-swizzle K-major core matrices of 8 tokens x 8 logical k (8 rows of 16 bytes),
@@ -20,7 +20,8 @@
  * registers while this one's 8 wgmmas run (A fragments double-buffered, wgmma.wait_group 1), k split
  * over gridDim.z with atomicAdd (results depend on the schedule: fine for a probe).
  *
- * Build and run on the GPU machine: nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/wgp bench/cuda/wgmma_probe.cu
+ * Build and run on the GPU machine: nvcc -O3 -std=c++17 -gencode
+ * arch=compute_90a,code=sm_90a -I src -o /tmp/wgp bench/cuda/wgmma_probe.cu
  * && /tmp/wgp [M K S]   (default 14336 4096 and S = 1, 2, 4) */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -31,6 +32,7 @@
 #include <string.h>
 #include <algorithm>
 #include <vector>
+#include "backend/cuda/cuda_q4pair.cuh"
 
 #define CK(x)                                                                                                \
   do {                                                                                                       \
@@ -63,23 +65,6 @@ __global__ void xprep(const float *x, __half *xw, int K) {
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-static __device__ __forceinline__ uint32_t lop(uint32_t v, uint32_t m) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "r"(m), "r"(0x64006400u));
-  return r;
-}
-/* the 8 nibbles of w as (e, e + 4) pairs, s q + b rounded once */
-static __device__ __forceinline__ void dq(uint32_t w, __half2 s, __half2 b, uint32_t o[4]) {
-  const __half2 k1024 = __float2half2_rn(1024.f), k16 = __float2half2_rn(1.f / 16), km64 = __float2half2_rn(-64.f);
-  const uint32_t hi = w >> 8;
-  const uint32_t v[4] = {lop(w, 0x000F000Fu), lop(w, 0x00F000F0u), lop(hi, 0x000F000Fu), lop(hi, 0x00F000F0u)};
-#pragma unroll
-  for (int e = 0; e < 4; e++) {
-    const __half2 q = e & 1 ? __hfma2(*(const __half2 *)&v[e], k16, km64) : __hsub2(*(const __half2 *)&v[e], k1024);
-    const __half2 r = __hfma2(q, s, b);
-    o[e] = *(const uint32_t *)&r;
-  }
-}
 static __device__ __forceinline__ uint64_t desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
   return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
 }
@@ -146,8 +131,8 @@ __global__ void __launch_bounds__(128) kwg(const uint32_t *__restrict__ wq, cons
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       uint32_t p0[4], p1[4];
-      dq((&w[0].x)[j], s0h, b0h, p0);
-      dq((&w[1].x)[j], s1h, b1h, p1);
+      qm_dq((&w[0].x)[j], s0h, b0h, p0);
+      qm_dq((&w[1].x)[j], s1h, b1h, p1);
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         A[2 * j + h][0] = p0[2 * h];

@@ -26,6 +26,7 @@
 #include "backend/cuda/cuda_qmma.cuh"
 #include <string.h>
 #include "backend/cuda/cuda_ldst.cuh"
+#include "backend/cuda/cuda_q4pair.cuh"
 
 #define QM_BN 64  /* tokens a block */
 #define QM_BK 128 /* values of a row a stage */
@@ -84,26 +85,6 @@ static __device__ __forceinline__ void qm_mma(float c[4], uint32_t a0, uint32_t 
 }
 /* i, or i % n past n (the rows and tokens past the end of a tile) */
 static __device__ __forceinline__ int qm_wrap(int i, int n) { return i < n ? i : i % n; }
-/* (v & m) | 0x64006400 in one instruction */
-static __device__ __forceinline__ uint32_t qm_lop(uint32_t v, uint32_t m) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "r"(m), "r"(0x64006400u));
-  return r;
-}
-/* the 8 nibbles of w as f16x2 pairs (e, e + 4), each s q + b: nibbles 0 and 2 come out as 1024 + q
- * (minus 1024: q), nibbles 1 and 3 as 1024 + 16 q (times 1/16 minus 64: q), both exact, so one shift,
- * four lop3 and eight half2 operations make the 8 weights */
-static __device__ __forceinline__ void qm_dq(uint32_t w, __half2 s, __half2 b, uint32_t o[4]) {
-  const __half2 k1024 = __float2half2_rn(1024.f), k16 = __float2half2_rn(1.f / 16), km64 = __float2half2_rn(-64.f);
-  const uint32_t h = w >> 8;
-  const uint32_t v[4] = {qm_lop(w, 0x000F000Fu), qm_lop(w, 0x00F000F0u), qm_lop(h, 0x000F000Fu), qm_lop(h, 0x00F000F0u)};
-#pragma unroll
-  for (int e = 0; e < 4; e++) {
-    const __half2 q = e & 1 ? __hfma2(*(const __half2 *)&v[e], k16, km64) : __hsub2(*(const __half2 *)&v[e], k1024);
-    const __half2 r = __hfma2(q, s, b);
-    o[e] = *(const uint32_t *)&r;
-  }
-}
 #endif
 
 /* shared memory of one pipeline stage: x (BN tokens x 128 halves; the 16-byte slot s of token t at
