@@ -96,9 +96,10 @@ template <int SBK, int BN, int BM> struct qm_stage {
   uint4 w[BM * 4];
   uint32_t sb[BM * 4 * (SBK == SBK_F32 ? 2 : 1)];
 };
-/* pipeline stages (all but one in flight while one is computed): 3 for 64-token tiles, 4 for 32 (two
- * blocks an SM fit either way with 16-bit scales); MB, the blocks an SM the registers are capped for:
- * 1 for 64 tokens x 256 rows (the cap of two, 128 registers, spills and measured slower) */
+/* pipeline stages (all but one in flight while one is computed): 3 for 64-token tiles, 4 for 32 (the
+ * shared memory of two blocks fits an SM either way with 16-bit scales); MB, the blocks an SM the
+ * registers are capped for: 1 for 64 tokens x 256 rows (the cap of two, 128 registers, spills and
+ * measured slower), so that instance runs one block an SM */
 template <int BN, int BM> struct qm_cfg {
   static constexpr int STG = BN == 64 ? 3 : 4;
   static constexpr int MB = BN == 64 && BM == 256 ? 1 : 2;
