@@ -16,9 +16,9 @@
  * the descriptor's two strides are 128 (k halves) and 256 (token groups). Which of LBO and SBO is
  * which for this layout is checked, not assumed: the probe runs both (SWAP) against a CPU reference.
  *
- * Pipeline: the x stages by cp.async (3 buffers), the weight words of the next stage loaded into
- * registers while this one's 8 wgmmas run (A fragments double-buffered, wgmma.wait_group 1), k split
- * over gridDim.z with atomicAdd (results depend on the schedule: fine for a probe).
+ * Pipeline: the x stages by cp.async (3 buffers); while a stage's 8 wgmmas run, the next stage's A
+ * fragments are made and the weight words of the one after are loaded into registers; k split over
+ * gridDim.z with atomicAdd (results depend on the schedule: fine for a probe).
  *
  * Build and run on the GPU machine: nvcc -O3 -std=c++17 -gencode
  * arch=compute_90a,code=sm_90a -I src -o /tmp/wgp bench/cuda/wgmma_probe.cu
@@ -145,29 +145,39 @@ __global__ void __launch_bounds__(128) kwg(const uint32_t *__restrict__ wq, cons
   float d[32];
 #pragma unroll
   for (int i = 0; i < 32; i++) d[i] = 0.f;
-  uint32_t A[2][8][4];
-  uint4 w[2];
-  uint32_t sb[2];
+  /* A fragments and weight words of even and odd stages, as named arrays (registers). The next
+   * stage's fragments are made while this stage's MMAs run, and the MMAs are waited for (wait_group
+   * 0) before the next ones are issued: ptxas serializes the MMAs when registers that feed an MMA of
+   * the group in flight are written meanwhile. */
+  uint32_t A0[8][4], A1[8][4], sbA[2], sbB[2];
+  uint4 wA[2], wB[2];
   for (int s = 0; s < STG - 1; s++) {
     if (s < ns) issue_x(s, s);
     else asm volatile("cp.async.commit_group;");
   }
-  load_w(0, w, sb);
-  for (int s = 0; s < ns; s++) {
-    dequant(w, sb, A[s & 1]);
-    if (s + 1 < ns) load_w(s + 1, w, sb);
+  load_w(0, wA, sbA);
+  dequant(wA, sbA, A0);
+  if (ns > 1) load_w(1, wB, sbB);
+  auto stage = [&](int s, uint32_t(*Acur)[4], uint32_t(*Anext)[4], uint4 *wnext, uint32_t *sbnext, uint4 *wfree,
+                   uint32_t *sbfree) {
     asm volatile("cp.async.wait_group %0;" ::"n"(STG - 2));
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async's writes, seen by wgmma */
     __syncthreads();
     const uint32_t xb = sm0 + (s % STG) * XSTAGE;
     wg_fence();
 #pragma unroll
-    for (int u = 0; u < 8; u++) wg_mma(d, A[s & 1][u], desc(xb + u * 2048, lbo, sbo));
+    for (int u = 0; u < 8; u++) wg_mma(d, Acur[u], desc(xb + u * 2048, lbo, sbo));
     wg_commit();
-    wg_wait<1>(); /* stage s - 1's MMAs are done: its x buffer and A registers may be reused */
-    __syncthreads();
+    if (s + 1 < ns) dequant(wnext, sbnext, Anext);
+    if (s + 2 < ns) load_w(s + 2, wfree, sbfree);
+    wg_wait<0>();
+    __syncthreads(); /* every warp's MMAs of stage s are done: its x buffer may be refilled */
     if (s + STG - 1 < ns) issue_x(s + STG - 1, (s + STG - 1) % STG);
     else asm volatile("cp.async.commit_group;");
+  };
+  for (int s = 0; s < ns; s += 2) {
+    stage(s, A0, A1, wB, sbB, wA, sbA);
+    if (s + 1 < ns) stage(s + 1, A1, A0, wA, sbA, wB, sbB);
   }
   wg_wait<0>();
   /* d[4t + c]: row g + 8 (c / 2) of the warp's 16, token 8t + 2q + c % 2 */
