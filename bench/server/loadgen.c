@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "prompt.h"
 #include "sse_scan.h"
 
 static const char *g_url = "http://127.0.0.1:8080";
@@ -88,8 +89,6 @@ typedef struct {
 
 static void *worker(void *arg) {
   worker_t *w = arg;
-  static const char *words[] = {"time", "person", "year", "way",   "day",   "thing", "man",  "world", "life", "hand",
-                                "part", "child",  "eye",  "woman", "place", "work",  "week", "case",  "point"};
   CURL *c = curl_easy_init();
   char url[512];
   snprintf(url, sizeof url, "%s/v1/completions", g_url);
@@ -97,9 +96,7 @@ static void *worker(void *arg) {
   for (int k = 0; k < w->count; k++) {
     int i = w->first + k;
     char prompt[8192];
-    int o = snprintf(prompt, sizeof prompt, "Request %d:", i);
-    for (int j = 0; j < g_prompt_words && o < (int)sizeof prompt - 32; j++)
-      o += snprintf(prompt + o, sizeof prompt - (size_t)o, " %s", words[(i * 7 + j * 13) % 19]);
+    bench_prompt(prompt, sizeof prompt, i, g_prompt_words, 0);
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "prompt", prompt);
     cJSON_AddNumberToObject(b, "max_tokens", g_max_tokens);

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "prompt.h"
 #include "sse_scan.h"
 
 static const char *g_url = "http://127.0.0.1:8080";
@@ -77,8 +78,6 @@ static void describe(long i, const char *what, CURLcode rc, long status, const s
 
 static void *client(void *arg) {
   (void)arg;
-  static const char *words[] = {"time", "person", "year", "way",   "day",   "thing", "man",  "world", "life", "hand",
-                                "part", "child",  "eye",  "woman", "place", "work",  "week", "case",  "point"};
   CURL *c = curl_easy_init();
   char url[512];
   snprintf(url, sizeof url, "%s/v1/completions", g_url);
@@ -87,9 +86,7 @@ static void *client(void *arg) {
     const long i = __atomic_fetch_add(&g_next, 1, __ATOMIC_RELAXED);
     const uint64_t r = mix((uint64_t)i);
     char prompt[8192];
-    int o = snprintf(prompt, sizeof prompt, "Request %ld:", i);
-    for (int j = 0; j < g_prompt_words && o < (int)sizeof prompt - 16; j++)
-      o += snprintf(prompt + o, sizeof prompt - (size_t)o, " %s", words[(i * 7 + j * 13 + (long)(r % 5)) % 19]);
+    bench_prompt(prompt, sizeof prompt, i, g_prompt_words, (unsigned)(r % 5));
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "prompt", prompt);
     cJSON_AddNumberToObject(b, "max_tokens", g_max_tokens);
