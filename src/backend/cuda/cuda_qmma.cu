@@ -28,7 +28,6 @@
 #include "backend/cuda/cuda_ldst.cuh"
 #include "backend/cuda/cuda_q4pair.cuh"
 
-#define QM_BN 64  /* tokens a block */
 #define QM_BK 128 /* values of a row a stage */
 #define QM_FILL 2 /* stages of time a round of blocks spends filling its pipeline (the split-k choice) */
 
