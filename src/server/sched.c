@@ -14,6 +14,7 @@
 
 static atomic_uint_fast64_t g_next_id;
 
+
 static void job_free(sm_job *j) {
   for (int i = 0; i < j->n; i++) {
     sm_choice *c = &j->ch[i];
@@ -346,76 +347,88 @@ static void end_choice(sm_sched *s, sm_job *j, sm_choice *c) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* A token of a choice in three parts, so that a step's tokens are published under one lock of the
+ * scheduler mutex (the HTTP threads that stream them take it too): tok_prepare (engine thread, mu
+ * NOT held) samples it when a logits row is given and makes its text; tok_publish (mu held) adds
+ * it to the choice's published state, ends the choice where it should and wakes the request;
+ * tok_done (mu NOT held) frees the text and appends the token to the sequence. */
+typedef struct {
+  sm_tokrec rec;
+  char *piece, *tail;
+  size_t plen, tlen;
+  bool eos, at_len, grammar_end;
+  double now;
+} sm_tokpub;
+
 /* Sample one token for choice ci of job j from logits row (modified), or, when row is NULL, take
  * tok, already sampled on the backend (sm_engine_step_sample); the sampler sees the first hist
- * tokens of the sequence (-1: all). The token is appended to the sequence when append and the
- * choice goes on. Returns the token. Engine thread, mu NOT held. */
-static int32_t process_token_at(sm_sched *s, sm_job *j, int ci, float *row, int32_t tok, float *lpbuf, int32_t *topbuf,
-                                int hist, bool append) {
+ * tokens of the sequence (-1: all). Returns the token. */
+static int32_t tok_prepare(sm_sched *s, sm_job *j, int ci, float *row, int32_t tok, float *lpbuf, int32_t *topbuf,
+                           int hist, sm_tokpub *p) {
   sm_choice *c = &j->ch[ci];
-  sm_tokrec rec = {0};
+  memset(p, 0, sizeof *p);
   if (row && j->req.logprobs) sm_log_softmax(row, s->vocab, lpbuf);
   if (row) {
     sm_choice_ensure_mask(s, c);
     tok = sm_sampler_sample(&c->sampler, row, sm_seq_tokens(c->seq), hist < 0 ? sm_seq_len(c->seq) : hist);
   }
   if (tok < 0 || tok >= s->vocab) tok = s->n_eos ? s->eos[0] : 0;
-  bool grammar_end = false, refused = false;
+  bool refused = false;
   if (c->gs) {
     c->mask_ok = false;
     /* a token outside the grammar (only when nothing may follow, see sm_choice_ensure_mask) ends the choice */
-    if (sm_grammar_accept(c->gs, tok) != SMELT_OK) grammar_end = refused = true;
-    else grammar_end = sm_grammar_finished(c->gs);
+    if (sm_grammar_accept(c->gs, tok) != SMELT_OK) p->grammar_end = refused = true;
+    else p->grammar_end = sm_grammar_finished(c->gs);
   }
-  rec.id = tok;
+  p->rec.id = tok;
   if (row && j->req.logprobs) {
-    rec.lp = lpbuf[tok];
+    p->rec.lp = lpbuf[tok];
     int k = j->req.top_logprobs;
     if (k > 0) {
       sm_top_n(lpbuf, s->vocab, k, topbuf);
-      rec.ntop = k;
-      rec.top_ids = sm_xmalloc(sizeof(int32_t) * (size_t)k);
-      rec.top_lps = sm_xmalloc(sizeof(float) * (size_t)k);
+      p->rec.ntop = k;
+      p->rec.top_ids = sm_xmalloc(sizeof(int32_t) * (size_t)k);
+      p->rec.top_lps = sm_xmalloc(sizeof(float) * (size_t)k);
       for (int i = 0; i < k; i++) {
-        rec.top_ids[i] = topbuf[i];
-        rec.top_lps[i] = lpbuf[topbuf[i]];
+        p->rec.top_ids[i] = topbuf[i];
+        p->rec.top_lps[i] = lpbuf[topbuf[i]];
       }
     }
   }
-  bool eos = !j->req.ignore_eos && is_eos(s, tok);
-  char *piece = NULL, *tail = NULL;
-  size_t plen = 0, tlen = 0;
-  if (!eos && !refused) plen = sm_detok_push(c->detok, tok, &piece);
+  p->eos = !j->req.ignore_eos && is_eos(s, tok);
+  if (!p->eos && !refused) p->plen = sm_detok_push(c->detok, tok, &p->piece);
   if (c->n_gen == c->cap_gen) {
     c->cap_gen = c->cap_gen ? c->cap_gen * 2 : 64;
     c->gen = sm_xrealloc(c->gen, sizeof(int32_t) * (size_t)c->cap_gen);
   }
   c->gen[c->n_gen++] = tok;
-  bool at_len = c->n_gen >= j->max_tokens;
-  if (eos || at_len || grammar_end) tlen = sm_detok_flush(c->detok, &tail);
-  double now = sm_now();
+  p->at_len = c->n_gen >= j->max_tokens;
+  if (p->eos || p->at_len || p->grammar_end) p->tlen = sm_detok_flush(c->detok, &p->tail);
+  p->now = sm_now();
+  return tok;
+}
 
-  pthread_mutex_lock(&s->mu);
+static void tok_publish(sm_sched *s, sm_job *j, sm_choice *c, sm_tokpub *p) {
   if (!j->first_token) {
     j->first_token = true;
-    sm_metrics_ttft(s->metrics, now - j->t_arrival);
+    sm_metrics_ttft(s->metrics, p->now - j->t_arrival);
   } else if (c->t_last > 0) {
-    sm_metrics_itl(s->metrics, now - c->t_last);
+    sm_metrics_itl(s->metrics, p->now - c->t_last);
   }
-  c->t_last = now;
+  c->t_last = p->now;
   size_t old_len = c->text.n;
   for (int part = 0; part < 2; part++) {
-    const char *p = part ? tail : piece;
-    size_t n = part ? tlen : plen;
-    if (!p || !n || c->finish) continue;
-    sm_buf_put(&c->text, p, n);
+    const char *t = part ? p->tail : p->piece;
+    size_t n = part ? p->tlen : p->plen;
+    if (!t || !n || c->finish) continue;
+    sm_buf_put(&c->text, t, n);
   }
   if (c->n_toks == c->cap_toks) {
     c->cap_toks = c->cap_toks ? c->cap_toks * 2 : 64;
     c->toks = sm_xrealloc(c->toks, sizeof(sm_tokrec) * (size_t)c->cap_toks);
   }
-  rec.end = c->text.n;
-  c->toks[c->n_toks++] = rec;
+  p->rec.end = c->text.n;
+  c->toks[c->n_toks++] = p->rec;
   if (j->req.n_stop) {
     size_t maxs = 0;
     for (int i = 0; i < j->req.n_stop; i++) maxs = SM_MAX(maxs, strlen(j->req.stop[i]));
@@ -432,18 +445,31 @@ static int32_t process_token_at(sm_sched *s, sm_job *j, int ci, float *row, int3
     }
   }
   if (!c->finish) {
-    if (eos || grammar_end) c->finish = SM_FIN_STOP;
-    else if (at_len) c->finish = SM_FIN_LENGTH;
+    if (p->eos || p->grammar_end) c->finish = SM_FIN_STOP;
+    else if (p->at_len) c->finish = SM_FIN_LENGTH;
   }
   update_safe(s, j, c);
   job_signal(j);
-  pthread_mutex_unlock(&s->mu);
-  free(piece);
-  free(tail);
+}
+
+static void tok_done(sm_sched *s, sm_job *j, sm_choice *c, sm_tokpub *p, bool append) {
+  free(p->piece);
+  free(p->tail);
   if (!c->finish && append) {
-    smelt_status st = sm_seq_append(s->eng, c->seq, &tok, 1);
+    smelt_status st = sm_seq_append(s->eng, c->seq, &p->rec.id, 1);
     if (st != SMELT_OK) end_choice(s, j, c);
   }
+}
+
+/* One token, all three parts; the choice goes on with it when append. Engine thread, mu NOT held. */
+static int32_t process_token_at(sm_sched *s, sm_job *j, int ci, float *row, int32_t tok, float *lpbuf, int32_t *topbuf,
+                                int hist, bool append) {
+  sm_tokpub p;
+  tok = tok_prepare(s, j, ci, row, tok, lpbuf, topbuf, hist, &p);
+  pthread_mutex_lock(&s->mu);
+  tok_publish(s, j, &j->ch[ci], &p);
+  pthread_mutex_unlock(&s->mu);
+  tok_done(s, j, &j->ch[ci], &p, append);
   return tok;
 }
 
@@ -512,6 +538,8 @@ static void *engine_main(void *arg) {
   uint8_t *all = sm_xmalloc((size_t)cap);
   sm_choice **bch = sm_xmalloc(sizeof(sm_choice *) * (size_t)cap);
   sm_step_masks *smk = sm_step_masks_new(s, cap);
+  sm_tokpub *pub = sm_xmalloc(sizeof(sm_tokpub) * (size_t)cap); /* the step's backend-sampled tokens */
+  int *pubk = sm_xmalloc(sizeof(int) * (size_t)cap);
   float *rows = NULL;
   size_t rows_cap = 0;
 
@@ -671,6 +699,7 @@ static void *engine_main(void *arg) {
       continue;
     }
     uint64_t n_accepted = 0;
+    int npub = 0;
     for (int k = 0; k < n; k++) {
       if (!done[k]) continue;
       sm_job *j = bjob[k];
@@ -679,8 +708,9 @@ static void *engine_main(void *arg) {
                                             prop + (size_t)k * pcap, nprop[k], lpbuf, topbuf);
         continue;
       }
-      if (!n_drafted && bsmp[k]) {
-        process_token(s, j, bci[k], NULL, btok[k], lpbuf, topbuf);
+      if (!n_drafted && bsmp[k]) { /* published below, all under one lock */
+        tok_prepare(s, j, bci[k], NULL, btok[k], lpbuf, topbuf, -1, &pub[npub]);
+        pubk[npub++] = k;
         continue;
       }
       float *row = n_drafted ? rows + (size_t)row0[k] * (size_t)s->vocab : logits + (size_t)k * (size_t)s->vocab;
@@ -709,6 +739,12 @@ static void *engine_main(void *arg) {
         }
       }
       process_token(s, j, bci[k], row, -1, lpbuf, topbuf);
+    }
+    if (npub) {
+      pthread_mutex_lock(&s->mu);
+      for (int i = 0; i < npub; i++) tok_publish(s, bjob[pubk[i]], bch[pubk[i]], &pub[i]);
+      pthread_mutex_unlock(&s->mu);
+      for (int i = 0; i < npub; i++) tok_done(s, bjob[pubk[i]], bch[pubk[i]], &pub[i], true);
     }
     if (n_drafted) sm_metrics_spec(s->metrics, (uint64_t)n_drafted, n_accepted);
     pthread_mutex_lock(&s->mu);
@@ -746,6 +782,8 @@ static void *engine_main(void *arg) {
   free(all);
   free(bch);
   sm_step_masks_free(smk);
+  free(pub);
+  free(pubk);
   free(rows);
   free(s->spec.dl);
   s->spec.dl = NULL;

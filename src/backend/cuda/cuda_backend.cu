@@ -87,6 +87,11 @@ static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, i
   cuda_be *c = CB(be);
   cu_flush(c);
   smelt_status st = cu_sample(logits, n_rows, vocab, req, n_req, out_tokens, c->s, c->dev);
+  if (c->t.stats && c->st_pending == 1) { /* the sampling after a timed graph replay */
+    cudaEventRecord(c->se2, c->s);
+    cudaEventSynchronize(c->se2);
+    c->st_pending = 2;
+  }
   cu_stats_collect(c); /* the step ends here, as at a download */
   return st;
 }
@@ -198,6 +203,7 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
   if (c->t.stats) {
     c->t_setb = sm_now();
     if (c->t_ret > 0) c->st_outside_us += (c->t_setb - c->t_ret) * 1e6;
+    c->st_n = b ? b->n_tokens : 0;
   }
   if (c->failed) return sm_err(SMELT_ERR_BACKEND, "cuda: an earlier device error occurred");
   if (!b || b->n_tokens < 0 || b->n_seqs < 0 || b->max_blocks < 0 || b->n_out < 0)

@@ -53,13 +53,22 @@ void cu_prof_report(cuda_be *c) {
     }
   }
   if (c->t.profile || c->t.stats)
-    fprintf(stderr, "cuda stats: graph replays timed %ld: GPU %.3f ms/replay, download after it %.3f ms, host flush %.1f us\n",
+    fprintf(stderr, "cuda stats: graph replays timed %ld: GPU %.3f ms/replay, download or sampling after it %.3f ms, host flush %.1f us\n",
             c->st_timed, c->st_timed ? c->st_graph_ms / c->st_timed : 0.0, c->st_timed ? c->st_dl_ms / c->st_timed : 0.0,
             c->st_graph_launch ? c->st_flush_us / c->st_graph_launch : 0.0);
   if (c->t.stats && c->st_steps)
     fprintf(stderr, "cuda stats: %ld steps, host us/step: outside the backend %.1f, set_batch..flush %.1f, "
             "set_batch..sync return %.1f\n", c->st_steps, c->st_outside_us / c->st_steps, c->st_rec_us / c->st_steps,
             c->st_wait_us / c->st_steps);
+  if (c->t.stats && c->st_steps) {
+    static const char *bk[7] = {"1", "2-16", "17-64", "65-128", "129-256", "257-512", ">512"};
+    fprintf(stderr, "cuda stats: steps by tokens (count, us each, share of step time):");
+    for (int k = 0; k < 7; k++)
+      if (c->st_bk_n[k])
+        fprintf(stderr, " %s: %ld, %.1f, %.1f%%;", bk[k], c->st_bk_n[k], c->st_bk_us[k] / c->st_bk_n[k],
+                100.0 * c->st_bk_us[k] / (c->st_wait_us > 0 ? c->st_wait_us : 1));
+    fprintf(stderr, "\n");
+  }
   if (c->t.stats >= 2 && c->tl_n)
     fprintf(stderr, "cuda timeline: %ld pipelined steps, GPU us/step: upload %.1f, to graph start %.1f, graph %.1f, "
             "sampling %.1f, token download %.1f; step period %.1f\n", c->tl_n, 1e3 * c->tl_sum[0] / c->tl_n,
@@ -83,7 +92,16 @@ void cu_prof_report(cuda_be *c) {
 void cu_stats_collect(cuda_be *c) {
   if (c->t.stats) {
     const double now = sm_now();
-    if (c->t_setb > 0) { c->st_wait_us += (now - c->t_setb) * 1e6; c->st_steps++; c->t_setb = 0; }
+    if (c->t_setb > 0) {
+      const double us = (now - c->t_setb) * 1e6;
+      const int n = c->st_n;
+      const int k = n <= 1 ? 0 : n <= 16 ? 1 : n <= 64 ? 2 : n <= 128 ? 3 : n <= 256 ? 4 : n <= 512 ? 5 : 6;
+      c->st_wait_us += us;
+      c->st_steps++;
+      c->st_bk_n[k]++;
+      c->st_bk_us[k] += us;
+      c->t_setb = 0;
+    }
     c->t_ret = now;
   }
   if (!c->st_pending) return;
