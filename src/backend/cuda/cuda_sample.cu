@@ -16,8 +16,10 @@
  *    max index); the last block of a row (atomic counter) reduces the partial results;
  *  - sorted requests (top_k, or top_p < 1): keys + ids -> cub::DeviceRadixSort (descending,
  *    stable, so equal keys keep index order: the host's "key desc, index asc");
- *  - non-greedy requests: k_walk, one block per request: max, e = exp((key - max) / T) and
- *    weights with block scans for the total, the top_p cut, the min_p filter and the draw;
+ *  - non-greedy requests: k_walk_max and k_walk_exp, several blocks a request: the max, then
+ *    e = exp((key - max) / T) and the weights' sums a tile of consecutive candidates at a time;
+ *    k_walk_draw, one block a request: block scans of the tile sums for the total, the top_p
+ *    cut, the min_p filter and the draw, and one warp walking the tile where a bound is crossed;
  *  - the token ids are copied to pinned memory and the stream is synchronized.
  * Scratch lives in one context per device (grown on demand, kept until exit). */
 #include "backend/cuda/cuda_sample.cuh"
@@ -212,7 +214,7 @@ static __device__ float block_max(float m, float *sh) {
   if (l == 0) sh[w] = m;
   __syncthreads();
   if (w == 0) {
-    m = l < WALK_T / 32 ? sh[l] : -INFINITY;
+    m = l < (int)(blockDim.x >> 5) ? sh[l] : -INFINITY;
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     if (l == 0) sh[0] = m;
   }
@@ -222,74 +224,219 @@ static __device__ float block_max(float m, float *sh) {
   return m;
 }
 
-/* one block per request; thread t owns the contiguous candidates [lo, hi) so that block
- * scans of per-thread sums give every candidate's cumulative weight */
-static __global__ void __launch_bounds__(WALK_T) k_walk(const dreq *rq, int32_t *out) {
-  const dreq q = rq[blockIdx.x];
+static __device__ __forceinline__ sm_u128 shfl_u128(sm_u128 v, int src, bool up) {
+  uint64_t lo = (uint64_t)v, hi = (uint64_t)(v >> 64);
+  lo = up ? __shfl_up_sync(0xffffffffu, lo, src) : __shfl_xor_sync(0xffffffffu, lo, src);
+  hi = up ? __shfl_up_sync(0xffffffffu, hi, src) : __shfl_xor_sync(0xffffffffu, hi, src);
+  return ((sm_u128)hi << 64) | lo;
+}
+static __device__ __forceinline__ sm_u128 bcast_u128(sm_u128 v, int lane) {
+  const uint64_t lo = __shfl_sync(0xffffffffu, (uint64_t)v, lane), hi = __shfl_sync(0xffffffffu, (uint64_t)(v >> 64), lane);
+  return ((sm_u128)hi << 64) | lo;
+}
+static __device__ __forceinline__ sm_u128 warp_sum(sm_u128 v) {
+  for (int o = 16; o > 0; o >>= 1) v += shfl_u128(v, o, false);
+  return v;
+}
+static __device__ __forceinline__ sm_u128 warp_incl(sm_u128 v) {
+  const int l = threadIdx.x & 31;
+  for (int o = 1; o < 32; o <<= 1) {
+    sm_u128 a = shfl_u128(v, o, true);
+    if (l >= o) v += a;
+  }
+  return v;
+}
+
+/* The walk works on tiles of 32 * K consecutive candidates (K grows with the candidate count so
+ * that a request has at most WALK_TILES tiles), a warp a tile at a time with its lanes on
+ * consecutive candidates. k_walk_max and k_walk_exp spread a request's tiles over S blocks (the
+ * arithmetic of e and of the weights is most of the work); k_walk_draw, a block a request, scans
+ * the tile sums to find the tile where a cumulative weight crosses a bound, and one warp finds the
+ * candidate in it. The sums are exact integers and the bound tests are those of the sequential loop
+ * (sm_sample_row), so the token is the same. */
+#define WALK_TILES 1024 /* tiles a request at most (= 2 * WALK_T: two a thread in the scan) */
+#define WALK_ST 256     /* threads of the k_walk_max / k_walk_exp blocks */
+#define WALK_MAX_S 256  /* blocks a request at most */
+
+static __device__ __forceinline__ void walk_geom(int n, int *K, int *nt) {
+  *K = (n + 32 * WALK_TILES - 1) / (32 * WALK_TILES);
+  *nt = (n + 32 * *K - 1) / (32 * *K);
+}
+
+/* grid (S, requests): the largest key of each block's share of a request's tiles */
+static __global__ void __launch_bounds__(WALK_ST) k_walk_max(const dreq *rq, int S, float *pmax) {
+  const dreq q = rq[blockIdx.y];
   if (q.mode == SM_SAMPLE_GREEDY) return;
-  __shared__ sm_u128 sh[WALK_T];
-  __shared__ float shm[32];
-  __shared__ int s_min, s_max;
-  const int t = threadIdx.x, n = q.n;
+  __shared__ float fsh[32];
+  int K, nt;
+  walk_geom(q.n, &K, &nt);
+  const int tpb = (nt + S - 1) / S, i0 = blockIdx.x * tpb * K * 32, i1 = min(q.n, i0 + tpb * K * 32);
   const float *keys = q.keys ? q.keys : q.src;
-  const int cs = (n + WALK_T - 1) / WALK_T;
-  const int lo = min(n, t * cs), hi = min(n, lo + cs);
   float m = -INFINITY;
-  for (int i = lo; i < hi; i++) m = fmaxf(m, sm_sample_key(keys[i]));
-  m = block_max(m, shm);
+  for (int i = i0 + threadIdx.x; i < i1; i += WALK_ST) m = fmaxf(m, sm_sample_key(keys[i]));
+  m = block_max(m, fsh);
+  if (threadIdx.x == 0) pmax[blockIdx.y * S + blockIdx.x] = m;
+}
+
+static __device__ float walk_row_max(const float *pmax, int S) {
+  __shared__ float fsh[32];
+  float m = -INFINITY;
+  for (int k = threadIdx.x; k < S; k += blockDim.x) m = fmaxf(m, pmax[blockIdx.y * S + k]);
+  return block_max(m, fsh);
+}
+
+/* grid (S, requests): e of each candidate of the block's tiles, and per tile the sum of the weights
+ * (ts) and of those min_p keeps (ks); sums: 2 * WALK_TILES a request */
+static __global__ void __launch_bounds__(WALK_ST) k_walk_exp(const dreq *rq, int S, const float *pmax, sm_u128 *sums) {
+  const dreq q = rq[blockIdx.y];
+  if (q.mode == SM_SAMPLE_GREEDY) return;
+  const float m = walk_row_max(pmax, S);
+  if (m == -INFINITY) return;
+  int K, nt;
+  walk_geom(q.n, &K, &nt);
+  const int tpb = (nt + S - 1) / S, t0 = blockIdx.x * tpb, t1 = min(nt, t0 + tpb), n = q.n;
+  const int wp = threadIdx.x >> 5, l = threadIdx.x & 31;
+  const float *keys = q.keys ? q.keys : q.src;
+  const bool use_mp = q.min_p > 0;
+  const float mp = q.min_p > 1.0f ? 1.0f : q.min_p;
+  sm_u128 *ts = sums + (size_t)blockIdx.y * 2 * WALK_TILES, *ks = ts + WALK_TILES;
+  for (int tile = t0 + wp; tile < t1; tile += WALK_ST / 32) {
+    sm_u128 a = 0, b = 0;
+    for (int k = 0; k < K; k++) {
+      const int i = tile * K * 32 + k * 32 + l;
+      if (i >= n) break;
+      const float v = sm_sample_exp(SM_FDIV(SM_FSUB(sm_sample_key(keys[i]), m), q.T));
+      q.e[i] = v;
+      const sm_u128 w = sm_sample_weight(v);
+      a += w;
+      if (!use_mp || v >= mp) b += w;
+    }
+    a = warp_sum(a);
+    b = warp_sum(b);
+    if (l == 0) {
+      ts[tile] = a;
+      ks[tile] = b;
+    }
+  }
+}
+
+typedef struct {
+  sm_u128 sum[WALK_TILES], pre[WALK_TILES], scan[WALK_T];
+  int s_tile, s_last;
+} walk_sh;
+
+/* sh->pre = the exclusive scan of sh->sum[0..nt); returns the total */
+static __device__ sm_u128 walk_scan(walk_sh *sh, int nt) {
+  const int t = threadIdx.x, a = 2 * t, b = 2 * t + 1;
+  const sm_u128 va = a < nt ? sh->sum[a] : 0, vb = b < nt ? sh->sum[b] : 0;
+  sm_u128 total;
+  const sm_u128 ex = scan_excl(va + vb, sh->scan, &total);
+  if (a < nt) sh->pre[a] = ex;
+  if (b < nt) sh->pre[b] = ex + va;
+  __syncthreads();
+  return total;
+}
+
+/* the first candidate i < n whose cumulative w (inclusive) c has hit(c), or -1; sh->sum / pre are
+ * the tile sums of w and their scan; hit must be monotone in c */
+template <class W, class H> static __device__ int walk_find(walk_sh *sh, int n, int K, int nt, W w, H hit) {
+  if (threadIdx.x == 0) sh->s_tile = INT_MAX;
+  __syncthreads();
+  for (int tile = threadIdx.x; tile < nt; tile += WALK_T)
+    if (hit(sh->pre[tile] + sh->sum[tile])) atomicMin(&sh->s_tile, tile);
+  __syncthreads();
+  const int tile = sh->s_tile;
+  __syncthreads();
+  if (tile == INT_MAX) return -1;
+  if (threadIdx.x < 32) {
+    const int l = threadIdx.x;
+    sm_u128 base = sh->pre[tile];
+    int found = -1;
+    for (int k = 0; k < K && found < 0; k++) {
+      const int i = tile * K * 32 + k * 32 + l;
+      const sm_u128 c = base + warp_incl(i < n ? w(i) : (sm_u128)0);
+      const unsigned m = __ballot_sync(0xffffffffu, i < n && hit(c));
+      if (m) found = tile * K * 32 + k * 32 + __ffs(m) - 1;
+      base = bcast_u128(c, 31);
+    }
+    if (l == 0) sh->s_tile = found;
+  }
+  __syncthreads();
+  const int r = sh->s_tile;
+  __syncthreads();
+  return r;
+}
+
+/* grid (requests): the draw, from the tile sums of k_walk_exp */
+static __global__ void __launch_bounds__(WALK_T) k_walk_draw(const dreq *rq, int S, const float *pmax,
+                                                             const sm_u128 *sums, int32_t *out) {
+  const dreq q = rq[blockIdx.y];
+  if (q.mode == SM_SAMPLE_GREEDY) return;
+  __shared__ walk_sh sh;
+  const int t = threadIdx.x, n = q.n, wp = t >> 5, l = t & 31;
+  const float m = walk_row_max(pmax, S);
   if (m == -INFINITY) {
-    if (t == 0) out[blockIdx.x] = q.idx ? q.idx[0] : 0;
+    if (t == 0) out[blockIdx.y] = q.idx ? q.idx[0] : 0;
     return;
   }
-  sm_u128 s = 0;
-  for (int i = lo; i < hi; i++) {
-    float e = sm_sample_exp(SM_FDIV(SM_FSUB(sm_sample_key(keys[i]), m), q.T));
-    q.e[i] = e;
-    s += sm_sample_weight(e);
-  }
-  sm_u128 total;
-  sm_u128 c = scan_excl(s, sh, &total);
+  int K, nt;
+  walk_geom(n, &K, &nt);
+  const sm_u128 *ts = sums + (size_t)blockIdx.y * 2 * WALK_TILES, *ks = ts + WALK_TILES;
+  const float *e = q.e;
+  for (int tile = t; tile < nt; tile += WALK_T) sh.sum[tile] = ts[tile];
+  __syncthreads();
+  const sm_u128 total = walk_scan(&sh, nt);
   int keep = n;
   if (q.top_p > 0 && q.top_p < 1.0f) {
     const double thr = SM_DMUL((double)q.top_p, sm_sample_u128_to_double(total));
-    if (t == 0) s_min = INT_MAX;
-    __syncthreads();
-    for (int i = lo; i < hi; i++) {
-      c += sm_sample_weight(q.e[i]);
-      if (sm_sample_u128_to_double(c) >= thr) { atomicMin(&s_min, i); break; }
-    }
-    __syncthreads();
-    if (s_min != INT_MAX) keep = s_min + 1;
-    __syncthreads();
+    const int f = walk_find(
+        &sh, n, K, nt, [&](int i) { return sm_sample_weight(e[i]); },
+        [&](sm_u128 c) { return sm_sample_u128_to_double(c) >= thr; });
+    if (f >= 0) keep = f + 1;
   }
   const bool use_mp = q.min_p > 0;
   const float mp = q.min_p > 1.0f ? 1.0f : q.min_p;
-  const int khi = min(hi, keep);
-  sm_u128 w = 0;
-  for (int i = lo; i < khi; i++) {
-    float e = q.e[i];
-    if (!use_mp || e >= mp) w += sm_sample_weight(e);
+  auto wk = [&](int i) {
+    const float v = e[i];
+    return i < keep && (!use_mp || v >= mp) ? sm_sample_weight(v) : (sm_u128)0;
+  };
+  /* the kept weights' tile sums: k_walk_exp's before the tile of the last kept candidate, that
+   * tile's own (warp 0), none after */
+  const int kt = (keep - 1) / (K * 32);
+  for (int tile = t; tile < nt; tile += WALK_T) sh.sum[tile] = tile < kt ? ks[tile] : 0;
+  __syncthreads();
+  if (wp == 0) {
+    sm_u128 v = 0;
+    for (int k = 0; k < K; k++) {
+      const int i = kt * K * 32 + k * 32 + l;
+      if (i < n) v += wk(i);
+    }
+    v = warp_sum(v);
+    if (l == 0) sh.sum[kt] = v;
   }
-  sm_u128 kept;
-  c = scan_excl(w, sh, &kept);
+  if (t == 0) sh.s_last = -1;
+  __syncthreads();
+  const sm_u128 kept = walk_scan(&sh, nt);
+  for (int tile = t; tile < nt; tile += WALK_T)
+    if (sh.sum[tile]) atomicMax(&sh.s_last, tile);
   const double x = SM_DMUL(q.u, sm_sample_u128_to_double(kept));
-  if (t == 0) { s_min = INT_MAX; s_max = -1; }
-  __syncthreads();
-  int last = -1;
-  for (int i = lo; i < khi; i++) {
-    float e = q.e[i];
-    if (use_mp && !(e >= mp)) continue;
-    sm_u128 wi = sm_sample_weight(e);
-    if (!wi) continue;
-    c += wi;
-    last = i;
-    if (x < sm_sample_u128_to_double(c)) { atomicMin(&s_min, i); break; }
+  int pick = walk_find(&sh, n, K, nt, wk, [&](sm_u128 c) { return x < sm_sample_u128_to_double(c); });
+  if (pick < 0 && sh.s_last >= 0) { /* no crossing (rounding): the last kept candidate */
+    if (wp == 0) {
+      int last = -1;
+      for (int k = 0; k < K; k++) {
+        const int i = sh.s_last * K * 32 + k * 32 + l;
+        const unsigned b = __ballot_sync(0xffffffffu, i < n && wk(i) != 0);
+        if (b) last = sh.s_last * K * 32 + k * 32 + 31 - __clz(b);
+      }
+      if (l == 0) sh.s_tile = last;
+    }
+    __syncthreads();
+    pick = sh.s_tile;
   }
-  if (last >= 0) atomicMax(&s_max, last);
-  __syncthreads();
   if (t == 0) {
-    int pick = s_min != INT_MAX ? s_min : s_max >= 0 ? s_max : 0;
-    out[blockIdx.x] = q.idx ? q.idx[pick] : pick;
+    pick = pick >= 0 ? pick : 0;
+    out[blockIdx.y] = q.idx ? q.idx[pick] : pick;
   }
 }
 
@@ -301,6 +448,8 @@ typedef struct {
   dbuf d_stage;
   dbuf rows;          /* penalized row copies */
   dbuf e;             /* e scratch of the walk */
+  dbuf ws;            /* the walk's tile sums (2 * WALK_TILES a request), then its block maxima */
+  int n_sm;           /* the device's SMs (0: not read yet) */
   dbuf kin, iin;      /* sort input */
   dbuf kout, iout;    /* sorted keys / ids, one row per sorted request */
   dbuf tmp;           /* CUB temporary storage */
@@ -374,6 +523,7 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
   const size_t cnt_before = x->cnt.cap;
   if (!hgrow(&x->h_stage, stage) || !dgrow(&x->d_stage, stage) ||
       !dgrow(&x->rows, sizeof(float) * Vz * (size_t)n_copy) || !dgrow(&x->e, sizeof(float) * Vz * (size_t)n_walk) ||
+      !dgrow(&x->ws, (sizeof(sm_u128) * 2 * WALK_TILES + sizeof(float) * WALK_MAX_S) * (size_t)n_req) ||
       !dgrow(&x->kin, n_sorted ? sizeof(float) * Vz : 0) || !dgrow(&x->iin, n_sorted ? sizeof(int32_t) * Vz : 0) ||
       !dgrow(&x->kout, sizeof(float) * Vz * (size_t)n_sorted) ||
       !dgrow(&x->iout, sizeof(int32_t) * Vz * (size_t)n_sorted) || !dgrow(&x->tmp, n_sorted ? SM_MAX(tmp_need, (size_t)256) : 0) || /* never NULL: CUB reads NULL as a size query */
@@ -485,7 +635,20 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
                                                    (const int32_t *)x->iin.p, (int32_t *)h[i].idx, V, 0, 32, s);
     if (ce != cudaSuccess) return cuerr(ce, "sort");
   }
-  if (n_walk) k_walk<<<(unsigned)n_req, WALK_T, 0, s>>>(dq, d_out);
+  if (n_walk) { /* about two blocks an SM over the walking requests' tiles */
+    int dv = 0;
+    if (!x->n_sm && (cudaGetDevice(&dv) != cudaSuccess ||
+                     cudaDeviceGetAttribute(&x->n_sm, cudaDevAttrMultiProcessorCount, dv) != cudaSuccess)) {
+      cudaGetLastError();
+      x->n_sm = 1;
+    }
+    const int S = SM_MAX(1, SM_MIN(WALK_MAX_S, (2 * x->n_sm + n_walk - 1) / n_walk));
+    sm_u128 *sums = (sm_u128 *)x->ws.p;
+    float *pmax = (float *)(sums + (size_t)2 * WALK_TILES * n_req);
+    k_walk_max<<<dim3((unsigned)S, (unsigned)n_req), WALK_ST, 0, s>>>(dq, S, pmax);
+    k_walk_exp<<<dim3((unsigned)S, (unsigned)n_req), WALK_ST, 0, s>>>(dq, S, pmax, sums);
+    k_walk_draw<<<dim3(1u, (unsigned)n_req), WALK_T, 0, s>>>(dq, S, pmax, sums, d_out);
+  }
   if ((ce = cudaGetLastError()) != cudaSuccess) return cuerr(ce, "launch");
   if (dev_dst) return SMELT_OK;
   if ((ce = cudaMemcpyAsync(x->h_out.p, d_out, sizeof(int32_t) * (size_t)n_req, cudaMemcpyDeviceToHost, s)) !=
