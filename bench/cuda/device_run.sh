@@ -13,7 +13,6 @@
 #   sw1 sw8 one 1B / 8B 4-bit decode bench per entry of SW="ENV=v ENV2=w|ENV=x" (SW_BITS, SW_P)
 #   mv      the quantized matvec microbenchmark (cuda_mvbench)
 #   mm      the batched 4-bit matmul microbenchmark (cuda_mmbench), tensor-core kernel and cuBLAS path
-#   wg      the Hopper wgmma probe of the batched 4-bit matmul (bench/cuda/wgmma_probe.cu, built alone for sm_90a)
 #   kern    test_cuda_kernels alone
 # Needs the Debian packages in build-cudadeps/debs (device_env.sh). Logs go to $OUT.
 set -o pipefail
@@ -56,8 +55,6 @@ for stage in "$@"; do
     mv) timeout 240 $B/tests/cuda/cuda_mvbench 64 2>&1 | tee -a $OUT/mvbench.txt ;;
     mm) for q in 256 0; do echo "SMELT_CUDA_QMMA=$q"; SMELT_CUDA_QMMA=$q timeout 120 $B/tests/cuda/cuda_mmbench 17,32,64,128,256; done 2>&1 | tee -a $OUT/mmbench.txt ;;
     kern) (timeout ${KERN_TO:-240} $B/tests/cuda/test_cuda_kernels 2>&1 | tee $OUT/kern.log | grep -E "FAIL|checks" | tail -40) ;;
-    wg) nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I src -o /tmp/wgmma_probe bench/cuda/wgmma_probe.cu 2>&1 | grep -vE "^$" | tail -5
-      timeout 240 /tmp/wgmma_probe 2>&1 | tee -a $OUT/wgmma_probe.txt ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

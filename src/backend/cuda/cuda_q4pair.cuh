@@ -1,5 +1,4 @@
-/* 4-bit MLX words to f16 pairs in registers, for the tensor-core operands (cuda_qmma.cu, and
- * bench/cuda/wgmma_probe.cu, which measures the same dequantization under Hopper's wgmma). */
+/* 4-bit MLX words to f16 pairs in registers, for the tensor-core operands (cuda_qmma.cu). */
 #ifndef SM_CUDA_Q4PAIR_CUH
 #define SM_CUDA_Q4PAIR_CUH
 #include <cuda_fp16.h>
