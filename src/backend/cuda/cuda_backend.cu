@@ -32,6 +32,7 @@ bool cu_ck(cuda_be *c, cudaError_t e, const char *what) {
 
 bool cu_ensure_buf(cuda_be *c, void **p, size_t *cap, size_t need) {
   if (need <= *cap) return true;
+  c->st_grow++;
   cu_graphs_clear(c);
   if (*p) cudaFree(*p);
   *p = NULL;
@@ -204,6 +205,9 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
     c->t_setb = sm_now();
     if (c->t_ret > 0) c->st_outside_us += (c->t_setb - c->t_ret) * 1e6;
     c->st_n = b ? b->n_tokens : 0;
+    c->st_mark[0] = c->st_capture;
+    c->st_mark[1] = c->st_eager_fwd;
+    c->st_mark[2] = c->st_grow;
   }
   if (c->failed) return sm_err(SMELT_ERR_BACKEND, "cuda: an earlier device error occurred");
   if (!b || b->n_tokens < 0 || b->n_seqs < 0 || b->max_blocks < 0 || b->n_out < 0)

@@ -161,6 +161,8 @@ typedef struct {
   long st_steps, st_timed;
   /* the same by step size (tokens: 1, 2-16, 17-64, 65-128, 129-256, 257-512, more): steps, set_batch..sync us */
   int st_n;
+  long st_grow;        /* scratch buffers regrown (cu_ensure_buf: frees, allocates, drops the graphs) */
+  long st_mark[3];     /* captures, eager forwards and regrowths when the step began (slow steps are listed) */
   long st_bk_n[7];
   double st_bk_us[7];
   /* timeline (stats 2) of pipelined decode steps, events per feed slot: 0 before the batch upload, 1

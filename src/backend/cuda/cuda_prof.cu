@@ -100,6 +100,9 @@ void cu_stats_collect(cuda_be *c) {
       c->st_steps++;
       c->st_bk_n[k]++;
       c->st_bk_us[k] += us;
+      if (us > 20000) /* a slow step: what it did besides running */
+        fprintf(stderr, "cuda stats: step of %d tokens took %.1f ms (graph captures %ld, eager forwards %ld, scratch regrowths %ld)\n",
+                n, us / 1e3, c->st_capture - c->st_mark[0], c->st_eager_fwd - c->st_mark[1], c->st_grow - c->st_mark[2]);
       c->t_setb = 0;
     }
     c->t_ret = now;
