@@ -15,7 +15,8 @@
  *  - greedy requests: k_argmax, a grid of blocks per row (key = sm_sample_key(logit), first
  *    max index); the last block of a row (atomic counter) reduces the partial results;
  *  - sorted requests (top_k, or top_p < 1): keys + ids -> cub::DeviceRadixSort (descending,
- *    stable, so equal keys keep index order: the host's "key desc, index asc");
+ *    stable, so equal keys keep index order: the host's "key desc, index asc"), the rows of
+ *    several such requests in one cub::DeviceSegmentedRadixSort (a segment a row, also stable);
  *  - non-greedy requests: k_walk_max and k_walk_exp, several blocks a request: the max, then
  *    e = exp((key - max) / T) and the weights' sums a tile of consecutive candidates at a time;
  *    k_walk_draw, one block a request: block scans of the tile sums for the total, the top_p
@@ -189,6 +190,12 @@ static __global__ void k_sort_prep(const float *src, int V, float *keys, int32_t
     keys[i] = sm_sample_key(src[i]);
     ids[i] = i;
   }
+}
+
+/* the offsets of n rows of V for a segmented sort: off[i] = i * V, i <= n */
+static __global__ void k_seg_offsets(int *off, int n, int V) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i <= n) off[i] = i * V;
 }
 
 /* exclusive block scan of v (WALK_T threads); *total = the sum over the block */
@@ -450,7 +457,8 @@ typedef struct {
   dbuf e;             /* e scratch of the walk */
   dbuf ws;            /* the walk's tile sums (2 * WALK_TILES a request), then its block maxima */
   int n_sm;           /* the device's SMs (0: not read yet) */
-  dbuf kin, iin;      /* sort input */
+  dbuf kin, iin;      /* sort input, one row per sorted request */
+  dbuf soff;          /* segment offsets of the sort of several rows */
   dbuf kout, iout;    /* sorted keys / ids, one row per sorted request */
   dbuf tmp;           /* CUB temporary storage */
   dbuf pv, pi;        /* argmax partials */
@@ -515,16 +523,23 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
   const size_t stage = mask_off + sizeof(uint32_t) * W * (size_t)n_mask;
   size_t tmp_need = 0;
   cudaError_t ce;
-  if (n_sorted) {
+  if (n_sorted == 1) {
     ce = cub::DeviceRadixSort::SortPairsDescending((void *)NULL, tmp_need, (const float *)NULL, (float *)NULL,
                                                    (const int32_t *)NULL, (int32_t *)NULL, V, 0, 32, s);
+    if (ce != cudaSuccess) return cuerr(ce, "sort size");
+  } else if (n_sorted > 1) {
+    if ((size_t)n_sorted * Vz > (size_t)INT_MAX) return sm_err(SMELT_ERR_LIMIT, "cuda sample: %d sorted rows of %d", n_sorted, V);
+    ce = cub::DeviceSegmentedRadixSort::SortPairsDescending((void *)NULL, tmp_need, (const float *)NULL, (float *)NULL,
+                                                            (const int32_t *)NULL, (int32_t *)NULL, n_sorted * V,
+                                                            n_sorted, (const int *)NULL, (const int *)NULL, 0, 32, s);
     if (ce != cudaSuccess) return cuerr(ce, "sort size");
   }
   const size_t cnt_before = x->cnt.cap;
   if (!hgrow(&x->h_stage, stage) || !dgrow(&x->d_stage, stage) ||
       !dgrow(&x->rows, sizeof(float) * Vz * (size_t)n_copy) || !dgrow(&x->e, sizeof(float) * Vz * (size_t)n_walk) ||
       !dgrow(&x->ws, (sizeof(sm_u128) * 2 * WALK_TILES + sizeof(float) * WALK_MAX_S) * (size_t)n_req) ||
-      !dgrow(&x->kin, n_sorted ? sizeof(float) * Vz : 0) || !dgrow(&x->iin, n_sorted ? sizeof(int32_t) * Vz : 0) ||
+      !dgrow(&x->kin, sizeof(float) * Vz * (size_t)n_sorted) || !dgrow(&x->iin, sizeof(int32_t) * Vz * (size_t)n_sorted) ||
+      !dgrow(&x->soff, sizeof(int) * (size_t)(n_sorted + 1)) ||
       !dgrow(&x->kout, sizeof(float) * Vz * (size_t)n_sorted) ||
       !dgrow(&x->iout, sizeof(int32_t) * Vz * (size_t)n_sorted) || !dgrow(&x->tmp, n_sorted ? SM_MAX(tmp_need, (size_t)256) : 0) || /* never NULL: CUB reads NULL as a size query */
       !dgrow(&x->pv, sizeof(float) * ARG_MAX_SPLIT * (size_t)n_req) ||
@@ -626,13 +641,30 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
     k_argmax<<<dim3((unsigned)nsplit, (unsigned)n_req), ARG_T, 0, s>>>(dq, NULL, V, nsplit, chunk, (float *)x->pv.p,
                                                                         (int *)x->pi.p, (unsigned *)x->cnt.p, d_out, (int32_t *)NULL);
   }
-  for (int i = 0; i < n_req; i++) {
-    if (h[i].mode != SM_SAMPLE_SORTED) continue;
-    unsigned nb = (unsigned)SM_MIN((size_t)1024, (Vz + 255) / 256);
-    k_sort_prep<<<nb, 256, 0, s>>>(h[i].src, V, (float *)x->kin.p, (int32_t *)x->iin.p);
+  if (n_sorted == 1) { /* one device-wide sort */
+    for (int i = 0; i < n_req; i++) {
+      if (h[i].mode != SM_SAMPLE_SORTED) continue;
+      unsigned nb = (unsigned)SM_MIN((size_t)1024, (Vz + 255) / 256);
+      k_sort_prep<<<nb, 256, 0, s>>>(h[i].src, V, (float *)x->kin.p, (int32_t *)x->iin.p);
+      size_t tb = x->tmp.cap;
+      ce = cub::DeviceRadixSort::SortPairsDescending(x->tmp.p, tb, (const float *)x->kin.p, (float *)h[i].keys,
+                                                     (const int32_t *)x->iin.p, (int32_t *)h[i].idx, V, 0, 32, s);
+      if (ce != cudaSuccess) return cuerr(ce, "sort");
+    }
+  } else if (n_sorted > 1) { /* all rows in one segmented sort (a row each), into kout / iout in order */
+    for (int i = 0, k = 0; i < n_req; i++) {
+      if (h[i].mode != SM_SAMPLE_SORTED) continue;
+      unsigned nb = (unsigned)SM_MIN((size_t)1024, (Vz + 255) / 256);
+      k_sort_prep<<<nb, 256, 0, s>>>(h[i].src, V, (float *)x->kin.p + (size_t)k * Vz,
+                                     (int32_t *)x->iin.p + (size_t)k * Vz);
+      k++;
+    }
+    int *off = (int *)x->soff.p;
+    k_seg_offsets<<<(unsigned)((n_sorted + 256) / 256), 256, 0, s>>>(off, n_sorted, V);
     size_t tb = x->tmp.cap;
-    ce = cub::DeviceRadixSort::SortPairsDescending(x->tmp.p, tb, (const float *)x->kin.p, (float *)h[i].keys,
-                                                   (const int32_t *)x->iin.p, (int32_t *)h[i].idx, V, 0, 32, s);
+    ce = cub::DeviceSegmentedRadixSort::SortPairsDescending(
+        x->tmp.p, tb, (const float *)x->kin.p, (float *)x->kout.p, (const int32_t *)x->iin.p, (int32_t *)x->iout.p,
+        n_sorted * V, n_sorted, off, off + 1, 0, 32, s);
     if (ce != cudaSuccess) return cuerr(ce, "sort");
   }
   if (n_walk) { /* about two blocks an SM over the walking requests' tiles */
