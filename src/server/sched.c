@@ -14,7 +14,6 @@
 
 static atomic_uint_fast64_t g_next_id;
 
-
 static void job_free(sm_job *j) {
   for (int i = 0; i < j->n; i++) {
     sm_choice *c = &j->ch[i];

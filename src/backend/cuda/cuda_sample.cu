@@ -641,27 +641,22 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
     k_argmax<<<dim3((unsigned)nsplit, (unsigned)n_req), ARG_T, 0, s>>>(dq, NULL, V, nsplit, chunk, (float *)x->pv.p,
                                                                         (int *)x->pi.p, (unsigned *)x->cnt.p, d_out, (int32_t *)NULL);
   }
-  if (n_sorted == 1) { /* one device-wide sort */
-    for (int i = 0; i < n_req; i++) {
-      if (h[i].mode != SM_SAMPLE_SORTED) continue;
-      unsigned nb = (unsigned)SM_MIN((size_t)1024, (Vz + 255) / 256);
-      k_sort_prep<<<nb, 256, 0, s>>>(h[i].src, V, (float *)x->kin.p, (int32_t *)x->iin.p);
-      size_t tb = x->tmp.cap;
-      ce = cub::DeviceRadixSort::SortPairsDescending(x->tmp.p, tb, (const float *)x->kin.p, (float *)h[i].keys,
-                                                     (const int32_t *)x->iin.p, (int32_t *)h[i].idx, V, 0, 32, s);
-      if (ce != cudaSuccess) return cuerr(ce, "sort");
-    }
-  } else if (n_sorted > 1) { /* all rows in one segmented sort (a row each), into kout / iout in order */
-    for (int i = 0, k = 0; i < n_req; i++) {
-      if (h[i].mode != SM_SAMPLE_SORTED) continue;
-      unsigned nb = (unsigned)SM_MIN((size_t)1024, (Vz + 255) / 256);
-      k_sort_prep<<<nb, 256, 0, s>>>(h[i].src, V, (float *)x->kin.p + (size_t)k * Vz,
-                                     (int32_t *)x->iin.p + (size_t)k * Vz);
-      k++;
-    }
+  /* sorted requests: their rows of keys and ids, then one device-wide sort, or a segmented sort (a
+   * segment a row) of several, into kout / iout in request order */
+  for (int i = 0, k = 0; i < n_req; i++) {
+    if (h[i].mode != SM_SAMPLE_SORTED) continue;
+    unsigned nb = (unsigned)SM_MIN((size_t)1024, (Vz + 255) / 256);
+    k_sort_prep<<<nb, 256, 0, s>>>(h[i].src, V, (float *)x->kin.p + (size_t)k * Vz, (int32_t *)x->iin.p + (size_t)k * Vz);
+    k++;
+  }
+  size_t tb = x->tmp.cap;
+  if (n_sorted == 1) {
+    ce = cub::DeviceRadixSort::SortPairsDescending(x->tmp.p, tb, (const float *)x->kin.p, (float *)x->kout.p,
+                                                   (const int32_t *)x->iin.p, (int32_t *)x->iout.p, V, 0, 32, s);
+    if (ce != cudaSuccess) return cuerr(ce, "sort");
+  } else if (n_sorted > 1) {
     int *off = (int *)x->soff.p;
     k_seg_offsets<<<(unsigned)((n_sorted + 256) / 256), 256, 0, s>>>(off, n_sorted, V);
-    size_t tb = x->tmp.cap;
     ce = cub::DeviceSegmentedRadixSort::SortPairsDescending(
         x->tmp.p, tb, (const float *)x->kin.p, (float *)x->kout.p, (const int32_t *)x->iin.p, (int32_t *)x->iout.p,
         n_sorted * V, n_sorted, off, off + 1, 0, 32, s);
