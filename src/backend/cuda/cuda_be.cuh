@@ -159,10 +159,10 @@ typedef struct {
   double st_graph_ms, st_dl_ms, st_flush_us;
   double t_ret, t_setb, st_outside_us, st_rec_us, st_wait_us;
   long st_steps, st_timed;
-  /* the same by step size (tokens: 1, 2-16, 17-64, 65-128, 129-256, 257-512, more): steps, set_batch..sync us */
-  int st_n;
-  long st_grow;        /* scratch buffers regrown (cu_ensure_buf: frees, allocates, drops the graphs) */
-  long st_mark[3];     /* captures, eager forwards and regrowths when the step began (slow steps are listed) */
+  int st_n;           /* tokens of the step being timed */
+  long st_grow;       /* scratch buffers regrown (cu_ensure_buf: frees, allocates, drops the graphs) */
+  long st_mark[3];    /* captures, eager forwards and regrowths when the step began (slow steps are listed) */
+  /* steps and set_batch..sync us by step size (cu_stats_collect's buckets of tokens) */
   long st_bk_n[7];
   double st_bk_us[7];
   /* timeline (stats 2) of pipelined decode steps, events per feed slot: 0 before the batch upload, 1

@@ -8,6 +8,10 @@
 #include "backend/cuda/cuda_mlp.cuh"
 #include "backend/cuda/cuda_q4.cuh"
 
+/* the step-size buckets of the stats: most tokens of each, and their names */
+static const int k_bk_max[6] = {1, 16, 64, 128, 256, 512};
+static const char *const k_bk_name[7] = {"1", "2-16", "17-64", "65-128", "129-256", "257-512", ">512"};
+
 void cu_prof_begin(cuda_be *c) { if (c->t.profile) cudaEventRecord(c->pe0, c->s); }
 void cu_prof_end(cuda_be *c, const char *label, double flop) {
   if (!c->t.profile) return;
@@ -61,11 +65,10 @@ void cu_prof_report(cuda_be *c) {
             "set_batch..sync return %.1f\n", c->st_steps, c->st_outside_us / c->st_steps, c->st_rec_us / c->st_steps,
             c->st_wait_us / c->st_steps);
   if (c->t.stats && c->st_steps) {
-    static const char *bk[7] = {"1", "2-16", "17-64", "65-128", "129-256", "257-512", ">512"};
     fprintf(stderr, "cuda stats: steps by tokens (count, us each, share of step time):");
     for (int k = 0; k < 7; k++)
       if (c->st_bk_n[k])
-        fprintf(stderr, " %s: %ld, %.1f, %.1f%%;", bk[k], c->st_bk_n[k], c->st_bk_us[k] / c->st_bk_n[k],
+        fprintf(stderr, " %s: %ld, %.1f, %.1f%%;", k_bk_name[k], c->st_bk_n[k], c->st_bk_us[k] / c->st_bk_n[k],
                 100.0 * c->st_bk_us[k] / (c->st_wait_us > 0 ? c->st_wait_us : 1));
     fprintf(stderr, "\n");
   }
@@ -95,7 +98,8 @@ void cu_stats_collect(cuda_be *c) {
     if (c->t_setb > 0) {
       const double us = (now - c->t_setb) * 1e6;
       const int n = c->st_n;
-      const int k = n <= 1 ? 0 : n <= 16 ? 1 : n <= 64 ? 2 : n <= 128 ? 3 : n <= 256 ? 4 : n <= 512 ? 5 : 6;
+      int k = 0;
+      while (k < 6 && n > k_bk_max[k]) k++;
       c->st_wait_us += us;
       c->st_steps++;
       c->st_bk_n[k]++;
