@@ -185,6 +185,62 @@ static void test_batches(void) {
   printf("batches: %d requests, %d mismatches\n", total, bad);
 }
 
+/* one op call of a decode step's size: 64 requests, each on its own row of a real vocabulary's
+ * size, with the sampling settings of shipped generation configs (top_k and/or top_p) and rows
+ * from flat to peaked; on the GPU these take the select path (only each row's candidates sorted) */
+static void test_wide_batches(void) {
+  static const float Ts[] = {0.6f, 0.8f, 1.0f, 1.5f}, tps[] = {0.9f, 0.95f, 0.5f, 1.0f, 0.0f, 0.999f},
+                     mps[] = {0, 0, 0.05f}, scale[] = {0.3f, 1.0f, 3.0f, 10.0f};
+  const int ks[] = {0, 0, 20, 64, 1000};
+  enum { R = 64 };
+  int bad = 0, total = 0;
+  for (int it = 0; it < 6; it++) {
+    const int V = it % 2 ? 32000 : 50257;
+    float *rows = malloc(sizeof(float) * (size_t)R * V), *tmp = malloc(sizeof(float) * V);
+    for (int r = 0; r < R; r++) {
+      float *l = rows + (size_t)r * V;
+      const int kind = rnd() % 8 ? R_GAUSS : (int)(rnd() % R_NKIND);
+      make_row(l, V, kind);
+      if (kind == R_GAUSS) {
+        const float sc = scale[rnd() % SM_ARRAY_LEN(scale)];
+        for (int i = 0; i < V; i++) l[i] *= sc;
+      }
+    }
+    sm_sample_req req[R];
+    int32_t got[R], want[R];
+    for (int i = 0; i < R; i++) {
+      smelt_sampling p;
+      smelt_sampling_default(&p);
+      p.temperature = Ts[rnd() % SM_ARRAY_LEN(Ts)];
+      p.top_k = ks[rnd() % SM_ARRAY_LEN(ks)];
+      p.top_p = tps[rnd() % SM_ARRAY_LEN(tps)];
+      p.min_p = mps[rnd() % SM_ARRAY_LEN(mps)];
+      p.seed = rnd() | 1;
+      sm_sampler a, h;
+      sm_sampler_init(&a, &p, V);
+      sm_sampler_init(&h, &p, V);
+      sm_sampler_prepare(&a, NULL, 0, &req[i]);
+      req[i].row = i;
+      memcpy(tmp, rows + (size_t)i * V, sizeof(float) * V);
+      want[i] = sm_sampler_sample(&h, tmp, NULL, 0);
+      sm_sampler_free(&a);
+      sm_sampler_free(&h);
+    }
+    smelt_status st = op(rows, R, V, req, R, got, it == 0);
+    CHECK(st == SMELT_OK, "wide batch: %s", smelt_last_error());
+    for (int i = 0; i < R; i++) {
+      total++;
+      if (got[i] != want[i] && bad++ < 10)
+        fprintf(stderr, "wide batch V=%d request %d (T=%g k=%d p=%g min_p=%g u=%.17g): op %d, host %d\n", V, i,
+                req[i].temperature, req[i].top_k, req[i].top_p, req[i].min_p, req[i].u, got[i], want[i]);
+    }
+    free(rows);
+    free(tmp);
+  }
+  CHECK(bad == 0, "64-request batches == host sampler (%d of %d differ)", bad, total);
+  printf("wide batches: %d requests, %d mismatches\n", total, bad);
+}
+
 /* explicit u at the edges, against sm_sample_row; and independent checks of the rule */
 static void test_edges(void) {
   const int V = 3000;
@@ -277,9 +333,16 @@ static void timing(void) {
     for (int r = 0; r < R; r++) B->upload(B, d64 + (size_t)r * V, row, sizeof(float) * V);
     sm_sample_req rq[R];
     int32_t tk[R];
-    for (int c = 0; c < 2; c++) {
+    static const char *names[] = {"T=0.8, 64 rows", "T=0.8 top_p=0.9, 64 rows", "T=0.8 k=20 p=0.95, 64 rows"};
+    for (int c = 0; c < 3; c++) {
       for (int r = 0; r < R; r++)
-        rq[r] = (sm_sample_req){.row = r, .temperature = 0.8f, .top_p = c ? 0.9f : 1, .u = 0.3};
+        rq[r] = (sm_sample_req){.row = r,
+                                .temperature = 0.8f,
+                                .top_k = c == 2 ? 20 : 0,
+                                .top_p = c == 1 ? 0.9f
+                                       : c == 2 ? 0.95f
+                                                : 1,
+                                .u = 0.3};
       B->sample(B, d64, R, V, rq, R, tk);
       int n = 0;
       double t0 = sm_now(), t1;
@@ -288,8 +351,7 @@ static void timing(void) {
         n++;
         t1 = sm_now();
       } while (t1 - t0 < 0.2 && n < 2000);
-      printf("timing %-5s vocab %d, %-22s %9.1f us/call\n", B->name, V,
-             c ? "T=0.8 top_p=0.9, 64 rows" : "T=0.8, 64 rows", 1e6 * (t1 - t0) / n);
+      printf("timing %-5s vocab %d, %-22s %9.1f us/call\n", B->name, V, names[c], 1e6 * (t1 - t0) / n);
     }
     B->free(B, d64);
   }
@@ -496,6 +558,7 @@ int main(int argc, char **argv) {
   if (!B || !B->sample) TEST_END();
   test_random_rows(cuda);
   test_batches();
+  test_wide_batches();
   test_edges();
   if (cuda || getenv("SMELT_SAMPLE_TIMING")) timing();
   B->destroy(B);

@@ -44,11 +44,17 @@ typedef struct {
   const uint32_t *mask; /* grammar mask (device copy; NULL: none) */
   int copy;           /* src is a copy of orig made by k_prep_rows */
   int bias_off, n_bias; /* its logit biases in the staged dbias list */
+  int pen_off, n_pen;   /* its (token, count) pairs in the staged dpen list */
   const float *keys;  /* sorted keys (NULL: src in natural order) */
   const int32_t *idx; /* token ids of the sorted keys */
   float *e;           /* scratch: e of each candidate */
   float T, top_p, min_p, rep, freq, pres;
   int mode, n;
+  /* sorted requests of a call with several (the select path): sel 1 = top_k (k candidates), 2 =
+   * top_p alone, 3 = every token; srow, its row of the sort buffers; total (has_total), the weight
+   * of every token for the top_p bound when only the candidates are sorted */
+  int sel, k, srow, has_total;
+  sm_u128 total;
 } dreq;
 
 typedef struct { int32_t req, token, count; } dpen;
@@ -99,13 +105,22 @@ static __global__ void k_bias(const dreq *rq, int n_req, const dbias *b) {
   }
 }
 
+/* a thread a pair; the first pair of a token in its request's list applies every pair of that token
+ * in list order (the host's sequential loop), so a list that names a token twice gives the host's
+ * logit rather than a race between two writers */
 static __global__ void k_penalize(const dpen *p, int n, const dreq *rq) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  dpen a = p[i];
+  const dpen a = p[i];
   const dreq *r = &rq[a.req];
+  const int p0 = r->pen_off, p1 = p0 + r->n_pen;
+  for (int j = p0; j < i; j++)
+    if (p[j].token == a.token) return;
   float *x = (float *)r->src;
-  x[a.token] = sm_sample_penalize(x[a.token], a.count, r->rep, r->freq, r->pres);
+  float v = x[a.token];
+  for (int j = i; j < p1; j++)
+    if (p[j].token == a.token) v = sm_sample_penalize(v, p[j].count, r->rep, r->freq, r->pres);
+  x[a.token] = v;
 }
 
 static __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
@@ -270,15 +285,17 @@ static __device__ __forceinline__ void walk_geom(int n, int *K, int *nt) {
   *nt = (n + 32 * *K - 1) / (32 * *K);
 }
 
-/* grid (S, requests): the largest key of each block's share of a request's tiles */
-static __global__ void __launch_bounds__(WALK_ST) k_walk_max(const dreq *rq, int S, float *pmax) {
+/* grid (S, requests): the largest key of each block's share of a request's tiles; with pre_V > 0,
+ * of the logits row (pre_V of them, natural order) of each top_p request of the select path */
+static __global__ void __launch_bounds__(WALK_ST) k_walk_max(const dreq *rq, int S, float *pmax, int pre_V) {
   const dreq q = rq[blockIdx.y];
-  if (q.mode == SM_SAMPLE_GREEDY) return;
+  if (q.mode == SM_SAMPLE_GREEDY || (pre_V && q.sel != 2)) return;
   __shared__ float fsh[32];
   int K, nt;
-  walk_geom(q.n, &K, &nt);
-  const int tpb = (nt + S - 1) / S, i0 = blockIdx.x * tpb * K * 32, i1 = min(q.n, i0 + tpb * K * 32);
-  const float *keys = q.keys ? q.keys : q.src;
+  const int n = pre_V ? pre_V : q.n;
+  walk_geom(n, &K, &nt);
+  const int tpb = (nt + S - 1) / S, i0 = blockIdx.x * tpb * K * 32, i1 = min(n, i0 + tpb * K * 32);
+  const float *keys = q.keys && !pre_V ? q.keys : q.src;
   float m = -INFINITY;
   for (int i = i0 + threadIdx.x; i < i1; i += WALK_ST) m = fmaxf(m, sm_sample_key(keys[i]));
   m = block_max(m, fsh);
@@ -392,7 +409,7 @@ static __global__ void __launch_bounds__(WALK_T) k_walk_draw(const dreq *rq, int
   const float *e = q.e;
   for (int tile = t; tile < nt; tile += WALK_T) sh.sum[tile] = ts[tile];
   __syncthreads();
-  const sm_u128 total = walk_scan(&sh, nt);
+  const sm_u128 scanned = walk_scan(&sh, nt), total = q.has_total ? q.total : scanned;
   int keep = n;
   if (q.top_p > 0 && q.top_p < 1.0f) {
     const double thr = SM_DMUL((double)q.top_p, sm_sample_u128_to_double(total));
@@ -447,6 +464,250 @@ static __global__ void __launch_bounds__(WALK_T) k_walk_draw(const dreq *rq, int
   }
 }
 
+/* The select path, for the sorted requests of a call with several. Sorting every token of each
+ * such row (a segment of one cub::DeviceSegmentedRadixSort each, one block a segment) cost 1.2 ms
+ * for 64 rows of 128,256; the walk only ever reads a prefix of the sorted order: the top_k
+ * candidates, or the tokens up to where the cumulative weight reaches top_p of the total. So:
+ *  - k_sel_hist / k_sel_step, twice: a histogram of each row's keys by their top 11 bits, then by
+ *    the next 11 inside the bin that holds the cut, counting tokens (top_k) or summing their
+ *    weights (top_p alone: exact 128-bit sums, so the bin is the one where the sequential loop's
+ *    test first holds); the cut is the low edge of that 22-bit bin;
+ *  - k_sel_count / k_sel_write: the tokens at or above the cut, in index order, into the row of
+ *    the sort input (so that the stable sort keeps "key desc, index asc");
+ *  - the segmented sort of those rows only, and the walk on them: top_k requests walk their k
+ *    first candidates as before; top_p requests walk the candidates with the total weight of the
+ *    whole row (has_total), which is what the top_p bound is computed from.
+ * The candidates are a prefix of the full sorted order that contains every token the walk can
+ * reach, so the token is the same. A row whose nucleus is most of the vocabulary (a flat
+ * distribution) still sorts most of its row. */
+#define SEL_T 256    /* threads of the select kernels */
+#define SEL_BINS 2048 /* 11 bits a level */
+#define SEL_PER (SEL_BINS / SEL_T)
+
+typedef struct {
+  sm_u128 m_above; /* weight of the tokens above the level-0 bin */
+  double thr;      /* top_p * total */
+  uint32_t c_above; /* tokens above the level-0 bin */
+  int b0;          /* the level-0 bin of the cut (-1: keep every token) */
+  uint32_t cut;    /* candidates: ordered keys >= cut */
+} dsel;
+
+/* a key as an unsigned integer of the same order */
+static __device__ __forceinline__ uint32_t sel_ord(float k) {
+  const uint32_t b = __float_as_uint(k);
+  return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+/* exact 128-bit add as two 64-bit atomics (the sum does not depend on their order) */
+static __device__ __forceinline__ void add_u128(unsigned long long *lo, unsigned long long *hi, sm_u128 w) {
+  const unsigned long long wl = (unsigned long long)w, wh = (unsigned long long)(w >> 64);
+  const unsigned long long old = atomicAdd(lo, wl);
+  const unsigned long long h = wh + (old + wl < old ? 1ull : 0ull);
+  if (h) atomicAdd(hi, h);
+}
+
+/* grid (S, requests): each block's share of a row into the row's histogram (level 0: the key's
+ * top 11 bits; level 1: the next 11, of the keys in the level-0 bin) */
+static __global__ void __launch_bounds__(SEL_T) k_sel_hist(const dreq *rq, int V, int S, const float *pmax, int level,
+                                                           uint32_t *gcnt, unsigned long long *glo,
+                                                           unsigned long long *ghi, const dsel *ss) {
+  const dreq *qp = &rq[blockIdx.y];
+  const int sel = qp->sel;
+  if (qp->mode != SM_SAMPLE_SORTED || sel == 0 || sel == 3) return;
+  const int b0 = ss[blockIdx.y].b0;
+  if (level == 1 && b0 < 0) return;
+  __shared__ uint32_t cnt[SEL_BINS];
+  __shared__ unsigned long long lo[SEL_BINS], hi[SEL_BINS];
+  const bool mass = sel == 2;
+  for (int d = threadIdx.x; d < SEL_BINS; d += SEL_T) {
+    cnt[d] = 0;
+    lo[d] = 0;
+    hi[d] = 0;
+  }
+  __syncthreads();
+  const float m = mass ? walk_row_max(pmax, S) : 0.0f;
+  const float T = qp->T;
+  const float *src = qp->src;
+  const int chunk = (V + S - 1) / S, i0 = blockIdx.x * chunk, i1 = min(V, i0 + chunk);
+  for (int i = i0 + threadIdx.x; i < i1; i += SEL_T) {
+    const float key = sm_sample_key(src[i]);
+    const uint32_t o = sel_ord(key);
+    if (level == 1 && (int)(o >> 21) != b0) continue;
+    const int d = level == 0 ? (int)(o >> 21) : (int)((o >> 10) & (SEL_BINS - 1));
+    atomicAdd(&cnt[d], 1u);
+    if (mass) {
+      const sm_u128 w = sm_sample_weight(sm_sample_exp(SM_FDIV(SM_FSUB(key, m), T)));
+      if (w) add_u128(&lo[d], &hi[d], w);
+    }
+  }
+  __syncthreads();
+  const size_t base = (size_t)blockIdx.y * SEL_BINS;
+  for (int d = threadIdx.x; d < SEL_BINS; d += SEL_T) {
+    if (!cnt[d]) continue;
+    atomicAdd(&gcnt[base + d], cnt[d]);
+    if (lo[d] | hi[d]) add_u128(&glo[base + d], &ghi[base + d], ((sm_u128)hi[d] << 64) | lo[d]);
+  }
+}
+
+/* grid (requests): the bin of the cut from the row's histogram, which it zeroes for the next use.
+ * Thread t holds bins SEL_BINS - 1 - (SEL_PER t + j), j = 0 .. SEL_PER - 1 (descending keys); the
+ * cut is in the highest bin whose cumulative count (top_k) or weight (top_p) from the top meets
+ * the bound, tested as the sequential loop tests it */
+static __global__ void __launch_bounds__(SEL_T) k_sel_step(dreq *rq, int level, uint32_t *gcnt,
+                                                           unsigned long long *glo, unsigned long long *ghi,
+                                                           dsel *ss) {
+  dreq *qp = &rq[blockIdx.x];
+  const int sel = qp->sel, mode = qp->mode, k = qp->k;
+  const float top_p = qp->top_p;
+  dsel *sp = &ss[blockIdx.x];
+  if (mode != SM_SAMPLE_SORTED || sel == 0) return;
+  if (sel == 3) {
+    if (threadIdx.x == 0) {
+      sp->b0 = -1;
+      sp->cut = 0;
+    }
+    return;
+  }
+  const int b0 = sp->b0;
+  if (level == 1 && b0 < 0) return;
+  const bool mass = sel == 2;
+  const int t = threadIdx.x;
+  const size_t base = (size_t)blockIdx.x * SEL_BINS;
+  uint32_t c[SEL_PER], cs = 0;
+  sm_u128 w[SEL_PER], ws = 0;
+  for (int j = 0; j < SEL_PER; j++) {
+    const size_t d = base + SEL_BINS - 1 - (SEL_PER * t + j);
+    c[j] = gcnt[d];
+    w[j] = mass ? ((sm_u128)ghi[d] << 64) | glo[d] : (sm_u128)0;
+    gcnt[d] = 0;
+    glo[d] = 0;
+    ghi[d] = 0;
+    cs += c[j];
+    ws += w[j];
+  }
+  __shared__ sm_u128 shw[SEL_T];
+  __shared__ uint32_t shc[SEL_T];
+  __shared__ int s_d;
+  shw[t] = ws;
+  shc[t] = cs;
+  if (t == 0) s_d = -1;
+  __syncthreads();
+  for (int off = 1; off < SEL_T; off <<= 1) { /* inclusive scan */
+    const sm_u128 a = t >= off ? shw[t - off] : (sm_u128)0;
+    const uint32_t b = t >= off ? shc[t - off] : 0u;
+    __syncthreads();
+    shw[t] += a;
+    shc[t] += b;
+    __syncthreads();
+  }
+  const sm_u128 total = shw[SEL_T - 1];
+  uint32_t C = (level ? sp->c_above : 0u) + shc[t] - cs;
+  sm_u128 M = (level ? sp->m_above : (sm_u128)0) + shw[t] - ws;
+  const double thr = level ? sp->thr : mass ? SM_DMUL((double)top_p, sm_sample_u128_to_double(total)) : 0.0;
+  int hit = -1;
+  for (int j = 0; j < SEL_PER && hit < 0; j++) {
+    const uint32_t C1 = C + c[j];
+    const sm_u128 M1 = M + w[j];
+    if (mass ? C1 >= 1u && sm_sample_u128_to_double(M1) >= thr : C1 >= (uint32_t)k) hit = j;
+    else {
+      C = C1;
+      M = M1;
+    }
+  }
+  if (hit >= 0) atomicMax(&s_d, SEL_BINS - 1 - (SEL_PER * t + hit));
+  __syncthreads();
+  const int d = s_d;
+  if (d >= 0 && hit >= 0 && d == SEL_BINS - 1 - (SEL_PER * t + hit)) {
+    if (level == 0) {
+      sp->b0 = d;
+      sp->c_above = C;
+      sp->m_above = M;
+      sp->thr = thr;
+    } else {
+      sp->cut = ((uint32_t)b0 << 21) | ((uint32_t)d << 10);
+    }
+  }
+  if (t == 0) {
+    if (d < 0) { /* no bin meets the bound (rounding): every token is a candidate */
+      sp->b0 = -1;
+      sp->cut = 0;
+    }
+    if (level == 0 && mass) {
+      qp->total = total;
+      qp->has_total = 1;
+    }
+  }
+}
+
+/* grid (S, requests): the candidates (ordered key >= cut) of each block's share of a row */
+static __global__ void __launch_bounds__(SEL_T) k_sel_count(const dreq *rq, int V, int S, const dsel *ss, uint32_t *bc) {
+  const dreq *qp = &rq[blockIdx.y];
+  if (qp->mode != SM_SAMPLE_SORTED || qp->sel == 0) return;
+  const uint32_t cut = ss[blockIdx.y].cut;
+  const float *src = qp->src;
+  const int chunk = (V + S - 1) / S, i0 = blockIdx.x * chunk, i1 = min(V, i0 + chunk);
+  uint32_t n = 0;
+  for (int i = i0 + threadIdx.x; i < i1; i += SEL_T) n += sel_ord(sm_sample_key(src[i])) >= cut;
+  for (int o = 16; o > 0; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
+  __shared__ uint32_t sh[SEL_T / 32];
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = n;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t a = 0;
+    for (int w = 0; w < SEL_T / 32; w++) a += sh[w];
+    bc[blockIdx.y * S + blockIdx.x] = a;
+  }
+}
+
+/* grid (S, requests): the candidates' keys and ids into the row's sort input, in index order; block
+ * 0 sets the row's end offset for the sort and (top_p, every token) its candidate count */
+static __global__ void __launch_bounds__(SEL_T) k_sel_write(dreq *rq, int V, int S, const dsel *ss, const uint32_t *bc,
+                                                            float *kin, int32_t *iin, int *endoff) {
+  dreq *qp = &rq[blockIdx.y];
+  const int sel = qp->sel, srow = qp->srow;
+  if (qp->mode != SM_SAMPLE_SORTED || sel == 0) return;
+  const uint32_t cut = ss[blockIdx.y].cut;
+  const float *src = qp->src;
+  uint32_t off = 0, all = 0;
+  for (int b = 0; b < S; b++) {
+    const uint32_t v = bc[blockIdx.y * S + b];
+    off += b < (int)blockIdx.x ? v : 0u;
+    all += v;
+  }
+  float *ko = kin + (size_t)srow * V;
+  int32_t *io = iin + (size_t)srow * V;
+  __shared__ uint32_t wc[SEL_T / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int chunk = (V + S - 1) / S, i0 = blockIdx.x * chunk, i1 = min(V, i0 + chunk);
+  for (int b = i0; b < i1; b += SEL_T) {
+    const int i = b + threadIdx.x;
+    float key = 0.0f;
+    bool f = false;
+    if (i < i1) {
+      key = sm_sample_key(src[i]);
+      f = sel_ord(key) >= cut;
+    }
+    const unsigned bits = __ballot_sync(0xffffffffu, f);
+    if (lane == 0) wc[warp] = (uint32_t)__popc(bits);
+    __syncthreads();
+    uint32_t wo = 0, tot = 0;
+    for (int w = 0; w < SEL_T / 32; w++) {
+      wo += w < warp ? wc[w] : 0u;
+      tot += wc[w];
+    }
+    if (f) {
+      const uint32_t pos = off + wo + (uint32_t)__popc(bits & ((1u << lane) - 1u));
+      ko[pos] = key;
+      io[pos] = i;
+    }
+    off += tot;
+    __syncthreads();
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (sel != 1) qp->n = (int)all;
+    endoff[srow] = srow * V + (int)all;
+  }
+}
+
 /* ---------------- host side ---------------- */
 typedef struct { void *p; size_t cap; } dbuf;
 typedef struct {
@@ -458,7 +719,8 @@ typedef struct {
   dbuf ws;            /* the walk's tile sums (2 * WALK_TILES a request), then its block maxima */
   int n_sm;           /* the device's SMs (0: not read yet) */
   dbuf kin, iin;      /* sort input, one row per sorted request */
-  dbuf soff;          /* segment offsets of the sort of several rows */
+  dbuf soff;          /* segment offsets of the sort of several rows: begins, then ends */
+  dbuf hist;          /* the select path's histograms (zero between calls), then its states and block counts */
   dbuf kout, iout;    /* sorted keys / ids, one row per sorted request */
   dbuf tmp;           /* CUB temporary storage */
   dbuf pv, pi;        /* argmax partials */
@@ -534,12 +796,16 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
                                                             n_sorted, (const int *)NULL, (const int *)NULL, 0, 32, s);
     if (ce != cudaSuccess) return cuerr(ce, "sort size");
   }
-  const size_t cnt_before = x->cnt.cap;
+  /* several sorted requests: the select path (sorts only each row's candidates) */
+  const bool sel = n_sorted > 1;
+  const size_t hist_bytes = (sizeof(uint32_t) + 2 * sizeof(unsigned long long)) * SEL_BINS * (size_t)n_req;
+  const size_t hist_need = hist_bytes + sizeof(dsel) * (size_t)n_req + sizeof(uint32_t) * WALK_MAX_S * (size_t)n_req;
+  const size_t cnt_before = x->cnt.cap, hist_before = x->hist.cap;
   if (!hgrow(&x->h_stage, stage) || !dgrow(&x->d_stage, stage) ||
       !dgrow(&x->rows, sizeof(float) * Vz * (size_t)n_copy) || !dgrow(&x->e, sizeof(float) * Vz * (size_t)n_walk) ||
       !dgrow(&x->ws, (sizeof(sm_u128) * 2 * WALK_TILES + sizeof(float) * WALK_MAX_S) * (size_t)n_req) ||
       !dgrow(&x->kin, sizeof(float) * Vz * (size_t)n_sorted) || !dgrow(&x->iin, sizeof(int32_t) * Vz * (size_t)n_sorted) ||
-      !dgrow(&x->soff, sizeof(int) * (size_t)(n_sorted + 1)) ||
+      !dgrow(&x->soff, sizeof(int) * 2 * (size_t)(n_sorted + 1)) || !dgrow(&x->hist, sel ? hist_need : 0) ||
       !dgrow(&x->kout, sizeof(float) * Vz * (size_t)n_sorted) ||
       !dgrow(&x->iout, sizeof(int32_t) * Vz * (size_t)n_sorted) || !dgrow(&x->tmp, n_sorted ? SM_MAX(tmp_need, (size_t)256) : 0) || /* never NULL: CUB reads NULL as a size query */
       !dgrow(&x->pv, sizeof(float) * ARG_MAX_SPLIT * (size_t)n_req) ||
@@ -547,6 +813,8 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
       !dgrow(&x->d_out, sizeof(int32_t) * (size_t)n_req) || !hgrow(&x->h_out, sizeof(int32_t) * (size_t)n_req))
     return sm_err(SMELT_ERR_OOM, "cuda sample: out of memory for scratch (%d requests, vocab %d)", n_req, V);
   if (x->cnt.cap != cnt_before && (ce = cudaMemsetAsync(x->cnt.p, 0, x->cnt.cap, s)) != cudaSuccess)
+    return cuerr(ce, "memset");
+  if (x->hist.cap != hist_before && (ce = cudaMemsetAsync(x->hist.p, 0, x->hist.cap, s)) != cudaSuccess)
     return cuerr(ce, "memset");
   if (n_req == 1 && n_greedy == 1 && n_copy == 0) { /* one greedy row as it is: no request upload */
     int nsplit = SM_MIN(ARG_MAX_SPLIT, SM_MAX(1, (V + ARG_CHUNK - 1) / ARG_CHUNK));
@@ -603,6 +871,8 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
       hb[nbias].token = r->bias_ids[k];
       hb[nbias].val = r->bias_vals[k];
     }
+    d->pen_off = (int)np;
+    d->n_pen = SM_MAX(r->n_pen, 0);
     if (r->n_pen > 0) {
       for (int k = 0; k < r->n_pen; k++, np++) {
         hp[np].req = i;
@@ -614,6 +884,11 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
     if (d->mode == SM_SAMPLE_SORTED) {
       d->keys = kout + (size_t)i_sort * Vz;
       d->idx = iout + (size_t)i_sort * Vz;
+      if (sel) {
+        d->k = d->n;
+        d->srow = i_sort;
+        d->sel = d->n < V ? 1 : r->top_p > 0 && r->top_p < 1.0f ? 2 : 3;
+      }
       i_sort++;
     }
   }
@@ -641,38 +916,49 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
     k_argmax<<<dim3((unsigned)nsplit, (unsigned)n_req), ARG_T, 0, s>>>(dq, NULL, V, nsplit, chunk, (float *)x->pv.p,
                                                                         (int *)x->pi.p, (unsigned *)x->cnt.p, d_out, (int32_t *)NULL);
   }
-  /* sorted requests: their rows of keys and ids, then one device-wide sort, or a segmented sort (a
-   * segment a row) of several, into kout / iout in request order */
-  for (int i = 0, k = 0; i < n_req; i++) {
-    if (h[i].mode != SM_SAMPLE_SORTED) continue;
-    unsigned nb = (unsigned)SM_MIN((size_t)1024, (Vz + 255) / 256);
-    k_sort_prep<<<nb, 256, 0, s>>>(h[i].src, V, (float *)x->kin.p + (size_t)k * Vz, (int32_t *)x->iin.p + (size_t)k * Vz);
-    k++;
+  /* about two blocks an SM over the walking requests' rows */
+  int dv = 0;
+  if (n_walk && !x->n_sm &&
+      (cudaGetDevice(&dv) != cudaSuccess || cudaDeviceGetAttribute(&x->n_sm, cudaDevAttrMultiProcessorCount, dv) != cudaSuccess)) {
+    cudaGetLastError();
+    x->n_sm = 1;
   }
+  const int S = n_walk ? SM_MAX(1, SM_MIN(WALK_MAX_S, (2 * x->n_sm + n_walk - 1) / n_walk)) : 1;
+  sm_u128 *sums = (sm_u128 *)x->ws.p;
+  float *pmax = (float *)(sums + (size_t)2 * WALK_TILES * n_req);
   size_t tb = x->tmp.cap;
-  if (n_sorted == 1) {
+  if (n_sorted == 1) { /* one sorted request: its whole row, one device-wide sort */
+    for (int i = 0; i < n_req; i++) {
+      if (h[i].mode != SM_SAMPLE_SORTED) continue;
+      unsigned nb = (unsigned)SM_MIN((size_t)1024, (Vz + 255) / 256);
+      k_sort_prep<<<nb, 256, 0, s>>>(h[i].src, V, (float *)x->kin.p, (int32_t *)x->iin.p);
+    }
     ce = cub::DeviceRadixSort::SortPairsDescending(x->tmp.p, tb, (const float *)x->kin.p, (float *)x->kout.p,
                                                    (const int32_t *)x->iin.p, (int32_t *)x->iout.p, V, 0, 32, s);
     if (ce != cudaSuccess) return cuerr(ce, "sort");
-  } else if (n_sorted > 1) {
-    int *off = (int *)x->soff.p;
+  } else if (n_sorted > 1) { /* the select path: each row's candidates, a segment a row */
+    uint32_t *gcnt = (uint32_t *)x->hist.p;
+    unsigned long long *glo = (unsigned long long *)(gcnt + (size_t)SEL_BINS * n_req), *ghi = glo + (size_t)SEL_BINS * n_req;
+    dsel *ss = (dsel *)(ghi + (size_t)SEL_BINS * n_req);
+    uint32_t *bc = (uint32_t *)(ss + n_req);
+    dreq *dw = (dreq *)x->d_stage.p;
+    int *off = (int *)x->soff.p, *endoff = off + n_sorted + 1;
+    const dim3 g((unsigned)S, (unsigned)n_req);
+    k_walk_max<<<g, WALK_ST, 0, s>>>(dq, S, pmax, V);
+    for (int level = 0; level < 2; level++) {
+      k_sel_hist<<<g, SEL_T, 0, s>>>(dq, V, S, pmax, level, gcnt, glo, ghi, ss);
+      k_sel_step<<<(unsigned)n_req, SEL_T, 0, s>>>(dw, level, gcnt, glo, ghi, ss);
+    }
+    k_sel_count<<<g, SEL_T, 0, s>>>(dq, V, S, ss, bc);
+    k_sel_write<<<g, SEL_T, 0, s>>>(dw, V, S, ss, bc, (float *)x->kin.p, (int32_t *)x->iin.p, endoff);
     k_seg_offsets<<<(unsigned)((n_sorted + 256) / 256), 256, 0, s>>>(off, n_sorted, V);
     ce = cub::DeviceSegmentedRadixSort::SortPairsDescending(
         x->tmp.p, tb, (const float *)x->kin.p, (float *)x->kout.p, (const int32_t *)x->iin.p, (int32_t *)x->iout.p,
-        n_sorted * V, n_sorted, off, off + 1, 0, 32, s);
+        n_sorted * V, n_sorted, off, endoff, 0, 32, s);
     if (ce != cudaSuccess) return cuerr(ce, "sort");
   }
-  if (n_walk) { /* about two blocks an SM over the walking requests' tiles */
-    int dv = 0;
-    if (!x->n_sm && (cudaGetDevice(&dv) != cudaSuccess ||
-                     cudaDeviceGetAttribute(&x->n_sm, cudaDevAttrMultiProcessorCount, dv) != cudaSuccess)) {
-      cudaGetLastError();
-      x->n_sm = 1;
-    }
-    const int S = SM_MAX(1, SM_MIN(WALK_MAX_S, (2 * x->n_sm + n_walk - 1) / n_walk));
-    sm_u128 *sums = (sm_u128 *)x->ws.p;
-    float *pmax = (float *)(sums + (size_t)2 * WALK_TILES * n_req);
-    k_walk_max<<<dim3((unsigned)S, (unsigned)n_req), WALK_ST, 0, s>>>(dq, S, pmax);
+  if (n_walk) {
+    k_walk_max<<<dim3((unsigned)S, (unsigned)n_req), WALK_ST, 0, s>>>(dq, S, pmax, 0);
     k_walk_exp<<<dim3((unsigned)S, (unsigned)n_req), WALK_ST, 0, s>>>(dq, S, pmax, sums);
     k_walk_draw<<<dim3(1u, (unsigned)n_req), WALK_T, 0, s>>>(dq, S, pmax, sums, d_out);
   }
