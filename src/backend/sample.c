@@ -2,10 +2,13 @@
  * constrained-decoding step (logit biases and the grammar mask). The host sampler and the CPU
  * backend call it; the CUDA kernels (cuda_sample.cu) reproduce it bit for
  * bit with the arithmetic of sample_math.h. */
-#pragma GCC optimize("fp-contract=off")
+/* fp-contract off: one rounding per operation; no-trapping-math and the dynamic cost model: GCC
+ * vectorizes exp_row at -O2 (its selects computed on every lane, which changes no value) */
+#pragma GCC optimize("fp-contract=off", "no-trapping-math", "vect-cost-model=dynamic")
 #include "backend/backend.h"
 #include "backend/sample_math.h"
 #include <stdlib.h>
+#include <string.h>
 
 /* key desc, index asc */
 static int cmp_key_desc(const void *a, const void *b, void *ctx) {
@@ -29,6 +32,147 @@ static void top_k_sorted(const float *v, int n, int k, int32_t *out) {
     }
     out[j] = i;
   }
+}
+#define TOPK_INSERT_MAX 256 /* top_k up to which one insertion pass beats select_cut's passes */
+
+/* sm_sample_exp((key - mx) / T) of n keys (ix: their ids, NULL: 0 .. n-1) into e: the same operations
+ * as sm_sample_exp where x >= -86 (so the same values) and no branches, so that the compiler runs
+ * several at a time */
+static void exp_row(const float *l, const int32_t *ix, int n, float mx, float T, float *e) {
+  if (ix)
+    for (int i = 0; i < n; i++) e[i] = SM_FDIV(SM_FSUB(l[ix[i]], mx), T);
+  else
+    for (int i = 0; i < n; i++) e[i] = SM_FDIV(SM_FSUB(l[i], mx), T);
+  for (int i = 0; i < n; i++) {
+    const float x0 = e[i];
+    const int ok = x0 >= -86.0f; /* 0 for NaN */
+    float x = x0 > 0.0f ? 0.0f : x0;
+    x = ok ? x : 0.0f;
+    const float shift = 0x1.8p23f;
+    const float kf = SM_FSUB(SM_FADD(SM_FMUL(x, 0x1.715476p+0f), shift), shift);
+    float r = SM_FSUB(x, SM_FMUL(kf, 0x1.63p-1f));
+    r = SM_FSUB(r, SM_FMUL(kf, -0x1.bd0106p-13f));
+    float p = 0x1.a01a02p-13f;
+    p = SM_FADD(SM_FMUL(p, r), 0x1.6c16c2p-10f);
+    p = SM_FADD(SM_FMUL(p, r), 0x1.111112p-7f);
+    p = SM_FADD(SM_FMUL(p, r), 0x1.555556p-5f);
+    p = SM_FADD(SM_FMUL(p, r), 0x1.555556p-3f);
+    p = SM_FADD(SM_FMUL(p, r), 0x1p-1f);
+    p = SM_FADD(SM_FMUL(p, r), 1.0f);
+    p = SM_FADD(SM_FMUL(p, r), 1.0f);
+    const int k = (int)kf;
+    const float v = SM_FMUL(p, sm_sf_from_bits((uint32_t)(k + 127) << 23));
+    e[i] = ok ? v : 0.0f;
+  }
+}
+
+/* A key as an unsigned integer of the same order. */
+static inline uint32_t key_ord(float k) {
+  const uint32_t b = sm_sf_bits(k);
+  return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+
+/* The candidates a sorted request's walk can reach are a prefix of the order "key desc, index asc":
+ * the top_k, or the tokens up to where the cumulative weight first meets top_p of the total. Rather
+ * than sorting the row, the cut is found with two histograms of the keys (their top 11 bits, then
+ * the next 11 inside the bin that holds it) by count (top_k: n < V) or by exact weight sums tested as
+ * the walk tests them (top_p alone: e holds every token's e in natural order, and *total gets the sum
+ * of their weights). Returns the lowest ordered key of the candidates (0: every token); the CUDA
+ * sample op finds the same cut. */
+/* idx[0..c) (ids in increasing order) into the order "key desc, index asc": a stable LSD radix sort
+ * of the ordered keys' complements, a byte a pass (passes where every key has the same byte are
+ * skipped); qsort with cmp_key_desc when the scratch is not there */
+static void sort_desc(const float *l, int32_t *idx, int c) {
+  uint32_t *ka = malloc(sizeof(uint32_t) * 2 * (size_t)c);
+  int32_t *ib = malloc(sizeof(int32_t) * (size_t)c);
+  if (!ka || !ib) {
+    free(ka);
+    free(ib);
+    qsort_r(idx, (size_t)c, sizeof(int32_t), cmp_key_desc, (void *)l);
+    return;
+  }
+  uint32_t *kb = ka + c;
+  for (int i = 0; i < c; i++) ka[i] = ~key_ord(l[idx[i]]);
+  for (int sh = 0; sh < 32; sh += 8) {
+    size_t cnt[256] = {0};
+    for (int i = 0; i < c; i++) cnt[(ka[i] >> sh) & 255]++;
+    if (c && cnt[(ka[0] >> sh) & 255] == (size_t)c) continue;
+    size_t off = 0;
+    for (int d = 0; d < 256; d++) {
+      const size_t t = cnt[d];
+      cnt[d] = off;
+      off += t;
+    }
+    for (int i = 0; i < c; i++) {
+      const size_t o = cnt[(ka[i] >> sh) & 255]++;
+      kb[o] = ka[i];
+      ib[o] = idx[i];
+    }
+    memcpy(ka, kb, sizeof(uint32_t) * (size_t)c);
+    memcpy(idx, ib, sizeof(int32_t) * (size_t)c);
+  }
+  free(ka);
+  free(ib);
+}
+
+#define SEL_BINS 2048
+static uint32_t select_cut(const float *l, int V, int n, const float *e, float top_p, bool mass, sm_u128 *total) {
+  uint32_t *cnt = malloc(sizeof(uint32_t) * SEL_BINS);
+  sm_u128 *w = malloc(sizeof(sm_u128) * SEL_BINS);
+  if (!cnt || !w) {
+    free(cnt);
+    free(w);
+    *total = 0;
+    for (int i = 0; mass && i < V; i++) *total += sm_sample_weight(e[i]);
+    return 0;
+  }
+  int b0 = -1;
+  uint32_t c_above = 0, cut = 0;
+  sm_u128 m_above = 0;
+  double thr = 0;
+  for (int level = 0; level < 2; level++) {
+    memset(cnt, 0, sizeof(uint32_t) * SEL_BINS);
+    memset(w, 0, sizeof(sm_u128) * SEL_BINS);
+    for (int i = 0; i < V; i++) {
+      const uint32_t o = key_ord(l[i]);
+      if (level == 1 && (int)(o >> 21) != b0) continue;
+      const int d = level == 0 ? (int)(o >> 21) : (int)((o >> 10) & (SEL_BINS - 1));
+      cnt[d]++;
+      if (mass) w[d] += sm_sample_weight(e[i]);
+    }
+    if (level == 0 && mass) {
+      sm_u128 t = 0;
+      for (int d = 0; d < SEL_BINS; d++) t += w[d];
+      *total = t;
+      thr = SM_DMUL((double)top_p, sm_sample_u128_to_double(t));
+    }
+    uint32_t C = level ? c_above : 0;
+    sm_u128 M = level ? m_above : 0;
+    int hit = -1;
+    for (int d = SEL_BINS - 1; d >= 0 && hit < 0; d--) {
+      const uint32_t C1 = C + cnt[d];
+      const sm_u128 M1 = M + w[d];
+      if (mass ? C1 >= 1 && sm_sample_u128_to_double(M1) >= thr : C1 >= (uint32_t)n) hit = d;
+      else {
+        C = C1;
+        M = M1;
+      }
+    }
+    if (hit < 0) { /* no bin meets the bound (rounding): every token */
+      cut = 0;
+      break;
+    }
+    if (level == 0) {
+      b0 = hit;
+      c_above = C;
+      m_above = M;
+    } else {
+      cut = ((uint32_t)b0 << 21) | ((uint32_t)hit << 10);
+    }
+  }
+  free(cnt);
+  free(w);
+  return cut;
 }
 
 int sm_sample_apply_mask(float *logits, int vocab, const uint32_t *mask) {
@@ -72,12 +216,23 @@ int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t
     return best;
   }
   const int32_t *ix = NULL; /* NULL: natural order */
-  if (mode == SM_SAMPLE_SORTED) {
-    if (n < V) top_k_sorted(l, V, n, idx);
-    else {
-      for (int i = 0; i < V; i++) idx[i] = i;
-      qsort_r(idx, (size_t)V, sizeof(int32_t), cmp_key_desc, l);
+  sm_u128 row_total = 0;    /* top_p alone: the weight of every token */
+  const bool p_cut = r->top_p > 0 && r->top_p < 1.0f, whole_total = mode == SM_SAMPLE_SORTED && n == V && p_cut;
+  if (mode == SM_SAMPLE_SORTED && n < V && n <= TOPK_INSERT_MAX) {
+    top_k_sorted(l, V, n, idx);
+    ix = idx;
+  } else if (mode == SM_SAMPLE_SORTED) { /* the candidates (select_cut) in the order "key desc, index asc" */
+    if (whole_total) {                   /* every token's e, in natural order, for the weight sums */
+      float m0 = -INFINITY;
+      for (int i = 0; i < V; i++) m0 = l[i] > m0 ? l[i] : m0;
+      exp_row(l, NULL, V, m0, r->temperature, e);
     }
+    const uint32_t cut = n < V || whole_total ? select_cut(l, V, n, e, r->top_p, whole_total, &row_total) : 0;
+    int c = 0;
+    for (int i = 0; i < V; i++)
+      if (key_ord(l[i]) >= cut) idx[c++] = i;
+    sort_desc(l, idx, c);
+    if (n == V) n = c;
     ix = idx;
   }
 #define TOK(i) (ix ? ix[i] : (int32_t)(i))
@@ -87,10 +242,9 @@ int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t
   if (mx == -INFINITY) return TOK(0);
   const float T = r->temperature;
   sm_u128 total = 0;
-  for (int i = 0; i < n; i++) {
-    e[i] = sm_sample_exp(SM_FDIV(SM_FSUB(l[TOK(i)], mx), T));
-    total += sm_sample_weight(e[i]);
-  }
+  exp_row(l, ix, n, mx, T, e);
+  for (int i = 0; i < n; i++) total += sm_sample_weight(e[i]);
+  if (whole_total) total = row_total;
   int keep = n;
   if (r->top_p > 0 && r->top_p < 1.0f) {
     double thr = SM_DMUL((double)r->top_p, sm_sample_u128_to_double(total));
@@ -106,8 +260,10 @@ int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t
   bool use_mp = r->min_p > 0;
   float mp = r->min_p > 1.0f ? 1.0f : r->min_p;
   sm_u128 kept = 0;
-  for (int i = 0; i < keep; i++)
-    if (!use_mp || e[i] >= mp) kept += sm_sample_weight(e[i]);
+  if (!use_mp && keep == n && !whole_total) kept = total; /* the same sum */
+  else
+    for (int i = 0; i < keep; i++)
+      if (!use_mp || e[i] >= mp) kept += sm_sample_weight(e[i]);
   double x = SM_DMUL(r->u, sm_sample_u128_to_double(kept));
   sm_u128 c = 0;
   int last = 0;

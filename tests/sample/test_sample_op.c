@@ -7,16 +7,19 @@
  *    a request from sm_sampler_prepare == sm_sampler_sample of an identically seeded sampler
  *    (so the generators advance alike), also for batches of mixed requests in one call; and
  *    requests with explicit u (0, 1 - 2^-53, ...) == sm_sample_row on the host.
- * 2. Independent checks of the rule: greedy == first max (naive loop), top_k = 1 == greedy,
- *    logits left unchanged by the op.
+ * 2. Independent checks of the rule: sm_sample_row (which sorts only the candidates its walk can
+ *    reach) == the rule with every key sorted; greedy == first max (naive loop), top_k = 1 ==
+ *    greedy, logits left unchanged by the op.
  * 3. End to end on models/smelt-tiny: sm_engine_step_sample (tokens only) == sm_engine_step +
  *    sm_sampler_sample (full logits) for greedy and seeded temperature/top_p/penalty configs,
  *    for one sequence and for a batch of sequences mixing sampled and full-logits rows; and
  *    sm_generate_ids gives the same text with the backend op and with host sampling.
  * With "cuda", exits 77 (ctest SKIP) when the build has no CUDA or no GPU is present. */
+#pragma GCC optimize("fp-contract=off") /* the rule's arithmetic rounds once per operation */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "backend/sample_math.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/model.h"
@@ -138,6 +141,112 @@ static void test_random_rows(bool big) {
   }
   CHECK(bad == 0, "op == host sampler on %d random rows/draws (%d differ)", n_cases, bad);
   printf("random rows: %d cases, %d mismatches\n", n_cases, bad);
+}
+
+/* The rule of backend.h written the plain way: every key sorted ("key desc, index asc"), the walk
+ * over the first n. sm_sample_row sorts only the candidates its walk can reach (select_cut); the
+ * tokens must be the same. */
+static const float *naive_keys;
+static int naive_cmp(const void *a, const void *b) {
+  const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+  const float x = naive_keys[i], y = naive_keys[j];
+  return x > y ? -1 : x < y ? 1 : (i > j) - (i < j);
+}
+static int32_t naive_row(const sm_sample_req *r, const float *row, int V) {
+  float *l = malloc(sizeof(float) * V), *e = malloc(sizeof(float) * V);
+  int32_t *ix = malloc(sizeof(int32_t) * V), tok;
+  for (int i = 0; i < V; i++) l[i] = sm_sample_key(row[i]);
+  int n;
+  const int mode = sm_sample_plan(r->temperature, r->top_k, r->top_p, V, &n);
+  for (int i = 0; i < V; i++) ix[i] = i;
+  if (mode == SM_SAMPLE_GREEDY) n = V;
+  if (mode != SM_SAMPLE_NATURAL) {
+    naive_keys = l;
+    qsort(ix, (size_t)V, sizeof(int32_t), naive_cmp);
+  }
+  float mx = -INFINITY;
+  for (int i = 0; i < n; i++) mx = l[ix[i]] > mx ? l[ix[i]] : mx;
+  if (mode == SM_SAMPLE_GREEDY || mx == -INFINITY) {
+    tok = ix[0];
+    goto out;
+  }
+  sm_u128 total = 0, kept = 0, c = 0;
+  for (int i = 0; i < n; i++) {
+    e[i] = sm_sample_exp(SM_FDIV(SM_FSUB(l[ix[i]], mx), r->temperature));
+    total += sm_sample_weight(e[i]);
+  }
+  int keep = n;
+  if (r->top_p > 0 && r->top_p < 1.0f) {
+    const double thr = SM_DMUL((double)r->top_p, sm_sample_u128_to_double(total));
+    for (int i = 0; i < n; i++) {
+      c += sm_sample_weight(e[i]);
+      if (sm_sample_u128_to_double(c) >= thr) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  const float mp = r->min_p > 1.0f ? 1.0f : r->min_p;
+  for (int i = 0; i < keep; i++)
+    if (!(r->min_p > 0) || e[i] >= mp) kept += sm_sample_weight(e[i]);
+  const double x = SM_DMUL(r->u, sm_sample_u128_to_double(kept));
+  int last = 0;
+  c = 0;
+  tok = -1;
+  for (int i = 0; i < keep && tok < 0; i++) {
+    if ((r->min_p > 0 && !(e[i] >= mp)) || !sm_sample_weight(e[i])) continue;
+    c += sm_sample_weight(e[i]);
+    last = i;
+    if (x < sm_sample_u128_to_double(c)) tok = ix[i];
+  }
+  if (tok < 0) tok = ix[last];
+out:
+  free(l);
+  free(e);
+  free(ix);
+  return tok;
+}
+
+static void test_rule_vs_naive(void) {
+  const int Vs[] = {1, 2, 7, 33, 1000, 4099, 32000};
+  int bad = 0, n = 0;
+  for (int it = 0; it < 700; it++) {
+    const int V = Vs[it % SM_ARRAY_LEN(Vs)];
+    float *row = malloc(sizeof(float) * V), *tmp = malloc(sizeof(float) * V), *e = malloc(sizeof(float) * V);
+    int32_t *idx = malloc(sizeof(int32_t) * V);
+    make_row(row, V, (int)(rnd() % R_NKIND));
+    const float sc = (float[]){0.3f, 1, 3, 10}[rnd() % 4];
+    for (int i = 0; i < V; i++) row[i] *= sc;
+    smelt_sampling p;
+    random_params(&p, V);
+    const int ks[] = {0, 1, 20, 40, 1000, V - 1, V};
+    const float tps[] = {1, 0.9f, 0.95f, 0.5f, 0.01f, 0, 0.999f};
+    p.top_k = ks[rnd() % SM_ARRAY_LEN(ks)];
+    p.top_p = tps[rnd() % SM_ARRAY_LEN(tps)];
+    for (int d = 0; d < 4; d++) {
+      sm_sample_req r = {.row = 0,
+                         .temperature = p.temperature,
+                         .top_k = p.top_k,
+                         .top_p = p.top_p,
+                         .min_p = p.min_p,
+                         .repetition_penalty = 1,
+                         .u = d == 0 ? 0.0
+                            : d == 1 ? 1.0 - 1.0 / 9007199254740992.0
+                                     : unif()};
+      memcpy(tmp, row, sizeof(float) * V);
+      const int32_t got = sm_sample_row(&r, tmp, V, e, idx), want = naive_row(&r, row, V);
+      n++;
+      if (got != want && bad++ < 10)
+        fprintf(stderr, "rule V=%d T=%g k=%d p=%g min_p=%g u=%.17g: sm_sample_row %d, naive %d\n", V, r.temperature,
+                r.top_k, r.top_p, r.min_p, r.u, got, want);
+    }
+    free(row);
+    free(tmp);
+    free(e);
+    free(idx);
+  }
+  CHECK(bad == 0, "sm_sample_row == the rule with every key sorted (%d of %d differ)", bad, n);
+  printf("rule vs naive: %d rows/draws, %d mismatches\n", n, bad);
 }
 
 /* one op call with many mixed requests (greedy, natural, sorted, penalties) over shared rows */
@@ -556,12 +665,22 @@ int main(int argc, char **argv) {
   B = sample_backend(argc, argv, &cuda);
   CHECK(B && B->sample, "%s backend has a sample op", cuda ? "cuda" : "cpu");
   if (!B || !B->sample) TEST_END();
+  test_rule_vs_naive();
   test_random_rows(cuda);
   test_batches();
   test_wide_batches();
   test_edges();
   if (cuda || getenv("SMELT_SAMPLE_TIMING")) timing();
   B->destroy(B);
+  if (!cuda) { /* the CPU op samples the rows of a call on its threads; with one thread, in a loop */
+    B = sm_cpu_backend_create(1);
+    CHECK(B != NULL, "one-thread cpu backend");
+    if (B) {
+      test_batches();
+      test_wide_batches();
+      B->destroy(B);
+    }
+  }
   test_e2e(src, cuda ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU);
   TEST_END();
 }

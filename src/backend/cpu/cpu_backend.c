@@ -592,6 +592,49 @@ static void greedy_job(void *v, int tid, int nth) {
 }
 #define GREEDY_PAR_MIN 8192 /* vocabulary from which a greedy row is split over the threads */
 
+/* several requests: one row a thread at a time, each thread with its own scratch (the rows are
+ * independent, so the tokens are those of one thread) */
+typedef struct {
+  const cpu_be *c;
+  const float *logits;
+  int V, n_req;
+  const sm_sample_req *req;
+  int32_t *out;
+  atomic_int next;
+} rows_ctx;
+static void rows_job(void *v, int tid, int nth) {
+  (void)nth;
+  rows_ctx *g = v;
+  const size_t V = (size_t)g->V;
+  float *row = g->c->srow + (size_t)tid * 2 * g->c->cap_s;
+  int32_t *idx = g->c->sidx + (size_t)tid * g->c->cap_s;
+  for (int i; (i = atomic_fetch_add(&g->next, 1)) < g->n_req;) {
+    memcpy(row, g->logits + (size_t)g->req[i].row * V, sizeof(float) * V);
+    g->out[i] = sm_sample_row(&g->req[i], row, g->V, row + V, idx);
+  }
+}
+
+/* scratch for n threads' rows of vocab */
+static smelt_status sample_scratch(cpu_be *c, int vocab, int n) {
+  if ((size_t)vocab <= c->cap_s && n <= c->n_s) return SMELT_OK;
+  const size_t cap = SM_MAX((size_t)vocab, c->cap_s);
+  const int ns = SM_MAX(n, c->n_s);
+  float *row = malloc(sizeof(float) * 2 * cap * (size_t)ns);
+  int32_t *idx = malloc(sizeof(int32_t) * cap * (size_t)ns);
+  if (!row || !idx) {
+    free(row);
+    free(idx);
+    return sm_err(SMELT_ERR_OOM, "sample: scratch of %d rows of %d floats", ns, vocab);
+  }
+  free(c->srow);
+  free(c->sidx);
+  c->srow = row;
+  c->sidx = idx;
+  c->cap_s = cap;
+  c->n_s = ns;
+  return SMELT_OK;
+}
+
 static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, int vocab, const sm_sample_req *req,
                               int n_req, int32_t *out) {
   cpu_be *c = CB(be);
@@ -599,25 +642,19 @@ static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, i
   if (st) return st;
   if (n_req == 0) return SMELT_OK;
   if (!logits || !out) return sm_err(SMELT_ERR_INVALID, "sample: missing buffers");
-  if ((size_t)vocab > c->cap_s) { /* kept between calls: a large vocabulary's rows are megabytes */
-    float *row = malloc(sizeof(float) * 2 * (size_t)vocab);
-    int32_t *idx = malloc(sizeof(int32_t) * (size_t)vocab);
-    if (!row || !idx) {
-      free(row);
-      free(idx);
-      return sm_err(SMELT_ERR_OOM, "sample: scratch of %d floats", vocab);
-    }
-    free(c->srow);
-    free(c->sidx);
-    c->srow = row;
-    c->sidx = idx;
-    c->cap_s = (size_t)vocab;
+  /* kept between calls: a large vocabulary's rows are megabytes */
+  const bool par = n_req > 1 && c->nth > 1;
+  if ((st = sample_scratch(c, vocab, par ? c->nth : 1))) return st;
+  if (par) {
+    rows_ctx g = {c, logits, vocab, n_req, req, out, 0};
+    sm_pool_run(c->pool, rows_job, &g);
+    return SMELT_OK;
   }
   if (!c->sbv) {
     c->sbv = sm_xmalloc(sizeof(float) * (size_t)c->nth);
     c->sbi = sm_xmalloc(sizeof(int32_t) * (size_t)c->nth);
   }
-  for (int i = 0; i < n_req; i++) {
+  for (int i = 0; i < n_req; i++) { /* one request, or one thread */
     const sm_sample_req *r = &req[i];
     const float *l = logits + (size_t)r->row * (size_t)vocab;
     int n_plan;
@@ -636,7 +673,7 @@ static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, i
       continue;
     }
     memcpy(c->srow, l, sizeof(float) * (size_t)vocab);
-    out[i] = sm_sample_row(r, c->srow, vocab, c->srow + vocab, c->sidx);
+    out[i] = sm_sample_row(r, c->srow, vocab, c->srow + c->cap_s, c->sidx);
   }
   return SMELT_OK;
 }

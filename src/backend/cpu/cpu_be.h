@@ -61,10 +61,12 @@ typedef struct {
   size_t cap_pu, cap_psc;
   void **amxw;      /* [nth] SM_AMX_SCRATCH bytes */
   double bandwidth; /* measured read bandwidth (bytes/s), 0 until measured */
-  /* the sample op's scratch: a row, its candidates, and the greedy split's per-thread bests */
+  /* the sample op's scratch: a row, its candidates (cap_s of each; n_s threads' worth), and the greedy
+   * split's per-thread bests */
   float *srow;
   int32_t *sidx;
   size_t cap_s;
+  int n_s;
   float *sbv;
   int32_t *sbi;
   /* tensor parallelism (cpu_comm.c): the group's shared block, this process's rank */
