@@ -7,6 +7,7 @@
 #pragma GCC optimize("fp-contract=off", "no-trapping-math", "vect-cost-model=dynamic")
 #include "backend/backend.h"
 #include "backend/sample_math.h"
+#include "base/pool.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -196,17 +197,23 @@ static bool mask_allows_any(const uint32_t *mask, int vocab) {
   return vocab % 32 && (mask[full] & ((1u << (vocab % 32)) - 1u));
 }
 
-int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t *idx) {
-  if (V <= 0) return 0;
+/* steps 0 and 1 of the rule: biases, mask, penalties, keys; false when the mask allows no token */
+static bool prep_row(const sm_sample_req *r, float *l, int V) {
   for (int i = 0; i < r->n_bias; i++)
     if (r->bias_ids[i] >= 0 && r->bias_ids[i] < V) l[r->bias_ids[i]] += r->bias_vals[i];
-  if (r->mask && sm_sample_apply_mask(l, V, r->mask) == 0) return -1;
+  if (r->mask && sm_sample_apply_mask(l, V, r->mask) == 0) return false;
   for (int i = 0; i < r->n_pen; i++) {
     int32_t t = r->pen[i].token;
     if (t < 0 || t >= V) continue;
     l[t] = sm_sample_penalize(l[t], r->pen[i].count, r->repetition_penalty, r->frequency_penalty, r->presence_penalty);
   }
   for (int i = 0; i < V; i++) l[i] = sm_sample_key(l[i]);
+  return true;
+}
+
+int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t *idx) {
+  if (V <= 0) return 0;
+  if (!prep_row(r, l, V)) return -1;
   int n;
   int mode = sm_sample_plan(r->temperature, r->top_k, r->top_p, V, &n);
   if (mode == SM_SAMPLE_GREEDY) {
@@ -277,6 +284,92 @@ int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t
   }
   return TOK(last);
 #undef TOK
+}
+
+/* The natural-order walk (no top_k, no top_p cut) of one row over a pool's threads: each thread
+ * takes a contiguous share for the max, then for e and its shares' weight sums (exact integers, so
+ * their total is the sequential one); the draw scans the shares' sums for the share where the
+ * cumulative kept weight crosses u * kept, and walks that share as the sequential loop would. */
+typedef struct {
+  const float *l;
+  float *e;
+  int V, phase;
+  float T, mx, mp;
+  bool use_mp;
+  float *pmax;
+  sm_u128 *kept;
+} nat_ctx;
+static void nat_job(void *v, int tid, int nth) {
+  nat_ctx *g = v;
+  const int lo = (int)((int64_t)g->V * tid / nth), hi = (int)((int64_t)g->V * (tid + 1) / nth);
+  if (g->phase == 0) {
+    float m = -INFINITY;
+    for (int i = lo; i < hi; i++) m = g->l[i] > m ? g->l[i] : m;
+    g->pmax[tid] = m;
+    return;
+  }
+  exp_row(g->l + lo, NULL, hi - lo, g->mx, g->T, g->e + lo);
+  sm_u128 k = 0;
+  for (int i = lo; i < hi; i++)
+    if (!g->use_mp || g->e[i] >= g->mp) k += sm_sample_weight(g->e[i]);
+  g->kept[tid] = k;
+}
+#define NAT_PAR_MIN 8192 /* vocabulary from which the natural-order walk is split over the threads */
+
+int32_t sm_sample_row_pool(const sm_sample_req *r, float *l, int V, float *e, int32_t *idx, sm_pool *pool) {
+  int n;
+  const int nth = pool ? sm_pool_size(pool) : 1;
+  if (nth < 2 || V < NAT_PAR_MIN || sm_sample_plan(r->temperature, r->top_k, r->top_p, V, &n) != SM_SAMPLE_NATURAL)
+    return sm_sample_row(r, l, V, e, idx);
+  if (!prep_row(r, l, V)) return -1;
+  float *pmax = malloc(sizeof(float) * (size_t)nth);
+  sm_u128 *kept = malloc(sizeof(sm_u128) * (size_t)nth);
+  if (!pmax || !kept) {
+    free(pmax);
+    free(kept);
+    sm_sample_req q = *r; /* prepared: the rest of the rule on one thread */
+    q.n_bias = q.n_pen = 0;
+    q.mask = NULL;
+    return sm_sample_row(&q, l, V, e, idx);
+  }
+  nat_ctx g = {l, e, V, 0, r->temperature, -INFINITY, r->min_p > 1.0f ? 1.0f : r->min_p, r->min_p > 0, pmax, kept};
+  sm_pool_run(pool, nat_job, &g);
+  for (int t = 0; t < nth; t++) g.mx = pmax[t] > g.mx ? pmax[t] : g.mx;
+  int32_t tok = 0;
+  if (g.mx > -INFINITY) {
+    g.phase = 1;
+    sm_pool_run(pool, nat_job, &g);
+    sm_u128 all = 0;
+    for (int t = 0; t < nth; t++) all += kept[t];
+    const double x = SM_DMUL(r->u, sm_sample_u128_to_double(all));
+    sm_u128 c = 0;
+    int share = -1, last_share = -1;
+    for (int t = 0; t < nth && share < 0; t++) {
+      if (kept[t]) last_share = t;
+      if (x < sm_sample_u128_to_double(c + kept[t])) share = t;
+      else c += kept[t];
+    }
+    tok = -1;
+    if (share >= 0) { /* the sequential loop from the share's start */
+      const int lo = (int)((int64_t)V * share / nth), hi = (int)((int64_t)V * (share + 1) / nth);
+      for (int i = lo; i < hi && tok < 0; i++) {
+        if (g.use_mp && !(e[i] >= g.mp)) continue;
+        const sm_u128 w = sm_sample_weight(e[i]);
+        if (!w) continue;
+        c += w;
+        if (x < sm_sample_u128_to_double(c)) tok = i;
+      }
+    }
+    if (tok < 0 && last_share >= 0) { /* no crossing (rounding): the last kept token of non-zero weight */
+      const int lo = (int)((int64_t)V * last_share / nth), hi = (int)((int64_t)V * (last_share + 1) / nth);
+      for (int i = hi - 1; i >= lo && tok < 0; i--)
+        if ((!g.use_mp || e[i] >= g.mp) && sm_sample_weight(e[i])) tok = i;
+    }
+    if (tok < 0) tok = 0;
+  }
+  free(pmax);
+  free(kept);
+  return tok;
 }
 
 smelt_status sm_sample_check(const sm_sample_req *req, int n_req, int n_rows, int vocab) {

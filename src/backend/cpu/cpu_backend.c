@@ -673,7 +673,7 @@ static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, i
       continue;
     }
     memcpy(c->srow, l, sizeof(float) * (size_t)vocab);
-    out[i] = sm_sample_row(r, c->srow, vocab, c->srow + c->cap_s, c->sidx);
+    out[i] = sm_sample_row_pool(r, c->srow, vocab, c->srow + c->cap_s, c->sidx, c->nth > 1 ? c->pool : NULL);
   }
   return SMELT_OK;
 }
