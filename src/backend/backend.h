@@ -150,8 +150,8 @@ typedef struct {
  *     weight) (fallback: the last kept one of non-zero weight).
  * row (vocab floats) is overwritten; e (vocab floats) and idx (vocab ints) are scratch. */
 int32_t sm_sample_row(const sm_sample_req *r, float *row, int vocab, float *e, int32_t *idx);
-/* The same token, with a natural-order request's walk (no top_k, no top_p cut) split over the pool's
- * threads where the vocabulary is large; pool NULL: sm_sample_row. */
+/* The same token, with the row's passes over the vocabulary split over the pool's threads where it
+ * is large (natural order, top_p, top_k over 256); pool NULL: sm_sample_row. */
 typedef struct sm_pool sm_pool;
 int32_t sm_sample_row_pool(const sm_sample_req *r, float *row, int vocab, float *e, int32_t *idx, sm_pool *pool);
 /* (-1 when r->mask allows no token: sm_sample_check refuses such a request first.) */

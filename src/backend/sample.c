@@ -117,63 +117,81 @@ static void sort_desc(const float *l, int32_t *idx, int c) {
 }
 
 #define SEL_BINS 2048
+/* the histogram of the keys l[lo, hi) (and with mass their weights, from e) at a level: level 0 by
+ * the top 11 bits, level 1 by the next 11 of the keys in bin b0 */
+static void sel_hist(const float *l, const float *e, int lo, int hi, int level, int b0, bool mass, uint32_t *cnt,
+                     sm_u128 *w) {
+  memset(cnt, 0, sizeof(uint32_t) * SEL_BINS);
+  memset(w, 0, sizeof(sm_u128) * SEL_BINS);
+  for (int i = lo; i < hi; i++) {
+    const uint32_t o = key_ord(l[i]);
+    if (level == 1 && (int)(o >> 21) != b0) continue;
+    const int d = level == 0 ? (int)(o >> 21) : (int)((o >> 10) & (SEL_BINS - 1));
+    cnt[d]++;
+    if (mass) w[d] += sm_sample_weight(e[i]);
+  }
+}
+typedef struct {
+  int n; /* top_k (count select), unless mass */
+  float top_p;
+  bool mass; /* top_p alone: weight sums */
+  int b0;    /* the level-0 bin of the cut */
+  uint32_t c_above, cut;
+  sm_u128 m_above, total;
+  double thr;
+} sel_state;
+/* the bin of the cut from a level's whole histogram; true when the cut is known (st->cut) */
+static bool sel_step(sel_state *st, int level, const uint32_t *cnt, const sm_u128 *w) {
+  if (level == 0 && st->mass) {
+    sm_u128 t = 0;
+    for (int d = 0; d < SEL_BINS; d++) t += w[d];
+    st->total = t;
+    st->thr = SM_DMUL((double)st->top_p, sm_sample_u128_to_double(t));
+  }
+  uint32_t C = level ? st->c_above : 0;
+  sm_u128 M = level ? st->m_above : 0;
+  int hit = -1;
+  for (int d = SEL_BINS - 1; d >= 0 && hit < 0; d--) {
+    const uint32_t C1 = C + cnt[d];
+    const sm_u128 M1 = M + w[d];
+    if (st->mass ? C1 >= 1 && sm_sample_u128_to_double(M1) >= st->thr : C1 >= (uint32_t)st->n) hit = d;
+    else {
+      C = C1;
+      M = M1;
+    }
+  }
+  if (hit < 0) { /* no bin meets the bound (rounding): every token */
+    st->cut = 0;
+    return true;
+  }
+  if (level == 1) {
+    st->cut = ((uint32_t)st->b0 << 21) | ((uint32_t)hit << 10);
+    return true;
+  }
+  st->b0 = hit;
+  st->c_above = C;
+  st->m_above = M;
+  return false;
+}
 static uint32_t select_cut(const float *l, int V, int n, const float *e, float top_p, bool mass, sm_u128 *total) {
   uint32_t *cnt = malloc(sizeof(uint32_t) * SEL_BINS);
   sm_u128 *w = malloc(sizeof(sm_u128) * SEL_BINS);
+  sel_state st = {.n = n, .top_p = top_p, .mass = mass};
   if (!cnt || !w) {
     free(cnt);
     free(w);
-    *total = 0;
-    for (int i = 0; mass && i < V; i++) *total += sm_sample_weight(e[i]);
+    for (int i = 0; mass && i < V; i++) st.total += sm_sample_weight(e[i]);
+    *total = st.total;
     return 0;
   }
-  int b0 = -1;
-  uint32_t c_above = 0, cut = 0;
-  sm_u128 m_above = 0;
-  double thr = 0;
   for (int level = 0; level < 2; level++) {
-    memset(cnt, 0, sizeof(uint32_t) * SEL_BINS);
-    memset(w, 0, sizeof(sm_u128) * SEL_BINS);
-    for (int i = 0; i < V; i++) {
-      const uint32_t o = key_ord(l[i]);
-      if (level == 1 && (int)(o >> 21) != b0) continue;
-      const int d = level == 0 ? (int)(o >> 21) : (int)((o >> 10) & (SEL_BINS - 1));
-      cnt[d]++;
-      if (mass) w[d] += sm_sample_weight(e[i]);
-    }
-    if (level == 0 && mass) {
-      sm_u128 t = 0;
-      for (int d = 0; d < SEL_BINS; d++) t += w[d];
-      *total = t;
-      thr = SM_DMUL((double)top_p, sm_sample_u128_to_double(t));
-    }
-    uint32_t C = level ? c_above : 0;
-    sm_u128 M = level ? m_above : 0;
-    int hit = -1;
-    for (int d = SEL_BINS - 1; d >= 0 && hit < 0; d--) {
-      const uint32_t C1 = C + cnt[d];
-      const sm_u128 M1 = M + w[d];
-      if (mass ? C1 >= 1 && sm_sample_u128_to_double(M1) >= thr : C1 >= (uint32_t)n) hit = d;
-      else {
-        C = C1;
-        M = M1;
-      }
-    }
-    if (hit < 0) { /* no bin meets the bound (rounding): every token */
-      cut = 0;
-      break;
-    }
-    if (level == 0) {
-      b0 = hit;
-      c_above = C;
-      m_above = M;
-    } else {
-      cut = ((uint32_t)b0 << 21) | ((uint32_t)hit << 10);
-    }
+    sel_hist(l, e, 0, V, level, st.b0, mass, cnt, w);
+    if (sel_step(&st, level, cnt, w)) break;
   }
   free(cnt);
   free(w);
-  return cut;
+  *total = st.total;
+  return st.cut;
 }
 
 int sm_sample_apply_mask(float *logits, int vocab, const uint32_t *mask) {
@@ -211,37 +229,10 @@ static bool prep_row(const sm_sample_req *r, float *l, int V) {
   return true;
 }
 
-int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t *idx) {
-  if (V <= 0) return 0;
-  if (!prep_row(r, l, V)) return -1;
-  int n;
-  int mode = sm_sample_plan(r->temperature, r->top_k, r->top_p, V, &n);
-  if (mode == SM_SAMPLE_GREEDY) {
-    int32_t best = 0;
-    for (int i = 1; i < V; i++)
-      if (l[i] > l[best]) best = i;
-    return best;
-  }
-  const int32_t *ix = NULL; /* NULL: natural order */
-  sm_u128 row_total = 0;    /* top_p alone: the weight of every token */
-  const bool p_cut = r->top_p > 0 && r->top_p < 1.0f, whole_total = mode == SM_SAMPLE_SORTED && n == V && p_cut;
-  if (mode == SM_SAMPLE_SORTED && n < V && n <= TOPK_INSERT_MAX) {
-    top_k_sorted(l, V, n, idx);
-    ix = idx;
-  } else if (mode == SM_SAMPLE_SORTED) { /* the candidates (select_cut) in the order "key desc, index asc" */
-    if (whole_total) {                   /* every token's e, in natural order, for the weight sums */
-      float m0 = -INFINITY;
-      for (int i = 0; i < V; i++) m0 = l[i] > m0 ? l[i] : m0;
-      exp_row(l, NULL, V, m0, r->temperature, e);
-    }
-    const uint32_t cut = n < V || whole_total ? select_cut(l, V, n, e, r->top_p, whole_total, &row_total) : 0;
-    int c = 0;
-    for (int i = 0; i < V; i++)
-      if (key_ord(l[i]) >= cut) idx[c++] = i;
-    sort_desc(l, idx, c);
-    if (n == V) n = c;
-    ix = idx;
-  }
+/* steps 3-6 of the rule on the n candidates ix (NULL: natural order) of the keys l; with
+ * whole_total, the top_p bound is taken from row_total (every token's weight) */
+static int32_t walk_rest(const sm_sample_req *r, const float *l, const int32_t *ix, int n, float *e, bool whole_total,
+                         sm_u128 row_total) {
 #define TOK(i) (ix ? ix[i] : (int32_t)(i))
   float mx = -INFINITY;
   for (int i = 0; i < n; i++)
@@ -286,59 +277,195 @@ int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t
 #undef TOK
 }
 
-/* The natural-order walk (no top_k, no top_p cut) of one row over a pool's threads: each thread
- * takes a contiguous share for the max, then for e and its shares' weight sums (exact integers, so
- * their total is the sequential one); the draw scans the shares' sums for the share where the
- * cumulative kept weight crosses u * kept, and walks that share as the sequential loop would. */
+int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t *idx) {
+  if (V <= 0) return 0;
+  if (!prep_row(r, l, V)) return -1;
+  int n;
+  int mode = sm_sample_plan(r->temperature, r->top_k, r->top_p, V, &n);
+  if (mode == SM_SAMPLE_GREEDY) {
+    int32_t best = 0;
+    for (int i = 1; i < V; i++)
+      if (l[i] > l[best]) best = i;
+    return best;
+  }
+  const int32_t *ix = NULL; /* NULL: natural order */
+  sm_u128 row_total = 0;    /* top_p alone: the weight of every token */
+  const bool p_cut = r->top_p > 0 && r->top_p < 1.0f, whole_total = mode == SM_SAMPLE_SORTED && n == V && p_cut;
+  if (mode == SM_SAMPLE_SORTED && n < V && n <= TOPK_INSERT_MAX) {
+    top_k_sorted(l, V, n, idx);
+    ix = idx;
+  } else if (mode == SM_SAMPLE_SORTED) { /* the candidates (select_cut) in the order "key desc, index asc" */
+    if (whole_total) {                   /* every token's e, in natural order, for the weight sums */
+      float m0 = -INFINITY;
+      for (int i = 0; i < V; i++) m0 = l[i] > m0 ? l[i] : m0;
+      exp_row(l, NULL, V, m0, r->temperature, e);
+    }
+    const uint32_t cut = n < V || whole_total ? select_cut(l, V, n, e, r->top_p, whole_total, &row_total) : 0;
+    int c = 0;
+    for (int i = 0; i < V; i++)
+      if (key_ord(l[i]) >= cut) idx[c++] = i;
+    sort_desc(l, idx, c);
+    if (n == V) n = c;
+    ix = idx;
+  }
+  return walk_rest(r, l, ix, n, e, whole_total, row_total);
+}
+
+/* One row over a pool's threads, each on a contiguous share of the vocabulary (the token is
+ * sm_sample_row's):
+ *  - natural order (no top_k, no top_p cut): the shares' max, then their e and exact weight sums;
+ *    the draw scans the shares' sums for the share where the cumulative kept weight crosses
+ *    u * kept and walks that share as the sequential loop would;
+ *  - sorted (top_p, or top_k over TOPK_INSERT_MAX): the shares' e (top_p alone) and histograms,
+ *    added up for select_cut's steps, then the candidates of each share written in index order;
+ *    their sort and the walk stay on the caller. */
 typedef struct {
   const float *l;
   float *e;
-  int V, phase;
+  int V, phase, level, b0;
   float T, mx, mp;
-  bool use_mp;
+  bool use_mp, mass;
+  uint32_t cut;
   float *pmax;
   sm_u128 *kept;
-} nat_ctx;
-static void nat_job(void *v, int tid, int nth) {
-  nat_ctx *g = v;
+  uint32_t *cnt, *off; /* [nth][SEL_BINS] histograms; [nth] candidate counts, then offsets */
+  sm_u128 *w;
+  int32_t *idx;
+} row_ctx;
+enum { RP_MAX, RP_NATURAL, RP_HIST, RP_COUNT, RP_WRITE };
+static void row_job(void *v, int tid, int nth) {
+  row_ctx *g = v;
   const int lo = (int)((int64_t)g->V * tid / nth), hi = (int)((int64_t)g->V * (tid + 1) / nth);
-  if (g->phase == 0) {
-    float m = -INFINITY;
-    for (int i = lo; i < hi; i++) m = g->l[i] > m ? g->l[i] : m;
-    g->pmax[tid] = m;
-    return;
+  switch (g->phase) {
+    case RP_MAX: {
+      float m = -INFINITY;
+      for (int i = lo; i < hi; i++) m = g->l[i] > m ? g->l[i] : m;
+      g->pmax[tid] = m;
+      break;
+    }
+    case RP_NATURAL: {
+      exp_row(g->l + lo, NULL, hi - lo, g->mx, g->T, g->e + lo);
+      sm_u128 k = 0;
+      for (int i = lo; i < hi; i++)
+        if (!g->use_mp || g->e[i] >= g->mp) k += sm_sample_weight(g->e[i]);
+      g->kept[tid] = k;
+      break;
+    }
+    case RP_HIST:
+      if (g->mass && g->level == 0) exp_row(g->l + lo, NULL, hi - lo, g->mx, g->T, g->e + lo);
+      sel_hist(g->l, g->e, lo, hi, g->level, g->b0, g->mass, g->cnt + (size_t)tid * SEL_BINS,
+               g->w + (size_t)tid * SEL_BINS);
+      break;
+    case RP_COUNT: {
+      uint32_t c = 0;
+      for (int i = lo; i < hi; i++) c += key_ord(g->l[i]) >= g->cut;
+      g->off[tid] = c;
+      break;
+    }
+    case RP_WRITE: {
+      uint32_t o = g->off[tid];
+      for (int i = lo; i < hi; i++)
+        if (key_ord(g->l[i]) >= g->cut) g->idx[o++] = i;
+      break;
+    }
   }
-  exp_row(g->l + lo, NULL, hi - lo, g->mx, g->T, g->e + lo);
-  sm_u128 k = 0;
-  for (int i = lo; i < hi; i++)
-    if (!g->use_mp || g->e[i] >= g->mp) k += sm_sample_weight(g->e[i]);
-  g->kept[tid] = k;
 }
-#define NAT_PAR_MIN 8192 /* vocabulary from which the natural-order walk is split over the threads */
+#define ROW_PAR_MIN 8192 /* vocabulary from which one row is split over the threads */
+
+/* the sorted candidates and the walk of a sorted request, its row prepared */
+static int32_t pool_sorted(const sm_sample_req *r, float *l, int V, int n, float *e, int32_t *idx, sm_pool *pool,
+                           row_ctx *g, int nth) {
+  const bool p_cut = r->top_p > 0 && r->top_p < 1.0f, whole_total = n == V && p_cut;
+  sel_state st = {.n = n, .top_p = r->top_p, .mass = whole_total};
+  if (n < V || whole_total) {
+    g->cnt = malloc(sizeof(uint32_t) * SEL_BINS * (size_t)nth);
+    g->w = malloc(sizeof(sm_u128) * SEL_BINS * (size_t)nth);
+    if (!g->cnt || !g->w) {
+      free(g->cnt);
+      free(g->w);
+      sm_sample_req q = *r;
+      q.n_bias = q.n_pen = 0;
+      q.mask = NULL;
+      return sm_sample_row(&q, l, V, e, idx);
+    }
+    g->mass = whole_total;
+    if (whole_total) {
+      g->phase = RP_MAX;
+      sm_pool_run(pool, row_job, g);
+      for (int t = 0; t < nth; t++) g->mx = g->pmax[t] > g->mx ? g->pmax[t] : g->mx;
+    }
+    for (int level = 0; level < 2; level++) {
+      g->phase = RP_HIST;
+      g->level = level;
+      g->b0 = st.b0;
+      sm_pool_run(pool, row_job, g);
+      for (int t = 1; t < nth; t++)
+        for (int d = 0; d < SEL_BINS; d++) {
+          g->cnt[d] += g->cnt[(size_t)t * SEL_BINS + d];
+          g->w[d] += g->w[(size_t)t * SEL_BINS + d];
+        }
+      if (sel_step(&st, level, g->cnt, g->w)) break;
+    }
+    free(g->cnt);
+    free(g->w);
+  }
+  g->cut = st.cut;
+  g->phase = RP_COUNT;
+  sm_pool_run(pool, row_job, g);
+  uint32_t c = 0;
+  for (int t = 0; t < nth; t++) {
+    const uint32_t k = g->off[t];
+    g->off[t] = c;
+    c += k;
+  }
+  g->phase = RP_WRITE;
+  g->idx = idx;
+  sm_pool_run(pool, row_job, g);
+  sort_desc(l, idx, (int)c);
+  return walk_rest(r, l, idx, n == V ? (int)c : n, e, whole_total, st.total);
+}
 
 int32_t sm_sample_row_pool(const sm_sample_req *r, float *l, int V, float *e, int32_t *idx, sm_pool *pool) {
   int n;
   const int nth = pool ? sm_pool_size(pool) : 1;
-  if (nth < 2 || V < NAT_PAR_MIN || sm_sample_plan(r->temperature, r->top_k, r->top_p, V, &n) != SM_SAMPLE_NATURAL)
+  const int mode = sm_sample_plan(r->temperature, r->top_k, r->top_p, V, &n);
+  if (nth < 2 || V < ROW_PAR_MIN || mode == SM_SAMPLE_GREEDY ||
+      (mode == SM_SAMPLE_SORTED && n < V && n <= TOPK_INSERT_MAX))
     return sm_sample_row(r, l, V, e, idx);
   if (!prep_row(r, l, V)) return -1;
   float *pmax = malloc(sizeof(float) * (size_t)nth);
   sm_u128 *kept = malloc(sizeof(sm_u128) * (size_t)nth);
-  if (!pmax || !kept) {
+  uint32_t *off = malloc(sizeof(uint32_t) * (size_t)nth);
+  if (!pmax || !kept || !off) {
     free(pmax);
     free(kept);
+    free(off);
     sm_sample_req q = *r; /* prepared: the rest of the rule on one thread */
     q.n_bias = q.n_pen = 0;
     q.mask = NULL;
     return sm_sample_row(&q, l, V, e, idx);
   }
-  nat_ctx g = {l, e, V, 0, r->temperature, -INFINITY, r->min_p > 1.0f ? 1.0f : r->min_p, r->min_p > 0, pmax, kept};
-  sm_pool_run(pool, nat_job, &g);
-  for (int t = 0; t < nth; t++) g.mx = pmax[t] > g.mx ? pmax[t] : g.mx;
+  row_ctx g = {.l = l,
+               .e = e,
+               .V = V,
+               .T = r->temperature,
+               .mx = -INFINITY,
+               .mp = r->min_p > 1.0f ? 1.0f : r->min_p,
+               .use_mp = r->min_p > 0,
+               .pmax = pmax,
+               .kept = kept,
+               .off = off};
   int32_t tok = 0;
+  if (mode == SM_SAMPLE_SORTED) {
+    tok = pool_sorted(r, l, V, n, e, idx, pool, &g, nth);
+    goto done;
+  }
+  g.phase = RP_MAX;
+  sm_pool_run(pool, row_job, &g);
+  for (int t = 0; t < nth; t++) g.mx = pmax[t] > g.mx ? pmax[t] : g.mx;
   if (g.mx > -INFINITY) {
-    g.phase = 1;
-    sm_pool_run(pool, nat_job, &g);
+    g.phase = RP_NATURAL;
+    sm_pool_run(pool, row_job, &g);
     sm_u128 all = 0;
     for (int t = 0; t < nth; t++) all += kept[t];
     const double x = SM_DMUL(r->u, sm_sample_u128_to_double(all));
@@ -367,8 +494,10 @@ int32_t sm_sample_row_pool(const sm_sample_req *r, float *l, int V, float *e, in
     }
     if (tok < 0) tok = 0;
   }
+done:
   free(pmax);
   free(kept);
+  free(off);
   return tok;
 }
 
