@@ -44,25 +44,12 @@ static void exp_row(const float *l, const int32_t *ix, int n, float mx, float T,
     for (int i = 0; i < n; i++) e[i] = SM_FDIV(SM_FSUB(l[ix[i]], mx), T);
   else
     for (int i = 0; i < n; i++) e[i] = SM_FDIV(SM_FSUB(l[i], mx), T);
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n; i++) { /* sm_sample_exp, its branches as selects */
     const float x0 = e[i];
     const int ok = x0 >= -86.0f; /* 0 for NaN */
     float x = x0 > 0.0f ? 0.0f : x0;
     x = ok ? x : 0.0f;
-    const float shift = 0x1.8p23f;
-    const float kf = SM_FSUB(SM_FADD(SM_FMUL(x, 0x1.715476p+0f), shift), shift);
-    float r = SM_FSUB(x, SM_FMUL(kf, 0x1.63p-1f));
-    r = SM_FSUB(r, SM_FMUL(kf, -0x1.bd0106p-13f));
-    float p = 0x1.a01a02p-13f;
-    p = SM_FADD(SM_FMUL(p, r), 0x1.6c16c2p-10f);
-    p = SM_FADD(SM_FMUL(p, r), 0x1.111112p-7f);
-    p = SM_FADD(SM_FMUL(p, r), 0x1.555556p-5f);
-    p = SM_FADD(SM_FMUL(p, r), 0x1.555556p-3f);
-    p = SM_FADD(SM_FMUL(p, r), 0x1p-1f);
-    p = SM_FADD(SM_FMUL(p, r), 1.0f);
-    p = SM_FADD(SM_FMUL(p, r), 1.0f);
-    const int k = (int)kf;
-    const float v = SM_FMUL(p, sm_sf_from_bits((uint32_t)(k + 127) << 23));
+    const float v = sm_sample_exp_core(x);
     e[i] = ok ? v : 0.0f;
   }
 }

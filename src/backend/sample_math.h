@@ -72,10 +72,10 @@ SM_SD float sm_sample_penalize(float l, int32_t count, float rep, float freq, fl
 
 /* exp(x) for x <= 0 (x > 0 is clamped to 0), float arithmetic with one rounding per step:
  * x = k ln2 + r (Cody-Waite), degree-7 Taylor polynomial on |r| <= 0.35, times 2^k.
- * Relative error a few ulp; 0 below -86 (no subnormal results). exp(0) == 1 exactly. */
-SM_SD float sm_sample_exp(float x) {
-  if (!(x >= -86.0f)) return 0.0f; /* also -inf, NaN */
-  if (x > 0.0f) x = 0.0f;
+ * Relative error a few ulp; 0 below -86 (no subnormal results). exp(0) == 1 exactly.
+ * sm_sample_exp_core is the arithmetic for x in [-86, 0], without branches (the CPU's row loop
+ * runs it on every lane and selects). */
+SM_SD float sm_sample_exp_core(float x) {
   const float shift = 0x1.8p23f;
   float kf = SM_FSUB(SM_FADD(SM_FMUL(x, 0x1.715476p+0f), shift), shift); /* rint(x / ln2) */
   float r = SM_FSUB(x, SM_FMUL(kf, 0x1.63p-1f));                         /* exact product */
@@ -90,6 +90,11 @@ SM_SD float sm_sample_exp(float x) {
   p = SM_FADD(SM_FMUL(p, r), 1.0f);
   int k = (int)kf; /* -124 .. 0 */
   return SM_FMUL(p, sm_sf_from_bits((uint32_t)(k + 127) << 23));
+}
+SM_SD float sm_sample_exp(float x) {
+  if (!(x >= -86.0f)) return 0.0f; /* also -inf, NaN */
+  if (x > 0.0f) x = 0.0f;
+  return sm_sample_exp_core(x);
 }
 
 /* Fixed-point weight of e in [0, 1]: floor(e * 2^100), exact integer arithmetic. */
