@@ -298,6 +298,15 @@ int32_t sm_sample_row(const sm_sample_req *r, float *l, int V, float *e, int32_t
   return walk_rest(r, l, ix, n, e, whole_total, row_total);
 }
 
+/* sm_sample_row on a row prep_row has prepared (biases, mask and penalties not applied again; the
+ * keys are their own keys), on one thread: where the split cannot get its scratch */
+static int32_t prepared_row(const sm_sample_req *r, float *l, int V, float *e, int32_t *idx) {
+  sm_sample_req q = *r;
+  q.n_bias = q.n_pen = 0;
+  q.mask = NULL;
+  return sm_sample_row(&q, l, V, e, idx);
+}
+
 /* One row over a pool's threads, each on a contiguous share of the vocabulary (the token is
  * sm_sample_row's):
  *  - natural order (no top_k, no top_p cut): the shares' max, then their e and exact weight sums;
@@ -370,10 +379,7 @@ static int32_t pool_sorted(const sm_sample_req *r, float *l, int V, int n, float
     if (!g->cnt || !g->w) {
       free(g->cnt);
       free(g->w);
-      sm_sample_req q = *r;
-      q.n_bias = q.n_pen = 0;
-      q.mask = NULL;
-      return sm_sample_row(&q, l, V, e, idx);
+      return prepared_row(r, l, V, e, idx);
     }
     g->mass = whole_total;
     if (whole_total) {
@@ -427,10 +433,7 @@ int32_t sm_sample_row_pool(const sm_sample_req *r, float *l, int V, float *e, in
     free(pmax);
     free(kept);
     free(off);
-    sm_sample_req q = *r; /* prepared: the rest of the rule on one thread */
-    q.n_bias = q.n_pen = 0;
-    q.mask = NULL;
-    return sm_sample_row(&q, l, V, e, idx);
+    return prepared_row(r, l, V, e, idx);
   }
   row_ctx g = {.l = l,
                .e = e,
