@@ -15,7 +15,7 @@ int main(void) {
 }
 #else
 
-static sm_backend *G, *C;
+static sm_backend *G, *C, *G32; /* G32: SMELT_CUDA_ATTN_FA=0, the f32 kernels */
 static uint64_t g_rng = 0x5eed;
 static float frand(void) {
   g_rng ^= g_rng << 13;
@@ -31,11 +31,12 @@ static void *dup_dev(const void *h, size_t bytes) {
   G->upload(G, d, h, bytes);
   return d;
 }
-static float *get(const float *d, size_t n) {
+static float *get_from(sm_backend *be, const float *d, size_t n) {
   float *h = malloc(n * 4);
-  G->download(G, h, d, n * 4);
+  be->download(be, h, d, n * 4);
   return h;
 }
+static float *get(const float *d, size_t n) { return get_from(G, d, n); }
 static double rel_l2(const float *a, const float *b, size_t n) {
   double num = 0, den = 1e-30;
   for (size_t i = 0; i < n; i++) {
@@ -59,7 +60,17 @@ static void test_attention_seg(int n, int nh, int nkv, int hd, const int32_t *se
   G->attention_seg(G, dout, dq, dk, dv, n, nh, nkv, hd, scale, seg, n_seg);
   float *h = get(dout, nq);
   const double e = rel_l2(h, o, nq);
-  CHECK(e < 1e-5, "attention_seg n %d heads %d/%d hd %d segments %d: rel err %g", n, nh, nkv, hd, n_seg, e);
+  /* head dims that are multiples of 8 up to 128 run on tensor cores (f16 operands) */
+  const bool tc = hd % 8 == 0 && hd <= 128;
+  CHECK(e < (tc ? 2e-3 : 1e-5), "attention_seg n %d heads %d/%d hd %d segments %d: rel err %g", n, nh, nkv, hd, n_seg,
+        e);
+  /* the f32 kernel (SMELT_CUDA_ATTN_FA=0) stays exact, and differs from the tensor-core one where that ran */
+  G32->attention_seg(G32, dout, dq, dk, dv, n, nh, nkv, hd, scale, seg, n_seg);
+  float *h32 = get_from(G32, dout, nq);
+  const double e32 = rel_l2(h32, o, nq);
+  CHECK(e32 < 1e-5, "attention_seg f32 kernel n %d hd %d: rel err %g", n, hd, e32);
+  CHECK(tc == (rel_l2(h, h32, nq) > 0), "attention_seg hd %d: tensor-core path %s", hd, tc ? "did not run" : "ran");
+  free(h32);
   free(h);
   free(q);
   free(k);
@@ -226,6 +237,11 @@ int main(void) {
     return 77;
   }
   C = sm_cpu_backend_create(0);
+  setenv("SMELT_CUDA_ATTN_FA", "0", 1);
+  G32 = sm_cuda_backend_create(0);
+  unsetenv("SMELT_CUDA_ATTN_FA");
+  CHECK(G32 != NULL, "second CUDA backend: %s", smelt_last_error());
+  if (!G32) TEST_END();
   const int32_t one[] = {0, 1000}, win[] = {0, 64, 128, 192, 200, 256, 320, 384}, odd[] = {0, 1, 33, 34, 100};
   test_attention_seg(1000, 16, 16, 80, one, 1);                      /* Qwen2.5-VL ViT head */
   test_attention_seg(384, 16, 16, 80, win, 7);                       /* windows (one short) */
@@ -233,11 +249,15 @@ int main(void) {
   test_attention_seg(257, 16, 16, 64, (const int32_t[]){0, 257}, 1); /* Pixtral */
   test_attention_seg(50, 2, 2, 16, (const int32_t[]){0, 20, 50}, 2);
   test_attention_seg(130, 8, 8, 128, (const int32_t[]){0, 130}, 1);
+  test_attention_seg(300, 4, 4, 80, (const int32_t[]){0, 37, 101, 150, 230, 300}, 5); /* windows across blocks */
+  test_attention_seg(1100, 4, 4, 72, (const int32_t[]){0, 1100}, 1);                  /* SigLIP: many key steps */
+  test_attention_seg(70, 2, 2, 36, (const int32_t[]){0, 70}, 1);                      /* the f32 kernel only */
   test_small_ops();
   test_attention_span(8, 4, 64, 0, 0, 300, 10, 266); /* Gemma-like: 256 image tokens after a prefix */
   test_attention_span(8, 4, 256, 20, 5, 80, 20, 60); /* a window shorter than the group */
   test_attention_span(4, 2, 16, 0, 30, 40, 20, 50);  /* the group started in the cache */
   C->destroy(C);
+  G32->destroy(G32);
   G->destroy(G);
   TEST_END();
 }

@@ -72,5 +72,13 @@ void cu_attn_tiled_init(size_t smem_optin); /* per device, at backend creation *
 bool cu_attn_flash_ok(const cu_ctx *cx, int hd, sm_dtype dt, size_t smem_optin);
 void cu_attn_flash_init(size_t smem_optin);
 void cu_attn_flash_run(const cu_ctx *cx, const cu_attn_tiled *a, int S);
+/* the vision encoders' segmented attention on tensor cores (cuda_attn_seg.cu): q [n][nh * hd], k and
+ * v [n][nkv * hd] (f32, 16-byte aligned), lohi [n][2] each token's key range [lo, hi) with segments
+ * ascending; scratch holds cu_attseg_fa_scratch bytes */
+bool cu_attseg_fa_ok(const cu_ctx *cx, int hd, size_t smem_optin);
+size_t cu_attseg_fa_scratch(int n, int nh, int nkv, int hd);
+void cu_attseg_fa_init(size_t smem_optin);
+void cu_attseg_fa_run(const cu_ctx *cx, void *scratch, float *out, const float *q, const float *k, const float *v,
+                      const int32_t *lohi, int n, int nh, int nkv, int hd, float scale);
 
 #endif

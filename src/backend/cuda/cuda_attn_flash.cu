@@ -18,55 +18,13 @@
 #include <type_traits>
 #include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_kv.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 
 #define FA_BM 64 /* rows (token x query head) a block */
 #define FA_BN 64 /* key positions a step */
 #define FA_NW 4  /* warps a block (16 rows each) */
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800 /* the device helpers: sm_80+ */
-static __device__ __forceinline__ uint32_t fa_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-static __device__ __forceinline__ void ldsm4(uint32_t r[4], const void *p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(fa_smem(p)));
-}
-static __device__ __forceinline__ void ldsm4t(uint32_t r[4], const void *p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(fa_smem(p)));
-}
-/* D += A B: m16n8k16, A row-major 16x16, B column-major 16x8, f32 accumulators; MT: __half or __nv_bfloat16 */
-template <typename MT> static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (std::is_same<MT, __half>::value)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  __trap(); /* the host launches this kernel on sm_80+ only */
-#endif
-}
-/* two floats as a packed pair of MT */
-template <typename MT> static __device__ __forceinline__ uint32_t pk2(float lo, float hi) {
-  if constexpr (std::is_same<MT, __half>::value) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *(uint32_t *)&h;
-  } else {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&h;
-  }
-}
-static __device__ __forceinline__ float fa_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 static __device__ __forceinline__ int fa_slot(const int32_t *table, int max_blocks, int bs, int nblocks, int s, int p) {
   const int bi = p / bs;
   if (p < 0 || bi >= max_blocks) return -1;
@@ -95,9 +53,9 @@ static __device__ __forceinline__ void fa_stage(MT *Ks, MT *Vs, unsigned char *v
       if (c == 0) valid[j] = sl >= 0;
       const int64_t o = (int64_t)(sl >= 0 ? sl : 0) * row_stride + (int64_t)kvh * HD + 8 * c;
       const unsigned n = sl >= 0 ? 16u : 0u;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(fa_smem(Ks + j * HDP + 8 * c)), "l"(Kc + o),
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(cu_smem_u32(Ks + j * HDP + 8 * c)), "l"(Kc + o),
                    "r"(n) : "memory");
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(fa_smem(Vs + j * HDP + 8 * c)), "l"(Vc + o),
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(cu_smem_u32(Vs + j * HDP + 8 * c)), "l"(Vc + o),
                    "r"(n) : "memory");
     }
   } else {
@@ -248,7 +206,7 @@ __global__ void __launch_bounds__(FA_NW * 32)
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
       const float mn = fmaxf(m[i], mx[i]);
-      corr[i] = mn == -INFINITY ? 1.f : fa_exp2(m[i] - mn); /* m = -inf, mn finite: 0 */
+      corr[i] = mn == -INFINITY ? 1.f : cu_exp2(m[i] - mn); /* m = -inf, mn finite: 0 */
       m[i] = mn;
       l[i] *= corr[i];
     }
@@ -257,7 +215,7 @@ __global__ void __launch_bounds__(FA_NW * 32)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int i = e >> 1;
-        const float pe = s[n][e] == -INFINITY ? 0.f : fa_exp2(s[n][e] - m[i]);
+        const float pe = s[n][e] == -INFINITY ? 0.f : cu_exp2(s[n][e] - m[i]);
         s[n][e] = pe;
         l[i] += pe;
       }

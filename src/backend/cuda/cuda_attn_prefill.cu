@@ -217,6 +217,7 @@ void cu_attn_tiled_init(size_t smem_optin) {
   tiled_init<__nv_bfloat16>(smem_optin, SM_DT_BF16);
   cudaGetLastError();
   cu_attn_flash_init(smem_optin);
+  cu_attseg_fa_init(smem_optin);
 }
 
 static size_t att_smem(int hd, int G, int nw) {

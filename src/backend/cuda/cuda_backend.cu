@@ -684,6 +684,7 @@ static void be_destroy(sm_backend *be) {
   if (c->xq2) cudaFree(c->xq2);
   if (c->ssp) cudaFree(c->ssp);
   if (c->seg_lohi) cudaFree(c->seg_lohi);
+  if (c->seg_h) cudaFree(c->seg_h);
   if (c->d_span) cudaFree(c->d_span);
   if (c->deq) cudaFree(c->deq);
   if (c->d_meta) cudaFree(c->d_meta);

@@ -58,7 +58,7 @@ typedef struct {
     struct { float *y; const float *g; int n, dim; } sg;
     struct { float *out; const float *q, *sinks; void *K, *V; int nh, nkv, hd, bs, nblocks, window, dt; float scale, softcap; } as;
     /* OP_ATTSEG: lohi holds each token's key range [lo, hi) (device, c->seg_lohi) */
-    struct { float *out; const float *q, *k, *v; const int32_t *lohi; int n, nh, nkv, hd; float scale; } asg;
+    struct { float *out; const float *q, *k, *v; const int32_t *lohi; int n, nh, nkv, hd, fa; float scale; } asg;
     struct { float *x; const float *inv; const int32_t *axis, *pos; int n, nh, hd, rot; } rax;
     struct { float *y; const float *x; size_t n; int tanh_approx; } gl;                /* OP_GELU1 */
     struct { float *dst; const float *src; const int32_t *idx; int n, dim; } gr;      /* OP_GATHERROWS */
@@ -128,6 +128,7 @@ typedef struct {
   void *xq2; size_t xq2_cap;        /* second one: silu(gate)*up written by the gate/up or MLP kernel */
   float *ssp; size_t ssp_cap;       /* deferred rmsnorm: partial sums of squares (cu_mlp_dnorm) */
   int32_t *seg_lohi; size_t seg_cap; /* attention_seg: per-token key ranges (bytes) */
+  void *seg_h; size_t seg_hcap;       /* attention_seg on tensor cores: q, k, v in f16 (bytes) */
   int32_t *d_span; size_t span_cap;  /* the batch's attn_span (bytes) */
   bool has_span;                     /* the current batch has one */
   float *am_pv; int *am_pi; unsigned *am_cnt; /* greedy sampling inside the decode graph (cu_argmax1) */

@@ -1,10 +1,12 @@
 /* The CUDA backend's ops with explicit shapes that read no batch state (backend.h attention_seg,
  * rope_axes, gelu, gather_rows, copy): their recording entry points, and their kernels. The
- * segmented attention of vision encoders is a tiled online-softmax kernel (32 queries of one head a
- * block, 4 threads a query, K/V tiles in shared memory); it runs when issued. */
+ * segmented attention of vision encoders runs on tensor cores (cuda_attn_seg.cu) where the head dim
+ * allows; otherwise, and with SMELT_CUDA_ATTN_FA=0, on a tiled online-softmax kernel in f32 here (32
+ * queries of one head a block, 4 threads a query, K/V tiles in shared memory). It runs when issued. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_be.cuh"
 #include "backend/cuda/cuda_ew.cuh"
 
@@ -112,6 +114,11 @@ __global__ void k_gelu1(float *y, const float *x, size_t n, int tanh_approx) {
 }
 
 static void x_attention_seg(cuda_be *c, const cu_op *o) {
+  if (o->asg.fa) {
+    cu_attseg_fa_run(&c->cx, c->seg_h, o->asg.out, o->asg.q, o->asg.k, o->asg.v, o->asg.lohi, o->asg.n, o->asg.nh,
+                     o->asg.nkv, o->asg.hd, o->asg.scale);
+    return;
+  }
   const int hd = o->asg.hd, dq = hd / AS_TPQ;
   const dim3 grid((unsigned)((o->asg.n + AS_BQ - 1) / AS_BQ), (unsigned)o->asg.nh);
   const size_t smem = sizeof(float) * 2 * AS_BK * hd;
@@ -173,11 +180,18 @@ static void be_attention_seg(sm_backend *be, float *out, const float *q, const f
     return;
   }
   free(lohi); /* a pageable copy is staged before cudaMemcpyAsync returns */
+  const bool aligned = !(((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)out) & 15);
+  bool fa = aligned && cu_attseg_fa_ok(&c->cx, head_dim, c->smem_optin);
+  if (fa) {
+    const size_t sb = cu_attseg_fa_scratch(n, n_heads, n_kv_heads, head_dim);
+    if (!cu_ensure_buf(c, &c->seg_h, &c->seg_hcap, sb)) return;
+  }
   cu_op o;
   memset(&o, 0, sizeof o);
   o.type = OP_ATTSEG;
   o.asg.out = out; o.asg.q = q; o.asg.k = k; o.asg.v = v; o.asg.lohi = c->seg_lohi;
   o.asg.n = n; o.asg.nh = n_heads; o.asg.nkv = n_kv_heads; o.asg.hd = head_dim; o.asg.scale = scale;
+  o.asg.fa = fa;
   cu_submit(c, &o);
 }
 
