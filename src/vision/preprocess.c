@@ -249,13 +249,23 @@ smelt_status sm_imgproc_run(const sm_imgproc *p, const sm_image *im, sm_pixels *
     sm_image_free(&rs);
     return sm_err(SMELT_ERR_OOM, "pixel values of a %dx%d image", tw, th);
   }
-  for (size_t i = 0; i < plane; i++)
-    for (int c = 0; c < 3; c++) {
-      float v = (float)src->rgb[i * 3 + c];
-      if (p->do_rescale) v = (float)((double)src->rgb[i * 3 + c] * p->rescale_factor);
+  /* a pixel value depends only on its byte and channel: a table of the 3 x 256 (float64 rescale
+   * rounded to float32, then the float32 normalize) */
+  float lut[3][256];
+  for (int c = 0; c < 3; c++)
+    for (int b = 0; b < 256; b++) {
+      float v = (float)b;
+      if (p->do_rescale) v = (float)((double)b * p->rescale_factor);
       if (p->do_normalize) v = (v - p->mean[c]) / p->std[c];
-      px[(size_t)c * plane + i] = v;
+      lut[c][b] = v;
     }
+  const uint8_t *rgb = src->rgb;
+  float *p0 = px, *p1 = px + plane, *p2 = px + 2 * plane;
+  for (size_t i = 0; i < plane; i++) {
+    p0[i] = lut[0][rgb[3 * i]];
+    p1[i] = lut[1][rgb[3 * i + 1]];
+    p2[i] = lut[2][rgb[3 * i + 2]];
+  }
   sm_image_free(&rs);
   out->h = th;
   out->w = tw;

@@ -36,7 +36,7 @@ typedef struct sm_venc {
 /* One image prepared for a model. */
 typedef struct sm_vimage {
   _Atomic int refs;
-  uint8_t hash[32]; /* of the pixel values and the layout */
+  uint8_t hash[32]; /* of the source image, the processor settings and the layout */
   int h, w;         /* resized */
   int gh, gw;       /* patch grid */
   int n_embd;       /* embedding rows */

@@ -45,11 +45,19 @@ smelt_status sm_vimage_new(const sm_vision *v, const sm_image *img, sm_vimage **
     sm_vimage_unref(im);
     return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels gives no whole patch grid", img->w, img->h);
   }
+  /* the pixel values are a function of the source image and the processor: hash those (a quarter of
+   * the bytes of the float pixels) */
+  const sm_imgproc *pp = &v->proc;
   sm_sha256 s;
   sm_sha256_init(&s);
-  const int hdr[4] = {(int)v->kind, im->h, im->w, v->patch};
-  sm_sha256_update(&s, hdr, sizeof hdr);
-  sm_sha256_update(&s, im->px, sizeof(float) * 3 * (size_t)im->h * im->w);
+  const int lay[6] = {(int)v->kind, im->h, im->w, v->patch, img->w, img->h};
+  const int prc[5] = {(int)pp->kind, (int)pp->resample, pp->do_resize, pp->do_rescale, pp->do_normalize};
+  sm_sha256_update(&s, lay, sizeof lay);
+  sm_sha256_update(&s, prc, sizeof prc);
+  sm_sha256_update(&s, &pp->rescale_factor, sizeof pp->rescale_factor);
+  sm_sha256_update(&s, pp->mean, sizeof pp->mean);
+  sm_sha256_update(&s, pp->std, sizeof pp->std);
+  sm_sha256_update(&s, img->rgb, 3 * (size_t)img->w * img->h);
   sm_sha256_final(&s, im->hash);
   *out = im;
   return SMELT_OK;
