@@ -21,7 +21,7 @@ void sm_server_params_default(sm_server_params *p) {
   p->parallel = 4;
   p->max_queue = 64;
   p->grammar_cache = 128ull << 20;
-  p->max_body = 1u << 20;
+  p->max_body = 0; /* sm_server_run: 1 MiB, or SM_SERVER_IMAGE_BODY for a model that takes images */
   p->max_conns = 1024;
   p->max_conns_per_ip = 256;
   p->http_threads = 4;
@@ -107,7 +107,6 @@ int sm_server_run(const sm_server_params *pp) {
   sm_server_params p = *pp;
   if (p.parallel < 1) p.parallel = 1;
   if (p.max_queue < 0) p.max_queue = 0;
-  if (p.max_buffered_body < p.max_body) p.max_buffered_body = p.max_body; /* one body always fits */
   /* signals are taken synchronously by the main thread (serve); threads inherit the mask */
   sigset_t set;
   sigemptyset(&set);
@@ -129,6 +128,11 @@ int sm_server_run(const sm_server_params *pp) {
   }
   sm_models *models = sm_models_new(&p);
   if (!models || !sm_models_start(models)) goto out;
+  if (!p.max_body) { /* images come base64 in the JSON: a 1024x768 PNG is about 2.5 MB of it */
+    const sm_served *one = sm_models_single(models);
+    p.max_body = one && one->model->vision ? SM_SERVER_IMAGE_BODY : (size_t)1 << 20;
+  }
+  if (p.max_buffered_body < p.max_body) p.max_buffered_body = p.max_body; /* one body always fits */
   sm_http_cfg hc = {.p = &p, .models = models, .metrics = metrics};
   http = sm_http_start(&hc);
   if (!http) {

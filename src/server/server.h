@@ -29,7 +29,8 @@ typedef struct {
   int numa;                    /* smelt_numa */
   int cpu_poll;                /* 0..100 (default 50) */
   int max_queue;               /* waiting requests before 429 (default 64) */
-  size_t max_body;             /* request body cap in bytes (default 1 MiB) */
+  size_t max_body;             /* request body cap in bytes (0: 1 MiB, SM_SERVER_IMAGE_BODY for one model
+                                * that takes images) */
   const char *api_key;         /* NULL = no auth */
   const char *allowed_origins; /* CORS: comma-separated origins or "*"; NULL = no CORS headers */
   int kv_blocks;               /* KV blocks (0 = engine default: parallel * ctx) */
@@ -85,5 +86,8 @@ void sm_server_params_default(sm_server_params *p);
  * (graceful: stop accepting, let in-flight requests finish for up to shutdown_timeout, then end
  * them with an error). SIGHUP reopens the log file. Returns an exit code (SM_SERVER_EXIT_*). */
 int sm_server_run(const sm_server_params *p);
+
+/* the default request body cap of a server of one model that takes images (base64 images in JSON) */
+#define SM_SERVER_IMAGE_BODY ((size_t)32 << 20)
 
 #endif

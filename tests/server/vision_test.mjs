@@ -32,6 +32,20 @@ const IMAGE = path.join(SRC, 'tests/vision/data/images/rgb_45x30.jpg');
 const PNG = path.join(SRC, 'tests/vision/data/images/rgb_61x45.png');
 const dataUrl = (f, mime) => `data:${mime};base64,` + fs.readFileSync(f).toString('base64');
 const JPG_URL = dataUrl(IMAGE, 'image/jpeg'), PNG_URL = dataUrl(PNG, 'image/png');
+// the small PNG with a 1.5 MB text chunk after its header: a request body over 2 MB (decoders skip the chunk)
+const crc32 = (b) => {
+  let c = ~0;
+  for (const x of b) { c ^= x; for (let k = 0; k < 8; k++) c = (c >>> 1) ^ (0xedb88320 & -(c & 1)); }
+  return ~c >>> 0;
+};
+const bigPng = (() => {
+  const src = fs.readFileSync(PNG), body = Buffer.concat([Buffer.from('tEXtComment\0'), Buffer.alloc(1500000, 97)]);
+  const len = Buffer.alloc(4), crc = Buffer.alloc(4);
+  len.writeUInt32BE(body.length - 4);
+  crc.writeUInt32BE(crc32(body));
+  return Buffer.concat([src.subarray(0, 33), len, body, crc, src.subarray(33)]); /* 8 signature + 25 IHDR */
+})();
+const BIG_URL = 'data:image/png;base64,' + bigPng.toString('base64');
 
 const startServer = (model, args = []) =>
   L.startServer(BIN, ['serve', '-m', model, ...L.LOCAL, '--device', 'cpu', '-t', '2', ...args], { timeout: 20000 });
@@ -88,6 +102,12 @@ try {
     const [a, b] = await Promise.all([ask(userMsg(JPG_URL)), ask([{ role: 'user', content: 'hello there' }])]);
     assert.equal(a.choices[0].message.content, base);
     assert.equal(typeof b.choices[0].message.content, 'string');
+  });
+  await test('a 2 MB image request fits the default body limit of a model that takes images', async () => {
+    assert.ok(BIG_URL.length > 2e6);
+    const a = await ask(userMsg(BIG_URL), { logprobs: true });
+    const b = await ask(userMsg(PNG_URL), { logprobs: true });
+    assert.deepEqual(a.choices[0].logprobs.content[0].logprob, b.choices[0].logprobs.content[0].logprob);
   });
   await test('400: http image URL without --allow-image-urls', () =>
     rejects400(ask(userMsg('http://127.0.0.1:1/x.png')), /allow-image-urls/));
@@ -168,6 +188,13 @@ try {
   const c3 = new OpenAI({ baseURL: srv3.url + '/v1', apiKey: 'x' });
   await test('400: a model without a vision tower', () =>
     rejects400(c3.chat.completions.create({ model: 'texty', messages: userMsg(JPG_URL), max_tokens: 4 }), /model 'texty' does not accept images/));
+  await test('413: a text model keeps the 1 MiB body limit', async () => {
+    try { await c3.chat.completions.create({ model: 'texty', messages: userMsg(BIG_URL), max_tokens: 4 }); } catch (e) {
+      assert.equal(e.status, 413, 'status ' + e.status + ': ' + e.message);
+      return;
+    }
+    assert.fail('the request was accepted');
+  });
   srv3.proc.kill('SIGTERM');
 } catch (e) {
   L.setupFailed(e);
