@@ -548,7 +548,7 @@ static __global__ void __launch_bounds__(SEL_T) k_sel_hist(const dreq *rq, int V
   }
 }
 
-/* grid (requests): the bin of the cut from the row's histogram, which it zeroes for the next use.
+/* grid (requests): the bin of the cut from the row's histogram, which it zeroes for level 1.
  * Thread t holds bins SEL_BINS - 1 - (SEL_PER t + j), j = 0 .. SEL_PER - 1 (descending keys); the
  * cut is in the highest bin whose cumulative count (top_k) or weight (top_p) from the top meets
  * the bound, tested as the sequential loop tests it */
@@ -800,7 +800,7 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
   const bool sel = n_sorted > 1;
   const size_t hist_bytes = (sizeof(uint32_t) + 2 * sizeof(unsigned long long)) * SEL_BINS * (size_t)n_req;
   const size_t hist_need = hist_bytes + sizeof(dsel) * (size_t)n_req + sizeof(uint32_t) * WALK_MAX_S * (size_t)n_req;
-  const size_t cnt_before = x->cnt.cap, hist_before = x->hist.cap;
+  const size_t cnt_before = x->cnt.cap;
   if (!hgrow(&x->h_stage, stage) || !dgrow(&x->d_stage, stage) ||
       !dgrow(&x->rows, sizeof(float) * Vz * (size_t)n_copy) || !dgrow(&x->e, sizeof(float) * Vz * (size_t)n_walk) ||
       !dgrow(&x->ws, (sizeof(sm_u128) * 2 * WALK_TILES + sizeof(float) * WALK_MAX_S) * (size_t)n_req) ||
@@ -813,8 +813,6 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
       !dgrow(&x->d_out, sizeof(int32_t) * (size_t)n_req) || !hgrow(&x->h_out, sizeof(int32_t) * (size_t)n_req))
     return sm_err(SMELT_ERR_OOM, "cuda sample: out of memory for scratch (%d requests, vocab %d)", n_req, V);
   if (x->cnt.cap != cnt_before && (ce = cudaMemsetAsync(x->cnt.p, 0, x->cnt.cap, s)) != cudaSuccess)
-    return cuerr(ce, "memset");
-  if (x->hist.cap != hist_before && (ce = cudaMemsetAsync(x->hist.p, 0, x->hist.cap, s)) != cudaSuccess)
     return cuerr(ce, "memset");
   if (n_req == 1 && n_greedy == 1 && n_copy == 0) { /* one greedy row as it is: no request upload */
     int nsplit = SM_MIN(ARG_MAX_SPLIT, SM_MAX(1, (V + ARG_CHUNK - 1) / ARG_CHUNK));
@@ -944,6 +942,9 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
     dreq *dw = (dreq *)x->d_stage.p;
     int *off = (int *)x->soff.p, *endoff = off + n_sorted + 1;
     const dim3 g((unsigned)S, (unsigned)n_req);
+    /* the histograms start at zero: where a call of fewer requests kept its dsel and block counts, a
+     * call of more has histogram bins (the layout follows n_req) */
+    if ((ce = cudaMemsetAsync(x->hist.p, 0, hist_need, s)) != cudaSuccess) return cuerr(ce, "memset");
     k_walk_max<<<g, WALK_ST, 0, s>>>(dq, S, pmax, V);
     for (int level = 0; level < 2; level++) {
       k_sel_hist<<<g, SEL_T, 0, s>>>(dq, V, S, pmax, level, gcnt, glo, ghi, ss);
