@@ -9,13 +9,25 @@ the same size as smelt's tied one) match `smelt bench --synthetic mistral-small-
 Shape 30b-a3b is Qwen3-30B-A3B's (`smelt bench --synthetic qwen3-30b-a3b`) as llama.cpp's "llama"
 architecture with experts (Mixtral's graph: 128 experts, 8 a token, softmax routing); it lacks only the
 per-head q/k RMS norms of qwen3_moe (2 x 4,608 values a layer).
+Shapes qwen2.5-vl-7b and gemma3-4b are the language models of the two vision-language models whose
+vision towers bench/peer/make_mmproj.py writes (llama-mtmd-cli side by side with bench/vision):
+qwen2.5-vl-7b is Qwen2.5-VL-7B's ("qwen2vl" architecture: q/k/v biases, M-RoPE sections 16/24/24/0,
+theta 1e6, untied output); gemma3-4b is Gemma 3 4B's ("gemma3": q/k norms, post-attention and post-FFN
+norms, sliding window 1024 with every 6th layer global, tied output). Their vocabularies carry, as single
+control tokens, the chat-template tokens and the tokens mtmd puts around an image (<|vision_start|>,
+<|vision_end|>; <start_of_image>, <end_of_image>), and a chat template (llama-mtmd-cli requires one).
+--tiny (those two shapes): 2 layers, dim 256 (make_mmproj.py --tiny's projection), FFN 512, 2 heads,
+1 KV head of 128, vocabulary 4096: for a quick check on a CPU.
 
-usage: make_gguf.py LLAMA_CPP_DIR 1b|8b|mistral-small-24b|phi4-mini|30b-a3b OUT.gguf
+usage: make_gguf.py LLAMA_CPP_DIR 1b|8b|mistral-small-24b|phi4-mini|30b-a3b|qwen2.5-vl-7b|gemma3-4b OUT.gguf
+       [--tiny]
 """
 import sys
 
 import numpy as np
 
+TINY = "--tiny" in sys.argv
+sys.argv = [a for a in sys.argv if a != "--tiny"]
 sys.path.insert(0, sys.argv[1] + "/gguf-py")
 try:  # gguf-py's vocab module imports sentencepiece, which this script does not use
     import sentencepiece  # noqa: F401
@@ -31,14 +43,35 @@ SHAPES = {
     "phi4-mini": dict(layers=32, dim=3072, ffn=8192, heads=24, kv_heads=8, vocab=200064, arch="phi3", rot=96),
     "30b-a3b": dict(layers=48, dim=2048, ffn=768, heads=32, kv_heads=4, vocab=151936, head_dim=128,
                     experts=128, experts_used=8),
+    "qwen2.5-vl-7b": dict(layers=28, dim=3584, ffn=18944, heads=28, kv_heads=4, vocab=152064, head_dim=128,
+                          arch="qwen2vl", rope_theta=1e6, eps=1e-6, ctx=128000,
+                          special=["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>",
+                                   "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"],
+                          template="{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+                                   "message['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+                                   "{{ '<|im_start|>assistant\\n' }}{% endif %}"),
+    "gemma3-4b": dict(layers=34, dim=2560, ffn=10240, heads=8, kv_heads=4, vocab=262208, head_dim=256,
+                      arch="gemma3", rope_theta=1e6, eps=1e-6, swa=1024, swa_period=6,
+                      special=["<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>",
+                               "<image_soft_token>"],
+                      template="{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + "
+                               "(message['role'] if message['role'] != 'assistant' else 'model') + '\\n' + "
+                               "message['content'] + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+                               "{{ '<start_of_turn>model\\n' }}{% endif %}"),
 }
-s = SHAPES[sys.argv[2]]
+if len(sys.argv) != 4 or sys.argv[2] not in SHAPES:
+    sys.exit(__doc__.rsplit("\n\n", 1)[-1].strip())
+s = dict(SHAPES[sys.argv[2]])
+if TINY:
+    if "special" not in s:
+        sys.exit("make_gguf.py: --tiny is for qwen2.5-vl-7b and gemma3-4b")
+    s.update(layers=2, dim=256, ffn=512, heads=2, kv_heads=1, head_dim=128, vocab=4096)
 rng = np.random.default_rng(7)
 ARCH = s.get("arch", "llama")
 w = gguf.GGUFWriter(sys.argv[3], ARCH)
 hd = s.get("head_dim", s["dim"] // s["heads"])
 E = s.get("experts", 0)
-w.add_context_length(131072)
+w.add_context_length(s.get("ctx", 131072))
 w.add_embedding_length(s["dim"])
 w.add_block_count(s["layers"])
 w.add_feed_forward_length(s["ffn"])
@@ -47,19 +80,30 @@ w.add_head_count_kv(s["kv_heads"])
 w.add_rope_dimension_count(s.get("rot", hd))
 if ARCH == "phi3":
     w.add_sliding_window(131072)  # this llama.cpp requires it of phi3 models of 128k context
+if ARCH == "qwen2vl":
+    w.add_rope_dimension_sections([16, 24, 24, 0])  # M-RoPE: temporal, height, width (of 64 rotated pairs)
+if ARCH == "gemma3":
+    w.add_sliding_window(s["swa"])
+    w.add_sliding_window_pattern(s["swa_period"])  # every 6th layer global
+    w.add_rope_freq_base_swa(10000.0)
+    w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+    w.add_rope_scaling_factor(8.0)
 if "head_dim" in s:
     w.add_key_length(hd)
     w.add_value_length(hd)
 if E:
     w.add_expert_count(E)
     w.add_expert_used_count(s["experts_used"])
-w.add_rope_freq_base(500000.0)
-w.add_layer_norm_rms_eps(1e-5)
+w.add_rope_freq_base(s.get("rope_theta", 500000.0))
+w.add_layer_norm_rms_eps(s.get("eps", 1e-5))
 w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
 V = s["vocab"]
 toks, types = [b"<unk>", b"<s>", b"</s>"], [2, 3, 3]
 toks += [("<0x%02X>" % b).encode() for b in range(256)]
 types += [6] * 256
+for t in s.get("special", []):  # control tokens: mtmd's image delimiters, the chat template's turns
+    toks.append(t.encode())
+    types.append(3)
 toks += [("\u2581t%d" % i).encode() for i in range(V - len(toks))]
 types += [1] * (V - len(types))
 w.add_tokenizer_model("llama")
@@ -68,6 +112,8 @@ w.add_token_scores([0.0] * V)
 w.add_token_types(types)
 w.add_bos_token_id(1)
 w.add_eos_token_id(2)
+if "template" in s:
+    w.add_chat_template(s["template"])
 
 
 def q4_0(rows, cols, n=0):
@@ -91,7 +137,8 @@ def add_norm(name, n):
 d, f, kv, qd = s["dim"], s["ffn"], s["kv_heads"] * hd, s["heads"] * hd
 add_q("token_embd.weight", V, d)
 add_norm("output_norm.weight", d)
-add_q("output.weight", V, d)
+if ARCH != "gemma3":  # Gemma 3 ties its output matrix to the embedding
+    add_q("output.weight", V, d)
 for i in range(s["layers"]):
     p = "blk.%d." % i
     add_norm(p + "attn_norm.weight", d)
@@ -101,7 +148,15 @@ for i in range(s["layers"]):
         add_q(p + "attn_q.weight", qd, d)
         add_q(p + "attn_k.weight", kv, d)
         add_q(p + "attn_v.weight", kv, d)
+    if ARCH == "qwen2vl":
+        for t, n in (("attn_q", qd), ("attn_k", kv), ("attn_v", kv)):
+            w.add_tensor(p + t + ".bias", rng.standard_normal(n, dtype=np.float32) * 0.02)
+    if ARCH == "gemma3":
+        add_norm(p + "attn_q_norm.weight", hd)
+        add_norm(p + "attn_k_norm.weight", hd)
     add_q(p + "attn_output.weight", d, qd)
+    if ARCH == "gemma3":
+        add_norm(p + "post_attention_norm.weight", d)
     add_norm(p + "ffn_norm.weight", d)
     if ARCH == "phi3":
         add_q(p + "ffn_up.weight", 2 * f, d)
@@ -115,6 +170,8 @@ for i in range(s["layers"]):
         add_q(p + "ffn_gate.weight", f, d)
         add_q(p + "ffn_up.weight", f, d)
         add_q(p + "ffn_down.weight", d, f)
+    if ARCH == "gemma3":
+        add_norm(p + "post_ffw_norm.weight", d)
 w.write_header_to_file()
 w.write_kv_data_to_file()
 w.write_tensors_to_file()
