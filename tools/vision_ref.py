@@ -132,6 +132,40 @@ def fixed_pixels(img, h, w):
     return rescale_normalize(arr, 1 / 255, [0.5] * 3, [0.5] * 3).transpose(2, 0, 1), (h, w)
 
 
+def pan_scan_geometry(height, width, min_crop, max_crops, min_ratio):
+    """Gemma3ImageProcessor.pan_and_scan's crop grid: (crop_w, crop_h, n_w, n_h), or None"""
+    if width >= height:
+        if width / height < min_ratio:
+            return None
+        nw = int(math.floor(width / height + 0.5))
+        nw = min(int(math.floor(width / min_crop)), nw)
+        nw = min(max_crops, max(2, nw))
+        nh = 1
+    else:
+        if height / width < min_ratio:
+            return None
+        nh = int(math.floor(height / width + 0.5))
+        nh = min(int(math.floor(height / min_crop)), nh)
+        nh = min(max_crops, max(2, nh))
+        nw = 1
+    cw, ch = int(math.ceil(width / nw)), int(math.ceil(height / nh))
+    if min(cw, ch) < min_crop:
+        return None
+    return cw, ch, nw, nh
+
+
+def pan_scan_pixels(img, h, w, min_crop, max_crops, min_ratio):
+    """the whole image, then its crops (numpy slices of the decoded image), each as fixed_pixels"""
+    arr = np.array(img)
+    g = pan_scan_geometry(arr.shape[0], arr.shape[1], min_crop, max_crops, min_ratio)
+    parts = [arr]
+    if g:
+        cw, ch, nw, nh = g
+        parts += [arr[y * ch:y * ch + ch, x * cw:x * cw + cw] for y in range(nh) for x in range(nw)]
+    out = [fixed_pixels(Image.fromarray(p), h, w)[0] for p in parts]
+    return np.stack(out), (h, w), len(parts) - 1
+
+
 def pixtral_pixels(img, longest, patch):
     h, w = pixtral_size(img.height, img.width, longest, patch)
     arr = np.array(img.resize((w, h), resample=Image.BICUBIC))
@@ -148,6 +182,15 @@ def with_transformers(cases, imgs):
                                       min_pixels=c["min_pixels"], max_pixels=c["max_pixels"],
                                       image_mean=c["mean"], image_std=c["std"])
             got = p(images=[img], return_tensors="np")["pixel_values"]
+        elif c["kind"] == "fixed" and c.get("pan_and_scan"):
+            p = Gemma3ImageProcessor(size={"height": c["height"], "width": c["width"]}, do_pan_and_scan=True,
+                                     pan_and_scan_min_crop_size=c["pas_min_crop"],
+                                     pan_and_scan_max_num_crops=c["pas_max_crops"],
+                                     pan_and_scan_min_ratio_to_activate=c["pas_min_ratio"])
+            r = p(images=[img], return_tensors="np")
+            got = np.asarray(r["pixel_values"])
+            if list(r["num_crops"]) != [c["n_crops"]]:
+                sys.exit("transformers' pan and scan made %s crops, the reference %d" % (r["num_crops"], c["n_crops"]))
         elif c["kind"] == "fixed":
             p = Gemma3ImageProcessor(size={"height": c["height"], "width": c["width"]})
             got = p(images=[img], return_tensors="np")["pixel_values"][0]
@@ -166,7 +209,7 @@ def main():
     out = args[0] if args else os.path.join(ROOT, "tests", "vision", "data")
     imgs = make_images(os.path.join(out, "images"))
     os.makedirs(os.path.join(out, "ref"), exist_ok=True)
-    man = {"decode": [], "resize": [], "proc": [], "qwen_sizes": [], "pixtral_sizes": []}
+    man = {"decode": [], "resize": [], "proc": [], "qwen_sizes": [], "pixtral_sizes": [], "pan_scan_sizes": []}
     for n, path in imgs.items():
         rgb = np.array(Image.open(path).convert("RGB"))
         rgb.tofile(os.path.join(out, "ref", n + ".rgb"))
@@ -190,9 +233,20 @@ def main():
             dict(kind="fixed", image="rgb_37x23.png", height=24, width=24),
             dict(kind="fixed", image="pal_33x21.png", height=16, width=40),
             dict(kind="pixtral", image="rgb_45x30.jpg", longest_edge=32, patch=8),
-            dict(kind="pixtral", image="gray_17x40.png", longest_edge=64, patch=6)]):
+            dict(kind="pixtral", image="gray_17x40.png", longest_edge=64, patch=6),
+            dict(kind="fixed", image="rgb_61x45.png", height=24, width=24, pan_and_scan=True, pas_min_crop=16,
+                 pas_max_crops=4, pas_min_ratio=1.2),
+            dict(kind="fixed", image="gray_17x40.png", height=16, width=12, pan_and_scan=True, pas_min_crop=8,
+                 pas_max_crops=4, pas_min_ratio=1.2),
+            dict(kind="fixed", image="rgb_37x23.png", height=16, width=16, pan_and_scan=True, pas_min_crop=4,
+                 pas_max_crops=3, pas_min_ratio=1.2),
+            dict(kind="fixed", image="rgb_45x30.jpg", height=16, width=16, pan_and_scan=True, pas_min_crop=16,
+                 pas_max_crops=4, pas_min_ratio=1.6)]):
         img = Image.open(imgs[c["image"]]).convert("RGB")
-        if c["kind"] == "qwen":
+        if c["kind"] == "fixed" and c.get("pan_and_scan"):
+            arr, (h, w), c["n_crops"] = pan_scan_pixels(img, c["height"], c["width"], c["pas_min_crop"],
+                                                        c["pas_max_crops"], c["pas_min_ratio"])
+        elif c["kind"] == "qwen":
             arr, (h, w) = qwen_pixels(img, c["patch"], c["merge"], c["temporal"], c["min_pixels"], c["max_pixels"],
                                       c["mean"], c["std"])
         elif c["kind"] == "fixed":
@@ -216,6 +270,14 @@ def main():
                         (1, 5000, 1024, 16), (1540, 1541, 1540, 28), (17, 16, 1024, 16)]:
         oh, ow = pixtral_size(h, w, le, p)
         man["pixtral_sizes"].append([h, w, le, p, oh, ow])
+    # pan and scan's crop grids (height, width, min crop, max crops, min ratio -> crop w, h, count w, h; 0s: none)
+    for h, w, mc, mx, mr in [(896, 896, 256, 4, 1.2), (600, 1500, 256, 4, 1.2), (300, 2000, 256, 4, 1.2),
+                             (200, 1000, 256, 4, 1.2), (1000, 1100, 256, 4, 1.2), (1500, 600, 256, 4, 1.2),
+                             (1000, 1250, 256, 4, 1.2), (768, 1024, 256, 4, 1.2), (1080, 1920, 256, 4, 1.2),
+                             (3000, 700, 256, 4, 1.2), (500, 2000, 256, 2, 1.2), (400, 600, 100, 4, 1.5),
+                             (512, 1281, 256, 4, 1.2)]:
+        g = pan_scan_geometry(h, w, mc, mx, mr) or (0, 0, 0, 0)
+        man["pan_scan_sizes"].append([h, w, mc, mx, mr] + list(g))
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(man, f, indent=1)
         f.write("\n")

@@ -242,7 +242,7 @@ int sm_generate_text(sm_chat *c, const char *prompt, sm_vimage *const *imgs, int
     fprintf(stderr, "smelt generate: the prompt does not fit: %d tokens, the context holds %d (-c/--ctx-size)\n", n,
             ctx);
     free(ids);
-    mm_free(spans, spans ? n_img : 0);
+    mm_free(spans, spans ? sm_vision_span_count(imgs, n_img) : 0);
     return 1;
   }
   if (!n_img && !sm_chat_cache_before(c, ids, n, "generate")) {
@@ -252,8 +252,9 @@ int sm_generate_text(sm_chat *c, const char *prompt, sm_vimage *const *imgs, int
   fputs(prompt, stdout);
   reply_out out = {SM_BUF_INIT, false};
   sm_session_stats stats;
-  smelt_status st = run_session(c, ids, n, spans, spans ? n_img : 0, &out, &stats);
-  mm_free(spans, spans ? n_img : 0);
+  const int n_spans = spans ? sm_vision_span_count(imgs, n_img) : 0;
+  smelt_status st = run_session(c, ids, n, spans, n_spans, &out, &stats);
+  mm_free(spans, n_spans);
   fputc('\n', stdout);
   fflush(stdout);
   sm_buf_free(&out.text);

@@ -227,9 +227,9 @@ smelt_status sm_conv_tokens_mm(const sm_conv *c, int32_t **ids, int *n, sm_mm_sp
       return st;
     }
     st = sm_vision_tokenize(c->vision, c->tok, text, false, order, n_order, ids, n, spans);
+    if (!st) *n_spans = sm_vision_span_count(order, n_order);
     free(text);
     free(order);
-    if (!st) *n_spans = n_order;
     return st;
   }
   if (c->raw) { /* the messages' text one after another: the model continues it */

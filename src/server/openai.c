@@ -171,10 +171,10 @@ sm_job *sm_oai_make_job(const sm_oai *o, sm_ep_kind kind, const char *body, size
       }
       int ni = 0;
       st = sm_vision_tokenize(o->vision, o->tok, text, add_special, imgs, req.n_images, &ids, &ni, &spans);
+      if (!st) n_spans = sm_vision_span_count(imgs, req.n_images);
       for (int i = 0; i < req.n_images; i++) sm_vimage_unref(imgs[i]);
       free(imgs);
       n_ids = (size_t)(ni > 0 ? ni : 0);
-      if (!st) n_spans = req.n_images;
     } else {
       st = smelt_tokenize(o->tok, text, strlen(text), add_special, &ids, &n_ids);
     }

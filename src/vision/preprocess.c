@@ -30,6 +30,10 @@ void sm_imgproc_defaults(sm_imgproc_kind kind, sm_imgproc *p) {
     case SM_IMGPROC_FIXED:
       p->resample = SM_RESAMPLE_BILINEAR;
       p->height = p->width = 896;
+      /* Gemma3Processor's defaults for the pan-and-scan options (off unless the config turns it on) */
+      p->pas_min_crop = 256;
+      p->pas_max_crops = 4;
+      p->pas_min_ratio = 1.2;
       break;
     case SM_IMGPROC_PIXTRAL:
       p->resample = SM_RESAMPLE_BICUBIC;
@@ -130,10 +134,14 @@ static smelt_status parse_one(const cJSON *o, sm_imgproc *p) {
       break;
     }
     case SM_IMGPROC_FIXED: {
-      bool pan = false;
-      if ((st = flag(o, "do_pan_and_scan", &pan))) return st;
-      if (pan) /* Gemma 3's crops of wide images: off in the released processors' configs */
-        return sm_err(SMELT_ERR_UNSUPPORTED, "image processor config: \"do_pan_and_scan\": true is not supported");
+      /* Gemma 3's crops of wide or tall images: off (null) in the released processors' configs */
+      if ((st = flag(o, "do_pan_and_scan", &p->pan_and_scan))) return st;
+      if ((st = num(o, "pan_and_scan_min_crop_size", 1, 16384, &d, &f))) return st;
+      if (f) p->pas_min_crop = (int)d;
+      if ((st = num(o, "pan_and_scan_max_num_crops", 1, 64, &d, &f))) return st;
+      if (f) p->pas_max_crops = (int)d;
+      if ((st = num(o, "pan_and_scan_min_ratio_to_activate", 0, 1e6, &d, &f))) return st;
+      if (f) p->pas_min_ratio = d;
       if (size && (st = num(size, "height", 1, 16384, &d, &f))) return st;
       if (size && f) p->height = (int)d;
       if (size && (st = num(size, "width", 1, 16384, &d, &f))) return st;
@@ -224,6 +232,56 @@ smelt_status sm_imgproc_target(const sm_imgproc *p, int h, int w, int *oh, int *
     }
   }
   return sm_err(SMELT_ERR_INVALID, "unknown image processor");
+}
+
+int sm_imgproc_pan_scan(const sm_imgproc *p, int h, int w, int *cw, int *ch, int *ncw, int *nch) {
+  if (p->kind != SM_IMGPROC_FIXED || !p->pan_and_scan || h <= 0 || w <= 0) return 0;
+  int nw = 1, nh = 1;
+  if (w >= h) { /* Python's float division, floor(x + 0.5) rounding half up, as the processor */
+    if ((double)w / h < p->pas_min_ratio) return 0;
+    nw = (int)floor((double)w / h + 0.5);
+    nw = SM_MIN((int)floor((double)w / p->pas_min_crop), nw);
+    nw = SM_MIN(p->pas_max_crops, SM_MAX(2, nw));
+  } else {
+    if ((double)h / w < p->pas_min_ratio) return 0;
+    nh = (int)floor((double)h / w + 0.5);
+    nh = SM_MIN((int)floor((double)h / p->pas_min_crop), nh);
+    nh = SM_MIN(p->pas_max_crops, SM_MAX(2, nh));
+  }
+  const int sw = (int)ceil((double)w / nw), sh = (int)ceil((double)h / nh);
+  if (SM_MIN(sw, sh) < p->pas_min_crop) return 0;
+  *cw = sw;
+  *ch = sh;
+  *ncw = nw;
+  *nch = nh;
+  return nw * nh;
+}
+
+smelt_status sm_imgproc_crops(const sm_imgproc *p, const sm_image *img, sm_image **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  int cw, ch, ncw, nch;
+  const int k = sm_imgproc_pan_scan(p, img->h, img->w, &cw, &ch, &ncw, &nch);
+  if (!k) return SMELT_OK;
+  if ((ncw - 1) * cw >= img->w || (nch - 1) * ch >= img->h)
+    return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels: pan and scan would make an empty crop", img->w, img->h);
+  sm_image *c = calloc((size_t)k, sizeof *c);
+  if (!c) return sm_err(SMELT_ERR_OOM, "pan-and-scan crops");
+  for (int y = 0, i = 0; y < nch; y++)
+    for (int x = 0; x < ncw; x++, i++) { /* numpy's slices: the last ones end at the image's edge */
+      const int x0 = x * cw, y0 = y * ch, w = SM_MIN(cw, img->w - x0), h = SM_MIN(ch, img->h - y0);
+      c[i] = (sm_image){w, h, malloc((size_t)w * h * 3)};
+      if (!c[i].rgb) {
+        for (int j = 0; j < i; j++) free(c[j].rgb);
+        free(c);
+        return sm_err(SMELT_ERR_OOM, "pan-and-scan crops");
+      }
+      for (int r = 0; r < h; r++)
+        memcpy(c[i].rgb + (size_t)r * w * 3, img->rgb + ((size_t)(y0 + r) * img->w + x0) * 3, (size_t)w * 3);
+    }
+  *out = c;
+  *n = k;
+  return SMELT_OK;
 }
 
 void sm_pixels_free(sm_pixels *px) {

@@ -24,7 +24,10 @@ typedef struct {
   int merge, temporal;         /* QWEN: merge_size, temporal_patch_size */
   long min_pixels, max_pixels; /* QWEN */
   int height, width;           /* FIXED */
-  int longest_edge;            /* PIXTRAL */
+  bool pan_and_scan;           /* FIXED (Gemma 3): crops of wide or tall images besides the whole image */
+  int pas_min_crop, pas_max_crops;
+  double pas_min_ratio;
+  int longest_edge; /* PIXTRAL */
 } sm_imgproc;
 
 /* The class defaults of a kind (QWEN: patch 14, Qwen2-VL's min/max pixels; FIXED: 896 x 896;
@@ -38,6 +41,14 @@ smelt_status sm_imgproc_parse(const cJSON *preprocessor, const cJSON *processor,
 /* The size (height x width) the processor resizes an h x w image to; SMELT_ERR_INVALID (with the
  * processor's reason) for images it refuses (Qwen: aspect ratio above 200). */
 smelt_status sm_imgproc_target(const sm_imgproc *p, int h, int w, int *out_h, int *out_w);
+
+/* Gemma3ImageProcessor.pan_and_scan's crops of an h x w image: 0 (none), or the count ncw * nch of
+ * crops of cw x ch pixels at (x * cw, y * ch), row-major, the last of a row or column cut at the
+ * image's edge. */
+int sm_imgproc_pan_scan(const sm_imgproc *p, int h, int w, int *cw, int *ch, int *ncw, int *nch);
+/* Those crops of img as images (*out malloc'd, *n of them; none: *out NULL, *n 0), in the processor's
+ * order; SMELT_ERR_INVALID where one would be empty (the processor fails there too). */
+smelt_status sm_imgproc_crops(const sm_imgproc *p, const sm_image *img, sm_image **out, int *n);
 
 /* Normalized pixel values of one image, channels first: px[c][y][x], c < 3. */
 typedef struct {

@@ -43,6 +43,8 @@ typedef struct sm_vimage {
   int rows, cols;   /* the grid of embedding rows (Qwen: merged grid; Pixtral: merged rows x cols; Gemma: 16x16) */
   float *px;        /* pixel values [3][h][w] (freed once encoded) */
   sm_venc *enc;     /* set by sm_vision_encode (one pin) */
+  struct sm_vimage **crops; /* Gemma 3's pan and scan: the crops, each an image of its own (owned) */
+  int n_crops;
 } sm_vimage;
 
 /* Load the vision tower of m's checkpoint (the loader calls it when the packaging's vision tensors are
@@ -58,11 +60,14 @@ size_t sm_vision_weight_bytes(const sm_vision *v);
 /* e.g. "qwen2_5_vl: ViT 32 blocks, 1280 wide, patch 14, merge 2" */
 const char *sm_vision_describe(const sm_vision *v);
 
-/* Preprocess an image for v (pixel values, layout, hash); thread-safe, no backend work. Errors:
- * SMELT_ERR_INVALID for images the processor refuses. */
+/* Preprocess an image for v (pixel values, layout, hash; with Gemma 3's pan and scan on, its crops
+ * as images of their own in im->crops); thread-safe, no backend work. Errors: SMELT_ERR_INVALID for
+ * images the processor refuses. */
 smelt_status sm_vimage_new(const sm_vision *v, const sm_image *im, sm_vimage **out);
 void sm_vimage_ref(sm_vimage *im);
 void sm_vimage_unref(sm_vimage *im);
+/* the spans n images take in a prompt: one each, and one for each pan-and-scan crop */
+int sm_vision_span_count(sm_vimage *const *imgs, int n);
 
 /* Encode on the model's backend (engine thread): sets im->enc, from the cache when an image with the
  * same hash was encoded before. */
@@ -87,7 +92,9 @@ const char *sm_vision_marker(const sm_vision *v);
 smelt_status sm_vision_tokenize(const sm_vision *v, const smelt_tokenizer *tok, const char *prompt, bool add_special,
                                 sm_vimage *const *imgs, int n_img, int32_t **ids, int *n_ids, sm_mm_span **spans);
 /* Locate the spans of n_img images in token ids (the image tokens of each, in order; each image's
- * count must equal its n_embd). *spans malloc'd, holding references. */
+ * count must equal its n_embd). Gemma 3's pan-and-scan crops have spans of their own after their
+ * image's: sm_vision_span_count spans in all (also from sm_vision_tokenize). *spans malloc'd,
+ * holding references. */
 smelt_status sm_vision_spans(const sm_vision *v, const int32_t *ids, int n, sm_vimage *const *imgs, int n_img,
                              sm_mm_span **spans);
 /* Whether token id takes an embedding row inside a span (the image token: Qwen's image pad, Gemma's

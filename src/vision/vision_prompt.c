@@ -45,11 +45,18 @@ static smelt_status expand(const sm_vision *v, const smelt_tokenizer *t, const s
     case SM_VIT_SIGLIP: {
       const char *boi = tok_str(t, v->boi), *eoi = tok_str(t, v->eoi);
       if (!boi || !eoi) return sm_err(SMELT_ERR_FORMAT, "the tokenizer lacks Gemma 3's image start/end tokens");
-      sm_buf_puts(b, "\n\n");
-      sm_buf_puts(b, boi);
-      for (int i = 0; i < im->n_embd; i++) sm_buf_puts(b, img);
-      sm_buf_puts(b, eoi);
-      sm_buf_puts(b, "\n\n");
+      /* with pan-and-scan crops, Gemma3Processor's text around the whole image and its crops */
+      if (im->n_crops) sm_buf_puts(b, "Here is the original image ");
+      for (int k = 0; k <= im->n_crops; k++) {
+        const sm_vimage *one = k ? im->crops[k - 1] : im;
+        if (k == 1) sm_buf_puts(b, " and here are some crops to help you see better ");
+        else if (k > 1) sm_buf_puts(b, " ");
+        sm_buf_puts(b, "\n\n");
+        sm_buf_puts(b, boi);
+        for (int i = 0; i < one->n_embd; i++) sm_buf_puts(b, img);
+        sm_buf_puts(b, eoi);
+        sm_buf_puts(b, "\n\n");
+      }
       return SMELT_OK;
     }
     case SM_VIT_PIXTRAL: {
@@ -103,13 +110,21 @@ static smelt_status find_spans(const sm_vision *v, const int32_t *ids, int n, sm
 smelt_status sm_vision_spans(const sm_vision *v, const int32_t *ids, int n, sm_vimage *const *imgs, int n_img,
                              sm_mm_span **out) {
   *out = NULL;
-  sm_mm_span *s = sm_xcalloc((size_t)(n_img ? n_img : 1), sizeof *s);
-  smelt_status st = find_spans(v, ids, n, imgs, n_img, s);
+  /* each image, then its pan-and-scan crops: a span each */
+  const int nf = sm_vision_span_count(imgs, n_img);
+  sm_vimage **flat = sm_xcalloc((size_t)(nf ? nf : 1), sizeof *flat);
+  for (int i = 0, k = 0; i < n_img; i++) {
+    flat[k++] = imgs[i];
+    for (int c = 0; c < imgs[i]->n_crops; c++) flat[k++] = imgs[i]->crops[c];
+  }
+  sm_mm_span *s = sm_xcalloc((size_t)(nf ? nf : 1), sizeof *s);
+  smelt_status st = find_spans(v, ids, n, flat, nf, s);
+  free(flat);
   if (st) {
     free(s);
     return st;
   }
-  for (int i = 0; i < n_img; i++) sm_vimage_ref(s[i].img);
+  for (int i = 0; i < nf; i++) sm_vimage_ref(s[i].img);
   *out = s;
   return SMELT_OK;
 }

@@ -15,11 +15,13 @@ void sm_vimage_ref(sm_vimage *im) { atomic_fetch_add(&im->refs, 1); }
 void sm_vimage_unref(sm_vimage *im) {
   if (!im || atomic_fetch_sub(&im->refs, 1) != 1) return;
   if (im->enc) atomic_fetch_sub(&im->enc->pins, 1);
+  for (int i = 0; i < im->n_crops; i++) sm_vimage_unref(im->crops[i]);
+  free(im->crops);
   free(im->px);
   free(im);
 }
 
-smelt_status sm_vimage_new(const sm_vision *v, const sm_image *img, sm_vimage **out) {
+static smelt_status vimage_one(const sm_vision *v, const sm_image *img, sm_vimage **out) {
   *out = NULL;
   sm_pixels px;
   smelt_status st = sm_imgproc_run(&v->proc, img, &px);
@@ -61,6 +63,33 @@ smelt_status sm_vimage_new(const sm_vision *v, const sm_image *img, sm_vimage **
   sm_sha256_final(&s, im->hash);
   *out = im;
   return SMELT_OK;
+}
+
+smelt_status sm_vimage_new(const sm_vision *v, const sm_image *img, sm_vimage **out) {
+  sm_image *crops = NULL;
+  int n = 0;
+  smelt_status st = sm_imgproc_crops(&v->proc, img, &crops, &n);
+  if (st) return st;
+  if ((st = vimage_one(v, img, out)) == SMELT_OK && n) {
+    /* Gemma 3's pan and scan: the crops, each an image of its own after the whole one */
+    sm_vimage *im = *out;
+    im->crops = sm_xcalloc((size_t)n, sizeof *im->crops);
+    for (int i = 0; i < n && !st; i++)
+      if ((st = vimage_one(v, &crops[i], &im->crops[i])) == SMELT_OK) im->n_crops++;
+    if (st) {
+      sm_vimage_unref(im);
+      *out = NULL;
+    }
+  }
+  for (int i = 0; i < n; i++) sm_image_free(&crops[i]);
+  free(crops);
+  return st;
+}
+
+int sm_vision_span_count(sm_vimage *const *imgs, int n) {
+  int k = 0;
+  for (int i = 0; i < n; i++) k += 1 + imgs[i]->n_crops;
+  return k;
 }
 
 /* ---------------- scratch ---------------- */

@@ -6,11 +6,15 @@
  * without a GPU). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include "../test_util.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "vision/vision.h"
+#include "vision/vit.h"
 
 static bool g_cuda;
 
@@ -254,6 +258,151 @@ out:
   cJSON_Delete(man);
 }
 
+/* Gemma 3's pan and scan on the gemma3 fixture (its config with do_pan_and_scan on, crops of at least 8
+ * pixels): the 45x30 image gives 2 crops; the prompt is Gemma3Processor's text around the whole image
+ * and the crops, built here from its formula and tokenized; each crop has a span of its own; the model
+ * runs the three images, and its logits differ from the one-image prompt's. */
+static void check_pan_scan(const char *root) {
+  char src[2200], dir[] = "/tmp/smelt-pas-XXXXXX", path[2200];
+  snprintf(src, sizeof src, "%.1000s/gemma3_vision", root);
+  if (!mkdtemp(dir)) {
+    CHECK(0, "mkdtemp");
+    return;
+  }
+  const char *files[] = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "image.jpg"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    char *data = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%.1000s/%s", src, files[i]);
+    if (sm_read_file(path, &data, &len)) {
+      CHECK(0, "pan and scan: %s", smelt_last_error());
+      return;
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(data, 1, len, f) == len, "write %s", path);
+    if (f) fclose(f);
+    free(data);
+  }
+  snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs("{\"size\": {\"height\": 32, \"width\": 32}, \"resample\": 2, \"image_mean\": [0.5, 0.5, 0.5], "
+          "\"image_std\": [0.5, 0.5, 0.5], \"do_pan_and_scan\": true, \"pan_and_scan_min_crop_size\": 8}",
+          f);
+    fclose(f);
+  }
+  smelt_model_params mp;
+  smelt_model_params_default(&mp);
+  mp.device = g_cuda ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
+  mp.kv_type = SMELT_KV_F32;
+  mp.max_context = 256;
+  mp.n_threads = 2;
+  smelt_model *m = NULL;
+  sm_vimage *img = NULL, *img1 = NULL;
+  sm_mm_span *spans = NULL, *spans1 = NULL;
+  int32_t *ids = NULL, *want = NULL, *ids1 = NULL;
+  sm_engine *e = NULL;
+  float *lg = NULL, *lg1 = NULL;
+  int n_ids = 0, n1 = 0, ns = 0;
+  if (smelt_model_load(dir, &mp, &m) || !m->vision) {
+    CHECK(0, "pan and scan: load: %s", smelt_last_error());
+    goto out;
+  }
+  snprintf(path, sizeof path, "%s/image.jpg", dir);
+  sm_image im;
+  if (sm_image_load(path, 0, NULL, &im)) {
+    CHECK(0, "pan and scan: %s", smelt_last_error());
+    goto out;
+  }
+  smelt_status st = sm_vimage_new(m->vision, &im, &img);
+  sm_image_free(&im);
+  CHECK(!st && img->n_crops == 2, "pan and scan: %s, %d crops (2 expected)", st ? smelt_last_error() : "ok",
+        st ? -1 : img->n_crops);
+  if (st || img->n_crops != 2) goto out;
+  CHECK(sm_vision_span_count(&img, 1) == 3, "pan and scan: span count");
+  st = sm_vision_tokenize(m->vision, m->tok, "Look<start_of_image>ok", false, &img, 1, &ids, &n_ids, &spans);
+  if (st) {
+    CHECK(0, "pan and scan: tokenize: %s", smelt_last_error());
+    goto out;
+  }
+  /* Gemma3Processor: "Here is the original image {seq} and here are some crops to help you see better "
+   * + " ".join([seq] * num_crops), seq = "\n\n<start_of_image>" + image tokens + "<end_of_image>\n\n" */
+  char seq[512] = "\n\n<start_of_image>";
+  for (int i = 0; i < img->n_embd; i++) strcat(seq, "<image_soft_token>");
+  strcat(seq, "<end_of_image>\n\n");
+  char text[2048];
+  snprintf(text, sizeof text,
+           "LookHere is the original image %s and here are some crops to help you see better %s %sok", seq, seq, seq);
+  size_t nw = 0;
+  st = smelt_tokenize(m->tok, text, strlen(text), false, &want, &nw);
+  CHECK(!st && (size_t)n_ids == nw && !memcmp(ids, want, sizeof(int32_t) * nw),
+        "pan and scan: the prompt's tokens (%d) differ from the processor's text (%zu)", n_ids, nw);
+  ns = 3;
+  for (int k = 0; k < ns; k++) {
+    const sm_vimage *want_img = k ? img->crops[k - 1] : img;
+    int soft = 0;
+    for (int t = spans[k].t0; t < spans[k].t1; t++) soft += ids[t] == m->vision->image_token;
+    CHECK(spans[k].img == want_img && soft == want_img->n_embd, "pan and scan: span %d [%d, %d)", k, spans[k].t0,
+          spans[k].t1);
+  }
+  CHECK(memcmp(img->hash, img->crops[0]->hash, 32) && memcmp(img->crops[0]->hash, img->crops[1]->hash, 32),
+        "pan and scan: the crops hash apart from the image and each other");
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  ep.max_context = 256;
+  ep.max_seqs = 2;
+  ep.max_batch_tokens = 256;
+  if ((st = sm_engine_create(m, &ep, &e))) {
+    CHECK(0, "pan and scan: engine: %s", smelt_last_error());
+    goto out;
+  }
+  int rows = 0;
+  lg = prompt_logits(e, ids, n_ids, spans, ns, NULL, &rows);
+  CHECK(lg && rows == n_ids, "pan and scan: %d logits rows for %d tokens", rows, n_ids);
+  /* the same image without its crops: the last position's logits differ */
+  m->vision->proc.pan_and_scan = false;
+  snprintf(path, sizeof path, "%s/image.jpg", dir);
+  if (lg && !sm_image_load(path, 0, NULL, &im)) {
+    st = sm_vimage_new(m->vision, &im, &img1);
+    sm_image_free(&im);
+  }
+  if (lg && img1 &&
+      !sm_vision_tokenize(m->vision, m->tok, "Look<start_of_image>ok", false, &img1, 1, &ids1, &n1, &spans1)) {
+    lg1 = prompt_logits(e, ids1, n1, spans1, 1, NULL, NULL);
+    const int V = m->cfg.vocab_size;
+    double d = 0;
+    bool finite = true;
+    for (int i = 0; lg1 && i < V; i++) {
+      const float a = lg[(size_t)(n_ids - 1) * V + i], b = lg1[(size_t)(n1 - 1) * V + i];
+      finite = finite && isfinite(a);
+      d = fmax(d, fabs((double)a - b));
+    }
+    CHECK(lg1 && finite && d > 1e-4, "pan and scan: logits with the crops (finite %d) differ by %g", finite, d);
+  }
+out:
+  for (int k = 0; spans && k < ns; k++) sm_vimage_unref(spans[k].img);
+  free(spans);
+  if (spans1) sm_vimage_unref(spans1[0].img);
+  free(spans1);
+  if (img) sm_vimage_unref(img);
+  if (img1) sm_vimage_unref(img1);
+  sm_engine_free(e);
+  free(ids);
+  free(ids1);
+  free(want);
+  free(lg);
+  free(lg1);
+  smelt_model_free(m);
+  for (size_t i = 0; i < 6; i++) {
+    static const char *all[] = {"config.json",           "model.safetensors", "tokenizer.json",
+                                "tokenizer_config.json", "image.jpg",         "preprocessor_config.json"};
+    snprintf(path, sizeof path, "%s/%s", dir, all[i]);
+    remove(path);
+  }
+  rmdir(dir);
+}
+
 int main(int argc, char **argv) {
   const char *dev = getenv("SMELT_GOLDEN_DEVICE");
   g_cuda = dev && !strcmp(dev, "cuda");
@@ -288,5 +437,6 @@ int main(int argc, char **argv) {
   }
   free(names);
   CHECK(n >= 4, "%d fixtures found", n);
+  check_pan_scan(root);
   TEST_END();
 }

@@ -104,6 +104,14 @@ static void test_proc(const cJSON *list) {
       cJSON *sz = cJSON_AddObjectToObject(cfg, "size");
       cJSON_AddNumberToObject(sz, "height", cJSON_GetObjectItem(e, "height")->valuedouble);
       cJSON_AddNumberToObject(sz, "width", cJSON_GetObjectItem(e, "width")->valuedouble);
+      if (cJSON_IsTrue(cJSON_GetObjectItem(e, "pan_and_scan"))) {
+        cJSON_AddTrueToObject(cfg, "do_pan_and_scan");
+        cJSON_AddNumberToObject(cfg, "pan_and_scan_min_crop_size", cJSON_GetObjectItem(e, "pas_min_crop")->valuedouble);
+        cJSON_AddNumberToObject(cfg, "pan_and_scan_max_num_crops",
+                                cJSON_GetObjectItem(e, "pas_max_crops")->valuedouble);
+        cJSON_AddNumberToObject(cfg, "pan_and_scan_min_ratio_to_activate",
+                                cJSON_GetObjectItem(e, "pas_min_ratio")->valuedouble);
+      }
     } else {
       cJSON *sz = cJSON_AddObjectToObject(cfg, "size");
       cJSON_AddNumberToObject(sz, "longest_edge", cJSON_GetObjectItem(e, "longest_edge")->valuedouble);
@@ -120,9 +128,29 @@ static void test_proc(const cJSON *list) {
       CHECK(0, "load %s", n);
       continue;
     }
+    /* pan and scan: the whole image's pixel values, then each crop's, one after another */
+    sm_image *crops = NULL;
+    int n_crops = 0;
+    st = sm_imgproc_crops(&p, &im, &crops, &n_crops);
+    CHECK(st == SMELT_OK, "%s crops of %s: %s", kind, n, sm_errmsg());
+    const cJSON *want_crops = cJSON_GetObjectItem(e, "n_crops");
+    CHECK(n_crops == (want_crops ? want_crops->valueint : 0), "%s on %s: %d crops, expected %d", kind, n, n_crops,
+          want_crops ? want_crops->valueint : 0);
     st = sm_imgproc_run(&p, &im, &px);
     CHECK(st == SMELT_OK, "%s processor on %s: %s", kind, n, sm_errmsg());
     sm_image_free(&im);
+    for (int c = 0; !st && c < n_crops; c++) {
+      sm_pixels cp;
+      st = sm_imgproc_run(&p, &crops[c], &cp);
+      CHECK(st == SMELT_OK, "crop %d of %s: %s", c, n, sm_errmsg());
+      if (st) break;
+      const size_t one = (size_t)3 * px.h * px.w;
+      px.px = realloc(px.px, sizeof(float) * one * (size_t)(c + 2));
+      memcpy(px.px + one * (size_t)(c + 1), cp.px, sizeof(float) * one);
+      sm_pixels_free(&cp);
+    }
+    for (int c = 0; c < n_crops; c++) sm_image_free(&crops[c]);
+    free(crops);
     if (st) continue;
     const int oh = cJSON_GetObjectItem(e, "out_h")->valueint, ow = cJSON_GetObjectItem(e, "out_w")->valueint;
     CHECK(px.h == oh && px.w == ow, "%s on %s: %dx%d, expected %dx%d", kind, n, px.w, px.h, ow, oh);
@@ -130,7 +158,7 @@ static void test_proc(const cJSON *list) {
     float *ref = slurp(path_of("ref", cJSON_GetObjectItem(e, "file")->valuestring), &len);
     float *got = px.px;
     if (!strcmp(kind, "qwen")) got = sm_qwen_patchify(&px, p.patch, p.merge, p.temporal);
-    const size_t n_el = (size_t)3 * px.h * px.w * (strcmp(kind, "qwen") ? 1 : p.temporal);
+    const size_t n_el = (size_t)3 * px.h * px.w * (strcmp(kind, "qwen") ? 1 : p.temporal) * (size_t)(1 + n_crops);
     CHECK(len == n_el * 4, "%s on %s: %zu reference floats, %zu computed", kind, n, len / 4, n_el);
     if (len == n_el * 4) {
       double md = 0;
@@ -141,6 +169,29 @@ static void test_proc(const cJSON *list) {
     free(ref);
     sm_pixels_free(&px);
   }
+}
+
+/* pan and scan's crop grids against the processor's arithmetic (tools/vision_ref.py) */
+static void test_pan_scan_sizes(const cJSON *list) {
+  int k = 0;
+  for (const cJSON *e = list->child; e; e = e->next, k++) {
+    double v[9];
+    for (int i = 0; i < 9; i++) v[i] = cJSON_GetArrayItem(e, i)->valuedouble;
+    sm_imgproc p;
+    sm_imgproc_defaults(SM_IMGPROC_FIXED, &p);
+    p.pan_and_scan = true;
+    p.pas_min_crop = (int)v[2];
+    p.pas_max_crops = (int)v[3];
+    p.pas_min_ratio = v[4];
+    int cw = 0, ch = 0, nw = 0, nh = 0;
+    const int n = sm_imgproc_pan_scan(&p, (int)v[0], (int)v[1], &cw, &ch, &nw, &nh);
+    CHECK(n == (int)(v[7] * v[8]) && (!n || (cw == (int)v[5] && ch == (int)v[6] && nw == (int)v[7] && nh == (int)v[8])),
+          "pan and scan of %gx%g (min %g, max %g, ratio %g): %d crops of %dx%d (%dx%d), expected %gx%g of %gx%g", v[1],
+          v[0], v[2], v[3], v[4], n, cw, ch, nw, nh, v[7], v[8], v[5], v[6]);
+    p.pan_and_scan = false;
+    CHECK(sm_imgproc_pan_scan(&p, (int)v[0], (int)v[1], &cw, &ch, &nw, &nh) == 0, "pan and scan off: no crops");
+  }
+  CHECK(k >= 10, "pan-and-scan cases: %d", k);
 }
 
 static void test_sizes(const cJSON *qs, const cJSON *ps) {
@@ -245,6 +296,7 @@ int main(int argc, char **argv) {
   test_decode(cJSON_GetObjectItem(man, "decode"));
   test_resize(cJSON_GetObjectItem(man, "resize"));
   test_proc(cJSON_GetObjectItem(man, "proc"));
+  test_pan_scan_sizes(cJSON_GetObjectItem(man, "pan_scan_sizes"));
   test_sizes(cJSON_GetObjectItem(man, "qwen_sizes"), cJSON_GetObjectItem(man, "pixtral_sizes"));
   test_errors();
   cJSON_Delete(man);
