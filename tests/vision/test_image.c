@@ -281,6 +281,27 @@ static void test_errors(void) {
   CHECK(sm_imgproc_parse(c, NULL, &p) == SMELT_ERR_FORMAT && strstr(sm_errmsg(), "min_pixels"), "min > max: %s",
         sm_errmsg());
   cJSON_Delete(c);
+  /* Gemma 3's pan-and-scan settings: bad values name their key */
+  const char *bad_pas[] = {"{\"do_pan_and_scan\": 1}", "{\"pan_and_scan_min_crop_size\": -3}",
+                           "{\"pan_and_scan_max_num_crops\": 0}", "{\"pan_and_scan_min_ratio_to_activate\": \"x\"}"};
+  const char *keys[] = {"do_pan_and_scan", "pan_and_scan_min_crop_size", "pan_and_scan_max_num_crops",
+                        "pan_and_scan_min_ratio_to_activate"};
+  for (int i = 0; i < 4; i++) {
+    sm_imgproc_defaults(SM_IMGPROC_FIXED, &p);
+    c = cJSON_Parse(bad_pas[i]);
+    CHECK(sm_imgproc_parse(c, NULL, &p) == SMELT_ERR_FORMAT && strstr(sm_errmsg(), keys[i]), "%s: %s", bad_pas[i],
+          sm_errmsg());
+    cJSON_Delete(c);
+  }
+  /* a 1-pixel minimum crop on a 5x1 image: a crop would be empty, which is refused, not made */
+  sm_imgproc_defaults(SM_IMGPROC_FIXED, &p);
+  p.pan_and_scan = true;
+  p.pas_min_crop = 1;
+  uint8_t px5[15] = {0};
+  sm_image thin = {5, 1, px5}, *crops = NULL;
+  int nc = -1;
+  CHECK(sm_imgproc_crops(&p, &thin, &crops, &nc) == SMELT_ERR_INVALID && strstr(sm_errmsg(), "empty crop") && !crops,
+        "5x1 pan and scan: %s", sm_errmsg());
 }
 
 int main(int argc, char **argv) {
