@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-PKGS="build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev libpng-dev libjpeg62-turbo-dev libwebp-dev zlib1g-dev nodejs npm python3 python3-numpy python3-jinja2"
+PKGS="build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libexif-dev zlib1g-dev nodejs npm python3 python3-numpy python3-jinja2"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 # node/npm may come from elsewhere (e.g. nvm); only install them if absent

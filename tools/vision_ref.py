@@ -4,7 +4,7 @@
 Writes small test images (PNG, JPEG, WebP in several pixel layouts) and what Pillow and the
 Hugging Face image processors make of them:
   images/<name>             the encoded test images
-  ref/<name>.rgb            Image.open(f).convert("RGB") as raw bytes (h*w*3)
+  ref/<name>.rgb            ImageOps.exif_transpose(Image.open(f)).convert("RGB") as raw bytes (h*w*3)
   ref/resize_<k>.rgb        Image.resize((w, h), resample) of a decoded image
   ref/proc_<k>.f32          pixel values of an image processor (little-endian float32)
   manifest.json             what each file is, sizes, and the processors' target-size tables
@@ -27,7 +27,7 @@ import sys
 import zlib
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
@@ -64,6 +64,17 @@ def png_raw(path, arr, bit_depth, color_type, width=None):
                 chunk(b"IEND", b""))
 
 
+def orientation_exif(o):
+    e = Image.Exif()
+    e[0x0112] = o
+    return e.tobytes()
+
+
+def load_rgb(path):
+    """what transformers' load_image gives: ImageOps.exif_transpose, then convert("RGB")"""
+    return ImageOps.exif_transpose(Image.open(path)).convert("RGB")
+
+
 def make_images(d):
     os.makedirs(d, exist_ok=True)
     imgs = {}
@@ -83,6 +94,14 @@ def make_images(d):
     Image.fromarray(pattern(19, 27, 3, 11)).save(os.path.join(d, "rgb_27x19.webp"), quality=80)
     Image.fromarray(pattern(14, 22, 4, 12), "RGBA").save(os.path.join(d, "rgba_22x14.webp"), lossless=True)
     Image.fromarray(pattern(45, 61, 3, 13)).save(os.path.join(d, "rgb_61x45.png"))
+    # EXIF orientation (load_image turns these upright): every value in a JPEG, one PNG (eXIf chunk),
+    # one WebP (EXIF chunk)
+    for o in range(2, 9):
+        Image.fromarray(pattern(7, 11, 3, 20 + o)).save(os.path.join(d, "orient%d_11x7.jpg" % o), quality=95,
+                                                        exif=orientation_exif(o))
+    Image.fromarray(pattern(9, 15, 3, 30)).save(os.path.join(d, "orient6_15x9.png"), exif=orientation_exif(6))
+    Image.fromarray(pattern(10, 13, 3, 31)).save(os.path.join(d, "orient8_13x10.webp"), lossless=True,
+                                                 exif=orientation_exif(8))
     for n in sorted(os.listdir(d)):
         imgs[n] = os.path.join(d, n)
     return imgs
@@ -176,7 +195,7 @@ def with_transformers(cases, imgs):
     """the same pixel values from transformers' own (slow) image processors"""
     from transformers import Gemma3ImageProcessor, PixtralImageProcessor, Qwen2VLImageProcessor
     for c, arr in cases:
-        img = Image.open(imgs[c["image"]]).convert("RGB")
+        img = load_rgb(imgs[c["image"]])
         if c["kind"] == "qwen":
             p = Qwen2VLImageProcessor(patch_size=c["patch"], merge_size=c["merge"], temporal_patch_size=c["temporal"],
                                       min_pixels=c["min_pixels"], max_pixels=c["max_pixels"],
@@ -211,7 +230,7 @@ def main():
     os.makedirs(os.path.join(out, "ref"), exist_ok=True)
     man = {"decode": [], "resize": [], "proc": [], "qwen_sizes": [], "pixtral_sizes": [], "pan_scan_sizes": []}
     for n, path in imgs.items():
-        rgb = np.array(Image.open(path).convert("RGB"))
+        rgb = np.array(load_rgb(path))
         rgb.tofile(os.path.join(out, "ref", n + ".rgb"))
         man["decode"].append({"image": n, "w": rgb.shape[1], "h": rgb.shape[0]})
     filters = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3, "box": 4, "hamming": 5}
@@ -221,7 +240,7 @@ def main():
                ("rgb_61x45.png", 61, 12, "bicubic"), ("rgb_61x45.png", 9, 45, "bilinear"),
                ("rgb_45x30.jpg", 112, 84, "bicubic"), ("rgb_61x45.png", 3, 2, "bicubic")]
     for i, (n, w, h, f) in enumerate(resizes):
-        r = np.array(Image.open(imgs[n]).convert("RGB").resize((w, h), resample=filters[f]))
+        r = np.array(load_rgb(imgs[n]).resize((w, h), resample=filters[f]))
         r.tofile(os.path.join(out, "ref", "resize_%d.rgb" % i))
         man["resize"].append({"image": n, "w": w, "h": h, "filter": filters[f], "file": "resize_%d.rgb" % i})
     cases = []
@@ -242,7 +261,7 @@ def main():
                  pas_max_crops=3, pas_min_ratio=1.2),
             dict(kind="fixed", image="rgb_45x30.jpg", height=16, width=16, pan_and_scan=True, pas_min_crop=16,
                  pas_max_crops=4, pas_min_ratio=1.6)]):
-        img = Image.open(imgs[c["image"]]).convert("RGB")
+        img = load_rgb(imgs[c["image"]])
         if c["kind"] == "fixed" and c.get("pan_and_scan"):
             arr, (h, w), c["n_crops"] = pan_scan_pixels(img, c["height"], c["width"], c["pas_min_crop"],
                                                         c["pas_max_crops"], c["pas_min_ratio"])

@@ -249,9 +249,11 @@ smelt_status sm_image_decode(const void *data, size_t len, const sm_image_limits
   if (!data || !len) return sm_err(SMELT_ERR_FORMAT, "empty image data");
   const char *f = sm_image_format(data, len);
   if (!f) return sm_err(SMELT_ERR_FORMAT, "unknown image format (PNG, JPEG and WebP are supported)");
-  if (!strcmp(f, "png")) return decode_png(data, len, lim, out);
-  if (!strcmp(f, "jpeg")) return decode_jpeg(data, len, lim, out);
-  return decode_webp(data, len, lim, out);
+  smelt_status st = !strcmp(f, "png")  ? decode_png(data, len, lim, out)
+                  : !strcmp(f, "jpeg") ? decode_jpeg(data, len, lim, out)
+                                       : decode_webp(data, len, lim, out);
+  if (!st && (st = sm_image_orient(data, len, f, out))) sm_image_free(out);
+  return st;
 }
 
 smelt_status sm_image_load(const char *path, size_t max_bytes, const sm_image_limits *lim, sm_image *out) {

@@ -27,6 +27,9 @@ typedef struct {
  * (SMELT_ERR_FORMAT for corrupt or unknown data, SMELT_ERR_LIMIT for oversized images) say what
  * is wrong. */
 smelt_status sm_image_decode(const void *data, size_t len, const sm_image_limits *lim, sm_image *out);
+/* Turn a decoded image upright by the EXIF orientation tag of its encoded data (exif.c), as Pillow's
+ * ImageOps.exif_transpose does; sm_image_decode calls it. fmt: sm_image_format's name. */
+smelt_status sm_image_orient(const void *data, size_t len, const char *fmt, sm_image *im);
 /* The same from a file (at most max_bytes bytes; 0: 64 MiB). */
 smelt_status sm_image_load(const char *path, size_t max_bytes, const sm_image_limits *lim, sm_image *out);
 void sm_image_free(sm_image *im);
