@@ -48,6 +48,17 @@ static void compare(const char *name, const char *what, const float *got, const 
 
 /* logits of every pending token of a new sequence holding ids with the images of spans (after the
  * prefix cache's reuse: *n_rows rows, the last one the prompt's last position) */
+/* the fixtures' model parameters: the test's device, an f32 KV cache, 2 threads */
+static smelt_model_params model_params(int max_context) {
+  smelt_model_params mp;
+  smelt_model_params_default(&mp);
+  mp.device = g_cuda ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
+  mp.kv_type = SMELT_KV_F32;
+  mp.max_context = max_context;
+  mp.n_threads = 2;
+  return mp;
+}
+
 static float *prompt_logits(sm_engine *e, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans,
                             sm_seq **keep, int *n_rows) {
   smelt_model *m = sm_engine_model(e);
@@ -90,12 +101,7 @@ static void check_fixture(const char *dir) {
   int32_t *want = malloc(sizeof(int32_t) * (size_t)np);
   for (int i = 0; i < np; i++) want[i] = cJSON_GetArrayItem(pids, i)->valueint;
 
-  smelt_model_params mp;
-  smelt_model_params_default(&mp);
-  mp.device = g_cuda ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
-  mp.kv_type = SMELT_KV_F32;
-  mp.max_context = 128;
-  mp.n_threads = 2;
+  const smelt_model_params mp = model_params(128);
   smelt_model *m = NULL;
   sm_vimage *img = NULL;
   sm_mm_span *spans = NULL;
@@ -292,12 +298,7 @@ static void check_pan_scan(const char *root) {
           f);
     fclose(f);
   }
-  smelt_model_params mp;
-  smelt_model_params_default(&mp);
-  mp.device = g_cuda ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
-  mp.kv_type = SMELT_KV_F32;
-  mp.max_context = 256;
-  mp.n_threads = 2;
+  const smelt_model_params mp = model_params(256);
   smelt_model *m = NULL;
   sm_vimage *img = NULL, *img1 = NULL;
   sm_mm_span *spans = NULL, *spans1 = NULL;
