@@ -59,6 +59,16 @@ static smelt_model_params model_params(int max_context) {
   return mp;
 }
 
+/* an engine of two sequences */
+static sm_engine_params engine_params(int max_context, int max_batch_tokens) {
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  ep.max_context = max_context;
+  ep.max_seqs = 2;
+  ep.max_batch_tokens = max_batch_tokens;
+  return ep;
+}
+
 static float *prompt_logits(sm_engine *e, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans,
                             sm_seq **keep, int *n_rows) {
   smelt_model *m = sm_engine_model(e);
@@ -163,11 +173,7 @@ static void check_fixture(const char *dir) {
     free(got);
   }
   /* 3. prompt logits */
-  sm_engine_params ep;
-  sm_engine_params_default(&ep);
-  ep.max_context = 128;
-  ep.max_seqs = 2;
-  ep.max_batch_tokens = 64;
+  sm_engine_params ep = engine_params(128, 64);
   if ((st = sm_engine_create(m, &ep, &e))) {
     CHECK(0, "%s: engine: %s", name, smelt_last_error());
     goto out;
@@ -349,11 +355,7 @@ static void check_pan_scan(const char *root) {
   }
   CHECK(memcmp(img->hash, img->crops[0]->hash, 32) && memcmp(img->crops[0]->hash, img->crops[1]->hash, 32),
         "pan and scan: the crops hash apart from the image and each other");
-  sm_engine_params ep;
-  sm_engine_params_default(&ep);
-  ep.max_context = 256;
-  ep.max_seqs = 2;
-  ep.max_batch_tokens = 256;
+  const sm_engine_params ep = engine_params(256, 256);
   if ((st = sm_engine_create(m, &ep, &e))) {
     CHECK(0, "pan and scan: engine: %s", smelt_last_error());
     goto out;
