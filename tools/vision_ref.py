@@ -11,9 +11,12 @@ Hugging Face image processors make of them:
 
 The processors are computed as transformers' slow (Pillow-based) image processors compute them:
 Qwen2VLImageProcessor (smart_resize, bicubic, rescale, normalize, patch flattening),
-Gemma3ImageProcessor (fixed size, bilinear) and PixtralImageProcessor (longest edge, multiples of the
-patch, bicubic). With --transformers the same pixel values are also computed by transformers' own
-classes (use_fast=False) and compared (run it where transformers is installed).
+Gemma3ImageProcessor (fixed size, bilinear), PixtralImageProcessor (longest edge, multiples of the
+patch, bicubic) and SmolVLMImageProcessor (longest edge, then multiples of the tile, split into tiles
+plus a global image, Lanczos; manifest "idefics3_sizes": h, w, longest_edge, tile, the size after the
+longest-edge resize, after the resize to tile multiples, rows, cols). With --transformers the same pixel
+values are also computed by transformers' own classes (use_fast=False; the Pillow classes) and compared
+(run it where transformers is installed; Idefics3ImageProcessor's differences are only reported).
 
 Needs numpy and Pillow (Debian: apt-get install python3-numpy python3-pil).
 Usage: python3 tools/vision_ref.py [--transformers] [OUTDIR]   (default tests/vision/data)
@@ -191,11 +194,153 @@ def pixtral_pixels(img, longest, patch):
     return rescale_normalize(arr, 1 / 255, CLIP_MEAN, CLIP_STD).transpose(2, 0, 1), (h, w)
 
 
+IDEFICS3_MAX_IMAGE_SIZE = 4096  # transformers' MAX_IMAGE_SIZE of the SmolVLM image processor
+
+
+def idefics3_first_size(height, width, longest_edge):
+    """SmolVLMImageProcessor.resize with {"longest_edge": L}: _resize_output_size_rescale_to_max_len (the
+    longest side to L, the other int(...) made even by +1, at least 1), then
+    _resize_output_size_scale_below_upper_bound (4096)"""
+    aspect_ratio = width / height
+    if width >= height:
+        width = longest_edge
+        height = int(width / aspect_ratio)
+        if height % 2 != 0:
+            height += 1
+    else:
+        height = longest_edge
+        width = int(height * aspect_ratio)
+        if width % 2 != 0:
+            width += 1
+    height, width = max(height, 1), max(width, 1)
+    m = IDEFICS3_MAX_IMAGE_SIZE
+    aspect_ratio = width / height
+    if width >= height and width > m:
+        width = m
+        height = int(width / aspect_ratio)
+    elif height > width and height > m:
+        height = m
+        width = int(height * aspect_ratio)
+    return max(height, 1), max(width, 1)
+
+
+def idefics3_encoder_size(height, width, max_size):
+    """resize_for_vision_encoder: both sides to multiples of max_size (the long side first, the other from
+    the aspect ratio of the resized image, int(...), then rounded up)"""
+    aspect_ratio = width / height
+    if width >= height:
+        width = math.ceil(width / max_size) * max_size
+        height = int(width / aspect_ratio)
+        height = math.ceil(height / max_size) * max_size
+    else:
+        height = math.ceil(height / max_size) * max_size
+        width = int(height * aspect_ratio)
+        width = math.ceil(width / max_size) * max_size
+    return height, width
+
+
+def idefics3_grid(h2, w2, max_size):
+    """split_image's rows, cols of a (h2, w2) image (0, 0: no split, a single frame)"""
+    if h2 > max_size or w2 > max_size:
+        return (h2 - max_size) // max_size + 1, (w2 - max_size) // max_size + 1
+    return 0, 0
+
+
+def idefics3_frames(img, longest_edge, max_size, splitting, mean, std, resample=Image.LANCZOS):
+    """SmolVLMImageProcessor.preprocess (slow, Pillow) of one RGB image: frames [F, 3, S, S] float32 (tiles
+    row-major, then the global image; or one frame), rows, cols, (h2, w2): the size after
+    resize_for_vision_encoder (S, S without splitting). Every resize is Image.resize of the uint8 image
+    (to its own size: a copy)."""
+    S = max_size
+    h1, w1 = idefics3_first_size(img.height, img.width, longest_edge)
+    im = img.resize((w1, h1), resample=resample)
+    if splitting:
+        h2, w2 = idefics3_encoder_size(h1, w1, S)
+        im = im.resize((w2, h2), resample=resample)
+        rows, cols = idefics3_grid(h2, w2, S)
+        arr = np.array(im)
+        if rows or cols:
+            parts = [arr[r * S:(r + 1) * S, c * S:(c + 1) * S] for r in range(rows) for c in range(cols)]
+            parts.append(np.array(im.resize((S, S), resample=resample)))
+        else:  # both sides multiples of S and at most S: one S x S frame
+            assert arr.shape[:2] == (S, S), arr.shape
+            parts = [arr]
+    else:
+        h2, w2 = S, S
+        rows = cols = 0
+        parts = [np.array(im.resize((S, S), resample=resample))]
+    frames = np.stack([rescale_normalize(p, 1 / 255, mean, std).transpose(2, 0, 1) for p in parts])
+    return frames, rows, cols, (h2, w2)
+
+
+def slow_image_processor(name):
+    """transformers' Pillow image processor class: <name>Pil where the library has one (the image processors
+    with backends: <name> is then the torchvision one), else <name> (5.0: the slow class)"""
+    import transformers
+    cls = getattr(transformers, name + "Pil", None)
+    return cls if cls is not None else getattr(transformers, name)
+
+
+def idefics3_transformers(name, c, img):
+    """pixel values [F, 3, S, S], rows, cols of transformers' <name> (SmolVLMImageProcessor or
+    Idefics3ImageProcessor, Pillow) for an idefics3 case"""
+    cls = slow_image_processor(name)
+    p = cls(size={"longest_edge": c["longest_edge"]}, max_image_size={"longest_edge": c["max_size"]},
+            do_image_splitting=c["splitting"], image_mean=c["mean"], image_std=c["std"])
+    r = p(images=[img], return_tensors="np", return_row_col_info=True)
+    pv = np.asarray(r["pixel_values"], dtype=np.float32)
+    if pv.ndim == 5:  # [batch 1, frames, 3, S, S]
+        pv = pv[0]
+    rows = int(np.asarray(r["rows"]).ravel()[0])
+    cols = int(np.asarray(r["cols"]).ravel()[0])
+    return pv, rows, cols, cls.__name__
+
+
+def idefics3_compare(c, arr, img):
+    """SmolVLMImageProcessor must give the reference (values within 1e-6, same rows and cols);
+    Idefics3ImageProcessor is compared and its differences reported, never fatal"""
+    got, rows, cols, cname = idefics3_transformers("SmolVLMImageProcessor", c, img)
+    if got.shape != arr.shape:
+        sys.exit("transformers' %s gives %s for %s, the reference %s" % (cname, got.shape, c["image"], arr.shape))
+    err = float(np.max(np.abs(got - arr)))
+    print("transformers %-8s %-16s max |diff| %.3g, rows %d cols %d (%s)" % (c["kind"], c["image"], err, rows, cols,
+                                                                             cname))
+    if err > 1e-6 or (rows, cols) != (c["rows"], c["cols"]):
+        sys.exit("transformers' %s differs from the reference (%s: rows %d cols %d, the reference %d %d)" % (
+            cname, c["image"], rows, cols, c["rows"], c["cols"]))
+    try:
+        got, rows, cols, cname = idefics3_transformers("Idefics3ImageProcessor", c, img)
+    except Exception as e:  # e.g. old versions: longest_edge above 1820 raises
+        print("  NOTE %s on %s (longest_edge %d, max %d, splitting %s) raised %s: %s" % (
+            "Idefics3ImageProcessor", c["image"], c["longest_edge"], c["max_size"], c["splitting"],
+            type(e).__name__, str(e)[:200]))
+        return
+    how = []
+    if (rows, cols) != (c["rows"], c["cols"]):
+        how.append("rows/cols %d x %d, SmolVLM %d x %d" % (rows, cols, c["rows"], c["cols"]))
+    if got.shape != arr.shape:
+        how.append("pixel values %s, SmolVLM %s" % (got.shape, arr.shape))
+    else:
+        e2 = float(np.max(np.abs(got - arr)))
+        if e2 > 1e-6:
+            how.append("max |diff| %.3g" % e2)
+    if how:
+        print("  NOTE %s differs on %s (longest_edge %d, max %d, splitting %s): %s" % (
+            cname, c["image"], c["longest_edge"], c["max_size"], c["splitting"], "; ".join(how)))
+    else:
+        print("  %s: the same" % cname)
+
+
 def with_transformers(cases, imgs):
-    """the same pixel values from transformers' own (slow) image processors"""
-    from transformers import Gemma3ImageProcessor, PixtralImageProcessor, Qwen2VLImageProcessor
+    """the same pixel values from transformers' own (slow, Pillow) image processors"""
+    Gemma3ImageProcessor = slow_image_processor("Gemma3ImageProcessor")
+    PixtralImageProcessor = slow_image_processor("PixtralImageProcessor")
+    Qwen2VLImageProcessor = slow_image_processor("Qwen2VLImageProcessor")
     for c, arr in cases:
         img = load_rgb(imgs[c["image"]])
+        if c["kind"] == "idefics3":
+            idefics3_compare(c, arr, img)
+            continue
         if c["kind"] == "qwen":
             p = Qwen2VLImageProcessor(patch_size=c["patch"], merge_size=c["merge"], temporal_patch_size=c["temporal"],
                                       min_pixels=c["min_pixels"], max_pixels=c["max_pixels"],
@@ -260,8 +405,30 @@ def main():
             dict(kind="fixed", image="rgb_37x23.png", height=16, width=16, pan_and_scan=True, pas_min_crop=4,
                  pas_max_crops=3, pas_min_ratio=1.2),
             dict(kind="fixed", image="rgb_45x30.jpg", height=16, width=16, pan_and_scan=True, pas_min_crop=16,
-                 pas_max_crops=4, pas_min_ratio=1.6)]):
+                 pas_max_crops=4, pas_min_ratio=1.6),
+            # SmolVLM / Idefics3: 2 x 3 tiles + global; a tall image (4 x 2 + global); an image smaller than a
+            # tile (one frame); no splitting (squared); a resize to multiples of the tile that changes the
+            # short side's tile count (3 x 3 + global, where get_number_of_image_patches says 2 x 3)
+            dict(kind="idefics3", image="rgb_45x30.jpg", longest_edge=96, max_size=32, splitting=True,
+                 mean=[0.5] * 3, std=[0.5] * 3),
+            dict(kind="idefics3", image="gray_17x40.png", longest_edge=64, max_size=16, splitting=True,
+                 mean=CLIP_MEAN, std=CLIP_STD),
+            dict(kind="idefics3", image="rgb_61x45.png", longest_edge=40, max_size=48, splitting=True,
+                 mean=[0.5] * 3, std=[0.5] * 3),
+            dict(kind="idefics3", image="rgb_37x23.png", longest_edge=64, max_size=24, splitting=False,
+                 mean=[0.5] * 3, std=[0.5] * 3),
+            dict(kind="idefics3", image="rgb_61x45.png", longest_edge=80, max_size=32, splitting=True,
+                 mean=[0.5] * 3, std=[0.5] * 3)]):
         img = load_rgb(imgs[c["image"]])
+        if c["kind"] == "idefics3":
+            arr, rows, cols, _ = idefics3_frames(img, c["longest_edge"], c["max_size"], c["splitting"], c["mean"],
+                                                 c["std"])
+            c.update(file="proc_%d.f32" % i, shape=list(arr.shape), rows=rows, cols=cols, out_h=c["max_size"],
+                     out_w=c["max_size"], n_frames=arr.shape[0])
+            arr.astype("<f4").tofile(os.path.join(out, "ref", c["file"]))
+            man["proc"].append(c)
+            cases.append((c, arr))
+            continue
         if c["kind"] == "fixed" and c.get("pan_and_scan"):
             arr, (h, w), c["n_crops"] = pan_scan_pixels(img, c["height"], c["width"], c["pas_min_crop"],
                                                         c["pas_max_crops"], c["pas_min_ratio"])
@@ -297,6 +464,17 @@ def main():
                              (512, 1281, 256, 4, 1.2)]:
         g = pan_scan_geometry(h, w, mc, mx, mr) or (0, 0, 0, 0)
         man["pan_scan_sizes"].append([h, w, mc, mx, mr] + list(g))
+    # SmolVLM / Idefics3 sizes: (h, w, longest_edge, max_size) -> after the longest-edge resize (h1, w1), after
+    # resize_for_vision_encoder (h2, w2), the split's rows and cols (0, 0: one frame)
+    man["idefics3_sizes"] = []
+    for h, w, le, ms in [(30, 45, 96, 32), (768, 1024, 2048, 512), (1024, 768, 2048, 512), (1080, 1920, 1536, 384),
+                         (1, 5000, 2048, 512), (500, 500, 1456, 364), (17, 40, 64, 16), (40, 17, 64, 16),
+                         (4000, 3000, 2048, 512), (10, 10, 2048, 512), (333, 1000, 1820, 364), (45, 61, 80, 32),
+                         (45, 61, 40, 48), (300, 500, 1456, 364), (1000, 3000, 5000, 512), (5000, 1, 2048, 512),
+                         (2, 3, 1536, 384)]:
+        h1, w1 = idefics3_first_size(h, w, le)
+        h2, w2 = idefics3_encoder_size(h1, w1, ms)
+        man["idefics3_sizes"].append([h, w, le, ms, h1, w1, h2, w2] + list(idefics3_grid(h2, w2, ms)))
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(man, f, indent=1)
         f.write("\n")

@@ -1,14 +1,17 @@
 /* Vision-language packagings (family.h): the LM of these checkpoints is a registered text family under
  * "language_model." (mlx-vlm's and mlx-lm's layout), next to a vision tower under the skip prefixes,
- * which src/vision loads for gemma3, mistral3, qwen2_5_vl and qwen3_vl (image input). */
+ * which src/vision loads for gemma3, mistral3, qwen2_5_vl, qwen3_vl, idefics3 and smolvlm (image input). */
 #include <string.h>
 #include "model/family.h"
 
 bool sm_vlm_images(const char *t) {
-  return t && (!strcmp(t, "gemma3") || !strcmp(t, "mistral3") || !strcmp(t, "qwen2_5_vl") || !strcmp(t, "qwen3_vl"));
+  return t && (!strcmp(t, "gemma3") || !strcmp(t, "mistral3") || !strcmp(t, "qwen2_5_vl") || !strcmp(t, "qwen3_vl") ||
+               !strcmp(t, "idefics3") || !strcmp(t, "smolvlm"));
 }
 
 static const char *const vision_skip[] = {"vision_tower.", "multi_modal_projector.", NULL};
+/* Idefics3 / SmolVLM: mlx-vlm's sanitize maps model.text_model.* to language_model.* (no "model." level) */
+static const char *const idefics3_skip[] = {"vision_model.", "connector.", NULL};
 
 static const sm_config_defaults gemma3_defaults = {.type = "gemma3", .text_type = "gemma3_text"};
 const sm_vlm_packaging sm_vlm_gemma3 = {
@@ -80,4 +83,26 @@ const sm_vlm_packaging sm_vlm_qwen3_5_moe = {
   .defaults = &qwen3_5_moe_defaults,
   .lm_prefix = "language_model.",
   .skip = vision_skip,
+};
+
+/* Idefics3 and SmolVLM / SmolVLM2 (SigLIP tiles, pixel-shuffle connector, a llama text model) */
+static const sm_config_defaults idefics3_defaults = {.type = "idefics3", .text_type = "llama"};
+const sm_vlm_packaging sm_vlm_idefics3 = {
+  .model_type = "idefics3",
+  .description = "Idefics3, SmolVLM (text model: llama)",
+  .example = "mlx-community/SmolVLM-256M-Instruct-bf16",
+  .defaults = &idefics3_defaults,
+  .lm_prefix = "language_model.",
+  .lm_root = "",
+  .skip = idefics3_skip,
+};
+static const sm_config_defaults smolvlm_defaults = {.type = "smolvlm", .text_type = "llama"};
+const sm_vlm_packaging sm_vlm_smolvlm = {
+  .model_type = "smolvlm",
+  .description = "SmolVLM2 (text model: llama)",
+  .example = "mlx-community/SmolVLM2-2.2B-Instruct-mlx",
+  .defaults = &smolvlm_defaults,
+  .lm_prefix = "language_model.",
+  .lm_root = "",
+  .skip = idefics3_skip,
 };

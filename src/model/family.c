@@ -11,7 +11,7 @@ extern const sm_family sm_family_llama, sm_family_mistral, sm_family_ministral3,
   sm_family_lfm2_moe, sm_family_nemotron_h, sm_family_granitemoehybrid, sm_family_qwen3_5_text, sm_family_qwen3_next,
   sm_family_qwen3_5_moe_text;
 extern const sm_vlm_packaging sm_vlm_gemma3, sm_vlm_mistral3, sm_vlm_qwen2_5_vl, sm_vlm_qwen3_vl, sm_vlm_gemma4,
-  sm_vlm_qwen3_5, sm_vlm_qwen3_5_moe;
+  sm_vlm_qwen3_5, sm_vlm_qwen3_5_moe, sm_vlm_idefics3, sm_vlm_smolvlm;
 
 static const sm_family *const g_families[] = {
   &sm_family_llama,
@@ -53,8 +53,8 @@ static const sm_family *const g_families[] = {
 };
 
 static const sm_vlm_packaging *const g_vlms[] = {
-  &sm_vlm_gemma3, &sm_vlm_mistral3, &sm_vlm_qwen2_5_vl,  &sm_vlm_qwen3_vl,
-  &sm_vlm_gemma4, &sm_vlm_qwen3_5,  &sm_vlm_qwen3_5_moe,
+  &sm_vlm_gemma3,  &sm_vlm_mistral3,    &sm_vlm_qwen2_5_vl, &sm_vlm_qwen3_vl, &sm_vlm_gemma4,
+  &sm_vlm_qwen3_5, &sm_vlm_qwen3_5_moe, &sm_vlm_idefics3,   &sm_vlm_smolvlm,
 };
 
 const sm_family *sm_family_find(const char *model_type) {
@@ -93,6 +93,16 @@ const sm_vlm_packaging *sm_vlm_find(const char *model_type) {
   for (size_t i = 0; model_type && i < SM_ARRAY_LEN(g_vlms); i++)
     if (!strcmp(g_vlms[i]->model_type, model_type)) return g_vlms[i];
   return NULL;
+}
+
+const char *sm_vlm_list(void) {
+  static char list[256];
+  if (!list[0])
+    for (size_t i = 0; i < SM_ARRAY_LEN(g_vlms); i++) {
+      if (list[0]) strncat(list, ", ", sizeof list - strlen(list) - 1);
+      strncat(list, g_vlms[i]->model_type, sizeof list - strlen(list) - 1);
+    }
+  return list;
 }
 
 const sm_config_defaults *sm_family_defaults(const char *model_type) {

@@ -172,6 +172,7 @@ typedef struct {
   const char *description, *example;
   const sm_config_defaults *defaults; /* the outer type's defaults: text_type */
   const char *lm_prefix;              /* "language_model." */
+  const char *lm_root;                /* the LM's root under lm_prefix when not its family's ("model."), or NULL */
   const char *const *skip;            /* NULL-terminated prefixes of the vision tensors */
 } sm_vlm_packaging;
 
@@ -187,6 +188,8 @@ bool sm_family_type_runnable(const char *model_type);
 /* The vision-language packagings; *n receives the count. */
 const sm_vlm_packaging *const *sm_vlm_all(size_t *n);
 const sm_vlm_packaging *sm_vlm_find(const char *model_type);
+/* "gemma3, mistral3, ...": the packagings' model types (for error messages); static storage */
+const char *sm_vlm_list(void);
 /* whether smelt takes images for checkpoints of this packaging (src/vision has its tower) */
 bool sm_vlm_images(const char *model_type);
 /* The config defaults of a model_type (sm_config_defaults_fn for the config parser). */

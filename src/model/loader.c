@@ -428,7 +428,7 @@ static smelt_status read_layer(smelt_model *m, sm_load_ctx *ts, int l) {
   char p[256], n[320];
   smelt_status st;
   sm_family_layer_spec(m->fam, c, l, &L->spec);
-  snprintf(p, sizeof p, "%s%s%s.%d", m->prefix, nm->root, nm->layers, l);
+  snprintf(p, sizeof p, "%s%s%s.%d", m->prefix, m->root, nm->layers, l);
   /* interleaved RoPE: q/k rows (and their biases and norms) in rotate-half order */
   int64_t *perm_q = NULL, *perm_k = NULL, *perm_in = NULL, *perm_ba = NULL;
   if (r->rope_interleaved) {
@@ -517,7 +517,7 @@ static smelt_status read_tensors(smelt_model *m, sm_load_ctx *ts) {
   const int64_t H = c->hidden_size;
   smelt_status st;
   char p[256], n[320];
-  snprintf(p, sizeof p, "%s%s%s", m->prefix, nm->root, nm->embed);
+  snprintf(p, sizeof p, "%s%s%s", m->prefix, m->root, nm->embed);
   if ((st = load_linear(m, ts, p, c->vocab_size, H, &m->embed, false))) return st;
   /* as mlx-lm: with tie_word_embeddings the embedding is the LM head, and a lm_head tensor is dropped */
   snprintf(p, sizeof p, "%s%s", m->prefix, nm->lm_head);
@@ -531,7 +531,7 @@ static smelt_status read_tensors(smelt_model *m, sm_load_ctx *ts) {
     if ((st = load_linear(m, ts, p, c->vocab_size, H, &m->lm_head, true))) return st;
   }
   if (!m->lm_head.data) m->lm_head = m->embed;
-  snprintf(n, sizeof n, "%s%s%s.weight", m->prefix, nm->root, nm->final_norm);
+  snprintf(n, sizeof n, "%s%s%s.weight", m->prefix, m->root, nm->final_norm);
   if ((st = load_vec(m, ts, n, H, &m->final_norm, false, NULL))) return st;
   m->layers = sm_xcalloc((size_t)c->num_hidden_layers, sizeof(sm_layer));
   for (int l = 0; l < c->num_hidden_layers; l++)
@@ -599,21 +599,29 @@ static smelt_status load_vision(smelt_model *m, sm_load_ctx *ts) {
 /* vision-language packaging: the LM's tensors are under its prefix (mlx-vlm's and mlx-lm's layout) */
 static smelt_status find_packaging(smelt_model *m) {
   m->prefix = "";
+  m->root = m->fam->names->root;
   m->vlm = NULL;
   if (!m->cfg.vlm_type[0]) return SMELT_OK;
   m->vlm = sm_vlm_find(m->cfg.vlm_type);
   if (!m->vlm)
     return sm_err(SMELT_ERR_UNSUPPORTED,
                   "%s: '%s' is a vision-language checkpoint whose packaging smelt does not know "
-                  "(known: gemma3, mistral3, qwen2_5_vl, qwen3_vl)",
-                  m->dir, m->cfg.vlm_type);
+                  "(known: %s)",
+                  m->dir, m->cfg.vlm_type, sm_vlm_list());
+  /* the LM under the packaging's prefix (and root, where it has its own), else at the top level */
+  const char *roots[2] = {m->vlm->lm_root ? m->vlm->lm_root : m->fam->names->root, m->fam->names->root};
+  const char *prefixes[2] = {m->vlm->lm_prefix, ""};
   char n[320];
-  snprintf(n, sizeof n, "%s%s%s.weight", m->vlm->lm_prefix, m->fam->names->root, m->fam->names->embed);
-  m->prefix = m->vlm->lm_prefix;
-  if (!sm_st_find(m->st, n)) {
-    snprintf(n, sizeof n, "%s%s.weight", m->fam->names->root, m->fam->names->embed);
-    if (sm_st_find(m->st, n)) m->prefix = ""; /* the LM's tensors at the top level */
+  for (int i = 0; i < 2; i++) {
+    snprintf(n, sizeof n, "%s%s%s.weight", prefixes[i], roots[i], m->fam->names->embed);
+    if (sm_st_find(m->st, n)) {
+      m->prefix = prefixes[i];
+      m->root = roots[i];
+      return SMELT_OK;
+    }
   }
+  m->prefix = m->vlm->lm_prefix; /* the loader names the missing embedding */
+  m->root = roots[0];
   return SMELT_OK;
 }
 

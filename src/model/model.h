@@ -62,6 +62,7 @@ struct smelt_model {
   int32_t *rope_pos_dev;          /* backend copy of a batch's rope_pos */
   int rope_pos_cap;
   const char *prefix; /* of every tensor name: "" or the packaging's lm_prefix */
+  const char *root;   /* after prefix: the family's root ("model.") or the packaging's lm_root */
   char note[224];     /* what a user should know about this model ("" if nothing) */
   int max_context;
   sm_dtype kv_dtype; /* KV cache element type: SM_DT_F16, SM_DT_BF16, SM_DT_F32, SM_DT_Q8_0 or SM_DT_Q4_0 */

@@ -40,6 +40,13 @@ void sm_imgproc_defaults(sm_imgproc_kind kind, sm_imgproc *p) {
       p->patch = 16;
       p->longest_edge = 1024;
       break;
+    case SM_IMGPROC_IDEFICS3: /* IDEFICS_STANDARD mean and std: 0.5 */
+      for (int c = 0; c < 3; c++) p->mean[c] = p->std[c] = 0.5f;
+      p->resample = SM_RESAMPLE_LANCZOS;
+      p->longest_edge = 4 * 364;
+      p->tile = 364;
+      p->splitting = true;
+      break;
   }
 }
 
@@ -153,6 +160,19 @@ static smelt_status parse_one(const cJSON *o, sm_imgproc *p) {
       if (size && (st = num(size, "longest_edge", 1, 16384, &d, &f))) return st;
       if (size && f) p->longest_edge = (int)d;
       break;
+    case SM_IMGPROC_IDEFICS3: {
+      if (size && (st = num(size, "longest_edge", 1, 4096, &d, &f))) return st;
+      if (size && f) p->longest_edge = (int)d;
+      if (size && !f && cJSON_GetObjectItemCaseSensitive(size, "height"))
+        return sm_err(SMELT_ERR_UNSUPPORTED, "image processor config: \"size\" must give \"longest_edge\"");
+      const cJSON *mx = cJSON_GetObjectItemCaseSensitive(o, "max_image_size");
+      if (mx && !cJSON_IsNull(mx) && !cJSON_IsObject(mx))
+        return sm_err(SMELT_ERR_FORMAT, "image processor config: \"max_image_size\" must be an object");
+      if (mx && (st = num(mx, "longest_edge", 1, 4096, &d, &f))) return st;
+      if (mx && f) p->tile = (int)d;
+      if ((st = flag(o, "do_image_splitting", &p->splitting))) return st;
+      break;
+    }
   }
   return SMELT_OK;
 }
@@ -189,6 +209,64 @@ static smelt_status smart_resize(int h, int w, int factor, long min_px, long max
   *oh = (int)hb;
   *ow = (int)wb;
   return SMELT_OK;
+}
+
+/* transformers' smolvlm / idefics3 _resize_output_size_rescale_to_max_len, then
+ * _resize_output_size_scale_below_upper_bound (MAX_IMAGE_SIZE 4096): Python's float division and
+ * int() truncation */
+static void idefics3_longest(int h, int w, int max_len, int *oh, int *ow) {
+  const double ar = (double)w / h;
+  if (w >= h) {
+    w = max_len;
+    h = (int)(w / ar);
+    if (h % 2) h++;
+  } else {
+    h = max_len;
+    w = (int)(h * ar);
+    if (w % 2) w++;
+  }
+  h = SM_MAX(h, 1);
+  w = SM_MAX(w, 1);
+  const double ar2 = (double)w / h;
+  if (w >= h && w > 4096) {
+    w = 4096;
+    h = (int)(w / ar2);
+  } else if (h > w && h > 4096) {
+    h = 4096;
+    w = (int)(h * ar2);
+  }
+  *oh = SM_MAX(h, 1);
+  *ow = SM_MAX(w, 1);
+}
+
+void sm_imgproc_idefics3_sizes(const sm_imgproc *p, int h, int w, int *h1, int *w1, int *h2, int *w2, int *rows,
+                               int *cols) {
+  const int S = p->tile;
+  if (p->do_resize) idefics3_longest(h, w, p->longest_edge, &h, &w);
+  *h1 = h;
+  *w1 = w;
+  *rows = *cols = 0;
+  if (!p->splitting) { /* squared to the tile */
+    *h2 = *w2 = S;
+    return;
+  }
+  /* resize_for_vision_encoder: both sides up to multiples of the tile */
+  const double ar = (double)w / h;
+  if (w >= h) {
+    w = (int)ceil((double)w / S) * S;
+    h = (int)(w / ar);
+    h = (int)ceil((double)h / S) * S;
+  } else {
+    h = (int)ceil((double)h / S) * S;
+    w = (int)(h * ar);
+    w = (int)ceil((double)w / S) * S;
+  }
+  *h2 = h;
+  *w2 = w;
+  if (h > S || w > S) {
+    *rows = (h + S - 1) / S;
+    *cols = (w + S - 1) / S;
+  }
 }
 
 smelt_status sm_imgproc_target(const sm_imgproc *p, int h, int w, int *oh, int *ow) {
@@ -228,6 +306,14 @@ smelt_status sm_imgproc_target(const sm_imgproc *p, int h, int w, int *oh, int *
       if (!p->do_resize && (*oh != h || *ow != w))
         return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels is not a multiple of %d (do_resize is off)", w, h,
                       p->patch);
+      return SMELT_OK;
+    }
+    case SM_IMGPROC_IDEFICS3: {
+      int h1, w1, rows, cols;
+      sm_imgproc_idefics3_sizes(p, h, w, &h1, &w1, oh, ow, &rows, &cols);
+      if (*oh < 1 || *ow < 1 || *oh > 4 * SM_IMAGE_MAX_SIDE || *ow > 4 * SM_IMAGE_MAX_SIDE)
+        return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels resizes to %dx%d, outside the model's range", w, h, *ow,
+                      *oh);
       return SMELT_OK;
     }
   }
@@ -290,25 +376,9 @@ void sm_pixels_free(sm_pixels *px) {
   px->px = NULL;
 }
 
-smelt_status sm_imgproc_run(const sm_imgproc *p, const sm_image *im, sm_pixels *out) {
-  memset(out, 0, sizeof *out);
-  int th, tw;
-  smelt_status st = sm_imgproc_target(p, im->h, im->w, &th, &tw);
-  if (st) return st;
-  sm_image rs = {0};
-  const sm_image *src = im;
-  if (th != im->h || tw != im->w) {
-    if ((st = sm_image_resize(im, tw, th, p->resample, &rs))) return st;
-    src = &rs;
-  }
-  const size_t plane = (size_t)th * tw;
-  float *px = malloc(sizeof(float) * plane * 3);
-  if (!px) {
-    sm_image_free(&rs);
-    return sm_err(SMELT_ERR_OOM, "pixel values of a %dx%d image", tw, th);
-  }
-  /* a pixel value depends only on its byte and channel: a table of the 3 x 256 (float64 rescale
-   * rounded to float32, then the float32 normalize) */
+/* pixel values of an 8-bit image into px[c][y][x]: a value depends only on its byte and channel, so a
+ * table of the 3 x 256 (float64 rescale rounded to float32, then the float32 normalize) */
+static void normalize_into(const sm_imgproc *p, const sm_image *src, float *px) {
   float lut[3][256];
   for (int c = 0; c < 3; c++)
     for (int b = 0; b < 256; b++) {
@@ -317,6 +387,7 @@ smelt_status sm_imgproc_run(const sm_imgproc *p, const sm_image *im, sm_pixels *
       if (p->do_normalize) v = (v - p->mean[c]) / p->std[c];
       lut[c][b] = v;
     }
+  const size_t plane = (size_t)src->h * src->w;
   const uint8_t *rgb = src->rgb;
   float *p0 = px, *p1 = px + plane, *p2 = px + 2 * plane;
   for (size_t i = 0; i < plane; i++) {
@@ -324,9 +395,79 @@ smelt_status sm_imgproc_run(const sm_imgproc *p, const sm_image *im, sm_pixels *
     p1[i] = lut[1][rgb[3 * i + 1]];
     p2[i] = lut[2][rgb[3 * i + 2]];
   }
+}
+
+/* src resized to w x h (a copy when it has that size already, as Pillow's resize) */
+static smelt_status resized(const sm_imgproc *p, const sm_image *src, int w, int h, sm_image *dst) {
+  if (src->w == w && src->h == h) {
+    *dst = (sm_image){w, h, malloc((size_t)w * h * 3)};
+    if (!dst->rgb) return sm_err(SMELT_ERR_OOM, "a %dx%d image", w, h);
+    memcpy(dst->rgb, src->rgb, (size_t)w * h * 3);
+    return SMELT_OK;
+  }
+  return sm_image_resize(src, w, h, p->resample, dst);
+}
+
+/* Idefics3ImageProcessor / SmolVLMImageProcessor: every resize on 8-bit images (Pillow), the tiles
+ * cropped from the image resized to multiples of the tile, then the whole image at tile size */
+static smelt_status run_idefics3(const sm_imgproc *p, const sm_image *im, sm_pixels *out) {
+  int h1, w1, h2, w2, rows, cols;
+  sm_imgproc_idefics3_sizes(p, im->h, im->w, &h1, &w1, &h2, &w2, &rows, &cols);
+  const int S = p->tile, frames = rows * cols + 1;
+  sm_image a = {0}, b = {0}, g = {0}, t = {0};
+  smelt_status st = resized(p, im, w1, h1, &a);
+  if (!st) st = resized(p, &a, w2, h2, &b);
+  sm_image_free(&a);
+  const size_t fsz = 3 * (size_t)S * S;
+  float *px = st ? NULL : malloc(sizeof(float) * fsz * frames);
+  if (!st && !px) st = sm_err(SMELT_ERR_OOM, "pixel values of %d frames of %dx%d", frames, S, S);
+  if (!st && rows) { /* tiles */
+    t = (sm_image){S, S, malloc((size_t)S * S * 3)};
+    if (!t.rgb) st = sm_err(SMELT_ERR_OOM, "a %dx%d tile", S, S);
+    for (int r = 0; !st && r < rows; r++)
+      for (int c = 0; c < cols; c++) {
+        for (int y = 0; y < S; y++)
+          memcpy(t.rgb + (size_t)y * S * 3, b.rgb + ((size_t)(r * S + y) * w2 + (size_t)c * S) * 3, (size_t)S * 3);
+        normalize_into(p, &t, px + (size_t)(r * cols + c) * fsz);
+      }
+    if (!st) st = sm_image_resize(&b, S, S, p->resample, &g);
+    if (!st) normalize_into(p, &g, px + (size_t)rows * cols * fsz);
+  } else if (!st) {
+    normalize_into(p, &b, px);
+  }
+  sm_image_free(&b);
+  sm_image_free(&g);
+  sm_image_free(&t);
+  if (st) {
+    free(px);
+    return st;
+  }
+  *out = (sm_pixels){.h = S, .w = S, .frames = frames, .rows = rows, .cols = cols, .px = px};
+  return SMELT_OK;
+}
+
+smelt_status sm_imgproc_run(const sm_imgproc *p, const sm_image *im, sm_pixels *out) {
+  memset(out, 0, sizeof *out);
+  int th, tw;
+  smelt_status st = sm_imgproc_target(p, im->h, im->w, &th, &tw);
+  if (st) return st;
+  if (p->kind == SM_IMGPROC_IDEFICS3) return run_idefics3(p, im, out);
+  sm_image rs = {0};
+  const sm_image *src = im;
+  if (th != im->h || tw != im->w) {
+    if ((st = sm_image_resize(im, tw, th, p->resample, &rs))) return st;
+    src = &rs;
+  }
+  float *px = malloc(sizeof(float) * (size_t)th * tw * 3);
+  if (!px) {
+    sm_image_free(&rs);
+    return sm_err(SMELT_ERR_OOM, "pixel values of a %dx%d image", tw, th);
+  }
+  normalize_into(p, src, px);
   sm_image_free(&rs);
   out->h = th;
   out->w = tw;
+  out->frames = 1;
   out->px = px;
   return SMELT_OK;
 }

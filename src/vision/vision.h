@@ -2,7 +2,8 @@
  *
  * sm_vision (vit.h) is loaded with the model when the checkpoint has its vision tensors: Qwen2.5-VL and
  * Qwen3-VL (ViT with 2-D RoPE, window attention, patch merger, deepstack), Gemma 3 (SigLIP, average
- * pool, projection) and Mistral 3 (Pixtral ViT, patch merger, projector). An image becomes an
+ * pool, projection), Mistral 3 (Pixtral ViT, patch merger, projector) and Idefics3 / SmolVLM (SigLIP
+ * over the image's tiles and the whole image, pixel shuffle, projection). An image becomes an
  * sm_vimage: its pixel values and layout (any thread), then, on the engine thread, its embeddings in
  * the language model's hidden size, computed on the model's backend and kept in an LRU cache keyed by
  * the image's content hash (a repeated image is not encoded again).
@@ -36,13 +37,15 @@ typedef struct sm_venc {
 /* One image prepared for a model. */
 typedef struct sm_vimage {
   _Atomic int refs;
-  uint8_t hash[32]; /* of the source image, the processor settings and the layout */
-  int h, w;         /* resized */
-  int gh, gw;       /* patch grid */
-  int n_embd;       /* embedding rows */
-  int rows, cols;   /* the grid of embedding rows (Qwen: merged grid; Pixtral: merged rows x cols; Gemma: 16x16) */
-  float *px;        /* pixel values [3][h][w] (freed once encoded) */
-  sm_venc *enc;     /* set by sm_vision_encode (one pin) */
+  uint8_t hash[32];         /* of the source image, the processor settings and the layout */
+  int h, w;                 /* resized */
+  int gh, gw;               /* patch grid */
+  int n_embd;               /* embedding rows */
+  int rows, cols;           /* the grid of embedding rows (Qwen: merged grid; Pixtral: merged rows x cols; Gemma: 16x16;
+                       Idefics3: the tile grid, 0 x 0 without tiles) */
+  int frames;               /* images of h x w encoded apart (Idefics3: tiles + the whole image; else 1) */
+  float *px;                /* pixel values [frames][3][h][w] (freed once encoded) */
+  sm_venc *enc;             /* set by sm_vision_encode (one pin) */
   struct sm_vimage **crops; /* Gemma 3's pan and scan: the crops, each an image of its own (owned) */
   int n_crops;
 } sm_vimage;

@@ -1,7 +1,8 @@
 /* Loading a vision tower: its config (config.json "vision_config" and the packaging's own fields,
  * preprocessor_config.json / processor_config.json for the image processor) and its tensors in the
- * MLX layout mlx-vlm writes (vision_tower.*, multi_modal_projector.*; conv weights channels-last,
- * PyTorch's channels-first layout is also accepted). Dense and MLX-quantized linear weights. */
+ * MLX layout mlx-vlm writes (vision_tower.*, multi_modal_projector.*; Idefics3 / SmolVLM:
+ * vision_model.*, connector.*; conv weights channels-last, PyTorch's channels-first layout is also
+ * accepted). Dense and MLX-quantized linear weights. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,8 @@ static float *host_own(sm_vision *v, float *p) {
 }
 
 bool sm_vision_tensor(const char *name) {
-  return !strncmp(name, "vision_tower.", 13) || !strncmp(name, "multi_modal_projector.", 22);
+  return !strncmp(name, "vision_tower.", 13) || !strncmp(name, "multi_modal_projector.", 22) ||
+         !strncmp(name, "vision_model.", 13) || !strncmp(name, "connector.", 10);
 }
 
 /* ---------------- config ---------------- */
@@ -168,6 +170,24 @@ static float *dense_rows(const sm_weight *w) {
   return d;
 }
 
+/* SigLIP's learned position embeddings [npos][hidden] as a backend table */
+static smelt_status pos_table(ld *l, const char *name, int npos) {
+  sm_vision *v = l->v;
+  sm_weight pe;
+  smelt_status st = sm_load_linear(l->m, l->ctx, name, 0, npos, v->hidden, &pe, false);
+  if (st) return st;
+  float *ph = dense_rows(&pe);
+  v->pos_embed = v->be->alloc(v->be, sizeof(float) * (size_t)npos * v->hidden);
+  if (!v->pos_embed) {
+    free(ph);
+    return sm_err(SMELT_ERR_OOM, "vision position embeddings");
+  }
+  sm_vit_own(v, v->pos_embed);
+  v->be->upload(v->be, v->pos_embed, ph, sizeof(float) * (size_t)npos * v->hidden);
+  free(ph);
+  return SMELT_OK;
+}
+
 static smelt_status block(ld *l, const char *p, sm_vit_layer *L) {
   sm_vision *v = l->v;
   const int H = v->hidden, I = v->inter;
@@ -198,6 +218,7 @@ static smelt_status block(ld *l, const char *p, sm_vit_layer *L) {
       if ((st = lin(l, NM("mlp.linear_fc1"), I, H, &L->fc1, &L->fc1b, true))) return st;
       return lin(l, NM("mlp.linear_fc2"), H, I, &L->fc2, &L->fc2b, true);
     case SM_VIT_SIGLIP:
+    case SM_VIT_IDEFICS3:
       if ((st = vec(l, NM("layer_norm1.weight"), H, &L->n1w, false)) ||
           (st = vec(l, NM("layer_norm1.bias"), H, &L->n1b, false)) ||
           (st = vec(l, NM("layer_norm2.weight"), H, &L->n2w, false)) ||
@@ -312,6 +333,9 @@ static smelt_status load_proc(sm_vision *v, sm_imgproc_kind kind) {
     if (kind == SM_IMGPROC_PIXTRAL) v->proc.patch = v->patch;
     if ((st = sm_imgproc_parse(js[0], js[1], &v->proc))) st = sm_err(st, "%s: %s", v->m->dir, sm_errmsg());
   }
+  /* Idefics3 / SmolVLM: the processor's tokens per frame (processor_config.json) */
+  const cJSON *sl = cJSON_IsObject(js[1]) ? cJSON_GetObjectItemCaseSensitive(js[1], "image_seq_len") : NULL;
+  const double seq_len = cJSON_IsNumber(sl) ? sl->valuedouble : sl && !cJSON_IsNull(sl) ? -1 : 0;
   cJSON_Delete(js[0]);
   cJSON_Delete(js[1]);
   if (st) return st;
@@ -325,6 +349,22 @@ static smelt_status load_proc(sm_vision *v, sm_imgproc_kind kind) {
   if (kind == SM_IMGPROC_FIXED && (v->proc.height != v->side * v->patch || v->proc.width != v->side * v->patch))
     return sm_err(SMELT_ERR_FORMAT, "%s: the image processor's size %dx%d differs from the vision tower's %d",
                   v->m->dir, v->proc.width, v->proc.height, v->side * v->patch);
+  if (kind == SM_IMGPROC_IDEFICS3) {
+    /* every frame is a tile: whole patches, whole pixel-shuffle blocks, the processor's token count */
+    const int fs = v->proc.tile / v->patch;
+    if (fs * v->patch != v->proc.tile || fs % v->merge)
+      return sm_err(SMELT_ERR_FORMAT,
+                    "%s: the image processor's tiles of %d pixels are not a whole number of %dx%d patch blocks "
+                    "(patch %d, scale_factor %d)",
+                    v->m->dir, v->proc.tile, v->merge, v->merge, v->patch, v->merge);
+    v->mm_side = fs / v->merge;
+    const int seq = v->mm_side * v->mm_side;
+    if (seq_len && seq_len != seq)
+      return sm_err(SMELT_ERR_FORMAT,
+                    "%s: processor_config.json's image_seq_len is not the %d tokens a %d-pixel tile gives (patch %d, "
+                    "scale_factor %d)",
+                    v->m->dir, seq, v->proc.tile, v->patch, v->merge);
+  }
   if (kind == SM_IMGPROC_PIXTRAL) {
     /* Mistral 3 resizes to multiples of patch * spatial_merge_size */
     if (v->proc.patch != v->patch && v->proc.patch != v->patch * v->merge)
@@ -344,20 +384,39 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
   smelt_status st;
   char n[320];
   const char *vt = m->cfg.vlm_type;
-  v->kind = !strcmp(vt, "qwen2_5_vl") ? SM_VIT_QWEN25
-          : !strcmp(vt, "qwen3_vl")   ? SM_VIT_QWEN3
-          : !strcmp(vt, "gemma3")     ? SM_VIT_SIGLIP
-          : !strcmp(vt, "mistral3")   ? SM_VIT_PIXTRAL
-                                      : 0;
+  v->kind = !strcmp(vt, "qwen2_5_vl")                         ? SM_VIT_QWEN25
+          : !strcmp(vt, "qwen3_vl")                           ? SM_VIT_QWEN3
+          : !strcmp(vt, "gemma3")                             ? SM_VIT_SIGLIP
+          : !strcmp(vt, "mistral3")                           ? SM_VIT_PIXTRAL
+          : !strcmp(vt, "idefics3") || !strcmp(vt, "smolvlm") ? SM_VIT_IDEFICS3
+                                                              : 0;
   if (!v->kind) return sm_err(SMELT_ERR_UNSUPPORTED, "image input is not supported for %s checkpoints", vt);
   if (!cJSON_IsObject(vcj)) return sm_err(SMELT_ERR_FORMAT, "%s: config.json has no \"vision_config\" object", m->dir);
-  const bool qwen = v->kind == SM_VIT_QWEN25 || v->kind == SM_VIT_QWEN3;
+  const bool qwen = v->kind == SM_VIT_QWEN25 || v->kind == SM_VIT_QWEN3, idf = v->kind == SM_VIT_IDEFICS3;
+  /* Idefics3VisionConfig's defaults (transformers writes only the fields that differ from them); the
+   * depth and widths, where the config omits them, from the checkpoint's tensors */
+  int d_layers = 0, d_hidden = 0, d_inter = 0;
+  if (idf) {
+    while (d_layers < 256) {
+      snprintf(n, sizeof n, "vision_model.encoder.layers.%d.layer_norm1.weight", d_layers);
+      if (!sm_st_find(m->st, n)) break;
+      d_layers++;
+    }
+    const sm_tensor *t = sm_st_find(m->st, "vision_model.embeddings.patch_embedding.weight");
+    d_hidden = t && t->ndim == 4 ? (int)t->shape[0] : 1152;
+    t = sm_st_find(m->st, "vision_model.encoder.layers.0.mlp.fc1.weight");
+    d_inter = t && t->ndim == 2 ? (int)t->shape[0] : 3072;
+  }
   int in_ch;
-  if ((st = get_int(vc, qwen ? "depth" : "num_hidden_layers", 1, 256, 0, &v->layers)) ||
-      (st = get_int(vc, "hidden_size", 1, 1 << 16, 0, &v->hidden)) ||
-      (st = get_int(vc, qwen ? "num_heads" : "num_attention_heads", 1, 1024, 0, &v->heads)) ||
-      (st = get_int(vc, "intermediate_size", 1, 1 << 20, 0, &v->inter)) ||
-      (st = get_int(vc, "patch_size", 1, 1024, qwen ? 14 : 16, &v->patch)) ||
+  if ((st = get_int(vc, qwen ? "depth" : "num_hidden_layers", 1, 256, d_layers, &v->layers)) ||
+      (st = get_int(vc, "hidden_size", 1, 1 << 16, d_hidden, &v->hidden)) ||
+      (st = get_int(vc, qwen ? "num_heads" : "num_attention_heads", 1, 1024, idf ? 16 : 0, &v->heads)) ||
+      (st = get_int(vc, "intermediate_size", 1, 1 << 20, d_inter, &v->inter)) ||
+      (st = get_int(vc, "patch_size", 1, 1024,
+                    qwen  ? 14
+                    : idf ? 32
+                          : 16,
+                    &v->patch)) ||
       (st = get_int(vc, qwen ? "in_chans" : "num_channels", 1, 16, 3, &in_ch)))
     return sm_err(st, "%s: %s", m->dir, sm_errmsg());
   if (qwen && in_ch == 3 && (st = get_int(vc, "in_channels", 1, 16, 3, &in_ch))) return st;
@@ -379,7 +438,7 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
   v->temporal = 1;
   v->merge = 1;
   const char *act = get_str(vc, "hidden_act",
-                            v->kind == SM_VIT_SIGLIP || v->kind == SM_VIT_QWEN3 ? "gelu_pytorch_tanh" : "silu");
+                            v->kind == SM_VIT_QWEN25 || v->kind == SM_VIT_PIXTRAL ? "silu" : "gelu_pytorch_tanh");
   v->gated = v->kind == SM_VIT_QWEN25 || v->kind == SM_VIT_PIXTRAL;
   if (v->gated ? strcmp(act, "silu") : strcmp(act, "gelu_pytorch_tanh") && strcmp(act, "gelu_tanh"))
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: vision hidden_act \"%s\" is not supported for %s (%s)", m->dir, act, vt,
@@ -453,20 +512,7 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
       if ((st = patch_conv(&l, "vision_tower.vision_model.embeddings.patch_embedding", v->hidden, 1, v->patch,
                            &has_bias)))
         return st;
-      sm_weight pe;
-      const int npos = v->side * v->side;
-      if ((st = sm_load_linear(m, ctx, "vision_tower.vision_model.embeddings.position_embedding", 0, npos, v->hidden,
-                               &pe, false)))
-        return st;
-      float *ph = dense_rows(&pe);
-      v->pos_embed = v->be->alloc(v->be, sizeof(float) * (size_t)npos * v->hidden);
-      if (!v->pos_embed) {
-        free(ph);
-        return sm_err(SMELT_ERR_OOM, "vision position embeddings");
-      }
-      sm_vit_own(v, v->pos_embed);
-      v->be->upload(v->be, v->pos_embed, ph, sizeof(float) * (size_t)npos * v->hidden);
-      free(ph);
+      if ((st = pos_table(&l, "vision_tower.vision_model.embeddings.position_embedding", v->side * v->side))) return st;
       if ((st = vec(&l, "vision_tower.vision_model.post_layernorm.weight", v->hidden, &v->post_w, false)) ||
           (st = vec(&l, "vision_tower.vision_model.post_layernorm.bias", v->hidden, &v->post_b, false)) ||
           (st = vec(&l, "multi_modal_projector.mm_soft_emb_norm.weight", v->hidden, &v->mm_norm, false)))
@@ -489,6 +535,30 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
           (st = get_int(top, "boi_token_index", 0, m->cfg.vocab_size - 1, 255999, &v->boi)) ||
           (st = get_int(top, "eoi_token_index", 0, m->cfg.vocab_size - 1, 256000, &v->eoi)))
         return st;
+      break;
+    }
+    case SM_VIT_IDEFICS3: {
+      int image_size;
+      if ((st = get_int(vc, "image_size", 1, 1 << 14, 224, &image_size)) ||
+          (st = get_int(top, "scale_factor", 1, 16, 2, &v->merge)))
+        return st;
+      if ((st = get_num(vc, "layer_norm_eps", 1e-6, &d))) return st;
+      v->eps = (float)d;
+      v->layernorm = true;
+      v->side = image_size / v->patch;
+      if (v->side * v->patch != image_size)
+        return sm_err(SMELT_ERR_FORMAT, "%s: image_size is not a multiple of patch_size", m->dir);
+      if ((st = patch_conv(&l, "vision_model.embeddings.patch_embedding", v->hidden, 1, v->patch, &has_bias)))
+        return st;
+      if ((st = pos_table(&l, "vision_model.embeddings.position_embedding", v->side * v->side))) return st;
+      if ((st = vec(&l, "vision_model.post_layernorm.weight", v->hidden, &v->post_w, false)) ||
+          (st = vec(&l, "vision_model.post_layernorm.bias", v->hidden, &v->post_b, false)) ||
+          (st = lin(&l, "connector.modality_projection.proj", v->out_dim, (int64_t)v->hidden * v->merge * v->merge,
+                    &v->mm_proj, NULL, false)))
+        return st;
+      pfx = "vision_model.encoder.layers.";
+      pk = SM_IMGPROC_IDEFICS3;
+      if ((st = get_int(top, "image_token_id", 0, m->cfg.vocab_size - 1, 128257, &v->image_token))) return st;
       break;
     }
     case SM_VIT_PIXTRAL: {
@@ -535,7 +605,7 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
       break;
     }
   }
-  if (v->kind != SM_VIT_SIGLIP && has_bias != (v->kind == SM_VIT_QWEN3))
+  if (v->kind != SM_VIT_SIGLIP && v->kind != SM_VIT_IDEFICS3 && has_bias != (v->kind == SM_VIT_QWEN3))
     return sm_err(SMELT_ERR_FORMAT, "%s: the patch embedding %s a bias", m->dir, has_bias ? "has" : "lacks");
   v->L = sm_xcalloc((size_t)v->layers, sizeof(sm_vit_layer));
   for (int i = 0; i < v->layers; i++) {
@@ -551,8 +621,13 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
     }
   }
   if ((st = load_proc(v, pk))) return st;
-  snprintf(v->desc, sizeof v->desc, "%s vision tower: %d blocks, %d wide, %d heads, patch %d%s", vt, v->layers,
-           v->hidden, v->heads, v->patch, v->kind == SM_VIT_PIXTRAL || v->merge > 1 ? ", 2x2 merge" : "");
+  if (idf)
+    snprintf(v->desc, sizeof v->desc,
+             "%s vision tower: %d blocks, %d wide, %d heads, patch %d, tiles of %d, %d tokens a tile", vt, v->layers,
+             v->hidden, v->heads, v->patch, v->proc.tile, v->mm_side * v->mm_side);
+  else
+    snprintf(v->desc, sizeof v->desc, "%s vision tower: %d blocks, %d wide, %d heads, patch %d%s", vt, v->layers,
+             v->hidden, v->heads, v->patch, v->kind == SM_VIT_PIXTRAL || v->merge > 1 ? ", 2x2 merge" : "");
   return SMELT_OK;
 }
 

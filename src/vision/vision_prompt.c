@@ -1,6 +1,6 @@
 /* Images in prompts: the family processors' expansion of each image marker into its placeholder
- * tokens (as transformers' Qwen2_5_VLProcessor, Gemma3Processor and PixtralProcessor expand them in
- * the text before tokenizing it), the location of each image's tokens, and Qwen-VL's 3-axis rope
+ * tokens (as transformers' Qwen2_5_VLProcessor, Gemma3Processor, PixtralProcessor and
+ * Idefics3Processor / SmolVLMProcessor expand them in the text before tokenizing it), the location of each image's tokens, and Qwen-VL's 3-axis rope
  * positions (get_rope_index). */
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +15,8 @@ static const char *image_text(const sm_vision *v, const smelt_tokenizer *t) {
   switch (v->kind) {
     case SM_VIT_QWEN25:
     case SM_VIT_QWEN3:
-    case SM_VIT_PIXTRAL: return tok_str(t, v->image_token);
+    case SM_VIT_PIXTRAL:
+    case SM_VIT_IDEFICS3: return tok_str(t, v->image_token);
     case SM_VIT_SIGLIP: return tok_str(t, v->boi);
   }
   return NULL;
@@ -27,6 +28,7 @@ const char *sm_vision_marker(const sm_vision *v) {
     case SM_VIT_QWEN3: return "<|vision_start|><|image_pad|><|vision_end|>";
     case SM_VIT_SIGLIP: return "<start_of_image>";
     case SM_VIT_PIXTRAL: return "[IMG]";
+    case SM_VIT_IDEFICS3: return "<image>";
   }
   return "";
 }
@@ -68,6 +70,26 @@ static smelt_status expand(const sm_vision *v, const smelt_tokenizer *t, const s
       }
       return SMELT_OK;
     }
+    case SM_VIT_IDEFICS3: {
+      /* Idefics3Processor's text: each tile "<fake_token_around_image><row_r_col_c>" and its tokens, a
+       * newline after each row, then "\n<fake_token_around_image><global-img>", the whole image's
+       * tokens, "<fake_token_around_image>" (the tokenizer's added tokens, by their text) */
+      static const char fake[] = "<fake_token_around_image>";
+      const int seq = im->n_embd / im->frames;
+      for (int r = 0; r < im->rows; r++) {
+        for (int c = 0; c < im->cols; c++) {
+          sm_buf_printf(b, "%s<row_%d_col_%d>", fake, r + 1, c + 1);
+          for (int i = 0; i < seq; i++) sm_buf_puts(b, img);
+        }
+        sm_buf_puts(b, "\n");
+      }
+      if (im->rows) sm_buf_puts(b, "\n");
+      sm_buf_puts(b, fake);
+      sm_buf_puts(b, "<global-img>");
+      for (int i = 0; i < seq; i++) sm_buf_puts(b, img);
+      sm_buf_puts(b, fake);
+      return SMELT_OK;
+    }
   }
   return SMELT_OK;
 }
@@ -89,6 +111,8 @@ static smelt_status find_spans(const sm_vision *v, const int32_t *ids, int n, sm
       while (t < n && (ids[t] == v->image_token || ids[t] == v->img_break)) cnt += ids[t++] == v->image_token;
       if (t < n && ids[t] == v->img_end) t++;
       else return sm_err(SMELT_ERR_INVALID, "image %d: its [IMG] tokens are not closed by [IMG_END]", k + 1);
+    } else if (v->kind == SM_VIT_IDEFICS3) { /* runs of <image> between the tiles' tags */
+      while (t < n && cnt < imgs[k]->n_embd) cnt += ids[t++] == v->image_token;
     } else {
       while (t < n && ids[t] == v->image_token) {
         cnt++;
@@ -143,7 +167,7 @@ smelt_status sm_vision_tokenize(const sm_vision *v, const smelt_tokenizer *tok, 
   for (const char *q; (q = strstr(p, mk)); p = q + ml, k++) {
     sm_buf_put(&b, p, (size_t)(q - p));
     if (k >= n_img) continue; /* counted below */
-    /* Gemma 3 expands <start_of_image> itself (its replacement holds it); Qwen / Pixtral the image token */
+    /* Gemma 3 expands <start_of_image> itself (its replacement holds it); the others their image token */
     smelt_status st = expand(v, tok, imgs[k], &b);
     if (st) {
       sm_buf_free(&b);

@@ -1,5 +1,5 @@
 /* The vision encoders' forward passes on the model's backend (one image at a time, as transformers
- * computes each image of a batch independently), the image preparation (processor, layout, content
+ * computes each image of a batch independently; an Idefics3 image's frames in one pass), the image preparation (processor, layout, content
  * hash) and the cache of encoded images. Host work is what transformers computes from the grid alone:
  * the patch rows of the conv (a matmul with the conv weight), the 2-D position ids, Qwen2.5-VL's
  * window order, Qwen3-VL's interpolated position embeddings. */
@@ -31,6 +31,7 @@ static smelt_status vimage_one(const sm_vision *v, const sm_image *img, sm_vimag
   im->h = px.h;
   im->w = px.w;
   im->px = px.px;
+  im->frames = px.frames;
   im->gh = px.h / v->patch;
   im->gw = px.w / v->patch;
   switch (v->kind) {
@@ -41,9 +42,14 @@ static smelt_status vimage_one(const sm_vision *v, const sm_image *img, sm_vimag
       im->cols = im->gw / v->merge;
       break;
     case SM_VIT_SIGLIP: im->rows = im->cols = v->mm_side; break;
+    case SM_VIT_IDEFICS3:
+      im->rows = px.rows;
+      im->cols = px.cols;
+      break;
   }
-  im->n_embd = im->rows * im->cols;
-  if (im->n_embd <= 0 || (v->kind != SM_VIT_SIGLIP && (im->gh % v->merge || im->gw % v->merge))) {
+  im->n_embd = v->kind == SM_VIT_IDEFICS3 ? im->frames * v->mm_side * v->mm_side : im->rows * im->cols;
+  const bool merged = v->kind != SM_VIT_SIGLIP && v->kind != SM_VIT_IDEFICS3;
+  if (im->n_embd <= 0 || (merged && (im->gh % v->merge || im->gw % v->merge))) {
     sm_vimage_unref(im);
     return sm_err(SMELT_ERR_INVALID, "image of %dx%d pixels gives no whole patch grid", img->w, img->h);
   }
@@ -52,8 +58,9 @@ static smelt_status vimage_one(const sm_vision *v, const sm_image *img, sm_vimag
   const sm_imgproc *pp = &v->proc;
   sm_sha256 s;
   sm_sha256_init(&s);
-  const int lay[6] = {(int)v->kind, im->h, im->w, v->patch, img->w, img->h};
-  const int prc[5] = {(int)pp->kind, (int)pp->resample, pp->do_resize, pp->do_rescale, pp->do_normalize};
+  const int lay[7] = {(int)v->kind, im->h, im->w, v->patch, img->w, img->h, im->frames};
+  const int prc[8] = {(int)pp->kind,    (int)pp->resample, pp->do_resize, pp->do_rescale,
+                      pp->do_normalize, pp->longest_edge,  pp->tile,      pp->splitting};
   sm_sha256_update(&s, lay, sizeof lay);
   sm_sha256_update(&s, prc, sizeof prc);
   sm_sha256_update(&s, &pp->rescale_factor, sizeof pp->rescale_factor);
@@ -187,19 +194,24 @@ static void merger(sm_vision *v, const sm_vit_merger *mg, const float *x, int n,
   linear(be, &mg->fc2, mg->fc2b, f1, nm, out);
 }
 
-/* The conv's input rows: patch (py, px) of the image as (t, y, x, c) values; rows in the order of rows[] */
-static float *patch_rows(const sm_vision *v, const sm_vimage *im, const int32_t *order, int n) {
+/* The conv's input rows: patch (py, px) of frame f of the image as (t, y, x, c) values, rows in the
+ * order of order[], into P */
+static void frame_rows(const sm_vision *v, const sm_vimage *im, int f, const int32_t *order, int n, float *P) {
   const int p = v->patch, T = v->temporal, K = v->patch_k;
   const size_t plane = (size_t)im->h * im->w;
-  float *P = sm_xmalloc(sizeof(float) * (size_t)n * K);
+  const float *src = im->px + (size_t)f * 3 * plane;
   for (int r = 0; r < n; r++) {
     const int py = order[2 * r], px = order[2 * r + 1];
     float *o = P + (size_t)r * K;
     for (int t = 0; t < T; t++)
       for (int y = 0; y < p; y++)
         for (int x = 0; x < p; x++)
-          for (int c = 0; c < 3; c++) *o++ = im->px[(size_t)c * plane + (size_t)(py * p + y) * im->w + px * p + x];
+          for (int c = 0; c < 3; c++) *o++ = src[(size_t)c * plane + (size_t)(py * p + y) * im->w + px * p + x];
   }
+}
+static float *patch_rows(const sm_vision *v, const sm_vimage *im, const int32_t *order, int n) {
+  float *P = sm_xmalloc(sizeof(float) * (size_t)n * v->patch_k);
+  frame_rows(v, im, 0, order, n, P);
   return P;
 }
 
@@ -405,6 +417,72 @@ static smelt_status enc_pixtral(sm_vision *v, sm_vimage *im, sm_venc *e) {
   return SMELT_OK;
 }
 
+/* Idefics3VisionEmbeddings' position ids of a frame of nb x nb patches in a table of side N: fractions
+ * i / nb bucketized by the boundaries 1/N, 2/N, ... (torch.arange in float32, values computed in
+ * double; bucketize with right=True), so that a frame of another size reuses the table's grid */
+static void idefics3_pos_ids(int nb, int N, int32_t *out) {
+  const double bs = 1.0 / N, fs = (double)(1.0f / (float)nb);
+  const int nbd = (int)ceil((1.0 - bs) / bs);
+  for (int i = 0; i < nb; i++) {
+    const float f = (float)(i * fs);
+    int k = 0;
+    while (k < nbd && (float)(bs + k * bs) <= f) k++;
+    out[i] = k;
+  }
+}
+
+/* Idefics3 / SmolVLM: the frames (tiles, then the whole image) through SigLIP at once, each attending
+ * only within itself; post-layernorm; the connector's pixel shuffle (scale s: each output token the
+ * s x s block of patch rows, row-major, concatenated) as a gather, then its projection */
+static smelt_status enc_idefics3(sm_vision *v, sm_vimage *im, sm_venc *e) {
+  sm_backend *be = v->be;
+  const int fs = im->gh, P = fs * fs, F = im->frames, n = F * P, H = v->hidden, s = v->merge, ms = v->mm_side;
+  const int nt = ms * ms;
+  smelt_status st = alloc_work(v, n, (size_t)n * v->patch_k);
+  if (st) return st;
+  int32_t *order = sm_xmalloc(sizeof(int32_t) * 2 * (size_t)P);
+  for (int r = 0; r < P; r++) {
+    order[2 * r] = r / fs;
+    order[2 * r + 1] = r % fs;
+  }
+  float *Pm = sm_xmalloc(sizeof(float) * (size_t)n * v->patch_k), *x = v->buf[B_X], *xb = v->buf[B_XB];
+  for (int f = 0; f < F; f++) frame_rows(v, im, f, order, P, Pm + (size_t)f * P * v->patch_k);
+  free(order);
+  be->upload(be, v->buf[B_P], Pm, sizeof(float) * (size_t)n * v->patch_k);
+  free(Pm);
+  be->matmul(be, SM_MM_OTHER, &v->patch_w, v->buf[B_P], n, x);
+  if (v->patch_b) be->add_rows(be, x, v->patch_b, n, H);
+  /* position embeddings: the same ids in every frame */
+  int32_t *b1 = sm_xmalloc(sizeof(int32_t) * (size_t)fs), *idx = sm_xmalloc(sizeof(int32_t) * (size_t)n);
+  int32_t *seg = sm_xmalloc(sizeof(int32_t) * (size_t)(F + 1));
+  idefics3_pos_ids(fs, v->side, b1);
+  for (int i = 0; i < n; i++) idx[i] = b1[(i % P) / fs] * v->side + b1[(i % P) % fs];
+  for (int f = 0; f <= F; f++) seg[f] = f * P;
+  free(b1);
+  const int32_t *di = ibuf(v, 1, idx, (size_t)n);
+  if (!di) st = sm_err(SMELT_ERR_OOM, "vision positions");
+  if (!st) {
+    be->gather_rows(be, v->buf[B_T], v->pos_embed, di, n, H);
+    be->add(be, x, v->buf[B_T], (size_t)n * H);
+    enc_args a = {n, NULL, seg, F, NULL, 0};
+    for (int l = 0; l < v->layers; l++) block(v, l, &a, x);
+    be->layernorm(be, xb, x, v->post_w, v->post_b, n, H, v->eps);
+    /* output token t of frame f: rows (ty * s + dy, tx * s + dx) of the frame, dy-major */
+    for (int f = 0, i = 0; f < F; f++)
+      for (int t = 0; t < nt; t++)
+        for (int k = 0; k < s * s; k++, i++) idx[i] = f * P + ((t / ms) * s + k / s) * fs + (t % ms) * s + k % s;
+    const int32_t *dg = ibuf(v, 0, idx, (size_t)n);
+    if (!dg) st = sm_err(SMELT_ERR_OOM, "vision indexes");
+    else {
+      be->gather_rows(be, v->buf[B_P], xb, dg, n, H);
+      be->matmul(be, SM_MM_OTHER, &v->mm_proj, v->buf[B_P], F * nt, e->embd);
+    }
+  }
+  free(idx);
+  free(seg);
+  return st;
+}
+
 /* ---------------- cache ---------------- */
 static void venc_free(sm_vision *v, sm_venc *e) {
   if (e->embd) v->be->free(v->be, e->embd);
@@ -465,9 +543,10 @@ smelt_status sm_vision_encode(sm_vision *v, sm_vimage *im) {
     return sm_err(SMELT_ERR_OOM, "out of backend memory for image embeddings");
   }
   e->bytes = bytes * (size_t)(1 + e->n_deep);
-  smelt_status st = v->kind == SM_VIT_SIGLIP  ? enc_siglip(v, im, e)
-                  : v->kind == SM_VIT_PIXTRAL ? enc_pixtral(v, im, e)
-                                              : enc_qwen(v, im, e);
+  smelt_status st = v->kind == SM_VIT_SIGLIP   ? enc_siglip(v, im, e)
+                  : v->kind == SM_VIT_PIXTRAL  ? enc_pixtral(v, im, e)
+                  : v->kind == SM_VIT_IDEFICS3 ? enc_idefics3(v, im, e)
+                                               : enc_qwen(v, im, e);
   if (st) {
     venc_free(v, e);
     return st;

@@ -11,6 +11,7 @@ typedef enum {
   SM_VIT_QWEN3,      /* Qwen3-VL: LayerNorm, GELU-tanh MLP, learned positions (interpolated), deepstack */
   SM_VIT_SIGLIP,     /* Gemma 3: SigLIP encoder, average pool, RMSNorm and projection */
   SM_VIT_PIXTRAL,    /* Mistral 3: Pixtral encoder, RMSNorm, patch merger, two-layer projector */
+  SM_VIT_IDEFICS3,   /* Idefics3, SmolVLM: SigLIP encoder over tiles, pixel shuffle, projection */
 } sm_vit_kind;
 
 /* one encoder block; a NULL bias / norm pointer: none */
@@ -39,7 +40,7 @@ struct sm_vision {
   sm_imgproc proc;
   char desc[160];
   /* encoder */
-  int hidden, heads, head_dim, inter, layers, patch, temporal, merge, out_dim;
+  int hidden, heads, head_dim, inter, layers, patch, temporal, merge, out_dim; /* merge: Idefics3's scale_factor */
   bool layernorm, gated; /* LayerNorm with bias (else RMSNorm); gated SiLU MLP (else GELU-tanh) */
   float eps;
   sm_weight patch_w; /* [hidden][patch_k]: conv weight, columns in (t, y, x, c) order */
@@ -58,13 +59,13 @@ struct sm_vision {
   int n_deep;
   int *deep_layer; /* [n_deep] block indexes */
   sm_vit_merger merger, *deep;
-  /* SigLIP */
+  /* SigLIP (Gemma 3, Idefics3) */
   float *pos_embed; /* backend [n_pos][hidden] */
   float *post_w, *post_b;
   float *mm_norm;    /* Gemma RMSNorm (1 + w) */
-  sm_weight mm_proj; /* [out_dim][hidden] */
-  int mm_side;       /* tokens per side after the pool (16) */
-  int side;          /* patches per side (64) */
+  sm_weight mm_proj; /* [out_dim][hidden]; Idefics3's connector [out_dim][hidden * merge^2] */
+  int mm_side;       /* tokens per side after the pool (16) or the pixel shuffle (of a frame) */
+  int side;          /* patches per side (64; Idefics3: of the position table, image_size / patch) */
   /* Pixtral / Mistral 3 */
   float *ln_pre;
   int feature_layer; /* hidden state used: after this many blocks */

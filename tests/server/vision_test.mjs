@@ -3,7 +3,8 @@
 // and without --allow-image-urls, local files with and without --allow-image-files, batching with a text request, and the 400s for bad images and for a
 // model without a vision tower. The model is the tiny Qwen2.5-VL golden fixture (tests/golden/vision)
 // with a chat template added; replies are checked against `smelt run --image` on the same model and
-// between the paths (no fixed strings).
+// between the paths (no fixed strings). SmolVLM's fixture checks its tiles' prompt and its processor's
+// chat template.
 // Env: SMELT_BIN, MAKE_TEST_MODEL, SMELT_SOURCE_DIR, SMELT_TEST_DIR, NODE_PATH.
 import { execFileSync } from 'node:child_process';
 import assert from 'node:assert/strict';
@@ -182,6 +183,41 @@ try {
     assert.equal(rc, 2);
     assert.match(err, /--allow-image-files .* is not a directory/);
   });
+
+  // SmolVLM: its processor's chat template (chat_template.json) reads content only as a list of parts;
+  // text-only turns given as strings must render as the same turns given as text parts
+  const SMOL = path.join(DIR, 'smolvlm');
+  fs.rmSync(SMOL, { recursive: true, force: true });
+  fs.cpSync(path.join(SRC, 'tests/golden/vision/smolvlm_vision'), SMOL, { recursive: true });
+  fs.writeFileSync(path.join(SMOL, 'chat_template.json'), JSON.stringify({ chat_template:
+    "<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}{% if message['content'][0]['type'] == 'image' %}" +
+    "{{':'}}{% else %}{{': '}}{% endif %}{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}" +
+    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}" +
+    "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}" }));
+  const srv5 = await startServer(SMOL);
+  const c5 = new OpenAI({ baseURL: srv5.url + '/v1', apiKey: 'x' });
+  const ask5 = (messages) => c5.chat.completions.create({ model: 'm', messages, max_tokens: 8, temperature: 0 });
+  await test('smolvlm: image_url reply equals smelt run --image (tiles + whole image)', async () => {
+    const r = await ask5(userMsg(JPG_URL));
+    const cli5 = execFileSync(BIN, ['run', SMOL, '-p', PROMPT, '--image', IMAGE, '-n', '8', '--temp', '0', '--device', 'cpu',
+      '-t', '2', '--no-stats'], { encoding: 'utf8' }).replace(/\n$/, '');
+    assert.equal(r.choices[0].message.content, cli5);
+    // byte-level tokenizer: the template's bytes, 2 specials, the image's 2x3 tiles + whole image (46 tokens)
+    const text = '<|im_start|>User:' + PROMPT + '\nAssistant:';
+    assert.equal(r.usage.prompt_tokens, Buffer.byteLength(text) + 1 + 46);
+  });
+  await test('smolvlm: string turns render as text parts', async () => {
+    const hist = (asParts) => [
+      { role: 'user', content: asParts ? [{ type: 'text', text: 'hi there' }] : 'hi there' },
+      { role: 'assistant', content: asParts ? [{ type: 'text', text: 'ok' }] : 'ok' },
+      ...userMsg(JPG_URL)];
+    const a = await ask5(hist(false)), b = await ask5(hist(true)), one = await ask5(userMsg(JPG_URL));
+    assert.equal(a.usage.prompt_tokens, b.usage.prompt_tokens);
+    assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+    // "User: hi there<end_of_utterance>\nAssistant: ok<end_of_utterance>\n" before the image turn
+    assert.equal(a.usage.prompt_tokens, one.usage.prompt_tokens + Buffer.byteLength('User: hi there\nAssistant: ok\n') + 2);
+  });
+  srv5.proc.kill('SIGTERM');
 
   // a text model: images are refused, naming the model
   const srv3 = await startServer(TEXT_MODEL, ['--alias', 'texty']);

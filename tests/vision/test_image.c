@@ -86,9 +86,10 @@ static void test_proc(const cJSON *list) {
   for (const cJSON *e = list->child; e; e = e->next) {
     const char *kind = cJSON_GetObjectItem(e, "kind")->valuestring, *n = cJSON_GetObjectItem(e, "image")->valuestring;
     sm_imgproc p;
-    sm_imgproc_defaults(!strcmp(kind, "qwen")    ? SM_IMGPROC_QWEN
-                        : !strcmp(kind, "fixed") ? SM_IMGPROC_FIXED
-                                                 : SM_IMGPROC_PIXTRAL,
+    sm_imgproc_defaults(!strcmp(kind, "qwen")       ? SM_IMGPROC_QWEN
+                        : !strcmp(kind, "fixed")    ? SM_IMGPROC_FIXED
+                        : !strcmp(kind, "idefics3") ? SM_IMGPROC_IDEFICS3
+                                                    : SM_IMGPROC_PIXTRAL,
                         &p);
     /* the case's settings, given the way a preprocessor_config.json gives them */
     cJSON *cfg = cJSON_CreateObject();
@@ -112,6 +113,14 @@ static void test_proc(const cJSON *list) {
         cJSON_AddNumberToObject(cfg, "pan_and_scan_min_ratio_to_activate",
                                 cJSON_GetObjectItem(e, "pas_min_ratio")->valuedouble);
       }
+    } else if (!strcmp(kind, "idefics3")) {
+      cJSON *sz = cJSON_AddObjectToObject(cfg, "size");
+      cJSON_AddNumberToObject(sz, "longest_edge", cJSON_GetObjectItem(e, "longest_edge")->valuedouble);
+      sz = cJSON_AddObjectToObject(cfg, "max_image_size");
+      cJSON_AddNumberToObject(sz, "longest_edge", cJSON_GetObjectItem(e, "max_size")->valuedouble);
+      cJSON_AddBoolToObject(cfg, "do_image_splitting", cJSON_IsTrue(cJSON_GetObjectItem(e, "splitting")));
+      cJSON_AddItemToObject(cfg, "image_mean", cJSON_Duplicate(cJSON_GetObjectItem(e, "mean"), 1));
+      cJSON_AddItemToObject(cfg, "image_std", cJSON_Duplicate(cJSON_GetObjectItem(e, "std"), 1));
     } else {
       cJSON *sz = cJSON_AddObjectToObject(cfg, "size");
       cJSON_AddNumberToObject(sz, "longest_edge", cJSON_GetObjectItem(e, "longest_edge")->valuedouble);
@@ -154,11 +163,20 @@ static void test_proc(const cJSON *list) {
     if (st) continue;
     const int oh = cJSON_GetObjectItem(e, "out_h")->valueint, ow = cJSON_GetObjectItem(e, "out_w")->valueint;
     CHECK(px.h == oh && px.w == ow, "%s on %s: %dx%d, expected %dx%d", kind, n, px.w, px.h, ow, oh);
+    /* Idefics3: the frames (tiles, then the whole image) and the tile grid */
+    const cJSON *nf = cJSON_GetObjectItem(e, "n_frames");
+    const int frames = nf ? nf->valueint : 1;
+    CHECK(px.frames == frames, "%s on %s: %d frames, expected %d", kind, n, px.frames, frames);
+    if (nf)
+      CHECK(px.rows == cJSON_GetObjectItem(e, "rows")->valueint && px.cols == cJSON_GetObjectItem(e, "cols")->valueint,
+            "%s on %s: %dx%d tiles, expected %dx%d", kind, n, px.rows, px.cols,
+            cJSON_GetObjectItem(e, "rows")->valueint, cJSON_GetObjectItem(e, "cols")->valueint);
     size_t len;
     float *ref = slurp(path_of("ref", cJSON_GetObjectItem(e, "file")->valuestring), &len);
     float *got = px.px;
     if (!strcmp(kind, "qwen")) got = sm_qwen_patchify(&px, p.patch, p.merge, p.temporal);
-    const size_t n_el = (size_t)3 * px.h * px.w * (strcmp(kind, "qwen") ? 1 : p.temporal) * (size_t)(1 + n_crops);
+    const size_t n_el = (size_t)3 * px.h * px.w * (strcmp(kind, "qwen") ? 1 : p.temporal) * (size_t)(1 + n_crops) *
+                        (size_t)SM_MAX(px.frames, 1);
     CHECK(len == n_el * 4, "%s on %s: %zu reference floats, %zu computed", kind, n, len / 4, n_el);
     if (len == n_el * 4) {
       double md = 0;
@@ -233,6 +251,26 @@ static void test_sizes(const cJSON *qs, const cJSON *ps) {
         "aspect ratio 201 refused: %s", sm_errmsg());
 }
 
+/* Idefics3 / SmolVLM: the longest-edge resize, the resize to multiples of the tile and the tile grid
+ * (h, w, longest_edge, tile -> h1, w1, h2, w2, rows, cols), as transformers' arithmetic gives them */
+static void test_idefics3_sizes(const cJSON *list) {
+  int k = 0;
+  for (const cJSON *e = list ? list->child : NULL; e; e = e->next, k++) {
+    int v[10];
+    for (int i = 0; i < 10; i++) v[i] = cJSON_GetArrayItem(e, i)->valueint;
+    sm_imgproc p;
+    sm_imgproc_defaults(SM_IMGPROC_IDEFICS3, &p);
+    p.longest_edge = v[2];
+    p.tile = v[3];
+    int h1, w1, h2, w2, rows, cols;
+    sm_imgproc_idefics3_sizes(&p, v[0], v[1], &h1, &w1, &h2, &w2, &rows, &cols);
+    CHECK(h1 == v[4] && w1 == v[5] && h2 == v[6] && w2 == v[7] && rows == v[8] && cols == v[9],
+          "idefics3 sizes of %dx%d (edge %d, tile %d): %dx%d, %dx%d, %dx%d tiles; expected %dx%d, %dx%d, %dx%d", v[0],
+          v[1], v[2], v[3], h1, w1, h2, w2, rows, cols, v[4], v[5], v[6], v[7], v[8], v[9]);
+  }
+  CHECK(k >= 10, "idefics3 size cases: %d", k);
+}
+
 static void test_errors(void) {
   sm_image im;
   size_t len;
@@ -293,6 +331,33 @@ static void test_errors(void) {
           sm_errmsg());
     cJSON_Delete(c);
   }
+  /* Idefics3 / SmolVLM settings: bad values name their key; a size without longest_edge is refused */
+  const char *bad_idf[] = {"{\"max_image_size\": 512}", "{\"max_image_size\": {\"longest_edge\": 0}}",
+                           "{\"size\": {\"longest_edge\": 9999}}", "{\"do_image_splitting\": \"yes\"}",
+                           "{\"size\": {\"height\": 512, \"width\": 512}}"};
+  const char *idf_keys[] = {"max_image_size", "longest_edge", "longest_edge", "do_image_splitting", "longest_edge"};
+  for (int i = 0; i < 5; i++) {
+    sm_imgproc_defaults(SM_IMGPROC_IDEFICS3, &p);
+    c = cJSON_Parse(bad_idf[i]);
+    st = sm_imgproc_parse(c, NULL, &p);
+    CHECK((st == SMELT_ERR_FORMAT || st == SMELT_ERR_UNSUPPORTED) && strstr(sm_errmsg(), idf_keys[i]), "%s: %s",
+          bad_idf[i], sm_errmsg());
+    cJSON_Delete(c);
+  }
+  /* a 1 x 5000 image: the short side kept at 1 pixel, then a tile high; no division by zero */
+  {
+    sm_imgproc_defaults(SM_IMGPROC_IDEFICS3, &p);
+    p.longest_edge = 64;
+    p.tile = 32;
+    uint8_t *line = calloc(5000 * 3, 1);
+    sm_image wide = {5000, 1, line};
+    sm_pixels px;
+    st = sm_imgproc_run(&p, &wide, &px);
+    CHECK(st == SMELT_OK && px.frames == 3 && px.rows == 1 && px.cols == 2 && px.h == 32, "1x5000 image: %d frames, %s",
+          px.frames, st ? sm_errmsg() : "ok");
+    if (!st) sm_pixels_free(&px);
+    free(line);
+  }
   /* a 1-pixel minimum crop on a 5x1 image: a crop would be empty, which is refused, not made */
   sm_imgproc_defaults(SM_IMGPROC_FIXED, &p);
   p.pan_and_scan = true;
@@ -319,6 +384,7 @@ int main(int argc, char **argv) {
   test_proc(cJSON_GetObjectItem(man, "proc"));
   test_pan_scan_sizes(cJSON_GetObjectItem(man, "pan_scan_sizes"));
   test_sizes(cJSON_GetObjectItem(man, "qwen_sizes"), cJSON_GetObjectItem(man, "pixtral_sizes"));
+  test_idefics3_sizes(cJSON_GetObjectItem(man, "idefics3_sizes"));
   test_errors();
   cJSON_Delete(man);
   TEST_END();
