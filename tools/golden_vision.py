@@ -4,11 +4,17 @@ language models, in the MLX layout mlx-vlm writes, with one image, its prompt an
 
 Per fixture (tests/golden/vision/<name>/):
   config.json, preprocessor_config.json, model.safetensors, tokenizer.json, tokenizer_config.json
+  (smolvlm: processor_config.json too)
   image.jpg           the image (tests/vision/data/images/rgb_45x30.jpg)
   embeddings.f32      the image's embeddings [n_embd, hidden] (+ Qwen3-VL deepstack rows after them)
   logits.f32          logits of every prompt position [T, vocab]
   manifest.json       the prompt text, its ids (images expanded as the processor expands them), the
-                      image spans, 40 greedy ids with their top-2 margins, tolerances
+                      image spans, 40 greedy ids with their top-2 margins, tolerances; smolvlm also
+                      n_frames (tiles + global image), split [rows, cols] of the tiles ([0, 0]: one
+                      frame), image_seq_len (tokens a frame), special_tokens; its image_size is one
+                      frame's [S, S], embedding_grid one frame's token grid, embedding_rows
+                      n_frames * image_seq_len (frames in the processor's order), span [first <image>
+                      token, one past the last]
 
 The families (written from transformers' modeling code, float64, on the dequantized weights):
   qwen2_5_vl  ViT (RMSNorm, gated SiLU MLP, 2-D RoPE, window attention with one full block), patch
@@ -18,6 +24,10 @@ The families (written from transformers' modeling code, float64, on the dequanti
   gemma3      SigLIP encoder, average pool, (1 + w) RMSNorm, projection; the image's tokens attend
               each other in both directions
   mistral3    Pixtral encoder (2-D RoPE, RMSNorm, gated SiLU), RMSNorm, 2x2 patch merger, projector
+  smolvlm     Idefics3 / SmolVLM: the image split into tiles plus a global image (the SmolVLM image
+              processor), a SigLIP encoder per frame (bucketized learned positions), pixel shuffle
+              (scale 2), a projection; a llama text model under language_model.* without the "model."
+              level (mlx-vlm's sanitize), lm_head untied; config.json top level model_type "smolvlm"
 
 Two references:
   default (--numpy)  this file's float64 numpy forward (vision) + tools/check_golden.py's forward (text)
@@ -29,6 +39,7 @@ Two references:
 Usage: python3 tools/golden_vision.py [--transformers] [--only NAME[,NAME]] [OUTDIR]
        (OUTDIR default tests/golden/vision; numpy and Pillow needed: python3-numpy python3-pil)
 """
+import copy
 import json
 import math
 import os
@@ -57,7 +68,21 @@ SPECIAL = {
     "qwen3_vl": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
     "gemma3": {"<start_of_image>": 256, "<end_of_image>": 257, "<image_soft_token>": 258},
     "mistral3": {"[IMG]": 256, "[IMG_BREAK]": 257, "[IMG_END]": 258},
+    "smolvlm": dict([("<fake_token_around_image>", 256), ("<image>", 257), ("<global-img>", 258)] +
+                    [("<row_%d_col_%d>" % (r, c), 259 + 3 * (r - 1) + (c - 1))
+                     for r in (1, 2, 3) for c in (1, 2, 3)] +
+                    [("<end_of_utterance>", 268)]),
 }
+
+# the text model of the SmolVLM fixture (not a make_golden fixture: no text golden of its own). mlx-vlm's
+# Idefics3 language model is a plain llama (head_dim hidden / heads, RoPE without scaling, lm_head always
+# there); one per-module quantization override, named like the tensors (language_model.layers...)
+SMOLVLM_LM = dict(name="smolvlm_text_q4_g64_bf16", model_type="llama", dtype="bfloat16", head_gain=3.0,
+                  cfg=dict(vocab_size=272, tie_word_embeddings=False, head_dim=16, rope_theta=100000.0,
+                           attention_bias=False, mlp_bias=False, rms_norm_eps=1e-5),
+                  quant={"group_size": 64, "bits": 4},
+                  overrides={"model.layers.1.mlp.down_proj": {"group_size": 32, "bits": 8}},
+                  vlm=dict(model_type="smolvlm", layout="text_config"), flat_lm=True)
 
 FIXTURES = [
     dict(name="qwen2_5_vl_vision", lm="qwen2_5_vl_q4_g64_bf16", seed=31,
@@ -99,6 +124,18 @@ FIXTURES = [
          quant=["vision_tower.vision_model.transformer.layers.0.feed_forward.gate_proj",
                 "multi_modal_projector.linear_2"],
          prompt="[IMG]Tell"),
+    dict(name="smolvlm_vision", lm=SMOLVLM_LM, seed=91,
+         vision=dict(model_type="smolvlm_vision", hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                     num_attention_heads=2, patch_size=8, image_size=32, layer_norm_eps=1e-6,
+                     hidden_act="gelu_pytorch_tanh", num_channels=3),
+         top=dict(scale_factor=2, image_token_id=257),
+         proc={"image_processor_type": "SmolVLMImageProcessor", "size": {"longest_edge": 96},
+               "max_image_size": {"longest_edge": 32}, "do_image_splitting": True, "resample": 1,
+               "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "do_resize": True, "do_rescale": True,
+               "rescale_factor": 0.00392156862745098, "do_normalize": True, "do_pad": True},
+         processor={"image_seq_len": 4, "processor_class": "SmolVLMProcessor"},
+         quant=["vision_model.encoder.layers.1.mlp.fc1", "connector.modality_projection.proj"],
+         prompt="User:<image>Describe<end_of_utterance>\nAssistant:"),
 ]
 
 
@@ -173,6 +210,26 @@ def vision_spec(fx):
         vec(e + "post_layernorm.bias", H, "bias")
         vec("multi_modal_projector.mm_soft_emb_norm.weight", H, "gemma_norm")
         out.append(("multi_modal_projector.mm_input_projection_weight", (H, T), "raw"))
+    elif mt == "smolvlm":
+        p = v["patch_size"]
+        npos = (v["image_size"] // p) ** 2
+        e = "vision_model."
+        out.append((e + "embeddings.patch_embedding.weight", (H, p, p, 3), "conv"))
+        vec(e + "embeddings.patch_embedding.bias", H, "bias")
+        out.append((e + "embeddings.position_embedding.weight", (npos, H), "emb"))
+        for i in range(v["num_hidden_layers"]):
+            b = e + "encoder.layers.%d." % i
+            for nm in ("layer_norm1", "layer_norm2"):
+                vec(b + nm + ".weight", H)
+                vec(b + nm + ".bias", H, "bias")
+            for nm in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                lin(b + "self_attn." + nm, H, H)
+            lin(b + "mlp.fc1", I, H)
+            lin(b + "mlp.fc2", H, I)
+        vec(e + "post_layernorm.weight", H)
+        vec(e + "post_layernorm.bias", H, "bias")
+        sf = fx["top"]["scale_factor"]
+        lin("connector.modality_projection.proj", T, H * sf * sf, bias=False)
     else:
         p = v["patch_size"]
         e = "vision_tower.vision_model."
@@ -196,7 +253,7 @@ def vision_spec(fx):
 
 def fx_type(fx):
     return {"qwen2_5_vl_vision": "qwen2_5_vl", "qwen3_vl_vision": "qwen3_vl", "gemma3_vision": "gemma3",
-            "mistral3_vision": "mistral3"}[fx["name"]]
+            "mistral3_vision": "mistral3", "smolvlm_vision": "smolvlm"}[fx["name"]]
 
 
 def vision_weights(fx, rng, dtype, tensors):
@@ -437,6 +494,75 @@ def pixtral_tower(fx, W, px):
     return y, []
 
 
+
+def torch_arange_f32(start, end, step):
+    """torch.arange(start, end, step) in float32 as its CPU kernel's scalar path computes it: the length
+    ceil((end - start) / step) and each value start + i * step in double, rounded to float32 (the vectorized
+    path rounds a block's base first: it can differ by an ulp for long ranges)"""
+    n = max(int(math.ceil((end - start) / step)), 0)
+    return np.array([start + step * i for i in range(n)], dtype=np.float64).astype(np.float32)
+
+
+def idefics3_position_ids(nb_h, nb_w, n_side):
+    """Idefics3VisionEmbeddings / SmolVLMVisionEmbeddings: the position ids of a frame whose unpadded part has
+    nb_h x nb_w patches, its fractional coordinates bucketized (right=True) into the n_side x n_side grid of the
+    position embedding: boundaries = arange(1/n, 1, 1/n), coords = arange(0, 1 - 1e-6, 1/nb) (1/nb a float32
+    tensor), all float32. A full frame (nb = n_side) gives 0 .. n_side^2 - 1 for n_side 26, 27, 32 (the released
+    models), but not for every n_side (float32 rounding: e.g. 25, 29, 31 repeat ids)."""
+    boundaries = torch_arange_f32(1 / n_side, 1.0, 1 / n_side)
+
+    def coords(nb):
+        step = float(np.float32(1.0) / np.float32(nb))
+        return np.searchsorted(boundaries, torch_arange_f32(0.0, 1 - 1e-6, step), side="right")
+    bh, bw = coords(nb_h), coords(nb_w)
+    assert len(bh) == nb_h and len(bw) == nb_w, (nb_h, nb_w, len(bh), len(bw))
+    return (bh[:, None] * n_side + bw[None, :]).ravel()
+
+
+def pixel_shuffle(x, s):
+    """SmolVLMConnector.pixel_shuffle / Idefics3Connector.pixel_shuffle of one frame's [seq, D] states, the
+    same view / permute / reshape steps: token (i, j) of the (side/s)^2 grid gets the s x s block's states
+    concatenated row by row, [(r * s + c) * D + d]"""
+    seq, D = x.shape
+    h = w = int(seq ** 0.5)
+    x = x.reshape(h, w, D).reshape(h, w // s, D * s)
+    x = x.transpose(1, 0, 2).reshape(w // s, h // s, D * s * s)
+    return x.transpose(1, 0, 2).reshape(seq // (s * s), D * s * s)
+
+
+def idefics3_tower(fx, W, frames):
+    """transformers' SmolVLMVisionTransformer (Idefics3VisionTransformer) + SmolVLMConnector on the processor's
+    frames [F, 3, S, S] (tiles, then the global image): each frame its own sequence (no padding: every patch
+    attended, positions from the bucketing), post_layernorm, pixel shuffle, projection; [F * S^2/(p s)^2, T]"""
+    v = fx["vision"]
+    H, nh, p = v["hidden_size"], v["num_attention_heads"], v["patch_size"]
+    hd = H // nh
+    eps = v["layer_norm_eps"]
+    n_side = v["image_size"] // p
+    sf = fx["top"]["scale_factor"]
+    e = "vision_model."
+    conv = conv_flat(W, e + "embeddings.patch_embedding.weight")
+    out = []
+    for px in frames:
+        gh, gw = px.shape[1] // p, px.shape[2] // p
+        n = gh * gw
+        patches = px.reshape(3, gh, p, gw, p).transpose(1, 3, 0, 2, 4).reshape(n, -1)
+        x = patches @ conv.T + W[e + "embeddings.patch_embedding.bias"]
+        x = x + W[e + "embeddings.position_embedding.weight"][idefics3_position_ids(gh, gw, n_side)]
+        for i in range(v["num_hidden_layers"]):
+            b = e + "encoder.layers.%d." % i
+            h = ln(x, W[b + "layer_norm1.weight"], W[b + "layer_norm1.bias"], eps)
+            q = lin(W, b + "self_attn.q_proj", h).reshape(n, nh, hd)
+            k = lin(W, b + "self_attn.k_proj", h).reshape(n, nh, hd)
+            vv = lin(W, b + "self_attn.v_proj", h).reshape(n, nh, hd)
+            x = x + lin(W, b + "self_attn.out_proj", attend(q, k, vv, [0, n], hd ** -0.5).reshape(n, H))
+            h = ln(x, W[b + "layer_norm2.weight"], W[b + "layer_norm2.bias"], eps)
+            x = x + lin(W, b + "mlp.fc2", gelu_tanh(lin(W, b + "mlp.fc1", h)))
+        x = ln(x, W[e + "post_layernorm.weight"], W[e + "post_layernorm.bias"], eps)
+        out.append(lin(W, "connector.modality_projection.proj", pixel_shuffle(x, sf), bias=False))
+    return np.concatenate(out, 0), []
+
+
 # ----------------------------------------------------------------- prompts
 
 def tokenizer_json(fx):
@@ -484,6 +610,21 @@ def expand(fx, prompt, rows, cols):
     if mt == "gemma3":
         return prompt.replace("<start_of_image>", "\n\n<start_of_image>" + "<image_soft_token>" * (rows * cols) +
                               "<end_of_image>\n\n")
+    if mt == "smolvlm":  # rows, cols: the split (0, 0: one frame); processing_smolvlm's get_image_prompt_string
+        n = fx["processor"]["image_seq_len"]
+        fake, img, glob = "<fake_token_around_image>", "<image>", "<global-img>"
+        s = ""
+        if rows or cols:
+            assert rows <= 3 and cols <= 3, "the tokenizer has <row_r_col_c> for r, c <= 3"
+            for r in range(rows):
+                for c in range(cols):
+                    s += fake + "<row_%d_col_%d>" % (r + 1, c + 1) + img * n
+                s += "\n"
+            s += "\n"
+        s += fake + glob + img * n + fake
+        parts = prompt.split(img)
+        assert len(parts) == 2, "one image"
+        return parts[0] + s + parts[1]
     rows_txt = ["[IMG]" * cols + "[IMG_BREAK]"] * rows
     s = "".join(rows_txt)
     s = s[: -len("[IMG_BREAK]")] + "[IMG_END]"
@@ -511,6 +652,10 @@ def get_rope_index(ids, image_token, rows, cols):
 # ----------------------------------------------------------------- one fixture
 
 def lm_fixture(fx):
+    if isinstance(fx["lm"], dict):  # a text model of this file's own (SMOLVLM_LM)
+        g = dict(fx["lm"])
+        g["cfg"] = dict(g["cfg"], **fx.get("text", {}))
+        return g
     for f in make_golden.FIXTURES:
         if f["name"] == fx["lm"]:
             g = dict(f)
@@ -527,9 +672,11 @@ def build(fx, seed):
     raw = make_golden.random_weights(spec, c, rng, g.get("embed_init", 1.0), g.get("layer_init", 1.0),
                                      g.get("head_gain", 1.0))
     tensors, used = make_golden.build_tensors(g, c, spec, raw, rng)
-    for name, _ in make_golden.VISION_TENSORS[g["vlm"]["model_type"]]:  # the text fixtures' stand-ins
+    for name, _ in make_golden.VISION_TENSORS.get(g["vlm"]["model_type"], []):  # the text fixtures' stand-ins
         tensors.pop(name, None)
     Wv = vision_weights(fx, rng, g["dtype"], tensors)
+    if fx_type(fx) == "smolvlm":
+        return build_smolvlm(fx, g, c, tensors, used, Wv)
     cfg = make_golden.smelt_config(g, c)
     cfg["vision_config"] = dict(fx["vision"])
     cfg.update(fx["top"])
@@ -543,6 +690,55 @@ def build(fx, seed):
          if k != "lm_head.weight" or not c.get("tie_word_embeddings", False)}
     W.update(Wv)
     return g, c, cfg, tensors, W
+
+
+def smolvlm_name(name):
+    """mlx-vlm's Idefics3 / SmolVLM names: the text model's tensors directly under language_model. (its
+    sanitize drops transformers' "model." level: language_model.layers..., language_model.lm_head)"""
+    if name.startswith("language_model.model."):
+        return "language_model." + name[len("language_model.model."):]
+    return name
+
+
+def build_smolvlm(fx, g, c, tensors, used, Wv):
+    """config.json (model_type smolvlm, text_config llama, vision_config) and the tensors under mlx-vlm's names;
+    W keeps check_golden's names (language_model.model.*) for the text forward. The quantization block (and its
+    overrides) name the modules as the tensors do; the written file is read back and dequantized as
+    check_golden reads a fixture, and must give W."""
+    cfg = {"model_type": "smolvlm", "text_config": dict(c), "vision_config": dict(fx["vision"]),
+           "tie_word_embeddings": False, "torch_dtype": g["dtype"]}
+    cfg.update(fx["top"])
+    tensors = {smolvlm_name(k): v for k, v in tensors.items()}
+    if g["quant"] is not None:
+        qb = {smolvlm_name(k): v for k, v in make_golden.quant_block(g).items()}
+        for m in fx["quant"]:
+            qb[m] = dict(Q32)
+        for k in qb:
+            if isinstance(qb[k], dict) and k + ".scales" not in tensors:
+                raise RuntimeError("quantization entry %s names no quantized tensor" % k)
+        cfg["quantization"] = qb
+        cfg["quantization_config"] = qb
+    W = {make_golden.mlx_name(g, k): v.astype(np.float64) for k, v in used.items()}
+    W.update(Wv)
+    back = check_golden.weights_from_st(cfg, make_golden.st_arrays(tensors))
+    want = {smolvlm_name(k): v for k, v in W.items()}
+    if set(back) != set(want):
+        raise RuntimeError("written tensors %s, reference %s" % (sorted(set(back) - set(want))[:4],
+                                                                 sorted(set(want) - set(back))[:4]))
+    for k, v in want.items():
+        if back[k].shape != v.shape or np.abs(back[k] - v).max() > 0:
+            raise RuntimeError("%s read back differs from the reference weight" % k)
+    return g, c, cfg, tensors, W
+
+
+def smolvlm_pixels(fx):
+    """the SmolVLM image processor's frames [F, 3, S, S] (tools/vision_ref.py), rows, cols of the split"""
+    img = Image.open(IMAGE).convert("RGB")
+    p = fx["proc"]
+    frames, rows, cols, _ = vision_ref.idefics3_frames(img, p["size"]["longest_edge"],
+                                                       p["max_image_size"]["longest_edge"], p["do_image_splitting"],
+                                                       p["image_mean"], p["image_std"], resample=p["resample"])
+    return np.asarray(frames, dtype=np.float64), rows, cols
 
 
 def pixels(fx):
@@ -565,9 +761,18 @@ def pixels(fx):
 
 def numpy_reference(fx, g, c, cfg, W):
     mt = fx_type(fx)
-    pv, h, w = pixels(fx)
     fx["text_eps"] = c["rms_norm_eps"]
-    if mt in ("qwen2_5_vl", "qwen3_vl"):
+    split = None
+    if mt != "smolvlm":
+        pv, h, w = pixels(fx)
+    if mt == "smolvlm":  # frames (tiles, global image): split = [rows, cols] of the tiles
+        frames, srows, scols = smolvlm_pixels(fx)
+        split = [srows, scols]
+        h, w = frames.shape[2], frames.shape[3]
+        emb, deep = idefics3_tower(fx, W, frames)
+        rows = cols = h // fx["vision"]["patch_size"] // fx["top"]["scale_factor"]  # each frame's token grid
+        assert len(emb) == len(frames) * fx["processor"]["image_seq_len"], (len(emb), len(frames))
+    elif mt in ("qwen2_5_vl", "qwen3_vl"):
         p = fx["vision"]["patch_size"]
         emb, deep = qwen_tower(fx, W, pv, (1, h // p, w // p))
         rows, cols = h // p // 2, w // p // 2
@@ -577,10 +782,10 @@ def numpy_reference(fx, g, c, cfg, W):
     else:
         emb, deep = pixtral_tower(fx, W, pv)
         rows, cols = h // fx["vision"]["patch_size"] // 2, w // fx["vision"]["patch_size"] // 2
-    text = expand(fx, fx["prompt"], rows, cols)
+    text = expand(fx, fx["prompt"], *(split or (rows, cols)))
     ids = tokenize(fx, text)
     img_tok = SPECIAL[mt][{"qwen2_5_vl": "<|image_pad|>", "qwen3_vl": "<|image_pad|>", "gemma3": "<image_soft_token>",
-                           "mistral3": "[IMG]"}[mt]]
+                           "mistral3": "[IMG]", "smolvlm": "<image>"}[mt]]
     img_rows = [i for i, t in enumerate(ids) if t == img_tok]
     assert len(img_rows) == len(emb), (len(img_rows), len(emb))
     kw = dict(embeds=(img_rows, emb))
@@ -606,8 +811,11 @@ def numpy_reference(fx, g, c, cfg, W):
         margins.append(float(top2[1] - top2[0]))
         seq.append(int(np.argmax(lg)))
     span = [img_rows[0], img_rows[-1] + 1 + (1 if mt == "mistral3" else 0)]
-    return dict(ids=ids, text=text, emb=emb, deep=deep, logits=logits, gen=seq[len(ids):], margins=margins,
-                rows=rows, cols=cols, span=span, h=h, w=w)
+    out = dict(ids=ids, text=text, emb=emb, deep=deep, logits=logits, gen=seq[len(ids):], margins=margins,
+               rows=rows, cols=cols, span=span, h=h, w=w)
+    if split is not None:
+        out.update(split=split, n_frames=len(frames), frames=frames)
+    return out
 
 
 def write(fx, outdir, g, c, cfg, tensors, ref, reference):
@@ -618,6 +826,8 @@ def write(fx, outdir, g, c, cfg, tensors, ref, reference):
     mlxq.write_safetensors(os.path.join(tmp, "model.safetensors"), tensors, {"format": "mlx"})
     json.dump(cfg, open(os.path.join(tmp, "config.json"), "w"), indent=1)
     json.dump(fx["proc"], open(os.path.join(tmp, "preprocessor_config.json"), "w"), indent=1)
+    if "processor" in fx:
+        json.dump(fx["processor"], open(os.path.join(tmp, "processor_config.json"), "w"), indent=1)
     json.dump(tokenizer_json(fx), open(os.path.join(tmp, "tokenizer.json"), "w"), indent=1)
     json.dump({"bos_token": None, "eos_token": None}, open(os.path.join(tmp, "tokenizer_config.json"), "w"))
     shutil.copy(IMAGE, os.path.join(tmp, "image.jpg"))
@@ -633,11 +843,75 @@ def write(fx, outdir, g, c, cfg, tensors, ref, reference):
            "tolerances": {"f32": {"embeddings_max_abs": 2e-3, "max_abs": 2e-3, "rel_l2": 1e-4},
                           "reduced": {"embeddings_max_abs": 0.1, "max_abs": 0.25, "rel_l2": 3e-2},
                           "greedy_margin_min": 0.05}}
+    if "split" in ref:  # smolvlm: image_size is one frame's; embedding_grid one frame's token grid
+        man.update(n_frames=ref["n_frames"], split=ref["split"], image_seq_len=fx["processor"]["image_seq_len"],
+                   special_tokens=SPECIAL[fx_type(fx)])
+        assert man["embedding_rows"] == ref["n_frames"] * fx["processor"]["image_seq_len"]
     json.dump(man, open(os.path.join(tmp, "manifest.json"), "w"), indent=1)
     size = sum(os.path.getsize(os.path.join(tmp, x)) for x in os.listdir(tmp))
     shutil.rmtree(d, ignore_errors=True)
     os.rename(tmp, d)
     return size
+
+
+def smolvlm_hf_name(k):
+    """transformers' SmolVLMForConditionalGeneration name of a W key"""
+    if k == "language_model.lm_head.weight":
+        return "lm_head.weight"
+    if k.startswith("language_model.model."):
+        return "model.text_model." + k[len("language_model.model."):]
+    if k.startswith("vision_model.") or k.startswith("connector."):
+        return "model." + k
+    raise KeyError(k)
+
+
+def smolvlm_transformers_inputs(fx, model, img, ref):
+    """pixel values of transformers' SmolVLM image processor (Pillow) with the fixture's settings, checked
+    against the numpy frames; the model's image features checked against the reference embeddings; the
+    processor's prompt expansion (processing_smolvlm.get_image_prompt_string) against ours"""
+    import torch
+    p = fx["proc"]
+    cls = vision_ref.slow_image_processor("SmolVLMImageProcessor")
+    ip = cls(size=p["size"], max_image_size=p["max_image_size"], do_image_splitting=p["do_image_splitting"],
+             resample=p["resample"], image_mean=p["image_mean"], image_std=p["image_std"],
+             rescale_factor=p["rescale_factor"], do_pad=p["do_pad"])
+    inp = ip(images=[img], return_tensors="pt", return_row_col_info=True)
+    pv = inp["pixel_values"].float()
+    rows = int(np.asarray(inp["rows"]).ravel()[0])
+    cols = int(np.asarray(inp["cols"]).ravel()[0])
+    if tuple(pv.shape) != (1,) + ref["frames"].shape or [rows, cols] != ref["split"]:
+        raise RuntimeError("%s: pixel values %s, split %s; the reference %s, %s" % (
+            cls.__name__, tuple(pv.shape), [rows, cols], ref["frames"].shape, ref["split"]))
+    perr = float(np.abs(pv[0].double().numpy() - ref["frames"]).max())
+    print("  %s vs numpy frames: max |diff| %.2e, split %d x %d" % (cls.__name__, perr, rows, cols))
+    if perr > 1e-6:
+        raise RuntimeError("the image processor and the reference frames differ (%.3g)" % perr)
+    mask = inp["pixel_attention_mask"]
+    with torch.no_grad():
+        feats = model.model.get_image_features(pixel_values=pv, pixel_attention_mask=mask)
+    if not isinstance(feats, torch.Tensor):  # an output object (pooler_output: after the connector) or a tuple
+        feats = next((getattr(feats, a) for a in ("pooler_output", "image_embeds", "last_hidden_state")
+                      if getattr(feats, a, None) is not None), None) if not isinstance(feats, (tuple, list)) \
+            else feats[0]
+    if feats is not None and feats.numel() == ref["emb"].size:
+        ferr = float(np.abs(feats.reshape(ref["emb"].shape).double().numpy() - ref["emb"]).max())
+        print("  transformers vs numpy: image features max |diff| %.2e" % ferr)
+        if ferr > 2e-3:
+            raise RuntimeError("transformers' image features and the numpy reference differ (%.3g)" % ferr)
+    else:
+        print("  NOTE: could not compare the image features (%s)" % (None if feats is None else tuple(feats.shape)))
+    try:
+        from transformers.models.smolvlm.processing_smolvlm import get_image_prompt_string
+        s = get_image_prompt_string(rows, cols, fx["processor"]["image_seq_len"],
+                                    fake_token_around_image="<fake_token_around_image>", image_token="<image>",
+                                    global_image_token="<global-img>")
+        a, b = fx["prompt"].split("<image>")
+        print("  processing_smolvlm's expansion: %s" % ("the same" if a + s + b == ref["text"] else "DIFFERENT"))
+        if a + s + b != ref["text"]:
+            raise RuntimeError("the prompt expansion differs from processing_smolvlm's: %r" % (a + s + b))
+    except ImportError as e:
+        print("  NOTE: processing_smolvlm.get_image_prompt_string not importable (%s)" % e)
+    return dict(pixel_values=pv, pixel_attention_mask=mask)
 
 
 def transformers_reference(fx, g, c, cfg, W, ref):
@@ -647,24 +921,38 @@ def transformers_reference(fx, g, c, cfg, W, ref):
     import transformers
     from transformers import AutoConfig, AutoModelForImageTextToText
     mt = fx_type(fx)
-    tc = {k: v for k, v in c.items() if k not in ("architectures", "torch_dtype")}
-    vc = dict(fx["vision"])
+    # copies: transformers' config classes rewrite nested dicts (rope_scaling) in place
+    tc = copy.deepcopy({k: v for k, v in c.items() if k not in ("architectures", "torch_dtype")})
+    vc = copy.deepcopy(fx["vision"])
+    if mt == "gemma3":  # Gemma 3's SigLIP has no pooling head
+        vc["vision_use_head"] = False
     kw = {k: v for k, v in fx["top"].items()}
+    # transformers 5 ties by the top-level flag: the fixture's own
+    kw["tie_word_embeddings"] = bool(c.get("tie_word_embeddings", False)) and mt != "smolvlm"
     hcfg = AutoConfig.for_model(mt, text_config=tc, vision_config=vc, **kw)
     model = AutoModelForImageTextToText.from_config(hcfg, attn_implementation="eager").float().eval()
+    if mt == "smolvlm" and type(model).__name__ != "SmolVLMForConditionalGeneration":
+        raise RuntimeError("AutoModelForImageTextToText made a %s" % type(model).__name__)
     names = list(model.state_dict().keys())
     sd = {}
     for k, w in W.items():
         hk = k
-        if k.startswith("language_model."):
-            hk = k[len("language_model."):]
-            hk = hk.replace("model.", "model.language_model.", 1) if hk.startswith("model.") else hk
-        elif k.startswith("vision_tower."):
-            hk = ("model.visual." + k[len("vision_tower."):]) if mt in ("qwen2_5_vl", "qwen3_vl") else \
-                "model.vision_tower." + k[len("vision_tower."):]
-        elif k.startswith("multi_modal_projector."):
-            hk = "model." + k
-        cand = [n for n in names if n == hk] or [n for n in names if n.endswith(hk.split("model.", 1)[-1])]
+        if mt == "smolvlm":  # exact names: language_model.model.* (check_golden's) -> model.text_model.*
+            hk = smolvlm_hf_name(k)
+            cand = [n for n in names if n == hk]
+        else:
+            if k.startswith("language_model."):
+                hk = k[len("language_model."):]
+                hk = hk.replace("model.", "model.language_model.", 1) if hk.startswith("model.") else hk
+            elif k.startswith("vision_tower."):
+                hk = ("model.visual." + k[len("vision_tower."):]) if mt in ("qwen2_5_vl", "qwen3_vl") else \
+                    "model.vision_tower." + k[len("vision_tower."):]
+            elif k.startswith("multi_modal_projector."):
+                hk = "model." + k
+            cand = [n for n in names if n == hk] or [n for n in names if n.endswith(hk.split("model.", 1)[-1])]
+            if not cand:  # transformers 5's SigLIP / Pixtral towers have no vision_model level
+                hk2 = hk.replace(".vision_model.", ".", 1)
+                cand = [n for n in names if n == hk2]
         if not cand:
             raise RuntimeError("no transformers parameter for %s (%s)" % (k, hk))
         t = torch.tensor(w, dtype=torch.float32)
@@ -674,13 +962,16 @@ def transformers_reference(fx, g, c, cfg, W, ref):
         if tuple(t.shape) != tuple(target.shape):
             raise RuntimeError("%s: shape %s, transformers %s" % (k, tuple(t.shape), tuple(target.shape)))
         sd[cand[0]] = t
+    if kw["tie_word_embeddings"] and "lm_head.weight" in names and "lm_head.weight" not in sd:
+        emb = [k for k in W if k.endswith("embed_tokens.weight")]
+        sd["lm_head.weight"] = torch.tensor(W[emb[0]], dtype=torch.float32)
     missing, unexpected = model.load_state_dict(sd, strict=False)
     missing = [m for m in missing if "rotary" not in m and "inv_freq" not in m and "position_ids" not in m]
     if missing or unexpected:
         raise RuntimeError("state dict: missing %s, unexpected %s" % (missing[:6], unexpected[:6]))
     img = Image.open(IMAGE).convert("RGB")
     if mt in ("qwen2_5_vl", "qwen3_vl"):
-        from transformers import Qwen2VLImageProcessor
+        Qwen2VLImageProcessor = vision_ref.slow_image_processor("Qwen2VLImageProcessor")
         p = fx["proc"]
         lo = p.get("min_pixels", p.get("size", {}).get("shortest_edge"))
         hi = p.get("max_pixels", p.get("size", {}).get("longest_edge"))
@@ -689,14 +980,18 @@ def transformers_reference(fx, g, c, cfg, W, ref):
                                    image_mean=p["image_mean"], image_std=p["image_std"])
         inp = ip(images=[img], return_tensors="pt")
         extra = dict(pixel_values=inp["pixel_values"].float(), image_grid_thw=inp["image_grid_thw"])
+        # transformers 5 takes the image tokens' places for M-RoPE from the processor's mm_token_type_ids
+        extra["mm_token_type_ids"] = torch.tensor([[1 if t == 258 else 0 for t in ref["ids"]]])
+    elif mt == "smolvlm":
+        extra = smolvlm_transformers_inputs(fx, model, img, ref)
     elif mt == "gemma3":
-        from transformers import Gemma3ImageProcessor
+        Gemma3ImageProcessor = vision_ref.slow_image_processor("Gemma3ImageProcessor")
         ip = Gemma3ImageProcessor(size=fx["proc"]["size"])
         inp = ip(images=[img], return_tensors="pt")
         extra = dict(pixel_values=inp["pixel_values"].float(),
                      token_type_ids=torch.tensor([[1 if t == 258 else 0 for t in ref["ids"]]]))
     else:
-        from transformers import PixtralImageProcessor
+        PixtralImageProcessor = vision_ref.slow_image_processor("PixtralImageProcessor")
         ip = PixtralImageProcessor(size=fx["proc"]["size"],
                                    patch_size={"height": 4 * fx["top"]["spatial_merge_size"],
                                                "width": 4 * fx["top"]["spatial_merge_size"]})
@@ -713,9 +1008,50 @@ def transformers_reference(fx, g, c, cfg, W, ref):
     err = float(np.abs(logits - ref["logits"]).max())
     print("  transformers vs numpy: logits max |diff| %.2e, greedy %s" % (err, "equal" if greedy == ref["gen"] else "DIFFERENT"))
     if err > 2e-3:
+        diagnose(mt, model, extra, ref, ids, logits, cfg, W)
         raise RuntimeError("transformers and the numpy reference differ (%.3g)" % err)
     return logits, greedy, margins, "transformers %s / torch %s, float32, CPU, eager attention, slow image processors" % (
         transformers.__version__, torch.__version__)
+
+
+def diagnose(mt, model, extra, ref, ids, logits, cfg, W):
+    """where transformers and the numpy reference part: the image features, the text-only logits, the
+    rope positions (Qwen), the first differing prompt position"""
+    import torch
+    bad = np.nonzero(np.abs(logits - ref["logits"]).max(1) > 2e-3)[0]
+    print("  first differing prompt position %d of %d (image rows %s)" % (bad[0], len(ref["ids"]), ref["span"]))
+    try:
+        with torch.no_grad():
+            if mt in ("qwen2_5_vl", "qwen3_vl"):
+                f = model.model.get_image_features(extra["pixel_values"], extra["image_grid_thw"])
+            elif mt == "mistral3":
+                f = model.model.get_image_features(extra["pixel_values"], image_sizes=extra["image_sizes"])
+            else:
+                f = model.model.get_image_features(extra["pixel_values"])
+        f = getattr(f, "pooler_output", f)
+        if isinstance(f, (list, tuple)):
+            f = f[0]
+        if isinstance(f, (list, tuple)):
+            f = torch.cat(list(f), 0)
+        f = f.reshape(-1, f.shape[-1]).double().numpy()
+        print("  image features: shape %s, max |diff| %.3g" % (f.shape, np.abs(f - ref["emb"]).max()))
+    except Exception as e:  # noqa: BLE001
+        print("  image features: %s: %s" % (type(e).__name__, str(e)[:200]))
+    try:
+        t = [i for i in ref["ids"] if i < 256][:12]
+        with torch.no_grad():
+            hl = model(input_ids=torch.tensor([t])).logits[0].double().numpy()
+        nl = check_golden.forward(cfg, W, t)
+        print("  text-only logits (%d tokens): max |diff| %.3g" % (len(t), np.abs(hl - nl).max()))
+    except Exception as e:  # noqa: BLE001
+        print("  text-only logits: %s: %s" % (type(e).__name__, str(e)[:200]))
+    if mt in ("qwen2_5_vl", "qwen3_vl"):
+        try:
+            pos, _ = model.model.get_rope_index(ids, extra["image_grid_thw"], None, attention_mask=torch.ones_like(ids))
+            mine, _ = get_rope_index(ref["ids"], ref["ids"][ref["span"][0]], ref["rows"], ref["cols"])
+            print("  rope index: transformers %s, equal %s" % (tuple(pos.shape), bool(np.array_equal(pos[:, 0].numpy(), mine))))
+        except Exception as e:  # noqa: BLE001
+            print("  rope index: %s: %s" % (type(e).__name__, str(e)[:200]))
 
 
 def main():
