@@ -170,24 +170,9 @@ __global__ void __launch_bounds__(FA_NW * 32)
     }
     __syncthreads();
     if (p0 > whi || p0 + FA_BN - 1 < wlo) continue; /* no key of this step is visible to the warp's rows */
-    /* S = Q K^T: 16 rows x FA_BN keys a warp */
+    /* S = Q K^T (16 rows x FA_BN keys a warp), masked and softcapped; online softmax; O += P V */
     float s[FA_BN / 8][4];
-#pragma unroll
-    for (int n = 0; n < FA_BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-      uint32_t a[4];
-      ldsm4(a, Qs + (16 * warp + (lane & 15)) * HDP + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int n = 0; n < FA_BN / 8; n += 2) {
-        uint32_t b[4];
-        ldsm4(b, Ks + (n * 8 + (lane >> 4) * 8 + (lane & 7)) * HDP + kk * 16 + ((lane >> 3) & 1) * 8);
-        mma16816<MT>(s[n], a, b[0], b[1]);
-        mma16816<MT>(s[n + 1], a, b[2], b[3]);
-      }
-    }
-    /* mask, softcap, online softmax (rows lane/4 and lane/4 + 8) */
-    float mx[2] = { -INFINITY, -INFINITY };
+    fa_scores<MT, HD, FA_BN, HDP>(s, Qs + 16 * warp * HDP, Ks, lane);
 #pragma unroll
     for (int n = 0; n < FA_BN / 8; n++) {
 #pragma unroll
@@ -195,49 +180,11 @@ __global__ void __launch_bounds__(FA_NW * 32)
         const int i = e >> 1, c = n * 8 + 2 * (lane & 3) + (e & 1), p = p0 + c;
         float v = s[n][e];
         if (cap2 > 0.f) v = cap2 * tanhf(v / cap2);
-        v = (vd[c] && p <= prow[i] && p >= plo[i]) ? v : -INFINITY;
-        s[n][e] = v;
-        mx[i] = fmaxf(mx[i], v);
+        s[n][e] = (vd[c] && p <= prow[i] && p >= plo[i]) ? v : -INFINITY;
       }
     }
-    float corr[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-      const float mn = fmaxf(m[i], mx[i]);
-      corr[i] = mn == -INFINITY ? 1.f : cu_exp2(m[i] - mn); /* m = -inf, mn finite: 0 */
-      m[i] = mn;
-      l[i] *= corr[i];
-    }
-#pragma unroll
-    for (int n = 0; n < FA_BN / 8; n++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int i = e >> 1;
-        const float pe = s[n][e] == -INFINITY ? 0.f : cu_exp2(s[n][e] - m[i]);
-        s[n][e] = pe;
-        l[i] += pe;
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < HD / 8; n++) {
-      acc[n][0] *= corr[0]; acc[n][1] *= corr[0];
-      acc[n][2] *= corr[1]; acc[n][3] *= corr[1];
-    }
-    /* O += P V: P's accumulator layout is the A-operand layout of two n8 tiles */
-#pragma unroll
-    for (int kk = 0; kk < FA_BN / 16; kk++) {
-      const uint32_t a[4] = { pk2<MT>(s[2 * kk][0], s[2 * kk][1]), pk2<MT>(s[2 * kk][2], s[2 * kk][3]),
-                              pk2<MT>(s[2 * kk + 1][0], s[2 * kk + 1][1]), pk2<MT>(s[2 * kk + 1][2], s[2 * kk + 1][3]) };
-#pragma unroll
-      for (int n = 0; n < HD / 8; n += 2) {
-        uint32_t b[4];
-        ldsm4t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * HDP + n * 8 + (lane >> 4) * 8);
-        mma16816<MT>(acc[n], a, b[0], b[1]);
-        mma16816<MT>(acc[n + 1], a, b[2], b[3]);
-      }
-    }
+    fa_softmax<HD, FA_BN>(s, acc, m, l);
+    fa_pv<MT, HD, FA_BN, HDP>(acc, s, Vs, lane);
   }
   if (NBUF == 2) asm volatile("cp.async.wait_all;" ::: "memory"); /* no copy outlives the block */
 #pragma unroll

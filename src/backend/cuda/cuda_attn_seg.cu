@@ -118,69 +118,16 @@ __global__ void __launch_bounds__(SG_NW * 32)
     __syncthreads();
     if (wlo >= whi || p0 >= whi || p0 + SG_BN <= wlo) continue; /* no row of the warp sees these keys */
     float s[SG_BN / 8][4];
+    fa_scores<__half, HDK, SG_BN, HDP>(s, Qs + 16 * warp * HDP, Ks, lane);
 #pragma unroll
-    for (int j = 0; j < SG_BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    for (int j = 0; j < SG_BN / 8; j++)
 #pragma unroll
-    for (int kk = 0; kk < HDK / 16; kk++) {
-      uint32_t a[4];
-      ldsm4(a, Qs + (16 * warp + (lane & 15)) * HDP + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int j = 0; j < SG_BN / 8; j += 2) {
-        uint32_t b[4];
-        ldsm4(b, Ks + (j * 8 + (lane >> 4) * 8 + (lane & 7)) * HDP + kk * 16 + ((lane >> 3) & 1) * 8);
-        mma16816<__half>(s[j], a, b[0], b[1]);
-        mma16816<__half>(s[j + 1], a, b[2], b[3]);
-      }
-    }
-    float mx[2] = { -INFINITY, -INFINITY };
-#pragma unroll
-    for (int j = 0; j < SG_BN / 8; j++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
+      for (int e = 0; e < 4; e++) { /* each row sees the keys of its segment */
         const int i = e >> 1, p = p0 + j * 8 + 2 * (lane & 3) + (e & 1);
-        const float v = p >= rlo[i] && p < rhi[i] ? s[j][e] : -INFINITY;
-        s[j][e] = v;
-        mx[i] = fmaxf(mx[i], v);
+        if (p < rlo[i] || p >= rhi[i]) s[j][e] = -INFINITY;
       }
-    }
-    float corr[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-      const float mn = fmaxf(m[i], mx[i]);
-      corr[i] = mn == -INFINITY ? 1.f : cu_exp2(m[i] - mn); /* m = -inf, mn finite: 0 */
-      m[i] = mn;
-      l[i] *= corr[i];
-    }
-#pragma unroll
-    for (int j = 0; j < SG_BN / 8; j++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int i = e >> 1;
-        const float pe = s[j][e] == -INFINITY ? 0.f : cu_exp2(s[j][e] - m[i]);
-        s[j][e] = pe;
-        l[i] += pe;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < HDK / 8; j++) {
-      acc[j][0] *= corr[0]; acc[j][1] *= corr[0];
-      acc[j][2] *= corr[1]; acc[j][3] *= corr[1];
-    }
-#pragma unroll
-    for (int kk = 0; kk < SG_BN / 16; kk++) {
-      const uint32_t a[4] = { pk2<__half>(s[2 * kk][0], s[2 * kk][1]), pk2<__half>(s[2 * kk][2], s[2 * kk][3]),
-                              pk2<__half>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pk2<__half>(s[2 * kk + 1][2], s[2 * kk + 1][3]) };
-#pragma unroll
-      for (int j = 0; j < HDK / 8; j += 2) {
-        uint32_t b[4];
-        ldsm4t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * HDP + j * 8 + (lane >> 4) * 8);
-        mma16816<__half>(acc[j], a, b[0], b[1]);
-        mma16816<__half>(acc[j + 1], a, b[2], b[3]);
-      }
-    }
+    fa_softmax<HDK, SG_BN>(s, acc, m, l);
+    fa_pv<__half, HDK, SG_BN, HDP>(acc, s, Vs, lane);
   }
   asm volatile("cp.async.wait_all;" ::: "memory"); /* no copy outlives the block */
 #pragma unroll

@@ -1,7 +1,8 @@
 /* Warp-level tensor-core helpers of the flash-attention kernels (cuda_attn_flash.cu,
  * cuda_attn_seg.cu): ldmatrix loads of shared memory, mma.sync m16n8k16 with f32 accumulators,
- * packing of float pairs into f16 / bf16 operands, and a base-2 exponential. sm_80+ only: the hosts
- * of these kernels launch them there alone. */
+ * packing of float pairs into f16 / bf16 operands, a base-2 exponential, and the three steps of a
+ * flash-attention key tile for a warp's 16 query rows (scores, online softmax, O += P V). sm_80+
+ * only: the hosts of these kernels launch them there alone. */
 #ifndef SM_CUDA_MMA_CUH
 #define SM_CUDA_MMA_CUH
 #include <cuda_bf16.h>
@@ -54,5 +55,84 @@ static __device__ __forceinline__ float cu_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+/* A warp's 16 query rows against BN keys in shared memory (rows of HDP elements, HD of them used,
+ * HD a multiple of 16). Register layout (mma's accumulator): s[j][e] is row lane/4 + 8 * (e >> 1),
+ * key j * 8 + 2 * (lane & 3) + (e & 1); acc[j][e] the same rows, dims j * 8 + 2 * (lane & 3) + (e & 1).
+ * Scores: s = Q K^T (Qs: the warp's 16 rows) */
+template <typename MT, int HD, int BN, int HDP>
+static __device__ __forceinline__ void fa_scores(float (&s)[BN / 8][4], const MT *Qs, const MT *Ks, int lane) {
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; kk++) {
+    uint32_t a[4];
+    ldsm4(a, Qs + (lane & 15) * HDP + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int j = 0; j < BN / 8; j += 2) {
+      uint32_t b[4];
+      ldsm4(b, Ks + (j * 8 + (lane >> 4) * 8 + (lane & 7)) * HDP + kk * 16 + ((lane >> 3) & 1) * 8);
+      mma16816<MT>(s[j], a, b[0], b[1]);
+      mma16816<MT>(s[j + 1], a, b[2], b[3]);
+    }
+  }
+}
+/* The online softmax of masked scores (-inf: not seen; base-2 domain): the rows' running max m and sum
+ * l and the accumulators rescaled, s replaced by the weights p */
+template <int HD, int BN>
+static __device__ __forceinline__ void fa_softmax(float (&s)[BN / 8][4], float (&acc)[HD / 8][4], float (&m)[2],
+                                                  float (&l)[2]) {
+  float mx[2] = { -INFINITY, -INFINITY }, corr[2];
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++) {
+    mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+    mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+  }
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+    const float mn = fmaxf(m[i], mx[i]);
+    corr[i] = mn == -INFINITY ? 1.f : cu_exp2(m[i] - mn); /* m = -inf, mn finite: 0 */
+    m[i] = mn;
+    l[i] *= corr[i];
+  }
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int i = e >> 1;
+      const float pe = s[j][e] == -INFINITY ? 0.f : cu_exp2(s[j][e] - m[i]);
+      s[j][e] = pe;
+      l[i] += pe;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < HD / 8; j++) {
+    acc[j][0] *= corr[0];
+    acc[j][1] *= corr[0];
+    acc[j][2] *= corr[1];
+    acc[j][3] *= corr[1];
+  }
+}
+/* O += P V: the weights' accumulator layout is the A-operand layout of two n8 tiles */
+template <typename MT, int HD, int BN, int HDP>
+static __device__ __forceinline__ void fa_pv(float (&acc)[HD / 8][4], const float (&s)[BN / 8][4], const MT *Vs,
+                                             int lane) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; kk++) {
+    const uint32_t a[4] = { pk2<MT>(s[2 * kk][0], s[2 * kk][1]), pk2<MT>(s[2 * kk][2], s[2 * kk][3]),
+                            pk2<MT>(s[2 * kk + 1][0], s[2 * kk + 1][1]), pk2<MT>(s[2 * kk + 1][2], s[2 * kk + 1][3]) };
+#pragma unroll
+    for (int j = 0; j < HD / 8; j += 2) {
+      uint32_t b[4];
+      ldsm4t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * HDP + j * 8 + (lane >> 4) * 8);
+      mma16816<MT>(acc[j], a, b[0], b[1]);
+      mma16816<MT>(acc[j + 1], a, b[2], b[3]);
+    }
+  }
+}
+#endif
 
 #endif
