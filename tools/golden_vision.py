@@ -19,6 +19,8 @@ Per fixture (tests/golden/vision/<name>/):
 The families (written from transformers' modeling code, float64, on the dequantized weights):
   qwen2_5_vl  ViT (RMSNorm, gated SiLU MLP, 2-D RoPE, window attention with one full block), patch
               merger; M-RoPE positions in the language model
+  qwen2_vl    ViT (LayerNorm, quick-GELU MLP fc1/fc2, 2-D RoPE, every block full attention), patch merger
+              (LayerNorm ln_q); the text model of qwen2_5_vl_vision (M-RoPE) packaged as model_type qwen2_vl
   qwen3_vl    ViT (LayerNorm, GELU-tanh MLP, interpolated learned positions, 2-D RoPE), patch merger,
               deepstack mergers added after the first decoder layers; interleaved M-RoPE
   gemma3      SigLIP encoder, average pool, (1 + w) RMSNorm, projection; the image's tokens attend
@@ -60,11 +62,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = os.path.join(ROOT, "tests", "vision", "data", "images", "rgb_45x30.jpg")
 N_GEN = 40
 Q32 = {"group_size": 32, "bits": 4}
+QWEN = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl")  # the Qwen families: grid pixels, M-RoPE positions, model.visual
+
+# Qwen2-VL's text model is Qwen2.5-VL's (transformers' Qwen2VLTextModel: qwen2 blocks, q/k/v biases, M-RoPE):
+# check_golden's forward reads a flat qwen2_vl config.json as the qwen2_5_vl_text family
+check_golden.VLM_TEXT_TYPE.setdefault("qwen2_vl", "qwen2_5_vl_text")
 
 # special tokens of each fixture's tokenizer (256 byte tokens, then these: added tokens take the ids
 # after the vocabulary, as the tokenizers library assigns them)
 SPECIAL = {
     "qwen2_5_vl": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
+    "qwen2_vl": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
     "qwen3_vl": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
     "gemma3": {"<start_of_image>": 256, "<end_of_image>": 257, "<image_soft_token>": 258},
     "mistral3": {"[IMG]": 256, "[IMG_BREAK]": 257, "[IMG_END]": 258},
@@ -93,6 +101,19 @@ FIXTURES = [
          proc=dict(min_pixels=64, max_pixels=960, patch_size=4, merge_size=2, temporal_patch_size=2,
                    image_mean=vision_ref.CLIP_MEAN, image_std=vision_ref.CLIP_STD),
          quant=["vision_tower.blocks.0.attn.qkv", "vision_tower.blocks.2.mlp.up_proj"],
+         prompt="Hi <|vision_start|><|image_pad|><|vision_end|>what?"),
+    # Qwen2-VL: the text model of qwen2_5_vl_vision's LM fixture (qwen2 blocks, M-RoPE, flat layout), packaged as
+    # model_type qwen2_vl (vlm_type: this file's copy of the LM fixture, make_golden's own unchanged); the tower
+    # is Qwen2-VL's (vision_config hidden_size = the LM's hidden size, the merger's output; embed_dim the ViT's)
+    dict(name="qwen2_vl_vision", lm="qwen2_5_vl_q4_g64_bf16", vlm_type="qwen2_vl", text_model_type="qwen2_vl_text",
+         seed=58,
+         vision=dict(model_type="qwen2_vl", depth=3, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=1.5,
+                     patch_size=4, spatial_merge_size=2, temporal_patch_size=2, in_channels=3,
+                     hidden_act="quick_gelu"),
+         top=dict(image_token_id=258, vision_start_token_id=256, vision_end_token_id=257),
+         proc=dict(min_pixels=64, max_pixels=960, patch_size=4, merge_size=2, temporal_patch_size=2,
+                   image_mean=vision_ref.CLIP_MEAN, image_std=vision_ref.CLIP_STD),
+         quant=["vision_tower.blocks.1.attn.qkv"],
          prompt="Hi <|vision_start|><|image_pad|><|vision_end|>what?"),
     dict(name="qwen3_vl_vision", lm="qwen3_vl_q4_g64_f16", seed=32,
          vision=dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64, patch_size=4,
@@ -144,8 +165,12 @@ FIXTURES = [
 def vision_spec(fx):
     """[(MLX name, shape, kind)] of the tower and projector; kind: lin, vec, bias, conv, emb, raw"""
     v, mt = fx["vision"], fx_type(fx)
-    H, I = v["hidden_size"], v["intermediate_size"]
     T = fx.get("text_hidden", 64)  # the language model's hidden size
+    if mt == "qwen2_vl":  # embed_dim: the ViT's width; hidden_size: the merger's output (the LM's)
+        H, I = v["embed_dim"], int(v["embed_dim"] * v["mlp_ratio"])
+        assert v["hidden_size"] == T, (v["hidden_size"], T)
+    else:
+        H, I = v["hidden_size"], v["intermediate_size"]
     out = []
 
     def lin(name, rows, cols, bias=True):
@@ -155,7 +180,24 @@ def vision_spec(fx):
 
     def vec(name, n, kind="vec"):
         out.append((name, (n,), kind))
-    if mt in ("qwen2_5_vl", "qwen3_vl"):
+    if mt == "qwen2_vl":  # Qwen2VisionTransformerPretrainedModel, as mlx-vlm names it
+        p, t = v["patch_size"], v["temporal_patch_size"]
+        out.append(("vision_tower.patch_embed.proj.weight", (H, t, p, p, 3), "conv"))
+        for i in range(v["depth"]):
+            b = "vision_tower.blocks.%d." % i
+            for nm in ("norm1", "norm2"):
+                vec(b + nm + ".weight", H)
+                vec(b + nm + ".bias", H, "bias")
+            lin(b + "attn.qkv", 3 * H, H)
+            lin(b + "attn.proj", H, H)
+            lin(b + "mlp.fc1", I, H)
+            lin(b + "mlp.fc2", H, I)
+        M = 4 * H
+        vec("vision_tower.merger.ln_q.weight", H)
+        vec("vision_tower.merger.ln_q.bias", H, "bias")
+        lin("vision_tower.merger.mlp.0", M, M)
+        lin("vision_tower.merger.mlp.2", T, M)
+    elif mt in ("qwen2_5_vl", "qwen3_vl"):
         p, t = v["patch_size"], v["temporal_patch_size"]
         out.append(("vision_tower.patch_embed.proj.weight", (H, t, p, p, 3), "conv"))
         if mt == "qwen3_vl":
@@ -252,7 +294,8 @@ def vision_spec(fx):
 
 
 def fx_type(fx):
-    return {"qwen2_5_vl_vision": "qwen2_5_vl", "qwen3_vl_vision": "qwen3_vl", "gemma3_vision": "gemma3",
+    return {"qwen2_5_vl_vision": "qwen2_5_vl", "qwen2_vl_vision": "qwen2_vl", "qwen3_vl_vision": "qwen3_vl",
+            "gemma3_vision": "gemma3",
             "mistral3_vision": "mistral3", "smolvlm_vision": "smolvlm"}[fx["name"]]
 
 
@@ -309,6 +352,11 @@ def silu(x):
     return x / (1 + np.exp(-x))
 
 
+def quick_gelu(x):
+    """transformers' QuickGELUActivation (ACT2FN["quick_gelu"]): x * sigmoid(1.702 x)"""
+    return x / (1 + np.exp(-1.702 * x))
+
+
 def rot_half(x):
     h = x.shape[-1] // 2
     return np.concatenate([-x[..., h:], x[..., :h]], -1)
@@ -343,9 +391,10 @@ def conv_flat(W, name):
 
 
 def qwen_tower(fx, W, pv, grid):
-    """transformers' Qwen2_5_VisionTransformerPretrainedModel / Qwen3VLVisionModel on one image"""
+    """transformers' Qwen2VisionTransformerPretrainedModel / Qwen2_5_VisionTransformerPretrainedModel /
+    Qwen3VLVisionModel on one image"""
     v, mt = fx["vision"], fx_type(fx)
-    H, nh = v["hidden_size"], v["num_heads"]
+    H, nh = v["embed_dim" if mt == "qwen2_vl" else "hidden_size"], v["num_heads"]
     hd = H // nh
     ms = v["spatial_merge_size"]
     t, gh, gw = grid
@@ -405,12 +454,16 @@ def qwen_tower(fx, W, pv, grid):
         q, k, vv = qkv[:, 0], qkv[:, 1], qkv[:, 2]
         q = q * cos + rot_half(q) * sin
         k = k * cos + rot_half(k) * sin
-        full = mt == "qwen3_vl" or i in v["fullatt_block_indexes"]
+        full = mt != "qwen2_5_vl" or i in v["fullatt_block_indexes"]
         o = attend(q, k, vv, cu if full else win_cu, hd ** -0.5).reshape(n, H)
         x = x + lin(W, b + "attn.proj", o)
         if mt == "qwen2_5_vl":
             h = rms(x, W[b + "norm2.weight"], 1e-6)
             x = x + lin(W, b + "mlp.down_proj", silu(lin(W, b + "mlp.gate_proj", h)) * lin(W, b + "mlp.up_proj", h))
+        elif mt == "qwen2_vl":  # VisionMlp: fc2(act(fc1(x))), act = ACT2FN[hidden_act]
+            assert v["hidden_act"] == "quick_gelu", v["hidden_act"]
+            h = ln(x, W[b + "norm2.weight"], W[b + "norm2.bias"], 1e-6)
+            x = x + lin(W, b + "mlp.fc2", quick_gelu(lin(W, b + "mlp.fc1", h)))
         else:
             h = ln(x, W[b + "norm2.weight"], W[b + "norm2.bias"], 1e-6)
             x = x + lin(W, b + "mlp.linear_fc2", gelu_tanh(lin(W, b + "mlp.linear_fc1", h)))
@@ -422,6 +475,9 @@ def qwen_tower(fx, W, pv, grid):
         y = rms(x, W["vision_tower.merger.ln_q.weight"], 1e-6).reshape(-1, mu * H)
         y = lin(W, "vision_tower.merger.mlp.2", gelu(lin(W, "vision_tower.merger.mlp.0", y)))
         y = y[np.argsort(window_index)]
+    elif mt == "qwen2_vl":  # PatchMerger: LayerNorm ln_q per patch, the merge unit's patches concatenated, MLP
+        y = ln(x, W["vision_tower.merger.ln_q.weight"], W["vision_tower.merger.ln_q.bias"], 1e-6).reshape(-1, mu * H)
+        y = lin(W, "vision_tower.merger.mlp.2", gelu(lin(W, "vision_tower.merger.mlp.0", y)))
     else:
         y = ln(x, W["vision_tower.merger.norm.weight"], W["vision_tower.merger.norm.bias"], 1e-6).reshape(-1, mu * H)
         y = lin(W, "vision_tower.merger.linear_fc2", gelu(lin(W, "vision_tower.merger.linear_fc1", y)))
@@ -605,7 +661,7 @@ def tokenize(fx, text):
 def expand(fx, prompt, rows, cols):
     """the processor's expansion of the image marker (transformers' *Processor.__call__)"""
     mt = fx_type(fx)
-    if mt in ("qwen2_5_vl", "qwen3_vl"):
+    if mt in QWEN:
         return prompt.replace("<|image_pad|>", "<|image_pad|>" * (rows * cols))
     if mt == "gemma3":
         return prompt.replace("<start_of_image>", "\n\n<start_of_image>" + "<image_soft_token>" * (rows * cols) +
@@ -660,8 +716,24 @@ def lm_fixture(fx):
         if f["name"] == fx["lm"]:
             g = dict(f)
             g["cfg"] = dict(f["cfg"], **fx.get("text", {}))
+            if "vlm_type" in fx:  # the same text model in another packaging (qwen2_vl): this copy's, not make_golden's
+                g["vlm"] = dict(f["vlm"], model_type=fx["vlm_type"])
             return g
     raise KeyError(fx["lm"])
+
+
+def packaging_config(g, c):
+    """config.json of the text model as make_golden.smelt_config writes it; a packaging make_golden has no stand-in
+    vision config for (qwen2_vl, flat) laid out the same way by hand (build() puts the fixture's vision_config)"""
+    v = g["vlm"]
+    if v["model_type"] in make_golden.VISION_CONFIG:
+        return make_golden.smelt_config(g, c)
+    assert v["layout"] == "flat", v
+    out = dict(c)
+    out["model_type"] = v["model_type"]
+    out["vision_config"] = None
+    out["torch_dtype"] = g["dtype"]
+    return out
 
 
 def build(fx, seed):
@@ -677,7 +749,7 @@ def build(fx, seed):
     Wv = vision_weights(fx, rng, g["dtype"], tensors)
     if fx_type(fx) == "smolvlm":
         return build_smolvlm(fx, g, c, tensors, used, Wv)
-    cfg = make_golden.smelt_config(g, c)
+    cfg = packaging_config(g, c)
     cfg["vision_config"] = dict(fx["vision"])
     cfg.update(fx["top"])
     if g["quant"] is not None:
@@ -744,7 +816,7 @@ def smolvlm_pixels(fx):
 def pixels(fx):
     img = Image.open(IMAGE).convert("RGB")
     p, mt = fx["proc"], fx_type(fx)
-    if mt == "qwen2_5_vl":
+    if mt in ("qwen2_5_vl", "qwen2_vl"):
         pv, (h, w) = vision_ref.qwen_pixels(img, p["patch_size"], p["merge_size"], p["temporal_patch_size"],
                                             p["min_pixels"], p["max_pixels"], p["image_mean"], p["image_std"])
     elif mt == "qwen3_vl":
@@ -772,7 +844,7 @@ def numpy_reference(fx, g, c, cfg, W):
         emb, deep = idefics3_tower(fx, W, frames)
         rows = cols = h // fx["vision"]["patch_size"] // fx["top"]["scale_factor"]  # each frame's token grid
         assert len(emb) == len(frames) * fx["processor"]["image_seq_len"], (len(emb), len(frames))
-    elif mt in ("qwen2_5_vl", "qwen3_vl"):
+    elif mt in QWEN:
         p = fx["vision"]["patch_size"]
         emb, deep = qwen_tower(fx, W, pv, (1, h // p, w // p))
         rows, cols = h // p // 2, w // p // 2
@@ -784,13 +856,14 @@ def numpy_reference(fx, g, c, cfg, W):
         rows, cols = h // fx["vision"]["patch_size"] // 2, w // fx["vision"]["patch_size"] // 2
     text = expand(fx, fx["prompt"], *(split or (rows, cols)))
     ids = tokenize(fx, text)
-    img_tok = SPECIAL[mt][{"qwen2_5_vl": "<|image_pad|>", "qwen3_vl": "<|image_pad|>", "gemma3": "<image_soft_token>",
+    img_tok = SPECIAL[mt][{"qwen2_5_vl": "<|image_pad|>", "qwen2_vl": "<|image_pad|>", "qwen3_vl": "<|image_pad|>",
+                           "gemma3": "<image_soft_token>",
                            "mistral3": "[IMG]", "smolvlm": "<image>"}[mt]]
     img_rows = [i for i, t in enumerate(ids) if t == img_tok]
     assert len(img_rows) == len(emb), (len(img_rows), len(emb))
     kw = dict(embeds=(img_rows, emb))
     delta = 0
-    if mt in ("qwen2_5_vl", "qwen3_vl"):
+    if mt in QWEN:
         kw["rope_pos"], delta = get_rope_index(ids, img_tok, rows, cols)
     if deep:
         kw["deepstack"] = [(img_rows, d) for d in deep]
@@ -834,7 +907,8 @@ def write(fx, outdir, g, c, cfg, tensors, ref, reference):
     e = np.concatenate([ref["emb"]] + list(ref["deep"]), 0).astype("<f4")
     e.tofile(os.path.join(tmp, "embeddings.f32"))
     ref["logits"].astype("<f4").tofile(os.path.join(tmp, "logits.f32"))
-    man = {"name": fx["name"], "model_type": cfg["model_type"], "text_model_type": c["model_type"], "dtype": g["dtype"],
+    man = {"name": fx["name"], "model_type": cfg["model_type"],
+           "text_model_type": fx.get("text_model_type", c["model_type"]), "dtype": g["dtype"],
            "prompt": fx["prompt"], "prompt_expanded": ref["text"], "prompt_ids": ref["ids"], "image": "image.jpg",
            "image_size": [ref["h"], ref["w"]], "embedding_rows": len(ref["emb"]), "embedding_grid": [ref["rows"], ref["cols"]],
            "deepstack": len(ref["deep"]), "hidden": c["hidden_size"], "span": ref["span"],
@@ -923,16 +997,33 @@ def transformers_reference(fx, g, c, cfg, W, ref):
     mt = fx_type(fx)
     # copies: transformers' config classes rewrite nested dicts (rope_scaling) in place
     tc = copy.deepcopy({k: v for k, v in c.items() if k not in ("architectures", "torch_dtype")})
+    if "text_model_type" in fx:  # Qwen2-VL: the text sub-config is Qwen2VLTextConfig ("qwen2_vl_text")
+        tc["model_type"] = fx["text_model_type"]
     vc = copy.deepcopy(fx["vision"])
     if mt == "gemma3":  # Gemma 3's SigLIP has no pooling head
         vc["vision_use_head"] = False
     kw = {k: v for k, v in fx["top"].items()}
     # transformers 5 ties by the top-level flag: the fixture's own
     kw["tie_word_embeddings"] = bool(c.get("tie_word_embeddings", False)) and mt != "smolvlm"
-    hcfg = AutoConfig.for_model(mt, text_config=tc, vision_config=vc, **kw)
+    try:
+        hcfg = AutoConfig.for_model(mt, text_config=tc, vision_config=vc, **kw)
+    except Exception as e:  # noqa: BLE001
+        # Qwen2-VL's mlp_ratio is an int in the released configs (4); a strictly typed Qwen2VLVisionConfig may refuse
+        # the fixture's 1.5: build it with an int, then set the ratio past the type check (the modeling code only
+        # takes int(embed_dim * mlp_ratio)); the fc1 shape is checked below and by the state dict
+        if mt != "qwen2_vl" or isinstance(vc.get("mlp_ratio"), int):
+            raise
+        print("  NOTE: %s refused mlp_ratio %r (%s: %s): set past the check" % (
+            mt, vc["mlp_ratio"], type(e).__name__, str(e)[:160]))
+        hcfg = AutoConfig.for_model(mt, text_config=tc, vision_config=dict(vc, mlp_ratio=int(vc["mlp_ratio"])), **kw)
+        object.__setattr__(hcfg.vision_config, "mlp_ratio", vc["mlp_ratio"])
     model = AutoModelForImageTextToText.from_config(hcfg, attn_implementation="eager").float().eval()
     if mt == "smolvlm" and type(model).__name__ != "SmolVLMForConditionalGeneration":
         raise RuntimeError("AutoModelForImageTextToText made a %s" % type(model).__name__)
+    if mt == "qwen2_vl":
+        fc1 = model.model.visual.blocks[0].mlp.fc1.out_features
+        if type(model).__name__ != "Qwen2VLForConditionalGeneration" or fc1 != int(vc["embed_dim"] * vc["mlp_ratio"]):
+            raise RuntimeError("AutoModelForImageTextToText made a %s (fc1 %d)" % (type(model).__name__, fc1))
     names = list(model.state_dict().keys())
     sd = {}
     for k, w in W.items():
@@ -945,7 +1036,7 @@ def transformers_reference(fx, g, c, cfg, W, ref):
                 hk = k[len("language_model."):]
                 hk = hk.replace("model.", "model.language_model.", 1) if hk.startswith("model.") else hk
             elif k.startswith("vision_tower."):
-                hk = ("model.visual." + k[len("vision_tower."):]) if mt in ("qwen2_5_vl", "qwen3_vl") else \
+                hk = ("model.visual." + k[len("vision_tower."):]) if mt in QWEN else \
                     "model.vision_tower." + k[len("vision_tower."):]
             elif k.startswith("multi_modal_projector."):
                 hk = "model." + k
@@ -970,7 +1061,7 @@ def transformers_reference(fx, g, c, cfg, W, ref):
     if missing or unexpected:
         raise RuntimeError("state dict: missing %s, unexpected %s" % (missing[:6], unexpected[:6]))
     img = Image.open(IMAGE).convert("RGB")
-    if mt in ("qwen2_5_vl", "qwen3_vl"):
+    if mt in QWEN:
         Qwen2VLImageProcessor = vision_ref.slow_image_processor("Qwen2VLImageProcessor")
         p = fx["proc"]
         lo = p.get("min_pixels", p.get("size", {}).get("shortest_edge"))
@@ -1022,7 +1113,7 @@ def diagnose(mt, model, extra, ref, ids, logits, cfg, W):
     print("  first differing prompt position %d of %d (image rows %s)" % (bad[0], len(ref["ids"]), ref["span"]))
     try:
         with torch.no_grad():
-            if mt in ("qwen2_5_vl", "qwen3_vl"):
+            if mt in QWEN:
                 f = model.model.get_image_features(extra["pixel_values"], extra["image_grid_thw"])
             elif mt == "mistral3":
                 f = model.model.get_image_features(extra["pixel_values"], image_sizes=extra["image_sizes"])
@@ -1045,7 +1136,7 @@ def diagnose(mt, model, extra, ref, ids, logits, cfg, W):
         print("  text-only logits (%d tokens): max |diff| %.3g" % (len(t), np.abs(hl - nl).max()))
     except Exception as e:  # noqa: BLE001
         print("  text-only logits: %s: %s" % (type(e).__name__, str(e)[:200]))
-    if mt in ("qwen2_5_vl", "qwen3_vl"):
+    if mt in QWEN:
         try:
             pos, _ = model.model.get_rope_index(ids, extra["image_grid_thw"], None, attention_mask=torch.ones_like(ids))
             mine, _ = get_rope_index(ref["ids"], ref["ids"][ref["span"][0]], ref["rows"], ref["cols"])

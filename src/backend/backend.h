@@ -247,6 +247,13 @@ typedef struct {
 } sm_comm_init;
 
 typedef struct sm_backend sm_backend;
+/* the forms of GELU (the gelu op) */
+typedef enum {
+  SM_GELU_ERF = 0,   /* 0.5 x (1 + erf(x / sqrt 2)) */
+  SM_GELU_TANH = 1,  /* 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) */
+  SM_GELU_QUICK = 2, /* x sigmoid(1.702 x) (CLIP's quick_gelu) */
+} sm_gelu;
+
 struct sm_backend {
   const char *name; /* "cpu", "cuda" */
   bool kv_quant;    /* kv_store and attention take quantized caches (SM_DT_Q8_0, SM_DT_Q4_0) */
@@ -366,9 +373,9 @@ struct sm_backend {
    * of the Qwen-VL language models, the 2-D RoPE of vision encoders.) */
   void (*rope_axes)(sm_backend *be, float *x, int n, int n_heads, int head_dim, int rot_dim, const float *inv_freq,
                     const int32_t *axis, const int32_t *pos);
-  /* y[i] = gelu(x[i]), i < n: 0.5 x (1 + erf(x / sqrt 2)), or with tanh_approx the tanh form of
-   * gelu_mul; y may == x */
-  void (*gelu)(sm_backend *be, float *y, const float *x, size_t n, bool tanh_approx);
+  /* y[i] = gelu(x[i]), i < n, of kind (sm_gelu): 0.5 x (1 + erf(x / sqrt 2)), the tanh form of
+   * gelu_mul, or quick GELU x sigmoid(1.702 x); y may == x */
+  void (*gelu)(sm_backend *be, float *y, const float *x, size_t n, int kind);
   /* dst[i][:] = src[idx[i]][:], i < n rows of dim floats; idx: backend buffer of n int32 in
    * [0, rows of src); dst and src do not overlap */
   void (*gather_rows)(sm_backend *be, float *dst, const float *src, const int32_t *idx, int n, int dim);

@@ -119,6 +119,37 @@ const sm_family sm_family_qwen2_5_vl_text = {
     "images through the vision-language checkpoint's tower (smelt arch: vision-language); video input is not supported",
 };
 
+/* Qwen2VLTextConfig (Qwen2-VL: the Qwen2.5-VL text model's blocks and mrope) */
+static const sm_config_defaults qwen2_vl_text_defaults = {
+  .type = "qwen2_vl_text",
+  .vocab = 152064,
+  .hidden = 8192,
+  .inter = 29568,
+  .layers = 80,
+  .heads = 64,
+  .kv = 8,
+  .max_pos = 32768,
+  .eps = 1e-5f,
+  .theta = 1000000.f,
+  .act = "silu",
+  .attn_bias = true,
+  .sw_mode = 2,
+  .sliding = 4096,
+  .bos = -1,
+  .eos = -1,
+  .max_window_layers = 80,
+};
+const sm_family sm_family_qwen2_vl_text = {
+  .model_type = "qwen2_vl_text",
+  .description = "Qwen2-VL text model (Qwen2 block, mrope on text positions)",
+  .example = "mlx-community/Qwen2-VL-2B-Instruct-4bit",
+  .defaults = &qwen2_vl_text_defaults,
+  .names = &sm_names_llama,
+  .recipe = &qwen2_recipe,
+  .notes =
+    "images through the vision-language checkpoint's tower (smelt arch: vision-language); video input is not supported",
+};
+
 /* Qwen3VLTextConfig */
 static const sm_config_defaults qwen3_vl_text_defaults = {
   .type = "qwen3_vl_text",

@@ -1,12 +1,13 @@
 /* Vision-language packagings (family.h): the LM of these checkpoints is a registered text family under
  * "language_model." (mlx-vlm's and mlx-lm's layout), next to a vision tower under the skip prefixes,
- * which src/vision loads for gemma3, mistral3, qwen2_5_vl, qwen3_vl, idefics3 and smolvlm (image input). */
+ * which src/vision loads for gemma3, mistral3, qwen2_vl, qwen2_5_vl, qwen3_vl, idefics3 and smolvlm (image
+ * input). */
 #include <string.h>
 #include "model/family.h"
 
 bool sm_vlm_images(const char *t) {
   return t && (!strcmp(t, "gemma3") || !strcmp(t, "mistral3") || !strcmp(t, "qwen2_5_vl") || !strcmp(t, "qwen3_vl") ||
-               !strcmp(t, "idefics3") || !strcmp(t, "smolvlm"));
+               !strcmp(t, "qwen2_vl") || !strcmp(t, "idefics3") || !strcmp(t, "smolvlm"));
 }
 
 static const char *const vision_skip[] = {"vision_tower.", "multi_modal_projector.", NULL};
@@ -39,6 +40,16 @@ const sm_vlm_packaging sm_vlm_qwen2_5_vl = {
   .description = "Qwen2.5-VL (text model: qwen2_5_vl_text)",
   .example = "mlx-community/Qwen2.5-VL-3B-Instruct-4bit",
   .defaults = &qwen2_5_vl_defaults,
+  .lm_prefix = "language_model.",
+  .skip = vision_skip,
+};
+
+static const sm_config_defaults qwen2_vl_defaults = {.type = "qwen2_vl", .text_type = "qwen2_vl_text"};
+const sm_vlm_packaging sm_vlm_qwen2_vl = {
+  .model_type = "qwen2_vl",
+  .description = "Qwen2-VL (text model: qwen2_vl_text)",
+  .example = "mlx-community/Qwen2-VL-2B-Instruct-4bit",
+  .defaults = &qwen2_vl_defaults,
   .lm_prefix = "language_model.",
   .skip = vision_skip,
 };

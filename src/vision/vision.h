@@ -1,7 +1,7 @@
 /* The vision tower of a vision-language checkpoint and what images become in a prompt.
  *
- * sm_vision (vit.h) is loaded with the model when the checkpoint has its vision tensors: Qwen2.5-VL and
- * Qwen3-VL (ViT with 2-D RoPE, window attention, patch merger, deepstack), Gemma 3 (SigLIP, average
+ * sm_vision (vit.h) is loaded with the model when the checkpoint has its vision tensors: Qwen2-VL,
+ * Qwen2.5-VL and Qwen3-VL (ViT with 2-D RoPE, window attention, patch merger, deepstack), Gemma 3 (SigLIP, average
  * pool, projection), Mistral 3 (Pixtral ViT, patch merger, projector) and Idefics3 / SmolVLM (SigLIP
  * over the image's tiles and the whole image, pixel shuffle, projection). An image becomes an
  * sm_vimage: its pixel values and layout (any thread), then, on the engine thread, its embeddings in

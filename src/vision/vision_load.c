@@ -197,6 +197,7 @@ static smelt_status block(ld *l, const char *p, sm_vit_layer *L) {
   switch (v->kind) {
     case SM_VIT_QWEN25:
     case SM_VIT_QWEN3:
+    case SM_VIT_QWEN2:
       if ((st = vec(l, NM("norm1.weight"), H, &L->n1w, false)) || (st = vec(l, NM("norm2.weight"), H, &L->n2w, false)))
         return st;
       if (v->layernorm &&
@@ -215,6 +216,10 @@ static smelt_status block(ld *l, const char *p, sm_vit_layer *L) {
              : (st = lin(l, NM("mlp.up_proj"), I, H, &L->up, &L->upb, true))
                ? st
                : lin(l, NM("mlp.down_proj"), H, I, &L->down, &L->downb, true);
+      if (v->kind == SM_VIT_QWEN2)
+        return (st = lin(l, NM("mlp.fc1"), I, H, &L->fc1, &L->fc1b, true))
+               ? st
+               : lin(l, NM("mlp.fc2"), H, I, &L->fc2, &L->fc2b, true);
       if ((st = lin(l, NM("mlp.linear_fc1"), I, H, &L->fc1, &L->fc1b, true))) return st;
       return lin(l, NM("mlp.linear_fc2"), H, I, &L->fc2, &L->fc2b, true);
     case SM_VIT_SIGLIP:
@@ -256,16 +261,18 @@ static smelt_status qwen_merger(ld *l, const char *p, bool post, sm_vit_merger *
   smelt_status st;
   mg->post_norm = post;
   mg->rms = v->kind == SM_VIT_QWEN25;
+  /* Qwen2-VL and Qwen2.5-VL: ln_q (LayerNorm / RMSNorm), mlp.0, mlp.2; Qwen3-VL: norm, linear_fc1/2 */
+  const bool ln_q = v->kind != SM_VIT_QWEN3;
   const int nd = post ? M : H;
-  snprintf(n, sizeof n, "%s%s.weight", p, mg->rms ? "ln_q" : "norm");
+  snprintf(n, sizeof n, "%s%s.weight", p, ln_q ? "ln_q" : "norm");
   if ((st = vec(l, n, nd, &mg->nw, false))) return st;
   if (!mg->rms) {
-    snprintf(n, sizeof n, "%snorm.bias", p);
+    snprintf(n, sizeof n, "%s%s.bias", p, ln_q ? "ln_q" : "norm");
     if ((st = vec(l, n, nd, &mg->nb, false))) return st;
   }
-  snprintf(n, sizeof n, "%s%s", p, mg->rms ? "mlp.0" : "linear_fc1");
+  snprintf(n, sizeof n, "%s%s", p, ln_q ? "mlp.0" : "linear_fc1");
   if ((st = lin(l, n, M, M, &mg->fc1, &mg->fc1b, true))) return st;
-  snprintf(n, sizeof n, "%s%s", p, mg->rms ? "mlp.2" : "linear_fc2");
+  snprintf(n, sizeof n, "%s%s", p, ln_q ? "mlp.2" : "linear_fc2");
   return lin(l, n, v->out_dim, M, &mg->fc2, &mg->fc2b, true);
 }
 
@@ -386,13 +393,15 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
   const char *vt = m->cfg.vlm_type;
   v->kind = !strcmp(vt, "qwen2_5_vl")                         ? SM_VIT_QWEN25
           : !strcmp(vt, "qwen3_vl")                           ? SM_VIT_QWEN3
+          : !strcmp(vt, "qwen2_vl")                           ? SM_VIT_QWEN2
           : !strcmp(vt, "gemma3")                             ? SM_VIT_SIGLIP
           : !strcmp(vt, "mistral3")                           ? SM_VIT_PIXTRAL
           : !strcmp(vt, "idefics3") || !strcmp(vt, "smolvlm") ? SM_VIT_IDEFICS3
                                                               : 0;
   if (!v->kind) return sm_err(SMELT_ERR_UNSUPPORTED, "image input is not supported for %s checkpoints", vt);
   if (!cJSON_IsObject(vcj)) return sm_err(SMELT_ERR_FORMAT, "%s: config.json has no \"vision_config\" object", m->dir);
-  const bool qwen = v->kind == SM_VIT_QWEN25 || v->kind == SM_VIT_QWEN3, idf = v->kind == SM_VIT_IDEFICS3;
+  const bool q2 = v->kind == SM_VIT_QWEN2, qwen = v->kind == SM_VIT_QWEN25 || v->kind == SM_VIT_QWEN3 || q2;
+  const bool idf = v->kind == SM_VIT_IDEFICS3;
   /* Idefics3VisionConfig's defaults (transformers writes only the fields that differ from them); the
    * depth and widths, where the config omits them, from the checkpoint's tensors */
   int d_layers = 0, d_hidden = 0, d_inter = 0;
@@ -407,11 +416,18 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
     t = sm_st_find(m->st, "vision_model.encoder.layers.0.mlp.fc1.weight");
     d_inter = t && t->ndim == 2 ? (int)t->shape[0] : 3072;
   }
+  /* Qwen2VLVisionConfig: embed_dim wide, mlp_ratio * embed_dim in the MLP; its hidden_size is the LM's */
+  double ratio = 4.0;
+  if (q2 && (st = get_num(vc, "mlp_ratio", 4.0, &ratio))) return st;
+  if (q2) {
+    d_layers = 32;
+    d_hidden = 1280;
+  }
   int in_ch;
   if ((st = get_int(vc, qwen ? "depth" : "num_hidden_layers", 1, 256, d_layers, &v->layers)) ||
-      (st = get_int(vc, "hidden_size", 1, 1 << 16, d_hidden, &v->hidden)) ||
-      (st = get_int(vc, qwen ? "num_heads" : "num_attention_heads", 1, 1024, idf ? 16 : 0, &v->heads)) ||
-      (st = get_int(vc, "intermediate_size", 1, 1 << 20, d_inter, &v->inter)) ||
+      (st = get_int(vc, q2 ? "embed_dim" : "hidden_size", 1, 1 << 16, d_hidden, &v->hidden)) ||
+      (st = get_int(vc, qwen ? "num_heads" : "num_attention_heads", 1, 1024, idf || q2 ? 16 : 0, &v->heads)) ||
+      (!q2 && (st = get_int(vc, "intermediate_size", 1, 1 << 20, d_inter, &v->inter))) ||
       (st = get_int(vc, "patch_size", 1, 1024,
                     qwen  ? 14
                     : idf ? 32
@@ -420,6 +436,11 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
       (st = get_int(vc, qwen ? "in_chans" : "num_channels", 1, 16, 3, &in_ch)))
     return sm_err(st, "%s: %s", m->dir, sm_errmsg());
   if (qwen && in_ch == 3 && (st = get_int(vc, "in_channels", 1, 16, 3, &in_ch))) return st;
+  if (q2) {
+    if (!(ratio > 0) || ratio * v->hidden > (1 << 20))
+      return sm_err(SMELT_ERR_FORMAT, "%s: vision_config mlp_ratio %g is out of range", m->dir, ratio);
+    v->inter = (int)(v->hidden * ratio);
+  }
   if (!v->layers || !v->hidden || !v->heads || !v->inter)
     return sm_err(SMELT_ERR_FORMAT,
                   "%s: vision_config needs depth/num_hidden_layers, hidden_size, heads and "
@@ -437,28 +458,31 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
   v->out_dim = m->cfg.hidden_size;
   v->temporal = 1;
   v->merge = 1;
-  const char *act = get_str(vc, "hidden_act",
-                            v->kind == SM_VIT_QWEN25 || v->kind == SM_VIT_PIXTRAL ? "silu" : "gelu_pytorch_tanh");
+  const char *want = v->kind == SM_VIT_QWEN25 || v->kind == SM_VIT_PIXTRAL ? "silu"
+                   : q2                                                    ? "quick_gelu"
+                                                                           : "gelu_pytorch_tanh";
+  const char *act = get_str(vc, "hidden_act", want);
   v->gated = v->kind == SM_VIT_QWEN25 || v->kind == SM_VIT_PIXTRAL;
-  if (v->gated ? strcmp(act, "silu") : strcmp(act, "gelu_pytorch_tanh") && strcmp(act, "gelu_tanh"))
+  if (strcmp(act, want) && !(!strcmp(want, "gelu_pytorch_tanh") && !strcmp(act, "gelu_tanh")))
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: vision hidden_act \"%s\" is not supported for %s (%s)", m->dir, act, vt,
-                  v->gated ? "silu" : "gelu_pytorch_tanh");
+                  want);
   double d;
   bool has_bias = false;
   sm_imgproc_kind pk = SM_IMGPROC_QWEN;
   const char *pfx = "vision_tower.";
   switch (v->kind) {
     case SM_VIT_QWEN25:
-    case SM_VIT_QWEN3: {
+    case SM_VIT_QWEN3:
+    case SM_VIT_QWEN2: {
       int out;
       if ((st = get_int(vc, "spatial_merge_size", 1, 8, 2, &v->merge)) ||
           (st = get_int(vc, "temporal_patch_size", 1, 8, 2, &v->temporal)) ||
-          (st = get_int(vc, "out_hidden_size", 1, 1 << 16, m->cfg.hidden_size, &out)))
+          (st = get_int(vc, q2 ? "hidden_size" : "out_hidden_size", 1, 1 << 16, m->cfg.hidden_size, &out)))
         return st;
       if (out != m->cfg.hidden_size)
         return sm_err(SMELT_ERR_FORMAT, "%s: vision out_hidden_size %d differs from the text hidden_size %d", m->dir,
                       out, m->cfg.hidden_size);
-      v->layernorm = v->kind == SM_VIT_QWEN3;
+      v->layernorm = v->kind != SM_VIT_QWEN25;
       v->eps = 1e-6f;
       if ((st = patch_conv(&l, "vision_tower.patch_embed.proj", v->hidden, v->temporal, v->patch, &has_bias)))
         return st;
@@ -472,7 +496,7 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
         if (v->window % (v->patch * v->merge))
           return sm_err(SMELT_ERR_UNSUPPORTED, "%s: window_size %d is not a multiple of patch * merge", m->dir,
                         v->window);
-      } else {
+      } else if (v->kind == SM_VIT_QWEN3) {
         int npos;
         if ((st = get_int(vc, "num_position_embeddings", 1, 1 << 20, 2304, &npos))) return st;
         v->pos_side = (int)lround(sqrt((double)npos));
@@ -612,7 +636,7 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
     snprintf(n, sizeof n, "%s%d.", pfx, i);
     if ((st = block(&l, n, &v->L[i]))) return st;
   }
-  if (v->kind == SM_VIT_QWEN25 || v->kind == SM_VIT_QWEN3) {
+  if (qwen) {
     if ((st = qwen_merger(&l, "vision_tower.merger.", false, &v->merger))) return st;
     v->deep = sm_xcalloc((size_t)(v->n_deep ? v->n_deep : 1), sizeof(sm_vit_merger));
     for (int i = 0; i < v->n_deep; i++) {

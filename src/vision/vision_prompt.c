@@ -15,6 +15,7 @@ static const char *image_text(const sm_vision *v, const smelt_tokenizer *t) {
   switch (v->kind) {
     case SM_VIT_QWEN25:
     case SM_VIT_QWEN3:
+    case SM_VIT_QWEN2:
     case SM_VIT_PIXTRAL:
     case SM_VIT_IDEFICS3: return tok_str(t, v->image_token);
     case SM_VIT_SIGLIP: return tok_str(t, v->boi);
@@ -25,7 +26,8 @@ static const char *image_text(const sm_vision *v, const smelt_tokenizer *t) {
 const char *sm_vision_marker(const sm_vision *v) {
   switch (v->kind) {
     case SM_VIT_QWEN25:
-    case SM_VIT_QWEN3: return "<|vision_start|><|image_pad|><|vision_end|>";
+    case SM_VIT_QWEN3:
+    case SM_VIT_QWEN2: return "<|vision_start|><|image_pad|><|vision_end|>";
     case SM_VIT_SIGLIP: return "<start_of_image>";
     case SM_VIT_PIXTRAL: return "[IMG]";
     case SM_VIT_IDEFICS3: return "<image>";
@@ -42,6 +44,7 @@ static smelt_status expand(const sm_vision *v, const smelt_tokenizer *t, const s
   switch (v->kind) {
     case SM_VIT_QWEN25:
     case SM_VIT_QWEN3:
+    case SM_VIT_QWEN2:
       for (int i = 0; i < im->n_embd; i++) sm_buf_puts(b, img);
       return SMELT_OK;
     case SM_VIT_SIGLIP: {
@@ -197,7 +200,7 @@ smelt_status sm_vision_tokenize(const sm_vision *v, const smelt_tokenizer *tok, 
 bool sm_vision_mrope(const sm_vision *v, const int32_t *ids, int n, const sm_mm_span *spans, int n_spans, int32_t *rpos,
                      int32_t *next) {
   (void)ids;
-  if (v->kind != SM_VIT_QWEN25 && v->kind != SM_VIT_QWEN3) return false;
+  if (v->kind != SM_VIT_QWEN25 && v->kind != SM_VIT_QWEN3 && v->kind != SM_VIT_QWEN2) return false;
   int st = 0, p = 0;
   for (int s = 0; s <= n_spans; s++) {
     const int t0 = s < n_spans ? SM_MIN(spans[s].t0, n) : n;

@@ -37,6 +37,7 @@ static smelt_status vimage_one(const sm_vision *v, const sm_image *img, sm_vimag
   switch (v->kind) {
     case SM_VIT_QWEN25:
     case SM_VIT_QWEN3:
+    case SM_VIT_QWEN2:
     case SM_VIT_PIXTRAL:
       im->rows = im->gh / v->merge;
       im->cols = im->gw / v->merge;
@@ -174,7 +175,7 @@ static void block(sm_vision *v, int l, const enc_args *a, float *x) {
   } else {
     be->matmul(be, SM_MM_UP, &L->fc1, xb, n, f1);
     if (L->fc1b) be->add_rows(be, f1, L->fc1b, n, I);
-    be->gelu(be, f1, f1, (size_t)n * I, true);
+    be->gelu(be, f1, f1, (size_t)n * I, v->kind == SM_VIT_QWEN2 ? SM_GELU_QUICK : SM_GELU_TANH);
     be->matmul(be, SM_MM_DOWN, &L->fc2, f1, n, xb);
     if (L->fc2b) be->add_rows(be, xb, L->fc2b, n, H);
   }
@@ -190,7 +191,7 @@ static void merger(sm_vision *v, const sm_vit_merger *mg, const float *x, int n,
   else if (mg->post_norm) be->layernorm(be, xb, x, mg->nw, mg->nb, nm, M, 1e-6f);
   else be->layernorm(be, xb, x, mg->nw, mg->nb, n, H, 1e-6f);
   linear(be, &mg->fc1, mg->fc1b, xb, nm, f1);
-  be->gelu(be, f1, f1, (size_t)nm * M, false);
+  be->gelu(be, f1, f1, (size_t)nm * M, SM_GELU_ERF);
   linear(be, &mg->fc2, mg->fc2b, f1, nm, out);
 }
 
@@ -412,7 +413,7 @@ static smelt_status enc_pixtral(sm_vision *v, sm_vimage *im, sm_venc *e) {
   be->gather_rows(be, g, xb, di, 4 * nm, H);
   be->matmul(be, SM_MM_OTHER, &v->merge_w, g, nm, t);
   linear(be, &v->lin1, v->lin1b, t, nm, f1);
-  be->gelu(be, f1, f1, (size_t)nm * v->out_dim, false);
+  be->gelu(be, f1, f1, (size_t)nm * v->out_dim, SM_GELU_ERF);
   linear(be, &v->lin2, v->lin2b, f1, nm, e->embd);
   return SMELT_OK;
 }

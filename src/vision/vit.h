@@ -12,6 +12,7 @@ typedef enum {
   SM_VIT_SIGLIP,     /* Gemma 3: SigLIP encoder, average pool, RMSNorm and projection */
   SM_VIT_PIXTRAL,    /* Mistral 3: Pixtral encoder, RMSNorm, patch merger, two-layer projector */
   SM_VIT_IDEFICS3,   /* Idefics3, SmolVLM: SigLIP encoder over tiles, pixel shuffle, projection */
+  SM_VIT_QWEN2,      /* Qwen2-VL: LayerNorm, quick-GELU MLP, full attention, patch merger (LayerNorm) */
 } sm_vit_kind;
 
 /* one encoder block; a NULL bias / norm pointer: none */

@@ -190,12 +190,14 @@ static void be_rope_axes(sm_backend *be, float *x, int n, int n_heads, int head_
 typedef struct {
   float *y;
   const float *x;
-  bool tanh_approx;
+  int kind;
 } gelu_ctx;
 static void gelu_range(void *vctx, size_t i0, size_t i1) {
   gelu_ctx *g = vctx;
   const float k0 = 0.7978845608028654f, k1 = 0.044715f;
-  if (g->tanh_approx)
+  if (g->kind == SM_GELU_QUICK)
+    for (size_t i = i0; i < i1; i++) g->y[i] = g->x[i] / (1.f + expf(-1.702f * g->x[i]));
+  else if (g->kind == SM_GELU_TANH)
     for (size_t i = i0; i < i1; i++) {
       const float v = g->x[i];
       g->y[i] = 0.5f * v * (1.f + tanhf(k0 * (v + k1 * v * v * v)));
@@ -203,8 +205,8 @@ static void gelu_range(void *vctx, size_t i0, size_t i1) {
   else
     for (size_t i = i0; i < i1; i++) g->y[i] = 0.5f * g->x[i] * (1.f + erff(g->x[i] * 0.70710678118654752f));
 }
-static void be_gelu(sm_backend *be, float *y, const float *x, size_t n, bool tanh_approx) {
-  gelu_ctx g = {y, x, tanh_approx};
+static void be_gelu(sm_backend *be, float *y, const float *x, size_t n, int kind) {
+  gelu_ctx g = {y, x, kind};
   run(be, n, 8, gelu_range, &g);
 }
 

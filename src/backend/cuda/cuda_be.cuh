@@ -60,7 +60,7 @@ typedef struct {
     /* OP_ATTSEG: lohi holds each token's key range [lo, hi) (device, c->seg_lohi) */
     struct { float *out; const float *q, *k, *v; const int32_t *lohi; int n, nh, nkv, hd, fa; float scale; } asg;
     struct { float *x; const float *inv; const int32_t *axis, *pos; int n, nh, hd, rot; } rax;
-    struct { float *y; const float *x; size_t n; int tanh_approx; } gl;                /* OP_GELU1 */
+    struct { float *y; const float *x; size_t n; int kind; } gl;                /* OP_GELU1 */
     struct { float *dst; const float *src; const int32_t *idx; int n, dim; } gr;      /* OP_GATHERROWS */
     struct { void *dst; const void *src; size_t bytes; } cp;                          /* OP_COPY */
     struct { float *out; const float *ql, *qpe, *c, *kpe; void *K; int nh, dc, dr, bs, nblocks, dt; float scale; } mla;

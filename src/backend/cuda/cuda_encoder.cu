@@ -106,10 +106,12 @@ __global__ void k_rope_axes(float *x, const float *inv, const int32_t *axis, con
   }
 }
 
-__global__ void k_gelu1(float *y, const float *x, size_t n, int tanh_approx) {
+__global__ void k_gelu1(float *y, const float *x, size_t n, int kind) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const float a = x[i];
-    y[i] = tanh_approx ? cu_gelu_tanh(a) : 0.5f * a * (1.f + erff(a * 0.70710678118654752f));
+    y[i] = kind == SM_GELU_QUICK ? a / (1.f + expf(-1.702f * a))
+         : kind == SM_GELU_TANH  ? cu_gelu_tanh(a)
+                                 : 0.5f * a * (1.f + erff(a * 0.70710678118654752f));
   }
 }
 
@@ -143,7 +145,7 @@ void cu_exec_encoder_op(cuda_be *c, const cu_op *o) {
     break;
   }
   case OP_GELU1:
-    if (o->gl.n) k_gelu1<<<cu_ew_blocks(o->gl.n), 256, 0, c->s>>>(o->gl.y, o->gl.x, o->gl.n, o->gl.tanh_approx);
+    if (o->gl.n) k_gelu1<<<cu_ew_blocks(o->gl.n), 256, 0, c->s>>>(o->gl.y, o->gl.x, o->gl.n, o->gl.kind);
     break;
   case OP_GATHERROWS: cu_gather(cx, o->gr.dst, o->gr.src, o->gr.idx, o->gr.n, o->gr.dim); break;
   case OP_COPY:
@@ -206,12 +208,12 @@ static void be_rope_axes(sm_backend *be, float *x, int n, int n_heads, int head_
   cu_submit(CB(be), &o);
 }
 
-static void be_gelu(sm_backend *be, float *y, const float *x, size_t n, bool tanh_approx) {
+static void be_gelu(sm_backend *be, float *y, const float *x, size_t n, int kind) {
   if (!n) return;
   cu_op o;
   memset(&o, 0, sizeof o);
   o.type = OP_GELU1;
-  o.gl.y = y; o.gl.x = x; o.gl.n = n; o.gl.tanh_approx = tanh_approx;
+  o.gl.y = y; o.gl.x = x; o.gl.n = n; o.gl.kind = kind;
   cu_submit(CB(be), &o);
 }
 
