@@ -1,12 +1,15 @@
 /* Anthropic Messages API of `smelt serve` (see anthropic.h): POST /v1/messages (content blocks,
- * system, tools and tool_choice, thinking, streaming events) and /v1/messages/count_tokens.
+ * system, tools and tool_choice, thinking, image blocks, streaming events) and
+ * /v1/messages/count_tokens.
  * A request becomes the same normalized chat request as /v1/chat/completions, so templates,
  * tool-call formats, grammars and reasoning are shared. */
 #include "server/anthropic.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "server/image_input.h"
 #include "tokenizer/chat.h"
+#include "vision/vision.h"
 
 #define FAIL(param, ...) \
   do { \
@@ -61,7 +64,63 @@ static void add_msg(cJSON *arr, const char *role, const char *content) {
   cJSON_AddItemToArray(arr, m);
 }
 
-static bool convert_message(const cJSON *m, int idx, cJSON *out, sm_api_error *err) {
+/* An image block's source as the URL the image loader takes: {type: "base64", media_type, data} as a
+ * data: URL, {type: "url", url} as it is (fetched only where the server allows it); NULL and err
+ * otherwise */
+static char *image_source(const cJSON *b, const char *param, sm_api_error *err) {
+  const cJSON *src = cJSON_GetObjectItemCaseSensitive(b, "source");
+  const cJSON *ty = cJSON_IsObject(src) ? cJSON_GetObjectItemCaseSensitive(src, "type") : NULL;
+  if (!cJSON_IsString(ty)) {
+    sm_api_error_set(err, 400, "invalid_request_error", param, NULL,
+                     "%s: an image block needs a 'source' with a 'type'", param);
+    return NULL;
+  }
+  if (!strcmp(ty->valuestring, "base64")) {
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(src, "media_type"),
+                *d = cJSON_GetObjectItemCaseSensitive(src, "data");
+    if (!cJSON_IsString(mt) || !cJSON_IsString(d)) {
+      sm_api_error_set(err, 400, "invalid_request_error", param, NULL,
+                       "%s: a base64 image source needs 'media_type' and 'data'", param);
+      return NULL;
+    }
+    sm_buf u = SM_BUF_INIT;
+    sm_buf_printf(&u, "data:%.100s;base64,", mt->valuestring);
+    sm_buf_puts(&u, d->valuestring);
+    return sm_buf_take(&u);
+  }
+  if (!strcmp(ty->valuestring, "url")) {
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(src, "url");
+    if (cJSON_IsString(u)) return sm_xstrdup(u->valuestring);
+    sm_api_error_set(err, 400, "invalid_request_error", param, NULL, "%s: a url image source needs 'url'", param);
+    return NULL;
+  }
+  sm_api_error_set(err, 400, "invalid_request_error", param, NULL,
+                   "%s: image source type '%.40s' is not supported (base64, url)", param, ty->valuestring);
+  return NULL;
+}
+
+/* a user turn's text and images as content parts ({type: "image"}, {type: "text", text}), as the
+ * vision-language templates render them; text alone stays a string */
+static void add_user(cJSON *arr, sm_buf *text, cJSON **parts) {
+  if (*parts) {
+    if (text->n) {
+      cJSON *t = cJSON_CreateObject();
+      cJSON_AddStringToObject(t, "type", "text");
+      cJSON_AddStringToObject(t, "text", sm_buf_str(text));
+      cJSON_AddItemToArray(*parts, t);
+    }
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "user");
+    cJSON_AddItemToObject(m, "content", *parts);
+    cJSON_AddItemToArray(arr, m);
+    *parts = NULL;
+  } else if (text->n) {
+    add_msg(arr, "user", sm_buf_str(text));
+  }
+  sm_buf_clear(text);
+}
+
+static bool convert_message(const cJSON *m, int idx, cJSON *out, sm_api_request *r, sm_api_error *err) {
   char param[48];
   snprintf(param, sizeof param, "messages[%d]", idx);
   if (!cJSON_IsObject(m)) FAIL(param, "%s must be an object", param);
@@ -76,17 +135,42 @@ static bool convert_message(const cJSON *m, int idx, cJSON *out, sm_api_error *e
   }
   if (!cJSON_IsArray(content)) FAIL(param, "%s.content must be a string or an array of content blocks", param);
   sm_buf text = SM_BUF_INIT, thinking = SM_BUF_INIT;
-  cJSON *calls = NULL;
+  cJSON *calls = NULL, *parts = NULL; /* parts: a user turn with images */
   const cJSON *b;
   cJSON_ArrayForEach(b, content) {
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(b, "type");
     const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
-    if (!strcmp(t, "text")) {
+    if (!strcmp(t, "image") && user) {
+      char *url = r->n_images < SM_API_MAX_IMAGES ? image_source(b, param, err) : NULL;
+      if (!url) {
+        if (r->n_images >= SM_API_MAX_IMAGES)
+          sm_api_error_set(err, 400, "invalid_request_error", param, NULL, "%s: at most %d images a request", param,
+                           SM_API_MAX_IMAGES);
+        sm_buf_free(&text);
+        sm_buf_free(&thinking);
+        cJSON_Delete(parts);
+        return false;
+      }
+      r->image_urls = sm_xrealloc(r->image_urls, sizeof(char *) * (size_t)(r->n_images + 1));
+      r->image_urls[r->n_images++] = url;
+      if (!parts) parts = cJSON_CreateArray();
+      if (text.n) { /* the text before the image, in order */
+        cJSON *tp = cJSON_CreateObject();
+        cJSON_AddStringToObject(tp, "type", "text");
+        cJSON_AddStringToObject(tp, "text", sm_buf_str(&text));
+        cJSON_AddItemToArray(parts, tp);
+        sm_buf_clear(&text);
+      }
+      cJSON *ip = cJSON_CreateObject();
+      cJSON_AddStringToObject(ip, "type", "image");
+      cJSON_AddItemToArray(parts, ip);
+    } else if (!strcmp(t, "text")) {
       const cJSON *tx = cJSON_GetObjectItemCaseSensitive(b, "text");
       if (!cJSON_IsString(tx)) {
         sm_buf_free(&text);
         sm_buf_free(&thinking);
         cJSON_Delete(calls);
+        cJSON_Delete(parts);
         FAIL(param, "a text block needs 'text'");
       }
       sm_buf_puts(&text, tx->valuestring);
@@ -113,36 +197,34 @@ static bool convert_message(const cJSON *m, int idx, cJSON *out, sm_api_error *e
       cJSON_AddItemToObject(fn, "arguments", cJSON_IsObject(in) ? cJSON_Duplicate(in, 1) : cJSON_CreateObject());
       cJSON_AddItemToArray(calls, c);
     } else if (!strcmp(t, "tool_result") && user) {
-      /* text so far is a user turn; the result is a tool message */
-      if (text.n) {
-        add_msg(out, "user", sm_buf_str(&text));
-        sm_buf_clear(&text);
-      }
+      /* text (and images) so far are a user turn; the result is a tool message */
+      add_user(out, &text, &parts);
       const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id"),
                   *rc = cJSON_GetObjectItemCaseSensitive(b, "content");
-      sm_buf r = SM_BUF_INIT;
-      if (rc && !cJSON_IsNull(rc) && !text_of(rc, param, &r, err)) {
-        sm_buf_free(&r);
+      sm_buf res = SM_BUF_INIT;
+      if (rc && !cJSON_IsNull(rc) && !text_of(rc, param, &res, err)) {
+        sm_buf_free(&res);
         sm_buf_free(&text);
         sm_buf_free(&thinking);
         return false;
       }
       cJSON *tm = cJSON_CreateObject();
       cJSON_AddStringToObject(tm, "role", "tool");
-      cJSON_AddStringToObject(tm, "content", sm_buf_str(&r));
+      cJSON_AddStringToObject(tm, "content", sm_buf_str(&res));
       if (cJSON_IsString(id)) cJSON_AddStringToObject(tm, "tool_call_id", id->valuestring);
       cJSON_AddItemToArray(out, tm);
-      sm_buf_free(&r);
+      sm_buf_free(&res);
     } else {
       sm_buf_free(&text);
       sm_buf_free(&thinking);
       cJSON_Delete(calls);
+      cJSON_Delete(parts);
       FAIL(param, "content block type '%.40s' is not supported in a%s %s message", t, user ? "" : "n",
            role->valuestring);
     }
   }
   if (user) {
-    if (text.n) add_msg(out, "user", sm_buf_str(&text));
+    add_user(out, &text, &parts);
   } else {
     cJSON *a = cJSON_CreateObject();
     cJSON_AddStringToObject(a, "role", "assistant");
@@ -176,7 +258,7 @@ bool sm_anth_parse_fields(const cJSON *root, sm_api_request *r, sm_api_error *er
   }
   int i = 0;
   const cJSON *m;
-  cJSON_ArrayForEach(m, msgs) if (!convert_message(m, i++, r->messages, err)) return false;
+  cJSON_ArrayForEach(m, msgs) if (!convert_message(m, i++, r->messages, r, err)) return false;
   /* stop_sequences */
   const cJSON *ss = cJSON_GetObjectItemCaseSensitive(root, "stop_sequences");
   if (ss && !cJSON_IsNull(ss)) {
@@ -345,14 +427,33 @@ cJSON *sm_anth_count_tokens(const sm_oai *o, const char *body, size_t len, sm_ap
   cJSON *out = NULL;
   int32_t *ids = NULL;
   size_t n = 0;
-  if (sm_chat_apply(o->tok, req.messages, req.tools, true, req.chat_template_kwargs, &text) != SMELT_OK ||
-      smelt_tokenize(o->tok, text, strlen(text), false, &ids, &n) != SMELT_OK) {
+  /* images count as the tokens their placeholders expand to */
+  sm_vimage **imgs = NULL;
+  sm_mm_span *spans = NULL;
+  if (req.n_images && !sm_request_images(o->vision, o->model_id, o->vision_note, &o->images, &req, &imgs, err)) {
+    sm_api_request_free(&req);
+    return NULL;
+  }
+  smelt_status st = sm_chat_apply(o->tok, req.messages, req.tools, true, req.chat_template_kwargs, &text);
+  if (!st && req.n_images) {
+    int ni = 0;
+    st = sm_vision_tokenize(o->vision, o->tok, text, false, imgs, req.n_images, &ids, &ni, &spans);
+    n = (size_t)(ni > 0 ? ni : 0);
+    if (!st)
+      for (int i = 0, ns = sm_vision_span_count(imgs, req.n_images); i < ns; i++) sm_vimage_unref(spans[i].img);
+  } else if (!st) {
+    st = smelt_tokenize(o->tok, text, strlen(text), false, &ids, &n);
+  }
+  if (st) {
     sm_api_error_set(err, 400, "invalid_request_error", "messages", NULL, "could not render the prompt: %s",
                      sm_errmsg());
   } else {
     out = cJSON_CreateObject();
     cJSON_AddNumberToObject(out, "input_tokens", (double)n);
   }
+  for (int i = 0; imgs && i < req.n_images; i++) sm_vimage_unref(imgs[i]);
+  free(imgs);
+  free(spans);
   free(text);
   free(ids);
   sm_api_request_free(&req);

@@ -1,4 +1,5 @@
-// Images through the OpenAI API of `smelt serve`, sent with the official openai npm client: image_url
+// Images through the OpenAI API of `smelt serve`, sent with the official openai npm client (and the
+// Anthropic SDK's image blocks): image_url
 // parts with data: URLs (chat completions, streaming, the Responses API's input_image), http URLs with
 // and without --allow-image-urls, local files with and without --allow-image-files, batching with a text request, and the 400s for bad images and for a
 // model without a vision tower. The model is the tiny Qwen2.5-VL golden fixture (tests/golden/vision)
@@ -14,7 +15,7 @@ import path from 'node:path';
 import * as L from './lib.mjs';
 import { test } from './lib.mjs';
 
-const { OpenAI } = L.requirePackages({ OpenAI: 'openai' });
+const { OpenAI, Anthropic } = L.requirePackages({ OpenAI: 'openai', Anthropic: '@anthropic-ai/sdk' });
 const [BIN, SRC, DIR] = L.needEnv('SMELT_BIN', 'SMELT_SOURCE_DIR', 'SMELT_TEST_DIR');
 
 // the vision model: the fixture plus a chat template that renders image parts as Qwen2.5-VL's does
@@ -70,11 +71,12 @@ try {
   // the CLI on the same model, image and message: the same greedy reply
   const cli = execFileSync(BIN, ['run', VLM, '-p', PROMPT, '--image', IMAGE, '--chat-template', path.join(DIR, 'template.jinja'),
     '-n', '12', '--temp', '0', '--device', 'cpu', '-t', '2', '--no-stats'], { encoding: 'utf8' }).replace(/\n$/, '');
-  let base = null;
+  let base = null, basePrompt = 0;
 
   await test('chat: image_url data: URL, same reply as smelt run --image', async () => {
     const r = await ask(userMsg(JPG_URL));
     base = r.choices[0].message.content;
+    basePrompt = r.usage.prompt_tokens;
     assert.equal(base, cli);
     // the prompt: the template's text bytes and 12 image tokens (a 24x32 image, 14x14 -> 4x4 patches, 2x2 merge)
     assert.ok(r.usage.prompt_tokens > 12, 'prompt tokens ' + r.usage.prompt_tokens);
@@ -122,6 +124,37 @@ try {
       { role: 'user', content: 'and?' }]), /user messages only/));
   await test('400: an image part without a URL', () =>
     rejects400(ask([{ role: 'user', content: [{ type: 'image_url', image_url: {} }] }]), /image_url\.url/));
+  // the Anthropic Messages API: image blocks (base64, url) become the same image parts
+  const anth = new Anthropic({ baseURL: srv.url, apiKey: 'x', maxRetries: 0 });
+  const imgBlock = { type: 'image', source: { type: 'base64', media_type: 'image/jpeg', data: fs.readFileSync(IMAGE).toString('base64') } };
+  const anthMsg = [{ role: 'user', content: [imgBlock, { type: 'text', text: PROMPT }] }];
+  await test('anthropic: an image block gives the chat completion reply; count_tokens counts the image', async () => {
+    const r = await anth.messages.create({ model: 'm', max_tokens: 12, temperature: 0, messages: anthMsg });
+    assert.equal(r.content[0].text, base);
+    // the prompt again: Anthropic's input_tokens leave out what the prefix cache held
+    assert.equal(r.usage.input_tokens + r.usage.cache_read_input_tokens, basePrompt);
+    const c = await anth.messages.countTokens({ model: 'm', messages: anthMsg });
+    assert.equal(c.input_tokens, basePrompt);
+    const s = await anth.messages.create({ model: 'm', max_tokens: 12, temperature: 0, messages: anthMsg, stream: true });
+    let text = '';
+    for await (const ev of s) if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') text += ev.delta.text;
+    assert.equal(text, base);
+  });
+  await test('anthropic: 400 for an image in an assistant turn, a file source, a url source without --allow-image-urls', async () => {
+    const bad = async (messages, re) => {
+      try { await anth.messages.create({ model: 'm', max_tokens: 4, messages }); } catch (e) {
+        assert.equal(e.status, 400, 'status ' + e.status + ': ' + e.message);
+        assert.match(e.message, re);
+        return;
+      }
+      assert.fail('the request was accepted');
+    };
+    await bad([{ role: 'user', content: 'hi' }, { role: 'assistant', content: [imgBlock] }], /not supported in an assistant message/);
+    await bad([{ role: 'user', content: [{ type: 'image', source: { type: 'file', file_id: 'f' } }] }], /source type 'file' is not supported/);
+    await bad([{ role: 'user', content: [{ type: 'image', source: { type: 'url', url: 'http://127.0.0.1:1/x.jpg' } }] }], /allow-image-urls/);
+    await bad([{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/jpeg', data: '@@@' } }] }], /base64/);
+  });
+
   srv.proc.kill('SIGTERM');
 
   // http URLs with --allow-image-urls: served here
