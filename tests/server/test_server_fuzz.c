@@ -14,6 +14,15 @@
 #include "server/toolcall.h"
 
 static const char *seeds[] = {
+  /* images: chat image_url parts, a Responses input_image, Anthropic image blocks (base64, url) */
+  "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":"
+  "\"data:image/png;base64,iVBORw0KGgo=\"}},{\"type\":\"text\",\"text\":\"what?\"}]}],\"max_tokens\":3}",
+  "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"http://h/x.jpg\"},"
+  "{\"type\":\"input_text\",\"text\":\"q\"}]}]}",
+  "{\"model\":\"c\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+  "{\"type\":\"image\",\"source\":{\"type\":\"base64\",\"media_type\":\"image/jpeg\",\"data\":\"/9j/4AAQ\"}},"
+  "{\"type\":\"image\",\"source\":{\"type\":\"url\",\"url\":\"https://h/y.png\"}},{\"type\":\"text\",\"text\":\"b\"},"
+  "{\"type\":\"tool_result\",\"tool_use_id\":\"t\",\"content\":\"r\"}]}]}",
   "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":\"hi\"}],"
   "\"temperature\":0.7,\"top_p\":0.9,\"n\":2,\"stop\":[\"a\",\"b\"],\"stream\":true,"
   "\"stream_options\":{\"include_usage\":true},\"logprobs\":true,\"top_logprobs\":2,\"seed\":1}",
