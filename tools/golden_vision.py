@@ -6,7 +6,7 @@ Per fixture (tests/golden/vision/<name>/):
   config.json, preprocessor_config.json, model.safetensors, tokenizer.json, tokenizer_config.json
   (smolvlm: processor_config.json too)
   image.jpg           the image (tests/vision/data/images/rgb_45x30.jpg)
-  embeddings.f32      the image's embeddings [n_embd, hidden] (+ Qwen3-VL deepstack rows after them)
+  embeddings.f32      the image's embeddings [n_embd, hidden] (+ Qwen3-VL / Qwen3-VL-MoE deepstack rows after them)
   logits.f32          logits of every prompt position [T, vocab]
   manifest.json       the prompt text, its ids (images expanded as the processor expands them), the
                       image spans, 40 greedy ids with their top-2 margins, tolerances; smolvlm also
@@ -14,7 +14,10 @@ Per fixture (tests/golden/vision/<name>/):
                       frame), image_seq_len (tokens a frame), special_tokens; its image_size is one
                       frame's [S, S], embedding_grid one frame's token grid, embedding_rows
                       n_frames * image_seq_len (frames in the processor's order), span [first <image>
-                      token, one past the last]
+                      token, one past the last]; the mixtures of experts (qwen3_vl_moe) also route_min_margin
+                      (the smallest gap between the last chosen and the first unchosen expert's router
+                      probability over every token and MoE layer of the prompt and the greedy continuation)
+                      and route_min_margin_prompt (the prompt's own tokens)
 
 The families (written from transformers' modeling code, float64, on the dequantized weights):
   qwen2_5_vl  ViT (RMSNorm, gated SiLU MLP, 2-D RoPE, window attention with one full block), patch
@@ -23,6 +26,11 @@ The families (written from transformers' modeling code, float64, on the dequanti
               (LayerNorm ln_q); the text model of qwen2_5_vl_vision (M-RoPE) packaged as model_type qwen2_vl
   qwen3_vl    ViT (LayerNorm, GELU-tanh MLP, interpolated learned positions, 2-D RoPE), patch merger,
               deepstack mergers added after the first decoder layers; interleaved M-RoPE
+  qwen3_vl_moe qwen3_vl's tower (vision_config model_type qwen3_vl_moe) next to a Qwen3-VL-MoE text model
+              (text_config model_type qwen3_vl_moe_text: Qwen3 blocks, q/k head norms, every MLP a mixture of
+              experts with softmax top-k routing renormalized, interleaved M-RoPE, deepstack); its experts
+              stacked as mlx-vlm's sanitize leaves them (switch_mlp.{gate,up,down}_proj [E, I, H] / [E, H, I]),
+              its routers 8-bit g64 (mlx-vlm's quant_predicate), its head untied as in Qwen3-VL-30B-A3B
   gemma3      SigLIP encoder, average pool, (1 + w) RMSNorm, projection; the image's tokens attend
               each other in both directions
   mistral3    Pixtral encoder (2-D RoPE, RMSNorm, gated SiLU), RMSNorm, 2x2 patch merger, projector
@@ -45,6 +53,7 @@ import copy
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import traceback
@@ -62,7 +71,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = os.path.join(ROOT, "tests", "vision", "data", "images", "rgb_45x30.jpg")
 N_GEN = 40
 Q32 = {"group_size": 32, "bits": 4}
-QWEN = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl")  # the Qwen families: grid pixels, M-RoPE positions, model.visual
+QWEN = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe")  # the Qwen families: grid pixels, M-RoPE, model.visual
+# a family whose vision tower is another's (the same modules, names and forward)
+TOWER = {"qwen3_vl_moe": "qwen3_vl"}
+# the text model type a config.json names -> the check_golden family of the same forward (the numpy reference runs
+# the twin; make_golden writes its weights): Qwen3-VL-MoE's text model is qwen3_moe's blocks (q/k head norms, the
+# mixture on every layer with decoder_sparse_step 1, softmax top-k renormalized: Qwen3VLMoeTextTopKRouter always
+# renormalizes, the fixture's norm_topk_prob says so too) with interleaved M-RoPE positions (rope_pos) and deepstack
+TEXT_TWIN = {"qwen3_vl_moe_text": "qwen3_moe"}
 
 # Qwen2-VL's text model is Qwen2.5-VL's (transformers' Qwen2VLTextModel: qwen2 blocks, q/k/v biases, M-RoPE):
 # check_golden's forward reads a flat qwen2_vl config.json as the qwen2_5_vl_text family
@@ -74,6 +90,7 @@ SPECIAL = {
     "qwen2_5_vl": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
     "qwen2_vl": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
     "qwen3_vl": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
+    "qwen3_vl_moe": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
     "gemma3": {"<start_of_image>": 256, "<end_of_image>": 257, "<image_soft_token>": 258},
     "mistral3": {"[IMG]": 256, "[IMG_BREAK]": 257, "[IMG_END]": 258},
     "smolvlm": dict([("<fake_token_around_image>", 256), ("<image>", 257), ("<global-img>", 258)] +
@@ -91,6 +108,24 @@ SMOLVLM_LM = dict(name="smolvlm_text_q4_g64_bf16", model_type="llama", dtype="bf
                   quant={"group_size": 64, "bits": 4},
                   overrides={"model.layers.1.mlp.down_proj": {"group_size": 32, "bits": 8}},
                   vlm=dict(model_type="smolvlm", layout="text_config"), flat_lm=True)
+
+# the text model of the Qwen3-VL-MoE fixture (not a make_golden fixture): make_golden writes it as its qwen3_moe family
+# (the same tensors: q/k head norms, router mlp.gate, experts stacked under mlp.switch_mlp as mlx-vlm's sanitize
+# leaves Qwen3-VL-MoE's fused experts.gate_up_proj / down_proj), config.json names it config_type. Every layer a
+# mixture (decoder_sparse_step 1, mlp_only_layers []), top 2 of 4; moe_intermediate_size 128: a multiple of the group
+# size (down_proj is quantized along it) and unlike hidden (64) and 2 * itself unlike hidden, so that no expert tensor
+# is square in its last two axes (a transposed layout cannot pass unnoticed, here or in a runtime). Routers 8-bit g64
+# (mlx-vlm's quant_predicate for qwen3_vl_moe: mlp.gate); the head untied (Qwen3-VL-30B-A3B's)
+QWEN3_VL_MOE_LM = dict(name="qwen3_vl_moe_text_q4_g64_bf16", model_type="qwen3_moe", config_type="qwen3_vl_moe_text",
+                       dtype="bfloat16", head_gain=2.0,
+                       cfg=dict(head_dim=16, tie_word_embeddings=False, rope_theta=5000000.0, attention_bias=False,
+                                rms_norm_eps=1e-6, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128,
+                                norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                                rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3],
+                                              "mrope_interleaved": True}),
+                       quant={"group_size": 64, "bits": 4},
+                       overrides=make_golden.router_overrides("mlp.gate", 2),
+                       vlm=dict(model_type="qwen3_vl_moe", layout="text_config"))
 
 FIXTURES = [
     dict(name="qwen2_5_vl_vision", lm="qwen2_5_vl_q4_g64_bf16", seed=31,
@@ -119,6 +154,17 @@ FIXTURES = [
          vision=dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64, patch_size=4,
                      spatial_merge_size=2, temporal_patch_size=2, in_channels=3, num_position_embeddings=16,
                      deepstack_visual_indexes=[0, 2], hidden_act="gelu_pytorch_tanh", model_type="qwen3_vl"),
+         top=dict(image_token_id=258, vision_start_token_id=256, vision_end_token_id=257),
+         proc=dict(size={"shortest_edge": 64, "longest_edge": 960}, patch_size=4, merge_size=2,
+                   temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3),
+         quant=["vision_tower.blocks.1.attn.proj"],
+         prompt="<|vision_start|><|image_pad|><|vision_end|>Say it"),
+    # Qwen3-VL-MoE (Qwen3-VL-30B-A3B's layout): qwen3_vl_vision's tower, vision_config model_type qwen3_vl_moe (as the
+    # released config.json names it; transformers reads it as qwen3_vl_moe_vision); QWEN3_VL_MOE_LM's text model
+    dict(name="qwen3_vl_moe_vision", lm=QWEN3_VL_MOE_LM, seed=832,
+         vision=dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64, patch_size=4,
+                     spatial_merge_size=2, temporal_patch_size=2, in_channels=3, num_position_embeddings=16,
+                     deepstack_visual_indexes=[0, 2], hidden_act="gelu_pytorch_tanh", model_type="qwen3_vl_moe"),
          top=dict(image_token_id=258, vision_start_token_id=256, vision_end_token_id=257),
          proc=dict(size={"shortest_edge": 64, "longest_edge": 960}, patch_size=4, merge_size=2,
                    temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3),
@@ -164,7 +210,7 @@ FIXTURES = [
 
 def vision_spec(fx):
     """[(MLX name, shape, kind)] of the tower and projector; kind: lin, vec, bias, conv, emb, raw"""
-    v, mt = fx["vision"], fx_type(fx)
+    v, mt = fx["vision"], tower_type(fx)
     T = fx.get("text_hidden", 64)  # the language model's hidden size
     if mt == "qwen2_vl":  # embed_dim: the ViT's width; hidden_size: the merger's output (the LM's)
         H, I = v["embed_dim"], int(v["embed_dim"] * v["mlp_ratio"])
@@ -295,8 +341,13 @@ def vision_spec(fx):
 
 def fx_type(fx):
     return {"qwen2_5_vl_vision": "qwen2_5_vl", "qwen2_vl_vision": "qwen2_vl", "qwen3_vl_vision": "qwen3_vl",
-            "gemma3_vision": "gemma3",
+            "qwen3_vl_moe_vision": "qwen3_vl_moe", "gemma3_vision": "gemma3",
             "mistral3_vision": "mistral3", "smolvlm_vision": "smolvlm"}[fx["name"]]
+
+
+def tower_type(fx):
+    """the family whose vision tower the fixture's is (qwen3_vl_moe: qwen3_vl's)"""
+    return TOWER.get(fx_type(fx), fx_type(fx))
 
 
 def vision_weights(fx, rng, dtype, tensors):
@@ -392,8 +443,8 @@ def conv_flat(W, name):
 
 def qwen_tower(fx, W, pv, grid):
     """transformers' Qwen2VisionTransformerPretrainedModel / Qwen2_5_VisionTransformerPretrainedModel /
-    Qwen3VLVisionModel on one image"""
-    v, mt = fx["vision"], fx_type(fx)
+    Qwen3VLVisionModel (Qwen3VLMoeVisionModel: the same) on one image"""
+    v, mt = fx["vision"], tower_type(fx)
     H, nh = v["embed_dim" if mt == "qwen2_vl" else "hidden_size"], v["num_heads"]
     hd = H // nh
     ms = v["spatial_merge_size"]
@@ -749,6 +800,8 @@ def build(fx, seed):
     Wv = vision_weights(fx, rng, g["dtype"], tensors)
     if fx_type(fx) == "smolvlm":
         return build_smolvlm(fx, g, c, tensors, used, Wv)
+    if "config_type" in g:
+        return build_moe(fx, g, c, tensors, used, Wv)
     cfg = packaging_config(g, c)
     cfg["vision_config"] = dict(fx["vision"])
     cfg.update(fx["top"])
@@ -803,6 +856,50 @@ def build_smolvlm(fx, g, c, tensors, used, Wv):
     return g, c, cfg, tensors, W
 
 
+def build_moe(fx, g, c, tensors, used, Wv):
+    """a text model written by make_golden as its twin family (g["model_type"], qwen3_moe) under the type config.json
+    names (g["config_type"], qwen3_vl_moe_text): config.json as mlx-vlm reads Qwen3-VL-MoE (text_config,
+    vision_config, the top-level tie flag the text config's), the quantization block with the routers' overrides
+    under the tensors' names (language_model.model.layers.N.mlp.gate). The written tensors are checked against
+    mlx-lm's MoE layout (make_golden.check_layout: router, experts stacked [E, rows, cols] under mlp.switch_mlp, no
+    per-expert names), read back and dequantized as check_golden reads a fixture (W: the stacked experts 3-D, as
+    check_golden's MoE forward takes them), and must give the reference's weights."""
+    make_golden.check_layout(g, c, tensors)
+    c = dict(c, model_type=g["config_type"])
+    cfg = {"model_type": g["vlm"]["model_type"], "text_config": dict(c), "vision_config": dict(fx["vision"]),
+           "tie_word_embeddings": c.get("tie_word_embeddings", False), "torch_dtype": g["dtype"]}
+    cfg.update(fx["top"])
+    if g["quant"] is not None:
+        qb = make_golden.quant_block(g)
+        for m in fx["quant"]:
+            qb[m] = dict(Q32)
+        for k in qb:
+            if isinstance(qb[k], dict) and k + ".scales" not in tensors:
+                raise RuntimeError("quantization entry %s names no quantized tensor" % k)
+        cfg["quantization"] = qb
+        cfg["quantization_config"] = qb
+    W = check_golden.weights_from_st(cfg, make_golden.st_arrays(tensors))
+    want = {make_golden.mlx_name(g, k): v for k, v in used.items()
+            if k != "lm_head.weight" or not c.get("tie_word_embeddings", False)}
+    want.update(Wv)
+    names = set()
+    for k, v in want.items():
+        m = make_golden.EXPERT_RE.match(k[len("language_model."):]) if k.startswith("language_model.") else None
+        if m:  # one expert's projection: its row of the stack
+            name = "language_model." + m.group(1) + make_golden.MOE_MLX[g["model_type"]] + m.group(4) + "." + m.group(5)
+            got = W[name][int(m.group(3))]
+        else:
+            name = k
+            got = W[k]
+        names.add(name)
+        if got.shape != v.shape or np.abs(got - v).max() > 0:
+            raise RuntimeError("%s read back differs from the reference weight" % k)
+    if names != set(W):
+        raise RuntimeError("written tensors %s, reference %s" % (sorted(set(W) - names)[:4],
+                                                                 sorted(names - set(W))[:4]))
+    return g, c, cfg, tensors, W
+
+
 def smolvlm_pixels(fx):
     """the SmolVLM image processor's frames [F, 3, S, S] (tools/vision_ref.py), rows, cols of the split"""
     img = Image.open(IMAGE).convert("RGB")
@@ -815,7 +912,7 @@ def smolvlm_pixels(fx):
 
 def pixels(fx):
     img = Image.open(IMAGE).convert("RGB")
-    p, mt = fx["proc"], fx_type(fx)
+    p, mt = fx["proc"], tower_type(fx)
     if mt in ("qwen2_5_vl", "qwen2_vl"):
         pv, (h, w) = vision_ref.qwen_pixels(img, p["patch_size"], p["merge_size"], p["temporal_patch_size"],
                                             p["min_pixels"], p["max_pixels"], p["image_mean"], p["image_std"])
@@ -831,8 +928,19 @@ def pixels(fx):
     return np.asarray(pv, dtype=np.float64), h, w
 
 
+def forward_config(cfg):
+    """the config check_golden's forward runs: cfg, or a copy whose text model type is its TEXT_TWIN"""
+    tc = cfg.get("text_config")
+    if not isinstance(tc, dict) or tc.get("model_type") not in TEXT_TWIN:
+        return cfg
+    out = copy.deepcopy(cfg)
+    out["text_config"]["model_type"] = TEXT_TWIN[tc["model_type"]]
+    return out
+
+
 def numpy_reference(fx, g, c, cfg, W):
     mt = fx_type(fx)
+    cfg = forward_config(cfg)
     fx["text_eps"] = c["rms_norm_eps"]
     split = None
     if mt != "smolvlm":
@@ -857,7 +965,7 @@ def numpy_reference(fx, g, c, cfg, W):
     text = expand(fx, fx["prompt"], *(split or (rows, cols)))
     ids = tokenize(fx, text)
     img_tok = SPECIAL[mt][{"qwen2_5_vl": "<|image_pad|>", "qwen2_vl": "<|image_pad|>", "qwen3_vl": "<|image_pad|>",
-                           "gemma3": "<image_soft_token>",
+                           "qwen3_vl_moe": "<|image_pad|>", "gemma3": "<image_soft_token>",
                            "mistral3": "[IMG]", "smolvlm": "<image>"}[mt]]
     img_rows = [i for i, t in enumerate(ids) if t == img_tok]
     assert len(img_rows) == len(emb), (len(img_rows), len(emb))
@@ -869,7 +977,9 @@ def numpy_reference(fx, g, c, cfg, W):
         kw["deepstack"] = [(img_rows, d) for d in deep]
     if mt == "gemma3":
         kw["groups"] = [1 if t == img_tok else 0 for t in ids]
+    check_golden.ROUTE_MARGINS.clear()  # the mixtures of experts' routing margins (none for the dense models)
     logits = check_golden.forward(cfg, W, ids, **kw)
+    route_prompt = min(check_golden.ROUTE_MARGINS) if check_golden.ROUTE_MARGINS else None
     seq, margins = list(ids), []
     for _ in range(N_GEN):
         k2 = dict(kw)
@@ -886,6 +996,8 @@ def numpy_reference(fx, g, c, cfg, W):
     span = [img_rows[0], img_rows[-1] + 1 + (1 if mt == "mistral3" else 0)]
     out = dict(ids=ids, text=text, emb=emb, deep=deep, logits=logits, gen=seq[len(ids):], margins=margins,
                rows=rows, cols=cols, span=span, h=h, w=w)
+    if route_prompt is not None:  # every step recomputes the whole sequence: the prompt's and the continuation's
+        out.update(route_prompt=route_prompt, route=min(check_golden.ROUTE_MARGINS))
     if split is not None:
         out.update(split=split, n_frames=len(frames), frames=frames)
     return out
@@ -917,6 +1029,8 @@ def write(fx, outdir, g, c, cfg, tensors, ref, reference):
            "tolerances": {"f32": {"embeddings_max_abs": 2e-3, "max_abs": 2e-3, "rel_l2": 1e-4},
                           "reduced": {"embeddings_max_abs": 0.1, "max_abs": 0.25, "rel_l2": 3e-2},
                           "greedy_margin_min": 0.05}}
+    if "route" in ref:  # mixtures of experts: the numpy reference's routing margins (seed choice: no near-tie)
+        man.update(route_min_margin=ref["route"], route_min_margin_prompt=ref["route_prompt"])
     if "split" in ref:  # smolvlm: image_size is one frame's; embedding_grid one frame's token grid
         man.update(n_frames=ref["n_frames"], split=ref["split"], image_seq_len=fx["processor"]["image_seq_len"],
                    special_tokens=SPECIAL[fx_type(fx)])
@@ -988,6 +1102,70 @@ def smolvlm_transformers_inputs(fx, model, img, ref):
     return dict(pixel_values=pv, pixel_attention_mask=mask)
 
 
+def moe_config(mt, tc, vc, kw):
+    """AutoConfig.for_model for Qwen3-VL-MoE; a text config key a strict transformers config class refuses (the
+    fixture's norm_topk_prob: Qwen3VLMoeTextConfig has no such field, its router always renormalizes) is dropped and
+    reported, as make_golden.hf_config does"""
+    from transformers import AutoConfig
+    tc = dict(tc)
+    dropped = []
+    for _ in range(20):
+        try:
+            hcfg = AutoConfig.for_model(mt, text_config=tc, vision_config=vc, **kw)
+            break
+        except TypeError as e:
+            bad = [k for k in tc if k != "model_type" and "'%s'" % k in str(e)]
+            if not bad:
+                raise
+            for k in bad:
+                tc.pop(k)
+                dropped.append(k)
+    else:
+        raise RuntimeError("could not build a %s config" % mt)
+    if dropped:
+        print("  text config keys not accepted by transformers' %s config: %s" % (mt, dropped))
+    t = hcfg.text_config
+    got = (getattr(t, "num_experts", None), getattr(t, "num_experts_per_tok", None),
+           getattr(t, "moe_intermediate_size", None), getattr(t, "decoder_sparse_step", None),
+           list(getattr(t, "mlp_only_layers", None) or []))
+    want = (tc["num_experts"], tc["num_experts_per_tok"], tc["moe_intermediate_size"], tc["decoder_sparse_step"],
+            list(tc["mlp_only_layers"]))
+    if got != want:
+        raise RuntimeError("transformers' %s text config: experts %s, the fixture's %s" % (mt, got, want))
+    return hcfg
+
+
+def hf_experts(experts, have):
+    """transformers' fused expert parameters of mlx-vlm's stacked ones (experts: layer prefix -> {gate, up, down}:
+    [E, I, H], [E, I, H], [E, H, I]). Qwen3VLMoeTextExperts (transformers 5) holds gate_up_proj [E, 2I, H] (gate's
+    rows, then up's: F.linear(x, gate_up_proj[e]).chunk(2)) and down_proj [E, H, I]; Hugging Face checkpoints and
+    transformers 4.57 hold them transposed ([E, H, 2I] with gate's columns first, [E, I, H]: x @ gate_up_proj[e]),
+    which mlx-vlm's sanitize splits and transposes. Whichever layout the model at hand has (have: its state dict),
+    told apart by the shapes: the fixture keeps I != H and 2I != H, so no expert tensor is square"""
+    import torch
+    out = {}
+    for pre, d in sorted(experts.items()):
+        parts = {"gate_up_proj": np.concatenate([d["gate"], d["up"]], axis=1), "down_proj": d["down"]}
+        for nm, t in parts.items():
+            hk = "model.language_model." + pre + "experts." + nm
+            if hk not in have:
+                raise RuntimeError("no transformers parameter %s (its experts: %s)" % (
+                    hk, [n for n in have if pre + "experts" in n][:4]))
+            shape = tuple(have[hk].shape)
+            if t.shape[1] == t.shape[2]:
+                raise RuntimeError("%s: square expert matrices %s, the layout cannot be told" % (hk, t.shape))
+            if tuple(t.shape) == shape:
+                layout = "[E, out, in] (F.linear)"
+            elif tuple(t.transpose(0, 2, 1).shape) == shape:
+                t, layout = t.transpose(0, 2, 1), "[E, in, out] (x @ W)"
+            else:
+                raise RuntimeError("%s: shape %s, transformers %s" % (hk, tuple(t.shape), shape))
+            if pre == "layers.0.mlp.":
+                print("  transformers' %s: %s %s" % (nm, shape, layout))
+            out[hk] = torch.tensor(np.ascontiguousarray(t), dtype=torch.float32)
+    return out
+
+
 def transformers_reference(fx, g, c, cfg, W, ref):
     """the same model in transformers (float32): image features and logits, compared with the numpy
     reference; returns the transformers logits/greedy ids (the fixture's reference then)"""
@@ -1006,7 +1184,8 @@ def transformers_reference(fx, g, c, cfg, W, ref):
     # transformers 5 ties by the top-level flag: the fixture's own
     kw["tie_word_embeddings"] = bool(c.get("tie_word_embeddings", False)) and mt != "smolvlm"
     try:
-        hcfg = AutoConfig.for_model(mt, text_config=tc, vision_config=vc, **kw)
+        hcfg = moe_config(mt, tc, vc, kw) if mt == "qwen3_vl_moe" else \
+            AutoConfig.for_model(mt, text_config=tc, vision_config=vc, **kw)
     except Exception as e:  # noqa: BLE001
         # Qwen2-VL's mlp_ratio is an int in the released configs (4); a strictly typed Qwen2VLVisionConfig may refuse
         # the fixture's 1.5: build it with an int, then set the ratio past the type check (the modeling code only
@@ -1024,10 +1203,17 @@ def transformers_reference(fx, g, c, cfg, W, ref):
         fc1 = model.model.visual.blocks[0].mlp.fc1.out_features
         if type(model).__name__ != "Qwen2VLForConditionalGeneration" or fc1 != int(vc["embed_dim"] * vc["mlp_ratio"]):
             raise RuntimeError("AutoModelForImageTextToText made a %s (fc1 %d)" % (type(model).__name__, fc1))
+    if mt == "qwen3_vl_moe" and type(model).__name__ != "Qwen3VLMoeForConditionalGeneration":
+        raise RuntimeError("AutoModelForImageTextToText made a %s" % type(model).__name__)
     names = list(model.state_dict().keys())
     sd = {}
+    experts = {}  # mlx-vlm's stacked experts, by layer: fused back into transformers' layout below
     for k, w in W.items():
         hk = k
+        m = re.match(r"^language_model\.model\.(layers\.\d+\.mlp\.)switch_mlp\.(gate|up|down)_proj\.weight$", k)
+        if m:
+            experts.setdefault(m.group(1), {})[m.group(2)] = w
+            continue
         if mt == "smolvlm":  # exact names: language_model.model.* (check_golden's) -> model.text_model.*
             hk = smolvlm_hf_name(k)
             cand = [n for n in names if n == hk]
@@ -1053,6 +1239,7 @@ def transformers_reference(fx, g, c, cfg, W, ref):
         if tuple(t.shape) != tuple(target.shape):
             raise RuntimeError("%s: shape %s, transformers %s" % (k, tuple(t.shape), tuple(target.shape)))
         sd[cand[0]] = t
+    sd.update(hf_experts(experts, model.state_dict()))
     if kw["tie_word_embeddings"] and "lm_head.weight" in names and "lm_head.weight" not in sd:
         emb = [k for k in W if k.endswith("embed_tokens.weight")]
         sd["lm_head.weight"] = torch.tensor(W[emb[0]], dtype=torch.float32)
@@ -1132,7 +1319,7 @@ def diagnose(mt, model, extra, ref, ids, logits, cfg, W):
         t = [i for i in ref["ids"] if i < 256][:12]
         with torch.no_grad():
             hl = model(input_ids=torch.tensor([t])).logits[0].double().numpy()
-        nl = check_golden.forward(cfg, W, t)
+        nl = check_golden.forward(forward_config(cfg), W, t)
         print("  text-only logits (%d tokens): max |diff| %.3g" % (len(t), np.abs(hl - nl).max()))
     except Exception as e:  # noqa: BLE001
         print("  text-only logits: %s: %s" % (type(e).__name__, str(e)[:200]))

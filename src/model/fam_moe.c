@@ -3,7 +3,8 @@
  * and expert biases, clamped SwiGLU, attention sinks, alternating sliding window, YaRN), GLM-4.5/4.6/4.7
  * MoE (sigmoid routing with a correction bias, group-limited, shared expert, dense first layers, partial
  * RoPE), and DeepSeek-V3 / Kimi-K2 and GLM-4.7-Flash, whose multi-head latent attention is mla.c's.
- * Tensor names are mlx-lm's after sanitize(): the experts stacked with a leading expert axis. */
+ * Qwen3-VL-MoE's text model is Qwen3-MoE's with M-RoPE. Tensor names are mlx-lm's after sanitize(): the
+ * experts stacked with a leading expert axis. */
 #include "model/family.h"
 #include "backend/backend.h"
 
@@ -54,6 +55,48 @@ const sm_family sm_family_qwen3_moe = {
   .names = &sm_names_qwen3,
   .recipe = &qwen3_moe_recipe,
   .moe = &qwen_moe,
+};
+
+/* ---- Qwen3-VL-MoE's text model (Qwen3VLMoeTextConfig): Qwen3-MoE blocks without a sliding window,
+ * interleaved mrope on text positions (the vision-language packaging qwen3_vl_moe) */
+static const sm_moe_defaults qwen3_vl_moe_moe = {
+  .n_experts = 60,
+  .top_k = 4,
+  .expert_inter = 1408,
+  .norm_topk = true,
+  .sparse_step = 1,
+};
+static const sm_config_defaults qwen3_vl_moe_text_defaults = {
+  .type = "qwen3_vl_moe_text",
+  .vocab = 151936,
+  .hidden = 2048,
+  .inter = 5632,
+  .layers = 24,
+  .heads = 16,
+  .kv = 16,
+  .head_dim = 128,
+  .max_pos = 128000,
+  .eps = 1e-6f,
+  .theta = 5000000.f,
+  .act = "silu",
+  .bos = -1,
+  .eos = -1,
+  .moe = &qwen3_vl_moe_moe,
+};
+static const sm_recipe qwen3_vl_moe_recipe = {
+  .attn_bias = SM_BIAS_QKVO,
+  .qk_norm = SM_QK_NORM_HEAD,
+};
+const sm_family sm_family_qwen3_vl_moe_text = {
+  .model_type = "qwen3_vl_moe_text",
+  .description = "Qwen3-VL-MoE text model (Qwen3-MoE block, interleaved mrope on text positions)",
+  .example = "mlx-community/Qwen3-VL-30B-A3B-Instruct-4bit",
+  .defaults = &qwen3_vl_moe_text_defaults,
+  .names = &sm_names_qwen3,
+  .recipe = &qwen3_vl_moe_recipe,
+  .moe = &qwen_moe,
+  .notes =
+    "images through the vision-language checkpoint's tower (smelt arch: vision-language); video input is not supported",
 };
 
 /* ---- Qwen2-MoE (Qwen2MoeConfig): q/k/v biases, a shared expert with a sigmoid gate */

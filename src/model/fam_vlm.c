@@ -1,13 +1,13 @@
 /* Vision-language packagings (family.h): the LM of these checkpoints is a registered text family under
  * "language_model." (mlx-vlm's and mlx-lm's layout), next to a vision tower under the skip prefixes,
- * which src/vision loads for gemma3, mistral3, qwen2_vl, qwen2_5_vl, qwen3_vl, idefics3 and smolvlm (image
- * input). */
+ * which src/vision loads for gemma3, mistral3, qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, idefics3 and
+ * smolvlm (image input). */
 #include <string.h>
 #include "model/family.h"
 
 bool sm_vlm_images(const char *t) {
   return t && (!strcmp(t, "gemma3") || !strcmp(t, "mistral3") || !strcmp(t, "qwen2_5_vl") || !strcmp(t, "qwen3_vl") ||
-               !strcmp(t, "qwen2_vl") || !strcmp(t, "idefics3") || !strcmp(t, "smolvlm"));
+               !strcmp(t, "qwen2_vl") || !strcmp(t, "qwen3_vl_moe") || !strcmp(t, "idefics3") || !strcmp(t, "smolvlm"));
 }
 
 static const char *const vision_skip[] = {"vision_tower.", "multi_modal_projector.", NULL};
@@ -60,6 +60,16 @@ const sm_vlm_packaging sm_vlm_qwen3_vl = {
   .description = "Qwen3-VL (text model: qwen3_vl_text)",
   .example = "mlx-community/Qwen3-VL-4B-Instruct-4bit",
   .defaults = &qwen3_vl_defaults,
+  .lm_prefix = "language_model.",
+  .skip = vision_skip,
+};
+
+static const sm_config_defaults qwen3_vl_moe_defaults = {.type = "qwen3_vl_moe", .text_type = "qwen3_vl_moe_text"};
+const sm_vlm_packaging sm_vlm_qwen3_vl_moe = {
+  .model_type = "qwen3_vl_moe",
+  .description = "Qwen3-VL-MoE (text model: qwen3_vl_moe_text)",
+  .example = "mlx-community/Qwen3-VL-30B-A3B-Instruct-4bit",
+  .defaults = &qwen3_vl_moe_defaults,
   .lm_prefix = "language_model.",
   .skip = vision_skip,
 };

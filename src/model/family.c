@@ -9,9 +9,9 @@ extern const sm_family sm_family_llama, sm_family_mistral, sm_family_ministral3,
   sm_family_exaone4, sm_family_glm4, sm_family_cohere2, sm_family_gemma4_text, sm_family_qwen3_moe, sm_family_qwen2_moe,
   sm_family_mixtral, sm_family_gpt_oss, sm_family_glm4_moe, sm_family_deepseek_v3, sm_family_glm4_moe_lite,
   sm_family_lfm2, sm_family_lfm2_moe, sm_family_nemotron_h, sm_family_granitemoehybrid, sm_family_qwen3_5_text,
-  sm_family_qwen3_next, sm_family_qwen3_5_moe_text;
+  sm_family_qwen3_next, sm_family_qwen3_5_moe_text, sm_family_qwen3_vl_moe_text;
 extern const sm_vlm_packaging sm_vlm_gemma3, sm_vlm_mistral3, sm_vlm_qwen2_5_vl, sm_vlm_qwen3_vl, sm_vlm_gemma4,
-  sm_vlm_qwen3_5, sm_vlm_qwen3_5_moe, sm_vlm_idefics3, sm_vlm_smolvlm, sm_vlm_qwen2_vl;
+  sm_vlm_qwen3_5, sm_vlm_qwen3_5_moe, sm_vlm_idefics3, sm_vlm_smolvlm, sm_vlm_qwen2_vl, sm_vlm_qwen3_vl_moe;
 
 static const sm_family *const g_families[] = {
   &sm_family_llama,
@@ -35,6 +35,7 @@ static const sm_family *const g_families[] = {
   &sm_family_qwen2_vl_text,
   /* mixtures of experts (fam_moe.c) */
   &sm_family_qwen3_moe,
+  &sm_family_qwen3_vl_moe_text,
   &sm_family_qwen2_moe,
   &sm_family_mixtral,
   &sm_family_gpt_oss,
@@ -54,8 +55,8 @@ static const sm_family *const g_families[] = {
 };
 
 static const sm_vlm_packaging *const g_vlms[] = {
-  &sm_vlm_gemma3,  &sm_vlm_mistral3,    &sm_vlm_qwen2_5_vl, &sm_vlm_qwen3_vl, &sm_vlm_gemma4,
-  &sm_vlm_qwen3_5, &sm_vlm_qwen3_5_moe, &sm_vlm_idefics3,   &sm_vlm_smolvlm,  &sm_vlm_qwen2_vl,
+  &sm_vlm_gemma3,      &sm_vlm_mistral3, &sm_vlm_qwen2_5_vl, &sm_vlm_qwen3_vl, &sm_vlm_gemma4,       &sm_vlm_qwen3_5,
+  &sm_vlm_qwen3_5_moe, &sm_vlm_idefics3, &sm_vlm_smolvlm,    &sm_vlm_qwen2_vl, &sm_vlm_qwen3_vl_moe,
 };
 
 const sm_family *sm_family_find(const char *model_type) {

@@ -380,6 +380,12 @@ static const struct {
    {"rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE,
     "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE},
    HEAD},
+  {"qwen3_vl_moe_text",
+   NULL,
+   "",
+   {"rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE,
+    "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " " ATTN_OUT " " MOE},
+   HEAD},
   /* Qwen2-MoE: the shared expert and its sigmoid gate */
   {"qwen2_moe",
    NULL,
