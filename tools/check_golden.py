@@ -560,7 +560,9 @@ def forward(cfg, W, ids, n_prefill=None, embeds=None, rope_pos=None, deepstack=N
     in both directions (Gemma 3)."""
     tc, mt, outer = text_config(cfg)
     if mt in HYBRID:
-        return forward_hybrid(cfg, W, ids, tc, mt)
+        if deepstack is not None or groups is not None:
+            raise NotImplementedError("%s: deepstack / image groups in a hybrid model" % mt)
+        return forward_hybrid(cfg, W, ids, tc, mt, embeds=embeds, rope_pos=rope_pos)
     fam = Fam(mt, tc)
     pre = "language_model." if any(k.startswith("language_model.") for k in W) else ""
     H = tc["hidden_size"]
@@ -890,8 +892,11 @@ def mamba2(W, p, h, tc, mt, eps):
     return out
 
 
-def forward_hybrid(cfg, W, ids, tc, mt):
-    """logits [T, vocab] of a hybrid model's prompt ids (float64)"""
+def forward_hybrid(cfg, W, ids, tc, mt, embeds=None, rope_pos=None):
+    """logits [T, vocab] of a hybrid model's prompt ids (float64). Images (Qwen3.5, tools/golden_vision.py):
+    embeds = (rows, [len(rows), hidden]) input embeddings of those rows; rope_pos [3, T]: M-RoPE positions of
+    the attention layers (the rope dict's mrope_section, interleaved, on the partial rotary dims; without
+    them, text positions: the M-RoPE of three equal positions is the plain RoPE)"""
     moe_mt, mt = mt, HYBRID_BASE.get(mt, mt)  # the MoE variants: the layers of the dense family
     pre = "language_model." if any(k.startswith("language_model.") for k in W) else ""
     root = pre + ("backbone." if mt == "nemotron_h" else "model.")
@@ -913,6 +918,10 @@ def forward_hybrid(cfg, W, ids, tc, mt):
     x = W[root + ("embeddings.weight" if mt == "nemotron_h" else "embed_tokens.weight")][ids].copy()
     if mult:
         x = x * tc.get("embedding_multiplier", 1.0)
+    if embeds is not None:
+        x[np.asarray(embeds[0])] = embeds[1]
+    if rope_pos is not None and mt != "qwen3_5_text":
+        raise NotImplementedError("%s: M-RoPE positions" % mt)
     resid = tc.get("residual_multiplier", 1.0) if mult else 1.0
     # Qwen3-Next/3.5's RMSNorms scale by (1 + w): the MLX converter stored 1 + w, which is what W holds
     for i, kind in enumerate(kinds):
@@ -941,7 +950,16 @@ def forward_hybrid(cfg, W, ids, tc, mt):
                         "partial_rotary_factor" not in tc:
                     prf = 0.25
                 rot = int(hd * prf)
-                q, k = rope_half(q, pos, theta, rot), rope_half(k, pos, theta, rot)
+                if rope_pos is not None:
+                    # Qwen3_5TextRotaryEmbedding: M-RoPE always interleaved (it reads no mrope_interleaved),
+                    # mrope_section [11, 11, 10] when the rope dict has none; rotate-half on the rot dims
+                    mr = dict(tc.get("rope_scaling") or tc.get("rope_parameters") or {})
+                    mr.setdefault("mrope_section", [11, 11, 10])
+                    mr["mrope_interleaved"] = True
+                    mc, ms = mrope_tables({"rope_parameters": mr, "rope_theta": theta}, rot, rope_pos)
+                    q, k = apply_rope(q, mc, ms, rot, False), apply_rope(k, mc, ms, rot, False)
+                else:
+                    q, k = rope_half(q, pos, theta, rot), rope_half(k, pos, theta, rot)
             scale = tc.get("attention_multiplier", 1.0) if mult else hd ** -0.5
             o = sdpa(q, k, v, scale)
             if gate is not None:

@@ -31,6 +31,11 @@ The families (written from transformers' modeling code, float64, on the dequanti
               experts with softmax top-k routing renormalized, interleaved M-RoPE, deepstack); its experts
               stacked as mlx-vlm's sanitize leaves them (switch_mlp.{gate,up,down}_proj [E, I, H] / [E, H, I]),
               its routers 8-bit g64 (mlx-vlm's quant_predicate), its head untied as in Qwen3-VL-30B-A3B
+  qwen3_5     Qwen3.5 (natively multimodal): qwen3_vl's tower without deepstack (vision_config model_type qwen3_5,
+              deepstack_visual_indexes []) next to a Qwen3.5 hybrid text model (text_config qwen3_5_text: Gated
+              DeltaNet layers and gated attention layers with partial rotary, (1 + w) norms stored as 1 + w as
+              mlx-vlm's sanitize leaves them, conv1d [C, K, 1]); interleaved M-RoPE on the attention layers' rotary
+              dims, image rows into the embeddings (no deepstack)
   gemma3      SigLIP encoder, average pool, (1 + w) RMSNorm, projection; the image's tokens attend
               each other in both directions
   mistral3    Pixtral encoder (2-D RoPE, RMSNorm, gated SiLU), RMSNorm, 2x2 patch merger, projector
@@ -71,9 +76,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = os.path.join(ROOT, "tests", "vision", "data", "images", "rgb_45x30.jpg")
 N_GEN = 40
 Q32 = {"group_size": 32, "bits": 4}
-QWEN = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe")  # the Qwen families: grid pixels, M-RoPE, model.visual
-# a family whose vision tower is another's (the same modules, names and forward)
-TOWER = {"qwen3_vl_moe": "qwen3_vl"}
+QWEN = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5")  # the Qwen families: grid pixels, M-RoPE,
+# model.visual
+# a family whose vision tower is another's (the same modules, names and forward; Qwen3.5's: Qwen3-VL's without deepstack)
+TOWER = {"qwen3_vl_moe": "qwen3_vl", "qwen3_5": "qwen3_vl"}
 # the text model type a config.json names -> the check_golden family of the same forward (the numpy reference runs
 # the twin; make_golden writes its weights): Qwen3-VL-MoE's text model is qwen3_moe's blocks (q/k head norms, the
 # mixture on every layer with decoder_sparse_step 1, softmax top-k renormalized: Qwen3VLMoeTextTopKRouter always
@@ -91,6 +97,7 @@ SPECIAL = {
     "qwen2_vl": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
     "qwen3_vl": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
     "qwen3_vl_moe": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
+    "qwen3_5": {"<|vision_start|>": 256, "<|vision_end|>": 257, "<|image_pad|>": 258},
     "gemma3": {"<start_of_image>": 256, "<end_of_image>": 257, "<image_soft_token>": 258},
     "mistral3": {"[IMG]": 256, "[IMG_BREAK]": 257, "[IMG_END]": 258},
     "smolvlm": dict([("<fake_token_around_image>", 256), ("<image>", 257), ("<global-img>", 258)] +
@@ -170,6 +177,27 @@ FIXTURES = [
                    temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3),
          quant=["vision_tower.blocks.1.attn.proj"],
          prompt="<|vision_start|><|image_pad|><|vision_end|>Say it"),
+    # Qwen3.5 (natively multimodal, model_type qwen3_5): Qwen3-VL's tower without deepstack (vision_config model_type
+    # qwen3_5 as the released config.json names it, deepstack_visual_indexes []) next to make_golden's qwen3_5 hybrid
+    # text model (its fixture's weights layout and quantization), three fields changed so that the image's M-RoPE
+    # positions show in the logits: head_dim 32 (rotary dims 32 * 0.25 = 8: 4 frequencies, room for all three axes,
+    # interleaved T H W T by mrope_section [2, 1, 1]; head_dim 16 leaves 2, no W axis), full_attention_interval 2
+    # (Gated DeltaNet on layers 0 and 2, gated attention on 1 and 3), rope_theta 1000 (at 1e7 the H and W
+    # frequencies of 4 are 0.018 and 3e-4 rad a position: a wrong W position moves no logit by 5e-4). The seed:
+    # every greedy margin >= 0.1, no special or eos id generated; swapping the H and W positions moves the prompt
+    # logits by up to 2.6, W = T by 0.6, the sectioned (not interleaved) layout by 0.7, text positions by 5.5
+    dict(name="qwen3_5_vision", lm="qwen3_5_q4_g64_bf16", seed=175,
+         vision=dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64, patch_size=4,
+                     spatial_merge_size=2, temporal_patch_size=2, in_channels=3, num_position_embeddings=16,
+                     deepstack_visual_indexes=[], hidden_act="gelu_pytorch_tanh", model_type="qwen3_5"),
+         text=dict(head_dim=32, full_attention_interval=2,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.25,
+                                    "mrope_section": [2, 1, 1], "mrope_interleaved": True}),
+         top=dict(image_token_id=258, vision_start_token_id=256, vision_end_token_id=257),
+         proc=dict(size={"shortest_edge": 64, "longest_edge": 960}, patch_size=4, merge_size=2,
+                   temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3),
+         quant=["vision_tower.blocks.1.attn.proj"],
+         prompt="Hi <|vision_start|><|image_pad|><|vision_end|>Say it"),
     dict(name="gemma3_vision", lm="gemma3_vlm_q4_g64_bf16", seed=33,
          vision=dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                      num_attention_heads=2, patch_size=4, image_size=32, layer_norm_eps=1e-6,
@@ -341,7 +369,7 @@ def vision_spec(fx):
 
 def fx_type(fx):
     return {"qwen2_5_vl_vision": "qwen2_5_vl", "qwen2_vl_vision": "qwen2_vl", "qwen3_vl_vision": "qwen3_vl",
-            "qwen3_vl_moe_vision": "qwen3_vl_moe", "gemma3_vision": "gemma3",
+            "qwen3_vl_moe_vision": "qwen3_vl_moe", "qwen3_5_vision": "qwen3_5", "gemma3_vision": "gemma3",
             "mistral3_vision": "mistral3", "smolvlm_vision": "smolvlm"}[fx["name"]]
 
 
@@ -802,6 +830,8 @@ def build(fx, seed):
         return build_smolvlm(fx, g, c, tensors, used, Wv)
     if "config_type" in g:
         return build_moe(fx, g, c, tensors, used, Wv)
+    if g["model_type"] in check_golden.HYBRID:
+        return build_hybrid(fx, g, c, tensors, used, Wv)
     cfg = packaging_config(g, c)
     cfg["vision_config"] = dict(fx["vision"])
     cfg.update(fx["top"])
@@ -900,6 +930,59 @@ def build_moe(fx, g, c, tensors, used, Wv):
     return g, c, cfg, tensors, W
 
 
+def build_hybrid(fx, g, c, tensors, used, Wv):
+    """a hybrid text model (Qwen3.5: Gated DeltaNet + gated attention) as make_golden writes it (mlx-lm's / mlx-vlm's
+    sanitized layout: language_model.model.*, the (1 + w) norms stored as 1 + w, conv1d [C, K, 1], A_log float32)
+    next to the tower: config.json as make_golden.smelt_config packages it (model_type qwen3_5, text_config
+    qwen3_5_text) with the fixture's vision_config and special tokens, the quantization block under the tensors'
+    names. W: the written tensors read back and dequantized as check_golden reads a fixture (what its hybrid forward
+    takes: norms 1 + w, conv [C, K, 1]), checked against the reference weights make_golden built (HF layout)"""
+    cfg = packaging_config(g, c)
+    cfg["vision_config"] = dict(fx["vision"])
+    cfg.update(fx["top"])
+    if g["quant"] is not None:
+        qb = make_golden.quant_block(g)
+        for m in fx["quant"]:
+            qb[m] = dict(Q32)
+        for k in qb:
+            if isinstance(qb[k], dict) and k + ".scales" not in tensors:
+                raise RuntimeError("quantization entry %s names no quantized tensor" % k)
+        cfg["quantization"] = qb
+        cfg["quantization_config"] = qb
+    W = check_golden.weights_from_st(cfg, make_golden.st_arrays(tensors))
+    want = {}
+    for k, v in used.items():
+        if k == "lm_head.weight" and c.get("tie_word_embeddings", False):
+            continue
+        v = np.asarray(v, dtype=np.float64)
+        if make_golden.zero_centered(g["model_type"], k):
+            v = v + 1.0
+        elif v.ndim == 3:  # depthwise conv [C, 1, K] -> mlx [C, K, 1]
+            v = v.transpose(0, 2, 1)
+        want[make_golden.mlx_name(g, k)] = v
+    want.update(Wv)
+    if set(W) != set(want):
+        raise RuntimeError("written tensors %s, reference %s" % (sorted(set(W) - set(want))[:4],
+                                                                 sorted(set(want) - set(W))[:4]))
+    for k, v in want.items():
+        if W[k].shape != v.shape or np.abs(W[k] - v).max() > 0:
+            raise RuntimeError("%s read back differs from the reference weight" % k)
+    return g, c, cfg, tensors, W
+
+
+def hybrid_hf_weight(g, k, w):
+    """transformers' value of a W entry of a hybrid text model (mlx layout, as check_golden takes it): the (1 + w)
+    norms back to w (Qwen3_5RMSNorm scales by 1 + weight), the depthwise conv [C, K, 1] back to nn.Conv1d's [C, 1, K]"""
+    if not k.startswith("language_model."):
+        return w
+    hf = k[len("language_model."):]
+    if make_golden.zero_centered(g["model_type"], hf):
+        return w - 1.0
+    if hf.endswith("conv1d.weight") and w.ndim == 3:
+        return w.transpose(0, 2, 1)
+    return w
+
+
 def smolvlm_pixels(fx):
     """the SmolVLM image processor's frames [F, 3, S, S] (tools/vision_ref.py), rows, cols of the split"""
     img = Image.open(IMAGE).convert("RGB")
@@ -965,7 +1048,7 @@ def numpy_reference(fx, g, c, cfg, W):
     text = expand(fx, fx["prompt"], *(split or (rows, cols)))
     ids = tokenize(fx, text)
     img_tok = SPECIAL[mt][{"qwen2_5_vl": "<|image_pad|>", "qwen2_vl": "<|image_pad|>", "qwen3_vl": "<|image_pad|>",
-                           "qwen3_vl_moe": "<|image_pad|>", "gemma3": "<image_soft_token>",
+                           "qwen3_vl_moe": "<|image_pad|>", "qwen3_5": "<|image_pad|>", "gemma3": "<image_soft_token>",
                            "mistral3": "[IMG]", "smolvlm": "<image>"}[mt]]
     img_rows = [i for i, t in enumerate(ids) if t == img_tok]
     assert len(img_rows) == len(emb), (len(img_rows), len(emb))
@@ -1166,6 +1249,111 @@ def hf_experts(experts, have):
     return out
 
 
+def qwen3_5_config(g, c, tc, vc, kw):
+    """AutoConfig.for_model("qwen3_5") (Qwen3_5Config: Qwen3_5TextConfig, Qwen3_5VisionConfig; the vision_config's
+    model_type "qwen3_5" is read as qwen3_5_vision, as for the released checkpoints). The text config's rope_scaling
+    None is left out (Qwen3.5 reads rope_parameters); a key a strict config class refuses (e.g. the vision config's
+    deepstack_visual_indexes: Qwen3.5's tower has no deepstack) is dropped and reported, never one the forward
+    depends on; then the layer types, head_dim and the rope dict the text model will use are checked"""
+    from transformers import AutoConfig
+    tc, vc = copy.deepcopy(tc), copy.deepcopy(vc)
+    if "rope_scaling" in tc and tc["rope_scaling"] is None:
+        tc.pop("rope_scaling")
+    keep = {"model_type", "rope_parameters", "head_dim", "full_attention_interval", "layer_types", "hidden_size",
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size",
+            "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+            "linear_conv_kernel_dim", "rms_norm_eps", "depth", "num_heads", "out_hidden_size", "patch_size",
+            "spatial_merge_size", "temporal_patch_size", "num_position_embeddings", "hidden_act", "in_channels"}
+    dropped = []
+    for _ in range(20):
+        try:
+            hcfg = AutoConfig.for_model("qwen3_5", text_config=tc, vision_config=vc, **kw)
+            break
+        except TypeError as e:
+            bad = [(nm, d, k) for nm, d in (("text", tc), ("vision", vc)) for k in d if "'%s'" % k in str(e)]
+            if not bad or any(k in keep for _, _, k in bad):
+                raise
+            for nm, d, k in bad:
+                d.pop(k)
+                dropped.append("%s.%s" % (nm, k))
+    else:
+        raise RuntimeError("could not build a qwen3_5 config")
+    if dropped:
+        print("  config keys not accepted by transformers' qwen3_5 config: %s" % dropped)
+    t = hcfg.text_config
+    want_types = ["full_attention" if k == "attention" else "linear_attention"
+                  for k in check_golden.hybrid_layer_types(c["model_type"], c, c["num_hidden_layers"])]
+    rp = dict(getattr(t, "rope_parameters", None) or {})
+    want_rp = c["rope_parameters"]
+    got = (list(t.layer_types), t.head_dim, list(rp.get("mrope_section") or []), rp.get("partial_rotary_factor"),
+           rp.get("rope_theta"))
+    want = (want_types, c["head_dim"], list(want_rp["mrope_section"]), want_rp["partial_rotary_factor"],
+            want_rp["rope_theta"])
+    if got != want:
+        raise RuntimeError("transformers' qwen3_5 text config: (layer types, head_dim, mrope_section, partial rotary, "
+                           "theta) %s, the fixture's %s" % (got, want))
+    return hcfg
+
+
+def qwen3_5_check_model(model, c):
+    """the model AutoModelForImageTextToText made of the qwen3_5 config: Qwen3_5ForConditionalGeneration, a tower
+    without deepstack, the text rotary embedding's frequencies (partial: head_dim * partial_rotary_factor / 2 of them)
+    and M-RoPE sections those of the numpy reference"""
+    if type(model).__name__ != "Qwen3_5ForConditionalGeneration":
+        raise RuntimeError("AutoModelForImageTextToText made a %s" % type(model).__name__)
+    deep = [n for n in model.state_dict() if "deepstack" in n]
+    if deep:
+        raise RuntimeError("the qwen3_5 tower has deepstack parameters %s" % deep[:2])
+    rot = model.model.language_model.rotary_emb
+    rp = c["rope_parameters"]
+    n = int(c["head_dim"] * rp["partial_rotary_factor"])
+    inv = 1.0 / (rp["rope_theta"] ** (np.arange(0, n, 2, dtype=np.float64) / n))
+    got = rot.inv_freq.double().numpy()
+    if got.shape != inv.shape or np.abs(got - inv).max() > 1e-6 * inv.max() or \
+            list(getattr(rot, "mrope_section", [])) != list(rp["mrope_section"]):
+        raise RuntimeError("transformers' text rotary embedding: inv_freq %s, mrope_section %s; the reference %s, %s" % (
+            got, getattr(rot, "mrope_section", None), inv, rp["mrope_section"]))
+    print("  %s: text rotary %d frequencies, mrope_section %s (interleaved), layer types %s" % (
+        type(model).__name__, len(got), list(rot.mrope_section), list(model.config.text_config.layer_types)))
+
+
+def image_features_check(model, extra, ref):
+    """the model's image features (get_image_features: the tower and its merger) against the numpy reference's"""
+    import torch
+    with torch.no_grad():
+        f = model.model.get_image_features(extra["pixel_values"], extra["image_grid_thw"])
+    f = getattr(f, "pooler_output", f)
+    if isinstance(f, (list, tuple)):
+        f = torch.cat(list(f), 0)
+    f = f.reshape(-1, f.shape[-1]).double().numpy()
+    if f.shape != ref["emb"].shape:
+        raise RuntimeError("transformers' image features %s, the reference's %s" % (f.shape, ref["emb"].shape))
+    ferr = float(np.abs(f - ref["emb"]).max())
+    print("  transformers vs numpy: image features max |diff| %.2e" % ferr)
+    if ferr > 2e-3:
+        raise RuntimeError("transformers' image features and the numpy reference differ (%.3g)" % ferr)
+
+
+def qwen3_5_recompute(model, extra, ref, greedy, margins):
+    """generate() and the numpy greedy ids differ: greedy by full recomputation (the image in every forward,
+    mm_token_type_ids 0 on the generated tokens), as make_golden's reference does where generate() differs (it may
+    suppress the config's eos id under min_new_tokens, which no runtime does): the recomputation wins"""
+    import torch
+    seq, rmarg = list(ref["ids"]), []
+    with torch.no_grad():
+        for _ in range(N_GEN):
+            kw = dict(extra, mm_token_type_ids=torch.tensor([[1 if t == 258 else 0 for t in ref["ids"]] +
+                                                             [0] * (len(seq) - len(ref["ids"]))]))
+            last = model(input_ids=torch.tensor([seq]), **kw).logits[0, -1].double().numpy()
+            top2 = np.sort(last)[-2:]
+            rmarg.append(float(top2[1] - top2[0]))
+            seq.append(int(np.argmax(last)))
+    gen = seq[len(ref["ids"]):]
+    print("  NOTE: generate() and the numpy greedy ids differ; full recomputation %s numpy: using the recomputation" % (
+        "equals" if gen == ref["gen"] else "also differs from"))
+    return gen, rmarg
+
+
 def transformers_reference(fx, g, c, cfg, W, ref):
     """the same model in transformers (float32): image features and logits, compared with the numpy
     reference; returns the transformers logits/greedy ids (the fixture's reference then)"""
@@ -1184,8 +1372,12 @@ def transformers_reference(fx, g, c, cfg, W, ref):
     # transformers 5 ties by the top-level flag: the fixture's own
     kw["tie_word_embeddings"] = bool(c.get("tie_word_embeddings", False)) and mt != "smolvlm"
     try:
-        hcfg = moe_config(mt, tc, vc, kw) if mt == "qwen3_vl_moe" else \
-            AutoConfig.for_model(mt, text_config=tc, vision_config=vc, **kw)
+        if mt == "qwen3_vl_moe":
+            hcfg = moe_config(mt, tc, vc, kw)
+        elif mt == "qwen3_5":
+            hcfg = qwen3_5_config(g, c, tc, vc, kw)
+        else:
+            hcfg = AutoConfig.for_model(mt, text_config=tc, vision_config=vc, **kw)
     except Exception as e:  # noqa: BLE001
         # Qwen2-VL's mlp_ratio is an int in the released configs (4); a strictly typed Qwen2VLVisionConfig may refuse
         # the fixture's 1.5: build it with an int, then set the ratio past the type check (the modeling code only
@@ -1205,6 +1397,8 @@ def transformers_reference(fx, g, c, cfg, W, ref):
             raise RuntimeError("AutoModelForImageTextToText made a %s (fc1 %d)" % (type(model).__name__, fc1))
     if mt == "qwen3_vl_moe" and type(model).__name__ != "Qwen3VLMoeForConditionalGeneration":
         raise RuntimeError("AutoModelForImageTextToText made a %s" % type(model).__name__)
+    if mt == "qwen3_5":
+        qwen3_5_check_model(model, c)
     names = list(model.state_dict().keys())
     sd = {}
     experts = {}  # mlx-vlm's stacked experts, by layer: fused back into transformers' layout below
@@ -1232,6 +1426,8 @@ def transformers_reference(fx, g, c, cfg, W, ref):
                 cand = [n for n in names if n == hk2]
         if not cand:
             raise RuntimeError("no transformers parameter for %s (%s)" % (k, hk))
+        if g["model_type"] in check_golden.HYBRID:  # (1 + w) norms, conv1d layout: transformers' own
+            w = hybrid_hf_weight(g, k, w)
         t = torch.tensor(w, dtype=torch.float32)
         target = model.state_dict()[cand[0]]
         if t.ndim in (4, 5) and tuple(t.shape) != tuple(target.shape):  # MLX conv layout -> PyTorch
@@ -1260,6 +1456,8 @@ def transformers_reference(fx, g, c, cfg, W, ref):
         extra = dict(pixel_values=inp["pixel_values"].float(), image_grid_thw=inp["image_grid_thw"])
         # transformers 5 takes the image tokens' places for M-RoPE from the processor's mm_token_type_ids
         extra["mm_token_type_ids"] = torch.tensor([[1 if t == 258 else 0 for t in ref["ids"]]])
+        if mt == "qwen3_5":
+            image_features_check(model, extra, ref)
     elif mt == "smolvlm":
         extra = smolvlm_transformers_inputs(fx, model, img, ref)
     elif mt == "gemma3":
@@ -1283,6 +1481,8 @@ def transformers_reference(fx, g, c, cfg, W, ref):
                              eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
     greedy = gen.sequences[0, len(ref["ids"]):].tolist()
     margins = [float(np.diff(np.sort(s[0].double().numpy())[-2:])[0]) for s in gen.scores]
+    if mt == "qwen3_5" and greedy != ref["gen"]:
+        greedy, margins = qwen3_5_recompute(model, extra, ref, greedy, margins)
     err = float(np.abs(logits - ref["logits"]).max())
     print("  transformers vs numpy: logits max |diff| %.2e, greedy %s" % (err, "equal" if greedy == ref["gen"] else "DIFFERENT"))
     if err > 2e-3:
@@ -1325,7 +1525,13 @@ def diagnose(mt, model, extra, ref, ids, logits, cfg, W):
         print("  text-only logits: %s: %s" % (type(e).__name__, str(e)[:200]))
     if mt in QWEN:
         try:
-            pos, _ = model.model.get_rope_index(ids, extra["image_grid_thw"], None, attention_mask=torch.ones_like(ids))
+            if mt == "qwen3_5":  # get_rope_index(input_ids, mm_token_type_ids, image_grid_thw, ...)
+                pos, _ = model.model.get_rope_index(ids, mm_token_type_ids=extra["mm_token_type_ids"],
+                                                    image_grid_thw=extra["image_grid_thw"],
+                                                    attention_mask=torch.ones_like(ids))
+            else:
+                pos, _ = model.model.get_rope_index(ids, extra["image_grid_thw"], None,
+                                                    attention_mask=torch.ones_like(ids))
             mine, _ = get_rope_index(ref["ids"], ref["ids"][ref["span"][0]], ref["rows"], ref["cols"])
             print("  rope index: transformers %s, equal %s" % (tuple(pos.shape), bool(np.array_equal(pos[:, 0].numpy(), mine))))
         except Exception as e:  # noqa: BLE001

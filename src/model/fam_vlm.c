@@ -1,13 +1,14 @@
 /* Vision-language packagings (family.h): the LM of these checkpoints is a registered text family under
  * "language_model." (mlx-vlm's and mlx-lm's layout), next to a vision tower under the skip prefixes,
- * which src/vision loads for gemma3, mistral3, qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, idefics3 and
- * smolvlm (image input). */
+ * which src/vision loads for gemma3, mistral3, qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, qwen3_5,
+ * qwen3_5_moe, idefics3 and smolvlm (image input). */
 #include <string.h>
 #include "model/family.h"
 
 bool sm_vlm_images(const char *t) {
   return t && (!strcmp(t, "gemma3") || !strcmp(t, "mistral3") || !strcmp(t, "qwen2_5_vl") || !strcmp(t, "qwen3_vl") ||
-               !strcmp(t, "qwen2_vl") || !strcmp(t, "qwen3_vl_moe") || !strcmp(t, "idefics3") || !strcmp(t, "smolvlm"));
+               !strcmp(t, "qwen2_vl") || !strcmp(t, "qwen3_vl_moe") || !strcmp(t, "qwen3_5") ||
+               !strcmp(t, "qwen3_5_moe") || !strcmp(t, "idefics3") || !strcmp(t, "smolvlm"));
 }
 
 static const char *const vision_skip[] = {"vision_tower.", "multi_modal_projector.", NULL};
@@ -86,7 +87,7 @@ const sm_vlm_packaging sm_vlm_gemma4 = {
 };
 
 /* Qwen3.5 / 3.6: mlx-lm and mlx-vlm write the text model under "language_model." (mlx-lm drops the vision
- * tower) */
+ * tower; mlx-vlm keeps Qwen3-VL's, without deepstack) */
 static const sm_config_defaults qwen3_5_defaults = {.type = "qwen3_5", .text_type = "qwen3_5_text"};
 const sm_vlm_packaging sm_vlm_qwen3_5 = {
   .model_type = "qwen3_5",

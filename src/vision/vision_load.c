@@ -391,13 +391,15 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
   smelt_status st;
   char n[320];
   const char *vt = m->cfg.vlm_type;
-  v->kind = !strcmp(vt, "qwen2_5_vl")                              ? SM_VIT_QWEN25
-          : !strcmp(vt, "qwen3_vl") || !strcmp(vt, "qwen3_vl_moe") ? SM_VIT_QWEN3
-          : !strcmp(vt, "qwen2_vl")                                ? SM_VIT_QWEN2
-          : !strcmp(vt, "gemma3")                                  ? SM_VIT_SIGLIP
-          : !strcmp(vt, "mistral3")                                ? SM_VIT_PIXTRAL
-          : !strcmp(vt, "idefics3") || !strcmp(vt, "smolvlm")      ? SM_VIT_IDEFICS3
-                                                                   : 0;
+  v->kind = !strcmp(vt, "qwen2_5_vl") ? SM_VIT_QWEN25
+          : !strcmp(vt, "qwen3_vl") || !strcmp(vt, "qwen3_vl_moe") || !strcmp(vt, "qwen3_5") ||
+                !strcmp(vt, "qwen3_5_moe")
+            ? SM_VIT_QWEN3
+          : !strcmp(vt, "qwen2_vl")                           ? SM_VIT_QWEN2
+          : !strcmp(vt, "gemma3")                             ? SM_VIT_SIGLIP
+          : !strcmp(vt, "mistral3")                           ? SM_VIT_PIXTRAL
+          : !strcmp(vt, "idefics3") || !strcmp(vt, "smolvlm") ? SM_VIT_IDEFICS3
+                                                              : 0;
   if (!v->kind) return sm_err(SMELT_ERR_UNSUPPORTED, "image input is not supported for %s checkpoints", vt);
   if (!cJSON_IsObject(vcj)) return sm_err(SMELT_ERR_FORMAT, "%s: config.json has no \"vision_config\" object", m->dir);
   const bool q2 = v->kind == SM_VIT_QWEN2, qwen = v->kind == SM_VIT_QWEN25 || v->kind == SM_VIT_QWEN3 || q2;
