@@ -188,6 +188,31 @@ static smelt_status pos_table(ld *l, const char *name, int npos) {
   return SMELT_OK;
 }
 
+/* SigLIP's embeddings and post-LayerNorm, under root (Gemma 3: "vision_tower.vision_model.", Idefics3:
+ * "vision_model."): image_size / patch_size patches a side, learned positions, layer_norm_eps */
+static smelt_status siglip_common(ld *l, cfg vc, const char *root, bool *has_bias) {
+  sm_vision *v = l->v;
+  int image_size;
+  double d;
+  char n[320];
+  smelt_status st;
+  if ((st = get_int(vc, "image_size", 1, 1 << 14, 224, &image_size)) || (st = get_num(vc, "layer_norm_eps", 1e-6, &d)))
+    return st;
+  v->eps = (float)d;
+  v->layernorm = true;
+  v->side = image_size / v->patch;
+  if (v->side * v->patch != image_size)
+    return sm_err(SMELT_ERR_FORMAT, "%s: image_size is not a multiple of patch_size", l->m->dir);
+  snprintf(n, sizeof n, "%sembeddings.patch_embedding", root);
+  if ((st = patch_conv(l, n, v->hidden, 1, v->patch, has_bias))) return st;
+  snprintf(n, sizeof n, "%sembeddings.position_embedding", root);
+  if ((st = pos_table(l, n, v->side * v->side))) return st;
+  snprintf(n, sizeof n, "%spost_layernorm.weight", root);
+  if ((st = vec(l, n, v->hidden, &v->post_w, false))) return st;
+  snprintf(n, sizeof n, "%spost_layernorm.bias", root);
+  return vec(l, n, v->hidden, &v->post_b, false);
+}
+
 static smelt_status block(ld *l, const char *p, sm_vit_layer *L) {
   sm_vision *v = l->v;
   const int H = v->hidden, I = v->inter;
@@ -519,14 +544,8 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
       break;
     }
     case SM_VIT_SIGLIP: {
-      int image_size, mm_tokens;
-      if ((st = get_int(vc, "image_size", 1, 1 << 14, 224, &image_size))) return st;
-      if ((st = get_num(vc, "layer_norm_eps", 1e-6, &d))) return st;
-      v->eps = (float)d;
-      v->layernorm = true;
-      v->side = image_size / v->patch;
-      if (v->side * v->patch != image_size)
-        return sm_err(SMELT_ERR_FORMAT, "%s: image_size is not a multiple of patch_size", m->dir);
+      int mm_tokens;
+      if ((st = siglip_common(&l, vc, "vision_tower.vision_model.", &has_bias))) return st;
       cfg tc = {m->cfg.text, "text_config"};
       if ((st = get_int(top, "mm_tokens_per_image", 1, 1 << 20, 256, &mm_tokens)) ||
           (st = get_int(tc, "mm_tokens_per_image", 1, 1 << 20, mm_tokens, &mm_tokens)))
@@ -535,14 +554,7 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
       if (v->mm_side * v->mm_side != mm_tokens || v->side % v->mm_side)
         return sm_err(SMELT_ERR_FORMAT, "%s: mm_tokens_per_image %d does not pool the %dx%d patch grid", m->dir,
                       mm_tokens, v->side, v->side);
-      if ((st = patch_conv(&l, "vision_tower.vision_model.embeddings.patch_embedding", v->hidden, 1, v->patch,
-                           &has_bias)))
-        return st;
-      if ((st = pos_table(&l, "vision_tower.vision_model.embeddings.position_embedding", v->side * v->side))) return st;
-      if ((st = vec(&l, "vision_tower.vision_model.post_layernorm.weight", v->hidden, &v->post_w, false)) ||
-          (st = vec(&l, "vision_tower.vision_model.post_layernorm.bias", v->hidden, &v->post_b, false)) ||
-          (st = vec(&l, "multi_modal_projector.mm_soft_emb_norm.weight", v->hidden, &v->mm_norm, false)))
-        return st;
+      if ((st = vec(&l, "multi_modal_projector.mm_soft_emb_norm.weight", v->hidden, &v->mm_norm, false))) return st;
       /* mm_input_projection_weight is [vision hidden][text hidden] (an einsum, not a Linear) */
       const sm_tensor *pw = sm_load_take(m, ctx, "multi_modal_projector.mm_input_projection_weight");
       if (!pw || pw->ndim != 2 || pw->shape[0] != v->hidden || pw->shape[1] != v->out_dim ||
@@ -564,21 +576,8 @@ static smelt_status load_tower(sm_vision *v, sm_load_ctx *ctx) {
       break;
     }
     case SM_VIT_IDEFICS3: {
-      int image_size;
-      if ((st = get_int(vc, "image_size", 1, 1 << 14, 224, &image_size)) ||
-          (st = get_int(top, "scale_factor", 1, 16, 2, &v->merge)))
-        return st;
-      if ((st = get_num(vc, "layer_norm_eps", 1e-6, &d))) return st;
-      v->eps = (float)d;
-      v->layernorm = true;
-      v->side = image_size / v->patch;
-      if (v->side * v->patch != image_size)
-        return sm_err(SMELT_ERR_FORMAT, "%s: image_size is not a multiple of patch_size", m->dir);
-      if ((st = patch_conv(&l, "vision_model.embeddings.patch_embedding", v->hidden, 1, v->patch, &has_bias)))
-        return st;
-      if ((st = pos_table(&l, "vision_model.embeddings.position_embedding", v->side * v->side))) return st;
-      if ((st = vec(&l, "vision_model.post_layernorm.weight", v->hidden, &v->post_w, false)) ||
-          (st = vec(&l, "vision_model.post_layernorm.bias", v->hidden, &v->post_b, false)) ||
+      if ((st = get_int(top, "scale_factor", 1, 16, 2, &v->merge)) ||
+          (st = siglip_common(&l, vc, "vision_model.", &has_bias)) ||
           (st = lin(&l, "connector.modality_projection.proj", v->out_dim, (int64_t)v->hidden * v->merge * v->merge,
                     &v->mm_proj, NULL, false)))
         return st;
