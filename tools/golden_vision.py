@@ -254,6 +254,24 @@ def vision_spec(fx):
 
     def vec(name, n, kind="vec"):
         out.append((name, (n,), kind))
+
+    def siglip(e):
+        """SigLIP's embeddings, encoder and post-LayerNorm under root e (Gemma 3, SmolVLM)"""
+        p = v["patch_size"]
+        out.append((e + "embeddings.patch_embedding.weight", (H, p, p, 3), "conv"))
+        vec(e + "embeddings.patch_embedding.bias", H, "bias")
+        out.append((e + "embeddings.position_embedding.weight", ((v["image_size"] // p) ** 2, H), "emb"))
+        for i in range(v["num_hidden_layers"]):
+            b = e + "encoder.layers.%d." % i
+            for nm in ("layer_norm1", "layer_norm2"):
+                vec(b + nm + ".weight", H)
+                vec(b + nm + ".bias", H, "bias")
+            for nm in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                lin(b + "self_attn." + nm, H, H)
+            lin(b + "mlp.fc1", I, H)
+            lin(b + "mlp.fc2", H, I)
+        vec(e + "post_layernorm.weight", H)
+        vec(e + "post_layernorm.bias", H, "bias")
     if mt == "qwen2_vl":  # Qwen2VisionTransformerPretrainedModel, as mlx-vlm names it
         p, t = v["patch_size"], v["temporal_patch_size"]
         out.append(("vision_tower.patch_embed.proj.weight", (H, t, p, p, 3), "conv"))
@@ -307,43 +325,11 @@ def vision_spec(fx):
                 lin(pre + "linear_fc1", M, M)
                 lin(pre + "linear_fc2", T, M)
     elif mt == "gemma3":
-        p = v["patch_size"]
-        npos = (v["image_size"] // p) ** 2
-        e = "vision_tower.vision_model."
-        out.append((e + "embeddings.patch_embedding.weight", (H, p, p, 3), "conv"))
-        vec(e + "embeddings.patch_embedding.bias", H, "bias")
-        out.append((e + "embeddings.position_embedding.weight", (npos, H), "emb"))
-        for i in range(v["num_hidden_layers"]):
-            b = e + "encoder.layers.%d." % i
-            for nm in ("layer_norm1", "layer_norm2"):
-                vec(b + nm + ".weight", H)
-                vec(b + nm + ".bias", H, "bias")
-            for nm in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                lin(b + "self_attn." + nm, H, H)
-            lin(b + "mlp.fc1", I, H)
-            lin(b + "mlp.fc2", H, I)
-        vec(e + "post_layernorm.weight", H)
-        vec(e + "post_layernorm.bias", H, "bias")
+        siglip("vision_tower.vision_model.")
         vec("multi_modal_projector.mm_soft_emb_norm.weight", H, "gemma_norm")
         out.append(("multi_modal_projector.mm_input_projection_weight", (H, T), "raw"))
     elif mt == "smolvlm":
-        p = v["patch_size"]
-        npos = (v["image_size"] // p) ** 2
-        e = "vision_model."
-        out.append((e + "embeddings.patch_embedding.weight", (H, p, p, 3), "conv"))
-        vec(e + "embeddings.patch_embedding.bias", H, "bias")
-        out.append((e + "embeddings.position_embedding.weight", (npos, H), "emb"))
-        for i in range(v["num_hidden_layers"]):
-            b = e + "encoder.layers.%d." % i
-            for nm in ("layer_norm1", "layer_norm2"):
-                vec(b + nm + ".weight", H)
-                vec(b + nm + ".bias", H, "bias")
-            for nm in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                lin(b + "self_attn." + nm, H, H)
-            lin(b + "mlp.fc1", I, H)
-            lin(b + "mlp.fc2", H, I)
-        vec(e + "post_layernorm.weight", H)
-        vec(e + "post_layernorm.bias", H, "bias")
+        siglip("vision_model.")
         sf = fx["top"]["scale_factor"]
         lin("connector.modality_projection.proj", T, H * sf * sf, bias=False)
     else:

@@ -338,28 +338,68 @@ static smelt_status enc_qwen(sm_vision *v, sm_vimage *im, sm_venc *e) {
   return st;
 }
 
-static smelt_status enc_siglip(sm_vision *v, sm_vimage *im, sm_venc *e) {
+/* Idefics3VisionEmbeddings' position ids of a frame of nb x nb patches in a table of side N: fractions
+ * i / nb bucketized by the boundaries 1/N, 2/N, ... (torch.arange in float32, values computed in
+ * double; bucketize with right=True), so that a frame of another size reuses the table's grid */
+static void idefics3_pos_ids(int nb, int N, int32_t *out) {
+  const double bs = 1.0 / N, fs = (double)(1.0f / (float)nb);
+  const int nbd = (int)ceil((1.0 - bs) / bs);
+  for (int i = 0; i < nb; i++) {
+    const float f = (float)(i * fs);
+    int k = 0;
+    while (k < nbd && (float)(bs + k * bs) <= f) k++;
+    out[i] = k;
+  }
+}
+
+/* SigLIP (Gemma 3, Idefics3) over an image's frames of gh x gh patches at once, each attending only
+ * within itself: the patch embedding, the learned positions (Gemma 3: the table in order; Idefics3:
+ * the bucketized ids, the same in every frame), the blocks, post-LayerNorm into v->buf[B_XB] */
+static smelt_status siglip_frames(sm_vision *v, sm_vimage *im, bool bucketed) {
   sm_backend *be = v->be;
-  const int side = v->side, n = side * side, H = v->hidden, ms = v->mm_side, k = side / ms, nt = ms * ms;
+  const int fs = im->gh, P = fs * fs, F = im->frames, n = F * P, H = v->hidden;
   smelt_status st = alloc_work(v, n, (size_t)n * v->patch_k);
   if (st) return st;
-  int32_t *order = sm_xmalloc(sizeof(int32_t) * 2 * (size_t)n);
-  for (int r = 0; r < n; r++) {
-    order[2 * r] = r / side;
-    order[2 * r + 1] = r % side;
+  int32_t *order = sm_xmalloc(sizeof(int32_t) * 2 * (size_t)P);
+  for (int r = 0; r < P; r++) {
+    order[2 * r] = r / fs;
+    order[2 * r + 1] = r % fs;
   }
-  float *P = patch_rows(v, im, order, n), *x = v->buf[B_X];
+  float *Pm = sm_xmalloc(sizeof(float) * (size_t)n * v->patch_k), *x = v->buf[B_X];
+  for (int f = 0; f < F; f++) frame_rows(v, im, f, order, P, Pm + (size_t)f * P * v->patch_k);
   free(order);
-  be->upload(be, v->buf[B_P], P, sizeof(float) * (size_t)n * v->patch_k);
-  free(P);
+  be->upload(be, v->buf[B_P], Pm, sizeof(float) * (size_t)n * v->patch_k);
+  free(Pm);
   be->matmul(be, SM_MM_OTHER, &v->patch_w, v->buf[B_P], n, x);
   if (v->patch_b) be->add_rows(be, x, v->patch_b, n, H);
-  be->add(be, x, v->pos_embed, (size_t)n * H);
-  const int32_t seg[2] = {0, n};
-  enc_args a = {n, NULL, seg, 1, NULL, 0};
+  if (bucketed) {
+    int32_t *b1 = sm_xmalloc(sizeof(int32_t) * (size_t)fs), *idx = sm_xmalloc(sizeof(int32_t) * (size_t)n);
+    idefics3_pos_ids(fs, v->side, b1);
+    for (int i = 0; i < n; i++) idx[i] = b1[(i % P) / fs] * v->side + b1[(i % P) % fs];
+    free(b1);
+    const int32_t *di = ibuf(v, 1, idx, (size_t)n);
+    free(idx);
+    if (!di) return sm_err(SMELT_ERR_OOM, "vision positions");
+    be->gather_rows(be, v->buf[B_T], v->pos_embed, di, n, H);
+    be->add(be, x, v->buf[B_T], (size_t)n * H);
+  } else {
+    for (int f = 0; f < F; f++) be->add(be, x + (size_t)f * P * H, v->pos_embed, (size_t)P * H);
+  }
+  int32_t *seg = sm_xmalloc(sizeof(int32_t) * (size_t)(F + 1));
+  for (int f = 0; f <= F; f++) seg[f] = f * P;
+  enc_args a = {n, NULL, seg, F, NULL, 0};
   for (int l = 0; l < v->layers; l++) block(v, l, &a, x);
+  free(seg);
+  be->layernorm(be, v->buf[B_XB], x, v->post_w, v->post_b, n, H, v->eps);
+  return SMELT_OK;
+}
+
+static smelt_status enc_siglip(sm_vision *v, sm_vimage *im, sm_venc *e) {
+  sm_backend *be = v->be;
+  const int side = im->gh, H = v->hidden, ms = v->mm_side, k = side / ms, nt = ms * ms;
+  smelt_status st = siglip_frames(v, im, false);
+  if (st) return st;
   float *xb = v->buf[B_XB], *acc = v->buf[B_T], *tmp = v->buf[B_P];
-  be->layernorm(be, xb, x, v->post_w, v->post_b, n, H, v->eps);
   /* k x k average pool: k*k gathers of the pooled grid's cells, summed, scaled */
   int32_t *idx = sm_xmalloc(sizeof(int32_t) * (size_t)nt * k * k);
   for (int dy = 0; dy < k; dy++)
@@ -418,20 +458,6 @@ static smelt_status enc_pixtral(sm_vision *v, sm_vimage *im, sm_venc *e) {
   return SMELT_OK;
 }
 
-/* Idefics3VisionEmbeddings' position ids of a frame of nb x nb patches in a table of side N: fractions
- * i / nb bucketized by the boundaries 1/N, 2/N, ... (torch.arange in float32, values computed in
- * double; bucketize with right=True), so that a frame of another size reuses the table's grid */
-static void idefics3_pos_ids(int nb, int N, int32_t *out) {
-  const double bs = 1.0 / N, fs = (double)(1.0f / (float)nb);
-  const int nbd = (int)ceil((1.0 - bs) / bs);
-  for (int i = 0; i < nb; i++) {
-    const float f = (float)(i * fs);
-    int k = 0;
-    while (k < nbd && (float)(bs + k * bs) <= f) k++;
-    out[i] = k;
-  }
-}
-
 /* Idefics3 / SmolVLM: the frames (tiles, then the whole image) through SigLIP at once, each attending
  * only within itself; post-layernorm; the connector's pixel shuffle (scale s: each output token the
  * s x s block of patch rows, row-major, concatenated) as a gather, then its projection */
@@ -439,49 +465,19 @@ static smelt_status enc_idefics3(sm_vision *v, sm_vimage *im, sm_venc *e) {
   sm_backend *be = v->be;
   const int fs = im->gh, P = fs * fs, F = im->frames, n = F * P, H = v->hidden, s = v->merge, ms = v->mm_side;
   const int nt = ms * ms;
-  smelt_status st = alloc_work(v, n, (size_t)n * v->patch_k);
+  smelt_status st = siglip_frames(v, im, true);
   if (st) return st;
-  int32_t *order = sm_xmalloc(sizeof(int32_t) * 2 * (size_t)P);
-  for (int r = 0; r < P; r++) {
-    order[2 * r] = r / fs;
-    order[2 * r + 1] = r % fs;
-  }
-  float *Pm = sm_xmalloc(sizeof(float) * (size_t)n * v->patch_k), *x = v->buf[B_X], *xb = v->buf[B_XB];
-  for (int f = 0; f < F; f++) frame_rows(v, im, f, order, P, Pm + (size_t)f * P * v->patch_k);
-  free(order);
-  be->upload(be, v->buf[B_P], Pm, sizeof(float) * (size_t)n * v->patch_k);
-  free(Pm);
-  be->matmul(be, SM_MM_OTHER, &v->patch_w, v->buf[B_P], n, x);
-  if (v->patch_b) be->add_rows(be, x, v->patch_b, n, H);
-  /* position embeddings: the same ids in every frame */
-  int32_t *b1 = sm_xmalloc(sizeof(int32_t) * (size_t)fs), *idx = sm_xmalloc(sizeof(int32_t) * (size_t)n);
-  int32_t *seg = sm_xmalloc(sizeof(int32_t) * (size_t)(F + 1));
-  idefics3_pos_ids(fs, v->side, b1);
-  for (int i = 0; i < n; i++) idx[i] = b1[(i % P) / fs] * v->side + b1[(i % P) % fs];
-  for (int f = 0; f <= F; f++) seg[f] = f * P;
-  free(b1);
-  const int32_t *di = ibuf(v, 1, idx, (size_t)n);
-  if (!di) st = sm_err(SMELT_ERR_OOM, "vision positions");
-  if (!st) {
-    be->gather_rows(be, v->buf[B_T], v->pos_embed, di, n, H);
-    be->add(be, x, v->buf[B_T], (size_t)n * H);
-    enc_args a = {n, NULL, seg, F, NULL, 0};
-    for (int l = 0; l < v->layers; l++) block(v, l, &a, x);
-    be->layernorm(be, xb, x, v->post_w, v->post_b, n, H, v->eps);
-    /* output token t of frame f: rows (ty * s + dy, tx * s + dx) of the frame, dy-major */
-    for (int f = 0, i = 0; f < F; f++)
-      for (int t = 0; t < nt; t++)
-        for (int k = 0; k < s * s; k++, i++) idx[i] = f * P + ((t / ms) * s + k / s) * fs + (t % ms) * s + k % s;
-    const int32_t *dg = ibuf(v, 0, idx, (size_t)n);
-    if (!dg) st = sm_err(SMELT_ERR_OOM, "vision indexes");
-    else {
-      be->gather_rows(be, v->buf[B_P], xb, dg, n, H);
-      be->matmul(be, SM_MM_OTHER, &v->mm_proj, v->buf[B_P], F * nt, e->embd);
-    }
-  }
+  /* output token t of frame f: rows (ty * s + dy, tx * s + dx) of the frame, dy-major */
+  int32_t *idx = sm_xmalloc(sizeof(int32_t) * (size_t)n);
+  for (int f = 0, i = 0; f < F; f++)
+    for (int t = 0; t < nt; t++)
+      for (int k = 0; k < s * s; k++, i++) idx[i] = f * P + ((t / ms) * s + k / s) * fs + (t % ms) * s + k % s;
+  const int32_t *dg = ibuf(v, 0, idx, (size_t)n);
   free(idx);
-  free(seg);
-  return st;
+  if (!dg) return sm_err(SMELT_ERR_OOM, "vision indexes");
+  be->gather_rows(be, v->buf[B_P], v->buf[B_XB], dg, n, H);
+  be->matmul(be, SM_MM_OTHER, &v->mm_proj, v->buf[B_P], F * nt, e->embd);
+  return SMELT_OK;
 }
 
 /* ---------------- cache ---------------- */
