@@ -60,7 +60,13 @@ typedef struct {
   size_t conv_floats, ssm_floats;
   float **conv, **ssm; /* [n_layers] backend buffers; NULL for attention layers */
   int tp_id;           /* tensor parallelism: the other ranks' copy of this cache (src/model/tp.c) */
+  /* Layers of their own shape (Gemma 4): per layer its KV heads and head size ([n_layers], else NULL: all
+   * n_kv_heads x head_dim). The model passes backends a copy with the layer's shape in n_kv_heads / head_dim;
+   * k[l] / v[l] are NULL for a layer that attends over another layer's K/V. */
+  int *layer_kv_heads, *layer_head_dim;
 } sm_kv_cache;
+/* bytes of one position of layer l's K (or V) */
+size_t sm_kv_row_bytes(const sm_kv_cache *kv, int layer);
 
 /* Rows of a batch whose input embedding is given instead of looked up (images in a prompt): batch rows
  * [row, row + n) take the rows of src (a backend buffer, n x hidden floats); deep[l] (l < n_deep):
@@ -184,6 +190,7 @@ typedef enum {
   SM_MM_REC_OUT, /* recurrent mixers (hybrid models): into and out of the mixer */
   SM_MM_MLA_UK,  /* multi-head latent attention: a head's query into the latent space (matmul_experts) */
   SM_MM_MLA_UV,  /* ... and the attended latent out to the head's values (matmul_experts) */
+  SM_MM_PLE,     /* per-layer inputs (Gemma 4): the embeddings' projection, a layer's gate and output */
   SM_MM_ROLES
 } sm_mm_role;
 const char *sm_mm_role_name(sm_mm_role r);

@@ -2,6 +2,7 @@
  * kv_quant.h). Hand-written: llama.cpp's block formats are tied to its ggml tensors, and the layout
  * here is per head row so that attention reads a head's keys without touching the other heads'. */
 #include "backend/kv_quant.h"
+#include "backend/backend.h"
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -110,4 +111,10 @@ void sm_kv_dequantize_tail(float *out, const void *src, sm_dtype dt, int head_di
 
 void sm_kv_dequantize_row(float *out, const void *src, sm_dtype dt, int head_dim) {
   sm_kv_dequantize_tail(out, src, dt, head_dim, 0);
+}
+
+size_t sm_kv_row_bytes(const sm_kv_cache *kv, int layer) {
+  const int nkv = kv->layer_kv_heads ? kv->layer_kv_heads[layer] : kv->n_kv_heads;
+  const int hd = kv->layer_head_dim ? kv->layer_head_dim[layer] : kv->head_dim;
+  return (size_t)nkv * sm_kv_head_bytes(kv->dtype, hd);
 }

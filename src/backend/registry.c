@@ -34,7 +34,7 @@ const char *sm_mm_role_name(sm_mm_role r) {
   static const char *const names[SM_MM_ROLES] = {"other",       "q",         "k",           "v",           "o",
                                                  "gate",        "up",        "down",        "lm_head",     "router",
                                                  "expert_gate", "expert_up", "expert_down", "shared_gate", "attn_gate",
-                                                 "rec_in",      "rec_out",   "mla_uk",      "mla_uv"};
+                                                 "rec_in",      "rec_out",   "mla_uk",      "mla_uv",      "ple"};
   return (unsigned)r < SM_MM_ROLES ? names[r] : "?";
 }
 

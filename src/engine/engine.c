@@ -852,6 +852,11 @@ static smelt_status kv_copy(sm_engine *e, sm_seq *s, int layer, int t0, int n, v
                   "KV export and import (prompt caches, saved sessions) are not "
                   "supported for models with recurrent layers (%s)",
                   e->m->cfg.model_type);
+  if (e->kv.layer_head_dim)
+    return sm_err(SMELT_ERR_UNSUPPORTED,
+                  "KV export and import (prompt caches, saved sessions) are not supported for models whose layers "
+                  "have their own K/V shapes or share K/V (%s)",
+                  e->m->cfg.model_type);
   if (layer < 0 || layer >= e->kv.n_layers) return sm_err(SMELT_ERR_INVALID, "KV layer %d out of range", layer);
   if (t0 < 0 || n < 0 || t0 + n > s->n_blk * e->p.block_size)
     return sm_err(SMELT_ERR_INVALID, "KV tokens [%d, %d) outside the sequence's blocks", t0, t0 + n);
@@ -920,24 +925,24 @@ bool sm_engine_set_prefix_tier(sm_engine *e, const sm_prefix_tier *t) {
   return true;
 }
 
-/* bytes of one block of one layer, K or V */
-static size_t block_layer_bytes(const sm_engine *e) {
-  return (size_t)e->p.block_size * e->kv.n_kv_heads * sm_kv_head_bytes(e->kv.dtype, e->kv.head_dim);
+/* bytes of one block of layer l, K or V */
+static size_t block_layer_bytes(const sm_engine *e, int l) {
+  return (size_t)e->p.block_size * sm_kv_row_bytes(&e->kv, l);
 }
 
 size_t sm_engine_block_bytes(const sm_engine *e) {
   size_t n = 0;
   for (int l = 0; l < e->kv.n_layers; l++) /* K, and V where it is not K's buffer (multi-head latent attention) */
-    if (e->kv.k[l]) n += (e->kv.v[l] == e->kv.k[l] ? 1 : 2) * block_layer_bytes(e);
+    if (e->kv.k[l]) n += (e->kv.v[l] == e->kv.k[l] ? 1 : 2) * block_layer_bytes(e, l);
   return n;
 }
 
 void sm_engine_block_read(sm_engine *e, int blk, void *host) {
   sm_backend *be = e->m->be;
-  const size_t lb = block_layer_bytes(e);
   char *h = host;
   for (int l = 0; l < e->kv.n_layers; l++) {
     if (!e->kv.k[l]) continue;
+    const size_t lb = block_layer_bytes(e, l);
     be->download(be, h, (const char *)e->kv.k[l] + (size_t)blk * lb, lb);
     h += lb;
     if (e->kv.v[l] == e->kv.k[l]) continue;
@@ -948,10 +953,10 @@ void sm_engine_block_read(sm_engine *e, int blk, void *host) {
 
 void sm_engine_block_write(sm_engine *e, int blk, const void *host) {
   sm_backend *be = e->m->be;
-  const size_t lb = block_layer_bytes(e);
   const char *h = host;
   for (int l = 0; l < e->kv.n_layers; l++) {
     if (!e->kv.k[l]) continue;
+    const size_t lb = block_layer_bytes(e, l);
     be->upload(be, (char *)e->kv.k[l] + (size_t)blk * lb, h, lb);
     h += lb;
     if (e->kv.v[l] == e->kv.k[l]) continue;

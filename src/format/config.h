@@ -6,12 +6,14 @@
 #include <cjson/cJSON.h>
 
 typedef enum {
-  SM_ROPE_NONE = 0, /* "default" / absent / "mrope" (text positions: all three sections get the same position) */
-  SM_ROPE_LINEAR,   /* positions / factor */
-  SM_ROPE_LLAMA3,   /* factor, low/high_freq_factor, original_max_position_embeddings */
-  SM_ROPE_DYNAMIC,  /* dynamic NTK: factor (+ max_position_embeddings) */
-  SM_ROPE_YARN,     /* factor, original_max_pos, beta_fast/slow, attention_factor, mscale(_all_dim), truncate */
-  SM_ROPE_LONGROPE, /* phi3 "longrope"/"su": short/long factor lists stay in json (rope_params) */
+  SM_ROPE_NONE = 0,     /* "default" / absent / "mrope" (text positions: all three sections get the same position) */
+  SM_ROPE_LINEAR,       /* positions / factor */
+  SM_ROPE_LLAMA3,       /* factor, low/high_freq_factor, original_max_position_embeddings */
+  SM_ROPE_DYNAMIC,      /* dynamic NTK: factor (+ max_position_embeddings) */
+  SM_ROPE_YARN,         /* factor, original_max_pos, beta_fast/slow, attention_factor, mscale(_all_dim), truncate */
+  SM_ROPE_LONGROPE,     /* phi3 "longrope"/"su": short/long factor lists stay in json (rope_params) */
+  SM_ROPE_PROPORTIONAL, /* Gemma 4: 1 / theta^(2i / head_dim) for the first partial_rotary_factor of the head's
+                         * frequencies, 0 (no rotation) for the rest, / factor; the whole head is the rotary dim */
 } sm_rope_type;
 
 #define SM_MAX_LAYERS 1024 /* num_hidden_layers range */
@@ -132,6 +134,15 @@ typedef struct {
   int32_t eos_ids[16];
   int32_t bos_id; /* -1 if none; eos from config AND generation_config (union) */
   float final_logit_softcapping, attn_logit_softcapping, query_pre_attn_scalar; /* 0 if absent */
+  /* Gemma 4 (0 / false for other families): full-attention layers' own head size (global_head_dim) and, with
+   * attention_k_eq_v, their KV heads (num_global_key_value_heads; their keys are also their values); the last
+   * kv_shared_layers layers attend over the K/V of the last earlier layer of their kind, with an MLP twice as wide
+   * under double_wide_mlp; per-layer inputs of ple_dim floats a layer (hidden_size_per_layer_input) from a table
+   * of ple_vocab rows (vocab_size_per_layer_input). per_layer_config ({"<layer>": {"head_dim", "num_key_value_heads"}},
+   * newer transformers) overrides a layer's shape: layer_head_dim / layer_kv_heads (0: the model's). */
+  int global_head_dim, global_kv_heads, kv_shared_layers, ple_dim, ple_vocab;
+  bool attn_k_eq_v, double_wide_mlp;
+  uint16_t layer_head_dim[SM_MAX_LAYERS], layer_kv_heads[SM_MAX_LAYERS];
   /* quantization ("quantization" or "quantization_config" block): default bits/group_size (0 = unquantized)
    * and mode (sm_qmode: affine, mxfp4, mxfp8, nvfp4) */
   int q_bits, q_group_size, q_mode;
@@ -174,6 +185,9 @@ typedef struct {
   const sm_moe_defaults *moe; /* mixture-of-experts families: their MoE defaults (NULL: not MoE) */
   const sm_rec_config *rec;   /* hybrid families: the recurrent-layer defaults (NULL: attention only) */
   const sm_mla_config *mla;   /* multi-head latent attention families: their class defaults (NULL: none) */
+  /* Gemma 4: read its per-layer shape fields (sm_config global_head_dim ...), with these class defaults */
+  bool per_layer_shapes;
+  int global_head_dim, ple_dim, ple_vocab;
 } sm_config_defaults;
 /* the defaults of a model_type, NULL when unknown (generic PretrainedConfig defaults then apply) */
 typedef const sm_config_defaults *(*sm_config_defaults_fn)(const char *model_type);

@@ -1,7 +1,7 @@
 /* Gemma, Gemma 2 and Gemma 3 (text model): RMSNorm scaled by (1 + w), embeddings times
  * sqrt(hidden_size), GELU (tanh) gating, tied head. Gemma 2 adds post-attention/post-MLP norms,
  * logit softcapping and alternating sliding-window layers; Gemma 3 q/k norms and a local RoPE base
- * for its sliding layers. Gemma 4 is known (config) but not runnable: see its notes. */
+ * for its sliding layers. Gemma 4 (below) sizes its full layers apart and shares K/V between layers. */
 #include "model/family.h"
 
 extern const sm_tensor_names sm_names_llama;
@@ -164,15 +164,49 @@ const sm_family sm_family_gemma3_text = {
   .recipe = &gemma3_recipe,
 };
 
-/* Gemma4TextConfig: known so that `inspect` and the loader name it; not runnable */
+/* Gemma 4 (dense: E2B, E4B, 31B): plain-w RMSNorm, q/k norms and weightless v norms with attention scale 1,
+ * full layers with their own head size (global_head_dim), proportional RoPE and, with attention_k_eq_v, keys
+ * as values; the last num_kv_shared_layers layers read the K/V of the last earlier layer of their kind; per-layer
+ * input embeddings (hidden_size_per_layer_input); a scalar per layer; final logit softcapping. Class defaults of
+ * transformers' Gemma4TextConfig. */
+static const sm_tensor_names gemma4_names = {
+  .root = "model.",
+  .embed = "embed_tokens",
+  .final_norm = "norm",
+  .lm_head = "lm_head",
+  .layers = "layers",
+  .t =
+    {
+      [SM_T_ATTN_NORM] = "input_layernorm",
+      [SM_T_Q] = "self_attn.q_proj",
+      [SM_T_K] = "self_attn.k_proj",
+      [SM_T_V] = "self_attn.v_proj",
+      [SM_T_O] = "self_attn.o_proj",
+      [SM_T_Q_NORM] = "self_attn.q_norm",
+      [SM_T_K_NORM] = "self_attn.k_norm",
+      [SM_T_ATTN_OUT_NORM] = "post_attention_layernorm",
+      [SM_T_FFN_NORM] = "pre_feedforward_layernorm",
+      [SM_T_GATE] = "mlp.gate_proj",
+      [SM_T_UP] = "mlp.up_proj",
+      [SM_T_DOWN] = "mlp.down_proj",
+      [SM_T_FFN_OUT_NORM] = "post_feedforward_layernorm",
+      [SM_T_PLE_GATE] = "per_layer_input_gate",
+      [SM_T_PLE_PROJ] = "per_layer_projection",
+      [SM_T_PLE_NORM] = "post_per_layer_input_norm",
+      [SM_T_LAYER_SCALAR] = "layer_scalar",
+    },
+  .ple_embed = "embed_tokens_per_layer",
+  .ple_proj = "per_layer_model_projection",
+  .ple_norm = "per_layer_projection_norm",
+};
 static const sm_config_defaults gemma4_text_defaults = {
   .type = "gemma4_text",
   .vocab = 262144,
-  .hidden = 1536,
-  .inter = 6144,
-  .layers = 35,
+  .hidden = 2304,
+  .inter = 9216,
+  .layers = 30,
   .heads = 8,
-  .kv = 1,
+  .kv = 4,
   .head_dim = 256,
   .max_pos = 131072,
   .eps = 1e-6f,
@@ -183,16 +217,32 @@ static const sm_config_defaults gemma4_text_defaults = {
   .sliding = 512,
   .bos = 2,
   .eos = 1,
-  .final_softcap = 30.f,
-  .sw_pattern = 5,
+  .sw_pattern = 6,
   .local_theta = 10000.f,
   .gemma_act = true,
+  .per_layer_shapes = true,
+  .global_head_dim = 512,
+  .ple_dim = 256,
+  .ple_vocab = 262144,
+};
+static const sm_recipe gemma4_recipe = {
+  .attn_bias = SM_BIAS_QKVO,
+  .qk_norm = SM_QK_NORM_HEAD,
+  .embed_scale_sqrt = true,
+  .softcaps = true,
+  .attn_scale = SM_ATTN_SCALE_ONE,
+  .window = SM_WIN_PATTERN,
+  .local_rope = SM_LOCAL_ROPE_THETA,
+  .v_norm = true,
+  .layer_scalar = true,
+  .per_layer_input = true,
 };
 const sm_family sm_family_gemma4_text = {
   .model_type = "gemma4_text",
-  .description = "Gemma 4",
+  .description = "Gemma 4 (dense; per-layer head sizes, KV sharing, per-layer inputs)",
+  .example = "mlx-community/gemma-4-e2b-it-4bit",
   .defaults = &gemma4_text_defaults,
-  .notes = "not runnable: global layers have their own head size (global_head_dim) and KV heads, later layers "
-           "share earlier layers' K/V (num_kv_shared_layers), small models add per-layer input embeddings, and "
-           "full layers use proportional RoPE; the recipe and KV cache have no such per-layer shapes yet",
+  .names = &gemma4_names,
+  .recipe = &gemma4_recipe,
+  .notes = "the mixture-of-experts variant (26B-A4B, enable_moe_block) is not supported; text input only",
 };

@@ -75,15 +75,23 @@ const sm_vlm_packaging sm_vlm_qwen3_vl_moe = {
   .skip = vision_skip,
 };
 
-/* Gemma 4's text model is not runnable (fam_gemma.c); the packaging is known so that loading one names
- * that reason instead of an unknown type */
+/* Gemma 4: the text model under "language_model.model." (mlx-lm's and mlx-vlm's sanitize); the vision and
+ * audio towers and their embedders are skipped (text only) */
+static const char *const gemma4_skip[] = {"vision_tower.",
+                                          "multi_modal_projector.",
+                                          "audio_tower.",
+                                          "embed_audio.",
+                                          "embed_vision.",
+                                          "vision_embedder.",
+                                          NULL};
 static const sm_config_defaults gemma4_defaults = {.type = "gemma4", .text_type = "gemma4_text"};
 const sm_vlm_packaging sm_vlm_gemma4 = {
   .model_type = "gemma4",
-  .description = "Gemma 4 (text model: gemma4_text, not runnable)",
+  .description = "Gemma 4 checkpoints (text model: gemma4_text; no image or audio input)",
+  .example = "mlx-community/gemma-4-e2b-it-4bit",
   .defaults = &gemma4_defaults,
   .lm_prefix = "language_model.",
-  .skip = vision_skip,
+  .skip = gemma4_skip,
 };
 
 /* Qwen3.5 / 3.6: mlx-lm and mlx-vlm write the text model under "language_model." (mlx-lm drops the vision

@@ -141,9 +141,7 @@ static bool layer_rotates(const sm_recipe *r, const sm_config *c, int l, bool sl
   return true;
 }
 
-void sm_family_layer_spec(const sm_family *f, const sm_config *c, int layer, sm_layer_spec *out) {
-  const sm_recipe *r = f->recipe;
-  memset(out, 0, sizeof *out);
+static bool layer_sliding(const sm_recipe *r, const sm_config *c, int layer) {
   bool sliding = false;
   switch (r->window) {
     case SM_WIN_NONE: break;
@@ -161,17 +159,56 @@ void sm_family_layer_spec(const sm_family *f, const sm_config *c, int layer, sm_
       else sliding = c->use_sliding_window && c->sliding_window > 0 && layer >= c->max_window_layers;
       break;
   }
+  return sliding;
+}
+
+void sm_family_layer_spec(const sm_family *f, const sm_config *c, int layer, sm_layer_spec *out) {
+  const sm_recipe *r = f->recipe;
+  memset(out, 0, sizeof *out);
+  const bool sliding = layer_sliding(r, c, layer);
   out->sliding = sliding;
   out->window = sliding ? c->sliding_window : 0;
   if (!layer_rotates(r, c, layer, sliding) || c->rec.no_rope) out->rope = -1;
   else out->rope = sliding && r->local_rope != SM_LOCAL_ROPE_SAME ? 1 : 0;
   out->kind = (sm_layer_kind)c->layer_kind[layer];
   out->ffn = r->single_block ? out->kind == SM_LK_MLP : out->kind != SM_LK_MOE;
+  out->head_dim = c->head_dim;
+  out->kv_heads = c->num_key_value_heads;
+  out->ffn_dim = c->intermediate_size;
+  out->kv_src = layer;
   if (out->kind != SM_LK_ATTN) {
     out->sliding = false;
     out->window = 0;
     out->rope = -1;
+    return;
   }
+  /* Gemma 4: full layers' own head size and (keys as values) KV heads; per_layer_config overrides */
+  if (!sliding && c->global_head_dim) out->head_dim = c->global_head_dim;
+  if (!sliding && c->attn_k_eq_v) {
+    out->k_eq_v = true;
+    if (c->global_kv_heads) out->kv_heads = c->global_kv_heads;
+  }
+  if (c->layer_head_dim[layer]) out->head_dim = c->layer_head_dim[layer];
+  if (c->layer_kv_heads[layer]) out->kv_heads = c->layer_kv_heads[layer];
+  /* KV sharing: the last non-shared layer of the same kind before the shared ones */
+  const int first_shared = c->num_hidden_layers - c->kv_shared_layers;
+  if (c->kv_shared_layers > 0 && layer >= first_shared) {
+    out->kv_src = -1;
+    for (int j = first_shared - 1; j >= 0 && out->kv_src < 0; j--)
+      if (c->layer_kind[j] == SM_LK_ATTN && layer_sliding(r, c, j) == sliding) out->kv_src = j;
+    if (c->double_wide_mlp) out->ffn_dim *= 2;
+  }
+}
+
+bool sm_family_varied_layers(const sm_family *f, const sm_config *c) {
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    sm_layer_spec sp;
+    sm_family_layer_spec(f, c, l, &sp);
+    if (sp.kind == SM_LK_ATTN &&
+        (sp.head_dim != c->head_dim || sp.kv_heads != c->num_key_value_heads || sp.kv_src != l || sp.k_eq_v))
+      return true;
+  }
+  return false;
 }
 
 bool sm_family_slot_used(const sm_family *f, const sm_config *c, int layer, sm_layer_tensor s) {
@@ -182,13 +219,17 @@ bool sm_family_slot_used(const sm_family *f, const sm_config *c, int layer, sm_l
     case SM_T_ATTN_NORM:
     case SM_T_ATTN_OUT_NORM: return attn || rec;
     case SM_T_Q:
-    case SM_T_K:
-    case SM_T_V:
     case SM_T_O:
     case SM_T_QKV:
-    case SM_T_Q_NORM:
-    case SM_T_K_NORM: return attn;
+    case SM_T_Q_NORM: return attn;
+    case SM_T_K:
+    case SM_T_K_NORM: return attn && sp.kv_src == layer;
+    case SM_T_V: return attn && sp.kv_src == layer && !sp.k_eq_v;
     case SM_T_ATTN_GATE: return attn && f->recipe->attn_out_gate;
+    case SM_T_PLE_GATE:
+    case SM_T_PLE_PROJ:
+    case SM_T_PLE_NORM: return f->recipe->per_layer_input && c->ple_dim > 0;
+    case SM_T_LAYER_SCALAR: return f->recipe->layer_scalar;
     case SM_T_FFN_NORM:
     case SM_T_GATE:
     case SM_T_UP:
@@ -275,9 +316,12 @@ static void rec_slot_shape(const sm_config *c, sm_layer_tensor s, int64_t *rows,
   }
 }
 
-void sm_family_slot_shape(const sm_family *f, const sm_config *c, sm_layer_tensor s, int64_t *rows, int64_t *cols) {
-  const int64_t H = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-  const int64_t nq = (int64_t)c->num_attention_heads * hd, nkv = (int64_t)c->num_key_value_heads * hd;
+void sm_family_slot_shape(const sm_family *f, const sm_config *c, int layer, sm_layer_tensor s, int64_t *rows,
+                          int64_t *cols) {
+  sm_layer_spec sp;
+  sm_family_layer_spec(f, c, layer, &sp);
+  const int64_t H = c->hidden_size, F = sp.ffn_dim, hd = sp.head_dim;
+  const int64_t nq = (int64_t)c->num_attention_heads * hd, nkv = (int64_t)sp.kv_heads * hd;
   const bool full = f->recipe && f->recipe->qk_norm == SM_QK_NORM_FULL;
   *cols = 0;
   switch (s) {
@@ -321,6 +365,16 @@ void sm_family_slot_shape(const sm_family *f, const sm_config *c, sm_layer_tenso
       *rows = H;
       *cols = F;
       break;
+    case SM_T_PLE_GATE:
+      *rows = c->ple_dim;
+      *cols = H;
+      break;
+    case SM_T_PLE_PROJ:
+      *rows = H;
+      *cols = c->ple_dim;
+      break;
+    case SM_T_PLE_NORM: *rows = H; break;
+    case SM_T_LAYER_SCALAR: *rows = 1; break;
     case SM_T_LAYER_COUNT: *rows = 0; break;
     default: rec_slot_shape(c, s, rows, cols); break;
   }

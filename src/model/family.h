@@ -41,6 +41,12 @@ typedef enum {
   SM_T_REC_NORM,  /* the gated RMSNorm of the mixer output */
   SM_T_REC_OUT,   /* output projection */
   SM_T_ATTN_GATE, /* gated attention (recipe attn_out_gate): the q_proj rows of the gate (a row view) */
+  /* per-layer inputs (recipe per_layer_input, config ple_dim > 0; Gemma 4): after the MLP,
+   *   x += ple_norm(ple_proj(gelu_tanh(ple_gate(x)) * the layer's input)) */
+  SM_T_PLE_GATE,
+  SM_T_PLE_PROJ,
+  SM_T_PLE_NORM,
+  SM_T_LAYER_SCALAR, /* recipe layer_scalar: the layer's output times this one number ("<name>", no ".weight") */
   SM_T_LAYER_COUNT
 } sm_layer_tensor;
 
@@ -51,6 +57,9 @@ typedef struct {
   const char *lm_head;             /* at the top level: "lm_head"; absent in the checkpoint = tied to embed */
   const char *layers;              /* under root: layer l's tensors are <root><layers>.<l>.<t[slot]> */
   const char *t[SM_T_LAYER_COUNT]; /* NULL: the family has no such tensor */
+  /* per-layer inputs (recipe per_layer_input), under root: the table [ple_vocab][layers * ple_dim], the projection
+   * of the embeddings [layers * ple_dim][hidden] and its RMSNorm [ple_dim] */
+  const char *ple_embed, *ple_proj, *ple_norm;
 } sm_tensor_names;
 
 typedef enum { SM_NORM_RMS, SM_NORM_LAYER } sm_norm_kind; /* LayerNorm: mean-centred, weight only (Cohere) */
@@ -90,6 +99,7 @@ typedef enum {
   SM_ATTN_SCALE_HEAD_DIM,   /* 1/sqrt(head_dim) */
   SM_ATTN_SCALE_QPAS,       /* 1/sqrt(query_pre_attn_scalar) (Gemma 2/3) */
   SM_ATTN_SCALE_MULTIPLIER, /* config attention_multiplier (Granite) */
+  SM_ATTN_SCALE_ONE,        /* 1: the q/k norms set the scale (Gemma 4) */
 } sm_attn_scale;
 
 /* The layer recipe: how the shared forward computes one decoder layer of this family. With every
@@ -127,6 +137,12 @@ typedef struct {
   /* multi-head latent attention (mla.c; config.h sm_mla_config) instead of q/k/v projections: DeepSeek-V3 */
   bool mla;
   float mla_norm_eps; /* eps of q_a_layernorm / kv_a_layernorm (0: config rms_norm_eps) */
+  /* Gemma 4: values RMS-normalized per head without a weight; each layer's output times its layer_scalar;
+   * per-layer inputs (config ple_dim > 0: the tensors of sm_tensor_names ple_*, slots SM_T_PLE_*). The layers'
+   * own head sizes, KV heads and KV sharing come from the config (sm_layer_spec). */
+  bool v_norm;
+  bool layer_scalar;
+  bool per_layer_input;
 } sm_recipe;
 
 /* A mixture-of-experts MLP (moe.c), in the layers config.json makes sparse (sm_moe_config.moe_layer; the
@@ -206,13 +222,25 @@ typedef struct {
   int rope;           /* -1: NoPE; 0: the model's RoPE; 1: the local RoPE of sliding layers */
   sm_layer_kind kind; /* attention, recurrent, MLP-only (config.h) */
   bool ffn;           /* the layer has a feed-forward block */
+  /* attention shape: head size and KV heads (config head_dim / num_key_value_heads, or Gemma 4's full layers'
+   * own), whether the keys are also the values (no v_proj), and the layer whose K/V it attends over: itself, an
+   * earlier layer of its kind for Gemma 4's KV-shared layers (they have no k/v projections), or -1 when the
+   * config names none (the loader refuses it) */
+  int head_dim, kv_heads;
+  bool k_eq_v;
+  int kv_src;
+  int ffn_dim; /* the MLP's width (intermediate_size; twice that in Gemma 4's double-wide KV-shared layers) */
 } sm_layer_spec;
 void sm_family_layer_spec(const sm_family *f, const sm_config *c, int layer, sm_layer_spec *out);
 /* Whether layer l of this family and config has a tensor in slot s (the slot named or not). */
 bool sm_family_slot_used(const sm_family *f, const sm_config *c, int layer, sm_layer_tensor s);
 
-/* [rows, cols] of slot s of a layer (cols 0: a vector of rows floats) for this family and config. */
-void sm_family_slot_shape(const sm_family *f, const sm_config *c, sm_layer_tensor s, int64_t *rows, int64_t *cols);
+/* [rows, cols] of slot s of layer l (cols 0: a vector of rows floats) for this family and config. */
+void sm_family_slot_shape(const sm_family *f, const sm_config *c, int layer, sm_layer_tensor s, int64_t *rows,
+                          int64_t *cols);
+/* Whether some layer's attention shape differs from the config's head_dim / num_key_value_heads, or a layer reads
+ * another's K/V (Gemma 4) */
+bool sm_family_varied_layers(const sm_family *f, const sm_config *c);
 /* The activation the config selects for this family; SMELT_ERR_UNSUPPORTED (message set) if none. */
 smelt_status sm_family_act(const sm_family *f, const sm_config *c, sm_act *out);
 

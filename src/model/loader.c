@@ -153,19 +153,8 @@ static smelt_status load_linear(smelt_model *m, sm_load_ctx *ts, const char *pre
 
 /* A 1-D vector (norm weight, bias) as a float32 backend buffer; perm (may be NULL): element i of the
  * result is element perm[i] of the tensor. n_stack > 0: a [n_stack][n] tensor (stacked experts' biases). */
-smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n_stack, int64_t n0, float **out,
-                         bool optional, const int64_t *perm) {
-  const sm_tensor *t = take(m, ts, name);
-  *out = NULL;
-  if (!t) return optional ? SMELT_OK : sm_err(SMELT_ERR_FORMAT, "missing tensor %s", name);
-  if (n_stack ? (t->ndim != 2 || t->shape[0] != n_stack || t->shape[1] != n0) : (t->ndim != 1 || t->shape[0] != n0)) {
-    if (n_stack)
-      return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld, %lld]", name, (long long)n_stack,
-                    (long long)n0);
-    return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld]", name, (long long)n0);
-  }
-  const int64_t n = n_stack ? n_stack * n0 : n0;
-  float *h = sm_xmalloc(sizeof(float) * (size_t)n);
+/* the first n elements of a float tensor (f32, f16, bf16) into h */
+static smelt_status host_floats(const sm_tensor *t, const char *name, int64_t n, float *h) {
   for (int64_t i = 0; i < n; i++) {
     switch (t->dtype) {
       case SM_DT_F32: memcpy(&h[i], (const char *)t->data + 4 * i, 4); break;
@@ -179,10 +168,29 @@ smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int6
         memcpy(&v, (const char *)t->data + 2 * i, 2);
         h[i] = sm_bf16_to_f32(v);
       } break;
-      default:
-        free(h);
-        return sm_err(SMELT_ERR_UNSUPPORTED, "%s: dtype %s not supported", name, sm_dtype_name(t->dtype));
+      default: return sm_err(SMELT_ERR_UNSUPPORTED, "%s: dtype %s not supported", name, sm_dtype_name(t->dtype));
     }
+  }
+  return SMELT_OK;
+}
+
+smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n_stack, int64_t n0, float **out,
+                         bool optional, const int64_t *perm) {
+  const sm_tensor *t = take(m, ts, name);
+  *out = NULL;
+  if (!t) return optional ? SMELT_OK : sm_err(SMELT_ERR_FORMAT, "missing tensor %s", name);
+  if (n_stack ? (t->ndim != 2 || t->shape[0] != n_stack || t->shape[1] != n0) : (t->ndim != 1 || t->shape[0] != n0)) {
+    if (n_stack)
+      return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld, %lld]", name, (long long)n_stack,
+                    (long long)n0);
+    return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld]", name, (long long)n0);
+  }
+  const int64_t n = n_stack ? n_stack * n0 : n0;
+  float *h = sm_xmalloc(sizeof(float) * (size_t)n);
+  smelt_status st = host_floats(t, name, n, h);
+  if (st) {
+    free(h);
+    return st;
   }
   if (perm) {
     float *p = sm_xmalloc(sizeof(float) * (size_t)n);
@@ -259,6 +267,30 @@ static smelt_status check_recipe(smelt_model *m) {
                   m->cfg.hidden_act, m->fam->model_type);
   if (r->rope_interleaved && nm->t[SM_T_QKV])
     return sm_err(SMELT_ERR_FORMAT, "family %s: interleaved RoPE needs separate q and k", m->fam->model_type);
+  /* per-layer attention shapes (Gemma 4): each KV-shared layer has a layer to read, and the splits of a model
+   * over several devices do not know such layers yet */
+  const sm_config *c = &m->cfg;
+  m->max_q = m->max_kv = m->max_ffn = 0;
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    sm_layer_spec sp;
+    sm_family_layer_spec(m->fam, c, l, &sp);
+    if (sp.kind == SM_LK_ATTN && sp.kv_src < 0)
+      return sm_err(SMELT_ERR_FORMAT,
+                    "%s: layer %d shares K/V (num_kv_shared_layers %d) but no earlier layer has its kind", m->dir, l,
+                    c->kv_shared_layers);
+    m->max_q = SM_MAX(m->max_q, c->num_attention_heads * sp.head_dim);
+    m->max_kv = SM_MAX(m->max_kv, sp.kv_heads * sp.head_dim);
+    m->max_ffn = SM_MAX(m->max_ffn, sp.ffn_dim);
+  }
+  if (sm_family_varied_layers(m->fam, c) && (m->tp || nm->t[SM_T_QKV] || r->rope_interleaved || r->mla))
+    return sm_err(SMELT_ERR_UNSUPPORTED,
+                  "%s: layers of their own head size or shared K/V (model family %s) are not supported %s", m->dir,
+                  m->fam->model_type, m->tp ? "split over several devices" : "with this recipe");
+  if (r->per_layer_input && c->ple_dim > 0 && (!nm->ple_embed || !nm->ple_proj || !nm->ple_norm))
+    return sm_err(SMELT_ERR_FORMAT, "family %s: per-layer inputs without their tensor names", m->fam->model_type);
+  if ((r->per_layer_input && c->ple_dim > 0 && !m->be->gather_rows) || (c->attn_k_eq_v && !m->be->copy))
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: the %s backend lacks the ops of model family %s", m->dir, m->be->name,
+                  m->fam->model_type);
   /* q/k norms: the recipe's, or only when config.json's use_qk_norm says so (GLM-4 MoE) */
   m->qk_norm = r->qk_norm_if_config && m->cfg.moe.use_qk_norm != 1 ? SM_QK_NORM_NONE : r->qk_norm;
   if ((st = sm_mla_check(m))) return st;
@@ -424,10 +456,11 @@ static smelt_status read_layer(smelt_model *m, sm_load_ctx *ts, int l) {
   const sm_tensor_names *nm = m->fam->names;
   const sm_recipe *r = m->fam->recipe;
   sm_layer *L = &m->layers[l];
-  const int64_t hd = c->head_dim, nq = (int64_t)c->num_attention_heads * hd, nkv = (int64_t)c->num_key_value_heads * hd;
   char p[256], n[320];
   smelt_status st;
   sm_family_layer_spec(m->fam, c, l, &L->spec);
+  const int64_t hd = L->spec.head_dim, nq = (int64_t)c->num_attention_heads * hd, nkv = (int64_t)L->spec.kv_heads * hd;
+  L->scalar = 1.0f;
   snprintf(p, sizeof p, "%s%s%s.%d", m->prefix, m->root, nm->layers, l);
   /* interleaved RoPE: q/k rows (and their biases and norms) in rotate-half order */
   int64_t *perm_q = NULL, *perm_k = NULL, *perm_in = NULL, *perm_ba = NULL;
@@ -454,9 +487,24 @@ static smelt_status read_layer(smelt_model *m, sm_load_ctx *ts, int l) {
     if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && r->qk_norm == SM_QK_NORM_HEAD && r->rope_interleaved)
       perm = perm_q; /* first hd */
     int64_t rows, cols;
-    sm_family_slot_shape(m->fam, c, (sm_layer_tensor)s, &rows, &cols);
+    sm_family_slot_shape(m->fam, c, l, (sm_layer_tensor)s, &rows, &cols);
     snprintf(n, sizeof n, "%s.%s", p, nm->t[s]);
-    if (s == SM_T_REC_CONV) {
+    if (s == SM_T_LAYER_SCALAR) { /* a parameter of one number, read here (no ".weight") */
+      const sm_tensor *t = take(m, ts, n);
+      if (!t) {
+        st = sm_err(SMELT_ERR_FORMAT, "missing tensor %s", n);
+        goto out;
+      }
+      if (t->ndim > 1 || (t->ndim == 1 && t->shape[0] != 1)) {
+        st = sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [1]", n);
+        goto out;
+      }
+      if ((st = host_floats(t, n, 1, &L->scalar))) goto out;
+      if (!isfinite(L->scalar)) {
+        st = sm_err(SMELT_ERR_FORMAT, "%s is not a finite number", n);
+        goto out;
+      }
+    } else if (s == SM_T_REC_CONV) {
       snprintf(n, sizeof n, "%s.%s.weight", p, nm->t[s]);
       if ((st = load_conv(m, ts, n, rows, cols, &L->vec[s]))) goto out;
       snprintf(n, sizeof n, "%s.%s.bias", p, nm->t[s]);
@@ -487,12 +535,23 @@ static smelt_status read_layer(smelt_model *m, sm_load_ctx *ts, int l) {
       L->bias[SM_T_V] = L->bias[SM_T_QKV] + nq + nkv;
     }
   }
+  /* KV-shared layers (Gemma 4): the k/v projections and norms transformers keeps and ignores (mlx-lm's sanitize
+   * drops them) */
+  if (L->spec.kind == SM_LK_ATTN && L->spec.kv_src != l) {
+    const char *drop[] = {"self_attn.k_proj", "self_attn.v_proj", "self_attn.k_norm", "self_attn.v_norm"};
+    const char *sfx[] = {"weight", "scales", "biases", "bias"};
+    for (size_t i = 0; i < SM_ARRAY_LEN(drop); i++)
+      for (size_t j = 0; j < SM_ARRAY_LEN(sfx); j++) {
+        snprintf(n, sizeof n, "%s.%s.%s", p, drop[i], sfx[j]);
+        take(m, ts, n);
+      }
+  }
   if ((st = sm_moe_load_layer(m, ts, l, p))) goto out;
   if (r->mla && (st = sm_mla_load_layer(m, ts, l, p))) goto out;
   if (nm->t[SM_T_GATE_UP] && !moe && L->w[SM_T_GATE_UP].data) {
     const sm_weight *f = &L->w[SM_T_GATE_UP];
-    L->w[SM_T_GATE] = sm_weight_rows(f, 0, c->intermediate_size);
-    L->w[SM_T_UP] = sm_weight_rows(f, c->intermediate_size, c->intermediate_size);
+    L->w[SM_T_GATE] = sm_weight_rows(f, 0, L->spec.ffn_dim);
+    L->w[SM_T_UP] = sm_weight_rows(f, L->spec.ffn_dim, L->spec.ffn_dim);
   }
   /* gated attention: the q rows and the gate rows of the rearranged q_proj */
   if (r->attn_out_gate && L->w[SM_T_Q].data) {
@@ -533,6 +592,15 @@ static smelt_status read_tensors(smelt_model *m, sm_load_ctx *ts) {
   if (!m->lm_head.data) m->lm_head = m->embed;
   snprintf(n, sizeof n, "%s%s%s.weight", m->prefix, m->root, nm->final_norm);
   if ((st = load_vec(m, ts, n, H, &m->final_norm, false, NULL))) return st;
+  if (m->fam->recipe->per_layer_input && c->ple_dim > 0) { /* Gemma 4's per-layer inputs */
+    const int64_t LP = (int64_t)c->num_hidden_layers * c->ple_dim;
+    snprintf(n, sizeof n, "%s%s%s", m->prefix, m->root, nm->ple_embed);
+    if ((st = load_linear(m, ts, n, c->ple_vocab, LP, &m->ple_embed, false))) return st;
+    snprintf(n, sizeof n, "%s%s%s", m->prefix, m->root, nm->ple_proj);
+    if ((st = load_linear(m, ts, n, LP, H, &m->ple_proj, false))) return st;
+    snprintf(n, sizeof n, "%s%s%s.weight", m->prefix, m->root, nm->ple_norm);
+    if ((st = load_vec(m, ts, n, c->ple_dim, &m->ple_norm, false, NULL))) return st;
+  }
   m->layers = sm_xcalloc((size_t)c->num_hidden_layers, sizeof(sm_layer));
   for (int l = 0; l < c->num_hidden_layers; l++)
     if ((st = read_layer(m, ts, l))) return st;
@@ -641,6 +709,8 @@ smelt_status sm_model_load_weights(smelt_model *m) {
   if (m->embed.data && (st = m->be->prepare_weight(m->be, &m->embed))) return st;
   if (m->lm_head.data == m->embed.data && m->lm_head.rows == m->embed.rows) m->lm_head.dev = m->embed.dev;
   else if (m->lm_head.data && (st = m->be->prepare_weight(m->be, &m->lm_head))) return st;
+  if (m->ple_embed.data && (st = m->be->prepare_weight(m->be, &m->ple_embed))) return st;
+  if (m->ple_proj.data && (st = m->be->prepare_weight(m->be, &m->ple_proj))) return st;
   for (int l = 0; l < m->cfg.num_hidden_layers; l++)
     for (int s = 0; s < SM_T_LAYER_COUNT; s++) {
       if (s == SM_T_QKV || s == SM_T_GATE_UP || s == SM_T_REC_IN_FUSED || s == SM_T_REC_BA_FUSED) continue;
@@ -662,6 +732,8 @@ void sm_model_release_weights(smelt_model *m) {
         if (m->layers[l].w[s].dev) be->release_weight(be, &m->layers[l].w[s]);
   if (m->lm_head.dev && m->lm_head.dev != m->embed.dev) be->release_weight(be, &m->lm_head);
   if (m->embed.dev) be->release_weight(be, &m->embed);
+  if (m->ple_embed.dev) be->release_weight(be, &m->ple_embed);
+  if (m->ple_proj.dev) be->release_weight(be, &m->ple_proj);
   for (int i = 0; i < m->n_owned; i++) be->free(be, m->owned[i]);
   m->n_owned = 0;
   for (int i = 0; i < m->n_host_owned; i++) free(m->host_owned[i]);

@@ -54,6 +54,7 @@ static void setup_scales(smelt_model *m) {
       m->attn_scale = 1.0f / sqrtf(c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar : (float)c->head_dim);
       break;
     case SM_ATTN_SCALE_MULTIPLIER: m->attn_scale = c->attention_multiplier; break;
+    case SM_ATTN_SCALE_ONE: m->attn_scale = 1.0f; break;
   }
 }
 
@@ -109,6 +110,22 @@ smelt_status sm_model_load_rank(const char *dir, const smelt_model_params *param
   if (m->max_context <= 0) m->max_context = 2048;
   if ((st = sm_model_setup_rope(m))) goto fail;
   setup_scales(m);
+  if (m->fam->recipe->v_norm) { /* the weight of the values' norm: ones */
+    int hd = m->cfg.head_dim;
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) hd = SM_MAX(hd, m->layers[l].spec.head_dim);
+    float *h = sm_xmalloc(sizeof(float) * (size_t)hd);
+    for (int i = 0; i < hd; i++) h[i] = 1.0f;
+    m->ones = be->alloc(be, sizeof(float) * (size_t)hd);
+    if (m->ones) {
+      be->upload(be, m->ones, h, sizeof(float) * (size_t)hd);
+      sm_model_own(m, m->ones);
+    }
+    free(h);
+    if (!m->ones) {
+      st = sm_err(SMELT_ERR_OOM, "out of backend memory");
+      goto fail;
+    }
+  }
   char *tj = sm_path_join(dir, "tokenizer.json");
   if (sm_file_exists(tj) || sm_regular_or_absent(tj)) { /* a FIFO or device is an error, not "no tokenizer" */
     st = smelt_tokenizer_load(dir, &m->tok);
@@ -180,6 +197,10 @@ void smelt_model_free(smelt_model *m) {
     if (m->tp_part) be->free(be, m->tp_part);
     if (m->pp_zero) be->free(be, m->pp_zero);
     if (m->tp_idx) be->free(be, m->tp_idx);
+    if (m->ple) be->free(be, m->ple);
+    if (m->ple_part) be->free(be, m->ple_part);
+    if (m->ple_gate) be->free(be, m->ple_gate);
+    if (m->ple_idx) be->free(be, m->ple_idx);
     be->destroy(be);
   }
   free(m->owned);
@@ -256,17 +277,27 @@ smelt_status sm_kv_alloc(smelt_model *m, int n_blocks, int block_size, int n_slo
   kv->dtype = m->kv_dtype;
   kv->k = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
   kv->v = sm_xcalloc((size_t)kv->n_layers, sizeof(void *));
-  const size_t bytes = (size_t)n_blocks * block_size * kv->n_kv_heads * sm_kv_head_bytes(kv->dtype, kv->head_dim);
+  if (sm_family_varied_layers(m->fam, c)) { /* layers of their own shape (Gemma 4) */
+    kv->layer_kv_heads = sm_xcalloc((size_t)kv->n_layers, sizeof(int));
+    kv->layer_head_dim = sm_xcalloc((size_t)kv->n_layers, sizeof(int));
+    for (int l = 0; l < kv->n_layers; l++) {
+      kv->layer_kv_heads[l] = m->layers[l].spec.kv_heads;
+      kv->layer_head_dim[l] = m->layers[l].spec.head_dim;
+    }
+  }
+  size_t total = 0;
   for (int l = 0; l < kv->n_layers; l++) {
     if (c->layer_kind[l] != SM_LK_ATTN) continue; /* recurrent and MLP-only layers keep no KV */
     if (!sm_pp_holds(m, l)) continue;             /* a pipeline stage keeps the KV of its layers only */
+    if (m->layers[l].spec.kv_src != l) continue;  /* it reads another layer's K/V */
+    const size_t bytes = (size_t)n_blocks * block_size * sm_kv_row_bytes(kv, l);
+    total += 2 * bytes;
     kv->k[l] = m->be->alloc(m->be, bytes);
     /* multi-head latent attention: a position's value is part of its key row (backend.h attention_mla) */
     kv->v[l] = m->fam->recipe->mla ? kv->k[l] : m->be->alloc(m->be, bytes);
     if (!kv->k[l] || !kv->v[l]) {
       sm_kv_free(m, kv);
-      return sm_err(SMELT_ERR_OOM, "cannot allocate KV cache (%zu MiB)",
-                    2 * bytes * (size_t)sm_config_attn_layers(c) >> 20);
+      return sm_err(SMELT_ERR_OOM, "cannot allocate KV cache (more than %zu MiB)", total >> 20);
     }
   }
   if (c->rec.kind == SM_REC_NONE) return SMELT_OK;
@@ -317,9 +348,9 @@ void sm_kv_copy_block(smelt_model *m, const sm_kv_cache *kv, int dst, int src) {
   sm_backend *be = m->be;
   if (dst < 0 || src < 0 || dst >= kv->n_blocks || src >= kv->n_blocks) return;
   if (m->tp && m->tp->rank == 0) sm_tp_kv_copy(m, kv, true, dst, src);
-  const size_t bytes = (size_t)kv->block_size * kv->n_kv_heads * sm_kv_head_bytes(kv->dtype, kv->head_dim);
   for (int l = 0; l < kv->n_layers; l++) {
     if (!kv->k[l]) continue;
+    const size_t bytes = (size_t)kv->block_size * sm_kv_row_bytes(kv, l);
     be->copy(be, (char *)kv->k[l] + (size_t)dst * bytes, (const char *)kv->k[l] + (size_t)src * bytes, bytes);
     if (kv->v[l] != kv->k[l]) /* multi-head latent attention: V is K's buffer */
       be->copy(be, (char *)kv->v[l] + (size_t)dst * bytes, (const char *)kv->v[l] + (size_t)src * bytes, bytes);
@@ -338,5 +369,7 @@ void sm_kv_free(smelt_model *m, sm_kv_cache *kv) {
   free(kv->v);
   free(kv->conv);
   free(kv->ssm);
+  free(kv->layer_kv_heads);
+  free(kv->layer_head_dim);
   memset(kv, 0, sizeof *kv);
 }

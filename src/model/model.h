@@ -20,6 +20,7 @@ typedef struct {
   struct sm_moe_layer *moe; /* the layer's mixture of experts (moe.c; NULL: the dense MLP of w[]) */
   float *sinks;             /* attention sink logits per head (recipe attn_sinks), backend buffer */
   struct sm_mla_layer *mla; /* multi-head latent attention (recipe mla; mla.c), else NULL */
+  float scalar;             /* recipe layer_scalar: the layer's output times this (1: none) */
 } sm_layer;
 
 /* The recurrent mixer's activation buffers (recurrent.c): projections into the convolution, its output,
@@ -70,7 +71,17 @@ struct smelt_model {
   /* scratch activations, sized for scratch_tokens rows */
   int scratch_tokens, scratch_out;
   float *x, *xb, *xb2, *q, *k, *v, *att, *gate, *up, *xo, *logits;
-  float *agate;               /* gated attention: the gate rows (recipe attn_out_gate) */
+  float *agate; /* gated attention: the gate rows (recipe attn_out_gate) */
+  /* per-layer inputs (recipe per_layer_input, config ple_dim > 0): the table and the embeddings' projection
+   * (sm_tensor_names ple_*), its norm; the batch's inputs [n][layers * ple_dim], one layer's part [n][ple_dim] and
+   * the gate [n][ple_dim]; ple_idx[l][t] = t * layers + l, the row of token t's layer-l part (ple_idx_cap tokens) */
+  sm_weight ple_embed, ple_proj;
+  float *ple_norm;
+  float *ple, *ple_part, *ple_gate;
+  int32_t *ple_idx;
+  int ple_idx_cap;
+  int max_q, max_kv, max_ffn; /* the widest layer's q and k/v rows (heads * head size) and MLP */
+  float *ones;                /* recipe v_norm: max head size ones (the norm's weight), backend buffer */
   float *rec[SM_REC_SCRATCH]; /* hybrid models: the recurrent mixer's activations (recurrent.c) */
   /* backend buffers made for weights (converted norms/biases, rope table), freed with the model */
   void **owned;

@@ -110,6 +110,11 @@ static smelt_status model_rope(const smelt_model *m, sm_rope_tab *t, double **ro
       t->mscale = (float)af;
       break;
     }
+    case SM_ROPE_PROPORTIONAL: { /* transformers' _compute_proportional_rope_parameters */
+      const int angles = (int)floor(c->rope_partial_factor * rot / 2.0);
+      for (int i = 0; i < half; i++) inv[i] = i < angles ? inv[i] / c->rope_factor : 0.0;
+      break;
+    }
     case SM_ROPE_LONGROPE: {
       const int orig = c->rope_original_max_pos;
       double factor = c->rope_factor > 0 ? c->rope_factor : (double)c->max_position_embeddings / orig;
@@ -191,13 +196,24 @@ static smelt_status mrope_table(smelt_model *m, int rot) {
 
 smelt_status sm_model_setup_rope(smelt_model *m) {
   const sm_config *c = &m->cfg;
-  const int rot = c->partial_rotary_dim > 0 ? c->partial_rotary_dim : c->head_dim;
-  if (rot < 2 || rot > c->head_dim || rot % 2 || rot / 2 > 1024)
-    return sm_err(SMELT_ERR_FORMAT, "bad rotary dimension %d", rot);
+  const int rot0 = c->partial_rotary_dim > 0 ? c->partial_rotary_dim : c->head_dim;
   bool used[2] = {false, false};
-  for (int l = 0; l < c->num_hidden_layers; l++)
-    if (m->layers[l].spec.rope >= 0) used[m->layers[l].spec.rope] = true;
+  int hd[2] = {c->head_dim, c->head_dim}; /* the head size of the layers of each table (Gemma 4: its own) */
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    const sm_layer_spec *sp = &m->layers[l].spec;
+    if (sp->rope < 0) continue;
+    if (used[sp->rope] && hd[sp->rope] != sp->head_dim)
+      return sm_err(SMELT_ERR_UNSUPPORTED, "%s: layers of one RoPE with head sizes %d and %d", m->dir, hd[sp->rope],
+                    sp->head_dim);
+    used[sp->rope] = true;
+    hd[sp->rope] = sp->head_dim;
+  }
+  /* proportional RoPE: the table covers the whole head (its tail frequencies are 0) */
+  const bool whole = c->rope_type == SM_ROPE_PROPORTIONAL;
   for (int k = 0; k < 2; k++) {
+    const int rot = whole ? hd[k] : rot0;
+    if (rot < 2 || rot > hd[k] || rot % 2 || rot / 2 > 1024)
+      return sm_err(SMELT_ERR_FORMAT, "bad rotary dimension %d", rot);
     sm_rope_tab *t = &m->ropes[k];
     memset(t, 0, sizeof *t);
     t->rot = rot;
@@ -220,13 +236,13 @@ smelt_status sm_model_setup_rope(smelt_model *m) {
     if (st) return st;
     /* the attention factor: folded into the attention scale when it scales the whole head and the
      * frequencies do not change with the position; else applied by rope_ext */
-    if (t->n_rows == 1 && rot == c->head_dim) {
+    if (t->n_rows == 1 && rot == hd[k]) {
       t->attn_mul = t->mscale * t->mscale;
       t->mscale = 1.0f;
     }
     t->ext = t->n_rows > 1 || t->mscale != 1.0f;
   }
-  smelt_status mst = mrope_table(m, rot);
+  smelt_status mst = mrope_table(m, m->ropes[0].rot);
   if (mst) return mst;
   /* Ministral 3: queries scaled past original_max_position_embeddings (nothing to do below it) */
   m->q_beta = 0;

@@ -24,6 +24,16 @@ static const sm_synth_shape g_shapes[] = {
    "{\"sliding_window\": 512, \"max_position_embeddings\": 32768, \"rope_theta\": 1000000}"},
   {"gemma3-4b", 2560, 34, 8, 4, 10240, 262208, true, "gemma3_text", 256,
    "{\"sliding_window\": 1024, \"rope_theta\": 1000000, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}}"},
+  /* Gemma 4 E2B: 35 layers (4 sliding, 1 full), full layers of head size 512, the last 20 reading earlier layers'
+   * K/V with a double-wide MLP, per-layer inputs of 256 */
+  {"gemma4-e2b", 1536, 35, 8, 1, 6144, 262144, true, "gemma4_text", 256,
+   "{\"global_head_dim\": 512, \"num_kv_shared_layers\": 20, \"hidden_size_per_layer_input\": 256,"
+   " \"vocab_size_per_layer_input\": 262144, \"use_double_wide_mlp\": true, \"sliding_window\": 512,"
+   " \"sliding_window_pattern\": 5, \"final_logit_softcapping\": 30.0}"},
+  {"gemma4-test", 64, 6, 4, 2, 128, 512, true, "gemma4_text", 16, /* the same features, small (tests) */
+   "{\"global_head_dim\": 32, \"num_kv_shared_layers\": 2, \"hidden_size_per_layer_input\": 32,"
+   " \"vocab_size_per_layer_input\": 512, \"use_double_wide_mlp\": true, \"sliding_window\": 5,"
+   " \"sliding_window_pattern\": 3, \"final_logit_softcapping\": 30.0}"},
   {"phi4-mini", 3072, 32, 24, 8, 8192, 200064, true, "phi3", 128,
    "{\"partial_rotary_factor\": 0.75, \"original_max_position_embeddings\": 4096, \"rope_theta\": 10000,"
    " \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": \"48x1.0\", \"long_factor\": \"48x1.5\"}}"},
@@ -176,7 +186,8 @@ static void add_weight(sm_st_writer *w, fill_ctx *fc, fill_ctx *scm, const char 
 }
 static void add_linear(sm_st_writer *w, fill_ctx *fc, const char *prefix, int64_t rows, int64_t cols, int bits,
                        int gs) {
-  add_weight(w, fc, NULL, prefix, 0, rows, cols, bits, gs, 0);
+  /* as MLX's quantize: a module whose rows do not split into groups stays dense */
+  add_weight(w, fc, NULL, prefix, 0, rows, cols, bits && cols % gs == 0 ? bits : 0, gs, 0);
 }
 
 /* "48x1.0" in a synthetic shape's extra config: a list of 48 numbers 1.0 (longrope factors) */
@@ -418,6 +429,15 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   int64_t vs[1] = {H};
   snprintf(n, sizeof n, "%s%s.weight", nm->root, nm->final_norm);
   sm_stw_add(w, n, SM_DT_BF16, 1, vs, NULL, fill_random, &fc);
+  if (r->per_layer_input && cfg.ple_dim > 0) { /* per-layer inputs: the table, the projection, its norm */
+    const int64_t LP = (int64_t)cfg.num_hidden_layers * cfg.ple_dim, P = cfg.ple_dim;
+    snprintf(n, sizeof n, "%s%s", nm->root, nm->ple_embed);
+    add_linear(w, &fc, n, cfg.ple_vocab, LP, bits, gs);
+    snprintf(n, sizeof n, "%s%s", nm->root, nm->ple_proj);
+    add_linear(w, &fc, n, LP, H, bits, gs);
+    snprintf(n, sizeof n, "%s%s.weight", nm->root, nm->ple_norm);
+    sm_stw_add(w, n, SM_DT_BF16, 1, &P, NULL, fill_dense, &fc);
+  }
   const bool qk = r->qk_norm != SM_QK_NORM_NONE && (!r->qk_norm_if_config || cfg.moe.use_qk_norm == 1);
   for (int l = 0; l < cfg.num_hidden_layers; l++) {
     const bool moe = fam->moe && cfg.moe.moe_layer[l];
@@ -426,7 +446,7 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
       if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && !qk) continue;
       if (moe && (s == SM_T_GATE || s == SM_T_UP || s == SM_T_DOWN || s == SM_T_GATE_UP)) continue;
       int64_t rows, cols;
-      sm_family_slot_shape(fam, &cfg, (sm_layer_tensor)s, &rows, &cols);
+      sm_family_slot_shape(fam, &cfg, l, (sm_layer_tensor)s, &rows, &cols);
       snprintf(n, sizeof n, "%s%s.%d.%s", nm->root, nm->layers, l, nm->t[s]);
       if (s == SM_T_REC_CONV) { /* [channels, kernel, 1], as MLX stores a depthwise Conv1d */
         int64_t cs[3] = {rows, cols, 1};
@@ -436,6 +456,10 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
           snprintf(n, sizeof n, "%s%s.%d.%s.bias", nm->root, nm->layers, l, nm->t[s]);
           sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_random, &fc);
         }
+        continue;
+      }
+      if (s == SM_T_LAYER_SCALAR) { /* one number, no ".weight" */
+        sm_stw_add(w, n, SM_DT_BF16, 1, &rows, NULL, fill_dense, &fc);
         continue;
       }
       if (s == SM_T_REC_DT_BIAS || s == SM_T_REC_A_LOG || s == SM_T_REC_D) { /* parameters: no ".weight" */

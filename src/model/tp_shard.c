@@ -255,5 +255,13 @@ smelt_status sm_tp_shard(smelt_model *m) {
   c->rec.m_groups /= n;
   if (c->rec.kind == SM_REC_SHORTCONV) c->rec.sc_channels = c->hidden_size / n;
   c->moe.shared_inter /= n;
+  /* the layers' shapes as this rank has them (a split model's layers all have the config's shape) */
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    m->layers[l].spec.kv_heads = c->num_key_value_heads;
+    m->layers[l].spec.ffn_dim = c->intermediate_size;
+  }
+  m->max_q = c->num_attention_heads * c->head_dim;
+  m->max_kv = c->num_key_value_heads * c->head_dim;
+  m->max_ffn = c->intermediate_size;
   return SMELT_OK;
 }

@@ -15,8 +15,9 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out) {
   const sm_config *c = &m->cfg;
   smelt_status st;
   if (n_tokens > m->scratch_tokens) {
-    size_t n = (size_t)n_tokens, H = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
-    size_t nq = (size_t)c->num_attention_heads * c->head_dim, nkv = (size_t)c->num_key_value_heads * c->head_dim;
+    size_t n = (size_t)n_tokens, H = (size_t)c->hidden_size, F = (size_t)SM_MAX(c->intermediate_size, m->max_ffn);
+    size_t nq = (size_t)SM_MAX(c->num_attention_heads * c->head_dim, m->max_q),
+           nkv = (size_t)SM_MAX(c->num_key_value_heads * c->head_dim, m->max_kv);
     if (m->fam->recipe->mla) nq = nkv = 1; /* mla.c has its own activations */
     size_t wide = SM_MAX(H, nq);
     if ((st = grow(m, &m->x, n * H)) || (st = grow(m, &m->xb, n * wide)) || (st = grow(m, &m->xb2, n * H)) ||
@@ -31,6 +32,21 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out) {
       free(z);
     }
     if (m->fam->recipe->attn_out_gate && (st = grow(m, &m->agate, n * nq))) return st;
+    if (m->ple_embed.data) { /* per-layer inputs: the batch's, a layer's part, its gate, and the part's rows */
+      const size_t L = (size_t)c->num_hidden_layers, P = (size_t)c->ple_dim;
+      if ((st = grow(m, &m->ple, n * L * P)) || (st = grow(m, &m->ple_part, n * L * P)) ||
+          (st = grow(m, &m->ple_gate, n * P)))
+        return st;
+      if (m->ple_idx) m->be->free(m->be, m->ple_idx);
+      m->ple_idx = m->be->alloc(m->be, sizeof(int32_t) * n * L);
+      if (!m->ple_idx) return sm_err(SMELT_ERR_OOM, "out of backend memory for activations");
+      int32_t *idx = sm_xmalloc(sizeof(int32_t) * n * L);
+      for (size_t l = 0; l < L; l++)
+        for (size_t t = 0; t < n; t++) idx[l * n + t] = (int32_t)(t * L + l);
+      m->be->upload(m->be, m->ple_idx, idx, sizeof(int32_t) * n * L);
+      free(idx);
+      m->ple_idx_cap = n_tokens;
+    }
     if (c->rec.kind != SM_REC_NONE) { /* the recurrent mixer's activations (recurrent.c) */
       size_t per[SM_REC_SCRATCH];
       sm_rec_scratch(c, per);
@@ -68,22 +84,32 @@ static void attention_block(smelt_model *m, const sm_kv_cache *kv, int l, const 
   sm_backend *be = m->be;
   const sm_recipe *r = m->fam->recipe;
   const sm_layer *L = &m->layers[l];
-  const int H = c->hidden_size, hd = c->head_dim, nh = c->num_attention_heads, nkvh = c->num_key_value_heads;
+  const int H = c->hidden_size, hd = L->spec.head_dim, nh = c->num_attention_heads, nkvh = L->spec.kv_heads;
   const float eps = c->rms_norm_eps, wofs = r->norm_offset;
   const float softcap = r->softcaps ? c->attn_logit_softcapping : 0.0f;
+  /* a layer that reads an earlier layer's K/V (Gemma 4's KV sharing) computes its queries only; the cache is
+   * seen with this layer's head size and KV heads */
+  const bool own_kv = L->spec.kv_src == l;
+  sm_kv_cache view = *kv;
+  view.head_dim = hd;
+  view.n_kv_heads = nkvh;
   be->matmul(be, SM_MM_Q, &L->w[SM_T_Q], ain, n, m->q);
-  be->matmul(be, SM_MM_K, &L->w[SM_T_K], ain, n, m->k);
-  be->matmul(be, SM_MM_V, &L->w[SM_T_V], ain, n, m->v);
+  if (own_kv) {
+    be->matmul(be, SM_MM_K, &L->w[SM_T_K], ain, n, m->k);
+    if (L->spec.k_eq_v) be->copy(be, m->v, m->k, sizeof(float) * (size_t)n * nkvh * hd); /* before k's norm */
+    else be->matmul(be, SM_MM_V, &L->w[SM_T_V], ain, n, m->v);
+  }
   if (L->bias[SM_T_Q]) be->add_rows(be, m->q, L->bias[SM_T_Q], n, nh * hd);
-  if (L->bias[SM_T_K]) be->add_rows(be, m->k, L->bias[SM_T_K], n, nkvh * hd);
-  if (L->bias[SM_T_V]) be->add_rows(be, m->v, L->bias[SM_T_V], n, nkvh * hd);
+  if (own_kv && L->bias[SM_T_K]) be->add_rows(be, m->k, L->bias[SM_T_K], n, nkvh * hd);
+  if (own_kv && L->bias[SM_T_V]) be->add_rows(be, m->v, L->bias[SM_T_V], n, nkvh * hd);
   if (m->qk_norm == SM_QK_NORM_HEAD) {
     be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n * nh, hd, eps, wofs);
-    be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n * nkvh, hd, eps, wofs);
+    if (own_kv) be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n * nkvh, hd, eps, wofs);
   } else if (m->qk_norm == SM_QK_NORM_FULL) {
     be->rmsnorm(be, m->q, m->q, L->vec[SM_T_Q_NORM], n, nh * hd, eps, wofs);
     be->rmsnorm(be, m->k, m->k, L->vec[SM_T_K_NORM], n, nkvh * hd, eps, wofs);
   }
+  if (own_kv && r->v_norm) be->rmsnorm(be, m->v, m->v, m->ones, n * nkvh, hd, eps, 0.0f); /* no weight */
   float scale = m->attn_scale;
   if (L->spec.rope >= 0) {
     const sm_rope_tab *t = &m->ropes[L->spec.rope];
@@ -95,16 +121,17 @@ static void attention_block(smelt_model *m, const sm_kv_cache *kv, int l, const 
       sm_rope_ext_params(m, t, true, &pq);
       sm_rope_ext_params(m, t, false, &pk);
       be->rope_ext(be, m->q, nh, hd, &pq);
-      be->rope_ext(be, m->k, nkvh, hd, &pk);
+      if (own_kv) be->rope_ext(be, m->k, nkvh, hd, &pk);
     } else {
       be->rope(be, m->q, nh, hd, t->rot, t->inv);
-      be->rope(be, m->k, nkvh, hd, t->rot, t->inv);
+      if (own_kv) be->rope(be, m->k, nkvh, hd, t->rot, t->inv);
     }
     scale *= t->attn_mul;
   }
-  be->kv_store(be, kv, l, m->k, m->v);
-  if (L->sinks) be->attention_sinks(be, m->att, m->q, kv, l, nh, scale, L->spec.window, softcap, L->sinks);
-  else be->attention(be, m->att, m->q, kv, l, nh, scale, L->spec.window, softcap);
+  if (own_kv) be->kv_store(be, &view, l, m->k, m->v);
+  const int src = L->spec.kv_src;
+  if (L->sinks) be->attention_sinks(be, m->att, m->q, &view, src, nh, scale, L->spec.window, softcap, L->sinks);
+  else be->attention(be, m->att, m->q, &view, src, nh, scale, L->spec.window, softcap);
   if (r->attn_out_gate) { /* the attention output times sigmoid of the gate rows of q_proj */
     be->matmul(be, SM_MM_ATTN_GATE, &L->w[SM_T_ATTN_GATE], ain, n, m->agate);
     if (L->bias[SM_T_ATTN_GATE]) be->add_rows(be, m->agate, L->bias[SM_T_ATTN_GATE], n, nh * hd);
@@ -123,6 +150,35 @@ static void add_deepstack(smelt_model *m, const sm_batch *b, int l) {
       m->be->add(m->be, m->x + (size_t)b->embd[i].row * H, b->embd[i].deep[l], (size_t)b->embd[i].n * H);
 }
 
+/* Per-layer inputs (Gemma 4), from the scaled embeddings in m->x: m->ple[t][l * P ..] =
+ *   (norm(ple_proj(x_t) / sqrt(hidden)) + ple_embed[token_t] * sqrt(P)) / sqrt(2) */
+static void per_layer_inputs(smelt_model *m, int n) {
+  const sm_config *c = &m->cfg;
+  sm_backend *be = m->be;
+  const int L = c->num_hidden_layers, P = c->ple_dim;
+  const size_t nlp = (size_t)n * L * P;
+  be->matmul(be, SM_MM_PLE, &m->ple_proj, m->x, n, m->ple);
+  be->scale(be, m->ple, 1.0f / sqrtf((float)c->hidden_size), nlp);
+  be->rmsnorm(be, m->ple, m->ple, m->ple_norm, n * L, P, c->rms_norm_eps, 0.0f);
+  be->embed(be, &m->ple_embed, m->ple_part);
+  be->scale(be, m->ple_part, sqrtf((float)P), nlp);
+  be->add(be, m->ple, m->ple_part, nlp);
+  be->scale(be, m->ple, 1.0f / sqrtf(2.0f), nlp);
+}
+
+/* After layer l's MLP (Gemma 4): x += norm(proj(gelu_tanh(gate(x)) * the layer's input)) */
+static void per_layer_input_add(smelt_model *m, const sm_layer *L, int l, int n) {
+  const sm_config *c = &m->cfg;
+  sm_backend *be = m->be;
+  const int H = c->hidden_size, P = c->ple_dim;
+  be->gather_rows(be, m->ple_part, m->ple, m->ple_idx + (size_t)l * m->ple_idx_cap, n, P);
+  be->matmul(be, SM_MM_PLE, &L->w[SM_T_PLE_GATE], m->x, n, m->ple_gate);
+  be->gelu_mul(be, m->ple_gate, m->ple_gate, m->ple_part, (size_t)n * P);
+  be->matmul(be, SM_MM_PLE, &L->w[SM_T_PLE_PROJ], m->ple_gate, n, m->xb2);
+  be->rmsnorm(be, m->xb2, m->xb2, L->vec[SM_T_PLE_NORM], n, H, c->rms_norm_eps, m->fam->recipe->norm_offset);
+  be->add(be, m->x, m->xb2, (size_t)n * H);
+}
+
 smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_batch *b, float *logits) {
   const sm_config *c = &m->cfg;
   sm_backend *be = m->be;
@@ -130,6 +186,9 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
   for (int i = 0; i < b->n_tokens; i++) {
     if (b->tokens[i] < 0 || b->tokens[i] >= c->vocab_size)
       return sm_err(SMELT_ERR_INVALID, "token id %d out of range (vocab %d)", b->tokens[i], c->vocab_size);
+    if (m->ple_embed.data && b->tokens[i] >= c->ple_vocab)
+      return sm_err(SMELT_ERR_INVALID, "token id %d has no per-layer input (vocab_size_per_layer_input %d)",
+                    b->tokens[i], c->ple_vocab);
     if (b->pos[i] < 0 || b->pos[i] >= b->max_blocks * kv->block_size)
       return sm_err(SMELT_ERR_LIMIT, "position %d beyond the KV cache", b->pos[i]);
   }
@@ -172,7 +231,7 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     return st;
   }
   const sm_recipe *r = m->fam->recipe;
-  const int n = b->n_tokens, H = c->hidden_size, F = c->intermediate_size;
+  const int n = b->n_tokens, H = c->hidden_size;
   const float resid = r->multipliers ? c->residual_multiplier : 1.0f;
 
   /* The order of these calls is what backends fuse (the CUDA fusion table, cuda_fuse.cu); tests/model
@@ -182,6 +241,7 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
   if (!pp || m->tp->rank == 0) {
     be->embed(be, &m->embed, m->x);
     if (m->embed_scale != 1.0f) be->scale(be, m->x, m->embed_scale, (size_t)n * H);
+    if (m->ple_embed.data) per_layer_inputs(m, n);
     for (int i = 0; i < b->n_embd; i++) /* image rows: their embeddings, unscaled */
       be->copy(be, m->x + (size_t)b->embd[i].row * H, b->embd[i].src, sizeof(float) * (size_t)b->embd[i].n * H);
   }
@@ -220,6 +280,7 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
         min = m->xb;
       }
     }
+    const int F = L->spec.ffn_dim;
     float *mout = r->parallel_residual ? m->xb : m->xb2; /* xb is free once gate and up have read it */
     if (L->moe) {                                        /* a mixture of experts (moe.c) */
       if ((st = sm_moe_forward(m, L, min, n, mout))) return st;
@@ -239,6 +300,8 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
     if (resid != 1.0f) be->scale(be, mout, resid, (size_t)n * H);
     if (r->parallel_residual) be->add(be, m->x, m->xb2, (size_t)n * H);
     be->add(be, m->x, mout, (size_t)n * H);
+    if (m->ple_embed.data) per_layer_input_add(m, L, l, n);
+    if (L->scalar != 1.0f) be->scale(be, m->x, L->scalar, (size_t)n * H);
     add_deepstack(m, b, l);
   }
   /* the last stage's output to rank 0, which holds the LM head */

@@ -197,6 +197,15 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, smelt_kv_t
   /* what sm_kv_alloc allocates a position (multi-head latent attention: K only, its rows hold the values) */
   out->kv_bytes_per_token = (cfg.mla.kv_rank > 0 ? 1ull : 2ull) * (uint64_t)out->attn_layers *
                             (uint64_t)out->n_kv_heads * (uint64_t)sm_kv_head_bytes(kv_dt, out->head_dim);
+  if (fam && fam->recipe && sm_family_varied_layers(fam, &cfg)) { /* layers of their own K/V shape, or none (Gemma 4) */
+    out->kv_bytes_per_token = 0;
+    for (int l = 0; l < cfg.num_hidden_layers; l++) {
+      sm_layer_spec sp;
+      sm_family_layer_spec(fam, &cfg, l, &sp);
+      if (sp.kind == SM_LK_ATTN && sp.kv_src == l)
+        out->kv_bytes_per_token += 2ull * (uint64_t)sp.kv_heads * (uint64_t)sm_kv_head_bytes(kv_dt, sp.head_dim);
+    }
+  }
   out->kv_bytes = out->kv_bytes_per_token * (uint64_t)n;
   /* scratch activations (float32) for a prefill chunk of T = min(N, 512) rows: x, xb, xb2, xo (hidden),
    * q (heads*hd), k, v (kv_heads*hd), gate, up (intermediate), attention scores (heads * N);

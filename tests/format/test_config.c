@@ -565,13 +565,13 @@ static void test_vlm_and_rope(void) {
   CHECK_EQ_I(load("phi3d", phi, NULL, &c), SMELT_OK);
   CHECK_EQ_I(c.rope_original_max_pos, 4096);
   sm_config_free(&c);
-  /* a Gemma 4 checkpoint: understood, named, not runnable */
+  /* a Gemma 4 checkpoint: its text model runs */
   const char *g4 =
     "{\"model_type\": \"gemma4\", \"text_config\": {\"hidden_size\": 64, \"intermediate_size\": 128,"
     " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100}, \"vision_config\": {}}";
   CHECK_EQ_I(load("gemma4", g4, NULL, &c), SMELT_OK);
   CHECK_STR(c.model_type, "gemma4_text");
-  CHECK(sm_family_find("gemma4_text") != NULL && sm_family_runnable("gemma4_text") == NULL);
+  CHECK(sm_family_runnable("gemma4_text") != NULL && c.ple_dim == 256 && c.ple_vocab == 262144);
   sm_config_free(&c);
 }
 
@@ -687,9 +687,9 @@ static void test_errors(void) {
       SMELT_ERR_UNSUPPORTED, "bidirectional");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"residual_multiplier\":0}", NULL, SMELT_ERR_FORMAT,
       "residual_multiplier");
-  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rope_scaling\":{\"rope_type\":\"proportional\","
+  BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rope_scaling\":{\"rope_type\":\"blockwise\","
       "\"factor\":1}}",
-      NULL, SMELT_ERR_UNSUPPORTED, "proportional");
+      NULL, SMELT_ERR_UNSUPPORTED, "blockwise");
   BAD("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rope_scaling\":{\"rope_type\":\"yarn\","
       "\"factor\":4,\"beta_fast\":0}}",
       NULL, SMELT_ERR_FORMAT, "beta_fast");
@@ -711,6 +711,109 @@ static void test_errors(void) {
         strstr(sm_errmsg(), "hidden_size"));
 }
 
+/* Gemma 4: a text_config shaped like the E2B model's as transformers 5 writes it (gemma4 packaging), the layer
+ * shapes it gives, and the Gemma4TextConfig defaults when fields are left out */
+static void test_gemma4(void) {
+  sm_config c;
+  const char *g4 =
+    "{\"model_type\": \"gemma4\", \"vision_config\": {\"hidden_size\": 768}, \"text_config\": {"
+    " \"model_type\": \"gemma4_text\", \"hidden_size\": 1536, \"intermediate_size\": 6144, \"num_hidden_layers\": 10,"
+    " \"num_attention_heads\": 8, \"num_key_value_heads\": 1, \"head_dim\": 256, \"global_head_dim\": 512,"
+    " \"vocab_size\": 262144, \"vocab_size_per_layer_input\": 262144, \"hidden_size_per_layer_input\": 256,"
+    " \"num_kv_shared_layers\": 4, \"use_double_wide_mlp\": true, \"attention_k_eq_v\": false,"
+    " \"num_global_key_value_heads\": null, \"final_logit_softcapping\": 30.0, \"sliding_window\": 512,"
+    " \"layer_types\": [\"sliding_attention\", \"sliding_attention\", \"sliding_attention\", \"sliding_attention\","
+    " \"full_attention\", \"sliding_attention\", \"sliding_attention\", \"sliding_attention\", \"sliding_attention\","
+    " \"full_attention\"], \"rope_parameters\": {\"full_attention\": {\"partial_rotary_factor\": 0.25,"
+    " \"rope_theta\": 1000000.0, \"rope_type\": \"proportional\"}, \"sliding_attention\": {\"rope_theta\": 10000.0,"
+    " \"rope_type\": \"default\"}}, \"enable_moe_block\": false}}";
+  CHECK_EQ_I(load("g4", g4, NULL, &c), SMELT_OK);
+  CHECK(!strcmp(c.model_type, "gemma4_text") && !strcmp(c.vlm_type, "gemma4"));
+  CHECK_EQ_I(c.rope_type, SM_ROPE_PROPORTIONAL);
+  CHECK_EQ_F(c.rope_partial_factor, 0.25);
+  CHECK_EQ_I(c.partial_rotary_dim, 256); /* the whole head; the proportion zeroes frequencies */
+  CHECK_EQ_F(c.rope_theta, 1e6);
+  CHECK_EQ_F(c.rope_local_theta, 1e4);
+  CHECK_EQ_F(c.final_logit_softcapping, 30.0);
+  CHECK(c.global_head_dim == 512 && c.ple_dim == 256 && c.ple_vocab == 262144 && c.kv_shared_layers == 4);
+  const sm_family *f = sm_family_runnable(c.model_type);
+  CHECK(f != NULL && sm_family_type_runnable("gemma4"));
+  if (f) {
+    CHECK(sm_family_varied_layers(f, &c));
+    sm_layer_spec sp;
+    sm_family_layer_spec(f, &c, 0, &sp);
+    CHECK(sp.sliding && sp.window == 512 && sp.rope == 1 && sp.head_dim == 256 && sp.kv_heads == 1 && sp.kv_src == 0 &&
+          sp.ffn_dim == 6144);
+    sm_family_layer_spec(f, &c, 4, &sp);
+    CHECK(!sp.sliding && sp.rope == 0 && sp.head_dim == 512 && sp.kv_src == 4 && !sp.k_eq_v);
+    sm_family_layer_spec(f, &c, 6, &sp); /* shared: the last sliding layer before layer 6 */
+    CHECK(sp.sliding && sp.kv_src == 5 && sp.ffn_dim == 12288);
+    sm_family_layer_spec(f, &c, 9, &sp); /* shared: the full layer 4 */
+    CHECK(sp.head_dim == 512 && sp.kv_src == 4 && sp.ffn_dim == 12288);
+    CHECK(!sm_family_slot_used(f, &c, 9, SM_T_K) && !sm_family_slot_used(f, &c, 9, SM_T_V) &&
+          sm_family_slot_used(f, &c, 9, SM_T_Q) && sm_family_slot_used(f, &c, 9, SM_T_PLE_GATE) &&
+          sm_family_slot_used(f, &c, 5, SM_T_K) && sm_family_slot_used(f, &c, 0, SM_T_LAYER_SCALAR));
+    int64_t rows, cols;
+    sm_family_slot_shape(f, &c, 4, SM_T_Q, &rows, &cols);
+    CHECK(rows == 8 * 512 && cols == 1536);
+    sm_family_slot_shape(f, &c, 9, SM_T_GATE, &rows, &cols);
+    CHECK(rows == 12288 && cols == 1536);
+    sm_family_slot_shape(f, &c, 3, SM_T_PLE_PROJ, &rows, &cols);
+    CHECK(rows == 1536 && cols == 256);
+  }
+  sm_config_free(&c);
+
+  /* the 31B's kind: keys as values on full layers, with their own KV heads; per_layer_config (newer
+   * transformers) overriding a layer */
+  const char *kv =
+    "{\"model_type\": \"gemma4_text\", \"hidden_size\": 512, \"intermediate_size\": 1024, \"num_hidden_layers\": 4,"
+    " \"num_attention_heads\": 8, \"num_key_value_heads\": 4, \"head_dim\": 64, \"global_head_dim\": 128,"
+    " \"attention_k_eq_v\": true, \"num_global_key_value_heads\": 2, \"hidden_size_per_layer_input\": 0,"
+    " \"vocab_size\": 1000, \"sliding_window_pattern\": 2,"
+    " \"per_layer_config\": {\"3\": {\"head_dim\": 96, \"num_key_value_heads\": 1}}}";
+  CHECK_EQ_I(load("g4kv", kv, NULL, &c), SMELT_OK);
+  CHECK(c.ple_dim == 0 && c.kv_shared_layers == 0 && c.attn_k_eq_v && c.global_kv_heads == 2);
+  CHECK_EQ_I(c.rope_type, SM_ROPE_PROPORTIONAL); /* Gemma4TextConfig's default rope_parameters */
+  CHECK_EQ_F(c.rope_partial_factor, 0.25);
+  CHECK(c.layer_sliding[0] && !c.layer_sliding[1] && c.layer_sliding[2] && !c.layer_sliding[3]);
+  f = sm_family_runnable("gemma4_text");
+  if (f) {
+    sm_layer_spec sp;
+    sm_family_layer_spec(f, &c, 1, &sp);
+    CHECK(sp.head_dim == 128 && sp.kv_heads == 2 && sp.k_eq_v && !sm_family_slot_used(f, &c, 1, SM_T_V));
+    sm_family_layer_spec(f, &c, 2, &sp);
+    CHECK(sp.head_dim == 64 && sp.kv_heads == 4 && !sp.k_eq_v && sm_family_slot_used(f, &c, 2, SM_T_V));
+    sm_family_layer_spec(f, &c, 3, &sp);
+    CHECK(sp.head_dim == 96 && sp.kv_heads == 1 && sp.k_eq_v);
+    CHECK(!sm_family_slot_used(f, &c, 0, SM_T_PLE_GATE));
+  }
+  sm_config_free(&c);
+
+  /* Gemma4TextConfig defaults: 30 layers, every 6th full and the last one full whatever the pattern says */
+  const char *d = "{\"model_type\": \"gemma4_text\", \"num_hidden_layers\": 7, \"sliding_window_pattern\": 3}";
+  CHECK_EQ_I(load("g4def", d, NULL, &c), SMELT_OK);
+  CHECK(c.hidden_size == 2304 && c.global_head_dim == 512 && c.ple_dim == 256 && c.num_key_value_heads == 4);
+  CHECK(c.layer_sliding[0] && !c.layer_sliding[2] && c.layer_sliding[4] && !c.layer_sliding[5] && !c.layer_sliding[6]);
+  CHECK_EQ_F(c.final_logit_softcapping, 0.0);
+  sm_config_free(&c);
+
+  /* what smelt refuses, by name */
+  const char *bad[] = {
+    "{\"model_type\": \"gemma4_text\", \"enable_moe_block\": true, \"num_experts\": 8}",
+    "{\"model_type\": \"gemma4_text\", \"use_bidirectional_attention\": \"all\"}",
+    "{\"model_type\": \"gemma4_text\", \"num_hidden_layers\": 4, \"num_kv_shared_layers\": 4}",
+    "{\"model_type\": \"gemma4_text\", \"attention_k_eq_v\": true, \"num_global_key_value_heads\": 3}",
+    "{\"model_type\": \"gemma4_text\", \"global_head_dim\": 511}",
+    "{\"model_type\": \"gemma4_text\", \"per_layer_config\": {\"99\": {\"head_dim\": 64}}}",
+    "{\"model_type\": \"gemma4_text\", \"hidden_size_per_layer_input\": 8, \"vocab_size_per_layer_input\": 0}",
+  };
+  for (size_t i = 0; i < SM_ARRAY_LEN(bad); i++) {
+    char nm[32];
+    snprintf(nm, sizeof nm, "g4bad%zu", i);
+    CHECK(load(nm, bad[i], NULL, &c) != SMELT_OK);
+  }
+}
+
 int main(void) {
   snprintf(g_tmp, sizeof g_tmp, "/tmp/smelt_cfg_test_XXXXXX");
   if (!mkdtemp(g_tmp)) {
@@ -725,6 +828,7 @@ int main(void) {
   test_gemma2_phi();
   test_layer_kinds();
   test_vlm_and_rope();
+  test_gemma4();
   test_parse_buffer();
   test_errors();
   char cmd[300];

@@ -69,13 +69,13 @@ static void test_qwen3_5(void) {
     CHECK(sm_family_slot_used(f, &c, 0, SM_T_REC_CONV) && !sm_family_slot_used(f, &c, 0, SM_T_Q));
     CHECK(sm_family_slot_used(f, &c, 3, SM_T_ATTN_GATE) && !sm_family_slot_used(f, &c, 3, SM_T_REC_OUT));
     int64_t rows, cols;
-    sm_family_slot_shape(f, &c, SM_T_Q, &rows, &cols);
+    sm_family_slot_shape(f, &c, 3, SM_T_Q, &rows, &cols);
     CHECK(rows == 2 * 16 * 256 && cols == 4096); /* q and its gate, per head */
-    sm_family_slot_shape(f, &c, SM_T_REC_IN, &rows, &cols);
+    sm_family_slot_shape(f, &c, 3, SM_T_REC_IN, &rows, &cols);
     CHECK(rows == 8192 && cols == 4096);
-    sm_family_slot_shape(f, &c, SM_T_REC_CONV, &rows, &cols);
+    sm_family_slot_shape(f, &c, 3, SM_T_REC_CONV, &rows, &cols);
     CHECK(rows == 8192 && cols == 4);
-    sm_family_slot_shape(f, &c, SM_T_REC_NORM, &rows, &cols);
+    sm_family_slot_shape(f, &c, 3, SM_T_REC_NORM, &rows, &cols);
     CHECK(rows == 128 && cols == 0);
   }
   sm_config_free(&c);

@@ -142,6 +142,10 @@ static void r_attention_mla(sm_backend *b, float *o, const float *ql, const floa
   R(b)->in->attention_mla(R(b)->in, o, ql, qp, c, kp, kv, l, nh, dr, sc);
 }
 
+static void r_gather_rows(sm_backend *b, float *d, const float *s, const int32_t *idx, int n, int dim) {
+  note(b, "gather_rows");
+  R(b)->in->gather_rows(R(b)->in, d, s, idx, n, dim);
+}
 static void r_copy(sm_backend *b, void *d, const void *s, size_t n) {
   note(b, "copy");
   R(b)->in->copy(R(b)->in, d, s, n);
@@ -218,6 +222,7 @@ static sm_backend *rec_create(void) {
   b->attention_sinks = r_attention_sinks;
   b->attention_mla = r_attention_mla;
   b->copy = r_copy;
+  b->gather_rows = r_gather_rows;
   b->mul = r_mul;
   b->sigmoid_mul = r_sigmoid_mul;
   b->relu2 = r_relu2;
@@ -242,6 +247,7 @@ static sm_backend *rec_create(void) {
 #define LLAMA_LAYER "rmsnorm " QKV " " ROPE " " ATTN_OUT " " MLP
 #define POST_MLP "mm:gate mm:up silu_mul mm:down rmsnorm add" /* OLMo 2 / EXAONE 4: the MLP reads x */
 #define SANDWICH_MLP "rmsnorm mm:gate mm:up gelu_mul mm:down rmsnorm add"
+#define PLE_ADD "gather_rows mm:ple gelu_mul mm:ple rmsnorm add" /* Gemma 4: the layer's per-layer input */
 /* mixtures of experts (src/model/moe.c): router, routing, the chosen experts, their weighted sum */
 #define EXPERTS "moe_route mmx:expert_gate mmx:expert_up silu_mul mmx:expert_down moe_combine"
 #define MOE "rmsnorm mm:router " EXPERTS " add"
@@ -322,6 +328,21 @@ static const struct {
    {"rmsnorm " QKV " rmsnorm rmsnorm " ROPE " attention:window mm:o rmsnorm add " SANDWICH_MLP,
     "rmsnorm " QKV " rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " SANDWICH_MLP},
    HEAD},
+  /* Gemma 4: per-layer inputs (the embeddings' projection, normed, plus the table's rows), v norms, a sliding
+   * layer, a full layer whose keys are its values, a full layer reading layer 1's K/V (no k/v of its own); after
+   * each MLP the layer's input gated in, then the layer scalar; final softcap */
+  {"gemma4_text",
+   "{\"num_hidden_layers\": 3, \"layer_types\": [\"sliding_attention\", \"full_attention\", \"full_attention\"],"
+   " \"sliding_window\": 8, \"global_head_dim\": 32, \"num_kv_shared_layers\": 1, \"hidden_size_per_layer_input\": 16,"
+   " \"vocab_size_per_layer_input\": 300, \"attention_k_eq_v\": true, \"num_global_key_value_heads\": 1,"
+   " \"final_logit_softcapping\": 30.0}",
+   " scale mm:ple scale rmsnorm embed scale add scale",
+   {"rmsnorm mm:q mm:k mm:v rmsnorm rmsnorm rmsnorm " ROPE " attention:window mm:o rmsnorm add " SANDWICH_MLP
+    " " PLE_ADD " scale",
+    "rmsnorm mm:q mm:k copy rmsnorm rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " SANDWICH_MLP " " PLE_ADD
+    " scale",
+    "rmsnorm mm:q rmsnorm rope attention mm:o rmsnorm add " SANDWICH_MLP " " PLE_ADD " scale"},
+   HEAD " softcap"},
   /* Phi-4-mini style: fused qkv / gate_up as row views, partial rotary with longrope: rope_ext */
   {"phi3",
    "{\"partial_rotary_factor\": 0.75, \"original_max_position_embeddings\": 32, \"rope_scaling\":"

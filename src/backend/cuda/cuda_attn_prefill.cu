@@ -27,7 +27,7 @@ static __device__ __forceinline__ int64_t kv_slot(const int32_t *table, int max_
 /* Tiled attention: block = (tile of <= CU_ATT_TQ consecutive same-sequence tokens, kv head,
  * split z of the key range). Keys/values of 32 positions at a time are staged in shared
  * memory and shared by all rows (token x query head of the group) of the tile. */
-template <typename KT, int NDIM, int RMAX>
+template <typename KT, int NDIM, int RMAX, bool QG>
 __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const float *__restrict__ q,
                        const KT *__restrict__ Kc, const KT *__restrict__ Vc, const int32_t *__restrict__ pos,
                        const int32_t *__restrict__ seq, const int32_t *__restrict__ table,
@@ -40,7 +40,8 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
   const int G = n_heads / nkv, rows = (t1 - t0) * G, rows_max = CU_ATT_TQ * G;
   const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int hdp = hd + 4, row_stride = nkv * hd;
-  float *Ks = sm, *Vs = Ks + 32 * hdp, *Qs = Vs + 32 * hd, *Ps = Qs + rows_max * hd;
+  /* QG (head sizes past 256): the queries stay in global memory, not staged */
+  float *Ks = sm, *Vs = Ks + 32 * hdp, *Qs = Vs + 32 * hd, *Ps = Qs + (QG ? 0 : rows_max * hd);
   int *slots = (int *)(Ps + nw * 32);
   const int sq = seq[t0];
   int lo = 0x7fffffff, hi = -1;
@@ -51,7 +52,7 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
   }
   const int nblk = (hi - lo + 32) / 32, per = (nblk + S - 1) / S;
   const int kb0 = z * per, kb1 = min(nblk, kb0 + per);
-  for (int idx = threadIdx.x; idx < rows * hd; idx += blockDim.x) {
+  for (int idx = threadIdx.x; !QG && idx < rows * hd; idx += blockDim.x) {
     int r = idx / hd, d = idx % hd;
     int t = t0 + r / G, h = kvh * G + r % G;
     Qs[idx] = q[((int64_t)t * n_heads + h) * hd + d] * scale;
@@ -108,12 +109,15 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
       if (r < rows && p0 <= rhi[k] && p0 + 31 >= rlo[k]) {
         const int p = p0 + lane;
         const bool valid = slots[lane] >= 0 && p >= rlo[k] && p <= rhi[k];
-        const float4 *qr = (const float4 *)(Qs + r * hd), *kr = (const float4 *)(Ks + lane * hdp);
+        const float4 *qr = QG ? (const float4 *)(q + ((int64_t)(t0 + r / G) * n_heads + kvh * G + r % G) * hd)
+                              : (const float4 *)(Qs + r * hd);
+        const float4 *kr = (const float4 *)(Ks + lane * hdp);
         float s = 0.f;
         for (int d4 = 0; d4 < hd4; d4++) {
           float4 a = qr[d4], b = kr[d4];
           s = fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, fmaf(a.w, b.w, s))));
         }
+        if (QG) s *= scale;
         if (softcap > 0.f) s = softcap * tanhf(s / softcap);
         s = valid ? s : -INFINITY;
         const float mx = warp_max(s);
@@ -198,18 +202,20 @@ int cu_attn_tiled_splits(int n_tiles, int nkv, int n_sm) {
 }
 
 /* per cache type (sm_dtype F32, F16, BF16) and NDIM variant (the same on every device) */
-static int g_att_maxthr[3][4] = { { 1024, 1024, 1024, 1024 }, { 1024, 1024, 1024, 1024 }, { 1024, 1024, 1024, 1024 } };
-template <typename KT, int NDIM, int RMAX> static void set_attn_smem(size_t bytes, int dt, int slot) {
-  cudaFuncSetAttribute(k_attn<KT, NDIM, RMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+static int g_att_maxthr[3][5] = { { 1024, 1024, 1024, 1024, 1024 }, { 1024, 1024, 1024, 1024, 1024 },
+                                  { 1024, 1024, 1024, 1024, 1024 } };
+template <typename KT, int NDIM, int RMAX, bool QG> static void set_attn_smem(size_t bytes, int dt, int slot) {
+  cudaFuncSetAttribute(k_attn<KT, NDIM, RMAX, QG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
   cudaFuncAttributes a;
-  if (cudaFuncGetAttributes(&a, k_attn<KT, NDIM, RMAX>) == cudaSuccess && a.maxThreadsPerBlock >= 32)
+  if (cudaFuncGetAttributes(&a, k_attn<KT, NDIM, RMAX, QG>) == cudaSuccess && a.maxThreadsPerBlock >= 32)
     g_att_maxthr[dt][slot] = a.maxThreadsPerBlock & ~31;
 }
 template <typename KT> static void tiled_init(size_t smem_optin, int dt) {
-  set_attn_smem<KT, 1, 16>(smem_optin, dt, 0);
-  set_attn_smem<KT, 2, 16>(smem_optin, dt, 1);
-  set_attn_smem<KT, 4, 16>(smem_optin, dt, 2);
-  set_attn_smem<KT, 8, 8>(smem_optin, dt, 3);
+  set_attn_smem<KT, 1, 16, false>(smem_optin, dt, 0);
+  set_attn_smem<KT, 2, 16, false>(smem_optin, dt, 1);
+  set_attn_smem<KT, 4, 16, false>(smem_optin, dt, 2);
+  set_attn_smem<KT, 8, 8, false>(smem_optin, dt, 3);
+  set_attn_smem<KT, 16, 4, true>(smem_optin, dt, 4);
 }
 void cu_attn_tiled_init(size_t smem_optin) {
   tiled_init<float>(smem_optin, SM_DT_F32);
@@ -220,19 +226,21 @@ void cu_attn_tiled_init(size_t smem_optin) {
   cu_attseg_fa_init(smem_optin);
 }
 
+static int att_ndim(int hd) { return hd <= 32 ? 1 : hd <= 64 ? 2 : hd <= 128 ? 4 : hd <= 256 ? 8 : 16; }
 static size_t att_smem(int hd, int G, int nw) {
-  return ((size_t)32 * (hd + 4) + (size_t)32 * hd + (size_t)CU_ATT_TQ * G * hd + (size_t)nw * 32 + 32) * sizeof(float);
+  const size_t qs = att_ndim(hd) == 16 ? 0 : (size_t)CU_ATT_TQ * G * hd; /* QG: queries not staged */
+  return ((size_t)32 * (hd + 4) + (size_t)32 * hd + qs + (size_t)nw * 32 + 32) * sizeof(float);
 }
-static int att_ndim(int hd) { return hd <= 32 ? 1 : hd <= 64 ? 2 : hd <= 128 ? 4 : 8; }
 static int att_warps(int hd, int G, sm_dtype dt) {
-  int nd = att_ndim(hd), rmax = nd >= 8 ? 8 : 16, rows = CU_ATT_TQ * G;
-  int nw = (rows + rmax - 1) / rmax, slot = nd == 1 ? 0 : nd == 2 ? 1 : nd == 4 ? 2 : 3;
+  int nd = att_ndim(hd), rmax = nd == 16 ? 4 : nd == 8 ? 8 : 16, rows = CU_ATT_TQ * G;
+  int nw = (rows + rmax - 1) / rmax, slot = nd == 1 ? 0 : nd == 2 ? 1 : nd == 4 ? 2 : nd == 8 ? 3 : 4;
   int cap = g_att_maxthr[dt == SM_DT_F16 ? 1 : dt == SM_DT_BF16 ? 2 : 0][slot] / 32; /* rows beyond nw*RMAX: further passes */
   if (nw > cap) nw = cap;
   return nw < 4 ? 4 : nw;
 }
 bool cu_attn_tiled_ok(int hd, int G, sm_dtype dt, size_t smem_optin) {
   if (dt != SM_DT_F32 && dt != SM_DT_F16 && dt != SM_DT_BF16) return false;
+  if (hd > 512 || hd % 4) return false;
   const int nw = att_warps(hd, G, dt);
   return nw <= 32 && att_smem(hd, G, nw) <= smem_optin;
 }
@@ -252,10 +260,11 @@ void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a, size_t smem_opt
 #define ATT_ARGS a->out, a->part, a->q, (const KT *)a->K, (const KT *)a->V, a->pos, a->seq, a->table, a->tiles, \
                  a->max_blocks, a->bs, a->nblocks, a->n_heads, a->nkv, a->hd, a->scale, a->window, a->softcap, S, a->span
   CU_KV_DISPATCH(a->dt, switch (att_ndim(a->hd)) {
-    case 1: k_attn<KT, 1, 16><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
-    case 2: k_attn<KT, 2, 16><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
-    case 4: k_attn<KT, 4, 16><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
-    default: k_attn<KT, 8, 8><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
+    case 1: k_attn<KT, 1, 16, false><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
+    case 2: k_attn<KT, 2, 16, false><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
+    case 4: k_attn<KT, 4, 16, false><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
+    case 8: k_attn<KT, 8, 8, false><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
+    default: k_attn<KT, 16, 4, true><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
   });
 #undef ATT_ARGS
   if (S > 1)

@@ -460,7 +460,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   const int nt = c->n_tokens;
   if (nt <= 0) return;
   bool ok = kv && layer >= 0 && layer < kv->n_layers && n_heads > 0 && kv->n_kv_heads > 0 && kv->head_dim > 0 &&
-            n_heads % kv->n_kv_heads == 0 && kv->head_dim % 4 == 0 && kv->head_dim <= 256 && kv->block_size > 0;
+            n_heads % kv->n_kv_heads == 0 && kv->head_dim % 4 == 0 && kv->head_dim <= 512 && kv->block_size > 0;
   if (ok) ok = cu_attn_tiled_ok(kv->head_dim, n_heads / kv->n_kv_heads, kv->dtype, c->smem_optin);
   if (!ok) {
     sm_err(SMELT_ERR_UNSUPPORTED, "cuda: attention shape not supported");
