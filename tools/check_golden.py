@@ -13,7 +13,11 @@ recurrence run token by token from a zero state, as transformers' recurrent refe
 qwen3_5_text and qwen3_next (Gated DeltaNet, gated attention), lfm2 (gated short convolution),
 nemotron_h and granitemoehybrid (Mamba-2), and the hybrid mixtures of experts qwen3_5_moe_text and
 qwen3_next (softmax routing, shared expert with its sigmoid gate) and lfm2_moe (sigmoid routing steered by
-expert_bias). Quantization: MLX affine and the microscaling modes mxfp4,
+expert_bias). Gemma 4 (gemma4_text, and the gemma4 vision-language packaging): plain-weight RMSNorms, q/k norms
+and an unweighted v norm, attention scale 1, a global head size on full-attention layers (attention_k_eq_v: their
+values the raw k_proj output), proportional RoPE, KV sharing across the last num_kv_shared_layers layers,
+double-wide MLPs there, per-layer inputs, layer_scalar, final softcap. Quantization: MLX affine and the
+microscaling modes mxfp4,
 mxfp8, nvfp4 (per module). RoPE: default, linear, llama3, dynamic, yarn, longrope, mrope (text
 positions), partial and interleaved rotary, per-layer theta, NoPE layers.
 
@@ -40,7 +44,7 @@ except ImportError:  # ctest treats 77 as "skipped"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # the text model type of a vision-language packaging whose text_config does not name it
-VLM_TEXT_TYPE = {"gemma3": "gemma3_text", "mistral3": "mistral", "qwen2_5_vl": "qwen2_5_vl_text",
+VLM_TEXT_TYPE = {"gemma3": "gemma3_text", "gemma4": "gemma4_text", "mistral3": "mistral", "qwen2_5_vl": "qwen2_5_vl_text",
                  "qwen3_vl": "qwen3_vl_text", "qwen3_5": "qwen3_5_text",
                  "qwen3_5_moe": "qwen3_5_moe_text"}
 # hybrid families: recurrent layers (Gated DeltaNet, short convolution, Mamba-2) next to attention
@@ -559,6 +563,10 @@ def forward(cfg, W, ids, n_prefill=None, embeds=None, rope_pos=None, deepstack=N
     added after it; groups [T]: image group of each token (0: none), whose tokens attend each other
     in both directions (Gemma 3)."""
     tc, mt, outer = text_config(cfg)
+    if mt == "gemma4_text":
+        if any(a is not None for a in (embeds, rope_pos, deepstack, groups)):
+            raise NotImplementedError("gemma4_text: image inputs")
+        return forward_gemma4(cfg, W, ids, tc)
     if mt in HYBRID:
         if deepstack is not None or groups is not None:
             raise NotImplementedError("%s: deepstack / image groups in a hybrid model" % mt)
@@ -740,6 +748,139 @@ def forward(cfg, W, ids, n_prefill=None, embeds=None, rope_pos=None, deepstack=N
     fs = tc.get("final_logit_softcapping") if mt in ("gemma2", "gemma3_text") else None
     if fs:
         logits = np.tanh(logits / fs) * fs
+    return logits
+
+
+# ----------------------------------------------------------------------------------- Gemma 4
+
+def gemma4_layers(tc):
+    """per layer of a gemma4_text model (transformers' Gemma4TextAttention / Gemma4TextMLP, mlx-lm's
+    gemma4_text): full (bool), head_dim (global_head_dim on full layers), kv_heads (num_global_key_value_heads
+    on full layers with attention_k_eq_v), k_eq_v (values = the raw k_proj output), src (the layer whose
+    K/V it attends: itself, or for the last num_kv_shared_layers layers the last non-shared layer of its
+    type), window (sliding layers: sliding_window), ffn (MLP width: twice intermediate_size on the shared
+    layers with use_double_wide_mlp)"""
+    n = tc["num_hidden_layers"]
+    if tc.get("enable_moe_block"):
+        raise NotImplementedError("gemma4_text: enable_moe_block")
+    if tc.get("attention_bias"):
+        raise NotImplementedError("gemma4_text: attention_bias")
+    lt = tc.get("layer_types")
+    if lt is None:  # transformers' default: 5 sliding then 1 full
+        lt = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
+    hd = tc["head_dim"]
+    ghd = tc.get("global_head_dim") or hd
+    nkv = tc.get("num_key_value_heads") or tc["num_attention_heads"]
+    S = tc.get("num_kv_shared_layers") or 0
+    first_shared = n - S
+    out = []
+    for i in range(n):
+        full = lt[i] == "full_attention"
+        keqv = bool(tc.get("attention_k_eq_v")) and full
+        kv = (tc.get("num_global_key_value_heads") or nkv) if keqv else nkv
+        src = i
+        if S > 0 and i >= first_shared:
+            src = max(j for j in range(first_shared) if lt[j] == lt[i])
+        shared = src != i
+        F = tc["intermediate_size"] * (2 if tc.get("use_double_wide_mlp") and shared else 1)
+        out.append(dict(full=full, head_dim=ghd if full else hd, kv_heads=kv, k_eq_v=keqv, src=src,
+                        window=0 if full else (tc.get("sliding_window") or 0), ffn=F,
+                        type=lt[i]))
+    return out
+
+
+def gemma4_inv_freq(tc, layer):
+    """Gemma4TextRotaryEmbedding's inverse frequencies of a layer type over the layer's whole head: default
+    (1 / theta^(2i/d)), or proportional (modeling_rope_utils: the first int(partial * d // 2) frequencies
+    1 / theta^(2i/d), the rest 0, all over factor)"""
+    rp = dict((tc.get("rope_parameters") or {}).get(layer["type"]) or {})
+    if not rp:  # transformers' Gemma4TextConfig defaults
+        rp = {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0} if layer["full"] \
+            else {"rope_type": "default", "rope_theta": 10000.0}
+    d = layer["head_dim"]
+    base = rp.get("rope_theta", 10000.0)
+    t = rp.get("rope_type", "default")
+    if t == "default":
+        return 1.0 / (base ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    if t == "proportional":
+        angles = int(rp.get("partial_rotary_factor", 1.0) * d // 2)
+        inv = np.zeros(d // 2)
+        inv[:angles] = 1.0 / (base ** (np.arange(0, 2 * angles, 2, dtype=np.float64) / d))
+        return inv / rp.get("factor", 1.0)
+    raise ValueError("gemma4_text: rope type %s not handled" % t)
+
+
+def gelu_tanh(g):
+    return 0.5 * g * (1 + np.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g ** 3)))
+
+
+def forward_gemma4(cfg, W, ids, tc):
+    """logits [T, vocab] of a gemma4_text model (float64), as transformers' Gemma4ForCausalLM computes them
+    (modeling_gemma4.py): RMSNorm x * (mean(x^2) + eps)^-0.5 * w (plain w); the embedding times sqrt(hidden);
+    per-layer inputs ((RMSNorm(per_layer_model_projection(x) / sqrt(hidden)) + the per-layer table's rows times
+    sqrt(P)) / sqrt(2)); per layer: q/k RMSNorm per head, v RMSNorm without weight, RoPE (rotate-half) over the
+    whole head, attention scale 1, causal with the sliding window on sliding layers, K/V of the source layer on
+    KV-shared layers; sandwich norms; GELU-tanh MLP; the per-layer input gate; times layer_scalar; final
+    norm, tied head, final_logit_softcapping"""
+    pre = "language_model." if any(k.startswith("language_model.") for k in W) else ""
+    m = pre + "model."
+    H, n, nh = tc["hidden_size"], tc["num_hidden_layers"], tc["num_attention_heads"]
+    eps = tc.get("rms_norm_eps", 1e-6)
+    P = tc.get("hidden_size_per_layer_input") or 0
+    ids = np.asarray(ids)
+    T = len(ids)
+    layers = gemma4_layers(tc)
+    pos = np.arange(T, dtype=np.float64)
+    x = W[m + "embed_tokens.weight"][ids] * math.sqrt(H)
+    if P:
+        tok = W[m + "embed_tokens_per_layer.weight"][ids].reshape(T, n, P) * math.sqrt(P)
+        proj = (x @ W[m + "per_layer_model_projection.weight"].T) * H ** -0.5
+        proj = rmsnorm(proj.reshape(T, n, P), W[m + "per_layer_projection_norm.weight"], eps)
+        pli = (proj + tok) * 2.0 ** -0.5
+    kv = {}
+    for i, ly in enumerate(layers):
+        p = m + "layers.%d." % i
+        d = ly["head_dim"]
+        inv = gemma4_inv_freq(tc, ly)
+        cos, sin = np.cos(pos[:, None] * inv), np.sin(pos[:, None] * inv)
+
+        def lin(name, inp):
+            return inp @ W[p + name + ".weight"].T
+
+        h = rmsnorm(x, W[p + "input_layernorm.weight"], eps)
+        q = rmsnorm(lin("self_attn.q_proj", h).reshape(T, nh, d), W[p + "self_attn.q_norm.weight"], eps)
+        q = apply_rope(q, cos, sin, d, False)
+        if ly["src"] == i:
+            k = lin("self_attn.k_proj", h).reshape(T, ly["kv_heads"], d)
+            v = k if ly["k_eq_v"] else lin("self_attn.v_proj", h).reshape(T, ly["kv_heads"], d)
+            k = apply_rope(rmsnorm(k, W[p + "self_attn.k_norm.weight"], eps), cos, sin, d, False)
+            v = rmsnorm(v, 1.0, eps)
+            kv[i] = (k, v)
+        k, v = kv[ly["src"]]
+        rep = nh // k.shape[1]
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        s = np.einsum("thd,shd->hts", q, k) * 1.0 + np.triu(np.full((T, T), -np.inf), 1)
+        if ly["window"]:
+            s = s + np.tril(np.full((T, T), -np.inf), -ly["window"])
+        s = np.exp(s - s.max(-1, keepdims=True))
+        s /= s.sum(-1, keepdims=True)
+        o = lin("self_attn.o_proj", np.einsum("hts,shd->thd", s, v).reshape(T, nh * d))
+        x = x + rmsnorm(o, W[p + "post_attention_layernorm.weight"], eps)
+        h = rmsnorm(x, W[p + "pre_feedforward_layernorm.weight"], eps)
+        y = lin("mlp.down_proj", gelu_tanh(lin("mlp.gate_proj", h)) * lin("mlp.up_proj", h))
+        x = x + rmsnorm(y, W[p + "post_feedforward_layernorm.weight"], eps)
+        if P:
+            g = gelu_tanh(lin("per_layer_input_gate", x)) * pli[:, i, :]
+            x = x + rmsnorm(lin("per_layer_projection", g), W[p + "post_per_layer_input_norm.weight"], eps)
+        x = x * W[p + "layer_scalar"]
+    x = rmsnorm(x, W[m + "norm.weight"], eps)
+    head = W.get(pre + "lm_head.weight")
+    if head is None or tc.get("tie_word_embeddings", cfg.get("tie_word_embeddings", True)):
+        head = W[m + "embed_tokens.weight"]
+    logits = x @ head.T
+    cap = tc.get("final_logit_softcapping")
+    if cap:
+        logits = np.tanh(logits / cap) * cap
     return logits
 
 

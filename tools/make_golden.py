@@ -6,7 +6,10 @@ written down here per family, and checked against transformers' own model when t
 random weights rounded to the storage dtype, quantized exactly like MLX's mx.quantize
 (tools/mlxq.py), written the way the MLX converters write them (mlx-lm's names; vision-language
 checkpoints under "language_model." next to vision_tower.* / multi_modal_projector.* tensors as
-mlx-vlm writes them). Then the reference, on the DEQUANTIZED weights in float32/64, for a fixed
+mlx-vlm writes them; Gemma 4 (gemma4_text, and its gemma4 packaging under "language_model.model." next to
+vision_tower.* / embed_vision.*) without the KV-shared layers' k_proj / v_proj / k_norm, as mlx-lm's sanitize
+drops them; a module is quantized only where the group size divides its input size, as mlx-lm's
+quantize_model decides). Then the reference, on the DEQUANTIZED weights in float32/64, for a fixed
 12-token prompt:
   logits.f32        float32 little-endian, [n_prompt, vocab], logits of every prompt position
   manifest.json     prompt ids, 40 greedy ids, per-step top1-top2 margins, shapes, tolerances
@@ -55,6 +58,13 @@ BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_la
             initializer_range=0.02)
 GEMMA = dict(hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh", head_dim=16,
              tie_word_embeddings=True, rms_norm_eps=1e-6)
+# Gemma 4's text config written out in full (transformers' and mlx-lm's defaults differ: num_kv_shared_layers 0 / 20,
+# use_double_wide_mlp False / True, final_logit_softcapping None / 30)
+GEMMA4 = dict(hidden_activation="gelu_pytorch_tanh", head_dim=16, tie_word_embeddings=True, rms_norm_eps=1e-6,
+              hidden_act=None, attention_bias=False, enable_moe_block=False, pad_token_id=0,
+              rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                               "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                  "rope_theta": 1000000.0}})
 Q4 = {"group_size": 64, "bits": 4}
 Q4_32 = {"group_size": 32, "bits": 4}
 
@@ -379,6 +389,41 @@ FIXTURES = [
                   conv_L_cache=3, conv_bias=False, rope_theta=1000000.0,
                   layer_types=["conv", "full_attention", "conv", "conv"]),
          quant=Q4, overrides=router_overrides("feed_forward.gate", 4, first=1)),
+    # ---- Gemma 4 (gemma4_text): plain-weight norms, attention scale 1, q/k norms and an unweighted v norm, a global
+    # head size (32) on full layers with proportional RoPE (a quarter of the frequencies rotate), KV sharing (the
+    # last num_kv_shared_layers layers attend the K/V of the last earlier layer of their type; mlx-lm's sanitize
+    # drops their k_proj / v_proj / k_norm), double-wide MLPs on those layers, per-layer inputs, layer_scalar
+    # (random in [0.5, 1.5]), final softcap. mlx-lm quantizes a module only where the group size divides its
+    # input size: per_layer_projection [64, 32] stays bf16, embed_tokens_per_layer [512, 6 * 32] is quantized.
+    # intermediate_size 64 (not 128): with 128 the fixture would exceed 300 KB
+    dict(name="gemma4_text_q4_g64_bf16", embed_init=0.5, layer_init=1.0, head_gain=14.0, model_type="gemma4_text",
+         dtype="bfloat16", seed=3636,
+         cfg=dict(GEMMA4, num_hidden_layers=6, intermediate_size=64, global_head_dim=32,
+                  layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
+                               "sliding_attention", "full_attention"],
+                  sliding_window=5, num_kv_shared_layers=2, use_double_wide_mlp=True, hidden_size_per_layer_input=32,
+                  vocab_size_per_layer_input=512, attention_k_eq_v=False, final_logit_softcapping=30.0),
+         quant=Q4, overrides={}),
+    # attention_k_eq_v (Gemma 4 26B / 31B style): full layers with one KV head (num_global_key_value_heads) and no
+    # v_proj, values the raw k_proj output; no KV sharing, no per-layer inputs, no final softcap; not quantized
+    # (intermediate_size 32 keeps it under 300 KB)
+    dict(name="gemma4_kveq_bf16", embed_init=0.5, layer_init=1.0, head_gain=10.0, model_type="gemma4_text",
+         dtype="bfloat16", seed=3737,
+         cfg=dict(GEMMA4, num_hidden_layers=4, intermediate_size=32, global_head_dim=32,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+                  sliding_window=5, num_kv_shared_layers=0, use_double_wide_mlp=False, hidden_size_per_layer_input=0,
+                  vocab_size_per_layer_input=512, attention_k_eq_v=True, num_global_key_value_heads=1,
+                  final_logit_softcapping=None),
+         quant=None, overrides={}),
+    # the vision-language packaging (gemma4: text_config, language_model.model.*, vision_tower.* / embed_vision.*
+    # skipped): layers 2 and 3 share the K/V of layers 0 and 1; per-layer inputs of 16 (4 * 16: the table quantized)
+    dict(name="gemma4_vlm_q4_g64_bf16", embed_init=0.5, layer_init=1.5, head_gain=14.0, model_type="gemma4_text",
+         dtype="bfloat16", seed=3838,
+         cfg=dict(GEMMA4, num_hidden_layers=4, intermediate_size=64, global_head_dim=32,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+                  sliding_window=5, num_kv_shared_layers=2, use_double_wide_mlp=True, hidden_size_per_layer_input=16,
+                  vocab_size_per_layer_input=512, attention_k_eq_v=False, final_logit_softcapping=20.0),
+         quant=Q4, overrides={}, vlm=dict(model_type="gemma4", layout="text_config")),
 ]
 HYBRID = check_golden.HYBRID
 
@@ -404,6 +449,11 @@ VISION_TENSORS = {
                ("vision_tower.vision_model.post_layernorm.weight", (8,)),
                ("multi_modal_projector.mm_input_projection_weight", (8, 64)),
                ("multi_modal_projector.mm_soft_emb_norm.weight", (8,))],
+    # mlx-vlm's gemma4 (mlx-lm's sanitize drops vision_tower.* and embed_vision.*)
+    "gemma4": [("vision_tower.patch_embedder.input_proj.weight", (8, 768)),
+               ("vision_tower.patch_embedder.position_embedding_table", (2, 16, 8)),
+               ("vision_tower.encoder.layers.0.input_layernorm.weight", (8,)),
+               ("embed_vision.embedding_projection.weight", (64, 8))],
     "mistral3": [("vision_tower.patch_conv.weight", (8, 14, 14, 3)),
                  ("vision_tower.ln_pre.weight", (8,)),
                  ("multi_modal_projector.linear_1.weight", (64, 32)),
@@ -420,6 +470,9 @@ VISION_TENSORS = {
 VISION_CONFIG = {
     "gemma3": {"model_type": "siglip_vision_model", "hidden_size": 8, "image_size": 28, "patch_size": 14,
                "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 16},
+    "gemma4": {"model_type": "gemma4_vision", "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
+               "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 8, "patch_size": 16,
+               "position_embedding_size": 16, "pooling_kernel_size": 3},
     "mistral3": {"model_type": "pixtral", "hidden_size": 8, "image_size": 28, "patch_size": 14,
                  "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 16, "head_dim": 8},
     "qwen2_5_vl": {"depth": 1, "hidden_size": 8, "intermediate_size": 16, "num_heads": 1, "out_hidden_size": 64,
@@ -442,7 +495,8 @@ def text_config_dict(fx):
     c["model_type"] = fx["model_type"]
     if "head_dim" not in c and fx["model_type"] != "cohere2":
         c["head_dim"] = c["hidden_size"] // c["num_attention_heads"]
-    c.setdefault("rope_scaling", None)
+    if fx["model_type"] != "gemma4_text":  # Gemma 4 configs have rope_parameters only
+        c.setdefault("rope_scaling", None)
     return c
 
 
@@ -454,6 +508,8 @@ def smelt_config(fx, c):
     elif v["layout"] == "text_config":
         out = {"model_type": v["model_type"], "text_config": dict(c), "vision_config": VISION_CONFIG[v["model_type"]],
                "tie_word_embeddings": c.get("tie_word_embeddings", False)}
+        if v["model_type"] == "gemma4":  # mlx-lm's gemma4 ModelArgs sets text_config's vocab_size from its own
+            out["vocab_size"] = c["vocab_size"]
     else:  # flat: the LM's fields at the top level
         out = dict(c)
         out["model_type"] = v["model_type"]
@@ -610,6 +666,8 @@ def state_spec(mt, c):
     """[(HF name, shape)] of the text CausalLM (tied heads: no lm_head)"""
     if mt in HYBRID:
         return hybrid_spec(mt, c)
+    if mt == "gemma4_text":
+        return gemma4_spec(c)
     H, F = c["hidden_size"], c["intermediate_size"]
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or H // nh
@@ -694,6 +752,39 @@ def state_spec(mt, c):
     return spec
 
 
+def gemma4_spec(c):
+    """Gemma4ForCausalLM's state dict (transformers 5): KV-shared layers without k_proj / v_proj / k_norm (the
+    mlx-lm checkpoint drops them too; a transformers version that still has them gets unused random ones in
+    hf_state), no v_proj on attention_k_eq_v full layers, layer_scalar a [1] buffer of each layer"""
+    H, n, nh = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
+    P = c.get("hidden_size_per_layer_input") or 0
+    spec = [("model.embed_tokens.weight", (c["vocab_size"], H)), ("model.norm.weight", (H,))]
+    if not c.get("tie_word_embeddings", True):
+        spec.append(("lm_head.weight", (c["vocab_size"], H)))
+    if P:
+        spec += [("model.embed_tokens_per_layer.weight", (c["vocab_size_per_layer_input"], n * P)),
+                 ("model.per_layer_model_projection.weight", (n * P, H)),
+                 ("model.per_layer_projection_norm.weight", (P,))]
+    for i, ly in enumerate(check_golden.gemma4_layers(c)):
+        p = "model.layers.%d." % i
+        d, kv, F = ly["head_dim"], ly["kv_heads"], ly["ffn"]
+        spec += [(p + "self_attn.q_proj.weight", (nh * d, H)), (p + "self_attn.q_norm.weight", (d,))]
+        if ly["src"] == i:
+            spec += [(p + "self_attn.k_proj.weight", (kv * d, H)), (p + "self_attn.k_norm.weight", (d,))]
+            if not ly["k_eq_v"]:
+                spec.append((p + "self_attn.v_proj.weight", (kv * d, H)))
+        spec.append((p + "self_attn.o_proj.weight", (H, nh * d)))
+        spec += [(p + "mlp.gate_proj.weight", (F, H)), (p + "mlp.up_proj.weight", (F, H)),
+                 (p + "mlp.down_proj.weight", (H, F))]
+        spec += [(p + x + ".weight", (H,)) for x in ("input_layernorm", "post_attention_layernorm",
+                                                     "pre_feedforward_layernorm", "post_feedforward_layernorm")]
+        if P:
+            spec += [(p + "per_layer_input_gate.weight", (P, H)), (p + "per_layer_projection.weight", (H, P)),
+                     (p + "post_per_layer_input_norm.weight", (H,))]
+        spec.append((p + "layer_scalar", (1,)))
+    return spec
+
+
 def moe_spec(mt, c, lin):
     """a mixture layer's HF-4.x-style tensors: the router, per-expert projections (biases: gpt-oss), shared
     experts; the MLX checkpoint stacks the experts (build_tensors), the transformers run adapts them to the
@@ -736,6 +827,8 @@ def random_weights(spec, c, rng, embed_init=1.0, layer_init=1.0, head_gain=1.0):
             w = rng.uniform(-2.0, 0.5, shape)
         elif name.endswith(".D"):
             w = rng.uniform(0.5, 1.5, shape)
+        elif name.endswith("layer_scalar"):  # Gemma 4's per-layer output scale
+            w = rng.uniform(0.5, 1.5, shape)
         elif len(shape) == 3:  # depthwise convolution [C, 1, K]
             w = 0.8 * rng.standard_normal(shape) / math.sqrt(shape[2])
         elif zero_centered(c["model_type"], name):
@@ -750,17 +843,23 @@ def random_weights(spec, c, rng, embed_init=1.0, layer_init=1.0, head_gain=1.0):
                     w = (1 + w) * head_gain - 1
             elif name in ("model.norm.weight", "model.embedding_norm.weight", "model.norm_f.weight"):
                 w = w * head_gain
+            elif c["model_type"] == "gemma4_text" and name.endswith(("self_attn.q_norm.weight", "self_attn.k_norm.weight")):
+                # attention scale 1: a trained model's q/k norm weights carry the 1/sqrt(head_dim) (ones would make
+                # every softmax as sharp as no real checkpoint's, and its K/V-cache rounding error with it)
+                w = w * shape[0] ** -0.25
         elif name.endswith(".bias"):
             w = 0.3 * rng.standard_normal(shape)
         elif name.endswith("self_attn.sinks"):
             w = rng.standard_normal(shape)
         elif name.endswith("e_score_correction_bias") or name.endswith("expert_bias"):
             w = 0.1 * rng.standard_normal(shape)
+        elif name.endswith("embed_tokens_per_layer.weight"):  # Gemma 4: times sqrt(P) on input
+            w = rng.standard_normal(shape) / math.sqrt(c["hidden_size_per_layer_input"])
         elif "embed_tokens" in name:
             # tied heads: a small embedding keeps the residual stream from being dominated by
             # the current token's own embedding (which makes greedy decoding just repeat it)
             w = (0.3 if c.get("tie_word_embeddings", False) else 1.0) * rng.standard_normal(shape)
-            if c["model_type"] in ("gemma", "gemma2", "gemma3_text"):
+            if c["model_type"] in ("gemma", "gemma2", "gemma3_text", "gemma4_text"):
                 w = rng.standard_normal(shape) / math.sqrt(c["hidden_size"])  # times sqrt(hidden) on input
             w = w * embed_init
         elif name == "lm_head.weight":
@@ -896,6 +995,8 @@ def build_tensors(fx, c, spec, raw, rng):
             # mlx-lm quantizes nn.Linear modules only: GLM-4 MoE's and DeepSeek-V3's routers are plain weights
             qp = None if (mt in ("glm4_moe", "deepseek_v3") and name.endswith("mlp.gate.weight")) else \
                 qparams_for(fx, module)
+            if qp and qp.get("mode", "affine") == "affine" and w.shape[-1] % qp["group_size"]:
+                qp = None  # mlx-lm's quantize_model skips a module whose input size the group size does not divide
             used[name] = mlxq.add_linear(tensors, module, w, fx["dtype"], qp)
         elif name.endswith("e_score_correction_bias"):  # kept in float32 (mlx-lm's cast_predicate)
             wr = w.astype(np.float32)
@@ -941,6 +1042,8 @@ def check_layout(fx, c, tensors):
         bad += [k for k in tensors if ".shared_mlp." in k]
     if bad:
         raise RuntimeError("%s: names that mlx-lm's sanitize does not leave: %s" % (fx["name"], sorted(bad)[:4]))
+    if mt == "gemma4_text":
+        check_layout_gemma4(fx, c, tensors)
     if mt not in MOE_MLX or mt == "gpt_oss":
         return
     E = c.get("num_experts") or c.get("num_local_experts") or c.get("n_routed_experts")
@@ -964,6 +1067,42 @@ def check_layout(fx, c, tensors):
         for k, (_, shape, _) in stacks.items():
             if len(shape) != 3 or shape[0] != E:
                 raise RuntimeError("%s: %s has shape %s, not [%d experts, rows, cols]" % (fx["name"], k, shape, E))
+
+
+def check_layout_gemma4(fx, c, tensors):
+    """Gemma 4 as mlx-lm's sanitize (and mlx-vlm's) leaves it: no k_proj / v_proj / k_norm (nor v_norm) on the
+    KV-shared layers, no v_proj on attention_k_eq_v full layers, every other layer with its own; no rotary
+    buffers; layer_scalar [1] and the norms plain; a module quantized exactly where the group size divides its
+    input size (mlx-lm's quantize_model); vision tensors only under vision_tower. / embed_vision."""
+    errs = []
+    for i, ly in enumerate(check_golden.gemma4_layers(c)):
+        p = mlx_name(fx, "model.layers.%d.self_attn." % i)
+        own = ly["src"] == i
+        for mod, want in (("k_proj", own), ("v_proj", own and not ly["k_eq_v"]), ("k_norm", own), ("v_norm", False),
+                          ("q_proj", True), ("o_proj", True), ("q_norm", True)):
+            if (p + mod + ".weight" in tensors) != want:
+                errs.append("layer %d %s %s" % (i, mod, "missing" if want else "present"))
+        sc = mlx_name(fx, "model.layers.%d.layer_scalar" % i)
+        if sc not in tensors or tuple(tensors[sc][1]) != (1,):
+            errs.append("layer %d: layer_scalar [1] missing" % i)
+        rows = tensors[mlx_name(fx, "model.layers.%d.mlp.gate_proj.weight" % i)][1][0]
+        if rows != ly["ffn"]:
+            errs.append("layer %d: MLP width %d, not %d" % (i, rows, ly["ffn"]))
+    for k, (dt, shape, _) in tensors.items():
+        if "rotary" in k or k.startswith("model.language_model") or (
+                fx.get("vlm") and not k.startswith(("language_model.model.", "vision_tower.", "embed_vision."))):
+            errs.append("name %s" % k)
+        if k.endswith(".scales"):
+            mod = k[: -len(".scales")]
+            qp = qparams_for(fx, mod)
+            if not qp or (tensors[mod + ".weight"][1][-1] * 32 // qp["bits"]) % qp["group_size"]:
+                errs.append("%s quantized" % mod)
+        elif k.endswith(".weight") and len(shape) == 2 and dt != "U32" and not k.startswith(("vision_tower.", "embed_vision.")):
+            qp = qparams_for(fx, k[: -len(".weight")])
+            if qp and shape[-1] % qp["group_size"] == 0:
+                errs.append("%s not quantized" % k)
+    if errs:
+        raise RuntimeError("%s: not the layout mlx-lm writes: %s" % (fx["name"], errs[:6]))
 
 
 def st_arrays(tensors):
@@ -1058,7 +1197,16 @@ def hf_state(mt, used, have):
     """the reference weights under the names and layout of the transformers model at hand (have: its state
     dict's shapes): HF-4.x per-expert modules as they are; fused 3-D expert parameters (transformers 5:
     gate_up_proj [E, 2F, H] with gate then up, down_proj [E, H, F]; gpt-oss: gate_up_proj [E, H, 2F] with
-    gate and up interleaved, down_proj [E, F, H], and their biases) built from them"""
+    gate and up interleaved, down_proj [E, F, H], and their biases) built from them. Gemma 4: a transformers
+    version whose KV-shared layers still have k_proj / v_proj / k_norm gets random ones (unused: its shared layers
+    read the K/V of their source layer; torch_reference checks that they do not matter)"""
+    if mt == "gemma4_text":
+        out = dict(used)
+        rng = np.random.default_rng(0)
+        for k, shape in sorted(have.items()):
+            if k not in out and re.match(r"^model\.layers\.\d+\.self_attn\.(k_proj|v_proj|k_norm|v_norm)\.weight$", k):
+                out[k] = (rng.standard_normal(shape) / math.sqrt(shape[-1])).astype(np.float32)
+        return out
     if mt not in MOE_HF:
         return dict(used)
     out = {k: v for k, v in used.items() if not EXPERT_RE.match(k)}
@@ -1115,7 +1263,10 @@ def torch_reference(fx, c, spec, used):
     tied = c.get("tie_word_embeddings", False)
     if tied:
         have.pop("lm_head.weight", None)
-    used = hf_state(fx.get("hf", fx["model_type"]), used, have)
+    mt = fx.get("hf", fx["model_type"])
+    given = set(used)
+    used = hf_state(mt, used, have)
+    filler = sorted(set(used) - given)  # parameters the forward must not read (Gemma 4's KV-shared layers)
     want = {k: tuple(np.shape(v)) for k, v in used.items() if not (tied and k == "lm_head.weight")}
     if have != want:
         extra = sorted(set(have) - set(want))
@@ -1128,8 +1279,20 @@ def torch_reference(fx, c, spec, used):
     missing = [m for m in missing if "rotary" not in m and "inv_freq" not in m]
     assert not unexpected and not missing, (unexpected, missing)
     ids = torch.tensor([PROMPT], dtype=torch.long)
+    # Gemma 4: with a cache, as generate() runs it (KV-shared layers read their source layer's K/V)
+    fkw = {"use_cache": True} if mt == "gemma4_text" else {}
     with torch.no_grad():
-        logits = model(ids).logits[0].float().numpy()
+        logits = model(ids, **fkw).logits[0].float().numpy()
+        if filler:
+            params = dict(model.named_parameters())
+            params.update(dict(model.named_buffers()))
+            for k in filler:
+                params[k].add_(torch.randn_like(params[k]))
+            again = model(ids, **fkw).logits[0].float().numpy()
+            if not np.array_equal(again, logits):
+                raise RuntimeError("unused parameters %s change the logits (max %.2e)"
+                                   % (filler[:3], float(np.abs(again - logits).max())))
+            print("  %d parameters of KV-shared layers present in transformers' model, unused (checked)" % len(filler))
         gc = GenerationConfig(do_sample=False, max_new_tokens=N_GEN, min_new_tokens=N_GEN, eos_token_id=None,
                               pad_token_id=0, bos_token_id=1)
         out = model.generate(ids, generation_config=gc, output_scores=True, return_dict_in_generate=True)
@@ -1144,7 +1307,7 @@ def torch_reference(fx, c, spec, used):
         # eos_token_id into min_new_tokens' suppression), which no runtime does: recomputation wins there.
         seq, rmarg = list(PROMPT), []
         for _ in range(N_GEN):
-            last = model(torch.tensor([seq])).logits[0, -1]
+            last = model(torch.tensor([seq]), **fkw).logits[0, -1]
             top2 = np.sort(last.double().numpy())[-2:]
             rmarg.append(float(top2[1] - top2[0]))
             seq.append(int(torch.argmax(last)))
