@@ -228,16 +228,17 @@ typedef struct {
   int n_experts, top_k; /* top_k <= 64 */
   bool norm;
   float scale;
-  float norm_eps;          /* SIGMOID with norm: added to the weights' sum (0: 1e-20) */
-  const float *correction; /* backend buffer [n_experts] (SIGMOID; NULL: none) */
-  int n_group, topk_group; /* SIGMOID group-limited choice; n_group <= 1: off */
+  float norm_eps;            /* SIGMOID with norm: added to the weights' sum (0: 1e-20) */
+  const float *correction;   /* backend buffer [n_experts] (SIGMOID; NULL: none) */
+  int n_group, topk_group;   /* SIGMOID group-limited choice; n_group <= 1: off */
+  const float *expert_scale; /* backend buffer [n_experts]: weight j then times expert_scale[id j] (Gemma 4); NULL */
 } sm_moe_route;
 
 /* The routing of one token (the reference every backend's moe_route computes; moe_route.c): ids[0..k) and
- * wts[0..k) from logits[0..n_experts) (host memory; correction: host copy of r->correction or NULL);
+ * wts[0..k) from logits[0..n_experts) (host memory; correction, expert_scale: host copies of r's or NULL);
  * scratch: 2 * n_experts floats. */
-void sm_moe_route_row(const sm_moe_route *r, const float *logits, const float *correction, int32_t *ids, float *wts,
-                      float *scratch);
+void sm_moe_route_row(const sm_moe_route *r, const float *logits, const float *correction, const float *expert_scale,
+                      int32_t *ids, float *wts, float *scratch);
 
 /* Joining a tensor-parallel group (comm_init): the group's id from rank 0's comm_make_id, and a block of
  * memory that every rank maps at the same address (made before the ranks were forked; the CPU backend's

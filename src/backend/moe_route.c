@@ -16,8 +16,8 @@ static void top_k(const float *v, int n, int k, int32_t *ids) {
   }
 }
 
-void sm_moe_route_row(const sm_moe_route *r, const float *logits, const float *correction, int32_t *ids, float *wts,
-                      float *scratch) {
+void sm_moe_route_row(const sm_moe_route *r, const float *logits, const float *correction, const float *expert_scale,
+                      int32_t *ids, float *wts, float *scratch) {
   const int E = r->n_experts, k = r->top_k;
   float *p = scratch, *choice = scratch + E;
   float sum = 0.f;
@@ -72,5 +72,6 @@ void sm_moe_route_row(const sm_moe_route *r, const float *logits, const float *c
   for (int j = 0; j < k; j++) {
     if (r->norm && r->kind != SM_ROUTE_TOPK_SOFTMAX) wts[j] /= sum;
     wts[j] *= r->scale;
+    if (expert_scale) wts[j] *= expert_scale[ids[j]];
   }
 }

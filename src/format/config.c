@@ -610,11 +610,14 @@ static smelt_status parse_layer_shapes(sm_config *c, const src *s, const family 
   /* an explicit null: none */
   if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c->text, "global_head_dim"))) c->global_head_dim = 0;
   if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c->text, "hidden_size_per_layer_input"))) c->ple_dim = 0;
-  if (moe)
-    return sm_err(SMELT_ERR_UNSUPPORTED,
-                  "%s: Gemma 4 with mixture-of-experts blocks (enable_moe_block, the 26B-A4B model) is not supported "
-                  "yet",
-                  file);
+  /* the experts (every layer, beside its MLP) only with enable_moe_block */
+  if (!moe) {
+    const int qk = c->moe.use_qk_norm;
+    memset(&c->moe, 0, sizeof c->moe);
+    c->moe.use_qk_norm = qk;
+  } else if (c->moe.n_experts <= 0) {
+    return sm_err(SMELT_ERR_FORMAT, "%s: enable_moe_block without num_experts", file);
+  }
   if (!strcmp(bidir, "all"))
     return sm_err(SMELT_ERR_UNSUPPORTED, "%s: use_bidirectional_attention \"all\" is not supported", file);
   TRY(check_range(file, "global_head_dim", c->global_head_dim, 0, 1024));
@@ -888,7 +891,6 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   }
 
   if (f->rec) TRY(parse_rec(c, &s, f));
-  if (f->per_layer_shapes) TRY(parse_layer_shapes(c, &s, f));
 
   /* special tokens */
   c->bos_id = -1;
@@ -903,6 +905,7 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   TRY(add_token_ids(c, get(&s, "eos_token_id"), file, "eos_token_id"));
   TRY(sm_config_parse_moe(c, f->moe, file));
   TRY(sm_config_parse_mla(c, f->mla, file));
+  if (f->per_layer_shapes) TRY(parse_layer_shapes(c, &s, f));
 
   return parse_quant(c, file);
 }

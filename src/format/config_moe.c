@@ -71,6 +71,7 @@ smelt_status sm_config_parse_moe(sm_config *c, const sm_moe_defaults *d, const c
     return SMELT_OK;
   }
   TRY(int_of(c, file, "num_experts_per_tok", 1, 1 << 16, &m->top_k));
+  TRY(int_of(c, file, "top_k_experts", 1, 1 << 16, &m->top_k)); /* Gemma 4's name */
   if (m->n_experts <= 0)
     return sm_err(SMELT_ERR_FORMAT, "%s: a %s model needs the number of experts", file, c->model_type);
   if (m->top_k < 1 || m->top_k > m->n_experts || m->top_k > 64)

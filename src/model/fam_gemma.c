@@ -2,6 +2,7 @@
  * sqrt(hidden_size), GELU (tanh) gating, tied head. Gemma 2 adds post-attention/post-MLP norms,
  * logit softcapping and alternating sliding-window layers; Gemma 3 q/k norms and a local RoPE base
  * for its sliding layers. Gemma 4 (below) sizes its full layers apart and shares K/V between layers. */
+#include "backend/backend.h"
 #include "model/family.h"
 
 extern const sm_tensor_names sm_names_llama;
@@ -164,7 +165,7 @@ const sm_family sm_family_gemma3_text = {
   .recipe = &gemma3_recipe,
 };
 
-/* Gemma 4 (dense: E2B, E4B, 31B): plain-w RMSNorm, q/k norms and weightless v norms with attention scale 1,
+/* Gemma 4 (E2B, E4B, 31B; 26B-A4B with experts beside each MLP): plain-w RMSNorm, q/k norms and weightless v norms with attention scale 1,
  * full layers with their own head size (global_head_dim), proportional RoPE and, with attention_k_eq_v, keys
  * as values; the last num_kv_shared_layers layers read the K/V of the last earlier layer of their kind; per-layer
  * input embeddings (hidden_size_per_layer_input); a scalar per layer; final logit softcapping. Class defaults of
@@ -194,10 +195,24 @@ static const sm_tensor_names gemma4_names = {
       [SM_T_PLE_PROJ] = "per_layer_projection",
       [SM_T_PLE_NORM] = "post_per_layer_input_norm",
       [SM_T_LAYER_SCALAR] = "layer_scalar",
+      [SM_T_MLP_OUT_NORM] = "post_feedforward_layernorm_1",
+      [SM_T_MOE_NORM] = "pre_feedforward_layernorm_2",
+      [SM_T_MOE_OUT_NORM] = "post_feedforward_layernorm_2",
     },
   .ple_embed = "embed_tokens_per_layer",
   .ple_proj = "per_layer_model_projection",
   .ple_norm = "per_layer_projection_norm",
+};
+/* the 26B-A4B's experts (enable_moe_block): on every layer, beside the dense MLP; mlx-lm's sanitize splits
+ * experts.gate_up_proj into experts.switch_glu.gate_proj / up_proj */
+static const sm_moe_defaults gemma4_moe_defaults = {.norm_topk = true, .optional = true};
+static const sm_moe_spec gemma4_moe_spec = {
+  .route = SM_ROUTE_SOFTMAX,
+  .router = "router.proj",
+  .experts = "experts.switch_glu",
+  .beside_mlp = true,
+  .router_scale = "router.scale",
+  .expert_scale = "router.per_expert_scale",
 };
 static const sm_config_defaults gemma4_text_defaults = {
   .type = "gemma4_text",
@@ -224,6 +239,7 @@ static const sm_config_defaults gemma4_text_defaults = {
   .global_head_dim = 512,
   .ple_dim = 256,
   .ple_vocab = 262144,
+  .moe = &gemma4_moe_defaults,
 };
 static const sm_recipe gemma4_recipe = {
   .attn_bias = SM_BIAS_QKVO,
@@ -239,10 +255,11 @@ static const sm_recipe gemma4_recipe = {
 };
 const sm_family sm_family_gemma4_text = {
   .model_type = "gemma4_text",
-  .description = "Gemma 4 (dense; per-layer head sizes, KV sharing, per-layer inputs)",
+  .description = "Gemma 4 (per-layer head sizes, KV sharing, per-layer inputs; 26B-A4B experts)",
   .example = "mlx-community/gemma-4-e2b-it-4bit",
   .defaults = &gemma4_text_defaults,
   .names = &gemma4_names,
   .recipe = &gemma4_recipe,
-  .notes = "the mixture-of-experts variant (26B-A4B, enable_moe_block) is not supported; text input only",
+  .moe = &gemma4_moe_spec,
+  .notes = "text input only",
 };

@@ -230,6 +230,9 @@ bool sm_family_slot_used(const sm_family *f, const sm_config *c, int layer, sm_l
     case SM_T_PLE_PROJ:
     case SM_T_PLE_NORM: return f->recipe->per_layer_input && c->ple_dim > 0;
     case SM_T_LAYER_SCALAR: return f->recipe->layer_scalar;
+    case SM_T_MLP_OUT_NORM:
+    case SM_T_MOE_NORM:
+    case SM_T_MOE_OUT_NORM: return f->moe && f->moe->beside_mlp && c->moe.n_experts > 0 && c->moe.moe_layer[layer];
     case SM_T_FFN_NORM:
     case SM_T_GATE:
     case SM_T_UP:
@@ -373,7 +376,10 @@ void sm_family_slot_shape(const sm_family *f, const sm_config *c, int layer, sm_
       *rows = H;
       *cols = c->ple_dim;
       break;
-    case SM_T_PLE_NORM: *rows = H; break;
+    case SM_T_PLE_NORM:
+    case SM_T_MLP_OUT_NORM:
+    case SM_T_MOE_NORM:
+    case SM_T_MOE_OUT_NORM: *rows = H; break;
     case SM_T_LAYER_SCALAR: *rows = 1; break;
     case SM_T_LAYER_COUNT: *rows = 0; break;
     default: rec_slot_shape(c, s, rows, cols); break;

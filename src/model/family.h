@@ -47,6 +47,11 @@ typedef enum {
   SM_T_PLE_PROJ,
   SM_T_PLE_NORM,
   SM_T_LAYER_SCALAR, /* recipe layer_scalar: the layer's output times this one number ("<name>", no ".weight") */
+  /* experts beside the dense MLP (sm_moe_spec beside_mlp, Gemma 4): the MLP's own output norm, the experts'
+   * input and output norms, on the layers with experts */
+  SM_T_MLP_OUT_NORM,
+  SM_T_MOE_NORM,
+  SM_T_MOE_OUT_NORM,
   SM_T_LAYER_COUNT
 } sm_layer_tensor;
 
@@ -160,6 +165,12 @@ typedef struct {
   bool expert_bias;    /* the experts' projections have biases (gpt-oss) */
   bool clamped_swiglu; /* gpt-oss's activation: config swiglu_limit / swiglu_alpha (backend swiglu_clamp) */
   float norm_eps;      /* SIGMOID routing with norm_topk_prob: added to the weights' sum (0: 1e-20; LFM2-MoE 1e-6) */
+  /* Gemma 4: the experts run beside the dense MLP, both on the residual after attention:
+   *   mlp_out_norm(mlp(ffn_norm(x))) + moe_out_norm(experts(moe_norm(x)))   (then ffn_out_norm, the residual add)
+   * routed on x RMS-normalized with the weight <router_scale> / sqrt(hidden), each chosen expert's weight times
+   * <expert_scale>[e] ([hidden] and [n_experts] tensors, no ".weight") */
+  bool beside_mlp;
+  const char *router_scale, *expert_scale;
 } sm_moe_spec;
 
 typedef struct sm_family {

@@ -209,6 +209,26 @@ smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int6
   m->weight_bytes += t->nbytes;
   return SMELT_OK;
 }
+smelt_status sm_load_vec_times(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n, float mul, float **out) {
+  const sm_tensor *t = take(m, ts, name);
+  *out = NULL;
+  if (!t) return sm_err(SMELT_ERR_FORMAT, "missing tensor %s", name);
+  if (t->ndim != 1 || t->shape[0] != n)
+    return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld]", name, (long long)n);
+  float *h = sm_xmalloc(sizeof(float) * (size_t)n);
+  smelt_status st = host_floats(t, name, n, h);
+  for (int64_t i = 0; !st && i < n; i++) h[i] *= mul;
+  float *d = st ? NULL : m->be->alloc(m->be, sizeof(float) * (size_t)n);
+  if (!st && !d) st = sm_err(SMELT_ERR_OOM, "out of backend memory");
+  if (d) {
+    m->be->upload(m->be, d, h, sizeof(float) * (size_t)n);
+    sm_model_own(m, d);
+    *out = d;
+  }
+  free(h);
+  return st;
+}
+
 static smelt_status load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n, float **out, bool optional,
                              const int64_t *perm) {
   return sm_load_vec(m, ts, name, 0, n, out, optional, perm);
@@ -282,6 +302,9 @@ static smelt_status check_recipe(smelt_model *m) {
     m->max_kv = SM_MAX(m->max_kv, sp.kv_heads * sp.head_dim);
     m->max_ffn = SM_MAX(m->max_ffn, sp.ffn_dim);
   }
+  if (m->tp && m->fam->moe && m->fam->moe->beside_mlp && c->moe.n_experts > 0)
+    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: experts beside the MLP (%s) are not supported split over several devices",
+                  m->dir, m->fam->model_type);
   if (sm_family_varied_layers(m->fam, c) && (m->tp || nm->t[SM_T_QKV] || r->rope_interleaved || r->mla))
     return sm_err(SMELT_ERR_UNSUPPORTED,
                   "%s: layers of their own head size or shared K/V (model family %s) are not supported %s", m->dir,
@@ -469,7 +492,7 @@ static smelt_status read_layer(smelt_model *m, sm_load_ctx *ts, int l) {
     perm_k = interleave_perm(nkv, (int)hd, c->partial_rotary_dim);
   }
   /* a mixture-of-experts layer (moe.c) has no dense MLP */
-  const bool moe = m->fam->moe && c->moe.moe_layer[l];
+  const bool moe = m->fam->moe && c->moe.moe_layer[l] && !m->fam->moe->beside_mlp;
   if (r->attn_out_gate) perm_q = gate_perm(nq, (int)hd);
   if (c->rec.kind == SM_REC_GDN) {
     perm_in = qkvz_perm(&c->rec);

@@ -141,6 +141,8 @@ smelt_status sm_load_linear(smelt_model *m, sm_load_ctx *ts, const char *prefix,
  * perm may be NULL) */
 smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n_stack, int64_t n, float **out,
                          bool optional, const int64_t *perm);
+/* a float tensor [n] times mul, as a float32 backend buffer the model owns */
+smelt_status sm_load_vec_times(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n, float mul, float **out);
 /* a tensor by name (NULL if absent), recorded as taken */
 const sm_tensor *sm_load_take(smelt_model *m, sm_load_ctx *ctx, const char *name);
 
@@ -152,6 +154,9 @@ void sm_moe_release(smelt_model *m);                       /* ... and their rele
 smelt_status sm_moe_reserve(smelt_model *m, int n_tokens); /* the MoE scratch for n tokens (sm_model_reserve) */
 /* out[n][hidden] = the mixture of layer L on x[n][hidden] (routed experts and shared experts) */
 smelt_status sm_moe_forward(smelt_model *m, const sm_layer *L, const float *x, int n, float *out);
+/* experts beside the dense MLP (sm_moe_spec beside_mlp): mout[n][hidden] += the experts' normed output on the
+ * residual m->x (m->xb is scratch) */
+smelt_status sm_moe_beside(smelt_model *m, const sm_layer *L, int n, float *mout);
 /* tensor parallelism (tp_shard.c): layer l's experts as rank r of n keeps them */
 smelt_status sm_moe_split(smelt_model *m, int l, int r, int n);
 

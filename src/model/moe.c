@@ -10,6 +10,7 @@
  *          + [sigmoid(shared_gate . x_t)] shared(x_t)   matmul GATE / UP / DOWN [+ SHARED_GATE, sigmoid_gate_rows], add
  *
  * The backends read only the chosen experts' rows of the stacked expert weights. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,11 +25,14 @@ typedef struct sm_moe_layer {
   float *gate_bias, *up_bias, *down_bias;
   sm_weight sh_gate, sh_up, sh_down; /* the shared expert (data NULL: none) */
   sm_weight sh_route;                /* its sigmoid gate, one row (data NULL: none) */
+  float *router_norm;                /* beside_mlp: the router input's RMSNorm weight (router_scale / sqrt(hidden)) */
+  float *expert_scale;               /* beside_mlp: per expert, times its weight (the route's expert_scale) */
 } sm_moe_layer;
 
 typedef struct sm_moe_scratch {
   int tokens;
   float *logits, *wts, *g, *u, *y, *sg, *su, *sh, *s;
+  float *rx, *mo; /* beside_mlp: the router's input and the experts' output [n][hidden] */
   int32_t *ids;
 } sm_moe_scratch;
 
@@ -126,6 +130,14 @@ smelt_status sm_moe_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const cha
       if ((st = sm_load_linear(m, ts, n, 0, 1, H, &M->sh_route, false))) return st;
     }
   }
+  if (sp->router_scale) {
+    snprintf(n, sizeof n, "%s.%s", p, sp->router_scale);
+    if ((st = sm_load_vec_times(m, ts, n, H, 1.0f / sqrtf((float)H), &M->router_norm))) return st;
+  }
+  if (sp->expert_scale) {
+    snprintf(n, sizeof n, "%s.%s", p, sp->expert_scale);
+    if ((st = sm_load_vec(m, ts, n, 0, E, &M->expert_scale, false, NULL))) return st;
+  }
   M->route = (sm_moe_route){.kind = sp->route,
                             .n_experts = (int)E,
                             .top_k = mc->top_k,
@@ -134,7 +146,8 @@ smelt_status sm_moe_load_layer(smelt_model *m, sm_load_ctx *ts, int l, const cha
                             .norm_eps = sp->norm_eps,
                             .correction = M->correction,
                             .n_group = mc->n_group,
-                            .topk_group = mc->topk_group};
+                            .topk_group = mc->topk_group,
+                            .expert_scale = M->expert_scale};
   return SMELT_OK;
 }
 
@@ -211,7 +224,7 @@ smelt_status sm_moe_prepare(smelt_model *m) {
 static void free_scratch(smelt_model *m) {
   sm_moe_scratch *s = m->moe_scr;
   if (!s) return;
-  float *bufs[] = {s->logits, s->wts, s->g, s->u, s->y, s->sg, s->su, s->sh, s->s, (float *)s->ids};
+  float *bufs[] = {s->logits, s->wts, s->g, s->u, s->y, s->sg, s->su, s->sh, s->s, (float *)s->ids, s->rx, s->mo};
   for (size_t i = 0; i < SM_ARRAY_LEN(bufs); i++)
     if (bufs[i]) m->be->free(m->be, bufs[i]);
   free(s);
@@ -254,6 +267,8 @@ smelt_status sm_moe_reserve(smelt_model *m, int n) {
     {&s->su, N * Fs},
     {&s->sh, N * H},
     {&s->s, N},
+    {&s->rx, m->fam->moe->beside_mlp ? N * H : 1},
+    {&s->mo, m->fam->moe->beside_mlp ? N * H : 1},
   };
   for (size_t i = 0; i < SM_ARRAY_LEN(want); i++) {
     *want[i].p = m->be->alloc(m->be, want[i].floats * sizeof(float));
@@ -266,7 +281,8 @@ smelt_status sm_moe_reserve(smelt_model *m, int n) {
   return SMELT_OK;
 }
 
-smelt_status sm_moe_forward(smelt_model *m, const sm_layer *L, const float *x, int n, float *out) {
+/* the mixture on x, routed on xr */
+static smelt_status moe_core(smelt_model *m, const sm_layer *L, const float *xr, const float *x, int n, float *out) {
   const sm_moe_layer *M = L->moe;
   const sm_moe_spec *sp = m->fam->moe;
   const sm_moe_config *mc = &m->cfg.moe;
@@ -276,7 +292,7 @@ smelt_status sm_moe_forward(smelt_model *m, const sm_layer *L, const float *x, i
   sm_moe_scratch *s = m->moe_scr;
   const int E = mc->n_experts, k = mc->top_k, H = m->cfg.hidden_size, Fe = mc->expert_inter;
   const size_t nh = (size_t)n * (size_t)k * (size_t)Fe;
-  be->matmul(be, SM_MM_ROUTER, &M->router, x, n, s->logits);
+  be->matmul(be, SM_MM_ROUTER, &M->router, xr, n, s->logits);
   if (M->router_bias) be->add_rows(be, s->logits, M->router_bias, n, E);
   be->moe_route(be, s->logits, n, &M->route, s->ids, s->wts);
   be->matmul_experts(be, SM_MM_EXPERT_GATE, &M->gate, Fe, M->gate_bias, x, false, n, k, s->ids, s->g);
@@ -299,5 +315,25 @@ smelt_status sm_moe_forward(smelt_model *m, const sm_layer *L, const float *x, i
     }
     be->add(be, out, s->sh, (size_t)n * (size_t)H);
   }
+  return SMELT_OK;
+}
+
+smelt_status sm_moe_forward(smelt_model *m, const sm_layer *L, const float *x, int n, float *out) {
+  return moe_core(m, L, x, x, n, out);
+}
+
+smelt_status sm_moe_beside(smelt_model *m, const sm_layer *L, int n, float *mout) {
+  const sm_moe_layer *M = L->moe;
+  sm_backend *be = m->be;
+  const int H = m->cfg.hidden_size;
+  const float eps = m->cfg.rms_norm_eps, off = m->fam->recipe->norm_offset;
+  smelt_status st = sm_moe_reserve(m, n);
+  if (st) return st;
+  sm_moe_scratch *s = m->moe_scr;
+  be->rmsnorm(be, m->xb, m->x, L->vec[SM_T_MOE_NORM], n, H, eps, off);
+  be->rmsnorm(be, s->rx, m->x, M->router_norm, n, H, eps, 0.0f);
+  if ((st = moe_core(m, L, s->rx, m->xb, n, s->mo))) return st;
+  be->rmsnorm(be, s->mo, s->mo, L->vec[SM_T_MOE_OUT_NORM], n, H, eps, off);
+  be->add(be, mout, s->mo, (size_t)n * (size_t)H);
   return SMELT_OK;
 }

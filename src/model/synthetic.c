@@ -270,6 +270,14 @@ static void add_moe_layer(sm_st_writer *w, fill_ctx *fc, fill_ctx *scm, const sm
       add_weight(w, fc, scm, n, 0, sr, scl, bits, gs, 0);
     }
   }
+  if (sp->router_scale) { /* Gemma 4's router norm and per-expert weights */
+    snprintf(n, sizeof n, "%s.%s", p, sp->router_scale);
+    sm_stw_add(w, n, SM_DT_BF16, 1, &H, NULL, fill_dense, fc);
+  }
+  if (sp->expert_scale) {
+    snprintf(n, sizeof n, "%s.%s", p, sp->expert_scale);
+    sm_stw_add(w, n, SM_DT_BF16, 1, &E, NULL, fill_dense, fc);
+  }
   if (sp->shared && sp->shared_gate && mc->shared_inter > 0) {
     snprintf(n, sizeof n, "%s.%s", p, sp->shared_gate);
     add_weight(w, fc, scm, n, 0, 1, H, 0, gs, 0); /* one row: left unquantized, as MLX does for such shapes */
@@ -440,11 +448,11 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
   }
   const bool qk = r->qk_norm != SM_QK_NORM_NONE && (!r->qk_norm_if_config || cfg.moe.use_qk_norm == 1);
   for (int l = 0; l < cfg.num_hidden_layers; l++) {
-    const bool moe = fam->moe && cfg.moe.moe_layer[l];
+    const bool moe = fam->moe && cfg.moe.moe_layer[l], dense_too = moe && fam->moe->beside_mlp;
     for (int s = 0; s < SM_T_LAYER_COUNT; s++) {
       if (!nm->t[s] || !sm_family_slot_used(fam, &cfg, l, (sm_layer_tensor)s)) continue;
       if ((s == SM_T_Q_NORM || s == SM_T_K_NORM) && !qk) continue;
-      if (moe && (s == SM_T_GATE || s == SM_T_UP || s == SM_T_DOWN || s == SM_T_GATE_UP)) continue;
+      if (moe && !dense_too && (s == SM_T_GATE || s == SM_T_UP || s == SM_T_DOWN || s == SM_T_GATE_UP)) continue;
       int64_t rows, cols;
       sm_family_slot_shape(fam, &cfg, l, (sm_layer_tensor)s, &rows, &cols);
       snprintf(n, sizeof n, "%s%s.%d.%s", nm->root, nm->layers, l, nm->t[s]);

@@ -281,8 +281,9 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
       }
     }
     const int F = L->spec.ffn_dim;
-    float *mout = r->parallel_residual ? m->xb : m->xb2; /* xb is free once gate and up have read it */
-    if (L->moe) {                                        /* a mixture of experts (moe.c) */
+    float *mout = r->parallel_residual ? m->xb : m->xb2;   /* xb is free once gate and up have read it */
+    const bool beside = L->moe && m->fam->moe->beside_mlp; /* experts beside the dense MLP (Gemma 4) */
+    if (L->moe && !beside) {                               /* a mixture of experts (moe.c) */
       if ((st = sm_moe_forward(m, L, min, n, mout))) return st;
     } else if (r->ffn == SM_FFN_PLAIN) { /* down(act(up(x))) */
       be->matmul(be, SM_MM_UP, &L->w[SM_T_UP], min, n, m->up);
@@ -294,6 +295,10 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
       if (m->act == SM_ACT_GELU_TANH) be->gelu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
       else be->silu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
       be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->gate, n, mout);
+    }
+    if (beside) {
+      norm(m, mout, mout, L->vec[SM_T_MLP_OUT_NORM], n, H);
+      if ((st = sm_moe_beside(m, L, n, mout))) return st;
     }
     if (sm_tp_sums(m)) be->all_reduce(be, mout, (size_t)n * H); /* the ranks' MLP columns' shares */
     if (L->vec[SM_T_FFN_OUT_NORM]) norm(m, mout, mout, L->vec[SM_T_FFN_OUT_NORM], n, H);

@@ -150,6 +150,18 @@ static void test_route(sm_backend *be, const char *tag) {
   const double s3 = 2 * exp(3) + exp(2);
   CHECK(fabs(w[0] - 2 * exp(3) / s3) < 1e-6 && fabs(w[2] - 2 * exp(2) / s3) < 1e-6, "%s: softmax norm/scale %g %g", tag,
         w[0], w[2]);
+  /* Gemma 4: each chosen expert's weight times its own scale, after the renormalization */
+  const float es[6] = {1, 0.5f, 3, 1, -2, 1};
+  float *des = be->alloc(be, sizeof es);
+  be->upload(be, des, es, sizeof es);
+  r.expert_scale = des;
+  r.scale = 1.f;
+  route(be, &r, l1, ids, w);
+  CHECK(ids[0] == 1 && fabs(w[0] - 0.5 * exp(3) / s3) < 1e-6 && fabs(w[1] - 3 * exp(3) / s3) < 1e-6 &&
+          fabs(w[2] + 2 * exp(2) / s3) < 1e-6,
+        "%s: expert scales %g %g %g", tag, w[0], w[1], w[2]);
+  r.expert_scale = NULL;
+  be->free(be, des);
   /* the top k of the logits, softmax over them */
   r = (sm_moe_route){.kind = SM_ROUTE_TOPK_SOFTMAX, .n_experts = 6, .top_k = 2, .scale = 1.f};
   const float l2[6] = {0.5f, -1, 4, 4, 1, 3.5f};

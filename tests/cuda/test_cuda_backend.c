@@ -535,6 +535,10 @@ static void test_attention_cases(void) {
   test_attention_case(32, 2, 64, 0, 0.f, 150, 7, 3);        /* G 16 */
   test_attention_case(20, 20, 80, 0, 0.f, 130, 60, 9);      /* MHA, hd 80 */
   test_attention_case(16, 8, 256, 100, 50.f, 257, 500, 80); /* sliding window + softcap, hd 256 */
+  /* Gemma 4's full layers: hd 512 (the tiled kernel with queries from global memory, also for decode) */
+  test_attention_case(8, 1, 512, 0, 0.f, 40, 0, 300);   /* E2B: G 8 */
+  test_attention_case(32, 4, 512, 0, 0.f, 1, 600, 700); /* 31B-like: G 8, decode */
+  test_attention_case(16, 2, 512, 64, 0.f, 150, 30, 5); /* a window, rows in several passes */
   /* one token per sequence (the decode kernel k_attn_dec2, split over the key range) */
   test_attention_case(32, 8, 128, 0, 0.f, 1, 600, 700);  /* llama-8B decode, splits */
   test_attention_case(32, 8, 64, 0, 0.f, 1, 5, 1000);    /* llama-1B shape */
@@ -1380,18 +1384,26 @@ static void test_moe_route(void) {
   fill(corr, E, 0.2f);
   float *dl = dup_dev(lg, (size_t)NT * E), *dcorr = dup_dev(corr, E);
   const sm_moe_route rs[] = {
-    {SM_ROUTE_SOFTMAX, E, K, false, 1.f, 0.f, NULL, 1, 1},
-    {SM_ROUTE_SOFTMAX, E, K, true, 1.f, 0.f, NULL, 1, 1},
-    {SM_ROUTE_TOPK_SOFTMAX, E, K, false, 1.f, 0.f, NULL, 1, 1},
-    {SM_ROUTE_SIGMOID, E, K, true, 2.5f, 0.f, NULL, 1, 1},
-    {SM_ROUTE_SIGMOID, E, K, true, 1.f, 0.f, NULL, 8, 3},
-    {SM_ROUTE_SIGMOID, E, K, true, 1.f, 1e-6f, NULL, 1, 1}, /* LFM2-MoE's epsilon */
+    {SM_ROUTE_SOFTMAX, E, K, false, 1.f, 0.f, NULL, 1, 1, NULL},
+    {SM_ROUTE_SOFTMAX, E, K, true, 1.f, 0.f, NULL, 1, 1, NULL},
+    {SM_ROUTE_TOPK_SOFTMAX, E, K, false, 1.f, 0.f, NULL, 1, 1, NULL},
+    {SM_ROUTE_SIGMOID, E, K, true, 2.5f, 0.f, NULL, 1, 1, NULL},
+    {SM_ROUTE_SIGMOID, E, K, true, 1.f, 0.f, NULL, 8, 3, NULL},
+    {SM_ROUTE_SIGMOID, E, K, true, 1.f, 1e-6f, NULL, 1, 1, NULL}, /* LFM2-MoE's epsilon */
+    {SM_ROUTE_SOFTMAX, E, K, true, 1.f, 0.f, NULL, 1, 1, NULL},   /* Gemma 4: with per-expert scales (below) */
   };
+  float es[E];
+  fill(es, E, 1.5f);
+  float *des = dup_dev(es, E);
   for (size_t i = 0; i < SM_ARRAY_LEN(rs); i++) {
     sm_moe_route rc = rs[i], rg = rs[i];
     if (rs[i].kind == SM_ROUTE_SIGMOID) {
       rc.correction = corr;
       rg.correction = dcorr;
+    }
+    if (i == SM_ARRAY_LEN(rs) - 1) {
+      rc.expert_scale = es;
+      rg.expert_scale = des;
     }
     int32_t ic[NT * K];
     float wc[NT * K];
@@ -1411,6 +1423,7 @@ static void test_moe_route(void) {
   }
   G->free(G, dl);
   G->free(G, dcorr);
+  G->free(G, des);
   free(lg);
 }
 

@@ -797,6 +797,22 @@ static void test_gemma4(void) {
   CHECK_EQ_F(c.final_logit_softcapping, 0.0);
   sm_config_free(&c);
 
+  /* the 26B-A4B's kind: experts on every layer, beside the MLP; only with enable_moe_block */
+  const char *moe = "{\"model_type\": \"gemma4_text\", \"num_hidden_layers\": 4, \"enable_moe_block\": true,"
+                    " \"num_experts\": 128, \"top_k_experts\": 8, \"moe_intermediate_size\": 704}";
+  CHECK_EQ_I(load("g4moe", moe, NULL, &c), SMELT_OK);
+  CHECK(c.moe.n_experts == 128 && c.moe.top_k == 8 && c.moe.expert_inter == 704 && c.moe.norm_topk);
+  CHECK(c.moe.moe_layer[0] && c.moe.moe_layer[3]);
+  f = sm_family_runnable("gemma4_text");
+  CHECK(f && sm_family_slot_used(f, &c, 2, SM_T_MOE_NORM) && sm_family_slot_used(f, &c, 2, SM_T_GATE));
+  sm_config_free(&c);
+  const char *off = "{\"model_type\": \"gemma4_text\", \"num_hidden_layers\": 4, \"enable_moe_block\": false,"
+                    " \"num_experts\": 128, \"top_k_experts\": 8}";
+  CHECK_EQ_I(load("g4moeoff", off, NULL, &c), SMELT_OK);
+  CHECK(c.moe.n_experts == 0 && !c.moe.moe_layer[0]);
+  CHECK(f && !sm_family_slot_used(f, &c, 2, SM_T_MOE_NORM));
+  sm_config_free(&c);
+
   /* what smelt refuses, by name */
   const char *bad[] = {
     "{\"model_type\": \"gemma4_text\", \"enable_moe_block\": true, \"num_experts\": 8}",

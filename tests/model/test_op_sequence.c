@@ -248,6 +248,11 @@ static sm_backend *rec_create(void) {
 #define POST_MLP "mm:gate mm:up silu_mul mm:down rmsnorm add" /* OLMo 2 / EXAONE 4: the MLP reads x */
 #define SANDWICH_MLP "rmsnorm mm:gate mm:up gelu_mul mm:down rmsnorm add"
 #define PLE_ADD "gather_rows mm:ple gelu_mul mm:ple rmsnorm add" /* Gemma 4: the layer's per-layer input */
+/* Gemma 4's MLP with the experts beside it: the MLP, its norm, the experts' input and router norms, the experts,
+ * their norm, the sum, the feed-forward output norm, the residual add */
+#define G4_MOE \
+  "rmsnorm mm:gate mm:up gelu_mul mm:down rmsnorm rmsnorm rmsnorm mm:router moe_route mmx:expert_gate " \
+  "mmx:expert_up gelu_mul mmx:expert_down moe_combine rmsnorm add rmsnorm add"
 /* mixtures of experts (src/model/moe.c): router, routing, the chosen experts, their weighted sum */
 #define EXPERTS "moe_route mmx:expert_gate mmx:expert_up silu_mul mmx:expert_down moe_combine"
 #define MOE "rmsnorm mm:router " EXPERTS " add"
@@ -343,6 +348,16 @@ static const struct {
     " scale",
     "rmsnorm mm:q rmsnorm rope attention mm:o rmsnorm add " SANDWICH_MLP " " PLE_ADD " scale"},
    HEAD " softcap"},
+  /* Gemma 4 26B-A4B style: the experts beside every layer's dense MLP, each with its own norms, routed on the
+   * residual (its weightless norm times router.scale) */
+  {"gemma4_text",
+   "{\"hidden_size_per_layer_input\": 0, \"sliding_window\": 8, \"sliding_window_pattern\": 2,"
+   " \"global_head_dim\": 32, \"enable_moe_block\": true, \"num_experts\": 4, \"top_k_experts\": 2,"
+   " \"moe_intermediate_size\": 64}",
+   " scale",
+   {"rmsnorm mm:q mm:k mm:v rmsnorm rmsnorm rmsnorm " ROPE " attention:window mm:o rmsnorm add " G4_MOE " scale",
+    "rmsnorm mm:q mm:k mm:v rmsnorm rmsnorm rmsnorm " ROPE " attention mm:o rmsnorm add " G4_MOE " scale"},
+   HEAD},
   /* Phi-4-mini style: fused qkv / gate_up as row views, partial rotary with longrope: rope_ext */
   {"phi3",
    "{\"partial_rotary_factor\": 0.75, \"original_max_position_embeddings\": 32, \"rope_scaling\":"

@@ -36,8 +36,8 @@ static void be_moe_route(sm_backend *be, const float *logits, int n, const sm_mo
   if (n <= 0 || !r || r->n_experts <= 0 || r->top_k <= 0 || r->top_k > 64 || r->top_k > r->n_experts) return;
   float *scratch = sm_xmalloc(sizeof(float) * 2 * (size_t)r->n_experts);
   for (int t = 0; t < n; t++)
-    sm_moe_route_row(r, logits + (size_t)t * (size_t)r->n_experts, r->correction, ids + (size_t)t * (size_t)r->top_k,
-                     wts + (size_t)t * (size_t)r->top_k, scratch);
+    sm_moe_route_row(r, logits + (size_t)t * (size_t)r->n_experts, r->correction, r->expert_scale,
+                     ids + (size_t)t * (size_t)r->top_k, wts + (size_t)t * (size_t)r->top_k, scratch);
   free(scratch);
 }
 

@@ -50,7 +50,7 @@ typedef struct {
     struct { float *dst; const float *src; int dim; } gat;
     struct { const float *logits; int32_t *dtok, *htok; int vocab; } am; /* greedy token of one row */
     struct { int32_t *dst; } meta;
-    struct { const float *logits, *corr; int32_t *ids; float *wts; int n, kind, ne, k, norm, ng, tkg; float scale, eps; } rt;
+    struct { const float *logits, *corr, *es; int32_t *ids; float *wts; int n, kind, ne, k, norm, ng, tkg; float scale, eps; } rt;
     /* grouped: run eagerly as one GEMM per chosen expert (cuda_moe.cu) */
     struct { const cu_weight *cw; const float *x, *bias; const int32_t *ids; float *y; int64_t rows; int n, k, per_slot, role, grouped; } mx;
     struct { float *out; const float *y, *w; int n, k, dim; } cb;

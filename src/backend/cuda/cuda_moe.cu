@@ -262,7 +262,8 @@ static void be_moe_route(sm_backend *be, const float *logits, int n, const sm_mo
   cu_op o;
   memset(&o, 0, sizeof o);
   o.type = OP_MOE_ROUTE;
-  o.rt.logits = logits; o.rt.ids = ids; o.rt.wts = wts; o.rt.corr = r->correction; o.rt.n = n; o.rt.kind = r->kind;
+  o.rt.logits = logits; o.rt.ids = ids; o.rt.wts = wts; o.rt.corr = r->correction; o.rt.es = r->expert_scale;
+  o.rt.n = n; o.rt.kind = r->kind;
   o.rt.ne = r->n_experts; o.rt.k = r->top_k; o.rt.norm = r->norm; o.rt.scale = r->scale;
   o.rt.eps = r->norm_eps > 0 ? r->norm_eps : 1e-20f;
   o.rt.ng = r->n_group > 1 ? r->n_group : 1; o.rt.tkg = r->topk_group;

@@ -29,7 +29,7 @@ void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, i
 /* the routing of a recorded moe_route op */
 static inline cu_route cu_route_of(const cu_op *o) {
   cu_route r;
-  r.logits = o->rt.logits; r.corr = o->rt.corr; r.ids = o->rt.ids; r.wts = o->rt.wts;
+  r.logits = o->rt.logits; r.corr = o->rt.corr; r.es = o->rt.es; r.ids = o->rt.ids; r.wts = o->rt.wts;
   r.kind = o->rt.kind; r.E = o->rt.ne; r.k = o->rt.k; r.norm = o->rt.norm; r.ng = o->rt.ng; r.tkg = o->rt.tkg;
   r.scale = o->rt.scale; r.eps = o->rt.eps;
   return r;

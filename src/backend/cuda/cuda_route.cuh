@@ -12,7 +12,7 @@
 
 /* a moe_route op: logits [n][E] -> ids, wts [n][k] */
 struct cu_route {
-  const float *logits, *corr;
+  const float *logits, *corr, *es; /* es: per-expert weight scale (Gemma 4) or NULL */
   int32_t *ids;
   float *wts;
   int kind, E, k, norm, ng, tkg;
@@ -108,7 +108,7 @@ static __device__ void cu_route_token(const cu_route &r, int t, float *sm, int *
       float v = w[j];
       if (r.norm && kind != SM_ROUTE_TOPK_SOFTMAX) v /= sum;
       r.ids[(int64_t)t * k + j] = sel[j];
-      r.wts[(int64_t)t * k + j] = v * r.scale;
+      r.wts[(int64_t)t * k + j] = v * r.scale * (r.es ? r.es[sel[j]] : 1.f);
     }
   }
 }
