@@ -16,10 +16,10 @@ qwen3_next (softmax routing, shared expert with its sigmoid gate) and lfm2_moe (
 expert_bias). Gemma 4 (gemma4_text, and the gemma4 vision-language packaging): plain-weight RMSNorms, q/k norms
 and an unweighted v norm, attention scale 1, a global head size on full-attention layers (attention_k_eq_v: their
 values the raw k_proj output), proportional RoPE, KV sharing across the last num_kv_shared_layers layers,
-double-wide MLPs there, per-layer inputs, layer_scalar, final softcap. Quantization: MLX affine and the
-microscaling modes mxfp4,
-mxfp8, nvfp4 (per module). RoPE: default, linear, llama3, dynamic, yarn, longrope, mrope (text
-positions), partial and interleaved rotary, per-layer theta, NoPE layers.
+double-wide MLPs there, per-layer inputs, layer_scalar, final softcap, and enable_moe_block (the 26B-A4B
+layers: a softmax-routed mixture of experts with per-expert scales beside every dense MLP). Quantization: MLX
+affine and the microscaling modes mxfp4, mxfp8, nvfp4 (per module). RoPE: default, linear, llama3, dynamic,
+yarn, longrope, mrope (text positions), partial and interleaved rotary, per-layer theta, NoPE layers.
 
 RoPE types whose frequencies depend on the sequence length (dynamic, longrope) follow transformers'
 generate(): the prompt is one forward (its length sets the frequencies of all prompt tokens), every
@@ -759,10 +759,12 @@ def gemma4_layers(tc):
     on full layers with attention_k_eq_v), k_eq_v (values = the raw k_proj output), src (the layer whose
     K/V it attends: itself, or for the last num_kv_shared_layers layers the last non-shared layer of its
     type), window (sliding layers: sliding_window), ffn (MLP width: twice intermediate_size on the shared
-    layers with use_double_wide_mlp)"""
+    layers with use_double_wide_mlp), moe (enable_moe_block: every layer's dense MLP has the mixture of experts
+    beside it, Gemma4TextDecoderLayer's router / experts)"""
     n = tc["num_hidden_layers"]
-    if tc.get("enable_moe_block"):
-        raise NotImplementedError("gemma4_text: enable_moe_block")
+    moe = bool(tc.get("enable_moe_block"))
+    if moe and not (tc.get("num_experts") and tc.get("top_k_experts") and tc.get("moe_intermediate_size")):
+        raise ValueError("gemma4_text: enable_moe_block without num_experts / top_k_experts / moe_intermediate_size")
     if tc.get("attention_bias"):
         raise NotImplementedError("gemma4_text: attention_bias")
     lt = tc.get("layer_types")
@@ -785,7 +787,7 @@ def gemma4_layers(tc):
         F = tc["intermediate_size"] * (2 if tc.get("use_double_wide_mlp") and shared else 1)
         out.append(dict(full=full, head_dim=ghd if full else hd, kv_heads=kv, k_eq_v=keqv, src=src,
                         window=0 if full else (tc.get("sliding_window") or 0), ffn=F,
-                        type=lt[i]))
+                        type=lt[i], moe=moe))
     return out
 
 
@@ -814,14 +816,41 @@ def gelu_tanh(g):
     return 0.5 * g * (1 + np.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g ** 3)))
 
 
+def gemma4_moe(W, p, x, tc, eps):
+    """the mixture-of-experts half of a Gemma 4 MoE layer's feed-forward (transformers' Gemma4TextRouter /
+    Gemma4TextExperts, mlx-lm's Router / Experts), on x, the residual stream after attention: the router reads
+    RMSNorm(x) (no weight) * router.scale * hidden^-1/2, projects it to one score per expert, softmax, the top
+    top_k_experts (torch.topk: the routing margin recorded in ROUTE_MARGINS), their probabilities renormalized to
+    sum 1 and times router.per_expert_scale; the experts (GELU-tanh GLU, moe_intermediate_size wide; MLX names
+    experts.switch_glu.gate_proj / up_proj / down_proj, transformers' gate_up_proj split in halves) run on
+    pre_feedforward_layernorm_2(x); their weighted sum, before post_feedforward_layernorm_2"""
+    H, k = x.shape[-1], tc["top_k_experts"]
+    r = rmsnorm(x, 1.0, eps) * W[p + "router.scale"] * H ** -0.5
+    lg = r @ W[p + "router.proj.weight"].T
+    pes = W[p + "router.per_expert_scale"]
+    h = rmsnorm(x, W[p + "pre_feedforward_layernorm_2.weight"], eps)
+    ex = p + "experts.switch_glu."
+    wg, wu, wd = (W[ex + m + ".weight"] for m in ("gate_proj", "up_proj", "down_proj"))
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        pr = np.exp(lg[t] - lg[t].max())
+        pr /= pr.sum()
+        ids = top(pr, k)
+        wts = pr[ids] / pr[ids].sum() * pes[ids]
+        for e, w in zip(ids, wts):
+            out[t] += w * (wd[e] @ (gelu_tanh(wg[e] @ h[t]) * (wu[e] @ h[t])))
+    return out
+
+
 def forward_gemma4(cfg, W, ids, tc):
     """logits [T, vocab] of a gemma4_text model (float64), as transformers' Gemma4ForCausalLM computes them
     (modeling_gemma4.py): RMSNorm x * (mean(x^2) + eps)^-0.5 * w (plain w); the embedding times sqrt(hidden);
     per-layer inputs ((RMSNorm(per_layer_model_projection(x) / sqrt(hidden)) + the per-layer table's rows times
     sqrt(P)) / sqrt(2)); per layer: q/k RMSNorm per head, v RMSNorm without weight, RoPE (rotate-half) over the
     whole head, attention scale 1, causal with the sliding window on sliding layers, K/V of the source layer on
-    KV-shared layers; sandwich norms; GELU-tanh MLP; the per-layer input gate; times layer_scalar; final
-    norm, tied head, final_logit_softcapping"""
+    KV-shared layers; sandwich norms; GELU-tanh MLP (enable_moe_block: post_feedforward_layernorm_1 of it plus
+    post_feedforward_layernorm_2 of the mixture of experts, gemma4_moe, both before post_feedforward_layernorm);
+    the per-layer input gate; times layer_scalar; final norm, tied head, final_logit_softcapping"""
     pre = "language_model." if any(k.startswith("language_model.") for k in W) else ""
     m = pre + "model."
     H, n, nh = tc["hidden_size"], tc["num_hidden_layers"], tc["num_attention_heads"]
@@ -868,6 +897,9 @@ def forward_gemma4(cfg, W, ids, tc):
         x = x + rmsnorm(o, W[p + "post_attention_layernorm.weight"], eps)
         h = rmsnorm(x, W[p + "pre_feedforward_layernorm.weight"], eps)
         y = lin("mlp.down_proj", gelu_tanh(lin("mlp.gate_proj", h)) * lin("mlp.up_proj", h))
+        if ly["moe"]:
+            y = rmsnorm(y, W[p + "post_feedforward_layernorm_1.weight"], eps) + \
+                rmsnorm(gemma4_moe(W, p, x, tc, eps), W[p + "post_feedforward_layernorm_2.weight"], eps)
         x = x + rmsnorm(y, W[p + "post_feedforward_layernorm.weight"], eps)
         if P:
             g = gelu_tanh(lin("per_layer_input_gate", x)) * pli[:, i, :]

@@ -424,6 +424,20 @@ FIXTURES = [
                   sliding_window=5, num_kv_shared_layers=2, use_double_wide_mlp=True, hidden_size_per_layer_input=16,
                   vocab_size_per_layer_input=512, attention_k_eq_v=False, final_logit_softcapping=20.0),
          quant=Q4, overrides={}, vlm=dict(model_type="gemma4", layout="text_config")),
+    # enable_moe_block (Gemma 4 26B-A4B style): beside every layer's dense MLP a mixture of 4 experts, top 2, routed
+    # on the post-attention residual (unweighted RMSNorm times router.scale and hidden^-1/2, softmax, renormalized,
+    # times router.per_expert_scale); transformers' experts.gate_up_proj [E, 2I, H] split by mlx-lm's sanitize into
+    # experts.switch_glu.gate_proj / up_proj, down_proj [E, H, I] as switch_glu.down_proj, stacked and quantized;
+    # router.proj 8-bit g64 (mlx-lm's quant_predicate); no KV sharing, no per-layer inputs. About a third of the seeds
+    # route all 52 tokens x 4 layers with a margin >= 1e-3 (few >= 3e-3)
+    dict(name="gemma4_moe_q4_g64_bf16", embed_init=0.5, layer_init=1.0, head_gain=14.0, model_type="gemma4_text",
+         dtype="bfloat16", seed=3939,
+         cfg=dict(GEMMA4, num_hidden_layers=4, intermediate_size=64, global_head_dim=32,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+                  sliding_window=5, num_kv_shared_layers=0, use_double_wide_mlp=False, hidden_size_per_layer_input=0,
+                  vocab_size_per_layer_input=512, attention_k_eq_v=False, final_logit_softcapping=30.0,
+                  enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=64),
+         quant=Q4, overrides=router_overrides("router.proj", 4)),
 ]
 HYBRID = check_golden.HYBRID
 
@@ -755,7 +769,11 @@ def state_spec(mt, c):
 def gemma4_spec(c):
     """Gemma4ForCausalLM's state dict (transformers 5): KV-shared layers without k_proj / v_proj / k_norm (the
     mlx-lm checkpoint drops them too; a transformers version that still has them gets unused random ones in
-    hf_state), no v_proj on attention_k_eq_v full layers, layer_scalar a [1] buffer of each layer"""
+    hf_state), no v_proj on attention_k_eq_v full layers, layer_scalar a [1] buffer of each layer; with
+    enable_moe_block each layer's Gemma4TextRouter (router.proj [E, H], router.scale [H], router.per_expert_scale
+    [E]; its norm has no weight) and Gemma4TextExperts (experts.gate_up_proj [E, 2I, H], gate rows then up rows,
+    and experts.down_proj [E, H, I]: parameters, no ".weight") and the norms post_feedforward_layernorm_1,
+    pre_feedforward_layernorm_2, post_feedforward_layernorm_2"""
     H, n, nh = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
     P = c.get("hidden_size_per_layer_input") or 0
     spec = [("model.embed_tokens.weight", (c["vocab_size"], H)), ("model.norm.weight", (H,))]
@@ -778,6 +796,13 @@ def gemma4_spec(c):
                  (p + "mlp.down_proj.weight", (H, F))]
         spec += [(p + x + ".weight", (H,)) for x in ("input_layernorm", "post_attention_layernorm",
                                                      "pre_feedforward_layernorm", "post_feedforward_layernorm")]
+        if ly["moe"]:
+            E, I = c["num_experts"], c["moe_intermediate_size"]
+            spec += [(p + "router.proj.weight", (E, H)), (p + "router.scale", (H,)),
+                     (p + "router.per_expert_scale", (E,)), (p + "experts.gate_up_proj", (E, 2 * I, H)),
+                     (p + "experts.down_proj", (E, H, I))]
+            spec += [(p + x + ".weight", (H,)) for x in ("post_feedforward_layernorm_1", "pre_feedforward_layernorm_2",
+                                                         "post_feedforward_layernorm_2")]
         if P:
             spec += [(p + "per_layer_input_gate.weight", (P, H)), (p + "per_layer_projection.weight", (H, P)),
                      (p + "post_per_layer_input_norm.weight", (H,))]
@@ -829,13 +854,23 @@ def random_weights(spec, c, rng, embed_init=1.0, layer_init=1.0, head_gain=1.0):
             w = rng.uniform(0.5, 1.5, shape)
         elif name.endswith("layer_scalar"):  # Gemma 4's per-layer output scale
             w = rng.uniform(0.5, 1.5, shape)
+        elif name.endswith("router.per_expert_scale"):  # Gemma 4 MoE: each expert's output weight
+            w = rng.uniform(0.5, 1.5, shape)
+        elif name.endswith("router.scale"):  # Gemma 4 MoE: the router input's per-channel scale
+            w = 1.0 + 0.2 * rng.standard_normal(shape)
+        elif c["model_type"] == "gemma4_text" and name.endswith("router.proj.weight"):
+            # its input is RMS-normed and times hidden^-1/2: weights of std ~1 (not 1/sqrt(hidden)) give expert scores
+            # of std ~1, as other families' routers have them (smaller ones: near-uniform routing, near-ties)
+            w = 1.2 * layer_init * rng.standard_normal(shape)
+        elif name.endswith(("experts.gate_up_proj", "experts.down_proj")):  # fused experts [E, out, in]
+            w = 1.2 * layer_init * rng.standard_normal(shape) / np.sqrt(shape[2])
         elif len(shape) == 3:  # depthwise convolution [C, 1, K]
             w = 0.8 * rng.standard_normal(shape) / math.sqrt(shape[2])
         elif zero_centered(c["model_type"], name):
             w = 0.2 * rng.standard_normal(shape)
             if name == "model.norm.weight":
                 w = (1 + w) * head_gain - 1
-        elif name.endswith("norm.weight") or name.endswith("layernorm.weight") or name.endswith("norm_f.weight"):
+        elif name.endswith(("norm.weight", "norm_f.weight")) or re.search(r"layernorm_\d+\.weight$", name):
             w = 1.0 + 0.2 * rng.standard_normal(shape)
             if c["model_type"] in ("gemma", "gemma2", "gemma3_text"):
                 w = 0.2 * rng.standard_normal(shape)  # Gemma's norms scale by (1 + w)
@@ -972,6 +1007,22 @@ def split_kv_b(fx, c, tensors, module, w):
     return out.reshape(H * (dn + dv), dc).astype(np.float32)
 
 
+def gemma4_experts(fx, tensors, name, w):
+    """Gemma 4's fused expert parameters as mlx-lm's sanitize writes them: experts.gate_up_proj [E, 2I, H] split
+    on axis -2 into experts.switch_glu.gate_proj / up_proj [E, I, H] (the first half the gate: transformers'
+    .chunk(2, dim=-1) of the projection), experts.down_proj [E, H, I] as experts.switch_glu.down_proj; each
+    stacked weight quantized per expert. Returns the parameter the reference sees (dequantized, put back)"""
+    base = mlx_name(fx, name[: -len("gate_up_proj")] if name.endswith("gate_up_proj") else name[: -len("down_proj")])
+    if name.endswith("down_proj"):
+        return mlxq.add_linear(tensors, base + "switch_glu.down_proj", w, fx["dtype"],
+                               qparams_for(fx, base + "switch_glu.down_proj"))
+    half = w.shape[1] // 2
+    parts = [mlxq.add_linear(tensors, base + "switch_glu." + m, np.ascontiguousarray(w[:, k * half:(k + 1) * half]),
+                             fx["dtype"], qparams_for(fx, base + "switch_glu." + m))
+             for k, m in enumerate(("gate_proj", "up_proj"))]
+    return np.concatenate(parts, axis=1).astype(np.float32)
+
+
 def build_tensors(fx, c, spec, raw, rng):
     """MLX checkpoint tensors and the float32 weights (HF names) the reference sees. Per-expert weights are
     stacked along a leading expert axis under the family's MLX name (mlx-lm's sanitize), and quantized alike;
@@ -991,6 +1042,8 @@ def build_tensors(fx, c, spec, raw, rng):
         module = mlx_name(fx, name[: -len(".weight")]) if name.endswith(".weight") else None
         if mt in MLA and name.endswith("self_attn.kv_b_proj.weight") and fx.get("mla_layout") != "kv_b":
             used[name] = split_kv_b(fx, c, tensors, module, w)
+        elif mt == "gemma4_text" and name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            used[name] = gemma4_experts(fx, tensors, name, w)
         elif module is not None and w.ndim == 2:
             # mlx-lm quantizes nn.Linear modules only: GLM-4 MoE's and DeepSeek-V3's routers are plain weights
             qp = None if (mt in ("glm4_moe", "deepseek_v3") and name.endswith("mlp.gate.weight")) else \
@@ -1088,6 +1141,7 @@ def check_layout_gemma4(fx, c, tensors):
         rows = tensors[mlx_name(fx, "model.layers.%d.mlp.gate_proj.weight" % i)][1][0]
         if rows != ly["ffn"]:
             errs.append("layer %d: MLP width %d, not %d" % (i, rows, ly["ffn"]))
+        errs += gemma4_moe_layout(fx, c, tensors, i, ly["moe"])
     for k, (dt, shape, _) in tensors.items():
         if "rotary" in k or k.startswith("model.language_model") or (
                 fx.get("vlm") and not k.startswith(("language_model.model.", "vision_tower.", "embed_vision."))):
@@ -1103,6 +1157,42 @@ def check_layout_gemma4(fx, c, tensors):
                 errs.append("%s not quantized" % k)
     if errs:
         raise RuntimeError("%s: not the layout mlx-lm writes: %s" % (fx["name"], errs[:6]))
+
+
+def gemma4_moe_layout(fx, c, tensors, i, moe):
+    """a Gemma 4 layer's mixture of experts as mlx-lm leaves it (enable_moe_block): router.proj quantized 8-bit
+    g64 ([E, H / 4] U32), router.scale [H] and router.per_expert_scale [E] plain, experts.switch_glu.gate_proj /
+    up_proj [E, I, H] and down_proj [E, H, I] stacked and quantized (no experts.gate_up_proj / down_proj), the
+    three extra norms; a layer without it has none of these"""
+    p = mlx_name(fx, "model.layers.%d." % i)
+    mine = sorted(k for k in tensors if k.startswith(p) and (".router." in k or ".experts." in k or re.search(
+        r"feedforward_layernorm_\d\.weight$", k)))
+    if not moe:
+        return ["layer %d: %s without enable_moe_block" % (i, mine[:2])] if mine else []
+    H, E, I = c["hidden_size"], c["num_experts"], c["moe_intermediate_size"]
+    want = {p + "router.scale": (H,), p + "router.per_expert_scale": (E,)}
+    want.update({p + x + ".weight": (H,) for x in ("post_feedforward_layernorm_1", "pre_feedforward_layernorm_2",
+                                                    "post_feedforward_layernorm_2")})
+    errs = []
+    for mod, (rows, cols) in (("router.proj", (E, H)), ("experts.switch_glu.gate_proj", (I, H)),
+                              ("experts.switch_glu.up_proj", (I, H)), ("experts.switch_glu.down_proj", (H, I))):
+        qp = qparams_for(fx, p + mod)
+        lead = () if mod == "router.proj" else (E,)
+        if mod == "router.proj" and qp != {"group_size": 64, "bits": 8}:
+            errs.append("layer %d: router.proj quantization %s, not 8-bit g64" % (i, qp))
+        if qp and cols % qp["group_size"] == 0:
+            want[p + mod + ".weight"] = lead + (rows, cols * qp["bits"] // 32)
+            want[p + mod + ".scales"] = want[p + mod + ".biases"] = lead + (rows, cols // qp["group_size"])
+        else:
+            want[p + mod + ".weight"] = lead + (rows, cols)
+    for k in sorted(set(want) | set(mine)):
+        if k not in want:
+            errs.append("layer %d: %s present" % (i, k))
+        elif k not in tensors:
+            errs.append("layer %d: %s missing" % (i, k))
+        elif tuple(tensors[k][1]) != want[k]:
+            errs.append("layer %d: %s %s, not %s" % (i, k, tuple(tensors[k][1]), want[k]))
+    return errs
 
 
 def st_arrays(tensors):
@@ -1134,7 +1224,7 @@ def route_margin(fx, c, tensors, seq):
     """the smallest gap between the last chosen and the first unchosen expert score (and group score) over
     every token and MoE layer of seq, in the float64 forward: a near-tie could make a float32 runtime choose
     another expert (inf for models without experts)"""
-    if fx["model_type"] not in MOE_MLX:
+    if fx["model_type"] not in MOE_MLX and not (fx["model_type"] == "gemma4_text" and c.get("enable_moe_block")):
         return math.inf
     cfg = smelt_config(fx, c)
     cfg["quantization"] = quant_block(fx)
@@ -1199,13 +1289,18 @@ def hf_state(mt, used, have):
     gate_up_proj [E, 2F, H] with gate then up, down_proj [E, H, F]; gpt-oss: gate_up_proj [E, H, 2F] with
     gate and up interleaved, down_proj [E, F, H], and their biases) built from them. Gemma 4: a transformers
     version whose KV-shared layers still have k_proj / v_proj / k_norm gets random ones (unused: its shared layers
-    read the K/V of their source layer; torch_reference checks that they do not matter)"""
+    read the K/V of their source layer; torch_reference checks that they do not matter); its fused expert
+    parameters (enable_moe_block) are the spec's own, transposed only for a transformers that stores them
+    [E, in, out]"""
     if mt == "gemma4_text":
         out = dict(used)
         rng = np.random.default_rng(0)
         for k, shape in sorted(have.items()):
             if k not in out and re.match(r"^model\.layers\.\d+\.self_attn\.(k_proj|v_proj|k_norm|v_norm)\.weight$", k):
                 out[k] = (rng.standard_normal(shape) / math.sqrt(shape[-1])).astype(np.float32)
+            elif k in out and k.endswith(("experts.gate_up_proj", "experts.down_proj")) and \
+                    tuple(out[k].shape) != tuple(shape) and tuple(out[k].transpose(0, 2, 1).shape) == tuple(shape):
+                out[k] = np.ascontiguousarray(out[k].transpose(0, 2, 1))
         return out
     if mt not in MOE_HF:
         return dict(used)
