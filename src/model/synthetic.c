@@ -2,6 +2,7 @@
  * layout of any runnable registered family (llama by default): every slot the family names, with the
  * registry's shapes. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,7 @@ typedef struct {
   int bits;
   uint64_t seed;
   bool conv;
+  float qk_norm; /* the q/k norms' weights (0: 1) */
 } fill_ctx;
 
 static bool has_suffix(const char *s, const char *suf) {
@@ -121,8 +123,11 @@ static void fill_random(void *user, void *dst, size_t n, const char *name) {
     uint16_t *h = dst;
     for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(((float)(rng_next(&s) % 2001) - 1000.0f) * 1e-4f);
   } else if (strstr(name, "norm")) {
+    /* attention scale 1 (Gemma 4): q/k norm weights of head_dim^-1/4 carry the 1/sqrt(head_dim) a trained model's
+     * do (at 1 every softmax would be far sharper than a real model's) */
+    const bool qk = c->qk_norm > 0 && (strstr(name, "q_norm") || strstr(name, "k_norm"));
     uint16_t *h = dst;
-    for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(1.0f);
+    for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(qk ? c->qk_norm : 1.0f);
   } else if (c->bits == 0) { /* dense bf16 weights ~ N(0, 0.02)-ish */
     uint16_t *h = dst;
     for (size_t i = 0; i < n / 2; i++) h[i] = sm_f32_to_bf16(((float)(rng_next(&s) % 2001) - 1000.0f) * 2e-5f);
@@ -425,8 +430,9 @@ smelt_status sm_make_synthetic(const sm_synth_shape *sh, int bits, int gs, const
    * (layer kinds, recurrent sizes) */
   if ((st = sm_family_config_load(dir, &cfg))) goto out;
   sm_st_writer *w = sm_stw_new();
-  fill_ctx fc = {bits, 12345, false}, fconv = {0, 777, true}, scm[SM_QMODE_COUNT];
-  for (int i = 0; i < SM_QMODE_COUNT; i++) scm[i] = (fill_ctx){i, 777 + (uint64_t)i, false};
+  fill_ctx fc = {bits, 12345, false, 0.f}, fconv = {0, 777, true, 0.f}, scm[SM_QMODE_COUNT];
+  if (r->attn_scale == SM_ATTN_SCALE_ONE) fc.qk_norm = powf((float)cfg.head_dim, -0.25f);
+  for (int i = 0; i < SM_QMODE_COUNT; i++) scm[i] = (fill_ctx){i, 777 + (uint64_t)i, false, 0.f};
   const sm_tensor_names *nm = fam->names;
   const int64_t H = sh->hidden;
   const sm_rec_config *rc = &cfg.rec;

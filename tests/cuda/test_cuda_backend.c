@@ -1683,6 +1683,11 @@ static void test_moe(void) {
   test_moe_model("qwen3_next", 4, "{\"num_experts\": 8, \"num_experts_per_tok\": 2}");
   test_moe_model("qwen3_5_moe_text", 8, NULL);
   test_moe_model("lfm2_moe", 4, "{\"n_routed_experts\": 8, \"num_experts_per_tok\": 2}");
+  /* Gemma 4 26B-A4B style: GELU experts beside each dense MLP, per-expert scales, per-layer inputs */
+  test_moe_model(
+    "gemma4_text", 4,
+    "{\"enable_moe_block\": true, \"num_experts\": 8, \"top_k_experts\": 2, \"moe_intermediate_size\": 256,"
+    " \"global_head_dim\": 64, \"hidden_size_per_layer_input\": 32, \"vocab_size_per_layer_input\": 512}");
 }
 
 /* the pass tests to run (argument "moe": only the mixture-of-experts tests, 64; "hybrid": only those of

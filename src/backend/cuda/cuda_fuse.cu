@@ -666,8 +666,8 @@ static int r_ar_add_norm(fx *f, int i) {
   return 3;
 }
 
-/* the routed experts' gate and up of the same x and ids, then silu(gate) * up (or gpt-oss's clamped SwiGLU,
- * with the experts' biases) whose inputs die there: one kernel writes the activation's output (cu_experts_gu) */
+/* the routed experts' gate and up of the same x and ids, then silu(gate) * up (gelu_tanh for Gemma 4, or gpt-oss's
+ * clamped SwiGLU, with the experts' biases) whose inputs die there: one kernel writes the activation's output (cu_experts_gu) */
 static bool m_experts_gu(const fx *f, int i) {
   const cu_op *g = &f->ops[i], *u = &f->ops[i + 1], *ac = &f->ops[i + 2];
   if (g->mx.grouped || u->mx.grouped || g->mx.per_slot || u->mx.per_slot || g->mx.ids != u->mx.ids ||
@@ -689,7 +689,7 @@ static int r_experts_gu(fx *f, int i) {
   const cu_op *g = &f->ops[i], *u = &f->ops[i + 1], *ac = &f->ops[i + 2];
   const bool sw = ac->type == OP_SWIGLU_CLAMP;
   cu_experts_gu(f->cx, g->mx.cw, u->mx.cw, g->mx.rows, g->mx.ids, g->mx.n, g->mx.k, g->mx.x, sw ? ac->sw.out : ac->ew.y,
-                g->mx.bias, u->mx.bias, sw, sw ? ac->sw.alpha : 0.f, sw ? ac->sw.limit : 0.f);
+                g->mx.bias, u->mx.bias, sw, sw ? ac->sw.alpha : 0.f, sw ? ac->sw.limit : 0.f, NULL, ac->type == OP_GELU);
   return 3;
 }
 
@@ -711,7 +711,7 @@ static int r_route_gu(fx *f, int i) {
   const bool sw = ac->type == OP_SWIGLU_CLAMP;
   const cu_route r = cu_route_of(rt);
   cu_experts_gu(f->cx, g->mx.cw, u->mx.cw, g->mx.rows, g->mx.ids, g->mx.n, g->mx.k, g->mx.x, sw ? ac->sw.out : ac->ew.y,
-                g->mx.bias, u->mx.bias, sw, sw ? ac->sw.alpha : 0.f, sw ? ac->sw.limit : 0.f, &r);
+                g->mx.bias, u->mx.bias, sw, sw ? ac->sw.alpha : 0.f, sw ? ac->sw.limit : 0.f, &r, ac->type == OP_GELU);
   return 4;
 }
 
@@ -774,7 +774,10 @@ static const cu_fusion k_fusions[] = {
     m_route_gu, r_route_gu },
   { "route+experts gate/up+swiglu",
     { P(OP_MOE_ROUTE), PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_SWIGLU_CLAMP) }, m_route_gu, r_route_gu },
+  { "route+experts gate/up+gelu", { P(OP_MOE_ROUTE), PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_GELU) },
+    m_route_gu, r_route_gu },
   { "experts gate/up+silu", { PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_SILU) }, m_experts_gu, r_experts_gu },
+  { "experts gate/up+gelu", { PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_GELU) }, m_experts_gu, r_experts_gu },
   { "experts gate/up+swiglu", { PX(SM_MM_EXPERT_GATE), PX(SM_MM_EXPERT_UP), P(OP_SWIGLU_CLAMP) }, m_experts_gu,
     r_experts_gu },
   { "experts down+combine", { PX(SM_MM_EXPERT_DOWN), P(OP_MOE_COMBINE) }, m_experts_dc, r_experts_dc },

@@ -25,7 +25,7 @@ bool cu_experts_gu_ok(const cu_weight *wg, const cu_weight *wu, int64_t rows);
 bool cu_experts_gu_route_ok(const cu_weight *wg, int64_t rows, int E);
 void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, int64_t rows, const int32_t *ids, int n,
                    int k, const float *x, float *h, const float *bg = NULL, const float *bu = NULL, bool clamp = false,
-                   float alpha = 0.f, float limit = 0.f, const cu_route *rt = NULL);
+                   float alpha = 0.f, float limit = 0.f, const cu_route *rt = NULL, bool gelu = false);
 /* the routing of a recorded moe_route op */
 static inline cu_route cu_route_of(const cu_op *o) {
   cu_route r;

@@ -193,13 +193,14 @@ static __device__ __forceinline__ float chunk_dot(const uint4 &q, const cu_weigh
   return mxq_scale(w, grow, c) * d;
 }
 
-/* the activations of the gate/up kernels: silu(g) * u, or gpt-oss's clamped SwiGLU (swiglu_clamp) */
+/* the activations of the gate/up kernels: silu(g) * u, gpt-oss's clamped SwiGLU (swiglu_clamp, kind 1) or
+ * gelu_tanh(g) * u (Gemma 4's experts, kind 2) */
 struct xact {
-  int clamp;
+  int kind;
   float alpha, limit;
 };
 static __device__ __forceinline__ float act_f(const xact &a, float g, float u) {
-  return a.clamp ? cu_swiglu_clamp(g, u, a.alpha, a.limit) : cu_silu(g) * u;
+  return a.kind == 1 ? cu_swiglu_clamp(g, u, a.alpha, a.limit) : a.kind == 2 ? cu_gelu_tanh(g) * u : cu_silu(g) * u;
 }
 
 /* block: 8 warps of R rows each (8R rows) of one slot (blockIdx.y). Every byte the block needs (the
@@ -392,10 +393,10 @@ bool cu_experts_gu_route_ok(const cu_weight *wg, int64_t rows, int E) {
 
 void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, int64_t rows, const int32_t *ids, int n,
                    int k, const float *x, float *h, const float *bg, const float *bu, bool clamp, float alpha,
-                   float limit, const cu_route *rt) {
+                   float limit, const cu_route *rt, bool gelu) {
   const int R = gu_rows(wg), F = fast_fmt(wg);
   const dim3 grid((unsigned)((rows + 8 * (R ? R : 1) - 1) / (8 * (R ? R : 1))), (unsigned)(n * k));
-  const xact a = { clamp ? 1 : 0, alpha, limit };
+  const xact a = { clamp ? 1 : gelu ? 2 : 0, alpha, limit };
   cu_route r;
   memset(&r, 0, sizeof r);
   if (rt) r = *rt;
