@@ -88,8 +88,10 @@ int main(int argc, char **argv) {
   const char *dir = argc > 1 ? argv[1] : "/tmp/smelt-test-engine";
   mkdir(dir, 0755);
   char mdir[512];
-  snprintf(mdir, sizeof mdir, "%s/model-q4", dir);
-  if (sm_make_synthetic(sm_synth_find("test"), 4, 32, mdir, false)) {
+  /* argv[3]: another synthetic shape (gemma4-test: layers of their own K/V shape, shared K/V, per-layer inputs) */
+  const char *shape = argc > 3 ? argv[3] : "test";
+  snprintf(mdir, sizeof mdir, "%s/model-%s-q4", dir, shape);
+  if (!sm_synth_find(shape) || sm_make_synthetic(sm_synth_find(shape), 4, 32, mdir, false)) {
     fprintf(stderr, "%s\n", smelt_last_error());
     return 1;
   }
