@@ -115,7 +115,8 @@ typedef struct {
   int max_context;       /* the context size it was loaded for */
   smelt_kv_type kv_type; /* its KV cache element type */
   size_t weight_bytes;   /* all weights */
-  size_t decode_bytes;   /* weight bytes one decode step reads (an untied embedding table counts as one row;
+  size_t decode_bytes;   /* weight bytes one decode step reads (an untied embedding table, and Gemma 4's per-layer
+                            * input table, count as one row;
                             * mixtures of experts: top_k / n_experts of the routed experts) */
   int n_eos;             /* end-of-sequence ids from config.json and generation_config.json */
   const int32_t *eos_ids;

@@ -241,7 +241,9 @@ void smelt_model_get_info(const smelt_model *m, smelt_model_info *info) {
   info->max_context = m->max_context;
   info->kv_type = sm_kv_type_of(m->kv_dtype);
   info->weight_bytes = m->weight_bytes;
-  size_t emb = m->embed.data != m->lm_head.data ? weight_nbytes(&m->embed) : 0;
+  /* a lookup table reads one row a token: the embedding (unless it is also the head), Gemma 4's per-layer table */
+  size_t emb = (m->embed.data != m->lm_head.data ? weight_nbytes(&m->embed) : 0) +
+               (m->ple_embed.data ? weight_nbytes(&m->ple_embed) : 0);
   info->decode_bytes = m->weight_bytes > emb ? m->weight_bytes - emb : m->weight_bytes;
   if (m->moe_expert_bytes && c->moe.n_experts > 0) /* a token reads top_k of n_experts experts */
     info->decode_bytes -= (size_t)((double)m->moe_expert_bytes * (1.0 - (double)c->moe.top_k / c->moe.n_experts));

@@ -144,16 +144,19 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, smelt_kv_t
     out->top_k = cfg.moe.top_k;
     snprintf(ex, sizeof ex, ".%s.", fam->moe->experts);
   }
-  char buf[1024], emb[160] = "", lmh[160] = "";
+  char buf[1024], emb[160] = "", lmh[160] = "", ple[160] = "";
   if (fam && fam->names) {
     snprintf(emb, sizeof emb, "%s%s.", fam->names->root, fam->names->embed);
     snprintf(lmh, sizeof lmh, "%s.", fam->names->lm_head);
+    if (fam->names->ple_embed) snprintf(ple, sizeof ple, "%s%s.", fam->names->root, fam->names->ple_embed);
   }
+  uint64_t ple_bytes = 0; /* Gemma 4's per-layer table: a token reads one row of it */
   for (size_t i = 0; i < out->n_tensors; i++) {
     const sm_tensor *t = sm_st_at(st, i);
     const bool vision = sm_vision_tensor(t->name);
     if (emb[0] && !vision && strstr(t->name, emb)) out->embed_bytes += t->nbytes;
     if (lmh[0] && !vision && strstr(t->name, lmh)) out->lm_head_bytes += t->nbytes;
+    if (ple[0] && !vision && strstr(t->name, ple)) ple_bytes += t->nbytes;
     if (vision) {
       out->vision_bytes += t->nbytes;
       out->n_vision_tensors++;
@@ -182,7 +185,7 @@ smelt_status sm_store_estimate(const char *model_dir, int max_tokens, smelt_kv_t
   }
   /* a token runs top_k of the n_experts experts of each MoE layer */
   out->n_active_params = out->n_params;
-  out->active_bytes = out->weights_bytes;
+  out->active_bytes = out->weights_bytes > ple_bytes ? out->weights_bytes - ple_bytes : out->weights_bytes;
   if (out->n_experts > 0) {
     const double unused = 1.0 - (double)out->top_k / out->n_experts;
     out->n_active_params -= (uint64_t)((double)out->expert_params * unused);
