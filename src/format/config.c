@@ -589,88 +589,6 @@ int sm_config_attn_layers(const sm_config *c) {
   return n;
 }
 
-/* Gemma 4's per-layer shapes and inputs (sm_config global_head_dim ...), with the family's class defaults */
-static smelt_status parse_layer_shapes(sm_config *c, const src *s, const family *f) {
-  const char *file = s->file;
-  const int nl = c->num_hidden_layers, nh = c->num_attention_heads;
-  c->global_head_dim = f->global_head_dim;
-  c->ple_dim = f->ple_dim;
-  c->ple_vocab = f->ple_vocab;
-  bool moe = false;
-  char bidir[16] = "";
-  TRY(get_int(s, "global_head_dim", &c->global_head_dim));
-  TRY(get_int(s, "num_global_key_value_heads", &c->global_kv_heads));
-  TRY(get_bool(s, "attention_k_eq_v", &c->attn_k_eq_v));
-  TRY(get_int(s, "num_kv_shared_layers", &c->kv_shared_layers));
-  TRY(get_bool(s, "use_double_wide_mlp", &c->double_wide_mlp));
-  TRY(get_int(s, "hidden_size_per_layer_input", &c->ple_dim));
-  TRY(get_int(s, "vocab_size_per_layer_input", &c->ple_vocab));
-  TRY(get_bool(s, "enable_moe_block", &moe));
-  TRY(get_str(s, "use_bidirectional_attention", bidir, sizeof bidir));
-  /* an explicit null: none */
-  if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c->text, "global_head_dim"))) c->global_head_dim = 0;
-  if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c->text, "hidden_size_per_layer_input"))) c->ple_dim = 0;
-  /* the experts (every layer, beside its MLP) only with enable_moe_block */
-  if (!moe) {
-    const int qk = c->moe.use_qk_norm;
-    memset(&c->moe, 0, sizeof c->moe);
-    c->moe.use_qk_norm = qk;
-  } else if (c->moe.n_experts <= 0) {
-    return sm_err(SMELT_ERR_FORMAT, "%s: enable_moe_block without num_experts", file);
-  }
-  if (!strcmp(bidir, "all"))
-    return sm_err(SMELT_ERR_UNSUPPORTED, "%s: use_bidirectional_attention \"all\" is not supported", file);
-  TRY(check_range(file, "global_head_dim", c->global_head_dim, 0, 1024));
-  if (c->global_head_dim % 2) return sm_err(SMELT_ERR_FORMAT, "%s: global_head_dim must be even", file);
-  if (!c->attn_k_eq_v) c->global_kv_heads = 0; /* transformers reads it only with attention_k_eq_v */
-  TRY(check_range(file, "num_global_key_value_heads", c->global_kv_heads, 0, nh));
-  if (c->global_kv_heads && nh % c->global_kv_heads)
-    return sm_err(SMELT_ERR_FORMAT, "%s: num_attention_heads (%d) is not a multiple of num_global_key_value_heads (%d)",
-                  file, nh, c->global_kv_heads);
-  TRY(check_range(file, "num_kv_shared_layers", c->kv_shared_layers, 0, nl - 1));
-  TRY(check_range(file, "hidden_size_per_layer_input", c->ple_dim, 0, 1 << 14));
-  if (c->ple_dim) {
-    TRY(check_range(file, "vocab_size_per_layer_input", c->ple_vocab, 1, 1 << 24));
-    if ((long long)c->ple_dim * nl > (1 << 20))
-      return sm_err(SMELT_ERR_FORMAT, "%s: hidden_size_per_layer_input * num_hidden_layers is too large", file);
-  }
-  /* Gemma4TextConfig: without rope_parameters, full layers rotate a quarter of their head (proportional, theta
-   * 1e6) and sliding ones all of it (theta 1e4); the last layer is always full */
-  if (!get(s, "rope_parameters") && !get(s, "rope_scaling")) {
-    c->rope_type = SM_ROPE_PROPORTIONAL;
-    c->rope_factor = 1.0f;
-    c->rope_partial_factor = 0.25f;
-    c->partial_rotary_dim = c->head_dim;
-  }
-  if (!c->has_layer_types) {
-    for (int l = 0; l < nl; l++)
-      c->layer_sliding[l] = c->sliding_window_pattern > 0 && (l + 1) % c->sliding_window_pattern != 0;
-    c->has_layer_types = true;
-  }
-  c->layer_sliding[nl - 1] = 0;
-  /* newer transformers: the layers' own head size / KV heads */
-  const cJSON *plc = get(s, "per_layer_config");
-  if (plc && !cJSON_IsObject(plc)) return sm_err(SMELT_ERR_FORMAT, "%s: per_layer_config must be an object", file);
-  for (const cJSON *e = plc ? plc->child : NULL; e; e = e->next) {
-    char *end = NULL;
-    long l = strtol(e->string, &end, 10);
-    if (!e->string[0] || *end || l < 0 || l >= nl || !cJSON_IsObject(e))
-      return sm_err(SMELT_ERR_FORMAT, "%s: per_layer_config key '%.20s' is not a layer of %d", file, e->string, nl);
-    src ls = {e, NULL, file};
-    int hd = 0, kv = 0;
-    TRY(get_int(&ls, "head_dim", &hd));
-    TRY(get_int(&ls, "num_key_value_heads", &kv));
-    TRY(check_range(file, "per_layer_config head_dim", hd, 0, 1024));
-    TRY(check_range(file, "per_layer_config num_key_value_heads", kv, 0, nh));
-    if (hd % 2 || (kv && nh % kv))
-      return sm_err(SMELT_ERR_FORMAT, "%s: per_layer_config of layer %ld has a bad head_dim or num_key_value_heads",
-                    file, l);
-    c->layer_head_dim[l] = (uint16_t)hd;
-    c->layer_kv_heads[l] = (uint16_t)kv;
-  }
-  return SMELT_OK;
-}
-
 static smelt_status parse_config(sm_config *c, const char *file, sm_config_defaults_fn lookup) {
   const cJSON *root = c->json;
   if (!cJSON_IsObject(root)) return sm_err(SMELT_ERR_FORMAT, "%s: not a JSON object", file);
@@ -905,7 +823,7 @@ static smelt_status parse_config(sm_config *c, const char *file, sm_config_defau
   TRY(add_token_ids(c, get(&s, "eos_token_id"), file, "eos_token_id"));
   TRY(sm_config_parse_moe(c, f->moe, file));
   TRY(sm_config_parse_mla(c, f->mla, file));
-  if (f->per_layer_shapes) TRY(parse_layer_shapes(c, &s, f));
+  if (f->per_layer_shapes) TRY(sm_config_parse_shapes(c, f, file));
 
   return parse_quant(c, file);
 }

@@ -199,6 +199,10 @@ smelt_status sm_config_parse_moe(sm_config *c, const sm_moe_defaults *d, const c
  * and the latent cache's geometry in head_dim / num_key_value_heads / partial_rotary_dim. */
 smelt_status sm_config_parse_mla(sm_config *c, const sm_mla_config *d, const char *file);
 
+/* config_shapes.c: the fields of layers of their own shape (Gemma 4's global_head_dim ..., sm_config), for families
+ * whose defaults set per_layer_shapes; after the MoE fields (enable_moe_block turns them off) */
+smelt_status sm_config_parse_shapes(sm_config *c, const sm_config_defaults *d, const char *file);
+
 /* Load <model_dir>/config.json and, if present, <model_dir>/generation_config.json. lookup (may be
  * NULL) gives the family defaults; the model layer's sm_family_config_load passes the registry's. */
 smelt_status sm_config_load(const char *model_dir, sm_config_defaults_fn lookup, sm_config *out);
