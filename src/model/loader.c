@@ -174,8 +174,9 @@ static smelt_status host_floats(const sm_tensor *t, const char *name, int64_t n,
   return SMELT_OK;
 }
 
-smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n_stack, int64_t n0, float **out,
-                         bool optional, const int64_t *perm) {
+/* sm_load_vec with every element times mul */
+static smelt_status load_vec_mul(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n_stack, int64_t n0,
+                                 float **out, bool optional, const int64_t *perm, float mul) {
   const sm_tensor *t = take(m, ts, name);
   *out = NULL;
   if (!t) return optional ? SMELT_OK : sm_err(SMELT_ERR_FORMAT, "missing tensor %s", name);
@@ -198,6 +199,8 @@ smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int6
     free(h);
     h = p;
   }
+  if (mul != 1.0f)
+    for (int64_t i = 0; i < n; i++) h[i] *= mul;
   float *d = m->be->alloc(m->be, sizeof(float) * (size_t)n);
   if (!d) {
     free(h);
@@ -209,24 +212,14 @@ smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int6
   m->weight_bytes += t->nbytes;
   return SMELT_OK;
 }
+
+smelt_status sm_load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n_stack, int64_t n0, float **out,
+                         bool optional, const int64_t *perm) {
+  return load_vec_mul(m, ts, name, n_stack, n0, out, optional, perm, 1.0f);
+}
+
 smelt_status sm_load_vec_times(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n, float mul, float **out) {
-  const sm_tensor *t = take(m, ts, name);
-  *out = NULL;
-  if (!t) return sm_err(SMELT_ERR_FORMAT, "missing tensor %s", name);
-  if (t->ndim != 1 || t->shape[0] != n)
-    return sm_err(SMELT_ERR_FORMAT, "%s: shape mismatch, expected [%lld]", name, (long long)n);
-  float *h = sm_xmalloc(sizeof(float) * (size_t)n);
-  smelt_status st = host_floats(t, name, n, h);
-  for (int64_t i = 0; !st && i < n; i++) h[i] *= mul;
-  float *d = st ? NULL : m->be->alloc(m->be, sizeof(float) * (size_t)n);
-  if (!st && !d) st = sm_err(SMELT_ERR_OOM, "out of backend memory");
-  if (d) {
-    m->be->upload(m->be, d, h, sizeof(float) * (size_t)n);
-    sm_model_own(m, d);
-    *out = d;
-  }
-  free(h);
-  return st;
+  return load_vec_mul(m, ts, name, 0, n, out, false, NULL, mul);
 }
 
 static smelt_status load_vec(smelt_model *m, sm_load_ctx *ts, const char *name, int64_t n, float **out, bool optional,

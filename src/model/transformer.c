@@ -15,9 +15,9 @@ smelt_status sm_model_reserve(smelt_model *m, int n_tokens, int n_out) {
   const sm_config *c = &m->cfg;
   smelt_status st;
   if (n_tokens > m->scratch_tokens) {
-    size_t n = (size_t)n_tokens, H = (size_t)c->hidden_size, F = (size_t)SM_MAX(c->intermediate_size, m->max_ffn);
-    size_t nq = (size_t)SM_MAX(c->num_attention_heads * c->head_dim, m->max_q),
-           nkv = (size_t)SM_MAX(c->num_key_value_heads * c->head_dim, m->max_kv);
+    /* the widest layer's (loader.c check_recipe; a split model's rank: tp_shard.c) */
+    size_t n = (size_t)n_tokens, H = (size_t)c->hidden_size, F = (size_t)m->max_ffn;
+    size_t nq = (size_t)m->max_q, nkv = (size_t)m->max_kv;
     if (m->fam->recipe->mla) nq = nkv = 1; /* mla.c has its own activations */
     size_t wide = SM_MAX(H, nq);
     if ((st = grow(m, &m->x, n * H)) || (st = grow(m, &m->xb, n * wide)) || (st = grow(m, &m->xb2, n * H)) ||
