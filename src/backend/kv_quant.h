@@ -14,6 +14,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include "format/safetensors.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define SM_KV_QGROUP 32
 
@@ -35,4 +38,7 @@ void sm_kv_dequantize_row(float *out, const void *src, sm_dtype dt, int head_dim
 /* the same for values [i0, head_dim) of the row only (out[i0..head_dim)): the tail a fast path leaves */
 void sm_kv_dequantize_tail(float *out, const void *src, sm_dtype dt, int head_dim, int i0);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -7,7 +7,8 @@
  *    tokens differ is printed (no bound: the default kernels may round differently by batch size);
  *  - perplexity token by token through the one-token decode path against one prefill a window: within
  *    0.5% in the default mode, equal in deterministic mode.
- * SMELT_DET_DEVICE=cuda runs it on the CUDA backend (exit 77 without one). */
+ * SMELT_DET_DEVICE=cuda runs it on the CUDA backend (exit 77 without one); SMELT_DET_KV names the KV
+ * cache type (f16 by default; q8_0 and q4_0 take the kernels that read quantized rows). */
 #include <string.h>
 #include "engine/engine.h"
 #include "engine/sampler.h"
@@ -15,6 +16,7 @@
 
 enum { N_REQ = 48, GEN = 16, CTX = 128, PPL_TOK = 512, PPL_WIN = 256 };
 static bool g_cuda;
+static smelt_kv_type g_kv = SMELT_KV_F16;
 
 static smelt_model *load(const char *dir, bool det) {
   smelt_model_params p;
@@ -22,6 +24,7 @@ static smelt_model *load(const char *dir, bool det) {
   p.device = g_cuda ? SMELT_DEVICE_CUDA : SMELT_DEVICE_CPU;
   p.max_context = PPL_WIN > CTX ? PPL_WIN : CTX;
   p.deterministic = det;
+  p.kv_type = g_kv;
   smelt_model *m = NULL;
   if (smelt_model_load(dir, &p, &m)) {
     fprintf(stderr, "load (%s): %s\n", det ? "deterministic" : "default", smelt_last_error());
@@ -120,6 +123,11 @@ int main(int argc, char **argv) {
   const char *src = argc > 1 ? argv[1] : ".";
   const char *dev = getenv("SMELT_DET_DEVICE");
   g_cuda = dev && !strcmp(dev, "cuda");
+  const char *kvs = getenv("SMELT_DET_KV");
+  if (kvs && smelt_kv_type_parse(kvs, &g_kv)) {
+    fprintf(stderr, "SMELT_DET_KV: %s\n", smelt_last_error());
+    return 1;
+  }
   char dir[1024], path[1024];
   snprintf(dir, sizeof dir, "%s/models/smelt-tiny", src);
   snprintf(path, sizeof path, "%s/tests/golden/heldout.txt", src);
@@ -153,7 +161,8 @@ int main(int argc, char **argv) {
     reqs[i].sp.temperature = i % 2 ? 0.8f : 0.f;
     reqs[i].sp.seed = 1000 + (uint64_t)i;
   }
-  const char *name = g_cuda ? "cuda" : "cpu";
+  char name[32];
+  snprintf(name, sizeof name, "%s (KV %s)", g_cuda ? "cuda" : "cpu", smelt_kv_type_name(g_kv));
 
   /* default mode: report */
   const int dd = together_vs_alone(md, reqs);

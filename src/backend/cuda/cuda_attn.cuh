@@ -61,12 +61,19 @@ struct cu_attn_tiled {
   int window;
   float softcap;
   const int32_t *span; /* NULL, or per token [lo, hi] widening its key range (sm_batch.attn_span) */
+  bool inv;            /* batch-invariant mode: one split, the CUDA-core kernel for every batch */
 };
 int cu_attn_tiled_splits(int n_tiles, int nkv, int n_sm);
 /* false when the shape does not fit (shared memory, warps) */
 bool cu_attn_tiled_ok(int hd, int G, sm_dtype dt, size_t smem_optin);
 void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a, size_t smem_optin);
 void cu_attn_tiled_init(size_t smem_optin); /* per device, at backend creation */
+/* the partials of S splits ([rows][S][hd + 2]: max, sum, unnormalized output) into out [rows][hd] */
+void cu_attn_combine(const cu_ctx *cx, float *out, const float *part, int rows, int S, int hd);
+/* decode over a quantized (q8_0 / q4_0) cache, every token alone in its sequence (cuda_attn_decq.cu):
+ * the fields of a as for the tiled kernels (tiles unused), S splits (part holds them when S > 1) */
+bool cu_attn_decq_ok(int hd, int G, sm_dtype dt);
+void cu_attn_decq_run(const cu_ctx *cx, const cu_attn_tiled *a, int S);
 /* the tensor-core flash-attention kernel (cuda_attn_flash.cu) for the same tiles; cu_attn_tiled_run
  * takes it where cu_attn_flash_ok */
 bool cu_attn_flash_ok(const cu_ctx *cx, int hd, sm_dtype dt, size_t smem_optin);

@@ -35,7 +35,8 @@ static __device__ __forceinline__ int fa_slot(const int32_t *table, int max_bloc
 /* K/V staging of one step (positions p0 .. p0 + FA_BN - 1 of the block's range):
  *  - a half-precision cache (KT = MT): cp.async 16-byte copies straight into shared memory, zero-filled
  *    where the position is unmapped or past the block's range, and a validity flag per position;
- *  - an f32 cache: loads through registers, converted to f16 (synchronous). */
+ *  - an f32 cache, or a q8_0 / q4_0 one (dequantized): loads through registers, converted to f16
+ *    (synchronous). */
 #endif
 
 template <int HD, typename KT, typename MT>
@@ -67,9 +68,8 @@ static __device__ __forceinline__ void fa_stage(MT *Ks, MT *Vs, unsigned char *v
       if (d4 == 0) valid[j] = sl >= 0;
       float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
       if (sl >= 0) {
-        const int64_t o = (int64_t)sl * row_stride + (int64_t)kvh * HD + 4 * d4;
-        kv = __ldg((const float4 *)(Kc + o));
-        vv = __ldg((const float4 *)(Vc + o));
+        kv = kv_hget4(kv_head(Kc, sl, row_stride / HD, kvh, HD), HD, 4 * d4);
+        vv = kv_hget4(kv_head(Vc, sl, row_stride / HD, kvh, HD), HD, 4 * d4);
       }
       *(uint2 *)(Ks + j * HDP + 4 * d4) = make_uint2(pk2<MT>(kv.x, kv.y), pk2<MT>(kv.z, kv.w));
       *(uint2 *)(Vs + j * HDP + 4 * d4) = make_uint2(pk2<MT>(vv.x, vv.y), pk2<MT>(vv.z, vv.w));
@@ -217,14 +217,14 @@ __global__ void __launch_bounds__(FA_NW * 32)
 }
 
 static size_t fa_smem_bytes(int hd, sm_dtype dt) {
-  const int nbuf = dt == SM_DT_F32 ? 1 : 2;
+  const int nbuf = dt == SM_DT_F16 || dt == SM_DT_BF16 ? 2 : 1;
   return (size_t)(FA_BM + nbuf * 2 * FA_BN) * (hd + 8) * 2 + (size_t)nbuf * FA_BN;
 }
 
 bool cu_attn_flash_ok(const cu_ctx *cx, int hd, sm_dtype dt, size_t smem_optin) {
   if (cx->arch < 80 || !cx->t->attn_fa) return false;
   if (hd != 64 && hd != 80 && hd != 96 && hd != 128 && hd != 256) return false;
-  if (dt != SM_DT_F32 && dt != SM_DT_F16 && dt != SM_DT_BF16) return false;
+  if (dt != SM_DT_F32 && dt != SM_DT_F16 && dt != SM_DT_BF16 && dt != SM_DT_Q8_0 && dt != SM_DT_Q4_0) return false;
   return fa_smem_bytes(hd, dt) <= smem_optin;
 }
 
@@ -243,6 +243,8 @@ void cu_attn_flash_init(size_t smem_optin) {
   fa_init<float>(smem_optin, SM_DT_F32);
   fa_init<__half>(smem_optin, SM_DT_F16);
   fa_init<__nv_bfloat16>(smem_optin, SM_DT_BF16);
+  fa_init<kv_q8>(smem_optin, SM_DT_Q8_0);
+  fa_init<kv_q4>(smem_optin, SM_DT_Q4_0);
   cudaGetLastError();
 }
 
@@ -253,7 +255,7 @@ void cu_attn_flash_run(const cu_ctx *cx, const cu_attn_tiled *a, int S) {
   const float qscale = a->scale * 1.4426950408889634f, cap2 = a->softcap > 0.f ? a->softcap * 1.4426950408889634f : 0.f;
 #define FA_ARGS a->out, a->part, a->q, (const KT *)a->K, (const KT *)a->V, a->pos, a->seq, a->table, a->tiles, a->n_tiles, \
                 a->max_blocks, a->bs, a->nblocks, a->n_heads, a->nkv, chunks, qscale, a->window, cap2, S, a->span
-  CU_KV_DISPATCH(a->dt, switch (a->hd) {
+  CU_KV_DISPATCH_Q(a->dt, switch (a->hd) {
     case 64: k_attn_fa<64, KT><<<grid, FA_NW * 32, smem, cx->s>>>(FA_ARGS); break;
     case 80: k_attn_fa<80, KT><<<grid, FA_NW * 32, smem, cx->s>>>(FA_ARGS); break;
     case 96: k_attn_fa<96, KT><<<grid, FA_NW * 32, smem, cx->s>>>(FA_ARGS); break;

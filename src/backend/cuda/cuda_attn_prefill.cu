@@ -39,7 +39,7 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
   const int t0 = tiles[tile], t1 = tiles[tile + 1];
   const int G = n_heads / nkv, rows = (t1 - t0) * G, rows_max = CU_ATT_TQ * G;
   const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int hdp = hd + 4, row_stride = nkv * hd;
+  const int hdp = hd + 4;
   /* QG (head sizes past 256): the queries stay in global memory, not staged */
   float *Ks = sm, *Vs = Ks + 32 * hdp, *Qs = Vs + 32 * hd, *Ps = Qs + (QG ? 0 : rows_max * hd);
   int *slots = (int *)(Ps + nw * 32);
@@ -50,6 +50,7 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
     lo = min(lo, span ? min(l, span[2 * t]) : l);
     hi = max(hi, span ? max(p, span[2 * t + 1]) : p);
   }
+  lo &= ~31; /* key steps at multiples of 32: a row sees the same steps in any tile (batch invariance) */
   const int nblk = (hi - lo + 32) / 32, per = (nblk + S - 1) / S;
   const int kb0 = z * per, kb1 = min(nblk, kb0 + per);
   for (int idx = threadIdx.x; !QG && idx < rows * hd; idx += blockDim.x) {
@@ -95,9 +96,8 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
       int sl = slots[j];
       float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
       if (sl >= 0) {
-        int64_t o = (int64_t)sl * row_stride + (int64_t)kvh * hd + 4 * d4;
-        kv = kv_ldg4(Kc + o);
-        vv = kv_ldg4(Vc + o);
+        kv = kv_hget4(kv_head(Kc, sl, nkv, kvh, hd), hd, 4 * d4);
+        vv = kv_hget4(kv_head(Vc, sl, nkv, kvh, hd), hd, 4 * d4);
       }
       *(float4 *)(Ks + j * hdp + 4 * d4) = kv;
       *(float4 *)(Vs + j * hd + 4 * d4) = vv;
@@ -192,6 +192,9 @@ __global__ void k_attn_combine(float *out, const float *part, int S, int hd) {
   }
 }
 
+void cu_attn_combine(const cu_ctx *cx, float *out, const float *part, int rows, int S, int hd) {
+  k_attn_combine<<<rows, hd < 128 ? 128 : (hd > 256 ? 256 : hd), 0, cx->s>>>(out, part, S, hd);
+}
 
 int cu_attn_tiled_splits(int n_tiles, int nkv, int n_sm) {
   const int units = n_tiles * nkv;
@@ -201,16 +204,20 @@ int cu_attn_tiled_splits(int n_tiles, int nkv, int n_sm) {
   return S;
 }
 
-/* per cache type (sm_dtype F32, F16, BF16) and NDIM variant (the same on every device) */
-static int g_att_maxthr[3][5] = { { 1024, 1024, 1024, 1024, 1024 }, { 1024, 1024, 1024, 1024, 1024 },
+/* per cache type (sm_dtype F32, F16, BF16, Q8_0, Q4_0: att_dti) and NDIM variant (the same on every device) */
+static int g_att_maxthr[5][5] = { { 1024, 1024, 1024, 1024, 1024 }, { 1024, 1024, 1024, 1024, 1024 },
+                                  { 1024, 1024, 1024, 1024, 1024 }, { 1024, 1024, 1024, 1024, 1024 },
                                   { 1024, 1024, 1024, 1024, 1024 } };
-template <typename KT, int NDIM, int RMAX, bool QG> static void set_attn_smem(size_t bytes, int dt, int slot) {
+static int att_dti(sm_dtype dt) {
+  return dt == SM_DT_F16 ? 1 : dt == SM_DT_BF16 ? 2 : dt == SM_DT_Q8_0 ? 3 : dt == SM_DT_Q4_0 ? 4 : 0;
+}
+template <typename KT, int NDIM, int RMAX, bool QG> static void set_attn_smem(size_t bytes, sm_dtype dt, int slot) {
   cudaFuncSetAttribute(k_attn<KT, NDIM, RMAX, QG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
   cudaFuncAttributes a;
   if (cudaFuncGetAttributes(&a, k_attn<KT, NDIM, RMAX, QG>) == cudaSuccess && a.maxThreadsPerBlock >= 32)
-    g_att_maxthr[dt][slot] = a.maxThreadsPerBlock & ~31;
+    g_att_maxthr[att_dti(dt)][slot] = a.maxThreadsPerBlock & ~31;
 }
-template <typename KT> static void tiled_init(size_t smem_optin, int dt) {
+template <typename KT> static void tiled_init(size_t smem_optin, sm_dtype dt) {
   set_attn_smem<KT, 1, 16, false>(smem_optin, dt, 0);
   set_attn_smem<KT, 2, 16, false>(smem_optin, dt, 1);
   set_attn_smem<KT, 4, 16, false>(smem_optin, dt, 2);
@@ -221,6 +228,8 @@ void cu_attn_tiled_init(size_t smem_optin) {
   tiled_init<float>(smem_optin, SM_DT_F32);
   tiled_init<__half>(smem_optin, SM_DT_F16);
   tiled_init<__nv_bfloat16>(smem_optin, SM_DT_BF16);
+  tiled_init<kv_q8>(smem_optin, SM_DT_Q8_0);
+  tiled_init<kv_q4>(smem_optin, SM_DT_Q4_0);
   cudaGetLastError();
   cu_attn_flash_init(smem_optin);
   cu_attseg_fa_init(smem_optin);
@@ -234,32 +243,31 @@ static size_t att_smem(int hd, int G, int nw) {
 static int att_warps(int hd, int G, sm_dtype dt) {
   int nd = att_ndim(hd), rmax = nd == 16 ? 4 : nd == 8 ? 8 : 16, rows = CU_ATT_TQ * G;
   int nw = (rows + rmax - 1) / rmax, slot = nd == 1 ? 0 : nd == 2 ? 1 : nd == 4 ? 2 : nd == 8 ? 3 : 4;
-  int cap = g_att_maxthr[dt == SM_DT_F16 ? 1 : dt == SM_DT_BF16 ? 2 : 0][slot] / 32; /* rows beyond nw*RMAX: further passes */
+  int cap = g_att_maxthr[att_dti(dt)][slot] / 32; /* rows beyond nw*RMAX: further passes */
   if (nw > cap) nw = cap;
   return nw < 4 ? 4 : nw;
 }
 bool cu_attn_tiled_ok(int hd, int G, sm_dtype dt, size_t smem_optin) {
-  if (dt != SM_DT_F32 && dt != SM_DT_F16 && dt != SM_DT_BF16) return false;
+  if (dt != SM_DT_F32 && dt != SM_DT_F16 && dt != SM_DT_BF16 && dt != SM_DT_Q8_0 && dt != SM_DT_Q4_0) return false;
   if (hd > 512 || hd % 4) return false;
   const int nw = att_warps(hd, G, dt);
   return nw <= 32 && att_smem(hd, G, nw) <= smem_optin;
 }
 
 void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a, size_t smem_optin) {
-  const int G = a->n_heads / a->nkv, S = cu_attn_tiled_splits(a->n_tiles, a->nkv, cx->n_sm);
+  const int G = a->n_heads / a->nkv, S = a->inv ? 1 : cu_attn_tiled_splits(a->n_tiles, a->nkv, cx->n_sm);
   const int nw = att_warps(a->hd, G, a->dt);
-  if (cu_attn_flash_ok(cx, a->hd, a->dt, smem_optin)) {
+  if (!a->inv && cu_attn_flash_ok(cx, a->hd, a->dt, smem_optin)) {
     cu_attn_flash_run(cx, a, S);
     if (S > 1)
-      k_attn_combine<<<a->n_tokens * a->n_heads, a->hd < 128 ? 128 : (a->hd > 256 ? 256 : a->hd), 0, cx->s>>>(a->out,
-                                                                                                          a->part, S, a->hd);
+      cu_attn_combine(cx, a->out, a->part, a->n_tokens * a->n_heads, S, a->hd);
     return;
   }
   const size_t smem = att_smem(a->hd, G, nw);
   dim3 grid((unsigned)a->n_tiles, (unsigned)a->nkv, (unsigned)S);
 #define ATT_ARGS a->out, a->part, a->q, (const KT *)a->K, (const KT *)a->V, a->pos, a->seq, a->table, a->tiles, \
                  a->max_blocks, a->bs, a->nblocks, a->n_heads, a->nkv, a->hd, a->scale, a->window, a->softcap, S, a->span
-  CU_KV_DISPATCH(a->dt, switch (att_ndim(a->hd)) {
+  CU_KV_DISPATCH_Q(a->dt, switch (att_ndim(a->hd)) {
     case 1: k_attn<KT, 1, 16, false><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
     case 2: k_attn<KT, 2, 16, false><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
     case 4: k_attn<KT, 4, 16, false><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
@@ -268,6 +276,5 @@ void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a, size_t smem_opt
   });
 #undef ATT_ARGS
   if (S > 1)
-    k_attn_combine<<<a->n_tokens * a->n_heads, a->hd < 128 ? 128 : (a->hd > 256 ? 256 : a->hd), 0, cx->s>>>(a->out,
-                                                                                                        a->part, S, a->hd);
+    cu_attn_combine(cx, a->out, a->part, a->n_tokens * a->n_heads, S, a->hd);
 }

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_be.cuh"
+#include "backend/kv_quant.h"
 #include "backend/cuda/cuda_mlp.cuh"
 #include "backend/cuda/cuda_mla.cuh"
 #include "backend/cuda/cuda_moe.cuh"
@@ -446,11 +447,16 @@ static void be_layernorm(sm_backend *be, float *out, const float *x, const float
 static void be_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const float *k, const float *v) {
   cuda_be *c = CB(be);
   if (!kv || layer < 0 || layer >= kv->n_layers || kv->block_size <= 0 || c->n_tokens <= 0) return;
+  if (sm_kv_quantized(kv->dtype) && kv->head_dim % 4) {
+    sm_err(SMELT_ERR_UNSUPPORTED, "cuda: a %s KV cache needs a head dim that is a multiple of 4 (%d)",
+           sm_kv_dtype_name(kv->dtype), kv->head_dim);
+    return;
+  }
   cu_op o;
   memset(&o, 0, sizeof o);
   o.type = OP_KVSTORE;
   o.kv.K = kv->k[layer]; o.kv.V = kv->v[layer]; o.kv.k = k; o.kv.v = v; o.kv.dt = (int)kv->dtype;
-  o.kv.row = kv->n_kv_heads * kv->head_dim; o.kv.bs = kv->block_size; o.kv.nblocks = kv->n_blocks;
+  o.kv.row = kv->n_kv_heads * kv->head_dim; o.kv.hd = kv->head_dim; o.kv.bs = kv->block_size; o.kv.nblocks = kv->n_blocks;
   cu_submit(c, &o);
 }
 
@@ -495,7 +501,14 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
     if (!cu_ensure_buf(c, (void **)&c->att_cnt, &c->att_cnt_cap, need)) return;
     if (c->att_cnt_cap != old && !cu_ck(c, cudaMemset(c->att_cnt, 0, c->att_cnt_cap), "attention counters")) return;
   }
-  const int S = Sd ? Sd : cu_attn_tiled_splits(c->n_tiles, kv->n_kv_heads, c->n_sm);
+  /* batch-invariant mode without the decode kernel (head dims past 256, quantized caches): the tiled
+   * kernel in one split for every batch; else one token per sequence over a quantized cache: its own
+   * decode kernel, split as the float cache's */
+  const bool inv = c->base.batch_invariant && !Sd;
+  const int Sq = !Sd && !inv && c->t.attn_dq && c->n_tiles == nt && !c->has_span && cu_attn_decq_ok(kv->head_dim, G, kv->dtype)
+                   ? cu_attn_dec_splits(&c->t, nt, kv->n_kv_heads, c->n_sm)
+                   : 0;
+  const int S = Sd ? Sd : Sq ? Sq : inv ? 1 : cu_attn_tiled_splits(c->n_tiles, kv->n_kv_heads, c->n_sm);
   if (S > 1 && !cu_ensure_buf(c, (void **)&c->part, &c->part_cap,
                               sizeof(float) * (size_t)nt * n_heads * S * (kv->head_dim + 2)))
     return;
@@ -505,7 +518,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   o.at.out = out; o.at.q = q; o.at.K = kv->k[layer]; o.at.V = kv->v[layer]; o.at.dt = (int)kv->dtype;
   o.at.nh = n_heads; o.at.nkv = kv->n_kv_heads; o.at.hd = kv->head_dim; o.at.bs = kv->block_size;
   o.at.nblocks = kv->n_blocks; o.at.window = window > 0 ? window : 0; o.at.scale = scale;
-  o.at.softcap = softcap > 0.f ? softcap : 0.f; o.at.splits = Sd; o.at.glong = glong;
+  o.at.softcap = softcap > 0.f ? softcap : 0.f; o.at.splits = Sd; o.at.glong = glong; o.at.inv = inv; o.at.dq = Sq;
   o.at.span = c->has_span ? c->d_span : NULL;
   cu_submit(c, &o);
 }
@@ -789,6 +802,7 @@ extern "C" sm_backend *sm_cuda_backend_create_opts(int device, const sm_backend_
   b->rope_ext = be_rope_ext;
   b->layernorm = be_layernorm;
   b->kv_store = be_kv_store;
+  b->kv_quant = true;
   b->attention = be_attention;
   b->silu_mul = be_silu_mul;
   b->gelu_mul = be_gelu_mul;

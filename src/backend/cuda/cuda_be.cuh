@@ -35,9 +35,11 @@ typedef struct {
     struct { float *x; const float *inv; int nh, hd, rot; } rope;
     struct { float *out; const float *x, *w, *b; int n, dim; float eps; } ln;
     struct { float *x; const float *inv; int nh, hd, rot, n_rows, pos0, beta_pos; float mscale, beta; } rx;
-    struct { void *K, *V; const float *k, *v; int row, bs, nblocks, dt; } kv; /* dt: the cache's sm_dtype */
-    /* splits > 0: the decode kernel with that many splits (glong: combined in global memory); 0: tiled */
-    struct { float *out; const float *q; void *K, *V; int nh, nkv, hd, bs, nblocks, window, splits, glong, dt; float scale, softcap; const int32_t *span; } at;
+    struct { void *K, *V; const float *k, *v; int row, hd, bs, nblocks, dt; } kv; /* dt: the cache's sm_dtype */
+    /* splits > 0: the decode kernel with that many splits (glong: combined in global memory); 0: tiled
+     * (inv: batch-invariant, one split on the CUDA-core kernel; dq > 0: a quantized cache's decode kernel
+     * with dq splits) */
+    struct { float *out; const float *q; void *K, *V; int nh, nkv, hd, bs, nblocks, window, splits, glong, dt, inv, dq; float scale, softcap; const int32_t *span; } at;
     struct { float *y; const float *a, *b; size_t n; int dim; float s; } ew; /* SILU GELU ADD ADDROWS SCALE SOFTCAP
                                                                                * MUL SIGMUL RELU2 */
     /* recurrent ops: st is the layer's state buffer (slots of sf floats), nseq the batch's sequences */

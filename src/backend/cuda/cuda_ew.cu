@@ -4,6 +4,7 @@
 #include <math.h>
 #include "backend/cuda/cuda_ew.cuh"
 #include "backend/cuda/cuda_kv.cuh"
+#include "backend/kv_quant.h"
 
 
 __global__ void k_rmsnorm(float *out, const float *x, const float *w, int dim, float eps, float off) {
@@ -129,6 +130,59 @@ __global__ void k_kv_store(KT *K, KT *V, const float *k, const float *v, const i
   }
 }
 
+/* kv_store into a q8_0 / q4_0 cache: one warp a group of 32 values of one head row of K or V (lane =
+ * value), the same arithmetic as sm_kv_quantize_row (IEEE division and reciprocal, round to nearest
+ * even, the f16 scale saturated, NaN values stored as 0, q4_0's scale from the first value of
+ * largest magnitude) so that both backends hold the same bytes; the last group's lane 0 zeroes the
+ * row's padding */
+template <typename KT>
+__global__ void k_kv_store_q(KT *K, KT *V, const float *k, const float *v, const int32_t *pos, const int32_t *seq,
+                             const int32_t *table, int n_tokens, int nkv, int hd, int max_blocks, int bs, int nblocks) {
+  const int ng = (hd + 31) / 32, lane = threadIdx.x & 31;
+  const int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+  if (w >= (int64_t)n_tokens * nkv * ng * 2) return;
+  const bool isv = w & 1;
+  const int g = (int)((w >> 1) % ng), h = (int)((w >> 1) / ng % nkv), t = (int)((w >> 1) / ng / nkv);
+  const int64_t sl = kv_slot(table, max_blocks, bs, nblocks, seq[t], pos[t]);
+  if (sl < 0) return;
+  const int i = g * 32 + lane, so = kv_scale_off<KT>(hd), hb = kv_head_bytes<KT>(hd);
+  const bool in = i < hd;
+  const float x = in ? (isv ? v : k)[((int64_t)t * nkv + h) * hd + i] : 0.f;
+  char *row = (char *)(isv ? V : K) + (sl * nkv + h) * (int64_t)hb;
+  /* the largest magnitude (NaN never wins) and, for q4_0, the first lane holding it */
+  const float ax = x == x ? fabsf(x) : 0.f;
+  float amax = ax;
+#pragma unroll
+  for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  float d;
+  __half s16;
+  if constexpr (std::is_same<KT, kv_q8>::value) {
+    s16 = __float2half_rn(fminf(__fdiv_rn(amax, 127.f), 65504.f));
+  } else {
+    const unsigned first = __ffs(__ballot_sync(0xffffffffu, amax > 0.f && ax == amax)) - 1;
+    const float mx = amax > 0.f ? __shfl_sync(0xffffffffu, x, first & 31) : 0.f;
+    const float dr = __fdiv_rn(-mx, 8.f);
+    s16 = __float2half_rn(copysignf(fminf(fabsf(dr), 65504.f), dr));
+  }
+  d = __half2float(s16);
+  if constexpr (std::is_same<KT, kv_q8>::value) {
+    const float id = d > 0.f ? __frcp_rn(d) : 0.f;
+    float q = rintf(__fmul_rn(x, id));
+    q = q > 127.f ? 127.f : q < -127.f ? -127.f : q == q ? q : 0.f;
+    if (in) row[i] = (char)(int)q;
+  } else {
+    const float id = d != 0.f ? __frcp_rn(d) : 0.f;
+    float q = rintf(__fmul_rn(x, id)) + 8.f;
+    q = q > 15.f ? 15.f : q < 0.f ? 0.f : q == q ? q : 8.f;
+    const unsigned c = in ? (unsigned)q : 0u, hi = __shfl_down_sync(0xffffffffu, c, 1);
+    if (in && !(lane & 1)) row[i / 2] = (char)(c | hi << 4);
+  }
+  if (lane == 0) {
+    ((__half *)(row + so))[g] = s16;
+    if (g == ng - 1)
+      for (int b = so + 2 * ng; b < hb; b++) row[b] = 0;
+  }
+}
 
 /* rope(q) + rope(k) + kv_store(k, v) of one decode/prefill step in one launch (same math
  * as k_rope and k_kv_store). Index space: q rotation pairs, then every k/v element. */
@@ -217,6 +271,18 @@ void cu_rope_ext(const cu_ctx *cx, float *x, const int32_t *pos, const cu_rope_e
   if (total > 0) k_rope_ext<<<cu_ew_blocks((size_t)total), 256, 0, cx->s>>>(x, pos, *a, n_tokens, nh, hd);
 }
 void cu_kv_store(const cu_ctx *cx, const cu_kv_dst *d, const float *k, const float *v, int n_tokens) {
+  if (sm_kv_quantized(d->dt)) {
+    const int nkv = d->row / d->hd;
+    const size_t warps = (size_t)n_tokens * nkv * ((d->hd + 31) / 32) * 2;
+    const unsigned blocks = (unsigned)((warps + 7) / 8);
+    if (d->dt == SM_DT_Q8_0)
+      k_kv_store_q<kv_q8><<<blocks, 256, 0, cx->s>>>((kv_q8 *)d->K, (kv_q8 *)d->V, k, v, d->pos, d->seq, d->table,
+                                                    n_tokens, nkv, d->hd, d->max_blocks, d->bs, d->nblocks);
+    else
+      k_kv_store_q<kv_q4><<<blocks, 256, 0, cx->s>>>((kv_q4 *)d->K, (kv_q4 *)d->V, k, v, d->pos, d->seq, d->table,
+                                                    n_tokens, nkv, d->hd, d->max_blocks, d->bs, d->nblocks);
+    return;
+  }
   const size_t total = (size_t)n_tokens * d->row;
   CU_KV_DISPATCH(d->dt, k_kv_store<KT><<<cu_ew_blocks(total), 256, 0, cx->s>>>(
                             (KT *)d->K, (KT *)d->V, k, v, d->pos, d->seq, d->table, n_tokens, d->row, d->max_blocks,

@@ -9,6 +9,7 @@ struct cu_kv_dst {
   sm_dtype dt;
   const int32_t *pos, *seq, *table;
   int row; /* n_kv_heads * head_dim */
+  int hd;  /* head_dim (the quantized caches' head rows) */
   int max_blocks, bs, nblocks;
 };
 
@@ -28,6 +29,8 @@ struct cu_rope_ext_args {
 void cu_rope_ext(const cu_ctx *cx, float *x, const int32_t *pos, const cu_rope_ext_args *a, int n_tokens, int nh, int hd);
 /* LayerNorm over rows of dim (weight w, optional bias b) */
 void cu_layernorm(const cu_ctx *cx, float *out, const float *x, const float *w, const float *b, int n, int dim, float eps);
+/* k, v [n_tokens][row] into the cache; a q8_0 / q4_0 cache quantizes each head row exactly as the CPU
+ * reference sm_kv_quantize_row (the same codes and scales) */
 void cu_kv_store(const cu_ctx *cx, const cu_kv_dst *d, const float *k, const float *v, int n_tokens);
 /* rope(q) + rope(k) + kv_store(k, v) in one launch. rows (NULL: one row, no scaling) makes it two
  * rope_ext of the same rows (sm_rope_ext without beta): invq / invk hold n_rows rows, token t at

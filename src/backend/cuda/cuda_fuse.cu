@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_sample.cuh"
 #include "backend/cuda/cuda_ssm.cuh"
 #include "backend/cuda/cuda_weights.cuh"
+#include "backend/kv_quant.h"
 
 const char *cu_op_name(int type) {
   static const char *const names[OP_COUNT] = { "embed", "matmul", "rmsnorm", "rope", "kv_store", "attention", "silu_mul",
@@ -375,13 +376,13 @@ static int r_ropex_attn(fx *f, int i) {
 /* rope(q), rope(k), kv_store(k, v) in one kernel */
 /* where the KV store op kv writes in the current batch */
 static cu_kv_dst kv_dst_of(const cuda_be *c, const cu_op *kv) {
-  return cu_kv_dst{ kv->kv.K, kv->kv.V, (sm_dtype)kv->kv.dt, c->d_pos, c->d_seq, c->d_table, kv->kv.row, c->max_blocks,
-                    kv->kv.bs, kv->kv.nblocks };
+  return cu_kv_dst{ kv->kv.K, kv->kv.V, (sm_dtype)kv->kv.dt, c->d_pos, c->d_seq, c->d_table, kv->kv.row, kv->kv.hd,
+                    c->max_blocks, kv->kv.bs, kv->kv.nblocks };
 }
 static bool m_rope_kv(const fx *f, int i) {
   const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
   return kv->kv.k == rk->rope.x && o->rope.hd == rk->rope.hd && rk->rope.nh * rk->rope.hd == kv->kv.row &&
-         o->rope.x != rk->rope.x && o->rope.x != kv->kv.v && rk->rope.x != kv->kv.v;
+         !sm_kv_quantized((sm_dtype)kv->kv.dt) && o->rope.x != rk->rope.x && o->rope.x != kv->kv.v && rk->rope.x != kv->kv.v;
 }
 static int r_rope_kv(fx *f, int i) {
   const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
@@ -396,7 +397,8 @@ static int r_rope_kv(fx *f, int i) {
  * position rows and without the Llama-4 query scaling */
 static bool m_ropex_kv(const fx *f, int i) {
   const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
-  return kv->kv.k == rk->rx.x && o->rx.hd == rk->rx.hd && rk->rx.nh * rk->rx.hd == kv->kv.row && o->rx.x != rk->rx.x &&
+  return kv->kv.k == rk->rx.x && o->rx.hd == rk->rx.hd && rk->rx.nh * rk->rx.hd == kv->kv.row &&
+         !sm_kv_quantized((sm_dtype)kv->kv.dt) && o->rx.x != rk->rx.x &&
          o->rx.x != kv->kv.v && rk->rx.x != kv->kv.v && o->rx.beta <= 0.f && rk->rx.beta <= 0.f &&
          o->rx.n_rows == rk->rx.n_rows && o->rx.pos0 == rk->rx.pos0 && o->rx.n_rows >= 1;
 }
@@ -832,8 +834,9 @@ static void x_attention(cuda_be *c, const cu_op *o) {
   }
   cu_attn_tiled t = { o->at.out, c->part, o->at.q, o->at.K, o->at.V, (sm_dtype)o->at.dt, c->d_pos, c->d_seq, c->d_table, c->d_tiles,
                       c->n_tiles, c->n_tokens, c->max_blocks, o->at.bs, o->at.nblocks, o->at.nh, o->at.nkv, o->at.hd,
-                      o->at.scale, o->at.window, o->at.softcap, o->at.span };
-  cu_attn_tiled_run(&c->cx, &t, c->smem_optin);
+                      o->at.scale, o->at.window, o->at.softcap, o->at.span, o->at.inv != 0 };
+  if (o->at.dq) cu_attn_decq_run(&c->cx, &t, o->at.dq);
+  else cu_attn_tiled_run(&c->cx, &t, c->smem_optin);
 }
 
 static void exec_op_(cuda_be *c, const cu_op *o) {

@@ -1,9 +1,13 @@
-/* The KV cache's element types on the device (sm_kv_cache.dtype): float, __half and __nv_bfloat16.
+/* The KV cache's element types on the device (sm_kv_cache.dtype): float, __half and __nv_bfloat16,
+ * and the quantized head rows of q8_0 / q4_0 (src/backend/kv_quant.h: a head's codes, then one f16
+ * scale per 32 values), whose element types are the tags kv_q8 / kv_q4.
  * Kernels that read or write the cache are templates over the element type KT and go through these
  * helpers, so the float instances compile to exactly the code they had before half-precision caches
- * existed; launchers pick the instance with CU_KV_DISPATCH. */
+ * existed; launchers pick the instance with CU_KV_DISPATCH (float types) or CU_KV_DISPATCH_Q (every
+ * type: the kernels that read a head row through kv_head / kv_hget4 and the quantizing store). */
 #ifndef SM_CUDA_KV_CUH
 #define SM_CUDA_KV_CUH
+#include <type_traits>
 #include "backend/cuda/cuda_common.cuh"
 
 /* float -> KT (round to nearest even) and back */
@@ -57,12 +61,69 @@ template <typename KT> static __device__ __forceinline__ float4 kv_ldg4(const KT
   return kv_h4(__ldg((const uint2 *)p), KT());
 }
 
+/* ---- head rows of any cache type (the quantized ones included) ---- */
+struct kv_q8 { signed char c; };   /* q8_0: int8 codes, x = q * d */
+struct kv_q4 { unsigned char c; }; /* q4_0: two 4-bit codes a byte (value 2i low), x = (q - 8) * d */
+template <typename KT> struct kv_is_q { static constexpr bool v = false; };
+template <> struct kv_is_q<kv_q8> { static constexpr bool v = true; };
+template <> struct kv_is_q<kv_q4> { static constexpr bool v = true; };
+/* bytes of one head row (hd % 4 == 0), as sm_kv_head_bytes; offset of its f16 scales */
+template <typename KT> static __host__ __device__ __forceinline__ int kv_scale_off(int hd) {
+  return !kv_is_q<KT>::v ? 0 : std::is_same<KT, kv_q8>::value ? hd : hd / 2;
+}
+template <typename KT> static __host__ __device__ __forceinline__ int kv_head_bytes(int hd) {
+  if constexpr (kv_is_q<KT>::v) return (kv_scale_off<KT>(hd) + 2 * ((hd + 31) / 32) + 3) & ~3;
+  else return (int)sizeof(KT) * hd;
+}
+/* the head row of kv head kvh at cache slot sl (nkv heads a slot) */
+template <typename KT>
+static __device__ __forceinline__ const KT *kv_head(const KT *base, int64_t sl, int nkv, int kvh, int hd) {
+  if constexpr (kv_is_q<KT>::v)
+    return (const KT *)((const char *)base + (sl * nkv + kvh) * (int64_t)kv_head_bytes<KT>(hd));
+  else return base + (sl * nkv + kvh) * (int64_t)hd;
+}
+/* values d .. d + 3 (d % 4 == 0) of a head row, widened to floats (read-only path) */
+template <typename KT> static __device__ __forceinline__ float4 kv_hget4(const KT *h, int hd, int d) {
+  if constexpr (kv_is_q<KT>::v) {
+    const char *r = (const char *)h;
+    const float s = __half2float(__ldg((const __half *)(r + kv_scale_off<KT>(hd)) + d / 32));
+    if constexpr (std::is_same<KT, kv_q8>::value) {
+      const char4 c = __ldg((const char4 *)(r + d));
+      return make_float4(c.x * s, c.y * s, c.z * s, c.w * s);
+    } else {
+      const unsigned short u = __ldg((const unsigned short *)(r + d / 2));
+      return make_float4((float)((int)(u & 15) - 8) * s, (float)((int)((u >> 4) & 15) - 8) * s,
+                         (float)((int)((u >> 8) & 15) - 8) * s, (float)((int)(u >> 12) - 8) * s);
+    }
+  } else {
+    return kv_ldg4(h + d);
+  }
+}
+/* value i of a head row */
+template <typename KT> static __device__ __forceinline__ float kv_hget(const KT *h, int hd, int i) {
+  if constexpr (kv_is_q<KT>::v) {
+    const char *r = (const char *)h;
+    const float s = __half2float(((const __half *)(r + kv_scale_off<KT>(hd)))[i / 32]);
+    if constexpr (std::is_same<KT, kv_q8>::value) return (float)((const signed char *)r)[i] * s;
+    else return (float)((int)((((const unsigned char *)r)[i / 2] >> (4 * (i & 1))) & 15) - 8) * s;
+  } else {
+    return kv_to_f(h[i]);
+  }
+}
+
 /* the instance of a kernel template for a cache of sm_dtype dt: body(KT) with KT the element type */
 #define CU_KV_DISPATCH(dt, ...)                                                                     \
   do {                                                                                              \
     if ((dt) == SM_DT_F16) { typedef __half KT; __VA_ARGS__; }                                     \
     else if ((dt) == SM_DT_BF16) { typedef __nv_bfloat16 KT; __VA_ARGS__; }                        \
     else { typedef float KT; __VA_ARGS__; }                                                         \
+  } while (0)
+/* the same over every cache type, the quantized ones included */
+#define CU_KV_DISPATCH_Q(dt, ...)                                                                   \
+  do {                                                                                              \
+    if ((dt) == SM_DT_Q8_0) { typedef kv_q8 KT; __VA_ARGS__; }                                     \
+    else if ((dt) == SM_DT_Q4_0) { typedef kv_q4 KT; __VA_ARGS__; }                                \
+    else CU_KV_DISPATCH(dt, __VA_ARGS__);                                                           \
   } while (0)
 
 #endif

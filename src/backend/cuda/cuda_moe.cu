@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cuda/cuda_kv.cuh"
+#include "backend/kv_quant.h"
 #include "backend/cuda/cuda_ldst.cuh"
 #include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_route.cuh"
@@ -86,7 +87,6 @@ __global__ void __launch_bounds__(256)
   float *qs = sm, *wacc = sm + hd, *wm = wacc + NW * hd, *wl = wm + NW;
   for (int i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[((int64_t)t * nh + h) * hd + i] * scale;
   __syncthreads();
-  const int64_t row = (int64_t)nkv * hd;
   float m = -INFINITY, l = 0.f, acc[8];
 #pragma unroll
   for (int i = 0; i < 8; i++) acc[i] = 0.f;
@@ -97,9 +97,10 @@ __global__ void __launch_bounds__(256)
     if (p <= p1) {
       const int32_t blk = table[(int64_t)sq * max_blocks + p / bs];
       if (blk >= 0 && blk < nblocks) {
-        base = ((int64_t)blk * bs + p % bs) * row + (int64_t)kvh * hd;
+        base = (int64_t)blk * bs + p % bs; /* the slot */
+        const KT *kr = kv_head(K, base, nkv, kvh, hd);
         float d = 0.f;
-        for (int i = 0; i < hd; i++) d += qs[i] * kv_to_f(K[base + i]);
+        for (int i = 0; i < hd; i++) d += qs[i] * kv_hget(kr, hd, i);
         sc = softcap > 0.f ? softcap * tanhf(d / softcap) : d;
       }
     }
@@ -120,10 +121,11 @@ __global__ void __launch_bounds__(256)
       const float ej = __shfl_sync(0xffffffffu, e, j);
       const long long bj = __shfl_sync(0xffffffffu, base, j);
       if (bj < 0) continue;
+      const KT *vr = kv_head(V, bj, nkv, kvh, hd);
 #pragma unroll
       for (int i = 0; i < 8; i++) {
         const int d = lane + 32 * i;
-        if (d < hd) acc[i] += ej * kv_to_f(V[bj + d]);
+        if (d < hd) acc[i] += ej * kv_hget(vr, hd, d);
       }
     }
   }
@@ -239,7 +241,7 @@ void cu_moe_exec(cuda_be *c, const cu_op *o) {
   case OP_ATTN_SINKS: {
     const unsigned blocks = (unsigned)(c->n_tokens * o->as.nh);
     const size_t smem = sizeof(float) * ((size_t)o->as.hd + 8 * ((size_t)o->as.hd + 2));
-    CU_KV_DISPATCH((sm_dtype)o->as.dt,
+    CU_KV_DISPATCH_Q((sm_dtype)o->as.dt,
                    k_attn_sinks<KT><<<blocks, 256, smem, s>>>(o->as.out, o->as.q, (const KT *)o->as.K,
                                                              (const KT *)o->as.V, o->as.sinks, c->d_pos, c->d_seq,
                                                              c->d_table, c->max_blocks, o->as.bs, o->as.nblocks,
@@ -347,7 +349,8 @@ static void be_attention_sinks(sm_backend *be, float *out, const float *q, const
   cuda_be *c = CB(be);
   if (c->n_tokens <= 0) return;
   if (!kv || layer < 0 || layer >= kv->n_layers || n_heads <= 0 || kv->n_kv_heads <= 0 || kv->head_dim <= 0 ||
-      kv->head_dim > 256 || n_heads % kv->n_kv_heads || kv->block_size <= 0 || !sinks) {
+      kv->head_dim > 256 || n_heads % kv->n_kv_heads || kv->block_size <= 0 || !sinks ||
+      (sm_kv_quantized(kv->dtype) && kv->head_dim % 4)) {
     sm_err(SMELT_ERR_UNSUPPORTED, "cuda: attention with sinks: shape not supported");
     if (kv && kv->head_dim > 0 && n_heads > 0)
       cudaMemsetAsync(out, 0, (size_t)c->n_tokens * n_heads * kv->head_dim * 4, c->s);

@@ -37,6 +37,8 @@ static const sm_tune_entry k_table[] = {
     "decode attention warps a block for head dims of 129 to 256 (Gemma, Qwen3.5, Qwen3-Next): 4 or 8", {}, NULL },
   { "SMELT_CUDA_ATTN_FA", F(attn_fa), 1, 0, 1, 0,
     "prefill attention on tensor cores with f16 operands (sm_80+); 0: the f32 CUDA-core kernel", {}, NULL },
+  { "SMELT_CUDA_ATTN_DQ", F(attn_dq), 1, 0, 1, 0,
+    "decode over a q8_0 / q4_0 KV cache on its own kernel (cuda_attn_decq.cu); 0: the tiled kernel", {}, NULL },
   { "SMELT_CUDA_MVR", F(mvr), -1, -1, 31, 0,
     "roles using k_mvr for one token (bits: 1 q/k/v, 2 o, 4 gate/up, 8 down, 16 lm_head); -1 automatic", {}, NULL },
   { "SMELT_CUDA_MVR_KMAX", F(mvr_kmax), 3072, 0, 16384, 0,
