@@ -28,5 +28,5 @@ int sm_cli_kv_type(const char *cmd, const char *k, const char *v, smelt_kv_type 
 void sm_cli_kv_alias(int argc, char **argv); /* -ctk, -ctv, -tp: their long names (getopt_long) */
 #define SM_CLI_KV_HELP \
   "  -ctk, --cache-type-k T   KV cache element type: f16 (default), bf16, f32, or q8_0 / q4_0 (8 / 4 bits\n" \
-  "                           in groups of 32, CPU only; -ctv / --cache-type-v: the same; K and V share one type)\n"
+  "                           in groups of 32; -ctv / --cache-type-v: the same; K and V share one type)\n"
 #endif
