@@ -655,6 +655,7 @@ static void test_attention_cases(void) {
   test_attention_case(8, 4, 256, 0, 0.f, 1, 600, 700);   /* G 2, hd 256 (Gemma-3-4B): 8 warps, 4 positions a batch */
   test_attention_case(16, 4, 256, 0, 0.f, 1, 500, 300);  /* G 4, hd 256 (Qwen3.5): 8 warps, 2 positions a batch */
   test_attention_case(16, 2, 256, 0, 0.f, 1, 40, 650);   /* G 8, hd 256 (Qwen3-Next): two blocks a KV head */
+  test_attention_case(8, 4, 256, 0, 50.f, 1, 300, 700);  /* softcap, G 2, hd 256 (Gemma-2-2B) */
   /* one sequence decoding alone (16 splits at these shapes) */
   test_attention_case(32, 8, 128, 0, 0.f, 0, 0, 700); /* llama-8B */
   test_attention_case(32, 8, 64, 0, 0.f, 0, 0, 5);    /* llama-1B, splits without positions */
