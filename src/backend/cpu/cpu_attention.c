@@ -229,16 +229,18 @@ static void att_span(const att_ctx *a, const att_rows *r, att_buf *b, int32_t p0
     else gen_scores(k, b->Q, hd, R, kr, nv, hd, S, ATT_CHUNK);
     for (int i = 0; i < R; i++) {
       float *sr = S + (size_t)i * ATT_CHUNK, cm = -INFINITY;
-      for (int j = 0; j < nv; j++) {
-        if (pp[j] < r->lo[i] || pp[j] > r->hi[i]) {
-          sr[j] = -INFINITY;
-          continue;
+      if (k->att_mask_max) cm = k->att_mask_max(sr, pp, nv, r->lo[i], r->hi[i], a->scale, a->softcap);
+      else
+        for (int j = 0; j < nv; j++) {
+          if (pp[j] < r->lo[i] || pp[j] > r->hi[i]) {
+            sr[j] = -INFINITY;
+            continue;
+          }
+          float sc = sr[j] * a->scale;
+          if (a->softcap > 0.f) sc = a->softcap * tanhf(sc / a->softcap);
+          sr[j] = sc;
+          if (sc > cm) cm = sc;
         }
-        float sc = sr[j] * a->scale;
-        if (a->softcap > 0.f) sc = a->softcap * tanhf(sc / a->softcap);
-        sr[j] = sc;
-        if (sc > cm) cm = sc;
-      }
       if (cm == -INFINITY) {
         memset(sr, 0, (size_t)nv * sizeof(float));
         continue;
@@ -249,11 +251,13 @@ static void att_span(const att_ctx *a, const att_rows *r, att_buf *b, int32_t p0
         l[i] *= f;
         m[i] = cm;
       }
-      for (int j = 0; j < nv; j++) {
-        float e = sr[j] == -INFINITY ? 0.f : expf(sr[j] - m[i]);
-        sr[j] = e;
-        l[i] += e;
-      }
+      if (k->att_exp_sum) l[i] += k->att_exp_sum(sr, nv, m[i]);
+      else
+        for (int j = 0; j < nv; j++) {
+          float e = sr[j] == -INFINITY ? 0.f : expf(sr[j] - m[i]);
+          sr[j] = e;
+          l[i] += e;
+        }
     }
     if (k->att_pv) k->att_pv(S, ATT_CHUNK, R, vr, nv, hd, acc);
     else gen_pv(k, S, ATT_CHUNK, R, vr, nv, hd, acc);

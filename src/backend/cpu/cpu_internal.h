@@ -61,6 +61,15 @@ typedef struct {
    * head and the tokens of a prefill tile). */
   void (*att_scores)(const float *q, int ldq, int nq, const float *const *kr, int np, int hd, float *s, int lds);
   void (*att_pv)(const float *p, int ldp, int nq, const float *const *vr, int np, int hd, float *acc);
+  /* Optional softmax steps of one row of scores s[0..n) of key positions pp[0..n) (NULL: the scalar loops
+   * of cpu_attention.c, which use expf / tanhf):
+   *   att_mask_max: s[j] = cap * tanh(s[j] * scale / cap) (cap 0: s[j] * scale) where lo <= pp[j] <= hi,
+   *                 else -inf; returns the largest (-inf if none);
+   *   att_exp_sum:  s[j] = exp(s[j] - m), 0 where s[j] is -inf; returns their sum.
+   * Vector exp and tanh (relative error ~2e-7), the sum in a fixed lane order: a row's values depend on
+   * the row alone (batch invariance). */
+  float (*att_mask_max)(float *s, const int32_t *pp, int n, int32_t lo, int32_t hi, float scale, float cap);
+  float (*att_exp_sum)(float *s, int n, float m);
   /* n half-precision KV elements (dt SM_DT_F16 or SM_DT_BF16) widened to float (exact), or one quantized
    * head row of n values (SM_DT_Q8_0, SM_DT_Q4_0, src/backend/kv_quant.h) dequantized */
   void (*widen)(float *out, const void *src, sm_dtype dt, size_t n);

@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "backend/kv_quant.h"
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 #ifndef SM_PF_DIST
 #define SM_PF_DIST 2048
@@ -486,6 +487,57 @@ static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
   for (; i < n; i++) out[i] = dt == SM_DT_F16 ? sm_f16_to_f32(s[i]) : sm_bf16_to_f32(s[i]);
 }
 
+/* ---------------- attention softmax rows ----------------
+ * 8 lanes; the tail is one more vector padded with masked lanes, so that element j is computed the same
+ * way and summed into lane j % 8 whatever n is (a row's result does not depend on the chunk's length) */
+static inline __m256 mask_max8(__m256 x, __m256i p, __m256i vlo, __m256i vhi, __m256 vs, __m256 vc, float cap) {
+  const __m256 in = _mm256_castsi256_ps(_mm256_and_si256(_mm256_cmpgt_epi32(p, vlo), _mm256_cmpgt_epi32(vhi, p)));
+  x = _mm256_mul_ps(x, vs);
+  if (cap > 0.f) x = _mm256_mul_ps(vc, vtanh(_mm256_div_ps(x, vc)));
+  return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, in);
+}
+static float att_mask_max(float *s, const int32_t *pp, int n, int32_t lo, int32_t hi, float scale, float cap) {
+  const __m256i vlo = _mm256_set1_epi32(lo - 1), vhi = _mm256_set1_epi32(hi + 1);
+  const __m256 vs = _mm256_set1_ps(scale), vc = _mm256_set1_ps(cap);
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 x = mask_max8(_mm256_loadu_ps(s + j), _mm256_loadu_si256((const __m256i *)(pp + j)), vlo, vhi, vs, vc,
+                               cap);
+    _mm256_storeu_ps(s + j, x);
+    mx = _mm256_max_ps(mx, x);
+  }
+  if (j < n) {
+    int32_t tp[8];
+    for (int i = 0; i < 8; i++) tp[i] = j + i < n ? pp[j + i] : lo - 1; /* outside the range: -inf */
+    const __m256 x = mask_max8(ld_n(s + j, (size_t)(n - j)), _mm256_loadu_si256((const __m256i *)tp), vlo, vhi, vs, vc,
+                               cap);
+    st_n(s + j, x, (size_t)(n - j));
+    mx = _mm256_max_ps(mx, x);
+  }
+  float t[8], r = -INFINITY;
+  _mm256_storeu_ps(t, mx);
+  for (int i = 0; i < 8; i++) r = t[i] > r ? t[i] : r;
+  return r;
+}
+static float att_exp_sum(float *s, int n, float m) {
+  const __m256 vm = _mm256_set1_ps(m), ninf = _mm256_set1_ps(-INFINITY);
+  __m256 sum = _mm256_setzero_ps();
+  for (int j = 0; j < n; j += 8) {
+    float tx[8];
+    for (int i = 0; i < 8; i++) tx[i] = j + i < n ? s[j + i] : -INFINITY;
+    const __m256 x = _mm256_loadu_ps(tx);
+    const __m256 e = _mm256_and_ps(_mm256_cmp_ps(x, ninf, _CMP_NEQ_OQ), vexp(_mm256_sub_ps(x, vm)));
+    if (j + 8 <= n) _mm256_storeu_ps(s + j, e);
+    else st_n(s + j, e, (size_t)(n - j));
+    sum = _mm256_add_ps(sum, e);
+  }
+  float t[8], r = 0.f;
+  _mm256_storeu_ps(t, sum);
+  for (int i = 0; i < 8; i++) r += t[i];
+  return r;
+}
+
 const sm_cpu_kern sm_cpu_kern_avx2 = {
   .name = "avx2",
   .panel = PANEL,
@@ -499,6 +551,8 @@ const sm_cpu_kern sm_cpu_kern_avx2 = {
   .silu_mul = silu_mul,
   .gelu_mul = gelu_mul,
   .softcap = softcap,
+  .att_mask_max = att_mask_max,
+  .att_exp_sum = att_exp_sum,
   .widen = widen,
 };
 #endif

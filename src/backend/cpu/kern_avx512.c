@@ -5,6 +5,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "backend/kv_quant.h"
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define V 16
@@ -739,6 +740,37 @@ static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
   }
 }
 
+/* ---------------- attention softmax rows ---------------- */
+static float att_mask_max(float *s, const int32_t *pp, int n, int32_t lo, int32_t hi, float scale, float cap) {
+  const __m512i vlo = _mm512_set1_epi32(lo), vhi = _mm512_set1_epi32(hi);
+  const __m512 vs = _mm512_set1_ps(scale), vc = _mm512_set1_ps(cap), ninf = _mm512_set1_ps(-INFINITY);
+  __m512 mx = ninf;
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 t = tmask((size_t)j, (size_t)n);
+    const __m512i p = _mm512_maskz_loadu_epi32(t, pp + j);
+    const __mmask16 in = _mm512_mask_cmpge_epi32_mask(t, p, vlo) & _mm512_mask_cmple_epi32_mask(t, p, vhi);
+    __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(t, s + j), vs);
+    if (cap > 0.f) x = _mm512_mul_ps(vc, vtanh(_mm512_div_ps(x, vc)));
+    x = _mm512_mask_mov_ps(ninf, in, x);
+    _mm512_mask_storeu_ps(s + j, t, x);
+    mx = _mm512_max_ps(mx, x);
+  }
+  return _mm512_reduce_max_ps(mx);
+}
+static float att_exp_sum(float *s, int n, float m) {
+  const __m512 vm = _mm512_set1_ps(m), ninf = _mm512_set1_ps(-INFINITY);
+  __m512 sum = _mm512_setzero_ps();
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 t = tmask((size_t)j, (size_t)n);
+    const __m512 x = _mm512_maskz_loadu_ps(t, s + j);
+    const __mmask16 ok = _mm512_mask_cmp_ps_mask(t, x, ninf, _CMP_NEQ_OQ);
+    const __m512 e = _mm512_maskz_mov_ps(ok, vexp(_mm512_sub_ps(x, vm)));
+    _mm512_mask_storeu_ps(s + j, t, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
 const sm_cpu_kern sm_cpu_kern_avx512 = {
   .name = "avx512",
   .panel = PANEL,
@@ -754,6 +786,8 @@ const sm_cpu_kern sm_cpu_kern_avx512 = {
   .softcap = softcap,
   .att_scores = att_scores,
   .att_pv = att_pv,
+  .att_mask_max = att_mask_max,
+  .att_exp_sum = att_exp_sum,
   .widen = widen,
   .i8_ok = sm_avx512vnni_i8_ok,
   .prep_xq = sm_avx512vnni_prep_xq,
