@@ -3,7 +3,9 @@
  * range; keys and values of 32 positions at a time are staged in shared memory and shared by all
  * rows of the tile (online softmax per row). With S > 1 splits a second kernel combines the
  * partials. Where the tensor-core kernel (cuda_attn_flash.cu) takes the shape, this one is the
- * SMELT_CUDA_ATTN_FA=0 path and the fallback (head dims it has no instance for, pre-sm_80 devices). */
+ * SMELT_CUDA_ATTN_FA=0 path and the fallback (head dims it has no instance for, pre-sm_80 devices);
+ * it is also batch-invariant mode's kernel where the decode kernel does not take the shape (one split,
+ * key steps at multiples of 32). Every cache type, q8_0 / q4_0 head rows included (cuda_kv.cuh). */
 #include <math.h>
 #include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_kv.cuh"
