@@ -175,9 +175,12 @@ static void att_span(const att_ctx *a, const att_rows *r, att_buf *b, int32_t p0
   const int hd = kv->head_dim, nkv = kv->n_kv_heads, R = r->R, kvh = r->kvh;
   const size_t hb = sm_kv_head_bytes(kv->dtype, hd), krow = (size_t)nkv * hb; /* bytes */
   const char *Kc = kv->k[a->layer], *Vc = kv->v[a->layer];
-  const bool wide = b->kw != NULL;
+  /* an f16 cache read in place by kernels that widen in registers, else rows widened into kw / vw first */
+  const bool direct = kv->dtype == SM_DT_F16 && k->att_scores_f16 && k->att_pv_f16 && hd % 16 == 0 && hd <= 256;
+  const bool wide = b->kw != NULL && !direct;
   float S[ATT_ROWS * ATT_CHUNK], *m = b->m, *l = b->l, *acc = b->acc;
   const float *kr[ATT_CHUNK], *vr[ATT_CHUNK];
+  const void *kh[ATT_CHUNK], *vh[ATT_CHUNK]; /* direct: the rows in the cache */
   int32_t pp[ATT_CHUNK];
   for (int i = 0; i < R; i++) {
     m[i] = -INFINITY;
@@ -192,6 +195,8 @@ static void att_span(const att_ctx *a, const att_rows *r, att_buf *b, int32_t p0
       int64_t s = sl[j];
       if (s < 0) continue;
       const char *ks = Kc + (size_t)s * krow + (size_t)kvh * hb, *vs = Vc + (size_t)s * krow + (size_t)kvh * hb;
+      kh[nv] = ks;
+      vh[nv] = vs;
       if (wide) {
         k->widen(b->kw + (size_t)nv * hd, ks, kv->dtype, (size_t)hd);
         k->widen(b->vw + (size_t)nv * hd, vs, kv->dtype, (size_t)hd);
@@ -225,7 +230,8 @@ static void att_span(const att_ctx *a, const att_rows *r, att_buf *b, int32_t p0
       sln = t;
     }
     if (!nv) continue;
-    if (k->att_scores) k->att_scores(b->Q, hd, R, kr, nv, hd, S, ATT_CHUNK);
+    if (direct) k->att_scores_f16(b->Q, hd, R, kh, nv, hd, S, ATT_CHUNK);
+    else if (k->att_scores) k->att_scores(b->Q, hd, R, kr, nv, hd, S, ATT_CHUNK);
     else gen_scores(k, b->Q, hd, R, kr, nv, hd, S, ATT_CHUNK);
     for (int i = 0; i < R; i++) {
       float *sr = S + (size_t)i * ATT_CHUNK, cm = -INFINITY;
@@ -259,7 +265,8 @@ static void att_span(const att_ctx *a, const att_rows *r, att_buf *b, int32_t p0
           l[i] += e;
         }
     }
-    if (k->att_pv) k->att_pv(S, ATT_CHUNK, R, vr, nv, hd, acc);
+    if (direct) k->att_pv_f16(S, ATT_CHUNK, R, vh, nv, hd, acc);
+    else if (k->att_pv) k->att_pv(S, ATT_CHUNK, R, vr, nv, hd, acc);
     else gen_pv(k, S, ATT_CHUNK, R, vr, nv, hd, acc);
   }
 }

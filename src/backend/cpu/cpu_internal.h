@@ -61,6 +61,10 @@ typedef struct {
    * head and the tokens of a prefill tile). */
   void (*att_scores)(const float *q, int ldq, int nq, const float *const *kr, int np, int hd, float *s, int lds);
   void (*att_pv)(const float *p, int ldp, int nq, const float *const *vr, int np, int hd, float *acc);
+  /* Optional: the same over f16 K/V rows read in place (each value widened in a register; the same
+   * results as over the widened rows), for hd % 16 == 0 and hd <= 256 */
+  void (*att_scores_f16)(const float *q, int ldq, int nq, const void *const *kr, int np, int hd, float *s, int lds);
+  void (*att_pv_f16)(const float *p, int ldp, int nq, const void *const *vr, int np, int hd, float *acc);
   /* Optional softmax steps of one row of scores s[0..n) of key positions pp[0..n) (NULL: the scalar loops
    * of cpu_attention.c, which use expf / tanhf):
    *   att_mask_max: s[j] = cap * tanh(s[j] * scale / cap) (cap 0: s[j] * scale) where lo <= pp[j] <= hi,

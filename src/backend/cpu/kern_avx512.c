@@ -589,13 +589,19 @@ static inline __attribute__((always_inline)) void sct_tile(const float *q, int l
       _mm512_mask_storeu_ps(s + (size_t)i * lds + 16 * v, m, a[i][v]);
     }
 }
-static void att_scores(const float *q, int ldq, int nq, const float *const *kr, int np, int hd, float *s, int lds) {
-  if (hd % 16 == 0 && hd <= 256 && np <= 64) { /* by head_dim only: a row's scores don't depend on nq */
+/* 16 values d.. of a K/V row: f32, or f16 widened in the register (H) */
+static inline __attribute__((always_inline)) __m512 ldrow16(const void *p, int d, __mmask16 m, const int H) {
+  return H ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + d))
+           : _mm512_maskz_loadu_ps(m, (const float *)p + d);
+}
+static inline __attribute__((always_inline)) void att_scores_g(const float *q, int ldq, int nq, const void *const *kr,
+                                                               int np, int hd, float *s, int lds, const int H) {
+  if (H || (hd % 16 == 0 && hd <= 256 && np <= 64)) { /* by head_dim only: a row's scores don't depend on nq */
     float KT[256 * 64] __attribute__((aligned(64)));
     for (int j0 = 0; j0 < 64; j0 += 16)
       for (int d0 = 0; d0 < hd; d0 += 16) {
         __m512 m[16];
-        for (int j = 0; j < 16; j++) m[j] = j0 + j < np ? _mm512_loadu_ps(kr[j0 + j] + d0) : _mm512_setzero_ps();
+        for (int j = 0; j < 16; j++) m[j] = j0 + j < np ? ldrow16(kr[j0 + j], d0, 0xFFFF, H) : _mm512_setzero_ps();
         tr16(m); /* m[dd] = positions j0..j0+15 of dimension d0+dd */
         for (int dd = 0; dd < 16; dd++) _mm512_store_ps(KT + (size_t)(d0 + dd) * 64 + j0, m[dd]);
       }
@@ -604,31 +610,45 @@ static void att_scores(const float *q, int ldq, int nq, const float *const *kr, 
     for (; i < nq; i++) sct_tile(q + (size_t)i * ldq, ldq, KT, hd, np, s + (size_t)i * lds, lds, 1);
     return;
   }
+  const float *const *kf = (const float *const *)kr;
   int i = 0;
-  for (; i + 4 <= nq; i += 4) sc_tile(q + (size_t)i * ldq, ldq, kr, np, hd, s + (size_t)i * lds, lds, 4);
-  for (; i < nq; i++) sc_tile(q + (size_t)i * ldq, ldq, kr, np, hd, s + (size_t)i * lds, lds, 1);
+  for (; i + 4 <= nq; i += 4) sc_tile(q + (size_t)i * ldq, ldq, kf, np, hd, s + (size_t)i * lds, lds, 4);
+  for (; i < nq; i++) sc_tile(q + (size_t)i * ldq, ldq, kf, np, hd, s + (size_t)i * lds, lds, 1);
 }
-static inline __attribute__((always_inline)) void pv_tile(const float *p, int ldp, const float *const *vr, int np,
-                                                          int d, __mmask16 m, float *acc, int hd, const int NQ) {
+static void att_scores(const float *q, int ldq, int nq, const float *const *kr, int np, int hd, float *s, int lds) {
+  att_scores_g(q, ldq, nq, (const void *const *)kr, np, hd, s, lds, 0);
+}
+static void att_scores_f16(const float *q, int ldq, int nq, const void *const *kr, int np, int hd, float *s, int lds) {
+  att_scores_g(q, ldq, nq, kr, np, hd, s, lds, 1);
+}
+static inline __attribute__((always_inline)) void pv_tile(const float *p, int ldp, const void *const *vr, int np, int d,
+                                                          __mmask16 m, float *acc, int hd, const int NQ, const int H) {
   __m512 a[NQ];
 #pragma GCC unroll 8
   for (int i = 0; i < NQ; i++) a[i] = _mm512_maskz_loadu_ps(m, acc + (size_t)i * hd + d);
   for (int j = 0; j < np; j++) {
-    __m512 v = _mm512_maskz_loadu_ps(m, vr[j] + d);
+    __m512 v = ldrow16(vr[j], d, m, H);
 #pragma GCC unroll 8
     for (int i = 0; i < NQ; i++) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[(size_t)i * ldp + j]), v, a[i]);
   }
 #pragma GCC unroll 8
   for (int i = 0; i < NQ; i++) _mm512_mask_storeu_ps(acc + (size_t)i * hd + d, m, a[i]);
 }
-static void att_pv(const float *p, int ldp, int nq, const float *const *vr, int np, int hd, float *acc) {
+static inline __attribute__((always_inline)) void att_pv_g(const float *p, int ldp, int nq, const void *const *vr,
+                                                           int np, int hd, float *acc, const int H) {
   for (int d = 0; d < hd; d += 16) {
     __mmask16 m = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1);
     int i = 0;
-    for (; i + 8 <= nq; i += 8) pv_tile(p + (size_t)i * ldp, ldp, vr, np, d, m, acc + (size_t)i * hd, hd, 8);
-    for (; i + 4 <= nq; i += 4) pv_tile(p + (size_t)i * ldp, ldp, vr, np, d, m, acc + (size_t)i * hd, hd, 4);
-    for (; i < nq; i++) pv_tile(p + (size_t)i * ldp, ldp, vr, np, d, m, acc + (size_t)i * hd, hd, 1);
+    for (; i + 8 <= nq; i += 8) pv_tile(p + (size_t)i * ldp, ldp, vr, np, d, m, acc + (size_t)i * hd, hd, 8, H);
+    for (; i + 4 <= nq; i += 4) pv_tile(p + (size_t)i * ldp, ldp, vr, np, d, m, acc + (size_t)i * hd, hd, 4, H);
+    for (; i < nq; i++) pv_tile(p + (size_t)i * ldp, ldp, vr, np, d, m, acc + (size_t)i * hd, hd, 1, H);
   }
+}
+static void att_pv(const float *p, int ldp, int nq, const float *const *vr, int np, int hd, float *acc) {
+  att_pv_g(p, ldp, nq, (const void *const *)vr, np, hd, acc, 0);
+}
+static void att_pv_f16(const float *p, int ldp, int nq, const void *const *vr, int np, int hd, float *acc) {
+  att_pv_g(p, ldp, nq, vr, np, hd, acc, 1);
 }
 
 /* ---------------- elementwise (vector exp; rel. error ~2e-7) ---------------- */
@@ -786,6 +806,8 @@ const sm_cpu_kern sm_cpu_kern_avx512 = {
   .softcap = softcap,
   .att_scores = att_scores,
   .att_pv = att_pv,
+  .att_scores_f16 = att_scores_f16,
+  .att_pv_f16 = att_pv_f16,
   .att_mask_max = att_mask_max,
   .att_exp_sum = att_exp_sum,
   .widen = widen,
