@@ -18,30 +18,6 @@
 
 #define DQ_NW 8 /* warps a block */
 
-/* four values of a head row as loaded: their codes (q8_0: four bytes; q4_0: two) and the group's scale */
-struct dq_raw {
-  unsigned c;
-  float s;
-};
-template <typename KT> static __device__ __forceinline__ dq_raw dq_load(const KT *h, int hd, int d) {
-  const char *r = (const char *)h;
-  dq_raw x;
-  x.s = __half2float(__ldg((const __half *)(r + kv_scale_off<KT>(hd)) + d / 32));
-  if constexpr (std::is_same<KT, kv_q8>::value) x.c = __ldg((const unsigned *)(r + d));
-  else x.c = __ldg((const unsigned short *)(r + d / 2));
-  return x;
-}
-template <typename KT> static __device__ __forceinline__ float4 dq_widen(dq_raw x) {
-  if constexpr (std::is_same<KT, kv_q8>::value) {
-    const char4 c = *(const char4 *)&x.c;
-    return make_float4(c.x * x.s, c.y * x.s, c.z * x.s, c.w * x.s);
-  } else {
-    const unsigned u = x.c;
-    return make_float4((float)((int)(u & 15) - 8) * x.s, (float)((int)((u >> 4) & 15) - 8) * x.s,
-                       (float)((int)((u >> 8) & 15) - 8) * x.s, (float)((int)((u >> 12) & 15) - 8) * x.s);
-  }
-}
-
 /* NJ: 4-value chunks of the head row a lane (hd <= 128 NJ); GM: most query heads a kv head; U:
  * positions a warp loads at once */
 template <typename KT, int NJ, int GM, int U>
@@ -86,7 +62,7 @@ __global__ void __launch_bounds__(DQ_NW * 32)
         if (blk >= 0 && blk < nblocks) slot = (int64_t)blk * bs + pp % bs;
       }
     }
-    dq_raw kr[U][NJ], vr[U][NJ];
+    kv_qraw kr[U][NJ], vr[U][NJ];
     bool ok[U];
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -97,8 +73,8 @@ __global__ void __launch_bounds__(DQ_NW * 32)
       for (int j = 0; j < NJ; j++) {
         const int c = lane + 32 * j;
         const bool in = ok[u] && c < hd4;
-        kr[u][j] = in ? dq_load(kh, hd, 4 * c) : dq_raw{ 0u, 0.f };
-        vr[u][j] = in ? dq_load(vh, hd, 4 * c) : dq_raw{ 0u, 0.f };
+        kr[u][j] = in ? kv_qload(kh, hd, 4 * c) : kv_qraw{ 0u, 0.f };
+        vr[u][j] = in ? kv_qload(vh, hd, 4 * c) : kv_qraw{ 0u, 0.f };
       }
     }
     /* the batch's U positions at once: independent score reductions, one rescale a query head */
@@ -107,8 +83,8 @@ __global__ void __launch_bounds__(DQ_NW * 32)
     for (int u = 0; u < U; u++)
 #pragma unroll
       for (int j = 0; j < NJ; j++) {
-        kf[u][j] = dq_widen<KT>(kr[u][j]);
-        vf[u][j] = dq_widen<KT>(vr[u][j]);
+        kf[u][j] = kv_qwiden<KT>(kr[u][j]);
+        vf[u][j] = kv_qwiden<KT>(vr[u][j]);
       }
 #pragma unroll
     for (int g = 0; g < GM; g++) {

@@ -82,22 +82,35 @@ static __device__ __forceinline__ const KT *kv_head(const KT *base, int64_t sl, 
     return (const KT *)((const char *)base + (sl * nkv + kvh) * (int64_t)kv_head_bytes<KT>(hd));
   else return base + (sl * nkv + kvh) * (int64_t)hd;
 }
+/* values d .. d + 3 (d % 4 == 0) of a quantized head row as loaded (read-only path): their codes
+ * (q8_0: four bytes; q4_0: two) and their group's scale; kv_qwiden turns them into floats, so that a
+ * kernel can issue the loads of several rows before it widens any */
+struct kv_qraw {
+  unsigned c;
+  float s;
+};
+template <typename KT> static __device__ __forceinline__ kv_qraw kv_qload(const KT *h, int hd, int d) {
+  const char *r = (const char *)h;
+  kv_qraw x;
+  x.s = __half2float(__ldg((const __half *)(r + kv_scale_off<KT>(hd)) + d / 32));
+  if constexpr (std::is_same<KT, kv_q8>::value) x.c = __ldg((const unsigned *)(r + d));
+  else x.c = __ldg((const unsigned short *)(r + d / 2));
+  return x;
+}
+template <typename KT> static __device__ __forceinline__ float4 kv_qwiden(kv_qraw x) {
+  if constexpr (std::is_same<KT, kv_q8>::value) {
+    const char4 c = *(const char4 *)&x.c;
+    return make_float4(c.x * x.s, c.y * x.s, c.z * x.s, c.w * x.s);
+  } else {
+    const unsigned u = x.c;
+    return make_float4((float)((int)(u & 15) - 8) * x.s, (float)((int)((u >> 4) & 15) - 8) * x.s,
+                       (float)((int)((u >> 8) & 15) - 8) * x.s, (float)((int)((u >> 12) & 15) - 8) * x.s);
+  }
+}
 /* values d .. d + 3 (d % 4 == 0) of a head row, widened to floats (read-only path) */
 template <typename KT> static __device__ __forceinline__ float4 kv_hget4(const KT *h, int hd, int d) {
-  if constexpr (kv_is_q<KT>::v) {
-    const char *r = (const char *)h;
-    const float s = __half2float(__ldg((const __half *)(r + kv_scale_off<KT>(hd)) + d / 32));
-    if constexpr (std::is_same<KT, kv_q8>::value) {
-      const char4 c = __ldg((const char4 *)(r + d));
-      return make_float4(c.x * s, c.y * s, c.z * s, c.w * s);
-    } else {
-      const unsigned short u = __ldg((const unsigned short *)(r + d / 2));
-      return make_float4((float)((int)(u & 15) - 8) * s, (float)((int)((u >> 4) & 15) - 8) * s,
-                         (float)((int)((u >> 8) & 15) - 8) * s, (float)((int)(u >> 12) - 8) * s);
-    }
-  } else {
-    return kv_ldg4(h + d);
-  }
+  if constexpr (kv_is_q<KT>::v) return kv_qwiden<KT>(kv_qload(h, hd, d));
+  else return kv_ldg4(h + d);
 }
 /* value i of a head row */
 template <typename KT> static __device__ __forceinline__ float kv_hget(const KT *h, int hd, int i) {
