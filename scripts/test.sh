@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # CUDA (no GPU here: the kernels must compile, their tests skip) for sm_80 only, half the compile time of
-# the default sm_80 + sm_90: the GPU machine builds sm_90 (bench/cuda/device_run.sh)
+# the default sm_80 + sm_90a: the GPU machine builds sm_90a (bench/cuda/device_run.sh)
 # style: the C sources as .clang-format writes them (scripts/format.sh)
 if ! command -v clang-format-14 >/dev/null && ! clang-format --version 2>/dev/null | grep -q "version 14"; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

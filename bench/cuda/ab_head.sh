@@ -9,7 +9,7 @@ REF=${REF:-ab-ref}
 bash bench/cuda/device_run.sh >/dev/null 2>&1 || { echo "build of the working tree failed"; exit 1; }
 source bench/cuda/device_env.sh
 if [ ! -x build-ref/smelt ]; then
-  cmake -S $REF -B build-ref -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >$OUT/cmake-ref.log 2>&1 || { tail $OUT/cmake-ref.log; exit 1; }
+  cmake -S $REF -B build-ref -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >$OUT/cmake-ref.log 2>&1 || { tail $OUT/cmake-ref.log; exit 1; }
   cmake --build build-ref -j16 --target smelt >$OUT/build-ref.log 2>&1 || { tail $OUT/build-ref.log; exit 1; }
 fi
 run() { # build shape bits prompt

@@ -7,5 +7,5 @@ set -o pipefail
 B=$1 P=$2 J=${3:-16}
 G=()
 [ ! -f "$B/CMakeCache.txt" ] && command -v ninja >/dev/null && G=(-G Ninja)
-cmake -S . -B "$B" "${G[@]}" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >"$P-cmake.log" 2>&1 &&
+cmake -S . -B "$B" "${G[@]}" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release >"$P-cmake.log" 2>&1 &&
   cmake --build "$B" -j"$J" >"$P-build.log" 2>&1 || { tail -n 30 "$P-build.log" "$P-cmake.log"; exit 1; }

@@ -22,7 +22,7 @@ source bench/cuda/device_env.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee $OUT/gpu.txt
 B=build-dev
 if [ ! -f $B/build.ninja ]; then
-  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >$OUT/cmake.log 2>&1 || { tail -30 $OUT/cmake.log; exit 1; }
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >$OUT/cmake.log 2>&1 || { tail -30 $OUT/cmake.log; exit 1; }
 fi
 t0=$(date +%s)
 cmake --build $B -j16 >$OUT/build.log 2>&1 || { grep -E "error|Error" $OUT/build.log | head -40; tail -20 $OUT/build.log; exit 1; }

@@ -1,6 +1,7 @@
 /* Batched 4-bit matmul microbenchmark on the CUDA backend: microseconds a call for the 1B / 8B layer
  * shapes at several token counts, with the tuning of the environment (SMELT_CUDA_QMMA=0: the
- * dequantize + cuBLAS path). usage: cuda_mmbench [N,N,...] (not a test; bench/cuda/device_run.sh mm) */
+ * dequantize + cuBLAS path). usage: cuda_mmbench [N,N,...] [MxK,MxK,...] (the second list: only those
+ * shapes; not a test; bench/cuda/device_run.sh mm) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,13 +26,24 @@ int main(int argc, char **argv) {
     printf("SKIP: no usable CUDA device (%s)\n", smelt_last_error());
     return 77;
   }
-  const long shapes[][2] = {{2048, 2048},  {8192, 2048},  {2048, 8192},  {4096, 4096},
-                            {14336, 4096}, {4096, 14336}, {128256, 2048}};
+  long shapes[16][2] = {{2048, 2048},  {8192, 2048},  {2048, 8192},  {4096, 4096},
+                        {14336, 4096}, {4096, 14336}, {128256, 2048}};
+  size_t nsh = 7;
+  if (argc > 2) {
+    nsh = 0;
+    for (char *p = strtok(argv[2], ","); p && nsh < 16; p = strtok(NULL, ","))
+      if (sscanf(p, "%ldx%ld", &shapes[nsh][0], &shapes[nsh][1]) == 2 && shapes[nsh][0] > 0 && shapes[nsh][1] > 0)
+        nsh++;
+      else {
+        printf("bad shape '%s' (expected MxK)\n", p);
+        return 2;
+      }
+  }
   srand(1);
   printf("%-14s", "M x K");
   for (int i = 0; i < nn; i++) printf(" %9d", ns[i]);
   printf("   (us a call; TFLOP/s at the largest n)\n");
-  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+  for (size_t si = 0; si < nsh; si++) {
     const long M = shapes[si][0], K = shapes[si][1], gs = 64;
     sm_weight w;
     memset(&w, 0, sizeof w);

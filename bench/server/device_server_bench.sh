@@ -8,7 +8,7 @@ set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 source bench/cuda/device_env.sh
 B=build-dev
-[ -f $B/build.ninja ] || cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >$OUT/cmake-srv.log 2>&1
+[ -f $B/build.ninja ] || cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >$OUT/cmake-srv.log 2>&1
 cmake --build $B -j16 --target smelt bench_server_load >$OUT/build-srv.log 2>&1 || { tail -30 $OUT/build-srv.log; exit 1; }
 SHAPE=${SHAPE:-1b}
 M=/tmp/smelt-bench-$SHAPE-q4-g64

@@ -10,7 +10,7 @@
 set -o pipefail
 B=${1:-build-dev}
 if [ ! -x "$B/smelt" ]; then
-  cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >/tmp/spec-cmake.log 2>&1 &&
+  cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release >/tmp/spec-cmake.log 2>&1 &&
     cmake --build "$B" -j16 --target smelt >/tmp/spec-build.log 2>&1 || {
     tail -n 30 /tmp/spec-cmake.log /tmp/spec-build.log
     exit 1

@@ -20,7 +20,7 @@ T0=$(date +%s)
 el() { echo "[$(($(date +%s) - T0)) s] $*"; }
 if [ ! -x "$B/smelt" ] || [ ! -x "$B/tests/server/test_pcache_disk" ]; then
   el "building smelt in $B"
-  cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >"$OUT/ssd-cmake.log" 2>&1 &&
+  cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release >"$OUT/ssd-cmake.log" 2>&1 &&
     cmake --build "$B" -j"$(nproc)" >"$OUT/ssd-build.log" 2>&1 ||
     { el "build failed"; tail -n 30 "$OUT/ssd-build.log" "$OUT/ssd-cmake.log"; exit 1; }
 fi

@@ -9,7 +9,7 @@ set -o pipefail
 B=${1:-build-dev}
 T=${TMPDIR:-/tmp}
 if [ ! -d "$B" ]; then
-  cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >"$T/vision-cmake.log" 2>&1 &&
+  cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release >"$T/vision-cmake.log" 2>&1 &&
     cmake --build "$B" -j16 >"$T/vision-build.log" 2>&1 || { tail -n 30 "$T/vision-build.log" "$T/vision-cmake.log"; exit 1; }
 fi
 [ -x "$B/bench/vision/bench_vision" ] || { cmake -S . -B "$B" >/dev/null && cmake --build "$B" -j16 --target bench_vision >/dev/null; } || exit 1

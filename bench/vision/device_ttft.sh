@@ -14,7 +14,7 @@ B=build-dev M=/tmp/vfull
 t0=$(date +%s)
 el() { echo "$(( $(date +%s) - t0 )) s"; }
 [ -f $B/build.ninja ] || cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMELT_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/ttft-cmake.log" 2>&1
+  -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/ttft-cmake.log" 2>&1
 cmake --build $B -j16 --target smelt >"$OUT/ttft-build.log" 2>&1 || { grep -A3 error "$OUT/ttft-build.log" | head -30; exit 1; }
 echo "smelt built ($(el))"
 (

@@ -17,6 +17,7 @@
 #include "backend/kv_quant.h"
 #include "backend/cuda/cuda_mlp.cuh"
 #include "backend/cuda/cuda_mla.cuh"
+#include "backend/cuda/cuda_qmma.cuh"
 #include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_weights.cuh"
 #include "backend/cuda/cuda_sample.cuh"
@@ -377,7 +378,7 @@ static void be_matmul(sm_backend *be, sm_mm_role role, const sm_weight *w, const
       return;
   }
   if (!inv && !cu_use_matvec(cw, n) && !(cw->kind == CW_DENSE && cw->dtype == SM_DT_F32)) {
-    if (!cu_ensure_buf(c, &c->x16, &c->x16_cap, (size_t)n * cw->cols * 2)) return;
+    if (!cu_ensure_buf(c, &c->x16, &c->x16_cap, cu_qmma_x16_bytes(n, cw->cols))) return;
     if (cw->kind != CW_DENSE) {
       size_t want = (size_t)cw->rows * cw->cols * 2;
       size_t minb = (size_t)cw->cols * 2 * 128;

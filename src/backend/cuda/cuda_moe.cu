@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cuda/cuda_kv.cuh"
+#include "backend/cuda/cuda_qmma.cuh"
 #include "backend/kv_quant.h"
 #include "backend/cuda/cuda_ldst.cuh"
 #include "backend/cuda/cuda_moe.cuh"
@@ -294,7 +295,7 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
     const size_t need = sizeof(float) * (size_t)ns * (size_t)(cw->cols + rows) + sizeof(int32_t) * (size_t)ns;
     size_t hcap = c->h_moe_cap;
     if (!cu_ensure_buf(c, &c->moe, &c->moe_cap, need) ||
-        !cu_ensure_buf(c, &c->x16, &c->x16_cap, (size_t)ns * (size_t)cw->cols * 2))
+        !cu_ensure_buf(c, &c->x16, &c->x16_cap, cu_qmma_x16_bytes(ns, cw->cols)))
       return;
     if (cw->kind != CW_DENSE) { /* cu_gemm dequantizes a tile of rows at a time */
       size_t want = (size_t)rows * (size_t)cw->cols * 2, minb = (size_t)cw->cols * 2 * 128;

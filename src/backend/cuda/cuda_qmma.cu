@@ -28,7 +28,6 @@
 #include "backend/cuda/cuda_ldst.cuh"
 #include "backend/cuda/cuda_q4pair.cuh"
 
-#define QM_BK 128 /* values of a row a stage */
 #define QM_FILL 2 /* stages of time a round of blocks spends filling its pipeline (the split-k choice) */
 
 bool cu_qmma_ok(const cu_ctx *cx, const cu_weight *w, int n) {
@@ -102,18 +101,6 @@ template <int SBK, int BN, int BM> struct qm_stage {
 template <int BN, int BM> struct qm_cfg {
   static constexpr int STG = BN == 64 ? 3 : 4;
   static constexpr int MB = BN == 64 && BM == 256 ? 1 : 2;
-};
-
-/* one launch for up to QM_MAXW weights of the same x (q/k/v, gate/up): blocks b0[i] .. b0[i + 1] - 1
- * (along x) take weight i, whose split-k partial sums go to ws[i] */
-#define QM_MAXW 3
-struct qm_args {
-  const uint32_t *wq[QM_MAXW];
-  const void *sb[QM_MAXW];
-  float *y[QM_MAXW], *ws[QM_MAXW];
-  int M[QM_MAXW], b0[QM_MAXW], nw;
-  int K, gs, n, per;
-  const __half *xp;
 };
 
 /* BM weight rows a block: BM / 32 warps of 32 rows (BM threads) */
@@ -345,20 +332,26 @@ bool cu_qmma_group_ok(const cu_ctx *cx, const cu_weight *const *ws, int nw, int 
 
 void cu_qmma_multi(const cu_ctx *cx, const cu_weight *const *w, float *const *y, int nw, const float *x, int n,
                    void *x16, void *ws, size_t ws_bytes, const float *xu, int act) {
-  const int64_t K = w[0]->cols, n8 = (int64_t)n * K / 8;
-  int64_t pb = (n8 + 255) / 256;
-  if (pb > 4096) pb = 4096;
-  cu_launch(cx, k_qmma_prep, dim3((unsigned)pb), dim3(256), 0, (const float4 *)x, (const float4 *)xu, act, n8,
-            (uint4 *)x16);
+  const int64_t K = w[0]->cols;
   int64_t rows = 0;
   bool even = true; /* every weight's n * rows a multiple of 4 (float4 partial sums) */
   for (int i = 0; i < nw; i++) {
     rows += w[i]->rows;
     even = even && (n * w[i]->rows) % 4 == 0;
   }
-  /* 256-row blocks halve the reads of x (every block reads all of it) where there are rows enough */
-  const int BM = cx->t->qmma_bm ? cx->t->qmma_bm : rows >= 4096 || n >= 128 ? 256 : 128;
-  const int BN = n <= 32 ? 32 : 64, nst = (int)(K / QM_BK);
+  /* 256-row blocks halve the reads of x (every block reads all of it) where there are rows enough; the
+   * wgmma kernel takes 128 tokens in blocks of 128 rows */
+  const bool wg = cu_qwg_ok(cx);
+  const int BN = n <= 32 ? 32 : n <= 64 || !wg ? 64 : 128, nst = (int)(K / QM_BK);
+  const int BM = BN == 128 ? 128 : cx->t->qmma_bm ? cx->t->qmma_bm : rows >= 4096 || n >= 128 ? 256 : 128;
+  if (wg) cu_qwg_prep(cx, x, xu, act, n, K, BN, x16);
+  else {
+    const int64_t n8 = (int64_t)n * K / 8;
+    int64_t pb = (n8 + 255) / 256;
+    if (pb > 4096) pb = 4096;
+    cu_launch(cx, k_qmma_prep, dim3((unsigned)pb), dim3(256), 0, (const float4 *)x, (const float4 *)xu, act, n8,
+              (uint4 *)x16);
+  }
   qm_args a;
   memset(&a, 0, sizeof a);
   int blocks = 0;
@@ -380,7 +373,9 @@ void cu_qmma_multi(const cu_ctx *cx, const cu_weight *const *w, float *const *y,
    * workspace allows; ties go to fewer slices (less partial-sum traffic) */
   const int64_t tiles = (int64_t)blocks * ((n + BN - 1) / BN);
   const size_t part = (size_t)n * (size_t)rows * 4;
-  const int64_t slots = (int64_t)qm_dispatch(cx, w[0]->sbk, a, blocks, BN, BM, 0) * cx->n_sm;
+  const int64_t slots =
+    (int64_t)(wg ? cu_qwg_launch(cx, w[0]->sbk, a, blocks, BN, BM, 0) : qm_dispatch(cx, w[0]->sbk, a, blocks, BN, BM, 0)) *
+    cx->n_sm;
   int S = 1;
   if (cx->t->qmma_split) S = cx->t->qmma_split;
   else {
@@ -406,7 +401,8 @@ void cu_qmma_multi(const cu_ctx *cx, const cu_weight *const *w, float *const *y,
     a.ws[i] = (float *)ws + off;
     off += (size_t)S * n * w[i]->rows;
   }
-  qm_dispatch(cx, w[0]->sbk, a, blocks, BN, BM, S);
+  if (wg) cu_qwg_launch(cx, w[0]->sbk, a, blocks, BN, BM, S);
+  else qm_dispatch(cx, w[0]->sbk, a, blocks, BN, BM, S);
   if (S > 1) {
     const int64_t tot4 = (int64_t)n * rows / 4;
     int64_t rb = (tot4 + 255) / 256;

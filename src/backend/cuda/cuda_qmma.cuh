@@ -5,7 +5,7 @@
 
 /* whether cu_qmma takes n tokens of w (CW_Q4, cols a multiple of 128, n <= tuning qmma, sm_80+) */
 bool cu_qmma_ok(const cu_ctx *cx, const cu_weight *w, int n);
-/* y[n][rows] = x[n][cols] . W^T; x16: n * cols halves of scratch; x 16-byte aligned; ws: workspace
+/* y[n][rows] = x[n][cols] . W^T; x16: cu_qmma_x16_bytes of scratch; x 16-byte aligned; ws: workspace
  * of split-k partial sums (ws_bytes limits the split) */
 void cu_qmma(const cu_ctx *cx, const cu_weight *w, const float *x, int n, float *y, void *x16, void *ws,
              size_t ws_bytes);
@@ -15,5 +15,29 @@ void cu_qmma(const cu_ctx *cx, const cu_weight *w, const float *x, int n, float 
 bool cu_qmma_group_ok(const cu_ctx *cx, const cu_weight *const *ws, int nw, int n);
 void cu_qmma_multi(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n,
                    void *x16, void *wsb, size_t ws_bytes, const float *xu = NULL, int act = 0);
+/* bytes of the x16 scratch cu_qmma / cu_qmma_multi need for n tokens of cols inputs (tokens padded to
+ * the largest tile, 128) */
+static inline size_t cu_qmma_x16_bytes(int n, int64_t cols) { return (size_t)((n + 127) / 128 * 128) * (size_t)cols * 2; }
+
+/* Shared by the two kernels (cuda_qmma.cu: mma.sync, sm_80+; cuda_qwg.cu: wgmma, sm_90a) */
+#define QM_BK 128 /* values of a row a stage */
+/* one launch for up to QM_MAXW weights of the same x (q/k/v, gate/up): blocks b0[i] .. b0[i + 1] - 1
+ * (along x) take weight i, whose split-k partial sums go to ws[i] */
+#define QM_MAXW 3
+struct qm_args {
+  const uint32_t *wq[QM_MAXW];
+  const void *sb[QM_MAXW];
+  float *y[QM_MAXW], *ws[QM_MAXW];
+  int M[QM_MAXW], b0[QM_MAXW], nw;
+  int K, gs, n, per;
+  const __half *xp;
+};
+/* the wgmma kernel (cuda_qwg.cu): whether it runs here (an sm_90 device, a build with sm_90a code, the
+ * tuning value qwg); its x conversion (xu, act as cu_qmma_multi's) into x16; BM (128 or 256 weight rows
+ * a block) and BN (32, 64 or 128 tokens) of a launch; with S 0, its blocks an SM, else its launch of S
+ * k slices of a.per stages (the partial sums then go to a.ws for k_qmma_reduce) */
+bool cu_qwg_ok(const cu_ctx *cx);
+void cu_qwg_prep(const cu_ctx *cx, const float *x, const float *xu, int act, int n, int64_t K, int BN, void *x16);
+int cu_qwg_launch(const cu_ctx *cx, int sbk, const qm_args &a, int blocks, int BN, int BM, int S);
 
 #endif

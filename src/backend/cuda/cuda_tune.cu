@@ -50,7 +50,10 @@ static const sm_tune_entry k_table[] = {
   { "SMELT_CUDA_Q4HINT", F(q4hint), 1, 0, 4, 0,
     "k_mvq4 weight loads: 0 plain, 1 L2 128-byte, 2 256-byte prefetch, 3 evict-first, 4 both", {}, NULL },
   { "SMELT_CUDA_QMMA", F(qmma), 128, 0, 1 << 20, 0,
-    "most tokens a step whose 4-bit matmuls use the tensor-core kernel (more: dequantize + cuBLAS; 0 never)", {}, NULL },
+    "most tokens a step whose 4-bit matmuls use the tensor-core kernel (more: dequantize + cuBLAS; 0 never); "
+    "512 on sm_90, where it is the wgmma one", { { 100, 128 }, { 90, 512 } }, NULL },
+  { "SMELT_CUDA_QWG", F(qwg), 1, 0, 1, 0,
+    "4-bit matmuls of 17-128 tokens on Hopper's wgmma kernel (cuda_qwg.cu, sm_90a builds); 0: the mma.sync one", {}, NULL },
   { "SMELT_CUDA_QMMA_BM", F(qmma_bm), 0, 0, 256, 0,
     "weight rows a block of the tensor-core 4-bit kernel: 128, 256, or 0 (256 from 4096 rows or 128 tokens)", {}, NULL },
   { "SMELT_CUDA_MOE_GROUPED", F(moe_grp), 64, 0, 1 << 30, 0,
