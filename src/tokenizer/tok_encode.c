@@ -706,7 +706,7 @@ static void bpe_word(const smelt_tokenizer *t, ctx *c, const char *w, size_t n, 
   if (ce) {
     size_t k = out->n - first_out;
     int32_t *ids = sm_xmalloc((k ? k : 1) * sizeof(int32_t));
-    memcpy(ids, out->v + first_out, k * sizeof(int32_t));
+    if (k) memcpy(ids, out->v + first_out, k * sizeof(int32_t)); /* a word may give no ids */
     char *wc = sm_xmalloc(n ? n : 1);
     memcpy(wc, w, n);
     pthread_mutex_lock(&tm->cache_mu);

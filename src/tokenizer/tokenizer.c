@@ -234,13 +234,22 @@ static void ids_push(int32_t **v, int *n, int32_t x) {
   *v = sm_xrealloc(*v, (size_t)(*n + 1) * sizeof(int32_t));
   (*v)[(*n)++] = x;
 }
+/* an id the post-processor adds: one of the vocabulary's (or of added_tokens), else every encoding
+ * would carry an id the model has no row for */
+static smelt_status post_id(const smelt_tokenizer *t, const cJSON *n, const char *name, int32_t *id) {
+  if (!cJSON_IsNumber(n) || !(n->valuedouble >= 0) || n->valuedouble >= (double)t->n_ids ||
+      n->valuedouble != (double)(int32_t)n->valuedouble || !t->id_tok[(int32_t)n->valuedouble])
+    return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: post_processor token '%s' has an id outside the vocabulary",
+                  name ? name : "?");
+  *id = (int32_t)n->valuedouble;
+  return SMELT_OK;
+}
 static smelt_status special_pair(const smelt_tokenizer *t, const cJSON *pair, int32_t *id) {
   /* ["<s>", 0] */
   const cJSON *n = cJSON_GetArrayItem(pair, 1);
   if (!cJSON_IsNumber(n)) return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: bad cls/sep in post_processor");
-  *id = (int32_t)n->valuedouble;
-  (void)t;
-  return SMELT_OK;
+  const cJSON *name = cJSON_GetArrayItem(pair, 0);
+  return post_id(t, n, cJSON_IsString(name) ? name->valuestring : NULL, id);
 }
 static smelt_status parse_post(const smelt_tokenizer *t, const cJSON *j, sm_post *p) {
   const char *ty = jstr(j, "type");
@@ -267,8 +276,11 @@ static smelt_status parse_post(const smelt_tokenizer *t, const cJSON *j, sm_post
                       name ? name : "?");
       const cJSON *x;
       cJSON_ArrayForEach(x, ids) {
-        if (after) ids_push(&p->post, &p->npost, (int32_t)x->valuedouble);
-        else ids_push(&p->pre, &p->npre, (int32_t)x->valuedouble);
+        int32_t id;
+        smelt_status st2 = post_id(t, x, name, &id);
+        if (st2) return st2;
+        if (after) ids_push(&p->post, &p->npost, id);
+        else ids_push(&p->pre, &p->npre, id);
       }
     }
   } else if (!strcmp(ty, "BertProcessing") || !strcmp(ty, "RobertaProcessing")) {
@@ -579,6 +591,7 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
       const char *sp = memchr(ma, ' ', ml);
       if (!sp) {
         free(ma);
+        sm_buf_free(&tmp);
         return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d is not 'a b'", rank);
       }
       a = ma;
@@ -589,7 +602,10 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
                cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
       a = ma = tok_str(t, cJSON_GetArrayItem(it, 0)->valuestring, &al);
       b = mb = tok_str(t, cJSON_GetArrayItem(it, 1)->valuestring, &bl);
-    } else return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d has a bad format", rank);
+    } else {
+      sm_buf_free(&tmp); /* ma and mb were freed above */
+      return sm_err(SMELT_ERR_FORMAT, "tokenizer.json: merge %d has a bad format", rank);
+    }
     int32_t ia = sm_smap_get(&t->vocab, a, al), ib = sm_smap_get(&t->vocab, b, bl);
     sm_buf_clear(&tmp);
     sm_buf_put(&tmp, a, al);
@@ -619,10 +635,6 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
   if ((j = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer")) && !cJSON_IsNull(j)) {
     t->pretok = sm_xcalloc(1, sizeof(sm_pretok));
     if ((st = parse_pretok(j, t->pretok, &t->uses_bytelevel))) return st;
-  }
-  if ((j = cJSON_GetObjectItemCaseSensitive(root, "post_processor")) && !cJSON_IsNull(j)) {
-    t->post = sm_xcalloc(1, sizeof(sm_post));
-    if ((st = parse_post(t, j, t->post))) return st;
   }
   if ((j = cJSON_GetObjectItemCaseSensitive(root, "decoder")) && !cJSON_IsNull(j)) {
     t->decoder = sm_xcalloc(1, sizeof(sm_decoder));
@@ -664,6 +676,11 @@ static smelt_status load_json(smelt_tokenizer *t, cJSON *root) {
       sm_buf_free(&nb);
     } else trie_insert(a->normalized ? &t->trie_norm : &t->trie_raw, a->content, a->len, t->n_added);
     t->n_added++;
+  }
+  /* the post-processor's ids are checked against the vocabulary and the added tokens */
+  if ((j = cJSON_GetObjectItemCaseSensitive(root, "post_processor")) && !cJSON_IsNull(j)) {
+    t->post = sm_xcalloc(1, sizeof(sm_post));
+    if ((st = parse_post(t, j, t->post))) return st;
   }
   return SMELT_OK;
 }

@@ -101,6 +101,18 @@ int main(int argc, char **argv) {
              "merge");
   expect_err("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}", SMELT_ERR_FORMAT, "merge");
   expect_err("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[[1,2]]}}", SMELT_ERR_FORMAT, "merge");
+  /* a post-processor whose special token is not in the vocabulary (every encoding would carry an id the
+   * model has no row for), by TemplateProcessing and by RobertaProcessing */
+  expect_err("{\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\"}},"
+             "{\"Sequence\":{\"id\":\"A\"}}],\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[7]}}},"
+             "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
+             SMELT_ERR_FORMAT, "outside the vocabulary");
+  expect_err("{\"post_processor\":{\"type\":\"RobertaProcessing\",\"cls\":[\"<s>\",-1],\"sep\":[\"</s>\",1]},"
+             "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
+             SMELT_ERR_FORMAT, "outside the vocabulary");
+  /* a merge of a bad form, after merges that were read (nothing leaks: ASan) */
+  expect_err("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\",{}]}}",
+             SMELT_ERR_FORMAT, "bad format");
   expect_err(
     "{\"normalizer\":{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
     SMELT_ERR_UNSUPPORTED, "Precompiled");
