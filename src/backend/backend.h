@@ -296,6 +296,11 @@ struct sm_backend {
   void (*embed)(sm_backend *be, const sm_weight *emb, float *out);
   /* y[n][w->rows] = x[n][w->cols] . W^T; role: what it is in the model */
   void (*matmul)(sm_backend *be, sm_mm_role role, const sm_weight *w, const float *x, int n, float *y);
+  /* Optional (NULL: the model calls matmul for each): ys[i] = x . ws[i]^T for nw weights of one x (a
+   * layer's q/k/v, or gate/up), with the same results as nw matmul calls in order; a backend may run
+   * them in one dispatch (CPU decode: one pass of its threads over all the rows) */
+  void (*matmul_group)(sm_backend *be, const sm_mm_role *roles, const sm_weight *const *ws, const float *x, int n,
+                       float *const *ys, int nw);
   /* out[i][:] = x[i][:] / rms(x[i]) * (w + w_offset), i < n rows of dim; out may == x */
   void (*rmsnorm)(sm_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps,
                   float w_offset);
@@ -500,6 +505,16 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o);
 sm_backend *sm_cuda_backend_create(int device);
 sm_backend *sm_cuda_backend_create_opts(int device, const sm_backend_opts *opts); /* opts NULL: defaults */
 #endif
+
+/* nw matmuls of one x: the backend's matmul_group, or matmul for each */
+static inline void sm_matmul_group(sm_backend *be, const sm_mm_role *roles, const sm_weight *const *ws, const float *x,
+                                   int n, float *const *ys, int nw) {
+  if (be->matmul_group && nw > 1) {
+    be->matmul_group(be, roles, ws, x, n, ys, nw);
+    return;
+  }
+  for (int i = 0; i < nw; i++) be->matmul(be, roles[i], ws[i], x, n, ys[i]);
+}
 
 #ifdef __cplusplus
 }

@@ -93,11 +93,17 @@ static void attention_block(smelt_model *m, const sm_kv_cache *kv, int l, const 
   sm_kv_cache view = *kv;
   view.head_dim = hd;
   view.n_kv_heads = nkvh;
-  be->matmul(be, SM_MM_Q, &L->w[SM_T_Q], ain, n, m->q);
-  if (own_kv) {
-    be->matmul(be, SM_MM_K, &L->w[SM_T_K], ain, n, m->k);
-    if (L->spec.k_eq_v) be->copy(be, m->v, m->k, sizeof(float) * (size_t)n * nkvh * hd); /* before k's norm */
-    else be->matmul(be, SM_MM_V, &L->w[SM_T_V], ain, n, m->v);
+  if (own_kv && !L->spec.k_eq_v) { /* q, k and v of one x (one dispatch where the backend groups them) */
+    const sm_mm_role roles[3] = {SM_MM_Q, SM_MM_K, SM_MM_V};
+    const sm_weight *ws[3] = {&L->w[SM_T_Q], &L->w[SM_T_K], &L->w[SM_T_V]};
+    float *ys[3] = {m->q, m->k, m->v};
+    sm_matmul_group(be, roles, ws, ain, n, ys, 3);
+  } else {
+    be->matmul(be, SM_MM_Q, &L->w[SM_T_Q], ain, n, m->q);
+    if (own_kv) {
+      be->matmul(be, SM_MM_K, &L->w[SM_T_K], ain, n, m->k);
+      be->copy(be, m->v, m->k, sizeof(float) * (size_t)n * nkvh * hd); /* k_eq_v: before k's norm */
+    }
   }
   if (L->bias[SM_T_Q]) be->add_rows(be, m->q, L->bias[SM_T_Q], n, nh * hd);
   if (own_kv && L->bias[SM_T_K]) be->add_rows(be, m->k, L->bias[SM_T_K], n, nkvh * hd);
@@ -290,8 +296,10 @@ smelt_status sm_model_forward(smelt_model *m, const sm_kv_cache *kv, const sm_ba
       be->relu2(be, m->up, (size_t)n * F);
       be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->up, n, mout);
     } else {
-      be->matmul(be, SM_MM_GATE, &L->w[SM_T_GATE], min, n, m->gate);
-      be->matmul(be, SM_MM_UP, &L->w[SM_T_UP], min, n, m->up);
+      const sm_mm_role roles[2] = {SM_MM_GATE, SM_MM_UP};
+      const sm_weight *ws[2] = {&L->w[SM_T_GATE], &L->w[SM_T_UP]};
+      float *ys[2] = {m->gate, m->up};
+      sm_matmul_group(be, roles, ws, min, n, ys, 2);
       if (m->act == SM_ACT_GELU_TANH) be->gelu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
       else be->silu_mul(be, m->gate, m->gate, m->up, (size_t)n * F);
       be->matmul(be, SM_MM_DOWN, &L->w[SM_T_DOWN], m->gate, n, mout);

@@ -323,6 +323,60 @@ static sm_batch mk_batch(int n, int32_t *tok, int32_t *pos, int32_t *seq, int n_
                     .out_rows = out_rows};
 }
 
+/* matmul_group (a layer's q/k/v, gate/up in one dispatch) gives the bits of a matmul each, for every weight
+ * kind it takes on its own path (packed int8, unpacked int8 and float rows, dense) and the ones it hands to
+ * matmul (microscaling aside, a batch of tokens) */
+static void test_matmul_group(sm_backend *be) {
+  static const int64_t sh[][3] = {/* rows, bits (0: dense f32), group */ {96, 4, 64},
+                                  {32, 4, 64},
+                                  {40, 8, 32},
+                                  {20, 4, 32},
+                                  {70, 3, 64},
+                                  {16, 0, 0}};
+  /* the weights of a set (-1: none) and their cols: packed int8 (q4, q8); narrow rows (unpacked); 3-bit and
+   * dense beside a packed one */
+  static const int sets[][4] = {{0, 1, 2, 2048}, {3, 3, -1, 256}, {1, 4, 5, 2048}};
+  for (int set = 0; set < 3; set++)
+    for (int n = 1; n <= 3; n += 2) {
+      const int64_t K = sets[set][3];
+      const int nw = sets[set][2] < 0 ? 2 : 3;
+      tw t[3];
+      const sm_weight *ws[3];
+      float *yg[3], *ys[3];
+      sm_mm_role roles[3] = {SM_MM_Q, SM_MM_K, SM_MM_V};
+      for (int i = 0; i < nw; i++) {
+        const int64_t *q = sh[sets[set][i]];
+        if (q[1]) make_quant(&t[i], q[0], K, (int)q[1], (int)q[2], SM_DT_BF16);
+        else {
+          memset(&t[i], 0, sizeof t[i]);
+          float *wf = malloc(sizeof(float) * q[0] * K);
+          for (int64_t k = 0; k < q[0] * K; k++) wf[k] = frand(-1.f, 1.f);
+          t[i].data = wf;
+          t[i].w = (sm_weight){.data = wf, .rows = q[0], .cols = K, .dtype = SM_DT_F32};
+        }
+        CHECK(be->prepare_weight(be, &t[i].w) == SMELT_OK, "prepare group weight %d: %s", i, sm_errmsg());
+        ws[i] = &t[i].w;
+        yg[i] = malloc(sizeof(float) * n * q[0]);
+        ys[i] = malloc(sizeof(float) * n * q[0]);
+      }
+      float *x = malloc(sizeof(float) * n * K);
+      for (int64_t k = 0; k < n * K; k++) x[k] = frand(-1.f, 1.f) * (k % 11 == 0 ? 3.f : 1.f);
+      be->matmul_group(be, roles, ws, x, n, yg, nw);
+      for (int i = 0; i < nw; i++) be->matmul(be, roles[i], ws[i], x, n, ys[i]);
+      for (int i = 0; i < nw; i++)
+        CHECK(!memcmp(yg[i], ys[i], sizeof(float) * n * ws[i]->rows), "matmul_group set %d n=%d weight %d differs", set,
+              n, i);
+      for (int i = 0; i < nw; i++) {
+        be->release_weight(be, &t[i].w);
+        if (t[i].deq) free_tw(&t[i]);
+        else free(t[i].data);
+        free(yg[i]);
+        free(ys[i]);
+      }
+      free(x);
+    }
+}
+
 static void test_elementwise(sm_backend *be) {
   const size_t n = 100003; /* big enough for the threaded path, odd */
   float *a = malloc(n * 4), *b = malloc(n * 4), *y = malloc(n * 4);
@@ -894,6 +948,7 @@ int main(void) {
         g_worst_mm = g_worst_i8 = g_worst_i8_rel = 0;
         g_n_i8 = 0;
         test_matmul(be);
+        test_matmul_group(be);
         if (exact) CHECK(g_n_i8 == 0, "SMELT_CPU_EXACT=1 still used the int8 path");
         test_elementwise(be);
         test_rope_embed_gather(be);

@@ -799,6 +799,7 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
   b->set_batch = be_set_batch;
   b->embed = be_embed;
   b->matmul = sm_cpu_matmul;
+  b->matmul_group = sm_cpu_matmul_group;
   b->rmsnorm = be_rmsnorm;
   b->rope = be_rope;
   b->rope_ext = be_rope_ext;

@@ -88,6 +88,8 @@ void sm_cpu_pfor_chunk(cpu_be *c, size_t n, size_t chunk, range_fn fn, void *ctx
 bool sm_cpu_weight_ok(const sm_weight *w);
 
 void sm_cpu_matmul(sm_backend *be, sm_mm_role role, const sm_weight *w, const float *x, int n, float *y);
+void sm_cpu_matmul_group(sm_backend *be, const sm_mm_role *roles, const sm_weight *const *ws, const float *x, int n,
+                         float *const *ys, int nw);
 void sm_cpu_matmul_free(cpu_be *c);
 size_t sm_cpu_gemm_scratch_bytes(void); /* per-thread scratch of the float GEMM */
 void sm_cpu_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const float *k, const float *v);

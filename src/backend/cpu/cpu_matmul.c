@@ -265,6 +265,31 @@ void sm_cpu_matmul(sm_backend *be, sm_mm_role role, const sm_weight *w, const fl
   else matmul_unpacked(be, w, x, n, y);
 }
 
+/* nw matmuls of one x (a layer's q/k/v or gate/up). One token: one dispatch of the threads over all their
+ * rows (sm_cpu_matvec_batch: x quantized once for the packed weights, each row computed by the kernel a
+ * matmul of its own uses, so the same bits), instead of a dispatch, a wait for the slowest thread and a
+ * gap on the caller for each. Batches of tokens, batch-invariant mode (whose float path runs even one
+ * token through the GEMM), NUMA placement (each thread reads the row blocks it packed) and microscaling
+ * weights run a matmul each. */
+void sm_cpu_matmul_group(sm_backend *be, const sm_mm_role *roles, const sm_weight *const *ws, const float *x, int n,
+                         float *const *ys, int nw) {
+  cpu_be *c = CB(be);
+  bool one = n == 1 && nw <= 8 && c->nth > 1 && !c->tune.invariant && !c->numa;
+  for (int i = 0; one && i < nw; i++)
+    one = ws[i] && sm_cpu_weight_ok(ws[i]) && ws[i]->rows > 0 && ws[i]->qmode == SM_QMODE_AFFINE;
+  if (!one) {
+    for (int i = 0; i < nw; i++) sm_cpu_matmul(be, roles[i], ws[i], x, n, ys[i]);
+    return;
+  }
+  sm_weight w[8];
+  const float *xs[8];
+  for (int i = 0; i < nw; i++) {
+    w[i] = *ws[i];
+    xs[i] = x;
+  }
+  sm_cpu_matvec_batch(be, w, xs, ys, nw);
+}
+
 size_t sm_cpu_gemm_scratch_bytes(void) { return (size_t)2 * 32 * GEMM_KC * sizeof(float) + 64 * 16 * sizeof(float); }
 
 void sm_cpu_matmul_free(cpu_be *c) {
