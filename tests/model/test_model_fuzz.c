@@ -25,25 +25,88 @@ static uint64_t rnd(void) {
 }
 static size_t rn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 
-static const double k_nums[] = {0, -1, 1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 63, 64, 65, 100, 128, 256, 299, 300,
-                                301, 512, 1e6, 1e9, 4294967296.0, 0.5, 1e-6, 1e30, -1e30};
-static const char *const k_strs[] = {"llama", "gemma3_text", "qwen3", "qwen3_moe", "gpt_oss", "lfm2", "phi3",
-                                     "gelu", "gelu_pytorch_tanh", "silu", "relu2", "yarn", "linear", "dynamic",
-                                     "llama3", "longrope", "mxfp4", "affine", "sliding_attention",
-                                     "full_attention", "linear_attention", "conv", "attention", "mamba", "", "x"};
+static const double k_nums[] = {0,   -1,  1,   2,   3,   4,   5,   7,   8,   16,           17,  32,   63,   64,   65,
+                                100, 128, 256, 299, 300, 301, 512, 1e6, 1e9, 4294967296.0, 0.5, 1e-6, 1e30, -1e30};
+static const char *const k_strs[] = {"llama",
+                                     "gemma3_text",
+                                     "qwen3",
+                                     "qwen3_moe",
+                                     "gpt_oss",
+                                     "lfm2",
+                                     "phi3",
+                                     "gelu",
+                                     "gelu_pytorch_tanh",
+                                     "silu",
+                                     "relu2",
+                                     "yarn",
+                                     "linear",
+                                     "dynamic",
+                                     "llama3",
+                                     "longrope",
+                                     "mxfp4",
+                                     "affine",
+                                     "sliding_attention",
+                                     "full_attention",
+                                     "linear_attention",
+                                     "conv",
+                                     "attention",
+                                     "mamba",
+                                     "",
+                                     "x"};
 /* members the families read (added with a random value) */
-static const char *const k_keys[] = {
-  "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
-  "vocab_size", "head_dim", "tie_word_embeddings", "rms_norm_eps", "rope_theta", "sliding_window",
-  "sliding_window_pattern", "layer_types", "partial_rotary_factor", "num_experts", "num_local_experts",
-  "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob",
-  "first_k_dense_replace", "n_routed_experts", "n_shared_experts", "kv_lora_rank", "q_lora_rank",
-  "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "attn_logit_softcapping", "final_logit_softcapping",
-  "query_pre_attn_scalar", "rope_scaling", "quantization", "text_config", "max_position_embeddings",
-  "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-  "linear_conv_kernel_dim", "full_attention_interval", "conv_L_cache", "block_ff_dim", "layer_types",
-  "hidden_size_per_layer_input", "num_kv_shared_layers", "global_head_dim", "attention_k_eq_v",
-  "embedding_multiplier", "residual_multiplier", "logits_scaling", "swiglu_limit", "attention_bias"};
+static const char *const k_keys[] = {"hidden_size",
+                                     "num_hidden_layers",
+                                     "num_attention_heads",
+                                     "num_key_value_heads",
+                                     "intermediate_size",
+                                     "vocab_size",
+                                     "head_dim",
+                                     "tie_word_embeddings",
+                                     "rms_norm_eps",
+                                     "rope_theta",
+                                     "sliding_window",
+                                     "sliding_window_pattern",
+                                     "layer_types",
+                                     "partial_rotary_factor",
+                                     "num_experts",
+                                     "num_local_experts",
+                                     "num_experts_per_tok",
+                                     "moe_intermediate_size",
+                                     "shared_expert_intermediate_size",
+                                     "norm_topk_prob",
+                                     "first_k_dense_replace",
+                                     "n_routed_experts",
+                                     "n_shared_experts",
+                                     "kv_lora_rank",
+                                     "q_lora_rank",
+                                     "qk_rope_head_dim",
+                                     "qk_nope_head_dim",
+                                     "v_head_dim",
+                                     "attn_logit_softcapping",
+                                     "final_logit_softcapping",
+                                     "query_pre_attn_scalar",
+                                     "rope_scaling",
+                                     "quantization",
+                                     "text_config",
+                                     "max_position_embeddings",
+                                     "linear_num_key_heads",
+                                     "linear_num_value_heads",
+                                     "linear_key_head_dim",
+                                     "linear_value_head_dim",
+                                     "linear_conv_kernel_dim",
+                                     "full_attention_interval",
+                                     "conv_L_cache",
+                                     "block_ff_dim",
+                                     "layer_types",
+                                     "hidden_size_per_layer_input",
+                                     "num_kv_shared_layers",
+                                     "global_head_dim",
+                                     "attention_k_eq_v",
+                                     "embedding_multiplier",
+                                     "residual_multiplier",
+                                     "logits_scaling",
+                                     "swiglu_limit",
+                                     "attention_bias"};
 
 static cJSON *rand_value(void) {
   switch (rn(8)) {
@@ -93,7 +156,8 @@ static void mutate_config(cJSON *root) {
     }
     cJSON *it = items[rn((size_t)n)];
     if (r < 6 && cJSON_IsNumber(it)) {
-      const double v = it->valuedouble, opts[] = {v * 2, v / 2, v + 1, v - 1, -v, k_nums[rn(sizeof k_nums / sizeof k_nums[0])]};
+      const double v = it->valuedouble,
+                   opts[] = {v * 2, v / 2, v + 1, v - 1, -v, k_nums[rn(sizeof k_nums / sizeof k_nums[0])]};
       cJSON_SetNumberValue(it, opts[rn(6)]);
     } else if (r < 6 && cJSON_IsBool(it)) {
       it->type = cJSON_IsTrue(it) ? cJSON_False : cJSON_True;
