@@ -27,6 +27,7 @@
 #include <string.h>
 #include "backend/cuda/cuda_ldst.cuh"
 #include "backend/cuda/cuda_q4pair.cuh"
+#include "backend/cuda/cuda_qmma_dev.cuh"
 
 #define QM_FILL 2 /* stages of time a round of blocks spends filling its pipeline (the split-k choice) */
 
@@ -34,41 +35,20 @@ bool cu_qmma_ok(const cu_ctx *cx, const cu_weight *w, int n) {
   return cx->arch >= 80 && w->kind == CW_Q4 && w->bits == 4 && w->cols % QM_BK == 0 && n > 0 && n <= cx->t->qmma;
 }
 
-static __device__ __forceinline__ __half fh(float v) { return __float2half_rn(fminf(fmaxf(v, -65504.f), 65504.f)); }
-
-/* x [n][K] f32 -> f16, each 8 values stored as x0 x4 x1 x5 x2 x6 x3 x7 */
-static __device__ __forceinline__ float4 qm_act(float4 v, const float4 *xu, int64_t j, int act) {
-  if (!xu) return v;
-  const float4 u = __ldcg(xu + j);
-  if (act == 2) return make_float4(cu_gelu_tanh(v.x) * u.x, cu_gelu_tanh(v.y) * u.y, cu_gelu_tanh(v.z) * u.z,
-                                   cu_gelu_tanh(v.w) * u.w);
-  return make_float4(cu_silu(v.x) * u.x, cu_silu(v.y) * u.y, cu_silu(v.z) * u.z, cu_silu(v.w) * u.w);
-}
-/* with xu: x is act(x) * xu first (act 1 silu, 2 gelu_tanh: a gated MLP's down projection) */
+/* x [n][K] f32 -> f16, each 8 values stored as x0 x4 x1 x5 x2 x6 x3 x7; with xu: x is act(x) * xu first
+ * (qm_act) */
 __global__ void k_qmma_prep(const float4 *x, const float4 *xu, int act, int64_t n8, uint4 *xp) {
   pdl_wait();
   pdl_trigger();
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
     const float4 a = qm_act(__ldcg(x + 2 * i), xu, 2 * i, act), b = qm_act(__ldcg(x + 2 * i + 1), xu, 2 * i + 1, act);
-    __half2 p[4] = {__halves2half2(fh(a.x), fh(b.x)), __halves2half2(fh(a.y), fh(b.y)),
-                    __halves2half2(fh(a.z), fh(b.z)), __halves2half2(fh(a.w), fh(b.w))};
+    __half2 p[4] = {__halves2half2(qm_h(a.x), qm_h(b.x)), __halves2half2(qm_h(a.y), qm_h(b.y)),
+                    __halves2half2(qm_h(a.z), qm_h(b.z)), __halves2half2(qm_h(a.w), qm_h(b.w))};
     xp[i] = *(const uint4 *)p;
   }
 }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-/* cp.async to a shared-window address (32 bits: no conversion of a generic pointer a copy) */
-static __device__ __forceinline__ void qm_cp16(uint32_t dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
-}
-static __device__ __forceinline__ void qm_cp8(uint32_t dst, const void *src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src));
-}
-static __device__ __forceinline__ void qm_cp4(uint32_t dst, const void *src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src));
-}
-static __device__ __forceinline__ void qm_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N> static __device__ __forceinline__ void qm_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 /* a staged (scale, bias) unit as floats */
 template <int SBK> static __device__ __forceinline__ float2 qm_sb(const float2 *p) {
   if (SBK == SBK_F32) return *p;

@@ -28,6 +28,7 @@
 #include <string.h>
 #include "backend/cuda/cuda_ldst.cuh"
 #include "backend/cuda/cuda_q4pair.cuh"
+#include "backend/cuda/cuda_qmma_dev.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define QW_DEVICE 1 /* this pass of the compiler makes sm_90a code */
@@ -40,15 +41,6 @@ bool cu_qwg_ok(const cu_ctx *cx) {
   (void)cx;
   return false;
 #endif
-}
-
-static __device__ __forceinline__ __half qw_h(float v) { return __float2half_rn(fminf(fmaxf(v, -65504.f), 65504.f)); }
-static __device__ __forceinline__ float4 qw_act(float4 v, const float4 *xu, int64_t j, int act) {
-  if (!xu) return v;
-  const float4 u = __ldcg(xu + j);
-  if (act == 2) return make_float4(cu_gelu_tanh(v.x) * u.x, cu_gelu_tanh(v.y) * u.y, cu_gelu_tanh(v.z) * u.z,
-                                   cu_gelu_tanh(v.w) * u.w);
-  return make_float4(cu_silu(v.x) * u.x, cu_silu(v.y) * u.y, cu_silu(v.z) * u.z, cu_silu(v.w) * u.w);
 }
 
 /* x [n][K] f32 -> f16 in tiles of BN tokens (tokens n.. of the last tile 0), each tile's stages one
@@ -74,7 +66,7 @@ __global__ void k_qwg_prep(const float4 *x, const float4 *xu, int act, int n, in
 #pragma unroll
       for (int qq = 0; qq < 4; qq++) {
         const int64_t o = (t * K + (int64_t)s * QM_BK + 32 * qq + 8 * j) / 4;
-        const float4 a = qw_act(__ldcg(x + o), xu, o, act), b = qw_act(__ldcg(x + o + 1), xu, o + 1, act);
+        const float4 a = qm_act(__ldcg(x + o), xu, o, act), b = qm_act(__ldcg(x + o + 1), xu, o + 1, act);
         v[qq][0] = a.x, v[qq][1] = a.y, v[qq][2] = a.z, v[qq][3] = a.w;
         v[qq][4] = b.x, v[qq][5] = b.y, v[qq][6] = b.z, v[qq][7] = b.w;
       }
@@ -92,24 +84,13 @@ __global__ void k_qwg_prep(const float4 *x, const float4 *xu, int act, int n, in
       for (int c = 0; c < 2; c++) {
         __half o[8];
 #pragma unroll
-        for (int l = 0; l < 8; l++) o[l] = qw_h(v[l >> 1][2 * h + c + 4 * (l & 1)]);
+        for (int l = 0; l < 8; l++) o[l] = qm_h(v[l >> 1][2 * h + c + 4 * (l & 1)]);
         st[(((2 * j + h) * ntg + tg) * 2 + c) * 8 + t8] = *(const uint4 *)o;
       }
   }
 }
 
 #ifdef QW_DEVICE
-static __device__ __forceinline__ void qw_cp16(uint32_t dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
-}
-static __device__ __forceinline__ void qw_cp8(uint32_t dst, const void *src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src));
-}
-static __device__ __forceinline__ void qw_cp4(uint32_t dst, const void *src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src));
-}
-static __device__ __forceinline__ void qw_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N> static __device__ __forceinline__ void qw_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 /* a no-swizzle shared-memory matrix descriptor: k-direction core stride 128 bytes, token-direction 256 */
 static __device__ __forceinline__ uint64_t qw_desc(uint32_t saddr) {
   return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(256 >> 4) << 32);
@@ -189,22 +170,22 @@ __global__ void __launch_bounds__(NWG * 128, (NWG == 2 && BN <= 64 ? 2 : 1)) k_q
     for (int j = 0; j < BM * 4 / NT; j++) {
       const int u = tid + j * NT, r = u >> 2;
       const int rr = row0 + r < M ? row0 + r : (row0 + r) % M;
-      qw_cp16(base + u * 16, (const uint4 *)wq + rr * W4 + (int64_t)(kc0 + i) * 4 + (u & 3));
+      qm_cp16(base + u * 16, (const uint4 *)wq + rr * W4 + (int64_t)(kc0 + i) * 4 + (u & 3));
     }
     const uint32_t sbase = base + C::WB;
     for (int u = tid; u < (BM << lg); u += NT) {
       const int r = u >> lg, gi = u & ((1 << lg) - 1);
       const int rr = row0 + r < M ? row0 + r : (row0 + r) % M;
       const char *src = sb + ((int64_t)rr * G + ((int64_t)(kc0 + i) << lg) + gi) * SBB;
-      if (SBB == 8) qw_cp8(sbase + (r * 4 + gi) * SBB, src);
-      else qw_cp4(sbase + (r * 4 + gi) * SBB, src);
+      if (SBB == 8) qm_cp8(sbase + (r * 4 + gi) * SBB, src);
+      else qm_cp4(sbase + (r * 4 + gi) * SBB, src);
     }
   };
   const __half *xsrc = a.xp + ((int64_t)tile * nst + kc0) * (BN * QM_BK);
   auto issue_x = [&](int i, int b) {
     const char *src = (const char *)(xsrc + (int64_t)i * (BN * QM_BK));
 #pragma unroll
-    for (int j = 0; j < C::XB / 16 / NT; j++) qw_cp16(sm0 + b * SZ + (tid + j * NT) * 16, src + (tid + j * NT) * 16);
+    for (int j = 0; j < C::XB / 16 / NT; j++) qm_cp16(sm0 + b * SZ + (tid + j * NT) * 16, src + (tid + j * NT) * 16);
   };
 
   float acc[BN / 2];
@@ -218,7 +199,7 @@ __global__ void __launch_bounds__(NWG * 128, (NWG == 2 && BN <= 64 ? 2 : 1)) k_q
 #pragma unroll
   for (int i = 0; i < STG - 2; i++) {
     if (i < ns) issue_x(i, i);
-    qw_commit();
+    qm_commit();
   }
   const int lr = wg * 64 + warp * 16 + g; /* the thread's rows lr and lr + 8 of the block */
   const int gi = 32 * q / gs;            /* its group in a stage */
@@ -228,14 +209,14 @@ __global__ void __launch_bounds__(NWG * 128, (NWG == 2 && BN <= 64 ? 2 : 1)) k_q
    * i - 1, and the buffer refilled there is stage i - 2's (STG - 2 stages in flight). */
   uint32_t A0[4][4], A1[4][4];
   for (int i = 0; i < ns; i++) {
-    qw_wait<STG - 3>();
+    qm_wait<STG - 3>();
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async's writes, seen by wgmma */
     __syncthreads(); /* stage i is in; every warpgroup is done with stage i - 2: refill its buffer */
     if (i + STG - 2 < ns) {
       issue_w(i + STG - 2, (i + STG - 2) % STG);
       issue_x(i + STG - 2, (i + STG - 2) % STG);
     }
-    qw_commit();
+    qm_commit();
     const int b = i % STG;
     const unsigned char *S = qw_smem + b * SZ;
     const uint4 w0 = ((const uint4 *)(S + C::XB))[lr * 4 + q], w1 = ((const uint4 *)(S + C::XB))[(lr + 8) * 4 + q];
@@ -251,39 +232,29 @@ __global__ void __launch_bounds__(NWG * 128, (NWG == 2 && BN <= 64 ? 2 : 1)) k_q
     const __half2 s0 = __float2half2_rn(p0.x), b0 = __float2half2_rn(p0.y), s1 = __float2half2_rn(p1.x),
                   b1 = __float2half2_rn(p1.y);
     const uint32_t xs = sm0 + b * SZ;
-    /* half 0: words 0, 1 (k16 steps 0-3) */
+    /* the A fragments of k16 steps 2 j0 .. 2 j0 + 3 (the thread's words j0 and j0 + 1) */
+    auto frag = [&](int j0, uint32_t(&A)[4][4]) {
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
-      uint32_t d0[4], d1[4];
-      qm_dq((&w0.x)[j], s0, b0, d0);
-      qm_dq((&w1.x)[j], s1, b1, d1);
+      for (int j = 0; j < 2; j++) {
+        uint32_t d0[4], d1[4];
+        qm_dq((&w0.x)[j0 + j], s0, b0, d0);
+        qm_dq((&w1.x)[j0 + j], s1, b1, d1);
 #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        A0[2 * j + h][0] = d0[2 * h];
-        A0[2 * j + h][1] = d1[2 * h];
-        A0[2 * j + h][2] = d0[2 * h + 1];
-        A0[2 * j + h][3] = d1[2 * h + 1];
+        for (int h = 0; h < 2; h++) {
+          A[2 * j + h][0] = d0[2 * h];
+          A[2 * j + h][1] = d1[2 * h];
+          A[2 * j + h][2] = d0[2 * h + 1];
+          A[2 * j + h][3] = d1[2 * h + 1];
+        }
       }
-    }
+    };
+    frag(0, A0); /* half 0: k16 steps 0-3 */
     qw_fence();
 #pragma unroll
     for (int u = 0; u < 4; u++) qw_mma<BN>(acc, A0[u], qw_desc(xs + u * (BN / 8) * 256));
     qw_mcommit();
     qw_mwait<1>(); /* the previous stage's second half: A1 is free */
-    /* half 1: words 2, 3 (k16 steps 4-7) */
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-      uint32_t d0[4], d1[4];
-      qm_dq((&w0.x)[j + 2], s0, b0, d0);
-      qm_dq((&w1.x)[j + 2], s1, b1, d1);
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        A1[2 * j + h][0] = d0[2 * h];
-        A1[2 * j + h][1] = d1[2 * h];
-        A1[2 * j + h][2] = d0[2 * h + 1];
-        A1[2 * j + h][3] = d1[2 * h + 1];
-      }
-    }
+    frag(2, A1); /* half 1: k16 steps 4-7 */
     qw_fence();
 #pragma unroll
     for (int u = 0; u < 4; u++) qw_mma<BN>(acc, A1[u], qw_desc(xs + (u + 4) * (BN / 8) * 256));
