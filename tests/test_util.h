@@ -2,6 +2,7 @@
 #ifndef SM_TEST_UTIL_H
 #define SM_TEST_UTIL_H
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -21,6 +22,14 @@ static int t_pass __attribute__((unused)), t_fail __attribute__((unused));
     printf("%d passed, %d failed\n", t_pass, t_fail); \
     return t_fail ? 1 : 0; \
   } while (0)
+
+/* xorshift64 pseudo-random numbers for tests that make their own inputs (*s: the state, never 0) */
+static inline uint64_t t_xorshift(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
 
 /* max |a-b| / max(max|b|, floor) */
 static inline double t_max_rel(const float *a, const float *b, size_t n, double floor_) {

@@ -17,12 +17,7 @@
 #include "model/model.h"
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
+static uint64_t rnd(void) { return t_xorshift(&g_rng); }
 static size_t rn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 
 static const double k_nums[] = {0,   -1,  1,   2,   3,   4,   5,   7,   8,   16,           17,  32,   63,   64,   65,

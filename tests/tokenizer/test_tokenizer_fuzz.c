@@ -165,12 +165,7 @@ static const char *const k_vals[] = {
 static const char *const k_junk[] = {"[[[[", "]]", "{{", "}}", ",", ":", "\"", "\\", "\xff"};
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
+static uint64_t rnd(void) { return t_xorshift(&g_rng); }
 static size_t rn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 
 typedef struct {
