@@ -304,8 +304,10 @@ static smelt_status moe_core(smelt_model *m, const sm_layer *L, const float *xr,
   be->moe_combine(be, out, s->y, s->wts, n, k, H);
   if (M->sh_gate.data) {
     const size_t ns = (size_t)n * (size_t)mc->shared_inter;
-    be->matmul(be, SM_MM_GATE, &M->sh_gate, x, n, s->sg);
-    be->matmul(be, SM_MM_UP, &M->sh_up, x, n, s->su);
+    const sm_mm_role roles[2] = {SM_MM_GATE, SM_MM_UP}; /* the shared expert's gate and up of one x */
+    const sm_weight *ws[2] = {&M->sh_gate, &M->sh_up};
+    float *ys[2] = {s->sg, s->su};
+    sm_matmul_group(be, roles, ws, x, n, ys, 2);
     if (m->act == SM_ACT_GELU_TANH) be->gelu_mul(be, s->sg, s->sg, s->su, ns);
     else be->silu_mul(be, s->sg, s->sg, s->su, ns);
     be->matmul(be, SM_MM_DOWN, &M->sh_down, s->sg, n, s->sh);
