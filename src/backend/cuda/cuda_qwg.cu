@@ -163,23 +163,39 @@ __global__ void __launch_bounds__(NWG * 128, (NWG == 2 && BN <= 64 ? 2 : 1)) k_q
   const uint32_t sm0 = (uint32_t)__cvta_generic_to_shared(qw_smem);
 
   /* stage i into buffer b: weights (rows past M copy row r % M: those outputs are never stored), their
-   * (scale, bias) units, then x */
-  auto issue_w = [&](int i, int b) {
-    const uint32_t base = sm0 + b * SZ + C::XB;
+   * (scale, bias) units, then x. The thread's sources are fixed rows: their pointers are made once and
+   * move a stage at a time (no row arithmetic a stage) */
+  constexpr int NWC = BM * 4 / NT;             /* weight copies a thread a stage (2) */
+  constexpr int NSC = (BM * 4 + NT - 1) / NT; /* most (scale, bias) copies a thread a stage (group 32: 2) */
+  const int nsb = BM << lg;                   /* (scale, bias) units a stage */
+  const uint4 *wsrc[NWC];
+  uint32_t wdst[NWC];
 #pragma unroll
-    for (int j = 0; j < BM * 4 / NT; j++) {
-      const int u = tid + j * NT, r = u >> 2;
-      const int rr = row0 + r < M ? row0 + r : (row0 + r) % M;
-      qm_cp16(base + u * 16, (const uint4 *)wq + rr * W4 + (int64_t)(kc0 + i) * 4 + (u & 3));
-    }
-    const uint32_t sbase = base + C::WB;
-    for (int u = tid; u < (BM << lg); u += NT) {
-      const int r = u >> lg, gi = u & ((1 << lg) - 1);
-      const int rr = row0 + r < M ? row0 + r : (row0 + r) % M;
-      const char *src = sb + ((int64_t)rr * G + ((int64_t)(kc0 + i) << lg) + gi) * SBB;
-      if (SBB == 8) qm_cp8(sbase + (r * 4 + gi) * SBB, src);
-      else qm_cp4(sbase + (r * 4 + gi) * SBB, src);
-    }
+  for (int j = 0; j < NWC; j++) {
+    const int u = tid + j * NT, r = u >> 2;
+    const int rr = row0 + r < M ? row0 + r : (row0 + r) % M;
+    wsrc[j] = (const uint4 *)wq + rr * W4 + (int64_t)kc0 * 4 + (u & 3);
+    wdst[j] = C::XB + u * 16;
+  }
+  const char *ssrc[NSC];
+  uint32_t sdst[NSC];
+#pragma unroll
+  for (int j = 0; j < NSC; j++) {
+    const int u = tid + j * NT, r = u >> lg, gi = u & ((1 << lg) - 1);
+    const int rr = u >= nsb ? 0 : row0 + r < M ? row0 + r : (row0 + r) % M;
+    ssrc[j] = sb + ((int64_t)rr * G + ((int64_t)kc0 << lg) + gi) * SBB;
+    sdst[j] = C::XB + C::WB + (r * 4 + gi) * SBB;
+  }
+  auto issue_w = [&](int i, int b) {
+    const uint32_t base = sm0 + b * SZ;
+#pragma unroll
+    for (int j = 0; j < NWC; j++) qm_cp16(base + wdst[j], wsrc[j] + i * 4);
+#pragma unroll
+    for (int j = 0; j < NSC; j++)
+      if (tid + j * NT < nsb) {
+        if (SBB == 8) qm_cp8(base + sdst[j], ssrc[j] + ((i << lg) << 3));
+        else qm_cp4(base + sdst[j], ssrc[j] + ((i << lg) << 2));
+      }
   };
   const __half *xsrc = a.xp + ((int64_t)tile * nst + kc0) * (BN * QM_BK);
   auto issue_x = [&](int i, int b) {
