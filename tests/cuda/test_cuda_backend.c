@@ -1220,7 +1220,8 @@ static void mlp_decode(const char *dir, const char *env, float *logits, int step
 }
 /* steps of 17-128 tokens: q/k/v and gate/up of 4-bit weights as one launch of the tensor-core kernel
  * ("gemm group", cu_qmma_multi; three weights of different row counts, two of the same), and silu(gate)
- * * up computed in the down projection's conversion of x ("silu+gemm"), against every
+ * * up computed in the down projection's conversion of x ("silu+gemm"), and on the wgmma kernel the
+ * f16 x of a group made by the norm before it (SMELT_CUDA_NORM_X16: the same bits as without); against every
  * matmul its own launch (SMELT_CUDA_FUSE=0): only the split-k summation order of f32 partial sums may
  * differ; and both against the CPU. */
 static void test_gemm_group(void) {
@@ -1230,7 +1231,7 @@ static void test_gemm_group(void) {
   CHECK(sh && sm_make_synthetic(sh, 4, 64, dir, false) == SMELT_OK, "synthetic model: %s", smelt_last_error());
   smelt_model_params p;
   smelt_model_params_default(&p);
-  smelt_model *mc = NULL, *mg = NULL, *mu = NULL;
+  smelt_model *mc = NULL, *mg = NULL, *mu = NULL, *ml = NULL;
   p.device = SMELT_DEVICE_CPU;
   CHECK(smelt_model_load(dir, &p, &mc) == SMELT_OK, "cpu load: %s", smelt_last_error());
   p.device = SMELT_DEVICE_CUDA;
@@ -1238,32 +1239,59 @@ static void test_gemm_group(void) {
   setenv("SMELT_CUDA_FUSE", "0", 1);
   CHECK(smelt_model_load(dir, &p, &mu) == SMELT_OK, "cuda load (unfused): %s", smelt_last_error());
   unsetenv("SMELT_CUDA_FUSE");
-  if (mc && mg && mu) {
-    const int V = smelt_model_vocab_size(mc), lens[] = {20, 100};
+  setenv("SMELT_CUDA_NORM_X16", "0", 1);
+  CHECK(smelt_model_load(dir, &p, &ml) == SMELT_OK, "cuda load (no norm x16): %s", smelt_last_error());
+  unsetenv("SMELT_CUDA_NORM_X16");
+  if (mc && mg && mu && ml) {
+    /* steps of up to 64 tokens are recorded and run through the fusion table (GRAPH_MAX_TOKENS) */
+    const int V = smelt_model_vocab_size(mc), lens[] = {20, 64};
     for (size_t li = 0; li < SM_ARRAY_LEN(lens); li++) {
       const int n = lens[li];
       int32_t ids[100];
       for (int i = 0; i < n; i++) ids[i] = (int32_t)(rnd() % (uint64_t)V);
-      float *lc = NULL, *lg = NULL, *lu = NULL;
-      CHECK(smelt_eval_logits(mc, ids, n, &lc) == SMELT_OK, "cpu eval");
-      CHECK(smelt_eval_logits(mg, ids, n, &lg) == SMELT_OK, "cuda eval: %s", smelt_last_error());
-      sm_cuda_stats st;
-      sm_cuda_get_stats(mg->be, &st);
+      float *lc = NULL, *lg = NULL, *lu = NULL, *ll = NULL;
+      long pg, pu, pl, fg, fl;
       int k = -1, ks = -1;
+      CHECK(smelt_eval_logits(mc, ids, n, &lc) == SMELT_OK, "cpu eval");
+      sm_cuda_stats st;
+      /* launches issued by one eval of model m: the wgmma kernel's conversions of x (only it counts them) */
+#define EVAL(m, out, prep, what) \
+  do { \
+    sm_cuda_get_stats((m)->be, &st); \
+    const long p0_ = st.qwg_prep; \
+    CHECK(smelt_eval_logits(m, ids, n, out) == SMELT_OK, "cuda eval (%s): %s", what, smelt_last_error()); \
+    sm_cuda_get_stats((m)->be, &st); \
+    prep = st.qwg_prep - p0_; \
+  } while (0)
+      EVAL(mg, &lg, pg, "fused");
       for (int i = 0; i < st.n_fusions; i++) {
         if (!strcmp(st.fusion[i], "gemm group")) k = i;
         if (!strcmp(st.fusion[i], "silu+gemm")) ks = i;
       }
-      /* two layers: q/k/v and gate/up each; silu(gate) * up computed for the down projection's f16 x in
-       * the first layer (the second layer's product is not written again in the step, so it is kept) */
-      CHECK(k >= 0 && st.fused_last[k] == 4, "%d tokens: gemm group fired %ld times", n,
-            k >= 0 ? st.fused_last[k] : -1);
+      fg = k >= 0 ? st.fused_last[k] : -1;
       CHECK(ks >= 0 && st.fused_last[ks] == 1, "%d tokens: silu+gemm fired %ld times", n,
             ks >= 0 ? st.fused_last[ks] : -1);
-      CHECK(smelt_eval_logits(mu, ids, n, &lu) == SMELT_OK, "cuda eval (unfused): %s", smelt_last_error());
-      sm_cuda_get_stats(mu->be, &st);
+      EVAL(ml, &ll, pl, "no norm x16");
+      fl = k >= 0 ? st.fused_last[k] : -1;
+      EVAL(mu, &lu, pu, "unfused");
       CHECK(k >= 0 && st.fused_last[k] == 0, "%d tokens: gemm group fired %ld times with SMELT_CUDA_FUSE=0", n,
             k >= 0 ? st.fused_last[k] : -1);
+#undef EVAL
+      const bool wg = pu > 0; /* the wgmma kernel ran */
+      printf("gemm group, %d tokens%s: conversions of x %ld, %ld without the norms' x, %ld unfused\n", n,
+             wg ? " (wgmma)" : "", pg, pl, pu);
+      /* two layers: q/k/v and gate/up each; silu(gate) * up computed for the down projection's f16 x in
+       * the first layer (the second layer's product is not written again in the step, so it is kept);
+       * on the wgmma kernel also the head alone, its x made by the final norm */
+      CHECK(fl == 4, "%d tokens: gemm group fired %ld times without the norms' x", n, fl);
+      CHECK(fg == fl + wg, "%d tokens: gemm group fired %ld times", n, fg);
+      /* unfused, every matmul converts its x (15: 7 a layer and the head); grouped, one a group (9); with
+       * the norms' x, the o and down projections' (4) */
+      if (wg)
+        CHECK(pu == 15 && pl == 9 && pg == 4, "%d tokens: conversions of x %ld (without the norms' x %ld, unfused %ld)",
+              n, pg, pl, pu);
+      CHECK(lg && ll && !memcmp(lg, ll, sizeof(float) * (size_t)n * V), "%d tokens: the norms' x changes the logits",
+            n);
       float *l2 = NULL; /* the same launches again: the same bits */
       CHECK(smelt_eval_logits(mg, ids, n, &l2) == SMELT_OK, "cuda eval: %s", smelt_last_error());
       CHECK(lg && l2 && !memcmp(lg, l2, sizeof(float) * (size_t)n * V), "%d tokens: a second run differs", n);
@@ -1272,18 +1300,20 @@ static void test_gemm_group(void) {
         const double eu = rel_l2(lg, lu, (size_t)n * V), ec = rel_l2(lg, lc, (size_t)n * V);
         printf("gemm group, %d tokens: rel err %.3g vs one launch a matmul, %.3g vs the cpu\n", n, eu, ec);
         /* another split of k sums the f32 partial products in another order: measured 3.4e-4 on the
-         * H200 at 20 tokens (and 0 at 100) */
+         * H200 at 20 tokens */
         CHECK(eu < 2e-3, "gemm group %d tokens: rel err %g vs one launch a matmul", n, eu);
         CHECK(ec < 3e-2, "gemm group %d tokens: rel err %g vs the cpu", n, ec);
       }
       free(lc);
       free(lg);
       free(lu);
+      free(ll);
     }
   }
   if (mc) smelt_model_free(mc);
   if (mg) smelt_model_free(mg);
   if (mu) smelt_model_free(mu);
+  if (ml) smelt_model_free(ml);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) {}

@@ -23,6 +23,7 @@ typedef struct {
   long gsample_steps;                                /* greedy samples taken inside the decode graph */
   long gmeta_steps;                                  /* fed steps whose batch metadata rode as kernel parameters */
   long mvq4, mvr, guq4, mlp, mlp_dnorm, attn_decode; /* launches issued (replays not counted) */
+  long qwg_prep;                                     /* the wgmma kernel's own conversions of x */
 } sm_cuda_stats;
 
 void sm_cuda_get_stats(sm_backend *be, sm_cuda_stats *out);

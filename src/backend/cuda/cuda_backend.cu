@@ -871,6 +871,7 @@ extern "C" void sm_cuda_get_stats(sm_backend *be, sm_cuda_stats *out) {
   out->mlp = c->cnt.launch[CU_K_MLP1];
   out->mlp_dnorm = c->cnt.launch[CU_K_MLP1_DNORM];
   out->attn_decode = c->cnt.launch[CU_K_ATTN_DEC];
+  out->qwg_prep = c->cnt.launch[CU_K_QWG_PREP];
 }
 
 extern "C" int sm_cuda_tune_value(sm_backend *be, const char *name) {

@@ -92,6 +92,8 @@ typedef struct {
   bool predn;       /* ... without its rms, which its reader applies (dn_dim, dn_eps) */
   int dn_dim;
   float dn_eps;
+  const void *x16; /* c->x16 holds this buffer (x16_n rows) in the wgmma kernel's x layout */
+  int x16_n;
 } fx_pass;
 typedef struct {
   cuda_be *c;
@@ -154,6 +156,23 @@ static int mm_group(const fx *f, int i, const cu_weight **ws, float **ys) {
   return nw;
 }
 
+/* The op after the rmsnorm at i starts a group of 4-bit matmuls of its output (mm_group) that the wgmma
+ * kernel takes (the gemm group entry): then the norm also writes their f16 x (c->x16), and the group
+ * skips its conversion launch. The norm's float output is still written (other readers, other paths). */
+static bool norm_feeds_x16(const fx *f, int i) {
+  const cu_op *r = op(f, i), *m = op(f, i + 1);
+  if (!m || m->type != OP_MATMUL || m->mm.x != r->norm.out || m->mm.n != r->norm.n || f->c->base.batch_invariant)
+    return false;
+  const cu_weight *w = m->mm.cw;
+  if (!f->cx->t->norm_x16 || w->kind != CW_Q4 || cu_use_matvec(w, m->mm.n) || w->cols != r->norm.dim || !cu_qwg_ok(f->cx) ||
+      !cu_norm_x16_ok(r->norm.dim) || !f->c->x16 || f->c->x16_cap < cu_qmma_x16_bytes(m->mm.n, w->cols))
+    return false;
+  const cu_weight *ws[3];
+  float *ys[3];
+  return cu_qmma_group_ok(f->cx, ws, mm_group(f, i + 1, ws, ys), m->mm.n);
+}
+static bool x16_ready(const fx *f, const cu_op *m) { return f->in.x16 == m->mm.x && f->in.x16_n == m->mm.n; }
+
 /* The norm at op i writes the int8 x of the CW_Q4 matvecs right after it (norm_feeds_q4): is its
  * float output read by nothing else, so that the norm need not write it? The matvecs reading it
  * must all be in the one launch that reads the int8 x (mm_group). */
@@ -177,12 +196,13 @@ static bool norm_out_dead(const fx *f, int i, const void *out) {
 static bool m_norm(const fx *f, int i) { return true; }
 static int r_norm(fx *f, int i) {
   const cu_op *o = &f->ops[i];
-  const bool q = norm_feeds_q4(f, i);
+  const bool q = norm_feeds_q4(f, i), h = !q && norm_feeds_x16(f, i);
   float *out = q && norm_out_dead(f, i, o->norm.out) ? NULL : o->norm.out;
   if (!cu_norm_q(f->cx, out, (float *)o->norm.x, NULL, o->norm.w, o->norm.n, o->norm.dim, o->norm.eps, o->norm.off,
-                 q ? f->c->xq : NULL))
+                 q ? f->c->xq : NULL, NULL, h ? f->c->x16 : NULL, cu_qwg_bn(o->norm.n)))
     return 0;
   if (q) { f->out.preq = o->norm.out; f->out.preq_n = o->norm.n; }
+  if (h) { f->out.x16 = o->norm.out; f->out.x16_n = o->norm.n; }
   return 1;
 }
 
@@ -198,14 +218,16 @@ static bool m_norm_add_norm(const fx *f, int i) {
 }
 static int r_norm_add_norm(fx *f, int i) {
   const cu_op *o = &f->ops[i], *ad = &f->ops[i + 1], *p = &f->ops[i + 2];
-  const bool q = norm_feeds_q4(f, i + 2);
+  const bool q = norm_feeds_q4(f, i + 2), h = !q && norm_feeds_x16(f, i + 2);
   const float *src = f->redir_x == ad->ew.y ? f->redir_src : NULL;
   float *out = q && norm_out_dead(f, i + 2, p->norm.out) ? NULL : p->norm.out;
   if (!cu_norm_pre_q(f->cx, out, ad->ew.y, o->norm.x, o->norm.w, o->norm.off, o->norm.eps, p->norm.w, p->norm.n,
-                     p->norm.dim, p->norm.eps, p->norm.off, q ? f->c->xq : NULL, src))
+                     p->norm.dim, p->norm.eps, p->norm.off, q ? f->c->xq : NULL, src, h ? f->c->x16 : NULL,
+                     cu_qwg_bn(p->norm.n)))
     return 0;
   f->redir_x = NULL;
   if (q) { f->out.preq = p->norm.out; f->out.preq_n = p->norm.n; }
+  if (h) { f->out.x16 = p->norm.out; f->out.x16_n = p->norm.n; }
   return 3;
 }
 
@@ -475,7 +497,8 @@ static int r_mm_group(fx *f, int i) {
 }
 
 /* 4-bit matmuls of one x and role class (q/k/v, gate/up) in a step of more tokens than the matvecs take:
- * one launch of the tensor-core kernel for all of them (cu_qmma_multi) */
+ * one launch of the tensor-core kernel for all of them (cu_qmma_multi); also one such matmul alone
+ * when the norm before made its f16 x (norm_feeds_x16: no conversion launch) */
 static bool m_gemm_group(const fx *f, int i) {
   const cu_op *o = &f->ops[i];
   const cu_weight *ws[3];
@@ -484,14 +507,14 @@ static bool m_gemm_group(const fx *f, int i) {
       !aligned16(o->mm.x))
     return false;
   const int nw = mm_group(f, i, ws, ys);
-  return nw > 1 && cu_qmma_group_ok(f->cx, ws, nw, o->mm.n);
+  return (nw > 1 || x16_ready(f, o)) && cu_qmma_group_ok(f->cx, ws, nw, o->mm.n);
 }
 static int r_gemm_group(fx *f, int i) {
   const cu_op *o = &f->ops[i];
   const cu_weight *ws[3];
   float *ys[3];
   const int nw = mm_group(f, i, ws, ys);
-  cu_qmma_multi(f->cx, ws, ys, nw, o->mm.x, o->mm.n, f->c->x16, f->c->deq, f->c->deq_cap);
+  cu_qmma_multi(f->cx, ws, ys, nw, o->mm.x, o->mm.n, f->c->x16, f->c->deq, f->c->deq_cap, NULL, 0, x16_ready(f, o));
   return nw;
 }
 
@@ -635,13 +658,14 @@ static bool m_add_norm(const fx *f, int i) {
 }
 static int r_add_norm(fx *f, int i) {
   const cu_op *o = &f->ops[i], *p = &f->ops[i + 1];
-  const bool q = norm_feeds_q4(f, i + 1);
+  const bool q = norm_feeds_q4(f, i + 1), h = !q && norm_feeds_x16(f, i + 1);
   const float *src = f->redir_x == o->ew.y ? f->redir_src : NULL; /* set: this cu_norm_q was checked to run */
   f->redir_x = NULL;
   float *out = q && norm_out_dead(f, i + 1, p->norm.out) ? NULL : p->norm.out;
   if (cu_norm_q(f->cx, out, o->ew.y, o->ew.a, p->norm.w, p->norm.n, p->norm.dim, p->norm.eps, p->norm.off,
-                q ? f->c->xq : NULL, src)) {
+                q ? f->c->xq : NULL, src, h ? f->c->x16 : NULL, cu_qwg_bn(p->norm.n))) {
     if (q) { f->out.preq = p->norm.out; f->out.preq_n = p->norm.n; }
+    if (h) { f->out.x16 = p->norm.out; f->out.x16_n = p->norm.n; }
   } else {
     cu_add_rmsnorm(f->cx, p->norm.out, o->ew.y, o->ew.a, p->norm.w, p->norm.n, p->norm.dim, p->norm.eps, p->norm.off);
   }

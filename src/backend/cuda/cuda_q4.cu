@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_mv.cuh"
 #include "backend/cuda/cuda_q4.cuh"
 #include "backend/cuda/cuda_q4dev.cuh"
+#include "backend/cuda/cuda_qmma_dev.cuh"
 
 /* ---------------- 4-bit x int8 dp4a matvec (CW_Q4, 1 <= n <= 64) ----------------
  * x is quantized once per call (k_quant_x): per 32 values d = max|x|/127, q = rint(x/d),
@@ -554,7 +555,9 @@ static bool guq_shape(const cu_weight *g, const cu_weight *u) {
  * nibble order, (max|v|/127, exact sum)) so the next dp4a matvec needs no quantize launch.
  * PRE: a is first normalized itself, a * rms(a)^-1 * (pw + poff) (the output norm of a sandwich:
  * Gemma's post-attention / post-feedforward norm before the residual add). Rows from n1 on are a
- * second norm of the same shape (out2, x2, w2; no a, no xq): the q and k head norms in one launch. */
+ * second norm of the same shape (out2, x2, w2; no a, no xq): the q and k head norms in one launch.
+ * With x16: the output also goes, through shared memory, to the f16 x of the wgmma kernel (cuda_qwg.cu)
+ * of a q/k/v or gate/up group of more tokens, whose own conversion launch is then not needed. */
 struct nq_args {
   float *out, *x;
   const float *a, *w;
@@ -568,6 +571,8 @@ struct nq_args {
   int n1; /* rows of the first norm */
   float *out2, *x2;
   const float *w2;
+  uint4 *x16; /* with bn: the first norm's rows also go to x16 in the wgmma kernel's x layout (qw_put_row) */
+  int bn;
 };
 template <int VPT, bool PRE>
 __global__ void __launch_bounds__(1024) k_norm_q(const nq_args na) {
@@ -578,6 +583,8 @@ __global__ void __launch_bounds__(1024) k_norm_q(const nq_args na) {
   const float *w = second ? na.w2 : na.w;
   const float *a = second ? NULL : na.a, *xsrc = second ? NULL : na.xsrc;
   uint8_t *xq = second ? NULL : na.xq;
+  uint4 *x16 = second ? NULL : na.x16;
+  extern __shared__ float4 nq_row[]; /* with x16: the row's output */
   float2 *xs = na.xs;
   const float eps = na.eps, off = na.off;
   pdl_trigger();
@@ -642,6 +649,7 @@ __global__ void __launch_bounds__(1024) k_norm_q(const nq_args na) {
       o.x = v[i].x * inv * (g.x + off); o.y = v[i].y * inv * (g.y + off);
       o.z = v[i].z * inv * (g.z + off); o.w = v[i].w * inv * (g.w + off);
       if (out) o4[idx] = o;
+      if (x16) nq_row[idx] = o;
     }
     if (xq && i * blockDim.x < dim4) { /* whole warps: dim4 % 8 == 0 keeps 8-lane groups together */
       float am = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
@@ -667,6 +675,10 @@ __global__ void __launch_bounds__(1024) k_norm_q(const nq_args na) {
         if (sub == 0) xs[b] = make_float2(am * (1.f / 127.f), sum);
       }
     }
+  }
+  if (x16) {
+    __syncthreads();
+    qw_put_row(x16, (const float *)nq_row, dim, row, na.bn, threadIdx.x, blockDim.x);
   }
 }
 
@@ -814,10 +826,11 @@ static bool norm_shape(int dim, int *th_out, int *vpt_out) {
 static bool norm_launch(const cu_ctx *cx, const nq_args &na, int rows, bool pre) {
   int th, vpt;
   if (!norm_shape(na.dim, &th, &vpt)) return false;
+  const size_t sm = na.x16 ? (size_t)na.dim * 4 : 0;
 #define NQ_GO(V_)                                                                  \
   do {                                                                             \
-    if (pre) cu_launch(cx, k_norm_q<V_, true>, dim3(rows), dim3(th), 0, na);      \
-    else cu_launch(cx, k_norm_q<V_, false>, dim3(rows), dim3(th), 0, na);         \
+    if (pre) cu_launch(cx, k_norm_q<V_, true>, dim3(rows), dim3(th), sm, na);     \
+    else cu_launch(cx, k_norm_q<V_, false>, dim3(rows), dim3(th), sm, na);        \
   } while (0)
   switch (vpt) {
   case 1: NQ_GO(1); break;
@@ -828,6 +841,8 @@ static bool norm_launch(const cu_ctx *cx, const nq_args &na, int rows, bool pre)
 #undef NQ_GO
   return true;
 }
+/* the row staged in shared memory: at most 48 KB without an opt-in */
+bool cu_norm_x16_ok(int dim) { return dim % 128 == 0 && dim <= 12288; }
 static bool nq_ok(int n, int dim, const void *xq, const void *p0, const void *p1, const void *p2, const void *p3,
                   const void *p4) {
   return n > 0 && dim > 0 && dim % 4 == 0 && !(xq && dim % 32) &&
@@ -835,13 +850,15 @@ static bool nq_ok(int n, int dim, const void *xq, const void *p0, const void *p1
 }
 
 bool cu_norm_q(const cu_ctx *cx, float *out, float *x, const float *a, const float *w, int n, int dim, float eps,
-               float off, void *xqv, const float *xsrc) {
-  return cu_norm_pre_q(cx, out, x, a, NULL, 0.f, 0.f, w, n, dim, eps, off, xqv, xsrc);
+               float off, void *xqv, const float *xsrc, void *x16, int bn) {
+  return cu_norm_pre_q(cx, out, x, a, NULL, 0.f, 0.f, w, n, dim, eps, off, xqv, xsrc, x16, bn);
 }
 
 bool cu_norm_pre_q(const cu_ctx *cx, float *out, float *x, const float *a, const float *pw, float poff, float peps,
-                   const float *w, int n, int dim, float eps, float off, void *xqv, const float *xsrc) {
+                   const float *w, int n, int dim, float eps, float off, void *xqv, const float *xsrc, void *x16,
+                   int bn) {
   if (!nq_ok(n, dim, xqv, out, x, a, w, xsrc) || (pw && (!a || ((uintptr_t)pw & 15)))) return false;
+  if (x16 && !cu_norm_x16_ok(dim)) return false;
   nq_args na;
   memset(&na, 0, sizeof na);
   na.out = out; na.x = x; na.a = a; na.w = w; na.dim = dim; na.eps = eps; na.off = off;
@@ -850,6 +867,8 @@ bool cu_norm_pre_q(const cu_ctx *cx, float *out, float *x, const float *a, const
   na.xsrc = xsrc;
   na.pw = pw; na.poff = poff; na.peps = peps;
   na.n1 = n;
+  na.x16 = (uint4 *)x16;
+  na.bn = bn;
   return norm_launch(cx, na, n, pw != NULL);
 }
 

@@ -34,13 +34,17 @@ bool cu_q4_guq_ok(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, int 
 void cu_q4_guq(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, float *gy, float *uy, const void *xq, void *hq);
 /* out[r] = rmsnorm(x[r] (+= a[r] when a)) * (w + off) for n rows of dim, one block a row; with xq also
  * the int8 layout of out; out may be NULL (only xq written); xsrc (may be NULL): x is set to xsrc (+ a)
- * instead of x (+ a). false (nothing launched) when the shape or alignment is not supported */
+ * instead of x (+ a). false (nothing launched) when the shape or alignment is not supported. With x16
+ * (cu_norm_x16_ok(dim)): out also as the f16 x of the wgmma kernel for tiles of bn tokens (cu_qwg_bn),
+ * which cu_qmma_multi then takes as made (x_ready) */
 bool cu_norm_q(const cu_ctx *cx, float *out, float *x, const float *a, const float *w, int n, int dim, float eps,
-               float off, void *xq, const float *xsrc = NULL);
+               float off, void *xq, const float *xsrc = NULL, void *x16 = NULL, int bn = 0);
+bool cu_norm_x16_ok(int dim);
 /* the same with a first normalized itself, a * rms(a)^-1 * (pw + poff) with its own eps, before the add
  * (a sandwich norm's output norm and the residual add in one launch; a, pw not NULL) */
 bool cu_norm_pre_q(const cu_ctx *cx, float *out, float *x, const float *a, const float *pw, float poff, float peps,
-                   const float *w, int n, int dim, float eps, float off, void *xq, const float *xsrc);
+                   const float *w, int n, int dim, float eps, float off, void *xq, const float *xsrc,
+                   void *x16 = NULL, int bn = 0);
 /* two rmsnorms of the same dim, eps and offset in one launch (out_i = rmsnorm(x_i) * (w_i + off), n_i rows;
  * the q and k head norms) */
 bool cu_norm_pair(const cu_ctx *cx, float *out1, float *x1, const float *w1, int n1, float *out2, float *x2,

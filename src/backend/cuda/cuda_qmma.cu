@@ -311,7 +311,7 @@ bool cu_qmma_group_ok(const cu_ctx *cx, const cu_weight *const *ws, int nw, int 
 }
 
 void cu_qmma_multi(const cu_ctx *cx, const cu_weight *const *w, float *const *y, int nw, const float *x, int n,
-                   void *x16, void *ws, size_t ws_bytes, const float *xu, int act) {
+                   void *x16, void *ws, size_t ws_bytes, const float *xu, int act, bool x_ready) {
   const int64_t K = w[0]->cols;
   int64_t rows = 0;
   bool even = true; /* every weight's n * rows a multiple of 4 (float4 partial sums) */
@@ -322,10 +322,11 @@ void cu_qmma_multi(const cu_ctx *cx, const cu_weight *const *w, float *const *y,
   /* 256-row blocks halve the reads of x (every block reads all of it) where there are rows enough; the
    * wgmma kernel takes 128 tokens in blocks of 128 rows */
   const bool wg = cu_qwg_ok(cx);
-  const int BN = n <= 32 ? 32 : n <= 64 || !wg ? 64 : 128, nst = (int)(K / QM_BK);
+  const int BN = wg ? cu_qwg_bn(n) : n <= 32 ? 32 : 64, nst = (int)(K / QM_BK);
   const int BM = BN == 128 ? 128 : cx->t->qmma_bm ? cx->t->qmma_bm : rows >= 4096 || n >= 128 ? 256 : 128;
-  if (wg) cu_qwg_prep(cx, x, xu, act, n, K, BN, x16);
-  else {
+  if (wg) {
+    if (!x_ready) cu_qwg_prep(cx, x, xu, act, n, K, BN, x16);
+  } else {
     const int64_t n8 = (int64_t)n * K / 8;
     int64_t pb = (n8 + 255) / 256;
     if (pb > 4096) pb = 4096;

@@ -11,10 +11,12 @@ void cu_qmma(const cu_ctx *cx, const cu_weight *w, const float *x, int n, float 
              size_t ws_bytes);
 /* the same for up to 3 weights of one x (same cols, group size and scale type: cu_qmma_group_ok) in
  * one launch: one conversion of x, one kernel, one sum of the split-k slices. With xu (16-byte
- * aligned, like x): x is act(x) * xu (act 1 silu, 2 gelu_tanh), computed in the conversion */
+ * aligned, like x): x is act(x) * xu (act 1 silu, 2 gelu_tanh), computed in the conversion. With
+ * x_ready, x16 already holds x in the wgmma kernel's layout for cu_qwg_bn(n) (made by the kernel
+ * before: cu_norm_q's x16), and x is not read */
 bool cu_qmma_group_ok(const cu_ctx *cx, const cu_weight *const *ws, int nw, int n);
 void cu_qmma_multi(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n,
-                   void *x16, void *wsb, size_t ws_bytes, const float *xu = NULL, int act = 0);
+                   void *x16, void *wsb, size_t ws_bytes, const float *xu = NULL, int act = 0, bool x_ready = false);
 /* bytes of the x16 scratch cu_qmma / cu_qmma_multi need for n tokens of cols inputs (tokens padded to
  * the largest tile, 128) */
 static inline size_t cu_qmma_x16_bytes(int n, int64_t cols) { return (size_t)((n + 127) / 128 * 128) * (size_t)cols * 2; }
@@ -37,6 +39,7 @@ struct qm_args {
  * a block) and BN (32, 64 or 128 tokens) of a launch; with S 0, its blocks an SM, else its launch of S
  * k slices of a.per stages (the partial sums then go to a.ws for k_qmma_reduce) */
 bool cu_qwg_ok(const cu_ctx *cx);
+static inline int cu_qwg_bn(int n) { return n <= 32 ? 32 : n <= 64 ? 64 : 128; }
 void cu_qwg_prep(const cu_ctx *cx, const float *x, const float *xu, int act, int n, int64_t K, int BN, void *x16);
 int cu_qwg_launch(const cu_ctx *cx, int sbk, const qm_args &a, int blocks, int BN, int BM, int S);
 

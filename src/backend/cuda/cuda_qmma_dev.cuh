@@ -17,6 +17,39 @@ static __device__ __forceinline__ float4 qm_act(float4 v, const float4 *xu, int6
   return make_float4(cu_silu(v.x) * u.x, cu_silu(v.y) * u.y, cu_silu(v.z) * u.z, cu_silu(v.w) * u.w);
 }
 
+/* The wgmma kernel's x layout (cuda_qwg.cu, whose opening comment derives it): values 8j..8j+7 of the
+ * four 32-value quarters of stage s (v[quarter][e]) of token tg * 8 + t8 of tile `tile` (BN tokens, nst
+ * stages of QM_BK values) as the four 16-byte core-matrix rows they make. Written by k_qwg_prep and by
+ * the kernels that make x for it on the way (the rmsnorm before a q/k/v or gate/up group). */
+static __device__ __forceinline__ void qw_put(uint4 *xp, int64_t tile, int nst, int BN, int s, int j, int tg, int t8,
+                                              const float (&v)[4][8]) {
+  const int ntg = BN / 8;
+  uint4 *st = xp + (tile * nst + s) * (int64_t)(BN * 128 / 8);
+#pragma unroll
+  for (int h = 0; h < 2; h++)
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+      __half o[8];
+#pragma unroll
+      for (int l = 0; l < 8; l++) o[l] = qm_h(v[l >> 1][2 * h + c + 4 * (l & 1)]);
+      st[(((2 * j + h) * ntg + tg) * 2 + c) * 8 + t8] = *(const uint4 *)o;
+    }
+}
+/* token t's row of K values (row: in shared memory) in that layout, by threads tid of nth */
+static __device__ __forceinline__ void qw_put_row(uint4 *xp, const float *row, int K, int64_t t, int BN, int tid,
+                                                  int nth) {
+  const int nst = K / 128, tg = (int)(t % BN) / 8, t8 = (int)(t % 8);
+  for (int u = tid; u < K / 32; u += nth) {
+    const int s = u >> 2, j = u & 3;
+    float v[4][8];
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+#pragma unroll
+      for (int e = 0; e < 8; e++) v[q][e] = row[s * 128 + 32 * q + 8 * j + e];
+    qw_put(xp, t / BN, nst, BN, s, j, tg, t8, v);
+  }
+}
+
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 /* cp.async to a shared-window address (32 bits: no conversion of a generic pointer a copy) */
 static __device__ __forceinline__ void qm_cp16(uint32_t dst, const void *src) {

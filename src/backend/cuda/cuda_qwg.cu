@@ -76,17 +76,7 @@ __global__ void k_qwg_prep(const float4 *x, const float4 *xu, int act, int n, in
 #pragma unroll
         for (int e = 0; e < 8; e++) v[qq][e] = 0.f;
     }
-    /* the stage's 16-byte units: (u, tg, c, t8) at ((u ntg + tg) 2 + c) 8 + t8 */
-    uint4 *st = xp + (tile * nst + s) * (int64_t)(BN * QM_BK / 8);
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-#pragma unroll
-      for (int c = 0; c < 2; c++) {
-        __half o[8];
-#pragma unroll
-        for (int l = 0; l < 8; l++) o[l] = qm_h(v[l >> 1][2 * h + c + 4 * (l & 1)]);
-        st[(((2 * j + h) * ntg + tg) * 2 + c) * 8 + t8] = *(const uint4 *)o;
-      }
+    qw_put(xp, tile, nst, BN, s, j, tg, t8, v);
   }
 }
 
@@ -336,4 +326,5 @@ void cu_qwg_prep(const cu_ctx *cx, const float *x, const float *xu, int act, int
   if (pb > 4096) pb = 4096;
   cu_launch(cx, k_qwg_prep, dim3((unsigned)pb), dim3(256), 0, (const float4 *)x, (const float4 *)xu, act, n, (int)K,
             BN, tot, (uint4 *)x16);
+  cu_count(cx, CU_K_QWG_PREP);
 }
