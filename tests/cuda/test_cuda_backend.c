@@ -1243,8 +1243,9 @@ static void test_gemm_group(void) {
   CHECK(smelt_model_load(dir, &p, &ml) == SMELT_OK, "cuda load (no norm x16): %s", smelt_last_error());
   unsetenv("SMELT_CUDA_NORM_X16");
   if (mc && mg && mu && ml) {
-    /* steps of up to 64 tokens are recorded and run through the fusion table (GRAPH_MAX_TOKENS) */
-    const int V = smelt_model_vocab_size(mc), lens[] = {20, 64};
+    /* 20 tokens: a step captured as a graph (its second run replays it); 100: one run eagerly, 128-token
+     * tiles of the wgmma kernel */
+    const int V = smelt_model_vocab_size(mc), lens[] = {20, 100};
     for (size_t li = 0; li < SM_ARRAY_LEN(lens); li++) {
       const int n = lens[li];
       int32_t ids[100];

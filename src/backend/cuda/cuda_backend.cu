@@ -305,7 +305,9 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
   const size_t from = feed ? o_pos : 0;
   cu_tl_mark(c, 0);
   c->n_ops = 0;
-  c->rec = (c->graphs_on || c->t.profile) && n > 0 && n <= GRAPH_MAX_TOKENS; /* profile: record, run eagerly */
+  /* every step is recorded (the fusion table sees its ops); steps of up to GRAPH_MAX_TOKENS are captured
+   * as graphs, larger ones (and all of them when profiling) run eagerly at the flush */
+  c->rec = (c->graphs_on || c->t.profile) && n > 0;
   if (feed && c->graphs_on && !c->t.profile && c->rec && (size_t)b->n_out + (size_t)n_tiles + 3 + nt <= META_MAXV) {
     /* the values ride as kernel parameters of the step's first op (set again in each replay) */
     cu_meta_blob *mb = &c->meta_blob;

@@ -1,6 +1,9 @@
-/* Recording and CUDA graph replay. The ops of a small step (<= GRAPH_MAX_TOKENS tokens) are
- * recorded between set_batch and the next download, sync or sample; the list is hashed and, once the
- * same list has been seen twice, captured as a CUDA graph and replayed from then on. The batch
+/* Recording and CUDA graph replay. The ops of a step are recorded between set_batch and the next
+ * download, sync or sample, and run through the fusion table (cuda_fuse.cu) at that flush. For a small
+ * step (<= GRAPH_MAX_TOKENS tokens) the list is hashed and, once the same list has been seen twice,
+ * captured as a CUDA graph and replayed from then on; a larger step runs eagerly. An op that must run
+ * eagerly (the grouped expert GEMMs of a large step) flushes what was recorded before it and ends the
+ * recording for the rest of the step. The batch
  * metadata lives in fixed device buffers refreshed by one copy (or, for a fed one-token step, by the
  * graph's first kernel, whose parameters carry it: OP_META), so a replay reads the new tokens and
  * positions. */
@@ -89,6 +92,11 @@ void cu_flush(cuda_be *c) {
   if (c->n_ops == 0) return;
   const double t_flush = c->t.stats ? sm_now() : 0;
   if (c->t.stats && c->t_setb > 0) c->st_rec_us += (t_flush - c->t_setb) * 1e6;
+  if (c->n_tokens > GRAPH_MAX_TOKENS) { /* large steps: their launches hide behind their kernels */
+    c->st_eager_fwd++;
+    cu_exec_ops(c);
+    return;
+  }
   int dims[5] = { c->n_tokens, c->n_seqs, c->max_blocks, c->n_out, c->n_tiles };
   uint64_t h = fnv(0xcbf29ce484222325ULL, dims, sizeof dims);
   h = fnv(h, c->h_tiles, sizeof(int32_t) * (size_t)(c->n_tiles + 1));
