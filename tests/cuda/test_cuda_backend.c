@@ -1589,7 +1589,8 @@ static void test_moe_experts(void) {
         int32_t table[8] = {0};
         for (int i = 0; i < ns; i++) ids[i] = (int32_t)(rnd() % E);
         for (int i = 0; i < n; i++) pos[i] = i;
-        /* a batch of n tokens: up to 64 the backend records the step (row kernel), above it runs eagerly */
+        /* a batch of n tokens: up to 64 the step is captured for a graph (row kernel); above it, with more
+         * than 64 slots, the grouped GEMMs run eagerly (what the step recorded before them runs first) */
         int32_t *tk = calloc((size_t)n, 4);
         sm_batch b =
           {.n_tokens = n, .tokens = tk, .pos = pos, .seq = sq, .n_seqs = 1, .max_blocks = 8, .block_table = table};
