@@ -842,7 +842,7 @@ static bool norm_launch(const cu_ctx *cx, const nq_args &na, int rows, bool pre)
   return true;
 }
 /* the row staged in shared memory: at most 48 KB without an opt-in */
-bool cu_norm_x16_ok(int dim) { return dim % 128 == 0 && dim <= 12288; }
+bool cu_norm_x16_ok(int dim) { return dim % QM_BK == 0 && dim <= 12288; }
 static bool nq_ok(int n, int dim, const void *xq, const void *p0, const void *p1, const void *p2, const void *p3,
                   const void *p4) {
   return n > 0 && dim > 0 && dim % 4 == 0 && !(xq && dim % 32) &&

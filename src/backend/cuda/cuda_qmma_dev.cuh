@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_qmma.cuh"
 
 /* x rounded to f16, clamped to +-65504 (as the dequantize + cuBLAS path rounds it) */
 static __device__ __forceinline__ __half qm_h(float v) { return __float2half_rn(fminf(fmaxf(v, -65504.f), 65504.f)); }
@@ -24,7 +25,7 @@ static __device__ __forceinline__ float4 qm_act(float4 v, const float4 *xu, int6
 static __device__ __forceinline__ void qw_put(uint4 *xp, int64_t tile, int nst, int BN, int s, int j, int tg, int t8,
                                               const float (&v)[4][8]) {
   const int ntg = BN / 8;
-  uint4 *st = xp + (tile * nst + s) * (int64_t)(BN * 128 / 8);
+  uint4 *st = xp + (tile * nst + s) * (int64_t)(BN * QM_BK / 8);
 #pragma unroll
   for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -38,14 +39,14 @@ static __device__ __forceinline__ void qw_put(uint4 *xp, int64_t tile, int nst, 
 /* token t's row of K values (row: in shared memory) in that layout, by threads tid of nth */
 static __device__ __forceinline__ void qw_put_row(uint4 *xp, const float *row, int K, int64_t t, int BN, int tid,
                                                   int nth) {
-  const int nst = K / 128, tg = (int)(t % BN) / 8, t8 = (int)(t % 8);
+  const int nst = K / QM_BK, tg = (int)(t % BN) / 8, t8 = (int)(t % 8);
   for (int u = tid; u < K / 32; u += nth) {
     const int s = u >> 2, j = u & 3;
     float v[4][8];
 #pragma unroll
     for (int q = 0; q < 4; q++)
 #pragma unroll
-      for (int e = 0; e < 8; e++) v[q][e] = row[s * 128 + 32 * q + 8 * j + e];
+      for (int e = 0; e < 8; e++) v[q][e] = row[s * QM_BK + 32 * q + 8 * j + e];
     qw_put(xp, t / BN, nst, BN, s, j, tg, t8, v);
   }
 }
