@@ -1221,7 +1221,7 @@ static void mlp_decode(const char *dir, const char *env, float *logits, int step
 /* steps of 17-128 tokens: q/k/v and gate/up of 4-bit weights as one launch of the tensor-core kernel
  * ("gemm group", cu_qmma_multi; three weights of different row counts, two of the same), and silu(gate)
  * * up computed in the down projection's conversion of x ("silu+gemm"), and on the wgmma kernel the
- * f16 x of a group made by the norm before it (SMELT_CUDA_NORM_X16: the same bits as without); against every
+ * f16 x of a group made by the norm before it (SMELT_CUDA_PRE_X16: the same bits as without); against every
  * matmul its own launch (SMELT_CUDA_FUSE=0): only the split-k summation order of f32 partial sums may
  * differ; and both against the CPU. */
 static void test_gemm_group(void) {
@@ -1239,9 +1239,9 @@ static void test_gemm_group(void) {
   setenv("SMELT_CUDA_FUSE", "0", 1);
   CHECK(smelt_model_load(dir, &p, &mu) == SMELT_OK, "cuda load (unfused): %s", smelt_last_error());
   unsetenv("SMELT_CUDA_FUSE");
-  setenv("SMELT_CUDA_NORM_X16", "0", 1);
+  setenv("SMELT_CUDA_PRE_X16", "0", 1);
   CHECK(smelt_model_load(dir, &p, &ml) == SMELT_OK, "cuda load (no norm x16): %s", smelt_last_error());
-  unsetenv("SMELT_CUDA_NORM_X16");
+  unsetenv("SMELT_CUDA_PRE_X16");
   if (mc && mg && mu && ml) {
     /* 20 tokens: a step captured as a graph (its second run replays it); 100: one run eagerly, 128-token
      * tiles of the wgmma kernel */
@@ -1315,6 +1315,86 @@ static void test_gemm_group(void) {
   if (mg) smelt_model_free(mg);
   if (mu) smelt_model_free(mu);
   if (ml) smelt_model_free(ml);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd)) {}
+}
+
+/* decode steps of 24 sequences (the wgmma kernel's 32-token tiles): fused decode attention writes the o
+ * projection's f16 x and the norms those of q/k/v, gate/up and the head, so of a step's 9 conversion
+ * launches of x (two layers: q/k/v, o, gate/up, down, and the head) the down projections' 2 are left,
+ * and an o projection's where attention ran unfused; the logits must be the same bits as with every
+ * conversion its own launch (SMELT_CUDA_PRE_X16=0) */
+static void test_decode_x16(void) {
+  enum { NS = 24, STEPS = 4 };
+  char dir[256];
+  snprintf(dir, sizeof dir, "/tmp/smelt-cuda-dx16-%d", (int)getpid());
+  const sm_synth_shape *sh = sm_synth_find("test1b");
+  CHECK(sh && sm_make_synthetic(sh, 4, 64, dir, false) == SMELT_OK, "synthetic model: %s", smelt_last_error());
+  smelt_model_params p;
+  smelt_model_params_default(&p);
+  p.device = SMELT_DEVICE_CUDA;
+  p.max_context = 128;
+  smelt_model *m[2] = {NULL, NULL};
+  CHECK(smelt_model_load(dir, &p, &m[0]) == SMELT_OK, "cuda load: %s", smelt_last_error());
+  setenv("SMELT_CUDA_PRE_X16", "0", 1);
+  CHECK(smelt_model_load(dir, &p, &m[1]) == SMELT_OK, "cuda load (no pre x16): %s", smelt_last_error());
+  unsetenv("SMELT_CUDA_PRE_X16");
+  const int V = m[0] ? smelt_model_vocab_size(m[0]) : 0;
+  float *lg[2] = {calloc((size_t)STEPS * NS * V + 1, 4), calloc((size_t)STEPS * NS * V + 1, 4)};
+  long prep[2] = {0, 0}, fa = 0;
+  for (int k = 0; k < 2 && m[0] && m[1]; k++) {
+    sm_engine_params ep;
+    sm_engine_params_default(&ep);
+    ep.max_context = 128;
+    ep.max_seqs = NS;
+    ep.prefix_cache = false;
+    sm_engine *e = NULL;
+    CHECK(sm_engine_create(m[k], &ep, &e) == SMELT_OK, "engine: %s", smelt_last_error());
+    if (!e) continue;
+    sm_seq *q[NS];
+    uint8_t d[NS];
+    for (int s = 0; s < NS; s++) {
+      q[s] = sm_seq_new(e);
+      int32_t ids[3] = {(int32_t)(s * 7 + 1) % V, (int32_t)(s * 13 + 5) % V, (int32_t)(s * 31 + 2) % V};
+      sm_seq_append(e, q[s], ids, 3);
+    }
+    CHECK(sm_engine_step(e, q, NS, lg[k], d) == SMELT_OK, "prefill: %s", smelt_last_error());
+    for (int step = 0; step < STEPS; step++) {
+      for (int s = 0; s < NS; s++) {
+        const int32_t t = (int32_t)((step * 97 + s * 11 + 3) % V);
+        sm_seq_append(e, q[s], &t, 1);
+      }
+      sm_cuda_stats st;
+      sm_cuda_get_stats(m[k]->be, &st);
+      const long p0 = st.qwg_prep;
+      CHECK(sm_engine_step(e, q, NS, lg[k] + (size_t)step * NS * V, d) == SMELT_OK && d[0] && d[NS - 1],
+            "decode step %d: %s", step, smelt_last_error());
+      sm_cuda_get_stats(m[k]->be, &st);
+      if (step == 0) { /* the first sighting of the step runs eagerly */
+        prep[k] = st.qwg_prep - p0;
+        for (int j = 0; k == 0 && j < st.n_fusions; j++)
+          if (!strcmp(st.fusion[j], "rope+kv_store+attention")) fa = st.fused_last[j];
+      }
+    }
+    for (int s = 0; s < NS; s++) sm_seq_free(e, q[s]);
+    sm_engine_free(e);
+  }
+  /* without: q/k/v, o, gate/up and down of two layers and the head (9); with: the down projections and
+   * the o projections whose attention did not run fused (the last layer's: its rotated q and k are
+   * not known dead at the end of the step, so rope, the KV store and attention run apart) */
+  printf("decode x16: conversions of x in a 24-sequence step %ld (fused attentions %ld), %ld with "
+         "SMELT_CUDA_PRE_X16=0\n",
+         prep[0], fa, prep[1]);
+  if (prep[1] > 0)
+    CHECK(prep[1] == 9 && fa >= 1 && prep[0] == 4 - fa, "conversions of x %ld (fused attentions %ld), %ld without",
+          prep[0], fa, prep[1]);
+  CHECK(!memcmp(lg[0], lg[1], sizeof(float) * (size_t)STEPS * NS * V),
+        "decode logits differ with SMELT_CUDA_PRE_X16=0");
+  free(lg[0]);
+  free(lg[1]);
+  for (int k = 0; k < 2; k++)
+    if (m[k]) smelt_model_free(m[k]);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) {}
@@ -1952,6 +2032,7 @@ int main(int argc, char **argv) {
    * q/k/v), and k_mvr where the tuning asks for it (the lm_head by default; MVR=31: every role)
    * against the same model with every op its own kernel on k_mvq4 */
   if (g_only & 512) test_gemm_group();
+  if (g_only & 512) test_decode_x16();
   if (g_only != ~0) {
     C->destroy(C);
     TEST_END();

@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_q4dev.cuh"
+#include "backend/cuda/cuda_qmma_dev.cuh"
 #include <cooperative_groups.h>
 #include <math.h>
 namespace cg = cooperative_groups;
@@ -47,6 +48,8 @@ struct at_rope {
   float msq, msk;
   const char *pf[2]; /* weights of a later kernel to prefetch into L2 once K/V are consumed (may be NULL) */
   long long pfn[2];  /* bytes (multiples of 16) */
+  __half *x16;       /* may be NULL: the output also as the wgmma kernel's f16 x (tiles of bn tokens) */
+  int bn;
 };
 
 /* the blocks of the grid split regions pf[0..1] and each prefetches its share into L2 */
@@ -726,6 +729,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       const float v = L > 0.f ? o / L : 0.f;
       out[((int64_t)t * n_heads + h) * hd + d] = v;
       if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
+    if (rp.x16) rp.x16[qw_half(t, h * hd + d, n_heads * hd, rp.bn)] = qm_h(v);
     }
     TRA(7);
     TRA_END;
@@ -790,6 +794,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       const float v = L > 0.f ? o / L : 0.f;
       out[((int64_t)t * n_heads + h) * hd + d] = v;
       if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
+    if (rp.x16) rp.x16[qw_half(t, h * hd + d, n_heads * hd, rp.bn)] = qm_h(v);
     } else if (cl & 3) { /* kept in shared memory for the cluster combine (q and the new k/v are consumed) */
       Qs[i] = o;
       if (d == 0) { Kp[2 * g] = M; Kp[2 * g + 1] = L; }
@@ -863,6 +868,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       const float v = L > 0.f ? o / L : 0.f;
       if (i < nout) out[((int64_t)t * n_heads + h) * hd + d] = v;
       if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
+      if (rp.x16 && i < nout) rp.x16[qw_half(t, h * hd + d, n_heads * hd, rp.bn)] = qm_h(v);
     }
     TRA(7);
     cluster.sync(); /* the other blocks' shared memory stays readable until all are done */
@@ -923,6 +929,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     const float v = o;
     out[((int64_t)t * n_heads + h) * hd + d] = v;
     if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
+    if (rp.x16) rp.x16[qw_half(t, h * hd + d, n_heads * hd, rp.bn)] = qm_h(v);
   }
   if (tid == 0) cnt[(int64_t)t * nkv + kvh] = 0;
 }
@@ -1039,7 +1046,7 @@ void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
   float2 *xs = xq ? (float2 *)(xq + (size_t)x->n_tokens * x->n_heads * hd) : NULL;
   at_rope rp = { x->kraw, x->vraw, x->invq, x->invk, x->halfq, x->halfk, x->rope_rows > 1 ? x->rope_rows : 1,
                  x->rope_pos0, x->rope_rows > 0 ? x->msq : 1.f, x->rope_rows > 0 ? x->msk : 1.f,
-                 { NULL, NULL }, { 0, 0 } };
+                 { NULL, NULL }, { 0, 0 }, (__half *)x->x16, x->x16_bn };
   for (int i = 0; i < 2; i++)
     if (x->pf[i] && x->pfn[i] >= 16) {
       rp.pf[i] = (const char *)x->pf[i];

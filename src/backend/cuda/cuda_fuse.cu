@@ -164,7 +164,7 @@ static bool norm_feeds_x16(const fx *f, int i) {
   if (!m || m->type != OP_MATMUL || m->mm.x != r->norm.out || m->mm.n != r->norm.n || f->c->base.batch_invariant)
     return false;
   const cu_weight *w = m->mm.cw;
-  if (!f->cx->t->norm_x16 || w->kind != CW_Q4 || cu_use_matvec(w, m->mm.n) || w->cols != r->norm.dim || !cu_qwg_ok(f->cx) ||
+  if (!f->cx->t->pre_x16 || w->kind != CW_Q4 || cu_use_matvec(w, m->mm.n) || w->cols != r->norm.dim || !cu_qwg_ok(f->cx) ||
       !cu_norm_x16_ok(r->norm.dim) || !f->c->x16 || f->c->x16_cap < cu_qmma_x16_bytes(m->mm.n, w->cols))
     return false;
   const cu_weight *ws[3];
@@ -301,6 +301,16 @@ static bool attn_feeds_q4(const fx *f, const cu_op *at, const cu_op *m) {
          cu_use_matvec(w, m->mm.n) && w->cols == (int64_t)at->at.nh * at->at.hd && f->c->xq &&
          f->c->xq_cap >= cu_q4_scratch_bytes(m->mm.n, w->cols);
 }
+/* the same for a 4-bit matmul of more tokens on the wgmma kernel: decode attention also writes its f16 x
+ * (as norm_feeds_x16 has the norms do) */
+static bool attn_feeds_x16(const fx *f, const cu_op *at, const cu_op *m) {
+  const cu_weight *w = m && m->type == OP_MATMUL ? m->mm.cw : NULL;
+  return w && f->cx->t->pre_x16 && !f->c->base.batch_invariant && m->mm.x == at->at.out &&
+         m->mm.n == f->c->n_tokens && w->kind == CW_Q4 && !cu_use_matvec(w, m->mm.n) &&
+         w->cols == (int64_t)at->at.nh * at->at.hd && w->cols % 128 == 0 && cu_qwg_ok(f->cx) &&
+         cu_qmma_group_ok(f->cx, &w, 1, m->mm.n) && aligned16(m->mm.x) && f->c->x16 &&
+         f->c->x16_cap >= cu_qmma_x16_bytes(m->mm.n, w->cols);
+}
 static bool m_attn_q(const fx *f, int i) {
   return f->ops[i].at.splits > 0 && attn_feeds_q4(f, &f->ops[i], op(f, i + 1));
 }
@@ -334,8 +344,10 @@ static bool m_rope_attn(const fx *f, int i) {
 static int rope_attn_go(fx *f, int i, cu_attn_args *a) {
   const cu_tune *t = f->cx->t;
   const cu_op *at = &f->ops[i + 3];
-  const bool xq = attn_feeds_q4(f, at, op(f, i + 4));
+  const bool xq = attn_feeds_q4(f, at, op(f, i + 4)), h = !xq && attn_feeds_x16(f, at, op(f, i + 4));
   a->xq = xq ? f->c->xq : NULL;
+  a->x16 = h ? f->c->x16 : NULL;
+  a->x16_bn = cu_qwg_bn(f->c->n_tokens);
   /* L2 prefetch of the first bytes of the gate weight (after the o projection) while the memory is
    * otherwise idle: measured to pay on the 8B shape (2.42 vs 2.45 ms a step), not on the 1B one */
   for (int j = i + 4; t->pf_kb && j < f->n && j < i + 12; j++) {
@@ -357,6 +369,7 @@ static int rope_attn_go(fx *f, int i, cu_attn_args *a) {
   }
   cu_attn_decode(f->cx, a);
   if (xq) { f->out.preq = at->at.out; f->out.preq_n = f->ops[i + 4].mm.n; }
+  if (h) { f->out.x16 = at->at.out; f->out.x16_n = f->ops[i + 4].mm.n; }
   return 4;
 }
 /* the attention arguments of ops i .. i + 3 with the rotations' k, frequencies and rotated dims */

@@ -36,6 +36,14 @@ static __device__ __forceinline__ void qw_put(uint4 *xp, int64_t tile, int nst, 
       st[(((2 * j + h) * ntg + tg) * 2 + c) * 8 + t8] = *(const uint4 *)o;
     }
 }
+/* where value k of token t's row of K values lies in that layout (in halves from xp): unit (2j + h, tg, c,
+ * t8) of the stage, half l = 2 quarter + e / 4 for the value's e = 2h + c + 4 (e / 4) of its 8-value group j */
+static __device__ __forceinline__ int64_t qw_half(int64_t t, int k, int K, int BN) {
+  const int r = k & 127, q = r >> 5, j = (r >> 3) & 3, e = r & 7, h = (e & 3) >> 1, c = e & 1;
+  const int tg = (int)(t % BN) >> 3, t8 = (int)(t & 7);
+  const int64_t unit = ((t / BN) * (K >> 7) + (k >> 7)) * (int64_t)(BN * 16) + (((2 * j + h) * (BN / 8) + tg) * 2 + c) * 8 + t8;
+  return unit * 8 + 2 * q + (e >> 2);
+}
 /* token t's row of K values (row: in shared memory) in that layout, by threads tid of nth */
 static __device__ __forceinline__ void qw_put_row(uint4 *xp, const float *row, int K, int64_t t, int BN, int tid,
                                                   int nth) {

@@ -54,9 +54,10 @@ static const sm_tune_entry k_table[] = {
     "512 on sm_90, where it is the wgmma one", { { 100, 128 }, { 90, 512 } }, NULL },
   { "SMELT_CUDA_QWG", F(qwg), 1, 0, 1, 0,
     "4-bit matmuls of 17-128 tokens on Hopper's wgmma kernel (cuda_qwg.cu, sm_90a builds); 0: the mma.sync one", {}, NULL },
-  { "SMELT_CUDA_NORM_X16", F(norm_x16), 1, 0, 1, 0,
-    "the rmsnorm before a batched 4-bit q/k/v or gate/up group (or the head) writes the wgmma kernel's f16 x, "
-    "which then needs no conversion launch (the same bits); 0: its own launch", {}, NULL },
+  { "SMELT_CUDA_PRE_X16", F(pre_x16), 1, 0, 1, 0,
+    "the kernel before a batched 4-bit matmul on the wgmma kernel writes its f16 x (the rmsnorm before q/k/v, "
+    "gate/up or the head, decode attention before o), which then needs no conversion launch (the same bits); "
+    "0: its own launch", {}, NULL },
   { "SMELT_CUDA_QMMA_BM", F(qmma_bm), 0, 0, 256, 0,
     "weight rows a block of the tensor-core 4-bit kernel: 128, 256, or 0 (256 from 4096 rows or 128 tokens)", {}, NULL },
   { "SMELT_CUDA_MOE_GROUPED", F(moe_grp), 64, 0, 1 << 30, 0,
