@@ -164,17 +164,7 @@ __global__ void __launch_bounds__(BM, (qm_cfg<BN, BM>::MB)) k_qmma4(const qm_arg
   for (int m = 0; m < 2; m++)
 #pragma unroll
     for (int t = 0; t < BN / 8; t++) acc[m][t][0] = acc[m][t][1] = acc[m][t][2] = acc[m][t][3] = 0.f;
-  /* the first stages' weights are requested before the wait for the kernel before (x) */
-#pragma unroll
-  for (int i = 0; i < STG - 1; i++)
-    if (i < ns) issue_w(i, i);
-  pdl_wait();
-  pdl_trigger();
-#pragma unroll
-  for (int i = 0; i < STG - 1; i++) {
-    if (i < ns) issue_x(i, i);
-    qm_commit();
-  }
+  qm_prologue<STG - 1>(ns, issue_w, issue_x);
   const int gi = 32 * q / gs; /* the thread's group in a stage */
   uint32_t rd = 0, wr = STG - 1; /* the buffers read and written */
   for (int i = 0; i < ns; i++) {

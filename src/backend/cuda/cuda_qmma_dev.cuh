@@ -72,6 +72,21 @@ static __device__ __forceinline__ void qm_cp4(uint32_t dst, const void *src) {
 }
 static __device__ __forceinline__ void qm_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N> static __device__ __forceinline__ void qm_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+/* The pipeline's prologue: the first N stages' weights are requested before the wait for the kernel
+ * before (they do not depend on it), then their x, one commit group a stage (empty past the ns stages) */
+template <int N, class W, class X>
+static __device__ __forceinline__ void qm_prologue(int ns, const W &issue_w, const X &issue_x) {
+#pragma unroll
+  for (int i = 0; i < N; i++)
+    if (i < ns) issue_w(i, i);
+  pdl_wait();
+  pdl_trigger();
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    if (i < ns) issue_x(i, i);
+    qm_commit();
+  }
+}
 #endif
 
 #endif

@@ -197,16 +197,7 @@ __global__ void __launch_bounds__(NWG * 128, (NWG == 2 && BN <= 64 ? 2 : 1)) k_q
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; i++) acc[i] = 0.f;
-#pragma unroll
-  for (int i = 0; i < STG - 2; i++)
-    if (i < ns) issue_w(i, i);
-  pdl_wait();
-  pdl_trigger();
-#pragma unroll
-  for (int i = 0; i < STG - 2; i++) {
-    if (i < ns) issue_x(i, i);
-    qm_commit();
-  }
+  qm_prologue<STG - 2>(ns, issue_w, issue_x);
   const int lr = wg * 64 + warp * 16 + g; /* the thread's rows lr and lr + 8 of the block */
   const int gi = 32 * q / gs;            /* its group in a stage */
   /* The MMAs of a stage go out in two groups of 4 k16 steps (words 0-1 and 2-3 of the thread's 4), each
