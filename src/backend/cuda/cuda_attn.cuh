@@ -33,7 +33,7 @@ struct cu_attn_args {
   const void *pf[2];   /* regions of a later kernel's weights to prefetch into L2 once K/V are read */
   size_t pfn[2];       /* (bytes, 16-byte aligned; NULL / 0: none) */
   void *x16;           /* may be NULL: also out as the wgmma kernel's f16 x for tiles of x16_bn tokens */
-  int x16_bn;          /* (n_heads * hd a multiple of 128; cuda_qmma_dev.cuh qw_half) */
+  int x16_bn;          /* (n_heads * hd a multiple of QM_BK; cuda_qmma_dev.cuh qw_half) */
 };
 
 bool cu_attn_dec_ok(int hd, int G, sm_dtype dt);

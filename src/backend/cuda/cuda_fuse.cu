@@ -307,7 +307,7 @@ static bool attn_feeds_x16(const fx *f, const cu_op *at, const cu_op *m) {
   const cu_weight *w = m && m->type == OP_MATMUL ? m->mm.cw : NULL;
   return w && f->cx->t->pre_x16 && !f->c->base.batch_invariant && m->mm.x == at->at.out &&
          m->mm.n == f->c->n_tokens && w->kind == CW_Q4 && !cu_use_matvec(w, m->mm.n) &&
-         w->cols == (int64_t)at->at.nh * at->at.hd && w->cols % 128 == 0 && cu_qwg_ok(f->cx) &&
+         w->cols == (int64_t)at->at.nh * at->at.hd && w->cols % QM_BK == 0 && cu_qwg_ok(f->cx) &&
          cu_qmma_group_ok(f->cx, &w, 1, m->mm.n) && aligned16(m->mm.x) && f->c->x16 &&
          f->c->x16_cap >= cu_qmma_x16_bytes(m->mm.n, w->cols);
 }

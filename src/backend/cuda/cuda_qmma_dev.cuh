@@ -36,6 +36,7 @@ static __device__ __forceinline__ void qw_put(uint4 *xp, int64_t tile, int nst, 
       st[(((2 * j + h) * ntg + tg) * 2 + c) * 8 + t8] = *(const uint4 *)o;
     }
 }
+static_assert(QM_BK == 128, "qw_half's shifts and masks take a stage as 128 values");
 /* where value k of token t's row of K values lies in that layout (in halves from xp): unit (2j + h, tg, c,
  * t8) of the stage, half l = 2 quarter + e / 4 for the value's e = 2h + c + 4 (e / 4) of its 8-value group j */
 static __device__ __forceinline__ int64_t qw_half(int64_t t, int k, int K, int BN) {
