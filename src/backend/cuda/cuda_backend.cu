@@ -89,7 +89,7 @@ static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, i
                               int n_req, int32_t *out_tokens) {
   cuda_be *c = CB(be);
   cu_flush(c);
-  smelt_status st = cu_sample(logits, n_rows, vocab, req, n_req, out_tokens, c->s, c->dev);
+  smelt_status st = cu_sample(logits, n_rows, vocab, req, n_req, out_tokens, c->s, c->dev, NULL, c->t.walk_bps);
   if (c->t.stats && c->st_pending == 1) { /* the sampling after a timed graph replay */
     cudaEventRecord(c->se2, c->s);
     cudaEventSynchronize(c->se2);
@@ -149,7 +149,7 @@ static smelt_status be_sample_async(sm_backend *be, const float *logits, int n_r
     return SMELT_OK;
   }
   cu_flush(c);
-  smelt_status st = cu_sample(logits, n_rows, vocab, req, 1, NULL, c->s, c->dev, c->d_feed);
+  smelt_status st = cu_sample(logits, n_rows, vocab, req, 1, NULL, c->s, c->dev, c->d_feed, c->t.walk_bps);
   if (st) return st;
   cu_tl_mark(c, 4);
   if (!cu_ck(c, cudaMemcpyAsync(c->h_feed + k, c->d_feed, 4, cudaMemcpyDeviceToHost, c->s), "token download") ||

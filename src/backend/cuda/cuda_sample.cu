@@ -260,6 +260,7 @@ static __global__ void __launch_bounds__(WALK_ST) k_walk_max(const dreq *rq, int
   const int tpb = (nt + S - 1) / S, i0 = blockIdx.x * tpb * K * 32, i1 = min(n, i0 + tpb * K * 32);
   const float *keys = q.keys && !pre_V ? q.keys : q.src;
   float m = -INFINITY;
+#pragma unroll 4
   for (int i = i0 + threadIdx.x; i < i1; i += WALK_ST) m = fmaxf(m, sm_sample_key(keys[i]));
   m = block_max(m, fsh);
   if (threadIdx.x == 0) pmax[blockIdx.y * S + blockIdx.x] = m;
@@ -476,7 +477,7 @@ static smelt_status cuerr(cudaError_t e, const char *what) {
 /* out: host tokens (waits), or with dev_dst the tokens are copied there on the device and the call
  * returns without waiting */
 static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample_req *req, int n_req, int32_t *out,
-                        cudaStream_t s, int32_t *dev_dst) {
+                        cudaStream_t s, int32_t *dev_dst, int walk_bps) {
   int n_copy = 0, n_mask = 0, n_sorted = 0, n_walk = 0, n_greedy = 0;
   size_t total_pen = 0, total_bias = 0;
   for (int i = 0; i < n_req; i++) {
@@ -625,14 +626,14 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
     k_argmax<<<dim3((unsigned)nsplit, (unsigned)n_req), ARG_T, 0, s>>>(dq, NULL, V, nsplit, chunk, (float *)x->pv.p,
                                                                         (int *)x->pi.p, (unsigned *)x->cnt.p, d_out, (int32_t *)NULL);
   }
-  /* about two blocks an SM over the walking requests' rows */
+  /* walk_bps blocks an SM over the walking requests' rows */
   int dv = 0;
   if (n_walk && !x->n_sm &&
       (cudaGetDevice(&dv) != cudaSuccess || cudaDeviceGetAttribute(&x->n_sm, cudaDevAttrMultiProcessorCount, dv) != cudaSuccess)) {
     cudaGetLastError();
     x->n_sm = 1;
   }
-  const int S = n_walk ? SM_MAX(1, SM_MIN(WALK_MAX_S, (2 * x->n_sm + n_walk - 1) / n_walk)) : 1;
+  const int S = n_walk ? SM_MAX(1, SM_MIN(WALK_MAX_S, (walk_bps * x->n_sm + n_walk - 1) / n_walk)) : 1;
   sm_u128 *sums = (sm_u128 *)x->ws.p;
   float *pmax = (float *)(sums + (size_t)2 * WALK_TILES * n_req);
   size_t tb = x->tmp.cap;
@@ -674,7 +675,7 @@ static smelt_status run(samp_ctx *x, const float *logits, int V, const sm_sample
 }
 
 smelt_status cu_sample(const float *logits, int n_rows, int vocab, const sm_sample_req *req, int n_req,
-                       int32_t *out_tokens, cudaStream_t s, int dev, int32_t *dev_dst) {
+                       int32_t *out_tokens, cudaStream_t s, int dev, int32_t *dev_dst, int walk_bps) {
   smelt_status st = sm_sample_check(req, n_req, n_rows, vocab);
   if (st) return st;
   if (n_req == 0) return SMELT_OK;
@@ -691,7 +692,7 @@ smelt_status cu_sample(const float *logits, int n_rows, int vocab, const sm_samp
   pthread_mutex_unlock(&g_mu);
   samp_ctx *x = &g_ctx[dev];
   pthread_mutex_lock(&x->mu);
-  st = run(x, logits, vocab, req, n_req, out_tokens, s, dev_dst);
+  st = run(x, logits, vocab, req, n_req, out_tokens, s, dev_dst, walk_bps > 0 ? walk_bps : 16);
   pthread_mutex_unlock(&x->mu);
   return st;
 }

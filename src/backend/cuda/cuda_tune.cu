@@ -58,6 +58,8 @@ static const sm_tune_entry k_table[] = {
     "the kernel before a batched 4-bit matmul on the wgmma kernel writes its f16 x (the rmsnorm before q/k/v, "
     "gate/up or the head, decode attention before o), which then needs no conversion launch (the same bits); "
     "0: its own launch", {}, NULL },
+  { "SMELT_CUDA_WALK_BPS", F(walk_bps), 16, 1, 32, 0,
+    "blocks an SM that the sample op's passes over sampled rows (max, weights) take, spread over the rows", {}, NULL },
   { "SMELT_CUDA_QMMA_BM", F(qmma_bm), 0, 0, 256, 0,
     "weight rows a block of the tensor-core 4-bit kernel: 128, 256, or 0 (256 from 4096 rows or 128 tokens)", {}, NULL },
   { "SMELT_CUDA_MOE_GROUPED", F(moe_grp), 64, 0, 1 << 30, 0,
