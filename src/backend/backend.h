@@ -93,9 +93,12 @@ typedef struct {
   int max_blocks;             /* columns of block_table */
   const int32_t *block_table; /* [n_seqs][max_blocks] */
   int n_out;
-  const int32_t *out_rows; /* [n_out] */
-  int feed_token;          /* 1: tokens[0] is replaced, on the device, by the token of the last
+  const int32_t *out_rows;  /* [n_out] */
+  int feed_token;           /* 1: tokens[0] is replaced, on the device, by the token of the last
                                * sample_async (pipelined decode; backends with sample_async) */
+  const int32_t *feed_rows; /* NULL, or [n_tokens]: token t with feed_rows[t] >= 0 is replaced, on the
+                             * device, by token feed_rows[t] of the last sample_batch_async (its tokens[t]
+                             * is a placeholder); pipelined batch steps, backends with sample_batch_async */
   /* Hybrid models (NULL otherwise): the recurrent state slot of each sequence, [n_seqs]. The tokens of a
    * sequence must then be consecutive in the batch with consecutive positions; a sequence whose first
    * token here is at position 0 starts from a zero state. */
@@ -408,6 +411,15 @@ struct sm_backend {
   smelt_status (*sample_async)(sm_backend *be, const float *logits, int n_rows, int vocab, const sm_sample_req *req,
                                int *slot);
   smelt_status (*sample_wait)(sm_backend *be, int slot, int32_t *token);
+  /* Optional (NULL: no pipelined batch steps): the sample op of n_req requests (n_req may be 0) without
+   * waiting. Their tokens stay on the device for the next set_batch's feed_rows (row k: request k);
+   * sample_batch_wait(slot) waits for them and copies the n_req tokens to the host. *slot is 0 or 1: at
+   * most two may be outstanding. async: the backend queues work and returns before it is done (a GPU),
+   * so that pipelining pays; false where every op runs to its end before returning (the CPU). */
+  smelt_status (*sample_batch_async)(sm_backend *be, const float *logits, int n_rows, int vocab,
+                                     const sm_sample_req *req, int n_req, int *slot);
+  smelt_status (*sample_batch_wait)(sm_backend *be, int slot, int32_t *tokens);
+  bool async;
 
   /* ---- tensor parallelism (src/model/tp.c; all optional, NULL where the backend has none) ----
    * The ranks of a group are processes with one backend each; they issue the same collectives in the

@@ -18,7 +18,8 @@ int sm_cmd_pull(int argc, char **argv);       /* cmd_store.c */
 /* The store settings from HOME, SMELT_CACHE_DIR, HF_* ... (sm_store_configure); call once at
  * startup. 0, or 2 after a message on stderr when a variable has a bad value. */
 int sm_cli_configure_store(void);
-/* SMELT_HOST_SAMPLE=1 -> p->host_sample, SMELT_PIPELINE=0 -> !p->pipeline (other fields untouched) */
+/* SMELT_HOST_SAMPLE=1 -> p->host_sample, SMELT_PIPELINE=0 -> !p->pipeline, SMELT_PIPELINE=always -> p->pipeline_always
+ * (other fields untouched) */
 void sm_cli_engine_env(sm_engine_params *p);
 
 /* kvtype.c: the values of --cache-type-k and --cache-type-v (either may be NULL: not given) into

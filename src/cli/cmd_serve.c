@@ -509,6 +509,8 @@ int sm_cmd_serve(int argc, char **argv) {
     sm_engine_params_default(&ev);
     sm_cli_engine_env(&ev);
     p.host_sample = ev.host_sample;
+    p.no_pipeline = !ev.pipeline;
+    p.pipeline_always = ev.pipeline_always;
   }
   const bool multi = n_refs > 1 || p.models_dir;
   if (multi && p.alias) {

@@ -47,4 +47,5 @@ void sm_cli_engine_env(sm_engine_params *p) {
   p->host_sample = v && strcmp(v, "0") != 0;
   v = env("SMELT_PIPELINE");
   p->pipeline = !(v && v[0] == '0');
+  p->pipeline_always = v && !strcmp(v, "always");
 }

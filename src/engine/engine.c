@@ -21,6 +21,8 @@ struct sm_seq {
   int slot;                /* hybrid models: recurrent state slot (-1 until the first step) */
   int snap_slot, snap_pos; /* a snapshot of the state after snap_pos tokens (-1: none) */
   sm_seq_mm *mm;           /* images (mm.h), NULL for text */
+  int fed_pos, fed_row;    /* pipelined batch steps: the position of a placeholder token that the device
+                            * takes from row fed_row of the launch before (-1: none) */
 };
 
 struct sm_engine {
@@ -53,6 +55,13 @@ struct sm_engine {
   sm_mm_scratch *mms;               /* image rows of a step (mm.h) */
   void (*before_sample)(void *arg); /* sm_engine_set_before_sample */
   void *before_sample_arg;
+  /* pipelined batch steps: per backend slot, the request each sequence of that launch was sampled as
+   * (-1: none) and the tokens collected; pl_last: the slot of the latest launch, -1 after any other
+   * step (placeholders refer to the launch right before theirs) */
+  int *pl_req[2], pl_n[2], pl_cap[2];
+  int32_t *pl_tok[2];
+  int pl_last;
+  int32_t *b_feed; /* step scratch: feed_rows */
 };
 
 void sm_engine_params_default(sm_engine_params *p) {
@@ -161,6 +170,7 @@ smelt_status sm_engine_create(smelt_model *m, const sm_engine_params *pp, sm_eng
   if (p.n_blocks <= 0) p.n_blocks = max_blocks * p.max_seqs;
   if (p.n_blocks < max_blocks) p.n_blocks = max_blocks;
   sm_engine *e = sm_xcalloc(1, sizeof *e);
+  e->pl_last = -1;
   e->rec = m->cfg.rec.kind != SM_REC_NONE;
   if (e->rec) p.prefix_cache = false; /* see the file comment */
   e->m = m;
@@ -216,6 +226,11 @@ void sm_engine_free(sm_engine *e) {
   free(e->b_table);
   free(e->lg_tmp);
   free(e->b_slot);
+  free(e->b_feed);
+  for (int k = 0; k < 2; k++) {
+    free(e->pl_req[k]);
+    free(e->pl_tok[k]);
+  }
   sm_state_slots_free(&e->slots);
   sm_mm_scratch_free(e->mms);
   free(e);
@@ -228,6 +243,7 @@ sm_seq *sm_seq_new(sm_engine *e) {
   s->blk = sm_xmalloc(sizeof(int32_t) * (size_t)e->max_blocks);
   s->bhash = sm_xcalloc((size_t)e->max_blocks, sizeof(uint64_t));
   s->slot = s->snap_slot = -1;
+  s->fed_pos = -1;
   return s;
 }
 
@@ -360,6 +376,7 @@ sm_seq *sm_seq_fork(sm_engine *e, sm_seq *s) {
 /* After computing, hash & register newly full blocks of s. */
 static void register_full(sm_engine *e, sm_seq *s) {
   int bs = e->p.block_size, full = s->n_done / bs;
+  if (s->fed_pos >= 0) full = SM_MIN(full, s->fed_pos / bs); /* a placeholder is not its token */
   while (s->n_hashed < full) {
     int i = s->n_hashed;
     uint64_t parent = i ? s->bhash[i - 1] : 0;
@@ -385,10 +402,10 @@ typedef struct {
   int *row0, *nrows;
 } step_rows;
 static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, const step_rows *rows,
-                         sm_sampler **smp, int32_t *tokens);
+                         sm_sampler **smp, int32_t *tokens, int *ticket);
 
 smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done) {
-  return step(e, seqs, n, logits, done, NULL, NULL, NULL);
+  return step(e, seqs, n, logits, done, NULL, NULL, NULL, NULL);
 }
 
 smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, int32_t *tokens, float *logits,
@@ -396,7 +413,7 @@ smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sample
   if (n > 0 && (!smp || !tokens)) return sm_err(SMELT_ERR_INVALID, "step_sample: samplers and tokens required");
   for (int i = 0; i < n; i++)
     if (!smp[i] && !logits) return sm_err(SMELT_ERR_INVALID, "step_sample: sequence %d needs a logits buffer", i);
-  return step(e, seqs, n, logits, done, NULL, smp, tokens);
+  return step(e, seqs, n, logits, done, NULL, smp, tokens, NULL);
 }
 
 smelt_status sm_engine_step_all(sm_engine *e, sm_seq *s, float *logits, int *n_rows) {
@@ -407,7 +424,7 @@ smelt_status sm_engine_step_all(sm_engine *e, sm_seq *s, float *logits, int *n_r
     return sm_err(SMELT_ERR_LIMIT, "%d pending tokens exceed the step budget %d", pend, e->p.max_batch_tokens);
   uint8_t done = 0;
   step_rows r = {.logits = logits};
-  smelt_status st = step(e, &s, 1, NULL, &done, &r, NULL, NULL);
+  smelt_status st = step(e, &s, 1, NULL, &done, &r, NULL, NULL, NULL);
   if (!st) *n_rows = pend;
   return st;
 }
@@ -416,7 +433,53 @@ smelt_status sm_engine_step_rows(sm_engine *e, sm_seq **seqs, int n, const uint8
                                  int *nrows, uint8_t *done) {
   if (!all || !logits || !row0 || !nrows) return sm_err(SMELT_ERR_INVALID, "step_rows: all arguments are required");
   step_rows r = {.logits = logits, .all = all, .row0 = row0, .nrows = nrows};
-  return step(e, seqs, n, NULL, done, &r, NULL, NULL);
+  return step(e, seqs, n, NULL, done, &r, NULL, NULL, NULL);
+}
+
+bool sm_engine_batch_pipeline(const sm_engine *e) {
+  const sm_backend *be = e->m->be;
+  /* hybrid models: a dropped step would have advanced the recurrent state; split models: the other
+   * ranks do not see the fed tokens */
+  return be->sample_batch_async && be->sample_batch_wait && e->p.pipeline && (be->async || e->p.pipeline_always) &&
+         !e->p.host_sample && !e->rec && !e->m->tp;
+}
+
+smelt_status sm_engine_step_launch(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, uint8_t *done, int *ticket) {
+  if (!ticket || (n > 0 && (!smp || !done))) return sm_err(SMELT_ERR_INVALID, "step_launch: arguments missing");
+  if (!sm_engine_batch_pipeline(e)) return sm_err(SMELT_ERR_UNSUPPORTED, "step_launch: no pipelined batch steps here");
+  *ticket = -1;
+  return step(e, seqs, n, NULL, done, NULL, smp, NULL, ticket);
+}
+
+smelt_status sm_engine_step_collect(sm_engine *e, int ticket, int32_t *tokens) {
+  if (ticket < 0 || ticket > 1) return sm_err(SMELT_ERR_INVALID, "step_collect: ticket %d", ticket);
+  sm_backend *be = e->m->be;
+  smelt_status st = be->sample_batch_wait(be, ticket, e->pl_tok[ticket]);
+  if (st) return st;
+  const int *map = e->pl_req[ticket];
+  for (int i = 0; i < e->pl_n[ticket]; i++)
+    if (map[i] >= 0) tokens[i] = e->pl_tok[ticket][map[i]];
+  return SMELT_OK;
+}
+
+smelt_status sm_seq_append_fed(sm_engine *e, sm_seq *s, int row) {
+  if (s->fed_pos >= 0 || s->n_done != s->n_tok || s->mm || row < 0)
+    return sm_err(SMELT_ERR_INVALID, "a fed token needs a computed sequence of text without one");
+  const int32_t ph = 0;
+  smelt_status st = sm_seq_append(e, s, &ph, 1);
+  if (st) return st;
+  s->fed_pos = s->n_tok - 1;
+  s->fed_row = row;
+  return SMELT_OK;
+}
+
+bool sm_seq_fed(const sm_seq *s) { return s->fed_pos >= 0; }
+
+void sm_seq_set_fed(sm_engine *e, sm_seq *s, int32_t tok) {
+  if (s->fed_pos < 0) return;
+  s->tok[s->fed_pos] = tok;
+  s->fed_pos = -1;
+  register_full(e, s);
 }
 
 void sm_seq_checkpoint(sm_engine *e, sm_seq *s) {
@@ -431,6 +494,7 @@ smelt_status sm_seq_truncate(sm_engine *e, sm_seq *s, int len) {
   if (len < 0 || len > s->n_tok) return sm_err(SMELT_ERR_INVALID, "cannot truncate %d tokens to %d", s->n_tok, len);
   int bs = e->p.block_size;
   s->n_tok = len;
+  if (s->fed_pos >= len) s->fed_pos = -1;
   if (e->rec && s->n_done > len) {
     /* the recurrent state cannot be unwound: back to the snapshot (or the start), recomputing the rest */
     if (s->snap_slot >= 0 && s->snap_pos <= len) {
@@ -506,8 +570,47 @@ static smelt_status sample_rows(sm_engine *e, sm_seq **seqs, int n, const int *o
   return st;
 }
 
+/* Launch mode: the sampling of every done sequence (all with samplers) is queued on the backend
+ * (sample_batch_async) without waiting; *ticket: its slot, for sm_engine_step_collect. */
+static smelt_status sample_launch(sm_engine *e, sm_seq **seqs, int n, const int *out_of, int n_out, sm_sampler **smp,
+                                  int *ticket) {
+  smelt_model *m = e->m;
+  sm_backend *be = m->be;
+  sm_sample_req *req = sm_xmalloc(sizeof(sm_sample_req) * (size_t)(n ? n : 1));
+  int *map = sm_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
+  int nreq = 0;
+  smelt_status st = SMELT_OK;
+  for (int i = 0; i < n && !st; i++) {
+    map[i] = -1;
+    if (out_of[i] < 0) continue;
+    if (!smp[i]) {
+      st = sm_err(SMELT_ERR_INVALID, "step_launch: sequence %d has no sampler", i);
+      break;
+    }
+    sm_sampler_prepare(smp[i], sm_seq_tokens(seqs[i]), sm_seq_len(seqs[i]), &req[nreq]);
+    req[nreq].row = out_of[i];
+    map[i] = nreq++;
+  }
+  int slot = -1;
+  if (!st) st = be->sample_batch_async(be, m->logits, n_out, m->cfg.vocab_size, req, nreq, &slot);
+  if (!st) {
+    if (n > e->pl_cap[slot]) {
+      e->pl_cap[slot] = SM_MAX(n, 2 * e->pl_cap[slot]);
+      e->pl_req[slot] = sm_xrealloc(e->pl_req[slot], sizeof(int) * (size_t)e->pl_cap[slot]);
+      e->pl_tok[slot] = sm_xrealloc(e->pl_tok[slot], sizeof(int32_t) * (size_t)e->pl_cap[slot]);
+    }
+    if (n) memcpy(e->pl_req[slot], map, sizeof(int) * (size_t)n);
+    e->pl_n[slot] = n;
+    e->pl_last = slot;
+    *ticket = slot;
+  }
+  free(req);
+  free(map);
+  return st;
+}
+
 static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, const step_rows *rows,
-                         sm_sampler **smp, int32_t *tokens) {
+                         sm_sampler **smp, int32_t *tokens, int *ticket) {
   int bs = e->p.block_size, budget = e->p.max_batch_tokens;
   if (n > e->p.max_seqs)
     return sm_err(SMELT_ERR_LIMIT, "%d sequences in one step, engine sized for %d", n, e->p.max_seqs);
@@ -592,12 +695,14 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
     e->b_pos = sm_xrealloc(e->b_pos, sizeof(int32_t) * (size_t)total);
     e->b_seq = sm_xrealloc(e->b_seq, sizeof(int32_t) * (size_t)total);
     e->b_out = sm_xrealloc(e->b_out, sizeof(int32_t) * (size_t)total);
+    e->b_feed = sm_xrealloc(e->b_feed, sizeof(int32_t) * (size_t)total);
   }
   if (n * e->max_blocks > e->b_table_cap) {
     e->b_table_cap = n * e->max_blocks;
     e->b_table = sm_xrealloc(e->b_table, sizeof(int32_t) * (size_t)e->b_table_cap);
   }
   int t = 0, n_out = 0;
+  bool any_feed = false;
   int *out_of = sm_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
   for (int i = 0; i < n; i++) {
     sm_seq *s = seqs[i];
@@ -608,6 +713,18 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
       e->b_tok[t] = s->tok[p];
       e->b_pos[t] = p;
       e->b_seq[t] = i;
+      e->b_feed[t] = -1;
+      if (p == s->fed_pos) { /* a placeholder: the token the launch before sampled for row fed_row */
+        const int L = e->pl_last;
+        const int r = L >= 0 && s->fed_row >= 0 && s->fed_row < e->pl_n[L] ? e->pl_req[L][s->fed_row] : -1;
+        if (r < 0) {
+          free(out_of);
+          free(take);
+          return sm_err(SMELT_ERR_INVALID, "a fed token without a sampled row %d in the launch before", s->fed_row);
+        }
+        e->b_feed[t] = r;
+        any_feed = true;
+      }
     }
     if (rows && rows->row0) {
       rows->row0[i] = n_out;
@@ -635,7 +752,9 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
                 .block_table = e->b_table,
                 .n_out = n_out,
                 .out_rows = e->b_out,
+                .feed_rows = any_feed ? e->b_feed : NULL,
                 .state_slot = e->rec ? e->b_slot : NULL};
+  if (!ticket) e->pl_last = -1;
   if (any_mm) { /* image rows and M-RoPE positions of the batch */
     sm_mm_scratch *sc = e->mms ? e->mms : (e->mms = sm_xcalloc(1, sizeof *e->mms));
     bool rp = false;
@@ -660,7 +779,7 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
     b.attn_span = bidir ? sc->span : NULL;
   }
   int V = e->m->cfg.vocab_size;
-  bool sampling = tokens != NULL;
+  bool sampling = tokens != NULL || ticket != NULL;
   float *tmp = all_logits;
   if (!tmp && n_out && !sampling) {
     const size_t need = (size_t)n_out * (size_t)V;
@@ -680,11 +799,12 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
       if (done[i] && !all_logits && !sampling)
         memcpy(logits + (size_t)i * V, tmp + (size_t)out_of[i] * V, sizeof(float) * (size_t)V);
     }
-    if (sampling && total && e->before_sample) { /* host work while the device computes the step */
+    if (sampling && !ticket && total && e->before_sample) { /* host work while the device computes the step */
       if (e->m->be->submit) e->m->be->submit(e->m->be);
       e->before_sample(e->before_sample_arg);
     }
-    if (sampling && total) st = sample_rows(e, seqs, n, out_of, n_out, smp, tokens, logits);
+    if (ticket) st = sample_launch(e, seqs, n, out_of, n_out, smp, ticket);
+    else if (sampling && total) st = sample_rows(e, seqs, n, out_of, n_out, smp, tokens, logits);
   }
   free(out_of);
   free(take);
@@ -711,6 +831,7 @@ static smelt_status launch_async(sm_engine *e, sm_seq *s, sm_sampler *smp, bool 
     e->b_pos = sm_xrealloc(e->b_pos, sizeof(int32_t));
     e->b_seq = sm_xrealloc(e->b_seq, sizeof(int32_t));
     e->b_out = sm_xrealloc(e->b_out, sizeof(int32_t));
+    e->b_feed = sm_xrealloc(e->b_feed, sizeof(int32_t));
   }
   if (e->max_blocks > e->b_table_cap) {
     e->b_table_cap = e->max_blocks;

@@ -19,8 +19,10 @@ typedef struct {
   bool prefix_cache;    /* reuse full blocks of identical prefixes (default true) */
   bool host_sample;     /* sample on the host even where the backend has a sample op (default false;
                          * the cli and server set it from SMELT_HOST_SAMPLE=1) */
-  bool pipeline;        /* sm_engine_decode may queue step k+1 before token k is read back (default
-                         * true; SMELT_PIPELINE=0 at the edge turns it off) */
+  bool pipeline;        /* sm_engine_decode and the server may queue step k+1 before token k is read
+                         * back (default true; SMELT_PIPELINE=0 at the edge turns it off) */
+  bool pipeline_always; /* pipelined batch steps also on a backend that runs every op to its end (the
+                         * CPU), where they gain nothing: for tests (SMELT_PIPELINE=always) */
 } sm_engine_params;
 
 void sm_engine_params_default(sm_engine_params *p);
@@ -72,6 +74,26 @@ smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, u
  * host_sample) download the logits and sample on the host, with the same result. */
 smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, int32_t *tokens, float *logits,
                                    uint8_t *done);
+/* Pipelined batch steps (the server's engine thread; sm_engine_batch_pipeline says whether the
+ * engine takes them: a backend with sample_batch_async that queues its work, params.pipeline, no
+ * host_sample, no recurrent layers, one rank). sm_engine_step_launch computes the pending tokens of
+ * seqs like sm_engine_step_sample, every sequence with a sampler (none with penalties, a grammar mask
+ * or logit biases), and queues their sampling without waiting; *ticket names the launch and
+ * sm_engine_step_collect(ticket) waits and writes tokens[i] for each done[i] of it. Nothing is
+ * appended. Before collecting a launch the caller may launch the next step, in which a sequence that
+ * was done in the first continues with sm_seq_append_fed(row: its index in the first launch): a
+ * placeholder token that the device replaces by the token sampled for it, so that the step needs no
+ * round trip to the host. Once the token is collected, sm_seq_set_fed gives the sequence its value
+ * (the prefix cache registers the block then). At most two launches are outstanding; a step of any
+ * other kind in between ends the chain (a placeholder must refer to the launch right before its own).
+ * A sequence with a placeholder can be truncated before it (a token that ended its request). */
+bool sm_engine_batch_pipeline(const sm_engine *e);
+smelt_status sm_engine_step_launch(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, uint8_t *done, int *ticket);
+smelt_status sm_engine_step_collect(sm_engine *e, int ticket, int32_t *tokens);
+/* s has no pending tokens and no images; row: s's index in the launch before the next */
+smelt_status sm_seq_append_fed(sm_engine *e, sm_seq *s, int row);
+bool sm_seq_fed(const sm_seq *s); /* a placeholder waits for its value */
+void sm_seq_set_fed(sm_engine *e, sm_seq *s, int32_t tok);
 /* fn(arg) runs in every sm_engine_step_sample that samples, after the step's forward pass is
  * issued (and started on a device backend: backend.h submit) and before the samplers are read:
  * host work that the samplers need, such as grammar masks, overlaps the device's. NULL: none. */

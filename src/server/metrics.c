@@ -18,7 +18,7 @@ struct sm_metrics {
   pthread_mutex_t mu;
   req_series req[MAX_SERIES];
   int n_req;
-  uint64_t prompt_tokens, gen_tokens, cached_tokens, preemptions, cancelled, spec_drafted, spec_accepted;
+  uint64_t prompt_tokens, gen_tokens, cached_tokens, preemptions, cancelled, spec_drafted, spec_accepted, fed;
   sm_hist ttft, itl;
 };
 
@@ -86,6 +86,11 @@ void sm_metrics_cancel(sm_metrics *m) {
   m->cancelled++;
   pthread_mutex_unlock(&m->mu);
 }
+void sm_metrics_fed(sm_metrics *m, uint64_t n) {
+  pthread_mutex_lock(&m->mu);
+  m->fed += n;
+  pthread_mutex_unlock(&m->mu);
+}
 void sm_metrics_spec(sm_metrics *m, uint64_t drafted, uint64_t accepted) {
   pthread_mutex_lock(&m->mu);
   m->spec_drafted += drafted;
@@ -147,7 +152,7 @@ void sm_metrics_render_requests(sm_metrics *m, sm_buf *b) {
   if (f) fclose(f);
 }
 
-enum { C_PROMPT, C_GEN, C_CACHED, C_PREEMPT, C_CANCEL, C_DRAFTED, C_ACCEPTED, N_COUNTERS };
+enum { C_PROMPT, C_GEN, C_CACHED, C_PREEMPT, C_CANCEL, C_DRAFTED, C_ACCEPTED, C_FED, N_COUNTERS };
 static const struct {
   const char *name, *help;
 } k_counters[N_COUNTERS] = {
@@ -158,6 +163,7 @@ static const struct {
   {"smelt_requests_cancelled_total", "Requests cancelled by client disconnect."},
   {"smelt_spec_draft_tokens_total", "Speculative decoding: draft tokens proposed for verification."},
   {"smelt_spec_accepted_tokens_total", "Speculative decoding: draft tokens the model accepted."},
+  {"smelt_fed_tokens_total", "Tokens a step took from the step before it on the device (pipelined steps)."},
 };
 
 typedef struct {
@@ -174,6 +180,7 @@ static void take_snapshot(sm_metrics *m, snapshot *s) {
   s->c[C_CANCEL] = m->cancelled;
   s->c[C_DRAFTED] = m->spec_drafted;
   s->c[C_ACCEPTED] = m->spec_accepted;
+  s->c[C_FED] = m->fed;
   s->ttft = m->ttft;
   s->itl = m->itl;
   pthread_mutex_unlock(&m->mu);

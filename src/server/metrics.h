@@ -25,6 +25,8 @@ void sm_metrics_ttft(sm_metrics *m, double seconds);
 void sm_metrics_itl(sm_metrics *m, double seconds);
 void sm_metrics_preempt(sm_metrics *m);
 void sm_metrics_cancel(sm_metrics *m);
+/* pipelined steps: tokens a step took from the step before it on the device */
+void sm_metrics_fed(sm_metrics *m, uint64_t n);
 /* speculative decoding: draft tokens proposed and accepted */
 void sm_metrics_spec(sm_metrics *m, uint64_t drafted, uint64_t accepted);
 typedef struct {

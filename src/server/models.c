@@ -127,6 +127,8 @@ static sm_served *served_load(const sm_server_params *p, const char *dir, const 
   if (p->max_batch_tokens > 0) ep.max_batch_tokens = p->max_batch_tokens;
   ep.prefix_cache = !p->no_prefix_cache;
   ep.host_sample = p->host_sample;
+  ep.pipeline = !p->no_pipeline;
+  ep.pipeline_always = p->pipeline_always;
   if (sm_engine_create(sv->model, &ep, &sv->eng) != SMELT_OK) {
     snprintf(err, n_err, "could not create the engine: %s", smelt_last_error());
     goto fail;

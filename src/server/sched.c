@@ -515,6 +515,123 @@ static int spec_verify(sm_sched *s, sm_job *j, int ci, float *rows, int nrows, c
   return acc;
 }
 
+
+/* ---- pipelined steps ----
+ * With a backend that queues its work (sm_engine_batch_pipeline), a step whose choices all sample on the
+ * device without host state (no logprobs, grammar, penalties, logit biases, images or forks) is launched
+ * and its tokens are collected only after the next step is launched: the next step takes each continuing
+ * sequence's token from the device (sm_seq_append_fed), and the host detokenizes and publishes a step's
+ * tokens while the device computes the next. A choice that a token ends while the next step computes
+ * after it gets that step's token dropped and its placeholder truncated (pipe_drop), so its sequence
+ * and outputs are those of the step-by-step loop. */
+typedef struct {
+  bool live;
+  int n, ticket;
+  uint64_t serial;
+  sm_seq **seqs;
+  sm_job **job;
+  sm_choice **ch;
+  uint8_t *done;
+  int32_t *tok;
+} sm_pstep;
+
+static void pstep_init(sm_pstep *p, int cap) {
+  memset(p, 0, sizeof *p);
+  p->seqs = sm_xmalloc(sizeof(sm_seq *) * (size_t)cap);
+  p->job = sm_xmalloc(sizeof(sm_job *) * (size_t)cap);
+  p->ch = sm_xmalloc(sizeof(sm_choice *) * (size_t)cap);
+  p->done = sm_xmalloc((size_t)cap);
+  p->tok = sm_xmalloc(sizeof(int32_t) * (size_t)cap);
+}
+static void pstep_free(sm_pstep *p) {
+  free(p->seqs);
+  free(p->job);
+  free(p->ch);
+  free(p->done);
+  free(p->tok);
+}
+
+/* a choice whose next token can be fed on the device (nothing on the host needs it first) */
+static bool choice_feedable(const sm_job *j, int i) {
+  const sm_choice *c = &j->ch[i];
+  const smelt_sampling *p = &c->sampler.p;
+  const bool pen = (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) || p->frequency_penalty != 0 ||
+                   p->presence_penalty != 0;
+  return !j->req.logprobs && !(i == 0 && j->fork_pending) && !c->gs && !c->sampler.mask && !c->sampler.n_bias && !pen &&
+         !j->n_spans;
+}
+
+static bool job_inflight(const sm_job *j) {
+  for (int i = 0; i < j->n; i++)
+    if (j->ch[i].inflight) return true;
+  return false;
+}
+
+/* mu NOT held: wait for launch p's tokens and publish them (all under one lock), as the step-by-step
+ * loop's processing does; publish false: drop them (the step's results are not used). Returns 0, or
+ * PS_FAILED when the tokens could not be collected, PS_UNTRUSTED when after_step refused the step (msg
+ * says why; nothing is published). */
+enum { PS_FAILED = 1, PS_UNTRUSTED = 2 };
+static int pstep_collect(sm_sched *s, sm_pstep *p, bool publish, sm_tokpub *pub, int *pubk, char *msg, size_t nmsg) {
+  p->live = false;
+  smelt_status st = sm_engine_step_collect(s->eng, p->ticket, p->tok);
+  int rc = 0;
+  if (st) {
+    snprintf(msg, nmsg, "engine step failed: %s", sm_errmsg());
+    rc = PS_FAILED;
+  } else if (publish && s->after_step && s->after_step(s->after_step_arg, msg, nmsg)) {
+    rc = PS_UNTRUSTED;
+  }
+  const bool ok = rc == 0;
+  int npub = 0;
+  for (int k = 0; k < p->n; k++) {
+    sm_choice *c = p->ch[k];
+    c->inflight--;
+    if (!p->done[k]) continue;
+    if (c->pipe_drop || !ok || !publish) { /* the choice ended before this token: drop it and its input */
+      if (sm_seq_fed(c->seq) || c->pipe_drop) sm_seq_truncate(s->eng, c->seq, sm_seq_len(c->seq) - 1);
+      c->pipe_drop = false;
+      continue;
+    }
+    sm_job *j = p->job[k];
+    const int ci = (int)(c - j->ch);
+    tok_prepare(s, j, ci, NULL, p->tok[k], NULL, NULL, -1, &pub[npub]);
+    pubk[npub++] = k;
+  }
+  if (npub) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < npub; i++) {
+      const int k = pubk[i];
+      sm_choice *c = p->ch[k];
+      if (p->job[k]->cancelled) c->finish = c->finish ? c->finish : SM_FIN_LENGTH; /* nothing more is sent */
+      else tok_publish(s, p->job[k], c, &pub[i]);
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < npub; i++) {
+      const int k = pubk[i];
+      sm_choice *c = p->ch[k];
+      const bool fed = sm_seq_fed(c->seq);
+      if (fed) sm_seq_set_fed(s->eng, c->seq, pub[i].rec.id);
+      tok_done(s, p->job[k], c, &pub[i], !fed);
+      if (fed && c->finish) c->pipe_drop = true; /* the launch after this one computes past its end */
+    }
+  }
+  return rc;
+}
+
+/* mu held, nothing in flight: the jobs after a pstep_collect that returned rc (as the step-by-step loop
+ * does after a failed or untrusted step) */
+static void pstep_fail(sm_sched *s, int rc, const char *msg) {
+  if (rc == PS_UNTRUSTED) {
+    s->fatal = true;
+    snprintf(s->fatal_msg, sizeof s->fatal_msg, "%s", msg);
+    fail_all_now(s, 500, msg);
+    return;
+  }
+  fprintf(stderr, "smelt serve: %s\n", msg);
+  while (s->n_active) job_fail(s, s->active[0], 500, msg);
+}
+
 static void *engine_main(void *arg) {
   sm_sched *s = arg;
   int cap = s->parallel;
@@ -541,13 +658,30 @@ static void *engine_main(void *arg) {
   int *pubk = sm_xmalloc(sizeof(int) * (size_t)cap);
   float *rows = NULL;
   size_t rows_cap = 0;
+  /* pipelined steps: the launch not yet collected (ps[pc]) and the one being built */
+  const bool pipe = sm_engine_batch_pipeline(s->eng) && !s->spec.on;
+  sm_pstep ps[2];
+  pstep_init(&ps[0], cap);
+  pstep_init(&ps[1], cap);
+  int pc = 0;
+  uint64_t serial = 0;
+  char pmsg[256];
 
   pthread_mutex_lock(&s->mu);
-  while (!s->stopping) {
-    /* drop cancelled jobs */
+  while (!s->stopping || ps[pc].live) {
+    /* a launch in flight is collected before anything that needs the engine idle */
+    if (ps[pc].live && (s->stopping || s->fail_pending || s->fatal ||
+                        (s->qhead && (s->qhead->slot_op || s->qhead->req.kind == SM_EP_EMBEDDINGS)))) {
+      pthread_mutex_unlock(&s->mu);
+      const int rc = pstep_collect(s, &ps[pc], true, pub, pubk, pmsg, sizeof pmsg);
+      pthread_mutex_lock(&s->mu);
+      if (rc) pstep_fail(s, rc, pmsg);
+      goto free_finished;
+    }
+    /* drop cancelled jobs (once no launch in flight holds their sequences) */
     for (int i = 0; i < s->n_active;) {
       sm_job *j = s->active[i];
-      if (j->cancelled) {
+      if (j->cancelled && !job_inflight(j)) {
         if (j->fork_pending) {
           s->active_seqs -= j->n - 1;
           j->fork_pending = false;
@@ -580,6 +714,7 @@ static void *engine_main(void *arg) {
     if (s->fatal) fail_all_now(s, 500, s->fatal_msg);
     while (s->qhead && !s->admit_blocked) {
       sm_job *j = s->qhead;
+      if (ps[pc].live && (j->slot_op || j->req.kind == SM_EP_EMBEDDINGS)) break; /* after the collection */
       int need = 0;
       for (int i = 0; i < j->n && !j->slot_op; i++) need += !j->ch[i].finish;
       if (s->n_active > 0 && s->active_seqs + need > s->parallel) break;
@@ -610,6 +745,7 @@ static void *engine_main(void *arg) {
     int n = 0;
     for (int a = 0; a < s->n_active; a++) {
       sm_job *j = s->active[a];
+      if (j->cancelled) continue; /* finished once its sequences leave the launch in flight */
       for (int i = 0; i < j->n && n < cap; i++)
         if (j->ch[i].seq && !j->ch[i].finish) {
           seqs[n] = j->ch[i].seq;
@@ -625,13 +761,83 @@ static void *engine_main(void *arg) {
     for (int a = 0; a < s->n_active;) {
       sm_job *j = s->active[a];
       bool any = false;
-      for (int i = 0; i < j->n; i++) any |= !j->ch[i].finish;
+      for (int i = 0; i < j->n; i++) any |= !j->ch[i].finish || j->ch[i].inflight;
       if (!any) job_finish(s, j);
       else a++;
     }
-    if (n <= 0) continue;
+    if (n <= 0 && !ps[pc].live) continue;
     pthread_mutex_unlock(&s->mu);
     for (int k = 0; k < n; k++) bch[k] = &bjob[k]->ch[bci[k]];
+    if (pipe) {
+      bool feedable = n > 0;
+      for (int k = 0; k < n && feedable; k++) feedable = choice_feedable(bjob[k], bci[k]);
+      sm_pstep *P = &ps[pc], *Q = &ps[1 - pc];
+      if (feedable) {
+        /* the next launch: a sequence whose token P computes takes it on the device; one whose P token
+         * is its last by length gets none (its request ends with that token) */
+        bool any = false;
+        uint64_t n_fed = 0;
+        for (int k = 0; k < n; k++) {
+          sm_choice *c = bch[k];
+          if (P->live && c->pl_serial == P->serial && P->done[c->pl_row] && sm_seq_pending(seqs[k]) == 0 &&
+              c->n_gen + 1 < bjob[k]->max_tokens && sm_seq_append_fed(s->eng, seqs[k], c->pl_row) == SMELT_OK)
+            n_fed++; /* (fails at the context limit: the token then comes from the host) */
+          any |= sm_seq_pending(seqs[k]) > 0;
+        }
+        smelt_status st = SMELT_OK;
+        if (any) {
+          memset(Q->done, 0, (size_t)n);
+          st = sm_engine_step_launch(s->eng, seqs, n, bsmp, Q->done, &Q->ticket);
+          if (st)
+            for (int k = 0; k < n; k++)
+              if (sm_seq_fed(seqs[k])) sm_seq_truncate(s->eng, seqs[k], sm_seq_len(seqs[k]) - 1);
+        }
+        if (any && !st) {
+          if (n_fed) sm_metrics_fed(s->metrics, n_fed);
+          Q->live = true;
+          Q->n = n;
+          Q->serial = ++serial;
+          for (int k = 0; k < n; k++) {
+            Q->seqs[k] = seqs[k];
+            Q->job[k] = bjob[k];
+            Q->ch[k] = bch[k];
+            bch[k]->inflight++;
+            bch[k]->pl_serial = Q->serial;
+            bch[k]->pl_row = k;
+          }
+        }
+        const int rc = P->live ? pstep_collect(s, P, true, pub, pubk, pmsg, sizeof pmsg) : 0;
+        if (any && !st) pc = 1 - pc;
+        if (rc) { /* what is still in flight is dropped */
+          char m2[256];
+          if (ps[pc].live) pstep_collect(s, &ps[pc], false, pub, pubk, m2, sizeof m2);
+          pthread_mutex_lock(&s->mu);
+          pstep_fail(s, rc, pmsg);
+          goto free_finished;
+        }
+        if (st == SMELT_ERR_OOM) {
+          pthread_mutex_lock(&s->mu);
+          preempt_newest(s);
+          continue;
+        }
+        if (st) {
+          char msg[256];
+          snprintf(msg, sizeof msg, "engine step failed: %s", sm_errmsg());
+          fprintf(stderr, "smelt serve: %s\n", msg);
+          pthread_mutex_lock(&s->mu);
+          while (s->n_active) job_fail(s, s->active[0], 500, msg);
+          continue;
+        }
+        pthread_mutex_lock(&s->mu);
+        goto free_finished;
+      }
+      if (P->live) { /* a step that needs the host first: the launch in flight is collected */
+        const int rc = pstep_collect(s, P, true, pub, pubk, pmsg, sizeof pmsg);
+        pthread_mutex_lock(&s->mu);
+        if (rc) pstep_fail(s, rc, pmsg);
+        goto free_finished;
+      }
+    }
     memset(done, 0, (size_t)n);
     /* speculative decoding: draft tokens for the choices that may have them, within the step's
      * token budget (every sequence computes at least one token) */
@@ -747,12 +953,13 @@ static void *engine_main(void *arg) {
     }
     if (n_drafted) sm_metrics_spec(s->metrics, (uint64_t)n_drafted, n_accepted);
     pthread_mutex_lock(&s->mu);
-    /* free the KV of finished choices right away */
-    for (int k = 0; k < n; k++) {
-      sm_job *j = bjob[k];
+  free_finished:
+    /* free the KV of finished choices right away (not while a launch in flight computes it) */
+    for (int a = 0; a < s->n_active; a++) {
+      sm_job *j = s->active[a];
       for (int i = 0; i < j->n; i++) {
         sm_choice *c = &j->ch[i];
-        if (c->finish && c->seq) {
+        if (c->finish && c->seq && !c->inflight) {
           drop_seq(s, c, true);
           s->admit_blocked = false;
         }
@@ -781,6 +988,8 @@ static void *engine_main(void *arg) {
   free(all);
   free(bch);
   sm_step_masks_free(smk);
+  pstep_free(&ps[0]);
+  pstep_free(&ps[1]);
   free(pub);
   free(pubk);
   free(rows);

@@ -48,6 +48,13 @@ typedef struct {
   uint32_t *mask;       /* allowed tokens for the next sample, valid when mask_ok */
   bool mask_ok;
   double t_last;
+  /* pipelined steps (engine thread): launches not collected that hold the sequence, the serial and row of
+   * the latest launch that held it; pipe_drop: the choice ended while a launch computed its next token,
+   * which is dropped (and its placeholder truncated) when that launch is collected */
+  int inflight;
+  uint64_t pl_serial;
+  int pl_row;
+  bool pipe_drop;
   /* streaming progress, kept by the HTTP side */
   size_t sent;  /* content bytes sent */
   size_t rsent; /* reasoning bytes sent */

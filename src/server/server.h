@@ -48,6 +48,8 @@ typedef struct {
   const char *master_addr; /* HOST:PORT of node 0 */
   int kv_type;             /* smelt_kv_type of the KV cache (0: f16) */
   bool host_sample;        /* sample on the host, not the device (SMELT_HOST_SAMPLE) */
+  bool no_pipeline;        /* no pipelined steps (SMELT_PIPELINE=0) */
+  bool pipeline_always;    /* pipelined steps on the CPU too (SMELT_PIPELINE=always: tests) */
   /* connections */
   int max_conns;                /* open connections in all (default 1024) */
   int max_conns_per_ip;         /* per client address (default 256; 0 = no limit) */

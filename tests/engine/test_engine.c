@@ -325,6 +325,101 @@ int main(int argc, char **argv) {
                    .feed_token = 1};
     CHECK(M->be->set_batch(M->be, &fb) == SMELT_ERR_UNSUPPORTED, "cpu set_batch rejects feed_token");
   }
+  /* 7. pipelined batch steps (SMELT_PIPELINE=always on the CPU): a step launched before the previous one's
+   * tokens are collected, its inputs fed from them, gives the tokens and sequences of the stepwise loop;
+   * the prefix cache registers a block of fed tokens with their real values */
+  {
+    sm_engine_params pp;
+    sm_engine_params_default(&pp);
+    pp.max_seqs = 4;
+    pp.max_context = 128;
+    pp.max_batch_tokens = 64;
+    sm_engine *pe = NULL;
+    CHECK(!sm_engine_batch_pipeline(e), "no pipelined batch steps on the CPU unless asked");
+    pp.pipeline_always = true;
+    enum { NG = 10 };
+    int32_t got[2][2][NG], fin[2][2][64];
+    int flen[2][2];
+    bool ran = true;
+    for (int mode = 0; mode < 2 && ran; mode++) { /* an engine each: the second finds no block of the first */
+      ran = sm_engine_create(M, &pp, &pe) == SMELT_OK && sm_engine_batch_pipeline(pe);
+      CHECK(ran, "pipelined engine: %s", smelt_last_error());
+      if (!ran) break;
+      smelt_sampling sp;
+      smelt_sampling_default(&sp);
+      sp.temperature = 0.9f;
+      sm_sampler sm2[2];
+      sm_sampler *ps[2] = {&sm2[0], &sm2[1]};
+      sm_seq *q[2] = {sm_seq_new(pe), sm_seq_new(pe)};
+      for (int k = 0; k < 2; k++) {
+        sp.seed = 21 + (uint64_t)k;
+        sm_sampler_init(&sm2[k], &sp, V);
+      }
+      sm_seq_append(pe, q[0], a, 30);
+      sm_seq_append(pe, q[1], b, 9);
+      int n[2] = {0, 0};
+      if (mode == 0) { /* step by step */
+        while (n[0] < NG || n[1] < NG) {
+          int32_t tk[2];
+          uint8_t dn[2] = {0, 0};
+          CHECK(sm_engine_step_sample(pe, q, 2, ps, tk, NULL, dn) == SMELT_OK, "step: %s", smelt_last_error());
+          for (int k = 0; k < 2; k++)
+            if (dn[k]) {
+              got[0][k][n[k]++] = tk[k];
+              if (n[k] < NG) sm_seq_append(pe, q[k], &tk[k], 1);
+            }
+        }
+      } else { /* pipelined: launch i + 1 (fed from launch i), then collect launch i */
+        uint8_t dn[2][2];
+        int tick[2] = {-1, -1}, cur = 0;
+        bool live = false;
+        CHECK(sm_engine_step_launch(pe, q, 2, ps, dn[cur], &tick[cur]) == SMELT_OK, "launch: %s", smelt_last_error());
+        live = true;
+        while (live) {
+          const int nx = 1 - cur;
+          bool any = false;
+          for (int k = 0; k < 2; k++)
+            if (dn[cur][k] && n[k] + 1 < NG) any |= sm_seq_append_fed(pe, q[k], k) == SMELT_OK;
+          if (any)
+            CHECK(sm_engine_step_launch(pe, q, 2, ps, dn[nx], &tick[nx]) == SMELT_OK, "launch: %s", smelt_last_error());
+          int32_t tk[2];
+          CHECK(sm_engine_step_collect(pe, tick[cur], tk) == SMELT_OK, "collect: %s", smelt_last_error());
+          for (int k = 0; k < 2; k++) {
+            if (!dn[cur][k]) continue;
+            got[1][k][n[k]++] = tk[k];
+            if (sm_seq_fed(q[k])) sm_seq_set_fed(pe, q[k], tk[k]);
+            else if (n[k] < NG) sm_seq_append(pe, q[k], &tk[k], 1);
+          }
+          live = any;
+          cur = nx;
+        }
+      }
+      for (int k = 0; k < 2; k++) {
+        CHECK(n[k] == NG, "mode %d seq %d: %d tokens", mode, k, n[k]);
+        flen[mode][k] = sm_seq_len(q[k]);
+        memcpy(fin[mode][k], sm_seq_tokens(q[k]), sizeof(int32_t) * (size_t)flen[mode][k]);
+      }
+      if (mode == 1) { /* q[0]'s blocks of fed tokens were registered with their values */
+        sm_seq_free(pe, q[0]);
+        sm_seq *r = sm_seq_new(pe);
+        sm_seq_append(pe, r, fin[1][0], flen[1][0]);
+        const int reused = sm_seq_use_prefix_cache(pe, r);
+        CHECK(reused == 32, "prefix cache after fed tokens: %d of %d reused (want 32)", reused, flen[1][0]);
+        sm_seq_free(pe, r);
+        sm_seq_free(pe, q[1]);
+      } else {
+        sm_seq_free(pe, q[0]);
+        sm_seq_free(pe, q[1]);
+      }
+      sm_engine_free(pe);
+    }
+    for (int k = 0; k < 2 && ran; k++) {
+      CHECK(!memcmp(got[0][k], got[1][k], sizeof(int32_t) * NG), "pipelined seq %d: other tokens", k);
+      CHECK(flen[0][k] == flen[1][k] && flen[0][k] == (k ? 9 : 30) + NG - 1 &&
+              !memcmp(fin[0][k], fin[1][k], sizeof(int32_t) * (size_t)flen[0][k]),
+            "pipelined seq %d: sequence of %d tokens vs %d", k, flen[1][k], flen[0][k]);
+    }
+  }
   sm_engine_free(e);
   free(lg);
   free(ra);

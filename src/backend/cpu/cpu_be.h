@@ -69,6 +69,12 @@ typedef struct {
   int n_s;
   float *sbv;
   int32_t *sbi;
+  /* sample_batch_async: the tokens of the last two calls (slot 0 / 1), run to the end at once; last: the
+   * slot of the latest (-1: none), which a batch's feed_rows read */
+  int32_t *bs_tok[2];
+  int bs_n[2], bs_cap[2];
+  bool bs_live[2];
+  int bs_next, bs_last;
   /* tensor parallelism (cpu_comm.c): the group's shared block, this process's rank */
   void *comm;
   size_t comm_bytes;

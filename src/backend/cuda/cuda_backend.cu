@@ -171,6 +171,65 @@ static smelt_status be_sample_wait(sm_backend *be, int slot, int32_t *token) {
   return SMELT_OK;
 }
 
+/* pipelined batch steps: the sample op of n_req requests into slot k's device tokens, then their
+ * copy to the slot's pinned host buffer, without waiting */
+static smelt_status be_sample_batch_async(sm_backend *be, const float *logits, int n_rows, int vocab,
+                                          const sm_sample_req *req, int n_req, int *slot) {
+  cuda_be *c = CB(be);
+  const int k = c->bs_next;
+  if (c->bs_live[k]) return sm_err(SMELT_ERR_INVALID, "cuda: two sample_batch_async results not waited for");
+  if (n_req < 0) return sm_err(SMELT_ERR_INVALID, "cuda: %d sample requests", n_req);
+  if (!c->bs_ev[k] && cudaEventCreateWithFlags(&c->bs_ev[k], cudaEventDisableTiming) != cudaSuccess) {
+    cudaGetLastError();
+    c->bs_ev[k] = NULL;
+    return sm_err(SMELT_ERR_BACKEND, "cuda: pipelined sampling event");
+  }
+  if (n_req > c->bs_cap[k]) { /* slot k is not the latest: nothing queued reads its buffers */
+    cu_flush(c);
+    cudaStreamSynchronize(c->s);
+    if (c->bs_d[k]) cudaFree(c->bs_d[k]);
+    if (c->bs_h[k]) cudaFreeHost(c->bs_h[k]);
+    c->bs_d[k] = c->bs_h[k] = NULL;
+    c->bs_cap[k] = 0;
+    const int cap = SM_MAX(n_req, 64);
+    if (cudaMalloc(&c->bs_d[k], sizeof(int32_t) * (size_t)cap) != cudaSuccess ||
+        cudaMallocHost(&c->bs_h[k], sizeof(int32_t) * (size_t)cap) != cudaSuccess) {
+      cudaGetLastError();
+      return sm_err(SMELT_ERR_OOM, "cuda: pipelined sampling buffers");
+    }
+    c->bs_cap[k] = cap;
+  }
+  cu_flush(c);
+  if (n_req) {
+    smelt_status st = cu_sample(logits, n_rows, vocab, req, n_req, NULL, c->s, c->dev, c->bs_d[k], c->t.walk_bps);
+    if (st) return st;
+    if (!cu_ck(c, cudaMemcpyAsync(c->bs_h[k], c->bs_d[k], sizeof(int32_t) * (size_t)n_req, cudaMemcpyDeviceToHost, c->s),
+               "token download"))
+      return SMELT_ERR_BACKEND;
+  }
+  if (!cu_ck(c, cudaEventRecord(c->bs_ev[k], c->s), "event")) return SMELT_ERR_BACKEND;
+  c->bs_n[k] = n_req;
+  c->bs_live[k] = true;
+  c->bs_last = k;
+  c->bs_next = 1 - k;
+  *slot = k;
+  return SMELT_OK;
+}
+static smelt_status be_sample_batch_wait(sm_backend *be, int slot, int32_t *tokens) {
+  cuda_be *c = CB(be);
+  if (slot < 0 || slot > 1 || !c->bs_live[slot]) return sm_err(SMELT_ERR_INVALID, "cuda: no batch sample in slot %d", slot);
+  c->bs_live[slot] = false;
+  if (!cu_ck(c, cudaEventSynchronize(c->bs_ev[slot]), "sample wait")) return SMELT_ERR_BACKEND;
+  if (c->bs_n[slot]) memcpy(tokens, c->bs_h[slot], sizeof(int32_t) * (size_t)c->bs_n[slot]);
+  cu_stats_collect(c);
+  return SMELT_OK;
+}
+/* fed tokens (feed_rows): the uploaded token -1 - r becomes row r of the latest batch sample */
+__global__ void k_feed_tokens(int32_t *tok, int n, const int32_t *samp) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < n && tok[t] < 0) tok[t] = samp[-1 - tok[t]];
+}
+
 /* ================= weights ================= */
 static smelt_status be_prepare_weight(sm_backend *be, sm_weight *w) {
   cuda_be *c = CB(be);
@@ -264,6 +323,16 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
     memcpy(h + o_pos, b->pos, (size_t)n * 4);
     memcpy(h + o_seq, b->seq, (size_t)n * 4);
   }
+  bool fed = false; /* feed_rows: the token section carries -1 - row, resolved on the device after the upload */
+  if (b->feed_rows)
+    for (int t = 0; t < n; t++) {
+      const int r = b->feed_rows[t];
+      if (r < 0) continue;
+      if (c->bs_last < 0 || r >= c->bs_n[c->bs_last])
+        return sm_err(SMELT_ERR_INVALID, "cuda: token %d fed from row %d of no sample_batch_async", t, r);
+      h[o_tok + t] = -1 - r;
+      fed = true;
+    }
   if (b->n_out) memcpy(h + o_out, b->out_rows, (size_t)b->n_out * 4);
   if (nt) memcpy(h + o_table, b->block_table, nt * 4);
   int32_t *tiles = h + o_tiles;
@@ -332,6 +401,10 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
       return SMELT_ERR_BACKEND;
     cudaEventRecord(c->meta_ev, c->s);
     c->meta_ev_live = true;
+  }
+  if (fed) {
+    k_feed_tokens<<<(unsigned)((n + 255) / 256), 256, 0, c->s>>>(c->d_tokens, n, c->bs_d[c->bs_last]);
+    if (!cu_ck(c, cudaGetLastError(), "fed tokens")) return SMELT_ERR_BACKEND;
   }
   cu_tl_mark(c, 1);
   /* widened attention (bidirectional image tokens): its own copy, read by the attention op */
@@ -716,6 +789,11 @@ static void be_destroy(sm_backend *be) {
     cudaEventDestroy(c->feed_ev[0]);
     cudaEventDestroy(c->feed_ev[1]);
   }
+  for (int k = 0; k < 2; k++) {
+    if (c->bs_d[k]) cudaFree(c->bs_d[k]);
+    if (c->bs_h[k]) cudaFreeHost(c->bs_h[k]);
+    if (c->bs_ev[k]) cudaEventDestroy(c->bs_ev[k]);
+  }
   if (c->s) cudaStreamDestroy(c->s);
   free(c);
 }
@@ -745,6 +823,7 @@ extern "C" sm_backend *sm_cuda_backend_create_opts(int device, const sm_backend_
   }
   cuda_be *c = (cuda_be *)sm_xcalloc(1, sizeof *c);
   c->dev = device;
+  c->bs_last = -1;
   c->n_sm = prop.multiProcessorCount;
   c->smem_optin = prop.sharedMemPerBlockOptin;
   c->arch = prop.major * 10 + prop.minor;
@@ -818,6 +897,9 @@ extern "C" sm_backend *sm_cuda_backend_create_opts(int device, const sm_backend_
   b->sample = be_sample; /* device sampling (cuda_sample.cu) */
   b->sample_async = be_sample_async;
   b->sample_wait = be_sample_wait;
+  b->sample_batch_async = be_sample_batch_async;
+  b->sample_batch_wait = be_sample_batch_wait;
+  b->async = true;
   cu_moe_install(b); /* mixture-of-experts ops, attention sinks (cuda_moe.cu) */
   cu_mla_install(b); /* multi-head latent attention (cuda_mla.cu) */
   cu_comm_install(b); /* tensor-parallel collectives (cuda_comm.cu) */
