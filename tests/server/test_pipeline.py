@@ -4,8 +4,9 @@ read back, its continuing sequences' input tokens taken on the device, gives the
 step-by-step loop (SMELT_PIPELINE=0) for requests sent together: greedy and seeded sampling, max_tokens
 of 1 to 40, stop strings, EOS, streaming, more requests than sequences (admitted while a step is in
 flight), the prefix cache, and requests whose choices need the host first (logprobs, n > 1), which
-end the pipeline for their steps. A client that hangs up mid-stream leaves no KV blocks behind, and
-smelt_fed_tokens_total counts the fed tokens (none without pipelining).
+end the pipeline for their steps, and a KV cache too small for the requests together (a launch runs out
+of blocks: the newest request is preempted and recomputed). A client that hangs up mid-stream leaves no
+KV blocks behind, and smelt_fed_tokens_total counts the fed tokens (none without pipelining).
 
 Equality needs one-token and batched steps to round alike, and a batch's composition changes with
 pipelining (a sequence that ends stays one step longer): the CPU servers run with
@@ -173,6 +174,24 @@ def main():
     finally:
         step.stop()
         pipe.stop()
+    # a KV cache too small for the requests together: a launch runs out of blocks (its placeholders are
+    # taken back, the launch in flight collected, the newest request preempted and recomputed later)
+    tiny = Server(True, "--kv-blocks", "10", "-c", "160")
+    try:
+        long_bs = [{"prompt": p, "max_tokens": 60, "ignore_eos": True, **(GREEDY if i % 2 else SEEDED)}
+                   for i, p in enumerate(PROMPTS[:4])]
+        ref_srv = Server(False)
+        try:
+            ref = run_all(ref_srv, long_bs)
+        finally:
+            ref_srv.stop()
+        compare("preempted", ref, run_all(tiny, long_bs))
+        pre = tiny.metric("smelt_preemptions_total")
+        check(pre is not None and pre > 0, "small KV cache: no preemption (%s)" % pre)
+        print("preemptions: %d" % pre)
+        wait_idle(tiny, "after preemptions")
+    finally:
+        tiny.stop()
     if FAILS:
         print("%d failures" % len(FAILS), file=sys.stderr)
         sys.exit(1)
