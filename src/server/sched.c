@@ -1,6 +1,6 @@
 /* The scheduler of `smelt serve`: job lifecycle, admission, preemption and the engine thread
  * (see sched.h). */
-#include "server/sched.h"
+#include "server/sched_int.h"
 #include "server/pcache.h"
 #include "server/sched_masks.h"
 #include "server/spec.h"
@@ -59,8 +59,6 @@ static bool is_eos(const sm_sched *s, int32_t t) {
   return false;
 }
 
-static void job_fail(sm_sched *s, sm_job *j, int status, const char *msg);
-static void fail_all_now(sm_sched *s, int status, const char *msg);
 
 /* under mu: the lowest free slot for choice c (GET /slots, POST /slots/{id}) */
 static void take_slot(sm_sched *s, sm_choice *c) {
@@ -107,7 +105,7 @@ static void remove_active(sm_sched *s, sm_job *j) {
 }
 
 /* under mu: the job is complete (all choices finished) or failed; leaves the engine */
-static void job_finish(sm_sched *s, sm_job *j) {
+void sm_sched_job_finish(sm_sched *s, sm_job *j) {
   release_seqs(s, j, true);
   if (j->active) remove_active(s, j);
   j->done = true;
@@ -119,11 +117,11 @@ static void job_finish(sm_sched *s, sm_job *j) {
   sm_job_unref(s, j); /* the engine's reference */
 }
 
-static void job_fail(sm_sched *s, sm_job *j, int status, const char *msg) {
+void sm_sched_job_fail(sm_sched *s, sm_job *j, int status, const char *msg) {
   j->failed = true;
   j->fail_status = status;
   snprintf(j->errmsg, sizeof j->errmsg, "%s", msg);
-  job_finish(s, j);
+  sm_sched_job_finish(s, j);
 }
 
 static void update_safe(sm_sched *s, sm_job *j, sm_choice *c) {
@@ -240,32 +238,32 @@ static void run_embeddings(sm_sched *s, sm_job *j) {
   pthread_mutex_lock(&s->mu);
   if (st) {
     free(emb);
-    job_fail(s, j, st == SMELT_ERR_OOM ? 503 : 500, msg);
+    sm_sched_job_fail(s, j, st == SMELT_ERR_OOM ? 503 : 500, msg);
     return;
   }
   j->emb = emb;
   j->emb_dim = D;
   for (int i = 0; i < j->n; i++) j->ch[i].finish = SM_FIN_STOP;
-  job_finish(s, j);
+  sm_sched_job_finish(s, j);
 }
 
 /* under mu (released for the file): a slot action, at once */
 static void run_slot_op(sm_sched *s, sm_job *j) {
   const int id = j->slot_id;
   if (id < 0 || id >= s->parallel) { /* checked by the HTTP side */
-    job_fail(s, j, 400, "no such slot");
+    sm_sched_job_fail(s, j, 400, "no such slot");
     return;
   }
   if (j->slot_op != SM_SLOT_SAVE && s->slot_busy[id]) {
     char msg[64];
     snprintf(msg, sizeof msg, "slot %d is busy", id);
-    job_fail(s, j, 503, msg);
+    sm_sched_job_fail(s, j, 503, msg);
     return;
   }
   if (j->slot_op == SM_SLOT_ERASE) {
     j->slot_tokens = s->slot_n[id];
     s->slot_n[id] = 0;
-    job_finish(s, j);
+    sm_sched_job_finish(s, j);
     return;
   }
   const double t0 = sm_now();
@@ -293,12 +291,12 @@ static void run_slot_op(sm_sched *s, sm_job *j) {
     }
   }
   j->slot_ms = (sm_now() - t0) * 1000;
-  if (st) job_fail(s, j, st == SMELT_ERR_OOM ? 503 : st == SMELT_ERR_IO ? 500 : 400, msg);
-  else job_finish(s, j);
+  if (st) sm_sched_job_fail(s, j, st == SMELT_ERR_OOM ? 503 : st == SMELT_ERR_IO ? 500 : 400, msg);
+  else sm_sched_job_finish(s, j);
 }
 
 /* under mu: requeue the newest active job (KV exhausted) */
-static void preempt_newest(sm_sched *s) {
+void sm_sched_preempt_newest(sm_sched *s) {
   sm_job *nj = NULL;
   for (int i = 0; i < s->n_active; i++)
     if (!nj || s->active[i]->seq_no > nj->seq_no) nj = s->active[i];
@@ -308,7 +306,7 @@ static void preempt_newest(sm_sched *s) {
     bool any_gen = false;
     for (int i = 0; i < nj->n; i++) any_gen |= nj->ch[i].n_gen > 0;
     if (!any_gen) {
-      job_fail(s, nj, 400, "the prompt does not fit in the KV cache");
+      sm_sched_job_fail(s, nj, 400, "the prompt does not fit in the KV cache");
       return;
     }
     for (int i = 0; i < nj->n; i++) {
@@ -318,7 +316,7 @@ static void preempt_newest(sm_sched *s) {
         update_safe(s, nj, c);
       }
     }
-    job_finish(s, nj);
+    sm_sched_job_finish(s, nj);
     return;
   }
   /* the reserved fork slots are given back with the sequences */
@@ -346,24 +344,9 @@ static void end_choice(sm_sched *s, sm_job *j, sm_choice *c) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* A token of a choice in three parts, so that a step's tokens are published under one lock of the
- * scheduler mutex (the HTTP threads that stream them take it too): tok_prepare (engine thread, mu
- * NOT held) samples it when a logits row is given and makes its text; tok_publish (mu held) adds
- * it to the choice's published state, ends the choice where it should and wakes the request;
- * tok_done (mu NOT held) frees the text and appends the token to the sequence. */
-typedef struct {
-  sm_tokrec rec;
-  char *piece, *tail;
-  size_t plen, tlen;
-  bool eos, at_len, grammar_end;
-  double now;
-} sm_tokpub;
-
-/* Sample one token for choice ci of job j from logits row (modified), or, when row is NULL, take
- * tok, already sampled on the backend (sm_engine_step_sample); the sampler sees the first hist
- * tokens of the sequence (-1: all). Returns the token. */
-static int32_t tok_prepare(sm_sched *s, sm_job *j, int ci, float *row, int32_t tok, float *lpbuf, int32_t *topbuf,
-                           int hist, sm_tokpub *p) {
+/* a token in three parts (sched_int.h) */
+int32_t sm_sched_tok_prepare(sm_sched *s, sm_job *j, int ci, float *row, int32_t tok, float *lpbuf, int32_t *topbuf,
+                             int hist, sm_tokpub *p) {
   sm_choice *c = &j->ch[ci];
   memset(p, 0, sizeof *p);
   if (row && j->req.logprobs) sm_log_softmax(row, s->vocab, lpbuf);
@@ -407,7 +390,7 @@ static int32_t tok_prepare(sm_sched *s, sm_job *j, int ci, float *row, int32_t t
   return tok;
 }
 
-static void tok_publish(sm_sched *s, sm_job *j, sm_choice *c, sm_tokpub *p) {
+void sm_sched_tok_publish(sm_sched *s, sm_job *j, sm_choice *c, sm_tokpub *p) {
   if (!j->first_token) {
     j->first_token = true;
     sm_metrics_ttft(s->metrics, p->now - j->t_arrival);
@@ -451,7 +434,7 @@ static void tok_publish(sm_sched *s, sm_job *j, sm_choice *c, sm_tokpub *p) {
   job_signal(j);
 }
 
-static void tok_done(sm_sched *s, sm_job *j, sm_choice *c, sm_tokpub *p, bool append) {
+void sm_sched_tok_done(sm_sched *s, sm_job *j, sm_choice *c, sm_tokpub *p, bool append) {
   free(p->piece);
   free(p->tail);
   if (!c->finish && append) {
@@ -464,11 +447,11 @@ static void tok_done(sm_sched *s, sm_job *j, sm_choice *c, sm_tokpub *p, bool ap
 static int32_t process_token_at(sm_sched *s, sm_job *j, int ci, float *row, int32_t tok, float *lpbuf, int32_t *topbuf,
                                 int hist, bool append) {
   sm_tokpub p;
-  tok = tok_prepare(s, j, ci, row, tok, lpbuf, topbuf, hist, &p);
+  tok = sm_sched_tok_prepare(s, j, ci, row, tok, lpbuf, topbuf, hist, &p);
   pthread_mutex_lock(&s->mu);
-  tok_publish(s, j, &j->ch[ci], &p);
+  sm_sched_tok_publish(s, j, &j->ch[ci], &p);
   pthread_mutex_unlock(&s->mu);
-  tok_done(s, j, &j->ch[ci], &p, append);
+  sm_sched_tok_done(s, j, &j->ch[ci], &p, append);
   return tok;
 }
 
@@ -516,122 +499,6 @@ static int spec_verify(sm_sched *s, sm_job *j, int ci, float *rows, int nrows, c
 }
 
 
-/* ---- pipelined steps ----
- * With a backend that queues its work (sm_engine_batch_pipeline), a step whose choices all sample on the
- * device without host state (no logprobs, grammar, penalties, logit biases, images or forks) is launched
- * and its tokens are collected only after the next step is launched: the next step takes each continuing
- * sequence's token from the device (sm_seq_append_fed), and the host detokenizes and publishes a step's
- * tokens while the device computes the next. A choice that a token ends while the next step computes
- * after it gets that step's token dropped and its placeholder truncated (pipe_drop), so its sequence
- * and outputs are those of the step-by-step loop. */
-typedef struct {
-  bool live;
-  int n, ticket;
-  uint64_t serial;
-  sm_seq **seqs;
-  sm_job **job;
-  sm_choice **ch;
-  uint8_t *done;
-  int32_t *tok;
-} sm_pstep;
-
-static void pstep_init(sm_pstep *p, int cap) {
-  memset(p, 0, sizeof *p);
-  p->seqs = sm_xmalloc(sizeof(sm_seq *) * (size_t)cap);
-  p->job = sm_xmalloc(sizeof(sm_job *) * (size_t)cap);
-  p->ch = sm_xmalloc(sizeof(sm_choice *) * (size_t)cap);
-  p->done = sm_xmalloc((size_t)cap);
-  p->tok = sm_xmalloc(sizeof(int32_t) * (size_t)cap);
-}
-static void pstep_free(sm_pstep *p) {
-  free(p->seqs);
-  free(p->job);
-  free(p->ch);
-  free(p->done);
-  free(p->tok);
-}
-
-/* a choice whose next token can be fed on the device (nothing on the host needs it first) */
-static bool choice_feedable(const sm_job *j, int i) {
-  const sm_choice *c = &j->ch[i];
-  const smelt_sampling *p = &c->sampler.p;
-  const bool pen = (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) || p->frequency_penalty != 0 ||
-                   p->presence_penalty != 0;
-  return !j->req.logprobs && !(i == 0 && j->fork_pending) && !c->gs && !c->sampler.mask && !c->sampler.n_bias && !pen &&
-         !j->n_spans;
-}
-
-static bool job_inflight(const sm_job *j) {
-  for (int i = 0; i < j->n; i++)
-    if (j->ch[i].inflight) return true;
-  return false;
-}
-
-/* mu NOT held: wait for launch p's tokens and publish them (all under one lock), as the step-by-step
- * loop's processing does; publish false: drop them (the step's results are not used). Returns 0, or
- * PS_FAILED when the tokens could not be collected, PS_UNTRUSTED when after_step refused the step (msg
- * says why; nothing is published). */
-enum { PS_FAILED = 1, PS_UNTRUSTED = 2 };
-static int pstep_collect(sm_sched *s, sm_pstep *p, bool publish, sm_tokpub *pub, int *pubk, char *msg, size_t nmsg) {
-  p->live = false;
-  smelt_status st = sm_engine_step_collect(s->eng, p->ticket, p->tok);
-  int rc = 0;
-  if (st) {
-    snprintf(msg, nmsg, "engine step failed: %s", sm_errmsg());
-    rc = PS_FAILED;
-  } else if (publish && s->after_step && s->after_step(s->after_step_arg, msg, nmsg)) {
-    rc = PS_UNTRUSTED;
-  }
-  const bool ok = rc == 0;
-  int npub = 0;
-  for (int k = 0; k < p->n; k++) {
-    sm_choice *c = p->ch[k];
-    c->inflight--;
-    if (!p->done[k]) continue;
-    if (c->pipe_drop || !ok || !publish) { /* the choice ended before this token: drop it and its input */
-      if (sm_seq_fed(c->seq) || c->pipe_drop) sm_seq_truncate(s->eng, c->seq, sm_seq_len(c->seq) - 1);
-      c->pipe_drop = false;
-      continue;
-    }
-    sm_job *j = p->job[k];
-    const int ci = (int)(c - j->ch);
-    tok_prepare(s, j, ci, NULL, p->tok[k], NULL, NULL, -1, &pub[npub]);
-    pubk[npub++] = k;
-  }
-  if (npub) {
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < npub; i++) {
-      const int k = pubk[i];
-      sm_choice *c = p->ch[k];
-      if (p->job[k]->cancelled) c->finish = c->finish ? c->finish : SM_FIN_LENGTH; /* nothing more is sent */
-      else tok_publish(s, p->job[k], c, &pub[i]);
-    }
-    pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < npub; i++) {
-      const int k = pubk[i];
-      sm_choice *c = p->ch[k];
-      const bool fed = sm_seq_fed(c->seq);
-      if (fed) sm_seq_set_fed(s->eng, c->seq, pub[i].rec.id);
-      tok_done(s, p->job[k], c, &pub[i], !fed);
-      if (fed && c->finish) c->pipe_drop = true; /* the launch after this one computes past its end */
-    }
-  }
-  return rc;
-}
-
-/* mu held, nothing in flight: the jobs after a pstep_collect that returned rc (as the step-by-step loop
- * does after a failed or untrusted step) */
-static void pstep_fail(sm_sched *s, int rc, const char *msg) {
-  if (rc == PS_UNTRUSTED) {
-    s->fatal = true;
-    snprintf(s->fatal_msg, sizeof s->fatal_msg, "%s", msg);
-    fail_all_now(s, 500, msg);
-    return;
-  }
-  fprintf(stderr, "smelt serve: %s\n", msg);
-  while (s->n_active) job_fail(s, s->active[0], 500, msg);
-}
-
 static void *engine_main(void *arg) {
   sm_sched *s = arg;
   int cap = s->parallel;
@@ -658,35 +525,26 @@ static void *engine_main(void *arg) {
   int *pubk = sm_xmalloc(sizeof(int) * (size_t)cap);
   float *rows = NULL;
   size_t rows_cap = 0;
-  /* pipelined steps: the launch not yet collected (ps[pc]) and the one being built */
-  const bool pipe = sm_engine_batch_pipeline(s->eng) && !s->spec.on;
-  sm_pstep ps[2];
-  pstep_init(&ps[0], cap);
-  pstep_init(&ps[1], cap);
-  int pc = 0;
-  uint64_t serial = 0;
-  char pmsg[256];
+  sm_pipe pipe; /* pipelined steps (sched_pipe.c) */
+  sm_pipe_init(&pipe, s, cap);
 
   pthread_mutex_lock(&s->mu);
-  while (!s->stopping || ps[pc].live) {
+  while (!s->stopping || sm_pipe_live(&pipe)) {
     /* a launch in flight is collected before anything that needs the engine idle */
-    if (ps[pc].live && (s->stopping || s->fail_pending || s->fatal ||
-                        (s->qhead && (s->qhead->slot_op || s->qhead->req.kind == SM_EP_EMBEDDINGS)))) {
-      pthread_mutex_unlock(&s->mu);
-      const int rc = pstep_collect(s, &ps[pc], true, pub, pubk, pmsg, sizeof pmsg);
-      pthread_mutex_lock(&s->mu);
-      if (rc) pstep_fail(s, rc, pmsg);
+    if (sm_pipe_live(&pipe) && (s->stopping || s->fail_pending || s->fatal ||
+                                (s->qhead && (s->qhead->slot_op || s->qhead->req.kind == SM_EP_EMBEDDINGS)))) {
+      sm_pipe_drain(s, &pipe);
       goto free_finished;
     }
     /* drop cancelled jobs (once no launch in flight holds their sequences) */
     for (int i = 0; i < s->n_active;) {
       sm_job *j = s->active[i];
-      if (j->cancelled && !job_inflight(j)) {
+      if (j->cancelled && !sm_job_inflight(j)) {
         if (j->fork_pending) {
           s->active_seqs -= j->n - 1;
           j->fork_pending = false;
         }
-        job_finish(s, j);
+        sm_sched_job_finish(s, j);
       } else i++;
     }
     for (sm_job **pp = &s->qhead, *prev = NULL; *pp;) {
@@ -709,12 +567,12 @@ static void *engine_main(void *arg) {
     if (s->n_active == 0) s->admit_blocked = false;
     if (s->fail_pending) {
       s->fail_pending = false;
-      fail_all_now(s, s->fail_status, s->fail_msg);
+      sm_sched_fail_all_now(s, s->fail_status, s->fail_msg);
     }
-    if (s->fatal) fail_all_now(s, 500, s->fatal_msg);
+    if (s->fatal) sm_sched_fail_all_now(s, 500, s->fatal_msg);
     while (s->qhead && !s->admit_blocked) {
       sm_job *j = s->qhead;
-      if (ps[pc].live && (j->slot_op || j->req.kind == SM_EP_EMBEDDINGS)) break; /* after the collection */
+      if (sm_pipe_live(&pipe) && (j->slot_op || j->req.kind == SM_EP_EMBEDDINGS)) break; /* after the collection */
       int need = 0;
       for (int i = 0; i < j->n && !j->slot_op; i++) need += !j->ch[i].finish;
       if (s->n_active > 0 && s->active_seqs + need > s->parallel) break;
@@ -733,7 +591,7 @@ static void *engine_main(void *arg) {
       }
       if (!admit(s, j)) {
         release_seqs(s, j, false);
-        job_fail(s, j, 503, "could not allocate a sequence for the request");
+        sm_sched_job_fail(s, j, 503, "could not allocate a sequence for the request");
       }
     }
     sm_engine_get_stats(s->eng, &s->stats);
@@ -762,82 +620,15 @@ static void *engine_main(void *arg) {
       sm_job *j = s->active[a];
       bool any = false;
       for (int i = 0; i < j->n; i++) any |= !j->ch[i].finish || j->ch[i].inflight;
-      if (!any) job_finish(s, j);
+      if (!any) sm_sched_job_finish(s, j);
       else a++;
     }
-    if (n <= 0 && !ps[pc].live) continue;
+    if (n <= 0 && !sm_pipe_live(&pipe)) continue;
     pthread_mutex_unlock(&s->mu);
     for (int k = 0; k < n; k++) bch[k] = &bjob[k]->ch[bci[k]];
-    if (pipe) {
-      bool feedable = n > 0;
-      for (int k = 0; k < n && feedable; k++) feedable = choice_feedable(bjob[k], bci[k]);
-      sm_pstep *P = &ps[pc], *Q = &ps[1 - pc];
-      if (feedable) {
-        /* the next launch: a sequence whose token P computes takes it on the device; one whose P token
-         * is its last by length gets none (its request ends with that token) */
-        bool any = false;
-        uint64_t n_fed = 0;
-        for (int k = 0; k < n; k++) {
-          sm_choice *c = bch[k];
-          if (P->live && c->pl_serial == P->serial && P->done[c->pl_row] && sm_seq_pending(seqs[k]) == 0 &&
-              c->n_gen + 1 < bjob[k]->max_tokens && sm_seq_append_fed(s->eng, seqs[k], c->pl_row) == SMELT_OK)
-            n_fed++; /* (fails at the context limit: the token then comes from the host) */
-          any |= sm_seq_pending(seqs[k]) > 0;
-        }
-        smelt_status st = SMELT_OK;
-        if (any) {
-          memset(Q->done, 0, (size_t)n);
-          st = sm_engine_step_launch(s->eng, seqs, n, bsmp, Q->done, &Q->ticket);
-          if (st)
-            for (int k = 0; k < n; k++)
-              if (sm_seq_fed(seqs[k])) sm_seq_truncate(s->eng, seqs[k], sm_seq_len(seqs[k]) - 1);
-        }
-        if (any && !st) {
-          if (n_fed) sm_metrics_fed(s->metrics, n_fed);
-          Q->live = true;
-          Q->n = n;
-          Q->serial = ++serial;
-          for (int k = 0; k < n; k++) {
-            Q->seqs[k] = seqs[k];
-            Q->job[k] = bjob[k];
-            Q->ch[k] = bch[k];
-            bch[k]->inflight++;
-            bch[k]->pl_serial = Q->serial;
-            bch[k]->pl_row = k;
-          }
-        }
-        const int rc = P->live ? pstep_collect(s, P, true, pub, pubk, pmsg, sizeof pmsg) : 0;
-        if (any && !st) pc = 1 - pc;
-        if (rc) { /* what is still in flight is dropped */
-          char m2[256];
-          if (ps[pc].live) pstep_collect(s, &ps[pc], false, pub, pubk, m2, sizeof m2);
-          pthread_mutex_lock(&s->mu);
-          pstep_fail(s, rc, pmsg);
-          goto free_finished;
-        }
-        if (st == SMELT_ERR_OOM) {
-          pthread_mutex_lock(&s->mu);
-          preempt_newest(s);
-          continue;
-        }
-        if (st) {
-          char msg[256];
-          snprintf(msg, sizeof msg, "engine step failed: %s", sm_errmsg());
-          fprintf(stderr, "smelt serve: %s\n", msg);
-          pthread_mutex_lock(&s->mu);
-          while (s->n_active) job_fail(s, s->active[0], 500, msg);
-          continue;
-        }
-        pthread_mutex_lock(&s->mu);
-        goto free_finished;
-      }
-      if (P->live) { /* a step that needs the host first: the launch in flight is collected */
-        const int rc = pstep_collect(s, P, true, pub, pubk, pmsg, sizeof pmsg);
-        pthread_mutex_lock(&s->mu);
-        if (rc) pstep_fail(s, rc, pmsg);
-        goto free_finished;
-      }
-    }
+    const int pr = sm_pipe_step(s, &pipe, n, seqs, bjob, bci, bch, bsmp);
+    if (pr == SM_PIPE_LOCKED) goto free_finished;
+    if (pr == SM_PIPE_RETRY) continue;
     memset(done, 0, (size_t)n);
     /* speculative decoding: draft tokens for the choices that may have them, within the step's
      * token budget (every sequence computes at least one token) */
@@ -883,7 +674,7 @@ static void *engine_main(void *arg) {
     }
     if (st == SMELT_ERR_OOM) {
       pthread_mutex_lock(&s->mu);
-      preempt_newest(s);
+      sm_sched_preempt_newest(s);
       continue;
     }
     if (st != SMELT_OK) {
@@ -891,7 +682,7 @@ static void *engine_main(void *arg) {
       snprintf(msg, sizeof msg, "engine step failed: %s", sm_errmsg());
       fprintf(stderr, "smelt serve: %s\n", msg);
       pthread_mutex_lock(&s->mu);
-      while (s->n_active) job_fail(s, s->active[0], 500, msg);
+      while (s->n_active) sm_sched_job_fail(s, s->active[0], 500, msg);
       continue;
     }
     char fmsg[sizeof((sm_job *)0)->errmsg];
@@ -900,7 +691,7 @@ static void *engine_main(void *arg) {
       pthread_mutex_lock(&s->mu);
       s->fatal = true;
       snprintf(s->fatal_msg, sizeof s->fatal_msg, "%s", fmsg);
-      fail_all_now(s, 500, fmsg);
+      sm_sched_fail_all_now(s, 500, fmsg);
       continue;
     }
     uint64_t n_accepted = 0;
@@ -914,7 +705,7 @@ static void *engine_main(void *arg) {
         continue;
       }
       if (!n_drafted && bsmp[k]) { /* published below, all under one lock */
-        tok_prepare(s, j, bci[k], NULL, btok[k], lpbuf, topbuf, -1, &pub[npub]);
+        sm_sched_tok_prepare(s, j, bci[k], NULL, btok[k], lpbuf, topbuf, -1, &pub[npub]);
         pubk[npub++] = k;
         continue;
       }
@@ -947,9 +738,9 @@ static void *engine_main(void *arg) {
     }
     if (npub) {
       pthread_mutex_lock(&s->mu);
-      for (int i = 0; i < npub; i++) tok_publish(s, bjob[pubk[i]], bch[pubk[i]], &pub[i]);
+      for (int i = 0; i < npub; i++) sm_sched_tok_publish(s, bjob[pubk[i]], bch[pubk[i]], &pub[i]);
       pthread_mutex_unlock(&s->mu);
-      for (int i = 0; i < npub; i++) tok_done(s, bjob[pubk[i]], bch[pubk[i]], &pub[i], true);
+      for (int i = 0; i < npub; i++) sm_sched_tok_done(s, bjob[pubk[i]], bch[pubk[i]], &pub[i], true);
     }
     if (n_drafted) sm_metrics_spec(s->metrics, (uint64_t)n_drafted, n_accepted);
     pthread_mutex_lock(&s->mu);
@@ -967,7 +758,7 @@ static void *engine_main(void *arg) {
     }
   }
   /* shutdown: fail everything still around */
-  fail_all_now(s, 503, "server is shutting down");
+  sm_sched_fail_all_now(s, 503, "server is shutting down");
   pthread_mutex_unlock(&s->mu);
   free(logits);
   free(tmp);
@@ -988,8 +779,7 @@ static void *engine_main(void *arg) {
   free(all);
   free(bch);
   sm_step_masks_free(smk);
-  pstep_free(&ps[0]);
-  pstep_free(&ps[1]);
+  sm_pipe_free(&pipe);
   free(pub);
   free(pubk);
   free(rows);
@@ -1169,14 +959,14 @@ void sm_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
 }
 
 /* under mu, engine thread (or after it stopped): sequences are freed here */
-static void fail_all_now(sm_sched *s, int status, const char *msg) {
+void sm_sched_fail_all_now(sm_sched *s, int status, const char *msg) {
   while (s->n_active) {
     sm_job *j = s->active[0];
     if (j->fork_pending) {
       s->active_seqs -= j->n - 1;
       j->fork_pending = false;
     }
-    job_fail(s, j, status, msg);
+    sm_sched_job_fail(s, j, status, msg);
   }
   while (s->qhead) {
     sm_job *j = s->qhead;
