@@ -23,9 +23,9 @@ int32_t sm_sched_tok_prepare(sm_sched *s, sm_job *j, int ci, float *row, int32_t
 void sm_sched_tok_publish(sm_sched *s, sm_job *j, sm_choice *c, sm_tokpub *p);
 void sm_sched_tok_done(sm_sched *s, sm_job *j, sm_choice *c, sm_tokpub *p, bool append);
 /* mu held: */
-void sm_sched_job_finish(sm_sched *s, sm_job *j);                           /* complete or failed: leaves */
+void sm_sched_job_finish(sm_sched *s, sm_job *j);                            /* complete or failed: leaves */
 void sm_sched_job_fail(sm_sched *s, sm_job *j, int status, const char *msg); /* ... with an error */
-void sm_sched_fail_all_now(sm_sched *s, int status, const char *msg);       /* every job, queued or running */
+void sm_sched_fail_all_now(sm_sched *s, int status, const char *msg);        /* every job, queued or running */
 void sm_sched_preempt_newest(sm_sched *s); /* the newest job's sequences freed, the job requeued */
 
 /* ---- pipelined steps (sched_pipe.c) ---- */

@@ -411,6 +411,8 @@ int main(int argc, char **argv) {
         sm_seq_free(pe, q[0]);
         sm_seq_free(pe, q[1]);
       }
+      sm_sampler_free(&sm2[0]);
+      sm_sampler_free(&sm2[1]);
       sm_engine_free(pe);
     }
     for (int k = 0; k < 2 && ran; k++) {
