@@ -108,7 +108,9 @@ static void usage(FILE *f) {
        "  the log file. Exit status: 0 stopped by a signal, 1 could not start, 2 bad usage,\n"
        "  3 stopped by a fatal error (a weights file changed while mapped).\n"
        "Environment (overridden by flags): LLAMA_ARG_HOST, LLAMA_ARG_PORT, LLAMA_ARG_MODEL,\n"
-       "  LLAMA_ARG_CTX_SIZE, LLAMA_ARG_N_PARALLEL, LLAMA_ARG_API_KEY, LLAMA_ARG_THREADS, LLAMA_ARG_ALIAS\n");
+       "  LLAMA_ARG_CTX_SIZE, LLAMA_ARG_N_PARALLEL, LLAMA_ARG_API_KEY, LLAMA_ARG_THREADS, LLAMA_ARG_ALIAS;\n"
+       "  SMELT_PIPELINE=0: run each step after the last one's tokens are read back (on a GPU the next step\n"
+       "  is launched first; the outputs are the same); SMELT_HOST_SAMPLE=1: sample on the host\n");
 }
 
 static bool parse_secs(const char *s, double lo, double hi, double *out) {
