@@ -1,11 +1,14 @@
-"""What the Python server tests (test_hardening.py, test_spec.py) share: their failure list and
-check(), and a `smelt serve` process on an ephemeral port, found from its "listening on" line."""
+"""What the Python server tests (test_hardening.py, test_spec.py, test_pipeline.py) share: their failure
+list and check(), and a `smelt serve` process on an ephemeral port, found from its "listening on" line,
+with a JSON POST and a /metrics reading."""
+import json
 import os
 import re
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 FAILS = []
 LISTEN = r"listening on http://[^\s]+:(\d+)"
@@ -64,6 +67,19 @@ class Server:
 
     def text(self):
         return "".join(self.log)
+
+    def post(self, path, body):
+        """POST body as JSON; the response's text"""
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return r.read().decode()
+
+    def metric(self, name):
+        """an unlabelled series of /metrics, None when absent"""
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.port, timeout=30) as r:
+            m = re.search(r"^%s (\S+)$" % re.escape(name), r.read().decode(), re.M)
+        return float(m.group(1)) if m else None
 
     def wait(self, t):
         try:

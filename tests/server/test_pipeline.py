@@ -22,7 +22,6 @@ import os
 import re
 import sys
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import srvlib
@@ -45,12 +44,6 @@ class Server(srvlib.Server):
                 print("no usable %s device: skipped\n%s" % (DEVICE, e.log))
                 sys.exit(77)
             raise
-
-    def post(self, path, body):
-        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=300) as r:
-            return r.read().decode()
 
     def complete(self, body):
         if body.get("stream"):
@@ -81,11 +74,6 @@ class Server(srvlib.Server):
             usage = ev.get("usage") or usage
         c.close()
         return {"choices": [{"text": text, "finish_reason": finish}], "usage": usage}
-
-    def metric(self, name):
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.port, timeout=30) as r:
-            m = re.search(r"^%s (\S+)$" % re.escape(name), r.read().decode(), re.M)
-        return float(m.group(1)) if m else None
 
 
 PROMPTS = ["In the beginning God created", "The module defines the following functions:", "And it came to pass",

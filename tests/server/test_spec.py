@@ -50,19 +50,8 @@ class Server(srvlib.Server):
                 sys.exit(77)
             raise
 
-    def post(self, path, body):
-        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=300) as r:
-            return r.read().decode()
-
     def complete(self, body):
         return json.loads(self.post("/v1/completions", body))
-
-    def metric(self, name):
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.port, timeout=30) as r:
-            m = re.search(r"^%s (\S+)$" % re.escape(name), r.read().decode(), re.M)
-        return float(m.group(1)) if m else None
 
 
 PROMPTS = ["In the beginning God created", "The module defines the following functions:", "And it came to pass",
