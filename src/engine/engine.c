@@ -1,68 +1,15 @@
 /* Paged KV cache, prefix cache and continuous-batch stepping; for hybrid models also the sequences'
  * recurrent state slots (state.h): taken at a sequence's first step, copied by fork, rewound by
  * truncation to a snapshot (or recomputed from the start). Prefix caching is off for such models:
- * reusing KV blocks needs the recurrent state at the block boundary, which is not kept. */
-#include "engine/engine.h"
+ * reusing KV blocks needs the recurrent state at the block boundary, which is not kept. The pipelined
+ * steps (a step queued before the previous one's token is read back) are in engine_pipe.c. */
+#include "engine/engine_int.h"
 #include "engine/mm.h"
 #include "engine/sampler.h"
 #include "engine/state.h"
 #include <stdlib.h>
 #include <string.h>
 #include "backend/kv_quant.h"
-
-struct sm_seq {
-  int32_t *tok;
-  int n_tok, cap_tok;
-  int n_done; /* tokens whose K/V are in the cache */
-  int32_t *blk;
-  int n_blk;               /* physical block ids (max_blocks capacity) */
-  uint64_t *bhash;         /* chain hash of each full, registered-or-hashed block */
-  int n_hashed;            /* full blocks whose hash has been computed */
-  int slot;                /* hybrid models: recurrent state slot (-1 until the first step) */
-  int snap_slot, snap_pos; /* a snapshot of the state after snap_pos tokens (-1: none) */
-  sm_seq_mm *mm;           /* images (mm.h), NULL for text */
-  int fed_pos, fed_row;    /* pipelined batch steps: the position of a placeholder token that the device
-                            * takes from row fed_row of the launch before (-1: none) */
-};
-
-struct sm_engine {
-  smelt_model *m;
-  sm_engine_params p;
-  sm_kv_cache kv;
-  int max_blocks;   /* per sequence */
-  int *ref;         /* [n_blocks] */
-  uint64_t *hash;   /* [n_blocks] 0 = not in the prefix map */
-  uint64_t *parent; /* [n_blocks] parent chain hash (for verification) */
-  int32_t *btok;    /* [n_blocks * block_size] tokens of registered blocks */
-  int *free_stack;
-  int n_free; /* ref==0, not cached */
-  int *lru_prev, *lru_next;
-  int lru_head, lru_tail;
-  int n_cached; /* ref==0, cached */
-  int *map;
-  int map_cap; /* open addressing: block id or -1 (tombstone -2) */
-  uint64_t prefix_hits, tier_hits;
-  sm_prefix_tier tier; /* a second tier of the prefix cache (spill / fetch NULL: none) */
-  /* step scratch */
-  int32_t *b_tok, *b_pos, *b_seq, *b_out, *b_table;
-  int b_cap, b_table_cap;
-  float *lg_tmp; /* logits rows of a step before they are copied out (kept between steps) */
-  size_t lg_cap; /* floats */
-  bool rec;      /* the model has recurrent layers: state slots, no prefix cache */
-  sm_state_slots slots;
-  int32_t *b_slot;
-  int b_slot_cap;
-  sm_mm_scratch *mms;               /* image rows of a step (mm.h) */
-  void (*before_sample)(void *arg); /* sm_engine_set_before_sample */
-  void *before_sample_arg;
-  /* pipelined batch steps: per backend slot, the request each sequence of that launch was sampled as
-   * (-1: none) and the tokens collected; pl_last: the slot of the latest launch, -1 after any other
-   * step (placeholders refer to the launch right before theirs) */
-  int *pl_req[2], pl_n[2], pl_cap[2];
-  int32_t *pl_tok[2];
-  int pl_last;
-  int32_t *b_feed; /* step scratch: feed_rows */
-};
 
 void sm_engine_params_default(sm_engine_params *p) {
   memset(p, 0, sizeof *p);
@@ -136,7 +83,7 @@ static void lru_unlink(sm_engine *e, int b) {
   e->n_cached--;
 }
 
-static int block_alloc(sm_engine *e) {
+int sm_eng_block_alloc(sm_engine *e) {
   int b;
   if (e->n_free > 0) b = e->free_stack[--e->n_free];
   else if (e->lru_head >= 0) {
@@ -307,7 +254,7 @@ int sm_seq_use_prefix_cache(sm_engine *e, sm_seq *s) {
     uint64_t h = chain_hash(parent, t, bs);
     int b = map_find(e, h);
     if (b < 0 && e->tier.fetch && e->n_free + e->n_cached > 0) { /* the tier may hold it */
-      b = block_alloc(e);
+      b = sm_eng_block_alloc(e);
       if (!e->tier.fetch(e->tier.ud, e, b, h, parent, t)) {
         block_release(e, b);
         break;
@@ -346,7 +293,7 @@ static sm_seq *fork_rec(sm_engine *e, sm_seq *s) {
     c->blk[c->n_blk++] = s->blk[i];
   }
   if (partial) {
-    const int b = block_alloc(e);
+    const int b = sm_eng_block_alloc(e);
     sm_kv_copy_block(e->m, &e->kv, b, s->blk[full]);
     c->blk[c->n_blk++] = b;
   }
@@ -374,7 +321,7 @@ sm_seq *sm_seq_fork(sm_engine *e, sm_seq *s) {
 }
 
 /* After computing, hash & register newly full blocks of s. */
-static void register_full(sm_engine *e, sm_seq *s) {
+void sm_eng_register_full(sm_engine *e, sm_seq *s) {
   int bs = e->p.block_size, full = s->n_done / bs;
   if (s->fed_pos >= 0) full = SM_MIN(full, s->fed_pos / bs); /* a placeholder is not its token */
   while (s->n_hashed < full) {
@@ -393,19 +340,8 @@ static void register_full(sm_engine *e, sm_seq *s) {
   }
 }
 
-/* all_logits: a logits row after every computed token of the sequences with all[i] (all == NULL:
- * every sequence), rows in order; those sequences compute all their pending tokens first (row0[i],
- * nrows[i]: where their rows are; may be NULL) */
-typedef struct {
-  float *logits;
-  const uint8_t *all;
-  int *row0, *nrows;
-} step_rows;
-static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, const step_rows *rows,
-                         sm_sampler **smp, int32_t *tokens, int *ticket);
-
 smelt_status sm_engine_step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done) {
-  return step(e, seqs, n, logits, done, NULL, NULL, NULL, NULL);
+  return sm_eng_step(e, seqs, n, logits, done, NULL, NULL, NULL, NULL);
 }
 
 smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, int32_t *tokens, float *logits,
@@ -413,7 +349,7 @@ smelt_status sm_engine_step_sample(sm_engine *e, sm_seq **seqs, int n, sm_sample
   if (n > 0 && (!smp || !tokens)) return sm_err(SMELT_ERR_INVALID, "step_sample: samplers and tokens required");
   for (int i = 0; i < n; i++)
     if (!smp[i] && !logits) return sm_err(SMELT_ERR_INVALID, "step_sample: sequence %d needs a logits buffer", i);
-  return step(e, seqs, n, logits, done, NULL, smp, tokens, NULL);
+  return sm_eng_step(e, seqs, n, logits, done, NULL, smp, tokens, NULL);
 }
 
 smelt_status sm_engine_step_all(sm_engine *e, sm_seq *s, float *logits, int *n_rows) {
@@ -423,8 +359,8 @@ smelt_status sm_engine_step_all(sm_engine *e, sm_seq *s, float *logits, int *n_r
   if (pend > e->p.max_batch_tokens)
     return sm_err(SMELT_ERR_LIMIT, "%d pending tokens exceed the step budget %d", pend, e->p.max_batch_tokens);
   uint8_t done = 0;
-  step_rows r = {.logits = logits};
-  smelt_status st = step(e, &s, 1, NULL, &done, &r, NULL, NULL, NULL);
+  sm_step_rows r = {.logits = logits};
+  smelt_status st = sm_eng_step(e, &s, 1, NULL, &done, &r, NULL, NULL, NULL);
   if (!st) *n_rows = pend;
   return st;
 }
@@ -432,54 +368,8 @@ smelt_status sm_engine_step_all(sm_engine *e, sm_seq *s, float *logits, int *n_r
 smelt_status sm_engine_step_rows(sm_engine *e, sm_seq **seqs, int n, const uint8_t *all, float *logits, int *row0,
                                  int *nrows, uint8_t *done) {
   if (!all || !logits || !row0 || !nrows) return sm_err(SMELT_ERR_INVALID, "step_rows: all arguments are required");
-  step_rows r = {.logits = logits, .all = all, .row0 = row0, .nrows = nrows};
-  return step(e, seqs, n, NULL, done, &r, NULL, NULL, NULL);
-}
-
-bool sm_engine_batch_pipeline(const sm_engine *e) {
-  const sm_backend *be = e->m->be;
-  /* hybrid models: a dropped step would have advanced the recurrent state; split models: the other
-   * ranks do not see the fed tokens */
-  return be->sample_batch_async && be->sample_batch_wait && e->p.pipeline && (be->async || e->p.pipeline_always) &&
-         !e->p.host_sample && !e->rec && !e->m->tp;
-}
-
-smelt_status sm_engine_step_launch(sm_engine *e, sm_seq **seqs, int n, sm_sampler **smp, uint8_t *done, int *ticket) {
-  if (!ticket || (n > 0 && (!smp || !done))) return sm_err(SMELT_ERR_INVALID, "step_launch: arguments missing");
-  if (!sm_engine_batch_pipeline(e)) return sm_err(SMELT_ERR_UNSUPPORTED, "step_launch: no pipelined batch steps here");
-  *ticket = -1;
-  return step(e, seqs, n, NULL, done, NULL, smp, NULL, ticket);
-}
-
-smelt_status sm_engine_step_collect(sm_engine *e, int ticket, int32_t *tokens) {
-  if (ticket < 0 || ticket > 1) return sm_err(SMELT_ERR_INVALID, "step_collect: ticket %d", ticket);
-  sm_backend *be = e->m->be;
-  smelt_status st = be->sample_batch_wait(be, ticket, e->pl_tok[ticket]);
-  if (st) return st;
-  const int *map = e->pl_req[ticket];
-  for (int i = 0; i < e->pl_n[ticket]; i++)
-    if (map[i] >= 0) tokens[i] = e->pl_tok[ticket][map[i]];
-  return SMELT_OK;
-}
-
-smelt_status sm_seq_append_fed(sm_engine *e, sm_seq *s, int row) {
-  if (s->fed_pos >= 0 || s->n_done != s->n_tok || s->mm || row < 0)
-    return sm_err(SMELT_ERR_INVALID, "a fed token needs a computed sequence of text without one");
-  const int32_t ph = 0;
-  smelt_status st = sm_seq_append(e, s, &ph, 1);
-  if (st) return st;
-  s->fed_pos = s->n_tok - 1;
-  s->fed_row = row;
-  return SMELT_OK;
-}
-
-bool sm_seq_fed(const sm_seq *s) { return s->fed_pos >= 0; }
-
-void sm_seq_set_fed(sm_engine *e, sm_seq *s, int32_t tok) {
-  if (s->fed_pos < 0) return;
-  s->tok[s->fed_pos] = tok;
-  s->fed_pos = -1;
-  register_full(e, s);
+  sm_step_rows r = {.logits = logits, .all = all, .row0 = row0, .nrows = nrows};
+  return sm_eng_step(e, seqs, n, NULL, done, &r, NULL, NULL, NULL);
 }
 
 void sm_seq_checkpoint(sm_engine *e, sm_seq *s) {
@@ -570,46 +460,7 @@ static smelt_status sample_rows(sm_engine *e, sm_seq **seqs, int n, const int *o
   return st;
 }
 
-/* Launch mode: the sampling of every done sequence (all with samplers) is queued on the backend
- * (sample_batch_async) without waiting; *ticket: its slot, for sm_engine_step_collect. */
-static smelt_status sample_launch(sm_engine *e, sm_seq **seqs, int n, const int *out_of, int n_out, sm_sampler **smp,
-                                  int *ticket) {
-  smelt_model *m = e->m;
-  sm_backend *be = m->be;
-  sm_sample_req *req = sm_xmalloc(sizeof(sm_sample_req) * (size_t)(n ? n : 1));
-  int *map = sm_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
-  int nreq = 0;
-  smelt_status st = SMELT_OK;
-  for (int i = 0; i < n && !st; i++) {
-    map[i] = -1;
-    if (out_of[i] < 0) continue;
-    if (!smp[i]) {
-      st = sm_err(SMELT_ERR_INVALID, "step_launch: sequence %d has no sampler", i);
-      break;
-    }
-    sm_sampler_prepare(smp[i], sm_seq_tokens(seqs[i]), sm_seq_len(seqs[i]), &req[nreq]);
-    req[nreq].row = out_of[i];
-    map[i] = nreq++;
-  }
-  int slot = -1;
-  if (!st) st = be->sample_batch_async(be, m->logits, n_out, m->cfg.vocab_size, req, nreq, &slot);
-  if (!st) {
-    if (n > e->pl_cap[slot]) {
-      e->pl_cap[slot] = SM_MAX(n, 2 * e->pl_cap[slot]);
-      e->pl_req[slot] = sm_xrealloc(e->pl_req[slot], sizeof(int) * (size_t)e->pl_cap[slot]);
-      e->pl_tok[slot] = sm_xrealloc(e->pl_tok[slot], sizeof(int32_t) * (size_t)e->pl_cap[slot]);
-    }
-    if (n) memcpy(e->pl_req[slot], map, sizeof(int) * (size_t)n);
-    e->pl_n[slot] = n;
-    e->pl_last = slot;
-    *ticket = slot;
-  }
-  free(req);
-  free(map);
-  return st;
-}
-
-static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, const step_rows *rows,
+smelt_status sm_eng_step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, const sm_step_rows *rows,
                          sm_sampler **smp, int32_t *tokens, int *ticket) {
   int bs = e->p.block_size, budget = e->p.max_batch_tokens;
   if (n > e->p.max_seqs)
@@ -687,7 +538,7 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
   for (int i = 0; i < n; i++) {
     sm_seq *s = seqs[i];
     int nb = (s->n_done + take[i] + bs - 1) / bs;
-    while (s->n_blk < nb) s->blk[s->n_blk++] = block_alloc(e);
+    while (s->n_blk < nb) s->blk[s->n_blk++] = sm_eng_block_alloc(e);
   }
   if (total > e->b_cap) {
     e->b_cap = total;
@@ -794,7 +645,7 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
   if (st == SMELT_OK) {
     for (int i = 0; i < n; i++) {
       seqs[i]->n_done += take[i];
-      register_full(e, seqs[i]);
+      sm_eng_register_full(e, seqs[i]);
       done[i] = all_logits ? rows->nrows && rows->nrows[i] > 0 && seqs[i]->n_done == seqs[i]->n_tok : out_of[i] >= 0;
       if (done[i] && !all_logits && !sampling)
         memcpy(logits + (size_t)i * V, tmp + (size_t)out_of[i] * V, sizeof(float) * (size_t)V);
@@ -803,141 +654,13 @@ static smelt_status step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint
       if (e->m->be->submit) e->m->be->submit(e->m->be);
       e->before_sample(e->before_sample_arg);
     }
-    if (ticket) st = sample_launch(e, seqs, n, out_of, n_out, smp, ticket);
+    if (ticket) st = sm_eng_sample_launch(e, seqs, n, out_of, n_out, smp, ticket);
     else if (sampling && total) st = sample_rows(e, seqs, n, out_of, n_out, smp, tokens, logits);
   }
   free(out_of);
   free(take);
   return st;
 #undef ALL_ROWS
-}
-
-/* ---- pipelined single-sequence decode ---- */
-
-/* One decode step of s (exactly one pending token) with the token sampled by the backend's
- * sample_async: when feed, the pending token is a placeholder the backend replaces on the
- * device by the previous sample_async result. *slot: where sample_wait finds this one. */
-static smelt_status launch_async(sm_engine *e, sm_seq *s, sm_sampler *smp, bool feed, int *slot) {
-  int bs = e->p.block_size;
-  int p = s->n_done;
-  int nb = (p + 1 + bs - 1) / bs;
-  if (nb > s->n_blk) {
-    if (e->n_free + e->n_cached < nb - s->n_blk) return sm_err(SMELT_ERR_OOM, "KV cache full");
-    while (s->n_blk < nb) s->blk[s->n_blk++] = block_alloc(e);
-  }
-  if (e->b_cap < 1) {
-    e->b_cap = 1;
-    e->b_tok = sm_xrealloc(e->b_tok, sizeof(int32_t));
-    e->b_pos = sm_xrealloc(e->b_pos, sizeof(int32_t));
-    e->b_seq = sm_xrealloc(e->b_seq, sizeof(int32_t));
-    e->b_out = sm_xrealloc(e->b_out, sizeof(int32_t));
-    e->b_feed = sm_xrealloc(e->b_feed, sizeof(int32_t));
-  }
-  if (e->max_blocks > e->b_table_cap) {
-    e->b_table_cap = e->max_blocks;
-    e->b_table = sm_xrealloc(e->b_table, sizeof(int32_t) * (size_t)e->b_table_cap);
-  }
-  memcpy(e->b_table, s->blk, sizeof(int32_t) * (size_t)s->n_blk);
-  e->b_tok[0] = s->tok[p];
-  e->b_pos[0] = p;
-  e->b_seq[0] = 0;
-  e->b_out[0] = 0;
-  sm_batch b = {.n_tokens = 1,
-                .tokens = e->b_tok,
-                .pos = e->b_pos,
-                .seq = e->b_seq,
-                .n_seqs = 1,
-                .max_blocks = e->max_blocks,
-                .block_table = e->b_table,
-                .n_out = 1,
-                .out_rows = e->b_out,
-                .feed_token = feed};
-  smelt_status st = sm_model_forward(e->m, &e->kv, &b, NULL);
-  if (st) return st;
-  s->n_done++;
-  sm_sample_req req;
-  /* the history's last token may be the placeholder: only samplers without penalties get here */
-  sm_sampler_prepare(smp, s->tok, s->n_tok, &req);
-  sm_backend *be = e->m->be;
-  if ((st = be->sample_async(be, e->m->logits, 1, e->m->cfg.vocab_size, &req, slot))) s->n_done--;
-  return st;
-}
-
-static bool pipeline_ok(const sm_engine *e, const sm_sampler *smp) {
-  const sm_backend *be = e->m->be;
-  if (!e->p.pipeline) return false;
-  const smelt_sampling *p = &smp->p;
-  const bool pen = (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) || p->frequency_penalty != 0 ||
-                   p->presence_penalty != 0;
-  /* hybrid models: the dropped last step would have advanced the recurrent state */
-  return be->sample_async && be->sample_wait && !e->p.prefix_cache && !e->p.host_sample && !pen && !smp->mask &&
-         !smp->n_bias && !e->rec;
-}
-
-smelt_status sm_engine_decode(sm_engine *e, sm_seq *s, sm_sampler *smp, int32_t first, int max_new,
-                              bool (*emit)(void *ud, int32_t tok), void *ud, int *n_new) {
-  int n = 0;
-  if (n_new) *n_new = 0;
-  if (sm_seq_pending(s) != 0) return sm_err(SMELT_ERR_INVALID, "decode: the sequence has pending tokens");
-  if (max_new <= 0) return SMELT_OK;
-  smelt_status st = sm_seq_append(e, s, &first, 1);
-  if (st) return st;
-  if (!pipeline_ok(e, smp) || s->mm) { /* one step at a time */
-    while (n < max_new) {
-      uint8_t done = 0;
-      int32_t t = -1;
-      while (!done)
-        if ((st = sm_engine_step_sample(e, &s, 1, &smp, &t, NULL, &done))) return st;
-      n++;
-      if (n_new) *n_new = n;
-      if (!emit(ud, t) || n == max_new) break;
-      if ((st = sm_seq_append(e, s, &t, 1))) return st;
-    }
-    return SMELT_OK;
-  }
-  /* step k+1 is launched (its input token fed from step k's sample on the device) before
-   * token k is read back; when token k ends the run, step k+1 is dropped (truncate) */
-  sm_backend *be = e->m->be;
-  int sa = -1, sb = -1;
-  st = launch_async(e, s, smp, false, &sa);
-  while (!st) {
-    const int32_t ph = 0;
-    bool spec = n + 1 < max_new && s->n_tok < e->p.max_context;
-    uint64_t rng[4]; /* the generator before the speculative step's draw (restored if it is dropped) */
-    memcpy(rng, smp->rng, sizeof rng);
-    if (spec && (st = sm_seq_append(e, s, &ph, 1))) break;
-    if (spec && (st = launch_async(e, s, smp, true, &sb))) {
-      s->n_tok--; /* placeholder never computed */
-      break;
-    }
-    int32_t t = -1;
-    st = be->sample_wait(be, sa, &t);
-    sa = -1;
-    if (st) break;
-    if (spec) s->tok[s->n_tok - 1] = t;
-    n++;
-    if (n_new) *n_new = n;
-    const bool go = emit(ud, t) && n < max_new;
-    if (!go || !spec) {
-      if (spec) {
-        int32_t dummy;
-        st = be->sample_wait(be, sb, &dummy);
-        sb = -1;
-        memcpy(smp->rng, rng, sizeof rng);
-        smelt_status st2 = sm_seq_truncate(e, s, s->n_tok - 1);
-        if (!st) st = st2;
-      } else if (go) { /* context full: the stepwise loop's append fails the same way */
-        st = sm_seq_append(e, s, &t, 1);
-      }
-      break;
-    }
-    sa = sb;
-    sb = -1;
-  }
-  int32_t dummy;
-  if (sa >= 0) be->sample_wait(be, sa, &dummy);
-  if (sb >= 0) be->sample_wait(be, sb, &dummy);
-  return st;
 }
 
 void sm_engine_set_before_sample(sm_engine *e, void (*fn)(void *arg), void *arg) {
@@ -1016,7 +739,7 @@ smelt_status sm_seq_kv_reserve(sm_engine *e, sm_seq *s, int n) {
   const int nb = (n + e->p.block_size - 1) / e->p.block_size;
   if (nb > e->n_free + e->n_cached)
     return sm_err(SMELT_ERR_OOM, "KV cache full: need %d blocks, %d free", nb, e->n_free + e->n_cached);
-  while (s->n_blk < nb) s->blk[s->n_blk++] = block_alloc(e);
+  while (s->n_blk < nb) s->blk[s->n_blk++] = sm_eng_block_alloc(e);
   return SMELT_OK;
 }
 
@@ -1030,7 +753,7 @@ smelt_status sm_seq_kv_commit(sm_engine *e, sm_seq *s, int n) {
     return sm_err(SMELT_ERR_INVALID, "KV commit of %d tokens (sequence %d, reserved %d)", n, s->n_tok,
                   s->n_blk * e->p.block_size);
   s->n_done = n;
-  register_full(e, s);
+  sm_eng_register_full(e, s);
   return SMELT_OK;
 }
 
