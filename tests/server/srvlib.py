@@ -32,9 +32,19 @@ class StartError(RuntimeError):
 class Server:
     """`BIN serve --host 127.0.0.1 --port 0 ARGS...`; log_file: the server logs there (--log-file), not to
     stderr, and the port is read from it. Raises StartError (the process stopped) when no port is
-    announced within wait_s seconds."""
+    announced within wait_s seconds; with a device other than the CPU that the server could not use,
+    exits 77 (ctest's skip) instead."""
 
-    def __init__(self, binary, args, env=None, log_file=None, wait_s=30):
+    def __init__(self, binary, args, env=None, log_file=None, wait_s=30, device="cpu"):
+        try:
+            self._start(binary, args, env, log_file, wait_s)
+        except StartError as e:
+            if device != "cpu" and re.search(r"CUDA|cuda|GPU", e.log):  # the test is skipped (ctest: 77)
+                print("no usable %s device: skipped\n%s" % (device, e.log))
+                sys.exit(77)
+            raise
+
+    def _start(self, binary, args, env, log_file, wait_s):
         if log_file:
             args = list(args) + ["--log-file", log_file]
         self.p = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", "0", *args],
