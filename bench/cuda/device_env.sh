@@ -1,5 +1,6 @@
 # Source this on the GPU machine (run from the repo root): unpacks the Debian -dev/runtime
-# packages carried in build-cudadeps/debs into /tmp/deps and points pkg-config/ld at them.
+# packages carried in build-cudadeps/debs (bench/cuda/fetch_debs.sh downloads them) into /tmp/deps
+# and points pkg-config/ld at them.
 D=/tmp/deps
 mkdir -p $D/.stamps
 new=0
