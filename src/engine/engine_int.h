@@ -75,7 +75,7 @@ typedef struct {
 smelt_status sm_eng_step(sm_engine *e, sm_seq **seqs, int n, float *logits, uint8_t *done, const sm_step_rows *rows,
                          sm_sampler **smp, int32_t *tokens, int *ticket);
 void sm_eng_register_full(sm_engine *e, sm_seq *s); /* hash and register s's newly full blocks */
-int sm_eng_block_alloc(sm_engine *e);                /* a free block (one must be free or cached) */
+int sm_eng_block_alloc(sm_engine *e);               /* a free block (one must be free or cached) */
 /* launch mode of sm_eng_step (engine_pipe.c): the sampling of every done sequence queued on the backend
  * (sample_batch_async) without waiting; *ticket: its slot */
 smelt_status sm_eng_sample_launch(sm_engine *e, sm_seq **seqs, int n, const int *out_of, int n_out, sm_sampler **smp,

@@ -216,4 +216,3 @@ smelt_status sm_engine_decode(sm_engine *e, sm_seq *s, sm_sampler *smp, int32_t 
   if (sb >= 0) be->sample_wait(be, sb, &dummy);
   return st;
 }
-
