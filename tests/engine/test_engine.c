@@ -324,6 +324,11 @@ int main(int argc, char **argv) {
                    .out_rows = &o0,
                    .feed_token = 1};
     CHECK(M->be->set_batch(M->be, &fb) == SMELT_ERR_UNSUPPORTED, "cpu set_batch rejects feed_token");
+    /* a fed row that no sample_batch_async produced is refused, not read */
+    const int32_t fr = 5;
+    fb.feed_token = 0;
+    fb.feed_rows = &fr;
+    CHECK(M->be->set_batch(M->be, &fb) == SMELT_ERR_INVALID, "cpu set_batch refuses a fed row beyond the last sample");
   }
   /* 7. pipelined batch steps (SMELT_PIPELINE=always on the CPU): a step launched before the previous one's
    * tokens are collected, its inputs fed from them, gives the tokens and sequences of the stepwise loop;
