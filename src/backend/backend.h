@@ -167,6 +167,22 @@ int32_t sm_sample_row_pool(const sm_sample_req *r, float *row, int vocab, float 
 /* Argument checks for a sample op (rows, penalty and bias tokens, a mask that allows no token);
  * SMELT_ERR_INVALID with a message. */
 smelt_status sm_sample_check(const sm_sample_req *req, int n_req, int n_rows, int vocab);
+
+/* The two slots of a backend's sample_batch_async results (batch_slots.c): the slot the next call takes,
+ * which ones wait to be collected, the row count of each and the slot of the latest (what a batch's
+ * feed_rows name; -1: none). Zeroed, then sm_batch_slots_init. */
+typedef struct {
+  int n[2];
+  bool live[2];
+  int next, last;
+} sm_batch_slots;
+void sm_batch_slots_init(sm_batch_slots *s);
+/* the slot a call of n_req requests takes (an error while its last result is not collected) */
+smelt_status sm_batch_slots_take(const sm_batch_slots *s, int n_req, int *slot);
+void sm_batch_slots_fill(sm_batch_slots *s, int slot, int n_req); /* its result is there: the latest */
+smelt_status sm_batch_slots_wait(sm_batch_slots *s, int slot);    /* collected (an error when nothing is) */
+/* token t of a batch fed from row `row` of the latest result: an error when there is no such row */
+smelt_status sm_batch_slots_feed(const sm_batch_slots *s, int t, int row);
 /* Set the logits of the tokens whose bit in mask is clear to -inf (step 0 of sm_sample_row);
  * returns the number of allowed tokens in [0, vocab). */
 int sm_sample_apply_mask(float *logits, int vocab, const uint32_t *mask);

@@ -223,9 +223,9 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
     for (int t = 0; t < n; t++) {
       const int r = b->feed_rows[t];
       if (r < 0) continue;
-      if (c->bs_last < 0 || r >= c->bs_n[c->bs_last])
-        return sm_err(SMELT_ERR_INVALID, "cpu: token %d fed from row %d of no sample_batch_async", t, r);
-      c->tokens[t] = c->bs_tok[c->bs_last][r];
+      smelt_status st = sm_batch_slots_feed(&c->bs, t, r);
+      if (st) return st;
+      c->tokens[t] = c->bs_tok[c->bs.last][r];
     }
   if (nt) memcpy(c->table, b->block_table, nt * 4);
   if (b->n_out) memcpy(c->out_rows, b->out_rows, (size_t)b->n_out * 4);
@@ -692,29 +692,23 @@ static smelt_status be_sample(sm_backend *be, const float *logits, int n_rows, i
 static smelt_status be_sample_batch_async(sm_backend *be, const float *logits, int n_rows, int vocab,
                                           const sm_sample_req *req, int n_req, int *slot) {
   cpu_be *c = CB(be);
-  const int k = c->bs_next;
-  if (c->bs_live[k]) return sm_err(SMELT_ERR_INVALID, "cpu: two sample_batch_async results not waited for");
-  if (n_req < 0) return sm_err(SMELT_ERR_INVALID, "cpu: %d sample requests", n_req);
+  int k;
+  smelt_status st = sm_batch_slots_take(&c->bs, n_req, &k);
+  if (st) return st;
   if (n_req > c->bs_cap[k]) {
     c->bs_cap[k] = SM_MAX(n_req, 2 * c->bs_cap[k]);
     c->bs_tok[k] = sm_xrealloc(c->bs_tok[k], sizeof(int32_t) * (size_t)c->bs_cap[k]);
   }
-  smelt_status st = n_req ? be_sample(be, logits, n_rows, vocab, req, n_req, c->bs_tok[k]) : SMELT_OK;
-  if (st) return st;
-  c->bs_n[k] = n_req;
-  c->bs_live[k] = true;
-  c->bs_last = k;
-  c->bs_next = 1 - k;
+  if (n_req && (st = be_sample(be, logits, n_rows, vocab, req, n_req, c->bs_tok[k]))) return st;
+  sm_batch_slots_fill(&c->bs, k, n_req);
   *slot = k;
   return SMELT_OK;
 }
 static smelt_status be_sample_batch_wait(sm_backend *be, int slot, int32_t *tokens) {
   cpu_be *c = CB(be);
-  if (slot < 0 || slot > 1 || !c->bs_live[slot])
-    return sm_err(SMELT_ERR_INVALID, "cpu: no batch sample in slot %d", slot);
-  c->bs_live[slot] = false;
-  if (c->bs_n[slot]) memcpy(tokens, c->bs_tok[slot], sizeof(int32_t) * (size_t)c->bs_n[slot]);
-  return SMELT_OK;
+  smelt_status st = sm_batch_slots_wait(&c->bs, slot);
+  if (!st && c->bs.n[slot]) memcpy(tokens, c->bs_tok[slot], sizeof(int32_t) * (size_t)c->bs.n[slot]);
+  return st;
 }
 
 /* ---------------- roofline ---------------- */
@@ -811,7 +805,7 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
   }
   if (tune.stats) sm_pool_stats_on(c->pool);
   c->nth = sm_pool_size(c->pool);
-  c->bs_last = -1;
+  sm_batch_slots_init(&c->bs);
   c->gscratch = sm_xcalloc((size_t)c->nth, sizeof(float *));
   c->pu = sm_xcalloc((size_t)c->nth, sizeof(uint8_t *));
   c->psc = sm_xcalloc((size_t)c->nth, sizeof(float *));

@@ -69,12 +69,11 @@ typedef struct {
   int n_s;
   float *sbv;
   int32_t *sbi;
-  /* sample_batch_async: the tokens of the last two calls (slot 0 / 1), run to the end at once; last: the
-   * slot of the latest (-1: none), which a batch's feed_rows read */
+  /* sample_batch_async: the tokens of the last two calls (slot 0 / 1, run to the end at once) and their
+   * bookkeeping; a batch's feed_rows read the latest */
   int32_t *bs_tok[2];
-  int bs_n[2], bs_cap[2];
-  bool bs_live[2];
-  int bs_next, bs_last;
+  int bs_cap[2];
+  sm_batch_slots bs;
   /* tensor parallelism (cpu_comm.c): the group's shared block, this process's rank */
   void *comm;
   size_t comm_bytes;

@@ -176,9 +176,9 @@ static smelt_status be_sample_wait(sm_backend *be, int slot, int32_t *token) {
 static smelt_status be_sample_batch_async(sm_backend *be, const float *logits, int n_rows, int vocab,
                                           const sm_sample_req *req, int n_req, int *slot) {
   cuda_be *c = CB(be);
-  const int k = c->bs_next;
-  if (c->bs_live[k]) return sm_err(SMELT_ERR_INVALID, "cuda: two sample_batch_async results not waited for");
-  if (n_req < 0) return sm_err(SMELT_ERR_INVALID, "cuda: %d sample requests", n_req);
+  int k;
+  smelt_status st = sm_batch_slots_take(&c->bs, n_req, &k);
+  if (st) return st;
   if (!c->bs_ev[k] && cudaEventCreateWithFlags(&c->bs_ev[k], cudaEventDisableTiming) != cudaSuccess) {
     cudaGetLastError();
     c->bs_ev[k] = NULL;
@@ -201,26 +201,22 @@ static smelt_status be_sample_batch_async(sm_backend *be, const float *logits, i
   }
   cu_flush(c);
   if (n_req) {
-    smelt_status st = cu_sample(logits, n_rows, vocab, req, n_req, NULL, c->s, c->dev, c->bs_d[k], c->t.walk_bps);
-    if (st) return st;
+    if ((st = cu_sample(logits, n_rows, vocab, req, n_req, NULL, c->s, c->dev, c->bs_d[k], c->t.walk_bps))) return st;
     if (!cu_ck(c, cudaMemcpyAsync(c->bs_h[k], c->bs_d[k], sizeof(int32_t) * (size_t)n_req, cudaMemcpyDeviceToHost, c->s),
                "token download"))
       return SMELT_ERR_BACKEND;
   }
   if (!cu_ck(c, cudaEventRecord(c->bs_ev[k], c->s), "event")) return SMELT_ERR_BACKEND;
-  c->bs_n[k] = n_req;
-  c->bs_live[k] = true;
-  c->bs_last = k;
-  c->bs_next = 1 - k;
+  sm_batch_slots_fill(&c->bs, k, n_req);
   *slot = k;
   return SMELT_OK;
 }
 static smelt_status be_sample_batch_wait(sm_backend *be, int slot, int32_t *tokens) {
   cuda_be *c = CB(be);
-  if (slot < 0 || slot > 1 || !c->bs_live[slot]) return sm_err(SMELT_ERR_INVALID, "cuda: no batch sample in slot %d", slot);
-  c->bs_live[slot] = false;
+  smelt_status st = sm_batch_slots_wait(&c->bs, slot);
+  if (st) return st;
   if (!cu_ck(c, cudaEventSynchronize(c->bs_ev[slot]), "sample wait")) return SMELT_ERR_BACKEND;
-  if (c->bs_n[slot]) memcpy(tokens, c->bs_h[slot], sizeof(int32_t) * (size_t)c->bs_n[slot]);
+  if (c->bs.n[slot]) memcpy(tokens, c->bs_h[slot], sizeof(int32_t) * (size_t)c->bs.n[slot]);
   cu_stats_collect(c);
   return SMELT_OK;
 }
@@ -328,8 +324,8 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
     for (int t = 0; t < n; t++) {
       const int r = b->feed_rows[t];
       if (r < 0) continue;
-      if (c->bs_last < 0 || r >= c->bs_n[c->bs_last])
-        return sm_err(SMELT_ERR_INVALID, "cuda: token %d fed from row %d of no sample_batch_async", t, r);
+      smelt_status st = sm_batch_slots_feed(&c->bs, t, r);
+      if (st) return st;
       h[o_tok + t] = -1 - r;
       fed = true;
     }
@@ -403,7 +399,7 @@ static smelt_status be_set_batch(sm_backend *be, const sm_batch *b) {
     c->meta_ev_live = true;
   }
   if (fed) {
-    k_feed_tokens<<<(unsigned)((n + 255) / 256), 256, 0, c->s>>>(c->d_tokens, n, c->bs_d[c->bs_last]);
+    k_feed_tokens<<<(unsigned)((n + 255) / 256), 256, 0, c->s>>>(c->d_tokens, n, c->bs_d[c->bs.last]);
     if (!cu_ck(c, cudaGetLastError(), "fed tokens")) return SMELT_ERR_BACKEND;
   }
   cu_tl_mark(c, 1);
@@ -823,7 +819,7 @@ extern "C" sm_backend *sm_cuda_backend_create_opts(int device, const sm_backend_
   }
   cuda_be *c = (cuda_be *)sm_xcalloc(1, sizeof *c);
   c->dev = device;
-  c->bs_last = -1;
+  sm_batch_slots_init(&c->bs);
   c->n_sm = prop.multiProcessorCount;
   c->smem_optin = prop.sharedMemPerBlockOptin;
   c->arch = prop.major * 10 + prop.minor;

@@ -123,14 +123,13 @@ typedef struct {
   cudaEvent_t feed_ev[2];
   bool feed_live[2];
   int feed_next;
-  /* pipelined batch steps (sample_batch_async): per slot the sampled tokens on the device (read by
-   * the next batch's feed_rows) and their pinned host copy, the event after the copy; bs_last: the slot
-   * of the latest call (-1: none) */
+  /* pipelined batch steps (sample_batch_async): per slot the sampled tokens on the device (the next
+   * batch's feed_rows read the latest's) and their pinned host copy, the event after the copy, and the
+   * slots' bookkeeping */
   int32_t *bs_d[2], *bs_h[2];
-  int bs_n[2], bs_cap[2];
+  int bs_cap[2];
   cudaEvent_t bs_ev[2];
-  bool bs_live[2];
-  int bs_next, bs_last;
+  sm_batch_slots bs;
   /* scratch */
   float *part; size_t part_cap;     /* attention partials (floats) */
   int *att_cnt; size_t att_cnt_cap; /* decode attention split counters (zero between launches) */
