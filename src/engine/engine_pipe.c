@@ -143,12 +143,9 @@ static smelt_status launch_async(sm_engine *e, sm_seq *s, sm_sampler *smp, bool 
 static bool pipeline_ok(const sm_engine *e, const sm_sampler *smp) {
   const sm_backend *be = e->m->be;
   if (!e->p.pipeline) return false;
-  const smelt_sampling *p = &smp->p;
-  const bool pen = (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) || p->frequency_penalty != 0 ||
-                   p->presence_penalty != 0;
   /* hybrid models: the dropped last step would have advanced the recurrent state */
-  return be->sample_async && be->sample_wait && !e->p.prefix_cache && !e->p.host_sample && !pen && !smp->mask &&
-         !smp->n_bias && !e->rec;
+  return be->sample_async && be->sample_wait && !e->p.prefix_cache && !e->p.host_sample &&
+         sm_sampler_history_free(smp) && !e->rec;
 }
 
 smelt_status sm_engine_decode(sm_engine *e, sm_seq *s, sm_sampler *smp, int32_t first, int max_new,

@@ -88,11 +88,17 @@ void sm_top_n(const float *v, int n, int k, int32_t *out_idx) {
 }
 
 /* (token, count) over the penalty window of hist, when a penalty is on */
+bool sm_sampler_penalizes(const sm_sampler *s) {
+  const smelt_sampling *p = &s->p;
+  return (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) || p->frequency_penalty != 0 ||
+         p->presence_penalty != 0;
+}
+
+bool sm_sampler_history_free(const sm_sampler *s) { return !sm_sampler_penalizes(s) && !s->n_bias && !s->mask; }
+
 static int count_penalties(sm_sampler *s, const int32_t *hist, int nh) {
   const smelt_sampling *p = &s->p;
-  bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1.0f;
-  bool fp = p->frequency_penalty != 0 || p->presence_penalty != 0;
-  if (!(rep || fp) || nh <= 0 || !hist) return 0;
+  if (!sm_sampler_penalizes(s) || nh <= 0 || !hist) return 0;
   int start = (p->penalty_last_n > 0 && nh > p->penalty_last_n) ? nh - p->penalty_last_n : 0;
   /* count occurrences with a small open-addressing table */
   int cap = 64;

@@ -40,6 +40,11 @@ int32_t sm_sampler_sample(sm_sampler *s, float *logits, const int32_t *history, 
  * draw from s's generator, so the seeded stream advances exactly as in sm_sampler_sample.
  * req->row is set to 0. */
 void sm_sampler_prepare(sm_sampler *s, const int32_t *history, int n_history, sm_sample_req *req);
+/* s applies a repetition, frequency or presence penalty (its draws depend on the history) */
+bool sm_sampler_penalizes(const sm_sampler *s);
+/* s draws from the logits alone: no penalties, logit biases or mask (a token can be sampled for a
+ * sequence whose history the host has not seen yet: pipelined steps) */
+bool sm_sampler_history_free(const sm_sampler *s);
 /* log-softmax of logits into out (vocab floats). */
 void sm_log_softmax(const float *logits, int n, float *out);
 /* top-n (by value) indices of v, sorted descending. */

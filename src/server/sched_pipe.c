@@ -29,10 +29,7 @@ static void pstep_free(sm_pstep *p) {
 /* a choice whose next token can be fed on the device (nothing on the host needs it first) */
 static bool choice_feedable(const sm_job *j, int i) {
   const sm_choice *c = &j->ch[i];
-  const smelt_sampling *p = &c->sampler.p;
-  const bool pen = (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) || p->frequency_penalty != 0 ||
-                   p->presence_penalty != 0;
-  return !j->req.logprobs && !(i == 0 && j->fork_pending) && !c->gs && !c->sampler.mask && !c->sampler.n_bias && !pen &&
+  return !j->req.logprobs && !(i == 0 && j->fork_pending) && !c->gs && sm_sampler_history_free(&c->sampler) &&
          !j->n_spans;
 }
 
