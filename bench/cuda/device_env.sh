@@ -1,10 +1,14 @@
 # Source this on the GPU machine (run from the repo root): unpacks the Debian -dev/runtime
-# packages carried in build-cudadeps/debs (bench/cuda/fetch_debs.sh downloads them) into /tmp/deps
-# and points pkg-config/ld at them.
+# packages carried as build-cudadeps/deps.tar.xz or build-cudadeps/debs (bench/cuda/fetch_debs.sh
+# makes both) into /tmp/deps and points pkg-config/ld at them.
 D=/tmp/deps
 mkdir -p $D/.stamps
 new=0
+if [ -f build-cudadeps/deps.tar.xz ] && [ ! -f $D/.stamps/deps.tar.xz ]; then
+  tar xJf build-cudadeps/deps.tar.xz -C $D && touch $D/.stamps/deps.tar.xz && new=1
+fi
 for f in build-cudadeps/debs/*.deb; do
+  [ -f "$f" ] || continue
   st=$D/.stamps/$(basename "$f")
   [ -f "$st" ] && continue
   dpkg -x "$f" $D && touch "$st" && new=1

@@ -535,6 +535,151 @@ static void test_attention_case(int n_heads, int nkv, int hd, int window, float 
   free(seq);
 }
 
+/* decode of many sequences at once (one token each, at positions around the chunk boundaries of
+ * k_attn_decb and up to maxp, one sequence's first block unmapped): rope of q and k, kv_store and
+ * attention against the CPU (the other sequences at random positions below 160). fused: the four ops recorded back to back with q and k overwritten
+ * after them (as the next layer's projections do), so that the executor runs them as one kernel
+ * (rope+kv_store+attention); else q is read back between them, and the kernel reads the new position
+ * from the cache. Where the batch has at least 256 (token, kv head) pairs, one split, a 16-bit cache
+ * of head dim 32 or 64 and at most 8 query heads a KV head, k_attn_decb must have run. */
+static void test_attention_many(int n_seq, int n_heads, int nkv, int hd, int window, float softcap, int maxp,
+                                bool fused) {
+  const int bs = 16, layer = 0, row = nkv * hd;
+  int32_t *tok = malloc(n_seq * 4), *pos = malloc(n_seq * 4), *seq = malloc(n_seq * 4), *nb = malloc(n_seq * 4);
+  const int ch = hd >= 128 ? 128 : 256,
+            special[] = {0, 1, ch - 1, ch, ch + 1, 2 * ch - 1, 2 * ch, 2 * ch + 1, 3 * ch + 5};
+  int max_blocks = 1, total = 0;
+  for (int s = 0; s < n_seq; s++) { /* the chunk boundaries up to maxp, then random positions below 160 */
+    int p = s < (int)SM_ARRAY_LEN(special) ? special[s] : (int)(rnd() % 160);
+    if (p > maxp) p = (int)(rnd() % 160);
+    tok[s] = s;
+    pos[s] = p;
+    seq[s] = s;
+    nb[s] = p / bs + 1;
+    if (nb[s] > max_blocks) max_blocks = nb[s];
+    total += nb[s];
+  }
+  const int n_blocks = total + 2;
+  int *perm = malloc(n_blocks * sizeof(int)), *table = malloc((size_t)n_seq * max_blocks * sizeof(int));
+  for (int i = 0; i < n_blocks; i++) perm[i] = i;
+  for (int i = n_blocks - 1; i > 0; i--) {
+    int j = (int)(rnd() % (uint64_t)(i + 1)), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  for (int s = 0, k = 0; s < n_seq; s++)
+    for (int b = 0; b < max_blocks; b++) table[s * max_blocks + b] = b < nb[s] ? perm[k++] : -1;
+  for (int s = 0; s < n_seq; s++)
+    if (nb[s] > 2) { /* an unmapped block: skipped by both backends */
+      table[s * max_blocks] = -1;
+      break;
+    }
+  sm_batch b = {.n_tokens = n_seq,
+                .tokens = tok,
+                .pos = pos,
+                .seq = seq,
+                .n_seqs = n_seq,
+                .max_blocks = max_blocks,
+                .block_table = table,
+                .n_out = 0,
+                .out_rows = NULL};
+  const size_t cache = (size_t)n_blocks * bs * row;
+  float *kc = malloc(cache * 4), *vc = malloc(cache * 4);
+  fill(kc, cache, 1.f);
+  fill(vc, cache, 1.f);
+  sm_kv_cache kvc =
+    {.n_layers = 1, .n_kv_heads = nkv, .head_dim = hd, .block_size = bs, .n_blocks = n_blocks, .dtype = g_kvdt};
+  sm_kv_cache kvg = kvc;
+  const size_t kvb = kv_bytes(cache, hd);
+  void *ck = kv_host(kc, cache, hd), *cv = kv_host(vc, cache, hd), *gk = G->alloc(G, kvb), *gv = G->alloc(G, kvb);
+  G->upload(G, gk, ck, kvb);
+  G->upload(G, gv, cv, kvb);
+  kvc.k = &ck;
+  kvc.v = &cv;
+  kvg.k = &gk;
+  kvg.v = &gv;
+  const size_t nq = (size_t)n_seq * n_heads * hd, nk = (size_t)n_seq * row;
+  float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *inv = malloc(hd / 2 * 4), *o = malloc(nq * 4);
+  fill(q, nq, 2.f);
+  fill(k, nk, 1.f);
+  fill(v, nk, 1.f);
+  for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.f, -2.f * i / hd);
+  float *dq = dup_dev(q, nq), *dk = dup_dev(k, nk), *dv = dup_dev(v, nk), *dinv = dup_dev(inv, hd / 2);
+  float *dout = G->alloc(G, nq * 4), *dz = G->alloc(G, nq * 4);
+  sm_cuda_stats st0, st1;
+  sm_cuda_get_stats(G, &st0);
+  CHECK(C->set_batch(C, &b) == SMELT_OK, "cpu set_batch");
+  CHECK(G->set_batch(G, &b) == SMELT_OK, "cuda set_batch: %s", smelt_last_error());
+  const float scale = 1.f / sqrtf((float)hd);
+  C->rope(C, q, n_heads, hd, hd, inv);
+  C->rope(C, k, nkv, hd, hd - 4, inv);
+  C->kv_store(C, &kvc, layer, k, v);
+  C->attention(C, o, q, &kvc, layer, n_heads, scale, window, softcap);
+  G->rope(G, dq, n_heads, hd, hd, dinv);
+  if (!fused) free(get(dq, nq)); /* run apart */
+  G->rope(G, dk, nkv, hd, hd - 4, dinv);
+  G->kv_store(G, &kvg, layer, dk, dv);
+  G->attention(G, dout, dq, &kvg, layer, n_heads, scale, window, softcap);
+  if (fused) { /* q and k are dead after the attention */
+    G->copy(G, dq, dz, nq * 4);
+    G->copy(G, dk, dz, nk * 4);
+  }
+  float *ga = get(dout, nq);
+  sm_cuda_get_stats(G, &st1);
+  const double e = rel_l2(ga, o, nq);
+  const double tol = g_kvdt == SM_DT_F32 ? 1e-5 : 1e-4;
+  const int units = n_seq * nkv, G_ = n_heads / nkv;
+  const bool want = sm_cuda_tune_value(G, "SMELT_CUDA_ATTN_B") && sm_cuda_tune_value(G, "SMELT_CUDA_ATTN_S") == 0 &&
+                    units >= 256 && (g_kvdt == SM_DT_F16 || g_kvdt == SM_DT_BF16) && (hd == 32 || hd == 64) && G_ <= 8;
+  long nfused = 0;
+  for (int j = 0; j < st1.n_fusions; j++)
+    if (!strcmp(st1.fusion[j], "rope+kv_store+attention")) nfused = st1.fused_all[j] - st0.fused_all[j];
+  CHECK(e < tol, "attention of %d sequences, KV %s heads %d/%d hd %d window %d softcap %g maxp %d%s: rel err %g", n_seq,
+        sm_kv_dtype_name(g_kvdt), n_heads, nkv, hd, window, softcap, maxp, fused ? " fused" : "", e);
+  if (want)
+    CHECK(st1.attn_decb - st0.attn_decb == 1, "%d sequences, heads %d/%d hd %d: k_attn_decb ran %ld times", n_seq,
+          n_heads, nkv, hd, st1.attn_decb - st0.attn_decb);
+  if (fused && sm_cuda_tune_value(G, "SMELT_CUDA_FUSE"))
+    CHECK(nfused == 1, "%d sequences, heads %d/%d hd %d: rope+kv_store+attention fused %ld times", n_seq, n_heads, nkv,
+          hd, nfused);
+  printf("attention of %d sequences, KV %s heads %d/%d hd %d%s: rel err %.3g (k_attn_decb %ld, fused %ld)\n", n_seq,
+         sm_kv_dtype_name(g_kvdt), n_heads, nkv, hd, fused ? " fused" : "", e, st1.attn_decb - st0.attn_decb, nfused);
+  {
+    void *raw = malloc(kvb);
+    G->download(G, raw, gk, kvb);
+    float *gw = kv_widen(raw, cache, hd), *cw = kv_widen(ck, cache, hd);
+    CHECK(rel_l2(gw, cw, cache) < (g_kvdt == SM_DT_F32 ? 1e-5 : 1e-3), "kv_store K of %d sequences (%s)", n_seq,
+          sm_kv_dtype_name(g_kvdt));
+    free(raw);
+    free(gw);
+    free(cw);
+  }
+  G->free(G, gk);
+  G->free(G, gv);
+  G->free(G, dq);
+  G->free(G, dk);
+  G->free(G, dv);
+  G->free(G, dinv);
+  G->free(G, dout);
+  G->free(G, dz);
+  free(ga);
+  free(ck);
+  free(cv);
+  free(q);
+  free(k);
+  free(v);
+  free(inv);
+  free(o);
+  free(kc);
+  free(vc);
+  free(tok);
+  free(pos);
+  free(seq);
+  free(nb);
+  free(perm);
+  free(table);
+}
+
 static void test_attention_cases(void);
 /* kv_store into a q8_0 / q4_0 cache: the bytes the CPU reference writes, exactly, for the same values
  * (groups of zeros, NaN, infinities, values past the f16 scale range, magnitudes tied across signs,
@@ -672,6 +817,17 @@ static void test_attention_cases(void) {
   test_attention_case(32, 8, 64, 0, 0.f, 1, 2500, 1300);  /* llama-1B shape (half-warp positions) */
   test_attention_case(32, 4, 128, 0, 0.f, 1, 2400, 2100); /* G 8 */
   test_attention_case(8, 4, 256, 0, 0.f, 1, 2400, 2100);  /* G 2, hd 256 */
+  /* many sequences decoding together: one split a (token, kv head), on k_attn_decb (16-bit caches, hd 32
+   * and 64) */
+  if (sm_kv_quantized(g_kvdt)) return;
+  test_attention_many(64, 32, 8, 64, 0, 0.f, 700, true);   /* llama-1B shape, 64 sequences */
+  test_attention_many(64, 32, 8, 64, 0, 0.f, 700, false);  /* the same, the new k/v read from the cache */
+  test_attention_many(40, 32, 8, 128, 0, 0.f, 400, true);  /* llama-8B shape (k_attn_dec2) */
+  test_attention_many(40, 40, 8, 64, 0, 50.f, 600, false); /* G 5, softcap */
+  test_attention_many(36, 64, 8, 64, 128, 0.f, 600, true); /* G 8, sliding window (gpt-oss) */
+  test_attention_many(40, 24, 8, 64, 0, 0.f, 300, false);  /* G 3 */
+  test_attention_many(20, 16, 16, 64, 0, 0.f, 300, true);  /* MHA */
+  test_attention_many(80, 8, 4, 32, 0, 0.f, 1600, true);   /* hd 32 (the tiny model) */
 }
 
 /* pipelined decode (sm_engine_decode: step k+1 queued before token k is read, its token fed on
@@ -1335,15 +1491,19 @@ static void test_decode_x16(void) {
   smelt_model_params_default(&p);
   p.device = SMELT_DEVICE_CUDA;
   p.max_context = 128;
-  smelt_model *m[2] = {NULL, NULL};
+  smelt_model *m[3] = {NULL, NULL, NULL};
   CHECK(smelt_model_load(dir, &p, &m[0]) == SMELT_OK, "cuda load: %s", smelt_last_error());
   setenv("SMELT_CUDA_PRE_X16", "0", 1);
   CHECK(smelt_model_load(dir, &p, &m[1]) == SMELT_OK, "cuda load (no pre x16): %s", smelt_last_error());
   unsetenv("SMELT_CUDA_PRE_X16");
+  setenv("SMELT_CUDA_ATTN_B", "0", 1); /* decode attention on k_attn_dec2 */
+  CHECK(smelt_model_load(dir, &p, &m[2]) == SMELT_OK, "cuda load (no k_attn_decb): %s", smelt_last_error());
+  unsetenv("SMELT_CUDA_ATTN_B");
   const int V = m[0] ? smelt_model_vocab_size(m[0]) : 0;
-  float *lg[2] = {calloc((size_t)STEPS * NS * V + 1, 4), calloc((size_t)STEPS * NS * V + 1, 4)};
-  long prep[2] = {0, 0}, fa = 0;
-  for (int k = 0; k < 2 && m[0] && m[1]; k++) {
+  float *lg[3] = {calloc((size_t)STEPS * NS * V + 1, 4), calloc((size_t)STEPS * NS * V + 1, 4),
+                  calloc((size_t)STEPS * NS * V + 1, 4)};
+  long prep[2] = {0, 0}, fa = 0, decb[3] = {0, 0, 0};
+  for (int k = 0; k < 3 && m[0] && m[1] && m[2]; k++) {
     sm_engine_params ep;
     sm_engine_params_default(&ep);
     ep.max_context = 128;
@@ -1371,7 +1531,8 @@ static void test_decode_x16(void) {
       CHECK(sm_engine_step(e, q, NS, lg[k] + (size_t)step * NS * V, d) == SMELT_OK && d[0] && d[NS - 1],
             "decode step %d: %s", step, smelt_last_error());
       sm_cuda_get_stats(m[k]->be, &st);
-      if (step == 0) { /* the first sighting of the step runs eagerly */
+      decb[k] = st.attn_decb;
+      if (step == 0 && k < 2) { /* the first sighting of the step runs eagerly */
         prep[k] = st.qwg_prep - p0;
         for (int j = 0; k == 0 && j < st.n_fusions; j++)
           if (!strcmp(st.fusion[j], "rope+kv_store+attention")) fa = st.fused_last[j];
@@ -1391,9 +1552,17 @@ static void test_decode_x16(void) {
           prep[0], fa, prep[1]);
   CHECK(!memcmp(lg[0], lg[1], sizeof(float) * (size_t)STEPS * NS * V),
         "decode logits differ with SMELT_CUDA_PRE_X16=0");
+  /* the same steps with decode attention on k_attn_dec2 (192 (token, kv head) pairs: one split where
+   * the GPU has fewer SMs, as the H100 / H200, and then k_attn_decb by default): the same logits up to
+   * the order of the sums */
+  const double ea = rel_l2(lg[0], lg[2], (size_t)STEPS * NS * V);
+  printf("decode x16: k_attn_decb launches %ld (%ld with SMELT_CUDA_ATTN_B=0), logits rel err %.3g between them\n",
+         decb[0], decb[2], ea);
+  CHECK(decb[2] == 0 && ea < 1e-3, "decode with SMELT_CUDA_ATTN_B=0: k_attn_decb %ld, logits rel err %g", decb[2], ea);
   free(lg[0]);
   free(lg[1]);
-  for (int k = 0; k < 2; k++)
+  free(lg[2]);
+  for (int k = 0; k < 3; k++)
     if (m[k]) smelt_model_free(m[k]);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

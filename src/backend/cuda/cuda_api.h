@@ -23,6 +23,7 @@ typedef struct {
   long gsample_steps;                                /* greedy samples taken inside the decode graph */
   long gmeta_steps;                                  /* fed steps whose batch metadata rode as kernel parameters */
   long mvq4, mvr, guq4, mlp, mlp_dnorm, attn_decode; /* launches issued (replays not counted) */
+  long attn_decb;                                    /* of them decode attention on k_attn_decb */
   long qwg_prep;                                     /* the wgmma kernel's own conversions of x */
 } sm_cuda_stats;
 

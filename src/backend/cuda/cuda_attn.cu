@@ -20,6 +20,7 @@
  * register allocation at this kernel's 128-register cap: every variant measured so far spilled
  * 8-28 bytes (docs/cuda.md). The file is that one kernel with its launcher, hence its ~1,000 lines. */
 #include "backend/cuda/cuda_attn.cuh"
+#include "backend/cuda/cuda_attn_dev.cuh"
 #include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_q4dev.cuh"
 #include "backend/cuda/cuda_qmma_dev.cuh"
@@ -35,45 +36,6 @@ static __device__ __forceinline__ float dot4(float4 a, float4 b, float s) {
 /* GM: max query heads per kv head (G <= GM); NJ: float4 chunks of the head dim per lane
  * (hd/4 <= 32*NJ); HW (hd <= 64): each half-warp takes its own positions (2 * AT_B a batch), the
  * halves share the running max and sum and add their accumulators at the end */
-/* rope fused in (rp.halfq > 0 or rp.k != NULL): q is the un-rotated projection; q is rotated
- * in shared memory, and the block whose split holds the token's own position rotates k and
- * writes k and v into the cache (K/V rows are then read through L2, not the read-only path) */
-struct at_rope {
-  const float *k, *v, *invq, *invk;
-  int halfq, halfk;
-  /* position-dependent frequencies (rope_ext: longrope's short / long factors, dynamic NTK): the token at
-   * position p takes row p < pos0 ? 0 : min(p - pos0 + 1, n_rows - 1) of invq / invk (rows of halfq /
-   * halfk); the rotated dims are then multiplied by msq / msk (1 for plain RoPE) */
-  int n_rows, pos0;
-  float msq, msk;
-  const char *pf[2]; /* weights of a later kernel to prefetch into L2 once K/V are consumed (may be NULL) */
-  long long pfn[2];  /* bytes (multiples of 16) */
-  __half *x16;       /* may be NULL: the output also as the wgmma kernel's f16 x (tiles of bn tokens) */
-  int bn;
-};
-
-/* the blocks of the grid split regions pf[0..1] and each prefetches its share into L2 */
-static __device__ __forceinline__ void at_prefetch(const at_rope &rp) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (threadIdx.x >= 2) return;
-  const bool r1 = threadIdx.x == 1; /* selected, not indexed: an indexed parameter array goes to local memory */
-  const char *pf = r1 ? rp.pf[1] : rp.pf[0];
-  const long long n = r1 ? rp.pfn[1] : rp.pfn[0];
-  if (!pf) return;
-  const long long nb = (long long)gridDim.x * gridDim.y * gridDim.z;
-  const long long b = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-  const long long per = ((n + nb - 1) / nb + 15) & ~15LL;
-  long long o = b * per;
-  const long long e = o + per < n ? o + per : n;
-  for (; o < e; o += 1 << 20) {
-    const long long len = e - o < (1 << 20) ? e - o : (1 << 20);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pf + o), "r"((unsigned)len) : "memory");
-  }
-#else
-  (void)rp;
-#endif
-}
-
 /* one level of the scores' reduce-scatter (offset 2H): keep the half of the 2H values selected by
  * the lane bit, add the partner's */
 template <int H> static __device__ __forceinline__ void at_rs_level(float (&v)[16], int lane) {
@@ -1052,6 +1014,10 @@ void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
       rp.pf[i] = (const char *)x->pf[i];
       rp.pfn[i] = (long long)(x->pfn[i] & ~(size_t)15);
     }
+  if (S == 1 && t->attn_b && cu_attn_decb_ok(hd, Gr, x->dt)) {
+    cu_attn_decb_run(cx, x, rp);
+    return;
+  }
   const bool hw = hd4 <= 16; /* hd <= 64: half-warp positions */
   const int nw = cu_attn_dec_warps(t, hd, G, x->dt);
   const bool rsc = at_rsc(hd, G, S, nw, cl);

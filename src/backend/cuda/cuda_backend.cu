@@ -950,7 +950,8 @@ extern "C" void sm_cuda_get_stats(sm_backend *be, sm_cuda_stats *out) {
   out->guq4 = c->cnt.launch[CU_K_GUQ4];
   out->mlp = c->cnt.launch[CU_K_MLP1];
   out->mlp_dnorm = c->cnt.launch[CU_K_MLP1_DNORM];
-  out->attn_decode = c->cnt.launch[CU_K_ATTN_DEC];
+  out->attn_decode = c->cnt.launch[CU_K_ATTN_DEC] + c->cnt.launch[CU_K_ATTN_DECB];
+  out->attn_decb = c->cnt.launch[CU_K_ATTN_DECB];
   out->qwg_prep = c->cnt.launch[CU_K_QWG_PREP];
 }
 

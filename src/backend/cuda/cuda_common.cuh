@@ -78,7 +78,8 @@ void cu_q4_set_trace(unsigned long long *buf);
 
 /* kernels whose launches the backend counts (cu_counters.launch) */
 enum {
-  CU_K_MVQ4, CU_K_MVR, CU_K_GUQ4, CU_K_MLP1, CU_K_MLP1_DNORM, CU_K_ATTN_DEC, CU_K_ARGMAX, CU_K_QWG_PREP, CU_K_COUNT
+  CU_K_MVQ4, CU_K_MVR, CU_K_GUQ4, CU_K_MLP1, CU_K_MLP1_DNORM, CU_K_ATTN_DEC, CU_K_ATTN_DECB, CU_K_ARGMAX, CU_K_QWG_PREP,
+  CU_K_COUNT
 };
 typedef struct {
   long launch[CU_K_COUNT];

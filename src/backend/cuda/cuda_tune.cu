@@ -37,6 +37,9 @@ static const sm_tune_entry k_table[] = {
     "decode attention warps a block for head dims of 129 to 256 (Gemma, Qwen3.5, Qwen3-Next): 4 or 8", {}, NULL },
   { "SMELT_CUDA_ATTN_FA", F(attn_fa), 1, 0, 1, 0,
     "prefill attention on tensor cores with f16 operands (sm_80+); 0: the f32 CUDA-core kernel", {}, NULL },
+  { "SMELT_CUDA_ATTN_B", F(attn_b), 1, 0, 1, 0,
+    "decode attention without splits (many sequences) on k_attn_decb (cuda_attn_decb.cu: a 16-bit cache, "
+    "head dim 32 or 64, at most 8 query heads a KV head); 0: k_attn_dec2", {}, NULL },
   { "SMELT_CUDA_ATTN_DQ", F(attn_dq), 1, 0, 1, 0,
     "decode over a q8_0 / q4_0 KV cache on its own kernel (cuda_attn_decq.cu); 0: the tiled kernel", {}, NULL },
   { "SMELT_CUDA_MVR", F(mvr), -1, -1, 31, 0,

@@ -24,6 +24,7 @@ typedef struct {
   int attn_cl;   /* largest thread-block cluster for the split combine (0: global memory) */
   int attn_stg;  /* K/V batches a warp stages in shared memory before its wait (0-2) */
   int attn_trig; /* where decode attention lets the next kernel launch: 0 start, 1 first K/V loads, 2 after the loop */
+  int attn_b;    /* one-split decode attention (many sequences) on k_attn_decb where it applies */
   int attn_dq;   /* decode over a quantized KV cache on k_attn_decq; 0: the tiled kernel */
   int attn_fa;   /* prefill attention on tensor cores (f16 operands, cuda_attn_flash.cu); 0: the f32 CUDA-core kernel */
   int mvr;       /* roles (bit mask of CU_Q4_*) that use k_mvr for one token; -1: automatic */
