@@ -20,7 +20,7 @@ LL=${2:-llamacpp}
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT; rm -f $OUT/skipped.txt
 T=${THREADS:-16}; BUDGET=${BUDGET:-150}; SHAPES=${SHAPES:-1b 8b}
 J=$(nproc)
-[ -d build-cudadeps/debs ] && source bench/cuda/device_env.sh
+[ -e build-cudadeps/deps.tar.xz ] || [ -d build-cudadeps/debs ] && source bench/cuda/device_env.sh
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 PY=python3

@@ -11,7 +11,7 @@
 #   OUT (/tmp/out: logs and results.md)
 # llama.cpp runs random Q4_0 GGUFs of the same shapes (bench/peer/make_gguf.py, every tensor Q4_0
 # as smelt's 4 bits everywhere). Needs cmake, a C/C++ compiler, python3 with numpy, and smelt's
-# Debian build dependencies (on the GPU machine: build-cudadeps/debs, as bench/cuda/device_env.sh
+# Debian build dependencies (on the GPU machine: build-cudadeps/deps.tar.xz, as bench/cuda/device_env.sh
 # unpacks them). About 5 minutes for the 1B shape on 16 cores. bench/cpu/device_check.sh is the
 # short version (16 threads, both shapes, within 150 s after the builds).
 set -o pipefail
@@ -22,7 +22,7 @@ THREADS=${THREADS:-16 8}; SHAPES=${SHAPES:-1b}; REPS=${REPS:-3}
 J=$(nproc)
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-[ -d build-cudadeps/debs ] && source bench/cuda/device_env.sh
+[ -e build-cudadeps/deps.tar.xz ] || [ -d build-cudadeps/debs ] && source bench/cuda/device_env.sh
 PY=python3
 $PY -c "import numpy" 2>/dev/null || PY=/usr/bin/python3
 

@@ -14,7 +14,7 @@
 #   mv      the quantized matvec microbenchmark (cuda_mvbench)
 #   mm      the batched 4-bit matmul microbenchmark (cuda_mmbench), tensor-core kernel and cuBLAS path
 #   kern    test_cuda_kernels alone
-# Needs the Debian packages in build-cudadeps/debs (device_env.sh). Logs go to $OUT.
+# Needs the Debian packages of build-cudadeps/deps.tar.xz (device_env.sh). Logs go to $OUT.
 set -o pipefail
 export SMELT_CUDA_STATS=${SMELT_CUDA_STATS:-1}
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT

@@ -1,7 +1,7 @@
 #!/bin/bash
 # On the development machine (Debian 12, which reaches Debian's registry): download into
 # build-cudadeps/debs the Debian packages that building and running smelt needs on the GPU machine,
-# which has none of them and no network. Carry build-cudadeps with the device call (`run`'s carry);
+# which has none of them and no network;
 # there, `source bench/cuda/device_env.sh` unpacks them into /tmp/deps. The list is the -dev packages
 # of scripts/setup.sh with their runtime libraries, libcurl's own runtime dependencies (without them
 # linking fails on libssh2 and libldap, and running on libunistring), ninja and pkg-config: 58 files,

@@ -1,7 +1,7 @@
 #!/bin/bash
 # On the GPU machine (repo root): serve a random-weight Llama-3.2-1B-shaped 4-bit model on CUDA
 # (with Llama 3.1's tokenizer, below) and measure throughput vs concurrency.
-# Needs build-cudadeps/debs (see bench/cuda/device_env.sh). usage: bash bench/server/device_server_bench.sh [LEVELS]
+# Needs build-cudadeps/deps.tar.xz (see bench/cuda/device_env.sh). usage: bash bench/server/device_server_bench.sh [LEVELS]
 # (STREAM=1: streamed requests, with time to first token and inter-token latency; SHAPE=8b: the
 # Llama-3.1-8B shape instead)
 set -o pipefail
