@@ -24,8 +24,12 @@ tokens, merges and special tokens, llama.cpp's "llama-bpe" pre-tokenizer), so th
 prompt into the same tokens as smelt serving the synthetic checkpoint with that tokenizer
 (bench/server/device_peer_server.sh).
 
+--bf16 (dense shapes): every matrix in BF16 (random values of magnitude 2^-6 to 2^-5, either sign) instead
+of Q4_0, for the bf16 side by side with `smelt bench --synthetic SHAPE --bits 0`
+(bench/peer/device_bf16_prefill.sh).
+
 usage: make_gguf.py LLAMA_CPP_DIR 1b|8b|mistral-small-24b|phi4-mini|30b-a3b|qwen2.5-vl-7b|gemma3-4b OUT.gguf
-       [--tiny] [--tokenizer TOKENIZER.JSON]
+       [--tiny] [--tokenizer TOKENIZER.JSON] [--bf16]
 """
 import json
 import sys
@@ -33,7 +37,8 @@ import sys
 import numpy as np
 
 TINY = "--tiny" in sys.argv
-sys.argv = [a for a in sys.argv if a != "--tiny"]
+BF16 = "--bf16" in sys.argv
+sys.argv = [a for a in sys.argv if a not in ("--tiny", "--bf16")]
 HF_TOK = None
 if "--tokenizer" in sys.argv:
     i = sys.argv.index("--tokenizer")
@@ -109,7 +114,9 @@ if E:
     w.add_expert_used_count(s["experts_used"])
 w.add_rope_freq_base(s.get("rope_theta", 500000.0))
 w.add_layer_norm_rms_eps(s.get("eps", 1e-5))
-w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+if BF16 and E:
+    sys.exit("make_gguf.py: --bf16 is for the dense shapes")
+w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if BF16 else gguf.LlamaFileType.MOSTLY_Q4_0)
 V = s["vocab"]
 if HF_TOK:
     if ARCH != "llama" or E:
@@ -167,8 +174,17 @@ def q4_0(rows, cols, n=0):
     return a.reshape(lead + (rows, nb * 18))
 
 
+def bf16(rows, cols):
+    """BF16 bit patterns: sign and 7 mantissa bits random, exponent 121 (values of 2^-6 to 2^-5), as bytes"""
+    a = rng.integers(0, 1 << 16, size=(rows, cols), dtype=np.uint16) & 0x807F
+    return (a | (121 << 7)).astype(np.uint16).view(np.uint8)
+
+
 def add_q(name, rows, cols, n=0):
-    w.add_tensor(name, q4_0(rows, cols, n), raw_dtype=gguf.GGMLQuantizationType.Q4_0)
+    if BF16:
+        w.add_tensor(name, bf16(rows, cols), raw_dtype=gguf.GGMLQuantizationType.BF16)
+    else:
+        w.add_tensor(name, q4_0(rows, cols, n), raw_dtype=gguf.GGMLQuantizationType.Q4_0)
 
 
 def add_norm(name, n):
