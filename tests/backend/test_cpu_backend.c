@@ -685,6 +685,51 @@ static void test_kv_quant_rows(sm_backend *be) {
     }
 }
 
+/* the kernel table's narrow (floats to the f16 / bf16 elements of a KV cache) against sm_f32_to_f16 /
+ * sm_f32_to_bf16, bit for bit: random values of every magnitude, ties of both roundings, the largest and
+ * past the largest finite halves, subnormal results, infinities, NaNs with payloads (a NaN in every
+ * position of a vector), at lengths that leave tails */
+static void test_kv_narrow(sm_backend *be) {
+  const sm_cpu_kern *k = sm_cpu_backend_kern(be);
+  enum { N = 203 };
+  float x[N];
+  uint16_t got[N + 1], want[N + 1];
+  const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u,
+                              0x7f800001u, 0x7fbfffffu, 0x477fe000u, 0x477ff000u, 0x477fefffu, 0x47800000u,
+                              0x387fc000u, 0x33800000u, 0x33000000u, 0x33000001u, 0x00000001u, 0x3f808000u,
+                              0x3f818000u, 0x3f800fffu, 0x3f801000u, 0x3f803000u, 0x7f7fffffu, 0xc77fe000u};
+  for (int round = 0; round < 40; round++) {
+    for (int i = 0; i < N; i++) {
+      union {
+        uint32_t u;
+        float f;
+      } v;
+      v.u = (uint32_t)(urand() * 4294967296.0);
+      if (round % 2) v.f = frand(-1.f, 1.f) * ldexpf(1.f, (int)(urand() * 40) - 28); /* finite, f16's range */
+      x[i] = v.f;
+    }
+    for (size_t j = 0; j < SM_ARRAY_LEN(special); j++) { /* the special values at positions that move */
+      union {
+        uint32_t u;
+        float f;
+      } v = {.u = special[j]};
+      x[(round * 7 + (int)j * 9) % N] = v.f;
+    }
+    const int n = N - round % 17;
+    for (int dt = 0; dt < 2; dt++) {
+      const sm_dtype t = dt ? SM_DT_BF16 : SM_DT_F16;
+      got[n] = want[n] = 0x5a5a;
+      k->narrow(got, x, t, (size_t)n);
+      for (int i = 0; i < n; i++) want[i] = dt ? sm_f32_to_bf16(x[i]) : sm_f32_to_f16(x[i]);
+      int bad = -1;
+      for (int i = 0; i <= n && bad < 0; i++)
+        if (got[i] != want[i]) bad = i;
+      CHECK(bad < 0, "%s narrow to %s, n %d: element %d is 0x%04x, want 0x%04x (x = %a)", k->name, sm_kv_dtype_name(t),
+            n, bad, bad >= 0 ? got[bad] : 0, bad >= 0 ? want[bad] : 0, bad >= 0 && bad < n ? (double)x[bad] : 0.0);
+    }
+  }
+}
+
 /* Attention against a double reference on the values the cache holds (f32, or f16/bf16-rounded:
  * the kernels widen them exactly), and batch invariance: each token of the mixed batch, run again
  * alone as a one-token step, gives the same bits. The decoding token sits past many key segments
@@ -955,6 +1000,7 @@ int main(void) {
         test_layernorm_rope_ext(be);
         test_attention(be);
         test_kv_quant_rows(be);
+        test_kv_narrow(be);
         if (!exact) test_batch_invariant(nth);
         printf("%-6s threads=%d%s: %s (worst matmul rel err %.2g", isas[i], nth, exact ? " exact" : "",
                g_fail == f0 ? "ok" : "FAILED", g_worst_mm);

@@ -19,7 +19,7 @@ static int64_t kv_slot(const cpu_be *c, const sm_kv_cache *kv, int s, int32_t po
 
 /* a position's n_kv_heads head rows of hd floats into the cache row at dst, hb bytes a head (f16 /
  * bf16: round to nearest even; q8_0 / q4_0: each head row quantized on its own) */
-static void kv_put(char *dst, sm_dtype dt, const float *x, int nkv, int hd, size_t hb) {
+static void kv_put(const sm_cpu_kern *k, char *dst, sm_dtype dt, const float *x, int nkv, int hd, size_t hb) {
   const size_t n = (size_t)nkv * (size_t)hd;
   if (sm_kv_quantized(dt)) {
     for (int h = 0; h < nkv; h++) sm_kv_quantize_row(dst + (size_t)h * hb, dt, x + (size_t)h * hd, hd);
@@ -29,11 +29,7 @@ static void kv_put(char *dst, sm_dtype dt, const float *x, int nkv, int hd, size
     memcpy(dst, x, n * sizeof(float));
     return;
   }
-  uint16_t *d = (uint16_t *)dst;
-  if (dt == SM_DT_F16)
-    for (size_t i = 0; i < n; i++) d[i] = sm_f32_to_f16(x[i]);
-  else
-    for (size_t i = 0; i < n; i++) d[i] = sm_f32_to_bf16(x[i]);
+  k->narrow(dst, x, dt, n);
 }
 
 void sm_cpu_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const float *k, const float *v) {
@@ -45,8 +41,8 @@ void sm_cpu_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const flo
   for (int t = 0; t < c->b.n_tokens; t++) {
     int64_t s = kv_slot(c, kv, c->b.seq[t], c->b.pos[t]);
     if (s < 0) continue;
-    kv_put(K + (size_t)s * rb, kv->dtype, k + (size_t)t * row, nkv, hd, hb);
-    kv_put(Vc + (size_t)s * rb, kv->dtype, v + (size_t)t * row, nkv, hd, hb);
+    kv_put(c->k, K + (size_t)s * rb, kv->dtype, k + (size_t)t * row, nkv, hd, hb);
+    kv_put(c->k, Vc + (size_t)s * rb, kv->dtype, v + (size_t)t * row, nkv, hd, hb);
   }
 }
 

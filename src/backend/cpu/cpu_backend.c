@@ -322,17 +322,35 @@ typedef struct {
   int dim;
   float eps, off;
 } rms_ctx;
+/* Elementwise loops of the one-token ops that run on the caller alone: blocks of 8 values loaded into a
+ * temporary before any is stored (so y may be x), which GCC's -O2 vectorizes (its cheap cost model
+ * leaves a plain loop of unknown length scalar, and reached through the op's context it reloaded every
+ * pointer a value); each value is computed as the plain loop computes it, so the same bits. */
+#define EW8(n, expr, y) \
+  do { \
+    size_t j_ = 0; \
+    for (; j_ + 8 <= (size_t)(n); j_ += 8) { \
+      float t_[8]; \
+      for (int k_ = 0; k_ < 8; k_++) { \
+        const size_t j = j_ + (size_t)k_; \
+        t_[k_] = (expr); \
+      } \
+      for (int k_ = 0; k_ < 8; k_++) (y)[j_ + (size_t)k_] = t_[k_]; \
+    } \
+    for (size_t j = j_; j < (size_t)(n); j++) (y)[j] = (expr); \
+  } while (0)
+
 static void rms_range(void *vctx, size_t i0, size_t i1) {
-  rms_ctx *r = vctx;
+  const rms_ctx *r = vctx;
+  const int dim = r->dim;
+  const float *w = r->w, off = r->off;
   for (size_t i = i0; i < i1; i++) {
-    const float *x = r->x + i * (size_t)r->dim;
-    float *o = r->out + i * (size_t)r->dim;
-    float ss = r->k->dot(x, x, r->dim);
-    float inv = 1.0f / sqrtf(ss / (float)r->dim + r->eps);
-    if (r->off == 0.f)
-      for (int j = 0; j < r->dim; j++) o[j] = x[j] * inv * r->w[j];
-    else
-      for (int j = 0; j < r->dim; j++) o[j] = x[j] * inv * (r->w[j] + r->off);
+    const float *x = r->x + i * (size_t)dim;
+    float *o = r->out + i * (size_t)dim; /* may be x */
+    const float ss = r->k->dot(x, x, dim);
+    const float inv = 1.0f / sqrtf(ss / (float)dim + r->eps);
+    if (off == 0.f) EW8(dim, x[j] * inv * w[j], o);
+    else EW8(dim, x[j] * inv * (w[j] + off), o);
   }
 }
 static void be_rmsnorm(sm_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps,
@@ -464,12 +482,16 @@ static void gelu_range(void *v, size_t i0, size_t i1) {
   e->k->gelu_mul(e->out + i0, e->a + i0, e->b + i0, i1 - i0);
 }
 static void add_range(void *v, size_t i0, size_t i1) {
-  ew_ctx *e = v;
-  for (size_t i = i0; i < i1; i++) e->out[i] += e->a[i];
+  const ew_ctx *e = v;
+  float *y = e->out + i0;
+  const float *a = e->a + i0;
+  EW8(i1 - i0, y[j] + a[j], y);
 }
 static void scale_range(void *v, size_t i0, size_t i1) {
-  ew_ctx *e = v;
-  for (size_t i = i0; i < i1; i++) e->out[i] *= e->s;
+  const ew_ctx *e = v;
+  float *y = e->out + i0;
+  const float s = e->s;
+  EW8(i1 - i0, y[j] * s, y);
 }
 static void softcap_range(void *v, size_t i0, size_t i1) {
   ew_ctx *e = v;
@@ -493,9 +515,13 @@ typedef struct {
   int dim;
 } addrows_ctx;
 static void addrows_range(void *v, size_t r0, size_t r1) {
-  addrows_ctx *a = v;
-  for (size_t r = r0; r < r1; r++)
-    for (int j = 0; j < a->dim; j++) a->y[r * (size_t)a->dim + (size_t)j] += a->b[j];
+  const addrows_ctx *a = v;
+  const int dim = a->dim;
+  const float *b = a->b;
+  for (size_t r = r0; r < r1; r++) {
+    float *y = a->y + r * (size_t)dim;
+    EW8(dim, y[j] + b[j], y);
+  }
 }
 static void be_add_rows(sm_backend *be, float *y, const float *b, int n, int dim) {
   if (n <= 0 || dim <= 0) return;
@@ -528,15 +554,20 @@ typedef struct {
   int op;
 } ew3_ctx; /* op 0: y = a*b, 1: y *= sigmoid(a), 2: relu2 */
 static void ew3_range(void *v, size_t i0, size_t i1) {
-  ew3_ctx *e = v;
-  for (size_t i = i0; i < i1; i++) {
-    if (e->op == 0) e->y[i] = e->a[i] * e->b[i];
-    else if (e->op == 1) e->y[i] *= 1.f / (1.f + expf(-e->a[i]));
-    else {
-      const float r = e->y[i] > 0.f ? e->y[i] : 0.f;
-      e->y[i] = r * r;
+  const ew3_ctx *e = v;
+  float *y = e->y; /* may alias a or b (be_mul) */
+  const float *a = e->a, *b = e->b;
+  if (e->op == 0) {
+    float *yy = y + i0;
+    const float *aa = a + i0, *bb = b + i0;
+    EW8(i1 - i0, aa[j] * bb[j], yy);
+  } else if (e->op == 1)
+    for (size_t i = i0; i < i1; i++) y[i] *= 1.f / (1.f + expf(-a[i]));
+  else
+    for (size_t i = i0; i < i1; i++) {
+      const float r = y[i] > 0.f ? y[i] : 0.f;
+      y[i] = r * r;
     }
-  }
 }
 static void be_mul(sm_backend *be, float *y, const float *a, const float *b, size_t n) {
   ew3_ctx e = {y, a, b, 0};

@@ -77,6 +77,9 @@ typedef struct {
   /* n half-precision KV elements (dt SM_DT_F16 or SM_DT_BF16) widened to float (exact), or one quantized
    * head row of n values (SM_DT_Q8_0, SM_DT_Q4_0, src/backend/kv_quant.h) dequantized */
   void (*widen)(float *out, const void *src, sm_dtype dt, size_t n);
+  /* n floats to half-precision KV elements (dt SM_DT_F16 or SM_DT_BF16): the bits of sm_f32_to_f16 /
+   * sm_f32_to_bf16 (round to nearest even; NaN as they write it) */
+  void (*narrow)(void *dst, const float *x, sm_dtype dt, size_t n);
   bool (*i8_ok)(const sm_weight *w);
   void (*prep_xq)(const sm_weight *w, const float *x, int8_t *xq, float *xs, float *xsum);
   void (*matvec_i8)(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);

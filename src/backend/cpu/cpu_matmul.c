@@ -210,7 +210,8 @@ static void matmul_packed(cpu_be *c, const sm_cpu_packed *p, const float *x, int
   c->pxq = grow_aligned(c->pxq, &c->cap_pxq, (size_t)n16 * (size_t)K);
   c->pxs = grow_aligned(c->pxs, &c->cap_pxs, sizeof(float) * 2 * (size_t)n * (size_t)ng);
   c->pxsum = c->pxs + (size_t)n * (size_t)ng;
-  if ((size_t)n16 > (size_t)n) memset(c->pxq + (size_t)n * (size_t)K, 0, (size_t)(n16 - n) * (size_t)K);
+  /* the GEMM reads whole tiles of 16 tokens; one token's matvec only its own row */
+  if (n > 1 && n16 > n) memset(c->pxq + (size_t)n * (size_t)K, 0, (size_t)(n16 - n) * (size_t)K);
   quant_ctx q = {x, K, p->gs, c};
   sm_cpu_pfor(c, (size_t)n, (size_t)K * 4, quant_range, &q);
   sm_i8_arg a = {.p = p, .xq = c->pxq, .xs = c->pxs, .xsum = c->pxsum, .n = n, .pf = c->tune.pf};

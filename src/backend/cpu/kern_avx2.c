@@ -487,6 +487,31 @@ static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
   for (; i < n; i++) out[i] = dt == SM_DT_F16 ? sm_f16_to_f32(s[i]) : sm_bf16_to_f32(s[i]);
 }
 
+/* floats to f16 (vcvtps2ph, round to nearest even) or bf16 (the integer rounding of sm_f32_to_bf16), 8
+ * at a time; a group holding a NaN goes through the scalar conversion, whose NaN bits vcvtps2ph does
+ * not give */
+static void narrow(void *dst, const float *x, sm_dtype dt, size_t n) {
+  uint16_t *d = dst;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+      for (int j = 0; j < 8; j++) d[i + j] = dt == SM_DT_F16 ? sm_f32_to_f16(x[i + j]) : sm_f32_to_bf16(x[i + j]);
+      continue;
+    }
+    __m128i h;
+    if (dt == SM_DT_F16) h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    else {
+      const __m256i u = _mm256_castps_si256(v);
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+      const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
+      h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    }
+    _mm_storeu_si128((__m128i *)(d + i), h);
+  }
+  for (; i < n; i++) d[i] = dt == SM_DT_F16 ? sm_f32_to_f16(x[i]) : sm_f32_to_bf16(x[i]);
+}
+
 /* ---------------- attention softmax rows ----------------
  * 8 lanes; the tail is one more vector padded with masked lanes, so that element j is computed the same
  * way and summed into lane j % 8 whatever n is (a row's result does not depend on the chunk's length) */
@@ -554,5 +579,6 @@ const sm_cpu_kern sm_cpu_kern_avx2 = {
   .att_mask_max = att_mask_max,
   .att_exp_sum = att_exp_sum,
   .widen = widen,
+  .narrow = narrow,
 };
 #endif

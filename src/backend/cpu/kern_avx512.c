@@ -739,6 +739,29 @@ static void widen_q4(float *out, const void *src, size_t n) {
   sm_kv_dequantize_tail(out, src, SM_DT_Q4_0, (int)n, (int)i);
 }
 
+/* floats to f16 (vcvtps2ph, round to nearest even) or bf16 (the integer rounding of sm_f32_to_bf16), 16
+ * at a time (masked for the tail); NaN lanes get the bits sm_f32_to_f16 / sm_f32_to_bf16 give them */
+static void narrow(void *dst, const float *x, sm_dtype dt, size_t n) {
+  uint16_t *d = dst;
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tmask(i, n);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    const __m512i u = _mm512_castps_si512(v);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const __m512i sign16 = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000));
+    __m512i r;
+    if (dt == SM_DT_F16) {
+      r = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(sign16, _mm512_set1_epi32(0x7e00)));
+    } else {
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+      r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
+      r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+    }
+    _mm256_mask_storeu_epi16(d + i, m, _mm512_cvtepi32_epi16(r));
+  }
+}
+
 /* half-precision KV rows to float: vcvtph2ps (f16), a 16-bit shift (bf16); quantized head rows
  * dequantized */
 static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
@@ -811,6 +834,7 @@ const sm_cpu_kern sm_cpu_kern_avx512 = {
   .att_mask_max = att_mask_max,
   .att_exp_sum = att_exp_sum,
   .widen = widen,
+  .narrow = narrow,
   .i8_ok = sm_avx512vnni_i8_ok,
   .prep_xq = sm_avx512vnni_prep_xq,
   .matvec_i8 = sm_avx512vnni_matvec_i8,

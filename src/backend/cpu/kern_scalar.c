@@ -138,6 +138,14 @@ static void widen(float *out, const void *src, sm_dtype dt, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = sm_bf16_to_f32(s[i]);
 }
 
+static void narrow(void *dst, const float *x, sm_dtype dt, size_t n) {
+  uint16_t *d = dst;
+  if (dt == SM_DT_F16)
+    for (size_t i = 0; i < n; i++) d[i] = sm_f32_to_f16(x[i]);
+  else
+    for (size_t i = 0; i < n; i++) d[i] = sm_f32_to_bf16(x[i]);
+}
+
 const sm_cpu_kern sm_cpu_kern_scalar = {
   .name = "scalar",
   .panel = PANEL,
@@ -152,6 +160,7 @@ const sm_cpu_kern sm_cpu_kern_scalar = {
   .gelu_mul = gelu_mul,
   .softcap = softcap,
   .widen = widen,
+  .narrow = narrow,
 };
 
 #if defined(__x86_64__)
