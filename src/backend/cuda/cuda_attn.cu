@@ -354,13 +354,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     for (int i = tid; i < G * hd; i += NW * 32) {
       const int d = i % hd;
       float v = __ldca(qg + i);
-      if (d < 2 * rp.halfq) {
-        const int j = d < rp.halfq ? d : d - rp.halfq;
-        float sn, cs;
-        sincosf((float)p * invq[j], &sn, &cs);
-        const float x0 = __ldca(qg + i - d + j), x1 = __ldca(qg + i - d + j + rp.halfq);
-        v = (d < rp.halfq ? x0 * cs - x1 * sn : x0 * sn + x1 * cs) * rp.msq;
-      }
+      if (d < 2 * rp.halfq) v = at_rot(qg + i - d, d, rp.halfq, invq, p, rp.msq);
       Qs[i] = v * scale;
     }
   }

@@ -112,14 +112,7 @@ __global__ void __launch_bounds__(DB_NT, GM <= 4 ? 4 : 3) k_attn_decb(float *__r
   for (int i = tid; i < G * HD; i += DB_NT) {
     const int d = i % HD;
     float v = __ldca(qg + i);
-    if (fused && d < 2 * rp.halfq) {
-      const float *invq = rp.invq + (int64_t)rrow * rp.halfq;
-      const int j = d < rp.halfq ? d : d - rp.halfq;
-      float sn, cs;
-      sincosf((float)p * invq[j], &sn, &cs);
-      const float x0 = __ldca(qg + i - d + j), x1 = __ldca(qg + i - d + j + rp.halfq);
-      v = (d < rp.halfq ? x0 * cs - x1 * sn : x0 * sn + x1 * cs) * rp.msq;
-    }
+    if (fused && d < 2 * rp.halfq) v = at_rot(qg + i - d, d, rp.halfq, rp.invq + (int64_t)rrow * rp.halfq, p, rp.msq);
     Qs[i] = v * scale;
   }
   const int64_t osl = at_slot(table, max_blocks, bs, nblocks, sq, p);
@@ -127,16 +120,8 @@ __global__ void __launch_bounds__(DB_NT, GM <= 4 ? 4 : 3) k_attn_decb(float *__r
     float kv = 0.f, vv = 0.f;
     if (fused) {
       const float *kt = rp.k + ((int64_t)t * nkv + kvh) * HD, *vt = rp.v + ((int64_t)t * nkv + kvh) * HD;
-      kv = __ldca(kt + d);
+      kv = d < 2 * rp.halfk ? at_rot(kt, d, rp.halfk, rp.invk + (int64_t)rrow * rp.halfk, p, rp.msk) : __ldca(kt + d);
       vv = __ldca(vt + d);
-      if (d < 2 * rp.halfk) {
-        const float *invk = rp.invk + (int64_t)rrow * rp.halfk;
-        const int j = d < rp.halfk ? d : d - rp.halfk;
-        float sn, cs;
-        sincosf((float)p * invk[j], &sn, &cs);
-        const float x0 = __ldca(kt + j), x1 = __ldca(kt + j + rp.halfk);
-        kv = (d < rp.halfk ? x0 * cs - x1 * sn : x0 * sn + x1 * cs) * rp.msk;
-      }
       if (osl >= 0) {
         Kc[osl * row + koff + d] = kv_from_f<KT>(kv);
         Vc[osl * row + koff + d] = kv_from_f<KT>(vv);

@@ -22,6 +22,16 @@ struct at_rope {
   int bn;
 };
 
+/* element d (< 2 half) of a head row x rotated at position p: the NeoX halves, frequencies inv, the
+ * rotated dims multiplied by ms; x is read through L2 (the previous kernel wrote it) */
+static __device__ __forceinline__ float at_rot(const float *x, int d, int half, const float *inv, int p, float ms) {
+  const int j = d < half ? d : d - half;
+  float sn, cs;
+  sincosf((float)p * inv[j], &sn, &cs);
+  const float x0 = __ldca(x + j), x1 = __ldca(x + j + half);
+  return (d < half ? x0 * cs - x1 * sn : x0 * sn + x1 * cs) * ms;
+}
+
 /* the blocks of the grid split regions pf[0..1] and each prefetches its share into L2 */
 static __device__ __forceinline__ void at_prefetch(const at_rope &rp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
