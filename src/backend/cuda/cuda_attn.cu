@@ -21,6 +21,7 @@
  * 8-28 bytes (docs/cuda.md). The file is that one kernel with its launcher, hence its ~1,000 lines. */
 #include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_attn_dev.cuh"
+#include "backend/cuda/cuda_attn_dec2_smem.cuh"
 #include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_q4dev.cuh"
 #include "backend/cuda/cuda_qmma_dev.cuh"
@@ -45,24 +46,6 @@ template <int H> static __device__ __forceinline__ void at_rs_level(float (&v)[1
     const float keep = up ? v[k + H] : v[k], send = up ? v[k] : v[k + H];
     v[k] = keep + __shfl_xor_sync(0xffffffffu, send, 2 * H);
   }
-}
-
-/* byte offset of RSC's receive buffers in the dynamic shared memory (after the base layout) */
-static __host__ __device__ __forceinline__ size_t at_rsc_off(int hd, int G, int S, int nw) {
-  const size_t acc = (size_t)nw * G * hd, wz = (size_t)G * S;
-  const size_t f = (size_t)G * hd + (acc > wz ? acc : wz) + (size_t)2 * nw * G + 2 * (size_t)hd + (size_t)nw * G + 2 * (size_t)G;
-  return (f * sizeof(float) + 15) & ~(size_t)15;
-}
-/* RSC's receive buffers: bytes */
-static __host__ __device__ __forceinline__ size_t at_rsc_bytes(int S, int nw) {
-  return (16 + (size_t)S * nw * 35 * sizeof(float) + 15) & ~(size_t)15;
-}
-/* staged K/V (SMELT_CUDA_ATTN_STG): after the RSC buffers (when used); [NW][nstg * B][2][hd] floats */
-static __host__ __device__ __forceinline__ size_t at_stg_off(int hd, int G, int S, int nw, bool rsc) {
-  return at_rsc_off(hd, G, S, nw) + (rsc ? at_rsc_bytes(S, nw) : 0);
-}
-static __host__ __device__ __forceinline__ size_t at_stg_bytes(int hd, int nw, int nstg, int B) {
-  return (size_t)nw * nstg * B * 2 * hd * sizeof(float);
 }
 
 #ifdef SMELT_CUDA_TRACE
@@ -899,22 +882,6 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
 enum { AT_CL = 2, AT_TRIG = 3, AT_RSC = 256, AT_STG = 9, AT_KVEF = 4096, AT_DIAG = 15, AT_HS = 1 << 20,
        AT_DEFAULT = 4 | 2048 | 16384 | 8192 };
 
-static size_t at_base_smem(int hd, int G, int S, int nw) {
-  size_t acc = (size_t)nw * G * hd, wz = (size_t)G * S;
-  return sizeof(float) * ((size_t)G * hd + (acc > wz ? acc : wz) + (size_t)2 * nw * G + 2 * (size_t)hd +
-                          (size_t)nw * G + 2 * (size_t)G);
-}
-/* RSC applies: 8 warps, the cluster combine of S (clamped) splits, every 32-output chunk owned by a block */
-static bool at_rsc(int hd, int G, int S, int nw, bool cl) {
-  return cl && S > 1 && S <= 16 && nw == 8 && hd % 32 == 0 && hd <= 128 && G <= 4 && G * (hd / 32) <= S;
-}
-/* the staging applies to the 8-warp kernel with whole-warp positions (64 < hd <= 128) */
-static int at_nstg(const cu_tune *t, int hd, int nw) { return nw == 8 && hd > 64 && hd <= 128 ? t->attn_stg : 0; }
-static size_t at_smem(const cu_tune *t, int hd, int G, int S, int nw, bool rsc) {
-  const int ns = at_nstg(t, hd, nw);
-  return ns ? at_stg_off(hd, G, S, nw, rsc) + at_stg_bytes(hd, nw, ns, 4)
-            : at_base_smem(hd, G, S, nw) + (rsc ? at_rsc_bytes(S, nw) : 0);
-}
 /* 5 to 8 query heads a KV head (Qwen2.5-7B's 7, Qwen3-30B-A3B's and Llama-70B's 8) run as two blocks
  * of at most 4 (attn_hsplit): the 8-warp kernel with the reduce-scatter of scores, instead of the
  * 4-warp one for G <= 8 */
