@@ -25,11 +25,7 @@ static void kv_put(const sm_cpu_kern *k, char *dst, sm_dtype dt, const float *x,
     for (int h = 0; h < nkv; h++) sm_kv_quantize_row(dst + (size_t)h * hb, dt, x + (size_t)h * hd, hd);
     return;
   }
-  if (dt == SM_DT_F32) {
-    memcpy(dst, x, n * sizeof(float));
-    return;
-  }
-  k->narrow(dst, x, dt, n);
+  sm_cpu_kv_narrow(k, dst, dt, x, n);
 }
 
 void sm_cpu_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const float *k, const float *v) {

@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "base/pool.h"
 #include <sched.h>
+#include <string.h>
 
 /* ---- thread placement (cpu_place.c) ---- */
 /* "0xff" (hex, CPU 0 = lowest bit) or "0-7,16-23" */
@@ -263,6 +264,11 @@ void sm_cpu_gated_rmsnorm(sm_pool *pool, float *out, const float *x, const float
                           int group, int wdim, float eps, bool norm_first);
 
 /* shared helpers */
+/* n floats into a cache row of a float type: f32 copied, f16 / bf16 through the kernel table's narrow */
+static inline void sm_cpu_kv_narrow(const sm_cpu_kern *k, void *dst, sm_dtype dt, const float *x, size_t n) {
+  if (dt == SM_DT_F32) memcpy(dst, x, n * sizeof(float));
+  else k->narrow(dst, x, dt, n);
+}
 static inline float sm_cpu_ldf(const void *p, size_t i, sm_dtype t) {
   switch (t) {
     case SM_DT_F32: return ((const float *)p)[i];

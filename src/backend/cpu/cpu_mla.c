@@ -22,15 +22,6 @@ static int64_t slot_of(const cpu_be *c, const sm_kv_cache *kv, int s, int32_t po
   return (int64_t)blk * kv->block_size + pos % kv->block_size;
 }
 
-static void put(void *dst, sm_dtype dt, const float *x, int n) {
-  if (dt == SM_DT_F32) {
-    memcpy(dst, x, sizeof(float) * (size_t)n);
-    return;
-  }
-  uint16_t *d = dst;
-  for (int i = 0; i < n; i++) d[i] = dt == SM_DT_F16 ? sm_f32_to_f16(x[i]) : sm_f32_to_bf16(x[i]);
-}
-
 typedef struct {
   cpu_be *c;
   float *out;
@@ -124,8 +115,8 @@ void sm_cpu_attention_mla(sm_backend *be, float *out, const float *q_lat, const 
   for (int t = 0; t < nt; t++) {
     const int64_t s = slot_of(c, kv, c->b.seq[t], c->b.pos[t]);
     if (s < 0) continue;
-    put(K + (size_t)s * rb, kv->dtype, cl + (size_t)t * dc, dc);
-    put(K + (size_t)s * rb + (size_t)dc * es, kv->dtype, kpe + (size_t)t * dr, dr);
+    sm_cpu_kv_narrow(c->k, K + (size_t)s * rb, kv->dtype, cl + (size_t)t * dc, (size_t)dc);
+    sm_cpu_kv_narrow(c->k, K + (size_t)s * rb + (size_t)dc * es, kv->dtype, kpe + (size_t)t * dr, (size_t)dr);
   }
   mla_ctx a = {c, out, q_lat, q_pe, kv, layer, n_heads, dc, dr, scale};
   const size_t cost = (size_t)n_heads * (size_t)D * 2 * (size_t)(c->b.pos[nt - 1] + 1);
