@@ -47,9 +47,8 @@ int cu_attn_dec_warps(const cu_tune *t, int hd, int G, sm_dtype dt);
 size_t cu_attn_dec_smem(const cu_tune *t, int hd, int G, int S, sm_dtype dt);
 void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *a);
 /* the kernel cu_attn_decode takes for a one-split launch (many sequences; cuda_attn_decb.cu) where the
- * tuning's attn_b is on: a 16-bit cache, hd 32 or 64, G <= 8; its shared memory (bytes) */
+ * tuning's attn_b is on: a 16-bit cache, hd 32 or 64, G <= 8 */
 bool cu_attn_decb_ok(int hd, int G, sm_dtype dt);
-size_t cu_attn_decb_smem(int hd, int G);
 void cu_attn_set_trace(unsigned long long *buf);
 
 /* tiled attention (prefill, mixed batches): tiles of <= CU_ATT_TQ consecutive tokens of one sequence */

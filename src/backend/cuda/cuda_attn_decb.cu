@@ -288,7 +288,8 @@ bool cu_attn_decb_ok(int hd, int G, sm_dtype dt) {
   return (dt == SM_DT_F16 || dt == SM_DT_BF16) && (hd == 32 || hd == 64) && G >= 1 && G <= 8;
 }
 
-size_t cu_attn_decb_smem(int hd, int G) {
+/* its shared memory (bytes) */
+static size_t decb_smem(int hd, int G) {
   const int C = DB_C, GM = G <= 4 ? 4 : 8;
   return (size_t)C * hd * 2 + sizeof(float) * ((size_t)G * hd + (size_t)G * C + 2 * (size_t)hd + 3 * (size_t)GM);
 }
@@ -296,7 +297,7 @@ size_t cu_attn_decb_smem(int hd, int G) {
 template <typename KT, int HD, int GM> static void decb_launch(const cu_ctx *cx, const cu_attn_args *x, const at_rope &rp) {
   static size_t done = 0;
   const int G = x->n_heads / x->nkv;
-  const size_t smem = cu_attn_decb_smem(HD, G);
+  const size_t smem = decb_smem(HD, G);
   if (smem > 48 * 1024 && smem > done) {
     cudaFuncSetAttribute(k_attn_decb<KT, HD, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     done = smem;
