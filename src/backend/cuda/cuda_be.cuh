@@ -94,7 +94,7 @@ typedef struct {
   int nodes;                 /* kernel nodes (launches) of the graph */
 } cu_graph;
 
-#define CU_MAX_FUSIONS 32
+#define CU_MAX_FUSIONS 40
 typedef struct {
   sm_backend base;
   int dev, n_sm, arch;

@@ -94,6 +94,9 @@ typedef struct {
   float dn_eps;
   const void *x16; /* c->x16 holds this buffer (x16_n rows) in the wgmma kernel's x layout */
   int x16_n;
+  const void *xh; /* c->x16 holds this buffer (xh_n rows) as plain half rows, bf16 if xh_bf (cu_gemm_prep's) */
+  int xh_n;
+  bool xh_bf;
 } fx_pass;
 typedef struct {
   cuda_be *c;
@@ -173,6 +176,25 @@ static bool norm_feeds_x16(const fx *f, int i) {
 }
 static bool x16_ready(const fx *f, const cu_op *m) { return f->in.x16 == m->mm.x && f->in.x16_n == m->mm.n; }
 
+static int hgemm_group(const fx *f, int i);
+static bool gemm_half(const fx *f, const cu_op *m, bool *bf16);
+/* The op after the rmsnorm at i starts matmuls of its output that cuBLAS runs with a half x (hgemm_group):
+ * then the norm also writes that x (*bn: CU_X16_F16 or CU_X16_BF16) and the group skips its conversion */
+static bool norm_feeds_half(const fx *f, int i, int *bn) {
+  const cu_op *r = op(f, i), *m = op(f, i + 1);
+  bool bf;
+  if (!m || m->type != OP_MATMUL || m->mm.x != r->norm.out || m->mm.n != r->norm.n || m->mm.cw->cols != r->norm.dim ||
+      !r->norm.out || hgemm_group(f, i + 1) < 1 || !gemm_half(f, m, &bf))
+    return false;
+  *bn = bf ? CU_X16_BF16 : CU_X16_F16;
+  return true;
+}
+static void set_xh(fx *f, const void *x, int n, int bn) {
+  f->out.xh = x;
+  f->out.xh_n = n;
+  f->out.xh_bf = bn == CU_X16_BF16;
+}
+
 /* The norm at op i writes the int8 x of the CW_Q4 matvecs right after it (norm_feeds_q4): is its
  * float output read by nothing else, so that the norm need not write it? The matvecs reading it
  * must all be in the one launch that reads the int8 x (mm_group). */
@@ -196,13 +218,15 @@ static bool norm_out_dead(const fx *f, int i, const void *out) {
 static bool m_norm(const fx *f, int i) { return true; }
 static int r_norm(fx *f, int i) {
   const cu_op *o = &f->ops[i];
-  const bool q = norm_feeds_q4(f, i), h = !q && norm_feeds_x16(f, i);
+  int hb = 0;
+  const bool q = norm_feeds_q4(f, i), h = !q && norm_feeds_x16(f, i), hh = !q && !h && norm_feeds_half(f, i, &hb);
   float *out = q && norm_out_dead(f, i, o->norm.out) ? NULL : o->norm.out;
   if (!cu_norm_q(f->cx, out, (float *)o->norm.x, NULL, o->norm.w, o->norm.n, o->norm.dim, o->norm.eps, o->norm.off,
-                 q ? f->c->xq : NULL, NULL, h ? f->c->x16 : NULL, cu_qwg_bn(o->norm.n)))
+                 q ? f->c->xq : NULL, NULL, h || hh ? f->c->x16 : NULL, hh ? hb : cu_qwg_bn(o->norm.n)))
     return 0;
   if (q) { f->out.preq = o->norm.out; f->out.preq_n = o->norm.n; }
   if (h) { f->out.x16 = o->norm.out; f->out.x16_n = o->norm.n; }
+  if (hh) set_xh(f, o->norm.out, o->norm.n, hb);
   return 1;
 }
 
@@ -549,6 +573,68 @@ static int r_silu_gemm(fx *f, int i) {
   return 2;
 }
 
+/* Matmuls past the tensor-core 4-bit kernel's steps that cuBLAS runs with x in a half type (cu_gemm_half):
+ * consecutive ones of the same x (q/k/v, gate/up) share one conversion of x, and a gated MLP's act(gate) *
+ * up that only the down projection reads is computed straight into that projection's half x (not
+ * stored as floats). The same bits as one conversion a matmul. */
+static bool gemm_half(const fx *f, const cu_op *m, bool *bf16) {
+  return f->cx->t->pre_x16 && !f->c->base.batch_invariant && !cu_use_matvec(m->mm.cw, m->mm.n) && f->c->x16 &&
+         f->c->x16_cap >= (size_t)m->mm.n * (size_t)m->mm.cw->cols * 2 &&
+         cu_gemm_half(f->cx, m->mm.cw, m->mm.n, m->mm.x, bf16);
+}
+static int hgemm_group(const fx *f, int i) {
+  const cu_op *o = &f->ops[i];
+  bool bf, bf2;
+  if (!gemm_half(f, o, &bf)) return 0;
+  int nw = 1;
+  while (i + nw < f->n) {
+    const cu_op *p = &f->ops[i + nw];
+    if (p->type != OP_MATMUL || p->mm.x != o->mm.x || p->mm.n != o->mm.n || p->mm.cw->cols != o->mm.cw->cols ||
+        !gemm_half(f, p, &bf2) || bf2 != bf)
+      break;
+    nw++;
+  }
+  for (int k = 0; k < nw; k++) /* a matmul writing x would change it for the ones after it */
+    if (f->ops[i + k].mm.y == o->mm.x) return k + 1;
+  return nw;
+}
+/* the norm before made this group's x (norm_feeds_half) */
+static bool xh_ready(const fx *f, const cu_op *m, bool bf) {
+  return f->in.xh == m->mm.x && f->in.xh_n == m->mm.n && f->in.xh_bf == bf;
+}
+static bool m_hgemm_group(const fx *f, int i) {
+  bool bf;
+  const int nw = hgemm_group(f, i);
+  return nw > 1 || (nw == 1 && gemm_half(f, &f->ops[i], &bf) && xh_ready(f, &f->ops[i], bf));
+}
+static int r_hgemm_group(fx *f, int i) {
+  const cu_op *o = &f->ops[i];
+  bool bf;
+  const int nw = hgemm_group(f, i);
+  gemm_half(f, o, &bf);
+  if (!xh_ready(f, o, bf)) cu_gemm_prep(f->cx, bf, o->mm.x, NULL, 0, o->mm.n, o->mm.cw->cols, f->c->x16);
+  for (int k = 0; k < nw; k++) {
+    const cu_op *p = &f->ops[i + k];
+    cu_gemm(f->cx, f->c->blas, p->mm.cw, p->mm.x, p->mm.n, p->mm.y, f->c->x16, f->c->deq, f->c->deq_cap, true);
+  }
+  return nw;
+}
+static bool m_silu_hgemm(const fx *f, int i) {
+  const cu_op *o = &f->ops[i], *m = &f->ops[i + 1];
+  bool bf;
+  return gemm_half(f, m, &bf) && m->mm.x == o->ew.y && m->mm.y != o->ew.a && m->mm.y != o->ew.b &&
+         m->mm.y != o->ew.y && o->ew.n == (size_t)m->mm.n * (size_t)m->mm.cw->cols &&
+         cu_gemm_prep_ok(o->ew.a, o->ew.b, m->mm.n, m->mm.cw->cols) && dead_after(f, i + 1, o->ew.y);
+}
+static int r_silu_hgemm(fx *f, int i) {
+  const cu_op *o = &f->ops[i], *m = &f->ops[i + 1];
+  bool bf;
+  gemm_half(f, m, &bf);
+  cu_gemm_prep(f->cx, bf, o->ew.a, o->ew.b, o->type == OP_GELU ? 2 : 1, m->mm.n, m->mm.cw->cols, f->c->x16);
+  cu_gemm(f->cx, f->c->blas, m->mm.cw, m->mm.x, m->mm.n, m->mm.y, f->c->x16, f->c->deq, f->c->deq_cap, true);
+  return 2;
+}
+
 /* ops j..j + 4: out = rmsnorm(x) of one token feeding gate and up, their activation and down, as k_mlp1
  * runs them with the norm computed inside from the residual's inputs x and a; out, which it does not
  * write as the norm would, holds x + a until the next add (nothing else reads it before it is written
@@ -671,14 +757,17 @@ static bool m_add_norm(const fx *f, int i) {
 }
 static int r_add_norm(fx *f, int i) {
   const cu_op *o = &f->ops[i], *p = &f->ops[i + 1];
-  const bool q = norm_feeds_q4(f, i + 1), h = !q && norm_feeds_x16(f, i + 1);
+  int hb = 0;
+  const bool q = norm_feeds_q4(f, i + 1), h = !q && norm_feeds_x16(f, i + 1),
+             hh = !q && !h && norm_feeds_half(f, i + 1, &hb);
   const float *src = f->redir_x == o->ew.y ? f->redir_src : NULL; /* set: this cu_norm_q was checked to run */
   f->redir_x = NULL;
   float *out = q && norm_out_dead(f, i + 1, p->norm.out) ? NULL : p->norm.out;
   if (cu_norm_q(f->cx, out, o->ew.y, o->ew.a, p->norm.w, p->norm.n, p->norm.dim, p->norm.eps, p->norm.off,
-                q ? f->c->xq : NULL, src, h ? f->c->x16 : NULL, cu_qwg_bn(p->norm.n))) {
+                q ? f->c->xq : NULL, src, h || hh ? f->c->x16 : NULL, hh ? hb : cu_qwg_bn(p->norm.n))) {
     if (q) { f->out.preq = p->norm.out; f->out.preq_n = p->norm.n; }
     if (h) { f->out.x16 = p->norm.out; f->out.x16_n = p->norm.n; }
+    if (hh) set_xh(f, p->norm.out, p->norm.n, hb);
   } else {
     cu_add_rmsnorm(f->cx, p->norm.out, o->ew.y, o->ew.a, p->norm.w, p->norm.n, p->norm.dim, p->norm.eps, p->norm.off);
   }
@@ -804,6 +893,9 @@ static const cu_fusion k_fusions[] = {
   { "gemm group", { P(OP_MATMUL) }, m_gemm_group, r_gemm_group },
   { "silu+gemm", { P(OP_SILU), P(OP_MATMUL) }, m_silu_gemm, r_silu_gemm },
   { "gelu+gemm", { P(OP_GELU), P(OP_MATMUL) }, m_silu_gemm, r_silu_gemm },
+  { "half gemm group", { P(OP_MATMUL) }, m_hgemm_group, r_hgemm_group },
+  { "silu+half gemm", { P(OP_SILU), P(OP_MATMUL) }, m_silu_hgemm, r_silu_hgemm },
+  { "gelu+half gemm", { P(OP_GELU), P(OP_MATMUL) }, m_silu_hgemm, r_silu_hgemm },
   { "add+rmsnorm+mlp+add+quant",
     { P(OP_ADD), P(OP_RMSNORM), MLP_PAT, P(OP_ADD), P(OP_RMSNORM), PM(SM_MM_Q), PM(SM_MM_K), PM(SM_MM_V) },
     m_mlp_norm_dn, r_mlp_norm_dn },
@@ -856,7 +948,7 @@ static void x_matmul(cuda_be *c, const cu_op *o) {
     cu_matvec_multi(&c->cx, &cw, &y, 1, o->mm.x, o->mm.n, c->xq, cu_q4_role((sm_mm_role)o->mm.role));
     return;
   }
-  cu_gemm(&c->cx, c->blas, cw, o->mm.x, o->mm.n, o->mm.y, c->x16, c->deq, c->deq_cap);
+  cu_gemm(&c->cx, c->blas, cw, o->mm.x, o->mm.n, o->mm.y, c->x16, c->deq, c->deq_cap, false);
 }
 
 static void x_attention(cuda_be *c, const cu_op *o) {

@@ -208,7 +208,8 @@ static void exec_grouped(cuda_be *c, const cu_op *o) {
     const int m = off[e + 1] - off[e];
     if (!m) continue;
     const cu_weight v = row_view(cw, e * rows, rows);
-    cu_gemm(&c->cx, c->blas, &v, xg + (size_t)off[e] * cols, m, yg + (size_t)off[e] * rows, c->x16, c->deq, c->deq_cap);
+    cu_gemm(&c->cx, c->blas, &v, xg + (size_t)off[e] * cols, m, yg + (size_t)off[e] * rows, c->x16, c->deq, c->deq_cap,
+            false);
   }
   k_scatter_rows<<<cu_ew_blocks((size_t)n_in * rows), 256, 0, s>>>(o->mx.y, yg, dperm, o->mx.ids, o->mx.bias, n_in, rows);
   free(off);

@@ -557,7 +557,8 @@ static bool guq_shape(const cu_weight *g, const cu_weight *u) {
  * Gemma's post-attention / post-feedforward norm before the residual add). Rows from n1 on are a
  * second norm of the same shape (out2, x2, w2; no a, no xq): the q and k head norms in one launch.
  * With x16: the output also goes, through shared memory, to the f16 x of the wgmma kernel (cuda_qwg.cu)
- * of a q/k/v or gate/up group of more tokens, whose own conversion launch is then not needed. */
+ * of a q/k/v or gate/up group of more tokens, whose own conversion launch is then not needed; or, with bn
+ * CU_X16_F16 / CU_X16_BF16, straight to plain half rows (the x of the cuBLAS path, cu_gemm_prep's bits). */
 struct nq_args {
   float *out, *x;
   const float *a, *w;
@@ -571,8 +572,8 @@ struct nq_args {
   int n1; /* rows of the first norm */
   float *out2, *x2;
   const float *w2;
-  uint4 *x16; /* with bn: the first norm's rows also go to x16 in the wgmma kernel's x layout (qw_put_row) */
-  int bn;
+  uint4 *x16; /* bn > 0: the first norm's rows also go to x16 in the wgmma kernel's x layout (qw_put_row); */
+  int bn;     /* CU_X16_F16 / CU_X16_BF16: as plain f16 / bf16 rows */
 };
 template <int VPT, bool PRE>
 __global__ void __launch_bounds__(1024) k_norm_q(const nq_args na) {
@@ -583,7 +584,8 @@ __global__ void __launch_bounds__(1024) k_norm_q(const nq_args na) {
   const float *w = second ? na.w2 : na.w;
   const float *a = second ? NULL : na.a, *xsrc = second ? NULL : na.xsrc;
   uint8_t *xq = second ? NULL : na.xq;
-  uint4 *x16 = second ? NULL : na.x16;
+  uint4 *x16 = second || na.bn <= 0 ? NULL : na.x16;
+  uint2 *xh = second || na.bn >= 0 || !na.x16 ? NULL : (uint2 *)na.x16 + (int64_t)row * dim4; /* plain half rows */
   extern __shared__ float4 nq_row[]; /* with x16: the row's output */
   float2 *xs = na.xs;
   const float eps = na.eps, off = na.off;
@@ -650,6 +652,15 @@ __global__ void __launch_bounds__(1024) k_norm_q(const nq_args na) {
       o.z = v[i].z * inv * (g.z + off); o.w = v[i].w * inv * (g.w + off);
       if (out) o4[idx] = o;
       if (x16) nq_row[idx] = o;
+      if (xh) {
+        if (na.bn == CU_X16_BF16) {
+          const __nv_bfloat162 h0 = __floats2bfloat162_rn(o.x, o.y), h1 = __floats2bfloat162_rn(o.z, o.w);
+          xh[idx] = make_uint2(*(const uint32_t *)&h0, *(const uint32_t *)&h1);
+        } else {
+          const __half2 h0 = __halves2half2(qm_h(o.x), qm_h(o.y)), h1 = __halves2half2(qm_h(o.z), qm_h(o.w));
+          xh[idx] = make_uint2(*(const uint32_t *)&h0, *(const uint32_t *)&h1);
+        }
+      }
     }
     if (xq && i * blockDim.x < dim4) { /* whole warps: dim4 % 8 == 0 keeps 8-lane groups together */
       float am = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
@@ -826,7 +837,7 @@ static bool norm_shape(int dim, int *th_out, int *vpt_out) {
 static bool norm_launch(const cu_ctx *cx, const nq_args &na, int rows, bool pre) {
   int th, vpt;
   if (!norm_shape(na.dim, &th, &vpt)) return false;
-  const size_t sm = na.x16 ? (size_t)na.dim * 4 : 0;
+  const size_t sm = na.x16 && na.bn > 0 ? (size_t)na.dim * 4 : 0;
 #define NQ_GO(V_)                                                                  \
   do {                                                                             \
     if (pre) cu_launch(cx, k_norm_q<V_, true>, dim3(rows), dim3(th), sm, na);     \
@@ -858,7 +869,7 @@ bool cu_norm_pre_q(const cu_ctx *cx, float *out, float *x, const float *a, const
                    const float *w, int n, int dim, float eps, float off, void *xqv, const float *xsrc, void *x16,
                    int bn) {
   if (!nq_ok(n, dim, xqv, out, x, a, w, xsrc) || (pw && (!a || ((uintptr_t)pw & 15)))) return false;
-  if (x16 && !cu_norm_x16_ok(dim)) return false;
+  if (x16 && (bn > 0 ? !cu_norm_x16_ok(dim) : bn != CU_X16_F16 && bn != CU_X16_BF16)) return false;
   nq_args na;
   memset(&na, 0, sizeof na);
   na.out = out; na.x = x; na.a = a; na.w = w; na.dim = dim; na.eps = eps; na.off = off;

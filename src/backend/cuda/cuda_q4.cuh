@@ -35,8 +35,11 @@ void cu_q4_guq(const cu_ctx *cx, const cu_weight *g, const cu_weight *u, float *
 /* out[r] = rmsnorm(x[r] (+= a[r] when a)) * (w + off) for n rows of dim, one block a row; with xq also
  * the int8 layout of out; out may be NULL (only xq written); xsrc (may be NULL): x is set to xsrc (+ a)
  * instead of x (+ a). false (nothing launched) when the shape or alignment is not supported. With x16
- * (cu_norm_x16_ok(dim)): out also as the f16 x of the wgmma kernel for tiles of bn tokens (cu_qwg_bn),
- * which cu_qmma_multi then takes as made (x_ready) */
+ * and bn > 0 (cu_norm_x16_ok(dim)): out also as the f16 x of the wgmma kernel for tiles of bn tokens
+ * (cu_qwg_bn), which cu_qmma_multi then takes as made (x_ready); with bn CU_X16_F16 / CU_X16_BF16: out
+ * also as plain [n][dim] f16 / bf16 rows, the x that cu_gemm_prep would make of it (the same bits) */
+#define CU_X16_F16 (-1)
+#define CU_X16_BF16 (-2)
 bool cu_norm_q(const cu_ctx *cx, float *out, float *x, const float *a, const float *w, int n, int dim, float eps,
                float off, void *xq, const float *xsrc = NULL, void *x16 = NULL, int bn = 0);
 bool cu_norm_x16_ok(int dim);

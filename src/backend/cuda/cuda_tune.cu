@@ -58,9 +58,11 @@ static const sm_tune_entry k_table[] = {
   { "SMELT_CUDA_QWG", F(qwg), 1, 0, 1, 0,
     "4-bit matmuls of 17-128 tokens on Hopper's wgmma kernel (cuda_qwg.cu, sm_90a builds); 0: the mma.sync one", {}, NULL },
   { "SMELT_CUDA_PRE_X16", F(pre_x16), 1, 0, 1, 0,
-    "the kernel before a batched 4-bit matmul on the wgmma kernel writes its f16 x (the rmsnorm before q/k/v, "
-    "gate/up or the head, decode attention before o), which then needs no conversion launch (the same bits); "
-    "0: its own launch", {}, NULL },
+    "the half-precision x of batched matmuls is written once where it is made: the kernel before a 4-bit matmul "
+    "on the wgmma kernel writes its f16 x (the rmsnorm before q/k/v, gate/up or the head, decode attention "
+    "before o); matmuls that cuBLAS runs with a half x (bf16 weights, 4-bit past SMELT_CUDA_QMMA) share one "
+    "conversion of it (q/k/v, gate/up) and the MLP's activation is computed into the down projection's x (the "
+    "same bits); 0: each matmul converts its own x", {}, NULL },
   { "SMELT_CUDA_WALK_BPS", F(walk_bps), 16, 1, 32, 0,
     "blocks an SM that the sample op's passes over sampled rows (max, weights) take, spread over the rows", {}, NULL },
   { "SMELT_CUDA_QMMA_BM", F(qmma_bm), 0, 0, 256, 0,

@@ -35,11 +35,11 @@ typedef struct {
   int q4hint;    /* k_mvq4 weight load L2 hint */
   int qmma;      /* most tokens of a step whose 4-bit matmuls run on the tensor-core kernel (cuda_qmma.cu) */
   int qwg;       /* the tensor-core kernel on sm_90a: wgmma (1, cuda_qwg.cu) or mma.sync (0) */
-  int pre_x16;  /* the norm or attention before a batched 4-bit matmul writes the wgmma kernel's f16 x (cuda_fuse.cu) */
-  int walk_bps; /* blocks an SM of the sampling walk's row passes (cuda_sample.cu) */
-  int qmma_bm;  /* weight rows a block of the tensor-core kernel (128, 256; 0 automatic) */
-  int moe_grp;  /* (token, expert) slots above which an eager matmul_experts runs one GEMM per expert */
-  int comm_ar;  /* tensor parallelism: small all-reduces through the peers' memory (cuda_comm.cu); 0: NCCL only */
+  int pre_x16;   /* batched matmuls' half x written once where it is made (cuda_fuse.cu) */
+  int walk_bps;  /* blocks an SM of the sampling walk's row passes (cuda_sample.cu) */
+  int qmma_bm;   /* weight rows a block of the tensor-core kernel (128, 256; 0 automatic) */
+  int moe_grp;   /* (token, expert) slots above which an eager matmul_experts runs one GEMM per expert */
+  int comm_ar;   /* tensor parallelism: small all-reduces through the peers' memory (cuda_comm.cu); 0: NCCL only */
   /* developer builds only (change results) */
   int qmma_split;  /* k slices of the tensor-core kernel (1-8; 0 automatic) */
   int attn_diag;   /* decode attention parts left out (bit mask) */

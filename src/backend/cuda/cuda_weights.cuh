@@ -16,8 +16,17 @@ void cu_dequant_rows(const cu_weight *w, int64_t r0, int64_t nr, void *out, bool
 void cu_embed(const cu_ctx *cx, const cu_weight *w, const int32_t *tokens, int n_tokens, float *out);
 
 /* y[n][rows] = x[n][cols] . W^T with cuBLAS: f32 weights directly, others through bf16/f16 copies of x
- * (x16: n * cols halves) and of weight row tiles (deq: deq_bytes) */
+ * (x16: n * cols halves) and of weight row tiles (deq: deq_bytes); x_ready: x16 already holds x in the
+ * half type of w (cu_gemm_prep; only where cu_gemm_half holds) */
 void cu_gemm(const cu_ctx *cx, cublasHandle_t blas, const cu_weight *w, const float *x, int n, float *y, void *x16,
-             void *deq, size_t deq_bytes);
+             void *deq, size_t deq_bytes, bool x_ready);
+/* Does the matmul of w over n tokens of x (not batch-invariant, past the matvec kernels) take cu_gemm's
+ * cuBLAS path with x converted to a half type? *bf16: that type is bf16 (dense bf16 weights), else f16. */
+bool cu_gemm_half(const cu_ctx *cx, const cu_weight *w, int n, const float *x, bool *bf16);
+/* x [n][cols] f32 into x16 as bf16 or f16 (clamped to +-65504), exactly as cu_gemm converts it; with xu,
+ * act(x) * xu (act 1: silu, 2: gelu_tanh; as the unfused silu/gelu op computes it), which needs
+ * cu_gemm_prep_ok */
+bool cu_gemm_prep_ok(const float *x, const float *xu, int n, int64_t cols);
+void cu_gemm_prep(const cu_ctx *cx, bool bf16, const float *x, const float *xu, int act, int n, int64_t cols, void *x16);
 
 #endif
