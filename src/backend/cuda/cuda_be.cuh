@@ -206,10 +206,16 @@ bool cu_comm_ar_norm_ok(cuda_be *c, const float *y, const float *x, const float 
 void cu_comm_ar_norm(cuda_be *c, float *y, float *x, float *out, const float *w, int n, int dim, float eps, float off);
 
 /* cuda_fuse.cu */
-void cu_exec_ops(cuda_be *c);                /* the recorded ops, through the fusion table */
-void cu_exec_op(cuda_be *c, const cu_op *o); /* one op, unfused */
+void cu_exec_ops(cuda_be *c); /* the recorded ops, through the fusion table */
 int cu_fusion_count(void);
 const char *cu_fusion_name(int i);
+/* cuda_exec.cu: one op, unfused (timed per op with tuning profile), and the kernel arguments an attention
+ * or KV-store op gives both the fused and the unfused paths */
+void cu_exec_op(cuda_be *c, const cu_op *o);
+struct cu_attn_args;
+struct cu_kv_dst;
+void cu_attn_args_of(const cuda_be *c, const cu_op *at, struct cu_attn_args *a);
+struct cu_kv_dst cu_kv_dst_of(const cuda_be *c, const cu_op *kv);
 
 /* cuda_encoder.cu: the ops with explicit shapes (backend.h attention_seg ... copy) */
 void cu_encoder_ops_init(sm_backend *b);

@@ -29,62 +29,6 @@
 #include "backend/cuda/cuda_weights.cuh"
 #include "backend/kv_quant.h"
 
-const char *cu_op_name(int type) {
-  static const char *const names[OP_COUNT] = { "embed", "matmul", "rmsnorm", "rope", "kv_store", "attention", "silu_mul",
-                                               "gelu_mul", "add", "add_rows", "scale", "softcap", "gather_out",
-                                               "argmax", "metadata", "layernorm", "rope_ext", "moe_route",
-                                               "matmul_experts", "moe_combine", "swiglu_clamp", "sigmoid_gate_rows",
-                                               "attention_sinks", "mul", "sigmoid_mul", "relu2", "conv1d", "ssm_scan",
-                                               "gated_delta", "gated_rmsnorm", "attention_seg", "rope_axes", "gelu",
-                                               "gather_rows", "copy", "attention_mla", "all_reduce",
-                                               "broadcast", "all_gather" };
-  return type >= 0 && type < OP_COUNT ? names[type] : "?";
-}
-
-void cu_op_io(const cu_op *o, const void *rd[4], int *nr, const void *wr[2], int *nw) {
-  *nr = *nw = 0;
-#define R(p) (rd[(*nr)++] = (p))
-#define W(p) (wr[(*nw)++] = (p))
-  switch (o->type) {
-  case OP_EMBED: W(o->emb.out); break;
-  case OP_MATMUL: R(o->mm.x); W(o->mm.y); break;
-  case OP_RMSNORM: R(o->norm.x); R(o->norm.w); W(o->norm.out); break;
-  case OP_ROPE: R(o->rope.x); W(o->rope.x); break;
-  case OP_KVSTORE: R(o->kv.k); R(o->kv.v); W(o->kv.K); W(o->kv.V); break;
-  case OP_ATTN: R(o->at.q); R(o->at.K); R(o->at.V); W(o->at.out); break;
-  case OP_SILU: case OP_GELU: R(o->ew.a); R(o->ew.b); W(o->ew.y); break;
-  case OP_ADD: case OP_ADDROWS: R(o->ew.y); R(o->ew.a); W(o->ew.y); break;
-  case OP_SCALE: case OP_SOFTCAP: R(o->ew.y); W(o->ew.y); break;
-  case OP_GATHER: R(o->gat.src); W(o->gat.dst); break;
-  case OP_ARGMAX: R(o->am.logits); break;
-  case OP_META: W(o->meta.dst); break;
-  case OP_LAYERNORM: R(o->ln.x); R(o->ln.w); if (o->ln.b) R(o->ln.b); W(o->ln.out); break;
-  case OP_ROPEX: R(o->rx.x); W(o->rx.x); break;
-  case OP_MOE_ROUTE: R(o->rt.logits); W(o->rt.ids); W(o->rt.wts); break;
-  case OP_MM_EXPERTS: R(o->mx.x); R(o->mx.ids); W(o->mx.y); break;
-  case OP_MOE_COMBINE: R(o->cb.y); R(o->cb.w); W(o->cb.out); break;
-  case OP_SWIGLU_CLAMP: R(o->sw.g); R(o->sw.u); W(o->sw.out); break;
-  case OP_SIGMOID_GATE: R(o->sg.y); R(o->sg.g); W(o->sg.y); break;
-  case OP_ATTN_SINKS: R(o->as.q); R(o->as.K); R(o->as.V); W(o->as.out); break;
-  case OP_MUL: R(o->ew.a); R(o->ew.b); W(o->ew.y); break;
-  case OP_SIGMUL: R(o->ew.y); R(o->ew.a); W(o->ew.y); break;
-  case OP_RELU2: R(o->ew.y); W(o->ew.y); break;
-  case OP_CONV1D: R(o->cv.x); R(o->cv.w); W(o->cv.out); W(o->cv.st); break;
-  case OP_SSM: R(o->ss.x); R(o->ss.dt); W(o->ss.y); W(o->ss.st); break;
-  case OP_GDN: R(o->gd.q); R(o->gd.a); R(o->gd.b); W(o->gd.y); break;
-  case OP_GNORM: R(o->gn.x); R(o->gn.z); R(o->gn.w); W(o->gn.out); break;
-  case OP_ATTSEG: R(o->asg.q); R(o->asg.k); R(o->asg.v); W(o->asg.out); break;
-  case OP_ROPEAX: R(o->rax.x); W(o->rax.x); break;
-  case OP_GELU1: R(o->gl.x); W(o->gl.y); break;
-  case OP_GATHERROWS: R(o->gr.src); W(o->gr.dst); break;
-  case OP_COPY: R(o->cp.src); W(o->cp.dst); break;
-  case OP_ATTN_MLA: R(o->mla.ql); R(o->mla.qpe); R(o->mla.c); R(o->mla.kpe); W(o->mla.K); W(o->mla.out); break;
-  case OP_ALLREDUCE: case OP_BCAST: case OP_ALLGATHER: R(o->cm.src); W(o->cm.dst); break;
-  }
-#undef R
-#undef W
-}
-
 /* the executor's walk over one recorded list */
 typedef struct {
   const void *preq; /* c->xq holds the int8 x of this buffer (preq_n columns), for the next op */
@@ -301,23 +245,6 @@ static int r_silu_mv(fx *f, int i) {
   return cu_matvec_silu(f->cx, m->mm.cw, o->ew.a, o->ew.b, 1, m->mm.y, f->c->xq, o->type == OP_GELU) ? 2 : 0;
 }
 
-static void attn_args(const fx *f, const cu_op *at, cu_attn_args *a) {
-  const cuda_be *c = f->c;
-  memset(a, 0, sizeof *a);
-  a->out = at->at.out;
-  a->part = c->part;
-  a->cnt = c->att_cnt;
-  a->q = at->at.q;
-  a->K = at->at.K;
-  a->V = at->at.V;
-  a->dt = (sm_dtype)at->at.dt;
-  a->pos = c->d_pos; a->seq = c->d_seq; a->table = c->d_table;
-  a->max_blocks = c->max_blocks; a->bs = at->at.bs; a->nblocks = at->at.nblocks;
-  a->n_tokens = c->n_tokens; a->n_heads = at->at.nh; a->nkv = at->at.nkv; a->hd = at->at.hd;
-  a->scale = at->at.scale; a->window = at->at.window; a->softcap = at->at.softcap;
-  a->S = at->at.splits;
-  a->global_combine = at->at.glong != 0;
-}
 /* decode attention writes the int8 x of the CW_Q4 matvec after it (the o projection) */
 static bool attn_feeds_q4(const fx *f, const cu_op *at, const cu_op *m) {
   const cu_weight *w = m && m->type == OP_MATMUL ? m->mm.cw : NULL;
@@ -340,7 +267,7 @@ static bool m_attn_q(const fx *f, int i) {
 }
 static int r_attn_q(fx *f, int i) {
   cu_attn_args a;
-  attn_args(f, &f->ops[i], &a);
+  cu_attn_args_of(f->c, &f->ops[i], &a);
   a.xq = f->c->xq;
   cu_attn_decode(f->cx, &a);
   f->out.preq = f->ops[i].at.out;
@@ -399,7 +326,7 @@ static int rope_attn_go(fx *f, int i, cu_attn_args *a) {
 /* the attention arguments of ops i .. i + 3 with the rotations' k, frequencies and rotated dims */
 static void rope_attn_args(const fx *f, int i, const float *kx, const float *invq, int rotq, const float *invk,
                            int rotk, cu_attn_args *a) {
-  attn_args(f, &f->ops[i + 3], a);
+  cu_attn_args_of(f->c, &f->ops[i + 3], a);
   a->kraw = kx;
   a->vraw = f->ops[i + 2].kv.v;
   a->invq = invq;
@@ -434,10 +361,6 @@ static int r_ropex_attn(fx *f, int i) {
 
 /* rope(q), rope(k), kv_store(k, v) in one kernel */
 /* where the KV store op kv writes in the current batch */
-static cu_kv_dst kv_dst_of(const cuda_be *c, const cu_op *kv) {
-  return cu_kv_dst{ kv->kv.K, kv->kv.V, (sm_dtype)kv->kv.dt, c->d_pos, c->d_seq, c->d_table, kv->kv.row, kv->kv.hd,
-                    c->max_blocks, kv->kv.bs, kv->kv.nblocks };
-}
 static bool m_rope_kv(const fx *f, int i) {
   const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
   return kv->kv.k == rk->rope.x && o->rope.hd == rk->rope.hd && rk->rope.nh * rk->rope.hd == kv->kv.row &&
@@ -446,7 +369,7 @@ static bool m_rope_kv(const fx *f, int i) {
 static int r_rope_kv(fx *f, int i) {
   const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
   const cuda_be *c = f->c;
-  const cu_kv_dst d = kv_dst_of(c, kv);
+  const cu_kv_dst d = cu_kv_dst_of(c, kv);
   cu_rope_qk_store(f->cx, &d, o->rope.x, rk->rope.x, kv->kv.v, o->rope.inv, rk->rope.inv, c->n_tokens, o->rope.nh,
                    rk->rope.nh, o->rope.hd, o->rope.rot, rk->rope.rot);
   return 3;
@@ -464,7 +387,7 @@ static bool m_ropex_kv(const fx *f, int i) {
 static int r_ropex_kv(fx *f, int i) {
   const cu_op *o = &f->ops[i], *rk = &f->ops[i + 1], *kv = &f->ops[i + 2];
   const cuda_be *c = f->c;
-  const cu_kv_dst d = kv_dst_of(c, kv);
+  const cu_kv_dst d = cu_kv_dst_of(c, kv);
   const cu_rope_rows rr = {o->rx.n_rows, o->rx.pos0, o->rx.mscale, rk->rx.mscale};
   cu_rope_qk_store(f->cx, &d, o->rx.x, rk->rx.x, kv->kv.v, o->rx.inv, rk->rx.inv, c->n_tokens, o->rx.nh, rk->rx.nh,
                    o->rx.hd, o->rx.rot, rk->rx.rot, &rr);
@@ -930,121 +853,6 @@ static bool pattern_at(const fx *f, const uint16_t *pat, int i) {
       return false;
   }
   return true;
-}
-
-/* ---------------- one op, unfused ---------------- */
-static void x_matmul(cuda_be *c, const cu_op *o) {
-  const cu_weight *cw = o->mm.cw;
-  if (c->base.batch_invariant) { /* every token through the one-token kernel: the same order for any n */
-    const int role = cu_q4_role((sm_mm_role)o->mm.role);
-    for (int t = 0; t < o->mm.n; t++) {
-      float *y = o->mm.y + (size_t)t * cw->rows;
-      cu_matvec_multi(&c->cx, &cw, &y, 1, o->mm.x + (size_t)t * cw->cols, 1, c->xq, role);
-    }
-    return;
-  }
-  if (cu_use_matvec(cw, o->mm.n)) {
-    float *y = o->mm.y;
-    cu_matvec_multi(&c->cx, &cw, &y, 1, o->mm.x, o->mm.n, c->xq, cu_q4_role((sm_mm_role)o->mm.role));
-    return;
-  }
-  cu_gemm(&c->cx, c->blas, cw, o->mm.x, o->mm.n, o->mm.y, c->x16, c->deq, c->deq_cap, false);
-}
-
-static void x_attention(cuda_be *c, const cu_op *o) {
-  if (o->at.splits) { /* decode kernel */
-    fx f;
-    memset(&f, 0, sizeof f);
-    f.c = c;
-    cu_attn_args a;
-    attn_args(&f, o, &a);
-    cu_attn_decode(&c->cx, &a);
-    return;
-  }
-  cu_attn_tiled t = { o->at.out, c->part, o->at.q, o->at.K, o->at.V, (sm_dtype)o->at.dt, c->d_pos, c->d_seq, c->d_table, c->d_tiles,
-                      c->n_tiles, c->n_tokens, c->max_blocks, o->at.bs, o->at.nblocks, o->at.nh, o->at.nkv, o->at.hd,
-                      o->at.scale, o->at.window, o->at.softcap, o->at.span, o->at.inv != 0 };
-  if (o->at.dq) cu_attn_decq_run(&c->cx, &t, o->at.dq);
-  else cu_attn_tiled_run(&c->cx, &t, c->smem_optin);
-}
-
-static void exec_op_(cuda_be *c, const cu_op *o) {
-  const cu_ctx *cx = &c->cx;
-  const int nt = c->n_tokens;
-  switch (o->type) {
-  case OP_EMBED: cu_embed(cx, o->emb.cw, c->d_tokens, nt, o->emb.out); break;
-  case OP_MATMUL: x_matmul(c, o); break;
-  case OP_RMSNORM: cu_rmsnorm(cx, o->norm.out, o->norm.x, o->norm.w, o->norm.n, o->norm.dim, o->norm.eps, o->norm.off); break;
-  case OP_ROPE: cu_rope(cx, o->rope.x, c->d_pos, o->rope.inv, nt, o->rope.nh, o->rope.hd, o->rope.rot); break;
-  case OP_KVSTORE: {
-    const cu_kv_dst d = kv_dst_of(c, o);
-    cu_kv_store(cx, &d, o->kv.k, o->kv.v, nt);
-    break;
-  }
-  case OP_ATTN: x_attention(c, o); break;
-  case OP_SILU: cu_ew(cx, CU_EW_SILU, o->ew.y, o->ew.a, o->ew.b, 0.f, o->ew.n, 0); break;
-  case OP_GELU: cu_ew(cx, CU_EW_GELU, o->ew.y, o->ew.a, o->ew.b, 0.f, o->ew.n, 0); break;
-  case OP_ADD: cu_ew(cx, CU_EW_ADD, o->ew.y, o->ew.a, NULL, 0.f, o->ew.n, 0); break;
-  case OP_ADDROWS: cu_ew(cx, CU_EW_ADD_ROWS, o->ew.y, o->ew.a, NULL, 0.f, o->ew.n, o->ew.dim); break;
-  case OP_SCALE: cu_ew(cx, CU_EW_SCALE, o->ew.y, NULL, NULL, o->ew.s, o->ew.n, 0); break;
-  case OP_SOFTCAP: cu_ew(cx, CU_EW_SOFTCAP, o->ew.y, NULL, NULL, o->ew.s, o->ew.n, 0); break;
-  case OP_META: cu_meta_launch(c, o->meta.dst); break;
-  case OP_ARGMAX:
-    cu_argmax1(cx, o->am.logits, o->am.vocab, c->am_pv, c->am_pi, c->am_cnt, o->am.dtok, o->am.htok);
-    cu_count(cx, CU_K_ARGMAX);
-    break;
-  case OP_GATHER: cu_gather(cx, o->gat.dst, o->gat.src, c->d_out, c->n_out, o->gat.dim); break;
-  case OP_LAYERNORM: cu_layernorm(cx, o->ln.out, o->ln.x, o->ln.w, o->ln.b, o->ln.n, o->ln.dim, o->ln.eps); break;
-  case OP_ROPEX: {
-    cu_rope_ext_args a = { o->rx.inv, o->rx.rot, o->rx.n_rows, o->rx.pos0, o->rx.mscale, o->rx.beta, o->rx.beta_pos };
-    cu_rope_ext(cx, o->rx.x, c->d_pos, &a, nt, o->rx.nh, o->rx.hd);
-    break;
-  }
-  case OP_ATTSEG: case OP_ROPEAX: case OP_GELU1: case OP_GATHERROWS: case OP_COPY: cu_exec_encoder_op(c, o); break;
-  case OP_MUL: cu_rec_ew(cx, CU_REW_MUL, o->ew.y, o->ew.a, o->ew.b, o->ew.n); break;
-  case OP_SIGMUL: cu_rec_ew(cx, CU_REW_SIGMUL, o->ew.y, o->ew.a, NULL, o->ew.n); break;
-  case OP_RELU2: cu_rec_ew(cx, CU_REW_RELU2, o->ew.y, NULL, NULL, o->ew.n); break;
-  case OP_CONV1D: case OP_SSM: case OP_GDN: {
-    const cu_rec_batch rb = { c->d_pos, c->d_rslot, c->d_rfirst, c->d_rcount };
-    if (o->type == OP_CONV1D)
-      cu_conv1d(cx, &rb, o->cv.out, o->cv.x, o->cv.w, o->cv.b, o->cv.st, o->cv.sf, o->cv.C, o->cv.K, o->cv.act, o->cv.nseq);
-    else if (o->type == OP_SSM)
-      cu_ssm_scan(cx, &rb, o->ss.y, o->ss.x, o->ss.B, o->ss.C, o->ss.ld, o->ss.dt, o->ss.dtb, o->ss.al, o->ss.D, o->ss.st,
-                  o->ss.sf, o->ss.nh, o->ss.P, o->ss.G, o->ss.N, o->ss.lo, o->ss.hi, o->ss.nseq);
-    else
-      cu_gated_delta(cx, &rb, o->gd.y, o->gd.q, o->gd.k, o->gd.v, o->gd.ld, o->gd.a, o->gd.b, o->gd.al, o->gd.dtb,
-                     o->gd.st, o->gd.sf, o->gd.hk, o->gd.hv, o->gd.dk, o->gd.dv, o->gd.nseq);
-    break;
-  }
-  case OP_GNORM:
-    cu_gated_rmsnorm(cx, o->gn.out, o->gn.x, o->gn.z, o->gn.w, o->gn.n, o->gn.dim, o->gn.group, o->gn.wdim, o->gn.eps,
-                     o->gn.nf);
-    break;
-  case OP_ATTN_MLA: cu_mla_exec(c, o); break; /* multi-head latent attention (cuda_mla.cu) */
-  case OP_ALLREDUCE: case OP_BCAST: case OP_ALLGATHER: cu_comm_exec(c, o); break; /* collectives (cuda_comm.cu) */
-  default: cu_moe_exec(c, o); break; /* the mixture-of-experts ops and attention sinks (cuda_moe.cu) */
-  }
-}
-
-void cu_exec_op(cuda_be *c, const cu_op *o) {
-  if (!c->t.profile) { exec_op_(c, o); return; }
-  char lab[64];
-  if (o->type == OP_MATMUL) {
-    const cu_weight *w = o->mm.cw;
-    snprintf(lab, sizeof lab, "matmul %s %s%d %lldx%lld n%s", sm_mm_role_name((sm_mm_role)o->mm.role),
-             w->bits ? "q" : "dense", w->bits ? w->bits : (int)w->dtype, (long long)w->rows, (long long)w->cols,
-             o->mm.n == 1 ? "=1" : o->mm.n <= CU_MAX_N ? "<=8" : ">8");
-  } else if (o->type == OP_ATTN) snprintf(lab, sizeof lab, "attention n%s", c->n_tokens == 1 ? "=1" : ">1");
-  else snprintf(lab, sizeof lab, "%s", cu_op_name(o->type));
-  double flop = 0; /* prefill attention: 4 hd flop (q.k and p.v) a head and attended position */
-  if (o->type == OP_ATTN && c->n_tokens > 1)
-    for (int t = 0; t < c->n_tokens; t++) {
-      const int len = o->at.window > 0 && c->h_pos[t] + 1 > o->at.window ? o->at.window : c->h_pos[t] + 1;
-      flop += 4.0 * o->at.hd * o->at.nh * len;
-    }
-  cu_prof_begin(c);
-  exec_op_(c, o);
-  cu_prof_end(c, lab, flop);
 }
 
 void cu_exec_ops(cuda_be *c) {
