@@ -33,25 +33,46 @@ typedef struct {
   sm_cuda_stats st;
 } step_info;
 
-static bool decode(const char *family, int layers, int hidden, int ffn, const char *extra, step_info *out) {
-  char dir[256];
-  snprintf(dir, sizeof dir, "/tmp/smelt-fusions-%s-%d-%d-%d", family, hidden, layers, (int)getpid());
-  sm_synth_shape sh = {"fusions", hidden, layers, 32, 8, ffn, 1024, true, family, 0, extra};
-  CHECK(sm_make_synthetic(&sh, 4, 64, dir, false) == SMELT_OK, "%s: synthetic: %s", family, smelt_last_error());
+/* A synthetic model of shape sh (bits 0: bf16 weights) written to dir, loaded on CUDA, and an engine of
+ * ctx tokens a sequence (batch: most tokens a step, 0 the default); false after a failed check */
+static bool open_model(const sm_synth_shape *sh, int bits, const char *dir, int ctx, int batch, smelt_model **m,
+                       sm_engine **e) {
+  *m = NULL;
+  *e = NULL;
+  bool ok = sm_make_synthetic(sh, bits, 64, dir, false) == SMELT_OK;
+  CHECK(ok, "%s: synthetic: %s", sh->family, smelt_last_error());
   smelt_model_params p;
   smelt_model_params_default(&p);
   p.device = SMELT_DEVICE_CUDA;
-  p.max_context = 128;
-  smelt_model *m = NULL;
-  bool ok = smelt_model_load(dir, &p, &m) == SMELT_OK;
-  CHECK(ok, "%s: load: %s", family, smelt_last_error());
+  p.max_context = ctx;
+  ok = ok && smelt_model_load(dir, &p, m) == SMELT_OK;
+  CHECK(ok, "%s: load: %s", sh->family, smelt_last_error());
+  if (!ok) return false;
+  sm_engine_params ep;
+  sm_engine_params_default(&ep);
+  ep.max_context = ctx;
+  if (batch) ep.max_batch_tokens = batch;
+  ep.prefix_cache = false;
+  ok = sm_engine_create(*m, &ep, e) == SMELT_OK;
+  CHECK(ok, "%s: engine: %s", sh->family, smelt_last_error());
+  return ok;
+}
+static void close_model(smelt_model *m, sm_engine *e, const char *dir) {
+  if (e) sm_engine_free(e);
+  smelt_model_free(m);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd)) {}
+}
+
+static bool decode(const char *family, int layers, int hidden, int ffn, const char *extra, step_info *out) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "/tmp/smelt-fusions-%s-%d-%d-%d", family, hidden, layers, (int)getpid());
+  const sm_synth_shape sh = {"fusions", hidden, layers, 32, 8, ffn, 1024, true, family, 0, extra};
+  smelt_model *m;
+  sm_engine *e;
+  bool ok = open_model(&sh, 4, dir, 128, 0, &m, &e);
   if (ok) {
-    sm_engine_params ep;
-    sm_engine_params_default(&ep);
-    ep.max_context = 128;
-    ep.prefix_cache = false;
-    sm_engine *e = NULL;
-    CHECK(sm_engine_create(m, &ep, &e) == SMELT_OK, "%s: engine: %s", family, smelt_last_error());
     float *lg = malloc(sizeof(float) * 1024);
     sm_seq *q = sm_seq_new(e);
     int32_t ids[8] = {3, 141, 59, 265, 358, 979, 323, 84};
@@ -71,57 +92,33 @@ static bool decode(const char *family, int layers, int hidden, int ffn, const ch
           out->st.captures, out->st.graph_launches);
     free(lg);
     sm_seq_free(e, q);
-    sm_engine_free(e);
   }
-  smelt_model_free(m);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd)) {}
+  close_model(m, e, dir);
   return ok;
 }
-
 
 /* one prefill step of n tokens of a 2-layer llama-shaped model (bits 0: bf16 weights); its last logits
  * and fusion counts */
 static bool prefill(int bits, int n, float *lg, sm_cuda_stats *st) {
   char dir[256];
   snprintf(dir, sizeof dir, "/tmp/smelt-fusions-prefill-%d-%d", bits, (int)getpid());
-  sm_synth_shape sh = {"fusions", 512, 2, 8, 2, 1024, 1024, true, "llama", 0, NULL};
-  CHECK(sm_make_synthetic(&sh, bits, 64, dir, false) == SMELT_OK, "prefill: synthetic: %s", smelt_last_error());
-  smelt_model_params p;
-  smelt_model_params_default(&p);
-  p.device = SMELT_DEVICE_CUDA;
-  p.max_context = 1024;
-  smelt_model *m = NULL;
-  bool ok = smelt_model_load(dir, &p, &m) == SMELT_OK;
-  CHECK(ok, "prefill: load: %s", smelt_last_error());
+  const sm_synth_shape sh = {"fusions", 512, 2, 8, 2, 1024, 1024, true, "llama", 0, NULL};
+  smelt_model *m;
+  sm_engine *e;
+  bool ok = open_model(&sh, bits, dir, 1024, 1024, &m, &e);
   if (ok) {
-    sm_engine_params ep;
-    sm_engine_params_default(&ep);
-    ep.max_context = 1024;
-    ep.max_batch_tokens = 1024;
-    ep.prefix_cache = false;
-    sm_engine *e = NULL;
-    ok = sm_engine_create(m, &ep, &e) == SMELT_OK;
-    CHECK(ok, "prefill: engine: %s", smelt_last_error());
-    if (ok) {
-      sm_seq *q = sm_seq_new(e);
-      int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
-      for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 131 + 7) % 1024);
-      sm_seq_append(e, q, ids, n);
-      uint8_t d = 0;
-      ok = sm_engine_step(e, &q, 1, lg, &d) == SMELT_OK && d;
-      CHECK(ok, "prefill of %d tokens: %s", n, smelt_last_error());
-      sm_cuda_get_stats(m->be, st);
-      free(ids);
-      sm_seq_free(e, q);
-      sm_engine_free(e);
-    }
+    sm_seq *q = sm_seq_new(e);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 131 + 7) % 1024);
+    sm_seq_append(e, q, ids, n);
+    uint8_t d = 0;
+    ok = sm_engine_step(e, &q, 1, lg, &d) == SMELT_OK && d;
+    CHECK(ok, "prefill of %d tokens: %s", n, smelt_last_error());
+    sm_cuda_get_stats(m->be, st);
+    free(ids);
+    sm_seq_free(e, q);
   }
-  smelt_model_free(m);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd)) {}
+  close_model(m, e, dir);
   return ok;
 }
 
