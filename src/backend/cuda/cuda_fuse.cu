@@ -120,15 +120,14 @@ static bool norm_feeds_x16(const fx *f, int i) {
 }
 static bool x16_ready(const fx *f, const cu_op *m) { return f->in.x16 == m->mm.x && f->in.x16_n == m->mm.n; }
 
-static int hgemm_group(const fx *f, int i);
-static bool gemm_half(const fx *f, const cu_op *m, bool *bf16);
+static int hgemm_group(const fx *f, int i, bool *bf16);
 /* The op after the rmsnorm at i starts matmuls of its output that cuBLAS runs with a half x (hgemm_group):
  * then the norm also writes that x (*bn: CU_X16_F16 or CU_X16_BF16) and the group skips its conversion */
 static bool norm_feeds_half(const fx *f, int i, int *bn) {
   const cu_op *r = op(f, i), *m = op(f, i + 1);
   bool bf;
   if (!m || m->type != OP_MATMUL || m->mm.x != r->norm.out || m->mm.n != r->norm.n || m->mm.cw->cols != r->norm.dim ||
-      !r->norm.out || hgemm_group(f, i + 1) < 1 || !gemm_half(f, m, &bf))
+      !r->norm.out || hgemm_group(f, i + 1, &bf) < 1)
     return false;
   *bn = bf ? CU_X16_BF16 : CU_X16_F16;
   return true;
@@ -505,10 +504,12 @@ static bool gemm_half(const fx *f, const cu_op *m, bool *bf16) {
          f->c->x16_cap >= (size_t)m->mm.n * (size_t)m->mm.cw->cols * 2 &&
          cu_gemm_half(f->cx, m->mm.cw, m->mm.n, m->mm.x, bf16);
 }
-static int hgemm_group(const fx *f, int i) {
+/* how many matmuls from op i share one half x (0: op i takes no half x); *bf16: its type */
+static int hgemm_group(const fx *f, int i, bool *bf16) {
   const cu_op *o = &f->ops[i];
   bool bf, bf2;
   if (!gemm_half(f, o, &bf)) return 0;
+  *bf16 = bf;
   int nw = 1;
   while (i + nw < f->n) {
     const cu_op *p = &f->ops[i + nw];
@@ -527,14 +528,13 @@ static bool xh_ready(const fx *f, const cu_op *m, bool bf) {
 }
 static bool m_hgemm_group(const fx *f, int i) {
   bool bf;
-  const int nw = hgemm_group(f, i);
-  return nw > 1 || (nw == 1 && gemm_half(f, &f->ops[i], &bf) && xh_ready(f, &f->ops[i], bf));
+  const int nw = hgemm_group(f, i, &bf);
+  return nw > 1 || (nw == 1 && xh_ready(f, &f->ops[i], bf));
 }
 static int r_hgemm_group(fx *f, int i) {
   const cu_op *o = &f->ops[i];
   bool bf;
-  const int nw = hgemm_group(f, i);
-  gemm_half(f, o, &bf);
+  const int nw = hgemm_group(f, i, &bf);
   if (!xh_ready(f, o, bf)) cu_gemm_prep(f->cx, bf, o->mm.x, NULL, 0, o->mm.n, o->mm.cw->cols, f->c->x16);
   for (int k = 0; k < nw; k++) {
     const cu_op *p = &f->ops[i + k];

@@ -16,16 +16,7 @@ __global__ void k_to_f16(__half *o, const float *x, size_t n) {
 /* four values a thread (x, xu and o 16-byte aligned); with xu: act(x) * xu (qm_act: 1 silu, 2 gelu_tanh) */
 template <bool BF>
 __global__ void k_to_half4(uint2 *o, const float4 *x, const float4 *xu, int act, size_t n4) {
-  GRID_STRIDE(i, n4) {
-    const float4 v = qm_act(__ldcg(x + i), xu, (int64_t)i, act);
-    if (BF) {
-      const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
-      o[i] = make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
-    } else {
-      const __half2 a = __halves2half2(qm_h(v.x), qm_h(v.y)), b = __halves2half2(qm_h(v.z), qm_h(v.w));
-      o[i] = make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
-    }
-  }
+  GRID_STRIDE(i, n4) o[i] = qm_half4(qm_act(__ldcg(x + i), xu, (int64_t)i, act), BF);
 }
 
 bool cu_gemm_half(const cu_ctx *cx, const cu_weight *cw, int n, const float *x, bool *bf16) {

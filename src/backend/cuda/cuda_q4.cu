@@ -652,15 +652,7 @@ __global__ void __launch_bounds__(1024) k_norm_q(const nq_args na) {
       o.z = v[i].z * inv * (g.z + off); o.w = v[i].w * inv * (g.w + off);
       if (out) o4[idx] = o;
       if (x16) nq_row[idx] = o;
-      if (xh) {
-        if (na.bn == CU_X16_BF16) {
-          const __nv_bfloat162 h0 = __floats2bfloat162_rn(o.x, o.y), h1 = __floats2bfloat162_rn(o.z, o.w);
-          xh[idx] = make_uint2(*(const uint32_t *)&h0, *(const uint32_t *)&h1);
-        } else {
-          const __half2 h0 = __halves2half2(qm_h(o.x), qm_h(o.y)), h1 = __halves2half2(qm_h(o.z), qm_h(o.w));
-          xh[idx] = make_uint2(*(const uint32_t *)&h0, *(const uint32_t *)&h1);
-        }
-      }
+      if (xh) xh[idx] = qm_half4(o, na.bn == CU_X16_BF16);
     }
     if (xq && i * blockDim.x < dim4) { /* whole warps: dim4 % 8 == 0 keeps 8-lane groups together */
       float am = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));

@@ -9,6 +9,15 @@
 
 /* x rounded to f16, clamped to +-65504 (as the dequantize + cuBLAS path rounds it) */
 static __device__ __forceinline__ __half qm_h(float v) { return __float2half_rn(fminf(fmaxf(v, -65504.f), 65504.f)); }
+/* four floats as the half x of the cuBLAS path: bf16 (round to nearest) or f16 (qm_h), packed in order */
+static __device__ __forceinline__ uint2 qm_half4(float4 v, bool bf) {
+  if (bf) {
+    const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+    return make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
+  }
+  const __half2 a = __halves2half2(qm_h(v.x), qm_h(v.y)), b = __halves2half2(qm_h(v.z), qm_h(v.w));
+  return make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
+}
 /* with xu: act(v) * xu[j] (act 1 silu, 2 gelu_tanh: a gated MLP's down projection); else v */
 static __device__ __forceinline__ float4 qm_act(float4 v, const float4 *xu, int64_t j, int act) {
   if (!xu) return v;
