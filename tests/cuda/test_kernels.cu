@@ -7,12 +7,17 @@
  *  - k_mlp1 (gate/up + silu quantization + down in one persistent kernel) against the separate
  *    kernels at both models' shapes, three launches in a row, a captured graph replayed, with the add
  *    + rmsnorm before it (bitwise against k_norm_q + k_mlp1) and the deferred add + rmsnorm after it;
+ *  - mxq_fp4_i8x8 (byte-permute decoding of mxfp4 codes to int8) against mxq_fp4 for every code in every
+ *    place of a word, and the fused expert kernels on mxfp4 weights of gpt-oss's width (int16 x) against
+ *    the row kernel (float x);
  *  - the norm launches that do two norms' work (cu_norm_pre_q: a sandwich's output norm, the residual
  *    add and the next norm with its int8 x; cu_norm_pair: the q and k head norms) bitwise against
  *    cu_norm_q run twice, and cu_norm_q against a double-precision reference.
  * Exits 77 (ctest SKIP) without a usable GPU. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_mlp.cuh"
+#include "backend/cuda/cuda_moe.cuh"
+#include "backend/cuda/cuda_mxq.cuh"
 #include "backend/cuda/cuda_q4.cuh"
 #include <math.h>
 #include <stdio.h>
@@ -491,6 +496,84 @@ static void test_norms(int rows, int dim, float off, cudaStream_t s) {
   CK(cudaFree(xq2));
 }
 
+/* every code in every place: word i | (i ^ 0x5a5a) << 16 for i < 65536; out[i] = the values of
+ * mxq_fp4_i8x8 that differ from twice mxq_fp4's */
+__global__ void k_fp4_i8_probe(int *out) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x, w = i | ((i ^ 0x5a5au) << 16);
+  int bad = 0, lo, hi;
+  mxq_fp4_i8x8(w, lo, hi);
+  for (int e = 0; e < 8; e++)
+    bad += (int)(int8_t)((e < 4 ? lo : hi) >> (8 * (e & 3))) != (int)(2.f * mxq_fp4((w >> (4 * e)) & 15));
+  out[i] = bad;
+}
+/* random mxfp4 weight: codes of every value, E8M0 scales 2^-9 .. 2^-3 */
+static cu_weight make_mx4(int64_t rows, int64_t cols) {
+  cu_weight w;
+  memset(&w, 0, sizeof w);
+  w.kind = CW_MXQ; w.rows = rows; w.cols = cols; w.bits = 4; w.gs = 32; w.qmode = SM_QMODE_MXFP4; w.dtype = SM_DT_U8;
+  std::vector<uint32_t> q((size_t)(rows * cols / 8));
+  std::vector<uint8_t> sc((size_t)(rows * cols / 32));
+  for (auto &v : q) v = rnd() ^ (rnd() << 16);
+  for (auto &v : sc) v = (uint8_t)(118 + rnd() % 7);
+  CK(cudaMalloc(&w.q, q.size() * 4));
+  CK(cudaMalloc(&w.sb, sc.size()));
+  CK(cudaMemcpy(w.q, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(w.sb, sc.data(), sc.size(), cudaMemcpyHostToDevice));
+  return w;
+}
+static void test_mx4(cudaStream_t s) {
+  int *dbad;
+  CK(cudaMalloc(&dbad, 65536 * sizeof(int)));
+  k_fp4_i8_probe<<<256, 256, 0, s>>>(dbad);
+  std::vector<int> bad(65536);
+  CK(cudaMemcpy(bad.data(), dbad, bad.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  long nb = 0;
+  for (int v : bad) nb += v;
+  CHECK(nb == 0, "mxq_fp4_i8x8: %ld of 524288 decoded values differ from twice mxq_fp4", nb);
+  CK(cudaFree(dbad));
+  /* gpt-oss-20b's experts: 2,880 wide (scale rows of 90 bytes), 4 slots a token, 2 tokens */
+  enum { E = 3, KS = 4, NT = 2, NS = KS * NT };
+  const int64_t F = 2880, D = 2880;
+  cu_weight wg = make_mx4(E * F, D), wu = make_mx4(E * F, D), wd = make_mx4(E * D, F);
+  CHECK(cu_experts_gu_ok(&wg, &wu, F) && cu_experts_dc_ok(&wd, D), "mxfp4 experts: no fused kernels");
+  std::vector<float> x((size_t)NT * D), wts(NS);
+  std::vector<int32_t> ids(NS);
+  for (auto &v : x) v = 2.f * frnd() - 1.f;
+  for (int i = 0; i < NS; i++) { ids[i] = (int32_t)(rnd() % E); wts[i] = frnd(); }
+  ids[5] = ids[4]; /* a token with one expert twice */
+  float *dx, *dh, *dg, *du, *dw, *dout, *dyd;
+  int32_t *did;
+  CK(cudaMalloc(&dx, x.size() * 4)); CK(cudaMalloc(&dw, NS * 4)); CK(cudaMalloc(&did, NS * 4));
+  CK(cudaMalloc(&dh, NS * F * 4)); CK(cudaMalloc(&dg, NS * F * 4)); CK(cudaMalloc(&du, NS * F * 4));
+  CK(cudaMalloc(&dout, NT * D * 4)); CK(cudaMalloc(&dyd, NS * D * 4));
+  CK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dw, wts.data(), NS * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(did, ids.data(), NS * 4, cudaMemcpyHostToDevice));
+  cu_experts_gu(&g_cx, &wg, &wu, F, did, NT, KS, dx, dh);
+  cu_rows_matvec(&g_cx, &wg, F, did, KS, dx, false, NULL, dg, NS);
+  cu_rows_matvec(&g_cx, &wu, F, did, KS, dx, false, NULL, du, NS);
+  CK(cudaStreamSynchronize(s));
+  std::vector<float> h = get(dh, (size_t)NS * F), g = get(dg, (size_t)NS * F), u = get(du, (size_t)NS * F), hr(h.size());
+  for (size_t i = 0; i < h.size(); i++) hr[i] = g[i] / (1.f + expf(-g[i])) * u[i];
+  double e = rel_max(h, hr);
+  /* the fused kernels quantize x to int16 per 32 values (the row kernel keeps it float) */
+  CHECK(e < 1e-4, "mxfp4 experts gate/up+silu against the row kernel: rel err %g", e);
+  printf("mxfp4 experts gate/up+silu: rel err %g against the row kernel\n", e);
+  cu_experts_dc(&g_cx, &wd, D, did, dw, NT, KS, dh, NULL, dout);
+  cu_rows_matvec(&g_cx, &wd, D, did, KS, dh, true, NULL, dyd, NS);
+  CK(cudaStreamSynchronize(s));
+  std::vector<float> o = get(dout, (size_t)NT * D), yd = get(dyd, (size_t)NS * D), orf((size_t)NT * D, 0.f);
+  for (int t = 0; t < NT; t++)
+    for (int j = 0; j < KS; j++)
+      for (int64_t r = 0; r < D; r++) orf[t * D + r] += wts[t * KS + j] * yd[(t * KS + j) * D + r];
+  e = rel_max(o, orf);
+  CHECK(e < 1e-4, "mxfp4 experts down+combine against the row kernel: rel err %g", e);
+  printf("mxfp4 experts down+combine: rel err %g against the row kernel\n", e);
+  for (void *p : {(void *)dx, (void *)dw, (void *)did, (void *)dh, (void *)dg, (void *)du, (void *)dout, (void *)dyd,
+                  wg.q, wg.sb, wu.q, wu.sb, wd.q, wd.sb})
+    CK(cudaFree(p));
+}
+
 int main() {
   int n = 0, major = 0, minor = 0, nsm = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP: no CUDA device\n"); return 77; }
@@ -509,6 +592,7 @@ int main() {
   g_cx.n_sm = nsm;
   g_cx.arch = major * 10 + minor;
   g_cx.cnt = &g_cnt;
+  test_mx4(s);
   test_norms(3, 2560, 1.f, s);  /* Gemma-3-4B's hidden size, (1 + w) */
   test_norms(2, 8192, 0.f, s);  /* two float4 a thread */
   test_norms(12, 256, 1.f, s);  /* head norms */

@@ -5,9 +5,10 @@
  *   gate/up + activation, h[s][r] = act((Wg_e[r] . x_t) (+ bias), (Wu_e[r] . x_t) (+ bias)) for each slot
  *   s = (t, j) with e = ids[s] (k_xgu_*; act silu(g) * u or gpt-oss's clamped SwiGLU), and down + combine,
  *   out[t][r] = sum_j wts[t][j] * (Wd_e[r] . h[t*k + j] (+ bias[e][r])) (k_xdc_*: a row of a token, all its
- *   slots' rows). Each has a fast path for 4-bit affine (CW_Q4) and mxfp4 weights, whose blocks request all
- *   the bytes they need at once (cp.async into shared memory: 8 or 16 rows, their scales, x) and compute
- *   from there, and a path for any layout (one warp a row, row_dot_part).
+ *   slots' rows). Each has a fast path for 4-bit affine (CW_Q4), whose blocks request all the bytes they need
+ *   at once (cp.async into shared memory: 8 or 16 rows, their scales, x) and compute from there, one for
+ *   mxfp4 (streaming loads, int16 x, dp2a: k_xgu_mx4 / k_xdc_mx4) and a path for any layout (one warp a
+ *   row, row_dot_part).
  * Every (row, token) is summed in the same order whatever the batch, like k_rows. */
 #include "backend/cuda/cuda_ldst.cuh"
 #include "backend/cuda/cuda_mxq.cuh"
@@ -155,8 +156,8 @@ static __device__ __forceinline__ float2 sb_at(const void *sb, int64_t idx, int 
 }
 
 /* The layouts with a fast path: 4-bit affine (CW_Q4) whose groups hold whole 16-byte loads and whose
- * rows of (scale, bias) pairs are whole 16-byte copies, and mxfp4 (CW_MXQ, 4-bit, one E8M0 scale per 32
- * values, read from global memory as it is used); 0: none (the warp-a-row kernels run). */
+ * rows of (scale, bias) pairs are whole 16-byte copies (the staged kernels), and mxfp4 (CW_MXQ, 4-bit, one
+ * E8M0 scale per 32 values: the streaming kernels k_xgu_mx4 / k_xdc_mx4); 0: none (the warp-a-row kernels). */
 enum { XF_ANY = 0, XF_Q4 = 1, XF_MX4 = 2 };
 static int fast_fmt(const cu_weight *w) {
   if (w->cols % 32) return XF_ANY;
@@ -179,18 +180,12 @@ static __device__ __forceinline__ void rows_async(uint4 *W, uint4 *S, const cu_w
   for (int64_t i = threadIdx.x; i < n * sbw; i += blockDim.x) cp16(S + i, sb + i);
 }
 
-/* W[r] . x over chunk c (32 values) of row r: srow its row in the shared S, grow in the weight */
+/* W[r] . x over chunk c (32 values) of row r, srow its row in the shared S */
 template <int F>
 static __device__ __forceinline__ float chunk_dot(const uint4 &q, const cu_weight &w, const uint4 *S, int64_t srow,
-                                                  int64_t grow, int64_t c, const float (&xv)[32], float sx) {
-  if (F == XF_Q4) return q4_dot(q, sb_at(S, srow * (w.cols / w.gs) + (c << 5) / w.gs, w.sbk), xv, sx);
-  const uint32_t wd[4] = { q.x, q.y, q.z, q.w };
-  float d = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; i++)
-#pragma unroll
-    for (int e = 0; e < 8; e++) d = fmaf(mxq_fp4((wd[i] >> (4 * e)) & 15), xv[8 * i + e], d);
-  return mxq_scale(w, grow, c) * d;
+                                                  int64_t c, const float (&xv)[32], float sx) {
+  static_assert(F == XF_Q4, "the staged kernels take CW_Q4");
+  return q4_dot(q, sb_at(S, srow * (w.cols / w.gs) + (c << 5) / w.gs, w.sbk), xv, sx);
 }
 
 /* the activations of the gate/up kernels: silu(g) * u, gpt-oss's clamped SwiGLU (swiglu_clamp, kind 1) or
@@ -247,8 +242,8 @@ __global__ void __launch_bounds__(256) k_xgu_fast(cu_weight wg, cu_weight wu, in
 #pragma unroll
       for (int j = 0; j < R; j++)
         if (w0 + j < nr) {
-          ag[j] += chunk_dot<F>(Wg[(w0 + j) * nch + c], wg, Sg, w0 + j, row0 + w0 + j, c, xv, sx);
-          au[j] += chunk_dot<F>(Wu[(w0 + j) * nch + c], wu, Su, w0 + j, row0 + w0 + j, c, xv, sx);
+          ag[j] += chunk_dot<F>(Wg[(w0 + j) * nch + c], wg, Sg, w0 + j, c, xv, sx);
+          au[j] += chunk_dot<F>(Wu[(w0 + j) * nch + c], wu, Su, w0 + j, c, xv, sx);
         }
     }
 #pragma unroll
@@ -312,9 +307,9 @@ __global__ void __launch_bounds__(256) k_xdc_fast(cu_weight w, int64_t rows, con
   float acc[R];
 #pragma unroll
   for (int m = 0; m < R; m++) acc[m] = 0.f;
-  for (int64_t i = lane; i < tot; i += 32) {
-    const int j = (int)(i / nch);
-    const int64_t c = i - (int64_t)j * nch;
+  for (int i = lane; i < (int)tot; i += 32) {
+    const int j = i / (int)nch;
+    const int64_t c = i - j * (int)nch;
     const int e = id[j];
     if (e < 0 || e >= E) continue;
     const float wj = wt[j];
@@ -324,7 +319,7 @@ __global__ void __launch_bounds__(256) k_xdc_fast(cu_weight w, int64_t rows, con
     for (int m = 0; m < R; m++)
       if (w0 + m < nr) {
         const int64_t rr = (int64_t)j * RB + w0 + m;
-        acc[m] += wj * chunk_dot<F>(W[rr * nch + c], w, S, rr, (int64_t)e * rows + rb + w0 + m, c, xv, sx);
+        acc[m] += wj * chunk_dot<F>(W[rr * nch + c], w, S, rr, c, xv, sx);
       }
   }
 #pragma unroll
@@ -363,11 +358,196 @@ __global__ void __launch_bounds__(256) k_xdc_any(cu_weight w, int64_t rows, cons
   if (lane == 0) out[(int64_t)t * rows + r] = acc;
 }
 
-/* Rows a block of the fast kernels takes: 16 (R 2), or 8 where that needs too much shared memory (R 1);
+/* mxfp4 experts (XF_MX4) stream instead, on int16 x: a block first quantizes its x (the token's, or its k
+ * slots' for down) into shared memory, symmetric int16 per 32 values with a float scale each (2^-15 of the
+ * group's largest value), while warp 0 routes; then a warp takes R rows and requests all its loads (16 bytes
+ * of codes and a scale byte a lane and chunk, MX_U chunks a lane at a time) before it computes on any. Codes
+ * become int8 (twice the fp4 value: 0, 1, 2, 3, 4, 6, 8, 12 and negatives) by byte-permute table lookups
+ * and meet x in dp2a: 32 values are ten lookups and sixteen dp2a, where the float path decoded each value
+ * to a float (measured slower; int8 x, 2% faster, moved gpt-oss's decode logits by 0.2). Staging whole rows in
+ * shared memory first had left the loads and the arithmetic one after the other. */
+#define MX_U 3
+/* x quantized: [K] int16 codes, then [K / 32] scales (K a multiple of 32) */
+static __device__ __forceinline__ void mx_quant_x(const float *__restrict__ x, int K, int16_t *xq, float *xs, int t0,
+                                                  int nt) {
+  for (int g = t0; g < K / 32; g += nt) {
+    const float4 *x4 = (const float4 *)(x + 32 * g);
+    float4 v[8];
+    float m = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      v[i] = x4[i];
+      m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+    }
+    const float inv = m > 0.f ? 32767.f / m : 0.f;
+    int2 *q = (int2 *)(xq + 32 * g);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const int a = __float2int_rn(v[i].x * inv), b = __float2int_rn(v[i].y * inv), c = __float2int_rn(v[i].z * inv),
+                d = __float2int_rn(v[i].w * inv);
+      q[i] = make_int2((a & 0xFFFF) | b << 16, (c & 0xFFFF) | d << 16);
+    }
+    xs[g] = m / 32767.f;
+  }
+}
+/* the sum of 32 codes (one 16-byte load) times 2, times the 32 int16 x values of chunk c */
+static __device__ __forceinline__ int mx4_idot(const uint4 &q, const int16_t *xq, int c) {
+  const int4 *x4 = (const int4 *)xq + 4 * c;
+  const uint32_t wd[4] = { q.x, q.y, q.z, q.w };
+  int d = 0;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int4 xv = x4[i]; /* values 8i .. 8i + 7, two a word */
+    int lo, hi;
+    mxq_fp4_i8x8(wd[i], lo, hi);
+    d = __dp2a_lo(xv.x, lo, d);
+    d = __dp2a_hi(xv.y, lo, d);
+    d = __dp2a_lo(xv.z, hi, d);
+    d = __dp2a_hi(xv.w, hi, d);
+  }
+  return d;
+}
+
+template <int R>
+__global__ void __launch_bounds__(128) k_xgu_mx4(cu_weight wg, cu_weight wu, int64_t rows, const int32_t *ids, int k,
+                                                const float *x, float *h, const float *bg, const float *bu, xact act,
+                                                const cu_route rt) {
+  extern __shared__ int4 xsm[]; /* x: [cols] int16, [cols / 32] scales; then the routing's scores */
+  __shared__ int sel[CU_ROUTE_MAX_K];
+  const int lane = threadIdx.x & 31, s = blockIdx.y, K = (int)wg.cols, nch = K >> 5;
+  const int64_t r0 = ((int64_t)blockIdx.x * 4 + (threadIdx.x >> 5)) * R;
+  int16_t *xq = (int16_t *)xsm;
+  float *xs = (float *)(xq + K), *rsc = xs + nch;
+  pdl_wait();
+  const float *xt = x + (int64_t)(s / k) * K;
+  if (rt.logits) { /* warp 0 routes the slot's token (its first block writes the ids and weights); the others quantize x */
+    if (threadIdx.x < 32) cu_route_token(rt, s / k, rsc, sel, blockIdx.x == 0 && s % k == 0);
+    else mx_quant_x(xt, K, xq, xs, threadIdx.x - 32, blockDim.x - 32);
+  } else {
+    mx_quant_x(xt, K, xq, xs, threadIdx.x, blockDim.x);
+  }
+  __syncthreads();
+  const int e = rt.logits ? sel[s % k] : ids[s];
+  if (r0 >= rows) return;
+  const bool ok = e >= 0 && e < wg.rows / rows;
+  int64_t row[R]; /* rows past the end read the last one and are not written */
+#pragma unroll
+  for (int j = 0; j < R; j++) row[j] = (int64_t)(ok ? e : 0) * rows + (r0 + j < rows ? r0 + j : rows - 1);
+  const uint4 *qg = (const uint4 *)wg.q, *qu = (const uint4 *)wu.q;
+  const uint8_t *sg = (const uint8_t *)wg.sb, *su = (const uint8_t *)wu.sb;
+  float ag[R], au[R];
+#pragma unroll
+  for (int j = 0; j < R; j++) ag[j] = au[j] = 0.f;
+  for (int c0 = ok ? 0 : nch; c0 < nch; c0 += 32 * MX_U) {
+    uint4 vg[MX_U][R], vu[MX_U][R];
+    uint32_t cg[MX_U][R], cu[MX_U][R];
+#pragma unroll
+    for (int u = 0; u < MX_U; u++) {
+      const int c = c0 + 32 * u + lane;
+      if (c < nch)
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+          vg[u][j] = ld_stream(qg + row[j] * nch + c);
+          vu[u][j] = ld_stream(qu + row[j] * nch + c);
+          cg[u][j] = sg[row[j] * nch + c];
+          cu[u][j] = su[row[j] * nch + c];
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < MX_U; u++) {
+      const int c = c0 + 32 * u + lane;
+      if (c < nch) {
+        const float xsc = 0.5f * xs[c];
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+          ag[j] += mxq_e8m0(cg[u][j]) * xsc * (float)mx4_idot(vg[u][j], xq, c);
+          au[j] += mxq_e8m0(cu[u][j]) * xsc * (float)mx4_idot(vu[u][j], xq, c);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < R; j++) {
+    float g = warp_sum(ag[j]), u = warp_sum(au[j]);
+    if (lane == 0 && r0 + j < rows) {
+      if (ok && bg) g += bg[row[j]];
+      if (ok && bu) u += bu[row[j]];
+      h[(int64_t)s * rows + r0 + j] = ok ? act_f(act, g, u) : 0.f;
+    }
+  }
+}
+static size_t mx_gu_smem(const cu_weight *w) { return 2 * (size_t)w->cols + 4 * (size_t)(w->cols / 32); }
+
+/* down + combine of a token's k slots the same way: a lane's chunks i = lane, lane + 32, ... over all slots'
+ * rows (slot i / nch, chunk i % nch), each chunk's dot times its slot's weight */
+#define MXD_U 4
+template <int R>
+__global__ void __launch_bounds__(128) k_xdc_mx4(cu_weight w, int64_t rows, const int32_t *ids, const float *wts, int k,
+                                                const float *hx, const float *bias, float *out) {
+  extern __shared__ int4 xsm[]; /* the k slots' x: [k * cols] int16, [k * cols / 32] scales */
+  const int lane = threadIdx.x & 31, t = blockIdx.y, K = (int)w.cols, nch = K >> 5, tot = k * nch;
+  const int64_t r0 = ((int64_t)blockIdx.x * 4 + (threadIdx.x >> 5)) * R, E = w.rows / rows;
+  int16_t *xq = (int16_t *)xsm;
+  float *xs = (float *)(xq + (int64_t)k * K);
+  const int32_t *id = ids + (int64_t)t * k;
+  const float *wt = wts + (int64_t)t * k;
+  pdl_wait();
+  mx_quant_x(hx + (int64_t)t * k * K, k * K, xq, xs, threadIdx.x, blockDim.x);
+  __syncthreads();
+  if (r0 >= rows) return;
+  int64_t rr[R];
+#pragma unroll
+  for (int m = 0; m < R; m++) rr[m] = r0 + m < rows ? r0 + m : rows - 1;
+  const uint4 *q = (const uint4 *)w.q;
+  const uint8_t *sc = (const uint8_t *)w.sb;
+  float acc[R];
+#pragma unroll
+  for (int m = 0; m < R; m++) acc[m] = 0.f;
+  for (int i0 = 0; i0 < tot; i0 += 32 * MXD_U) {
+    uint4 v[MXD_U][R];
+    uint32_t cs[MXD_U][R];
+    int ev[MXD_U];
+#pragma unroll
+    for (int u = 0; u < MXD_U; u++) {
+      const int i = i0 + 32 * u + lane, j = i / nch, c = i - j * nch;
+      ev[u] = i < tot ? id[j] : -1;
+      if (ev[u] >= 0 && ev[u] < E)
+#pragma unroll
+        for (int m = 0; m < R; m++) {
+          const int64_t row = (int64_t)ev[u] * rows + rr[m];
+          v[u][m] = ld_stream(q + row * nch + c);
+          cs[u][m] = sc[row * nch + c];
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < MXD_U; u++) {
+      const int i = i0 + 32 * u + lane, j = i / nch;
+      if (ev[u] < 0 || ev[u] >= E) continue;
+      const float f = wt[j] * 0.5f * xs[i];
+#pragma unroll
+      for (int m = 0; m < R; m++) acc[m] += f * mxq_e8m0(cs[u][m]) * (float)mx4_idot(v[u][m], xq, i);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < R; m++) {
+    float v = warp_sum(acc[m]);
+    if (lane == 0 && r0 + m < rows) {
+      if (bias)
+        for (int j = 0; j < k; j++) {
+          const int e = id[j];
+          if (e >= 0 && e < E) v += wt[j] * bias[(int64_t)e * rows + r0 + m];
+        }
+      out[(int64_t)t * rows + r0 + m] = v;
+    }
+  }
+}
+static size_t mx_dc_smem(const cu_weight *w, int k) { return (size_t)k * (2 * (size_t)w->cols + 4 * (size_t)(w->cols / 32)); }
+
+/* Rows a block of the staged kernels takes: 16 (R 2), or 8 where that needs too much shared memory (R 1);
  * 0: no fast path (the layout has none, or even 8 rows do not fit). */
 #define SMEM_MAX (200 * 1024)
 static int fast_rows(const cu_weight *w, size_t smem16, size_t smem8) {
-  if (!fast_fmt(w)) return 0;
+  if (fast_fmt(w) != XF_Q4) return 0;
   return smem16 <= 100 * 1024 ? 2 : smem8 <= SMEM_MAX ? 1 : 0;
 }
 static int gu_rows(const cu_weight *w) { return fast_rows(w, gu_smem(w, 2), gu_smem(w, 1)); }
@@ -383,12 +563,14 @@ bool cu_experts_gu_ok(const cu_weight *wg, const cu_weight *wu, int64_t rows) {
   if (wg->cols != wu->cols || wg->rows != wu->rows || rows <= 0 || wg->rows % rows || wg->cols % 4) return false;
   const int a = gu_rows(wg), b = gu_rows(wu);
   return a == b && fast_fmt(wg) == fast_fmt(wu) &&
-         (!a || (wg->gs == wu->gs && wg->sbk == wu->sbk && wg->qmode == wu->qmode));
+         (!fast_fmt(wg) || (wg->gs == wu->gs && wg->sbk == wu->sbk && wg->qmode == wu->qmode));
 }
 
 bool cu_experts_gu_route_ok(const cu_weight *wg, int64_t rows, int E) {
+  if (rows <= 0 || E <= 0 || E > 1024) return false;
+  if (fast_fmt(wg) == XF_MX4) return mx_gu_smem(wg) + route_smem(E) <= SMEM_MAX;
   const int R = gu_rows(wg);
-  return R && rows > 0 && E > 0 && E <= 1024 && gu_smem(wg, R) + route_smem(E) <= SMEM_MAX;
+  return R && gu_smem(wg, R) + route_smem(E) <= SMEM_MAX;
 }
 
 void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, int64_t rows, const int32_t *ids, int n,
@@ -401,6 +583,12 @@ void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, i
   memset(&r, 0, sizeof r);
   if (rt) r = *rt;
   const size_t rs = rt ? route_smem(rt->E) : 0;
+  if (F == XF_MX4 && mx_gu_smem(wg) + rs <= SMEM_MAX) {
+    const dim3 g2((unsigned)((rows + 7) / 8), (unsigned)(n * k));
+    smem_optin(k_xgu_mx4<2>, mx_gu_smem(wg) + rs);
+    cu_launch(cx, k_xgu_mx4<2>, g2, dim3(128), mx_gu_smem(wg) + rs, *wg, *wu, rows, ids, k, x, h, bg, bu, a, r);
+    return;
+  }
 #define GU_GO(R_, F_)                                                                                              \
   do {                                                                                                             \
     smem_optin(k_xgu_fast<R_, F_>, gu_smem(wg, R_) + rs);                                                          \
@@ -409,8 +597,6 @@ void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, i
   } while (0)
   if (R == 2 && F == XF_Q4) GU_GO(2, XF_Q4);
   else if (R == 1 && F == XF_Q4) GU_GO(1, XF_Q4);
-  else if (R == 2 && F == XF_MX4) GU_GO(2, XF_MX4);
-  else if (R == 1 && F == XF_MX4) GU_GO(1, XF_MX4);
   else cu_launch(cx, k_xgu_any, grid, dim3(256), 0, *wg, *wu, rows, ids, k, x, h, bg, bu, a);
 #undef GU_GO
 }
@@ -420,6 +606,12 @@ bool cu_experts_dc_ok(const cu_weight *w, int64_t rows) { return rows > 0 && w->
 void cu_experts_dc(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int32_t *ids, const float *wts, int n,
                    int k, const float *h, const float *bias, float *out) {
   const int R = dc_rows(w, k), F = fast_fmt(w);
+  if (F == XF_MX4 && mx_dc_smem(w, k) <= SMEM_MAX) {
+    smem_optin(k_xdc_mx4<2>, mx_dc_smem(w, k));
+    cu_launch(cx, k_xdc_mx4<2>, dim3((unsigned)((rows + 7) / 8), (unsigned)n), dim3(128), mx_dc_smem(w, k), *w, rows, ids,
+              wts, k, h, bias, out);
+    return;
+  }
   const dim3 grid((unsigned)((rows + 8 * (R ? R : 1) - 1) / (8 * (R ? R : 1))), (unsigned)n);
 #define DC_GO(R_, F_)                                                                                              \
   do {                                                                                                             \
@@ -428,8 +620,6 @@ void cu_experts_dc(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int
   } while (0)
   if (R == 2 && F == XF_Q4) DC_GO(2, XF_Q4);
   else if (R == 1 && F == XF_Q4) DC_GO(1, XF_Q4);
-  else if (R == 2 && F == XF_MX4) DC_GO(2, XF_MX4);
-  else if (R == 1 && F == XF_MX4) DC_GO(1, XF_MX4);
   else cu_launch(cx, k_xdc_any, grid, dim3(256), 0, *w, rows, ids, wts, k, h, bias, out);
 #undef DC_GO
 }

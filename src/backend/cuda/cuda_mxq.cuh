@@ -20,6 +20,16 @@ static __device__ __forceinline__ float mxq_fp4(uint32_t c) {
   const float v = e ? __uint_as_float(((e + 126u) << 23) | (m << 22)) : (m ? 0.5f : 0.f);
   return c & 8 ? -v : v;
 }
+/* the 8 mxfp4 codes of a word (low nibble first) as int8 twice their value (0, 1, 2, 3, 4, 6, 8, 12 and the
+ * negatives; code 8, -0, is 0): codes 0-3 in lo's bytes 0-3, 4-7 in hi's. Byte permutes look four codes up
+ * at a time in the positive and the negative table, then pick by each code's sign bit. */
+static __device__ __forceinline__ void mxq_fp4_i8x8(uint32_t w, int &lo, int &hi) {
+  const uint32_t sel = ((w & 0x88888888u) >> 1) | 0x32103210u; /* __byte_perm reads bits 2:0 of each nibble */
+  const uint32_t p0 = __byte_perm(0x03020100u, 0x0C080604u, w), n0 = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, w);
+  const uint32_t p1 = __byte_perm(0x03020100u, 0x0C080604u, w >> 16), n1 = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, w >> 16);
+  lo = (int)__byte_perm(p0, n0, sel);
+  hi = (int)__byte_perm(p1, n1, sel >> 16);
+}
 /* the scale of group g of row r */
 static __device__ __forceinline__ float mxq_scale(const cu_weight &w, int64_t r, int64_t g) {
   const uint32_t c = ((const uint8_t *)w.sb)[r * (w.cols / w.gs) + g];
