@@ -5,7 +5,9 @@
  *   - moe_route on hand-built logits: softmax / top-k-softmax / sigmoid routing, ties to the lower index,
  *     the sigmoid correction choosing, group-limited choice, norm and scale;
  *   - matmul_experts (decode and grouped prefill, x shared or per slot, expert biases) vs per-slot double
- *     products, and on a packed expert stack vs the canonical int8 product (bit for bit); moe_combine, swiglu_clamp, sigmoid_gate_rows; attention_sinks vs a double softmax with the
+ *     products, on a packed expert stack vs the canonical int8 product (bit for bit), and on 4-bit
+ *     microscaling experts a token in a batch vs alone (bit for bit, where the ISA has mv_fp4); moe_combine,
+ *     swiglu_clamp, sigmoid_gate_rows; attention_sinks vs a double softmax with the
  *     sink in its denominator (sinks above and below the scores).
  * Error bounds: matmuls |y - ref| <= 1e-5 * sum|x w|; elementwise and attention 1e-5 relative. */
 #include <math.h>
@@ -243,6 +245,29 @@ static void test_experts(sm_backend *be, const char *tag) {
     }
   be->free(be, db);
   free_mx(&t);
+  /* 4-bit microscaling experts on a kernel table with mv_fp4 (AVX-512; the others run matvecs below 4 tokens
+   * and GEMMs above): a token's slots give the same floats in a batch of 9 tokens (each expert's rows read once
+   * for all its tokens) as alone; mxfp4 over 21 groups (one odd), nvfp4 (groups of 16) */
+  for (int mi = 0; sm_cpu_backend_kern(be)->mv_fp4 && mi < 2; mi++) {
+    enum { NB = 9, KS = 2, RR = 19, KK = 672 };
+    make_mx(&t, mi ? SM_QMODE_NVFP4 : SM_QMODE_MXFP4, E * RR, KK);
+    CHECK(be->prepare_weight(be, &t.w) == SMELT_OK, "%s: prepare experts", tag);
+    int32_t ids[NB * KS];
+    for (int s = 0; s < NB * KS; s++) ids[s] = (int32_t)((s * 7 + s / 3) % E);
+    float *x = malloc(sizeof(float) * NB * KK), *y = malloc(sizeof(float) * NB * KS * RR), y1[KS * RR];
+    for (int i = 0; i < NB * KK; i++) x[i] = frand(-1, 1);
+    be->matmul_experts(be, SM_MM_EXPERT_GATE, &t.w, RR, NULL, x, false, NB, KS, ids, y);
+    bool same = true;
+    for (int tk = 0; tk < NB; tk++) {
+      be->matmul_experts(be, SM_MM_EXPERT_GATE, &t.w, RR, NULL, x + (size_t)tk * KK, false, 1, KS, ids + tk * KS, y1);
+      same &= !memcmp(y1, y + (size_t)tk * KS * RR, sizeof y1);
+    }
+    CHECK(same, "%s: %s experts: a token's result in a batch of %d differs from its own", tag, mi ? "nvfp4" : "mxfp4",
+          NB);
+    free(x);
+    free(y);
+    free_mx(&t);
+  }
 }
 
 /* decode (1 or 2 tokens) on affine weights long enough for the int8-activation kernels: every slot the same

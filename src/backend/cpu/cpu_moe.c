@@ -6,9 +6,11 @@
  * prepare_weight made one: an expert's row blocks): a decode step runs the k
  * chosen experts' matvecs in one dispatch of the backend's threads (sm_cpu_matvec_batch), and a batch
  * groups the (token, slot) pairs by expert and runs the backend's own matmul once per chosen expert (a
- * GEMM of its tokens instead of one matvec per token). Which kernel a token's row gets depends only on the batch size, as for dense
- * matmuls (matvec below GEMM_MIN tokens, GEMM from there on, an expert's few rows padded up to it): a
- * token's result does not depend on which other tokens chose its experts. */
+ * GEMM of its tokens instead of one matvec per token). Which kernel a token's row gets depends only on the
+ * batch size, as for dense matmuls (matvec below GEMM_MIN tokens, GEMM from there on, an expert's few rows
+ * padded up to it): a token's result does not depend on which other tokens chose its experts. 4-bit
+ * microscaling stacks (mxfp4, nvfp4) on an ISA with mv_fp4 run it for every batch size, each chosen expert's
+ * rows once for all its tokens (cpu_mxq.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +65,18 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
   for (int s = 0; s < ns; s++)
     if (ids[s] >= 0 && ids[s] < E) order[pos[ids[s]]++] = s;
   float *xg = NULL, *yg = NULL;
-  if (n < GEMM_MIN) { /* decode: every slot's matvec in one dispatch of the backend's threads */
+  const sm_cpu_kern *kern = sm_cpu_backend_kern(be);
+  if (sm_cpu_mxq_experts_ok(kern, w)) { /* mxfp4 / nvfp4: each chosen expert's rows once for all its tokens */
+    const float **xs = sm_xmalloc(sizeof(float *) * (size_t)ns);
+    float **ys = sm_xmalloc(sizeof(float *) * (size_t)ns);
+    for (int i = 0; i < cnt[E]; i++) {
+      xs[i] = x + (size_t)(x_per_slot ? order[i] : order[i] / k) * (size_t)K;
+      ys[i] = y + (size_t)order[i] * (size_t)rows;
+    }
+    sm_cpu_mxq_experts(sm_cpu_backend_pool(be), kern, w, rows, E, cnt, xs, ys);
+    free(xs);
+    free(ys);
+  } else if (n < GEMM_MIN) { /* decode: every slot's matvec in one dispatch of the backend's threads */
     sm_weight *ws = sm_xmalloc(sizeof(sm_weight) * (size_t)ns);
     sm_cpu_packed *pv = sm_xmalloc(sizeof(sm_cpu_packed) * (size_t)ns);
     const float **xs = sm_xmalloc(sizeof(float *) * (size_t)ns);
@@ -81,7 +94,7 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
     free(xs);
     free(ys);
   }
-  for (int e = 0; n >= GEMM_MIN && e < E; e++) {
+  for (int e = 0; n >= GEMM_MIN && !sm_cpu_mxq_experts_ok(kern, w) && e < E; e++) {
     const int m = cnt[e + 1] - cnt[e];
     if (!m) continue;
     const int *sl = order + cnt[e];

@@ -1,14 +1,17 @@
 /* CPU matmul of weights in MLX's microscaling modes (mxfp4, mxfp8, nvfp4; format/mxq.h): one-token
  * matvecs straight from the codes (a group's dot product with the element values, times the group's
- * scale, as MLX's fp_qmm_t), and larger batches through the ISA's GEMM panels, which these weights fill
- * with their dequantized values (exact in float). Rows are split over the backend's thread pool. */
+ * scale, as MLX's fp_qmm_t; 4-bit codes through the ISA's mv_fp4 where it has one), and larger batches
+ * through the ISA's GEMM panels, which these weights fill with their dequantized values (exact in float).
+ * Rows are split over the backend's thread pool. The chosen experts of a 4-bit stack run the ISA's mv_fp4
+ * for every batch size, an expert's rows read once for all its tokens (sm_cpu_mxq_experts): with a few
+ * tokens an expert, dequantizing every chosen expert's panels cost more than the products. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cpu/cpu_internal.h"
 
-#define MXQ_KC 256 /* columns of a GEMM panel */
+#define MXQ_KC SM_CPU_FP4_PACK_KC /* columns of a GEMM panel */
 
 /* values of both nibbles of a byte of FP4 codes (low nibble first) */
 static float g_fp4_pair[256][2];
@@ -99,7 +102,11 @@ static void mv_job(void *v, int tid, int nth) {
     const int64_t t = i0 / per, r0 = i0 % per;
     if (r0 >= M) continue;
     const int64_t r1 = r0 + j->chunk < M ? r0 + j->chunk : M;
-    mv_rows(j->w, j->x + (size_t)t * (size_t)j->w->cols, r0, r1, j->y + (size_t)t * (size_t)M + r0);
+    const float *x = j->x + (size_t)t * (size_t)j->w->cols;
+    float *y = j->y + (size_t)t * (size_t)M;
+    if (j->k->mv_fp4 && j->w->bits == 4 && j->w->group_size % 16 == 0)
+      j->k->mv_fp4(j->w, &x, &y, 1, r0, r1, scale_table(j->w->qmode));
+    else mv_rows(j->w, x, r0, r1, y + r0);
   }
 }
 
@@ -117,9 +124,11 @@ static void gemm_job(void *v, int tid, int nth) {
     const int64_t r0 = p * panel;
     const int nr = (int)(M - r0 < panel ? M - r0 : panel);
     for (int t = 0; t < j->n; t++) memset(j->y + (size_t)t * (size_t)M + r0, 0, (size_t)nr * sizeof(float));
+    const bool fp4 = j->k->pack_fp4 && j->w->bits == 4 && j->w->group_size % 16 == 0 && K % 16 == 0;
     for (int64_t k0 = 0; k0 < K; k0 += MXQ_KC) {
       const int kc = (int)(K - k0 < MXQ_KC ? K - k0 : MXQ_KC);
-      pack(j->w, r0, nr, k0, kc, panel, P);
+      if (fp4) j->k->pack_fp4(j->w, r0, nr, k0, kc, panel, P, scale_table(j->w->qmode));
+      else pack(j->w, r0, nr, k0, kc, panel, P);
       j->k->gemm_panel(P, kc, j->x + k0, K, j->n, j->y + r0, M, nr);
     }
   }
@@ -144,4 +153,55 @@ void sm_cpu_mxq_matmul(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, 
   j.n_items = (M + k->panel - 1) / k->panel;
   if (nth == 1) gemm_job(&j, 0, 1);
   else sm_pool_run(pool, gemm_job, &j);
+}
+
+/* ---------------- the chosen experts' rows of a 4-bit microscaling stack (cpu_moe.c) ---------------- */
+typedef struct {
+  const sm_cpu_kern *k;
+  const sm_weight *w;
+  int64_t rows, chunk, per_e; /* rows of an expert; rows a work item; items an expert */
+  const int *cnt;             /* [E + 1] first slot of each expert in order */
+  const float **xs;           /* [slots] in expert order */
+  float **ys;
+  const float *st;
+  int64_t n_items;
+  _Atomic int64_t next;
+} xmv_job;
+static void xmv_run(void *v, int tid, int nth) {
+  (void)tid;
+  (void)nth;
+  xmv_job *j = v;
+  for (;;) {
+    const int64_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+    if (it >= j->n_items) break;
+    const int e = (int)(it / j->per_e);
+    const int m = j->cnt[e + 1] - j->cnt[e];
+    if (!m) continue;
+    const int64_t r0 = it % j->per_e * j->chunk, r1 = r0 + j->chunk < j->rows ? r0 + j->chunk : j->rows;
+    const sm_weight ve = sm_weight_rows(j->w, (int64_t)e * j->rows, j->rows);
+    j->k->mv_fp4(&ve, j->xs + j->cnt[e], j->ys + j->cnt[e], m, r0, r1, j->st);
+  }
+}
+
+bool sm_cpu_mxq_experts_ok(const sm_cpu_kern *k, const sm_weight *w) {
+  return k->mv_fp4 && w->qmode != SM_QMODE_AFFINE && w->bits == 4 && w->group_size % 16 == 0 &&
+         w->cols % w->group_size == 0;
+}
+
+void sm_cpu_mxq_experts(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, int64_t rows, int E, const int *cnt,
+                        const float **xs, float **ys) {
+  init_tables();
+  const int nth = sm_pool_size(pool);
+  xmv_job j = {.k = k, .w = w, .rows = rows, .cnt = cnt, .xs = xs, .ys = ys, .st = scale_table(w->qmode)};
+  int used = 0;
+  for (int e = 0; e < E; e++) used += cnt[e + 1] > cnt[e];
+  /* about 8 items a thread over the chosen experts, in multiples of 16 rows */
+  int64_t chunk = used ? rows * used / ((int64_t)nth * 8) : rows;
+  chunk = (chunk + 15) / 16 * 16;
+  j.chunk = chunk < 16 ? 16 : chunk > rows ? rows : chunk;
+  j.per_e = (rows + j.chunk - 1) / j.chunk;
+  j.n_items = j.per_e * E;
+  atomic_init(&j.next, 0);
+  if (nth == 1) xmv_run(&j, 0, 1);
+  else sm_pool_run(pool, xmv_run, &j);
 }

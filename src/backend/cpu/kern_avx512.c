@@ -838,5 +838,7 @@ const sm_cpu_kern sm_cpu_kern_avx512 = {
   .i8_ok = sm_avx512vnni_i8_ok,
   .prep_xq = sm_avx512vnni_prep_xq,
   .matvec_i8 = sm_avx512vnni_matvec_i8,
+  .mv_fp4 = sm_avx512_mv_fp4,
+  .pack_fp4 = sm_avx512_pack_fp4,
 };
 #endif
