@@ -86,7 +86,7 @@ typedef struct {
   void (*matvec_i8)(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);
   /* Optional: y[t][r] = W[r] . x[t] for t < n, r in [r0, r1) of a 4-bit microscaling weight (mxfp4, nvfp4) whose
    * group size is a multiple of 16, st the 256 values of its scale codes (NULL: the scalar loop of cpu_mxq.c);
-   * a token's result does not depend on n or the other tokens */
+   * a token's result does not depend on n or the other tokens (AVX-512 VNNI: x rounded to int16 per group) */
   void (*mv_fp4)(const sm_weight *w, const float *const *x, float *const *y, int n, int64_t r0, int64_t r1,
                  const float *st);
   /* Optional: rows [r0, r0 + nr) x columns [k0, k0 + kc) of such a weight dequantized into dst[k][panel] (rows

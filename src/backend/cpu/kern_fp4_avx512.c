@@ -1,17 +1,21 @@
 /* Matvecs of 4-bit microscaling weights (mxfp4, nvfp4; format/mxq.h) with AVX-512, for one token or a few
- * (a chosen expert's tokens), and the dequantized GEMM panels of larger batches: 16 codes widened to 32-bit
- * indices look their values up in a 16-float table held in a register (vpermps), then meet x in fused
- * multiply-adds (a group's sum times its scale), or are times the scale into the panel (the products the
- * scalar code forms, so the same panel). The scalar loop of cpu_mxq.c looked each pair of codes up in
- * memory and ran about ten times as many instructions, so that gpt-oss's experts were bound by arithmetic
- * rather than by the bytes they read. A row is decoded once for up to four tokens; each token's sums are
- * formed in the same order whatever the others, so its result does not depend on them. Compiled for that
- * target only; used after a run-time CPU check (the AVX-512 kernel table). */
+ * (a chosen expert's tokens), and the dequantized GEMM panels of larger batches. With AVX-512 VNNI, mxfp4
+ * rows of a multiple of 64 columns turn their codes into int8 (twice the fp4 value) with vpshufb and meet x
+ * rounded to int16 per group of 32 in vpdpwssd; otherwise 16 codes widened to 32-bit indices look their
+ * values up in a 16-float table held in a register (vpermps), then meet x in fused multiply-adds (a group's
+ * sum times its scale), or are times the scale into a GEMM panel (the products the scalar code forms, so the
+ * same panel). The scalar loop of cpu_mxq.c looked each pair of codes up in memory and ran about ten times
+ * as many instructions, so that gpt-oss's experts were bound by arithmetic rather than by the bytes they
+ * read. A row is decoded once for up to four tokens; each token's sums are formed in the same order whatever
+ * the others, so its result does not depend on them. Compiled for these targets only; used after run-time
+ * CPU checks (the AVX-512 kernel table, then cpuid for VNNI). */
 #if defined(__x86_64__)
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 #include "backend/cpu/cpu_internal.h"
 #include "format/mxq.h"
 #include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
 
 /* the values of the 16 codes in the low 8 bytes of b (low nibble first) */
 static inline __m512 fp4x16(__m128i b, const __m512 lut) {
@@ -72,8 +76,104 @@ static inline __attribute__((always_inline)) void row_nt(const uint8_t *row, con
   for (int i = 0; i < NT; i++) y[i][r] = _mm512_reduce_add_ps(_mm512_add_ps(t0[i], t1[i]));
 }
 
+/* ---- mxfp4 on AVX-512 VNNI: int16 x ----
+ * x is quantized per group of 32 to int16 (scale = the group's largest |x| / 32767, so 2^-15 of it at most
+ * off), each 64 values stored as the 32 even ones then the 32 odd ones: the order of a 32-byte load's low
+ * nibbles and high nibbles. Codes become int8 twice their value by vpshufb, int16 by sign extension, and
+ * meet x in vpdpwssd (32 multiply-adds an instruction); lanes 0-7 of the sums are a chunk's first group,
+ * 8-15 its second, each times its two scales. */
+#define XQ_ALIGN 64
+typedef struct {
+  int16_t *q; /* [K] */
+  __m512 *sc; /* [K / 64]: lanes 0-7 half the first group's scale, 8-15 the second's */
+} xq16;
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma"))) static void
+quant_x16(const float *x, int64_t K, xq16 *o) {
+  for (int64_t c = 0; c < K / 64; c++) {
+    float s[2];
+    for (int g = 0; g < 2; g++) {
+      const float *xg = x + 64 * c + 32 * g;
+      __m512 m = _mm512_abs_ps(_mm512_loadu_ps(xg));
+      m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xg + 16)));
+      const float a = _mm512_reduce_max_ps(m), inv = a > 0.f ? 32767.f / a : 0.f;
+      s[g] = a / 32767.f;
+      for (int j = 0; j < 32; j++) { /* element 32g + j of the chunk: even ones first */
+        const int e = 32 * g + j;
+        o->q[64 * c + (e & 1) * 32 + e / 2] = (int16_t)lrintf(xg[j] * inv);
+      }
+    }
+    o->sc[c] = _mm512_insertf32x8(_mm512_set1_ps(0.5f * s[0]), _mm256_set1_ps(0.5f * s[1]), 1);
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma"))) static inline void
+row_vnni(const uint8_t *row, const uint8_t *sc, int64_t nc, const xq16 *xq, float *const *y, int64_t r, const float *st,
+         const int NT) {
+  const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12,
+                                       0, -1, -2, -3, -4, -6, -8, -12);
+  const __m256i m4 = _mm256_set1_epi8(15);
+  __m512 t0[4], t1[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < NT; i++) t0[i] = t1[i] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < nc; c++) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(row + 32 * c));
+    const __m512i wl = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4)));
+    const __m512i wh = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)));
+    const __m512 sw = _mm512_insertf32x8(_mm512_set1_ps(st[sc[2 * c]]), _mm256_set1_ps(st[sc[2 * c + 1]]), 1);
+#pragma GCC unroll 4
+    for (int i = 0; i < NT; i++) {
+      const int16_t *q = xq[i].q + 64 * c;
+      __m512i a = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wl, _mm512_loadu_si512(q));
+      a = _mm512_dpwssd_epi32(a, wh, _mm512_loadu_si512(q + 32));
+      const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(sw, xq[i].sc[c]));
+      if (c & 1) t1[i] = _mm512_add_ps(t1[i], f);
+      else t0[i] = _mm512_add_ps(t0[i], f);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < NT; i++) y[i][r] = _mm512_reduce_add_ps(_mm512_add_ps(t0[i], t1[i]));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma"))) static void
+mv_mx4_vnni(const sm_weight *w, const float *const *x, float *const *y, int n, int64_t r0, int64_t r1,
+            const float *st) {
+  const int64_t K = w->cols, nc = K / 64;
+  const size_t per = (size_t)K * 2 + (size_t)nc * sizeof(__m512);
+  char *buf = sm_aligned_alloc(per * (size_t)n + XQ_ALIGN);
+  if (!buf) abort();
+  xq16 *xq = malloc(sizeof(xq16) * (size_t)n);
+  if (!xq) abort();
+  for (int i = 0; i < n; i++) {
+    char *b = buf + per * (size_t)i;
+    xq[i].sc = (__m512 *)b;
+    xq[i].q = (int16_t *)(b + (size_t)nc * sizeof(__m512));
+    quant_x16(x[i], K, &xq[i]);
+  }
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (size_t)(K / 2);
+    const uint8_t *sc = (const uint8_t *)w->scales + (size_t)r * (size_t)(K / 32);
+    for (int t0 = 0; t0 < n; t0 += 4) { /* the row stays in the first-level cache for the next four */
+      switch (n - t0 < 4 ? n - t0 : 4) {
+        case 1: row_vnni(row, sc, nc, xq + t0, y + t0, r, st, 1); break;
+        case 2: row_vnni(row, sc, nc, xq + t0, y + t0, r, st, 2); break;
+        case 3: row_vnni(row, sc, nc, xq + t0, y + t0, r, st, 3); break;
+        default: row_vnni(row, sc, nc, xq + t0, y + t0, r, st, 4); break;
+      }
+    }
+  }
+  free(xq);
+  free(buf);
+}
+
 void sm_avx512_mv_fp4(const sm_weight *w, const float *const *x, float *const *y, int n, int64_t r0, int64_t r1,
                       const float *st) {
+  static int vnni = -1;
+  if (vnni < 0) vnni = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+  if (vnni && w->qmode == SM_QMODE_MXFP4 && w->group_size == 32 && w->cols % 64 == 0) {
+    mv_mx4_vnni(w, x, y, n, r0, r1, st);
+    return;
+  }
   const __m512 lut = _mm512_loadu_ps(sm_fp4_e2m1_lut);
   const int64_t K = w->cols, gs = w->group_size, ng = K / gs;
   const size_t rb = (size_t)K / 2;
