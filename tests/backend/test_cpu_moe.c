@@ -83,6 +83,7 @@ static void free_mx(mxw *t) {
 
 /* What rounding x to int16 per group of 32 may add to x . w (mxfp4 rows of a multiple of 64 columns, which the
  * AVX-512 VNNI kernel multiplies so): sum_k |w_k| * (the largest |x| of k's group) / 65534; 0 for the rest. */
+static int g_fp4_runs; /* invariance checks of 4-bit microscaling experts that ran */
 static double q16_err(const float *x, const double *w, int64_t K, int mode) {
   if (mode != SM_QMODE_MXFP4 || K % 64) return 0;
   double e = 0;
@@ -263,16 +264,23 @@ static void test_experts(sm_backend *be, const char *tag) {
     }
   be->free(be, db);
   free_mx(&t);
-  /* 4-bit microscaling experts on a kernel table with mv_fp4 (AVX-512; the others run matvecs below 4 tokens
-   * and GEMMs above): a token's slots give the same floats in a batch of 9 tokens (each expert's rows read once
-   * for all its tokens) as alone; mxfp4 over 21 groups (one odd), nvfp4 (groups of 16) */
-  for (int mi = 0; sm_cpu_backend_kern(be)->mv_fp4 && mi < 2; mi++) {
-    enum { NB = 9, KS = 2, RR = 19, KK = 672 };
-    make_mx(&t, mi ? SM_QMODE_NVFP4 : SM_QMODE_MXFP4, E * RR, KK);
+  /* 4-bit microscaling experts that the kernel table's mv_fp4 takes (the others run matvecs below 4 tokens
+   * and GEMMs above): a token's slots give the same floats in a batch of 9 tokens (each expert's rows read
+   * once for all its tokens) as alone; mxfp4 over 21 groups (one odd: AVX-512's float kernel) and 22 (the
+   * int16 kernels), nvfp4 (groups of 16) */
+  const sm_cpu_kern *kern = sm_cpu_backend_kern(be);
+  for (int mi = 0; kern->mv_fp4 && mi < 3; mi++) {
+    enum { NB = 9, KS = 2, RR = 19 };
+    const int64_t KK = mi == 1 ? 704 : 672;
+    make_mx(&t, mi == 2 ? SM_QMODE_NVFP4 : SM_QMODE_MXFP4, E * RR, KK);
+    if (!kern->fp4_ok(&t.w)) {
+      free_mx(&t);
+      continue;
+    }
     CHECK(be->prepare_weight(be, &t.w) == SMELT_OK, "%s: prepare experts", tag);
     int32_t ids[NB * KS];
     for (int s = 0; s < NB * KS; s++) ids[s] = (int32_t)((s * 7 + s / 3) % E);
-    float *x = malloc(sizeof(float) * NB * KK), *y = malloc(sizeof(float) * NB * KS * RR), y1[KS * RR];
+    float *x = malloc(sizeof(float) * NB * (size_t)KK), *y = malloc(sizeof(float) * NB * KS * RR), y1[KS * RR];
     for (int i = 0; i < NB * KK; i++) x[i] = frand(-1, 1);
     be->matmul_experts(be, SM_MM_EXPERT_GATE, &t.w, RR, NULL, x, false, NB, KS, ids, y);
     bool same = true;
@@ -280,8 +288,9 @@ static void test_experts(sm_backend *be, const char *tag) {
       be->matmul_experts(be, SM_MM_EXPERT_GATE, &t.w, RR, NULL, x + (size_t)tk * KK, false, 1, KS, ids + tk * KS, y1);
       same &= !memcmp(y1, y + (size_t)tk * KS * RR, sizeof y1);
     }
-    CHECK(same, "%s: %s experts: a token's result in a batch of %d differs from its own", tag, mi ? "nvfp4" : "mxfp4",
-          NB);
+    CHECK(same, "%s: %s experts of %lld columns: a token's result in a batch of %d differs from its own", tag,
+          mi == 2 ? "nvfp4" : "mxfp4", (long long)KK, NB);
+    g_fp4_runs++;
     free(x);
     free(y);
     free_mx(&t);
@@ -505,5 +514,6 @@ int main(void) {
   unsetenv("SMELT_CPU_EXACT");
   CHECK(ran > 0, "no ISA ran");
   CHECK(g_packed > 0, "no configuration packed a wide 4-bit weight (the packed-expert check proved nothing)");
+  CHECK(!sm_cpu_kernels_by_name("avx2") || g_fp4_runs > 0, "no 4-bit microscaling invariance check ran");
   TEST_END();
 }

@@ -84,17 +84,22 @@ typedef struct {
   bool (*i8_ok)(const sm_weight *w);
   void (*prep_xq)(const sm_weight *w, const float *x, int8_t *xq, float *xs, float *xsum);
   void (*matvec_i8)(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);
-  /* Optional: y[t][r] = W[r] . x[t] for t < n, r in [r0, r1) of a 4-bit microscaling weight (mxfp4, nvfp4) whose
-   * group size is a multiple of 16, st the 256 values of its scale codes (NULL: the scalar loop of cpu_mxq.c);
-   * a token's result does not depend on n or the other tokens (AVX-512 VNNI: x rounded to int16 per group) */
+  /* Optional: y[t][r] = W[r] . x[t] for t < n, r in [r0, r1) of a 4-bit microscaling weight (mxfp4, nvfp4) that
+   * fp4_ok takes, st the 256 values of its scale codes (NULL: the scalar loop of cpu_mxq.c); a token's result
+   * does not depend on n or the other tokens (mxfp4 on AVX-512 VNNI and AVX2: x rounded to int16 per group) */
   void (*mv_fp4)(const sm_weight *w, const float *const *x, float *const *y, int n, int64_t r0, int64_t r1,
                  const float *st);
+  bool (*fp4_ok)(const sm_weight *w); /* the weights mv_fp4 takes */
   /* Optional: rows [r0, r0 + nr) x columns [k0, k0 + kc) of such a weight dequantized into dst[k][panel] (rows
    * >= nr zero), k0 and kc multiples of 16, kc <= SM_CPU_FP4_PACK_KC: the values cpu_mxq.c's scalar packing
    * writes */
   void (*pack_fp4)(const sm_weight *w, int64_t r0, int nr, int64_t k0, int kc, int panel, float *dst, const float *st);
 } sm_cpu_kern;
 #define SM_CPU_FP4_PACK_KC 256
+bool sm_avx512_fp4_ok(const sm_weight *w);
+bool sm_avx2_fp4_ok(const sm_weight *w);
+void sm_avx2_mv_fp4(const sm_weight *w, const float *const *x, float *const *y, int n, int64_t r0, int64_t r1,
+                    const float *st);
 void sm_avx512_mv_fp4(const sm_weight *w, const float *const *x, float *const *y, int n, int64_t r0, int64_t r1,
                       const float *st);
 void sm_avx512_pack_fp4(const sm_weight *w, int64_t r0, int nr, int64_t k0, int kc, int panel, float *dst,

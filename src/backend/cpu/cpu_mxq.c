@@ -104,8 +104,7 @@ static void mv_job(void *v, int tid, int nth) {
     const int64_t r1 = r0 + j->chunk < M ? r0 + j->chunk : M;
     const float *x = j->x + (size_t)t * (size_t)j->w->cols;
     float *y = j->y + (size_t)t * (size_t)M;
-    if (j->k->mv_fp4 && j->w->bits == 4 && j->w->group_size % 16 == 0)
-      j->k->mv_fp4(j->w, &x, &y, 1, r0, r1, scale_table(j->w->qmode));
+    if (j->k->mv_fp4 && j->k->fp4_ok(j->w)) j->k->mv_fp4(j->w, &x, &y, 1, r0, r1, scale_table(j->w->qmode));
     else mv_rows(j->w, x, r0, r1, y + r0);
   }
 }
@@ -184,8 +183,7 @@ static void xmv_run(void *v, int tid, int nth) {
 }
 
 bool sm_cpu_mxq_experts_ok(const sm_cpu_kern *k, const sm_weight *w) {
-  return k->mv_fp4 && w->qmode != SM_QMODE_AFFINE && w->bits == 4 && w->group_size % 16 == 0 &&
-         w->cols % w->group_size == 0;
+  return k->mv_fp4 && w->qmode != SM_QMODE_AFFINE && w->cols % w->group_size == 0 && k->fp4_ok(w);
 }
 
 void sm_cpu_mxq_experts(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, int64_t rows, int E, const int *cnt,

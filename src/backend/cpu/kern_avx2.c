@@ -580,5 +580,7 @@ const sm_cpu_kern sm_cpu_kern_avx2 = {
   .att_exp_sum = att_exp_sum,
   .widen = widen,
   .narrow = narrow,
+  .mv_fp4 = sm_avx2_mv_fp4,
+  .fp4_ok = sm_avx2_fp4_ok,
 };
 #endif

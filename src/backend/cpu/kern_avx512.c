@@ -839,6 +839,7 @@ const sm_cpu_kern sm_cpu_kern_avx512 = {
   .prep_xq = sm_avx512vnni_prep_xq,
   .matvec_i8 = sm_avx512vnni_matvec_i8,
   .mv_fp4 = sm_avx512_mv_fp4,
+  .fp4_ok = sm_avx512_fp4_ok,
   .pack_fp4 = sm_avx512_pack_fp4,
 };
 #endif

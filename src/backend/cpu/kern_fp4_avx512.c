@@ -166,6 +166,8 @@ mv_mx4_vnni(const sm_weight *w, const float *const *x, float *const *y, int n, i
   free(buf);
 }
 
+bool sm_avx512_fp4_ok(const sm_weight *w) { return w->bits == 4 && w->group_size % 16 == 0 && w->cols % 16 == 0; }
+
 void sm_avx512_mv_fp4(const sm_weight *w, const float *const *x, float *const *y, int n, int64_t r0, int64_t r1,
                       const float *st) {
   static int vnni = -1;
