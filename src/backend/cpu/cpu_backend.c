@@ -903,6 +903,8 @@ sm_backend *sm_cpu_backend_create_opts(const sm_cpu_opts *o) {
 sm_pool *sm_cpu_backend_pool(sm_backend *be) { return CB(be)->pool; }
 const sm_cpu_kern *sm_cpu_backend_kern(sm_backend *be) { return CB(be)->k; }
 
+bool sm_cpu_backend_exact(const sm_backend *be) { return ((const cpu_be *)be)->exact; }
+
 const char *sm_cpu_backend_i8_name(const sm_backend *be) {
   const cpu_be *c = (const cpu_be *)be;
   return c->ik ? c->ik->name : "none";

@@ -86,37 +86,38 @@ typedef struct {
   void (*matvec_i8)(const sm_mv_arg *a, int64_t r0, int64_t r1, float *y);
   /* Optional: y[t][r] = W[r] . x[t] for t < n, r in [r0, r1) of a 4-bit microscaling weight (mxfp4, nvfp4) that
    * fp4_ok takes, st the 256 values of its scale codes (NULL: the scalar loop of cpu_mxq.c); a token's result
-   * does not depend on n or the other tokens (mxfp4 on AVX-512 VNNI and AVX2: x rounded to int16 per group) */
+   * does not depend on n or the other tokens (mxfp4 on AVX-512 VNNI and AVX2: x rounded to int16 per group,
+   * unless f32x, SMELT_CPU_EXACT's float activations) */
   void (*mv_fp4)(const sm_weight *w, const float *const *x, float *const *y, int n, int64_t r0, int64_t r1,
-                 const float *st);
-  bool (*fp4_ok)(const sm_weight *w); /* the weights mv_fp4 takes */
+                 const float *st, bool f32x);
+  bool (*fp4_ok)(const sm_weight *w, bool f32x); /* the weights mv_fp4 takes (f32x: with x kept in float) */
   /* Optional: rows [r0, r0 + nr) x columns [k0, k0 + kc) of such a weight dequantized into dst[k][panel] (rows
    * >= nr zero), k0 and kc multiples of 16, kc <= SM_CPU_FP4_PACK_KC: the values cpu_mxq.c's scalar packing
    * writes */
   void (*pack_fp4)(const sm_weight *w, int64_t r0, int nr, int64_t k0, int kc, int panel, float *dst, const float *st);
 } sm_cpu_kern;
 #define SM_CPU_FP4_PACK_KC 256
-bool sm_avx512_fp4_ok(const sm_weight *w);
-bool sm_avx2_fp4_ok(const sm_weight *w);
+bool sm_avx512_fp4_ok(const sm_weight *w, bool f32x);
+bool sm_avx2_fp4_ok(const sm_weight *w, bool f32x);
 void sm_avx2_mv_fp4(const sm_weight *w, const float *const *x, float *const *y, int n, int64_t r0, int64_t r1,
-                    const float *st);
+                    const float *st, bool f32x);
 void sm_avx512_mv_fp4(const sm_weight *w, const float *const *x, float *const *y, int n, int64_t r0, int64_t r1,
-                      const float *st);
+                      const float *st, bool f32x);
 void sm_avx512_pack_fp4(const sm_weight *w, int64_t r0, int nr, int64_t k0, int kc, int panel, float *dst,
                         const float *st);
 
 /* y[n][rows] = x . W^T for a weight in an MLX microscaling mode (cpu_mxq.c); gemm: the GEMM for every n
  * (batch-invariant: each output one multiply-add chain in k order), else matvecs below 4 tokens */
 void sm_cpu_mxq_matmul(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, const float *x, int n, float *y,
-                       bool gemm);
+                       bool gemm, bool f32x);
 
 /* The routed experts of a 4-bit microscaling stack w (experts of `rows` rows) through the kernel's mv_fp4, each
  * chosen expert's rows read once for all its tokens: slots cnt[e] .. cnt[e + 1] of xs / ys (x rows, outputs
  * indexed by row) are expert e's, for every batch size (so a token's result is the same in any batch). _ok:
  * the kernel table and the weight take it. */
-bool sm_cpu_mxq_experts_ok(const sm_cpu_kern *k, const sm_weight *w);
+bool sm_cpu_mxq_experts_ok(const sm_cpu_kern *k, const sm_weight *w, bool f32x);
 void sm_cpu_mxq_experts(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, int64_t rows, int E, const int *cnt,
-                        const float **xs, float **ys);
+                        const float **xs, float **ys, bool f32x);
 /* ys[i][0..rows) = ws[i] . xs[i] for i < nw: one-token matvecs of different weights and inputs (the chosen
  * experts of a decode step) in one dispatch of the backend's threads (cpu_backend.c) */
 void sm_cpu_matvec_batch(sm_backend *be, const sm_weight *ws, const float *const *xs, float *const *ys, int nw);
@@ -274,6 +275,8 @@ const char *sm_cpu_backend_isa(const sm_backend *be);
  * at backend creation, or where no kernel exists), and whether it runs on AMX tiles. */
 bool sm_cpu_backend_uses_i8(const sm_backend *be, const sm_weight *w, int n);
 bool sm_cpu_backend_uses_amx(const sm_backend *be, const sm_weight *w, int n);
+/* SMELT_CPU_EXACT=1 at backend creation: float activations everywhere */
+bool sm_cpu_backend_exact(const sm_backend *be);
 
 /* ---- recurrent-model ops (ssm.c), on the current batch b (see backend.h) ---- */
 /* the batch meets the recurrent ops' rule (each sequence's tokens one run of consecutive positions) */

@@ -259,7 +259,7 @@ void sm_cpu_matmul(sm_backend *be, sm_mm_role role, const sm_weight *w, const fl
   }
   if (w->rows == 0) return;
   if (w->qmode != SM_QMODE_AFFINE) {
-    sm_cpu_mxq_matmul(c->pool, c->k, w, x, n, y, c->tune.invariant);
+    sm_cpu_mxq_matmul(c->pool, c->k, w, x, n, y, c->tune.invariant, c->exact);
     return;
   }
   if (w->dev && !c->exact) matmul_packed(c, (const sm_cpu_packed *)w->dev, x, n, y);

@@ -86,6 +86,7 @@ typedef struct {
   int n;
   float *y;
   int64_t n_items, chunk;
+  bool f32x;
   _Atomic int64_t next;
 } mxq_job;
 
@@ -104,7 +105,8 @@ static void mv_job(void *v, int tid, int nth) {
     const int64_t r1 = r0 + j->chunk < M ? r0 + j->chunk : M;
     const float *x = j->x + (size_t)t * (size_t)j->w->cols;
     float *y = j->y + (size_t)t * (size_t)M;
-    if (j->k->mv_fp4 && j->k->fp4_ok(j->w)) j->k->mv_fp4(j->w, &x, &y, 1, r0, r1, scale_table(j->w->qmode));
+    if (j->k->mv_fp4 && j->k->fp4_ok(j->w, j->f32x))
+      j->k->mv_fp4(j->w, &x, &y, 1, r0, r1, scale_table(j->w->qmode), j->f32x);
     else mv_rows(j->w, x, r0, r1, y + r0);
   }
 }
@@ -135,10 +137,10 @@ static void gemm_job(void *v, int tid, int nth) {
 }
 
 void sm_cpu_mxq_matmul(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, const float *x, int n, float *y,
-                       bool gemm) {
+                       bool gemm, bool f32x) {
   init_tables();
   const int64_t M = w->rows;
-  mxq_job j = {.k = k, .w = w, .x = x, .n = n, .y = y};
+  mxq_job j = {.k = k, .w = w, .x = x, .n = n, .y = y, .f32x = f32x};
   atomic_init(&j.next, 0);
   const int nth = sm_pool_size(pool);
   if (n < 4 && !gemm) {
@@ -164,6 +166,7 @@ typedef struct {
   float **ys;
   const float *st;
   int64_t n_items;
+  bool f32x;
   _Atomic int64_t next;
 } xmv_job;
 static void xmv_run(void *v, int tid, int nth) {
@@ -178,19 +181,19 @@ static void xmv_run(void *v, int tid, int nth) {
     if (!m) continue;
     const int64_t r0 = it % j->per_e * j->chunk, r1 = r0 + j->chunk < j->rows ? r0 + j->chunk : j->rows;
     const sm_weight ve = sm_weight_rows(j->w, (int64_t)e * j->rows, j->rows);
-    j->k->mv_fp4(&ve, j->xs + j->cnt[e], j->ys + j->cnt[e], m, r0, r1, j->st);
+    j->k->mv_fp4(&ve, j->xs + j->cnt[e], j->ys + j->cnt[e], m, r0, r1, j->st, j->f32x);
   }
 }
 
-bool sm_cpu_mxq_experts_ok(const sm_cpu_kern *k, const sm_weight *w) {
-  return k->mv_fp4 && w->qmode != SM_QMODE_AFFINE && w->cols % w->group_size == 0 && k->fp4_ok(w);
+bool sm_cpu_mxq_experts_ok(const sm_cpu_kern *k, const sm_weight *w, bool f32x) {
+  return k->mv_fp4 && w->qmode != SM_QMODE_AFFINE && w->cols % w->group_size == 0 && k->fp4_ok(w, f32x);
 }
 
 void sm_cpu_mxq_experts(sm_pool *pool, const sm_cpu_kern *k, const sm_weight *w, int64_t rows, int E, const int *cnt,
-                        const float **xs, float **ys) {
+                        const float **xs, float **ys, bool f32x) {
   init_tables();
   const int nth = sm_pool_size(pool);
-  xmv_job j = {.k = k, .w = w, .rows = rows, .cnt = cnt, .xs = xs, .ys = ys, .st = scale_table(w->qmode)};
+  xmv_job j = {.k = k, .w = w, .rows = rows, .cnt = cnt, .xs = xs, .ys = ys, .st = scale_table(w->qmode), .f32x = f32x};
   int used = 0;
   for (int e = 0; e < E; e++) used += cnt[e + 1] > cnt[e];
   /* about 8 items a thread over the chosen experts, in multiples of 16 rows */

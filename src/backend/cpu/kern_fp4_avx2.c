@@ -3,8 +3,8 @@
  * (scale = the group's largest |x| / 32767), each 64 values stored as the 32 even ones then the 32 odd
  * ones; a 32-byte load's low and high nibbles become int8 twice their fp4 value by vpshufb, int16 by sign
  * extension, and meet x in vpmaddwd. The scalar loop of cpu_mxq.c, which AVX2 machines ran before, looked
- * each pair of codes up in memory. mxfp4 rows of a multiple of 64 columns only (sm_avx2_fp4_ok); nvfp4
- * keeps the scalar loop. Compiled for that target only; used after a run-time CPU check (the AVX2 kernel
+ * each pair of codes up in memory. mxfp4 rows of a multiple of 64 columns only (sm_avx2_fp4_ok); nvfp4,
+ * and everything under SMELT_CPU_EXACT=1 (float activations), keeps the scalar loop. Compiled for that target only; used after a run-time CPU check (the AVX2 kernel
  * table). */
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma")
@@ -14,8 +14,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-bool sm_avx2_fp4_ok(const sm_weight *w) {
-  return w->bits == 4 && w->qmode == SM_QMODE_MXFP4 && w->group_size == 32 && w->cols % 64 == 0;
+bool sm_avx2_fp4_ok(const sm_weight *w, bool f32x) {
+  return !f32x && w->bits == 4 && w->qmode == SM_QMODE_MXFP4 && w->group_size == 32 && w->cols % 64 == 0;
 }
 
 /* x[0..K) to int16 per group of 32 (q, in the even-then-odd order of each 64) and the groups' scales */
@@ -78,7 +78,8 @@ static inline __attribute__((always_inline)) void row_nt(const uint8_t *row, con
 }
 
 void sm_avx2_mv_fp4(const sm_weight *w, const float *const *x, float *const *y, int n, int64_t r0, int64_t r1,
-                    const float *st) {
+                    const float *st, bool f32x) {
+  (void)f32x;
   const int64_t K = w->cols, nc = K / 64;
   int16_t **q = malloc(sizeof(int16_t *) * (size_t)n);
   float **xs = malloc(sizeof(float *) * (size_t)n);

@@ -166,13 +166,16 @@ mv_mx4_vnni(const sm_weight *w, const float *const *x, float *const *y, int n, i
   free(buf);
 }
 
-bool sm_avx512_fp4_ok(const sm_weight *w) { return w->bits == 4 && w->group_size % 16 == 0 && w->cols % 16 == 0; }
+bool sm_avx512_fp4_ok(const sm_weight *w, bool f32x) {
+  (void)f32x;
+  return w->bits == 4 && w->group_size % 16 == 0 && w->cols % 16 == 0;
+}
 
 void sm_avx512_mv_fp4(const sm_weight *w, const float *const *x, float *const *y, int n, int64_t r0, int64_t r1,
-                      const float *st) {
+                      const float *st, bool f32x) {
   static int vnni = -1;
   if (vnni < 0) vnni = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
-  if (vnni && w->qmode == SM_QMODE_MXFP4 && w->group_size == 32 && w->cols % 64 == 0) {
+  if (vnni && !f32x && w->qmode == SM_QMODE_MXFP4 && w->group_size == 32 && w->cols % 64 == 0) {
     mv_mx4_vnni(w, x, y, n, r0, r1, st);
     return;
   }
