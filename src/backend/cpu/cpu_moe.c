@@ -66,15 +66,15 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
     if (ids[s] >= 0 && ids[s] < E) order[pos[ids[s]]++] = s;
   float *xg = NULL, *yg = NULL;
   const sm_cpu_kern *kern = sm_cpu_backend_kern(be);
-  const bool f32x = sm_cpu_backend_exact(be);
-  if (sm_cpu_mxq_experts_ok(kern, w, f32x)) { /* mxfp4 / nvfp4: each chosen expert's rows once for all its tokens */
+  const bool fp4 = sm_cpu_mxq_experts_ok(kern, w, sm_cpu_backend_exact(be));
+  if (fp4) { /* mxfp4 / nvfp4: each chosen expert's rows once for all its tokens */
     const float **xs = sm_xmalloc(sizeof(float *) * (size_t)ns);
     float **ys = sm_xmalloc(sizeof(float *) * (size_t)ns);
     for (int i = 0; i < cnt[E]; i++) {
       xs[i] = x + (size_t)(x_per_slot ? order[i] : order[i] / k) * (size_t)K;
       ys[i] = y + (size_t)order[i] * (size_t)rows;
     }
-    sm_cpu_mxq_experts(sm_cpu_backend_pool(be), kern, w, rows, E, cnt, xs, ys, f32x);
+    sm_cpu_mxq_experts(sm_cpu_backend_pool(be), kern, w, rows, E, cnt, xs, ys, sm_cpu_backend_exact(be));
     free(xs);
     free(ys);
   } else if (n < GEMM_MIN) { /* decode: every slot's matvec in one dispatch of the backend's threads */
@@ -95,7 +95,7 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
     free(xs);
     free(ys);
   }
-  for (int e = 0; n >= GEMM_MIN && !sm_cpu_mxq_experts_ok(kern, w, f32x) && e < E; e++) {
+  for (int e = 0; n >= GEMM_MIN && !fp4 && e < E; e++) {
     const int m = cnt[e + 1] - cnt[e];
     if (!m) continue;
     const int *sl = order + cnt[e];
