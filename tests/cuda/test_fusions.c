@@ -247,8 +247,8 @@ int main(void) {
      NULL,
      0,
      NULL},
-    /* qwen2: the q/k/v biases run alone (three add_rows a layer) */
-    {"qwen2", 2048, 8192, 8, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp"}, "add_rows", 3, NULL},
+    /* qwen2: the q/k/v biases are added by the q/k/v launch (no add_rows runs alone) */
+    {"qwen2", 2048, 8192, 5, {"matvec group", "rope+kv_store+attention", "add+rmsnorm+mlp"}, "add_rows", 0, NULL},
     /* qwen3: the per-head q/k norms are one kernel of their own */
     {"qwen3",
      2048,
@@ -304,6 +304,16 @@ int main(void) {
      "moe_route",
      0,
      "{\"num_experts\": 16, \"num_experts_per_tok\": 4, \"moe_intermediate_size\": 768, \"norm_topk_prob\": true}"},
+    /* gpt_oss (mxfp4 experts): the q/k/v, o and router biases are added by their matvecs' launches */
+    {"gpt_oss",
+     2048,
+     1024,
+     10,
+     {"matvec group", "route+experts gate/up+swiglu", "experts down+combine"},
+     "add_rows",
+     0,
+     "{\"num_local_experts\": 8, \"num_experts_per_tok\": 2, \"sliding_window\": 8, \"attention_bias\": true, "
+     "\"swiglu_limit\": 7.0, \"smelt_expert_mode\": \"mxfp4\"}"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
   check_prefill_half(0, 40);

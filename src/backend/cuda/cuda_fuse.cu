@@ -431,28 +431,50 @@ static int r_guq(fx *f, int i) {
 }
 
 /* matmuls of the same x in one launch (q/k/v, gate/up), or one matvec whose x the kernel before
- * quantized (with the deferred rms of k_mlp1) */
+ * quantized (with the deferred rms of k_mlp1), with the bias adds after them (mm_bias) */
+/* the add_rows ops right after the nw matmuls of a group at i that add a bias to one of their outputs
+ * (q/k/v, o and router biases): their count, and each weight's bias in bias[] (NULL: none). The kernels
+ * add it as they store (mv_args.bias), the same sum as the add after it. */
+static int mm_bias(const fx *f, int i, int nw, const cu_weight *const *ws, float *const *ys, const float **bias) {
+  const int n = f->ops[i].mm.n;
+  int nb = 0;
+  for (int k = 0; k < nw; k++) bias[k] = NULL;
+  for (const cu_op *e; (e = op(f, i + nw + nb)) && e->type == OP_ADDROWS; nb++) {
+    int k = 0;
+    while (k < nw && ys[k] != e->ew.y) k++;
+    if (k == nw || bias[k] || e->ew.dim != ws[k]->rows || e->ew.n != (size_t)n * (size_t)ws[k]->rows) break;
+    bool alias = false;
+    for (int j = 0; j < nw; j++) alias |= e->ew.a == ys[j];
+    if (alias) break;
+    bias[k] = e->ew.a;
+  }
+  return nb;
+}
 static bool m_mm_group(const fx *f, int i) {
   const cu_op *o = &f->ops[i];
   if (!cu_use_matvec(o->mm.cw, o->mm.n)) return false;
   const cu_weight *ws[3];
   float *ys[3];
+  const float *bias[3];
   const bool pq = f->in.preq == o->mm.x && f->in.preq_n == o->mm.n && o->mm.cw->kind == CW_Q4;
-  return mm_group(f, i, ws, ys) > 1 || pq;
+  const int nw = mm_group(f, i, ws, ys);
+  return nw > 1 || pq || mm_bias(f, i, nw, ws, ys, bias) > 0;
 }
 static int r_mm_group(fx *f, int i) {
   const cu_op *o = &f->ops[i];
   const cu_weight *ws[3];
   float *ys[3];
+  const float *bias[3];
   const int nw = mm_group(f, i, ws, ys), role = cu_q4_role((sm_mm_role)o->mm.role);
+  const int nb = mm_bias(f, i, nw, ws, ys, bias);
   const bool pq = f->in.preq == o->mm.x && f->in.preq_n == o->mm.n && o->mm.cw->kind == CW_Q4;
   if (pq) {
     const cu_q4_dnorm dn = { f->c->ssp, f->in.dn_dim / 32, f->in.dn_eps, f->in.dn_dim };
-    cu_q4_matvec_preq(f->cx, ws, ys, nw, o->mm.n, f->c->xq, role, f->in.predn ? &dn : NULL);
+    cu_q4_matvec_preq(f->cx, ws, ys, nw, o->mm.n, f->c->xq, role, f->in.predn ? &dn : NULL, nb ? bias : NULL);
   } else {
-    cu_matvec_multi(f->cx, ws, ys, nw, o->mm.x, o->mm.n, f->c->xq, role);
+    cu_matvec_multi(f->cx, ws, ys, nw, o->mm.x, o->mm.n, f->c->xq, role, nb ? bias : NULL);
   }
-  return nw;
+  return nw + nb;
 }
 
 /* 4-bit matmuls of one x and role class (q/k/v, gate/up) in a step of more tokens than the matvecs take:

@@ -150,7 +150,15 @@ struct mv_args {
   const float *ssp;
   int nss;
   float dn_eps, dn_dim;
+  /* per weight, NULL or its rows' bias, added to every output of the row (a matmul's add_rows folded in:
+   * cuda_fuse.cu's matvec group) */
+  const float *bias[3];
 };
+/* weight wi's bias of row `row`, 0 without one */
+static __device__ __forceinline__ float mv_bias(const mv_args &a, int wi, int row) {
+  const float *b = wi == 0 ? a.bias[0] : wi == 1 ? a.bias[1] : a.bias[2];
+  return b ? __ldg(b + row) : 0.f;
+}
 
 /* element j of row r (any layout), as float */
 static __device__ __forceinline__ float dq_elem(const cu_weight &w, int64_t r, int64_t j) {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/cuda/cuda_ew.cuh"
 #include "backend/cuda/cuda_ldst.cuh"
 #include "backend/cuda/cuda_mv.cuh"
 #include "backend/cuda/cuda_moe.cuh"
@@ -55,14 +56,16 @@ static __device__ __forceinline__ void mv_word(const uint32_t (&wd)[R], int u, c
 /* a warp's R rows x N columns of sums (one partial a lane) into y[c][row0 + r], rows below M, columns below n */
 template <int R, int N>
 static __device__ __forceinline__ void mv_store(const float (&acc)[R][N], int lane, float *__restrict__ y, int row0,
-                                                int M, int n) {
+                                                int M, int n, const mv_args &a, int wi) {
 #pragma unroll
-  for (int r = 0; r < R; r++)
+  for (int r = 0; r < R; r++) {
+    const float b = lane == 0 && row0 + r < M ? mv_bias(a, wi, row0 + r) : 0.f;
 #pragma unroll
     for (int c = 0; c < N; c++) {
       float v = warp_sum(acc[r][c]);
-      if (lane == 0 && row0 + r < M && c < n) y[(int64_t)c * M + row0 + r] = v;
+      if (lane == 0 && row0 + r < M && c < n) y[(int64_t)c * M + row0 + r] = v + b;
     }
+  }
 }
 
 template <int BITS, int R, int N, int SBK, bool SPLIT = false>
@@ -127,9 +130,10 @@ __global__ void __launch_bounds__(128) k_mv_qfast(const mv_args a, const float *
     }
     __syncthreads();
     if (threadIdx.x < N && (int)threadIdx.x < n)
-      y[(int64_t)threadIdx.x * M + row0] = (red[0][threadIdx.x] + red[1][threadIdx.x]) + (red[2][threadIdx.x] + red[3][threadIdx.x]);
+      y[(int64_t)threadIdx.x * M + row0] =
+          (red[0][threadIdx.x] + red[1][threadIdx.x]) + (red[2][threadIdx.x] + red[3][threadIdx.x]) + mv_bias(a, wi, row0);
   } else {
-    mv_store<R, N>(acc, lane, y, row0, M, n);
+    mv_store<R, N>(acc, lane, y, row0, M, n, a, wi);
   }
 }
 
@@ -238,7 +242,7 @@ __global__ void __launch_bounds__(128) k_mv_dense(const mv_args a, const float *
       }
     }
   }
-  mv_store<R, N>(acc, lane, y, row0, M, n);
+  mv_store<R, N>(acc, lane, y, row0, M, n, a, wi);
 }
 
 /* ---------------- decode matvec (16-byte vectors, several rows per thread) ----------------
@@ -367,7 +371,7 @@ __global__ void __launch_bounds__(128, N == 1 ? 3 : 1) k_mv2(const mv_args a, co
       for (int r = 0; r < RB; r++)
 #pragma unroll
         for (int c = 0; c < N; c++)
-          if (row0 + r < M && c < n) y[(int64_t)c * M + row0 + r] = vals[r * N + c];
+          if (row0 + r < M && c < n) y[(int64_t)c * M + row0 + r] = vals[r * N + c] + mv_bias(a, wi, row0 + r);
     }
     continue;
   }
@@ -382,7 +386,7 @@ __global__ void __launch_bounds__(128, N == 1 ? 3 : 1) k_mv2(const mv_args a, co
     float sum = 0.f;
     for (int w = 0; w < wpg; w++) sum += red[gi * wpg + w][k];
     const int r = k / N, c = k % N, row = rowb + gi * RB + r;
-    if (row < M && c < n) y[(int64_t)c * M + row] = sum;
+    if (row < M && c < n) y[(int64_t)c * M + row] = sum + mv_bias(a, wi, row);
   }
   __syncthreads();
   }
@@ -392,7 +396,8 @@ __global__ void __launch_bounds__(128, N == 1 ? 3 : 1) k_mv2(const mv_args a, co
 
 /* ---------------- dispatch ---------------- */
 /* rpb: rows per block */
-mv_args cu_mv_args(const cu_weight *const *ws, float *const *ys, int nw, int rpb, unsigned *blocks) {
+mv_args cu_mv_args(const cu_weight *const *ws, float *const *ys, int nw, int rpb, unsigned *blocks,
+                   const float *const *bias) {
   mv_args a;
   memset(&a, 0, sizeof a);
   int b = 0;
@@ -400,6 +405,7 @@ mv_args cu_mv_args(const cu_weight *const *ws, float *const *ys, int nw, int rpb
     a.bstart[i] = i < nw ? b : 0x7fffffff;
     if (i < nw) {
       a.q[i] = ws[i]->q; a.sb[i] = ws[i]->sb; a.y[i] = ys[i]; a.M[i] = (int)ws[i]->rows;
+      a.bias[i] = bias ? bias[i] : NULL;
       b += (int)((ws[i]->rows + rpb - 1) / rpb);
     }
   }
@@ -411,13 +417,14 @@ mv_args cu_mv_args(const cu_weight *const *ws, float *const *ys, int nw, int rpb
  * 128-word chunks: one block a row still fills the GPU with loads (measured on the H100, docs/cuda.md) */
 #define QFAST_SPLIT_ROWS 1024
 template <int BITS, int R, int N>
-static void launch_qfast(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n) {
+static void launch_qfast(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n,
+                         const float *const *bias) {
   unsigned blocks;
   const int K = (int)ws[0]->cols, gs = ws[0]->gs;
   int64_t M = 0;
   for (int i = 0; i < nw; i++) M += ws[i]->rows;
   if (R == 1 && M <= QFAST_SPLIT_ROWS && K / (32 / BITS) >= 2 * 128) {
-    mv_args a = cu_mv_args(ws, ys, nw, 1, &blocks);
+    mv_args a = cu_mv_args(ws, ys, nw, 1, &blocks, bias);
     switch (ws[0]->sbk) {
     case SBK_F16: cu_launch(cx, k_mv_qfast<BITS, 1, N, SBK_F16, true>, dim3(blocks), dim3(128), 0, a, x, K, gs, n); break;
     case SBK_F32: cu_launch(cx, k_mv_qfast<BITS, 1, N, SBK_F32, true>, dim3(blocks), dim3(128), 0, a, x, K, gs, n); break;
@@ -425,7 +432,7 @@ static void launch_qfast(const cu_ctx *cx, const cu_weight *const *ws, float *co
     }
     return;
   }
-  mv_args a = cu_mv_args(ws, ys, nw, 4 * R, &blocks);
+  mv_args a = cu_mv_args(ws, ys, nw, 4 * R, &blocks, bias);
   switch (ws[0]->sbk) {
   case SBK_F16: cu_launch(cx, k_mv_qfast<BITS, R, N, SBK_F16>, dim3(blocks), dim3(128), 0, a, x, K, gs, n); break;
   case SBK_F32: cu_launch(cx, k_mv_qfast<BITS, R, N, SBK_F32>, dim3(blocks), dim3(128), 0, a, x, K, gs, n); break;
@@ -433,16 +440,18 @@ static void launch_qfast(const cu_ctx *cx, const cu_weight *const *ws, float *co
   }
 }
 template <int BITS, int R>
-static void launch_qfast_n(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n) {
-  if (n == 1) launch_qfast<BITS, R, 1>(cx, ws, ys, nw, x, n);
-  else if (n == 2) launch_qfast<BITS, R, 2>(cx, ws, ys, nw, x, n);
-  else if (n <= 4) launch_qfast<BITS, R, 4>(cx, ws, ys, nw, x, n);
-  else launch_qfast<BITS, R, 8>(cx, ws, ys, nw, x, n);
+static void launch_qfast_n(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n,
+                           const float *const *bias) {
+  if (n == 1) launch_qfast<BITS, R, 1>(cx, ws, ys, nw, x, n, bias);
+  else if (n == 2) launch_qfast<BITS, R, 2>(cx, ws, ys, nw, x, n, bias);
+  else if (n <= 4) launch_qfast<BITS, R, 4>(cx, ws, ys, nw, x, n, bias);
+  else launch_qfast<BITS, R, 8>(cx, ws, ys, nw, x, n, bias);
 }
 template <typename T, int R>
-static void launch_dense_n(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n) {
+static void launch_dense_n(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n,
+                           const float *const *bias) {
   unsigned blocks;
-  mv_args a = cu_mv_args(ws, ys, nw, 4 * R, &blocks);
+  mv_args a = cu_mv_args(ws, ys, nw, 4 * R, &blocks, bias);
   const int K = (int)ws[0]->cols;
   const int vec = (K % (16 / (int)sizeof(T))) == 0;
   if (n == 1) k_mv_dense<T, R, 1><<<blocks, 128, 0, cx->s>>>(a, x, K, n, vec); /* no PDL: it does not wait */
@@ -468,7 +477,7 @@ static void launch_mv2(const cu_ctx *cx, const mv_args &a, unsigned tiles, const
 /* rows-per-thread choice and launch for one (bits, type) */
 template <int BITS, typename T>
 static void mv2_dispatch(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x,
-                         const float *xu, int n) {
+                         const float *xu, int n, const float *const *bias = NULL) {
   const int K = (int)ws[0]->cols;
   const int EPV = BITS ? 128 / BITS : 16 / (int)sizeof(T);
   const int V = K / EPV;
@@ -481,7 +490,7 @@ static void mv2_dispatch(const cu_ctx *cx, const cu_weight *const *ws, float *co
     RB = b8 >= (unsigned)(2 * cx->n_sm) ? 8 : 4;
   }
   unsigned blocks;
-  mv_args a = cu_mv_args(ws, ys, nw, (128 >> tl) * RB, &blocks);
+  mv_args a = cu_mv_args(ws, ys, nw, (128 >> tl) * RB, &blocks, bias);
   if (xu) {
     if (RB == 8) launch_mv2<BITS, T, 1, 8, true>(cx, a, blocks, x, xu, K, gs, sbk, n, tl);
     else launch_mv2<BITS, T, 1, 4, true>(cx, a, blocks, x, xu, K, gs, sbk, n, tl);
@@ -510,19 +519,27 @@ bool cu_matvec_silu(const cu_ctx *cx, const cu_weight *w, const float *g, const 
   return true;
 }
 
+/* the bias of kernels without the epilogue (the row kernel of microscaling weights, k_mv_qgen) */
+static void bias_after(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, int n,
+                       const float *const *bias) {
+  for (int i = 0; bias && i < nw; i++)
+    if (bias[i]) cu_ew(cx, CU_EW_ADD_ROWS, ys[i], bias[i], NULL, 0.f, (size_t)n * ws[i]->rows, (int)ws[i]->rows);
+}
+
 bool cu_matvec_compatible(const cu_weight *a, const cu_weight *b) {
   return a->kind == b->kind && a->kind != CW_QGEN && a->kind != CW_MXQ && a->cols == b->cols && a->bits == b->bits && a->gs == b->gs &&
          a->dtype == b->dtype && a->sbk == b->sbk;
 }
 
 void cu_matvec_multi(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x, int n,
-                     void *xq, int role) {
+                     void *xq, int role, const float *const *bias) {
   if (ws[0]->kind == CW_Q4) {
-    cu_q4_matvec(cx, ws, ys, nw, x, NULL, n, xq, role);
+    cu_q4_matvec(cx, ws, ys, nw, x, NULL, n, xq, role, 0, 0, false, bias);
     return;
   }
   if (ws[0]->kind == CW_MXQ) { /* microscaling weights: the row kernel of cuda_moe.cu, n columns */
     for (int i = 0; i < nw; i++) cu_rows_matvec(cx, ws[i], ws[i]->rows, NULL, 1, x, true, NULL, ys[i], n);
+    bias_after(cx, ws, ys, nw, n, bias);
     return;
   }
   const cudaStream_t s = cx->s;
@@ -535,25 +552,25 @@ void cu_matvec_multi(const cu_ctx *cx, const cu_weight *const *ws, float *const 
   for (int i = 0; i < nw; i++) fast &= mv2_ok(ws[i], x);
   if (fast) { /* 16-byte dense matvec, several rows per thread */
     switch (w->dtype) {
-    case SM_DT_BF16: mv2_dispatch<0, __nv_bfloat16>(cx, ws, ys, nw, x, NULL, n); break;
-    case SM_DT_F16: mv2_dispatch<0, __half>(cx, ws, ys, nw, x, NULL, n); break;
-    default: mv2_dispatch<0, float>(cx, ws, ys, nw, x, NULL, n); break;
+    case SM_DT_BF16: mv2_dispatch<0, __nv_bfloat16>(cx, ws, ys, nw, x, NULL, n, bias); break;
+    case SM_DT_F16: mv2_dispatch<0, __half>(cx, ws, ys, nw, x, NULL, n, bias); break;
+    default: mv2_dispatch<0, float>(cx, ws, ys, nw, x, NULL, n, bias); break;
     }
     return;
   }
   if (w->kind == CW_DENSE) {
     switch (w->dtype) {
-    case SM_DT_BF16: r2 ? launch_dense_n<__nv_bfloat16, 2>(cx, ws, ys, nw, x, n) : launch_dense_n<__nv_bfloat16, 1>(cx, ws, ys, nw, x, n); break;
-    case SM_DT_F16: r2 ? launch_dense_n<__half, 2>(cx, ws, ys, nw, x, n) : launch_dense_n<__half, 1>(cx, ws, ys, nw, x, n); break;
-    default: r2 ? launch_dense_n<float, 2>(cx, ws, ys, nw, x, n) : launch_dense_n<float, 1>(cx, ws, ys, nw, x, n); break;
+    case SM_DT_BF16: r2 ? launch_dense_n<__nv_bfloat16, 2>(cx, ws, ys, nw, x, n, bias) : launch_dense_n<__nv_bfloat16, 1>(cx, ws, ys, nw, x, n, bias); break;
+    case SM_DT_F16: r2 ? launch_dense_n<__half, 2>(cx, ws, ys, nw, x, n, bias) : launch_dense_n<__half, 1>(cx, ws, ys, nw, x, n, bias); break;
+    default: r2 ? launch_dense_n<float, 2>(cx, ws, ys, nw, x, n, bias) : launch_dense_n<float, 1>(cx, ws, ys, nw, x, n, bias); break;
     }
     return;
   }
   if (w->kind == CW_QFAST) {
     switch (w->bits) {
-    case 2: r2 ? launch_qfast_n<2, 2>(cx, ws, ys, nw, x, n) : launch_qfast_n<2, 1>(cx, ws, ys, nw, x, n); break;
-    case 8: r2 ? launch_qfast_n<8, 2>(cx, ws, ys, nw, x, n) : launch_qfast_n<8, 1>(cx, ws, ys, nw, x, n); break;
-    default: r2 ? launch_qfast_n<4, 2>(cx, ws, ys, nw, x, n) : launch_qfast_n<4, 1>(cx, ws, ys, nw, x, n); break;
+    case 2: r2 ? launch_qfast_n<2, 2>(cx, ws, ys, nw, x, n, bias) : launch_qfast_n<2, 1>(cx, ws, ys, nw, x, n, bias); break;
+    case 8: r2 ? launch_qfast_n<8, 2>(cx, ws, ys, nw, x, n, bias) : launch_qfast_n<8, 1>(cx, ws, ys, nw, x, n, bias); break;
+    default: r2 ? launch_qfast_n<4, 2>(cx, ws, ys, nw, x, n, bias) : launch_qfast_n<4, 1>(cx, ws, ys, nw, x, n, bias); break;
     }
     return;
   }
@@ -572,4 +589,5 @@ void cu_matvec_multi(const cu_ctx *cx, const cu_weight *const *ws, float *const 
     default: k_mv_qgen<8><<<grid, 128, 0, s>>>(q, w->sb, w->sbk, x, y, Mi, K, w->gs, n); break;
     }
   }
+  bias_after(cx, ws, ys, nw, n, bias);
 }

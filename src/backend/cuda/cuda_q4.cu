@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4
       for (int r = 0; r < RB; r++)
 #pragma unroll
         for (int c = 0; c < N; c++)
-          if (row0 + r < M && c0 + c < n) y[(int64_t)(c0 + c) * M + row0 + r] = vals[r * N + c];
+          if (row0 + r < M && c0 + c < n) y[(int64_t)(c0 + c) * M + row0 + r] = vals[r * N + c] + mv_bias(a, wi, row0 + r);
     }
   } else {
     if (lane == 0) {
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(128, MINB) k_mvq4(const mv_args a, const uint4
       float sum = 0.f;
       for (int w = 0; w < wpg; w++) sum += red[gi * wpg + w][k];
       const int r = k / N, c = k % N, row = rowb + gi * RB + r;
-      if (row < M && c0 + c < n) y[(int64_t)(c0 + c) * M + row] = sum;
+      if (row < M && c0 + c < n) y[(int64_t)(c0 + c) * M + row] = sum + mv_bias(a, wi, row);
     }
   }
 #ifdef SMELT_CUDA_TRACE
@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(NW * 32, NW * 32 >= 512 ? 1 : 512 / (NW * 32))
 #pragma unroll
   for (int r = 0; r < RT; r++) {
     const float t = warp_sum(acc[r]) * inv;
-    if (lane == r && row0 + r < M) y[row0 + r] = t;
+    if (lane == r && row0 + r < M) y[row0 + r] = t + mv_bias(a, wi, row0 + r);
   }
 #ifdef SMELT_CUDA_TRACE
   if (threadIdx.x == 0) {
@@ -413,7 +413,8 @@ static bool mvr_on(const cu_ctx *cx, int role, const cu_weight *w) {
   return role == CU_Q4_GU && w->rows * w->cols >= ((int64_t)32 << 20);
 }
 static bool mvr_launch(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const uint4 *xq,
-                       const float2 *xs, int role, bool dry = false, const cu_q4_dnorm *dn = NULL) {
+                       const float2 *xs, int role, bool dry = false, const cu_q4_dnorm *dn = NULL,
+                       const float *const *bias = NULL) {
   if (role < 0 || role >= CU_Q4_ROLES || nw < 1 || nw > 3 || !mvr_on(cx, role, ws[0])) return false;
   const cu_weight *w0 = ws[0];
   if (w0->kind != CW_Q4 || w0->sbk == SBK_F32 || w0->cols % 64 || w0->cols > 16384 || w0->cols < 1024) return false;
@@ -442,6 +443,7 @@ static bool mvr_launch(const cu_ctx *cx, const cu_weight *const *ws, float *cons
     a.bstart[i] = i < nw ? nb : 0x7fffffff;
     if (i < nw) {
       a.q[i] = ws[i]->q; a.sb[i] = ws[i]->sb; a.y[i] = ys[i]; a.M[i] = (int)ws[i]->rows;
+      a.bias[i] = bias ? bias[i] : NULL;
       nb += (int)((ws[i]->rows + NW * RT - 1) / (NW * RT));
     }
   }
@@ -689,9 +691,9 @@ __global__ void __launch_bounds__(1024) k_norm_q(const nq_args na) {
 /* ---------------- CW_Q4 dispatch ---------------- */
 template <int N, int RB, int UNR, int MINB = 1>
 static void launch_q4(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const uint4 *xq,
-                      const float2 *xs, int n, int tl, const cu_q4_dnorm *dn) {
+                      const float2 *xs, int n, int tl, const cu_q4_dnorm *dn, const float *const *bias) {
   unsigned tiles;
-  mv_args a = cu_mv_args(ws, ys, nw, (128 >> tl) * RB, &tiles);
+  mv_args a = cu_mv_args(ws, ys, nw, (128 >> tl) * RB, &tiles, bias);
   a.hint = cx->t->q4hint;
   a.ef = N == 1 ? (cx->t->wef >> 2) & 3 : 0;
   if (N == 1 && dn) {
@@ -730,56 +732,57 @@ static int q4_tl(const cu_ctx *cx, int V, int n, int rb, int64_t M) {
 /* minimum resident blocks an SM asked of the compiler (which caps the registers) per n = 1 tiling,
  * measured on the H100 */
 static void q4_launch_n(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const uint4 *q4,
-                        const float2 *xs, int n, int tl, int rb, const cu_q4_dnorm *dn) {
+                        const float2 *xs, int n, int tl, int rb, const cu_q4_dnorm *dn,
+                        const float *const *bias) {
   if (n == 1) {
     switch (rb) {
-    case 11: launch_q4<1, 1, 1>(cx, ws, ys, nw, q4, xs, n, tl, dn); break;
-    case 21: launch_q4<1, 1, 2>(cx, ws, ys, nw, q4, xs, n, tl, dn); break;
-    case 41: launch_q4<1, 1, 4>(cx, ws, ys, nw, q4, xs, n, tl, dn); break;
-    case 12: launch_q4<1, 2, 1, 12>(cx, ws, ys, nw, q4, xs, n, tl, dn); break; /* <= 40 registers */
-    case 22: launch_q4<1, 2, 2, 9>(cx, ws, ys, nw, q4, xs, n, tl, dn); break;  /* <= 56 registers */
-    case 42: launch_q4<1, 2, 4>(cx, ws, ys, nw, q4, xs, n, tl, dn); break;
-    case 14: launch_q4<1, 4, 1, 10>(cx, ws, ys, nw, q4, xs, n, tl, dn); break; /* <= 48 registers */
-    case 24: launch_q4<1, 4, 2>(cx, ws, ys, nw, q4, xs, n, tl, dn); break;
-    case 44: launch_q4<1, 4, 4>(cx, ws, ys, nw, q4, xs, n, tl, dn); break;
-    case 18: launch_q4<1, 8, 1>(cx, ws, ys, nw, q4, xs, n, tl, dn); break;
-    default: launch_q4<1, 8, 2>(cx, ws, ys, nw, q4, xs, n, tl, dn); break;
+    case 11: launch_q4<1, 1, 1>(cx, ws, ys, nw, q4, xs, n, tl, dn, bias); break;
+    case 21: launch_q4<1, 1, 2>(cx, ws, ys, nw, q4, xs, n, tl, dn, bias); break;
+    case 41: launch_q4<1, 1, 4>(cx, ws, ys, nw, q4, xs, n, tl, dn, bias); break;
+    case 12: launch_q4<1, 2, 1, 12>(cx, ws, ys, nw, q4, xs, n, tl, dn, bias); break; /* <= 40 registers */
+    case 22: launch_q4<1, 2, 2, 9>(cx, ws, ys, nw, q4, xs, n, tl, dn, bias); break;  /* <= 56 registers */
+    case 42: launch_q4<1, 2, 4>(cx, ws, ys, nw, q4, xs, n, tl, dn, bias); break;
+    case 14: launch_q4<1, 4, 1, 10>(cx, ws, ys, nw, q4, xs, n, tl, dn, bias); break; /* <= 48 registers */
+    case 24: launch_q4<1, 4, 2>(cx, ws, ys, nw, q4, xs, n, tl, dn, bias); break;
+    case 44: launch_q4<1, 4, 4>(cx, ws, ys, nw, q4, xs, n, tl, dn, bias); break;
+    case 18: launch_q4<1, 8, 1>(cx, ws, ys, nw, q4, xs, n, tl, dn, bias); break;
+    default: launch_q4<1, 8, 2>(cx, ws, ys, nw, q4, xs, n, tl, dn, bias); break;
     }
-  } else if (n == 2) launch_q4<2, 4, 2>(cx, ws, ys, nw, q4, xs, n, tl, NULL);
-  else if (n <= 4) launch_q4<4, 4, 2>(cx, ws, ys, nw, q4, xs, n, tl, NULL);
-  else launch_q4<8, 4, 2>(cx, ws, ys, nw, q4, xs, n, tl, NULL);
+  } else if (n == 2) launch_q4<2, 4, 2>(cx, ws, ys, nw, q4, xs, n, tl, NULL, bias);
+  else if (n <= 4) launch_q4<4, 4, 2>(cx, ws, ys, nw, q4, xs, n, tl, NULL, bias);
+  else launch_q4<8, 4, 2>(cx, ws, ys, nw, q4, xs, n, tl, NULL, bias);
 }
 
 /* k_mvr is considered only for x quantized by the kernel before (a decode layer's norms, attention,
  * k_mlp1), as measured */
 static void q4_run(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xqv,
-                   int role, const cu_q4_dnorm *dn, int rb, int tl, bool mvr) {
+                   int role, const cu_q4_dnorm *dn, int rb, int tl, bool mvr, const float *const *bias) {
   const int64_t K = ws[0]->cols;
   const int V = (int)(K / 32);
   const uint4 *q4 = (const uint4 *)xqv;
   const float2 *xs = (const float2 *)((const uint8_t *)xqv + (size_t)n * (size_t)K);
-  if (mvr && n == 1 && rb <= 0 && (!dn || dn->nss <= 128) && mvr_launch(cx, ws, ys, nw, q4, xs, role, false, dn))
+  if (mvr && n == 1 && rb <= 0 && (!dn || dn->nss <= 128) && mvr_launch(cx, ws, ys, nw, q4, xs, role, false, dn, bias))
     return;
   if (rb <= 0) rb = q4_rb(cx, n, V, role);
   int64_t M = 0;
   for (int i = 0; i < nw; i++) M += ws[i]->rows;
   if (!tl) tl = q4_tl(cx, V, n, rb, M);
-  q4_launch_n(cx, ws, ys, nw, q4, xs, n, tl, rb, dn);
+  q4_launch_n(cx, ws, ys, nw, q4, xs, n, tl, rb, dn, bias);
 }
 
 void cu_q4_matvec(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x,
-                  const float *xu, int n, void *xqv, int role, int rb, int tl, bool gelu) {
+                  const float *xu, int n, void *xqv, int role, int rb, int tl, bool gelu, const float *const *bias) {
   const int64_t K = ws[0]->cols;
   const int64_t nblk = (int64_t)n * (K / 32);
   uint8_t *xq = (uint8_t *)xqv;
   float2 *xs = (float2 *)(xq + (size_t)n * (size_t)K);
   cu_launch(cx, k_quant_x, dim3((unsigned)((nblk + 7) / 8)), dim3(256), 0, x, xu, nblk, xq, xs, gelu ? 1 : 0);
-  q4_run(cx, ws, ys, nw, n, xqv, role, NULL, rb, tl, false);
+  q4_run(cx, ws, ys, nw, n, xqv, role, NULL, rb, tl, false, bias);
 }
 
 void cu_q4_matvec_preq(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xqv,
-                       int role, const cu_q4_dnorm *dn) {
-  q4_run(cx, ws, ys, nw, n, xqv, role, dn, 0, 0, true);
+                       int role, const cu_q4_dnorm *dn, const float *const *bias) {
+  q4_run(cx, ws, ys, nw, n, xqv, role, dn, 0, 0, true, bias);
 }
 
 bool cu_q4_mvr_ok(const cu_ctx *cx, const cu_weight *const *ws, int nw, int role) {

@@ -17,13 +17,14 @@ struct cu_q4_dnorm {
 /* ys[i] = ws[i] . x for n <= CU_Q4_MAX_N columns: x (or silu(x) * xu when xu != NULL, gelu_tanh(x) * xu
  * with gelu) is quantized
  * into xq first (k_quant_x), then k_mvq4 runs with the tiling rb (rows a thread + 10 * vectors a
- * round) and tl (log2 threads a row), 0 = automatic. role: CU_Q4_* or -1 */
+ * round) and tl (log2 threads a row), 0 = automatic. role: CU_Q4_* or -1. bias: as cu_matvec_multi's */
 void cu_q4_matvec(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, const float *x,
-                  const float *xu, int n, void *xq, int role, int rb = 0, int tl = 0, bool gelu = false);
+                  const float *xu, int n, void *xq, int role, int rb = 0, int tl = 0, bool gelu = false,
+                  const float *const *bias = NULL);
 /* the same with x already quantized in xq by the kernel before; dn (may be NULL, n = 1, k_mvq4 or k_mvr:
  * cu_q4_dnorm_ok) applies a deferred rmsnorm */
 void cu_q4_matvec_preq(const cu_ctx *cx, const cu_weight *const *ws, float *const *ys, int nw, int n, const void *xq,
-                       int role, const cu_q4_dnorm *dn = NULL);
+                       int role, const cu_q4_dnorm *dn = NULL, const float *const *bias = NULL);
 bool cu_q4_dnorm_ok(const cu_ctx *cx, const cu_weight *const *ws, int nw, int role);
 /* whether cu_q4_matvec_preq takes k_mvr (one token) for these weights and role */
 bool cu_q4_mvr_ok(const cu_ctx *cx, const cu_weight *const *ws, int nw, int role);
