@@ -1951,6 +1951,21 @@ static void test_attention_sinks(void) {
       CHECK(e < 1e-5, "attention_sinks KV %s window %d: rel err %g", sm_kv_dtype_name(dt), win, e);
       free(og);
     }
+    /* decode: one token at the last position, the step the decode-attention kernel takes (its splits
+     * combined with the sinks in the softmax; k_attn_sinks where that kernel does not take the cache) */
+    int32_t t1[1] = {0}, p1[1] = {P - 1}, s1[1] = {0};
+    sm_batch b1 =
+      {.n_tokens = 1, .tokens = t1, .pos = p1, .seq = s1, .n_seqs = 1, .max_blocks = NB, .block_table = table};
+    CHECK(C->set_batch(C, &b1) == SMELT_OK && G->set_batch(G, &b1) == SMELT_OK, "set_batch (decode)");
+    for (int win = 0; win <= 1; win++) {
+      const size_t o1 = (size_t)(P - 1) * NH * HD;
+      C->attention_sinks(C, oc, q + o1, &kc, 0, NH, 0.125f, win ? 9 : 0, 0.f, sinks);
+      G->attention_sinks(G, dout, dq + o1, &kg, 0, NH, 0.125f, win ? 9 : 0, 0.f, ds);
+      float *og = get(dout, (size_t)NH * HD);
+      const double e = rel_l2(og, oc, (size_t)NH * HD);
+      CHECK(e < 1e-5, "attention_sinks decode KV %s window %d: rel err %g", sm_kv_dtype_name(dt), win, e);
+      free(og);
+    }
     G->free(G, dk);
     G->free(G, dv);
     G->free(G, dq);
@@ -2135,6 +2150,7 @@ static void pass(const char *env, int mask) {
     g_shape = "test";
   }
   if (mask & 256) test_mla();
+  if (mask & 1024) test_attention_sinks();
   if (mask & 128) {
     test_rec_ops();
     test_hybrid_models(4);
@@ -2152,8 +2168,9 @@ int main(int argc, char **argv) {
   else if (argc > 1 && !strcmp(argv[1], "mla")) g_only = 256;
   else if (argc > 1 && !strcmp(argv[1], "attention")) g_only = 2;
   else if (argc > 1 && !strcmp(argv[1], "gemm")) g_only = 512;
+  else if (argc > 1 && !strcmp(argv[1], "sinks")) g_only = 1024;
   else if (argc > 1) {
-    fprintf(stderr, "usage: %s [moe|hybrid|matmul|mla|attention|gemm]\n", argv[0]);
+    fprintf(stderr, "usage: %s [moe|hybrid|matmul|mla|attention|gemm|sinks]\n", argv[0]);
     return 2;
   }
   G = sm_cuda_backend_create(0);
@@ -2194,6 +2211,12 @@ int main(int argc, char **argv) {
   pass("SMELT_CUDA_ATTN_S=4 SMELT_CUDA_ATTN_STG=0", 2);
   pass("SMELT_CUDA_ATTN_S=8 SMELT_CUDA_ATTN_STG=2", 2);
   pass("SMELT_CUDA_ATTN_TRIG=0", 2);
+  /* attention sinks on the decode kernel's other combines: through global memory, one split (the warps'
+   * merge), a 2-block cluster, 8 splits (the partials sent to the chunk owners) */
+  pass("SMELT_CUDA_ATTN_CL=0", 1024);
+  pass("SMELT_CUDA_ATTN_S=1", 1024);
+  pass("SMELT_CUDA_ATTN_S=2", 1024);
+  pass("SMELT_CUDA_ATTN_S=8", 1024);
   pass("SMELT_CUDA_ATTN_HSPLIT=0", 2); /* 5 to 8 query heads a KV head in one 4-warp block */
   pass("SMELT_CUDA_ATTN_W256=4", 2);   /* head dims of 129 to 256 on the 4-warp kernel */
   /* the one-token MLP in the decode graph (k_mlp1: gate/up, silu(gate)*up quantized, down; with the

@@ -304,12 +304,13 @@ int main(void) {
      "moe_route",
      0,
      "{\"num_experts\": 16, \"num_experts_per_tok\": 4, \"moe_intermediate_size\": 768, \"norm_topk_prob\": true}"},
-    /* gpt_oss (mxfp4 experts): the q/k/v, o and router biases are added by their matvecs' launches */
+    /* gpt_oss (mxfp4 experts): the q/k/v, o and router biases are added by their matvecs' launches; attention
+     * with sinks on the decode kernel, rope and the KV store in its launch */
     {"gpt_oss",
      2048,
      1024,
-     10,
-     {"matvec group", "route+experts gate/up+swiglu", "experts down+combine"},
+     8,
+     {"matvec group", "rope+kv_store+attention", "route+experts gate/up+swiglu", "experts down+combine"},
      "add_rows",
      0,
      "{\"num_local_experts\": 8, \"num_experts_per_tok\": 2, \"sliding_window\": 8, \"attention_bias\": true, "

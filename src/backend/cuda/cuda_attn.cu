@@ -665,6 +665,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
         o = (Qs[lane] + Qs[32 + lane]) + (Qs[64 + lane] + Qs[96 + lane]);
         if (cw == 8) o += (Qs[128 + lane] + Qs[160 + lane]) + (Qs[192 + lane] + Qs[224 + lane]);
       }
+      L = at_den(rp, h, L, M);
       const float v = L > 0.f ? o / L : 0.f;
       out[((int64_t)t * n_heads + h) * hd + d] = v;
       if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
@@ -730,6 +731,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
       }
     }
     if (S == 1) {
+      L = at_den(rp, h, L, M);
       const float v = L > 0.f ? o / L : 0.f;
       out[((int64_t)t * n_heads + h) * hd + d] = v;
       if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
@@ -756,7 +758,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     for (int ch = z + S * warp; ch < nch; ch += NW * S) {
       const int i = ch * 32 + lane, ii = i < nout ? i : nout - 1;
       const int g = ii / hd, d = ii % hd, h = h0 + g;
-      float o = 0.f, L = 0.f;
+      float o = 0.f, L = 0.f, M = -INFINITY;
       if ((cl & 3) == 2 && hd % 32 == 0 && !(cl & 128)) {
         /* S <= 16; the chunk's 32 outputs are of one head g: lane k < S reads split k's (max, sum)
          * and computes its weight once; every remote output is requested before any is used */
@@ -765,7 +767,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
         float ov[16];
 #pragma unroll
         for (int k = 0; k < 16; k++) ov[k] = k < S ? cluster.map_shared_rank(Qs, k)[ii] : 0.f;
-        float M = mlk.x;
+        M = mlk.x;
 #pragma unroll
         for (int o2 = 16; o2 > 0; o2 >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o2));
         const float fk = M == -INFINITY || mlk.x == -INFINITY ? 0.f : expf(mlk.x - M);
@@ -782,7 +784,6 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
           ml[k] = k < S ? *(const float2 *)(cluster.map_shared_rank(Kp, k) + 2 * g) : make_float2(-INFINITY, 0.f);
           ov[k] = k < S ? cluster.map_shared_rank(Qs, k)[ii] : 0.f;
         }
-        float M = -INFINITY;
 #pragma unroll
         for (int k = 0; k < 16; k++) M = fmaxf(M, ml[k].x);
         if (M != -INFINITY)
@@ -793,7 +794,6 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
             o = fmaf(ov[k], f, o);
           }
       } else {
-        float M = -INFINITY;
         for (int k = 0; k < S; k++) M = fmaxf(M, cluster.map_shared_rank(Kp, k)[2 * g]);
         if (M != -INFINITY)
           for (int k = 0; k < S; k++) {
@@ -804,6 +804,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
             o = fmaf(cluster.map_shared_rank(Qs, k)[ii], f, o);
           }
       }
+      L = at_den(rp, h, L, M);
       const float v = L > 0.f ? o / L : 0.f;
       if (i < nout) out[((int64_t)t * n_heads + h) * hd + d] = v;
       if (xq) at_quant_store(v, lane, (((int64_t)t * n_heads + h) * hd + d) >> 5, xq, xs);
@@ -846,6 +847,7 @@ __global__ void __launch_bounds__(NW * 32, NW >= 8 ? 2 : 1) k_attn_dec2(float *_
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+    L = at_den(rp, h0 + g, L, M);
     const float inv = L > 0.f ? 1.f / L : 0.f;
 #pragma unroll
     for (int k = 0; k < 2; k++) {
@@ -969,13 +971,13 @@ void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
   float2 *xs = xq ? (float2 *)(xq + (size_t)x->n_tokens * x->n_heads * hd) : NULL;
   at_rope rp = { x->kraw, x->vraw, x->invq, x->invk, x->halfq, x->halfk, x->rope_rows > 1 ? x->rope_rows : 1,
                  x->rope_pos0, x->rope_rows > 0 ? x->msq : 1.f, x->rope_rows > 0 ? x->msk : 1.f,
-                 { NULL, NULL }, { 0, 0 }, (__half *)x->x16, x->x16_bn };
+                 { NULL, NULL }, { 0, 0 }, (__half *)x->x16, x->x16_bn, x->sinks };
   for (int i = 0; i < 2; i++)
     if (x->pf[i] && x->pfn[i] >= 16) {
       rp.pf[i] = (const char *)x->pf[i];
       rp.pfn[i] = (long long)(x->pfn[i] & ~(size_t)15);
     }
-  if (S == 1 && t->attn_b && cu_attn_decb_ok(hd, Gr, x->dt)) {
+  if (S == 1 && t->attn_b && cu_attn_decb_ok(hd, Gr, x->dt) && !x->sinks) {
     cu_attn_decb_run(cx, x, rp);
     return;
   }

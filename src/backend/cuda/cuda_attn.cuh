@@ -34,6 +34,7 @@ struct cu_attn_args {
   size_t pfn[2];       /* (bytes, 16-byte aligned; NULL / 0: none) */
   void *x16;           /* may be NULL: also out as the wgmma kernel's f16 x for tiles of x16_bn tokens */
   int x16_bn;          /* (n_heads * hd a multiple of QM_BK; cuda_qmma_dev.cuh qw_half) */
+  const float *sinks;  /* may be NULL: attention sinks, a logit per query head (gpt-oss; k_attn_dec2 only) */
 };
 
 bool cu_attn_dec_ok(int hd, int G, sm_dtype dt);

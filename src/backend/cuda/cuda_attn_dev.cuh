@@ -20,7 +20,14 @@ struct at_rope {
   long long pfn[2];  /* bytes (multiples of 16) */
   __half *x16;       /* may be NULL: the output also as the wgmma kernel's f16 x (tiles of bn tokens) */
   int bn;
+  const float *sinks; /* may be NULL: a logit per query head in every softmax's denominator (gpt-oss) */
 };
+
+/* the softmax denominator of head h: the sum L of exp(score - M) over the positions, plus exp(sink - M)
+ * with attention sinks (the sink takes part in the softmax but has no value row) */
+static __device__ __forceinline__ float at_den(const at_rope &rp, int h, float L, float M) {
+  return rp.sinks && M != -INFINITY ? L + expf(rp.sinks[h] - M) : L;
+}
 
 /* element d (< 2 half) of a head row x rotated at position p: the NeoX halves, frequencies inv, the
  * rotated dims multiplied by ms; x is read through L2 (the previous kernel wrote it) */

@@ -532,6 +532,35 @@ static void be_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const 
   cu_submit(c, &o);
 }
 
+/* The splits of the one-token-per-sequence decode kernel for this step (0: the step is not for it), whether
+ * they combine through global memory (long contexts), and its scratch; false: out of memory */
+bool cu_attn_dec_prepare(cuda_be *c, const sm_kv_cache *kv, int n_heads, int window, int *Sd, bool *glong) {
+  const int nt = c->n_tokens, G = n_heads / kv->n_kv_heads, hs = cu_attn_dec_hsplit(&c->t, kv->head_dim, G);
+  *Sd = 0;
+  *glong = false;
+  if (c->n_tiles != nt || c->has_span || !cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) return true;
+  int S = cu_attn_dec_splits(&c->t, nt, kv->n_kv_heads * hs, c->n_sm);
+  if (cu_attn_dec_smem(&c->t, kv->head_dim, G, S, kv->dtype) > c->smem_optin) return true;
+  if (S > 1 && c->t.attn_long > 0) { /* long contexts: the global-memory split combine (a new graph) */
+    int maxlen = 1;
+    for (int t = 0; t < nt; t++) {
+      int len = c->h_pos[t] + 1;
+      if (window > 0 && len > window) len = window;
+      if (len > maxlen) maxlen = len;
+    }
+    if (maxlen >= c->t.attn_long) *glong = true;
+  }
+  if (S > 1) {
+    size_t need = sizeof(int) * (size_t)nt * kv->n_kv_heads * hs, old = c->att_cnt_cap;
+    if (!cu_ensure_buf(c, (void **)&c->att_cnt, &c->att_cnt_cap, need)) return false;
+    if (c->att_cnt_cap != old && !cu_ck(c, cudaMemset(c->att_cnt, 0, c->att_cnt_cap), "attention counters")) return false;
+    if (!cu_ensure_buf(c, (void **)&c->part, &c->part_cap, sizeof(float) * (size_t)nt * n_heads * S * (kv->head_dim + 2)))
+      return false;
+  }
+  *Sd = S;
+  return true;
+}
+
 static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
                          float scale, int window, float softcap) {
   cuda_be *c = CB(be);
@@ -555,18 +584,8 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
      * depend only on its own position) and the cluster combine at every length */
     Sd = c->t.attn_s >= 1 ? c->t.attn_s : CU_ATTN_INV_SPLITS;
     if (cu_attn_dec_smem(&c->t, kv->head_dim, G, Sd, kv->dtype) > c->smem_optin) Sd = 0;
-  } else if (c->n_tiles == nt && !c->has_span && cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) {
-    Sd = cu_attn_dec_splits(&c->t, nt, kv->n_kv_heads * hs, c->n_sm);
-    if (cu_attn_dec_smem(&c->t, kv->head_dim, G, Sd, kv->dtype) > c->smem_optin) Sd = 0;
-    if (Sd > 1 && c->t.attn_long > 0) { /* long contexts: the global-memory split combine (a new graph) */
-      int maxlen = 1;
-      for (int t = 0; t < nt; t++) {
-        int len = c->h_pos[t] + 1;
-        if (window > 0 && len > window) len = window;
-        if (len > maxlen) maxlen = len;
-      }
-      if (maxlen >= c->t.attn_long) glong = true;
-    }
+  } else if (!cu_attn_dec_prepare(c, kv, n_heads, window, &Sd, &glong)) {
+    return;
   }
   if (Sd > 1) {
     size_t need = sizeof(int) * (size_t)nt * kv->n_kv_heads * hs, old = c->att_cnt_cap;

@@ -41,7 +41,7 @@ typedef struct {
     /* splits > 0: the decode kernel with that many splits (glong: combined in global memory); 0: tiled
      * (inv: batch-invariant, one split on the CUDA-core kernel; dq > 0: a quantized cache's decode kernel
      * with dq splits) */
-    struct { float *out; const float *q; void *K, *V; int nh, nkv, hd, bs, nblocks, window, splits, glong, dt, inv, dq; float scale, softcap; const int32_t *span; } at;
+    struct { float *out; const float *q; void *K, *V; int nh, nkv, hd, bs, nblocks, window, splits, glong, dt, inv, dq; float scale, softcap; const int32_t *span; const float *sinks; } at;
     struct { float *y; const float *a, *b; size_t n; int dim; float s; } ew; /* SILU GELU ADD ADDROWS SCALE SOFTCAP
                                                                                * MUL SIGMUL RELU2 */
     /* recurrent ops: st is the layer's state buffer (slots of sf floats), nseq the batch's sequences */
@@ -189,6 +189,9 @@ typedef struct {
 static inline cuda_be *CB(sm_backend *be) { return (cuda_be *)be; }
 bool cu_ck(cuda_be *c, cudaError_t e, const char *what); /* false (and the backend failed) on an error */
 bool cu_ensure_buf(cuda_be *c, void **p, size_t *cap, size_t need);
+/* the splits of the decode-attention kernel for this step's attention over kv (0: not a step for it), its
+ * long-context flag, and its scratch (cuda_backend.cu); false: out of memory */
+bool cu_attn_dec_prepare(cuda_be *c, const sm_kv_cache *kv, int n_heads, int window, int *Sd, bool *glong);
 
 /* cuda_graph.cu */
 void cu_submit(cuda_be *c, const cu_op *o); /* record (or run, when not recording) one op */

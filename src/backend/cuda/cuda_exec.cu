@@ -29,6 +29,7 @@ void cu_attn_args_of(const cuda_be *c, const cu_op *at, cu_attn_args *a) {
   a->scale = at->at.scale; a->window = at->at.window; a->softcap = at->at.softcap;
   a->S = at->at.splits;
   a->global_combine = at->at.glong != 0;
+  a->sinks = at->at.sinks;
 }
 cu_kv_dst cu_kv_dst_of(const cuda_be *c, const cu_op *kv) {
   return cu_kv_dst{ kv->kv.K, kv->kv.V, (sm_dtype)kv->kv.dt, c->d_pos, c->d_seq, c->d_table, kv->kv.row, kv->kv.hd,

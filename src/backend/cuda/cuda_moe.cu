@@ -362,6 +362,20 @@ static void be_attention_sinks(sm_backend *be, float *out, const float *q, const
   }
   cu_op o;
   memset(&o, 0, sizeof o);
+  int Sd = 0;
+  bool glong = false;
+  if (!c->base.batch_invariant && kv->head_dim % 4 == 0 && !cu_attn_dec_prepare(c, kv, n_heads, window, &Sd, &glong))
+    return;
+  if (Sd > 0) { /* one token a sequence: the decode-attention kernel, the sinks in its softmax (and the fusions with
+                 * rope and the KV store before it) */
+    o.type = OP_ATTN;
+    o.at.out = out; o.at.q = q; o.at.K = kv->k[layer]; o.at.V = kv->v[layer]; o.at.dt = (int)kv->dtype;
+    o.at.nh = n_heads; o.at.nkv = kv->n_kv_heads; o.at.hd = kv->head_dim; o.at.bs = kv->block_size;
+    o.at.nblocks = kv->n_blocks; o.at.window = window > 0 ? window : 0; o.at.scale = scale;
+    o.at.softcap = softcap > 0.f ? softcap : 0.f; o.at.splits = Sd; o.at.glong = glong; o.at.sinks = sinks;
+    cu_submit(c, &o);
+    return;
+  }
   o.type = OP_ATTN_SINKS;
   o.as.out = out; o.as.q = q; o.as.sinks = sinks; o.as.K = kv->k[layer]; o.as.V = kv->v[layer]; o.as.nh = n_heads;
   o.as.nkv = kv->n_kv_heads; o.as.hd = kv->head_dim; o.as.bs = kv->block_size; o.as.nblocks = kv->n_blocks;
