@@ -68,14 +68,17 @@ struct cu_attn_tiled {
   float softcap;
   const int32_t *span; /* NULL, or per token [lo, hi] widening its key range (sm_batch.attn_span) */
   bool inv;            /* batch-invariant mode: one split, the CUDA-core kernel for every batch */
+  const float *sinks;  /* NULL, or attention sinks: a logit per query head (gpt-oss; not the decq kernel) */
 };
 int cu_attn_tiled_splits(int n_tiles, int nkv, int n_sm);
 /* false when the shape does not fit (shared memory, warps) */
 bool cu_attn_tiled_ok(int hd, int G, sm_dtype dt, size_t smem_optin);
 void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a, size_t smem_optin);
 void cu_attn_tiled_init(size_t smem_optin); /* per device, at backend creation */
-/* the partials of S splits ([rows][S][hd + 2]: max, sum, unnormalized output) into out [rows][hd] */
-void cu_attn_combine(const cu_ctx *cx, float *out, const float *part, int rows, int S, int hd);
+/* the partials of S splits ([rows][S][hd + 2]: max, sum, unnormalized output) into out [rows][hd]; with
+ * sinks (rows token-major over n_heads) exp(sink - max) joins each row's denominator */
+void cu_attn_combine(const cu_ctx *cx, float *out, const float *part, int rows, int S, int hd,
+                     const float *sinks = NULL, int n_heads = 1);
 /* decode over a quantized (q8_0 / q4_0) cache, every token alone in its sequence (cuda_attn_decq.cu):
  * the fields of a as for the tiled kernels (tiles unused), S splits (part holds them when S > 1) */
 bool cu_attn_decq_ok(int hd, int G, sm_dtype dt);

@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(FA_NW * 32)
               const KT *__restrict__ Kc, const KT *__restrict__ Vc, const int32_t *__restrict__ pos,
               const int32_t *__restrict__ seq, const int32_t *__restrict__ table, const int32_t *__restrict__ tiles,
               int n_tiles, int max_blocks, int bs, int nblocks, int n_heads, int nkv, int chunks, float qscale,
-              int window, float cap2, int S, const int32_t *__restrict__ span) {
+              int window, float cap2, int S, const int32_t *__restrict__ span, const float *__restrict__ sinks) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap(); /* the host launches this kernel on sm_80+ only */
 #else
@@ -198,7 +198,9 @@ __global__ void __launch_bounds__(FA_NW * 32)
     if (r >= nr) continue;
     const int rr = r0 + r, t = t0 + rr / G, h = kvh * G + rr % G;
     if (S == 1) {
-      const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+      /* attention sinks: exp(sink - max) in the denominator (m in log2 units) */
+      const float L = sinks && m[i] != -INFINITY ? l[i] + exp2f(sinks[h] * 1.4426950408889634f - m[i]) : l[i];
+      const float inv = L > 0.f ? 1.f / L : 0.f;
       float *o = out + ((int64_t)t * n_heads + h) * HD + 2 * (lane & 3);
 #pragma unroll
       for (int n = 0; n < HD / 8; n++) *(float2 *)(o + n * 8) = make_float2(acc[n][2 * i] * inv, acc[n][2 * i + 1] * inv);
@@ -254,7 +256,7 @@ void cu_attn_flash_run(const cu_ctx *cx, const cu_attn_tiled *a, int S) {
   const dim3 grid((unsigned)a->n_tiles, (unsigned)(a->nkv * chunks), (unsigned)S);
   const float qscale = a->scale * 1.4426950408889634f, cap2 = a->softcap > 0.f ? a->softcap * 1.4426950408889634f : 0.f;
 #define FA_ARGS a->out, a->part, a->q, (const KT *)a->K, (const KT *)a->V, a->pos, a->seq, a->table, a->tiles, a->n_tiles, \
-                a->max_blocks, a->bs, a->nblocks, a->n_heads, a->nkv, chunks, qscale, a->window, cap2, S, a->span
+                a->max_blocks, a->bs, a->nblocks, a->n_heads, a->nkv, chunks, qscale, a->window, cap2, S, a->span, a->sinks
   CU_KV_DISPATCH_Q(a->dt, switch (a->hd) {
     case 64: k_attn_fa<64, KT><<<grid, FA_NW * 32, smem, cx->s>>>(FA_ARGS); break;
     case 80: k_attn_fa<80, KT><<<grid, FA_NW * 32, smem, cx->s>>>(FA_ARGS); break;

@@ -34,7 +34,8 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
                        const KT *__restrict__ Kc, const KT *__restrict__ Vc, const int32_t *__restrict__ pos,
                        const int32_t *__restrict__ seq, const int32_t *__restrict__ table,
                        const int32_t *__restrict__ tiles, int max_blocks, int bs, int nblocks, int n_heads, int nkv,
-                       int hd, float scale, int window, float softcap, int S, const int32_t *__restrict__ span) {
+                       int hd, float scale, int window, float softcap, int S, const int32_t *__restrict__ span,
+                       const float *__restrict__ sinks) {
   extern __shared__ float4 sm4[];
   float *sm = (float *)sm4;
   const int tile = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
@@ -156,7 +157,8 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
     if (r < rows) {
       const int t = t0 + r / G, h = kvh * G + r % G;
       if (S == 1) {
-        const float inv = l[k] > 0.f ? 1.f / l[k] : 0.f;
+        const float L = sinks && m[k] != -INFINITY ? l[k] + expf(sinks[h] - m[k]) : l[k]; /* attention sinks */
+        const float inv = L > 0.f ? 1.f / L : 0.f;
         float *o = out + ((int64_t)t * n_heads + h) * hd;
 #pragma unroll
         for (int i = 0; i < NDIM; i++) {
@@ -177,12 +179,13 @@ __global__ void k_attn(float *__restrict__ out, float *__restrict__ part, const 
   }
 }
 
-__global__ void k_attn_combine(float *out, const float *part, int S, int hd) {
+__global__ void k_attn_combine(float *out, const float *part, int S, int hd, const float *sinks, int n_heads) {
   const float *pp = part + (int64_t)blockIdx.x * S * (hd + 2);
   float M = -INFINITY;
   for (int z = 0; z < S; z++) M = fmaxf(M, pp[z * (hd + 2)]);
+  const float L0 = sinks && M != -INFINITY ? expf(sinks[blockIdx.x % n_heads] - M) : 0.f; /* attention sinks */
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float L = 0.f, o = 0.f;
+    float L = L0, o = 0.f;
     for (int z = 0; z < S; z++) {
       float mz = pp[z * (hd + 2)];
       if (mz == -INFINITY) continue;
@@ -194,8 +197,9 @@ __global__ void k_attn_combine(float *out, const float *part, int S, int hd) {
   }
 }
 
-void cu_attn_combine(const cu_ctx *cx, float *out, const float *part, int rows, int S, int hd) {
-  k_attn_combine<<<rows, hd < 128 ? 128 : (hd > 256 ? 256 : hd), 0, cx->s>>>(out, part, S, hd);
+void cu_attn_combine(const cu_ctx *cx, float *out, const float *part, int rows, int S, int hd, const float *sinks,
+                     int n_heads) {
+  k_attn_combine<<<rows, hd < 128 ? 128 : (hd > 256 ? 256 : hd), 0, cx->s>>>(out, part, S, hd, sinks, n_heads);
 }
 
 int cu_attn_tiled_splits(int n_tiles, int nkv, int n_sm) {
@@ -262,13 +266,14 @@ void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a, size_t smem_opt
   if (!a->inv && cu_attn_flash_ok(cx, a->hd, a->dt, smem_optin)) {
     cu_attn_flash_run(cx, a, S);
     if (S > 1)
-      cu_attn_combine(cx, a->out, a->part, a->n_tokens * a->n_heads, S, a->hd);
+      cu_attn_combine(cx, a->out, a->part, a->n_tokens * a->n_heads, S, a->hd, a->sinks, a->n_heads);
     return;
   }
   const size_t smem = att_smem(a->hd, G, nw);
   dim3 grid((unsigned)a->n_tiles, (unsigned)a->nkv, (unsigned)S);
 #define ATT_ARGS a->out, a->part, a->q, (const KT *)a->K, (const KT *)a->V, a->pos, a->seq, a->table, a->tiles, \
-                 a->max_blocks, a->bs, a->nblocks, a->n_heads, a->nkv, a->hd, a->scale, a->window, a->softcap, S, a->span
+                 a->max_blocks, a->bs, a->nblocks, a->n_heads, a->nkv, a->hd, a->scale, a->window, a->softcap, S, a->span, \
+                 a->sinks
   CU_KV_DISPATCH_Q(a->dt, switch (att_ndim(a->hd)) {
     case 1: k_attn<KT, 1, 16, false><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
     case 2: k_attn<KT, 2, 16, false><<<grid, nw * 32, smem, cx->s>>>(ATT_ARGS); break;
@@ -278,5 +283,5 @@ void cu_attn_tiled_run(const cu_ctx *cx, const cu_attn_tiled *a, size_t smem_opt
   });
 #undef ATT_ARGS
   if (S > 1)
-    cu_attn_combine(cx, a->out, a->part, a->n_tokens * a->n_heads, S, a->hd);
+    cu_attn_combine(cx, a->out, a->part, a->n_tokens * a->n_heads, S, a->hd, a->sinks, a->n_heads);
 }

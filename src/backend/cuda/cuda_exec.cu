@@ -63,7 +63,7 @@ static void x_attention(cuda_be *c, const cu_op *o) {
   }
   cu_attn_tiled t = { o->at.out, c->part, o->at.q, o->at.K, o->at.V, (sm_dtype)o->at.dt, c->d_pos, c->d_seq, c->d_table, c->d_tiles,
                       c->n_tiles, c->n_tokens, c->max_blocks, o->at.bs, o->at.nblocks, o->at.nh, o->at.nkv, o->at.hd,
-                      o->at.scale, o->at.window, o->at.softcap, o->at.span, o->at.inv != 0 };
+                      o->at.scale, o->at.window, o->at.softcap, o->at.span, o->at.inv != 0, o->at.sinks };
   if (o->at.dq) cu_attn_decq_run(&c->cx, &t, o->at.dq);
   else cu_attn_tiled_run(&c->cx, &t, c->smem_optin);
 }

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_qmma.cuh"
 #include "backend/kv_quant.h"
@@ -373,6 +374,24 @@ static void be_attention_sinks(sm_backend *be, float *out, const float *q, const
     o.at.nh = n_heads; o.at.nkv = kv->n_kv_heads; o.at.hd = kv->head_dim; o.at.bs = kv->block_size;
     o.at.nblocks = kv->n_blocks; o.at.window = window > 0 ? window : 0; o.at.scale = scale;
     o.at.softcap = softcap > 0.f ? softcap : 0.f; o.at.splits = Sd; o.at.glong = glong; o.at.sinks = sinks;
+    cu_submit(c, &o);
+    return;
+  }
+  const int G = n_heads / kv->n_kv_heads;
+  if (!c->base.batch_invariant && kv->head_dim % 4 == 0 &&
+      cu_attn_tiled_ok(kv->head_dim, G, kv->dtype, c->smem_optin)) { /* prefill, mixed batches, quantized caches:
+                                                                       * the tiled kernels (tensor cores where
+                                                                       * they apply), the sinks in their softmax */
+    const int S = cu_attn_tiled_splits(c->n_tiles, kv->n_kv_heads, c->n_sm);
+    if (S > 1 && !cu_ensure_buf(c, (void **)&c->part, &c->part_cap,
+                                sizeof(float) * (size_t)c->n_tokens * n_heads * S * (kv->head_dim + 2)))
+      return;
+    o.type = OP_ATTN;
+    o.at.out = out; o.at.q = q; o.at.K = kv->k[layer]; o.at.V = kv->v[layer]; o.at.dt = (int)kv->dtype;
+    o.at.nh = n_heads; o.at.nkv = kv->n_kv_heads; o.at.hd = kv->head_dim; o.at.bs = kv->block_size;
+    o.at.nblocks = kv->n_blocks; o.at.window = window > 0 ? window : 0; o.at.scale = scale;
+    o.at.softcap = softcap > 0.f ? softcap : 0.f; o.at.sinks = sinks;
+    o.at.span = c->has_span ? c->d_span : NULL;
     cu_submit(c, &o);
     return;
   }
