@@ -165,27 +165,36 @@ static int fast_fmt(const cu_weight *w) {
   if (w->kind == CW_MXQ && w->bits == 4 && w->gs == 32 && w->qmode != SM_QMODE_NVFP4) return XF_MX4;
   return XF_ANY;
 }
-/* uint4s of a row's (scale, bias) pairs kept in shared memory */
-static __host__ __device__ __forceinline__ int64_t sb_words(int F, int64_t cols, int gs, int sbk) {
-  return F == XF_Q4 ? (cols / gs) * (sbk == SBK_F32 ? 8 : 4) / 16 : 0;
+/* uint4s of a CW_Q4 row's (scale, bias) pairs kept in shared memory by the staged kernels */
+static __host__ __device__ __forceinline__ int64_t sb_words(int64_t cols, int gs, int sbk) {
+  return (cols / gs) * (sbk == SBK_F32 ? 8 : 4) / 16;
 }
 
-/* Copy n rows of a weight of fast layout F from row `row` into shared memory: the quants at W
- * (n * cols / 32 uint4s), CW_Q4's (scale, bias) pairs at S (n * sb_words uint4s). */
-template <int F>
+/* The staged kernels (k_xgu_fast, k_xdc_fast: CW_Q4 weights of fast_fmt XF_Q4) copy n rows from row `row`
+ * into shared memory: the quants at W (n * cols / 32 uint4s), the (scale, bias) pairs at S (n * sb_words
+ * uint4s). */
 static __device__ __forceinline__ void rows_async(uint4 *W, uint4 *S, const cu_weight &w, int64_t row, int n) {
-  const int64_t nch = w.cols >> 5, sbw = sb_words(F, w.cols, w.gs, w.sbk);
+  const int64_t nch = w.cols >> 5, sbw = sb_words(w.cols, w.gs, w.sbk);
   const uint4 *q = (const uint4 *)w.q + row * nch, *sb = (const uint4 *)w.sb + row * sbw;
   for (int64_t i = threadIdx.x; i < n * nch; i += blockDim.x) cp16(W + i, q + i);
   for (int64_t i = threadIdx.x; i < n * sbw; i += blockDim.x) cp16(S + i, sb + i);
 }
 
 /* W[r] . x over chunk c (32 values) of row r, srow its row in the shared S */
-template <int F>
 static __device__ __forceinline__ float chunk_dot(const uint4 &q, const cu_weight &w, const uint4 *S, int64_t srow,
                                                   int64_t c, const float (&xv)[32], float sx) {
-  static_assert(F == XF_Q4, "the staged kernels take CW_Q4");
   return q4_dot(q, sb_at(S, srow * (w.cols / w.gs) + (c << 5) / w.gs, w.sbk), xv, sx);
+}
+
+/* v plus the experts' down biases of token slots j < k, weighted as their outputs, in slot order (down +
+ * combine kernels): row r of each slot's expert e = id[j] (out-of-range experts add nothing) */
+static __device__ __forceinline__ float xdc_bias(float v, const float *bias, const int32_t *id, const float *wt, int k,
+                                                 int64_t E, int64_t rows, int64_t r) {
+  for (int j = 0; j < k; j++) {
+    const int e = id[j];
+    if (e >= 0 && e < E) v += wt[j] * bias[(int64_t)e * rows + r];
+  }
+  return v;
 }
 
 /* the activations of the gate/up kernels: silu(g) * u, gpt-oss's clamped SwiGLU (swiglu_clamp, kind 1) or
@@ -202,7 +211,7 @@ static __device__ __forceinline__ float act_f(const xact &a, float g, float u) {
  * rows of both weights, their scales and x) is requested at once (cp.async) into shared memory:
  * W_g, W_u [8R][nch] uint4, S_g, S_u [8R][sbw] uint4, then x (xs_at order). bg / bu: the experts'
  * biases or NULL. */
-template <int R, int F>
+template <int R>
 __global__ void __launch_bounds__(256) k_xgu_fast(cu_weight wg, cu_weight wu, int64_t rows, const int32_t *ids, int k,
                                                  const float *x, float *h, const float *bg, const float *bu, xact act,
                                                  const cu_route rt) {
@@ -211,7 +220,7 @@ __global__ void __launch_bounds__(256) k_xgu_fast(cu_weight wg, cu_weight wu, in
   const int lane = threadIdx.x & 31, s = blockIdx.y, RB = 8 * R;
   const int64_t rb = (int64_t)blockIdx.x * RB, nch = wg.cols >> 5;
   const int nr = rows - rb < RB ? (int)(rows - rb) : RB;
-  const int64_t sbw = sb_words(F, wg.cols, wg.gs, wg.sbk);
+  const int64_t sbw = sb_words(wg.cols, wg.gs, wg.sbk);
   uint4 *Wg = sm, *Wu = Wg + RB * nch, *Sg = Wu + RB * nch, *Su = Sg + RB * sbw;
   float4 *X = (float4 *)(Su + RB * sbw);
   pdl_wait();
@@ -224,8 +233,8 @@ __global__ void __launch_bounds__(256) k_xgu_fast(cu_weight wg, cu_weight wu, in
   const bool ok = e >= 0 && e < wg.rows / rows;
   const int64_t row0 = (int64_t)e * rows + rb;
   if (ok) {
-    rows_async<F>(Wg, Sg, wg, row0, nr);
-    rows_async<F>(Wu, Su, wu, row0, nr);
+    rows_async(Wg, Sg, wg, row0, nr);
+    rows_async(Wu, Su, wu, row0, nr);
     const float4 *x4 = (const float4 *)(x + (int64_t)(s / k) * wg.cols);
     for (int g = threadIdx.x; g < (int)(wg.cols >> 2); g += blockDim.x) cp16(X + xs_at(g >> 3, g & 7), x4 + g);
     cp_wait_all();
@@ -242,8 +251,8 @@ __global__ void __launch_bounds__(256) k_xgu_fast(cu_weight wg, cu_weight wu, in
 #pragma unroll
       for (int j = 0; j < R; j++)
         if (w0 + j < nr) {
-          ag[j] += chunk_dot<F>(Wg[(w0 + j) * nch + c], wg, Sg, w0 + j, c, xv, sx);
-          au[j] += chunk_dot<F>(Wu[(w0 + j) * nch + c], wu, Su, w0 + j, c, xv, sx);
+          ag[j] += chunk_dot(Wg[(w0 + j) * nch + c], wg, Sg, w0 + j, c, xv, sx);
+          au[j] += chunk_dot(Wu[(w0 + j) * nch + c], wu, Su, w0 + j, c, xv, sx);
         }
     }
 #pragma unroll
@@ -257,7 +266,7 @@ __global__ void __launch_bounds__(256) k_xgu_fast(cu_weight wg, cu_weight wu, in
   }
 }
 static size_t gu_smem(const cu_weight *w, int R) {
-  const size_t RB = 8 * (size_t)R, sbw = (size_t)sb_words(fast_fmt(w), w->cols, w->gs, w->sbk);
+  const size_t RB = 8 * (size_t)R, sbw = fast_fmt(w) == XF_Q4 ? (size_t)sb_words(w->cols, w->gs, w->sbk) : 0;
   return 16 * (2 * RB * (size_t)(w->cols >> 5) + 2 * RB * sbw) + 4 * (size_t)w->cols;
 }
 
@@ -282,14 +291,14 @@ __global__ void __launch_bounds__(256) k_xgu_any(cu_weight wg, cu_weight wu, int
 /* block: 8 warps of R rows each (8R rows) of one token (blockIdx.y), for all its k slots, requested at
  * once into shared memory: W [k][8R][nch] uint4, S [k][8R][sbw] uint4, then the slots' x rows (chunk
  * j * nch + c = chunk c of slot j, xs_at order). A slot whose expert is out of range adds nothing. */
-template <int R, int F>
+template <int R>
 __global__ void __launch_bounds__(256) k_xdc_fast(cu_weight w, int64_t rows, const int32_t *ids, const float *wts, int k,
                                                  const float *hx, const float *bias, float *out) {
   extern __shared__ uint4 sm[];
   const int lane = threadIdx.x & 31, t = blockIdx.y, RB = 8 * R;
   const int64_t rb = (int64_t)blockIdx.x * RB, nch = w.cols >> 5, E = w.rows / rows;
   const int nr = rows - rb < RB ? (int)(rows - rb) : RB;
-  const int64_t sbw = sb_words(F, w.cols, w.gs, w.sbk), tot = (int64_t)k * nch;
+  const int64_t sbw = sb_words(w.cols, w.gs, w.sbk), tot = (int64_t)k * nch;
   uint4 *W = sm, *S = W + (int64_t)k * RB * nch;
   float4 *X = (float4 *)(S + (int64_t)k * RB * sbw);
   const int32_t *id = ids + (int64_t)t * k;
@@ -297,7 +306,7 @@ __global__ void __launch_bounds__(256) k_xdc_fast(cu_weight w, int64_t rows, con
   pdl_wait();
   for (int j = 0; j < k; j++) {
     const int e = id[j];
-    if (e >= 0 && e < E) rows_async<F>(W + (int64_t)j * RB * nch, S + (int64_t)j * RB * sbw, w, (int64_t)e * rows + rb, nr);
+    if (e >= 0 && e < E) rows_async(W + (int64_t)j * RB * nch, S + (int64_t)j * RB * sbw, w, (int64_t)e * rows + rb, nr);
   }
   const float4 *x4 = (const float4 *)(hx + (int64_t)t * k * w.cols);
   for (int64_t g = threadIdx.x; g < tot * 8; g += blockDim.x) cp16(X + xs_at(g >> 3, (int)(g & 7)), x4 + g);
@@ -319,24 +328,20 @@ __global__ void __launch_bounds__(256) k_xdc_fast(cu_weight w, int64_t rows, con
     for (int m = 0; m < R; m++)
       if (w0 + m < nr) {
         const int64_t rr = (int64_t)j * RB + w0 + m;
-        acc[m] += wj * chunk_dot<F>(W[rr * nch + c], w, S, rr, c, xv, sx);
+        acc[m] += wj * chunk_dot(W[rr * nch + c], w, S, rr, c, xv, sx);
       }
   }
 #pragma unroll
   for (int m = 0; m < R; m++) {
     float v = warp_sum(acc[m]);
     if (lane == 0 && w0 + m < nr) {
-      if (bias)
-        for (int j = 0; j < k; j++) {
-          const int e = id[j];
-          if (e >= 0 && e < E) v += wt[j] * bias[(int64_t)e * rows + rb + w0 + m];
-        }
+      if (bias) v = xdc_bias(v, bias, id, wt, k, E, rows, rb + w0 + m);
       out[(int64_t)t * rows + rb + w0 + m] = v;
     }
   }
 }
 static size_t dc_smem(const cu_weight *w, int k, int R) {
-  const size_t RB = 8 * (size_t)R, sbw = (size_t)sb_words(fast_fmt(w), w->cols, w->gs, w->sbk);
+  const size_t RB = 8 * (size_t)R, sbw = fast_fmt(w) == XF_Q4 ? (size_t)sb_words(w->cols, w->gs, w->sbk) : 0;
   return (size_t)k * (16 * (RB * (size_t)(w->cols >> 5) + RB * sbw) + 4 * (size_t)w->cols);
 }
 
@@ -532,11 +537,7 @@ __global__ void __launch_bounds__(128) k_xdc_mx4(cu_weight w, int64_t rows, cons
   for (int m = 0; m < R; m++) {
     float v = warp_sum(acc[m]);
     if (lane == 0 && r0 + m < rows) {
-      if (bias)
-        for (int j = 0; j < k; j++) {
-          const int e = id[j];
-          if (e >= 0 && e < E) v += wt[j] * bias[(int64_t)e * rows + r0 + m];
-        }
+      if (bias) v = xdc_bias(v, bias, id, wt, k, E, rows, r0 + m);
       out[(int64_t)t * rows + r0 + m] = v;
     }
   }
@@ -591,14 +592,14 @@ void cu_experts_gu(const cu_ctx *cx, const cu_weight *wg, const cu_weight *wu, i
     cu_launch(cx, k_xgu_mx4<2>, g2, dim3(256), mx_gu_smem(wg) + rs, *wg, *wu, rows, ids, k, x, h, bg, bu, a, r);
     return;
   }
-#define GU_GO(R_, F_)                                                                                              \
+#define GU_GO(R_)                                                                                                  \
   do {                                                                                                             \
-    smem_optin(k_xgu_fast<R_, F_>, gu_smem(wg, R_) + rs);                                                          \
-    cu_launch(cx, k_xgu_fast<R_, F_>, grid, dim3(256), gu_smem(wg, R_) + rs, *wg, *wu, rows, ids, k, x, h, bg, bu, a, \
+    smem_optin(k_xgu_fast<R_>, gu_smem(wg, R_) + rs);                                                              \
+    cu_launch(cx, k_xgu_fast<R_>, grid, dim3(256), gu_smem(wg, R_) + rs, *wg, *wu, rows, ids, k, x, h, bg, bu, a, \
               r);                                                                                                  \
   } while (0)
-  if (R == 2 && F == XF_Q4) GU_GO(2, XF_Q4);
-  else if (R == 1 && F == XF_Q4) GU_GO(1, XF_Q4);
+  if (R == 2 && F == XF_Q4) GU_GO(2);
+  else if (R == 1 && F == XF_Q4) GU_GO(1);
   else cu_launch(cx, k_xgu_any, grid, dim3(256), 0, *wg, *wu, rows, ids, k, x, h, bg, bu, a);
 #undef GU_GO
 }
@@ -615,13 +616,13 @@ void cu_experts_dc(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int
     return;
   }
   const dim3 grid((unsigned)((rows + 8 * (R ? R : 1) - 1) / (8 * (R ? R : 1))), (unsigned)n);
-#define DC_GO(R_, F_)                                                                                              \
+#define DC_GO(R_)                                                                                                  \
   do {                                                                                                             \
-    smem_optin(k_xdc_fast<R_, F_>, dc_smem(w, k, R_));                                                             \
-    cu_launch(cx, k_xdc_fast<R_, F_>, grid, dim3(256), dc_smem(w, k, R_), *w, rows, ids, wts, k, h, bias, out);    \
+    smem_optin(k_xdc_fast<R_>, dc_smem(w, k, R_));                                                                 \
+    cu_launch(cx, k_xdc_fast<R_>, grid, dim3(256), dc_smem(w, k, R_), *w, rows, ids, wts, k, h, bias, out);    \
   } while (0)
-  if (R == 2 && F == XF_Q4) DC_GO(2, XF_Q4);
-  else if (R == 1 && F == XF_Q4) DC_GO(1, XF_Q4);
+  if (R == 2 && F == XF_Q4) DC_GO(2);
+  else if (R == 1 && F == XF_Q4) DC_GO(1);
   else cu_launch(cx, k_xdc_any, grid, dim3(256), 0, *w, rows, ids, wts, k, h, bias, out);
 #undef DC_GO
 }
