@@ -90,19 +90,27 @@ typedef struct {
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma"))) static void
 quant_x16(const float *x, int64_t K, xq16 *o) {
+  /* word indices of the even and the odd elements of a 64-element chunk held as two vectors of 32 words */
+  const __m512i ev = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24,
+                                      22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i od = _mm512_add_epi16(ev, _mm512_set1_epi16(1));
   for (int64_t c = 0; c < K / 64; c++) {
     float s[2];
+    __m512i h[2]; /* the chunk's 64 codes in order, 32 a vector */
     for (int g = 0; g < 2; g++) {
       const float *xg = x + 64 * c + 32 * g;
-      __m512 m = _mm512_abs_ps(_mm512_loadu_ps(xg));
-      m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xg + 16)));
+      const __m512 v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
+      const __m512 m = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
       const float a = _mm512_reduce_max_ps(m), inv = a > 0.f ? 32767.f / a : 0.f;
       s[g] = a / 32767.f;
-      for (int j = 0; j < 32; j++) { /* element 32g + j of the chunk: even ones first */
-        const int e = 32 * g + j;
-        o->q[64 * c + (e & 1) * 32 + e / 2] = (int16_t)lrintf(xg[j] * inv);
-      }
+      /* round to nearest even (the default MXCSR mode, as lrintf), |x| * inv <= 32767 */
+      const __m512 iv = _mm512_set1_ps(inv);
+      const __m256i q0 = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)));
+      const __m256i q1 = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(v1, iv)));
+      h[g] = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
     }
+    _mm512_storeu_si512(o->q + 64 * c, _mm512_permutex2var_epi16(h[0], ev, h[1]));      /* even elements */
+    _mm512_storeu_si512(o->q + 64 * c + 32, _mm512_permutex2var_epi16(h[0], od, h[1])); /* odd elements */
     o->sc[c] = _mm512_insertf32x8(_mm512_set1_ps(0.5f * s[0]), _mm256_set1_ps(0.5f * s[1]), 1);
   }
 }
