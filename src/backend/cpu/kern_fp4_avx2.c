@@ -19,17 +19,43 @@ bool sm_avx2_fp4_ok(const sm_weight *w, bool f32x) {
 }
 
 /* x[0..K) to int16 per group of 32 (q, in the even-then-odd order of each 64) and the groups' scales */
+/* 16 int16 codes in order: the even ones in the low half, the odd ones in the high half */
+static inline __m256i even_odd(__m256i n) {
+  const __m256i m = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2,
+                                     3, 6, 7, 10, 11, 14, 15);
+  return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(n, m), 0xD8);
+}
 static void quant_x16(const float *x, int64_t K, int16_t *q, float *sc) {
-  for (int64_t g = 0; g < K / 32; g++) {
-    const float *xg = x + 32 * g;
-    float a = 0.f;
-    for (int j = 0; j < 32; j++) a = fmaxf(a, fabsf(xg[j]));
-    const float inv = a > 0.f ? 32767.f / a : 0.f;
-    sc[g] = a / 32767.f;
-    for (int j = 0; j < 32; j++) { /* element 32 (g % 2) + j of chunk g / 2 */
-      const int e = 32 * (int)(g & 1) + j;
-      q[64 * (g / 2) + (e & 1) * 32 + e / 2] = (int16_t)lrintf(xg[j] * inv);
+  const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t c = 0; c < K / 64; c++) {
+    __m256i n[4]; /* the chunk's 64 codes in order, 16 a vector */
+    for (int g = 0; g < 2; g++) {
+      const float *xg = x + 64 * c + 32 * g;
+      __m256 v[4], m = _mm256_setzero_ps();
+      for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(xg + 8 * i);
+        m = _mm256_max_ps(m, _mm256_and_ps(v[i], absm));
+      }
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+      const float a = _mm_cvtss_f32(h), inv = a > 0.f ? 32767.f / a : 0.f;
+      sc[2 * c + g] = a / 32767.f;
+      /* round to nearest even (the default MXCSR mode, as lrintf), |x| * inv <= 32767 */
+      const __m256 iv = _mm256_set1_ps(inv);
+      __m256i r[4];
+      for (int i = 0; i < 4; i++) r[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], iv));
+      /* packs interleaves the 128-bit lanes: restore the order */
+      n[2 * g] = _mm256_permute4x64_epi64(_mm256_packs_epi32(r[0], r[1]), 0xD8);
+      n[2 * g + 1] = _mm256_permute4x64_epi64(_mm256_packs_epi32(r[2], r[3]), 0xD8);
     }
+    /* each 64 values as the 32 even ones then the 32 odd ones */
+    const __m256i s0 = even_odd(n[0]), s1 = even_odd(n[1]), s2 = even_odd(n[2]), s3 = even_odd(n[3]);
+    int16_t *o = q + 64 * c;
+    _mm256_storeu_si256((__m256i *)o, _mm256_permute2x128_si256(s0, s1, 0x20));
+    _mm256_storeu_si256((__m256i *)(o + 16), _mm256_permute2x128_si256(s2, s3, 0x20));
+    _mm256_storeu_si256((__m256i *)(o + 32), _mm256_permute2x128_si256(s0, s1, 0x31));
+    _mm256_storeu_si256((__m256i *)(o + 48), _mm256_permute2x128_si256(s2, s3, 0x31));
   }
 }
 
