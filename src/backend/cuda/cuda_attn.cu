@@ -930,34 +930,6 @@ template <typename KT, int GM, int NJ, int B, bool HW, int NW> static void set_s
     np = true;
   }
 }
-/* launch with programmatic dependent launch (when on) and, for cl, a cluster of the S splits */
-template <typename... KArgs, typename... Args>
-static void attn_launch(const cu_ctx *cx, void (*kern)(KArgs...), dim3 grid, int nthreads, size_t smem, bool cl,
-                        Args... args) {
-  cudaLaunchAttribute at[2];
-  int na = 0;
-  if (cl) {
-    at[na].id = cudaLaunchAttributeClusterDimension;
-    at[na].val.clusterDim.x = 1;
-    at[na].val.clusterDim.y = 1;
-    at[na].val.clusterDim.z = grid.z;
-    na++;
-  }
-  if (cx->t->pdl) {
-    at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[na].val.programmaticStreamSerializationAllowed = 1;
-    na++;
-  }
-  cudaLaunchConfig_t cfg;
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(nthreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = cx->s;
-  cfg.attrs = at;
-  cfg.numAttrs = na;
-  cu_carve((const void *)kern, cx->carve);
-  cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
-}
 
 void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
   const cu_tune *t = cx->t;
@@ -992,9 +964,9 @@ void cu_attn_decode(const cu_ctx *cx, const cu_attn_args *x) {
 #define AD2_LW(GM, NJ, B, HW, NW)                                                                           \
   do {                                                                                                    \
     set_smem<KT, GM, NJ, B, HW, NW>(sm, t->attn_cl > 8);                                                  \
-    attn_launch(cx, k_attn_dec2<KT, GM, NJ, B, HW, NW>, grid, NW * 32, sm, cl, x->out, xq, xs, x->part,   \
-                x->cnt, x->q, rp, (KT *)x->K, (KT *)x->V, x->pos, x->seq, x->table, x->max_blocks, x->bs,      \
-                x->nblocks, x->n_heads, nkv, hd, x->scale, x->window, x->softcap, S, flags);                \
+    cu_launch_cl(cx, k_attn_dec2<KT, GM, NJ, B, HW, NW>, grid, dim3(NW * 32), sm, cl ? S : 0, x->out, xq, xs,  \
+                 x->part, x->cnt, x->q, rp, (KT *)x->K, (KT *)x->V, x->pos, x->seq, x->table, x->max_blocks,   \
+                 x->bs, x->nblocks, x->n_heads, nkv, hd, x->scale, x->window, x->softcap, S, flags);          \
   } while (0)
   CU_KV_DISPATCH(x->dt, {
     if (nw == 8) { /* 8 warps (128 registers) */

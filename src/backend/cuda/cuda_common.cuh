@@ -105,21 +105,39 @@ static inline void cu_count(const cu_ctx *x, int k) {
  * presumably because an SM changes its L1 / shared-memory split only when idle, so that neighbouring
  * kernels with different splits do not overlap. bf16 models keep the defaults (faster for them). */
 void cu_carve(const void *kern, int val);
+/* a launch with programmatic dependent launch (when on) and, with cluster_z > 1, thread-block clusters of
+ * cluster_z blocks along z (decode attention's splits, sm_90) */
 template <typename... KArgs, typename... Args>
-static inline void cu_launch(const cu_ctx *x, void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                             Args... args) {
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
+static inline void cu_launch_cl(const cu_ctx *x, void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                int cluster_z, Args... args) {
+  cudaLaunchAttribute at[2];
+  int na = 0;
+  if (cluster_z > 1) {
+    at[na].id = cudaLaunchAttributeClusterDimension;
+    at[na].val.clusterDim.x = 1;
+    at[na].val.clusterDim.y = 1;
+    at[na].val.clusterDim.z = (unsigned)cluster_z;
+    na++;
+  }
+  if (x->t->pdl) {
+    at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[na].val.programmaticStreamSerializationAllowed = 1;
+    na++;
+  }
   cudaLaunchConfig_t cfg;
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = x->s;
   cfg.attrs = at;
-  cfg.numAttrs = x->t->pdl ? 1 : 0;
+  cfg.numAttrs = na;
   cu_carve((const void *)kern, x->carve);
   cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
+}
+template <typename... KArgs, typename... Args>
+static inline void cu_launch(const cu_ctx *x, void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                             Args... args) {
+  cu_launch_cl(x, kern, grid, block, smem, 0, args...);
 }
 /* elementwise grids: 256 threads a block, at most 8192 blocks (grid-stride loops) */
 static inline unsigned cu_ew_blocks(size_t n) {
