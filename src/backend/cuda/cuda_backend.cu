@@ -532,48 +532,15 @@ static void be_kv_store(sm_backend *be, const sm_kv_cache *kv, int layer, const 
   cu_submit(c, &o);
 }
 
-/* The splits of the one-token-per-sequence decode kernel for this step (0: the step is not for it), whether
- * they combine through global memory (long contexts), and its scratch; false: out of memory */
-bool cu_attn_dec_prepare(cuda_be *c, const sm_kv_cache *kv, int n_heads, int window, int *Sd, bool *glong) {
-  const int nt = c->n_tokens, G = n_heads / kv->n_kv_heads, hs = cu_attn_dec_hsplit(&c->t, kv->head_dim, G);
-  *Sd = 0;
-  *glong = false;
-  if (c->n_tiles != nt || c->has_span || !cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) return true;
-  int S = cu_attn_dec_splits(&c->t, nt, kv->n_kv_heads * hs, c->n_sm);
-  if (cu_attn_dec_smem(&c->t, kv->head_dim, G, S, kv->dtype) > c->smem_optin) return true;
-  if (S > 1 && c->t.attn_long > 0) { /* long contexts: the global-memory split combine (a new graph) */
-    int maxlen = 1;
-    for (int t = 0; t < nt; t++) {
-      int len = c->h_pos[t] + 1;
-      if (window > 0 && len > window) len = window;
-      if (len > maxlen) maxlen = len;
-    }
-    if (maxlen >= c->t.attn_long) *glong = true;
-  }
-  if (S > 1) {
-    size_t need = sizeof(int) * (size_t)nt * kv->n_kv_heads * hs, old = c->att_cnt_cap;
-    if (!cu_ensure_buf(c, (void **)&c->att_cnt, &c->att_cnt_cap, need)) return false;
-    if (c->att_cnt_cap != old && !cu_ck(c, cudaMemset(c->att_cnt, 0, c->att_cnt_cap), "attention counters")) return false;
-    if (!cu_ensure_buf(c, (void **)&c->part, &c->part_cap, sizeof(float) * (size_t)nt * n_heads * S * (kv->head_dim + 2)))
-      return false;
-  }
-  *Sd = S;
-  return true;
+bool cu_attn_shape_ok(const cuda_be *c, const sm_kv_cache *kv, int layer, int n_heads) {
+  return kv && layer >= 0 && layer < kv->n_layers && n_heads > 0 && kv->n_kv_heads > 0 && kv->head_dim > 0 &&
+         n_heads % kv->n_kv_heads == 0 && kv->head_dim % 4 == 0 && kv->head_dim <= 512 && kv->block_size > 0 &&
+         cu_attn_tiled_ok(kv->head_dim, n_heads / kv->n_kv_heads, kv->dtype, c->smem_optin);
 }
 
-static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
-                         float scale, int window, float softcap) {
-  cuda_be *c = CB(be);
+void cu_record_attention(cuda_be *c, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
+                         float scale, int window, float softcap, const float *sinks) {
   const int nt = c->n_tokens;
-  if (nt <= 0) return;
-  bool ok = kv && layer >= 0 && layer < kv->n_layers && n_heads > 0 && kv->n_kv_heads > 0 && kv->head_dim > 0 &&
-            n_heads % kv->n_kv_heads == 0 && kv->head_dim % 4 == 0 && kv->head_dim <= 512 && kv->block_size > 0;
-  if (ok) ok = cu_attn_tiled_ok(kv->head_dim, n_heads / kv->n_kv_heads, kv->dtype, c->smem_optin);
-  if (!ok) {
-    sm_err(SMELT_ERR_UNSUPPORTED, "cuda: attention shape not supported");
-    if (kv && kv->head_dim > 0 && n_heads > 0) cudaMemsetAsync(out, 0, (size_t)nt * n_heads * kv->head_dim * 4, c->s);
-    return;
-  }
   const int G = n_heads / kv->n_kv_heads, hs = cu_attn_dec_hsplit(&c->t, kv->head_dim, G);
   int Sd = 0; /* > 0: one-token-per-sequence decode kernel with Sd splits */
   bool glong = false;
@@ -584,8 +551,18 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
      * depend only on its own position) and the cluster combine at every length */
     Sd = c->t.attn_s >= 1 ? c->t.attn_s : CU_ATTN_INV_SPLITS;
     if (cu_attn_dec_smem(&c->t, kv->head_dim, G, Sd, kv->dtype) > c->smem_optin) Sd = 0;
-  } else if (!cu_attn_dec_prepare(c, kv, n_heads, window, &Sd, &glong)) {
-    return;
+  } else if (c->n_tiles == nt && !c->has_span && cu_attn_dec_ok(kv->head_dim, G, kv->dtype)) {
+    Sd = cu_attn_dec_splits(&c->t, nt, kv->n_kv_heads * hs, c->n_sm);
+    if (cu_attn_dec_smem(&c->t, kv->head_dim, G, Sd, kv->dtype) > c->smem_optin) Sd = 0;
+    if (Sd > 1 && c->t.attn_long > 0) { /* long contexts: the global-memory split combine (a new graph) */
+      int maxlen = 1;
+      for (int t = 0; t < nt; t++) {
+        int len = c->h_pos[t] + 1;
+        if (window > 0 && len > window) len = window;
+        if (len > maxlen) maxlen = len;
+      }
+      if (maxlen >= c->t.attn_long) glong = true;
+    }
   }
   if (Sd > 1) {
     size_t need = sizeof(int) * (size_t)nt * kv->n_kv_heads * hs, old = c->att_cnt_cap;
@@ -596,7 +573,7 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
    * kernel in one split for every batch; else one token per sequence over a quantized cache: its own
    * decode kernel, split as the float cache's */
   const bool inv = c->base.batch_invariant && !Sd;
-  const int Sq = !Sd && !inv && c->t.attn_dq && c->n_tiles == nt && !c->has_span && cu_attn_decq_ok(kv->head_dim, G, kv->dtype)
+  const int Sq = !Sd && !inv && !sinks && c->t.attn_dq && c->n_tiles == nt && !c->has_span && cu_attn_decq_ok(kv->head_dim, G, kv->dtype)
                    ? cu_attn_dec_splits(&c->t, nt, kv->n_kv_heads, c->n_sm)
                    : 0;
   const int S = Sd ? Sd : Sq ? Sq : inv ? 1 : cu_attn_tiled_splits(c->n_tiles, kv->n_kv_heads, c->n_sm);
@@ -611,7 +588,21 @@ static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv
   o.at.nblocks = kv->n_blocks; o.at.window = window > 0 ? window : 0; o.at.scale = scale;
   o.at.softcap = softcap > 0.f ? softcap : 0.f; o.at.splits = Sd; o.at.glong = glong; o.at.inv = inv; o.at.dq = Sq;
   o.at.span = c->has_span ? c->d_span : NULL;
+  o.at.sinks = sinks;
   cu_submit(c, &o);
+}
+
+static void be_attention(sm_backend *be, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
+                         float scale, int window, float softcap) {
+  cuda_be *c = CB(be);
+  if (c->n_tokens <= 0) return;
+  if (!cu_attn_shape_ok(c, kv, layer, n_heads)) {
+    sm_err(SMELT_ERR_UNSUPPORTED, "cuda: attention shape not supported");
+    if (kv && kv->head_dim > 0 && n_heads > 0)
+      cudaMemsetAsync(out, 0, (size_t)c->n_tokens * n_heads * kv->head_dim * 4, c->s);
+    return;
+  }
+  cu_record_attention(c, out, q, kv, layer, n_heads, scale, window, softcap, NULL);
 }
 
 static void ew(cuda_be *c, int type, float *y, const float *a, const float *b, float s, size_t n, int dim) {

@@ -189,9 +189,12 @@ typedef struct {
 static inline cuda_be *CB(sm_backend *be) { return (cuda_be *)be; }
 bool cu_ck(cuda_be *c, cudaError_t e, const char *what); /* false (and the backend failed) on an error */
 bool cu_ensure_buf(cuda_be *c, void **p, size_t *cap, size_t need);
-/* the splits of the decode-attention kernel for this step's attention over kv (0: not a step for it), its
- * long-context flag, and its scratch (cuda_backend.cu); false: out of memory */
-bool cu_attn_dec_prepare(cuda_be *c, const sm_kv_cache *kv, int n_heads, int window, int *Sd, bool *glong);
+/* attention over kv (cuda_backend.cu): whether the attention kernels take the shape, and the op recorded on
+ * the kernel the step takes (decode, decq or tiled; cu_attn_shape_ok first). sinks (may be NULL): gpt-oss's
+ * attention sinks, never on the decq kernel; callers keep them out of batch-invariant mode */
+bool cu_attn_shape_ok(const cuda_be *c, const sm_kv_cache *kv, int layer, int n_heads);
+void cu_record_attention(cuda_be *c, float *out, const float *q, const sm_kv_cache *kv, int layer, int n_heads,
+                         float scale, int window, float softcap, const float *sinks);
 
 /* cuda_graph.cu */
 void cu_submit(cuda_be *c, const cu_op *o); /* record (or run, when not recording) one op */

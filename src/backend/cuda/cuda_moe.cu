@@ -15,7 +15,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backend/cuda/cuda_attn.cuh"
 #include "backend/cuda/cuda_kv.cuh"
 #include "backend/cuda/cuda_qmma.cuh"
 #include "backend/kv_quant.h"
@@ -361,40 +360,14 @@ static void be_attention_sinks(sm_backend *be, float *out, const float *q, const
       cudaMemsetAsync(out, 0, (size_t)c->n_tokens * n_heads * kv->head_dim * 4, c->s);
     return;
   }
+  if (!c->base.batch_invariant && cu_attn_shape_ok(c, kv, layer, n_heads)) {
+    /* the decode kernel for one token a sequence (with rope and the KV store fused in), else the tiled kernels:
+     * the sinks in their softmax */
+    cu_record_attention(c, out, q, kv, layer, n_heads, scale, window, softcap, sinks);
+    return;
+  }
   cu_op o;
   memset(&o, 0, sizeof o);
-  int Sd = 0;
-  bool glong = false;
-  if (!c->base.batch_invariant && kv->head_dim % 4 == 0 && !cu_attn_dec_prepare(c, kv, n_heads, window, &Sd, &glong))
-    return;
-  if (Sd > 0) { /* one token a sequence: the decode-attention kernel, the sinks in its softmax (and the fusions with
-                 * rope and the KV store before it) */
-    o.type = OP_ATTN;
-    o.at.out = out; o.at.q = q; o.at.K = kv->k[layer]; o.at.V = kv->v[layer]; o.at.dt = (int)kv->dtype;
-    o.at.nh = n_heads; o.at.nkv = kv->n_kv_heads; o.at.hd = kv->head_dim; o.at.bs = kv->block_size;
-    o.at.nblocks = kv->n_blocks; o.at.window = window > 0 ? window : 0; o.at.scale = scale;
-    o.at.softcap = softcap > 0.f ? softcap : 0.f; o.at.splits = Sd; o.at.glong = glong; o.at.sinks = sinks;
-    cu_submit(c, &o);
-    return;
-  }
-  const int G = n_heads / kv->n_kv_heads;
-  if (!c->base.batch_invariant && kv->head_dim % 4 == 0 &&
-      cu_attn_tiled_ok(kv->head_dim, G, kv->dtype, c->smem_optin)) { /* prefill, mixed batches, quantized caches:
-                                                                       * the tiled kernels (tensor cores where
-                                                                       * they apply), the sinks in their softmax */
-    const int S = cu_attn_tiled_splits(c->n_tiles, kv->n_kv_heads, c->n_sm);
-    if (S > 1 && !cu_ensure_buf(c, (void **)&c->part, &c->part_cap,
-                                sizeof(float) * (size_t)c->n_tokens * n_heads * S * (kv->head_dim + 2)))
-      return;
-    o.type = OP_ATTN;
-    o.at.out = out; o.at.q = q; o.at.K = kv->k[layer]; o.at.V = kv->v[layer]; o.at.dt = (int)kv->dtype;
-    o.at.nh = n_heads; o.at.nkv = kv->n_kv_heads; o.at.hd = kv->head_dim; o.at.bs = kv->block_size;
-    o.at.nblocks = kv->n_blocks; o.at.window = window > 0 ? window : 0; o.at.scale = scale;
-    o.at.softcap = softcap > 0.f ? softcap : 0.f; o.at.sinks = sinks;
-    o.at.span = c->has_span ? c->d_span : NULL;
-    cu_submit(c, &o);
-    return;
-  }
   o.type = OP_ATTN_SINKS;
   o.as.out = out; o.as.q = q; o.as.sinks = sinks; o.as.K = kv->k[layer]; o.as.V = kv->v[layer]; o.as.nh = n_heads;
   o.as.nkv = kv->n_kv_heads; o.as.hd = kv->head_dim; o.as.bs = kv->block_size; o.as.nblocks = kv->n_blocks;
