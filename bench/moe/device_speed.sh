@@ -20,6 +20,10 @@ case $SHAPE in
   *) echo "device_speed.sh: shape '$SHAPE': expected 30b-a3b or gpt-oss-20b" >&2; exit 2 ;;
 esac
 T0=$(date +%s)
+# the two models (about 17 GB each for 30b-a3b) go to memory when /dev/shm holds them: written to the
+# GPU machine's disk they took over 250 s
+D=/tmp
+[ "$(df --output=avail -k /dev/shm 2>/dev/null | tail -1)" -gt 50000000 ] 2>/dev/null && D=/dev/shm
 if [ -f "$L" ]; then # a tarball
   mkdir -p build-llama/src
   [ -f build-llama/src/CMakeLists.txt ] || tar xJf "$L" -C build-llama/src || exit 1
@@ -31,7 +35,7 @@ fi
 (env -u PKG_CONFIG_LIBDIR -u PKG_CONFIG bash bench/peer/build_llamacpp.sh $L $L/build cuda 12 $OUT llama-bench
  echo $? >$OUT/llama-build.rc) &
 LB=$!
-GG=/tmp/moe-$SHAPE.gguf
+GG=$D/moe-$SHAPE.gguf
 (python3 bench/peer/make_gguf.py $L $SHAPE $GG >$OUT/gguf.log 2>&1; echo $? >$OUT/gguf.rc) &
 GP=$!
 if [ ! -x "$B/smelt" ]; then
@@ -39,7 +43,7 @@ if [ ! -x "$B/smelt" ]; then
   bash bench/cuda/build_smelt.sh $B $OUT/smelt 8 || exit 1
 fi
 echo "smelt built ($(( $(date +%s) - T0 )) s)"
-$B/smelt bench --synthetic $SYN --device cpu -t 4 --dir /tmp -p 1 -n 2 >$OUT/write.log 2>&1 || { tail -3 $OUT/write.log; exit 1; }
+$B/smelt bench --synthetic $SYN --device cpu -t 4 --dir $D -p 1 -n 2 >$OUT/write.log 2>&1 || { tail -3 $OUT/write.log; exit 1; }
 wait $GP; wait $LB
 echo "llama.cpp build rc $(cat $OUT/llama-build.rc), gguf rc $(cat $OUT/gguf.rc) ($(( $(date +%s) - T0 )) s)"
 [ "$(cat $OUT/llama-build.rc)" = 0 ] || tail -20 $OUT/llama-cmake.log $OUT/llama-build.log
@@ -48,7 +52,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 LBIN=$(find $L/build -name llama-bench -type f | head -1)
 export LD_LIBRARY_PATH=$(dirname "$LBIN")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 for r in 1 2; do
-  $B/smelt bench --synthetic $SYN --device cuda --dir /tmp -p 512 -n 128 -r 3 2>&1 | tee $OUT/smelt-$r.log |
+  $B/smelt bench --synthetic $SYN --device cuda --dir $D -p 512 -n 128 -r 3 2>&1 | tee $OUT/smelt-$r.log |
     grep -E "prefill|decode|roofline" | sed "s/^/[round $r smelt] /"
   $LBIN -m $GG -ngl 99 -fa 1 -p 512 -n 128 -r 3 2>&1 | tee $OUT/llama-$r.log | grep -E "pp512|tg128|error" |
     sed "s/^/[round $r llama.cpp] /"
@@ -60,3 +64,4 @@ for r in 1 2; do
        "prefill 512: smelt $sp, llama.cpp $lp -> $(python3 -c "print(round($sp/$lp,2))" 2>/dev/null)x ($(( $(date +%s) - T0 )) s)"
 done
 rm -f $GG
+[ $D = /dev/shm ] && rm -rf $D/smelt-bench-*
