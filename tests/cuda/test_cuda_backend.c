@@ -1677,6 +1677,7 @@ static void test_mlp_paths(const char *shape, const char *base, const char *orde
 /* ---------------- mixtures of experts and microscaling weights (vs the CPU backend) ---------------- */
 
 /* a random weight of a microscaling mode (codes and scale codes as a checkpoint has them) */
+static int g_mx_wide; /* make_mx: scales up to 2^6 (mxfp4 codes past 128: no f16 decode in cu_qmma_experts) */
 static tw make_mx(int64_t rows, int64_t cols, int mode) {
   tw t;
   memset(&t, 0, sizeof t);
@@ -1696,7 +1697,9 @@ static tw make_mx(int64_t rows, int64_t cols, int mode) {
     ((uint8_t *)t.d)[i] = v;
   }
   for (size_t i = 0; i < ng; i++)
-    ((uint8_t *)t.s)[i] = (uint8_t)(mode == SM_QMODE_NVFP4 ? 0x10 + rnd() % 16 : 118 + rnd() % 4);
+    ((uint8_t *)t.s)[i] = (uint8_t)(mode == SM_QMODE_NVFP4 ? 0x10 + rnd() % 16
+                                    : g_mx_wide            ? 118 + rnd() % 16
+                                                           : 118 + rnd() % 4);
   t.w.data = t.d;
   t.w.scales = t.s;
   return t;
@@ -1811,33 +1814,39 @@ static void test_moe_route(void) {
 }
 
 /* matmul_experts on every weight layout: the row kernel (a recorded step) and the grouped GEMMs (an
- * eager batch of more than 64 slots), x shared or per slot, with expert biases */
-static void test_moe_experts(void) {
-  enum { E = 6, R = 40, KC = 256 };
+ * eager batch of more than 64 slots: with 4-bit and mxfp4 experts all experts in one launch, tiles of
+ * 32 and of 64 rows; mxfp4 with scales past the f16 decode's range on a GEMM each), x shared or per
+ * slot, with expert biases; rows of KC values (192: the one-launch kernel's last stage of 64). extra:
+ * the cases added with that kernel (the wide scales, 400 slots; the others ran before it) */
+static void test_moe_experts_k(const int KC, const bool extra) {
+  enum { E = 6, R = 40 };
   struct {
-    int bits, gs, mode;
+    int bits, gs, mode, wide; /* wide: mxfp4 scales up to 2^6 */
     sm_dtype dt;
-  } fm[] = {{4, 64, 0, SM_DT_BF16},
-            {8, 32, 0, SM_DT_F16},
-            {3, 64, 0, SM_DT_BF16},
-            {0, 0, 0, SM_DT_BF16},
-            {0, 0, SM_QMODE_MXFP4, SM_DT_U8}};
+  } fm[] = {
+    {4, 64, 0, 0, SM_DT_BF16},           {8, 32, 0, 0, SM_DT_F16},
+    {3, 64, 0, 0, SM_DT_BF16},           {0, 0, 0, 0, SM_DT_BF16},
+    {0, 0, SM_QMODE_MXFP4, 0, SM_DT_U8}, {0, 0, SM_QMODE_MXFP4, 1, SM_DT_U8},
+  };
   float bias[E * R];
   fill(bias, E * R, 1.f);
   float *dbias = dup_dev(bias, E * R);
-  for (size_t fi = 0; fi < SM_ARRAY_LEN(fm); fi++) {
+  for (size_t fi = 0; fi < SM_ARRAY_LEN(fm) - !extra; fi++) {
+    g_mx_wide = fm[fi].wide;
     tw t = fm[fi].mode ? make_mx(E * R, KC, fm[fi].mode) : make_w(E * R, KC, fm[fi].bits, fm[fi].gs, fm[fi].dt);
+    g_mx_wide = 0;
     sm_weight wc = t.w, wg = t.w;
     CHECK(C->prepare_weight(C, &wc) == SMELT_OK && G->prepare_weight(G, &wg) == SMELT_OK, "prepare experts: %s",
           smelt_last_error());
-    const int cases[][2] = {{1, 3}, {5, 2}, {80, 2}}; /* (tokens, k): 3, 10 slots recorded; 160 eager */
-    for (size_t ci = 0; ci < SM_ARRAY_LEN(cases); ci++)
+    /* (tokens, k): 3, 10 slots recorded; 160 and 400 eager (27 and 67 rows an expert) */
+    const int cases[][2] = {{1, 3}, {5, 2}, {80, 2}, {200, 2}};
+    for (size_t ci = extra ? 2 : 0; ci < (extra ? 4u : 3u); ci++)
       for (int per_slot = 0; per_slot <= 1; per_slot++) {
         const int n = cases[ci][0], k = cases[ci][1], ns = n * k;
         int32_t *ids = malloc(sizeof(int32_t) * ns), *pos = malloc(sizeof(int32_t) * n), *sq = calloc((size_t)n, 4);
         int32_t table[8] = {0};
         for (int i = 0; i < ns; i++) ids[i] = (int32_t)(rnd() % E);
-        for (int i = 0; i < n; i++) pos[i] = i;
+        for (int i = 0; i < n; i++) pos[i] = i % 100; /* within the 8 blocks of the table */
         /* a batch of n tokens: up to 64 the step is captured for a graph (row kernel); above it, with more
          * than 64 slots, the grouped GEMMs run eagerly (what the step recorded before them runs first) */
         int32_t *tk = calloc((size_t)n, 4);
@@ -1855,7 +1864,7 @@ static void test_moe_experts(void) {
         const bool gemm = ns > 64;
         const double e = rel_l2(yg, yc, (size_t)ns * R);
         CHECK(e < (gemm && !(fm[fi].bits == 0 && fm[fi].dt == SM_DT_F32) ? 1.5e-2 : 2e-5),
-              "matmul_experts format %zu n %d k %d per_slot %d: rel err %g", fi, n, k, per_slot, e);
+              "matmul_experts format %zu cols %d n %d k %d per_slot %d: rel err %g", fi, KC, n, k, per_slot, e);
         G->free(G, dx);
         G->free(G, dy);
         G->free(G, did);
@@ -1872,7 +1881,16 @@ static void test_moe_experts(void) {
     free_w(&t);
   }
   G->free(G, dbias);
-  /* moe_combine, swiglu_clamp, sigmoid_gate_rows */
+}
+
+/* matmul_experts (the cases added later draw their own inputs: the tests after them keep theirs), then
+ * moe_combine, swiglu_clamp, sigmoid_gate_rows */
+static void test_moe_experts(void) {
+  test_moe_experts_k(256, false);
+  const uint64_t rng = g_rng;
+  test_moe_experts_k(256, true);
+  test_moe_experts_k(192, true);
+  g_rng = rng;
   enum { N = 9, KK = 4, D = 300 };
   float *y = malloc(sizeof(float) * N * KK * D), w[N * KK], g[N], *r = malloc(sizeof(float) * N * KK * D);
   fill(y, (size_t)N * KK * D, 10.f);
@@ -2107,13 +2125,15 @@ static void test_moe(void) {
 
 /* the pass tests to run (argument "moe": only the mixture-of-experts tests, 64; "hybrid": only those of
  * recurrent layers, 128; "matmul": only the matmuls, 4 | 8; "mla": multi-head latent attention, 256;
- * "attention": the attention ops, 2) */
+ * "attention": the attention ops, 2; "sinks": attention with sinks, 1024; "experts": the expert matmuls
+ * alone, 2048) */
 static int g_only = ~0;
 
 /* one backend pass: G created with the tuning env (NAME=value ...), then the tests of mask
  * (1 elementwise, 2 attention, 4 matmul of 4-bit weights, 8 all widths, 16 models bits 4/0/3,
  * 32 model bits 4 on "test" and "tiny", 64 mixtures of experts and microscaling weights, 128 recurrent ops
- * and hybrid models, 256 multi-head latent attention) */
+ * and hybrid models, 256 multi-head latent attention, 1024 attention with sinks, 2048 the expert matmuls
+ * alone where 64 is not asked) */
 static void pass(const char *env, int mask) {
   mask &= g_only;
   if (!mask) return;
@@ -2150,6 +2170,7 @@ static void pass(const char *env, int mask) {
     test_model(3);
   }
   if (mask & 64) test_moe();
+  else if (mask & 2048) test_moe_experts();
   if (mask & 32) {
     test_model(4);
     g_shape = "tiny";
@@ -2176,8 +2197,9 @@ int main(int argc, char **argv) {
   else if (argc > 1 && !strcmp(argv[1], "attention")) g_only = 2;
   else if (argc > 1 && !strcmp(argv[1], "gemm")) g_only = 512;
   else if (argc > 1 && !strcmp(argv[1], "sinks")) g_only = 1024;
+  else if (argc > 1 && !strcmp(argv[1], "experts")) g_only = 2048;
   else if (argc > 1) {
-    fprintf(stderr, "usage: %s [moe|hybrid|matmul|mla|attention|gemm|sinks]\n", argv[0]);
+    fprintf(stderr, "usage: %s [moe|hybrid|matmul|mla|attention|gemm|sinks|experts]\n", argv[0]);
     return 2;
   }
   G = sm_cuda_backend_create(0);
@@ -2200,9 +2222,9 @@ int main(int argc, char **argv) {
   pass("SMELT_CUDA_FUSE=0 SMELT_CUDA_GRAPHS=0", 64 | 256);
   /* 4-bit experts in the natural word order of CW_Q4 (the layout of real models' stacked experts, which
    * are past the 1 Mi elements from which 4-bit weights take it) */
-  pass("SMELT_CUDA_Q4=2", 64 | 256);
+  pass("SMELT_CUDA_Q4=2", 64 | 256 | 2048);
   /* every new device buffer filled with NaN bytes: a kernel that reads memory nothing wrote fails */
-  pass("SMELT_CUDA_POISON=1", 2 | 64);
+  pass("SMELT_CUDA_POISON=1", 2 | 64 | 2048);
   /* other k_mvq4 tilings and load hints */
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_Q4CFG=14 SMELT_CUDA_Q4HINT=3", 4 | 32);
   pass("SMELT_CUDA_Q4=2 SMELT_CUDA_Q4CFG=42 SMELT_CUDA_MVR=31", 4 | 32);

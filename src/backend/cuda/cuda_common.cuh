@@ -161,6 +161,7 @@ typedef struct {
   int qmode;           /* CW_MXQ: the sm_qmode */
   void *q;             /* dense data, or packed quantized words */
   void *sb;            /* [rows][cols/gs] (scale,bias) pairs: uint32 (2x16-bit) or float2; CW_MXQ: uint8 codes */
+  int mx_f16;          /* CW_MXQ mxfp4: every scale code is 89 to 128 (its scale times 2^14 an exact f16) */
 } cu_weight;
 
 /* Quantized "fast" layout (bits 2/4/8): each row is W = cols*bits/32 32-bit words (a word

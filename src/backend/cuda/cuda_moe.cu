@@ -7,8 +7,9 @@
  *   the (token, slot) pairs, each warp a row of its slot's expert, so only the chosen experts are read
  *   and the expert ids never leave the device (cuda_moe_mv.cu, with the fused gate/up and down kernels
  *   the executor runs in their place). Larger batches, which run eagerly, download the ids, sort
- *   the slots by expert and run one cuBLAS GEMM per chosen expert on its gathered rows (cu_gemm: the
- *   expert's rows dequantized to f16 a tile at a time), then scatter the rows back.
+ *   the slots by expert and multiply the gathered rows: 4-bit and mxfp4 experts all in one launch
+ *   (cu_qmma_experts), others one cuBLAS GEMM per chosen expert (cu_gemm: the expert's rows dequantized
+ *   to f16 a tile at a time); then scatter the rows back.
  * - moe_combine, swiglu_clamp, sigmoid_gate_rows: elementwise kernels.
  * - attention_sinks: one block a (token, head) whose warps take chunks of 32 positions (a lane scores a
  *   position), online softmaxes combined at the end with the head's sink in the denominator. */
@@ -204,7 +205,10 @@ static void exec_grouped(cuda_be *c, const cu_op *o) {
   if (n_in < ns) cudaMemsetAsync(o->mx.y, 0, sizeof(float) * (size_t)ns * rows, s); /* ids out of range: zeros */
   cu_ck(c, cudaMemcpyAsync(dperm, perm, sizeof(int32_t) * (size_t)n_in, cudaMemcpyHostToDevice, s), "slot order");
   k_gather_rows<<<cu_ew_blocks((size_t)n_in * cols), 256, 0, s>>>(xg, o->mx.x, dperm, n_in, cols, o->mx.per_slot, o->mx.k);
-  for (int64_t e = 0; e < E; e++) {
+  if (cu_qmma_experts_ok(&c->cx, cw)) {
+    int4 *th = (int4 *)(c->h_moe + ((2 * ns + 3) & ~3)), *td = (int4 *)(((uintptr_t)(dperm + ns) + 15) & ~(uintptr_t)15);
+    cu_qmma_experts(&c->cx, cw, rows, xg, n_in, off, (int)E, yg, c->x16, th, td);
+  } else for (int64_t e = 0; e < E; e++) {
     const int m = off[e + 1] - off[e];
     if (!m) continue;
     const cu_weight v = row_view(cw, e * rows, rows);
@@ -295,7 +299,11 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
     return;
   }
   if (grouped) {
-    const size_t need = sizeof(float) * (size_t)ns * (size_t)(cw->cols + rows) + sizeof(int32_t) * (size_t)ns;
+    /* device: x and y rows in slot order, the order, and the tiles of cu_qmma_experts (16-byte aligned
+     * after the order: one tile's room to spare) */
+    const size_t tiles = cu_qmma_experts_tiles(ns, cw->rows / rows);
+    const size_t need = sizeof(float) * (size_t)ns * (size_t)(cw->cols + rows) + sizeof(int32_t) * (size_t)ns +
+                        sizeof(int4) * (tiles + 1);
     size_t hcap = c->h_moe_cap;
     if (!cu_ensure_buf(c, &c->moe, &c->moe_cap, need) ||
         !cu_ensure_buf(c, &c->x16, &c->x16_cap, cu_qmma_x16_bytes(ns, cw->cols)))
@@ -306,9 +314,10 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
       if (want < minb) want = minb;
       if (!cu_ensure_buf(c, &c->deq, &c->deq_cap, want)) return;
     }
-    if ((size_t)ns * 2 > hcap) {
+    const size_t hneed = (size_t)ns * 2 + 3 + 4 * tiles; /* ids, order, tiles (16-byte aligned) */
+    if (hneed > hcap) {
       free(c->h_moe);
-      c->h_moe_cap = (size_t)ns * 2;
+      c->h_moe_cap = hneed;
       c->h_moe = (int32_t *)sm_xmalloc(sizeof(int32_t) * c->h_moe_cap);
     }
   }

@@ -25,4 +25,17 @@ static __device__ __forceinline__ void qm_dq(uint32_t w, __half2 s, __half2 b, u
   }
 }
 
+/* the 8 E2M1 codes of an mxfp4 word as f16x2 pairs (e, e + 4), times s: a code's sign bit to bit 15 and
+ * its 3 exponent and mantissa bits to bits 11-9 make the f16 of its value times 2^-14 (exact, 0.5 a
+ * subnormal), so s carries the 2^14 */
+static __device__ __forceinline__ void qm_dq_fp4(uint32_t w, __half2 s, uint32_t o[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; e++) {
+    const uint32_t t = w >> (4 * e);
+    const uint32_t h = ((t << 12) & 0x80008000u) | ((t << 9) & 0x0E000E00u);
+    const __half2 r = __hmul2(*(const __half2 *)&h, s);
+    o[e] = *(const uint32_t *)&r;
+  }
+}
+
 #endif

@@ -89,21 +89,39 @@ __global__ void __launch_bounds__(BM, (qm_cfg<BN, BM>::MB)) k_qmma4(const qm_arg
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int STG = qm_cfg<BN, BM>::STG;
   constexpr int SBW = SBK == SBK_F32 ? 2 : 1; /* words of a (scale, bias) unit */
-  constexpr int SBB = 4 * SBW;
+  constexpr int SBB = 4 * SBW; /* SBK_MX: a unit is a stage's 4 scale codes of a row */
   constexpr int XU = BN * 16 / BM; /* x copies a thread a stage */
   extern __shared__ __align__(16) unsigned char qm_smem[];
   qm_stage<SBK, BN, BM> *stg = (qm_stage<SBK, BN, BM> *)qm_smem;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
   const int wi = (a.nw > 1 && (int)blockIdx.x >= a.b0[1]) + (a.nw > 2 && (int)blockIdx.x >= a.b0[2]);
-  const uint32_t *__restrict__ wq = wi == 0 ? a.wq[0] : wi == 1 ? a.wq[1] : a.wq[2];
-  const char *__restrict__ sb = (const char *)(wi == 0 ? a.sb[0] : wi == 1 ? a.sb[1] : a.sb[2]);
+  const uint32_t *wq0 = wi == 0 ? a.wq[0] : wi == 1 ? a.wq[1] : a.wq[2];
+  const char *sb0 = (const char *)(wi == 0 ? a.sb[0] : wi == 1 ? a.sb[1] : a.sb[2]);
   float *y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
   float *ws = wi == 0 ? a.ws[0] : wi == 1 ? a.ws[1] : a.ws[2];
   const int M = wi == 0 ? a.M[0] : wi == 1 ? a.M[1] : a.M[2];
-  const int K = a.K, gs = a.gs, n = a.n, per = a.per;
-  const int row0 = ((int)blockIdx.x - (wi == 0 ? 0 : wi == 1 ? a.b0[1] : a.b0[2])) * BM, tok0 = blockIdx.y * BN;
+  const int K = a.K, gs = a.gs, per = a.per;
+  const int row0 = ((int)blockIdx.x - (wi == 0 ? 0 : wi == 1 ? a.b0[1] : a.b0[2])) * BM;
+  int n = a.n, tok0 = blockIdx.y * BN;
+  const __half *xp = a.xp;
+  if (a.tiles) { /* grouped experts: the tile's expert, its rows of x and y (tokens from 0 in the tile) */
+    const int4 tl = a.tiles[blockIdx.y];
+    wq0 += (int64_t)tl.x * M * (K / 8);
+    sb0 += (int64_t)tl.x * M * (SBK == SBK_MX ? K / 32 : K / gs * SBB);
+    xp += (int64_t)tl.y * K;
+    y += (int64_t)tl.y * M;
+    n = tl.z;
+    tok0 = 0;
+  }
+  const uint32_t *__restrict__ wq = wq0;
+  const char *__restrict__ sb = sb0;
   const int64_t W4 = K / 32; /* 16-byte units a row */
-  const int G = K / gs, nst = K / QM_BK, lg = gs == 32 ? 2 : gs == 64 ? 1 : 0; /* log2 of the groups a stage */
+  /* units a row, and log2 of the units a stage (SBK_MX: one unit a stage, its group codes) */
+  const int G = SBK == SBK_MX ? K / QM_BK : K / gs, nst = (K + QM_BK - 1) / QM_BK,
+            lg = SBK == SBK_MX ? 0 : gs == 32 ? 2 : gs == 64 ? 1 : 0;
+  /* K % 128 == 64 (grouped experts only): the last stage holds 64 values; its copies of the second 64
+   * (thread q >= 2's weights, scales and x) read the first 64 again, and those threads' scales are 0 */
+  const int lasth = K % QM_BK ? nst - 1 : -1;
   const int kc0 = blockIdx.z * per, ns = min(per, nst - kc0);
 
   /* The thread's copies of a stage: weight units tid + j BM (row tid / 4 + j BM / 4, unit tid % 4);
@@ -118,7 +136,7 @@ __global__ void __launch_bounds__(BM, (qm_cfg<BN, BM>::MB)) k_qmma4(const qm_arg
    * slower on the H200). */
   const uint4 *__restrict__ wb = (const uint4 *)wq + (int64_t)kc0 * 4;
   const char *__restrict__ sbb = sb + ((int64_t)kc0 << lg) * SBB;
-  const __half *__restrict__ xb = a.xp + (int64_t)kc0 * QM_BK;
+  const __half *__restrict__ xb = xp + (int64_t)kc0 * QM_BK;
   uint32_t wo[4], so[4], xo[XU];
 #pragma unroll
   for (int j = 0; j < 4; j++) {
@@ -141,22 +159,37 @@ __global__ void __launch_bounds__(BM, (qm_cfg<BN, BM>::MB)) k_qmma4(const qm_arg
 
   /* stage i of the block into buffer st */
   auto issue_w = [&](int i, uint32_t st) {
-    const uint4 *w = wb + i * 4;
+    const bool h = i + kc0 == lasth;
+    const uint4 *w = wb + i * 4 - (h && (tid & 3) >= 2 ? 2 : 0);
 #pragma unroll
     for (int j = 0; j < 4; j++) qm_cp16(sw + st * SZ + j * BM * 16, w + wo[j]);
-    const char *src = sbb + ((i << lg) * SBB);
+    if constexpr (SBK != SBK_MX) {
+      const char *src = sbb + ((i << lg) * SBB) -
+                        (h && (tid & ((1 << lg) - 1)) >= (1 << lg) / 2 ? ((1 << lg) / 2) * SBB : 0);
 #pragma unroll
-    for (int j = 0; j < 4; j++)
-      if (j < (1 << lg)) {
-        if (SBW == 2) qm_cp8(ss + st * SZ + j * ssj, src + so[j]);
-        else qm_cp4(ss + st * SZ + j * ssj, src + so[j]);
-      }
+      for (int j = 0; j < 4; j++)
+        if (j < (1 << lg)) {
+          if (SBW == 2) qm_cp8(ss + st * SZ + j * ssj, src + so[j]);
+          else qm_cp4(ss + st * SZ + j * ssj, src + so[j]);
+        }
+    }
   };
   auto issue_x = [&](int i, uint32_t st) {
-    const __half *x = xb + i * QM_BK;
+    /* the slot's values start at 8 (4 (xs % 4) + xs / 4): xs % 4 >= 2 is the second 64 */
+    const __half *x = xb + i * QM_BK - (i + kc0 == lasth && (xs & 3) >= 2 ? 64 : 0);
 #pragma unroll
     for (int j = 0; j < XU; j++) qm_cp16(sx + st * SZ + j * (BM / 16) * QM_BK * 2, x + xo[j]);
   };
+  /* SBK_MX: the block's rows' scale codes (K / 32 a row) in shared memory after the stages, copied once
+   * (a row's codes need not be 4-byte aligned, as cp.async wants) */
+  const unsigned char *mxt = qm_smem + STG * sizeof(stage_t);
+  if constexpr (SBK == SBK_MX) {
+    const int KS = K / 32;
+    for (int idx = tid; idx < BM * KS; idx += BM) {
+      const int lr = idx / KS, c = idx - lr * KS;
+      qm_smem[STG * sizeof(stage_t) + idx] = (unsigned char)sb[(int64_t)qm_wrap(row0 + lr, M) * KS + c];
+    }
+  }
 
   /* the warp's 32 rows: m16 tile m holds rows warp * 32 + 16 m + g and + 8 */
   float acc[2][BN / 8][4];
@@ -178,21 +211,31 @@ __global__ void __launch_bounds__(BM, (qm_cfg<BN, BM>::MB)) k_qmma4(const qm_arg
     wr = wr == STG - 1 ? 0 : wr + 1;
     const qm_stage<SBK, BN, BM> &S = stg[rd];
     rd = rd == STG - 1 ? 0 : rd + 1;
+    const bool zq = i + kc0 == lasth && q >= 2; /* the half stage's values past 64: weights 0 */
     uint4 wv[4];
     __half2 sc[4], bi[4];
 #pragma unroll
     for (int r = 0; r < 4; r++) { /* rows g, g + 8, g + 16, g + 24 of the warp */
       const int lr = warp * 32 + 8 * r + g;
       wv[r] = S.w[lr * 4 + q];
-      const float2 p = qm_sb<SBK>((const float2 *)&S.sb[(lr * 4 + gi) * SBW]);
-      sc[r] = __float2half2_rn(p.x);
-      bi[r] = __float2half2_rn(p.y);
+      if constexpr (SBK == SBK_MX) { /* E8M0 code c: 2^(c - 127), times the 2^14 qm_dq_fp4 leaves out */
+        const uint32_t c = zq ? 0u : mxt[lr * (K / 32) + 4 * (i + kc0) + q]; /* (past the row's codes) */
+        sc[r] = __float2half2_rn(zq ? 0.f : __uint_as_float((c + 14u) << 23));
+        bi[r] = sc[r];
+      } else {
+        const float2 p = qm_sb<SBK>((const float2 *)&S.sb[(lr * 4 + gi) * SBW]);
+        sc[r] = __float2half2_rn(zq ? 0.f : p.x);
+        bi[r] = __float2half2_rn(zq ? 0.f : p.y);
+      }
     }
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       uint32_t a[4][4];
 #pragma unroll
-      for (int r = 0; r < 4; r++) qm_dq((&wv[r].x)[j], sc[r], bi[r], a[r]);
+      for (int r = 0; r < 4; r++) {
+        if constexpr (SBK == SBK_MX) qm_dq_fp4((&wv[r].x)[j], sc[r], a[r]);
+        else qm_dq((&wv[r].x)[j], sc[r], bi[r], a[r]);
+      }
 #pragma unroll
       for (int t = 0; t < BN / 8; t++) {
         const uint4 xv = *(const uint4 *)&S.x[(t * 8 + g) * QM_BK + ((j * 4 + q) ^ ((g & 1) << 2)) * 8];
@@ -229,11 +272,15 @@ __global__ void __launch_bounds__(BM, (qm_cfg<BN, BM>::MB)) k_qmma4(const qm_arg
 
 /* one instance: its shared memory set up once, its blocks an SM, its launch */
 template <int SBK, int BN, int BM> struct qm_kern {
-  static size_t smem() { return sizeof(qm_stage<SBK, BN, BM>) * qm_cfg<BN, BM>::STG; }
+  /* the stages, and for SBK_MX the scale codes of K values a row (at most QM_MX_KMAX) */
+  static size_t smem(int K = 0) {
+    return sizeof(qm_stage<SBK, BN, BM>) * qm_cfg<BN, BM>::STG + (SBK == SBK_MX ? (size_t)BM * (K / 32) : 0);
+  }
   static int occ() {
     static int o; /* blocks an SM, once per instance */
     if (!o) {
-      cudaFuncSetAttribute(k_qmma4<SBK, BN, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem());
+      cudaFuncSetAttribute(k_qmma4<SBK, BN, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           (int)smem(SBK == SBK_MX ? QM_MX_KMAX : 0));
       cudaFuncSetAttribute(k_qmma4<SBK, BN, BM>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
       int v = 0;
       if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, k_qmma4<SBK, BN, BM>, BM, smem()) != cudaSuccess) v = 1;
@@ -243,8 +290,9 @@ template <int SBK, int BN, int BM> struct qm_kern {
   }
   static void launch(const cu_ctx *cx, const qm_args &a, int blocks, int S) {
     occ();
-    cu_launch(cx, k_qmma4<SBK, BN, BM>, dim3((unsigned)blocks, (unsigned)((a.n + BN - 1) / BN), (unsigned)S),
-              dim3(BM), smem(), a);
+    const unsigned ny = a.tiles ? (unsigned)a.ntiles : (unsigned)((a.n + BN - 1) / BN);
+    cu_launch(cx, k_qmma4<SBK, BN, BM>, dim3((unsigned)blocks, ny, (unsigned)S),
+              dim3(BM), smem(a.K), a);
   }
 };
 /* S 0: the instance's blocks an SM; else its launch with S k slices */
@@ -264,6 +312,7 @@ template <int SBK> static int qm_pick(const cu_ctx *cx, const qm_args &a, int bl
 #undef QM_DO
 }
 static int qm_dispatch(const cu_ctx *cx, int sbk, const qm_args &a, int blocks, int BN, int BM, int S) {
+  if (sbk == SBK_MX) return qm_pick<SBK_MX>(cx, a, blocks, BN, BM, S);
   if (sbk == SBK_F32) return qm_pick<SBK_F32>(cx, a, blocks, BN, BM, S);
   if (sbk == SBK_F16) return qm_pick<SBK_F16>(cx, a, blocks, BN, BM, S);
   return qm_pick<SBK_BF16>(cx, a, blocks, BN, BM, S);
@@ -385,4 +434,51 @@ void cu_qmma_multi(const cu_ctx *cx, const cu_weight *const *w, float *const *y,
 void cu_qmma(const cu_ctx *cx, const cu_weight *w, const float *x, int n, float *y, void *x16, void *ws,
              size_t ws_bytes) {
   cu_qmma_multi(cx, &w, &y, 1, x, n, x16, ws, ws_bytes);
+}
+
+bool cu_qmma_experts_ok(const cu_ctx *cx, const cu_weight *w) {
+  const bool q4 = w->kind == CW_Q4 && w->bits == 4,
+             fp4 = w->kind == CW_MXQ && w->qmode == SM_QMODE_MXFP4 && w->gs == 32 && w->mx_f16 && w->cols <= QM_MX_KMAX;
+  return cx->t->moe_qmma && cx->arch >= 80 && (q4 || fp4) && w->cols % (QM_BK / 2) == 0;
+}
+
+/* One launch for all the experts of a sorted batch (in place of a GEMM per expert): the mma.sync kernel
+ * with a tile list, each block row of the grid one expert's tile of BN rows of x (32 where the experts
+ * average 40 rows or fewer, else 64) and each block 128 of its weight rows; one k slice. mxfp4 experts
+ * (SBK_MX) are decoded as 4-bit ones are: an E2M1 code is an f16 (its sign, exponent and mantissa bits
+ * in place: the value times 2^-14, exact), times the E8M0 scale times 2^14 as an f16 (exact for scale
+ * codes 89 to 128, which cu_weight.mx_f16 says every code of the weight is), so each weight is the f16
+ * the dequantize + cuBLAS path rounds it to */
+void cu_qmma_experts(const cu_ctx *cx, const cu_weight *w, int64_t rows, const float *xg, int n_in, const int *off,
+                     int E, float *yg, void *x16, int4 *tiles_h, int4 *tiles_d) {
+  const int64_t K = w->cols;
+  int used = 0;
+  for (int e = 0; e < E; e++) used += off[e + 1] > off[e];
+  if (!used) return;
+  const int BN = n_in / used <= 40 ? 32 : 64, BM = 128;
+  int nt = 0;
+  for (int e = 0; e < E; e++)
+    for (int t0 = off[e]; t0 < off[e + 1]; t0 += BN)
+      tiles_h[nt++] = make_int4(e, t0, off[e + 1] - t0 < BN ? off[e + 1] - t0 : BN, 0);
+  cudaMemcpyAsync(tiles_d, tiles_h, sizeof(int4) * (size_t)nt, cudaMemcpyHostToDevice, cx->s);
+  const int64_t n8 = (int64_t)n_in * K / 8;
+  int64_t pb = (n8 + 255) / 256;
+  if (pb > 4096) pb = 4096;
+  cu_launch(cx, k_qmma_prep, dim3((unsigned)pb), dim3(256), 0, (const float4 *)xg, (const float4 *)NULL, 0, n8,
+            (uint4 *)x16);
+  qm_args a;
+  memset(&a, 0, sizeof a);
+  a.wq[0] = (const uint32_t *)w->q;
+  a.sb[0] = w->sb;
+  a.y[0] = yg;
+  a.M[0] = (int)rows;
+  a.nw = 1;
+  a.K = (int)K;
+  a.gs = w->gs;
+  a.n = n_in;
+  a.per = (int)((K + QM_BK - 1) / QM_BK);
+  a.xp = (const __half *)x16;
+  a.tiles = tiles_d;
+  a.ntiles = nt;
+  qm_dispatch(cx, w->kind == CW_MXQ ? SBK_MX : w->sbk, a, (int)((rows + BM - 1) / BM), BN, BM, 1);
 }

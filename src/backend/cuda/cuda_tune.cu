@@ -67,6 +67,8 @@ static const sm_tune_entry k_table[] = {
     "blocks an SM that the sample op's passes over sampled rows (max, weights) take, spread over the rows", {}, NULL },
   { "SMELT_CUDA_QMMA_BM", F(qmma_bm), 0, 0, 256, 0,
     "weight rows a block of the tensor-core 4-bit kernel: 128, 256, or 0 (256 from 4096 rows or 128 tokens)", {}, NULL },
+  { "SMELT_CUDA_MOE_QMMA", F(moe_qmma), 1, 0, 1, 0,
+    "an eager expert matmul of 4-bit experts runs all its experts in one tensor-core launch (0: a GEMM each)", {}, NULL },
   { "SMELT_CUDA_MOE_GROUPED", F(moe_grp), 64, 0, 1 << 30, 0,
     "(token, expert) slots above which an eager expert matmul sorts them into one GEMM per expert", {}, NULL },
   { "SMELT_CUDA_COMM_AR", F(comm_ar), 1, 0, 1, 0,

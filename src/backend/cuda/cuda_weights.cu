@@ -13,6 +13,24 @@ static bool ck(cudaError_t e, const char *what) {
 }
 
 /* upload helpers: natural -> fast word order, and (scale, bias) interleave */
+/* mm[0] = min(mm[0], the bytes of p), mm[1] = max(mm[1], them) */
+__global__ void k_u8_range(const uint8_t *p, size_t n, int *mm) {
+  int lo = 255, hi = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const int v = p[i];
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+  }
+  for (int o = 16; o; o >>= 1) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicMin(mm, lo);
+    atomicMax(mm + 1, hi);
+  }
+}
+
 __global__ void k_permute_words(uint32_t *dst, const uint32_t *src, int64_t rows, int64_t W) {
   int64_t total = rows * W;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -72,9 +90,19 @@ smelt_status cu_weight_upload(const cu_ctx *cx, const sm_weight *w, int q4_mode,
     cw->qmode = w->qmode;
     if (cudaMalloc(&cw->q, bytes) != cudaSuccess || cudaMalloc(&cw->sb, sbytes) != cudaSuccess) goto oom;
     if (!ck(cudaMemcpyAsync(cw->q, w->data, bytes, cudaMemcpyHostToDevice, s), "weight upload") ||
-        !ck(cudaMemcpyAsync(cw->sb, w->scales, sbytes, cudaMemcpyHostToDevice, s), "scales upload") ||
-        !ck(cudaStreamSynchronize(s), "weight upload"))
+        !ck(cudaMemcpyAsync(cw->sb, w->scales, sbytes, cudaMemcpyHostToDevice, s), "scales upload"))
       goto fail;
+    int *mm = NULL, hm[2] = {255, 0};
+    if (w->qmode == SM_QMODE_MXFP4) { /* the scale codes' range (cu_qmma_experts' f16 decode) */
+      if (cudaMalloc(&mm, sizeof hm) != cudaSuccess) goto oom;
+      tmp = mm;
+      cudaMemcpyAsync(mm, hm, sizeof hm, cudaMemcpyHostToDevice, s);
+      k_u8_range<<<cu_ew_blocks(sbytes / 4 + 1) < 1024 ? cu_ew_blocks(sbytes / 4 + 1) : 1024, 256, 0, s>>>(
+        (const uint8_t *)cw->sb, sbytes, mm);
+      cudaMemcpyAsync(hm, mm, sizeof hm, cudaMemcpyDeviceToHost, s);
+    }
+    if (!ck(cudaStreamSynchronize(s), "weight upload")) goto fail;
+    cw->mx_f16 = mm && hm[0] >= 89 && hm[1] <= 128;
   } else if (w->bits == 0) {
     size_t bytes = (size_t)w->rows * (size_t)w->cols * es;
     cw->kind = CW_DENSE;
