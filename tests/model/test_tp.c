@@ -176,7 +176,8 @@ int main(int argc, char **argv) {
   snprintf(h, sizeof h, "%s/qwen3next-q4", root);
   snprintf(i2, sizeof i2, "%s/nemotronh-bf16", root);
   snprintf(j2, sizeof j2, "%s/lfm2-bf16", root);
-  const sm_synth_shape sa = {"tp-llama", 256, 2, 8, 4, 768, 4096, false, NULL, 32, NULL};
+  /* (MLP rows of 512: under the CPU's int8 path, I8_MIN_COLS, unsplit as split) */
+  const sm_synth_shape sa = {"tp-llama", 256, 2, 8, 4, 512, 4096, false, NULL, 32, NULL};
   const sm_synth_shape sb = {"tp-qwen2", 256, 2, 8, 1, 512, 4098, true, "qwen2", 32, NULL};
   /* mixtures of experts, each expert's columns split: 4-bit (256 / 4 ranks = a group of 64 a rank); a shared
    * expert with its sigmoid gate (bf16); gpt-oss with attention sinks, biases everywhere (the experts' too),

@@ -25,10 +25,13 @@ typedef struct {
 
 #define PAR_MIN_ELEMS (1 << 15)
 /* The int8 path only for rows of at least this many columns: its rounding error averages
- * out over long dot products (real models: hidden >= 896, MLP rows >= 2048), while tiny models
- * amplify it: the golden-test models (hidden 64-128, random weights) to logit errors of ~0.4, the
- * shipped draft model (512-column down_proj) to a 0.5% higher prefill perplexity. */
-#define I8_MIN_COLS 1024
+ * out over long dot products (real models: hidden >= 896, MLP rows >= 2048, the down projections
+ * of Qwen3-30B-A3B's experts 768), while tiny models amplify it: the golden-test models (hidden
+ * 64-128, random weights) to logit errors of ~0.4, the shipped draft model (512-column down_proj)
+ * to a 0.5% higher prefill perplexity. 768 rather than 1024 took the 30B-A3B shape's decode on two
+ * threads from 16.5-17.1 to 19.0-26.1 tok/s and its prefill of 16 tokens from 22.8 to 36.5-46.3
+ * (docs/cpu.md). */
+#define I8_MIN_COLS 768
 
 typedef struct {
   sm_backend base;
