@@ -13,6 +13,22 @@ static bool ck(cudaError_t e, const char *what) {
 }
 
 /* upload helpers: natural -> fast word order, and (scale, bias) interleave */
+__global__ void k_permute_words(uint32_t *dst, const uint32_t *src, int64_t rows, int64_t W) {
+  int64_t total = rows * W;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = i / W, u = i % W;
+    dst[r * W + cu_qfast_store_index(u, W)] = src[i];
+  }
+}
+__global__ void k_pair16(uint32_t *dst, const uint16_t *s, const uint16_t *b, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = (uint32_t)s[i] | ((uint32_t)(b ? b[i] : 0) << 16);
+}
+__global__ void k_pair32(float2 *dst, const float *s, const float *b, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = make_float2(s[i], b ? b[i] : 0.f);
+}
+
 /* mm[0] = min(mm[0], the bytes of p), mm[1] = max(mm[1], them) */
 __global__ void k_u8_range(const uint8_t *p, size_t n, int *mm) {
   int lo = 255, hi = 0;
@@ -29,22 +45,6 @@ __global__ void k_u8_range(const uint8_t *p, size_t n, int *mm) {
     atomicMin(mm, lo);
     atomicMax(mm + 1, hi);
   }
-}
-
-__global__ void k_permute_words(uint32_t *dst, const uint32_t *src, int64_t rows, int64_t W) {
-  int64_t total = rows * W;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-    int64_t r = i / W, u = i % W;
-    dst[r * W + cu_qfast_store_index(u, W)] = src[i];
-  }
-}
-__global__ void k_pair16(uint32_t *dst, const uint16_t *s, const uint16_t *b, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] = (uint32_t)s[i] | ((uint32_t)(b ? b[i] : 0) << 16);
-}
-__global__ void k_pair32(float2 *dst, const float *s, const float *b, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] = make_float2(s[i], b ? b[i] : 0.f);
 }
 
 
@@ -97,8 +97,8 @@ smelt_status cu_weight_upload(const cu_ctx *cx, const sm_weight *w, int q4_mode,
       if (cudaMalloc(&mm, sizeof hm) != cudaSuccess) goto oom;
       tmp = mm;
       cudaMemcpyAsync(mm, hm, sizeof hm, cudaMemcpyHostToDevice, s);
-      k_u8_range<<<cu_ew_blocks(sbytes / 4 + 1) < 1024 ? cu_ew_blocks(sbytes / 4 + 1) : 1024, 256, 0, s>>>(
-        (const uint8_t *)cw->sb, sbytes, mm);
+      const unsigned nb = cu_ew_blocks(sbytes);
+      k_u8_range<<<nb < 1024 ? nb : 1024, 256, 0, s>>>((const uint8_t *)cw->sb, sbytes, mm);
       cudaMemcpyAsync(hm, mm, sizeof hm, cudaMemcpyDeviceToHost, s);
     }
     if (!ck(cudaStreamSynchronize(s), "weight upload")) goto fail;
