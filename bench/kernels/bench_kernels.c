@@ -1,5 +1,5 @@
 /* CPU kernel benchmark: DRAM read bandwidth, quantized matvec bandwidth, prefill GFLOP/s, attention.
- * usage: bench_kernels [n_threads] [all|q4|lowbit|gemm|att|hot]
+ * usage: bench_kernels [n_threads] [all|q4|lowbit|gemm|att|hot] (hot: one thread's compute rate, mxfp4 too)
  *   (env SMELT_CPU_ISA=scalar|avx2|avx512 picks the kernels, SMELT_CPU_EXACT=1 the float path,
  *   SMELT_CPU_PACK=0 the int8 kernels of unpacked weights, SMELT_CPU_AMX=0 VNNI instead of AMX) */
 #include "backend/backend.h"
@@ -111,6 +111,23 @@ static double cpu_now(void) {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+/* seconds of this thread's CPU time a call of w times n random tokens, over half a second of calls */
+static double hot_per_call(sm_backend *be, const sm_weight *w, int n) {
+  const int64_t M = w->rows, K = w->cols;
+  float *x = sm_aligned_alloc((size_t)n * K * 4), *y = sm_aligned_alloc((size_t)n * M * 4);
+  for (int64_t i = 0; i < n * K; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+  be->matmul(be, SM_MM_OTHER, w, x, n, y);
+  int iters = 0;
+  double t0 = cpu_now(), dt;
+  do {
+    be->matmul(be, SM_MM_OTHER, w, x, n, y);
+    iters++;
+    dt = cpu_now() - t0;
+  } while (dt < 0.5);
+  free(x);
+  free(y);
+  return dt / iters;
+}
 static void bench_hot(sm_backend *be, int64_t M, int64_t K, int bits, int gs, int n) {
   size_t wbytes = (size_t)M * (size_t)K * (size_t)bits / 8, ng = (size_t)M * (size_t)(K / gs);
   uint8_t *d = sm_aligned_alloc(wbytes);
@@ -123,25 +140,35 @@ static void bench_hot(sm_backend *be, int64_t M, int64_t K, int bits, int gs, in
   sm_weight w =
     {.rows = M, .cols = K, .bits = bits, .group_size = gs, .dtype = SM_DT_F16, .data = d, .scales = s, .biases = b};
   be->prepare_weight(be, &w);
-  float *x = sm_aligned_alloc((size_t)n * K * 4), *y = sm_aligned_alloc((size_t)n * M * 4);
-  for (int64_t i = 0; i < n * K; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
-  be->matmul(be, SM_MM_OTHER, &w, x, n, y);
-  int iters = 0;
-  double t0 = cpu_now(), dt;
-  do {
-    be->matmul(be, SM_MM_OTHER, &w, x, n, y);
-    iters++;
-    dt = cpu_now() - t0;
-  } while (dt < 0.5);
-  const double per = dt / iters;
+  const double per = hot_per_call(be, &w, n);
   printf("hot    q%d g%d %6lldx%-5lld n=%-4d %9.1f us CPU  %7.2f G MAC/s  %6.2f GB/s of weights\n", bits, gs,
          (long long)M, (long long)K, n, per * 1e6, (double)n * M * K / per / 1e9, (wbytes + 4.0 * ng) / per / 1e9);
   be->release_weight(be, &w);
   free(d);
   free(s);
   free(b);
-  free(x);
-  free(y);
+}
+/* the same for an mxfp4 weight (gpt-oss's experts: E8M0 scales near 2^-8, a group of 32) */
+static void bench_hot_mx(sm_backend *be, int64_t M, int64_t K, int n) {
+  const size_t wbytes = (size_t)M * (size_t)K / 2, ng = (size_t)M * (size_t)(K / 32);
+  uint8_t *d = sm_aligned_alloc(wbytes), *s = sm_aligned_alloc(ng);
+  for (size_t i = 0; i < wbytes; i++) d[i] = (uint8_t)rand();
+  for (size_t i = 0; i < ng; i++) s[i] = (uint8_t)(119 + i % 3);
+  sm_weight w = {.rows = M,
+                 .cols = K,
+                 .bits = 4,
+                 .group_size = 32,
+                 .qmode = SM_QMODE_MXFP4,
+                 .dtype = SM_DT_U8,
+                 .data = d,
+                 .scales = s};
+  be->prepare_weight(be, &w);
+  const double per = hot_per_call(be, &w, n);
+  printf("hot    mxfp4  %6lldx%-5lld n=%-4d %9.1f us CPU  %7.2f G MAC/s  %6.2f GB/s of weights\n", (long long)M,
+         (long long)K, n, per * 1e6, (double)n * M * K / per / 1e9, (wbytes + (double)ng) / per / 1e9);
+  be->release_weight(be, &w);
+  free(d);
+  free(s);
 }
 
 /* GQA attention over a long context: decode (1 token) and a prefill chunk of nt tokens at the
@@ -249,6 +276,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 6; i++) bench_hot(be, 256, 2048, bv[i], 64, 64);
     bench_hot(be, 256, 2048, 4, 64, 8);
     bench_hot(be, 256, 2048, 4, 64, 512);
+    bench_hot_mx(be, 256, 2880, 1); /* gpt-oss's expert rows */
   }
   if (all || !strncmp(sel, "att", 3)) { /* "attd": decode only */
     bench_att(be, 32, 8, 64, 4096, 1);

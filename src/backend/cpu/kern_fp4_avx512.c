@@ -134,9 +134,9 @@ row_vnni(const uint8_t *row, const uint8_t *sc, int64_t nc, const xq16 *xq, floa
       const int16_t *q = xq[i].q + 64 * c;
       __m512i a = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wl, _mm512_loadu_si512(q));
       a = _mm512_dpwssd_epi32(a, wh, _mm512_loadu_si512(q + 32));
-      const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(sw, xq[i].sc[c]));
-      if (c & 1) t1[i] = _mm512_add_ps(t1[i], f);
-      else t0[i] = _mm512_add_ps(t0[i], f);
+      const __m512 f = _mm512_mul_ps(sw, xq[i].sc[c]);
+      if (c & 1) t1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), f, t1[i]);
+      else t0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), f, t0[i]);
     }
   }
 #pragma GCC unroll 4
