@@ -290,8 +290,9 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
   }
   const cu_weight *cw = (const cu_weight *)w->dev;
   const int ns = n * k;
-  /* batches of many slots not captured for a graph: one GEMM per chosen expert, which reads the routing
-   * on the host, so the ops recorded before run first and the rest of the step runs eagerly */
+  /* batches of many slots not captured for a graph: grouped GEMMs (cu_qmma_experts, or one per chosen
+   * expert), which read the routing on the host, so the ops recorded before run first and the rest of the
+   * step runs eagerly */
   if (c->rec && c->n_tokens > GRAPH_MAX_TOKENS && ns > c->t.moe_grp) cu_flush(c);
   const bool grouped = !c->rec && ns > c->t.moe_grp;
   if (!grouped && ns > 65535) { /* the row kernel's grid (recorded batches are far smaller) */

@@ -70,7 +70,7 @@ static const sm_tune_entry k_table[] = {
   { "SMELT_CUDA_MOE_QMMA", F(moe_qmma), 1, 0, 1, 0,
     "an eager expert matmul of 4-bit experts runs all its experts in one tensor-core launch (0: a GEMM each)", {}, NULL },
   { "SMELT_CUDA_MOE_GROUPED", F(moe_grp), 64, 0, 1 << 30, 0,
-    "(token, expert) slots above which an eager expert matmul sorts them into one GEMM per expert", {}, NULL },
+    "(token, expert) slots above which an eager expert matmul sorts them by expert into grouped GEMMs", {}, NULL },
   { "SMELT_CUDA_COMM_AR", F(comm_ar), 1, 0, 1, 0,
     "tensor parallelism: all-reduces of up to 512 KB as one kernel reading the peers' memory (1); 0: NCCL only", {}, NULL },
   { "SMELT_CUDA_QMMA_SPLIT", F(qmma_split), 0, 0, 8, SM_TUNE_DEV,

@@ -39,7 +39,7 @@ typedef struct {
   int walk_bps;  /* blocks an SM of the sampling walk's row passes (cuda_sample.cu) */
   int qmma_bm;   /* weight rows a block of the tensor-core kernel (128, 256; 0 automatic) */
   int moe_qmma;  /* the sorted experts of an eager matmul_experts (4-bit) in one tensor-core launch */
-  int moe_grp;   /* (token, expert) slots above which an eager matmul_experts runs one GEMM per expert */
+  int moe_grp;   /* (token, expert) slots above which an eager matmul_experts sorts them by expert (grouped GEMMs) */
   int comm_ar;   /* tensor parallelism: small all-reduces through the peers' memory (cuda_comm.cu); 0: NCCL only */
   /* developer builds only (change results) */
   int qmma_split;  /* k slices of the tensor-core kernel (1-8; 0 automatic) */
