@@ -7,11 +7,17 @@
  *    tokens differ is printed (no bound: the default kernels may round differently by batch size);
  *  - perplexity token by token through the one-token decode path against one prefill a window: within
  *    0.5% in the default mode, equal in deterministic mode.
+ *  - the same together / alone check in deterministic mode on a small random mixture of experts (4-bit
+ *    qwen3_moe, random prompt tokens): steps of many tokens group their (token, expert) slots by expert
+ *    where the default mode does, which must not change a token's result.
  * SMELT_DET_DEVICE=cuda runs it on the CUDA backend (exit 77 without one); SMELT_DET_KV names the KV
  * cache type (f16 by default; q8_0 and q4_0 take the kernels that read quantized rows). */
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "model/model.h"
 #include "../test_util.h"
 
 enum { N_REQ = 48, GEN = 16, CTX = 128, PPL_TOK = 512, PPL_WIN = 256 };
@@ -119,6 +125,54 @@ static int together_vs_alone(smelt_model *m, const req *reqs) {
   return diff;
 }
 
+/* deterministic mode on a random 4-bit qwen3_moe (8 experts, 2 a token): requests together and alone */
+static void moe_check(const char *name) {
+  char root[] = "/tmp/smelt-det-XXXXXX";
+  if (!mkdtemp(root)) return;
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/moe", root);
+  const sm_synth_shape sh = {"det-moe",
+                             256,
+                             2,
+                             8,
+                             4,
+                             512,
+                             2048,
+                             false,
+                             "qwen3_moe",
+                             32,
+                             "{\"num_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 256, "
+                             "\"norm_topk_prob\": true}"};
+  CHECK(sm_make_synthetic(&sh, 4, 64, dir, false) == SMELT_OK, "synthetic moe: %s", smelt_last_error());
+  smelt_model *m = load(dir, true);
+  CHECK(m != NULL, "load the moe model in deterministic mode");
+  if (m) {
+    static int32_t ids[N_REQ * 37 + 64];
+    uint64_t r = 7;
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+      ids[i] = (int32_t)(((r = r * 6364136223846793005ULL + 1) >> 53) % 2048);
+    req reqs[N_REQ];
+    for (int i = 0; i < N_REQ; i++) {
+      reqs[i].prompt = ids + 37 * i;
+      reqs[i].n_prompt = 6 + (i * 13) % 40;
+      smelt_sampling_default(&reqs[i].sp);
+      reqs[i].sp.temperature = i % 2 ? 0.8f : 0.f;
+      reqs[i].sp.seed = 2000 + (uint64_t)i;
+    }
+    const int di = together_vs_alone(m, reqs);
+    printf("%s deterministic mode, mixture of experts: %d of %d requests differ together vs alone\n", name, di, N_REQ);
+    CHECK(di == 0, "deterministic mode, mixture of experts: %d of %d requests differ", di, N_REQ);
+    smelt_model_free(m);
+  }
+  char f[700];
+  snprintf(f, sizeof f, "%s/config.json", dir);
+  unlink(f);
+  snprintf(f, sizeof f, "%s/model.safetensors", dir);
+  unlink(f);
+  rmdir(dir);
+  rmdir(root);
+}
+
 int main(int argc, char **argv) {
   const char *src = argc > 1 ? argv[1] : ".";
   const char *dev = getenv("SMELT_DET_DEVICE");
@@ -196,6 +250,7 @@ int main(int argc, char **argv) {
     CHECK(fabs(qp / pp - 1) < 5e-3, "deterministic mode moves perplexity by %+.2e", qp / pp - 1);
     smelt_model_free(mi);
   }
+  moe_check(name);
   free(ids);
   free(text);
   TEST_END();

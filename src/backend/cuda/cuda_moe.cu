@@ -293,12 +293,11 @@ static void be_matmul_experts(sm_backend *be, sm_mm_role role, const sm_weight *
   /* batches of many slots not captured for a graph: grouped GEMMs (cu_qmma_experts, or one per chosen
    * expert), which read the routing on the host, so the ops recorded before run first and the rest of the
    * step runs eagerly */
-  if (c->rec && c->n_tokens > GRAPH_MAX_TOKENS && ns > c->t.moe_grp) cu_flush(c);
-  const bool grouped = !c->rec && ns > c->t.moe_grp;
-  if (!grouped && ns > 65535) { /* the row kernel's grid (recorded batches are far smaller) */
-    sm_err(SMELT_ERR_LIMIT, "cuda: matmul_experts: %d slots in a recorded step", ns);
-    return;
-  }
+  /* batch-invariant mode: the row kernel for every batch, as for one token (a grouped GEMM rounds
+   * differently) */
+  const bool inv = c->base.batch_invariant;
+  if (!inv && c->rec && c->n_tokens > GRAPH_MAX_TOKENS && ns > c->t.moe_grp) cu_flush(c);
+  const bool grouped = !inv && !c->rec && ns > c->t.moe_grp;
   if (grouped) {
     /* device: x and y rows in slot order, the order, and the tiles of cu_qmma_experts (16-byte aligned
      * after the order: one tile's room to spare) */

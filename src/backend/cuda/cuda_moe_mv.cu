@@ -102,9 +102,14 @@ __global__ void k_rows(cu_weight w, int64_t rows, const int32_t *ids, int k, con
 
 void cu_rows_matvec(const cu_ctx *cx, const cu_weight *w, int64_t rows, const int32_t *ids, int k, const float *x,
                     bool per_slot, const float *bias, float *y, int n_slots) {
-  if (n_slots <= 0 || rows <= 0) return;
-  const dim3 grid((unsigned)((rows + 7) / 8), (unsigned)n_slots);
-  k_rows<<<grid, 256, 0, cx->s>>>(*w, rows, ids, k, x, per_slot ? 1 : 0, bias, y);
+  if (n_slots <= 0 || rows <= 0 || k <= 0) return;
+  const int step = 65535 - 65535 % k; /* slots a launch (its grid's y), whole tokens */
+  for (int s0 = 0; s0 < n_slots; s0 += step) {
+    const int ns = n_slots - s0 < step ? n_slots - s0 : step;
+    const dim3 grid((unsigned)((rows + 7) / 8), (unsigned)ns);
+    k_rows<<<grid, 256, 0, cx->s>>>(*w, rows, ids ? ids + s0 : NULL, k, x + (int64_t)(per_slot ? s0 : s0 / k) * w->cols,
+                                     per_slot ? 1 : 0, bias, y + (int64_t)s0 * rows);
+  }
 }
 
 
