@@ -54,6 +54,69 @@ static stat3 stats_of(double *v, int n) {
   return s;
 }
 
+/* B sequences of the prompt (each its own rotation of it, so that no two are alike) run together: all
+ * their prompts (*t_pre seconds), then n steps of one token each (*t_dec), greedy on the backend */
+static smelt_status batch_run(sm_engine *e, const int32_t *prompt, int P, int B, int n, int V, double *t_pre,
+                              double *t_dec) {
+  sm_seq **sq = sm_xcalloc((size_t)B, sizeof *sq), **act = sm_xcalloc((size_t)B, sizeof *act);
+  sm_sampler *smp = sm_xcalloc((size_t)B, sizeof *smp), **asmp = sm_xcalloc((size_t)B, sizeof *asmp);
+  int32_t *tok = sm_xcalloc((size_t)B, sizeof *tok), *rot = sm_xmalloc(sizeof(int32_t) * (size_t)P);
+  int *ai = sm_xcalloc((size_t)B, sizeof *ai);
+  uint8_t *done = sm_xcalloc((size_t)B, 1), *fin = sm_xcalloc((size_t)B, 1);
+  smelt_status st = SMELT_OK;
+  for (int b = 0; b < B && !st; b++) {
+    for (int i = 0; i < P; i++) rot[i] = prompt[(i + 7 * b) % P];
+    sm_sampler_init(&smp[b], NULL, V);
+    sq[b] = sm_seq_new(e);
+    st = sq[b] ? sm_seq_append(e, sq[b], rot, P) : SMELT_ERR_OOM;
+  }
+  double t0 = sm_now();
+  for (int left = B; !st && left > 0;) { /* the prompts, in steps of up to max_batch_tokens */
+    int na = 0;
+    for (int b = 0; b < B; b++)
+      if (!fin[b]) {
+        act[na] = sq[b];
+        asmp[na] = &smp[b];
+        ai[na++] = b;
+      }
+    st = sm_engine_step_sample(e, act, na, asmp, tok, NULL, done);
+    for (int k = 0; k < na && !st; k++)
+      if (done[k]) {
+        fin[ai[k]] = 1;
+        left--;
+        st = sm_seq_append(e, sq[ai[k]], &tok[k], 1);
+      }
+  }
+  double t1 = sm_now();
+  for (int b = 0; b < B; b++) {
+    act[b] = sq[b];
+    asmp[b] = &smp[b];
+  }
+  for (int s = 0; s < n && !st; s++) {
+    st = sm_engine_step_sample(e, act, B, asmp, tok, NULL, done);
+    for (int b = 0; b < B && !st; b++) {
+      if (!done[b]) st = sm_err(SMELT_ERR_BACKEND, "bench: a batch decode step left sequence %d unfinished", b);
+      else st = sm_seq_append(e, act[b], &tok[b], 1);
+    }
+  }
+  *t_pre = t1 - t0;
+  *t_dec = sm_now() - t1;
+  for (int b = 0; b < B; b++) {
+    if (sq[b]) sm_seq_free(e, sq[b]);
+    sm_sampler_free(&smp[b]);
+  }
+  free(sq);
+  free(act);
+  free(smp);
+  free(asmp);
+  free(tok);
+  free(rot);
+  free(ai);
+  free(done);
+  free(fin);
+  return st;
+}
+
 static void print_shapes(FILE *f) {
   size_t n;
   const sm_synth_shape *sh = sm_synth_all(&n);
@@ -67,6 +130,7 @@ static void usage(void) {
          "                   [--cpu-mask M] [--numa distribute|isolate|none] [--poll 0..100] [--deterministic]\n"
          "                   [-tp N (split the model over N GPUs, one process each)]\n"
          "                   [-pp N (split its layers in N stages over N GPUs, one process each)]\n"
+         "                   [--batch B (also B sequences at once: their prefill, then decode steps of B tokens)]\n"
          "Synthetic models are random-weight MLX checkpoints written once to --dir (default $TMPDIR).\n"
          "SHAPE: ");
   print_shapes(stdout);
@@ -74,7 +138,9 @@ static void usage(void) {
          "Prints prefill and decode tok/s (with -r N: min / median / max of N timed runs) and decode's\n"
          "ratio to the bandwidth roofline: the backend's measured read bandwidth (CPU: all its threads,\n"
          "a buffer well past the caches) over the weight bytes read per token. Models that fit in the\n"
-         "CPU caches can decode above the DRAM roofline.\n");
+         "CPU caches can decode above the DRAM roofline. With --batch B it also prints the tok/s of B\n"
+         "sequences of the same lengths run together (prefill in steps of up to max(P, B) tokens, then N\n"
+         "steps of one token each), as llama-batched-bench does.\n");
 }
 
 int sm_cmd_bench(int argc, char **argv) {
@@ -98,9 +164,10 @@ int sm_cmd_bench(int argc, char **argv) {
                                      {"deterministic", 0, 0, 'I'},
                                      {"tensor-parallel", 1, 0, 'T'},
                                      {"pipeline-parallel", 1, 0, 'L'},
+                                     {"batch", 1, 0, 'B'},
                                      {0, 0, 0, 0}};
   const char *model = NULL, *synth = NULL, *device = NULL, *sdir = NULL, *ctk = NULL, *ctv = NULL, *cpu_mask = NULL;
-  int bits = 4, gs = 64, P = 512, N = 128, threads = 0, reps = 1, poll = 50, tp = 1, pp = 1, c;
+  int bits = 4, gs = 64, P = 512, N = 128, threads = 0, reps = 1, poll = 50, tp = 1, pp = 1, B = 1, c;
   smelt_numa numa = SMELT_NUMA_NONE;
   bool json = false, ok = true, det = false;
   optind = 1;
@@ -131,6 +198,7 @@ int sm_cmd_bench(int argc, char **argv) {
       case 'I': det = true; break;
       case 'T': ok = opt_int("--tensor-parallel", optarg, 1, 16, &tp); break;
       case 'L': ok = opt_int("--pipeline-parallel", optarg, 1, 16, &pp); break;
+      case 'B': ok = opt_int("--batch", optarg, 1, 1024, &B); break;
       case 'h': usage(); return 0;
       default: return 2;
     }
@@ -207,7 +275,8 @@ int sm_cmd_bench(int argc, char **argv) {
   sm_engine_params_default(&ep);
   sm_cli_engine_env(&ep);
   ep.max_context = P + N + 16;
-  ep.max_batch_tokens = P;
+  ep.max_batch_tokens = P > B ? P : B;
+  ep.max_seqs = B;
   ep.prefix_cache = false;
   sm_engine *e = NULL;
   if ((st = sm_engine_create(m, &ep, &e))) {
@@ -248,20 +317,38 @@ int sm_cmd_bench(int argc, char **argv) {
     pre[r] = P / (t1 - t0);
     dec[r] = N / (t2 - t1);
   }
+  /* --batch: B sequences together, one warm-up round (the batch's shapes) then reps timed */
+  double *bpre = sm_xmalloc(sizeof(double) * (size_t)reps), *bdec = sm_xmalloc(sizeof(double) * (size_t)reps);
+  for (int r = -1; B > 1 && r < reps && !st; r++) {
+    double tp0 = 0, tp1 = 0;
+    st = batch_run(e, prompt, P, B, r < 0 ? 4 : N, V, &tp0, &tp1);
+    if (r >= 0) {
+      bpre[r] = (double)B * P / tp0;
+      bdec[r] = (double)B * N / tp1;
+    }
+  }
   sm_sampler_free(&greedy);
   free(prompt);
   if (st) {
     fprintf(stderr, "smelt bench: %s\n", smelt_last_error());
     free(pre);
     free(dec);
+    free(bpre);
+    free(bdec);
     sm_engine_free(e);
     smelt_model_free(m);
     free(dir);
     return 1;
   }
-  stat3 sp = stats_of(pre, reps), sd = stats_of(dec, reps);
+  stat3 sp = stats_of(pre, reps), sd = stats_of(dec, reps), bp = {0, 0, 0}, bd = {0, 0, 0};
+  if (B > 1) {
+    bp = stats_of(bpre, reps);
+    bd = stats_of(bdec, reps);
+  }
   free(pre);
   free(dec);
+  free(bpre);
+  free(bdec);
   const size_t rss = sm_peak_rss(); /* before the bandwidth probe's buffer */
   /* the roofline: bytes one decode step reads over the backend's measured read bandwidth: the weights
    * and the K/V rows of every position before it (on average P + N / 2; full attention in every
@@ -298,6 +385,13 @@ int sm_cmd_bench(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "peak_rss", (double)rss);
     cJSON_AddNumberToObject(j, "tensor_parallel", info.tensor_parallel);
     cJSON_AddNumberToObject(j, "pipeline_parallel", info.pipeline_parallel);
+    if (B > 1) {
+      cJSON_AddNumberToObject(j, "batch", B);
+      cJSON_AddNumberToObject(j, "batch_prefill_tok_s", bp.med);
+      cJSON_AddNumberToObject(j, "batch_decode_tok_s", bd.med);
+      cJSON_AddNumberToObject(j, "batch_decode_tok_s_min", bd.min);
+      cJSON_AddNumberToObject(j, "batch_decode_tok_s_max", bd.max);
+    }
     char *txt = cJSON_PrintUnformatted(j);
     printf("%s\n", txt);
     free(txt);
@@ -330,6 +424,9 @@ int sm_cmd_bench(int argc, char **argv) {
     else
       printf("roofline   %.1f MB of weights + %.1f MB of KV per token; bandwidth unknown\n", per_tok / 1e6,
              kv_tok / 1e6);
+    if (B > 1)
+      printf("batch      %d sequences: prefill %.1f tok/s, decode %.2f tok/s in all (%.2f ms a step of %d tokens)%s\n",
+             B, bp.med, bd.med, 1000.0 * B / bd.med, B, reps > 1 ? ", medians" : "");
     printf("memory     peak RSS %.1f MiB\n", rss / 1048576.0);
   }
   sm_engine_free(e);

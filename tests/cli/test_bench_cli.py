@@ -5,6 +5,7 @@
     roofline_ratio = decode_tok_s / roofline_tok_s (recomputed here);
   - decode of this tiny model stays under the bandwidth roofline (ratio <= 1);
   - -r 3: min <= median <= max, and the text output prints the three;
+  - --batch 3: the JSON's batch figures (positive, min <= median <= max) and the text output's batch line;
   - bad input (-t abc, -r 0, -ctk q5_1, -ctk f16 -ctv f32, an unknown SMELT_CPU_ISA) exits non-zero with a
     message naming it.
 
@@ -68,7 +69,22 @@ check(rc == 0, "text output: exit %d: %s" % (rc, err))
 check("2 threads" in out, "text output names the threads: %s" % out)
 check("median of 3 runs" in out and "% of roofline" in out, "text output: %s" % out)
 
-for args, env, word in ((["-t", "abc"], None, "-t"), (["-r", "0"], None, "-r"),
+rc, out, err = bench("-t", "2", "-r", "3", "--batch", "3", "--json")
+check(rc == 0, "--batch 3: exit %d: %s" % (rc, err))
+if rc == 0:
+    j = json.loads(out)
+    check(j.get("batch") == 3, "--batch 3: batch %s" % j.get("batch"))
+    check(j.get("batch_prefill_tok_s", 0) > 0, "--batch 3: batch prefill %s" % j.get("batch_prefill_tok_s"))
+    check(0 < j.get("batch_decode_tok_s_min", 0) <= j.get("batch_decode_tok_s", 0) <= j.get("batch_decode_tok_s_max", 0),
+          "--batch 3: batch decode min/median/max %s %s %s" % (j.get("batch_decode_tok_s_min"),
+                                                              j.get("batch_decode_tok_s"), j.get("batch_decode_tok_s_max")))
+rc, out, err = bench("-t", "1", "--batch", "2")
+check(rc == 0 and "batch      2 sequences" in out, "--batch 2 text output: exit %d: %s %s" % (rc, out, err))
+rc, out, err = bench("-t", "1")
+check(rc == 0 and "batch " not in out, "no --batch: a batch line: %s" % out)
+
+for args, env, word in ((["--batch", "0"], None, "--batch"), (["--batch", "5000"], None, "--batch"),
+                        (["-t", "abc"], None, "-t"), (["-r", "0"], None, "-r"),
                         (["-ctk", "q5_1"], None, "q5_1"), (["-ctk", "f16", "-ctv", "f32"], None, "--cache-type-v f32"),
                         (["-t", "1"], {"SMELT_CPU_ISA": "sse9"}, "SMELT_CPU_ISA")):
     rc, out, err = bench(*args, env=env)
