@@ -201,10 +201,11 @@ static void att_span(const att_ctx *a, const att_rows *r, att_buf *b, int32_t p0
       pp[nv++] = c0 + j;
     }
     /* K/V rows of one head are short pieces (hd floats) spread over the cache blocks with a
-     * stride of n_kv_heads*hd: prefetch the next chunk's rows while this one is computed */
+     * stride of n_kv_heads*hd: prefetch the next chunk's rows while this one is computed, also past
+     * this span (a segment is one chunk) within the rows' key range */
     const int32_t c1 = c0 + ATT_CHUNK;
-    if (c1 <= p1) {
-      const int np1 = p1 - c1 + 1 < ATT_CHUNK ? p1 - c1 + 1 : ATT_CHUNK;
+    if (c1 <= r->phi) {
+      const int np1 = r->phi - c1 + 1 < ATT_CHUNK ? r->phi - c1 + 1 : ATT_CHUNK;
       kv_slots(c, kv, r->sq, c1, np1, sln);
       for (int j = 0; j < np1; j++) {
         if (sln[j] < 0) continue;
