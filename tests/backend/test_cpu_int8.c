@@ -4,7 +4,8 @@
  *    unpackers) for every bit width, group size and scale dtype, rows not a multiple of 16;
  *  - activation quantization: the vector quantizer equals the scalar one exactly (zero groups,
  *    large and tiny values);
- *  - matmuls: for n = 1 (decode matvec) and batches (VNNI GEMM; AMX GEMM where the CPU has it,
+ *  - matmuls: for n = 1 (decode matvec) and batches (up to SMELT_CPU_MVN_MAX tokens the streaming
+ *    matvec of 2-4 tokens at a time with AVX-512 VNNI; the VNNI GEMM; AMX GEMM where the CPU has it,
  *    skipped elsewhere) the backend's output equals sm_cpu_i8_ref, the scalar canonical
  *    computation on the original weight, bit for bit, with 1..4 threads;
  *  - batch invariance: each token's output is the same alone, in batches of any size and at any

@@ -19,6 +19,7 @@ typedef struct {
   int pf;        /* software prefetch distance of the packed decode matvec (bytes; 0 off) */
   int invariant; /* 1: float-path matmuls run the GEMM at every batch size (batch-invariant) */
   int mv_chunks; /* work chunks per thread of the packed decode matvec; 0: one static share each */
+  int mvn_max;   /* most tokens of a packed matmul on the streaming matvec (4 at a time) rather than the GEMM */
   int huge;      /* 1: packed weights and the probe buffer on transparent huge pages */
   int stats;     /* 1: the pool's time statistics, printed when the backend is destroyed */
 } cpu_tuning;

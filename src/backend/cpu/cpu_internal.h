@@ -195,6 +195,9 @@ bool sm_i8avx512_ok(void);
 void sm_i8avx512_quant(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum);
 /* one token (a->n == 1): y[r] for the rows of row blocks [rb0, rb1) (y indexed from 0 = row 0) */
 void sm_i8avx512_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
+/* 2 to 4 tokens (a->n): y[t][r] (row stride rows) for the rows of row blocks [rb0, rb1), each token's
+ * the bits of the one-token matvec */
+void sm_i8avx512_matvec_n(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
 /* unpack row block rb (vectorized sm_cpu_unpack_rb_ref) */
 void sm_i8avx512_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
 /* tokens [t0, t1) against one unpacked row block rb: y[t][rb*16 + i] (row stride ldy = rows,
@@ -214,7 +217,7 @@ void sm_i8avxvnni_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y)
 void sm_i8avxvnni_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
 void sm_i8avxvnni_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0,
                        int t1, float *y, int64_t ldy);
-/* a set of the four, by CPU */
+/* a set of them, by CPU */
 typedef struct {
   const char *name; /* "avx512vnni", "avxvnni", "avx2" */
   void (*quant)(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum);
@@ -222,6 +225,8 @@ typedef struct {
   void (*unpack)(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
   void (*gemm)(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
                float *y, int64_t ldy);
+  /* 2 to 4 tokens streaming the packed blocks (NULL: batches take the GEMM) */
+  void (*matvec_n)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
 } sm_i8_kern;
 /* the int8 kernels that go with the float kernel set k on this CPU; NULL: none */
 const sm_i8_kern *sm_i8_kernels_for(const sm_cpu_kern *k);

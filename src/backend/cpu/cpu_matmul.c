@@ -105,11 +105,11 @@ static void matmul_unpacked(sm_backend *be, const sm_weight *w, const float *x, 
 }
 
 /* ---------------- packed int8 path ---------------- */
-static const sm_i8_kern i8_avx512 = {"avx512vnni", sm_i8avx512_quant, sm_i8avx512_matvec, sm_i8avx512_unpack,
-                                     sm_i8avx512_gemm};
-static const sm_i8_kern i8_avxvnni = {"avxvnni", sm_i8avxvnni_quant, sm_i8avxvnni_matvec, sm_i8avxvnni_unpack,
-                                      sm_i8avxvnni_gemm};
-static const sm_i8_kern i8_avx2 = {"avx2", sm_i8avx2_quant, sm_i8avx2_matvec, sm_i8avx2_unpack, sm_i8avx2_gemm};
+static const sm_i8_kern i8_avx512 = {"avx512vnni",       sm_i8avx512_quant, sm_i8avx512_matvec,
+                                     sm_i8avx512_unpack, sm_i8avx512_gemm,  sm_i8avx512_matvec_n};
+static const sm_i8_kern i8_avxvnni = {"avxvnni",           sm_i8avxvnni_quant, sm_i8avxvnni_matvec,
+                                      sm_i8avxvnni_unpack, sm_i8avxvnni_gemm,  NULL};
+static const sm_i8_kern i8_avx2 = {"avx2", sm_i8avx2_quant, sm_i8avx2_matvec, sm_i8avx2_unpack, sm_i8avx2_gemm, NULL};
 const sm_i8_kern *sm_i8_kernels_for(const sm_cpu_kern *k) {
   if (k == &sm_cpu_kern_avx512 && sm_i8avx512_ok()) return &i8_avx512;
   if (k == &sm_cpu_kern_avx512 || k == &sm_cpu_kern_avx2) {
@@ -141,6 +141,7 @@ static void quant_range(void *v, size_t t0, size_t t1) {
 
 typedef struct {
   const sm_i8_kern *ik;
+  void (*mv)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y); /* ik's matvec or matvec_n */
   sm_i8_arg a;
   float *y;
   int64_t chunk;
@@ -151,13 +152,13 @@ static void pmv_job(void *v, int tid, int nth) {
   pmv_ctx *m = v;
   const int64_t nrb = m->a.p->nrb;
   if (m->stat) {
-    m->ik->matvec(&m->a, nrb * tid / nth, nrb * (tid + 1) / nth, m->y);
+    m->mv(&m->a, nrb * tid / nth, nrb * (tid + 1) / nth, m->y);
     return;
   }
   for (;;) {
     int64_t rb0 = atomic_fetch_add_explicit(&m->next, m->chunk, memory_order_relaxed);
     if (rb0 >= nrb) break;
-    m->ik->matvec(&m->a, rb0, rb0 + m->chunk < nrb ? rb0 + m->chunk : nrb, m->y);
+    m->mv(&m->a, rb0, rb0 + m->chunk < nrb ? rb0 + m->chunk : nrb, m->y);
   }
 }
 
@@ -215,13 +216,25 @@ static void matmul_packed(cpu_be *c, const sm_cpu_packed *p, const float *x, int
   quant_ctx q = {x, K, p->gs, c};
   sm_cpu_pfor(c, (size_t)n, (size_t)K * 4, quant_range, &q);
   sm_i8_arg a = {.p = p, .xq = c->pxq, .xs = c->pxs, .xsum = c->pxsum, .n = n, .pf = c->tune.pf};
-  if (n == 1) {
-    pmv_ctx m = {.ik = c->ik, .a = a, .y = y, .stat = c->numa || c->tune.mv_chunks == 0};
+  /* one token: the decode matvec; up to tuning mvn_max tokens (fewer than take AMX): the blocks streamed
+   * once for every 4 of them (the same bits); more: the GEMM on unpacked row blocks */
+  if (n == 1 || (c->ik->matvec_n && n <= c->tune.mvn_max && !(c->amx && n >= c->tune.amx_min_n))) {
+    pmv_ctx m = {.ik = c->ik, .y = y, .stat = c->numa || c->tune.mv_chunks == 0};
     const int64_t per = p->nrb / ((int64_t)c->nth * (c->tune.mv_chunks ? c->tune.mv_chunks : 1));
     m.chunk = per > 0 ? per : 1;
-    atomic_init(&m.next, 0);
-    if (c->nth == 1 || p->rows * K < PAR_MIN_ELEMS) pmv_job(&m, 0, 1);
-    else sm_pool_run(c->pool, pmv_job, &m);
+    for (int t0 = 0; t0 < n; t0 += 4) {
+      const int nt = n - t0 < 4 ? n - t0 : 4;
+      m.a = a;
+      m.a.n = nt;
+      m.a.xq = a.xq + (size_t)t0 * (size_t)K;
+      m.a.xs = a.xs + (size_t)t0 * (size_t)ng;
+      m.a.xsum = a.xsum + (size_t)t0 * (size_t)ng;
+      m.mv = nt == 1 ? c->ik->matvec : c->ik->matvec_n;
+      m.y = y + (size_t)t0 * (size_t)p->rows;
+      atomic_init(&m.next, 0);
+      if (c->nth == 1 || p->rows * K * nt < PAR_MIN_ELEMS) pmv_job(&m, 0, 1);
+      else sm_pool_run(c->pool, pmv_job, &m);
+    }
     return;
   }
   /* per-thread unpacked row blocks */

@@ -156,6 +156,85 @@ AI void mv_t(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y, const int B
   }
 }
 
+/* 2 to 4 tokens (a->n) against packed row blocks, each super block unpacked once for all of them: y[t][r]
+ * (row stride rows). Each token's operations and their order are mv_t's, so the same bits as alone. */
+AI void mvn_t(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y, const int BITS, const int DT, const int NT) {
+  const sm_cpu_packed *p = a->p;
+  const int gs = p->gs, es = DT == SM_DT_F32 ? 4 : 2, nsb = gs / 32;
+  const int64_t ng = p->ng, K = p->cols;
+  const size_t gb = p->gbytes;
+  const int pf = a->pf;
+  for (int64_t rb = rb0; rb < rb1; rb++) {
+    const uint8_t *s = p->data + (size_t)rb * p->rbbytes;
+    __m512 acc[4], bacc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = bacc[t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++, s += gb) {
+      if (pf)
+        for (size_t o = 0; o < gb; o += 64) _mm_prefetch((const char *)s + pf + o, _MM_HINT_T0);
+      const __m512 sc = ld_sc(s, DT), bi = ld_sc(s + 16 * es, DT);
+      const uint8_t *d = s + 32 * es;
+      __m512i i0[4], i1[4];
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; t++) i0[t] = i1[t] = _mm512_setzero_si512();
+      for (int sb = 0; sb < nsb; sb++) {
+        __m512i Q[8];
+        unpack_sb(d + (size_t)sb * 64 * BITS, Q, BITS);
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v += 2)
+#pragma GCC unroll 4
+          for (int t = 0; t < NT; t++) {
+            const int8_t *xg = a->xq + (size_t)t * (size_t)K + g * gs + sb * 32 + 4 * v;
+            i0[t] = _mm512_dpbusd_epi32(i0[t], Q[v], bcast4(xg));
+            i1[t] = _mm512_dpbusd_epi32(i1[t], Q[v + 1], bcast4(xg + 4));
+          }
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; t++) {
+        const __m512 c = _mm512_mul_ps(sc, _mm512_set1_ps(a->xs[(size_t)t * (size_t)ng + (size_t)g]));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0[t], i1[t])), c, acc[t]);
+        bacc[t] = _mm512_fmadd_ps(bi, _mm512_set1_ps(a->xsum[(size_t)t * (size_t)ng + (size_t)g]), bacc[t]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++)
+      _mm512_mask_storeu_ps(y + (size_t)t * (size_t)p->rows + rb * 16, row_mask(p->rows, rb),
+                            _mm512_add_ps(acc[t], bacc[t]));
+  }
+}
+#define MVN_DT(B, NT) \
+  switch (a->p->sdt) { \
+    case SM_DT_F16: mvn_t(a, rb0, rb1, y, B, SM_DT_F16, NT); break; \
+    case SM_DT_BF16: mvn_t(a, rb0, rb1, y, B, SM_DT_BF16, NT); break; \
+    default: mvn_t(a, rb0, rb1, y, B, SM_DT_F32, NT); break; \
+  }
+#define MVN(B) \
+  static void mvn_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { \
+    if (a->n == 2) { \
+      MVN_DT(B, 2) \
+    } else if (a->n == 3) { \
+      MVN_DT(B, 3) \
+    } else { \
+      MVN_DT(B, 4) \
+    } \
+  }
+MVN(2)
+MVN(3)
+MVN(4)
+MVN(5)
+MVN(6)
+MVN(8)
+void sm_i8avx512_matvec_n(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {
+  switch (a->p->bits) {
+    case 2: mvn_q2(a, rb0, rb1, y); break;
+    case 3: mvn_q3(a, rb0, rb1, y); break;
+    case 4: mvn_q4(a, rb0, rb1, y); break;
+    case 5: mvn_q5(a, rb0, rb1, y); break;
+    case 6: mvn_q6(a, rb0, rb1, y); break;
+    default: mvn_q8(a, rb0, rb1, y); break;
+  }
+}
+
 #define MV(B) \
   static void mv_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { \
     switch (a->p->sdt) { \
@@ -288,6 +367,12 @@ void sm_i8avx512_quant(const float *x, int64_t K, int gs, int t0, int t1, int8_t
   (void)xsum;
 }
 void sm_i8avx512_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {
+  (void)a;
+  (void)rb0;
+  (void)rb1;
+  (void)y;
+}
+void sm_i8avx512_matvec_n(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {
   (void)a;
   (void)rb0;
   (void)rb1;
