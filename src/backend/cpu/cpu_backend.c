@@ -94,8 +94,8 @@ static const sm_tune_entry cpu_tune[] = {
    64,
    0,
    "most tokens of a packed int8 matmul that stream its row blocks once every 4 tokens (the one-token kernel's "
-   "arithmetic) instead of the GEMM on unpacked blocks (AVX-512 VNNI; AMX from SMELT_CPU_AMX_MIN_N tokens "
-   "still); 0: the GEMM from 2 tokens (same results)",
+   "arithmetic) instead of the GEMM on unpacked blocks (AMX from SMELT_CPU_AMX_MIN_N tokens still); 0: the "
+   "GEMM from 2 tokens (same results)",
    {{0, 0}},
    NULL},
   {"SMELT_CPU_STATS",

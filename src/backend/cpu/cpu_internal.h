@@ -204,16 +204,18 @@ void sm_i8avx512_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *S
  * valid rows only) */
 void sm_i8avx512_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0,
                       int t1, float *y, int64_t ldy);
-/* The same four for CPUs without AVX-512 VNNI (kern_i8_avx2.c; with AVX-VNNI kern_i8_avxvnni.c) */
+/* The same for CPUs without AVX-512 VNNI (kern_i8_avx2.c; with AVX-VNNI kern_i8_avxvnni.c) */
 bool sm_i8avx2_ok(void);
 void sm_i8avx2_quant(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum);
 void sm_i8avx2_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
+void sm_i8avx2_matvec_n(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
 void sm_i8avx2_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
 void sm_i8avx2_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
                     float *y, int64_t ldy);
 bool sm_i8avxvnni_ok(void);
 void sm_i8avxvnni_quant(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, float *xs, float *xsum);
 void sm_i8avxvnni_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
+void sm_i8avxvnni_matvec_n(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
 void sm_i8avxvnni_unpack(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
 void sm_i8avxvnni_gemm(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0,
                        int t1, float *y, int64_t ldy);
@@ -225,7 +227,7 @@ typedef struct {
   void (*unpack)(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI);
   void (*gemm)(const sm_i8_arg *a, const uint8_t *U, const float *SC, const float *BI, int64_t rb, int t0, int t1,
                float *y, int64_t ldy);
-  /* 2 to 4 tokens streaming the packed blocks (NULL: batches take the GEMM) */
+  /* 2 to 4 tokens streaming the packed blocks */
   void (*matvec_n)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y);
 } sm_i8_kern;
 /* the int8 kernels that go with the float kernel set k on this CPU; NULL: none */

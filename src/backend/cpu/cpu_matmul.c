@@ -108,8 +108,9 @@ static void matmul_unpacked(sm_backend *be, const sm_weight *w, const float *x, 
 static const sm_i8_kern i8_avx512 = {"avx512vnni",       sm_i8avx512_quant, sm_i8avx512_matvec,
                                      sm_i8avx512_unpack, sm_i8avx512_gemm,  sm_i8avx512_matvec_n};
 static const sm_i8_kern i8_avxvnni = {"avxvnni",           sm_i8avxvnni_quant, sm_i8avxvnni_matvec,
-                                      sm_i8avxvnni_unpack, sm_i8avxvnni_gemm,  NULL};
-static const sm_i8_kern i8_avx2 = {"avx2", sm_i8avx2_quant, sm_i8avx2_matvec, sm_i8avx2_unpack, sm_i8avx2_gemm, NULL};
+                                      sm_i8avxvnni_unpack, sm_i8avxvnni_gemm,  sm_i8avxvnni_matvec_n};
+static const sm_i8_kern i8_avx2 = {"avx2",           sm_i8avx2_quant, sm_i8avx2_matvec,
+                                   sm_i8avx2_unpack, sm_i8avx2_gemm,  sm_i8avx2_matvec_n};
 const sm_i8_kern *sm_i8_kernels_for(const sm_cpu_kern *k) {
   if (k == &sm_cpu_kern_avx512 && sm_i8avx512_ok()) return &i8_avx512;
   if (k == &sm_cpu_kern_avx512 || k == &sm_cpu_kern_avx2) {
@@ -217,7 +218,8 @@ static void matmul_packed(cpu_be *c, const sm_cpu_packed *p, const float *x, int
   sm_cpu_pfor(c, (size_t)n, (size_t)K * 4, quant_range, &q);
   sm_i8_arg a = {.p = p, .xq = c->pxq, .xs = c->pxs, .xsum = c->pxsum, .n = n, .pf = c->tune.pf};
   /* one token: the decode matvec; up to tuning mvn_max tokens (fewer than take AMX): the blocks streamed
-   * once for every 4 of them (the same bits); more: the GEMM on unpacked row blocks */
+   * once for every 4 of them (AVX2: 2 a decode of the codes; the same bits); more: the GEMM on unpacked
+   * row blocks */
   if (n == 1 || (c->ik->matvec_n && n <= c->tune.mvn_max && !(c->amx && n >= c->tune.amx_min_n))) {
     pmv_ctx m = {.ik = c->ik, .y = y, .stat = c->numa || c->tune.mv_chunks == 0};
     const int64_t per = p->nrb / ((int64_t)c->nth * (c->tune.mv_chunks ? c->tune.mv_chunks : 1));

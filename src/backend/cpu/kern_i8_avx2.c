@@ -168,6 +168,53 @@ AI void mv_t(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y, const int B
   }
 }
 
+/* two tokens (xq, xs, xsum of token 0 at a's, token 1 a row after) into y0 and y1: each row block's
+ * codes decoded once for both, each token's operations mv_t's (the same bits) */
+AI void mv2_t(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y0, float *y1, const int BITS, const int DT) {
+  const sm_cpu_packed *p = a->p;
+  const int gs = p->gs, es = DT == SM_DT_F32 ? 4 : 2;
+  const int64_t K = p->cols, ng = p->ng;
+  for (int64_t rb = rb0; rb < rb1; rb++) {
+    const uint8_t *s = p->data + (size_t)rb * p->rbbytes;
+    __m256 acc[2][2], bacc[2][2];
+    for (int t = 0; t < 2; t++) acc[t][0] = acc[t][1] = bacc[t][0] = bacc[t][1] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; g++, s += p->gbytes) {
+      if (a->pf)
+        for (size_t o = 0; o < p->gbytes; o += 64) _mm_prefetch((const char *)s + a->pf + o, _MM_HINT_T0);
+      const uint8_t *d = s + 32 * es;
+      const int8_t *x0 = a->xq + g * gs, *x1 = x0 + K;
+      __m256i i00 = _mm256_setzero_si256(), i01 = i00, i10 = i00, i11 = i00;
+      for (int sb = 0; sb < gs / 32; sb++) {
+        const uint8_t *src = d + (size_t)sb * 64 * BITS;
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) {
+          const __m256i q0 = quad(src, v, 0, BITS), q1 = quad(src, v, 1, BITS);
+          const __m256i xa = bcast4(x0 + sb * 32 + 4 * v), xb = bcast4(x1 + sb * 32 + 4 * v);
+          i00 = dot(i00, q0, xa, BITS);
+          i01 = dot(i01, q1, xa, BITS);
+          i10 = dot(i10, q0, xb, BITS);
+          i11 = dot(i11, q1, xb, BITS);
+        }
+      }
+      const __m256 s0 = ld_sc(s, 0, DT), s1 = ld_sc(s, 1, DT), b0 = ld_sc(s + 16 * es, 0, DT),
+                   b1 = ld_sc(s + 16 * es, 1, DT);
+      for (int t = 0; t < 2; t++) {
+        const __m256 xs = _mm256_set1_ps(a->xs[(size_t)t * (size_t)ng + (size_t)g]),
+                     xm = _mm256_set1_ps(a->xsum[(size_t)t * (size_t)ng + (size_t)g]);
+        acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t ? i10 : i00), _mm256_mul_ps(s0, xs), acc[t][0]);
+        acc[t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t ? i11 : i01), _mm256_mul_ps(s1, xs), acc[t][1]);
+        bacc[t][0] = _mm256_fmadd_ps(b0, xm, bacc[t][0]);
+        bacc[t][1] = _mm256_fmadd_ps(b1, xm, bacc[t][1]);
+      }
+    }
+    for (int h = 0; h < 2; h++)
+      if (rb * 16 + 8 * h < p->rows) {
+        store_rows(y0 + rb * 16 + 8 * h, _mm256_add_ps(acc[0][h], bacc[0][h]), p->rows, rb, h);
+        store_rows(y1 + rb * 16 + 8 * h, _mm256_add_ps(acc[1][h], bacc[1][h]), p->rows, rb, h);
+      }
+  }
+}
+
 /* ---- batches: unpack a row block, then 2 tokens x 16 rows a step ---- */
 AI void unpack_t(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI, const int BITS, const int DT) {
   const int gs = p->gs, es = DT == SM_DT_F32 ? 4 : 2;
@@ -250,6 +297,25 @@ AI void gemm_t(const sm_i8_arg *a, const uint8_t *U, const float *SC, const floa
     const sm_cpu_packed *p = a->p; \
     DT_SWITCH(mv_t(a, rb0, rb1, y, B, DT)) \
   } \
+  static void mvn_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { \
+    const sm_cpu_packed *p = a->p; \
+    int t = 0; \
+    for (; t + 2 <= a->n; t += 2) { \
+      sm_i8_arg b = *a; \
+      b.xq += (size_t)t * (size_t)p->cols; \
+      b.xs += (size_t)t * (size_t)p->ng; \
+      b.xsum += (size_t)t * (size_t)p->ng; \
+      float *yt = y + (size_t)t * (size_t)p->rows; \
+      DT_SWITCH(mv2_t(&b, rb0, rb1, yt, yt + p->rows, B, DT)) \
+    } \
+    if (t < a->n) { \
+      sm_i8_arg b = *a; \
+      b.xq += (size_t)t * (size_t)p->cols; \
+      b.xs += (size_t)t * (size_t)p->ng; \
+      b.xsum += (size_t)t * (size_t)p->ng; \
+      DT_SWITCH(mv_t(&b, rb0, rb1, y + (size_t)t * (size_t)p->rows, B, DT)) \
+    } \
+  } \
   static void unp_q##B(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI) { \
     DT_SWITCH(unpack_t(p, rb, U, SC, BI, B, DT)) \
   } \
@@ -278,6 +344,10 @@ BITS_FNS(8)
 void I8(matvec)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {
   const int bits = a->p->bits;
   BITS_SWITCH(mv, a, rb0, rb1, y)
+}
+void I8(matvec_n)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {
+  const int bits = a->p->bits;
+  BITS_SWITCH(mvn, a, rb0, rb1, y)
 }
 void I8(unpack)(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI) {
   const int bits = p->bits;
@@ -308,6 +378,12 @@ void I8(quant)(const float *x, int64_t K, int gs, int t0, int t1, int8_t *xq, fl
   (void)xsum;
 }
 void I8(matvec)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {
+  (void)a;
+  (void)rb0;
+  (void)rb1;
+  (void)y;
+}
+void I8(matvec_n)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {
   (void)a;
   (void)rb0;
   (void)rb1;
