@@ -125,6 +125,18 @@ static int together_vs_alone(smelt_model *m, const req *reqs) {
   return diff;
 }
 
+/* N_REQ requests over ids: prompts of 6 to 45 tokens 37 apart, even ones greedy, odd ones at temperature
+ * 0.8 with seeds from seed0 */
+static void make_reqs(req *reqs, const int32_t *ids, uint64_t seed0) {
+  for (int i = 0; i < N_REQ; i++) {
+    reqs[i].prompt = ids + 37 * i;
+    reqs[i].n_prompt = 6 + (i * 13) % 40;
+    smelt_sampling_default(&reqs[i].sp);
+    reqs[i].sp.temperature = i % 2 ? 0.8f : 0.f;
+    reqs[i].sp.seed = seed0 + (uint64_t)i;
+  }
+}
+
 /* deterministic mode on a random 4-bit qwen3_moe (8 experts, 2 a token): requests together and alone */
 static void moe_check(const char *name) {
   char root[] = "/tmp/smelt-det-XXXXXX";
@@ -152,13 +164,7 @@ static void moe_check(const char *name) {
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
       ids[i] = (int32_t)(((r = r * 6364136223846793005ULL + 1) >> 53) % 2048);
     req reqs[N_REQ];
-    for (int i = 0; i < N_REQ; i++) {
-      reqs[i].prompt = ids + 37 * i;
-      reqs[i].n_prompt = 6 + (i * 13) % 40;
-      smelt_sampling_default(&reqs[i].sp);
-      reqs[i].sp.temperature = i % 2 ? 0.8f : 0.f;
-      reqs[i].sp.seed = 2000 + (uint64_t)i;
-    }
+    make_reqs(reqs, ids, 2000);
     const int di = together_vs_alone(m, reqs);
     printf("%s deterministic mode, mixture of experts: %d of %d requests differ together vs alone\n", name, di, N_REQ);
     CHECK(di == 0, "deterministic mode, mixture of experts: %d of %d requests differ", di, N_REQ);
@@ -208,13 +214,7 @@ int main(int argc, char **argv) {
     TEST_END();
   }
   req reqs[N_REQ];
-  for (int i = 0; i < N_REQ; i++) {
-    reqs[i].prompt = ids + 37 * i;
-    reqs[i].n_prompt = 6 + (i * 13) % 40;
-    smelt_sampling_default(&reqs[i].sp);
-    reqs[i].sp.temperature = i % 2 ? 0.8f : 0.f;
-    reqs[i].sp.seed = 1000 + (uint64_t)i;
-  }
+  make_reqs(reqs, ids, 1000);
   char name[32];
   snprintf(name, sizeof name, "%s (KV %s)", g_cuda ? "cuda" : "cpu", smelt_kv_type_name(g_kv));
 
