@@ -122,42 +122,10 @@ AI __mmask16 row_mask(int64_t rows, int64_t rb) {
   return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
 }
 
-/* ---- decode: one token against packed row blocks ---- */
-AI void mv_t(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y, const int BITS, const int DT) {
-  const sm_cpu_packed *p = a->p;
-  const int gs = p->gs, es = DT == SM_DT_F32 ? 4 : 2, nsb = gs / 32;
-  const int64_t ng = p->ng;
-  const size_t gb = p->gbytes;
-  const int pf = a->pf;
-  for (int64_t rb = rb0; rb < rb1; rb++) {
-    const uint8_t *s = p->data + (size_t)rb * p->rbbytes;
-    __m512 acc = _mm512_setzero_ps(), bacc = _mm512_setzero_ps();
-    for (int64_t g = 0; g < ng; g++, s += gb) {
-      if (pf)
-        for (size_t o = 0; o < gb; o += 64) _mm_prefetch((const char *)s + pf + o, _MM_HINT_T0);
-      const __m512 sc = ld_sc(s, DT), bi = ld_sc(s + 16 * es, DT);
-      const uint8_t *d = s + 32 * es;
-      const int8_t *xg = a->xq + g * gs;
-      __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
-      for (int sb = 0; sb < nsb; sb++) {
-        __m512i Q[8];
-        unpack_sb(d + (size_t)sb * 64 * BITS, Q, BITS);
-#pragma GCC unroll 8
-        for (int v = 0; v < 8; v += 2) {
-          i0 = _mm512_dpbusd_epi32(i0, Q[v], bcast4(xg + sb * 32 + 4 * v));
-          i1 = _mm512_dpbusd_epi32(i1, Q[v + 1], bcast4(xg + sb * 32 + 4 * v + 4));
-        }
-      }
-      const __m512 c = _mm512_mul_ps(sc, _mm512_set1_ps(a->xs[g]));
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), c, acc);
-      bacc = _mm512_fmadd_ps(bi, _mm512_set1_ps(a->xsum[g]), bacc);
-    }
-    _mm512_mask_storeu_ps(y + rb * 16, row_mask(p->rows, rb), _mm512_add_ps(acc, bacc));
-  }
-}
-
-/* 2 to 4 tokens (a->n) against packed row blocks, each super block unpacked once for all of them: y[t][r]
- * (row stride rows). Each token's operations and their order are mv_t's, so the same bits as alone. */
+/* ---- decode: one to four tokens against packed row blocks ---- */
+/* NT tokens (1 to 4) against packed row blocks, each super block unpacked once for all of them: y[t][r]
+ * (row stride rows); each token's operations and their order do not depend on NT (the same bits alone
+ * and in a batch) */
 AI void mvn_t(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y, const int BITS, const int DT, const int NT) {
   const sm_cpu_packed *p = a->p;
   const int gs = p->gs, es = DT == SM_DT_F32 ? 4 : 2, nsb = gs / 32;
@@ -236,13 +204,7 @@ void sm_i8avx512_matvec_n(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y
 }
 
 #define MV(B) \
-  static void mv_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { \
-    switch (a->p->sdt) { \
-      case SM_DT_F16: mv_t(a, rb0, rb1, y, B, SM_DT_F16); break; \
-      case SM_DT_BF16: mv_t(a, rb0, rb1, y, B, SM_DT_BF16); break; \
-      default: mv_t(a, rb0, rb1, y, B, SM_DT_F32); break; \
-    } \
-  }
+  static void mv_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { MVN_DT(B, 1) }
 MV(2)
 MV(3)
 MV(4)
