@@ -135,83 +135,54 @@ AI void store_rows(float *y, __m256 v, int64_t rows, int64_t rb, int h) {
   for (int64_t i = 0; i < n; i++) y[i] = t[i];
 }
 
-/* ---- decode ---- */
-AI void mv_t(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y, const int BITS, const int DT) {
-  const sm_cpu_packed *p = a->p;
-  const int gs = p->gs, es = DT == SM_DT_F32 ? 4 : 2;
-  for (int64_t rb = rb0; rb < rb1; rb++) {
-    const uint8_t *s = p->data + (size_t)rb * p->rbbytes;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, bacc[2] = {acc[0], acc[0]};
-    for (int64_t g = 0; g < p->ng; g++, s += p->gbytes) {
-      if (a->pf)
-        for (size_t o = 0; o < p->gbytes; o += 64) _mm_prefetch((const char *)s + a->pf + o, _MM_HINT_T0);
-      const uint8_t *d = s + 32 * es;
-      const int8_t *xg = a->xq + g * gs;
-      __m256i i0 = _mm256_setzero_si256(), i1 = i0;
-      for (int sb = 0; sb < gs / 32; sb++) {
-        const uint8_t *src = d + (size_t)sb * 64 * BITS;
-#pragma GCC unroll 8
-        for (int v = 0; v < 8; v++) {
-          const __m256i x = bcast4(xg + sb * 32 + 4 * v);
-          i0 = dot(i0, quad(src, v, 0, BITS), x, BITS);
-          i1 = dot(i1, quad(src, v, 1, BITS), x, BITS);
-        }
-      }
-      const __m256 xs = _mm256_set1_ps(a->xs[g]), xm = _mm256_set1_ps(a->xsum[g]);
-      acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(ld_sc(s, 0, DT), xs), acc[0]);
-      acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(ld_sc(s, 1, DT), xs), acc[1]);
-      bacc[0] = _mm256_fmadd_ps(ld_sc(s + 16 * es, 0, DT), xm, bacc[0]);
-      bacc[1] = _mm256_fmadd_ps(ld_sc(s + 16 * es, 1, DT), xm, bacc[1]);
-    }
-    for (int h = 0; h < 2; h++)
-      if (rb * 16 + 8 * h < p->rows) store_rows(y + rb * 16 + 8 * h, _mm256_add_ps(acc[h], bacc[h]), p->rows, rb, h);
-  }
-}
-
-/* two tokens (xq, xs, xsum of token 0 at a's, token 1 a row after) into y0 and y1: each row block's
- * codes decoded once for both, each token's operations mv_t's (the same bits) */
-AI void mv2_t(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y0, float *y1, const int BITS, const int DT) {
+/* ---- decode: one or two tokens ---- */
+/* NT tokens (xq, xs, xsum of token t a row after token t - 1's) into y + t rows: each row block's codes
+ * decoded once for them, each token's operations and their order independent of NT (the same bits alone
+ * and in a batch; with 16 registers two tokens are the most without spills) */
+AI void mvn_t(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y, const int BITS, const int DT, const int NT) {
   const sm_cpu_packed *p = a->p;
   const int gs = p->gs, es = DT == SM_DT_F32 ? 4 : 2;
   const int64_t K = p->cols, ng = p->ng;
   for (int64_t rb = rb0; rb < rb1; rb++) {
     const uint8_t *s = p->data + (size_t)rb * p->rbbytes;
     __m256 acc[2][2], bacc[2][2];
-    for (int t = 0; t < 2; t++) acc[t][0] = acc[t][1] = bacc[t][0] = bacc[t][1] = _mm256_setzero_ps();
+    for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = bacc[t][0] = bacc[t][1] = _mm256_setzero_ps();
     for (int64_t g = 0; g < ng; g++, s += p->gbytes) {
       if (a->pf)
         for (size_t o = 0; o < p->gbytes; o += 64) _mm_prefetch((const char *)s + a->pf + o, _MM_HINT_T0);
       const uint8_t *d = s + 32 * es;
-      const int8_t *x0 = a->xq + g * gs, *x1 = x0 + K;
-      __m256i i00 = _mm256_setzero_si256(), i01 = i00, i10 = i00, i11 = i00;
+      __m256i i0[2], i1[2];
+      for (int t = 0; t < NT; t++) i0[t] = i1[t] = _mm256_setzero_si256();
       for (int sb = 0; sb < gs / 32; sb++) {
         const uint8_t *src = d + (size_t)sb * 64 * BITS;
 #pragma GCC unroll 8
         for (int v = 0; v < 8; v++) {
           const __m256i q0 = quad(src, v, 0, BITS), q1 = quad(src, v, 1, BITS);
-          const __m256i xa = bcast4(x0 + sb * 32 + 4 * v), xb = bcast4(x1 + sb * 32 + 4 * v);
-          i00 = dot(i00, q0, xa, BITS);
-          i01 = dot(i01, q1, xa, BITS);
-          i10 = dot(i10, q0, xb, BITS);
-          i11 = dot(i11, q1, xb, BITS);
+#pragma GCC unroll 2
+          for (int t = 0; t < NT; t++) {
+            const __m256i x = bcast4(a->xq + (size_t)t * (size_t)K + g * gs + sb * 32 + 4 * v);
+            i0[t] = dot(i0[t], q0, x, BITS);
+            i1[t] = dot(i1[t], q1, x, BITS);
+          }
         }
       }
       const __m256 s0 = ld_sc(s, 0, DT), s1 = ld_sc(s, 1, DT), b0 = ld_sc(s + 16 * es, 0, DT),
                    b1 = ld_sc(s + 16 * es, 1, DT);
-      for (int t = 0; t < 2; t++) {
+#pragma GCC unroll 2
+      for (int t = 0; t < NT; t++) {
         const __m256 xs = _mm256_set1_ps(a->xs[(size_t)t * (size_t)ng + (size_t)g]),
                      xm = _mm256_set1_ps(a->xsum[(size_t)t * (size_t)ng + (size_t)g]);
-        acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t ? i10 : i00), _mm256_mul_ps(s0, xs), acc[t][0]);
-        acc[t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t ? i11 : i01), _mm256_mul_ps(s1, xs), acc[t][1]);
+        acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0[t]), _mm256_mul_ps(s0, xs), acc[t][0]);
+        acc[t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1[t]), _mm256_mul_ps(s1, xs), acc[t][1]);
         bacc[t][0] = _mm256_fmadd_ps(b0, xm, bacc[t][0]);
         bacc[t][1] = _mm256_fmadd_ps(b1, xm, bacc[t][1]);
       }
     }
-    for (int h = 0; h < 2; h++)
-      if (rb * 16 + 8 * h < p->rows) {
-        store_rows(y0 + rb * 16 + 8 * h, _mm256_add_ps(acc[0][h], bacc[0][h]), p->rows, rb, h);
-        store_rows(y1 + rb * 16 + 8 * h, _mm256_add_ps(acc[1][h], bacc[1][h]), p->rows, rb, h);
-      }
+    for (int t = 0; t < NT; t++)
+      for (int h = 0; h < 2; h++)
+        if (rb * 16 + 8 * h < p->rows)
+          store_rows(y + (size_t)t * (size_t)p->rows + rb * 16 + 8 * h, _mm256_add_ps(acc[t][h], bacc[t][h]), p->rows,
+                     rb, h);
   }
 }
 
@@ -295,25 +266,21 @@ AI void gemm_t(const sm_i8_arg *a, const uint8_t *U, const float *SC, const floa
 #define BITS_FNS(B) \
   static void mv_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { \
     const sm_cpu_packed *p = a->p; \
-    DT_SWITCH(mv_t(a, rb0, rb1, y, B, DT)) \
+    DT_SWITCH(mvn_t(a, rb0, rb1, y, B, DT, 1)) \
   } \
   static void mvn_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { \
     const sm_cpu_packed *p = a->p; \
-    int t = 0; \
-    for (; t + 2 <= a->n; t += 2) { \
+    for (int t = 0; t < a->n; t += 2) { \
       sm_i8_arg b = *a; \
       b.xq += (size_t)t * (size_t)p->cols; \
       b.xs += (size_t)t * (size_t)p->ng; \
       b.xsum += (size_t)t * (size_t)p->ng; \
       float *yt = y + (size_t)t * (size_t)p->rows; \
-      DT_SWITCH(mv2_t(&b, rb0, rb1, yt, yt + p->rows, B, DT)) \
-    } \
-    if (t < a->n) { \
-      sm_i8_arg b = *a; \
-      b.xq += (size_t)t * (size_t)p->cols; \
-      b.xs += (size_t)t * (size_t)p->ng; \
-      b.xsum += (size_t)t * (size_t)p->ng; \
-      DT_SWITCH(mv_t(&b, rb0, rb1, y + (size_t)t * (size_t)p->rows, B, DT)) \
+      if (a->n - t >= 2) { \
+        DT_SWITCH(mvn_t(&b, rb0, rb1, yt, B, DT, 2)) \
+      } else { \
+        DT_SWITCH(mvn_t(&b, rb0, rb1, yt, B, DT, 1)) \
+      } \
     } \
   } \
   static void unp_q##B(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI) { \
