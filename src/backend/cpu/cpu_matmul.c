@@ -141,8 +141,7 @@ static void quant_range(void *v, size_t t0, size_t t1) {
 }
 
 typedef struct {
-  const sm_i8_kern *ik;
-  void (*mv)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y); /* ik's matvec or matvec_n */
+  void (*mv)(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y); /* the int8 set's matvec or matvec_n */
   sm_i8_arg a;
   float *y;
   int64_t chunk;
@@ -221,7 +220,7 @@ static void matmul_packed(cpu_be *c, const sm_cpu_packed *p, const float *x, int
    * once for every 4 of them (AVX2: 2 a decode of the codes; the same bits); more: the GEMM on unpacked
    * row blocks */
   if (n == 1 || (c->ik->matvec_n && n <= c->tune.mvn_max && !(c->amx && n >= c->tune.amx_min_n))) {
-    pmv_ctx m = {.ik = c->ik, .y = y, .stat = c->numa || c->tune.mv_chunks == 0};
+    pmv_ctx m = {.y = y, .stat = c->numa || c->tune.mv_chunks == 0};
     const int64_t per = p->nrb / ((int64_t)c->nth * (c->tune.mv_chunks ? c->tune.mv_chunks : 1));
     m.chunk = per > 0 ? per : 1;
     for (int t0 = 0; t0 < n; t0 += 4) {
