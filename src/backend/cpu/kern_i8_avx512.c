@@ -176,11 +176,14 @@ AI void mvn_t(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y, const int 
     case SM_DT_BF16: mvn_t(a, rb0, rb1, y, B, SM_DT_BF16, NT); break; \
     default: mvn_t(a, rb0, rb1, y, B, SM_DT_F32, NT); break; \
   }
+/* nt tokens (1 to 4): each bit width's instance */
 #define MVN(B) \
-  static void mvn_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { \
-    if (a->n == 2) { \
+  static void mvn_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y, int nt) { \
+    if (nt == 1) { \
+      MVN_DT(B, 1) \
+    } else if (nt == 2) { \
       MVN_DT(B, 2) \
-    } else if (a->n == 3) { \
+    } else if (nt == 3) { \
       MVN_DT(B, 3) \
     } else { \
       MVN_DT(B, 4) \
@@ -192,36 +195,18 @@ MVN(4)
 MVN(5)
 MVN(6)
 MVN(8)
-void sm_i8avx512_matvec_n(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {
+static void mvn(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y, int nt) {
   switch (a->p->bits) {
-    case 2: mvn_q2(a, rb0, rb1, y); break;
-    case 3: mvn_q3(a, rb0, rb1, y); break;
-    case 4: mvn_q4(a, rb0, rb1, y); break;
-    case 5: mvn_q5(a, rb0, rb1, y); break;
-    case 6: mvn_q6(a, rb0, rb1, y); break;
-    default: mvn_q8(a, rb0, rb1, y); break;
+    case 2: mvn_q2(a, rb0, rb1, y, nt); break;
+    case 3: mvn_q3(a, rb0, rb1, y, nt); break;
+    case 4: mvn_q4(a, rb0, rb1, y, nt); break;
+    case 5: mvn_q5(a, rb0, rb1, y, nt); break;
+    case 6: mvn_q6(a, rb0, rb1, y, nt); break;
+    default: mvn_q8(a, rb0, rb1, y, nt); break;
   }
 }
-
-#define MV(B) \
-  static void mv_q##B(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { MVN_DT(B, 1) }
-MV(2)
-MV(3)
-MV(4)
-MV(5)
-MV(6)
-MV(8)
-
-void sm_i8avx512_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) {
-  switch (a->p->bits) {
-    case 2: mv_q2(a, rb0, rb1, y); break;
-    case 3: mv_q3(a, rb0, rb1, y); break;
-    case 4: mv_q4(a, rb0, rb1, y); break;
-    case 5: mv_q5(a, rb0, rb1, y); break;
-    case 6: mv_q6(a, rb0, rb1, y); break;
-    default: mv_q8(a, rb0, rb1, y); break;
-  }
-}
+void sm_i8avx512_matvec(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { mvn(a, rb0, rb1, y, 1); }
+void sm_i8avx512_matvec_n(const sm_i8_arg *a, int64_t rb0, int64_t rb1, float *y) { mvn(a, rb0, rb1, y, a->n); }
 
 /* ---- batches: unpack a row block once, then the GEMM micro-kernel over tokens ---- */
 AI void unpack_t(const sm_cpu_packed *p, int64_t rb, uint8_t *U, float *SC, float *BI, const int BITS, const int DT) {
